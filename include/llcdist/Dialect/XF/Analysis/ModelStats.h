@@ -1,0 +1,37 @@
+//===- ModelStats.h - parameter and FLOP counts from xf IR -----*- C++ -*-===//
+#ifndef LLCDIST_DIALECT_XF_ANALYSIS_MODELSTATS_H
+#define LLCDIST_DIALECT_XF_ANALYSIS_MODELSTATS_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <cstdint>
+
+namespace llcdist::xf {
+
+/// What the IR says about a model: counted, never estimated from a config.
+struct ModelStats {
+  int64_t parameters = 0;        ///< unique parameter elements
+  int64_t layers = 0;            ///< xf.layer calls in the entry function
+  int64_t tokensPerMicrobatch = 0; ///< batch × sequence of the entry's ids
+  int64_t seqLen = 0;
+  double linearFlopsPerToken = 0;    ///< Σ 2·K·N over xf.linear
+  double attentionFlopsPerToken = 0; ///< Σ 4·S·heads·head_dim over xf.attention
+  double forwardFlopsPerToken() const {
+    return linearFlopsPerToken + attentionFlopsPerToken;
+  }
+  /// Backward costs twice the forward (dX and dW GEMMs); no recomputation.
+  double trainingFlopsPerToken() const { return 3 * forwardFlopsPerToken(); }
+};
+
+/// The function marked xf.entry, or null (with an error emitted on `module`).
+mlir::func::FuncOp getEntryFunction(mlir::ModuleOp module);
+
+/// Counts parameters and FLOPs of `module`'s entry function, following its
+/// xf.layer calls. Fails (with a diagnostic) when there is no entry function
+/// or a parameter name is used with two different shapes.
+mlir::FailureOr<ModelStats> computeModelStats(mlir::ModuleOp module);
+
+} // namespace llcdist::xf
+
+#endif

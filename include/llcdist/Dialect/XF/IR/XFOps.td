@@ -1,0 +1,250 @@
+//===- XFOps.td - xf operations ---------------------------*- tablegen -*-===//
+#ifndef LLCDIST_DIALECT_XF_XFOPS_TD
+#define LLCDIST_DIALECT_XF_XFOPS_TD
+
+include "llcdist/Dialect/XF/IR/XFDialect.td"
+include "mlir/IR/EnumAttr.td"
+include "mlir/IR/OpBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/CallInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Types and attributes
+//===----------------------------------------------------------------------===//
+
+def XF_Float : AnyTypeOf<[F32, BF16, F16]>;
+def XF_FloatTensor : RankedTensorOf<[F32, BF16, F16]>;
+def XF_IdTensor : RankedTensorOf<[I32, I64]>;
+
+def XF_WeightLayout : I32EnumAttr<"WeightLayout",
+    "memory layout of a linear op's weight", [
+      I32EnumAttrCase<"OutIn", 0, "out_in">,   // torch nn.Linear: [out, in]
+      I32EnumAttrCase<"InOut", 1, "in_out">    // GPT-2 Conv1D:   [in, out]
+    ]> {
+  let cppNamespace = "::llcdist::xf";
+}
+
+//===----------------------------------------------------------------------===//
+// Parameters and layers
+//===----------------------------------------------------------------------===//
+
+def XF_ParamOp : XF_Op<"param", [Pure]> {
+  let summary = "a named model parameter";
+  let description = [{
+    Yields the parameter `name` (its Hugging Face name and layout). Inside a
+    function marked `xf.layer_body` the name must contain `{i}`, which stands
+    for the index of the calling `xf.layer`; outside one it must not. Two
+    `xf.param` ops with one name are one parameter (a tied embedding).
+
+    ```mlir
+    %w = xf.param "model.layers.{i}.self_attn.q_proj.weight" : tensor<64x64xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def XF_LayerOp : XF_Op<"layer", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "one transformer layer: a call of a layer body";
+  let description = [{
+    Runs the `xf.layer_body` function `callee` as layer `index` of the model:
+    every `{i}` in the callee's parameter names reads as `index`. The operand
+    and result types must match the callee's signature.
+
+    ```mlir
+    %h1 = xf.layer @block[1](%h0) : (tensor<2x32x64xf32>) -> tensor<2x32x64xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$callee, I64Attr:$index,
+                       Variadic<AnyType>:$operands);
+  let results = (outs Variadic<AnyType>:$results);
+  let assemblyFormat = [{
+    $callee `[` $index `]` `(` $operands `)` attr-dict `:` functional-type($operands, $results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+def XF_EmbeddingOp : XF_Op<"embedding", [Pure]> {
+  let summary = "token embedding lookup";
+  let description = [{
+    `result[b, s, :] = table[ids[b, s], :]`; ids [B, S], table [V, H],
+    result [B, S, H].
+
+    ```mlir
+    %x = xf.embedding %ids, %wte : (tensor<2x32xi32>, tensor<256x64xf32>) -> tensor<2x32x64xf32>
+    ```
+  }];
+  let arguments = (ins XF_IdTensor:$ids, XF_FloatTensor:$table);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$ids `,` $table attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_AddPositionEmbeddingOp : XF_Op<"add_position_embedding", [Pure]> {
+  let summary = "learned absolute position embedding (GPT-2)";
+  let description = [{
+    `result[b, s, :] = input[b, s, :] + table[s, :]` for s < S; input
+    [B, S, H], table [P, H] with S <= P.
+  }];
+  let arguments = (ins XF_FloatTensor:$input, XF_FloatTensor:$table);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $table attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_RopeOp : XF_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "rotary position embedding, rotate-half convention (Llama)";
+  let description = [{
+    Rotates each `head_dim`-wide head of `input` [B, S, n*head_dim] by
+    position s with inverse frequencies `theta^(-2j/head_dim)`, exactly as
+    Hugging Face Llama (`rotate_half`). The optional `scaling` dictionary is
+    Hugging Face's `rope_scaling` (rope_type "llama3": factor,
+    low_freq_factor, high_freq_factor, original_max_position_embeddings).
+
+    ```mlir
+    %q2 = xf.rope %q {head_dim = 16 : i64, theta = 10000.0 : f64} : tensor<2x32x64xf32>
+    ```
+  }];
+  let arguments = (ins XF_FloatTensor:$input, I64Attr:$head_dim, F64Attr:$theta,
+                       OptionalAttr<DictionaryAttr>:$scaling);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Norms, linear, activations
+//===----------------------------------------------------------------------===//
+
+def XF_LayerNormOp : XF_Op<"layer_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "LayerNorm over the last dimension (biased variance)";
+  let description = [{
+    `(x - mean) / sqrt(var + eps) * weight + bias` over the last dim H, as
+    torch `nn.LayerNorm`; weight and bias are [H].
+  }];
+  let arguments = (ins XF_FloatTensor:$input, XF_FloatTensor:$weight,
+                       XF_FloatTensor:$bias, F64Attr:$eps);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $weight `,` $bias attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_RMSNormOp : XF_Op<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "RMSNorm over the last dimension (Llama)";
+  let description = [{
+    `weight * x * rsqrt(mean(x^2) + eps)` over the last dim H, as Hugging
+    Face `LlamaRMSNorm`; weight is [H].
+  }];
+  let arguments = (ins XF_FloatTensor:$input, XF_FloatTensor:$weight, F64Attr:$eps);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $weight attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_LinearOp : XF_Op<"linear", [Pure]> {
+  let summary = "y = x W (+ b) over the last dimension";
+  let description = [{
+    `input` [..., K]; `weight` [N, K] (`out_in`, torch nn.Linear) or [K, N]
+    (`in_out`, GPT-2 Conv1D); optional `bias` [N]; result [..., N].
+
+    ```mlir
+    %y = xf.linear out_in %x, %w : (tensor<2x32x64xf32>, tensor<128x64xf32>) -> tensor<2x32x128xf32>
+    %z = xf.linear in_out %x, %w2, %b : (tensor<2x32x64xf32>, tensor<64x192xf32>, tensor<192xf32>) -> tensor<2x32x192xf32>
+    ```
+  }];
+  let arguments = (ins XF_WeightLayout:$layout, XF_FloatTensor:$input,
+                       XF_FloatTensor:$weight, Optional<XF_FloatTensor>:$bias);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = [{
+    $layout $input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def XF_SplitOp : XF_Op<"split", [Pure]> {
+  let summary = "split the last dimension into consecutive pieces";
+  let description = [{
+    Splits `input` [..., D] into pieces [..., sizes[i]] with sum(sizes) = D,
+    e.g. GPT-2's fused `c_attn` output into q, k and v.
+
+    ```mlir
+    %q, %k, %v = xf.split %qkv : tensor<2x32x192xf32> -> tensor<2x32x64xf32>, tensor<2x32x64xf32>, tensor<2x32x64xf32>
+    ```
+  }];
+  let arguments = (ins XF_FloatTensor:$input);
+  let results = (outs Variadic<XF_FloatTensor>:$results);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
+  let hasVerifier = 1;
+}
+
+def XF_AttentionOp : XF_Op<"attention", [Pure]> {
+  let summary = "causal scaled-dot-product self-attention (MHA, GQA, MQA)";
+  let description = [{
+    q [B, S, num_heads*head_dim]; k, v [B, S, num_kv_heads*head_dim];
+    num_heads % num_kv_heads == 0, and query head h reads kv head
+    h / (num_heads / num_kv_heads) (Hugging Face `repeat_kv`). Scores are
+    scaled by 1/sqrt(head_dim), masked causally, soft-maxed in f32.
+    Result [B, S, num_heads*head_dim].
+  }];
+  let arguments = (ins XF_FloatTensor:$q, XF_FloatTensor:$k, XF_FloatTensor:$v,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_GeluTanhOp : XF_Op<"gelu_tanh", [Pure, SameOperandsAndResultType]> {
+  let summary = "GELU, tanh approximation (Hugging Face gelu_new)";
+  let description = [{
+    `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, element-wise.
+  }];
+  let arguments = (ins XF_FloatTensor:$input);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def XF_SwiGLUOp : XF_Op<"swiglu", [Pure, SameOperandsAndResultType]> {
+  let summary = "SwiGLU gate: silu(gate) * up (Llama MLP)";
+  let description = [{ `silu(gate) * up` element-wise, `silu(x) = x sigmoid(x)`. }];
+  let arguments = (ins XF_FloatTensor:$gate, XF_FloatTensor:$up);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$gate `,` $up attr-dict `:` type($result)";
+}
+
+def XF_AddOp : XF_Op<"add", [Pure, Commutative, SameOperandsAndResultType]> {
+  let summary = "element-wise addition (the residual connection)";
+  let description = [{ `lhs + rhs`, both of the result's type. }];
+  let arguments = (ins XF_FloatTensor:$lhs, XF_FloatTensor:$rhs);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+def XF_CrossEntropyOp : XF_Op<"cross_entropy", [Pure]> {
+  let summary = "mean token cross-entropy loss";
+  let description = [{
+    `mean over (b, s) of -log softmax(logits[b, s, :])[targets[b, s]]`;
+    logits [B, S, V], targets [B, S]; the result is a 0-d f32 tensor.
+
+    ```mlir
+    %loss = xf.cross_entropy %logits, %targets : (tensor<2x32x256xf32>, tensor<2x32xi32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins XF_FloatTensor:$logits, XF_IdTensor:$targets);
+  let results = (outs 0DTensorOf<[F32]>:$loss);
+  let assemblyFormat = "$logits `,` $targets attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+#endif // LLCDIST_DIALECT_XF_XFOPS_TD

@@ -1,0 +1,34 @@
+//===- Passes.h - xf passes ------------------------------------*- C++ -*-===//
+#ifndef LLCDIST_DIALECT_XF_TRANSFORMS_PASSES_H
+#define LLCDIST_DIALECT_XF_TRANSFORMS_PASSES_H
+
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+namespace llcdist::xf {
+
+#define GEN_PASS_DECL
+#include "llcdist/Dialect/XF/Transforms/Passes.h.inc"
+
+/// Options of the forward-graph pipeline that `llc-dist compile` runs.
+struct ForwardPipelineOptions {
+  int64_t dp = 1, tp = 1, pp = 1;
+};
+
+/// Builds the pipeline `llc-dist compile --emit xf` runs after import:
+/// cse, llcdist-attach-mesh, llcdist-model-stats.
+void buildForwardPipeline(mlir::OpPassManager &pm,
+                          const ForwardPipelineOptions &options);
+
+#define GEN_PASS_REGISTRATION
+#include "llcdist/Dialect/XF/Transforms/Passes.h.inc"
+
+/// Registers the xf passes (registerXFPasses) and the textual pipeline
+/// `llcdist-forward`.
+void registerXFPassesAndPipelines();
+
+} // namespace llcdist::xf
+
+#endif

@@ -1,0 +1,87 @@
+//===- ModelConfig.h - Hugging Face config.json front end ------*- C++ -*-===//
+//
+// MLIR-free: parses and validates a Hugging Face config.json of a
+// GPT2LMHeadModel or a LlamaForCausalLM into one flat description of a
+// decoder-only transformer. Errors name the file, the line and column of the
+// field, the field, and what to do.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LLCDIST_FRONTEND_MODELCONFIG_H
+#define LLCDIST_FRONTEND_MODELCONFIG_H
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace llcdist {
+
+enum class Arch { GPT2, Llama };
+const char *archName(Arch a);          ///< "gpt2" / "llama"
+const char *hfArchitecture(Arch a);    ///< "GPT2LMHeadModel" / "LlamaForCausalLM"
+
+/// Hugging Face's `rope_scaling` with rope_type "llama3" (Llama 3.1+).
+struct RopeScaling {
+  double factor = 1, lowFreqFactor = 1, highFreqFactor = 1;
+  int64_t originalMaxPositions = 0;
+};
+
+struct ModelConfig {
+  std::string path;  ///< the file it came from ("" when parsed from text)
+  std::string name;  ///< file stem, e.g. "llama3-8b"
+  Arch arch = Arch::GPT2;
+  int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kvHeads = 0,
+          headDim = 0, intermediate = 0, maxPositions = 0;
+  double normEps = 1e-5;
+  double ropeTheta = 10000.0;         ///< Llama only
+  std::optional<RopeScaling> ropeScaling;
+  bool tieEmbeddings = true;
+  bool attentionBias = true;          ///< GPT-2: always; Llama: attention_bias
+  bool mlpBias = true;                ///< GPT-2: always; Llama: mlp_bias
+
+  /// Parameter count from the architecture's formula (unique tensors: a tied
+  /// embedding counts once). The compiler's count from the IR must agree.
+  int64_t numParameters() const;
+};
+
+/// A failed parse or check: `message` already reads
+/// "FILE:LINE:COL: field 'F': what is wrong; the fix".
+struct ConfigError {
+  std::string message;
+};
+
+/// Parses `text` (the content of `path`). Returns the error, if any.
+std::optional<ConfigError> parseModelConfig(std::string_view text,
+                                            const std::string &path,
+                                            ModelConfig &out);
+/// Reads and parses the file at `path`.
+std::optional<ConfigError> loadModelConfig(const std::string &path,
+                                           ModelConfig &out);
+
+} // namespace llcdist
+
+
+
+namespace llcdist {
+
+/// The shapes of one training step (llc-dist compile's --seq-len,
+/// --micro-batch, --global-batch, --dtype).
+struct TrainingShape {
+  int64_t seqLen = 0;      ///< 0: min(max positions, 1024)
+  int64_t microBatch = 1;  ///< sequences per microbatch per data-parallel rank
+  int64_t globalBatch = 0; ///< sequences per step; 0: microBatch × dp
+  std::string dtype = "f32"; ///< f32 | bf16 | f16
+
+  /// Microbatches per step: globalBatch / (microBatch × dp).
+  int64_t microbatches(int64_t dp) const { return globalBatch / (microBatch * dp); }
+};
+
+/// Fills the defaults of `shape` and checks it against the model and the
+/// data-parallel degree; returns a message naming the flag and the fix.
+std::optional<std::string> resolveTrainingShape(const ModelConfig &model,
+                                                int64_t dp,
+                                                TrainingShape &shape);
+
+} // namespace llcdist
+
+#endif

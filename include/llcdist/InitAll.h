@@ -1,0 +1,31 @@
+//===- InitAll.h - the dialects and passes every llc-dist tool uses -------===//
+#ifndef LLCDIST_INITALL_H
+#define LLCDIST_INITALL_H
+
+#include "llcdist/Dialect/XF/IR/XFDialect.h"
+#include "llcdist/Dialect/XF/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+namespace llcdist {
+
+/// The dialects llc-dist's IR uses: only these (no registerAllDialects).
+inline void registerAllDialects(mlir::DialectRegistry &registry) {
+  registry.insert<xf::XFDialect, mlir::func::FuncDialect,
+                  mlir::shard::ShardDialect>();
+}
+
+/// Our passes plus the upstream ones our pipelines use.
+inline void registerAllPasses() {
+  xf::registerXFPassesAndPipelines();
+  mlir::registerCSEPass();
+  mlir::registerCanonicalizerPass();
+  mlir::registerSymbolDCEPass();
+}
+
+} // namespace llcdist
+
+#endif

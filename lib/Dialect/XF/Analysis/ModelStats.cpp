@@ -1,0 +1,114 @@
+//===- ModelStats.cpp - parameter and FLOP counts from xf IR --------------===//
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+
+#include "llvm/ADT/StringMap.h"
+
+using namespace mlir;
+using namespace llcdist::xf;
+
+func::FuncOp llcdist::xf::getEntryFunction(ModuleOp module) {
+  func::FuncOp entry;
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (fn->hasAttr(kEntryAttr)) {
+      if (entry) {
+        fn.emitError("more than one function is marked '") << kEntryAttr << "'";
+        return {};
+      }
+      entry = fn;
+    }
+  if (!entry)
+    module.emitError("no function is marked '")
+        << kEntryAttr << "' (the forward function of the model)";
+  return entry;
+}
+
+namespace {
+/// Per-token FLOPs of the ops directly in `fn`'s body (not following calls).
+struct LocalFlops {
+  double linear = 0, attention = 0;
+};
+
+LocalFlops countLocalFlops(func::FuncOp fn) {
+  LocalFlops f;
+  fn.walk([&](Operation *op) {
+    if (auto lin = dyn_cast<LinearOp>(op)) {
+      auto in = cast<RankedTensorType>(lin.getInput().getType());
+      auto out = cast<RankedTensorType>(lin.getResult().getType());
+      f.linear += 2.0 * in.getShape().back() * out.getShape().back();
+    } else if (auto att = dyn_cast<AttentionOp>(op)) {
+      auto q = cast<RankedTensorType>(att.getQ().getType());
+      f.attention += 4.0 * q.getDimSize(1) * att.getNumHeads() * att.getHeadDim();
+    }
+  });
+  return f;
+}
+
+std::string instantiate(StringRef name, int64_t index) {
+  std::string s = name.str();
+  std::string idx = std::to_string(index);
+  for (size_t pos; (pos = s.find(kLayerPlaceholder)) != std::string::npos;)
+    s.replace(pos, sizeof(kLayerPlaceholder) - 1, idx);
+  return s;
+}
+} // namespace
+
+FailureOr<ModelStats> llcdist::xf::computeModelStats(ModuleOp module) {
+  func::FuncOp entry = getEntryFunction(module);
+  if (!entry)
+    return failure();
+  ModelStats stats;
+  llvm::StringMap<RankedTensorType> params;
+  auto addParam = [&](ParamOp p, StringRef name) -> LogicalResult {
+    auto [it, inserted] = params.try_emplace(name, p.getType());
+    if (!inserted && it->second != p.getType())
+      return p.emitOpError("parameter '")
+             << name << "' is used with two shapes: " << it->second << " and "
+             << p.getType();
+    if (inserted)
+      stats.parameters += p.getType().getNumElements();
+    return success();
+  };
+
+  LocalFlops top = countLocalFlops(entry);
+  stats.linearFlopsPerToken = top.linear;
+  stats.attentionFlopsPerToken = top.attention;
+  SymbolTable symbols(module);
+  llvm::DenseMap<Operation *, LocalFlops> layerFlops;
+
+  WalkResult r = entry.walk([&](Operation *op) -> WalkResult {
+    if (auto p = dyn_cast<ParamOp>(op))
+      return failed(addParam(p, p.getName())) ? WalkResult::interrupt()
+                                              : WalkResult::advance();
+    auto layer = dyn_cast<LayerOp>(op);
+    if (!layer)
+      return WalkResult::advance();
+    auto body = symbols.lookup<func::FuncOp>(layer.getCallee());
+    if (!body) {
+      layer.emitOpError("callee @") << layer.getCallee() << " not found";
+      return WalkResult::interrupt();
+    }
+    ++stats.layers;
+    auto [it, inserted] = layerFlops.try_emplace(body, LocalFlops{});
+    if (inserted)
+      it->second = countLocalFlops(body);
+    stats.linearFlopsPerToken += it->second.linear;
+    stats.attentionFlopsPerToken += it->second.attention;
+    WalkResult inner = body.walk([&](ParamOp p) {
+      return failed(addParam(p, instantiate(p.getName(), layer.getIndex())))
+                 ? WalkResult::interrupt()
+                 : WalkResult::advance();
+    });
+    return inner;
+  });
+  if (r.wasInterrupted())
+    return failure();
+
+  if (entry.getNumArguments() > 0)
+    if (auto ids = dyn_cast<RankedTensorType>(entry.getArgument(0).getType());
+        ids && ids.getRank() == 2) {
+      stats.tokensPerMicrobatch = ids.getNumElements();
+      stats.seqLen = ids.getDimSize(1);
+    }
+  return stats;
+}

@@ -1,0 +1,273 @@
+//===- XFOps.cpp - xf operation verifiers ---------------------------------===//
+//
+// Every diagnostic names the operand or attribute at fault and the shapes it
+// saw, so a malformed graph (hand-written or from a buggy pass) is easy to fix.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace llcdist::xf;
+
+#include "llcdist/Dialect/XF/IR/XFEnums.cpp.inc"
+
+#define GET_OP_CLASSES
+#include "llcdist/Dialect/XF/IR/XFOps.cpp.inc"
+
+namespace {
+RankedTensorType rt(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+/// Checks that every value has the element type of the first one.
+LogicalResult sameElementType(Operation *op, ValueRange values) {
+  Type first = rt(values.front()).getElementType();
+  for (Value v : values.drop_front())
+    if (rt(v).getElementType() != first)
+      return op->emitOpError("expects one element type for all float operands "
+                             "and results, got ")
+             << first << " and " << rt(v).getElementType();
+  return success();
+}
+
+/// Checks `v` is a 1-D tensor of `n` elements (a norm weight or a bias).
+LogicalResult checkVector(Operation *op, Value v, StringRef what, int64_t n) {
+  auto t = rt(v);
+  if (t.getRank() != 1 || t.getDimSize(0) != n)
+    return op->emitOpError() << what << " must be tensor<" << n << "x...>"
+                             << " (the input's last dimension), got " << t;
+  return success();
+}
+
+LogicalResult checkNorm(Operation *op, Value input, ValueRange vecs,
+                        ArrayRef<StringRef> names, double eps, Value result) {
+  auto in = rt(input);
+  if (in.getRank() < 1)
+    return op->emitOpError("input must have rank >= 1");
+  int64_t h = in.getShape().back();
+  for (auto [v, name] : llvm::zip(vecs, names))
+    if (failed(checkVector(op, v, name, h)))
+      return failure();
+  if (!(eps > 0.0))
+    return op->emitOpError() << "eps must be > 0, got " << eps;
+  SmallVector<Value> all{input, result};
+  all.append(vecs.begin(), vecs.end());
+  return sameElementType(op, all);
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// ParamOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamOp::verify() {
+  StringRef name = getName();
+  if (name.empty())
+    return emitOpError("parameter name must not be empty");
+  if (!getType().hasStaticShape())
+    return emitOpError("parameter must have a static shape, got ") << getType();
+  auto func = (*this)->getParentOfType<func::FuncOp>();
+  bool inLayer = func && func->hasAttr(kLayerBodyAttr);
+  bool hasPlaceholder = name.contains(kLayerPlaceholder);
+  if (inLayer && !hasPlaceholder)
+    return emitOpError("parameter '")
+           << name << "' is inside layer body @" << func.getSymName()
+           << " but its name has no '{i}' layer-index placeholder";
+  if (!inLayer && hasPlaceholder)
+    return emitOpError("parameter '")
+           << name << "' uses the '{i}' placeholder outside a function "
+           << "marked '" << kLayerBodyAttr << "'";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// LayerOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LayerOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  if (getIndex() < 0)
+    return emitOpError("layer index must be >= 0, got ") << getIndex();
+  auto fn =
+      symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, getCalleeAttr());
+  if (!fn)
+    return emitOpError("callee @")
+           << getCallee() << " does not name a func.func";
+  if (!fn->hasAttr(kLayerBodyAttr))
+    return emitOpError("callee @")
+           << getCallee() << " is not marked '" << kLayerBodyAttr << "'";
+  FunctionType ft = fn.getFunctionType();
+  if (TypeRange(getOperands().getTypes()) != TypeRange(ft.getInputs()) ||
+      TypeRange(getResults().getTypes()) != TypeRange(ft.getResults()))
+    return emitOpError("type mismatch with callee @")
+           << getCallee() << ": callee has type " << ft;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings and rope
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  auto ids = rt(getIds()), table = rt(getTable()), res = rt(getResult());
+  if (table.getRank() != 2)
+    return emitOpError("table must be [vocab, hidden], got ") << table;
+  SmallVector<int64_t> want(ids.getShape());
+  want.push_back(table.getDimSize(1));
+  if (res.getShape() != ArrayRef<int64_t>(want))
+    return emitOpError("result shape must be ids shape + [hidden] = [")
+           << llvm::make_range(want.begin(), want.end()) << "], got " << res;
+  return sameElementType(*this, {getTable(), getResult()});
+}
+
+LogicalResult AddPositionEmbeddingOp::verify() {
+  auto in = rt(getInput()), table = rt(getTable());
+  if (in.getRank() != 3)
+    return emitOpError("input must be [batch, seq, hidden], got ") << in;
+  if (table.getRank() != 2 || table.getDimSize(1) != in.getDimSize(2))
+    return emitOpError("table must be [positions, ")
+           << in.getDimSize(2) << "], got " << table;
+  if (in.getDimSize(1) > table.getDimSize(0))
+    return emitOpError("sequence length ")
+           << in.getDimSize(1) << " exceeds the " << table.getDimSize(0)
+           << " learned positions";
+  if (getResult().getType() != in)
+    return emitOpError("result type must equal the input type ") << in;
+  return sameElementType(*this, {getInput(), getTable()});
+}
+
+LogicalResult RopeOp::verify() {
+  auto in = rt(getInput());
+  int64_t hd = getHeadDim();
+  if (in.getRank() != 3)
+    return emitOpError("input must be [batch, seq, heads*head_dim], got ")
+           << in;
+  if (hd <= 0 || hd % 2 != 0)
+    return emitOpError("head_dim must be positive and even, got ") << hd;
+  if (in.getDimSize(2) % hd != 0)
+    return emitOpError("last dimension ")
+           << in.getDimSize(2) << " is not a multiple of head_dim " << hd;
+  if (!(getTheta().convertToDouble() > 0.0))
+    return emitOpError("theta must be > 0, got ")
+           << getTheta().convertToDouble();
+  if (auto s = getScalingAttr()) {
+    auto type = s.getAs<StringAttr>("rope_type");
+    if (!type || type.getValue() != "llama3")
+      return emitOpError("scaling.rope_type must be \"llama3\"");
+    for (StringRef key : {"factor", "low_freq_factor", "high_freq_factor",
+                          "original_max_position_embeddings"}) {
+      auto f = s.getAs<FloatAttr>(key);
+      if (!f || !(f.getValueAsDouble() > 0.0))
+        return emitOpError("scaling.") << key << " must be a positive float";
+    }
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Norms and linear
+//===----------------------------------------------------------------------===//
+
+LogicalResult LayerNormOp::verify() {
+  return checkNorm(*this, getInput(), {getWeight(), getBias()},
+                   {"weight", "bias"}, getEps().convertToDouble(),
+                   getResult());
+}
+
+LogicalResult RMSNormOp::verify() {
+  return checkNorm(*this, getInput(), {getWeight()}, {"weight"},
+                   getEps().convertToDouble(), getResult());
+}
+
+LogicalResult LinearOp::verify() {
+  auto in = rt(getInput()), w = rt(getWeight()), res = rt(getResult());
+  if (in.getRank() < 1)
+    return emitOpError("input must have rank >= 1");
+  if (w.getRank() != 2)
+    return emitOpError("weight must be rank 2, got ") << w;
+  bool outIn = getLayout() == WeightLayout::OutIn;
+  int64_t k = in.getShape().back();
+  int64_t wk = outIn ? w.getDimSize(1) : w.getDimSize(0);
+  int64_t n = outIn ? w.getDimSize(0) : w.getDimSize(1);
+  if (wk != k)
+    return emitOpError("weight ")
+           << w << " in layout " << stringifyWeightLayout(getLayout())
+           << " has in-features " << wk << " but the input has " << k;
+  if (getBias() && failed(checkVector(*this, getBias(), "bias", n)))
+    return failure();
+  SmallVector<int64_t> want(in.getShape());
+  want.back() = n;
+  if (res.getShape() != ArrayRef<int64_t>(want))
+    return emitOpError("result must have shape [")
+           << llvm::make_range(want.begin(), want.end()) << "], got " << res;
+  SmallVector<Value> all{getInput(), getWeight(), getResult()};
+  if (getBias())
+    all.push_back(getBias());
+  return sameElementType(*this, all);
+}
+
+LogicalResult SplitOp::verify() {
+  auto in = rt(getInput());
+  if (getNumResults() < 1)
+    return emitOpError("needs at least one result");
+  if (in.getRank() < 1)
+    return emitOpError("input must have rank >= 1");
+  int64_t sum = 0;
+  for (Value r : getResults()) {
+    auto t = rt(r);
+    if (t.getRank() != in.getRank() ||
+        t.getShape().drop_back() != in.getShape().drop_back())
+      return emitOpError("result ")
+             << t << " differs from the input " << in
+             << " outside the last dimension";
+    sum += t.getShape().back();
+  }
+  if (sum != in.getShape().back())
+    return emitOpError("results' last dimensions sum to ")
+           << sum << ", the input's is " << in.getShape().back();
+  SmallVector<Value> all{getInput()};
+  all.append(getResults().begin(), getResults().end());
+  return sameElementType(*this, all);
+}
+
+//===----------------------------------------------------------------------===//
+// Attention and loss
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() {
+  int64_t nh = getNumHeads(), nkv = getNumKvHeads(), hd = getHeadDim();
+  if (nh <= 0 || nkv <= 0 || hd <= 0)
+    return emitOpError("num_heads, num_kv_heads and head_dim must be > 0");
+  if (nh % nkv != 0)
+    return emitOpError("num_kv_heads ")
+           << nkv << " must divide num_heads " << nh;
+  auto q = rt(getQ()), k = rt(getK()), v = rt(getV());
+  for (auto [t, name] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}}) {
+    if (t.getRank() != 3)
+      return emitOpError() << name << " must be [batch, seq, heads*head_dim], got "
+                           << t;
+    if (t.getDimSize(0) != q.getDimSize(0) || t.getDimSize(1) != q.getDimSize(1))
+      return emitOpError() << name << " has batch/seq dims different from q: "
+                           << t << " vs " << q;
+  }
+  if (q.getDimSize(2) != nh * hd)
+    return emitOpError("q's last dimension must be num_heads*head_dim = ")
+           << nh * hd << ", got " << q.getDimSize(2);
+  if (k.getDimSize(2) != nkv * hd || v.getDimSize(2) != nkv * hd)
+    return emitOpError("k and v's last dimension must be num_kv_heads*head_dim = ")
+           << nkv * hd << ", got " << k.getDimSize(2) << " and "
+           << v.getDimSize(2);
+  if (getResult().getType() != q)
+    return emitOpError("result type must equal q's type ") << q;
+  return sameElementType(*this, {getQ(), getK(), getV()});
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  auto logits = rt(getLogits()), targets = rt(getTargets());
+  if (logits.getRank() != targets.getRank() + 1 ||
+      logits.getShape().drop_back() != targets.getShape())
+    return emitOpError("logits must be targets' shape + [vocab]; got logits ")
+           << logits << " and targets " << targets;
+  return success();
+}

@@ -1,0 +1,92 @@
+//===- AttachMesh.cpp - declare the device mesh and check divisibility ----===//
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+#include "llcdist/Dialect/XF/Transforms/Passes.h"
+
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+
+#define DEBUG_TYPE "llcdist-attach-mesh"
+
+namespace llcdist::xf {
+#define GEN_PASS_DEF_ATTACHMESH
+#include "llcdist/Dialect/XF/Transforms/Passes.h.inc"
+} // namespace llcdist::xf
+
+using namespace mlir;
+using namespace llcdist::xf;
+
+namespace {
+struct AttachMeshPass
+    : public llcdist::xf::impl::AttachMeshBase<AttachMeshPass> {
+  using AttachMeshBase::AttachMeshBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (dp < 1 || tp < 1 || pp < 1) {
+      module.emitError("mesh degrees must be >= 1, got dp=")
+          << dp << " tp=" << tp << " pp=" << pp;
+      return signalPassFailure();
+    }
+    if (failed(checkDivisibility(module)))
+      return signalPassFailure();
+
+    if (auto old = module.lookupSymbol("mesh")) {
+      old->emitError("a symbol named @mesh already exists");
+      return signalPassFailure();
+    }
+    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+    auto grid = shard::GridOp::create(b, module.getLoc(), "mesh",
+                                      ArrayRef<int64_t>{dp, tp, pp});
+    grid->setAttr("xf.mesh_axes", b.getStrArrayAttr({"dp", "tp", "pp"}));
+  }
+
+  LogicalResult checkDivisibility(ModuleOp module) {
+    func::FuncOp entry = getEntryFunction(module);
+    if (!entry)
+      return failure();
+    // Every op of the model: entry plus the layer bodies it calls.
+    bool ok = true;
+    module.walk([&](Operation *op) {
+      if (auto att = dyn_cast<AttentionOp>(op)) {
+        int64_t nh = att.getNumHeads(), nkv = att.getNumKvHeads();
+        if (nh % tp != 0) {
+          att.emitError("tp=") << tp << " does not divide num_heads=" << nh
+                               << "; choose tp among the divisors of " << nh;
+          ok = false;
+        } else if (nkv % tp != 0 && tp % nkv != 0) {
+          att.emitError("tp=") << tp << " and num_kv_heads=" << nkv
+                               << " do not divide one another; kv heads can "
+                                  "be split (tp | kv heads) or replicated "
+                                  "(kv heads | tp)";
+          ok = false;
+        }
+      } else if (auto emb = dyn_cast<EmbeddingOp>(op)) {
+        int64_t vocab = emb.getTable().getType().getDimSize(0);
+        if (vocab % tp != 0) {
+          emb.emitError("tp=") << tp << " does not divide the vocabulary ("
+                               << vocab << " rows) for the vocab-parallel "
+                               << "embedding; pad vocab_size to a multiple of "
+                               << tp;
+          ok = false;
+        }
+      }
+    });
+    if (!ok)
+      return failure();
+    if (entry.getNumArguments() > 0)
+      if (auto ids = dyn_cast<RankedTensorType>(entry.getArgument(0).getType()))
+        if (ids.getRank() >= 1 && ids.getDimSize(0) % dp != 0)
+          return entry.emitError("dp=")
+                 << dp << " does not divide the batch of "
+                 << ids.getDimSize(0) << " sequences";
+    int64_t layers = 0;
+    entry.walk([&](LayerOp) { ++layers; });
+    if (pp > layers)
+      return entry.emitError("pp=")
+             << pp << " exceeds the model's " << layers
+             << " layers; a pipeline stage needs at least one layer";
+    return success();
+  }
+};
+} // namespace

@@ -1,0 +1,237 @@
+//===- ImportXF.cpp - model config -> xf forward graph --------------------===//
+//
+// Mirrors Hugging Face transformers' GPT2LMHeadModel and LlamaForCausalLM
+// forward passes op for op; parameter names and layouts are theirs, so a
+// safetensors checkpoint maps onto the graph without conversion.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Frontend/ImportXF.h"
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace llcdist;
+using namespace llcdist::xf;
+
+namespace {
+class Importer {
+public:
+  Importer(MLIRContext &ctx, const ModelConfig &m, const TrainingShape &s,
+           int64_t dp)
+      : ctx(ctx), m(m), b(&ctx),
+        fileLoc(FileLineColLoc::get(&ctx, m.path.empty() ? "<config>" : m.path,
+                                    1, 1)),
+        B(s.microBatch * dp), S(s.seqLen), shape(s), dp(dp) {
+    elt = s.dtype == "bf16"  ? Type(b.getBF16Type())
+          : s.dtype == "f16" ? Type(b.getF16Type())
+                             : Type(b.getF32Type());
+  }
+
+  OwningOpRef<ModuleOp> run() {
+    OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc, StringRef(m.name));
+    (*module)->setAttr(kModelAttr, describe());
+    b.setInsertionPointToEnd(module->getBody());
+    func::FuncOp layer = m.arch == Arch::GPT2 ? gpt2Block() : llamaBlock();
+    b.setInsertionPointToEnd(module->getBody());
+    forward(layer);
+    return module;
+  }
+
+private:
+  RankedTensorType t(ArrayRef<int64_t> dims) {
+    return RankedTensorType::get(dims, elt);
+  }
+  RankedTensorType act(int64_t d) { return t({B, S, d}); }
+  Location loc(StringRef scope) { return NameLoc::get(b.getStringAttr(scope), fileLoc); }
+
+  Value param(StringRef name, ArrayRef<int64_t> dims) {
+    return ParamOp::create(b, loc(name), t(dims), name);
+  }
+  Value linear(StringRef name, Value x, int64_t in, int64_t out, bool bias,
+               WeightLayout layout) {
+    std::string w = (name + ".weight").str();
+    Value wv = layout == WeightLayout::OutIn ? param(w, {out, in})
+                                             : param(w, {in, out});
+    Value bv = bias ? param((name + ".bias").str(), {out}) : Value();
+    auto xt = cast<RankedTensorType>(x.getType());
+    SmallVector<int64_t> dims(xt.getShape());
+    dims.back() = out;
+    return LinearOp::create(b, loc(name), t(dims), layout, x, wv, bv);
+  }
+
+  /// Opens a layer body `name(x) -> x`; returns its argument.
+  Value beginLayer(func::FuncOp &fn, StringRef name) {
+    auto ty = b.getFunctionType({act(m.hidden)}, {act(m.hidden)});
+    fn = func::FuncOp::create(b, loc(name), name, ty);
+    fn->setAttr(kLayerBodyAttr, b.getUnitAttr());
+    fn.setPrivate();
+    b.setInsertionPointToStart(fn.addEntryBlock());
+    return fn.getArgument(0);
+  }
+
+  func::FuncOp gpt2Block() {
+    func::FuncOp fn;
+    Value x = beginLayer(fn, "gpt2_block");
+    const std::string p = "transformer.h.{i}.";
+    int64_t H = m.hidden, I = m.intermediate;
+    auto ln = [&](const std::string &n, Value v) {
+      return LayerNormOp::create(b, loc(p + n), v.getType(), v,
+                                 param(p + n + ".weight", {H}),
+                                 param(p + n + ".bias", {H}),
+                                 b.getF64FloatAttr(m.normEps))
+          .getResult();
+    };
+    Value h = ln("ln_1", x);
+    Value qkv = linear(p + "attn.c_attn", h, H, 3 * H, true, WeightLayout::InOut);
+    auto split = SplitOp::create(
+        b, loc(p + "attn"), TypeRange{act(H), act(H), act(H)}, qkv);
+    Value a = AttentionOp::create(b, loc(p + "attn"), act(H), split.getResult(0),
+                                  split.getResult(1), split.getResult(2),
+                                  m.heads, m.heads, m.headDim);
+    Value o = linear(p + "attn.c_proj", a, H, H, true, WeightLayout::InOut);
+    x = AddOp::create(b, loc(p + "attn"), x, o);
+    h = ln("ln_2", x);
+    Value f = linear(p + "mlp.c_fc", h, H, I, true, WeightLayout::InOut);
+    Value g = GeluTanhOp::create(b, loc(p + "mlp"), f);
+    Value d = linear(p + "mlp.c_proj", g, I, H, true, WeightLayout::InOut);
+    x = AddOp::create(b, loc(p + "mlp"), x, d);
+    func::ReturnOp::create(b, loc(p), x);
+    return fn;
+  }
+
+  func::FuncOp llamaBlock() {
+    func::FuncOp fn;
+    Value x = beginLayer(fn, "llama_decoder_layer");
+    const std::string p = "model.layers.{i}.";
+    int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim,
+            kv = m.kvHeads * m.headDim;
+    auto rms = [&](const std::string &n, Value v) {
+      return RMSNormOp::create(b, loc(p + n), v.getType(), v,
+                               param(p + n + ".weight", {H}),
+                               b.getF64FloatAttr(m.normEps))
+          .getResult();
+    };
+    auto rope = [&](Value v) {
+      return RopeOp::create(b, loc(p + "self_attn.rotary_emb"), v.getType(), v,
+                            b.getI64IntegerAttr(m.headDim),
+                            b.getF64FloatAttr(m.ropeTheta),
+                            ropeScaling())
+          .getResult();
+    };
+    auto o = WeightLayout::OutIn;
+    Value h = rms("input_layernorm", x);
+    Value qv = linear(p + "self_attn.q_proj", h, H, q, m.attentionBias, o);
+    Value kv_ = linear(p + "self_attn.k_proj", h, H, kv, m.attentionBias, o);
+    Value vv = linear(p + "self_attn.v_proj", h, H, kv, m.attentionBias, o);
+    Value qr = rope(qv);
+    Value kr = rope(kv_);
+    Value a = AttentionOp::create(b, loc(p + "self_attn"), act(q), qr, kr, vv,
+                                  m.heads, m.kvHeads, m.headDim);
+    Value out = linear(p + "self_attn.o_proj", a, q, H, m.attentionBias, o);
+    x = AddOp::create(b, loc(p + "self_attn"), x, out);
+    h = rms("post_attention_layernorm", x);
+    Value gate = linear(p + "mlp.gate_proj", h, H, I, m.mlpBias, o);
+    Value up = linear(p + "mlp.up_proj", h, H, I, m.mlpBias, o);
+    Value s = SwiGLUOp::create(b, loc(p + "mlp"), gate, up);
+    Value d = linear(p + "mlp.down_proj", s, I, H, m.mlpBias, o);
+    x = AddOp::create(b, loc(p + "mlp"), x, d);
+    func::ReturnOp::create(b, loc(p), x);
+    return fn;
+  }
+
+  DictionaryAttr ropeScaling() {
+    if (!m.ropeScaling)
+      return {};
+    const RopeScaling &r = *m.ropeScaling;
+    return b.getDictionaryAttr({
+        b.getNamedAttr("rope_type", b.getStringAttr("llama3")),
+        b.getNamedAttr("factor", b.getF64FloatAttr(r.factor)),
+        b.getNamedAttr("low_freq_factor", b.getF64FloatAttr(r.lowFreqFactor)),
+        b.getNamedAttr("high_freq_factor", b.getF64FloatAttr(r.highFreqFactor)),
+        b.getNamedAttr("original_max_position_embeddings",
+                       b.getF64FloatAttr(double(r.originalMaxPositions))),
+    });
+  }
+
+  void forward(func::FuncOp layer) {
+    auto ids = RankedTensorType::get({B, S}, b.getI32Type());
+    auto lossTy = RankedTensorType::get({}, b.getF32Type());
+    auto fn = func::FuncOp::create(b, loc("forward"), "forward",
+                                   b.getFunctionType({ids, ids}, {lossTy}));
+    fn->setAttr(kEntryAttr, b.getUnitAttr());
+    fn.setArgAttr(0, "xf.name", b.getStringAttr("input_ids"));
+    fn.setArgAttr(1, "xf.name", b.getStringAttr("labels"));
+    b.setInsertionPointToStart(fn.addEntryBlock());
+    int64_t H = m.hidden, V = m.vocab;
+    bool gpt2 = m.arch == Arch::GPT2;
+    std::string embName = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+    Value emb = param(embName, {V, H});
+    Value x = EmbeddingOp::create(b, loc(embName), act(H), fn.getArgument(0), emb);
+    if (gpt2)
+      x = AddPositionEmbeddingOp::create(
+          b, loc("transformer.wpe"), act(H), x,
+          param("transformer.wpe.weight", {m.maxPositions, H}));
+    for (int64_t i = 0; i < m.layers; ++i)
+      x = LayerOp::create(b, loc("layer"), TypeRange{act(H)},
+                          layer.getSymName(), i, ValueRange{x})
+              .getResult(0);
+    if (gpt2)
+      x = LayerNormOp::create(b, loc("transformer.ln_f"), x.getType(), x,
+                              param("transformer.ln_f.weight", {H}),
+                              param("transformer.ln_f.bias", {H}),
+                              b.getF64FloatAttr(m.normEps));
+    else
+      x = RMSNormOp::create(b, loc("model.norm"), x.getType(), x,
+                            param("model.norm.weight", {H}),
+                            b.getF64FloatAttr(m.normEps));
+    Value head = m.tieEmbeddings ? emb : param("lm_head.weight", {V, H});
+    Value logits = LinearOp::create(b, loc("lm_head"), act(V),
+                                    WeightLayout::OutIn, x, head, Value());
+    Value loss = CrossEntropyOp::create(b, loc("loss"), lossTy, logits,
+                                        fn.getArgument(1));
+    func::ReturnOp::create(b, loc("forward"), loss);
+  }
+
+  DictionaryAttr describe() {
+    SmallVector<NamedAttribute> a;
+    auto i64 = [&](StringRef k, int64_t v) {
+      a.push_back(b.getNamedAttr(k, b.getI64IntegerAttr(v)));
+    };
+    a.push_back(b.getNamedAttr("name", b.getStringAttr(m.name)));
+    a.push_back(b.getNamedAttr("architecture", b.getStringAttr(hfArchitecture(m.arch))));
+    i64("vocab_size", m.vocab);
+    i64("hidden_size", m.hidden);
+    i64("num_layers", m.layers);
+    i64("num_heads", m.heads);
+    i64("num_kv_heads", m.kvHeads);
+    i64("head_dim", m.headDim);
+    i64("intermediate_size", m.intermediate);
+    i64("max_positions", m.maxPositions);
+    a.push_back(b.getNamedAttr("tie_word_embeddings", b.getBoolAttr(m.tieEmbeddings)));
+    i64("seq_len", S);
+    i64("micro_batch", shape.microBatch);
+    i64("global_batch", shape.globalBatch);
+    i64("microbatches", shape.microbatches(dp));
+    a.push_back(b.getNamedAttr("dtype", b.getStringAttr(shape.dtype)));
+    return b.getDictionaryAttr(a);
+  }
+
+  MLIRContext &ctx;
+  const ModelConfig &m;
+  OpBuilder b;
+  Location fileLoc;
+  Type elt;
+  int64_t B, S;
+  const TrainingShape &shape;
+  int64_t dp;
+};
+} // namespace
+
+OwningOpRef<ModuleOp> llcdist::importModel(MLIRContext &ctx,
+                                           const ModelConfig &model,
+                                           const TrainingShape &shape,
+                                           int64_t dp) {
+  ctx.loadDialect<XFDialect, func::FuncDialect>();
+  return Importer(ctx, model, shape, dp).run();
+}

@@ -1,0 +1,373 @@
+//===- ModelConfig.cpp - Hugging Face config.json front end ---------------===//
+#include "llcdist/Frontend/ModelConfig.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+using namespace llcdist;
+using json = nlohmann::json;
+
+const char *llcdist::archName(Arch a) {
+  return a == Arch::GPT2 ? "gpt2" : "llama";
+}
+const char *llcdist::hfArchitecture(Arch a) {
+  return a == Arch::GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
+}
+
+int64_t ModelConfig::numParameters() const {
+  int64_t H = hidden, V = vocab, L = layers, I = intermediate;
+  int64_t q = heads * headDim, kv = kvHeads * headDim;
+  int64_t n = V * H + (tieEmbeddings ? 0 : V * H);
+  if (arch == Arch::GPT2) {
+    n += maxPositions * H + 2 * H; // wpe, ln_f
+    int64_t layer = 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H +
+                    (H * I + I) + (I * H + H);
+    return n + L * layer;
+  }
+  n += H; // model.norm
+  int64_t layer = 2 * H + H * q + 2 * H * kv + q * H + 3 * H * I;
+  if (attentionBias)
+    layer += q + 2 * kv + H;
+  if (mlpBias)
+    layer += 2 * I + H;
+  return n + L * layer;
+}
+
+namespace {
+/// Thrown inside this file only; converted to ConfigError at the API.
+struct Failure {
+  std::string message;
+};
+
+std::string lineCol(std::string_view text, size_t offset) {
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return std::to_string(line) + ":" + std::to_string(col);
+}
+
+/// Reads the fields of one JSON object, remembering which were used, so
+/// that anything left over is reported as an unknown field.
+class FieldReader {
+public:
+  FieldReader(const json &obj, std::string_view text, std::string path)
+      : obj(obj), text(text), path(std::move(path)) {}
+
+  [[noreturn]] void fail(const std::string &key, const std::string &why) const {
+    throw Failure{where(key) + "field '" + key + "': " + why};
+  }
+
+  bool has(const std::string &key) const {
+    return obj.contains(key) && !obj.at(key).is_null();
+  }
+
+  const json &get(const std::string &key) {
+    used.insert(key);
+    if (!has(key))
+      throw Failure{path + ": missing field '" + key + "'"};
+    return obj.at(key);
+  }
+
+  int64_t positiveInt(const std::string &key,
+                      std::optional<int64_t> dflt = std::nullopt) {
+    used.insert(key);
+    if (!has(key)) {
+      if (dflt)
+        return *dflt;
+      throw Failure{path + ": missing field '" + key +
+                    "' (a positive integer)"};
+    }
+    const json &v = obj.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+      fail(key, "must be a positive integer, got " + v.dump());
+    return v.get<int64_t>();
+  }
+
+  double positiveFloat(const std::string &key, std::optional<double> dflt) {
+    used.insert(key);
+    if (!has(key)) {
+      if (dflt)
+        return *dflt;
+      throw Failure{path + ": missing field '" + key + "' (a positive number)"};
+    }
+    const json &v = obj.at(key);
+    if (!v.is_number() || !(v.get<double>() > 0))
+      fail(key, "must be a positive number, got " + v.dump());
+    return v.get<double>();
+  }
+
+  bool boolean(const std::string &key, bool dflt) {
+    used.insert(key);
+    if (!has(key))
+      return dflt;
+    const json &v = obj.at(key);
+    if (!v.is_boolean())
+      fail(key, "must be true or false, got " + v.dump());
+    return v.get<bool>();
+  }
+
+  std::string string(const std::string &key, std::optional<std::string> dflt) {
+    used.insert(key);
+    if (!has(key)) {
+      if (dflt)
+        return *dflt;
+      throw Failure{path + ": missing field '" + key + "' (a string)"};
+    }
+    const json &v = obj.at(key);
+    if (!v.is_string())
+      fail(key, "must be a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+
+  /// Fields that do not change the training graph (metadata, dropout, ...).
+  void ignore(std::initializer_list<const char *> keys) {
+    for (const char *k : keys)
+      used.insert(k);
+  }
+
+  void rejectUnknown(const std::string &arch) const {
+    for (auto it = obj.begin(); it != obj.end(); ++it)
+      if (!used.count(it.key()))
+        fail(it.key(), "unknown field for " + arch +
+                           "; remove it, or check its spelling against the "
+                           "Hugging Face config of " + arch);
+  }
+
+  /// "FILE:LINE:COL: " of the key's first occurrence, or "FILE: ".
+  std::string where(const std::string &key) const {
+    std::string quoted = "\"" + key + "\"";
+    for (size_t pos = text.find(quoted); pos != std::string_view::npos;
+         pos = text.find(quoted, pos + 1)) {
+      size_t after = pos + quoted.size();
+      while (after < text.size() && isspace((unsigned char)text[after]))
+        ++after;
+      if (after < text.size() && text[after] == ':')
+        return path + ":" + lineCol(text, pos) + ": ";
+    }
+    return path + ": ";
+  }
+
+private:
+  const json &obj;
+  std::string_view text;
+  std::string path;
+  std::set<std::string> used;
+};
+
+const std::initializer_list<const char *> kMetadataFields = {
+    "_name_or_path", "architectures", "model_type", "torch_dtype",
+    "transformers_version", "use_cache", "bos_token_id", "eos_token_id",
+    "pad_token_id", "initializer_range", "id2label", "label2id"};
+
+Arch detectArch(FieldReader &r, const json &obj) {
+  if (obj.contains("architectures")) {
+    const json &a = obj.at("architectures");
+    if (!a.is_array() || a.empty())
+      r.fail("architectures", "must be a non-empty array of class names");
+    for (const json &name : a) {
+      if (name == "GPT2LMHeadModel")
+        return Arch::GPT2;
+      if (name == "LlamaForCausalLM")
+        return Arch::Llama;
+    }
+    r.fail("architectures",
+           "unsupported architecture " + a.dump() +
+               "; supported: GPT2LMHeadModel, LlamaForCausalLM");
+  }
+  if (obj.contains("model_type")) {
+    const json &t = obj.at("model_type");
+    if (t == "gpt2")
+      return Arch::GPT2;
+    if (t == "llama")
+      return Arch::Llama;
+    r.fail("model_type", "unsupported model_type " + t.dump() +
+                             "; supported: \"gpt2\", \"llama\"");
+  }
+  throw Failure{r.where("") + "missing field 'architectures' (e.g. "
+                              "[\"LlamaForCausalLM\"]) or 'model_type'"};
+}
+
+void parseGPT2(FieldReader &r, ModelConfig &c) {
+  c.vocab = r.positiveInt("vocab_size");
+  c.maxPositions = r.positiveInt("n_positions");
+  c.hidden = r.positiveInt("n_embd");
+  c.layers = r.positiveInt("n_layer");
+  c.heads = r.positiveInt("n_head");
+  c.kvHeads = c.heads;
+  if (c.hidden % c.heads != 0)
+    r.fail("n_head", "n_head=" + std::to_string(c.heads) +
+                         " does not divide n_embd=" + std::to_string(c.hidden));
+  c.headDim = c.hidden / c.heads;
+  c.intermediate = r.positiveInt("n_inner", 4 * c.hidden);
+  c.normEps = r.positiveFloat("layer_norm_epsilon", 1e-5);
+  std::string act = r.string("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    r.fail("activation_function",
+           "unsupported activation '" + act +
+               "'; llc-dist implements GPT-2's tanh GELU (\"gelu_new\")");
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
+  if (!r.boolean("scale_attn_weights", true))
+    r.fail("scale_attn_weights", "only true (scores scaled by 1/sqrt(head_dim)) "
+                                 "is supported");
+  if (r.boolean("scale_attn_by_inverse_layer_idx", false))
+    r.fail("scale_attn_by_inverse_layer_idx", "only false is supported");
+  c.attentionBias = c.mlpBias = true;
+  r.ignore({"n_ctx", "attn_pdrop", "embd_pdrop", "resid_pdrop",
+            "summary_activation", "summary_first_dropout",
+            "summary_proj_to_labels", "summary_type", "summary_use_proj",
+            "task_specific_params", "reorder_and_upcast_attn", "output_past"});
+}
+
+void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
+  c.vocab = r.positiveInt("vocab_size");
+  c.hidden = r.positiveInt("hidden_size");
+  c.intermediate = r.positiveInt("intermediate_size");
+  c.layers = r.positiveInt("num_hidden_layers");
+  c.heads = r.positiveInt("num_attention_heads");
+  c.kvHeads = r.positiveInt("num_key_value_heads", c.heads);
+  c.maxPositions = r.positiveInt("max_position_embeddings", 2048);
+  if (!r.has("head_dim") && c.hidden % c.heads != 0)
+    r.fail("num_attention_heads",
+           "num_attention_heads=" + std::to_string(c.heads) +
+               " does not divide hidden_size=" + std::to_string(c.hidden) +
+               "; fix it or give head_dim explicitly");
+  c.headDim = r.positiveInt("head_dim", c.hidden / c.heads);
+  if (c.headDim % 2 != 0)
+    r.fail("head_dim", "must be even for rotary embeddings, got " +
+                           std::to_string(c.headDim));
+  if (c.heads % c.kvHeads != 0)
+    r.fail("num_key_value_heads",
+           "num_key_value_heads=" + std::to_string(c.kvHeads) +
+               " does not divide num_attention_heads=" +
+               std::to_string(c.heads));
+  c.normEps = r.positiveFloat("rms_norm_eps", 1e-6);
+  c.ropeTheta = r.positiveFloat("rope_theta", 10000.0);
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
+  c.attentionBias = r.boolean("attention_bias", false);
+  c.mlpBias = r.boolean("mlp_bias", false);
+  std::string act = r.string("hidden_act", "silu");
+  if (act != "silu")
+    r.fail("hidden_act", "unsupported activation '" + act +
+                             "'; Llama's MLP is SwiGLU (\"silu\")");
+  if (r.has("pretraining_tp") &&
+      !(obj.at("pretraining_tp").is_number_integer() &&
+        obj.at("pretraining_tp").get<int64_t>() == 1))
+    r.fail("pretraining_tp", "only 1 is supported (it changes numerics only)");
+  r.ignore({"pretraining_tp", "attention_dropout"});
+  if (r.has("rope_scaling")) {
+    const json &s = r.get("rope_scaling");
+    if (!s.is_object())
+      r.fail("rope_scaling", "must be an object or null");
+    std::string type = s.value("rope_type", s.value("type", std::string()));
+    if (type != "llama3")
+      r.fail("rope_scaling", "unsupported rope_type '" + type +
+                                 "'; only \"llama3\" is implemented");
+    RopeScaling rs;
+    auto num = [&](const char *k) {
+      if (!s.contains(k) || !s.at(k).is_number() || !(s.at(k).get<double>() > 0))
+        r.fail("rope_scaling", std::string("needs a positive number '") + k + "'");
+      return s.at(k).get<double>();
+    };
+    rs.factor = num("factor");
+    rs.lowFreqFactor = num("low_freq_factor");
+    rs.highFreqFactor = num("high_freq_factor");
+    rs.originalMaxPositions =
+        static_cast<int64_t>(num("original_max_position_embeddings"));
+    c.ropeScaling = rs;
+  } else {
+    r.ignore({"rope_scaling"});
+  }
+}
+} // namespace
+
+std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
+                                                     const std::string &path,
+                                                     ModelConfig &out) {
+  try {
+    json obj;
+    try {
+      obj = json::parse(text.begin(), text.end());
+    } catch (const json::parse_error &e) {
+      std::string msg = e.what();
+      size_t colon = msg.find("]");
+      return ConfigError{path + ":" + lineCol(text, e.byte ? e.byte - 1 : 0) +
+                         ": malformed JSON:" +
+                         (colon == std::string::npos ? msg : msg.substr(colon + 1))};
+    }
+    if (!obj.is_object())
+      return ConfigError{path + ": expected a JSON object (a Hugging Face "
+                                "config.json), got " +
+                         std::string(obj.type_name())};
+    FieldReader r(obj, text, path);
+    ModelConfig c;
+    c.path = path;
+    size_t slash = path.find_last_of('/');
+    std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    size_t dot = base.rfind(".json");
+    c.name = dot == std::string::npos ? base : base.substr(0, dot);
+    if (c.name == "config" && slash != std::string::npos) {
+      // .../llama3-8b/config.json: name the model after its folder.
+      std::string dir = path.substr(0, slash);
+      size_t s2 = dir.find_last_of('/');
+      c.name = s2 == std::string::npos ? dir : dir.substr(s2 + 1);
+    }
+    c.arch = detectArch(r, obj);
+    r.ignore(kMetadataFields);
+    if (c.arch == Arch::GPT2)
+      parseGPT2(r, c);
+    else
+      parseLlama(r, c, obj);
+    r.rejectUnknown(hfArchitecture(c.arch));
+    out = c;
+    return std::nullopt;
+  } catch (const Failure &f) {
+    return ConfigError{f.message};
+  } catch (const json::exception &e) {
+    return ConfigError{path + ": " + e.what()};
+  }
+}
+
+std::optional<ConfigError> llcdist::loadModelConfig(const std::string &path,
+                                                    ModelConfig &out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return ConfigError{path + ": cannot open the model file"};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parseModelConfig(ss.str(), path, out);
+}
+
+std::optional<std::string>
+llcdist::resolveTrainingShape(const ModelConfig &m, int64_t dp,
+                              TrainingShape &s) {
+  if (s.seqLen == 0)
+    s.seqLen = std::min<int64_t>(m.maxPositions, 1024);
+  if (s.seqLen < 1)
+    return "--seq-len must be >= 1";
+  if (m.arch == Arch::GPT2 && s.seqLen > m.maxPositions)
+    return "--seq-len " + std::to_string(s.seqLen) + " exceeds the " +
+           std::to_string(m.maxPositions) + " learned positions of " + m.name +
+           " (n_positions); use --seq-len <= " + std::to_string(m.maxPositions);
+  if (s.microBatch < 1)
+    return "--micro-batch must be >= 1";
+  if (s.globalBatch == 0)
+    s.globalBatch = s.microBatch * dp;
+  if (s.globalBatch < 1 || s.globalBatch % (s.microBatch * dp) != 0)
+    return "--global-batch " + std::to_string(s.globalBatch) +
+           " is not a multiple of --micro-batch × dp = " +
+           std::to_string(s.microBatch * dp) +
+           "; global batch = micro-batch × microbatches × dp";
+  if (s.dtype != "f32" && s.dtype != "bf16" && s.dtype != "f16")
+    return "--dtype '" + s.dtype + "' is not one of f32, bf16, f16";
+  return std::nullopt;
+}

@@ -1,0 +1,51 @@
+//===- MeshSpec.cpp - the --mesh spec -------------------------------------===//
+#include "llcdist/Support/MeshSpec.h"
+
+#include <charconv>
+
+using namespace llcdist;
+
+std::string MeshSpec::str() const {
+  return "dp=" + std::to_string(dp) + ",tp=" + std::to_string(tp) +
+         ",pp=" + std::to_string(pp);
+}
+
+std::optional<std::string> llcdist::parseMeshSpec(std::string_view spec,
+                                                  MeshSpec &out) {
+  auto fail = [&](const std::string &why) {
+    return "invalid --mesh '" + std::string(spec) + "': " + why +
+           " (expected e.g. dp=2,tp=4,pp=1 with axes dp, tp, pp)";
+  };
+  MeshSpec m;
+  bool seen[3] = {false, false, false};
+  if (spec.empty())
+    return fail("empty");
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string_view::npos)
+      end = spec.size();
+    std::string_view item = spec.substr(pos, end - pos);
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      return fail("'" + std::string(item) + "' is not AXIS=DEGREE");
+    std::string_view axis = item.substr(0, eq), value = item.substr(eq + 1);
+    int idx = axis == "dp" ? 0 : axis == "tp" ? 1 : axis == "pp" ? 2 : -1;
+    if (idx < 0)
+      return fail("unknown axis '" + std::string(axis) + "'");
+    if (seen[idx])
+      return fail("axis '" + std::string(axis) + "' given twice");
+    seen[idx] = true;
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (ec != std::errc() || p != value.data() + value.size() || value.empty())
+      return fail("degree '" + std::string(value) + "' of " +
+                  std::string(axis) + " is not an integer");
+    if (v < 1)
+      return fail("degree of " + std::string(axis) + " must be >= 1");
+    (idx == 0 ? m.dp : idx == 1 ? m.tp : m.pp) = v;
+    pos = end + 1;
+  }
+  out = m;
+  return std::nullopt;
+}

@@ -1,0 +1,570 @@
+//===- llc-dist.cpp - the llc-dist driver ---------------------------------===//
+//
+//   llc-dist compile MODEL [--mesh dp=..,tp=..,pp=..] [--emit xf] [-o OUT]
+//   llc-dist info MODEL [--format json]
+//
+// Only this file exits; everything below it returns errors.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+#include "llcdist/Frontend/ImportXF.h"
+#include "llcdist/InitAll.h"
+#include "llcdist/Support/MeshSpec.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassInstrumentation.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace mlir;
+using namespace llcdist;
+using json = nlohmann::ordered_json;
+
+#ifndef LLCDIST_VERSION
+#define LLCDIST_VERSION "dev"
+#endif
+
+namespace {
+
+constexpr int kExitError = 1; // bad input, failed compile
+constexpr int kExitUsage = 2; // bad command line
+
+const char *kMainHelp = R"(llc-dist: compile a transformer training step for a device mesh
+
+USAGE
+  llc-dist <command> [options]
+
+COMMANDS
+  compile MODEL   import MODEL, run the compiler pipeline, write the result
+  info MODEL      parameter count, layers and training FLOPs per token
+  help [COMMAND]  show help (also: llc-dist COMMAND --help)
+
+MODEL is a Hugging Face config.json (GPT2LMHeadModel, LlamaForCausalLM),
+e.g. models/llama3-8b.json, or a .mlir file in the xf dialect.
+
+OPTIONS
+  --help, -h      show this help
+  --version       print the version
+
+Run `llc-dist-opt --help` to run single passes on .mlir files.
+)";
+
+const char *kCompileHelp = R"(llc-dist compile MODEL [options]
+
+Imports MODEL as an xf forward graph on global shapes and runs the compiler
+pipeline (cse, llcdist-attach-mesh, llcdist-model-stats). The same pipeline
+runs as `llc-dist-opt --llcdist-forward="dp=.. tp=.. pp=.."`.
+
+OPTIONS
+  --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=1 (default dp=1,tp=1,pp=1)
+  --seq-len N            tokens per sequence (default min(max positions, 1024))
+  --micro-batch N        sequences per microbatch per dp rank (default 1)
+  --global-batch N       sequences per step (default micro-batch × dp)
+  --dtype T              f32 | bf16 | f16 (default f32)
+  --emit xf              what to emit: the xf forward graph (the only stage
+                         built so far)
+  -o FILE                write the emitted IR to FILE ('-' or absent: stdout)
+  --print-ir-after-all   print the IR after every pass to stderr
+  --print-ir-after=P,..  print the IR after the named passes (e.g. cse)
+  --dump-ir-dir DIR      write 00-import.mlir and one numbered file per pass
+  --format text|json     the summary's format (stderr if the IR goes to stdout)
+  --quiet                no summary
+)";
+
+const char *kInfoHelp = R"(llc-dist info MODEL [options]
+
+Prints the parameter count (counted on the imported IR and checked against
+the architecture's formula), layers, and training FLOPs per token:
+  training FLOPs/token = 3 × (Σ_linear 2·K·N + Σ_attention 4·S·heads·head_dim)
+(backward = 2 × forward; no recomputation; attention counts the full S×S).
+
+OPTIONS
+  --seq-len N            sequence length S for the attention FLOPs
+                         (default min(max positions, 1024))
+  --format text|json     output format (default text)
+)";
+
+struct UsageError {
+  std::string message;
+};
+
+/// A tiny, strict command-line reader: every option must be known.
+class Args {
+public:
+  Args(std::vector<std::string> a) : args(std::move(a)) {}
+
+  bool empty() const { return pos >= args.size(); }
+  const std::string &peek() const { return args[pos]; }
+  std::string next() { return args[pos++]; }
+
+  /// "--name VALUE" or "--name=VALUE".
+  std::optional<std::string> value(const std::string &arg,
+                                   const std::string &name) {
+    if (arg == name) {
+      if (empty())
+        throw UsageError{name + " needs a value"};
+      return next();
+    }
+    if (arg.rfind(name + "=", 0) == 0)
+      return arg.substr(name.size() + 1);
+    return std::nullopt;
+  }
+
+private:
+  std::vector<std::string> args;
+  size_t pos = 0;
+};
+
+int64_t parseInt(const std::string &flag, const std::string &v) {
+  char *end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0)
+    throw UsageError{flag + " expects an integer, got '" + v + "'"};
+  return x;
+}
+
+std::string grouped(int64_t n) {
+  std::string s = std::to_string(n), out;
+  int c = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (c && c % 3 == 0 && *it != '-')
+      out.push_back(',');
+    out.push_back(*it);
+    ++c;
+  }
+  return std::string(out.rbegin(), out.rend());
+}
+
+std::string sci(double x) { return fmt::format("{:.4g}", x); }
+
+void error(const std::string &msg) {
+  llvm::errs() << "llc-dist: error: " << msg << "\n";
+}
+
+bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// A model loaded from JSON or .mlir, with the config when there is one.
+struct LoadedModel {
+  OwningOpRef<ModuleOp> module;
+  std::optional<ModelConfig> config;
+  TrainingShape shape;
+};
+
+std::optional<LoadedModel> loadModel(MLIRContext &ctx, llvm::SourceMgr &srcMgr,
+                                     const std::string &path,
+                                     TrainingShape shape, int64_t dp) {
+  LoadedModel lm;
+  if (!llvm::sys::fs::exists(path)) {
+    error(path + ": no such file (shipped models are in models/, e.g. "
+                 "models/gpt2.json)");
+    return std::nullopt;
+  }
+  if (endsWith(path, ".mlir")) {
+    lm.module = parseSourceFile<ModuleOp>(path, srcMgr, ParserConfig(&ctx));
+    if (!lm.module)
+      return std::nullopt; // diagnostics already printed with locations
+    return lm;
+  }
+  ModelConfig cfg;
+  if (auto err = loadModelConfig(path, cfg)) {
+    error(err->message);
+    return std::nullopt;
+  }
+  if (auto err = resolveTrainingShape(cfg, dp, shape)) {
+    error(*err);
+    return std::nullopt;
+  }
+  lm.module = importModel(ctx, cfg, shape, dp);
+  if (failed(verify(*lm.module))) {
+    error(path + ": internal error: the imported graph does not verify");
+    return std::nullopt;
+  }
+  lm.config = cfg;
+  lm.shape = shape;
+  return lm;
+}
+
+/// Prints or dumps the module after each top-level pass.
+class IRPrinter : public PassInstrumentation {
+public:
+  IRPrinter(std::string dumpDir, bool printAll, std::set<std::string> printAfter)
+      : dumpDir(std::move(dumpDir)), printAll(printAll),
+        printAfter(std::move(printAfter)) {}
+
+  LogicalResult dump(Operation *module, const std::string &label) {
+    if (dumpDir.empty())
+      return success();
+    std::string file = fmt::format("{}/{:02d}-{}.mlir", dumpDir, counter++, label);
+    std::string err;
+    auto out = openOutputFile(file, &err);
+    if (!out) {
+      error(file + ": cannot write: " + err);
+      return failure();
+    }
+    module->print(out->os());
+    out->keep();
+    return success();
+  }
+
+  void runAfterPass(Pass *pass, Operation *op) override {
+    if (!isa<ModuleOp>(op))
+      return;
+    std::string arg = pass->getArgument().str();
+    if (arg.empty())
+      arg = pass->getName().str();
+    (void)dump(op, arg);
+    if (printAll || printAfter.count(arg)) {
+      llvm::errs() << "// -----// IR Dump After " << pass->getName() << " ("
+                   << arg << ") //----- //\n";
+      op->print(llvm::errs());
+      llvm::errs() << "\n";
+    }
+  }
+
+  void checkUnknown(const std::set<std::string> &known) {
+    for (const std::string &p : printAfter)
+      if (!known.count(p))
+        throw UsageError{"--print-ir-after: no pass '" + p +
+                         "' in the pipeline (passes: cse, llcdist-attach-mesh, "
+                         "llcdist-model-stats)"};
+  }
+
+private:
+  std::string dumpDir;
+  bool printAll;
+  std::set<std::string> printAfter;
+  int counter = 0;
+};
+
+json statsJson(const xf::ModelStats &s) {
+  json j;
+  j["parameters"] = s.parameters;
+  j["layers"] = s.layers;
+  j["seq_len"] = s.seqLen;
+  j["forward_flops_per_token"] = s.forwardFlopsPerToken();
+  j["training_flops_per_token"] = s.trainingFlopsPerToken();
+  j["linear_flops_per_token"] = s.linearFlopsPerToken;
+  j["attention_flops_per_token"] = s.attentionFlopsPerToken;
+  j["six_n_flops_per_token"] = 6.0 * double(s.parameters);
+  j["formula"] = "training FLOPs/token = 3 × (Σ_linear 2·K·N + Σ_attention "
+                 "4·S·heads·head_dim)";
+  return j;
+}
+
+std::string modelName(ModuleOp m) {
+  if (auto d = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr))
+    if (auto n = d.getAs<StringAttr>("name"))
+      return n.str();
+  return m.getName() ? m.getName()->str() : "<model>";
+}
+
+/// Checks the IR's count against the architecture's formula: a mismatch is a
+/// compiler bug, never a user error.
+bool crossCheck(const LoadedModel &lm, const xf::ModelStats &s) {
+  if (!lm.config || lm.config->numParameters() == s.parameters)
+    return true;
+  error(fmt::format("internal error: the IR has {} parameters but the {} "
+                    "formula gives {}",
+                    s.parameters, archName(lm.config->arch),
+                    lm.config->numParameters()));
+  return false;
+}
+
+int runInfo(Args &args) {
+  std::string model, format = "text";
+  TrainingShape shape;
+  while (!args.empty()) {
+    std::string a = args.next();
+    if (a == "--help" || a == "-h") {
+      llvm::outs() << kInfoHelp;
+      return 0;
+    }
+    if (auto v = args.value(a, "--seq-len"))
+      shape.seqLen = parseInt("--seq-len", *v);
+    else if (auto v = args.value(a, "--format"))
+      format = *v;
+    else if (a.rfind("-", 0) == 0)
+      throw UsageError{"info: unknown option '" + a + "'"};
+    else if (model.empty())
+      model = a;
+    else
+      throw UsageError{"info: more than one MODEL given ('" + model + "', '" +
+                       a + "')"};
+  }
+  if (model.empty())
+    throw UsageError{"info: missing MODEL (e.g. models/gpt2.json)"};
+  if (format != "text" && format != "json")
+    throw UsageError{"--format must be text or json, got '" + format + "'"};
+
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  MLIRContext ctx(registry);
+  llvm::SourceMgr srcMgr;
+  SourceMgrDiagnosticHandler diag(srcMgr, &ctx);
+  auto lm = loadModel(ctx, srcMgr, model, shape, /*dp=*/1);
+  if (!lm)
+    return kExitError;
+  FailureOr<xf::ModelStats> s = xf::computeModelStats(*lm->module);
+  if (failed(s) || !crossCheck(*lm, *s))
+    return kExitError;
+
+  if (format == "json") {
+    json j;
+    j["model"] = modelName(*lm->module);
+    j["file"] = model;
+    if (lm->config) {
+      const ModelConfig &c = *lm->config;
+      j["architecture"] = hfArchitecture(c.arch);
+      j["hidden_size"] = c.hidden;
+      j["num_heads"] = c.heads;
+      j["num_kv_heads"] = c.kvHeads;
+      j["head_dim"] = c.headDim;
+      j["intermediate_size"] = c.intermediate;
+      j["vocab_size"] = c.vocab;
+      j["tie_word_embeddings"] = c.tieEmbeddings;
+    }
+    json stats = statsJson(*s);
+    for (auto &[k, v] : stats.items())
+      j[k] = v;
+    llvm::outs() << j.dump(2) << "\n";
+    return 0;
+  }
+  auto &os = llvm::outs();
+  os << fmt::format("model             {}", modelName(*lm->module));
+  if (lm->config)
+    os << fmt::format(" ({})", hfArchitecture(lm->config->arch));
+  os << "\n";
+  os << fmt::format("parameters        {}\n", grouped(s->parameters));
+  os << fmt::format("layers            {}\n", s->layers);
+  if (lm->config) {
+    const ModelConfig &c = *lm->config;
+    os << fmt::format("hidden            {} (heads {}, kv heads {}, head_dim "
+                      "{}, intermediate {})\n",
+                      c.hidden, c.heads, c.kvHeads, c.headDim, c.intermediate);
+    os << fmt::format("vocab             {}{}\n", c.vocab,
+                      c.tieEmbeddings ? " (tied embeddings)" : "");
+  }
+  os << fmt::format("seq len           {}\n", s->seqLen);
+  os << fmt::format("training FLOPs    {} per token\n",
+                    sci(s->trainingFlopsPerToken()));
+  os << "  = 3 × (Σ_linear 2·K·N + Σ_attention 4·S·heads·head_dim)\n";
+  os << fmt::format("  = 3 × ({} linear + {} attention)\n",
+                    sci(s->linearFlopsPerToken), sci(s->attentionFlopsPerToken));
+  os << fmt::format("  (6N approximation: {})\n", sci(6.0 * s->parameters));
+  return 0;
+}
+
+int runCompile(Args &args) {
+  std::string model, output = "-", emit = "xf", format = "text", dumpDir;
+  MeshSpec mesh;
+  TrainingShape shape;
+  bool printAll = false, quiet = false;
+  std::set<std::string> printAfter;
+  while (!args.empty()) {
+    std::string a = args.next();
+    if (a == "--help" || a == "-h") {
+      llvm::outs() << kCompileHelp;
+      return 0;
+    }
+    if (auto v = args.value(a, "--mesh")) {
+      if (auto err = parseMeshSpec(*v, mesh))
+        throw UsageError{*err};
+    } else if (auto v = args.value(a, "--seq-len"))
+      shape.seqLen = parseInt("--seq-len", *v);
+    else if (auto v = args.value(a, "--micro-batch"))
+      shape.microBatch = parseInt("--micro-batch", *v);
+    else if (auto v = args.value(a, "--global-batch"))
+      shape.globalBatch = parseInt("--global-batch", *v);
+    else if (auto v = args.value(a, "--dtype"))
+      shape.dtype = *v;
+    else if (auto v = args.value(a, "--emit"))
+      emit = *v;
+    else if (auto v = args.value(a, "-o"))
+      output = *v;
+    else if (auto v = args.value(a, "--format"))
+      format = *v;
+    else if (auto v = args.value(a, "--dump-ir-dir"))
+      dumpDir = *v;
+    else if (auto v = args.value(a, "--print-ir-after")) {
+      llvm::SmallVector<llvm::StringRef> names;
+      llvm::StringRef(*v).split(names, ',', -1, false);
+      for (auto n : names)
+        printAfter.insert(n.str());
+    } else if (a == "--print-ir-after-all")
+      printAll = true;
+    else if (a == "--quiet")
+      quiet = true;
+    else if (a.rfind("-", 0) == 0 && a != "-")
+      throw UsageError{"compile: unknown option '" + a + "'"};
+    else if (model.empty())
+      model = a;
+    else
+      throw UsageError{"compile: more than one MODEL given ('" + model +
+                       "', '" + a + "')"};
+  }
+  if (model.empty())
+    throw UsageError{"compile: missing MODEL (e.g. models/tiny-gpt2.json)"};
+  if (emit != "xf")
+    throw UsageError{"--emit '" + emit + "': only 'xf' (the forward graph) "
+                     "is built so far; the training-step plan comes with "
+                     "issue #3"};
+  if (format != "text" && format != "json")
+    throw UsageError{"--format must be text or json, got '" + format + "'"};
+
+  auto t0 = std::chrono::steady_clock::now();
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  MLIRContext ctx(registry);
+  llvm::SourceMgr srcMgr;
+  SourceMgrDiagnosticHandler diag(srcMgr, &ctx);
+  auto lm = loadModel(ctx, srcMgr, model, shape, mesh.dp);
+  if (!lm)
+    return kExitError;
+
+  if (!dumpDir.empty()) {
+    if (std::error_code ec = llvm::sys::fs::create_directories(dumpDir)) {
+      error(dumpDir + ": cannot create the --dump-ir-dir directory: " +
+            ec.message());
+      return kExitError;
+    }
+  }
+  PassManager pm(&ctx, ModuleOp::getOperationName());
+  xf::buildForwardPipeline(pm, {mesh.dp, mesh.tp, mesh.pp});
+  std::set<std::string> known;
+  for (Pass &p : pm.getPasses())
+    known.insert(p.getArgument().str());
+  auto printer = std::make_unique<IRPrinter>(dumpDir, printAll, printAfter);
+  printer->checkUnknown(known);
+  if (failed(printer->dump(*lm->module, "import")))
+    return kExitError;
+  pm.addInstrumentation(std::move(printer));
+  if (failed(pm.run(*lm->module)))
+    return kExitError; // the failing pass reported why, with a location
+
+  FailureOr<xf::ModelStats> s = xf::computeModelStats(*lm->module);
+  if (failed(s) || !crossCheck(*lm, *s))
+    return kExitError;
+
+  // Emit atomically: a failed write leaves no partial file behind.
+  std::string err;
+  auto out = openOutputFile(output, &err);
+  if (!out) {
+    error(output + ": cannot write: " + err);
+    return kExitError;
+  }
+  lm->module->print(out->os());
+  out->os() << "\n";
+  if (out->os().has_error()) {
+    error(output + ": write failed");
+    return kExitError;
+  }
+  out->keep();
+  double ms = std::chrono::duration<double, std::milli>(
+                  std::chrono::steady_clock::now() - t0)
+                  .count();
+  if (quiet)
+    return 0;
+
+  auto &os = output == "-" ? llvm::errs() : llvm::outs();
+  if (format == "json") {
+    json j;
+    j["model"] = modelName(*lm->module);
+    j["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}};
+    j["world_size"] = mesh.worldSize();
+    if (lm->config) {
+      j["seq_len"] = lm->shape.seqLen;
+      j["micro_batch"] = lm->shape.microBatch;
+      j["global_batch"] = lm->shape.globalBatch;
+      j["microbatches"] = lm->shape.microbatches(mesh.dp);
+      j["dtype"] = lm->shape.dtype;
+    }
+    j["emit"] = emit;
+    j["output"] = output;
+    j["compile_ms"] = ms;
+    j["stats"] = statsJson(*s);
+    os << j.dump(2) << "\n";
+    return 0;
+  }
+  os << fmt::format("llc-dist: compiled {} for mesh {} ({} ranks) in {:.1f} ms\n",
+                    modelName(*lm->module), mesh.str(), mesh.worldSize(), ms);
+  os << fmt::format("  parameters {} | layers {} | training FLOPs/token {}\n",
+                    grouped(s->parameters), s->layers,
+                    sci(s->trainingFlopsPerToken()));
+  if (lm->config)
+    os << fmt::format("  seq len {} | micro-batch {} | global batch {} "
+                      "({} microbatches) | dtype {}\n",
+                      lm->shape.seqLen, lm->shape.microBatch,
+                      lm->shape.globalBatch, lm->shape.microbatches(mesh.dp),
+                      lm->shape.dtype);
+  if (!dumpDir.empty())
+    os << "  IR after each pass: " << dumpDir << "/\n";
+  if (output != "-")
+    os << "  wrote " << output << "\n";
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::vector<std::string> argv_(argv + 1, argv + argc);
+  Args args(argv_);
+  try {
+    if (args.empty()) {
+      llvm::errs() << kMainHelp;
+      return kExitUsage;
+    }
+    std::string cmd = args.next();
+    if (cmd == "--help" || cmd == "-h") {
+      llvm::outs() << kMainHelp;
+      return 0;
+    }
+    if (cmd == "help") {
+      std::string what = args.empty() ? "" : args.next();
+      llvm::outs() << (what == "compile" ? kCompileHelp
+                       : what == "info"  ? kInfoHelp
+                                         : kMainHelp);
+      return 0;
+    }
+    if (cmd == "--version") {
+      llvm::outs() << "llc-dist " << LLCDIST_VERSION << " (MLIR "
+                   << LLVM_VERSION_STRING << ")\n";
+      return 0;
+    }
+    if (cmd == "compile")
+      return runCompile(args);
+    if (cmd == "info")
+      return runInfo(args);
+    throw UsageError{"unknown command '" + cmd +
+                     "' (commands: compile, info, help)"};
+  } catch (const UsageError &e) {
+    llvm::errs() << "llc-dist: error: " << e.message << "\n"
+                 << "Run 'llc-dist --help' for usage.\n";
+    return kExitUsage;
+  }
+}

@@ -1,0 +1,83 @@
+//===- ModelStatsTest.cpp - counts taken on the imported IR ---------------===//
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+#include "llcdist/Frontend/ImportXF.h"
+#include "llcdist/InitAll.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+
+#include <gtest/gtest.h>
+
+using namespace llcdist;
+
+namespace {
+struct Imported {
+  ModelConfig config;
+  xf::ModelStats stats;
+};
+
+Imported importAndCount(const std::string &name, int64_t seqLen = 0) {
+  Imported r;
+  std::string path = std::string(LLCDIST_SOURCE_DIR) + "/models/" + name + ".json";
+  auto err = loadModelConfig(path, r.config);
+  EXPECT_FALSE(err) << (err ? err->message : "");
+  TrainingShape shape;
+  shape.seqLen = seqLen;
+  EXPECT_FALSE(resolveTrainingShape(r.config, 1, shape));
+  mlir::DialectRegistry registry;
+  registerAllDialects(registry);
+  mlir::MLIRContext ctx(registry);
+  auto module = importModel(ctx, r.config, shape, 1);
+  EXPECT_TRUE(mlir::succeeded(mlir::verify(*module))) << name;
+  auto stats = xf::computeModelStats(*module);
+  EXPECT_TRUE(mlir::succeeded(stats)) << name;
+  if (mlir::succeeded(stats))
+    r.stats = *stats;
+  return r;
+}
+} // namespace
+
+// The published figures, counted on the IR (unique xf.param tensors).
+TEST(ModelStats, PublishedParameterCounts) {
+  EXPECT_EQ(importAndCount("gpt2").stats.parameters, 124439808);
+  EXPECT_EQ(importAndCount("llama2-7b").stats.parameters, 6738415616);
+  EXPECT_EQ(importAndCount("llama3-8b").stats.parameters, 8030261248);
+  EXPECT_EQ(importAndCount("llama3.1-405b").stats.parameters, 405853388800);
+}
+
+// Every shipped model: the IR's count agrees with the architecture formula.
+TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
+  for (const char *name :
+       {"tiny-gpt2", "tiny-llama", "gpt2", "gpt2-medium", "gpt2-large",
+        "gpt2-xl", "gpt3-175b", "llama2-7b", "llama2-13b", "llama2-70b",
+        "llama3-8b", "llama3-70b", "llama3.1-405b"}) {
+    Imported r = importAndCount(name);
+    EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
+    EXPECT_EQ(r.stats.layers, r.config.layers) << name;
+  }
+}
+
+// FLOPs against Megatron-LM's closed form for GPT (Narayanan et al. SC21,
+// eq. 3 without recomputation): per token 72·l·h²·(1 + s/(6h) + V/(12·l·h))
+// counts the same matmuls (QKV, proj, 4h MLP, the S×S attention, LM head).
+TEST(ModelStats, GPTFlopsMatchMegatronFormula) {
+  for (int64_t s : {128, 1024}) {
+    Imported r = importAndCount("gpt2", s);
+    double l = 12, h = 768, V = 50257;
+    double megatron = 72 * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+    EXPECT_NEAR(r.stats.trainingFlopsPerToken(), megatron, 1e-9 * megatron)
+        << "seq " << s;
+  }
+}
+
+// Llama: count each matmul by hand (GQA k/v, SwiGLU's three projections).
+TEST(ModelStats, LlamaFlopsByHand) {
+  Imported r = importAndCount("llama3-8b", 2048);
+  double H = 4096, I = 14336, L = 32, V = 128256, S = 2048, q = 4096,
+         kv = 1024;
+  double linear = L * 2 * (H * q + 2 * H * kv + q * H + 3 * H * I) + 2 * H * V;
+  double attention = L * 4 * S * q;
+  EXPECT_DOUBLE_EQ(r.stats.linearFlopsPerToken, linear);
+  EXPECT_DOUBLE_EQ(r.stats.attentionFlopsPerToken, attention);
+  EXPECT_DOUBLE_EQ(r.stats.trainingFlopsPerToken(), 3 * (linear + attention));
+}

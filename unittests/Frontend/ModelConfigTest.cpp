@@ -1,0 +1,178 @@
+//===- ModelConfigTest.cpp - Hugging Face config parsing ------------------===//
+#include "llcdist/Frontend/ModelConfig.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+using namespace llcdist;
+
+namespace {
+std::string model(const std::string &name) {
+  return std::string(LLCDIST_SOURCE_DIR) + "/models/" + name + ".json";
+}
+
+ModelConfig load(const std::string &name) {
+  ModelConfig c;
+  auto err = loadModelConfig(model(name), c);
+  EXPECT_FALSE(err) << (err ? err->message : "");
+  return c;
+}
+
+/// Parses `text` expecting an error; returns its message.
+std::string parseError(const std::string &text) {
+  ModelConfig c;
+  auto err = parseModelConfig(text, "bad.json", c);
+  EXPECT_TRUE(err.has_value()) << "expected an error for: " << text;
+  return err ? err->message : "";
+}
+
+const char *kGpt2 = R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 64,
+  "n_head": 4, "n_layer": 2, "n_positions": 32, "vocab_size": 128})";
+} // namespace
+
+// Published parameter counts (Hugging Face / Meta model cards), from the
+// architecture formula; ModelStatsTest checks the IR's own count.
+TEST(ModelConfig, PublishedParameterCounts) {
+  std::map<std::string, int64_t> published = {
+      {"gpt2", 124439808},
+      {"llama2-7b", 6738415616},
+      {"llama3-8b", 8030261248},
+      {"llama3.1-405b", 405853388800},
+  };
+  for (auto &[name, n] : published)
+    EXPECT_EQ(load(name).numParameters(), n) << name;
+}
+
+TEST(ModelConfig, GPT2Fields) {
+  ModelConfig c = load("gpt2");
+  EXPECT_EQ(c.arch, Arch::GPT2);
+  EXPECT_EQ(c.name, "gpt2");
+  EXPECT_EQ(c.hidden, 768);
+  EXPECT_EQ(c.heads, 12);
+  EXPECT_EQ(c.kvHeads, 12);
+  EXPECT_EQ(c.headDim, 64);
+  EXPECT_EQ(c.intermediate, 3072); // n_inner null -> 4 * n_embd
+  EXPECT_EQ(c.maxPositions, 1024);
+  EXPECT_TRUE(c.tieEmbeddings);
+  EXPECT_DOUBLE_EQ(c.normEps, 1e-5);
+}
+
+TEST(ModelConfig, LlamaFields) {
+  ModelConfig c = load("llama3.1-405b");
+  EXPECT_EQ(c.arch, Arch::Llama);
+  EXPECT_EQ(c.layers, 126);
+  EXPECT_EQ(c.heads, 128);
+  EXPECT_EQ(c.kvHeads, 8);
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_FALSE(c.tieEmbeddings);
+  EXPECT_DOUBLE_EQ(c.ropeTheta, 500000.0);
+  ASSERT_TRUE(c.ropeScaling.has_value());
+  EXPECT_DOUBLE_EQ(c.ropeScaling->factor, 8.0);
+  EXPECT_EQ(c.ropeScaling->originalMaxPositions, 8192);
+}
+
+TEST(ModelConfig, ExplicitHeadDimAndDefaults) {
+  ModelConfig c;
+  auto err = parseModelConfig(
+      R"({"model_type": "llama", "hidden_size": 96, "intermediate_size": 64,
+          "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 32,
+          "head_dim": 32})",
+      "m.json", c);
+  ASSERT_FALSE(err) << err->message;
+  EXPECT_EQ(c.headDim, 32);
+  EXPECT_EQ(c.kvHeads, 4);         // defaults to num_attention_heads
+  EXPECT_DOUBLE_EQ(c.ropeTheta, 10000.0);
+  EXPECT_FALSE(c.tieEmbeddings);   // Llama's default
+}
+
+TEST(ModelConfig, Errors) {
+  // Malformed JSON: located.
+  EXPECT_NE(parseError("{\"n_embd\": 64,\n  oops}").find("bad.json:2:"),
+            std::string::npos);
+  EXPECT_NE(parseError("[1, 2]").find("expected a JSON object"),
+            std::string::npos);
+  // Unsupported architecture names the field.
+  EXPECT_NE(parseError(R"({"architectures": ["BertModel"]})")
+                .find("field 'architectures': unsupported architecture"),
+            std::string::npos);
+  EXPECT_NE(parseError("{}").find("missing field 'architectures'"),
+            std::string::npos);
+  // Missing field.
+  EXPECT_NE(parseError(R"({"architectures": ["GPT2LMHeadModel"]})")
+                .find("missing field 'vocab_size'"),
+            std::string::npos);
+  // Unknown field, located at its line.
+  std::string unknown = parseError(
+      std::string(kGpt2).insert(1, "\n\"n_embed\": 64,"));
+  EXPECT_NE(unknown.find("bad.json:2:1: field 'n_embed': unknown field"),
+            std::string::npos)
+      << unknown;
+  // Wrong type / value.
+  std::string neg = kGpt2;
+  neg.replace(neg.find("\"n_layer\": 2"), 12, "\"n_layer\": -2");
+  EXPECT_NE(parseError(neg).find("field 'n_layer': must be a positive integer"),
+            std::string::npos);
+  // Heads that do not divide hidden.
+  std::string heads = kGpt2;
+  heads.replace(heads.find("\"n_head\": 4"), 11, "\"n_head\": 5");
+  EXPECT_NE(parseError(heads).find("n_head=5 does not divide n_embd=64"),
+            std::string::npos);
+  // KV heads that do not divide heads.
+  EXPECT_NE(parseError(R"({"model_type": "llama", "hidden_size": 64,
+      "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 3,
+      "num_hidden_layers": 1, "vocab_size": 32})")
+                .find("num_key_value_heads=3 does not divide num_attention_heads=4"),
+            std::string::npos);
+  EXPECT_NE(parseError(R"({"model_type": "llama", "hidden_size": 64,
+      "intermediate_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
+      "vocab_size": 32, "rope_scaling": {"rope_type": "yarn", "factor": 2.0}})")
+                .find("unsupported rope_type 'yarn'"),
+            std::string::npos);
+  EXPECT_NE(parseError(R"({"model_type": "llama", "hidden_size": 64,
+      "intermediate_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
+      "vocab_size": 32, "hidden_act": "gelu"})")
+                .find("field 'hidden_act'"),
+            std::string::npos);
+}
+
+TEST(ModelConfig, MissingFile) {
+  ModelConfig c;
+  auto err = loadModelConfig("/nonexistent/model.json", c);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->message.find("/nonexistent/model.json: cannot open"),
+            std::string::npos);
+}
+
+TEST(TrainingShape, DefaultsAndErrors) {
+  ModelConfig c = load("tiny-gpt2");
+  TrainingShape s;
+  EXPECT_FALSE(resolveTrainingShape(c, 2, s));
+  EXPECT_EQ(s.seqLen, 64); // min(n_positions, 1024)
+  EXPECT_EQ(s.globalBatch, 2);
+  EXPECT_EQ(s.microbatches(2), 1);
+
+  TrainingShape longSeq;
+  longSeq.seqLen = 65;
+  auto e1 = resolveTrainingShape(c, 1, longSeq);
+  ASSERT_TRUE(e1);
+  EXPECT_NE(e1->find("exceeds the 64 learned positions"), std::string::npos);
+
+  TrainingShape odd;
+  odd.microBatch = 2;
+  odd.globalBatch = 6;
+  auto e2 = resolveTrainingShape(c, 2, odd);
+  ASSERT_TRUE(e2);
+  EXPECT_NE(e2->find("not a multiple of --micro-batch × dp = 4"),
+            std::string::npos);
+
+  TrainingShape accum;
+  accum.microBatch = 2;
+  accum.globalBatch = 16;
+  EXPECT_FALSE(resolveTrainingShape(c, 2, accum));
+  EXPECT_EQ(accum.microbatches(2), 4);
+
+  TrainingShape dtype;
+  dtype.dtype = "fp8";
+  EXPECT_TRUE(resolveTrainingShape(c, 1, dtype));
+}

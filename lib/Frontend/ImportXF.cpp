@@ -60,6 +60,15 @@ private:
     return LinearOp::create(b, loc(name), t(dims), layout, x, wv, bv);
   }
 
+  /// LayerNorm `name` (parameters name.weight, name.bias) of `x`.
+  Value layerNorm(const std::string &name, Value x) {
+    // Separate statements: the parameters appear in a fixed order.
+    Value w = param(name + ".weight", {m.hidden});
+    Value bias = param(name + ".bias", {m.hidden});
+    return LayerNormOp::create(b, loc(name), x.getType(), x, w, bias,
+                               b.getF64FloatAttr(m.normEps));
+  }
+
   /// Opens a layer body `name(x) -> x`; returns its argument.
   Value beginLayer(func::FuncOp &fn, StringRef name) {
     auto ty = b.getFunctionType({act(m.hidden)}, {act(m.hidden)});
@@ -76,11 +85,7 @@ private:
     const std::string p = "transformer.h.{i}.";
     int64_t H = m.hidden, I = m.intermediate;
     auto ln = [&](const std::string &n, Value v) {
-      return LayerNormOp::create(b, loc(p + n), v.getType(), v,
-                                 param(p + n + ".weight", {H}),
-                                 param(p + n + ".bias", {H}),
-                                 b.getF64FloatAttr(m.normEps))
-          .getResult();
+      return layerNorm(p + n, v);
     };
     Value h = ln("ln_1", x);
     Value qkv = linear(p + "attn.c_attn", h, H, 3 * H, true, WeightLayout::InOut);
@@ -177,10 +182,7 @@ private:
                           layer.getSymName(), i, ValueRange{x})
               .getResult(0);
     if (gpt2)
-      x = LayerNormOp::create(b, loc("transformer.ln_f"), x.getType(), x,
-                              param("transformer.ln_f.weight", {H}),
-                              param("transformer.ln_f.bias", {H}),
-                              b.getF64FloatAttr(m.normEps));
+      x = layerNorm("transformer.ln_f", x);
     else
       x = RMSNormOp::create(b, loc("model.norm"), x.getType(), x,
                             param("model.norm.weight", {H}),

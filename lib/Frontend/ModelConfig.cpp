@@ -298,11 +298,14 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     try {
       obj = json::parse(text.begin(), text.end());
     } catch (const json::parse_error &e) {
+      // e.what() reads "[json.exception...] parse error at line L, column C:
+      // WHAT"; keep WHAT, the location is ours.
       std::string msg = e.what();
-      size_t colon = msg.find("]");
+      size_t col = msg.find("column ");
+      size_t colon = msg.find(": ", col == std::string::npos ? 0 : col);
       return ConfigError{path + ":" + lineCol(text, e.byte ? e.byte - 1 : 0) +
-                         ": malformed JSON:" +
-                         (colon == std::string::npos ? msg : msg.substr(colon + 1))};
+                         ": malformed JSON: " +
+                         (colon == std::string::npos ? msg : msg.substr(colon + 2))};
     }
     if (!obj.is_object())
       return ConfigError{path + ": expected a JSON object (a Hugging Face "

@@ -228,6 +228,7 @@ public:
       return failure();
     }
     module->print(out->os());
+    out->os() << "\n"; // as mlir-opt ends its output
     out->keep();
     return success();
   }

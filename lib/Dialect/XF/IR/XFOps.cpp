@@ -87,8 +87,10 @@ LogicalResult ParamOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult LayerOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  if (getIndex() < 0)
-    return emitOpError("layer index must be >= 0, got ") << getIndex();
+  // I64Attr's accessor is unsigned: read the signed value.
+  if (getIndexAttr().getInt() < 0)
+    return emitOpError("layer index must be >= 0, got ")
+           << getIndexAttr().getInt();
   auto fn =
       symbolTable.lookupNearestSymbolFrom<func::FuncOp>(*this, getCalleeAttr());
   if (!fn)

@@ -23,9 +23,13 @@ struct AttachMeshPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (dp < 1 || tp < 1 || pp < 1) {
+    // Read the options once: they are cl::opt wrappers, not plain integers.
+    dp_ = dp;
+    tp_ = tp;
+    pp_ = pp;
+    if (dp_ < 1 || tp_ < 1 || pp_ < 1) {
       module.emitError("mesh degrees must be >= 1, got dp=")
-          << dp << " tp=" << tp << " pp=" << pp;
+          << dp_ << " tp=" << tp_ << " pp=" << pp_;
       return signalPassFailure();
     }
     if (failed(checkDivisibility(module)))
@@ -37,7 +41,7 @@ struct AttachMeshPass
     }
     OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
     auto grid = shard::GridOp::create(b, module.getLoc(), "mesh",
-                                      ArrayRef<int64_t>{dp, tp, pp});
+                                      ArrayRef<int64_t>{dp_, tp_, pp_});
     grid->setAttr("xf.mesh_axes", b.getStrArrayAttr({"dp", "tp", "pp"}));
   }
 
@@ -50,12 +54,12 @@ struct AttachMeshPass
     module.walk([&](Operation *op) {
       if (auto att = dyn_cast<AttentionOp>(op)) {
         int64_t nh = att.getNumHeads(), nkv = att.getNumKvHeads();
-        if (nh % tp != 0) {
-          att.emitError("tp=") << tp << " does not divide num_heads=" << nh
+        if (nh % tp_ != 0) {
+          att.emitError("tp=") << tp_ << " does not divide num_heads=" << nh
                                << "; choose tp among the divisors of " << nh;
           ok = false;
-        } else if (nkv % tp != 0 && tp % nkv != 0) {
-          att.emitError("tp=") << tp << " and num_kv_heads=" << nkv
+        } else if (nkv % tp_ != 0 && tp_ % nkv != 0) {
+          att.emitError("tp=") << tp_ << " and num_kv_heads=" << nkv
                                << " do not divide one another; kv heads can "
                                   "be split (tp | kv heads) or replicated "
                                   "(kv heads | tp)";
@@ -63,11 +67,11 @@ struct AttachMeshPass
         }
       } else if (auto emb = dyn_cast<EmbeddingOp>(op)) {
         int64_t vocab = emb.getTable().getType().getDimSize(0);
-        if (vocab % tp != 0) {
-          emb.emitError("tp=") << tp << " does not divide the vocabulary ("
+        if (vocab % tp_ != 0) {
+          emb.emitError("tp=") << tp_ << " does not divide the vocabulary ("
                                << vocab << " rows) for the vocab-parallel "
                                << "embedding; pad vocab_size to a multiple of "
-                               << tp;
+                               << tp_;
           ok = false;
         }
       }
@@ -76,17 +80,19 @@ struct AttachMeshPass
       return failure();
     if (entry.getNumArguments() > 0)
       if (auto ids = dyn_cast<RankedTensorType>(entry.getArgument(0).getType()))
-        if (ids.getRank() >= 1 && ids.getDimSize(0) % dp != 0)
+        if (ids.getRank() >= 1 && ids.getDimSize(0) % dp_ != 0)
           return entry.emitError("dp=")
-                 << dp << " does not divide the batch of "
+                 << dp_ << " does not divide the batch of "
                  << ids.getDimSize(0) << " sequences";
     int64_t layers = 0;
     entry.walk([&](LayerOp) { ++layers; });
-    if (pp > layers)
+    if (pp_ > 1 && pp_ > layers)
       return entry.emitError("pp=")
-             << pp << " exceeds the model's " << layers
+             << pp_ << " exceeds the model's " << layers
              << " layers; a pipeline stage needs at least one layer";
     return success();
   }
+
+  int64_t dp_ = 1, tp_ = 1, pp_ = 1;
 };
 } // namespace

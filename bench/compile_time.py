@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Compile-time benchmark: `llc-dist compile MODEL --emit xf` wall time.
+
+Runs each model side by side (interleaved, after warm-up) and reports the
+median and the ratio to tiny-gpt2, whose time is almost all process start-up.
+The claim under test: compiling llama3.1-405b's forward graph takes well under
+a second, and its cost is close to the start-up floor (compiled output scales
+with layers, not with parameters).
+
+usage: bench/compile_time.py [--build build] [--repeats 15] [--json OUT]
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+MODELS = ["tiny-gpt2", "gpt2", "llama3-8b", "llama3-70b", "llama3.1-405b", "gpt3-175b"]
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(root, "build"))
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--json", default=os.path.join(root, "bench", "results", "compile-time.json"))
+    args = ap.parse_args()
+    exe = os.path.join(args.build, "bin", "llc-dist")
+    if not os.path.exists(exe):
+        sys.exit(f"compile_time.py: {exe} not found; build first (scripts/build.sh)")
+
+    def run(model):
+        cmd = [exe, "compile", os.path.join(root, "models", model + ".json"),
+               "--emit", "xf", "-o", os.devnull, "--quiet"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        return time.perf_counter() - t0
+
+    for m in MODELS:  # warm-up: page cache, dynamic loader
+        run(m)
+    times = {m: [] for m in MODELS}
+    for _ in range(args.repeats):  # interleaved so drift hits every model alike
+        for m in MODELS:
+            times[m].append(run(m))
+
+    base = statistics.median(times["tiny-gpt2"])
+    rows = []
+    print(f"{'model':<16} {'median ms':>10} {'min ms':>8} {'ratio to tiny-gpt2':>20}")
+    for m in MODELS:
+        med = statistics.median(times[m])
+        rows.append({"model": m, "median_s": med, "min_s": min(times[m]),
+                     "ratio_to_tiny": med / base})
+        print(f"{m:<16} {med*1e3:>10.1f} {min(times[m])*1e3:>8.1f} {med/base:>20.2f}")
+    result = {"benchmark": "llc-dist compile --emit xf (wall time, whole process)",
+              "repeats": args.repeats, "machine": platform.platform(),
+              "cpus": os.cpu_count(), "results": rows}
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    print(f"wrote {args.json}")
+    worst = max(r["median_s"] for r in rows)
+    if worst >= 1.0:
+        sys.exit(f"FAIL: a compile took {worst:.2f} s (>= 1 s)")
+
+
+if __name__ == "__main__":
+    main()

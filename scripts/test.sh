@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# THE test command: installs dependencies, builds, and runs every test
+# (lit + FileCheck, the compiler's and the runtime's GoogleTest suites).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-deps.sh
+bash scripts/build.sh
+ninja -C "${BUILD_DIR:-build}" check

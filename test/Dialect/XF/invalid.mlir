@@ -1,0 +1,377 @@
+// RUN: llc-dist-opt %s -split-input-file -verify-diagnostics
+// One case per verifier diagnostic of the xf dialect.
+
+func.func @param_empty_name() {
+  // expected-error @+1 {{parameter name must not be empty}}
+  %w = xf.param "" : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @param_dynamic() {
+  // expected-error @+1 {{parameter must have a static shape}}
+  %w = xf.param "w" : tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @param_int() {
+  // expected-error @+1 {{result #0 must be ranked tensor of 32-bit float or bfloat16 type or 16-bit float values}}
+  %w = xf.param "w" : tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func private @body(%x: tensor<4xf32>) -> tensor<4xf32> attributes {xf.layer_body} {
+  // expected-error @+1 {{parameter 'h.ln.weight' is inside layer body @body but its name has no '{i}' layer-index placeholder}}
+  %w = xf.param "h.ln.weight" : tensor<4xf32>
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+func.func @placeholder_outside() {
+  // expected-error @+1 {{parameter 'h.{i}.w' uses the '{i}' placeholder outside a function marked 'xf.layer_body'}}
+  %w = xf.param "h.{i}.w" : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func private @body(%x: tensor<4xf32>) -> tensor<4xf32> attributes {xf.layer_body} {
+  return %x : tensor<4xf32>
+}
+func.func @layer_negative_index(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{layer index must be >= 0, got -1}}
+  %y = xf.layer @body[-1](%x) : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @layer_missing_callee(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{callee @nowhere does not name a func.func}}
+  %y = xf.layer @nowhere[0](%x) : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func private @plain(%x: tensor<4xf32>) -> tensor<4xf32> {
+  return %x : tensor<4xf32>
+}
+func.func @layer_not_body(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{callee @plain is not marked 'xf.layer_body'}}
+  %y = xf.layer @plain[0](%x) : (tensor<4xf32>) -> tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func private @body(%x: tensor<4xf32>) -> tensor<4xf32> attributes {xf.layer_body} {
+  return %x : tensor<4xf32>
+}
+func.func @layer_type_mismatch(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{type mismatch with callee @body: callee has type '(tensor<4xf32>) -> tensor<4xf32>'}}
+  %y = xf.layer @body[0](%x) : (tensor<8xf32>) -> tensor<8xf32>
+  return %y : tensor<8xf32>
+}
+
+// -----
+
+func.func @embedding_table_rank(%ids: tensor<2x8xi32>, %t: tensor<256xf32>) {
+  // expected-error @+1 {{table must be [vocab, hidden], got 'tensor<256xf32>'}}
+  %e = xf.embedding %ids, %t : (tensor<2x8xi32>, tensor<256xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_result(%ids: tensor<2x8xi32>, %t: tensor<256x64xf32>) {
+  // expected-error @+1 {{result shape must be ids shape + [hidden] = [2, 8, 64], got 'tensor<2x8x32xf32>'}}
+  %e = xf.embedding %ids, %t : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x32xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_dtype(%ids: tensor<2x8xi32>, %t: tensor<256x64xf32>) {
+  // expected-error @+1 {{expects one element type for all float operands and results, got 'f32' and 'bf16'}}
+  %e = xf.embedding %ids, %t : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xbf16>
+  return
+}
+
+// -----
+
+func.func @pos_rank(%x: tensor<8x64xf32>, %t: tensor<16x64xf32>) {
+  // expected-error @+1 {{input must be [batch, seq, hidden], got 'tensor<8x64xf32>'}}
+  %e = xf.add_position_embedding %x, %t : (tensor<8x64xf32>, tensor<16x64xf32>) -> tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @pos_table(%x: tensor<2x8x64xf32>, %t: tensor<16x32xf32>) {
+  // expected-error @+1 {{table must be [positions, 64], got 'tensor<16x32xf32>'}}
+  %e = xf.add_position_embedding %x, %t : (tensor<2x8x64xf32>, tensor<16x32xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @pos_too_long(%x: tensor<2x32x64xf32>, %t: tensor<16x64xf32>) {
+  // expected-error @+1 {{sequence length 32 exceeds the 16 learned positions}}
+  %e = xf.add_position_embedding %x, %t : (tensor<2x32x64xf32>, tensor<16x64xf32>) -> tensor<2x32x64xf32>
+  return
+}
+
+// -----
+
+func.func @pos_result(%x: tensor<2x8x64xf32>, %t: tensor<16x64xf32>) {
+  // expected-error @+1 {{result type must equal the input type 'tensor<2x8x64xf32>'}}
+  %e = xf.add_position_embedding %x, %t : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x4x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_rank(%x: tensor<8x64xf32>) {
+  // expected-error @+1 {{input must be [batch, seq, heads*head_dim], got 'tensor<8x64xf32>'}}
+  %r = xf.rope %x {head_dim = 16 : i64, theta = 10000.0 : f64} : tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_odd(%x: tensor<2x8x63xf32>) {
+  // expected-error @+1 {{head_dim must be positive and even, got 7}}
+  %r = xf.rope %x {head_dim = 7 : i64, theta = 10000.0 : f64} : tensor<2x8x63xf32>
+  return
+}
+
+// -----
+
+func.func @rope_multiple(%x: tensor<2x8x60xf32>) {
+  // expected-error @+1 {{last dimension 60 is not a multiple of head_dim 16}}
+  %r = xf.rope %x {head_dim = 16 : i64, theta = 10000.0 : f64} : tensor<2x8x60xf32>
+  return
+}
+
+// -----
+
+func.func @rope_theta(%x: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{theta must be > 0, got 0}}
+  %r = xf.rope %x {head_dim = 16 : i64, theta = 0.0 : f64} : tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_scaling_type(%x: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{scaling.rope_type must be "llama3"}}
+  %r = xf.rope %x {head_dim = 16 : i64, theta = 10000.0 : f64, scaling = {rope_type = "yarn"}} : tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_scaling_key(%x: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{scaling.low_freq_factor must be a positive float}}
+  %r = xf.rope %x {head_dim = 16 : i64, theta = 10000.0 : f64, scaling = {rope_type = "llama3", factor = 8.0 : f64, high_freq_factor = 4.0 : f64, original_max_position_embeddings = 8192.0 : f64}} : tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @ln_weight(%x: tensor<2x8x64xf32>, %w: tensor<32xf32>, %b: tensor<64xf32>) {
+  // expected-error @+1 {{weight must be tensor<64x...> (the input's last dimension), got 'tensor<32xf32>'}}
+  %y = xf.layer_norm %x, %w, %b {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>, tensor<32xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @ln_bias(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %b: tensor<64x1xf32>) {
+  // expected-error @+1 {{bias must be tensor<64x...> (the input's last dimension), got 'tensor<64x1xf32>'}}
+  %y = xf.layer_norm %x, %w, %b {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64x1xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @ln_eps(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %b: tensor<64xf32>) {
+  // expected-error @+1 {{eps must be > 0, got 0}}
+  %y = xf.layer_norm %x, %w, %b {eps = 0.0 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @ln_scalar(%x: tensor<f32>, %w: tensor<1xf32>, %b: tensor<1xf32>) {
+  // expected-error @+1 {{input must have rank >= 1}}
+  %y = xf.layer_norm %x, %w, %b {eps = 1.0e-5 : f64} : (tensor<f32>, tensor<1xf32>, tensor<1xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @rms_weight(%x: tensor<2x8x64xf32>, %w: tensor<63xf32>) {
+  // expected-error @+1 {{weight must be tensor<64x...> (the input's last dimension), got 'tensor<63xf32>'}}
+  %y = xf.rms_norm %x, %w {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>, tensor<63xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @rms_dtype(%x: tensor<2x8x64xf32>, %w: tensor<64xbf16>) {
+  // expected-error @+1 {{expects one element type for all float operands and results, got 'f32' and 'bf16'}}
+  %y = xf.rms_norm %x, %w {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>, tensor<64xbf16>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @linear_rank(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>) {
+  // expected-error @+1 {{weight must be rank 2, got 'tensor<64xf32>'}}
+  %y = xf.linear out_in %x, %w : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @linear_layout(%x: tensor<2x8x64xf32>, %w: tensor<64x128xf32>) {
+  // expected-error @+1 {{weight 'tensor<64x128xf32>' in layout out_in has in-features 128 but the input has 64}}
+  %y = xf.linear out_in %x, %w : (tensor<2x8x64xf32>, tensor<64x128xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @linear_bias(%x: tensor<2x8x64xf32>, %w: tensor<64x128xf32>, %b: tensor<64xf32>) {
+  // expected-error @+1 {{bias must be tensor<128x...> (the input's last dimension), got 'tensor<64xf32>'}}
+  %y = xf.linear in_out %x, %w, %b : (tensor<2x8x64xf32>, tensor<64x128xf32>, tensor<64xf32>) -> tensor<2x8x128xf32>
+  return
+}
+
+// -----
+
+func.func @linear_result(%x: tensor<2x8x64xf32>, %w: tensor<64x128xf32>) {
+  // expected-error @+1 {{result must have shape [2, 8, 128], got 'tensor<2x8x64xf32>'}}
+  %y = xf.linear in_out %x, %w : (tensor<2x8x64xf32>, tensor<64x128xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @linear_dtype(%x: tensor<2x8x64xbf16>, %w: tensor<128x64xf32>) {
+  // expected-error @+1 {{expects one element type for all float operands and results, got 'bf16' and 'f32'}}
+  %y = xf.linear out_in %x, %w : (tensor<2x8x64xbf16>, tensor<128x64xf32>) -> tensor<2x8x128xbf16>
+  return
+}
+
+// -----
+
+func.func @split_sum(%x: tensor<2x8x96xf32>) {
+  // expected-error @+1 {{results' last dimensions sum to 64, the input's is 96}}
+  %a, %b = xf.split %x : tensor<2x8x96xf32> -> tensor<2x8x32xf32>, tensor<2x8x32xf32>
+  return
+}
+
+// -----
+
+func.func @split_prefix(%x: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{result 'tensor<2x4x32xf32>' differs from the input 'tensor<2x8x64xf32>' outside the last dimension}}
+  %a, %b = xf.split %x : tensor<2x8x64xf32> -> tensor<2x8x32xf32>, tensor<2x4x32xf32>
+  return
+}
+
+// -----
+
+func.func @attention_heads(%q: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{num_heads, num_kv_heads and head_dim must be > 0}}
+  %a = xf.attention %q, %q, %q {num_heads = 0 : i64, num_kv_heads = 4 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_gqa(%q: tensor<2x8x64xf32>, %kv: tensor<2x8x48xf32>) {
+  // expected-error @+1 {{num_kv_heads 3 must divide num_heads 4}}
+  %a = xf.attention %q, %kv, %kv {num_heads = 4 : i64, num_kv_heads = 3 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<2x8x48xf32>, tensor<2x8x48xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_q(%q: tensor<2x8x64xf32>, %kv: tensor<2x8x32xf32>) {
+  // expected-error @+1 {{q's last dimension must be num_heads*head_dim = 128, got 64}}
+  %a = xf.attention %q, %kv, %kv {num_heads = 8 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_kv(%q: tensor<2x8x64xf32>, %kv: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{k and v's last dimension must be num_kv_heads*head_dim = 32, got 64 and 64}}
+  %a = xf.attention %q, %kv, %kv {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_rank(%q: tensor<2x8x64xf32>, %kv: tensor<16x32xf32>) {
+  // expected-error @+1 {{k must be [batch, seq, heads*head_dim], got 'tensor<16x32xf32>'}}
+  %a = xf.attention %q, %kv, %kv {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<16x32xf32>, tensor<16x32xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_batch(%q: tensor<2x8x64xf32>, %kv: tensor<2x4x32xf32>) {
+  // expected-error @+1 {{k has batch/seq dims different from q: 'tensor<2x4x32xf32>' vs 'tensor<2x8x64xf32>'}}
+  %a = xf.attention %q, %kv, %kv {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<2x4x32xf32>, tensor<2x4x32xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_result(%q: tensor<2x8x64xf32>, %kv: tensor<2x8x32xf32>) {
+  // expected-error @+1 {{result type must equal q's type 'tensor<2x8x64xf32>'}}
+  %a = xf.attention %q, %kv, %kv {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x32xf32>
+  return
+}
+
+// -----
+
+func.func @attention_dtype(%q: tensor<2x8x64xf32>, %kv: tensor<2x8x32xbf16>) {
+  // expected-error @+1 {{expects one element type for all float operands and results, got 'f32' and 'bf16'}}
+  %a = xf.attention %q, %kv, %kv {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<2x8x32xbf16>, tensor<2x8x32xbf16>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @ce_shape(%l: tensor<2x8x256xf32>, %t: tensor<2x4xi32>) {
+  // expected-error @+1 {{logits must be targets' shape + [vocab]; got logits 'tensor<2x8x256xf32>' and targets 'tensor<2x4xi32>'}}
+  %loss = xf.cross_entropy %l, %t : (tensor<2x8x256xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @ce_result(%l: tensor<2x8x256xf32>, %t: tensor<2x8xi32>) {
+  // expected-error @+1 {{result #0 must be 0D tensor of 32-bit float values}}
+  %loss = xf.cross_entropy %l, %t : (tensor<2x8x256xf32>, tensor<2x8xi32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @swiglu_types(%a: tensor<4xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{requires the same type for all operands and results}}
+  %y = "xf.swiglu"(%a, %b) : (tensor<4xf32>, tensor<8xf32>) -> tensor<4xf32>
+  return
+}

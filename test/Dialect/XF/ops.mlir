@@ -1,0 +1,68 @@
+// RUN: llc-dist-opt %s | llc-dist-opt | FileCheck %s
+// RUN: llc-dist-opt %s --mlir-print-op-generic | llc-dist-opt | FileCheck %s
+// Every xf op parses, verifies, prints, and round-trips (also through the
+// generic form).
+
+// CHECK-LABEL: func.func private @block
+// CHECK-SAME: attributes {xf.layer_body}
+func.func private @block(%x: tensor<2x8x64xf32>) -> tensor<2x8x64xf32> attributes {xf.layer_body} {
+  // CHECK: %[[G:.+]] = xf.param "h.{i}.ln.weight" : tensor<64xf32>
+  %g = xf.param "h.{i}.ln.weight" : tensor<64xf32>
+  %b = xf.param "h.{i}.ln.bias" : tensor<64xf32>
+  // CHECK: xf.layer_norm %{{.+}}, %[[G]], %{{.+}} {eps = 1.000000e-05 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  %h = xf.layer_norm %x, %g, %b {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  // CHECK: xf.rms_norm %{{.+}}, %[[G]] {eps = 9.9999999999999995E-7 : f64}
+  %r = xf.rms_norm %h, %g {eps = 1.0e-6 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  %w = xf.param "h.{i}.attn.c_attn.weight" : tensor<64x128xf32>
+  %wb = xf.param "h.{i}.attn.c_attn.bias" : tensor<128xf32>
+  // CHECK: %[[QKV:.+]] = xf.linear in_out %{{.+}}, %{{.+}}, %{{.+}} : (tensor<2x8x64xf32>, tensor<64x128xf32>, tensor<128xf32>) -> tensor<2x8x128xf32>
+  %qkv = xf.linear in_out %r, %w, %wb : (tensor<2x8x64xf32>, tensor<64x128xf32>, tensor<128xf32>) -> tensor<2x8x128xf32>
+  // CHECK: %[[S:.+]]:3 = xf.split %[[QKV]] : tensor<2x8x128xf32> -> tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>
+  %q, %k, %v = xf.split %qkv : tensor<2x8x128xf32> -> tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>
+  // CHECK: xf.rope %[[S]]#0 {head_dim = 16 : i64, theta = 1.000000e+04 : f64} : tensor<2x8x64xf32>
+  %qr = xf.rope %q {head_dim = 16 : i64, theta = 10000.0 : f64} : tensor<2x8x64xf32>
+  // CHECK: xf.rope %[[S]]#1 {head_dim = 16 : i64, scaling = {factor = 8.000000e+00 : f64, high_freq_factor = 4.000000e+00 : f64, low_freq_factor = 1.000000e+00 : f64, original_max_position_embeddings = 8.192000e+03 : f64, rope_type = "llama3"}, theta = 5.000000e+05 : f64}
+  %kr = xf.rope %k {head_dim = 16 : i64, theta = 500000.0 : f64, scaling = {rope_type = "llama3", factor = 8.0 : f64, low_freq_factor = 1.0 : f64, high_freq_factor = 4.0 : f64, original_max_position_embeddings = 8192.0 : f64}} : tensor<2x8x32xf32>
+  // CHECK: xf.attention %{{.+}}, %{{.+}}, %[[S]]#2 {head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x64xf32>
+  %a = xf.attention %qr, %kr, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x64xf32>
+  %wo = xf.param "h.{i}.attn.o_proj.weight" : tensor<64x64xf32>
+  // CHECK: xf.linear out_in %{{.+}}, %{{.+}} : (tensor<2x8x64xf32>, tensor<64x64xf32>) -> tensor<2x8x64xf32>
+  %o = xf.linear out_in %a, %wo : (tensor<2x8x64xf32>, tensor<64x64xf32>) -> tensor<2x8x64xf32>
+  // CHECK: xf.gelu_tanh %{{.+}} : tensor<2x8x64xf32>
+  %gl = xf.gelu_tanh %o : tensor<2x8x64xf32>
+  // CHECK: xf.swiglu %{{.+}}, %{{.+}} : tensor<2x8x64xf32>
+  %sw = xf.swiglu %gl, %o : tensor<2x8x64xf32>
+  // CHECK: xf.add %{{.+}}, %{{.+}} : tensor<2x8x64xf32>
+  %y = xf.add %x, %sw : tensor<2x8x64xf32>
+  return %y : tensor<2x8x64xf32>
+}
+
+// CHECK-LABEL: func.func @forward
+// CHECK-SAME: attributes {xf.entry}
+func.func @forward(%ids: tensor<2x8xi32>, %targets: tensor<2x8xi32>) -> tensor<f32> attributes {xf.entry} {
+  // CHECK: %[[WTE:.+]] = xf.param "wte.weight" : tensor<256x64xf32>
+  %wte = xf.param "wte.weight" : tensor<256x64xf32>
+  %wpe = xf.param "wpe.weight" : tensor<16x64xf32>
+  // CHECK: xf.embedding %{{.+}}, %[[WTE]] : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xf32>
+  %e = xf.embedding %ids, %wte : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xf32>
+  // CHECK: xf.add_position_embedding %{{.+}}, %{{.+}} : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
+  %p = xf.add_position_embedding %e, %wpe : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
+  // CHECK: %[[L0:.+]] = xf.layer @block[0] (%{{.+}}) : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  // CHECK: xf.layer @block[1] (%[[L0]])
+  %l0 = xf.layer @block[0](%p) : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %l1 = xf.layer @block[1](%l0) : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  // CHECK: %[[LOGITS:.+]] = xf.linear out_in %{{.+}}, %[[WTE]]
+  %logits = xf.linear out_in %l1, %wte : (tensor<2x8x64xf32>, tensor<256x64xf32>) -> tensor<2x8x256xf32>
+  // CHECK: xf.cross_entropy %[[LOGITS]], %{{.+}} : (tensor<2x8x256xf32>, tensor<2x8xi32>) -> tensor<f32>
+  %loss = xf.cross_entropy %logits, %targets : (tensor<2x8x256xf32>, tensor<2x8xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// CHECK-LABEL: func.func @low_precision
+func.func @low_precision(%x: tensor<4x32xbf16>, %y: tensor<4x32xf16>) -> (tensor<4x32xbf16>, tensor<4x32xf16>) {
+  // CHECK: xf.gelu_tanh %{{.+}} : tensor<4x32xbf16>
+  %a = xf.gelu_tanh %x : tensor<4x32xbf16>
+  // CHECK: xf.add %{{.+}}, %{{.+}} : tensor<4x32xf16>
+  %b = xf.add %y, %y : tensor<4x32xf16>
+  return %a, %b : tensor<4x32xbf16>, tensor<4x32xf16>
+}

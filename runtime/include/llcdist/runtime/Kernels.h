@@ -1,0 +1,223 @@
+// fp32 CPU reference kernels: forward, backward and optimizer updates of a transformer training step.
+//
+// Conventions (all kernels):
+//  - Tensors are row-major, contiguous fp32 raw pointers with explicit sizes; shapes in comments are
+//    [outermost, ..., innermost]. Integer inputs (token ids, targets) are int32.
+//  - Semantics follow PyTorch / Hugging Face transformers (named per kernel below).
+//  - Every forward has a backward. Input gradients (dX) and weight gradients (dW, db) are separate
+//    functions so that a zero-bubble pipeline schedule can run them at different times.
+//  - Weight-gradient functions take `accumulate`: true adds into the existing gradient buffer
+//    (gradient accumulation across microbatches, tied weights), false overwrites it.
+//  - Deterministic: single-threaded loops with a fixed reduction order, plus cblas_sgemm for GEMMs.
+//    Reductions over rows/columns (norm statistics, bias/gamma gradients, losses) accumulate in double.
+//  - Output buffers must not alias inputs unless a kernel says so.
+//  - Kernels that can be handed invalid data or shapes return Status; the rest return void and
+//    assume sizes > 0 and valid pointers.
+#pragma once
+
+#include "llcdist/runtime/Status.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace llcdist::rt {
+
+// ---------------------------------------------------------------------------------------------------
+// Linear (Linear.cpp): y[M,N] = x[M,K] · W + b.
+// ---------------------------------------------------------------------------------------------------
+enum class WeightLayout {
+  kOutIn,  // W is [N,K] and y = x·Wᵀ (torch nn.Linear; Llama)
+  kInOut,  // W is [K,N] and y = x·W  (GPT-2 Conv1D)
+};
+
+// bias [N] may be null.
+void linearForward(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t K,
+                   int64_t N, WeightLayout layout);
+// dx[M,K] = dy[M,N] · W (as [N,K]). `accumulate` adds into dx (an input feeding several linears).
+void linearBackwardInput(const float* dy, const float* w, float* dx, int64_t M, int64_t K, int64_t N,
+                         WeightLayout layout, bool accumulate);
+// dw in W's own layout: kOutIn dw[N,K] = dyᵀ·x; kInOut dw[K,N] = xᵀ·dy.
+void linearBackwardWeight(const float* dy, const float* x, float* dw, int64_t M, int64_t K, int64_t N,
+                          WeightLayout layout, bool accumulate);
+// db[N] = column sums of dy[M,N].
+void linearBackwardBias(const float* dy, float* db, int64_t M, int64_t N, bool accumulate);
+
+// ---------------------------------------------------------------------------------------------------
+// Embeddings (Embedding.cpp).
+// ---------------------------------------------------------------------------------------------------
+// out[M,H] = table[ids[m], :]; table [V,H]. An id outside [0,V) is an error (out is then unspecified).
+Status embeddingForward(const int32_t* ids, const float* table, float* out, int64_t M, int64_t V,
+                        int64_t H);
+// dtable[V,H] (+)= scatter-add of dout[M,H] rows at ids, in order m = 0..M-1. With accumulate=false the
+// whole table gradient is zeroed first (rows not referenced get 0).
+Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V,
+                         int64_t H, bool accumulate);
+
+// GPT-2 learned positions: y[B,S,H] = x[B,S,H] + wpe[s,:] (wpe [P,H], requires S <= P). y may alias x.
+// The input gradient is the identity (dx = dy), so there is no backward-input function.
+Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int64_t B, int64_t S,
+                                int64_t H, int64_t P);
+// dwpe[s,:] (+)= sum over b of dy[b,s,:] for s < S; with accumulate=false rows [S,P) are zeroed.
+Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, int64_t S, int64_t H,
+                                       int64_t P, bool accumulate);
+
+// ---------------------------------------------------------------------------------------------------
+// Normalization (Norm.cpp). x, y [M,H] normalized over the last dim H.
+// ---------------------------------------------------------------------------------------------------
+// torch nn.LayerNorm: y = (x - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps), biased variance.
+// Saves mean[M] and rstd[M] for backward (2·M floats).
+void layerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                      float* rstd, int64_t M, int64_t H, float eps);
+void layerNormBackwardInput(const float* dy, const float* x, const float* gamma, const float* mean,
+                            const float* rstd, float* dx, int64_t M, int64_t H);
+// dgamma[H] = Σ_m dy·xhat, dbeta[H] = Σ_m dy.
+void layerNormBackwardWeight(const float* dy, const float* x, const float* mean, const float* rstd,
+                             float* dgamma, float* dbeta, int64_t M, int64_t H, bool accumulate);
+
+// HF LlamaRMSNorm: y = weight * (x * rsqrt(mean(x²) + eps)). Saves rstd[M] for backward.
+void rmsNormForward(const float* x, const float* weight, float* y, float* rstd, int64_t M, int64_t H,
+                    float eps);
+void rmsNormBackwardInput(const float* dy, const float* x, const float* weight, const float* rstd,
+                          float* dx, int64_t M, int64_t H);
+void rmsNormBackwardWeight(const float* dy, const float* x, const float* rstd, float* dweight, int64_t M,
+                           int64_t H, bool accumulate);
+
+// ---------------------------------------------------------------------------------------------------
+// Rotary position embedding (Rope.cpp), HF Llama rotate_half convention.
+// ---------------------------------------------------------------------------------------------------
+struct RopeConfig {
+  float theta = 10000.0f;  // rope_theta
+  // rope_scaling {"rope_type": "llama3", ...}; ignored unless llama3 is true.
+  bool llama3 = false;
+  float factor = 8.0f;
+  float lowFreqFactor = 1.0f;
+  float highFreqFactor = 4.0f;
+  int64_t originalMaxPositionEmbeddings = 8192;
+};
+
+// inv_freq[hd/2] exactly as transformers computes it in fp32 (_compute_default_rope_parameters, then
+// _compute_llama3_parameters when cfg.llama3): inv_freq[i] = 1 / theta^(2i/hd). hd must be even.
+StatusOr<std::vector<float>> ropeInvFreq(const RopeConfig& cfg, int64_t headDim);
+
+// cos/sin tables for positions [posBegin, posBegin + S): cos[S,hd], sin[S,hd] with
+// angle(s,i) = float(pos) * inv_freq[i] in fp32 (as HF does) and emb = cat(freqs, freqs).
+struct RopeTable {
+  int64_t posBegin = 0, seqLen = 0, headDim = 0;
+  std::vector<float> cos, sin;
+};
+StatusOr<RopeTable> makeRopeTable(const RopeConfig& cfg, int64_t headDim, int64_t posBegin, int64_t S);
+
+// y[B,S,n,hd] = x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x[hd/2:], x[:hd/2]); row s of the
+// table is used for sequence index s. y may alias x. table.seqLen must equal S, table.headDim hd.
+Status ropeForward(const RopeTable& table, const float* x, float* y, int64_t B, int64_t S, int64_t n,
+                   int64_t hd);
+// dx = Rᵀ dy (the rotation by -angle). dx may alias dy.
+Status ropeBackward(const RopeTable& table, const float* dy, float* dx, int64_t B, int64_t S, int64_t n,
+                    int64_t hd);
+
+// ---------------------------------------------------------------------------------------------------
+// Causal self-attention (Attention.cpp).
+// ---------------------------------------------------------------------------------------------------
+// q [B,S,nh,hd]; k, v [B,S,nkv,hd] with nh % nkv == 0; query head h reads kv head h / (nh/nkv) (HF
+// repeat_kv; nkv == nh is MHA, nkv == 1 is MQA). scores = q·kᵀ/sqrt(hd), causal mask (key position <=
+// query position), softmax in fp32, out = P·v, out [B,S,nh,hd].
+// Saved for backward: lse [B,nh,S] (the log-sum-exp of each masked score row, B·nh·S floats) plus the
+// inputs q, k, v and the output; backward recomputes P = exp(scores - lse), so no S×S tensor is kept.
+// Temporary workspace: S·S floats (forward), 2·S·S floats (backward).
+struct AttentionShape {
+  int64_t B = 0, S = 0, nh = 0, nkv = 0, hd = 0;
+};
+Status attentionForward(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                        float* out, float* lse);
+// dq [B,S,nh,hd]; dk, dv [B,S,nkv,hd], summed over the query heads that share each kv head (overwritten).
+Status attentionBackward(const AttentionShape& shape, const float* dout, const float* q, const float* k,
+                         const float* v, const float* out, const float* lse, float* dq, float* dk,
+                         float* dv);
+
+// ---------------------------------------------------------------------------------------------------
+// Elementwise (Activation.cpp). All of length n; y may alias an input.
+// ---------------------------------------------------------------------------------------------------
+// HF "gelu_new": 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))).
+void geluTanhForward(const float* x, float* y, int64_t n);
+void geluTanhBackward(const float* dy, const float* x, float* dx, int64_t n);
+// SwiGLU: y = silu(gate) * up, silu(g) = g·sigmoid(g). dgate/dup may alias dy.
+void swigluForward(const float* gate, const float* up, float* y, int64_t n);
+void swigluBackward(const float* dy, const float* gate, const float* up, float* dgate, float* dup,
+                    int64_t n);
+// Residual add y = a + b (the backward of a residual add is a fan-out of dy: no kernel needed).
+void addForward(const float* a, const float* b, float* y, int64_t n);
+// y += x (gradient fan-in).
+void accumulateInto(const float* x, float* y, int64_t n);
+
+// ---------------------------------------------------------------------------------------------------
+// Loss (Loss.cpp): cross entropy over logits [M,V] and int32 targets [M].
+// ---------------------------------------------------------------------------------------------------
+// *meanLoss = (1/M) Σ_m -log softmax(logits[m])[targets[m]], computed with max subtraction, the mean
+// accumulated in double. losses [M] (per token) may be null. A target outside [0,V) is an error.
+Status crossEntropyForward(const float* logits, const int32_t* targets, float* losses, double* meanLoss,
+                           int64_t M, int64_t V);
+// dlogits[M,V] = (softmax(logits) - onehot(targets)) * scale. scale = 1/M for a plain mean, 1/(M·micro)
+// under gradient accumulation over `micro` microbatches. dlogits may alias logits.
+Status crossEntropyBackward(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
+                            int64_t V, float scale);
+
+// ---------------------------------------------------------------------------------------------------
+// Optimizers, gradient clipping, LR schedules (Optimizer.cpp), matching torch.optim.
+// ---------------------------------------------------------------------------------------------------
+struct AdamWConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 1e-2;
+};
+// One torch.optim.AdamW step (single-tensor path, amsgrad=False), step t >= 1 (t counts this step):
+//   p *= 1 - lr·wd;  m = lerp(m, g, 1-b1);  v = v·b2 + (1-b2)·g·g;
+//   denom = sqrt(v) / sqrt(1 - b2^t) + eps;  p += -(lr / (1 - b1^t)) · m / denom.
+// m and v start at zero. Scalars are computed in double and used as fp32, as torch does.
+Status adamwStep(float* param, const float* grad, float* m, float* v, int64_t n, int64_t step,
+                 const AdamWConfig& cfg);
+
+struct SgdConfig {
+  double lr = 1e-2;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weightDecay = 0.0;
+  bool nesterov = false;
+};
+// One torch.optim.SGD step, step t >= 1: g += wd·p; with momentum: buf = g at t == 1, else
+// buf = momentum·buf + (1-dampening)·g; g = nesterov ? g + momentum·buf : buf; p += -lr·g.
+// momentumBuf [n] is required when momentum != 0 and may be null otherwise.
+Status sgdStep(float* param, const float* grad, float* momentumBuf, int64_t n, int64_t step,
+               const SgdConfig& cfg);
+
+struct GradSpan {
+  float* data = nullptr;
+  int64_t size = 0;
+};
+// Σ g² in double (the piece a sharded rank contributes before an all-reduce of squared norms).
+double sumOfSquares(const float* g, int64_t n);
+// sqrt of Σ over tensors of their sums of squares, in double.
+double globalGradNorm(const std::vector<GradSpan>& grads);
+// torch.nn.utils.clip_grad_norm_ coefficient: min(1, maxNorm / (totalNorm + 1e-6)).
+float clipCoefficient(double totalNorm, double maxNorm);
+// Clip in place like clip_grad_norm_ (scaled only when the coefficient is < 1); returns the total norm
+// before clipping.
+double clipGradNorm(const std::vector<GradSpan>& grads, double maxNorm);
+void scaleInPlace(float* x, int64_t n, float s);
+
+// Learning rate at 0-based step `step`:
+//   step < warmupSteps: maxLr · (step+1) / warmupSteps (both kinds);
+//   kConstant: maxLr afterwards;
+//   kWarmupCosine: with r = (step - warmupSteps) / (totalSteps - warmupSteps) clamped to [0,1],
+//     minLr + 0.5·(1 + cos(π·r))·(maxLr - minLr), so it reaches minLr at step == totalSteps and stays.
+struct LrSchedule {
+  enum class Kind { kConstant, kWarmupCosine };
+  Kind kind = Kind::kConstant;
+  double maxLr = 1e-3;
+  double minLr = 0.0;
+  int64_t warmupSteps = 0;
+  int64_t totalSteps = 0;
+};
+double learningRate(const LrSchedule& schedule, int64_t step);
+
+}  // namespace llcdist::rt

@@ -1,0 +1,122 @@
+// Causal self-attention with grouped KV heads. See Kernels.h for the contract.
+//
+// Per (batch, query head) the S×S score block is one cblas_sgemm over strided rows of q/k (row stride
+// nh·hd resp. nkv·hd), so no transposes are materialized. Backward recomputes the probabilities from
+// the saved log-sum-exp (FlashAttention's recipe) and sums dk/dv over the heads of a group in head
+// order, which keeps it deterministic.
+#include "llcdist/runtime/Kernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace llcdist::rt {
+namespace {
+
+Status checkShape(const AttentionShape& s) {
+  if (s.B <= 0 || s.S <= 0 || s.nh <= 0 || s.nkv <= 0 || s.hd <= 0)
+    return Status::invalidArgument("attention: all of B, S, nh, nkv, hd must be positive");
+  if (s.nh % s.nkv != 0)
+    return Status::invalidArgument("attention: num_heads " + std::to_string(s.nh) +
+                                   " is not a multiple of num_kv_heads " + std::to_string(s.nkv));
+  return Status::ok();
+}
+
+struct HeadView {  // pointers to one (batch, head) slice of q/out and its kv head in k/v
+  int64_t qOff, kvOff, qStride, kvStride;
+};
+
+HeadView headView(const AttentionShape& s, int64_t b, int64_t h) {
+  const int64_t g = h / (s.nh / s.nkv);
+  return {(b * s.S * s.nh + h) * s.hd, (b * s.S * s.nkv + g) * s.hd, s.nh * s.hd, s.nkv * s.hd};
+}
+
+// scores[S,S] = scale · Q·Kᵀ for one head.
+void scores(const AttentionShape& s, const HeadView& v, const float* q, const float* k, float scale,
+            float* out) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.S, s.S, s.hd, scale, q + v.qOff, v.qStride,
+              k + v.kvOff, v.kvStride, 0.0f, out, s.S);
+}
+
+}  // namespace
+
+Status attentionForward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                        float* out, float* lse) {
+  LLCDIST_RETURN_IF_ERROR(checkShape(s));
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(s.hd)));
+  const int64_t S = s.S;
+  std::vector<float> p(S * S);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.nh; ++h) {
+      const HeadView hv = headView(s, b, h);
+      scores(s, hv, q, k, scale, p.data());
+      float* lseRow = lse + (b * s.nh + h) * S;
+      for (int64_t i = 0; i < S; ++i) {
+        float* row = p.data() + i * S;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
+        double sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+        std::fill(row + i + 1, row + S, 0.0f);  // causal mask
+        lseRow[i] = mx + static_cast<float>(std::log(sum));
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, s.hd, S, 1.0f, p.data(), S,
+                  v + hv.kvOff, hv.kvStride, 0.0f, out + hv.qOff, hv.qStride);
+    }
+  return Status::ok();
+}
+
+Status attentionBackward(const AttentionShape& s, const float* dout, const float* q, const float* k,
+                         const float* v, const float* out, const float* lse, float* dq, float* dk,
+                         float* dv) {
+  LLCDIST_RETURN_IF_ERROR(checkShape(s));
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(s.hd)));
+  const int64_t S = s.S, hd = s.hd;
+  std::fill_n(dk, s.B * S * s.nkv * hd, 0.0f);
+  std::fill_n(dv, s.B * S * s.nkv * hd, 0.0f);
+  std::vector<float> p(S * S), dp(S * S);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.nh; ++h) {
+      const HeadView hv = headView(s, b, h);
+      const float* lseRow = lse + (b * s.nh + h) * S;
+      scores(s, hv, q, k, scale, p.data());
+      for (int64_t i = 0; i < S; ++i) {
+        float* row = p.data() + i * S;
+        for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(row[j] - lseRow[i]);
+        std::fill(row + i + 1, row + S, 0.0f);
+      }
+      // dP = dO · Vᵀ
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, hd, 1.0f, dout + hv.qOff, hv.qStride,
+                  v + hv.kvOff, hv.kvStride, 0.0f, dp.data(), S);
+      // dS = P ∘ (dP - D), D_i = dO_i · O_i  (overwrites dp)
+      for (int64_t i = 0; i < S; ++i) {
+        const float* o = out + hv.qOff + i * hv.qStride;
+        const float* d = dout + hv.qOff + i * hv.qStride;
+        double D = 0.0;
+        for (int64_t c = 0; c < hd; ++c) D += double(o[c]) * d[c];
+        const float Df = static_cast<float>(D);
+        float* row = dp.data() + i * S;
+        for (int64_t j = 0; j <= i; ++j) row[j] = p[i * S + j] * (row[j] - Df);
+        std::fill(row + i + 1, row + S, 0.0f);
+      }
+      // dQ = scale · dS · K;  dK += scale · dSᵀ · Q;  dV += Pᵀ · dO
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, scale, dp.data(), S, k + hv.kvOff,
+                  hv.kvStride, 0.0f, dq + hv.qOff, hv.qStride);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, scale, dp.data(), S, q + hv.qOff,
+                  hv.qStride, 1.0f, dk + hv.kvOff, hv.kvStride);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, 1.0f, p.data(), S, dout + hv.qOff,
+                  hv.qStride, 1.0f, dv + hv.kvOff, hv.kvStride);
+    }
+  return Status::ok();
+}
+
+}  // namespace llcdist::rt

@@ -1,0 +1,49 @@
+// Linear layers via cblas_sgemm. See Kernels.h for the contract.
+#include "llcdist/runtime/Kernels.h"
+
+#include <cblas.h>
+
+#include <vector>
+
+namespace llcdist::rt {
+
+void linearForward(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t K,
+                   int64_t N, WeightLayout layout) {
+  float beta = 0.0f;
+  if (bias) {
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) y[m * N + n] = bias[n];
+    beta = 1.0f;
+  }
+  if (layout == WeightLayout::kOutIn)  // y = x · Wᵀ, W [N,K]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, w, K, beta, y, N);
+  else  // y = x · W, W [K,N]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, x, K, w, N, beta, y, N);
+}
+
+void linearBackwardInput(const float* dy, const float* w, float* dx, int64_t M, int64_t K, int64_t N,
+                         WeightLayout layout, bool accumulate) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  if (layout == WeightLayout::kOutIn)  // dx = dy · W, W [N,K]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, dy, N, w, K, beta, dx, K);
+  else  // dx = dy · Wᵀ, W [K,N]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, K, N, 1.0f, dy, N, w, N, beta, dx, K);
+}
+
+void linearBackwardWeight(const float* dy, const float* x, float* dw, int64_t M, int64_t K, int64_t N,
+                          WeightLayout layout, bool accumulate) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  if (layout == WeightLayout::kOutIn)  // dw[N,K] = dyᵀ · x
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1.0f, dy, N, x, K, beta, dw, K);
+  else  // dw[K,N] = xᵀ · dy
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, M, 1.0f, x, K, dy, N, beta, dw, N);
+}
+
+void linearBackwardBias(const float* dy, float* db, int64_t M, int64_t N, bool accumulate) {
+  std::vector<double> sum(N, 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) sum[n] += dy[m * N + n];
+  for (int64_t n = 0; n < N; ++n) db[n] = static_cast<float>(accumulate ? db[n] + sum[n] : sum[n]);
+}
+
+}  // namespace llcdist::rt

@@ -1,0 +1,102 @@
+// LayerNorm (torch nn.LayerNorm) and RMSNorm (HF LlamaRMSNorm). See Kernels.h for the contract.
+// Row statistics are accumulated in double; the saved mean/rstd are fp32.
+#include "llcdist/runtime/Kernels.h"
+
+#include <cmath>
+#include <vector>
+
+namespace llcdist::rt {
+
+void layerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                      float* rstd, int64_t M, int64_t H, float eps) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * H;
+    double sum = 0.0;
+    for (int64_t h = 0; h < H; ++h) sum += xr[h];
+    const double mu = sum / double(H);
+    double var = 0.0;
+    for (int64_t h = 0; h < H; ++h) var += (xr[h] - mu) * (xr[h] - mu);
+    var /= double(H);
+    const float mu32 = static_cast<float>(mu);
+    const float rs = static_cast<float>(1.0 / std::sqrt(var + double(eps)));
+    float* yr = y + m * H;
+    for (int64_t h = 0; h < H; ++h) yr[h] = (xr[h] - mu32) * rs * gamma[h] + beta[h];
+    mean[m] = mu32;
+    rstd[m] = rs;
+  }
+}
+
+void layerNormBackwardInput(const float* dy, const float* x, const float* gamma, const float* mean,
+                            const float* rstd, float* dx, int64_t M, int64_t H) {
+  // dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma.
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * H;
+    const float* dyr = dy + m * H;
+    double sumG = 0.0, sumGX = 0.0;
+    for (int64_t h = 0; h < H; ++h) {
+      const double g = double(dyr[h]) * gamma[h];
+      sumG += g;
+      sumGX += g * ((xr[h] - mean[m]) * rstd[m]);
+    }
+    const float meanG = static_cast<float>(sumG / double(H));
+    const float meanGX = static_cast<float>(sumGX / double(H));
+    float* dxr = dx + m * H;
+    for (int64_t h = 0; h < H; ++h) {
+      const float xhat = (xr[h] - mean[m]) * rstd[m];
+      dxr[h] = rstd[m] * (dyr[h] * gamma[h] - meanG - xhat * meanGX);
+    }
+  }
+}
+
+void layerNormBackwardWeight(const float* dy, const float* x, const float* mean, const float* rstd,
+                             float* dgamma, float* dbeta, int64_t M, int64_t H, bool accumulate) {
+  std::vector<double> dg(H, 0.0), db(H, 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t h = 0; h < H; ++h) {
+      const float xhat = (x[m * H + h] - mean[m]) * rstd[m];
+      dg[h] += double(dy[m * H + h]) * xhat;
+      db[h] += dy[m * H + h];
+    }
+  for (int64_t h = 0; h < H; ++h) {
+    dgamma[h] = static_cast<float>(accumulate ? dgamma[h] + dg[h] : dg[h]);
+    dbeta[h] = static_cast<float>(accumulate ? dbeta[h] + db[h] : db[h]);
+  }
+}
+
+void rmsNormForward(const float* x, const float* weight, float* y, float* rstd, int64_t M, int64_t H,
+                    float eps) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * H;
+    double ss = 0.0;
+    for (int64_t h = 0; h < H; ++h) ss += double(xr[h]) * xr[h];
+    const float rs = static_cast<float>(1.0 / std::sqrt(ss / double(H) + double(eps)));
+    float* yr = y + m * H;
+    for (int64_t h = 0; h < H; ++h) yr[h] = weight[h] * (xr[h] * rs);  // HF: weight * (x * rsqrt)
+    rstd[m] = rs;
+  }
+}
+
+void rmsNormBackwardInput(const float* dy, const float* x, const float* weight, const float* rstd,
+                          float* dx, int64_t M, int64_t H) {
+  // dx = rstd · (g - xhat·mean(g·xhat)) with g = dy·weight, xhat = x·rstd.
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * H;
+    const float* dyr = dy + m * H;
+    double sumGX = 0.0;
+    for (int64_t h = 0; h < H; ++h) sumGX += double(dyr[h]) * weight[h] * (xr[h] * rstd[m]);
+    const float meanGX = static_cast<float>(sumGX / double(H));
+    float* dxr = dx + m * H;
+    for (int64_t h = 0; h < H; ++h)
+      dxr[h] = rstd[m] * (dyr[h] * weight[h] - (xr[h] * rstd[m]) * meanGX);
+  }
+}
+
+void rmsNormBackwardWeight(const float* dy, const float* x, const float* rstd, float* dweight, int64_t M,
+                           int64_t H, bool accumulate) {
+  std::vector<double> dw(H, 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t h = 0; h < H; ++h) dw[h] += double(dy[m * H + h]) * (x[m * H + h] * rstd[m]);
+  for (int64_t h = 0; h < H; ++h) dweight[h] = static_cast<float>(accumulate ? dweight[h] + dw[h] : dw[h]);
+}
+
+}  // namespace llcdist::rt

@@ -1,0 +1,61 @@
+#include "TestUtil.h"
+#include "llcdist/runtime/Kernels.h"
+
+namespace llcdist::rt {
+namespace {
+using testing::checkGradient;
+using testing::dot;
+using testing::expectAllClose;
+using testing::randn;
+
+constexpr int64_t N = 64;
+
+TEST(GeluTest, ForwardMatchesHfGeluNew) {
+  std::vector<float> x = randn(N, 1, 3.0f), y(N);
+  geluTanhForward(x.data(), y.data(), N);
+  std::vector<double> ref(N);
+  for (int64_t i = 0; i < N; ++i) {
+    const double v = x[i];
+    ref[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+  }
+  expectAllClose(y, ref, 1e-6, 1e-5, "gelu");
+}
+
+TEST(GeluTest, BackwardMatchesFiniteDifferences) {
+  std::vector<float> x = randn(N, 2, 2.0f), dy = randn(N, 3), dx(N);
+  geluTanhBackward(dy.data(), x.data(), dx.data(), N);
+  checkGradient(x, dx, [&] {
+    std::vector<float> y(N);
+    geluTanhForward(x.data(), y.data(), N);
+    return dot(dy, y);
+  }, "dx");
+}
+
+TEST(SwigluTest, ForwardAndBackward) {
+  std::vector<float> g = randn(N, 4, 2.0f), u = randn(N, 5), dy = randn(N, 6), y(N);
+  swigluForward(g.data(), u.data(), y.data(), N);
+  std::vector<double> ref(N);
+  for (int64_t i = 0; i < N; ++i) ref[i] = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+  expectAllClose(y, ref, 1e-6, 1e-5, "swiglu");
+
+  std::vector<float> dg(N), du(N);
+  swigluBackward(dy.data(), g.data(), u.data(), dg.data(), du.data(), N);
+  const auto loss = [&] {
+    std::vector<float> out(N);
+    swigluForward(g.data(), u.data(), out.data(), N);
+    return dot(dy, out);
+  };
+  checkGradient(g, dg, loss, "dgate");
+  checkGradient(u, du, loss, "dup");
+}
+
+TEST(AddTest, AddAndAccumulate) {
+  std::vector<float> a = randn(N, 7), b = randn(N, 8), y(N);
+  addForward(a.data(), b.data(), y.data(), N);
+  for (int64_t i = 0; i < N; ++i) EXPECT_EQ(y[i], a[i] + b[i]);
+  accumulateInto(a.data(), y.data(), N);
+  for (int64_t i = 0; i < N; ++i) EXPECT_EQ(y[i], (a[i] + b[i]) + a[i]);
+}
+
+}  // namespace
+}  // namespace llcdist::rt

@@ -1,0 +1,84 @@
+#include "TestUtil.h"
+#include "llcdist/runtime/Kernels.h"
+
+namespace llcdist::rt {
+namespace {
+using testing::checkGradient;
+using testing::dot;
+using testing::randn;
+
+TEST(EmbeddingTest, ForwardGathersRows) {
+  const int64_t V = 5, H = 3;
+  std::vector<float> table = randn(V * H, 1);
+  std::vector<int32_t> ids = {4, 0, 4, 2};
+  std::vector<float> out(ids.size() * H);
+  ASSERT_TRUE(embeddingForward(ids.data(), table.data(), out.data(), 4, V, H).isOk());
+  for (size_t m = 0; m < ids.size(); ++m)
+    for (int64_t h = 0; h < H; ++h) EXPECT_EQ(out[m * H + h], table[ids[m] * H + h]);
+}
+
+TEST(EmbeddingTest, BackwardScatterAddsRepeatedIds) {
+  const int64_t V = 6, H = 4, M = 7;
+  std::vector<int32_t> ids = {1, 3, 1, 5, 1, 0, 3};
+  std::vector<float> table = randn(V * H, 2), dout = randn(M * H, 3);
+  std::vector<float> dtable(V * H, 123.0f);  // garbage: accumulate=false must overwrite all rows
+  ASSERT_TRUE(embeddingBackward(ids.data(), dout.data(), dtable.data(), M, V, H, false).isOk());
+  EXPECT_EQ(dtable[2 * H], 0.0f);  // row 2 is never referenced
+  const auto loss = [&] {
+    std::vector<float> out(M * H);
+    EXPECT_TRUE(embeddingForward(ids.data(), table.data(), out.data(), M, V, H).isOk());
+    return dot(dout, out);
+  };
+  checkGradient(table, dtable, loss, "dtable");
+
+  std::vector<float> acc = dtable;
+  ASSERT_TRUE(embeddingBackward(ids.data(), dout.data(), acc.data(), M, V, H, true).isOk());
+  for (size_t i = 0; i < acc.size(); ++i) EXPECT_FLOAT_EQ(acc[i], 2 * dtable[i]);
+}
+
+TEST(EmbeddingTest, OutOfRangeIdIsAnError) {
+  const int64_t V = 4, H = 2;
+  std::vector<float> table(V * H), out(2 * H), dtable(V * H);
+  for (std::vector<int32_t> ids : {std::vector<int32_t>{1, 4}, std::vector<int32_t>{-1, 0}}) {
+    Status s = embeddingForward(ids.data(), table.data(), out.data(), 2, V, H);
+    EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+    EXPECT_NE(s.message().find("outside the vocabulary [0, 4)"), std::string::npos) << s.message();
+    EXPECT_FALSE(embeddingBackward(ids.data(), out.data(), dtable.data(), 2, V, H, false).isOk());
+  }
+}
+
+TEST(PositionEmbeddingTest, ForwardAndWeightGradient) {
+  const int64_t B = 2, S = 3, H = 4, P = 5;
+  std::vector<float> x = randn(B * S * H, 1), wpe = randn(P * H, 2), dy = randn(B * S * H, 3);
+  std::vector<float> y(B * S * H);
+  ASSERT_TRUE(positionEmbeddingForward(x.data(), wpe.data(), y.data(), B, S, H, P).isOk());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h)
+        EXPECT_EQ(y[(b * S + s) * H + h], x[(b * S + s) * H + h] + wpe[s * H + h]);
+
+  std::vector<float> dwpe(P * H, 7.0f);
+  ASSERT_TRUE(positionEmbeddingBackwardWeight(dy.data(), dwpe.data(), B, S, H, P, false).isOk());
+  for (int64_t i = S * H; i < P * H; ++i) EXPECT_EQ(dwpe[i], 0.0f);
+  const auto loss = [&] {
+    std::vector<float> out(B * S * H);
+    EXPECT_TRUE(positionEmbeddingForward(x.data(), wpe.data(), out.data(), B, S, H, P).isOk());
+    return dot(dy, out);
+  };
+  checkGradient(wpe, dwpe, loss, "dwpe");
+
+  // In place (y aliases x) is allowed.
+  std::vector<float> inplace = x;
+  ASSERT_TRUE(positionEmbeddingForward(inplace.data(), wpe.data(), inplace.data(), B, S, H, P).isOk());
+  EXPECT_EQ(inplace, y);
+}
+
+TEST(PositionEmbeddingTest, SequenceLongerThanTableIsAnError) {
+  std::vector<float> x(6 * 2), wpe(4 * 2);
+  EXPECT_EQ(positionEmbeddingForward(x.data(), wpe.data(), x.data(), 1, 6, 2, 4).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(positionEmbeddingBackwardWeight(x.data(), wpe.data(), 1, 6, 2, 4, false).isOk());
+}
+
+}  // namespace
+}  // namespace llcdist::rt

@@ -2,8 +2,12 @@
 #ifndef LLCDIST_INITALL_H
 #define LLCDIST_INITALL_H
 
+#include "llcdist/Conversion/Passes.h"
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
+#include "llcdist/Dialect/Plan/Transforms/Passes.h"
 #include "llcdist/Dialect/XF/IR/XFDialect.h"
 #include "llcdist/Dialect/XF/Transforms/Passes.h"
+#include "llcdist/Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -14,13 +18,16 @@ namespace llcdist {
 
 /// The dialects llc-dist's IR uses: only these (no registerAllDialects).
 inline void registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<xf::XFDialect, mlir::func::FuncDialect,
+  registry.insert<xf::XFDialect, plan::PlanDialect, mlir::func::FuncDialect,
                   mlir::shard::ShardDialect>();
 }
 
 /// Our passes plus the upstream ones our pipelines use.
 inline void registerAllPasses() {
   xf::registerXFPassesAndPipelines();
+  plan::registerPlanPasses();
+  registerConversionPasses();
+  registerPipelines();
   mlir::registerCSEPass();
   mlir::registerCanonicalizerPass();
   mlir::registerSymbolDCEPass();

@@ -65,8 +65,9 @@ private:
     // Separate statements: the parameters appear in a fixed order.
     Value w = param(name + ".weight", {m.hidden});
     Value bias = param(name + ".bias", {m.hidden});
-    return LayerNormOp::create(b, loc(name), x.getType(), x, w, bias,
-                               b.getF64FloatAttr(m.normEps));
+    return LayerNormOp::create(b, loc(name), x.getType(), /*stats=*/Type(), x,
+                               w, bias, b.getF64FloatAttr(m.normEps))
+        .getResult();
   }
 
   /// Opens a layer body `name(x) -> x`; returns its argument.
@@ -91,9 +92,11 @@ private:
     Value qkv = linear(p + "attn.c_attn", h, H, 3 * H, true, WeightLayout::InOut);
     auto split = SplitOp::create(
         b, loc(p + "attn"), TypeRange{act(H), act(H), act(H)}, qkv);
-    Value a = AttentionOp::create(b, loc(p + "attn"), act(H), split.getResult(0),
-                                  split.getResult(1), split.getResult(2),
-                                  m.heads, m.heads, m.headDim);
+    Value a = AttentionOp::create(b, loc(p + "attn"), act(H), /*lse=*/Type(),
+                                  split.getResult(0), split.getResult(1),
+                                  split.getResult(2), m.heads, m.heads,
+                                  m.headDim)
+                  .getResult();
     Value o = linear(p + "attn.c_proj", a, H, H, true, WeightLayout::InOut);
     x = AddOp::create(b, loc(p + "attn"), x, o);
     h = ln("ln_2", x);
@@ -112,7 +115,7 @@ private:
     int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim,
             kv = m.kvHeads * m.headDim;
     auto rms = [&](const std::string &n, Value v) {
-      return RMSNormOp::create(b, loc(p + n), v.getType(), v,
+      return RMSNormOp::create(b, loc(p + n), v.getType(), /*stats=*/Type(), v,
                                param(p + n + ".weight", {H}),
                                b.getF64FloatAttr(m.normEps))
           .getResult();
@@ -131,8 +134,10 @@ private:
     Value vv = linear(p + "self_attn.v_proj", h, H, kv, m.attentionBias, o);
     Value qr = rope(qv);
     Value kr = rope(kv_);
-    Value a = AttentionOp::create(b, loc(p + "self_attn"), act(q), qr, kr, vv,
-                                  m.heads, m.kvHeads, m.headDim);
+    Value a = AttentionOp::create(b, loc(p + "self_attn"), act(q),
+                                  /*lse=*/Type(), qr, kr, vv, m.heads,
+                                  m.kvHeads, m.headDim)
+                  .getResult();
     Value out = linear(p + "self_attn.o_proj", a, q, H, m.attentionBias, o);
     x = AddOp::create(b, loc(p + "self_attn"), x, out);
     h = rms("post_attention_layernorm", x);
@@ -184,9 +189,10 @@ private:
     if (gpt2)
       x = layerNorm("transformer.ln_f", x);
     else
-      x = RMSNormOp::create(b, loc("model.norm"), x.getType(), x,
-                            param("model.norm.weight", {H}),
-                            b.getF64FloatAttr(m.normEps));
+      x = RMSNormOp::create(b, loc("model.norm"), x.getType(), /*stats=*/Type(),
+                            x, param("model.norm.weight", {H}),
+                            b.getF64FloatAttr(m.normEps))
+              .getResult();
     Value head = m.tieEmbeddings ? emb : param("lm_head.weight", {V, H});
     Value logits = LinearOp::create(b, loc("lm_head"), act(V),
                                     WeightLayout::OutIn, x, head, Value());

@@ -88,6 +88,10 @@ FailureOr<ModelStats> llcdist::xf::computeModelStats(ModuleOp module) {
       layer.emitOpError("callee @") << layer.getCallee() << " not found";
       return WalkResult::interrupt();
     }
+    // A backward body (after autodiff) is not another layer; its parameters
+    // are its forward body's.
+    if (body->hasAttr("xf.backward_of"))
+      return WalkResult::advance();
     ++stats.layers;
     auto [it, inserted] = layerFlops.try_emplace(body, LocalFlops{});
     if (inserted)

@@ -18,45 +18,9 @@ using namespace llcdist::xf;
 #define GET_OP_CLASSES
 #include "llcdist/Dialect/XF/IR/XFOps.cpp.inc"
 
-namespace {
-RankedTensorType rt(Value v) { return cast<RankedTensorType>(v.getType()); }
+#include "XFVerify.h"
 
-/// Checks that every value has the element type of the first one.
-LogicalResult sameElementType(Operation *op, ValueRange values) {
-  Type first = rt(values.front()).getElementType();
-  for (Value v : values.drop_front())
-    if (rt(v).getElementType() != first)
-      return op->emitOpError("expects one element type for all float operands "
-                             "and results, got ")
-             << first << " and " << rt(v).getElementType();
-  return success();
-}
-
-/// Checks `v` is a 1-D tensor of `n` elements (a norm weight or a bias).
-LogicalResult checkVector(Operation *op, Value v, StringRef what, int64_t n) {
-  auto t = rt(v);
-  if (t.getRank() != 1 || t.getDimSize(0) != n)
-    return op->emitOpError() << what << " must be tensor<" << n << "x...>"
-                             << " (the input's last dimension), got " << t;
-  return success();
-}
-
-LogicalResult checkNorm(Operation *op, Value input, ValueRange vecs,
-                        ArrayRef<StringRef> names, double eps, Value result) {
-  auto in = rt(input);
-  if (in.getRank() < 1)
-    return op->emitOpError("input must have rank >= 1");
-  int64_t h = in.getShape().back();
-  for (auto [v, name] : llvm::zip(vecs, names))
-    if (failed(checkVector(op, v, name, h)))
-      return failure();
-  if (!(eps > 0.0))
-    return op->emitOpError() << "eps must be > 0, got " << eps;
-  SmallVector<Value> all{input, result};
-  all.append(vecs.begin(), vecs.end());
-  return sameElementType(op, all);
-}
-} // namespace
+using namespace llcdist::xf::detail;
 
 //===----------------------------------------------------------------------===//
 // ParamOp
@@ -68,18 +32,7 @@ LogicalResult ParamOp::verify() {
     return emitOpError("parameter name must not be empty");
   if (!getType().hasStaticShape())
     return emitOpError("parameter must have a static shape, got ") << getType();
-  auto func = (*this)->getParentOfType<func::FuncOp>();
-  bool inLayer = func && func->hasAttr(kLayerBodyAttr);
-  bool hasPlaceholder = name.contains(kLayerPlaceholder);
-  if (inLayer && !hasPlaceholder)
-    return emitOpError("parameter '")
-           << name << "' is inside layer body @" << func.getSymName()
-           << " but its name has no '{i}' layer-index placeholder";
-  if (!inLayer && hasPlaceholder)
-    return emitOpError("parameter '")
-           << name << "' uses the '{i}' placeholder outside a function "
-           << "marked '" << kLayerBodyAttr << "'";
-  return success();
+  return checkParamName(*this, name);
 }
 
 //===----------------------------------------------------------------------===//
@@ -172,14 +125,19 @@ LogicalResult RopeOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult LayerNormOp::verify() {
-  return checkNorm(*this, getInput(), {getWeight(), getBias()},
-                   {"weight", "bias"}, getEps().convertToDouble(),
-                   getResult());
+  if (failed(checkNorm(*this, getInput(), {getWeight(), getBias()},
+                       {"weight", "bias"}, getEps().convertToDouble(),
+                       getResult())))
+    return failure();
+  int64_t rows = numRows(getInput());
+  return checkShape(*this, getStats(), "stats", {2, rows});
 }
 
 LogicalResult RMSNormOp::verify() {
-  return checkNorm(*this, getInput(), {getWeight()}, {"weight"},
-                   getEps().convertToDouble(), getResult());
+  if (failed(checkNorm(*this, getInput(), {getWeight()}, {"weight"},
+                       getEps().convertToDouble(), getResult())))
+    return failure();
+  return checkShape(*this, getStats(), "stats", {numRows(getInput())});
 }
 
 LogicalResult LinearOp::verify() {
@@ -262,6 +220,9 @@ LogicalResult AttentionOp::verify() {
            << v.getDimSize(2);
   if (getResult().getType() != q)
     return emitOpError("result type must equal q's type ") << q;
+  if (failed(checkShape(*this, getLse(), "lse",
+                        {q.getDimSize(0), nh, q.getDimSize(1)})))
+    return failure();
   return sameElementType(*this, {getQ(), getK(), getV()});
 }
 

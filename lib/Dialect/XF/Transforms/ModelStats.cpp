@@ -32,6 +32,12 @@ struct ModelStatsPass
             b.getNamedAttr("forward_flops_per_token",
                            b.getI64IntegerAttr(
                                static_cast<int64_t>(stats->forwardFlopsPerToken()))),
+            b.getNamedAttr("linear_flops_per_token",
+                           b.getI64IntegerAttr(
+                               static_cast<int64_t>(stats->linearFlopsPerToken))),
+            b.getNamedAttr("attention_flops_per_token",
+                           b.getI64IntegerAttr(
+                               static_cast<int64_t>(stats->attentionFlopsPerToken))),
             b.getNamedAttr("training_flops_per_token",
                            b.getI64IntegerAttr(
                                static_cast<int64_t>(stats->trainingFlopsPerToken()))),

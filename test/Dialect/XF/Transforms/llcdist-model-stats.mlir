@@ -5,7 +5,7 @@
 // FLOPs/token: per layer 2*8*8 = 128 linear + 4*S*heads*head_dim = 4*4*2*4 = 128
 //   attention; LM head 2*8*16 = 256. Forward = 3*256 + 256 = 1024; training 3072.
 // CHECK-LABEL: module attributes
-// CHECK-SAME: xf.stats = {forward_flops_per_token = 1024 : i64, layers = 3 : i64, parameters = 344 : i64, training_flops_per_token = 3072 : i64}
+// CHECK-SAME: xf.stats = {attention_flops_per_token = 384 : i64, forward_flops_per_token = 1024 : i64, layers = 3 : i64, linear_flops_per_token = 640 : i64, parameters = 344 : i64, training_flops_per_token = 3072 : i64}
 func.func private @body(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> attributes {xf.layer_body} {
   %w = xf.param "h.{i}.w" : tensor<8x8xf32>
   %b = xf.param "h.{i}.b" : tensor<8xf32>

@@ -128,11 +128,14 @@ def XF_LayerNormOp : XF_Op<"layer_norm", [Pure, AllTypesMatch<["input", "result"
   let summary = "LayerNorm over the last dimension (biased variance)";
   let description = [{
     `(x - mean) / sqrt(var + eps) * weight + bias` over the last dim H, as
-    torch `nn.LayerNorm`; weight and bias are [H].
+    torch `nn.LayerNorm`; weight and bias are [H]. In a training step the
+    op also yields `stats` (f32 [2, rows]: the mean and 1/std of each row,
+    rows = product of the leading dims), which its backward reads; autodiff
+    adds it.
   }];
   let arguments = (ins XF_FloatTensor:$input, XF_FloatTensor:$weight,
                        XF_FloatTensor:$bias, F64Attr:$eps);
-  let results = (outs XF_FloatTensor:$result);
+  let results = (outs XF_FloatTensor:$result, Optional<F32Tensor>:$stats);
   let assemblyFormat = "$input `,` $weight `,` $bias attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
@@ -141,10 +144,11 @@ def XF_RMSNormOp : XF_Op<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>]>
   let summary = "RMSNorm over the last dimension (Llama)";
   let description = [{
     `weight * x * rsqrt(mean(x^2) + eps)` over the last dim H, as Hugging
-    Face `LlamaRMSNorm`; weight is [H].
+    Face `LlamaRMSNorm`; weight is [H]. In a training step the op also
+    yields `stats` (f32 [rows]: each row's rsqrt), which its backward reads.
   }];
   let arguments = (ins XF_FloatTensor:$input, XF_FloatTensor:$weight, F64Attr:$eps);
-  let results = (outs XF_FloatTensor:$result);
+  let results = (outs XF_FloatTensor:$result, Optional<F32Tensor>:$stats);
   let assemblyFormat = "$input `,` $weight attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
@@ -192,11 +196,13 @@ def XF_AttentionOp : XF_Op<"attention", [Pure]> {
     num_heads % num_kv_heads == 0, and query head h reads kv head
     h / (num_heads / num_kv_heads) (Hugging Face `repeat_kv`). Scores are
     scaled by 1/sqrt(head_dim), masked causally, soft-maxed in f32.
-    Result [B, S, num_heads*head_dim].
+    Result [B, S, num_heads*head_dim]. In a training step the op also
+    yields `lse` (f32 [B, num_heads, S]: each score row's log-sum-exp), from
+    which its backward recomputes the probabilities.
   }];
   let arguments = (ins XF_FloatTensor:$q, XF_FloatTensor:$k, XF_FloatTensor:$v,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim);
-  let results = (outs XF_FloatTensor:$result);
+  let results = (outs XF_FloatTensor:$result, Optional<F32Tensor>:$lse);
   let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
@@ -246,5 +252,7 @@ def XF_CrossEntropyOp : XF_Op<"cross_entropy", [Pure]> {
   let assemblyFormat = "$logits `,` $targets attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
+
+include "llcdist/Dialect/XF/IR/XFTrainingOps.td"
 
 #endif // LLCDIST_DIALECT_XF_XFOPS_TD

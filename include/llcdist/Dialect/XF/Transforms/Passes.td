@@ -53,4 +53,68 @@ def ModelStats : Pass<"llcdist-model-stats", "mlir::ModuleOp"> {
   }];
 }
 
+def Autodiff : Pass<"llcdist-autodiff", "mlir::ModuleOp"> {
+  let summary = "reverse-mode autodiff: the forward graph becomes a training step";
+  let description = [{
+    Turns the entry function (loss of one microbatch) into `@train_step`:
+    the forward ops, then the backward of each op in reverse order, with the
+    input gradient (dX) and the weight gradient (dW) as separate ops and
+    every parameter's gradient added into its gradient by
+    `xf.accumulate_grad`. Each layer body `@body` gets a backward body
+    `@body_bwd` (marked `xf.backward_of = @body`), called once per layer in
+    reverse order; the forward body now also returns the values its backward
+    reads (the saved activations), and norms and attention yield their
+    statistics. The loss gradient is scaled by 1 / (tokens per microbatch ×
+    microbatches), the microbatch count read from `xf.model`.
+
+    Before:
+    ```mlir
+    %y = xf.linear out_in %x, %w : ...
+    %loss = xf.cross_entropy %y, %t : ...
+    ```
+    After:
+    ```mlir
+    %y = xf.linear out_in %x, %w : ...
+    %loss = xf.cross_entropy %y, %t : ...
+    %dy = xf.cross_entropy_grad %y, %t {scale = ...} : ...
+    %dw = xf.linear_grad_weight out_in %dy, %x : ...
+    xf.accumulate_grad "w", %dw : ...
+    %dx = xf.linear_grad_input out_in %dy, %w : ...
+    ```
+  }];
+}
+
+def AddOptimizer : Pass<"llcdist-add-optimizer", "mlir::ModuleOp"> {
+  let summary = "add the optimizer step and the learning-rate schedule";
+  let description = [{
+    Adds `func.func @optimizer_step() attributes {xf.optimizer}` holding an
+    `xf.clip_grad_norm` and one `xf.adamw` or `xf.sgd`, and records the
+    learning-rate schedule on the module as `xf.lr_schedule`.
+
+    ```mlir
+    module attributes {xf.lr_schedule = {kind = "cosine", max_lr = 1.0e-3 : f64, ...}} {
+      func.func @optimizer_step() attributes {xf.optimizer} {
+        xf.clip_grad_norm {max_norm = 1.0 : f64}
+        xf.adamw {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.01 : f64}
+        return
+      }
+    }
+    ```
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", "\"adamw\"", "adamw | sgd">,
+    Option<"lr", "lr", "double", "1e-3", "peak learning rate">,
+    Option<"minLr", "min-lr", "double", "0.0", "final learning rate of the cosine schedule">,
+    Option<"schedule", "lr-schedule", "std::string", "\"constant\"", "constant | cosine">,
+    Option<"warmup", "warmup", "int64_t", "0", "linear warmup steps">,
+    Option<"totalSteps", "total-steps", "int64_t", "0", "steps of the cosine decay (0: the run's --steps)">,
+    Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", "0.999", "AdamW beta2">,
+    Option<"eps", "eps", "double", "1e-8", "AdamW eps">,
+    Option<"weightDecay", "weight-decay", "double", "-1.0", "weight decay on matrices only (-1: torch's default, 0.01 for adamw, 0 for sgd)">,
+    Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
+    Option<"gradClip", "grad-clip", "double", "0.0", "global-norm clipping threshold (0 = off)">,
+  ];
+}
+
 #endif

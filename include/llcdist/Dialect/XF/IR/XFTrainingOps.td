@@ -1,0 +1,214 @@
+//===- XFTrainingOps.td - backward and optimizer ops --------*- tablegen -*-===//
+//
+// What `llcdist-autodiff` and `llcdist-add-optimizer` produce. The weight
+// gradient (dW) and the input gradient (dX) of every op are separate ops, so
+// zero-bubble pipeline schedules and overlapped data-parallel reductions can
+// place them independently.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LLCDIST_DIALECT_XF_XFTRAININGOPS_TD
+#define LLCDIST_DIALECT_XF_XFTRAININGOPS_TD
+
+class XF_GradOp<string mnemonic, list<Trait> traits = []>
+    : XF_Op<mnemonic, !listconcat([Pure], traits)> {
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def XF_LinearGradInputOp : XF_GradOp<"linear_grad_input"> {
+  let summary = "dX of xf.linear: dy · W";
+  let description = [{
+    `dy` [..., N], `weight` in `layout`; result [..., K].
+    ```mlir
+    %dx = xf.linear_grad_input out_in %dy, %w : (tensor<2x8x128xf32>, tensor<128x64xf32>) -> tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins XF_WeightLayout:$layout, XF_FloatTensor:$dy, XF_FloatTensor:$weight);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$layout $dy `,` $weight attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_LinearGradWeightOp : XF_GradOp<"linear_grad_weight"> {
+  let summary = "dW of xf.linear, in the weight's own layout";
+  let description = [{
+    `dy` [..., N], `input` [..., K]; result [N, K] (`out_in`) or [K, N]
+    (`in_out`), summed over all leading positions.
+  }];
+  let arguments = (ins XF_WeightLayout:$layout, XF_FloatTensor:$dy, XF_FloatTensor:$input);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$layout $dy `,` $input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_LinearGradBiasOp : XF_GradOp<"linear_grad_bias"> {
+  let summary = "db of xf.linear: dy summed over all leading positions";
+  let description = [{ `dy` [..., N]; result [N]. }];
+  let arguments = (ins XF_FloatTensor:$dy);
+  let results = (outs XF_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def XF_EmbeddingGradOp : XF_GradOp<"embedding_grad"> {
+  let summary = "dTable of xf.embedding: scatter-add of dy rows at ids";
+  let description = [{ `ids` [B, S], `dy` [B, S, H]; result [V, H]. }];
+  let arguments = (ins XF_IdTensor:$ids, XF_FloatTensor:$dy);
+  let results = (outs XF_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def XF_AddPositionEmbeddingGradOp : XF_GradOp<"add_position_embedding_grad"> {
+  let summary = "dTable of xf.add_position_embedding";
+  let description = [{
+    `dy` [B, S, H]; result [P, H]: row s < S is the sum over b of dy[b, s],
+    rows S..P-1 are zero. (The input gradient is dy itself.)
+  }];
+  let arguments = (ins XF_FloatTensor:$dy);
+  let results = (outs XF_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def XF_LayerNormGradInputOp : XF_GradOp<"layer_norm_grad_input",
+    [AllTypesMatch<["dy", "input", "result"]>]> {
+  let summary = "dX of xf.layer_norm";
+  let description = [{ Reads the forward's `stats` (mean, 1/std per row). }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input,
+                       XF_FloatTensor:$weight, F32Tensor:$stats);
+  let results = (outs XF_FloatTensor:$result);
+}
+
+def XF_LayerNormGradParamsOp : XF_GradOp<"layer_norm_grad_params",
+    [AllTypesMatch<["dy", "input"]>, AllTypesMatch<["dweight", "dbias"]>]> {
+  let summary = "dWeight and dBias of xf.layer_norm";
+  let description = [{ Both [H], summed over rows. }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input, F32Tensor:$stats);
+  let results = (outs XF_FloatTensor:$dweight, XF_FloatTensor:$dbias);
+}
+
+def XF_RMSNormGradInputOp : XF_GradOp<"rms_norm_grad_input",
+    [AllTypesMatch<["dy", "input", "result"]>]> {
+  let summary = "dX of xf.rms_norm";
+  let description = [{ Reads the forward's `stats` (rsqrt per row). }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input,
+                       XF_FloatTensor:$weight, F32Tensor:$stats);
+  let results = (outs XF_FloatTensor:$result);
+}
+
+def XF_RMSNormGradWeightOp : XF_GradOp<"rms_norm_grad_weight",
+    [AllTypesMatch<["dy", "input"]>]> {
+  let summary = "dWeight of xf.rms_norm";
+  let description = [{ [H], summed over rows. }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input, F32Tensor:$stats);
+  let results = (outs XF_FloatTensor:$result);
+}
+
+def XF_RopeGradOp : XF_GradOp<"rope_grad", [AllTypesMatch<["dy", "result"]>]> {
+  let summary = "dX of xf.rope: the inverse rotation";
+  let description = [{ Same attributes as the forward xf.rope. }];
+  let arguments = (ins XF_FloatTensor:$dy, I64Attr:$head_dim, F64Attr:$theta,
+                       OptionalAttr<DictionaryAttr>:$scaling);
+  let results = (outs XF_FloatTensor:$result);
+}
+
+def XF_AttentionGradOp : XF_GradOp<"attention_grad", [
+    AllTypesMatch<["dout", "out", "q", "dq"]>, AllTypesMatch<["k", "dk"]>,
+    AllTypesMatch<["v", "dv"]>]> {
+  let summary = "dq, dk, dv of xf.attention";
+  let description = [{
+    Recomputes the probabilities from q, k and the forward's `lse`; dk and dv
+    sum over the query heads that share a kv head.
+  }];
+  let arguments = (ins XF_FloatTensor:$dout, XF_FloatTensor:$q, XF_FloatTensor:$k,
+                       XF_FloatTensor:$v, XF_FloatTensor:$out, F32Tensor:$lse,
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim);
+  let results = (outs XF_FloatTensor:$dq, XF_FloatTensor:$dk, XF_FloatTensor:$dv);
+}
+
+def XF_GeluTanhGradOp : XF_GradOp<"gelu_tanh_grad",
+    [AllTypesMatch<["dy", "input", "result"]>]> {
+  let summary = "dX of xf.gelu_tanh";
+  let description = [{ `dy * gelu_tanh'(input)`. }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input);
+  let results = (outs XF_FloatTensor:$result);
+}
+
+def XF_SwiGLUGradOp : XF_GradOp<"swiglu_grad",
+    [AllTypesMatch<["dy", "gate", "up", "dgate", "dup"]>]> {
+  let summary = "d(gate) and d(up) of xf.swiglu";
+  let description = [{ `dgate = dy * up * silu'(gate)`, `dup = dy * silu(gate)`. }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$gate, XF_FloatTensor:$up);
+  let results = (outs XF_FloatTensor:$dgate, XF_FloatTensor:$dup);
+}
+
+def XF_ConcatOp : XF_GradOp<"concat"> {
+  let summary = "concatenate along the last dimension (the backward of xf.split)";
+  let description = [{ Inputs [..., d_i]; result [..., Σ d_i]. }];
+  let arguments = (ins Variadic<XF_FloatTensor>:$inputs);
+  let results = (outs XF_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def XF_CrossEntropyGradOp : XF_GradOp<"cross_entropy_grad",
+    [AllTypesMatch<["logits", "result"]>]> {
+  let summary = "dLogits of the loss: (softmax(logits) - onehot(targets)) · scale";
+  let description = [{
+    `scale` is 1 / (tokens per microbatch × microbatches): the step's loss is
+    the mean over every token of every microbatch.
+  }];
+  let arguments = (ins XF_FloatTensor:$logits, XF_IdTensor:$targets, F64Attr:$scale);
+  let results = (outs XF_FloatTensor:$result);
+}
+
+def XF_AccumulateGradOp : XF_Op<"accumulate_grad", [MemoryEffects<[MemWrite]>]> {
+  let summary = "add a gradient contribution into a parameter's gradient";
+  let description = [{
+    `grad(name) += grad`; the gradients are zeroed at the start of each step
+    and accumulate over uses (a tied embedding) and microbatches. Naming
+    rules (`{i}` inside layer bodies only) are those of xf.param.
+
+    ```mlir
+    xf.accumulate_grad "model.norm.weight", %dw : tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, XF_FloatTensor:$grad);
+  let assemblyFormat = "$name `,` $grad attr-dict `:` type($grad)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer (the body of the function marked xf.optimizer)
+//===----------------------------------------------------------------------===//
+
+def XF_ClipGradNormOp : XF_Op<"clip_grad_norm", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "global-norm gradient clipping over every parameter";
+  let description = [{
+    Computes the global L2 norm of all gradients (reported every step) and,
+    when `max_norm` > 0, scales them by min(1, max_norm / (norm + 1e-6)) as
+    torch.nn.utils.clip_grad_norm_ does.
+  }];
+  let arguments = (ins F64Attr:$max_norm);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def XF_AdamWOp : XF_Op<"adamw", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "one torch.optim.AdamW step on every parameter";
+  let description = [{
+    Decoupled weight decay applies to matrices only: parameters of rank 2
+    that are not read by an xf.embedding or xf.add_position_embedding; never
+    to norms, biases and embeddings (a tied embedding is an embedding). The
+    learning rate comes from the module's `xf.lr_schedule`.
+  }];
+  let arguments = (ins F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps, F64Attr:$weight_decay);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def XF_SGDOp : XF_Op<"sgd", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "one torch.optim.SGD step on every parameter";
+  let description = [{ Momentum 0 is plain SGD; weight decay as for xf.adamw. }];
+  let arguments = (ins F64Attr:$momentum, F64Attr:$weight_decay);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+#endif

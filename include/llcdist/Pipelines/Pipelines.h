@@ -1,0 +1,33 @@
+//===- Pipelines.h - the pipelines llc-dist compile runs -------*- C++ -*-===//
+#ifndef LLCDIST_PIPELINES_PIPELINES_H
+#define LLCDIST_PIPELINES_PIPELINES_H
+
+#include "llcdist/Dialect/XF/Transforms/Passes.h"
+
+#include <string>
+
+namespace llcdist {
+
+/// Options of `llc-dist compile` that shape the training step.
+struct TrainingPipelineOptions {
+  xf::ForwardPipelineOptions mesh;
+  std::string optimizer = "adamw";   ///< adamw | sgd
+  std::string schedule = "constant"; ///< constant | cosine
+  double lr = 1e-3, minLr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weightDecay = -1; ///< -1: torch's default for the optimizer
+  double momentum = 0, gradClip = 0;
+  int64_t warmup = 0, totalSteps = 0;
+};
+
+/// The forward pipeline, then llcdist-autodiff, llcdist-add-optimizer,
+/// llcdist-lower-to-plan and, on the program, llcdist-plan-memory: the
+/// pipeline of `llc-dist compile --emit plan`.
+void buildTrainingPipeline(mlir::OpPassManager &pm,
+                           const TrainingPipelineOptions &options);
+
+/// Registers the textual pipeline `llcdist-train`.
+void registerPipelines();
+
+} // namespace llcdist
+
+#endif

@@ -1,0 +1,764 @@
+//===- XFToPlan.cpp - lower the xf training step to a plan.program --------===//
+//
+// One kernel call (or two, for an unfused gradient) per xf op, each value in
+// its own buffer. Layer calls are expanded: a layer body is lowered once per
+// call with `{i}` bound to the call's index, so the program lists every
+// layer's kernels and every parameter's buffers.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Conversion/Passes.h"
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+
+#define DEBUG_TYPE "llcdist-lower-to-plan"
+
+namespace llcdist {
+#define GEN_PASS_DEF_LOWERTOPLAN
+#include "llcdist/Conversion/Passes.h.inc"
+} // namespace llcdist
+
+using namespace mlir;
+using namespace llcdist;
+using namespace llcdist::xf;
+namespace plan = llcdist::plan;
+
+namespace {
+using Buf = FlatSymbolRefAttr;
+
+int64_t numel(Value v) { return cast<RankedTensorType>(v.getType()).getNumElements(); }
+int64_t lastDim(Value v) { return cast<RankedTensorType>(v.getType()).getShape().back(); }
+int64_t dim(Value v, unsigned i) { return cast<RankedTensorType>(v.getType()).getDimSize(i); }
+
+std::string instantiate(StringRef name, int64_t layer) {
+  std::string s = name.str();
+  if (layer < 0)
+    return s;
+  for (size_t pos; (pos = s.find(kLayerPlaceholder)) != std::string::npos;)
+    s.replace(pos, sizeof(kLayerPlaceholder) - 1, std::to_string(layer));
+  return s;
+}
+
+struct ParamInfo {
+  RankedTensorType type;
+  Buf value, grad;
+  bool isTable = false;      // read by an embedding: no weight decay
+  bool isNormWeight = false; // initialized to ones
+  bool isNormOrBias = false; // rank-1
+};
+
+/// Values' buffers within one instantiation of a function body.
+struct Scope {
+  llvm::DenseMap<Value, SmallVector<Buf, 2>> bufs;
+  int64_t layer = -1;
+};
+
+class Lowering {
+public:
+  explicit Lowering(ModuleOp module)
+      : module(module), ctx(module.getContext()), b(ctx), symbols(module) {}
+
+  LogicalResult run();
+
+private:
+  // --- buffers, params, kernels -------------------------------------------
+  Buf newBuffer(std::string name, StringRef kind, Type type) {
+    // Names are unique: a repeated one (a split's results) gets #1, #2, ...
+    if (unsigned n = bufferNames[name]++)
+      name += "#" + std::to_string(n);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(firstSubroutine);
+    std::string sym = "b" + std::to_string(nextBuffer++);
+    plan::BufferOp::create(b, module.getLoc(), b.getStringAttr(sym),
+                           TypeAttr::get(type), b.getStringAttr(name),
+                           b.getStringAttr(kind), IntegerAttr());
+    return FlatSymbolRefAttr::get(ctx, sym);
+  }
+  RankedTensorType f32(ArrayRef<int64_t> dims) {
+    return RankedTensorType::get(dims, b.getF32Type());
+  }
+  ParamInfo &param(const std::string &name, RankedTensorType type) {
+    auto [it, inserted] = params.try_emplace(name);
+    if (inserted) {
+      it->second.type = type;
+      it->second.value = newBuffer(name, "param", type);
+      it->second.grad = newBuffer(name + ".grad", "grad", type);
+      it->second.isNormOrBias = type.getRank() == 1;
+      paramOrder.push_back(name);
+    }
+    return it->second;
+  }
+  std::string label(Operation *op, Scope &s) {
+    std::string scope;
+    if (auto nl = dyn_cast<NameLoc>(op->getLoc()))
+      scope = instantiate(nl.getName().getValue(), s.layer);
+    return scope + ":" + op->getName().stripDialect().str();
+  }
+  Buf def(Scope &s, Value v, Operation *op, StringRef suffix = "") {
+    Buf buf = newBuffer(label(op, s) + suffix.str(), "activation", v.getType());
+    s.bufs[v] = {buf};
+    return buf;
+  }
+  Buf use(Scope &s, Value v) {
+    auto it = s.bufs.find(v);
+    assert(it != s.bufs.end() && "value lowered before its use");
+    return it->second.front();
+  }
+  Location provenance(Operation *op, Scope &s) {
+    if (auto nl = dyn_cast<NameLoc>(op->getLoc()))
+      return NameLoc::get(b.getStringAttr(instantiate(nl.getName().getValue(), s.layer)),
+                          nl.getChildLoc());
+    return op->getLoc();
+  }
+  void kernel(StringRef name, ArrayRef<NamedAttribute> args,
+              ArrayRef<NamedAttribute> attrs, Location loc) {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToEnd(&current.getBody().front());
+    plan::KernelOp::create(b, loc, name, b.getDictionaryAttr(args),
+                           b.getDictionaryAttr(attrs));
+  }
+  NamedAttribute arg(StringRef role, Attribute buf) { return b.getNamedAttr(role, buf); }
+  NamedAttribute i64(StringRef n, int64_t v) { return b.getNamedAttr(n, b.getI64IntegerAttr(v)); }
+  NamedAttribute f64(StringRef n, double v) { return b.getNamedAttr(n, b.getF64FloatAttr(v)); }
+  NamedAttribute flag(StringRef n, bool v) { return b.getNamedAttr(n, b.getBoolAttr(v)); }
+  NamedAttribute str(StringRef n, StringRef v) { return b.getNamedAttr(n, b.getStringAttr(v)); }
+  NamedAttribute layout(WeightLayout l) {
+    return str("layout", l == WeightLayout::OutIn ? "out_in" : "in_out");
+  }
+
+  // --- gradients computed straight into a parameter's gradient ------------
+  static bool isFusable(Operation *op) {
+    return isa_and_nonnull<LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
+                           AddPositionEmbeddingGradOp, RMSNormGradWeightOp,
+                           LayerNormGradParamsOp>(op);
+  }
+  /// True when every result of `v`'s defining op is only added into a
+  /// parameter's gradient: the kernel then writes the gradients directly.
+  static bool isFused(Value v) {
+    Operation *d = v.getDefiningOp();
+    if (!isFusable(d))
+      return false;
+    return llvm::all_of(d->getResults(), [](Value r) {
+      return r.hasOneUse() && isa<AccumulateGradOp>(*r.getUsers().begin());
+    });
+  }
+  /// Where weight-gradient result `r` goes, and whether the kernel adds.
+  std::pair<Buf, bool> gradTarget(Scope &s, Value r, Operation *op) {
+    if (isFused(r)) {
+      auto acc = cast<AccumulateGradOp>(*r.getUsers().begin());
+      return {params.find(instantiate(acc.getName(), s.layer))->second.grad, true};
+    }
+    return {def(s, r, op, ".grad"), false};
+  }
+
+  // --- lowering --------------------------------------------------------------
+  LogicalResult lowerBlock(Block &block, Scope &s);
+  LogicalResult lowerOp(Operation *op, Scope &s);
+  LogicalResult lowerLayer(LayerOp call, Scope &s);
+  LogicalResult lowerOptimizer(func::FuncOp fn);
+  DictionaryAttr manifest(func::FuncOp entry);
+  DictionaryAttr initOf(const std::string &name, const ParamInfo &p);
+
+  ModuleOp module;
+  MLIRContext *ctx;
+  OpBuilder b;
+  SymbolTable symbols;
+  plan::ProgramOp program;
+  plan::SubroutineOp firstSubroutine, stepBegin, forward, backward, optimizer, current;
+  int64_t nextBuffer = 0;
+  llvm::StringMap<unsigned> bufferNames;
+  llvm::StringMap<ParamInfo> params;
+  std::vector<std::string> paramOrder;
+  Buf lossBuf, gradNormBuf;
+  int64_t microbatches = 1, numLayers = 0;
+  std::string arch;
+  // Optimizer choice, for the manifest.
+  DictionaryAttr optimizerAttrs;
+  double gradClip = 0;
+};
+
+LogicalResult Lowering::lowerLayer(LayerOp call, Scope &s) {
+  auto fn = symbols.lookup<func::FuncOp>(call.getCallee());
+  if (!fn)
+    return call.emitOpError("callee not found");
+  Scope inner;
+  inner.layer = call.getIndexAttr().getInt();
+  Block &body = fn.getBody().front();
+  for (auto [a, operand] : llvm::zip(body.getArguments(), call.getOperands()))
+    inner.bufs[a] = s.bufs.lookup(operand);
+  if (failed(lowerBlock(body, inner)))
+    return failure();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  for (auto [r, v] : llvm::zip(call.getResults(), ret.getOperands()))
+    s.bufs[r] = inner.bufs.lookup(v);
+  return success();
+}
+
+LogicalResult Lowering::lowerBlock(Block &block, Scope &s) {
+  for (Operation &op : block.without_terminator())
+    if (failed(lowerOp(&op, s)))
+      return failure();
+  return success();
+}
+
+LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
+  Location loc = provenance(op, s);
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](ParamOp p) {
+        ParamInfo &info = param(instantiate(p.getName(), s.layer), p.getType());
+        s.bufs[p.getResult()] = {info.value};
+        for (Operation *user : p->getUsers()) {
+          if (isa<EmbeddingOp, AddPositionEmbeddingOp>(user) &&
+              user->getOperand(1) == p.getResult())
+            info.isTable = true;
+          if (isa<LayerNormOp, RMSNormOp>(user) && user->getOperand(1) == p.getResult())
+            info.isNormWeight = true;
+        }
+        return success();
+      })
+      .Case([&](LayerOp l) { return lowerLayer(l, s); })
+      .Case([&](EmbeddingOp e) {
+        Buf out = def(s, e.getResult(), op);
+        kernel("embedding_fwd",
+               {arg("ids", use(s, e.getIds())), arg("table", use(s, e.getTable())),
+                arg("out", out)},
+               {i64("M", numel(e.getIds())), i64("V", dim(e.getTable(), 0)),
+                i64("H", dim(e.getTable(), 1))},
+               loc);
+        return success();
+      })
+      .Case([&](AddPositionEmbeddingOp e) {
+        Buf y = def(s, e.getResult(), op);
+        kernel("pos_embedding_fwd",
+               {arg("x", use(s, e.getInput())), arg("wpe", use(s, e.getTable())),
+                arg("y", y)},
+               {i64("B", dim(e.getInput(), 0)), i64("S", dim(e.getInput(), 1)),
+                i64("H", dim(e.getInput(), 2)), i64("P", dim(e.getTable(), 0))},
+               loc);
+        return success();
+      })
+      .Case([&](LayerNormOp ln) {
+        int64_t rows = numel(ln.getInput()) / lastDim(ln.getInput());
+        Buf y = def(s, ln.getResult(), op);
+        Buf mean = newBuffer(label(op, s) + ".mean", "activation", f32({rows}));
+        Buf rstd = newBuffer(label(op, s) + ".rstd", "activation", f32({rows}));
+        if (ln.getStats())
+          s.bufs[ln.getStats()] = {mean, rstd};
+        kernel("layer_norm_fwd",
+               {arg("x", use(s, ln.getInput())), arg("gamma", use(s, ln.getWeight())),
+                arg("beta", use(s, ln.getBias())), arg("y", y), arg("mean", mean),
+                arg("rstd", rstd)},
+               {i64("M", rows), i64("H", lastDim(ln.getInput())),
+                f64("eps", ln.getEps().convertToDouble())},
+               loc);
+        return success();
+      })
+      .Case([&](RMSNormOp rn) {
+        int64_t rows = numel(rn.getInput()) / lastDim(rn.getInput());
+        Buf y = def(s, rn.getResult(), op);
+        Buf rstd = newBuffer(label(op, s) + ".rstd", "activation", f32({rows}));
+        if (rn.getStats())
+          s.bufs[rn.getStats()] = {rstd};
+        kernel("rms_norm_fwd",
+               {arg("x", use(s, rn.getInput())), arg("weight", use(s, rn.getWeight())),
+                arg("y", y), arg("rstd", rstd)},
+               {i64("M", rows), i64("H", lastDim(rn.getInput())),
+                f64("eps", rn.getEps().convertToDouble())},
+               loc);
+        return success();
+      })
+      .Case([&](LinearOp lin) {
+        int64_t k = lastDim(lin.getInput()), n = lastDim(lin.getResult());
+        Buf y = def(s, lin.getResult(), op);
+        SmallVector<NamedAttribute> args{arg("x", use(s, lin.getInput())),
+                                         arg("w", use(s, lin.getWeight())),
+                                         arg("y", y)};
+        if (lin.getBias())
+          args.push_back(arg("bias", use(s, lin.getBias())));
+        kernel("linear_fwd", args,
+               {i64("M", numel(lin.getInput()) / k), i64("K", k), i64("N", n),
+                layout(lin.getLayout())},
+               loc);
+        return success();
+      })
+      .Case([&](SplitOp sp) {
+        SmallVector<Attribute> outs, sizes;
+        for (Value r : sp.getResults()) {
+          outs.push_back(def(s, r, op));
+          sizes.push_back(b.getI64IntegerAttr(lastDim(r)));
+        }
+        kernel("split_fwd",
+               {arg("x", use(s, sp.getInput())), arg("outs", b.getArrayAttr(outs))},
+               {i64("rows", numel(sp.getInput()) / lastDim(sp.getInput())),
+                b.getNamedAttr("sizes", b.getArrayAttr(sizes))},
+               loc);
+        return success();
+      })
+      .Case([&](RopeOp r) {
+        Buf y = def(s, r.getResult(), op);
+        SmallVector<NamedAttribute> attrs{
+            i64("B", dim(r.getInput(), 0)), i64("S", dim(r.getInput(), 1)),
+            i64("n", lastDim(r.getInput()) / int64_t(r.getHeadDim())),
+            i64("hd", r.getHeadDim()), f64("theta", r.getTheta().convertToDouble())};
+        if (auto sc = r.getScalingAttr()) {
+          attrs.push_back(flag("llama3", true));
+          for (StringRef key : {"factor", "low_freq_factor", "high_freq_factor",
+                                "original_max_position_embeddings"})
+            attrs.push_back(f64(key, sc.getAs<FloatAttr>(key).getValueAsDouble()));
+        }
+        kernel("rope_fwd", {arg("x", use(s, r.getInput())), arg("y", y)}, attrs, loc);
+        return success();
+      })
+      .Case([&](AttentionOp at) {
+        Buf out = def(s, at.getResult(), op);
+        int64_t B = dim(at.getQ(), 0), S = dim(at.getQ(), 1);
+        Buf lse = newBuffer(label(op, s) + ".lse", "activation",
+                            f32({B, int64_t(at.getNumHeads()), S}));
+        if (at.getLse())
+          s.bufs[at.getLse()] = {lse};
+        kernel("attention_fwd",
+               {arg("q", use(s, at.getQ())), arg("k", use(s, at.getK())),
+                arg("v", use(s, at.getV())), arg("out", out), arg("lse", lse)},
+               {i64("B", B), i64("S", S), i64("nh", at.getNumHeads()),
+                i64("nkv", at.getNumKvHeads()), i64("hd", at.getHeadDim())},
+               loc);
+        return success();
+      })
+      .Case([&](GeluTanhOp g) {
+        Buf y = def(s, g.getResult(), op);
+        kernel("gelu_tanh_fwd", {arg("x", use(s, g.getInput())), arg("y", y)},
+               {i64("n", numel(g.getInput()))}, loc);
+        return success();
+      })
+      .Case([&](SwiGLUOp g) {
+        Buf y = def(s, g.getResult(), op);
+        kernel("swiglu_fwd",
+               {arg("gate", use(s, g.getGate())), arg("up", use(s, g.getUp())),
+                arg("y", y)},
+               {i64("n", numel(g.getGate()))}, loc);
+        return success();
+      })
+      .Case([&](AddOp a) {
+        Buf y = def(s, a.getResult(), op);
+        kernel("add",
+               {arg("a", use(s, a.getLhs())), arg("b", use(s, a.getRhs())),
+                arg("y", y)},
+               {i64("n", numel(a.getLhs()))}, loc);
+        return success();
+      })
+      .Case([&](CrossEntropyOp ce) {
+        s.bufs[ce.getLoss()] = {lossBuf};
+        kernel("cross_entropy_fwd",
+               {arg("logits", use(s, ce.getLogits())),
+                arg("targets", use(s, ce.getTargets())), arg("loss", lossBuf)},
+               {i64("M", numel(ce.getTargets())), i64("V", lastDim(ce.getLogits())),
+                f64("scale", 1.0 / double(microbatches))},
+               loc);
+        return success();
+      })
+      // --- backward -----------------------------------------------------------
+      .Case([&](CrossEntropyGradOp g) {
+        current = backward;
+        Buf d = def(s, g.getResult(), op);
+        kernel("cross_entropy_bwd",
+               {arg("logits", use(s, g.getLogits())),
+                arg("targets", use(s, g.getTargets())), arg("dlogits", d)},
+               {i64("M", numel(g.getTargets())), i64("V", lastDim(g.getLogits())),
+                f64("scale", g.getScale().convertToDouble())},
+               loc);
+        return success();
+      })
+      .Case([&](LinearGradInputOp g) {
+        int64_t k = lastDim(g.getResult()), n = lastDim(g.getDy());
+        Buf dx = def(s, g.getResult(), op);
+        kernel("linear_bwd_input",
+               {arg("dy", use(s, g.getDy())), arg("w", use(s, g.getWeight())),
+                arg("dx", dx)},
+               {i64("M", numel(g.getDy()) / n), i64("K", k), i64("N", n),
+                layout(g.getLayout()), flag("accumulate", false)},
+               loc);
+        return success();
+      })
+      .Case([&](LinearGradWeightOp g) {
+        int64_t k = lastDim(g.getInput()), n = lastDim(g.getDy());
+        auto [dw, acc] = gradTarget(s, g.getResult(), op);
+        kernel("linear_bwd_weight",
+               {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())),
+                arg("dw", dw)},
+               {i64("M", numel(g.getDy()) / n), i64("K", k), i64("N", n),
+                layout(g.getLayout()), flag("accumulate", acc)},
+               loc);
+        return success();
+      })
+      .Case([&](LinearGradBiasOp g) {
+        int64_t n = lastDim(g.getDy());
+        auto [db, acc] = gradTarget(s, g.getResult(), op);
+        kernel("linear_bwd_bias", {arg("dy", use(s, g.getDy())), arg("db", db)},
+               {i64("M", numel(g.getDy()) / n), i64("N", n), flag("accumulate", acc)},
+               loc);
+        return success();
+      })
+      .Case([&](EmbeddingGradOp g) {
+        auto [dt, acc] = gradTarget(s, g.getResult(), op);
+        kernel("embedding_bwd_weight",
+               {arg("ids", use(s, g.getIds())), arg("dout", use(s, g.getDy())),
+                arg("dtable", dt)},
+               {i64("M", numel(g.getIds())), i64("V", dim(g.getResult(), 0)),
+                i64("H", dim(g.getResult(), 1)), flag("accumulate", acc)},
+               loc);
+        return success();
+      })
+      .Case([&](AddPositionEmbeddingGradOp g) {
+        auto [dt, acc] = gradTarget(s, g.getResult(), op);
+        kernel("pos_embedding_bwd_weight", {arg("dy", use(s, g.getDy())), arg("dwpe", dt)},
+               {i64("B", dim(g.getDy(), 0)), i64("S", dim(g.getDy(), 1)),
+                i64("H", dim(g.getDy(), 2)), i64("P", dim(g.getResult(), 0)),
+                flag("accumulate", acc)},
+               loc);
+        return success();
+      })
+      .Case([&](LayerNormGradInputOp g) {
+        auto st = s.bufs.lookup(g.getStats());
+        Buf dx = def(s, g.getResult(), op);
+        kernel("layer_norm_bwd_input",
+               {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())),
+                arg("gamma", use(s, g.getWeight())), arg("mean", st[0]),
+                arg("rstd", st[1]), arg("dx", dx)},
+               {i64("M", numel(g.getDy()) / lastDim(g.getDy())),
+                i64("H", lastDim(g.getDy()))},
+               loc);
+        return success();
+      })
+      .Case([&](LayerNormGradParamsOp g) {
+        auto st = s.bufs.lookup(g.getStats());
+        auto [dg, acc] = gradTarget(s, g.getDweight(), op);
+        auto [db, acc2] = gradTarget(s, g.getDbias(), op);
+        (void)acc2; // fused together or not at all (isFused checks both)
+        kernel("layer_norm_bwd_weight",
+               {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())),
+                arg("mean", st[0]), arg("rstd", st[1]), arg("dgamma", dg),
+                arg("dbeta", db)},
+               {i64("M", numel(g.getDy()) / lastDim(g.getDy())),
+                i64("H", lastDim(g.getDy())), flag("accumulate", acc)},
+               loc);
+        return success();
+      })
+      .Case([&](RMSNormGradInputOp g) {
+        Buf dx = def(s, g.getResult(), op);
+        kernel("rms_norm_bwd_input",
+               {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())),
+                arg("weight", use(s, g.getWeight())),
+                arg("rstd", use(s, g.getStats())), arg("dx", dx)},
+               {i64("M", numel(g.getDy()) / lastDim(g.getDy())),
+                i64("H", lastDim(g.getDy()))},
+               loc);
+        return success();
+      })
+      .Case([&](RMSNormGradWeightOp g) {
+        auto [dw, acc] = gradTarget(s, g.getResult(), op);
+        kernel("rms_norm_bwd_weight",
+               {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())),
+                arg("rstd", use(s, g.getStats())), arg("dweight", dw)},
+               {i64("M", numel(g.getDy()) / lastDim(g.getDy())),
+                i64("H", lastDim(g.getDy())), flag("accumulate", acc)},
+               loc);
+        return success();
+      })
+      .Case([&](RopeGradOp r) {
+        Buf dx = def(s, r.getResult(), op);
+        SmallVector<NamedAttribute> attrs{
+            i64("B", dim(r.getDy(), 0)), i64("S", dim(r.getDy(), 1)),
+            i64("n", lastDim(r.getDy()) / int64_t(r.getHeadDim())),
+            i64("hd", r.getHeadDim()), f64("theta", r.getTheta().convertToDouble())};
+        if (auto sc = r.getScalingAttr()) {
+          attrs.push_back(flag("llama3", true));
+          for (StringRef key : {"factor", "low_freq_factor", "high_freq_factor",
+                                "original_max_position_embeddings"})
+            attrs.push_back(f64(key, sc.getAs<FloatAttr>(key).getValueAsDouble()));
+        }
+        kernel("rope_bwd", {arg("dy", use(s, r.getDy())), arg("dx", dx)}, attrs, loc);
+        return success();
+      })
+      .Case([&](AttentionGradOp g) {
+        Buf dq = def(s, g.getDq(), op, ".dq");
+        Buf dk = def(s, g.getDk(), op, ".dk");
+        Buf dv = def(s, g.getDv(), op, ".dv");
+        kernel("attention_bwd",
+               {arg("dout", use(s, g.getDout())), arg("q", use(s, g.getQ())),
+                arg("k", use(s, g.getK())), arg("v", use(s, g.getV())),
+                arg("out", use(s, g.getOut())), arg("lse", use(s, g.getLse())),
+                arg("dq", dq), arg("dk", dk), arg("dv", dv)},
+               {i64("B", dim(g.getQ(), 0)), i64("S", dim(g.getQ(), 1)),
+                i64("nh", g.getNumHeads()), i64("nkv", g.getNumKvHeads()),
+                i64("hd", g.getHeadDim())},
+               loc);
+        return success();
+      })
+      .Case([&](GeluTanhGradOp g) {
+        Buf dx = def(s, g.getResult(), op);
+        kernel("gelu_tanh_bwd",
+               {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())),
+                arg("dx", dx)},
+               {i64("n", numel(g.getDy()))}, loc);
+        return success();
+      })
+      .Case([&](SwiGLUGradOp g) {
+        Buf dg = def(s, g.getDgate(), op, ".dgate");
+        Buf du = def(s, g.getDup(), op, ".dup");
+        kernel("swiglu_bwd",
+               {arg("dy", use(s, g.getDy())), arg("gate", use(s, g.getGate())),
+                arg("up", use(s, g.getUp())), arg("dgate", dg), arg("dup", du)},
+               {i64("n", numel(g.getDy()))}, loc);
+        return success();
+      })
+      .Case([&](ConcatOp c) {
+        SmallVector<Attribute> ins, sizes;
+        for (Value v : c.getInputs()) {
+          ins.push_back(use(s, v));
+          sizes.push_back(b.getI64IntegerAttr(lastDim(v)));
+        }
+        Buf dx = def(s, c.getResult(), op);
+        kernel("split_bwd", {arg("douts", b.getArrayAttr(ins)), arg("dx", dx)},
+               {i64("rows", numel(c.getResult()) / lastDim(c.getResult())),
+                b.getNamedAttr("sizes", b.getArrayAttr(sizes))},
+               loc);
+        return success();
+      })
+      .Case([&](AccumulateGradOp acc) -> LogicalResult {
+        if (isFused(acc.getGrad()))
+          return success(); // written by the gradient's own kernel
+        auto it = params.find(instantiate(acc.getName(), s.layer));
+        if (it == params.end())
+          return acc.emitOpError("gradient of a parameter that is never read");
+        kernel("accumulate", {arg("x", use(s, acc.getGrad())), arg("y", it->second.grad)},
+               {i64("n", numel(acc.getGrad()))}, loc);
+        return success();
+      })
+      .Default([&](Operation *o) {
+        return o->emitOpError("llcdist-lower-to-plan: no lowering for this op");
+      });
+}
+
+DictionaryAttr Lowering::initOf(const std::string &name, const ParamInfo &p) {
+  if (p.isNormWeight)
+    return b.getDictionaryAttr({str("kind", "ones")});
+  if (p.isNormOrBias)
+    return b.getDictionaryAttr({str("kind", "zeros")});
+  double std = 0.02; // Hugging Face's initializer_range default
+  // GPT-2 scales its residual projections by 1/sqrt(2·layers) at init.
+  if (arch == "GPT2LMHeadModel" && StringRef(name).ends_with("c_proj.weight"))
+    std /= std::sqrt(2.0 * double(numLayers));
+  return b.getDictionaryAttr({str("kind", "normal"), f64("std", std)});
+}
+
+LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
+  current = optimizer;
+  SmallVector<Attribute> grads;
+  for (const std::string &name : paramOrder)
+    grads.push_back(params[name].grad);
+  for (Operation &op : fn.getBody().front().without_terminator()) {
+    if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+      gradClip = clip.getMaxNorm().convertToDouble();
+      kernel("grad_norm", {arg("grads", b.getArrayAttr(grads)), arg("norm", gradNormBuf)},
+             {f64("max_norm", gradClip)}, op.getLoc());
+      continue;
+    }
+    auto adamw = dyn_cast<AdamWOp>(op);
+    auto sgd = dyn_cast<SGDOp>(op);
+    if (!adamw && !sgd)
+      return op.emitOpError("llcdist-lower-to-plan: unexpected op in the optimizer step");
+    double wd = adamw ? adamw.getWeightDecay().convertToDouble()
+                      : sgd.getWeightDecay().convertToDouble();
+    optimizerAttrs =
+        adamw ? b.getDictionaryAttr({str("kind", "adamw"),
+                                     f64("beta1", adamw.getBeta1().convertToDouble()),
+                                     f64("beta2", adamw.getBeta2().convertToDouble()),
+                                     f64("eps", adamw.getEps().convertToDouble()),
+                                     f64("weight_decay", wd)})
+              : b.getDictionaryAttr({str("kind", "sgd"),
+                                     f64("momentum", sgd.getMomentum().convertToDouble()),
+                                     f64("weight_decay", wd)});
+    for (const std::string &name : paramOrder) {
+      ParamInfo &p = params[name];
+      bool decays = p.type.getRank() >= 2 && !p.isTable;
+      SmallVector<Attribute> state;
+      Location loc = NameLoc::get(b.getStringAttr(name), op.getLoc());
+      if (adamw) {
+        Buf m = newBuffer(name + ".exp_avg", "optimizer_state", p.type);
+        Buf v = newBuffer(name + ".exp_avg_sq", "optimizer_state", p.type);
+        state = {m, v};
+        kernel("adamw",
+               {arg("param", p.value), arg("grad", p.grad), arg("m", m), arg("v", v)},
+               {f64("beta1", adamw.getBeta1().convertToDouble()),
+                f64("beta2", adamw.getBeta2().convertToDouble()),
+                f64("eps", adamw.getEps().convertToDouble()),
+                f64("weight_decay", decays ? wd : 0.0)},
+               loc);
+      } else {
+        double mom = sgd.getMomentum().convertToDouble();
+        SmallVector<NamedAttribute> args{arg("param", p.value), arg("grad", p.grad)};
+        if (mom != 0) {
+          Buf buf = newBuffer(name + ".momentum_buffer", "optimizer_state", p.type);
+          state = {buf};
+          args.push_back(arg("momentum_buf", buf));
+        }
+        kernel("sgd", args, {f64("momentum", mom), f64("weight_decay", decays ? wd : 0.0)},
+               loc);
+      }
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPoint(firstSubroutine);
+      plan::ParamOp::create(b, loc, b.getStringAttr(name), p.value, p.grad,
+                            b.getArrayAttr(state), initOf(name, p),
+                            b.getBoolAttr(decays));
+    }
+  }
+  if (!optimizerAttrs)
+    return fn.emitError("llcdist-lower-to-plan: the optimizer step has no "
+                        "xf.adamw or xf.sgd");
+  return success();
+}
+
+DictionaryAttr Lowering::manifest(func::FuncOp entry) {
+  auto model = module->getAttrOfType<DictionaryAttr>(kModelAttr);
+  auto get = [&](StringRef k) -> Attribute { return model ? model.get(k) : Attribute(); };
+  auto ids = cast<RankedTensorType>(entry.getArgument(0).getType());
+  int64_t dp = 1, tp = 1, pp = 1;
+  if (auto grid = module.lookupSymbol<shard::GridOp>("mesh")) {
+    auto shape = grid.getShape();
+    if (shape.size() == 3)
+      dp = shape[0], tp = shape[1], pp = shape[2];
+  }
+  SmallVector<NamedAttribute> m{
+      b.getNamedAttr("model",
+                     b.getDictionaryAttr({
+                         b.getNamedAttr("name", get("name") ? get("name") : b.getStringAttr("model")),
+                         b.getNamedAttr("architecture", get("architecture") ? get("architecture") : b.getStringAttr("")),
+                         b.getNamedAttr("vocab_size", get("vocab_size") ? get("vocab_size") : b.getI64IntegerAttr(0)),
+                         str("dtype", "f32"),
+                     })),
+      b.getNamedAttr("batch",
+                     b.getDictionaryAttr({
+                         i64("seq_len", ids.getDimSize(1)),
+                         i64("micro_batch", ids.getDimSize(0) / dp),
+                         i64("microbatches", microbatches),
+                         i64("dp", dp),
+                         i64("global_batch", ids.getDimSize(0) * microbatches),
+                     })),
+      b.getNamedAttr("mesh", b.getDictionaryAttr({i64("dp", dp), i64("tp", tp), i64("pp", pp)})),
+      b.getNamedAttr("optimizer", optimizerAttrs),
+      f64("grad_clip", gradClip),
+  };
+  if (auto lr = module->getAttrOfType<DictionaryAttr>("xf.lr_schedule"))
+    m.push_back(b.getNamedAttr("lr_schedule", lr));
+  return b.getDictionaryAttr(m);
+}
+
+LogicalResult Lowering::run() {
+  func::FuncOp entry = getEntryFunction(module);
+  if (!entry)
+    return failure();
+  if (!entry->hasAttr("xf.train_step"))
+    return entry.emitError("llcdist-lower-to-plan: run llcdist-autodiff first "
+                           "(@") << entry.getSymName() << " is not a training step)";
+  func::FuncOp opt;
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (fn->hasAttr("xf.optimizer"))
+      opt = fn;
+  if (!opt)
+    return module.emitError("llcdist-lower-to-plan: run llcdist-add-optimizer "
+                            "first (no function is marked xf.optimizer)");
+  // The CPU runtime executes f32 (mixed precision comes with issue #6).
+  WalkResult dtypes = module.walk([&](Operation *op) -> WalkResult {
+    for (Type t : op->getResultTypes())
+      if (auto rt = dyn_cast<RankedTensorType>(t))
+        if (!rt.getElementType().isF32() && !rt.getElementType().isInteger(32)) {
+          op->emitError("llcdist-lower-to-plan: element type ")
+              << rt.getElementType()
+              << " cannot be executed yet: the runtime runs f32 plans "
+                 "(compile with --dtype f32)";
+          return WalkResult::interrupt();
+        }
+    return WalkResult::advance();
+  });
+  if (dtypes.wasInterrupted())
+    return failure();
+
+  if (auto model = module->getAttrOfType<DictionaryAttr>(kModelAttr)) {
+    if (auto n = model.getAs<IntegerAttr>("microbatches"))
+      microbatches = std::max<int64_t>(1, n.getInt());
+    if (auto a = model.getAs<StringAttr>("architecture"))
+      arch = a.str();
+    if (auto n = model.getAs<IntegerAttr>("num_layers"))
+      numLayers = n.getInt();
+  }
+
+  b.setInsertionPointToEnd(module.getBody());
+  program = plan::ProgramOp::create(b, module.getLoc(), "stage0", IntegerAttr());
+  b.setInsertionPointToStart(&program.getBody().emplaceBlock());
+  stepBegin = plan::SubroutineOp::create(b, module.getLoc(), "step_begin");
+  forward = plan::SubroutineOp::create(b, module.getLoc(), "forward");
+  backward = plan::SubroutineOp::create(b, module.getLoc(), "backward");
+  optimizer = plan::SubroutineOp::create(b, module.getLoc(), "optimizer");
+  for (auto sub : {stepBegin, forward, backward, optimizer})
+    sub.getBody().emplaceBlock();
+  firstSubroutine = stepBegin;
+
+  // Inputs and metrics.
+  Scope top;
+  Buf ids = newBuffer("input_ids", "input", entry.getArgument(0).getType());
+  Buf targets = newBuffer("labels", "input", entry.getArgument(1).getType());
+  lossBuf = newBuffer("loss", "metric", f32({1}));
+  gradNormBuf = newBuffer("grad_norm", "metric", f32({1}));
+  top.bufs[entry.getArgument(0)] = {ids};
+  top.bufs[entry.getArgument(1)] = {targets};
+  auto ids_t = cast<RankedTensorType>(entry.getArgument(0).getType());
+  current = forward;
+  kernel("load_microbatch", {arg("ids", ids), arg("targets", targets)},
+         {i64("B", ids_t.getDimSize(0)), i64("S", ids_t.getDimSize(1))},
+         entry.getLoc());
+  if (failed(lowerBlock(entry.getBody().front(), top)) || failed(lowerOptimizer(opt)))
+    return failure();
+
+  // step_begin: zero every gradient and the loss.
+  current = stepBegin;
+  SmallVector<Attribute> zeroed;
+  for (const std::string &name : paramOrder)
+    zeroed.push_back(params[name].grad);
+  zeroed.push_back(lossBuf);
+  kernel("zero", {arg("x", b.getArrayAttr(zeroed))}, {}, entry.getLoc());
+
+  // The schedule of one step.
+  b.setInsertionPointToEnd(&program.getBody().front());
+  auto sched = plan::ScheduleOp::create(b, module.getLoc());
+  b.setInsertionPointToStart(&sched.getBody().emplaceBlock());
+  auto action = [&](plan::SubroutineOp sub, std::optional<int64_t> mb) {
+    plan::ActionOp::create(b, module.getLoc(), FlatSymbolRefAttr::get(sub.getSymNameAttr()),
+                           mb ? b.getI64IntegerAttr(*mb) : IntegerAttr());
+  };
+  action(stepBegin, std::nullopt);
+  for (int64_t j = 0; j < microbatches; ++j) {
+    action(forward, j);
+    action(backward, j);
+  }
+  action(optimizer, std::nullopt);
+
+  module->setAttr(plan::kManifestAttr, manifest(entry));
+  // The xf functions are now the plan.
+  for (auto fn : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+    fn.erase();
+  return success();
+}
+
+struct LowerToPlanPass : public llcdist::impl::LowerToPlanBase<LowerToPlanPass> {
+  void runOnOperation() override {
+    if (failed(Lowering(getOperation()).run()))
+      signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,107 @@
+//===- PlanOps.cpp - the plan dialect -------------------------------------===//
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace llcdist::plan;
+
+#include "llcdist/Dialect/Plan/IR/PlanDialect.cpp.inc"
+
+void PlanDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "llcdist/Dialect/Plan/IR/PlanOps.cpp.inc"
+      >();
+}
+
+#define GET_OP_CLASSES
+#include "llcdist/Dialect/Plan/IR/PlanOps.cpp.inc"
+
+namespace {
+/// Checks that `ref` names a plan.buffer of the enclosing program.
+LogicalResult checkBuffer(Operation *op, SymbolTableCollection &symbols,
+                          FlatSymbolRefAttr ref, StringRef role) {
+  if (!symbols.lookupNearestSymbolFrom<BufferOp>(op, ref))
+    return op->emitOpError() << role << " " << ref
+                             << " does not name a plan.buffer";
+  return success();
+}
+} // namespace
+
+int64_t BufferOp::getNumBytes() {
+  auto t = getTensorType();
+  return t.getNumElements() * (t.getElementTypeBitWidth() / 8);
+}
+
+LogicalResult BufferOp::verify() {
+  auto t = dyn_cast<RankedTensorType>(getType());
+  if (!t || !t.hasStaticShape())
+    return emitOpError("type must be a statically shaped tensor, got ")
+           << getType();
+  if (!t.getElementType().isF32() && !t.getElementType().isInteger(32))
+    return emitOpError("element type must be f32 or i32 (what the runtime "
+                       "executes), got ")
+           << t.getElementType();
+  StringRef k = getKind();
+  if (k != "param" && k != "grad" && k != "optimizer_state" &&
+      k != "activation" && k != "input" && k != "metric" && k != "scratch")
+    return emitOpError("unknown buffer kind '") << k << "'";
+  if (auto off = getOffset()) {
+    if (*off < 0 || *off % 64 != 0)
+      return emitOpError("offset must be a non-negative multiple of 64, got ")
+             << *off;
+    if (auto prog = (*this)->getParentOfType<ProgramOp>())
+      if (auto arena = prog.getArenaBytes();
+          arena && *off + getNumBytes() > int64_t(*arena))
+        return emitOpError("ends at byte ")
+               << *off + getNumBytes() << ", past the arena's " << *arena;
+  }
+  return success();
+}
+
+LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(checkBuffer(*this, symbols, getValueAttr(), "value")) ||
+      failed(checkBuffer(*this, symbols, getGradAttr(), "grad")))
+    return failure();
+  for (Attribute a : getState()) {
+    auto ref = dyn_cast<FlatSymbolRefAttr>(a);
+    if (!ref)
+      return emitOpError("state must list buffer symbols");
+    if (failed(checkBuffer(*this, symbols, ref, "state")))
+      return failure();
+  }
+  return success();
+}
+
+LogicalResult KernelOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  for (NamedAttribute arg : getArgs()) {
+    auto check = [&](Attribute a) -> LogicalResult {
+      auto ref = dyn_cast<FlatSymbolRefAttr>(a);
+      if (!ref)
+        return emitOpError("argument '")
+               << arg.getName().getValue()
+               << "' must be a buffer symbol or a list of them";
+      return checkBuffer(*this, symbols, ref,
+                         ("argument '" + arg.getName().getValue() + "'").str());
+    };
+    if (auto list = dyn_cast<ArrayAttr>(arg.getValue())) {
+      for (Attribute a : list)
+        if (failed(check(a)))
+          return failure();
+    } else if (failed(check(arg.getValue()))) {
+      return failure();
+    }
+  }
+  return success();
+}
+
+LogicalResult ActionOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (!symbols.lookupNearestSymbolFrom<SubroutineOp>(*this, getSubroutineAttr()))
+    return emitOpError("subroutine ")
+           << getSubroutineAttr() << " does not name a plan.subroutine";
+  if (getMicrobatch() && int64_t(*getMicrobatch()) < 0)
+    return emitOpError("microbatch must be >= 0");
+  return success();
+}

@@ -1,0 +1,118 @@
+//===- XFTrainingOps.cpp - verifiers of backward and optimizer ops --------===//
+#include "XFVerify.h"
+
+using namespace mlir;
+using namespace llcdist::xf;
+using namespace llcdist::xf::detail;
+
+namespace {
+/// [N, K] for out_in or [K, N] for in_out.
+SmallVector<int64_t> weightShape(WeightLayout layout, int64_t k, int64_t n) {
+  return layout == WeightLayout::OutIn ? SmallVector<int64_t>{n, k}
+                                       : SmallVector<int64_t>{k, n};
+}
+
+LogicalResult checkNonNegative(Operation *op, StringRef what, double v) {
+  if (!(v >= 0.0))
+    return op->emitOpError() << what << " must be >= 0, got " << v;
+  return success();
+}
+} // namespace
+
+LogicalResult LinearGradInputOp::verify() {
+  auto dy = rt(getDy()), w = rt(getWeight()), dx = rt(getResult());
+  if (w.getRank() != 2 || dy.getRank() < 1 || dx.getRank() != dy.getRank())
+    return emitOpError("expects dy [..., N], a rank-2 weight and dx [..., K]");
+  int64_t n = dy.getShape().back(), k = dx.getShape().back();
+  if (w.getShape() != ArrayRef<int64_t>(weightShape(getLayout(), k, n)))
+    return emitOpError("weight ")
+           << w << " does not map dy's " << n << " features to dx's " << k
+           << " in layout " << stringifyWeightLayout(getLayout());
+  if (dy.getShape().drop_back() != dx.getShape().drop_back())
+    return emitOpError("dy and dx differ in their leading dimensions");
+  return sameElementType(*this, {getDy(), getWeight(), getResult()});
+}
+
+LogicalResult LinearGradWeightOp::verify() {
+  auto dy = rt(getDy()), x = rt(getInput()), dw = rt(getResult());
+  if (dy.getRank() < 1 || dy.getShape().drop_back() != x.getShape().drop_back())
+    return emitOpError("dy and input must agree in their leading dimensions");
+  auto want = weightShape(getLayout(), x.getShape().back(), dy.getShape().back());
+  if (dw.getShape() != ArrayRef<int64_t>(want))
+    return emitOpError("result must have the weight's shape [")
+           << llvm::make_range(want.begin(), want.end()) << "], got " << dw;
+  return sameElementType(*this, {getDy(), getInput(), getResult()});
+}
+
+LogicalResult LinearGradBiasOp::verify() {
+  auto dy = rt(getDy());
+  return checkShape(*this, getResult(), "result", {dy.getShape().back()});
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  auto ids = rt(getIds()), dy = rt(getDy()), res = rt(getResult());
+  if (dy.getShape().drop_back() != ids.getShape())
+    return emitOpError("dy must be ids' shape + [hidden], got ") << dy;
+  if (res.getRank() != 2 || res.getDimSize(1) != dy.getShape().back())
+    return emitOpError("result must be [vocab, ")
+           << dy.getShape().back() << "], got " << res;
+  return sameElementType(*this, {getDy(), getResult()});
+}
+
+LogicalResult AddPositionEmbeddingGradOp::verify() {
+  auto dy = rt(getDy()), res = rt(getResult());
+  if (dy.getRank() != 3 || res.getRank() != 2 ||
+      res.getDimSize(1) != dy.getDimSize(2) ||
+      res.getDimSize(0) < dy.getDimSize(1))
+    return emitOpError("expects dy [B, S, H] and a result [P, H] with P >= S; "
+                       "got ")
+           << dy << " and " << res;
+  return sameElementType(*this, {getDy(), getResult()});
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError("needs at least one input");
+  auto res = rt(getResult());
+  int64_t sum = 0;
+  for (Value v : getInputs()) {
+    auto t = rt(v);
+    if (t.getRank() != res.getRank() ||
+        t.getShape().drop_back() != res.getShape().drop_back())
+      return emitOpError("input ") << t << " differs from the result " << res
+                                   << " outside the last dimension";
+    sum += t.getShape().back();
+  }
+  if (sum != res.getShape().back())
+    return emitOpError("inputs' last dimensions sum to ")
+           << sum << ", the result's is " << res.getShape().back();
+  SmallVector<Value> all(getInputs());
+  all.push_back(getResult());
+  return sameElementType(*this, all);
+}
+
+LogicalResult AccumulateGradOp::verify() {
+  return checkParamName(*this, getName());
+}
+
+LogicalResult ClipGradNormOp::verify() {
+  return checkNonNegative(*this, "max_norm", getMaxNorm().convertToDouble());
+}
+
+LogicalResult AdamWOp::verify() {
+  double b1 = getBeta1().convertToDouble(), b2 = getBeta2().convertToDouble();
+  if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
+    return emitOpError("beta1 and beta2 must be in [0, 1), got ")
+           << b1 << " and " << b2;
+  if (!(getEps().convertToDouble() > 0))
+    return emitOpError("eps must be > 0");
+  return checkNonNegative(*this, "weight_decay",
+                          getWeightDecay().convertToDouble());
+}
+
+LogicalResult SGDOp::verify() {
+  if (failed(checkNonNegative(*this, "momentum", getMomentum().convertToDouble())))
+    return failure();
+  return checkNonNegative(*this, "weight_decay",
+                          getWeightDecay().convertToDouble());
+}

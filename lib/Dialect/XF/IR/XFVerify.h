@@ -1,0 +1,89 @@
+//===- XFVerify.h - helpers shared by the xf verifiers ----------*- C++ -*-===//
+#ifndef LLCDIST_LIB_DIALECT_XF_IR_XFVERIFY_H
+#define LLCDIST_LIB_DIALECT_XF_IR_XFVERIFY_H
+
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+
+namespace llcdist::xf::detail {
+using namespace mlir;
+
+inline RankedTensorType rt(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+/// Checks that every value has the element type of the first one.
+inline LogicalResult sameElementType(Operation *op, ValueRange values) {
+  Type first = rt(values.front()).getElementType();
+  for (Value v : values.drop_front())
+    if (rt(v).getElementType() != first)
+      return op->emitOpError("expects one element type for all float operands "
+                             "and results, got ")
+             << first << " and " << rt(v).getElementType();
+  return success();
+}
+
+/// Checks `v` is a 1-D tensor of `n` elements (a norm weight or a bias).
+inline LogicalResult checkVector(Operation *op, Value v, StringRef what, int64_t n) {
+  auto t = rt(v);
+  if (t.getRank() != 1 || t.getDimSize(0) != n)
+    return op->emitOpError() << what << " must be tensor<" << n << "x...>"
+                             << " (the input's last dimension), got " << t;
+  return success();
+}
+
+inline LogicalResult checkNorm(Operation *op, Value input, ValueRange vecs,
+                        ArrayRef<StringRef> names, double eps, Value result) {
+  auto in = rt(input);
+  if (in.getRank() < 1)
+    return op->emitOpError("input must have rank >= 1");
+  int64_t h = in.getShape().back();
+  for (auto [v, name] : llvm::zip(vecs, names))
+    if (failed(checkVector(op, v, name, h)))
+      return failure();
+  if (!(eps > 0.0))
+    return op->emitOpError() << "eps must be > 0, got " << eps;
+  SmallVector<Value> all{input, result};
+  all.append(vecs.begin(), vecs.end());
+  return sameElementType(op, all);
+}
+
+/// Rows of a [..., H] tensor: the product of its leading dimensions.
+inline int64_t numRows(Value v) {
+  auto t = rt(v);
+  int64_t rows = 1;
+  for (int64_t d : t.getShape().drop_back())
+    rows *= d;
+  return rows;
+}
+
+/// When `v` is present, checks that it has shape `dims`.
+inline LogicalResult checkShape(Operation *op, Value v, StringRef what,
+                                ArrayRef<int64_t> dims) {
+  if (!v)
+    return success();
+  if (rt(v).getShape() != dims)
+    return op->emitOpError() << what << " must have shape ["
+                             << llvm::make_range(dims.begin(), dims.end())
+                             << "], got " << rt(v);
+  return success();
+}
+
+/// Parameter names: `{i}` inside a layer body, never outside one.
+inline LogicalResult checkParamName(Operation *op, StringRef name) {
+  if (name.empty())
+    return op->emitOpError("parameter name must not be empty");
+  auto func = op->getParentOfType<func::FuncOp>();
+  bool inLayer = func && func->hasAttr(kLayerBodyAttr);
+  bool hasPlaceholder = name.contains(kLayerPlaceholder);
+  if (inLayer && !hasPlaceholder)
+    return op->emitOpError("parameter '")
+           << name << "' is inside layer body @" << func.getSymName()
+           << " but its name has no '{i}' layer-index placeholder";
+  if (!inLayer && hasPlaceholder)
+    return op->emitOpError("parameter '")
+           << name << "' uses the '{i}' placeholder outside a function "
+           << "marked '" << kLayerBodyAttr << "'";
+  return success();
+}
+
+} // namespace llcdist::xf::detail
+
+#endif

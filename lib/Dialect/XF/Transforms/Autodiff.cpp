@@ -1,0 +1,438 @@
+//===- Autodiff.cpp - reverse-mode autodiff of the xf forward graph -------===//
+//
+// The backward of each op is written once, in `GradEmitter::differentiate`,
+// and used twice: inside every layer body (emitting into a new backward body
+// whose arguments are the saved forward values) and in the entry function
+// (emitting in place, after the loss).
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+#include "llcdist/Dialect/XF/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#define DEBUG_TYPE "llcdist-autodiff"
+
+namespace llcdist::xf {
+#define GEN_PASS_DEF_AUTODIFF
+#include "llcdist/Dialect/XF/Transforms/Passes.h.inc"
+} // namespace llcdist::xf
+
+using namespace mlir;
+using namespace llcdist::xf;
+
+namespace {
+
+RankedTensorType f32Tensor(MLIRContext *ctx, ArrayRef<int64_t> dims) {
+  return RankedTensorType::get(dims, Float32Type::get(ctx));
+}
+
+int64_t rows(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  int64_t n = 1;
+  for (int64_t d : t.getShape().drop_back())
+    n *= d;
+  return n;
+}
+
+/// Gives norms and attention their statistics result (what their backward
+/// reads), replacing each such op in `fn` by one that yields it.
+void addStatistics(func::FuncOp fn) {
+  SmallVector<Operation *> ops;
+  fn.walk([&](Operation *op) {
+    if (isa<LayerNormOp, RMSNormOp, AttentionOp>(op))
+      ops.push_back(op);
+  });
+  MLIRContext *ctx = fn.getContext();
+  for (Operation *op : ops) {
+    OpBuilder b(op);
+    Operation *repl =
+        llvm::TypeSwitch<Operation *, Operation *>(op)
+            .Case([&](LayerNormOp ln) -> Operation * {
+              if (ln.getStats())
+                return nullptr;
+              return LayerNormOp::create(
+                  b, ln.getLoc(), ln.getResult().getType(),
+                  f32Tensor(ctx, {2, rows(ln.getInput())}), ln.getInput(),
+                  ln.getWeight(), ln.getBias(), ln.getEpsAttr());
+            })
+            .Case([&](RMSNormOp rn) -> Operation * {
+              if (rn.getStats())
+                return nullptr;
+              return RMSNormOp::create(b, rn.getLoc(), rn.getResult().getType(),
+                                       f32Tensor(ctx, {rows(rn.getInput())}),
+                                       rn.getInput(), rn.getWeight(),
+                                       rn.getEpsAttr());
+            })
+            .Case([&](AttentionOp at) -> Operation * {
+              if (at.getLse())
+                return nullptr;
+              auto q = cast<RankedTensorType>(at.getQ().getType());
+              return AttentionOp::create(
+                  b, at.getLoc(), at.getResult().getType(),
+                  f32Tensor(ctx, {q.getDimSize(0), at.getNumHeads(),
+                                  q.getDimSize(1)}),
+                  at.getQ(), at.getK(), at.getV(), at.getNumHeadsAttr(),
+                  at.getNumKvHeadsAttr(), at.getHeadDimAttr());
+            })
+            .Default([](Operation *) { return nullptr; });
+    if (!repl)
+      continue;
+    op->getResult(0).replaceAllUsesWith(repl->getResult(0));
+    op->erase();
+  }
+}
+
+/// Emits the backward of a straight-line block of forward ops.
+class GradEmitter {
+public:
+  /// `fwd` maps a forward value to one usable where backward ops are built.
+  GradEmitter(OpBuilder &b, std::function<Value(Value)> fwd,
+              const llvm::DenseMap<StringRef, func::FuncOp> &backwardBodies)
+      : b(b), fwd(std::move(fwd)), backwardBodies(backwardBodies) {}
+
+  void seed(Value v, Value grad) { addGrad(v, grad); }
+  Value gradOf(Value v) const { return grads.lookup(v); }
+
+  /// Emits the backward of `ops` (in forward order) in reverse order.
+  LogicalResult run(ArrayRef<Operation *> ops) {
+    for (Operation *op : llvm::reverse(ops))
+      if (failed(differentiate(op)))
+        return failure();
+    return success();
+  }
+
+private:
+  /// Adds a gradient contribution to `v`: into its parameter's gradient when
+  /// `v` is an xf.param, else summed into the gradient map.
+  void addGrad(Value v, Value g) {
+    if (!g || !isa<FloatType>(cast<ShapedType>(v.getType()).getElementType()))
+      return;
+    if (auto p = v.getDefiningOp<ParamOp>()) {
+      AccumulateGradOp::create(b, p.getLoc(), p.getNameAttr(), g);
+      return;
+    }
+    Value &slot = grads[v];
+    slot = slot ? AddOp::create(b, g.getLoc(), slot, g).getResult() : g;
+  }
+
+  LogicalResult differentiate(Operation *op) {
+    if (isa<ParamOp>(op))
+      return success();
+    if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
+      // The loss: its gradient is the seed, scaled by the caller.
+      if (!lossScale)
+        return ce.emitOpError("autodiff: the loss is not the value returned "
+                              "by the entry function");
+      Value d = CrossEntropyGradOp::create(
+          b, ce.getLoc(), ce.getLogits().getType(), fwd(ce.getLogits()),
+          fwd(ce.getTargets()), b.getF64FloatAttr(*lossScale));
+      addGrad(ce.getLogits(), d);
+      return success();
+    }
+    // Every other op: skip it when no result has a gradient.
+    SmallVector<Value> dys;
+    bool any = false;
+    for (Value r : op->getResults()) {
+      dys.push_back(grads.lookup(r));
+      any |= bool(dys.back());
+    }
+    if (!any)
+      return success();
+    Location loc = op->getLoc();
+    Value dy = dys.front();
+    return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+        .Case([&](EmbeddingOp e) {
+          addGrad(e.getTable(),
+                  EmbeddingGradOp::create(b, loc, e.getTable().getType(),
+                                          fwd(e.getIds()), dy));
+          return success();
+        })
+        .Case([&](AddPositionEmbeddingOp e) {
+          addGrad(e.getInput(), dy);
+          addGrad(e.getTable(), AddPositionEmbeddingGradOp::create(
+                                    b, loc, e.getTable().getType(), dy));
+          return success();
+        })
+        .Case([&](LayerNormOp ln) {
+          Value x = fwd(ln.getInput()), st = fwd(ln.getStats());
+          auto params = LayerNormGradParamsOp::create(
+              b, loc, ln.getWeight().getType(), ln.getBias().getType(), dy, x,
+              st);
+          addGrad(ln.getWeight(), params.getDweight());
+          addGrad(ln.getBias(), params.getDbias());
+          addGrad(ln.getInput(),
+                  LayerNormGradInputOp::create(b, loc, x.getType(), dy, x,
+                                               fwd(ln.getWeight()), st));
+          return success();
+        })
+        .Case([&](RMSNormOp rn) {
+          Value x = fwd(rn.getInput()), st = fwd(rn.getStats());
+          addGrad(rn.getWeight(),
+                  RMSNormGradWeightOp::create(b, loc, rn.getWeight().getType(),
+                                              dy, x, st));
+          addGrad(rn.getInput(),
+                  RMSNormGradInputOp::create(b, loc, x.getType(), dy, x,
+                                             fwd(rn.getWeight()), st));
+          return success();
+        })
+        .Case([&](LinearOp lin) {
+          // dW (and db) first, then dX: the order a zero-bubble schedule
+          // later splits apart.
+          addGrad(lin.getWeight(),
+                  LinearGradWeightOp::create(b, loc, lin.getWeight().getType(),
+                                             lin.getLayoutAttr(), dy,
+                                             fwd(lin.getInput())));
+          if (lin.getBias())
+            addGrad(lin.getBias(), LinearGradBiasOp::create(
+                                       b, loc, lin.getBias().getType(), dy));
+          addGrad(lin.getInput(),
+                  LinearGradInputOp::create(b, loc, lin.getInput().getType(),
+                                            lin.getLayoutAttr(), dy,
+                                            fwd(lin.getWeight())));
+          return success();
+        })
+        .Case([&](SplitOp sp) -> LogicalResult {
+          for (auto [r, d] : llvm::zip(sp.getResults(), dys))
+            if (!d)
+              return sp.emitOpError("autodiff: result #")
+                     << cast<OpResult>(r).getResultNumber()
+                     << " of a split is unused; drop it from the graph";
+          addGrad(sp.getInput(),
+                  ConcatOp::create(b, loc, sp.getInput().getType(), dys));
+          return success();
+        })
+        .Case([&](RopeOp r) {
+          addGrad(r.getInput(),
+                  RopeGradOp::create(b, loc, r.getType(), dy,
+                                     r.getHeadDimAttr(), r.getThetaAttr(),
+                                     r.getScalingAttr()));
+          return success();
+        })
+        .Case([&](AttentionOp at) {
+          auto g = AttentionGradOp::create(
+              b, loc, at.getQ().getType(), at.getK().getType(),
+              at.getV().getType(), dy, fwd(at.getQ()), fwd(at.getK()),
+              fwd(at.getV()), fwd(at.getResult()), fwd(at.getLse()),
+              at.getNumHeadsAttr(), at.getNumKvHeadsAttr(), at.getHeadDimAttr());
+          addGrad(at.getQ(), g.getDq());
+          addGrad(at.getK(), g.getDk());
+          addGrad(at.getV(), g.getDv());
+          return success();
+        })
+        .Case([&](GeluTanhOp g) {
+          addGrad(g.getInput(), GeluTanhGradOp::create(b, loc, g.getType(), dy,
+                                                       fwd(g.getInput())));
+          return success();
+        })
+        .Case([&](SwiGLUOp s) {
+          auto g = SwiGLUGradOp::create(b, loc, s.getType(), s.getType(), dy,
+                                        fwd(s.getGate()), fwd(s.getUp()));
+          addGrad(s.getGate(), g.getDgate());
+          addGrad(s.getUp(), g.getDup());
+          return success();
+        })
+        .Case([&](AddOp a) {
+          addGrad(a.getLhs(), dy);
+          addGrad(a.getRhs(), dy);
+          return success();
+        })
+        .Case([&](LayerOp l) -> LogicalResult {
+          auto bwd = backwardBodies.lookup(l.getCallee());
+          if (!bwd)
+            return l.emitOpError("autodiff: no backward body for @")
+                   << l.getCallee();
+          SmallVector<Value> args;
+          for (unsigned i = 0, e = numPrimary(l); i < e; ++i) {
+            if (!dys[i])
+              return l.emitOpError("autodiff: layer result #")
+                     << i << " has no gradient";
+            args.push_back(dys[i]);
+          }
+          for (Value saved : l.getResults().drop_front(numPrimary(l)))
+            args.push_back(fwd(saved));
+          auto call = LayerOp::create(b, loc, bwd.getFunctionType().getResults(),
+                                      FlatSymbolRefAttr::get(bwd.getSymNameAttr()),
+                                      l.getIndexAttr(), args);
+          for (auto [operand, g] : llvm::zip(l.getOperands(), call.getResults()))
+            addGrad(operand, g);
+          return success();
+        })
+        .Default([&](Operation *o) {
+          return o->emitOpError("autodiff: no backward rule for this op");
+        });
+  }
+
+  /// Results of a forward layer call that are the layer's outputs (the rest
+  /// are saved values for its backward).
+  static unsigned numPrimary(LayerOp l) {
+    if (auto n = l->getAttrOfType<IntegerAttr>("xf.num_outputs"))
+      return n.getInt();
+    return l.getNumResults();
+  }
+
+public:
+  std::optional<double> lossScale;
+
+private:
+  OpBuilder &b;
+  std::function<Value(Value)> fwd;
+  const llvm::DenseMap<StringRef, func::FuncOp> &backwardBodies;
+  llvm::DenseMap<Value, Value> grads;
+};
+
+struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp entry = getEntryFunction(module);
+    if (!entry)
+      return signalPassFailure();
+    if (entry->hasAttr("xf.train_step")) {
+      entry.emitError("autodiff: @") << entry.getSymName()
+                                     << " is already a training step";
+      return signalPassFailure();
+    }
+    if (!entry.getBody().hasOneBlock()) {
+      entry.emitError("autodiff: the entry function must be one block");
+      return signalPassFailure();
+    }
+
+    // 1. A backward body for every layer body the entry calls.
+    SymbolTable symbols(module);
+    llvm::MapVector<StringRef, func::FuncOp> bodies;
+    entry.walk([&](LayerOp l) {
+      if (auto fn = symbols.lookup<func::FuncOp>(l.getCallee()))
+        bodies.insert({fn.getSymName(), fn});
+    });
+    llvm::DenseMap<StringRef, func::FuncOp> backward;
+    for (auto &[name, body] : bodies) {
+      if (module.lookupSymbol((name + "_bwd").str())) {
+        body.emitError("autodiff: @") << name << "_bwd already exists";
+        return signalPassFailure();
+      }
+      FailureOr<func::FuncOp> bwd = buildBackwardBody(body);
+      if (failed(bwd))
+        return signalPassFailure();
+      backward[name] = *bwd;
+    }
+
+    // 2. Layer calls now also return the saved values.
+    SmallVector<LayerOp> calls;
+    entry.walk([&](LayerOp l) { calls.push_back(l); });
+    for (LayerOp l : calls) {
+      auto body = bodies.lookup(l.getCallee());
+      OpBuilder b(l);
+      auto nl = LayerOp::create(b, l.getLoc(), body.getFunctionType().getResults(),
+                                l.getCalleeAttr(), l.getIndexAttr(), l.getOperands());
+      nl->setAttr("xf.num_outputs", b.getI64IntegerAttr(l.getNumResults()));
+      for (auto [o, n] : llvm::zip(l.getResults(), nl.getResults()))
+        o.replaceAllUsesWith(n);
+      l.erase();
+    }
+
+    // 3. The entry: forward, then backward in place, before the return.
+    addStatistics(entry);
+    Block &block = entry.getBody().front();
+    auto ret = cast<func::ReturnOp>(block.getTerminator());
+    if (ret.getNumOperands() != 1 || !ret.getOperand(0).getDefiningOp<CrossEntropyOp>()) {
+      entry.emitError("autodiff: the entry function must return the value of "
+                      "an xf.cross_entropy (the loss)");
+      return signalPassFailure();
+    }
+    SmallVector<Operation *> fwdOps;
+    for (Operation &op : block.without_terminator())
+      fwdOps.push_back(&op);
+    OpBuilder b(ret);
+    GradEmitter emit(b, [](Value v) { return v; }, backward);
+    auto ce = ret.getOperand(0).getDefiningOp<CrossEntropyOp>();
+    emit.lossScale = 1.0 / double(cast<RankedTensorType>(ce.getTargets().getType())
+                                      .getNumElements() *
+                                  microbatches(module));
+    if (failed(emit.run(fwdOps)))
+      return signalPassFailure();
+    entry.setSymName("train_step");
+    entry->setAttr("xf.train_step", b.getUnitAttr());
+  }
+
+  int64_t microbatches(ModuleOp module) {
+    if (auto m = module->getAttrOfType<DictionaryAttr>(kModelAttr))
+      if (auto n = m.getAs<IntegerAttr>("microbatches"))
+        return std::max<int64_t>(1, n.getInt());
+    return 1;
+  }
+
+  /// Builds `@<body>_bwd(dy..., saved...) -> (dx...)` and makes `body`
+  /// return (y..., saved...).
+  FailureOr<func::FuncOp> buildBackwardBody(func::FuncOp body) {
+    if (!body.getBody().hasOneBlock())
+      return body.emitError("autodiff: a layer body must be one block");
+    addStatistics(body);
+    Block &block = body.getBody().front();
+    auto ret = cast<func::ReturnOp>(block.getTerminator());
+    FunctionType ft = body.getFunctionType();
+
+    OpBuilder mb(body);
+    mb.setInsertionPointAfter(body);
+    auto bwd = func::FuncOp::create(
+        mb, body.getLoc(), (body.getSymName() + "_bwd").str(),
+        mb.getFunctionType(ft.getResults(), {}));
+    bwd.setPrivate();
+    bwd->setAttr(kLayerBodyAttr, mb.getUnitAttr());
+    bwd->setAttr("xf.backward_of", FlatSymbolRefAttr::get(body.getSymNameAttr()));
+    Block *bb = bwd.addEntryBlock();
+    OpBuilder b = OpBuilder::atBlockBegin(bb);
+
+    // Forward values the backward reads: parameters are re-read, everything
+    // else becomes a saved value (a new argument of the backward body).
+    SmallVector<Value> saved;
+    llvm::DenseMap<Value, Value> mapped;
+    auto fwd = [&](Value v) -> Value {
+      if (Value m = mapped.lookup(v))
+        return m;
+      Value m;
+      if (auto p = v.getDefiningOp<ParamOp>()) {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(bb);
+        m = b.clone(*p)->getResult(0);
+      } else {
+        m = bb->addArgument(v.getType(), v.getLoc());
+        saved.push_back(v);
+      }
+      mapped[v] = m;
+      return m;
+    };
+    GradEmitter emit(b, fwd, {});
+    for (auto [r, arg] : llvm::zip(ret.getOperands(), bb->getArguments()))
+      emit.seed(r, arg);
+    SmallVector<Operation *> ops;
+    for (Operation &op : block.without_terminator())
+      ops.push_back(&op);
+    if (failed(emit.run(ops)))
+      return failure();
+    SmallVector<Value> dxs;
+    for (BlockArgument a : block.getArguments()) {
+      Value g = emit.gradOf(a);
+      if (!g)
+        return body.emitError("autodiff: layer input #")
+               << a.getArgNumber() << " gets no gradient";
+      dxs.push_back(g);
+    }
+    func::ReturnOp::create(b, body.getLoc(), dxs);
+    bwd.setFunctionType(b.getFunctionType(bb->getArgumentTypes(),
+                                          ValueRange(dxs).getTypes()));
+
+    // The forward body returns its outputs, then the saved values.
+    SmallVector<Value> results(ret.getOperands());
+    results.append(saved.begin(), saved.end());
+    OpBuilder rb(ret);
+    func::ReturnOp::create(rb, ret.getLoc(), results);
+    ret.erase();
+    body.setFunctionType(rb.getFunctionType(ft.getInputs(),
+                                            ValueRange(results).getTypes()));
+    return bwd;
+  }
+};
+} // namespace

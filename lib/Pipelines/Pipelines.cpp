@@ -1,0 +1,70 @@
+//===- Pipelines.cpp - the pipelines llc-dist compile runs ----------------===//
+#include "llcdist/Pipelines/Pipelines.h"
+#include "llcdist/Conversion/Passes.h"
+#include "llcdist/Dialect/Plan/Transforms/Passes.h"
+
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+using namespace llcdist;
+
+void llcdist::buildTrainingPipeline(OpPassManager &pm,
+                                    const TrainingPipelineOptions &o) {
+  xf::buildForwardPipeline(pm, o.mesh);
+  pm.addPass(xf::createAutodiff());
+  xf::AddOptimizerOptions opt;
+  opt.optimizer = o.optimizer;
+  opt.schedule = o.schedule;
+  opt.lr = o.lr;
+  opt.minLr = o.minLr;
+  opt.warmup = o.warmup;
+  opt.totalSteps = o.totalSteps;
+  opt.beta1 = o.beta1;
+  opt.beta2 = o.beta2;
+  opt.eps = o.eps;
+  opt.weightDecay = o.weightDecay;
+  opt.momentum = o.momentum;
+  opt.gradClip = o.gradClip;
+  pm.addPass(xf::createAddOptimizer(opt));
+  pm.addPass(createLowerToPlan());
+  pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
+}
+
+namespace {
+struct TrainingPipelineCLOptions
+    : public PassPipelineOptions<TrainingPipelineCLOptions> {
+  Option<int64_t> dp{*this, "dp", llvm::cl::init(1)};
+  Option<int64_t> tp{*this, "tp", llvm::cl::init(1)};
+  Option<int64_t> pp{*this, "pp", llvm::cl::init(1)};
+  Option<std::string> optimizer{*this, "optimizer", llvm::cl::init("adamw")};
+  Option<std::string> schedule{*this, "lr-schedule", llvm::cl::init("constant")};
+  Option<double> lr{*this, "lr", llvm::cl::init(1e-3)};
+  Option<double> minLr{*this, "min-lr", llvm::cl::init(0.0)};
+  Option<int64_t> warmup{*this, "warmup", llvm::cl::init(0)};
+  Option<int64_t> totalSteps{*this, "total-steps", llvm::cl::init(0)};
+  Option<double> weightDecay{*this, "weight-decay", llvm::cl::init(-1.0)};
+  Option<double> momentum{*this, "momentum", llvm::cl::init(0.0)};
+  Option<double> gradClip{*this, "grad-clip", llvm::cl::init(0.0)};
+};
+} // namespace
+
+void llcdist::registerPipelines() {
+  PassPipelineRegistration<TrainingPipelineCLOptions>(
+      "llcdist-train",
+      "the pipeline of `llc-dist compile --emit plan`: forward graph, "
+      "autodiff, optimizer, lowering to the plan dialect, memory planning",
+      [](OpPassManager &pm, const TrainingPipelineCLOptions &c) {
+        TrainingPipelineOptions o;
+        o.mesh = {c.dp, c.tp, c.pp};
+        o.optimizer = c.optimizer;
+        o.schedule = c.schedule;
+        o.lr = c.lr;
+        o.minLr = c.minLr;
+        o.warmup = c.warmup;
+        o.totalSteps = c.totalSteps;
+        o.weightDecay = c.weightDecay;
+        o.momentum = c.momentum;
+        o.gradClip = c.gradClip;
+        buildTrainingPipeline(pm, o);
+      });
+}

@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# THE main job: installs dependencies, builds, and compiles a shipped model for
-# a small mesh, showing the model summary and the compiled IR.
-#   MODEL=models/tiny-gpt2.json MESH=dp=2,tp=2 bash scripts/demo.sh
+# THE main job: installs dependencies, builds, then for tiny GPT-2 and tiny
+# Llama compiles the training step into a plan and trains it on the shipped
+# corpus on the CPU backend (the CUDA backend comes in a later issue).
+#   STEPS=200 bash scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODEL=${MODEL:-models/tiny-llama.json}
-MESH=${MESH:-dp=2,tp=2}
+STEPS=${STEPS:-100}
 bash scripts/setup-deps.sh
 bash scripts/build.sh
 BIN=${BUILD_DIR:-build}/bin
 OUT=${OUT_DIR:-out/demo}
-echo
-echo "== llc-dist info $MODEL"
-"$BIN/llc-dist" info "$MODEL"
-echo
-echo "== llc-dist compile $MODEL --mesh $MESH --dump-ir-dir $OUT/ir -o $OUT/model.xf.mlir"
 rm -rf "$OUT" && mkdir -p "$OUT"
-"$BIN/llc-dist" compile "$MODEL" --mesh "$MESH" --seq-len 32 --micro-batch 2 \
-  --dump-ir-dir "$OUT/ir" -o "$OUT/model.xf.mlir"
+for model in tiny-gpt2 tiny-llama; do
+  echo
+  echo "== $model: llc-dist info"
+  "$BIN/llc-dist" info "models/$model.json" --seq-len 64
+  echo
+  echo "== $model: llc-dist compile (IR after every pass in $OUT/$model/ir/)"
+  "$BIN/llc-dist" compile "models/$model.json" --seq-len 64 --micro-batch 4 \
+    --global-batch 8 --lr 3e-3 --lr-schedule cosine --warmup 10 --grad-clip 1.0 \
+    --dump-ir-dir "$OUT/$model/ir" -o "$OUT/$model/plan"
+  echo
+  echo "== $model: llc-dist run ($STEPS steps on data/corpus_train.bin)"
+  "$BIN/llc-dist" run "$OUT/$model/plan" --steps "$STEPS" --data data/corpus_train.bin \
+    --log-json "$OUT/$model/log.jsonl" --save-params "$OUT/$model/params.safetensors"
+done
 echo
-echo "== IR after the last pass ($OUT/model.xf.mlir)"
-cat "$OUT/model.xf.mlir"
+echo "Loss at the first and last step (ln 256 = 5.545 at initialization):"
+for model in tiny-gpt2 tiny-llama; do
+  first=$(head -n1 "$OUT/$model/log.jsonl" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+  last=$(tail -n1 "$OUT/$model/log.jsonl" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+  echo "  $model: $first -> $last  (parameters: $OUT/$model/params.safetensors)"
+done

@@ -9,7 +9,7 @@ config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.llcdist_obj_root, "test")
-config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs", "hf_parity.py"]
 
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 config.substitutions.append(("%models", os.path.join(config.llcdist_src_root, "models")))
@@ -18,3 +18,18 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(
     ["llc-dist", "llc-dist-opt"], [config.llcdist_tools_dir])
+
+# The PyTorch reference (test/reference/): Debian's python3-torch, installed by
+# scripts/setup-deps.sh, lives beside /usr/bin/python3.
+import shutil
+import subprocess
+
+for candidate in ["/usr/bin/python3", shutil.which("python3")]:
+    if candidate and subprocess.run(
+        [candidate, "-c", "import torch, numpy"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
+        config.available_features.add("torch")
+        config.substitutions.append(("%torch_python", candidate))
+        break
+config.substitutions.append(("%data", os.path.join(config.llcdist_src_root, "data")))
+config.substitutions.append(("%reference", os.path.join(config.llcdist_src_root, "test", "reference")))

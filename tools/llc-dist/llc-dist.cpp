@@ -9,7 +9,10 @@
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Frontend/ImportXF.h"
 #include "llcdist/InitAll.h"
+#include "llcdist/Pipelines/Pipelines.h"
 #include "llcdist/Support/MeshSpec.h"
+#include "llcdist/Target/Plan/PlanWriter.h"
+#include "llcdist/runtime/Train.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
@@ -30,6 +33,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <iostream>
+#include <unistd.h>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -57,7 +62,8 @@ USAGE
   llc-dist <command> [options]
 
 COMMANDS
-  compile MODEL   import MODEL, run the compiler pipeline, write the result
+  compile MODEL   compile MODEL's training step into a plan directory (or xf IR)
+  run PLAN        execute a compiled plan: train, log, save parameters
   info MODEL      parameter count, layers and training FLOPs per token
   help [COMMAND]  show help (also: llc-dist COMMAND --help)
 
@@ -71,26 +77,66 @@ OPTIONS
 Run `llc-dist-opt --help` to run single passes on .mlir files.
 )";
 
-const char *kCompileHelp = R"(llc-dist compile MODEL [options]
+const char *kCompileHelp = R"(llc-dist compile MODEL [options] -o OUT
 
-Imports MODEL as an xf forward graph on global shapes and runs the compiler
-pipeline (cse, llcdist-attach-mesh, llcdist-model-stats). The same pipeline
-runs as `llc-dist-opt --llcdist-forward="dp=.. tp=.. pp=.."`.
+Imports MODEL as an xf forward graph on global shapes and compiles its
+training step. Passes: cse, llcdist-attach-mesh, llcdist-model-stats (the
+forward graph; --emit xf stops here), then llcdist-autodiff,
+llcdist-add-optimizer, llcdist-lower-to-plan, llcdist-plan-memory. The same
+pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
-OPTIONS
+SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=1 (default dp=1,tp=1,pp=1)
   --seq-len N            tokens per sequence (default min(max positions, 1024))
   --micro-batch N        sequences per microbatch per dp rank (default 1)
-  --global-batch N       sequences per step (default micro-batch × dp)
-  --dtype T              f32 | bf16 | f16 (default f32)
-  --emit xf              what to emit: the xf forward graph (the only stage
-                         built so far)
-  -o FILE                write the emitted IR to FILE ('-' or absent: stdout)
+  --global-batch N       sequences per step (default micro-batch × dp);
+                         microbatches = global / (micro-batch × dp), the
+                         gradient-accumulation steps
+  --dtype T              f32 | bf16 | f16 (default f32; plans execute f32)
+
+OPTIMIZER (torch.optim semantics)
+  --optimizer adamw|sgd  (default adamw)
+  --lr X                 peak learning rate (default 1e-3)
+  --lr-schedule constant|cosine   linear warmup, then constant or cosine decay
+  --warmup N             warmup steps (default 0)
+  --lr-decay-steps N     steps of the cosine decay (default 0: the run's --steps)
+  --min-lr X             final learning rate of the cosine decay (default 0)
+  --weight-decay X       on matrices only, never norms, biases, embeddings
+                         (default: torch's, 0.01 for adamw and 0 for sgd)
+  --beta1 X --beta2 X --eps X     AdamW (default 0.9, 0.999, 1e-8)
+  --momentum X           SGD momentum (default 0)
+  --grad-clip X          global-norm clipping threshold, 0 = off (default 0)
+
+OUTPUT
+  --emit plan|xf         plan: a plan directory for `llc-dist run` (default);
+                         xf: the forward graph as MLIR
+  -o OUT                 the plan directory (required for plan), or the xf
+                         file ('-' or absent: stdout)
   --print-ir-after-all   print the IR after every pass to stderr
   --print-ir-after=P,..  print the IR after the named passes (e.g. cse)
   --dump-ir-dir DIR      write 00-import.mlir and one numbered file per pass
   --format text|json     the summary's format (stderr if the IR goes to stdout)
   --quiet                no summary
+)";
+
+const char *kRunHelp = R"(llc-dist run PLAN [options]
+
+Executes a plan directory written by `llc-dist compile` on the CPU backend:
+initializes (or loads) the parameters, runs --steps training steps over the
+data, prints one progress line per step, and saves the parameters.
+
+OPTIONS
+  --steps N              training steps (default 1)
+  --data FILE|synthetic  llm.c token file (e.g. data/corpus_train.bin) or
+                         deterministic random tokens (default synthetic)
+  --shuffle on|off       shuffle the samples of each epoch (default off: the
+                         order of docs/plan-format.md / design.md §4)
+  --seed S               seed of initialization, shuffling, synthetic data (default 0)
+  --init-from W.safetensors   load parameters (Hugging Face names and layouts)
+  --save-params OUT.safetensors  save parameters after the run
+  --log-json FILE        JSON Lines, one record per step: step, loss, lr,
+                         grad_norm, tokens_per_s
+  --quiet                no progress output
 )";
 
 const char *kInfoHelp = R"(llc-dist info MODEL [options]
@@ -143,6 +189,15 @@ int64_t parseInt(const std::string &flag, const std::string &v) {
   long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || errno != 0)
     throw UsageError{flag + " expects an integer, got '" + v + "'"};
+  return x;
+}
+
+double parseDouble(const std::string &flag, const std::string &v) {
+  char *end = nullptr;
+  errno = 0;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno != 0)
+    throw UsageError{flag + " expects a number, got '" + v + "'"};
   return x;
 }
 
@@ -234,11 +289,11 @@ public:
   }
 
   void runAfterPass(Pass *pass, Operation *op) override {
-    if (!isa<ModuleOp>(op))
-      return;
     std::string arg = pass->getArgument().str();
     if (arg.empty())
-      arg = pass->getName().str();
+      return; // a nested-pipeline adaptor: its passes report themselves
+    while (op->getParentOp()) // a nested pass: show the whole module
+      op = op->getParentOp();
     (void)dump(op, arg);
     if (printAll || printAfter.count(arg)) {
       llvm::errs() << "// -----// IR Dump After " << pass->getName() << " ("
@@ -252,8 +307,7 @@ public:
     for (const std::string &p : printAfter)
       if (!known.count(p))
         throw UsageError{"--print-ir-after: no pass '" + p +
-                         "' in the pipeline (passes: cse, llcdist-attach-mesh, "
-                         "llcdist-model-stats)"};
+                         "' in the pipeline (see llc-dist compile --help)"};
   }
 
 private:
@@ -276,6 +330,24 @@ json statsJson(const xf::ModelStats &s) {
   j["formula"] = "training FLOPs/token = 3 × (Σ_linear 2·K·N + Σ_attention "
                  "4·S·heads·head_dim)";
   return j;
+}
+
+/// The counts llcdist-model-stats recorded (the graph may since have been
+/// lowered), else counted now.
+FailureOr<xf::ModelStats> statsOf(ModuleOp m) {
+  auto d = m->getAttrOfType<DictionaryAttr>("xf.stats");
+  if (!d || !m->hasAttr(plan::kManifestAttr))
+    return xf::computeModelStats(m);
+  xf::ModelStats s;
+  s.parameters = d.getAs<IntegerAttr>("parameters").getInt();
+  s.layers = d.getAs<IntegerAttr>("layers").getInt();
+  s.linearFlopsPerToken = double(d.getAs<IntegerAttr>("linear_flops_per_token").getInt());
+  s.attentionFlopsPerToken =
+      double(d.getAs<IntegerAttr>("attention_flops_per_token").getInt());
+  if (auto model = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr))
+    if (auto sl = model.getAs<IntegerAttr>("seq_len"))
+      s.seqLen = sl.getInt();
+  return s;
 }
 
 std::string modelName(ModuleOp m) {
@@ -382,8 +454,9 @@ int runInfo(Args &args) {
 }
 
 int runCompile(Args &args) {
-  std::string model, output = "-", emit = "xf", format = "text", dumpDir;
+  std::string model, output, emit = "plan", format = "text", dumpDir;
   MeshSpec mesh;
+  TrainingPipelineOptions train;
   TrainingShape shape;
   bool printAll = false, quiet = false;
   std::set<std::string> printAfter;
@@ -406,6 +479,30 @@ int runCompile(Args &args) {
       shape.dtype = *v;
     else if (auto v = args.value(a, "--emit"))
       emit = *v;
+    else if (auto v = args.value(a, "--optimizer"))
+      train.optimizer = *v;
+    else if (auto v = args.value(a, "--lr-schedule"))
+      train.schedule = *v;
+    else if (auto v = args.value(a, "--lr"))
+      train.lr = parseDouble("--lr", *v);
+    else if (auto v = args.value(a, "--min-lr"))
+      train.minLr = parseDouble("--min-lr", *v);
+    else if (auto v = args.value(a, "--warmup"))
+      train.warmup = parseInt("--warmup", *v);
+    else if (auto v = args.value(a, "--lr-decay-steps"))
+      train.totalSteps = parseInt("--lr-decay-steps", *v);
+    else if (auto v = args.value(a, "--weight-decay"))
+      train.weightDecay = parseDouble("--weight-decay", *v);
+    else if (auto v = args.value(a, "--beta1"))
+      train.beta1 = parseDouble("--beta1", *v);
+    else if (auto v = args.value(a, "--beta2"))
+      train.beta2 = parseDouble("--beta2", *v);
+    else if (auto v = args.value(a, "--eps"))
+      train.eps = parseDouble("--eps", *v);
+    else if (auto v = args.value(a, "--momentum"))
+      train.momentum = parseDouble("--momentum", *v);
+    else if (auto v = args.value(a, "--grad-clip"))
+      train.gradClip = parseDouble("--grad-clip", *v);
     else if (auto v = args.value(a, "-o"))
       output = *v;
     else if (auto v = args.value(a, "--format"))
@@ -431,10 +528,16 @@ int runCompile(Args &args) {
   }
   if (model.empty())
     throw UsageError{"compile: missing MODEL (e.g. models/tiny-gpt2.json)"};
-  if (emit != "xf")
-    throw UsageError{"--emit '" + emit + "': only 'xf' (the forward graph) "
-                     "is built so far; the training-step plan comes with "
-                     "issue #3"};
+  if (emit != "xf" && emit != "plan")
+    throw UsageError{"--emit '" + emit + "' is not plan or xf"};
+  if (emit == "plan" && (output.empty() || output == "-"))
+    throw UsageError{"compile: --emit plan needs -o DIR (the plan directory)"};
+  if (emit == "xf" && output.empty())
+    output = "-";
+  if (emit == "plan" && mesh.worldSize() > 1)
+    throw UsageError{"--mesh " + mesh.str() + ": plans for more than one "
+                     "rank come with data/tensor/pipeline parallelism (issue "
+                     "#4/#5); use --emit xf to check a mesh against the model"};
   if (format != "text" && format != "json")
     throw UsageError{"--format must be text or json, got '" + format + "'"};
 
@@ -456,10 +559,16 @@ int runCompile(Args &args) {
     }
   }
   PassManager pm(&ctx, ModuleOp::getOperationName());
-  xf::buildForwardPipeline(pm, {mesh.dp, mesh.tp, mesh.pp});
+  train.mesh = {mesh.dp, mesh.tp, mesh.pp};
+  if (emit == "xf")
+    xf::buildForwardPipeline(pm, train.mesh);
+  else
+    buildTrainingPipeline(pm, train);
   std::set<std::string> known;
   for (Pass &p : pm.getPasses())
     known.insert(p.getArgument().str());
+  if (emit == "plan")
+    known.insert("llcdist-plan-memory"); // nested on plan.program
   auto printer = std::make_unique<IRPrinter>(dumpDir, printAll, printAfter);
   printer->checkUnknown(known);
   if (failed(printer->dump(*lm->module, "import")))
@@ -468,24 +577,33 @@ int runCompile(Args &args) {
   if (failed(pm.run(*lm->module)))
     return kExitError; // the failing pass reported why, with a location
 
-  FailureOr<xf::ModelStats> s = xf::computeModelStats(*lm->module);
+  // The forward graph's counts: recorded on the module by llcdist-model-stats.
+  FailureOr<xf::ModelStats> s = statsOf(*lm->module);
   if (failed(s) || !crossCheck(*lm, *s))
     return kExitError;
 
-  // Emit atomically: a failed write leaves no partial file behind.
-  std::string err;
-  auto out = openOutputFile(output, &err);
-  if (!out) {
-    error(output + ": cannot write: " + err);
-    return kExitError;
+  std::optional<PlanSummary> planSummary;
+  if (emit == "plan") {
+    FailureOr<PlanSummary> ps = writePlanDirectory(*lm->module, output);
+    if (failed(ps))
+      return kExitError;
+    planSummary = *ps;
+  } else {
+    // Emit atomically: a failed write leaves no partial file behind.
+    std::string err;
+    auto out = openOutputFile(output, &err);
+    if (!out) {
+      error(output + ": cannot write: " + err);
+      return kExitError;
+    }
+    lm->module->print(out->os());
+    out->os() << "\n";
+    if (out->os().has_error()) {
+      error(output + ": write failed");
+      return kExitError;
+    }
+    out->keep();
   }
-  lm->module->print(out->os());
-  out->os() << "\n";
-  if (out->os().has_error()) {
-    error(output + ": write failed");
-    return kExitError;
-  }
-  out->keep();
   double ms = std::chrono::duration<double, std::milli>(
                   std::chrono::steady_clock::now() - t0)
                   .count();
@@ -509,6 +627,11 @@ int runCompile(Args &args) {
     j["output"] = output;
     j["compile_ms"] = ms;
     j["stats"] = statsJson(*s);
+    if (planSummary)
+      j["plan"] = {{"buffers", planSummary->buffers},
+                   {"kernels", planSummary->kernels},
+                   {"params", planSummary->params},
+                   {"arena_bytes", planSummary->arenaBytes}};
     os << j.dump(2) << "\n";
     return 0;
   }
@@ -523,10 +646,63 @@ int runCompile(Args &args) {
                       lm->shape.seqLen, lm->shape.microBatch,
                       lm->shape.globalBatch, lm->shape.microbatches(mesh.dp),
                       lm->shape.dtype);
+  if (planSummary)
+    os << fmt::format("  plan: {} kernels, {} buffers, {} parameters, arena "
+                      "{:.1f} MiB\n",
+                      planSummary->kernels, planSummary->buffers,
+                      planSummary->params, planSummary->arenaBytes / 1048576.0);
   if (!dumpDir.empty())
     os << "  IR after each pass: " << dumpDir << "/\n";
   if (output != "-")
-    os << "  wrote " << output << "\n";
+    os << "  wrote " << output << (emit == "plan" ? "/" : "") << "\n";
+  return 0;
+}
+
+int runRun(Args &args) {
+  rt::RunOptions o;
+  while (!args.empty()) {
+    std::string a = args.next();
+    if (a == "--help" || a == "-h") {
+      llvm::outs() << kRunHelp;
+      return 0;
+    }
+    if (auto v = args.value(a, "--steps"))
+      o.steps = parseInt("--steps", *v);
+    else if (auto v = args.value(a, "--data"))
+      o.data = *v;
+    else if (auto v = args.value(a, "--shuffle")) {
+      if (*v != "on" && *v != "off")
+        throw UsageError{"--shuffle must be on or off, got '" + *v + "'"};
+      o.shuffle = *v == "on";
+    } else if (auto v = args.value(a, "--seed"))
+      o.seed = static_cast<uint64_t>(parseInt("--seed", *v));
+    else if (auto v = args.value(a, "--init-from"))
+      o.initFrom = *v;
+    else if (auto v = args.value(a, "--save-params"))
+      o.saveParams = *v;
+    else if (auto v = args.value(a, "--log-json"))
+      o.logJson = *v;
+    else if (a == "--quiet")
+      o.quiet = true;
+    else if (a.rfind("-", 0) == 0)
+      throw UsageError{"run: unknown option '" + a + "'"};
+    else if (o.planDir.empty())
+      o.planDir = a;
+    else
+      throw UsageError{"run: more than one PLAN given ('" + o.planDir + "', '" +
+                       a + "')"};
+  }
+  if (o.planDir.empty())
+    throw UsageError{"run: missing PLAN (a directory written by llc-dist compile -o)"};
+  if (o.steps < 0)
+    throw UsageError{"--steps must be >= 0"};
+  o.progressIsTty = isatty(fileno(stdout));
+  rt::Status st = rt::runTraining(o, std::cout);
+  if (!st.isOk()) {
+    std::cout.flush();
+    error(st.toString());
+    return kExitError;
+  }
   return 0;
 }
 
@@ -549,6 +725,7 @@ int main(int argc, char **argv) {
       std::string what = args.empty() ? "" : args.next();
       llvm::outs() << (what == "compile" ? kCompileHelp
                        : what == "info"  ? kInfoHelp
+                       : what == "run"   ? kRunHelp
                                          : kMainHelp);
       return 0;
     }
@@ -561,8 +738,10 @@ int main(int argc, char **argv) {
       return runCompile(args);
     if (cmd == "info")
       return runInfo(args);
+    if (cmd == "run")
+      return runRun(args);
     throw UsageError{"unknown command '" + cmd +
-                     "' (commands: compile, info, help)"};
+                     "' (commands: compile, run, info, help)"};
   } catch (const UsageError &e) {
     llvm::errs() << "llc-dist: error: " << e.message << "\n"
                  << "Run 'llc-dist --help' for usage.\n";

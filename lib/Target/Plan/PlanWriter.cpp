@@ -61,10 +61,10 @@ LogicalResult writeJson(ModuleOp module, const std::string &path, const json &j)
   std::string err;
   auto out = openOutputFile(path, &err);
   if (!out)
-    return module.emitError("cannot write ") << path << ": " << err;
+    return mlir::emitError(module.getLoc(), "cannot write ") << path << ": " << err;
   out->os() << j.dump(1) << "\n";
   if (out->os().has_error())
-    return module.emitError("write failed: ") << path;
+    return mlir::emitError(module.getLoc(), "write failed: ") << path;
   out->keep();
   return success();
 }
@@ -74,14 +74,14 @@ FailureOr<PlanSummary> llcdist::writePlanDirectory(ModuleOp module,
                                                    const std::string &dir) {
   auto programs = llvm::to_vector(module.getOps<plan::ProgramOp>());
   if (programs.size() != 1)
-    return module.emitError("expected one plan.program, found ")
+    return mlir::emitError(module.getLoc(), "expected one plan.program, found ")
            << programs.size() << " (run llcdist-lower-to-plan)";
   plan::ProgramOp program = programs.front();
   if (!program.getArenaBytes())
-    return program.emitError("buffers have no offsets (run llcdist-plan-memory)");
+    return mlir::emitError(program.getLoc(), "buffers have no offsets (run llcdist-plan-memory)");
   auto manifestAttr = module->getAttrOfType<DictionaryAttr>(plan::kManifestAttr);
   if (!manifestAttr)
-    return module.emitError("no plan.manifest attribute (run llcdist-lower-to-plan)");
+    return mlir::emitError(module.getLoc(), "no plan.manifest attribute (run llcdist-lower-to-plan)");
 
   PlanSummary summary;
   llvm::StringMap<int64_t> ids;
@@ -169,16 +169,29 @@ FailureOr<PlanSummary> llcdist::writePlanDirectory(ModuleOp module,
     std::error_code ec;
     bool empty = isDir && fs::directory_iterator(dir, ec) == fs::directory_iterator();
     if (!isDir || (!empty && !fs::exists(dir + "/manifest.json")))
-      return module.emitError("refusing to overwrite ")
+      return mlir::emitError(module.getLoc(), "refusing to overwrite ")
              << dir << ": it exists and is not a plan directory; choose another -o";
   }
+  llvm::SmallString<256> parent(dir);
+  llvm::sys::path::remove_filename(parent);
+  if (!parent.empty())
+    if (std::error_code ec = fs::create_directories(parent))
+      return mlir::emitError(module.getLoc(), "cannot create ")
+             << parent << ": " << ec.message();
   llvm::SmallString<256> tmp(dir);
   while (!tmp.empty() && tmp.back() == '/')
     tmp.pop_back();
   tmp += ".tmp-%%%%%%";
   llvm::SmallString<256> tmpDir;
-  if (std::error_code ec = fs::createUniqueDirectory(tmp, tmpDir))
-    return module.emitError("cannot create a directory beside ")
+  std::error_code ec;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    fs::createUniquePath(tmp, tmpDir, /*MakeAbsolute=*/false);
+    ec = fs::create_directory(tmpDir, /*IgnoreExisting=*/false);
+    if (ec != std::errc::file_exists)
+      break;
+  }
+  if (ec)
+    return mlir::emitError(module.getLoc(), "cannot create a directory beside ")
            << dir << ": " << ec.message();
   auto cleanup = [&] { (void)fs::remove_directories(tmpDir); };
   if (failed(writeJson(module, (tmpDir + "/manifest.json").str(), manifest)) ||
@@ -187,13 +200,13 @@ FailureOr<PlanSummary> llcdist::writePlanDirectory(ModuleOp module,
     return failure();
   }
   if (fs::exists(dir))
-    if (std::error_code ec = fs::remove_directories(dir)) {
+    if ((ec = fs::remove_directories(dir))) {
       cleanup();
-      return module.emitError("cannot replace ") << dir << ": " << ec.message();
+      return mlir::emitError(module.getLoc(), "cannot replace ") << dir << ": " << ec.message();
     }
-  if (std::error_code ec = fs::rename(tmpDir, dir)) {
+  if ((ec = fs::rename(tmpDir, dir))) {
     cleanup();
-    return module.emitError("cannot move the plan into ") << dir << ": " << ec.message();
+    return mlir::emitError(module.getLoc(), "cannot move the plan into ") << dir << ": " << ec.message();
   }
   return summary;
 }

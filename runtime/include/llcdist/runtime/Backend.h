@@ -1,0 +1,134 @@
+// The execution backend: device memory (one arena per program), streams and events, kernel launches
+// and collectives. The interpreter (Interpreter.h) is written against this interface only, so a CUDA
+// backend is a new implementation of it; the CPU backend (makeCpuBackend) is the reference and the
+// test oracle.
+//
+// Ordering model (CUDA's): work launched on one stream runs in launch order; recordEvent(s, e) marks
+// the point after everything launched on s so far, and waitEvent(s, e) makes later work on s wait for
+// it. synchronize() blocks the host until all launched work is done. Errors of asynchronous work may be
+// reported by a later call on the same stream or by synchronize(). The CPU backend executes every
+// launch and copy synchronously on the calling thread, so its events are complete when recorded; it
+// keeps the interface so that plans and the interpreter never assume synchronous execution.
+//
+// Collectives are asynchronous: a call enqueues the operation on a stream and returns a handle, and
+// waitCollective(s, h) makes later work on stream s wait for its completion (the result buffer must
+// not be read before that). Groups are lists of global ranks; a rank's backend takes part only in
+// groups that contain its rank.
+#pragma once
+
+#include "llcdist/runtime/Kernels.h"
+#include "llcdist/runtime/PlanSchema.h"
+#include "llcdist/runtime/Status.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llcdist::rt {
+
+struct Stream {
+  int id = 0;  // 0 is the default stream, which always exists
+};
+struct Event {
+  int id = -1;
+};
+struct CollectiveHandle {
+  int64_t id = -1;
+};
+
+// A kernel launch: the op with its buffers resolved to device addresses and its attrs, plus the
+// step context (learning rate and optimizer step t) that optimizer ops need. Built by the interpreter.
+struct KernelCall {
+  schema::OpKind kind = schema::OpKind::kZero;
+  // args[i][k]: device address of the k-th buffer of role kOpSpecs[kind].args[i] (empty when an
+  // optional role is absent); argElems[i][k] its element count.
+  std::vector<std::vector<void*>> args;
+  std::vector<std::vector<int64_t>> argElems;
+  // Sizes and scalars (names as in the op table; unused fields stay 0).
+  int64_t M = 0, K = 0, N = 0, V = 0, H = 0, B = 0, S = 0, P = 0, n = 0, rows = 0;
+  int64_t nh = 0, nkv = 0, hd = 0;
+  std::vector<int64_t> sizes;  // split_fwd / split_bwd
+  bool accumulate = false;
+  WeightLayout layout = WeightLayout::kOutIn;
+  double eps = 0, scale = 0, maxNorm = 0;
+  double beta1 = 0, beta2 = 0, weightDecay = 0, momentum = 0;
+  const RopeTable* rope = nullptr;  // rope_fwd / rope_bwd: table for positions 0..S-1 (owned by caller)
+  // Step context, set per launch.
+  double lr = 0;
+  int64_t t = 0;  // optimizer step count, step + 1
+
+  void* ptr(size_t role, size_t k = 0) const { return args[role].empty() ? nullptr : args[role][k]; }
+  float* f(size_t role, size_t k = 0) const { return static_cast<float*>(ptr(role, k)); }
+  int32_t* i32(size_t role, size_t k = 0) const { return static_cast<int32_t*>(ptr(role, k)); }
+};
+
+enum class ReduceOp { kSum };
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory ----------------------------------------------------------------------------------------
+  // Allocates the program's arena: exactly `bytes` bytes (rounded up to kArenaAlignment), aligned to
+  // kArenaAlignment, zero-filled. One arena per backend; allocating again is an error.
+  virtual Status allocateArena(int64_t bytes) = 0;
+  // Device address of arena byte `offset` (offset <= arenaBytes()); null before allocateArena.
+  virtual std::byte* arenaAt(int64_t offset) = 0;
+  virtual int64_t arenaBytes() const = 0;
+  // Largest number of device bytes held at once by this backend: the arena plus any workspace the
+  // backend allocates itself (the CPU backend: the arena only; its kernels' temporaries are host heap).
+  virtual int64_t peakAllocatedBytes() const = 0;
+
+  // ---- streams and events ----------------------------------------------------------------------------
+  virtual StatusOr<Stream> createStream() = 0;
+  virtual StatusOr<Event> createEvent() = 0;
+  virtual Status recordEvent(Stream stream, Event event) = 0;
+  virtual Status waitEvent(Stream stream, Event event) = 0;
+  virtual Status synchronize() = 0;
+
+  // ---- work -----------------------------------------------------------------------------------------
+  // Host <-> arena copies ordered on `stream`; the host buffer must stay valid until the copy is done
+  // (after synchronize(); the CPU backend copies before returning).
+  virtual Status copyToDevice(Stream stream, int64_t offset, const void* src, int64_t bytes) = 0;
+  virtual Status copyToHost(Stream stream, void* dst, int64_t offset, int64_t bytes) = 0;
+  virtual Status fillZero(Stream stream, int64_t offset, int64_t bytes) = 0;
+  // Runs one op. Pointers in `call` are device addresses inside this backend's arena.
+  virtual Status launch(Stream stream, const KernelCall& call) = 0;
+
+  // ---- collectives (explicit waits) -------------------------------------------------------------------
+  // `group`: the global ranks taking part (this rank included), in the group's rank order.
+  // In-place all-reduce of `count` f32 elements at `buffer`.
+  virtual StatusOr<CollectiveHandle> allReduceAsync(Stream stream, float* buffer, int64_t count, ReduceOp op,
+                                                    const std::vector<int>& group) = 0;
+  // out[count·|group|] = concatenation of every member's in[count], in group order.
+  virtual StatusOr<CollectiveHandle> allGatherAsync(Stream stream, const float* in, float* out, int64_t count,
+                                                    const std::vector<int>& group) = 0;
+  // out[count] = the reduction of member chunk r (this rank's position r in group) of every in[count·|group|].
+  virtual StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const float* in, float* out, int64_t count,
+                                                        ReduceOp op, const std::vector<int>& group) = 0;
+  // Later work on `stream` waits for the collective to complete.
+  virtual Status waitCollective(Stream stream, CollectiveHandle handle) = 0;
+};
+
+struct CpuBackendOptions {
+  int rank = 0;  // this backend's global rank
+  // OpenBLAS worker threads, set process-wide when the backend is created (when the linked BLAS is
+  // OpenBLAS). 1 keeps GEMM results bitwise reproducible across runs and machines; 0 leaves the
+  // library's setting (OPENBLAS_NUM_THREADS) alone.
+  int blasThreads = 1;
+};
+
+// The CPU reference backend: kernels from Kernels.h, executed synchronously. It has no communicator:
+// collectives over a group of one rank (itself) complete immediately (all-reduce and reduce-scatter
+// are the identity, all-gather a copy); a group with any other rank is an InvalidArgument error
+// naming the group (multi-rank runs need a backend with a communicator).
+std::unique_ptr<Backend> makeCpuBackend(const CpuBackendOptions& options = {});
+
+// Runs one KernelCall with the CPU kernels of Kernels.h (what CpuBackend::launch does); exposed so
+// other backends can fall back to it for host-resident data and for tests.
+Status runCpuKernel(const KernelCall& call);
+
+}  // namespace llcdist::rt

@@ -1,0 +1,133 @@
+// Loading and validating a plan directory (docs/plan-format.md): plan/manifest.json plus the
+// program-N.json files it lists, into plain C++ structs.
+//
+// Contract: loadPlan() either returns a plan that the interpreter can run without further checks
+// (every buffer reference resolves, every buffer lies inside the arena at an aligned offset with
+// bytes = numel·sizeof(dtype), every op has exactly its roles with the right dtypes and element
+// counts, no op's written argument overlaps another argument except where PlanSchema allows an exact
+// alias, every action names a subroutine and a valid microbatch), or an error whose message names the
+// file and the JSON path ("program-0.json: subroutines[1].ops[3].args.w: ...") and what is wrong. It
+// never crashes or throws on bad input (truncated or malformed JSON included).
+#pragma once
+
+#include "llcdist/runtime/Kernels.h"
+#include "llcdist/runtime/PlanSchema.h"
+#include "llcdist/runtime/Status.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace llcdist::rt {
+
+struct ParamInit {
+  enum class Kind { kNormal, kZeros, kOnes };
+  Kind kind = Kind::kZeros;
+  double std = 0.0;  // kNormal only
+};
+
+struct ParamDesc {
+  std::string name;            // Hugging Face name
+  std::vector<int64_t> shape;  // Hugging Face layout
+  int64_t buffer = -1;         // buffer id in programs[0]
+  int64_t grad = -1;           // buffer id in programs[0]
+  ParamInit init;
+  bool weightDecay = false;
+  int64_t numel() const;
+};
+
+struct OptimizerDesc {
+  enum class Kind { kAdamW, kSgd };
+  Kind kind = Kind::kAdamW;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adamw
+  double momentum = 0.0;                          // sgd
+  double weightDecay = 0.0;
+};
+
+struct Manifest {
+  std::vector<std::string> features;
+  std::string modelName, architecture;
+  int64_t vocabSize = 0;
+  int64_t seqLen = 0, microBatch = 0, microbatches = 0, dataParallel = 0, globalBatch = 0;
+  int64_t meshDp = 1, meshTp = 1, meshPp = 1;
+  OptimizerDesc optimizer;
+  LrSchedule lrSchedule;  // totalSteps 0 = "the run's --steps" (resolved by the caller)
+  double gradClip = 0.0;
+  std::vector<ParamDesc> params;
+  struct ProgramRef {
+    std::string file;
+    std::vector<int64_t> ranks;
+  };
+  std::vector<ProgramRef> programs;
+  int64_t worldSize() const { return meshDp * meshTp * meshPp; }
+};
+
+struct BufferDesc {
+  int64_t id = 0;
+  std::string name;
+  schema::BufferKind kind = schema::BufferKind::kScratch;
+  schema::ElemType dtype = schema::ElemType::kF32;
+  std::vector<int64_t> shape;  // [] = scalar
+  int64_t offset = 0, bytes = 0;
+  int64_t numel() const;
+};
+
+using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
+
+struct Op {
+  schema::OpKind kind = schema::OpKind::kZero;
+  // args[i] holds the buffer ids of role kOpSpecs[kind].args[i]: one id (kOne), zero or one id
+  // (kOptional), one or more ids (kList).
+  std::vector<std::vector<int64_t>> args;
+  std::map<std::string, AttrValue> attrs;  // validated: names and types as in PlanSchema
+  std::string loc;                         // provenance ("" when absent)
+
+  // Typed attribute access; the loader guarantees presence and type of required attrs.
+  int64_t intAttr(const std::string& name, int64_t dflt = 0) const;
+  double floatAttr(const std::string& name, double dflt = 0.0) const;  // int attrs convert
+  bool boolAttr(const std::string& name, bool dflt = false) const;
+  std::string stringAttr(const std::string& name) const;
+  std::vector<int64_t> intListAttr(const std::string& name) const;
+  // The single buffer id of a kOne/kOptional role (-1 when an optional role is absent).
+  int64_t arg(std::string_view role) const;
+  const std::vector<int64_t>& argList(std::string_view role) const;
+};
+
+struct Subroutine {
+  std::string name;
+  std::vector<Op> ops;
+};
+
+struct Action {
+  int64_t subroutine = 0;   // index into Program::subroutines
+  int64_t microbatch = -1;  // -1 when absent
+};
+
+struct Program {
+  std::string file;  // as listed in the manifest
+  int64_t arenaBytes = 0;
+  std::vector<BufferDesc> buffers;  // buffers[i].id == i
+  std::vector<Subroutine> subroutines;
+  std::vector<Action> actions;
+  int64_t findBuffer(std::string_view name) const;  // id or -1
+};
+
+struct Plan {
+  std::string dir;
+  Manifest manifest;
+  std::vector<Program> programs;  // parallel to manifest.programs
+};
+
+// Parses and validates manifest.json text. `file` names the file in error messages.
+StatusOr<Manifest> parseManifest(const std::string& text, const std::string& file);
+// Parses and validates one program's text in the context of its manifest (microbatch counts, batch
+// sizes, optimizer kind). Params are cross-checked by loadPlan / validateParams.
+StatusOr<Program> parseProgram(const std::string& text, const std::string& file, const Manifest& manifest);
+// Checks every param's buffer/grad ids against `program` (kinds, dtypes, shapes).
+Status validateParams(const Manifest& manifest, const Program& program);
+// Reads dir/manifest.json and every program it lists; errors name the file (path within the dir).
+StatusOr<Plan> loadPlan(const std::string& dir);
+
+}  // namespace llcdist::rt

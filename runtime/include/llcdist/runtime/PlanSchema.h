@@ -1,0 +1,255 @@
+// The plan format's constants (docs/plan-format.md): format names, version, buffer kinds, dtypes, the
+// op table (argument roles and attributes of every op). The compiler includes this header to emit
+// plans and the runtime's loader (Plan.h) validates against it, so the two cannot drift apart.
+//
+// Header-only, standard library only, C++17; no MLIR/LLVM and no other runtime header.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace llcdist::rt::schema {
+
+inline constexpr std::string_view kPlanFormat = "llc-dist-plan";        // manifest.json "format"
+inline constexpr std::string_view kProgramFormat = "llc-dist-program";  // program-N.json "format"
+inline constexpr std::string_view kManifestFile = "manifest.json";
+inline constexpr int64_t kPlanVersion = 1;            // the version this runtime writes and reads
+inline constexpr int64_t kMinSupportedVersion = 1;    // oldest version the loader accepts
+inline constexpr int64_t kArenaAlignment = 64;        // every buffer offset is a multiple of this
+// Optional features a plan may list in "features". Version 1 defines none; a plan naming any feature
+// not in this list is refused.
+inline constexpr std::array<std::string_view, 0> kKnownFeatures = {};
+
+// Names of the metric buffers the runtime reports each step.
+inline constexpr std::string_view kLossMetric = "loss";
+inline constexpr std::string_view kGradNormMetric = "grad_norm";
+
+// String enums of the manifest.
+inline constexpr std::array<std::string_view, 2> kOptimizerKinds = {"adamw", "sgd"};
+inline constexpr std::array<std::string_view, 2> kLrScheduleKinds = {"constant", "cosine"};
+inline constexpr std::array<std::string_view, 3> kInitKinds = {"normal", "zeros", "ones"};
+inline constexpr std::array<std::string_view, 2> kWeightLayouts = {"out_in", "in_out"};
+
+// ---------------------------------------------------------------------------------------------------
+// Buffers.
+// ---------------------------------------------------------------------------------------------------
+enum class BufferKind { kParam, kGrad, kOptimizerState, kActivation, kInput, kMetric, kScratch };
+inline constexpr std::array<std::string_view, 7> kBufferKindNames = {
+    "param", "grad", "optimizer_state", "activation", "input", "metric", "scratch"};
+constexpr std::string_view bufferKindName(BufferKind k) { return kBufferKindNames[size_t(k)]; }
+constexpr std::optional<BufferKind> parseBufferKind(std::string_view s) {
+  for (size_t i = 0; i < kBufferKindNames.size(); ++i)
+    if (kBufferKindNames[i] == s) return BufferKind(i);
+  return std::nullopt;
+}
+
+enum class ElemType { kF32, kI32 };
+inline constexpr std::array<std::string_view, 2> kElemTypeNames = {"f32", "i32"};
+constexpr std::string_view elemTypeName(ElemType t) { return kElemTypeNames[size_t(t)]; }
+constexpr int64_t elemTypeSize(ElemType) { return 4; }
+constexpr std::optional<ElemType> parseElemType(std::string_view s) {
+  for (size_t i = 0; i < kElemTypeNames.size(); ++i)
+    if (kElemTypeNames[i] == s) return ElemType(i);
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Ops. Each op: {"op": name, "args": {role: id | [ids]}, "attrs": {...}, "loc": "..."}.
+// ---------------------------------------------------------------------------------------------------
+enum class OpKind {
+  kLoadMicrobatch, kZero,
+  kEmbeddingFwd, kEmbeddingBwdWeight, kPosEmbeddingFwd, kPosEmbeddingBwdWeight,
+  kLayerNormFwd, kLayerNormBwdInput, kLayerNormBwdWeight,
+  kRmsNormFwd, kRmsNormBwdInput, kRmsNormBwdWeight,
+  kLinearFwd, kLinearBwdInput, kLinearBwdWeight, kLinearBwdBias,
+  kSplitFwd, kSplitBwd, kRopeFwd, kRopeBwd, kAttentionFwd, kAttentionBwd,
+  kGeluTanhFwd, kGeluTanhBwd, kSwigluFwd, kSwigluBwd, kAdd, kAccumulate, kCopy,
+  kCrossEntropyFwd, kCrossEntropyBwd, kGradNorm, kAdamW, kSgd,
+};
+inline constexpr size_t kNumOpKinds = size_t(OpKind::kSgd) + 1;
+
+enum class ArgArity { kOne, kOptional, kList };  // one id; one id or absent; a non-empty [ids]
+enum class ArgType { kF32, kI32, kAny };
+enum class ArgAccess { kRead, kWrite, kReadWrite };
+struct ArgSpec {
+  std::string_view role;
+  ArgArity arity;
+  ArgType type;
+  ArgAccess access;
+  // Roles this (written) argument may alias exactly (same offset and bytes), '|'-separated; any other
+  // overlap between two arguments of one op, at least one of them written, is an error.
+  std::string_view mayAlias = {};
+};
+
+enum class AttrType { kInt, kFloat, kBool, kString, kIntList };  // kFloat also accepts JSON integers
+struct AttrSpec {
+  std::string_view name;
+  AttrType type;
+  bool required = true;
+};
+
+struct OpSpec {
+  OpKind kind;
+  std::string_view name;
+  const ArgSpec* args;
+  size_t numArgs;
+  const AttrSpec* attrs;
+  size_t numAttrs;
+};
+
+namespace detail {
+using A = ArgSpec;
+using T = AttrSpec;
+constexpr auto One = ArgArity::kOne, Opt = ArgArity::kOptional, List = ArgArity::kList;
+constexpr auto F = ArgType::kF32, I = ArgType::kI32, Any = ArgType::kAny;
+constexpr auto R = ArgAccess::kRead, W = ArgAccess::kWrite, RW = ArgAccess::kReadWrite;
+constexpr auto Int = AttrType::kInt, Flt = AttrType::kFloat, Bool = AttrType::kBool,
+               Str = AttrType::kString, Ints = AttrType::kIntList;
+
+inline constexpr A kLoadArgs[] = {{"ids", One, I, W}, {"targets", One, I, W}};
+inline constexpr T kLoadAttrs[] = {{"B", Int}, {"S", Int}};
+inline constexpr A kZeroArgs[] = {{"x", List, Any, W}};
+inline constexpr A kEmbFwdArgs[] = {{"ids", One, I, R}, {"table", One, F, R}, {"out", One, F, W}};
+inline constexpr T kEmbFwdAttrs[] = {{"M", Int}, {"V", Int}, {"H", Int}};
+inline constexpr A kEmbBwdArgs[] = {{"ids", One, I, R}, {"dout", One, F, R}, {"dtable", One, F, RW}};
+inline constexpr T kEmbBwdAttrs[] = {{"M", Int}, {"V", Int}, {"H", Int}, {"accumulate", Bool}};
+inline constexpr A kPosFwdArgs[] = {{"x", One, F, R}, {"wpe", One, F, R}, {"y", One, F, W, "x"}};
+inline constexpr T kPosFwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}};
+inline constexpr A kPosBwdArgs[] = {{"dy", One, F, R}, {"dwpe", One, F, RW}};
+inline constexpr T kPosBwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}, {"accumulate", Bool}};
+inline constexpr A kLnFwdArgs[] = {{"x", One, F, R},    {"gamma", One, F, R}, {"beta", One, F, R},
+                                   {"y", One, F, W},    {"mean", One, F, W},  {"rstd", One, F, W}};
+inline constexpr T kNormFwdAttrs[] = {{"M", Int}, {"H", Int}, {"eps", Flt}};
+inline constexpr A kLnBwdInArgs[] = {{"dy", One, F, R},   {"x", One, F, R},    {"gamma", One, F, R},
+                                     {"mean", One, F, R}, {"rstd", One, F, R}, {"dx", One, F, W}};
+inline constexpr T kMHAttrs[] = {{"M", Int}, {"H", Int}};
+inline constexpr A kLnBwdWArgs[] = {{"dy", One, F, R},   {"x", One, F, R},       {"mean", One, F, R},
+                                    {"rstd", One, F, R}, {"dgamma", One, F, RW}, {"dbeta", One, F, RW}};
+inline constexpr T kMHAccAttrs[] = {{"M", Int}, {"H", Int}, {"accumulate", Bool}};
+inline constexpr A kRmsFwdArgs[] = {{"x", One, F, R}, {"weight", One, F, R}, {"y", One, F, W}, {"rstd", One, F, W}};
+inline constexpr A kRmsBwdInArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"weight", One, F, R},
+                                      {"rstd", One, F, R}, {"dx", One, F, W}};
+inline constexpr A kRmsBwdWArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"rstd", One, F, R},
+                                     {"dweight", One, F, RW}};
+inline constexpr A kLinFwdArgs[] = {{"x", One, F, R}, {"w", One, F, R}, {"bias", Opt, F, R}, {"y", One, F, W}};
+inline constexpr T kLinFwdAttrs[] = {{"M", Int}, {"K", Int}, {"N", Int}, {"layout", Str}};
+inline constexpr A kLinBwdInArgs[] = {{"dy", One, F, R}, {"w", One, F, R}, {"dx", One, F, RW}};
+inline constexpr T kLinBwdAttrs[] = {{"M", Int}, {"K", Int}, {"N", Int}, {"layout", Str}, {"accumulate", Bool}};
+inline constexpr A kLinBwdWArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"dw", One, F, RW}};
+inline constexpr A kLinBwdBArgs[] = {{"dy", One, F, R}, {"db", One, F, RW}};
+inline constexpr T kLinBwdBAttrs[] = {{"M", Int}, {"N", Int}, {"accumulate", Bool}};
+inline constexpr A kSplitFwdArgs[] = {{"x", One, F, R}, {"outs", List, F, W}};
+inline constexpr A kSplitBwdArgs[] = {{"douts", List, F, R}, {"dx", One, F, W}};
+inline constexpr T kSplitAttrs[] = {{"rows", Int}, {"sizes", Ints}};
+inline constexpr A kRopeFwdArgs[] = {{"x", One, F, R}, {"y", One, F, W, "x"}};
+inline constexpr A kRopeBwdArgs[] = {{"dy", One, F, R}, {"dx", One, F, W, "dy"}};
+inline constexpr T kRopeAttrs[] = {{"B", Int},          {"S", Int},
+                                   {"n", Int},          {"hd", Int},
+                                   {"theta", Flt},      {"llama3", Bool, false},
+                                   {"factor", Flt, false}, {"low_freq_factor", Flt, false},
+                                   {"high_freq_factor", Flt, false},
+                                   {"original_max_position_embeddings", Int, false}};
+inline constexpr A kAttnFwdArgs[] = {{"q", One, F, R},   {"k", One, F, R},  {"v", One, F, R},
+                                     {"out", One, F, W}, {"lse", One, F, W}};
+inline constexpr T kAttnAttrs[] = {{"B", Int}, {"S", Int}, {"nh", Int}, {"nkv", Int}, {"hd", Int}};
+inline constexpr A kAttnBwdArgs[] = {{"dout", One, F, R}, {"q", One, F, R},   {"k", One, F, R},
+                                     {"v", One, F, R},    {"out", One, F, R}, {"lse", One, F, R},
+                                     {"dq", One, F, W},   {"dk", One, F, W},  {"dv", One, F, W}};
+inline constexpr T kNAttrs[] = {{"n", Int}};
+inline constexpr A kGeluFwdArgs[] = {{"x", One, F, R}, {"y", One, F, W, "x"}};
+inline constexpr A kGeluBwdArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"dx", One, F, W, "dy|x"}};
+inline constexpr A kSwiFwdArgs[] = {{"gate", One, F, R}, {"up", One, F, R}, {"y", One, F, W, "gate|up"}};
+inline constexpr A kSwiBwdArgs[] = {{"dy", One, F, R}, {"gate", One, F, R}, {"up", One, F, R},
+                                    {"dgate", One, F, W, "dy"}, {"dup", One, F, W, "dy"}};
+inline constexpr A kAddArgs[] = {{"a", One, F, R}, {"b", One, F, R}, {"y", One, F, W, "a|b"}};
+inline constexpr A kAccArgs[] = {{"x", One, F, R}, {"y", One, F, RW}};
+inline constexpr A kCopyArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
+inline constexpr A kCeFwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}, {"loss", One, F, RW}};
+inline constexpr A kCeBwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R},
+                                   {"dlogits", One, F, W, "logits"}};
+inline constexpr T kCeAttrs[] = {{"M", Int}, {"V", Int}, {"scale", Flt}};
+inline constexpr A kGradNormArgs[] = {{"grads", List, F, RW}, {"norm", One, F, W}};
+inline constexpr T kGradNormAttrs[] = {{"max_norm", Flt}};
+inline constexpr A kAdamArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"m", One, F, RW}, {"v", One, F, RW}};
+inline constexpr T kAdamAttrs[] = {{"beta1", Flt}, {"beta2", Flt}, {"eps", Flt}, {"weight_decay", Flt}};
+inline constexpr A kSgdArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"momentum_buf", Opt, F, RW}};
+inline constexpr T kSgdAttrs[] = {{"momentum", Flt}, {"weight_decay", Flt}};
+
+template <size_t NA, size_t NT>
+constexpr OpSpec op(OpKind k, std::string_view name, const A (&a)[NA], const T (&t)[NT]) {
+  return {k, name, a, NA, t, NT};
+}
+template <size_t NA>
+constexpr OpSpec op(OpKind k, std::string_view name, const A (&a)[NA]) {
+  return {k, name, a, NA, nullptr, 0};
+}
+}  // namespace detail
+
+// Indexed by OpKind.
+inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
+    detail::op(OpKind::kLoadMicrobatch, "load_microbatch", detail::kLoadArgs, detail::kLoadAttrs),
+    detail::op(OpKind::kZero, "zero", detail::kZeroArgs),
+    detail::op(OpKind::kEmbeddingFwd, "embedding_fwd", detail::kEmbFwdArgs, detail::kEmbFwdAttrs),
+    detail::op(OpKind::kEmbeddingBwdWeight, "embedding_bwd_weight", detail::kEmbBwdArgs, detail::kEmbBwdAttrs),
+    detail::op(OpKind::kPosEmbeddingFwd, "pos_embedding_fwd", detail::kPosFwdArgs, detail::kPosFwdAttrs),
+    detail::op(OpKind::kPosEmbeddingBwdWeight, "pos_embedding_bwd_weight", detail::kPosBwdArgs,
+               detail::kPosBwdAttrs),
+    detail::op(OpKind::kLayerNormFwd, "layer_norm_fwd", detail::kLnFwdArgs, detail::kNormFwdAttrs),
+    detail::op(OpKind::kLayerNormBwdInput, "layer_norm_bwd_input", detail::kLnBwdInArgs, detail::kMHAttrs),
+    detail::op(OpKind::kLayerNormBwdWeight, "layer_norm_bwd_weight", detail::kLnBwdWArgs, detail::kMHAccAttrs),
+    detail::op(OpKind::kRmsNormFwd, "rms_norm_fwd", detail::kRmsFwdArgs, detail::kNormFwdAttrs),
+    detail::op(OpKind::kRmsNormBwdInput, "rms_norm_bwd_input", detail::kRmsBwdInArgs, detail::kMHAttrs),
+    detail::op(OpKind::kRmsNormBwdWeight, "rms_norm_bwd_weight", detail::kRmsBwdWArgs, detail::kMHAccAttrs),
+    detail::op(OpKind::kLinearFwd, "linear_fwd", detail::kLinFwdArgs, detail::kLinFwdAttrs),
+    detail::op(OpKind::kLinearBwdInput, "linear_bwd_input", detail::kLinBwdInArgs, detail::kLinBwdAttrs),
+    detail::op(OpKind::kLinearBwdWeight, "linear_bwd_weight", detail::kLinBwdWArgs, detail::kLinBwdAttrs),
+    detail::op(OpKind::kLinearBwdBias, "linear_bwd_bias", detail::kLinBwdBArgs, detail::kLinBwdBAttrs),
+    detail::op(OpKind::kSplitFwd, "split_fwd", detail::kSplitFwdArgs, detail::kSplitAttrs),
+    detail::op(OpKind::kSplitBwd, "split_bwd", detail::kSplitBwdArgs, detail::kSplitAttrs),
+    detail::op(OpKind::kRopeFwd, "rope_fwd", detail::kRopeFwdArgs, detail::kRopeAttrs),
+    detail::op(OpKind::kRopeBwd, "rope_bwd", detail::kRopeBwdArgs, detail::kRopeAttrs),
+    detail::op(OpKind::kAttentionFwd, "attention_fwd", detail::kAttnFwdArgs, detail::kAttnAttrs),
+    detail::op(OpKind::kAttentionBwd, "attention_bwd", detail::kAttnBwdArgs, detail::kAttnAttrs),
+    detail::op(OpKind::kGeluTanhFwd, "gelu_tanh_fwd", detail::kGeluFwdArgs, detail::kNAttrs),
+    detail::op(OpKind::kGeluTanhBwd, "gelu_tanh_bwd", detail::kGeluBwdArgs, detail::kNAttrs),
+    detail::op(OpKind::kSwigluFwd, "swiglu_fwd", detail::kSwiFwdArgs, detail::kNAttrs),
+    detail::op(OpKind::kSwigluBwd, "swiglu_bwd", detail::kSwiBwdArgs, detail::kNAttrs),
+    detail::op(OpKind::kAdd, "add", detail::kAddArgs, detail::kNAttrs),
+    detail::op(OpKind::kAccumulate, "accumulate", detail::kAccArgs, detail::kNAttrs),
+    detail::op(OpKind::kCopy, "copy", detail::kCopyArgs, detail::kNAttrs),
+    detail::op(OpKind::kCrossEntropyFwd, "cross_entropy_fwd", detail::kCeFwdArgs, detail::kCeAttrs),
+    detail::op(OpKind::kCrossEntropyBwd, "cross_entropy_bwd", detail::kCeBwdArgs, detail::kCeAttrs),
+    detail::op(OpKind::kGradNorm, "grad_norm", detail::kGradNormArgs, detail::kGradNormAttrs),
+    detail::op(OpKind::kAdamW, "adamw", detail::kAdamArgs, detail::kAdamAttrs),
+    detail::op(OpKind::kSgd, "sgd", detail::kSgdArgs, detail::kSgdAttrs),
+}};
+
+constexpr const OpSpec& opSpec(OpKind k) { return kOpSpecs[size_t(k)]; }
+constexpr std::string_view opName(OpKind k) { return kOpSpecs[size_t(k)].name; }
+constexpr std::optional<OpKind> parseOpKind(std::string_view s) {
+  for (const OpSpec& spec : kOpSpecs)
+    if (spec.name == s) return spec.kind;
+  return std::nullopt;
+}
+// Index of `role` in the op's argument list, or -1.
+constexpr int argIndex(OpKind k, std::string_view role) {
+  const OpSpec& spec = opSpec(k);
+  for (size_t i = 0; i < spec.numArgs; ++i)
+    if (spec.args[i].role == role) return int(i);
+  return -1;
+}
+
+// The table is indexed by OpKind: checked at compile time.
+namespace detail {
+constexpr bool opTableIsIndexed() {
+  for (size_t i = 0; i < kNumOpKinds; ++i)
+    if (size_t(kOpSpecs[i].kind) != i) return false;
+  return true;
+}
+static_assert(opTableIsIndexed(), "kOpSpecs must be in OpKind order");
+}  // namespace detail
+
+}  // namespace llcdist::rt::schema

@@ -1,0 +1,138 @@
+// The CPU reference backend: one aligned, zero-filled arena; synchronous execution on the calling
+// thread; collectives only over the single-rank group. See Backend.h.
+#include "llcdist/runtime/Backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+// OpenBLAS's thread control, resolved only when the linked BLAS is OpenBLAS.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
+namespace llcdist::rt {
+namespace {
+
+constexpr int64_t kAlign = schema::kArenaAlignment;
+
+struct FreeDeleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+
+class CpuBackend final : public Backend {
+public:
+  explicit CpuBackend(const CpuBackendOptions& o) : opts_(o) {
+    if (o.blasThreads > 0 && openblas_set_num_threads) openblas_set_num_threads(o.blasThreads);
+  }
+
+  std::string name() const override { return "cpu"; }
+
+  Status allocateArena(int64_t bytes) override {
+    if (arena_) return Status::invalidArgument("cpu backend: the arena is already allocated");
+    if (bytes < 0) return Status::invalidArgument("cpu backend: negative arena size " + std::to_string(bytes));
+    const int64_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    const size_t alloc = size_t(rounded > 0 ? rounded : kAlign);  // aligned_alloc(0) may return null
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(size_t(kAlign), alloc));
+    if (!p) return Status::invalidArgument("cpu backend: cannot allocate an arena of " + std::to_string(bytes) + " bytes");
+    std::memset(p, 0, alloc);
+    arena_.reset(p);
+    bytes_ = bytes;
+    peak_ = std::max<int64_t>(peak_, rounded);
+    return Status::ok();
+  }
+  std::byte* arenaAt(int64_t offset) override { return arena_ ? arena_.get() + offset : nullptr; }
+  int64_t arenaBytes() const override { return bytes_; }
+  int64_t peakAllocatedBytes() const override { return peak_; }
+
+  StatusOr<Stream> createStream() override { return Stream{numStreams_++}; }
+  StatusOr<Event> createEvent() override { return Event{numEvents_++}; }
+  Status recordEvent(Stream s, Event e) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    return checkEvent(e);
+  }
+  Status waitEvent(Stream s, Event e) override { return recordEvent(s, e); }  // recorded events are complete
+  Status synchronize() override { return Status::ok(); }
+
+  Status copyToDevice(Stream s, int64_t offset, const void* src, int64_t bytes) override {
+    LLCDIST_RETURN_IF_ERROR(checkRange(s, offset, bytes, "copyToDevice"));
+    if (bytes > 0) std::memcpy(arena_.get() + offset, src, size_t(bytes));
+    return Status::ok();
+  }
+  Status copyToHost(Stream s, void* dst, int64_t offset, int64_t bytes) override {
+    LLCDIST_RETURN_IF_ERROR(checkRange(s, offset, bytes, "copyToHost"));
+    if (bytes > 0) std::memcpy(dst, arena_.get() + offset, size_t(bytes));
+    return Status::ok();
+  }
+  Status fillZero(Stream s, int64_t offset, int64_t bytes) override {
+    LLCDIST_RETURN_IF_ERROR(checkRange(s, offset, bytes, "fillZero"));
+    if (bytes > 0) std::memset(arena_.get() + offset, 0, size_t(bytes));
+    return Status::ok();
+  }
+  Status launch(Stream s, const KernelCall& call) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    return runCpuKernel(call);
+  }
+
+  StatusOr<CollectiveHandle> allReduceAsync(Stream s, float*, int64_t, ReduceOp,
+                                            const std::vector<int>& group) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-reduce"));
+    return CollectiveHandle{numCollectives_++};
+  }
+  StatusOr<CollectiveHandle> allGatherAsync(Stream s, const float* in, float* out, int64_t count,
+                                            const std::vector<int>& group) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-gather"));
+    if (in != out && count > 0) std::memmove(out, in, size_t(count) * 4);
+    return CollectiveHandle{numCollectives_++};
+  }
+  StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const float* in, float* out, int64_t count, ReduceOp,
+                                                const std::vector<int>& group) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    LLCDIST_RETURN_IF_ERROR(checkGroup(group, "reduce-scatter"));
+    if (in != out && count > 0) std::memmove(out, in, size_t(count) * 4);
+    return CollectiveHandle{numCollectives_++};
+  }
+  Status waitCollective(Stream s, CollectiveHandle h) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    if (h.id < 0 || h.id >= numCollectives_) return Status::invalidArgument("cpu backend: unknown collective handle");
+    return Status::ok();
+  }
+
+private:
+  Status checkStream(Stream s) const {
+    if (s.id < 0 || s.id >= numStreams_) return Status::invalidArgument("cpu backend: unknown stream " + std::to_string(s.id));
+    return Status::ok();
+  }
+  Status checkEvent(Event e) const {
+    if (e.id < 0 || e.id >= numEvents_) return Status::invalidArgument("cpu backend: unknown event " + std::to_string(e.id));
+    return Status::ok();
+  }
+  Status checkRange(Stream s, int64_t offset, int64_t bytes, const char* what) const {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    if (!arena_) return Status::invalidArgument(std::string("cpu backend: ") + what + " before allocateArena");
+    if (offset < 0 || bytes < 0 || offset > bytes_ || bytes > bytes_ - offset)
+      return Status::outOfRange(std::string("cpu backend: ") + what + " range [" + std::to_string(offset) + ", " +
+                                std::to_string(offset + bytes) + ") is outside the arena of " + std::to_string(bytes_) +
+                                " bytes");
+    return Status::ok();
+  }
+  Status checkGroup(const std::vector<int>& group, const char* what) const {
+    if (group.size() == 1 && group[0] == opts_.rank) return Status::ok();
+    return Status::invalidArgument(std::string("cpu backend: ") + what + " over a group of " +
+                                   std::to_string(group.size()) + " ranks; the CPU backend has no communicator and "
+                                   "runs only single-rank groups containing its own rank " + std::to_string(opts_.rank));
+  }
+
+  CpuBackendOptions opts_;
+  std::unique_ptr<std::byte, FreeDeleter> arena_;
+  int64_t bytes_ = 0, peak_ = 0;
+  int numStreams_ = 1, numEvents_ = 0;
+  int64_t numCollectives_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeCpuBackend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace llcdist::rt

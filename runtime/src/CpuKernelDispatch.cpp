@@ -1,0 +1,151 @@
+// runCpuKernel: one KernelCall -> the fp32 CPU kernels of Kernels.h. See Backend.h.
+#include "llcdist/runtime/Backend.h"
+
+#include <cstring>
+
+namespace llcdist::rt {
+
+Status runCpuKernel(const KernelCall& c) {
+  using K = schema::OpKind;
+  const schema::OpSpec& spec = schema::opSpec(c.kind);
+  auto role = [&](std::string_view r) { return size_t(schema::argIndex(c.kind, r)); };
+  auto F = [&](std::string_view r, size_t k = 0) { return c.f(role(r), k); };
+  auto I = [&](std::string_view r) { return c.i32(role(r)); };
+  auto list = [&](std::string_view r) -> const std::vector<void*>& { return c.args[role(r)]; };
+  auto elems = [&](std::string_view r, size_t k = 0) { return c.argElems[role(r)][k]; };
+  if (c.args.size() != spec.numArgs) return Status::internal("kernel call has the wrong number of roles");
+
+  switch (c.kind) {
+    case K::kLoadMicrobatch:
+      return Status::internal("load_microbatch is executed by the interpreter, not by a kernel");
+    case K::kZero:
+      for (size_t k = 0; k < list("x").size(); ++k) std::memset(list("x")[k], 0, size_t(elems("x", k)) * 4);
+      return Status::ok();
+    case K::kEmbeddingFwd:
+      return embeddingForward(I("ids"), F("table"), F("out"), c.M, c.V, c.H);
+    case K::kEmbeddingBwdWeight:
+      return embeddingBackward(I("ids"), F("dout"), F("dtable"), c.M, c.V, c.H, c.accumulate);
+    case K::kPosEmbeddingFwd:
+      return positionEmbeddingForward(F("x"), F("wpe"), F("y"), c.B, c.S, c.H, c.P);
+    case K::kPosEmbeddingBwdWeight:
+      return positionEmbeddingBackwardWeight(F("dy"), F("dwpe"), c.B, c.S, c.H, c.P, c.accumulate);
+    case K::kLayerNormFwd:
+      layerNormForward(F("x"), F("gamma"), F("beta"), F("y"), F("mean"), F("rstd"), c.M, c.H, float(c.eps));
+      return Status::ok();
+    case K::kLayerNormBwdInput:
+      layerNormBackwardInput(F("dy"), F("x"), F("gamma"), F("mean"), F("rstd"), F("dx"), c.M, c.H);
+      return Status::ok();
+    case K::kLayerNormBwdWeight:
+      layerNormBackwardWeight(F("dy"), F("x"), F("mean"), F("rstd"), F("dgamma"), F("dbeta"), c.M, c.H, c.accumulate);
+      return Status::ok();
+    case K::kRmsNormFwd:
+      rmsNormForward(F("x"), F("weight"), F("y"), F("rstd"), c.M, c.H, float(c.eps));
+      return Status::ok();
+    case K::kRmsNormBwdInput:
+      rmsNormBackwardInput(F("dy"), F("x"), F("weight"), F("rstd"), F("dx"), c.M, c.H);
+      return Status::ok();
+    case K::kRmsNormBwdWeight:
+      rmsNormBackwardWeight(F("dy"), F("x"), F("rstd"), F("dweight"), c.M, c.H, c.accumulate);
+      return Status::ok();
+    case K::kLinearFwd:
+      linearForward(F("x"), F("w"), F("bias"), F("y"), c.M, c.K, c.N, c.layout);
+      return Status::ok();
+    case K::kLinearBwdInput:
+      linearBackwardInput(F("dy"), F("w"), F("dx"), c.M, c.K, c.N, c.layout, c.accumulate);
+      return Status::ok();
+    case K::kLinearBwdWeight:
+      linearBackwardWeight(F("dy"), F("x"), F("dw"), c.M, c.K, c.N, c.layout, c.accumulate);
+      return Status::ok();
+    case K::kLinearBwdBias:
+      linearBackwardBias(F("dy"), F("db"), c.M, c.N, c.accumulate);
+      return Status::ok();
+    case K::kSplitFwd:
+    case K::kSplitBwd: {
+      // x [rows, Σsizes] <-> parts [rows, sizes[p]].
+      const bool fwd = c.kind == K::kSplitFwd;
+      const std::vector<void*>& parts = list(fwd ? "outs" : "douts");
+      float* whole = F(fwd ? "x" : "dx");
+      int64_t width = 0;
+      for (int64_t s : c.sizes) width += s;
+      int64_t col = 0;
+      for (size_t p = 0; p < parts.size(); ++p) {
+        float* part = static_cast<float*>(parts[p]);
+        const int64_t w = c.sizes[p];
+        for (int64_t r = 0; r < c.rows; ++r) {
+          float* wr = whole + r * width + col;
+          float* pr = part + r * w;
+          if (fwd) std::memcpy(pr, wr, size_t(w) * 4);
+          else std::memcpy(wr, pr, size_t(w) * 4);
+        }
+        col += w;
+      }
+      return Status::ok();
+    }
+    case K::kRopeFwd:
+      if (!c.rope) return Status::internal("rope_fwd without a rope table");
+      return ropeForward(*c.rope, F("x"), F("y"), c.B, c.S, c.n, c.hd);
+    case K::kRopeBwd:
+      if (!c.rope) return Status::internal("rope_bwd without a rope table");
+      return ropeBackward(*c.rope, F("dy"), F("dx"), c.B, c.S, c.n, c.hd);
+    case K::kAttentionFwd:
+      return attentionForward({c.B, c.S, c.nh, c.nkv, c.hd}, F("q"), F("k"), F("v"), F("out"), F("lse"));
+    case K::kAttentionBwd:
+      return attentionBackward({c.B, c.S, c.nh, c.nkv, c.hd}, F("dout"), F("q"), F("k"), F("v"), F("out"), F("lse"),
+                               F("dq"), F("dk"), F("dv"));
+    case K::kGeluTanhFwd:
+      geluTanhForward(F("x"), F("y"), c.n);
+      return Status::ok();
+    case K::kGeluTanhBwd:
+      geluTanhBackward(F("dy"), F("x"), F("dx"), c.n);
+      return Status::ok();
+    case K::kSwigluFwd:
+      swigluForward(F("gate"), F("up"), F("y"), c.n);
+      return Status::ok();
+    case K::kSwigluBwd:
+      swigluBackward(F("dy"), F("gate"), F("up"), F("dgate"), F("dup"), c.n);
+      return Status::ok();
+    case K::kAdd:
+      addForward(F("a"), F("b"), F("y"), c.n);
+      return Status::ok();
+    case K::kAccumulate:
+      accumulateInto(F("x"), F("y"), c.n);
+      return Status::ok();
+    case K::kCopy:
+      std::memcpy(F("y"), F("x"), size_t(c.n) * 4);
+      return Status::ok();
+    case K::kCrossEntropyFwd: {
+      double mean = 0.0;
+      LLCDIST_RETURN_IF_ERROR(crossEntropyForward(F("logits"), I("targets"), nullptr, &mean, c.M, c.V));
+      F("loss")[0] += float(c.scale * mean);
+      return Status::ok();
+    }
+    case K::kCrossEntropyBwd:
+      return crossEntropyBackward(F("logits"), I("targets"), F("dlogits"), c.M, c.V, float(c.scale));
+    case K::kGradNorm: {
+      std::vector<GradSpan> grads;
+      for (size_t k = 0; k < list("grads").size(); ++k) grads.push_back({F("grads", k), elems("grads", k)});
+      const double norm = c.maxNorm > 0 ? clipGradNorm(grads, c.maxNorm) : globalGradNorm(grads);
+      F("norm")[0] = float(norm);
+      return Status::ok();
+    }
+    case K::kAdamW: {
+      AdamWConfig cfg;
+      cfg.lr = c.lr;
+      cfg.beta1 = c.beta1;
+      cfg.beta2 = c.beta2;
+      cfg.eps = c.eps;
+      cfg.weightDecay = c.weightDecay;
+      return adamwStep(F("param"), F("grad"), F("m"), F("v"), elems("param"), c.t, cfg);
+    }
+    case K::kSgd: {
+      SgdConfig cfg;
+      cfg.lr = c.lr;
+      cfg.momentum = c.momentum;
+      cfg.weightDecay = c.weightDecay;
+      return sgdStep(F("param"), F("grad"), F("momentum_buf"), elems("param"), c.t, cfg);
+    }
+  }
+  return Status::internal("unhandled op kind");
+}
+
+}  // namespace llcdist::rt

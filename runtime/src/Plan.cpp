@@ -1,0 +1,467 @@
+// Plan directory loading: manifest.json and program-N.json into structs, validated. See Plan.h and
+// docs/plan-format.md; op element counts are checked in PlanOps.cpp.
+#include "llcdist/runtime/Plan.h"
+
+#include "PlanJson.h"
+#include "PlanOps.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace llcdist::rt {
+namespace {
+
+namespace fs = std::filesystem;
+using planjson::Doc;
+using planjson::index;
+using planjson::json;
+using planjson::key;
+namespace sc = schema;
+
+std::string supportedVersions() {
+  std::string s;
+  for (int64_t v = sc::kMinSupportedVersion; v <= sc::kPlanVersion; ++v)
+    s += (s.empty() ? "" : ", ") + std::to_string(v);
+  return s;
+}
+
+// "format" and "version" first, so a newer plan gets a version error rather than field errors.
+Status checkHeader(const Doc& doc, const json& root, std::string_view format, int64_t* version) {
+  if (!root.contains("format")) return doc.error("format", "missing required field (expected \"" + std::string(format) + "\")");
+  std::string f;
+  LLCDIST_RETURN_IF_ERROR(doc.string(root, "", "format", &f));
+  if (f != format)
+    return doc.error("format", "expected \"" + std::string(format) + "\", got \"" + f + "\"" +
+                                   (f == sc::kPlanFormat || f == sc::kProgramFormat ? " (wrong file?)" : ""));
+  if (!root.contains("version")) return doc.error("version", "missing required field");
+  LLCDIST_RETURN_IF_ERROR(doc.integer(root, "", "version", version));
+  if (*version < sc::kMinSupportedVersion || *version > sc::kPlanVersion)
+    return doc.error("version", "unsupported version " + std::to_string(*version) +
+                                    " (this runtime supports version " + supportedVersions() +
+                                    "; recompile the plan with a matching llc-dist)");
+  return Status::ok();
+}
+
+Status readShape(const Doc& doc, const json& o, const std::string& path, std::vector<int64_t>* shape) {
+  return doc.intArray(o, path, "shape", shape, 1);
+}
+
+bool mulOverflow(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out); }
+
+Status numelOf(const Doc& doc, const std::string& path, const std::vector<int64_t>& shape, int64_t* n) {
+  *n = 1;
+  for (int64_t d : shape)
+    if (mulOverflow(*n, d, n)) return doc.error(key(path, "shape"), "element count overflows int64");
+  return Status::ok();
+}
+
+template <size_t N>
+bool oneOf(const std::string& s, const std::array<std::string_view, N>& names) {
+  return std::find(names.begin(), names.end(), s) != names.end();
+}
+template <size_t N>
+std::string listNames(const std::array<std::string_view, N>& names) {
+  std::string s;
+  for (auto n : names) s += (s.empty() ? "\"" : ", \"") + std::string(n) + "\"";
+  return s;
+}
+
+Status parseParam(const Doc& doc, const json& p, const std::string& path, ParamDesc* out) {
+  LLCDIST_RETURN_IF_ERROR(doc.keys(p, path, {"name", "shape", "dtype", "buffer", "grad", "init", "weight_decay"}));
+  LLCDIST_RETURN_IF_ERROR(doc.string(p, path, "name", &out->name));
+  if (out->name.empty()) return doc.error(key(path, "name"), "empty parameter name");
+  LLCDIST_RETURN_IF_ERROR(readShape(doc, p, path, &out->shape));
+  int64_t n = 0;
+  LLCDIST_RETURN_IF_ERROR(numelOf(doc, path, out->shape, &n));
+  std::string dtype;
+  LLCDIST_RETURN_IF_ERROR(doc.string(p, path, "dtype", &dtype));
+  if (dtype != "f32") return doc.error(key(path, "dtype"), "unsupported parameter dtype \"" + dtype + "\" (version 1 has \"f32\")");
+  LLCDIST_RETURN_IF_ERROR(doc.integer(p, path, "buffer", &out->buffer, 0));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(p, path, "grad", &out->grad, 0));
+  LLCDIST_RETURN_IF_ERROR(doc.boolean(p, path, "weight_decay", &out->weightDecay));
+  const json& init = p.at("init");
+  const std::string ip = key(path, "init");
+  LLCDIST_RETURN_IF_ERROR(doc.object(init, ip));
+  if (!init.contains("kind")) return doc.error(key(ip, "kind"), "missing required field");
+  std::string kind;
+  LLCDIST_RETURN_IF_ERROR(doc.string(init, ip, "kind", &kind));
+  if (kind == "normal") {
+    LLCDIST_RETURN_IF_ERROR(doc.keys(init, ip, {"kind", "std"}));
+    out->init.kind = ParamInit::Kind::kNormal;
+    LLCDIST_RETURN_IF_ERROR(doc.number(init, ip, "std", &out->init.std));
+    if (out->init.std < 0) return doc.error(key(ip, "std"), "must be >= 0");
+  } else if (kind == "zeros" || kind == "ones") {
+    LLCDIST_RETURN_IF_ERROR(doc.keys(init, ip, {"kind"}));
+    out->init.kind = kind == "zeros" ? ParamInit::Kind::kZeros : ParamInit::Kind::kOnes;
+  } else {
+    return doc.error(key(ip, "kind"), "unknown init kind \"" + kind + "\" (expected " + listNames(sc::kInitKinds) + ")");
+  }
+  return Status::ok();
+}
+
+Status parseOptimizer(const Doc& doc, const json& o, OptimizerDesc* out) {
+  const std::string path = "optimizer";
+  LLCDIST_RETURN_IF_ERROR(doc.object(o, path));
+  if (!o.contains("kind")) return doc.error("optimizer.kind", "missing required field");
+  std::string kind;
+  LLCDIST_RETURN_IF_ERROR(doc.string(o, path, "kind", &kind));
+  if (kind == "adamw") {
+    out->kind = OptimizerDesc::Kind::kAdamW;
+    LLCDIST_RETURN_IF_ERROR(doc.keys(o, path, {"kind", "beta1", "beta2", "eps", "weight_decay"}));
+    LLCDIST_RETURN_IF_ERROR(doc.number(o, path, "beta1", &out->beta1));
+    LLCDIST_RETURN_IF_ERROR(doc.number(o, path, "beta2", &out->beta2));
+    LLCDIST_RETURN_IF_ERROR(doc.number(o, path, "eps", &out->eps));
+  } else if (kind == "sgd") {
+    out->kind = OptimizerDesc::Kind::kSgd;
+    LLCDIST_RETURN_IF_ERROR(doc.keys(o, path, {"kind", "momentum", "weight_decay"}));
+    LLCDIST_RETURN_IF_ERROR(doc.number(o, path, "momentum", &out->momentum));
+  } else {
+    return doc.error("optimizer.kind", "unknown optimizer \"" + kind + "\" (expected " + listNames(sc::kOptimizerKinds) + ")");
+  }
+  return doc.number(o, path, "weight_decay", &out->weightDecay);
+}
+
+Status parseLrSchedule(const Doc& doc, const json& o, LrSchedule* out) {
+  const std::string path = "lr_schedule";
+  LLCDIST_RETURN_IF_ERROR(doc.object(o, path));
+  if (!o.contains("kind")) return doc.error("lr_schedule.kind", "missing required field");
+  std::string kind;
+  LLCDIST_RETURN_IF_ERROR(doc.string(o, path, "kind", &kind));
+  if (kind == "cosine") {
+    out->kind = LrSchedule::Kind::kWarmupCosine;
+    LLCDIST_RETURN_IF_ERROR(doc.keys(o, path, {"kind", "max_lr", "min_lr", "warmup_steps", "total_steps"}));
+  } else if (kind == "constant") {
+    out->kind = LrSchedule::Kind::kConstant;
+    LLCDIST_RETURN_IF_ERROR(doc.keys(o, path, {"kind", "max_lr"}, {"min_lr", "warmup_steps", "total_steps"}));
+  } else {
+    return doc.error("lr_schedule.kind", "unknown schedule \"" + kind + "\" (expected " + listNames(sc::kLrScheduleKinds) + ")");
+  }
+  LLCDIST_RETURN_IF_ERROR(doc.number(o, path, "max_lr", &out->maxLr));
+  out->minLr = 0.0;
+  out->warmupSteps = out->totalSteps = 0;
+  if (o.contains("min_lr")) LLCDIST_RETURN_IF_ERROR(doc.number(o, path, "min_lr", &out->minLr));
+  if (o.contains("warmup_steps")) LLCDIST_RETURN_IF_ERROR(doc.integer(o, path, "warmup_steps", &out->warmupSteps, 0));
+  if (o.contains("total_steps")) LLCDIST_RETURN_IF_ERROR(doc.integer(o, path, "total_steps", &out->totalSteps, 0));
+  if (out->kind == LrSchedule::Kind::kWarmupCosine && out->totalSteps != 0 && out->totalSteps <= out->warmupSteps)
+    return doc.error("lr_schedule.total_steps", "must be greater than warmup_steps (" +
+                                                    std::to_string(out->warmupSteps) + ") or 0 for \"the run's --steps\"");
+  return Status::ok();
+}
+
+StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
+  Manifest m;
+  int64_t version = 0;
+  LLCDIST_RETURN_IF_ERROR(checkHeader(doc, root, sc::kPlanFormat, &version));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(root, "", {"format", "version", "features", "model", "batch", "mesh", "optimizer",
+                                              "lr_schedule", "grad_clip", "params", "programs"}));
+  const json& features = root.at("features");
+  LLCDIST_RETURN_IF_ERROR(doc.array(features, "features"));
+  for (size_t i = 0; i < features.size(); ++i) {
+    if (!features[i].is_string()) return doc.error(index("features", i), "expected a string, got " + planjson::describe(features[i]));
+    const std::string f = features[i].get<std::string>();
+    if (!oneOf(f, sc::kKnownFeatures))
+      return doc.error(index("features", i), "unknown feature \"" + f + "\" (this runtime knows " +
+                                                 (sc::kKnownFeatures.empty() ? std::string("none") : listNames(sc::kKnownFeatures)) +
+                                                 "; use a newer runtime or compile without it)");
+    m.features.push_back(f);
+  }
+
+  const json& model = root.at("model");
+  LLCDIST_RETURN_IF_ERROR(doc.keys(model, "model", {"name", "architecture", "vocab_size", "dtype"}));
+  LLCDIST_RETURN_IF_ERROR(doc.string(model, "model", "name", &m.modelName));
+  LLCDIST_RETURN_IF_ERROR(doc.string(model, "model", "architecture", &m.architecture));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(model, "model", "vocab_size", &m.vocabSize, 1));
+  std::string dtype;
+  LLCDIST_RETURN_IF_ERROR(doc.string(model, "model", "dtype", &dtype));
+  if (dtype != "f32") return doc.error("model.dtype", "unsupported dtype \"" + dtype + "\" (version 1 has \"f32\")");
+
+  const json& batch = root.at("batch");
+  LLCDIST_RETURN_IF_ERROR(doc.keys(batch, "batch", {"seq_len", "micro_batch", "microbatches", "dp", "global_batch"}));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(batch, "batch", "seq_len", &m.seqLen, 1));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(batch, "batch", "micro_batch", &m.microBatch, 1));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(batch, "batch", "microbatches", &m.microbatches, 1));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(batch, "batch", "dp", &m.dataParallel, 1));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(batch, "batch", "global_batch", &m.globalBatch, 1));
+  int64_t g = 0;
+  if (mulOverflow(m.microBatch, m.microbatches, &g) || mulOverflow(g, m.dataParallel, &g) || g != m.globalBatch)
+    return doc.error("batch.global_batch", "expected micro_batch × microbatches × dp = " +
+                                               std::to_string(m.microBatch) + " × " + std::to_string(m.microbatches) +
+                                               " × " + std::to_string(m.dataParallel) + ", got " + std::to_string(m.globalBatch));
+
+  const json& mesh = root.at("mesh");
+  LLCDIST_RETURN_IF_ERROR(doc.keys(mesh, "mesh", {"dp", "tp", "pp"}));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "dp", &m.meshDp, 1, 1 << 24));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "tp", &m.meshTp, 1, 1 << 24));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "pp", &m.meshPp, 1, 1 << 24));
+  if (m.meshDp != m.dataParallel)
+    return doc.error("batch.dp", "must equal mesh.dp (" + std::to_string(m.meshDp) + "), got " + std::to_string(m.dataParallel));
+  if (m.worldSize() > (int64_t(1) << 24)) return doc.error("mesh", "world size dp × tp × pp is too large");
+
+  LLCDIST_RETURN_IF_ERROR(parseOptimizer(doc, root.at("optimizer"), &m.optimizer));
+  LLCDIST_RETURN_IF_ERROR(parseLrSchedule(doc, root.at("lr_schedule"), &m.lrSchedule));
+  LLCDIST_RETURN_IF_ERROR(doc.number(root, "", "grad_clip", &m.gradClip));
+  if (m.gradClip < 0) return doc.error("grad_clip", "must be >= 0 (0 = no clipping)");
+
+  const json& params = root.at("params");
+  LLCDIST_RETURN_IF_ERROR(doc.array(params, "params"));
+  std::set<std::string> names;
+  for (size_t i = 0; i < params.size(); ++i) {
+    ParamDesc p;
+    LLCDIST_RETURN_IF_ERROR(parseParam(doc, params[i], index("params", i), &p));
+    if (!names.insert(p.name).second)
+      return doc.error(index("params", i) + ".name", "duplicate parameter \"" + p.name + "\" (tied weights appear once)");
+    m.params.push_back(std::move(p));
+  }
+
+  const json& programs = root.at("programs");
+  LLCDIST_RETURN_IF_ERROR(doc.array(programs, "programs"));
+  if (programs.empty()) return doc.error("programs", "a plan needs at least one program");
+  std::vector<int> owner(size_t(m.worldSize()), -1);
+  for (size_t i = 0; i < programs.size(); ++i) {
+    const std::string path = index("programs", i);
+    Manifest::ProgramRef ref;
+    LLCDIST_RETURN_IF_ERROR(doc.keys(programs[i], path, {"file", "ranks"}));
+    LLCDIST_RETURN_IF_ERROR(doc.string(programs[i], path, "file", &ref.file));
+    const fs::path fp(ref.file);
+    if (ref.file.empty() || fp.is_absolute() ||
+        std::any_of(fp.begin(), fp.end(), [](const fs::path& c) { return c == ".."; }))
+      return doc.error(key(path, "file"), "must be a relative path inside the plan directory, got \"" + ref.file + "\"");
+    LLCDIST_RETURN_IF_ERROR(doc.intArray(programs[i], path, "ranks", &ref.ranks, 0, m.worldSize() - 1));
+    if (ref.ranks.empty()) return doc.error(key(path, "ranks"), "a program must run on at least one rank");
+    for (size_t r = 0; r < ref.ranks.size(); ++r) {
+      int& o = owner[size_t(ref.ranks[r])];
+      if (o >= 0)
+        return doc.error(index(key(path, "ranks"), r), "rank " + std::to_string(ref.ranks[r]) +
+                                                           " already runs programs[" + std::to_string(o) + "]");
+      o = int(i);
+    }
+    m.programs.push_back(std::move(ref));
+  }
+  for (size_t r = 0; r < owner.size(); ++r)
+    if (owner[r] < 0)
+      return doc.error("programs", "no program runs rank " + std::to_string(r) + " (world size dp × tp × pp = " +
+                                       std::to_string(m.worldSize()) + ")");
+  return m;
+}
+
+Status parseBuffer(const Doc& doc, const json& b, const std::string& path, size_t i, int64_t arenaBytes,
+                   BufferDesc* out) {
+  LLCDIST_RETURN_IF_ERROR(doc.keys(b, path, {"id", "name", "kind", "dtype", "shape", "offset", "bytes"}));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(b, path, "id", &out->id));
+  if (out->id != int64_t(i)) return doc.error(key(path, "id"), "expected " + std::to_string(i) + " (buffers[i].id must be i), got " + std::to_string(out->id));
+  LLCDIST_RETURN_IF_ERROR(doc.string(b, path, "name", &out->name));
+  if (out->name.empty()) return doc.error(key(path, "name"), "empty buffer name");
+  std::string s;
+  LLCDIST_RETURN_IF_ERROR(doc.string(b, path, "kind", &s));
+  auto kind = sc::parseBufferKind(s);
+  if (!kind) return doc.error(key(path, "kind"), "unknown buffer kind \"" + s + "\" (expected " + listNames(sc::kBufferKindNames) + ")");
+  out->kind = *kind;
+  LLCDIST_RETURN_IF_ERROR(doc.string(b, path, "dtype", &s));
+  auto dt = sc::parseElemType(s);
+  if (!dt) return doc.error(key(path, "dtype"), "unknown dtype \"" + s + "\" (expected " + listNames(sc::kElemTypeNames) + ")");
+  out->dtype = *dt;
+  LLCDIST_RETURN_IF_ERROR(readShape(doc, b, path, &out->shape));
+  int64_t n = 0, expect = 0;
+  LLCDIST_RETURN_IF_ERROR(numelOf(doc, path, out->shape, &n));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(b, path, "offset", &out->offset, 0));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(b, path, "bytes", &out->bytes, 0));
+  if (mulOverflow(n, sc::elemTypeSize(out->dtype), &expect) || expect != out->bytes)
+    return doc.error(key(path, "bytes"), "expected product(shape) × sizeof(" + std::string(sc::elemTypeName(out->dtype)) +
+                                             ") = " + std::to_string(n) + " × 4 = " + std::to_string(n * 4) +
+                                             ", got " + std::to_string(out->bytes));
+  if (out->offset % sc::kArenaAlignment != 0)
+    return doc.error(key(path, "offset"), "offset " + std::to_string(out->offset) + " is not a multiple of " +
+                                              std::to_string(sc::kArenaAlignment) + " (the arena alignment)");
+  if (out->offset > arenaBytes || out->bytes > arenaBytes - out->offset)
+    return doc.error(path, "buffer \"" + out->name + "\" [" + std::to_string(out->offset) + ", " +
+                               std::to_string(out->offset + out->bytes) + ") extends past arena_bytes = " +
+                               std::to_string(arenaBytes));
+  return Status::ok();
+}
+
+StatusOr<Program> parseProgramJson(const Doc& doc, const json& root, const Manifest& manifest) {
+  Program prog;
+  int64_t version = 0;
+  LLCDIST_RETURN_IF_ERROR(checkHeader(doc, root, sc::kProgramFormat, &version));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(root, "", {"format", "version", "arena_bytes", "buffers", "subroutines", "actions"}));
+  LLCDIST_RETURN_IF_ERROR(doc.integer(root, "", "arena_bytes", &prog.arenaBytes, 0));
+
+  const json& buffers = root.at("buffers");
+  LLCDIST_RETURN_IF_ERROR(doc.array(buffers, "buffers"));
+  std::set<std::string> names;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    BufferDesc b;
+    const std::string path = index("buffers", i);
+    LLCDIST_RETURN_IF_ERROR(parseBuffer(doc, buffers[i], path, i, prog.arenaBytes, &b));
+    if (!names.insert(b.name).second) return doc.error(key(path, "name"), "duplicate buffer name \"" + b.name + "\"");
+    if ((b.name == sc::kLossMetric || b.name == sc::kGradNormMetric) &&
+        (b.kind != sc::BufferKind::kMetric || b.dtype != sc::ElemType::kF32 || b.numel() != 1))
+      return doc.error(path, "the reserved buffer name \"" + b.name + "\" needs kind \"metric\", dtype \"f32\" and one element");
+    prog.buffers.push_back(std::move(b));
+  }
+
+  const json& subs = root.at("subroutines");
+  LLCDIST_RETURN_IF_ERROR(doc.array(subs, "subroutines"));
+  for (size_t i = 0; i < subs.size(); ++i) {
+    const std::string path = index("subroutines", i);
+    Subroutine sub;
+    LLCDIST_RETURN_IF_ERROR(doc.keys(subs[i], path, {"name", "ops"}));
+    LLCDIST_RETURN_IF_ERROR(doc.string(subs[i], path, "name", &sub.name));
+    if (sub.name.empty()) return doc.error(key(path, "name"), "empty subroutine name");
+    for (const Subroutine& other : prog.subroutines)
+      if (other.name == sub.name) return doc.error(key(path, "name"), "duplicate subroutine \"" + sub.name + "\"");
+    const json& ops = subs[i].at("ops");
+    LLCDIST_RETURN_IF_ERROR(doc.array(ops, key(path, "ops")));
+    for (size_t j = 0; j < ops.size(); ++j) {
+      Op op;
+      LLCDIST_RETURN_IF_ERROR(planops::parseOp(doc, ops[j], index(key(path, "ops"), j), prog, manifest, &op));
+      sub.ops.push_back(std::move(op));
+    }
+    prog.subroutines.push_back(std::move(sub));
+  }
+
+  const json& actions = root.at("actions");
+  LLCDIST_RETURN_IF_ERROR(doc.array(actions, "actions"));
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const std::string path = index("actions", i);
+    LLCDIST_RETURN_IF_ERROR(doc.keys(actions[i], path, {"subroutine"}, {"microbatch"}));
+    std::string name;
+    LLCDIST_RETURN_IF_ERROR(doc.string(actions[i], path, "subroutine", &name));
+    Action a;
+    a.subroutine = -1;
+    for (size_t s = 0; s < prog.subroutines.size(); ++s)
+      if (prog.subroutines[s].name == name) a.subroutine = int64_t(s);
+    if (a.subroutine < 0) {
+      std::string known;
+      for (const Subroutine& s : prog.subroutines) known += (known.empty() ? "\"" : ", \"") + s.name + "\"";
+      return doc.error(key(path, "subroutine"), "unknown subroutine \"" + name + "\" (defined: " +
+                                                    (known.empty() ? std::string("none") : known) + ")");
+    }
+    if (actions[i].contains("microbatch"))
+      LLCDIST_RETURN_IF_ERROR(doc.integer(actions[i], path, "microbatch", &a.microbatch, 0, manifest.microbatches - 1));
+    const Subroutine& sub = prog.subroutines[size_t(a.subroutine)];
+    const bool loads = std::any_of(sub.ops.begin(), sub.ops.end(),
+                                   [](const Op& op) { return op.kind == sc::OpKind::kLoadMicrobatch; });
+    if (loads && a.microbatch < 0)
+      return doc.error(path, "subroutine \"" + name + "\" contains load_microbatch, so the action needs a \"microbatch\"");
+    prog.actions.push_back(a);
+  }
+  return prog;
+}
+
+Status readFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::notFound(path + ": cannot open for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return Status::ioError(path + ": read failed");
+  *out = ss.str();
+  return Status::ok();
+}
+
+}  // namespace
+
+int64_t ParamDesc::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t BufferDesc::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t Program::findBuffer(std::string_view name) const {
+  for (const BufferDesc& b : buffers)
+    if (b.name == name) return b.id;
+  return -1;
+}
+
+StatusOr<Manifest> parseManifest(const std::string& text, const std::string& file) {
+  Doc doc(file);
+  json root;
+  LLCDIST_RETURN_IF_ERROR(doc.parse(text, &root));
+  try {
+    return parseManifestJson(doc, root);
+  } catch (const std::exception& e) {  // defensive: the readers check types before every access
+    return Status::internal(file + ": unexpected error while reading: " + e.what());
+  }
+}
+
+StatusOr<Program> parseProgram(const std::string& text, const std::string& file, const Manifest& manifest) {
+  Doc doc(file);
+  json root;
+  LLCDIST_RETURN_IF_ERROR(doc.parse(text, &root));
+  try {
+    StatusOr<Program> p = parseProgramJson(doc, root, manifest);
+    if (p.isOk()) p->file = file;
+    return p;
+  } catch (const std::exception& e) {
+    return Status::internal(file + ": unexpected error while reading: " + e.what());
+  }
+}
+
+Status validateParams(const Manifest& manifest, const Program& program) {
+  auto err = [&](size_t i, const char* field, const std::string& msg) {
+    return Status::invalidArgument("params[" + std::to_string(i) + "]." + field + ": " + msg);
+  };
+  std::vector<int> used(program.buffers.size(), -1);
+  for (size_t i = 0; i < manifest.params.size(); ++i) {
+    const ParamDesc& p = manifest.params[i];
+    for (const char* field : {"buffer", "grad"}) {
+      const bool isGrad = field[0] == 'g';
+      const int64_t id = isGrad ? p.grad : p.buffer;
+      const auto want = isGrad ? sc::BufferKind::kGrad : sc::BufferKind::kParam;
+      if (id >= int64_t(program.buffers.size()))
+        return err(i, field, "buffer id " + std::to_string(id) + " is out of range (" + program.file + " has " +
+                                 std::to_string(program.buffers.size()) + " buffers)");
+      const BufferDesc& b = program.buffers[size_t(id)];
+      if (b.kind != want)
+        return err(i, field, "buffer " + std::to_string(id) + " (\"" + b.name + "\") has kind \"" +
+                                 std::string(sc::bufferKindName(b.kind)) + "\", expected \"" +
+                                 std::string(sc::bufferKindName(want)) + "\"");
+      if (b.dtype != sc::ElemType::kF32) return err(i, field, "buffer " + std::to_string(id) + " is not f32");
+      if (b.shape != p.shape) {
+        auto str = [](const std::vector<int64_t>& s) {
+          std::string r = "[";
+          for (size_t k = 0; k < s.size(); ++k) r += (k ? ", " : "") + std::to_string(s[k]);
+          return r + "]";
+        };
+        return err(i, field, "buffer " + std::to_string(id) + " (\"" + b.name + "\") has shape " + str(b.shape) +
+                                 " but parameter \"" + p.name + "\" has shape " + str(p.shape));
+      }
+      if (used[size_t(id)] >= 0)
+        return err(i, field, "buffer " + std::to_string(id) + " is already used by params[" +
+                                 std::to_string(used[size_t(id)]) + "]");
+      used[size_t(id)] = int(i);
+    }
+  }
+  return Status::ok();
+}
+
+StatusOr<Plan> loadPlan(const std::string& dir) {
+  Plan plan;
+  plan.dir = dir;
+  const std::string manifestPath = (fs::path(dir) / sc::kManifestFile).string();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Status::notFound(dir + ": not a plan directory (no such directory)");
+  std::string text;
+  LLCDIST_RETURN_IF_ERROR(readFile(manifestPath, &text));
+  LLCDIST_ASSIGN_OR_RETURN(plan.manifest, parseManifest(text, manifestPath));
+  for (const Manifest::ProgramRef& ref : plan.manifest.programs) {
+    const std::string path = (fs::path(dir) / ref.file).string();
+    LLCDIST_RETURN_IF_ERROR(readFile(path, &text));
+    LLCDIST_ASSIGN_OR_RETURN(Program prog, parseProgram(text, path, plan.manifest));
+    plan.programs.push_back(std::move(prog));
+  }
+  // Version 1: params[].buffer/.grad name buffers of programs[0].
+  LLCDIST_RETURN_IF_ERROR(validateParams(plan.manifest, plan.programs[0]).withContext(manifestPath));
+  return plan;
+}
+
+}  // namespace llcdist::rt

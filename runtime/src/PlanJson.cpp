@@ -1,0 +1,116 @@
+// JSON field readers with file + path errors. See PlanJson.h.
+#include "PlanJson.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace llcdist::rt::planjson {
+
+std::string describe(const json& v) {
+  std::string d = v.type_name();
+  if (v.is_primitive() && !v.is_null()) {
+    std::string s = v.dump();
+    if (s.size() > 40) s = s.substr(0, 37) + "...";
+    d += " " + s;
+  }
+  return d;
+}
+
+Status Doc::parse(const std::string& text, json* out) const {
+  try {
+    *out = json::parse(text);
+  } catch (const json::exception& e) {
+    return Status::dataLoss(file_ + ": malformed or truncated JSON: " + e.what());
+  }
+  if (!out->is_object()) return error("", "expected a JSON object, got " + describe(*out));
+  return Status::ok();
+}
+
+Status Doc::object(const json& v, const std::string& path) const {
+  return v.is_object() ? Status::ok() : error(path, "expected an object, got " + describe(v));
+}
+
+Status Doc::array(const json& v, const std::string& path) const {
+  return v.is_array() ? Status::ok() : error(path, "expected an array, got " + describe(v));
+}
+
+Status Doc::keys(const json& o, const std::string& path, std::initializer_list<const char*> required,
+                 std::initializer_list<const char*> optional) const {
+  LLCDIST_RETURN_IF_ERROR(object(o, path));
+  for (const char* k : required)
+    if (!o.contains(k)) return error(key(path, k), "missing required field");
+  for (auto it = o.begin(); it != o.end(); ++it) {
+    const std::string& k = it.key();
+    auto same = [&](const char* c) { return k == c; };
+    if (std::any_of(required.begin(), required.end(), same) ||
+        std::any_of(optional.begin(), optional.end(), same))
+      continue;
+    std::string expected;
+    for (const char* c : required) expected += std::string(expected.empty() ? "" : ", ") + c;
+    for (const char* c : optional) expected += std::string(expected.empty() ? "" : ", ") + c + " (optional)";
+    return error(key(path, k), "unknown field (expected: " + (expected.empty() ? "none" : expected) + ")");
+  }
+  return Status::ok();
+}
+
+Status Doc::integerValue(const json& v, const std::string& path, int64_t* out, int64_t min,
+                         int64_t max) const {
+  if (!v.is_number_integer()) return error(path, "expected an integer, got " + describe(v));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+    return error(path, "integer " + v.dump() + " is out of range");
+  const int64_t x = v.get<int64_t>();
+  if (x < min || x > max) {
+    std::string range = min == INT64_MIN ? "<= " + std::to_string(max)
+                        : max == INT64_MAX ? ">= " + std::to_string(min)
+                                           : "in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+    return error(path, "expected an integer " + range + ", got " + std::to_string(x));
+  }
+  *out = x;
+  return Status::ok();
+}
+
+Status Doc::numberValue(const json& v, const std::string& path, double* out) const {
+  if (!v.is_number()) return error(path, "expected a number, got " + describe(v));
+  *out = v.get<double>();
+  if (!std::isfinite(*out)) return error(path, "expected a finite number");
+  return Status::ok();
+}
+
+Status Doc::integer(const json& o, const std::string& path, const char* k, int64_t* out, int64_t min,
+                    int64_t max) const {
+  return integerValue(o.at(k), key(path, k), out, min, max);
+}
+
+Status Doc::number(const json& o, const std::string& path, const char* k, double* out) const {
+  return numberValue(o.at(k), key(path, k), out);
+}
+
+Status Doc::string(const json& o, const std::string& path, const char* k, std::string* out) const {
+  const json& v = o.at(k);
+  if (!v.is_string()) return error(key(path, k), "expected a string, got " + describe(v));
+  *out = v.get<std::string>();
+  return Status::ok();
+}
+
+Status Doc::boolean(const json& o, const std::string& path, const char* k, bool* out) const {
+  const json& v = o.at(k);
+  if (!v.is_boolean()) return error(key(path, k), "expected true or false, got " + describe(v));
+  *out = v.get<bool>();
+  return Status::ok();
+}
+
+Status Doc::intArray(const json& o, const std::string& path, const char* k, std::vector<int64_t>* out,
+                     int64_t min, int64_t max) const {
+  const json& v = o.at(k);
+  const std::string p = key(path, k);
+  LLCDIST_RETURN_IF_ERROR(array(v, p));
+  out->clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    int64_t x = 0;
+    LLCDIST_RETURN_IF_ERROR(integerValue(v[i], index(p, i), &x, min, max));
+    out->push_back(x);
+  }
+  return Status::ok();
+}
+
+}  // namespace llcdist::rt::planjson

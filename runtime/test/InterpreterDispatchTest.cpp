@@ -1,0 +1,305 @@
+// Every op kind once through the interpreter against a direct call of its kernel on the same data:
+// all buffers (inputs included) must match bit for bit, so a mis-wired argument role fails here.
+#include "PlanTestUtil.h"
+#include "TestUtil.h"
+
+#include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/Interpreter.h"
+#include "llcdist/runtime/Kernels.h"
+#include "llcdist/runtime/Plan.h"
+
+#include <cstring>
+#include <functional>
+#include <set>
+
+namespace llcdist::rt {
+namespace {
+
+using testing::json;
+namespace sc = schema;
+
+// Host copies of an op's buffers by role.
+struct Host {
+  std::map<std::string, std::vector<std::vector<float>>> f;
+  std::map<std::string, std::vector<std::vector<int32_t>>> i;
+  float* F(const std::string& role, size_t k = 0) { return f.at(role).at(k).data(); }
+  int32_t* I(const std::string& role) { return i.at(role).at(0).data(); }
+};
+
+struct Case {
+  std::string op;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> roles;  // role -> element count of each buffer
+  json attrs;
+  std::function<void(Host&)> ref;
+  int32_t idRange = 8;
+  std::set<std::string> positive = {};
+  std::string optimizer = "adamw";
+};
+
+constexpr int64_t kStep = 2;  // optimizer t = 3
+constexpr double kLr = 0.01;
+constexpr int64_t kMicro = 1;
+
+Status fillBatch(int64_t step, int64_t micro, int32_t* ids, int32_t* targets, int64_t B, int64_t S) {
+  for (int64_t k = 0; k < B * S; ++k) ids[k] = int32_t(k + 1), targets[k] = int32_t(100 + k + 10 * step + micro);
+  return Status::ok();
+}
+
+std::vector<Case> cases() {
+  const RopeConfig llama3{500000.0f, true, 8.0f, 1.0f, 4.0f, 16};
+  return {
+      {"load_microbatch", {{"ids", {6}}, {"targets", {6}}}, {{"B", 2}, {"S", 3}},
+       [](Host& h) { fillBatch(kStep, kMicro, h.I("ids"), h.I("targets"), 2, 3).isOk(); }},
+      {"zero", {{"x", {5, 7}}}, json::object(), [](Host& h) {
+         for (auto& v : h.f["x"]) std::fill(v.begin(), v.end(), 0.0f);
+       }},
+      {"embedding_fwd", {{"ids", {4}}, {"table", {24}}, {"out", {12}}}, {{"M", 4}, {"V", 8}, {"H", 3}},
+       [](Host& h) { ASSERT_TRUE(embeddingForward(h.I("ids"), h.F("table"), h.F("out"), 4, 8, 3).isOk()); }},
+      {"embedding_bwd_weight", {{"ids", {4}}, {"dout", {12}}, {"dtable", {24}}},
+       {{"M", 4}, {"V", 8}, {"H", 3}, {"accumulate", true}},
+       [](Host& h) { ASSERT_TRUE(embeddingBackward(h.I("ids"), h.F("dout"), h.F("dtable"), 4, 8, 3, true).isOk()); }},
+      {"pos_embedding_fwd", {{"x", {24}}, {"wpe", {20}}, {"y", {24}}}, {{"B", 2}, {"S", 3}, {"H", 4}, {"P", 5}},
+       [](Host& h) { ASSERT_TRUE(positionEmbeddingForward(h.F("x"), h.F("wpe"), h.F("y"), 2, 3, 4, 5).isOk()); }},
+      {"pos_embedding_bwd_weight", {{"dy", {24}}, {"dwpe", {20}}},
+       {{"B", 2}, {"S", 3}, {"H", 4}, {"P", 5}, {"accumulate", false}},
+       [](Host& h) { ASSERT_TRUE(positionEmbeddingBackwardWeight(h.F("dy"), h.F("dwpe"), 2, 3, 4, 5, false).isOk()); }},
+      {"layer_norm_fwd", {{"x", {12}}, {"gamma", {4}}, {"beta", {4}}, {"y", {12}}, {"mean", {3}}, {"rstd", {3}}},
+       {{"M", 3}, {"H", 4}, {"eps", 1e-5}},
+       [](Host& h) { layerNormForward(h.F("x"), h.F("gamma"), h.F("beta"), h.F("y"), h.F("mean"), h.F("rstd"), 3, 4, 1e-5f); }},
+      {"layer_norm_bwd_input",
+       {{"dy", {12}}, {"x", {12}}, {"gamma", {4}}, {"mean", {3}}, {"rstd", {3}}, {"dx", {12}}}, {{"M", 3}, {"H", 4}},
+       [](Host& h) { layerNormBackwardInput(h.F("dy"), h.F("x"), h.F("gamma"), h.F("mean"), h.F("rstd"), h.F("dx"), 3, 4); }},
+      {"layer_norm_bwd_weight",
+       {{"dy", {12}}, {"x", {12}}, {"mean", {3}}, {"rstd", {3}}, {"dgamma", {4}}, {"dbeta", {4}}},
+       {{"M", 3}, {"H", 4}, {"accumulate", true}},
+       [](Host& h) {
+         layerNormBackwardWeight(h.F("dy"), h.F("x"), h.F("mean"), h.F("rstd"), h.F("dgamma"), h.F("dbeta"), 3, 4, true);
+       }},
+      {"rms_norm_fwd", {{"x", {12}}, {"weight", {4}}, {"y", {12}}, {"rstd", {3}}}, {{"M", 3}, {"H", 4}, {"eps", 1e-6}},
+       [](Host& h) { rmsNormForward(h.F("x"), h.F("weight"), h.F("y"), h.F("rstd"), 3, 4, 1e-6f); }},
+      {"rms_norm_bwd_input", {{"dy", {12}}, {"x", {12}}, {"weight", {4}}, {"rstd", {3}}, {"dx", {12}}},
+       {{"M", 3}, {"H", 4}},
+       [](Host& h) { rmsNormBackwardInput(h.F("dy"), h.F("x"), h.F("weight"), h.F("rstd"), h.F("dx"), 3, 4); }},
+      {"rms_norm_bwd_weight", {{"dy", {12}}, {"x", {12}}, {"rstd", {3}}, {"dweight", {4}}},
+       {{"M", 3}, {"H", 4}, {"accumulate", true}},
+       [](Host& h) { rmsNormBackwardWeight(h.F("dy"), h.F("x"), h.F("rstd"), h.F("dweight"), 3, 4, true); }},
+      {"linear_fwd", {{"x", {12}}, {"w", {20}}, {"bias", {5}}, {"y", {15}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "in_out"}},
+       [](Host& h) { linearForward(h.F("x"), h.F("w"), h.F("bias"), h.F("y"), 3, 4, 5, WeightLayout::kInOut); }},
+      {"linear_fwd", {{"x", {12}}, {"w", {20}}, {"y", {15}}}, {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "out_in"}},
+       [](Host& h) { linearForward(h.F("x"), h.F("w"), nullptr, h.F("y"), 3, 4, 5, WeightLayout::kOutIn); }},
+      {"linear_bwd_input", {{"dy", {15}}, {"w", {20}}, {"dx", {12}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "out_in"}, {"accumulate", true}},
+       [](Host& h) { linearBackwardInput(h.F("dy"), h.F("w"), h.F("dx"), 3, 4, 5, WeightLayout::kOutIn, true); }},
+      {"linear_bwd_weight", {{"dy", {15}}, {"x", {12}}, {"dw", {20}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "in_out"}, {"accumulate", true}},
+       [](Host& h) { linearBackwardWeight(h.F("dy"), h.F("x"), h.F("dw"), 3, 4, 5, WeightLayout::kInOut, true); }},
+      {"linear_bwd_bias", {{"dy", {15}}, {"db", {5}}}, {{"M", 3}, {"N", 5}, {"accumulate", true}},
+       [](Host& h) { linearBackwardBias(h.F("dy"), h.F("db"), 3, 5, true); }},
+      {"split_fwd", {{"x", {12}}, {"outs", {6, 2, 4}}}, {{"rows", 2}, {"sizes", {3, 1, 2}}},
+       [](Host& h) {
+         for (int r = 0; r < 2; ++r) {
+           std::memcpy(h.F("outs", 0) + r * 3, h.F("x") + r * 6, 12);
+           std::memcpy(h.F("outs", 1) + r * 1, h.F("x") + r * 6 + 3, 4);
+           std::memcpy(h.F("outs", 2) + r * 2, h.F("x") + r * 6 + 4, 8);
+         }
+       }},
+      {"split_bwd", {{"douts", {6, 2, 4}}, {"dx", {12}}}, {{"rows", 2}, {"sizes", {3, 1, 2}}},
+       [](Host& h) {
+         for (int r = 0; r < 2; ++r) {
+           std::memcpy(h.F("dx") + r * 6, h.F("douts", 0) + r * 3, 12);
+           std::memcpy(h.F("dx") + r * 6 + 3, h.F("douts", 1) + r * 1, 4);
+           std::memcpy(h.F("dx") + r * 6 + 4, h.F("douts", 2) + r * 2, 8);
+         }
+       }},
+      {"rope_fwd", {{"x", {24}}, {"y", {24}}}, {{"B", 1}, {"S", 3}, {"n", 2}, {"hd", 4}, {"theta", 10000.0}},
+       [](Host& h) {
+         auto t = makeRopeTable(RopeConfig{}, 4, 0, 3).value();
+         ASSERT_TRUE(ropeForward(t, h.F("x"), h.F("y"), 1, 3, 2, 4).isOk());
+       }},
+      {"rope_bwd", {{"dy", {24}}, {"dx", {24}}},
+       {{"B", 1}, {"S", 3}, {"n", 2}, {"hd", 4}, {"theta", 500000.0}, {"llama3", true}, {"factor", 8.0},
+        {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 16}},
+       [llama3](Host& h) {
+         auto t = makeRopeTable(llama3, 4, 0, 3).value();
+         ASSERT_TRUE(ropeBackward(t, h.F("dy"), h.F("dx"), 1, 3, 2, 4).isOk());
+       }},
+      {"attention_fwd", {{"q", {24}}, {"k", {12}}, {"v", {12}}, {"out", {24}}, {"lse", {6}}},
+       {{"B", 1}, {"S", 3}, {"nh", 2}, {"nkv", 1}, {"hd", 4}},
+       [](Host& h) {
+         ASSERT_TRUE(attentionForward({1, 3, 2, 1, 4}, h.F("q"), h.F("k"), h.F("v"), h.F("out"), h.F("lse")).isOk());
+       }},
+      {"attention_bwd",
+       {{"dout", {24}}, {"q", {24}}, {"k", {12}}, {"v", {12}}, {"out", {24}}, {"lse", {6}}, {"dq", {24}}, {"dk", {12}},
+        {"dv", {12}}},
+       {{"B", 1}, {"S", 3}, {"nh", 2}, {"nkv", 1}, {"hd", 4}},
+       [](Host& h) {
+         ASSERT_TRUE(attentionBackward({1, 3, 2, 1, 4}, h.F("dout"), h.F("q"), h.F("k"), h.F("v"), h.F("out"),
+                                       h.F("lse"), h.F("dq"), h.F("dk"), h.F("dv"))
+                         .isOk());
+       }},
+      {"gelu_tanh_fwd", {{"x", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { geluTanhForward(h.F("x"), h.F("y"), 6); }},
+      {"gelu_tanh_bwd", {{"dy", {6}}, {"x", {6}}, {"dx", {6}}}, {{"n", 6}},
+       [](Host& h) { geluTanhBackward(h.F("dy"), h.F("x"), h.F("dx"), 6); }},
+      {"swiglu_fwd", {{"gate", {6}}, {"up", {6}}, {"y", {6}}}, {{"n", 6}},
+       [](Host& h) { swigluForward(h.F("gate"), h.F("up"), h.F("y"), 6); }},
+      {"swiglu_bwd", {{"dy", {6}}, {"gate", {6}}, {"up", {6}}, {"dgate", {6}}, {"dup", {6}}}, {{"n", 6}},
+       [](Host& h) { swigluBackward(h.F("dy"), h.F("gate"), h.F("up"), h.F("dgate"), h.F("dup"), 6); }},
+      {"add", {{"a", {6}}, {"b", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { addForward(h.F("a"), h.F("b"), h.F("y"), 6); }},
+      {"accumulate", {{"x", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { accumulateInto(h.F("x"), h.F("y"), 6); }},
+      {"copy", {{"x", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
+      {"cross_entropy_fwd", {{"logits", {15}}, {"targets", {3}}, {"loss", {1}}}, {{"M", 3}, {"V", 5}, {"scale", 0.5}},
+       [](Host& h) {
+         double mean = 0;
+         ASSERT_TRUE(crossEntropyForward(h.F("logits"), h.I("targets"), nullptr, &mean, 3, 5).isOk());
+         h.F("loss")[0] += float(0.5 * mean);
+       },
+       5},
+      {"cross_entropy_bwd", {{"logits", {15}}, {"targets", {3}}, {"dlogits", {15}}}, {{"M", 3}, {"V", 5}, {"scale", 0.1}},
+       [](Host& h) { ASSERT_TRUE(crossEntropyBackward(h.F("logits"), h.I("targets"), h.F("dlogits"), 3, 5, 0.1f).isOk()); },
+       5},
+      {"grad_norm", {{"grads", {5, 7}}, {"norm", {1}}}, {{"max_norm", 0.5}},
+       [](Host& h) {
+         h.F("norm")[0] = float(clipGradNorm({{h.F("grads", 0), 5}, {h.F("grads", 1), 7}}, 0.5));
+       }},
+      {"adamw", {{"param", {5}}, {"grad", {5}}, {"m", {5}}, {"v", {5}}},
+       {{"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}},
+       [](Host& h) {
+         AdamWConfig c{kLr, 0.9, 0.95, 1e-8, 0.1};
+         ASSERT_TRUE(adamwStep(h.F("param"), h.F("grad"), h.F("m"), h.F("v"), 5, kStep + 1, c).isOk());
+       },
+       8, {"v"}},
+      {"sgd", {{"param", {5}}, {"grad", {5}}, {"momentum_buf", {5}}}, {{"momentum", 0.9}, {"weight_decay", 0.01}},
+       [](Host& h) {
+         SgdConfig c;
+         c.lr = kLr;
+         c.momentum = 0.9;
+         c.weightDecay = 0.01;
+         ASSERT_TRUE(sgdStep(h.F("param"), h.F("grad"), h.F("momentum_buf"), 5, kStep + 1, c).isOk());
+       },
+       8, {}, "sgd"},
+  };
+}
+
+void runCase(const Case& c, uint32_t seed) {
+  SCOPED_TRACE(c.op);
+  const auto kind = sc::parseOpKind(c.op);
+  ASSERT_TRUE(kind.has_value());
+  testing::PlanBuilder b(/*vocab=*/8, /*seqLen=*/3, /*microBatch=*/2, /*microbatches=*/2, c.optimizer);
+  json args = json::object();
+  Host host;
+  std::vector<std::tuple<int64_t, std::string, size_t, bool>> bufs;  // id, role, k, is i32
+  for (const auto& [role, counts] : c.roles) {
+    const int ai = sc::argIndex(*kind, role);
+    ASSERT_GE(ai, 0) << role;
+    const sc::ArgSpec& spec = sc::opSpec(*kind).args[size_t(ai)];
+    const bool i32 = spec.type == sc::ArgType::kI32;
+    json ids = json::array();
+    for (size_t k = 0; k < counts.size(); ++k) {
+      const int64_t id = b.buffer(role + std::to_string(k), "activation", {counts[k]}, i32 ? "i32" : "f32");
+      ids.push_back(id);
+      bufs.emplace_back(id, role, k, i32);
+      if (i32) {
+        host.i[role].push_back(testing::randIds(counts[k], c.idRange, seed++));
+      } else {
+        std::vector<float> v = testing::randn(counts[k], seed++);
+        if (c.positive.count(role))
+          for (float& x : v) x = std::abs(x);
+        host.f[role].push_back(std::move(v));
+      }
+    }
+    args[role] = spec.arity == sc::ArgArity::kList ? ids : ids[0];
+  }
+  b.op("s", c.op, args, c.attrs, "test-loc");
+  b.action("s", kMicro);
+
+  Plan plan;
+  auto m = parseManifest(b.manifest.dump(), "manifest.json");
+  ASSERT_TRUE(m.isOk()) << m.status().message();
+  plan.manifest = m.value();
+  auto p = parseProgram(b.program.dump(), "program-0.json", plan.manifest);
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  plan.programs.push_back(std::move(p).value());
+  auto backend = makeCpuBackend();
+  auto interp = Interpreter::create(plan, 0, *backend);
+  ASSERT_TRUE(interp.isOk()) << interp.status().message();
+  for (const auto& [id, role, k, i32] : bufs)
+    ASSERT_TRUE((*interp)->writeBuffer(id, i32 ? (const void*)host.i[role][k].data() : host.f[role][k].data()).isOk());
+  Status s = (*interp)->runSubroutine(0, kStep, kMicro, kLr, fillBatch);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  c.ref(host);
+  for (const auto& [id, role, k, i32] : bufs) {
+    const BufferDesc& d = plan.programs[0].buffers[size_t(id)];
+    std::vector<char> got(size_t(d.bytes));
+    ASSERT_TRUE((*interp)->readBuffer(id, got.data()).isOk());
+    const void* want = i32 ? (const void*)host.i[role][k].data() : host.f[role][k].data();
+    EXPECT_EQ(std::memcmp(got.data(), want, got.size()), 0) << "role " << role << "[" << k << "]";
+  }
+}
+
+TEST(InterpreterDispatchTest, EveryOpMatchesItsKernel) {
+  std::set<std::string> covered;
+  uint32_t seed = 1;
+  for (const Case& c : cases()) {
+    runCase(c, seed);
+    seed += 100;
+    covered.insert(c.op);
+  }
+  for (const sc::OpSpec& spec : sc::kOpSpecs) EXPECT_TRUE(covered.count(std::string(spec.name))) << spec.name;
+}
+
+TEST(InterpreterDispatchTest, KernelErrorsNameOpAndLoc) {
+  // An embedding id outside [0, V): the kernel's error gets the op index, name and loc.
+  testing::PlanBuilder b(8, 3, 2, 2);
+  const int64_t ids = b.buffer("ids", "input", {4}, "i32"), table = b.buffer("t", "param", {24}),
+                out = b.buffer("o", "activation", {16});
+  b.op("s", "zero", {{"x", json::array({out})}});
+  b.op("s", "embedding_fwd", {{"ids", ids}, {"table", table}, {"out", out}}, {{"M", 4}, {"V", 6}, {"H", 4}},
+       "h.0.wte");
+  b.action("s");
+  Plan plan;
+  plan.manifest = parseManifest(b.manifest.dump(), "manifest.json").value();
+  auto p = parseProgram(b.program.dump(), "program-0.json", plan.manifest);
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  plan.programs.push_back(std::move(p).value());
+  auto backend = makeCpuBackend();
+  auto interp = Interpreter::create(plan, 0, *backend);
+  ASSERT_TRUE(interp.isOk());
+  const int32_t bad[4] = {0, 1, 7, 2};
+  ASSERT_TRUE((*interp)->writeBuffer(ids, bad).isOk());
+  Status s = (*interp)->runStep(0, 0.0, nullptr);
+  ASSERT_FALSE(s.isOk());
+  for (const char* part : {"step 0", "program-0.json", "subroutine 's' op 1", "embedding_fwd", "loc 'h.0.wte'"})
+    EXPECT_NE(s.message().find(part), std::string::npos) << s.message();
+  EXPECT_EQ(backend->peakAllocatedBytes(), plan.programs[0].arenaBytes);
+}
+
+TEST(CpuBackendTest, StreamsEventsAndSingleRankCollectives) {
+  auto be = makeCpuBackend();
+  ASSERT_TRUE(be->allocateArena(100).isOk());
+  EXPECT_FALSE(be->allocateArena(100).isOk());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(be->arenaAt(0)) % sc::kArenaAlignment, 0u);
+  EXPECT_EQ(be->peakAllocatedBytes(), 128);
+  auto s = be->createStream();
+  auto e = be->createEvent();
+  ASSERT_TRUE(s.isOk() && e.isOk());
+  EXPECT_TRUE(be->recordEvent(*s, *e).isOk());
+  EXPECT_TRUE(be->waitEvent(Stream{0}, *e).isOk());
+  EXPECT_FALSE(be->waitEvent(Stream{7}, *e).isOk());
+  EXPECT_FALSE(be->copyToDevice(*s, 96, "12345678", 8).isOk());  // past the 100-byte arena
+  float* buf = reinterpret_cast<float*>(be->arenaAt(0));
+  buf[0] = 3.0f;
+  auto h = be->allReduceAsync(*s, buf, 1, ReduceOp::kSum, {0});
+  ASSERT_TRUE(h.isOk());
+  EXPECT_TRUE(be->waitCollective(*s, *h).isOk());
+  EXPECT_EQ(buf[0], 3.0f);
+  auto bad = be->allReduceAsync(*s, buf, 1, ReduceOp::kSum, {0, 1});
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("no communicator"), std::string::npos);
+  auto g = be->allGatherAsync(*s, buf, buf + 4, 1, {0});
+  ASSERT_TRUE(g.isOk());
+  EXPECT_EQ(buf[4], 3.0f);
+}
+
+}  // namespace
+}  // namespace llcdist::rt

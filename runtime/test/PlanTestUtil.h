@@ -1,0 +1,159 @@
+// Test helpers: build plan directories by hand (manifest.json + program-0.json) from C++.
+#pragma once
+
+#include "llcdist/runtime/PlanSchema.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+namespace llcdist::rt::testing {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// A fresh temporary directory per test, removed at the end.
+class TempDirTest : public ::testing::Test {
+protected:
+  fs::path dir;
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir = fs::temp_directory_path() /
+          ("llcdist_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  std::string path(const std::string& name) const { return (dir / name).string(); }
+};
+
+inline void writeText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// Builds a manifest and a single program; buffers get consecutive 64-byte-aligned offsets.
+struct PlanBuilder {
+  json manifest;
+  json program;
+  int64_t arena = 0;
+
+  PlanBuilder(int64_t vocab, int64_t seqLen, int64_t microBatch, int64_t microbatches, std::string optimizer = "adamw") {
+    manifest = {
+        {"format", "llc-dist-plan"},
+        {"version", 1},
+        {"features", json::array()},
+        {"model", {{"name", "test"}, {"architecture", "Test"}, {"vocab_size", vocab}, {"dtype", "f32"}}},
+        {"batch", {{"seq_len", seqLen}, {"micro_batch", microBatch}, {"microbatches", microbatches}, {"dp", 1},
+                   {"global_batch", microBatch * microbatches}}},
+        {"mesh", {{"dp", 1}, {"tp", 1}, {"pp", 1}}},
+        {"lr_schedule", {{"kind", "constant"}, {"max_lr", 1e-2}}},
+        {"grad_clip", 1.0},
+        {"params", json::array()},
+        {"programs", json::array({{{"file", "program-0.json"}, {"ranks", {0}}}})},
+    };
+    if (optimizer == "adamw")
+      manifest["optimizer"] = {{"kind", "adamw"}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}};
+    else
+      manifest["optimizer"] = {{"kind", "sgd"}, {"momentum", 0.9}, {"weight_decay", 0.0}};
+    program = {{"format", "llc-dist-program"}, {"version", 1},           {"arena_bytes", 0},
+               {"buffers", json::array()},     {"subroutines", json::array()}, {"actions", json::array()}};
+  }
+
+  int64_t buffer(const std::string& name, const std::string& kind, std::vector<int64_t> shape,
+                 const std::string& dtype = "f32") {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    const int64_t id = int64_t(program["buffers"].size());
+    program["buffers"].push_back({{"id", id}, {"name", name}, {"kind", kind}, {"dtype", dtype}, {"shape", shape},
+                                  {"offset", arena}, {"bytes", n * 4}});
+    arena += (n * 4 + 63) / 64 * 64;
+    program["arena_bytes"] = arena;
+    return id;
+  }
+
+  json& ops(const std::string& sub) {
+    for (json& s : program["subroutines"])
+      if (s["name"] == sub) return s["ops"];
+    program["subroutines"].push_back({{"name", sub}, {"ops", json::array()}});
+    return program["subroutines"].back()["ops"];
+  }
+  void op(const std::string& sub, const std::string& name, json args, json attrs = json::object(),
+          const std::string& loc = "") {
+    json o = {{"op", name}, {"args", std::move(args)}, {"attrs", std::move(attrs)}};
+    if (!loc.empty()) o["loc"] = loc;
+    ops(sub).push_back(std::move(o));
+  }
+  void action(const std::string& sub, int64_t microbatch = -1) {
+    json a = {{"subroutine", sub}};
+    if (microbatch >= 0) a["microbatch"] = microbatch;
+    program["actions"].push_back(std::move(a));
+  }
+  void param(const std::string& name, std::vector<int64_t> shape, int64_t buf, int64_t grad, json init, bool wd) {
+    manifest["params"].push_back({{"name", name}, {"shape", shape}, {"dtype", "f32"}, {"buffer", buf},
+                                  {"grad", grad}, {"init", init}, {"weight_decay", wd}});
+  }
+  void write(const fs::path& dir) const {
+    writeText((dir / "manifest.json").string(), manifest.dump(2));
+    writeText((dir / "program-0.json").string(), program.dump(2));
+  }
+};
+
+// One-layer LM: ids -> embedding (wte [V,H]) -> lm_head linear (out_in, [V,H]) -> cross entropy, with
+// gradient accumulation over `microbatches` and AdamW (decay on lm_head only) after global-norm clipping.
+inline PlanBuilder oneLayerPlan(int64_t V, int64_t H, int64_t T, int64_t B, int64_t microbatches,
+                                double initStd = 0.02) {
+  PlanBuilder p(V, T, B, microbatches);
+  const int64_t M = B * T;
+  const int64_t wte = p.buffer("transformer.wte.weight", "param", {V, H});
+  const int64_t dwte = p.buffer("grad.wte", "grad", {V, H});
+  const int64_t mwte = p.buffer("adam_m.wte", "optimizer_state", {V, H});
+  const int64_t vwte = p.buffer("adam_v.wte", "optimizer_state", {V, H});
+  const int64_t lm = p.buffer("lm_head.weight", "param", {V, H});
+  const int64_t dlm = p.buffer("grad.lm_head", "grad", {V, H});
+  const int64_t mlm = p.buffer("adam_m.lm_head", "optimizer_state", {V, H});
+  const int64_t vlm = p.buffer("adam_v.lm_head", "optimizer_state", {V, H});
+  const int64_t ids = p.buffer("ids", "input", {B, T}, "i32");
+  const int64_t tgt = p.buffer("targets", "input", {B, T}, "i32");
+  const int64_t h = p.buffer("h", "activation", {M, H});
+  const int64_t dh = p.buffer("dh", "activation", {M, H});
+  const int64_t logits = p.buffer("logits", "activation", {M, V});
+  const int64_t loss = p.buffer("loss", "metric", {1});
+  const int64_t gn = p.buffer("grad_norm", "metric", {});
+  p.param("transformer.wte.weight", {V, H}, wte, dwte, {{"kind", "normal"}, {"std", initStd}}, false);
+  p.param("lm_head.weight", {V, H}, lm, dlm, {{"kind", "normal"}, {"std", initStd}}, true);
+  const double mb = double(microbatches);
+  p.op("step_begin", "zero", {{"x", {loss, dwte, dlm}}});
+  p.op("forward", "load_microbatch", {{"ids", ids}, {"targets", tgt}}, {{"B", B}, {"S", T}});
+  p.op("forward", "embedding_fwd", {{"ids", ids}, {"table", wte}, {"out", h}}, {{"M", M}, {"V", V}, {"H", H}}, "wte");
+  p.op("forward", "linear_fwd", {{"x", h}, {"w", lm}, {"y", logits}},
+       {{"M", M}, {"K", H}, {"N", V}, {"layout", "out_in"}}, "lm_head");
+  p.op("forward", "cross_entropy_fwd", {{"logits", logits}, {"targets", tgt}, {"loss", loss}},
+       {{"M", M}, {"V", V}, {"scale", 1.0 / mb}}, "loss");
+  p.op("backward", "cross_entropy_bwd", {{"logits", logits}, {"targets", tgt}, {"dlogits", logits}},
+       {{"M", M}, {"V", V}, {"scale", 1.0 / (double(M) * mb)}});
+  p.op("backward", "linear_bwd_weight", {{"dy", logits}, {"x", h}, {"dw", dlm}},
+       {{"M", M}, {"K", H}, {"N", V}, {"layout", "out_in"}, {"accumulate", true}});
+  p.op("backward", "linear_bwd_input", {{"dy", logits}, {"w", lm}, {"dx", dh}},
+       {{"M", M}, {"K", H}, {"N", V}, {"layout", "out_in"}, {"accumulate", false}});
+  p.op("backward", "embedding_bwd_weight", {{"ids", ids}, {"dout", dh}, {"dtable", dwte}},
+       {{"M", M}, {"V", V}, {"H", H}, {"accumulate", true}});
+  p.op("optimizer", "grad_norm", {{"grads", {dwte, dlm}}, {"norm", gn}}, {{"max_norm", 1.0}});
+  p.op("optimizer", "adamw", {{"param", wte}, {"grad", dwte}, {"m", mwte}, {"v", vwte}},
+       {{"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.0}});
+  p.op("optimizer", "adamw", {{"param", lm}, {"grad", dlm}, {"m", mlm}, {"v", vlm}},
+       {{"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}});
+  p.action("step_begin");
+  for (int64_t j = 0; j < microbatches; ++j) {
+    p.action("forward", j);
+    p.action("backward", j);
+  }
+  p.action("optimizer");
+  return p;
+}
+
+}  // namespace llcdist::rt::testing

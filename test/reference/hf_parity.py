@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Independent reference: re-run a compiled plan's training in PyTorch.
+
+The models below are written from Hugging Face transformers' modeling_gpt2.py
+and modeling_llama.py (GPT-2: pre-LN blocks, Conv1D [in, out] weights, fused
+c_attn, gelu_new, learned positions, tied head; Llama: RMSNorm in f32,
+rotate-half RoPE with rope_theta, repeat_kv for GQA, SwiGLU, untied head),
+with torch autograd and torch.optim doing the backward pass and the update.
+The script reads the plan's manifest (batch, optimizer, schedule, clipping),
+the llm.c token file in design.md's sample order, the parameters llc-dist
+started from, and compares per-step losses and the final parameters llc-dist
+wrote. Exit 0 on agreement, 1 with a report otherwise.
+
+usage: hf_parity.py CONFIG.json PLAN_DIR DATA.bin INIT.safetensors \
+                    FINAL.safetensors LOG.jsonl [--loss-rtol R] [--param-atol A]
+"""
+import argparse
+import json
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", (name, info["dtype"])
+        a, b = info["data_offsets"]
+        out[name] = torch.from_numpy(
+            np.frombuffer(data[a:b], dtype="<f4").reshape(info["shape"]).copy())
+    return out
+
+
+def read_tokens(path):
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(256 * 4), dtype="<i4")
+        assert header[0] == 20240520 and header[1] == 1
+        return np.frombuffer(f.read(), dtype="<u2")[: header[2]].astype(np.int64)
+
+
+# --- GPT-2, after transformers/models/gpt2/modeling_gpt2.py ---------------------
+def gelu_new(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def causal_attention(q, k, v):
+    # q [B, nh, S, hd], k/v [B, nh, S, hd] (kv already repeated)
+    S, hd = q.shape[-2], q.shape[-1]
+    w = torch.matmul(q, k.transpose(-1, -2)) / torch.full([], hd ** 0.5)
+    mask = torch.tril(torch.ones(S, S, dtype=torch.bool))
+    w = torch.where(mask, w, torch.tensor(torch.finfo(w.dtype).min))
+    w = torch.softmax(w, dim=-1)
+    return torch.matmul(w, v)
+
+
+def gpt2_loss(P, cfg, ids, targets):
+    B, S = ids.shape
+    H, nh = cfg["n_embd"], cfg["n_head"]
+    hd = H // nh
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    x = P["transformer.wte.weight"][ids] + P["transformer.wpe.weight"][torch.arange(S)]
+    for i in range(cfg["n_layer"]):
+        p = f"transformer.h.{i}."
+        h = F.layer_norm(x, (H,), P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
+        qkv = h @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
+        q, k, v = qkv.split(H, dim=2)
+        heads = lambda t: t.view(B, S, nh, hd).transpose(1, 2)
+        a = causal_attention(heads(q), heads(k), heads(v)).transpose(1, 2).reshape(B, S, H)
+        x = x + a @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"]
+        h = F.layer_norm(x, (H,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
+        h = gelu_new(h @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"])
+        x = x + h @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"]
+    x = F.layer_norm(x, (H,), P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], eps)
+    logits = x @ P["transformer.wte.weight"].t()
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+# --- Llama, after transformers/models/llama/modeling_llama.py --------------------
+def rms_norm(x, w, eps):
+    xf = x.to(torch.float32)
+    var = xf.pow(2).mean(-1, keepdim=True)
+    return w * (xf * torch.rsqrt(var + eps)).to(x.dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def llama_loss(P, cfg, ids, targets):
+    B, S = ids.shape
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    nkv = cfg.get("num_key_value_heads", nh)
+    hd = cfg.get("head_dim", H // nh)
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    theta = cfg.get("rope_theta", 10000.0)
+    assert not cfg.get("rope_scaling"), "rope_scaling not covered by this reference"
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+    freqs = torch.arange(S).float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    x = P["model.embed_tokens.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, P[p + "input_layernorm.weight"], eps)
+        q = (h @ P[p + "self_attn.q_proj.weight"].t()).view(B, S, nh, hd).transpose(1, 2)
+        k = (h @ P[p + "self_attn.k_proj.weight"].t()).view(B, S, nkv, hd).transpose(1, 2)
+        v = (h @ P[p + "self_attn.v_proj.weight"].t()).view(B, S, nkv, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(nh // nkv, dim=1)  # repeat_kv
+        v = v.repeat_interleave(nh // nkv, dim=1)
+        a = causal_attention(q, k, v).transpose(1, 2).reshape(B, S, nh * hd)
+        x = x + a @ P[p + "self_attn.o_proj.weight"].t()
+        h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
+        g = F.silu(h @ P[p + "mlp.gate_proj.weight"].t()) * (h @ P[p + "mlp.up_proj.weight"].t())
+        x = x + g @ P[p + "mlp.down_proj.weight"].t()
+    x = rms_norm(x, P["model.norm.weight"], eps)
+    head = P["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else P["lm_head.weight"]
+    logits = x @ head.t()
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def lr_at(s, step):
+    warm, mx = s["warmup_steps"], s["max_lr"]
+    if step < warm:
+        return mx * (step + 1) / warm
+    if s["kind"] == "constant":
+        return mx
+    total = s["total_steps"]
+    r = min(max((step - warm) / max(total - warm, 1), 0.0), 1.0)
+    return s["min_lr"] + 0.5 * (1 + math.cos(math.pi * r)) * (mx - s["min_lr"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ["config", "plan", "data", "init", "final", "log"]:
+        ap.add_argument(a)
+    ap.add_argument("--loss-rtol", type=float, default=1e-5)
+    ap.add_argument("--param-atol", type=float, default=1e-5)
+    args = ap.parse_args()
+    cfg = json.load(open(args.config))
+    man = json.load(open(args.plan + "/manifest.json"))
+    log = [json.loads(line) for line in open(args.log)]
+    loss_fn = gpt2_loss if "GPT2LMHeadModel" in cfg.get("architectures", []) else llama_loss
+
+    P = {k: v.requires_grad_(True) for k, v in read_safetensors(args.init).items()}
+    decay = {p["name"]: p["weight_decay"] for p in man["params"]}
+    groups = [{"params": [P[n] for n in P if decay[n]], "weight_decay": man["optimizer"]["weight_decay"]},
+              {"params": [P[n] for n in P if not decay[n]], "weight_decay": 0.0}]
+    o, sched = man["optimizer"], dict(man["lr_schedule"])
+    if sched["total_steps"] == 0:
+        sched["total_steps"] = len(log)
+    if o["kind"] == "adamw":
+        opt = torch.optim.AdamW(groups, lr=sched["max_lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
+    else:
+        opt = torch.optim.SGD(groups, lr=sched["max_lr"], momentum=o["momentum"])
+
+    tokens = torch.from_numpy(read_tokens(args.data))
+    b = man["batch"]
+    T, Bm, M = b["seq_len"], b["micro_batch"], b["microbatches"]
+    G = Bm * M * b["dp"]
+    samples = (len(tokens) - 1) // T
+    ok = True
+    for step, rec in enumerate(log):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(sched, step)
+        opt.zero_grad()
+        total = 0.0
+        for j in range(M):
+            rows = []
+            for i in range(Bm):
+                s = (step * G + j * Bm + i) % samples
+                rows.append(tokens[s * T: s * T + T + 1])
+            batch = torch.stack(rows)
+            loss = loss_fn(P, cfg, batch[:, :-1], batch[:, 1:])
+            (loss / M).backward()
+            total += loss.item() / M
+        norm = torch.nn.utils.clip_grad_norm_(list(P.values()), man["grad_clip"] or float("inf"))
+        rel = abs(total - rec["loss"]) / abs(total)
+        print(f"step {step}: torch loss {total:.7f} llc-dist {rec['loss']:.7f} rel {rel:.2e} "
+              f"| grad norm torch {float(norm):.6f} llc-dist {rec['grad_norm']:.6f}")
+        if rel > args.loss_rtol:
+            ok = False
+        if abs(float(norm) - rec["grad_norm"]) > 1e-4 * max(1.0, float(norm)):
+            print(f"  grad norm differs"); ok = False
+        opt.step()
+
+    final = read_safetensors(args.final)
+    worst = max((P[n].detach() - final[n]).abs().max().item() for n in P)
+    print(f"final parameters: max |torch - llc-dist| = {worst:.3e} (atol {args.param_atol:g})")
+    if worst > args.param_atol or set(final) != set(P):
+        ok = False
+    print("PARITY OK" if ok else "PARITY FAILED")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+//===- PlanTestUtil.h - compile a shipped model into a plan for tests -----===//
+#ifndef LLCDIST_UNITTESTS_INTEGRATION_PLANTESTUTIL_H
+#define LLCDIST_UNITTESTS_INTEGRATION_PLANTESTUTIL_H
+
+#include "llcdist/Frontend/ImportXF.h"
+#include "llcdist/InitAll.h"
+#include "llcdist/Pipelines/Pipelines.h"
+#include "llcdist/Target/Plan/PlanWriter.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <filesystem>
+#include <string>
+
+namespace llcdist::test {
+
+/// Compiles models/<name>.json with `shape` and `train` into a fresh plan
+/// directory under the system temp dir; returns its path ("" on failure).
+inline std::string compilePlan(const std::string &name, TrainingShape shape,
+                               TrainingPipelineOptions train,
+                               const std::string &tag) {
+  ModelConfig cfg;
+  std::string path = std::string(LLCDIST_SOURCE_DIR) + "/models/" + name + ".json";
+  if (loadModelConfig(path, cfg) || resolveTrainingShape(cfg, 1, shape))
+    return "";
+  mlir::DialectRegistry registry;
+  registerAllDialects(registry);
+  mlir::MLIRContext ctx(registry);
+  auto module = importModel(ctx, cfg, shape, 1);
+  mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
+  buildTrainingPipeline(pm, train);
+  if (mlir::failed(pm.run(*module)))
+    return "";
+  std::string dir = (std::filesystem::temp_directory_path() /
+                     ("llcdist-test-" + name + "-" + tag))
+                        .string();
+  std::filesystem::remove_all(dir);
+  if (mlir::failed(writePlanDirectory(*module, dir)))
+    return "";
+  return dir;
+}
+
+} // namespace llcdist::test
+
+#endif

@@ -1,6 +1,7 @@
 //===- PlanWriter.cpp - plan dialect -> the runtime's plan directory ------===//
 #include "llcdist/Target/Plan/PlanWriter.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
+#include "llcdist/runtime/PlanSchema.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/Support/FileUtilities.h"
@@ -15,7 +16,7 @@ using namespace llcdist;
 using json = nlohmann::ordered_json;
 
 namespace {
-constexpr int kPlanVersion = 1;
+namespace schema = llcdist::rt::schema;
 
 json toJson(Attribute a) {
   if (auto b = dyn_cast<BoolAttr>(a))
@@ -148,15 +149,16 @@ FailureOr<PlanSummary> llcdist::writePlanDirectory(ModuleOp module,
     ++summary.params;
   }
 
-  json manifest = {{"format", "llc-dist-plan"}, {"version", kPlanVersion},
+  json manifest = {{"format", std::string(schema::kPlanFormat)},
+                   {"version", schema::kPlanVersion},
                    {"features", json::array()}};
   for (NamedAttribute n : manifestAttr)
     manifest[n.getName().str()] = toJson(n.getValue());
   manifest["params"] = params;
   manifest["programs"] = json::array({{{"file", "program-0.json"}, {"ranks", {0}}}});
 
-  json programJson = {{"format", "llc-dist-program"},
-                      {"version", kPlanVersion},
+  json programJson = {{"format", std::string(schema::kProgramFormat)},
+                      {"version", schema::kPlanVersion},
                       {"arena_bytes", summary.arenaBytes},
                       {"buffers", buffers},
                       {"subroutines", subroutines},

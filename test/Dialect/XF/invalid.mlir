@@ -375,3 +375,107 @@ func.func @swiglu_types(%a: tensor<4xf32>, %b: tensor<8xf32>) {
   %y = "xf.swiglu"(%a, %b) : (tensor<4xf32>, tensor<8xf32>) -> tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @ln_stats(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %b: tensor<64xf32>) {
+  // expected-error @+1 {{stats must have shape [2, 16], got 'tensor<16xf32>'}}
+  %y, %s = xf.layer_norm %x, %w, %b {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> (tensor<2x8x64xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_lse(%q: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{lse must have shape [2, 4, 8], got 'tensor<2x8x4xf32>'}}
+  %a, %l = xf.attention %q, %q, %q {num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x4xf32>)
+  return
+}
+
+// -----
+
+func.func @linear_grad_input(%dy: tensor<2x8xf32>, %w: tensor<8x16xf32>) {
+  // expected-error @+1 {{weight 'tensor<8x16xf32>' does not map dy's 8 features to dx's 8 in layout in_out}}
+  %dx = xf.linear_grad_input in_out %dy, %w : (tensor<2x8xf32>, tensor<8x16xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @linear_grad_weight(%dy: tensor<2x8xf32>, %x: tensor<2x16xf32>) {
+  // expected-error @+1 {{result must have the weight's shape [8, 16], got 'tensor<16x8xf32>'}}
+  %dw = xf.linear_grad_weight out_in %dy, %x : (tensor<2x8xf32>, tensor<2x16xf32>) -> tensor<16x8xf32>
+  return
+}
+
+// -----
+
+func.func @linear_grad_bias(%dy: tensor<2x8xf32>) {
+  // expected-error @+1 {{result must have shape [8], got 'tensor<16xf32>'}}
+  %db = xf.linear_grad_bias %dy : (tensor<2x8xf32>) -> tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_grad(%ids: tensor<2x4xi32>, %dy: tensor<2x4x16xf32>) {
+  // expected-error @+1 {{result must be [vocab, 16], got 'tensor<32x8xf32>'}}
+  %d = xf.embedding_grad %ids, %dy : (tensor<2x4xi32>, tensor<2x4x16xf32>) -> tensor<32x8xf32>
+  return
+}
+
+// -----
+
+func.func @pos_grad(%dy: tensor<2x4x16xf32>) {
+  // expected-error @+1 {{expects dy [B, S, H] and a result [P, H] with P >= S}}
+  %d = xf.add_position_embedding_grad %dy : (tensor<2x4x16xf32>) -> tensor<2x16xf32>
+  return
+}
+
+// -----
+
+func.func @concat(%a: tensor<2x8xf32>, %b: tensor<2x8xf32>) {
+  // expected-error @+1 {{inputs' last dimensions sum to 16, the result's is 12}}
+  %c = xf.concat %a, %b : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x12xf32>
+  return
+}
+
+// -----
+
+func.func @accumulate_outside(%g: tensor<8xf32>) {
+  // expected-error @+1 {{parameter 'h.{i}.w' uses the '{i}' placeholder outside a function marked 'xf.layer_body'}}
+  xf.accumulate_grad "h.{i}.w", %g : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @adamw_beta() {
+  // expected-error @+1 {{beta1 and beta2 must be in [0, 1), got 1.000000e+00 and 9.990000e-01}}
+  xf.adamw {beta1 = 1.0 : f64, beta2 = 0.999 : f64, eps = 1.0e-8 : f64, weight_decay = 0.0 : f64}
+  return
+}
+
+// -----
+
+func.func @adamw_eps() {
+  // expected-error @+1 {{eps must be > 0}}
+  xf.adamw {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 0.0 : f64, weight_decay = 0.0 : f64}
+  return
+}
+
+// -----
+
+func.func @sgd_momentum() {
+  // expected-error @+1 {{momentum must be >= 0, got -1.000000e-01}}
+  xf.sgd {momentum = -0.1 : f64, weight_decay = 0.0 : f64}
+  return
+}
+
+// -----
+
+func.func @clip() {
+  // expected-error @+1 {{max_norm must be >= 0, got -1.000000e+00}}
+  xf.clip_grad_norm {max_norm = -1.0 : f64}
+  return
+}

@@ -1,6 +1,8 @@
 //===- PlanOps.cpp - the plan dialect -------------------------------------===//
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 
+#include "llcdist/runtime/PlanSchema.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 
@@ -71,6 +73,43 @@ LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
       return emitOpError("state must list buffer symbols");
     if (failed(checkBuffer(*this, symbols, ref, "state")))
       return failure();
+  }
+  return success();
+}
+
+LogicalResult KernelOp::verify() {
+  namespace schema = llcdist::rt::schema;
+  std::string_view name(getKernel().data(), getKernel().size());
+  auto kind = schema::parseOpKind(name);
+  if (!kind)
+    return emitOpError("unknown runtime kernel '") << getKernel() << "'";
+  const schema::OpSpec &spec = schema::opSpec(*kind);
+  for (NamedAttribute arg : getArgs()) {
+    StringRef role = arg.getName().getValue();
+    int idx = schema::argIndex(*kind, std::string_view(role.data(), role.size()));
+    if (idx < 0)
+      return emitOpError("kernel '") << getKernel() << "' has no argument '"
+                                     << role << "'";
+    bool list = spec.args[idx].arity == schema::ArgArity::kList;
+    if (list != isa<ArrayAttr>(arg.getValue()))
+      return emitOpError("argument '")
+             << role << "' of '" << getKernel() << "' must be "
+             << (list ? "a list of buffers" : "one buffer");
+  }
+  for (size_t i = 0; i < spec.numArgs; ++i) {
+    const schema::ArgSpec &a = spec.args[i];
+    if (a.arity != schema::ArgArity::kOptional &&
+        !getArgs().get(StringRef(a.role.data(), a.role.size())))
+      return emitOpError("kernel '") << getKernel() << "' needs argument '"
+                                     << StringRef(a.role.data(), a.role.size())
+                                     << "'";
+  }
+  for (size_t i = 0; i < spec.numAttrs; ++i) {
+    const schema::AttrSpec &a = spec.attrs[i];
+    if (a.required && !getParams().get(StringRef(a.name.data(), a.name.size())))
+      return emitOpError("kernel '") << getKernel() << "' needs attribute '"
+                                     << StringRef(a.name.data(), a.name.size())
+                                     << "'";
   }
   return success();
 }

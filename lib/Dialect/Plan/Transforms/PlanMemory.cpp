@@ -1,6 +1,8 @@
 //===- PlanMemory.cpp - arena offsets for every buffer --------------------===//
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
 
+#include "llcdist/runtime/PlanSchema.h"
+
 #include "mlir/IR/Builders.h"
 
 #define DEBUG_TYPE "llcdist-plan-memory"
@@ -14,7 +16,7 @@ using namespace mlir;
 using namespace llcdist::plan;
 
 namespace {
-constexpr int64_t kAlignment = 64;
+constexpr int64_t kAlignment = llcdist::rt::schema::kArenaAlignment;
 
 struct PlanMemoryPass
     : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPass> {

@@ -93,8 +93,10 @@ def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"SubroutineOp">,
   let summary = "one call of a runtime kernel on buffers";
   let description = [{
     `args` maps each argument role to a buffer (`@b3`) or a list of buffers;
-    `params` holds the kernel's scalar attributes. The location is the
-    provenance the runtime reports on failure.
+    `params` holds the kernel's scalar attributes. The kernel, its roles and
+    its required attributes are checked against the runtime's schema
+    (PlanSchema.h), so a plan the compiler emits is one the runtime accepts.
+    The location is the provenance the runtime reports on failure.
 
     ```mlir
     plan.kernel "linear_fwd" {x = @b4, w = @b1, y = @b5} {K = 8 : i64, M = 8 : i64, N = 16 : i64, layout = "out_in"}
@@ -102,6 +104,7 @@ def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"SubroutineOp">,
   }];
   let arguments = (ins StrAttr:$kernel, DictionaryAttr:$args, DictionaryAttr:$params);
   let assemblyFormat = "$kernel $args $params attr-dict";
+  let hasVerifier = 1;
 }
 
 def Plan_ScheduleOp : Plan_Op<"schedule", [HasParent<"ProgramOp">, NoTerminator,

@@ -2,6 +2,7 @@
 #ifndef LLCDIST_DIALECT_XF_TRANSFORMS_PASSES_H
 #define LLCDIST_DIALECT_XF_TRANSFORMS_PASSES_H
 
+#include "llcdist/Dialect/XF/IR/XFDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"

@@ -115,6 +115,7 @@ def AddOptimizer : Pass<"llcdist-add-optimizer", "mlir::ModuleOp"> {
     Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
     Option<"gradClip", "grad-clip", "double", "0.0", "global-norm clipping threshold (0 = off)">,
   ];
+  let dependentDialects = ["llcdist::xf::XFDialect", "mlir::func::FuncDialect"];
 }
 
 #endif

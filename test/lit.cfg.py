@@ -31,5 +31,11 @@ for candidate in ["/usr/bin/python3", shutil.which("python3")]:
         config.available_features.add("torch")
         config.substitutions.append(("%torch_python", candidate))
         break
+else:
+    # scripts/test.sh installs python3-torch and asks for the reference to run:
+    # there, a missing torch is an error, never a silently skipped test.
+    if os.environ.get("LLCDIST_REQUIRE_TORCH") == "1":
+        lit_config.fatal("LLCDIST_REQUIRE_TORCH=1 but no python3 can import torch "
+                         "and numpy (apt-get install python3-torch python3-numpy)")
 config.substitutions.append(("%data", os.path.join(config.llcdist_src_root, "data")))
 config.substitutions.append(("%reference", os.path.join(config.llcdist_src_root, "test", "reference")))

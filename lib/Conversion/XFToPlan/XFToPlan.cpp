@@ -132,6 +132,21 @@ private:
     return str("layout", l == WeightLayout::OutIn ? "out_in" : "in_out");
   }
 
+  /// rope_fwd / rope_bwd attributes for x [B, S, n·hd].
+  SmallVector<NamedAttribute> ropeAttrs(Value x, int64_t hd, APFloat theta,
+                                        DictionaryAttr scaling) {
+    SmallVector<NamedAttribute> attrs{i64("B", dim(x, 0)), i64("S", dim(x, 1)),
+                                      i64("n", lastDim(x) / hd), i64("hd", hd),
+                                      f64("theta", theta.convertToDouble())};
+    if (scaling) {
+      attrs.push_back(flag("llama3", true));
+      for (StringRef key : {"factor", "low_freq_factor", "high_freq_factor",
+                            "original_max_position_embeddings"})
+        attrs.push_back(f64(key, scaling.getAs<FloatAttr>(key).getValueAsDouble()));
+    }
+    return attrs;
+  }
+
   // --- gradients computed straight into a parameter's gradient ------------
   static bool isFusable(Operation *op) {
     return isa_and_nonnull<LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
@@ -302,17 +317,9 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
       })
       .Case([&](RopeOp r) {
         Buf y = def(s, r.getResult(), op);
-        SmallVector<NamedAttribute> attrs{
-            i64("B", dim(r.getInput(), 0)), i64("S", dim(r.getInput(), 1)),
-            i64("n", lastDim(r.getInput()) / int64_t(r.getHeadDim())),
-            i64("hd", r.getHeadDim()), f64("theta", r.getTheta().convertToDouble())};
-        if (auto sc = r.getScalingAttr()) {
-          attrs.push_back(flag("llama3", true));
-          for (StringRef key : {"factor", "low_freq_factor", "high_freq_factor",
-                                "original_max_position_embeddings"})
-            attrs.push_back(f64(key, sc.getAs<FloatAttr>(key).getValueAsDouble()));
-        }
-        kernel("rope_fwd", {arg("x", use(s, r.getInput())), arg("y", y)}, attrs, loc);
+        kernel("rope_fwd", {arg("x", use(s, r.getInput())), arg("y", y)},
+               ropeAttrs(r.getInput(), r.getHeadDim(), r.getTheta(), r.getScalingAttr()),
+               loc);
         return success();
       })
       .Case([&](AttentionOp at) {
@@ -472,17 +479,9 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
       })
       .Case([&](RopeGradOp r) {
         Buf dx = def(s, r.getResult(), op);
-        SmallVector<NamedAttribute> attrs{
-            i64("B", dim(r.getDy(), 0)), i64("S", dim(r.getDy(), 1)),
-            i64("n", lastDim(r.getDy()) / int64_t(r.getHeadDim())),
-            i64("hd", r.getHeadDim()), f64("theta", r.getTheta().convertToDouble())};
-        if (auto sc = r.getScalingAttr()) {
-          attrs.push_back(flag("llama3", true));
-          for (StringRef key : {"factor", "low_freq_factor", "high_freq_factor",
-                                "original_max_position_embeddings"})
-            attrs.push_back(f64(key, sc.getAs<FloatAttr>(key).getValueAsDouble()));
-        }
-        kernel("rope_bwd", {arg("dy", use(s, r.getDy())), arg("dx", dx)}, attrs, loc);
+        kernel("rope_bwd", {arg("dy", use(s, r.getDy())), arg("dx", dx)},
+               ropeAttrs(r.getDy(), r.getHeadDim(), r.getTheta(), r.getScalingAttr()),
+               loc);
         return success();
       })
       .Case([&](AttentionGradOp g) {

@@ -47,12 +47,27 @@ Status checkSingleRank(const Plan& plan) {
   return Status::ok();
 }
 
+// Fails early when --save-params cannot be written, rather than after the run's steps: a probe file
+// is created beside the target and removed again.
+Status checkWritable(const std::string& path) {
+  std::string probe = path + ".probe";
+  {
+    std::ofstream f(probe, std::ios::trunc);
+    if (!f)
+      return Status::ioError("--save-params file '" + path +
+                             "': cannot write there (does the directory exist?)");
+  }
+  std::remove(probe.c_str());
+  return Status::ok();
+}
+
 }  // namespace
 
 Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* result) {
   if (opts.steps < 0) return Status::invalidArgument("--steps must be >= 0, got " + std::to_string(opts.steps));
   LLCDIST_ASSIGN_OR_RETURN(Plan plan, loadPlan(opts.planDir));
   LLCDIST_RETURN_IF_ERROR(checkSingleRank(plan));
+  if (!opts.saveParams.empty()) LLCDIST_RETURN_IF_ERROR(checkWritable(opts.saveParams));
   const Manifest& m = plan.manifest;
   const Program& prog = plan.programs[0];
   const int64_t lossId = prog.findBuffer(schema::kLossMetric);

@@ -6,11 +6,13 @@
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
 #include "llcdist/Dialect/XF/IR/XFDialect.h"
+#include "llcdist/Dialect/XF/IR/XFShardingInterface.h"
 #include "llcdist/Dialect/XF/Transforms/Passes.h"
 #include "llcdist/Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/Transforms/Passes.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
@@ -20,6 +22,8 @@ namespace llcdist {
 inline void registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<xf::XFDialect, plan::PlanDialect, mlir::func::FuncDialect,
                   mlir::shard::ShardDialect>();
+  // Upstream sharding-propagation / shard-partition on xf ops.
+  xf::registerShardingInterfaceExternalModels(registry);
 }
 
 /// Our passes plus the upstream ones our pipelines use.
@@ -31,6 +35,9 @@ inline void registerAllPasses() {
   mlir::registerCSEPass();
   mlir::registerCanonicalizerPass();
   mlir::registerSymbolDCEPass();
+  // Upstream sharding passes (docs/sharding-interface.md).
+  mlir::shard::registerShardingPropagation();
+  mlir::shard::registerPartition();
 }
 
 } // namespace llcdist

@@ -26,6 +26,7 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   opt.momentum = o.momentum;
   opt.gradClip = o.gradClip;
   pm.addPass(xf::createAddOptimizer(opt));
+  pm.addPass(xf::createPartition());
   pm.addPass(createLowerToPlan());
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
 }
@@ -36,6 +37,7 @@ struct TrainingPipelineCLOptions
   Option<int64_t> dp{*this, "dp", llvm::cl::init(1)};
   Option<int64_t> tp{*this, "tp", llvm::cl::init(1)};
   Option<int64_t> pp{*this, "pp", llvm::cl::init(1)};
+  Option<std::string> rankOrder{*this, "rank-order", llvm::cl::init("tp,dp,pp")};
   Option<std::string> optimizer{*this, "optimizer", llvm::cl::init("adamw")};
   Option<std::string> schedule{*this, "lr-schedule", llvm::cl::init("constant")};
   Option<double> lr{*this, "lr", llvm::cl::init(1e-3)};
@@ -55,7 +57,7 @@ void llcdist::registerPipelines() {
       "autodiff, optimizer, lowering to the plan dialect, memory planning",
       [](OpPassManager &pm, const TrainingPipelineCLOptions &c) {
         TrainingPipelineOptions o;
-        o.mesh = {c.dp, c.tp, c.pp};
+        o.mesh = {c.dp, c.tp, c.pp, c.rankOrder};
         o.optimizer = c.optimizer;
         o.schedule = c.schedule;
         o.lr = c.lr;

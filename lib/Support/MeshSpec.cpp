@@ -1,6 +1,7 @@
 //===- MeshSpec.cpp - the --mesh spec -------------------------------------===//
 #include "llcdist/Support/MeshSpec.h"
 
+#include <algorithm>
 #include <charconv>
 
 using namespace llcdist;
@@ -8,6 +9,48 @@ using namespace llcdist;
 std::string MeshSpec::str() const {
   return "dp=" + std::to_string(dp) + ",tp=" + std::to_string(tp) +
          ",pp=" + std::to_string(pp);
+}
+
+int64_t MeshSpec::size(const std::string &axis) const {
+  return axis == "dp" ? dp : axis == "tp" ? tp : pp;
+}
+
+int64_t MeshSpec::rank(int64_t dpc, int64_t tpc, int64_t ppc) const {
+  int64_t r = 0, stride = 1;
+  for (const std::string &a : rankOrder) {
+    r += (a == "dp" ? dpc : a == "tp" ? tpc : ppc) * stride;
+    stride *= size(a);
+  }
+  return r;
+}
+
+std::string MeshSpec::rankOrderStr() const {
+  std::string s;
+  for (const std::string &a : rankOrder)
+    s += (s.empty() ? "" : ",") + a;
+  return s;
+}
+
+std::optional<std::string> llcdist::parseRankOrder(std::string_view spec,
+                                                   MeshSpec &out) {
+  std::vector<std::string> axes;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string_view::npos)
+      end = spec.size();
+    axes.emplace_back(spec.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  auto has = [&](const char *a) {
+    return std::count(axes.begin(), axes.end(), a) == 1;
+  };
+  if (axes.size() != 3 || !has("dp") || !has("tp") || !has("pp"))
+    return "invalid --rank-order '" + std::string(spec) +
+           "': expected a permutation of dp, tp, pp, fastest-varying first "
+           "(Megatron's default is tp,dp,pp)";
+  out.rankOrder = axes;
+  return std::nullopt;
 }
 
 std::optional<std::string> llcdist::parseMeshSpec(std::string_view spec,

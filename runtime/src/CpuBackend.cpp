@@ -1,5 +1,6 @@
 // The CPU reference backend: one aligned, zero-filled arena; synchronous execution on the calling
-// thread; collectives only over the single-rank group. See Backend.h.
+// thread; collectives through the run's Communicator (or only over the single-rank group without one).
+// See Backend.h.
 #include "llcdist/runtime/Backend.h"
 
 #include <cstdlib>
@@ -68,27 +69,46 @@ public:
   }
   Status launch(Stream s, const KernelCall& call) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    if (call.kind == schema::OpKind::kGradNorm)
+      return runCpuGradNorm(call, [&](double* v) -> Status {
+        if (call.group.size() <= 1 || !opts_.communicator) {
+          LLCDIST_RETURN_IF_ERROR(checkGroup(call.group.empty() ? std::vector<int>{opts_.rank} : call.group, "grad_norm's all-reduce"));
+          return Status::ok();
+        }
+        return opts_.communicator->allReduce(opts_.rank, call.group, v, 1, CommDType::kF64, ReduceOp::kSum);
+      });
     return runCpuKernel(call);
   }
 
-  StatusOr<CollectiveHandle> allReduceAsync(Stream s, float*, int64_t, ReduceOp,
+  StatusOr<CollectiveHandle> allReduceAsync(Stream s, float* buffer, int64_t count, ReduceOp op,
                                             const std::vector<int>& group) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
-    LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-reduce"));
+    if (opts_.communicator)
+      LLCDIST_RETURN_IF_ERROR(opts_.communicator->allReduce(opts_.rank, group, buffer, count, CommDType::kF32, op));
+    else
+      LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-reduce"));
     return CollectiveHandle{numCollectives_++};
   }
-  StatusOr<CollectiveHandle> allGatherAsync(Stream s, const float* in, float* out, int64_t count,
+  StatusOr<CollectiveHandle> allGatherAsync(Stream s, const float* in, float* out, int64_t outer, int64_t inner,
                                             const std::vector<int>& group) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
-    LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-gather"));
-    if (in != out && count > 0) std::memmove(out, in, size_t(count) * 4);
+    if (opts_.communicator) {
+      LLCDIST_RETURN_IF_ERROR(opts_.communicator->allGather(opts_.rank, group, in, out, outer, inner));
+    } else {
+      LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-gather"));
+      if (in != out && outer * inner > 0) std::memmove(out, in, size_t(outer * inner) * 4);
+    }
     return CollectiveHandle{numCollectives_++};
   }
-  StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const float* in, float* out, int64_t count, ReduceOp,
-                                                const std::vector<int>& group) override {
+  StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const float* in, float* out, int64_t outer, int64_t inner,
+                                                ReduceOp op, const std::vector<int>& group) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
-    LLCDIST_RETURN_IF_ERROR(checkGroup(group, "reduce-scatter"));
-    if (in != out && count > 0) std::memmove(out, in, size_t(count) * 4);
+    if (opts_.communicator) {
+      LLCDIST_RETURN_IF_ERROR(opts_.communicator->reduceScatter(opts_.rank, group, in, out, outer, inner, op));
+    } else {
+      LLCDIST_RETURN_IF_ERROR(checkGroup(group, "reduce-scatter"));
+      if (in != out && outer * inner > 0) std::memmove(out, in, size_t(outer * inner) * 4);
+    }
     return CollectiveHandle{numCollectives_++};
   }
   Status waitCollective(Stream s, CollectiveHandle h) override {

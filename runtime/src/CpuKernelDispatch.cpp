@@ -1,9 +1,37 @@
 // runCpuKernel: one KernelCall -> the fp32 CPU kernels of Kernels.h. See Backend.h.
 #include "llcdist/runtime/Backend.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace llcdist::rt {
+
+Status runCpuGradNorm(const KernelCall& c, const std::function<Status(double*)>& reduceSharded) {
+  const size_t gi = size_t(schema::argIndex(c.kind, "grads")), si = size_t(schema::argIndex(c.kind, "sharded"));
+  if (c.kind != schema::OpKind::kGradNorm || c.args.size() != schema::opSpec(c.kind).numArgs)
+    return Status::internal("runCpuGradNorm: not a grad_norm call");
+  auto spans = [&](size_t role) {
+    std::vector<GradSpan> v;
+    for (size_t k = 0; k < c.args[role].size(); ++k) v.push_back({c.f(role, k), c.argElems[role][k]});
+    return v;
+  };
+  const std::vector<GradSpan> grads = spans(gi), sharded = spans(si);
+  double replicatedSq = 0.0, shardedSq = 0.0;
+  for (const GradSpan& g : grads) replicatedSq += sumOfSquares(g.data, g.size);
+  if (!sharded.empty()) {
+    for (const GradSpan& g : sharded) shardedSq += sumOfSquares(g.data, g.size);
+    LLCDIST_RETURN_IF_ERROR(reduceSharded(&shardedSq));
+  }
+  const double total = std::sqrt(replicatedSq + shardedSq);
+  if (c.maxNorm > 0) {
+    const float coef = clipCoefficient(total, c.maxNorm);
+    if (coef < 1.0f)
+      for (const std::vector<GradSpan>* list : {&grads, &sharded})
+        for (const GradSpan& g : *list) scaleInPlace(g.data, g.size, coef);
+  }
+  c.f(size_t(schema::argIndex(c.kind, "norm")))[0] = float(total);
+  return Status::ok();
+}
 
 Status runCpuKernel(const KernelCall& c) {
   using K = schema::OpKind;
@@ -121,13 +149,17 @@ Status runCpuKernel(const KernelCall& c) {
     }
     case K::kCrossEntropyBwd:
       return crossEntropyBackward(F("logits"), I("targets"), F("dlogits"), c.M, c.V, float(c.scale));
-    case K::kGradNorm: {
-      std::vector<GradSpan> grads;
-      for (size_t k = 0; k < list("grads").size(); ++k) grads.push_back({F("grads", k), elems("grads", k)});
-      const double norm = c.maxNorm > 0 ? clipGradNorm(grads, c.maxNorm) : globalGradNorm(grads);
-      F("norm")[0] = float(norm);
-      return Status::ok();
-    }
+    case K::kGradNorm:
+      return runCpuGradNorm(c, [&](double*) {
+        if (c.group.size() > 1)
+          return Status::internal("grad_norm over sharded gradients needs a communicator (group of " +
+                                  std::to_string(c.group.size()) + " ranks)");
+        return Status::ok();
+      });
+    case K::kAllReduce:
+    case K::kAllGather:
+    case K::kReduceScatter:
+      return Status::internal(std::string(spec.name) + " is a collective, run by the backend's communicator, not a kernel");
     case K::kAdamW: {
       AdamWConfig cfg;
       cfg.lr = c.lr;

@@ -3,11 +3,16 @@
 
 namespace llcdist::rt {
 
-StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, size_t programIndex, Backend& backend) {
+StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, size_t programIndex, Backend& backend,
+                                                           int rank) {
   if (programIndex >= plan.programs.size())
     return Status::outOfRange("program index " + std::to_string(programIndex) + " out of range (the plan has " +
                               std::to_string(plan.programs.size()) + ")");
+  if (rank < 0 || rank >= plan.manifest.worldSize())
+    return Status::outOfRange("rank " + std::to_string(rank) + " out of range (the plan's world size is " +
+                              std::to_string(plan.manifest.worldSize()) + ")");
   std::unique_ptr<Interpreter> in(new Interpreter());
+  in->rank_ = rank;
   in->plan_ = &plan;
   in->program_ = &plan.programs[programIndex];
   in->backend_ = &backend;
@@ -66,6 +71,15 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
   c.beta2 = op.floatAttr("beta2");
   c.weightDecay = op.floatAttr("weight_decay");
   c.momentum = op.floatAttr("momentum");
+  c.outer = op.intAttr("outer");
+  c.inner = op.intAttr("inner");
+  const std::string reduce = op.stringAttr("op");
+  c.reduceOp = reduce == "avg" ? ReduceOp::kAvg : reduce == "max" ? ReduceOp::kMax : ReduceOp::kSum;
+  if (op.attrs.count("axis")) {
+    auto axis = parseMeshAxis(op.stringAttr("axis"));
+    if (!axis) return Status::internal("unknown axis \"" + op.stringAttr("axis") + "\"");
+    c.group = plan_->manifest.mesh().group(rank_, *axis);
+  }
   if (op.kind == schema::OpKind::kRopeFwd || op.kind == schema::OpKind::kRopeBwd) {
     RopeConfig cfg;
     cfg.theta = float(op.floatAttr("theta"));
@@ -83,7 +97,33 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
   return Status::ok();
 }
 
+Status Interpreter::runCollective(const BoundOp& b) {
+  const KernelCall& c = b.call;
+  switch (c.kind) {
+    case schema::OpKind::kAllReduce:
+      for (size_t k = 0; k < c.args[0].size(); ++k) {
+        LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h,
+                                 backend_->allReduceAsync(stream_, c.f(0, k), c.argElems[0][k], c.reduceOp, c.group));
+        LLCDIST_RETURN_IF_ERROR(backend_->waitCollective(stream_, h));
+      }
+      return Status::ok();
+    case schema::OpKind::kAllGather: {
+      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h,
+                               backend_->allGatherAsync(stream_, c.f(0), c.f(1), c.outer, c.inner, c.group));
+      return backend_->waitCollective(stream_, h);
+    }
+    case schema::OpKind::kReduceScatter: {
+      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->reduceScatterAsync(stream_, c.f(0), c.f(1), c.outer,
+                                                                                c.inner, c.reduceOp, c.group));
+      return backend_->waitCollective(stream_, h);
+    }
+    default:
+      return Status::internal("not a collective");
+  }
+}
+
 Status Interpreter::runOp(const BoundOp& b, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data) {
+  if (schema::isCollective(b.call.kind)) return runCollective(b);
   if (b.call.kind != schema::OpKind::kLoadMicrobatch) {
     if (b.call.kind == schema::OpKind::kAdamW || b.call.kind == schema::OpKind::kSgd) {
       KernelCall c = b.call;  // small: pointers and scalars

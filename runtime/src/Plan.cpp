@@ -69,8 +69,35 @@ std::string listNames(const std::array<std::string_view, N>& names) {
   return s;
 }
 
-Status parseParam(const Doc& doc, const json& p, const std::string& path, ParamDesc* out) {
-  LLCDIST_RETURN_IF_ERROR(doc.keys(p, path, {"name", "shape", "dtype", "buffer", "grad", "init", "weight_decay"}));
+// params[i].sharding (the mesh is already parsed): axis, dim, blocks; dim d of the shape must be
+// divisible by blocks·n. Sets out->localShape.
+Status parseSharding(const Doc& doc, const json& s, const std::string& path, const Manifest& m, ParamDesc* out) {
+  LLCDIST_RETURN_IF_ERROR(doc.keys(s, path, {"axis", "dim"}, {"blocks"}));
+  std::string axis;
+  LLCDIST_RETURN_IF_ERROR(doc.string(s, path, "axis", &axis));
+  auto a = parseMeshAxis(axis);
+  if (!a) return doc.error(key(path, "axis"), "unknown axis \"" + axis + "\" (expected " + listNames(sc::kMeshAxes) + ")");
+  ParamSharding sh;
+  sh.axis = *a;
+  const int64_t rank = int64_t(out->shape.size());
+  if (rank == 0) return doc.error(key(path, "dim"), "a scalar parameter cannot be sharded");
+  LLCDIST_RETURN_IF_ERROR(doc.integer(s, path, "dim", &sh.dim, 0, rank - 1));
+  if (s.contains("blocks")) LLCDIST_RETURN_IF_ERROR(doc.integer(s, path, "blocks", &sh.blocks, 1));
+  const int64_t n = m.mesh().axisSize(sh.axis);
+  const int64_t d = out->shape[size_t(sh.dim)];
+  int64_t unit = 0;
+  if (mulOverflow(sh.blocks, n, &unit) || d % unit != 0)
+    return doc.error(path, "dimension " + std::to_string(sh.dim) + " of \"" + out->name + "\" has size " +
+                               std::to_string(d) + ", not divisible by blocks × " + axis + " = " +
+                               std::to_string(sh.blocks) + " × " + std::to_string(n));
+  out->sharding = sh;
+  out->localShape[size_t(sh.dim)] = d / n;
+  return Status::ok();
+}
+
+Status parseParam(const Doc& doc, const json& p, const std::string& path, const Manifest& m, ParamDesc* out) {
+  LLCDIST_RETURN_IF_ERROR(
+      doc.keys(p, path, {"name", "shape", "dtype", "buffer", "grad", "init", "weight_decay"}, {"sharding"}));
   LLCDIST_RETURN_IF_ERROR(doc.string(p, path, "name", &out->name));
   if (out->name.empty()) return doc.error(key(path, "name"), "empty parameter name");
   LLCDIST_RETURN_IF_ERROR(readShape(doc, p, path, &out->shape));
@@ -82,6 +109,8 @@ Status parseParam(const Doc& doc, const json& p, const std::string& path, ParamD
   LLCDIST_RETURN_IF_ERROR(doc.integer(p, path, "buffer", &out->buffer, 0));
   LLCDIST_RETURN_IF_ERROR(doc.integer(p, path, "grad", &out->grad, 0));
   LLCDIST_RETURN_IF_ERROR(doc.boolean(p, path, "weight_decay", &out->weightDecay));
+  out->localShape = out->shape;
+  if (p.contains("sharding")) LLCDIST_RETURN_IF_ERROR(parseSharding(doc, p.at("sharding"), key(path, "sharding"), m, out));
   const json& init = p.at("init");
   const std::string ip = key(path, "init");
   LLCDIST_RETURN_IF_ERROR(doc.object(init, ip));
@@ -98,6 +127,23 @@ Status parseParam(const Doc& doc, const json& p, const std::string& path, ParamD
     out->init.kind = kind == "zeros" ? ParamInit::Kind::kZeros : ParamInit::Kind::kOnes;
   } else {
     return doc.error(key(ip, "kind"), "unknown init kind \"" + kind + "\" (expected " + listNames(sc::kInitKinds) + ")");
+  }
+  return Status::ok();
+}
+
+// mesh.rank_order: a permutation of the three axis names, fastest-varying first.
+Status parseRankOrder(const Doc& doc, const json& v, std::array<MeshAxis, 3>* out) {
+  const std::string path = "mesh.rank_order";
+  const std::string expect = "a permutation of " + listNames(sc::kMeshAxes) + " (fastest-varying axis first)";
+  if (!v.is_array() || v.size() != 3) return doc.error(path, "expected " + expect + ", got " + planjson::describe(v));
+  bool seen[3] = {false, false, false};
+  for (size_t i = 0; i < 3; ++i) {
+    if (!v[i].is_string()) return doc.error(index(path, i), "expected an axis name (" + listNames(sc::kMeshAxes) + "), got " + planjson::describe(v[i]));
+    auto a = parseMeshAxis(v[i].get<std::string>());
+    if (!a) return doc.error(index(path, i), "unknown axis \"" + v[i].get<std::string>() + "\" (expected " + listNames(sc::kMeshAxes) + ")");
+    if (seen[size_t(*a)]) return doc.error(index(path, i), "axis \"" + v[i].get<std::string>() + "\" appears twice; expected " + expect);
+    seen[size_t(*a)] = true;
+    (*out)[i] = *a;
   }
   return Status::ok();
 }
@@ -192,13 +238,18 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
                                                " × " + std::to_string(m.dataParallel) + ", got " + std::to_string(m.globalBatch));
 
   const json& mesh = root.at("mesh");
-  LLCDIST_RETURN_IF_ERROR(doc.keys(mesh, "mesh", {"dp", "tp", "pp"}));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(mesh, "mesh", {"dp", "tp", "pp"}, {"rank_order"}));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "dp", &m.meshDp, 1, 1 << 24));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "tp", &m.meshTp, 1, 1 << 24));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "pp", &m.meshPp, 1, 1 << 24));
   if (m.meshDp != m.dataParallel)
     return doc.error("batch.dp", "must equal mesh.dp (" + std::to_string(m.meshDp) + "), got " + std::to_string(m.dataParallel));
   if (m.worldSize() > (int64_t(1) << 24)) return doc.error("mesh", "world size dp × tp × pp is too large");
+  if (m.meshPp != 1)
+    return doc.error("mesh.pp", "pipeline parallelism (pp = " + std::to_string(m.meshPp) +
+                                    ") is not supported by this runtime version: plans are SPMD (every rank runs "
+                                    "programs[0]); compile with pp=1");
+  if (mesh.contains("rank_order")) LLCDIST_RETURN_IF_ERROR(parseRankOrder(doc, mesh.at("rank_order"), &m.rankOrder));
 
   LLCDIST_RETURN_IF_ERROR(parseOptimizer(doc, root.at("optimizer"), &m.optimizer));
   LLCDIST_RETURN_IF_ERROR(parseLrSchedule(doc, root.at("lr_schedule"), &m.lrSchedule));
@@ -210,7 +261,7 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
   std::set<std::string> names;
   for (size_t i = 0; i < params.size(); ++i) {
     ParamDesc p;
-    LLCDIST_RETURN_IF_ERROR(parseParam(doc, params[i], index("params", i), &p));
+    LLCDIST_RETURN_IF_ERROR(parseParam(doc, params[i], index("params", i), m, &p));
     if (!names.insert(p.name).second)
       return doc.error(index("params", i) + ".name", "duplicate parameter \"" + p.name + "\" (tied weights appear once)");
     m.params.push_back(std::move(p));
@@ -240,6 +291,9 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
     }
     m.programs.push_back(std::move(ref));
   }
+  if (m.programs.size() > 1)
+    return doc.error("programs", "this runtime version runs SPMD plans: one program that every rank runs, got " +
+                                     std::to_string(m.programs.size()) + " programs");
   for (size_t r = 0; r < owner.size(); ++r)
     if (owner[r] < 0)
       return doc.error("programs", "no program runs rank " + std::to_string(r) + " (world size dp × tp × pp = " +
@@ -370,6 +424,12 @@ int64_t ParamDesc::numel() const {
   return n;
 }
 
+int64_t ParamDesc::localNumel() const {
+  int64_t n = 1;
+  for (int64_t d : localShape) n *= d;
+  return n;
+}
+
 int64_t BufferDesc::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -426,12 +486,17 @@ Status validateParams(const Manifest& manifest, const Program& program) {
                                  std::string(sc::bufferKindName(b.kind)) + "\", expected \"" +
                                  std::string(sc::bufferKindName(want)) + "\"");
       if (b.dtype != sc::ElemType::kF32) return err(i, field, "buffer " + std::to_string(id) + " is not f32");
-      if (b.shape != p.shape) {
+      if (b.shape != p.localShape) {
         auto str = [](const std::vector<int64_t>& s) {
           std::string r = "[";
           for (size_t k = 0; k < s.size(); ++k) r += (k ? ", " : "") + std::to_string(s[k]);
           return r + "]";
         };
+        if (p.sharding)
+          return err(i, field, "buffer " + std::to_string(id) + " (\"" + b.name + "\") has shape " + str(b.shape) +
+                                   " but the local shard of parameter \"" + p.name + "\" (shape " + str(p.shape) +
+                                   ", sharded on " + std::string(meshAxisName(p.sharding->axis)) + " dim " +
+                                   std::to_string(p.sharding->dim) + ") has shape " + str(p.localShape));
         return err(i, field, "buffer " + std::to_string(id) + " (\"" + b.name + "\") has shape " + str(b.shape) +
                                  " but parameter \"" + p.name + "\" has shape " + str(p.shape));
       }

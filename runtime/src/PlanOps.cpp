@@ -66,7 +66,10 @@ std::string roleList(const sc::OpSpec& spec) {
   for (size_t i = 0; i < spec.numArgs; ++i) {
     const sc::ArgSpec& a = spec.args[i];
     s += (i ? ", " : "") + std::string(a.role) +
-         (a.arity == sc::ArgArity::kList ? " (list)" : a.arity == sc::ArgArity::kOptional ? " (optional)" : "");
+         (a.arity == sc::ArgArity::kList           ? " (list)"
+          : a.arity == sc::ArgArity::kOptionalList ? " (optional list)"
+          : a.arity == sc::ArgArity::kOptional     ? " (optional)"
+                                                   : "");
   }
   return s;
 }
@@ -111,12 +114,12 @@ Status parseArgs(const Doc& doc, const json& args, const std::string& path, cons
     const std::string role(a.role);
     const std::string p = key(path, role);
     if (!args.contains(role)) {
-      if (a.arity == sc::ArgArity::kOptional) continue;
+      if (sc::isOptionalArity(a.arity)) continue;
       return doc.error(p, "missing role \"" + role + "\" of op \"" + std::string(spec.name) + "\" (expected: " +
                               roleList(spec) + ")");
     }
     const json& v = args.at(role);
-    if (a.arity == sc::ArgArity::kList) {
+    if (sc::isListArity(a.arity)) {
       if (!v.is_array() || v.empty()) return doc.error(p, "expected a non-empty array of buffer ids, got " + planjson::describe(v));
       for (size_t k = 0; k < v.size(); ++k) {
         int64_t id = 0;
@@ -200,7 +203,7 @@ public:
     for (size_t k = 0; k < ids.size(); ++k) {
       const BufferDesc& b = prog_.buffers[size_t(ids[k])];
       if (b.numel() != expected) {
-        const bool list = sc::opSpec(op_.kind).args[size_t(sc::argIndex(op_.kind, role))].arity == sc::ArgArity::kList;
+        const bool list = sc::isListArity(sc::opSpec(op_.kind).args[size_t(sc::argIndex(op_.kind, role))].arity);
         const std::string p = key(key(path_, "args"), role) + (list ? "[" + std::to_string(k) + "]" : "");
         return doc_.error(p, "buffer " + std::to_string(ids[k]) + " (\"" + b.name + "\") has " +
                                  std::to_string(b.numel()) + " elements, expected " + formula + " = " +
@@ -225,6 +228,15 @@ public:
     const char* first = *roles.begin();
     const int64_t n = prog_.buffers[size_t(op_.arg(first))].numel();
     for (const char* r : roles) LLCDIST_RETURN_IF_ERROR(count(r, n, std::string("numel(") + first + ")"));
+    return Status::ok();
+  }
+
+  // attrs.axis names a mesh axis; *n (when not null) gets its size from the manifest.
+  Status axisSize(int64_t* n) const {
+    const std::string axis = op_.stringAttr("axis");
+    auto a = parseMeshAxis(axis);
+    if (!a) return attrError("axis", "unknown mesh axis \"" + axis + "\" (expected \"dp\", \"tp\" or \"pp\")");
+    if (n) *n = manifest_.mesh().axisSize(*a);
     return Status::ok();
   }
 
@@ -353,8 +365,35 @@ Status Checker::check() const {
       LLCDIST_RETURN_IF_ERROR(count("dlogits", prod({M, V}), "M×V"));
       LLCDIST_RETURN_IF_ERROR(count("targets", M, "M"));
       return count("loss", 1, "1");
-    case K::kGradNorm:
+    case K::kGradNorm: {
+      const bool sharded = !op_.argList("sharded").empty(), hasAxis = op_.attrs.count("axis") != 0;
+      if (sharded && !hasAxis)
+        return attrError("axis", "required when args.sharded is present (the axis the sharded gradients' squared "
+                                 "norms are all-reduced over)");
+      if (!sharded && hasAxis) return attrError("axis", "only allowed together with args.sharded");
+      if (hasAxis) LLCDIST_RETURN_IF_ERROR(axisSize(nullptr));
       return count("norm", 1, "1");
+    }
+    case K::kAllReduce: {
+      LLCDIST_RETURN_IF_ERROR(axisSize(nullptr));
+      const std::string rop = op_.stringAttr("op");
+      if (std::find(sc::kReduceOpNames.begin(), sc::kReduceOpNames.end(), rop) == sc::kReduceOpNames.end())
+        return attrError("op", "unknown reduction \"" + rop + "\" (expected \"sum\", \"avg\" or \"max\")");
+      return Status::ok();
+    }
+    case K::kAllGather:
+    case K::kReduceScatter: {
+      int64_t n = 0;
+      LLCDIST_RETURN_IF_ERROR(axisSize(&n));
+      const int64_t outer = I("outer"), inner = I("inner");
+      const bool gather = op_.kind == K::kAllGather;
+      if (!gather && op_.stringAttr("op") != "sum")
+        return attrError("op", "reduce_scatter supports only \"sum\" in this version, got \"" +
+                                   op_.stringAttr("op") + "\"");
+      const std::string nName = "n(" + op_.stringAttr("axis") + ")";
+      LLCDIST_RETURN_IF_ERROR(count(gather ? "x" : "y", prod({outer, inner}), "outer×inner"));
+      return count(gather ? "y" : "x", prod({outer, n, inner}), "outer×" + nName + "×inner");
+    }
     case K::kAdamW:
     case K::kSgd: {
       const bool adam = op_.kind == K::kAdamW;
@@ -397,7 +436,7 @@ Status checkAliasing(const Doc& doc, const std::string& path, const Program& pro
   auto where = [&](const Use& u) {
     const sc::ArgSpec& a = spec.args[u.role];
     return key(key(path, "args"), std::string(a.role)) +
-           (a.arity == sc::ArgArity::kList ? "[" + std::to_string(u.k) + "]" : "");
+           (sc::isListArity(a.arity) ? "[" + std::to_string(u.k) + "]" : "");
   };
   for (size_t x = 0; x < uses.size(); ++x)
     for (size_t y = x + 1; y < uses.size(); ++y) {

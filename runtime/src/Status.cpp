@@ -11,6 +11,8 @@ std::string_view statusCodeName(StatusCode code) {
   case StatusCode::kDataLoss: return "DataLoss";
   case StatusCode::kOutOfRange: return "OutOfRange";
   case StatusCode::kInternal: return "Internal";
+  case StatusCode::kDeadlineExceeded: return "DeadlineExceeded";
+  case StatusCode::kAborted: return "Aborted";
   }
   return "Unknown";
 }

@@ -162,6 +162,19 @@ std::vector<Case> cases() {
        [](Host& h) {
          h.F("norm")[0] = float(clipGradNorm({{h.F("grads", 0), 5}, {h.F("grads", 1), 7}}, 0.5));
        }},
+      // Sharded gradients over a single-rank axis: the norm counts both lists, clipping scales both.
+      {"grad_norm", {{"grads", {5}}, {"norm", {1}}, {"sharded", {7, 3}}}, {{"max_norm", 0.5}, {"axis", "tp"}},
+       [](Host& h) {
+         h.F("norm")[0] =
+             float(clipGradNorm({{h.F("grads", 0), 5}, {h.F("sharded", 0), 7}, {h.F("sharded", 1), 3}}, 0.5));
+       }},
+      // Collectives over single-rank groups (the plan's mesh is 1×1×1): all_reduce is the identity,
+      // all_gather and reduce_scatter copy x to y.
+      {"all_reduce", {{"x", {5, 3}}}, {{"axis", "dp"}, {"op", "avg"}}, [](Host&) {}},
+      {"all_gather", {{"x", {6}}, {"y", {6}}}, {{"axis", "tp"}, {"outer", 2}, {"inner", 3}},
+       [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
+      {"reduce_scatter", {{"x", {6}}, {"y", {6}}}, {{"axis", "dp"}, {"outer", 3}, {"inner", 2}, {"op", "sum"}},
+       [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
       {"adamw", {{"param", {5}}, {"grad", {5}}, {"m", {5}}, {"v", {5}}},
        {{"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}},
        [](Host& h) {
@@ -208,7 +221,7 @@ void runCase(const Case& c, uint32_t seed) {
         host.f[role].push_back(std::move(v));
       }
     }
-    args[role] = spec.arity == sc::ArgArity::kList ? ids : ids[0];
+    args[role] = sc::isListArity(spec.arity) ? ids : ids[0];
   }
   b.op("s", c.op, args, c.attrs, "test-loc");
   b.action("s", kMicro);

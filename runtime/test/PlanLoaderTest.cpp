@@ -4,6 +4,7 @@
 #include "llcdist/runtime/Plan.h"
 
 #include <functional>
+#include <string>
 
 namespace llcdist::rt {
 namespace {
@@ -180,6 +181,165 @@ TEST_F(PlanLoaderTest, ActionErrors) {
   expectError([](auto& b) { b.program["actions"][1]["microbatch"] = 2; }, {"actions[1].microbatch", "[0, 1]"});
   expectError([](auto& b) { b.program["actions"][1].erase("microbatch"); }, {"actions[1]", "needs a \"microbatch\""});
   expectError([](auto& b) { b.program["subroutines"][2]["name"] = "forward"; }, {"subroutines[2].name", "duplicate"});
+}
+
+
+// Multi-rank plans (docs/plan-format.md "Multi-rank plans"): mesh, collectives, sharded grad norms and
+// sharded params. The base plan on a dp=2 × tp=2 mesh.
+void toMesh(testing::PlanBuilder& b, int64_t dp, int64_t tp) {
+  b.manifest["batch"]["dp"] = dp;
+  b.manifest["batch"]["global_batch"] = 2 * 2 * dp;
+  b.manifest["mesh"] = {{"dp", dp}, {"tp", tp}, {"pp", 1}};
+  json ranks = json::array();
+  for (int64_t r = 0; r < dp * tp; ++r) ranks.push_back(r);
+  b.manifest["programs"][0]["ranks"] = ranks;
+}
+
+TEST_F(PlanLoaderTest, MultiRankMeshAndPrograms) {
+  testing::PlanBuilder b = base;
+  toMesh(b, 2, 2);
+  b.manifest["mesh"]["rank_order"] = {"dp", "tp", "pp"};
+  b.write(dir);
+  auto plan = loadPlan(dir.string());
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  EXPECT_EQ(plan->manifest.worldSize(), 4);
+  EXPECT_EQ(plan->manifest.rankOrder[0], MeshAxis::kDp);
+  EXPECT_EQ(plan->manifest.mesh().group(0, MeshAxis::kTp), (std::vector<int>{0, 2}));
+
+  auto mesh = [](std::function<void(testing::PlanBuilder&)> f) {
+    return [f](testing::PlanBuilder& b) {
+      toMesh(b, 2, 2);
+      f(b);
+    };
+  };
+  expectError(mesh([](auto& b) { b.manifest["mesh"]["rank_order"] = {"tp", "dp"}; }),
+              {"manifest.json", "mesh.rank_order", "permutation"});
+  expectError(mesh([](auto& b) { b.manifest["mesh"]["rank_order"] = {"tp", "dp", "tp"}; }),
+              {"manifest.json", "mesh.rank_order[2]", "twice"});
+  expectError(mesh([](auto& b) { b.manifest["mesh"]["rank_order"] = {"tp", "dp", "cp"}; }),
+              {"mesh.rank_order[2]", "unknown axis \"cp\""});
+  expectError(mesh([](auto& b) { b.manifest["mesh"]["rank_order"] = "tp,dp,pp"; }), {"mesh.rank_order", "permutation"});
+  expectError(mesh([](auto& b) { b.manifest["mesh"]["ep"] = 1; }), {"mesh.ep", "unknown field"});
+  expectError([](auto& b) {
+    b.manifest["mesh"]["pp"] = 2;
+    b.manifest["programs"][0]["ranks"] = {0, 1};
+  }, {"manifest.json", "mesh.pp", "pipeline parallelism", "pp=1"});
+  expectError(mesh([](auto& b) { b.manifest["programs"][0]["ranks"] = {0, 1, 2}; }),
+              {"manifest.json", "programs", "no program runs rank 3"});
+  expectError(mesh([](auto& b) {
+    b.manifest["programs"][0]["ranks"] = {0, 1};
+    b.manifest["programs"].push_back({{"file", "program-0.json"}, {"ranks", {2, 3}}});
+  }), {"manifest.json", "programs", "SPMD"});
+}
+
+TEST_F(PlanLoaderTest, CollectiveOpErrors) {
+  const int kDwte = 1;
+  auto withOp = [](json op) {
+    return [op](testing::PlanBuilder& b) {
+      toMesh(b, 2, 2);
+      b.ops("optimizer").push_back(op);
+    };
+  };
+  auto op = [](const std::string& name, json args, json attrs) {
+    return json{{"op", name}, {"args", args}, {"attrs", attrs}};
+  };
+  // Valid: each collective once (all_gather/reduce_scatter over tp: n = 2; dh [32, 16] = 2 × 2 × 128).
+  {
+    testing::PlanBuilder b = base;
+    withOp(op("all_reduce", {{"x", {kDwte, kLoss}}}, {{"axis", "dp"}, {"op", "avg"}}))(b);
+    b.ops("optimizer").push_back(op("all_gather", {{"x", kH}, {"y", kLogits}}, {{"axis", "tp"}, {"outer", 16}, {"inner", 16}}));
+    b.ops("optimizer").push_back(op("reduce_scatter", {{"x", kLogits}, {"y", kDh}},
+                                    {{"axis", "tp"}, {"outer", 16}, {"inner", 16}, {"op", "sum"}}));
+    Status s = load(b);
+    ASSERT_TRUE(s.isOk()) << s.message();
+  }
+  const std::string where = "subroutines[3].ops[3]";
+  expectError(withOp(op("all_reduce", {{"x", {kDwte}}}, {{"axis", "ep"}, {"op", "sum"}})),
+              {"program-0.json", where + ".attrs.axis", "unknown mesh axis \"ep\""});
+  expectError(withOp(op("all_reduce", {{"x", {kDwte}}}, {{"axis", "dp"}, {"op", "prod"}})),
+              {where + ".attrs.op", "unknown reduction \"prod\""});
+  expectError(withOp(op("all_reduce", {{"x", {kDwte}}}, {{"axis", "dp"}})), {where + ".attrs.op", "missing"});
+  expectError(withOp(op("all_reduce", {{"x", {kDwte, kDwte}}}, {{"axis", "dp"}, {"op", "sum"}})),
+              {where + ".args.x[1]", "overlaps"});
+  expectError(withOp(op("all_reduce", {{"x", {kIds}}}, {{"axis", "dp"}, {"op", "sum"}})), {where + ".args.x[0]", "i32"});
+  // h has 16·16 = 256 elements, logits 16·32 = 512.
+  expectError(withOp(op("all_gather", {{"x", kH}, {"y", kLogits}}, {{"axis", "tp"}, {"outer", 16}, {"inner", 8}})),
+              {where + ".args.x", "outer×inner = 128"});
+  expectError(withOp(op("all_gather", {{"x", kDh}, {"y", kH}}, {{"axis", "dp"}, {"outer", 16}, {"inner", 16}})),
+              {where + ".args.y", "outer×n(dp)×inner = 512"});
+  expectError(withOp(op("reduce_scatter", {{"x", kLogits}, {"y", kDh}}, {{"axis", "tp"}, {"outer", 16}, {"inner", 16}, {"op", "avg"}})),
+              {where + ".attrs.op", "only \"sum\""});
+  expectError(withOp(op("reduce_scatter", {{"x", kLogits}, {"y", kDh}}, {{"axis", "tp"}, {"outer", 8}, {"inner", 16}, {"op", "sum"}})),
+              {where + ".args.y", "outer×inner = 128"});
+  expectError(withOp(op("all_gather", {{"x", kH}, {"y", kH}}, {{"axis", "pp"}, {"outer", 1}, {"inner", 256}})),
+              {where + ".args.y", "overlaps"});
+}
+
+TEST_F(PlanLoaderTest, ShardedGradNormErrors) {
+  auto gradNorm = [](json args, json attrs) {
+    return [args, attrs](testing::PlanBuilder& b) {
+      toMesh(b, 2, 2);
+      json& g = b.ops("optimizer")[0];
+      for (auto it = args.begin(); it != args.end(); ++it) g["args"][it.key()] = it.value();
+      for (auto it = attrs.begin(); it != attrs.end(); ++it) g["attrs"][it.key()] = it.value();
+    };
+  };
+  {
+    testing::PlanBuilder b = base;
+    gradNorm({{"grads", {1}}, {"sharded", {5}}}, {{"axis", "tp"}})(b);
+    Status s = load(b);
+    ASSERT_TRUE(s.isOk()) << s.message();
+  }
+  expectError(gradNorm({{"grads", {1}}, {"sharded", {5}}}, json::object()),
+              {"program-0.json", "subroutines[3].ops[0].attrs.axis", "required when args.sharded"});
+  expectError(gradNorm(json::object(), {{"axis", "tp"}}), {"subroutines[3].ops[0].attrs.axis", "only allowed"});
+  expectError(gradNorm({{"grads", {1}}, {"sharded", json::array()}}, {{"axis", "tp"}}),
+              {"subroutines[3].ops[0].args.sharded", "non-empty array"});
+  expectError(gradNorm({{"grads", {1}}, {"sharded", {5}}}, {{"axis", "xp"}}), {"attrs.axis", "unknown mesh axis"});
+  expectError(gradNorm({{"grads", {1}}, {"sharded", {1}}}, {{"axis", "tp"}}), {"args.sharded[0]", "overlaps"});
+}
+
+TEST_F(PlanLoaderTest, ShardedParamErrors) {
+  // Shard wte [32, 16] over tp = 2 on dim 0: its buffer and grad must be [16, 16].
+  auto shardWte = [](json sharding, std::vector<int64_t> local) {
+    return [sharding, local](testing::PlanBuilder& b) {
+      toMesh(b, 2, 2);
+      b.manifest["params"][0]["sharding"] = sharding;
+      for (int id : {0, 1, 2, 3}) {  // wte, its grad, adam m and v
+        b.program["buffers"][id]["shape"] = local;
+        b.program["buffers"][id]["bytes"] = local[0] * local[1] * 4;
+      }
+    };
+  };
+  {
+    testing::PlanBuilder b = base;
+    shardWte({{"axis", "tp"}, {"dim", 0}}, {16, 16})(b);
+    b.ops("forward")[1]["attrs"]["V"] = 16;  // the program's own use of the shard
+    b.ops("backward")[3]["attrs"]["V"] = 16;
+    b.write(dir);
+    auto plan = loadPlan(dir.string());
+    ASSERT_TRUE(plan.isOk()) << plan.status().message();
+    const ParamDesc& p = plan->manifest.params[0];
+    ASSERT_TRUE(p.sharding.has_value());
+    EXPECT_EQ(p.sharding->blocks, 1);
+    EXPECT_EQ(p.localShape, (std::vector<int64_t>{16, 16}));
+  }
+  auto fixOps = [](std::function<void(testing::PlanBuilder&)> f) {
+    return [f](testing::PlanBuilder& b) {
+      f(b);
+      b.ops("forward")[1]["attrs"]["V"] = 16;
+      b.ops("backward")[3]["attrs"]["V"] = 16;
+    };
+  };
+  expectError(shardWte({{"axis", "tp"}, {"dim", 0}}, {32, 16}),
+              {"manifest.json", "params[0].buffer", "local shard", "[16, 16]", "[32, 16]"});
+  expectError(fixOps(shardWte({{"axis", "tp"}, {"dim", 2}}, {16, 16})), {"manifest.json", "params[0].sharding.dim", "in [0, 1]"});
+  expectError(fixOps(shardWte({{"axis", "tp"}, {"dim", 0}, {"blocks", 3}}, {16, 16})),
+              {"params[0].sharding", "not divisible by blocks × tp = 3 × 2"});
+  expectError(fixOps(shardWte({{"axis", "ep"}, {"dim", 0}}, {16, 16})), {"params[0].sharding.axis", "unknown axis"});
+  expectError(fixOps(shardWte({{"axis", "tp"}}, {16, 16})), {"params[0].sharding.dim", "missing"});
+  expectError(fixOps(shardWte({{"axis", "tp"}, {"dim", 0}, {"split", 2}}, {16, 16})), {"params[0].sharding.split", "unknown field"});
+  expectError(fixOps(shardWte({{"axis", "tp"}, {"dim", 0}, {"blocks", 0}}, {16, 16})), {"params[0].sharding.blocks", ">= 1"});
 }
 
 }  // namespace

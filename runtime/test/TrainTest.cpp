@@ -237,13 +237,14 @@ TEST_F(TrainTest, RunLevelErrors) {
   testing::PlanBuilder b = oneLayerPlan(16, 8, 4, 1, 1);
   RunOptions o = options(planDir(b), -1);
   EXPECT_NE(run(o).message().find("--steps"), std::string::npos);
-  // A multi-rank plan is refused with a clear message.
-  b.manifest["mesh"]["tp"] = 2;
+  // A pipeline-parallel plan is refused with a clear message (this version runs SPMD plans).
+  b.manifest["mesh"]["pp"] = 2;
   b.manifest["programs"][0]["ranks"] = {0, 1};
-  o = options(planDir(b, "tp2"), 1);
+  o = options(planDir(b, "pp2"), 1);
   Status s = run(o);
   ASSERT_FALSE(s.isOk());
-  EXPECT_NE(s.message().find("single-rank"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("mesh.pp"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("pipeline parallelism"), std::string::npos) << s.message();
   // Log file that cannot be opened.
   o = options(planDir(oneLayerPlan(16, 8, 4, 1, 1), "ok"), 1);
   o.logJson = path("no/such/dir/log.jsonl");

@@ -1,7 +1,10 @@
 // llcdist-run: the MLIR-free command-line runner of a compiled plan directory (Train.h).
 //
 //   llcdist-run PLAN_DIR [--steps N] [--data FILE|synthetic] [--shuffle on|off] [--seed S]
-//               [--init-from W.safetensors] [--save-params OUT.safetensors] [--log-json FILE] [--quiet]
+//               [--init-from W.safetensors] [--save-params OUT.safetensors] [--log-json FILE]
+//               [--collective-timeout SECONDS] [--quiet]
+//
+// Multi-rank plans (mesh dp × tp > 1) run every rank as a thread of this process.
 //
 // Exit status: 0 success, 1 the run failed (message on stderr), 2 usage error.
 #include "llcdist/runtime/Train.h"
@@ -18,7 +21,8 @@ namespace {
 const char* kUsage =
     "usage: llcdist-run PLAN_DIR [options]\n"
     "\n"
-    "Runs a plan directory written by `llc-dist compile` on the CPU backend.\n"
+    "Runs a plan directory written by `llc-dist compile` on the CPU backend; every rank of a\n"
+    "multi-rank plan (mesh dp x tp) runs as a thread of this process (reports come from rank 0).\n"
     "\n"
     "options:\n"
     "  --steps N              training steps to run (default 1; 0 = init/import and export only)\n"
@@ -28,6 +32,8 @@ const char* kUsage =
     "  --init-from FILE       import parameters from safetensors (Hugging Face names) instead of init\n"
     "  --save-params FILE     export parameters to safetensors after the last step\n"
     "  --log-json FILE        JSON Lines log, one record per step\n"
+    "  --collective-timeout S fail the run when a rank waits longer than S seconds in one\n"
+    "                         collective (default 300; the error names the group and the missing ranks)\n"
     "  --quiet                no progress output\n"
     "  --help                 this text\n";
 
@@ -80,6 +86,12 @@ int main(int argc, char** argv) {
         opts.initFrom = v;
       } else if (a == "--save-params") {
         opts.saveParams = v;
+      } else if (a == "--collective-timeout") {
+        char* end = nullptr;
+        const double t = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end != '\0' || !(t > 0) || t > 1e6)
+          return usage("--collective-timeout needs a positive number of seconds, got '" + v + "'");
+        opts.collectiveTimeoutSeconds = t;
       } else if (a == "--log-json") {
         opts.logJson = v;
       } else {

@@ -6,6 +6,7 @@
 // Only this file exits; everything below it returns errors.
 //
 //===----------------------------------------------------------------------===//
+#include "llcdist/Dialect/Plan/Analysis/CommReport.h"
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Frontend/ImportXF.h"
 #include "llcdist/InitAll.h"
@@ -86,7 +87,10 @@ llcdist-add-optimizer, llcdist-lower-to-plan, llcdist-plan-memory. The same
 pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
 SHAPES
-  --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=1 (default dp=1,tp=1,pp=1)
+  --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=1 (default dp=1,tp=1,pp=1);
+                         plans support dp today (tp and pp with --emit xf)
+  --rank-order AXES      axes from fastest- to slowest-varying in the rank
+                         number (default tp,dp,pp: Megatron's)
   --seq-len N            tokens per sequence (default min(max positions, 1024))
   --micro-batch N        sequences per microbatch per dp rank (default 1)
   --global-batch N       sequences per step (default micro-batch × dp);
@@ -350,6 +354,53 @@ FailureOr<xf::ModelStats> statsOf(ModuleOp m) {
   return s;
 }
 
+/// The analytic volume of a collective's payload, for reports beside the
+/// counted one: data parallelism all-reduces the fp32 gradients, 4·Ψ bytes.
+std::pair<std::string, double> analytic(const plan::CollectiveEntry &e,
+                                        int64_t params) {
+  if (e.payload == "gradients")
+    return {"4·Ψ (fp32 gradients)", 4.0 * double(params)};
+  if (e.payload == "loss")
+    return {"4 (one f32)", 4.0};
+  return {"", 0.0};
+}
+
+json commJson(const plan::CommReport &r, int64_t params) {
+  json list = json::array();
+  for (const plan::CollectiveEntry &e : r.entries) {
+    auto [formula, bytes] = analytic(e, params);
+    list.push_back({{"kind", e.kind},
+                    {"axis", e.axis},
+                    {"group_size", e.groupSize},
+                    {"payload", e.payload},
+                    {"calls_per_step", e.callsPerStep},
+                    {"payload_bytes", e.payloadBytes},
+                    {"analytic_payload_bytes", bytes},
+                    {"analytic_formula", formula},
+                    {"ring_bytes_per_rank_per_step", e.ringBytesPerStep()},
+                    {"reason", e.reason}});
+  }
+  return list;
+}
+
+void printComm(llvm::raw_ostream &os, const plan::CommReport &r, int64_t params) {
+  if (r.entries.empty()) {
+    os << "  collectives: none (one rank)\n";
+    return;
+  }
+  os << "  collectives per step, per rank (ring algorithms: all-reduce sends "
+        "2(n-1)/n of the payload):\n";
+  os << fmt::format("    {:<11} {:<4} {:>3} {:>6} {:>14} {:>16}  {}\n", "kind",
+                    "axis", "n", "calls", "payload B", "ring B/step", "analytic payload");
+  for (const plan::CollectiveEntry &e : r.entries) {
+    auto [formula, bytes] = analytic(e, params);
+    os << fmt::format("    {:<11} {:<4} {:>3} {:>6} {:>14} {:>16.0f}  {}{}\n", e.kind,
+                      e.axis, e.groupSize, e.callsPerStep, grouped(e.payloadBytes),
+                      e.ringBytesPerStep(), formula,
+                      formula.empty() ? "" : (double(e.payloadBytes) == bytes ? " = same" : " ≠ MISMATCH"));
+  }
+}
+
 std::string modelName(ModuleOp m) {
   if (auto d = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr))
     if (auto n = d.getAs<StringAttr>("name"))
@@ -467,7 +518,12 @@ int runCompile(Args &args) {
       return 0;
     }
     if (auto v = args.value(a, "--mesh")) {
+      std::vector<std::string> order = mesh.rankOrder;
       if (auto err = parseMeshSpec(*v, mesh))
+        throw UsageError{*err};
+      mesh.rankOrder = order;
+    } else if (auto v = args.value(a, "--rank-order")) {
+      if (auto err = parseRankOrder(*v, mesh))
         throw UsageError{*err};
     } else if (auto v = args.value(a, "--seq-len"))
       shape.seqLen = parseInt("--seq-len", *v);
@@ -534,10 +590,11 @@ int runCompile(Args &args) {
     throw UsageError{"compile: --emit plan needs -o DIR (the plan directory)"};
   if (emit == "xf" && output.empty())
     output = "-";
-  if (emit == "plan" && mesh.worldSize() > 1)
-    throw UsageError{"--mesh " + mesh.str() + ": plans for more than one "
-                     "rank come with data/tensor/pipeline parallelism (issue "
-                     "#4/#5); use --emit xf to check a mesh against the model"};
+  if (emit == "plan" && (mesh.tp > 1 || mesh.pp > 1))
+    throw UsageError{"--mesh " + mesh.str() + ": plans with tensor or "
+                     "pipeline parallelism (tp, pp > 1) are not built yet; "
+                     "data parallelism (dp) is; use --emit xf to check any "
+                     "mesh against the model"};
   if (format != "text" && format != "json")
     throw UsageError{"--format must be text or json, got '" + format + "'"};
 
@@ -559,7 +616,7 @@ int runCompile(Args &args) {
     }
   }
   PassManager pm(&ctx, ModuleOp::getOperationName());
-  train.mesh = {mesh.dp, mesh.tp, mesh.pp};
+  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.rankOrderStr()};
   if (emit == "xf")
     xf::buildForwardPipeline(pm, train.mesh);
   else
@@ -583,11 +640,16 @@ int runCompile(Args &args) {
     return kExitError;
 
   std::optional<PlanSummary> planSummary;
+  std::optional<plan::CommReport> comm;
   if (emit == "plan") {
     FailureOr<PlanSummary> ps = writePlanDirectory(*lm->module, output);
     if (failed(ps))
       return kExitError;
     planSummary = *ps;
+    FailureOr<plan::CommReport> cr = plan::computeCommReport(*lm->module);
+    if (failed(cr))
+      return kExitError;
+    comm = *cr;
   } else {
     // Emit atomically: a failed write leaves no partial file behind.
     std::string err;
@@ -627,6 +689,8 @@ int runCompile(Args &args) {
     j["output"] = output;
     j["compile_ms"] = ms;
     j["stats"] = statsJson(*s);
+    if (comm)
+      j["collectives"] = commJson(*comm, s->parameters);
     if (planSummary)
       j["plan"] = {{"buffers", planSummary->buffers},
                    {"kernels", planSummary->kernels},
@@ -651,6 +715,8 @@ int runCompile(Args &args) {
                       "{:.1f} MiB\n",
                       planSummary->kernels, planSummary->buffers,
                       planSummary->params, planSummary->arenaBytes / 1048576.0);
+  if (comm)
+    printComm(os, *comm, s->parameters);
   if (!dumpDir.empty())
     os << "  IR after each pass: " << dumpDir << "/\n";
   if (output != "-")

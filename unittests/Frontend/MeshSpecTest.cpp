@@ -34,3 +34,22 @@ TEST(MeshSpec, Errors) {
   expectError("dp=2,", "is not AXIS=DEGREE");
   expectError("dp=2x", "is not an integer");
 }
+
+TEST(MeshSpec, RankOrder) {
+  MeshSpec m;
+  ASSERT_FALSE(parseMeshSpec("dp=2,tp=4,pp=3", m));
+  // Megatron's default: tp fastest, then dp, then pp.
+  EXPECT_EQ(m.rankOrderStr(), "tp,dp,pp");
+  EXPECT_EQ(m.rank(0, 1, 0), 1);
+  EXPECT_EQ(m.rank(1, 0, 0), 4);
+  EXPECT_EQ(m.rank(0, 0, 1), 8);
+  EXPECT_EQ(m.rank(1, 3, 2), 2 * 8 + 1 * 4 + 3);
+  ASSERT_FALSE(parseRankOrder("dp,tp,pp", m));
+  EXPECT_EQ(m.rank(1, 0, 0), 1);
+  EXPECT_EQ(m.rank(0, 1, 0), 2);
+  EXPECT_EQ(m.rank(1, 3, 2), 2 * 8 + 3 * 2 + 1);
+  auto err = parseRankOrder("tp,dp", m);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("expected a permutation of dp, tp, pp"), std::string::npos);
+  EXPECT_TRUE(parseRankOrder("tp,tp,pp", m));
+}

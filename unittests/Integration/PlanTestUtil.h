@@ -22,12 +22,13 @@ inline std::string compilePlan(const std::string &name, TrainingShape shape,
                                const std::string &tag) {
   ModelConfig cfg;
   std::string path = std::string(LLCDIST_SOURCE_DIR) + "/models/" + name + ".json";
-  if (loadModelConfig(path, cfg) || resolveTrainingShape(cfg, 1, shape))
+  int64_t dp = train.mesh.dp;
+  if (loadModelConfig(path, cfg) || resolveTrainingShape(cfg, dp, shape))
     return "";
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext ctx(registry);
-  auto module = importModel(ctx, cfg, shape, 1);
+  auto module = importModel(ctx, cfg, shape, dp);
   mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
   buildTrainingPipeline(pm, train);
   if (mlir::failed(pm.run(*module)))

@@ -20,8 +20,8 @@ struct TrainingPipelineOptions {
 };
 
 /// The forward pipeline, then llcdist-autodiff, llcdist-add-optimizer,
-/// llcdist-lower-to-plan and, on the program, llcdist-plan-memory: the
-/// pipeline of `llc-dist compile --emit plan`.
+/// llcdist-partition, llcdist-lower-to-plan and, on the program,
+/// llcdist-plan-memory: the pipeline of `llc-dist compile --emit plan`.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
 

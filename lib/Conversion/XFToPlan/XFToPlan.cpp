@@ -116,12 +116,12 @@ private:
                           nl.getChildLoc());
     return op->getLoc();
   }
-  void kernel(StringRef name, ArrayRef<NamedAttribute> args,
-              ArrayRef<NamedAttribute> attrs, Location loc) {
+  plan::KernelOp kernel(StringRef name, ArrayRef<NamedAttribute> args,
+                        ArrayRef<NamedAttribute> attrs, Location loc) {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToEnd(&current.getBody().front());
-    plan::KernelOp::create(b, loc, name, b.getDictionaryAttr(args),
-                           b.getDictionaryAttr(attrs));
+    return plan::KernelOp::create(b, loc, name, b.getDictionaryAttr(args),
+                                  b.getDictionaryAttr(attrs));
   }
   NamedAttribute arg(StringRef role, Attribute buf) { return b.getNamedAttr(role, buf); }
   NamedAttribute i64(StringRef n, int64_t v) { return b.getNamedAttr(n, b.getI64IntegerAttr(v)); }
@@ -562,6 +562,20 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
   for (const std::string &name : paramOrder)
     grads.push_back(params[name].grad);
   for (Operation &op : fn.getBody().front().without_terminator()) {
+    if (auto ar = dyn_cast<AllReduceGradsOp>(op)) {
+      kernel("all_reduce", {arg("x", b.getArrayAttr(grads))},
+             {str("axis", ar.getAxis()), str("op", ar.getReduction())},
+             NameLoc::get(ar.getReasonAttr(), op.getLoc()))
+          ->setAttr("plan.payload", b.getStringAttr("gradients"));
+      continue;
+    }
+    if (auto ar = dyn_cast<AllReduceLossOp>(op)) {
+      kernel("all_reduce", {arg("x", b.getArrayAttr({lossBuf}))},
+             {str("axis", ar.getAxis()), str("op", "avg")},
+             NameLoc::get(ar.getReasonAttr(), op.getLoc()))
+          ->setAttr("plan.payload", b.getStringAttr("loss"));
+      continue;
+    }
     if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
       gradClip = clip.getMaxNorm().convertToDouble();
       kernel("grad_norm", {arg("grads", b.getArrayAttr(grads)), arg("norm", gradNormBuf)},
@@ -628,11 +642,17 @@ DictionaryAttr Lowering::manifest(func::FuncOp entry) {
   auto get = [&](StringRef k) -> Attribute { return model ? model.get(k) : Attribute(); };
   auto ids = cast<RankedTensorType>(entry.getArgument(0).getType());
   int64_t dp = 1, tp = 1, pp = 1;
+  ArrayAttr rankOrder = b.getStrArrayAttr({"tp", "dp", "pp"}); // Megatron's
   if (auto grid = module.lookupSymbol<shard::GridOp>("mesh")) {
     auto shape = grid.getShape();
     if (shape.size() == 3)
       dp = shape[0], tp = shape[1], pp = shape[2];
+    if (auto order = grid->getAttrOfType<ArrayAttr>("xf.rank_order"))
+      rankOrder = order;
   }
+  // After llcdist-partition the ids are one dp rank's: the micro-batch.
+  int64_t microBatch = module->hasAttr("xf.partition") ? ids.getDimSize(0)
+                                                        : ids.getDimSize(0) / dp;
   SmallVector<NamedAttribute> m{
       b.getNamedAttr("model",
                      b.getDictionaryAttr({
@@ -644,12 +664,13 @@ DictionaryAttr Lowering::manifest(func::FuncOp entry) {
       b.getNamedAttr("batch",
                      b.getDictionaryAttr({
                          i64("seq_len", ids.getDimSize(1)),
-                         i64("micro_batch", ids.getDimSize(0) / dp),
+                         i64("micro_batch", microBatch),
                          i64("microbatches", microbatches),
                          i64("dp", dp),
-                         i64("global_batch", ids.getDimSize(0) * microbatches),
+                         i64("global_batch", microBatch * microbatches * dp),
                      })),
-      b.getNamedAttr("mesh", b.getDictionaryAttr({i64("dp", dp), i64("tp", tp), i64("pp", pp)})),
+      b.getNamedAttr("mesh", b.getDictionaryAttr({i64("dp", dp), i64("tp", tp), i64("pp", pp),
+                                                  b.getNamedAttr("rank_order", rankOrder)})),
       b.getNamedAttr("optimizer", optimizerAttrs),
       f64("grad_clip", gradClip),
   };

@@ -155,7 +155,14 @@ FailureOr<PlanSummary> llcdist::writePlanDirectory(ModuleOp module,
   for (NamedAttribute n : manifestAttr)
     manifest[n.getName().str()] = toJson(n.getValue());
   manifest["params"] = params;
-  manifest["programs"] = json::array({{{"file", "program-0.json"}, {"ranks", {0}}}});
+  // SPMD: every rank runs program 0 (pipeline stages bring more programs).
+  int64_t world = 1;
+  for (const char *axis : {"dp", "tp", "pp"})
+    world *= manifest["mesh"].value(axis, int64_t(1));
+  json ranks = json::array();
+  for (int64_t r = 0; r < world; ++r)
+    ranks.push_back(r);
+  manifest["programs"] = json::array({{{"file", "program-0.json"}, {"ranks", ranks}}});
 
   json programJson = {{"format", std::string(schema::kProgramFormat)},
                       {"version", schema::kPlanVersion},

@@ -4,15 +4,18 @@
 #include "TrainParts.h"
 
 #include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/Plan.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <thread>
 
 namespace llcdist::rt {
 namespace {
@@ -37,16 +40,6 @@ std::string progressLine(const StepRecord& r, int64_t steps) {
   return buf;
 }
 
-Status checkSingleRank(const Plan& plan) {
-  const Manifest& m = plan.manifest;
-  if (m.worldSize() != 1 || plan.programs.size() != 1)
-    return Status::invalidArgument("the plan needs " + std::to_string(m.worldSize()) + " ranks (mesh dp=" +
-                                   std::to_string(m.meshDp) + " tp=" + std::to_string(m.meshTp) + " pp=" +
-                                   std::to_string(m.meshPp) + "); this runtime runs single-rank plans only "
-                                   "(compile with dp=tp=pp=1)");
-  return Status::ok();
-}
-
 // Fails early when --save-params cannot be written, rather than after the run's steps: a probe file
 // is created beside the target and removed again.
 Status checkWritable(const std::string& path) {
@@ -61,24 +54,65 @@ Status checkWritable(const std::string& path) {
   return Status::ok();
 }
 
+// One rank of the run: its backend, interpreter and the status it ended with.
+struct RankRun {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Interpreter> interp;
+  Status status;
+};
+
+// The error a failed run reports: the lowest rank's own error (not an Aborted echo of another rank's
+// failure); else the communicator's abort reason.
+Status firstError(const std::vector<RankRun>& ranks, const Communicator* comm, bool multiRank) {
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (!ranks[r].status.isOk() && ranks[r].status.code() != StatusCode::kAborted)
+      return multiRank ? Status(ranks[r].status).withRank(int(r)) : ranks[r].status;
+  if (comm && !comm->abortReason().isOk()) return comm->abortReason();
+  for (const RankRun& r : ranks)
+    if (!r.status.isOk()) return r.status;
+  return Status::ok();
+}
+
 }  // namespace
 
 Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* result) {
   if (opts.steps < 0) return Status::invalidArgument("--steps must be >= 0, got " + std::to_string(opts.steps));
+  if (!(opts.collectiveTimeoutSeconds > 0))
+    return Status::invalidArgument("the collective timeout must be > 0 seconds");
   LLCDIST_ASSIGN_OR_RETURN(Plan plan, loadPlan(opts.planDir));
-  LLCDIST_RETURN_IF_ERROR(checkSingleRank(plan));
   if (!opts.saveParams.empty()) LLCDIST_RETURN_IF_ERROR(checkWritable(opts.saveParams));
   const Manifest& m = plan.manifest;
-  const Program& prog = plan.programs[0];
+  const Program& prog = plan.programs[0];  // SPMD: every rank runs programs[0] (the loader checks it)
   const int64_t lossId = prog.findBuffer(schema::kLossMetric);
   const int64_t normId = prog.findBuffer(schema::kGradNormMetric);
   if (lossId < 0)
     return Status::invalidArgument(prog.file + ": no metric buffer named \"loss\" (the runtime reports it each step)");
 
-  std::unique_ptr<Backend> backend = makeCpuBackend();
-  LLCDIST_ASSIGN_OR_RETURN(std::unique_ptr<Interpreter> interp, Interpreter::create(plan, 0, *backend));
-  LLCDIST_RETURN_IF_ERROR(train::initParams(m, *interp, opts.seed, opts.initFrom));
-  LLCDIST_ASSIGN_OR_RETURN(MicrobatchSource data, train::makeDataSource(m, opts.data, opts.shuffle, opts.seed));
+  const int world = int(m.worldSize());
+  const bool multiRank = world > 1;
+  const Mesh mesh = m.mesh();
+  std::unique_ptr<Communicator> comm;
+  if (multiRank) {
+    InProcessCommunicatorOptions co;
+    co.worldSize = world;
+    co.mesh = mesh;
+    co.timeout = std::chrono::milliseconds(int64_t(opts.collectiveTimeoutSeconds * 1000.0));
+    comm = makeInProcessCommunicator(co);
+  }
+  // Backends and interpreters are made here, on one thread (the CPU backend sets OpenBLAS's threads
+  // process-wide); parameter init and the steps run on one thread per rank.
+  std::vector<RankRun> ranks(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    CpuBackendOptions bo;
+    bo.rank = r;
+    bo.communicator = comm.get();
+    ranks[size_t(r)].backend = makeCpuBackend(bo);
+    auto interp = Interpreter::create(plan, 0, *ranks[size_t(r)].backend, r);
+    if (!interp.isOk()) return multiRank ? Status(interp.status()).withRank(r) : interp.status();
+    ranks[size_t(r)].interp = std::move(interp).value();
+  }
+  LLCDIST_ASSIGN_OR_RETURN(train::DataSourceFactory dataFor,
+                           train::makeDataSources(m, opts.data, opts.shuffle, opts.seed));
 
   LrSchedule sched = m.lrSchedule;
   if (sched.totalSteps == 0) sched.totalSteps = opts.steps;
@@ -95,33 +129,59 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   RunResult& res = result ? *result : local;
   res = RunResult{};
   res.tokensPerStep = m.globalBatch * m.seqLen;
-  for (int64_t step = 0; step < opts.steps; ++step) {
-    StepRecord r;
-    r.step = step;
-    r.lr = learningRate(sched, step);
-    const auto t0 = std::chrono::steady_clock::now();
-    LLCDIST_RETURN_IF_ERROR(interp->runStep(step, r.lr, data));
-    float loss = 0, norm = std::numeric_limits<float>::quiet_NaN();
-    LLCDIST_RETURN_IF_ERROR(interp->readBuffer(lossId, &loss));
-    if (normId >= 0) LLCDIST_RETURN_IF_ERROR(interp->readBuffer(normId, &norm));
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    r.loss = loss;
-    r.gradNorm = norm;
-    r.tokensPerSec = dt > 0 ? double(res.tokensPerStep) / dt : 0.0;
-    res.steps.push_back(r);
-    if (log.is_open()) {
-      log << logRecord(r) << std::flush;
-      if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': write failed");
+
+  // One rank's whole run. Rank 0 reports (records, log, progress); its metrics are the run's.
+  auto runRank = [&](int r) -> Status {
+    Interpreter& interp = *ranks[size_t(r)].interp;
+    LLCDIST_RETURN_IF_ERROR(train::initParams(m, interp, opts.seed, opts.initFrom));
+    const MicrobatchSource data = dataFor(mesh.coord(r, MeshAxis::kDp));
+    for (int64_t step = 0; step < opts.steps; ++step) {
+      StepRecord rec;
+      rec.step = step;
+      rec.lr = learningRate(sched, step);
+      const auto t0 = std::chrono::steady_clock::now();
+      LLCDIST_RETURN_IF_ERROR(interp.runStep(step, rec.lr, data));
+      if (r != 0) continue;
+      float loss = 0, norm = std::numeric_limits<float>::quiet_NaN();
+      LLCDIST_RETURN_IF_ERROR(interp.readBuffer(lossId, &loss));
+      if (normId >= 0) LLCDIST_RETURN_IF_ERROR(interp.readBuffer(normId, &norm));
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      rec.loss = loss;
+      rec.gradNorm = norm;
+      rec.tokensPerSec = dt > 0 ? double(res.tokensPerStep) / dt : 0.0;
+      res.steps.push_back(rec);
+      if (log.is_open()) {
+        log << logRecord(rec) << std::flush;
+        if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': write failed");
+      }
+      if (!opts.quiet) {
+        if (opts.progressIsTty) progress << '\r' << progressLine(rec, opts.steps) << "\x1b[K" << std::flush;
+        else progress << progressLine(rec, opts.steps) << '\n' << std::flush;
+      }
     }
-    if (!opts.quiet) {
-      if (opts.progressIsTty) progress << '\r' << progressLine(r, opts.steps) << "\x1b[K" << std::flush;
-      else progress << progressLine(r, opts.steps) << '\n' << std::flush;
-    }
+    return Status::ok();
+  };
+
+  if (!multiRank) {
+    ranks[0].status = runRank(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+      threads.emplace_back([&, r] {
+        Status s = runRank(r);
+        if (!s.isOk()) comm->abort(Status(s).withRank(r));  // nobody waits for this rank any more
+        ranks[size_t(r)].status = std::move(s);
+      });
+    for (std::thread& t : threads) t.join();
   }
-  if (!opts.quiet && opts.progressIsTty && opts.steps > 0) progress << '\n' << std::flush;
-  res.peakDeviceBytes = backend->peakAllocatedBytes();
-  if (!opts.saveParams.empty())
-    LLCDIST_RETURN_IF_ERROR(train::saveParams(m, *interp, opts.saveParams).withContext("--save-params"));
+  if (!opts.quiet && opts.progressIsTty && !res.steps.empty()) progress << '\n' << std::flush;
+  LLCDIST_RETURN_IF_ERROR(firstError(ranks, comm.get(), multiRank));
+  for (const RankRun& r : ranks) res.peakDeviceBytes = std::max(res.peakDeviceBytes, r.backend->peakAllocatedBytes());
+  if (!opts.saveParams.empty()) {
+    std::vector<Interpreter*> interps;
+    for (RankRun& r : ranks) interps.push_back(r.interp.get());
+    LLCDIST_RETURN_IF_ERROR(train::saveParams(m, interps, opts.saveParams).withContext("--save-params"));
+  }
   return Status::ok();
 }
 

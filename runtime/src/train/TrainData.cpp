@@ -1,4 +1,5 @@
-// Data sources for training: llm.c token files through BatchSampler, or synthetic tokens. See Train.h.
+// Data sources for training: llm.c token files through BatchSampler, or synthetic tokens; one source
+// per data-parallel coordinate. See Train.h.
 #include "TrainParts.h"
 
 #include "llcdist/runtime/Rng.h"
@@ -8,7 +9,7 @@
 
 namespace llcdist::rt::train {
 
-StatusOr<MicrobatchSource> makeDataSource(const Manifest& m, const std::string& data, bool shuffle, uint64_t seed) {
+StatusOr<DataSourceFactory> makeDataSources(const Manifest& m, const std::string& data, bool shuffle, uint64_t seed) {
   const int64_t B = m.microBatch, T = m.seqLen, V = m.vocabSize, G = m.globalBatch, dp = m.dataParallel;
   auto checkShape = [B, T](int64_t b, int64_t s) {
     if (b != B || s != T)
@@ -18,18 +19,19 @@ StatusOr<MicrobatchSource> makeDataSource(const Manifest& m, const std::string& 
   };
   if (data == "synthetic") {
     const uint64_t key = streamKey(seed, "llcdist.synthetic");
-    return MicrobatchSource([=](int64_t step, int64_t micro, int32_t* ids, int32_t* targets, int64_t b, int64_t s) {
-      LLCDIST_RETURN_IF_ERROR(checkShape(b, s));
-      const int64_t dpRank = 0;
-      for (int64_t i = 0; i < B; ++i) {
-        const int64_t sample = step * G + (micro * dp + dpRank) * B + i;
-        for (int64_t t = 0; t <= T; ++t) {
-          const int32_t tok = int32_t(random64(key, uint64_t(sample), uint64_t(t)) % uint64_t(V));
-          if (t < T) ids[i * T + t] = tok;
-          if (t > 0) targets[i * T + t - 1] = tok;
+    return DataSourceFactory([=](int64_t dpRank) {
+      return MicrobatchSource([=](int64_t step, int64_t micro, int32_t* ids, int32_t* targets, int64_t b, int64_t s) {
+        LLCDIST_RETURN_IF_ERROR(checkShape(b, s));
+        for (int64_t i = 0; i < B; ++i) {
+          const int64_t sample = step * G + (micro * dp + dpRank) * B + i;
+          for (int64_t t = 0; t <= T; ++t) {
+            const int32_t tok = int32_t(random64(key, uint64_t(sample), uint64_t(t)) % uint64_t(V));
+            if (t < T) ids[i * T + t] = tok;
+            if (t > 0) targets[i * T + t - 1] = tok;
+          }
         }
-      }
-      return Status::ok();
+        return Status::ok();
+      });
     });
   }
   LLCDIST_ASSIGN_OR_RETURN(TokenFile file, TokenFile::open(data));
@@ -50,9 +52,11 @@ StatusOr<MicrobatchSource> makeDataSource(const Manifest& m, const std::string& 
   auto shared = std::make_shared<const TokenFile>(std::move(file));
   LLCDIST_ASSIGN_OR_RETURN(BatchSampler sampler, BatchSampler::create(shared, cfg));
   auto sp = std::make_shared<BatchSampler>(std::move(sampler));
-  return MicrobatchSource([=](int64_t step, int64_t micro, int32_t* ids, int32_t* targets, int64_t b, int64_t s) {
-    LLCDIST_RETURN_IF_ERROR(checkShape(b, s));
-    return sp->microbatch(step, micro, 0, ids, targets);
+  return DataSourceFactory([=](int64_t dpRank) {
+    return MicrobatchSource([=](int64_t step, int64_t micro, int32_t* ids, int32_t* targets, int64_t b, int64_t s) {
+      LLCDIST_RETURN_IF_ERROR(checkShape(b, s));
+      return sp->microbatch(step, micro, dpRank, ids, targets);
+    });
   });
 }
 

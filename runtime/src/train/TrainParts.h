@@ -1,21 +1,34 @@
-// Private pieces of the training driver (Train.h): parameter init/import/export and data sources.
+// Private pieces of the training driver (Train.h): parameter init/import/export (sharding-aware) and
+// data sources.
 #pragma once
 
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Plan.h"
 
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace llcdist::rt::train {
 
-// Writes every param's initial value into its buffer: from the manifest's init under `seed`, or from
-// the safetensors file `initFrom` when it is not empty (see Train.h for the rules).
+// Writes every param's initial value (its local shard on interp.rank()) into its buffer: from the
+// manifest's init under `seed`, or from the safetensors file `initFrom` when it is not empty (see
+// Train.h for the rules). Sharded params init/slice by global index (params[].sharding).
 Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, const std::string& initFrom);
-// Writes every param as F32 to `path` (atomically).
-Status saveParams(const Manifest& manifest, Interpreter& interp, const std::string& path);
+// Writes every param as F32 to `path` (atomically): sharded params gathered from their shards;
+// replicated params (and the replicas of each shard) must be bitwise identical on every rank, else an
+// error names the param, the first differing rank and element. ranks[r] runs rank r.
+Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ranks, const std::string& path);
 
-// The microbatch source for `data` ("synthetic" or an llm.c token file), data-parallel rank 0.
-StatusOr<MicrobatchSource> makeDataSource(const Manifest& manifest, const std::string& data, bool shuffle,
-                                          uint64_t seed);
+// For each contiguous run of param `p`'s local shard on member `member` of its sharding axis:
+// fn(localOffset, globalOffset, count) in elements. A replicated param is one run [0, numel).
+void forEachShardRun(const ParamDesc& p, int64_t member, int64_t axisSize,
+                     const std::function<void(int64_t, int64_t, int64_t)>& fn);
+
+// Data: a factory of per-rank microbatch sources ("synthetic" or an llm.c token file, loaded and
+// checked once); the source for data-parallel coordinate dpRank reads that rank's samples.
+using DataSourceFactory = std::function<MicrobatchSource(int64_t dpRank)>;
+StatusOr<DataSourceFactory> makeDataSources(const Manifest& manifest, const std::string& data, bool shuffle,
+                                            uint64_t seed);
 
 }  // namespace llcdist::rt::train

@@ -1,4 +1,4 @@
-// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer="grad-clip=1.0 weight-decay=0.1" -llcdist-lower-to-plan -verify-diagnostics | FileCheck %s
+// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer="grad-clip=1.0 weight-decay=0.1" -llcdist-partition -llcdist-lower-to-plan -verify-diagnostics | FileCheck %s
 
 // A one-layer model, two microbatches. Layers are expanded with {i} bound;
 // weight gradients used only by xf.accumulate_grad are written straight into
@@ -81,4 +81,27 @@ func.func @forward(%ids: tensor<1x4xi32>, %t: tensor<1x4xi32>) -> tensor<f32> at
   %n = xf.rms_norm %e, %g {eps = 1.0e-6 : f64} : (tensor<1x4x8xf32>, tensor<8xf32>) -> tensor<1x4x8xf32>
   %loss = xf.cross_entropy %n, %t : (tensor<1x4x8xf32>, tensor<1x4xi32>) -> tensor<f32>
   return %loss : tensor<f32>
+}
+
+// -----
+
+// Data parallelism: the manifest describes the mesh and the local batch;
+// the optimizer subroutine starts with the two all-reduces, whose locations
+// carry the partitioner's reasons.
+// CHECK: module attributes {plan.manifest = {batch = {dp = 2 : i64, global_batch = 4 : i64, micro_batch = 2 : i64, microbatches = 1 : i64, seq_len = 4 : i64}
+// CHECK-SAME: mesh = {dp = 2 : i64, pp = 1 : i64, rank_order = ["tp", "dp", "pp"], tp = 1 : i64}
+// CHECK: plan.buffer @{{.+}} : tensor<2x4xi32> {kind = "input", name = "input_ids"}
+// CHECK: plan.subroutine @optimizer {
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@{{.+}}]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@{{.+}}]} {axis = "dp", op = "avg"} {plan.payload = "loss"}
+// CHECK-NEXT: plan.kernel "grad_norm"
+module attributes {xf.model = {microbatches = 1 : i64}} {
+  shard.grid @mesh(shape = 2x1x1) {xf.mesh_axes = ["dp", "tp", "pp"], xf.rank_order = ["tp", "dp", "pp"]}
+  func.func @forward(%ids: tensor<4x4xi32>, %t: tensor<4x4xi32>) -> tensor<f32> attributes {xf.entry} {
+    %wte = xf.param "wte" : tensor<16x8xf32>
+    %e = xf.embedding %ids, %wte : (tensor<4x4xi32>, tensor<16x8xf32>) -> tensor<4x4x8xf32>
+    %logits = xf.linear out_in %e, %wte : (tensor<4x4x8xf32>, tensor<16x8xf32>) -> tensor<4x4x16xf32>
+    %loss = xf.cross_entropy %logits, %t : (tensor<4x4x16xf32>, tensor<4x4xi32>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
 }

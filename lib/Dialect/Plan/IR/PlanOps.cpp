@@ -90,7 +90,7 @@ LogicalResult KernelOp::verify() {
     if (idx < 0)
       return emitOpError("kernel '") << getKernel() << "' has no argument '"
                                      << role << "'";
-    bool list = spec.args[idx].arity == schema::ArgArity::kList;
+    bool list = schema::isListArity(spec.args[idx].arity);
     if (list != isa<ArrayAttr>(arg.getValue()))
       return emitOpError("argument '")
              << role << "' of '" << getKernel() << "' must be "
@@ -98,7 +98,7 @@ LogicalResult KernelOp::verify() {
   }
   for (size_t i = 0; i < spec.numArgs; ++i) {
     const schema::ArgSpec &a = spec.args[i];
-    if (a.arity != schema::ArgArity::kOptional &&
+    if (!schema::isOptionalArity(a.arity) &&
         !getArgs().get(StringRef(a.role.data(), a.role.size())))
       return emitOpError("kernel '") << getKernel() << "' needs argument '"
                                      << StringRef(a.role.data(), a.role.size())

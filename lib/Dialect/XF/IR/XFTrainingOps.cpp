@@ -12,6 +12,12 @@ SmallVector<int64_t> weightShape(WeightLayout layout, int64_t k, int64_t n) {
                                        : SmallVector<int64_t>{k, n};
 }
 
+LogicalResult checkAxis(Operation *op, StringRef axis) {
+  if (axis != "dp" && axis != "tp" && axis != "pp")
+    return op->emitOpError("axis must be dp, tp or pp, got '") << axis << "'";
+  return success();
+}
+
 LogicalResult checkNonNegative(Operation *op, StringRef what, double v) {
   if (!(v >= 0.0))
     return op->emitOpError() << what << " must be >= 0, got " << v;
@@ -116,3 +122,11 @@ LogicalResult SGDOp::verify() {
   return checkNonNegative(*this, "weight_decay",
                           getWeightDecay().convertToDouble());
 }
+
+LogicalResult AllReduceGradsOp::verify() {
+  if (getReduction() != "sum" && getReduction() != "avg")
+    return emitOpError("reduction must be sum or avg, got '") << getReduction() << "'";
+  return checkAxis(*this, getAxis());
+}
+
+LogicalResult AllReduceLossOp::verify() { return checkAxis(*this, getAxis()); }

@@ -43,6 +43,15 @@ struct AttachMeshPass
     auto grid = shard::GridOp::create(b, module.getLoc(), "mesh",
                                       ArrayRef<int64_t>{dp_, tp_, pp_});
     grid->setAttr("xf.mesh_axes", b.getStrArrayAttr({"dp", "tp", "pp"}));
+    SmallVector<StringRef> order;
+    StringRef(rankOrder).split(order, ',');
+    auto count = [&](StringRef a) { return llvm::count(order, a); };
+    if (order.size() != 3 || count("dp") != 1 || count("tp") != 1 || count("pp") != 1) {
+      module.emitError("rank-order '")
+          << rankOrder << "' is not a permutation of dp, tp, pp";
+      return signalPassFailure();
+    }
+    grid->setAttr("xf.rank_order", b.getStrArrayAttr(order));
   }
 
   LogicalResult checkDivisibility(ModuleOp module) {

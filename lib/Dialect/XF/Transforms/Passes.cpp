@@ -9,7 +9,8 @@ using namespace mlir;
 void llcdist::xf::buildForwardPipeline(OpPassManager &pm,
                                        const ForwardPipelineOptions &options) {
   pm.addPass(createCSEPass());
-  pm.addPass(createAttachMesh({options.dp, options.tp, options.pp}));
+  pm.addPass(createAttachMesh(
+      {options.dp, options.tp, options.pp, options.rankOrder}));
   pm.addPass(createModelStats());
 }
 
@@ -22,6 +23,9 @@ struct ForwardPipelineCLOptions
                      llvm::cl::init(1)};
   Option<int64_t> pp{*this, "pp", llvm::cl::desc("pipeline-parallel degree"),
                      llvm::cl::init(1)};
+  Option<std::string> rankOrder{*this, "rank-order",
+                                llvm::cl::desc("fastest- to slowest-varying axes"),
+                                llvm::cl::init("tp,dp,pp")};
 };
 } // namespace
 
@@ -31,6 +35,6 @@ void llcdist::xf::registerXFPassesAndPipelines() {
       "llcdist-forward",
       "the forward-graph pipeline of `llc-dist compile --emit xf`",
       [](OpPassManager &pm, const ForwardPipelineCLOptions &o) {
-        buildForwardPipeline(pm, {o.dp, o.tp, o.pp});
+        buildForwardPipeline(pm, {o.dp, o.tp, o.pp, o.rankOrder});
       });
 }

@@ -12,16 +12,19 @@
 //
 // Collectives are asynchronous: a call enqueues the operation on a stream and returns a handle, and
 // waitCollective(s, h) makes later work on stream s wait for its completion (the result buffer must
-// not be read before that). Groups are lists of global ranks; a rank's backend takes part only in
-// groups that contain its rank.
+// not be read before that). Groups are lists of global ranks in member order (Mesh::group); a rank's
+// backend takes part only in groups that contain its rank. Semantics and determinism are the
+// Communicator's (Communicator.h).
 #pragma once
 
+#include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/PlanSchema.h"
 #include "llcdist/runtime/Status.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +58,12 @@ struct KernelCall {
   double eps = 0, scale = 0, maxNorm = 0;
   double beta1 = 0, beta2 = 0, weightDecay = 0, momentum = 0;
   const RopeTable* rope = nullptr;  // rope_fwd / rope_bwd: table for positions 0..S-1 (owned by caller)
+  // Collectives (all_reduce, all_gather, reduce_scatter) and grad_norm's `sharded` list: the global
+  // ranks of the op's `axis` group in member order (empty when the op has no axis), the reduction, and
+  // all_gather / reduce_scatter's outer and inner sizes.
+  std::vector<int> group;
+  ReduceOp reduceOp = ReduceOp::kSum;
+  int64_t outer = 0, inner = 0;
   // Step context, set per launch.
   double lr = 0;
   int64_t t = 0;  // optimizer step count, step + 1
@@ -63,8 +72,6 @@ struct KernelCall {
   float* f(size_t role, size_t k = 0) const { return static_cast<float*>(ptr(role, k)); }
   int32_t* i32(size_t role, size_t k = 0) const { return static_cast<int32_t*>(ptr(role, k)); }
 };
-
-enum class ReduceOp { kSum };
 
 class Backend {
 public:
@@ -103,32 +110,52 @@ public:
   // In-place all-reduce of `count` f32 elements at `buffer`.
   virtual StatusOr<CollectiveHandle> allReduceAsync(Stream stream, float* buffer, int64_t count, ReduceOp op,
                                                     const std::vector<int>& group) = 0;
-  // out[count·|group|] = concatenation of every member's in[count], in group order.
-  virtual StatusOr<CollectiveHandle> allGatherAsync(Stream stream, const float* in, float* out, int64_t count,
-                                                    const std::vector<int>& group) = 0;
-  // out[count] = the reduction of member chunk r (this rank's position r in group) of every in[count·|group|].
-  virtual StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const float* in, float* out, int64_t count,
-                                                        ReduceOp op, const std::vector<int>& group) = 0;
+  // in [outer, inner], out [outer, n·inner]: out[o, m·inner + k] = in_m[o, k] (n = |group|).
+  virtual StatusOr<CollectiveHandle> allGatherAsync(Stream stream, const float* in, float* out, int64_t outer,
+                                                    int64_t inner, const std::vector<int>& group) = 0;
+  // in [outer, n·inner], out [outer, inner]: out[o, k] = reduce_m in_m[o, c·inner + k], c this rank's
+  // member index.
+  virtual StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const float* in, float* out, int64_t outer,
+                                                        int64_t inner, ReduceOp op, const std::vector<int>& group) = 0;
+  // outer = 1: out[count·n] = every member's in[count] concatenated; out[count] = member chunk c reduced.
+  StatusOr<CollectiveHandle> allGatherAsync(Stream stream, const float* in, float* out, int64_t count,
+                                            const std::vector<int>& group) {
+    return allGatherAsync(stream, in, out, 1, count, group);
+  }
+  StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const float* in, float* out, int64_t count,
+                                                ReduceOp op, const std::vector<int>& group) {
+    return reduceScatterAsync(stream, in, out, 1, count, op, group);
+  }
   // Later work on `stream` waits for the collective to complete.
   virtual Status waitCollective(Stream stream, CollectiveHandle handle) = 0;
 };
 
 struct CpuBackendOptions {
   int rank = 0;  // this backend's global rank
+  // The run's communicator (shared by every rank's backend; must outlive the backend), or null: then
+  // only single-rank groups {rank} are allowed.
+  Communicator* communicator = nullptr;
   // OpenBLAS worker threads, set process-wide when the backend is created (when the linked BLAS is
   // OpenBLAS). 1 keeps GEMM results bitwise reproducible across runs and machines; 0 leaves the
   // library's setting (OPENBLAS_NUM_THREADS) alone.
   int blasThreads = 1;
 };
 
-// The CPU reference backend: kernels from Kernels.h, executed synchronously. It has no communicator:
-// collectives over a group of one rank (itself) complete immediately (all-reduce and reduce-scatter
-// are the identity, all-gather a copy); a group with any other rank is an InvalidArgument error
-// naming the group (multi-rank runs need a backend with a communicator).
+// The CPU reference backend: kernels from Kernels.h, executed synchronously. Collectives run through
+// options.communicator, synchronously, when the call is made (the handle is complete at once). Without
+// a communicator, collectives over a group of one rank (itself) complete immediately (all-reduce and
+// reduce-scatter are the identity, all-gather a copy) and a group with any other rank is an
+// InvalidArgument error naming the group. grad_norm with a `sharded` list all-reduces (f64, sum) the
+// sharded squared norm over call.group through the communicator.
 std::unique_ptr<Backend> makeCpuBackend(const CpuBackendOptions& options = {});
 
 // Runs one KernelCall with the CPU kernels of Kernels.h (what CpuBackend::launch does); exposed so
-// other backends can fall back to it for host-resident data and for tests.
+// other backends can fall back to it for host-resident data and for tests. Collective ops are not
+// kernels (an error); grad_norm with a `sharded` list over a group of more than one rank is an error
+// here (it needs runCpuGradNorm with a reducer).
 Status runCpuKernel(const KernelCall& call);
+// grad_norm: norm = sqrt(Σ grads g² + reduce(Σ sharded g²)), sums in double; clips both lists in place
+// when max_norm > 0. `reduceSharded` all-reduces (sum) its argument across call.group in place.
+Status runCpuGradNorm(const KernelCall& call, const std::function<Status(double*)>& reduceSharded);
 
 }  // namespace llcdist::rt

@@ -7,6 +7,12 @@
 // for the (step, microbatch) batch and copies it into its ids/targets buffers. Optimizer ops (adamw,
 // sgd) get the step's learning rate and t = step + 1.
 //
+// Multi-rank plans: the interpreter runs one rank (`rank`, its global rank in the manifest's mesh).
+// Collective ops (all_reduce, all_gather, reduce_scatter) and grad_norm's `sharded` list act on the
+// group of `rank` on the op's `axis` (Mesh::group); all_reduce issues one backend all-reduce per buffer
+// of `x`, in list order, and every collective is waited for on the default stream before the next op.
+// The data source is per rank: the caller binds the rank's dp coordinate into it (Train.h).
+//
 // Errors from an op carry where it is: "<program file>: subroutine 'backward' op 3 (linear_bwd_input,
 // loc 'h.0.mlp.c_fc'): <kernel message>".
 #pragma once
@@ -30,8 +36,11 @@ using MicrobatchSource =
 
 class Interpreter {
 public:
-  // `plan` and `backend` must outlive the interpreter. The backend must not have an arena yet.
-  static StatusOr<std::unique_ptr<Interpreter>> create(const Plan& plan, size_t programIndex, Backend& backend);
+  // `plan` and `backend` must outlive the interpreter. The backend must not have an arena yet. `rank`
+  // is the global rank this interpreter runs (in [0, world size)).
+  static StatusOr<std::unique_ptr<Interpreter>> create(const Plan& plan, size_t programIndex, Backend& backend,
+                                                       int rank = 0);
+  int rank() const { return rank_; }
 
   const Program& program() const { return *program_; }
   Backend& backend() { return *backend_; }
@@ -54,12 +63,14 @@ private:
   };
   Interpreter() = default;
   Status bind(const Op& op, BoundOp* out);
+  Status runCollective(const BoundOp& bound);
   Status runOp(const BoundOp& bound, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data);
   std::string where(size_t subroutine, size_t opIndex) const;
 
   const Plan* plan_ = nullptr;
   const Program* program_ = nullptr;
   Backend* backend_ = nullptr;
+  int rank_ = 0;
   Stream stream_;
   std::vector<std::vector<BoundOp>> subroutines_;  // parallel to program_->subroutines
   std::vector<int32_t> idsHost_, targetsHost_;      // load_microbatch staging

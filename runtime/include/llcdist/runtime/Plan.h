@@ -11,11 +11,14 @@
 #pragma once
 
 #include "llcdist/runtime/Kernels.h"
+#include "llcdist/runtime/Mesh.h"
 #include "llcdist/runtime/PlanSchema.h"
 #include "llcdist/runtime/Status.h"
 
 #include <cstdint>
+#include <array>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -28,14 +31,26 @@ struct ParamInit {
   double std = 0.0;  // kNormal only
 };
 
+// params[].sharding: dimension `dim` of the Hugging Face tensor is viewed as `blocks` equal blocks,
+// each split evenly over the `axis` group's n members; member m holds, from each block in order, its
+// m-th chunk, concatenated.
+struct ParamSharding {
+  MeshAxis axis = MeshAxis::kTp;
+  int64_t dim = 0;
+  int64_t blocks = 1;
+};
+
 struct ParamDesc {
   std::string name;            // Hugging Face name
-  std::vector<int64_t> shape;  // Hugging Face layout
+  std::vector<int64_t> shape;  // Hugging Face layout (the global tensor)
   int64_t buffer = -1;         // buffer id in programs[0]
   int64_t grad = -1;           // buffer id in programs[0]
   ParamInit init;
   bool weightDecay = false;
-  int64_t numel() const;
+  std::optional<ParamSharding> sharding;  // absent: replicated on every rank
+  std::vector<int64_t> localShape;        // the buffer's shape: `shape`, dim divided by n when sharded
+  int64_t numel() const;                  // of the global tensor
+  int64_t localNumel() const;
 };
 
 struct OptimizerDesc {
@@ -52,6 +67,7 @@ struct Manifest {
   int64_t vocabSize = 0;
   int64_t seqLen = 0, microBatch = 0, microbatches = 0, dataParallel = 0, globalBatch = 0;
   int64_t meshDp = 1, meshTp = 1, meshPp = 1;
+  std::array<MeshAxis, 3> rankOrder = {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp};  // fastest first
   OptimizerDesc optimizer;
   LrSchedule lrSchedule;  // totalSteps 0 = "the run's --steps" (resolved by the caller)
   double gradClip = 0.0;
@@ -62,6 +78,11 @@ struct Manifest {
   };
   std::vector<ProgramRef> programs;
   int64_t worldSize() const { return meshDp * meshTp * meshPp; }
+  Mesh mesh() const {
+    Mesh m = Mesh::make(meshDp, meshTp, meshPp);
+    m.order = rankOrder;
+    return m;
+  }
 };
 
 struct BufferDesc {
@@ -79,7 +100,7 @@ using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<i
 struct Op {
   schema::OpKind kind = schema::OpKind::kZero;
   // args[i] holds the buffer ids of role kOpSpecs[kind].args[i]: one id (kOne), zero or one id
-  // (kOptional), one or more ids (kList).
+  // (kOptional), one or more ids (kList), none or more (kOptionalList).
   std::vector<std::vector<int64_t>> args;
   std::map<std::string, AttrValue> attrs;  // validated: names and types as in PlanSchema
   std::string loc;                         // provenance ("" when absent)

@@ -34,6 +34,18 @@ inline constexpr std::array<std::string_view, 3> kInitKinds = {"normal", "zeros"
 inline constexpr std::array<std::string_view, 2> kWeightLayouts = {"out_in", "in_out"};
 
 // ---------------------------------------------------------------------------------------------------
+// The device mesh (docs/plan-format.md "Multi-rank plans").
+// ---------------------------------------------------------------------------------------------------
+// Axis names, as in manifest.mesh, collective attrs `axis` and params[].sharding.axis.
+inline constexpr std::array<std::string_view, 3> kMeshAxes = {"dp", "tp", "pp"};
+// manifest.mesh.rank_order default (fastest-varying axis first): Megatron's order.
+inline constexpr std::array<std::string_view, 3> kDefaultRankOrder = {"tp", "dp", "pp"};
+// Collective reduction ops (attr `op` of all_reduce / reduce_scatter).
+inline constexpr std::array<std::string_view, 3> kReduceOpNames = {"sum", "avg", "max"};
+// reduce_scatter supports only these in this version.
+inline constexpr std::array<std::string_view, 1> kReduceScatterOpNames = {"sum"};
+
+// ---------------------------------------------------------------------------------------------------
 // Buffers.
 // ---------------------------------------------------------------------------------------------------
 enum class BufferKind { kParam, kGrad, kOptimizerState, kActivation, kInput, kMetric, kScratch };
@@ -68,10 +80,15 @@ enum class OpKind {
   kSplitFwd, kSplitBwd, kRopeFwd, kRopeBwd, kAttentionFwd, kAttentionBwd,
   kGeluTanhFwd, kGeluTanhBwd, kSwigluFwd, kSwigluBwd, kAdd, kAccumulate, kCopy,
   kCrossEntropyFwd, kCrossEntropyBwd, kGradNorm, kAdamW, kSgd,
+  kAllReduce, kAllGather, kReduceScatter,
 };
-inline constexpr size_t kNumOpKinds = size_t(OpKind::kSgd) + 1;
+inline constexpr size_t kNumOpKinds = size_t(OpKind::kReduceScatter) + 1;
 
-enum class ArgArity { kOne, kOptional, kList };  // one id; one id or absent; a non-empty [ids]
+// one id; one id or absent; a non-empty [ids]; a non-empty [ids] or absent
+enum class ArgArity { kOne, kOptional, kList, kOptionalList };
+// Whether a role takes a JSON array of ids, and whether it may be absent.
+constexpr bool isListArity(ArgArity a) { return a == ArgArity::kList || a == ArgArity::kOptionalList; }
+constexpr bool isOptionalArity(ArgArity a) { return a == ArgArity::kOptional || a == ArgArity::kOptionalList; }
 enum class ArgType { kF32, kI32, kAny };
 enum class ArgAccess { kRead, kWrite, kReadWrite };
 struct ArgSpec {
@@ -103,7 +120,8 @@ struct OpSpec {
 namespace detail {
 using A = ArgSpec;
 using T = AttrSpec;
-constexpr auto One = ArgArity::kOne, Opt = ArgArity::kOptional, List = ArgArity::kList;
+constexpr auto One = ArgArity::kOne, Opt = ArgArity::kOptional, List = ArgArity::kList,
+               OptList = ArgArity::kOptionalList;
 constexpr auto F = ArgType::kF32, I = ArgType::kI32, Any = ArgType::kAny;
 constexpr auto R = ArgAccess::kRead, W = ArgAccess::kWrite, RW = ArgAccess::kReadWrite;
 constexpr auto Int = AttrType::kInt, Flt = AttrType::kFloat, Bool = AttrType::kBool,
@@ -171,12 +189,19 @@ inline constexpr A kCeFwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}
 inline constexpr A kCeBwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R},
                                    {"dlogits", One, F, W, "logits"}};
 inline constexpr T kCeAttrs[] = {{"M", Int}, {"V", Int}, {"scale", Flt}};
-inline constexpr A kGradNormArgs[] = {{"grads", List, F, RW}, {"norm", One, F, W}};
-inline constexpr T kGradNormAttrs[] = {{"max_norm", Flt}};
+// `sharded` (optional list) holds gradients of sharded params: their squared sums are all-reduced
+// over `axis` (required iff `sharded` is present).
+inline constexpr A kGradNormArgs[] = {{"grads", List, F, RW}, {"norm", One, F, W}, {"sharded", OptList, F, RW}};
+inline constexpr T kGradNormAttrs[] = {{"max_norm", Flt}, {"axis", Str, false}};
 inline constexpr A kAdamArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"m", One, F, RW}, {"v", One, F, RW}};
 inline constexpr T kAdamAttrs[] = {{"beta1", Flt}, {"beta2", Flt}, {"eps", Flt}, {"weight_decay", Flt}};
 inline constexpr A kSgdArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"momentum_buf", Opt, F, RW}};
 inline constexpr T kSgdAttrs[] = {{"momentum", Flt}, {"weight_decay", Flt}};
+inline constexpr A kAllReduceArgs[] = {{"x", List, F, RW}};
+inline constexpr T kAllReduceAttrs[] = {{"axis", Str}, {"op", Str}};
+inline constexpr A kGatherArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
+inline constexpr T kAllGatherAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}};
+inline constexpr T kReduceScatterAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}, {"op", Str}};
 
 template <size_t NA, size_t NT>
 constexpr OpSpec op(OpKind k, std::string_view name, const A (&a)[NA], const T (&t)[NT]) {
@@ -225,6 +250,9 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kGradNorm, "grad_norm", detail::kGradNormArgs, detail::kGradNormAttrs),
     detail::op(OpKind::kAdamW, "adamw", detail::kAdamArgs, detail::kAdamAttrs),
     detail::op(OpKind::kSgd, "sgd", detail::kSgdArgs, detail::kSgdAttrs),
+    detail::op(OpKind::kAllReduce, "all_reduce", detail::kAllReduceArgs, detail::kAllReduceAttrs),
+    detail::op(OpKind::kAllGather, "all_gather", detail::kGatherArgs, detail::kAllGatherAttrs),
+    detail::op(OpKind::kReduceScatter, "reduce_scatter", detail::kGatherArgs, detail::kReduceScatterAttrs),
 }};
 
 constexpr const OpSpec& opSpec(OpKind k) { return kOpSpecs[size_t(k)]; }
@@ -233,6 +261,11 @@ constexpr std::optional<OpKind> parseOpKind(std::string_view s) {
   for (const OpSpec& spec : kOpSpecs)
     if (spec.name == s) return spec.kind;
   return std::nullopt;
+}
+// True for the collective ops (all_reduce, all_gather, reduce_scatter): executed through the
+// backend's collectives, not as kernel launches.
+constexpr bool isCollective(OpKind k) {
+  return k == OpKind::kAllReduce || k == OpKind::kAllGather || k == OpKind::kReduceScatter;
 }
 // Index of `role` in the op's argument list, or -1.
 constexpr int argIndex(OpKind k, std::string_view role) {

@@ -25,6 +25,8 @@ enum class StatusCode {
   kDataLoss,         // a file is malformed or truncated
   kOutOfRange,       // an index past the end of something
   kInternal,         // a bug in the runtime
+  kDeadlineExceeded, // a bounded wait ran out (a collective some ranks never joined)
+  kAborted,          // abandoned because another rank failed (the root cause is that rank's error)
 };
 
 std::string_view statusCodeName(StatusCode code);
@@ -41,6 +43,8 @@ public:
   static Status dataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
   static Status outOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
   static Status internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status deadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+  static Status aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 
   bool isOk() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -1,33 +1,43 @@
-// Training driver: load a plan, initialize or import the parameters, run N steps on the CPU backend,
+// Training driver: load a plan, initialize or import the parameters, run N steps on the CPU backend
+// (every rank of the plan as a thread),
 // report progress, optionally log JSON Lines and export the parameters. `llcdist-run` and
 // `llc-dist run` are thin command-line wrappers around runTraining().
 //
 // Contract:
-//  - The plan must be single-rank (mesh dp × tp × pp = 1, one program); multi-rank plans are refused
-//    with an error until a communicator-backed backend exists.
+//  - Ranks: every rank of the plan's mesh (dp × tp × pp, pp = 1; docs/plan-format.md "Multi-rank
+//    plans") runs programs[0] on its own thread with its own CPU backend and interpreter; the ranks
+//    share one in-process communicator. A single-rank plan runs on the calling thread. If a rank fails,
+//    the communicator is aborted so no rank waits forever, and the run returns the lowest rank's own
+//    error ("rank r: ..." when the plan has several ranks); a collective that some members never join
+//    fails after collectiveTimeoutSeconds with an error naming the collective, axis, group and members.
 //  - Parameters: from the manifest's init (normal: element i of param `name` is
-//    initNormal(seed, name, i) × std; zeros; ones), or, with initFrom, from a safetensors file by
-//    Hugging Face name: every param must be present with exactly its shape (F32, BF16, F16 or F64,
-//    converted to f32), and the file must hold no other tensor. The rest of the arena starts at zero
-//    (optimizer state included).
+//    initNormal(seed, name, i) × std, i the GLOBAL index, so a sharded param's shard holds exactly the
+//    values of the full tensor there; zeros; ones), or, with initFrom, from a safetensors file by
+//    Hugging Face name: every param must be present with exactly its (full) shape (F32, BF16, F16 or
+//    F64, converted to f32), each rank taking its shard, and the file must hold no other tensor. The
+//    rest of the arena starts at zero (optimizer state included).
 //  - Data: `data` is an llm.c token file (TokenData.h: order fixed by (seed, step, global sample),
 //    B = batch.micro_batch, T = batch.seq_len) or "synthetic": token t of global sample s (s as in
 //    TokenData.h) is random64(streamKey(seed, "llcdist.synthetic"), s, t) mod vocab_size for t in
 //    [0, T], inputs the first T and targets the last T — deterministic, any (B, M) with the same
 //    global batch sees the same samples. A file token >= vocab_size is an error naming the file and
-//    the token position.
+//    the token position. Rank r reads the samples of its dp coordinate (TokenData.h's order), so any
+//    (B, M, dp) with one global batch sees the same data.
 //  - Each step k (0-based): lr = learningRate(lr_schedule, k) (total_steps 0 -> `steps`); run the
-//    actions; read the `loss` metric (required) and the `grad_norm` metric (optional; NaN if absent).
+//    actions; read rank 0's `loss` metric (required) and `grad_norm` metric (optional; NaN if absent).
 //  - Progress (unless quiet): one line per step to `progress`, or a single line rewritten with '\r'
 //    when progressIsTty, finished with '\n'.
 //  - logJson: JSON Lines, one record {"step", "loss", "lr", "grad_norm", "tokens_per_s"} per step,
 //    each record written whole and flushed when its step ends (so a failed run leaves the complete
 //    records of the steps that finished; never a partial line). Non-finite numbers are written as null.
 //  - saveParams: every param by name in its Hugging Face shape as F32 safetensors (metadata
-//    {"format": "pt"}), written atomically (temporary file + rename) after the last step. With
-//    steps == 0 and initFrom an F32 file, the output tensors equal the input's bit for bit.
-//  - Determinism: the CPU backend pins OpenBLAS to one thread, so the same options give bitwise
-//    identical losses and parameters.
+//    {"format": "pt"}), written atomically (temporary file + rename) after the last step; sharded params
+//    are gathered from their shards. Every copy of a replicated param (and every replica of a shard)
+//    must be bitwise identical across ranks, else the error names the param, the first differing rank
+//    and the element. With steps == 0 and initFrom an F32 file, the output tensors equal the input's
+//    bit for bit, whatever the sharding.
+//  - Determinism: the CPU backend pins OpenBLAS to one thread and collectives reduce in member order,
+//    so the same options give bitwise identical losses and parameters, whatever the thread scheduling.
 #pragma once
 
 #include "llcdist/runtime/Status.h"
@@ -50,6 +60,7 @@ struct RunOptions {
   std::string logJson;     // JSON Lines log ("" = none)
   bool quiet = false;
   bool progressIsTty = false;  // rewrite one progress line with '\r'
+  double collectiveTimeoutSeconds = 300.0;  // a rank waiting longer in one collective fails the run
 };
 
 struct StepRecord {
@@ -59,7 +70,7 @@ struct StepRecord {
 
 struct RunResult {
   std::vector<StepRecord> steps;
-  int64_t peakDeviceBytes = 0;   // the backend's peak allocation
+  int64_t peakDeviceBytes = 0;   // the largest peak allocation of any rank's backend
   int64_t tokensPerStep = 0;     // global_batch × seq_len
 };
 

@@ -25,3 +25,4 @@ module {
     return %l2 : tensor<2x8x64xf32>
   }
 }
+

@@ -2,7 +2,7 @@
 
 // A mesh that divides the model: the grid is declared with named axes.
 // CHECK-LABEL: module
-// CHECK: shard.grid @mesh(shape = 2x2x1) {xf.mesh_axes = ["dp", "tp", "pp"]}
+// CHECK: shard.grid @mesh(shape = 2x2x1) {xf.mesh_axes = ["dp", "tp", "pp"], xf.rank_order = ["tp", "dp", "pp"]}
 // CHECK: func.func @forward
 func.func private @body(%x: tensor<4x8x64xf32>) -> tensor<4x8x64xf32> attributes {xf.layer_body} {
   %a = xf.attention %x, %x, %x {num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 16 : i64} : (tensor<4x8x64xf32>, tensor<4x8x64xf32>, tensor<4x8x64xf32>) -> tensor<4x8x64xf32>

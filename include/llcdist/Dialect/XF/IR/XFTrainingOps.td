@@ -211,4 +211,37 @@ def XF_SGDOp : XF_Op<"sgd", [MemoryEffects<[MemRead, MemWrite]>]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Collectives the partitioner inserts (on mesh axes)
+//===----------------------------------------------------------------------===//
+
+def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "all-reduce every parameter's gradient over a mesh axis";
+  let description = [{
+    Inserted by `llcdist-partition` at the start of the optimizer step when the
+    gradients are partial sums over `axis` (data parallelism: the batch
+    dimension of every weight-gradient contraction is sharded on dp). Summed
+    once per step, after all microbatches, as DDP does with no_sync.
+    `reason` is the provenance the compile report and the runtime show.
+
+    ```mlir
+    xf.all_reduce_grads {axis = "dp", reduction = "sum", reason = "..."}
+    ```
+  }];
+  let arguments = (ins StrAttr:$axis, StrAttr:$reduction, StrAttr:$reason);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def XF_AllReduceLossOp : XF_Op<"all_reduce_loss", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "average the step's loss over a mesh axis (for reporting)";
+  let description = [{
+    Each data-parallel rank's loss is the mean over its own tokens; the
+    step's loss is their average (equal token counts).
+  }];
+  let arguments = (ins StrAttr:$axis, StrAttr:$reason);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
 #endif

@@ -16,6 +16,7 @@ namespace llcdist::xf {
 /// Options of the forward-graph pipeline that `llc-dist compile` runs.
 struct ForwardPipelineOptions {
   int64_t dp = 1, tp = 1, pp = 1;
+  std::string rankOrder = "tp,dp,pp";
 };
 
 /// Builds the pipeline `llc-dist compile --emit xf` runs after import:

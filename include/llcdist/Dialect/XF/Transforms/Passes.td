@@ -23,7 +23,7 @@ def AttachMesh : Pass<"llcdist-attach-mesh", "mlir::ModuleOp"> {
     After:
     ```mlir
     module attributes {xf.model = {...}} {
-      shard.grid @mesh(shape = 2x4x1) {xf.mesh_axes = ["dp", "tp", "pp"]}
+      shard.grid @mesh(shape = 2x4x1) {xf.mesh_axes = ["dp", "tp", "pp"], xf.rank_order = ["tp", "dp", "pp"]}
       func.func @forward ...
     }
     ```
@@ -32,6 +32,8 @@ def AttachMesh : Pass<"llcdist-attach-mesh", "mlir::ModuleOp"> {
     Option<"dp", "dp", "int64_t", "1", "data-parallel degree">,
     Option<"tp", "tp", "int64_t", "1", "tensor-parallel degree">,
     Option<"pp", "pp", "int64_t", "1", "pipeline-parallel degree">,
+    Option<"rankOrder", "rank-order", "std::string", "\"tp,dp,pp\"",
+           "axes from fastest- to slowest-varying in the rank number (Megatron: tp,dp,pp)">,
   ];
   let dependentDialects = ["mlir::shard::ShardDialect"];
 }
@@ -80,6 +82,43 @@ def Autodiff : Pass<"llcdist-autodiff", "mlir::ModuleOp"> {
     %dw = xf.linear_grad_weight out_in %dy, %x : ...
     xf.accumulate_grad "w", %dw : ...
     %dx = xf.linear_grad_input out_in %dy, %w : ...
+    ```
+  }];
+}
+
+def Partition : Pass<"llcdist-partition", "mlir::ModuleOp"> {
+  let summary = "SPMD partitioning of the training step over the mesh (data parallelism)";
+  let description = [{
+    Reads the mesh (`shard.grid @mesh`, axes dp, tp, pp) and turns the
+    global training step into one rank's program. Shardings are propagated
+    from the inputs: the batch dimension of the token ids and labels is
+    sharded on dp, and every op that keeps the batch dimension keeps the
+    sharding (norm and attention statistics included), into and out of layer
+    bodies. Each value's type becomes its local type (batch / dp). A
+    contraction over the sharded batch dimension — every weight gradient,
+    and the loss's mean — yields a partial result; the pass checks that every
+    parameter gradient is such a partial sum and inserts, at the start of the
+    optimizer step, `xf.all_reduce_grads` (sum over dp, once per step after
+    all microbatches: the gradients are already scaled by the global token
+    count) and `xf.all_reduce_loss` (average over dp), each with the
+    provenance of why it is needed. Tensor and pipeline axes (tp, pp > 1)
+    are rejected until their rules land.
+
+    Before (dp = 2, global batch 4):
+    ```mlir
+    func.func @train_step(%ids: tensor<4x16xi32>, ...) ...
+      %dw = xf.linear_grad_weight out_in %dy, %x : (tensor<4x16x64xf32>, ...) -> tensor<64x64xf32>
+    func.func @optimizer_step() { xf.adamw {...} }
+    ```
+    After:
+    ```mlir
+    func.func @train_step(%ids: tensor<2x16xi32>, ...) ...
+      %dw = xf.linear_grad_weight out_in %dy, %x : (tensor<2x16x64xf32>, ...) -> tensor<64x64xf32>
+    func.func @optimizer_step() {
+      xf.all_reduce_grads {axis = "dp", reason = "...", reduction = "sum"}
+      xf.all_reduce_loss {axis = "dp", reason = "..."}
+      xf.adamw {...}
+    }
     ```
   }];
 }

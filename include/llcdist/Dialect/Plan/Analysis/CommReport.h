@@ -1,0 +1,37 @@
+//===- CommReport.h - communication volume of a plan -----------*- C++ -*-===//
+#ifndef LLCDIST_DIALECT_PLAN_ANALYSIS_COMMREPORT_H
+#define LLCDIST_DIALECT_PLAN_ANALYSIS_COMMREPORT_H
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <string>
+#include <vector>
+
+namespace llcdist::plan {
+
+/// One collective kernel of the program, counted over one training step.
+struct CollectiveEntry {
+  std::string kind;   ///< all_reduce, all_gather, reduce_scatter
+  std::string axis;   ///< dp, tp, pp
+  std::string reason; ///< provenance: why the partitioner needed it
+  std::string payload; ///< what travels: "gradients", "loss", ... (plan.payload)
+  int64_t groupSize = 1;
+  int64_t callsPerStep = 0;
+  int64_t payloadBytes = 0; ///< per call: the reduced / gathered tensor
+  /// Bytes each rank sends per step with NCCL's ring algorithms: all-reduce
+  /// 2(n-1)/n · payload, all-gather and reduce-scatter (n-1)/n · payload.
+  double ringBytesPerStep() const;
+};
+
+struct CommReport {
+  std::vector<CollectiveEntry> entries;
+  double ringBytesPerStep() const;
+};
+
+/// Reads the collectives of the module's plan.program; the group sizes come
+/// from plan.manifest's mesh. Fails (with a diagnostic) without a program.
+mlir::FailureOr<CommReport> computeCommReport(mlir::ModuleOp module);
+
+} // namespace llcdist::plan
+
+#endif

@@ -1,0 +1,70 @@
+//===- CommReport.cpp - communication volume of a plan --------------------===//
+#include "llcdist/Dialect/Plan/Analysis/CommReport.h"
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
+
+#include "llvm/ADT/StringMap.h"
+
+using namespace mlir;
+using namespace llcdist::plan;
+
+double CollectiveEntry::ringBytesPerStep() const {
+  double n = double(groupSize);
+  double factor = kind == "all_reduce" ? 2 * (n - 1) / n : (n - 1) / n;
+  return factor * double(payloadBytes) * double(callsPerStep);
+}
+
+double CommReport::ringBytesPerStep() const {
+  double total = 0;
+  for (const CollectiveEntry &e : entries)
+    total += e.ringBytesPerStep();
+  return total;
+}
+
+FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
+  auto programs = llvm::to_vector(module.getOps<ProgramOp>());
+  if (programs.size() != 1)
+    return emitError(module.getLoc(), "no plan.program to report on");
+  ProgramOp program = programs.front();
+  llvm::StringMap<int64_t> axisSize{{"dp", 1}, {"tp", 1}, {"pp", 1}};
+  if (auto m = module->getAttrOfType<DictionaryAttr>(kManifestAttr))
+    if (auto mesh = m.getAs<DictionaryAttr>("mesh"))
+      for (auto &[axis, size] : axisSize)
+        if (auto v = mesh.getAs<IntegerAttr>(axis))
+          size = v.getInt();
+
+  // How often each subroutine runs in one step.
+  llvm::StringMap<int64_t> runs;
+  for (auto sched : program.getBody().front().getOps<ScheduleOp>())
+    for (auto a : sched.getBody().front().getOps<ActionOp>())
+      ++runs[a.getSubroutine()];
+
+  CommReport report;
+  for (auto sub : program.getBody().front().getOps<SubroutineOp>())
+    for (auto k : sub.getBody().front().getOps<KernelOp>()) {
+      StringRef kind = k.getKernel();
+      if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter")
+        continue;
+      CollectiveEntry e;
+      e.kind = kind.str();
+      e.axis = k.getParams().getAs<StringAttr>("axis").str();
+      e.groupSize = axisSize.lookup(e.axis);
+      e.callsPerStep = runs.lookup(sub.getSymName());
+      if (auto p = k->getAttrOfType<StringAttr>("plan.payload"))
+        e.payload = p.str();
+      if (auto nl = dyn_cast<NameLoc>(k.getLoc()))
+        e.reason = nl.getName().str();
+      // The payload: the reduced buffers, or the full (gathered) tensor.
+      StringRef role = kind == "all_reduce" ? "x" : kind == "all_gather" ? "y" : "x";
+      Attribute arg = k.getArgs().get(role);
+      SmallVector<Attribute> bufs;
+      if (auto list = dyn_cast<ArrayAttr>(arg))
+        bufs.append(list.begin(), list.end());
+      else
+        bufs.push_back(arg);
+      for (Attribute a : bufs)
+        if (auto buf = program.lookupSymbol<BufferOp>(cast<FlatSymbolRefAttr>(a)))
+          e.payloadBytes += buf.getNumBytes();
+      report.entries.push_back(e);
+    }
+  return report;
+}

@@ -1,0 +1,217 @@
+//===- Partition.cpp - SPMD partitioning over the mesh --------------------===//
+//
+// Sharding propagation and partitioning for the dp axis. A value's sharding
+// is which of its dimensions is split over dp (the batch dimension) or
+// whether it is a partial sum over dp (a contraction over that dimension).
+// Rules are per op kind, written once here; layer bodies are propagated once
+// per body (every call must agree).
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+#include "llcdist/Dialect/XF/Transforms/Passes.h"
+
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+
+#define DEBUG_TYPE "llcdist-partition"
+
+namespace llcdist::xf {
+#define GEN_PASS_DEF_PARTITION
+#include "llcdist/Dialect/XF/Transforms/Passes.h.inc"
+} // namespace llcdist::xf
+
+using namespace mlir;
+using namespace llcdist::xf;
+
+namespace {
+/// How a value is distributed over the dp axis.
+struct Sharding {
+  enum Kind { Replicated, Split, Partial } kind = Replicated;
+  int64_t dim = 0; // the split dimension, for Split
+  bool operator==(const Sharding &o) const {
+    return kind == o.kind && (kind != Split || dim == o.dim);
+  }
+};
+
+/// Ops whose results sum over the batch dimension: partial over dp when it
+/// is split.
+bool contractsBatch(Operation *op) {
+  return isa<LinearGradWeightOp, LinearGradBiasOp, LayerNormGradParamsOp,
+             RMSNormGradWeightOp, EmbeddingGradOp, AddPositionEmbeddingGradOp,
+             CrossEntropyOp>(op);
+}
+
+class Propagation {
+public:
+  Propagation(ModuleOp module) : symbols(module) {}
+
+  LogicalResult propagate(Block &block) {
+    for (Operation &op : block.without_terminator())
+      if (failed(visit(&op)))
+        return failure();
+    return success();
+  }
+
+  Sharding of(Value v) const { return state.lookup(v); }
+  void set(Value v, Sharding s) { state[v] = s; }
+  const llvm::DenseMap<Value, Sharding> &all() const { return state; }
+
+private:
+  LogicalResult visit(Operation *op) {
+    if (auto call = dyn_cast<LayerOp>(op))
+      return visitLayer(call);
+    bool split = false, partial = false;
+    for (Value v : op->getOperands()) {
+      Sharding s = of(v);
+      split |= s.kind == Sharding::Split;
+      partial |= s.kind == Sharding::Partial;
+    }
+    if (partial) {
+      // Only sums of partial sums stay partial; nothing else may consume one.
+      if (auto add = dyn_cast<AddOp>(op); add && of(add.getLhs()).kind == Sharding::Partial &&
+                                          of(add.getRhs()).kind == Sharding::Partial) {
+        set(add.getResult(), {Sharding::Partial});
+        return success();
+      }
+      if (isa<AccumulateGradOp>(op))
+        return success();
+      return op->emitOpError("llcdist-partition: consumes a partial sum over dp; "
+                             "an all-reduce would be needed here");
+    }
+    if (!split)
+      return success(); // parameters and what is computed from them only
+    for (Value r : op->getResults()) {
+      if (contractsBatch(op)) {
+        set(r, {Sharding::Partial});
+      } else if (isa<LayerNormOp>(op) && r == cast<LayerNormOp>(op).getStats()) {
+        set(r, {Sharding::Split, 1}); // [2, rows], rows batch-major
+      } else {
+        set(r, {Sharding::Split, 0}); // the batch (or batch-major rows) dimension
+      }
+    }
+    return success();
+  }
+
+  LogicalResult visitLayer(LayerOp call) {
+    auto body = symbols.lookup<func::FuncOp>(call.getCallee());
+    Block &block = body.getBody().front();
+    SmallVector<Sharding> args;
+    for (Value v : call.getOperands())
+      args.push_back(of(v));
+    auto [it, first] = bodyArgs.try_emplace(body, args);
+    if (!first && it->second != args)
+      return call.emitOpError("llcdist-partition: layer @")
+             << call.getCallee() << " is called with different shardings";
+    if (first) {
+      for (auto [a, s] : llvm::zip(block.getArguments(), args))
+        set(a, s);
+      if (failed(propagate(block)))
+        return failure();
+    }
+    auto ret = cast<func::ReturnOp>(block.getTerminator());
+    for (auto [r, v] : llvm::zip(call.getResults(), ret.getOperands()))
+      set(r, of(v));
+    return success();
+  }
+
+  SymbolTable symbols;
+  llvm::DenseMap<Value, Sharding> state;
+  llvm::DenseMap<Operation *, SmallVector<Sharding>> bodyArgs;
+};
+
+struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto grid = module.lookupSymbol<shard::GridOp>("mesh");
+    if (!grid)
+      return; // no mesh: one device
+    ArrayRef<int64_t> shape = grid.getShape();
+    if (shape.size() != 3) {
+      grid.emitError("llcdist-partition: expected a (dp, tp, pp) grid");
+      return signalPassFailure();
+    }
+    int64_t dp = shape[0], tp = shape[1], pp = shape[2];
+    if (tp > 1 || pp > 1) {
+      grid.emitError("llcdist-partition: tensor (tp) and pipeline (pp) "
+                     "partitioning are not implemented yet; this mesh has tp=")
+          << tp << " pp=" << pp;
+      return signalPassFailure();
+    }
+    if (dp == 1)
+      return;
+    func::FuncOp entry = getEntryFunction(module);
+    if (!entry)
+      return signalPassFailure();
+    if (!entry->hasAttr("xf.train_step")) {
+      entry.emitError("llcdist-partition: run llcdist-autodiff first");
+      return signalPassFailure();
+    }
+    func::FuncOp opt;
+    for (auto fn : module.getOps<func::FuncOp>())
+      if (fn->hasAttr("xf.optimizer"))
+        opt = fn;
+    if (!opt) {
+      module.emitError("llcdist-partition: run llcdist-add-optimizer first");
+      return signalPassFailure();
+    }
+
+    // 1. Propagate: token ids and labels are split on their batch dimension.
+    Propagation prop(module);
+    for (BlockArgument a : entry.getArguments())
+      prop.set(a, {Sharding::Split, 0});
+    if (failed(prop.propagate(entry.getBody().front())))
+      return signalPassFailure();
+
+    // Every parameter gradient must be a partial sum over dp, or summing it
+    // over dp would be wrong.
+    WalkResult grads = module.walk([&](AccumulateGradOp acc) {
+      if (prop.of(acc.getGrad()).kind != Sharding::Partial) {
+        acc.emitOpError("llcdist-partition: gradient of '")
+            << acc.getName() << "' is not a partial sum over dp";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (grads.wasInterrupted())
+      return signalPassFailure();
+
+    // 2. Local types: split dimensions divided by dp.
+    for (auto &[value, s] : prop.all()) {
+      if (s.kind != Sharding::Split)
+        continue;
+      Value v = value;
+      auto t = cast<RankedTensorType>(v.getType());
+      SmallVector<int64_t> dims(t.getShape());
+      if (dims[s.dim] % dp != 0) {
+        emitError(v.getLoc(), "llcdist-partition: dimension ")
+            << s.dim << " of " << t << " is not divisible by dp=" << dp;
+        return signalPassFailure();
+      }
+      dims[s.dim] /= dp;
+      v.setType(RankedTensorType::get(dims, t.getElementType()));
+    }
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      if (fn.isExternal())
+        continue;
+      Block &b = fn.getBody().front();
+      fn.setFunctionType(FunctionType::get(
+          fn.getContext(), b.getArgumentTypes(),
+          b.getTerminator()->getOperandTypes()));
+    }
+
+    // 3. The collectives: once per step, before the update.
+    OpBuilder ob = OpBuilder::atBlockBegin(&opt.getBody().front());
+    AllReduceGradsOp::create(
+        ob, opt.getLoc(), "dp", "sum",
+        "every weight gradient contracts over the batch dimension, which is "
+        "sharded on dp: each rank holds a partial sum (already scaled by the "
+        "global token count)");
+    AllReduceLossOp::create(
+        ob, opt.getLoc(), "dp",
+        "each dp rank's loss is the mean over its own tokens");
+    module->setAttr("xf.partition",
+                    ob.getDictionaryAttr({ob.getNamedAttr("dp", ob.getI64IntegerAttr(dp))}));
+  }
+};
+} // namespace

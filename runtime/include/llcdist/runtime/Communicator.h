@@ -1,0 +1,69 @@
+// Communicators: the collectives of a multi-rank run (docs/plan-format.md "Multi-rank plans").
+//
+// A Communicator connects the ranks of one run. Every collective is called by every member of its
+// group — a list of global ranks in member order (the member index is the position in the list;
+// Mesh::group builds it) — and the members of a group must make the same sequence of calls on it,
+// with matching kinds and sizes (a mismatch is an InvalidArgument error for every member). Calls are
+// blocking: they return when this member's output is complete.
+//
+// Semantics (NCCL's, with the plan format's determinism rule): reductions run in member-index order
+// (member 0 + member 1 + ...) in the buffer's precision, and every member receives identical bits;
+// kAvg multiplies the sum by 1/n afterwards; kMax propagates NaN.
+//   allReduce:     buf[i] = reduce_m buf_m[i]                      (in place, count elements)
+//   allGather:     y[o, m·inner + k] = x_m[o, k]                   (x [outer, inner], y [outer, n·inner])
+//   reduceScatter: y[o, k] = reduce_m x_m[o, c·inner + k]           (x [outer, n·inner], y [outer, inner],
+//                                                                    c this rank's member index)
+//
+// Failure: abort(reason) makes every pending and later collective of every rank return an Aborted
+// error naming the reason (the first abort wins), so one failing rank never leaves the others
+// waiting. A member that waits longer than the timeout for the others gets a DeadlineExceeded error
+// naming the collective, the axis (when a mesh is known), the group, which members arrived and how
+// many calls each missing member has made on the group; the timeout also aborts the communicator.
+#pragma once
+
+#include "llcdist/runtime/Mesh.h"
+#include "llcdist/runtime/Status.h"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace llcdist::rt {
+
+enum class ReduceOp { kSum, kAvg, kMax };
+enum class CommDType { kF32, kF64 };
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual int worldSize() const = 0;
+
+  // `rank` is the caller's global rank; it must appear exactly once in `group`.
+  virtual Status allReduce(int rank, const std::vector<int>& group, void* buf, int64_t count, CommDType dtype,
+                           ReduceOp op) = 0;
+  virtual Status allGather(int rank, const std::vector<int>& group, const float* x, float* y, int64_t outer,
+                           int64_t inner) = 0;
+  virtual Status reduceScatter(int rank, const std::vector<int>& group, const float* x, float* y, int64_t outer,
+                               int64_t inner, ReduceOp op) = 0;
+
+  // Fails all pending and later collectives (see above). Thread-safe; the first reason is kept.
+  virtual void abort(const Status& reason) = 0;
+  // The first abort's reason (a timeout's error included); ok when not aborted.
+  virtual Status abortReason() const = 0;
+};
+
+struct InProcessCommunicatorOptions {
+  int worldSize = 1;
+  // Names the axis of a group in error messages ("axis dp"); optional.
+  std::optional<Mesh> mesh;
+  // How long a member waits for the rest of its group before the DeadlineExceeded error.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+// Ranks are threads of one process that share this object. The last member to arrive at a collective
+// computes it for the whole group (outside the lock) while the others wait.
+std::unique_ptr<Communicator> makeInProcessCommunicator(const InProcessCommunicatorOptions& options);
+
+}  // namespace llcdist::rt

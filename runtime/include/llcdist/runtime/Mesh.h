@@ -1,0 +1,40 @@
+// The device mesh of a multi-rank plan (docs/plan-format.md "Multi-rank plans"): axis sizes, the rank
+// order, rank <-> coordinates, and the group of a collective on one axis.
+//
+// Rank r has coordinate c[a] on axis a with r = Σ_a c[a]·stride[a]; the first axis of `order` varies
+// fastest (stride 1), stride[next] = stride[prev]·size[prev]. The group of rank r on axis a is every
+// rank that shares r's coordinates on the other axes, ordered by the coordinate on a (the member index).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace llcdist::rt {
+
+enum class MeshAxis { kDp = 0, kTp = 1, kPp = 2 };  // indices into schema::kMeshAxes
+std::string_view meshAxisName(MeshAxis a);
+std::optional<MeshAxis> parseMeshAxis(std::string_view name);
+
+struct Mesh {
+  std::array<int64_t, 3> size = {1, 1, 1};                                 // indexed by MeshAxis
+  std::array<MeshAxis, 3> order = {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp};  // fastest first
+
+  static Mesh make(int64_t dp, int64_t tp, int64_t pp);  // default (Megatron) order
+  int64_t axisSize(MeshAxis a) const { return size[size_t(a)]; }
+  int64_t worldSize() const { return size[0] * size[1] * size[2]; }
+  int64_t stride(MeshAxis a) const;
+  int64_t coord(int64_t rank, MeshAxis a) const { return rank / stride(a) % axisSize(a); }
+  // Global ranks of `rank`'s group on `axis`, in member order (rank is at index coord(rank, axis)).
+  std::vector<int> group(int64_t rank, MeshAxis axis) const;
+  // The axis along which `group` (>= 2 ranks) varies with every other coordinate fixed and members
+  // in coordinate order; nullopt when it is no such group.
+  std::optional<MeshAxis> axisOfGroup(const std::vector<int>& group) const;
+  // "dp=2 tp=2 pp=1, rank_order [tp, dp, pp]".
+  std::string describe() const;
+};
+
+}  // namespace llcdist::rt

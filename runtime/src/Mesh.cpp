@@ -1,0 +1,52 @@
+// Mesh coordinates and collective groups. See Mesh.h.
+#include "llcdist/runtime/Mesh.h"
+
+#include "llcdist/runtime/PlanSchema.h"
+
+namespace llcdist::rt {
+
+std::string_view meshAxisName(MeshAxis a) { return schema::kMeshAxes[size_t(a)]; }
+
+std::optional<MeshAxis> parseMeshAxis(std::string_view name) {
+  for (size_t i = 0; i < schema::kMeshAxes.size(); ++i)
+    if (schema::kMeshAxes[i] == name) return MeshAxis(i);
+  return std::nullopt;
+}
+
+Mesh Mesh::make(int64_t dp, int64_t tp, int64_t pp) {
+  Mesh m;
+  m.size = {dp, tp, pp};
+  return m;
+}
+
+int64_t Mesh::stride(MeshAxis a) const {
+  int64_t s = 1;
+  for (MeshAxis o : order) {
+    if (o == a) return s;
+    s *= axisSize(o);
+  }
+  return s;
+}
+
+std::vector<int> Mesh::group(int64_t rank, MeshAxis axis) const {
+  const int64_t base = rank - coord(rank, axis) * stride(axis);
+  std::vector<int> g;
+  for (int64_t m = 0; m < axisSize(axis); ++m) g.push_back(int(base + m * stride(axis)));
+  return g;
+}
+
+std::optional<MeshAxis> Mesh::axisOfGroup(const std::vector<int>& g) const {
+  if (g.size() < 2) return std::nullopt;
+  for (MeshAxis a : {MeshAxis::kDp, MeshAxis::kTp, MeshAxis::kPp})
+    if (axisSize(a) == int64_t(g.size()) && g[0] >= 0 && g[0] < worldSize() && group(g[0], a) == g) return a;
+  return std::nullopt;
+}
+
+std::string Mesh::describe() const {
+  std::string s = "dp=" + std::to_string(size[0]) + " tp=" + std::to_string(size[1]) + " pp=" +
+                  std::to_string(size[2]) + ", rank_order [";
+  for (size_t i = 0; i < 3; ++i) s += (i ? ", " : "") + std::string(meshAxisName(order[i]));
+  return s + "]";
+}
+
+}  // namespace llcdist::rt

@@ -1,0 +1,331 @@
+// The in-process communicator: ranks are threads sharing one object. See Communicator.h.
+//
+// Each group (its member list) has a per-member call counter; the k-th call of every member on a
+// group meets in instance k of that group. Arriving members register their buffers; the last one
+// checks that all calls match, computes the collective for every member outside the lock, marks the
+// instance done and wakes the others. An instance is erased when its last member leaves.
+#include "llcdist/runtime/Communicator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace llcdist::rt {
+namespace {
+
+enum class Kind { kAllReduce, kAllGather, kReduceScatter };
+const char* kindName(Kind k) {
+  switch (k) {
+    case Kind::kAllReduce: return "all_reduce";
+    case Kind::kAllGather: return "all_gather";
+    case Kind::kReduceScatter: return "reduce_scatter";
+  }
+  return "?";
+}
+const char* opName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
+}
+
+// What one member asked for; every member of an instance must ask for the same thing.
+struct Request {
+  Kind kind = Kind::kAllReduce;
+  CommDType dtype = CommDType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int64_t count = 0, outer = 0, inner = 0;  // all_reduce: count; the others: outer, inner
+  bool operator==(const Request& o) const {
+    return kind == o.kind && dtype == o.dtype && op == o.op && count == o.count && outer == o.outer &&
+           inner == o.inner;
+  }
+  std::string describe() const {
+    std::string s = kindName(kind);
+    if (kind == Kind::kAllReduce)
+      s += "(" + std::string(opName(op)) + ", " + std::to_string(count) + " " +
+           (dtype == CommDType::kF32 ? "f32" : "f64") + ")";
+    else
+      s += "(outer " + std::to_string(outer) + ", inner " + std::to_string(inner) +
+           (kind == Kind::kReduceScatter ? ", " + std::string(opName(op)) : std::string()) + ")";
+    return s;
+  }
+};
+
+struct Instance {
+  std::vector<Request> requests;  // by member
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  std::vector<bool> arrived;
+  int numArrived = 0, numLeft = 0;
+  bool executing = false, done = false;
+  Status result;
+};
+
+struct GroupState {
+  std::vector<int64_t> calls;  // calls made so far, by member
+  std::map<int64_t, Instance> instances;
+};
+
+std::string rankList(const std::vector<int>& g) {
+  std::string s = "[";
+  for (size_t i = 0; i < g.size(); ++i) s += (i ? ", " : "") + std::to_string(g[i]);
+  return s + "]";
+}
+
+template <typename T>
+T reduceOne(T acc, T v, ReduceOp op) {
+  if (op == ReduceOp::kMax) return (std::isnan(acc) || v <= acc) ? acc : v;  // NaN propagates
+  return acc + v;
+}
+
+// acc = reduce over members in member order; avg scales by 1/n afterwards.
+template <typename T>
+void reduceInto(T* acc, const std::vector<const T*>& src, int64_t count, int64_t srcOffset, ReduceOp op) {
+  std::memcpy(acc, src[0] + srcOffset, size_t(count) * sizeof(T));
+  for (size_t m = 1; m < src.size(); ++m) {
+    const T* s = src[m] + srcOffset;
+    for (int64_t i = 0; i < count; ++i) acc[i] = reduceOne(acc[i], s[i], op);
+  }
+  if (op == ReduceOp::kAvg) {
+    const T scale = T(1) / T(src.size());
+    for (int64_t i = 0; i < count; ++i) acc[i] *= scale;
+  }
+}
+
+template <typename T>
+void runAllReduce(Instance& inst, const Request& r) {
+  const size_t n = inst.in.size();
+  std::vector<const T*> src(n);
+  for (size_t m = 0; m < n; ++m) src[m] = static_cast<const T*>(inst.in[m]);
+  std::vector<T> acc(size_t(r.count));
+  if (r.count > 0) reduceInto(acc.data(), src, r.count, 0, r.op);
+  for (size_t m = 0; m < n; ++m)
+    if (r.count > 0) std::memcpy(inst.out[m], acc.data(), size_t(r.count) * sizeof(T));
+}
+
+void runAllGather(Instance& inst, const Request& r) {
+  const size_t n = inst.in.size();
+  const int64_t row = int64_t(n) * r.inner;
+  for (size_t c = 0; c < n; ++c) {
+    float* y = static_cast<float*>(inst.out[c]);
+    for (size_t m = 0; m < n; ++m) {
+      const float* x = static_cast<const float*>(inst.in[m]);
+      for (int64_t o = 0; o < r.outer; ++o)
+        std::memmove(y + o * row + int64_t(m) * r.inner, x + o * r.inner, size_t(r.inner) * 4);
+    }
+  }
+}
+
+void runReduceScatter(Instance& inst, const Request& r) {
+  const size_t n = inst.in.size();
+  const int64_t row = int64_t(n) * r.inner;
+  std::vector<const float*> src(n);
+  for (size_t m = 0; m < n; ++m) src[m] = static_cast<const float*>(inst.in[m]);
+  // Every output first into a temporary: an output may alias some member's input.
+  std::vector<std::vector<float>> results(n, std::vector<float>(size_t(r.outer * r.inner)));
+  for (size_t c = 0; c < n; ++c)
+    for (int64_t o = 0; o < r.outer; ++o)
+      reduceInto(results[c].data() + o * r.inner, src, r.inner, o * row + int64_t(c) * r.inner, r.op);
+  for (size_t c = 0; c < n; ++c)
+    if (!results[c].empty()) std::memcpy(inst.out[c], results[c].data(), results[c].size() * 4);
+}
+
+class InProcessCommunicator final : public Communicator {
+public:
+  explicit InProcessCommunicator(const InProcessCommunicatorOptions& o) : opts_(o) {}
+
+  int worldSize() const override { return opts_.worldSize; }
+
+  Status allReduce(int rank, const std::vector<int>& group, void* buf, int64_t count, CommDType dtype,
+                   ReduceOp op) override {
+    Request r;
+    r.kind = Kind::kAllReduce;
+    r.dtype = dtype;
+    r.op = op;
+    r.count = count;
+    return run(rank, group, buf, buf, r);
+  }
+  Status allGather(int rank, const std::vector<int>& group, const float* x, float* y, int64_t outer,
+                   int64_t inner) override {
+    Request r;
+    r.kind = Kind::kAllGather;
+    r.outer = outer;
+    r.inner = inner;
+    return run(rank, group, x, y, r);
+  }
+  Status reduceScatter(int rank, const std::vector<int>& group, const float* x, float* y, int64_t outer,
+                       int64_t inner, ReduceOp op) override {
+    Request r;
+    r.kind = Kind::kReduceScatter;
+    r.op = op;
+    r.outer = outer;
+    r.inner = inner;
+    return run(rank, group, x, y, r);
+  }
+
+  void abort(const Status& reason) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    abortLocked(reason);
+  }
+  Status abortReason() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reason_;
+  }
+
+private:
+  void abortLocked(const Status& reason) {
+    if (aborted_) return;
+    aborted_ = true;
+    reason_ = reason.isOk() ? Status::aborted("aborted without a reason") : reason;
+    cv_.notify_all();
+  }
+  Status abortedError(const std::string& what) const {
+    return Status::aborted(what + ": abandoned because another rank failed: " + reason_.message());
+  }
+
+  // "all_reduce(sum, 4 f32) on axis dp, group [0, 2]".
+  std::string where(const Request& r, const std::vector<int>& group) const {
+    std::string s = r.describe() + " on ";
+    if (opts_.mesh)
+      if (auto a = opts_.mesh->axisOfGroup(group)) s += "axis " + std::string(meshAxisName(*a)) + ", ";
+    return s + "group " + rankList(group);
+  }
+
+  Status checkCall(int rank, const std::vector<int>& group, const Request& r, int* member) const {
+    const std::string what = where(r, group);
+    if (group.empty()) return Status::invalidArgument(what + ": empty group");
+    *member = -1;
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (group[i] < 0 || group[i] >= opts_.worldSize)
+        return Status::invalidArgument(what + ": rank " + std::to_string(group[i]) + " is outside the world of " +
+                                       std::to_string(opts_.worldSize) + " ranks");
+      for (size_t j = 0; j < i; ++j)
+        if (group[j] == group[i]) return Status::invalidArgument(what + ": rank " + std::to_string(group[i]) + " appears twice");
+      if (group[i] == rank) *member = int(i);
+    }
+    if (*member < 0) return Status::invalidArgument(what + ": the calling rank " + std::to_string(rank) + " is not a member");
+    if (r.count < 0 || r.outer < 0 || r.inner < 0) return Status::invalidArgument(what + ": negative size");
+    return Status::ok();
+  }
+
+  Status run(int rank, const std::vector<int>& group, const void* in, void* out, const Request& r) {
+    int member = 0;
+    LLCDIST_RETURN_IF_ERROR(checkCall(rank, group, r, &member));
+    const size_t n = group.size();
+    std::unique_lock<std::mutex> lock(mu_);
+    const std::string what = where(r, group);
+    if (aborted_) return abortedError(what);
+    GroupState& gs = groups_[group];
+    if (gs.calls.empty()) gs.calls.assign(n, 0);
+    const int64_t seq = gs.calls[size_t(member)]++;
+    Instance& inst = gs.instances[seq];
+    if (inst.arrived.empty()) {
+      inst.requests.resize(n);
+      inst.in.assign(n, nullptr);
+      inst.out.assign(n, nullptr);
+      inst.arrived.assign(n, false);
+    }
+    inst.requests[size_t(member)] = r;
+    inst.in[size_t(member)] = in;
+    inst.out[size_t(member)] = out;
+    inst.arrived[size_t(member)] = true;
+    if (++inst.numArrived == int(n)) {
+      // Last to arrive: check the calls match, then compute for everybody outside the lock.
+      for (size_t m = 0; m < n; ++m)
+        if (!(inst.requests[m] == inst.requests[0])) {
+          inst.result = Status::invalidArgument(
+              "collective mismatch in call " + std::to_string(seq) + " on group " + rankList(group) + ": rank " +
+              std::to_string(group[0]) + " called " + inst.requests[0].describe() + " but rank " +
+              std::to_string(group[m]) + " called " + inst.requests[m].describe());
+          break;
+        }
+      if (inst.result.isOk()) {
+        inst.executing = true;
+        lock.unlock();
+        execute(inst);
+        lock.lock();
+        inst.executing = false;
+      }
+      inst.done = true;
+      if (!inst.result.isOk()) abortLocked(inst.result);
+      cv_.notify_all();
+    } else {
+      auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+      // Leave early on abort, but never while the last member is still writing our output.
+      const auto ready = [&] { return inst.done || (aborted_ && !inst.executing); };
+      while (!ready()) {
+        if (cv_.wait_until(lock, deadline) != std::cv_status::timeout || ready()) continue;
+        if (inst.executing) {  // everybody is here: the result is on its way
+          deadline = std::chrono::steady_clock::now() + opts_.timeout;
+          continue;
+        }
+        Status s = timeoutError(what, group, gs, inst, seq);
+        abortLocked(Status(s).withRank(rank));
+        leave(gs, seq, n);
+        return s;
+      }
+      if (!inst.done) {
+        leave(gs, seq, n);
+        return abortedError(what);
+      }
+    }
+    Status result = inst.result;
+    leave(gs, seq, n);
+    return result;
+  }
+
+  void leave(GroupState& gs, int64_t seq, size_t n) {
+    auto it = gs.instances.find(seq);
+    if (it != gs.instances.end() && ++it->second.numLeft == int(n)) gs.instances.erase(it);
+  }
+
+  Status timeoutError(const std::string& what, const std::vector<int>& group, const GroupState& gs,
+                      const Instance& inst, int64_t seq) const {
+    std::string arrived, missing;
+    for (size_t m = 0; m < group.size(); ++m) {
+      const std::string who = "rank " + std::to_string(group[m]) + " (member " + std::to_string(m) + ")";
+      if (inst.arrived[m]) arrived += (arrived.empty() ? "" : ", ") + who;
+      else
+        missing += (missing.empty() ? "" : ", ") + who + " after " + std::to_string(gs.calls[m]) + " call(s) on this group";
+    }
+    const double secs = std::chrono::duration<double>(opts_.timeout).count();
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", secs);
+    return Status::deadlineExceeded(what + ", call " + std::to_string(seq) + " on this group: timed out after " + buf +
+                                    " s waiting for the group; arrived: " + arrived + "; missing: " + missing +
+                                    " (a rank skipped or reordered a collective, or is stuck)");
+  }
+
+  static void execute(Instance& inst) {
+    const Request& r = inst.requests[0];
+    switch (r.kind) {
+      case Kind::kAllReduce:
+        if (r.dtype == CommDType::kF32) runAllReduce<float>(inst, r);
+        else runAllReduce<double>(inst, r);
+        return;
+      case Kind::kAllGather: runAllGather(inst, r); return;
+      case Kind::kReduceScatter: runReduceScatter(inst, r); return;
+    }
+  }
+
+  InProcessCommunicatorOptions opts_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::vector<int>, GroupState> groups_;
+  bool aborted_ = false;
+  Status reason_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> makeInProcessCommunicator(const InProcessCommunicatorOptions& options) {
+  return std::make_unique<InProcessCommunicator>(options);
+}
+
+}  // namespace llcdist::rt

@@ -12,6 +12,7 @@
 #include "llcdist/InitAll.h"
 #include "llcdist/Pipelines/Pipelines.h"
 #include "llcdist/Support/MeshSpec.h"
+#include "llcdist/Support/Topology.h"
 #include "llcdist/Target/Plan/PlanWriter.h"
 #include "llcdist/runtime/Train.h"
 
@@ -91,6 +92,9 @@ SHAPES
                          plans support dp today (tp and pp with --emit xf)
   --rank-order AXES      axes from fastest- to slowest-varying in the rank
                          number (default tp,dp,pp: Megatron's)
+  --topology FILE        the cluster (GPUs per node, link bandwidths; see
+                         topologies/): the report tells which collectives
+                         cross nodes and estimates their time
   --seq-len N            tokens per sequence (default min(max positions, 1024))
   --micro-batch N        sequences per microbatch per dp rank (default 1)
   --global-batch N       sequences per step (default micro-batch × dp);
@@ -365,10 +369,33 @@ std::pair<std::string, double> analytic(const plan::CollectiveEntry &e,
   return {"", 0.0};
 }
 
-json commJson(const plan::CommReport &r, int64_t params) {
+/// Which link a collective's group uses, and the ring time at its bandwidth.
+struct LinkEstimate {
+  bool crossesNodes = false;
+  double gbs = 0, ms = 0;
+};
+
+LinkEstimate estimate(const plan::CollectiveEntry &e, const MeshSpec &mesh,
+                      const Topology &topo) {
+  LinkEstimate l;
+  l.crossesNodes = axisCrossesNodes(mesh, e.axis, topo);
+  l.gbs = l.crossesNodes ? topo.interNodeGBs : topo.intraNodeGBs;
+  l.ms = e.ringBytesPerStep() / (l.gbs * 1e9) * 1e3;
+  return l;
+}
+
+json commJson(const plan::CommReport &r, int64_t params, const MeshSpec &mesh,
+              const std::optional<Topology> &topo) {
   json list = json::array();
   for (const plan::CollectiveEntry &e : r.entries) {
     auto [formula, bytes] = analytic(e, params);
+    json extra = json::object();
+    if (topo) {
+      LinkEstimate l = estimate(e, mesh, *topo);
+      extra = {{"crosses_nodes", l.crossesNodes},
+               {"link_gb_s", l.gbs},
+               {"estimated_ms_per_step", l.ms}};
+    }
     list.push_back({{"kind", e.kind},
                     {"axis", e.axis},
                     {"group_size", e.groupSize},
@@ -379,11 +406,14 @@ json commJson(const plan::CommReport &r, int64_t params) {
                     {"analytic_formula", formula},
                     {"ring_bytes_per_rank_per_step", e.ringBytesPerStep()},
                     {"reason", e.reason}});
+    for (auto &[k, v] : extra.items())
+      list.back()[k] = v;
   }
   return list;
 }
 
-void printComm(llvm::raw_ostream &os, const plan::CommReport &r, int64_t params) {
+void printComm(llvm::raw_ostream &os, const plan::CommReport &r, int64_t params,
+               const MeshSpec &mesh, const std::optional<Topology> &topo) {
   if (r.entries.empty()) {
     os << "  collectives: none (one rank)\n";
     return;
@@ -398,6 +428,12 @@ void printComm(llvm::raw_ostream &os, const plan::CommReport &r, int64_t params)
                       e.axis, e.groupSize, e.callsPerStep, grouped(e.payloadBytes),
                       e.ringBytesPerStep(), formula,
                       formula.empty() ? "" : (double(e.payloadBytes) == bytes ? " = same" : " ≠ MISMATCH"));
+    if (topo) {
+      LinkEstimate l = estimate(e, mesh, *topo);
+      os << fmt::format("      {} at {:g} GB/s per GPU: ~{:.3f} ms per step\n",
+                        l.crossesNodes ? "crosses nodes" : "inside a node", l.gbs,
+                        l.ms);
+    }
   }
 }
 
@@ -508,6 +544,7 @@ int runCompile(Args &args) {
   std::string model, output, emit = "plan", format = "text", dumpDir;
   MeshSpec mesh;
   TrainingPipelineOptions train;
+  std::optional<Topology> topology;
   TrainingShape shape;
   bool printAll = false, quiet = false;
   std::set<std::string> printAfter;
@@ -522,6 +559,13 @@ int runCompile(Args &args) {
       if (auto err = parseMeshSpec(*v, mesh))
         throw UsageError{*err};
       mesh.rankOrder = order;
+    } else if (auto v = args.value(a, "--topology")) {
+      Topology t;
+      if (auto err = loadTopology(*v, t)) {
+        error(*err);
+        return kExitError;
+      }
+      topology = t;
     } else if (auto v = args.value(a, "--rank-order")) {
       if (auto err = parseRankOrder(*v, mesh))
         throw UsageError{*err};
@@ -597,6 +641,14 @@ int runCompile(Args &args) {
                      "mesh against the model"};
   if (format != "text" && format != "json")
     throw UsageError{"--format must be text or json, got '" + format + "'"};
+
+  if (topology && mesh.worldSize() > topology->gpus()) {
+    error(fmt::format("--mesh {} needs {} GPUs but the topology '{}' has {} "
+                      "({} nodes x {}); raise its 'nodes' or shrink the mesh",
+                      mesh.str(), mesh.worldSize(), topology->name,
+                      topology->gpus(), topology->nodes, topology->gpusPerNode));
+    return kExitError;
+  }
 
   auto t0 = std::chrono::steady_clock::now();
   DialectRegistry registry;
@@ -690,7 +742,13 @@ int runCompile(Args &args) {
     j["compile_ms"] = ms;
     j["stats"] = statsJson(*s);
     if (comm)
-      j["collectives"] = commJson(*comm, s->parameters);
+      j["collectives"] = commJson(*comm, s->parameters, mesh, topology);
+    if (topology)
+      j["topology"] = {{"name", topology->name},
+                       {"gpus_per_node", topology->gpusPerNode},
+                       {"nodes", topology->nodes},
+                       {"intra_node_gb_s", topology->intraNodeGBs},
+                       {"inter_node_gb_s", topology->interNodeGBs}};
     if (planSummary)
       j["plan"] = {{"buffers", planSummary->buffers},
                    {"kernels", planSummary->kernels},
@@ -716,7 +774,7 @@ int runCompile(Args &args) {
                       planSummary->kernels, planSummary->buffers,
                       planSummary->params, planSummary->arenaBytes / 1048576.0);
   if (comm)
-    printComm(os, *comm, s->parameters);
+    printComm(os, *comm, s->parameters, mesh, topology);
   if (!dumpDir.empty())
     os << "  IR after each pass: " << dumpDir << "/\n";
   if (output != "-")

@@ -69,15 +69,14 @@ public:
   }
   Status launch(Stream s, const KernelCall& call) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
-    if (call.kind == schema::OpKind::kGradNorm)
-      return runCpuGradNorm(call, [&](double* v) -> Status {
-        if (call.group.size() <= 1 || !opts_.communicator) {
-          LLCDIST_RETURN_IF_ERROR(checkGroup(call.group.empty() ? std::vector<int>{opts_.rank} : call.group, "grad_norm's all-reduce"));
-          return Status::ok();
-        }
-        return opts_.communicator->allReduce(opts_.rank, call.group, v, 1, CommDType::kF64, ReduceOp::kSum);
-      });
-    return runCpuKernel(call);
+    // Collectives inside kernels (grad_norm's sharded list, vocabulary-parallel cross entropy).
+    return runCpuKernel(call, [&](double* v, int64_t n, ReduceOp op) -> Status {
+      if (call.group.size() <= 1 || !opts_.communicator) {
+        const std::string what = std::string(schema::opName(call.kind)) + "'s all-reduce";
+        return checkGroup(call.group.empty() ? std::vector<int>{opts_.rank} : call.group, what.c_str());
+      }
+      return opts_.communicator->allReduce(opts_.rank, call.group, v, n, CommDType::kF64, op);
+    });
   }
 
   StatusOr<CollectiveHandle> allReduceAsync(Stream s, float* buffer, int64_t count, ReduceOp op,

@@ -34,7 +34,19 @@ Status runCpuGradNorm(const KernelCall& c, const std::function<Status(double*)>&
 }
 
 Status runCpuKernel(const KernelCall& c) {
+  return runCpuKernel(c, [&](double*, int64_t, ReduceOp) {
+    if (c.group.size() > 1)
+      return Status::internal(std::string(schema::opName(c.kind)) + " needs an all-reduce over a group of " +
+                              std::to_string(c.group.size()) + " ranks, and no communicator was given");
+    return Status::ok();
+  });
+}
+
+Status runCpuKernel(const KernelCall& c, const CpuGroupAllReduce& groupAllReduce) {
   using K = schema::OpKind;
+  const ShardAllReduceF64 shardReduce = [&](double* buf, int64_t n, bool max) {
+    return groupAllReduce(buf, n, max ? ReduceOp::kMax : ReduceOp::kSum);
+  };
   const schema::OpSpec& spec = schema::opSpec(c.kind);
   auto role = [&](std::string_view r) { return size_t(schema::argIndex(c.kind, r)); };
   auto F = [&](std::string_view r, size_t k = 0) { return c.f(role(r), k); };
@@ -50,9 +62,10 @@ Status runCpuKernel(const KernelCall& c) {
       for (size_t k = 0; k < list("x").size(); ++k) std::memset(list("x")[k], 0, size_t(elems("x", k)) * 4);
       return Status::ok();
     case K::kEmbeddingFwd:
-      return embeddingForward(I("ids"), F("table"), F("out"), c.M, c.V, c.H);
+      return embeddingForward(I("ids"), F("table"), F("out"), c.M, c.V, c.H, c.vocabShard.value_or(VocabShard{}));
     case K::kEmbeddingBwdWeight:
-      return embeddingBackward(I("ids"), F("dout"), F("dtable"), c.M, c.V, c.H, c.accumulate);
+      return embeddingBackward(I("ids"), F("dout"), F("dtable"), c.M, c.V, c.H, c.accumulate,
+                               c.vocabShard.value_or(VocabShard{}));
     case K::kPosEmbeddingFwd:
       return positionEmbeddingForward(F("x"), F("wpe"), F("y"), c.B, c.S, c.H, c.P);
     case K::kPosEmbeddingBwdWeight:
@@ -86,6 +99,9 @@ Status runCpuKernel(const KernelCall& c) {
       return Status::ok();
     case K::kLinearBwdBias:
       linearBackwardBias(F("dy"), F("db"), c.M, c.N, c.accumulate);
+      return Status::ok();
+    case K::kBiasAdd:
+      biasAddForward(F("y"), F("bias"), c.M, c.N);
       return Status::ok();
     case K::kSplitFwd:
     case K::kSplitBwd: {
@@ -143,19 +159,21 @@ Status runCpuKernel(const KernelCall& c) {
       return Status::ok();
     case K::kCrossEntropyFwd: {
       double mean = 0.0;
-      LLCDIST_RETURN_IF_ERROR(crossEntropyForward(F("logits"), I("targets"), nullptr, &mean, c.M, c.V));
+      if (c.vocabShard)
+        LLCDIST_RETURN_IF_ERROR(crossEntropyForwardVocabParallel(F("logits"), I("targets"), &mean, c.M, c.V,
+                                                                 *c.vocabShard, shardReduce));
+      else
+        LLCDIST_RETURN_IF_ERROR(crossEntropyForward(F("logits"), I("targets"), nullptr, &mean, c.M, c.V));
       F("loss")[0] += float(c.scale * mean);
       return Status::ok();
     }
     case K::kCrossEntropyBwd:
+      if (c.vocabShard)
+        return crossEntropyBackwardVocabParallel(F("logits"), I("targets"), F("dlogits"), c.M, c.V, float(c.scale),
+                                                 *c.vocabShard, shardReduce);
       return crossEntropyBackward(F("logits"), I("targets"), F("dlogits"), c.M, c.V, float(c.scale));
     case K::kGradNorm:
-      return runCpuGradNorm(c, [&](double*) {
-        if (c.group.size() > 1)
-          return Status::internal("grad_norm over sharded gradients needs a communicator (group of " +
-                                  std::to_string(c.group.size()) + " ranks)");
-        return Status::ok();
-      });
+      return runCpuGradNorm(c, [&](double* v) { return groupAllReduce(v, 1, ReduceOp::kSum); });
     case K::kAllReduce:
     case K::kAllGather:
     case K::kReduceScatter:

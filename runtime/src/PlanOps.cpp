@@ -240,6 +240,17 @@ public:
     return Status::ok();
   }
 
+  // attrs.shard_axis, when present, names a mesh axis (any size: an axis of size 1 makes the op the
+  // unsharded one).
+  Status shardAxis() const {
+    const std::string attr(sc::kShardAxisAttr);
+    if (!op_.attrs.count(attr)) return Status::ok();
+    const std::string axis = op_.stringAttr(attr);
+    if (!parseMeshAxis(axis))
+      return attrError(attr.c_str(), "unknown mesh axis \"" + axis + "\" (expected \"dp\", \"tp\" or \"pp\")");
+    return Status::ok();
+  }
+
   Status check() const;
 
 private:
@@ -262,10 +273,12 @@ Status Checker::check() const {
     case K::kZero:
       return Status::ok();
     case K::kEmbeddingFwd:
+      LLCDIST_RETURN_IF_ERROR(shardAxis());
       LLCDIST_RETURN_IF_ERROR(count("ids", M, "M"));
       LLCDIST_RETURN_IF_ERROR(count("table", prod({V, H}), "V×H"));
       return count("out", prod({M, H}), "M×H");
     case K::kEmbeddingBwdWeight:
+      LLCDIST_RETURN_IF_ERROR(shardAxis());
       LLCDIST_RETURN_IF_ERROR(count("ids", M, "M"));
       LLCDIST_RETURN_IF_ERROR(count("dout", prod({M, H}), "M×H"));
       return count("dtable", prod({V, H}), "V×H");
@@ -306,6 +319,9 @@ Status Checker::check() const {
     case K::kLinearBwdBias:
       LLCDIST_RETURN_IF_ERROR(count("dy", prod({M, N}), "M×N"));
       return count("db", N, "N");
+    case K::kBiasAdd:
+      LLCDIST_RETURN_IF_ERROR(count("y", prod({M, N}), "M×N"));
+      return count("bias", N, "N");
     case K::kSplitFwd:
     case K::kSplitBwd: {
       const std::vector<int64_t> sizes = op_.intListAttr("sizes");
@@ -361,6 +377,7 @@ Status Checker::check() const {
       return Status::ok();
     case K::kCrossEntropyFwd:
     case K::kCrossEntropyBwd:
+      LLCDIST_RETURN_IF_ERROR(shardAxis());
       LLCDIST_RETURN_IF_ERROR(count("logits", prod({M, V}), "M×V"));
       LLCDIST_RETURN_IF_ERROR(count("dlogits", prod({M, V}), "M×V"));
       LLCDIST_RETURN_IF_ERROR(count("targets", M, "M"));

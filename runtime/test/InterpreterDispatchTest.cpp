@@ -34,6 +34,8 @@ struct Case {
   int32_t idRange = 8;
   std::set<std::string> positive = {};
   std::string optimizer = "adamw";
+  int64_t tp = 1;  // mesh.tp of the plan (no communicator: only ops without collectives when > 1)
+  int rank = 0;    // the rank the interpreter runs
 };
 
 constexpr int64_t kStep = 2;  // optimizer t = 3
@@ -58,6 +60,16 @@ std::vector<Case> cases() {
       {"embedding_bwd_weight", {{"ids", {4}}, {"dout", {12}}, {"dtable", {24}}},
        {{"M", 4}, {"V", 8}, {"H", 3}, {"accumulate", true}},
        [](Host& h) { ASSERT_TRUE(embeddingBackward(h.I("ids"), h.F("dout"), h.F("dtable"), 4, 8, 3, true).isOk()); }},
+      // Vocabulary-parallel embedding on tp = 2, rank 1: table rows are global ids [4, 8); ids in [0, 8).
+      {"embedding_fwd", {{"ids", {4}}, {"table", {12}}, {"out", {12}}}, {{"M", 4}, {"V", 4}, {"H", 3}, {"shard_axis", "tp"}},
+       [](Host& h) { ASSERT_TRUE(embeddingForward(h.I("ids"), h.F("table"), h.F("out"), 4, 4, 3, {1, 2}).isOk()); },
+       8, {}, "adamw", 2, 1},
+      {"embedding_bwd_weight", {{"ids", {6}}, {"dout", {18}}, {"dtable", {12}}},
+       {{"M", 6}, {"V", 4}, {"H", 3}, {"accumulate", true}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(embeddingBackward(h.I("ids"), h.F("dout"), h.F("dtable"), 6, 4, 3, true, {1, 2}).isOk());
+       },
+       8, {}, "adamw", 2, 1},
       {"pos_embedding_fwd", {{"x", {24}}, {"wpe", {20}}, {"y", {24}}}, {{"B", 2}, {"S", 3}, {"H", 4}, {"P", 5}},
        [](Host& h) { ASSERT_TRUE(positionEmbeddingForward(h.F("x"), h.F("wpe"), h.F("y"), 2, 3, 4, 5).isOk()); }},
       {"pos_embedding_bwd_weight", {{"dy", {24}}, {"dwpe", {20}}},
@@ -96,6 +108,8 @@ std::vector<Case> cases() {
        [](Host& h) { linearBackwardWeight(h.F("dy"), h.F("x"), h.F("dw"), 3, 4, 5, WeightLayout::kInOut, true); }},
       {"linear_bwd_bias", {{"dy", {15}}, {"db", {5}}}, {{"M", 3}, {"N", 5}, {"accumulate", true}},
        [](Host& h) { linearBackwardBias(h.F("dy"), h.F("db"), 3, 5, true); }},
+      {"bias_add", {{"y", {15}}, {"bias", {5}}}, {{"M", 3}, {"N", 5}},
+       [](Host& h) { biasAddForward(h.F("y"), h.F("bias"), 3, 5); }},
       {"split_fwd", {{"x", {12}}, {"outs", {6, 2, 4}}}, {{"rows", 2}, {"sizes", {3, 1, 2}}},
        [](Host& h) {
          for (int r = 0; r < 2; ++r) {
@@ -156,6 +170,19 @@ std::vector<Case> cases() {
        },
        5},
       {"cross_entropy_bwd", {{"logits", {15}}, {"targets", {3}}, {"dlogits", {15}}}, {{"M", 3}, {"V", 5}, {"scale", 0.1}},
+       [](Host& h) { ASSERT_TRUE(crossEntropyBackward(h.F("logits"), h.I("targets"), h.F("dlogits"), 3, 5, 0.1f).isOk()); },
+       5},
+      // Vocabulary-parallel cross entropy over a single-rank axis: the unsharded kernels, bit for bit.
+      {"cross_entropy_fwd", {{"logits", {15}}, {"targets", {3}}, {"loss", {1}}},
+       {{"M", 3}, {"V", 5}, {"scale", 0.5}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         double mean = 0;
+         ASSERT_TRUE(crossEntropyForward(h.F("logits"), h.I("targets"), nullptr, &mean, 3, 5).isOk());
+         h.F("loss")[0] += float(0.5 * mean);
+       },
+       5},
+      {"cross_entropy_bwd", {{"logits", {15}}, {"targets", {3}}, {"dlogits", {15}}},
+       {{"M", 3}, {"V", 5}, {"scale", 0.1}, {"shard_axis", "dp"}},
        [](Host& h) { ASSERT_TRUE(crossEntropyBackward(h.F("logits"), h.I("targets"), h.F("dlogits"), 3, 5, 0.1f).isOk()); },
        5},
       {"grad_norm", {{"grads", {5, 7}}, {"norm", {1}}}, {{"max_norm", 0.5}},
@@ -223,6 +250,12 @@ void runCase(const Case& c, uint32_t seed) {
     }
     args[role] = sc::isListArity(spec.arity) ? ids : ids[0];
   }
+  if (c.tp > 1) {
+    b.manifest["mesh"]["tp"] = c.tp;
+    json ranks = json::array();
+    for (int64_t r = 0; r < c.tp; ++r) ranks.push_back(r);
+    b.manifest["programs"][0]["ranks"] = ranks;
+  }
   b.op("s", c.op, args, c.attrs, "test-loc");
   b.action("s", kMicro);
 
@@ -233,8 +266,10 @@ void runCase(const Case& c, uint32_t seed) {
   auto p = parseProgram(b.program.dump(), "program-0.json", plan.manifest);
   ASSERT_TRUE(p.isOk()) << p.status().message();
   plan.programs.push_back(std::move(p).value());
-  auto backend = makeCpuBackend();
-  auto interp = Interpreter::create(plan, 0, *backend);
+  CpuBackendOptions bo;
+  bo.rank = c.rank;
+  auto backend = makeCpuBackend(bo);
+  auto interp = Interpreter::create(plan, 0, *backend, c.rank);
   ASSERT_TRUE(interp.isOk()) << interp.status().message();
   for (const auto& [id, role, k, i32] : bufs)
     ASSERT_TRUE((*interp)->writeBuffer(id, i32 ? (const void*)host.i[role][k].data() : host.f[role][k].data()).isOk());

@@ -299,6 +299,66 @@ TEST_F(PlanLoaderTest, ShardedGradNormErrors) {
   expectError(gradNorm({{"grads", {1}}, {"sharded", {1}}}, {{"axis", "tp"}}), {"args.sharded[0]", "overlaps"});
 }
 
+// Vocabulary-parallel embedding / cross entropy (attr shard_axis; V is the local slice) and bias_add.
+TEST_F(PlanLoaderTest, ShardAxisAndBiasAddErrors) {
+  const std::string p = "subroutines[1].ops[";
+  // tp = 2: V is the local vocabulary slice, so full-size logits under V = 16 do not match.
+  expectError(
+      [](auto& b) {
+        toMesh(b, 1, 2);
+        forwardOp(b, 3)["attrs"]["shard_axis"] = "tp";
+        forwardOp(b, 3)["attrs"]["V"] = 16;
+      },
+      {p + "3].args.logits", "expected M×V = 256"});
+  {
+    testing::PlanBuilder b = base;  // an axis of size 1 is allowed: the unsharded op
+    forwardOp(b, 3)["attrs"]["shard_axis"] = "dp";
+    b.ops("backward")[0]["attrs"]["shard_axis"] = "tp";
+    b.ops("backward")[3]["attrs"]["shard_axis"] = "pp";
+    forwardOp(b, 1)["attrs"]["shard_axis"] = "tp";
+    Status s = load(b);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+  expectError([](auto& b) { forwardOp(b, 1)["attrs"]["shard_axis"] = "xp"; },
+              {p + "1].attrs.shard_axis", "unknown mesh axis \"xp\""});
+  expectError([](auto& b) { forwardOp(b, 3)["attrs"]["shard_axis"] = 1; }, {p + "3].attrs.shard_axis", "expected a string"});
+  expectError([](auto& b) { b.ops("backward")[0]["attrs"]["shard_axis"] = ""; },
+              {"subroutines[2].ops[0].attrs.shard_axis", "unknown mesh axis"});
+  expectError([](auto& b) { b.ops("backward")[3]["attrs"]["shard_axis"] = "model"; },
+              {"subroutines[2].ops[3].attrs.shard_axis", "unknown mesh axis"});
+  // Element counts with a sharded V are the local ones: a full-size table under V = 16 is an error.
+  expectError(
+      [](auto& b) {
+        toMesh(b, 1, 2);
+        forwardOp(b, 1)["attrs"]["shard_axis"] = "tp";
+        forwardOp(b, 1)["attrs"]["V"] = 16;
+      },
+      {p + "1].args.table", "expected V×H = 256"});
+  // bias_add: y M·N, bias N, no overlap between them.
+  auto biasAdd = [](json args, json attrs) {
+    return [args, attrs](testing::PlanBuilder& b) {
+      b.op("forward", "bias_add", args, attrs);
+    };
+  };
+  {
+    testing::PlanBuilder b = base;
+    const int64_t bias = b.buffer("bias", "param", {32});
+    biasAdd({{"y", kLogits}, {"bias", bias}}, {{"M", 16}, {"N", 32}})(b);
+    Status s = load(b);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+  expectError(
+      [](auto& b) {
+        const int64_t bias = b.buffer("bias", "param", {16});
+        b.op("forward", "bias_add", {{"y", kLogits}, {"bias", bias}}, {{"M", 16}, {"N", 16}});
+      },
+      {"subroutines[1].ops[4].args.y", "expected M×N = 256"});
+  expectError(biasAdd({{"y", kLogits}, {"bias", kH}}, {{"M", 16}, {"N", 32}}), {"ops[4].args.bias", "expected N = 32"});
+  expectError(biasAdd({{"y", kLogits}, {"bias", kH}}, {{"M", 16}}), {"ops[4].attrs.N", "missing attribute"});
+  expectError(biasAdd({{"y", kLogits}, {"bias", kLogits}}, {{"M", 1}, {"N", 512}}), {"ops[4].args.bias", "overlaps"});
+  expectError(biasAdd({{"y", kIds}, {"bias", kH}}, {{"M", 1}, {"N", 16}}), {"ops[4].args.y", "needs f32"});
+}
+
 TEST_F(PlanLoaderTest, ShardedParamErrors) {
   // Shard wte [32, 16] over tp = 2 on dim 0: its buffer and grad must be [16, 16].
   auto shardWte = [](json sharding, std::vector<int64_t> local) {

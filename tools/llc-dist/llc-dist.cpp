@@ -358,15 +358,39 @@ FailureOr<xf::ModelStats> statsOf(ModuleOp m) {
   return s;
 }
 
-/// The analytic volume of a collective's payload, for reports beside the
-/// counted one: data parallelism all-reduces the fp32 gradients, 4·Ψ bytes.
-std::pair<std::string, double> analytic(const plan::CollectiveEntry &e,
-                                        int64_t params) {
+/// The analytic volume of a collective, for reports beside the counted one:
+/// data parallelism all-reduces the fp32 gradients (4·Ψ_local bytes) once per
+/// step; Megatron's tensor parallelism all-reduces b·s·h activations: each
+/// layer's two row-parallel outputs forward and two column-parallel input
+/// gradients backward, plus the vocab-parallel embedding forward and the LM
+/// head's input gradient backward — (4L + 2) per microbatch.
+struct Analytic {
+  std::string formula;
+  double payloadBytes = 0;
+  int64_t calls = -1; ///< -1: not predicted
+};
+
+Analytic analytic(const plan::CollectiveEntry &e, int64_t localParams, ModuleOp m) {
   if (e.payload == "gradients")
-    return {"4·Ψ (fp32 gradients)", 4.0 * double(params)};
+    return {"4·Ψ (fp32 gradients of this rank's parameters)", 4.0 * double(localParams), 1};
   if (e.payload == "loss")
-    return {"4 (one f32)", 4.0};
-  return {"", 0.0};
+    return {"4 (one f32)", 4.0, 1};
+  auto model = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr);
+  if (e.payload != "activations" || !model)
+    return {};
+  auto get = [&](StringRef k) { return model.getAs<IntegerAttr>(k).getInt(); };
+  int64_t b = get("micro_batch"), s = get("seq_len"), h = get("hidden_size"),
+          L = get("num_layers"), M = get("microbatches");
+  double bsh = 4.0 * double(b * s * h);
+  StringRef reason = e.reason;
+  if (reason.starts_with("a row-parallel"))
+    return {"b·s·h·4, 2 per layer per microbatch (attention and MLP outputs)", bsh, 2 * L * M};
+  if (reason.starts_with("a column-parallel"))
+    return {"b·s·h·4, 2 per layer + the LM head, per microbatch (input gradients)", bsh,
+            (2 * L + 1) * M};
+  if (reason.starts_with("a vocabulary-parallel embedding"))
+    return {"b·s·h·4, once per microbatch", bsh, M};
+  return {};
 }
 
 /// Which link a collective's group uses, and the ring time at its bandwidth.
@@ -385,10 +409,12 @@ LinkEstimate estimate(const plan::CollectiveEntry &e, const MeshSpec &mesh,
 }
 
 json commJson(const plan::CommReport &r, int64_t params, const MeshSpec &mesh,
-              const std::optional<Topology> &topo) {
+              const std::optional<Topology> &topo, ModuleOp m) {
   json list = json::array();
   for (const plan::CollectiveEntry &e : r.entries) {
-    auto [formula, bytes] = analytic(e, params);
+    Analytic a = analytic(e, params, m);
+    const std::string &formula = a.formula;
+    double bytes = a.payloadBytes;
     json extra = json::object();
     if (topo) {
       LinkEstimate l = estimate(e, mesh, *topo);
@@ -403,6 +429,7 @@ json commJson(const plan::CommReport &r, int64_t params, const MeshSpec &mesh,
                     {"calls_per_step", e.callsPerStep},
                     {"payload_bytes", e.payloadBytes},
                     {"analytic_payload_bytes", bytes},
+                    {"analytic_calls_per_step", a.calls},
                     {"analytic_formula", formula},
                     {"ring_bytes_per_rank_per_step", e.ringBytesPerStep()},
                     {"reason", e.reason}});
@@ -413,7 +440,7 @@ json commJson(const plan::CommReport &r, int64_t params, const MeshSpec &mesh,
 }
 
 void printComm(llvm::raw_ostream &os, const plan::CommReport &r, int64_t params,
-               const MeshSpec &mesh, const std::optional<Topology> &topo) {
+               const MeshSpec &mesh, const std::optional<Topology> &topo, ModuleOp m) {
   if (r.entries.empty()) {
     os << "  collectives: none (one rank)\n";
     return;
@@ -423,11 +450,13 @@ void printComm(llvm::raw_ostream &os, const plan::CommReport &r, int64_t params,
   os << fmt::format("    {:<11} {:<4} {:>3} {:>6} {:>14} {:>16}  {}\n", "kind",
                     "axis", "n", "calls", "payload B", "ring B/step", "analytic payload");
   for (const plan::CollectiveEntry &e : r.entries) {
-    auto [formula, bytes] = analytic(e, params);
+    Analytic a = analytic(e, params, m);
+    bool same = double(e.payloadBytes) == a.payloadBytes &&
+                (a.calls < 0 || a.calls == e.callsPerStep);
     os << fmt::format("    {:<11} {:<4} {:>3} {:>6} {:>14} {:>16.0f}  {}{}\n", e.kind,
                       e.axis, e.groupSize, e.callsPerStep, grouped(e.payloadBytes),
-                      e.ringBytesPerStep(), formula,
-                      formula.empty() ? "" : (double(e.payloadBytes) == bytes ? " = same" : " ≠ MISMATCH"));
+                      e.ringBytesPerStep(), a.formula,
+                      a.formula.empty() ? "" : (same ? " = same" : " ≠ MISMATCH"));
     if (topo) {
       LinkEstimate l = estimate(e, mesh, *topo);
       os << fmt::format("      {} at {:g} GB/s per GPU: ~{:.3f} ms per step\n",
@@ -634,10 +663,10 @@ int runCompile(Args &args) {
     throw UsageError{"compile: --emit plan needs -o DIR (the plan directory)"};
   if (emit == "xf" && output.empty())
     output = "-";
-  if (emit == "plan" && (mesh.tp > 1 || mesh.pp > 1))
-    throw UsageError{"--mesh " + mesh.str() + ": plans with tensor or "
-                     "pipeline parallelism (tp, pp > 1) are not built yet; "
-                     "data parallelism (dp) is; use --emit xf to check any "
+  if (emit == "plan" && mesh.pp > 1)
+    throw UsageError{"--mesh " + mesh.str() + ": plans with pipeline "
+                     "parallelism (pp > 1) are not built yet; data and tensor "
+                     "parallelism (dp, tp) are; use --emit xf to check any "
                      "mesh against the model"};
   if (format != "text" && format != "json")
     throw UsageError{"--format must be text or json, got '" + format + "'"};
@@ -693,6 +722,7 @@ int runCompile(Args &args) {
 
   std::optional<PlanSummary> planSummary;
   std::optional<plan::CommReport> comm;
+  int64_t localParams = 0;
   if (emit == "plan") {
     FailureOr<PlanSummary> ps = writePlanDirectory(*lm->module, output);
     if (failed(ps))
@@ -702,6 +732,7 @@ int runCompile(Args &args) {
     if (failed(cr))
       return kExitError;
     comm = *cr;
+    localParams = cr->localParameters;
   } else {
     // Emit atomically: a failed write leaves no partial file behind.
     std::string err;
@@ -742,7 +773,7 @@ int runCompile(Args &args) {
     j["compile_ms"] = ms;
     j["stats"] = statsJson(*s);
     if (comm)
-      j["collectives"] = commJson(*comm, s->parameters, mesh, topology);
+      j["collectives"] = commJson(*comm, localParams, mesh, topology, *lm->module);
     if (topology)
       j["topology"] = {{"name", topology->name},
                        {"gpus_per_node", topology->gpusPerNode},
@@ -774,7 +805,7 @@ int runCompile(Args &args) {
                       planSummary->kernels, planSummary->buffers,
                       planSummary->params, planSummary->arenaBytes / 1048576.0);
   if (comm)
-    printComm(os, *comm, s->parameters, mesh, topology);
+    printComm(os, *comm, localParams, mesh, topology, *lm->module);
   if (!dumpDir.empty())
     os << "  IR after each pass: " << dumpDir << "/\n";
   if (output != "-")

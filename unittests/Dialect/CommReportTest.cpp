@@ -19,12 +19,15 @@ using namespace llcdist;
 
 namespace {
 plan::CommReport compileAndReport(const std::string &model, int64_t dp,
-                                  int64_t microbatches, int64_t *params) {
+                                  int64_t microbatches, int64_t *params,
+                                  int64_t tp = 1, ModelConfig *config = nullptr) {
   ModelConfig cfg;
   EXPECT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/" +
                                    model + ".json",
                                cfg));
   *params = cfg.numParameters();
+  if (config)
+    *config = cfg;
   TrainingShape shape;
   shape.seqLen = 16;
   shape.microBatch = 2;
@@ -37,6 +40,7 @@ plan::CommReport compileAndReport(const std::string &model, int64_t dp,
   mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
   TrainingPipelineOptions opt;
   opt.mesh.dp = dp;
+  opt.mesh.tp = tp;
   buildTrainingPipeline(pm, opt);
   EXPECT_TRUE(mlir::succeeded(pm.run(*module)));
   auto report = plan::computeCommReport(*module);
@@ -69,5 +73,32 @@ TEST(CommReport, DataParallelGradientsMatchTheAnalyticVolume) {
                          2.0 * double(dp - 1) / double(dp) * 4.0 * double(params));
         EXPECT_EQ(l.payload, "loss");
         EXPECT_EQ(l.payloadBytes, 4);
+      }
+}
+
+// Megatron's tensor parallelism: per microbatch, each layer all-reduces its
+// attention and MLP outputs forward and two input gradients backward, of
+// b·s·h values each (Narayanan et al., SC21, §2.3: "4 all-reduce operations
+// per layer"), plus the vocab-parallel embedding forward and the LM head's
+// input gradient backward.
+TEST(CommReport, TensorParallelActivationsMatchMegatron) {
+  for (const char *model : {"tiny-gpt2", "tiny-llama"})
+    for (int64_t tp : {2, 4})
+      for (int64_t mb : {1, 2}) {
+        int64_t params;
+        ModelConfig cfg;
+        plan::CommReport r = compileAndReport(model, 1, mb, &params, tp, &cfg);
+        int64_t b = 2, s = 16, h = cfg.hidden, L = cfg.layers;
+        int64_t calls = 0;
+        for (const plan::CollectiveEntry &e : r.entries) {
+          EXPECT_EQ(e.axis, "tp");
+          EXPECT_EQ(e.payload, "activations");
+          EXPECT_EQ(e.payloadBytes, 4 * b * s * h) << e.reason;
+          calls += e.callsPerStep;
+        }
+        EXPECT_EQ(calls, (4 * L + 2) * mb) << model << " tp=" << tp;
+        double n = double(tp);
+        EXPECT_DOUBLE_EQ(r.ringBytesPerStep(),
+                         double((4 * L + 2) * mb) * 2 * (n - 1) / n * 4.0 * double(b * s * h));
       }
 }

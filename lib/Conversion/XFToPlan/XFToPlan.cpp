@@ -46,7 +46,8 @@ std::string instantiate(StringRef name, int64_t layer) {
 }
 
 struct ParamInfo {
-  RankedTensorType type;
+  RankedTensorType type;       ///< the local (this rank's) type
+  DictionaryAttr sharding;     ///< xf.sharding of a split parameter, or null
   Buf value, grad;
   bool isTable = false;      // read by an embedding: no weight decay
   bool isNormWeight = false; // initialized to ones
@@ -130,6 +131,14 @@ private:
   NamedAttribute str(StringRef n, StringRef v) { return b.getNamedAttr(n, b.getStringAttr(v)); }
   NamedAttribute layout(WeightLayout l) {
     return str("layout", l == WeightLayout::OutIn ? "out_in" : "in_out");
+  }
+
+  /// `attrs` plus shard_axis when the op is vocabulary-parallel.
+  SmallVector<NamedAttribute> withShardAxis(Operation *op,
+                                            SmallVector<NamedAttribute> attrs) {
+    if (auto axis = op->getAttrOfType<StringAttr>("xf.vocab_parallel_axis"))
+      attrs.push_back(b.getNamedAttr("shard_axis", axis));
+    return attrs;
   }
 
   /// rope_fwd / rope_bwd attributes for x [B, S, n·hd].
@@ -227,6 +236,8 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParamOp p) {
         ParamInfo &info = param(instantiate(p.getName(), s.layer), p.getType());
+        if (auto sh = p->getAttrOfType<DictionaryAttr>("xf.sharding"))
+          info.sharding = sh;
         s.bufs[p.getResult()] = {info.value};
         for (Operation *user : p->getUsers()) {
           if (isa<EmbeddingOp, AddPositionEmbeddingOp>(user) &&
@@ -243,8 +254,8 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
         kernel("embedding_fwd",
                {arg("ids", use(s, e.getIds())), arg("table", use(s, e.getTable())),
                 arg("out", out)},
-               {i64("M", numel(e.getIds())), i64("V", dim(e.getTable(), 0)),
-                i64("H", dim(e.getTable(), 1))},
+               withShardAxis(op, {i64("M", numel(e.getIds())), i64("V", dim(e.getTable(), 0)),
+                                  i64("H", dim(e.getTable(), 1))}),
                loc);
         return success();
       })
@@ -364,8 +375,9 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
         kernel("cross_entropy_fwd",
                {arg("logits", use(s, ce.getLogits())),
                 arg("targets", use(s, ce.getTargets())), arg("loss", lossBuf)},
-               {i64("M", numel(ce.getTargets())), i64("V", lastDim(ce.getLogits())),
-                f64("scale", 1.0 / double(microbatches))},
+               withShardAxis(op, {i64("M", numel(ce.getTargets())),
+                                  i64("V", lastDim(ce.getLogits())),
+                                  f64("scale", 1.0 / double(microbatches))}),
                loc);
         return success();
       })
@@ -376,8 +388,9 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
         kernel("cross_entropy_bwd",
                {arg("logits", use(s, g.getLogits())),
                 arg("targets", use(s, g.getTargets())), arg("dlogits", d)},
-               {i64("M", numel(g.getTargets())), i64("V", lastDim(g.getLogits())),
-                f64("scale", g.getScale().convertToDouble())},
+               withShardAxis(op, {i64("M", numel(g.getTargets())),
+                                  i64("V", lastDim(g.getLogits())),
+                                  f64("scale", g.getScale().convertToDouble())}),
                loc);
         return success();
       })
@@ -416,8 +429,8 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
         kernel("embedding_bwd_weight",
                {arg("ids", use(s, g.getIds())), arg("dout", use(s, g.getDy())),
                 arg("dtable", dt)},
-               {i64("M", numel(g.getIds())), i64("V", dim(g.getResult(), 0)),
-                i64("H", dim(g.getResult(), 1)), flag("accumulate", acc)},
+               withShardAxis(op, {i64("M", numel(g.getIds())), i64("V", dim(g.getResult(), 0)),
+                                  i64("H", dim(g.getResult(), 1)), flag("accumulate", acc)}),
                loc);
         return success();
       })
@@ -529,6 +542,24 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
                loc);
         return success();
       })
+      .Case([&](AllReduceOp ar) {
+        // In place: the partial value has no other use.
+        Buf buf = use(s, ar.getInput());
+        s.bufs[ar.getResult()] = {buf};
+        kernel("all_reduce", {arg("x", b.getArrayAttr({buf}))},
+               {str("axis", ar.getAxis()), str("op", "sum")},
+               NameLoc::get(ar.getReasonAttr(), loc))
+            ->setAttr("plan.payload", b.getStringAttr("activations"));
+        return success();
+      })
+      .Case([&](BiasAddOp ba) {
+        Buf y = use(s, ba.getInput());
+        s.bufs[ba.getResult()] = {y};
+        int64_t n = lastDim(ba.getInput());
+        kernel("bias_add", {arg("y", y), arg("bias", use(s, ba.getBias()))},
+               {i64("M", numel(ba.getInput()) / n), i64("N", n)}, loc);
+        return success();
+      })
       .Case([&](AccumulateGradOp acc) -> LogicalResult {
         if (isFused(acc.getGrad()))
           return success(); // written by the gradient's own kernel
@@ -578,8 +609,28 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
     }
     if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
       gradClip = clip.getMaxNorm().convertToDouble();
-      kernel("grad_norm", {arg("grads", b.getArrayAttr(grads)), arg("norm", gradNormBuf)},
-             {f64("max_norm", gradClip)}, op.getLoc());
+      // Replicated gradients count once; split ones once per shard (summed
+      // over their axis).
+      SmallVector<Attribute> replicated, sharded;
+      StringAttr axis;
+      for (const std::string &name : paramOrder) {
+        ParamInfo &p = params[name];
+        if (p.sharding) {
+          sharded.push_back(p.grad);
+          axis = p.sharding.getAs<StringAttr>("axis");
+        } else {
+          replicated.push_back(p.grad);
+        }
+      }
+      SmallVector<NamedAttribute> args{arg("norm", gradNormBuf)};
+      SmallVector<NamedAttribute> attrs{f64("max_norm", gradClip)};
+      if (!replicated.empty())
+        args.push_back(arg("grads", b.getArrayAttr(replicated)));
+      if (!sharded.empty()) {
+        args.push_back(arg("sharded", b.getArrayAttr(sharded)));
+        attrs.push_back(b.getNamedAttr("axis", axis));
+      }
+      kernel("grad_norm", args, attrs, op.getLoc());
       continue;
     }
     auto adamw = dyn_cast<AdamWOp>(op);
@@ -626,9 +677,11 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       }
       OpBuilder::InsertionGuard g(b);
       b.setInsertionPoint(firstSubroutine);
-      plan::ParamOp::create(b, loc, b.getStringAttr(name), p.value, p.grad,
-                            b.getArrayAttr(state), initOf(name, p),
-                            b.getBoolAttr(decays));
+      auto pop = plan::ParamOp::create(b, loc, b.getStringAttr(name), p.value, p.grad,
+                                       b.getArrayAttr(state), initOf(name, p),
+                                       b.getBoolAttr(decays));
+      if (p.sharding)
+        pop->setAttr("sharding", p.sharding);
     }
   }
   if (!optimizerAttrs)

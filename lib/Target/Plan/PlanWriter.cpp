@@ -139,13 +139,26 @@ FailureOr<PlanSummary> llcdist::writePlanDirectory(ModuleOp module,
   json params = json::array();
   for (auto p : program.getBody().front().getOps<plan::ParamOp>()) {
     auto value = program.lookupSymbol<plan::BufferOp>(p.getValue());
+    // A split parameter: the manifest holds its global (Hugging Face) shape
+    // and how it is split; its buffers hold this rank's shard.
+    json sharding;
+    std::vector<int64_t> shape(value.getTensorType().getShape());
+    if (auto sh = p->getAttrOfType<DictionaryAttr>("sharding")) {
+      auto global = sh.getAs<DenseI64ArrayAttr>("global_shape");
+      shape.assign(global.asArrayRef().begin(), global.asArrayRef().end());
+      sharding = {{"axis", sh.getAs<StringAttr>("axis").str()},
+                  {"dim", sh.getAs<IntegerAttr>("dim").getInt()},
+                  {"blocks", sh.getAs<IntegerAttr>("blocks").getInt()}};
+    }
     params.push_back({{"name", p.getName().str()},
-                      {"shape", value.getTensorType().getShape()},
+                      {"shape", shape},
                       {"dtype", "f32"},
                       {"buffer", ids.lookup(p.getValue())},
                       {"grad", ids.lookup(p.getGrad())},
                       {"init", toJson(p.getInit())},
                       {"weight_decay", p.getWeightDecay()}});
+    if (!sharding.is_null())
+      params.back()["sharding"] = sharding;
     ++summary.params;
   }
 

@@ -7,30 +7,46 @@
 namespace llcdist::rt {
 namespace {
 
-Status checkIds(const int32_t* ids, int64_t M, int64_t V) {
+// Every id must lie in the global vocabulary [0, V·count).
+Status checkIds(const int32_t* ids, int64_t M, int64_t V, const VocabShard& shard) {
+  if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
+    return Status::invalidArgument("embedding: vocabulary shard " + std::to_string(shard.index) + " of " +
+                                   std::to_string(shard.count) + " is invalid");
+  const int64_t global = V * shard.count;
   for (int64_t m = 0; m < M; ++m)
-    if (ids[m] < 0 || ids[m] >= V)
+    if (ids[m] < 0 || ids[m] >= global)
       return Status::outOfRange("embedding: id " + std::to_string(ids[m]) + " at position " +
                                 std::to_string(m) + " is outside the vocabulary [0, " +
-                                std::to_string(V) + ")");
+                                std::to_string(global) + ")" +
+                                (shard.count > 1 ? " (" + std::to_string(shard.count) + " shards of " +
+                                                       std::to_string(V) + " rows)"
+                                                 : std::string()));
   return Status::ok();
 }
 
 }  // namespace
 
 Status embeddingForward(const int32_t* ids, const float* table, float* out, int64_t M, int64_t V,
-                        int64_t H) {
-  LLCDIST_RETURN_IF_ERROR(checkIds(ids, M, V));
-  for (int64_t m = 0; m < M; ++m) std::copy_n(table + int64_t(ids[m]) * H, H, out + m * H);
+                        int64_t H, const VocabShard& shard) {
+  LLCDIST_RETURN_IF_ERROR(checkIds(ids, M, V, shard));
+  const int64_t begin = shard.index * V;
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t local = int64_t(ids[m]) - begin;
+    if (local >= 0 && local < V) std::copy_n(table + local * H, H, out + m * H);
+    else std::fill_n(out + m * H, H, 0.0f);  // another shard's row: this shard contributes 0
+  }
   return Status::ok();
 }
 
 Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V,
-                         int64_t H, bool accumulate) {
-  LLCDIST_RETURN_IF_ERROR(checkIds(ids, M, V));
+                         int64_t H, bool accumulate, const VocabShard& shard) {
+  LLCDIST_RETURN_IF_ERROR(checkIds(ids, M, V, shard));
   if (!accumulate) std::fill_n(dtable, V * H, 0.0f);
+  const int64_t begin = shard.index * V;
   for (int64_t m = 0; m < M; ++m) {  // fixed order m = 0..M-1: deterministic
-    float* row = dtable + int64_t(ids[m]) * H;
+    const int64_t local = int64_t(ids[m]) - begin;
+    if (local < 0 || local >= V) continue;  // another shard's row
+    float* row = dtable + local * H;
     const float* d = dout + m * H;
     for (int64_t h = 0; h < H; ++h) row[h] += d[h];
   }

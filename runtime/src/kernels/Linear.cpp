@@ -46,4 +46,9 @@ void linearBackwardBias(const float* dy, float* db, int64_t M, int64_t N, bool a
   for (int64_t n = 0; n < N; ++n) db[n] = static_cast<float>(accumulate ? db[n] + sum[n] : sum[n]);
 }
 
+void biasAddForward(float* y, const float* bias, int64_t M, int64_t N) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];
+}
+
 }  // namespace llcdist::rt

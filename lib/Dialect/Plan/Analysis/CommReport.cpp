@@ -39,6 +39,9 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
       ++runs[a.getSubroutine()];
 
   CommReport report;
+  for (auto p : program.getBody().front().getOps<ParamOp>())
+    if (auto buf = program.lookupSymbol<BufferOp>(p.getValueAttr()))
+      report.localParameters += buf.getTensorType().getNumElements();
   for (auto sub : program.getBody().front().getOps<SubroutineOp>())
     for (auto k : sub.getBody().front().getOps<KernelOp>()) {
       StringRef kind = k.getKernel();
@@ -64,7 +67,16 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
       for (Attribute a : bufs)
         if (auto buf = program.lookupSymbol<BufferOp>(cast<FlatSymbolRefAttr>(a)))
           e.payloadBytes += buf.getNumBytes();
-      report.entries.push_back(e);
+      // One entry per (kind, axis, payload, reason): a collective repeated per
+      // layer is one line with its calls summed.
+      auto same = llvm::find_if(report.entries, [&](const CollectiveEntry &o) {
+        return o.kind == e.kind && o.axis == e.axis && o.payload == e.payload &&
+               o.reason == e.reason && o.payloadBytes == e.payloadBytes;
+      });
+      if (same != report.entries.end())
+        same->callsPerStep += e.callsPerStep;
+      else
+        report.entries.push_back(e);
     }
   return report;
 }

@@ -130,3 +130,5 @@ LogicalResult AllReduceGradsOp::verify() {
 }
 
 LogicalResult AllReduceLossOp::verify() { return checkAxis(*this, getAxis()); }
+
+LogicalResult AllReduceOp::verify() { return checkAxis(*this, getAxis()); }

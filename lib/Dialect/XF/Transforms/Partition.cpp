@@ -7,6 +7,8 @@
 // per body (every call must agree).
 //
 //===----------------------------------------------------------------------===//
+#include "TensorParallel.h"
+
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Dialect/XF/IR/XFOps.h"
 #include "llcdist/Dialect/XF/Transforms/Passes.h"
@@ -132,13 +134,13 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
       return signalPassFailure();
     }
     int64_t dp = shape[0], tp = shape[1], pp = shape[2];
-    if (tp > 1 || pp > 1) {
-      grid.emitError("llcdist-partition: tensor (tp) and pipeline (pp) "
-                     "partitioning are not implemented yet; this mesh has tp=")
-          << tp << " pp=" << pp;
+    if (pp > 1) {
+      grid.emitError("llcdist-partition: pipeline (pp) partitioning is not "
+                     "implemented yet; this mesh has pp=")
+          << pp;
       return signalPassFailure();
     }
-    if (dp == 1)
+    if (dp == 1 && tp == 1)
       return;
     func::FuncOp entry = getEntryFunction(module);
     if (!entry)
@@ -155,6 +157,18 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
       module.emitError("llcdist-partition: run llcdist-add-optimizer first");
       return signalPassFailure();
     }
+
+    Builder attrs(module.getContext());
+    module->setAttr("xf.partition",
+                    attrs.getDictionaryAttr(
+                        {attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(dp)),
+                         attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(tp))}));
+    // Tensor parallelism first: it inserts the tp collectives, whose batch
+    // dimension the dp propagation below then splits like any other op's.
+    if (tp > 1 && failed(partitionTensorParallel(module, tp)))
+      return signalPassFailure();
+    if (dp == 1)
+      return;
 
     // 1. Propagate: token ids and labels are split on their batch dimension.
     Propagation prop(module);
@@ -210,8 +224,6 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
     AllReduceLossOp::create(
         ob, opt.getLoc(), "dp",
         "each dp rank's loss is the mean over its own tokens");
-    module->setAttr("xf.partition",
-                    ob.getDictionaryAttr({ob.getNamedAttr("dp", ob.getI64IntegerAttr(dp))}));
   }
 };
 } // namespace

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,7 +62,11 @@ struct KernelCall {
   // Collectives (all_reduce, all_gather, reduce_scatter) and grad_norm's `sharded` list: the global
   // ranks of the op's `axis` group in member order (empty when the op has no axis), the reduction, and
   // all_gather / reduce_scatter's outer and inner sizes.
+  // Vocabulary-parallel ops (embedding_fwd, embedding_bwd_weight, cross_entropy_fwd, cross_entropy_bwd
+  // with attr `shard_axis`): `group` is the shard_axis group and vocabShard this rank's slice (index =
+  // its coordinate on the axis, count = the axis size); nullopt without shard_axis.
   std::vector<int> group;
+  std::optional<VocabShard> vocabShard;
   ReduceOp reduceOp = ReduceOp::kSum;
   int64_t outer = 0, inner = 0;
   // Step context, set per launch.
@@ -146,13 +151,22 @@ struct CpuBackendOptions {
 // a communicator, collectives over a group of one rank (itself) complete immediately (all-reduce and
 // reduce-scatter are the identity, all-gather a copy) and a group with any other rank is an
 // InvalidArgument error naming the group. grad_norm with a `sharded` list all-reduces (f64, sum) the
-// sharded squared norm over call.group through the communicator.
+// sharded squared norm over call.group through the communicator; the vocabulary-parallel cross entropy
+// all-reduces its row statistics (f64: max, then sum) the same way, so these kernel-internal
+// collectives have the standalone collectives' determinism, mismatch, abort and timeout behaviour.
 std::unique_ptr<Backend> makeCpuBackend(const CpuBackendOptions& options = {});
+
+// All-reduces buf[n] (f64) in place over call.group with `op`, in member order with identical bits on
+// every member (the Communicator's rule): the collective inside a kernel, for grad_norm's `sharded`
+// list and the vocabulary-parallel cross entropy. The CPU backend passes its communicator's allReduce.
+using CpuGroupAllReduce = std::function<Status(double* buf, int64_t n, ReduceOp op)>;
 
 // Runs one KernelCall with the CPU kernels of Kernels.h (what CpuBackend::launch does); exposed so
 // other backends can fall back to it for host-resident data and for tests. Collective ops are not
-// kernels (an error); grad_norm with a `sharded` list over a group of more than one rank is an error
-// here (it needs runCpuGradNorm with a reducer).
+// kernels (an error). Kernels that need a collective (grad_norm with `sharded`, cross_entropy_* with
+// `shard_axis`) call `groupAllReduce`; in the overload without it, a group of one rank is the identity
+// and a larger group is an error.
+Status runCpuKernel(const KernelCall& call, const CpuGroupAllReduce& groupAllReduce);
 Status runCpuKernel(const KernelCall& call);
 // grad_norm: norm = sqrt(Σ grads g² + reduce(Σ sharded g²)), sums in double; clips both lists in place
 // when max_norm > 0. `reduceSharded` all-reduces (sum) its argument across call.group in place.

@@ -11,6 +11,9 @@
 // Collective ops (all_reduce, all_gather, reduce_scatter) and grad_norm's `sharded` list act on the
 // group of `rank` on the op's `axis` (Mesh::group); all_reduce issues one backend all-reduce per buffer
 // of `x`, in list order, and every collective is waited for on the default stream before the next op.
+// Ops with attr `shard_axis` (vocabulary-parallel embedding and cross entropy) get the group of `rank`
+// on that axis and the rank's vocabulary slice (KernelCall::vocabShard); the cross entropy's
+// all-reduces run inside its kernel launch, through the backend.
 // The data source is per rank: the caller binds the rank's dp coordinate into it (Train.h).
 //
 // Errors from an op carry where it is: "<program file>: subroutine 'backward' op 3 (linear_bwd_input,

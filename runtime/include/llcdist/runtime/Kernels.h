@@ -18,6 +18,7 @@
 #include "llcdist/runtime/Status.h"
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace llcdist::rt {
@@ -41,17 +42,37 @@ void linearBackwardWeight(const float* dy, const float* x, float* dw, int64_t M,
                           WeightLayout layout, bool accumulate);
 // db[N] = column sums of dy[M,N].
 void linearBackwardBias(const float* dy, float* db, int64_t M, int64_t N, bool accumulate);
+// y[M,N] += bias[N] in place (a row-parallel linear's bias, added after the tensor-parallel all-reduce).
+void biasAddForward(float* y, const float* bias, int64_t M, int64_t N);
+
+// ---------------------------------------------------------------------------------------------------
+// Vocabulary parallelism (Megatron VocabParallelEmbedding / vocab_parallel_cross_entropy).
+// ---------------------------------------------------------------------------------------------------
+// A vocabulary of V·count entries split into `count` contiguous slices of V; this rank holds slice
+// `index`, the global ids [index·V, (index+1)·V). {0, 1} is the unsharded case.
+struct VocabShard {
+  int64_t index = 0;
+  int64_t count = 1;
+};
+// All-reduces buf[n] (double) in place across the members of the vocabulary shards' group: the
+// maximum when `max`, else the sum. Must reduce in member order and give every member identical bits
+// (the communicator's rule); any error (abort, timeout, mismatch) is returned as is.
+using ShardAllReduceF64 = std::function<Status(double* buf, int64_t n, bool max)>;
 
 // ---------------------------------------------------------------------------------------------------
 // Embeddings (Embedding.cpp).
 // ---------------------------------------------------------------------------------------------------
 // out[M,H] = table[ids[m], :]; table [V,H]. An id outside [0,V) is an error (out is then unspecified).
+// Vocabulary-parallel (shard.count > 1): table holds global rows [c·V, (c+1)·V), c = shard.index; an id
+// in that range reads its local row, an id elsewhere in [0, V·count) gives a zero row (the plan sums
+// the partial outputs over the shards), an id outside [0, V·count) is an error.
 Status embeddingForward(const int32_t* ids, const float* table, float* out, int64_t M, int64_t V,
-                        int64_t H);
+                        int64_t H, const VocabShard& shard = {});
 // dtable[V,H] (+)= scatter-add of dout[M,H] rows at ids, in order m = 0..M-1. With accumulate=false the
-// whole table gradient is zeroed first (rows not referenced get 0).
+// whole table gradient is zeroed first (rows not referenced get 0). Vocabulary-parallel: only the ids
+// of this shard's range scatter (into their local rows); ids outside [0, V·count) are an error.
 Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V,
-                         int64_t H, bool accumulate);
+                         int64_t H, bool accumulate, const VocabShard& shard = {});
 
 // GPT-2 learned positions: y[B,S,H] = x[B,S,H] + wpe[s,:] (wpe [P,H], requires S <= P). y may alias x.
 // The input gradient is the identity (dx = dy), so there is no backward-input function.
@@ -160,6 +181,23 @@ Status crossEntropyForward(const float* logits, const int32_t* targets, float* l
 // under gradient accumulation over `micro` microbatches. dlogits may alias logits.
 Status crossEntropyBackward(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
                             int64_t V, float scale);
+
+// Vocabulary-parallel cross entropy (Megatron's vocab_parallel_cross_entropy): logits [M,V] hold the
+// global columns [c·V, (c+1)·V) of a V·count vocabulary (c = shard.index); targets are global ids in
+// [0, V·count) (checked before any collective). Per row: the global max (all-reduce max), then
+// Σ exp(x - max) and the target's logit (0 on the shards that do not own it) in one all-reduce sum of
+// 2·M doubles; loss_m = max + log(sumexp) - target_logit, *meanLoss its mean (accumulated in double,
+// in row order). The same max subtraction in f32 and per-element terms as crossEntropyForward, so the
+// result equals the unsharded one up to the order of the Σ exp terms; every member gets identical
+// bits. `reduce` is called exactly twice, by every member alike (also when shard.count == 1).
+Status crossEntropyForwardVocabParallel(const float* logits, const int32_t* targets, double* meanLoss, int64_t M,
+                                        int64_t V, const VocabShard& shard, const ShardAllReduceF64& reduce);
+// dlogits[M,V] = (softmax_global(logits) - onehot(targets)) · scale on the local columns; the global
+// max and Σ exp are recomputed with the same two all-reduces as the forward. dlogits may alias
+// logits.
+Status crossEntropyBackwardVocabParallel(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
+                                         int64_t V, float scale, const VocabShard& shard,
+                                         const ShardAllReduceF64& reduce);
 
 // ---------------------------------------------------------------------------------------------------
 // Optimizers, gradient clipping, LR schedules (Optimizer.cpp), matching torch.optim.

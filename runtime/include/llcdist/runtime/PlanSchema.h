@@ -40,6 +40,9 @@ inline constexpr std::array<std::string_view, 2> kWeightLayouts = {"out_in", "in
 inline constexpr std::array<std::string_view, 3> kMeshAxes = {"dp", "tp", "pp"};
 // manifest.mesh.rank_order default (fastest-varying axis first): Megatron's order.
 inline constexpr std::array<std::string_view, 3> kDefaultRankOrder = {"tp", "dp", "pp"};
+// The optional attr of embedding_fwd / embedding_bwd_weight / cross_entropy_fwd / cross_entropy_bwd that
+// makes them vocabulary-parallel over one mesh axis (the op's V is then the local vocabulary slice).
+inline constexpr std::string_view kShardAxisAttr = "shard_axis";
 // Collective reduction ops (attr `op` of all_reduce / reduce_scatter).
 inline constexpr std::array<std::string_view, 3> kReduceOpNames = {"sum", "avg", "max"};
 // reduce_scatter supports only these in this version.
@@ -76,7 +79,7 @@ enum class OpKind {
   kEmbeddingFwd, kEmbeddingBwdWeight, kPosEmbeddingFwd, kPosEmbeddingBwdWeight,
   kLayerNormFwd, kLayerNormBwdInput, kLayerNormBwdWeight,
   kRmsNormFwd, kRmsNormBwdInput, kRmsNormBwdWeight,
-  kLinearFwd, kLinearBwdInput, kLinearBwdWeight, kLinearBwdBias,
+  kLinearFwd, kLinearBwdInput, kLinearBwdWeight, kLinearBwdBias, kBiasAdd,
   kSplitFwd, kSplitBwd, kRopeFwd, kRopeBwd, kAttentionFwd, kAttentionBwd,
   kGeluTanhFwd, kGeluTanhBwd, kSwigluFwd, kSwigluBwd, kAdd, kAccumulate, kCopy,
   kCrossEntropyFwd, kCrossEntropyBwd, kGradNorm, kAdamW, kSgd,
@@ -131,9 +134,10 @@ inline constexpr A kLoadArgs[] = {{"ids", One, I, W}, {"targets", One, I, W}};
 inline constexpr T kLoadAttrs[] = {{"B", Int}, {"S", Int}};
 inline constexpr A kZeroArgs[] = {{"x", List, Any, W}};
 inline constexpr A kEmbFwdArgs[] = {{"ids", One, I, R}, {"table", One, F, R}, {"out", One, F, W}};
-inline constexpr T kEmbFwdAttrs[] = {{"M", Int}, {"V", Int}, {"H", Int}};
+// `shard_axis` (optional): vocabulary-parallel table; V is the local row count (see plan-format.md).
+inline constexpr T kEmbFwdAttrs[] = {{"M", Int}, {"V", Int}, {"H", Int}, {"shard_axis", Str, false}};
 inline constexpr A kEmbBwdArgs[] = {{"ids", One, I, R}, {"dout", One, F, R}, {"dtable", One, F, RW}};
-inline constexpr T kEmbBwdAttrs[] = {{"M", Int}, {"V", Int}, {"H", Int}, {"accumulate", Bool}};
+inline constexpr T kEmbBwdAttrs[] = {{"M", Int}, {"V", Int}, {"H", Int}, {"accumulate", Bool}, {"shard_axis", Str, false}};
 inline constexpr A kPosFwdArgs[] = {{"x", One, F, R}, {"wpe", One, F, R}, {"y", One, F, W, "x"}};
 inline constexpr T kPosFwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}};
 inline constexpr A kPosBwdArgs[] = {{"dy", One, F, R}, {"dwpe", One, F, RW}};
@@ -159,6 +163,9 @@ inline constexpr T kLinBwdAttrs[] = {{"M", Int}, {"K", Int}, {"N", Int}, {"layou
 inline constexpr A kLinBwdWArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"dw", One, F, RW}};
 inline constexpr A kLinBwdBArgs[] = {{"dy", One, F, R}, {"db", One, F, RW}};
 inline constexpr T kLinBwdBAttrs[] = {{"M", Int}, {"N", Int}, {"accumulate", Bool}};
+// bias_add: y[M,N] += bias[N], in place.
+inline constexpr A kBiasAddArgs[] = {{"y", One, F, RW}, {"bias", One, F, R}};
+inline constexpr T kMNAttrs[] = {{"M", Int}, {"N", Int}};
 inline constexpr A kSplitFwdArgs[] = {{"x", One, F, R}, {"outs", List, F, W}};
 inline constexpr A kSplitBwdArgs[] = {{"douts", List, F, R}, {"dx", One, F, W}};
 inline constexpr T kSplitAttrs[] = {{"rows", Int}, {"sizes", Ints}};
@@ -188,7 +195,8 @@ inline constexpr A kCopyArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
 inline constexpr A kCeFwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}, {"loss", One, F, RW}};
 inline constexpr A kCeBwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R},
                                    {"dlogits", One, F, W, "logits"}};
-inline constexpr T kCeAttrs[] = {{"M", Int}, {"V", Int}, {"scale", Flt}};
+// `shard_axis` (optional): vocabulary-parallel logits; V is the local column count (see plan-format.md).
+inline constexpr T kCeAttrs[] = {{"M", Int}, {"V", Int}, {"scale", Flt}, {"shard_axis", Str, false}};
 // `sharded` (optional list) holds gradients of sharded params: their squared sums are all-reduced
 // over `axis` (required iff `sharded` is present).
 inline constexpr A kGradNormArgs[] = {{"grads", List, F, RW}, {"norm", One, F, W}, {"sharded", OptList, F, RW}};
@@ -232,6 +240,7 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kLinearBwdInput, "linear_bwd_input", detail::kLinBwdInArgs, detail::kLinBwdAttrs),
     detail::op(OpKind::kLinearBwdWeight, "linear_bwd_weight", detail::kLinBwdWArgs, detail::kLinBwdAttrs),
     detail::op(OpKind::kLinearBwdBias, "linear_bwd_bias", detail::kLinBwdBArgs, detail::kLinBwdBAttrs),
+    detail::op(OpKind::kBiasAdd, "bias_add", detail::kBiasAddArgs, detail::kMNAttrs),
     detail::op(OpKind::kSplitFwd, "split_fwd", detail::kSplitFwdArgs, detail::kSplitAttrs),
     detail::op(OpKind::kSplitBwd, "split_bwd", detail::kSplitBwdArgs, detail::kSplitAttrs),
     detail::op(OpKind::kRopeFwd, "rope_fwd", detail::kRopeFwdArgs, detail::kRopeAttrs),

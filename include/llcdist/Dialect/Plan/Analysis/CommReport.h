@@ -9,7 +9,8 @@
 
 namespace llcdist::plan {
 
-/// One collective kernel of the program, counted over one training step.
+/// The collectives of the program with one kind, axis, payload and reason
+/// (e.g. every layer's row-parallel output all-reduce), over one step.
 struct CollectiveEntry {
   std::string kind;   ///< all_reduce, all_gather, reduce_scatter
   std::string axis;   ///< dp, tp, pp
@@ -25,6 +26,7 @@ struct CollectiveEntry {
 
 struct CommReport {
   std::vector<CollectiveEntry> entries;
+  int64_t localParameters = 0; ///< parameter elements one rank holds
   double ringBytesPerStep() const;
 };
 

@@ -244,4 +244,33 @@ def XF_AllReduceLossOp : XF_Op<"all_reduce_loss", [MemoryEffects<[MemRead, MemWr
   let hasVerifier = 1;
 }
 
+def XF_AllReduceOp : XF_Op<"all_reduce", [SameOperandsAndResultType]> {
+  let summary = "sum a partial value over a mesh axis (Megatron's f/g operators)";
+  let description = [{
+    Inserted by `llcdist-partition` after an op whose result is a partial sum
+    over `axis`: a row-parallel linear's output, a column-parallel linear's
+    input gradient, a vocabulary-parallel embedding lookup. `reason` is the
+    provenance.
+
+    ```mlir
+    %y = xf.all_reduce %p {axis = "tp", reason = "..."} : tensor<2x16x64xf32>
+    ```
+  }];
+  let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, StrAttr:$reason);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def XF_BiasAddOp : XF_Op<"bias_add", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "add a bias over the last dimension";
+  let description = [{
+    `input` [..., N] + `bias` [N]. A row-parallel linear adds its bias after
+    the tensor-parallel all-reduce (once, not once per rank).
+  }];
+  let arguments = (ins XF_FloatTensor:$input, XF_FloatTensor:$bias);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $bias attr-dict `:` functional-type(operands, results)";
+}
+
 #endif

@@ -1,0 +1,464 @@
+//===- TensorParallel.cpp - Megatron tensor parallelism over tp -----------===//
+//
+// The strategy is Megatron-LM's, read off the graph's structure:
+//  - a linear whose every user is a residual xf.add is ROW-parallel (its
+//    weight split on the input dimension; the output is a partial sum, so an
+//    all-reduce follows, then the bias, added once);
+//  - a linear feeding the loss is the VOCABULARY-parallel LM head (its weight
+//    split on the vocabulary; the loss is Megatron's vocab-parallel
+//    cross-entropy, so the full logits are never gathered);
+//  - every other linear is COLUMN-parallel (weight and bias split on the
+//    output dimension; a fused q|k|v output consumed by an xf.split of k
+//    equal parts is split per part: blocks = k);
+//  - token embeddings are vocabulary-parallel (a masked lookup, then an
+//    all-reduce); norms, position tables and row-parallel biases replicate.
+// Shardings then propagate through every op, forward and backward, into
+// layer bodies; partial sums are all-reduced where they are produced
+// (Megatron's f and g operators: a row-parallel output forward, a
+// column-parallel input gradient backward).
+//
+//===----------------------------------------------------------------------===//
+#include "TensorParallel.h"
+
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace llcdist::xf;
+
+namespace {
+struct TP {
+  enum Kind { R, Split, Partial } kind = R;
+  int64_t dim = 0, blocks = 1;
+  bool operator==(const TP &o) const {
+    return kind == o.kind && (kind != Split || (dim == o.dim && blocks == o.blocks));
+  }
+  bool operator!=(const TP &o) const { return !(*this == o); }
+  static TP split(int64_t dim, int64_t blocks = 1) { return {Split, dim, blocks}; }
+};
+
+int64_t rank(Value v) { return cast<RankedTensorType>(v.getType()).getRank(); }
+int64_t lastDimOf(Value v) { return rank(v) - 1; }
+
+enum class Role { Column, Row, Vocab };
+
+class TensorParallel {
+public:
+  TensorParallel(ModuleOp module, int64_t tp) : module(module), tp(tp), symbols(module) {}
+
+  LogicalResult run() {
+    func::FuncOp entry = getEntryFunction(module);
+    if (!entry)
+      return failure();
+    if (failed(chooseStrategy()))
+      return failure();
+    if (failed(propagate(entry.getBody().front())))
+      return failure();
+    return applyTypes();
+  }
+
+private:
+  //===--------------------------------------------------------------------===//
+  // Strategy: parameter shardings from the roles of the linears.
+  //===--------------------------------------------------------------------===//
+  LogicalResult setParam(Value v, TP s) {
+    auto p = v.getDefiningOp<ParamOp>();
+    if (!p)
+      return emitError(v.getLoc(), "llcdist-partition: tensor parallelism needs "
+                                   "this weight to be an xf.param");
+    auto [it, inserted] = params.try_emplace(p.getName(), s);
+    if (!inserted && it->second != s)
+      return p.emitOpError("llcdist-partition: parameter '")
+             << p.getName() << "' would be split two ways (a tied weight used by "
+             << "ops whose tensor-parallel splits differ)";
+    return success();
+  }
+
+  LogicalResult chooseStrategy() {
+    WalkResult r = module.walk([&](Operation *op) -> WalkResult {
+      if (auto e = dyn_cast<EmbeddingOp>(op))
+        return failed(setParam(e.getTable(), TP::split(0))) ? WalkResult::interrupt()
+                                                            : WalkResult::advance();
+      auto lin = dyn_cast<LinearOp>(op);
+      if (!lin)
+        return WalkResult::advance();
+      bool outIn = lin.getLayout() == WeightLayout::OutIn;
+      auto users = llvm::to_vector(lin->getUsers());
+      Role role = Role::Column;
+      if (!users.empty() && llvm::all_of(users, [](Operation *u) { return isa<AddOp>(u); }) &&
+          lin->getParentOfType<func::FuncOp>()->hasAttr(kLayerBodyAttr))
+        role = Role::Row;
+      else if (llvm::any_of(users, [](Operation *u) { return isa<CrossEntropyOp>(u); }))
+        role = Role::Vocab;
+      int64_t blocks = 1;
+      if (users.size() == 1)
+        if (auto sp = dyn_cast<SplitOp>(users.front())) {
+          int64_t first = cast<RankedTensorType>(sp.getResult(0).getType()).getShape().back();
+          if (llvm::all_of(sp.getResults(), [&](Value v) {
+                return cast<RankedTensorType>(v.getType()).getShape().back() == first;
+              }))
+            blocks = sp.getNumResults();
+        }
+      roles[lin] = role;
+      LogicalResult ok = success();
+      if (role == Role::Row) {
+        ok = setParam(lin.getWeight(), TP::split(outIn ? 1 : 0));
+      } else {
+        ok = setParam(lin.getWeight(), TP::split(outIn ? 0 : 1, blocks));
+        if (succeeded(ok) && lin.getBias())
+          ok = setParam(lin.getBias(), TP::split(0, blocks));
+      }
+      return failed(ok) ? WalkResult::interrupt() : WalkResult::advance();
+    });
+    return failure(r.wasInterrupted());
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Propagation (in program order, into layer bodies at their calls).
+  //===--------------------------------------------------------------------===//
+  TP of(Value v) const { return state.lookup(v); }
+
+  LogicalResult propagate(Block &block) {
+    for (Operation &op : llvm::make_early_inc_range(block.without_terminator()))
+      if (failed(visit(&op)))
+        return failure();
+    return success();
+  }
+
+  /// Replaces `v`'s uses by its all-reduce over tp; the result replicates.
+  Value allReduce(Value v, Operation *after, StringRef reason) {
+    OpBuilder b(after->getContext());
+    b.setInsertionPointAfter(after);
+    auto ar = AllReduceOp::create(b, after->getLoc(), v, "tp", reason);
+    v.replaceAllUsesExcept(ar.getResult(), ar);
+    state[ar.getResult()] = TP{};
+    return ar.getResult();
+  }
+
+  /// Marks `v` a partial sum over tp, reduced where first needed whole.
+  void partial(Value v, StringRef reason) {
+    state[v] = TP{TP::Partial};
+    partialReason[v] = reason.str();
+  }
+
+  LogicalResult mismatch(Operation *op) {
+    return op->emitOpError("llcdist-partition: no tensor-parallel rule for these "
+                           "operand shardings");
+  }
+
+  /// Marks the attention heads local: num_heads and num_kv_heads over tp.
+  template <typename AttnOp> LogicalResult localHeads(AttnOp op) {
+    int64_t nh = op.getNumHeads(), nkv = op.getNumKvHeads();
+    if (nh % tp != 0 || nkv % tp != 0)
+      return op.emitOpError("llcdist-partition: tp=")
+             << tp << " must divide num_heads=" << nh << " and num_kv_heads=" << nkv
+             << " (replicating kv heads across tensor-parallel ranks is not "
+                "implemented; choose tp dividing the kv heads)";
+    Builder b(op.getContext());
+    op.setNumHeadsAttr(b.getI64IntegerAttr(nh / tp));
+    op.setNumKvHeadsAttr(b.getI64IntegerAttr(nkv / tp));
+    return success();
+  }
+
+  void markVocabParallel(Operation *op) {
+    op->setAttr("xf.vocab_parallel_axis", StringAttr::get(op->getContext(), "tp"));
+  }
+
+  /// A partial sum stays partial through sums of partial sums (a column
+  /// linear's q, k and v input gradients add up before one all-reduce, as in
+  /// Megatron); any other consumer gets it all-reduced first, once.
+  void reducePartialOperands(Operation *op) {
+    bool sumOfPartials = isa<AddOp>(op) && llvm::all_of(op->getOperands(), [&](Value v) {
+                           return of(v).kind == TP::Partial;
+                         });
+    if (sumOfPartials || isa<AllReduceOp>(op))
+      return;
+    for (Value v : llvm::to_vector(op->getOperands()))
+      if (of(v).kind == TP::Partial)
+        allReduce(v, v.getDefiningOp(), partialReason.lookup(v));
+  }
+
+  LogicalResult visit(Operation *op) {
+    reducePartialOperands(op);
+    auto same = [&](Value from, ValueRange to) {
+      for (Value t : to)
+        state[t] = of(from);
+      return success();
+    };
+    return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+        .Case([&](ParamOp p) {
+          state[p.getResult()] = params.lookup(p.getName());
+          return success();
+        })
+        .Case([&](LayerOp call) { return visitLayer(call); })
+        .Case<AllReduceOp, BiasAddOp>([&](Operation *) { return success(); })
+        .Case([&](LinearOp lin) -> LogicalResult {
+          Role role = roles.lookup(lin);
+          TP x = of(lin.getInput());
+          if (role != Role::Row) {
+            if (x.kind != TP::R)
+              return mismatch(lin);
+            TP w = of(lin.getWeight());
+            state[lin.getResult()] = TP::split(lastDimOf(lin.getResult()), w.blocks);
+            return success();
+          }
+          if (x != TP::split(lastDimOf(lin.getInput())))
+            return mismatch(lin);
+          Value y = lin.getResult();
+          Operation *last = lin;
+          if (Value bias = lin.getBias()) {
+            // The bias joins after the all-reduce, once.
+            OpBuilder b(lin);
+            auto nobias = LinearOp::create(b, lin.getLoc(), y.getType(), lin.getLayout(),
+                                           lin.getInput(), lin.getWeight(), Value());
+            Value reduced = allReduce(nobias.getResult(), nobias,
+                                      "a row-parallel linear's output is a partial sum over tp");
+            b.setInsertionPointAfter(reduced.getDefiningOp());
+            auto withBias = BiasAddOp::create(b, lin.getLoc(), reduced, bias);
+            state[withBias.getResult()] = TP{};
+            y.replaceAllUsesWith(withBias.getResult());
+            lin.erase();
+            return success();
+          }
+          (void)last;
+          partial(y, "a row-parallel linear's output is a partial sum over tp");
+          return success();
+        })
+        .Case([&](SplitOp sp) -> LogicalResult {
+          TP x = of(sp.getInput());
+          if (x.kind == TP::R)
+            return same(sp.getInput(), sp.getResults());
+          if (x.kind != TP::Split || x.dim != lastDimOf(sp.getInput()) ||
+              x.blocks != int64_t(sp.getNumResults()))
+            return mismatch(sp);
+          for (Value r : sp.getResults())
+            state[r] = TP::split(lastDimOf(r));
+          return success();
+        })
+        .Case([&](ConcatOp c) -> LogicalResult {
+          if (llvm::all_of(c.getInputs(), [&](Value v) { return of(v).kind == TP::R; })) {
+            state[c.getResult()] = TP{};
+            return success();
+          }
+          for (Value v : c.getInputs())
+            if (of(v) != TP::split(lastDimOf(v)))
+              return mismatch(c);
+          state[c.getResult()] =
+              TP::split(lastDimOf(c.getResult()), c.getInputs().size());
+          return success();
+        })
+        .Case<RopeOp, RopeGradOp, GeluTanhOp>([&](Operation *o) {
+          return same(o->getOperand(0), o->getResults());
+        })
+        .Case([&](AddOp a) -> LogicalResult {
+          TP l = of(a.getLhs()), r = of(a.getRhs());
+          if (l.kind == TP::Partial && r.kind == TP::Partial) {
+            partial(a.getResult(), partialReason.lookup(a.getLhs()));
+            return success();
+          }
+          if (l != r)
+            return mismatch(a);
+          state[a.getResult()] = l;
+          return success();
+        })
+        .Case<GeluTanhGradOp, SwiGLUOp, SwiGLUGradOp>([&](Operation *o) -> LogicalResult {
+          for (Value v : o->getOperands())
+            if (of(v) != of(o->getOperand(0)))
+              return mismatch(o);
+          return same(o->getOperand(0), o->getResults());
+        })
+        .Case([&](AttentionOp at) -> LogicalResult {
+          TP q = of(at.getQ());
+          if (q.kind == TP::R && of(at.getK()).kind == TP::R)
+            return same(at.getQ(), at->getResults());
+          for (Value v : {at.getQ(), at.getK(), at.getV()})
+            if (of(v) != TP::split(2))
+              return mismatch(at);
+          state[at.getResult()] = TP::split(2);
+          if (at.getLse())
+            state[at.getLse()] = TP::split(1);
+          return localHeads(at);
+        })
+        .Case([&](AttentionGradOp g) -> LogicalResult {
+          for (Value v : {g.getDout(), g.getQ(), g.getK(), g.getV(), g.getOut()})
+            if (of(v) != TP::split(2))
+              return of(v).kind == TP::R ? same(g.getQ(), g->getResults()) : mismatch(g);
+          for (Value r : g->getResults())
+            state[r] = TP::split(2);
+          return localHeads(g);
+        })
+        .Case<LayerNormOp, RMSNormOp, LayerNormGradInputOp, LayerNormGradParamsOp,
+              RMSNormGradInputOp, RMSNormGradWeightOp, AddPositionEmbeddingOp,
+              AddPositionEmbeddingGradOp>([&](Operation *o) -> LogicalResult {
+          for (Value v : o->getOperands())
+            if (of(v).kind != TP::R)
+              return o->emitOpError("llcdist-partition: expects replicated operands "
+                                    "under tensor parallelism (sequence parallelism "
+                                    "would split them)");
+          return success();
+        })
+        .Case([&](EmbeddingOp e) -> LogicalResult {
+          if (of(e.getTable()).kind == TP::R)
+            return success();
+          markVocabParallel(e);
+          partial(e.getResult(), "a vocabulary-parallel embedding lookup is a partial "
+                                 "sum over tp (each rank holds a slice of the vocabulary)");
+          return success();
+        })
+        .Case([&](EmbeddingGradOp g) -> LogicalResult {
+          if (of(g.getDy()).kind != TP::R)
+            return mismatch(g);
+          // Which table it belongs to: the parameter it accumulates into.
+          for (Operation *u : g->getUsers())
+            if (auto acc = dyn_cast<AccumulateGradOp>(u))
+              if (params.lookup(acc.getName()).kind == TP::Split) {
+                markVocabParallel(g);
+                state[g.getResult()] = TP::split(0);
+              }
+          return success();
+        })
+        .Case([&](CrossEntropyOp ce) -> LogicalResult {
+          TP l = of(ce.getLogits());
+          if (l.kind == TP::R)
+            return success();
+          if (l != TP::split(lastDimOf(ce.getLogits())))
+            return mismatch(ce);
+          markVocabParallel(ce);
+          return success(); // the loss replicates (the kernel all-reduces)
+        })
+        .Case([&](CrossEntropyGradOp g) -> LogicalResult {
+          TP l = of(g.getLogits());
+          if (l.kind == TP::R)
+            return success();
+          markVocabParallel(g);
+          state[g.getResult()] = l;
+          return success();
+        })
+        .Case([&](LinearGradWeightOp g) -> LogicalResult {
+          TP dy = of(g.getDy()), x = of(g.getInput());
+          bool outIn = g.getLayout() == WeightLayout::OutIn;
+          if (dy.kind == TP::R && x.kind == TP::R)
+            return success();
+          if (dy.kind == TP::Split && x.kind == TP::R) // column / vocab
+            state[g.getResult()] = TP::split(outIn ? 0 : 1, dy.blocks);
+          else if (dy.kind == TP::R && x.kind == TP::Split) // row
+            state[g.getResult()] = TP::split(outIn ? 1 : 0);
+          else
+            return mismatch(g);
+          return success();
+        })
+        .Case([&](LinearGradBiasOp g) -> LogicalResult {
+          TP dy = of(g.getDy());
+          if (dy.kind == TP::Split)
+            state[g.getResult()] = TP::split(0, dy.blocks);
+          return success();
+        })
+        .Case([&](LinearGradInputOp g) -> LogicalResult {
+          TP dy = of(g.getDy()), w = of(g.getWeight());
+          bool outIn = g.getLayout() == WeightLayout::OutIn;
+          if (dy.kind == TP::R && w.kind == TP::R)
+            return success();
+          if (dy.kind == TP::R && w == TP::split(outIn ? 1 : 0)) { // row
+            state[g.getResult()] = TP::split(lastDimOf(g.getResult()));
+            return success();
+          }
+          if (dy.kind == TP::Split && w.kind == TP::Split && w.dim == (outIn ? 0 : 1)) {
+            partial(g.getResult(), "a column-parallel linear's input gradient is a "
+                                   "partial sum over tp");
+            return success();
+          }
+          return mismatch(g);
+        })
+        .Case([&](AccumulateGradOp acc) -> LogicalResult {
+          TP want = params.lookup(acc.getName()), got = of(acc.getGrad());
+          if (want != got)
+            return acc.emitOpError("llcdist-partition: the gradient of '")
+                   << acc.getName() << "' is not split like the parameter";
+          return success();
+        })
+        .Default([&](Operation *o) {
+          return o->emitOpError("llcdist-partition: no tensor-parallel rule for this op");
+        });
+  }
+
+  LogicalResult visitLayer(LayerOp call) {
+    auto body = symbols.lookup<func::FuncOp>(call.getCallee());
+    Block &block = body.getBody().front();
+    SmallVector<TP> args;
+    for (Value v : call.getOperands())
+      args.push_back(of(v));
+    auto [it, first] = bodyArgs.try_emplace(body, args);
+    if (!first && it->second != args)
+      return call.emitOpError("llcdist-partition: layer @")
+             << call.getCallee() << " is called with different tensor-parallel shardings";
+    if (first) {
+      for (auto [a, s] : llvm::zip(block.getArguments(), args))
+        state[a] = s;
+      if (failed(propagate(block)))
+        return failure();
+    }
+    auto ret = cast<func::ReturnOp>(block.getTerminator());
+    for (auto [r, v] : llvm::zip(call.getResults(), ret.getOperands()))
+      state[r] = of(v);
+    return success();
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Local types; parameters remember their global shape and split.
+  //===--------------------------------------------------------------------===//
+  LogicalResult applyTypes() {
+    Builder b(module.getContext());
+    WalkResult r = module.walk([&](ParamOp p) {
+      TP s = params.lookup(p.getName());
+      if (s.kind != TP::Split)
+        return WalkResult::advance();
+      p->setAttr("xf.sharding",
+                 b.getDictionaryAttr({b.getNamedAttr("axis", b.getStringAttr("tp")),
+                                      b.getNamedAttr("dim", b.getI64IntegerAttr(s.dim)),
+                                      b.getNamedAttr("blocks", b.getI64IntegerAttr(s.blocks)),
+                                      b.getNamedAttr("global_shape",
+                                                     b.getDenseI64ArrayAttr(p.getType().getShape()))}));
+      return WalkResult::advance();
+    });
+    (void)r;
+    for (auto &[value, s] : state) {
+      if (s.kind != TP::Split)
+        continue;
+      Value v = value;
+      auto t = cast<RankedTensorType>(v.getType());
+      SmallVector<int64_t> dims(t.getShape());
+      if (dims[s.dim] % (tp * s.blocks) != 0)
+        return emitError(v.getLoc(), "llcdist-partition: tp=")
+               << tp << " does not divide dimension " << s.dim << " of " << t
+               << (s.blocks > 1 ? " (per block)" : "");
+      dims[s.dim] /= tp;
+      v.setType(RankedTensorType::get(dims, t.getElementType()));
+    }
+    for (auto fn : module.getOps<func::FuncOp>()) {
+      if (fn.isExternal())
+        continue;
+      Block &blk = fn.getBody().front();
+      fn.setFunctionType(FunctionType::get(fn.getContext(), blk.getArgumentTypes(),
+                                           blk.getTerminator()->getOperandTypes()));
+    }
+    return success();
+  }
+
+  ModuleOp module;
+  int64_t tp;
+  SymbolTable symbols;
+  llvm::StringMap<TP> params;
+  llvm::DenseMap<Operation *, Role> roles;
+  llvm::DenseMap<Value, TP> state;
+  llvm::DenseMap<Value, std::string> partialReason;
+  llvm::DenseMap<Operation *, SmallVector<TP>> bodyArgs;
+};
+} // namespace
+
+LogicalResult llcdist::xf::partitionTensorParallel(ModuleOp module, int64_t tp) {
+  return TensorParallel(module, tp).run();
+}

@@ -1,0 +1,63 @@
+// RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-partition | FileCheck %s --check-prefix=LLAMA
+// RUN: llc-dist compile --emit xf %models/tiny-gpt2.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-partition | FileCheck %s --check-prefix=GPT2
+// RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=8 --seq-len 8 --quiet | not llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-partition 2>&1 | FileCheck %s --check-prefix=GQA
+
+// Megatron tensor parallelism, tp = 2, on tiny Llama (8 heads, 4 kv heads,
+// hidden 64, intermediate 128, vocab 256).
+
+// Attention: q, k, v column-parallel (split on their output features: the
+// heads), o_proj row-parallel, one all-reduce of its output; each rank runs
+// 4 query heads and 2 kv heads (GQA kept).
+// LLAMA-LABEL: func.func private @llama_decoder_layer(
+// LLAMA: xf.param "model.layers.{i}.self_attn.q_proj.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 64, 64>}} : tensor<32x64xf32>
+// LLAMA: xf.param "model.layers.{i}.self_attn.k_proj.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 32, 64>}} : tensor<16x64xf32>
+// LLAMA: xf.attention {{.+}} {head_dim = 8 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<1x8x32xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>)
+// LLAMA: xf.param "model.layers.{i}.self_attn.o_proj.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 1 : i64, global_shape = array<i64: 64, 64>}} : tensor<64x32xf32>
+// LLAMA: %[[O:.+]] = xf.linear out_in %{{.+}}, %{{.+}} : (tensor<1x8x32xf32>, tensor<64x32xf32>) -> tensor<1x8x64xf32>
+// LLAMA-NEXT: %[[OR:.+]] = xf.all_reduce %[[O]] {axis = "tp", reason = "a row-parallel linear's output is a partial sum over tp"}
+// LLAMA-NEXT: xf.add %arg0, %[[OR]]
+// The MLP: gate and up column-parallel, down row-parallel, one all-reduce.
+// LLAMA: xf.param "model.layers.{i}.mlp.gate_proj.weight" {{.+}} : tensor<64x64xf32>
+// LLAMA: xf.swiglu {{.+}} : tensor<1x8x64xf32>
+// LLAMA: xf.param "model.layers.{i}.mlp.down_proj.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 1 : i64, global_shape = array<i64: 64, 128>}} : tensor<64x64xf32>
+// LLAMA: xf.all_reduce
+// LLAMA-NOT: xf.all_reduce
+// LLAMA: return
+// Backward: the input gradients of q, k and v (and of gate and up) are summed
+// while still partial, then all-reduced once before the norm's backward.
+// LLAMA-LABEL: func.func private @llama_decoder_layer_bwd(
+// LLAMA: %[[DU:.+]] = xf.linear_grad_input out_in %dup, {{.+}} -> tensor<1x8x64xf32>
+// LLAMA: %[[DG:.+]] = xf.linear_grad_input out_in %dgate, {{.+}} -> tensor<1x8x64xf32>
+// LLAMA-NEXT: %[[SUM:.+]] = xf.add %[[DU]], %[[DG]]
+// LLAMA-NEXT: %[[RED:.+]] = xf.all_reduce %[[SUM]] {axis = "tp", reason = "a column-parallel linear's input gradient is a partial sum over tp"}
+// LLAMA: xf.rms_norm_grad_input %[[RED]]
+// LLAMA: xf.attention_grad {{.+}} {head_dim = 8 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64}
+// LLAMA-COUNT-3: xf.linear_grad_input out_in
+// LLAMA: %[[QKV:.+]] = xf.add
+// LLAMA-NEXT: xf.all_reduce %[[QKV]]
+// LLAMA-NOT: xf.all_reduce
+// LLAMA: return
+// The vocabulary-parallel embedding (a masked lookup, then an all-reduce) and
+// the vocabulary-parallel loss: the LM head is split on the vocabulary and
+// the full logits are never gathered.
+// LLAMA-LABEL: func.func @train_step
+// LLAMA: xf.param "model.embed_tokens.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 256, 64>}} : tensor<128x64xf32>
+// LLAMA-NEXT: %[[E:.+]] = xf.embedding %{{.+}}, %{{.+}} {xf.vocab_parallel_axis = "tp"}
+// LLAMA-NEXT: xf.all_reduce %[[E]] {axis = "tp", reason = "a vocabulary-parallel embedding lookup is a partial sum over tp (each rank holds a slice of the vocabulary)"}
+// LLAMA: xf.param "lm_head.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 256, 64>}} : tensor<128x64xf32>
+// LLAMA: %[[LOGITS:.+]] = xf.linear out_in {{.+}} -> tensor<1x8x128xf32>
+// LLAMA-NEXT: xf.cross_entropy %[[LOGITS]], %{{.+}} {xf.vocab_parallel_axis = "tp"}
+// LLAMA-NEXT: xf.cross_entropy_grad %[[LOGITS]], %{{.+}} {scale = 1.250000e-01 : f64, xf.vocab_parallel_axis = "tp"}
+
+// GPT-2: the fused c_attn is split per q|k|v block (blocks = 3), its bias
+// too; the row-parallel c_proj adds its bias once, after the all-reduce.
+// GPT2: xf.param "transformer.h.{i}.attn.c_attn.weight" {xf.sharding = {axis = "tp", blocks = 3 : i64, dim = 1 : i64, global_shape = array<i64: 64, 192>}} : tensor<64x96xf32>
+// GPT2: xf.param "transformer.h.{i}.attn.c_attn.bias" {xf.sharding = {axis = "tp", blocks = 3 : i64, dim = 0 : i64, global_shape = array<i64: 192>}} : tensor<96xf32>
+// GPT2: xf.split {{.+}} : tensor<1x8x96xf32> -> tensor<1x8x32xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>
+// GPT2: xf.param "transformer.h.{i}.attn.c_proj.bias" : tensor<64xf32>
+// GPT2: %[[P:.+]] = xf.linear in_out %{{.+}}, %{{.+}} : (tensor<1x8x32xf32>, tensor<32x64xf32>) -> tensor<1x8x64xf32>
+// GPT2-NEXT: %[[PR:.+]] = xf.all_reduce %[[P]]
+// GPT2-NEXT: xf.bias_add %[[PR]], %{{.+}} : (tensor<1x8x64xf32>, tensor<64xf32>) -> tensor<1x8x64xf32>
+
+// Grouped-query attention: tp must divide the kv heads.
+// GQA: error: 'xf.attention' op llcdist-partition: tp=8 must divide num_heads=8 and num_kv_heads=4 (replicating kv heads across tensor-parallel ranks is not implemented; choose tp dividing the kv heads)

@@ -26,6 +26,11 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   opt.momentum = o.momentum;
   opt.gradClip = o.gradClip;
   pm.addPass(xf::createAddOptimizer(opt));
+  if (o.mesh.tp > 1) {
+    pm.addPass(xf::createMegatronTP());
+    if (o.replicateEmbeddings)
+      pm.addPass(xf::createTPReplicateEmbeddings());
+  }
   pm.addPass(xf::createPartition());
   pm.addPass(createLowerToPlan());
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
@@ -47,6 +52,7 @@ struct TrainingPipelineCLOptions
   Option<double> weightDecay{*this, "weight-decay", llvm::cl::init(-1.0)};
   Option<double> momentum{*this, "momentum", llvm::cl::init(0.0)};
   Option<double> gradClip{*this, "grad-clip", llvm::cl::init(0.0)};
+  Option<bool> replicateEmbeddings{*this, "tp-replicate-embeddings", llvm::cl::init(false)};
 };
 } // namespace
 
@@ -67,6 +73,7 @@ void llcdist::registerPipelines() {
         o.weightDecay = c.weightDecay;
         o.momentum = c.momentum;
         o.gradClip = c.gradClip;
+        o.replicateEmbeddings = c.replicateEmbeddings;
         buildTrainingPipeline(pm, o);
       });
 }

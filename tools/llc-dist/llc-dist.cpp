@@ -90,6 +90,9 @@ pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=1 (default dp=1,tp=1,pp=1);
                          plans support dp today (tp and pp with --emit xf)
+  --tp-embeddings vocab-parallel|replicated
+                         under tp: Megatron's vocabulary-parallel embedding,
+                         LM head and loss (default), or keep them whole
   --rank-order AXES      axes from fastest- to slowest-varying in the rank
                          number (default tp,dp,pp: Megatron's)
   --topology FILE        the cluster (GPUs per node, link bandwidths; see
@@ -381,13 +384,19 @@ Analytic analytic(const plan::CollectiveEntry &e, int64_t localParams, ModuleOp 
   auto get = [&](StringRef k) { return model.getAs<IntegerAttr>(k).getInt(); };
   int64_t b = get("micro_batch"), s = get("seq_len"), h = get("hidden_size"),
           L = get("num_layers"), M = get("microbatches");
+  // A vocabulary-parallel LM head adds one input-gradient all-reduce.
+  bool vocabParallel = false;
+  m.walk([&](plan::KernelOp k) {
+    vocabParallel |= k.getKernel() == "cross_entropy_fwd" && k.getParams().get("shard_axis");
+  });
   double bsh = 4.0 * double(b * s * h);
   StringRef reason = e.reason;
   if (reason.starts_with("a row-parallel"))
     return {"b·s·h·4, 2 per layer per microbatch (attention and MLP outputs)", bsh, 2 * L * M};
   if (reason.starts_with("a column-parallel"))
-    return {"b·s·h·4, 2 per layer + the LM head, per microbatch (input gradients)", bsh,
-            (2 * L + 1) * M};
+    return {vocabParallel ? "b·s·h·4, 2 per layer + the LM head, per microbatch (input gradients)"
+                          : "b·s·h·4, 2 per layer per microbatch (input gradients)",
+            bsh, (2 * L + (vocabParallel ? 1 : 0)) * M};
   if (reason.starts_with("a vocabulary-parallel embedding"))
     return {"b·s·h·4, once per microbatch", bsh, M};
   return {};
@@ -632,6 +641,12 @@ int runCompile(Args &args) {
       train.momentum = parseDouble("--momentum", *v);
     else if (auto v = args.value(a, "--grad-clip"))
       train.gradClip = parseDouble("--grad-clip", *v);
+    else if (auto v = args.value(a, "--tp-embeddings")) {
+      if (*v != "vocab-parallel" && *v != "replicated")
+        throw UsageError{"--tp-embeddings must be vocab-parallel or replicated, got '" +
+                         *v + "'"};
+      train.replicateEmbeddings = *v == "replicated";
+    }
     else if (auto v = args.value(a, "-o"))
       output = *v;
     else if (auto v = args.value(a, "--format"))

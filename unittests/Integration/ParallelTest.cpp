@@ -29,7 +29,8 @@ struct Trained {
 };
 
 Trained train(const std::string &model, int64_t dp, int64_t tp,
-              int64_t microBatch, const std::string &optimizer) {
+              int64_t microBatch, const std::string &optimizer,
+              bool replicateEmbeddings = false) {
   TrainingShape shape;
   shape.seqLen = 16;
   shape.microBatch = microBatch;
@@ -37,12 +38,14 @@ Trained train(const std::string &model, int64_t dp, int64_t tp,
   TrainingPipelineOptions opt;
   opt.mesh.dp = dp;
   opt.mesh.tp = tp;
+  opt.replicateEmbeddings = replicateEmbeddings;
   opt.optimizer = optimizer;
   opt.lr = optimizer == "sgd" ? 0.05 : 2e-3; // golden() knows AdamW's lr
   opt.momentum = optimizer == "sgd" ? 0.9 : 0.0;
   opt.gradClip = 1.0;
   std::string tag = "dp" + std::to_string(dp) + "-tp" + std::to_string(tp) + "-mb" +
-                    std::to_string(microBatch) + optimizer;
+                    std::to_string(microBatch) + optimizer +
+                    (replicateEmbeddings ? "-repl" : "");
   std::string dir = test::compilePlan(model, shape, opt, tag);
   EXPECT_FALSE(dir.empty());
   rt::RunOptions o;
@@ -138,3 +141,16 @@ TEST(Parallel, TinyGPT2SGD) { golden("tiny-gpt2", "sgd"); }
 TEST(Parallel, TinyGPT2AdamW) { golden("tiny-gpt2", "adamw"); }
 TEST(Parallel, TinyLlamaSGD) { golden("tiny-llama", "sgd"); }
 TEST(Parallel, TinyLlamaAdamW) { golden("tiny-llama", "adamw"); }
+
+// The strategy variant of docs/writing-a-sharding-pass.md
+// (llcdist-tp-replicate-embeddings) is held to the same golden rule.
+TEST(Parallel, ReplicatedEmbeddingsStrategy) {
+  for (const char *model : {"tiny-gpt2", "tiny-llama"}) {
+    Trained ref = train(model, 1, 1, 8, "sgd");
+    for (auto [dp, tp] : {std::pair<int64_t, int64_t>{1, 2}, {2, 4}})
+      expectSame(ref, train(model, dp, tp, 8 / dp, "sgd", /*replicateEmbeddings=*/true),
+                 std::string(model) + " replicated embeddings dp=" + std::to_string(dp) +
+                     " tp=" + std::to_string(tp),
+                 Tolerance{});
+  }
+}

@@ -17,9 +17,13 @@ struct TrainingPipelineOptions {
   double weightDecay = -1; ///< -1: torch's default for the optimizer
   double momentum = 0, gradClip = 0;
   int64_t warmup = 0, totalSteps = 0;
+  /// Under tp: keep the embeddings and the LM head whole instead of
+  /// vocabulary-parallel (llcdist-tp-replicate-embeddings).
+  bool replicateEmbeddings = false;
 };
 
-/// The forward pipeline, then llcdist-autodiff, llcdist-add-optimizer,
+/// The forward pipeline, then llcdist-autodiff, llcdist-add-optimizer, under
+/// tp the strategy (llcdist-megatron-tp [+ llcdist-tp-replicate-embeddings]),
 /// llcdist-partition, llcdist-lower-to-plan and, on the program,
 /// llcdist-plan-memory: the pipeline of `llc-dist compile --emit plan`.
 void buildTrainingPipeline(mlir::OpPassManager &pm,

@@ -1,21 +1,18 @@
-//===- TensorParallel.cpp - Megatron tensor parallelism over tp -----------===//
+//===- TensorParallel.cpp - tensor parallelism over tp ---------------------===//
 //
-// The strategy is Megatron-LM's, read off the graph's structure:
-//  - a linear whose every user is a residual xf.add is ROW-parallel (its
-//    weight split on the input dimension; the output is a partial sum, so an
-//    all-reduce follows, then the bias, added once);
-//  - a linear feeding the loss is the VOCABULARY-parallel LM head (its weight
-//    split on the vocabulary; the loss is Megatron's vocab-parallel
-//    cross-entropy, so the full logits are never gathered);
-//  - every other linear is COLUMN-parallel (weight and bias split on the
-//    output dimension; a fused q|k|v output consumed by an xf.split of k
-//    equal parts is split per part: blocks = k);
-//  - token embeddings are vocabulary-parallel (a masked lookup, then an
-//    all-reduce); norms, position tables and row-parallel biases replicate.
-// Shardings then propagate through every op, forward and backward, into
-// layer bodies; partial sums are all-reduced where they are produced
-// (Megatron's f and g operators: a row-parallel output forward, a
-// column-parallel input gradient backward).
+// The strategy arrives as annotations: `xf.tp_split = {dim, blocks}` on the
+// xf.param ops to split over tp (llcdist-megatron-tp writes Megatron-LM's;
+// other strategy passes may write others). Everything else follows from
+// propagation, forward and backward, into layer bodies:
+//  - a linear whose weight is split on its output dimension (column-parallel)
+//    takes a replicated input and yields a split output (split per block for a
+//    fused q|k|v); one split on its input dimension (row-parallel) takes a
+//    split input and yields a partial sum, all-reduced before its bias is
+//    added once; a replicated weight keeps everything replicated;
+//  - a token embedding with a split table is a masked lookup (partial sum);
+//    a loss over split logits is the vocabulary-parallel cross-entropy;
+//  - partial sums stay partial through sums of partial sums and are
+//    all-reduced where first needed whole (Megatron's f and g operators).
 //
 //===----------------------------------------------------------------------===//
 #include "TensorParallel.h"
@@ -44,8 +41,6 @@ struct TP {
 int64_t rank(Value v) { return cast<RankedTensorType>(v.getType()).getRank(); }
 int64_t lastDimOf(Value v) { return rank(v) - 1; }
 
-enum class Role { Column, Row, Vocab };
-
 class TensorParallel {
 public:
   TensorParallel(ModuleOp module, int64_t tp) : module(module), tp(tp), symbols(module) {}
@@ -54,7 +49,7 @@ public:
     func::FuncOp entry = getEntryFunction(module);
     if (!entry)
       return failure();
-    if (failed(chooseStrategy()))
+    if (failed(readStrategy()))
       return failure();
     if (failed(propagate(entry.getBody().front())))
       return failure();
@@ -63,56 +58,21 @@ public:
 
 private:
   //===--------------------------------------------------------------------===//
-  // Strategy: parameter shardings from the roles of the linears.
+  // Strategy: the parameters' xf.tp_split annotations.
   //===--------------------------------------------------------------------===//
-  LogicalResult setParam(Value v, TP s) {
-    auto p = v.getDefiningOp<ParamOp>();
-    if (!p)
-      return emitError(v.getLoc(), "llcdist-partition: tensor parallelism needs "
-                                   "this weight to be an xf.param");
-    auto [it, inserted] = params.try_emplace(p.getName(), s);
-    if (!inserted && it->second != s)
-      return p.emitOpError("llcdist-partition: parameter '")
-             << p.getName() << "' would be split two ways (a tied weight used by "
-             << "ops whose tensor-parallel splits differ)";
-    return success();
-  }
-
-  LogicalResult chooseStrategy() {
-    WalkResult r = module.walk([&](Operation *op) -> WalkResult {
-      if (auto e = dyn_cast<EmbeddingOp>(op))
-        return failed(setParam(e.getTable(), TP::split(0))) ? WalkResult::interrupt()
-                                                            : WalkResult::advance();
-      auto lin = dyn_cast<LinearOp>(op);
-      if (!lin)
-        return WalkResult::advance();
-      bool outIn = lin.getLayout() == WeightLayout::OutIn;
-      auto users = llvm::to_vector(lin->getUsers());
-      Role role = Role::Column;
-      if (!users.empty() && llvm::all_of(users, [](Operation *u) { return isa<AddOp>(u); }) &&
-          lin->getParentOfType<func::FuncOp>()->hasAttr(kLayerBodyAttr))
-        role = Role::Row;
-      else if (llvm::any_of(users, [](Operation *u) { return isa<CrossEntropyOp>(u); }))
-        role = Role::Vocab;
-      int64_t blocks = 1;
-      if (users.size() == 1)
-        if (auto sp = dyn_cast<SplitOp>(users.front())) {
-          int64_t first = cast<RankedTensorType>(sp.getResult(0).getType()).getShape().back();
-          if (llvm::all_of(sp.getResults(), [&](Value v) {
-                return cast<RankedTensorType>(v.getType()).getShape().back() == first;
-              }))
-            blocks = sp.getNumResults();
-        }
-      roles[lin] = role;
-      LogicalResult ok = success();
-      if (role == Role::Row) {
-        ok = setParam(lin.getWeight(), TP::split(outIn ? 1 : 0));
-      } else {
-        ok = setParam(lin.getWeight(), TP::split(outIn ? 0 : 1, blocks));
-        if (succeeded(ok) && lin.getBias())
-          ok = setParam(lin.getBias(), TP::split(0, blocks));
+  LogicalResult readStrategy() {
+    WalkResult r = module.walk([&](ParamOp p) {
+      TP s;
+      if (auto a = p->getAttrOfType<DictionaryAttr>("xf.tp_split"))
+        s = TP::split(a.getAs<IntegerAttr>("dim").getInt(),
+                      a.getAs<IntegerAttr>("blocks").getInt());
+      auto [it, inserted] = params.try_emplace(p.getName(), s);
+      if (!inserted && it->second != s) {
+        p.emitOpError("llcdist-partition: parameter '")
+            << p.getName() << "' is annotated with two different tp splits";
+        return WalkResult::interrupt();
       }
-      return failed(ok) ? WalkResult::interrupt() : WalkResult::advance();
+      return WalkResult::advance();
     });
     return failure(r.wasInterrupted());
   }
@@ -197,35 +157,39 @@ private:
         .Case([&](LayerOp call) { return visitLayer(call); })
         .Case<AllReduceOp, BiasAddOp>([&](Operation *) { return success(); })
         .Case([&](LinearOp lin) -> LogicalResult {
-          Role role = roles.lookup(lin);
-          TP x = of(lin.getInput());
-          if (role != Role::Row) {
+          TP x = of(lin.getInput()), w = of(lin.getWeight());
+          bool outIn = lin.getLayout() == WeightLayout::OutIn;
+          if (w.kind == TP::R) { // replicated: nothing to split
             if (x.kind != TP::R)
               return mismatch(lin);
-            TP w = of(lin.getWeight());
+            return success();
+          }
+          if (w.dim == (outIn ? 0 : 1)) { // column-parallel
+            if (x.kind != TP::R)
+              return mismatch(lin);
             state[lin.getResult()] = TP::split(lastDimOf(lin.getResult()), w.blocks);
             return success();
           }
+          // Row-parallel: the output is a partial sum.
           if (x != TP::split(lastDimOf(lin.getInput())))
             return mismatch(lin);
           Value y = lin.getResult();
-          Operation *last = lin;
-          if (Value bias = lin.getBias()) {
-            // The bias joins after the all-reduce, once.
-            OpBuilder b(lin);
-            auto nobias = LinearOp::create(b, lin.getLoc(), y.getType(), lin.getLayout(),
-                                           lin.getInput(), lin.getWeight(), Value());
-            Value reduced = allReduce(nobias.getResult(), nobias,
-                                      "a row-parallel linear's output is a partial sum over tp");
-            b.setInsertionPointAfter(reduced.getDefiningOp());
-            auto withBias = BiasAddOp::create(b, lin.getLoc(), reduced, bias);
-            state[withBias.getResult()] = TP{};
-            y.replaceAllUsesWith(withBias.getResult());
-            lin.erase();
+          Value bias = lin.getBias();
+          if (!bias) {
+            partial(y, "a row-parallel linear's output is a partial sum over tp");
             return success();
           }
-          (void)last;
-          partial(y, "a row-parallel linear's output is a partial sum over tp");
+          // The bias joins after the all-reduce, once.
+          OpBuilder b(lin);
+          auto nobias = LinearOp::create(b, lin.getLoc(), y.getType(), lin.getLayout(),
+                                         lin.getInput(), lin.getWeight(), Value());
+          Value reduced = allReduce(nobias.getResult(), nobias,
+                                    "a row-parallel linear's output is a partial sum over tp");
+          b.setInsertionPointAfter(reduced.getDefiningOp());
+          auto withBias = BiasAddOp::create(b, lin.getLoc(), reduced, bias);
+          state[withBias.getResult()] = TP{};
+          y.replaceAllUsesWith(withBias.getResult());
+          lin.erase();
           return success();
         })
         .Case([&](SplitOp sp) -> LogicalResult {
@@ -413,6 +377,8 @@ private:
   LogicalResult applyTypes() {
     Builder b(module.getContext());
     WalkResult r = module.walk([&](ParamOp p) {
+      // The request becomes the result: xf.tp_split -> xf.sharding.
+      p->removeAttr("xf.tp_split");
       TP s = params.lookup(p.getName());
       if (s.kind != TP::Split)
         return WalkResult::advance();
@@ -452,7 +418,6 @@ private:
   int64_t tp;
   SymbolTable symbols;
   llvm::StringMap<TP> params;
-  llvm::DenseMap<Operation *, Role> roles;
   llvm::DenseMap<Value, TP> state;
   llvm::DenseMap<Value, std::string> partialReason;
   llvm::DenseMap<Operation *, SmallVector<TP>> bodyArgs;

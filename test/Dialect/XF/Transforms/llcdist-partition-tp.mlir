@@ -1,6 +1,6 @@
-// RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-partition | FileCheck %s --check-prefix=LLAMA
-// RUN: llc-dist compile --emit xf %models/tiny-gpt2.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-partition | FileCheck %s --check-prefix=GPT2
-// RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=8 --seq-len 8 --quiet | not llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-partition 2>&1 | FileCheck %s --check-prefix=GQA
+// RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=LLAMA
+// RUN: llc-dist compile --emit xf %models/tiny-gpt2.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=GPT2
+// RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=8 --seq-len 8 --quiet | not llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition 2>&1 | FileCheck %s --check-prefix=GQA
 
 // Megatron tensor parallelism, tp = 2, on tiny Llama (8 heads, 4 kv heads,
 // hidden 64, intermediate 128, vocab 256).

@@ -123,6 +123,43 @@ def Partition : Pass<"llcdist-partition", "mlir::ModuleOp"> {
   }];
 }
 
+def MegatronTP : Pass<"llcdist-megatron-tp", "mlir::ModuleOp"> {
+  let summary = "annotate Megatron-LM's tensor-parallel split of every parameter";
+  let description = [{
+    The strategy of Shoeybi et al. (Megatron-LM), read off the graph's
+    structure and written as `xf.tp_split = {dim, blocks}` on the xf.param
+    ops to split over tp (every clone of a name); llcdist-partition does the
+    rest by propagation:
+    - a linear whose every user is a residual xf.add (inside a layer body) is
+      row-parallel: its weight splits on the input dimension, its bias stays
+      whole;
+    - a linear feeding the loss is the vocabulary-parallel LM head, split on
+      the vocabulary, and a token embedding's table likewise;
+    - every other linear is column-parallel: weight and bias split on the
+      output dimension; when its output feeds an xf.split of k equal parts (a
+      fused q|k|v), each part splits on its own (blocks = k).
+
+    ```mlir
+    %w = xf.param "model.layers.{i}.mlp.down_proj.weight" {xf.tp_split = {blocks = 1 : i64, dim = 1 : i64}} : tensor<64x128xf32>
+    ```
+  }];
+}
+
+def TPReplicateEmbeddings : Pass<"llcdist-tp-replicate-embeddings", "mlir::ModuleOp"> {
+  let summary = "strategy variant: keep the embeddings and the LM head whole under tp";
+  let description = [{
+    A small strategy pass, the worked example of docs/writing-a-sharding-pass.md:
+    it removes the tensor-parallel split of every parameter read as an
+    embedding table or by the linear that feeds the loss, so those are
+    replicated on every tp rank (no vocabulary-parallel lookup or loss, no
+    embedding all-reduce) — worth it when the vocabulary is small next to the
+    layers. Runs between llcdist-megatron-tp and llcdist-partition.
+
+    Before: `xf.param "wte" {xf.tp_split = {blocks = 1 : i64, dim = 0 : i64}} : tensor<256x64xf32>`
+    After:  `xf.param "wte" : tensor<256x64xf32>`
+  }];
+}
+
 def AddOptimizer : Pass<"llcdist-add-optimizer", "mlir::ModuleOp"> {
   let summary = "add the optimizer step and the learning-rate schedule";
   let description = [{

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TensorParallel.h"
+#include "PartitionUtils.h"
 
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Dialect/XF/IR/XFOps.h"
@@ -96,26 +97,10 @@ private:
   }
 
   LogicalResult visitLayer(LayerOp call) {
-    auto body = symbols.lookup<func::FuncOp>(call.getCallee());
-    Block &block = body.getBody().front();
-    SmallVector<Sharding> args;
-    for (Value v : call.getOperands())
-      args.push_back(of(v));
-    auto [it, first] = bodyArgs.try_emplace(body, args);
-    if (!first && it->second != args)
-      return call.emitOpError("llcdist-partition: layer @")
-             << call.getCallee() << " is called with different shardings";
-    if (first) {
-      for (auto [a, s] : llvm::zip(block.getArguments(), args))
-        set(a, s);
-      if (failed(propagate(block)))
-        return failure();
-    }
-    auto ret = cast<func::ReturnOp>(block.getTerminator());
-    for (auto [r, v] : llvm::zip(call.getResults(), ret.getOperands()))
-      set(r, of(v));
-    return success();
+    return llcdist::xf::detail::propagateLayer(call, symbols, state, bodyArgs,
+                                  [&](Block &b) { return propagate(b); });
   }
+
 
   SymbolTable symbols;
   llvm::DenseMap<Value, Sharding> state;
@@ -205,14 +190,7 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
       dims[s.dim] /= dp;
       v.setType(RankedTensorType::get(dims, t.getElementType()));
     }
-    for (auto fn : module.getOps<func::FuncOp>()) {
-      if (fn.isExternal())
-        continue;
-      Block &b = fn.getBody().front();
-      fn.setFunctionType(FunctionType::get(
-          fn.getContext(), b.getArgumentTypes(),
-          b.getTerminator()->getOperandTypes()));
-    }
+    llcdist::xf::detail::refreshFunctionTypes(module);
 
     // 3. The collectives: once per step, before the update.
     OpBuilder ob = OpBuilder::atBlockBegin(&opt.getBody().front());

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TensorParallel.h"
+#include "PartitionUtils.h"
 
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Dialect/XF/IR/XFOps.h"
@@ -350,26 +351,10 @@ private:
   }
 
   LogicalResult visitLayer(LayerOp call) {
-    auto body = symbols.lookup<func::FuncOp>(call.getCallee());
-    Block &block = body.getBody().front();
-    SmallVector<TP> args;
-    for (Value v : call.getOperands())
-      args.push_back(of(v));
-    auto [it, first] = bodyArgs.try_emplace(body, args);
-    if (!first && it->second != args)
-      return call.emitOpError("llcdist-partition: layer @")
-             << call.getCallee() << " is called with different tensor-parallel shardings";
-    if (first) {
-      for (auto [a, s] : llvm::zip(block.getArguments(), args))
-        state[a] = s;
-      if (failed(propagate(block)))
-        return failure();
-    }
-    auto ret = cast<func::ReturnOp>(block.getTerminator());
-    for (auto [r, v] : llvm::zip(call.getResults(), ret.getOperands()))
-      state[r] = of(v);
-    return success();
+    return llcdist::xf::detail::propagateLayer(call, symbols, state, bodyArgs,
+                                  [&](Block &b) { return propagate(b); });
   }
+
 
   //===--------------------------------------------------------------------===//
   // Local types; parameters remember their global shape and split.
@@ -404,13 +389,7 @@ private:
       dims[s.dim] /= tp;
       v.setType(RankedTensorType::get(dims, t.getElementType()));
     }
-    for (auto fn : module.getOps<func::FuncOp>()) {
-      if (fn.isExternal())
-        continue;
-      Block &blk = fn.getBody().front();
-      fn.setFunctionType(FunctionType::get(fn.getContext(), blk.getArgumentTypes(),
-                                           blk.getTerminator()->getOperandTypes()));
-    }
+    llcdist::xf::detail::refreshFunctionTypes(module);
     return success();
   }
 

@@ -31,7 +31,7 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
     if (o.replicateEmbeddings)
       pm.addPass(xf::createTPReplicateEmbeddings());
   }
-  pm.addPass(xf::createPartition());
+  pm.addPass(xf::createPartition({o.sequenceParallel}));
   pm.addPass(createLowerToPlan());
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
 }
@@ -53,6 +53,7 @@ struct TrainingPipelineCLOptions
   Option<double> momentum{*this, "momentum", llvm::cl::init(0.0)};
   Option<double> gradClip{*this, "grad-clip", llvm::cl::init(0.0)};
   Option<bool> replicateEmbeddings{*this, "tp-replicate-embeddings", llvm::cl::init(false)};
+  Option<bool> sequenceParallel{*this, "sequence-parallel", llvm::cl::init(false)};
 };
 } // namespace
 
@@ -74,6 +75,7 @@ void llcdist::registerPipelines() {
         o.momentum = c.momentum;
         o.gradClip = c.gradClip;
         o.replicateEmbeddings = c.replicateEmbeddings;
+        o.sequenceParallel = c.sequenceParallel;
         buildTrainingPipeline(pm, o);
       });
 }

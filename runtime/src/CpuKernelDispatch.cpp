@@ -67,9 +67,9 @@ Status runCpuKernel(const KernelCall& c, const CpuGroupAllReduce& groupAllReduce
       return embeddingBackward(I("ids"), F("dout"), F("dtable"), c.M, c.V, c.H, c.accumulate,
                                c.vocabShard.value_or(VocabShard{}));
     case K::kPosEmbeddingFwd:
-      return positionEmbeddingForward(F("x"), F("wpe"), F("y"), c.B, c.S, c.H, c.P);
+      return positionEmbeddingForward(F("x"), F("wpe"), F("y"), c.B, c.S, c.H, c.P, c.posBegin);
     case K::kPosEmbeddingBwdWeight:
-      return positionEmbeddingBackwardWeight(F("dy"), F("dwpe"), c.B, c.S, c.H, c.P, c.accumulate);
+      return positionEmbeddingBackwardWeight(F("dy"), F("dwpe"), c.B, c.S, c.H, c.P, c.accumulate, c.posBegin);
     case K::kLayerNormFwd:
       layerNormForward(F("x"), F("gamma"), F("beta"), F("y"), F("mean"), F("rstd"), c.M, c.H, float(c.eps));
       return Status::ok();

@@ -80,13 +80,17 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
     if (!axis) return Status::internal("unknown axis \"" + op.stringAttr("axis") + "\"");
     c.group = plan_->manifest.mesh().group(rank_, *axis);
   }
-  if (op.attrs.count(std::string(schema::kShardAxisAttr))) {  // vocabulary-parallel embedding / cross entropy
+  if (op.attrs.count(std::string(schema::kShardAxisAttr))) {
     const std::string name = op.stringAttr(std::string(schema::kShardAxisAttr));
     auto axis = parseMeshAxis(name);
     if (!axis) return Status::internal("unknown shard_axis \"" + name + "\"");
     const Mesh mesh = plan_->manifest.mesh();
-    c.group = mesh.group(rank_, *axis);
-    c.vocabShard = VocabShard{mesh.coord(rank_, *axis), mesh.axisSize(*axis)};
+    if (op.kind == schema::OpKind::kPosEmbeddingFwd || op.kind == schema::OpKind::kPosEmbeddingBwdWeight) {
+      c.posBegin = mesh.coord(rank_, *axis) * c.S;  // sequence-parallel: positions [c·S, (c+1)·S)
+    } else {  // vocabulary-parallel embedding / cross entropy
+      c.group = mesh.group(rank_, *axis);
+      c.vocabShard = VocabShard{mesh.coord(rank_, *axis), mesh.axisSize(*axis)};
+    }
   }
   if (op.kind == schema::OpKind::kRopeFwd || op.kind == schema::OpKind::kRopeBwd) {
     RopeConfig cfg;

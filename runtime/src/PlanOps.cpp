@@ -241,7 +241,7 @@ public:
   }
 
   // attrs.shard_axis, when present, names a mesh axis (any size: an axis of size 1 makes the op the
-  // unsharded one).
+  // unsharded one). Vocabulary-parallel embedding / cross entropy, sequence-parallel position embedding.
   Status shardAxis() const {
     const std::string attr(sc::kShardAxisAttr);
     if (!op_.attrs.count(attr)) return Status::ok();
@@ -286,6 +286,18 @@ Status Checker::check() const {
     case K::kPosEmbeddingBwdWeight: {
       const int64_t P = I("P");
       if (S > P) return attrError("S", "S = " + std::to_string(S) + " exceeds the position table size P = " + std::to_string(P));
+      LLCDIST_RETURN_IF_ERROR(shardAxis());
+      if (op_.attrs.count(std::string(sc::kShardAxisAttr))) {
+        // Sequence-parallel: the last member holds positions [(n-1)·S, n·S), which must fit in P.
+        const std::string axis = op_.stringAttr(std::string(sc::kShardAxisAttr));
+        const int64_t n = manifest_.mesh().axisSize(*parseMeshAxis(axis));
+        const int64_t global = prod({S, n});
+        if (global < 0 || global > P)
+          return attrError("S", "S = " + std::to_string(S) + " positions on each of the " + std::to_string(n) +
+                                    " members of shard_axis \"" + axis + "\" need S·n = " +
+                                    (global < 0 ? std::string("(overflow)") : std::to_string(global)) +
+                                    " positions, more than the position table size P = " + std::to_string(P));
+      }
       const bool fwd = op_.kind == K::kPosEmbeddingFwd;
       LLCDIST_RETURN_IF_ERROR(count(fwd ? "x" : "dy", prod({B, S, H}), "B×S×H"));
       if (fwd) LLCDIST_RETURN_IF_ERROR(count("y", prod({B, S, H}), "B×S×H"));

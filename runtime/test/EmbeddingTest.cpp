@@ -80,5 +80,65 @@ TEST(PositionEmbeddingTest, SequenceLongerThanTableIsAnError) {
   EXPECT_FALSE(positionEmbeddingBackwardWeight(x.data(), wpe.data(), 1, 6, 2, 4, false).isOk());
 }
 
+// Sequence parallelism (attr shard_axis): x/y/dy hold positions [posBegin, posBegin + S) of the sequence.
+TEST(PositionEmbeddingTest, PositionOffsetMatchesADirectLoop) {
+  const int64_t B = 3, S = 2, H = 5, P = 7;
+  const std::vector<float> x = randn(B * S * H, 11), wpe = randn(P * H, 12), dy = randn(B * S * H, 13);
+  for (int64_t begin : {0, 1, 3, 5}) {  // 5: the last two rows, [5, 7)
+    SCOPED_TRACE("posBegin " + std::to_string(begin));
+    std::vector<float> y(size_t(B * S * H)), want(size_t(B * S * H));
+    ASSERT_TRUE(positionEmbeddingForward(x.data(), wpe.data(), y.data(), B, S, H, P, begin).isOk());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t h = 0; h < H; ++h)
+          want[size_t((b * S + s) * H + h)] = x[size_t((b * S + s) * H + h)] + wpe[size_t((begin + s) * H + h)];
+    EXPECT_EQ(y, want);
+    std::vector<float> inplace = x;  // y may alias x
+    ASSERT_TRUE(positionEmbeddingForward(inplace.data(), wpe.data(), inplace.data(), B, S, H, P, begin).isOk());
+    EXPECT_EQ(inplace, want);
+
+    // Backward: rows [begin, begin + S) get Σ_b dy (b in order), every other row is zeroed
+    // (accumulate = false) or left alone (accumulate = true).
+    const std::vector<float> init = randn(P * H, 14);
+    std::vector<float> dwpe = init, wantOver(size_t(P * H), 0.0f), wantAcc = init;
+    ASSERT_TRUE(positionEmbeddingBackwardWeight(dy.data(), dwpe.data(), B, S, H, P, false, begin).isOk());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t h = 0; h < H; ++h) {
+          wantOver[size_t((begin + s) * H + h)] += dy[size_t((b * S + s) * H + h)];
+          wantAcc[size_t((begin + s) * H + h)] += dy[size_t((b * S + s) * H + h)];
+        }
+    EXPECT_EQ(dwpe, wantOver);
+    dwpe = init;
+    ASSERT_TRUE(positionEmbeddingBackwardWeight(dy.data(), dwpe.data(), B, S, H, P, true, begin).isOk());
+    EXPECT_EQ(dwpe, wantAcc);
+  }
+  // posBegin = 0 is the default (the unsharded kernel), bit for bit.
+  std::vector<float> a(size_t(B * S * H)), b(size_t(B * S * H));
+  ASSERT_TRUE(positionEmbeddingForward(x.data(), wpe.data(), a.data(), B, S, H, P).isOk());
+  ASSERT_TRUE(positionEmbeddingForward(x.data(), wpe.data(), b.data(), B, S, H, P, 0).isOk());
+  EXPECT_EQ(a, b);
+}
+
+TEST(PositionEmbeddingTest, ShardPastTheTableIsAnError) {
+  // S = 3 positions from posBegin = 3: [3, 6) does not fit P = 5 (shard c = 1 of a 6-long sequence).
+  const int64_t B = 1, S = 3, H = 2, P = 5;
+  std::vector<float> x(size_t(B * S * H), 1.0f), wpe(size_t(P * H), 2.0f), y(size_t(B * S * H), -1.0f);
+  const std::vector<float> wpe0 = wpe;
+  Status s = positionEmbeddingForward(x.data(), wpe.data(), y.data(), B, S, H, P, 3);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  for (const char* part : {"positions [3, 6)", "5 positions"}) EXPECT_NE(s.message().find(part), std::string::npos) << s.message();
+  EXPECT_EQ(y, std::vector<float>(size_t(B * S * H), -1.0f));  // nothing written
+  s = positionEmbeddingBackwardWeight(x.data(), wpe.data(), B, S, H, P, false, 3);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("positions [3, 6)"), std::string::npos) << s.message();
+  EXPECT_EQ(wpe, wpe0);  // not zeroed on error
+  // [2, 5) fits exactly; a negative start is an error.
+  EXPECT_TRUE(positionEmbeddingForward(x.data(), wpe.data(), y.data(), B, S, H, P, 2).isOk());
+  s = positionEmbeddingForward(x.data(), wpe.data(), y.data(), B, S, H, P, -1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("negative"), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace llcdist::rt

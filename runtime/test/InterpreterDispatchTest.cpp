@@ -75,6 +75,21 @@ std::vector<Case> cases() {
       {"pos_embedding_bwd_weight", {{"dy", {24}}, {"dwpe", {20}}},
        {{"B", 2}, {"S", 3}, {"H", 4}, {"P", 5}, {"accumulate", false}},
        [](Host& h) { ASSERT_TRUE(positionEmbeddingBackwardWeight(h.F("dy"), h.F("dwpe"), 2, 3, 4, 5, false).isOk()); }},
+      // Sequence-parallel position embedding on tp = 2, rank 1: S = 2 local positions [2, 4) of wpe [5, 4].
+      {"pos_embedding_fwd", {{"x", {16}}, {"wpe", {20}}, {"y", {16}}},
+       {{"B", 2}, {"S", 2}, {"H", 4}, {"P", 5}, {"shard_axis", "tp"}},
+       [](Host& h) { ASSERT_TRUE(positionEmbeddingForward(h.F("x"), h.F("wpe"), h.F("y"), 2, 2, 4, 5, 2).isOk()); },
+       8, {}, "adamw", 2, 1},
+      {"pos_embedding_bwd_weight", {{"dy", {16}}, {"dwpe", {20}}},
+       {{"B", 2}, {"S", 2}, {"H", 4}, {"P", 5}, {"accumulate", true}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(positionEmbeddingBackwardWeight(h.F("dy"), h.F("dwpe"), 2, 2, 4, 5, true, 2).isOk());
+       },
+       8, {}, "adamw", 2, 1},
+      // Over a single-rank axis: posBegin 0, the unsharded kernel.
+      {"pos_embedding_bwd_weight", {{"dy", {24}}, {"dwpe", {20}}},
+       {{"B", 2}, {"S", 3}, {"H", 4}, {"P", 5}, {"accumulate", false}, {"shard_axis", "dp"}},
+       [](Host& h) { ASSERT_TRUE(positionEmbeddingBackwardWeight(h.F("dy"), h.F("dwpe"), 2, 3, 4, 5, false).isOk()); }},
       {"layer_norm_fwd", {{"x", {12}}, {"gamma", {4}}, {"beta", {4}}, {"y", {12}}, {"mean", {3}}, {"rstd", {3}}},
        {{"M", 3}, {"H", 4}, {"eps", 1e-5}},
        [](Host& h) { layerNormForward(h.F("x"), h.F("gamma"), h.F("beta"), h.F("y"), h.F("mean"), h.F("rstd"), 3, 4, 1e-5f); }},

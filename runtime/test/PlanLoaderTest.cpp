@@ -359,6 +359,41 @@ TEST_F(PlanLoaderTest, ShardAxisAndBiasAddErrors) {
   expectError(biasAdd({{"y", kIds}, {"bias", kH}}, {{"M", 1}, {"N", 16}}), {"ops[4].args.y", "needs f32"});
 }
 
+// Sequence-parallel position embedding (attr shard_axis; S is the local sequence length, the rank holds
+// positions [c·S, (c+1)·S), so S·n must fit in P).
+TEST_F(PlanLoaderTest, PosEmbeddingShardAxisErrors) {
+  // Appends pos_embedding_fwd (forward op 4, in place on h [B·T, H] = [2·8, 16]) and
+  // pos_embedding_bwd_weight (backward op 4, on dh) with P positions and the given shard_axis (if any).
+  auto withPos = [](int64_t P, json axisF, json axisB, int64_t tp = 1) {
+    return [=](testing::PlanBuilder& b) {
+      if (tp > 1) toMesh(b, 1, tp);
+      const int64_t wpe = b.buffer("wpe", "activation", {P, 16}), dwpe = b.buffer("dwpe", "activation", {P, 16});
+      json fa = {{"B", 2}, {"S", 8}, {"H", 16}, {"P", P}}, ba = {{"B", 2}, {"S", 8}, {"H", 16}, {"P", P}, {"accumulate", true}};
+      if (!axisF.is_null()) fa["shard_axis"] = axisF;
+      if (!axisB.is_null()) ba["shard_axis"] = axisB;
+      b.op("forward", "pos_embedding_fwd", {{"x", kH}, {"wpe", wpe}, {"y", kH}}, fa, "wpe");
+      b.op("backward", "pos_embedding_bwd_weight", {{"dy", kDh}, {"dwpe", dwpe}}, ba, "wpe");
+    };
+  };
+  for (auto [P, tp, f, bw] : {std::tuple{8, 1, "tp", "dp"}, std::tuple{16, 2, "tp", "tp"}, std::tuple{17, 2, "tp", "pp"},
+                              std::tuple{8, 2, "dp", "pp"}}) {
+    testing::PlanBuilder b = base;  // S·n <= P on every axis (an axis of size 1 is the unsharded op)
+    withPos(P, f, bw, tp)(b);
+    Status s = load(b);
+    EXPECT_TRUE(s.isOk()) << "P " << P << " tp " << tp << ": " << s.message();
+  }
+  const std::string pf = "subroutines[1].ops[4]", pb = "subroutines[2].ops[4]";
+  expectError(withPos(8, "xp", nullptr), {"program-0.json", pf + ".attrs.shard_axis", "unknown mesh axis \"xp\""});
+  expectError(withPos(8, nullptr, ""), {pb + ".attrs.shard_axis", "unknown mesh axis"});
+  expectError(withPos(8, nullptr, "sp"), {pb + ".attrs.shard_axis", "unknown mesh axis \"sp\"", "\"dp\", \"tp\" or \"pp\""});
+  expectError(withPos(8, 2, nullptr), {pf + ".attrs.shard_axis", "expected a string"});
+  expectError(withPos(8, nullptr, json::array({"tp"})), {pb + ".attrs.shard_axis", "expected a string"});
+  // tp = 2 with S = 8: the positions [0, 16) do not fit in P = 12 (nor the unsharded rule S <= P = 7).
+  expectError(withPos(12, "tp", nullptr, 2), {pf + ".attrs.S", "S·n = 16", "shard_axis \"tp\"", "P = 12"});
+  expectError(withPos(15, nullptr, "tp", 2), {pb + ".attrs.S", "S·n = 16", "P = 15"});
+  expectError(withPos(7, "tp", nullptr, 2), {pf + ".attrs.S", "exceeds the position table size P = 7"});
+}
+
 TEST_F(PlanLoaderTest, ShardedParamErrors) {
   // Shard wte [32, 16] over tp = 2 on dim 0: its buffer and grad must be [16, 16].
   auto shardWte = [](json sharding, std::vector<int64_t> local) {

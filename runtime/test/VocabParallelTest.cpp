@@ -2,7 +2,8 @@
 // cross entropy on tp = 2 and 4 (and a dp × tp mesh whose tp groups are not contiguous), run by one
 // interpreter per rank on threads, against the unsharded kernels on the same global data. Also the
 // kernel-level range rules, bias_add, and the failure paths of the collectives inside the cross entropy
-// (a failing member aborts the others; a missing member times out with the usual diagnostic).
+// (a failing member aborts the others; a missing member times out with the usual diagnostic). Also the
+// sequence-parallel position embedding (shard_axis on pos_embedding_*) against the unsharded kernels.
 #include "PlanTestUtil.h"
 #include "TestUtil.h"
 
@@ -346,6 +347,124 @@ TEST(VocabParallelPlanTest, MissingMemberTimesOutInsideTheKernel) {
   for (const char* part : {"cross_entropy_fwd", "all_reduce", "tp", "1"})
     EXPECT_NE(s.message().find(part), std::string::npos) << part << " in: " << s.message();
 }
+
+// ---- Sequence-parallel position embedding ----------------------------------------------------------
+
+// pos_embedding_fwd / pos_embedding_bwd_weight with shard_axis "tp": rank c of the tp group holds
+// sequence positions [c·S, (c+1)·S) (S local). Buffer ids of seqPlan:
+enum : int64_t { kSpX, kSpWpe, kSpY, kSpDy, kSpDwpe, kSpDwpeAcc };
+
+testing::PlanBuilder seqPlan(const Mesh2& mesh, int64_t B, int64_t S, int64_t H, int64_t P) {
+  testing::PlanBuilder p(8, S * mesh.tp, B, 1);
+  p.manifest["batch"]["dp"] = mesh.dp;
+  p.manifest["batch"]["global_batch"] = B * mesh.dp;
+  p.manifest["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", 1}};
+  if (!mesh.order.empty()) p.manifest["mesh"]["rank_order"] = mesh.order;
+  json ranks = json::array();
+  for (int64_t r = 0; r < mesh.dp * mesh.tp; ++r) ranks.push_back(r);
+  p.manifest["programs"][0]["ranks"] = ranks;
+  p.buffer("x", "activation", {B, S, H});
+  p.buffer("wpe", "activation", {P, H});
+  p.buffer("y", "activation", {B, S, H});
+  p.buffer("dy", "activation", {B, S, H});
+  p.buffer("dwpe", "activation", {P, H});
+  p.buffer("dwpe_acc", "activation", {P, H});
+  const json sp = {{"B", B}, {"S", S}, {"H", H}, {"P", P}, {"shard_axis", "tp"}};
+  json over = sp, acc = sp;
+  over["accumulate"] = false;
+  acc["accumulate"] = true;
+  p.op("s", "pos_embedding_fwd", {{"x", kSpX}, {"wpe", kSpWpe}, {"y", kSpY}}, sp, "wpe");
+  p.op("s", "pos_embedding_bwd_weight", {{"dy", kSpDy}, {"dwpe", kSpDwpe}}, over, "wpe");
+  p.op("s", "pos_embedding_bwd_weight", {{"dy", kSpDy}, {"dwpe", kSpDwpeAcc}}, acc, "wpe");
+  p.action("s");
+  return p;
+}
+
+// Positions [c·S, (c+1)·S) of a row-major [B, S·n, H] tensor.
+std::vector<float> seqSlice(const std::vector<float>& x, int64_t B, int64_t S, int64_t n, int64_t H, int64_t c) {
+  std::vector<float> out(size_t(B * S * H));
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(&out[size_t(b * S * H)], &x[size_t((b * n + c) * S * H)], size_t(S * H) * 4);
+  return out;
+}
+
+class SequenceParallelTest : public ::testing::TestWithParam<Mesh2> {};
+
+// One interpreter per rank on threads; every tp member's y / dwpe are its part of the unsharded
+// kernels' result on the global sequence, bit for bit (rows of other members: 0, or untouched when
+// accumulating). dp replicas get different data.
+TEST_P(SequenceParallelTest, MembersComputeTheirSliceOfTheUnshardedOp) {
+  const Mesh2 mesh = GetParam();
+  const int64_t n = mesh.tp, B = 3, S = 4, H = 5, Sg = S * n, P = Sg + 3;  // rows [Sg, P): nobody's
+  const Plan plan = loadFrom(seqPlan(mesh, B, S, H, P));
+  ASSERT_EQ(plan.programs.size(), 1u);
+  const Mesh m = plan.manifest.mesh();
+  Ranks rk = makeRanks(plan);
+  for (const auto& in : rk.interps) ASSERT_NE(in, nullptr);
+
+  struct Data {
+    std::vector<float> x, wpe, dy, init;
+  };
+  std::vector<Data> data;
+  for (int64_t d = 0; d < mesh.dp; ++d) {
+    const uint32_t sd = uint32_t(40 + 10 * d);
+    data.push_back({testing::randn(B * Sg * H, sd), testing::randn(P * H, sd + 1), testing::randn(B * Sg * H, sd + 2),
+                    testing::randn(P * H, sd + 3)});
+  }
+  std::vector<Status> st = runAll(rk, [&](int r) -> Status {
+    Interpreter& in = *rk.interps[size_t(r)];
+    const Data& g = data[size_t(m.coord(r, MeshAxis::kDp))];
+    const int64_t c = m.coord(r, MeshAxis::kTp);
+    LLCDIST_RETURN_IF_ERROR(in.writeBuffer(kSpX, seqSlice(g.x, B, S, n, H, c).data()));
+    LLCDIST_RETURN_IF_ERROR(in.writeBuffer(kSpWpe, g.wpe.data()));
+    LLCDIST_RETURN_IF_ERROR(in.writeBuffer(kSpDy, seqSlice(g.dy, B, S, n, H, c).data()));
+    LLCDIST_RETURN_IF_ERROR(in.writeBuffer(kSpDwpe, g.init.data()));  // garbage: overwritten
+    LLCDIST_RETURN_IF_ERROR(in.writeBuffer(kSpDwpeAcc, g.init.data()));
+    return in.runSubroutine(0, 0, -1, 0.0, nullptr);
+  });
+  for (size_t r = 0; r < st.size(); ++r) ASSERT_TRUE(st[r].isOk()) << "rank " << r << ": " << st[r].message();
+
+  for (int64_t d = 0; d < mesh.dp; ++d) {
+    const Data& g = data[size_t(d)];
+    // The unsharded kernels on the replica's global sequence of Sg positions.
+    std::vector<float> y(size_t(B * Sg * H)), dwpe(size_t(P * H)), dwpeAcc = g.init;
+    ASSERT_TRUE(positionEmbeddingForward(g.x.data(), g.wpe.data(), y.data(), B, Sg, H, P).isOk());
+    ASSERT_TRUE(positionEmbeddingBackwardWeight(g.dy.data(), dwpe.data(), B, Sg, H, P, false).isOk());
+    ASSERT_TRUE(positionEmbeddingBackwardWeight(g.dy.data(), dwpeAcc.data(), B, Sg, H, P, true).isOk());
+    std::vector<float> sum(size_t(P * H), 0.0f);
+    int members = 0;
+    for (int r = 0; r < int(m.worldSize()); ++r) {
+      if (m.coord(r, MeshAxis::kDp) != d) continue;
+      ++members;
+      const int64_t c = m.coord(r, MeshAxis::kTp);
+      SCOPED_TRACE("dp " + std::to_string(d) + " rank " + std::to_string(r) + " seq shard " + std::to_string(c));
+      Interpreter& in = *rk.interps[size_t(r)];
+      const std::vector<float> gotY = in.readF32(kSpY).value(), wantY = seqSlice(y, B, S, n, H, c);
+      ASSERT_EQ(gotY.size(), wantY.size());
+      EXPECT_EQ(std::memcmp(gotY.data(), wantY.data(), gotY.size() * 4), 0) << "y differs from the unsharded slice";
+      const std::vector<float> got = in.readF32(kSpDwpe).value(), gotAcc = in.readF32(kSpDwpeAcc).value();
+      for (int64_t row = 0; row < P; ++row) {
+        const bool mine = row >= c * S && row < (c + 1) * S;
+        for (int64_t h = 0; h < H; ++h) {
+          const size_t i = size_t(row * H + h);
+          EXPECT_EQ(got[i], mine ? dwpe[i] : 0.0f) << "dwpe row " << row;
+          EXPECT_EQ(gotAcc[i], mine ? dwpeAcc[i] : g.init[i]) << "accumulated dwpe row " << row;
+          sum[i] += got[i];
+        }
+      }
+    }
+    ASSERT_EQ(members, n);
+    // The plan's all_reduce sum over tp of the overwritten gradients: the unsharded gradient exactly.
+    EXPECT_EQ(sum, dwpe);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, SequenceParallelTest,
+                         ::testing::Values(Mesh2{1, 2, {}}, Mesh2{1, 4, {}}, Mesh2{2, 2, {"dp", "tp", "pp"}}),
+                         [](const ::testing::TestParamInfo<Mesh2>& i) {
+                           return "dp" + std::to_string(i.param.dp) + "_tp" + std::to_string(i.param.tp) +
+                                  (i.param.order.empty() ? "" : "_dp_fastest");
+                         });
 
 // ---- Training end to end ---------------------------------------------------------------------------
 

@@ -90,6 +90,9 @@ pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=1 (default dp=1,tp=1,pp=1);
                          plans support dp today (tp and pp with --emit xf)
+  --sequence-parallel    Megatron's sequence parallelism under tp: norms,
+                         residuals and biases on a slice of the sequence;
+                         all-gather / reduce-scatter replace all-reduces
   --tp-embeddings vocab-parallel|replicated
                          under tp: Megatron's vocabulary-parallel embedding,
                          LM head and loss (default), or keep them whole
@@ -641,6 +644,8 @@ int runCompile(Args &args) {
       train.momentum = parseDouble("--momentum", *v);
     else if (auto v = args.value(a, "--grad-clip"))
       train.gradClip = parseDouble("--grad-clip", *v);
+    else if (a == "--sequence-parallel")
+      train.sequenceParallel = true;
     else if (auto v = args.value(a, "--tp-embeddings")) {
       if (*v != "vocab-parallel" && *v != "replicated")
         throw UsageError{"--tp-embeddings must be vocab-parallel or replicated, got '" +

@@ -2,7 +2,8 @@
 //
 // Every parallel plan reproduces the single-device plan: for tiny GPT-2 and
 // tiny Llama, (dp, tp) ∈ {(2,1), (4,1), (1,2), (1,4), (2,2), (2,4)} with the
-// same global batch (with and without gradient accumulation) gives the
+// same global batch (with and without gradient accumulation, with and without
+// sequence parallelism where tp > 1) gives the
 // single-device losses and parameters (gathered from their shards) after 3
 // SGD and 3 AdamW steps, within 1e-5 relative (fp32; sums run in another
 // order).
@@ -30,7 +31,7 @@ struct Trained {
 
 Trained train(const std::string &model, int64_t dp, int64_t tp,
               int64_t microBatch, const std::string &optimizer,
-              bool replicateEmbeddings = false) {
+              bool replicateEmbeddings = false, bool sequenceParallel = false) {
   TrainingShape shape;
   shape.seqLen = 16;
   shape.microBatch = microBatch;
@@ -39,13 +40,14 @@ Trained train(const std::string &model, int64_t dp, int64_t tp,
   opt.mesh.dp = dp;
   opt.mesh.tp = tp;
   opt.replicateEmbeddings = replicateEmbeddings;
+  opt.sequenceParallel = sequenceParallel;
   opt.optimizer = optimizer;
   opt.lr = optimizer == "sgd" ? 0.05 : 2e-3; // golden() knows AdamW's lr
   opt.momentum = optimizer == "sgd" ? 0.9 : 0.0;
   opt.gradClip = 1.0;
   std::string tag = "dp" + std::to_string(dp) + "-tp" + std::to_string(tp) + "-mb" +
                     std::to_string(microBatch) + optimizer +
-                    (replicateEmbeddings ? "-repl" : "");
+                    (replicateEmbeddings ? "-repl" : "") + (sequenceParallel ? "-sp" : "");
   std::string dir = test::compilePlan(model, shape, opt, tag);
   EXPECT_FALSE(dir.empty());
   rt::RunOptions o;
@@ -133,6 +135,12 @@ void golden(const std::string &model, const std::string &optimizer) {
     expectSame(ref, train(model, dp, tp, full, optimizer), name, tol);
     expectSame(ref, train(model, dp, tp, full / 2, optimizer),
                name + " with 2 microbatches", tol);
+    if (tp > 1) { // Megatron's sequence parallelism on top
+      expectSame(ref, train(model, dp, tp, full, optimizer, false, true),
+                 name + " sequence-parallel", tol);
+      expectSame(ref, train(model, dp, tp, full / 2, optimizer, false, true),
+                 name + " sequence-parallel with 2 microbatches", tol);
+    }
   }
 }
 } // namespace

@@ -20,6 +20,8 @@ struct TrainingPipelineOptions {
   /// Under tp: keep the embeddings and the LM head whole instead of
   /// vocabulary-parallel (llcdist-tp-replicate-embeddings).
   bool replicateEmbeddings = false;
+  /// Megatron's sequence parallelism in the tensor-parallel region.
+  bool sequenceParallel = false;
 };
 
 /// The forward pipeline, then llcdist-autodiff, llcdist-add-optimizer, under

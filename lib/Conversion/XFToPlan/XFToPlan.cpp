@@ -138,6 +138,8 @@ private:
                                             SmallVector<NamedAttribute> attrs) {
     if (auto axis = op->getAttrOfType<StringAttr>("xf.vocab_parallel_axis"))
       attrs.push_back(b.getNamedAttr("shard_axis", axis));
+    if (auto axis = op->getAttrOfType<StringAttr>("xf.seq_parallel_axis"))
+      attrs.push_back(b.getNamedAttr("shard_axis", axis));
     return attrs;
   }
 
@@ -264,8 +266,8 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
         kernel("pos_embedding_fwd",
                {arg("x", use(s, e.getInput())), arg("wpe", use(s, e.getTable())),
                 arg("y", y)},
-               {i64("B", dim(e.getInput(), 0)), i64("S", dim(e.getInput(), 1)),
-                i64("H", dim(e.getInput(), 2)), i64("P", dim(e.getTable(), 0))},
+               withShardAxis(op, {i64("B", dim(e.getInput(), 0)), i64("S", dim(e.getInput(), 1)),
+                                  i64("H", dim(e.getInput(), 2)), i64("P", dim(e.getTable(), 0))}),
                loc);
         return success();
       })
@@ -437,9 +439,9 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
       .Case([&](AddPositionEmbeddingGradOp g) {
         auto [dt, acc] = gradTarget(s, g.getResult(), op);
         kernel("pos_embedding_bwd_weight", {arg("dy", use(s, g.getDy())), arg("dwpe", dt)},
-               {i64("B", dim(g.getDy(), 0)), i64("S", dim(g.getDy(), 1)),
-                i64("H", dim(g.getDy(), 2)), i64("P", dim(g.getResult(), 0)),
-                flag("accumulate", acc)},
+               withShardAxis(op, {i64("B", dim(g.getDy(), 0)), i64("S", dim(g.getDy(), 1)),
+                                  i64("H", dim(g.getDy(), 2)), i64("P", dim(g.getResult(), 0)),
+                                  flag("accumulate", acc)}),
                loc);
         return success();
       })
@@ -552,6 +554,27 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
             ->setAttr("plan.payload", b.getStringAttr("activations"));
         return success();
       })
+      .Case<AllGatherOp, ReduceScatterOp>([&](Operation *o) {
+        // x [outer, inner_x] <-> y [outer, inner_y] along `dim`: outer is the
+        // product of the dimensions before it, inner that of the local slice.
+        bool gather = isa<AllGatherOp>(o);
+        Value local = gather ? o->getOperand(0) : o->getResult(0);
+        int64_t d = o->getAttrOfType<IntegerAttr>("dim").getInt();
+        auto lt = cast<RankedTensorType>(local.getType());
+        int64_t outer = 1, inner = 1;
+        for (int64_t i = 0; i < lt.getRank(); ++i)
+          (i < d ? outer : inner) *= lt.getDimSize(i);
+        Buf y = def(s, o->getResult(0), o);
+        SmallVector<NamedAttribute> attrs{b.getNamedAttr("axis", o->getAttr("axis")),
+                                          i64("outer", outer), i64("inner", inner)};
+        if (!gather)
+          attrs.push_back(str("op", "sum"));
+        kernel(gather ? "all_gather" : "reduce_scatter",
+               {arg("x", use(s, o->getOperand(0))), arg("y", y)}, attrs,
+               NameLoc::get(o->getAttrOfType<StringAttr>("reason"), loc))
+            ->setAttr("plan.payload", b.getStringAttr("activations"));
+        return success();
+      })
       .Case([&](BiasAddOp ba) {
         Buf y = use(s, ba.getInput());
         s.bufs[ba.getResult()] = {y};
@@ -575,6 +598,32 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
       });
 }
 
+/// Whether `ar` covers the (instantiated) parameter `name`: its `params`
+/// list holds names whose "{i}" stands for any layer index.
+static bool coversInstance(AllReduceGradsOp ar, StringRef name) {
+  std::optional<ArrayAttr> list = ar.getParams();
+  if (!list)
+    return true;
+  for (Attribute a : *list) {
+    StringRef pattern = cast<StringAttr>(a).getValue();
+    size_t at = pattern.find(kLayerPlaceholder);
+    if (at == StringRef::npos) {
+      if (pattern == name)
+        return true;
+      continue;
+    }
+    StringRef prefix = pattern.take_front(at),
+              suffix = pattern.drop_front(at + sizeof(kLayerPlaceholder) - 1);
+    if (!name.starts_with(prefix) || !name.ends_with(suffix) ||
+        name.size() <= prefix.size() + suffix.size())
+      continue;
+    StringRef index = name.drop_front(prefix.size()).drop_back(suffix.size());
+    if (llvm::all_of(index, [](char c) { return c >= '0' && c <= '9'; }))
+      return true;
+  }
+  return false;
+}
+
 DictionaryAttr Lowering::initOf(const std::string &name, const ParamInfo &p) {
   if (p.isNormWeight)
     return b.getDictionaryAttr({str("kind", "ones")});
@@ -594,10 +643,18 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
     grads.push_back(params[name].grad);
   for (Operation &op : fn.getBody().front().without_terminator()) {
     if (auto ar = dyn_cast<AllReduceGradsOp>(op)) {
-      kernel("all_reduce", {arg("x", b.getArrayAttr(grads))},
+      SmallVector<Attribute> covered;
+      for (const std::string &name : paramOrder)
+        if (coversInstance(ar, name))
+          covered.push_back(params[name].grad);
+      if (covered.empty())
+        continue;
+      kernel("all_reduce", {arg("x", b.getArrayAttr(covered))},
              {str("axis", ar.getAxis()), str("op", ar.getReduction())},
              NameLoc::get(ar.getReasonAttr(), op.getLoc()))
-          ->setAttr("plan.payload", b.getStringAttr("gradients"));
+          ->setAttr("plan.payload",
+                    b.getStringAttr(ar.getParams() ? "sequence-parallel gradients"
+                                                   : "gradients"));
       continue;
     }
     if (auto ar = dyn_cast<AllReduceLossOp>(op)) {

@@ -53,32 +53,43 @@ Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, i
   return Status::ok();
 }
 
-static Status checkPositions(int64_t S, int64_t P) {
-  if (S > P)
+// Positions [begin, begin + S) must lie in the table's [0, P).
+static Status checkPositions(int64_t S, int64_t P, int64_t begin) {
+  if (begin < 0)
+    return Status::invalidArgument("position embedding: first position " + std::to_string(begin) +
+                                   " is negative");
+  if (begin == 0 && S > P)
     return Status::invalidArgument("position embedding: sequence length " + std::to_string(S) +
                                    " exceeds the table's " + std::to_string(P) + " positions");
+  if (S > P - begin)
+    return Status::invalidArgument("position embedding: positions [" + std::to_string(begin) + ", " +
+                                   std::to_string(begin + S) + ") (sequence shard of length " +
+                                   std::to_string(S) + ") exceed the table's " + std::to_string(P) +
+                                   " positions");
   return Status::ok();
 }
 
 Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int64_t B, int64_t S,
-                                int64_t H, int64_t P) {
-  LLCDIST_RETURN_IF_ERROR(checkPositions(S, P));
+                                int64_t H, int64_t P, int64_t posBegin) {
+  LLCDIST_RETURN_IF_ERROR(checkPositions(S, P, posBegin));
+  const float* w = wpe + posBegin * H;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < S; ++s) {
       const int64_t off = (b * S + s) * H;
-      for (int64_t h = 0; h < H; ++h) y[off + h] = x[off + h] + wpe[s * H + h];
+      for (int64_t h = 0; h < H; ++h) y[off + h] = x[off + h] + w[s * H + h];
     }
   return Status::ok();
 }
 
 Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, int64_t S, int64_t H,
-                                       int64_t P, bool accumulate) {
-  LLCDIST_RETURN_IF_ERROR(checkPositions(S, P));
+                                       int64_t P, bool accumulate, int64_t posBegin) {
+  LLCDIST_RETURN_IF_ERROR(checkPositions(S, P, posBegin));
   if (!accumulate) std::fill_n(dwpe, P * H, 0.0f);
+  float* w = dwpe + posBegin * H;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < S; ++s) {
       const float* d = dy + (b * S + s) * H;
-      for (int64_t h = 0; h < H; ++h) dwpe[s * H + h] += d[h];
+      for (int64_t h = 0; h < H; ++h) w[s * H + h] += d[h];
     }
   return Status::ok();
 }

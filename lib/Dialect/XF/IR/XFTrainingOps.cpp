@@ -132,3 +132,30 @@ LogicalResult AllReduceGradsOp::verify() {
 LogicalResult AllReduceLossOp::verify() { return checkAxis(*this, getAxis()); }
 
 LogicalResult AllReduceOp::verify() { return checkAxis(*this, getAxis()); }
+
+namespace {
+/// `small` and `big` agree everywhere but `dim`, where big is a multiple.
+LogicalResult checkGathered(Operation *op, Value small, Value big, int64_t dim) {
+  auto s = rt(small), b = rt(big);
+  if (s.getRank() != b.getRank() || dim < 0 || dim >= s.getRank())
+    return op->emitOpError("dim ") << dim << " is not a dimension of " << s;
+  for (int64_t d = 0; d < s.getRank(); ++d)
+    if (d == dim ? b.getDimSize(d) % s.getDimSize(d) != 0
+                 : b.getDimSize(d) != s.getDimSize(d))
+      return op->emitOpError("the whole ")
+             << b << " is not the slice " << s << " gathered along dim " << dim;
+  return sameElementType(op, {small, big});
+}
+} // namespace
+
+LogicalResult AllGatherOp::verify() {
+  if (failed(checkAxis(*this, getAxis())))
+    return failure();
+  return checkGathered(*this, getInput(), getResult(), getDimAttr().getInt());
+}
+
+LogicalResult ReduceScatterOp::verify() {
+  if (failed(checkAxis(*this, getAxis())))
+    return failure();
+  return checkGathered(*this, getResult(), getInput(), getDimAttr().getInt());
+}

@@ -108,6 +108,8 @@ private:
 };
 
 struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
+  using PartitionBase::PartitionBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto grid = module.lookupSymbol<shard::GridOp>("mesh");
@@ -123,6 +125,11 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
       grid.emitError("llcdist-partition: pipeline (pp) partitioning is not "
                      "implemented yet; this mesh has pp=")
           << pp;
+      return signalPassFailure();
+    }
+    if (sequenceParallel && tp == 1) {
+      grid.emitError("llcdist-partition: sequence parallelism splits the "
+                     "tensor-parallel region's sequence over tp; it needs tp > 1");
       return signalPassFailure();
     }
     if (dp == 1 && tp == 1)
@@ -150,7 +157,7 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
                          attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(tp))}));
     // Tensor parallelism first: it inserts the tp collectives, whose batch
     // dimension the dp propagation below then splits like any other op's.
-    if (tp > 1 && failed(partitionTensorParallel(module, tp)))
+    if (tp > 1 && failed(partitionTensorParallel(module, tp, sequenceParallel)))
       return signalPassFailure();
     if (dp == 1)
       return;
@@ -198,7 +205,8 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
         ob, opt.getLoc(), "dp", "sum",
         "every weight gradient contracts over the batch dimension, which is "
         "sharded on dp: each rank holds a partial sum (already scaled by the "
-        "global token count)");
+        "global token count)",
+        /*params=*/ArrayAttr());
     AllReduceLossOp::create(
         ob, opt.getLoc(), "dp",
         "each dp rank's loss is the mean over its own tokens");

@@ -23,6 +23,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -30,21 +31,35 @@ using namespace llcdist::xf;
 
 namespace {
 struct TP {
-  enum Kind { R, Split, Partial } kind = R;
+  /// Seq: split on the sequence (sequence parallelism), `dim` the sequence
+  /// (or batch-major row) dimension of this value.
+  enum Kind { R, Split, Partial, Seq } kind = R;
   int64_t dim = 0, blocks = 1;
   bool operator==(const TP &o) const {
-    return kind == o.kind && (kind != Split || (dim == o.dim && blocks == o.blocks));
+    return kind == o.kind &&
+           ((kind != Split && kind != Seq) || (dim == o.dim && blocks == o.blocks));
   }
   bool operator!=(const TP &o) const { return !(*this == o); }
   static TP split(int64_t dim, int64_t blocks = 1) { return {Split, dim, blocks}; }
+  static TP seq(int64_t dim) { return {Seq, dim, 1}; }
 };
+
+/// Ops of the sequence-parallel region (Korthikanti et al.): they run on a
+/// slice of the sequence when their activations are split on it.
+bool isSequenceRegion(Operation *op) {
+  return isa<AddOp, LayerNormOp, RMSNormOp, LayerNormGradInputOp, LayerNormGradParamsOp,
+             RMSNormGradInputOp, RMSNormGradWeightOp, AddPositionEmbeddingOp,
+             AddPositionEmbeddingGradOp, BiasAddOp, LinearGradBiasOp, LayerOp,
+             AccumulateGradOp>(op);
+}
 
 int64_t rank(Value v) { return cast<RankedTensorType>(v.getType()).getRank(); }
 int64_t lastDimOf(Value v) { return rank(v) - 1; }
 
 class TensorParallel {
 public:
-  TensorParallel(ModuleOp module, int64_t tp) : module(module), tp(tp), symbols(module) {}
+  TensorParallel(ModuleOp module, int64_t tp, bool sp)
+      : module(module), tp(tp), sp(sp), symbols(module) {}
 
   LogicalResult run() {
     func::FuncOp entry = getEntryFunction(module);
@@ -52,7 +67,11 @@ public:
       return failure();
     if (failed(readStrategy()))
       return failure();
+    if (sp && failed(checkSequenceParallelEntry()))
+      return failure();
     if (failed(propagate(entry.getBody().front())))
+      return failure();
+    if (sp && failed(finishSequenceParallel()))
       return failure();
     return applyTypes();
   }
@@ -136,15 +155,101 @@ private:
     bool sumOfPartials = isa<AddOp>(op) && llvm::all_of(op->getOperands(), [&](Value v) {
                            return of(v).kind == TP::Partial;
                          });
-    if (sumOfPartials || isa<AllReduceOp>(op))
+    if (sumOfPartials || isa<AllReduceOp, ReduceScatterOp>(op) ||
+        (sp && isa<AccumulateGradOp>(op)))
       return;
-    for (Value v : llvm::to_vector(op->getOperands()))
-      if (of(v).kind == TP::Partial)
+    for (Value v : llvm::to_vector(op->getOperands())) {
+      if (of(v).kind != TP::Partial)
+        continue;
+      // With sequence parallelism an activation entering the sequence region
+      // is reduce-scattered along the sequence instead of all-reduced.
+      if (sp && isSequenceRegion(op) && rank(v) == 3)
+        reduceScatter(v);
+      else
         allReduce(v, v.getDefiningOp(), partialReason.lookup(v));
+    }
+  }
+
+  /// A sequence-split operand of an op that needs the whole sequence is
+  /// all-gathered (once per value; the sequence region keeps the slice).
+  void gatherSequenceOperands(Operation *op) {
+    if (!sp || isSequenceRegion(op) || isa<AllGatherOp, ReduceScatterOp, AllReduceOp>(op))
+      return;
+    for (OpOperand &use : op->getOpOperands()) {
+      Value v = use.get();
+      TP s = of(v);
+      if (s.kind != TP::Seq)
+        continue;
+      Value &whole = gathered[v];
+      if (!whole) {
+        OpBuilder b(op->getContext());
+        if (Operation *def = v.getDefiningOp())
+          b.setInsertionPointAfter(def);
+        else
+          b.setInsertionPointToStart(cast<BlockArgument>(v).getOwner());
+        auto t = cast<RankedTensorType>(v.getType());
+        auto ag = AllGatherOp::create(b, v.getLoc(), t, v, "tp", s.dim,
+                                      "sequence parallelism: this op needs the whole "
+                                      "sequence of a sequence-split activation");
+        whole = ag.getResult();
+        state[whole] = TP{};
+      }
+      use.set(whole);
+    }
+  }
+
+  void reduceScatter(Value v) {
+    OpBuilder b(v.getContext());
+    b.setInsertionPointAfter(v.getDefiningOp());
+    auto rs = ReduceScatterOp::create(
+        b, v.getLoc(), v.getType(), v, "tp", 1,
+        partialReason.lookup(v) + "; sequence parallelism keeps the sum's slice of the "
+                                  "sequence");
+    v.replaceAllUsesExcept(rs.getResult(), rs);
+    state[rs.getResult()] = TP::seq(1);
+  }
+
+  /// The sequence is scattered where the vocabulary-parallel lookup's partial
+  /// sum is reduced: sequence parallelism needs a split embedding table.
+  LogicalResult checkSequenceParallelEntry() {
+    bool splitTable = false;
+    module.walk([&](EmbeddingOp e) {
+      if (auto p = e.getTable().getDefiningOp<ParamOp>())
+        splitTable |= params.lookup(p.getName()).kind == TP::Split;
+    });
+    if (!splitTable)
+      return module.emitError("llcdist-partition: sequence parallelism needs the "
+                              "vocabulary-parallel embedding (its partial lookup is "
+                              "where the sequence is scattered); do not replicate the "
+                              "embeddings");
+    return success();
+  }
+
+  /// The gradients of parameters used in the sequence region are partial sums
+  /// over tp (each rank saw a slice of the tokens): sum them once per step.
+  LogicalResult finishSequenceParallel() {
+    func::FuncOp opt;
+    for (auto fn : module.getOps<func::FuncOp>())
+      if (fn->hasAttr("xf.optimizer"))
+        opt = fn;
+    if (!opt || tpPartialGrads.empty())
+      return success();
+    OpBuilder b = OpBuilder::atBlockBegin(&opt.getBody().front());
+    SmallVector<StringRef> names;
+    for (const auto &entry : tpPartialGrads)
+      names.push_back(entry.getKey());
+    llvm::sort(names);
+    AllReduceGradsOp::create(
+        b, opt.getLoc(), "tp", "sum",
+        "sequence parallelism: these parameters act on each rank's slice of the "
+        "sequence, so their gradients are partial sums over tp",
+        b.getStrArrayAttr(names));
+    return success();
   }
 
   LogicalResult visit(Operation *op) {
     reducePartialOperands(op);
+    gatherSequenceOperands(op);
     auto same = [&](Value from, ValueRange to) {
       for (Value t : to)
         state[t] = of(from);
@@ -156,7 +261,11 @@ private:
           return success();
         })
         .Case([&](LayerOp call) { return visitLayer(call); })
-        .Case<AllReduceOp, BiasAddOp>([&](Operation *) { return success(); })
+        .Case<AllReduceOp, AllGatherOp, ReduceScatterOp>([&](Operation *) { return success(); })
+        .Case([&](BiasAddOp ba) {
+          state[ba.getResult()] = of(ba.getInput());
+          return success();
+        })
         .Case([&](LinearOp lin) -> LogicalResult {
           TP x = of(lin.getInput()), w = of(lin.getWeight());
           bool outIn = lin.getLayout() == WeightLayout::OutIn;
@@ -180,18 +289,15 @@ private:
             partial(y, "a row-parallel linear's output is a partial sum over tp");
             return success();
           }
-          // The bias joins after the all-reduce, once.
+          // The bias joins after the reduction, once.
           OpBuilder b(lin);
           auto nobias = LinearOp::create(b, lin.getLoc(), y.getType(), lin.getLayout(),
                                          lin.getInput(), lin.getWeight(), Value());
-          Value reduced = allReduce(nobias.getResult(), nobias,
-                                    "a row-parallel linear's output is a partial sum over tp");
-          b.setInsertionPointAfter(reduced.getDefiningOp());
-          auto withBias = BiasAddOp::create(b, lin.getLoc(), reduced, bias);
-          state[withBias.getResult()] = TP{};
+          partial(nobias.getResult(), "a row-parallel linear's output is a partial sum over tp");
+          auto withBias = BiasAddOp::create(b, lin.getLoc(), nobias.getResult(), bias);
           y.replaceAllUsesWith(withBias.getResult());
           lin.erase();
-          return success();
+          return visit(withBias);
         })
         .Case([&](SplitOp sp) -> LogicalResult {
           TP x = of(sp.getInput());
@@ -256,14 +362,68 @@ private:
             state[r] = TP::split(2);
           return localHeads(g);
         })
-        .Case<LayerNormOp, RMSNormOp, LayerNormGradInputOp, LayerNormGradParamsOp,
-              RMSNormGradInputOp, RMSNormGradWeightOp, AddPositionEmbeddingOp,
-              AddPositionEmbeddingGradOp>([&](Operation *o) -> LogicalResult {
-          for (Value v : o->getOperands())
-            if (of(v).kind != TP::R)
-              return o->emitOpError("llcdist-partition: expects replicated operands "
-                                    "under tensor parallelism (sequence parallelism "
-                                    "would split them)");
+        .Case([&](LayerNormOp ln) -> LogicalResult {
+          TP x = of(ln.getInput());
+          if (x.kind == TP::Seq) {
+            state[ln.getResult()] = x;
+            if (ln.getStats())
+              state[ln.getStats()] = TP::seq(1); // [2, rows]
+          } else if (x.kind != TP::R) {
+            return mismatch(ln);
+          }
+          return success();
+        })
+        .Case([&](RMSNormOp rn) -> LogicalResult {
+          TP x = of(rn.getInput());
+          if (x.kind == TP::Seq) {
+            state[rn.getResult()] = x;
+            if (rn.getStats())
+              state[rn.getStats()] = TP::seq(0); // [rows]
+          } else if (x.kind != TP::R) {
+            return mismatch(rn);
+          }
+          return success();
+        })
+        .Case<LayerNormGradInputOp, RMSNormGradInputOp>([&](Operation *o) -> LogicalResult {
+          TP dy = of(o->getOperand(0));
+          if (dy.kind == TP::Seq)
+            state[o->getResult(0)] = dy;
+          else if (dy.kind != TP::R)
+            return mismatch(o);
+          return success();
+        })
+        .Case<LayerNormGradParamsOp, RMSNormGradWeightOp, LinearGradBiasOp>(
+            [&](Operation *o) -> LogicalResult {
+              TP dy = of(o->getOperand(0));
+              if (dy.kind == TP::Seq) { // summed over this rank's tokens only
+                for (Value r : o->getResults())
+                  partial(r, "sequence parallelism");
+                return success();
+              }
+              if (auto gb = dyn_cast<LinearGradBiasOp>(o); gb && dy.kind == TP::Split)
+                state[gb.getResult()] = TP::split(0, dy.blocks);
+              else if (dy.kind != TP::R)
+                return mismatch(o);
+              return success();
+            })
+        .Case([&](AddPositionEmbeddingOp pe) -> LogicalResult {
+          TP x = of(pe.getInput());
+          if (x.kind == TP::Seq) {
+            pe->setAttr("xf.seq_parallel_axis", StringAttr::get(pe.getContext(), "tp"));
+            state[pe.getResult()] = x;
+          } else if (x.kind != TP::R) {
+            return mismatch(pe);
+          }
+          return success();
+        })
+        .Case([&](AddPositionEmbeddingGradOp g) -> LogicalResult {
+          TP dy = of(g.getDy());
+          if (dy.kind == TP::Seq) {
+            g->setAttr("xf.seq_parallel_axis", StringAttr::get(g.getContext(), "tp"));
+            partial(g.getResult(), "sequence parallelism");
+          } else if (dy.kind != TP::R) {
+            return mismatch(g);
+          }
           return success();
         })
         .Case([&](EmbeddingOp e) -> LogicalResult {
@@ -316,12 +476,6 @@ private:
             return mismatch(g);
           return success();
         })
-        .Case([&](LinearGradBiasOp g) -> LogicalResult {
-          TP dy = of(g.getDy());
-          if (dy.kind == TP::Split)
-            state[g.getResult()] = TP::split(0, dy.blocks);
-          return success();
-        })
         .Case([&](LinearGradInputOp g) -> LogicalResult {
           TP dy = of(g.getDy()), w = of(g.getWeight());
           bool outIn = g.getLayout() == WeightLayout::OutIn;
@@ -340,6 +494,10 @@ private:
         })
         .Case([&](AccumulateGradOp acc) -> LogicalResult {
           TP want = params.lookup(acc.getName()), got = of(acc.getGrad());
+          if (sp && got.kind == TP::Partial && want.kind == TP::R) {
+            tpPartialGrads.insert(acc.getName());
+            return success();
+          }
           if (want != got)
             return acc.emitOpError("llcdist-partition: the gradient of '")
                    << acc.getName() << "' is not split like the parameter";
@@ -377,7 +535,7 @@ private:
     });
     (void)r;
     for (auto &[value, s] : state) {
-      if (s.kind != TP::Split)
+      if (s.kind != TP::Split && s.kind != TP::Seq)
         continue;
       Value v = value;
       auto t = cast<RankedTensorType>(v.getType());
@@ -399,10 +557,14 @@ private:
   llvm::StringMap<TP> params;
   llvm::DenseMap<Value, TP> state;
   llvm::DenseMap<Value, std::string> partialReason;
+  llvm::DenseMap<Value, Value> gathered;
+  llvm::StringSet<> tpPartialGrads;
+  bool sp;
   llvm::DenseMap<Operation *, SmallVector<TP>> bodyArgs;
 };
 } // namespace
 
-LogicalResult llcdist::xf::partitionTensorParallel(ModuleOp module, int64_t tp) {
-  return TensorParallel(module, tp).run();
+LogicalResult llcdist::xf::partitionTensorParallel(ModuleOp module, int64_t tp,
+                                                   bool sequenceParallel) {
+  return TensorParallel(module, tp, sequenceParallel).run();
 }

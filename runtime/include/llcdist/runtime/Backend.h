@@ -67,6 +67,10 @@ struct KernelCall {
   // its coordinate on the axis, count = the axis size); nullopt without shard_axis.
   std::vector<int> group;
   std::optional<VocabShard> vocabShard;
+  // Sequence-parallel position embedding (pos_embedding_fwd / pos_embedding_bwd_weight with attr
+  // `shard_axis`): the first global position of this rank's S positions, c·S with c its coordinate on
+  // the axis; 0 without shard_axis. (No collective: `group` stays empty.)
+  int64_t posBegin = 0;
   ReduceOp reduceOp = ReduceOp::kSum;
   int64_t outer = 0, inner = 0;
   // Step context, set per launch.

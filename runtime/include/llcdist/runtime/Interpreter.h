@@ -13,7 +13,8 @@
 // of `x`, in list order, and every collective is waited for on the default stream before the next op.
 // Ops with attr `shard_axis` (vocabulary-parallel embedding and cross entropy) get the group of `rank`
 // on that axis and the rank's vocabulary slice (KernelCall::vocabShard); the cross entropy's
-// all-reduces run inside its kernel launch, through the backend.
+// all-reduces run inside its kernel launch, through the backend. Position embeddings with `shard_axis`
+// (sequence parallelism) get KernelCall::posBegin = c·S, c the rank's coordinate on that axis.
 // The data source is per rank: the caller binds the rank's dp coordinate into it (Train.h).
 //
 // Errors from an op carry where it is: "<program file>: subroutine 'backward' op 3 (linear_bwd_input,

@@ -74,13 +74,16 @@ Status embeddingForward(const int32_t* ids, const float* table, float* out, int6
 Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V,
                          int64_t H, bool accumulate, const VocabShard& shard = {});
 
-// GPT-2 learned positions: y[B,S,H] = x[B,S,H] + wpe[s,:] (wpe [P,H], requires S <= P). y may alias x.
-// The input gradient is the identity (dx = dy), so there is no backward-input function.
+// GPT-2 learned positions: y[B,S,H] = x[B,S,H] + wpe[posBegin + s,:] (wpe [P,H]). x/y hold the sequence
+// positions [posBegin, posBegin + S); posBegin is 0 unless sequence-parallel (then c·S, c the rank's
+// coordinate on the op's shard_axis). Requires 0 <= posBegin and posBegin + S <= P (an error otherwise).
+// y may alias x. The input gradient is the identity (dx = dy), so there is no backward-input function.
 Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int64_t B, int64_t S,
-                                int64_t H, int64_t P);
-// dwpe[s,:] (+)= sum over b of dy[b,s,:] for s < S; with accumulate=false rows [S,P) are zeroed.
+                                int64_t H, int64_t P, int64_t posBegin = 0);
+// dwpe[posBegin + s,:] (+)= sum over b of dy[b,s,:] for s < S (b in order 0..B-1); with accumulate=false
+// every other row of dwpe ([0, posBegin) and [posBegin + S, P)) is zeroed. Same range rule as forward.
 Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, int64_t S, int64_t H,
-                                       int64_t P, bool accumulate);
+                                       int64_t P, bool accumulate, int64_t posBegin = 0);
 
 // ---------------------------------------------------------------------------------------------------
 // Normalization (Norm.cpp). x, y [M,H] normalized over the last dim H.

@@ -41,7 +41,9 @@ inline constexpr std::array<std::string_view, 3> kMeshAxes = {"dp", "tp", "pp"};
 // manifest.mesh.rank_order default (fastest-varying axis first): Megatron's order.
 inline constexpr std::array<std::string_view, 3> kDefaultRankOrder = {"tp", "dp", "pp"};
 // The optional attr of embedding_fwd / embedding_bwd_weight / cross_entropy_fwd / cross_entropy_bwd that
-// makes them vocabulary-parallel over one mesh axis (the op's V is then the local vocabulary slice).
+// makes them vocabulary-parallel over one mesh axis (the op's V is then the local vocabulary slice), and
+// of pos_embedding_fwd / pos_embedding_bwd_weight that makes them sequence-parallel (the op's S is then
+// the local sequence length; the rank holds positions [c·S, (c+1)·S)).
 inline constexpr std::string_view kShardAxisAttr = "shard_axis";
 // Collective reduction ops (attr `op` of all_reduce / reduce_scatter).
 inline constexpr std::array<std::string_view, 3> kReduceOpNames = {"sum", "avg", "max"};
@@ -139,9 +141,12 @@ inline constexpr T kEmbFwdAttrs[] = {{"M", Int}, {"V", Int}, {"H", Int}, {"shard
 inline constexpr A kEmbBwdArgs[] = {{"ids", One, I, R}, {"dout", One, F, R}, {"dtable", One, F, RW}};
 inline constexpr T kEmbBwdAttrs[] = {{"M", Int}, {"V", Int}, {"H", Int}, {"accumulate", Bool}, {"shard_axis", Str, false}};
 inline constexpr A kPosFwdArgs[] = {{"x", One, F, R}, {"wpe", One, F, R}, {"y", One, F, W, "x"}};
-inline constexpr T kPosFwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}};
+// `shard_axis` (optional): sequence parallelism; S is the local sequence length and the rank holds
+// positions [c·S, (c+1)·S), c its coordinate on the axis (see plan-format.md).
+inline constexpr T kPosFwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}, {"shard_axis", Str, false}};
 inline constexpr A kPosBwdArgs[] = {{"dy", One, F, R}, {"dwpe", One, F, RW}};
-inline constexpr T kPosBwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}, {"accumulate", Bool}};
+inline constexpr T kPosBwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}, {"accumulate", Bool},
+                                     {"shard_axis", Str, false}};
 inline constexpr A kLnFwdArgs[] = {{"x", One, F, R},    {"gamma", One, F, R}, {"beta", One, F, R},
                                    {"y", One, F, W},    {"mean", One, F, W},  {"rstd", One, F, W}};
 inline constexpr T kNormFwdAttrs[] = {{"M", Int}, {"H", Int}, {"eps", Flt}};

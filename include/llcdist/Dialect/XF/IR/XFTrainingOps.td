@@ -228,9 +228,21 @@ def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, Mem
     xf.all_reduce_grads {axis = "dp", reduction = "sum", reason = "..."}
     ```
   }];
-  let arguments = (ins StrAttr:$axis, StrAttr:$reduction, StrAttr:$reason);
+  let arguments = (ins StrAttr:$axis, StrAttr:$reduction, StrAttr:$reason,
+                       OptionalAttr<StrArrayAttr>:$params);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// True when this all-reduce covers the parameter `name` (all of them
+    /// when `params` is absent).
+    bool covers(llvm::StringRef name) {
+      if (!getParams())
+        return true;
+      return llvm::any_of(*getParams(), [&](mlir::Attribute a) {
+        return mlir::cast<mlir::StringAttr>(a).getValue() == name;
+      });
+    }
+  }];
 }
 
 def XF_AllReduceLossOp : XF_Op<"all_reduce_loss", [MemoryEffects<[MemRead, MemWrite]>]> {
@@ -259,6 +271,37 @@ def XF_AllReduceOp : XF_Op<"all_reduce", [SameOperandsAndResultType]> {
   let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, StrAttr:$reason);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def XF_AllGatherOp : XF_Op<"all_gather"> {
+  let summary = "gather a split dimension over a mesh axis (sequence parallelism)";
+  let description = [{
+    `result` concatenates every member's `input` along `dim`, in member
+    order. Inserted by `llcdist-partition` where a sequence-split activation
+    meets an op that needs the whole sequence (a column-parallel linear).
+
+    ```mlir
+    %y = xf.all_gather %x {axis = "tp", dim = 1 : i64, reason = "..."} : (tensor<2x4x64xf32>) -> tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, I64Attr:$dim, StrAttr:$reason);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_ReduceScatterOp : XF_Op<"reduce_scatter"> {
+  let summary = "sum a partial value over a mesh axis, keeping one slice of `dim`";
+  let description = [{
+    Each member receives its slice (by member index) of `dim` of the sum of
+    every member's `input`. With sequence parallelism it replaces the
+    all-reduce of a row-parallel output, whose consumer keeps the sequence
+    split.
+  }];
+  let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, I64Attr:$dim, StrAttr:$reason);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

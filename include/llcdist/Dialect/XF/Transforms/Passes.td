@@ -87,6 +87,10 @@ def Autodiff : Pass<"llcdist-autodiff", "mlir::ModuleOp"> {
 }
 
 def Partition : Pass<"llcdist-partition", "mlir::ModuleOp"> {
+  let options = [
+    Option<"sequenceParallel", "sequence-parallel", "bool", "false",
+           "Megatron's sequence parallelism in the tensor-parallel region">,
+  ];
   let summary = "SPMD partitioning of the training step over the mesh (data parallelism)";
   let description = [{
     Reads the mesh (`shard.grid @mesh`, axes dp, tp, pp) and turns the

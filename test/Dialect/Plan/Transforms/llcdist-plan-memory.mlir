@@ -1,4 +1,4 @@
-// RUN: llc-dist-opt %s --pass-pipeline="builtin.module(plan.program(llcdist-plan-memory))" | FileCheck %s
+// RUN: llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-memory))" | FileCheck %s
 
 // Buffers are placed in order at 64-byte-aligned offsets; the arena is their sum.
 // 10 f32 = 40 bytes -> next at 64; 16 i32 = 64 bytes -> next at 128; 1 f32 -> 192.
@@ -10,4 +10,32 @@ plan.program @stage0 {
   plan.buffer @b0 : tensor<10xf32> {kind = "param", name = "a"}
   plan.buffer @b1 : tensor<4x4xi32> {kind = "input", name = "b"}
   plan.buffer @b2 : tensor<1xf32> {kind = "metric", name = "loss"}
+}
+
+// -----
+// RUN: llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-memory))" | FileCheck %s --check-prefix=REUSE
+
+// Liveness: @a is dead after the second kernel, so @c (first used by the
+// third) takes its bytes; @b is live across both and keeps its own. The
+// parameter is placed first, for the whole step. Arena: 64 (param) +
+// 2 × 64 (the two live activations at the peak).
+// REUSE: plan.program @reuse attributes {arena_bytes = 192 : i64}
+// REUSE-NEXT: plan.buffer @w : tensor<4xf32> {kind = "param", name = "w", offset = 0 : i64}
+// REUSE-NEXT: plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", offset = 64 : i64}
+// REUSE-NEXT: plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b", offset = 128 : i64}
+// REUSE-NEXT: plan.buffer @c : tensor<4xf32> {kind = "activation", name = "c", offset = 64 : i64}
+plan.program @reuse {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w"}
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a"}
+  plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b"}
+  plan.buffer @c : tensor<4xf32> {kind = "activation", name = "c"}
+  plan.subroutine @s {
+    plan.kernel "copy" {x = @w, y = @a} {n = 4 : i64}
+    plan.kernel "add" {a = @a, b = @w, y = @b} {n = 4 : i64}
+    plan.kernel "copy" {x = @b, y = @c} {n = 4 : i64}
+    plan.kernel "add" {a = @c, b = @b, y = @w} {n = 4 : i64}
+  }
+  plan.schedule {
+    plan.action @s
+  }
 }

@@ -5,12 +5,14 @@
 include "mlir/Pass/PassBase.td"
 
 def PlanMemory : Pass<"llcdist-plan-memory", "llcdist::plan::ProgramOp"> {
-  let summary = "assign every buffer an arena offset";
+  let summary = "assign every buffer an arena offset, reusing dead activations' bytes";
   let description = [{
-    Places the program's buffers one after another at 64-byte-aligned
-    offsets in declaration order and records the arena size; every buffer
-    lives for the whole step. (Liveness-based reuse and the exact peak come
-    with the memory planner of issue #6.)
+    Persistent state (params, gradients, optimizer state, inputs, metrics) is
+    placed first, in declaration order. Activation and scratch buffers live
+    from their first to their last use in the step (the schedule's actions
+    with their kernels inlined) and are placed first-fit in order of first
+    use, sharing bytes only with buffers whose intervals are disjoint; the
+    arena size is recorded. Offsets are 64-byte aligned.
 
     Before: `plan.buffer @b1 : tensor<8xf32> {kind = "param", name = "w"}`
     After:  `plan.buffer @b1 : tensor<8xf32> {kind = "param", name = "w", offset = 64 : i64}`

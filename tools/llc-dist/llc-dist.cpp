@@ -42,6 +42,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <variant>
 #include <string>
 #include <vector>
 
@@ -214,6 +215,39 @@ double parseDouble(const std::string &flag, const std::string &v) {
     throw UsageError{flag + " expects a number, got '" + v + "'"};
   return x;
 }
+
+/// Options that store one value: `--name V` or `--name=V` parsed into a
+/// variable; one table per command instead of a chain of ifs.
+class ValueFlags {
+public:
+  ValueFlags &add(const char *name, int64_t *dst) { return push(name, dst); }
+  ValueFlags &add(const char *name, double *dst) { return push(name, dst); }
+  ValueFlags &add(const char *name, std::string *dst) { return push(name, dst); }
+
+  /// Consumes `arg` (and its value) when it names a flag of the table.
+  bool match(Args &args, const std::string &arg) const {
+    for (const auto &[name, dst] : flags) {
+      std::optional<std::string> v = args.value(arg, name);
+      if (!v)
+        continue;
+      if (auto *i = std::get_if<int64_t *>(&dst))
+        **i = parseInt(name, *v);
+      else if (auto *d = std::get_if<double *>(&dst))
+        **d = parseDouble(name, *v);
+      else
+        **std::get_if<std::string *>(&dst) = *v;
+      return true;
+    }
+    return false;
+  }
+
+private:
+  template <typename T> ValueFlags &push(const char *name, T *dst) {
+    flags.emplace_back(name, dst);
+    return *this;
+  }
+  std::vector<std::pair<std::string, std::variant<int64_t *, double *, std::string *>>> flags;
+};
 
 std::string grouped(int64_t n) {
   std::string s = std::to_string(n), out;
@@ -589,6 +623,27 @@ int runCompile(Args &args) {
   TrainingShape shape;
   bool printAll = false, quiet = false;
   std::set<std::string> printAfter;
+  ValueFlags compileFlags;
+  compileFlags.add("--seq-len", &shape.seqLen)
+      .add("--micro-batch", &shape.microBatch)
+      .add("--global-batch", &shape.globalBatch)
+      .add("--dtype", &shape.dtype)
+      .add("--emit", &emit)
+      .add("--optimizer", &train.optimizer)
+      .add("--lr-schedule", &train.schedule)
+      .add("--lr", &train.lr)
+      .add("--min-lr", &train.minLr)
+      .add("--warmup", &train.warmup)
+      .add("--lr-decay-steps", &train.totalSteps)
+      .add("--weight-decay", &train.weightDecay)
+      .add("--beta1", &train.beta1)
+      .add("--beta2", &train.beta2)
+      .add("--eps", &train.eps)
+      .add("--momentum", &train.momentum)
+      .add("--grad-clip", &train.gradClip)
+      .add("-o", &output)
+      .add("--format", &format)
+      .add("--dump-ir-dir", &dumpDir);
   while (!args.empty()) {
     std::string a = args.next();
     if (a == "--help" || a == "-h") {
@@ -610,40 +665,8 @@ int runCompile(Args &args) {
     } else if (auto v = args.value(a, "--rank-order")) {
       if (auto err = parseRankOrder(*v, mesh))
         throw UsageError{*err};
-    } else if (auto v = args.value(a, "--seq-len"))
-      shape.seqLen = parseInt("--seq-len", *v);
-    else if (auto v = args.value(a, "--micro-batch"))
-      shape.microBatch = parseInt("--micro-batch", *v);
-    else if (auto v = args.value(a, "--global-batch"))
-      shape.globalBatch = parseInt("--global-batch", *v);
-    else if (auto v = args.value(a, "--dtype"))
-      shape.dtype = *v;
-    else if (auto v = args.value(a, "--emit"))
-      emit = *v;
-    else if (auto v = args.value(a, "--optimizer"))
-      train.optimizer = *v;
-    else if (auto v = args.value(a, "--lr-schedule"))
-      train.schedule = *v;
-    else if (auto v = args.value(a, "--lr"))
-      train.lr = parseDouble("--lr", *v);
-    else if (auto v = args.value(a, "--min-lr"))
-      train.minLr = parseDouble("--min-lr", *v);
-    else if (auto v = args.value(a, "--warmup"))
-      train.warmup = parseInt("--warmup", *v);
-    else if (auto v = args.value(a, "--lr-decay-steps"))
-      train.totalSteps = parseInt("--lr-decay-steps", *v);
-    else if (auto v = args.value(a, "--weight-decay"))
-      train.weightDecay = parseDouble("--weight-decay", *v);
-    else if (auto v = args.value(a, "--beta1"))
-      train.beta1 = parseDouble("--beta1", *v);
-    else if (auto v = args.value(a, "--beta2"))
-      train.beta2 = parseDouble("--beta2", *v);
-    else if (auto v = args.value(a, "--eps"))
-      train.eps = parseDouble("--eps", *v);
-    else if (auto v = args.value(a, "--momentum"))
-      train.momentum = parseDouble("--momentum", *v);
-    else if (auto v = args.value(a, "--grad-clip"))
-      train.gradClip = parseDouble("--grad-clip", *v);
+    } else if (compileFlags.match(args, a))
+      continue;
     else if (a == "--sequence-parallel")
       train.sequenceParallel = true;
     else if (auto v = args.value(a, "--tp-embeddings")) {
@@ -652,12 +675,6 @@ int runCompile(Args &args) {
                          *v + "'"};
       train.replicateEmbeddings = *v == "replicated";
     }
-    else if (auto v = args.value(a, "-o"))
-      output = *v;
-    else if (auto v = args.value(a, "--format"))
-      format = *v;
-    else if (auto v = args.value(a, "--dump-ir-dir"))
-      dumpDir = *v;
     else if (auto v = args.value(a, "--print-ir-after")) {
       llvm::SmallVector<llvm::StringRef> names;
       llvm::StringRef(*v).split(names, ',', -1, false);
@@ -835,29 +852,25 @@ int runCompile(Args &args) {
 
 int runRun(Args &args) {
   rt::RunOptions o;
+  int64_t seed = 0;
+  std::string shuffle = "off";
+  ValueFlags runFlags;
+  runFlags.add("--steps", &o.steps)
+      .add("--data", &o.data)
+      .add("--shuffle", &shuffle)
+      .add("--seed", &seed)
+      .add("--init-from", &o.initFrom)
+      .add("--save-params", &o.saveParams)
+      .add("--log-json", &o.logJson);
   while (!args.empty()) {
     std::string a = args.next();
     if (a == "--help" || a == "-h") {
       llvm::outs() << kRunHelp;
       return 0;
     }
-    if (auto v = args.value(a, "--steps"))
-      o.steps = parseInt("--steps", *v);
-    else if (auto v = args.value(a, "--data"))
-      o.data = *v;
-    else if (auto v = args.value(a, "--shuffle")) {
-      if (*v != "on" && *v != "off")
-        throw UsageError{"--shuffle must be on or off, got '" + *v + "'"};
-      o.shuffle = *v == "on";
-    } else if (auto v = args.value(a, "--seed"))
-      o.seed = static_cast<uint64_t>(parseInt("--seed", *v));
-    else if (auto v = args.value(a, "--init-from"))
-      o.initFrom = *v;
-    else if (auto v = args.value(a, "--save-params"))
-      o.saveParams = *v;
-    else if (auto v = args.value(a, "--log-json"))
-      o.logJson = *v;
-    else if (a == "--quiet")
+    if (runFlags.match(args, a))
+      continue;
+    if (a == "--quiet")
       o.quiet = true;
     else if (a.rfind("-", 0) == 0)
       throw UsageError{"run: unknown option '" + a + "'"};
@@ -871,6 +884,10 @@ int runRun(Args &args) {
     throw UsageError{"run: missing PLAN (a directory written by llc-dist compile -o)"};
   if (o.steps < 0)
     throw UsageError{"--steps must be >= 0"};
+  if (shuffle != "on" && shuffle != "off")
+    throw UsageError{"--shuffle must be on or off, got '" + shuffle + "'"};
+  o.shuffle = shuffle == "on";
+  o.seed = static_cast<uint64_t>(seed);
   o.progressIsTty = isatty(fileno(stdout));
   rt::Status st = rt::runTraining(o, std::cout);
   if (!st.isOk()) {

@@ -53,34 +53,9 @@ testing::PlanBuilder dataParallelPlan(int64_t dp, int64_t B, int64_t M, bool red
   return p;
 }
 
-class MultiRankTrainTest : public testing::TempDirTest {
+class MultiRankTrainTest : public testing::TrainFixture {
 protected:
-  std::string planDir(const testing::PlanBuilder& b, const std::string& name) {
-    const fs::path d = dir / name;
-    fs::create_directories(d);
-    b.write(d);
-    return d.string();
-  }
-  RunOptions options(const std::string& plan, int64_t steps) {
-    RunOptions o;
-    o.planDir = plan;
-    o.steps = steps;
-    o.quiet = true;
-    o.seed = 11;
-    return o;
-  }
-  Status run(const RunOptions& o, RunResult* res = nullptr) {
-    std::ostringstream progress;
-    return runTraining(o, progress, res);
-  }
-  static std::map<std::string, std::vector<float>> readAll(const std::string& file) {
-    std::map<std::string, std::vector<float>> out;
-    auto r = SafetensorsReader::open(file);
-    EXPECT_TRUE(r.isOk()) << r.status().message();
-    if (!r.isOk()) return out;
-    for (const TensorInfo& t : r->tensors()) out[t.name] = r->readF32(t.name).value();
-    return out;
-  }
+  MultiRankTrainTest() : TrainFixture(11) {}
   static std::string bytes(const std::string& file) {
     std::ifstream f(file, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(f)), {});

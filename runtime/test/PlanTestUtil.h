@@ -2,12 +2,16 @@
 #pragma once
 
 #include "llcdist/runtime/PlanSchema.h"
+#include "llcdist/runtime/Safetensors.h"
+#include "llcdist/runtime/Train.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <unistd.h>
 
@@ -155,5 +159,40 @@ inline PlanBuilder oneLayerPlan(int64_t V, int64_t H, int64_t T, int64_t B, int6
   p.action("optimizer");
   return p;
 }
+
+// Runs plans written by PlanBuilder through runTraining, with the test's seed.
+class TrainFixture : public TempDirTest {
+protected:
+  explicit TrainFixture(uint64_t seed) : seed_(seed) {}
+  std::string planDir(const PlanBuilder& b, const std::string& name = "plan") {
+    const fs::path d = dir / name;
+    fs::create_directories(d);
+    b.write(d);
+    return d.string();
+  }
+  RunOptions options(const std::string& plan, int64_t steps) const {
+    RunOptions o;
+    o.planDir = plan;
+    o.steps = steps;
+    o.quiet = true;
+    o.seed = seed_;
+    return o;
+  }
+  Status run(const RunOptions& o, RunResult* res = nullptr) {
+    std::ostringstream progress;
+    return runTraining(o, progress, res);
+  }
+  static std::map<std::string, std::vector<float>> readAll(const std::string& file) {
+    std::map<std::string, std::vector<float>> out;
+    auto r = SafetensorsReader::open(file);
+    EXPECT_TRUE(r.isOk()) << r.status().message();
+    if (!r.isOk()) return out;
+    for (const TensorInfo& t : r->tensors()) out[t.name] = r->readF32(t.name).value();
+    return out;
+  }
+
+private:
+  uint64_t seed_;
+};
 
 }  // namespace llcdist::rt::testing

@@ -19,8 +19,9 @@ namespace {
 using testing::oneLayerPlan;
 namespace fs = std::filesystem;
 
-class TrainTest : public testing::TempDirTest {
+class TrainTest : public testing::TrainFixture {
 protected:
+  TrainTest() : TrainFixture(7) {}
   // A token file repeating 0, 1, ..., period-1.
   std::string repeatingTokens(int64_t count, int period) {
     std::vector<uint16_t> t(static_cast<size_t>(count));
@@ -28,32 +29,6 @@ protected:
     const std::string p = path("tokens.bin");
     EXPECT_TRUE(writeTokenFile(p, t.data(), count).isOk());
     return p;
-  }
-  std::string planDir(const testing::PlanBuilder& b, const std::string& name = "plan") {
-    const fs::path d = dir / name;
-    fs::create_directories(d);
-    b.write(d);
-    return d.string();
-  }
-  RunOptions options(const std::string& plan, int64_t steps) {
-    RunOptions o;
-    o.planDir = plan;
-    o.steps = steps;
-    o.quiet = true;
-    o.seed = 7;
-    return o;
-  }
-  static std::map<std::string, std::vector<float>> readAll(const std::string& file) {
-    std::map<std::string, std::vector<float>> out;
-    auto r = SafetensorsReader::open(file);
-    EXPECT_TRUE(r.isOk()) << r.status().message();
-    if (!r.isOk()) return out;
-    for (const TensorInfo& t : r->tensors()) out[t.name] = r->readF32(t.name).value();
-    return out;
-  }
-  Status run(const RunOptions& o, RunResult* res = nullptr) {
-    std::ostringstream progress;
-    return runTraining(o, progress, res);
   }
 };
 

@@ -36,15 +36,6 @@ int64_t numel(Value v) { return cast<RankedTensorType>(v.getType()).getNumElemen
 int64_t lastDim(Value v) { return cast<RankedTensorType>(v.getType()).getShape().back(); }
 int64_t dim(Value v, unsigned i) { return cast<RankedTensorType>(v.getType()).getDimSize(i); }
 
-std::string instantiate(StringRef name, int64_t layer) {
-  std::string s = name.str();
-  if (layer < 0)
-    return s;
-  for (size_t pos; (pos = s.find(kLayerPlaceholder)) != std::string::npos;)
-    s.replace(pos, sizeof(kLayerPlaceholder) - 1, std::to_string(layer));
-  return s;
-}
-
 struct ParamInfo {
   RankedTensorType type;       ///< the local (this rank's) type
   DictionaryAttr sharding;     ///< xf.sharding of a split parameter, or null
@@ -98,7 +89,7 @@ private:
   std::string label(Operation *op, Scope &s) {
     std::string scope;
     if (auto nl = dyn_cast<NameLoc>(op->getLoc()))
-      scope = instantiate(nl.getName().getValue(), s.layer);
+      scope = instantiateLayerName(nl.getName().getValue(), s.layer);
     return scope + ":" + op->getName().stripDialect().str();
   }
   Buf def(Scope &s, Value v, Operation *op, StringRef suffix = "") {
@@ -113,7 +104,7 @@ private:
   }
   Location provenance(Operation *op, Scope &s) {
     if (auto nl = dyn_cast<NameLoc>(op->getLoc()))
-      return NameLoc::get(b.getStringAttr(instantiate(nl.getName().getValue(), s.layer)),
+      return NameLoc::get(b.getStringAttr(instantiateLayerName(nl.getName().getValue(), s.layer)),
                           nl.getChildLoc());
     return op->getLoc();
   }
@@ -178,7 +169,7 @@ private:
   std::pair<Buf, bool> gradTarget(Scope &s, Value r, Operation *op) {
     if (isFused(r)) {
       auto acc = cast<AccumulateGradOp>(*r.getUsers().begin());
-      return {params.find(instantiate(acc.getName(), s.layer))->second.grad, true};
+      return {params.find(instantiateLayerName(acc.getName(), s.layer))->second.grad, true};
     }
     return {def(s, r, op, ".grad"), false};
   }
@@ -237,7 +228,7 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
   Location loc = provenance(op, s);
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParamOp p) {
-        ParamInfo &info = param(instantiate(p.getName(), s.layer), p.getType());
+        ParamInfo &info = param(instantiateLayerName(p.getName(), s.layer), p.getType());
         if (auto sh = p->getAttrOfType<DictionaryAttr>("xf.sharding"))
           info.sharding = sh;
         s.bufs[p.getResult()] = {info.value};
@@ -586,7 +577,7 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
       .Case([&](AccumulateGradOp acc) -> LogicalResult {
         if (isFused(acc.getGrad()))
           return success(); // written by the gradient's own kernel
-        auto it = params.find(instantiate(acc.getName(), s.layer));
+        auto it = params.find(instantiateLayerName(acc.getName(), s.layer));
         if (it == params.end())
           return acc.emitOpError("gradient of a parameter that is never read");
         kernel("accumulate", {arg("x", use(s, acc.getGrad())), arg("y", it->second.grad)},
@@ -596,32 +587,6 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
       .Default([&](Operation *o) {
         return o->emitOpError("llcdist-lower-to-plan: no lowering for this op");
       });
-}
-
-/// Whether `ar` covers the (instantiated) parameter `name`: its `params`
-/// list holds names whose "{i}" stands for any layer index.
-static bool coversInstance(AllReduceGradsOp ar, StringRef name) {
-  std::optional<ArrayAttr> list = ar.getParams();
-  if (!list)
-    return true;
-  for (Attribute a : *list) {
-    StringRef pattern = cast<StringAttr>(a).getValue();
-    size_t at = pattern.find(kLayerPlaceholder);
-    if (at == StringRef::npos) {
-      if (pattern == name)
-        return true;
-      continue;
-    }
-    StringRef prefix = pattern.take_front(at),
-              suffix = pattern.drop_front(at + sizeof(kLayerPlaceholder) - 1);
-    if (!name.starts_with(prefix) || !name.ends_with(suffix) ||
-        name.size() <= prefix.size() + suffix.size())
-      continue;
-    StringRef index = name.drop_front(prefix.size()).drop_back(suffix.size());
-    if (llvm::all_of(index, [](char c) { return c >= '0' && c <= '9'; }))
-      return true;
-  }
-  return false;
 }
 
 DictionaryAttr Lowering::initOf(const std::string &name, const ParamInfo &p) {
@@ -645,7 +610,7 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
     if (auto ar = dyn_cast<AllReduceGradsOp>(op)) {
       SmallVector<Attribute> covered;
       for (const std::string &name : paramOrder)
-        if (coversInstance(ar, name))
+        if (ar.covers(name))
           covered.push_back(params[name].grad);
       if (covered.empty())
         continue;

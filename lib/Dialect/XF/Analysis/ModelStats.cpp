@@ -44,13 +44,6 @@ LocalFlops countLocalFlops(func::FuncOp fn) {
   return f;
 }
 
-std::string instantiate(StringRef name, int64_t index) {
-  std::string s = name.str();
-  std::string idx = std::to_string(index);
-  for (size_t pos; (pos = s.find(kLayerPlaceholder)) != std::string::npos;)
-    s.replace(pos, sizeof(kLayerPlaceholder) - 1, idx);
-  return s;
-}
 } // namespace
 
 FailureOr<ModelStats> llcdist::xf::computeModelStats(ModuleOp module) {
@@ -99,7 +92,7 @@ FailureOr<ModelStats> llcdist::xf::computeModelStats(ModuleOp module) {
     stats.linearFlopsPerToken += it->second.linear;
     stats.attentionFlopsPerToken += it->second.attention;
     WalkResult inner = body.walk([&](ParamOp p) {
-      return failed(addParam(p, instantiate(p.getName(), layer.getIndex())))
+      return failed(addParam(p, instantiateLayerName(p.getName(), layer.getIndex())))
                  ? WalkResult::interrupt()
                  : WalkResult::advance();
     });

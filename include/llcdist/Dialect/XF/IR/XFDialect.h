@@ -4,6 +4,9 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Dialect.h"
+#include "llvm/ADT/STLExtras.h"
+
+#include <string>
 
 #include "llcdist/Dialect/XF/IR/XFDialect.h.inc"
 
@@ -16,6 +19,31 @@ constexpr const char kEntryAttr[] = "xf.entry";
 constexpr const char kModelAttr[] = "xf.model";
 /// Placeholder for the layer index in parameter names inside a layer body.
 constexpr const char kLayerPlaceholder[] = "{i}";
+
+/// `name` with every "{i}" replaced by `layer` (unchanged when layer < 0).
+inline std::string instantiateLayerName(llvm::StringRef name, int64_t layer) {
+  std::string s = name.str();
+  if (layer < 0)
+    return s;
+  for (size_t pos; (pos = s.find(kLayerPlaceholder)) != std::string::npos;)
+    s.replace(pos, sizeof(kLayerPlaceholder) - 1, std::to_string(layer));
+  return s;
+}
+
+/// Whether `name` is `pattern` instantiated for some layer (a pattern
+/// without "{i}" matches only itself).
+inline bool matchesLayerName(llvm::StringRef pattern, llvm::StringRef name) {
+  size_t at = pattern.find(kLayerPlaceholder);
+  if (at == llvm::StringRef::npos)
+    return pattern == name;
+  llvm::StringRef prefix = pattern.take_front(at),
+                  suffix = pattern.drop_front(at + sizeof(kLayerPlaceholder) - 1);
+  if (!name.starts_with(prefix) || !name.ends_with(suffix) ||
+      name.size() <= prefix.size() + suffix.size())
+    return false;
+  llvm::StringRef index = name.drop_front(prefix.size()).drop_back(suffix.size());
+  return llvm::all_of(index, [](char c) { return c >= '0' && c <= '9'; });
+}
 } // namespace llcdist::xf
 
 #endif

@@ -233,13 +233,15 @@ def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, Mem
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// True when this all-reduce covers the parameter `name` (all of them
-    /// when `params` is absent).
+    /// True when this all-reduce covers the (instantiated) parameter `name`:
+    /// all of them when `params` is absent; `params` names may hold "{i}",
+    /// standing for any layer index.
     bool covers(llvm::StringRef name) {
-      if (!getParams())
+      std::optional<mlir::ArrayAttr> list = getParams();
+      if (!list)
         return true;
-      return llvm::any_of(*getParams(), [&](mlir::Attribute a) {
-        return mlir::cast<mlir::StringAttr>(a).getValue() == name;
+      return llvm::any_of(*list, [&](mlir::Attribute a) {
+        return matchesLayerName(mlir::cast<mlir::StringAttr>(a).getValue(), name);
       });
     }
   }];

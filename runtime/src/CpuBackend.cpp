@@ -70,12 +70,12 @@ public:
   Status launch(Stream s, const KernelCall& call) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     // Collectives inside kernels (grad_norm's sharded list, vocabulary-parallel cross entropy).
-    return runCpuKernel(call, [&](double* v, int64_t n, ReduceOp op) -> Status {
-      if (call.group.size() <= 1 || !opts_.communicator) {
+    return runCpuKernel(call, [&](const std::vector<int>& group, double* v, int64_t n, ReduceOp op) -> Status {
+      if (group.size() <= 1 || !opts_.communicator) {
         const std::string what = std::string(schema::opName(call.kind)) + "'s all-reduce";
-        return checkGroup(call.group.empty() ? std::vector<int>{opts_.rank} : call.group, what.c_str());
+        return checkGroup(group.empty() ? std::vector<int>{opts_.rank} : group, what.c_str());
       }
-      return opts_.communicator->allReduce(opts_.rank, call.group, v, n, CommDType::kF64, op);
+      return opts_.communicator->allReduce(opts_.rank, group, v, n, CommDType::kF64, op);
     });
   }
 
@@ -110,6 +110,20 @@ public:
     }
     return CollectiveHandle{numCollectives_++};
   }
+  StatusOr<CollectiveHandle> sendAsync(Stream s, const float* x, int64_t count, int peer, int64_t tag,
+                                       int64_t microbatch) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    if (!opts_.communicator) return noPeer("send to", peer);
+    LLCDIST_RETURN_IF_ERROR(opts_.communicator->send(opts_.rank, peer, x, count, tag, microbatch));
+    return CollectiveHandle{numCollectives_++};
+  }
+  StatusOr<CollectiveHandle> recvAsync(Stream s, float* y, int64_t count, int peer, int64_t tag,
+                                       int64_t microbatch) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    if (!opts_.communicator) return noPeer("receive from", peer);
+    LLCDIST_RETURN_IF_ERROR(opts_.communicator->recv(opts_.rank, peer, y, count, tag, microbatch));
+    return CollectiveHandle{numCollectives_++};
+  }
   Status waitCollective(Stream s, CollectiveHandle h) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     if (h.id < 0 || h.id >= numCollectives_) return Status::invalidArgument("cpu backend: unknown collective handle");
@@ -139,6 +153,12 @@ private:
     return Status::invalidArgument(std::string("cpu backend: ") + what + " over a group of " +
                                    std::to_string(group.size()) + " ranks; the CPU backend has no communicator and "
                                    "runs only single-rank groups containing its own rank " + std::to_string(opts_.rank));
+  }
+
+  Status noPeer(const char* what, int peer) const {
+    return Status::invalidArgument(std::string("cpu backend: cannot ") + what + " rank " + std::to_string(peer) +
+                                   ": the backend of rank " + std::to_string(opts_.rank) +
+                                   " has no communicator (point-to-point needs a multi-rank run)");
   }
 
   CpuBackendOptions opts_;

@@ -6,7 +6,8 @@
 
 namespace llcdist::rt {
 
-Status runCpuGradNorm(const KernelCall& c, const std::function<Status(double*)>& reduceSharded) {
+Status runCpuGradNorm(const KernelCall& c, const std::function<Status(double*)>& reduceSharded,
+                      const std::function<Status(double*)>& reduceStage) {
   const size_t gi = size_t(schema::argIndex(c.kind, "grads")), si = size_t(schema::argIndex(c.kind, "sharded"));
   if (c.kind != schema::OpKind::kGradNorm || c.args.size() != schema::opSpec(c.kind).numArgs)
     return Status::internal("runCpuGradNorm: not a grad_norm call");
@@ -22,7 +23,12 @@ Status runCpuGradNorm(const KernelCall& c, const std::function<Status(double*)>&
     for (const GradSpan& g : sharded) shardedSq += sumOfSquares(g.data, g.size);
     LLCDIST_RETURN_IF_ERROR(reduceSharded(&shardedSq));
   }
-  const double total = std::sqrt(replicatedSq + shardedSq);
+  double totalSq = replicatedSq + shardedSq;
+  if (!c.stageGroup.empty()) {  // stage_axis: every stage's total, summed in member order
+    if (!reduceStage) return Status::internal("grad_norm with stage_axis needs a stage all-reduce");
+    LLCDIST_RETURN_IF_ERROR(reduceStage(&totalSq));
+  }
+  const double total = std::sqrt(totalSq);
   if (c.maxNorm > 0) {
     const float coef = clipCoefficient(total, c.maxNorm);
     if (coef < 1.0f)
@@ -34,10 +40,10 @@ Status runCpuGradNorm(const KernelCall& c, const std::function<Status(double*)>&
 }
 
 Status runCpuKernel(const KernelCall& c) {
-  return runCpuKernel(c, [&](double*, int64_t, ReduceOp) {
-    if (c.group.size() > 1)
+  return runCpuKernel(c, [&](const std::vector<int>& group, double*, int64_t, ReduceOp) {
+    if (group.size() > 1)
       return Status::internal(std::string(schema::opName(c.kind)) + " needs an all-reduce over a group of " +
-                              std::to_string(c.group.size()) + " ranks, and no communicator was given");
+                              std::to_string(group.size()) + " ranks, and no communicator was given");
     return Status::ok();
   });
 }
@@ -45,7 +51,7 @@ Status runCpuKernel(const KernelCall& c) {
 Status runCpuKernel(const KernelCall& c, const CpuGroupAllReduce& groupAllReduce) {
   using K = schema::OpKind;
   const ShardAllReduceF64 shardReduce = [&](double* buf, int64_t n, bool max) {
-    return groupAllReduce(buf, n, max ? ReduceOp::kMax : ReduceOp::kSum);
+    return groupAllReduce(c.group, buf, n, max ? ReduceOp::kMax : ReduceOp::kSum);
   };
   const schema::OpSpec& spec = schema::opSpec(c.kind);
   auto role = [&](std::string_view r) { return size_t(schema::argIndex(c.kind, r)); };
@@ -173,11 +179,16 @@ Status runCpuKernel(const KernelCall& c, const CpuGroupAllReduce& groupAllReduce
                                                  *c.vocabShard, shardReduce);
       return crossEntropyBackward(F("logits"), I("targets"), F("dlogits"), c.M, c.V, float(c.scale));
     case K::kGradNorm:
-      return runCpuGradNorm(c, [&](double* v) { return groupAllReduce(v, 1, ReduceOp::kSum); });
+      return runCpuGradNorm(
+          c, [&](double* v) { return groupAllReduce(c.group, v, 1, ReduceOp::kSum); },
+          [&](double* v) { return groupAllReduce(c.stageGroup, v, 1, ReduceOp::kSum); });
     case K::kAllReduce:
     case K::kAllGather:
     case K::kReduceScatter:
       return Status::internal(std::string(spec.name) + " is a collective, run by the backend's communicator, not a kernel");
+    case K::kSend:
+    case K::kRecv:
+      return Status::internal(std::string(spec.name) + " is point-to-point, run by the backend's communicator, not a kernel");
     case K::kAdamW: {
       AdamWConfig cfg;
       cfg.lr = c.lr;

@@ -1,6 +1,8 @@
 // Binds a program's ops to KernelCalls and runs its actions. See Interpreter.h.
 #include "llcdist/runtime/Interpreter.h"
 
+#include <algorithm>
+
 namespace llcdist::rt {
 
 StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, size_t programIndex, Backend& backend,
@@ -11,8 +13,16 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
   if (rank < 0 || rank >= plan.manifest.worldSize())
     return Status::outOfRange("rank " + std::to_string(rank) + " out of range (the plan's world size is " +
                               std::to_string(plan.manifest.worldSize()) + ")");
+  if (programIndex < plan.manifest.programs.size()) {
+    const std::vector<int64_t>& ranks = plan.manifest.programs[programIndex].ranks;
+    if (std::find(ranks.begin(), ranks.end(), int64_t(rank)) == ranks.end())
+      return Status::invalidArgument("rank " + std::to_string(rank) + " does not run programs[" +
+                                     std::to_string(programIndex) + "] (" + plan.manifest.programs[programIndex].file +
+                                     ")");
+  }
   std::unique_ptr<Interpreter> in(new Interpreter());
   in->rank_ = rank;
+  in->programIndex_ = programIndex;
   in->plan_ = &plan;
   in->program_ = &plan.programs[programIndex];
   in->backend_ = &backend;
@@ -92,6 +102,30 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
       c.vocabShard = VocabShard{mesh.coord(rank_, *axis), mesh.axisSize(*axis)};
     }
   }
+  if (op.attrs.count(std::string(schema::kStageAxisAttr))) {  // grad_norm over pipeline stages
+    const std::string name = op.stringAttr(std::string(schema::kStageAxisAttr));
+    auto axis = parseMeshAxis(name);
+    if (!axis) return Status::internal("unknown stage_axis \"" + name + "\"");
+    c.stageGroup = plan_->manifest.mesh().group(rank_, *axis);
+  }
+  if (schema::isPointToPoint(op.kind)) {
+    // The peer: this rank with coordinate `peer` on `axis` (the loader checked peer < axis size).
+    const Mesh mesh = plan_->manifest.mesh();
+    const std::string name = op.stringAttr("axis");
+    auto axis = parseMeshAxis(name);
+    if (!axis) return Status::internal("unknown axis \"" + name + "\"");
+    const int64_t peer = op.intAttr("peer", -1);
+    if (peer < 0 || peer >= mesh.axisSize(*axis))
+      return Status::internal("peer " + std::to_string(peer) + " out of range for axis " + name);
+    if (peer == mesh.coord(rank_, *axis))
+      return Status::invalidArgument(std::string(schema::opName(op.kind)) + ": peer " + std::to_string(peer) +
+                                     " is rank " + std::to_string(rank_) + "'s own coordinate on axis " + name +
+                                     " (a rank cannot " + (op.kind == schema::OpKind::kSend ? "send to" : "receive from") +
+                                     " itself)");
+    c.peer = int(mesh.withCoord(rank_, *axis, peer));
+    c.tag = op.intAttr("tag");
+    c.group.clear();  // no collective group: the peer is c.peer
+  }
   if (op.kind == schema::OpKind::kRopeFwd || op.kind == schema::OpKind::kRopeBwd) {
     RopeConfig cfg;
     cfg.theta = float(op.floatAttr("theta"));
@@ -134,8 +168,20 @@ Status Interpreter::runCollective(const BoundOp& b) {
   }
 }
 
+Status Interpreter::runPointToPoint(const BoundOp& b, int64_t microbatch) {
+  const KernelCall& c = b.call;
+  CollectiveHandle h;
+  if (c.kind == schema::OpKind::kSend) {
+    LLCDIST_ASSIGN_OR_RETURN(h, backend_->sendAsync(stream_, c.f(0), c.argElems[0][0], c.peer, c.tag, microbatch));
+  } else {
+    LLCDIST_ASSIGN_OR_RETURN(h, backend_->recvAsync(stream_, c.f(0), c.argElems[0][0], c.peer, c.tag, microbatch));
+  }
+  return backend_->waitCollective(stream_, h);
+}
+
 Status Interpreter::runOp(const BoundOp& b, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data) {
   if (schema::isCollective(b.call.kind)) return runCollective(b);
+  if (schema::isPointToPoint(b.call.kind)) return runPointToPoint(b, microbatch);
   if (b.call.kind != schema::OpKind::kLoadMicrobatch) {
     if (b.call.kind == schema::OpKind::kAdamW || b.call.kind == schema::OpKind::kSgd) {
       KernelCall c = b.call;  // small: pointers and scalars

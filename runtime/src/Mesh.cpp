@@ -42,6 +42,17 @@ std::optional<MeshAxis> Mesh::axisOfGroup(const std::vector<int>& g) const {
   return std::nullopt;
 }
 
+std::optional<MeshAxis> Mesh::axisBetween(int64_t a, int64_t b) const {
+  if (a < 0 || b < 0 || a >= worldSize() || b >= worldSize()) return std::nullopt;
+  std::optional<MeshAxis> found;
+  for (MeshAxis ax : {MeshAxis::kDp, MeshAxis::kTp, MeshAxis::kPp}) {
+    if (coord(a, ax) == coord(b, ax)) continue;
+    if (found) return std::nullopt;
+    found = ax;
+  }
+  return found;
+}
+
 std::string Mesh::describe() const {
   std::string s = "dp=" + std::to_string(size[0]) + " tp=" + std::to_string(size[1]) + " pp=" +
                   std::to_string(size[2]) + ", rank_order [";

@@ -95,9 +95,32 @@ Status parseSharding(const Doc& doc, const json& s, const std::string& path, con
   return Status::ok();
 }
 
+// params[i].placements: a non-empty array of {"program", "buffer", "grad"} with distinct programs. The
+// program indices are range-checked once the programs are parsed (checkPlacements), the buffer ids
+// against each program by validateParams.
+Status parsePlacements(const Doc& doc, const json& v, const std::string& path, ParamDesc* out) {
+  if (!v.is_array() || v.empty())
+    return doc.error(path, "expected a non-empty array of {\"program\", \"buffer\", \"grad\"}, got " + planjson::describe(v));
+  for (size_t k = 0; k < v.size(); ++k) {
+    const std::string pk = index(path, k);
+    LLCDIST_RETURN_IF_ERROR(doc.keys(v[k], pk, {"program", "buffer", "grad"}));
+    ParamDesc::Placement pl;
+    LLCDIST_RETURN_IF_ERROR(doc.integer(v[k], pk, "program", &pl.program, 0));
+    LLCDIST_RETURN_IF_ERROR(doc.integer(v[k], pk, "buffer", &pl.buffer, 0));
+    LLCDIST_RETURN_IF_ERROR(doc.integer(v[k], pk, "grad", &pl.grad, 0));
+    for (size_t j = 0; j < out->placements.size(); ++j)
+      if (out->placements[j].program == pl.program)
+        return doc.error(key(pk, "program"), "program " + std::to_string(pl.program) + " already has a copy of \"" +
+                                                 out->name + "\" (placements[" + std::to_string(j) +
+                                                 "]); a param has at most one placement per program");
+    out->placements.push_back(pl);
+  }
+  return Status::ok();
+}
+
 Status parseParam(const Doc& doc, const json& p, const std::string& path, const Manifest& m, ParamDesc* out) {
-  LLCDIST_RETURN_IF_ERROR(
-      doc.keys(p, path, {"name", "shape", "dtype", "buffer", "grad", "init", "weight_decay"}, {"sharding"}));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(p, path, {"name", "shape", "dtype", "init", "weight_decay"},
+                                   {"buffer", "grad", "placements", "sharding"}));
   LLCDIST_RETURN_IF_ERROR(doc.string(p, path, "name", &out->name));
   if (out->name.empty()) return doc.error(key(path, "name"), "empty parameter name");
   LLCDIST_RETURN_IF_ERROR(readShape(doc, p, path, &out->shape));
@@ -106,8 +129,26 @@ Status parseParam(const Doc& doc, const json& p, const std::string& path, const 
   std::string dtype;
   LLCDIST_RETURN_IF_ERROR(doc.string(p, path, "dtype", &dtype));
   if (dtype != "f32") return doc.error(key(path, "dtype"), "unsupported parameter dtype \"" + dtype + "\" (version 1 has \"f32\")");
-  LLCDIST_RETURN_IF_ERROR(doc.integer(p, path, "buffer", &out->buffer, 0));
-  LLCDIST_RETURN_IF_ERROR(doc.integer(p, path, "grad", &out->grad, 0));
+  // Either "placements" or the single-program spelling "buffer" + "grad"; not both, not neither.
+  const bool hasBuffer = p.contains("buffer"), hasGrad = p.contains("grad");
+  if (p.contains("placements")) {
+    if (hasBuffer || hasGrad)
+      return doc.error(key(path, hasBuffer ? "buffer" : "grad"),
+                       "a param has either \"placements\" or \"buffer\" + \"grad\", not both");
+    LLCDIST_RETURN_IF_ERROR(parsePlacements(doc, p.at("placements"), key(path, "placements"), out));
+  } else {
+    if (!hasBuffer && !hasGrad)
+      return doc.error(key(path, "placements"), "missing: a param needs \"placements\" (or, in a plan with one "
+                                                "program, \"buffer\" and \"grad\")");
+    if (!hasBuffer || !hasGrad) return doc.error(key(path, hasBuffer ? "grad" : "buffer"), "missing required field");
+    ParamDesc::Placement pl;
+    LLCDIST_RETURN_IF_ERROR(doc.integer(p, path, "buffer", &pl.buffer, 0));
+    LLCDIST_RETURN_IF_ERROR(doc.integer(p, path, "grad", &pl.grad, 0));
+    out->placements.push_back(pl);
+    out->legacyBufferGrad = true;
+  }
+  out->buffer = out->placements[0].buffer;
+  out->grad = out->placements[0].grad;
   LLCDIST_RETURN_IF_ERROR(doc.boolean(p, path, "weight_decay", &out->weightDecay));
   out->localShape = out->shape;
   if (p.contains("sharding")) LLCDIST_RETURN_IF_ERROR(parseSharding(doc, p.at("sharding"), key(path, "sharding"), m, out));
@@ -197,6 +238,40 @@ Status parseLrSchedule(const Doc& doc, const json& o, LrSchedule* out) {
   return Status::ok();
 }
 
+// Params against the program list: placement programs in range, the legacy buffer/grad spelling only
+// with one program, and every program holding a sharded param holds all of its shards.
+Status checkPlacements(const Doc& doc, const Manifest& m) {
+  const Mesh mesh = m.mesh();
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const ParamDesc& p = m.params[i];
+    const std::string path = index("params", i);
+    if (p.legacyBufferGrad && m.programs.size() > 1)
+      return doc.error(key(path, "buffer"), "\"buffer\" and \"grad\" name buffers of programs[0] and need a plan "
+                                            "with one program; this plan has " + std::to_string(m.programs.size()) +
+                                            ": use \"placements\"");
+    for (size_t k = 0; k < p.placements.size(); ++k) {
+      const ParamDesc::Placement& pl = p.placements[k];
+      const std::string pk = index(key(path, "placements"), k);
+      if (pl.program >= int64_t(m.programs.size()))
+        return doc.error(key(pk, "program"), "program " + std::to_string(pl.program) + " is out of range (the plan has " +
+                                                 std::to_string(m.programs.size()) + " program(s))");
+      if (!p.sharding) continue;
+      const int64_t n = mesh.axisSize(p.sharding->axis);
+      std::vector<bool> member(size_t(n), false);
+      for (int64_t r : m.programs[size_t(pl.program)].ranks) member[size_t(mesh.coord(r, p.sharding->axis))] = true;
+      for (int64_t c = 0; c < n; ++c)
+        if (!member[size_t(c)])
+          return doc.error(key(path, "sharding"), "\"" + p.name + "\" is sharded over " +
+                                                      std::string(meshAxisName(p.sharding->axis)) + " but programs[" +
+                                                      std::to_string(pl.program) + "] has no rank with " +
+                                                      std::string(meshAxisName(p.sharding->axis)) + " coordinate " +
+                                                      std::to_string(c) + " (placements[" + std::to_string(k) +
+                                                      "]): every program holding the param must hold all its shards");
+    }
+  }
+  return Status::ok();
+}
+
 StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
   Manifest m;
   int64_t version = 0;
@@ -245,10 +320,10 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
   if (m.meshDp != m.dataParallel)
     return doc.error("batch.dp", "must equal mesh.dp (" + std::to_string(m.meshDp) + "), got " + std::to_string(m.dataParallel));
   if (m.worldSize() > (int64_t(1) << 24)) return doc.error("mesh", "world size dp × tp × pp is too large");
-  if (m.meshPp != 1)
-    return doc.error("mesh.pp", "pipeline parallelism (pp = " + std::to_string(m.meshPp) +
-                                    ") is not supported by this runtime version: plans are SPMD (every rank runs "
-                                    "programs[0]); compile with pp=1");
+  if (m.meshPp != 1 && !m.hasFeature(sc::kPipelineFeature))
+    return doc.error("mesh.pp", "pp > 1 needs the feature \"pipeline\" (pipeline parallelism with pp = " +
+                                    std::to_string(m.meshPp) +
+                                    "; without it a plan is SPMD: every rank runs programs[0])");
   if (mesh.contains("rank_order")) LLCDIST_RETURN_IF_ERROR(parseRankOrder(doc, mesh.at("rank_order"), &m.rankOrder));
 
   LLCDIST_RETURN_IF_ERROR(parseOptimizer(doc, root.at("optimizer"), &m.optimizer));
@@ -270,11 +345,26 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
   const json& programs = root.at("programs");
   LLCDIST_RETURN_IF_ERROR(doc.array(programs, "programs"));
   if (programs.empty()) return doc.error("programs", "a plan needs at least one program");
+  const bool pipeline = m.hasFeature(sc::kPipelineFeature);
+  if (!pipeline && programs.size() > 1)
+    return doc.error("programs", "a plan without the feature \"pipeline\" is SPMD: one program that every rank "
+                                 "runs, got " + std::to_string(programs.size()) + " programs");
+  if (pipeline && int64_t(programs.size()) != m.meshPp)
+    return doc.error("programs", "a pipeline plan has one program per stage: expected mesh.pp = " +
+                                     std::to_string(m.meshPp) + " programs, got " + std::to_string(programs.size()));
+  const Mesh grid = m.mesh();
   std::vector<int> owner(size_t(m.worldSize()), -1);
   for (size_t i = 0; i < programs.size(); ++i) {
     const std::string path = index("programs", i);
     Manifest::ProgramRef ref;
-    LLCDIST_RETURN_IF_ERROR(doc.keys(programs[i], path, {"file", "ranks"}));
+    LLCDIST_RETURN_IF_ERROR(doc.keys(programs[i], path, {"file", "ranks"}, {"stage"}));
+    ref.stage = int64_t(i);
+    if (programs[i].contains("stage")) {
+      LLCDIST_RETURN_IF_ERROR(doc.integer(programs[i], path, "stage", &ref.stage, 0));
+      if (ref.stage != int64_t(i))
+        return doc.error(key(path, "stage"), "expected " + std::to_string(i) + " (programs[i].stage must be i), got " +
+                                                 std::to_string(ref.stage));
+    }
     LLCDIST_RETURN_IF_ERROR(doc.string(programs[i], path, "file", &ref.file));
     const fs::path fp(ref.file);
     if (ref.file.empty() || fp.is_absolute() ||
@@ -289,15 +379,29 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
                                                            " already runs programs[" + std::to_string(o) + "]");
       o = int(i);
     }
+    if (pipeline) {
+      // Stage i runs exactly the ranks whose pp coordinate is i.
+      for (size_t r = 0; r < ref.ranks.size(); ++r) {
+        const int64_t c = grid.coord(ref.ranks[r], MeshAxis::kPp);
+        if (c != int64_t(i))
+          return doc.error(index(key(path, "ranks"), r),
+                           "rank " + std::to_string(ref.ranks[r]) + " has pp coordinate " + std::to_string(c) +
+                               ", but stage " + std::to_string(i) + " runs exactly the ranks with pp coordinate " +
+                               std::to_string(i) + " (" + grid.describe() + ")");
+      }
+      for (int64_t r = 0; r < m.worldSize(); ++r)
+        if (grid.coord(r, MeshAxis::kPp) == int64_t(i) && owner[size_t(r)] != int(i))
+          return doc.error(key(path, "ranks"), "missing rank " + std::to_string(r) + ": stage " + std::to_string(i) +
+                                                   " runs exactly the ranks with pp coordinate " + std::to_string(i) +
+                                                   " (" + grid.describe() + ")");
+    }
     m.programs.push_back(std::move(ref));
   }
-  if (m.programs.size() > 1)
-    return doc.error("programs", "this runtime version runs SPMD plans: one program that every rank runs, got " +
-                                     std::to_string(m.programs.size()) + " programs");
   for (size_t r = 0; r < owner.size(); ++r)
     if (owner[r] < 0)
       return doc.error("programs", "no program runs rank " + std::to_string(r) + " (world size dp × tp × pp = " +
                                        std::to_string(m.worldSize()) + ")");
+  LLCDIST_RETURN_IF_ERROR(checkPlacements(doc, m));
   return m;
 }
 
@@ -430,6 +534,23 @@ int64_t ParamDesc::localNumel() const {
   return n;
 }
 
+const ParamDesc::Placement* ParamDesc::placementIn(int64_t program) const {
+  for (const Placement& p : placements)
+    if (p.program == program) return &p;
+  return nullptr;
+}
+
+bool Manifest::hasFeature(std::string_view name) const {
+  return std::find(features.begin(), features.end(), name) != features.end();
+}
+
+int64_t Manifest::programOfRank(int64_t rank) const {
+  for (size_t i = 0; i < programs.size(); ++i)
+    if (std::find(programs[i].ranks.begin(), programs[i].ranks.end(), rank) != programs[i].ranks.end())
+      return int64_t(i);
+  return -1;
+}
+
 int64_t BufferDesc::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -466,16 +587,24 @@ StatusOr<Program> parseProgram(const std::string& text, const std::string& file,
   }
 }
 
-Status validateParams(const Manifest& manifest, const Program& program) {
-  auto err = [&](size_t i, const char* field, const std::string& msg) {
-    return Status::invalidArgument("params[" + std::to_string(i) + "]." + field + ": " + msg);
-  };
+Status validateParams(const Manifest& manifest, const Program& program) { return validateParams(manifest, program, 0); }
+
+Status validateParams(const Manifest& manifest, const Program& program, size_t programIndex) {
   std::vector<int> used(program.buffers.size(), -1);
   for (size_t i = 0; i < manifest.params.size(); ++i) {
     const ParamDesc& p = manifest.params[i];
+    size_t k = 0;
+    while (k < p.placements.size() && p.placements[k].program != int64_t(programIndex)) ++k;
+    if (k == p.placements.size()) continue;  // no copy in this program
+    const ParamDesc::Placement& pl = p.placements[k];
+    const std::string prefix =
+        "params[" + std::to_string(i) + "]." + (p.legacyBufferGrad ? std::string() : "placements[" + std::to_string(k) + "].");
+    auto err = [&](size_t, const char* field, const std::string& msg) {
+      return Status::invalidArgument(prefix + field + ": " + msg);
+    };
     for (const char* field : {"buffer", "grad"}) {
       const bool isGrad = field[0] == 'g';
-      const int64_t id = isGrad ? p.grad : p.buffer;
+      const int64_t id = isGrad ? pl.grad : pl.buffer;
       const auto want = isGrad ? sc::BufferKind::kGrad : sc::BufferKind::kParam;
       if (id >= int64_t(program.buffers.size()))
         return err(i, field, "buffer id " + std::to_string(id) + " is out of range (" + program.file + " has " +
@@ -524,8 +653,9 @@ StatusOr<Plan> loadPlan(const std::string& dir) {
     LLCDIST_ASSIGN_OR_RETURN(Program prog, parseProgram(text, path, plan.manifest));
     plan.programs.push_back(std::move(prog));
   }
-  // Version 1: params[].buffer/.grad name buffers of programs[0].
-  LLCDIST_RETURN_IF_ERROR(validateParams(plan.manifest, plan.programs[0]).withContext(manifestPath));
+  // Every param placement against its program (the legacy buffer/grad spelling: programs[0]).
+  for (size_t i = 0; i < plan.programs.size(); ++i)
+    LLCDIST_RETURN_IF_ERROR(validateParams(plan.manifest, plan.programs[i], i).withContext(manifestPath));
   return plan;
 }
 

@@ -177,6 +177,12 @@ Status parseAttrs(const Doc& doc, const json& attrs, const std::string& path, co
         out->attrs[name] = v;
         break;
       }
+      case sc::AttrType::kIndex: {
+        int64_t v = 0;
+        LLCDIST_RETURN_IF_ERROR(doc.integer(attrs, path, name.c_str(), &v, 0));
+        out->attrs[name] = v;
+        break;
+      }
       case sc::AttrType::kIntList: {
         std::vector<int64_t> v;
         LLCDIST_RETURN_IF_ERROR(doc.intArray(attrs, path, name.c_str(), &v, 1));
@@ -396,12 +402,31 @@ Status Checker::check() const {
       return count("loss", 1, "1");
     case K::kGradNorm: {
       const bool sharded = !op_.argList("sharded").empty(), hasAxis = op_.attrs.count("axis") != 0;
+      const std::string stageAttr(sc::kStageAxisAttr);
+      const bool hasStage = op_.attrs.count(stageAttr) != 0;
       if (sharded && !hasAxis)
         return attrError("axis", "required when args.sharded is present (the axis the sharded gradients' squared "
                                  "norms are all-reduced over)");
       if (!sharded && hasAxis) return attrError("axis", "only allowed together with args.sharded");
       if (hasAxis) LLCDIST_RETURN_IF_ERROR(axisSize(nullptr));
+      if (hasStage && !parseMeshAxis(op_.stringAttr(stageAttr)))
+        return attrError(stageAttr.c_str(), "unknown mesh axis \"" + op_.stringAttr(stageAttr) +
+                                                "\" (expected \"dp\", \"tp\" or \"pp\")");
+      if (op_.argList("grads").empty() && !sharded && !hasStage)
+        return doc_.error(key(key(path_, "args"), "grads"),
+                          "missing role \"grads\" of op \"grad_norm\" (it may be absent only with args.sharded or "
+                          "attrs.stage_axis)");
       return count("norm", 1, "1");
+    }
+    case K::kSend:
+    case K::kRecv: {
+      int64_t n = 0;
+      LLCDIST_RETURN_IF_ERROR(axisSize(&n));
+      const int64_t peer = I("peer");
+      if (peer >= n)
+        return attrError("peer", "peer " + std::to_string(peer) + " is out of range: axis \"" + op_.stringAttr("axis") +
+                                     "\" has size " + std::to_string(n) + " (coordinates 0.." + std::to_string(n - 1) + ")");
+      return Status::ok();
     }
     case K::kAllReduce: {
       LLCDIST_RETURN_IF_ERROR(axisSize(nullptr));

@@ -308,7 +308,11 @@ TEST(InterpreterDispatchTest, EveryOpMatchesItsKernel) {
     seed += 100;
     covered.insert(c.op);
   }
-  for (const sc::OpSpec& spec : sc::kOpSpecs) EXPECT_TRUE(covered.count(std::string(spec.name))) << spec.name;
+  // send / recv need a second rank: PointToPointTest runs them through two interpreters.
+  for (const sc::OpSpec& spec : sc::kOpSpecs) {
+    if (sc::isPointToPoint(spec.kind)) continue;
+    EXPECT_TRUE(covered.count(std::string(spec.name))) << spec.name;
+  }
 }
 
 TEST(InterpreterDispatchTest, KernelErrorsNameOpAndLoc) {

@@ -223,7 +223,7 @@ TEST_F(PlanLoaderTest, MultiRankMeshAndPrograms) {
   expectError([](auto& b) {
     b.manifest["mesh"]["pp"] = 2;
     b.manifest["programs"][0]["ranks"] = {0, 1};
-  }, {"manifest.json", "mesh.pp", "pipeline parallelism", "pp=1"});
+  }, {"manifest.json", "mesh.pp", "pp > 1 needs the feature \"pipeline\""});
   expectError(mesh([](auto& b) { b.manifest["programs"][0]["ranks"] = {0, 1, 2}; }),
               {"manifest.json", "programs", "no program runs rank 3"});
   expectError(mesh([](auto& b) {

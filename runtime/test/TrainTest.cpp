@@ -212,7 +212,7 @@ TEST_F(TrainTest, RunLevelErrors) {
   testing::PlanBuilder b = oneLayerPlan(16, 8, 4, 1, 1);
   RunOptions o = options(planDir(b), -1);
   EXPECT_NE(run(o).message().find("--steps"), std::string::npos);
-  // A pipeline-parallel plan is refused with a clear message (this version runs SPMD plans).
+  // A pipeline-parallel plan without the feature "pipeline" is refused with a clear message.
   b.manifest["mesh"]["pp"] = 2;
   b.manifest["programs"][0]["ranks"] = {0, 1};
   o = options(planDir(b, "pp2"), 1);

@@ -4,6 +4,9 @@
 // group meets in instance k of that group. Arriving members register their buffers; the last one
 // checks that all calls match, computes the collective for every member outside the lock, marks the
 // instance done and wakes the others. An instance is erased when its last member leaves.
+//
+// Point-to-point: one FIFO queue of messages per ordered pair (sender, receiver); send copies its data
+// into a message and appends it, recv waits for the queue's head and checks it (Communicator.h).
 #include "llcdist/runtime/Communicator.h"
 
 #include <algorithm>
@@ -11,8 +14,10 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <utility>
 
 namespace llcdist::rt {
 namespace {
@@ -71,6 +76,30 @@ struct GroupState {
   std::vector<int64_t> calls;  // calls made so far, by member
   std::map<int64_t, Instance> instances;
 };
+
+// One buffered send: its data and what the receiver must match.
+struct Message {
+  int64_t count = 0, tag = 0, microbatch = -1;
+  std::vector<float> data;
+};
+
+// The queue of one ordered pair (sender, receiver), with counters for diagnostics.
+struct Channel {
+  std::deque<Message> queue;
+  int64_t sent = 0, received = 0;
+};
+
+// "(count 4, tag 1, microbatch 0)".
+std::string triple(int64_t count, int64_t tag, int64_t microbatch) {
+  return "(count " + std::to_string(count) + ", tag " + std::to_string(tag) + ", microbatch " +
+         std::to_string(microbatch) + ")";
+}
+
+std::string secondsStr(std::chrono::milliseconds t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", std::chrono::duration<double>(t).count());
+  return buf;
+}
 
 std::string rankList(const std::vector<int>& g) {
   std::string s = "[";
@@ -169,6 +198,58 @@ public:
     return run(rank, group, x, y, r);
   }
 
+  Status send(int rank, int peer, const float* x, int64_t count, int64_t tag, int64_t microbatch) override {
+    const std::string what = p2pWhat(true, rank, peer, count, tag, microbatch);
+    LLCDIST_RETURN_IF_ERROR(checkP2P(rank, peer, count, what));
+    Message m;
+    m.count = count;
+    m.tag = tag;
+    m.microbatch = microbatch;
+    if (count > 0) m.data.assign(x, x + count);  // eager: the caller may reuse x at once
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return abortedError(what);
+    Channel& ch = channels_[{rank, peer}];
+    ch.queue.push_back(std::move(m));
+    ++ch.sent;
+    cv_.notify_all();
+    return Status::ok();
+  }
+
+  Status recv(int rank, int peer, float* y, int64_t count, int64_t tag, int64_t microbatch) override {
+    const std::string what = p2pWhat(false, rank, peer, count, tag, microbatch);
+    LLCDIST_RETURN_IF_ERROR(checkP2P(rank, peer, count, what));
+    std::unique_lock<std::mutex> lock(mu_);
+    Channel& ch = channels_[{peer, rank}];  // std::map: the reference stays valid while others insert
+    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+    while (!aborted_ && ch.queue.empty()) {
+      if (cv_.wait_until(lock, deadline) != std::cv_status::timeout || aborted_ || !ch.queue.empty()) continue;
+      Status s = Status::deadlineExceeded(
+          what + ": timed out after " + secondsStr(opts_.timeout) + " s waiting for the matching send; rank " +
+          std::to_string(peer) + " has sent " + std::to_string(ch.sent) + " message(s) to rank " +
+          std::to_string(rank) + " so far, all received (a rank skipped or reordered a send, or is stuck)");
+      abortLocked(Status(s).withRank(rank));
+      return s;
+    }
+    if (aborted_) return abortedError(what);
+    const Message& head = ch.queue.front();
+    if (head.count != count || head.tag != tag || head.microbatch != microbatch) {
+      Status s = Status::invalidArgument(
+          "send/recv mismatch in message " + std::to_string(ch.received) + " from rank " + std::to_string(peer) +
+          " to rank " + std::to_string(rank) + ": rank " + std::to_string(peer) + " sent " +
+          triple(head.count, head.tag, head.microbatch) + " but rank " + std::to_string(rank) + "'s " + what +
+          " expects " + triple(count, tag, microbatch) +
+          " (messages are matched in order per pair of ranks; tags are checked, never used to reorder)");
+      abortLocked(Status(s).withRank(rank));
+      return s;
+    }
+    Message m = std::move(ch.queue.front());
+    ch.queue.pop_front();
+    ++ch.received;
+    lock.unlock();
+    if (count > 0) std::memcpy(y, m.data.data(), size_t(count) * sizeof(float));
+    return Status::ok();
+  }
+
   void abort(const Status& reason) override {
     std::lock_guard<std::mutex> lock(mu_);
     abortLocked(reason);
@@ -195,6 +276,26 @@ private:
     if (opts_.mesh)
       if (auto a = opts_.mesh->axisOfGroup(group)) s += "axis " + std::string(meshAxisName(*a)) + ", ";
     return s + "group " + rankList(group);
+  }
+
+  // "send(4 f32, tag 1, microbatch 0) to rank 1 on axis pp" / "recv(...) from rank 0 on axis pp".
+  std::string p2pWhat(bool isSend, int rank, int peer, int64_t count, int64_t tag, int64_t microbatch) const {
+    std::string s = std::string(isSend ? "send(" : "recv(") + std::to_string(count) + " f32, tag " +
+                    std::to_string(tag) + ", microbatch " + std::to_string(microbatch) + ") " +
+                    (isSend ? "to" : "from") + " rank " + std::to_string(peer);
+    if (opts_.mesh)
+      if (auto a = opts_.mesh->axisBetween(rank, peer)) s += " on axis " + std::string(meshAxisName(*a));
+    return s;
+  }
+
+  Status checkP2P(int rank, int peer, int64_t count, const std::string& what) const {
+    for (int r : {rank, peer})
+      if (r < 0 || r >= opts_.worldSize)
+        return Status::invalidArgument(what + ": rank " + std::to_string(r) + " is outside the world of " +
+                                       std::to_string(opts_.worldSize) + " ranks");
+    if (rank == peer) return Status::invalidArgument(what + ": rank " + std::to_string(rank) + " cannot send to or receive from itself");
+    if (count < 0) return Status::invalidArgument(what + ": negative count");
+    return Status::ok();
   }
 
   Status checkCall(int rank, const std::vector<int>& group, const Request& r, int* member) const {
@@ -294,10 +395,8 @@ private:
       else
         missing += (missing.empty() ? "" : ", ") + who + " after " + std::to_string(gs.calls[m]) + " call(s) on this group";
     }
-    const double secs = std::chrono::duration<double>(opts_.timeout).count();
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3g", secs);
-    return Status::deadlineExceeded(what + ", call " + std::to_string(seq) + " on this group: timed out after " + buf +
+    return Status::deadlineExceeded(what + ", call " + std::to_string(seq) + " on this group: timed out after " +
+                                    secondsStr(opts_.timeout) +
                                     " s waiting for the group; arrived: " + arrived + "; missing: " + missing +
                                     " (a rank skipped or reordered a collective, or is stuck)");
   }
@@ -318,6 +417,7 @@ private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::vector<int>, GroupState> groups_;
+  std::map<std::pair<int, int>, Channel> channels_;  // (sender, receiver)
   bool aborted_ = false;
   Status reason_;
 };

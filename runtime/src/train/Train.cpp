@@ -82,11 +82,18 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   LLCDIST_ASSIGN_OR_RETURN(Plan plan, loadPlan(opts.planDir));
   if (!opts.saveParams.empty()) LLCDIST_RETURN_IF_ERROR(checkWritable(opts.saveParams));
   const Manifest& m = plan.manifest;
-  const Program& prog = plan.programs[0];  // SPMD: every rank runs programs[0] (the loader checks it)
+  // The step's metrics come from the lowest rank of the last program: the last pipeline stage, which
+  // computes the loss (rank 0 of an SPMD plan).
+  const size_t lastProgram = plan.programs.size() - 1;
+  const Program& prog = plan.programs[lastProgram];
   const int64_t lossId = prog.findBuffer(schema::kLossMetric);
   const int64_t normId = prog.findBuffer(schema::kGradNormMetric);
   if (lossId < 0)
-    return Status::invalidArgument(prog.file + ": no metric buffer named \"loss\" (the runtime reports it each step)");
+    return Status::invalidArgument(prog.file + ": no metric buffer named \"loss\" (the runtime reports it each step" +
+                                   (lastProgram > 0 ? std::string(", from the last pipeline stage") : std::string()) +
+                                   ")");
+  const std::vector<int64_t>& lastRanks = m.programs[lastProgram].ranks;
+  const int reportRank = int(*std::min_element(lastRanks.begin(), lastRanks.end()));
 
   const int world = int(m.worldSize());
   const bool multiRank = world > 1;
@@ -107,7 +114,9 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     bo.rank = r;
     bo.communicator = comm.get();
     ranks[size_t(r)].backend = makeCpuBackend(bo);
-    auto interp = Interpreter::create(plan, 0, *ranks[size_t(r)].backend, r);
+    const int64_t programIndex = m.programOfRank(r);  // the loader checks every rank runs one program
+    if (programIndex < 0) return Status::internal("no program runs rank " + std::to_string(r));
+    auto interp = Interpreter::create(plan, size_t(programIndex), *ranks[size_t(r)].backend, r);
     if (!interp.isOk()) return multiRank ? Status(interp.status()).withRank(r) : interp.status();
     ranks[size_t(r)].interp = std::move(interp).value();
   }
@@ -130,7 +139,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   res = RunResult{};
   res.tokensPerStep = m.globalBatch * m.seqLen;
 
-  // One rank's whole run. Rank 0 reports (records, log, progress); its metrics are the run's.
+  // One rank's whole run. reportRank reports (records, log, progress); its metrics are the run's.
   auto runRank = [&](int r) -> Status {
     Interpreter& interp = *ranks[size_t(r)].interp;
     LLCDIST_RETURN_IF_ERROR(train::initParams(m, interp, opts.seed, opts.initFrom));
@@ -141,7 +150,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
       rec.lr = learningRate(sched, step);
       const auto t0 = std::chrono::steady_clock::now();
       LLCDIST_RETURN_IF_ERROR(interp.runStep(step, rec.lr, data));
-      if (r != 0) continue;
+      if (r != reportRank) continue;
       float loss = 0, norm = std::numeric_limits<float>::quiet_NaN();
       LLCDIST_RETURN_IF_ERROR(interp.readBuffer(lossId, &loss));
       if (normId >= 0) LLCDIST_RETURN_IF_ERROR(interp.readBuffer(normId, &norm));

@@ -37,10 +37,12 @@ Status importParams(const Manifest& manifest, Interpreter& interp, const std::st
     if (t->shape != p.shape)
       return fileErr(Status::invalidArgument("tensor '" + p.name + "' has shape " + shapeStr(t->shape) +
                                              " but the plan's parameter has shape " + shapeStr(p.shape)));
+    const ParamDesc::Placement* pl = p.placementIn(int64_t(interp.programIndex()));
+    if (!pl) continue;  // no copy on this rank's program (another pipeline stage holds it)
     std::vector<float> full(size_t(p.numel()));
     LLCDIST_RETURN_IF_ERROR(reader.readF32(p.name, full.data(), p.numel()));
     if (!p.sharding) {
-      LLCDIST_RETURN_IF_ERROR(interp.writeBuffer(p.buffer, full.data()));
+      LLCDIST_RETURN_IF_ERROR(interp.writeBuffer(pl->buffer, full.data()));
       continue;
     }
     const auto [member, n] = memberOf(manifest, p, interp.rank());
@@ -48,7 +50,7 @@ Status importParams(const Manifest& manifest, Interpreter& interp, const std::st
     forEachShardRun(p, member, n, [&](int64_t l, int64_t g, int64_t count) {
       std::memcpy(local.data() + l, full.data() + g, size_t(count) * 4);
     });
-    LLCDIST_RETURN_IF_ERROR(interp.writeBuffer(p.buffer, local.data()));
+    LLCDIST_RETURN_IF_ERROR(interp.writeBuffer(pl->buffer, local.data()));
   }
   std::string extra;
   int64_t numExtra = 0;
@@ -88,6 +90,8 @@ void forEachShardRun(const ParamDesc& p, int64_t member, int64_t axisSize,
 Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, const std::string& initFrom) {
   if (!initFrom.empty()) return importParams(manifest, interp, initFrom);
   for (const ParamDesc& p : manifest.params) {
+    const ParamDesc::Placement* pl = p.placementIn(int64_t(interp.programIndex()));
+    if (!pl) continue;  // no copy on this rank's program
     std::vector<float> v(size_t(p.localNumel()));
     const auto [member, n] = memberOf(manifest, p, interp.rank());
     switch (p.init.kind) {
@@ -99,7 +103,7 @@ Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, 
       case ParamInit::Kind::kZeros: fillConstant(v.data(), p.localNumel(), 0.0f); break;
       case ParamInit::Kind::kOnes: fillConstant(v.data(), p.localNumel(), 1.0f); break;
     }
-    LLCDIST_RETURN_IF_ERROR(interp.writeBuffer(p.buffer, v.data()).withContext("param '" + p.name + "'"));
+    LLCDIST_RETURN_IF_ERROR(interp.writeBuffer(pl->buffer, v.data()).withContext("param '" + p.name + "'"));
   }
   return Status::ok();
 }
@@ -112,12 +116,18 @@ Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ran
   for (const ParamDesc& p : manifest.params) {
     std::vector<float> full(size_t(p.numel()));
     // The first rank seen for each member index supplies the shard; every other rank with that member
-    // index must hold the same bits.
+    // index must hold the same bits, whichever program (pipeline stage) holds its copy.
     std::vector<int> owner(size_t(p.sharding ? mesh.axisSize(p.sharding->axis) : 1), -1);
     std::vector<std::vector<float>> shards(owner.size());
+    auto programOf = [&](size_t r) {
+      return manifest.programs.size() > 1 ? " (programs[" + std::to_string(ranks[r]->programIndex()) + "])"
+                                          : std::string();
+    };
     for (size_t r = 0; r < ranks.size(); ++r) {
+      const ParamDesc::Placement* pl = p.placementIn(int64_t(ranks[r]->programIndex()));
+      if (!pl) continue;  // this rank's program holds no copy
       const auto [member, n] = memberOf(manifest, p, int(r));
-      LLCDIST_ASSIGN_OR_RETURN(std::vector<float> v, ranks[r]->readF32(p.buffer));
+      LLCDIST_ASSIGN_OR_RETURN(std::vector<float> v, ranks[r]->readF32(pl->buffer));
       if (owner[size_t(member)] < 0) {
         owner[size_t(member)] = int(r);
         forEachShardRun(p, member, n, [&](int64_t l, int64_t g, int64_t count) {
@@ -134,14 +144,18 @@ Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ran
       forEachShardRun(p, member, n, [&](int64_t l, int64_t g, int64_t count) {
         if (first >= l && first < l + count) global = g + (first - l);
       });
-      return Status::internal("param '" + p.name + "': rank " + std::to_string(r) + "'s copy differs from rank " +
-                              std::to_string(owner[size_t(member)]) + "'s at element " + std::to_string(global) +
+      return Status::internal("param '" + p.name + "': rank " + std::to_string(r) + "'s copy" + programOf(r) +
+                              " differs from rank " + std::to_string(owner[size_t(member)]) + "'s" +
+                              programOf(size_t(owner[size_t(member)])) + " at element " + std::to_string(global) +
                               (p.sharding ? " (local element " + std::to_string(first) + " of shard " +
                                                 std::to_string(member) + ")"
                                           : std::string()) +
                               ": " + std::to_string(v[size_t(first)]) + " vs " + std::to_string(ref[size_t(first)]) +
                               " (the replicas diverged: a missing or mismatched all-reduce in the plan?)");
     }
+    for (size_t c = 0; c < owner.size(); ++c)
+      if (owner[c] < 0)  // the loader makes every program holding the param hold all its shards
+        return Status::internal("param '" + p.name + "': no rank holds shard " + std::to_string(c));
     values.push_back(std::move(full));
     tensors.push_back({p.name, DType::kF32, p.shape, values.back().data()});
   }

@@ -11,13 +11,15 @@
 
 namespace llcdist::rt::train {
 
-// Writes every param's initial value (its local shard on interp.rank()) into its buffer: from the
-// manifest's init under `seed`, or from the safetensors file `initFrom` when it is not empty (see
-// Train.h for the rules). Sharded params init/slice by global index (params[].sharding).
+// Writes the initial value of every param placed in interp's program (its local shard on interp.rank())
+// into that placement's buffer: from the manifest's init under `seed`, or from the safetensors file
+// `initFrom` when it is not empty (see Train.h for the rules; the file must still hold every param of
+// the plan). Sharded params init/slice by global index (params[].sharding).
 Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, const std::string& initFrom);
 // Writes every param as F32 to `path` (atomically): sharded params gathered from their shards;
-// replicated params (and the replicas of each shard) must be bitwise identical on every rank, else an
-// error names the param, the first differing rank and element. ranks[r] runs rank r.
+// replicated params (and the replicas of each shard) must be bitwise identical on every rank whose
+// program holds a copy (tied params of pipeline plans: whichever program), else an error names the
+// param, the first differing rank and element. ranks[r] runs rank r.
 Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ranks, const std::string& path);
 
 // For each contiguous run of param `p`'s local shard on member `member` of its sharding axis:

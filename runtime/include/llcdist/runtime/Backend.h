@@ -14,7 +14,9 @@
 // waitCollective(s, h) makes later work on stream s wait for its completion (the result buffer must
 // not be read before that). Groups are lists of global ranks in member order (Mesh::group); a rank's
 // backend takes part only in groups that contain its rank. Semantics and determinism are the
-// Communicator's (Communicator.h).
+// Communicator's (Communicator.h). Point-to-point sends and receives (pipeline plans) are asynchronous
+// the same way and are waited for with waitCollective; a send's source may be overwritten once the
+// wait returns (sends are eager: Communicator.h), a receive's destination read after it.
 #pragma once
 
 #include "llcdist/runtime/Communicator.h"
@@ -73,6 +75,12 @@ struct KernelCall {
   int64_t posBegin = 0;
   ReduceOp reduceOp = ReduceOp::kSum;
   int64_t outer = 0, inner = 0;
+  // grad_norm with attr `stage_axis`: the global ranks of that axis's group in member order (the total
+  // squared norm is all-reduced over it); empty without stage_axis.
+  std::vector<int> stageGroup;
+  // send / recv: the peer's global rank (this rank with coordinate `peer` on `axis`) and the tag.
+  int peer = -1;
+  int64_t tag = 0;
   // Step context, set per launch.
   double lr = 0;
   int64_t t = 0;  // optimizer step count, step + 1
@@ -135,7 +143,13 @@ public:
                                                 ReduceOp op, const std::vector<int>& group) {
     return reduceScatterAsync(stream, in, out, 1, count, op, group);
   }
-  // Later work on `stream` waits for the collective to complete.
+  // Point-to-point (send / recv ops): `count` f32 elements to / from global rank `peer`, with the op's
+  // tag and the action's microbatch (-1 when none); matching as in Communicator.h.
+  virtual StatusOr<CollectiveHandle> sendAsync(Stream stream, const float* x, int64_t count, int peer, int64_t tag,
+                                               int64_t microbatch) = 0;
+  virtual StatusOr<CollectiveHandle> recvAsync(Stream stream, float* y, int64_t count, int peer, int64_t tag,
+                                               int64_t microbatch) = 0;
+  // Later work on `stream` waits for the collective (or send / recv) to complete.
   virtual Status waitCollective(Stream stream, CollectiveHandle handle) = 0;
 };
 
@@ -155,25 +169,32 @@ struct CpuBackendOptions {
 // a communicator, collectives over a group of one rank (itself) complete immediately (all-reduce and
 // reduce-scatter are the identity, all-gather a copy) and a group with any other rank is an
 // InvalidArgument error naming the group. grad_norm with a `sharded` list all-reduces (f64, sum) the
-// sharded squared norm over call.group through the communicator; the vocabulary-parallel cross entropy
-// all-reduces its row statistics (f64: max, then sum) the same way, so these kernel-internal
-// collectives have the standalone collectives' determinism, mismatch, abort and timeout behaviour.
+// sharded squared norm over call.group through the communicator, and with `stage_axis` the total over
+// call.stageGroup; the vocabulary-parallel cross entropy all-reduces its row statistics (f64: max, then
+// sum) over call.group the same way, so these kernel-internal collectives have the standalone
+// collectives' determinism, mismatch, abort and timeout behaviour. send / recv go through the
+// communicator's send / recv when the call is made (a send is buffered, a recv returns with the data);
+// without a communicator they are an InvalidArgument error.
 std::unique_ptr<Backend> makeCpuBackend(const CpuBackendOptions& options = {});
 
-// All-reduces buf[n] (f64) in place over call.group with `op`, in member order with identical bits on
+// All-reduces buf[n] (f64) in place over `group` with `op`, in member order with identical bits on
 // every member (the Communicator's rule): the collective inside a kernel, for grad_norm's `sharded`
-// list and the vocabulary-parallel cross entropy. The CPU backend passes its communicator's allReduce.
-using CpuGroupAllReduce = std::function<Status(double* buf, int64_t n, ReduceOp op)>;
+// list (over call.group) and `stage_axis` (over call.stageGroup) and the vocabulary-parallel cross
+// entropy (over call.group). The CPU backend passes its communicator's allReduce.
+using CpuGroupAllReduce = std::function<Status(const std::vector<int>& group, double* buf, int64_t n, ReduceOp op)>;
 
 // Runs one KernelCall with the CPU kernels of Kernels.h (what CpuBackend::launch does); exposed so
-// other backends can fall back to it for host-resident data and for tests. Collective ops are not
-// kernels (an error). Kernels that need a collective (grad_norm with `sharded`, cross_entropy_* with
-// `shard_axis`) call `groupAllReduce`; in the overload without it, a group of one rank is the identity
-// and a larger group is an error.
+// other backends can fall back to it for host-resident data and for tests. Collective and
+// point-to-point ops are not kernels (an error). Kernels that need a collective (grad_norm with
+// `sharded` or `stage_axis`, cross_entropy_* with `shard_axis`) call `groupAllReduce`; in the overload
+// without it, a group of one rank is the identity and a larger group is an error.
 Status runCpuKernel(const KernelCall& call, const CpuGroupAllReduce& groupAllReduce);
 Status runCpuKernel(const KernelCall& call);
-// grad_norm: norm = sqrt(Σ grads g² + reduce(Σ sharded g²)), sums in double; clips both lists in place
-// when max_norm > 0. `reduceSharded` all-reduces (sum) its argument across call.group in place.
-Status runCpuGradNorm(const KernelCall& call, const std::function<Status(double*)>& reduceSharded);
+// grad_norm: total = Σ grads g² + reduceSharded(Σ sharded g²), then reduceStage(total) when
+// call.stageGroup is not empty, norm = sqrt(total); sums in double; clips both lists in place when
+// max_norm > 0. `reduceSharded` all-reduces (sum) its argument across call.group in place, `reduceStage`
+// across call.stageGroup.
+Status runCpuGradNorm(const KernelCall& call, const std::function<Status(double*)>& reduceSharded,
+                      const std::function<Status(double*)>& reduceStage = nullptr);
 
 }  // namespace llcdist::rt

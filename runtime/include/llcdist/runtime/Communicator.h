@@ -19,6 +19,18 @@
 // waiting. A member that waits longer than the timeout for the others gets a DeadlineExceeded error
 // naming the collective, the axis (when a mesh is known), the group, which members arrived and how
 // many calls each missing member has made on the group; the timeout also aborts the communicator.
+//
+// Point-to-point (the send/recv ops of pipeline plans, docs/plan-format.md "Pipeline plans"): messages
+// travel per ordered pair (sender, receiver) in FIFO order and carry (count, tag, microbatch). Sends are
+// eager (buffered): send copies the data into the pair's channel and returns at once, whether or not the
+// receiver is waiting. recv blocks until the pair's channel has a message, then checks that the head
+// message carries exactly the receiver's (count, tag, microbatch): otherwise it is an InvalidArgument
+// error for the receiver naming both ranks, both triples and the recv (the message stays queued and the
+// communicator is aborted, as for a collective mismatch). Tags are checked, never used to reorder. A
+// recv that waits longer than the timeout fails with DeadlineExceeded naming the peer rank, the axis
+// (when a mesh is known and the two ranks differ on one axis), the count, tag and microbatch, and aborts
+// the communicator; an abort wakes blocked receivers with Aborted, and send/recv after an abort fail with
+// Aborted at once.
 #pragma once
 
 #include "llcdist/runtime/Mesh.h"
@@ -48,7 +60,13 @@ public:
   virtual Status reduceScatter(int rank, const std::vector<int>& group, const float* x, float* y, int64_t outer,
                                int64_t inner, ReduceOp op) = 0;
 
-  // Fails all pending and later collectives (see above). Thread-safe; the first reason is kept.
+  // Point-to-point: `rank` is the caller, `peer` the other rank (in [0, worldSize), != rank); `count`
+  // f32 elements; `microbatch` is the calling action's microbatch (-1 when it has none). send returns as
+  // soon as x is copied; recv fills y[count] from the matching send (see above).
+  virtual Status send(int rank, int peer, const float* x, int64_t count, int64_t tag, int64_t microbatch) = 0;
+  virtual Status recv(int rank, int peer, float* y, int64_t count, int64_t tag, int64_t microbatch) = 0;
+
+  // Fails all pending and later collectives and receives (see above). Thread-safe; the first reason is kept.
   virtual void abort(const Status& reason) = 0;
   // The first abort's reason (a timeout's error included); ok when not aborted.
   virtual Status abortReason() const = 0;
@@ -58,12 +76,14 @@ struct InProcessCommunicatorOptions {
   int worldSize = 1;
   // Names the axis of a group in error messages ("axis dp"); optional.
   std::optional<Mesh> mesh;
-  // How long a member waits for the rest of its group before the DeadlineExceeded error.
+  // How long a member waits for the rest of its group (a receiver for its message) before the
+  // DeadlineExceeded error.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
 };
 
 // Ranks are threads of one process that share this object. The last member to arrive at a collective
-// computes it for the whole group (outside the lock) while the others wait.
+// computes it for the whole group (outside the lock) while the others wait. Point-to-point messages are
+// copied into per-pair queues held by this object.
 std::unique_ptr<Communicator> makeInProcessCommunicator(const InProcessCommunicatorOptions& options);
 
 }  // namespace llcdist::rt

@@ -15,6 +15,11 @@
 // on that axis and the rank's vocabulary slice (KernelCall::vocabShard); the cross entropy's
 // all-reduces run inside its kernel launch, through the backend. Position embeddings with `shard_axis`
 // (sequence parallelism) get KernelCall::posBegin = c·S, c the rank's coordinate on that axis.
+// grad_norm with `stage_axis` gets the rank's group on that axis (KernelCall::stageGroup).
+// Pipeline plans: send / recv resolve their peer once, at bind time: the global rank with this rank's
+// coordinates except `peer` on `axis` (Mesh::withCoord); a peer equal to the rank's own coordinate is a
+// bind error naming the op. At run time they call the backend's sendAsync / recvAsync with the op's tag
+// and the running action's microbatch (-1 when it has none), and wait for them on the default stream.
 // The data source is per rank: the caller binds the rank's dp coordinate into it (Train.h).
 //
 // Errors from an op carry where it is: "<program file>: subroutine 'backward' op 3 (linear_bwd_input,
@@ -41,10 +46,11 @@ using MicrobatchSource =
 class Interpreter {
 public:
   // `plan` and `backend` must outlive the interpreter. The backend must not have an arena yet. `rank`
-  // is the global rank this interpreter runs (in [0, world size)).
+  // is the global rank this interpreter runs (in [0, world size), one of programs[programIndex]'s ranks).
   static StatusOr<std::unique_ptr<Interpreter>> create(const Plan& plan, size_t programIndex, Backend& backend,
                                                        int rank = 0);
   int rank() const { return rank_; }
+  size_t programIndex() const { return programIndex_; }  // index into plan.programs
 
   const Program& program() const { return *program_; }
   Backend& backend() { return *backend_; }
@@ -68,6 +74,7 @@ private:
   Interpreter() = default;
   Status bind(const Op& op, BoundOp* out);
   Status runCollective(const BoundOp& bound);
+  Status runPointToPoint(const BoundOp& bound, int64_t microbatch);
   Status runOp(const BoundOp& bound, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data);
   std::string where(size_t subroutine, size_t opIndex) const;
 
@@ -75,6 +82,7 @@ private:
   const Program* program_ = nullptr;
   Backend* backend_ = nullptr;
   int rank_ = 0;
+  size_t programIndex_ = 0;
   Stream stream_;
   std::vector<std::vector<BoundOp>> subroutines_;  // parallel to program_->subroutines
   std::vector<int32_t> idsHost_, targetsHost_;      // load_microbatch staging

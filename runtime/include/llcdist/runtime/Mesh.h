@@ -33,6 +33,11 @@ struct Mesh {
   // The axis along which `group` (>= 2 ranks) varies with every other coordinate fixed and members
   // in coordinate order; nullopt when it is no such group.
   std::optional<MeshAxis> axisOfGroup(const std::vector<int>& group) const;
+  // The rank with `rank`'s coordinates except coordinate `c` on `axis` (the peer of a send/recv).
+  int64_t withCoord(int64_t rank, MeshAxis axis, int64_t c) const { return rank + (c - coord(rank, axis)) * stride(axis); }
+  // The one axis on which ranks a and b (both in the world) differ; nullopt when they differ on none or
+  // on several.
+  std::optional<MeshAxis> axisBetween(int64_t a, int64_t b) const;
   // "dp=2 tp=2 pp=1, rank_order [tp, dp, pp]".
   std::string describe() const;
 };

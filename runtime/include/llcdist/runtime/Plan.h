@@ -5,7 +5,9 @@
 // (every buffer reference resolves, every buffer lies inside the arena at an aligned offset with
 // bytes = numel·sizeof(dtype), every op has exactly its roles with the right dtypes and element
 // counts, no op's written argument overlaps another argument except where PlanSchema allows an exact
-// alias, every action names a subroutine and a valid microbatch), or an error whose message names the
+// alias, every action names a subroutine and a valid microbatch; every param placement names param/grad
+// buffers of its program; pipeline plans have one program per stage with exactly that stage's ranks,
+// and every send/recv peer is a coordinate of its axis), or an error whose message names the
 // file and the JSON path ("program-0.json: subroutines[1].ops[3].args.w: ...") and what is wrong. It
 // never crashes or throws on bad input (truncated or malformed JSON included).
 #pragma once
@@ -20,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -41,16 +44,30 @@ struct ParamSharding {
 };
 
 struct ParamDesc {
+  // Where a copy of the param lives: its value and gradient buffers in programs[program]. A param placed
+  // in several programs (tied weights across pipeline stages) is a replica: every copy starts with the
+  // same values and the plan keeps them identical (docs/plan-format.md "Pipeline plans").
+  struct Placement {
+    int64_t program = 0;
+    int64_t buffer = -1;
+    int64_t grad = -1;
+  };
   std::string name;            // Hugging Face name
   std::vector<int64_t> shape;  // Hugging Face layout (the global tensor)
-  int64_t buffer = -1;         // buffer id in programs[0]
-  int64_t grad = -1;           // buffer id in programs[0]
+  // Always at least one entry, with distinct programs, in the JSON's order. The legacy spelling
+  // (params[i].buffer / .grad) becomes one placement in program 0.
+  std::vector<Placement> placements;
+  bool legacyBufferGrad = false;  // spelled with buffer/grad (error paths name params[i].buffer)
+  int64_t buffer = -1;            // = placements[0].buffer (for single-program callers)
+  int64_t grad = -1;              // = placements[0].grad
   ParamInit init;
   bool weightDecay = false;
   std::optional<ParamSharding> sharding;  // absent: replicated on every rank
   std::vector<int64_t> localShape;        // the buffer's shape: `shape`, dim divided by n when sharded
   int64_t numel() const;                  // of the global tensor
   int64_t localNumel() const;
+  // The placement in programs[program], or null when the param has no copy there.
+  const Placement* placementIn(int64_t program) const;
 };
 
 struct OptimizerDesc {
@@ -75,9 +92,15 @@ struct Manifest {
   struct ProgramRef {
     std::string file;
     std::vector<int64_t> ranks;
+    int64_t stage = 0;  // programs[i].stage (optional in JSON; always i)
   };
+  // One program without the feature "pipeline" (every rank runs it); with it, one program per pipeline
+  // stage: programs[i] runs exactly the ranks whose pp coordinate is i.
   std::vector<ProgramRef> programs;
   int64_t worldSize() const { return meshDp * meshTp * meshPp; }
+  bool hasFeature(std::string_view name) const;
+  // The index of the program whose ranks contain `rank`, or -1.
+  int64_t programOfRank(int64_t rank) const;
   Mesh mesh() const {
     Mesh m = Mesh::make(meshDp, meshTp, meshPp);
     m.order = rankOrder;
@@ -146,7 +169,11 @@ StatusOr<Manifest> parseManifest(const std::string& text, const std::string& fil
 // Parses and validates one program's text in the context of its manifest (microbatch counts, batch
 // sizes, optimizer kind). Params are cross-checked by loadPlan / validateParams.
 StatusOr<Program> parseProgram(const std::string& text, const std::string& file, const Manifest& manifest);
-// Checks every param's buffer/grad ids against `program` (kinds, dtypes, shapes).
+// Checks every param's placement in programs[programIndex] (`program`): buffer/grad ids in range,
+// kinds param/grad, f32, the local shape, no buffer serving two params. Errors name
+// params[i].buffer / .grad (legacy spelling) or params[i].placements[k].buffer / .grad.
+Status validateParams(const Manifest& manifest, const Program& program, size_t programIndex);
+// The same for programs[0] (single-program plans).
 Status validateParams(const Manifest& manifest, const Program& program);
 // Reads dir/manifest.json and every program it lists; errors name the file (path within the dir).
 StatusOr<Plan> loadPlan(const std::string& dir);

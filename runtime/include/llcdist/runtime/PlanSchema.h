@@ -19,9 +19,12 @@ inline constexpr std::string_view kManifestFile = "manifest.json";
 inline constexpr int64_t kPlanVersion = 1;            // the version this runtime writes and reads
 inline constexpr int64_t kMinSupportedVersion = 1;    // oldest version the loader accepts
 inline constexpr int64_t kArenaAlignment = 64;        // every buffer offset is a multiple of this
-// Optional features a plan may list in "features". Version 1 defines none; a plan naming any feature
-// not in this list is refused.
-inline constexpr std::array<std::string_view, 0> kKnownFeatures = {};
+// Optional features a plan may list in "features"; a plan naming any feature not in this list is
+// refused.
+//   "pipeline": pipeline parallelism (docs/plan-format.md "Pipeline plans"): mesh.pp may be > 1, one
+//               program per stage, params placed by "placements", send/recv ops.
+inline constexpr std::string_view kPipelineFeature = "pipeline";
+inline constexpr std::array<std::string_view, 1> kKnownFeatures = {kPipelineFeature};
 
 // Names of the metric buffers the runtime reports each step.
 inline constexpr std::string_view kLossMetric = "loss";
@@ -45,6 +48,9 @@ inline constexpr std::array<std::string_view, 3> kDefaultRankOrder = {"tp", "dp"
 // of pos_embedding_fwd / pos_embedding_bwd_weight that makes them sequence-parallel (the op's S is then
 // the local sequence length; the rank holds positions [c·S, (c+1)·S)).
 inline constexpr std::string_view kShardAxisAttr = "shard_axis";
+// The optional attr of grad_norm naming the pipeline axis: the rank's squared norm is all-reduced (sum,
+// f64) over that axis's group before the square root, so every stage clips with the global norm.
+inline constexpr std::string_view kStageAxisAttr = "stage_axis";
 // Collective reduction ops (attr `op` of all_reduce / reduce_scatter).
 inline constexpr std::array<std::string_view, 3> kReduceOpNames = {"sum", "avg", "max"};
 // reduce_scatter supports only these in this version.
@@ -86,8 +92,9 @@ enum class OpKind {
   kGeluTanhFwd, kGeluTanhBwd, kSwigluFwd, kSwigluBwd, kAdd, kAccumulate, kCopy,
   kCrossEntropyFwd, kCrossEntropyBwd, kGradNorm, kAdamW, kSgd,
   kAllReduce, kAllGather, kReduceScatter,
+  kSend, kRecv,
 };
-inline constexpr size_t kNumOpKinds = size_t(OpKind::kReduceScatter) + 1;
+inline constexpr size_t kNumOpKinds = size_t(OpKind::kRecv) + 1;
 
 // one id; one id or absent; a non-empty [ids]; a non-empty [ids] or absent
 enum class ArgArity { kOne, kOptional, kList, kOptionalList };
@@ -106,7 +113,9 @@ struct ArgSpec {
   std::string_view mayAlias = {};
 };
 
-enum class AttrType { kInt, kFloat, kBool, kString, kIntList };  // kFloat also accepts JSON integers
+// kInt: a JSON integer >= 1; kIndex: a JSON integer >= 0 (peer coordinates, tags); kFloat: a finite
+// JSON number (integers accepted); kIntList: a non-empty array of integers >= 1.
+enum class AttrType { kInt, kFloat, kBool, kString, kIntList, kIndex };
 struct AttrSpec {
   std::string_view name;
   AttrType type;
@@ -130,7 +139,7 @@ constexpr auto One = ArgArity::kOne, Opt = ArgArity::kOptional, List = ArgArity:
 constexpr auto F = ArgType::kF32, I = ArgType::kI32, Any = ArgType::kAny;
 constexpr auto R = ArgAccess::kRead, W = ArgAccess::kWrite, RW = ArgAccess::kReadWrite;
 constexpr auto Int = AttrType::kInt, Flt = AttrType::kFloat, Bool = AttrType::kBool,
-               Str = AttrType::kString, Ints = AttrType::kIntList;
+               Str = AttrType::kString, Ints = AttrType::kIntList, Idx = AttrType::kIndex;
 
 inline constexpr A kLoadArgs[] = {{"ids", One, I, W}, {"targets", One, I, W}};
 inline constexpr T kLoadAttrs[] = {{"B", Int}, {"S", Int}};
@@ -203,9 +212,12 @@ inline constexpr A kCeBwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}
 // `shard_axis` (optional): vocabulary-parallel logits; V is the local column count (see plan-format.md).
 inline constexpr T kCeAttrs[] = {{"M", Int}, {"V", Int}, {"scale", Flt}, {"shard_axis", Str, false}};
 // `sharded` (optional list) holds gradients of sharded params: their squared sums are all-reduced
-// over `axis` (required iff `sharded` is present).
-inline constexpr A kGradNormArgs[] = {{"grads", List, F, RW}, {"norm", One, F, W}, {"sharded", OptList, F, RW}};
-inline constexpr T kGradNormAttrs[] = {{"max_norm", Flt}, {"axis", Str, false}};
+// over `axis` (required iff `sharded` is present). `stage_axis` (optional): the rank's total squared
+// norm is all-reduced over that axis (pipeline stages) before the square root. `grads` is optional so
+// that a pipeline stage without (counted) params can still join the stage all-reduce; the loader
+// requires at least one of grads, sharded and stage_axis.
+inline constexpr A kGradNormArgs[] = {{"grads", OptList, F, RW}, {"norm", One, F, W}, {"sharded", OptList, F, RW}};
+inline constexpr T kGradNormAttrs[] = {{"max_norm", Flt}, {"axis", Str, false}, {"stage_axis", Str, false}};
 inline constexpr A kAdamArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"m", One, F, RW}, {"v", One, F, RW}};
 inline constexpr T kAdamAttrs[] = {{"beta1", Flt}, {"beta2", Flt}, {"eps", Flt}, {"weight_decay", Flt}};
 inline constexpr A kSgdArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"momentum_buf", Opt, F, RW}};
@@ -215,6 +227,11 @@ inline constexpr T kAllReduceAttrs[] = {{"axis", Str}, {"op", Str}};
 inline constexpr A kGatherArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
 inline constexpr T kAllGatherAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}};
 inline constexpr T kReduceScatterAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}, {"op", Str}};
+// Point-to-point (pipeline plans): the peer is the rank with this rank's coordinates except `peer` on
+// `axis`; `tag` is checked against the matching op's, never used to reorder (FIFO per ordered pair).
+inline constexpr A kSendArgs[] = {{"x", One, F, R}};
+inline constexpr A kRecvArgs[] = {{"y", One, F, W}};
+inline constexpr T kP2PAttrs[] = {{"axis", Str}, {"peer", Idx}, {"tag", Idx}};
 
 template <size_t NA, size_t NT>
 constexpr OpSpec op(OpKind k, std::string_view name, const A (&a)[NA], const T (&t)[NT]) {
@@ -267,6 +284,8 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kAllReduce, "all_reduce", detail::kAllReduceArgs, detail::kAllReduceAttrs),
     detail::op(OpKind::kAllGather, "all_gather", detail::kGatherArgs, detail::kAllGatherAttrs),
     detail::op(OpKind::kReduceScatter, "reduce_scatter", detail::kGatherArgs, detail::kReduceScatterAttrs),
+    detail::op(OpKind::kSend, "send", detail::kSendArgs, detail::kP2PAttrs),
+    detail::op(OpKind::kRecv, "recv", detail::kRecvArgs, detail::kP2PAttrs),
 }};
 
 constexpr const OpSpec& opSpec(OpKind k) { return kOpSpecs[size_t(k)]; }
@@ -281,6 +300,9 @@ constexpr std::optional<OpKind> parseOpKind(std::string_view s) {
 constexpr bool isCollective(OpKind k) {
   return k == OpKind::kAllReduce || k == OpKind::kAllGather || k == OpKind::kReduceScatter;
 }
+// True for the point-to-point ops (send, recv) of pipeline plans: executed through the backend's
+// send/recv, not as kernel launches.
+constexpr bool isPointToPoint(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
 // Index of `role` in the op's argument list, or -1.
 constexpr int argIndex(OpKind k, std::string_view role) {
   const OpSpec& spec = opSpec(k);

@@ -4,18 +4,22 @@
 // `llc-dist run` are thin command-line wrappers around runTraining().
 //
 // Contract:
-//  - Ranks: every rank of the plan's mesh (dp × tp × pp, pp = 1; docs/plan-format.md "Multi-rank
-//    plans") runs programs[0] on its own thread with its own CPU backend and interpreter; the ranks
-//    share one in-process communicator. A single-rank plan runs on the calling thread. If a rank fails,
+//  - Ranks: every rank of the plan's mesh (dp × tp × pp; docs/plan-format.md "Multi-rank plans" and
+//    "Pipeline plans") runs the program whose `ranks` contain it (programs[0] in an SPMD plan; the
+//    program of its pp stage in a pipeline plan) on its own thread with its own CPU backend and
+//    interpreter; the ranks share one in-process communicator (collectives and send/recv). A single-rank plan runs on the calling thread. If a rank fails,
 //    the communicator is aborted so no rank waits forever, and the run returns the lowest rank's own
 //    error ("rank r: ..." when the plan has several ranks); a collective that some members never join
-//    fails after collectiveTimeoutSeconds with an error naming the collective, axis, group and members.
+//    fails after collectiveTimeoutSeconds with an error naming the collective, axis, group and members,
+//    and a recv whose send never comes fails after it too, naming the peer, axis, tag and microbatch.
 //  - Parameters: from the manifest's init (normal: element i of param `name` is
 //    initNormal(seed, name, i) × std, i the GLOBAL index, so a sharded param's shard holds exactly the
 //    values of the full tensor there; zeros; ones), or, with initFrom, from a safetensors file by
 //    Hugging Face name: every param must be present with exactly its (full) shape (F32, BF16, F16 or
-//    F64, converted to f32), each rank taking its shard, and the file must hold no other tensor. The
-//    rest of the arena starts at zero (optimizer state included).
+//    F64, converted to f32), each rank taking its shard, and the file must hold no other tensor. A rank
+//    writes the params placed in its program (params[].placements), each into that placement's buffer;
+//    a param placed in several programs (tied weights across stages) gets the same values in every
+//    copy. The rest of the arena starts at zero (optimizer state included).
 //  - Data: `data` is an llm.c token file (TokenData.h: order fixed by (seed, step, global sample),
 //    B = batch.micro_batch, T = batch.seq_len) or "synthetic": token t of global sample s (s as in
 //    TokenData.h) is random64(streamKey(seed, "llcdist.synthetic"), s, t) mod vocab_size for t in
@@ -24,17 +28,20 @@
 //    the token position. Rank r reads the samples of its dp coordinate (TokenData.h's order), so any
 //    (B, M, dp) with one global batch sees the same data.
 //  - Each step k (0-based): lr = learningRate(lr_schedule, k) (total_steps 0 -> `steps`); run the
-//    actions; read rank 0's `loss` metric (required) and `grad_norm` metric (optional; NaN if absent).
-//  - Progress (unless quiet): one line per step to `progress`, or a single line rewritten with '\r'
-//    when progressIsTty, finished with '\n'.
+//    actions; read the `loss` metric (required) and `grad_norm` metric (optional; NaN if absent) of the
+//    reporting rank: the lowest rank of the LAST program (the last pipeline stage, which computes the
+//    loss; rank 0 of an SPMD plan). Programs other than the last need neither metric.
+//  - Progress (unless quiet), from the reporting rank: one line per step to `progress`, or a single
+//    line rewritten with '\r' when progressIsTty, finished with '\n'.
 //  - logJson: JSON Lines, one record {"step", "loss", "lr", "grad_norm", "tokens_per_s"} per step,
 //    each record written whole and flushed when its step ends (so a failed run leaves the complete
 //    records of the steps that finished; never a partial line). Non-finite numbers are written as null.
 //  - saveParams: every param by name in its Hugging Face shape as F32 safetensors (metadata
 //    {"format": "pt"}), written atomically (temporary file + rename) after the last step; sharded params
 //    are gathered from their shards. Every copy of a replicated param (and every replica of a shard)
-//    must be bitwise identical across ranks, else the error names the param, the first differing rank
-//    and the element. With steps == 0 and initFrom an F32 file, the output tensors equal the input's
+//    must be bitwise identical across the ranks that hold one, whichever program holds it (a tied
+//    param's copies on different pipeline stages included), else the error names the param, the first
+//    differing rank and the element. With steps == 0 and initFrom an F32 file, the output tensors equal the input's
 //    bit for bit, whatever the sharding.
 //  - Determinism: the CPU backend pins OpenBLAS to one thread and collectives reduce in member order,
 //    so the same options give bitwise identical losses and parameters, whatever the thread scheduling.

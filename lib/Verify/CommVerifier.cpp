@@ -64,10 +64,22 @@ const char *verify::errorKindName(ErrorKind kind) {
     return "collective-mismatch";
   case ErrorKind::PeerFinished:
     return "peer-finished";
+  case ErrorKind::UnreceivedSend:
+    return "unreceived-send";
   case ErrorKind::CollectiveSkipped:
     return "collective-skipped";
   case ErrorKind::CyclicWait:
     return "cyclic-wait";
+  }
+  return "unknown";
+}
+
+const char *verify::sendModeName(SendMode mode) {
+  switch (mode) {
+  case SendMode::Rendezvous:
+    return "rendezvous";
+  case SendMode::Eager:
+    return "eager";
   }
   return "unknown";
 }
@@ -121,7 +133,8 @@ constexpr size_t kNone = std::numeric_limits<size_t>::max();
 class Simulator {
 public:
   Simulator(const CommPlan &plan, const VerifyOptions &opts, VerifyResult &res)
-      : plan(plan), opts(opts), res(res), world(plan.world()) {}
+      : plan(plan), opts(opts), res(res), world(plan.world()),
+        eager(opts.sendMode == SendMode::Eager) {}
 
   void run();
 
@@ -130,6 +143,7 @@ private:
   const VerifyOptions &opts;
   VerifyResult &res;
   int64_t world;
+  bool eager;
 
   std::vector<size_t> pos;        ///< index of each rank's head event
   std::vector<size_t> arrivedPos; ///< the head index whose arrival was processed
@@ -137,6 +151,19 @@ private:
   std::vector<std::vector<int64_t>> groups;
   std::vector<int64_t> arrived; ///< members whose head is a collective on the group
   std::vector<int64_t> work;
+
+  /// Eager sends: one FIFO channel per ordered (sender, receiver) pair that
+  /// carries traffic. Its messages are the sender's sends to the receiver in
+  /// program order, so a channel is a fixed list plus two cursors:
+  /// sends[0, received) were received, sends[received, sent) are in flight.
+  struct Channel {
+    int64_t sender = -1, receiver = -1;
+    std::vector<size_t> sends; ///< event indices on `sender`
+    size_t sent = 0, received = 0;
+  };
+  std::vector<Channel> channels;
+  std::map<std::pair<int64_t, int64_t>, int32_t> channelIds;
+  std::vector<std::vector<int32_t>> cid; ///< channel id per p2p event (eager)
 
   bool full() const {
     return static_cast<int64_t>(res.errors.size()) >= opts.maxErrors;
@@ -172,7 +199,10 @@ private:
 
   bool validate();
   void arrive(int64_t r);
+  void checkP2P(int64_t s, size_t si, int64_t q, size_t qi);
   void completeP2P(int64_t sender, int64_t receiver);
+  bool tryRecvEager(int64_t q);
+  void reportUnreceived();
   void completeCollective(int32_t g);
   void diagnoseDeadlock();
   std::vector<std::string> blockedNotes() const;
@@ -183,9 +213,13 @@ private:
 bool Simulator::validate() {
   std::map<std::vector<int64_t>, int32_t> ids;
   gid.resize(world);
+  if (eager)
+    cid.resize(world);
   for (int64_t r = 0; r < world; ++r) {
     const auto &evs = plan.ranks[r];
     gid[r].assign(evs.size(), -1);
+    if (eager)
+      cid[r].assign(evs.size(), -1);
     for (size_t i = 0; i < evs.size(); ++i) {
       const CommEvent &e = evs[i];
       auto bad = [&](const std::string &why) {
@@ -202,6 +236,21 @@ bool Simulator::validate() {
               std::to_string(world) + ")");
         else if (e.peer == r)
           bad("a rank cannot send to or receive from itself");
+        else if (eager) {
+          bool isSend = e.kind == EventKind::Send;
+          std::pair<int64_t, int64_t> key =
+              isSend ? std::make_pair(r, e.peer) : std::make_pair(e.peer, r);
+          auto it =
+              channelIds.emplace(key, static_cast<int32_t>(channels.size())).first;
+          if (it->second == static_cast<int32_t>(channels.size())) {
+            channels.emplace_back();
+            channels.back().sender = key.first;
+            channels.back().receiver = key.second;
+          }
+          cid[r][i] = it->second;
+          if (isSend) // rank r's events are scanned in program order
+            channels[it->second].sends.push_back(i);
+        }
         continue;
       }
       const auto &g = e.group;
@@ -267,13 +316,26 @@ void Simulator::arrive(int64_t r) {
   switch (e.kind) {
   case EventKind::Send: {
     int64_t q = e.peer;
-    if (!finished(q) && head(q).kind == EventKind::Recv && head(q).peer == r)
+    if (eager) {
+      // Enqueue and move on; wake the receiver if it waits on this channel.
+      Channel &c = channels[cid[r][pos[r]]];
+      ++c.sent;
+      ++res.eventsCompleted;
+      ++pos[r];
+      work.push_back(r);
+      if (!finished(q) && head(q).kind == EventKind::Recv && head(q).peer == r)
+        tryRecvEager(q);
+    } else if (!finished(q) && head(q).kind == EventKind::Recv &&
+               head(q).peer == r) {
       completeP2P(r, q);
+    }
     break;
   }
   case EventKind::Recv: {
     int64_t q = e.peer;
-    if (!finished(q) && head(q).kind == EventKind::Send && head(q).peer == r)
+    if (eager)
+      tryRecvEager(r); // otherwise it waits until q enqueues a message
+    else if (!finished(q) && head(q).kind == EventKind::Send && head(q).peer == r)
       completeP2P(q, r);
     break;
   }
@@ -286,8 +348,8 @@ void Simulator::arrive(int64_t r) {
   }
 }
 
-void Simulator::completeP2P(int64_t s, int64_t q) {
-  const CommEvent &se = head(s), &re = head(q);
+void Simulator::checkP2P(int64_t s, size_t si, int64_t q, size_t qi) {
+  const CommEvent &se = plan.ranks[s][si], &re = plan.ranks[q][qi];
   std::string why;
   if (se.count != re.count)
     why = "element counts differ";
@@ -299,16 +361,59 @@ void Simulator::completeP2P(int64_t s, int64_t q) {
     addError(ErrorKind::SendRecvMismatch,
              "send/recv mismatch (" + why + "): rank " + std::to_string(s) +
                  " sends " + std::to_string(se.count) + " " + se.dtype + " to " +
-                 std::to_string(q) + tagStr(se) + " " + at(s, pos[s]) +
+                 std::to_string(q) + tagStr(se) + " " + at(s, si) +
                  " but rank " + std::to_string(q) + " receives " +
                  std::to_string(re.count) + " " + re.dtype + " from " +
-                 std::to_string(s) + tagStr(re) + " " + at(q, pos[q]),
-             {{s, static_cast<int64_t>(pos[s])}, {q, static_cast<int64_t>(pos[q])}});
+                 std::to_string(s) + tagStr(re) + " " + at(q, qi),
+             {{s, static_cast<int64_t>(si)}, {q, static_cast<int64_t>(qi)}});
+}
+
+void Simulator::completeP2P(int64_t s, int64_t q) {
+  checkP2P(s, pos[s], q, pos[q]);
   res.eventsCompleted += 2;
   ++pos[s];
   ++pos[q];
   work.push_back(s);
   work.push_back(q);
+}
+
+// Eager: rank q's head is a Recv; take the oldest message of its channel if
+// there is one. O(1).
+bool Simulator::tryRecvEager(int64_t q) {
+  Channel &c = channels[cid[q][pos[q]]];
+  if (c.received == c.sent)
+    return false;
+  checkP2P(c.sender, c.sends[c.received++], q, pos[q]);
+  ++res.eventsCompleted;
+  ++pos[q];
+  work.push_back(q);
+  return true;
+}
+
+// Eager: messages left in a channel whose receiver has finished can never be
+// received. (A blocked receiver is part of a deadlock, reported already; its
+// messages might be received once that is fixed.) Channels in (sender,
+// receiver) order, messages in send order.
+void Simulator::reportUnreceived() {
+  for (const auto &kv : channelIds) {
+    const Channel &c = channels[kv.second];
+    if (c.received == c.sent || !finished(c.receiver))
+      continue;
+    for (size_t k = c.received; k < c.sent && !full(); ++k) {
+      int64_t s = c.sender, q = c.receiver;
+      size_t si = c.sends[k];
+      const CommEvent &e = plan.ranks[s][si];
+      addError(ErrorKind::UnreceivedSend,
+               "rank " + std::to_string(s) + "'s send of " +
+                   std::to_string(e.count) + " " + e.dtype + " to " +
+                   std::to_string(q) + tagStr(e) + " " + at(s, si) +
+                   " is never received: " + finishedPhrase(q) +
+                   " after receiving " + std::to_string(c.received) + " of the " +
+                   std::to_string(c.sent) + " messages rank " + std::to_string(s) +
+                   " sent it (a missing recv?)",
+               {{s, static_cast<int64_t>(si)}});
+    }
+  }
 }
 
 void Simulator::completeCollective(int32_t g) {
@@ -563,6 +668,8 @@ void Simulator::run() {
   }
   if (!full())
     diagnoseDeadlock();
+  if (eager && !full())
+    reportUnreceived();
 }
 
 VerifyResult verify::verifyCommPlan(const CommPlan &plan,

@@ -223,11 +223,18 @@ void erase(CommPlan &plan, int64_t r, const std::string &p) {
   plan[r].erase(plan[r].begin() + find(plan, r, p));
 }
 
-void expectOk(const CommPlan &plan) {
-  VerifyResult res = verifyCommPlan(plan);
+void expectOk(const CommPlan &plan, const VerifyOptions &opts = {}) {
+  VerifyResult res = verifyCommPlan(plan, opts);
   EXPECT_TRUE(res.ok()) << res.str();
   EXPECT_EQ(res.eventsCompleted, plan.totalEvents());
   EXPECT_EQ(res.eventsTotal, plan.totalEvents());
+}
+
+VerifyOptions eager(int64_t maxErrors = 1) {
+  VerifyOptions opts;
+  opts.sendMode = SendMode::Eager;
+  opts.maxErrors = maxErrors;
+  return opts;
 }
 
 const VerifyError &onlyError(const VerifyResult &res) {
@@ -597,5 +604,352 @@ TEST(PlanVerifier, LargePlansAreFast) {
   std::printf("generated %lld + %lld events in %.3fs, verified in %.3fs\n",
               static_cast<long long>(pipe.totalEvents()),
               static_cast<long long>(threeD.totalEvents()), gen, ver);
+  EXPECT_LT(ver, 60.0); // generous: a sanity bound, not a benchmark
+}
+
+//===----------------------------------------------------------------------===//
+// Eager (buffered) sends
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// 1F1B with p = 2, m = 2 where both stages send before they receive:
+///   stage 0: send a0, send a1, recv g0, recv g1
+///   stage 1: recv a0, send g0, recv a1, send g1
+CommPlan sendFirst1F1B() {
+  CommPlan plan(2);
+  oneFOneB(plan, iota(2), 2, {}, /*parity=*/false);
+  return plan;
+}
+
+std::vector<std::string> provenances(const std::vector<CommEvent> &evs) {
+  std::vector<std::string> v;
+  for (const CommEvent &e : evs)
+    v.push_back(e.provenance);
+  return v;
+}
+
+} // namespace
+
+TEST(EagerSends, ModeNamesAndDefault) {
+  EXPECT_STREQ(sendModeName(SendMode::Rendezvous), "rendezvous");
+  EXPECT_STREQ(sendModeName(SendMode::Eager), "eager");
+  EXPECT_EQ(VerifyOptions().sendMode, SendMode::Rendezvous);
+  EXPECT_STREQ(errorKindName(ErrorKind::UnreceivedSend), "unreceived-send");
+}
+
+// The schedule the runtime runs: deadlocks under rendezvous, fine with the
+// runtime's eager sends.
+TEST(EagerSends, SendFirst1F1BNeedsEagerSends) {
+  CommPlan plan = sendFirst1F1B();
+  ASSERT_EQ(provenances(plan[0]),
+            (std::vector<std::string>{"s0/fwd#0 send act", "s0/fwd#1 send act",
+                                      "s0/bwd#0 recv grad", "s0/bwd#1 recv grad"}));
+  ASSERT_EQ(provenances(plan[1]),
+            (std::vector<std::string>{"s1/fwd#0 recv act", "s1/bwd#0 send grad",
+                                      "s1/fwd#1 recv act", "s1/bwd#1 send grad"}));
+  VerifyResult rdv = verifyCommPlan(plan);
+  const VerifyError &e = onlyError(rdv);
+  EXPECT_EQ(e.kind, ErrorKind::CyclicWait);
+  EXPECT_EQ(e.message,
+            "cyclic wait: rank 0 waits to send 4096 f32 to 1 (tag 2) at event 1 "
+            "(s0/fwd#1 send act) while rank 1 waits to send 4096 f32 to 0 (tag 1) "
+            "at event 1 (s1/bwd#0 send grad)");
+  EXPECT_EQ(rdv.eventsCompleted, 2);
+
+  VerifyResult res = verifyCommPlan(plan, eager());
+  EXPECT_TRUE(res.ok()) << res.str();
+  EXPECT_EQ(res.eventsCompleted, 8);
+  EXPECT_EQ(res.str(), "ok: 8 communication events");
+}
+
+// Everything rendezvous accepts, eager accepts too; and send-first 1F1B of
+// any depth runs with eager sends.
+TEST(EagerSends, AcceptsSchedules) {
+  for (int64_t p : {2, 3, 4, 7})
+    for (int64_t m : {1, 2, 3, 4, 8}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      for (int kind = 0; kind < 3; ++kind) {
+        CommPlan plan(p);
+        if (kind == 0)
+          gpipe(plan, iota(p), m);
+        else
+          oneFOneB(plan, iota(p), m, {}, /*parity=*/kind == 1);
+        expectOk(plan, eager());
+      }
+    }
+  for (bool g : {true, false}) {
+    SCOPED_TRACE(g ? "gpipe" : "1f1b");
+    expectOk(plan3D(Mesh{2, 2, 2}, 4, g), eager());
+    expectOk(plan3D(Mesh{1, 2, 4}, 5, g), eager());
+  }
+  CommPlan plan(2); // several messages in flight on one channel
+  for (int64_t i = 0; i < 5; ++i)
+    plan[0].push_back(CommEvent::send(1, i, "f32", "", i));
+  for (int64_t i = 0; i < 5; ++i)
+    plan[1].push_back(CommEvent::recv(0, i, "f32", "", i));
+  expectOk(plan, eager());
+}
+
+TEST(EagerSends, RejectsMissingRecv) {
+  CommPlan plan = sendFirst1F1B();
+  erase(plan, 1, "s1/fwd#1 recv act");
+  VerifyResult res = verifyCommPlan(plan, eager(10));
+  const VerifyError &e = onlyError(res);
+  EXPECT_EQ(e.kind, ErrorKind::UnreceivedSend);
+  EXPECT_EQ(e.message,
+            "rank 0's send of 4096 f32 to 1 (tag 2) at event 1 (s0/fwd#1 send act) is "
+            "never received: rank 1 has finished (all 3 of its events done) after "
+            "receiving 1 of the 2 messages rank 0 sent it (a missing recv?)");
+  EXPECT_EQ(e.events, (std::vector<EventRef>{{0, 1}}));
+  EXPECT_EQ(res.eventsCompleted, plan.totalEvents());
+  EXPECT_EQ(res.str().rfind("error [unreceived-send]: rank 0's send", 0), 0u)
+      << res.str();
+
+  // Without tags a recv missing early shifts the FIFO: the later recvs take
+  // the earlier messages and the last message is the one left over.
+  CommPlan untagged(2);
+  for (int64_t i = 0; i < 3; ++i)
+    untagged[0].push_back(CommEvent::send(1, 8, "f32", "snd" + std::to_string(i)));
+  for (int64_t i = 1; i < 3; ++i)
+    untagged[1].push_back(CommEvent::recv(0, 8, "f32", "rcv" + std::to_string(i)));
+  res = verifyCommPlan(untagged, eager(10));
+  const VerifyError &u = onlyError(res);
+  EXPECT_EQ(u.kind, ErrorKind::UnreceivedSend);
+  EXPECT_EQ(u.message,
+            "rank 0's send of 8 f32 to 1 at event 2 (snd2) is never received: rank 1 "
+            "has finished (all 2 of its events done) after receiving 2 of the 3 "
+            "messages rank 0 sent it (a missing recv?)");
+
+  // Every message left over is an error; none at all received.
+  CommPlan none(3);
+  none[2].push_back(CommEvent::send(0, 1, "f32", "a"));
+  none[2].push_back(CommEvent::send(0, 1, "f32", "b"));
+  none[1].push_back(CommEvent::send(0, 1, "f32", "c"));
+  res = verifyCommPlan(none, eager(10));
+  ASSERT_EQ(res.errors.size(), 3u) << res.str();
+  EXPECT_EQ(res.errors[0].events, (std::vector<EventRef>{{1, 0}})); // by channel
+  EXPECT_EQ(res.errors[1].events, (std::vector<EventRef>{{2, 0}}));
+  EXPECT_EQ(res.errors[2].events, (std::vector<EventRef>{{2, 1}}));
+  EXPECT_NE(res.errors[1].message.find("after receiving 0 of the 2 messages"),
+            std::string::npos)
+      << res.errors[1].message;
+  EXPECT_EQ(verifyCommPlan(none, eager()).errors.size(), 1u);
+}
+
+TEST(EagerSends, RejectsMissingSend) {
+  CommPlan plan = sendFirst1F1B();
+  erase(plan, 1, "s1/bwd#1 send grad");
+  VerifyResult res = verifyCommPlan(plan, eager(10));
+  const VerifyError &e = onlyError(res);
+  EXPECT_EQ(e.kind, ErrorKind::PeerFinished);
+  EXPECT_EQ(e.message,
+            "rank 0 waits to recv 4096 f32 from 1 (tag 3) at event 3 (s0/bwd#1 recv "
+            "grad) but rank 1 has finished (all 3 of its events done): it never sends "
+            "this (a missing send, or an extra recv); rank 0 has 1 events left after "
+            "all other ranks finished");
+  EXPECT_EQ(e.events, (std::vector<EventRef>{{0, 3}}));
+  EXPECT_EQ(res.eventsCompleted, 6);
+}
+
+TEST(EagerSends, RejectsSwappedRecvOrder) {
+  CommPlan plan = sendFirst1F1B();
+  auto &ev = plan[1];
+  std::swap(ev[find(plan, 1, "s1/fwd#0 recv act")], ev[find(plan, 1, "s1/fwd#1 recv act")]);
+  VerifyResult res = verifyCommPlan(plan, eager(10));
+  ASSERT_EQ(res.errors.size(), 2u) << res.str();
+  EXPECT_EQ(res.errors[0].kind, ErrorKind::SendRecvMismatch);
+  EXPECT_EQ(res.errors[0].message,
+            "send/recv mismatch (tags differ): rank 0 sends 4096 f32 to 1 (tag 0) at "
+            "event 0 (s0/fwd#0 send act) but rank 1 receives 4096 f32 from 0 (tag 2) "
+            "at event 0 (s1/fwd#1 recv act)");
+  EXPECT_EQ(res.errors[0].events, (std::vector<EventRef>{{0, 0}, {1, 0}}));
+  EXPECT_EQ(res.errors[1].message,
+            "send/recv mismatch (tags differ): rank 0 sends 4096 f32 to 1 (tag 2) at "
+            "event 1 (s0/fwd#1 send act) but rank 1 receives 4096 f32 from 0 (tag 0) "
+            "at event 2 (s1/fwd#0 recv act)");
+  EXPECT_EQ(res.errors[1].events, (std::vector<EventRef>{{0, 1}, {1, 2}}));
+  EXPECT_EQ(res.eventsCompleted, plan.totalEvents());
+
+  // Sizes are checked at match time too.
+  CommPlan sized = sendFirst1F1B();
+  sized[1][find(sized, 1, "s1/fwd#1 recv act")].count = 2048;
+  res = verifyCommPlan(sized, eager());
+  const VerifyError &e = onlyError(res);
+  EXPECT_EQ(e.message,
+            "send/recv mismatch (element counts differ): rank 0 sends 4096 f32 to 1 "
+            "(tag 2) at event 1 (s0/fwd#1 send act) but rank 1 receives 2048 f32 from "
+            "0 (tag 2) at event 2 (s1/fwd#1 recv act)");
+}
+
+TEST(EagerSends, RejectsCycleOfRecvs) {
+  // Stage 0 waits for gradient 0 before sending anything.
+  CommPlan plan = sendFirst1F1B();
+  auto &ev = plan[0];
+  std::rotate(ev.begin(), ev.begin() + find(plan, 0, "s0/bwd#0 recv grad"),
+              ev.begin() + find(plan, 0, "s0/bwd#0 recv grad") + 1);
+  ASSERT_EQ(ev[0].provenance, "s0/bwd#0 recv grad");
+  VerifyResult res = verifyCommPlan(plan, eager(10));
+  const VerifyError &e = onlyError(res);
+  EXPECT_EQ(e.kind, ErrorKind::CyclicWait);
+  EXPECT_EQ(e.message,
+            "cyclic wait: rank 0 waits to recv 4096 f32 from 1 (tag 1) at event 0 "
+            "(s0/bwd#0 recv grad) while rank 1 waits to recv 4096 f32 from 0 (tag 0) "
+            "at event 0 (s1/fwd#0 recv act)");
+  EXPECT_EQ(e.events, (std::vector<EventRef>{{0, 0}, {1, 0}}));
+  ASSERT_EQ(e.notes.size(), 2u);
+  EXPECT_EQ(e.notes[0],
+            "rank 0 (4 events left) waits to recv 4096 f32 from 1 (tag 1) at event 0 "
+            "(s0/bwd#0 recv grad); rank 1 is at event 0: recv of 4096 f32 from 0 "
+            "(tag 0) (s1/fwd#0 recv act)");
+
+  // Three ranks, and a rank waiting behind the cycle.
+  CommPlan ring(4);
+  ring[0].push_back(CommEvent::recv(2, 1, "f32", "a"));
+  ring[0].push_back(CommEvent::send(1, 1, "f32", "a'"));
+  ring[1].push_back(CommEvent::recv(0, 1, "f32", "b"));
+  ring[2].push_back(CommEvent::recv(1, 1, "f32", "c"));
+  ring[3].push_back(CommEvent::send(0, 1, "f32", "d")); // 0 is blocked: pending
+  ring[3].push_back(CommEvent::recv(2, 1, "f32", "e"));
+  res = verifyCommPlan(ring, eager(10));
+  const VerifyError &r = onlyError(res); // the pending message is not an error
+  EXPECT_EQ(r.message,
+            "cyclic wait: rank 0 waits to recv 1 f32 from 2 at event 0 (a) while rank "
+            "2 waits to recv 1 f32 from 1 at event 0 (c) while rank 1 waits to recv 1 "
+            "f32 from 0 at event 0 (b)");
+  EXPECT_EQ(r.notes.size(), 4u);
+}
+
+TEST(EagerSends, DeadlockHidesPendingMessages) {
+  // Rank 1 waits on a rank that never sends; rank 0's message to rank 1 is
+  // still pending then, which is a consequence, not a second error.
+  CommPlan plan(3);
+  plan[0].push_back(CommEvent::send(1, 8, "f32", "x"));
+  plan[0].push_back(CommEvent::recv(1, 8, "f32", "y"));
+  plan[1].push_back(CommEvent::recv(2, 8, "f32", "z"));
+  plan[1].push_back(CommEvent::recv(0, 8, "f32", "x'"));
+  plan[1].push_back(CommEvent::send(0, 8, "f32", "y'"));
+  VerifyResult res = verifyCommPlan(plan, eager(10));
+  const VerifyError &e = onlyError(res);
+  EXPECT_EQ(e.kind, ErrorKind::PeerFinished);
+  EXPECT_EQ(e.message.rfind("rank 1 waits to recv 8 f32 from 2 at event 0 (z) but "
+                            "rank 2 has finished (all 0 of its events done): it "
+                            "never sends this",
+                            0),
+            0u)
+      << e.message;
+  ASSERT_EQ(e.notes.size(), 2u);
+  EXPECT_EQ(e.notes[0],
+            "rank 0 (1 events left) waits to recv 8 f32 from 1 at event 1 (y); rank 1 "
+            "is at event 0: recv of 8 f32 from 2 (z)");
+
+  // A message to a blocked rank stays pending too (rank 0 might take it once
+  // the deadlock is fixed).
+  plan[2].push_back(CommEvent::send(0, 8, "f32", "w"));
+  res = verifyCommPlan(plan, eager(10));
+  EXPECT_EQ(onlyError(res).kind, ErrorKind::PeerFinished);
+
+  // But a receiver that finished with messages left over is reported, after
+  // the deadlock.
+  plan = CommPlan(3);
+  plan[0].push_back(CommEvent::recv(1, 8, "f32", "never"));
+  plan[1].push_back(CommEvent::send(2, 8, "f32", "lost"));
+  res = verifyCommPlan(plan, eager(10));
+  ASSERT_EQ(res.errors.size(), 2u) << res.str();
+  EXPECT_EQ(res.errors[0].kind, ErrorKind::PeerFinished);
+  EXPECT_EQ(res.errors[1].kind, ErrorKind::UnreceivedSend);
+  EXPECT_EQ(res.errors[1].message,
+            "rank 1's send of 8 f32 to 2 at event 0 (lost) is never received: rank 2 "
+            "has finished (all 0 of its events done) after receiving 0 of the 1 "
+            "messages rank 1 sent it (a missing recv?)");
+}
+
+TEST(EagerSends, RejectsSkippedCollective) {
+  {
+    Mesh mesh{2, 2, 1};
+    CommPlan plan = plan3D(mesh, 2, true);
+    plan[3].pop_back();
+    VerifyResult res = verifyCommPlan(plan, eager());
+    const VerifyError &e = onlyError(res);
+    EXPECT_EQ(e.kind, ErrorKind::CollectiveSkipped);
+    EXPECT_EQ(e.message,
+              "collective skipped on group [1,3]: rank 3 has finished (all 33 of its "
+              "events done) while rank 1 waits in all_reduce of 65536 f32 on group "
+              "[1,3] at event 33 (grad bucket 0)");
+  }
+  {
+    // A 3D 1F1B plan: rank 7 (last stage) skips its last gradient all-reduce.
+    Mesh mesh{2, 2, 2};
+    CommPlan plan = plan3D(mesh, 4, false);
+    plan[7].pop_back();
+    VerifyResult res = verifyCommPlan(plan, eager());
+    const VerifyError &e = onlyError(res);
+    EXPECT_EQ(e.kind, ErrorKind::CollectiveSkipped);
+    EXPECT_EQ(e.message.rfind("collective skipped on group [5,7]: rank 7 has finished",
+                              0),
+              0u)
+        << e.message;
+  }
+  {
+    // Skipped inside a stage: the partner waits in the collective while its
+    // stage neighbour's messages pile up in the channel.
+    CommPlan plan = plan3D(Mesh{1, 2, 2}, 2, false);
+    erase(plan, 1, "fwd#1 (h.0.attn)");
+    VerifyResult res = verifyCommPlan(plan, eager());
+    ASSERT_FALSE(res.ok());
+    const VerifyError &e = res.errors.front();
+    EXPECT_TRUE(e.kind == ErrorKind::CyclicWait ||
+                e.kind == ErrorKind::CollectiveMismatch ||
+                e.kind == ErrorKind::CollectiveSkipped)
+        << res.str();
+    EXPECT_NE(e.message.find("group [0,1]"), std::string::npos) << e.message;
+  }
+  {
+    // A collective mismatch is found as under rendezvous.
+    CommPlan plan = plan3D(Mesh{2, 2, 1}, 2, true);
+    plan[3][2].collective = "all_reduce";
+    VerifyResult res = verifyCommPlan(plan, eager());
+    EXPECT_EQ(onlyError(res).kind, ErrorKind::CollectiveMismatch);
+  }
+}
+
+// Linear time with eager sends: a 64-stage send-first 1F1B, a 3D plan, one
+// deep channel (10^5 messages in flight), a 4096-rank fan-in received in
+// reverse order, and the same channel with every message left over.
+TEST(EagerSends, LargePlansAreFast) {
+  auto t0 = std::chrono::steady_clock::now();
+  CommPlan pipe(64);
+  oneFOneB(pipe, iota(64), 400, {}, /*parity=*/false);
+  EXPECT_EQ(pipe.totalEvents(), 4 * 63 * 400);
+  CommPlan threeD = plan3D(Mesh{2, 2, 16}, 96, false, 1);
+  constexpr int64_t kDeep = 100000, kFan = 4096;
+  CommPlan deep(2);
+  for (int64_t i = 0; i < kDeep; ++i) {
+    deep[0].push_back(CommEvent::send(1, 1, "f32", {}, i));
+    deep[1].push_back(CommEvent::recv(0, 1, "f32", {}, i));
+  }
+  CommPlan fan(kFan);
+  for (int64_t r = 1; r < kFan; ++r) {
+    fan[r].push_back(CommEvent::send(0, 1, "f32"));
+    fan[0].push_back(CommEvent::recv(kFan - r, 1, "f32"));
+  }
+  CommPlan lost(2);
+  lost[0] = deep[0];
+  auto t1 = std::chrono::steady_clock::now();
+  expectOk(pipe, eager());
+  expectOk(threeD, eager());
+  expectOk(deep, eager());
+  expectOk(fan, eager());
+  VerifyResult res = verifyCommPlan(lost, eager(kDeep + 1));
+  EXPECT_EQ(res.errors.size(), static_cast<size_t>(kDeep));
+  EXPECT_EQ(res.errors.back().kind, ErrorKind::UnreceivedSend);
+  auto t2 = std::chrono::steady_clock::now();
+  double gen = std::chrono::duration<double>(t1 - t0).count();
+  double ver = std::chrono::duration<double>(t2 - t1).count();
+  std::printf("eager: generated %lld events in %.3fs, verified in %.3fs\n",
+              static_cast<long long>(pipe.totalEvents() + threeD.totalEvents() +
+                                     deep.totalEvents() + fan.totalEvents() +
+                                     lost.totalEvents()),
+              gen, ver);
   EXPECT_LT(ver, 60.0); // generous: a sanity bound, not a benchmark
 }

@@ -2,9 +2,9 @@
 //
 // verify-plan (design.md §2): executes every rank's communication events
 // symbolically under blocking semantics and reports mismatched send/recv
-// pairs, collectives that differ across a group, and deadlocks (a cyclic
-// wait, or a rank that waits on a rank that has already finished) before
-// anything is launched. MLIR-free, standard library only; see
+// pairs, collectives that differ across a group, deadlocks (a cyclic wait, or
+// a rank that waits on a rank that has already finished) and, with eager
+// sends, messages that are never received, before anything is launched. MLIR-free, standard library only; see
 // docs/plan-verifier.md for the model, the semantics and the message format.
 //
 //===----------------------------------------------------------------------===//
@@ -21,9 +21,26 @@ namespace verify {
 
 enum class EventKind { Send, Recv, Collective };
 
+/// How a point-to-point Send completes (VerifyOptions::sendMode).
+enum class SendMode {
+  /// A Send completes together with its Recv, when both are their ranks'
+  /// heads (unbuffered; NCCL send/recv issued one at a time). The strictest
+  /// model: a plan accepted under it is also accepted under Eager.
+  Rendezvous,
+  /// A Send copies its message into the FIFO channel (sender -> receiver) and
+  /// completes at once; a Recv(from q) completes when the channel (q -> self)
+  /// holds a message and takes the oldest one. What the llc-dist runtime
+  /// implements, so the compiler verifies its plans with this mode.
+  Eager,
+};
+
+/// "rendezvous" or "eager".
+const char *sendModeName(SendMode mode);
+
 /// One communication event of a rank's program (what remains of the program
-/// once local compute is dropped). Send/Recv are rendezvous point-to-point
-/// transfers; a Collective blocks until every member of its group reaches a
+/// once local compute is dropped). Send/Recv are point-to-point transfers
+/// (rendezvous or eager, see SendMode), matched in program order per ordered
+/// (sender, receiver) pair; a Collective blocks until every member of its group reaches a
 /// collective on the same group.
 struct CommEvent {
   EventKind kind = EventKind::Send;
@@ -77,6 +94,9 @@ enum class ErrorKind {
   CollectiveMismatch,
   /// A Send/Recv whose peer has finished all its events (missing recv/send).
   PeerFinished,
+  /// Eager sends only: a message still in its channel when the receiver has
+  /// finished all its events (a missing recv).
+  UnreceivedSend,
   /// A collective some member never reaches because it has finished
   /// (the collective was skipped on that rank).
   CollectiveSkipped,
@@ -108,7 +128,8 @@ struct VerifyError {
 
 struct VerifyResult {
   std::vector<VerifyError> errors;
-  /// Events that completed during the symbolic execution / all events.
+  /// Events that completed during the symbolic execution / all events (an
+  /// eager Send completes when its message is enqueued).
   int64_t eventsCompleted = 0;
   int64_t eventsTotal = 0;
 
@@ -125,11 +146,18 @@ struct VerifyOptions {
   int64_t maxErrors = 1;
   /// Cap on the lines of the blocked-set listing attached to a deadlock.
   int64_t maxNotes = 32;
+  /// Point-to-point semantics. The default keeps the strict rendezvous model;
+  /// the compiler passes SendMode::Eager because the runtime's sends are
+  /// buffered (a 1F1B schedule whose stages send before they receive
+  /// deadlocks under Rendezvous but runs with eager sends).
+  SendMode sendMode = SendMode::Rendezvous;
 };
 
 /// Symbolically executes all ranks of `plan` and reports the errors.
 /// O(total events + total group sizes of the collectives executed), plus a
-/// deadlock diagnosis that is linear in the blocked ranks' wait-for edges.
+/// deadlock diagnosis that is linear in the blocked ranks' wait-for edges
+/// (and, for eager sends, O(p2p events x log channels) to set up the
+/// channels).
 VerifyResult verifyCommPlan(const CommPlan &plan, const VerifyOptions &opts = {});
 
 /// "send of 1024 f32 to 1 (tag 3)", "recv of 1024 f32 from 0",

@@ -1,5 +1,6 @@
 # -*- Python -*-
 import os
+import sys
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -13,6 +14,8 @@ config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs", 
 
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 config.substitutions.append(("%models", os.path.join(config.llcdist_src_root, "models")))
+# Plain python (standard library only) for the tests' small helper scripts.
+config.substitutions.append(("%python", sys.executable))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

@@ -32,8 +32,14 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
       pm.addPass(xf::createTPReplicateEmbeddings());
   }
   pm.addPass(xf::createPartition({o.sequenceParallel}));
+  xf::PipelineSplitOptions split;
+  split.virtualStages = o.virtualStages;
+  split.layout = o.ppLayout;
+  split.schedule = o.pipelineSchedule;
+  pm.addPass(xf::createPipelineSplit(split));
   pm.addPass(createLowerToPlan());
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
+  pm.addPass(plan::createVerifyPlan());
 }
 
 namespace {
@@ -54,6 +60,9 @@ struct TrainingPipelineCLOptions
   Option<double> gradClip{*this, "grad-clip", llvm::cl::init(0.0)};
   Option<bool> replicateEmbeddings{*this, "tp-replicate-embeddings", llvm::cl::init(false)};
   Option<bool> sequenceParallel{*this, "sequence-parallel", llvm::cl::init(false)};
+  Option<std::string> pipelineSchedule{*this, "schedule", llvm::cl::init("1f1b")};
+  Option<int64_t> virtualStages{*this, "virtual-stages", llvm::cl::init(1)};
+  Option<std::string> ppLayout{*this, "pp-layout", llvm::cl::init("")};
 };
 } // namespace
 
@@ -61,7 +70,8 @@ void llcdist::registerPipelines() {
   PassPipelineRegistration<TrainingPipelineCLOptions>(
       "llcdist-train",
       "the pipeline of `llc-dist compile --emit plan`: forward graph, "
-      "autodiff, optimizer, lowering to the plan dialect, memory planning",
+      "autodiff, optimizer, partitioning, pipeline stages, lowering to the "
+      "plan dialect, memory planning, cross-rank verification",
       [](OpPassManager &pm, const TrainingPipelineCLOptions &c) {
         TrainingPipelineOptions o;
         o.mesh = {c.dp, c.tp, c.pp, c.rankOrder};
@@ -76,6 +86,9 @@ void llcdist::registerPipelines() {
         o.gradClip = c.gradClip;
         o.replicateEmbeddings = c.replicateEmbeddings;
         o.sequenceParallel = c.sequenceParallel;
+        o.pipelineSchedule = c.pipelineSchedule;
+        o.virtualStages = c.virtualStages;
+        o.ppLayout = c.ppLayout;
         buildTrainingPipeline(pm, o);
       });
 }

@@ -7,13 +7,17 @@
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Analysis/CommReport.h"
+#include "llcdist/Dialect/Plan/Analysis/PipelineReport.h"
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Frontend/ImportXF.h"
 #include "llcdist/InitAll.h"
 #include "llcdist/Pipelines/Pipelines.h"
+#include "llcdist/Schedule/Render.h"
+#include "llcdist/Schedule/Schedule.h"
 #include "llcdist/Support/MeshSpec.h"
 #include "llcdist/Support/Topology.h"
 #include "llcdist/Target/Plan/PlanWriter.h"
+#include "llcdist/Verify/PlanComm.h"
 #include "llcdist/runtime/Train.h"
 
 #include "mlir/IR/AsmState.h"
@@ -67,6 +71,8 @@ USAGE
 COMMANDS
   compile MODEL   compile MODEL's training step into a plan directory (or xf IR)
   run PLAN        execute a compiled plan: train, log, save parameters
+  verify PLAN     check every rank's send/recv and collectives (deadlocks,
+                  mismatches) without running anything
   info MODEL      parameter count, layers and training FLOPs per token
   help [COMMAND]  show help (also: llc-dist COMMAND --help)
 
@@ -85,12 +91,12 @@ const char *kCompileHelp = R"(llc-dist compile MODEL [options] -o OUT
 Imports MODEL as an xf forward graph on global shapes and compiles its
 training step. Passes: cse, llcdist-attach-mesh, llcdist-model-stats (the
 forward graph; --emit xf stops here), then llcdist-autodiff,
-llcdist-add-optimizer, llcdist-lower-to-plan, llcdist-plan-memory. The same
+llcdist-add-optimizer, [under tp: llcdist-megatron-tp], llcdist-partition,
+llcdist-pipeline-split, llcdist-lower-to-plan, llcdist-plan-memory. The same
 pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
 SHAPES
-  --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=1 (default dp=1,tp=1,pp=1);
-                         plans support dp today (tp and pp with --emit xf)
+  --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1)
   --sequence-parallel    Megatron's sequence parallelism under tp: norms,
                          residuals and biases on a slice of the sequence;
                          all-gather / reduce-scatter replace all-reduces
@@ -108,6 +114,20 @@ SHAPES
                          microbatches = global / (micro-batch × dp), the
                          gradient-accumulation steps
   --dtype T              f32 | bf16 | f16 (default f32; plans execute f32)
+
+PIPELINE (pp > 1)
+  --schedule S           gpipe | 1f1b | interleaved | zb-h1 (default 1f1b);
+                         zb-h1 runs weight gradients (W) apart from input
+                         gradients (B) to fill the cool-down bubble
+  --virtual-stages V     model chunks per stage (interleaved only; default 1);
+                         microbatches must be a multiple of pp
+  --pp-layout N,N,..     layers per model chunk in order (pp × V counts), e.g.
+                         3,3,2; default: balanced by estimated FLOPs, counting
+                         the embedding in the first chunk and the LM head and
+                         loss in the last
+  The summary shows each stage's chunks, cost, bubble and peak microbatches in
+  flight beside the analytic bubble, and the schedule as a text Gantt chart;
+  the plan directory gets schedule.trace.json (Chrome trace / Perfetto).
 
 OPTIMIZER (torch.optim semantics)
   --optimizer adamw|sgd  (default adamw)
@@ -304,7 +324,7 @@ std::optional<LoadedModel> loadModel(MLIRContext &ctx, llvm::SourceMgr &srcMgr,
     return std::nullopt;
   }
   lm.module = importModel(ctx, cfg, shape, dp);
-  if (failed(verify(*lm.module))) {
+  if (failed(mlir::verify(*lm.module))) {
     error(path + ": internal error: the imported graph does not verify");
     return std::nullopt;
   }
@@ -410,13 +430,14 @@ struct Analytic {
   int64_t calls = -1; ///< -1: not predicted
 };
 
-Analytic analytic(const plan::CollectiveEntry &e, int64_t localParams, ModuleOp m) {
+Analytic analytic(const plan::CollectiveEntry &e, const plan::CommReport &r, ModuleOp m) {
+  int64_t localParams = e.stage >= 0 ? r.localParametersPerStage[e.stage] : r.localParameters;
   if (e.payload == "gradients")
     return {"4·Ψ (fp32 gradients of this rank's parameters)", 4.0 * double(localParams), 1};
   if (e.payload == "loss")
     return {"4 (one f32)", 4.0, 1};
   auto model = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr);
-  if (e.payload != "activations" || !model)
+  if ((e.payload != "activations" && e.kind != "send") || !model)
     return {};
   auto get = [&](StringRef k) { return model.getAs<IntegerAttr>(k).getInt(); };
   int64_t b = get("micro_batch"), s = get("seq_len"), h = get("hidden_size"),
@@ -428,12 +449,28 @@ Analytic analytic(const plan::CollectiveEntry &e, int64_t localParams, ModuleOp 
   });
   double bsh = 4.0 * double(b * s * h);
   StringRef reason = e.reason;
+  if (e.kind == "send") {
+    // Pipeline borders: the residual stream of one microbatch; under
+    // sequence parallelism only this rank's slice of the sequence travels.
+    bool sp = false;
+    m.walk([&](plan::KernelOp k) { sp |= k.getKernel() == "reduce_scatter"; });
+    int64_t tp = 1;
+    if (auto man = m->getAttrOfType<DictionaryAttr>(plan::kManifestAttr))
+      tp = man.getAs<DictionaryAttr>("mesh").getAs<IntegerAttr>("tp").getInt();
+    if (e.payload == "activations" || e.payload == "activation gradients")
+      return {sp ? "b·s·h·4 / tp (the sequence-parallel slice)" : "b·s·h·4",
+              sp ? bsh / double(tp) : bsh, -1};
+    return {};
+  }
+  if (e.stage >= 0) // per-stage layer counts: payloads only
+    L = -1;
   if (reason.starts_with("a row-parallel"))
-    return {"b·s·h·4, 2 per layer per microbatch (attention and MLP outputs)", bsh, 2 * L * M};
+    return {"b·s·h·4, 2 per layer per microbatch (attention and MLP outputs)", bsh,
+            L < 0 ? -1 : 2 * L * M};
   if (reason.starts_with("a column-parallel"))
     return {vocabParallel ? "b·s·h·4, 2 per layer + the LM head, per microbatch (input gradients)"
                           : "b·s·h·4, 2 per layer per microbatch (input gradients)",
-            bsh, (2 * L + (vocabParallel ? 1 : 0)) * M};
+            bsh, L < 0 ? -1 : (2 * L + (vocabParallel ? 1 : 0)) * M};
   if (reason.starts_with("a vocabulary-parallel embedding"))
     return {"b·s·h·4, once per microbatch", bsh, M};
   return {};
@@ -454,11 +491,11 @@ LinkEstimate estimate(const plan::CollectiveEntry &e, const MeshSpec &mesh,
   return l;
 }
 
-json commJson(const plan::CommReport &r, int64_t params, const MeshSpec &mesh,
+json commJson(const plan::CommReport &r, const MeshSpec &mesh,
               const std::optional<Topology> &topo, ModuleOp m) {
   json list = json::array();
   for (const plan::CollectiveEntry &e : r.entries) {
-    Analytic a = analytic(e, params, m);
+    Analytic a = analytic(e, r, m);
     const std::string &formula = a.formula;
     double bytes = a.payloadBytes;
     json extra = json::object();
@@ -481,26 +518,30 @@ json commJson(const plan::CommReport &r, int64_t params, const MeshSpec &mesh,
                     {"reason", e.reason}});
     for (auto &[k, v] : extra.items())
       list.back()[k] = v;
+    if (e.stage >= 0)
+      list.back()["stage"] = e.stage;
   }
   return list;
 }
 
-void printComm(llvm::raw_ostream &os, const plan::CommReport &r, int64_t params,
-               const MeshSpec &mesh, const std::optional<Topology> &topo, ModuleOp m) {
+void printComm(llvm::raw_ostream &os, const plan::CommReport &r, const MeshSpec &mesh,
+               const std::optional<Topology> &topo, ModuleOp m) {
   if (r.entries.empty()) {
     os << "  collectives: none (one rank)\n";
     return;
   }
   os << "  collectives per step, per rank (ring algorithms: all-reduce sends "
         "2(n-1)/n of the payload):\n";
-  os << fmt::format("    {:<11} {:<4} {:>3} {:>6} {:>14} {:>16}  {}\n", "kind",
-                    "axis", "n", "calls", "payload B", "ring B/step", "analytic payload");
+  bool staged = !r.entries.empty() && r.entries.front().stage >= 0;
+  os << fmt::format("    {}{:<11} {:<4} {:>3} {:>6} {:>14} {:>16}  {}\n",
+                    staged ? "stage " : "", "kind", "axis", "n", "calls", "payload B",
+                    "ring B/step", "analytic payload");
   for (const plan::CollectiveEntry &e : r.entries) {
-    Analytic a = analytic(e, params, m);
+    Analytic a = analytic(e, r, m);
     bool same = double(e.payloadBytes) == a.payloadBytes &&
                 (a.calls < 0 || a.calls == e.callsPerStep);
-    os << fmt::format("    {:<11} {:<4} {:>3} {:>6} {:>14} {:>16.0f}  {}{}\n", e.kind,
-                      e.axis, e.groupSize, e.callsPerStep, grouped(e.payloadBytes),
+    os << fmt::format("    {}{:<11} {:<4} {:>3} {:>6} {:>14} {:>16.0f}  {}{}\n",
+                      staged ? fmt::format("{:>5} ", e.stage) : "", e.kind, e.axis, e.groupSize, e.callsPerStep, grouped(e.payloadBytes),
                       e.ringBytesPerStep(), a.formula,
                       a.formula.empty() ? "" : (same ? " = same" : " ≠ MISMATCH"));
     if (topo) {
@@ -510,6 +551,82 @@ void printComm(llvm::raw_ostream &os, const plan::CommReport &r, int64_t params,
                         l.ms);
     }
   }
+}
+
+json pipelineJson(const plan::PipelineReport &p) {
+  json stages = json::array();
+  for (int64_t s = 0; s < p.stages; ++s) {
+    const schedule::StageStats &st = p.simulated.perStage[s];
+    json chunks = json::array();
+    for (int64_t c = s; c < int64_t(p.chunkFlops.size()); c += p.stages)
+      chunks.push_back({{"chunk", c},
+                        {"layers", p.layersPerChunk[c]},
+                        {"training_flops_per_microbatch", p.chunkFlops[c]}});
+    std::string actions;
+    for (const schedule::Action &a : p.emitted.perStage[s])
+      actions += (actions.empty() ? "" : " ") + schedule::label(a, p.virtualStages);
+    stages.push_back({{"stage", s},
+                      {"chunks", chunks},
+                      {"training_flops_per_microbatch", p.stageFlops[s]},
+                      {"bubble_over_ideal", st.bubbleOverIdeal},
+                      {"idle_fraction", st.idleFraction},
+                      {"peak_microbatches_in_flight", p.peakInFlight[s]},
+                      {"actions", actions}});
+  }
+  return {{"schedule", p.schedule},
+          {"stages", p.stages},
+          {"virtual_stages", p.virtualStages},
+          {"microbatches", p.microbatches},
+          {"imbalance", p.imbalance},
+          {"costs", {{"forward", p.costs.forward},
+                     {"backward", p.costs.backward},
+                     {"weight", p.costs.weight}}},
+          {"bubble_over_ideal", p.simulated.bubbleOverIdeal},
+          {"analytic_bubble_over_ideal", p.analyticBubble},
+          {"per_stage", stages}};
+}
+
+void printPipeline(llvm::raw_ostream &os, const plan::PipelineReport &p,
+                   const std::string &output) {
+  os << fmt::format("  pipeline: {} stages × {} chunk{} per stage, {} microbatches, "
+                    "schedule {}\n",
+                    p.stages, p.virtualStages, p.virtualStages > 1 ? "s" : "",
+                    p.microbatches, p.schedule);
+  os << "    stage  chunks (layers)            training FLOPs/microbatch  bubble  "
+        "peak in flight\n";
+  for (int64_t s = 0; s < p.stages; ++s) {
+    std::string chunks;
+    for (int64_t c = s; c < int64_t(p.chunkFlops.size()); c += p.stages)
+      chunks += fmt::format("{}{} ({})", chunks.empty() ? "" : ", ", c, p.layersPerChunk[c]);
+    os << fmt::format("    {:>5}  {:<26} {:>25}  {:>6.3f}  {:>14}\n", s, chunks,
+                      sci(p.stageFlops[s]), p.simulated.perStage[s].bubbleOverIdeal,
+                      p.peakInFlight[s]);
+  }
+  std::string formula = p.schedule == "interleaved" ? "(1/v)(p-1)/m"
+                        : p.schedule == "zb-h1"     ? "ZB-H1's (p-1)(B+max(F-W,0))/(m(F+B+W))"
+                                                    : "(p-1)/m";
+  os << fmt::format("    imbalance {:.1f}% (slowest stage / mean - 1); bubble over "
+                    "ideal compute {:.3f} (emitted schedule, F=1 B={:g}{}) vs "
+                    "analytic {} = {:.3f}\n",
+                    100 * p.imbalance, p.simulated.bubbleOverIdeal, p.costs.backward,
+                    p.emitted.splitBackward ? " W=1" : "", formula, p.analyticBubble);
+  std::string gantt = schedule::renderGantt(p.simulated);
+  llvm::SmallVector<llvm::StringRef> lines;
+  llvm::StringRef(gantt).split(lines, '\n', -1, false);
+  size_t widest = 0;
+  for (llvm::StringRef l : lines)
+    widest = std::max(widest, l.size());
+  if (lines.size() <= 16 && widest <= 240) {
+    os << "    schedule (one column per unit of time; . = idle):\n";
+    for (llvm::StringRef l : lines)
+      os << "      " << l << "\n";
+  } else {
+    os << fmt::format("    schedule: {} stages × {} columns, too wide to print here "
+                      "(the Chrome trace has it)\n",
+                      lines.size(), widest);
+  }
+  if (output != "-")
+    os << "    Chrome trace (Perfetto): " << output << "/schedule.trace.json\n";
 }
 
 std::string modelName(ModuleOp m) {
@@ -641,6 +758,9 @@ int runCompile(Args &args) {
       .add("--eps", &train.eps)
       .add("--momentum", &train.momentum)
       .add("--grad-clip", &train.gradClip)
+      .add("--schedule", &train.pipelineSchedule)
+      .add("--virtual-stages", &train.virtualStages)
+      .add("--pp-layout", &train.ppLayout)
       .add("-o", &output)
       .add("--format", &format)
       .add("--dump-ir-dir", &dumpDir);
@@ -700,11 +820,10 @@ int runCompile(Args &args) {
     throw UsageError{"compile: --emit plan needs -o DIR (the plan directory)"};
   if (emit == "xf" && output.empty())
     output = "-";
-  if (emit == "plan" && mesh.pp > 1)
-    throw UsageError{"--mesh " + mesh.str() + ": plans with pipeline "
-                     "parallelism (pp > 1) are not built yet; data and tensor "
-                     "parallelism (dp, tp) are; use --emit xf to check any "
-                     "mesh against the model"};
+  if (mesh.pp == 1 && (train.virtualStages != 1 || !train.ppLayout.empty()))
+    throw UsageError{"--virtual-stages and --pp-layout need a pipeline: pp > 1 in --mesh"};
+  if (auto k = schedule::parseScheduleKind(train.pipelineSchedule); !k)
+    throw UsageError{"--schedule: " + k.error().message};
   if (format != "text" && format != "json")
     throw UsageError{"--format must be text or json, got '" + format + "'"};
 
@@ -720,6 +839,7 @@ int runCompile(Args &args) {
   DialectRegistry registry;
   registerAllDialects(registry);
   MLIRContext ctx(registry);
+  ctx.printOpOnDiagnostic(false); // a user error names the model and the field, not the IR
   llvm::SourceMgr srcMgr;
   SourceMgrDiagnosticHandler diag(srcMgr, &ctx);
   auto lm = loadModel(ctx, srcMgr, model, shape, mesh.dp);
@@ -759,9 +879,17 @@ int runCompile(Args &args) {
 
   std::optional<PlanSummary> planSummary;
   std::optional<plan::CommReport> comm;
-  int64_t localParams = 0;
+  std::optional<plan::PipelineReport> pipeline;
   if (emit == "plan") {
-    FailureOr<PlanSummary> ps = writePlanDirectory(*lm->module, output);
+    FailureOr<std::optional<plan::PipelineReport>> pr =
+        plan::computePipelineReport(*lm->module);
+    if (failed(pr))
+      return kExitError;
+    pipeline = *pr;
+    std::map<std::string, std::string> extra;
+    if (pipeline)
+      extra["schedule.trace.json"] = schedule::renderChromeTrace(pipeline->simulated);
+    FailureOr<PlanSummary> ps = writePlanDirectory(*lm->module, output, extra);
     if (failed(ps))
       return kExitError;
     planSummary = *ps;
@@ -769,7 +897,6 @@ int runCompile(Args &args) {
     if (failed(cr))
       return kExitError;
     comm = *cr;
-    localParams = cr->localParameters;
   } else {
     // Emit atomically: a failed write leaves no partial file behind.
     std::string err;
@@ -810,7 +937,7 @@ int runCompile(Args &args) {
     j["compile_ms"] = ms;
     j["stats"] = statsJson(*s);
     if (comm)
-      j["collectives"] = commJson(*comm, localParams, mesh, topology, *lm->module);
+      j["collectives"] = commJson(*comm, mesh, topology, *lm->module);
     if (topology)
       j["topology"] = {{"name", topology->name},
                        {"gpus_per_node", topology->gpusPerNode},
@@ -821,7 +948,10 @@ int runCompile(Args &args) {
       j["plan"] = {{"buffers", planSummary->buffers},
                    {"kernels", planSummary->kernels},
                    {"params", planSummary->params},
-                   {"arena_bytes", planSummary->arenaBytes}};
+                   {"arena_bytes", planSummary->arenaBytes},
+                   {"arena_bytes_per_stage", planSummary->arenaBytesPerProgram}};
+    if (pipeline)
+      j["pipeline"] = pipelineJson(*pipeline);
     os << j.dump(2) << "\n";
     return 0;
   }
@@ -841,13 +971,96 @@ int runCompile(Args &args) {
                       "{:.1f} MiB\n",
                       planSummary->kernels, planSummary->buffers,
                       planSummary->params, planSummary->arenaBytes / 1048576.0);
+  if (pipeline)
+    printPipeline(os, *pipeline, output);
   if (comm)
-    printComm(os, *comm, localParams, mesh, topology, *lm->module);
+    printComm(os, *comm, mesh, topology, *lm->module);
   if (!dumpDir.empty())
     os << "  IR after each pass: " << dumpDir << "/\n";
   if (output != "-")
     os << "  wrote " << output << (emit == "plan" ? "/" : "") << "\n";
   return 0;
+}
+
+const char *kVerifyHelp = R"(llc-dist verify PLAN [options]
+
+Checks a plan directory's communication across all ranks before anything
+runs: executes every rank's send/recv and collectives symbolically (with
+the runtime's semantics: eager sends, blocking receives, collectives as
+barriers) and reports a send without its recv (or the reverse), sizes,
+tags or microbatches that differ, a collective that some member of its
+group skips or issues with another size, and any cyclic wait (deadlock),
+naming the ranks, the action and op indices and the ops' provenance.
+`llc-dist compile` runs the same check (llcdist-verify-plan) before it
+writes a plan. Exit status 0: ok; 1: a problem (or an unreadable plan).
+
+OPTIONS
+  --max-errors N         report up to N problems (default 1: the first is
+                         the one to fix; later ones are often its echoes)
+  --format text|json     output format (default text)
+)";
+
+int runVerify(Args &args) {
+  std::string dir, format = "text";
+  int64_t maxErrors = 1;
+  ValueFlags flags;
+  flags.add("--max-errors", &maxErrors).add("--format", &format);
+  while (!args.empty()) {
+    std::string a = args.next();
+    if (a == "--help" || a == "-h") {
+      llvm::outs() << kVerifyHelp;
+      return 0;
+    }
+    if (flags.match(args, a))
+      continue;
+    if (a.rfind("-", 0) == 0)
+      throw UsageError{"verify: unknown option '" + a + "'"};
+    if (!dir.empty())
+      throw UsageError{"verify: more than one PLAN given ('" + dir + "', '" + a + "')"};
+    dir = a;
+  }
+  if (dir.empty())
+    throw UsageError{"verify: missing PLAN (a directory written by llc-dist compile -o)"};
+  if (maxErrors < 1)
+    throw UsageError{"--max-errors must be >= 1"};
+  if (format != "text" && format != "json")
+    throw UsageError{"--format must be text or json, got '" + format + "'"};
+  auto plan = rt::loadPlan(dir);
+  if (!plan.isOk()) {
+    error(plan.status().toString());
+    return kExitError;
+  }
+  verify::VerifyResult r = verify::verifyPlan(plan.value(), maxErrors);
+  if (format == "json") {
+    json errors = json::array();
+    for (const verify::VerifyError &e : r.errors) {
+      json events = json::array();
+      for (const verify::EventRef &ev : e.events)
+        events.push_back({{"rank", ev.rank}, {"event", ev.index}});
+      errors.push_back({{"kind", verify::errorKindName(e.kind)},
+                        {"message", e.message},
+                        {"events", events},
+                        {"notes", e.notes}});
+    }
+    llvm::outs() << json({{"plan", dir},
+                          {"ok", r.ok()},
+                          {"ranks", plan->manifest.worldSize()},
+                          {"events", r.eventsTotal},
+                          {"events_completed", r.eventsCompleted},
+                          {"errors", errors}})
+                        .dump(2)
+                 << "\n";
+    return r.ok() ? 0 : kExitError;
+  }
+  if (r.ok()) {
+    llvm::outs() << fmt::format("llc-dist verify: {}: ok: {} communication events on {} "
+                                "ranks match (sends and receives, collectives per "
+                                "group) and none waits forever\n",
+                                dir, r.eventsTotal, plan->manifest.worldSize());
+    return 0;
+  }
+  error(dir + ": " + r.str());
+  return kExitError;
 }
 
 int runRun(Args &args) {
@@ -918,6 +1131,7 @@ int main(int argc, char **argv) {
       llvm::outs() << (what == "compile" ? kCompileHelp
                        : what == "info"  ? kInfoHelp
                        : what == "run"   ? kRunHelp
+                       : what == "verify" ? kVerifyHelp
                                          : kMainHelp);
       return 0;
     }
@@ -932,8 +1146,10 @@ int main(int argc, char **argv) {
       return runInfo(args);
     if (cmd == "run")
       return runRun(args);
+    if (cmd == "verify")
+      return runVerify(args);
     throw UsageError{"unknown command '" + cmd +
-                     "' (commands: compile, run, info, help)"};
+                     "' (commands: compile, run, verify, info, help)"};
   } catch (const UsageError &e) {
     llvm::errs() << "llc-dist: error: " << e.message << "\n"
                  << "Run 'llc-dist --help' for usage.\n";

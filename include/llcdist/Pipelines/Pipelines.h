@@ -22,12 +22,18 @@ struct TrainingPipelineOptions {
   bool replicateEmbeddings = false;
   /// Megatron's sequence parallelism in the tensor-parallel region.
   bool sequenceParallel = false;
+  /// Pipeline (pp > 1): the schedule (gpipe | 1f1b | interleaved | zb-h1),
+  /// model chunks per stage, and an explicit layer layout ("3,3,2"; empty:
+  /// balanced by cost). See llcdist-pipeline-split.
+  std::string pipelineSchedule = "1f1b";
+  int64_t virtualStages = 1;
+  std::string ppLayout;
 };
 
 /// The forward pipeline, then llcdist-autodiff, llcdist-add-optimizer, under
 /// tp the strategy (llcdist-megatron-tp [+ llcdist-tp-replicate-embeddings]),
-/// llcdist-partition, llcdist-lower-to-plan and, on the program,
-/// llcdist-plan-memory: the pipeline of `llc-dist compile --emit plan`.
+/// llcdist-partition, llcdist-pipeline-split, llcdist-lower-to-plan, on each
+/// program llcdist-plan-memory, then llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
 

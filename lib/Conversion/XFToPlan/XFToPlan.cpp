@@ -9,13 +9,19 @@
 #include "llcdist/Conversion/Passes.h"
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Dialect/XF/IR/XFOps.h"
+#include "llcdist/Schedule/Schedule.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
 
 #define DEBUG_TYPE "llcdist-lower-to-plan"
 
@@ -49,14 +55,43 @@ struct ParamInfo {
 struct Scope {
   llvm::DenseMap<Value, SmallVector<Buf, 2>> bufs;
   int64_t layer = -1;
+  /// Prepended to activation buffer names: a pipeline stage lowers each
+  /// chunk once per microbatch slot ("v1s0/").
+  std::string prefix;
+  /// The scopes of the layer calls lowered in this scope: a zero-bubble
+  /// backward lowers a backward layer body twice (input gradients, then
+  /// weight gradients) into one scope.
+  std::map<Operation *, std::unique_ptr<Scope>> inner;
 };
+
+/// The pipeline of a module cut by llcdist-pipeline-split.
+struct Pipeline {
+  int64_t stages = 1, virtualStages = 1, microbatches = 1;
+  llcdist::schedule::ScheduleKind kind = llcdist::schedule::ScheduleKind::OneFOneB;
+  int64_t chunks() const { return stages * virtualStages; }
+};
+
+int64_t chunkOf(Operation *op) {
+  auto c = op->getAttrOfType<IntegerAttr>("xf.chunk");
+  return c ? c.getInt() : -1;
+}
+
+/// Weight-gradient ops: what a split (zero-bubble) backward defers to W.
+bool isWeightGrad(Operation *op) {
+  return isa<LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
+             AddPositionEmbeddingGradOp, RMSNormGradWeightOp, LayerNormGradParamsOp,
+             AccumulateGradOp>(op);
+}
 
 class Lowering {
 public:
   explicit Lowering(ModuleOp module)
       : module(module), ctx(module.getContext()), b(ctx), symbols(module) {}
 
+  /// One program for the whole step (no pipeline).
   LogicalResult run();
+  /// The program of pipeline stage `stage`.
+  LogicalResult runStage(const Pipeline &pipe, int64_t stage);
 
 private:
   // --- buffers, params, kernels -------------------------------------------
@@ -87,9 +122,9 @@ private:
     return it->second;
   }
   std::string label(Operation *op, Scope &s) {
-    std::string scope;
+    std::string scope = s.prefix;
     if (auto nl = dyn_cast<NameLoc>(op->getLoc()))
-      scope = instantiateLayerName(nl.getName().getValue(), s.layer);
+      scope += instantiateLayerName(nl.getName().getValue(), s.layer);
     return scope + ":" + op->getName().stripDialect().str();
   }
   Buf def(Scope &s, Value v, Operation *op, StringRef suffix = "") {
@@ -142,9 +177,14 @@ private:
                                       f64("theta", theta.convertToDouble())};
     if (scaling) {
       attrs.push_back(flag("llama3", true));
-      for (StringRef key : {"factor", "low_freq_factor", "high_freq_factor",
-                            "original_max_position_embeddings"})
+      for (StringRef key : {"factor", "low_freq_factor", "high_freq_factor"})
         attrs.push_back(f64(key, scaling.getAs<FloatAttr>(key).getValueAsDouble()));
+      // An integer in the plan format (and in Hugging Face's config).
+      Attribute original = scaling.get("original_max_position_embeddings");
+      attrs.push_back(i64("original_max_position_embeddings",
+                          isa<IntegerAttr>(original)
+                              ? cast<IntegerAttr>(original).getInt()
+                              : int64_t(cast<FloatAttr>(original).getValueAsDouble())));
     }
     return attrs;
   }
@@ -180,6 +220,18 @@ private:
   LogicalResult lowerLayer(LayerOp call, Scope &s);
   LogicalResult lowerOptimizer(func::FuncOp fn);
   DictionaryAttr manifest(func::FuncOp entry);
+  /// Checks shared by run() and runStage(); finds the entry and optimizer.
+  LogicalResult prepare(func::FuncOp &entry, func::FuncOp &opt);
+  /// A new program @name with step_begin and optimizer subroutines.
+  void beginProgram(StringRef name);
+  plan::SubroutineOp addSubroutine(StringRef name);
+  /// step_begin zeroes every gradient (and the loss, when this program has it).
+  void zeroGradients(Location loc);
+  void action(plan::SubroutineOp sub, std::optional<int64_t> mb,
+              ArrayRef<NamedAttribute> attrs = {});
+  /// Pipeline stages: whether this stage updates `name` (false on a stage
+  /// that holds a replica of a parameter whose home is another stage).
+  bool updatesHere(StringRef name) const { return !replicaOf.count(name.str()); }
   DictionaryAttr initOf(const std::string &name, const ParamInfo &p);
 
   ModuleOp module;
@@ -193,6 +245,12 @@ private:
   llvm::StringMap<ParamInfo> params;
   std::vector<std::string> paramOrder;
   Buf lossBuf, gradNormBuf;
+  /// Ops of the layer bodies that the current pass lowers (null: all).
+  std::function<bool(Operation *)> keepOp;
+  /// Pipeline: the parameters held here whose home stage is another
+  /// (name -> home stage), and the pp axis for grad_norm's stage_axis.
+  std::map<std::string, int64_t> replicaOf;
+  bool pipelined = false;
   int64_t microbatches = 1, numLayers = 0;
   std::string arch;
   // Optimizer choice, for the manifest.
@@ -204,16 +262,24 @@ LogicalResult Lowering::lowerLayer(LayerOp call, Scope &s) {
   auto fn = symbols.lookup<func::FuncOp>(call.getCallee());
   if (!fn)
     return call.emitOpError("callee not found");
-  Scope inner;
-  inner.layer = call.getIndexAttr().getInt();
   Block &body = fn.getBody().front();
-  for (auto [a, operand] : llvm::zip(body.getArguments(), call.getOperands()))
-    inner.bufs[a] = s.bufs.lookup(operand);
-  if (failed(lowerBlock(body, inner)))
-    return failure();
+  std::unique_ptr<Scope> &slot = s.inner[call.getOperation()];
+  if (!slot) {
+    slot = std::make_unique<Scope>();
+    slot->layer = call.getIndexAttr().getInt();
+    slot->prefix = s.prefix;
+    for (auto [a, operand] : llvm::zip(body.getArguments(), call.getOperands()))
+      slot->bufs[a] = s.bufs.lookup(operand);
+  }
+  Scope &inner = *slot;
+  for (Operation &op : body.without_terminator())
+    if (!keepOp || isa<ParamOp>(op) || keepOp(&op))
+      if (failed(lowerOp(&op, inner)))
+        return failure();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   for (auto [r, v] : llvm::zip(call.getResults(), ret.getOperands()))
-    s.bufs[r] = inner.bufs.lookup(v);
+    if (auto it = inner.bufs.find(v); it != inner.bufs.end())
+      s.bufs[r] = it->second;
   return success();
 }
 
@@ -376,7 +442,6 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
       })
       // --- backward -----------------------------------------------------------
       .Case([&](CrossEntropyGradOp g) {
-        current = backward;
         Buf d = def(s, g.getResult(), op);
         kernel("cross_entropy_bwd",
                {arg("logits", use(s, g.getLogits())),
@@ -610,7 +675,7 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
     if (auto ar = dyn_cast<AllReduceGradsOp>(op)) {
       SmallVector<Attribute> covered;
       for (const std::string &name : paramOrder)
-        if (ar.covers(name))
+        if (ar.covers(name) && updatesHere(name))
           covered.push_back(params[name].grad);
       if (covered.empty())
         continue;
@@ -623,6 +688,8 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       continue;
     }
     if (auto ar = dyn_cast<AllReduceLossOp>(op)) {
+      if (!lossBuf)
+        continue; // a pipeline stage before the last has no loss
       kernel("all_reduce", {arg("x", b.getArrayAttr({lossBuf}))},
              {str("axis", ar.getAxis()), str("op", "avg")},
              NameLoc::get(ar.getReasonAttr(), op.getLoc()))
@@ -637,6 +704,8 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       StringAttr axis;
       for (const std::string &name : paramOrder) {
         ParamInfo &p = params[name];
+        if (!updatesHere(name))
+          continue; // counted on its home stage
         if (p.sharding) {
           sharded.push_back(p.grad);
           axis = p.sharding.getAs<StringAttr>("axis");
@@ -652,6 +721,8 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
         args.push_back(arg("sharded", b.getArrayAttr(sharded)));
         attrs.push_back(b.getNamedAttr("axis", axis));
       }
+      if (pipelined) // each stage holds other parameters: sum over pp
+        attrs.push_back(str("stage_axis", "pp"));
       kernel("grad_norm", args, attrs, op.getLoc());
       continue;
     }
@@ -675,7 +746,9 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       bool decays = p.type.getRank() >= 2 && !p.isTable;
       SmallVector<Attribute> state;
       Location loc = NameLoc::get(b.getStringAttr(name), op.getLoc());
-      if (adamw) {
+      if (!updatesHere(name)) {
+        // A replica: its home stage updates it and sends the new value.
+      } else if (adamw) {
         Buf m = newBuffer(name + ".exp_avg", "optimizer_state", p.type);
         Buf v = newBuffer(name + ".exp_avg_sq", "optimizer_state", p.type);
         state = {m, v};
@@ -704,6 +777,8 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
                                        b.getBoolAttr(decays));
       if (p.sharding)
         pop->setAttr("sharding", p.sharding);
+      if (!updatesHere(name)) // reports: updated (and counted) on its home stage
+        pop->setAttr("pipeline.replica_of", b.getI64IntegerAttr(replicaOf[name]));
     }
   }
   if (!optimizerAttrs)
@@ -754,14 +829,13 @@ DictionaryAttr Lowering::manifest(func::FuncOp entry) {
   return b.getDictionaryAttr(m);
 }
 
-LogicalResult Lowering::run() {
-  func::FuncOp entry = getEntryFunction(module);
+LogicalResult Lowering::prepare(func::FuncOp &entry, func::FuncOp &opt) {
+  entry = getEntryFunction(module);
   if (!entry)
     return failure();
   if (!entry->hasAttr("xf.train_step"))
     return entry.emitError("llcdist-lower-to-plan: run llcdist-autodiff first "
                            "(@") << entry.getSymName() << " is not a training step)";
-  func::FuncOp opt;
   for (auto fn : module.getOps<func::FuncOp>())
     if (fn->hasAttr("xf.optimizer"))
       opt = fn;
@@ -792,17 +866,54 @@ LogicalResult Lowering::run() {
     if (auto n = model.getAs<IntegerAttr>("num_layers"))
       numLayers = n.getInt();
   }
+  return success();
+}
 
+void Lowering::beginProgram(StringRef name) {
   b.setInsertionPointToEnd(module.getBody());
-  program = plan::ProgramOp::create(b, module.getLoc(), "stage0", IntegerAttr());
+  program = plan::ProgramOp::create(b, module.getLoc(), name, IntegerAttr());
   b.setInsertionPointToStart(&program.getBody().emplaceBlock());
   stepBegin = plan::SubroutineOp::create(b, module.getLoc(), "step_begin");
-  forward = plan::SubroutineOp::create(b, module.getLoc(), "forward");
-  backward = plan::SubroutineOp::create(b, module.getLoc(), "backward");
   optimizer = plan::SubroutineOp::create(b, module.getLoc(), "optimizer");
-  for (auto sub : {stepBegin, forward, backward, optimizer})
+  for (auto sub : {stepBegin, optimizer})
     sub.getBody().emplaceBlock();
   firstSubroutine = stepBegin;
+}
+
+plan::SubroutineOp Lowering::addSubroutine(StringRef name) {
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPoint(optimizer);
+  auto sub = plan::SubroutineOp::create(b, module.getLoc(), name);
+  sub.getBody().emplaceBlock();
+  return sub;
+}
+
+void Lowering::zeroGradients(Location loc) {
+  current = stepBegin;
+  SmallVector<Attribute> zeroed;
+  for (const std::string &name : paramOrder)
+    zeroed.push_back(params[name].grad);
+  if (lossBuf)
+    zeroed.push_back(lossBuf);
+  kernel("zero", {arg("x", b.getArrayAttr(zeroed))}, {}, loc);
+}
+
+void Lowering::action(plan::SubroutineOp sub, std::optional<int64_t> mb,
+                      ArrayRef<NamedAttribute> attrs) {
+  auto a = plan::ActionOp::create(b, module.getLoc(),
+                                  FlatSymbolRefAttr::get(sub.getSymNameAttr()),
+                                  mb ? b.getI64IntegerAttr(*mb) : IntegerAttr());
+  for (NamedAttribute attr : attrs)
+    a->setAttr(attr.getName(), attr.getValue());
+}
+
+LogicalResult Lowering::run() {
+  func::FuncOp entry, opt;
+  if (failed(prepare(entry, opt)))
+    return failure();
+  beginProgram("stage0");
+  forward = addSubroutine("forward");
+  backward = addSubroutine("backward");
 
   // Inputs and metrics.
   Scope top;
@@ -817,43 +928,342 @@ LogicalResult Lowering::run() {
   kernel("load_microbatch", {arg("ids", ids), arg("targets", targets)},
          {i64("B", ids_t.getDimSize(0)), i64("S", ids_t.getDimSize(1))},
          entry.getLoc());
-  if (failed(lowerBlock(entry.getBody().front(), top)) || failed(lowerOptimizer(opt)))
+  for (Operation &op : entry.getBody().front().without_terminator()) {
+    if (isa<CrossEntropyGradOp>(op))
+      current = backward; // the backward starts at the loss gradient
+    if (failed(lowerOp(&op, top)))
+      return failure();
+  }
+  if (failed(lowerOptimizer(opt)))
     return failure();
-
-  // step_begin: zero every gradient and the loss.
-  current = stepBegin;
-  SmallVector<Attribute> zeroed;
-  for (const std::string &name : paramOrder)
-    zeroed.push_back(params[name].grad);
-  zeroed.push_back(lossBuf);
-  kernel("zero", {arg("x", b.getArrayAttr(zeroed))}, {}, entry.getLoc());
+  zeroGradients(entry.getLoc());
 
   // The schedule of one step.
   b.setInsertionPointToEnd(&program.getBody().front());
   auto sched = plan::ScheduleOp::create(b, module.getLoc());
   b.setInsertionPointToStart(&sched.getBody().emplaceBlock());
-  auto action = [&](plan::SubroutineOp sub, std::optional<int64_t> mb) {
-    plan::ActionOp::create(b, module.getLoc(), FlatSymbolRefAttr::get(sub.getSymNameAttr()),
-                           mb ? b.getI64IntegerAttr(*mb) : IntegerAttr());
-  };
   action(stepBegin, std::nullopt);
   for (int64_t j = 0; j < microbatches; ++j) {
     action(forward, j);
     action(backward, j);
   }
   action(optimizer, std::nullopt);
-
   module->setAttr(plan::kManifestAttr, manifest(entry));
-  // The xf functions are now the plan.
-  for (auto fn : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
-    fn.erase();
+  return success();
+}
+
+// A pipeline stage (llcdist-pipeline-split marked every top-level op of the
+// step with its chunk). Chunk k runs on stage k mod pp. For each chunk of
+// this stage and each microbatch slot (the schedule's peak number of
+// microbatches in flight for that chunk), the chunk's forward ops, backward
+// ops and, for a split backward, weight-gradient ops are lowered into
+// subroutines forward_v<k>_s<slot>, backward_v<k>_s<slot> and
+// backward_weight_v<k>_s<slot>, each slot with its own activation buffers.
+// A value that an op reads from another chunk arrives by `recv` at its first
+// use; the chunk that computes it `send`s it at the end of its subroutine.
+// Parameters read by chunks of several stages (tied embeddings) live on each;
+// the first stage is their home: the others send it their gradient, it
+// updates the parameter and sends the new value back.
+LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
+  namespace sch = llcdist::schedule;
+  pipelined = true;
+  func::FuncOp entry, opt;
+  if (failed(prepare(entry, opt)))
+    return failure();
+  const int64_t p = pipe.stages, chunks = pipe.chunks();
+  sch::ScheduleOptions so;
+  so.stages = p;
+  so.microbatches = pipe.microbatches;
+  so.virtualStages = pipe.virtualStages;
+  so.kind = pipe.kind;
+  auto schedule = sch::generateSchedule(so);
+  if (!schedule)
+    return module.emitError("llcdist-lower-to-plan: ") << schedule.error().message;
+  const std::vector<sch::Action> &actions = schedule->perStage[stage];
+  const bool split = schedule->splitBackward;
+
+  // The top-level ops; where the backward starts; which values cross chunks.
+  Block &body = entry.getBody().front();
+  SmallVector<Operation *> ops;
+  int64_t firstBackward = -1;
+  for (Operation &op : body.without_terminator()) {
+    if (isa<CrossEntropyGradOp>(op) && firstBackward < 0)
+      firstBackward = ops.size();
+    ops.push_back(&op);
+  }
+  if (firstBackward < 0)
+    return entry.emitError("llcdist-lower-to-plan: the training step has no loss gradient");
+  // Crossing values: defined by a marked op of one chunk, read by another.
+  // Each gets a tag (its index in this deterministic walk) shared by the
+  // sending and the receiving stage.
+  llvm::DenseMap<Value, int64_t> tagOf;
+  llvm::DenseMap<Value, SmallVector<int64_t, 1>> readersOf; // chunks
+  std::map<std::string, std::set<int64_t>> stagesOfParam;
+  for (Operation *op : ops) {
+    int64_t c = chunkOf(op);
+    if (c < 0)
+      continue;
+    for (Value v : op->getOperands()) {
+      Operation *d = v.getDefiningOp();
+      if (auto prm = dyn_cast_or_null<ParamOp>(d)) {
+        stagesOfParam[prm.getName().str()].insert(c % p);
+        continue;
+      }
+      if (!d || chunkOf(d) == c)
+        continue;
+      if (chunkOf(d) < 0)
+        return op->emitOpError("llcdist-lower-to-plan: operand of an op in chunk ")
+               << c << " comes from an op llcdist-pipeline-split did not mark";
+      if (chunkOf(d) % p == c % p)
+        return op->emitOpError("llcdist-lower-to-plan: chunk ")
+               << c << " reads a value of chunk " << chunkOf(d)
+               << " on the same stage; only values between stages can travel";
+      if (!tagOf.count(v))
+        tagOf[v] = tagOf.size();
+      if (!llvm::is_contained(readersOf[v], c))
+        readersOf[v].push_back(c);
+    }
+  }
+  const int64_t paramTagBase = int64_t(tagOf.size());
+  std::map<std::string, int64_t> paramTag, homeOf;
+  for (auto &[name, stages] : stagesOfParam)
+    if (stages.size() > 1) {
+      paramTag[name] = paramTagBase + int64_t(paramTag.size());
+      homeOf[name] = *stages.begin();
+      if (stages.count(stage) && *stages.begin() != stage)
+        replicaOf[name] = *stages.begin();
+    }
+
+  beginProgram(("stage" + std::to_string(stage)).c_str());
+  if (stage == (chunks - 1) % p)
+    lossBuf = newBuffer("loss", "metric", f32({1}));
+  gradNormBuf = newBuffer("grad_norm", "metric", f32({1}));
+
+  // Microbatch slots per local chunk: a slot is taken by F and freed by the
+  // last action that reads the chunk's activations (B, or W when split).
+  int64_t localChunks = pipe.virtualStages;
+  std::vector<int64_t> slotsOf(localChunks, 0);
+  std::vector<std::vector<int64_t>> freeSlots(localChunks);
+  std::map<std::pair<int64_t, int64_t>, int64_t> slotOf; // (mb, chunk) -> slot
+  std::vector<int64_t> slotOfAction;
+  for (const sch::Action &a : actions) {
+    std::pair<int64_t, int64_t> key{a.microbatch, a.chunk};
+    if (a.kind == sch::ActionKind::F) {
+      auto &fs = freeSlots[a.chunk];
+      int64_t slot;
+      if (fs.empty()) {
+        slot = slotsOf[a.chunk]++;
+      } else {
+        auto it = std::min_element(fs.begin(), fs.end());
+        slot = *it;
+        fs.erase(it);
+      }
+      slotOf[key] = slot;
+    }
+    slotOfAction.push_back(slotOf.at(key));
+    bool last = split ? a.kind == sch::ActionKind::W : a.kind == sch::ActionKind::B;
+    if (last)
+      freeSlots[a.chunk].push_back(slotOf.at(key));
+  }
+
+  // Lower each (chunk, slot).
+  struct Subs {
+    plan::SubroutineOp f, b, w;
+  };
+  std::map<std::pair<int64_t, int64_t>, Subs> subs; // (local chunk, slot)
+  auto ids_t = cast<RankedTensorType>(entry.getArgument(0).getType());
+  for (int64_t lc = 0; lc < localChunks; ++lc) {
+    int64_t vs = lc * p + stage;
+    std::string tagName = "v" + std::to_string(vs);
+    for (int64_t slot = 0; slot < slotsOf[lc]; ++slot) {
+      std::string suffix = "_" + tagName + "_s" + std::to_string(slot);
+      Subs &sb = subs[{lc, slot}];
+      sb.f = addSubroutine("forward" + suffix);
+      sb.b = addSubroutine("backward" + suffix);
+      if (split)
+        sb.w = addSubroutine("backward_weight" + suffix);
+      Scope sc;
+      sc.prefix = tagName + "s" + std::to_string(slot) + "/";
+      llvm::DenseSet<Value> sent; // a split backward lowers its layer calls twice
+      current = sb.f;
+      // The microbatch, where this chunk reads the ids or the labels.
+      bool readsInputs = llvm::any_of(ops, [&](Operation *op) {
+        return chunkOf(op) == vs && llvm::any_of(op->getOperands(), [&](Value v) {
+                 return isa<BlockArgument>(v);
+               });
+      });
+      if (readsInputs) {
+        Buf ids = newBuffer(sc.prefix + "input_ids", "input", entry.getArgument(0).getType());
+        Buf targets = newBuffer(sc.prefix + "labels", "input", entry.getArgument(1).getType());
+        sc.bufs[entry.getArgument(0)] = {ids};
+        sc.bufs[entry.getArgument(1)] = {targets};
+        kernel("load_microbatch", {arg("ids", ids), arg("targets", targets)},
+               {i64("B", ids_t.getDimSize(0)), i64("S", ids_t.getDimSize(1))},
+               entry.getLoc());
+      }
+      // Lowers this chunk's ops of [begin, end) that `keep` accepts, with a
+      // recv before the first use of a value from another chunk and a send
+      // after the last op for each value another chunk reads.
+      auto lowerRange = [&](int64_t begin, int64_t end,
+                            std::function<bool(Operation *)> keep) -> LogicalResult {
+        SmallVector<Value> produced;
+        for (int64_t i = begin; i < end; ++i) {
+          Operation *op = ops[i];
+          if (chunkOf(op) != vs || (keep && !isa<LayerOp>(op) && !keep(op)))
+            continue;
+          for (Value v : op->getOperands()) {
+            if (sc.bufs.count(v))
+              continue;
+            Operation *d = v.getDefiningOp();
+            if (auto prm = dyn_cast_or_null<ParamOp>(d)) {
+              if (failed(lowerOp(prm, sc)))
+                return failure();
+              continue;
+            }
+            auto tag = tagOf.find(v);
+            if (tag == tagOf.end())
+              continue; // defined in this chunk by an op another pass lowers
+            Buf buf = newBuffer(sc.prefix + "recv:" + std::to_string(tag->second),
+                                "activation", v.getType());
+            sc.bufs[v] = {buf};
+            kernel("recv", {arg("y", buf)},
+                   {str("axis", "pp"), i64("peer", chunkOf(d) % p),
+                    i64("tag", tag->second)},
+                   NameLoc::get(b.getStringAttr("pipeline: from chunk " +
+                                                std::to_string(chunkOf(d))),
+                                provenance(op, sc)));
+          }
+          keepOp = keep;
+          LogicalResult r = lowerOp(op, sc);
+          keepOp = nullptr;
+          if (failed(r))
+            return failure();
+          for (Value v : op->getResults())
+            if (tagOf.count(v) && sent.insert(v).second)
+              produced.push_back(v);
+        }
+        for (Value v : produced)
+          for (int64_t reader : readersOf[v])
+            kernel("send", {arg("x", use(sc, v))},
+                   {str("axis", "pp"), i64("peer", reader % p), i64("tag", tagOf[v])},
+                   NameLoc::get(b.getStringAttr("pipeline: to chunk " +
+                                                std::to_string(reader)),
+                                v.getLoc()));
+        return success();
+      };
+      if (failed(lowerRange(0, firstBackward, nullptr)))
+        return failure();
+      current = sb.b;
+      std::function<bool(Operation *)> inputGrads, weightGrads;
+      if (split) {
+        inputGrads = [](Operation *op) { return !isWeightGrad(op); };
+        weightGrads = [](Operation *op) { return isWeightGrad(op); };
+      }
+      if (failed(lowerRange(firstBackward, ops.size(), inputGrads)))
+        return failure();
+      if (split) {
+        current = sb.w;
+        if (failed(lowerRange(firstBackward, ops.size(), weightGrads)))
+          return failure();
+      }
+    }
+  }
+
+  // The optimizer: replicas send their gradient home, the home stage adds
+  // them (in stage order), everyone reduces over dp, takes the global norm
+  // (over pp too) and updates what it owns; the home sends the new values.
+  current = optimizer;
+  for (auto &[name, home] : homeOf) {
+    if (!params.count(name))
+      continue;
+    ParamInfo &pi = params[name];
+    Location loc = NameLoc::get(b.getStringAttr(name), module.getLoc());
+    if (home != stage) {
+      kernel("send", {arg("x", pi.grad)},
+             {str("axis", "pp"), i64("peer", home), i64("tag", paramTag[name])},
+             NameLoc::get(b.getStringAttr("pipeline: tied parameter gradient"), loc));
+      continue;
+    }
+    for (int64_t other : stagesOfParam[name]) {
+      if (other == stage)
+        continue;
+      Buf part = newBuffer(name + ".grad@stage" + std::to_string(other), "scratch", pi.type);
+      kernel("recv", {arg("y", part)},
+             {str("axis", "pp"), i64("peer", other), i64("tag", paramTag[name])},
+             NameLoc::get(b.getStringAttr("pipeline: tied parameter gradient"), loc));
+      kernel("accumulate", {arg("x", part), arg("y", pi.grad)},
+             {i64("n", pi.type.getNumElements())}, loc);
+    }
+  }
+  if (failed(lowerOptimizer(opt)))
+    return failure();
+  current = optimizer;
+  for (auto &[name, home] : homeOf) {
+    if (!params.count(name))
+      continue;
+    ParamInfo &pi = params[name];
+    Location loc = NameLoc::get(b.getStringAttr("pipeline: tied parameter value"),
+                                NameLoc::get(b.getStringAttr(name), module.getLoc()));
+    if (home != stage) {
+      kernel("recv", {arg("y", pi.value)},
+             {str("axis", "pp"), i64("peer", home), i64("tag", paramTag[name])}, loc);
+      continue;
+    }
+    for (int64_t other : stagesOfParam[name])
+      if (other != stage)
+        kernel("send", {arg("x", pi.value)},
+               {str("axis", "pp"), i64("peer", other), i64("tag", paramTag[name])}, loc);
+  }
+  zeroGradients(entry.getLoc());
+
+  // The schedule: this stage's actions, each with its (chunk, slot).
+  b.setInsertionPointToEnd(&program.getBody().front());
+  auto sched = plan::ScheduleOp::create(b, module.getLoc());
+  b.setInsertionPointToStart(&sched.getBody().emplaceBlock());
+  action(stepBegin, std::nullopt);
+  for (auto [a, slot] : llvm::zip(actions, slotOfAction)) {
+    Subs &sb = subs[{a.chunk, slot}];
+    plan::SubroutineOp sub = a.kind == sch::ActionKind::F   ? sb.f
+                             : a.kind == sch::ActionKind::B ? sb.b
+                                                            : sb.w;
+    action(sub, a.microbatch,
+           {str("pipeline.kind", std::string(1, sch::kindLetter(a.kind))),
+            i64("pipeline.chunk", a.chunk)});
+  }
+  action(optimizer, std::nullopt);
+  if (stage == 0)
+    module->setAttr(plan::kManifestAttr, manifest(entry));
   return success();
 }
 
 struct LowerToPlanPass : public llcdist::impl::LowerToPlanBase<LowerToPlanPass> {
   void runOnOperation() override {
-    if (failed(Lowering(getOperation()).run()))
-      signalPassFailure();
+    ModuleOp module = getOperation();
+    auto info = module->getAttrOfType<DictionaryAttr>("xf.pipeline");
+    if (!info) {
+      if (failed(Lowering(module).run()))
+        return signalPassFailure();
+    } else {
+      Pipeline pipe;
+      pipe.stages = info.getAs<IntegerAttr>("stages").getInt();
+      pipe.virtualStages = info.getAs<IntegerAttr>("virtual_stages").getInt();
+      pipe.microbatches = info.getAs<IntegerAttr>("microbatches").getInt();
+      auto kind = llcdist::schedule::parseScheduleKind(
+          info.getAs<StringAttr>("schedule").getValue().str());
+      if (!kind) {
+        module.emitError("llcdist-lower-to-plan: xf.pipeline: ") << kind.error().message;
+        return signalPassFailure();
+      }
+      pipe.kind = *kind;
+      for (int64_t s = 0; s < pipe.stages; ++s)
+        if (failed(Lowering(module).runStage(pipe, s)))
+          return signalPassFailure();
+      module->setAttr("plan.pipeline", info);
+      module->removeAttr("xf.pipeline");
+    }
+    // The xf functions are now the plan.
+    for (auto fn : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+      fn.erase();
   }
 };
 } // namespace

@@ -9,7 +9,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 
-#include <nlohmann/json.hpp>
+#include <map>
 
 using namespace mlir;
 using namespace llcdist;
@@ -69,22 +69,11 @@ LogicalResult writeJson(ModuleOp module, const std::string &path, const json &j)
   out->keep();
   return success();
 }
-} // namespace
 
-FailureOr<PlanSummary> llcdist::writePlanDirectory(ModuleOp module,
-                                                   const std::string &dir) {
-  auto programs = llvm::to_vector(module.getOps<plan::ProgramOp>());
-  if (programs.size() != 1)
-    return mlir::emitError(module.getLoc(), "expected one plan.program, found ")
-           << programs.size() << " (run llcdist-lower-to-plan)";
-  plan::ProgramOp program = programs.front();
-  if (!program.getArenaBytes())
-    return mlir::emitError(program.getLoc(), "buffers have no offsets (run llcdist-plan-memory)");
-  auto manifestAttr = module->getAttrOfType<DictionaryAttr>(plan::kManifestAttr);
-  if (!manifestAttr)
-    return mlir::emitError(module.getLoc(), "no plan.manifest attribute (run llcdist-lower-to-plan)");
-
-  PlanSummary summary;
+/// One program's JSON; fills `summary` and `paramIds` (param name -> buffer
+/// and grad ids in this program).
+json programJson(plan::ProgramOp program, PlanSummary &summary,
+                 std::map<std::string, std::pair<int64_t, int64_t>> &paramIds) {
   llvm::StringMap<int64_t> ids;
   json buffers = json::array();
   for (auto buf : program.getBody().front().getOps<plan::BufferOp>()) {
@@ -99,8 +88,9 @@ FailureOr<PlanSummary> llcdist::writePlanDirectory(ModuleOp module,
                        {"offset", int64_t(*buf.getOffset())},
                        {"bytes", buf.getNumBytes()}});
   }
-  summary.buffers = ids.size();
-  summary.arenaBytes = *program.getArenaBytes();
+  summary.buffers += ids.size();
+  summary.arenaBytes = std::max<int64_t>(summary.arenaBytes, *program.getArenaBytes());
+  summary.arenaBytesPerProgram.push_back(*program.getArenaBytes());
   auto idOf = [&](Attribute a) { return ids.lookup(cast<FlatSymbolRefAttr>(a).getValue()); };
 
   json subroutines = json::array();
@@ -135,55 +125,133 @@ FailureOr<PlanSummary> llcdist::writePlanDirectory(ModuleOp module,
         j["microbatch"] = int64_t(*mb);
       actions.push_back(j);
     }
+  for (auto p : program.getBody().front().getOps<plan::ParamOp>())
+    paramIds[p.getName().str()] = {ids.lookup(p.getValue()), ids.lookup(p.getGrad())};
+  return {{"format", std::string(schema::kProgramFormat)},
+          {"version", schema::kPlanVersion},
+          {"arena_bytes", *program.getArenaBytes()},
+          {"buffers", buffers},
+          {"subroutines", subroutines},
+          {"actions", actions}};
+}
 
-  json params = json::array();
-  for (auto p : program.getBody().front().getOps<plan::ParamOp>()) {
-    auto value = program.lookupSymbol<plan::BufferOp>(p.getValue());
-    // A split parameter: the manifest holds its global (Hugging Face) shape
-    // and how it is split; its buffers hold this rank's shard.
-    json sharding;
-    std::vector<int64_t> shape(value.getTensorType().getShape());
-    if (auto sh = p->getAttrOfType<DictionaryAttr>("sharding")) {
-      auto global = sh.getAs<DenseI64ArrayAttr>("global_shape");
-      shape.assign(global.asArrayRef().begin(), global.asArrayRef().end());
-      sharding = {{"axis", sh.getAs<StringAttr>("axis").str()},
-                  {"dim", sh.getAs<IntegerAttr>("dim").getInt()},
-                  {"blocks", sh.getAs<IntegerAttr>("blocks").getInt()}};
-    }
-    params.push_back({{"name", p.getName().str()},
-                      {"shape", shape},
-                      {"dtype", "f32"},
-                      {"buffer", ids.lookup(p.getValue())},
-                      {"grad", ids.lookup(p.getGrad())},
-                      {"init", toJson(p.getInit())},
-                      {"weight_decay", p.getWeightDecay()}});
-    if (!sharding.is_null())
-      params.back()["sharding"] = sharding;
-    ++summary.params;
+/// The param entry of the manifest (global shape, init, sharding) from the
+/// program that updates it (or the first that holds it).
+json paramJson(plan::ProgramOp program, plan::ParamOp p) {
+  auto value = program.lookupSymbol<plan::BufferOp>(p.getValue());
+  // A split parameter: the manifest holds its global (Hugging Face) shape
+  // and how it is split; its buffers hold this rank's shard.
+  json sharding;
+  std::vector<int64_t> shape(value.getTensorType().getShape());
+  if (auto sh = p->getAttrOfType<DictionaryAttr>("sharding")) {
+    auto global = sh.getAs<DenseI64ArrayAttr>("global_shape");
+    shape.assign(global.asArrayRef().begin(), global.asArrayRef().end());
+    sharding = {{"axis", sh.getAs<StringAttr>("axis").str()},
+                {"dim", sh.getAs<IntegerAttr>("dim").getInt()},
+                {"blocks", sh.getAs<IntegerAttr>("blocks").getInt()}};
   }
+  json j = {{"name", p.getName().str()},
+            {"shape", shape},
+            {"dtype", "f32"},
+            {"init", toJson(p.getInit())},
+            {"weight_decay", p.getWeightDecay()}};
+  if (!sharding.is_null())
+    j["sharding"] = sharding;
+  return j;
+}
+} // namespace
 
+FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
+  auto programs = llvm::to_vector(module.getOps<plan::ProgramOp>());
+  if (programs.empty())
+    return mlir::emitError(module.getLoc(), "no plan.program (run llcdist-lower-to-plan)");
+  for (auto program : programs)
+    if (!program.getArenaBytes())
+      return mlir::emitError(program.getLoc(),
+                             "buffers have no offsets (run llcdist-plan-memory)");
+  auto manifestAttr = module->getAttrOfType<DictionaryAttr>(plan::kManifestAttr);
+  if (!manifestAttr)
+    return mlir::emitError(module.getLoc(), "no plan.manifest attribute (run llcdist-lower-to-plan)");
+
+  PlanJson out;
   json manifest = {{"format", std::string(schema::kPlanFormat)},
                    {"version", schema::kPlanVersion},
                    {"features", json::array()}};
   for (NamedAttribute n : manifestAttr)
     manifest[n.getName().str()] = toJson(n.getValue());
-  manifest["params"] = params;
-  // SPMD: every rank runs program 0 (pipeline stages bring more programs).
+  const json &mesh = manifest["mesh"];
+  std::map<std::string, int64_t> size;
   int64_t world = 1;
   for (const char *axis : {"dp", "tp", "pp"})
-    world *= manifest["mesh"].value(axis, int64_t(1));
-  json ranks = json::array();
-  for (int64_t r = 0; r < world; ++r)
-    ranks.push_back(r);
-  manifest["programs"] = json::array({{{"file", "program-0.json"}, {"ranks", ranks}}});
+    world *= (size[axis] = mesh.value(axis, int64_t(1)));
+  bool pipeline = size["pp"] > 1;
+  if (pipeline)
+    manifest["features"].push_back("pipeline");
+  if (!pipeline && programs.size() != 1)
+    return mlir::emitError(module.getLoc(), "expected one plan.program without a "
+                                            "pipeline, found ")
+           << programs.size();
+  if (pipeline && int64_t(programs.size()) != size["pp"])
+    return mlir::emitError(module.getLoc(), "expected one plan.program per pipeline "
+                                            "stage (")
+           << size["pp"] << "), found " << programs.size();
+  // Rank r's coordinate on an axis (docs/plan-format.md "Multi-rank plans").
+  std::vector<std::string> order = {"tp", "dp", "pp"};
+  if (mesh.contains("rank_order"))
+    order = mesh["rank_order"].get<std::vector<std::string>>();
+  auto coord = [&](int64_t r, const std::string &axis) {
+    int64_t stride = 1;
+    for (const std::string &a : order) {
+      if (a == axis)
+        break;
+      stride *= size[a];
+    }
+    return r / stride % size[axis];
+  };
 
-  json programJson = {{"format", std::string(schema::kProgramFormat)},
-                      {"version", schema::kPlanVersion},
-                      {"arena_bytes", summary.arenaBytes},
-                      {"buffers", buffers},
-                      {"subroutines", subroutines},
-                      {"actions", actions}};
+  json params = json::array();
+  std::map<std::string, size_t> paramIndex;
+  json programList = json::array();
+  for (auto [i, program] : llvm::enumerate(programs)) {
+    std::map<std::string, std::pair<int64_t, int64_t>> ids;
+    out.programs.push_back(programJson(program, out.summary, ids));
+    json ranks = json::array();
+    for (int64_t r = 0; r < world; ++r)
+      if (!pipeline || coord(r, "pp") == int64_t(i))
+        ranks.push_back(r);
+    json entry = {{"file", "program-" + std::to_string(i) + ".json"}, {"ranks", ranks}};
+    if (pipeline)
+      entry["stage"] = int64_t(i);
+    programList.push_back(entry);
+    for (auto p : program.getBody().front().getOps<plan::ParamOp>()) {
+      std::string name = p.getName().str();
+      auto [it, inserted] = paramIndex.try_emplace(name, params.size());
+      if (inserted) {
+        params.push_back(paramJson(program, p));
+        ++out.summary.params;
+      }
+      auto [buffer, grad] = ids[name];
+      if (pipeline) {
+        params[it->second]["placements"].push_back(
+            {{"program", int64_t(i)}, {"buffer", buffer}, {"grad", grad}});
+      } else {
+        params[it->second]["buffer"] = buffer;
+        params[it->second]["grad"] = grad;
+      }
+    }
+  }
+  manifest["params"] = params;
+  manifest["programs"] = programList;
+  out.manifest = manifest;
+  return out;
+}
 
+FailureOr<PlanSummary>
+llcdist::writePlanDirectory(ModuleOp module, const std::string &dir,
+                            const std::map<std::string, std::string> &extraFiles) {
+  FailureOr<PlanJson> plan = buildPlanJson(module);
+  if (failed(plan))
+    return failure();
   // Write beside the target, then move into place.
   namespace fs = llvm::sys::fs;
   if (fs::exists(dir)) {
@@ -216,10 +284,24 @@ FailureOr<PlanSummary> llcdist::writePlanDirectory(ModuleOp module,
     return mlir::emitError(module.getLoc(), "cannot create a directory beside ")
            << dir << ": " << ec.message();
   auto cleanup = [&] { (void)fs::remove_directories(tmpDir); };
-  if (failed(writeJson(module, (tmpDir + "/manifest.json").str(), manifest)) ||
-      failed(writeJson(module, (tmpDir + "/program-0.json").str(), programJson))) {
+  if (failed(writeJson(module, (tmpDir + "/manifest.json").str(), plan->manifest))) {
     cleanup();
     return failure();
+  }
+  for (auto [i, program] : llvm::enumerate(plan->programs))
+    if (failed(writeJson(module, (tmpDir + "/program-" + std::to_string(i) + ".json").str(),
+                         program))) {
+      cleanup();
+      return failure();
+    }
+  for (const auto &[name, text] : extraFiles) {
+    std::string err;
+    auto f = openOutputFile((tmpDir + "/" + name).str(), &err);
+    if (!f || (f->os() << text, f->os().has_error())) {
+      cleanup();
+      return mlir::emitError(module.getLoc(), "cannot write ") << name << ": " << err;
+    }
+    f->keep();
   }
   if (fs::exists(dir))
     if ((ec = fs::remove_directories(dir))) {
@@ -230,5 +312,5 @@ FailureOr<PlanSummary> llcdist::writePlanDirectory(ModuleOp module,
     cleanup();
     return mlir::emitError(module.getLoc(), "cannot move the plan into ") << dir << ": " << ec.message();
   }
-  return summary;
+  return plan->summary;
 }

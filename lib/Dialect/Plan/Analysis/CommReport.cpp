@@ -9,7 +9,9 @@ using namespace llcdist::plan;
 
 double CollectiveEntry::ringBytesPerStep() const {
   double n = double(groupSize);
-  double factor = kind == "all_reduce" ? 2 * (n - 1) / n : (n - 1) / n;
+  double factor = kind == "all_reduce" ? 2 * (n - 1) / n
+                  : kind == "send"     ? 1.0
+                                       : (n - 1) / n;
   return factor * double(payloadBytes) * double(callsPerStep);
 }
 
@@ -22,9 +24,8 @@ double CommReport::ringBytesPerStep() const {
 
 FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
   auto programs = llvm::to_vector(module.getOps<ProgramOp>());
-  if (programs.size() != 1)
+  if (programs.empty())
     return emitError(module.getLoc(), "no plan.program to report on");
-  ProgramOp program = programs.front();
   llvm::StringMap<int64_t> axisSize{{"dp", 1}, {"tp", 1}, {"pp", 1}};
   if (auto m = module->getAttrOfType<DictionaryAttr>(kManifestAttr))
     if (auto mesh = m.getAs<DictionaryAttr>("mesh"))
@@ -32,51 +33,65 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
         if (auto v = mesh.getAs<IntegerAttr>(axis))
           size = v.getInt();
 
-  // How often each subroutine runs in one step.
-  llvm::StringMap<int64_t> runs;
-  for (auto sched : program.getBody().front().getOps<ScheduleOp>())
-    for (auto a : sched.getBody().front().getOps<ActionOp>())
-      ++runs[a.getSubroutine()];
-
   CommReport report;
-  for (auto p : program.getBody().front().getOps<ParamOp>())
-    if (auto buf = program.lookupSymbol<BufferOp>(p.getValueAttr()))
-      report.localParameters += buf.getTensorType().getNumElements();
-  for (auto sub : program.getBody().front().getOps<SubroutineOp>())
-    for (auto k : sub.getBody().front().getOps<KernelOp>()) {
-      StringRef kind = k.getKernel();
-      if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter")
-        continue;
-      CollectiveEntry e;
-      e.kind = kind.str();
-      e.axis = k.getParams().getAs<StringAttr>("axis").str();
-      e.groupSize = axisSize.lookup(e.axis);
-      e.callsPerStep = runs.lookup(sub.getSymName());
-      if (auto p = k->getAttrOfType<StringAttr>("plan.payload"))
-        e.payload = p.str();
-      if (auto nl = dyn_cast<NameLoc>(k.getLoc()))
-        e.reason = nl.getName().str();
-      // The payload: the reduced buffers, or the full (gathered) tensor.
-      StringRef role = kind == "all_reduce" ? "x" : kind == "all_gather" ? "y" : "x";
-      Attribute arg = k.getArgs().get(role);
-      SmallVector<Attribute> bufs;
-      if (auto list = dyn_cast<ArrayAttr>(arg))
-        bufs.append(list.begin(), list.end());
-      else
-        bufs.push_back(arg);
-      for (Attribute a : bufs)
-        if (auto buf = program.lookupSymbol<BufferOp>(cast<FlatSymbolRefAttr>(a)))
-          e.payloadBytes += buf.getNumBytes();
-      // One entry per (kind, axis, payload, reason): a collective repeated per
-      // layer is one line with its calls summed.
-      auto same = llvm::find_if(report.entries, [&](const CollectiveEntry &o) {
-        return o.kind == e.kind && o.axis == e.axis && o.payload == e.payload &&
-               o.reason == e.reason && o.payloadBytes == e.payloadBytes;
-      });
-      if (same != report.entries.end())
-        same->callsPerStep += e.callsPerStep;
-      else
-        report.entries.push_back(e);
-    }
+  for (auto [index, program] : llvm::enumerate(programs)) {
+    int64_t stage = programs.size() > 1 ? int64_t(index) : -1;
+    // How often each subroutine runs in one step.
+    llvm::StringMap<int64_t> runs;
+    for (auto sched : program.getBody().front().getOps<ScheduleOp>())
+      for (auto a : sched.getBody().front().getOps<ActionOp>())
+        ++runs[a.getSubroutine()];
+    int64_t params = 0;
+    for (auto p : program.getBody().front().getOps<ParamOp>())
+      if (p->hasAttr("pipeline.replica_of"))
+        continue; // a tied parameter's copy: its home stage reduces and updates it
+      else if (auto buf = program.lookupSymbol<BufferOp>(p.getValueAttr()))
+        params += buf.getTensorType().getNumElements();
+    report.localParametersPerStage.push_back(params);
+    report.localParameters = std::max(report.localParameters, params);
+    for (auto sub : program.getBody().front().getOps<SubroutineOp>())
+      for (auto k : sub.getBody().front().getOps<KernelOp>()) {
+        StringRef kind = k.getKernel();
+        if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter" &&
+            kind != "send")
+          continue;
+        CollectiveEntry e;
+        e.kind = kind.str();
+        e.stage = stage;
+        e.axis = k.getParams().getAs<StringAttr>("axis").str();
+        e.groupSize = kind == "send" ? 2 : axisSize.lookup(e.axis);
+        e.callsPerStep = runs.lookup(sub.getSymName());
+        if (auto p = k->getAttrOfType<StringAttr>("plan.payload"))
+          e.payload = p.str();
+        if (auto nl = dyn_cast<NameLoc>(k.getLoc()))
+          e.reason = nl.getName().str();
+        if (kind == "send")
+          e.payload = StringRef(e.reason).contains("tied") ? "tied parameter"
+                      : sub.getSymName().starts_with("forward") ? "activations"
+                                                               : "activation gradients";
+        // The payload: the reduced buffers, or the full (gathered) tensor.
+        StringRef role = kind == "all_gather" ? "y" : "x";
+        Attribute arg = k.getArgs().get(role);
+        SmallVector<Attribute> bufs;
+        if (auto list = dyn_cast<ArrayAttr>(arg))
+          bufs.append(list.begin(), list.end());
+        else
+          bufs.push_back(arg);
+        for (Attribute a : bufs)
+          if (auto buf = program.lookupSymbol<BufferOp>(cast<FlatSymbolRefAttr>(a)))
+            e.payloadBytes += buf.getNumBytes();
+        // One entry per (stage, kind, axis, payload, reason): a collective
+        // repeated per layer is one line with its calls summed.
+        auto same = llvm::find_if(report.entries, [&](const CollectiveEntry &o) {
+          return o.stage == e.stage && o.kind == e.kind && o.axis == e.axis &&
+                 o.payload == e.payload && o.reason == e.reason &&
+                 o.payloadBytes == e.payloadBytes;
+        });
+        if (same != report.entries.end())
+          same->callsPerStep += e.callsPerStep;
+        else
+          report.entries.push_back(e);
+      }
+  }
   return report;
 }

@@ -121,12 +121,7 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
       return signalPassFailure();
     }
     int64_t dp = shape[0], tp = shape[1], pp = shape[2];
-    if (pp > 1) {
-      grid.emitError("llcdist-partition: pipeline (pp) partitioning is not "
-                     "implemented yet; this mesh has pp=")
-          << pp;
-      return signalPassFailure();
-    }
+    (void)pp; // pipeline stages are MPMD: llcdist-pipeline-split cuts them
     if (sequenceParallel && tp == 1) {
       grid.emitError("llcdist-partition: sequence parallelism splits the "
                      "tensor-parallel region's sequence over tp; it needs tp > 1");

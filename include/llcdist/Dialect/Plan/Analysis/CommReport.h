@@ -18,20 +18,27 @@ struct CollectiveEntry {
   std::string payload; ///< what travels: "gradients", "loss", ... (plan.payload)
   int64_t groupSize = 1;
   int64_t callsPerStep = 0;
-  int64_t payloadBytes = 0; ///< per call: the reduced / gathered tensor
+  int64_t payloadBytes = 0; ///< per call: the reduced / gathered / sent tensor
+  /// The pipeline stage whose program issues it (-1: a plan of one program).
+  int64_t stage = -1;
   /// Bytes each rank sends per step with NCCL's ring algorithms: all-reduce
-  /// 2(n-1)/n · payload, all-gather and reduce-scatter (n-1)/n · payload.
+  /// 2(n-1)/n · payload, all-gather and reduce-scatter (n-1)/n · payload; a
+  /// pipeline `send` the payload itself.
   double ringBytesPerStep() const;
 };
 
 struct CommReport {
   std::vector<CollectiveEntry> entries;
-  int64_t localParameters = 0; ///< parameter elements one rank holds
+  /// Parameter elements one rank updates (the most of any stage; a tied
+  /// parameter's copy on another stage than its home is not counted).
+  int64_t localParameters = 0;
+  std::vector<int64_t> localParametersPerStage; ///< one entry per program
   double ringBytesPerStep() const;
 };
 
-/// Reads the collectives of the module's plan.program; the group sizes come
-/// from plan.manifest's mesh. Fails (with a diagnostic) without a program.
+/// Reads the collectives (and pipeline sends) of the module's plan.program
+/// ops, one per pipeline stage; the group sizes come from plan.manifest's
+/// mesh. Fails (with a diagnostic) without a program.
 mlir::FailureOr<CommReport> computeCommReport(mlir::ModuleOp module);
 
 } // namespace llcdist::plan

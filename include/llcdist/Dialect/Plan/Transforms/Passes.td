@@ -19,4 +19,23 @@ def PlanMemory : Pass<"llcdist-plan-memory", "llcdist::plan::ProgramOp"> {
   }];
 }
 
+def VerifyPlan : Pass<"llcdist-verify-plan", "mlir::ModuleOp"> {
+  let summary = "check every rank's communication before anything runs";
+  let description = [{
+    Builds the runtime's plan from the module's plan.program ops (exactly the
+    files the compiler would write), loads it with the runtime's own loader
+    (so the plan is also checked against the format), and executes every
+    rank's communication symbolically (lib/Verify, docs/plan-verifier.md):
+    every send meets its recv (peer, size, dtype, tag and microbatch, in
+    order), every group's members issue the same collectives in the same
+    order with the same sizes, and no rank waits forever under the runtime's
+    semantics (eager sends, blocking recvs and collectives). A failure is a
+    compile error naming the ranks, the action and op indices and the ops'
+    provenance. The same check runs as `llc-dist verify PLAN`.
+  }];
+  let options = [
+    Option<"maxErrors", "max-errors", "int64_t", "1", "errors to report before stopping">,
+  ];
+}
+
 #endif

@@ -105,8 +105,9 @@ def Partition : Pass<"llcdist-partition", "mlir::ModuleOp"> {
     optimizer step, `xf.all_reduce_grads` (sum over dp, once per step after
     all microbatches: the gradients are already scaled by the global token
     count) and `xf.all_reduce_loss` (average over dp), each with the
-    provenance of why it is needed. Tensor and pipeline axes (tp, pp > 1)
-    are rejected until their rules land.
+    provenance of why it is needed. Under tp > 1 the tensor-parallel rules
+    (TensorParallel.cpp) run first. The pp axis is not a sharding: it is
+    left to llcdist-pipeline-split.
 
     Before (dp = 2, global batch 4):
     ```mlir
@@ -196,6 +197,39 @@ def AddOptimizer : Pass<"llcdist-add-optimizer", "mlir::ModuleOp"> {
     Option<"gradClip", "grad-clip", "double", "0.0", "global-norm clipping threshold (0 = off)">,
   ];
   let dependentDialects = ["llcdist::xf::XFDialect", "mlir::func::FuncDialect"];
+}
+
+def PipelineSplit : Pass<"llcdist-pipeline-split", "mlir::ModuleOp"> {
+  let options = [
+    Option<"virtualStages", "virtual-stages", "int64_t", "1",
+           "model chunks per pipeline stage (interleaved schedules)">,
+    Option<"layout", "layout", "std::string", "\"\"",
+           "layers per model chunk, e.g. 3,3,2 (empty: balanced by cost)">,
+    Option<"schedule", "schedule", "std::string", "\"1f1b\"",
+           "gpipe | 1f1b | interleaved | zb-h1">,
+  ];
+  let summary = "cut the training step into pipeline stages over the pp axis";
+  let description = [{
+    Reads pp from the mesh (`shard.grid @mesh`); with pp = 1 it does
+    nothing. The layer sequence is cut into pp × virtual-stages contiguous
+    model chunks (each at least one layer): balanced by estimated training
+    FLOPs per microbatch (3 × the forward GEMM and attention FLOPs), with the
+    embedding counted in chunk 0 and the final norm, LM head and loss in the
+    last chunk, or as given by `layout`. Chunk k runs on stage k mod pp
+    (Megatron's interleaved assignment). Every top-level op of the training
+    step gets `xf.chunk` (the chunk it runs in: a layer call its layer's,
+    the prologue and the embedding gradient 0, the head and loss the last);
+    parameters are left unmarked (each stage that reads one holds it). The
+    module gets `xf.pipeline` = {stages, virtual_stages, schedule,
+    microbatches, layers_per_chunk, chunk_flops}. llcdist-lower-to-plan
+    turns this into one program per stage with send/recv at chunk borders
+    and the schedule's action lists.
+
+    Errors: fewer layers than chunks, a layout that does not add up,
+    virtual stages without the interleaved schedule, an interleaved
+    schedule whose microbatches are not a multiple of pp.
+  }];
+  let dependentDialects = ["llcdist::xf::XFDialect"];
 }
 
 #endif

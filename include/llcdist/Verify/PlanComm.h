@@ -1,0 +1,43 @@
+//===- PlanComm.h - a plan's communication, for the verifier ---*- C++ -*-===//
+//
+// The adapter between the runtime's plan (runtime/include/llcdist/runtime/
+// Plan.h, what `llc-dist run` executes) and the static communication verifier
+// (CommVerifier.h): every rank's program is expanded along its action list
+// into the rank's communication events. MLIR-free (links the runtime's
+// loader), so `llc-dist verify plan/` and the compiler's llcdist-verify-plan
+// pass check exactly what the runtime would run.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LLCDIST_VERIFY_PLANCOMM_H
+#define LLCDIST_VERIFY_PLANCOMM_H
+
+#include "llcdist/Verify/CommVerifier.h"
+#include "llcdist/runtime/Plan.h"
+
+namespace llcdist::verify {
+
+/// Rank r's events: for each action of its program, for each op of the
+/// action's subroutine, in order:
+///  - all_reduce: one collective per buffer ("all_reduce.sum", count = its
+///    elements); all_gather / reduce_scatter: one ("all_gather",
+///    "reduce_scatter.sum", count = x's elements);
+///  - ops with `shard_axis` that reduce inside (vocabulary-parallel cross
+///    entropy, forward and backward): one collective named after the op,
+///    count M; grad_norm with `sharded`/`axis` and with `stage_axis`: one
+///    collective each ("grad_norm.axis", "grad_norm.stage_axis"), count 1,
+///    f64;
+///  - send / recv: a point-to-point event with the peer's global rank, the
+///    buffer's elements and the tag (op tag, action microbatch) encoded as
+///    tag · (microbatches + 1) + microbatch + 1.
+/// Groups of one rank are left out (nothing to wait for). The provenance of
+/// an event names the program file, the action, the subroutine, the
+/// microbatch, the op index, the op and its loc.
+CommPlan commPlanOf(const rt::Plan &plan);
+
+/// verifyCommPlan(commPlanOf(plan)) with the runtime's semantics: eager
+/// sends (the in-process communicator's), collectives as barriers.
+VerifyResult verifyPlan(const rt::Plan &plan, int64_t maxErrors = 1);
+
+} // namespace llcdist::verify
+
+#endif

@@ -1,0 +1,52 @@
+//===- VerifyPlan.cpp - cross-rank communication check before emission ----===//
+#include "llcdist/Dialect/Plan/Transforms/Passes.h"
+#include "llcdist/Target/Plan/PlanWriter.h"
+#include "llcdist/Verify/PlanComm.h"
+
+#define DEBUG_TYPE "llcdist-verify-plan"
+
+namespace llcdist::plan {
+#define GEN_PASS_DEF_VERIFYPLAN
+#include "llcdist/Dialect/Plan/Transforms/Passes.h.inc"
+} // namespace llcdist::plan
+
+using namespace mlir;
+
+namespace {
+struct VerifyPlanPass : public llcdist::plan::impl::VerifyPlanBase<VerifyPlanPass> {
+  using VerifyPlanBase::VerifyPlanBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    FailureOr<llcdist::PlanJson> files = llcdist::buildPlanJson(module);
+    if (failed(files))
+      return signalPassFailure();
+    // The runtime's loader: the plan as `llc-dist run` would see it.
+    namespace rt = llcdist::rt;
+    auto manifest = rt::parseManifest(files->manifest.dump(), "manifest.json");
+    if (!manifest.isOk()) {
+      module.emitError("llcdist-verify-plan: the runtime refuses the plan: ")
+          << manifest.status().toString();
+      return signalPassFailure();
+    }
+    rt::Plan plan;
+    plan.manifest = manifest.value();
+    for (auto [i, program] : llvm::enumerate(files->programs)) {
+      std::string file = "program-" + std::to_string(i) + ".json";
+      auto parsed = rt::parseProgram(program.dump(), file, plan.manifest);
+      if (!parsed.isOk()) {
+        module.emitError("llcdist-verify-plan: the runtime refuses the plan: ")
+            << parsed.status().toString();
+        return signalPassFailure();
+      }
+      plan.programs.push_back(std::move(parsed.value()));
+    }
+    llcdist::verify::VerifyResult result = llcdist::verify::verifyPlan(plan, maxErrors);
+    if (result.ok())
+      return;
+    auto diag = module.emitError("llcdist-verify-plan: ");
+    diag << result.str();
+    signalPassFailure();
+  }
+};
+} // namespace

@@ -1,0 +1,123 @@
+//===- PlanComm.cpp - a plan's communication, for the verifier ------------===//
+#include "llcdist/Verify/PlanComm.h"
+
+#include <algorithm>
+
+using namespace llcdist;
+using namespace llcdist::verify;
+namespace schema = llcdist::rt::schema;
+
+namespace {
+std::vector<int64_t> sortedGroup(const rt::Mesh &mesh, int64_t rank, rt::MeshAxis axis) {
+  std::vector<int> g = mesh.group(rank, axis);
+  std::vector<int64_t> out(g.begin(), g.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string dtypeOf(const rt::BufferDesc &b) {
+  return std::string(schema::elemTypeName(b.dtype));
+}
+} // namespace
+
+CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan) {
+  const rt::Manifest &man = plan.manifest;
+  rt::Mesh mesh = man.mesh();
+  CommPlan out(man.worldSize());
+  const int64_t m = std::max<int64_t>(1, man.microbatches);
+  for (size_t pi = 0; pi < plan.programs.size(); ++pi) {
+    const rt::Program &prog = plan.programs[pi];
+    for (int64_t rank : man.programs[pi].ranks) {
+      std::vector<CommEvent> &events = out[rank];
+      for (size_t ai = 0; ai < prog.actions.size(); ++ai) {
+        const rt::Action &action = prog.actions[ai];
+        const rt::Subroutine &sub = prog.subroutines[action.subroutine];
+        for (size_t oi = 0; oi < sub.ops.size(); ++oi) {
+          const rt::Op &op = sub.ops[oi];
+          auto where = [&] {
+            std::string s = prog.file + " action " + std::to_string(ai) + " (" + sub.name;
+            if (action.microbatch >= 0)
+              s += " mb " + std::to_string(action.microbatch);
+            s += ") op " + std::to_string(oi) + " " + std::string(schema::opName(op.kind));
+            if (!op.loc.empty())
+              s += " (" + op.loc + ")";
+            return s;
+          };
+          auto axisOf = [&](const std::string &attr) -> std::optional<rt::MeshAxis> {
+            if (!op.attrs.count(attr))
+              return std::nullopt;
+            auto a = rt::parseMeshAxis(op.stringAttr(attr));
+            if (!a || mesh.axisSize(*a) <= 1)
+              return std::nullopt;
+            return a;
+          };
+          auto collective = [&](const std::string &name, rt::MeshAxis axis, int64_t count,
+                                const std::string &dtype) {
+            events.push_back(
+                CommEvent::coll(name, sortedGroup(mesh, rank, axis), count, dtype, where()));
+          };
+          switch (op.kind) {
+          case schema::OpKind::kAllReduce: {
+            auto axis = axisOf("axis");
+            if (!axis)
+              break;
+            for (int64_t id : op.argList("x"))
+              collective("all_reduce." + op.stringAttr("op"), *axis, prog.buffers[id].numel(),
+                         dtypeOf(prog.buffers[id]));
+            break;
+          }
+          case schema::OpKind::kAllGather:
+          case schema::OpKind::kReduceScatter: {
+            auto axis = axisOf("axis");
+            if (!axis)
+              break;
+            const rt::BufferDesc &x = prog.buffers[op.arg("x")];
+            collective(op.kind == schema::OpKind::kAllGather ? "all_gather"
+                                                             : "reduce_scatter." + op.stringAttr("op"),
+                       *axis, x.numel(), dtypeOf(x));
+            break;
+          }
+          case schema::OpKind::kCrossEntropyFwd:
+          case schema::OpKind::kCrossEntropyBwd:
+            if (auto axis = axisOf(std::string(schema::kShardAxisAttr)))
+              collective(std::string(schema::opName(op.kind)), *axis, op.intAttr("M"), "f64");
+            break;
+          case schema::OpKind::kGradNorm:
+            if (auto axis = axisOf("axis"))
+              collective("grad_norm.axis", *axis, 1, "f64");
+            if (auto axis = axisOf(std::string(schema::kStageAxisAttr)))
+              collective("grad_norm.stage_axis", *axis, 1, "f64");
+            break;
+          case schema::OpKind::kSend:
+          case schema::OpKind::kRecv: {
+            auto axis = rt::parseMeshAxis(op.stringAttr("axis"));
+            if (!axis)
+              break; // the loader refuses this
+            std::vector<int> g = mesh.group(rank, *axis);
+            int64_t peer = op.intAttr("peer");
+            if (peer < 0 || peer >= int64_t(g.size()))
+              break; // the loader refuses this
+            const rt::BufferDesc &b =
+                prog.buffers[op.arg(op.kind == schema::OpKind::kSend ? "x" : "y")];
+            int64_t tag = op.intAttr("tag") * (m + 1) + action.microbatch + 1;
+            events.push_back(op.kind == schema::OpKind::kSend
+                                 ? CommEvent::send(g[peer], b.numel(), dtypeOf(b), where(), tag)
+                                 : CommEvent::recv(g[peer], b.numel(), dtypeOf(b), where(), tag));
+            break;
+          }
+          default:
+            break;
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+VerifyResult llcdist::verify::verifyPlan(const rt::Plan &plan, int64_t maxErrors) {
+  VerifyOptions opts;
+  opts.sendMode = SendMode::Eager;
+  opts.maxErrors = maxErrors;
+  return verifyCommPlan(commPlanOf(plan), opts);
+}

@@ -2,8 +2,8 @@
 # THE main job: installs dependencies, builds, then for tiny GPT-2 and tiny
 # Llama compiles the training step into a plan and trains it on the shipped
 # corpus on the CPU backend (the CUDA backend comes in a later issue); then
-# trains tiny Llama again on a 4-rank mesh (data + tensor + sequence
-# parallelism), which reproduces the single-device run.
+# trains tiny Llama again on an 8-rank mesh (data + tensor + sequence +
+# pipeline parallelism, 1F1B), which reproduces the single-device run.
 #   STEPS=200 bash scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,15 +28,16 @@ for model in tiny-gpt2 tiny-llama; do
     --log-json "$OUT/$model/log.jsonl" --save-params "$OUT/$model/params.safetensors"
 done
 echo
-echo "== tiny-llama on 4 ranks: --mesh dp=2,tp=2 --sequence-parallel (threads, in-process communicator)"
-"$BIN/llc-dist" compile models/tiny-llama.json --mesh dp=2,tp=2 --sequence-parallel \
-  --seq-len 64 --micro-batch 2 --global-batch 8 --lr 3e-3 --lr-schedule cosine --warmup 10 \
-  --grad-clip 1.0 --topology topologies/dgx-a100.json -o "$OUT/tiny-llama-dp2tp2/plan"
-"$BIN/llc-dist" run "$OUT/tiny-llama-dp2tp2/plan" --steps "$STEPS" --data data/corpus_train.bin \
-  --log-json "$OUT/tiny-llama-dp2tp2/log.jsonl" --save-params "$OUT/tiny-llama-dp2tp2/params.safetensors"
+echo "== tiny-llama on 8 ranks: --mesh dp=2,tp=2,pp=2 --sequence-parallel --schedule 1f1b (threads, in-process communicator)"
+"$BIN/llc-dist" compile models/tiny-llama.json --mesh dp=2,tp=2,pp=2 --sequence-parallel \
+  --schedule 1f1b --seq-len 64 --micro-batch 1 --global-batch 8 --lr 3e-3 --lr-schedule cosine \
+  --warmup 10 --grad-clip 1.0 --topology topologies/dgx-a100.json -o "$OUT/tiny-llama-3d/plan"
+"$BIN/llc-dist" verify "$OUT/tiny-llama-3d/plan"
+"$BIN/llc-dist" run "$OUT/tiny-llama-3d/plan" --steps "$STEPS" --data data/corpus_train.bin \
+  --log-json "$OUT/tiny-llama-3d/log.jsonl" --save-params "$OUT/tiny-llama-3d/params.safetensors"
 echo
 echo "Loss at the first and last step (ln 256 = 5.545 at initialization):"
-for model in tiny-gpt2 tiny-llama tiny-llama-dp2tp2; do
+for model in tiny-gpt2 tiny-llama tiny-llama-3d; do
   first=$(head -n1 "$OUT/$model/log.jsonl" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
   last=$(tail -n1 "$OUT/$model/log.jsonl" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
   echo "  $model: $first -> $last  (parameters: $OUT/$model/params.safetensors)"

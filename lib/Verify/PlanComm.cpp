@@ -20,14 +20,32 @@ std::string dtypeOf(const rt::BufferDesc &b) {
 }
 } // namespace
 
-CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan) {
+CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
   const rt::Manifest &man = plan.manifest;
-  rt::Mesh mesh = man.mesh();
-  CommPlan out(man.worldSize());
+  rt::Mesh full = man.mesh(), mesh = full;
+  if (maxAxis > 0)
+    for (rt::MeshAxis a : {rt::MeshAxis::kDp, rt::MeshAxis::kTp})
+      mesh.size[size_t(a)] = std::min(mesh.size[size_t(a)], maxAxis);
+  CommPlan out(mesh.worldSize());
   const int64_t m = std::max<int64_t>(1, man.microbatches);
+  // The ranks of the (possibly smaller) mesh that run each program: those
+  // whose coordinates a rank of the program has in the full mesh.
+  std::vector<std::vector<int64_t>> ranksOf(plan.programs.size());
+  for (size_t pi = 0; pi < plan.programs.size(); ++pi)
+    for (int64_t r : man.programs[pi].ranks) {
+      int64_t small = 0;
+      bool inside = true;
+      for (rt::MeshAxis a : {rt::MeshAxis::kDp, rt::MeshAxis::kTp, rt::MeshAxis::kPp}) {
+        int64_t c = full.coord(r, a);
+        inside &= c < mesh.axisSize(a);
+        small += c * mesh.stride(a);
+      }
+      if (inside)
+        ranksOf[pi].push_back(small);
+    }
   for (size_t pi = 0; pi < plan.programs.size(); ++pi) {
     const rt::Program &prog = plan.programs[pi];
-    for (int64_t rank : man.programs[pi].ranks) {
+    for (int64_t rank : ranksOf[pi]) {
       std::vector<CommEvent> &events = out[rank];
       for (size_t ai = 0; ai < prog.actions.size(); ++ai) {
         const rt::Action &action = prog.actions[ai];
@@ -115,9 +133,10 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan) {
   return out;
 }
 
-VerifyResult llcdist::verify::verifyPlan(const rt::Plan &plan, int64_t maxErrors) {
+VerifyResult llcdist::verify::verifyPlan(const rt::Plan &plan, int64_t maxErrors,
+                                         int64_t maxAxis) {
   VerifyOptions opts;
   opts.sendMode = SendMode::Eager;
   opts.maxErrors = maxErrors;
-  return verifyCommPlan(commPlanOf(plan), opts);
+  return verifyCommPlan(commPlanOf(plan, maxAxis), opts);
 }

@@ -32,11 +32,20 @@ namespace llcdist::verify {
 /// Groups of one rank are left out (nothing to wait for). The provenance of
 /// an event names the program file, the action, the subroutine, the
 /// microbatch, the op index, the op and its loc.
-CommPlan commPlanOf(const rt::Plan &plan);
+///
+/// `maxAxis` > 0 caps the dp and tp axes at that size (pp is never capped):
+/// the events are those of the smaller mesh. Every rank of a stage runs the
+/// same program and its collectives' groups along dp and tp have the same
+/// structure whatever their size (the counts in a plan are per member), so a
+/// mesh of min(dp, maxAxis) × min(tp, maxAxis) × pp ranks exercises every
+/// matching and ordering question of the full one, and verification costs
+/// O(pp) programs' events instead of O(world).
+CommPlan commPlanOf(const rt::Plan &plan, int64_t maxAxis = 0);
 
-/// verifyCommPlan(commPlanOf(plan)) with the runtime's semantics: eager
-/// sends (the in-process communicator's), collectives as barriers.
-VerifyResult verifyPlan(const rt::Plan &plan, int64_t maxErrors = 1);
+/// verifyCommPlan(commPlanOf(plan, maxAxis)) with the runtime's semantics:
+/// eager sends (the in-process communicator's), collectives as barriers.
+/// The default caps dp and tp at 4.
+VerifyResult verifyPlan(const rt::Plan &plan, int64_t maxErrors = 1, int64_t maxAxis = 4);
 
 } // namespace llcdist::verify
 

@@ -18,6 +18,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <map>
+#include <queue>
 
 #define DEBUG_TYPE "llcdist-plan-memory"
 
@@ -88,29 +89,31 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     }
     int64_t base = offset;
 
-    // 3. Transient buffers, first-fit by first use: `busy` holds the byte
-    //    ranges (relative to base) of the buffers still live.
+    // 3. Transient buffers, first-fit by first use.
     llvm::stable_sort(transient, [&](BufferOp x, BufferOp y) {
       return live.lookup(x.getSymName()).first < live.lookup(y.getSymName()).first;
     });
-    struct Placed {
-      int64_t begin, end, last;
-    };
-    std::vector<Placed> active;
+    // `active` holds the byte ranges (relative to base) of the buffers still
+    // live, disjoint and sorted by offset; `expiry` orders them by last use.
+    std::map<int64_t, int64_t> active; // begin -> end
+    std::priority_queue<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, int64_t>>,
+                        std::greater<>>
+        expiry; // (last use, begin)
     int64_t peak = 0;
     for (BufferOp buf : transient) {
       Interval iv = live.lookup(buf.getSymName());
-      llvm::erase_if(active, [&](const Placed &p) { return p.last < iv.first; });
-      std::map<int64_t, int64_t> busy; // begin -> end
-      for (const Placed &p : active)
-        busy[p.begin] = std::max(busy[p.begin], p.end);
+      while (!expiry.empty() && expiry.top().first < iv.first) {
+        active.erase(expiry.top().second);
+        expiry.pop();
+      }
       int64_t size = aligned(buf.getNumBytes()), at = 0;
-      for (auto [begin, end] : busy) {
+      for (auto [begin, end] : active) {
         if (begin - at >= size)
           break;
         at = std::max(at, end);
       }
-      active.push_back({at, at + size, iv.last});
+      active[at] = at + size;
+      expiry.push({iv.last, at});
       peak = std::max(peak, at + size);
       buf.setOffsetAttr(b.getI64IntegerAttr(base + at));
     }

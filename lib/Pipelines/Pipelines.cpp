@@ -12,6 +12,7 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
                                     const TrainingPipelineOptions &o) {
   xf::buildForwardPipeline(pm, o.mesh);
   pm.addPass(xf::createAutodiff());
+  pm.addPass(xf::createRecompute({o.recompute}));
   xf::AddOptimizerOptions opt;
   opt.optimizer = o.optimizer;
   opt.schedule = o.schedule;
@@ -37,7 +38,7 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   split.layout = o.ppLayout;
   split.schedule = o.pipelineSchedule;
   pm.addPass(xf::createPipelineSplit(split));
-  pm.addPass(createLowerToPlan());
+  pm.addPass(createLowerToPlan({o.zero}));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
   pm.addPass(plan::createVerifyPlan());
 }
@@ -62,6 +63,8 @@ struct TrainingPipelineCLOptions
   Option<bool> sequenceParallel{*this, "sequence-parallel", llvm::cl::init(false)};
   Option<std::string> pipelineSchedule{*this, "schedule", llvm::cl::init("1f1b")};
   Option<int64_t> virtualStages{*this, "virtual-stages", llvm::cl::init(1)};
+  Option<std::string> recompute{*this, "recompute", llvm::cl::init("none")};
+  Option<int64_t> zero{*this, "zero", llvm::cl::init(0)};
   Option<std::string> ppLayout{*this, "pp-layout", llvm::cl::init("")};
 };
 } // namespace
@@ -89,6 +92,8 @@ void llcdist::registerPipelines() {
         o.pipelineSchedule = c.pipelineSchedule;
         o.virtualStages = c.virtualStages;
         o.ppLayout = c.ppLayout;
+        o.recompute = c.recompute;
+        o.zero = c.zero;
         buildTrainingPipeline(pm, o);
       });
 }

@@ -14,6 +14,7 @@
 #include "llcdist/Pipelines/Pipelines.h"
 #include "llcdist/Schedule/Render.h"
 #include "llcdist/Schedule/Schedule.h"
+#include "llcdist/Support/Device.h"
 #include "llcdist/Support/MeshSpec.h"
 #include "llcdist/Support/Topology.h"
 #include "llcdist/Target/Plan/PlanWriter.h"
@@ -732,8 +733,115 @@ int runInfo(Args &args) {
   return 0;
 }
 
+/// One stage's (program's) memory per rank, from llcdist-plan-memory.
+struct StageMemory {
+  int64_t stage = 0;
+  std::map<std::string, int64_t> persistent; ///< by buffer kind
+  int64_t transientPeak = 0, transientLivePeak = 0, arena = 0;
+};
+
+std::vector<StageMemory> memoryOf(ModuleOp m) {
+  std::vector<StageMemory> out;
+  for (auto program : m.getOps<plan::ProgramOp>()) {
+    StageMemory sm;
+    sm.stage = int64_t(out.size());
+    sm.arena = program.getArenaBytes() ? int64_t(*program.getArenaBytes()) : 0;
+    if (auto d = program->getAttrOfType<DictionaryAttr>("plan.memory"))
+      for (NamedAttribute n : d) {
+        int64_t v = cast<IntegerAttr>(n.getValue()).getInt();
+        if (n.getName() == "transient_peak")
+          sm.transientPeak = v;
+        else if (n.getName() == "transient_live_peak")
+          sm.transientLivePeak = v;
+        else
+          sm.persistent[n.getName().str()] = v;
+      }
+    out.push_back(sm);
+  }
+  return out;
+}
+
+bool fitsBudget(ModuleOp m, int64_t budget) {
+  for (const StageMemory &sm : memoryOf(m))
+    if (sm.arena > budget)
+      return false;
+  return true;
+}
+
+/// Bytes for people: GiB, MiB or KiB, whichever reads best.
+std::string gib(int64_t bytes) {
+  double b = double(bytes);
+  if (b >= 1073741824.0)
+    return fmt::format("{:.2f} GiB", b / 1073741824.0);
+  if (b >= 1048576.0)
+    return fmt::format("{:.2f} MiB", b / 1048576.0);
+  return fmt::format("{:.1f} KiB", b / 1024.0);
+}
+std::string mib(int64_t bytes) { return fmt::format("{:.2f}", double(bytes) / 1048576.0); }
+
+/// parameters | gradients | optimizer state | activations (peak) | inputs, metrics
+std::string breakdown(const StageMemory &sm) {
+  auto kind = [&](const char *k) {
+    auto it = sm.persistent.find(k);
+    return it == sm.persistent.end() ? int64_t(0) : it->second;
+  };
+  return fmt::format("parameters {} | gradients {} | optimizer state {} | activations and "
+                     "buffers (peak) {} | inputs, metrics {}",
+                     gib(kind("param")), gib(kind("grad")), gib(kind("optimizer_state")),
+                     gib(sm.transientPeak), gib(kind("input") + kind("metric")));
+}
+
+/// A plan that does not fit: every stage over the budget with its breakdown,
+/// and what would make it fit.
+std::string oomMessage(const std::vector<StageMemory> &memory, int64_t budget,
+                       const std::string &budgetName, const MeshSpec &mesh,
+                       const TrainingPipelineOptions &train,
+                       const std::vector<std::string> &tried) {
+  std::string msg = fmt::format("the plan does not fit: {} allows {} per rank", budgetName,
+                                gib(budget));
+  if (!tried.empty()) {
+    msg += " (--recompute auto tried";
+    for (const std::string &t : tried)
+      msg += " " + t;
+    msg += ")";
+  }
+  const StageMemory *worst = nullptr;
+  for (const StageMemory &sm : memory)
+    if (sm.arena > budget) {
+      msg += fmt::format("\n  stage {} needs {} per rank: {}", sm.stage, gib(sm.arena),
+                         breakdown(sm));
+      if (!worst || sm.arena > worst->arena)
+        worst = &sm;
+    }
+  if (!worst)
+    return msg;
+  auto kind = [&](const char *k) {
+    auto it = worst->persistent.find(k);
+    return it == worst->persistent.end() ? int64_t(0) : it->second;
+  };
+  int64_t params = kind("param"), grads = kind("grad"), state = kind("optimizer_state");
+  int64_t rest = worst->arena - params - grads - state - worst->transientPeak;
+  msg += "\n  to fit (estimates for the largest stage):";
+  if (train.recompute != "full")
+    msg += fmt::format("\n    --recompute full keeps only each layer's input (activations "
+                       "now {})", gib(worst->transientPeak));
+  if (mesh.dp > 1) {
+    int64_t dp = mesh.dp;
+    int64_t z1 = params + grads + state / dp + worst->transientPeak + rest;
+    int64_t z2 = params + grads / dp + state / dp + worst->transientPeak + rest;
+    int64_t z3 = (params + grads + state) / dp + worst->transientPeak + rest;
+    msg += fmt::format("\n    ZeRO over dp={}: optimizer state sharded ~{}, + gradients ~{}, "
+                       "+ parameters ~{} (--zero 1/2/3)",
+                       dp, gib(z1), gib(z2), gib(z3));
+  }
+  msg += fmt::format("\n    more tp or pp: parameters, gradients and optimizer state ({}) "
+                     "shrink with tp × pp (now {})",
+                     gib(params + grads + state), mesh.tp * mesh.pp);
+  return msg;
+}
+
 int runCompile(Args &args) {
-  std::string model, output, emit = "plan", format = "text", dumpDir;
+  std::string model, output, emit = "plan", format = "text", dumpDir, deviceName, budgetText;
   MeshSpec mesh;
   TrainingPipelineOptions train;
   std::optional<Topology> topology;
@@ -761,6 +869,10 @@ int runCompile(Args &args) {
       .add("--schedule", &train.pipelineSchedule)
       .add("--virtual-stages", &train.virtualStages)
       .add("--pp-layout", &train.ppLayout)
+      .add("--recompute", &train.recompute)
+      .add("--zero", &train.zero)
+      .add("--device", &deviceName)
+      .add("--memory-budget", &budgetText)
       .add("-o", &output)
       .add("--format", &format)
       .add("--dump-ir-dir", &dumpDir);
@@ -824,6 +936,34 @@ int runCompile(Args &args) {
     throw UsageError{"--virtual-stages and --pp-layout need a pipeline: pp > 1 in --mesh"};
   if (auto k = schedule::parseScheduleKind(train.pipelineSchedule); !k)
     throw UsageError{"--schedule: " + k.error().message};
+  if (train.recompute != "none" && train.recompute != "selective" &&
+      train.recompute != "full" && train.recompute != "auto")
+    throw UsageError{"--recompute must be none, selective, full or auto, got '" +
+                     train.recompute + "'"};
+  // The memory every rank may use: --memory-budget, else the --device's.
+  std::optional<int64_t> budget;
+  std::string budgetName;
+  if (!deviceName.empty()) {
+    DeviceSpec dev;
+    if (auto err = loadDevice(deviceName, dev)) {
+      error(*err);
+      return kExitError;
+    }
+    budget = dev.memoryBytes;
+    budgetName = fmt::format("{} ({})", dev.id, dev.name);
+  }
+  if (!budgetText.empty()) {
+    budget = parseByteSize(budgetText);
+    if (!budget)
+      throw UsageError{"--memory-budget '" + budgetText +
+                       "': expected a size like 80GiB, 72GB, 4096MiB or a byte count"};
+    budgetName = "--memory-budget " + budgetText;
+  }
+  if (train.recompute == "auto" && !budget)
+    throw UsageError{"--recompute auto picks the least recomputation that fits: it needs "
+                     "--device or --memory-budget"};
+  if (train.recompute == "auto" && emit != "plan")
+    throw UsageError{"--recompute auto needs --emit plan"};
   if (format != "text" && format != "json")
     throw UsageError{"--format must be text or json, got '" + format + "'"};
 
@@ -842,10 +982,6 @@ int runCompile(Args &args) {
   ctx.printOpOnDiagnostic(false); // a user error names the model and the field, not the IR
   llvm::SourceMgr srcMgr;
   SourceMgrDiagnosticHandler diag(srcMgr, &ctx);
-  auto lm = loadModel(ctx, srcMgr, model, shape, mesh.dp);
-  if (!lm)
-    return kExitError;
-
   if (!dumpDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(dumpDir)) {
       error(dumpDir + ": cannot create the --dump-ir-dir directory: " +
@@ -853,24 +989,52 @@ int runCompile(Args &args) {
       return kExitError;
     }
   }
-  PassManager pm(&ctx, ModuleOp::getOperationName());
   train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.rankOrderStr()};
-  if (emit == "xf")
-    xf::buildForwardPipeline(pm, train.mesh);
-  else
-    buildTrainingPipeline(pm, train);
-  std::set<std::string> known;
-  for (Pass &p : pm.getPasses())
-    known.insert(p.getArgument().str());
-  if (emit == "plan")
-    known.insert("llcdist-plan-memory"); // nested on plan.program
-  auto printer = std::make_unique<IRPrinter>(dumpDir, printAll, printAfter);
-  printer->checkUnknown(known);
-  if (failed(printer->dump(*lm->module, "import")))
+  // One compilation of the training step with `recompute`; the module stays
+  // in `lm`. A pass that fails has reported why, with a location.
+  std::optional<LoadedModel> lm;
+  auto compileWith = [&](const std::string &recompute) -> bool {
+    lm = loadModel(ctx, srcMgr, model, shape, mesh.dp);
+    if (!lm)
+      return false;
+    PassManager pm(&ctx, ModuleOp::getOperationName());
+    TrainingPipelineOptions t = train;
+    t.recompute = recompute;
+    if (emit == "xf")
+      xf::buildForwardPipeline(pm, t.mesh);
+    else
+      buildTrainingPipeline(pm, t);
+    std::set<std::string> known;
+    for (Pass &p : pm.getPasses())
+      known.insert(p.getArgument().str());
+    if (emit == "plan")
+      known.insert("llcdist-plan-memory"); // nested on plan.program
+    auto printer = std::make_unique<IRPrinter>(dumpDir, printAll, printAfter);
+    printer->checkUnknown(known);
+    if (failed(printer->dump(*lm->module, "import")))
+      return false;
+    pm.addInstrumentation(std::move(printer));
+    return succeeded(pm.run(*lm->module));
+  };
+  // --recompute auto: the least recomputation whose plan fits the budget.
+  std::vector<std::string> tried;
+  if (train.recompute == "auto") {
+    for (const char *mode : {"none", "selective", "full"}) {
+      if (!compileWith(mode))
+        return kExitError;
+      train.recompute = mode;
+      if (fitsBudget(*lm->module, *budget))
+        break;
+      tried.push_back(mode);
+    }
+  } else if (!compileWith(train.recompute)) {
     return kExitError;
-  pm.addInstrumentation(std::move(printer));
-  if (failed(pm.run(*lm->module)))
-    return kExitError; // the failing pass reported why, with a location
+  }
+  std::vector<StageMemory> memory = memoryOf(*lm->module);
+  if (budget && emit == "plan" && !fitsBudget(*lm->module, *budget)) {
+    error(oomMessage(memory, *budget, budgetName, mesh, train, tried));
+    return kExitError;
+  }
 
   // The forward graph's counts: recorded on the module by llcdist-model-stats.
   FailureOr<xf::ModelStats> s = statsOf(*lm->module);
@@ -952,6 +1116,22 @@ int runCompile(Args &args) {
                    {"arena_bytes_per_stage", planSummary->arenaBytesPerProgram}};
     if (pipeline)
       j["pipeline"] = pipelineJson(*pipeline);
+    if (emit == "plan") {
+      json mem = json::array();
+      for (const StageMemory &sm : memory) {
+        json e = {{"stage", sm.stage}};
+        for (auto &[k, v] : sm.persistent)
+          e[k] = v;
+        e["activations_peak"] = sm.transientPeak;
+        e["activations_live_peak"] = sm.transientLivePeak;
+        e["arena"] = sm.arena;
+        mem.push_back(e);
+      }
+      j["memory_per_rank"] = mem;
+      j["recompute"] = train.recompute;
+      if (budget)
+        j["memory_budget"] = {{"bytes", *budget}, {"from", budgetName}};
+    }
     os << j.dump(2) << "\n";
     return 0;
   }
@@ -971,6 +1151,24 @@ int runCompile(Args &args) {
                       "{:.1f} MiB\n",
                       planSummary->kernels, planSummary->buffers,
                       planSummary->params, planSummary->arenaBytes / 1048576.0);
+  if (emit == "plan") {
+    os << fmt::format("  memory per rank (MiB){}: parameters + gradients + optimizer state + "
+                      "activations and buffers (peak; most live at once) + inputs, metrics "
+                      "= arena\n",
+                      train.recompute != "none" ? ", recompute " + train.recompute : "");
+    for (const StageMemory &sm : memory) {
+      auto kind = [&](const char *k) {
+        auto it = sm.persistent.find(k);
+        return it == sm.persistent.end() ? int64_t(0) : it->second;
+      };
+      os << fmt::format("    {}{} + {} + {} + {} ({}) + {} = {}{}\n",
+                        memory.size() > 1 ? fmt::format("stage {}: ", sm.stage) : "",
+                        mib(kind("param")), mib(kind("grad")), mib(kind("optimizer_state")),
+                        mib(sm.transientPeak), mib(sm.transientLivePeak),
+                        mib(kind("input") + kind("metric")), mib(sm.arena),
+                        budget ? fmt::format("  (fits {}: {})", budgetName, gib(*budget)) : "");
+    }
+  }
   if (pipeline)
     printPipeline(os, *pipeline, output);
   if (comm)

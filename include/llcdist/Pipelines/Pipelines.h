@@ -26,6 +26,10 @@ struct TrainingPipelineOptions {
   /// model chunks per stage, and an explicit layer layout ("3,3,2"; empty:
   /// balanced by cost). See llcdist-pipeline-split.
   std::string pipelineSchedule = "1f1b";
+  /// Activation recomputation: none | selective | full (llcdist-recompute).
+  std::string recompute = "none";
+  /// ZeRO stage over dp (0: off; 1, 2, 3 = FSDP; llcdist-lower-to-plan).
+  int64_t zero = 0;
   int64_t virtualStages = 1;
   std::string ppLayout;
 };

@@ -44,6 +44,9 @@ int64_t dim(Value v, unsigned i) { return cast<RankedTensorType>(v.getType()).ge
 
 struct ParamInfo {
   RankedTensorType type;       ///< the local (this rank's) type
+  /// ZeRO: `type` with its first dimension split over dp (the optimizer
+  /// state's, and from stage 2 the gradient's, from stage 3 the value's).
+  RankedTensorType shardType;
   DictionaryAttr sharding;     ///< xf.sharding of a split parameter, or null
   Buf value, grad;
   bool isTable = false;      // read by an embedding: no weight decay
@@ -85,8 +88,8 @@ bool isWeightGrad(Operation *op) {
 
 class Lowering {
 public:
-  explicit Lowering(ModuleOp module)
-      : module(module), ctx(module.getContext()), b(ctx), symbols(module) {}
+  explicit Lowering(ModuleOp module, int64_t zero = 0)
+      : module(module), ctx(module.getContext()), b(ctx), symbols(module), zero(zero) {}
 
   /// One program for the whole step (no pipeline).
   LogicalResult run();
@@ -113,13 +116,34 @@ private:
   ParamInfo &param(const std::string &name, RankedTensorType type) {
     auto [it, inserted] = params.try_emplace(name);
     if (inserted) {
-      it->second.type = type;
-      it->second.value = newBuffer(name, "param", type);
-      it->second.grad = newBuffer(name + ".grad", "grad", type);
-      it->second.isNormOrBias = type.getRank() == 1;
+      ParamInfo &p = it->second;
+      p.type = type;
+      p.shardType = type;
+      if (zero > 0) {
+        SmallVector<int64_t> dims(type.getShape());
+        dims[0] /= dp; // divisibility checked by zeroCheck()
+        p.shardType = RankedTensorType::get(dims, type.getElementType());
+      }
+      p.value = newBuffer(name, "param", zero >= 3 ? p.shardType : type);
+      p.grad = newBuffer(name + ".grad", "grad", zero >= 2 ? p.shardType : type);
+      p.isNormOrBias = type.getRank() == 1;
       paramOrder.push_back(name);
     }
     return it->second;
+  }
+  /// ZeRO-2/3: a gradient contribution `full` (this microbatch's, not yet
+  /// reduced over dp) is reduce-scattered and added to the gradient shard.
+  void reduceIntoShard(Buf full, const std::string &name, Location loc) {
+    ParamInfo &p = params[name];
+    Buf part = newBuffer(name + ".grad_part", "scratch", p.shardType);
+    kernel("reduce_scatter", {arg("x", full), arg("y", part)},
+           {str("axis", "dp"), i64("outer", 1), i64("inner", p.shardType.getNumElements()),
+            str("op", "sum")},
+           NameLoc::get(b.getStringAttr("ZeRO: reduce-scatter the gradient into its dp shard"),
+                        loc))
+        ->setAttr("plan.payload", b.getStringAttr("gradients"));
+    kernel("accumulate", {arg("x", part), arg("y", p.grad)},
+           {i64("n", p.shardType.getNumElements())}, loc);
   }
   std::string label(Operation *op, Scope &s) {
     std::string scope = s.prefix;
@@ -209,14 +233,31 @@ private:
   std::pair<Buf, bool> gradTarget(Scope &s, Value r, Operation *op) {
     if (isFused(r)) {
       auto acc = cast<AccumulateGradOp>(*r.getUsers().begin());
-      return {params.find(instantiateLayerName(acc.getName(), s.layer))->second.grad, true};
+      std::string name = instantiateLayerName(acc.getName(), s.layer);
+      if (zero >= 2) {
+        // This microbatch's contribution, whole; reduced into the shard
+        // after the kernel (pendingShardReduce).
+        Buf full = newBuffer(name + ".grad_mb", "scratch", params[name].type);
+        pendingShardReduce.push_back({full, name, op->getLoc()});
+        return {full, false};
+      }
+      return {params.find(name)->second.grad, true};
     }
     return {def(s, r, op, ".grad"), false};
   }
 
   // --- lowering --------------------------------------------------------------
   LogicalResult lowerBlock(Block &block, Scope &s);
-  LogicalResult lowerOp(Operation *op, Scope &s);
+  LogicalResult lowerOp(Operation *op, Scope &s) {
+    LogicalResult r = lowerOpImpl(op, s);
+    for (auto &[full, name, loc] : pendingShardReduce)
+      reduceIntoShard(full, name, loc);
+    pendingShardReduce.clear();
+    return r;
+  }
+  LogicalResult lowerOpImpl(Operation *op, Scope &s);
+  /// ZeRO needs every parameter's first dimension divisible by dp.
+  LogicalResult zeroCheck();
   LogicalResult lowerLayer(LayerOp call, Scope &s);
   LogicalResult lowerOptimizer(func::FuncOp fn);
   DictionaryAttr manifest(func::FuncOp entry);
@@ -251,6 +292,14 @@ private:
   /// (name -> home stage), and the pp axis for grad_norm's stage_axis.
   std::map<std::string, int64_t> replicaOf;
   bool pipelined = false;
+  /// ZeRO stage (0: off) over dp; gradients waiting for reduceIntoShard.
+  int64_t zero = 0, dp = 1;
+  struct PendingReduce {
+    Buf full;
+    std::string name;
+    Location loc;
+  };
+  std::vector<PendingReduce> pendingShardReduce;
   int64_t microbatches = 1, numLayers = 0;
   std::string arch;
   // Optimizer choice, for the manifest.
@@ -290,14 +339,27 @@ LogicalResult Lowering::lowerBlock(Block &block, Scope &s) {
   return success();
 }
 
-LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
+LogicalResult Lowering::lowerOpImpl(Operation *op, Scope &s) {
   Location loc = provenance(op, s);
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](ParamOp p) {
-        ParamInfo &info = param(instantiateLayerName(p.getName(), s.layer), p.getType());
+        std::string name = instantiateLayerName(p.getName(), s.layer);
+        ParamInfo &info = param(name, p.getType());
         if (auto sh = p->getAttrOfType<DictionaryAttr>("xf.sharding"))
           info.sharding = sh;
         s.bufs[p.getResult()] = {info.value};
+        if (zero >= 3) {
+          // FSDP: the whole parameter exists only while this scope (a layer
+          // body's forward or backward, or the step's top level) uses it.
+          Buf full = newBuffer(s.prefix + name + ".gathered", "activation", info.type);
+          kernel("all_gather", {arg("x", info.value), arg("y", full)},
+                 {str("axis", "dp"), i64("outer", 1),
+                  i64("inner", info.shardType.getNumElements())},
+                 NameLoc::get(b.getStringAttr("ZeRO-3: gather the parameter before its use"),
+                              loc))
+              ->setAttr("plan.payload", b.getStringAttr("parameters"));
+          s.bufs[p.getResult()] = {full};
+        }
         for (Operation *user : p->getUsers()) {
           if (isa<EmbeddingOp, AddPositionEmbeddingOp>(user) &&
               user->getOperand(1) == p.getResult())
@@ -645,6 +707,10 @@ LogicalResult Lowering::lowerOp(Operation *op, Scope &s) {
         auto it = params.find(instantiateLayerName(acc.getName(), s.layer));
         if (it == params.end())
           return acc.emitOpError("gradient of a parameter that is never read");
+        if (zero >= 2) {
+          reduceIntoShard(use(s, acc.getGrad()), it->getKey().str(), loc);
+          return success();
+        }
         kernel("accumulate", {arg("x", use(s, acc.getGrad())), arg("y", it->second.grad)},
                {i64("n", numel(acc.getGrad()))}, loc);
         return success();
@@ -668,15 +734,35 @@ DictionaryAttr Lowering::initOf(const std::string &name, const ParamInfo &p) {
 
 LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
   current = optimizer;
-  SmallVector<Attribute> grads;
+  // The gradient each update reads: the gradient buffer, or under ZeRO-1
+  // the dp shard reduce-scattered out of it.
+  llvm::StringMap<Buf> updateGrad;
   for (const std::string &name : paramOrder)
-    grads.push_back(params[name].grad);
+    updateGrad[name] = params[name].grad;
   for (Operation &op : fn.getBody().front().without_terminator()) {
+    if (auto ar = dyn_cast<AllReduceGradsOp>(op); ar && zero > 0 && ar.getAxis() == "dp") {
+      // ZeRO replaces the gradient all-reduce over dp by reduce-scatters:
+      // stages 2 and 3 did them in the backward, stage 1 does them now.
+      if (zero == 1)
+        for (const std::string &name : paramOrder) {
+          ParamInfo &p = params[name];
+          Buf shard = newBuffer(name + ".grad_shard", "scratch", p.shardType);
+          kernel("reduce_scatter", {arg("x", p.grad), arg("y", shard)},
+                 {str("axis", "dp"), i64("outer", 1),
+                  i64("inner", p.shardType.getNumElements()), str("op", "sum")},
+                 NameLoc::get(b.getStringAttr("ZeRO-1: reduce-scatter the gradient to the "
+                                              "optimizer state's owner"),
+                              NameLoc::get(b.getStringAttr(name), op.getLoc())))
+              ->setAttr("plan.payload", b.getStringAttr("gradients"));
+          updateGrad[name] = shard;
+        }
+      continue;
+    }
     if (auto ar = dyn_cast<AllReduceGradsOp>(op)) {
       SmallVector<Attribute> covered;
       for (const std::string &name : paramOrder)
         if (ar.covers(name) && updatesHere(name))
-          covered.push_back(params[name].grad);
+          covered.push_back(updateGrad[name]);
       if (covered.empty())
         continue;
       kernel("all_reduce", {arg("x", b.getArrayAttr(covered))},
@@ -707,10 +793,10 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
         if (!updatesHere(name))
           continue; // counted on its home stage
         if (p.sharding) {
-          sharded.push_back(p.grad);
+          sharded.push_back(updateGrad[name]);
           axis = p.sharding.getAs<StringAttr>("axis");
         } else {
-          replicated.push_back(p.grad);
+          replicated.push_back(updateGrad[name]);
         }
       }
       SmallVector<NamedAttribute> args{arg("norm", gradNormBuf)};
@@ -723,6 +809,8 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       }
       if (pipelined) // each stage holds other parameters: sum over pp
         attrs.push_back(str("stage_axis", "pp"));
+      else if (zero > 0) // each dp rank holds other gradient shards
+        attrs.push_back(str("stage_axis", "dp"));
       kernel("grad_norm", args, attrs, op.getLoc());
       continue;
     }
@@ -746,14 +834,23 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       bool decays = p.type.getRank() >= 2 && !p.isTable;
       SmallVector<Attribute> state;
       Location loc = NameLoc::get(b.getStringAttr(name), op.getLoc());
+      // What the update writes: the parameter, or under ZeRO-1/2 this dp
+      // rank's shard of it, cut out now and gathered back after.
+      Buf target = p.value, grad = updateGrad[name];
+      if (zero == 1 || zero == 2) {
+        target = newBuffer(name + ".shard", "scratch", p.shardType);
+        kernel("shard_slice", {arg("x", p.value), arg("y", target)},
+               {str("axis", "dp"), i64("outer", 1), i64("inner", p.shardType.getNumElements())},
+               loc);
+      }
       if (!updatesHere(name)) {
         // A replica: its home stage updates it and sends the new value.
       } else if (adamw) {
-        Buf m = newBuffer(name + ".exp_avg", "optimizer_state", p.type);
-        Buf v = newBuffer(name + ".exp_avg_sq", "optimizer_state", p.type);
+        Buf m = newBuffer(name + ".exp_avg", "optimizer_state", p.shardType);
+        Buf v = newBuffer(name + ".exp_avg_sq", "optimizer_state", p.shardType);
         state = {m, v};
         kernel("adamw",
-               {arg("param", p.value), arg("grad", p.grad), arg("m", m), arg("v", v)},
+               {arg("param", target), arg("grad", grad), arg("m", m), arg("v", v)},
                {f64("beta1", adamw.getBeta1().convertToDouble()),
                 f64("beta2", adamw.getBeta2().convertToDouble()),
                 f64("eps", adamw.getEps().convertToDouble()),
@@ -761,15 +858,20 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
                loc);
       } else {
         double mom = sgd.getMomentum().convertToDouble();
-        SmallVector<NamedAttribute> args{arg("param", p.value), arg("grad", p.grad)};
+        SmallVector<NamedAttribute> args{arg("param", target), arg("grad", grad)};
         if (mom != 0) {
-          Buf buf = newBuffer(name + ".momentum_buffer", "optimizer_state", p.type);
+          Buf buf = newBuffer(name + ".momentum_buffer", "optimizer_state", p.shardType);
           state = {buf};
           args.push_back(arg("momentum_buf", buf));
         }
         kernel("sgd", args, {f64("momentum", mom), f64("weight_decay", decays ? wd : 0.0)},
                loc);
       }
+      if (zero == 1 || zero == 2)
+        kernel("all_gather", {arg("x", target), arg("y", p.value)},
+               {str("axis", "dp"), i64("outer", 1), i64("inner", p.shardType.getNumElements())},
+               NameLoc::get(b.getStringAttr("ZeRO: gather the updated shards"), loc))
+            ->setAttr("plan.payload", b.getStringAttr("parameters"));
       OpBuilder::InsertionGuard g(b);
       b.setInsertionPoint(firstSubroutine);
       auto pop = plan::ParamOp::create(b, loc, b.getStringAttr(name), p.value, p.grad,
@@ -779,6 +881,8 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
         pop->setAttr("sharding", p.sharding);
       if (!updatesHere(name)) // reports: updated (and counted) on its home stage
         pop->setAttr("pipeline.replica_of", b.getI64IntegerAttr(replicaOf[name]));
+      if (zero > 0)
+        pop->setAttr("zero", b.getDictionaryAttr({str("axis", "dp"), i64("stage", zero)}));
     }
   }
   if (!optimizerAttrs)
@@ -907,9 +1011,33 @@ void Lowering::action(plan::SubroutineOp sub, std::optional<int64_t> mb,
     a->setAttr(attr.getName(), attr.getValue());
 }
 
+LogicalResult Lowering::zeroCheck() {
+  if (zero == 0)
+    return success();
+  if (zero < 0 || zero > 3)
+    return module.emitError("llcdist-lower-to-plan: --zero ") << zero << " is not 0, 1, 2 or 3";
+  if (auto grid = module.lookupSymbol<shard::GridOp>("mesh"))
+    dp = grid.getShape()[0];
+  if (dp < 2)
+    return module.emitError("llcdist-lower-to-plan: --zero ")
+           << zero << " shards over dp, but the mesh has dp=1 (use --mesh dp=N with N > 1)";
+  WalkResult r = module.walk([&](ParamOp p) {
+    auto t = cast<RankedTensorType>(p.getType());
+    if (t.getDimSize(0) % dp != 0) {
+      p.emitError("llcdist-lower-to-plan: --zero ")
+          << zero << " splits each parameter's first dimension over dp=" << dp << ", but '"
+          << p.getName() << "' has " << t.getDimSize(0)
+          << " rows on this rank (padding is not built: choose a dp that divides it)";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(r.wasInterrupted());
+}
+
 LogicalResult Lowering::run() {
   func::FuncOp entry, opt;
-  if (failed(prepare(entry, opt)))
+  if (failed(prepare(entry, opt)) || failed(zeroCheck()))
     return failure();
   beginProgram("stage0");
   forward = addSubroutine("forward");
@@ -970,6 +1098,10 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
   func::FuncOp entry, opt;
   if (failed(prepare(entry, opt)))
     return failure();
+  if (zero > 0)
+    return module.emitError("llcdist-lower-to-plan: --zero with pipeline parallelism "
+                            "(pp > 1) is not built yet (the gradient norm would sum over "
+                            "dp and pp)");
   const int64_t p = pipe.stages, chunks = pipe.chunks();
   sch::ScheduleOptions so;
   so.stages = p;
@@ -1237,11 +1369,13 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
 }
 
 struct LowerToPlanPass : public llcdist::impl::LowerToPlanBase<LowerToPlanPass> {
+  using LowerToPlanBase::LowerToPlanBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto info = module->getAttrOfType<DictionaryAttr>("xf.pipeline");
     if (!info) {
-      if (failed(Lowering(module).run()))
+      if (failed(Lowering(module, zero).run()))
         return signalPassFailure();
     } else {
       Pipeline pipe;
@@ -1256,7 +1390,7 @@ struct LowerToPlanPass : public llcdist::impl::LowerToPlanBase<LowerToPlanPass> 
       }
       pipe.kind = *kind;
       for (int64_t s = 0; s < pipe.stages; ++s)
-        if (failed(Lowering(module).runStage(pipe, s)))
+        if (failed(Lowering(module, zero).runStage(pipe, s)))
           return signalPassFailure();
       module->setAttr("plan.pipeline", info);
       module->removeAttr("xf.pipeline");

@@ -157,6 +157,9 @@ json paramJson(plan::ProgramOp program, plan::ParamOp p) {
             {"weight_decay", p.getWeightDecay()}};
   if (!sharding.is_null())
     j["sharding"] = sharding;
+  if (auto z = p->getAttrOfType<DictionaryAttr>("zero"))
+    j["zero"] = {{"axis", z.getAs<StringAttr>("axis").str()},
+                 {"stage", z.getAs<IntegerAttr>("stage").getInt()}};
   return j;
 }
 } // namespace
@@ -240,6 +243,11 @@ FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
       }
     }
   }
+  for (const auto &p : params)
+    if (p.contains("zero")) {
+      manifest["features"].push_back("zero");
+      break;
+    }
   manifest["params"] = params;
   manifest["programs"] = programList;
   out.manifest = manifest;

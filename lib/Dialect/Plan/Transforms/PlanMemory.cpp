@@ -2,12 +2,17 @@
 //
 // Every buffer gets a 64-byte-aligned arena offset. State that lives across
 // steps (parameters, gradients, optimizer state, inputs, metrics) is placed
-// first, for the whole step. Activations and scratch buffers live from their
-// first to their last use in the step's action sequence (the schedule with
-// each subroutine's kernels inlined, microbatch after microbatch); two of them
-// share bytes only when those intervals are disjoint. Offsets are chosen
-// first-fit in order of first use, so the arena size is the plan's exact peak
-// for this order of kernels.
+// first, for the whole step. Activations and scratch buffers are live in
+// segments of the step's kernel sequence (the schedule with each
+// subroutine's kernels inlined, action after action): a segment starts where
+// a kernel overwrites the buffer (a written role, not accumulating, that the
+// kernel does not also read) and ends at the buffer's last access before the
+// next overwrite. A buffer reused by every microbatch is therefore live only
+// while each microbatch needs it. Two buffers share bytes only when none of
+// their segments overlap. Offsets are chosen first-fit in order of first use;
+// the arena size is the plan's peak for this order of kernels, and the most
+// bytes live at once (the lower bound a perfect packing would reach) is
+// recorded beside it.
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
@@ -17,8 +22,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <algorithm>
 #include <map>
-#include <queue>
 
 #define DEBUG_TYPE "llcdist-plan-memory"
 
@@ -29,9 +34,11 @@ namespace llcdist::plan {
 
 using namespace mlir;
 using namespace llcdist::plan;
+namespace schema = llcdist::rt::schema;
 
 namespace {
-constexpr int64_t kAlignment = llcdist::rt::schema::kArenaAlignment;
+constexpr int64_t kAlignment = schema::kArenaAlignment;
+constexpr int64_t kBucket = 64; // kernels per bucket of the segment index
 
 int64_t aligned(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
@@ -41,8 +48,8 @@ bool persistent(BufferOp buf) {
          k == "metric";
 }
 
-struct Interval {
-  int64_t first = -1, last = -1;
+struct Segment {
+  int64_t first, last;
 };
 
 struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPass> {
@@ -51,73 +58,143 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     Block &body = program.getBody().front();
     Builder b(program.getContext());
 
-    // 1. Live intervals over the step: kernels numbered in execution order.
+    // 1. Live segments over the step: kernels numbered in execution order.
     llvm::StringMap<SmallVector<KernelOp>> kernelsOf;
     for (auto sub : body.getOps<SubroutineOp>())
       for (auto k : sub.getBody().front().getOps<KernelOp>())
         kernelsOf[sub.getSymName()].push_back(k);
-    llvm::StringMap<Interval> live;
+    llvm::StringMap<SmallVector<Segment, 2>> live;
     int64_t t = 0;
-    auto touch = [&](Attribute a) {
-      Interval &iv = live[cast<FlatSymbolRefAttr>(a).getValue()];
-      if (iv.first < 0)
-        iv.first = t;
-      iv.last = t;
-    };
     for (auto sched : body.getOps<ScheduleOp>())
       for (auto action : sched.getBody().front().getOps<ActionOp>())
         for (KernelOp k : kernelsOf.lookup(action.getSubroutine())) {
+          auto kind = schema::parseOpKind(k.getKernel().str());
+          auto accumulate = k.getParams().getAs<BoolAttr>("accumulate");
+          // Per buffer of this kernel: does it read it, does it overwrite it?
+          llvm::StringMap<std::pair<bool, bool>> touched;
           for (NamedAttribute arg : k.getArgs()) {
+            bool reads = true, overwrites = false;
+            if (kind) {
+              int idx = schema::argIndex(*kind, arg.getName().strref());
+              if (idx >= 0) {
+                schema::ArgAccess acc = schema::opSpec(*kind).args[idx].access;
+                reads = acc != schema::ArgAccess::kWrite;
+                overwrites = acc == schema::ArgAccess::kWrite ||
+                             (acc == schema::ArgAccess::kReadWrite && accumulate &&
+                              !accumulate.getValue());
+                if (overwrites)
+                  reads = false;
+              }
+            }
+            auto note = [&](Attribute a) {
+              auto &[r, w] = touched[cast<FlatSymbolRefAttr>(a).getValue()];
+              r |= reads;
+              w |= overwrites;
+            };
             if (auto list = dyn_cast<ArrayAttr>(arg.getValue()))
-              llvm::for_each(list, touch);
+              llvm::for_each(list, note);
             else
-              touch(arg.getValue());
+              note(arg.getValue());
+          }
+          for (auto &[name, rw] : touched) {
+            auto &segs = live[name];
+            bool def = rw.second && !rw.first;
+            if (segs.empty() || (def && segs.back().last < t))
+              segs.push_back({t, t});
+            else
+              segs.back().last = t;
           }
           ++t;
         }
 
-    // 2. Persistent state first, one after another.
+    // 2. Persistent state first, one after another; recorded by kind.
     int64_t offset = 0;
+    std::map<std::string, int64_t> byKind;
     SmallVector<BufferOp> transient;
     for (auto buf : body.getOps<BufferOp>()) {
-      if (!persistent(buf) && live.lookup(buf.getSymName()).first >= 0) {
+      if (!persistent(buf) && !live.lookup(buf.getSymName()).empty()) {
         transient.push_back(buf);
         continue;
       }
       buf.setOffsetAttr(b.getI64IntegerAttr(offset));
       offset += aligned(buf.getNumBytes());
+      byKind[buf.getKind().str()] += aligned(buf.getNumBytes());
     }
     int64_t base = offset;
 
-    // 3. Transient buffers, first-fit by first use.
+    // 3. Transient buffers, first-fit by first use, avoiding the bytes of
+    //    every placed buffer with an overlapping segment. `index[k]` lists
+    //    the placed buffers with a segment in kernels [k·kBucket, (k+1)·kBucket).
     llvm::stable_sort(transient, [&](BufferOp x, BufferOp y) {
-      return live.lookup(x.getSymName()).first < live.lookup(y.getSymName()).first;
+      return live.lookup(x.getSymName()).front().first <
+             live.lookup(y.getSymName()).front().first;
     });
-    // `active` holds the byte ranges (relative to base) of the buffers still
-    // live, disjoint and sorted by offset; `expiry` orders them by last use.
-    std::map<int64_t, int64_t> active; // begin -> end
-    std::priority_queue<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, int64_t>>,
-                        std::greater<>>
-        expiry; // (last use, begin)
+    struct Placed {
+      int64_t begin, end;
+      ArrayRef<Segment> segs;
+    };
+    std::vector<Placed> placed;
+    std::vector<std::vector<int64_t>> index(t / kBucket + 1);
+    std::vector<int64_t> seen;
+    auto overlaps = [](ArrayRef<Segment> a, ArrayRef<Segment> b) {
+      size_t i = 0, j = 0;
+      while (i < a.size() && j < b.size()) {
+        if (a[i].last < b[j].first)
+          ++i;
+        else if (b[j].last < a[i].first)
+          ++j;
+        else
+          return true;
+      }
+      return false;
+    };
+    std::vector<int64_t> liveBytes(t + 1, 0); // bytes live per kernel, for the report
     int64_t peak = 0;
     for (BufferOp buf : transient) {
-      Interval iv = live.lookup(buf.getSymName());
-      while (!expiry.empty() && expiry.top().first < iv.first) {
-        active.erase(expiry.top().second);
-        expiry.pop();
-      }
-      int64_t size = aligned(buf.getNumBytes()), at = 0;
-      for (auto [begin, end] : active) {
+      ArrayRef<Segment> segs = live[buf.getSymName()];
+      int64_t size = aligned(buf.getNumBytes());
+      std::vector<std::pair<int64_t, int64_t>> busy;
+      int64_t stamp = int64_t(placed.size());
+      for (const Segment &s : segs)
+        for (int64_t k = s.first / kBucket; k <= s.last / kBucket; ++k)
+          for (int64_t p : index[k]) {
+            if (seen[p] == stamp || !overlaps(placed[p].segs, segs))
+              continue;
+            seen[p] = stamp;
+            busy.push_back({placed[p].begin, placed[p].end});
+          }
+      llvm::sort(busy);
+      int64_t at = 0;
+      for (auto [begin, end] : busy) {
         if (begin - at >= size)
           break;
         at = std::max(at, end);
       }
-      active[at] = at + size;
-      expiry.push({iv.last, at});
+      int64_t id = placed.size();
+      placed.push_back({at, at + size, segs});
+      seen.push_back(-1);
+      for (const Segment &s : segs) {
+        for (int64_t k = s.first / kBucket; k <= s.last / kBucket; ++k)
+          if (index[k].empty() || index[k].back() != id)
+            index[k].push_back(id);
+        liveBytes[s.first] += size;
+        liveBytes[s.last + 1] -= size;
+      }
       peak = std::max(peak, at + size);
       buf.setOffsetAttr(b.getI64IntegerAttr(base + at));
     }
+    int64_t livePeak = 0, running = 0;
+    for (int64_t v : liveBytes)
+      livePeak = std::max(livePeak, running += v);
     program.setArenaBytesAttr(b.getI64IntegerAttr(base + peak));
+
+    // The breakdown the compile report prints (llc-dist compile; issue #6).
+    SmallVector<NamedAttribute> memory;
+    for (auto &[kind, bytes] : byKind)
+      memory.push_back(b.getNamedAttr(kind, b.getI64IntegerAttr(bytes)));
+    memory.push_back(b.getNamedAttr("transient_peak", b.getI64IntegerAttr(peak)));
+    memory.push_back(b.getNamedAttr("transient_live_peak", b.getI64IntegerAttr(livePeak)));
+    program->setAttr("plan.memory", b.getDictionaryAttr(memory));
   }
 };
 } // namespace

@@ -163,16 +163,25 @@ struct PipelineSplitPass
     int64_t firstLayer = -1, firstBackward = -1;
     std::vector<double> layerCost;
     double head = 0, tail = 0;
-    for (auto [i, op] : llvm::enumerate(ops)) {
+    for (auto [i, op] : llvm::enumerate(ops))
       if (isa<CrossEntropyGradOp>(op) && firstBackward < 0)
         firstBackward = i;
-      if (auto call = dyn_cast<LayerOp>(op); call && !isBackwardCall(call, symbols)) {
+    for (auto [i, op] : llvm::enumerate(ops)) {
+      auto call = dyn_cast<LayerOp>(op);
+      if (call && !isBackwardCall(call, symbols) && (firstBackward < 0 || int64_t(i) < firstBackward)) {
         if (firstLayer < 0)
           firstLayer = i;
         layerCost.push_back(3 * forwardFlops(op, symbols));
         continue;
       }
-      if (firstBackward >= 0)
+      if (call && op->hasAttr("xf.recomputed")) {
+        // A layer's forward again before its backward (llcdist-recompute).
+        int64_t layer = call.getIndexAttr().getInt();
+        if (layer >= 0 && layer < int64_t(layerCost.size()))
+          layerCost[layer] += forwardFlops(op, symbols);
+        continue;
+      }
+      if (firstBackward >= 0 && int64_t(i) >= firstBackward)
         continue;
       (firstLayer < 0 ? head : tail) += 3 * forwardFlops(op, symbols);
     }

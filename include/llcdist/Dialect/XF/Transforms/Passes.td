@@ -232,4 +232,31 @@ def PipelineSplit : Pass<"llcdist-pipeline-split", "mlir::ModuleOp"> {
   let dependentDialects = ["llcdist::xf::XFDialect"];
 }
 
+def Recompute : Pass<"llcdist-recompute", "mlir::ModuleOp"> {
+  let options = [
+    Option<"mode", "mode", "std::string", "\"none\"", "none | selective | full">,
+  ];
+  let summary = "activation recomputation: trade backward FLOPs for saved activations";
+  let description = [{
+    Runs after llcdist-autodiff, on the training step.
+
+    - `full`: keep only each layer's input. Before every backward layer call
+      the pass inserts a copy of its forward layer call (same body, same
+      index, the same input), and the backward call reads the copy's saved
+      activations; the forward call's saved results die right after the
+      forward (llcdist-plan-memory reuses their bytes). Costs one more
+      forward per layer.
+    - `selective`: Megatron's core-attention recomputation. Each backward
+      layer body recomputes the attention output and its log-sum-exp from
+      the saved q, k, v (one more attention forward, 4·b·s²·h FLOPs per
+      layer) instead of reading them, so the forward's `out` (b·s·h) and
+      `lse` (b·heads·s) are not kept. (Our attention is flash-style: the
+      s×s scores are never stored, so this is what selective saves here.)
+    - `none`: nothing.
+
+    The module gets `xf.recompute = "<mode>"`.
+  }];
+  let dependentDialects = ["llcdist::xf::XFDialect"];
+}
+
 #endif

@@ -1,5 +1,6 @@
 // runCpuKernel: one KernelCall -> the fp32 CPU kernels of Kernels.h. See Backend.h.
 #include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/Bf16.h"
 
 #include <cmath>
 #include <cstring>
@@ -64,9 +65,28 @@ Status runCpuKernel(const KernelCall& c, const CpuGroupAllReduce& groupAllReduce
   switch (c.kind) {
     case K::kLoadMicrobatch:
       return Status::internal("load_microbatch is executed by the interpreter, not by a kernel");
-    case K::kZero:
-      for (size_t k = 0; k < list("x").size(); ++k) std::memset(list("x")[k], 0, size_t(elems("x", k)) * 4);
+    case K::kZero: {
+      const size_t x = role("x");
+      for (size_t k = 0; k < list("x").size(); ++k)
+        std::memset(list("x")[k], 0, size_t(elems("x", k) * schema::elemTypeSize(c.type(x, k))));
       return Status::ok();
+    }
+    case K::kCast: {
+      // y = x converted: f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact, same dtype copies.
+      const schema::ElemType from = c.type(role("x")), to = c.type(role("y"));
+      const void* x = c.ptr(role("x"));
+      void* y = c.ptr(role("y"));
+      if (!schema::isFloatType(from) || !schema::isFloatType(to))
+        return Status::internal("cast between non-float dtypes");
+      if (from == to) {
+        std::memmove(y, x, size_t(c.n * schema::elemTypeSize(from)));
+      } else if (from == schema::ElemType::kF32) {
+        convertF32ToBf16(static_cast<const float*>(x), static_cast<uint16_t*>(y), c.n);
+      } else {
+        convertBf16ToF32(static_cast<const uint16_t*>(x), static_cast<float*>(y), c.n);
+      }
+      return Status::ok();
+    }
     case K::kEmbeddingFwd:
       return embeddingForward(I("ids"), F("table"), F("out"), c.M, c.V, c.H, c.vocabShard.value_or(VocabShard{}));
     case K::kEmbeddingBwdWeight:

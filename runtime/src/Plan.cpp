@@ -128,7 +128,10 @@ Status parseParam(const Doc& doc, const json& p, const std::string& path, const 
   LLCDIST_RETURN_IF_ERROR(numelOf(doc, path, out->shape, &n));
   std::string dtype;
   LLCDIST_RETURN_IF_ERROR(doc.string(p, path, "dtype", &dtype));
-  if (dtype != "f32") return doc.error(key(path, "dtype"), "unsupported parameter dtype \"" + dtype + "\" (version 1 has \"f32\")");
+  if (!oneOf(dtype, sc::kParamDTypeNames))
+    return doc.error(key(path, "dtype"), "unsupported parameter dtype \"" + dtype + "\" (expected " +
+                                             listNames(sc::kParamDTypeNames) + ")");
+  out->dtype = *sc::parseElemType(dtype);
   // Either "placements" or the single-program spelling "buffer" + "grad"; not both, not neither.
   const bool hasBuffer = p.contains("buffer"), hasGrad = p.contains("grad");
   if (p.contains("placements")) {
@@ -297,7 +300,9 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
   LLCDIST_RETURN_IF_ERROR(doc.integer(model, "model", "vocab_size", &m.vocabSize, 1));
   std::string dtype;
   LLCDIST_RETURN_IF_ERROR(doc.string(model, "model", "dtype", &dtype));
-  if (dtype != "f32") return doc.error("model.dtype", "unsupported dtype \"" + dtype + "\" (version 1 has \"f32\")");
+  if (!oneOf(dtype, sc::kParamDTypeNames))
+    return doc.error("model.dtype", "unsupported dtype \"" + dtype + "\" (expected " + listNames(sc::kParamDTypeNames) + ")");
+  m.modelDtype = *sc::parseElemType(dtype);
 
   const json& batch = root.at("batch");
   LLCDIST_RETURN_IF_ERROR(doc.keys(batch, "batch", {"seq_len", "micro_batch", "microbatches", "dp", "global_batch"}));
@@ -426,9 +431,11 @@ Status parseBuffer(const Doc& doc, const json& b, const std::string& path, size_
   LLCDIST_RETURN_IF_ERROR(numelOf(doc, path, out->shape, &n));
   LLCDIST_RETURN_IF_ERROR(doc.integer(b, path, "offset", &out->offset, 0));
   LLCDIST_RETURN_IF_ERROR(doc.integer(b, path, "bytes", &out->bytes, 0));
-  if (mulOverflow(n, sc::elemTypeSize(out->dtype), &expect) || expect != out->bytes)
+  const int64_t size = sc::elemTypeSize(out->dtype);
+  if (mulOverflow(n, size, &expect) || expect != out->bytes)
     return doc.error(key(path, "bytes"), "expected product(shape) × sizeof(" + std::string(sc::elemTypeName(out->dtype)) +
-                                             ") = " + std::to_string(n) + " × 4 = " + std::to_string(n * 4) +
+                                             ") = " + std::to_string(n) + " × " + std::to_string(size) + " = " +
+                                             (expect == n * size ? std::to_string(expect) : std::string("(overflow)")) +
                                              ", got " + std::to_string(out->bytes));
   if (out->offset % sc::kArenaAlignment != 0)
     return doc.error(key(path, "offset"), "offset " + std::to_string(out->offset) + " is not a multiple of " +
@@ -614,7 +621,15 @@ Status validateParams(const Manifest& manifest, const Program& program, size_t p
         return err(i, field, "buffer " + std::to_string(id) + " (\"" + b.name + "\") has kind \"" +
                                  std::string(sc::bufferKindName(b.kind)) + "\", expected \"" +
                                  std::string(sc::bufferKindName(want)) + "\"");
-      if (b.dtype != sc::ElemType::kF32) return err(i, field, "buffer " + std::to_string(id) + " is not f32");
+      // The value buffer has the param's dtype; the gradient any float dtype (e.g. an f32 gradient of a
+      // bf16 param, or a bf16 gradient of an f32 master param).
+      if (!isGrad && b.dtype != p.dtype)
+        return err(i, field, "buffer " + std::to_string(id) + " (\"" + b.name + "\") is " +
+                                 std::string(sc::elemTypeName(b.dtype)) + " but parameter \"" + p.name +
+                                 "\" has dtype \"" + std::string(sc::elemTypeName(p.dtype)) + "\"");
+      if (isGrad && !sc::isFloatType(b.dtype))
+        return err(i, field, "buffer " + std::to_string(id) + " (\"" + b.name + "\") is " +
+                                 std::string(sc::elemTypeName(b.dtype)) + "; a gradient must be f32 or bf16");
       if (b.shape != p.localShape) {
         auto str = [](const std::vector<int64_t>& s) {
           std::string r = "[";

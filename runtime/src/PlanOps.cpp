@@ -50,6 +50,13 @@ const std::vector<int64_t>& Op::argList(std::string_view role) const {
   return args[size_t(i)];
 }
 
+schema::ArgAccess Op::access(size_t role) const {
+  const schema::ArgAccess a = schema::opSpec(kind).args[role].access;
+  if (a == schema::ArgAccess::kReadWrite && attrs.count("accumulate") && !boolAttr("accumulate"))
+    return schema::ArgAccess::kWrite;
+  return a;
+}
+
 namespace planops {
 namespace {
 
@@ -92,12 +99,13 @@ Status parseId(const Doc& doc, const json& v, const std::string& path, const Pro
                                std::to_string(prog.buffers.size()) + " buffers, ids 0.." +
                                std::to_string(int64_t(prog.buffers.size()) - 1) + ")");
   const BufferDesc& b = prog.buffers[size_t(*id)];
-  const bool ok = spec.type == sc::ArgType::kAny || (spec.type == sc::ArgType::kF32 && b.dtype == sc::ElemType::kF32) ||
+  // Float roles take f32 or bf16 (bf16 storage, fp32 arithmetic); ids and targets i32; `zero` anything.
+  const bool ok = spec.type == sc::ArgType::kAny || (spec.type == sc::ArgType::kF32 && sc::isFloatType(b.dtype)) ||
                   (spec.type == sc::ArgType::kI32 && b.dtype == sc::ElemType::kI32);
   if (!ok)
     return doc.error(path, "buffer " + std::to_string(*id) + " (\"" + b.name + "\") is " +
                                std::string(sc::elemTypeName(b.dtype)) + " but role \"" + std::string(spec.role) +
-                               "\" needs " + (spec.type == sc::ArgType::kI32 ? "i32" : "f32"));
+                               "\" needs " + (spec.type == sc::ArgType::kI32 ? "i32" : "f32 or bf16"));
   return Status::ok();
 }
 
@@ -390,6 +398,7 @@ Status Checker::check() const {
     case K::kAdd:
     case K::kAccumulate:
     case K::kCopy:
+    case K::kCast:
       for (size_t i = 0; i < sc::opSpec(op_.kind).numArgs; ++i)
         LLCDIST_RETURN_IF_ERROR(count(std::string(sc::opSpec(op_.kind).args[i].role).c_str(), n, "n"));
       return Status::ok();

@@ -158,13 +158,7 @@ uint16_t floatToHalf(float f) {
   return uint16_t(o | (sign >> 16));
 }
 
-float bf16ToFloat(uint16_t b) { return floatOf(uint32_t(b) << 16); }
-
-uint16_t floatToBf16(float f) {
-  const uint32_t u = bitsOf(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040);  // quiet NaN
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
+// bf16 conversions: Bf16.h (header-only, shared with the plan runtime).
 
 int64_t TensorInfo::numel() const { return checkedNumel(shape).value_or(-1); }
 

@@ -4,6 +4,7 @@
 #include "TestUtil.h"
 
 #include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/Bf16.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/Plan.h"
@@ -177,6 +178,9 @@ std::vector<Case> cases() {
       {"add", {{"a", {6}}, {"b", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { addForward(h.F("a"), h.F("b"), h.F("y"), 6); }},
       {"accumulate", {{"x", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { accumulateInto(h.F("x"), h.F("y"), 6); }},
       {"copy", {{"x", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
+      // Same dtype on both sides here (f32 -> f32, or bf16 -> bf16 in the bf16 run): a copy. Conversions:
+      // Bf16Test.CastOpConvertsBetweenDtypes.
+      {"cast", {{"x", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
       {"cross_entropy_fwd", {{"logits", {15}}, {"targets", {3}}, {"loss", {1}}}, {{"M", 3}, {"V", 5}, {"scale", 0.5}},
        [](Host& h) {
          double mean = 0;
@@ -236,8 +240,10 @@ std::vector<Case> cases() {
   };
 }
 
-void runCase(const Case& c, uint32_t seed) {
-  SCOPED_TRACE(c.op);
+// bf16: every float buffer is bf16 (host values rounded to bf16 first); the op must equal the f32 kernel
+// on those values with every float result rounded to bf16 (bf16 storage, fp32 arithmetic), bit for bit.
+void runCase(const Case& c, uint32_t seed, bool bf16 = false) {
+  SCOPED_TRACE(c.op + (bf16 ? " (bf16 buffers)" : ""));
   const auto kind = sc::parseOpKind(c.op);
   ASSERT_TRUE(kind.has_value());
   testing::PlanBuilder b(/*vocab=*/8, /*seqLen=*/3, /*microBatch=*/2, /*microbatches=*/2, c.optimizer);
@@ -251,7 +257,7 @@ void runCase(const Case& c, uint32_t seed) {
     const bool i32 = spec.type == sc::ArgType::kI32;
     json ids = json::array();
     for (size_t k = 0; k < counts.size(); ++k) {
-      const int64_t id = b.buffer(role + std::to_string(k), "activation", {counts[k]}, i32 ? "i32" : "f32");
+      const int64_t id = b.buffer(role + std::to_string(k), "activation", {counts[k]}, i32 ? "i32" : bf16 ? "bf16" : "f32");
       ids.push_back(id);
       bufs.emplace_back(id, role, k, i32);
       if (i32) {
@@ -260,6 +266,8 @@ void runCase(const Case& c, uint32_t seed) {
         std::vector<float> v = testing::randn(counts[k], seed++);
         if (c.positive.count(role))
           for (float& x : v) x = std::abs(x);
+        if (bf16)
+          for (float& x : v) x = roundToBf16(x);
         host.f[role].push_back(std::move(v));
       }
     }
@@ -287,10 +295,22 @@ void runCase(const Case& c, uint32_t seed) {
   auto interp = Interpreter::create(plan, 0, *backend, c.rank);
   ASSERT_TRUE(interp.isOk()) << interp.status().message();
   for (const auto& [id, role, k, i32] : bufs)
-    ASSERT_TRUE((*interp)->writeBuffer(id, i32 ? (const void*)host.i[role][k].data() : host.f[role][k].data()).isOk());
+    ASSERT_TRUE((i32 ? (*interp)->writeBuffer(id, host.i[role][k].data()) : (*interp)->writeF32(id, host.f[role][k].data()))
+                    .isOk());
   Status s = (*interp)->runSubroutine(0, kStep, kMicro, kLr, fillBatch);
   ASSERT_TRUE(s.isOk()) << s.message();
   c.ref(host);
+  if (bf16) {
+    for (auto& [role, vs] : host.f)
+      for (auto& v : vs)
+        for (float& x : v) x = roundToBf16(x);
+    for (const auto& [id, role, k, i32] : bufs) {
+      if (i32) continue;
+      const std::vector<float> got = (*interp)->readF32(id).value();
+      EXPECT_EQ(std::memcmp(got.data(), host.f[role][k].data(), got.size() * 4), 0) << "role " << role << "[" << k << "]";
+    }
+    return;
+  }
   for (const auto& [id, role, k, i32] : bufs) {
     const BufferDesc& d = plan.programs[0].buffers[size_t(id)];
     std::vector<char> got(size_t(d.bytes));
@@ -312,6 +332,17 @@ TEST(InterpreterDispatchTest, EveryOpMatchesItsKernel) {
   for (const sc::OpSpec& spec : sc::kOpSpecs) {
     if (sc::isPointToPoint(spec.kind)) continue;
     EXPECT_TRUE(covered.count(std::string(spec.name))) << spec.name;
+  }
+}
+
+// Every op again with all its float buffers bf16: the interpreter converts them to f32 temporaries, runs
+// the same kernel and rounds the written ones back, so the result is the f32 kernel's on the bf16
+// values, rounded (zero and cast handle bf16 themselves).
+TEST(InterpreterDispatchTest, EveryOpOnBf16BuffersIsTheRoundedF32Kernel) {
+  uint32_t seed = 1;
+  for (const Case& c : cases()) {
+    runCase(c, seed, /*bf16=*/true);
+    seed += 100;
   }
 }
 

@@ -72,10 +72,12 @@ struct PlanBuilder {
                  const std::string& dtype = "f32") {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
+    const auto type = schema::parseElemType(dtype);
+    const int64_t bytes = n * (type ? schema::elemTypeSize(*type) : 4);
     const int64_t id = int64_t(program["buffers"].size());
     program["buffers"].push_back({{"id", id}, {"name", name}, {"kind", kind}, {"dtype", dtype}, {"shape", shape},
-                                  {"offset", arena}, {"bytes", n * 4}});
-    arena += (n * 4 + 63) / 64 * 64;
+                                  {"offset", arena}, {"bytes", bytes}});
+    arena += (bytes + 63) / 64 * 64;
     program["arena_bytes"] = arena;
     return id;
   }
@@ -97,8 +99,9 @@ struct PlanBuilder {
     if (microbatch >= 0) a["microbatch"] = microbatch;
     program["actions"].push_back(std::move(a));
   }
-  void param(const std::string& name, std::vector<int64_t> shape, int64_t buf, int64_t grad, json init, bool wd) {
-    manifest["params"].push_back({{"name", name}, {"shape", shape}, {"dtype", "f32"}, {"buffer", buf},
+  void param(const std::string& name, std::vector<int64_t> shape, int64_t buf, int64_t grad, json init, bool wd,
+             const std::string& dtype = "f32") {
+    manifest["params"].push_back({{"name", name}, {"shape", shape}, {"dtype", dtype}, {"buffer", buf},
                                   {"grad", grad}, {"init", init}, {"weight_decay", wd}});
   }
   void write(const fs::path& dir) const {

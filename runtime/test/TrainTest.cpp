@@ -69,13 +69,15 @@ TEST_F(TrainTest, ProgressLinesUnlessQuiet) {
   ASSERT_TRUE(runTraining(o, progress).isOk());
   const std::string lines = progress.str();
   EXPECT_NE(lines.find("step 3/3 | loss "), std::string::npos) << lines;
-  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 3);
+  // Three step lines and the memory line (Train.h).
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 4) << lines;
+  EXPECT_NE(lines.find("\nmemory: rank 0 arena "), std::string::npos) << lines;
   o.progressIsTty = true;
   std::ostringstream tty;
   ASSERT_TRUE(runTraining(o, tty).isOk());
   const std::string ttyText = tty.str();
   EXPECT_EQ(std::count(ttyText.begin(), ttyText.end(), '\r'), 3);
-  EXPECT_EQ(std::count(ttyText.begin(), ttyText.end(), '\n'), 1);
+  EXPECT_EQ(std::count(ttyText.begin(), ttyText.end(), '\n'), 2) << ttyText;  // the progress line, memory
 }
 
 TEST_F(TrainTest, GradientAccumulationMatchesLargerMicroBatch) {

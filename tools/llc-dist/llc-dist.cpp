@@ -130,6 +130,22 @@ PIPELINE (pp > 1)
   flight beside the analytic bubble, and the schedule as a text Gantt chart;
   the plan directory gets schedule.trace.json (Chrome trace / Perfetto).
 
+MEMORY
+  --recompute none|selective|full|auto
+                         activation recomputation: selective re-runs the core
+                         attention in the backward, full re-runs each layer
+                         from its input; auto picks the least that fits the
+                         budget (needs --device or --memory-budget)
+  --zero 1|2|3           ZeRO over dp: 1 shards the optimizer state, 2 also
+                         the gradients, 3 (FSDP) also the parameters, gathered
+                         per layer where used (default 0: off)
+  --device NAME|FILE     the accelerator every rank runs on (devices/: h100-80gb,
+                         a100-80gb, a100-40gb, h200); a plan whose arena exceeds
+                         its memory on any rank is an error with the breakdown
+  --memory-budget SIZE   the same with an explicit size (80GiB, 72GB, 4096MiB)
+  The summary shows each rank's parameters, gradients, optimizer state,
+  activations (peak) and arena, per pipeline stage.
+
 OPTIMIZER (torch.optim semantics)
   --optimizer adamw|sgd  (default adamw)
   --lr X                 peak learning rate (default 1e-3)

@@ -12,6 +12,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -38,6 +41,70 @@ std::string progressLine(const StepRecord& r, int64_t steps) {
                 static_cast<long long>(r.step + 1), static_cast<long long>(steps), r.loss, r.lr, r.gradNorm,
                 r.tokensPerSec);
   return buf;
+}
+
+// Every rank's first-step memory measurement, for the last log record: each rank settles once (after
+// its first step, or when it ends without one); the reporting rank waits until all have.
+class MemoryBoard {
+public:
+  explicit MemoryBoard(int world) : stats_(size_t(world)), settled_(size_t(world), false), pending_(world) {}
+  void settle(int rank, const std::optional<MemoryStats>& stats) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (settled_[size_t(rank)]) return;
+    settled_[size_t(rank)] = true;
+    stats_[size_t(rank)] = stats;
+    if (--pending_ == 0) cv_.notify_all();
+  }
+  std::vector<std::optional<MemoryStats>> waitAll() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return pending_ == 0; });
+    return stats_;
+  }
+
+private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::optional<MemoryStats>> stats_;
+  std::vector<bool> settled_;
+  int pending_;
+};
+
+std::string jsonIntArray(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// The "memory" field of the last log record (Train.h).
+std::string memoryField(const std::vector<int64_t>& arena, const std::vector<std::optional<MemoryStats>>& stats) {
+  std::vector<int64_t> high, live;
+  for (const auto& s : stats) {
+    high.push_back(s ? s->arenaHighWaterBytes : 0);
+    live.push_back(s ? s->peakLiveBytes : 0);
+  }
+  return ", \"memory\": {\"arena_bytes\": " + jsonIntArray(arena) + ", \"arena_high_water_bytes\": " +
+         jsonIntArray(high) + ", \"peak_live_bytes\": " + jsonIntArray(live) + "}";
+}
+
+// The memory lines printed after the run (Train.h): one per run of consecutive ranks with the same
+// three numbers ("rank r" or "ranks a-b"), so an SPMD plan prints one line.
+std::string memoryLines(const RunResult& r) {
+  const size_t n = r.arenaBytes.size();
+  auto same = [&](size_t i, size_t j) {
+    return r.arenaBytes[i] == r.arenaBytes[j] && r.arenaHighWaterBytes[i] == r.arenaHighWaterBytes[j] &&
+           r.measuredPeakLiveBytes[i] == r.measuredPeakLiveBytes[j];
+  };
+  std::string s;
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    while (j < n && same(i, j)) ++j;
+    const std::string who = j - i == 1 ? "rank " + std::to_string(i)
+                                       : "ranks " + std::to_string(i) + "-" + std::to_string(j - 1);
+    s += "memory: " + who + " arena " + std::to_string(r.arenaBytes[i]) + " bytes, touched up to " +
+         std::to_string(r.arenaHighWaterBytes[i]) + ", live peak " + std::to_string(r.measuredPeakLiveBytes[i]) + "\n";
+    i = j;
+  }
+  return s;
 }
 
 // Fails early when --save-params cannot be written, rather than after the run's steps: a probe file
@@ -138,6 +205,8 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   RunResult& res = result ? *result : local;
   res = RunResult{};
   res.tokensPerStep = m.globalBatch * m.seqLen;
+  for (int r = 0; r < world; ++r) res.arenaBytes.push_back(ranks[size_t(r)].backend->arenaBytes());
+  MemoryBoard memoryBoard(world);
 
   // One rank's whole run. reportRank reports (records, log, progress); its metrics are the run's.
   auto runRank = [&](int r) -> Status {
@@ -150,6 +219,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
       rec.lr = learningRate(sched, step);
       const auto t0 = std::chrono::steady_clock::now();
       LLCDIST_RETURN_IF_ERROR(interp.runStep(step, rec.lr, data));
+      if (step == 0) memoryBoard.settle(r, interp.memoryStats());  // measured during this first step
       if (r != reportRank) continue;
       float loss = 0, norm = std::numeric_limits<float>::quiet_NaN();
       LLCDIST_RETURN_IF_ERROR(interp.readBuffer(lossId, &loss));
@@ -160,7 +230,12 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
       rec.tokensPerSec = dt > 0 ? double(res.tokensPerStep) / dt : 0.0;
       res.steps.push_back(rec);
       if (log.is_open()) {
-        log << logRecord(rec) << std::flush;
+        std::string line = logRecord(rec);
+        if (step == opts.steps - 1) {  // the last record carries every rank's memory measurement
+          line.erase(line.size() - 2);  // "}\n"
+          line += memoryField(res.arenaBytes, memoryBoard.waitAll()) + "}\n";
+        }
+        log << line << std::flush;
         if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': write failed");
       }
       if (!opts.quiet) {
@@ -178,6 +253,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     for (int r = 0; r < world; ++r)
       threads.emplace_back([&, r] {
         Status s = runRank(r);
+        memoryBoard.settle(r, ranks[size_t(r)].interp->memoryStats());  // no-op after a first step
         if (!s.isOk()) comm->abort(Status(s).withRank(r));  // nobody waits for this rank any more
         ranks[size_t(r)].status = std::move(s);
       });
@@ -185,7 +261,13 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   }
   if (!opts.quiet && opts.progressIsTty && !res.steps.empty()) progress << '\n' << std::flush;
   LLCDIST_RETURN_IF_ERROR(firstError(ranks, comm.get(), multiRank));
-  for (const RankRun& r : ranks) res.peakDeviceBytes = std::max(res.peakDeviceBytes, r.backend->peakAllocatedBytes());
+  for (const RankRun& r : ranks) {
+    res.peakDeviceBytes = std::max(res.peakDeviceBytes, r.backend->peakAllocatedBytes());
+    const std::optional<MemoryStats>& mem = r.interp->memoryStats();
+    res.arenaHighWaterBytes.push_back(mem ? mem->arenaHighWaterBytes : 0);
+    res.measuredPeakLiveBytes.push_back(mem ? mem->peakLiveBytes : 0);
+  }
+  if (!opts.quiet && opts.steps > 0) progress << memoryLines(res) << std::flush;
   if (!opts.saveParams.empty()) {
     std::vector<Interpreter*> interps;
     for (RankRun& r : ranks) interps.push_back(r.interp.get());

@@ -42,7 +42,7 @@ Status importParams(const Manifest& manifest, Interpreter& interp, const std::st
     std::vector<float> full(size_t(p.numel()));
     LLCDIST_RETURN_IF_ERROR(reader.readF32(p.name, full.data(), p.numel()));
     if (!p.sharding) {
-      LLCDIST_RETURN_IF_ERROR(interp.writeBuffer(pl->buffer, full.data()));
+      LLCDIST_RETURN_IF_ERROR(interp.writeF32(pl->buffer, full.data()));
       continue;
     }
     const auto [member, n] = memberOf(manifest, p, interp.rank());
@@ -50,7 +50,7 @@ Status importParams(const Manifest& manifest, Interpreter& interp, const std::st
     forEachShardRun(p, member, n, [&](int64_t l, int64_t g, int64_t count) {
       std::memcpy(local.data() + l, full.data() + g, size_t(count) * 4);
     });
-    LLCDIST_RETURN_IF_ERROR(interp.writeBuffer(pl->buffer, local.data()));
+    LLCDIST_RETURN_IF_ERROR(interp.writeF32(pl->buffer, local.data()));
   }
   std::string extra;
   int64_t numExtra = 0;
@@ -103,7 +103,7 @@ Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, 
       case ParamInit::Kind::kZeros: fillConstant(v.data(), p.localNumel(), 0.0f); break;
       case ParamInit::Kind::kOnes: fillConstant(v.data(), p.localNumel(), 1.0f); break;
     }
-    LLCDIST_RETURN_IF_ERROR(interp.writeBuffer(pl->buffer, v.data()).withContext("param '" + p.name + "'"));
+    LLCDIST_RETURN_IF_ERROR(interp.writeF32(pl->buffer, v.data()).withContext("param '" + p.name + "'"));
   }
   return Status::ok();
 }

@@ -52,6 +52,11 @@ struct KernelCall {
   // optional role is absent); argElems[i][k] its element count.
   std::vector<std::vector<void*>> args;
   std::vector<std::vector<int64_t>> argElems;
+  // argTypes[i][k]: the dtype of that buffer (as args; may be left empty, meaning f32 for float roles
+  // and i32 for i32 roles). The interpreter hands kernels f32 data for every float role (bf16 buffers
+  // are converted to f32 temporaries around the launch: PlanSchema's handlesBf16Itself); only `zero`
+  // and `cast` see bf16 addresses, and they read their dtypes from here.
+  std::vector<std::vector<schema::ElemType>> argTypes;
   // Sizes and scalars (names as in the op table; unused fields stay 0).
   int64_t M = 0, K = 0, N = 0, V = 0, H = 0, B = 0, S = 0, P = 0, n = 0, rows = 0;
   int64_t nh = 0, nkv = 0, hd = 0;
@@ -88,6 +93,11 @@ struct KernelCall {
   void* ptr(size_t role, size_t k = 0) const { return args[role].empty() ? nullptr : args[role][k]; }
   float* f(size_t role, size_t k = 0) const { return static_cast<float*>(ptr(role, k)); }
   int32_t* i32(size_t role, size_t k = 0) const { return static_cast<int32_t*>(ptr(role, k)); }
+  schema::ElemType type(size_t role, size_t k = 0) const {
+    if (role < argTypes.size() && k < argTypes[role].size()) return argTypes[role][k];
+    return schema::opSpec(kind).args[role].type == schema::ArgType::kI32 ? schema::ElemType::kI32
+                                                                          : schema::ElemType::kF32;
+  }
 };
 
 class Backend {

@@ -22,6 +22,27 @@
 // and the running action's microbatch (-1 when it has none), and wait for them on the default stream.
 // The data source is per rank: the caller binds the rank's dp coordinate into it (Train.h).
 //
+// bf16 buffers (docs/plan-format.md "bf16 storage, fp32 arithmetic"): for every op except zero, cast and
+// load_microbatch (schema::handlesBf16Itself), each bf16 argument of a float role is bound to an f32
+// temporary in the interpreter's staging area (host memory, sized once at create() to the largest need
+// of one op; one temporary per distinct buffer of the op). Before the op the temporaries of roles it
+// reads (read, or read-write: Op::access) are filled from the arena (exact); after it, the temporaries of
+// roles it writes are rounded back into the arena (nearest even). The conversions are `cast` launches on
+// the backend. Ops without bf16 arguments run on arena addresses directly (no copies). Collectives and
+// send / recv on bf16 buffers therefore communicate f32 values with the usual member-order rules.
+//
+// Memory measurement (docs/plan-format.md "Memory"): the first runStep() traces the ops it executes
+// (the hook is in runSubroutine's op loop, after each op ran): op positions 0, 1, ... in execution
+// order across the step's actions, and for each buffer the op positions that touch it. At the end of
+// that step memoryStats() is computed: the arena high-water mark (the largest offset + bytes of any
+// buffer an op touched) and the peak of live bytes: the max over op positions of Σ bytes rounded up to
+// kArenaAlignment over the buffers live there. param, grad, optimizer_state, input and metric buffers
+// are live for the whole step. An activation or scratch buffer is live from an op that writes it
+// without reading it (a new value) to the last op that touches it before the next such write: one
+// lifetime per value, e.g. one per microbatch when every microbatch's forward rewrites it. A buffer read
+// before the step's first write of it holds a value from the previous step: live from position 0, and
+// its last lifetime is live to the step's end. Later steps are not traced (they execute the same ops).
+//
 // Errors from an op carry where it is: "<program file>: subroutine 'backward' op 3 (linear_bwd_input,
 // loc 'h.0.mlp.c_fc'): <kernel message>".
 #pragma once
@@ -33,7 +54,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace llcdist::rt {
@@ -43,12 +66,23 @@ namespace llcdist::rt {
 using MicrobatchSource =
     std::function<Status(int64_t step, int64_t microbatch, int32_t* ids, int32_t* targets, int64_t B, int64_t S)>;
 
+// What the interpreter measured in its first step (see above). Bytes are per rank (one arena).
+struct MemoryStats {
+  int64_t arenaBytes = 0;           // the program's arena_bytes (what the backend allocated)
+  int64_t arenaHighWaterBytes = 0;  // max offset + bytes over the buffers the step's ops touched
+  int64_t peakLiveBytes = 0;        // max over op positions of the live buffers' aligned bytes
+  int64_t peakPosition = -1;        // first op position (0-based, execution order) at the peak; -1: no op ran
+  int64_t opsExecuted = 0;          // op positions in the traced step
+  int64_t stagingBytes = 0;         // f32 temporaries for bf16 arguments (host memory, not in the arena)
+};
+
 class Interpreter {
 public:
   // `plan` and `backend` must outlive the interpreter. The backend must not have an arena yet. `rank`
   // is the global rank this interpreter runs (in [0, world size), one of programs[programIndex]'s ranks).
   static StatusOr<std::unique_ptr<Interpreter>> create(const Plan& plan, size_t programIndex, Backend& backend,
                                                        int rank = 0);
+  ~Interpreter();
   int rank() const { return rank_; }
   size_t programIndex() const { return programIndex_; }  // index into plan.programs
 
@@ -63,19 +97,39 @@ public:
   // Host <-> buffer copies of a whole buffer (the host side has buffer.bytes bytes); synchronous.
   Status readBuffer(int64_t id, void* dst);
   Status writeBuffer(int64_t id, const void* src);
+  // A float buffer's values as f32 (a bf16 buffer converted exactly); an i32 buffer is an error.
   StatusOr<std::vector<float>> readF32(int64_t id);
+  // Writes numel() f32 values into a float buffer, converted to its dtype (bf16: nearest even).
+  Status writeF32(int64_t id, const float* src);
+
+  // The memory measured during the first runStep(); nullopt before a step has completed.
+  const std::optional<MemoryStats>& memoryStats() const { return memory_; }
 
 private:
   struct BoundOp {
-    KernelCall call;
+    KernelCall call;  // arena addresses; bf16 float-role arguments: their f32 staging temporaries
     const Op* op = nullptr;
     std::shared_ptr<RopeTable> rope;
+    // bf16 arguments: cast launches arena -> staging before the op, staging -> arena after it.
+    std::vector<KernelCall> convertIn, convertOut;
+    // Every distinct buffer the op touches: whether it reads it (a read or read-write role, Op::access)
+    // and whether it writes it, over all its roles; for the memory trace.
+    struct Use {
+      int64_t id;
+      bool read, write;
+    };
+    std::vector<Use> uses;
   };
-  Interpreter() = default;
+  struct MemoryTrace;
+  Interpreter();
   Status bind(const Op& op, BoundOp* out);
+  int64_t stagingElems(const Op& op) const;
+  void traceOp(const BoundOp& bound);
+  MemoryStats finishTrace() const;
   Status runCollective(const BoundOp& bound);
   Status runPointToPoint(const BoundOp& bound, int64_t microbatch);
   Status runOp(const BoundOp& bound, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data);
+  Status execute(const BoundOp& bound, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data);
   std::string where(size_t subroutine, size_t opIndex) const;
 
   const Plan* plan_ = nullptr;
@@ -86,6 +140,9 @@ private:
   Stream stream_;
   std::vector<std::vector<BoundOp>> subroutines_;  // parallel to program_->subroutines
   std::vector<int32_t> idsHost_, targetsHost_;      // load_microbatch staging
+  std::vector<float> staging_;                      // f32 temporaries of bf16 arguments (one op at a time)
+  std::unique_ptr<MemoryTrace> trace_;              // during the first runStep only
+  std::optional<MemoryStats> memory_;
 };
 
 }  // namespace llcdist::rt

@@ -54,6 +54,9 @@ struct ParamDesc {
   };
   std::string name;            // Hugging Face name
   std::vector<int64_t> shape;  // Hugging Face layout (the global tensor)
+  // params[].dtype: f32 or bf16; the value buffer of every placement has this dtype (its grad buffer
+  // f32 or bf16). Init and --init-from round to it; --save-params writes F32 (exact).
+  schema::ElemType dtype = schema::ElemType::kF32;
   // Always at least one entry, with distinct programs, in the JSON's order. The legacy spelling
   // (params[i].buffer / .grad) becomes one placement in program 0.
   std::vector<Placement> placements;
@@ -81,6 +84,7 @@ struct OptimizerDesc {
 struct Manifest {
   std::vector<std::string> features;
   std::string modelName, architecture;
+  schema::ElemType modelDtype = schema::ElemType::kF32;  // model.dtype: f32 or bf16 (descriptive)
   int64_t vocabSize = 0;
   int64_t seqLen = 0, microBatch = 0, microbatches = 0, dataParallel = 0, globalBatch = 0;
   int64_t meshDp = 1, meshTp = 1, meshPp = 1;
@@ -137,6 +141,10 @@ struct Op {
   // The single buffer id of a kOne/kOptional role (-1 when an optional role is absent).
   int64_t arg(std::string_view role) const;
   const std::vector<int64_t>& argList(std::string_view role) const;
+  // How the op uses the buffers of role index `role` (kOpSpecs[kind].args[role]): the schema's access,
+  // except that a read-write role of an op with attr `accumulate` false is write-only (it is
+  // overwritten, not added into).
+  schema::ArgAccess access(size_t role) const;
 };
 
 struct Subroutine {
@@ -170,7 +178,8 @@ StatusOr<Manifest> parseManifest(const std::string& text, const std::string& fil
 // sizes, optimizer kind). Params are cross-checked by loadPlan / validateParams.
 StatusOr<Program> parseProgram(const std::string& text, const std::string& file, const Manifest& manifest);
 // Checks every param's placement in programs[programIndex] (`program`): buffer/grad ids in range,
-// kinds param/grad, f32, the local shape, no buffer serving two params. Errors name
+// kinds param/grad, the value buffer of the param's dtype and the grad f32 or bf16, the local shape,
+// no buffer serving two params. Errors name
 // params[i].buffer / .grad (legacy spelling) or params[i].placements[k].buffer / .grad.
 Status validateParams(const Manifest& manifest, const Program& program, size_t programIndex);
 // The same for programs[0] (single-program plans).

@@ -68,11 +68,24 @@ constexpr std::optional<BufferKind> parseBufferKind(std::string_view s) {
     if (kBufferKindNames[i] == s) return BufferKind(i);
   return std::nullopt;
 }
+// Kinds whose buffers hold state across steps (or the step's inputs and metrics): live for the whole
+// step, as the compiler's memory planner places them. Activations and scratch buffers live only between
+// their uses (the runtime's measured peak: docs/plan-format.md "Memory").
+constexpr bool livesWholeStep(BufferKind k) {
+  return k != BufferKind::kActivation && k != BufferKind::kScratch;
+}
 
-enum class ElemType { kF32, kI32 };
-inline constexpr std::array<std::string_view, 2> kElemTypeNames = {"f32", "i32"};
+// Buffer dtypes. `bf16` (bfloat16: the top 16 bits of an IEEE f32; Bf16.h) is a storage dtype: ops
+// compute in f32 and the interpreter converts bf16 arguments in and out (docs/plan-format.md "bf16
+// storage, fp32 arithmetic"). Buffer `bytes` = numel × elemTypeSize(dtype).
+enum class ElemType { kF32, kI32, kBF16 };
+inline constexpr std::array<std::string_view, 3> kElemTypeNames = {"f32", "i32", "bf16"};
 constexpr std::string_view elemTypeName(ElemType t) { return kElemTypeNames[size_t(t)]; }
-constexpr int64_t elemTypeSize(ElemType) { return 4; }
+constexpr int64_t elemTypeSize(ElemType t) { return t == ElemType::kBF16 ? 2 : 4; }
+// The float dtypes: what a float role (ArgType::kF32) accepts.
+constexpr bool isFloatType(ElemType t) { return t == ElemType::kF32 || t == ElemType::kBF16; }
+// The dtypes a parameter (manifest params[].dtype, model.dtype) may have.
+inline constexpr std::array<std::string_view, 2> kParamDTypeNames = {"f32", "bf16"};
 constexpr std::optional<ElemType> parseElemType(std::string_view s) {
   for (size_t i = 0; i < kElemTypeNames.size(); ++i)
     if (kElemTypeNames[i] == s) return ElemType(i);
@@ -93,14 +106,18 @@ enum class OpKind {
   kCrossEntropyFwd, kCrossEntropyBwd, kGradNorm, kAdamW, kSgd,
   kAllReduce, kAllGather, kReduceScatter,
   kSend, kRecv,
+  kCast,
 };
-inline constexpr size_t kNumOpKinds = size_t(OpKind::kRecv) + 1;
+inline constexpr size_t kNumOpKinds = size_t(OpKind::kCast) + 1;
 
 // one id; one id or absent; a non-empty [ids]; a non-empty [ids] or absent
 enum class ArgArity { kOne, kOptional, kList, kOptionalList };
 // Whether a role takes a JSON array of ids, and whether it may be absent.
 constexpr bool isListArity(ArgArity a) { return a == ArgArity::kList || a == ArgArity::kOptionalList; }
 constexpr bool isOptionalArity(ArgArity a) { return a == ArgArity::kOptional || a == ArgArity::kOptionalList; }
+// kF32: a float role: the buffer is f32 or bf16 (bf16 arguments are converted to f32 temporaries
+// around the f32 kernel, except for `cast`, which converts itself); kI32: i32 only (ids, targets);
+// kAny: any dtype (`zero`).
 enum class ArgType { kF32, kI32, kAny };
 enum class ArgAccess { kRead, kWrite, kReadWrite };
 struct ArgSpec {
@@ -206,6 +223,9 @@ inline constexpr A kSwiBwdArgs[] = {{"dy", One, F, R}, {"gate", One, F, R}, {"up
 inline constexpr A kAddArgs[] = {{"a", One, F, R}, {"b", One, F, R}, {"y", One, F, W, "a|b"}};
 inline constexpr A kAccArgs[] = {{"x", One, F, R}, {"y", One, F, RW}};
 inline constexpr A kCopyArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
+// cast: y = x converted between float dtypes (f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact,
+// the same dtype copies); x and y never overlap.
+inline constexpr A kCastArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
 inline constexpr A kCeFwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}, {"loss", One, F, RW}};
 inline constexpr A kCeBwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R},
                                    {"dlogits", One, F, W, "logits"}};
@@ -286,6 +306,7 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kReduceScatter, "reduce_scatter", detail::kGatherArgs, detail::kReduceScatterAttrs),
     detail::op(OpKind::kSend, "send", detail::kSendArgs, detail::kP2PAttrs),
     detail::op(OpKind::kRecv, "recv", detail::kRecvArgs, detail::kP2PAttrs),
+    detail::op(OpKind::kCast, "cast", detail::kCastArgs, detail::kNAttrs),
 }};
 
 constexpr const OpSpec& opSpec(OpKind k) { return kOpSpecs[size_t(k)]; }
@@ -303,6 +324,13 @@ constexpr bool isCollective(OpKind k) {
 // True for the point-to-point ops (send, recv) of pipeline plans: executed through the backend's
 // send/recv, not as kernel launches.
 constexpr bool isPointToPoint(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
+// True for the ops whose kernels read and write bf16 buffers themselves (`cast`, `zero`, and
+// load_microbatch, which has no float role). For every other op the runtime converts each bf16
+// argument of a float role to an f32 temporary before the op (roles read or read-written), runs the
+// f32 op on the temporaries, and rounds every written temporary back (roles written or read-written).
+constexpr bool handlesBf16Itself(OpKind k) {
+  return k == OpKind::kCast || k == OpKind::kZero || k == OpKind::kLoadMicrobatch;
+}
 // Index of `role` in the op's argument list, or -1.
 constexpr int argIndex(OpKind k, std::string_view role) {
   const OpSpec& spec = opSpec(k);

@@ -10,6 +10,7 @@
 // Multi-byte values are little-endian; this implementation assumes a little-endian host.
 #pragma once
 
+#include "llcdist/runtime/Bf16.h"
 #include "llcdist/runtime/Status.h"
 
 #include <cstdint>
@@ -28,10 +29,9 @@ std::string_view dtypeName(DType dtype);  // "F32", "BF16", ...
 std::optional<DType> parseDType(std::string_view name);
 
 // IEEE half and bfloat16 <-> fp32. Narrowing rounds to nearest-even; overflow gives ±inf; NaN stays NaN.
+// (bf16ToFloat / floatToBf16 live in Bf16.h, included here.)
 float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);
-float bf16ToFloat(uint16_t b);
-uint16_t floatToBf16(float f);
 
 struct TensorInfo {
   std::string name;

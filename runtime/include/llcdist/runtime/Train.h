@@ -36,6 +36,19 @@
 //  - logJson: JSON Lines, one record {"step", "loss", "lr", "grad_norm", "tokens_per_s"} per step,
 //    each record written whole and flushed when its step ends (so a failed run leaves the complete
 //    records of the steps that finished; never a partial line). Non-finite numbers are written as null.
+//    The LAST step's record has one more field, after "tokens_per_s": "memory": {"arena_bytes": [..],
+//    "arena_high_water_bytes": [..], "peak_live_bytes": [..]}, each array indexed by global rank (as
+//    RunResult's vectors); the reporting rank waits for every rank's first-step measurement before it
+//    writes that record (a rank that failed before measuring contributes 0).
+//  - Memory: after the run (unless quiet), one line per rank to `progress`:
+//      "memory: rank R arena A bytes, touched up to H, live peak L"
+//    compacted to one line "memory: ranks R1-R2 arena A bytes, ..." for each run of consecutive ranks
+//    with the same three numbers (an SPMD plan: one line for all ranks).
+//    Nothing is printed when no step ran. A = the program's arena_bytes (exactly what the CPU backend
+//    allocates), H and L as measured by the interpreter during the first step (Interpreter.h).
+//  - bf16 params (params[].dtype "bf16"): init computes the f32 value (initNormal × std, zeros, ones) and
+//    rounds it to bf16 (nearest even); --init-from rounds the file's values (converted to f32 first) the
+//    same way; --save-params still writes F32, the bf16 values converted exactly.
 //  - saveParams: every param by name in its Hugging Face shape as F32 safetensors (metadata
 //    {"format": "pt"}), written atomically (temporary file + rename) after the last step; sharded params
 //    are gathered from their shards. Every copy of a replicated param (and every replica of a shard)
@@ -79,6 +92,13 @@ struct RunResult {
   std::vector<StepRecord> steps;
   int64_t peakDeviceBytes = 0;   // the largest peak allocation of any rank's backend
   int64_t tokensPerStep = 0;     // global_batch × seq_len
+  // Memory per rank (indexed by global rank; docs/plan-format.md "Memory"): the arena the rank's backend
+  // allocated (its program's arena_bytes), and what the interpreter measured during the first step: the
+  // high-water mark of arena bytes the ops touched and the peak of live bytes. The measured values are 0
+  // when no step ran (steps == 0).
+  std::vector<int64_t> arenaBytes;
+  std::vector<int64_t> arenaHighWaterBytes;
+  std::vector<int64_t> measuredPeakLiveBytes;
 };
 
 Status runTraining(const RunOptions& options, std::ostream& progress, RunResult* result = nullptr);

@@ -1,5 +1,6 @@
 //===- Device.cpp - an accelerator's memory and speed ---------------------===//
 #include "llcdist/Support/Device.h"
+#include "llcdist/Support/JsonObject.h"
 
 #include <nlohmann/json.hpp>
 
@@ -29,19 +30,10 @@ std::string devicesDir() {
 std::optional<std::string> llcdist::parseDevice(const std::string &text,
                                                 const std::string &path, DeviceSpec &out) {
   json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error &e) {
-    return path + ": malformed JSON (byte " + std::to_string(e.byte) + ")";
-  }
-  if (!j.is_object())
-    return path + ": expected a JSON object";
-  const std::set<std::string> known = {"name", "memory_gib", "bf16_dense_tflops", "hbm_tb_s",
-                                       "source"};
-  for (auto it = j.begin(); it != j.end(); ++it)
-    if (!known.count(it.key()))
-      return path + ": field '" + it.key() +
-             "': unknown field (known: name, memory_gib, bf16_dense_tflops, hbm_tb_s, source)";
+  if (auto err = parseJsonObject(text, path,
+                                 {"name", "memory_gib", "bf16_dense_tflops", "hbm_tb_s", "source"},
+                                 j))
+    return err;
   DeviceSpec d;
   if (!j.contains("name") || !j["name"].is_string())
     return path + ": missing field 'name' (a string)";

@@ -1,5 +1,6 @@
 //===- Topology.cpp - the cluster a mesh runs on --------------------------===//
 #include "llcdist/Support/Topology.h"
+#include "llcdist/Support/JsonObject.h"
 
 #include <nlohmann/json.hpp>
 
@@ -14,20 +15,11 @@ std::optional<std::string> llcdist::parseTopology(const std::string &text,
                                                   const std::string &path,
                                                   Topology &out) {
   json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error &e) {
-    return path + ": malformed JSON (byte " + std::to_string(e.byte) + ")";
-  }
-  if (!j.is_object())
-    return path + ": expected a JSON object";
-  const std::set<std::string> known = {"name", "gpus_per_node", "nodes",
-                                       "intra_node_gb_s", "inter_node_gb_s"};
-  for (auto it = j.begin(); it != j.end(); ++it)
-    if (!known.count(it.key()))
-      return path + ": field '" + it.key() +
-             "': unknown field (known: name, gpus_per_node, nodes, "
-             "intra_node_gb_s, inter_node_gb_s)";
+  if (auto err = parseJsonObject(text, path,
+                                 {"name", "gpus_per_node", "nodes", "intra_node_gb_s",
+                                  "inter_node_gb_s"},
+                                 j))
+    return err;
   Topology t;
   auto positiveInt = [&](const char *k, int64_t &dst) -> std::optional<std::string> {
     if (!j.contains(k))

@@ -183,6 +183,20 @@ Status runCpuKernel(const KernelCall& c, const CpuGroupAllReduce& groupAllReduce
     case K::kCopy:
       std::memcpy(F("y"), F("x"), size_t(c.n) * 4);
       return Status::ok();
+    case K::kShardSlice: {
+      // y[o, k] = x[o, c·inner + k]: this rank's block of every row (no communication).
+      const int64_t n = c.group.empty() ? 1 : int64_t(c.group.size());
+      if (c.member < 0 || c.member >= n || elems("x") != c.outer * n * c.inner || elems("y") != c.outer * c.inner)
+        return Status::internal("shard_slice: member " + std::to_string(c.member) + " of " + std::to_string(n) +
+                                " with x of " + std::to_string(elems("x")) + " and y of " + std::to_string(elems("y")) +
+                                " elements does not match outer " + std::to_string(c.outer) + ", inner " +
+                                std::to_string(c.inner));
+      const float* x = F("x");
+      float* y = F("y");
+      for (int64_t o = 0; o < c.outer; ++o)
+        std::memcpy(y + o * c.inner, x + (o * n + c.member) * c.inner, size_t(c.inner) * 4);
+      return Status::ok();
+    }
     case K::kCrossEntropyFwd: {
       double mean = 0.0;
       if (c.vocabShard)

@@ -202,6 +202,11 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
     if (!axis) return Status::internal("unknown axis \"" + op.stringAttr("axis") + "\"");
     c.group = plan_->manifest.mesh().group(rank_, *axis);
   }
+  if (op.kind == schema::OpKind::kShardSlice) {  // ZeRO: the block of this rank's member index
+    const auto axis = parseMeshAxis(op.stringAttr("axis"));
+    if (!axis) return Status::internal("unknown axis \"" + op.stringAttr("axis") + "\"");
+    c.member = plan_->manifest.mesh().coord(rank_, *axis);
+  }
   if (op.attrs.count(std::string(schema::kShardAxisAttr))) {
     const std::string name = op.stringAttr(std::string(schema::kShardAxisAttr));
     auto axis = parseMeshAxis(name);

@@ -95,6 +95,44 @@ Status parseSharding(const Doc& doc, const json& s, const std::string& path, con
   return Status::ok();
 }
 
+std::string shapeString(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t k = 0; k < s.size(); ++k) r += (k ? ", " : "") + std::to_string(s[k]);
+  return r + "]";
+}
+
+// params[i].zero (feature "zero"; the mesh and the param's `sharding` are already parsed): axis and
+// stage; the local shape's first dimension must split evenly over the axis. Sets out->zero and
+// out->blockShape.
+Status parseZero(const Doc& doc, const json& z, const std::string& path, const Manifest& m, ParamDesc* out) {
+  if (!m.hasFeature(sc::kZeroFeature))
+    return doc.error(path, "a param with \"zero\" needs the feature \"zero\" in \"features\" (ZeRO plans)");
+  LLCDIST_RETURN_IF_ERROR(doc.keys(z, path, {"axis", "stage"}, {"value_block"}));
+  std::string axis;
+  LLCDIST_RETURN_IF_ERROR(doc.string(z, path, "axis", &axis));
+  auto a = parseMeshAxis(axis);
+  if (!a) return doc.error(key(path, "axis"), "unknown axis \"" + axis + "\" (expected " + listNames(sc::kMeshAxes) + ")");
+  if (out->sharding && out->sharding->axis == *a)
+    return doc.error(key(path, "axis"), "\"" + out->name + "\" is sharded over " + axis +
+                                            " already (params[].sharding); its ZeRO blocks need another axis");
+  ParamZero zero;
+  zero.axis = *a;
+  LLCDIST_RETURN_IF_ERROR(doc.integer(z, path, "stage", &zero.stage, sc::kMinZeroStage, sc::kMaxZeroStage));
+  if (z.contains("value_block"))
+    LLCDIST_RETURN_IF_ERROR(doc.boolean(z, path, "value_block", &zero.valueBlock));
+  if (out->localShape.empty()) return doc.error(path, "a scalar parameter cannot be split by ZeRO");
+  const int64_t n = m.mesh().axisSize(zero.axis);
+  const int64_t rows = out->localShape[0];
+  if (rows % n != 0)
+    return doc.error(path, "dimension 0 of " + std::string(out->sharding ? "the local shard " : "") + "\"" + out->name +
+                               "\" (shape " + shapeString(out->localShape) + ") has size " + std::to_string(rows) +
+                               ", not divisible by " + axis + " = " + std::to_string(n) +
+                               " (ZeRO splits it into equal row blocks)");
+  out->zero = zero;
+  out->blockShape[0] = rows / n;
+  return Status::ok();
+}
+
 // params[i].placements: a non-empty array of {"program", "buffer", "grad"} with distinct programs. The
 // program indices are range-checked once the programs are parsed (checkPlacements), the buffer ids
 // against each program by validateParams.
@@ -120,7 +158,7 @@ Status parsePlacements(const Doc& doc, const json& v, const std::string& path, P
 
 Status parseParam(const Doc& doc, const json& p, const std::string& path, const Manifest& m, ParamDesc* out) {
   LLCDIST_RETURN_IF_ERROR(doc.keys(p, path, {"name", "shape", "dtype", "init", "weight_decay"},
-                                   {"buffer", "grad", "placements", "sharding"}));
+                                   {"buffer", "grad", "placements", "sharding", "zero"}));
   LLCDIST_RETURN_IF_ERROR(doc.string(p, path, "name", &out->name));
   if (out->name.empty()) return doc.error(key(path, "name"), "empty parameter name");
   LLCDIST_RETURN_IF_ERROR(readShape(doc, p, path, &out->shape));
@@ -155,6 +193,8 @@ Status parseParam(const Doc& doc, const json& p, const std::string& path, const 
   LLCDIST_RETURN_IF_ERROR(doc.boolean(p, path, "weight_decay", &out->weightDecay));
   out->localShape = out->shape;
   if (p.contains("sharding")) LLCDIST_RETURN_IF_ERROR(parseSharding(doc, p.at("sharding"), key(path, "sharding"), m, out));
+  out->blockShape = out->localShape;
+  if (p.contains("zero")) LLCDIST_RETURN_IF_ERROR(parseZero(doc, p.at("zero"), key(path, "zero"), m, out));
   const json& init = p.at("init");
   const std::string ip = key(path, "init");
   LLCDIST_RETURN_IF_ERROR(doc.object(init, ip));
@@ -258,6 +298,19 @@ Status checkPlacements(const Doc& doc, const Manifest& m) {
       if (pl.program >= int64_t(m.programs.size()))
         return doc.error(key(pk, "program"), "program " + std::to_string(pl.program) + " is out of range (the plan has " +
                                                  std::to_string(m.programs.size()) + " program(s))");
+      if (p.zero) {  // every program holding a ZeRO param holds all its blocks
+        const int64_t n = mesh.axisSize(p.zero->axis);
+        std::vector<bool> member(size_t(n), false);
+        for (int64_t r : m.programs[size_t(pl.program)].ranks) member[size_t(mesh.coord(r, p.zero->axis))] = true;
+        for (int64_t c = 0; c < n; ++c)
+          if (!member[size_t(c)])
+            return doc.error(key(path, "zero"), "\"" + p.name + "\" is split by ZeRO over " +
+                                                    std::string(meshAxisName(p.zero->axis)) + " but programs[" +
+                                                    std::to_string(pl.program) + "] has no rank with " +
+                                                    std::string(meshAxisName(p.zero->axis)) + " coordinate " +
+                                                    std::to_string(c) + " (placements[" + std::to_string(k) +
+                                                    "]): every program holding the param must hold all its blocks");
+      }
       if (!p.sharding) continue;
       const int64_t n = mesh.axisSize(p.sharding->axis);
       std::vector<bool> member(size_t(n), false);
@@ -541,6 +594,12 @@ int64_t ParamDesc::localNumel() const {
   return n;
 }
 
+int64_t ParamDesc::blockNumel() const {
+  int64_t n = 1;
+  for (int64_t d : blockShape) n *= d;
+  return n;
+}
+
 const ParamDesc::Placement* ParamDesc::placementIn(int64_t program) const {
   for (const Placement& p : placements)
     if (p.program == program) return &p;
@@ -630,12 +689,23 @@ Status validateParams(const Manifest& manifest, const Program& program, size_t p
       if (isGrad && !sc::isFloatType(b.dtype))
         return err(i, field, "buffer " + std::to_string(id) + " (\"" + b.name + "\") is " +
                                  std::string(sc::elemTypeName(b.dtype)) + "; a gradient must be f32 or bf16");
-      if (b.shape != p.localShape) {
-        auto str = [](const std::vector<int64_t>& s) {
-          std::string r = "[";
-          for (size_t k = 0; k < s.size(); ++k) r += (k ? ", " : "") + std::to_string(s[k]);
-          return r + "]";
-        };
+      const std::vector<int64_t>& wantShape = isGrad ? p.gradShape() : p.bufferShape();
+      if (b.shape != wantShape) {
+        auto str = shapeString;
+        if (p.zero) {
+          const bool block = isGrad ? p.gradHoldsBlock() : p.bufferHoldsBlock();
+          const std::string local = p.sharding ? "the local shard of parameter \"" + p.name + "\" (shape " + str(p.shape) +
+                                                     ", sharded on " + std::string(meshAxisName(p.sharding->axis)) +
+                                                     " dim " + std::to_string(p.sharding->dim) + ")"
+                                               : "parameter \"" + p.name + "\"";
+          return err(i, field, "buffer " + std::to_string(id) + " (\"" + b.name + "\") has shape " + str(b.shape) +
+                                   " but under ZeRO stage " + std::to_string(p.zero->stage) + " the " +
+                                   (isGrad ? "gradient" : "value buffer") + " holds " +
+                                   (block ? "this rank's block of " + local + ": shape " + str(wantShape) +
+                                                " (dim 0 divided by " +
+                                                std::string(meshAxisName(p.zero->axis)) + ")"
+                                          : "the whole of " + local + ": shape " + str(wantShape)));
+        }
         if (p.sharding)
           return err(i, field, "buffer " + std::to_string(id) + " (\"" + b.name + "\") has shape " + str(b.shape) +
                                    " but the local shard of parameter \"" + p.name + "\" (shape " + str(p.shape) +

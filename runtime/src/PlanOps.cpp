@@ -457,6 +457,14 @@ Status Checker::check() const {
       LLCDIST_RETURN_IF_ERROR(count(gather ? "x" : "y", prod({outer, inner}), "outer×inner"));
       return count(gather ? "y" : "x", prod({outer, n, inner}), "outer×" + nName + "×inner");
     }
+    case K::kShardSlice: {
+      // ZeRO: this rank's block out of a replicated buffer; x [outer, n·inner], y [outer, inner].
+      int64_t n = 0;
+      LLCDIST_RETURN_IF_ERROR(axisSize(&n));
+      const int64_t outer = I("outer"), inner = I("inner");
+      LLCDIST_RETURN_IF_ERROR(count("y", prod({outer, inner}), "outer×inner"));
+      return count("x", prod({outer, n, inner}), "outer×n(" + op_.stringAttr("axis") + ")×inner");
+    }
     case K::kAdamW:
     case K::kSgd: {
       const bool adam = op_.kind == K::kAdamW;

@@ -221,6 +221,12 @@ std::vector<Case> cases() {
        [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
       {"reduce_scatter", {{"x", {6}}, {"y", {6}}}, {{"axis", "dp"}, {"outer", 3}, {"inner", 2}, {"op", "sum"}},
        [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
+      // ZeRO's shard_slice on tp = 2, rank 1: y [2, 3] = columns [3, 6) of each row of x [2, 6].
+      {"shard_slice", {{"x", {12}}, {"y", {6}}}, {{"axis", "tp"}, {"outer", 2}, {"inner", 3}},
+       [](Host& h) {
+         for (int o = 0; o < 2; ++o) std::memcpy(h.F("y") + o * 3, h.F("x") + o * 6 + 3, 12);
+       },
+       8, {}, "adamw", 2, 1},
       {"adamw", {{"param", {5}}, {"grad", {5}}, {"m", {5}}, {"v", {5}}},
        {{"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}},
        [](Host& h) {

@@ -114,7 +114,11 @@ SHAPES
   --global-batch N       sequences per step (default micro-batch × dp);
                          microbatches = global / (micro-batch × dp), the
                          gradient-accumulation steps
-  --dtype T              f32 | bf16 | f16 (default f32; plans execute f32)
+  --dtype T              f32 | bf16 | f16 (default f32). bf16 plans are mixed
+                         precision: bf16 parameter copies, gradients and
+                         activations; f32 master weights, Adam state, norm
+                         statistics and loss (the runtime computes in f32);
+                         f16 is xf-only (--emit xf)
 
 PIPELINE (pp > 1)
   --schedule S           gpipe | 1f1b | interleaved | zb-h1 (default 1f1b);
@@ -449,8 +453,17 @@ struct Analytic {
 
 Analytic analytic(const plan::CollectiveEntry &e, const plan::CommReport &r, ModuleOp m) {
   int64_t localParams = e.stage >= 0 ? r.localParametersPerStage[e.stage] : r.localParameters;
+  if (StringRef(e.reason).starts_with("ZeRO"))
+    return {}; // per-parameter blocks: the totals are in docs/memory.md
+  bool bf16 = false;
+  if (auto man = m->getAttrOfType<DictionaryAttr>(plan::kManifestAttr))
+    if (auto md = man.getAs<DictionaryAttr>("model"))
+      bf16 = md.getAs<StringAttr>("dtype") && md.getAs<StringAttr>("dtype").getValue() == "bf16";
   if (e.payload == "gradients")
-    return {"4·Ψ (fp32 gradients of this rank's parameters)", 4.0 * double(localParams), 1};
+    return bf16 ? Analytic{"2·Ψ (bf16 gradients of this rank's parameters)",
+                           2.0 * double(localParams), 1}
+                : Analytic{"4·Ψ (fp32 gradients of this rank's parameters)",
+                           4.0 * double(localParams), 1};
   if (e.payload == "loss")
     return {"4 (one f32)", 4.0, 1};
   auto model = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr);
@@ -464,7 +477,9 @@ Analytic analytic(const plan::CollectiveEntry &e, const plan::CommReport &r, Mod
   m.walk([&](plan::KernelOp k) {
     vocabParallel |= k.getKernel() == "cross_entropy_fwd" && k.getParams().get("shard_axis");
   });
-  double bsh = 4.0 * double(b * s * h);
+  // Activations travel in the plan's activation dtype: bf16 (2 bytes) or f32.
+  const std::string el = bf16 ? "2" : "4";
+  double bsh = (bf16 ? 2.0 : 4.0) * double(b * s * h);
   StringRef reason = e.reason;
   if (e.kind == "send") {
     // Pipeline borders: the residual stream of one microbatch; under
@@ -475,21 +490,27 @@ Analytic analytic(const plan::CollectiveEntry &e, const plan::CommReport &r, Mod
     if (auto man = m->getAttrOfType<DictionaryAttr>(plan::kManifestAttr))
       tp = man.getAs<DictionaryAttr>("mesh").getAs<IntegerAttr>("tp").getInt();
     if (e.payload == "activations" || e.payload == "activation gradients")
-      return {sp ? "b·s·h·4 / tp (the sequence-parallel slice)" : "b·s·h·4",
+      return {sp ? "b·s·h·" + el + " / tp (the sequence-parallel slice)" : "b·s·h·" + el,
               sp ? bsh / double(tp) : bsh, -1};
     return {};
   }
   if (e.stage >= 0) // per-stage layer counts: payloads only
     L = -1;
   if (reason.starts_with("a row-parallel"))
-    return {"b·s·h·4, 2 per layer per microbatch (attention and MLP outputs)", bsh,
-            L < 0 ? -1 : 2 * L * M};
+  {
+    // Full recomputation runs every layer's forward again in the backward.
+    auto rc = m->getAttrOfType<StringAttr>("xf.recompute");
+    bool twice = rc && rc.getValue() == "full";
+    return {"b·s·h·" + el + ", 2 per layer per microbatch (attention and MLP outputs)" +
+                (twice ? std::string(", twice (full recompute)") : std::string()),
+            bsh, L < 0 ? -1 : 2 * L * M * (twice ? 2 : 1)};
+  }
   if (reason.starts_with("a column-parallel"))
-    return {vocabParallel ? "b·s·h·4, 2 per layer + the LM head, per microbatch (input gradients)"
-                          : "b·s·h·4, 2 per layer per microbatch (input gradients)",
+    return {vocabParallel ? "b·s·h·" + el + ", 2 per layer + the LM head, per microbatch (input gradients)"
+                          : "b·s·h·" + el + ", 2 per layer per microbatch (input gradients)",
             bsh, L < 0 ? -1 : (2 * L + (vocabParallel ? 1 : 0)) * M};
   if (reason.starts_with("a vocabulary-parallel embedding"))
-    return {"b·s·h·4, once per microbatch", bsh, M};
+    return {"b·s·h·" + el + ", once per microbatch", bsh, M};
   return {};
 }
 
@@ -802,9 +823,9 @@ std::string breakdown(const StageMemory &sm) {
     return it == sm.persistent.end() ? int64_t(0) : it->second;
   };
   return fmt::format("parameters {} | gradients {} | optimizer state {} | activations and "
-                     "buffers (peak) {} | inputs, metrics {}",
+                     "buffers (peak) {} | inputs, metrics, alignment {}",
                      gib(kind("param")), gib(kind("grad")), gib(kind("optimizer_state")),
-                     gib(sm.transientPeak), gib(kind("input") + kind("metric")));
+                     gib(sm.transientPeak), gib(kind("input") + kind("metric") + kind("padding")));
 }
 
 /// A plan that does not fit: every stage over the budget with its breakdown,
@@ -1169,8 +1190,8 @@ int runCompile(Args &args) {
                       planSummary->params, planSummary->arenaBytes / 1048576.0);
   if (emit == "plan") {
     os << fmt::format("  memory per rank (MiB){}: parameters + gradients + optimizer state + "
-                      "activations and buffers (peak; most live at once) + inputs, metrics "
-                      "= arena\n",
+                      "activations and buffers (peak; most live at once) + inputs, metrics, "
+                      "alignment = arena\n",
                       train.recompute != "none" ? ", recompute " + train.recompute : "");
     for (const StageMemory &sm : memory) {
       auto kind = [&](const char *k) {
@@ -1181,7 +1202,7 @@ int runCompile(Args &args) {
                         memory.size() > 1 ? fmt::format("stage {}: ", sm.stage) : "",
                         mib(kind("param")), mib(kind("grad")), mib(kind("optimizer_state")),
                         mib(sm.transientPeak), mib(sm.transientLivePeak),
-                        mib(kind("input") + kind("metric")), mib(sm.arena),
+                        mib(kind("input") + kind("metric") + kind("padding")), mib(sm.arena),
                         budget ? fmt::format("  (fits {}: {})", budgetName, gib(*budget)) : "");
     }
   }

@@ -49,6 +49,8 @@ struct ParamInfo {
   RankedTensorType shardType;
   DictionaryAttr sharding;     ///< xf.sharding of a split parameter, or null
   Buf value, grad;
+  /// What the ops read: `value`, or under mixed precision its bf16 copy.
+  Buf working;
   bool isTable = false;      // read by an embedding: no weight decay
   bool isNormWeight = false; // initialized to ones
   bool isNormOrBias = false; // rank-1
@@ -124,12 +126,31 @@ private:
         dims[0] /= dp; // divisibility checked by zeroCheck()
         p.shardType = RankedTensorType::get(dims, type.getElementType());
       }
-      p.value = newBuffer(name, "param", zero >= 3 ? p.shardType : type);
+      RankedTensorType held = zero >= 3 ? p.shardType : type;
+      if (mixed) {
+        // The manifest's parameter is the f32 master (what the runtime
+        // initializes and saves; under ZeRO only this rank's block of it);
+        // the ops read a bf16 copy, made from the master at the start of
+        // every step (zeroGradients).
+        p.value = newBuffer(name, "param", withF32(zero > 0 ? p.shardType : type));
+        setMemoryClass(p.value, "optimizer_state"); // the paper's 12Ψ: master + m + v
+        p.working = newBuffer(name + ".bf16", "param", held);
+      } else {
+        p.value = p.working = newBuffer(name, "param", held);
+      }
       p.grad = newBuffer(name + ".grad", "grad", zero >= 2 ? p.shardType : type);
       p.isNormOrBias = type.getRank() == 1;
       paramOrder.push_back(name);
     }
     return it->second;
+  }
+  static RankedTensorType withF32(RankedTensorType t) {
+    return RankedTensorType::get(t.getShape(), Float32Type::get(t.getContext()));
+  }
+  /// Which line of the memory report a buffer counts in, when not its kind.
+  void setMemoryClass(Buf buf, StringRef cls) {
+    if (auto op = program.lookupSymbol<plan::BufferOp>(buf))
+      op->setAttr("memory_class", b.getStringAttr(cls));
   }
   /// ZeRO-2/3: a gradient contribution `full` (this microbatch's, not yet
   /// reduced over dp) is reduce-scattered and added to the gradient shard.
@@ -175,6 +196,11 @@ private:
                                   b.getDictionaryAttr(attrs));
   }
   NamedAttribute arg(StringRef role, Attribute buf) { return b.getNamedAttr(role, buf); }
+  /// A pipeline `send` of `buf` to stage `peer`, or a `recv` into it.
+  void transfer(StringRef op, Buf buf, int64_t peer, int64_t tag, Location loc) {
+    kernel(op, {arg(op == "send" ? "x" : "y", buf)},
+           {str("axis", "pp"), i64("peer", peer), i64("tag", tag)}, loc);
+  }
   NamedAttribute i64(StringRef n, int64_t v) { return b.getNamedAttr(n, b.getI64IntegerAttr(v)); }
   NamedAttribute f64(StringRef n, double v) { return b.getNamedAttr(n, b.getF64FloatAttr(v)); }
   NamedAttribute flag(StringRef n, bool v) { return b.getNamedAttr(n, b.getBoolAttr(v)); }
@@ -294,6 +320,8 @@ private:
   bool pipelined = false;
   /// ZeRO stage (0: off) over dp; gradients waiting for reduceIntoShard.
   int64_t zero = 0, dp = 1;
+  /// Mixed precision (bf16 values in the IR): see param().
+  bool mixed = false;
   struct PendingReduce {
     Buf full;
     std::string name;
@@ -347,12 +375,12 @@ LogicalResult Lowering::lowerOpImpl(Operation *op, Scope &s) {
         ParamInfo &info = param(name, p.getType());
         if (auto sh = p->getAttrOfType<DictionaryAttr>("xf.sharding"))
           info.sharding = sh;
-        s.bufs[p.getResult()] = {info.value};
+        s.bufs[p.getResult()] = {info.working};
         if (zero >= 3) {
           // FSDP: the whole parameter exists only while this scope (a layer
           // body's forward or backward, or the step's top level) uses it.
           Buf full = newBuffer(s.prefix + name + ".gathered", "activation", info.type);
-          kernel("all_gather", {arg("x", info.value), arg("y", full)},
+          kernel("all_gather", {arg("x", info.working), arg("y", full)},
                  {str("axis", "dp"), i64("outer", 1),
                   i64("inner", info.shardType.getNumElements())},
                  NameLoc::get(b.getStringAttr("ZeRO-3: gather the parameter before its use"),
@@ -837,7 +865,8 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       // What the update writes: the parameter, or under ZeRO-1/2 this dp
       // rank's shard of it, cut out now and gathered back after.
       Buf target = p.value, grad = updateGrad[name];
-      if (zero == 1 || zero == 2) {
+      bool sliceAndGather = (zero == 1 || zero == 2) && !mixed;
+      if (sliceAndGather) {
         target = newBuffer(name + ".shard", "scratch", p.shardType);
         kernel("shard_slice", {arg("x", p.value), arg("y", target)},
                {str("axis", "dp"), i64("outer", 1), i64("inner", p.shardType.getNumElements())},
@@ -846,8 +875,8 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       if (!updatesHere(name)) {
         // A replica: its home stage updates it and sends the new value.
       } else if (adamw) {
-        Buf m = newBuffer(name + ".exp_avg", "optimizer_state", p.shardType);
-        Buf v = newBuffer(name + ".exp_avg_sq", "optimizer_state", p.shardType);
+        Buf m = newBuffer(name + ".exp_avg", "optimizer_state", withF32(p.shardType));
+        Buf v = newBuffer(name + ".exp_avg_sq", "optimizer_state", withF32(p.shardType));
         state = {m, v};
         kernel("adamw",
                {arg("param", target), arg("grad", grad), arg("m", m), arg("v", v)},
@@ -860,14 +889,14 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
         double mom = sgd.getMomentum().convertToDouble();
         SmallVector<NamedAttribute> args{arg("param", target), arg("grad", grad)};
         if (mom != 0) {
-          Buf buf = newBuffer(name + ".momentum_buffer", "optimizer_state", p.shardType);
+          Buf buf = newBuffer(name + ".momentum_buffer", "optimizer_state", withF32(p.shardType));
           state = {buf};
           args.push_back(arg("momentum_buf", buf));
         }
         kernel("sgd", args, {f64("momentum", mom), f64("weight_decay", decays ? wd : 0.0)},
                loc);
       }
-      if (zero == 1 || zero == 2)
+      if (sliceAndGather)
         kernel("all_gather", {arg("x", target), arg("y", p.value)},
                {str("axis", "dp"), i64("outer", 1), i64("inner", p.shardType.getNumElements())},
                NameLoc::get(b.getStringAttr("ZeRO: gather the updated shards"), loc))
@@ -881,8 +910,15 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
         pop->setAttr("sharding", p.sharding);
       if (!updatesHere(name)) // reports: updated (and counted) on its home stage
         pop->setAttr("pipeline.replica_of", b.getI64IntegerAttr(replicaOf[name]));
-      if (zero > 0)
-        pop->setAttr("zero", b.getDictionaryAttr({str("axis", "dp"), i64("stage", zero)}));
+      if (zero > 0) {
+        // The tensor's shape on this rank before ZeRO's blocks (the writer's
+        // `shape` when there is no tp `sharding`).
+        pop->setAttr("local_shape", b.getDenseI64ArrayAttr(p.type.getShape()));
+        SmallVector<NamedAttribute> z{str("axis", "dp"), i64("stage", zero)};
+        if (mixed && zero < 3) // the f32 master is this rank's block
+          z.push_back(flag("value_block", true));
+        pop->setAttr("zero", b.getDictionaryAttr(z));
+      }
     }
   }
   if (!optimizerAttrs)
@@ -913,7 +949,7 @@ DictionaryAttr Lowering::manifest(func::FuncOp entry) {
                          b.getNamedAttr("name", get("name") ? get("name") : b.getStringAttr("model")),
                          b.getNamedAttr("architecture", get("architecture") ? get("architecture") : b.getStringAttr("")),
                          b.getNamedAttr("vocab_size", get("vocab_size") ? get("vocab_size") : b.getI64IntegerAttr(0)),
-                         str("dtype", "f32"),
+                         str("dtype", mixed ? "bf16" : "f32"),
                      })),
       b.getNamedAttr("batch",
                      b.getDictionaryAttr({
@@ -946,17 +982,21 @@ LogicalResult Lowering::prepare(func::FuncOp &entry, func::FuncOp &opt) {
   if (!opt)
     return module.emitError("llcdist-lower-to-plan: run llcdist-add-optimizer "
                             "first (no function is marked xf.optimizer)");
-  // The CPU runtime executes f32 (mixed precision comes with issue #6).
+  // The runtime stores f32 or bf16 (and computes in f32). bf16 values make
+  // a mixed-precision plan: bf16 parameters (a working copy), gradients and
+  // activations; f32 master weights, optimizer state and statistics.
   WalkResult dtypes = module.walk([&](Operation *op) -> WalkResult {
     for (Type t : op->getResultTypes())
-      if (auto rt = dyn_cast<RankedTensorType>(t))
-        if (!rt.getElementType().isF32() && !rt.getElementType().isInteger(32)) {
+      if (auto rt = dyn_cast<RankedTensorType>(t)) {
+        Type e = rt.getElementType();
+        mixed |= e.isBF16();
+        if (!e.isF32() && !e.isBF16() && !e.isInteger(32)) {
           op->emitError("llcdist-lower-to-plan: element type ")
-              << rt.getElementType()
-              << " cannot be executed yet: the runtime runs f32 plans "
-                 "(compile with --dtype f32)";
+              << e << " cannot be executed: the runtime stores f32 or bf16 "
+                      "(compile with --dtype f32 or bf16)";
           return WalkResult::interrupt();
         }
+      }
     return WalkResult::advance();
   });
   if (dtypes.wasInterrupted())
@@ -994,6 +1034,29 @@ plan::SubroutineOp Lowering::addSubroutine(StringRef name) {
 
 void Lowering::zeroGradients(Location loc) {
   current = stepBegin;
+  if (mixed)
+    for (const std::string &name : paramOrder) {
+      ParamInfo &p = params[name];
+      Location castLoc = NameLoc::get(
+          b.getStringAttr("mixed precision: the step's bf16 copy of the f32 master"),
+          NameLoc::get(b.getStringAttr(name), loc));
+      if (zero == 1 || zero == 2) {
+        // The master is this rank's block: round it, then gather the blocks.
+        Buf block = newBuffer(name + ".bf16_block", "scratch", p.shardType);
+        kernel("cast", {arg("x", p.value), arg("y", block)},
+               {i64("n", p.shardType.getNumElements())}, castLoc);
+        kernel("all_gather", {arg("x", block), arg("y", p.working)},
+               {str("axis", "dp"), i64("outer", 1), i64("inner", p.shardType.getNumElements())},
+               NameLoc::get(b.getStringAttr("ZeRO: gather the updated parameter blocks"),
+                            castLoc))
+            ->setAttr("plan.payload", b.getStringAttr("parameters"));
+        continue;
+      }
+      int64_t n = cast<RankedTensorType>(
+                      program.lookupSymbol<plan::BufferOp>(p.working).getType())
+                      .getNumElements();
+      kernel("cast", {arg("x", p.value), arg("y", p.working)}, {i64("n", n)}, castLoc);
+    }
   SmallVector<Attribute> zeroed;
   for (const std::string &name : paramOrder)
     zeroed.push_back(params[name].grad);
@@ -1258,12 +1321,10 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
             Buf buf = newBuffer(sc.prefix + "recv:" + std::to_string(tag->second),
                                 "activation", v.getType());
             sc.bufs[v] = {buf};
-            kernel("recv", {arg("y", buf)},
-                   {str("axis", "pp"), i64("peer", chunkOf(d) % p),
-                    i64("tag", tag->second)},
-                   NameLoc::get(b.getStringAttr("pipeline: from chunk " +
-                                                std::to_string(chunkOf(d))),
-                                provenance(op, sc)));
+            transfer("recv", buf, chunkOf(d) % p, tag->second,
+                     NameLoc::get(b.getStringAttr("pipeline: from chunk " +
+                                                  std::to_string(chunkOf(d))),
+                                  provenance(op, sc)));
           }
           keepOp = keep;
           LogicalResult r = lowerOp(op, sc);
@@ -1276,11 +1337,10 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
         }
         for (Value v : produced)
           for (int64_t reader : readersOf[v])
-            kernel("send", {arg("x", use(sc, v))},
-                   {str("axis", "pp"), i64("peer", reader % p), i64("tag", tagOf[v])},
-                   NameLoc::get(b.getStringAttr("pipeline: to chunk " +
-                                                std::to_string(reader)),
-                                v.getLoc()));
+            transfer("send", use(sc, v), reader % p, tagOf[v],
+                     NameLoc::get(b.getStringAttr("pipeline: to chunk " +
+                                                  std::to_string(reader)),
+                                  v.getLoc()));
         return success();
       };
       if (failed(lowerRange(0, firstBackward, nullptr)))
@@ -1304,48 +1364,41 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
   // The optimizer: replicas send their gradient home, the home stage adds
   // them (in stage order), everyone reduces over dp, takes the global norm
   // (over pp too) and updates what it owns; the home sends the new values.
-  current = optimizer;
-  for (auto &[name, home] : homeOf) {
-    if (!params.count(name))
-      continue;
-    ParamInfo &pi = params[name];
-    Location loc = NameLoc::get(b.getStringAttr(name), module.getLoc());
-    if (home != stage) {
-      kernel("send", {arg("x", pi.grad)},
-             {str("axis", "pp"), i64("peer", home), i64("tag", paramTag[name])},
-             NameLoc::get(b.getStringAttr("pipeline: tied parameter gradient"), loc));
-      continue;
-    }
-    for (int64_t other : stagesOfParam[name]) {
-      if (other == stage)
+  // `exchange(true)`: the gradients, before the update; `exchange(false)`:
+  // the updated values, after it.
+  auto exchange = [&](bool gradients) {
+    current = optimizer;
+    for (auto &[name, home] : homeOf) {
+      if (!params.count(name))
         continue;
-      Buf part = newBuffer(name + ".grad@stage" + std::to_string(other), "scratch", pi.type);
-      kernel("recv", {arg("y", part)},
-             {str("axis", "pp"), i64("peer", other), i64("tag", paramTag[name])},
-             NameLoc::get(b.getStringAttr("pipeline: tied parameter gradient"), loc));
-      kernel("accumulate", {arg("x", part), arg("y", pi.grad)},
-             {i64("n", pi.type.getNumElements())}, loc);
+      ParamInfo &pi = params[name];
+      Location loc = NameLoc::get(
+          b.getStringAttr(gradients ? "pipeline: tied parameter gradient"
+                                    : "pipeline: tied parameter value"),
+          NameLoc::get(b.getStringAttr(name), module.getLoc()));
+      int64_t tag = paramTag[name];
+      if (home != stage) {
+        transfer(gradients ? "send" : "recv", gradients ? pi.grad : pi.value, home, tag, loc);
+        continue;
+      }
+      for (int64_t other : stagesOfParam[name]) {
+        if (other == stage)
+          continue;
+        if (!gradients) {
+          transfer("send", pi.value, other, tag, loc);
+          continue;
+        }
+        Buf part = newBuffer(name + ".grad@stage" + std::to_string(other), "scratch", pi.type);
+        transfer("recv", part, other, tag, loc);
+        kernel("accumulate", {arg("x", part), arg("y", pi.grad)},
+               {i64("n", pi.type.getNumElements())}, loc);
+      }
     }
-  }
+  };
+  exchange(/*gradients=*/true);
   if (failed(lowerOptimizer(opt)))
     return failure();
-  current = optimizer;
-  for (auto &[name, home] : homeOf) {
-    if (!params.count(name))
-      continue;
-    ParamInfo &pi = params[name];
-    Location loc = NameLoc::get(b.getStringAttr("pipeline: tied parameter value"),
-                                NameLoc::get(b.getStringAttr(name), module.getLoc()));
-    if (home != stage) {
-      kernel("recv", {arg("y", pi.value)},
-             {str("axis", "pp"), i64("peer", home), i64("tag", paramTag[name])}, loc);
-      continue;
-    }
-    for (int64_t other : stagesOfParam[name])
-      if (other != stage)
-        kernel("send", {arg("x", pi.value)},
-               {str("axis", "pp"), i64("peer", other), i64("tag", paramTag[name])}, loc);
-  }
+  exchange(/*gradients=*/false);
   zeroGradients(entry.getLoc());
 
   // The schedule: this stage's actions, each with its (chunk, slot).

@@ -56,7 +56,7 @@ std::string provenance(Location loc) {
   return "";
 }
 
-std::string dtypeName(Type t) { return t.isInteger(32) ? "i32" : "f32"; }
+std::string dtypeName(Type t) { return t.isInteger(32) ? "i32" : t.isBF16() ? "bf16" : "f32"; }
 
 LogicalResult writeJson(ModuleOp module, const std::string &path, const json &j) {
   std::string err;
@@ -143,6 +143,8 @@ json paramJson(plan::ProgramOp program, plan::ParamOp p) {
   // and how it is split; its buffers hold this rank's shard.
   json sharding;
   std::vector<int64_t> shape(value.getTensorType().getShape());
+  if (auto local = p->getAttrOfType<DenseI64ArrayAttr>("local_shape"))
+    shape.assign(local.asArrayRef().begin(), local.asArrayRef().end());
   if (auto sh = p->getAttrOfType<DictionaryAttr>("sharding")) {
     auto global = sh.getAs<DenseI64ArrayAttr>("global_shape");
     shape.assign(global.asArrayRef().begin(), global.asArrayRef().end());
@@ -152,14 +154,18 @@ json paramJson(plan::ProgramOp program, plan::ParamOp p) {
   }
   json j = {{"name", p.getName().str()},
             {"shape", shape},
-            {"dtype", "f32"},
+            {"dtype", dtypeName(value.getTensorType().getElementType())},
             {"init", toJson(p.getInit())},
             {"weight_decay", p.getWeightDecay()}};
   if (!sharding.is_null())
     j["sharding"] = sharding;
   if (auto z = p->getAttrOfType<DictionaryAttr>("zero"))
+  {
     j["zero"] = {{"axis", z.getAs<StringAttr>("axis").str()},
                  {"stage", z.getAs<IntegerAttr>("stage").getInt()}};
+    if (auto vb = z.getAs<BoolAttr>("value_block"))
+      j["zero"]["value_block"] = vb.getValue();
+  }
   return j;
 }
 } // namespace

@@ -5,6 +5,7 @@
 #include "llcdist/runtime/Rng.h"
 #include "llcdist/runtime/Safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -17,11 +18,32 @@ std::string shapeStr(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-// This rank's member index on p's sharding axis and that axis's size (0 and 1 when replicated).
-std::pair<int64_t, int64_t> memberOf(const Manifest& m, const ParamDesc& p, int rank) {
-  if (!p.sharding) return {0, 1};
+// What a rank's value buffer of param p holds: its member index on p's sharding axis and that axis's
+// size (0 and 1 when replicated), and under ZeRO stage 3 its block (its coordinate on the zero axis) of
+// that many blocks (0 of 1 otherwise: stages 1 and 2 keep the whole local tensor in the value buffer).
+struct Holding {
+  int64_t member = 0, members = 1;
+  int64_t block = 0, blocks = 1;
+  // The replica class: ranks with the same key hold the same elements and must agree bitwise.
+  int64_t key() const { return member * blocks + block; }
+};
+
+Holding holdingOf(const Manifest& m, const ParamDesc& p, int rank) {
   const Mesh mesh = m.mesh();
-  return {mesh.coord(rank, p.sharding->axis), mesh.axisSize(p.sharding->axis)};
+  Holding h;
+  if (p.sharding) {
+    h.member = mesh.coord(rank, p.sharding->axis);
+    h.members = mesh.axisSize(p.sharding->axis);
+  }
+  if (p.bufferHoldsBlock()) {
+    h.block = mesh.coord(rank, p.zero->axis);
+    h.blocks = mesh.axisSize(p.zero->axis);
+  }
+  return h;
+}
+
+void forEachHeld(const ParamDesc& p, const Holding& h, const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  forEachHeldRun(p, h.member, h.members, h.block, h.blocks, fn);
 }
 
 Status importParams(const Manifest& manifest, Interpreter& interp, const std::string& path) {
@@ -41,16 +63,16 @@ Status importParams(const Manifest& manifest, Interpreter& interp, const std::st
     if (!pl) continue;  // no copy on this rank's program (another pipeline stage holds it)
     std::vector<float> full(size_t(p.numel()));
     LLCDIST_RETURN_IF_ERROR(reader.readF32(p.name, full.data(), p.numel()));
-    if (!p.sharding) {
+    if (!p.sharding && !p.bufferHoldsBlock()) {
       LLCDIST_RETURN_IF_ERROR(interp.writeF32(pl->buffer, full.data()));
       continue;
     }
-    const auto [member, n] = memberOf(manifest, p, interp.rank());
-    std::vector<float> local(size_t(p.localNumel()));
-    forEachShardRun(p, member, n, [&](int64_t l, int64_t g, int64_t count) {
-      std::memcpy(local.data() + l, full.data() + g, size_t(count) * 4);
+    // The rank's shard, or under ZeRO stage 3 its block of the shard.
+    std::vector<float> held(size_t(p.bufferHoldsBlock() ? p.blockNumel() : p.localNumel()));
+    forEachHeld(p, holdingOf(manifest, p, interp.rank()), [&](int64_t l, int64_t g, int64_t count) {
+      std::memcpy(held.data() + l, full.data() + g, size_t(count) * 4);
     });
-    LLCDIST_RETURN_IF_ERROR(interp.writeF32(pl->buffer, local.data()));
+    LLCDIST_RETURN_IF_ERROR(interp.writeF32(pl->buffer, held.data()));
   }
   std::string extra;
   int64_t numExtra = 0;
@@ -87,21 +109,34 @@ void forEachShardRun(const ParamDesc& p, int64_t member, int64_t axisSize,
     }
 }
 
+void forEachHeldRun(const ParamDesc& p, int64_t member, int64_t axisSize, int64_t block, int64_t blocks,
+                    const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  // Block `block` of the local tensor is its contiguous elements [lo, hi) (row blocks of dim 0); cut
+  // the shard's runs to that range and count offsets from lo.
+  const int64_t E = p.localNumel();
+  const int64_t lo = block * (E / blocks), hi = lo + E / blocks;
+  forEachShardRun(p, member, axisSize, [&](int64_t l, int64_t g, int64_t count) {
+    const int64_t a = std::max(l, lo), b = std::min(l + count, hi);
+    if (a < b) fn(a - lo, g + (a - l), b - a);
+  });
+}
+
 Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, const std::string& initFrom) {
   if (!initFrom.empty()) return importParams(manifest, interp, initFrom);
   for (const ParamDesc& p : manifest.params) {
     const ParamDesc::Placement* pl = p.placementIn(int64_t(interp.programIndex()));
     if (!pl) continue;  // no copy on this rank's program
-    std::vector<float> v(size_t(p.localNumel()));
-    const auto [member, n] = memberOf(manifest, p, interp.rank());
+    // By global index: the rank's shard, or under ZeRO stage 3 its block of the shard.
+    const int64_t held = p.bufferHoldsBlock() ? p.blockNumel() : p.localNumel();
+    std::vector<float> v(static_cast<size_t>(held));
     switch (p.init.kind) {
       case ParamInit::Kind::kNormal:
-        forEachShardRun(p, member, n, [&](int64_t l, int64_t g, int64_t count) {
+        forEachHeld(p, holdingOf(manifest, p, interp.rank()), [&](int64_t l, int64_t g, int64_t count) {
           initNormal(v.data() + l, seed, p.name, g, count, float(p.init.std));
         });
         break;
-      case ParamInit::Kind::kZeros: fillConstant(v.data(), p.localNumel(), 0.0f); break;
-      case ParamInit::Kind::kOnes: fillConstant(v.data(), p.localNumel(), 1.0f); break;
+      case ParamInit::Kind::kZeros: fillConstant(v.data(), held, 0.0f); break;
+      case ParamInit::Kind::kOnes: fillConstant(v.data(), held, 1.0f); break;
     }
     LLCDIST_RETURN_IF_ERROR(interp.writeF32(pl->buffer, v.data()).withContext("param '" + p.name + "'"));
   }
@@ -115,9 +150,12 @@ Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ran
   std::vector<TensorToWrite> tensors;
   for (const ParamDesc& p : manifest.params) {
     std::vector<float> full(size_t(p.numel()));
-    // The first rank seen for each member index supplies the shard; every other rank with that member
-    // index must hold the same bits, whichever program (pipeline stage) holds its copy.
-    std::vector<int> owner(size_t(p.sharding ? mesh.axisSize(p.sharding->axis) : 1), -1);
+    // The first rank seen for each (shard member, ZeRO-3 block) supplies those elements; every other
+    // rank holding the same ones must hold the same bits, whichever program (pipeline stage) holds its
+    // copy. Stages 1 and 2 keep the whole shard in the value buffer: one class per shard member.
+    const int64_t numShards = p.sharding ? mesh.axisSize(p.sharding->axis) : 1;
+    const int64_t numBlocks = p.bufferHoldsBlock() ? mesh.axisSize(p.zero->axis) : 1;
+    std::vector<int> owner(size_t(numShards * numBlocks), -1);
     std::vector<std::vector<float>> shards(owner.size());
     auto programOf = [&](size_t r) {
       return manifest.programs.size() > 1 ? " (programs[" + std::to_string(ranks[r]->programIndex()) + "])"
@@ -126,36 +164,42 @@ Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ran
     for (size_t r = 0; r < ranks.size(); ++r) {
       const ParamDesc::Placement* pl = p.placementIn(int64_t(ranks[r]->programIndex()));
       if (!pl) continue;  // this rank's program holds no copy
-      const auto [member, n] = memberOf(manifest, p, int(r));
+      const Holding h = holdingOf(manifest, p, int(r));
+      const size_t key = size_t(h.key());
       LLCDIST_ASSIGN_OR_RETURN(std::vector<float> v, ranks[r]->readF32(pl->buffer));
-      if (owner[size_t(member)] < 0) {
-        owner[size_t(member)] = int(r);
-        forEachShardRun(p, member, n, [&](int64_t l, int64_t g, int64_t count) {
+      if (owner[key] < 0) {
+        owner[key] = int(r);
+        forEachHeld(p, h, [&](int64_t l, int64_t g, int64_t count) {
           std::memcpy(full.data() + g, v.data() + l, size_t(count) * 4);
         });
-        shards[size_t(member)] = std::move(v);
+        shards[key] = std::move(v);
         continue;
       }
-      const std::vector<float>& ref = shards[size_t(member)];
+      const std::vector<float>& ref = shards[key];
       if (std::memcmp(ref.data(), v.data(), v.size() * 4) == 0) continue;
       int64_t first = 0;
       while (std::memcmp(&ref[size_t(first)], &v[size_t(first)], 4) == 0) ++first;
       int64_t global = first;
-      forEachShardRun(p, member, n, [&](int64_t l, int64_t g, int64_t count) {
+      forEachHeld(p, h, [&](int64_t l, int64_t g, int64_t count) {
         if (first >= l && first < l + count) global = g + (first - l);
       });
+      std::string where;
+      if (p.sharding || numBlocks > 1) {
+        where = " (local element " + std::to_string(first) + " of ";
+        if (p.sharding) where += "shard " + std::to_string(h.member) + (numBlocks > 1 ? ", " : "");
+        if (numBlocks > 1) where += "ZeRO block " + std::to_string(h.block);
+        where += ")";
+      }
       return Status::internal("param '" + p.name + "': rank " + std::to_string(r) + "'s copy" + programOf(r) +
-                              " differs from rank " + std::to_string(owner[size_t(member)]) + "'s" +
-                              programOf(size_t(owner[size_t(member)])) + " at element " + std::to_string(global) +
-                              (p.sharding ? " (local element " + std::to_string(first) + " of shard " +
-                                                std::to_string(member) + ")"
-                                          : std::string()) +
+                              " differs from rank " + std::to_string(owner[key]) + "'s" +
+                              programOf(size_t(owner[key])) + " at element " + std::to_string(global) + where +
                               ": " + std::to_string(v[size_t(first)]) + " vs " + std::to_string(ref[size_t(first)]) +
                               " (the replicas diverged: a missing or mismatched all-reduce in the plan?)");
     }
     for (size_t c = 0; c < owner.size(); ++c)
-      if (owner[c] < 0)  // the loader makes every program holding the param hold all its shards
-        return Status::internal("param '" + p.name + "': no rank holds shard " + std::to_string(c));
+      if (owner[c] < 0)  // the loader makes every program holding the param hold all its shards and blocks
+        return Status::internal("param '" + p.name + "': no rank holds shard " + std::to_string(int64_t(c) / numBlocks) +
+                                (numBlocks > 1 ? " block " + std::to_string(int64_t(c) % numBlocks) : std::string()));
     values.push_back(std::move(full));
     tensors.push_back({p.name, DType::kF32, p.shape, values.back().data()});
   }

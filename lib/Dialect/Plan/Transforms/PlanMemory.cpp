@@ -118,7 +118,8 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       }
       buf.setOffsetAttr(b.getI64IntegerAttr(offset));
       offset += aligned(buf.getNumBytes());
-      byKind[buf.getKind().str()] += aligned(buf.getNumBytes());
+      auto cls = buf->getAttrOfType<StringAttr>("memory_class");
+      byKind[cls ? cls.str() : buf.getKind().str()] += buf.getNumBytes();
     }
     int64_t base = offset;
 
@@ -190,8 +191,14 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
 
     // The breakdown the compile report prints (llc-dist compile; issue #6).
     SmallVector<NamedAttribute> memory;
-    for (auto &[kind, bytes] : byKind)
+    // Exact tensor bytes per kind (the model-state formulas), and the 64-byte
+    // alignment the persistent buffers add.
+    int64_t exact = 0;
+    for (auto &[kind, bytes] : byKind) {
       memory.push_back(b.getNamedAttr(kind, b.getI64IntegerAttr(bytes)));
+      exact += bytes;
+    }
+    memory.push_back(b.getNamedAttr("padding", b.getI64IntegerAttr(base - exact)));
     memory.push_back(b.getNamedAttr("transient_peak", b.getI64IntegerAttr(peak)));
     memory.push_back(b.getNamedAttr("transient_live_peak", b.getI64IntegerAttr(livePeak)));
     program->setAttr("plan.memory", b.getDictionaryAttr(memory));

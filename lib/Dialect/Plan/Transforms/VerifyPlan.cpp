@@ -41,6 +41,11 @@ struct VerifyPlanPass : public llcdist::plan::impl::VerifyPlanBase<VerifyPlanPas
       }
       plan.programs.push_back(std::move(parsed.value()));
     }
+    for (auto [i, program] : llvm::enumerate(plan.programs))
+      if (rt::Status st = rt::validateParams(plan.manifest, program, int64_t(i)); !st.isOk()) {
+        module.emitError("llcdist-verify-plan: the runtime refuses the plan: ") << st.toString();
+        return signalPassFailure();
+      }
     llcdist::verify::VerifyResult result = llcdist::verify::verifyPlan(plan, maxErrors);
     if (result.ok())
       return;

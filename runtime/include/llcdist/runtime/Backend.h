@@ -80,6 +80,9 @@ struct KernelCall {
   int64_t posBegin = 0;
   ReduceOp reduceOp = ReduceOp::kSum;
   int64_t outer = 0, inner = 0;
+  // shard_slice (ZeRO plans; a kernel, no communication): this rank's member index c on the op's `axis`
+  // (y[o, k] = x[o, c·inner + k]); `group` holds the axis group, so n = group.size().
+  int64_t member = 0;
   // grad_norm with attr `stage_axis`: the global ranks of that axis's group in member order (the total
   // squared norm is all-reduced over it); empty without stage_axis.
   std::vector<int> stageGroup;

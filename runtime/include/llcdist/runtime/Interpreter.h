@@ -16,6 +16,8 @@
 // all-reduces run inside its kernel launch, through the backend. Position embeddings with `shard_axis`
 // (sequence parallelism) get KernelCall::posBegin = c·S, c the rank's coordinate on that axis.
 // grad_norm with `stage_axis` gets the rank's group on that axis (KernelCall::stageGroup).
+// shard_slice (ZeRO plans) is a kernel launch (no communication) that gets the rank's group on `axis`
+// and its member index there (KernelCall::member); bf16 arguments are handled as for every float op.
 // Pipeline plans: send / recv resolve their peer once, at bind time: the global rank with this rank's
 // coordinates except `peer` on `axis` (Mesh::withCoord); a peer equal to the rank's own coordinate is a
 // bind error naming the op. At run time they call the backend's sendAsync / recvAsync with the op's tag

@@ -6,7 +6,7 @@
 // bytes = numel·sizeof(dtype), every op has exactly its roles with the right dtypes and element
 // counts, no op's written argument overlaps another argument except where PlanSchema allows an exact
 // alias, every action names a subroutine and a valid microbatch; every param placement names param/grad
-// buffers of its program; pipeline plans have one program per stage with exactly that stage's ranks,
+// buffers of its program (of the shapes its sharding and ZeRO stage imply); pipeline plans have one program per stage with exactly that stage's ranks,
 // and every send/recv peer is a coordinate of its axis), or an error whose message names the
 // file and the JSON path ("program-0.json: subroutines[1].ops[3].args.w: ...") and what is wrong. It
 // never crashes or throws on bad input (truncated or malformed JSON included).
@@ -43,6 +43,19 @@ struct ParamSharding {
   int64_t blocks = 1;
 };
 
+// params[].zero (feature "zero"; docs/plan-format.md "ZeRO plans"): the param's LOCAL tensor (its shape
+// after `sharding`) is split along its first dimension into n equal row blocks over the `axis` group's n
+// members; member c owns block c, the contiguous local elements [c·E/n, (c+1)·E/n) (E = local numel).
+// Stage 1: buffer and grad hold the whole local tensor (only the optimizer state is per block); stage
+// 2: the grad holds the block; stage 3: buffer and grad both hold the block.
+struct ParamZero {
+  MeshAxis axis = MeshAxis::kDp;
+  int64_t stage = 1;  // 1, 2 or 3
+  // Stages 1 and 2: the value buffer holds the block too (`"value_block": true`): the f32 master of a
+  // mixed-precision plan, whose bf16 working copy is whole. Stage 3 always holds the block.
+  bool valueBlock = false;
+};
+
 struct ParamDesc {
   // Where a copy of the param lives: its value and gradient buffers in programs[program]. A param placed
   // in several programs (tied weights across pipeline stages) is a replica: every copy starts with the
@@ -66,9 +79,20 @@ struct ParamDesc {
   ParamInit init;
   bool weightDecay = false;
   std::optional<ParamSharding> sharding;  // absent: replicated on every rank
-  std::vector<int64_t> localShape;        // the buffer's shape: `shape`, dim divided by n when sharded
+  std::vector<int64_t> localShape;        // `shape`, dim divided by n when sharded (the local tensor)
+  std::optional<ParamZero> zero;          // absent: no ZeRO split
+  // The zero block's shape: localShape with dim 0 divided by the zero axis size (= localShape without
+  // `zero`).
+  std::vector<int64_t> blockShape;
   int64_t numel() const;                  // of the global tensor
   int64_t localNumel() const;
+  int64_t blockNumel() const;
+  // What the param's buffers hold: the value buffer the zero block under stage 3, the gradient the
+  // block under stages 2 and 3, else the whole local tensor (localShape).
+  bool bufferHoldsBlock() const { return zero && (zero->stage >= 3 || zero->valueBlock); }
+  bool gradHoldsBlock() const { return zero && zero->stage >= 2; }
+  const std::vector<int64_t>& bufferShape() const { return bufferHoldsBlock() ? blockShape : localShape; }
+  const std::vector<int64_t>& gradShape() const { return gradHoldsBlock() ? blockShape : localShape; }
   // The placement in programs[program], or null when the param has no copy there.
   const Placement* placementIn(int64_t program) const;
 };
@@ -178,9 +202,10 @@ StatusOr<Manifest> parseManifest(const std::string& text, const std::string& fil
 // sizes, optimizer kind). Params are cross-checked by loadPlan / validateParams.
 StatusOr<Program> parseProgram(const std::string& text, const std::string& file, const Manifest& manifest);
 // Checks every param's placement in programs[programIndex] (`program`): buffer/grad ids in range,
-// kinds param/grad, the value buffer of the param's dtype and the grad f32 or bf16, the local shape,
-// no buffer serving two params. Errors name
-// params[i].buffer / .grad (legacy spelling) or params[i].placements[k].buffer / .grad.
+// kinds param/grad, the value buffer of the param's dtype and the grad f32 or bf16, the local shape (or
+// the ZeRO block where the stage says so: ParamDesc::bufferShape / gradShape), no buffer serving two
+// params. Errors name params[i].buffer / .grad (legacy spelling) or params[i].placements[k].buffer /
+// .grad.
 Status validateParams(const Manifest& manifest, const Program& program, size_t programIndex);
 // The same for programs[0] (single-program plans).
 Status validateParams(const Manifest& manifest, const Program& program);

@@ -23,8 +23,15 @@ inline constexpr int64_t kArenaAlignment = 64;        // every buffer offset is 
 // refused.
 //   "pipeline": pipeline parallelism (docs/plan-format.md "Pipeline plans"): mesh.pp may be > 1, one
 //               program per stage, params placed by "placements", send/recv ops.
+//   "zero":     ZeRO sharding of params, gradients and optimizer state (docs/plan-format.md "ZeRO plans"):
+//               params[].zero {axis, stage}, the shard_slice op.
 inline constexpr std::string_view kPipelineFeature = "pipeline";
-inline constexpr std::array<std::string_view, 1> kKnownFeatures = {kPipelineFeature};
+inline constexpr std::string_view kZeroFeature = "zero";
+inline constexpr std::array<std::string_view, 2> kKnownFeatures = {kPipelineFeature, kZeroFeature};
+// ZeRO stages a param's "zero" may name (params[].zero.stage): 1 optimizer state, 2 + gradients, 3 +
+// parameters (the param's buffer holds only this rank's block).
+inline constexpr int64_t kMinZeroStage = 1;
+inline constexpr int64_t kMaxZeroStage = 3;
 
 // Names of the metric buffers the runtime reports each step.
 inline constexpr std::string_view kLossMetric = "loss";
@@ -107,8 +114,9 @@ enum class OpKind {
   kAllReduce, kAllGather, kReduceScatter,
   kSend, kRecv,
   kCast,
+  kShardSlice,
 };
-inline constexpr size_t kNumOpKinds = size_t(OpKind::kCast) + 1;
+inline constexpr size_t kNumOpKinds = size_t(OpKind::kShardSlice) + 1;
 
 // one id; one id or absent; a non-empty [ids]; a non-empty [ids] or absent
 enum class ArgArity { kOne, kOptional, kList, kOptionalList };
@@ -252,6 +260,10 @@ inline constexpr T kReduceScatterAttrs[] = {{"axis", Str}, {"outer", Int}, {"inn
 inline constexpr A kSendArgs[] = {{"x", One, F, R}};
 inline constexpr A kRecvArgs[] = {{"y", One, F, W}};
 inline constexpr T kP2PAttrs[] = {{"axis", Str}, {"peer", Idx}, {"tag", Idx}};
+// shard_slice (ZeRO plans): x is [outer, n·inner], y is [outer, inner]: y[o, k] = x[o, c·inner + k], c this
+// rank's member index on `axis` (n its size). No communication; x and y never overlap.
+inline constexpr A kShardSliceArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
+inline constexpr T kShardSliceAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}};
 
 template <size_t NA, size_t NT>
 constexpr OpSpec op(OpKind k, std::string_view name, const A (&a)[NA], const T (&t)[NT]) {
@@ -307,6 +319,7 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kSend, "send", detail::kSendArgs, detail::kP2PAttrs),
     detail::op(OpKind::kRecv, "recv", detail::kRecvArgs, detail::kP2PAttrs),
     detail::op(OpKind::kCast, "cast", detail::kCastArgs, detail::kNAttrs),
+    detail::op(OpKind::kShardSlice, "shard_slice", detail::kShardSliceArgs, detail::kShardSliceAttrs),
 }};
 
 constexpr const OpSpec& opSpec(OpKind k) { return kOpSpecs[size_t(k)]; }
@@ -321,6 +334,7 @@ constexpr std::optional<OpKind> parseOpKind(std::string_view s) {
 constexpr bool isCollective(OpKind k) {
   return k == OpKind::kAllReduce || k == OpKind::kAllGather || k == OpKind::kReduceScatter;
 }
+// (shard_slice is not one: it reads this rank's own buffer only, a kernel launch.)
 // True for the point-to-point ops (send, recv) of pipeline plans: executed through the backend's
 // send/recv, not as kernel launches.
 constexpr bool isPointToPoint(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }

@@ -19,7 +19,9 @@
 //    F64, converted to f32), each rank taking its shard, and the file must hold no other tensor. A rank
 //    writes the params placed in its program (params[].placements), each into that placement's buffer;
 //    a param placed in several programs (tied weights across stages) gets the same values in every
-//    copy. The rest of the arena starts at zero (optimizer state included).
+//    copy. A ZeRO stage-3 param (params[].zero; docs/plan-format.md "ZeRO plans") gets the rank's block
+//    of its local shard, by global index as well. The rest of the arena starts at zero (optimizer state
+//    included).
 //  - Data: `data` is an llm.c token file (TokenData.h: order fixed by (seed, step, global sample),
 //    B = batch.micro_batch, T = batch.seq_len) or "synthetic": token t of global sample s (s as in
 //    TokenData.h) is random64(streamKey(seed, "llcdist.synthetic"), s, t) mod vocab_size for t in
@@ -51,10 +53,11 @@
 //    same way; --save-params still writes F32, the bf16 values converted exactly.
 //  - saveParams: every param by name in its Hugging Face shape as F32 safetensors (metadata
 //    {"format": "pt"}), written atomically (temporary file + rename) after the last step; sharded params
-//    are gathered from their shards. Every copy of a replicated param (and every replica of a shard)
-//    must be bitwise identical across the ranks that hold one, whichever program holds it (a tied
-//    param's copies on different pipeline stages included), else the error names the param, the first
-//    differing rank and the element. With steps == 0 and initFrom an F32 file, the output tensors equal the input's
+//    are gathered from their shards (ZeRO-3 params: from the blocks of each shard). Every copy of a
+//    replicated param (and every replica of a shard, or of a ZeRO-3 block of a shard; under ZeRO 1/2
+//    every dp rank's whole copy as without ZeRO) must be bitwise identical across the ranks that hold
+//    one, whichever program holds it (a tied param's copies on different pipeline stages included),
+//    else the error names the param, the first differing rank and the element. With steps == 0 and initFrom an F32 file, the output tensors equal the input's
 //    bit for bit, whatever the sharding.
 //  - Determinism: the CPU backend pins OpenBLAS to one thread and collectives reduce in member order,
 //    so the same options give bitwise identical losses and parameters, whatever the thread scheduling.

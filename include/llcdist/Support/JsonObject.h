@@ -1,0 +1,47 @@
+//===- JsonObject.h - a small JSON file with a fixed set of fields -*- C++ -*-===//
+//
+// MLIR-free. The shared first step of the little description files
+// (topologies/, devices/): parse, require an object, refuse unknown fields —
+// each error naming the file, the field and the fix.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LLCDIST_SUPPORT_JSONOBJECT_H
+#define LLCDIST_SUPPORT_JSONOBJECT_H
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llcdist {
+
+/// Parses `text` (the content of `path`) into `out`: a JSON object whose
+/// fields are all in `known`.
+inline std::optional<std::string> parseJsonObject(const std::string &text,
+                                                  const std::string &path,
+                                                  const std::vector<std::string> &known,
+                                                  nlohmann::json &out) {
+  try {
+    out = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error &e) {
+    return path + ": malformed JSON (byte " + std::to_string(e.byte) + ")";
+  }
+  if (!out.is_object())
+    return path + ": expected a JSON object";
+  for (auto it = out.begin(); it != out.end(); ++it) {
+    bool ok = false;
+    std::string list;
+    for (const std::string &k : known) {
+      ok |= k == it.key();
+      list += (list.empty() ? "" : ", ") + k;
+    }
+    if (!ok)
+      return path + ": field '" + it.key() + "': unknown field (known: " + list + ")";
+  }
+  return std::nullopt;
+}
+
+} // namespace llcdist
+
+#endif

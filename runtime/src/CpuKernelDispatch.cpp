@@ -25,7 +25,7 @@ Status runCpuGradNorm(const KernelCall& c, const std::function<Status(double*)>&
     LLCDIST_RETURN_IF_ERROR(reduceSharded(&shardedSq));
   }
   double totalSq = replicatedSq + shardedSq;
-  if (!c.stageGroup.empty()) {  // stage_axis: every stage's total, summed in member order
+  if (!c.stageGroups.empty()) {  // stage_axis: every stage's total, summed in member order
     if (!reduceStage) return Status::internal("grad_norm with stage_axis needs a stage all-reduce");
     LLCDIST_RETURN_IF_ERROR(reduceStage(&totalSq));
   }
@@ -215,7 +215,11 @@ Status runCpuKernel(const KernelCall& c, const CpuGroupAllReduce& groupAllReduce
     case K::kGradNorm:
       return runCpuGradNorm(
           c, [&](double* v) { return groupAllReduce(c.group, v, 1, ReduceOp::kSum); },
-          [&](double* v) { return groupAllReduce(c.stageGroup, v, 1, ReduceOp::kSum); });
+          [&](double* v) {
+            for (const std::vector<int>& g : c.stageGroups)
+              LLCDIST_RETURN_IF_ERROR(groupAllReduce(g, v, 1, ReduceOp::kSum));
+            return Status::ok();
+          });
     case K::kAllReduce:
     case K::kAllGather:
     case K::kReduceScatter:

@@ -220,10 +220,18 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
     }
   }
   if (op.attrs.count(std::string(schema::kStageAxisAttr))) {  // grad_norm over pipeline stages
-    const std::string name = op.stringAttr(std::string(schema::kStageAxisAttr));
-    auto axis = parseMeshAxis(name);
-    if (!axis) return Status::internal("unknown stage_axis \"" + name + "\"");
-    c.stageGroup = plan_->manifest.mesh().group(rank_, *axis);
+    // One axis, or several separated by commas ("dp,pp"): summed over each in turn.
+    const std::string names = op.stringAttr(std::string(schema::kStageAxisAttr));
+    size_t begin = 0;
+    while (begin <= names.size()) {
+      size_t end = names.find(',', begin);
+      if (end == std::string::npos) end = names.size();
+      const std::string name = names.substr(begin, end - begin);
+      auto axis = parseMeshAxis(name);
+      if (!axis) return Status::internal("unknown stage_axis \"" + name + "\"");
+      c.stageGroups.push_back(plan_->manifest.mesh().group(rank_, *axis));
+      begin = end + 1;
+    }
   }
   if (schema::isPointToPoint(op.kind)) {
     // The peer: this rank with coordinate `peer` on `axis` (the loader checked peer < axis size).

@@ -218,14 +218,17 @@ TEST(Memory, ZeroModelStateMatchesThePaper) {
 }
 
 // Every ZeRO stage reproduces the single-device run: dp ∈ {2, 4}, alone and
-// with tp = 2, fp32, SGD (strict) and AdamW.
+// with tp = 2, with pp = 2 (1F1B; GPT-2's tied embedding's blocks travel
+// between the first and last stage), and dp × tp × pp; fp32, SGD (strict)
+// and AdamW.
 TEST(Memory, ZeroGoldenRule) {
   for (const char *optimizer : {"sgd", "adamw"})
     for (const char *model : {"tiny-gpt2", "tiny-llama"}) {
       test::Trained ref = test::trainPlan(model, test::goldenOptions(optimizer), 8,
                                           std::string("zero-reference-") + optimizer);
       for (int64_t stage : {1, 2, 3})
-        for (Config c : {Config{2, 1, 1}, Config{4, 1, 1}, Config{2, 2, 1}}) {
+        for (Config c : {Config{2, 1, 1}, Config{4, 1, 1}, Config{2, 2, 1}, Config{2, 1, 2},
+                         Config{2, 2, 2}}) {
           c.zero = stage;
           test::expectSame(ref, train(model, c, optimizer, 8 / c.dp / 2),
                            std::string(model) + " " + optimizer + " " + c.name(),
@@ -253,6 +256,7 @@ TEST(Memory, MeasuredPeakEqualsPlanned) {
       {"tiny-llama", "f32", "none", 2, 1, 1, 1},
       {"tiny-llama", "bf16"},
       {"tiny-llama", "bf16", "full", 2, 1, 1, 2},
+      {"tiny-gpt2", "bf16", "selective", 2, 1, 2, 3},
   };
   for (const Case &k : cases) {
     std::string what = k.model + " " + k.dtype + " recompute " + k.recompute + " dp" +

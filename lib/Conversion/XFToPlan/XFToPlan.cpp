@@ -773,6 +773,8 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       // stages 2 and 3 did them in the backward, stage 1 does them now.
       if (zero == 1)
         for (const std::string &name : paramOrder) {
+          if (!updatesHere(name))
+            continue; // a tied copy: its home reduces the summed gradient
           ParamInfo &p = params[name];
           Buf shard = newBuffer(name + ".grad_shard", "scratch", p.shardType);
           kernel("reduce_scatter", {arg("x", p.grad), arg("y", shard)},
@@ -835,10 +837,12 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
         args.push_back(arg("sharded", b.getArrayAttr(sharded)));
         attrs.push_back(b.getNamedAttr("axis", axis));
       }
-      if (pipelined) // each stage holds other parameters: sum over pp
-        attrs.push_back(str("stage_axis", "pp"));
-      else if (zero > 0) // each dp rank holds other gradient shards
-        attrs.push_back(str("stage_axis", "dp"));
+      // Each dp rank holds other gradient blocks (ZeRO), each stage other
+      // parameters (pipeline): the norm sums over those axes.
+      if (pipelined || zero > 0)
+        attrs.push_back(str("stage_axis", zero > 0 && pipelined ? "dp,pp"
+                                          : pipelined           ? "pp"
+                                                                : "dp"));
       kernel("grad_norm", args, attrs, op.getLoc());
       continue;
     }
@@ -865,7 +869,7 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       // What the update writes: the parameter, or under ZeRO-1/2 this dp
       // rank's shard of it, cut out now and gathered back after.
       Buf target = p.value, grad = updateGrad[name];
-      bool sliceAndGather = (zero == 1 || zero == 2) && !mixed;
+      bool sliceAndGather = (zero == 1 || zero == 2) && !mixed && updatesHere(name);
       if (sliceAndGather) {
         target = newBuffer(name + ".shard", "scratch", p.shardType);
         kernel("shard_slice", {arg("x", p.value), arg("y", target)},
@@ -1161,10 +1165,8 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
   func::FuncOp entry, opt;
   if (failed(prepare(entry, opt)))
     return failure();
-  if (zero > 0)
-    return module.emitError("llcdist-lower-to-plan: --zero with pipeline parallelism "
-                            "(pp > 1) is not built yet (the gradient norm would sum over "
-                            "dp and pp)");
+  if (failed(zeroCheck()))
+    return failure();
   const int64_t p = pipe.stages, chunks = pipe.chunks();
   sch::ScheduleOptions so;
   so.stages = p;
@@ -1388,10 +1390,12 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
           transfer("send", pi.value, other, tag, loc);
           continue;
         }
-        Buf part = newBuffer(name + ".grad@stage" + std::to_string(other), "scratch", pi.type);
+        // The gradient as this stage holds it (under ZeRO-2/3 the dp block).
+        RankedTensorType gt = zero >= 2 ? pi.shardType : pi.type;
+        Buf part = newBuffer(name + ".grad@stage" + std::to_string(other), "scratch", gt);
         transfer("recv", part, other, tag, loc);
-        kernel("accumulate", {arg("x", part), arg("y", pi.grad)},
-               {i64("n", pi.type.getNumElements())}, loc);
+        kernel("accumulate", {arg("x", part), arg("y", pi.grad)}, {i64("n", gt.getNumElements())},
+               loc);
       }
     }
   };

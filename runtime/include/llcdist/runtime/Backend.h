@@ -85,7 +85,7 @@ struct KernelCall {
   int64_t member = 0;
   // grad_norm with attr `stage_axis`: the global ranks of that axis's group in member order (the total
   // squared norm is all-reduced over it); empty without stage_axis.
-  std::vector<int> stageGroup;
+  std::vector<std::vector<int>> stageGroups;  // one per axis of stage_axis ("dp,pp"), in order
   // send / recv: the peer's global rank (this rank with coordinate `peer` on `axis`) and the tag.
   int peer = -1;
   int64_t tag = 0;
@@ -183,7 +183,7 @@ struct CpuBackendOptions {
 // reduce-scatter are the identity, all-gather a copy) and a group with any other rank is an
 // InvalidArgument error naming the group. grad_norm with a `sharded` list all-reduces (f64, sum) the
 // sharded squared norm over call.group through the communicator, and with `stage_axis` the total over
-// call.stageGroup; the vocabulary-parallel cross entropy all-reduces its row statistics (f64: max, then
+// each of call.stageGroups in order; the vocabulary-parallel cross entropy all-reduces its row statistics (f64: max, then
 // sum) over call.group the same way, so these kernel-internal collectives have the standalone
 // collectives' determinism, mismatch, abort and timeout behaviour. send / recv go through the
 // communicator's send / recv when the call is made (a send is buffered, a recv returns with the data);
@@ -192,7 +192,7 @@ std::unique_ptr<Backend> makeCpuBackend(const CpuBackendOptions& options = {});
 
 // All-reduces buf[n] (f64) in place over `group` with `op`, in member order with identical bits on
 // every member (the Communicator's rule): the collective inside a kernel, for grad_norm's `sharded`
-// list (over call.group) and `stage_axis` (over call.stageGroup) and the vocabulary-parallel cross
+// list (over call.group) and `stage_axis` (over call.stageGroups) and the vocabulary-parallel cross
 // entropy (over call.group). The CPU backend passes its communicator's allReduce.
 using CpuGroupAllReduce = std::function<Status(const std::vector<int>& group, double* buf, int64_t n, ReduceOp op)>;
 
@@ -204,9 +204,9 @@ using CpuGroupAllReduce = std::function<Status(const std::vector<int>& group, do
 Status runCpuKernel(const KernelCall& call, const CpuGroupAllReduce& groupAllReduce);
 Status runCpuKernel(const KernelCall& call);
 // grad_norm: total = Σ grads g² + reduceSharded(Σ sharded g²), then reduceStage(total) when
-// call.stageGroup is not empty, norm = sqrt(total); sums in double; clips both lists in place when
+// call.stageGroups is not empty, norm = sqrt(total); sums in double; clips both lists in place when
 // max_norm > 0. `reduceSharded` all-reduces (sum) its argument across call.group in place, `reduceStage`
-// across call.stageGroup.
+// across each of call.stageGroups in turn.
 Status runCpuGradNorm(const KernelCall& call, const std::function<Status(double*)>& reduceSharded,
                       const std::function<Status(double*)>& reduceStage = nullptr);
 

@@ -15,7 +15,8 @@
 // on that axis and the rank's vocabulary slice (KernelCall::vocabShard); the cross entropy's
 // all-reduces run inside its kernel launch, through the backend. Position embeddings with `shard_axis`
 // (sequence parallelism) get KernelCall::posBegin = c·S, c the rank's coordinate on that axis.
-// grad_norm with `stage_axis` gets the rank's group on that axis (KernelCall::stageGroup).
+// grad_norm with `stage_axis` gets the rank's group on that axis, or on each axis of a comma-separated
+// list (KernelCall::stageGroups).
 // shard_slice (ZeRO plans) is a kernel launch (no communication) that gets the rank's group on `axis`
 // and its member index there (KernelCall::member); bf16 arguments are handled as for every float op.
 // Pipeline plans: send / recv resolve their peer once, at bind time: the global rank with this rank's

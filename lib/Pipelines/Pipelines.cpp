@@ -38,7 +38,7 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   split.layout = o.ppLayout;
   split.schedule = o.pipelineSchedule;
   pm.addPass(xf::createPipelineSplit(split));
-  pm.addPass(createLowerToPlan({o.zero}));
+  pm.addPass(createLowerToPlan({o.zero, o.reshardAfterForward}));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
   pm.addPass(plan::createVerifyPlan());
 }
@@ -65,6 +65,7 @@ struct TrainingPipelineCLOptions
   Option<int64_t> virtualStages{*this, "virtual-stages", llvm::cl::init(1)};
   Option<std::string> recompute{*this, "recompute", llvm::cl::init("none")};
   Option<int64_t> zero{*this, "zero", llvm::cl::init(0)};
+  Option<bool> reshardAfterForward{*this, "reshard-after-forward", llvm::cl::init(true)};
   Option<std::string> ppLayout{*this, "pp-layout", llvm::cl::init("")};
 };
 } // namespace
@@ -94,6 +95,7 @@ void llcdist::registerPipelines() {
         o.ppLayout = c.ppLayout;
         o.recompute = c.recompute;
         o.zero = c.zero;
+        o.reshardAfterForward = c.reshardAfterForward;
         buildTrainingPipeline(pm, o);
       });
 }

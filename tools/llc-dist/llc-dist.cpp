@@ -143,6 +143,10 @@ MEMORY
   --zero 1|2|3           ZeRO over dp: 1 shards the optimizer state, 2 also
                          the gradients, 3 (FSDP) also the parameters, gathered
                          per layer where used (default 0: off)
+  --reshard-after-forward true|false
+                         --zero 3: gather each layer's parameters again for its
+                         backward (true, FSDP's default) or keep the forward's
+                         copy until then (more memory, a third less gathering)
   --device NAME|FILE     the accelerator every rank runs on (devices/: h100-80gb,
                          a100-80gb, a100-40gb, h200); a plan whose arena exceeds
                          its memory on any rank is an error with the breakdown
@@ -878,7 +882,8 @@ std::string oomMessage(const std::vector<StageMemory> &memory, int64_t budget,
 }
 
 int runCompile(Args &args) {
-  std::string model, output, emit = "plan", format = "text", dumpDir, deviceName, budgetText;
+  std::string model, output, emit = "plan", format = "text", dumpDir, deviceName, budgetText,
+      reshardText = "true";
   MeshSpec mesh;
   TrainingPipelineOptions train;
   std::optional<Topology> topology;
@@ -908,6 +913,7 @@ int runCompile(Args &args) {
       .add("--pp-layout", &train.ppLayout)
       .add("--recompute", &train.recompute)
       .add("--zero", &train.zero)
+      .add("--reshard-after-forward", &reshardText)
       .add("--device", &deviceName)
       .add("--memory-budget", &budgetText)
       .add("-o", &output)
@@ -973,6 +979,11 @@ int runCompile(Args &args) {
     throw UsageError{"--virtual-stages and --pp-layout need a pipeline: pp > 1 in --mesh"};
   if (auto k = schedule::parseScheduleKind(train.pipelineSchedule); !k)
     throw UsageError{"--schedule: " + k.error().message};
+  if (reshardText != "true" && reshardText != "false")
+    throw UsageError{"--reshard-after-forward must be true or false, got '" + reshardText + "'"};
+  train.reshardAfterForward = reshardText == "true";
+  if (!train.reshardAfterForward && train.zero != 3)
+    throw UsageError{"--reshard-after-forward false only applies to --zero 3 (FSDP)"};
   if (train.recompute != "none" && train.recompute != "selective" &&
       train.recompute != "full" && train.recompute != "auto")
     throw UsageError{"--recompute must be none, selective, full or auto, got '" +

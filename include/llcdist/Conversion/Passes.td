@@ -46,6 +46,9 @@ def LowerToPlan : Pass<"llcdist-lower-to-plan", "mlir::ModuleOp"> {
     Option<"zero", "zero", "int64_t", "0",
            "ZeRO stage over dp: 1 shards the optimizer state, 2 also the "
            "gradients, 3 (FSDP) also the parameters">,
+    Option<"reshardAfterForward", "reshard-after-forward", "bool", "true",
+           "ZeRO-3: gather a layer's parameters again for its backward (true, "
+           "PyTorch FSDP's default) or keep the forward's gathered copy">,
   ];
   let dependentDialects = ["llcdist::plan::PlanDialect"];
 }

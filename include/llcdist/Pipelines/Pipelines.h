@@ -30,6 +30,8 @@ struct TrainingPipelineOptions {
   std::string recompute = "none";
   /// ZeRO stage over dp (0: off; 1, 2, 3 = FSDP; llcdist-lower-to-plan).
   int64_t zero = 0;
+  /// ZeRO-3: gather again for the backward (true) or keep the forward's copy.
+  bool reshardAfterForward = true;
   int64_t virtualStages = 1;
   std::string ppLayout;
 };

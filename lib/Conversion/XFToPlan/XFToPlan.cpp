@@ -90,8 +90,9 @@ bool isWeightGrad(Operation *op) {
 
 class Lowering {
 public:
-  explicit Lowering(ModuleOp module, int64_t zero = 0)
-      : module(module), ctx(module.getContext()), b(ctx), symbols(module), zero(zero) {}
+  explicit Lowering(ModuleOp module, int64_t zero = 0, bool reshardAfterForward = true)
+      : module(module), ctx(module.getContext()), b(ctx), symbols(module), zero(zero),
+        reshardAfterForward(reshardAfterForward) {}
 
   /// One program for the whole step (no pipeline).
   LogicalResult run();
@@ -322,6 +323,11 @@ private:
   int64_t zero = 0, dp = 1;
   /// Mixed precision (bf16 values in the IR): see param().
   bool mixed = false;
+  /// ZeRO-3: whether the backward gathers a layer's parameters again (true:
+  /// FSDP's reshard_after_forward) or reuses the forward's gathered copy,
+  /// kept alive in between (`gathered`, by microbatch slot and name).
+  bool reshardAfterForward = true;
+  llvm::StringMap<Buf> gathered;
   struct PendingReduce {
     Buf full;
     std::string name;
@@ -376,10 +382,13 @@ LogicalResult Lowering::lowerOpImpl(Operation *op, Scope &s) {
         if (auto sh = p->getAttrOfType<DictionaryAttr>("xf.sharding"))
           info.sharding = sh;
         s.bufs[p.getResult()] = {info.working};
-        if (zero >= 3) {
+        if (zero >= 3 && !reshardAfterForward && gathered.count(s.prefix + name)) {
+          s.bufs[p.getResult()] = {gathered[s.prefix + name]};
+        } else if (zero >= 3) {
           // FSDP: the whole parameter exists only while this scope (a layer
           // body's forward or backward, or the step's top level) uses it.
           Buf full = newBuffer(s.prefix + name + ".gathered", "activation", info.type);
+          gathered[s.prefix + name] = full;
           kernel("all_gather", {arg("x", info.working), arg("y", full)},
                  {str("axis", "dp"), i64("outer", 1),
                   i64("inner", info.shardType.getNumElements())},
@@ -1432,7 +1441,7 @@ struct LowerToPlanPass : public llcdist::impl::LowerToPlanBase<LowerToPlanPass> 
     ModuleOp module = getOperation();
     auto info = module->getAttrOfType<DictionaryAttr>("xf.pipeline");
     if (!info) {
-      if (failed(Lowering(module, zero).run()))
+      if (failed(Lowering(module, zero, reshardAfterForward).run()))
         return signalPassFailure();
     } else {
       Pipeline pipe;
@@ -1447,7 +1456,7 @@ struct LowerToPlanPass : public llcdist::impl::LowerToPlanBase<LowerToPlanPass> 
       }
       pipe.kind = *kind;
       for (int64_t s = 0; s < pipe.stages; ++s)
-        if (failed(Lowering(module, zero).runStage(pipe, s)))
+        if (failed(Lowering(module, zero, reshardAfterForward).runStage(pipe, s)))
           return signalPassFailure();
       module->setAttr("plan.pipeline", info);
       module->removeAttr("xf.pipeline");

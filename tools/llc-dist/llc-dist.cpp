@@ -779,6 +779,8 @@ struct StageMemory {
   int64_t stage = 0;
   std::map<std::string, int64_t> persistent; ///< by buffer kind
   int64_t transientPeak = 0, transientLivePeak = 0, arena = 0;
+  /// At the moment of the live peak: activations, communication, workspace.
+  std::map<std::string, int64_t> atPeak;
 };
 
 std::vector<StageMemory> memoryOf(ModuleOp m) {
@@ -794,12 +796,19 @@ std::vector<StageMemory> memoryOf(ModuleOp m) {
           sm.transientPeak = v;
         else if (n.getName() == "transient_live_peak")
           sm.transientLivePeak = v;
+        else if (n.getName().strref().starts_with("peak_"))
+          sm.atPeak[n.getName().str().substr(5)] = v;
         else
           sm.persistent[n.getName().str()] = v;
       }
     out.push_back(sm);
   }
   return out;
+}
+
+int64_t atPeak(const StageMemory &sm, const std::string &cls) {
+  auto it = sm.atPeak.find(cls);
+  return it == sm.atPeak.end() ? 0 : it->second;
 }
 
 bool fitsBudget(ModuleOp m, int64_t budget) {
@@ -1172,6 +1181,8 @@ int runCompile(Args &args) {
           e[k] = v;
         e["activations_peak"] = sm.transientPeak;
         e["activations_live_peak"] = sm.transientLivePeak;
+        for (auto &[k, v] : sm.atPeak)
+          e["at_live_peak_" + k] = v;
         e["arena"] = sm.arena;
         mem.push_back(e);
       }
@@ -1209,12 +1220,16 @@ int runCompile(Args &args) {
         auto it = sm.persistent.find(k);
         return it == sm.persistent.end() ? int64_t(0) : it->second;
       };
-      os << fmt::format("    {}{} + {} + {} + {} ({}) + {} = {}{}\n",
+      os << fmt::format("    {}{} + {} + {} + {} ({}) + {} = {}{}\n"
+                        "      at the live peak: activations {}, communication buffers {}, "
+                        "workspace {}\n",
                         memory.size() > 1 ? fmt::format("stage {}: ", sm.stage) : "",
                         mib(kind("param")), mib(kind("grad")), mib(kind("optimizer_state")),
                         mib(sm.transientPeak), mib(sm.transientLivePeak),
                         mib(kind("input") + kind("metric") + kind("padding")), mib(sm.arena),
-                        budget ? fmt::format("  (fits {}: {})", budgetName, gib(*budget)) : "");
+                        budget ? fmt::format("  (fits {}: {})", budgetName, gib(*budget)) : "",
+                        mib(atPeak(sm, "activations")), mib(atPeak(sm, "communication")),
+                        mib(atPeak(sm, "workspace")));
     }
   }
   if (pipeline)

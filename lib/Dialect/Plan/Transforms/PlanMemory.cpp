@@ -21,6 +21,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
 #include <map>
@@ -64,12 +65,20 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       for (auto k : sub.getBody().front().getOps<KernelOp>())
         kernelsOf[sub.getSymName()].push_back(k);
     llvm::StringMap<SmallVector<Segment, 2>> live;
+    // Buffers that communication fills (a gather's, reduce-scatter's or
+    // recv's output): the report's "communication buffers".
+    llvm::StringSet<> communication;
     int64_t t = 0;
     for (auto sched : body.getOps<ScheduleOp>())
       for (auto action : sched.getBody().front().getOps<ActionOp>())
         for (KernelOp k : kernelsOf.lookup(action.getSubroutine())) {
           auto kind = schema::parseOpKind(k.getKernel().str());
           auto accumulate = k.getParams().getAs<BoolAttr>("accumulate");
+          if (kind && (*kind == schema::OpKind::kAllGather ||
+                       *kind == schema::OpKind::kReduceScatter || *kind == schema::OpKind::kRecv))
+            for (StringRef role : {"y"})
+              if (auto out = k.getArgs().getAs<FlatSymbolRefAttr>(role))
+                communication.insert(out.getValue());
           // Per buffer of this kernel: does it read it, does it overwrite it?
           llvm::StringMap<std::pair<bool, bool>> touched;
           for (NamedAttribute arg : k.getArgs()) {
@@ -184,9 +193,23 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       peak = std::max(peak, at + size);
       buf.setOffsetAttr(b.getI64IntegerAttr(base + at));
     }
-    int64_t livePeak = 0, running = 0;
-    for (int64_t v : liveBytes)
-      livePeak = std::max(livePeak, running += v);
+    int64_t livePeak = 0, running = 0, peakAt = 0;
+    for (auto [k, v] : llvm::enumerate(liveBytes))
+      if ((running += v) > livePeak) {
+        livePeak = running;
+        peakAt = k;
+      }
+    // What is live at that moment: activations, communication buffers, and
+    // workspace (the other scratch buffers).
+    int64_t atPeak[3] = {0, 0, 0};
+    for (BufferOp buf : transient)
+      for (const Segment &seg : live[buf.getSymName()])
+        if (seg.first <= peakAt && peakAt <= seg.last) {
+          int cls = communication.contains(buf.getSymName()) ? 1
+                    : buf.getKind() == "scratch"            ? 2
+                                                             : 0;
+          atPeak[cls] += aligned(buf.getNumBytes());
+        }
     program.setArenaBytesAttr(b.getI64IntegerAttr(base + peak));
 
     // The breakdown the compile report prints (llc-dist compile; issue #6).
@@ -201,6 +224,9 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     memory.push_back(b.getNamedAttr("padding", b.getI64IntegerAttr(base - exact)));
     memory.push_back(b.getNamedAttr("transient_peak", b.getI64IntegerAttr(peak)));
     memory.push_back(b.getNamedAttr("transient_live_peak", b.getI64IntegerAttr(livePeak)));
+    memory.push_back(b.getNamedAttr("peak_activations", b.getI64IntegerAttr(atPeak[0])));
+    memory.push_back(b.getNamedAttr("peak_communication", b.getI64IntegerAttr(atPeak[1])));
+    memory.push_back(b.getNamedAttr("peak_workspace", b.getI64IntegerAttr(atPeak[2])));
     program->setAttr("plan.memory", b.getDictionaryAttr(memory));
   }
 };

@@ -3,7 +3,7 @@
 // Buffers are placed in order at 64-byte-aligned offsets; the arena is their sum.
 // plan.memory: exact tensor bytes per kind, and the alignment's 84 bytes.
 // 10 f32 = 40 bytes -> next at 64; 16 i32 = 64 bytes -> next at 128; 1 f32 -> 192.
-// CHECK: plan.program @stage0 attributes {arena_bytes = 192 : i64, plan.memory = {input = 64 : i64, metric = 4 : i64, padding = 84 : i64, param = 40 : i64, transient_live_peak = 0 : i64, transient_peak = 0 : i64}}
+// CHECK: plan.program @stage0 attributes {arena_bytes = 192 : i64, plan.memory = {input = 64 : i64, metric = 4 : i64, padding = 84 : i64, param = 40 : i64, peak_activations = 0 : i64, peak_communication = 0 : i64, peak_workspace = 0 : i64, transient_live_peak = 0 : i64, transient_peak = 0 : i64}}
 // CHECK-NEXT: plan.buffer @b0 : tensor<10xf32> {kind = "param", name = "a", offset = 0 : i64}
 // CHECK-NEXT: plan.buffer @b1 : tensor<4x4xi32> {kind = "input", name = "b", offset = 64 : i64}
 // CHECK-NEXT: plan.buffer @b2 : tensor<1xf32> {kind = "metric", name = "loss", offset = 128 : i64}
@@ -20,7 +20,7 @@ plan.program @stage0 {
 // third) takes its bytes; @b is live across both and keeps its own. The
 // parameter is placed first, for the whole step. Arena: 64 (param) +
 // 2 × 64 (the two live activations at the peak).
-// REUSE: plan.program @reuse attributes {arena_bytes = 192 : i64, plan.memory = {padding = 48 : i64, param = 16 : i64, transient_live_peak = 128 : i64, transient_peak = 128 : i64}}
+// REUSE: plan.program @reuse attributes {arena_bytes = 192 : i64, plan.memory = {padding = 48 : i64, param = 16 : i64, peak_activations = 128 : i64, peak_communication = 0 : i64, peak_workspace = 0 : i64, transient_live_peak = 128 : i64, transient_peak = 128 : i64}}
 // REUSE-NEXT: plan.buffer @w : tensor<4xf32> {kind = "param", name = "w", offset = 0 : i64}
 // REUSE-NEXT: plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", offset = 64 : i64}
 // REUSE-NEXT: plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b", offset = 128 : i64}
@@ -49,7 +49,7 @@ plan.program @reuse {
 // in between) takes them: one live activation at a time. (A single
 // first-to-last interval would keep @a for the whole step and give @b bytes
 // of its own: 192.)
-// SEGMENTS: plan.program @segments attributes {arena_bytes = 128 : i64, plan.memory = {padding = 48 : i64, param = 16 : i64, transient_live_peak = 64 : i64, transient_peak = 64 : i64}}
+// SEGMENTS: plan.program @segments attributes {arena_bytes = 128 : i64, plan.memory = {padding = 48 : i64, param = 16 : i64, peak_activations = 64 : i64, peak_communication = 0 : i64, peak_workspace = 0 : i64, transient_live_peak = 64 : i64, transient_peak = 64 : i64}}
 // SEGMENTS-NEXT: plan.buffer @w : tensor<4xf32> {kind = "param", name = "w", offset = 0 : i64}
 // SEGMENTS-NEXT: plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", offset = 64 : i64}
 // SEGMENTS-NEXT: plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b", offset = 64 : i64}

@@ -4,7 +4,8 @@
 // GPT-2 (tied embeddings: the first and last stage hold a copy) and tiny
 // Llama, global batch 8, against one device with one microbatch of 8:
 //   pp = 2 and pp = 4 with GPipe, 1F1B and ZB-H1 (8 microbatches);
-//   pp = 2 interleaved with v = 2 (4 model chunks of one layer);
+//   pp = 2 interleaved with v = 2 (4 model chunks of one layer), and pp = 4
+//   with v = 2 on 8-layer variants (unittests/Integration/Inputs/);
 //   dp = 2, tp = 2, pp = 2 (1F1B; also with sequence parallelism).
 // Also: the bubble of the schedule read back from the emitted programs equals
 // the analytic formulas, and the emitted programs carry the schedule.
@@ -60,7 +61,25 @@ void golden(const std::string &model, const std::string &optimizer) {
     test::expectSame(ref, train(model, c, optimizer), model + " " + optimizer + " " + c.name(),
                      test::goldenTolerance(optimizer));
 }
+
+// Interleaving on pp = 4 needs 8 model chunks of a layer each: the tiny
+// models with 8 layers (test inputs), v = 2, 8 microbatches.
+void goldenInterleaved4(const std::string &model, const std::string &optimizer) {
+  std::string path = std::string(LLCDIST_SOURCE_DIR) + "/unittests/Integration/Inputs/" + model +
+                     "-8l.json";
+  Trained ref = test::trainPlan(path, test::goldenOptions(optimizer), 8, "pp4-il-ref-" + optimizer);
+  PipelineConfig c{1, 1, 4, "interleaved", 2};
+  TrainingPipelineOptions opt = test::goldenOptions(optimizer);
+  opt.mesh.pp = 4;
+  opt.pipelineSchedule = "interleaved";
+  opt.virtualStages = 2;
+  test::expectSame(ref, test::trainPlan(path, opt, 1, c.name() + "-" + optimizer),
+                   model + "-8l " + optimizer + " " + c.name(), test::goldenTolerance(optimizer));
+}
 } // namespace
+
+TEST(Pipeline, Interleaved4StagesTinyGPT2) { goldenInterleaved4("tiny-gpt2", "sgd"); }
+TEST(Pipeline, Interleaved4StagesTinyLlama) { goldenInterleaved4("tiny-llama", "adamw"); }
 
 TEST(Pipeline, TinyGPT2SGD) { golden("tiny-gpt2", "sgd"); }
 TEST(Pipeline, TinyGPT2AdamW) { golden("tiny-gpt2", "adamw"); }

@@ -15,13 +15,16 @@
 
 namespace llcdist::test {
 
-/// Compiles models/<name>.json with `shape` and `train` into a fresh plan
-/// directory under the system temp dir; returns its path ("" on failure).
+/// Compiles models/<name>.json (or `name` itself when it is a path to a
+/// .json file) with `shape` and `train` into a fresh plan directory under the
+/// system temp dir; returns its path ("" on failure).
 inline std::string compilePlan(const std::string &name, TrainingShape shape,
                                TrainingPipelineOptions train,
                                const std::string &tag) {
   ModelConfig cfg;
-  std::string path = std::string(LLCDIST_SOURCE_DIR) + "/models/" + name + ".json";
+  bool isPath = name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+  std::string path =
+      isPath ? name : std::string(LLCDIST_SOURCE_DIR) + "/models/" + name + ".json";
   int64_t dp = train.mesh.dp;
   if (loadModelConfig(path, cfg) || resolveTrainingShape(cfg, dp, shape))
     return "";
@@ -34,7 +37,8 @@ inline std::string compilePlan(const std::string &name, TrainingShape shape,
   if (mlir::failed(pm.run(*module)))
     return "";
   std::string dir = (std::filesystem::temp_directory_path() /
-                     ("llcdist-test-" + name + "-" + tag))
+                     ("llcdist-test-" + std::filesystem::path(name).stem().string() + "-" +
+                      tag))
                         .string();
   std::filesystem::remove_all(dir);
   if (mlir::failed(writePlanDirectory(*module, dir)))

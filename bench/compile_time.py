@@ -21,8 +21,11 @@ import time
 MODELS = ["tiny-gpt2", "gpt2", "llama3-8b", "llama3-70b", "llama3.1-405b", "gpt3-175b"]
 # Whole training-step plans (autodiff, optimizer, partitioning, lowering,
 # memory planning, emission): (model, mesh).
+# A mesh "…|flags" adds compile flags: the 405B pipeline (16 stages, 1F1B over
+# 32 microbatches: per-stage programs, schedule, cross-rank verification).
 PLANS = [("tiny-gpt2", "dp=1"), ("gpt2", "dp=8"), ("llama3-8b", "dp=2,tp=4"),
-         ("llama3.1-405b", "dp=2,tp=8")]
+         ("llama3.1-405b", "dp=2,tp=8"),
+         ("llama3.1-405b", "dp=2,tp=8,pp=16|--global-batch 64")]
 
 
 def main():
@@ -65,8 +68,9 @@ def main():
     try:
         def run_plan(model, mesh):
             seq = "64" if model.startswith("tiny") else "1024"
+            mesh, _, extra = mesh.partition("|")
             cmd = [exe, "compile", os.path.join(root, "models", model + ".json"), "--mesh", mesh,
-                   "--seq-len", seq, "-o", os.path.join(scratch, "p"), "--quiet"]
+                   "--seq-len", seq, "-o", os.path.join(scratch, "p"), "--quiet", *extra.split()]
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True)
             return time.perf_counter() - t0

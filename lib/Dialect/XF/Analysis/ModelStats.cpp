@@ -23,6 +23,15 @@ func::FuncOp llcdist::xf::getEntryFunction(ModuleOp module) {
   return entry;
 }
 
+func::FuncOp llcdist::xf::getTrainStep(ModuleOp module, llvm::StringRef pass) {
+  func::FuncOp entry = getEntryFunction(module);
+  if (entry && !entry->hasAttr("xf.train_step")) {
+    entry.emitError(pass) << ": run llcdist-autodiff first";
+    return {};
+  }
+  return entry;
+}
+
 namespace {
 /// Per-token FLOPs of the ops directly in `fn`'s body (not following calls).
 struct LocalFlops {

@@ -129,13 +129,9 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
     }
     if (dp == 1 && tp == 1)
       return;
-    func::FuncOp entry = getEntryFunction(module);
+    func::FuncOp entry = getTrainStep(module, "llcdist-partition");
     if (!entry)
       return signalPassFailure();
-    if (!entry->hasAttr("xf.train_step")) {
-      entry.emitError("llcdist-partition: run llcdist-autodiff first");
-      return signalPassFailure();
-    }
     func::FuncOp opt;
     for (auto fn : module.getOps<func::FuncOp>())
       if (fn->hasAttr("xf.optimizer"))

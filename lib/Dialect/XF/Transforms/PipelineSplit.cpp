@@ -107,13 +107,9 @@ struct PipelineSplitPass
       }
       return;
     }
-    func::FuncOp entry = getEntryFunction(module);
+    func::FuncOp entry = getTrainStep(module, "llcdist-pipeline-split");
     if (!entry)
       return signalPassFailure();
-    if (!entry->hasAttr("xf.train_step")) {
-      entry.emitError("llcdist-pipeline-split: run llcdist-autodiff first");
-      return signalPassFailure();
-    }
     SymbolTable symbols(module);
 
     auto kind = llcdist::schedule::parseScheduleKind(schedule);

@@ -94,13 +94,9 @@ struct RecomputePass : public llcdist::xf::impl::RecomputeBase<RecomputePass> {
     }
     if (mode == "none")
       return;
-    func::FuncOp entry = getEntryFunction(module);
+    func::FuncOp entry = getTrainStep(module, "llcdist-recompute");
     if (!entry)
       return signalPassFailure();
-    if (!entry->hasAttr("xf.train_step")) {
-      entry.emitError("llcdist-recompute: run llcdist-autodiff first");
-      return signalPassFailure();
-    }
     SymbolTable symbols(module);
     if (failed(mode == "full" ? recomputeLayers(entry, symbols) : recomputeAttention(module)))
       return signalPassFailure();

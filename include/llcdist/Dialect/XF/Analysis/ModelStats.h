@@ -27,6 +27,10 @@ struct ModelStats {
 /// The function marked xf.entry, or null (with an error emitted on `module`).
 mlir::func::FuncOp getEntryFunction(mlir::ModuleOp module);
 
+/// The entry function when it is a training step (llcdist-autodiff ran), or
+/// null with an error naming `pass`: "<pass>: run llcdist-autodiff first".
+mlir::func::FuncOp getTrainStep(mlir::ModuleOp module, llvm::StringRef pass);
+
 /// Counts parameters and FLOPs of `module`'s entry function, following its
 /// xf.layer calls. Fails (with a diagnostic) when there is no entry function
 /// or a parameter name is used with two different shapes.

@@ -168,10 +168,11 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       for (const Segment &s : segs)
         for (int64_t k = s.first / kBucket; k <= s.last / kBucket; ++k)
           for (int64_t p : index[k]) {
-            if (seen[p] == stamp || !overlaps(placed[p].segs, segs))
-              continue;
+            if (seen[p] == stamp)
+              continue; // this pair is decided (overlaps() compares all segments)
             seen[p] = stamp;
-            busy.push_back({placed[p].begin, placed[p].end});
+            if (overlaps(placed[p].segs, segs))
+              busy.push_back({placed[p].begin, placed[p].end});
           }
       llvm::sort(busy);
       int64_t at = 0;

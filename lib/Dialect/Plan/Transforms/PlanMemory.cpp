@@ -25,6 +25,8 @@
 
 #include <algorithm>
 #include <map>
+#include <queue>
+#include <tuple>
 
 #define DEBUG_TYPE "llcdist-plan-memory"
 
@@ -159,12 +161,52 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       return false;
     };
     std::vector<int64_t> liveBytes(t + 1, 0); // bytes live per kernel, for the report
+    // A sweep over time keeps, by offset, the placed buffers live at the
+    // current buffer's first kernel (`active`): they all conflict with it,
+    // already sorted. Only the others (live during its later kernels) are
+    // looked up in the segment index, tested and sorted.
+    std::map<int64_t, int64_t> active; // begin -> placed id
+    using Event = std::tuple<int64_t, int64_t, size_t>; // (kernel, placed id, segment)
+    std::priority_queue<Event, std::vector<Event>, std::greater<>> starts, ends;
+    std::vector<int64_t> activeSeg; // per placed buffer: its live segment, or -1
+    auto advance = [&](int64_t now) {
+      while (true) {
+        bool hasStart = !starts.empty() && std::get<0>(starts.top()) <= now;
+        bool hasEnd = !ends.empty() && std::get<0>(ends.top()) < now;
+        if (hasEnd && (!hasStart || std::get<0>(ends.top()) < std::get<0>(starts.top()))) {
+          auto [last, id, k] = ends.top();
+          ends.pop();
+          if (activeSeg[id] == int64_t(k)) {
+            auto it = active.find(placed[id].begin);
+            if (it != active.end() && it->second == id)
+              active.erase(it);
+            activeSeg[id] = -1;
+          }
+          continue;
+        }
+        if (!hasStart)
+          return;
+        auto [first, id, k] = starts.top();
+        starts.pop();
+        const Segment &seg = placed[id].segs[k];
+        if (seg.last >= now) {
+          active[placed[id].begin] = id;
+          activeSeg[id] = k;
+          ends.push({seg.last, id, k});
+        }
+        if (k + 1 < placed[id].segs.size())
+          starts.push({placed[id].segs[k + 1].first, id, k + 1});
+      }
+    };
     int64_t peak = 0;
     for (BufferOp buf : transient) {
       ArrayRef<Segment> segs = live[buf.getSymName()];
       int64_t size = aligned(buf.getNumBytes());
-      std::vector<std::pair<int64_t, int64_t>> busy;
       int64_t stamp = int64_t(placed.size());
+      advance(segs.front().first);
+      for (auto [begin, p] : active)
+        seen[p] = stamp;
+      std::vector<std::pair<int64_t, int64_t>> extra;
       for (const Segment &s : segs)
         for (int64_t k = s.first / kBucket; k <= s.last / kBucket; ++k)
           for (int64_t p : index[k]) {
@@ -172,18 +214,32 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
               continue; // this pair is decided (overlaps() compares all segments)
             seen[p] = stamp;
             if (overlaps(placed[p].segs, segs))
-              busy.push_back({placed[p].begin, placed[p].end});
+              extra.push_back({placed[p].begin, placed[p].end});
           }
-      llvm::sort(busy);
+      llvm::sort(extra);
+      // First fit over the busy ranges in offset order: `active` and
+      // `extra` merged.
       int64_t at = 0;
-      for (auto [begin, end] : busy) {
+      auto ai = active.begin();
+      size_t ei = 0;
+      while (ai != active.end() || ei < extra.size()) {
+        bool fromActive =
+            ai != active.end() && (ei == extra.size() || ai->first <= extra[ei].first);
+        int64_t begin = fromActive ? ai->first : extra[ei].first;
+        int64_t end = fromActive ? placed[ai->second].end : extra[ei].second;
         if (begin - at >= size)
           break;
         at = std::max(at, end);
+        if (fromActive)
+          ++ai;
+        else
+          ++ei;
       }
       int64_t id = placed.size();
       placed.push_back({at, at + size, segs});
       seen.push_back(-1);
+      activeSeg.push_back(-1);
+      starts.push({segs.front().first, id, 0});
       for (const Segment &s : segs) {
         for (int64_t k = s.first / kBucket; k <= s.last / kBucket; ++k)
           if (index[k].empty() || index[k].back() != id)

@@ -629,10 +629,8 @@ int64_t Program::findBuffer(std::string_view name) const {
   return -1;
 }
 
-StatusOr<Manifest> parseManifest(const std::string& text, const std::string& file) {
+StatusOr<Manifest> parseManifestDocument(const json& root, const std::string& file) {
   Doc doc(file);
-  json root;
-  LLCDIST_RETURN_IF_ERROR(doc.parse(text, &root));
   try {
     return parseManifestJson(doc, root);
   } catch (const std::exception& e) {  // defensive: the readers check types before every access
@@ -640,10 +638,14 @@ StatusOr<Manifest> parseManifest(const std::string& text, const std::string& fil
   }
 }
 
-StatusOr<Program> parseProgram(const std::string& text, const std::string& file, const Manifest& manifest) {
-  Doc doc(file);
+StatusOr<Manifest> parseManifest(const std::string& text, const std::string& file) {
   json root;
-  LLCDIST_RETURN_IF_ERROR(doc.parse(text, &root));
+  LLCDIST_RETURN_IF_ERROR(Doc(file).parse(text, &root));
+  return parseManifestDocument(root, file);
+}
+
+StatusOr<Program> parseProgramDocument(const json& root, const std::string& file, const Manifest& manifest) {
+  Doc doc(file);
   try {
     StatusOr<Program> p = parseProgramJson(doc, root, manifest);
     if (p.isOk()) p->file = file;
@@ -651,6 +653,12 @@ StatusOr<Program> parseProgram(const std::string& text, const std::string& file,
   } catch (const std::exception& e) {
     return Status::internal(file + ": unexpected error while reading: " + e.what());
   }
+}
+
+StatusOr<Program> parseProgram(const std::string& text, const std::string& file, const Manifest& manifest) {
+  json root;
+  LLCDIST_RETURN_IF_ERROR(Doc(file).parse(text, &root));
+  return parseProgramDocument(root, file, manifest);
 }
 
 Status validateParams(const Manifest& manifest, const Program& program) { return validateParams(manifest, program, 0); }

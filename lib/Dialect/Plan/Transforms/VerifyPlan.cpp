@@ -3,6 +3,8 @@
 #include "llcdist/Target/Plan/PlanWriter.h"
 #include "llcdist/Verify/PlanComm.h"
 
+#include <nlohmann/json.hpp>
+
 #define DEBUG_TYPE "llcdist-verify-plan"
 
 namespace llcdist::plan {
@@ -23,7 +25,8 @@ struct VerifyPlanPass : public llcdist::plan::impl::VerifyPlanBase<VerifyPlanPas
       return signalPassFailure();
     // The runtime's loader: the plan as `llc-dist run` would see it.
     namespace rt = llcdist::rt;
-    auto manifest = rt::parseManifest(files->manifest.dump(), "manifest.json");
+    // The documents as the runtime's JSON type (a copy of the tree, no text).
+    auto manifest = rt::parseManifestDocument(nlohmann::json(files->manifest), "manifest.json");
     if (!manifest.isOk()) {
       module.emitError("llcdist-verify-plan: the runtime refuses the plan: ")
           << manifest.status().toString();
@@ -33,7 +36,7 @@ struct VerifyPlanPass : public llcdist::plan::impl::VerifyPlanBase<VerifyPlanPas
     plan.manifest = manifest.value();
     for (auto [i, program] : llvm::enumerate(files->programs)) {
       std::string file = "program-" + std::to_string(i) + ".json";
-      auto parsed = rt::parseProgram(program.dump(), file, plan.manifest);
+      auto parsed = rt::parseProgramDocument(nlohmann::json(program), file, plan.manifest);
       if (!parsed.isOk()) {
         module.emitError("llcdist-verify-plan: the runtime refuses the plan: ")
             << parsed.status().toString();

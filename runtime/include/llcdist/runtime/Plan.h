@@ -17,6 +17,8 @@
 #include "llcdist/runtime/PlanSchema.h"
 #include "llcdist/runtime/Status.h"
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <array>
 #include <map>
@@ -201,6 +203,11 @@ StatusOr<Manifest> parseManifest(const std::string& text, const std::string& fil
 // Parses and validates one program's text in the context of its manifest (microbatch counts, batch
 // sizes, optimizer kind). Params are cross-checked by loadPlan / validateParams.
 StatusOr<Program> parseProgram(const std::string& text, const std::string& file, const Manifest& manifest);
+// The same checks on documents already parsed (the compiler's in-memory plan, which
+// llcdist-verify-plan loads without writing and re-reading the text). Errors name `file` as above.
+StatusOr<Manifest> parseManifestDocument(const nlohmann::json& root, const std::string& file);
+StatusOr<Program> parseProgramDocument(const nlohmann::json& root, const std::string& file,
+                                       const Manifest& manifest);
 // Checks every param's placement in programs[programIndex] (`program`): buffer/grad ids in range,
 // kinds param/grad, the value buffer of the param's dtype and the grad f32 or bf16, the local shape (or
 // the ZeRO block where the stage says so: ParamDesc::bufferShape / gradShape), no buffer serving two

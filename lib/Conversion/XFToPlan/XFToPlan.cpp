@@ -81,11 +81,18 @@ int64_t chunkOf(Operation *op) {
   return c ? c.getInt() : -1;
 }
 
+/// The ops that compute a parameter's gradient (dW, db, a norm's or an
+/// embedding's weight gradient): the lowering can write them straight into
+/// the gradient buffer.
+bool isParamGradient(Operation *op) {
+  return isa_and_nonnull<LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
+                         AddPositionEmbeddingGradOp, RMSNormGradWeightOp,
+                         LayerNormGradParamsOp>(op);
+}
+
 /// Weight-gradient ops: what a split (zero-bubble) backward defers to W.
 bool isWeightGrad(Operation *op) {
-  return isa<LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
-             AddPositionEmbeddingGradOp, RMSNormGradWeightOp, LayerNormGradParamsOp,
-             AccumulateGradOp>(op);
+  return isParamGradient(op) || isa<AccumulateGradOp>(op);
 }
 
 class Lowering {
@@ -197,10 +204,13 @@ private:
                                   b.getDictionaryAttr(attrs));
   }
   NamedAttribute arg(StringRef role, Attribute buf) { return b.getNamedAttr(role, buf); }
-  /// A pipeline `send` of `buf` to stage `peer`, or a `recv` into it.
-  void transfer(StringRef op, Buf buf, int64_t peer, int64_t tag, Location loc) {
+  /// A pipeline `send` of `buf` to stage `peer`, or a `recv` into it; what
+  /// travels (`payload`) is for the communication report, as on collectives.
+  void transfer(StringRef op, Buf buf, int64_t peer, int64_t tag, Location loc,
+                StringRef payload) {
     kernel(op, {arg(op == "send" ? "x" : "y", buf)},
-           {str("axis", "pp"), i64("peer", peer), i64("tag", tag)}, loc);
+           {str("axis", "pp"), i64("peer", peer), i64("tag", tag)}, loc)
+        ->setAttr("plan.payload", b.getStringAttr(payload));
   }
   NamedAttribute i64(StringRef n, int64_t v) { return b.getNamedAttr(n, b.getI64IntegerAttr(v)); }
   NamedAttribute f64(StringRef n, double v) { return b.getNamedAttr(n, b.getF64FloatAttr(v)); }
@@ -241,16 +251,11 @@ private:
   }
 
   // --- gradients computed straight into a parameter's gradient ------------
-  static bool isFusable(Operation *op) {
-    return isa_and_nonnull<LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
-                           AddPositionEmbeddingGradOp, RMSNormGradWeightOp,
-                           LayerNormGradParamsOp>(op);
-  }
   /// True when every result of `v`'s defining op is only added into a
   /// parameter's gradient: the kernel then writes the gradients directly.
   static bool isFused(Value v) {
     Operation *d = v.getDefiningOp();
-    if (!isFusable(d))
+    if (!isParamGradient(d))
       return false;
     return llvm::all_of(d->getResults(), [](Value r) {
       return r.hasOneUse() && isa<AccumulateGradOp>(*r.getUsers().begin());
@@ -1312,6 +1317,7 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
       // after the last op for each value another chunk reads.
       auto lowerRange = [&](int64_t begin, int64_t end,
                             std::function<bool(Operation *)> keep) -> LogicalResult {
+        StringRef payload = begin < firstBackward ? "activations" : "activation gradients";
         SmallVector<Value> produced;
         for (int64_t i = begin; i < end; ++i) {
           Operation *op = ops[i];
@@ -1335,7 +1341,8 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
             transfer("recv", buf, chunkOf(d) % p, tag->second,
                      NameLoc::get(b.getStringAttr("pipeline: from chunk " +
                                                   std::to_string(chunkOf(d))),
-                                  provenance(op, sc)));
+                                  provenance(op, sc)),
+                     payload);
           }
           keepOp = keep;
           LogicalResult r = lowerOp(op, sc);
@@ -1351,7 +1358,8 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
             transfer("send", use(sc, v), reader % p, tagOf[v],
                      NameLoc::get(b.getStringAttr("pipeline: to chunk " +
                                                   std::to_string(reader)),
-                                  v.getLoc()));
+                                  v.getLoc()),
+                     payload);
         return success();
       };
       if (failed(lowerRange(0, firstBackward, nullptr)))
@@ -1389,20 +1397,21 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
           NameLoc::get(b.getStringAttr(name), module.getLoc()));
       int64_t tag = paramTag[name];
       if (home != stage) {
-        transfer(gradients ? "send" : "recv", gradients ? pi.grad : pi.value, home, tag, loc);
+        transfer(gradients ? "send" : "recv", gradients ? pi.grad : pi.value, home, tag, loc,
+                 "tied parameter");
         continue;
       }
       for (int64_t other : stagesOfParam[name]) {
         if (other == stage)
           continue;
         if (!gradients) {
-          transfer("send", pi.value, other, tag, loc);
+          transfer("send", pi.value, other, tag, loc, "tied parameter");
           continue;
         }
         // The gradient as this stage holds it (under ZeRO-2/3 the dp block).
         RankedTensorType gt = zero >= 2 ? pi.shardType : pi.type;
         Buf part = newBuffer(name + ".grad@stage" + std::to_string(other), "scratch", gt);
-        transfer("recv", part, other, tag, loc);
+        transfer("recv", part, other, tag, loc, "tied parameter");
         kernel("accumulate", {arg("x", part), arg("y", pi.grad)}, {i64("n", gt.getNumElements())},
                loc);
       }

@@ -65,10 +65,6 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
           e.payload = p.str();
         if (auto nl = dyn_cast<NameLoc>(k.getLoc()))
           e.reason = nl.getName().str();
-        if (kind == "send")
-          e.payload = StringRef(e.reason).contains("tied") ? "tied parameter"
-                      : sub.getSymName().starts_with("forward") ? "activations"
-                                                               : "activation gradients";
         // The payload: the reduced buffers, or the full (gathered) tensor.
         StringRef role = kind == "all_gather" ? "y" : "x";
         Attribute arg = k.getArgs().get(role);

@@ -103,17 +103,12 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
           case schema::OpKind::kGradNorm:
             if (auto axis = axisOf("axis"))
               collective("grad_norm.axis", *axis, 1, "f64");
-            if (op.attrs.count(std::string(schema::kStageAxisAttr))) {
+            if (op.attrs.count(std::string(schema::kStageAxisAttr)))
               // One axis or a comma-separated list, all-reduced in turn.
-              std::string names = op.stringAttr(std::string(schema::kStageAxisAttr));
-              for (size_t begin = 0; begin <= names.size();) {
-                size_t end = std::min(names.find(',', begin), names.size());
-                auto a = rt::parseMeshAxis(names.substr(begin, end - begin));
-                if (a && mesh.axisSize(*a) > 1)
-                  collective("grad_norm.stage_axis", *a, 1, "f64");
-                begin = end + 1;
-              }
-            }
+              if (auto axes = rt::parseMeshAxisList(op.stringAttr(std::string(schema::kStageAxisAttr))))
+                for (rt::MeshAxis a : *axes)
+                  if (mesh.axisSize(a) > 1)
+                    collective("grad_norm.stage_axis", a, 1, "f64");
             break;
           case schema::OpKind::kSend:
           case schema::OpKind::kRecv: {

@@ -222,16 +222,9 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
   if (op.attrs.count(std::string(schema::kStageAxisAttr))) {  // grad_norm over pipeline stages
     // One axis, or several separated by commas ("dp,pp"): summed over each in turn.
     const std::string names = op.stringAttr(std::string(schema::kStageAxisAttr));
-    size_t begin = 0;
-    while (begin <= names.size()) {
-      size_t end = names.find(',', begin);
-      if (end == std::string::npos) end = names.size();
-      const std::string name = names.substr(begin, end - begin);
-      auto axis = parseMeshAxis(name);
-      if (!axis) return Status::internal("unknown stage_axis \"" + name + "\"");
-      c.stageGroups.push_back(plan_->manifest.mesh().group(rank_, *axis));
-      begin = end + 1;
-    }
+    auto axes = parseMeshAxisList(names);
+    if (!axes) return Status::internal("unknown stage_axis \"" + names + "\"");
+    for (MeshAxis axis : *axes) c.stageGroups.push_back(plan_->manifest.mesh().group(rank_, axis));
   }
   if (schema::isPointToPoint(op.kind)) {
     // The peer: this rank with coordinate `peer` on `axis` (the loader checked peer < axis size).

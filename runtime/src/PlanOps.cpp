@@ -418,19 +418,9 @@ Status Checker::check() const {
                                  "norms are all-reduced over)");
       if (!sharded && hasAxis) return attrError("axis", "only allowed together with args.sharded");
       if (hasAxis) LLCDIST_RETURN_IF_ERROR(axisSize(nullptr));
-      if (hasStage) {  // one axis or a comma-separated list ("dp,pp")
-        const std::string names = op_.stringAttr(stageAttr);
-        size_t begin = 0;
-        while (begin <= names.size()) {
-          size_t end = names.find(',', begin);
-          if (end == std::string::npos) end = names.size();
-          if (!parseMeshAxis(names.substr(begin, end - begin)))
-            return attrError(stageAttr.c_str(), "unknown mesh axis \"" + names.substr(begin, end - begin) +
-                                                    "\" in \"" + names +
-                                                    "\" (expected \"dp\", \"tp\" or \"pp\", or a comma-separated list)");
-          begin = end + 1;
-        }
-      }
+      if (hasStage && !parseMeshAxisList(op_.stringAttr(stageAttr)))  // one axis or a list ("dp,pp")
+        return attrError(stageAttr.c_str(), "unknown mesh axis \"" + op_.stringAttr(stageAttr) +
+                                                "\" (expected \"dp\", \"tp\" or \"pp\", or a comma-separated list of them)");
       if (op_.argList("grads").empty() && !sharded && !hasStage)
         return doc_.error(key(key(path_, "args"), "grads"),
                           "missing role \"grads\" of op \"grad_norm\" (it may be absent only with args.sharded or "

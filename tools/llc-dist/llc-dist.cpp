@@ -39,6 +39,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <chrono>
 #include <iostream>
 #include <unistd.h>
@@ -455,64 +456,81 @@ struct Analytic {
   int64_t calls = -1; ///< -1: not predicted
 };
 
-Analytic analytic(const plan::CollectiveEntry &e, const plan::CommReport &r, ModuleOp m) {
+/// What the analytic volumes need to know about a plan, read once.
+struct PlanFacts {
+  bool bf16 = false;          ///< mixed precision: bf16 gradients and activations
+  bool vocabParallel = false; ///< a vocabulary-parallel LM head and loss
+  bool sequenceParallel = false;
+  bool fullRecompute = false;
+  int64_t tp = 1;
+  /// From xf.model: micro-batch, sequence, hidden size, layers, microbatches.
+  std::optional<std::array<int64_t, 5>> bshLM;
+};
+
+PlanFacts planFacts(ModuleOp m) {
+  PlanFacts f;
+  if (auto man = m->getAttrOfType<DictionaryAttr>(plan::kManifestAttr)) {
+    if (auto md = man.getAs<DictionaryAttr>("model"))
+      f.bf16 = md.getAs<StringAttr>("dtype") && md.getAs<StringAttr>("dtype").getValue() == "bf16";
+    if (auto mesh = man.getAs<DictionaryAttr>("mesh"))
+      f.tp = mesh.getAs<IntegerAttr>("tp").getInt();
+  }
+  m.walk([&](plan::KernelOp k) {
+    f.vocabParallel |= k.getKernel() == "cross_entropy_fwd" && k.getParams().get("shard_axis");
+    // Sequence parallelism reduce-scatters activations (ZeRO's are gradients).
+    auto payload = k->getAttrOfType<StringAttr>("plan.payload");
+    f.sequenceParallel |= k.getKernel() == "reduce_scatter" && payload &&
+                          payload.getValue() == "activations";
+  });
+  auto rc = m->getAttrOfType<StringAttr>("xf.recompute");
+  f.fullRecompute = rc && rc.getValue() == "full";
+  if (auto model = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr)) {
+    auto get = [&](StringRef k) { return model.getAs<IntegerAttr>(k).getInt(); };
+    f.bshLM = std::array<int64_t, 5>{get("micro_batch"), get("seq_len"), get("hidden_size"),
+                                     get("num_layers"), get("microbatches")};
+  }
+  return f;
+}
+
+Analytic analytic(const plan::CollectiveEntry &e, const plan::CommReport &r,
+                  const PlanFacts &f) {
   int64_t localParams = e.stage >= 0 ? r.localParametersPerStage[e.stage] : r.localParameters;
   if (StringRef(e.reason).starts_with("ZeRO"))
     return {}; // per-parameter blocks: the totals are in docs/memory.md
-  bool bf16 = false;
-  if (auto man = m->getAttrOfType<DictionaryAttr>(plan::kManifestAttr))
-    if (auto md = man.getAs<DictionaryAttr>("model"))
-      bf16 = md.getAs<StringAttr>("dtype") && md.getAs<StringAttr>("dtype").getValue() == "bf16";
   if (e.payload == "gradients")
-    return bf16 ? Analytic{"2·Ψ (bf16 gradients of this rank's parameters)",
-                           2.0 * double(localParams), 1}
-                : Analytic{"4·Ψ (fp32 gradients of this rank's parameters)",
-                           4.0 * double(localParams), 1};
+    return f.bf16 ? Analytic{"2·Ψ (bf16 gradients of this rank's parameters)",
+                             2.0 * double(localParams), 1}
+                  : Analytic{"4·Ψ (fp32 gradients of this rank's parameters)",
+                             4.0 * double(localParams), 1};
   if (e.payload == "loss")
     return {"4 (one f32)", 4.0, 1};
-  auto model = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr);
-  if ((e.payload != "activations" && e.kind != "send") || !model)
+  if ((e.payload != "activations" && e.kind != "send") || !f.bshLM)
     return {};
-  auto get = [&](StringRef k) { return model.getAs<IntegerAttr>(k).getInt(); };
-  int64_t b = get("micro_batch"), s = get("seq_len"), h = get("hidden_size"),
-          L = get("num_layers"), M = get("microbatches");
-  // A vocabulary-parallel LM head adds one input-gradient all-reduce.
-  bool vocabParallel = false;
-  m.walk([&](plan::KernelOp k) {
-    vocabParallel |= k.getKernel() == "cross_entropy_fwd" && k.getParams().get("shard_axis");
-  });
+  auto [b, s, h, L, M] = *f.bshLM;
   // Activations travel in the plan's activation dtype: bf16 (2 bytes) or f32.
-  const std::string el = bf16 ? "2" : "4";
-  double bsh = (bf16 ? 2.0 : 4.0) * double(b * s * h);
+  const std::string el = f.bf16 ? "2" : "4";
+  double bsh = (f.bf16 ? 2.0 : 4.0) * double(b * s * h);
   StringRef reason = e.reason;
   if (e.kind == "send") {
     // Pipeline borders: the residual stream of one microbatch; under
     // sequence parallelism only this rank's slice of the sequence travels.
-    bool sp = false;
-    m.walk([&](plan::KernelOp k) { sp |= k.getKernel() == "reduce_scatter"; });
-    int64_t tp = 1;
-    if (auto man = m->getAttrOfType<DictionaryAttr>(plan::kManifestAttr))
-      tp = man.getAs<DictionaryAttr>("mesh").getAs<IntegerAttr>("tp").getInt();
     if (e.payload == "activations" || e.payload == "activation gradients")
-      return {sp ? "b·s·h·" + el + " / tp (the sequence-parallel slice)" : "b·s·h·" + el,
-              sp ? bsh / double(tp) : bsh, -1};
+      return {f.sequenceParallel ? "b·s·h·" + el + " / tp (the sequence-parallel slice)"
+                                 : "b·s·h·" + el,
+              f.sequenceParallel ? bsh / double(f.tp) : bsh, -1};
     return {};
   }
   if (e.stage >= 0) // per-stage layer counts: payloads only
     L = -1;
-  if (reason.starts_with("a row-parallel"))
-  {
-    // Full recomputation runs every layer's forward again in the backward.
-    auto rc = m->getAttrOfType<StringAttr>("xf.recompute");
-    bool twice = rc && rc.getValue() == "full";
+  if (reason.starts_with("a row-parallel")) // full recomputation repeats the forward's
     return {"b·s·h·" + el + ", 2 per layer per microbatch (attention and MLP outputs)" +
-                (twice ? std::string(", twice (full recompute)") : std::string()),
-            bsh, L < 0 ? -1 : 2 * L * M * (twice ? 2 : 1)};
-  }
+                (f.fullRecompute ? std::string(", twice (full recompute)") : std::string()),
+            bsh, L < 0 ? -1 : 2 * L * M * (f.fullRecompute ? 2 : 1)};
   if (reason.starts_with("a column-parallel"))
-    return {vocabParallel ? "b·s·h·" + el + ", 2 per layer + the LM head, per microbatch (input gradients)"
-                          : "b·s·h·" + el + ", 2 per layer per microbatch (input gradients)",
-            bsh, L < 0 ? -1 : (2 * L + (vocabParallel ? 1 : 0)) * M};
+    return {f.vocabParallel
+                ? "b·s·h·" + el + ", 2 per layer + the LM head, per microbatch (input gradients)"
+                : "b·s·h·" + el + ", 2 per layer per microbatch (input gradients)",
+            bsh, L < 0 ? -1 : (2 * L + (f.vocabParallel ? 1 : 0)) * M};
   if (reason.starts_with("a vocabulary-parallel embedding"))
     return {"b·s·h·" + el + ", once per microbatch", bsh, M};
   return {};
@@ -536,8 +554,9 @@ LinkEstimate estimate(const plan::CollectiveEntry &e, const MeshSpec &mesh,
 json commJson(const plan::CommReport &r, const MeshSpec &mesh,
               const std::optional<Topology> &topo, ModuleOp m) {
   json list = json::array();
+  PlanFacts facts = planFacts(m);
   for (const plan::CollectiveEntry &e : r.entries) {
-    Analytic a = analytic(e, r, m);
+    Analytic a = analytic(e, r, facts);
     const std::string &formula = a.formula;
     double bytes = a.payloadBytes;
     json extra = json::object();
@@ -578,8 +597,9 @@ void printComm(llvm::raw_ostream &os, const plan::CommReport &r, const MeshSpec 
   os << fmt::format("    {}{:<11} {:<4} {:>3} {:>6} {:>14} {:>16}  {}\n",
                     staged ? "stage " : "", "kind", "axis", "n", "calls", "payload B",
                     "ring B/step", "analytic payload");
+  PlanFacts facts = planFacts(m);
   for (const plan::CollectiveEntry &e : r.entries) {
-    Analytic a = analytic(e, r, m);
+    Analytic a = analytic(e, r, facts);
     bool same = double(e.payloadBytes) == a.payloadBytes &&
                 (a.calls < 0 || a.calls == e.callsPerStep);
     os << fmt::format("    {}{:<11} {:<4} {:>3} {:>6} {:>14} {:>16.0f}  {}{}\n",
@@ -781,6 +801,18 @@ struct StageMemory {
   int64_t transientPeak = 0, transientLivePeak = 0, arena = 0;
   /// At the moment of the live peak: activations, communication, workspace.
   std::map<std::string, int64_t> atPeak;
+  /// Bytes of one persistent kind (param, grad, optimizer_state, ...), or 0.
+  int64_t kind(const std::string &k) const { return lookup(persistent, k); }
+  /// Inputs, metrics and the persistent buffers' alignment padding.
+  int64_t other() const { return kind("input") + kind("metric") + kind("padding"); }
+  /// Bytes of one class at the live peak, or 0.
+  int64_t peak(const std::string &cls) const { return lookup(atPeak, cls); }
+
+private:
+  static int64_t lookup(const std::map<std::string, int64_t> &m, const std::string &k) {
+    auto it = m.find(k);
+    return it == m.end() ? 0 : it->second;
+  }
 };
 
 std::vector<StageMemory> memoryOf(ModuleOp m) {
@@ -806,11 +838,6 @@ std::vector<StageMemory> memoryOf(ModuleOp m) {
   return out;
 }
 
-int64_t atPeak(const StageMemory &sm, const std::string &cls) {
-  auto it = sm.atPeak.find(cls);
-  return it == sm.atPeak.end() ? 0 : it->second;
-}
-
 bool fitsBudget(ModuleOp m, int64_t budget) {
   for (const StageMemory &sm : memoryOf(m))
     if (sm.arena > budget)
@@ -831,14 +858,11 @@ std::string mib(int64_t bytes) { return fmt::format("{:.2f}", double(bytes) / 10
 
 /// parameters | gradients | optimizer state | activations (peak) | inputs, metrics
 std::string breakdown(const StageMemory &sm) {
-  auto kind = [&](const char *k) {
-    auto it = sm.persistent.find(k);
-    return it == sm.persistent.end() ? int64_t(0) : it->second;
-  };
   return fmt::format("parameters {} | gradients {} | optimizer state {} | activations and "
                      "buffers (peak) {} | inputs, metrics, alignment {}",
-                     gib(kind("param")), gib(kind("grad")), gib(kind("optimizer_state")),
-                     gib(sm.transientPeak), gib(kind("input") + kind("metric") + kind("padding")));
+                     gib(sm.kind("param")), gib(sm.kind("grad")),
+                     gib(sm.kind("optimizer_state")), gib(sm.transientPeak),
+                     gib(sm.other()));
 }
 
 /// A plan that does not fit: every stage over the budget with its breakdown,
@@ -865,12 +889,9 @@ std::string oomMessage(const std::vector<StageMemory> &memory, int64_t budget,
     }
   if (!worst)
     return msg;
-  auto kind = [&](const char *k) {
-    auto it = worst->persistent.find(k);
-    return it == worst->persistent.end() ? int64_t(0) : it->second;
-  };
-  int64_t params = kind("param"), grads = kind("grad"), state = kind("optimizer_state");
-  int64_t rest = worst->arena - params - grads - state - worst->transientPeak;
+  int64_t params = worst->kind("param"), grads = worst->kind("grad"),
+          state = worst->kind("optimizer_state");
+  int64_t rest = worst->other();
   msg += "\n  to fit (estimates for the largest stage):";
   if (train.recompute != "full")
     msg += fmt::format("\n    --recompute full keeps only each layer's input (activations "
@@ -1216,20 +1237,16 @@ int runCompile(Args &args) {
                       "alignment = arena\n",
                       train.recompute != "none" ? ", recompute " + train.recompute : "");
     for (const StageMemory &sm : memory) {
-      auto kind = [&](const char *k) {
-        auto it = sm.persistent.find(k);
-        return it == sm.persistent.end() ? int64_t(0) : it->second;
-      };
       os << fmt::format("    {}{} + {} + {} + {} ({}) + {} = {}{}\n"
                         "      at the live peak: activations {}, communication buffers {}, "
                         "workspace {}\n",
                         memory.size() > 1 ? fmt::format("stage {}: ", sm.stage) : "",
-                        mib(kind("param")), mib(kind("grad")), mib(kind("optimizer_state")),
-                        mib(sm.transientPeak), mib(sm.transientLivePeak),
-                        mib(kind("input") + kind("metric") + kind("padding")), mib(sm.arena),
+                        mib(sm.kind("param")), mib(sm.kind("grad")),
+                        mib(sm.kind("optimizer_state")), mib(sm.transientPeak),
+                        mib(sm.transientLivePeak), mib(sm.other()), mib(sm.arena),
                         budget ? fmt::format("  (fits {}: {})", budgetName, gib(*budget)) : "",
-                        mib(atPeak(sm, "activations")), mib(atPeak(sm, "communication")),
-                        mib(atPeak(sm, "workspace")));
+                        mib(sm.peak("activations")), mib(sm.peak("communication")),
+                        mib(sm.peak("workspace")));
     }
   }
   if (pipeline)

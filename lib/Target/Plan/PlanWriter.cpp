@@ -1,6 +1,7 @@
 //===- PlanWriter.cpp - plan dialect -> the runtime's plan directory ------===//
 #include "llcdist/Target/Plan/PlanWriter.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
+#include "llcdist/runtime/Mesh.h"
 #include "llcdist/runtime/PlanSchema.h"
 
 #include "mlir/IR/Builders.h"
@@ -17,6 +18,7 @@ using json = nlohmann::ordered_json;
 
 namespace {
 namespace schema = llcdist::rt::schema;
+namespace rt = llcdist::rt;
 
 json toJson(Attribute a) {
   if (auto b = dyn_cast<BoolAttr>(a))
@@ -188,35 +190,26 @@ FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
                    {"features", json::array()}};
   for (NamedAttribute n : manifestAttr)
     manifest[n.getName().str()] = toJson(n.getValue());
-  const json &mesh = manifest["mesh"];
-  std::map<std::string, int64_t> size;
-  int64_t world = 1;
-  for (const char *axis : {"dp", "tp", "pp"})
-    world *= (size[axis] = mesh.value(axis, int64_t(1)));
-  bool pipeline = size["pp"] > 1;
+  // The runtime's mesh: rank <-> coordinates (docs/plan-format.md "Multi-rank plans").
+  const json &meshJson = manifest["mesh"];
+  rt::Mesh mesh = rt::Mesh::make(meshJson.value("dp", int64_t(1)), meshJson.value("tp", int64_t(1)),
+                                 meshJson.value("pp", int64_t(1)));
+  if (meshJson.contains("rank_order"))
+    for (auto [i, name] : llvm::enumerate(meshJson["rank_order"].get<std::vector<std::string>>()))
+      if (auto axis = rt::parseMeshAxis(name); axis && i < mesh.order.size())
+        mesh.order[i] = *axis;
+  const int64_t world = mesh.worldSize(), pp = mesh.axisSize(rt::MeshAxis::kPp);
+  bool pipeline = pp > 1;
   if (pipeline)
     manifest["features"].push_back("pipeline");
   if (!pipeline && programs.size() != 1)
     return mlir::emitError(module.getLoc(), "expected one plan.program without a "
                                             "pipeline, found ")
            << programs.size();
-  if (pipeline && int64_t(programs.size()) != size["pp"])
+  if (pipeline && int64_t(programs.size()) != pp)
     return mlir::emitError(module.getLoc(), "expected one plan.program per pipeline "
                                             "stage (")
-           << size["pp"] << "), found " << programs.size();
-  // Rank r's coordinate on an axis (docs/plan-format.md "Multi-rank plans").
-  std::vector<std::string> order = {"tp", "dp", "pp"};
-  if (mesh.contains("rank_order"))
-    order = mesh["rank_order"].get<std::vector<std::string>>();
-  auto coord = [&](int64_t r, const std::string &axis) {
-    int64_t stride = 1;
-    for (const std::string &a : order) {
-      if (a == axis)
-        break;
-      stride *= size[a];
-    }
-    return r / stride % size[axis];
-  };
+           << pp << "), found " << programs.size();
 
   json params = json::array();
   std::map<std::string, size_t> paramIndex;
@@ -226,7 +219,7 @@ FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
     out.programs.push_back(programJson(program, out.summary, ids));
     json ranks = json::array();
     for (int64_t r = 0; r < world; ++r)
-      if (!pipeline || coord(r, "pp") == int64_t(i))
+      if (!pipeline || mesh.coord(r, rt::MeshAxis::kPp) == int64_t(i))
         ranks.push_back(r);
     json entry = {{"file", "program-" + std::to_string(i) + ".json"}, {"ranks", ranks}};
     if (pipeline)

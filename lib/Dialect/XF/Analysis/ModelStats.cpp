@@ -32,6 +32,19 @@ func::FuncOp llcdist::xf::getTrainStep(ModuleOp module, llvm::StringRef pass) {
   return entry;
 }
 
+double llcdist::xf::forwardFlopsPerToken(Operation *op) {
+  if (auto lin = dyn_cast<LinearOp>(op)) {
+    auto in = cast<RankedTensorType>(lin.getInput().getType());
+    auto out = cast<RankedTensorType>(lin.getResult().getType());
+    return 2.0 * in.getShape().back() * out.getShape().back();
+  }
+  if (auto att = dyn_cast<AttentionOp>(op)) {
+    auto q = cast<RankedTensorType>(att.getQ().getType());
+    return 4.0 * q.getDimSize(1) * att.getNumHeads() * att.getHeadDim();
+  }
+  return 0;
+}
+
 namespace {
 /// Per-token FLOPs of the ops directly in `fn`'s body (not following calls).
 struct LocalFlops {
@@ -41,14 +54,7 @@ struct LocalFlops {
 LocalFlops countLocalFlops(func::FuncOp fn) {
   LocalFlops f;
   fn.walk([&](Operation *op) {
-    if (auto lin = dyn_cast<LinearOp>(op)) {
-      auto in = cast<RankedTensorType>(lin.getInput().getType());
-      auto out = cast<RankedTensorType>(lin.getResult().getType());
-      f.linear += 2.0 * in.getShape().back() * out.getShape().back();
-    } else if (auto att = dyn_cast<AttentionOp>(op)) {
-      auto q = cast<RankedTensorType>(att.getQ().getType());
-      f.attention += 4.0 * q.getDimSize(1) * att.getNumHeads() * att.getHeadDim();
-    }
+    (isa<LinearOp>(op) ? f.linear : f.attention) += forwardFlopsPerToken(op);
   });
   return f;
 }

@@ -28,20 +28,9 @@ using namespace mlir;
 using namespace llcdist::xf;
 
 namespace {
-/// Forward FLOPs of one op for one microbatch: 2·M·K·N for a linear,
-/// 4·B·S²·heads·head_dim for attention (QKᵀ and PV), a layer call's body
-/// summed; everything else is counted as free.
+/// Forward FLOPs of one op per token (ModelStats' count), a layer call's
+/// body summed; everything but linears and attention counts as free.
 double forwardFlops(Operation *op, SymbolTable &symbols) {
-  if (auto lin = dyn_cast<LinearOp>(op)) {
-    auto in = cast<RankedTensorType>(lin.getInput().getType());
-    auto out = cast<RankedTensorType>(lin.getResult().getType());
-    return 2.0 * double(in.getNumElements()) * double(out.getShape().back());
-  }
-  if (auto att = dyn_cast<AttentionOp>(op)) {
-    auto q = cast<RankedTensorType>(att.getQ().getType());
-    double b = q.getDimSize(0), s = q.getDimSize(1);
-    return 4.0 * b * s * s * double(att.getNumHeads()) * double(att.getHeadDim());
-  }
   if (auto call = dyn_cast<LayerOp>(op)) {
     double sum = 0;
     if (auto fn = symbols.lookup<func::FuncOp>(call.getCallee()))
@@ -49,7 +38,7 @@ double forwardFlops(Operation *op, SymbolTable &symbols) {
         sum += forwardFlops(&inner, symbols);
     return sum;
   }
-  return 0;
+  return forwardFlopsPerToken(op);
 }
 
 bool isBackwardCall(LayerOp call, SymbolTable &symbols) {
@@ -151,7 +140,8 @@ struct PipelineSplitPass
       return signalPassFailure();
     }
 
-    // The top-level ops, the forward layer calls and the cost of each part.
+    // The top-level ops, the forward layer calls and the cost of each part
+    // (training FLOPs per token: 3 × forward, the backward being 2×).
     Block &body = entry.getBody().front();
     SmallVector<Operation *> ops;
     for (Operation &op : body.without_terminator())
@@ -232,6 +222,10 @@ struct PipelineSplitPass
       }
     chunkCost.front() += head;
     chunkCost.back() += tail;
+    // Per microbatch: every op of the step sees the microbatch's tokens.
+    double tokens = cast<RankedTensorType>(entry.getArgument(0).getType()).getNumElements();
+    for (double &c : chunkCost)
+      c *= tokens;
 
     // Mark the ops: a layer call (forward or backward) runs in its layer's
     // chunk, any other op in the chunk of the layer call before it: chunk 0

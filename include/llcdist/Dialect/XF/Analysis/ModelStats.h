@@ -24,6 +24,11 @@ struct ModelStats {
   double trainingFlopsPerToken() const { return 3 * forwardFlopsPerToken(); }
 };
 
+/// Forward FLOPs per token of one op (not following calls): 2·K·N for an
+/// xf.linear, 4·S·heads·head_dim for an xf.attention (QKᵀ and PV over the
+/// full S), 0 for anything else.
+double forwardFlopsPerToken(mlir::Operation *op);
+
 /// The function marked xf.entry, or null (with an error emitted on `module`).
 mlir::func::FuncOp getEntryFunction(mlir::ModuleOp module);
 

@@ -1137,9 +1137,10 @@ LogicalResult Lowering::run() {
   kernel("load_microbatch", {arg("ids", ids), arg("targets", targets)},
          {i64("B", ids_t.getDimSize(0)), i64("S", ids_t.getDimSize(1))},
          entry.getLoc());
-  for (Operation &op : entry.getBody().front().without_terminator()) {
-    if (isa<CrossEntropyGradOp>(op))
-      current = backward; // the backward starts at the loss gradient
+  int64_t firstBackward = backwardStart(entry.getBody().front());
+  for (auto [i, op] : llvm::enumerate(entry.getBody().front().without_terminator())) {
+    if (int64_t(i) == firstBackward)
+      current = backward;
     if (failed(lowerOp(&op, top)))
       return failure();
   }
@@ -1196,12 +1197,9 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
   // The top-level ops; where the backward starts; which values cross chunks.
   Block &body = entry.getBody().front();
   SmallVector<Operation *> ops;
-  int64_t firstBackward = -1;
-  for (Operation &op : body.without_terminator()) {
-    if (isa<CrossEntropyGradOp>(op) && firstBackward < 0)
-      firstBackward = ops.size();
+  for (Operation &op : body.without_terminator())
     ops.push_back(&op);
-  }
+  int64_t firstBackward = backwardStart(body);
   if (firstBackward < 0)
     return entry.emitError("llcdist-lower-to-plan: the training step has no loss gradient");
   // Crossing values: defined by a marked op of one chunk, read by another.
@@ -1286,6 +1284,12 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
   for (int64_t lc = 0; lc < localChunks; ++lc) {
     int64_t vs = lc * p + stage;
     std::string tagName = "v" + std::to_string(vs);
+    // Whether this chunk reads the ids or the labels (then every slot loads
+    // its microbatch).
+    bool readsInputs = llvm::any_of(ops, [&](Operation *op) {
+      return chunkOf(op) == vs &&
+             llvm::any_of(op->getOperands(), [](Value v) { return isa<BlockArgument>(v); });
+    });
     for (int64_t slot = 0; slot < slotsOf[lc]; ++slot) {
       std::string suffix = "_" + tagName + "_s" + std::to_string(slot);
       Subs &sb = subs[{lc, slot}];
@@ -1297,12 +1301,6 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
       sc.prefix = tagName + "s" + std::to_string(slot) + "/";
       llvm::DenseSet<Value> sent; // a split backward lowers its layer calls twice
       current = sb.f;
-      // The microbatch, where this chunk reads the ids or the labels.
-      bool readsInputs = llvm::any_of(ops, [&](Operation *op) {
-        return chunkOf(op) == vs && llvm::any_of(op->getOperands(), [&](Value v) {
-                 return isa<BlockArgument>(v);
-               });
-      });
       if (readsInputs) {
         Buf ids = newBuffer(sc.prefix + "input_ids", "input", entry.getArgument(0).getType());
         Buf targets = newBuffer(sc.prefix + "labels", "input", entry.getArgument(1).getType());

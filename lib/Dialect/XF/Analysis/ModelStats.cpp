@@ -23,6 +23,13 @@ func::FuncOp llcdist::xf::getEntryFunction(ModuleOp module) {
   return entry;
 }
 
+int64_t llcdist::xf::backwardStart(Block &trainStep) {
+  for (auto [i, op] : llvm::enumerate(trainStep.without_terminator()))
+    if (isa<CrossEntropyGradOp>(op))
+      return i;
+  return -1;
+}
+
 func::FuncOp llcdist::xf::getTrainStep(ModuleOp module, llvm::StringRef pass) {
   func::FuncOp entry = getEntryFunction(module);
   if (entry && !entry->hasAttr("xf.train_step")) {

@@ -146,15 +146,13 @@ struct PipelineSplitPass
     SmallVector<Operation *> ops;
     for (Operation &op : body.without_terminator())
       ops.push_back(&op);
-    int64_t firstLayer = -1, firstBackward = -1;
+    int64_t firstLayer = -1, firstBackward = backwardStart(body);
     std::vector<double> layerCost;
     double head = 0, tail = 0;
-    for (auto [i, op] : llvm::enumerate(ops))
-      if (isa<CrossEntropyGradOp>(op) && firstBackward < 0)
-        firstBackward = i;
     for (auto [i, op] : llvm::enumerate(ops)) {
       auto call = dyn_cast<LayerOp>(op);
-      if (call && !isBackwardCall(call, symbols) && (firstBackward < 0 || int64_t(i) < firstBackward)) {
+      if (call && !isBackwardCall(call, symbols) &&
+          (firstBackward < 0 || int64_t(i) < firstBackward)) {
         if (firstLayer < 0)
           firstLayer = i;
         layerCost.push_back(3 * forwardFlops(op, symbols));

@@ -32,6 +32,10 @@ double forwardFlopsPerToken(mlir::Operation *op);
 /// The function marked xf.entry, or null (with an error emitted on `module`).
 mlir::func::FuncOp getEntryFunction(mlir::ModuleOp module);
 
+/// The position in the training step's body where the backward begins (its
+/// first loss gradient), or -1: forward ops before it, backward ops from it on.
+int64_t backwardStart(mlir::Block &trainStep);
+
 /// The entry function when it is a training step (llcdist-autodiff ran), or
 /// null with an error naming `pass`: "<pass>: run llcdist-autodiff first".
 mlir::func::FuncOp getTrainStep(mlir::ModuleOp module, llvm::StringRef pass);

@@ -298,31 +298,29 @@ Status checkPlacements(const Doc& doc, const Manifest& m) {
       if (pl.program >= int64_t(m.programs.size()))
         return doc.error(key(pk, "program"), "program " + std::to_string(pl.program) + " is out of range (the plan has " +
                                                  std::to_string(m.programs.size()) + " program(s))");
-      if (p.zero) {  // every program holding a ZeRO param holds all its blocks
-        const int64_t n = mesh.axisSize(p.zero->axis);
-        std::vector<bool> member(size_t(n), false);
-        for (int64_t r : m.programs[size_t(pl.program)].ranks) member[size_t(mesh.coord(r, p.zero->axis))] = true;
-        for (int64_t c = 0; c < n; ++c)
-          if (!member[size_t(c)])
-            return doc.error(key(path, "zero"), "\"" + p.name + "\" is split by ZeRO over " +
-                                                    std::string(meshAxisName(p.zero->axis)) + " but programs[" +
-                                                    std::to_string(pl.program) + "] has no rank with " +
-                                                    std::string(meshAxisName(p.zero->axis)) + " coordinate " +
-                                                    std::to_string(c) + " (placements[" + std::to_string(k) +
-                                                    "]): every program holding the param must hold all its blocks");
-      }
-      if (!p.sharding) continue;
-      const int64_t n = mesh.axisSize(p.sharding->axis);
-      std::vector<bool> member(size_t(n), false);
-      for (int64_t r : m.programs[size_t(pl.program)].ranks) member[size_t(mesh.coord(r, p.sharding->axis))] = true;
-      for (int64_t c = 0; c < n; ++c)
-        if (!member[size_t(c)])
-          return doc.error(key(path, "sharding"), "\"" + p.name + "\" is sharded over " +
-                                                      std::string(meshAxisName(p.sharding->axis)) + " but programs[" +
-                                                      std::to_string(pl.program) + "] has no rank with " +
-                                                      std::string(meshAxisName(p.sharding->axis)) + " coordinate " +
-                                                      std::to_string(c) + " (placements[" + std::to_string(k) +
-                                                      "]): every program holding the param must hold all its shards");
+      // Every program holding a split param holds all its pieces: the first coordinate on `axis` that
+      // none of the program's ranks has, if any.
+      auto missing = [&](MeshAxis axis) -> std::optional<int64_t> {
+        std::vector<bool> member(size_t(mesh.axisSize(axis)), false);
+        for (int64_t r : m.programs[size_t(pl.program)].ranks) member[size_t(mesh.coord(r, axis))] = true;
+        for (size_t c = 0; c < member.size(); ++c)
+          if (!member[c]) return int64_t(c);
+        return std::nullopt;
+      };
+      auto missingError = [&](const char* field, MeshAxis axis, int64_t c, const std::string& how,
+                              const char* pieces) {
+        return doc.error(key(path, field), "\"" + p.name + "\" is " + how + " " +
+                                               std::string(meshAxisName(axis)) + " but programs[" +
+                                               std::to_string(pl.program) + "] has no rank with " +
+                                               std::string(meshAxisName(axis)) + " coordinate " + std::to_string(c) +
+                                               " (placements[" + std::to_string(k) +
+                                               "]): every program holding the param must hold all its " + pieces);
+      };
+      if (p.zero)
+        if (auto c = missing(p.zero->axis)) return missingError("zero", p.zero->axis, *c, "split by ZeRO over", "blocks");
+      if (p.sharding)
+        if (auto c = missing(p.sharding->axis))
+          return missingError("sharding", p.sharding->axis, *c, "sharded over", "shards");
     }
   }
   return Status::ok();

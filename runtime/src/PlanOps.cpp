@@ -161,9 +161,10 @@ Status parseAttrs(const Doc& doc, const json& attrs, const std::string& path, co
       continue;
     }
     switch (a.type) {
-      case sc::AttrType::kInt: {
+      case sc::AttrType::kInt:
+      case sc::AttrType::kIndex: {  // >= 1, or >= 0 for an index (peer, tag)
         int64_t v = 0;
-        LLCDIST_RETURN_IF_ERROR(doc.integer(attrs, path, name.c_str(), &v, 1));
+        LLCDIST_RETURN_IF_ERROR(doc.integer(attrs, path, name.c_str(), &v, a.type == sc::AttrType::kInt ? 1 : 0));
         out->attrs[name] = v;
         break;
       }
@@ -182,12 +183,6 @@ Status parseAttrs(const Doc& doc, const json& attrs, const std::string& path, co
       case sc::AttrType::kString: {
         std::string v;
         LLCDIST_RETURN_IF_ERROR(doc.string(attrs, path, name.c_str(), &v));
-        out->attrs[name] = v;
-        break;
-      }
-      case sc::AttrType::kIndex: {
-        int64_t v = 0;
-        LLCDIST_RETURN_IF_ERROR(doc.integer(attrs, path, name.c_str(), &v, 0));
         out->attrs[name] = v;
         break;
       }

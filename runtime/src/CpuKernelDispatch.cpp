@@ -2,6 +2,7 @@
 #include "llcdist/runtime/Backend.h"
 #include "llcdist/runtime/Bf16.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -10,6 +11,7 @@ namespace llcdist::rt {
 Status runCpuGradNorm(const KernelCall& c, const std::function<Status(double*)>& reduceSharded,
                       const std::function<Status(double*)>& reduceStage) {
   const size_t gi = size_t(schema::argIndex(c.kind, "grads")), si = size_t(schema::argIndex(c.kind, "sharded"));
+  const size_t ri = size_t(schema::argIndex(c.kind, "replica_shards"));
   if (c.kind != schema::OpKind::kGradNorm || c.args.size() != schema::opSpec(c.kind).numArgs)
     return Status::internal("runCpuGradNorm: not a grad_norm call");
   auto spans = [&](size_t role) {
@@ -17,11 +19,15 @@ Status runCpuGradNorm(const KernelCall& c, const std::function<Status(double*)>&
     for (size_t k = 0; k < c.args[role].size(); ++k) v.push_back({c.f(role, k), c.argElems[role][k]});
     return v;
   };
-  const std::vector<GradSpan> grads = spans(gi), sharded = spans(si);
+  const std::vector<GradSpan> grads = spans(gi), sharded = spans(si), replicaShards = spans(ri);
   double replicatedSq = 0.0, shardedSq = 0.0;
   for (const GradSpan& g : grads) replicatedSq += sumOfSquares(g.data, g.size);
-  if (!sharded.empty()) {
+  if (!sharded.empty() || !replicaShards.empty()) {
     for (const GradSpan& g : sharded) shardedSq += sumOfSquares(g.data, g.size);
+    // Each replicated shard once: on the first member of its replica group (the replicas hold the
+    // same, already all-reduced, gradient).
+    if (c.member % std::max<int64_t>(c.replicas, 1) == 0)
+      for (const GradSpan& g : replicaShards) shardedSq += sumOfSquares(g.data, g.size);
     LLCDIST_RETURN_IF_ERROR(reduceSharded(&shardedSq));
   }
   double totalSq = replicatedSq + shardedSq;
@@ -33,7 +39,7 @@ Status runCpuGradNorm(const KernelCall& c, const std::function<Status(double*)>&
   if (c.maxNorm > 0) {
     const float coef = clipCoefficient(total, c.maxNorm);
     if (coef < 1.0f)
-      for (const std::vector<GradSpan>* list : {&grads, &sharded})
+      for (const std::vector<GradSpan>* list : {&grads, &sharded, &replicaShards})
         for (const GradSpan& g : *list) scaleInPlace(g.data, g.size, coef);
   }
   c.f(size_t(schema::argIndex(c.kind, "norm")))[0] = float(total);

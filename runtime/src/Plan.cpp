@@ -69,10 +69,10 @@ std::string listNames(const std::array<std::string_view, N>& names) {
   return s;
 }
 
-// params[i].sharding (the mesh is already parsed): axis, dim, blocks; dim d of the shape must be
-// divisible by blocks·n. Sets out->localShape.
+// params[i].sharding (the mesh is already parsed): axis, dim, blocks, replicas; replicas must divide n
+// and dim d of the shape must be divisible by blocks·(n / replicas). Sets out->localShape.
 Status parseSharding(const Doc& doc, const json& s, const std::string& path, const Manifest& m, ParamDesc* out) {
-  LLCDIST_RETURN_IF_ERROR(doc.keys(s, path, {"axis", "dim"}, {"blocks"}));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(s, path, {"axis", "dim"}, {"blocks", "replicas"}));
   std::string axis;
   LLCDIST_RETURN_IF_ERROR(doc.string(s, path, "axis", &axis));
   auto a = parseMeshAxis(axis);
@@ -83,13 +83,21 @@ Status parseSharding(const Doc& doc, const json& s, const std::string& path, con
   if (rank == 0) return doc.error(key(path, "dim"), "a scalar parameter cannot be sharded");
   LLCDIST_RETURN_IF_ERROR(doc.integer(s, path, "dim", &sh.dim, 0, rank - 1));
   if (s.contains("blocks")) LLCDIST_RETURN_IF_ERROR(doc.integer(s, path, "blocks", &sh.blocks, 1));
-  const int64_t n = m.mesh().axisSize(sh.axis);
+  const int64_t axisN = m.mesh().axisSize(sh.axis);
+  if (s.contains("replicas")) {
+    LLCDIST_RETURN_IF_ERROR(doc.integer(s, path, "replicas", &sh.replicas, 1));
+    if (axisN % sh.replicas != 0)
+      return doc.error(key(path, "replicas"), std::to_string(sh.replicas) + " replicas per shard do not divide axis " +
+                                                  axis + " of size " + std::to_string(axisN));
+  }
+  const int64_t n = axisN / sh.replicas;  // distinct shards
   const int64_t d = out->shape[size_t(sh.dim)];
   int64_t unit = 0;
   if (mulOverflow(sh.blocks, n, &unit) || d % unit != 0)
     return doc.error(path, "dimension " + std::to_string(sh.dim) + " of \"" + out->name + "\" has size " +
-                               std::to_string(d) + ", not divisible by blocks × " + axis + " = " +
-                               std::to_string(sh.blocks) + " × " + std::to_string(n));
+                               std::to_string(d) + ", not divisible by blocks × " + axis +
+                               (sh.replicas > 1 ? " / replicas" : "") + " = " + std::to_string(sh.blocks) + " × " +
+                               std::to_string(n));
   out->sharding = sh;
   out->localShape[size_t(sh.dim)] = d / n;
   return Status::ok();

@@ -405,14 +405,27 @@ Status Checker::check() const {
       LLCDIST_RETURN_IF_ERROR(count("targets", M, "M"));
       return count("loss", 1, "1");
     case K::kGradNorm: {
-      const bool sharded = !op_.argList("sharded").empty(), hasAxis = op_.attrs.count("axis") != 0;
+      const bool replicaShards = !op_.argList("replica_shards").empty();
+      const bool hasReplicas = op_.attrs.count("replicas") != 0;
+      if (replicaShards != hasReplicas)
+        return replicaShards ? attrError("replicas", "required when args.replica_shards is present (how many "
+                                                     "consecutive members of `axis` hold each shard)")
+                             : attrError("replicas", "only allowed together with args.replica_shards");
+      const bool sharded = !op_.argList("sharded").empty() || replicaShards;
+      const bool hasAxis = op_.attrs.count("axis") != 0;
       const std::string stageAttr(sc::kStageAxisAttr);
       const bool hasStage = op_.attrs.count(stageAttr) != 0;
       if (sharded && !hasAxis)
         return attrError("axis", "required when args.sharded is present (the axis the sharded gradients' squared "
                                  "norms are all-reduced over)");
       if (!sharded && hasAxis) return attrError("axis", "only allowed together with args.sharded");
-      if (hasAxis) LLCDIST_RETURN_IF_ERROR(axisSize(nullptr));
+      if (hasAxis) {
+        int64_t n = 0;
+        LLCDIST_RETURN_IF_ERROR(axisSize(&n));
+        if (hasReplicas && n % I("replicas") != 0)
+          return attrError("replicas", std::to_string(I("replicas")) + " does not divide the size " +
+                                           std::to_string(n) + " of axis \"" + op_.stringAttr("axis") + "\"");
+      }
       if (hasStage && !parseMeshAxisList(op_.stringAttr(stageAttr)))  // one axis or a list ("dp,pp")
         return attrError(stageAttr.c_str(), "unknown mesh axis \"" + op_.stringAttr(stageAttr) +
                                                 "\" (expected \"dp\", \"tp\" or \"pp\", or a comma-separated list of them)");
@@ -433,7 +446,12 @@ Status Checker::check() const {
       return Status::ok();
     }
     case K::kAllReduce: {
-      LLCDIST_RETURN_IF_ERROR(axisSize(nullptr));
+      int64_t n = 0;
+      LLCDIST_RETURN_IF_ERROR(axisSize(&n));
+      if (op_.attrs.count("group_size") && n % I("group_size") != 0)
+        return attrError("group_size", "sub-groups of " + std::to_string(I("group_size")) +
+                                           " members do not divide axis \"" + op_.stringAttr("axis") +
+                                           "\" of size " + std::to_string(n));
       const std::string rop = op_.stringAttr("op");
       if (std::find(sc::kReduceOpNames.begin(), sc::kReduceOpNames.end(), rop) == sc::kReduceOpNames.end())
         return attrError("op", "unknown reduction \"" + rop + "\" (expected \"sum\", \"avg\" or \"max\")");

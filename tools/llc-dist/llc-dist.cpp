@@ -465,6 +465,8 @@ struct PlanFacts {
   int64_t tp = 1;
   /// From xf.model: micro-batch, sequence, hidden size, layers, microbatches.
   std::optional<std::array<int64_t, 5>> bshLM;
+  int64_t headDim = 0;
+  bool kvBias = false; ///< the k and v projections have biases
 };
 
 PlanFacts planFacts(ModuleOp m) {
@@ -488,7 +490,10 @@ PlanFacts planFacts(ModuleOp m) {
     auto get = [&](StringRef k) { return model.getAs<IntegerAttr>(k).getInt(); };
     f.bshLM = std::array<int64_t, 5>{get("micro_batch"), get("seq_len"), get("hidden_size"),
                                      get("num_layers"), get("microbatches")};
+    if (auto hd = model.getAs<IntegerAttr>("head_dim"))
+      f.headDim = hd.getInt();
   }
+  m.walk([&](plan::ParamOp p) { f.kvBias |= p.getName().ends_with("self_attn.k_proj.bias"); });
   return f;
 }
 
@@ -504,6 +509,16 @@ Analytic analytic(const plan::CollectiveEntry &e, const plan::CommReport &r,
                              4.0 * double(localParams), 1};
   if (e.payload == "loss")
     return {"4 (one f32)", 4.0, 1};
+  if (e.payload == "kv-replica gradients") {
+    // kv-head replication: each rank's one kv head, k and v, in every layer.
+    if (!f.bshLM || e.stage >= 0)
+      return {}; // per-stage layer counts: no prediction
+    const int64_t h = (*f.bshLM)[2], L = (*f.bshLM)[3], d = f.headDim;
+    const double el = f.bf16 ? 2.0 : 4.0;
+    return {std::string("2·L·d_head·") + (f.kvBias ? "(h + 1)" : "h") + "·" + (f.bf16 ? "2" : "4") +
+                " (k and v gradients of this rank's kv head)",
+            el * 2.0 * double(L * d * (h + (f.kvBias ? 1 : 0))), 1};
+  }
   if ((e.payload != "activations" && e.kind != "send") || !f.bshLM)
     return {};
   auto [b, s, h, L, M] = *f.bshLM;

@@ -809,12 +809,15 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
           covered.push_back(updateGrad[name]);
       if (covered.empty())
         continue;
-      kernel("all_reduce", {arg("x", b.getArrayAttr(covered))},
-             {str("axis", ar.getAxis()), str("op", ar.getReduction())},
+      SmallVector<NamedAttribute> attrs{str("axis", ar.getAxis()), str("op", ar.getReduction())};
+      if (auto g = ar.getGroupSize()) // over sub-groups of the axis (kv-head replicas)
+        attrs.push_back(i64("group_size", int64_t(*g)));
+      kernel("all_reduce", {arg("x", b.getArrayAttr(covered))}, attrs,
              NameLoc::get(ar.getReasonAttr(), op.getLoc()))
           ->setAttr("plan.payload",
-                    b.getStringAttr(ar.getParams() ? "sequence-parallel gradients"
-                                                   : "gradients"));
+                    b.getStringAttr(ar.getGroupSize() ? "kv-replica gradients"
+                                    : ar.getParams()  ? "sequence-parallel gradients"
+                                                      : "gradients"));
       continue;
     }
     if (auto ar = dyn_cast<AllReduceLossOp>(op)) {
@@ -829,16 +832,27 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
     if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
       gradClip = clip.getMaxNorm().convertToDouble();
       // Replicated gradients count once; split ones once per shard (summed
-      // over their axis).
-      SmallVector<Attribute> replicated, sharded;
+      // over their axis); replicated shards (kv heads) once per shard, on
+      // the first of its replicas.
+      SmallVector<Attribute> replicated, sharded, replicaShards;
       StringAttr axis;
+      int64_t replicas = 0;
       for (const std::string &name : paramOrder) {
         ParamInfo &p = params[name];
         if (!updatesHere(name))
           continue; // counted on its home stage
         if (p.sharding) {
-          sharded.push_back(updateGrad[name]);
           axis = p.sharding.getAs<StringAttr>("axis");
+          if (auto r = p.sharding.getAs<IntegerAttr>("replicas")) {
+            if (replicas && replicas != r.getInt())
+              return op.emitOpError("llcdist-lower-to-plan: sharded parameters with ")
+                     << replicas << " and " << r.getInt()
+                     << " replicas per shard; grad_norm counts one replica count";
+            replicas = r.getInt();
+            replicaShards.push_back(updateGrad[name]);
+          } else {
+            sharded.push_back(updateGrad[name]);
+          }
         } else {
           replicated.push_back(updateGrad[name]);
         }
@@ -847,10 +861,14 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       SmallVector<NamedAttribute> attrs{f64("max_norm", gradClip)};
       if (!replicated.empty())
         args.push_back(arg("grads", b.getArrayAttr(replicated)));
-      if (!sharded.empty()) {
+      if (!sharded.empty())
         args.push_back(arg("sharded", b.getArrayAttr(sharded)));
-        attrs.push_back(b.getNamedAttr("axis", axis));
+      if (!replicaShards.empty()) {
+        args.push_back(arg("replica_shards", b.getArrayAttr(replicaShards)));
+        attrs.push_back(i64("replicas", replicas));
       }
+      if (!sharded.empty() || !replicaShards.empty())
+        attrs.push_back(b.getNamedAttr("axis", axis));
       // Each dp rank holds other gradient blocks (ZeRO), each stage other
       // parameters (pipeline): the norm sums over those axes.
       if (pipelined || zero > 0)

@@ -153,6 +153,8 @@ json paramJson(plan::ProgramOp program, plan::ParamOp p) {
     sharding = {{"axis", sh.getAs<StringAttr>("axis").str()},
                 {"dim", sh.getAs<IntegerAttr>("dim").getInt()},
                 {"blocks", sh.getAs<IntegerAttr>("blocks").getInt()}};
+    if (auto r = sh.getAs<IntegerAttr>("replicas")) // kv-head replication
+      sharding["replicas"] = r.getInt();
   }
   json j = {{"name", p.getName().str()},
             {"shape", shape},

@@ -18,8 +18,9 @@ std::string shapeStr(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-// What a rank's value buffer of param p holds: its member index on p's sharding axis and that axis's
-// size (0 and 1 when replicated), and under ZeRO stage 3 its block (its coordinate on the zero axis) of
+// What a rank's value buffer of param p holds: its shard index on p's sharding axis and the number of
+// shards (its member index and the axis size, each divided by the sharding's replicas; 0 and 1 when
+// replicated), and under ZeRO stage 3 its block (its coordinate on the zero axis) of
 // that many blocks (0 of 1 otherwise: stages 1 and 2 keep the whole local tensor in the value buffer).
 struct Holding {
   int64_t member = 0, members = 1;
@@ -32,8 +33,8 @@ Holding holdingOf(const Manifest& m, const ParamDesc& p, int rank) {
   const Mesh mesh = m.mesh();
   Holding h;
   if (p.sharding) {
-    h.member = mesh.coord(rank, p.sharding->axis);
-    h.members = mesh.axisSize(p.sharding->axis);
+    h.member = mesh.coord(rank, p.sharding->axis) / p.sharding->replicas;
+    h.members = mesh.axisSize(p.sharding->axis) / p.sharding->replicas;
   }
   if (p.bufferHoldsBlock()) {
     h.block = mesh.coord(rank, p.zero->axis);
@@ -153,7 +154,7 @@ Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ran
     // The first rank seen for each (shard member, ZeRO-3 block) supplies those elements; every other
     // rank holding the same ones must hold the same bits, whichever program (pipeline stage) holds its
     // copy. Stages 1 and 2 keep the whole shard in the value buffer: one class per shard member.
-    const int64_t numShards = p.sharding ? mesh.axisSize(p.sharding->axis) : 1;
+    const int64_t numShards = p.sharding ? mesh.axisSize(p.sharding->axis) / p.sharding->replicas : 1;
     const int64_t numBlocks = p.bufferHoldsBlock() ? mesh.axisSize(p.zero->axis) : 1;
     std::vector<int> owner(size_t(numShards * numBlocks), -1);
     std::vector<std::vector<float>> shards(owner.size());

@@ -60,6 +60,8 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
         e.stage = stage;
         e.axis = k.getParams().getAs<StringAttr>("axis").str();
         e.groupSize = kind == "send" ? 2 : axisSize.lookup(e.axis);
+        if (auto g = k.getParams().getAs<IntegerAttr>("group_size")) // a sub-group of the axis
+          e.groupSize = g.getInt();
         e.callsPerStep = runs.lookup(sub.getSymName());
         if (auto p = k->getAttrOfType<StringAttr>("plan.payload"))
           e.payload = p.str();

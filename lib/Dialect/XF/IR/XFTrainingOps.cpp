@@ -126,6 +126,8 @@ LogicalResult SGDOp::verify() {
 LogicalResult AllReduceGradsOp::verify() {
   if (getReduction() != "sum" && getReduction() != "avg")
     return emitOpError("reduction must be sum or avg, got '") << getReduction() << "'";
+  if (auto g = getGroupSize(); g && *g < 2)
+    return emitOpError("group_size must be >= 2 (absent: the whole axis), got ") << *g;
   return checkAxis(*this, getAxis());
 }
 

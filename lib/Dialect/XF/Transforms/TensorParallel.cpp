@@ -12,7 +12,12 @@
 //  - a token embedding with a split table is a masked lookup (partial sum);
 //    a loss over split logits is the vocabulary-parallel cross-entropy;
 //  - partial sums stay partial through sums of partial sums and are
-//    all-reduced where first needed whole (Megatron's f and g operators).
+//    all-reduced where first needed whole (Megatron's f and g operators);
+//  - with fewer kv heads than tp ranks (MQA, GQA with tp > kv heads) the
+//    column-split k and v projections are split into kv-head parts instead of
+//    tp parts: the tp/kv consecutive ranks whose query heads share a kv head
+//    hold that head (replicas), and their weight gradients, each a partial
+//    sum over its query heads, are all-reduced over that sub-group of tp.
 //
 //===----------------------------------------------------------------------===//
 #include "TensorParallel.h"
@@ -35,12 +40,17 @@ struct TP {
   /// (or batch-major row) dimension of this value.
   enum Kind { R, Split, Partial, Seq } kind = R;
   int64_t dim = 0, blocks = 1;
+  /// Split only: how many consecutive tp ranks hold the same part (kv-head
+  /// replication); the dimension splits into tp / replicas parts.
+  int64_t replicas = 1;
   bool operator==(const TP &o) const {
-    return kind == o.kind &&
-           ((kind != Split && kind != Seq) || (dim == o.dim && blocks == o.blocks));
+    return kind == o.kind && ((kind != Split && kind != Seq) ||
+                              (dim == o.dim && blocks == o.blocks && replicas == o.replicas));
   }
   bool operator!=(const TP &o) const { return !(*this == o); }
-  static TP split(int64_t dim, int64_t blocks = 1) { return {Split, dim, blocks}; }
+  static TP split(int64_t dim, int64_t blocks = 1, int64_t replicas = 1) {
+    return {Split, dim, blocks, replicas};
+  }
   static TP seq(int64_t dim) { return {Seq, dim, 1}; }
 };
 
@@ -65,7 +75,7 @@ public:
     func::FuncOp entry = getEntryFunction(module);
     if (!entry)
       return failure();
-    if (failed(readStrategy()))
+    if (failed(readStrategy()) || failed(replicateKvHeads()))
       return failure();
     if (sp && failed(checkSequenceParallelEntry()))
       return failure();
@@ -73,6 +83,7 @@ public:
       return failure();
     if (sp && failed(finishSequenceParallel()))
       return failure();
+    reduceKvReplicaGrads();
     return applyTypes();
   }
 
@@ -95,6 +106,76 @@ private:
       return WalkResult::advance();
     });
     return failure(r.wasInterrupted());
+  }
+
+  /// With num_kv_heads < tp (and kv heads | tp, which llcdist-attach-mesh
+  /// checks), rank r's query heads all use kv head r / (tp / kv): the k and v
+  /// projections (weight and bias) split into kv parts, each held by the
+  /// tp / kv ranks that share it, so every rank computes its own kv head only.
+  LogicalResult replicateKvHeads() {
+    WalkResult r = module.walk([&](AttentionOp at) -> WalkResult {
+      int64_t nkv = at.getNumKvHeads();
+      if (nkv >= tp)
+        return WalkResult::advance();
+      if (tp % nkv != 0) {
+        at.emitOpError("llcdist-partition: tp=")
+            << tp << " is not a multiple of num_kv_heads=" << nkv
+            << "; kv heads replicate only when they divide tp";
+        return WalkResult::interrupt();
+      }
+      for (Value v : {at.getK(), at.getV()}) {
+        if (auto rope = v.getDefiningOp<RopeOp>())
+          v = rope->getOperand(0);
+        auto lin = v.getDefiningOp<LinearOp>();
+        auto w = lin ? lin.getWeight().getDefiningOp<ParamOp>() : ParamOp();
+        bool outIn = lin && lin.getLayout() == WeightLayout::OutIn;
+        TP want = w ? params.lookup(w.getName()) : TP{};
+        if (!w || want != TP::split(outIn ? 0 : 1)) {
+          at.emitOpError("llcdist-partition: num_kv_heads=")
+              << nkv << " < tp=" << tp
+              << " replicates kv heads, which needs k and v each from its own "
+                 "column-parallel linear of an xf.param (not a fused q|k|v); choose "
+                 "tp dividing the kv heads";
+          return WalkResult::interrupt();
+        }
+        SmallVector<ParamOp> ps{w};
+        if (Value bias = lin.getBias())
+          if (auto b = bias.getDefiningOp<ParamOp>())
+            ps.push_back(b);
+        for (ParamOp p : ps) {
+          TP &s = params[p.getName()];
+          s.replicas = tp / nkv;
+          kvReplicaGrads.insert(p.getName());
+        }
+      }
+      return WalkResult::advance();
+    });
+    return failure(r.wasInterrupted());
+  }
+
+  /// The gradient of a replicated kv projection is, on each rank, the sum
+  /// over its own query heads only: all-reduce it over the replicas (the
+  /// sub-groups of tp / kv consecutive tp ranks) once per step.
+  void reduceKvReplicaGrads() {
+    func::FuncOp opt;
+    for (auto fn : module.getOps<func::FuncOp>())
+      if (fn->hasAttr("xf.optimizer"))
+        opt = fn;
+    if (!opt || kvReplicaGrads.empty())
+      return;
+    OpBuilder b = OpBuilder::atBlockBegin(&opt.getBody().front());
+    SmallVector<StringRef> names;
+    int64_t replicas = 1;
+    for (const auto &entry : kvReplicaGrads) {
+      names.push_back(entry.getKey());
+      replicas = params.lookup(entry.getKey()).replicas;
+    }
+    llvm::sort(names);
+    AllReduceGradsOp::create(
+        b, opt.getLoc(), "tp", "sum",
+        "kv-head replication: the tp ranks sharing a kv head each hold its "
+        "projections' gradient summed over their own query heads only",
+        b.getStrArrayAttr(names), b.getI64IntegerAttr(replicas));
   }
 
   //===--------------------------------------------------------------------===//
@@ -131,16 +212,16 @@ private:
   }
 
   /// Marks the attention heads local: num_heads and num_kv_heads over tp.
-  template <typename AttnOp> LogicalResult localHeads(AttnOp op) {
+  /// With kv heads replicated (replicas = tp / kv), one kv head per rank.
+  template <typename AttnOp> LogicalResult localHeads(AttnOp op, int64_t replicas) {
     int64_t nh = op.getNumHeads(), nkv = op.getNumKvHeads();
-    if (nh % tp != 0 || nkv % tp != 0)
+    if (nh % tp != 0 || (nkv * replicas) % tp != 0 || (replicas > 1 && nkv * replicas != tp))
       return op.emitOpError("llcdist-partition: tp=")
              << tp << " must divide num_heads=" << nh << " and num_kv_heads=" << nkv
-             << " (replicating kv heads across tensor-parallel ranks is not "
-                "implemented; choose tp dividing the kv heads)";
+             << " (or be a multiple of the kv heads, which then replicate)";
     Builder b(op.getContext());
     op.setNumHeadsAttr(b.getI64IntegerAttr(nh / tp));
-    op.setNumKvHeadsAttr(b.getI64IntegerAttr(nkv / tp));
+    op.setNumKvHeadsAttr(b.getI64IntegerAttr(nkv * replicas / tp));
     return success();
   }
 
@@ -243,7 +324,7 @@ private:
         b, opt.getLoc(), "tp", "sum",
         "sequence parallelism: these parameters act on each rank's slice of the "
         "sequence, so their gradients are partial sums over tp",
-        b.getStrArrayAttr(names));
+        b.getStrArrayAttr(names), /*group_size=*/IntegerAttr());
     return success();
   }
 
@@ -277,7 +358,8 @@ private:
           if (w.dim == (outIn ? 0 : 1)) { // column-parallel
             if (x.kind != TP::R)
               return mismatch(lin);
-            state[lin.getResult()] = TP::split(lastDimOf(lin.getResult()), w.blocks);
+            state[lin.getResult()] =
+                TP::split(lastDimOf(lin.getResult()), w.blocks, w.replicas);
             return success();
           }
           // Row-parallel: the output is a partial sum.
@@ -304,7 +386,7 @@ private:
           if (x.kind == TP::R)
             return same(sp.getInput(), sp.getResults());
           if (x.kind != TP::Split || x.dim != lastDimOf(sp.getInput()) ||
-              x.blocks != int64_t(sp.getNumResults()))
+              x.blocks != int64_t(sp.getNumResults()) || x.replicas != 1)
             return mismatch(sp);
           for (Value r : sp.getResults())
             state[r] = TP::split(lastDimOf(r));
@@ -346,21 +428,27 @@ private:
           TP q = of(at.getQ());
           if (q.kind == TP::R && of(at.getK()).kind == TP::R)
             return same(at.getQ(), at->getResults());
-          for (Value v : {at.getQ(), at.getK(), at.getV()})
-            if (of(v) != TP::split(2))
-              return mismatch(at);
+          // k and v: split like q, or into kv-head parts held by replicas.
+          TP kv = TP::split(2, 1, of(at.getK()).replicas);
+          if (q != TP::split(2) || of(at.getK()) != kv || of(at.getV()) != kv)
+            return mismatch(at);
           state[at.getResult()] = TP::split(2);
           if (at.getLse())
             state[at.getLse()] = TP::split(1);
-          return localHeads(at);
+          return localHeads(at, kv.replicas);
         })
         .Case([&](AttentionGradOp g) -> LogicalResult {
-          for (Value v : {g.getDout(), g.getQ(), g.getK(), g.getV(), g.getOut()})
-            if (of(v) != TP::split(2))
+          TP kv = TP::split(2, 1, of(g.getK()).replicas);
+          for (Value v : {g.getDout(), g.getQ(), g.getK(), g.getV(), g.getOut()}) {
+            TP want = v == g.getK() || v == g.getV() ? kv : TP::split(2);
+            if (of(v) != want)
               return of(v).kind == TP::R ? same(g.getQ(), g->getResults()) : mismatch(g);
-          for (Value r : g->getResults())
-            state[r] = TP::split(2);
-          return localHeads(g);
+          }
+          // dk and dv: each rank's part is the sum over its own query heads.
+          state[g.getDq()] = TP::split(2);
+          state[g.getDk()] = kv;
+          state[g.getDv()] = kv;
+          return localHeads(g, kv.replicas);
         })
         .Case([&](LayerNormOp ln) -> LogicalResult {
           TP x = of(ln.getInput());
@@ -401,7 +489,7 @@ private:
                 return success();
               }
               if (auto gb = dyn_cast<LinearGradBiasOp>(o); gb && dy.kind == TP::Split)
-                state[gb.getResult()] = TP::split(0, dy.blocks);
+                state[gb.getResult()] = TP::split(0, dy.blocks, dy.replicas);
               else if (dy.kind != TP::R)
                 return mismatch(o);
               return success();
@@ -469,7 +557,7 @@ private:
           if (dy.kind == TP::R && x.kind == TP::R)
             return success();
           if (dy.kind == TP::Split && x.kind == TP::R) // column / vocab
-            state[g.getResult()] = TP::split(outIn ? 0 : 1, dy.blocks);
+            state[g.getResult()] = TP::split(outIn ? 0 : 1, dy.blocks, dy.replicas);
           else if (dy.kind == TP::R && x.kind == TP::Split) // row
             state[g.getResult()] = TP::split(outIn ? 1 : 0);
           else
@@ -485,7 +573,11 @@ private:
             state[g.getResult()] = TP::split(lastDimOf(g.getResult()));
             return success();
           }
-          if (dy.kind == TP::Split && w.kind == TP::Split && w.dim == (outIn ? 0 : 1)) {
+          // Replicated kv projections too: each rank's dx is the part through
+          // its query heads' share of its kv head, and the parts over all tp
+          // ranks add up to the whole.
+          if (dy.kind == TP::Split && w.kind == TP::Split && w.dim == (outIn ? 0 : 1) &&
+              dy.replicas == w.replicas) {
             partial(g.getResult(), "a column-parallel linear's input gradient is a "
                                    "partial sum over tp");
             return success();
@@ -525,12 +617,14 @@ private:
       TP s = params.lookup(p.getName());
       if (s.kind != TP::Split)
         return WalkResult::advance();
-      p->setAttr("xf.sharding",
-                 b.getDictionaryAttr({b.getNamedAttr("axis", b.getStringAttr("tp")),
-                                      b.getNamedAttr("dim", b.getI64IntegerAttr(s.dim)),
-                                      b.getNamedAttr("blocks", b.getI64IntegerAttr(s.blocks)),
-                                      b.getNamedAttr("global_shape",
-                                                     b.getDenseI64ArrayAttr(p.getType().getShape()))}));
+      SmallVector<NamedAttribute> sh{
+          b.getNamedAttr("axis", b.getStringAttr("tp")),
+          b.getNamedAttr("dim", b.getI64IntegerAttr(s.dim)),
+          b.getNamedAttr("blocks", b.getI64IntegerAttr(s.blocks)),
+          b.getNamedAttr("global_shape", b.getDenseI64ArrayAttr(p.getType().getShape()))};
+      if (s.replicas > 1) // kv-head replication (absent: every rank its own part)
+        sh.push_back(b.getNamedAttr("replicas", b.getI64IntegerAttr(s.replicas)));
+      p->setAttr("xf.sharding", b.getDictionaryAttr(sh));
       return WalkResult::advance();
     });
     (void)r;
@@ -540,11 +634,13 @@ private:
       Value v = value;
       auto t = cast<RankedTensorType>(v.getType());
       SmallVector<int64_t> dims(t.getShape());
-      if (dims[s.dim] % (tp * s.blocks) != 0)
+      int64_t parts = tp / s.replicas;
+      if (dims[s.dim] % (parts * s.blocks) != 0)
         return emitError(v.getLoc(), "llcdist-partition: tp=")
                << tp << " does not divide dimension " << s.dim << " of " << t
-               << (s.blocks > 1 ? " (per block)" : "");
-      dims[s.dim] /= tp;
+               << (s.blocks > 1 ? " (per block)" : "")
+               << (s.replicas > 1 ? " into kv-head parts" : "");
+      dims[s.dim] /= parts;
       v.setType(RankedTensorType::get(dims, t.getElementType()));
     }
     llcdist::xf::detail::refreshFunctionTypes(module);
@@ -559,6 +655,7 @@ private:
   llvm::DenseMap<Value, std::string> partialReason;
   llvm::DenseMap<Value, Value> gathered;
   llvm::StringSet<> tpPartialGrads;
+  llvm::StringSet<> kvReplicaGrads; ///< replicated kv projections, by name
   bool sp;
   llvm::DenseMap<Operation *, SmallVector<TP>> bodyArgs;
 };

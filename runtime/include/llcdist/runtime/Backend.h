@@ -82,7 +82,10 @@ struct KernelCall {
   int64_t outer = 0, inner = 0;
   // shard_slice (ZeRO plans; a kernel, no communication): this rank's member index c on the op's `axis`
   // (y[o, k] = x[o, c·inner + k]); `group` holds the axis group, so n = group.size().
+  // grad_norm with args.replica_shards: member is this rank's index on `axis` and replicas the attr
+  // `replicas` (the replica shards count where member % replicas == 0).
   int64_t member = 0;
+  int64_t replicas = 1;
   // grad_norm with attr `stage_axis`: the global ranks of that axis's group in member order (the total
   // squared norm is all-reduced over it); empty without stage_axis.
   std::vector<std::vector<int>> stageGroups;  // one per axis of stage_axis ("dp,pp"), in order

@@ -37,12 +37,14 @@ struct ParamInit {
 };
 
 // params[].sharding: dimension `dim` of the Hugging Face tensor is viewed as `blocks` equal blocks,
-// each split evenly over the `axis` group's n members; member m holds, from each block in order, its
-// m-th chunk, concatenated.
+// each split evenly into n / replicas chunks over the `axis` group's n members; member m holds, from
+// each block in order, its (m / replicas)-th chunk, concatenated. `replicas` (default 1) consecutive
+// members hold the same shard (kv-head replication: the tp ranks whose query heads share a kv head).
 struct ParamSharding {
   MeshAxis axis = MeshAxis::kTp;
   int64_t dim = 0;
   int64_t blocks = 1;
+  int64_t replicas = 1;
 };
 
 // params[].zero (feature "zero"; docs/plan-format.md "ZeRO plans"): the param's LOCAL tensor (its shape
@@ -81,7 +83,7 @@ struct ParamDesc {
   ParamInit init;
   bool weightDecay = false;
   std::optional<ParamSharding> sharding;  // absent: replicated on every rank
-  std::vector<int64_t> localShape;        // `shape`, dim divided by n when sharded (the local tensor)
+  std::vector<int64_t> localShape;        // `shape`, dim divided by n / replicas when sharded (the local tensor)
   std::optional<ParamZero> zero;          // absent: no ZeRO split
   // The zero block's shape: localShape with dim 0 divided by the zero axis size (= localShape without
   // `zero`).

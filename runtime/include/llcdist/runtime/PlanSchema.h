@@ -243,15 +243,22 @@ inline constexpr T kCeAttrs[] = {{"M", Int}, {"V", Int}, {"scale", Flt}, {"shard
 // over `axis` (required iff `sharded` is present). `stage_axis` (optional): the rank's total squared
 // norm is all-reduced over that axis (pipeline stages) before the square root. `grads` is optional so
 // that a pipeline stage without (counted) params can still join the stage all-reduce; the loader
-// requires at least one of grads, sharded and stage_axis.
-inline constexpr A kGradNormArgs[] = {{"grads", OptList, F, RW}, {"norm", One, F, W}, {"sharded", OptList, F, RW}};
-inline constexpr T kGradNormAttrs[] = {{"max_norm", Flt}, {"axis", Str, false}, {"stage_axis", Str, false}};
+// requires at least one of grads, sharded and stage_axis. `replica_shards` (optional list, with attr
+// `replicas`) holds gradients of params sharded over `axis` whose every shard is held by `replicas`
+// consecutive members (kv-head replication, params[].sharding.replicas): they count on the first of
+// each replica group (member index a multiple of `replicas`) only, then join the `sharded` sum.
+inline constexpr A kGradNormArgs[] = {{"grads", OptList, F, RW}, {"norm", One, F, W}, {"sharded", OptList, F, RW},
+                                      {"replica_shards", OptList, F, RW}};
+inline constexpr T kGradNormAttrs[] = {{"max_norm", Flt}, {"axis", Str, false}, {"stage_axis", Str, false},
+                                       {"replicas", Int, false}};
 inline constexpr A kAdamArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"m", One, F, RW}, {"v", One, F, RW}};
 inline constexpr T kAdamAttrs[] = {{"beta1", Flt}, {"beta2", Flt}, {"eps", Flt}, {"weight_decay", Flt}};
 inline constexpr A kSgdArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"momentum_buf", Opt, F, RW}};
 inline constexpr T kSgdAttrs[] = {{"momentum", Flt}, {"weight_decay", Flt}};
+// `group_size` (optional): the `axis` group's n members form n / group_size sub-groups of group_size
+// consecutive members, and each reduces over its own (kv-head replicas); absent: the whole group.
 inline constexpr A kAllReduceArgs[] = {{"x", List, F, RW}};
-inline constexpr T kAllReduceAttrs[] = {{"axis", Str}, {"op", Str}};
+inline constexpr T kAllReduceAttrs[] = {{"axis", Str}, {"op", Str}, {"group_size", Int, false}};
 inline constexpr A kGatherArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
 inline constexpr T kAllGatherAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}};
 inline constexpr T kReduceScatterAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}, {"op", Str}};

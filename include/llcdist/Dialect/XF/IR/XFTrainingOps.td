@@ -223,13 +223,19 @@ def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, Mem
     dimension of every weight-gradient contraction is sharded on dp). Summed
     once per step, after all microbatches, as DDP does with no_sync.
     `reason` is the provenance the compile report and the runtime show.
+    `group_size` (optional) reduces over sub-groups of the axis instead: its
+    n members split into n / group_size groups of group_size consecutive
+    members (kv-head replication: the tp ranks that share a kv head).
 
     ```mlir
     xf.all_reduce_grads {axis = "dp", reduction = "sum", reason = "..."}
+    xf.all_reduce_grads {axis = "tp", group_size = 2 : i64, reduction = "sum",
+                         params = ["model.layers.{i}.self_attn.k_proj.weight"], reason = "..."}
     ```
   }];
   let arguments = (ins StrAttr:$axis, StrAttr:$reduction, StrAttr:$reason,
-                       OptionalAttr<StrArrayAttr>:$params);
+                       OptionalAttr<StrArrayAttr>:$params,
+                       OptionalAttr<I64Attr>:$group_size);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{

@@ -106,8 +106,12 @@ def Partition : Pass<"llcdist-partition", "mlir::ModuleOp"> {
     all microbatches: the gradients are already scaled by the global token
     count) and `xf.all_reduce_loss` (average over dp), each with the
     provenance of why it is needed. Under tp > 1 the tensor-parallel rules
-    (TensorParallel.cpp) run first. The pp axis is not a sharding: it is
-    left to llcdist-pipeline-split.
+    (TensorParallel.cpp) run first; with fewer kv heads than tp ranks they
+    replicate each kv head on the tp / kv ranks whose query heads use it
+    (`xf.sharding` gains `replicas`) and sum those k/v projections'
+    gradients over that sub-group of tp (`xf.all_reduce_grads` with
+    `group_size`). The pp axis is not a sharding: it is left to
+    llcdist-pipeline-split.
 
     Before (dp = 2, global batch 4):
     ```mlir

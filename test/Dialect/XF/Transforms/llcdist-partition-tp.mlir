@@ -1,6 +1,6 @@
 // RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=LLAMA
 // RUN: llc-dist compile --emit xf %models/tiny-gpt2.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=GPT2
-// RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=8 --seq-len 8 --quiet | not llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition 2>&1 | FileCheck %s --check-prefix=GQA
+// RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=8 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=GQA
 
 // Megatron tensor parallelism, tp = 2, on tiny Llama (8 heads, 4 kv heads,
 // hidden 64, intermediate 128, vocab 256).
@@ -59,5 +59,15 @@
 // GPT2-NEXT: %[[PR:.+]] = xf.all_reduce %[[P]]
 // GPT2-NEXT: xf.bias_add %[[PR]], %{{.+}} : (tensor<1x8x64xf32>, tensor<64xf32>) -> tensor<1x8x64xf32>
 
-// Grouped-query attention: tp must divide the kv heads.
-// GQA: error: 'xf.attention' op llcdist-partition: tp=8 must divide num_heads=8 and num_kv_heads=4 (replicating kv heads across tensor-parallel ranks is not implemented; choose tp dividing the kv heads)
+// Grouped-query attention with tp > kv heads (tp = 8, 4 kv heads): each kv
+// head is replicated on the 2 ranks whose query heads use it; each rank runs
+// 1 query head and 1 kv head, and the k/v gradients are summed over those
+// sub-groups of 2 once per step.
+// GQA-LABEL: func.func private @llama_decoder_layer(
+// GQA: xf.param "model.layers.{i}.self_attn.k_proj.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 32, 64>, replicas = 2 : i64}} : tensor<8x64xf32>
+// GQA: xf.param "model.layers.{i}.self_attn.v_proj.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 32, 64>, replicas = 2 : i64}} : tensor<8x64xf32>
+// GQA: xf.attention {{.+}} {head_dim = 8 : i64, num_heads = 1 : i64, num_kv_heads = 1 : i64} : (tensor<1x8x8xf32>, tensor<1x8x8xf32>, tensor<1x8x8xf32>)
+// GQA-LABEL: func.func private @llama_decoder_layer_bwd(
+// GQA: xf.attention_grad {{.+}} {head_dim = 8 : i64, num_heads = 1 : i64, num_kv_heads = 1 : i64}
+// GQA-LABEL: func.func @optimizer_step
+// GQA: xf.all_reduce_grads {axis = "tp", group_size = 2 : i64, params = ["model.layers.{i}.self_attn.k_proj.weight", "model.layers.{i}.self_attn.v_proj.weight"], reason = "kv-head replication: {{.+}}", reduction = "sum"}

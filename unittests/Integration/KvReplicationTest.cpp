@@ -6,8 +6,8 @@
 // head). Every such plan reproduces the single-device plan (issue #10):
 //   a tiny MQA Llama (4 heads, 1 kv head) at tp = 2 and tp = 4, a tiny GQA
 //   Llama (8 heads, 2 kv heads) at tp = 4; each with and without sequence
-//   parallelism, with pp = 2 (1F1B) and with dp = 2; SGD strict, AdamW as
-//   GoldenUtil.h documents.
+//   parallelism, with pp = 2 (1F1B) and with dp = 2; also ZeRO 1/2/3 at
+//   dp = 2 and ZB-H1 at pp = 2; SGD strict, AdamW as GoldenUtil.h documents.
 // Also: the plan holds one kv head per rank (manifest sharding, local
 // shapes), the replica all-reduce is over sub-groups of tp, a plan without
 // it is caught by the save's replica check (the test can fail), and
@@ -35,9 +35,12 @@ std::string input(const std::string &name) {
 struct KvConfig {
   int64_t dp = 1, tp = 2, pp = 1;
   bool sequenceParallel = false;
+  int64_t zero = 0;
+  std::string schedule = "1f1b";
   std::string name() const {
     return "dp" + std::to_string(dp) + "-tp" + std::to_string(tp) + "-pp" + std::to_string(pp) +
-           (sequenceParallel ? "-sp" : "");
+           (sequenceParallel ? "-sp" : "") + (zero ? "-zero" + std::to_string(zero) : "") +
+           (pp > 1 ? "-" + schedule : "");
   }
 };
 
@@ -47,6 +50,8 @@ TrainingPipelineOptions optionsFor(const KvConfig &c, const std::string &optimiz
   opt.mesh.tp = c.tp;
   opt.mesh.pp = c.pp;
   opt.sequenceParallel = c.sequenceParallel;
+  opt.zero = c.zero;
+  opt.pipelineSchedule = c.schedule;
   return opt;
 }
 
@@ -75,6 +80,14 @@ std::vector<KvConfig> withVariants(int64_t tp) {
 TEST(KvReplication, MqaTp2SGD) { golden("tiny-llama-mqa", withVariants(2), "sgd"); }
 TEST(KvReplication, MqaTp4SGD) { golden("tiny-llama-mqa", withVariants(4), "sgd"); }
 TEST(KvReplication, GqaTp4SGD) { golden("tiny-llama-gqa", withVariants(4), "sgd"); }
+// ZeRO's dp blocks of a replicated kv shard, and ZB-H1's deferred weight
+// gradients (the replica all-reduce waits for the last W pass).
+TEST(KvReplication, ZeroAndZeroBubbleSGD) {
+  golden("tiny-llama-mqa",
+         {{2, 4, 1, false, 1}, {2, 4, 1, false, 2}, {2, 4, 1, true, 3}, {1, 4, 2, false, 0, "zb-h1"}},
+         "sgd");
+  golden("tiny-llama-gqa", {{2, 4, 1, false, 3}, {1, 4, 2, true, 0, "zb-h1"}}, "sgd");
+}
 TEST(KvReplication, MqaTp4AdamW) {
   golden("tiny-llama-mqa", {{1, 4, 1, false}, {1, 4, 2, true}, {2, 4, 1, false}}, "adamw");
 }

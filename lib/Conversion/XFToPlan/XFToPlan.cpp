@@ -67,6 +67,9 @@ struct Scope {
   /// backward lowers a backward layer body twice (input gradients, then
   /// weight gradients) into one scope.
   std::map<Operation *, std::unique_ptr<Scope>> inner;
+  /// The weight-gradient pass of a split backward: the all-gathered values
+  /// it has gathered again from their slices (regatherForWeights).
+  llvm::DenseSet<Value> regathered;
 };
 
 /// The pipeline of a module cut by llcdist-pipeline-split.
@@ -90,10 +93,6 @@ bool isParamGradient(Operation *op) {
                          LayerNormGradParamsOp>(op);
 }
 
-/// Weight-gradient ops: what a split (zero-bubble) backward defers to W.
-bool isWeightGrad(Operation *op) {
-  return isParamGradient(op) || isa<AccumulateGradOp>(op);
-}
 
 class Lowering {
 public:
@@ -281,6 +280,8 @@ private:
   // --- lowering --------------------------------------------------------------
   LogicalResult lowerBlock(Block &block, Scope &s);
   LogicalResult lowerOp(Operation *op, Scope &s) {
+    if (weightPass && deferredToW(op) && failed(regatherForWeights(op, s)))
+      return failure();
     LogicalResult r = lowerOpImpl(op, s);
     for (auto &[full, name, loc] : pendingShardReduce)
       reduceIntoShard(full, name, loc);
@@ -288,6 +289,29 @@ private:
     return r;
   }
   LogicalResult lowerOpImpl(Operation *op, Scope &s);
+  // --- split backward (ZB-H1): what B runs and what waits for W ------------
+  /// Whether `op` belongs to W: a weight-gradient GEMM (linear_grad_weight),
+  /// or an op that reads what W computes (the accumulation into the
+  /// parameter's gradient). Everything else runs in B, the cheap weight
+  /// gradients of norms, biases and embeddings included, so what a pending W
+  /// holds is each GEMM's input and output gradient and nothing more.
+  bool deferredToW(Operation *op);
+  /// An all-gather whose result only W reads: W gathers it (from the slice,
+  /// which is what waits), B does not.
+  bool gathersOnlyForW(Operation *op) {
+    return isa<AllGatherOp>(op) && !op->use_empty() &&
+           llvm::all_of(op->getUsers(), [&](Operation *u) { return deferredToW(u); });
+  }
+  /// In the weight pass, before `op`: every operand that is an all-gather
+  /// of a (sequence-parallel) slice is gathered again, right before its first
+  /// use in W, so that between B and W only the slice is held.
+  LogicalResult regatherForWeights(Operation *op, Scope &s) {
+    for (Value v : op->getOperands())
+      if (auto ag = v.getDefiningOp<AllGatherOp>())
+        if (s.regathered.insert(v).second && failed(lowerOp(ag, s)))
+          return failure();
+    return success();
+  }
   /// ZeRO needs every parameter's first dimension divisible by dp.
   LogicalResult zeroCheck();
   LogicalResult lowerLayer(LayerOp call, Scope &s);
@@ -320,6 +344,9 @@ private:
   Buf lossBuf, gradNormBuf;
   /// Ops of the layer bodies that the current pass lowers (null: all).
   std::function<bool(Operation *)> keepOp;
+  /// Lowering the W subroutine of a split backward (see regatherForWeights).
+  bool weightPass = false;
+  llvm::DenseMap<Operation *, bool> deferredMemo;
   /// Pipeline: the parameters held here whose home stage is another
   /// (name -> home stage), and the pp axis for grad_norm's stage_axis.
   std::map<std::string, int64_t> replicaOf;
@@ -360,8 +387,11 @@ LogicalResult Lowering::lowerLayer(LayerOp call, Scope &s) {
       slot->bufs[a] = s.bufs.lookup(operand);
   }
   Scope &inner = *slot;
+  // A parameter only where this pass reads it (under ZeRO-3 lowering it
+  // gathers it: W's GEMMs read activations and gradients, never weights).
   for (Operation &op : body.without_terminator())
-    if (!keepOp || isa<ParamOp>(op) || keepOp(&op))
+    if (!keepOp || keepOp(&op) ||
+        (isa<ParamOp>(op) && llvm::any_of(op.getUsers(), keepOp)))
       if (failed(lowerOp(&op, inner)))
         return failure();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -369,6 +399,21 @@ LogicalResult Lowering::lowerLayer(LayerOp call, Scope &s) {
     if (auto it = inner.bufs.find(v); it != inner.bufs.end())
       s.bufs[r] = it->second;
   return success();
+}
+
+bool Lowering::deferredToW(Operation *op) {
+  if (isa<LinearGradWeightOp>(op))
+    return true;
+  if (isa<ParamOp, LayerOp>(op))
+    return false;
+  if (auto it = deferredMemo.find(op); it != deferredMemo.end())
+    return it->second;
+  bool deferred = llvm::any_of(op->getOperands(), [&](Value v) {
+    Operation *d = v.getDefiningOp();
+    return d && deferredToW(d);
+  });
+  deferredMemo[op] = deferred;
+  return deferred;
 }
 
 LogicalResult Lowering::lowerBlock(Block &block, Scope &s) {
@@ -1293,6 +1338,26 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
       freeSlots[a.chunk].push_back(slotOf.at(key));
   }
 
+  // Split backward: a local chunk whose every W directly follows its B on
+  // this stage (ZB-H1's first stage), and whose backward sends nothing
+  // (which a W run inside B would delay), runs B and W as one backward.
+  std::vector<bool> fusedBackward(localChunks, false);
+  if (split)
+    for (int64_t lc = 0; lc < localChunks; ++lc) {
+      int64_t vs = lc * p + stage;
+      bool adjacent = true;
+      for (size_t i = 0; i < actions.size(); ++i)
+        if (actions[i].kind == sch::ActionKind::B && actions[i].chunk == lc)
+          adjacent &= i + 1 < actions.size() && actions[i + 1].kind == sch::ActionKind::W &&
+                      actions[i + 1].microbatch == actions[i].microbatch &&
+                      actions[i + 1].chunk == lc;
+      bool sends = llvm::any_of(llvm::drop_begin(ops, firstBackward), [&](Operation *op) {
+        return chunkOf(op) == vs &&
+               llvm::any_of(op->getResults(), [&](Value v) { return tagOf.count(v) > 0; });
+      });
+      fusedBackward[lc] = adjacent && !sends;
+    }
+
   // Lower each (chunk, slot).
   struct Subs {
     plan::SubroutineOp f, b, w;
@@ -1381,16 +1446,27 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
       if (failed(lowerRange(0, firstBackward, nullptr)))
         return failure();
       current = sb.b;
+      // A split backward: B computes the input gradients and the cheap
+      // weight gradients; W the weight-gradient GEMMs. Where every W of the
+      // chunk directly follows its B, nothing can use the gap between them,
+      // so B runs the whole backward in its own order (each activation and
+      // gradient freed as in 1F1B) and W is empty.
+      bool deferW = split && !fusedBackward[lc];
       std::function<bool(Operation *)> inputGrads, weightGrads;
-      if (split) {
-        inputGrads = [](Operation *op) { return !isWeightGrad(op); };
-        weightGrads = [](Operation *op) { return isWeightGrad(op); };
+      if (deferW) {
+        inputGrads = [this](Operation *op) {
+          return !deferredToW(op) && !gathersOnlyForW(op);
+        };
+        weightGrads = [this](Operation *op) { return deferredToW(op); };
       }
       if (failed(lowerRange(firstBackward, ops.size(), inputGrads)))
         return failure();
-      if (split) {
+      if (deferW) {
         current = sb.w;
-        if (failed(lowerRange(firstBackward, ops.size(), weightGrads)))
+        weightPass = true;
+        LogicalResult r = lowerRange(firstBackward, ops.size(), weightGrads);
+        weightPass = false;
+        if (failed(r))
           return failure();
       }
     }

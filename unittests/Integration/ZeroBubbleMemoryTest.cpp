@@ -166,22 +166,22 @@ std::vector<int64_t> layersOf(const Case &c) {
   return out;
 }
 
-std::string tiny(const std::string &name) { return name; }
+/// An 8-layer tiny model of unittests/Integration/Inputs/.
 std::string input(const std::string &name) {
   return std::string(LLCDIST_SOURCE_DIR) + "/unittests/Integration/Inputs/" + name + ".json";
 }
 
 std::vector<Case> cases() {
   return {
-      {tiny("tiny-llama"), 1, 2, "2,2"},
-      {tiny("tiny-gpt2"), 1, 2, "2,2"},
-      {tiny("tiny-llama"), 1, 4, "1,1,1,1"},
-      {tiny("tiny-gpt2"), 1, 4, "1,1,1,1"},
+      {"tiny-llama", 1, 2, "2,2"},
+      {"tiny-gpt2", 1, 2, "2,2"},
+      {"tiny-llama", 1, 4, "1,1,1,1"},
+      {"tiny-gpt2", 1, 4, "1,1,1,1"},
       {input("tiny-llama-8l"), 1, 4, "2,2,2,2"},
       {input("tiny-gpt2-8l"), 1, 4, "3,2,2,1"},
-      {tiny("tiny-llama"), 2, 2, "2,2"},
-      {tiny("tiny-llama"), 2, 2, "2,2", true, "selective"},
-      {tiny("tiny-gpt2"), 2, 2, "2,2", true, "selective"},
+      {"tiny-llama", 2, 2, "2,2"},
+      {"tiny-llama", 2, 2, "2,2", true, "selective"},
+      {"tiny-gpt2", 2, 2, "2,2", true, "selective"},
       {input("tiny-llama-8l"), 2, 4, "2,2,2,2", true, "selective"},
   };
 }

@@ -93,7 +93,6 @@ bool isParamGradient(Operation *op) {
                          LayerNormGradParamsOp>(op);
 }
 
-
 class Lowering {
 public:
   explicit Lowering(ModuleOp module, int64_t zero = 0, bool reshardAfterForward = true)

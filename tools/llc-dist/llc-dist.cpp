@@ -170,7 +170,9 @@ OPTIMIZER (torch.optim semantics)
 
 OUTPUT
   --emit plan|xf         plan: a plan directory for `llc-dist run` (default);
-                         xf: the forward graph as MLIR
+                         xf: the forward graph as MLIR, with locations;
+                         `llc-dist compile FILE.mlir` with the same --mesh
+                         gives the plan the config gives
   -o OUT                 the plan directory (required for plan), or the xf
                          file ('-' or absent: stdout)
   --print-ir-after-all   print the IR after every pass to stderr
@@ -376,7 +378,8 @@ public:
       error(file + ": cannot write: " + err);
       return failure();
     }
-    module->print(out->os());
+    // With locations, as --emit xf: each dump compiles again to the same plan.
+    module->print(out->os(), OpPrintingFlags().enableDebugInfo());
     out->os() << "\n"; // as mlir-opt ends its output
     out->keep();
     return success();
@@ -1162,7 +1165,10 @@ int runCompile(Args &args) {
       error(output + ": cannot write: " + err);
       return kExitError;
     }
-    lm->module->print(out->os());
+    // With locations: they name the config field each op came from, and the
+    // plan's buffer names and provenance are built from them, so compiling
+    // this file again gives the plan the config gives.
+    lm->module->print(out->os(), OpPrintingFlags().enableDebugInfo());
     out->os() << "\n";
     if (out->os().has_error()) {
       error(output + ": write failed");

@@ -5,6 +5,8 @@
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #define DEBUG_TYPE "llcdist-attach-mesh"
 
@@ -32,17 +34,7 @@ struct AttachMeshPass
           << dp_ << " tp=" << tp_ << " pp=" << pp_;
       return signalPassFailure();
     }
-    if (failed(checkDivisibility(module)))
-      return signalPassFailure();
-
-    if (auto old = module.lookupSymbol("mesh")) {
-      old->emitError("a symbol named @mesh already exists");
-      return signalPassFailure();
-    }
-    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
-    auto grid = shard::GridOp::create(b, module.getLoc(), "mesh",
-                                      ArrayRef<int64_t>{dp_, tp_, pp_});
-    grid->setAttr("xf.mesh_axes", b.getStrArrayAttr({"dp", "tp", "pp"}));
+    OpBuilder b(module.getContext());
     SmallVector<StringRef> order;
     StringRef(rankOrder).split(order, ',');
     auto count = [&](StringRef a) { return llvm::count(order, a); };
@@ -51,7 +43,63 @@ struct AttachMeshPass
           << rankOrder << "' is not a permutation of dp, tp, pp";
       return signalPassFailure();
     }
-    grid->setAttr("xf.rank_order", b.getStrArrayAttr(order));
+    ArrayAttr axes = b.getStrArrayAttr({"dp", "tp", "pp"});
+    ArrayAttr orderAttr = b.getStrArrayAttr(order);
+    // Idempotent: the output of `llc-dist compile --emit xf` already declares
+    // the mesh it was attached for. The same mesh is accepted as is, so that
+    // file compiles again; any other is an error naming both.
+    Operation *old = module.lookupSymbol("mesh");
+    if (old && failed(checkExistingMesh(old, axes, orderAttr)))
+      return signalPassFailure();
+    if (failed(checkDivisibility(module)))
+      return signalPassFailure();
+    if (old)
+      return;
+    b.setInsertionPointToStart(module.getBody());
+    auto grid = shard::GridOp::create(b, module.getLoc(), "mesh",
+                                      ArrayRef<int64_t>{dp_, tp_, pp_});
+    grid->setAttr("xf.mesh_axes", axes);
+    grid->setAttr("xf.rank_order", orderAttr);
+  }
+
+  /// An existing @mesh must be the grid this pass would create.
+  LogicalResult checkExistingMesh(Operation *old, ArrayAttr axes,
+                                  ArrayAttr order) {
+    std::string want = llvm::formatv("dp={0},tp={1},pp={2}", dp_, tp_, pp_);
+    std::string wantOrder = llvm::join(llvm::map_range(order, [](Attribute a) {
+                                         return cast<StringAttr>(a).getValue();
+                                       }),
+                                       ",");
+    auto grid = dyn_cast<shard::GridOp>(old);
+    if (!grid || grid->getAttr("xf.mesh_axes") != axes ||
+        grid.getShape().size() != 3)
+      return old->emitError("a symbol named @mesh already exists and is not "
+                            "the dp x tp x pp grid llcdist-attach-mesh "
+                            "declares (shard.grid with xf.mesh_axes = "
+                            "[\"dp\", \"tp\", \"pp\"]); rename or remove it");
+    ArrayRef<int64_t> s = grid.getShape();
+    std::string have = llvm::formatv("dp={0},tp={1},pp={2}", s[0], s[1], s[2]);
+    if (have != want)
+      return old->emitError("the module already declares mesh ")
+             << have << " but mesh " << want
+             << " was requested; compile it with --mesh " << have
+             << " (or from the config for another mesh)";
+    auto oldOrder = grid->getAttrOfType<ArrayAttr>("xf.rank_order");
+    if (oldOrder && oldOrder != order) {
+      std::string haveOrder = llvm::join(
+          llvm::map_range(oldOrder,
+                          [](Attribute a) {
+                            auto s = dyn_cast<StringAttr>(a);
+                            return s ? s.getValue() : StringRef("?");
+                          }),
+          ",");
+      return old->emitError("the module's mesh has rank order ")
+             << haveOrder << " but rank order " << wantOrder
+             << " was requested; compile it with --rank-order " << haveOrder;
+    }
+    if (!oldOrder)
+      grid->setAttr("xf.rank_order", order);
+    return success();
   }
 
   LogicalResult checkDivisibility(ModuleOp module) {

@@ -25,13 +25,85 @@ std::string devicesDir() {
     return env;
   return LLCDIST_DEVICES_DIR;
 }
+
+/// The "reserve" object: every field required, so that a device file says
+/// what it assumes instead of inheriting a silent default.
+std::optional<std::string> parseReserve(const json &r, const std::string &path,
+                                        int64_t capacity, DeviceReserve &out) {
+  const std::string where = path + ": field 'reserve'";
+  auto field = [&](const std::string &k) { return path + ": field 'reserve." + k + "'"; };
+  if (!r.is_object())
+    return where + ": must be an object, got " + r.dump();
+  static const char *known[] = {"cuda_context_mib", "cublas_workspace_mib",
+                                "cudnn_workspace_mib", "nccl_buffsize_mib", "nccl_channels",
+                                "nccl_peers", "fragmentation_fraction", "source"};
+  std::string list;
+  for (const char *k : known)
+    list += (list.empty() ? "" : ", ") + std::string(k);
+  for (auto it = r.begin(); it != r.end(); ++it)
+    if (std::find(std::begin(known), std::end(known), it.key()) == std::end(known))
+      return field(it.key()) + ": unknown field (known: " + list + ")";
+  for (const char *k : known)
+    if (!r.contains(k))
+      return where + ": missing field '" + k + "' (known: " + list + ")";
+  DeviceReserve d;
+  auto mib = [&](const char *k, int64_t &dst) -> std::optional<std::string> {
+    if (!r[k].is_number() || !(r[k].get<double>() >= 0) || !std::isfinite(r[k].get<double>()))
+      return field(k) + ": must be a number of MiB >= 0, got " + r[k].dump();
+    dst = int64_t(std::llround(r[k].get<double>() * 1048576.0));
+    return std::nullopt;
+  };
+  auto count = [&](const char *k, int64_t &dst) -> std::optional<std::string> {
+    if (!r[k].is_number_integer() || r[k].get<int64_t>() < 1)
+      return field(k) + ": must be a positive integer, got " + r[k].dump();
+    dst = r[k].get<int64_t>();
+    return std::nullopt;
+  };
+  if (auto e = mib("cuda_context_mib", d.cudaContextBytes))
+    return e;
+  if (auto e = mib("cublas_workspace_mib", d.cublasWorkspaceBytes))
+    return e;
+  if (auto e = mib("cudnn_workspace_mib", d.cudnnWorkspaceBytes))
+    return e;
+  if (auto e = mib("nccl_buffsize_mib", d.ncclBuffsizeBytes))
+    return e;
+  if (auto e = count("nccl_channels", d.ncclChannels))
+    return e;
+  if (auto e = count("nccl_peers", d.ncclPeers))
+    return e;
+  const json &f = r["fragmentation_fraction"];
+  if (!f.is_number() || !(f.get<double>() >= 0 && f.get<double>() < 0.5))
+    return field("fragmentation_fraction") + ": must be a fraction of the capacity in [0, 0.5), "
+                   "got " + f.dump();
+  d.fragmentationFraction = f.get<double>();
+  if (!r["source"].is_string() || r["source"].get<std::string>().empty())
+    return field("source") + ": must be a non-empty string saying where the numbers come from";
+  d.source = r["source"].get<std::string>();
+  // A reserve of the whole device (even with no communicator) leaves no arena.
+  if (d.bytes(capacity, 0) >= capacity)
+    return where + ": the reserve (" + std::to_string(d.bytes(capacity, 0)) +
+           " bytes before NCCL's) is not smaller than memory_gib (" + std::to_string(capacity) +
+           " bytes): nothing would be left for the plan";
+  out = d;
+  return std::nullopt;
+}
 } // namespace
+
+int64_t DeviceReserve::fragmentationBytes(int64_t capacity) const {
+  return int64_t(std::llround(fragmentationFraction * double(capacity)));
+}
+
+int64_t DeviceReserve::bytes(int64_t capacity, int64_t communicators) const {
+  return cudaContextBytes + cublasWorkspaceBytes + cudnnWorkspaceBytes +
+         communicators * ncclPerCommunicatorBytes() + fragmentationBytes(capacity);
+}
 
 std::optional<std::string> llcdist::parseDevice(const std::string &text,
                                                 const std::string &path, DeviceSpec &out) {
   json j;
   if (auto err = parseJsonObject(text, path,
-                                 {"name", "memory_gib", "bf16_dense_tflops", "hbm_tb_s", "source"},
+                                 {"name", "memory_gib", "bf16_dense_tflops", "hbm_tb_s", "source",
+                                  "reserve"},
                                  j))
     return err;
   DeviceSpec d;
@@ -56,6 +128,11 @@ std::optional<std::string> llcdist::parseDevice(const std::string &text,
   if (auto e = positive("hbm_tb_s", d.hbmTBs, false))
     return e;
   d.memoryBytes = int64_t(std::llround(gib * 1024.0 * 1024.0 * 1024.0));
+  if (!j.contains("reserve"))
+    return path + ": missing field 'reserve' (what the CUDA context, library workspaces, "
+                  "NCCL and fragmentation take outside the plan; see devices/h100-80gb.json)";
+  if (auto e = parseReserve(j["reserve"], path, d.memoryBytes, d.reserve))
+    return e;
   d.id = std::filesystem::path(path).stem().string();
   out = d;
   return std::nullopt;
@@ -92,7 +169,7 @@ std::optional<std::string> llcdist::loadDevice(const std::string &nameOrPath, De
   return parseDevice(ss.str(), path, out);
 }
 
-std::optional<int64_t> llcdist::parseByteSize(const std::string &text) {
+std::optional<int64_t> llcdist::parseByteSize(const std::string &text, bool allowZero) {
   static const std::pair<const char *, double> units[] = {
       {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
       {"TB", 1e12},             {"GB", 1e9},           {"MB", 1e6},        {"KB", 1e3},
@@ -109,7 +186,8 @@ std::optional<int64_t> llcdist::parseByteSize(const std::string &text) {
   }
   char *end = nullptr;
   double v = std::strtod(num.c_str(), &end);
-  if (num.empty() || !end || *end != '\0' || !(v > 0) || !std::isfinite(v))
+  if (num.empty() || !end || *end != '\0' || !(allowZero ? v >= 0 : v > 0) ||
+      !std::isfinite(v))
     return std::nullopt;
   return int64_t(std::llround(v * scale));
 }

@@ -150,8 +150,14 @@ MEMORY
                          copy until then (more memory, a third less gathering)
   --device NAME|FILE     the accelerator every rank runs on (devices/: h100-80gb,
                          a100-80gb, a100-40gb, h200); a plan whose arena exceeds
-                         its memory on any rank is an error with the breakdown
-  --memory-budget SIZE   the same with an explicit size (80GiB, 72GB, 4096MiB)
+                         its memory minus its reserve on any rank is an error
+                         with the breakdown
+  --memory-budget SIZE   the same with an explicit capacity (80GiB, 72GB, 4096MiB)
+  --memory-reserve SIZE  what each rank holds outside the arena (e.g. 6GiB; 0:
+                         none), instead of the device file's reserve (CUDA
+                         context, cuBLAS/cuDNN workspaces, NCCL buffers per
+                         communicator of the plan, fragmentation margin); the
+                         arena must fit capacity - reserve
   The summary shows each rank's parameters, gradients, optimizer state,
   activations (peak) and arena, per pipeline stage.
 
@@ -819,6 +825,9 @@ struct StageMemory {
   int64_t transientPeak = 0, transientLivePeak = 0, arena = 0;
   /// At the moment of the live peak: activations, communication, workspace.
   std::map<std::string, int64_t> atPeak;
+  /// The mesh axes this stage communicates on: one NCCL communicator each.
+  std::vector<std::string> commAxes;
+  int64_t communicators() const { return int64_t(commAxes.size()); }
   /// Bytes of one persistent kind (param, grad, optimizer_state, ...), or 0.
   int64_t kind(const std::string &k) const { return lookup(persistent, k); }
   /// Inputs, metrics and the persistent buffers' alignment padding.
@@ -835,9 +844,11 @@ private:
 
 std::vector<StageMemory> memoryOf(ModuleOp m) {
   std::vector<StageMemory> out;
+  std::vector<std::vector<std::string>> comms = plan::communicatorAxesPerProgram(m);
   for (auto program : m.getOps<plan::ProgramOp>()) {
     StageMemory sm;
     sm.stage = int64_t(out.size());
+    sm.commAxes = comms[out.size()];
     sm.arena = program.getArenaBytes() ? int64_t(*program.getArenaBytes()) : 0;
     if (auto d = program->getAttrOfType<DictionaryAttr>("plan.memory"))
       for (NamedAttribute n : d) {
@@ -856,13 +867,6 @@ std::vector<StageMemory> memoryOf(ModuleOp m) {
   return out;
 }
 
-bool fitsBudget(ModuleOp m, int64_t budget) {
-  for (const StageMemory &sm : memoryOf(m))
-    if (sm.arena > budget)
-      return false;
-  return true;
-}
-
 /// Bytes for people: GiB, MiB or KiB, whichever reads best.
 std::string gib(int64_t bytes) {
   double b = double(bytes);
@@ -871,6 +875,61 @@ std::string gib(int64_t bytes) {
   if (b >= 1048576.0)
     return fmt::format("{:.2f} MiB", b / 1048576.0);
   return fmt::format("{:.1f} KiB", b / 1024.0);
+}
+
+/// The memory each rank's arena may use: the capacity (the --device's
+/// memory, or --memory-budget) minus what the process holds outside the
+/// arena: --memory-reserve, else the device file's reserve, whose NCCL part
+/// grows with the communicators the stage's ranks join; none without either.
+struct Budget {
+  int64_t capacity = 0;
+  std::string name;                    ///< where the capacity comes from
+  std::optional<DeviceReserve> device; ///< the --device file's reserve
+  std::optional<int64_t> fixed;        ///< --memory-reserve
+  std::string fixedText;
+
+  int64_t reserve(int64_t communicators) const {
+    if (fixed)
+      return *fixed;
+    return device ? device->bytes(capacity, communicators) : 0;
+  }
+  int64_t usable(int64_t communicators) const { return capacity - reserve(communicators); }
+  bool fits(const StageMemory &sm) const { return sm.arena <= usable(sm.communicators()); }
+
+  /// "80.00 GiB − reserve 3.07 GiB = 76.93 GiB", or the capacity alone.
+  std::string text(const StageMemory &sm) const {
+    int64_t r = reserve(sm.communicators());
+    if (!fixed && !device)
+      return gib(capacity);
+    return fmt::format("{} - reserve {} = {}", gib(capacity), gib(r), gib(capacity - r));
+  }
+  /// What the reserve is made of, for a stage that joins `axes`.
+  std::string reserveBreakdown(const StageMemory &sm) const {
+    if (fixed)
+      return "--memory-reserve " + fixedText;
+    if (!device)
+      return "no reserve (give --device or --memory-reserve)";
+    const DeviceReserve &d = *device;
+    std::string axes;
+    for (const std::string &a : sm.commAxes)
+      axes += (axes.empty() ? "" : ", ") + a;
+    return fmt::format(
+        "CUDA context {} + cuBLAS workspaces {} + cuDNN workspace {} + NCCL {} x {} "
+        "({} communicator{}{}; NCCL_BUFFSIZE {} x {} channels x {} peers) + fragmentation {} "
+        "({:g}% of the capacity)",
+        gib(d.cudaContextBytes), gib(d.cublasWorkspaceBytes), gib(d.cudnnWorkspaceBytes),
+        sm.communicators(), gib(d.ncclPerCommunicatorBytes()), sm.communicators(),
+        sm.communicators() == 1 ? "" : "s", axes.empty() ? "" : ": " + axes,
+        gib(d.ncclBuffsizeBytes), d.ncclChannels, d.ncclPeers,
+        gib(d.fragmentationBytes(capacity)), 100 * d.fragmentationFraction);
+  }
+};
+
+bool fitsBudget(ModuleOp m, const Budget &budget) {
+  for (const StageMemory &sm : memoryOf(m))
+    if (!budget.fits(sm))
+      return false;
+  return true;
 }
 std::string mib(int64_t bytes) { return fmt::format("{:.2f}", double(bytes) / 1048576.0); }
 
@@ -885,12 +944,15 @@ std::string breakdown(const StageMemory &sm) {
 
 /// A plan that does not fit: every stage over the budget with its breakdown,
 /// and what would make it fit.
-std::string oomMessage(const std::vector<StageMemory> &memory, int64_t budget,
-                       const std::string &budgetName, const MeshSpec &mesh,
-                       const TrainingPipelineOptions &train,
+std::string oomMessage(const std::vector<StageMemory> &memory, const Budget &budget,
+                       const MeshSpec &mesh, const TrainingPipelineOptions &train,
                        const std::vector<std::string> &tried) {
-  std::string msg = fmt::format("the plan does not fit: {} allows {} per rank", budgetName,
-                                gib(budget));
+  const StageMemory *first = nullptr;
+  for (const StageMemory &sm : memory)
+    if (!budget.fits(sm) && !first)
+      first = &sm;
+  std::string msg = fmt::format("the plan does not fit: {} allows {} per rank", budget.name,
+                                first ? budget.text(*first) : gib(budget.capacity));
   if (!tried.empty()) {
     msg += " (--recompute auto tried";
     for (const std::string &t : tried)
@@ -899,9 +961,17 @@ std::string oomMessage(const std::vector<StageMemory> &memory, int64_t budget,
   }
   const StageMemory *worst = nullptr;
   for (const StageMemory &sm : memory)
-    if (sm.arena > budget) {
+    if (!budget.fits(sm)) {
       msg += fmt::format("\n  stage {} needs {} per rank: {}", sm.stage, gib(sm.arena),
                          breakdown(sm));
+      if (budget.reserve(sm.communicators()) > 0) {
+        msg += fmt::format("\n    reserve {}: {}", gib(budget.reserve(sm.communicators())),
+                           budget.reserveBreakdown(sm));
+        if (sm.arena <= budget.capacity)
+          msg += fmt::format("\n    it would fit the nominal {} but not {} once the reserve "
+                             "is taken out (--memory-reserve overrides the reserve)",
+                             gib(budget.capacity), gib(budget.usable(sm.communicators())));
+      }
       if (!worst || sm.arena > worst->arena)
         worst = &sm;
     }
@@ -931,7 +1001,7 @@ std::string oomMessage(const std::vector<StageMemory> &memory, int64_t budget,
 
 int runCompile(Args &args) {
   std::string model, output, emit = "plan", format = "text", dumpDir, deviceName, budgetText,
-      reshardText = "true";
+      reserveText, reshardText = "true";
   MeshSpec mesh;
   TrainingPipelineOptions train;
   std::optional<Topology> topology;
@@ -964,6 +1034,7 @@ int runCompile(Args &args) {
       .add("--reshard-after-forward", &reshardText)
       .add("--device", &deviceName)
       .add("--memory-budget", &budgetText)
+      .add("--memory-reserve", &reserveText)
       .add("-o", &output)
       .add("--format", &format)
       .add("--dump-ir-dir", &dumpDir);
@@ -1036,24 +1107,40 @@ int runCompile(Args &args) {
       train.recompute != "full" && train.recompute != "auto")
     throw UsageError{"--recompute must be none, selective, full or auto, got '" +
                      train.recompute + "'"};
-  // The memory every rank may use: --memory-budget, else the --device's.
-  std::optional<int64_t> budget;
-  std::string budgetName;
+  // The memory every rank may use: the capacity (--memory-budget, else the
+  // --device's) minus the reserve (--memory-reserve, else the device's).
+  std::optional<Budget> budget;
   if (!deviceName.empty()) {
     DeviceSpec dev;
     if (auto err = loadDevice(deviceName, dev)) {
       error(*err);
       return kExitError;
     }
-    budget = dev.memoryBytes;
-    budgetName = fmt::format("{} ({})", dev.id, dev.name);
+    budget = Budget{dev.memoryBytes, fmt::format("{} ({})", dev.id, dev.name), dev.reserve};
   }
   if (!budgetText.empty()) {
-    budget = parseByteSize(budgetText);
-    if (!budget)
+    std::optional<int64_t> b = parseByteSize(budgetText);
+    if (!b)
       throw UsageError{"--memory-budget '" + budgetText +
                        "': expected a size like 80GiB, 72GB, 4096MiB or a byte count"};
-    budgetName = "--memory-budget " + budgetText;
+    if (!budget)
+      budget = Budget{};
+    budget->capacity = *b;
+    budget->name = "--memory-budget " + budgetText;
+  }
+  if (!reserveText.empty()) {
+    std::optional<int64_t> r = parseByteSize(reserveText, /*allowZero=*/true);
+    if (!r)
+      throw UsageError{"--memory-reserve '" + reserveText +
+                       "': expected a size like 6GiB, 512MiB, 0 or a byte count"};
+    if (!budget)
+      throw UsageError{"--memory-reserve is taken out of a capacity: it needs --device or "
+                       "--memory-budget"};
+    if (*r >= budget->capacity)
+      throw UsageError{"--memory-reserve " + reserveText + " is not smaller than the " +
+                       budget->name + " capacity (" + gib(budget->capacity) + ")"};
+    budget->fixed = *r;
+    budget->fixedText = reserveText;
   }
   if (train.recompute == "auto" && !budget)
     throw UsageError{"--recompute auto picks the least recomputation that fits: it needs "
@@ -1128,7 +1215,7 @@ int runCompile(Args &args) {
   }
   std::vector<StageMemory> memory = memoryOf(*lm->module);
   if (budget && emit == "plan" && !fitsBudget(*lm->module, *budget)) {
-    error(oomMessage(memory, *budget, budgetName, mesh, train, tried));
+    error(oomMessage(memory, *budget, mesh, train, tried));
     return kExitError;
   }
 
@@ -1230,8 +1317,19 @@ int runCompile(Args &args) {
       }
       j["memory_per_rank"] = mem;
       j["recompute"] = train.recompute;
-      if (budget)
-        j["memory_budget"] = {{"bytes", *budget}, {"from", budgetName}};
+      if (budget) {
+        json usable = json::array(), reserve = json::array();
+        for (const StageMemory &sm : memory) {
+          usable.push_back(budget->usable(sm.communicators()));
+          reserve.push_back(budget->reserve(sm.communicators()));
+        }
+        j["memory_budget"] = {{"bytes", budget->capacity},
+                              {"from", budget->name},
+                              {"reserve_bytes_per_stage", reserve},
+                              {"usable_bytes_per_stage", usable}};
+        if (!memory.empty())
+          j["memory_budget"]["reserve"] = budget->reserveBreakdown(memory.front());
+      }
     }
     os << j.dump(2) << "\n";
     return 0;
@@ -1265,9 +1363,13 @@ int runCompile(Args &args) {
                         mib(sm.kind("param")), mib(sm.kind("grad")),
                         mib(sm.kind("optimizer_state")), mib(sm.transientPeak),
                         mib(sm.transientLivePeak), mib(sm.other()), mib(sm.arena),
-                        budget ? fmt::format("  (fits {}: {})", budgetName, gib(*budget)) : "",
+                        budget ? fmt::format("  (fits {}: {})", budget->name, budget->text(sm)) : "",
                         mib(sm.peak("activations")), mib(sm.peak("communication")),
                         mib(sm.peak("workspace")));
+      if (budget && budget->reserve(sm.communicators()) > 0)
+        os << fmt::format("      reserved outside the arena: {} = {}\n",
+                          gib(budget->reserve(sm.communicators())),
+                          budget->reserveBreakdown(sm));
     }
   }
   if (pipeline)

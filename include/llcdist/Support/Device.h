@@ -4,11 +4,15 @@
 // in devices/, editable):
 //
 //   {"name": "NVIDIA H100 SXM 80GB", "memory_gib": 80,
-//    "bf16_dense_tflops": 989, "hbm_tb_s": 3.35, "source": "..."}
+//    "bf16_dense_tflops": 989, "hbm_tb_s": 3.35, "source": "...",
+//    "reserve": {"cuda_context_mib": 1024, "cublas_workspace_mib": 64,
+//                "cudnn_workspace_mib": 128, "nccl_buffsize_mib": 4,
+//                "nccl_channels": 16, "nccl_peers": 2,
+//                "fragmentation_fraction": 0.02, "source": "..."}}
 //
 // `llc-dist compile --device h100-80gb` refuses a plan whose arena exceeds
-// the memory on any rank (issue #6); the cost model of later issues reads
-// the rest.
+// the memory minus the reserve on any rank (issues #6, #10); the cost model
+// of later issues reads the rest.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LLCDIST_SUPPORT_DEVICE_H
@@ -21,11 +25,36 @@
 
 namespace llcdist {
 
+/// What a training process holds on the device outside the plan's arena
+/// (the file's "reserve" object; every field required, its reasoning in
+/// "source"). NCCL's part grows with the communicators a rank joins, so the
+/// reserve is a function of the plan.
+struct DeviceReserve {
+  int64_t cudaContextBytes = 0;     ///< cuda_context_mib
+  int64_t cublasWorkspaceBytes = 0; ///< cublas_workspace_mib (all handles/streams)
+  int64_t cudnnWorkspaceBytes = 0;  ///< cudnn_workspace_mib
+  int64_t ncclBuffsizeBytes = 0;    ///< nccl_buffsize_mib (NCCL_BUFFSIZE)
+  int64_t ncclChannels = 0;         ///< nccl_channels per communicator
+  int64_t ncclPeers = 0;            ///< nccl_peers per channel (ring: 2)
+  double fragmentationFraction = 0; ///< of the capacity, in [0, 0.5)
+  std::string source;
+
+  /// NCCL_BUFFSIZE × channels × peers: one communicator's buffers.
+  int64_t ncclPerCommunicatorBytes() const {
+    return ncclBuffsizeBytes * ncclChannels * ncclPeers;
+  }
+  int64_t fragmentationBytes(int64_t capacity) const;
+  /// The whole reserve on a device of `capacity` bytes for a rank that joins
+  /// `communicators` NCCL communicators.
+  int64_t bytes(int64_t capacity, int64_t communicators) const;
+};
+
 struct DeviceSpec {
   std::string id;   ///< the file's stem, e.g. h100-80gb
   std::string name; ///< e.g. NVIDIA H100 SXM 80GB
   int64_t memoryBytes = 0;
   double bf16DenseTflops = 0, hbmTBs = 0;
+  DeviceReserve reserve;
 };
 
 /// Parses `text` (the content of `path`); the message names the file, the
@@ -39,8 +68,8 @@ std::optional<std::string> loadDevice(const std::string &nameOrPath, DeviceSpec 
 std::vector<std::string> knownDevices();
 
 /// "80GiB", "72.5GB", "1024MiB", "123456789" (bytes) -> bytes; nullopt on a
-/// malformed or non-positive size.
-std::optional<int64_t> parseByteSize(const std::string &text);
+/// malformed or non-positive size (zero is accepted with `allowZero`).
+std::optional<int64_t> parseByteSize(const std::string &text, bool allowZero = false);
 
 } // namespace llcdist
 

@@ -4,6 +4,8 @@
 
 #include "llvm/ADT/StringMap.h"
 
+#include <set>
+
 using namespace mlir;
 using namespace llcdist::plan;
 
@@ -92,4 +94,32 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
       }
   }
   return report;
+}
+
+std::vector<std::vector<std::string>>
+llcdist::plan::communicatorAxesPerProgram(ModuleOp module) {
+  llvm::StringMap<int64_t> axisSize{{"dp", 1}, {"tp", 1}, {"pp", 1}};
+  if (auto m = module->getAttrOfType<DictionaryAttr>(kManifestAttr))
+    if (auto mesh = m.getAs<DictionaryAttr>("mesh"))
+      for (auto &[axis, size] : axisSize)
+        if (auto v = mesh.getAs<IntegerAttr>(axis))
+          size = v.getInt();
+  std::vector<std::vector<std::string>> out;
+  for (auto program : module.getOps<ProgramOp>()) {
+    std::set<std::string> axes;
+    program.walk([&](KernelOp k) {
+      for (StringRef key : {"axis", "shard_axis", "stage_axis"}) {
+        auto v = k.getParams().getAs<StringAttr>(key);
+        if (!v)
+          continue;
+        SmallVector<StringRef> parts;
+        v.getValue().split(parts, ',', -1, false);
+        for (StringRef a : parts)
+          if (axisSize.lookup(a.trim()) > 1)
+            axes.insert(a.trim().str());
+      }
+    });
+    out.emplace_back(axes.begin(), axes.end());
+  }
+  return out;
 }

@@ -41,6 +41,14 @@ struct CommReport {
 /// mesh. Fails (with a diagnostic) without a program.
 mlir::FailureOr<CommReport> computeCommReport(mlir::ModuleOp module);
 
+/// The mesh axes (of more than one rank) each plan.program communicates on,
+/// sorted: every kernel's `axis`, `shard_axis` and `stage_axis` (a
+/// vocabulary-parallel loss, a grad norm across stages, ZeRO's collectives,
+/// pipeline send/recv). Each is one channel of the runtime (one NCCL
+/// communicator per rank), so the device budget reserves NCCL's buffers per
+/// entry. One list per program, in order.
+std::vector<std::vector<std::string>> communicatorAxesPerProgram(mlir::ModuleOp module);
+
 } // namespace llcdist::plan
 
 #endif

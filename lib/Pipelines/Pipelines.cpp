@@ -40,7 +40,8 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   pm.addPass(xf::createPipelineSplit(split));
   pm.addPass(createLowerToPlan({o.zero, o.reshardAfterForward}));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
-  pm.addPass(plan::createVerifyPlan());
+  if (o.verifyPlan)
+    pm.addPass(plan::createVerifyPlan());
 }
 
 namespace {

@@ -40,12 +40,16 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <atomic>
 #include <chrono>
+#include <cmath>
+#include <thread>
 #include <iostream>
 #include <unistd.h>
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <variant>
@@ -151,7 +155,9 @@ MEMORY
   --device NAME|FILE     the accelerator every rank runs on (devices/: h100-80gb,
                          a100-80gb, a100-40gb, h200); a plan whose arena exceeds
                          its memory minus its reserve on any rank is an error
-                         with the breakdown
+                         with the breakdown and every change that could make it
+                         fit (recompute, ZeRO, more tp/pp), each compiled, with
+                         its exact peak, fastest first
   --memory-budget SIZE   the same with an explicit capacity (80GiB, 72GB, 4096MiB)
   --memory-reserve SIZE  what each rank holds outside the arena (e.g. 6GiB; 0:
                          none), instead of the device file's reserve (CUDA
@@ -335,8 +341,16 @@ struct LoadedModel {
 
 std::optional<LoadedModel> loadModel(MLIRContext &ctx, llvm::SourceMgr &srcMgr,
                                      const std::string &path,
-                                     TrainingShape shape, int64_t dp) {
+                                     TrainingShape shape, int64_t dp,
+                                     std::string *quietError = nullptr) {
   LoadedModel lm;
+  // A hint's compilation (quietError set) keeps its first error instead.
+  auto error = [&](const std::string &msg) {
+    if (quietError)
+      *quietError = msg;
+    else
+      ::error(msg);
+  };
   if (!llvm::sys::fs::exists(path)) {
     error(path + ": no such file (shipped models are in models/, e.g. "
                  "models/gpt2.json)");
@@ -945,7 +959,6 @@ std::string breakdown(const StageMemory &sm) {
 /// A plan that does not fit: every stage over the budget with its breakdown,
 /// and what would make it fit.
 std::string oomMessage(const std::vector<StageMemory> &memory, const Budget &budget,
-                       const MeshSpec &mesh, const TrainingPipelineOptions &train,
                        const std::vector<std::string> &tried) {
   const StageMemory *first = nullptr;
   for (const StageMemory &sm : memory)
@@ -959,7 +972,6 @@ std::string oomMessage(const std::vector<StageMemory> &memory, const Budget &bud
       msg += " " + t;
     msg += ")";
   }
-  const StageMemory *worst = nullptr;
   for (const StageMemory &sm : memory)
     if (!budget.fits(sm)) {
       msg += fmt::format("\n  stage {} needs {} per rank: {}", sm.stage, gib(sm.arena),
@@ -972,30 +984,211 @@ std::string oomMessage(const std::vector<StageMemory> &memory, const Budget &bud
                              "is taken out (--memory-reserve overrides the reserve)",
                              gib(budget.capacity), gib(budget.usable(sm.communicators())));
       }
-      if (!worst || sm.arena > worst->arena)
-        worst = &sm;
     }
-  if (!worst)
-    return msg;
-  int64_t params = worst->kind("param"), grads = worst->kind("grad"),
-          state = worst->kind("optimizer_state");
-  int64_t rest = worst->other();
-  msg += "\n  to fit (estimates for the largest stage):";
-  if (train.recompute != "full")
-    msg += fmt::format("\n    --recompute full keeps only each layer's input (activations "
-                       "now {})", gib(worst->transientPeak));
-  if (mesh.dp > 1) {
-    int64_t dp = mesh.dp;
-    int64_t z1 = params + grads + state / dp + worst->transientPeak + rest;
-    int64_t z2 = params + grads / dp + state / dp + worst->transientPeak + rest;
-    int64_t z3 = (params + grads + state) / dp + worst->transientPeak + rest;
-    msg += fmt::format("\n    ZeRO over dp={}: optimizer state sharded ~{}, + gradients ~{}, "
-                       "+ parameters ~{} (--zero 1/2/3)",
-                       dp, gib(z1), gib(z2), gib(z3));
+  return msg;
+}
+
+/// Per rank per step, of the busiest stage: what its collectives and sends
+/// move with NCCL's ring algorithms (CollectiveEntry::ringBytesPerStep).
+double ringBytesPerRank(ModuleOp m) {
+  FailureOr<plan::CommReport> r = plan::computeCommReport(m);
+  if (failed(r))
+    return 0;
+  std::map<int64_t, double> perStage;
+  for (const plan::CollectiveEntry &e : r->entries)
+    perStage[e.stage] += e.ringBytesPerStep();
+  double most = 0;
+  for (auto &[stage, bytes] : perStage)
+    most = std::max(most, bytes);
+  return most;
+}
+
+/// A change that could make a plan fit, compiled in memory.
+struct Hint {
+  std::string flags;  ///< what to pass instead, e.g. "--zero 3"
+  std::string note;   ///< e.g. "(same 64 GPUs)"
+  MeshSpec mesh;
+  TrainingPipelineOptions train;
+  /// The ordering rule of docs/memory.md: 0 no extra compute (ZeRO, more tp
+  /// on the same GPUs), 1 selective recompute (the core attention again),
+  /// 2 more pipeline stages (a larger bubble), 3 full recompute (one more
+  /// forward per layer), 4 combinations; within a class, by the compiled
+  /// plan's communication per rank per step.
+  int costClass = 0;
+  // Results.
+  bool compiled = false;
+  std::string failure;
+  int64_t peak = 0;
+  bool fits = false;
+  double ringBytes = 0;
+};
+
+/// Compiles `h` in a context of its own: nothing is printed or written. The
+/// pipeline stops before llcdist-verify-plan (memory does not depend on it).
+void compileHint(Hint &h, const std::string &model, const TrainingShape &shape,
+                 const Budget &budget) {
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  MLIRContext ctx(registry, MLIRContext::Threading::DISABLED);
+  ctx.printOpOnDiagnostic(false);
+  llvm::SourceMgr srcMgr;
+  ScopedDiagnosticHandler quiet(&ctx, [&](Diagnostic &d) {
+    if (d.getSeverity() == DiagnosticSeverity::Error && h.failure.empty())
+      h.failure = d.str();
+    return success();
+  });
+  std::string err;
+  std::optional<LoadedModel> lm = loadModel(ctx, srcMgr, model, shape, h.mesh.dp, &err);
+  if (!lm) {
+    h.failure = err.empty() ? h.failure : err;
+    return;
   }
-  msg += fmt::format("\n    more tp or pp: parameters, gradients and optimizer state ({}) "
-                     "shrink with tp × pp (now {})",
-                     gib(params + grads + state), mesh.tp * mesh.pp);
+  PassManager pm(&ctx, ModuleOp::getOperationName());
+  TrainingPipelineOptions t = h.train;
+  t.mesh = {h.mesh.dp, h.mesh.tp, h.mesh.pp, h.mesh.rankOrderStr()};
+  t.verifyPlan = false;
+  {
+    static std::mutex building;
+    std::lock_guard<std::mutex> lock(building);
+    buildTrainingPipeline(pm, t);
+  }
+  if (failed(pm.run(*lm->module))) {
+    if (h.failure.empty())
+      h.failure = "the compilation failed";
+    return;
+  }
+  h.compiled = true;
+  h.fits = true;
+  for (const StageMemory &sm : memoryOf(*lm->module)) {
+    h.peak = std::max(h.peak, sm.arena);
+    h.fits &= budget.fits(sm);
+  }
+  h.ringBytes = ringBytesPerRank(*lm->module);
+}
+
+/// The changes worth trying on a plan that does not fit: the stronger
+/// recomputation modes, the higher ZeRO stages (dp > 1), twice the tp and
+/// twice the pp (taking the GPUs from dp when it is even, else asking for
+/// twice the GPUs) — each compiled, in parallel, and ordered fastest first.
+std::vector<Hint> memoryHints(const std::string &model, const TrainingShape &shape,
+                              const MeshSpec &mesh, const TrainingPipelineOptions &train,
+                              const Budget &budget) {
+  std::vector<Hint> hints;
+  auto add = [&](std::string flags, int costClass, auto edit) {
+    Hint h;
+    h.flags = std::move(flags);
+    h.mesh = mesh;
+    h.train = train;
+    h.costClass = costClass;
+    edit(h);
+    hints.push_back(std::move(h));
+  };
+  if (train.recompute == "none")
+    add("--recompute selective", 1, [](Hint &h) { h.train.recompute = "selective"; });
+  if (train.recompute != "full")
+    add("--recompute full", 3, [](Hint &h) { h.train.recompute = "full"; });
+  if (mesh.dp > 1)
+    for (int64_t z = train.zero + 1; z <= 3; ++z)
+      add(fmt::format("--zero {}", z), 0, [z](Hint &h) {
+        h.train.zero = z;
+        h.train.reshardAfterForward = true;
+      });
+  auto reshape = [&](const char *axis) {
+    MeshSpec m = mesh;
+    int64_t &deg = std::string(axis) == "tp" ? m.tp : m.pp;
+    deg *= 2;
+    bool same = mesh.dp % 2 == 0;
+    if (same)
+      m.dp /= 2;
+    add("--mesh " + m.str(), std::string(axis) == "tp" ? (same ? 0 : 1) : 2, [&](Hint &h) {
+      h.mesh = m;
+      h.note = same ? fmt::format("(same {} GPUs)", mesh.worldSize())
+                    : fmt::format("({} GPUs)", m.worldSize());
+      if (std::string(axis) == "pp")
+        h.train.ppLayout.clear(); // balanced over the new stages
+      if (h.mesh.dp == 1) {
+        h.train.zero = 0; // nothing to shard over
+        h.train.reshardAfterForward = true;
+      }
+    });
+  };
+  reshape("tp");
+  reshape("pp");
+
+  // Each hint is a whole compilation: run them side by side. Building a
+  // pipeline registers pass options (llvm::cl), so that part is serialized.
+  unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                                     unsigned(hints.size())));
+  auto runAll = [&](std::vector<Hint> &list) {
+    std::atomic<size_t> next{0};
+    std::vector<std::thread> pool;
+    for (unsigned i = 0; i < threads; ++i)
+      pool.emplace_back([&] {
+        for (size_t k; (k = next++) < list.size();)
+          compileHint(list[k], model, shape, budget);
+      });
+    for (std::thread &t : pool)
+      t.join();
+  };
+  runAll(hints);
+  // When no single change fits, the strongest combination of them.
+  bool anyFits = llvm::any_of(hints, [](const Hint &h) { return h.fits; });
+  if (!anyFits && (train.recompute != "full" || (mesh.dp > 1 && train.zero < 3))) {
+    std::vector<Hint> combo(1);
+    Hint &h = combo[0];
+    h.mesh = mesh;
+    h.train = train;
+    h.train.recompute = "full";
+    std::string flags = "--recompute full";
+    if (mesh.dp > 1) {
+      h.train.zero = 3;
+      h.train.reshardAfterForward = true;
+      flags = "--zero 3 " + flags;
+    }
+    h.flags = flags;
+    h.costClass = 4;
+    runAll(combo);
+    hints.push_back(h);
+  }
+  std::stable_sort(hints.begin(), hints.end(), [](const Hint &a, const Hint &b) {
+    if (a.compiled != b.compiled)
+      return a.compiled;
+    if (a.costClass != b.costClass)
+      return a.costClass < b.costClass;
+    return a.ringBytes < b.ringBytes;
+  });
+  return hints;
+}
+
+std::string hintsMessage(const std::vector<Hint> &hints, const Budget &budget,
+                         double ringBytesNow, double seconds) {
+  std::string msg = fmt::format(
+      "\n  to fit, each change compiled (peak = the largest stage's arena per rank; fastest "
+      "first: no extra compute, then selective recompute, more pipeline stages, full "
+      "recompute; ties by communication per rank per step; {} compilations in {:.1f} s):",
+      hints.size(), seconds);
+  size_t width = 0;
+  for (const Hint &h : hints)
+    width = std::max(width, h.flags.size() + (h.note.empty() ? 0 : h.note.size() + 1));
+  for (const Hint &h : hints) {
+    std::string what = h.flags + (h.note.empty() ? "" : " " + h.note);
+    if (!h.compiled) {
+      msg += fmt::format("\n    {:<{}}  not possible: {}", what, width, h.failure);
+      continue;
+    }
+    double delta = h.ringBytes - ringBytesNow;
+    std::string comm = std::fabs(delta) < 1024 ? "the same communication"
+                       : fmt::format("communication {}{} per rank per step",
+                                     delta < 0 ? "-" : "+", gib(int64_t(std::fabs(delta))));
+    msg += fmt::format("\n    {:<{}}  peak {:>10}  {:<13} {}", what, width, gib(h.peak),
+                       h.fits ? "fits" : "does not fit", comm);
+  }
+  auto best = llvm::find_if(hints, [](const Hint &h) { return h.fits; });
+  if (best != hints.end())
+    msg += fmt::format("\n  the fastest that fits {}: {}{}", budget.name, best->flags,
+                       best->note.empty() ? "" : " " + best->note);
+  else
+    msg += "\n  none of them fits alone; combine them or add GPUs";
   return msg;
 }
 
@@ -1215,7 +1408,13 @@ int runCompile(Args &args) {
   }
   std::vector<StageMemory> memory = memoryOf(*lm->module);
   if (budget && emit == "plan" && !fitsBudget(*lm->module, *budget)) {
-    error(oomMessage(memory, *budget, mesh, train, tried));
+    auto h0 = std::chrono::steady_clock::now();
+    std::vector<Hint> hints = memoryHints(model, lm->config ? lm->shape : shape, mesh, train,
+                                          *budget);
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+    error(oomMessage(memory, *budget, tried) +
+          hintsMessage(hints, *budget, ringBytesPerRank(*lm->module), seconds));
     return kExitError;
   }
 

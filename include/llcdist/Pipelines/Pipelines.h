@@ -34,6 +34,9 @@ struct TrainingPipelineOptions {
   bool reshardAfterForward = true;
   int64_t virtualStages = 1;
   std::string ppLayout;
+  /// Run llcdist-verify-plan last (off only for in-memory compilations whose
+  /// plan is never written, e.g. the memory hints of a plan that does not fit).
+  bool verifyPlan = true;
 };
 
 /// The forward pipeline, then llcdist-autodiff, llcdist-add-optimizer, under

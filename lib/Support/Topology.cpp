@@ -15,11 +15,21 @@ std::optional<std::string> llcdist::parseTopology(const std::string &text,
                                                   const std::string &path,
                                                   Topology &out) {
   json j;
+  // "nodes" and "inter_node_gb_s" are the old format's: known here only to
+  // be refused with the fix below, not as unknown fields.
   if (auto err = parseJsonObject(text, path,
-                                 {"name", "gpus_per_node", "nodes", "intra_node_gb_s",
-                                  "inter_node_gb_s"},
+                                 {"name", "source", "gpus_per_node", "intra_node_gb_s",
+                                  "nics_per_node", "nic_gb_s", "nodes", "inter_node_gb_s"},
                                  j))
     return err;
+  if (j.contains("nodes"))
+    return path + ": field 'nodes': a topology describes one node and the network, not a node "
+                  "count; the nodes follow from the mesh (world size / gpus_per_node, in rank "
+                  "order): remove the field (docs/architecture.md, issue #10)";
+  if (j.contains("inter_node_gb_s"))
+    return path + ": field 'inter_node_gb_s': give the node's network as 'nics_per_node' and "
+                  "'nic_gb_s' (GB/s per NIC, each way) instead; the per-GPU bandwidth between "
+                  "nodes is nics_per_node x nic_gb_s / gpus_per_node";
   Topology t;
   auto positiveInt = [&](const char *k, int64_t &dst) -> std::optional<std::string> {
     if (!j.contains(k))
@@ -31,7 +41,7 @@ std::optional<std::string> llcdist::parseTopology(const std::string &text,
   };
   auto positiveNum = [&](const char *k, double &dst) -> std::optional<std::string> {
     if (!j.contains(k))
-      return path + ": missing field '" + k + "' (GB/s per GPU)";
+      return path + ": missing field '" + k + "' (GB/s, each way)";
     if (!j[k].is_number() || !(j[k].get<double>() > 0))
       return path + ": field '" + k + "': must be a positive number of GB/s, got " +
              j[k].dump();
@@ -40,17 +50,18 @@ std::optional<std::string> llcdist::parseTopology(const std::string &text,
   };
   if (auto e = positiveInt("gpus_per_node", t.gpusPerNode))
     return e;
-  if (auto e = positiveInt("nodes", t.nodes))
-    return e;
   if (auto e = positiveNum("intra_node_gb_s", t.intraNodeGBs))
     return e;
-  if (auto e = positiveNum("inter_node_gb_s", t.interNodeGBs))
+  if (auto e = positiveInt("nics_per_node", t.nicsPerNode))
     return e;
-  if (j.contains("name")) {
-    if (!j["name"].is_string())
-      return path + ": field 'name': must be a string";
+  if (auto e = positiveNum("nic_gb_s", t.nicGBs))
+    return e;
+  t.interNodeGBs = double(t.nicsPerNode) * t.nicGBs / double(t.gpusPerNode);
+  for (const char *k : {"name", "source"})
+    if (j.contains(k) && !j[k].is_string())
+      return path + ": field '" + k + "': must be a string";
+  if (j.contains("name"))
     t.name = j["name"].get<std::string>();
-  }
   out = t;
   return std::nullopt;
 }

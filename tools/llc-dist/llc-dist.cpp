@@ -111,9 +111,10 @@ SHAPES
                          LM head and loss (default), or keep them whole
   --rank-order AXES      axes from fastest- to slowest-varying in the rank
                          number (default tp,dp,pp: Megatron's)
-  --topology FILE        the cluster (GPUs per node, link bandwidths; see
-                         topologies/): the report tells which collectives
-                         cross nodes and estimates their time
+  --topology FILE        a node and its network (GPUs per node, NVLink and NIC
+                         bandwidths; see topologies/); the nodes follow from
+                         the mesh in rank order: the report tells which
+                         collectives cross nodes and estimates their time
   --seq-len N            tokens per sequence (default min(max positions, 1024))
   --micro-batch N        sequences per microbatch per dp rank (default 1)
   --global-batch N       sequences per step (default micro-batch × dp);
@@ -628,6 +629,17 @@ void printComm(llvm::raw_ostream &os, const plan::CommReport &r, const MeshSpec 
   if (r.entries.empty()) {
     os << "  collectives: none (one rank)\n";
     return;
+  }
+  if (topo) {
+    int64_t world = mesh.worldSize(), nodes = topo->nodesFor(world);
+    int64_t last = world - (nodes - 1) * topo->gpusPerNode;
+    os << fmt::format("  topology {}: {} ranks on {} node{} of {} GPUs{} (rank order {}); "
+                      "{:g} GB/s per GPU inside a node, {:g} GB/s between nodes ({} NICs x "
+                      "{:g} GB/s / {} GPUs)\n",
+                      topo->name, world, nodes, nodes == 1 ? "" : "s", topo->gpusPerNode,
+                      last < topo->gpusPerNode ? fmt::format(", the last using {}", last) : "",
+                      mesh.rankOrderStr(), topo->intraNodeGBs, topo->interNodeGBs,
+                      topo->nicsPerNode, topo->nicGBs, topo->gpusPerNode);
   }
   os << "  collectives per step, per rank (ring algorithms: all-reduce sends "
         "2(n-1)/n of the payload):\n";
@@ -1343,14 +1355,6 @@ int runCompile(Args &args) {
   if (format != "text" && format != "json")
     throw UsageError{"--format must be text or json, got '" + format + "'"};
 
-  if (topology && mesh.worldSize() > topology->gpus()) {
-    error(fmt::format("--mesh {} needs {} GPUs but the topology '{}' has {} "
-                      "({} nodes x {}); raise its 'nodes' or shrink the mesh",
-                      mesh.str(), mesh.worldSize(), topology->name,
-                      topology->gpus(), topology->nodes, topology->gpusPerNode));
-    return kExitError;
-  }
-
   auto t0 = std::chrono::steady_clock::now();
   DialectRegistry registry;
   registerAllDialects(registry);
@@ -1490,8 +1494,10 @@ int runCompile(Args &args) {
     if (topology)
       j["topology"] = {{"name", topology->name},
                        {"gpus_per_node", topology->gpusPerNode},
-                       {"nodes", topology->nodes},
+                       {"nodes", topology->nodesFor(mesh.worldSize())},
                        {"intra_node_gb_s", topology->intraNodeGBs},
+                       {"nics_per_node", topology->nicsPerNode},
+                       {"nic_gb_s", topology->nicGBs},
                        {"inter_node_gb_s", topology->interNodeGBs}};
     if (planSummary)
       j["plan"] = {{"buffers", planSummary->buffers},

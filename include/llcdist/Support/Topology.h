@@ -1,12 +1,17 @@
 //===- Topology.h - the cluster a mesh runs on -----------------*- C++ -*-===//
 //
-// MLIR-free: a small JSON file describing how many GPUs share a node and the
-// per-GPU bandwidth of the links inside and between nodes. The compile
-// report uses it to tell which collectives cross nodes and what they cost;
-// the cost model of later issues reads it too.
+// MLIR-free: a small JSON file describing one node and the network: how many
+// GPUs share a node, the per-GPU bandwidth of the links inside it, and the
+// node's NICs and their bandwidth. It fixes no node count: the nodes follow
+// from the mesh (world size / GPUs per node, ranks filling nodes in rank
+// order). The compile report uses it to tell which collectives cross nodes
+// and what they cost; the cost model of later issues reads it too.
 //
-//   {"name": "dgx-a100", "gpus_per_node": 8, "nodes": 4,
-//    "intra_node_gb_s": 300, "inter_node_gb_s": 25}
+//   {"name": "dgx-h100", "gpus_per_node": 8, "intra_node_gb_s": 450,
+//    "nics_per_node": 8, "nic_gb_s": 50, "source": "..."}
+//
+// Files of the old format ("nodes", "inter_node_gb_s") are refused with the
+// fix (issue #10).
 //
 //===----------------------------------------------------------------------===//
 #ifndef LLCDIST_SUPPORT_TOPOLOGY_H
@@ -24,10 +29,15 @@ namespace llcdist {
 struct Topology {
   std::string name;
   int64_t gpusPerNode = 8;
-  int64_t nodes = 1;
   double intraNodeGBs = 0; ///< per-GPU bandwidth inside a node (NVLink), GB/s
-  double interNodeGBs = 0; ///< per-GPU bandwidth between nodes (network), GB/s
-  int64_t gpus() const { return gpusPerNode * nodes; }
+  int64_t nicsPerNode = 0; ///< network interfaces per node
+  double nicGBs = 0;       ///< one NIC's bandwidth, GB/s each way
+  double interNodeGBs = 0; ///< per GPU: nicsPerNode × nicGBs / gpusPerNode
+  /// The nodes a mesh of `worldSize` ranks occupies: ranks fill nodes in rank
+  /// order, gpusPerNode at a time (the last may be partly used).
+  int64_t nodesFor(int64_t worldSize) const {
+    return (worldSize + gpusPerNode - 1) / gpusPerNode;
+  }
 };
 
 /// Parses `text` (the content of `path`); the message names the file, the

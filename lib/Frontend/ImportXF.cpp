@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Frontend/ImportXF.h"
+#include "llcdist/Dialect/XF/IR/ConfigLoc.h"
 #include "llcdist/Dialect/XF/IR/XFOps.h"
 
 #include "mlir/IR/Builders.h"
@@ -44,6 +45,30 @@ private:
   }
   RankedTensorType act(int64_t d) { return t({B, S, d}); }
   Location loc(StringRef scope) { return NameLoc::get(b.getStringAttr(scope), fileLoc); }
+  /// `scope`'s location, also naming the config fields (roles, see
+  /// ConfigLoc.h) that shaped the op; a diagnostic shows the first field
+  /// unless `fileFirst` (the entry function: its other errors are about the
+  /// flags, not a field).
+  Location loc(StringRef scope, ArrayRef<StringRef> roles, bool fileFirst = false) {
+    SmallVector<Location> locs;
+    if (fileFirst)
+      locs.push_back(fileLoc);
+    for (StringRef role : roles) {
+      auto it = m.fieldPos.find(role.str());
+      if (it == m.fieldPos.end())
+        continue;
+      locs.push_back(NameLoc::get(
+          b.getStringAttr((kConfigFieldPrefix + role).str()),
+          FileLineColLoc::get(&ctx, m.path.empty() ? "<config>" : m.path, it->second.line,
+                              it->second.column)));
+    }
+    if (locs.size() == (fileFirst ? 1u : 0u))
+      return loc(scope);
+    if (!fileFirst)
+      locs.push_back(fileLoc);
+    return NameLoc::get(b.getStringAttr(scope),
+                        FusedLoc::get(&ctx, locs, b.getStringAttr(kConfigLocTag)));
+  }
 
   Value param(StringRef name, ArrayRef<int64_t> dims) {
     return ParamOp::create(b, loc(name), t(dims), name);
@@ -92,7 +117,7 @@ private:
     Value qkv = linear(p + "attn.c_attn", h, H, 3 * H, true, WeightLayout::InOut);
     auto split = SplitOp::create(
         b, loc(p + "attn"), TypeRange{act(H), act(H), act(H)}, qkv);
-    Value a = AttentionOp::create(b, loc(p + "attn"), act(H), /*lse=*/Type(),
+    Value a = AttentionOp::create(b, loc(p + "attn", {"num_heads", "num_kv_heads"}), act(H), /*lse=*/Type(),
                                   split.getResult(0), split.getResult(1),
                                   split.getResult(2), m.heads, m.heads,
                                   m.headDim)
@@ -134,7 +159,7 @@ private:
     Value vv = linear(p + "self_attn.v_proj", h, H, kv, m.attentionBias, o);
     Value qr = rope(qv);
     Value kr = rope(kv_);
-    Value a = AttentionOp::create(b, loc(p + "self_attn"), act(q),
+    Value a = AttentionOp::create(b, loc(p + "self_attn", {"num_heads", "num_kv_heads"}), act(q),
                                   /*lse=*/Type(), qr, kr, vv, m.heads,
                                   m.kvHeads, m.headDim)
                   .getResult();
@@ -167,7 +192,8 @@ private:
   void forward(func::FuncOp layer) {
     auto ids = RankedTensorType::get({B, S}, b.getI32Type());
     auto lossTy = RankedTensorType::get({}, b.getF32Type());
-    auto fn = func::FuncOp::create(b, loc("forward"), "forward",
+    auto fn = func::FuncOp::create(b, loc("forward", {"num_layers"}, /*fileFirst=*/true),
+                                   "forward",
                                    b.getFunctionType({ids, ids}, {lossTy}));
     fn->setAttr(kEntryAttr, b.getUnitAttr());
     fn.setArgAttr(0, "xf.name", b.getStringAttr("input_ids"));
@@ -177,10 +203,10 @@ private:
     bool gpt2 = m.arch == Arch::GPT2;
     std::string embName = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
     Value emb = param(embName, {V, H});
-    Value x = EmbeddingOp::create(b, loc(embName), act(H), fn.getArgument(0), emb);
+    Value x = EmbeddingOp::create(b, loc(embName, {"vocab_size"}), act(H), fn.getArgument(0), emb);
     if (gpt2)
       x = AddPositionEmbeddingOp::create(
-          b, loc("transformer.wpe"), act(H), x,
+          b, loc("transformer.wpe", {"max_positions"}), act(H), x,
           param("transformer.wpe.weight", {m.maxPositions, H}));
     for (int64_t i = 0; i < m.layers; ++i)
       x = LayerOp::create(b, loc("layer"), TypeRange{act(H)},

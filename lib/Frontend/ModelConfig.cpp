@@ -43,8 +43,8 @@ struct Failure {
   std::string message;
 };
 
-std::string lineCol(std::string_view text, size_t offset) {
-  size_t line = 1, col = 1;
+std::pair<unsigned, unsigned> lineColOf(std::string_view text, size_t offset) {
+  unsigned line = 1, col = 1;
   for (size_t i = 0; i < offset && i < text.size(); ++i) {
     if (text[i] == '\n') {
       ++line;
@@ -53,7 +53,26 @@ std::string lineCol(std::string_view text, size_t offset) {
       ++col;
     }
   }
+  return {line, col};
+}
+
+std::string lineCol(std::string_view text, size_t offset) {
+  auto [line, col] = lineColOf(text, offset);
   return std::to_string(line) + ":" + std::to_string(col);
+}
+
+/// The offset of `key`'s first occurrence as an object key, or npos.
+size_t keyOffset(std::string_view text, const std::string &key) {
+  std::string quoted = "\"" + key + "\"";
+  for (size_t pos = text.find(quoted); pos != std::string_view::npos;
+       pos = text.find(quoted, pos + 1)) {
+    size_t after = pos + quoted.size();
+    while (after < text.size() && isspace((unsigned char)text[after]))
+      ++after;
+    if (after < text.size() && text[after] == ':')
+      return pos;
+  }
+  return std::string_view::npos;
 }
 
 /// Reads the fields of one JSON object, remembering which were used, so
@@ -145,16 +164,9 @@ public:
 
   /// "FILE:LINE:COL: " of the key's first occurrence, or "FILE: ".
   std::string where(const std::string &key) const {
-    std::string quoted = "\"" + key + "\"";
-    for (size_t pos = text.find(quoted); pos != std::string_view::npos;
-         pos = text.find(quoted, pos + 1)) {
-      size_t after = pos + quoted.size();
-      while (after < text.size() && isspace((unsigned char)text[after]))
-        ++after;
-      if (after < text.size() && text[after] == ':')
-        return path + ":" + lineCol(text, pos) + ": ";
-    }
-    return path + ": ";
+    size_t pos = keyOffset(text, key);
+    return pos == std::string_view::npos ? path + ": "
+                                         : path + ":" + lineCol(text, pos) + ": ";
   }
 
 private:
@@ -331,6 +343,24 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));
+    // The fields later passes may blame (tp vs heads, pp vs layers, ...):
+    // the importer gives the ops they shape a location at the field.
+    bool gpt2 = c.arch == Arch::GPT2;
+    bool hasKv = !gpt2 && obj.contains("num_key_value_heads");
+    const std::pair<const char *, std::string> roles[] = {
+        {"num_heads", gpt2 ? "n_head" : "num_attention_heads"},
+        {"num_kv_heads", gpt2 ? "n_head" : hasKv ? "num_key_value_heads" : "num_attention_heads"},
+        {"num_layers", gpt2 ? "n_layer" : "num_hidden_layers"},
+        {"vocab_size", "vocab_size"},
+        {"max_positions", gpt2 ? "n_positions" : "max_position_embeddings"},
+        {"hidden_size", gpt2 ? "n_embd" : "hidden_size"}};
+    for (const auto &[role, key] : roles) {
+      size_t pos = keyOffset(text, key);
+      if (pos == std::string_view::npos)
+        continue;
+      auto [line, col] = lineColOf(text, pos);
+      c.fieldPos[role] = {key, line, col};
+    }
     out = c;
     return std::nullopt;
   } catch (const Failure &f) {
@@ -338,6 +368,14 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
   } catch (const json::exception &e) {
     return ConfigError{path + ": " + e.what()};
   }
+}
+
+std::string ModelConfig::where(const std::string &role) const {
+  auto it = fieldPos.find(role);
+  if (it == fieldPos.end())
+    return path + ": ";
+  return path + ":" + std::to_string(it->second.line) + ":" +
+         std::to_string(it->second.column) + ": ";
 }
 
 std::optional<ConfigError> llcdist::loadModelConfig(const std::string &path,
@@ -358,7 +396,7 @@ llcdist::resolveTrainingShape(const ModelConfig &m, int64_t dp,
   if (s.seqLen < 1)
     return "--seq-len must be >= 1";
   if (m.arch == Arch::GPT2 && s.seqLen > m.maxPositions)
-    return "--seq-len " + std::to_string(s.seqLen) + " exceeds the " +
+    return m.where("max_positions") + "--seq-len " + std::to_string(s.seqLen) + " exceeds the " +
            std::to_string(m.maxPositions) + " learned positions of " + m.name +
            " (n_positions); use --seq-len <= " + std::to_string(m.maxPositions);
   if (s.microBatch < 1)

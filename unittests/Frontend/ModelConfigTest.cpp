@@ -176,3 +176,34 @@ TEST(TrainingShape, DefaultsAndErrors) {
   dtype.dtype = "fp8";
   EXPECT_TRUE(resolveTrainingShape(c, 1, dtype));
 }
+
+// The frontend remembers where the fields that shape the graph are, by role,
+// so pass diagnostics can point at them (the roles are xf.model's keys).
+TEST(ModelConfig, FieldPositionsByRole) {
+  const char *text = "{\n"
+                     "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+                     "  \"hidden_size\": 64,\n"
+                     "  \"intermediate_size\": 128,\n"
+                     "    \"num_attention_heads\": 4,\n"
+                     "  \"num_hidden_layers\": 2,\n"
+                     "  \"vocab_size\": 128\n"
+                     "}\n";
+  ModelConfig c;
+  ASSERT_FALSE(parseModelConfig(text, "m.json", c));
+  auto at = [&](const char *role) {
+    auto it = c.fieldPos.find(role);
+    return it == c.fieldPos.end()
+               ? std::string("-")
+               : it->second.key + "@" + std::to_string(it->second.line) + ":" +
+                     std::to_string(it->second.column);
+  };
+  EXPECT_EQ(at("num_heads"), "num_attention_heads@5:5");
+  // No num_key_value_heads: kv heads default to the heads, so that field.
+  EXPECT_EQ(at("num_kv_heads"), "num_attention_heads@5:5");
+  EXPECT_EQ(at("num_layers"), "num_hidden_layers@6:3");
+  EXPECT_EQ(at("vocab_size"), "vocab_size@7:3");
+  EXPECT_EQ(at("hidden_size"), "hidden_size@3:3");
+  EXPECT_EQ(at("max_positions"), "-"); // defaulted: no field to point at
+  EXPECT_EQ(c.where("num_layers"), "m.json:6:3: ");
+  EXPECT_EQ(c.where("max_positions"), "m.json: ");
+}

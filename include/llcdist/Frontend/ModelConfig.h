@@ -10,6 +10,7 @@
 #define LLCDIST_FRONTEND_MODELCONFIG_H
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,6 +39,17 @@ struct ModelConfig {
   bool tieEmbeddings = true;
   bool attentionBias = true;          ///< GPT-2: always; Llama: attention_bias
   bool mlpBias = true;                ///< GPT-2: always; Llama: mlp_bias
+  /// Where the fields that shape the graph are, by the role they play (the
+  /// xf.model keys: num_heads, num_kv_heads, num_layers, vocab_size,
+  /// max_positions, hidden_size) -> the config key and its {line, column}
+  /// (1-based). A role whose field is absent (defaulted) has no entry.
+  struct FieldPos {
+    std::string key;
+    unsigned line = 0, column = 0;
+  };
+  std::map<std::string, FieldPos> fieldPos;
+  /// "PATH:LINE:COL: " of the field playing `role`, else "PATH: ".
+  std::string where(const std::string &role) const;
 
   /// Parameter count from the architecture's formula (unique tensors: a tied
   /// embedding counts once). The compiler's count from the IR must agree.

@@ -1,5 +1,6 @@
 //===- PlanWriter.cpp - plan dialect -> the runtime's plan directory ------===//
 #include "llcdist/Target/Plan/PlanWriter.h"
+#include "llcdist/Dialect/XF/IR/ConfigLoc.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/runtime/Mesh.h"
 #include "llcdist/runtime/PlanSchema.h"
@@ -55,6 +56,12 @@ std::string provenance(Location loc) {
   if (auto f = dyn_cast<FileLineColLoc>(loc))
     return (f.getFilename().str() + ":" + std::to_string(f.getLine()) + ":" +
             std::to_string(f.getColumn()));
+  // The config fields an op came from (xf/IR/ConfigLoc.h) are for
+  // diagnostics: provenance is the location beside them.
+  if (auto fused = dyn_cast<FusedLoc>(loc); fused && xf::configFused(fused))
+    for (Location l : fused.getLocations())
+      if (!xf::isConfigField(l))
+        return provenance(l);
   return "";
 }
 

@@ -1,5 +1,6 @@
 //===- AttachMesh.cpp - declare the device mesh and check divisibility ----===//
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+#include "llcdist/Dialect/XF/IR/ConfigLoc.h"
 #include "llcdist/Dialect/XF/IR/XFOps.h"
 #include "llcdist/Dialect/XF/Transforms/Passes.h"
 
@@ -116,7 +117,8 @@ struct AttachMeshPass
                                << "; choose tp among the divisors of " << nh;
           ok = false;
         } else if (nkv % tp_ != 0 && tp_ % nkv != 0) {
-          att.emitError("tp=") << tp_ << " and num_kv_heads=" << nkv
+          emitError(configFieldLoc(att, "num_kv_heads"), "tp=")
+              << tp_ << " and num_kv_heads=" << nkv
                                << " do not divide one another; kv heads can "
                                   "be split (tp | kv heads) or replicated "
                                   "(kv heads | tp)";
@@ -144,7 +146,7 @@ struct AttachMeshPass
     int64_t layers = 0;
     entry.walk([&](LayerOp) { ++layers; });
     if (pp_ > 1 && pp_ > layers)
-      return entry.emitError("pp=")
+      return emitError(configFieldLoc(entry, "num_layers"), "pp=")
              << pp_ << " exceeds the model's " << layers
              << " layers; a pipeline stage needs at least one layer";
     return success();

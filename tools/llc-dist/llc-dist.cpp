@@ -1021,11 +1021,13 @@ struct Hint {
   std::string note;   ///< e.g. "(same 64 GPUs)"
   MeshSpec mesh;
   TrainingPipelineOptions train;
-  /// The ordering rule of docs/memory.md: 0 no extra compute (ZeRO, more tp
-  /// on the same GPUs), 1 selective recompute (the core attention again),
-  /// 2 more pipeline stages (a larger bubble), 3 full recompute (one more
-  /// forward per layer), 4 combinations; within a class, by the compiled
-  /// plan's communication per rank per step.
+  /// The ordering rule of docs/memory.md: 0 ZeRO (no extra compute; its
+  /// collectives overlap the step), 1 selective recompute (the core attention
+  /// again: a few percent of the FLOPs), 2 more tp (activation all-reduces on
+  /// the critical path of every layer), 3 more pipeline stages (a larger
+  /// bubble), 4 full recompute (one more forward per layer, ~+33 % FLOPs),
+  /// 5 combinations; within a class, by the compiled plan's communication per
+  /// rank per step.
   int costClass = 0;
   // Results.
   bool compiled = false;
@@ -1098,7 +1100,7 @@ std::vector<Hint> memoryHints(const std::string &model, const TrainingShape &sha
   if (train.recompute == "none")
     add("--recompute selective", 1, [](Hint &h) { h.train.recompute = "selective"; });
   if (train.recompute != "full")
-    add("--recompute full", 3, [](Hint &h) { h.train.recompute = "full"; });
+    add("--recompute full", 4, [](Hint &h) { h.train.recompute = "full"; });
   if (mesh.dp > 1)
     for (int64_t z = train.zero + 1; z <= 3; ++z)
       add(fmt::format("--zero {}", z), 0, [z](Hint &h) {
@@ -1112,7 +1114,7 @@ std::vector<Hint> memoryHints(const std::string &model, const TrainingShape &sha
     bool same = mesh.dp % 2 == 0;
     if (same)
       m.dp /= 2;
-    add("--mesh " + m.str(), std::string(axis) == "tp" ? (same ? 0 : 1) : 2, [&](Hint &h) {
+    add("--mesh " + m.str(), std::string(axis) == "tp" ? 2 : 3, [&](Hint &h) {
       h.mesh = m;
       h.note = same ? fmt::format("(same {} GPUs)", mesh.worldSize())
                     : fmt::format("({} GPUs)", m.worldSize());
@@ -1158,7 +1160,7 @@ std::vector<Hint> memoryHints(const std::string &model, const TrainingShape &sha
       flags = "--zero 3 " + flags;
     }
     h.flags = flags;
-    h.costClass = 4;
+    h.costClass = 5;
     runAll(combo);
     hints.push_back(h);
   }
@@ -1176,8 +1178,8 @@ std::string hintsMessage(const std::vector<Hint> &hints, const Budget &budget,
                          double ringBytesNow, double seconds) {
   std::string msg = fmt::format(
       "\n  to fit, each change compiled (peak = the largest stage's arena per rank; fastest "
-      "first: no extra compute, then selective recompute, more pipeline stages, full "
-      "recompute; ties by communication per rank per step; {} compilations in {:.1f} s):",
+      "first: ZeRO, selective recompute, more tp, more pp, full recompute; ties by "
+      "communication per rank per step; {} compilations in {:.1f} s):",
       hints.size(), seconds);
   size_t width = 0;
   for (const Hint &h : hints)

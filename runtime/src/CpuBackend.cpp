@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 // OpenBLAS's thread control, resolved only when the linked BLAS is OpenBLAS.
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
@@ -89,24 +90,39 @@ public:
     return CollectiveHandle{numCollectives_++};
   }
   StatusOr<CollectiveHandle> allGatherAsync(Stream s, const float* in, float* out, int64_t outer, int64_t inner,
-                                            const std::vector<int>& group) override {
+                                            int64_t total, const std::vector<int>& group) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    const int64_t padded = int64_t(group.size()) * inner;
+    LLCDIST_RETURN_IF_ERROR(checkTotal(total, padded, "all-gather"));
+    // Padded blocks: gather the whole padded tensor into host scratch, keep its real elements.
+    std::vector<float> scratch(total < padded ? size_t(outer * padded) : 0);
+    float* whole = total < padded ? scratch.data() : out;
     if (opts_.communicator) {
-      LLCDIST_RETURN_IF_ERROR(opts_.communicator->allGather(opts_.rank, group, in, out, outer, inner));
+      LLCDIST_RETURN_IF_ERROR(opts_.communicator->allGather(opts_.rank, group, in, whole, outer, inner));
     } else {
       LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-gather"));
-      if (in != out && outer * inner > 0) std::memmove(out, in, size_t(outer * inner) * 4);
+      if (in != whole && outer * inner > 0) std::memmove(whole, in, size_t(outer * inner) * 4);
     }
+    if (whole != out)
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(out + o * total, whole + o * padded, size_t(total) * 4);
     return CollectiveHandle{numCollectives_++};
   }
   StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const float* in, float* out, int64_t outer, int64_t inner,
-                                                ReduceOp op, const std::vector<int>& group) override {
+                                                int64_t total, ReduceOp op, const std::vector<int>& group) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    const int64_t padded = int64_t(group.size()) * inner;
+    LLCDIST_RETURN_IF_ERROR(checkTotal(total, padded, "reduce-scatter"));
+    // Padded blocks: reduce a copy of the input whose padding is zero.
+    std::vector<float> scratch(total < padded ? size_t(outer * padded) : 0, 0.0f);
+    for (int64_t o = 0; total < padded && o < outer; ++o)
+      std::memcpy(scratch.data() + o * padded, in + o * total, size_t(total) * 4);
+    const float* whole = total < padded ? scratch.data() : in;
     if (opts_.communicator) {
-      LLCDIST_RETURN_IF_ERROR(opts_.communicator->reduceScatter(opts_.rank, group, in, out, outer, inner, op));
+      LLCDIST_RETURN_IF_ERROR(opts_.communicator->reduceScatter(opts_.rank, group, whole, out, outer, inner, op));
     } else {
       LLCDIST_RETURN_IF_ERROR(checkGroup(group, "reduce-scatter"));
-      if (in != out && outer * inner > 0) std::memmove(out, in, size_t(outer * inner) * 4);
+      if (whole != out && outer * inner > 0) std::memmove(out, whole, size_t(outer * inner) * 4);
     }
     return CollectiveHandle{numCollectives_++};
   }
@@ -148,6 +164,13 @@ private:
                                 " bytes");
     return Status::ok();
   }
+  // The whole side of a padded all-gather / reduce-scatter holds 0 < total <= n·inner elements a row.
+  static Status checkTotal(int64_t total, int64_t padded, const char* what) {
+    if (total > 0 && total <= padded) return Status::ok();
+    return Status::invalidArgument(std::string("cpu backend: ") + what + " with total " + std::to_string(total) +
+                                   " elements outside (0, n·inner = " + std::to_string(padded) + "]");
+  }
+
   Status checkGroup(const std::vector<int>& group, const char* what) const {
     if (group.size() == 1 && group[0] == opts_.rank) return Status::ok();
     return Status::invalidArgument(std::string("cpu backend: ") + what + " over a group of " +

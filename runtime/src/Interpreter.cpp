@@ -195,6 +195,9 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
   c.momentum = op.floatAttr("momentum");
   c.outer = op.intAttr("outer");
   c.inner = op.intAttr("inner");
+  if (op.kind == schema::OpKind::kAllGather || op.kind == schema::OpKind::kReduceScatter ||
+      op.kind == schema::OpKind::kShardSlice)  // the group is known below; total defaults to n·inner
+    c.total = op.intAttr("total", -1);
   const std::string reduce = op.stringAttr("op");
   c.reduceOp = reduce == "avg" ? ReduceOp::kAvg : reduce == "max" ? ReduceOp::kMax : ReduceOp::kSum;
   if (op.attrs.count("axis")) {
@@ -211,6 +214,7 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
       c.replicas = op.intAttr("replicas");
     }
   }
+  if (c.total < 0) c.total = int64_t(std::max<size_t>(c.group.size(), 1)) * c.inner;
   if (op.kind == schema::OpKind::kShardSlice) {  // ZeRO: the block of this rank's member index
     const auto axis = parseMeshAxis(op.stringAttr("axis"));
     if (!axis) return Status::internal("unknown axis \"" + op.stringAttr("axis") + "\"");
@@ -282,12 +286,13 @@ Status Interpreter::runCollective(const BoundOp& b) {
       return Status::ok();
     case schema::OpKind::kAllGather: {
       LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h,
-                               backend_->allGatherAsync(stream_, c.f(0), c.f(1), c.outer, c.inner, c.group));
+                               backend_->allGatherAsync(stream_, c.f(0), c.f(1), c.outer, c.inner, c.total, c.group));
       return backend_->waitCollective(stream_, h);
     }
     case schema::OpKind::kReduceScatter: {
       LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->reduceScatterAsync(stream_, c.f(0), c.f(1), c.outer,
-                                                                                c.inner, c.reduceOp, c.group));
+                                                                                c.inner, c.total, c.reduceOp,
+                                                                                c.group));
       return backend_->waitCollective(stream_, h);
     }
     default:

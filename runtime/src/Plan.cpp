@@ -110,12 +110,12 @@ std::string shapeString(const std::vector<int64_t>& s) {
 }
 
 // params[i].zero (feature "zero"; the mesh and the param's `sharding` are already parsed): axis and
-// stage; the local shape's first dimension must split evenly over the axis. Sets out->zero and
-// out->blockShape.
+// stage; the local shape's first dimension splits evenly over the axis, or else `block_rows` must say
+// ceil(rows / n) (padded blocks). Sets out->zero and out->blockShape.
 Status parseZero(const Doc& doc, const json& z, const std::string& path, const Manifest& m, ParamDesc* out) {
   if (!m.hasFeature(sc::kZeroFeature))
     return doc.error(path, "a param with \"zero\" needs the feature \"zero\" in \"features\" (ZeRO plans)");
-  LLCDIST_RETURN_IF_ERROR(doc.keys(z, path, {"axis", "stage"}, {"value_block"}));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(z, path, {"axis", "stage"}, {"value_block", "block_rows"}));
   std::string axis;
   LLCDIST_RETURN_IF_ERROR(doc.string(z, path, "axis", &axis));
   auto a = parseMeshAxis(axis);
@@ -131,13 +131,28 @@ Status parseZero(const Doc& doc, const json& z, const std::string& path, const M
   if (out->localShape.empty()) return doc.error(path, "a scalar parameter cannot be split by ZeRO");
   const int64_t n = m.mesh().axisSize(zero.axis);
   const int64_t rows = out->localShape[0];
-  if (rows % n != 0)
-    return doc.error(path, "dimension 0 of " + std::string(out->sharding ? "the local shard " : "") + "\"" + out->name +
-                               "\" (shape " + shapeString(out->localShape) + ") has size " + std::to_string(rows) +
-                               ", not divisible by " + axis + " = " + std::to_string(n) +
-                               " (ZeRO splits it into equal row blocks)");
+  const int64_t padded = (rows + n - 1) / n;  // the only block size: ceil(rows / n), as FSDP2 pads
+  const std::string what = "dimension 0 of " + std::string(out->sharding ? "the local shard " : "") + "\"" +
+                           out->name + "\" (shape " + shapeString(out->localShape) + ") has size " +
+                           std::to_string(rows);
+  if (z.contains("block_rows")) {
+    LLCDIST_RETURN_IF_ERROR(doc.integer(z, path, "block_rows", &zero.blockRows, 1));
+    if (rows % n == 0)
+      return doc.error(key(path, "block_rows"), what + ", divisible by " + axis + " = " + std::to_string(n) +
+                                                    ": its blocks need no padding (remove \"block_rows\")");
+    if (zero.blockRows != padded)
+      return doc.error(key(path, "block_rows"), "is " + std::to_string(zero.blockRows) + " but " + what + " over " +
+                                                    axis + " = " + std::to_string(n) + " pads to blocks of ceil(" +
+                                                    std::to_string(rows) + " / " + std::to_string(n) + ") = " +
+                                                    std::to_string(padded) + " rows");
+  } else if (rows % n != 0) {
+    return doc.error(path, what + ", not divisible by " + axis + " = " + std::to_string(n) +
+                               " (ZeRO splits it into equal row blocks; padded blocks of ceil(" + std::to_string(rows) +
+                               " / " + std::to_string(n) + ") = " + std::to_string(padded) +
+                               " rows need \"block_rows\": " + std::to_string(padded) + ")");
+  }
   out->zero = zero;
-  out->blockShape[0] = rows / n;
+  out->blockShape[0] = padded;
   return Status::ok();
 }
 

@@ -240,6 +240,19 @@ public:
     return Status::ok();
   }
 
+  // The whole side of all_gather / reduce_scatter / shard_slice: outer×n×inner elements, or with
+  // attrs.total (ZeRO's padded blocks) outer×total, total at most n×inner.
+  Status wholeSide(const char* role, int64_t n, int64_t outer, int64_t inner) const {
+    const std::string nName = "n(" + op_.stringAttr("axis") + ")";
+    if (!op_.attrs.count("total")) return count(role, prod({outer, n, inner}), "outer×" + nName + "×inner");
+    const int64_t total = I("total"), padded = prod({n, inner});
+    if (padded < 0 || total > padded)
+      return attrError("total", "total " + std::to_string(total) + " exceeds " + nName + "×inner = " +
+                                    std::to_string(n) + "×" + std::to_string(inner) +
+                                    " (the padded blocks hold at most that many elements)");
+    return count(role, prod({outer, total}), "outer×total");
+  }
+
   // attrs.axis names a mesh axis; *n (when not null) gets its size from the manifest.
   Status axisSize(int64_t* n) const {
     const std::string axis = op_.stringAttr("axis");
@@ -468,7 +481,7 @@ Status Checker::check() const {
                                    op_.stringAttr("op") + "\"");
       const std::string nName = "n(" + op_.stringAttr("axis") + ")";
       LLCDIST_RETURN_IF_ERROR(count(gather ? "x" : "y", prod({outer, inner}), "outer×inner"));
-      return count(gather ? "y" : "x", prod({outer, n, inner}), "outer×" + nName + "×inner");
+      return wholeSide(gather ? "y" : "x", n, outer, inner);
     }
     case K::kShardSlice: {
       // ZeRO: this rank's block out of a replicated buffer; x [outer, n·inner], y [outer, inner].
@@ -476,7 +489,7 @@ Status Checker::check() const {
       LLCDIST_RETURN_IF_ERROR(axisSize(&n));
       const int64_t outer = I("outer"), inner = I("inner");
       LLCDIST_RETURN_IF_ERROR(count("y", prod({outer, inner}), "outer×inner"));
-      return count("x", prod({outer, n, inner}), "outer×n(" + op_.stringAttr("axis") + ")×inner");
+      return wholeSide("x", n, outer, inner);
     }
     case K::kAdamW:
     case K::kSgd: {

@@ -280,5 +280,55 @@ TEST(CommunicatorTest, CpuBackendCollectivesUseTheCommunicator) {
   }
 }
 
+// Padded blocks (ZeRO when dp does not divide the rows): the whole side holds `total` < n·inner elements
+// a row. all-gather keeps the real elements only (nothing written past them); reduce-scatter reads the
+// missing tail as zeros. dp = 4, outer 2, inner 3, total 7: members 2 and 3 own 1 and 0 real elements.
+TEST(CommunicatorTest, CpuBackendPaddedAllGatherAndReduceScatter) {
+  const int n = 4;
+  const int64_t outer = 2, inner = 3, total = 7;
+  const Mesh mesh = meshOf(n, 1);
+  auto comm = makeComm(mesh);
+  std::vector<std::unique_ptr<Backend>> be;
+  for (int r = 0; r < n; ++r) {
+    CpuBackendOptions o;
+    o.rank = r;
+    o.communicator = comm.get();
+    be.push_back(makeCpuBackend(o));
+    ASSERT_TRUE(be.back()->allocateArena(1024).isOk());
+  }
+  // Arena layout (floats): block [0, 6), gathered [16, 16 + 14) followed by a guard, reduce input
+  // [64, 64 + 14), reduced block [96, 102).
+  expectAllOk(onRanks(n, [&](int r) {
+    float* a = reinterpret_cast<float*>(be[size_t(r)]->arenaAt(0));
+    for (int64_t i = 0; i < outer * inner; ++i) a[i] = float(100 * r + i);
+    for (int64_t i = 0; i < 48; ++i) a[16 + i] = -1.0f;
+    for (int64_t i = 0; i < outer * total; ++i) a[64 + i] = float((r + 1) * (i + 1));
+    const std::vector<int> group = mesh.group(r, MeshAxis::kDp);
+    LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h,
+                             be[size_t(r)]->allGatherAsync(Stream{0}, a, a + 16, outer, inner, total, group));
+    LLCDIST_RETURN_IF_ERROR(be[size_t(r)]->waitCollective(Stream{0}, h));
+    LLCDIST_ASSIGN_OR_RETURN(h, be[size_t(r)]->reduceScatterAsync(Stream{0}, a + 64, a + 96, outer, inner, total,
+                                                                  ReduceOp::kSum, group));
+    return be[size_t(r)]->waitCollective(Stream{0}, h);
+  }));
+  const float tri = float(n * (n + 1) / 2);  // sum over members of (m + 1)
+  for (int r = 0; r < n; ++r) {
+    const float* a = reinterpret_cast<const float*>(be[size_t(r)]->arenaAt(0));
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < total; ++j)  // element j of row o: member j / inner's element (o, j % inner)
+        EXPECT_EQ(a[16 + o * total + j], float(100 * (j / inner) + o * inner + j % inner)) << r << " " << o << " " << j;
+    EXPECT_EQ(a[16 + outer * total], -1.0f) << "all-gather wrote past the real elements";
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < inner; ++k) {
+        const int64_t j = r * inner + k;
+        EXPECT_EQ(a[96 + o * inner + k], j < total ? tri * float(o * total + j + 1) : 0.0f) << r << " " << o << " " << k;
+      }
+  }
+  // total outside (0, n·inner] is refused.
+  auto bad = be[0]->allGatherAsync(Stream{0}, nullptr, nullptr, 1, inner, n * inner + 1, mesh.group(0, MeshAxis::kDp));
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("total 13"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace llcdist::rt

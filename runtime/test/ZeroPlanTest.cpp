@@ -118,6 +118,43 @@ TEST_F(ZeroPlanTest, ZeroParamErrors) {
               {"params[4].grad", "ZeRO stage 1", "the whole of", "[16, 4]"});
 }
 
+// Padded blocks: a param whose local rows dp does not divide has blocks of ceil(rows / dp) rows, which
+// the plan states as "block_rows" (so a reader never guesses); wrong or needless values are errors.
+TEST_F(ZeroPlanTest, PaddedBlocksNeedBlockRows) {
+  const testing::PlanBuilder padded = testing::zeroParamsPlan({4, 1, 3, false, {}, true});
+  {
+    padded.write(dir);
+    auto plan = loadPlan(dir.string());
+    ASSERT_TRUE(plan.isOk()) << plan.status().message();
+    const ParamDesc& lm = plan->manifest.params[4];  // lm_head [18, 4] over dp = 4: 5 rows a block
+    ASSERT_TRUE(lm.zero.has_value());
+    EXPECT_EQ(lm.zero->blockRows, 5);
+    EXPECT_EQ(lm.blockShape, (std::vector<int64_t>{5, 4}));
+    EXPECT_EQ(lm.blockNumel(), 20);
+    const ParamDesc& bias = plan->manifest.params[2];  // ln_1.bias [7]: 2 rows a block
+    EXPECT_EQ(bias.blockShape, (std::vector<int64_t>{2}));
+    EXPECT_EQ(plan->manifest.params[0].zero->blockRows, 0);  // wte [16, 4]: exact blocks
+  }
+  auto setRows = [](int i, json rows) {
+    return [i, rows](testing::PlanBuilder& b) {
+      if (rows.is_null())
+        b.manifest["params"][i]["zero"].erase("block_rows");
+      else
+        b.manifest["params"][i]["zero"]["block_rows"] = rows;
+    };
+  };
+  expectError(padded, setRows(4, nullptr),
+              {"manifest.json", "params[4].zero", "has size 18", "not divisible by dp = 4", "\"block_rows\": 5"});
+  expectError(padded, setRows(4, 4), {"params[4].zero.block_rows", "is 4", "ceil(18 / 4) = 5 rows"});
+  expectError(padded, setRows(4, 6), {"params[4].zero.block_rows", "is 6", "ceil(18 / 4) = 5 rows"});
+  expectError(padded, setRows(4, 0), {"params[4].zero.block_rows", ">= 1"});
+  expectError(padded, setRows(4, "5"), {"params[4].zero.block_rows", "expected an integer"});
+  expectError(padded, setRows(0, 4), {"params[0].zero.block_rows", "divisible by dp = 4", "need no padding"});
+  // The buffers hold the padded block: lm_head's value buffer [5, 4] under stage 3, not [4, 4].
+  expectError(padded, [](testing::PlanBuilder& b) { setShape(b, kLm, {4, 4}); },
+              {"params[4].buffer", "ZeRO stage 3", "[5, 4]", "has shape [4, 4]"});
+}
+
 TEST_F(ZeroPlanTest, PipelinePlacementsHoldEveryBlock) {
   testing::TinyLm c;
   c.dp = 2;
@@ -173,11 +210,15 @@ TEST_F(ZeroPlanTest, ShardSliceErrors) {
 
 // Runs one shard_slice on every rank of `manifest`'s mesh (no communicator: the op communicates
 // nothing) and returns each rank's y. x on rank r holds 1000·r + i at element i.
+// total > 0: x is [outer, total] (padded blocks, attr `total`).
 std::vector<std::vector<float>> runShardSlice(testing::PlanBuilder b, const std::string& axis, int64_t n,
                                               int64_t outer, int64_t inner, const std::string& xType = "f32",
-                                              const std::string& yType = "f32") {
-  const int64_t x = b.buffer("x", "scratch", {outer, n * inner}, xType), y = b.buffer("y", "scratch", {outer, inner}, yType);
-  b.op("s", "shard_slice", {{"x", x}, {"y", y}}, {{"axis", axis}, {"outer", outer}, {"inner", inner}}, "zero");
+                                              const std::string& yType = "f32", int64_t total = 0) {
+  const int64_t row = total > 0 ? total : n * inner;
+  const int64_t x = b.buffer("x", "scratch", {outer, row}, xType), y = b.buffer("y", "scratch", {outer, inner}, yType);
+  json attrs = {{"axis", axis}, {"outer", outer}, {"inner", inner}};
+  if (total > 0) attrs["total"] = total;
+  b.op("s", "shard_slice", {{"x", x}, {"y", y}}, attrs, "zero");
   b.action("s");
   Plan plan;
   auto m = parseManifest(b.manifest.dump(), "manifest.json");
@@ -192,7 +233,7 @@ std::vector<std::vector<float>> runShardSlice(testing::PlanBuilder b, const std:
     auto backend = makeCpuBackend();
     auto interp = Interpreter::create(plan, 0, *backend, r);
     EXPECT_TRUE(interp.isOk()) << interp.status().message();
-    std::vector<float> xv(size_t(outer * n * inner));
+    std::vector<float> xv(size_t(outer * row));
     for (size_t i = 0; i < xv.size(); ++i) xv[i] = float(1000 * r) + float(i) + 0.25f;
     EXPECT_TRUE((*interp)->writeF32(x, xv.data()).isOk());
     Status s = (*interp)->runSubroutine(0, 0, -1, 0.0, nullptr);
@@ -238,6 +279,54 @@ TEST_F(ZeroPlanTest, ShardSliceCutsTheMembersBlockOfEveryRow) {
   const auto ys = runShardSlice(b, "tp", 1, outer, inner);
   ASSERT_EQ(ys.size(), 1u);
   for (int64_t i = 0; i < outer * inner; ++i) EXPECT_EQ(ys[0][size_t(i)], float(i) + 0.25f);
+}
+
+// Padded blocks: x [outer, total] with total < n·inner; member c gets x[o, c·inner + k] while that is
+// below total, then zeros (dp = 4, inner 3, total 7: members 0 and 1 whole, 2 one element, 3 none).
+TEST_F(ZeroPlanTest, ShardSlicePadsTheLastBlocksWithZeros) {
+  const int64_t outer = 2, inner = 3, n = 4, total = 7;
+  testing::PlanBuilder b(8, 2, 1, 1);
+  testing::setMesh(b, n, 1);
+  const auto ys = runShardSlice(b, "dp", n, outer, inner, "f32", "f32", total);
+  ASSERT_EQ(int64_t(ys.size()), n);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < inner; ++k) {
+        const int64_t j = r * inner + k;
+        const float want = j < total ? float(1000 * r) + float(o * total + j) + 0.25f : 0.0f;
+        EXPECT_EQ(ys[size_t(r)][size_t(o * inner + k)], want) << r << " " << o << " " << k;
+      }
+}
+
+TEST_F(ZeroPlanTest, PaddedCollectiveErrors) {
+  // total > n·inner, and the whole side's count with total.
+  auto withOp = [](const std::string& op, json attrs, std::vector<int64_t> whole) {
+    return [=](testing::PlanBuilder& b) {
+      const int64_t blk = b.buffer("blk", "scratch", {2, 3}), w = b.buffer("whole", "scratch", whole);
+      const bool gather = op == "all_gather";
+      b.op("step_begin", op, {{"x", gather ? blk : w}, {"y", gather ? w : blk}}, attrs);
+    };
+  };
+  const std::string path = "subroutines[0].ops[1]";
+  for (const std::string op : {"all_gather", "reduce_scatter", "shard_slice"}) {
+    SCOPED_TRACE(op);
+    json attrs = {{"axis", "dp"}, {"outer", 2}, {"inner", 3}, {"total", 5}};
+    if (op == "reduce_scatter") attrs["op"] = "sum";
+    {
+      testing::PlanBuilder b = base;
+      withOp(op, attrs, {2, 5})(b);
+      Status s = load(b);
+      EXPECT_TRUE(s.isOk()) << s.message();
+    }
+    const std::string whole = op == "all_gather" ? ".args.y" : ".args.x";
+    expectError(withOp(op, attrs, {2, 6}), {path + whole, "has 12 elements", "outer×total = 10"});
+    json big = attrs;
+    big["total"] = 7;
+    expectError(withOp(op, big, {2, 7}), {path + ".attrs.total", "total 7 exceeds n(dp)×inner = 2×3"});
+    json zero = attrs;
+    zero["total"] = 0;
+    expectError(withOp(op, zero, {2, 5}), {path + ".attrs.total", ">= 1"});
+  }
 }
 
 TEST_F(ZeroPlanTest, ShardSliceOnBf16Buffers) {

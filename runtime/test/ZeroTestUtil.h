@@ -33,17 +33,20 @@ struct ZeroTestParam {
   bool zero;
 };
 
-inline std::vector<ZeroTestParam> zeroTestParams(bool shard) {
-  const int64_t V = 16, H = 4, L = 8;
+// `padded`: ln_1.bias [7] and lm_head [18, 4], whose rows no dp > 1 of 2 and 4 divides both of (padded
+// ZeRO blocks of ceil(rows / dp) rows; on dp = 4 lm_head's last block holds 3 real rows of 5, the bias's
+// 1 of 2).
+inline std::vector<ZeroTestParam> zeroTestParams(bool shard, bool padded = false) {
+  const int64_t V = 16, H = 4, L = 8, Lb = padded ? 7 : L, Vlm = padded ? 18 : V;
   return {
       {"transformer.wte.weight", {V, H}, shard ? json{{"axis", "tp"}, {"dim", 0}} : json(), 0.02, true},
       // Sharded on dim 1 (per head, blocks 3) while ZeRO splits dim 0 of the shard: the held elements
       // are not one contiguous range of the global tensor.
       {"transformer.h.0.attn.c_attn.weight", {H, 3 * H},
        shard ? json{{"axis", "tp"}, {"dim", 1}, {"blocks", 3}} : json(), 1.0, true},
-      {"transformer.h.0.ln_1.bias", {L}, json(), 0.5, true},
+      {"transformer.h.0.ln_1.bias", {Lb}, json(), 0.5, true},
       {"transformer.wpe.weight", {L, H}, json(), 0.1, false},
-      {"lm_head.weight", {V, H}, json(), 0.5, true},
+      {"lm_head.weight", {Vlm, H}, json(), 0.5, true},
   };
 }
 
@@ -52,6 +55,7 @@ struct ZeroParamsConfig {
   int64_t stage = 3;    // 0: no "zero" at all (and no feature)
   bool shard = false;   // shard wte and c_attn over tp
   std::vector<std::string> order = {};
+  bool padded = false;  // zeroTestParams(shard, padded)
 };
 
 // Shapes a ZeRO param's buffers have: the local shard (L), and the block (L with dim 0 / dp).
@@ -68,16 +72,17 @@ inline PlanBuilder zeroParamsPlan(const ZeroParamsConfig& c) {
   setMesh(p, c.dp, c.tp, c.order);
   if (c.stage > 0) p.manifest["features"] = {"zero"};
   int64_t i = 0;
-  for (const ZeroTestParam& zp : zeroTestParams(c.shard)) {
+  for (const ZeroTestParam& zp : zeroTestParams(c.shard, c.padded)) {
     const std::vector<int64_t> local = localShapeOf(zp, c.tp);
     std::vector<int64_t> block = local;
     const bool zero = zp.zero && c.stage > 0;
-    if (zero) block[0] /= c.dp;
+    if (zero) block[0] = (block[0] + c.dp - 1) / c.dp;  // padded when dp does not divide the rows
     const int64_t buf = p.buffer(zp.name, "param", zero && c.stage >= 3 ? block : local);
     const int64_t grad = p.buffer(zp.name + ".grad", "grad", zero && c.stage >= 2 ? block : local);
     p.param(zp.name, zp.shape, buf, grad, {{"kind", "normal"}, {"std", zp.std}}, zp.shape.size() > 1);
     if (!zp.sharding.is_null()) p.manifest["params"][size_t(i)]["sharding"] = zp.sharding;
     if (zero) p.manifest["params"][size_t(i)]["zero"] = {{"axis", "dp"}, {"stage", c.stage}};
+    if (zero && local[0] % c.dp != 0) p.manifest["params"][size_t(i)]["zero"]["block_rows"] = block[0];
     ++i;
   }
   const int64_t loss = p.buffer("loss", "metric", {1});

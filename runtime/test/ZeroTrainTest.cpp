@@ -65,13 +65,16 @@ struct Layout {
   int64_t dp, tp;
   bool shard;
   std::vector<std::string> order;
+  bool padded = false;  // zeroTestParams' padded shapes: some blocks end in padding
   std::string name() const {
-    return "dp" + std::to_string(dp) + "tp" + std::to_string(tp) + (shard ? "s" : "") + (order.empty() ? "" : "o");
+    return "dp" + std::to_string(dp) + "tp" + std::to_string(tp) + (shard ? "s" : "") + (order.empty() ? "" : "o") +
+           (padded ? "p" : "");
   }
 };
 const std::vector<Layout>& layouts() {
-  static const std::vector<Layout> l = {{2, 1, false, {}}, {4, 1, false, {}}, {2, 2, true, {}},
-                                        {2, 2, true, {"dp", "tp", "pp"}}, {2, 2, false, {}}};
+  static const std::vector<Layout> l = {{2, 1, false, {}},  {4, 1, false, {}},       {2, 2, true, {}},
+                                        {2, 2, true, {"dp", "tp", "pp"}}, {2, 2, false, {}},
+                                        {2, 1, false, {}, true}, {4, 1, false, {}, true}, {4, 2, true, {}, true}};
   return l;
 }
 
@@ -79,7 +82,7 @@ TEST_F(ZeroTrainTest, InitOfABlockIsTheUnshardedParamByGlobalIndex) {
   for (int64_t stage : {1, 2, 3})
     for (const Layout& l : layouts()) {
       SCOPED_TRACE("stage " + std::to_string(stage) + " " + l.name());
-      const testing::PlanBuilder b = testing::zeroParamsPlan({l.dp, l.tp, stage, l.shard, l.order});
+      const testing::PlanBuilder b = testing::zeroParamsPlan({l.dp, l.tp, stage, l.shard, l.order, l.padded});
       const fs::path d = dir / ("s" + std::to_string(stage) + l.name());
       fs::create_directories(d);
       b.write(d);
@@ -87,7 +90,7 @@ TEST_F(ZeroTrainTest, InitOfABlockIsTheUnshardedParamByGlobalIndex) {
       ASSERT_TRUE(plan.isOk()) << plan.status().message();
       const Manifest& m = plan->manifest;
       const Mesh mesh = m.mesh();
-      const std::vector<testing::ZeroTestParam> params = testing::zeroTestParams(l.shard);
+      const std::vector<testing::ZeroTestParam> params = testing::zeroTestParams(l.shard, l.padded);
       for (int r = 0; r < int(m.worldSize()); ++r) {
         auto backend = makeCpuBackend();
         auto interp = Interpreter::create(*plan, 0, *backend, r);
@@ -104,10 +107,16 @@ TEST_F(ZeroTrainTest, InitOfABlockIsTheUnshardedParamByGlobalIndex) {
           int64_t local = 1;
           for (int64_t s : testing::localShapeOf(p, l.tp)) local *= s;
           const bool block = p.zero && stage == 3;  // the value buffer holds dp member c's rows only
-          ASSERT_EQ(int64_t(got.size()), block ? local / l.dp : local) << p.name;
-          const int64_t first = block ? dpMember * (local / l.dp) : 0;
+          // A block has ceil(rows / dp) rows; those past the local tensor's last row are zero padding.
+          const int64_t rows = testing::localShapeOf(p, l.tp)[0], blockN = (rows + l.dp - 1) / l.dp * (local / rows);
+          ASSERT_EQ(int64_t(got.size()), block ? blockN : local) << p.name;
+          const int64_t first = block ? dpMember * blockN : 0;
           const int64_t pm = p.sharding.is_null() ? 0 : tpMember;
           for (size_t e = 0; e < got.size(); ++e) {
+            if (first + int64_t(e) >= local) {
+              ASSERT_EQ(got[e], 0.0f) << p.name << " rank " << r << " padding element " << e;
+              continue;
+            }
             const int64_t g = globalIndex(p, pm, l.tp, first + int64_t(e));
             ASSERT_EQ(std::memcmp(&got[e], &full[size_t(g)], 4), 0)
                 << p.name << " rank " << r << " element " << e << " (global " << g << ")";
@@ -118,43 +127,49 @@ TEST_F(ZeroTrainTest, InitOfABlockIsTheUnshardedParamByGlobalIndex) {
 }
 
 TEST_F(ZeroTrainTest, SaveGathersBlocksAndInitFromRoundTrips) {
-  const std::string ref = saveAfter(planDir(testing::zeroParamsPlan({1, 1, 0, false}), "ref"), 0);
-  ASSERT_FALSE(ref.empty());
-  // An input file of other values: every tensor random.
-  std::vector<std::vector<float>> in;
-  std::vector<TensorToWrite> tensors;
-  uint32_t seed = 1;
-  for (const testing::ZeroTestParam& p : testing::zeroTestParams(false)) {
-    int64_t n = 1;
-    for (int64_t s : p.shape) n *= s;
-    in.push_back(testing::randn(n, seed++));
-  }
-  {
-    size_t k = 0;
-    for (const testing::ZeroTestParam& p : testing::zeroTestParams(false))
-      tensors.push_back({p.name, DType::kF32, p.shape, in[k++].data()});
-  }
-  ASSERT_TRUE(writeSafetensors(path("in.safetensors"), tensors, {{"format", "pt"}}).isOk());
-  for (int64_t stage : {1, 2, 3})
-    for (const Layout& l : layouts()) {
-      SCOPED_TRACE("stage " + std::to_string(stage) + " " + l.name());
-      const std::string plan =
-          planDir(testing::zeroParamsPlan({l.dp, l.tp, stage, l.shard, l.order}), "s" + std::to_string(stage) + l.name());
-      // Init by global index: the gathered file is the unsharded plan's, byte for byte; after a step too
-      // (the step only zeroes the loss; the save checks every replica of every block).
-      EXPECT_EQ(saveAfter(plan, 0), ref);
-      EXPECT_EQ(saveAfter(plan, 1), ref);
-      // --init-from slices each rank's block of its shard; the save gathers them back exactly.
-      const std::string back = saveAfter(plan, 0, path("in.safetensors"));
-      EXPECT_EQ(back, bytes(path("in.safetensors")));
-      const auto got = readAll(path("out.safetensors"));
-      size_t k = 0;
-      for (const testing::ZeroTestParam& p : testing::zeroTestParams(false)) {
-        ASSERT_EQ(got.at(p.name).size(), in[k].size());
-        EXPECT_EQ(std::memcmp(got.at(p.name).data(), in[k].data(), in[k].size() * 4), 0) << p.name;
-        ++k;
-      }
+  // Padded blocks too: the save strips the padding, --init-from fills only the real rows.
+  for (bool padded : {false, true}) {
+    const std::string tag = padded ? "p" : "";
+    const std::string ref = saveAfter(planDir(testing::zeroParamsPlan({1, 1, 0, false, {}, padded}), "ref" + tag), 0);
+    ASSERT_FALSE(ref.empty());
+    // An input file of other values: every tensor random.
+    std::vector<std::vector<float>> in;
+    std::vector<TensorToWrite> tensors;
+    uint32_t seed = 1;
+    for (const testing::ZeroTestParam& p : testing::zeroTestParams(false, padded)) {
+      int64_t n = 1;
+      for (int64_t s : p.shape) n *= s;
+      in.push_back(testing::randn(n, seed++));
     }
+    {
+      size_t k = 0;
+      for (const testing::ZeroTestParam& p : testing::zeroTestParams(false, padded))
+        tensors.push_back({p.name, DType::kF32, p.shape, in[k++].data()});
+    }
+    const std::string input = path("in" + tag + ".safetensors");
+    ASSERT_TRUE(writeSafetensors(input, tensors, {{"format", "pt"}}).isOk());
+    for (int64_t stage : {1, 2, 3})
+      for (const Layout& l : layouts()) {
+        if (l.padded != padded) continue;
+        SCOPED_TRACE("stage " + std::to_string(stage) + " " + l.name());
+        const std::string plan = planDir(testing::zeroParamsPlan({l.dp, l.tp, stage, l.shard, l.order, l.padded}),
+                                         "s" + std::to_string(stage) + l.name());
+        // Init by global index: the gathered file is the unsharded plan's, byte for byte; after a step too
+        // (the step only zeroes the loss; the save checks every replica of every block).
+        EXPECT_EQ(saveAfter(plan, 0), ref);
+        EXPECT_EQ(saveAfter(plan, 1), ref);
+        // --init-from slices each rank's block of its shard; the save gathers them back exactly.
+        const std::string back = saveAfter(plan, 0, input);
+        EXPECT_EQ(back, bytes(input));
+        const auto got = readAll(path("out.safetensors"));
+        size_t k = 0;
+        for (const testing::ZeroTestParam& p : testing::zeroTestParams(false, padded)) {
+          ASSERT_EQ(got.at(p.name).size(), in[k].size());
+          EXPECT_EQ(std::memcmp(got.at(p.name).data(), in[k].data(), in[k].size() * 4), 0) << p.name;
+          ++k;
+        }
+      }
+  }
 }
 
 // A plan whose step writes rank-dependent values into a ZeRO param through shard_slice: `src` (a plain

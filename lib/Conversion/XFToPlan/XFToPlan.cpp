@@ -45,7 +45,9 @@ int64_t dim(Value v, unsigned i) { return cast<RankedTensorType>(v.getType()).ge
 struct ParamInfo {
   RankedTensorType type;       ///< the local (this rank's) type
   /// ZeRO: `type` with its first dimension split over dp (the optimizer
-  /// state's, and from stage 2 the gradient's, from stage 3 the value's).
+  /// state's, and from stage 2 the gradient's, from stage 3 the value's):
+  /// ceil(rows / dp) rows, so when dp does not divide the rows the last
+  /// blocks end in zero padding (FSDP2's and DeepSpeed's padded shards).
   RankedTensorType shardType;
   DictionaryAttr sharding;     ///< xf.sharding of a split parameter, or null
   Buf value, grad;
@@ -129,7 +131,7 @@ private:
       p.shardType = type;
       if (zero > 0) {
         SmallVector<int64_t> dims(type.getShape());
-        dims[0] /= dp; // divisibility checked by zeroCheck()
+        dims[0] = llvm::divideCeil(dims[0], dp);
         p.shardType = RankedTensorType::get(dims, type.getElementType());
       }
       RankedTensorType held = zero >= 3 ? p.shardType : type;
@@ -158,14 +160,26 @@ private:
     if (auto op = program.lookupSymbol<plan::BufferOp>(buf))
       op->setAttr("memory_class", b.getStringAttr(cls));
   }
+  /// The attributes of a ZeRO collective (or shard_slice) between the whole
+  /// local tensor of `p` and its dp block. A padded block (dp does not
+  /// divide the rows) adds `total`: the whole side holds only the real
+  /// elements, and the runtime reads the padding as zeros (reduce_scatter,
+  /// shard_slice) or drops it (all_gather).
+  SmallVector<NamedAttribute> zeroCollective(const ParamInfo &p) {
+    SmallVector<NamedAttribute> attrs{str("axis", "dp"), i64("outer", 1),
+                                      i64("inner", p.shardType.getNumElements())};
+    if (p.type.getNumElements() != p.shardType.getNumElements() * dp)
+      attrs.push_back(i64("total", p.type.getNumElements()));
+    return attrs;
+  }
   /// ZeRO-2/3: a gradient contribution `full` (this microbatch's, not yet
   /// reduced over dp) is reduce-scattered and added to the gradient shard.
   void reduceIntoShard(Buf full, const std::string &name, Location loc) {
     ParamInfo &p = params[name];
     Buf part = newBuffer(name + ".grad_part", "scratch", p.shardType);
-    kernel("reduce_scatter", {arg("x", full), arg("y", part)},
-           {str("axis", "dp"), i64("outer", 1), i64("inner", p.shardType.getNumElements()),
-            str("op", "sum")},
+    SmallVector<NamedAttribute> attrs = zeroCollective(p);
+    attrs.push_back(str("op", "sum"));
+    kernel("reduce_scatter", {arg("x", full), arg("y", part)}, attrs,
            NameLoc::get(b.getStringAttr("ZeRO: reduce-scatter the gradient into its dp shard"),
                         loc))
         ->setAttr("plan.payload", b.getStringAttr("gradients"));
@@ -311,7 +325,7 @@ private:
           return failure();
     return success();
   }
-  /// ZeRO needs every parameter's first dimension divisible by dp.
+  /// The ZeRO stage and the mesh: a stage in 0..3, dp > 1 when on.
   LogicalResult zeroCheck();
   LogicalResult lowerLayer(LayerOp call, Scope &s);
   LogicalResult lowerOptimizer(func::FuncOp fn);
@@ -438,9 +452,7 @@ LogicalResult Lowering::lowerOpImpl(Operation *op, Scope &s) {
           // body's forward or backward, or the step's top level) uses it.
           Buf full = newBuffer(s.prefix + name + ".gathered", "activation", info.type);
           gathered[s.prefix + name] = full;
-          kernel("all_gather", {arg("x", info.working), arg("y", full)},
-                 {str("axis", "dp"), i64("outer", 1),
-                  i64("inner", info.shardType.getNumElements())},
+          kernel("all_gather", {arg("x", info.working), arg("y", full)}, zeroCollective(info),
                  NameLoc::get(b.getStringAttr("ZeRO-3: gather the parameter before its use"),
                               loc))
               ->setAttr("plan.payload", b.getStringAttr("parameters"));
@@ -835,9 +847,9 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
             continue; // a tied copy: its home reduces the summed gradient
           ParamInfo &p = params[name];
           Buf shard = newBuffer(name + ".grad_shard", "scratch", p.shardType);
-          kernel("reduce_scatter", {arg("x", p.grad), arg("y", shard)},
-                 {str("axis", "dp"), i64("outer", 1),
-                  i64("inner", p.shardType.getNumElements()), str("op", "sum")},
+          SmallVector<NamedAttribute> attrs = zeroCollective(p);
+          attrs.push_back(str("op", "sum"));
+          kernel("reduce_scatter", {arg("x", p.grad), arg("y", shard)}, attrs,
                  NameLoc::get(b.getStringAttr("ZeRO-1: reduce-scatter the gradient to the "
                                               "optimizer state's owner"),
                               NameLoc::get(b.getStringAttr(name), op.getLoc())))
@@ -948,9 +960,7 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
       bool sliceAndGather = (zero == 1 || zero == 2) && !mixed && updatesHere(name);
       if (sliceAndGather) {
         target = newBuffer(name + ".shard", "scratch", p.shardType);
-        kernel("shard_slice", {arg("x", p.value), arg("y", target)},
-               {str("axis", "dp"), i64("outer", 1), i64("inner", p.shardType.getNumElements())},
-               loc);
+        kernel("shard_slice", {arg("x", p.value), arg("y", target)}, zeroCollective(p), loc);
       }
       if (!updatesHere(name)) {
         // A replica: its home stage updates it and sends the new value.
@@ -977,8 +987,7 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
                loc);
       }
       if (sliceAndGather)
-        kernel("all_gather", {arg("x", target), arg("y", p.value)},
-               {str("axis", "dp"), i64("outer", 1), i64("inner", p.shardType.getNumElements())},
+        kernel("all_gather", {arg("x", target), arg("y", p.value)}, zeroCollective(p),
                NameLoc::get(b.getStringAttr("ZeRO: gather the updated shards"), loc))
             ->setAttr("plan.payload", b.getStringAttr("parameters"));
       OpBuilder::InsertionGuard g(b);
@@ -997,6 +1006,10 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
         SmallVector<NamedAttribute> z{str("axis", "dp"), i64("stage", zero)};
         if (mixed && zero < 3) // the f32 master is this rank's block
           z.push_back(flag("value_block", true));
+        // dp does not divide the rows: each block has ceil(rows / dp) rows,
+        // the last ones zero padding (absent when the blocks are exact).
+        if (p.shardType.getDimSize(0) * dp != p.type.getDimSize(0))
+          z.push_back(i64("block_rows", p.shardType.getDimSize(0)));
         pop->setAttr("zero", b.getDictionaryAttr(z));
       }
     }
@@ -1125,8 +1138,7 @@ void Lowering::zeroGradients(Location loc) {
         Buf block = newBuffer(name + ".bf16_block", "scratch", p.shardType);
         kernel("cast", {arg("x", p.value), arg("y", block)},
                {i64("n", p.shardType.getNumElements())}, castLoc);
-        kernel("all_gather", {arg("x", block), arg("y", p.working)},
-               {str("axis", "dp"), i64("outer", 1), i64("inner", p.shardType.getNumElements())},
+        kernel("all_gather", {arg("x", block), arg("y", p.working)}, zeroCollective(p),
                NameLoc::get(b.getStringAttr("ZeRO: gather the updated parameter blocks"),
                             castLoc))
             ->setAttr("plan.payload", b.getStringAttr("parameters"));
@@ -1164,18 +1176,9 @@ LogicalResult Lowering::zeroCheck() {
   if (dp < 2)
     return module.emitError("llcdist-lower-to-plan: --zero ")
            << zero << " shards over dp, but the mesh has dp=1 (use --mesh dp=N with N > 1)";
-  WalkResult r = module.walk([&](ParamOp p) {
-    auto t = cast<RankedTensorType>(p.getType());
-    if (t.getDimSize(0) % dp != 0) {
-      p.emitError("llcdist-lower-to-plan: --zero ")
-          << zero << " splits each parameter's first dimension over dp=" << dp << ", but '"
-          << p.getName() << "' has " << t.getDimSize(0)
-          << " rows on this rank (padding is not built: choose a dp that divides it)";
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
-  return failure(r.wasInterrupted());
+  // A parameter whose rows dp does not divide is padded (param()), so
+  // every shape is accepted.
+  return success();
 }
 
 LogicalResult Lowering::run() {

@@ -176,6 +176,8 @@ json paramJson(plan::ProgramOp program, plan::ParamOp p) {
                  {"stage", z.getAs<IntegerAttr>("stage").getInt()}};
     if (auto vb = z.getAs<BoolAttr>("value_block"))
       j["zero"]["value_block"] = vb.getValue();
+    if (auto rows = z.getAs<IntegerAttr>("block_rows")) // padded blocks
+      j["zero"]["block_rows"] = rows.getInt();
   }
   return j;
 }

@@ -112,10 +112,13 @@ void forEachShardRun(const ParamDesc& p, int64_t member, int64_t axisSize,
 
 void forEachHeldRun(const ParamDesc& p, int64_t member, int64_t axisSize, int64_t block, int64_t blocks,
                     const std::function<void(int64_t, int64_t, int64_t)>& fn) {
-  // Block `block` of the local tensor is its contiguous elements [lo, hi) (row blocks of dim 0); cut
+  // Block `block` of the local tensor is its contiguous elements [lo, hi) (row blocks of dim 0, of
+  // ceil(rows / blocks) rows: the last blocks of a padded param end early, or are all padding); cut
   // the shard's runs to that range and count offsets from lo.
   const int64_t E = p.localNumel();
-  const int64_t lo = block * (E / blocks), hi = lo + E / blocks;
+  const int64_t rows = p.localShape.empty() ? 1 : p.localShape[0];
+  const int64_t blockElems = (rows + blocks - 1) / blocks * (rows > 0 ? E / rows : 0);
+  const int64_t lo = std::min(E, block * blockElems), hi = std::min(E, lo + blockElems);
   forEachShardRun(p, member, axisSize, [&](int64_t l, int64_t g, int64_t count) {
     const int64_t a = std::max(l, lo), b = std::min(l + count, hi);
     if (a < b) fn(a - lo, g + (a - l), b - a);
@@ -137,7 +140,10 @@ Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, 
         });
         break;
       case ParamInit::Kind::kZeros: fillConstant(v.data(), held, 0.0f); break;
-      case ParamInit::Kind::kOnes: fillConstant(v.data(), held, 1.0f); break;
+      case ParamInit::Kind::kOnes:  // the real elements only: a padded block's padding stays zero
+        forEachHeld(p, holdingOf(manifest, p, interp.rank()),
+                    [&](int64_t l, int64_t, int64_t count) { fillConstant(v.data() + l, count, 1.0f); });
+        break;
     }
     LLCDIST_RETURN_IF_ERROR(interp.writeF32(pl->buffer, v.data()).withContext("param '" + p.name + "'"));
   }

@@ -80,6 +80,9 @@ struct KernelCall {
   int64_t posBegin = 0;
   ReduceOp reduceOp = ReduceOp::kSum;
   int64_t outer = 0, inner = 0;
+  // all_gather / reduce_scatter / shard_slice: elements per outer row of the whole side, n·inner, or
+  // less with attr `total` (ZeRO's padded blocks: the padding is never stored on the whole side).
+  int64_t total = 0;
   // shard_slice (ZeRO plans; a kernel, no communication): this rank's member index c on the op's `axis`
   // (y[o, k] = x[o, c·inner + k]); `group` holds the axis group, so n = group.size().
   // grad_norm with args.replica_shards: member is this rank's index on `axis` and replicas the attr
@@ -143,21 +146,24 @@ public:
   // In-place all-reduce of `count` f32 elements at `buffer`.
   virtual StatusOr<CollectiveHandle> allReduceAsync(Stream stream, float* buffer, int64_t count, ReduceOp op,
                                                     const std::vector<int>& group) = 0;
-  // in [outer, inner], out [outer, n·inner]: out[o, m·inner + k] = in_m[o, k] (n = |group|).
+  // in [outer, inner], out [outer, total]: out[o, m·inner + k] = in_m[o, k] (n = |group|) for
+  // m·inner + k < total <= n·inner (total < n·inner: ZeRO's padded blocks, the padding is dropped).
   virtual StatusOr<CollectiveHandle> allGatherAsync(Stream stream, const float* in, float* out, int64_t outer,
-                                                    int64_t inner, const std::vector<int>& group) = 0;
-  // in [outer, n·inner], out [outer, inner]: out[o, k] = reduce_m in_m[o, c·inner + k], c this rank's
-  // member index.
+                                                    int64_t inner, int64_t total, const std::vector<int>& group) = 0;
+  // in [outer, total], out [outer, inner]: out[o, k] = reduce_m in_m[o, c·inner + k], c this rank's
+  // member index, with in_m[o, j] = 0 for total <= j < n·inner (the padding of ZeRO's blocks).
   virtual StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const float* in, float* out, int64_t outer,
-                                                        int64_t inner, ReduceOp op, const std::vector<int>& group) = 0;
-  // outer = 1: out[count·n] = every member's in[count] concatenated; out[count] = member chunk c reduced.
+                                                        int64_t inner, int64_t total, ReduceOp op,
+                                                        const std::vector<int>& group) = 0;
+  // outer = 1, unpadded: out[count·n] = every member's in[count] concatenated; out[count] = member
+  // chunk c reduced.
   StatusOr<CollectiveHandle> allGatherAsync(Stream stream, const float* in, float* out, int64_t count,
                                             const std::vector<int>& group) {
-    return allGatherAsync(stream, in, out, 1, count, group);
+    return allGatherAsync(stream, in, out, 1, count, int64_t(group.size()) * count, group);
   }
   StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const float* in, float* out, int64_t count,
                                                 ReduceOp op, const std::vector<int>& group) {
-    return reduceScatterAsync(stream, in, out, 1, count, op, group);
+    return reduceScatterAsync(stream, in, out, 1, count, int64_t(group.size()) * count, op, group);
   }
   // Point-to-point (send / recv ops): `count` f32 elements to / from global rank `peer`, with the op's
   // tag and the action's microbatch (-1 when none); matching as in Communicator.h.

@@ -50,6 +50,9 @@ struct ParamSharding {
 // params[].zero (feature "zero"; docs/plan-format.md "ZeRO plans"): the param's LOCAL tensor (its shape
 // after `sharding`) is split along its first dimension into n equal row blocks over the `axis` group's n
 // members; member c owns block c, the contiguous local elements [c·E/n, (c+1)·E/n) (E = local numel).
+// When n does not divide the rows, each block has blockRows = ceil(rows / n) rows (the plan says so):
+// block c holds the local elements [c·b, min((c+1)·b, E)) (b = blockRows · E / rows) followed by zero
+// padding, which no kernel, save or gradient norm ever sees as data.
 // Stage 1: buffer and grad hold the whole local tensor (only the optimizer state is per block); stage
 // 2: the grad holds the block; stage 3: buffer and grad both hold the block.
 struct ParamZero {
@@ -58,6 +61,8 @@ struct ParamZero {
   // Stages 1 and 2: the value buffer holds the block too (`"value_block": true`): the f32 master of a
   // mixed-precision plan, whose bf16 working copy is whole. Stage 3 always holds the block.
   bool valueBlock = false;
+  // `"block_rows"`: the rows of a padded block, ceil(rows / n); 0 when n divides the rows (absent).
+  int64_t blockRows = 0;
 };
 
 struct ParamDesc {
@@ -85,8 +90,8 @@ struct ParamDesc {
   std::optional<ParamSharding> sharding;  // absent: replicated on every rank
   std::vector<int64_t> localShape;        // `shape`, dim divided by n / replicas when sharded (the local tensor)
   std::optional<ParamZero> zero;          // absent: no ZeRO split
-  // The zero block's shape: localShape with dim 0 divided by the zero axis size (= localShape without
-  // `zero`).
+  // The zero block's shape: localShape with dim 0 divided by the zero axis size, rounded up (padded
+  // blocks); = localShape without `zero`.
   std::vector<int64_t> blockShape;
   int64_t numel() const;                  // of the global tensor
   int64_t localNumel() const;

@@ -260,17 +260,22 @@ inline constexpr T kSgdAttrs[] = {{"momentum", Flt}, {"weight_decay", Flt}};
 inline constexpr A kAllReduceArgs[] = {{"x", List, F, RW}};
 inline constexpr T kAllReduceAttrs[] = {{"axis", Str}, {"op", Str}, {"group_size", Int, false}};
 inline constexpr A kGatherArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
-inline constexpr T kAllGatherAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}};
-inline constexpr T kReduceScatterAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}, {"op", Str}};
+// `total` (optional, ZeRO's padded blocks): the whole side holds only `total` <= n·inner elements per
+// outer row, the first `total` of the padded [outer, n·inner]: all_gather drops the rest, reduce_scatter
+// (and shard_slice) reads it as zeros. Absent: total = n·inner.
+inline constexpr T kAllGatherAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}, {"total", Int, false}};
+inline constexpr T kReduceScatterAttrs[] = {
+    {"axis", Str}, {"outer", Int}, {"inner", Int}, {"op", Str}, {"total", Int, false}};
 // Point-to-point (pipeline plans): the peer is the rank with this rank's coordinates except `peer` on
 // `axis`; `tag` is checked against the matching op's, never used to reorder (FIFO per ordered pair).
 inline constexpr A kSendArgs[] = {{"x", One, F, R}};
 inline constexpr A kRecvArgs[] = {{"y", One, F, W}};
 inline constexpr T kP2PAttrs[] = {{"axis", Str}, {"peer", Idx}, {"tag", Idx}};
 // shard_slice (ZeRO plans): x is [outer, n·inner], y is [outer, inner]: y[o, k] = x[o, c·inner + k], c this
-// rank's member index on `axis` (n its size). No communication; x and y never overlap.
+// rank's member index on `axis` (n its size). No communication; x and y never overlap. With `total`
+// (padded blocks, as for all_gather) x is [outer, total] and y's elements past it are zero.
 inline constexpr A kShardSliceArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
-inline constexpr T kShardSliceAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}};
+inline constexpr T kShardSliceAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}, {"total", Int, false}};
 
 template <size_t NA, size_t NT>
 constexpr OpSpec op(OpKind k, std::string_view name, const A (&a)[NA], const T (&t)[NT]) {

@@ -148,7 +148,9 @@ MEMORY
                          budget (needs --device or --memory-budget)
   --zero 1|2|3           ZeRO over dp: 1 shards the optimizer state, 2 also
                          the gradients, 3 (FSDP) also the parameters, gathered
-                         per layer where used (default 0: off)
+                         per layer where used (default 0: off); a parameter
+                         whose rows dp does not divide gets padded blocks of
+                         ceil(rows / dp) rows
   --reshard-after-forward true|false
                          --zero 3: gather each layer's parameters again for its
                          backward (true, FSDP's default) or keep the forward's

@@ -22,7 +22,9 @@ def LowerToPlan : Pass<"llcdist-lower-to-plan", "mlir::ModuleOp"> {
     functions are erased; the manifest fields go to `plan.manifest`.
 
     ZeRO (`zero`, over dp; every parameter's first dimension split in dp
-    equal row blocks): 1 keeps each rank's optimizer state for its row
+    equal row blocks of ceil(rows / dp) rows, the last ones zero-padded when
+    dp does not divide the rows: `block_rows` on the param, `total` on its
+    collectives): 1 keeps each rank's optimizer state for its row
     block only, reduce-scatters the gradients once per step instead of
     all-reducing them, updates its block (`shard_slice`) and all-gathers the
     parameter; 2 also keeps only the gradient's block (each microbatch's

@@ -20,7 +20,8 @@
 //    writes the params placed in its program (params[].placements), each into that placement's buffer;
 //    a param placed in several programs (tied weights across stages) gets the same values in every
 //    copy. A ZeRO stage-3 param (params[].zero; docs/plan-format.md "ZeRO plans") gets the rank's block
-//    of its local shard, by global index as well. The rest of the arena starts at zero (optimizer state
+//    of its local shard, by global index as well; a padded block's rows past the shard (block_rows)
+//    stay zero, whatever the init kind. The rest of the arena starts at zero (optimizer state
 //    included).
 //  - Data: `data` is an llm.c token file (TokenData.h: order fixed by (seed, step, global sample),
 //    B = batch.micro_batch, T = batch.seq_len) or "synthetic": token t of global sample s (s as in

@@ -193,18 +193,19 @@ Status runCpuKernel(const KernelCall& c, const CpuGroupAllReduce& groupAllReduce
       // y[o, k] = x[o, c·inner + k]: this rank's block of every row (no communication). With padded
       // blocks x has `total` elements a row and y's elements past them are zero.
       const int64_t n = c.group.empty() ? 1 : int64_t(c.group.size());
-      if (c.member < 0 || c.member >= n || c.total <= 0 || c.total > n * c.inner ||
-          elems("x") != c.outer * c.total || elems("y") != c.outer * c.inner)
+      const int64_t total = c.total > 0 ? c.total : n * c.inner;
+      if (c.member < 0 || c.member >= n || total > n * c.inner || elems("x") != c.outer * total ||
+          elems("y") != c.outer * c.inner)
         return Status::internal("shard_slice: member " + std::to_string(c.member) + " of " + std::to_string(n) +
                                 " with x of " + std::to_string(elems("x")) + " and y of " + std::to_string(elems("y")) +
                                 " elements does not match outer " + std::to_string(c.outer) + ", inner " +
-                                std::to_string(c.inner) + ", total " + std::to_string(c.total));
+                                std::to_string(c.inner) + ", total " + std::to_string(total));
       const float* x = F("x");
       float* y = F("y");
       const int64_t begin = c.member * c.inner;
-      const int64_t real = std::clamp<int64_t>(c.total - begin, 0, c.inner);
+      const int64_t real = std::clamp<int64_t>(total - begin, 0, c.inner);
       for (int64_t o = 0; o < c.outer; ++o) {
-        if (real > 0) std::memcpy(y + o * c.inner, x + o * c.total + begin, size_t(real) * 4);
+        if (real > 0) std::memcpy(y + o * c.inner, x + o * total + begin, size_t(real) * 4);
         std::fill(y + o * c.inner + real, y + (o + 1) * c.inner, 0.0f);
       }
       return Status::ok();

@@ -479,7 +479,6 @@ Status Checker::check() const {
       if (!gather && op_.stringAttr("op") != "sum")
         return attrError("op", "reduce_scatter supports only \"sum\" in this version, got \"" +
                                    op_.stringAttr("op") + "\"");
-      const std::string nName = "n(" + op_.stringAttr("axis") + ")";
       LLCDIST_RETURN_IF_ERROR(count(gather ? "x" : "y", prod({outer, inner}), "outer×inner"));
       return wholeSide(gather ? "y" : "x", n, outer, inner);
     }

@@ -81,7 +81,8 @@ struct KernelCall {
   ReduceOp reduceOp = ReduceOp::kSum;
   int64_t outer = 0, inner = 0;
   // all_gather / reduce_scatter / shard_slice: elements per outer row of the whole side, n·inner, or
-  // less with attr `total` (ZeRO's padded blocks: the padding is never stored on the whole side).
+  // less with attr `total` (ZeRO's padded blocks: the padding is never stored on the whole side); the
+  // interpreter always sets it, and 0 means n·inner.
   int64_t total = 0;
   // shard_slice (ZeRO plans; a kernel, no communication): this rank's member index c on the op's `axis`
   // (y[o, k] = x[o, c·inner + k]); `group` holds the axis group, so n = group.size().

@@ -223,7 +223,7 @@ private:
     Value logits = LinearOp::create(b, loc("lm_head"), act(V),
                                     WeightLayout::OutIn, x, head, Value());
     Value loss = CrossEntropyOp::create(b, loc("loss"), lossTy, logits,
-                                        fn.getArgument(1));
+                                        fn.getArgument(1), /*real_vocab=*/nullptr);
     func::ReturnOp::create(b, loc("forward"), loss);
   }
 

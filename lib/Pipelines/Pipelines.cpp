@@ -11,6 +11,9 @@ using namespace llcdist;
 void llcdist::buildTrainingPipeline(OpPassManager &pm,
                                     const TrainingPipelineOptions &o) {
   xf::buildForwardPipeline(pm, o.mesh);
+  // Megatron-LM: the vocabulary splits over tp only when vocabulary-parallel.
+  const int64_t vocabSplit = o.replicateEmbeddings ? 1 : o.mesh.tp;
+  pm.addPass(xf::createPadVocab({o.vocabDivisibleBy * vocabSplit}));
   pm.addPass(xf::createAutodiff());
   pm.addPass(xf::createRecompute({o.recompute}));
   xf::AddOptimizerOptions opt;
@@ -61,6 +64,7 @@ struct TrainingPipelineCLOptions
   Option<double> momentum{*this, "momentum", llvm::cl::init(0.0)};
   Option<double> gradClip{*this, "grad-clip", llvm::cl::init(0.0)};
   Option<bool> replicateEmbeddings{*this, "tp-replicate-embeddings", llvm::cl::init(false)};
+  Option<int64_t> vocabDivisibleBy{*this, "make-vocab-size-divisible-by", llvm::cl::init(128)};
   Option<bool> sequenceParallel{*this, "sequence-parallel", llvm::cl::init(false)};
   Option<std::string> pipelineSchedule{*this, "schedule", llvm::cl::init("1f1b")};
   Option<int64_t> virtualStages{*this, "virtual-stages", llvm::cl::init(1)};
@@ -90,6 +94,7 @@ void llcdist::registerPipelines() {
         o.momentum = c.momentum;
         o.gradClip = c.gradClip;
         o.replicateEmbeddings = c.replicateEmbeddings;
+        o.vocabDivisibleBy = c.vocabDivisibleBy;
         o.sequenceParallel = c.sequenceParallel;
         o.pipelineSchedule = c.pipelineSchedule;
         o.virtualStages = c.virtualStages;

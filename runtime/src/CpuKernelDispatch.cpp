@@ -214,17 +214,18 @@ Status runCpuKernel(const KernelCall& c, const CpuGroupAllReduce& groupAllReduce
       double mean = 0.0;
       if (c.vocabShard)
         LLCDIST_RETURN_IF_ERROR(crossEntropyForwardVocabParallel(F("logits"), I("targets"), &mean, c.M, c.V,
-                                                                 *c.vocabShard, shardReduce));
+                                                                 *c.vocabShard, shardReduce, c.realVocab));
       else
-        LLCDIST_RETURN_IF_ERROR(crossEntropyForward(F("logits"), I("targets"), nullptr, &mean, c.M, c.V));
+        LLCDIST_RETURN_IF_ERROR(
+            crossEntropyForward(F("logits"), I("targets"), nullptr, &mean, c.M, c.V, c.realVocab));
       F("loss")[0] += float(c.scale * mean);
       return Status::ok();
     }
     case K::kCrossEntropyBwd:
       if (c.vocabShard)
         return crossEntropyBackwardVocabParallel(F("logits"), I("targets"), F("dlogits"), c.M, c.V, float(c.scale),
-                                                 *c.vocabShard, shardReduce);
-      return crossEntropyBackward(F("logits"), I("targets"), F("dlogits"), c.M, c.V, float(c.scale));
+                                                 *c.vocabShard, shardReduce, c.realVocab);
+      return crossEntropyBackward(F("logits"), I("targets"), F("dlogits"), c.M, c.V, float(c.scale), c.realVocab);
     case K::kGradNorm:
       return runCpuGradNorm(
           c, [&](double* v) { return groupAllReduce(c.group, v, 1, ReduceOp::kSum); },

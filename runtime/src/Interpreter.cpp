@@ -174,6 +174,7 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
   c.K = op.intAttr("K");
   c.N = op.intAttr("N");
   c.V = op.intAttr("V");
+  c.realVocab = op.intAttr(std::string(schema::kRealVocabAttr));
   c.H = op.intAttr("H");
   c.B = op.intAttr("B");
   c.S = op.intAttr("S");

@@ -181,12 +181,26 @@ Status parsePlacements(const Doc& doc, const json& v, const std::string& path, P
 
 Status parseParam(const Doc& doc, const json& p, const std::string& path, const Manifest& m, ParamDesc* out) {
   LLCDIST_RETURN_IF_ERROR(doc.keys(p, path, {"name", "shape", "dtype", "init", "weight_decay"},
-                                   {"buffer", "grad", "placements", "sharding", "zero"}));
+                                   {"buffer", "grad", "placements", "sharding", "zero", "vocab_padded"}));
   LLCDIST_RETURN_IF_ERROR(doc.string(p, path, "name", &out->name));
   if (out->name.empty()) return doc.error(key(path, "name"), "empty parameter name");
   LLCDIST_RETURN_IF_ERROR(readShape(doc, p, path, &out->shape));
   int64_t n = 0;
   LLCDIST_RETURN_IF_ERROR(numelOf(doc, path, out->shape, &n));
+  out->fileShape = out->shape;
+  if (p.contains("vocab_padded")) {
+    const std::string vp = key(path, "vocab_padded");
+    if (!m.hasFeature(sc::kVocabPaddingFeature))
+      return doc.error(vp, "needs the feature \"vocab_padding\" in \"features\" (vocabulary padding)");
+    LLCDIST_RETURN_IF_ERROR(doc.boolean(p, path, "vocab_padded", &out->vocabPadded));
+    if (out->vocabPadded) {
+      if (out->shape.empty() || out->shape[0] != m.paddedVocabSize)
+        return doc.error(vp, "\"" + out->name + "\" has shape " + shapeString(out->shape) +
+                                 "; a vocab-padded param has model.padded_vocab_size = " +
+                                 std::to_string(m.paddedVocabSize) + " rows (dimension 0)");
+      out->fileShape[0] = m.vocabSize;  // the Hugging Face tensor: the real rows only
+    }
+  }
   std::string dtype;
   LLCDIST_RETURN_IF_ERROR(doc.string(p, path, "dtype", &dtype));
   if (!oneOf(dtype, sc::kParamDTypeNames))
@@ -368,10 +382,24 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
   }
 
   const json& model = root.at("model");
-  LLCDIST_RETURN_IF_ERROR(doc.keys(model, "model", {"name", "architecture", "vocab_size", "dtype"}));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(model, "model", {"name", "architecture", "vocab_size", "dtype"},
+                                   {"padded_vocab_size"}));
   LLCDIST_RETURN_IF_ERROR(doc.string(model, "model", "name", &m.modelName));
   LLCDIST_RETURN_IF_ERROR(doc.string(model, "model", "architecture", &m.architecture));
   LLCDIST_RETURN_IF_ERROR(doc.integer(model, "model", "vocab_size", &m.vocabSize, 1));
+  // Vocabulary padding: padded_vocab_size exactly with the feature, and larger than the real vocabulary
+  // (a plan without padding lists neither).
+  const bool vocabPadding = m.hasFeature(sc::kVocabPaddingFeature);
+  if (vocabPadding != model.contains("padded_vocab_size"))
+    return doc.error("model.padded_vocab_size", vocabPadding ? "missing: the feature \"vocab_padding\" needs it"
+                                                             : "needs the feature \"vocab_padding\" in \"features\"");
+  if (vocabPadding) {
+    LLCDIST_RETURN_IF_ERROR(doc.integer(model, "model", "padded_vocab_size", &m.paddedVocabSize, 1));
+    if (m.paddedVocabSize <= m.vocabSize)
+      return doc.error("model.padded_vocab_size", "must exceed model.vocab_size = " + std::to_string(m.vocabSize) +
+                                                      ", got " + std::to_string(m.paddedVocabSize) +
+                                                      " (a plan without padding omits it and the feature)");
+  }
   std::string dtype;
   LLCDIST_RETURN_IF_ERROR(doc.string(model, "model", "dtype", &dtype));
   if (!oneOf(dtype, sc::kParamDTypeNames))
@@ -606,6 +634,12 @@ Status readFile(const std::string& path, std::string* out) {
 int64_t ParamDesc::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t ParamDesc::fileNumel() const {
+  int64_t n = 1;
+  for (int64_t d : fileShape) n *= d;
   return n;
 }
 

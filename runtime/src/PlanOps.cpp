@@ -273,6 +273,27 @@ public:
     return Status::ok();
   }
 
+  // attrs.real_vocab, when present (vocabulary padding): only with the feature, equal to
+  // model.vocab_size, and within the op's global columns (V, times the shard_axis size).
+  Status realVocab() const {
+    const std::string attr(sc::kRealVocabAttr);
+    if (!op_.attrs.count(attr)) return Status::ok();
+    if (!manifest_.hasFeature(sc::kVocabPaddingFeature))
+      return attrError(attr.c_str(), "needs the feature \"vocab_padding\" in manifest.json \"features\"");
+    const int64_t real = op_.intAttr(attr);
+    if (real != manifest_.vocabSize)
+      return attrError(attr.c_str(), "expected model.vocab_size = " + std::to_string(manifest_.vocabSize) + ", got " +
+                                         std::to_string(real));
+    int64_t columns = I("V");
+    if (op_.attrs.count(std::string(sc::kShardAxisAttr)))
+      if (auto a = parseMeshAxis(op_.stringAttr(std::string(sc::kShardAxisAttr))))
+        columns *= manifest_.mesh().axisSize(*a);
+    if (real > columns)
+      return attrError(attr.c_str(), "the real vocabulary " + std::to_string(real) + " exceeds the logits' " +
+                                         std::to_string(columns) + " global columns");
+    return Status::ok();
+  }
+
   Status check() const;
 
 private:
@@ -413,6 +434,7 @@ Status Checker::check() const {
     case K::kCrossEntropyFwd:
     case K::kCrossEntropyBwd:
       LLCDIST_RETURN_IF_ERROR(shardAxis());
+      LLCDIST_RETURN_IF_ERROR(realVocab());
       LLCDIST_RETURN_IF_ERROR(count("logits", prod({M, V}), "M×V"));
       LLCDIST_RETURN_IF_ERROR(count("dlogits", prod({M, V}), "M×V"));
       LLCDIST_RETURN_IF_ERROR(count("targets", M, "M"));

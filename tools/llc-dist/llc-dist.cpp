@@ -109,6 +109,13 @@ SHAPES
   --tp-embeddings vocab-parallel|replicated
                          under tp: Megatron's vocabulary-parallel embedding,
                          LM head and loss (default), or keep them whole
+  --make-vocab-size-divisible-by N
+                         Megatron-LM's vocabulary padding (default 128): the
+                         embedding and LM-head rows are padded to the smallest
+                         multiple of N × tp (N alone with --tp-embeddings
+                         replicated) >= the vocabulary, so any tp splits it;
+                         the loss masks the padding out, and safetensors in
+                         and out keep the real vocabulary (llcdist-pad-vocab)
   --rank-order AXES      axes from fastest- to slowest-varying in the rank
                          number (default tp,dp,pp: Megatron's)
   --topology FILE        a node and its network (GPUs per node, NVLink and NIC
@@ -260,6 +267,9 @@ private:
   std::vector<std::string> args;
   size_t pos = 0;
 };
+
+/// The largest --make-vocab-size-divisible-by accepted.
+constexpr int64_t kMaxVocabDivisibleBy = 65536;
 
 int64_t parseInt(const std::string &flag, const std::string &v) {
   char *end = nullptr;
@@ -450,6 +460,20 @@ json statsJson(const xf::ModelStats &s) {
   j["formula"] = "training FLOPs/token = 3 × (Σ_linear 2·K·N + Σ_attention "
                  "4·S·heads·head_dim)";
   return j;
+}
+
+/// What llcdist-pad-vocab recorded: the real and padded vocabulary and the
+/// multiple; nullopt when nothing was padded.
+struct VocabPadding {
+  int64_t vocab = 0, padded = 0, multiple = 1;
+};
+std::optional<VocabPadding> vocabPaddingOf(ModuleOp m) {
+  auto d = m->getAttrOfType<DictionaryAttr>("xf.vocab_padding");
+  if (!d)
+    return std::nullopt;
+  return VocabPadding{d.getAs<IntegerAttr>("vocab_size").getInt(),
+                      d.getAs<IntegerAttr>("padded_vocab_size").getInt(),
+                      d.getAs<IntegerAttr>("multiple").getInt()};
 }
 
 /// The counts llcdist-model-stats recorded (the graph may since have been
@@ -1240,6 +1264,7 @@ int runCompile(Args &args) {
       .add("--pp-layout", &train.ppLayout)
       .add("--recompute", &train.recompute)
       .add("--zero", &train.zero)
+      .add("--make-vocab-size-divisible-by", &train.vocabDivisibleBy)
       .add("--reshard-after-forward", &reshardText)
       .add("--device", &deviceName)
       .add("--memory-budget", &budgetText)
@@ -1305,6 +1330,12 @@ int runCompile(Args &args) {
     output = "-";
   if (mesh.pp == 1 && (train.virtualStages != 1 || !train.ppLayout.empty()))
     throw UsageError{"--virtual-stages and --pp-layout need a pipeline: pp > 1 in --mesh"};
+  // A bound well above any real use (Megatron-LM uses 128) that keeps
+  // N × tp × the rows far from overflow and a typo from a huge table.
+  if (train.vocabDivisibleBy < 1 || train.vocabDivisibleBy > kMaxVocabDivisibleBy)
+    throw UsageError{"--make-vocab-size-divisible-by must be in [1, " +
+                     std::to_string(kMaxVocabDivisibleBy) + "] (Megatron-LM's default: 128; 1 pads "
+                     "only to a multiple of tp), got " + std::to_string(train.vocabDivisibleBy)};
   if (auto k = schedule::parseScheduleKind(train.pipelineSchedule); !k)
     throw UsageError{"--schedule: " + k.error().message};
   if (reshardText != "true" && reshardText != "false")
@@ -1493,6 +1524,14 @@ int runCompile(Args &args) {
     j["output"] = output;
     j["compile_ms"] = ms;
     j["stats"] = statsJson(*s);
+    if (emit == "plan") {
+      // The real vocabulary beside the padded one (equal without padding).
+      auto pad = vocabPaddingOf(*lm->module);
+      int64_t vocab = lm->config ? lm->config->vocab : (pad ? pad->vocab : 0);
+      j["vocab"] = {{"vocab_size", pad ? pad->vocab : vocab},
+                    {"padded_vocab_size", pad ? pad->padded : vocab},
+                    {"make_vocab_size_divisible_by", train.vocabDivisibleBy}};
+    }
     if (comm)
       j["collectives"] = commJson(*comm, mesh, topology, *lm->module);
     if (topology)
@@ -1548,6 +1587,16 @@ int runCompile(Args &args) {
   os << fmt::format("  parameters {} | layers {} | training FLOPs/token {}\n",
                     grouped(s->parameters), s->layers,
                     sci(s->trainingFlopsPerToken()));
+  if (auto pad = vocabPaddingOf(*lm->module))
+    os << fmt::format("  vocabulary {} padded to {} rows (a multiple of {}: "
+                      "--make-vocab-size-divisible-by {}{}); the loss masks the {} "
+                      "padding columns, safetensors keep {}\n",
+                      grouped(pad->vocab), grouped(pad->padded), pad->multiple,
+                      train.vocabDivisibleBy,
+                      pad->multiple != train.vocabDivisibleBy
+                          ? fmt::format(" × tp {}", pad->multiple / train.vocabDivisibleBy)
+                          : std::string(),
+                      pad->padded - pad->vocab, grouped(pad->vocab));
   if (lm->config)
     os << fmt::format("  seq len {} | micro-batch {} | global batch {} "
                       "({} microbatches) | dtype {}\n",

@@ -20,6 +20,10 @@ struct TrainingPipelineOptions {
   /// Under tp: keep the embeddings and the LM head whole instead of
   /// vocabulary-parallel (llcdist-tp-replicate-embeddings).
   bool replicateEmbeddings = false;
+  /// Megatron-LM's --make-vocab-size-divisible-by: the vocabulary is padded
+  /// to a multiple of this × tp (× 1 with replicateEmbeddings) by
+  /// llcdist-pad-vocab; 1 with tp = 1 pads nothing.
+  int64_t vocabDivisibleBy = 128;
   /// Megatron's sequence parallelism in the tensor-parallel region.
   bool sequenceParallel = false;
   /// Pipeline (pp > 1): the schedule (gpipe | 1f1b | interleaved | zb-h1),
@@ -39,7 +43,7 @@ struct TrainingPipelineOptions {
   bool verifyPlan = true;
 };
 
-/// The forward pipeline, then llcdist-autodiff, llcdist-add-optimizer, under
+/// The forward pipeline, then llcdist-pad-vocab, llcdist-autodiff, llcdist-add-optimizer, under
 /// tp the strategy (llcdist-megatron-tp [+ llcdist-tp-replicate-embeddings]),
 /// llcdist-partition, llcdist-pipeline-split, llcdist-lower-to-plan, on each
 /// program llcdist-plan-memory, then llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.

@@ -242,6 +242,15 @@ private:
     return attrs;
   }
 
+  /// `attrs` plus real_vocab when the loss masks vocabulary padding
+  /// (llcdist-pad-vocab).
+  SmallVector<NamedAttribute> withRealVocab(std::optional<uint64_t> real,
+                                            SmallVector<NamedAttribute> attrs) {
+    if (real)
+      attrs.push_back(i64("real_vocab", int64_t(*real)));
+    return attrs;
+  }
+
   /// rope_fwd / rope_bwd attributes for x [B, S, n·hd].
   SmallVector<NamedAttribute> ropeAttrs(Value x, int64_t hd, APFloat theta,
                                         DictionaryAttr scaling) {
@@ -368,6 +377,9 @@ private:
   int64_t zero = 0, dp = 1;
   /// Mixed precision (bf16 values in the IR): see param().
   bool mixed = false;
+  /// Parameters whose dimension 0 llcdist-pad-vocab padded past the real
+  /// vocabulary (the manifest's `vocab_padded`).
+  std::set<std::string> vocabPadded;
   /// ZeRO-3: whether the backward gathers a layer's parameters again (true:
   /// FSDP's reshard_after_forward) or reuses the forward's gathered copy,
   /// kept alive in between (`gathered`, by microbatch slot and name).
@@ -594,9 +606,10 @@ LogicalResult Lowering::lowerOpImpl(Operation *op, Scope &s) {
         kernel("cross_entropy_fwd",
                {arg("logits", use(s, ce.getLogits())),
                 arg("targets", use(s, ce.getTargets())), arg("loss", lossBuf)},
-               withShardAxis(op, {i64("M", numel(ce.getTargets())),
-                                  i64("V", lastDim(ce.getLogits())),
-                                  f64("scale", 1.0 / double(microbatches))}),
+               withRealVocab(ce.getRealVocab(),
+                             withShardAxis(op, {i64("M", numel(ce.getTargets())),
+                                                i64("V", lastDim(ce.getLogits())),
+                                                f64("scale", 1.0 / double(microbatches))})),
                loc);
         return success();
       })
@@ -606,9 +619,10 @@ LogicalResult Lowering::lowerOpImpl(Operation *op, Scope &s) {
         kernel("cross_entropy_bwd",
                {arg("logits", use(s, g.getLogits())),
                 arg("targets", use(s, g.getTargets())), arg("dlogits", d)},
-               withShardAxis(op, {i64("M", numel(g.getTargets())),
-                                  i64("V", lastDim(g.getLogits())),
-                                  f64("scale", g.getScale().convertToDouble())}),
+               withRealVocab(g.getRealVocab(),
+                             withShardAxis(op, {i64("M", numel(g.getTargets())),
+                                                i64("V", lastDim(g.getLogits())),
+                                                f64("scale", g.getScale().convertToDouble())})),
                loc);
         return success();
       })
@@ -997,6 +1011,8 @@ LogicalResult Lowering::lowerOptimizer(func::FuncOp fn) {
                                        b.getBoolAttr(decays));
       if (p.sharding)
         pop->setAttr("sharding", p.sharding);
+      if (vocabPadded.count(name)) // dim 0 padded past the real vocabulary
+        pop->setAttr("vocab_padded", b.getUnitAttr());
       if (!updatesHere(name)) // reports: updated (and counted) on its home stage
         pop->setAttr("pipeline.replica_of", b.getI64IntegerAttr(replicaOf[name]));
       if (zero > 0) {
@@ -1036,14 +1052,20 @@ DictionaryAttr Lowering::manifest(func::FuncOp entry) {
   // After llcdist-partition the ids are one dp rank's: the micro-batch.
   int64_t microBatch = module->hasAttr("xf.partition") ? ids.getDimSize(0)
                                                         : ids.getDimSize(0) / dp;
+  SmallVector<NamedAttribute> modelAttrs{
+      b.getNamedAttr("name", get("name") ? get("name") : b.getStringAttr("model")),
+      b.getNamedAttr("architecture", get("architecture") ? get("architecture") : b.getStringAttr("")),
+      b.getNamedAttr("vocab_size", get("vocab_size") ? get("vocab_size") : b.getI64IntegerAttr(0)),
+      str("dtype", mixed ? "bf16" : "f32"),
+  };
+  // Vocabulary padding (llcdist-pad-vocab): the real vocabulary is the
+  // loss's, the padded one the tables' rows.
+  if (auto pad = module->getAttrOfType<DictionaryAttr>("xf.vocab_padding")) {
+    modelAttrs[2] = b.getNamedAttr("vocab_size", pad.get("vocab_size"));
+    modelAttrs.push_back(b.getNamedAttr("padded_vocab_size", pad.get("padded_vocab_size")));
+  }
   SmallVector<NamedAttribute> m{
-      b.getNamedAttr("model",
-                     b.getDictionaryAttr({
-                         b.getNamedAttr("name", get("name") ? get("name") : b.getStringAttr("model")),
-                         b.getNamedAttr("architecture", get("architecture") ? get("architecture") : b.getStringAttr("")),
-                         b.getNamedAttr("vocab_size", get("vocab_size") ? get("vocab_size") : b.getI64IntegerAttr(0)),
-                         str("dtype", mixed ? "bf16" : "f32"),
-                     })),
+      b.getNamedAttr("model", b.getDictionaryAttr(modelAttrs)),
       b.getNamedAttr("batch",
                      b.getDictionaryAttr({
                          i64("seq_len", ids.getDimSize(1)),
@@ -1075,6 +1097,10 @@ LogicalResult Lowering::prepare(func::FuncOp &entry, func::FuncOp &opt) {
   if (!opt)
     return module.emitError("llcdist-lower-to-plan: run llcdist-add-optimizer "
                             "first (no function is marked xf.optimizer)");
+  if (auto pad = module->getAttrOfType<DictionaryAttr>("xf.vocab_padding"))
+    if (auto names = pad.getAs<ArrayAttr>("params"))
+      for (Attribute n : names)
+        vocabPadded.insert(cast<StringAttr>(n).str());
   // The runtime stores f32 or bf16 (and computes in f32). bf16 values make
   // a mixed-precision plan: bf16 parameters (a working copy), gradients and
   // activations; f32 master weights, optimizer state and statistics.

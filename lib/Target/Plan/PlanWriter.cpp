@@ -170,6 +170,8 @@ json paramJson(plan::ProgramOp program, plan::ParamOp p) {
             {"weight_decay", p.getWeightDecay()}};
   if (!sharding.is_null())
     j["sharding"] = sharding;
+  if (p->hasAttr("vocab_padded"))
+    j["vocab_padded"] = true;
   if (auto z = p->getAttrOfType<DictionaryAttr>("zero"))
   {
     j["zero"] = {{"axis", z.getAs<StringAttr>("axis").str()},
@@ -258,6 +260,8 @@ FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
       manifest["features"].push_back("zero");
       break;
     }
+  if (manifest["model"].contains("padded_vocab_size"))
+    manifest["features"].push_back(std::string(schema::kVocabPaddingFeature));
   manifest["params"] = params;
   manifest["programs"] = programList;
   out.manifest = manifest;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct RowStats {
   double sumExp;  // Σ exp(x - max)
 };
 
+// Over the first V columns (the real vocabulary; padding columns after them are never read).
 RowStats rowStats(const float* x, int64_t V) {
   float mx = *std::max_element(x, x + V);
   double sum = 0.0;
@@ -31,13 +33,23 @@ RowStats rowStats(const float* x, int64_t V) {
 
 }  // namespace
 
+// 0 < realV <= V: the columns the loss reads (realV 0: all V).
+Status checkRealVocab(int64_t realV, int64_t V) {
+  if (realV < 0 || realV > V)
+    return Status::invalidArgument("cross_entropy: real vocabulary " + std::to_string(realV) +
+                                   " is outside [1, " + std::to_string(V) + "] (the logits' columns)");
+  return Status::ok();
+}
+
 Status crossEntropyForward(const float* logits, const int32_t* targets, float* losses, double* meanLoss,
-                           int64_t M, int64_t V) {
+                           int64_t M, int64_t V, int64_t realV) {
+  LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V));
+  const int64_t R = realV > 0 ? realV : V;
   double total = 0.0;
   for (int64_t m = 0; m < M; ++m) {
-    LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, V));
+    LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, R));
     const float* x = logits + m * V;
-    const RowStats st = rowStats(x, V);
+    const RowStats st = rowStats(x, R);
     const double loss = double(st.max) + std::log(st.sumExp) - double(x[targets[m]]);
     if (losses) losses[m] = static_cast<float>(loss);
     total += loss;
@@ -47,17 +59,22 @@ Status crossEntropyForward(const float* logits, const int32_t* targets, float* l
 }
 
 Status crossEntropyBackward(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
-                            int64_t V, float scale) {
-  for (int64_t m = 0; m < M; ++m) LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, V));
+                            int64_t V, float scale, int64_t realV) {
+  LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V));
+  const int64_t R = realV > 0 ? realV : V;
+  for (int64_t m = 0; m < M; ++m) LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, R));
   for (int64_t m = 0; m < M; ++m) {
     const float* x = logits + m * V;
     float* d = dlogits + m * V;
-    const RowStats st = rowStats(x, V);
+    const RowStats st = rowStats(x, R);
     const double inv = 1.0 / st.sumExp;
-    for (int64_t j = 0; j < V; ++j) {
+    for (int64_t j = 0; j < R; ++j) {
       const double p = std::exp(double(x[j] - st.max)) * inv;
       d[j] = static_cast<float>((p - (j == targets[m] ? 1.0 : 0.0)) * scale);
     }
+    // Padding columns are outside the softmax: exactly zero gradient, so the padded rows of the LM head
+    // get none either.
+    std::fill(d + R, d + V, 0.0f);
   }
   return Status::ok();
 }
@@ -71,16 +88,27 @@ struct GlobalRowStats {
   std::vector<double> sumExp, targetLogit;
 };
 
-Status vocabParallelStats(const float* logits, const int32_t* targets, int64_t M, int64_t V,
+// The local columns [0, n) of this shard that hold real vocabulary: global columns below realV (realV 0:
+// all of them). A shard may hold padding only (n = 0).
+int64_t realColumns(int64_t V, int64_t realV, const VocabShard& shard) {
+  if (realV <= 0) return V;
+  return std::clamp<int64_t>(realV - shard.index * V, 0, V);
+}
+
+Status vocabParallelStats(const float* logits, const int32_t* targets, int64_t M, int64_t V, int64_t realV,
                           const VocabShard& shard, const ShardAllReduceF64& reduce, GlobalRowStats* out) {
   if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
     return Status::invalidArgument("cross_entropy: vocabulary shard " + std::to_string(shard.index) + " of " +
                                    std::to_string(shard.count) + " is invalid");
   if (!reduce) return Status::invalidArgument("cross_entropy: vocabulary-parallel call without an all-reduce");
+  LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V * shard.count));
   // Every target checked before the first collective, so a bad batch fails every member alike.
-  for (int64_t m = 0; m < M; ++m) LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, V * shard.count));
-  std::vector<double> mx(static_cast<size_t>(M));
-  for (int64_t m = 0; m < M; ++m) mx[size_t(m)] = double(*std::max_element(logits + m * V, logits + (m + 1) * V));
+  for (int64_t m = 0; m < M; ++m)
+    LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, realV > 0 ? realV : V * shard.count));
+  const int64_t n = realColumns(V, realV, shard);
+  std::vector<double> mx(static_cast<size_t>(M), -std::numeric_limits<double>::infinity());
+  if (n > 0)
+    for (int64_t m = 0; m < M; ++m) mx[size_t(m)] = double(*std::max_element(logits + m * V, logits + m * V + n));
   LLCDIST_RETURN_IF_ERROR(reduce(mx.data(), M, /*max=*/true));
   // [Σ exp(x - max) for every row | target logit for every row], one sum.
   std::vector<double> sums(size_t(2 * M), 0.0);
@@ -91,10 +119,10 @@ Status vocabParallelStats(const float* logits, const int32_t* targets, int64_t M
     out->max[size_t(m)] = gmax;
     const float* x = logits + m * V;
     double sum = 0.0;
-    for (int64_t j = 0; j < V; ++j) sum += std::exp(double(x[j] - gmax));
+    for (int64_t j = 0; j < n; ++j) sum += std::exp(double(x[j] - gmax));
     sums[size_t(m)] = sum;
     const int64_t local = int64_t(targets[m]) - begin;
-    if (local >= 0 && local < V) sums[size_t(M + m)] = double(x[local]);
+    if (local >= 0 && local < n) sums[size_t(M + m)] = double(x[local]);
   }
   LLCDIST_RETURN_IF_ERROR(reduce(sums.data(), 2 * M, /*max=*/false));
   out->sumExp.assign(sums.begin(), sums.begin() + M);
@@ -105,9 +133,10 @@ Status vocabParallelStats(const float* logits, const int32_t* targets, int64_t M
 }  // namespace
 
 Status crossEntropyForwardVocabParallel(const float* logits, const int32_t* targets, double* meanLoss, int64_t M,
-                                        int64_t V, const VocabShard& shard, const ShardAllReduceF64& reduce) {
+                                        int64_t V, const VocabShard& shard, const ShardAllReduceF64& reduce,
+                                        int64_t realV) {
   GlobalRowStats st;
-  LLCDIST_RETURN_IF_ERROR(vocabParallelStats(logits, targets, M, V, shard, reduce, &st));
+  LLCDIST_RETURN_IF_ERROR(vocabParallelStats(logits, targets, M, V, realV, shard, reduce, &st));
   double total = 0.0;
   for (int64_t m = 0; m < M; ++m)
     total += double(st.max[size_t(m)]) + std::log(st.sumExp[size_t(m)]) - st.targetLogit[size_t(m)];
@@ -117,20 +146,22 @@ Status crossEntropyForwardVocabParallel(const float* logits, const int32_t* targ
 
 Status crossEntropyBackwardVocabParallel(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
                                          int64_t V, float scale, const VocabShard& shard,
-                                         const ShardAllReduceF64& reduce) {
+                                         const ShardAllReduceF64& reduce, int64_t realV) {
   GlobalRowStats st;
-  LLCDIST_RETURN_IF_ERROR(vocabParallelStats(logits, targets, M, V, shard, reduce, &st));
+  LLCDIST_RETURN_IF_ERROR(vocabParallelStats(logits, targets, M, V, realV, shard, reduce, &st));
   const int64_t begin = shard.index * V;
+  const int64_t n = realColumns(V, realV, shard);
   for (int64_t m = 0; m < M; ++m) {
     const float* x = logits + m * V;
     float* d = dlogits + m * V;
     const float gmax = st.max[size_t(m)];
     const double inv = 1.0 / st.sumExp[size_t(m)];
     const int64_t target = int64_t(targets[m]) - begin;
-    for (int64_t j = 0; j < V; ++j) {
+    for (int64_t j = 0; j < n; ++j) {
       const double p = std::exp(double(x[j] - gmax)) * inv;
       d[j] = static_cast<float>((p - (j == target ? 1.0 : 0.0)) * scale);
     }
+    std::fill(d + n, d + V, 0.0f);  // padding columns: outside the softmax, zero gradient
   }
   return Status::ok();
 }

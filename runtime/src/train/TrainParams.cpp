@@ -55,15 +55,20 @@ Status importParams(const Manifest& manifest, Interpreter& interp, const std::st
     names.insert(p.name);
     const TensorInfo* t = reader.find(p.name);
     if (!t)
-      return fileErr(Status::notFound("tensor '" + p.name + "' (parameter of shape " + shapeStr(p.shape) +
+      return fileErr(Status::notFound("tensor '" + p.name + "' (parameter of shape " + shapeStr(p.fileShape) +
                                       ") is missing from the file"));
-    if (t->shape != p.shape)
-      return fileErr(Status::invalidArgument("tensor '" + p.name + "' has shape " + shapeStr(t->shape) +
-                                             " but the plan's parameter has shape " + shapeStr(p.shape)));
+    if (t->shape != p.fileShape)
+      return fileErr(Status::invalidArgument(
+          "tensor '" + p.name + "' has shape " + shapeStr(t->shape) + " but the plan's parameter has shape " +
+          shapeStr(p.fileShape) +
+          (p.vocabPadded ? " (the real vocabulary of " + std::to_string(manifest.vocabSize) + " rows; the plan pads it to " +
+                               std::to_string(manifest.paddedVocabSize) + ")"
+                         : std::string())));
     const ParamDesc::Placement* pl = p.placementIn(int64_t(interp.programIndex()));
     if (!pl) continue;  // no copy on this rank's program (another pipeline stage holds it)
-    std::vector<float> full(size_t(p.numel()));
-    LLCDIST_RETURN_IF_ERROR(reader.readF32(p.name, full.data(), p.numel()));
+    // The file holds the real rows (the global tensor's first fileNumel elements); padding rows are zero.
+    std::vector<float> full(size_t(p.numel()), 0.0f);
+    LLCDIST_RETURN_IF_ERROR(reader.readF32(p.name, full.data(), p.fileNumel()));
     if (!p.sharding && !p.bufferHoldsBlock()) {
       LLCDIST_RETURN_IF_ERROR(interp.writeF32(pl->buffer, full.data()));
       continue;
@@ -134,11 +139,17 @@ Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, 
     const int64_t held = p.bufferHoldsBlock() ? p.blockNumel() : p.localNumel();
     std::vector<float> v(static_cast<size_t>(held));
     switch (p.init.kind) {
-      case ParamInit::Kind::kNormal:
+      case ParamInit::Kind::kNormal: {
+        // Real elements by global index (so any padding initializes the same real rows); vocabulary
+        // padding rows (global elements from fileNumel on) start at zero.
+        const int64_t real = p.fileNumel();
         forEachHeld(p, holdingOf(manifest, p, interp.rank()), [&](int64_t l, int64_t g, int64_t count) {
-          initNormal(v.data() + l, seed, p.name, g, count, float(p.init.std));
+          const int64_t n = std::clamp<int64_t>(real - g, 0, count);
+          if (n > 0) initNormal(v.data() + l, seed, p.name, g, n, float(p.init.std));
+          fillConstant(v.data() + l + n, count - n, 0.0f);
         });
         break;
+      }
       case ParamInit::Kind::kZeros: fillConstant(v.data(), held, 0.0f); break;
       case ParamInit::Kind::kOnes:  // the real elements only: a padded block's padding stays zero
         forEachHeld(p, holdingOf(manifest, p, interp.rank()),
@@ -207,8 +218,9 @@ Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ran
       if (owner[c] < 0)  // the loader makes every program holding the param hold all its shards and blocks
         return Status::internal("param '" + p.name + "': no rank holds shard " + std::to_string(int64_t(c) / numBlocks) +
                                 (numBlocks > 1 ? " block " + std::to_string(int64_t(c) % numBlocks) : std::string()));
+    full.resize(size_t(p.fileNumel()));  // vocabulary padding rows are not part of the HF tensor
     values.push_back(std::move(full));
-    tensors.push_back({p.name, DType::kF32, p.shape, values.back().data()});
+    tensors.push_back({p.name, DType::kF32, p.fileShape, values.back().data()});
   }
   return writeSafetensors(path, std::move(tensors), {{"format", "pt"}});
 }

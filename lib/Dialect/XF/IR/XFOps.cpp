@@ -232,5 +232,13 @@ LogicalResult CrossEntropyOp::verify() {
       logits.getShape().drop_back() != targets.getShape())
     return emitOpError("logits must be targets' shape + [vocab]; got logits ")
            << logits << " and targets " << targets;
+  // Vocabulary padding: the real vocabulary is at most the global columns
+  // (the local ones times tp once vocabulary-parallel; not checked then).
+  if (auto real = getRealVocab()) {
+    if (*real < 1 || (!(*this)->hasAttr("xf.vocab_parallel_axis") &&
+                      int64_t(*real) > logits.getShape().back()))
+      return emitOpError("real_vocab must be in [1, ")
+             << logits.getShape().back() << "] (the logits' columns), got " << *real;
+  }
   return success();
 }

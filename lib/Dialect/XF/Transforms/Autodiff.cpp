@@ -129,7 +129,7 @@ private:
                               "by the entry function");
       Value d = CrossEntropyGradOp::create(
           b, ce.getLoc(), ce.getLogits().getType(), fwd(ce.getLogits()),
-          fwd(ce.getTargets()), b.getF64FloatAttr(*lossScale));
+          fwd(ce.getTargets()), b.getF64FloatAttr(*lossScale), ce.getRealVocabAttr());
       addGrad(ce.getLogits(), d);
       return success();
     }

@@ -74,6 +74,9 @@ struct KernelCall {
   // its coordinate on the axis, count = the axis size); nullopt without shard_axis.
   std::vector<int> group;
   std::optional<VocabShard> vocabShard;
+  // cross_entropy_* attr `real_vocab` (vocabulary padding): global columns >= realVocab are padding; 0
+  // when absent (every column is vocabulary).
+  int64_t realVocab = 0;
   // Sequence-parallel position embedding (pos_embedding_fwd / pos_embedding_bwd_weight with attr
   // `shard_axis`): the first global position of this rank's S positions, c·S with c its coordinate on
   // the axis; 0 without shard_axis. (No collective: `group` stays empty.)

@@ -178,12 +178,16 @@ void accumulateInto(const float* x, float* y, int64_t n);
 // ---------------------------------------------------------------------------------------------------
 // *meanLoss = (1/M) Σ_m -log softmax(logits[m])[targets[m]], computed with max subtraction, the mean
 // accumulated in double. losses [M] (per token) may be null. A target outside [0,V) is an error.
+// Vocabulary padding (Megatron's --make-vocab-size-divisible-by): with 0 < realV <= V only the first realV
+// columns are the vocabulary; the rest are padding, outside the softmax (never read) and with exactly
+// zero gradient, so the result is bitwise the unpadded op's on the first realV columns. realV 0 = V.
 Status crossEntropyForward(const float* logits, const int32_t* targets, float* losses, double* meanLoss,
-                           int64_t M, int64_t V);
+                           int64_t M, int64_t V, int64_t realV = 0);
 // dlogits[M,V] = (softmax(logits) - onehot(targets)) * scale. scale = 1/M for a plain mean, 1/(M·micro)
-// under gradient accumulation over `micro` microbatches. dlogits may alias logits.
+// under gradient accumulation over `micro` microbatches. dlogits may alias logits. Padding columns
+// (j >= realV, realV > 0) get dlogits 0.
 Status crossEntropyBackward(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
-                            int64_t V, float scale);
+                            int64_t V, float scale, int64_t realV = 0);
 
 // Vocabulary-parallel cross entropy (Megatron's vocab_parallel_cross_entropy): logits [M,V] hold the
 // global columns [c·V, (c+1)·V) of a V·count vocabulary (c = shard.index); targets are global ids in
@@ -193,14 +197,17 @@ Status crossEntropyBackward(const float* logits, const int32_t* targets, float* 
 // in row order). The same max subtraction in f32 and per-element terms as crossEntropyForward, so the
 // result equals the unsharded one up to the order of the Σ exp terms; every member gets identical
 // bits. `reduce` is called exactly twice, by every member alike (also when shard.count == 1).
+// realV (0 < realV <= V·count; 0 = all): global columns >= realV are vocabulary padding, outside the
+// softmax; a shard holding padding only contributes -inf to the max and 0 to the sums.
 Status crossEntropyForwardVocabParallel(const float* logits, const int32_t* targets, double* meanLoss, int64_t M,
-                                        int64_t V, const VocabShard& shard, const ShardAllReduceF64& reduce);
+                                        int64_t V, const VocabShard& shard, const ShardAllReduceF64& reduce,
+                                        int64_t realV = 0);
 // dlogits[M,V] = (softmax_global(logits) - onehot(targets)) · scale on the local columns; the global
 // max and Σ exp are recomputed with the same two all-reduces as the forward. dlogits may alias
-// logits.
+// logits. Padding columns (global index >= realV > 0) get dlogits 0.
 Status crossEntropyBackwardVocabParallel(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
                                          int64_t V, float scale, const VocabShard& shard,
-                                         const ShardAllReduceF64& reduce);
+                                         const ShardAllReduceF64& reduce, int64_t realV = 0);
 
 // ---------------------------------------------------------------------------------------------------
 // Optimizers, gradient clipping, LR schedules (Optimizer.cpp), matching torch.optim.

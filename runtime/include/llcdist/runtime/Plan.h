@@ -93,7 +93,13 @@ struct ParamDesc {
   // The zero block's shape: localShape with dim 0 divided by the zero axis size, rounded up (padded
   // blocks); = localShape without `zero`.
   std::vector<int64_t> blockShape;
+  // params[].vocab_padded (feature "vocab_padding"): dim 0 is the vocabulary, padded to
+  // model.padded_vocab_size rows. The rows past model.vocab_size start at zero and are never in a
+  // safetensors file: --init-from reads fileShape and zero-fills them, --save-params strips them.
+  bool vocabPadded = false;
+  std::vector<int64_t> fileShape;         // the Hugging Face tensor: `shape`, real rows only if padded
   int64_t numel() const;                  // of the global tensor
+  int64_t fileNumel() const;              // of fileShape: the global tensor's first fileNumel elements
   int64_t localNumel() const;
   int64_t blockNumel() const;
   // What the param's buffers hold: the value buffer the zero block under stage 3, the gradient the
@@ -119,6 +125,8 @@ struct Manifest {
   std::string modelName, architecture;
   schema::ElemType modelDtype = schema::ElemType::kF32;  // model.dtype: f32 or bf16 (descriptive)
   int64_t vocabSize = 0;
+  // model.padded_vocab_size (feature "vocab_padding"; > vocabSize), 0 without padding.
+  int64_t paddedVocabSize = 0;
   int64_t seqLen = 0, microBatch = 0, microbatches = 0, dataParallel = 0, globalBatch = 0;
   int64_t meshDp = 1, meshTp = 1, meshPp = 1;
   std::array<MeshAxis, 3> rankOrder = {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp};  // fastest first

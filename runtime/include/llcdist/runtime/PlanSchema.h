@@ -25,9 +25,14 @@ inline constexpr int64_t kArenaAlignment = 64;        // every buffer offset is 
 //               program per stage, params placed by "placements", send/recv ops.
 //   "zero":     ZeRO sharding of params, gradients and optimizer state (docs/plan-format.md "ZeRO plans"):
 //               params[].zero {axis, stage}, the shard_slice op.
+//   "vocab_padding": the embedding / LM-head rows padded past the real vocabulary (Megatron's
+//               --make-vocab-size-divisible-by; docs/plan-format.md "Vocabulary padding"):
+//               model.padded_vocab_size, params[].vocab_padded, cross_entropy_* attr real_vocab.
 inline constexpr std::string_view kPipelineFeature = "pipeline";
 inline constexpr std::string_view kZeroFeature = "zero";
-inline constexpr std::array<std::string_view, 2> kKnownFeatures = {kPipelineFeature, kZeroFeature};
+inline constexpr std::string_view kVocabPaddingFeature = "vocab_padding";
+inline constexpr std::array<std::string_view, 3> kKnownFeatures = {kPipelineFeature, kZeroFeature,
+                                                                   kVocabPaddingFeature};
 // ZeRO stages a param's "zero" may name (params[].zero.stage): 1 optimizer state, 2 + gradients, 3 +
 // parameters (the param's buffer holds only this rank's block).
 inline constexpr int64_t kMinZeroStage = 1;
@@ -55,6 +60,10 @@ inline constexpr std::array<std::string_view, 3> kDefaultRankOrder = {"tp", "dp"
 // of pos_embedding_fwd / pos_embedding_bwd_weight that makes them sequence-parallel (the op's S is then
 // the local sequence length; the rank holds positions [c·S, (c+1)·S)).
 inline constexpr std::string_view kShardAxisAttr = "shard_axis";
+// The optional int attr of cross_entropy_fwd / cross_entropy_bwd under vocabulary padding (feature
+// "vocab_padding"): the real vocabulary; global logit columns at or above it are padding, outside the
+// softmax and with zero gradient.
+inline constexpr std::string_view kRealVocabAttr = "real_vocab";
 // The optional attr of grad_norm naming the pipeline axis: the rank's squared norm is all-reduced (sum,
 // f64) over that axis's group before the square root, so every stage clips with the global norm.
 inline constexpr std::string_view kStageAxisAttr = "stage_axis";
@@ -238,7 +247,9 @@ inline constexpr A kCeFwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}
 inline constexpr A kCeBwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R},
                                    {"dlogits", One, F, W, "logits"}};
 // `shard_axis` (optional): vocabulary-parallel logits; V is the local column count (see plan-format.md).
-inline constexpr T kCeAttrs[] = {{"M", Int}, {"V", Int}, {"scale", Flt}, {"shard_axis", Str, false}};
+// `real_vocab` (optional): the real vocabulary under vocabulary padding (global columns >= it are padding).
+inline constexpr T kCeAttrs[] = {{"M", Int}, {"V", Int}, {"scale", Flt}, {"shard_axis", Str, false},
+                                 {"real_vocab", Int, false}};
 // `sharded` (optional list) holds gradients of sharded params: their squared sums are all-reduced
 // over `axis` (required iff `sharded` is present). `stage_axis` (optional): the rank's total squared
 // norm is all-reduced over that axis (pipeline stages) before the square root. `grads` is optional so

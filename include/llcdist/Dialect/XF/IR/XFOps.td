@@ -242,12 +242,16 @@ def XF_CrossEntropyOp : XF_Op<"cross_entropy", [Pure]> {
   let description = [{
     `mean over (b, s) of -log softmax(logits[b, s, :])[targets[b, s]]`;
     logits [B, S, V], targets [B, S]; the result is a 0-d f32 tensor.
+    With `real_vocab` (set by llcdist-pad-vocab) only the first `real_vocab`
+    columns (global vocabulary ids) are the vocabulary: the padding columns
+    after them are outside the softmax and get zero gradient.
 
     ```mlir
     %loss = xf.cross_entropy %logits, %targets : (tensor<2x32x256xf32>, tensor<2x32xi32>) -> tensor<f32>
     ```
   }];
-  let arguments = (ins XF_FloatTensor:$logits, XF_IdTensor:$targets);
+  let arguments = (ins XF_FloatTensor:$logits, XF_IdTensor:$targets,
+                       OptionalAttr<I64Attr>:$real_vocab);
   let results = (outs 0DTensorOf<[F32]>:$loss);
   let assemblyFormat = "$logits `,` $targets attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

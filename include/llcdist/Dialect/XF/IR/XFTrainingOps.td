@@ -152,9 +152,11 @@ def XF_CrossEntropyGradOp : XF_GradOp<"cross_entropy_grad",
   let summary = "dLogits of the loss: (softmax(logits) - onehot(targets)) · scale";
   let description = [{
     `scale` is 1 / (tokens per microbatch × microbatches): the step's loss is
-    the mean over every token of every microbatch.
+    the mean over every token of every microbatch. `real_vocab` as on
+    xf.cross_entropy: padding columns get exactly zero.
   }];
-  let arguments = (ins XF_FloatTensor:$logits, XF_IdTensor:$targets, F64Attr:$scale);
+  let arguments = (ins XF_FloatTensor:$logits, XF_IdTensor:$targets, F64Attr:$scale,
+                       OptionalAttr<I64Attr>:$real_vocab);
   let results = (outs XF_FloatTensor:$result);
 }
 

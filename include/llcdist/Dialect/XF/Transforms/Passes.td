@@ -10,8 +10,8 @@ def AttachMesh : Pass<"llcdist-attach-mesh", "mlir::ModuleOp"> {
     Adds the device mesh as an upstream `shard.grid @mesh` with axes
     (dp, tp, pp), recorded by name in the grid's `xf.mesh_axes` attribute,
     and checks that the mesh divides the model: tp must divide every
-    attention's num_heads and the vocabulary (the token embedding's rows);
-    kv heads must be divisible by tp or divide it (kv heads then replicate);
+    attention's num_heads; kv heads must be divisible by tp or divide it
+    (kv heads then replicate);
     dp must divide the batch; pp must not exceed the number of layers.
     A mesh that does not divide the model is a located error that names the
     quantity and the fix.
@@ -53,6 +53,46 @@ def ModelStats : Pass<"llcdist-model-stats", "mlir::ModuleOp"> {
                                    parameters = 124439808 : i64, training_flops_per_token = 854438400 : i64}}
     ```
   }];
+}
+
+def PadVocab : Pass<"llcdist-pad-vocab", "mlir::ModuleOp"> {
+  let summary = "pad the embedding and LM-head rows to a multiple (Megatron-LM)";
+  let description = [{
+    Megatron-LM's `--make-vocab-size-divisible-by`: the vocabulary V (the
+    loss's logit columns) is padded to Vp, the smallest multiple of
+    `multiple` >= V. `llc-dist compile` passes 128 × tp (128 alone under
+    `--tp-embeddings replicated`), so the vocabulary-parallel embedding, LM
+    head and loss split evenly over tp, whatever V is. The token embedding's
+    table and the LM head's weight (tied or not; `xf.linear out_in` feeding
+    the loss) get Vp rows; the logits get Vp columns; `xf.cross_entropy`
+    records `real_vocab = V`, so the padding columns are outside the softmax
+    and get exactly zero gradient (and so do the padded rows of the
+    embedding and the LM head). The module records
+    `xf.vocab_padding = {vocab_size, padded_vocab_size, multiple, params}`
+    for the lowering (the manifest's `padded_vocab_size` and `vocab_padded`
+    params: the runtime starts the padding rows at zero, and `--init-from`
+    and `--save-params` read and write Hugging Face's real rows only).
+    A vocabulary that is a multiple already is left alone (no attribute).
+    Runs after llcdist-model-stats, so `xf.stats` (and `llc-dist info`)
+    count the real vocabulary.
+
+    Before (`--llcdist-pad-vocab="multiple=8"`, V = 5):
+    ```mlir
+    %wte = xf.param "wte" : tensor<5x4xf32>
+    %logits = xf.linear out_in %h, %wte : (tensor<2x3x4xf32>, tensor<5x4xf32>) -> tensor<2x3x5xf32>
+    %loss = xf.cross_entropy %logits, %t : (tensor<2x3x5xf32>, tensor<2x3xi32>) -> tensor<f32>
+    ```
+    After:
+    ```mlir
+    %wte = xf.param "wte" : tensor<8x4xf32>
+    %logits = xf.linear out_in %h, %wte : (tensor<2x3x4xf32>, tensor<8x4xf32>) -> tensor<2x3x8xf32>
+    %loss = xf.cross_entropy %logits, %t {real_vocab = 5 : i64} : (tensor<2x3x8xf32>, tensor<2x3xi32>) -> tensor<f32>
+    ```
+  }];
+  let options = [
+    Option<"multiple", "multiple", "int64_t", "128",
+           "pad the vocabulary to a multiple of this (llc-dist: --make-vocab-size-divisible-by × tp)">,
+  ];
 }
 
 def Autodiff : Pass<"llcdist-autodiff", "mlir::ModuleOp"> {

@@ -479,3 +479,11 @@ func.func @clip() {
   xf.clip_grad_norm {max_norm = -1.0 : f64}
   return
 }
+
+// -----
+
+func.func @f(%logits: tensor<2x3x8xf32>, %t: tensor<2x3xi32>) -> tensor<f32> {
+  // expected-error @+1 {{real_vocab must be in [1, 8] (the logits' columns), got 9}}
+  %loss = xf.cross_entropy %logits, %t {real_vocab = 9 : i64} : (tensor<2x3x8xf32>, tensor<2x3xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -69,7 +69,7 @@ struct PadVocabPass : public llcdist::xf::impl::PadVocabBase<PadVocabPass> {
     // multiple, as a second run of the pass does.
     const int64_t vocab = ce.getRealVocab() ? int64_t(*ce.getRealVocab()) : current;
     const int64_t padded = (vocab + m - 1) / m * m;
-    if (padded == current)
+    if (current % m == 0)
       return;
     if (ce.getRealVocab())
       return fail(ce, "the vocabulary is padded already (to " + std::to_string(current) +

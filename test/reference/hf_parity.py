@@ -133,6 +133,51 @@ def llama_loss(P, cfg, ids, targets):
     return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
+# --- The state_dict transformers builds from the config ---------------------------
+def hf_shapes(cfg):
+    """Every tensor of GPT2LMHeadModel / LlamaForCausalLM(config).state_dict()
+    that a checkpoint stores (tied weights once, as save_pretrained writes
+    them), name -> shape: what `from_pretrained` loads without conversion.
+    The vocabulary is the config's: a plan that pads it must strip it."""
+    if "GPT2LMHeadModel" in cfg.get("architectures", []):
+        H, V, L = cfg["n_embd"], cfg["vocab_size"], cfg["n_layer"]
+        inner = cfg.get("n_inner") or 4 * H
+        out = {"transformer.wte.weight": [V, H], "transformer.wpe.weight": [cfg["n_positions"], H],
+               "transformer.ln_f.weight": [H], "transformer.ln_f.bias": [H]}
+        for i in range(L):
+            p = f"transformer.h.{i}."
+            out.update({p + "ln_1.weight": [H], p + "ln_1.bias": [H], p + "ln_2.weight": [H], p + "ln_2.bias": [H],
+                        p + "attn.c_attn.weight": [H, 3 * H], p + "attn.c_attn.bias": [3 * H],
+                        p + "attn.c_proj.weight": [H, H], p + "attn.c_proj.bias": [H],
+                        p + "mlp.c_fc.weight": [H, inner], p + "mlp.c_fc.bias": [inner],
+                        p + "mlp.c_proj.weight": [inner, H], p + "mlp.c_proj.bias": [H]})
+        return out
+    H, V, L, I = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
+    nh = cfg["num_attention_heads"]
+    nkv = cfg.get("num_key_value_heads", nh)
+    hd = cfg.get("head_dim", H // nh)
+    out = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H]}
+    if not cfg.get("tie_word_embeddings"):
+        out["lm_head.weight"] = [V, H]
+    for i in range(L):
+        p = f"model.layers.{i}."
+        out.update({p + "input_layernorm.weight": [H], p + "post_attention_layernorm.weight": [H],
+                    p + "self_attn.q_proj.weight": [nh * hd, H], p + "self_attn.k_proj.weight": [nkv * hd, H],
+                    p + "self_attn.v_proj.weight": [nkv * hd, H], p + "self_attn.o_proj.weight": [H, nh * hd],
+                    p + "mlp.gate_proj.weight": [I, H], p + "mlp.up_proj.weight": [I, H],
+                    p + "mlp.down_proj.weight": [H, I]})
+    return out
+
+
+def check_hf_layout(cfg, tensors, path):
+    want = hf_shapes(cfg)
+    got = {n: list(t.shape) for n, t in tensors.items()}
+    bad = sorted(set(want) ^ set(got)) + sorted(n for n in want if n in got and want[n] != got[n])
+    for n in bad:
+        print(f"{path}: {n}: transformers expects {want.get(n)}, the file has {got.get(n)}")
+    return not bad
+
+
 def lr_at(s, step):
     warm, mx = s["warmup_steps"], s["max_lr"]
     if step < warm:
@@ -156,7 +201,13 @@ def main():
     log = [json.loads(line) for line in open(args.log)]
     loss_fn = gpt2_loss if "GPT2LMHeadModel" in cfg.get("architectures", []) else llama_loss
 
-    P = {k: v.requires_grad_(True) for k, v in read_safetensors(args.init).items()}
+    init = read_safetensors(args.init)
+    ok = check_hf_layout(cfg, init, args.init)
+    pad = man["model"].get("padded_vocab_size")
+    if pad:
+        print(f"vocabulary {man['model']['vocab_size']} padded to {pad} in the plan; "
+              f"the files hold {cfg['vocab_size']} rows")
+    P = {k: v.requires_grad_(True) for k, v in init.items()}
     decay = {p["name"]: p["weight_decay"] for p in man["params"]}
     groups = [{"params": [P[n] for n in P if decay[n]], "weight_decay": man["optimizer"]["weight_decay"]},
               {"params": [P[n] for n in P if not decay[n]], "weight_decay": 0.0}]
@@ -173,7 +224,6 @@ def main():
     T, Bm, M = b["seq_len"], b["micro_batch"], b["microbatches"]
     G = Bm * M * b["dp"]
     samples = (len(tokens) - 1) // T
-    ok = True
     for step, rec in enumerate(log):
         for g in opt.param_groups:
             g["lr"] = lr_at(sched, step)
@@ -199,6 +249,7 @@ def main():
         opt.step()
 
     final = read_safetensors(args.final)
+    ok = check_hf_layout(cfg, final, args.final) and ok
     worst = max((P[n].detach() - final[n]).abs().max().item() for n in P)
     print(f"final parameters: max |torch - llc-dist| = {worst:.3e} (atol {args.param_atol:g})")
     if worst > args.param_atol or set(final) != set(P):

@@ -2,8 +2,11 @@
 #include "PlanTestUtil.h"
 
 #include "llcdist/runtime/Plan.h"
+#include "llcdist/runtime/Safetensors.h"
+#include "llcdist/runtime/Train.h"
 
 #include <functional>
+#include <sstream>
 #include <string>
 
 namespace llcdist::rt {
@@ -435,6 +438,126 @@ TEST_F(PlanLoaderTest, ShardedParamErrors) {
   expectError(fixOps(shardWte({{"axis", "tp"}}, {16, 16})), {"params[0].sharding.dim", "missing"});
   expectError(fixOps(shardWte({{"axis", "tp"}, {"dim", 0}, {"split", 2}}, {16, 16})), {"params[0].sharding.split", "unknown field"});
   expectError(fixOps(shardWte({{"axis", "tp"}, {"dim", 0}, {"blocks", 0}}, {16, 16})), {"params[0].sharding.blocks", ">= 1"});
+}
+
+}  // namespace
+}  // namespace llcdist::rt
+
+namespace llcdist::rt {
+namespace {
+
+// Vocabulary padding (feature "vocab_padding"): the base plan's 32 rows as 30 real + 2 padding.
+class VocabPaddingLoaderTest : public PlanLoaderTest {
+protected:
+  VocabPaddingLoaderTest() : padded(base) {
+    padded.manifest["features"] = {"vocab_padding"};
+    padded.manifest["model"]["vocab_size"] = 30;
+    padded.manifest["model"]["padded_vocab_size"] = 32;
+    padded.manifest["params"][0]["vocab_padded"] = true;
+    padded.manifest["params"][1]["vocab_padded"] = true;
+    forwardOp(padded, 3)["attrs"]["real_vocab"] = 30;
+  }
+  void expectPaddedError(const std::function<void(testing::PlanBuilder&)>& mutate, std::vector<std::string> parts) {
+    testing::PlanBuilder b = padded;
+    mutate(b);
+    Status s = load(b);
+    ASSERT_FALSE(s.isOk()) << "expected an error containing '" << parts[0] << "'";
+    for (const std::string& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << s.message();
+  }
+  testing::PlanBuilder padded;
+};
+
+TEST_F(VocabPaddingLoaderTest, PaddedPlanLoads) {
+  padded.write(dir);
+  auto plan = loadPlan(dir.string());
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  const Manifest& m = plan->manifest;
+  EXPECT_EQ(m.vocabSize, 30);
+  EXPECT_EQ(m.paddedVocabSize, 32);
+  EXPECT_TRUE(m.params[0].vocabPadded);
+  EXPECT_EQ(m.params[0].shape, (std::vector<int64_t>{32, 16}));
+  EXPECT_EQ(m.params[0].fileShape, (std::vector<int64_t>{30, 16}));
+  EXPECT_EQ(m.params[0].fileNumel(), 30 * 16);
+  EXPECT_EQ(plan->programs[0].subroutines[1].ops[3].intAttr("real_vocab"), 30);
+}
+
+TEST_F(VocabPaddingLoaderTest, Errors) {
+  expectError([](auto& b) { b.manifest["model"]["padded_vocab_size"] = 64; },
+              {"manifest.json", "model.padded_vocab_size", "needs the feature \"vocab_padding\""});
+  expectPaddedError([](auto& b) { b.manifest["model"].erase("padded_vocab_size"); },
+                    {"model.padded_vocab_size", "missing: the feature \"vocab_padding\" needs it"});
+  expectPaddedError([](auto& b) { b.manifest["model"]["padded_vocab_size"] = 30; },
+                    {"model.padded_vocab_size", "must exceed model.vocab_size = 30, got 30"});
+  expectPaddedError([](auto& b) { b.manifest["model"]["padded_vocab_size"] = "32"; },
+                    {"model.padded_vocab_size", "integer"});
+  expectPaddedError([](auto& b) { b.manifest["model"]["padded_vocab_size"] = 40; },
+                    {"params[0].vocab_padded", "has shape [32, 16]; a vocab-padded param has model.padded_vocab_size = 40 rows"});
+  expectPaddedError([](auto& b) { b.manifest["params"][0]["vocab_padded"] = 1; }, {"params[0].vocab_padded"});
+  expectError([](auto& b) { b.manifest["params"][0]["vocab_padded"] = true; },
+              {"params[0].vocab_padded", "needs the feature \"vocab_padding\""});
+  expectError([](auto& b) { forwardOp(b, 3)["attrs"]["real_vocab"] = 32; },
+              {"ops[3].attrs.real_vocab", "needs the feature \"vocab_padding\""});
+  expectPaddedError([](auto& b) { forwardOp(b, 3)["attrs"]["real_vocab"] = 31; },
+                    {"ops[3].attrs.real_vocab", "expected model.vocab_size = 30, got 31"});
+  expectPaddedError([](auto& b) { forwardOp(b, 3)["attrs"]["real_vocab"] = 0; }, {"ops[3].attrs.real_vocab", ">= 1"});
+}
+
+// Training a padded plan: the padding rows start at zero and stay there; --save-params writes the 30
+// real rows; --init-from takes a 30-row file (and refuses the 32-row shape, naming both sizes); 0
+// steps round-trip a file bit for bit.
+TEST_F(VocabPaddingLoaderTest, SaveStripsAndImportPads) {
+  padded.write(dir);
+  RunOptions o;
+  o.planDir = dir.string();
+  o.steps = 2;
+  o.quiet = true;
+  o.seed = 5;
+  o.saveParams = (dir / "out.safetensors").string();
+  std::ostringstream progress;
+  RunResult r;
+  ASSERT_TRUE(runTraining(o, progress, &r).isOk());
+  auto reader = SafetensorsReader::open(o.saveParams);
+  ASSERT_TRUE(reader.isOk()) << reader.status().toString();
+  for (const char* name : {"transformer.wte.weight", "lm_head.weight"}) {
+    const TensorInfo* t = reader->find(name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->shape, (std::vector<int64_t>{30, 16})) << name;
+  }
+  // Round trip.
+  o.steps = 0;
+  o.initFrom = o.saveParams;
+  o.saveParams = (dir / "again.safetensors").string();
+  ASSERT_TRUE(runTraining(o, progress, &r).isOk());
+  auto again = SafetensorsReader::open(o.saveParams);
+  ASSERT_TRUE(again.isOk());
+  for (const TensorInfo& t : reader->tensors()) {
+    auto a = reader->readF32(t.name), b = again->readF32(t.name);
+    ASSERT_TRUE(a.isOk() && b.isOk());
+    EXPECT_EQ(a.value(), b.value()) << t.name;
+  }
+  // A file with the padded shape is not a Hugging Face file of this model.
+  std::vector<float> big(32 * 16, 0.0f);
+  std::vector<TensorToWrite> tensors;
+  std::vector<std::vector<float>> keep;
+  for (const TensorInfo& t : reader->tensors()) {
+    keep.push_back(reader->readF32(t.name).value());
+    std::vector<int64_t> shape = t.shape;
+    if (shape[0] == 30) {
+      shape[0] = 32;
+      keep.back().resize(32 * 16, 0.0f);
+    }
+    tensors.push_back({t.name, DType::kF32, shape, keep.back().data()});
+  }
+  const std::string wrong = (dir / "padded.safetensors").string();
+  ASSERT_TRUE(writeSafetensors(wrong, std::move(tensors), {{"format", "pt"}}).isOk());
+  o.initFrom = wrong;
+  o.saveParams.clear();
+  Status s = runTraining(o, progress, &r);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("has shape [32, 16] but the plan's parameter has shape [30, 16] (the real vocabulary of "
+                             "30 rows; the plan pads it to 32)"),
+            std::string::npos)
+      << s.message();
 }
 
 }  // namespace

@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 namespace llcdist::rt {
@@ -575,6 +577,129 @@ TEST_F(VocabParallelTrainTest, TensorParallelTrainingMatchesOneRank) {
         }
     }
   EXPECT_GT(res[1].steps[0].gradNorm, 0.0);
+}
+
+}  // namespace
+}  // namespace llcdist::rt
+
+namespace llcdist::rt {
+namespace {
+
+// In-test all-reduce over n threads (member order, f64): each call blocks until every member deposited
+// its values for this round, then every member gets the same reduction.
+class ThreadReduce {
+public:
+  explicit ThreadReduce(int n) : n_(n), slots_(size_t(n)) {}
+  ShardAllReduceF64 member(int m) {
+    return [this, m](double* v, int64_t count, bool max) {
+      std::unique_lock<std::mutex> lock(mu_);
+      const int64_t round = round_;
+      slots_[size_t(m)].assign(v, v + count);
+      if (++arrived_ == n_) {
+        result_ = slots_[0];
+        for (int k = 1; k < n_; ++k)
+          for (int64_t i = 0; i < count; ++i)
+            result_[size_t(i)] = max ? std::max(result_[size_t(i)], slots_[size_t(k)][size_t(i)])
+                                     : result_[size_t(i)] + slots_[size_t(k)][size_t(i)];
+        arrived_ = 0;
+        ++round_;
+        cv_.notify_all();
+      } else {
+        cv_.wait(lock, [&] { return round_ != round; });
+      }
+      std::copy(result_.begin(), result_.begin() + count, v);
+      return Status::ok();
+    };
+  }
+
+private:
+  int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::vector<double>> slots_;
+  std::vector<double> result_;
+  int arrived_ = 0;
+  int64_t round_ = 0;
+};
+
+// Vocabulary padding (attr real_vocab): logits with R = 11 real columns padded to V = 16 (garbage in
+// the padding, large enough to dominate an unmasked softmax) give the unpadded kernel's loss and
+// real-column gradient bit for bit, and exactly zero gradient in the padding columns.
+TEST(VocabPaddingKernelTest, PaddingColumnsAreOutsideTheSoftmax) {
+  const int64_t M = 5, R = 11, V = 16;
+  const std::vector<float> real = testing::randn(M * R, 7, 2.0f);
+  std::vector<float> padded(size_t(M * V));
+  const std::vector<float> junk = testing::randn(M * (V - R), 8, 50.0f);
+  for (int64_t m = 0; m < M; ++m) {
+    std::copy(real.begin() + m * R, real.begin() + (m + 1) * R, padded.begin() + m * V);
+    for (int64_t j = R; j < V; ++j) padded[size_t(m * V + j)] = 100.0f + junk[size_t(m * (V - R) + j - R)];
+  }
+  const std::vector<int32_t> targets = testing::randIds(M, int32_t(R), 9);
+  double want = 0, got = 0;
+  ASSERT_TRUE(crossEntropyForward(real.data(), targets.data(), nullptr, &want, M, R).isOk());
+  ASSERT_TRUE(crossEntropyForward(padded.data(), targets.data(), nullptr, &got, M, V, R).isOk());
+  EXPECT_EQ(std::memcmp(&want, &got, sizeof(double)), 0) << want << " vs " << got;
+  std::vector<float> dwant(size_t(M * R)), dgot(size_t(M * V), -1.0f);
+  ASSERT_TRUE(crossEntropyBackward(real.data(), targets.data(), dwant.data(), M, R, 0.125f).isOk());
+  ASSERT_TRUE(crossEntropyBackward(padded.data(), targets.data(), dgot.data(), M, V, 0.125f, R).isOk());
+  for (int64_t m = 0; m < M; ++m) {
+    EXPECT_EQ(std::memcmp(dwant.data() + m * R, dgot.data() + m * V, size_t(R) * 4), 0) << "row " << m;
+    for (int64_t j = R; j < V; ++j) EXPECT_EQ(dgot[size_t(m * V + j)], 0.0f) << "row " << m << " column " << j;
+  }
+  // A target in the padding is outside the vocabulary; real_vocab beyond the columns is refused.
+  const int32_t pad[1] = {int32_t(R)};
+  Status s = crossEntropyForward(padded.data(), pad, nullptr, &got, 1, V, R);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("outside the vocabulary [0, 11)"), std::string::npos) << s.message();
+  s = crossEntropyForward(padded.data(), targets.data(), nullptr, &got, M, V, V + 1);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("real vocabulary 17 is outside [1, 16]"), std::string::npos) << s.message();
+}
+
+// Vocabulary-parallel over 4 members with 4 local columns each and R = 6 real columns: member 1 holds
+// 2 real and 2 padding columns, members 2 and 3 padding only. Every member's loss equals the unpadded
+// kernel's on the 6 real columns (up to the order of Σ exp), its gradient the unpadded one on its real
+// columns, and exactly zero on the padding.
+TEST(VocabPaddingKernelTest, VocabParallelShardsOfPaddingOnly) {
+  const int64_t M = 3, n = 4, V = 4, R = 6;
+  const std::vector<float> real = testing::randn(M * R, 11, 2.0f);
+  const std::vector<int32_t> targets = testing::randIds(M, int32_t(R), 12);
+  double want = 0;
+  ASSERT_TRUE(crossEntropyForward(real.data(), targets.data(), nullptr, &want, M, R).isOk());
+  std::vector<float> dwant(size_t(M * R));
+  ASSERT_TRUE(crossEntropyBackward(real.data(), targets.data(), dwant.data(), M, R, 0.5f).isOk());
+  ThreadReduce fwd{int(n)}, bwd{int(n)};
+  std::vector<double> loss(static_cast<size_t>(n), 0.0);
+  std::vector<std::vector<float>> grads(size_t(n), std::vector<float>(size_t(M * V), -1.0f));
+  std::vector<Status> status(size_t(2 * n));
+  std::vector<std::thread> threads;
+  for (int64_t c = 0; c < n; ++c)
+    threads.emplace_back([&, c] {
+      std::vector<float> local(size_t(M * V));
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < V; ++j) {
+          const int64_t g = c * V + j;
+          local[size_t(m * V + j)] = g < R ? real[size_t(m * R + g)] : 1e4f;  // padding: huge
+        }
+      status[size_t(c)] = crossEntropyForwardVocabParallel(local.data(), targets.data(), &loss[size_t(c)], M, V,
+                                                           {c, n}, fwd.member(int(c)), R);
+      status[size_t(n + c)] = crossEntropyBackwardVocabParallel(local.data(), targets.data(), grads[size_t(c)].data(),
+                                                                M, V, 0.5f, {c, n}, bwd.member(int(c)), R);
+    });
+  for (auto& t : threads) t.join();
+  for (const Status& s : status) ASSERT_TRUE(s.isOk()) << s.toString();
+  for (int64_t c = 0; c < n; ++c) {
+    EXPECT_NEAR(loss[size_t(c)], want, 1e-12 * std::fabs(want)) << "member " << c;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < V; ++j) {
+        const int64_t g = c * V + j;
+        const float d = grads[size_t(c)][size_t(m * V + j)];
+        if (g < R)
+          EXPECT_NEAR(d, dwant[size_t(m * R + g)], 1e-7f) << "member " << c << " row " << m << " column " << g;
+        else
+          EXPECT_EQ(d, 0.0f) << "member " << c << " row " << m << " padding column " << g;
+      }
+  }
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ const char *kCompileHelp = R"(llc-dist compile MODEL [options] -o OUT
 
 Imports MODEL as an xf forward graph on global shapes and compiles its
 training step. Passes: cse, llcdist-attach-mesh, llcdist-model-stats (the
-forward graph; --emit xf stops here), then llcdist-autodiff,
+forward graph; --emit xf stops here), then llcdist-pad-vocab, llcdist-autodiff,
 llcdist-add-optimizer, [under tp: llcdist-megatron-tp], llcdist-partition,
 llcdist-pipeline-split, llcdist-lower-to-plan, llcdist-plan-memory. The same
 pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
@@ -837,6 +837,8 @@ int runInfo(Args &args) {
       j["head_dim"] = c.headDim;
       j["intermediate_size"] = c.intermediate;
       j["vocab_size"] = c.vocab;
+      // The padded rows of a plan at tp=1 with the default divisor (128).
+      j["padded_vocab_size_tp1"] = (c.vocab + 127) / 128 * 128;
       j["tie_word_embeddings"] = c.tieEmbeddings;
     }
     json stats = statsJson(*s);
@@ -859,6 +861,12 @@ int runInfo(Args &args) {
                       c.hidden, c.heads, c.kvHeads, c.headDim, c.intermediate);
     os << fmt::format("vocab             {}{}\n", c.vocab,
                       c.tieEmbeddings ? " (tied embeddings)" : "");
+    // What a plan pads it to (llcdist-pad-vocab), at the default
+    // --make-vocab-size-divisible-by 128; the counts above stay the real ones.
+    if (c.vocab % 128 != 0)
+      os << fmt::format("                  padded in plans to a multiple of 128 × tp "
+                        "(--make-vocab-size-divisible-by): {} at tp=1, {} at tp=8\n",
+                        (c.vocab + 127) / 128 * 128, (c.vocab + 1023) / 1024 * 1024);
   }
   os << fmt::format("seq len           {}\n", s->seqLen);
   os << fmt::format("training FLOPs    {} per token\n",

@@ -16,7 +16,9 @@
 //    initNormal(seed, name, i) × std, i the GLOBAL index, so a sharded param's shard holds exactly the
 //    values of the full tensor there; zeros; ones), or, with initFrom, from a safetensors file by
 //    Hugging Face name: every param must be present with exactly its (full) shape (F32, BF16, F16 or
-//    F64, converted to f32), each rank taking its shard, and the file must hold no other tensor. A rank
+//    F64, converted to f32), each rank taking its shard, and the file must hold no other tensor. A
+//    vocab-padded param (params[].vocab_padded) has its real rows in the file (model.vocab_size; its
+//    Hugging Face shape) and its padding rows start at zero, as they do without initFrom. A rank
 //    writes the params placed in its program (params[].placements), each into that placement's buffer;
 //    a param placed in several programs (tied weights across stages) gets the same values in every
 //    copy. A ZeRO stage-3 param (params[].zero; docs/plan-format.md "ZeRO plans") gets the rank's block
@@ -52,7 +54,8 @@
 //  - bf16 params (params[].dtype "bf16"): init computes the f32 value (initNormal × std, zeros, ones) and
 //    rounds it to bf16 (nearest even); --init-from rounds the file's values (converted to f32 first) the
 //    same way; --save-params still writes F32, the bf16 values converted exactly.
-//  - saveParams: every param by name in its Hugging Face shape as F32 safetensors (metadata
+//  - saveParams: every param by name in its Hugging Face shape (vocab-padded params: the real rows
+//    only) as F32 safetensors (metadata
 //    {"format": "pt"}), written atomically (temporary file + rename) after the last step; sharded params
 //    are gathered from their shards (ZeRO-3 params: from the blocks of each shard). Every copy of a
 //    replicated param (and every replica of a shard, or of a ZeRO-3 block of a shard; under ZeRO 1/2

@@ -4,7 +4,8 @@
 // GPT-2 with 257 tokens (tied embeddings) and tiny Llama with 300 (untied LM
 // head), neither divisible by tp, against ONE device with NO padding (the
 // real vocabulary, divisible-by 1): tp ∈ {2, 4} with and without sequence
-// parallelism, with pp = 2, and with --tp-embeddings replicated, each padded
+// parallelism, with pp = 2, with --tp-embeddings replicated, and with ZeRO 1
+// and 3 over dp = 2 (the padded table's rows in ZeRO blocks), each padded
 // differently (257 -> 512 at tp=2 and tp=4, 384 at tp=1; 300 -> 512, 384),
 // reproduce the losses and the saved (real-vocabulary) parameters. Also:
 // padding rows that start at arbitrary values never move and never touch
@@ -35,10 +36,11 @@ struct Config {
   int64_t dp = 1, tp = 1, pp = 1;
   bool sequenceParallel = false, replicated = false;
   int64_t divisibleBy = 128;
+  int64_t zero = 0;
   std::string name() const {
     return "dp" + std::to_string(dp) + "-tp" + std::to_string(tp) + "-pp" + std::to_string(pp) +
            (sequenceParallel ? "-sp" : "") + (replicated ? "-repl" : "") + "-div" +
-           std::to_string(divisibleBy);
+           std::to_string(divisibleBy) + (zero ? "-zero" + std::to_string(zero) : "");
   }
 };
 
@@ -50,6 +52,7 @@ TrainingPipelineOptions options(const Config &c, const std::string &optimizer) {
   opt.sequenceParallel = c.sequenceParallel;
   opt.replicateEmbeddings = c.replicated;
   opt.vocabDivisibleBy = c.divisibleBy;
+  opt.zero = c.zero;
   return opt;
 }
 
@@ -73,13 +76,12 @@ void golden(const std::string &model, const std::string &optimizer) {
       {1, 2, 1, true}, {1, 4, 1, true},   // sequence parallelism
       {1, 2, 2}, {1, 4, 2}, {1, 2, 2, true}, // with a pipeline (pp = 2)
       {1, 2, 1, false, true}, {1, 4, 1, false, true}, {1, 2, 2, false, true}, // replicated
+      {2, 2, 1, false, false, 128, 1}, {2, 2, 1, false, false, 128, 3}, // ZeRO blocks of padded rows
   };
   for (const Config &c : configs)
     expectSame(ref, train(model, c, optimizer), model + " " + optimizer + " " + c.name(), tol);
 }
 
-// The rows of `name` at and past `vocab` (of `hidden` columns) in a plan
-// without the padding's zero init: they must still hold their Philox values.
 } // namespace
 
 TEST(VocabPadding, TinyGPT2SGD) { golden(kGPT2, "sgd"); }

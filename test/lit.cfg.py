@@ -10,7 +10,7 @@ config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.llcdist_obj_root, "test")
-config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs", "hf_parity.py"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "Inputs", "hf_parity.py", "hf_load.py"]
 
 config.environment["FILECHECK_OPTS"] = "--enable-var-scope"
 config.substitutions.append(("%models", os.path.join(config.llcdist_src_root, "models")))
@@ -40,5 +40,18 @@ else:
     if os.environ.get("LLCDIST_REQUIRE_TORCH") == "1":
         lit_config.fatal("LLCDIST_REQUIRE_TORCH=1 but no python3 can import torch "
                          "and numpy (apt-get install python3-torch python3-numpy)")
+
+# Hugging Face transformers itself (test/reference/hf_load.py): a virtual
+# environment over Debian's torch that scripts/setup-deps.sh makes in .venv-hf/
+# (Debian 12 packages no transformers). LLCDIST_REQUIRE_TORCH=1 requires it too.
+hf_python = os.path.join(config.llcdist_src_root, ".venv-hf", "bin", "python")
+if os.path.exists(hf_python) and subprocess.run(
+        [hf_python, "-c", "import transformers, torch, numpy"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
+    config.available_features.add("transformers")
+    config.substitutions.append(("%hf_python", hf_python))
+elif os.environ.get("LLCDIST_REQUIRE_TORCH") == "1":
+    lit_config.fatal("LLCDIST_REQUIRE_TORCH=1 but " + hf_python + " cannot import "
+                     "transformers (run scripts/setup-deps.sh)")
 config.substitutions.append(("%data", os.path.join(config.llcdist_src_root, "data")))
 config.substitutions.append(("%reference", os.path.join(config.llcdist_src_root, "test", "reference")))

@@ -3,6 +3,9 @@
 #include "PlanOps.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
 
 namespace llcdist::rt {
 
@@ -556,25 +559,50 @@ Status checkAliasing(const Doc& doc, const std::string& path, const Program& pro
     return key(key(path, "args"), std::string(a.role)) +
            (sc::isListArity(a.arity) ? "[" + std::to_string(u.k) + "]" : "");
   };
-  for (size_t x = 0; x < uses.size(); ++x)
-    for (size_t y = x + 1; y < uses.size(); ++y) {
+  // Only pairs whose bytes overlap can break the rule: sweep the uses in
+  // offset order (an op's list args grow with the layers, e.g. grad_norm
+  // over every gradient, so all pairs would be quadratic). The error names
+  // the first offending pair in argument order, as a pairwise scan would.
+  std::vector<size_t> byOffset;
+  for (size_t u = 0; u < uses.size(); ++u)
+    if (prog.buffers[size_t(uses[u].id)].bytes > 0) byOffset.push_back(u);
+  std::sort(byOffset.begin(), byOffset.end(), [&](size_t a, size_t b) {
+    return prog.buffers[size_t(uses[a].id)].offset < prog.buffers[size_t(uses[b].id)].offset;
+  });
+  std::optional<std::pair<size_t, size_t>> bad;
+  std::vector<size_t> open;  // uses whose bytes reach past the current offset
+  for (size_t u : byOffset) {
+    const BufferDesc& bu = prog.buffers[size_t(uses[u].id)];
+    open.erase(std::remove_if(open.begin(), open.end(),
+                              [&](size_t o) {
+                                const BufferDesc& bo = prog.buffers[size_t(uses[o].id)];
+                                return bo.offset + bo.bytes <= bu.offset;
+                              }),
+               open.end());
+    for (size_t o : open) {
+      size_t x = std::min(o, u), y = std::max(o, u);
       const sc::ArgSpec& ax = spec.args[uses[x].role];
       const sc::ArgSpec& ay = spec.args[uses[y].role];
       if (ax.access == sc::ArgAccess::kRead && ay.access == sc::ArgAccess::kRead) continue;
       const BufferDesc& bx = prog.buffers[size_t(uses[x].id)];
       const BufferDesc& by = prog.buffers[size_t(uses[y].id)];
-      const bool overlap = bx.bytes > 0 && by.bytes > 0 && bx.offset < by.offset + by.bytes &&
-                           by.offset < bx.offset + bx.bytes;
-      if (!overlap) continue;
       const bool exact = bx.offset == by.offset && bx.bytes == by.bytes;
       if (exact && ((ax.access != sc::ArgAccess::kRead && aliasAllowed(ax, ay.role)) ||
                     (ay.access != sc::ArgAccess::kRead && aliasAllowed(ay, ax.role))))
         continue;
-      return doc.error(where(uses[y]), "buffer " + std::to_string(uses[y].id) + " (\"" + by.name + "\") overlaps " +
-                                           where(uses[x]) + " (buffer " + std::to_string(uses[x].id) + ", \"" +
-                                           bx.name + "\") in the arena, and op \"" + std::string(spec.name) +
-                                           "\" does not allow that alias");
+      if (!bad || std::make_pair(x, y) < *bad) bad = std::make_pair(x, y);
     }
+    open.push_back(u);
+  }
+  if (bad) {
+    const Use &ux = uses[bad->first], &uy = uses[bad->second];
+    const BufferDesc& bx = prog.buffers[size_t(ux.id)];
+    const BufferDesc& by = prog.buffers[size_t(uy.id)];
+    return doc.error(where(uy), "buffer " + std::to_string(uy.id) + " (\"" + by.name + "\") overlaps " + where(ux) +
+                                    " (buffer " + std::to_string(ux.id) + ", \"" + bx.name +
+                                    "\") in the arena, and op \"" + std::string(spec.name) +
+                                    "\" does not allow that alias");
+  }
   return Status::ok();
 }
 

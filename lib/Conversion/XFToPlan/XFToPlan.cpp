@@ -115,10 +115,12 @@ private:
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPoint(firstSubroutine);
     std::string sym = "b" + std::to_string(nextBuffer++);
-    plan::BufferOp::create(b, module.getLoc(), b.getStringAttr(sym),
-                           TypeAttr::get(type), b.getStringAttr(name),
-                           b.getStringAttr(kind), IntegerAttr());
-    return FlatSymbolRefAttr::get(ctx, sym);
+    auto op = plan::BufferOp::create(b, module.getLoc(), b.getStringAttr(sym),
+                                     TypeAttr::get(type), b.getStringAttr(name),
+                                     b.getStringAttr(kind), IntegerAttr());
+    Buf ref = FlatSymbolRefAttr::get(ctx, sym);
+    bufferOps[ref] = op;
+    return ref;
   }
   RankedTensorType f32(ArrayRef<int64_t> dims) {
     return RankedTensorType::get(dims, b.getF32Type());
@@ -157,7 +159,7 @@ private:
   }
   /// Which line of the memory report a buffer counts in, when not its kind.
   void setMemoryClass(Buf buf, StringRef cls) {
-    if (auto op = program.lookupSymbol<plan::BufferOp>(buf))
+    if (auto op = bufferOps.lookup(buf))
       op->setAttr("memory_class", b.getStringAttr(cls));
   }
   /// The attributes of a ZeRO collective (or shard_slice) between the whole
@@ -361,6 +363,8 @@ private:
   plan::SubroutineOp firstSubroutine, stepBegin, forward, backward, optimizer, current;
   int64_t nextBuffer = 0;
   llvm::StringMap<unsigned> bufferNames;
+  /// This program's buffers by symbol (program.lookupSymbol walks them all).
+  llvm::DenseMap<Attribute, plan::BufferOp> bufferOps;
   llvm::StringMap<ParamInfo> params;
   std::vector<std::string> paramOrder;
   Buf lossBuf, gradNormBuf;
@@ -1135,6 +1139,7 @@ LogicalResult Lowering::prepare(func::FuncOp &entry, func::FuncOp &opt) {
 void Lowering::beginProgram(StringRef name) {
   b.setInsertionPointToEnd(module.getBody());
   program = plan::ProgramOp::create(b, module.getLoc(), name, IntegerAttr());
+  bufferOps.clear();
   b.setInsertionPointToStart(&program.getBody().emplaceBlock());
   stepBegin = plan::SubroutineOp::create(b, module.getLoc(), "step_begin");
   optimizer = plan::SubroutineOp::create(b, module.getLoc(), "optimizer");
@@ -1170,9 +1175,7 @@ void Lowering::zeroGradients(Location loc) {
             ->setAttr("plan.payload", b.getStringAttr("parameters"));
         continue;
       }
-      int64_t n = cast<RankedTensorType>(
-                      program.lookupSymbol<plan::BufferOp>(p.working).getType())
-                      .getNumElements();
+      int64_t n = bufferOps.lookup(p.working).getTensorType().getNumElements();
       kernel("cast", {arg("x", p.value), arg("y", p.working)}, {i64("n", n)}, castLoc);
     }
   SmallVector<Attribute> zeroed;
@@ -1341,7 +1344,17 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
 
   // Microbatch slots per local chunk: a slot is taken by F and freed by the
   // last action that reads the chunk's activations (B, or W when split).
+  // A freed slot is reused only with one chunk per stage and an unsplit
+  // backward (GPipe, 1F1B), where every microbatch in flight holds its whole
+  // footprint until B. Otherwise what is held changes over a microbatch's
+  // life (B frees part, W the rest) or chunks take turns, and a reused slot
+  // pins bytes the other slots need in turn: any two slots then collide at
+  // some moment and no arena layout gets near the live peak (llama3-8b
+  // tp=8 pp=4: interleaved 1.38×, ZB-H1 1.14×). One slot per microbatch
+  // keeps each buffer's life one interval, which llcdist-plan-memory packs
+  // to within a few percent of the live peak (docs/memory.md).
   int64_t localChunks = pipe.virtualStages;
+  const bool reuseSlots = localChunks == 1 && !split;
   std::vector<int64_t> slotsOf(localChunks, 0);
   std::vector<std::vector<int64_t>> freeSlots(localChunks);
   std::map<std::pair<int64_t, int64_t>, int64_t> slotOf; // (mb, chunk) -> slot
@@ -1351,7 +1364,7 @@ LogicalResult Lowering::runStage(const Pipeline &pipe, int64_t stage) {
     if (a.kind == sch::ActionKind::F) {
       auto &fs = freeSlots[a.chunk];
       int64_t slot;
-      if (fs.empty()) {
+      if (fs.empty() || !reuseSlots) {
         slot = slotsOf[a.chunk]++;
       } else {
         auto it = std::min_element(fs.begin(), fs.end());

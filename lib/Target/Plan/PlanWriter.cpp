@@ -6,6 +6,7 @@
 #include "llcdist/runtime/PlanSchema.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -146,8 +147,8 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
 
 /// The param entry of the manifest (global shape, init, sharding) from the
 /// program that updates it (or the first that holds it).
-json paramJson(plan::ProgramOp program, plan::ParamOp p) {
-  auto value = program.lookupSymbol<plan::BufferOp>(p.getValue());
+json paramJson(SymbolTable &symbols, plan::ParamOp p) {
+  auto value = symbols.lookup<plan::BufferOp>(p.getValue());
   // A split parameter: the manifest holds its global (Hugging Face) shape
   // and how it is split; its buffers hold this rank's shard.
   json sharding;
@@ -238,11 +239,12 @@ FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
     if (pipeline)
       entry["stage"] = int64_t(i);
     programList.push_back(entry);
+    SymbolTable symbols(program); // one lookup per param: O(1), not a walk of the buffers
     for (auto p : program.getBody().front().getOps<plan::ParamOp>()) {
       std::string name = p.getName().str();
       auto [it, inserted] = paramIndex.try_emplace(name, params.size());
       if (inserted) {
-        params.push_back(paramJson(program, p));
+        params.push_back(paramJson(symbols, p));
         ++out.summary.params;
       }
       auto [buffer, grad] = ids[name];

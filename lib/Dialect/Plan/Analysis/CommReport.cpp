@@ -2,6 +2,8 @@
 #include "llcdist/Dialect/Plan/Analysis/CommReport.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 
+#include "mlir/IR/SymbolTable.h"
+
 #include "llvm/ADT/StringMap.h"
 
 #include <set>
@@ -43,11 +45,12 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
     for (auto sched : program.getBody().front().getOps<ScheduleOp>())
       for (auto a : sched.getBody().front().getOps<ActionOp>())
         ++runs[a.getSubroutine()];
+    SymbolTable symbols(program); // lookups in O(1), not a walk of the buffers
     int64_t params = 0;
     for (auto p : program.getBody().front().getOps<ParamOp>())
       if (p->hasAttr("pipeline.replica_of"))
         continue; // a tied parameter's copy: its home stage reduces and updates it
-      else if (auto buf = program.lookupSymbol<BufferOp>(p.getValueAttr()))
+      else if (auto buf = symbols.lookup<BufferOp>(p.getValueAttr().getValue()))
         params += buf.getTensorType().getNumElements();
     report.localParametersPerStage.push_back(params);
     report.localParameters = std::max(report.localParameters, params);
@@ -78,7 +81,7 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
         else
           bufs.push_back(arg);
         for (Attribute a : bufs)
-          if (auto buf = program.lookupSymbol<BufferOp>(cast<FlatSymbolRefAttr>(a)))
+          if (auto buf = symbols.lookup<BufferOp>(cast<FlatSymbolRefAttr>(a).getValue()))
             e.payloadBytes += buf.getNumBytes();
         // One entry per (stage, kind, axis, payload, reason): a collective
         // repeated per layer is one line with its calls summed.

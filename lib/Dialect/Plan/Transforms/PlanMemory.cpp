@@ -24,8 +24,10 @@
 #include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <queue>
+#include <set>
 #include <tuple>
 
 #define DEBUG_TYPE "llcdist-plan-memory"
@@ -41,7 +43,6 @@ namespace schema = llcdist::rt::schema;
 
 namespace {
 constexpr int64_t kAlignment = schema::kArenaAlignment;
-constexpr int64_t kBucket = 64; // kernels per bucket of the segment index
 
 int64_t aligned(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
@@ -54,6 +55,169 @@ bool persistent(BufferOp buf) {
 struct Segment {
   int64_t first, last;
 };
+
+using Range = std::pair<int64_t, int64_t>; // bytes [first, second)
+
+/// The free bytes at the sweep's current kernel: `busy` maps the begin of
+/// every buffer live there to its end (disjoint ranges); `gaps` holds each
+/// bounded hole between them as (size, begin), so the smallest hole that
+/// fits is one lookup. Above the highest live buffer everything is free.
+class FreeSpace {
+public:
+  void insert(int64_t begin, int64_t end) {
+    auto next = busy.lower_bound(begin);
+    int64_t lo = next == busy.begin() ? 0 : std::prev(next)->second;
+    if (next != busy.end()) {
+      gaps.erase({next->first - lo, lo});
+      addGap(end, next->first);
+    }
+    addGap(lo, begin);
+    busy.emplace(begin, end);
+  }
+  void erase(int64_t begin) {
+    auto it = busy.find(begin);
+    int64_t lo = it == busy.begin() ? 0 : std::prev(it)->second;
+    gaps.erase({begin - lo, lo});
+    if (auto next = std::next(it); next != busy.end()) {
+      gaps.erase({next->first - it->second, it->second});
+      addGap(lo, next->first);
+    }
+    busy.erase(it);
+  }
+
+  /// Best fit: the start of the smallest free range of at least `size`
+  /// bytes (the lowest of equal ones) that also avoids `extra` (disjoint,
+  /// sorted), else the lowest offset above everything live that does.
+  int64_t bestFit(int64_t size, ArrayRef<Range> extra) const {
+    auto it = gaps.lower_bound({size, std::numeric_limits<int64_t>::min()});
+    if (extra.empty())
+      return it != gaps.end() ? it->second : top();
+    int64_t bestSize = std::numeric_limits<int64_t>::max(), bestAt = -1;
+    // The pieces of [lo, hi) that no extra range covers; returns where the
+    // last (open-ended when hi is unbounded) piece begins.
+    auto pieces = [&](int64_t lo, int64_t hi) {
+      auto e = std::upper_bound(extra.begin(), extra.end(), lo,
+                                [](int64_t v, const Range &r) { return v < r.second; });
+      for (; e != extra.end() && e->first < hi; ++e) {
+        int64_t piece = e->first - lo;
+        if (piece >= size && (piece < bestSize || (piece == bestSize && lo < bestAt)))
+          bestSize = piece, bestAt = lo;
+        lo = std::max(lo, e->second);
+      }
+      return lo;
+    };
+    for (; it != gaps.end(); ++it) {
+      auto [gap, lo] = *it;
+      int64_t last = pieces(lo, lo + gap);
+      int64_t piece = lo + gap - last;
+      bool untouched = last == lo;
+      if (piece >= size && (piece < bestSize || (piece == bestSize && last < bestAt)))
+        bestSize = piece, bestAt = last;
+      if (untouched)
+        break; // larger holes can only waste more (their pieces aside)
+    }
+    int64_t above = pieces(top(), std::numeric_limits<int64_t>::max());
+    return bestAt >= 0 ? bestAt : above;
+  }
+
+private:
+  int64_t top() const { return busy.empty() ? 0 : busy.rbegin()->second; }
+  void addGap(int64_t lo, int64_t hi) {
+    if (hi > lo)
+      gaps.insert({hi - lo, lo});
+  }
+  std::map<int64_t, int64_t> busy;
+  std::set<Range> gaps;
+};
+
+/// Arena offsets for buffers live in `lifetimes` (sorted segments; buffers
+/// in order of first use), `sizes` bytes each, so that two buffers share
+/// bytes only when none of their segments overlap.
+///
+/// One sweep over the kernels, buffer after buffer: a buffer goes into the
+/// smallest hole that fits between the buffers live at its first kernel
+/// (best fit, as allocators and XLA's heap simulator do), avoiding as well
+/// the buffers placed earlier that come back to life (a later segment)
+/// while it lives. Each step is O(log n) plus those returning segments, so
+/// a plan whose buffers each live once costs O(n log n).
+std::vector<int64_t> placeTransient(ArrayRef<ArrayRef<Segment>> lifetimes,
+                                    ArrayRef<int64_t> sizes) {
+  size_t n = lifetimes.size();
+  std::vector<int64_t> offsets(n, 0);
+  FreeSpace space;
+  using Event = std::tuple<int64_t, size_t>; // (kernel the bytes are free from, buffer)
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> ends;
+  // The next segment of each placed buffer that has one, not yet begun:
+  // (first kernel, buffer, segment).
+  std::set<std::tuple<int64_t, size_t, size_t>> returning;
+  std::vector<Range> extra;
+  std::vector<char> active(n, 0); // whether a buffer's bytes are in `space` now
+  for (size_t i = 0; i < n; ++i) {
+    ArrayRef<Segment> segs = lifetimes[i];
+    int64_t now = segs.front().first;
+    // Advance to `now`: free what ended, re-occupy what came back (in time
+    // order, a kernel's frees before its returns).
+    while (true) {
+      bool hasEnd = !ends.empty() && std::get<0>(ends.top()) <= now;
+      bool hasStart = !returning.empty() && std::get<0>(*returning.begin()) <= now;
+      if (hasEnd && (!hasStart || std::get<0>(ends.top()) <= std::get<0>(*returning.begin()))) {
+        auto [free, id] = ends.top();
+        ends.pop();
+        space.erase(offsets[id]);
+        active[id] = 0;
+      } else if (hasStart) {
+        auto [first, id, k] = *returning.begin();
+        returning.erase(returning.begin());
+        space.insert(offsets[id], offsets[id] + sizes[id]);
+        active[id] = 1;
+        ends.push({lifetimes[id][k].last + 1, id});
+        if (k + 1 < lifetimes[id].size())
+          returning.insert({lifetimes[id][k + 1].first, id, k + 1});
+      } else {
+        break;
+      }
+    }
+    if (sizes[i] == 0)
+      continue; // no bytes to place (and none to free later)
+    // Placed buffers that come back while this one lives (each buffer's
+    // next segment is in `returning`; its later ones are compared here).
+    extra.clear();
+    for (auto it = returning.begin();
+         it != returning.end() && std::get<0>(*it) <= segs.back().last; ++it) {
+      auto [first, id, k] = *it;
+      if (active[id])
+        continue; // its bytes are in `space` already
+      ArrayRef<Segment> x = lifetimes[id].drop_front(k);
+      size_t a = 0, c = 0;
+      while (a < x.size() && c < segs.size() && x[a].first <= segs.back().last) {
+        if (x[a].last < segs[c].first)
+          ++a;
+        else if (segs[c].last < x[a].first)
+          ++c;
+        else {
+          extra.push_back({offsets[id], offsets[id] + sizes[id]});
+          break;
+        }
+      }
+    }
+    llvm::sort(extra);
+    size_t merged = 0; // disjoint and sorted, for FreeSpace::bestFit
+    for (const Range &r : extra)
+      if (merged && r.first <= extra[merged - 1].second)
+        extra[merged - 1].second = std::max(extra[merged - 1].second, r.second);
+      else
+        extra[merged++] = r;
+    extra.resize(merged);
+    int64_t at = space.bestFit(sizes[i], extra);
+    offsets[i] = at;
+    space.insert(at, at + sizes[i]);
+    active[i] = 1;
+    ends.push({segs.front().last + 1, i});
+    if (segs.size() > 1)
+      returning.insert({segs[1].first, i, 1});
+  }
+  return offsets;
+}
 
 struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPass> {
   void runOnOperation() override {
@@ -134,121 +298,27 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     }
     int64_t base = offset;
 
-    // 3. Transient buffers, first-fit by first use, avoiding the bytes of
-    //    every placed buffer with an overlapping segment. `index[k]` lists
-    //    the placed buffers with a segment in kernels [k·kBucket, (k+1)·kBucket).
+    // 3. Transient buffers, best-fit in order of first use (placeTransient).
     llvm::stable_sort(transient, [&](BufferOp x, BufferOp y) {
       return live.lookup(x.getSymName()).front().first <
              live.lookup(y.getSymName()).front().first;
     });
-    struct Placed {
-      int64_t begin, end;
-      ArrayRef<Segment> segs;
-    };
-    std::vector<Placed> placed;
-    std::vector<std::vector<int64_t>> index(t / kBucket + 1);
-    std::vector<int64_t> seen;
-    auto overlaps = [](ArrayRef<Segment> a, ArrayRef<Segment> b) {
-      size_t i = 0, j = 0;
-      while (i < a.size() && j < b.size()) {
-        if (a[i].last < b[j].first)
-          ++i;
-        else if (b[j].last < a[i].first)
-          ++j;
-        else
-          return true;
-      }
-      return false;
-    };
-    std::vector<int64_t> liveBytes(t + 1, 0); // bytes live per kernel, for the report
-    // A sweep over time keeps, by offset, the placed buffers live at the
-    // current buffer's first kernel (`active`): they all conflict with it,
-    // already sorted. Only the others (live during its later kernels) are
-    // looked up in the segment index, tested and sorted.
-    std::map<int64_t, int64_t> active; // begin -> placed id
-    using Event = std::tuple<int64_t, int64_t, size_t>; // (kernel, placed id, segment)
-    std::priority_queue<Event, std::vector<Event>, std::greater<>> starts, ends;
-    std::vector<int64_t> activeSeg; // per placed buffer: its live segment, or -1
-    auto advance = [&](int64_t now) {
-      while (true) {
-        bool hasStart = !starts.empty() && std::get<0>(starts.top()) <= now;
-        bool hasEnd = !ends.empty() && std::get<0>(ends.top()) < now;
-        if (hasEnd && (!hasStart || std::get<0>(ends.top()) < std::get<0>(starts.top()))) {
-          auto [last, id, k] = ends.top();
-          ends.pop();
-          if (activeSeg[id] == int64_t(k)) {
-            auto it = active.find(placed[id].begin);
-            if (it != active.end() && it->second == id)
-              active.erase(it);
-            activeSeg[id] = -1;
-          }
-          continue;
-        }
-        if (!hasStart)
-          return;
-        auto [first, id, k] = starts.top();
-        starts.pop();
-        const Segment &seg = placed[id].segs[k];
-        if (seg.last >= now) {
-          active[placed[id].begin] = id;
-          activeSeg[id] = k;
-          ends.push({seg.last, id, k});
-        }
-        if (k + 1 < placed[id].segs.size())
-          starts.push({placed[id].segs[k + 1].first, id, k + 1});
-      }
-    };
-    int64_t peak = 0;
+    std::vector<ArrayRef<Segment>> lifetimes;
+    std::vector<int64_t> sizes;
     for (BufferOp buf : transient) {
-      ArrayRef<Segment> segs = live[buf.getSymName()];
-      int64_t size = aligned(buf.getNumBytes());
-      int64_t stamp = int64_t(placed.size());
-      advance(segs.front().first);
-      for (auto [begin, p] : active)
-        seen[p] = stamp;
-      std::vector<std::pair<int64_t, int64_t>> extra;
-      for (const Segment &s : segs)
-        for (int64_t k = s.first / kBucket; k <= s.last / kBucket; ++k)
-          for (int64_t p : index[k]) {
-            if (seen[p] == stamp)
-              continue; // this pair is decided (overlaps() compares all segments)
-            seen[p] = stamp;
-            if (overlaps(placed[p].segs, segs))
-              extra.push_back({placed[p].begin, placed[p].end});
-          }
-      llvm::sort(extra);
-      // First fit over the busy ranges in offset order: `active` and
-      // `extra` merged.
-      int64_t at = 0;
-      auto ai = active.begin();
-      size_t ei = 0;
-      while (ai != active.end() || ei < extra.size()) {
-        bool fromActive =
-            ai != active.end() && (ei == extra.size() || ai->first <= extra[ei].first);
-        int64_t begin = fromActive ? ai->first : extra[ei].first;
-        int64_t end = fromActive ? placed[ai->second].end : extra[ei].second;
-        if (begin - at >= size)
-          break;
-        at = std::max(at, end);
-        if (fromActive)
-          ++ai;
-        else
-          ++ei;
+      lifetimes.push_back(live[buf.getSymName()]);
+      sizes.push_back(aligned(buf.getNumBytes()));
+    }
+    std::vector<int64_t> offsets = placeTransient(lifetimes, sizes);
+    std::vector<int64_t> liveBytes(t + 1, 0); // bytes live per kernel, for the report
+    int64_t peak = 0;
+    for (auto [i, buf] : llvm::enumerate(transient)) {
+      for (const Segment &s : lifetimes[i]) {
+        liveBytes[s.first] += sizes[i];
+        liveBytes[s.last + 1] -= sizes[i];
       }
-      int64_t id = placed.size();
-      placed.push_back({at, at + size, segs});
-      seen.push_back(-1);
-      activeSeg.push_back(-1);
-      starts.push({segs.front().first, id, 0});
-      for (const Segment &s : segs) {
-        for (int64_t k = s.first / kBucket; k <= s.last / kBucket; ++k)
-          if (index[k].empty() || index[k].back() != id)
-            index[k].push_back(id);
-        liveBytes[s.first] += size;
-        liveBytes[s.last + 1] -= size;
-      }
-      peak = std::max(peak, at + size);
-      buf.setOffsetAttr(b.getI64IntegerAttr(base + at));
+      peak = std::max(peak, offsets[i] + sizes[i]);
+      buf.setOffsetAttr(b.getI64IntegerAttr(base + offsets[i]));
     }
     int64_t livePeak = 0, running = 0, peakAt = 0;
     for (auto [k, v] : llvm::enumerate(liveBytes))

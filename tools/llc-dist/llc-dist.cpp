@@ -894,6 +894,10 @@ struct StageMemory {
   int64_t other() const { return kind("input") + kind("metric") + kind("padding"); }
   /// Bytes of one class at the live peak, or 0.
   int64_t peak(const std::string &cls) const { return lookup(atPeak, cls); }
+  /// How close the arena layout gets to the bytes live at once (1 = exact).
+  double placedOverLive() const {
+    return transientLivePeak ? double(transientPeak) / double(transientLivePeak) : 1.0;
+  }
 
 private:
   static int64_t lookup(const std::map<std::string, int64_t> &m, const std::string &k) {
@@ -1566,6 +1570,7 @@ int runCompile(Args &args) {
           e[k] = v;
         e["activations_peak"] = sm.transientPeak;
         e["activations_live_peak"] = sm.transientLivePeak;
+        e["activations_placed_over_live"] = sm.placedOverLive();
         for (auto &[k, v] : sm.atPeak)
           e["at_live_peak_" + k] = v;
         e["arena"] = sm.arena;
@@ -1624,14 +1629,14 @@ int runCompile(Args &args) {
     for (const StageMemory &sm : memory) {
       os << fmt::format("    {}{} + {} + {} + {} ({}) + {} = {}{}\n"
                         "      at the live peak: activations {}, communication buffers {}, "
-                        "workspace {}\n",
+                        "workspace {}; placed / live {:.3f}\n",
                         memory.size() > 1 ? fmt::format("stage {}: ", sm.stage) : "",
                         mib(sm.kind("param")), mib(sm.kind("grad")),
                         mib(sm.kind("optimizer_state")), mib(sm.transientPeak),
                         mib(sm.transientLivePeak), mib(sm.other()), mib(sm.arena),
                         budget ? fmt::format("  (fits {}: {})", budget->name, budget->text(sm)) : "",
                         mib(sm.peak("activations")), mib(sm.peak("communication")),
-                        mib(sm.peak("workspace")));
+                        mib(sm.peak("workspace")), sm.placedOverLive());
       if (budget && budget->reserve(sm.communicators()) > 0)
         os << fmt::format("      reserved outside the arena: {} = {}\n",
                           gib(budget->reserve(sm.communicators())),

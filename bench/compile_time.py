@@ -7,6 +7,11 @@ The claim under test: compiling llama3.1-405b's forward graph takes well under
 a second, and its cost is close to the start-up floor (compiled output scales
 with layers, not with parameters).
 
+Then whole training-step plans, and tiny-llama with 128, 512 and 2,048 layers
+(configs written to a temp dir; one device, --seq-len 64): compile time must
+grow linearly with the layer count, so the 2,048-layer plan may cost at most
+20x the 128-layer one (16x the layers).
+
 usage: bench/compile_time.py [--build build] [--repeats 15] [--json OUT]
 """
 import argparse
@@ -23,6 +28,9 @@ MODELS = ["tiny-gpt2", "gpt2", "llama3-8b", "llama3-70b", "llama3.1-405b", "gpt3
 # memory planning, emission): (model, mesh).
 # A mesh "…|flags" adds compile flags: the 405B pipeline (16 stages, 1F1B over
 # 32 microbatches: per-stage programs, schedule, cross-rank verification).
+# Deep tiny-llama variants for the layer-scaling check.
+LAYERS = [128, 512, 2048]
+MAX_LAYER_RATIO = 20.0
 PLANS = [("tiny-gpt2", "dp=1"), ("gpt2", "dp=8"), ("llama3-8b", "dp=2,tp=4"),
          ("llama3.1-405b", "dp=2,tp=8"),
          ("llama3.1-405b", "dp=2,tp=8,pp=16|--global-batch 64")]
@@ -83,12 +91,42 @@ def main():
             med = statistics.median(ts)
             plan_rows.append({"model": m, "mesh": mesh, "median_s": med, "ratio_to_tiny": med / pbase})
             print(f"{m + ' ' + mesh:<28} {med*1e3:>10.1f} {med/pbase:>20.2f}")
+        # Layer scaling: tiny-llama with LAYERS layers, one device.
+        with open(os.path.join(root, "models", "tiny-llama.json")) as f:
+            cfg = json.load(f)
+        def run_layers(n):
+            path = os.path.join(scratch, f"tiny-llama-{n}l.json")
+            if not os.path.exists(path):
+                with open(path, "w") as f:
+                    json.dump(dict(cfg, num_hidden_layers=n), f)
+            cmd = [exe, "compile", path, "--seq-len", "64", "-o", os.path.join(scratch, "p"),
+                   "--quiet"]
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True)
+            return time.perf_counter() - t0
+        for n in LAYERS:
+            run_layers(n)
+        ltimes = {n: [] for n in LAYERS}
+        for _ in range(max(3, args.repeats // 5)):  # interleaved, as above
+            for n in LAYERS:
+                ltimes[n].append(run_layers(n))
+        lbase = statistics.median(ltimes[LAYERS[0]])
+        layer_rows = []
+        print(f"\n{'tiny-llama layers':<20} {'median ms':>10} {'min ms':>8} "
+              f"{'ratio to ' + str(LAYERS[0]):>14}")
+        for n, ts in ltimes.items():
+            med = statistics.median(ts)
+            layer_rows.append({"layers": n, "median_s": med, "min_s": min(ts),
+                               "ratio_to_first": med / lbase})
+            print(f"{n:<20} {med*1e3:>10.1f} {min(ts)*1e3:>8.1f} {med/lbase:>14.2f}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     result = {"benchmark": "llc-dist compile --emit xf (wall time, whole process); "
                            "plans: llc-dist compile --emit plan --seq-len 1024 (64 for tiny models)",
               "repeats": args.repeats, "machine": platform.platform(),
-              "cpus": os.cpu_count(), "results": rows, "plans": plan_rows}
+              "cpus": os.cpu_count(), "results": rows, "plans": plan_rows,
+              "layer_scaling": {"model": "tiny-llama", "flags": "--seq-len 64 (one device)",
+                                "max_ratio": MAX_LAYER_RATIO, "results": layer_rows}}
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=2)
@@ -97,6 +135,10 @@ def main():
     worst = max(r["median_s"] for r in rows)
     if worst >= 1.0:
         sys.exit(f"FAIL: a forward-graph compile took {worst:.2f} s (>= 1 s)")
+    deepest = layer_rows[-1]["ratio_to_first"]
+    if deepest > MAX_LAYER_RATIO:
+        sys.exit(f"FAIL: {LAYERS[-1]} layers compile in {deepest:.1f}x the time of {LAYERS[0]} "
+                 f"(> {MAX_LAYER_RATIO:.0f}x: superlinear in layers)")
 
 
 if __name__ == "__main__":

@@ -113,18 +113,24 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
           json l = json::array();
           for (Attribute e : list)
             l.push_back(idOf(e));
-          args[a.getName().str()] = l;
+          args[a.getName().str()] = std::move(l);
         } else {
           args[a.getName().str()] = idOf(a.getValue());
         }
       }
-      ops.push_back({{"op", k.getKernel().str()},
-                     {"args", args},
-                     {"attrs", toJson(k.getParams())},
-                     {"loc", provenance(k.getLoc())}});
+      // Built in place and moved: a braced list would copy every subtree.
+      json op = json::object();
+      op["op"] = k.getKernel().str();
+      op["args"] = std::move(args);
+      op["attrs"] = toJson(k.getParams());
+      op["loc"] = provenance(k.getLoc());
+      ops.push_back(std::move(op));
       ++summary.kernels;
     }
-    subroutines.push_back({{"name", sub.getSymName().str()}, {"ops", ops}});
+    json entry = json::object();
+    entry["name"] = sub.getSymName().str();
+    entry["ops"] = std::move(ops);
+    subroutines.push_back(std::move(entry));
   }
 
   json actions = json::array();
@@ -133,16 +139,18 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
       json j = {{"subroutine", a.getSubroutine().str()}};
       if (auto mb = a.getMicrobatch())
         j["microbatch"] = int64_t(*mb);
-      actions.push_back(j);
+      actions.push_back(std::move(j));
     }
   for (auto p : program.getBody().front().getOps<plan::ParamOp>())
     paramIds[p.getName().str()] = {ids.lookup(p.getValue()), ids.lookup(p.getGrad())};
-  return {{"format", std::string(schema::kProgramFormat)},
-          {"version", schema::kPlanVersion},
-          {"arena_bytes", *program.getArenaBytes()},
-          {"buffers", buffers},
-          {"subroutines", subroutines},
-          {"actions", actions}};
+  json out = json::object();
+  out["format"] = std::string(schema::kProgramFormat);
+  out["version"] = schema::kPlanVersion;
+  out["arena_bytes"] = *program.getArenaBytes();
+  out["buffers"] = std::move(buffers);
+  out["subroutines"] = std::move(subroutines);
+  out["actions"] = std::move(actions);
+  return out;
 }
 
 /// The param entry of the manifest (global shape, init, sharding) from the
@@ -264,9 +272,9 @@ FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
     }
   if (manifest["model"].contains("padded_vocab_size"))
     manifest["features"].push_back(std::string(schema::kVocabPaddingFeature));
-  manifest["params"] = params;
-  manifest["programs"] = programList;
-  out.manifest = manifest;
+  manifest["params"] = std::move(params);
+  manifest["programs"] = std::move(programList);
+  out.manifest = std::move(manifest);
   return out;
 }
 

@@ -9,10 +9,12 @@
 // kernel does not also read) and ends at the buffer's last access before the
 // next overwrite. A buffer reused by every microbatch is therefore live only
 // while each microbatch needs it. Two buffers share bytes only when none of
-// their segments overlap. Offsets are chosen first-fit in order of first use;
-// the arena size is the plan's peak for this order of kernels, and the most
-// bytes live at once (the lower bound a perfect packing would reach) is
-// recorded beside it.
+// their segments overlap. Offsets come from a best-fit sweep in order of
+// first use (O(n log n)) or, where the conflicts are few enough to list,
+// greedy by size, whichever arena is smaller (placeTransient); the arena
+// size is the plan's peak for this order of kernels, and the most bytes
+// live at once (the lower bound a perfect packing would reach) is recorded
+// beside it.
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
@@ -26,6 +28,8 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <queue>
 #include <set>
 #include <tuple>
@@ -130,18 +134,14 @@ private:
   std::set<Range> gaps;
 };
 
-/// Arena offsets for buffers live in `lifetimes` (sorted segments; buffers
-/// in order of first use), `sizes` bytes each, so that two buffers share
-/// bytes only when none of their segments overlap.
-///
 /// One sweep over the kernels, buffer after buffer: a buffer goes into the
 /// smallest hole that fits between the buffers live at its first kernel
 /// (best fit, as allocators and XLA's heap simulator do), avoiding as well
 /// the buffers placed earlier that come back to life (a later segment)
 /// while it lives. Each step is O(log n) plus those returning segments, so
 /// a plan whose buffers each live once costs O(n log n).
-std::vector<int64_t> placeTransient(ArrayRef<ArrayRef<Segment>> lifetimes,
-                                    ArrayRef<int64_t> sizes) {
+std::vector<int64_t> placeBySweep(ArrayRef<ArrayRef<Segment>> lifetimes,
+                                  ArrayRef<int64_t> sizes) {
   size_t n = lifetimes.size();
   std::vector<int64_t> offsets(n, 0);
   FreeSpace space;
@@ -217,6 +217,100 @@ std::vector<int64_t> placeTransient(ArrayRef<ArrayRef<Segment>> lifetimes,
       returning.insert({segs[1].first, i, 1});
   }
   return offsets;
+}
+
+/// Every pair of buffers with overlapping segments (each buffer's list
+/// sorted, without repeats), or nothing when there are more than `budget`
+/// pairs: a sweep over the segments in order of first kernel, each paired
+/// with the segments still live, so the cost is the pairs found.
+std::optional<std::vector<std::vector<uint32_t>>>
+conflicts(ArrayRef<ArrayRef<Segment>> lifetimes, size_t budget) {
+  std::vector<std::tuple<int64_t, int64_t, uint32_t>> segs; // (first, last, buffer)
+  for (auto [i, l] : llvm::enumerate(lifetimes))
+    for (const Segment &s : l)
+      segs.push_back({s.first, s.last, uint32_t(i)});
+  llvm::sort(segs);
+  std::vector<std::vector<uint32_t>> adj(lifetimes.size());
+  std::vector<size_t> live; // indices into segs
+  size_t pairs = 0;
+  for (size_t k = 0; k < segs.size(); ++k) {
+    auto [first, last, buf] = segs[k];
+    for (size_t a = 0; a < live.size();) {
+      auto [f2, l2, b2] = segs[live[a]];
+      if (l2 < first) {
+        live[a] = live.back();
+        live.pop_back();
+        continue;
+      }
+      adj[buf].push_back(b2);
+      adj[b2].push_back(buf);
+      if (++pairs > budget)
+        return std::nullopt;
+      ++a;
+    }
+    live.push_back(k);
+  }
+  for (auto &l : adj) {
+    llvm::sort(l);
+    l.erase(std::unique(l.begin(), l.end()), l.end());
+  }
+  return adj;
+}
+
+/// Greedy by size (TFLite's and XLA's heap planners): largest buffer first
+/// (ties: first use), each at the lowest offset clear of the placed buffers
+/// it conflicts with.
+std::vector<int64_t> placeBySize(ArrayRef<ArrayRef<Segment>> lifetimes,
+                                 ArrayRef<int64_t> sizes,
+                                 const std::vector<std::vector<uint32_t>> &adj) {
+  size_t n = lifetimes.size();
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  llvm::stable_sort(order, [&](uint32_t x, uint32_t y) { return sizes[x] > sizes[y]; });
+  std::vector<int64_t> offsets(n, 0);
+  std::vector<char> placed(n, 0);
+  std::vector<Range> busy;
+  for (uint32_t i : order) {
+    busy.clear();
+    for (uint32_t j : adj[i])
+      if (placed[j] && sizes[j] > 0)
+        busy.push_back({offsets[j], offsets[j] + sizes[j]});
+    llvm::sort(busy);
+    int64_t at = 0;
+    for (const Range &r : busy) {
+      if (r.first - at >= sizes[i])
+        break;
+      at = std::max(at, r.second);
+    }
+    offsets[i] = at;
+    placed[i] = 1;
+  }
+  return offsets;
+}
+
+/// Arena offsets for buffers live in `lifetimes` (sorted segments; buffers
+/// in order of first use), `sizes` bytes each, so that two buffers share
+/// bytes only when none of their segments overlap: the best-fit sweep, and
+/// where the buffers conflict in at most kPairBudget pairs (the cost of
+/// listing them) also greedy by size; the smaller arena wins. Neither
+/// dominates: the sweep packs the nested lives of a deep model exactly,
+/// size order does better where short and long lives interleave (ZB-H1's
+/// deferred weight gradients).
+constexpr size_t kPairBudget = size_t(1) << 22;
+std::vector<int64_t> placeTransient(ArrayRef<ArrayRef<Segment>> lifetimes,
+                                    ArrayRef<int64_t> sizes) {
+  auto peakOf = [&](const std::vector<int64_t> &offsets) {
+    int64_t peak = 0;
+    for (size_t i = 0; i < offsets.size(); ++i)
+      peak = std::max(peak, offsets[i] + sizes[i]);
+    return peak;
+  };
+  std::vector<int64_t> sweep = placeBySweep(lifetimes, sizes);
+  auto adj = conflicts(lifetimes, std::max<size_t>(kPairBudget, 16 * lifetimes.size()));
+  if (!adj)
+    return sweep;
+  std::vector<int64_t> bySize = placeBySize(lifetimes, sizes, *adj);
+  return peakOf(bySize) < peakOf(sweep) ? bySize : sweep;
 }
 
 struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPass> {

@@ -107,7 +107,7 @@ def main():
         for n in LAYERS:
             run_layers(n)
         ltimes = {n: [] for n in LAYERS}
-        for _ in range(max(3, args.repeats // 5)):  # interleaved, as above
+        for _ in range(max(5, args.repeats // 3)):  # interleaved, as above
             for n in LAYERS:
                 ltimes[n].append(run_layers(n))
         lbase = statistics.median(ltimes[LAYERS[0]])

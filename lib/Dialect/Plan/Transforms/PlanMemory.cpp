@@ -306,7 +306,22 @@ std::vector<int64_t> placeTransient(ArrayRef<ArrayRef<Segment>> lifetimes,
     return peak;
   };
   std::vector<int64_t> sweep = placeBySweep(lifetimes, sizes);
-  auto adj = conflicts(lifetimes, std::max<size_t>(kPairBudget, 16 * lifetimes.size()));
+  // Overlapping segment pairs (at least the buffer pairs), counted without
+  // listing them: per segment, those begun before it and not yet ended.
+  std::vector<int64_t> firsts, lasts;
+  for (ArrayRef<Segment> l : lifetimes)
+    for (const Segment &s : l) {
+      firsts.push_back(s.first);
+      lasts.push_back(s.last);
+    }
+  llvm::sort(firsts);
+  llvm::sort(lasts);
+  size_t budget = std::max<size_t>(kPairBudget, 16 * lifetimes.size()), pairs = 0;
+  for (size_t k = 0; k < firsts.size() && pairs <= budget; ++k)
+    pairs += k - size_t(std::lower_bound(lasts.begin(), lasts.end(), firsts[k]) - lasts.begin());
+  if (pairs > budget)
+    return sweep;
+  auto adj = conflicts(lifetimes, budget);
   if (!adj)
     return sweep;
   std::vector<int64_t> bySize = placeBySize(lifetimes, sizes, *adj);

@@ -37,25 +37,20 @@ inline TrainingPipelineOptions goldenOptions(const std::string &optimizer) {
   return opt;
 }
 
-/// Compiles `model` with `opt` (mesh included) and micro-batch `microBatch`
-/// of a global batch of 8, trains 3 steps, returns the losses and the saved
-/// (gathered) parameters.
-inline Trained trainPlan(const std::string &model, const TrainingPipelineOptions &opt,
-                         int64_t microBatch, const std::string &tag) {
-  TrainingShape shape;
-  shape.seqLen = 16;
-  shape.microBatch = microBatch;
-  shape.globalBatch = 8;
-  std::string dir = compilePlan(model, shape, opt, tag);
-  EXPECT_FALSE(dir.empty()) << tag << ": compilation failed";
+/// The seed every golden run initializes the parameters with.
+constexpr uint64_t kGoldenSeed = 11;
+
+/// Trains the plan in `dir` 3 steps on the shipped corpus from seed
+/// kGoldenSeed, saving the (gathered) parameters to dir/params.safetensors;
+/// returns the losses and the saved parameters. Failures are reported as
+/// test failures naming `tag`; `dir` is left in place.
+inline Trained runGoldenSteps(const std::string &dir, const std::string &tag) {
   Trained t;
-  if (dir.empty())
-    return t;
   rt::RunOptions o;
   o.planDir = dir;
   o.steps = 3;
   o.data = std::string(LLCDIST_SOURCE_DIR) + "/data/corpus_train.bin";
-  o.seed = 11;
+  o.seed = kGoldenSeed;
   o.quiet = true;
   o.saveParams = dir + "/params.safetensors";
   rt::RunResult result;
@@ -65,14 +60,33 @@ inline Trained trainPlan(const std::string &model, const TrainingPipelineOptions
   for (const auto &s : result.steps)
     t.losses.push_back(s.loss);
   auto reader = rt::SafetensorsReader::open(o.saveParams);
-  EXPECT_TRUE(reader.isOk()) << reader.status().toString();
+  EXPECT_TRUE(reader.isOk()) << tag << ": " << reader.status().toString();
   if (reader.isOk())
     for (const auto &info : reader->tensors()) {
       auto v = reader->readF32(info.name);
-      EXPECT_TRUE(v.isOk());
+      EXPECT_TRUE(v.isOk()) << tag << ": " << info.name;
       if (v.isOk())
         t.params[info.name] = v.value();
     }
+  return t;
+}
+
+/// Compiles `model` with `opt` (mesh included), micro-batch `microBatch` of
+/// a global batch of 8 sequences of 16 tokens and element type `dtype`,
+/// trains it with runGoldenSteps and removes the plan.
+inline Trained trainPlan(const std::string &model, const TrainingPipelineOptions &opt,
+                         int64_t microBatch, const std::string &tag,
+                         const std::string &dtype = "f32") {
+  TrainingShape shape;
+  shape.seqLen = 16;
+  shape.microBatch = microBatch;
+  shape.globalBatch = 8;
+  shape.dtype = dtype;
+  std::string dir = compilePlan(model, shape, opt, tag);
+  EXPECT_FALSE(dir.empty()) << tag << ": compilation failed";
+  if (dir.empty())
+    return Trained{};
+  Trained t = runGoldenSteps(dir, tag);
   std::filesystem::remove_all(dir);
   return t;
 }

@@ -186,43 +186,29 @@ TEST(VocabPadding, PaddingRowsGetZeroGradient) {
     std::ofstream(path) << j.dump(1);
     const int64_t vocab = j["model"]["vocab_size"].get<int64_t>();
 
-    rt::RunOptions o;
-    o.planDir = dir;
-    o.steps = 3;
-    o.data = std::string(LLCDIST_SOURCE_DIR) + "/data/corpus_train.bin";
-    o.seed = 11;
-    o.quiet = true;
-    o.saveParams = dir + "/params.safetensors";
-    rt::RunResult result;
-    std::ostringstream progress;
-    rt::Status st = rt::runTraining(o, progress, &result);
-    ASSERT_TRUE(st.isOk()) << st.toString();
-    ASSERT_EQ(result.steps.size(), zeroPadded.losses.size());
-    for (size_t i = 0; i < result.steps.size(); ++i)
-      EXPECT_EQ(result.steps[i].loss, zeroPadded.losses[i]) << model << " step " << i;
-    auto reader = rt::SafetensorsReader::open(o.saveParams);
-    ASSERT_TRUE(reader.isOk()) << reader.status().toString();
-    for (const auto &info : reader->tensors()) {
-      auto v = reader->readF32(info.name);
-      ASSERT_TRUE(v.isOk());
-      const std::vector<float> &got = v.value();
-      const std::vector<float> &want = zeroPadded.params.at(info.name);
-      auto it = padded.find(info.name);
+    Trained run = test::runGoldenSteps(dir, "vocab-philox-padded");
+    ASSERT_EQ(run.losses.size(), zeroPadded.losses.size());
+    for (size_t i = 0; i < run.losses.size(); ++i)
+      EXPECT_EQ(run.losses[i], zeroPadded.losses[i]) << model << " step " << i;
+    ASSERT_FALSE(run.params.empty()) << "no parameters saved";
+    for (const auto &[name, got] : run.params) {
+      const std::vector<float> &want = zeroPadded.params.at(name);
+      auto it = padded.find(name);
       if (it == padded.end()) {
-        ASSERT_EQ(got.size(), want.size()) << info.name;
-        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << info.name;
+        ASSERT_EQ(got.size(), want.size()) << name;
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4)) << name;
         continue;
       }
       const int64_t H = it->second[1], rows = it->second[0];
-      ASSERT_EQ(int64_t(got.size()), rows * H) << info.name;
+      ASSERT_EQ(int64_t(got.size()), rows * H) << name;
       // Real rows: bitwise the zero-padded run's.
-      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), size_t(vocab * H) * 4)) << info.name;
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), size_t(vocab * H) * 4)) << name;
       // Padding rows: their initial values, bit for bit.
       std::vector<float> init(size_t((rows - vocab) * H));
-      rt::initNormal(init.data(), o.seed, info.name, vocab * H, int64_t(init.size()), 0.02f);
+      rt::initNormal(init.data(), test::kGoldenSeed, name, vocab * H, int64_t(init.size()), 0.02f);
       EXPECT_NE(init[0], 0.0f);
       EXPECT_EQ(0, std::memcmp(got.data() + vocab * H, init.data(), init.size() * 4))
-          << info.name << ": a padding row moved";
+          << name << ": a padding row moved";
     }
     std::filesystem::remove_all(dir);
   }

@@ -97,8 +97,8 @@ TEST(ZeroPadding, GoldenRuleTinyLlamaTpAdamW) {
 }
 
 namespace {
-/// test::trainPlan in bf16 (mixed precision): global batch 8 of 16 tokens,
-/// 3 steps, the losses and the saved f32 masters.
+/// test::trainPlan in bf16 (mixed precision): the losses and the saved f32
+/// masters.
 test::Trained trainBf16(const std::string &model, const Config &c) {
   TrainingPipelineOptions opt = test::goldenOptions("adamw");
   opt.mesh.dp = c.dp;
@@ -106,36 +106,7 @@ test::Trained trainBf16(const std::string &model, const Config &c) {
   opt.mesh.pp = c.pp;
   opt.zero = c.zero;
   opt.vocabDivisibleBy = 1; // the odd vocabulary's rows, as in train()
-  TrainingShape shape;
-  shape.seqLen = 16;
-  shape.microBatch = 8 / c.dp / 2;
-  shape.globalBatch = 8;
-  shape.dtype = "bf16";
-  std::string dir = test::compilePlan(input(model), shape, opt, "zeropad-bf16-" + c.name());
-  test::Trained t;
-  EXPECT_FALSE(dir.empty()) << c.name();
-  if (dir.empty())
-    return t;
-  rt::RunOptions o;
-  o.planDir = dir;
-  o.steps = 3;
-  o.data = std::string(LLCDIST_SOURCE_DIR) + "/data/corpus_train.bin";
-  o.seed = 11;
-  o.quiet = true;
-  o.saveParams = dir + "/params.safetensors";
-  rt::RunResult result;
-  std::ostringstream progress;
-  rt::Status st = rt::runTraining(o, progress, &result);
-  EXPECT_TRUE(st.isOk()) << c.name() << ": " << st.toString();
-  for (const auto &s : result.steps)
-    t.losses.push_back(s.loss);
-  auto reader = rt::SafetensorsReader::open(o.saveParams);
-  EXPECT_TRUE(reader.isOk());
-  if (reader.isOk())
-    for (const auto &info : reader->tensors())
-      t.params[info.name] = reader->readF32(info.name).value();
-  std::filesystem::remove_all(dir);
-  return t;
+  return test::trainPlan(input(model), opt, 8 / c.dp / 2, "zeropad-bf16-" + c.name(), "bf16");
 }
 
 bool sameBits(const test::Trained &a, const test::Trained &b) {

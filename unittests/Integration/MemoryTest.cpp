@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "GoldenUtil.h"
+#include "MeasureUtil.h"
 
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/runtime/Plan.h"
@@ -137,39 +138,8 @@ TEST(Memory, RecomputeShrinksTheArena) {
 }
 
 namespace {
-/// Compiles `model` in-process; returns the module (plan dialect) or null.
-mlir::OwningOpRef<mlir::ModuleOp> compileModule(mlir::MLIRContext &ctx, const std::string &model,
-                                                TrainingShape shape,
-                                                const TrainingPipelineOptions &opt) {
-  ModelConfig cfg;
-  // A name is a shipped model; a path ending in .json a test input.
-  std::string path = model.size() > 5 && model.substr(model.size() - 5) == ".json"
-                         ? model
-                         : std::string(LLCDIST_SOURCE_DIR) + "/models/" + model + ".json";
-  if (loadModelConfig(path, cfg) ||
-      resolveTrainingShape(cfg, opt.mesh.dp, shape))
-    return nullptr;
-  auto module = importModel(ctx, cfg, shape, opt.mesh.dp);
-  mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
-  buildTrainingPipeline(pm, opt);
-  if (mlir::failed(pm.run(*module)))
-    return nullptr;
-  return module;
-}
-
-/// plan.memory of every program (one per pipeline stage), by kind.
-std::vector<std::map<std::string, int64_t>> plannedMemory(mlir::ModuleOp m) {
-  std::vector<std::map<std::string, int64_t>> out;
-  for (auto program : m.getOps<plan::ProgramOp>()) {
-    std::map<std::string, int64_t> kinds;
-    if (auto d = program->getAttrOfType<mlir::DictionaryAttr>("plan.memory"))
-      for (mlir::NamedAttribute n : d)
-        kinds[n.getName().str()] = mlir::cast<mlir::IntegerAttr>(n.getValue()).getInt();
-    kinds["arena"] = program.getArenaBytes() ? int64_t(*program.getArenaBytes()) : -1;
-    out.push_back(kinds);
-  }
-  return out;
-}
+using test::compileModule;
+using test::plannedMemory;
 
 mlir::DialectRegistry &registry() {
   static mlir::DialectRegistry r = [] {
@@ -281,32 +251,10 @@ TEST(Memory, MeasuredPeakEqualsPlanned) {
     auto m = compileModule(ctx, k.model, shape, opt);
     ASSERT_TRUE(m) << what;
     auto planned = plannedMemory(*m);
-    std::string dir = (std::filesystem::temp_directory_path() / "llcdist-measured-peak").string();
-    std::filesystem::remove_all(dir);
-    ASSERT_TRUE(mlir::succeeded(writePlanDirectory(*m, dir))) << what;
-    rt::RunOptions o;
-    o.planDir = dir;
-    o.steps = 1;
-    o.quiet = true;
-    rt::RunResult result;
-    std::ostringstream progress;
-    rt::Status st = rt::runTraining(o, progress, &result);
-    ASSERT_TRUE(st.isOk()) << what << ": " << st.toString();
-    auto plan = rt::loadPlan(dir);
-    ASSERT_TRUE(plan.isOk());
-    std::filesystem::remove_all(dir);
-    ASSERT_EQ(int64_t(result.arenaHighWaterBytes.size()), plan->manifest.worldSize()) << what;
-    for (int64_t r = 0; r < plan->manifest.worldSize(); ++r) {
-      auto &p = planned[plan->manifest.programOfRank(r)];
-      int64_t persistent = 0;
-      for (auto &[kind, bytes] : p)
-        if (kind != "arena" && kind != "transient_peak" && kind != "transient_live_peak" &&
-            kind.rfind("peak_", 0) != 0)
-          persistent += bytes; // exact bytes + alignment padding = the aligned base
-      EXPECT_EQ(result.arenaHighWaterBytes[r], p["arena"]) << what << " rank " << r;
-      EXPECT_EQ(result.measuredPeakLiveBytes[r], persistent + p["transient_live_peak"])
-          << what << " rank " << r;
-    }
+    auto run = test::writeAndRunOneStep(*m, "llcdist-measured-peak", what);
+    ASSERT_TRUE(run) << what;
+    ASSERT_NO_FATAL_FAILURE(
+        test::expectMeasuredPeakEqualsPlanned(*run, planned, what, /*arenaSlack=*/0));
   }
 }
 
@@ -344,22 +292,12 @@ TEST(Memory, ArenaWithinFivePercentOfLivePeak) {
                            shape, opt);
     ASSERT_TRUE(m) << what;
     auto planned = plannedMemory(*m);
-    std::string dir = (std::filesystem::temp_directory_path() / "llcdist-arena-tightness").string();
-    std::filesystem::remove_all(dir);
-    ASSERT_TRUE(mlir::succeeded(writePlanDirectory(*m, dir))) << what;
-    rt::RunOptions o;
-    o.planDir = dir;
-    o.steps = 1;
-    o.quiet = true;
-    rt::RunResult result;
-    std::ostringstream progress;
-    rt::Status st = rt::runTraining(o, progress, &result);
-    ASSERT_TRUE(st.isOk()) << what << ": " << st.toString();
-    auto plan = rt::loadPlan(dir);
-    ASSERT_TRUE(plan.isOk());
-    std::filesystem::remove_all(dir);
-    for (int64_t r = 0; r < plan->manifest.worldSize(); ++r) {
-      auto &p = planned[plan->manifest.programOfRank(r)];
+    auto run = test::writeAndRunOneStep(*m, "llcdist-arena-tightness", what);
+    ASSERT_TRUE(run) << what;
+    const rt::RunResult &result = run->result;
+    const rt::Manifest &manifest = run->plan.manifest;
+    for (int64_t r = 0; r < manifest.worldSize(); ++r) {
+      auto &p = planned[manifest.programOfRank(r)];
       int64_t persistent = p["arena"] - p["transient_peak"];
       int64_t placed = result.arenaHighWaterBytes[r] - persistent;
       int64_t live = result.measuredPeakLiveBytes[r] - persistent;

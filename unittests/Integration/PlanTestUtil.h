@@ -16,25 +16,37 @@
 namespace llcdist::test {
 
 /// Compiles models/<name>.json (or `name` itself when it is a path to a
-/// .json file) with `shape` and `train` into a fresh plan directory under the
-/// system temp dir; returns its path ("" on failure).
-inline std::string compilePlan(const std::string &name, TrainingShape shape,
-                               TrainingPipelineOptions train,
-                               const std::string &tag) {
+/// .json file) with `shape` and `train` into a module of `ctx`; null on
+/// failure.
+inline mlir::OwningOpRef<mlir::ModuleOp> compileModule(mlir::MLIRContext &ctx,
+                                                      const std::string &name,
+                                                      TrainingShape shape,
+                                                      const TrainingPipelineOptions &train) {
   ModelConfig cfg;
   bool isPath = name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
   std::string path =
       isPath ? name : std::string(LLCDIST_SOURCE_DIR) + "/models/" + name + ".json";
   int64_t dp = train.mesh.dp;
   if (loadModelConfig(path, cfg) || resolveTrainingShape(cfg, dp, shape))
-    return "";
-  mlir::DialectRegistry registry;
-  registerAllDialects(registry);
-  mlir::MLIRContext ctx(registry);
+    return nullptr;
   auto module = importModel(ctx, cfg, shape, dp);
   mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
   buildTrainingPipeline(pm, train);
   if (mlir::failed(pm.run(*module)))
+    return nullptr;
+  return module;
+}
+
+/// compileModule into a fresh plan directory under the system temp dir;
+/// returns its path ("" on failure).
+inline std::string compilePlan(const std::string &name, TrainingShape shape,
+                               TrainingPipelineOptions train,
+                               const std::string &tag) {
+  mlir::DialectRegistry registry;
+  registerAllDialects(registry);
+  mlir::MLIRContext ctx(registry);
+  auto module = compileModule(ctx, name, shape, train);
+  if (!module)
     return "";
   std::string dir = (std::filesystem::temp_directory_path() /
                      ("llcdist-test-" + std::filesystem::path(name).stem().string() + "-" +

@@ -19,6 +19,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "GoldenUtil.h"
+#include "MeasureUtil.h"
 
 #include "llcdist/runtime/Plan.h"
 #include "llcdist/runtime/PlanSchema.h"
@@ -77,19 +78,11 @@ Measured measure(const Case &c, const std::string &schedule) {
   EXPECT_FALSE(dir.empty()) << c.name() << " " << schedule;
   if (dir.empty())
     return m;
-  rt::RunOptions o;
-  o.planDir = dir;
-  o.steps = 1;
-  o.quiet = true;
-  rt::RunResult result;
-  std::ostringstream progress;
-  rt::Status st = rt::runTraining(o, progress, &result);
-  EXPECT_TRUE(st.isOk()) << c.name() << " " << schedule << ": " << st.toString();
-  auto plan = rt::loadPlan(dir);
-  EXPECT_TRUE(plan.isOk()) << plan.status().toString();
-  std::filesystem::remove_all(dir);
-  if (!st.isOk() || !plan.isOk())
+  auto run = test::runOneStep(dir, c.name() + " " + schedule);
+  if (!run)
     return m;
+  const rt::RunResult &result = run->result;
+  const rt::Plan *plan = &run->plan;
   for (size_t s = 0; s < plan->programs.size(); ++s) {
     const rt::Program &prog = plan->programs[s];
     int64_t wholeStep = 0;

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "GoldenUtil.h"
+#include "MeasureUtil.h"
 
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/runtime/Plan.h"
@@ -251,60 +252,24 @@ TEST(ZeroPadding, MeasuredPeakEqualsPlanned) {
     std::string what = k.model + " " + k.dtype + " dp" + std::to_string(k.dp) + " pp" +
                        std::to_string(k.pp) + " zero" + std::to_string(k.zero);
     mlir::MLIRContext ctx(registry());
-    ModelConfig cfg;
-    ASSERT_FALSE(loadModelConfig(input(k.model), cfg));
     TrainingShape shape;
     shape.seqLen = 16;
     shape.microBatch = 1;
     shape.globalBatch = 4 * k.dp;
     shape.dtype = k.dtype;
-    ASSERT_FALSE(resolveTrainingShape(cfg, k.dp, shape));
-    auto module = importModel(ctx, cfg, shape, k.dp);
     TrainingPipelineOptions opt;
     opt.vocabDivisibleBy = 1; // the odd vocabulary unpadded (ZeRO pads it)
     opt.mesh.dp = k.dp;
     opt.mesh.pp = k.pp;
     opt.zero = k.zero;
-    mlir::PassManager pm(&ctx, mlir::ModuleOp::getOperationName());
-    buildTrainingPipeline(pm, opt);
-    ASSERT_TRUE(mlir::succeeded(pm.run(*module))) << what;
-    std::vector<std::map<std::string, int64_t>> planned;
-    for (auto program : module->getOps<plan::ProgramOp>()) {
-      std::map<std::string, int64_t> kinds;
-      if (auto d = program->getAttrOfType<mlir::DictionaryAttr>("plan.memory"))
-        for (mlir::NamedAttribute n : d)
-          kinds[n.getName().str()] = mlir::cast<mlir::IntegerAttr>(n.getValue()).getInt();
-      kinds["arena"] = program.getArenaBytes() ? int64_t(*program.getArenaBytes()) : -1;
-      planned.push_back(kinds);
-    }
-    std::string dir = (std::filesystem::temp_directory_path() / "llcdist-zeropad-peak").string();
-    std::filesystem::remove_all(dir);
-    ASSERT_TRUE(mlir::succeeded(writePlanDirectory(*module, dir))) << what;
-    rt::RunOptions o;
-    o.planDir = dir;
-    o.steps = 1;
-    o.quiet = true;
-    rt::RunResult result;
-    std::ostringstream progress;
-    rt::Status st = rt::runTraining(o, progress, &result);
-    ASSERT_TRUE(st.isOk()) << what << ": " << st.toString();
-    auto plan = rt::loadPlan(dir);
-    ASSERT_TRUE(plan.isOk());
-    std::filesystem::remove_all(dir);
-    ASSERT_EQ(int64_t(result.arenaHighWaterBytes.size()), plan->manifest.worldSize()) << what;
-    for (int64_t r = 0; r < plan->manifest.worldSize(); ++r) {
-      auto &p = planned[plan->manifest.programOfRank(r)];
-      int64_t persistent = 0;
-      for (auto &[kind, bytes] : p)
-        if (kind != "arena" && kind != "transient_peak" && kind != "transient_live_peak" &&
-            kind.rfind("peak_", 0) != 0)
-          persistent += bytes;
-      // The arena ends at the aligned end of its highest buffer; these
-      // models' odd sizes leave that buffer short of the 64-byte boundary.
-      EXPECT_LE(result.arenaHighWaterBytes[r], p["arena"]) << what << " rank " << r;
-      EXPECT_GT(result.arenaHighWaterBytes[r], p["arena"] - 64) << what << " rank " << r;
-      EXPECT_EQ(result.measuredPeakLiveBytes[r], persistent + p["transient_live_peak"])
-          << what << " rank " << r;
-    }
+    auto module = test::compileModule(ctx, input(k.model), shape, opt);
+    ASSERT_TRUE(module) << what;
+    auto planned = test::plannedMemory(*module);
+    auto run = test::writeAndRunOneStep(*module, "llcdist-zeropad-peak", what);
+    ASSERT_TRUE(run) << what;
+    // The arena ends at the aligned end of its highest buffer; these
+    // models' odd sizes leave that buffer short of the 64-byte boundary.
+    ASSERT_NO_FATAL_FAILURE(
+        test::expectMeasuredPeakEqualsPlanned(*run, planned, what, /*arenaSlack=*/64));
   }
 }

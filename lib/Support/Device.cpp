@@ -54,10 +54,7 @@ std::optional<std::string> parseReserve(const json &r, const std::string &path,
     return std::nullopt;
   };
   auto count = [&](const char *k, int64_t &dst) -> std::optional<std::string> {
-    if (!r[k].is_number_integer() || r[k].get<int64_t>() < 1)
-      return field(k) + ": must be a positive integer, got " + r[k].dump();
-    dst = r[k].get<int64_t>();
-    return std::nullopt;
+    return readPositiveInt(r[k], field(k), dst);
   };
   if (auto e = mib("cuda_context_mib", d.cudaContextBytes))
     return e;
@@ -115,10 +112,7 @@ std::optional<std::string> llcdist::parseDevice(const std::string &text,
       return required ? std::optional<std::string>(path + ": missing field '" + k +
                                                    "' (a positive number)")
                       : std::nullopt;
-    if (!j[k].is_number() || !(j[k].get<double>() > 0))
-      return path + ": field '" + k + "': must be a positive number, got " + j[k].dump();
-    dst = j[k].get<double>();
-    return std::nullopt;
+    return readPositiveNumber(j[k], path + ": field '" + k + "'", "positive number", dst);
   };
   double gib = 0;
   if (auto e = positive("memory_gib", gib, true))

@@ -34,19 +34,13 @@ std::optional<std::string> llcdist::parseTopology(const std::string &text,
   auto positiveInt = [&](const char *k, int64_t &dst) -> std::optional<std::string> {
     if (!j.contains(k))
       return path + ": missing field '" + k + "' (a positive integer)";
-    if (!j[k].is_number_integer() || j[k].get<int64_t>() < 1)
-      return path + ": field '" + k + "': must be a positive integer, got " + j[k].dump();
-    dst = j[k].get<int64_t>();
-    return std::nullopt;
+    return readPositiveInt(j[k], path + ": field '" + k + "'", dst);
   };
   auto positiveNum = [&](const char *k, double &dst) -> std::optional<std::string> {
     if (!j.contains(k))
       return path + ": missing field '" + k + "' (GB/s, each way)";
-    if (!j[k].is_number() || !(j[k].get<double>() > 0))
-      return path + ": field '" + k + "': must be a positive number of GB/s, got " +
-             j[k].dump();
-    dst = j[k].get<double>();
-    return std::nullopt;
+    return readPositiveNumber(j[k], path + ": field '" + k + "'", "positive number of GB/s",
+                              dst);
   };
   if (auto e = positiveInt("gpus_per_node", t.gpusPerNode))
     return e;

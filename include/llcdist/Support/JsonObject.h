@@ -1,8 +1,8 @@
 //===- JsonObject.h - a small JSON file with a fixed set of fields -*- C++ -*-===//
 //
 // MLIR-free. The shared first step of the little description files
-// (topologies/, devices/): parse, require an object, refuse unknown fields —
-// each error naming the file, the field and the fix.
+// (topologies/, devices/): parse, require an object, refuse unknown fields,
+// read positive numbers — each error naming the file, the field and the fix.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LLCDIST_SUPPORT_JSONOBJECT_H
@@ -39,6 +39,27 @@ inline std::optional<std::string> parseJsonObject(const std::string &text,
     if (!ok)
       return path + ": field '" + it.key() + "': unknown field (known: " + list + ")";
   }
+  return std::nullopt;
+}
+
+/// Reads `v`, the field that `where` names ("<file>: field '<name>'"), as
+/// an integer >= 1 into `dst`.
+inline std::optional<std::string> readPositiveInt(const nlohmann::json &v,
+                                                  const std::string &where, int64_t &dst) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 1)
+    return where + ": must be a positive integer, got " + v.dump();
+  dst = v.get<int64_t>();
+  return std::nullopt;
+}
+
+/// Reads `v`, the field that `where` names, as a number > 0 into `dst`;
+/// `what` says what it is in the error ("positive number of GB/s").
+inline std::optional<std::string> readPositiveNumber(const nlohmann::json &v,
+                                                     const std::string &where,
+                                                     const std::string &what, double &dst) {
+  if (!v.is_number() || !(v.get<double>() > 0))
+    return where + ": must be a " + what + ", got " + v.dump();
+  dst = v.get<double>();
   return std::nullopt;
 }
 

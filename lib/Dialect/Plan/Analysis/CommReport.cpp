@@ -11,6 +11,17 @@
 using namespace mlir;
 using namespace llcdist::plan;
 
+/// The mesh's axis sizes from the manifest (1 for an axis it does not give).
+static llvm::StringMap<int64_t> meshAxisSizes(ModuleOp module) {
+  llvm::StringMap<int64_t> axisSize{{"dp", 1}, {"tp", 1}, {"pp", 1}};
+  if (auto m = module->getAttrOfType<DictionaryAttr>(kManifestAttr))
+    if (auto mesh = m.getAs<DictionaryAttr>("mesh"))
+      for (auto &[axis, size] : axisSize)
+        if (auto v = mesh.getAs<IntegerAttr>(axis))
+          size = v.getInt();
+  return axisSize;
+}
+
 double CollectiveEntry::ringBytesPerStep() const {
   double n = double(groupSize);
   double factor = kind == "all_reduce" ? 2 * (n - 1) / n
@@ -30,12 +41,7 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
   auto programs = llvm::to_vector(module.getOps<ProgramOp>());
   if (programs.empty())
     return emitError(module.getLoc(), "no plan.program to report on");
-  llvm::StringMap<int64_t> axisSize{{"dp", 1}, {"tp", 1}, {"pp", 1}};
-  if (auto m = module->getAttrOfType<DictionaryAttr>(kManifestAttr))
-    if (auto mesh = m.getAs<DictionaryAttr>("mesh"))
-      for (auto &[axis, size] : axisSize)
-        if (auto v = mesh.getAs<IntegerAttr>(axis))
-          size = v.getInt();
+  llvm::StringMap<int64_t> axisSize = meshAxisSizes(module);
 
   CommReport report;
   for (auto [index, program] : llvm::enumerate(programs)) {
@@ -101,12 +107,7 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
 
 std::vector<std::vector<std::string>>
 llcdist::plan::communicatorAxesPerProgram(ModuleOp module) {
-  llvm::StringMap<int64_t> axisSize{{"dp", 1}, {"tp", 1}, {"pp", 1}};
-  if (auto m = module->getAttrOfType<DictionaryAttr>(kManifestAttr))
-    if (auto mesh = m.getAs<DictionaryAttr>("mesh"))
-      for (auto &[axis, size] : axisSize)
-        if (auto v = mesh.getAs<IntegerAttr>(axis))
-          size = v.getInt();
+  llvm::StringMap<int64_t> axisSize = meshAxisSizes(module);
   std::vector<std::vector<std::string>> out;
   for (auto program : module.getOps<ProgramOp>()) {
     std::set<std::string> axes;

@@ -10,8 +10,9 @@
 // next overwrite. A buffer reused by every microbatch is therefore live only
 // while each microbatch needs it. Two buffers share bytes only when none of
 // their segments overlap. Offsets come from a best-fit sweep in order of
-// first use (O(n log n)) or, where the conflicts are few enough to list,
-// greedy by size, whichever arena is smaller (placeTransient); the arena
+// first use (O(n log n)) or, where that misses the most bytes live at once
+// and the conflicts are few enough to list, greedy by size, whichever arena
+// is smaller (placeTransient); the arena
 // size is the plan's peak for this order of kernels, and the most bytes
 // live at once (the lower bound a perfect packing would reach) is recorded
 // beside it.
@@ -22,6 +23,8 @@
 #include "llcdist/runtime/PlanSchema.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -306,6 +309,21 @@ std::vector<int64_t> placeTransient(ArrayRef<ArrayRef<Segment>> lifetimes,
     return peak;
   };
   std::vector<int64_t> sweep = placeBySweep(lifetimes, sizes);
+  // No placement beats the most bytes live at once: where the sweep reaches
+  // it (deep models with nested lives), listing the conflicts for greedy by
+  // size would cost O(pairs) for nothing.
+  std::vector<std::pair<int64_t, int64_t>> events; // (kernel, +-bytes)
+  for (auto [i, l] : llvm::enumerate(lifetimes))
+    for (const Segment &s : l) {
+      events.push_back({s.first, sizes[i]});
+      events.push_back({s.last + 1, -sizes[i]});
+    }
+  llvm::sort(events); // at one kernel, ends (negative) before starts
+  int64_t livePeak = 0, running = 0;
+  for (auto [kernel, bytes] : events)
+    livePeak = std::max(livePeak, running += bytes);
+  if (peakOf(sweep) <= livePeak)
+    return sweep;
   // Overlapping segment pairs (at least the buffer pairs), counted without
   // listing them: per segment, those begun before it and not yet ended.
   std::vector<int64_t> firsts, lasts;
@@ -339,11 +357,14 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     for (auto sub : body.getOps<SubroutineOp>())
       for (auto k : sub.getBody().front().getOps<KernelOp>())
         kernelsOf[sub.getSymName()].push_back(k);
-    llvm::StringMap<SmallVector<Segment, 2>> live;
+    // Keyed by the uniqued symbol name (pointer hashing: a deep model has
+    // ~10^5 buffers and ~10^6 buffer references).
+    llvm::DenseMap<StringAttr, SmallVector<Segment, 2>> live;
     // Buffers that communication fills (a gather's, reduce-scatter's or
     // recv's output): the report's "communication buffers".
-    llvm::StringSet<> communication;
+    llvm::DenseSet<StringAttr> communication;
     int64_t t = 0;
+    llvm::SmallDenseMap<StringAttr, std::pair<bool, bool>, 8> touched;
     for (auto sched : body.getOps<ScheduleOp>())
       for (auto action : sched.getBody().front().getOps<ActionOp>())
         for (KernelOp k : kernelsOf.lookup(action.getSubroutine())) {
@@ -353,9 +374,9 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
                        *kind == schema::OpKind::kReduceScatter || *kind == schema::OpKind::kRecv))
             for (StringRef role : {"y"})
               if (auto out = k.getArgs().getAs<FlatSymbolRefAttr>(role))
-                communication.insert(out.getValue());
+                communication.insert(out.getAttr());
           // Per buffer of this kernel: does it read it, does it overwrite it?
-          llvm::StringMap<std::pair<bool, bool>> touched;
+          touched.clear();
           for (NamedAttribute arg : k.getArgs()) {
             bool reads = true, overwrites = false;
             if (kind) {
@@ -371,7 +392,7 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
               }
             }
             auto note = [&](Attribute a) {
-              auto &[r, w] = touched[cast<FlatSymbolRefAttr>(a).getValue()];
+              auto &[r, w] = touched[cast<FlatSymbolRefAttr>(a).getAttr()];
               r |= reads;
               w |= overwrites;
             };
@@ -396,7 +417,8 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     std::map<std::string, int64_t> byKind;
     SmallVector<BufferOp> transient;
     for (auto buf : body.getOps<BufferOp>()) {
-      if (!persistent(buf) && !live.lookup(buf.getSymName()).empty()) {
+      auto it = live.find(buf.getSymNameAttr());
+      if (!persistent(buf) && it != live.end() && !it->second.empty()) {
         transient.push_back(buf);
         continue;
       }
@@ -408,16 +430,27 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     int64_t base = offset;
 
     // 3. Transient buffers, best-fit in order of first use (placeTransient).
-    llvm::stable_sort(transient, [&](BufferOp x, BufferOp y) {
-      return live.lookup(x.getSymName()).front().first <
-             live.lookup(y.getSymName()).front().first;
-    });
     std::vector<ArrayRef<Segment>> lifetimes;
-    std::vector<int64_t> sizes;
-    for (BufferOp buf : transient) {
-      lifetimes.push_back(live[buf.getSymName()]);
-      sizes.push_back(aligned(buf.getNumBytes()));
+    for (BufferOp buf : transient)
+      lifetimes.push_back(live.find(buf.getSymNameAttr())->second);
+    {
+      std::vector<size_t> order(transient.size());
+      std::iota(order.begin(), order.end(), 0);
+      llvm::stable_sort(order, [&](size_t x, size_t y) {
+        return lifetimes[x].front().first < lifetimes[y].front().first;
+      });
+      SmallVector<BufferOp> sortedBufs;
+      std::vector<ArrayRef<Segment>> sortedLives;
+      for (size_t i : order) {
+        sortedBufs.push_back(transient[i]);
+        sortedLives.push_back(lifetimes[i]);
+      }
+      transient = std::move(sortedBufs);
+      lifetimes = std::move(sortedLives);
     }
+    std::vector<int64_t> sizes;
+    for (BufferOp buf : transient)
+      sizes.push_back(aligned(buf.getNumBytes()));
     std::vector<int64_t> offsets = placeTransient(lifetimes, sizes);
     std::vector<int64_t> liveBytes(t + 1, 0); // bytes live per kernel, for the report
     int64_t peak = 0;
@@ -439,9 +472,9 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     // workspace (the other scratch buffers).
     int64_t atPeak[3] = {0, 0, 0};
     for (BufferOp buf : transient)
-      for (const Segment &seg : live[buf.getSymName()])
+      for (const Segment &seg : live.find(buf.getSymNameAttr())->second)
         if (seg.first <= peakAt && peakAt <= seg.last) {
-          int cls = communication.contains(buf.getSymName()) ? 1
+          int cls = communication.contains(buf.getSymNameAttr()) ? 1
                     : buf.getKind() == "scratch"            ? 2
                                                              : 0;
           atPeak[cls] += aligned(buf.getNumBytes());

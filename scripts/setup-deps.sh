@@ -42,12 +42,25 @@ install_packages
 # release that supports torch 1.13, Debian 12's version.
 VENV="$(cd "$(dirname "$0")/.." && pwd)/.venv-hf"
 TRANSFORMERS_VERSION=4.40.2
+# A machine whose PyPI is unreachable (or whose TLS proxy it does not trust)
+# gets .venv-hf.unavailable with pip's last words instead: lit then reports
+# hf-load.test UNSUPPORTED with that reason, loudly; every other test runs.
 if ! "$VENV/bin/python" -c "import transformers, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION')" 2>/dev/null; then
   echo "setup-deps: installing transformers $TRANSFORMERS_VERSION into $VENV"
-  rm -rf "$VENV"
-  python3_sys=/usr/bin/python3
-  "$python3_sys" -m venv --system-site-packages "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION"
+  rm -rf "$VENV" "$VENV.unavailable"
+  log=$(mktemp)
+  if /usr/bin/python3 -m venv --system-site-packages "$VENV" >"$log" 2>&1 &&
+     "$VENV/bin/pip" install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" >>"$log" 2>&1; then
+    echo "setup-deps: transformers $TRANSFORMERS_VERSION installed"
+  else
+    rm -rf "$VENV"
+    tail -3 "$log" > "$VENV.unavailable"
+    echo "setup-deps: WARNING: could not install transformers $TRANSFORMERS_VERSION from PyPI;" \
+         "test/reference/hf-load.test will be UNSUPPORTED. pip said:" >&2
+    cat "$VENV.unavailable" >&2
+  fi
+  rm -f "$log"
 else
+  rm -f "$VENV.unavailable"
   echo "setup-deps: transformers $TRANSFORMERS_VERSION present in $VENV"
 fi

@@ -12,11 +12,7 @@ namespace {
 /// sub-group of that many consecutive members (all_reduce's group_size).
 std::vector<int64_t> sortedGroup(const rt::Mesh &mesh, int64_t rank, rt::MeshAxis axis,
                                  int64_t groupSize = 0) {
-  std::vector<int> g = mesh.group(rank, axis);
-  if (groupSize > 0 && groupSize < int64_t(g.size()) && int64_t(g.size()) % groupSize == 0) {
-    int64_t first = mesh.coord(rank, axis) / groupSize * groupSize;
-    g = std::vector<int>(g.begin() + first, g.begin() + first + groupSize);
-  }
+  std::vector<int> g = mesh.subGroup(rank, axis, groupSize);
   std::vector<int64_t> out(g.begin(), g.end());
   std::sort(out.begin(), out.end());
   return out;
@@ -86,11 +82,9 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
             auto axis = axisOf("axis");
             if (!axis)
               break;
-            // A sub-group of the axis (kv-head replicas): on a mesh cut to
-            // maxAxis members the sub-group stays whole where it fits.
+            // A sub-group of the axis (kv-head replicas); on a mesh cut to
+            // maxAxis members one larger than the axis is the whole axis.
             int64_t groupSize = op.attrs.count("group_size") ? op.intAttr("group_size") : 0;
-            if (groupSize >= mesh.axisSize(*axis))
-              groupSize = 0;
             for (int64_t id : op.argList("x"))
               collective("all_reduce." + op.stringAttr("op"), *axis, prog.buffers[id].numel(),
                          dtypeOf(prog.buffers[id]), groupSize);

@@ -204,12 +204,10 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
   if (op.attrs.count("axis")) {
     auto axis = parseMeshAxis(op.stringAttr("axis"));
     if (!axis) return Status::internal("unknown axis \"" + op.stringAttr("axis") + "\"");
-    c.group = plan_->manifest.mesh().group(rank_, *axis);
-    if (op.attrs.count("group_size")) {  // all_reduce over this rank's sub-group of the axis
-      const int64_t g = op.intAttr("group_size");
-      const int64_t first = plan_->manifest.mesh().coord(rank_, *axis) / g * g;
-      c.group = std::vector<int>(c.group.begin() + first, c.group.begin() + first + g);
-    }
+    // all_reduce with group_size: over this rank's sub-group of the axis.
+    c.group = op.attrs.count("group_size")
+                  ? plan_->manifest.mesh().subGroup(rank_, *axis, op.intAttr("group_size"))
+                  : plan_->manifest.mesh().group(rank_, *axis);
     if (op.kind == schema::OpKind::kGradNorm && op.attrs.count("replicas")) {
       c.member = plan_->manifest.mesh().coord(rank_, *axis);
       c.replicas = op.intAttr("replicas");

@@ -49,6 +49,14 @@ std::vector<int> Mesh::group(int64_t rank, MeshAxis axis) const {
   return g;
 }
 
+std::vector<int> Mesh::subGroup(int64_t rank, MeshAxis axis, int64_t size) const {
+  std::vector<int> g = group(rank, axis);
+  const int64_t n = int64_t(g.size());
+  if (size <= 0 || size >= n || n % size != 0) return g;
+  const int64_t first = coord(rank, axis) / size * size;
+  return std::vector<int>(g.begin() + first, g.begin() + first + size);
+}
+
 std::optional<MeshAxis> Mesh::axisOfGroup(const std::vector<int>& g) const {
   if (g.size() < 2) return std::nullopt;
   for (MeshAxis a : {MeshAxis::kDp, MeshAxis::kTp, MeshAxis::kPp})

@@ -73,6 +73,20 @@ TEST(MeshTest, GroupsFollowTheRankOrder) {
     }
 }
 
+TEST(MeshTest, SubGroupsAreConsecutiveMembers) {
+  // dp=2, tp=4, tp fastest: rank = tp + 4·dp; sub-groups of 2 tp members (kv-head replicas).
+  const Mesh m = meshOf(2, 4);
+  EXPECT_EQ(m.subGroup(0, MeshAxis::kTp, 2), (std::vector<int>{0, 1}));
+  EXPECT_EQ(m.subGroup(3, MeshAxis::kTp, 2), (std::vector<int>{2, 3}));
+  EXPECT_EQ(m.subGroup(6, MeshAxis::kTp, 2), (std::vector<int>{6, 7}));
+  EXPECT_EQ(m.subGroup(5, MeshAxis::kTp, 1), (std::vector<int>{5}));
+  // Not a proper divisor of the axis (0, the axis size or more, 3 of 4): the whole group.
+  for (int64_t size : {0, 3, 4, 8}) EXPECT_EQ(m.subGroup(5, MeshAxis::kTp, size), m.group(5, MeshAxis::kTp));
+  // dp fastest: the tp members are strided, the sub-group keeps member order.
+  const Mesh d = meshOf(2, 4, {MeshAxis::kDp, MeshAxis::kTp, MeshAxis::kPp});
+  EXPECT_EQ(d.subGroup(5, MeshAxis::kTp, 2), (std::vector<int>{5, 7}));
+}
+
 // Rank r's all-reduce input: x[k] = (r+1)·(k+1), so over group g: sum = Σ(g_m+1)·(k+1), max =
 // (max g + 1)·(k+1); small integers, exact in f32.
 TEST(CommunicatorTest, AllReduceSumAvgMaxOnBothAxesAndOrders) {

@@ -33,6 +33,9 @@ struct Mesh {
   int64_t coord(int64_t rank, MeshAxis a) const { return rank / stride(a) % axisSize(a); }
   // Global ranks of `rank`'s group on `axis`, in member order (rank is at index coord(rank, axis)).
   std::vector<int> group(int64_t rank, MeshAxis axis) const;
+  // The sub-group of `size` consecutive members of that group that holds `rank` (all_reduce's
+  // group_size: kv-head replicas); the whole group when `size` is not a proper divisor of the axis.
+  std::vector<int> subGroup(int64_t rank, MeshAxis axis, int64_t size) const;
   // The axis along which `group` (>= 2 ranks) varies with every other coordinate fixed and members
   // in coordinate order; nullopt when it is no such group.
   std::optional<MeshAxis> axisOfGroup(const std::vector<int>& group) const;

@@ -34,16 +34,15 @@ std::optional<std::string> parseReserve(const json &r, const std::string &path,
   auto field = [&](const std::string &k) { return path + ": field 'reserve." + k + "'"; };
   if (!r.is_object())
     return where + ": must be an object, got " + r.dump();
-  static const char *known[] = {"cuda_context_mib", "cublas_workspace_mib",
-                                "cudnn_workspace_mib", "nccl_buffsize_mib", "nccl_channels",
-                                "nccl_peers", "fragmentation_fraction", "source"};
+  static const std::vector<std::string> known = {
+      "cuda_context_mib", "cublas_workspace_mib", "cudnn_workspace_mib", "nccl_buffsize_mib",
+      "nccl_channels",    "nccl_peers",           "fragmentation_fraction", "source"};
+  if (auto e = refuseUnknownFields(r, path, known, "reserve."))
+    return e;
   std::string list;
-  for (const char *k : known)
-    list += (list.empty() ? "" : ", ") + std::string(k);
-  for (auto it = r.begin(); it != r.end(); ++it)
-    if (std::find(std::begin(known), std::end(known), it.key()) == std::end(known))
-      return field(it.key()) + ": unknown field (known: " + list + ")";
-  for (const char *k : known)
+  for (const std::string &k : known)
+    list += (list.empty() ? "" : ", ") + k;
+  for (const std::string &k : known)
     if (!r.contains(k))
       return where + ": missing field '" + k + "' (known: " + list + ")";
   DeviceReserve d;

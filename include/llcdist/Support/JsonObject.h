@@ -16,6 +16,26 @@
 
 namespace llcdist {
 
+/// The first field of the object `obj` that is not in `known`, as an error
+/// naming it ("<path>: field '<prefix><key>': unknown field (known: ...)";
+/// `prefix` names a nested object, e.g. "reserve.").
+inline std::optional<std::string> refuseUnknownFields(const nlohmann::json &obj,
+                                                      const std::string &path,
+                                                      const std::vector<std::string> &known,
+                                                      const std::string &prefix = "") {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    bool ok = false;
+    std::string list;
+    for (const std::string &k : known) {
+      ok |= k == it.key();
+      list += (list.empty() ? "" : ", ") + k;
+    }
+    if (!ok)
+      return path + ": field '" + prefix + it.key() + "': unknown field (known: " + list + ")";
+  }
+  return std::nullopt;
+}
+
 /// Parses `text` (the content of `path`) into `out`: a JSON object whose
 /// fields are all in `known`.
 inline std::optional<std::string> parseJsonObject(const std::string &text,
@@ -29,17 +49,7 @@ inline std::optional<std::string> parseJsonObject(const std::string &text,
   }
   if (!out.is_object())
     return path + ": expected a JSON object";
-  for (auto it = out.begin(); it != out.end(); ++it) {
-    bool ok = false;
-    std::string list;
-    for (const std::string &k : known) {
-      ok |= k == it.key();
-      list += (list.empty() ? "" : ", ") + k;
-    }
-    if (!ok)
-      return path + ": field '" + it.key() + "': unknown field (known: " + list + ")";
-  }
-  return std::nullopt;
+  return refuseUnknownFields(out, path, known);
 }
 
 /// Reads `v`, the field that `where` names ("<file>: field '<name>'"), as

@@ -294,14 +294,15 @@ std::vector<int64_t> placeBySize(ArrayRef<ArrayRef<Segment>> lifetimes,
 /// Arena offsets for buffers live in `lifetimes` (sorted segments; buffers
 /// in order of first use), `sizes` bytes each, so that two buffers share
 /// bytes only when none of their segments overlap: the best-fit sweep, and
-/// where the buffers conflict in at most kPairBudget pairs (the cost of
-/// listing them) also greedy by size; the smaller arena wins. Neither
+/// where it misses `livePeak` (the most bytes live at once) and the buffers
+/// conflict in at most kPairBudget pairs (the cost of listing them) also
+/// greedy by size; the smaller arena wins. Neither
 /// dominates: the sweep packs the nested lives of a deep model exactly,
 /// size order does better where short and long lives interleave (ZB-H1's
 /// deferred weight gradients).
 constexpr size_t kPairBudget = size_t(1) << 22;
 std::vector<int64_t> placeTransient(ArrayRef<ArrayRef<Segment>> lifetimes,
-                                    ArrayRef<int64_t> sizes) {
+                                    ArrayRef<int64_t> sizes, int64_t livePeak) {
   auto peakOf = [&](const std::vector<int64_t> &offsets) {
     int64_t peak = 0;
     for (size_t i = 0; i < offsets.size(); ++i)
@@ -309,19 +310,9 @@ std::vector<int64_t> placeTransient(ArrayRef<ArrayRef<Segment>> lifetimes,
     return peak;
   };
   std::vector<int64_t> sweep = placeBySweep(lifetimes, sizes);
-  // No placement beats the most bytes live at once: where the sweep reaches
-  // it (deep models with nested lives), listing the conflicts for greedy by
-  // size would cost O(pairs) for nothing.
-  std::vector<std::pair<int64_t, int64_t>> events; // (kernel, +-bytes)
-  for (auto [i, l] : llvm::enumerate(lifetimes))
-    for (const Segment &s : l) {
-      events.push_back({s.first, sizes[i]});
-      events.push_back({s.last + 1, -sizes[i]});
-    }
-  llvm::sort(events); // at one kernel, ends (negative) before starts
-  int64_t livePeak = 0, running = 0;
-  for (auto [kernel, bytes] : events)
-    livePeak = std::max(livePeak, running += bytes);
+  // No placement beats `livePeak`, the most bytes live at once: where the
+  // sweep reaches it (deep models with nested lives), listing the conflicts
+  // for greedy by size would cost O(pairs) for nothing.
   if (peakOf(sweep) <= livePeak)
     return sweep;
   // Overlapping segment pairs (at least the buffer pairs), counted without
@@ -430,44 +421,40 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     int64_t base = offset;
 
     // 3. Transient buffers, best-fit in order of first use (placeTransient).
+    std::vector<std::pair<BufferOp, ArrayRef<Segment>>> byFirstUse;
+    for (BufferOp buf : transient)
+      byFirstUse.push_back({buf, live.find(buf.getSymNameAttr())->second});
+    llvm::stable_sort(byFirstUse, [](const auto &x, const auto &y) {
+      return x.second.front().first < y.second.front().first;
+    });
     std::vector<ArrayRef<Segment>> lifetimes;
-    for (BufferOp buf : transient)
-      lifetimes.push_back(live.find(buf.getSymNameAttr())->second);
-    {
-      std::vector<size_t> order(transient.size());
-      std::iota(order.begin(), order.end(), 0);
-      llvm::stable_sort(order, [&](size_t x, size_t y) {
-        return lifetimes[x].front().first < lifetimes[y].front().first;
-      });
-      SmallVector<BufferOp> sortedBufs;
-      std::vector<ArrayRef<Segment>> sortedLives;
-      for (size_t i : order) {
-        sortedBufs.push_back(transient[i]);
-        sortedLives.push_back(lifetimes[i]);
-      }
-      transient = std::move(sortedBufs);
-      lifetimes = std::move(sortedLives);
-    }
     std::vector<int64_t> sizes;
-    for (BufferOp buf : transient)
+    transient.clear();
+    for (auto &[buf, segs] : byFirstUse) {
+      transient.push_back(buf);
+      lifetimes.push_back(segs);
       sizes.push_back(aligned(buf.getNumBytes()));
-    std::vector<int64_t> offsets = placeTransient(lifetimes, sizes);
-    std::vector<int64_t> liveBytes(t + 1, 0); // bytes live per kernel, for the report
-    int64_t peak = 0;
-    for (auto [i, buf] : llvm::enumerate(transient)) {
+    }
+    // The most bytes live at once (the lower bound of any placement), and
+    // the kernel where it is reached.
+    std::vector<int64_t> liveBytes(t + 1, 0); // bytes live per kernel
+    for (size_t i = 0; i < transient.size(); ++i)
       for (const Segment &s : lifetimes[i]) {
         liveBytes[s.first] += sizes[i];
         liveBytes[s.last + 1] -= sizes[i];
       }
-      peak = std::max(peak, offsets[i] + sizes[i]);
-      buf.setOffsetAttr(b.getI64IntegerAttr(base + offsets[i]));
-    }
     int64_t livePeak = 0, running = 0, peakAt = 0;
     for (auto [k, v] : llvm::enumerate(liveBytes))
       if ((running += v) > livePeak) {
         livePeak = running;
         peakAt = k;
       }
+    std::vector<int64_t> offsets = placeTransient(lifetimes, sizes, livePeak);
+    int64_t peak = 0;
+    for (auto [i, buf] : llvm::enumerate(transient)) {
+      peak = std::max(peak, offsets[i] + sizes[i]);
+      buf.setOffsetAttr(b.getI64IntegerAttr(base + offsets[i]));
+    }
     // What is live at that moment: activations, communication buffers, and
     // workspace (the other scratch buffers).
     int64_t atPeak[3] = {0, 0, 0};

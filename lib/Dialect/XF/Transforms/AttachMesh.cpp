@@ -66,11 +66,16 @@ struct AttachMeshPass
   /// An existing @mesh must be the grid this pass would create.
   LogicalResult checkExistingMesh(Operation *old, ArrayAttr axes,
                                   ArrayAttr order) {
+    // "tp,dp,pp" for a rank order (a non-string entry shows as "?").
+    auto joined = [](ArrayAttr names) {
+      return llvm::join(llvm::map_range(names,
+                                        [](Attribute a) {
+                                          auto s = dyn_cast<StringAttr>(a);
+                                          return s ? s.getValue() : StringRef("?");
+                                        }),
+                        ",");
+    };
     std::string want = llvm::formatv("dp={0},tp={1},pp={2}", dp_, tp_, pp_);
-    std::string wantOrder = llvm::join(llvm::map_range(order, [](Attribute a) {
-                                         return cast<StringAttr>(a).getValue();
-                                       }),
-                                       ",");
     auto grid = dyn_cast<shard::GridOp>(old);
     if (!grid || grid->getAttr("xf.mesh_axes") != axes ||
         grid.getShape().size() != 3)
@@ -87,15 +92,9 @@ struct AttachMeshPass
              << " (or from the config for another mesh)";
     auto oldOrder = grid->getAttrOfType<ArrayAttr>("xf.rank_order");
     if (oldOrder && oldOrder != order) {
-      std::string haveOrder = llvm::join(
-          llvm::map_range(oldOrder,
-                          [](Attribute a) {
-                            auto s = dyn_cast<StringAttr>(a);
-                            return s ? s.getValue() : StringRef("?");
-                          }),
-          ",");
+      std::string haveOrder = joined(oldOrder);
       return old->emitError("the module's mesh has rank order ")
-             << haveOrder << " but rank order " << wantOrder
+             << haveOrder << " but rank order " << joined(order)
              << " was requested; compile it with --rank-order " << haveOrder;
     }
     if (!oldOrder)

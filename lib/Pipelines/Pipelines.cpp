@@ -44,7 +44,7 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   pm.addPass(createLowerToPlan({o.zero, o.reshardAfterForward}));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
   if (o.verifyPlan)
-    pm.addPass(plan::createVerifyPlan());
+    pm.addPass(plan::createVerifyPlan({}, o.verifiedPlan));
 }
 
 namespace {

@@ -13,7 +13,7 @@
 
 namespace llcdist::rt::planjson {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // the compiler's type: the verifier hands its trees over without a copy
 
 inline std::string key(const std::string& path, const std::string& k) { return path.empty() ? k : path + "." + k; }
 inline std::string index(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }

@@ -1425,6 +1425,8 @@ int runCompile(Args &args) {
   // One compilation of the training step with `recompute`; the module stays
   // in `lm`. A pass that fails has reported why, with a location.
   std::optional<LoadedModel> lm;
+  // The files llcdist-verify-plan checked, written as they are (not built twice).
+  std::optional<PlanJson> verifiedPlan;
   auto compileWith = [&](const std::string &recompute) -> bool {
     lm = loadModel(ctx, srcMgr, model, shape, mesh.dp);
     if (!lm)
@@ -1432,6 +1434,8 @@ int runCompile(Args &args) {
     PassManager pm(&ctx, ModuleOp::getOperationName());
     TrainingPipelineOptions t = train;
     t.recompute = recompute;
+    verifiedPlan.emplace();
+    t.verifiedPlan = &*verifiedPlan;
     if (emit == "xf")
       xf::buildForwardPipeline(pm, t.mesh);
     else
@@ -1496,7 +1500,7 @@ int runCompile(Args &args) {
     std::map<std::string, std::string> extra;
     if (pipeline)
       extra["schedule.trace.json"] = schedule::renderChromeTrace(pipeline->simulated);
-    FailureOr<PlanSummary> ps = writePlanDirectory(*lm->module, output, extra);
+    FailureOr<PlanSummary> ps = writePlanDirectory(*lm->module, *verifiedPlan, output, extra);
     if (failed(ps))
       return kExitError;
     planSummary = *ps;

@@ -8,6 +8,8 @@
 
 namespace llcdist {
 
+struct PlanJson;
+
 /// Options of `llc-dist compile` that shape the training step.
 struct TrainingPipelineOptions {
   xf::ForwardPipelineOptions mesh;
@@ -41,6 +43,9 @@ struct TrainingPipelineOptions {
   /// Run llcdist-verify-plan last (off only for in-memory compilations whose
   /// plan is never written, e.g. the memory hints of a plan that does not fit).
   bool verifyPlan = true;
+  /// Where llcdist-verify-plan leaves the files it checked (null: dropped);
+  /// writePlanDirectory then writes them as they are.
+  PlanJson *verifiedPlan = nullptr;
 };
 
 /// The forward pipeline, then llcdist-pad-vocab, llcdist-autodiff, llcdist-add-optimizer, under

@@ -284,6 +284,13 @@ llcdist::writePlanDirectory(ModuleOp module, const std::string &dir,
   FailureOr<PlanJson> plan = buildPlanJson(module);
   if (failed(plan))
     return failure();
+  return writePlanDirectory(module, *plan, dir, extraFiles);
+}
+
+FailureOr<PlanSummary>
+llcdist::writePlanDirectory(ModuleOp module, const PlanJson &files, const std::string &dir,
+                            const std::map<std::string, std::string> &extraFiles) {
+  const PlanJson *plan = &files;
   // Write beside the target, then move into place.
   namespace fs = llvm::sys::fs;
   if (fs::exists(dir)) {

@@ -42,6 +42,11 @@ mlir::FailureOr<PlanJson> buildPlanJson(mlir::ModuleOp module);
 mlir::FailureOr<PlanSummary>
 writePlanDirectory(mlir::ModuleOp module, const std::string &dir,
                    const std::map<std::string, std::string> &extraFiles = {});
+/// The same with files already built from `module` (e.g. those
+/// llcdist-verify-plan checked); `module` locates errors.
+mlir::FailureOr<PlanSummary>
+writePlanDirectory(mlir::ModuleOp module, const PlanJson &plan, const std::string &dir,
+                   const std::map<std::string, std::string> &extraFiles = {});
 
 } // namespace llcdist
 

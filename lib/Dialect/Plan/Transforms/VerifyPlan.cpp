@@ -17,6 +17,8 @@ using namespace mlir;
 namespace {
 struct VerifyPlanPass : public llcdist::plan::impl::VerifyPlanBase<VerifyPlanPass> {
   using VerifyPlanBase::VerifyPlanBase;
+  VerifyPlanPass(llcdist::plan::VerifyPlanOptions options, llcdist::PlanJson *verified)
+      : VerifyPlanBase(std::move(options)), verified(verified) {}
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -25,8 +27,8 @@ struct VerifyPlanPass : public llcdist::plan::impl::VerifyPlanBase<VerifyPlanPas
       return signalPassFailure();
     // The runtime's loader: the plan as `llc-dist run` would see it.
     namespace rt = llcdist::rt;
-    // The documents as the runtime's JSON type (a copy of the tree, no text).
-    auto manifest = rt::parseManifestDocument(nlohmann::json(files->manifest), "manifest.json");
+    // The documents as built (the runtime reads the same JSON type: no copy, no text).
+    auto manifest = rt::parseManifestDocument(files->manifest, "manifest.json");
     if (!manifest.isOk()) {
       module.emitError("llcdist-verify-plan: the runtime refuses the plan: ")
           << manifest.status().toString();
@@ -36,7 +38,7 @@ struct VerifyPlanPass : public llcdist::plan::impl::VerifyPlanBase<VerifyPlanPas
     plan.manifest = manifest.value();
     for (auto [i, program] : llvm::enumerate(files->programs)) {
       std::string file = "program-" + std::to_string(i) + ".json";
-      auto parsed = rt::parseProgramDocument(nlohmann::json(program), file, plan.manifest);
+      auto parsed = rt::parseProgramDocument(program, file, plan.manifest);
       if (!parsed.isOk()) {
         module.emitError("llcdist-verify-plan: the runtime refuses the plan: ")
             << parsed.status().toString();
@@ -50,11 +52,21 @@ struct VerifyPlanPass : public llcdist::plan::impl::VerifyPlanBase<VerifyPlanPas
         return signalPassFailure();
       }
     llcdist::verify::VerifyResult result = llcdist::verify::verifyPlan(plan, maxErrors);
-    if (result.ok())
+    if (result.ok()) {
+      if (verified)
+        *verified = std::move(*files);
       return;
+    }
     auto diag = module.emitError("llcdist-verify-plan: ");
     diag << result.str();
     signalPassFailure();
   }
+
+  llcdist::PlanJson *verified = nullptr;
 };
 } // namespace
+
+std::unique_ptr<Pass> llcdist::plan::createVerifyPlan(VerifyPlanOptions options,
+                                                      llcdist::PlanJson *verified) {
+  return std::make_unique<VerifyPlanPass>(std::move(options), verified);
+}

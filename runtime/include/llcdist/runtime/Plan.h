@@ -220,8 +220,8 @@ StatusOr<Manifest> parseManifest(const std::string& text, const std::string& fil
 StatusOr<Program> parseProgram(const std::string& text, const std::string& file, const Manifest& manifest);
 // The same checks on documents already parsed (the compiler's in-memory plan, which
 // llcdist-verify-plan loads without writing and re-reading the text). Errors name `file` as above.
-StatusOr<Manifest> parseManifestDocument(const nlohmann::json& root, const std::string& file);
-StatusOr<Program> parseProgramDocument(const nlohmann::json& root, const std::string& file,
+StatusOr<Manifest> parseManifestDocument(const nlohmann::ordered_json& root, const std::string& file);
+StatusOr<Program> parseProgramDocument(const nlohmann::ordered_json& root, const std::string& file,
                                        const Manifest& manifest);
 // Checks every param's placement in programs[programIndex] (`program`): buffer/grad ids in range,
 // kinds param/grad, the value buffer of the param's dtype and the grad f32 or bf16, the local shape (or

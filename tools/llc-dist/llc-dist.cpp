@@ -60,6 +60,9 @@ using namespace mlir;
 using namespace llcdist;
 using json = nlohmann::ordered_json;
 
+#ifndef LLCDIST_ALLOCATOR
+#define LLCDIST_ALLOCATOR "system"
+#endif
 #ifndef LLCDIST_VERSION
 #define LLCDIST_VERSION "dev"
 #endif
@@ -1842,7 +1845,7 @@ int main(int argc, char **argv) {
     }
     if (cmd == "--version") {
       llvm::outs() << "llc-dist " << LLCDIST_VERSION << " (MLIR "
-                   << LLVM_VERSION_STRING << ")\n";
+                   << LLVM_VERSION_STRING << ", allocator " << LLCDIST_ALLOCATOR << ")\n";
       return 0;
     }
     if (cmd == "compile")

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Byte-compare the plans of two llc-dist builds on a fixed list of configurations.
+
+A refactor of the compiler must not change what it emits. This compiles every
+configuration below with both binaries and compares the plan directories file by
+file (and the `--emit xf` text of a few): every schedule, ZeRO stage, recompute
+mode, bf16, SP, tied and untied embeddings, padded vocabularies, kv-head
+replication and the 405B plan with 16 pipeline stages.
+
+usage: scripts/plan-diff.py --base OLD/llc-dist [--new build/bin/llc-dist] [--keep DIR]
+
+Build the old binary from the commit before the change, e.g.
+  git worktree add /tmp/base REV && cmake -S /tmp/base -B /tmp/base/build -G Ninja \\
+      -DLLCDIST_BUILD_TESTS=OFF && ninja -C /tmp/base/build llc-dist
+Exit status 0 when every configuration is byte-identical, 1 otherwise (the
+differing files are listed).
+"""
+import argparse
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (name, model, arguments). Tiny models compile in well under a second; the
+# large ones exercise the real shapes (vocabulary padding, GQA, 16 stages).
+CONFIGS = [
+    ("tiny-llama-1dev", "tiny-llama", "--seq-len 64"),
+    ("tiny-gpt2-tied-dp2", "tiny-gpt2", "--mesh dp=2 --seq-len 32"),
+    ("tiny-llama-tp2-sp", "tiny-llama", "--mesh tp=2 --sequence-parallel --seq-len 64"),
+    ("tiny-llama-gpipe", "tiny-llama", "--mesh pp=2 --schedule gpipe --global-batch 4 --seq-len 64"),
+    ("tiny-llama-1f1b", "tiny-llama", "--mesh dp=2,pp=2 --global-batch 8 --seq-len 64"),
+    ("tiny-llama-interleaved", "tiny-llama",
+     "--mesh pp=2 --schedule interleaved --virtual-stages 2 --global-batch 4 --seq-len 64"),
+    ("tiny-llama-zbh1", "tiny-llama", "--mesh pp=2 --schedule zb-h1 --global-batch 4 --seq-len 64"),
+    ("tiny-llama-zero1", "tiny-llama", "--mesh dp=2 --zero 1 --seq-len 64"),
+    ("tiny-llama-zero2-tp2", "tiny-llama", "--mesh dp=2,tp=2 --zero 2 --seq-len 64"),
+    ("tiny-llama-zero3-pp2", "tiny-llama", "--mesh dp=2,pp=2 --zero 3 --global-batch 4 --seq-len 64"),
+    ("tiny-llama-zero3-keep", "tiny-llama", "--mesh dp=4 --zero 3 --reshard-after-forward false --seq-len 64"),
+    ("tiny-llama-selective", "tiny-llama", "--mesh tp=2 --recompute selective --seq-len 64"),
+    ("tiny-llama-full-pp2", "tiny-llama", "--mesh pp=2 --recompute full --global-batch 4 --seq-len 64"),
+    ("tiny-llama-bf16-tp2-pp2", "tiny-llama",
+     "--mesh tp=2,pp=2 --dtype bf16 --global-batch 4 --seq-len 64"),
+    ("tiny-gpt2-sgd-cosine", "tiny-gpt2",
+     "--optimizer sgd --momentum 0.9 --lr-schedule cosine --warmup 2 --grad-clip 1 --seq-len 32"),
+    ("tiny-gpt2-replicated-emb", "tiny-gpt2", "--mesh tp=2 --tp-embeddings replicated --seq-len 32"),
+    ("gpt2-dp2-tp4", "gpt2", "--mesh dp=2,tp=4 --seq-len 128"),
+    ("gpt2-dp8-zero3", "gpt2", "--mesh dp=8 --zero 3 --seq-len 128"),
+    ("llama3-8b-tp8-pp4-zbh1", "llama3-8b",
+     "--mesh tp=8,pp=4 --schedule zb-h1 --global-batch 8 --seq-len 1024"),
+    ("llama3.1-405b-pp16", "llama3.1-405b", "--mesh dp=2,tp=8,pp=16 --global-batch 64 --seq-len 1024"),
+]
+XF = [("tiny-llama-xf", "tiny-llama", "--mesh dp=2,tp=2"), ("gpt2-xf", "gpt2", "--mesh dp=2,tp=4")]
+
+
+def compile_one(exe, model, args, out, emit):
+    cmd = [exe, "compile", os.path.join(ROOT, "models", model + ".json"), *args.split(),
+           "--emit", emit, "-o", out, "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return r.returncode, r.stderr
+
+
+def same_tree(a, b):
+    """Files that differ (or exist on one side only) between directories a and b."""
+    diffs = []
+    for root, _, files in os.walk(a):
+        for f in files:
+            pa = os.path.join(root, f)
+            pb = os.path.join(b, os.path.relpath(pa, a))
+            if not os.path.exists(pb) or not filecmp.cmp(pa, pb, shallow=False):
+                diffs.append(os.path.relpath(pa, a))
+    for root, _, files in os.walk(b):
+        for f in files:
+            pb = os.path.join(root, f)
+            if not os.path.exists(os.path.join(a, os.path.relpath(pb, b))):
+                diffs.append(os.path.relpath(pb, b) + " (new only)")
+    return diffs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, help="the old llc-dist binary")
+    ap.add_argument("--new", default=os.path.join(ROOT, "build", "bin", "llc-dist"))
+    ap.add_argument("--keep", help="keep the plans under this directory")
+    args = ap.parse_args()
+    for exe in (args.base, args.new):
+        if not os.access(exe, os.X_OK):
+            sys.exit(f"plan-diff.py: {exe} is not an executable")
+    work = args.keep or tempfile.mkdtemp(prefix="llcdist-plan-diff-")
+    failed = 0
+    try:
+        for name, model, flags in [(n, m, a) for n, m, a in CONFIGS] + XF:
+            emit = "xf" if (name, model, flags) in XF else "plan"
+            outs = []
+            for side, exe in (("base", args.base), ("new", args.new)):
+                out = os.path.join(work, side, name + (".xf.mlir" if emit == "xf" else ""))
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+                rc, err = compile_one(exe, model, flags, out, emit)
+                outs.append((rc, err, out))
+            (rb, eb, ob), (rn, en, on) = outs
+            if rb != 0 or rn != 0:
+                same = rb == rn and eb == en
+                print(f"{'same' if same else 'DIFF'}  {name}: exit {rb} / {rn}"
+                      + ("" if same else f"\n  base: {eb.strip()[:300]}\n  new:  {en.strip()[:300]}"))
+                failed += not same
+                continue
+            if emit == "xf":
+                diffs = [] if filecmp.cmp(ob, on, shallow=False) else [os.path.basename(ob)]
+            else:
+                diffs = same_tree(ob, on)
+            print(f"{'same' if not diffs else 'DIFF'}  {name}" + (f": {', '.join(diffs)}" if diffs else ""))
+            failed += bool(diffs)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    total = len(CONFIGS) + len(XF)
+    print(f"{total - failed} of {total} configurations byte-identical")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

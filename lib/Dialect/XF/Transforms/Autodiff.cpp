@@ -1,7 +1,9 @@
 //===- Autodiff.cpp - reverse-mode autodiff of the xf forward graph -------===//
 //
-// The backward of each op is written once, in `GradEmitter::differentiate`,
-// and used twice: inside every layer body (emitting into a new backward body
+// The backward of each op is written once, next to the op
+// (DifferentiableOpInterface, lib/Dialect/XF/IR/XFAutodiff.cpp; the loss and
+// layer calls, which need this pass's context, in `GradEmitter`), and used
+// twice: inside every layer body (emitting into a new backward body
 // whose arguments are the saved forward values) and in the entry function
 // (emitting in place, after the loss).
 //
@@ -87,12 +89,12 @@ void addStatistics(func::FuncOp fn) {
 }
 
 /// Emits the backward of a straight-line block of forward ops.
-class GradEmitter {
+class GradEmitter : public GradientSink {
 public:
   /// `fwd` maps a forward value to one usable where backward ops are built.
   GradEmitter(OpBuilder &b, std::function<Value(Value)> fwd,
               const llvm::DenseMap<StringRef, func::FuncOp> &backwardBodies)
-      : b(b), fwd(std::move(fwd)), backwardBodies(backwardBodies) {}
+      : b(b), fwdFn(std::move(fwd)), backwardBodies(backwardBodies) {}
 
   void seed(Value v, Value grad) { addGrad(v, grad); }
   Value gradOf(Value v) const { return grads.lookup(v); }
@@ -105,10 +107,11 @@ public:
     return success();
   }
 
-private:
+  Value fwd(Value v) override { return fwdFn(v); }
+
   /// Adds a gradient contribution to `v`: into its parameter's gradient when
   /// `v` is an xf.param, else summed into the gradient map.
-  void addGrad(Value v, Value g) {
+  void addGrad(Value v, Value g) override {
     if (!g || !isa<FloatType>(cast<ShapedType>(v.getType()).getElementType()))
       return;
     if (auto p = v.getDefiningOp<ParamOp>()) {
@@ -142,128 +145,35 @@ private:
     }
     if (!any)
       return success();
-    Location loc = op->getLoc();
-    Value dy = dys.front();
-    return llvm::TypeSwitch<Operation *, LogicalResult>(op)
-        .Case([&](EmbeddingOp e) {
-          addGrad(e.getTable(),
-                  EmbeddingGradOp::create(b, loc, e.getTable().getType(),
-                                          fwd(e.getIds()), dy));
-          return success();
-        })
-        .Case([&](AddPositionEmbeddingOp e) {
-          addGrad(e.getInput(), dy);
-          addGrad(e.getTable(), AddPositionEmbeddingGradOp::create(
-                                    b, loc, e.getTable().getType(), dy));
-          return success();
-        })
-        .Case([&](LayerNormOp ln) {
-          Value x = fwd(ln.getInput()), st = fwd(ln.getStats());
-          auto params = LayerNormGradParamsOp::create(
-              b, loc, ln.getWeight().getType(), ln.getBias().getType(), dy, x,
-              st);
-          addGrad(ln.getWeight(), params.getDweight());
-          addGrad(ln.getBias(), params.getDbias());
-          addGrad(ln.getInput(),
-                  LayerNormGradInputOp::create(b, loc, x.getType(), dy, x,
-                                               fwd(ln.getWeight()), st));
-          return success();
-        })
-        .Case([&](RMSNormOp rn) {
-          Value x = fwd(rn.getInput()), st = fwd(rn.getStats());
-          addGrad(rn.getWeight(),
-                  RMSNormGradWeightOp::create(b, loc, rn.getWeight().getType(),
-                                              dy, x, st));
-          addGrad(rn.getInput(),
-                  RMSNormGradInputOp::create(b, loc, x.getType(), dy, x,
-                                             fwd(rn.getWeight()), st));
-          return success();
-        })
-        .Case([&](LinearOp lin) {
-          // dW (and db) first, then dX: the order a zero-bubble schedule
-          // later splits apart.
-          addGrad(lin.getWeight(),
-                  LinearGradWeightOp::create(b, loc, lin.getWeight().getType(),
-                                             lin.getLayoutAttr(), dy,
-                                             fwd(lin.getInput())));
-          if (lin.getBias())
-            addGrad(lin.getBias(), LinearGradBiasOp::create(
-                                       b, loc, lin.getBias().getType(), dy));
-          addGrad(lin.getInput(),
-                  LinearGradInputOp::create(b, loc, lin.getInput().getType(),
-                                            lin.getLayoutAttr(), dy,
-                                            fwd(lin.getWeight())));
-          return success();
-        })
-        .Case([&](SplitOp sp) -> LogicalResult {
-          for (auto [r, d] : llvm::zip(sp.getResults(), dys))
-            if (!d)
-              return sp.emitOpError("autodiff: result #")
-                     << cast<OpResult>(r).getResultNumber()
-                     << " of a split is unused; drop it from the graph";
-          addGrad(sp.getInput(),
-                  ConcatOp::create(b, loc, sp.getInput().getType(), dys));
-          return success();
-        })
-        .Case([&](RopeOp r) {
-          addGrad(r.getInput(),
-                  RopeGradOp::create(b, loc, r.getType(), dy,
-                                     r.getHeadDimAttr(), r.getThetaAttr(),
-                                     r.getScalingAttr()));
-          return success();
-        })
-        .Case([&](AttentionOp at) {
-          auto g = AttentionGradOp::create(
-              b, loc, at.getQ().getType(), at.getK().getType(),
-              at.getV().getType(), dy, fwd(at.getQ()), fwd(at.getK()),
-              fwd(at.getV()), fwd(at.getResult()), fwd(at.getLse()),
-              at.getNumHeadsAttr(), at.getNumKvHeadsAttr(), at.getHeadDimAttr());
-          addGrad(at.getQ(), g.getDq());
-          addGrad(at.getK(), g.getDk());
-          addGrad(at.getV(), g.getDv());
-          return success();
-        })
-        .Case([&](GeluTanhOp g) {
-          addGrad(g.getInput(), GeluTanhGradOp::create(b, loc, g.getType(), dy,
-                                                       fwd(g.getInput())));
-          return success();
-        })
-        .Case([&](SwiGLUOp s) {
-          auto g = SwiGLUGradOp::create(b, loc, s.getType(), s.getType(), dy,
-                                        fwd(s.getGate()), fwd(s.getUp()));
-          addGrad(s.getGate(), g.getDgate());
-          addGrad(s.getUp(), g.getDup());
-          return success();
-        })
-        .Case([&](AddOp a) {
-          addGrad(a.getLhs(), dy);
-          addGrad(a.getRhs(), dy);
-          return success();
-        })
-        .Case([&](LayerOp l) -> LogicalResult {
-          auto bwd = backwardBodies.lookup(l.getCallee());
-          if (!bwd)
-            return l.emitOpError("autodiff: no backward body for @")
-                   << l.getCallee();
-          SmallVector<Value> args;
-          for (unsigned i = 0, e = numPrimary(l); i < e; ++i) {
-            if (!dys[i])
-              return l.emitOpError("autodiff: layer result #")
-                     << i << " has no gradient";
-            args.push_back(dys[i]);
-          }
-          for (Value saved : l.getResults().drop_front(numPrimary(l)))
-            args.push_back(fwd(saved));
-          auto call = LayerOp::create(b, loc, bwd.getFunctionType().getResults(),
-                                      FlatSymbolRefAttr::get(bwd.getSymNameAttr()),
-                                      l.getIndexAttr(), args);
-          for (auto [operand, g] : llvm::zip(l.getOperands(), call.getResults()))
-            addGrad(operand, g);
-          return success();
-        })
-        .Default([&](Operation *o) {
-          return o->emitOpError("autodiff: no backward rule for this op");
-        });
+    if (auto l = dyn_cast<LayerOp>(op))
+      return differentiateLayer(l, dys);
+    if (auto d = dyn_cast<DifferentiableOpInterface>(op))
+      return d.buildBackward(b, *this, dys);
+    return op->emitOpError("autodiff: no backward rule for this op");
+  }
+
+  /// A layer call: a call of its backward body, whose arguments are the
+  /// gradients of the layer's outputs and the values it saved.
+  LogicalResult differentiateLayer(LayerOp l, ArrayRef<Value> dys) {
+    auto bwd = backwardBodies.lookup(l.getCallee());
+    if (!bwd)
+      return l.emitOpError("autodiff: no backward body for @")
+             << l.getCallee();
+    SmallVector<Value> args;
+    for (unsigned i = 0, e = numPrimary(l); i < e; ++i) {
+      if (!dys[i])
+        return l.emitOpError("autodiff: layer result #")
+               << i << " has no gradient";
+      args.push_back(dys[i]);
+    }
+    for (Value saved : l.getResults().drop_front(numPrimary(l)))
+      args.push_back(fwd(saved));
+    auto call = LayerOp::create(b, l.getLoc(), bwd.getFunctionType().getResults(),
+                                FlatSymbolRefAttr::get(bwd.getSymNameAttr()),
+                                l.getIndexAttr(), args);
+    for (auto [operand, g] : llvm::zip(l.getOperands(), call.getResults()))
+      addGrad(operand, g);
+    return success();
   }
 
   /// Results of a forward layer call that are the layer's outputs (the rest
@@ -279,7 +189,7 @@ public:
 
 private:
   OpBuilder &b;
-  std::function<Value(Value)> fwd;
+  std::function<Value(Value)> fwdFn;
   const llvm::DenseMap<StringRef, func::FuncOp> &backwardBodies;
   llvm::DenseMap<Value, Value> grads;
 };

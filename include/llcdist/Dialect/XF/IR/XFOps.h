@@ -3,6 +3,7 @@
 #define LLCDIST_DIALECT_XF_IR_XFOPS_H
 
 #include "llcdist/Dialect/XF/IR/XFDialect.h"
+#include "llcdist/Dialect/XF/IR/XFInterfaces.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"

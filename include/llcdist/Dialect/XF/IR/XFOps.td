@@ -3,6 +3,7 @@
 #define LLCDIST_DIALECT_XF_XFOPS_TD
 
 include "llcdist/Dialect/XF/IR/XFDialect.td"
+include "llcdist/Dialect/XF/IR/XFInterfaces.td"
 include "mlir/IR/EnumAttr.td"
 include "mlir/IR/OpBase.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
@@ -72,7 +73,7 @@ def XF_LayerOp : XF_Op<"layer", [
 // Embeddings
 //===----------------------------------------------------------------------===//
 
-def XF_EmbeddingOp : XF_Op<"embedding", [Pure]> {
+def XF_EmbeddingOp : XF_Op<"embedding", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
   let summary = "token embedding lookup";
   let description = [{
     `result[b, s, :] = table[ids[b, s], :]`; ids [B, S], table [V, H],
@@ -88,7 +89,7 @@ def XF_EmbeddingOp : XF_Op<"embedding", [Pure]> {
   let hasVerifier = 1;
 }
 
-def XF_AddPositionEmbeddingOp : XF_Op<"add_position_embedding", [Pure]> {
+def XF_AddPositionEmbeddingOp : XF_Op<"add_position_embedding", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
   let summary = "learned absolute position embedding (GPT-2)";
   let description = [{
     `result[b, s, :] = input[b, s, :] + table[s, :]` for s < S; input
@@ -100,7 +101,7 @@ def XF_AddPositionEmbeddingOp : XF_Op<"add_position_embedding", [Pure]> {
   let hasVerifier = 1;
 }
 
-def XF_RopeOp : XF_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
+def XF_RopeOp : XF_Op<"rope", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, AllTypesMatch<["input", "result"]>]> {
   let summary = "rotary position embedding, rotate-half convention (Llama)";
   let description = [{
     Rotates each `head_dim`-wide head of `input` [B, S, n*head_dim] by
@@ -124,7 +125,7 @@ def XF_RopeOp : XF_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
 // Norms, linear, activations
 //===----------------------------------------------------------------------===//
 
-def XF_LayerNormOp : XF_Op<"layer_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+def XF_LayerNormOp : XF_Op<"layer_norm", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, AllTypesMatch<["input", "result"]>]> {
   let summary = "LayerNorm over the last dimension (biased variance)";
   let description = [{
     `(x - mean) / sqrt(var + eps) * weight + bias` over the last dim H, as
@@ -140,7 +141,7 @@ def XF_LayerNormOp : XF_Op<"layer_norm", [Pure, AllTypesMatch<["input", "result"
   let hasVerifier = 1;
 }
 
-def XF_RMSNormOp : XF_Op<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+def XF_RMSNormOp : XF_Op<"rms_norm", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, AllTypesMatch<["input", "result"]>]> {
   let summary = "RMSNorm over the last dimension (Llama)";
   let description = [{
     `weight * x * rsqrt(mean(x^2) + eps)` over the last dim H, as Hugging
@@ -153,7 +154,7 @@ def XF_RMSNormOp : XF_Op<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>]>
   let hasVerifier = 1;
 }
 
-def XF_LinearOp : XF_Op<"linear", [Pure]> {
+def XF_LinearOp : XF_Op<"linear", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
   let summary = "y = x W (+ b) over the last dimension";
   let description = [{
     `input` [..., K]; `weight` [N, K] (`out_in`, torch nn.Linear) or [K, N]
@@ -173,7 +174,7 @@ def XF_LinearOp : XF_Op<"linear", [Pure]> {
   let hasVerifier = 1;
 }
 
-def XF_SplitOp : XF_Op<"split", [Pure]> {
+def XF_SplitOp : XF_Op<"split", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
   let summary = "split the last dimension into consecutive pieces";
   let description = [{
     Splits `input` [..., D] into pieces [..., sizes[i]] with sum(sizes) = D,
@@ -189,7 +190,7 @@ def XF_SplitOp : XF_Op<"split", [Pure]> {
   let hasVerifier = 1;
 }
 
-def XF_AttentionOp : XF_Op<"attention", [Pure]> {
+def XF_AttentionOp : XF_Op<"attention", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
   let summary = "causal scaled-dot-product self-attention (MHA, GQA, MQA)";
   let description = [{
     q [B, S, num_heads*head_dim]; k, v [B, S, num_kv_heads*head_dim];
@@ -207,7 +208,7 @@ def XF_AttentionOp : XF_Op<"attention", [Pure]> {
   let hasVerifier = 1;
 }
 
-def XF_GeluTanhOp : XF_Op<"gelu_tanh", [Pure, SameOperandsAndResultType]> {
+def XF_GeluTanhOp : XF_Op<"gelu_tanh", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType]> {
   let summary = "GELU, tanh approximation (Hugging Face gelu_new)";
   let description = [{
     `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, element-wise.
@@ -217,7 +218,7 @@ def XF_GeluTanhOp : XF_Op<"gelu_tanh", [Pure, SameOperandsAndResultType]> {
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
-def XF_SwiGLUOp : XF_Op<"swiglu", [Pure, SameOperandsAndResultType]> {
+def XF_SwiGLUOp : XF_Op<"swiglu", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType]> {
   let summary = "SwiGLU gate: silu(gate) * up (Llama MLP)";
   let description = [{ `silu(gate) * up` element-wise, `silu(x) = x sigmoid(x)`. }];
   let arguments = (ins XF_FloatTensor:$gate, XF_FloatTensor:$up);
@@ -225,7 +226,7 @@ def XF_SwiGLUOp : XF_Op<"swiglu", [Pure, SameOperandsAndResultType]> {
   let assemblyFormat = "$gate `,` $up attr-dict `:` type($result)";
 }
 
-def XF_AddOp : XF_Op<"add", [Pure, Commutative, SameOperandsAndResultType]> {
+def XF_AddOp : XF_Op<"add", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, Commutative, SameOperandsAndResultType]> {
   let summary = "element-wise addition (the residual connection)";
   let description = [{ `lhs + rhs`, both of the result's type. }];
   let arguments = (ins XF_FloatTensor:$lhs, XF_FloatTensor:$rhs);

@@ -1,0 +1,118 @@
+//===- XFAutodiff.cpp - each forward op's backward, next to the op --------===//
+//
+// DifferentiableOpInterface: the reverse-mode rule of every forward op that
+// needs nothing but its own operands (llcdist-autodiff keeps the two that need
+// the pass's context: the loss, seeded with its scale, and layer calls, which
+// call their backward bodies). A rule reads forward values through
+// `grads.fwd` and hands each operand's gradient to `grads.addGrad`; the order
+// in which it creates ops is the order of the backward graph.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+
+using namespace mlir;
+using namespace llcdist::xf;
+
+#include "llcdist/Dialect/XF/IR/XFInterfaces.cpp.inc"
+
+LogicalResult EmbeddingOp::buildBackward(OpBuilder &b, GradientSink &grads,
+                                         ArrayRef<Value> dys) {
+  grads.addGrad(getTable(), EmbeddingGradOp::create(b, getLoc(), getTable().getType(),
+                                                    grads.fwd(getIds()), dys[0]));
+  return success();
+}
+
+LogicalResult AddPositionEmbeddingOp::buildBackward(OpBuilder &b, GradientSink &grads,
+                                                    ArrayRef<Value> dys) {
+  grads.addGrad(getInput(), dys[0]);
+  grads.addGrad(getTable(),
+                AddPositionEmbeddingGradOp::create(b, getLoc(), getTable().getType(), dys[0]));
+  return success();
+}
+
+LogicalResult LayerNormOp::buildBackward(OpBuilder &b, GradientSink &grads,
+                                         ArrayRef<Value> dys) {
+  Value dy = dys[0], x = grads.fwd(getInput()), st = grads.fwd(getStats());
+  auto params = LayerNormGradParamsOp::create(b, getLoc(), getWeight().getType(),
+                                              getBias().getType(), dy, x, st);
+  grads.addGrad(getWeight(), params.getDweight());
+  grads.addGrad(getBias(), params.getDbias());
+  grads.addGrad(getInput(), LayerNormGradInputOp::create(b, getLoc(), x.getType(), dy, x,
+                                                         grads.fwd(getWeight()), st));
+  return success();
+}
+
+LogicalResult RMSNormOp::buildBackward(OpBuilder &b, GradientSink &grads,
+                                       ArrayRef<Value> dys) {
+  Value dy = dys[0], x = grads.fwd(getInput()), st = grads.fwd(getStats());
+  grads.addGrad(getWeight(),
+                RMSNormGradWeightOp::create(b, getLoc(), getWeight().getType(), dy, x, st));
+  grads.addGrad(getInput(), RMSNormGradInputOp::create(b, getLoc(), x.getType(), dy, x,
+                                                       grads.fwd(getWeight()), st));
+  return success();
+}
+
+LogicalResult LinearOp::buildBackward(OpBuilder &b, GradientSink &grads,
+                                      ArrayRef<Value> dys) {
+  // dW (and db) first, then dX: the order a zero-bubble schedule later
+  // splits apart.
+  Value dy = dys[0];
+  grads.addGrad(getWeight(),
+                LinearGradWeightOp::create(b, getLoc(), getWeight().getType(), getLayoutAttr(),
+                                           dy, grads.fwd(getInput())));
+  if (getBias())
+    grads.addGrad(getBias(), LinearGradBiasOp::create(b, getLoc(), getBias().getType(), dy));
+  grads.addGrad(getInput(),
+                LinearGradInputOp::create(b, getLoc(), getInput().getType(), getLayoutAttr(), dy,
+                                          grads.fwd(getWeight())));
+  return success();
+}
+
+LogicalResult SplitOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  for (auto [r, d] : llvm::zip(getResults(), dys))
+    if (!d)
+      return emitOpError("autodiff: result #")
+             << cast<OpResult>(r).getResultNumber()
+             << " of a split is unused; drop it from the graph";
+  grads.addGrad(getInput(), ConcatOp::create(b, getLoc(), getInput().getType(), dys));
+  return success();
+}
+
+LogicalResult RopeOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  grads.addGrad(getInput(), RopeGradOp::create(b, getLoc(), getType(), dys[0], getHeadDimAttr(),
+                                               getThetaAttr(), getScalingAttr()));
+  return success();
+}
+
+LogicalResult AttentionOp::buildBackward(OpBuilder &b, GradientSink &grads,
+                                         ArrayRef<Value> dys) {
+  auto g = AttentionGradOp::create(
+      b, getLoc(), getQ().getType(), getK().getType(), getV().getType(), dys[0],
+      grads.fwd(getQ()), grads.fwd(getK()), grads.fwd(getV()), grads.fwd(getResult()),
+      grads.fwd(getLse()), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr());
+  grads.addGrad(getQ(), g.getDq());
+  grads.addGrad(getK(), g.getDk());
+  grads.addGrad(getV(), g.getDv());
+  return success();
+}
+
+LogicalResult GeluTanhOp::buildBackward(OpBuilder &b, GradientSink &grads,
+                                        ArrayRef<Value> dys) {
+  grads.addGrad(getInput(),
+                GeluTanhGradOp::create(b, getLoc(), getType(), dys[0], grads.fwd(getInput())));
+  return success();
+}
+
+LogicalResult SwiGLUOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  auto g = SwiGLUGradOp::create(b, getLoc(), getType(), getType(), dys[0], grads.fwd(getGate()),
+                                grads.fwd(getUp()));
+  grads.addGrad(getGate(), g.getDgate());
+  grads.addGrad(getUp(), g.getDup());
+  return success();
+}
+
+LogicalResult AddOp::buildBackward(OpBuilder &, GradientSink &grads, ArrayRef<Value> dys) {
+  grads.addGrad(getLhs(), dys[0]);
+  grads.addGrad(getRhs(), dys[0]);
+  return success();
+}

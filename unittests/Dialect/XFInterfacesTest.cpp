@@ -1,0 +1,68 @@
+//===- XFInterfacesTest.cpp - every xf op answers what it must ------------===//
+//
+// A new xf op must say how it is differentiated: either it implements
+// DifferentiableOpInterface (its rule next to it, lib/Dialect/XF/IR/
+// XFAutodiff.cpp), or it is listed below as one llcdist-autodiff never has to
+// differentiate (docs/adding-an-op.md). The whole-model gradient checks
+// (unittests/Integration/GradCheckTest.cpp) test the rules' numbers.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+#include "llcdist/InitAll.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+using namespace llcdist;
+
+namespace {
+
+/// Ops autodiff reads but differentiates itself (they need the pass's
+/// context), and ops that exist only in the backward, the optimizer step or
+/// after partitioning, which autodiff never meets in a forward graph.
+const std::set<std::string> kNotDifferentiable = {
+    // Handled by llcdist-autodiff itself.
+    "xf.param", "xf.layer", "xf.cross_entropy",
+    // Created by llcdist-autodiff.
+    "xf.linear_grad_input", "xf.linear_grad_weight", "xf.linear_grad_bias", "xf.embedding_grad",
+    "xf.add_position_embedding_grad", "xf.layer_norm_grad_input", "xf.layer_norm_grad_params",
+    "xf.rms_norm_grad_input", "xf.rms_norm_grad_weight", "xf.rope_grad", "xf.attention_grad",
+    "xf.gelu_tanh_grad", "xf.swiglu_grad", "xf.concat", "xf.cross_entropy_grad",
+    "xf.accumulate_grad",
+    // llcdist-add-optimizer.
+    "xf.clip_grad_norm", "xf.adamw", "xf.sgd",
+    // llcdist-partition and the tensor-parallel passes, after autodiff.
+    "xf.all_reduce_grads", "xf.all_reduce_loss", "xf.all_reduce", "xf.all_gather",
+    "xf.reduce_scatter", "xf.bias_add"};
+
+TEST(XFInterfaces, EveryOpIsDifferentiableOrListed) {
+  mlir::DialectRegistry registry;
+  registerAllDialects(registry);
+  mlir::MLIRContext ctx(registry);
+  ctx.getOrLoadDialect<xf::XFDialect>();
+  int xfOps = 0, differentiable = 0;
+  std::set<std::string> seen;
+  for (mlir::RegisteredOperationName name : ctx.getRegisteredOperations()) {
+    if (name.getDialectNamespace() != "xf")
+      continue;
+    ++xfOps;
+    std::string op = name.getStringRef().str();
+    seen.insert(op);
+    bool rule = name.hasInterface<xf::DifferentiableOpInterface>();
+    differentiable += rule;
+    EXPECT_NE(rule, kNotDifferentiable.count(op) == 1)
+        << op << (rule ? " has a backward rule but is listed as not differentiable"
+                       : " has no backward rule: implement DifferentiableOpInterface "
+                         "(lib/Dialect/XF/IR/XFAutodiff.cpp) or list it here");
+  }
+  // The list names real ops only (a renamed op would otherwise hide here).
+  for (const std::string &op : kNotDifferentiable)
+    EXPECT_TRUE(seen.count(op)) << op << " is listed but is not an xf op";
+  EXPECT_EQ(differentiable, 11) << "of " << xfOps << " xf ops";
+}
+
+} // namespace

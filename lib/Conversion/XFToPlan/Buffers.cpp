@@ -1,0 +1,86 @@
+//===- Buffers.cpp - parameter buffers: values, masters, copies, grads ----===//
+//
+// A parameter's buffers are made where the program first reads it. Under
+// mixed precision the manifest's parameter is the f32 master and the ops
+// read a bf16 working copy made from it at every step_begin; under ZeRO the
+// optimizer state (from stage 1), the gradient (from stage 2) and the value
+// (stage 3) hold only this dp rank's block of rows.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+using namespace mlir;
+using namespace llcdist;
+using namespace llcdist::xftoplan;
+
+ParamInfo &ParamBuffers::param(const std::string &name, RankedTensorType type) {
+  auto [it, inserted] = params.try_emplace(name);
+  if (inserted) {
+    ParamInfo &p = it->second;
+    const int64_t zero = step.zero;
+    p.type = type;
+    p.shardType = type;
+    if (zero > 0) {
+      SmallVector<int64_t> dims(type.getShape());
+      dims[0] = llvm::divideCeil(dims[0], step.dp);
+      p.shardType = RankedTensorType::get(dims, type.getElementType());
+    }
+    RankedTensorType held = zero >= 3 ? p.shardType : type;
+    if (step.mixed) {
+      // The manifest's parameter is the f32 master (what the runtime
+      // initializes and saves; under ZeRO only this rank's block of it);
+      // the ops read a bf16 copy, made from the master at the start of
+      // every step (emitStepBegin).
+      p.value = pb.newBuffer(name, "param",
+                             ProgramBuilder::withF32(zero > 0 ? p.shardType : type));
+      pb.setMemoryClass(p.value, "optimizer_state"); // the paper's 12Ψ: master + m + v
+      p.working = pb.newBuffer(name + ".bf16", "param", held);
+    } else {
+      p.value = p.working = pb.newBuffer(name, "param", held);
+    }
+    p.grad = pb.newBuffer(name + ".grad", "grad", zero >= 2 ? p.shardType : type);
+    p.isNormOrBias = type.getRank() == 1;
+    paramOrder.push_back(name);
+  }
+  return it->second;
+}
+
+SmallVector<NamedAttribute> ParamBuffers::zeroCollective(const ParamInfo &p) {
+  SmallVector<NamedAttribute> attrs{pb.str("axis", "dp"), pb.i64("outer", 1),
+                                    pb.i64("inner", p.shardType.getNumElements())};
+  if (p.type.getNumElements() != p.shardType.getNumElements() * step.dp)
+    attrs.push_back(pb.i64("total", p.type.getNumElements()));
+  return attrs;
+}
+
+void ParamBuffers::emitStepBegin(Location loc, Buf loss) {
+  OpBuilder &b = pb.b;
+  pb.current = pb.stepBegin;
+  if (step.mixed)
+    for (const std::string &name : paramOrder) {
+      ParamInfo &p = params[name];
+      Location castLoc = NameLoc::get(
+          b.getStringAttr("mixed precision: the step's bf16 copy of the f32 master"),
+          NameLoc::get(b.getStringAttr(name), loc));
+      if (step.zero == 1 || step.zero == 2) {
+        // The master is this rank's block: round it, then gather the blocks.
+        Buf block = pb.newBuffer(name + ".bf16_block", "scratch", p.shardType);
+        pb.kernel("cast", {pb.arg("x", p.value), pb.arg("y", block)},
+                  {pb.i64("n", p.shardType.getNumElements())}, castLoc);
+        pb.kernel("all_gather", {pb.arg("x", block), pb.arg("y", p.working)}, zeroCollective(p),
+                  NameLoc::get(b.getStringAttr("ZeRO: gather the updated parameter blocks"),
+                               castLoc))
+            ->setAttr("plan.payload", b.getStringAttr("parameters"));
+        continue;
+      }
+      int64_t n = pb.bufferOp(p.working).getTensorType().getNumElements();
+      pb.kernel("cast", {pb.arg("x", p.value), pb.arg("y", p.working)}, {pb.i64("n", n)},
+                castLoc);
+    }
+  SmallVector<Attribute> zeroed;
+  for (const std::string &name : paramOrder)
+    zeroed.push_back(params[name].grad);
+  if (loss)
+    zeroed.push_back(loss);
+  pb.kernel("zero", {pb.arg("x", b.getArrayAttr(zeroed))}, {}, loc);
+}

@@ -1,0 +1,392 @@
+//===- Lowering.h - the units of llcdist-lower-to-plan ----------*- C++ -*-===//
+//
+// llcdist-lower-to-plan (XFToPlan.cpp) is a driver over these units, one
+// concern per file, joined by this header (as Triton's pipeliner joins its
+// phases by a schedule header):
+//
+//   ProgramBuilder.cpp  a plan.program's buffers, subroutines, kernels, actions
+//   Buffers.cpp         parameter buffers: values, f32 masters and bf16
+//                       working copies, gradients, ZeRO blocks; step_begin
+//   LowerOps.cpp        each xf op to plan.kernel calls on a value→buffer map
+//   Optimizer.cpp       the optimizer step: gradient reductions, norm, updates
+//   Manifest.cpp        plan.param entries (with the init policy of
+//                       llcdist/Frontend/InitPolicy.h) and plan.manifest
+//   Stages.cpp          one program per pipeline stage, as the stage plan
+//                       (llcdist/Conversion/XFToPlan/StagePlan.h) says
+//
+//===----------------------------------------------------------------------===//
+#ifndef LLCDIST_LIB_CONVERSION_XFTOPLAN_LOWERING_H
+#define LLCDIST_LIB_CONVERSION_XFTOPLAN_LOWERING_H
+
+#include "llcdist/Conversion/XFToPlan/StagePlan.h"
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace llcdist::xftoplan {
+
+using Buf = mlir::FlatSymbolRefAttr;
+
+inline int64_t numel(mlir::Value v) {
+  return mlir::cast<mlir::RankedTensorType>(v.getType()).getNumElements();
+}
+inline int64_t lastDim(mlir::Value v) {
+  return mlir::cast<mlir::RankedTensorType>(v.getType()).getShape().back();
+}
+inline int64_t dim(mlir::Value v, unsigned i) {
+  return mlir::cast<mlir::RankedTensorType>(v.getType()).getDimSize(i);
+}
+
+//===----------------------------------------------------------------------===//
+// The step being lowered (XFToPlan.cpp)
+//===----------------------------------------------------------------------===//
+
+/// What the driver learns about the module before lowering it; the same for
+/// every program (stage) it lowers.
+struct StepInfo {
+  mlir::func::FuncOp entry, optimizerFn;
+  /// ZeRO stage (0: off) and the dp size it shards over (1 when off).
+  int64_t zero = 0, dp = 1;
+  /// Mixed precision: bf16 values in the IR (see ParamBuffers::param).
+  bool mixed = false;
+  int64_t microbatches = 1, numLayers = 0;
+  std::string arch;
+  /// Parameters whose dimension 0 llcdist-pad-vocab padded past the real
+  /// vocabulary (the manifest's `vocab_padded`).
+  std::set<std::string> vocabPadded;
+  /// ZeRO-3: whether the backward gathers a layer's parameters again (true:
+  /// FSDP's reshard_after_forward) or reuses the forward's gathered copy.
+  bool reshardAfterForward = true;
+};
+
+/// The checks every lowering starts with (a training step, an optimizer,
+/// storable element types, a valid ZeRO stage on a mesh with dp > 1), and
+/// what they find; failure with an error emitted.
+mlir::FailureOr<StepInfo> analyzeStep(mlir::ModuleOp module, int64_t zero,
+                                      bool reshardAfterForward);
+
+//===----------------------------------------------------------------------===//
+// ProgramBuilder (ProgramBuilder.cpp)
+//===----------------------------------------------------------------------===//
+
+/// Builds one plan.program: buffers (declared before the first subroutine),
+/// subroutines, kernels (appended to `current`) and the schedule's actions.
+class ProgramBuilder {
+public:
+  explicit ProgramBuilder(mlir::ModuleOp module)
+      : module(module), ctx(module.getContext()), b(ctx) {}
+
+  /// A new program @name with its step_begin and optimizer subroutines.
+  void beginProgram(mlir::StringRef name);
+  /// A subroutine placed before the optimizer.
+  plan::SubroutineOp addSubroutine(mlir::StringRef name);
+  /// A buffer; a repeated name (a split's results) gets #1, #2, ...
+  Buf newBuffer(std::string name, mlir::StringRef kind, mlir::Type type);
+  plan::BufferOp bufferOp(Buf buf) const { return bufferOps.lookup(buf); }
+  /// Which line of the memory report a buffer counts in, when not its kind.
+  void setMemoryClass(Buf buf, mlir::StringRef cls);
+  plan::KernelOp kernel(mlir::StringRef name, mlir::ArrayRef<mlir::NamedAttribute> args,
+                        mlir::ArrayRef<mlir::NamedAttribute> attrs, mlir::Location loc);
+  /// A pipeline `send` of `buf` to stage `peer`, or a `recv` into it; what
+  /// travels (`payload`) is for the communication report, as on collectives.
+  void transfer(mlir::StringRef op, Buf buf, int64_t peer, int64_t tag, mlir::Location loc,
+                mlir::StringRef payload);
+  /// A schedule action at the builder's insertion point.
+  void action(plan::SubroutineOp sub, std::optional<int64_t> mb,
+              mlir::ArrayRef<mlir::NamedAttribute> attrs = {});
+  /// The program's schedule region, ready for action().
+  void beginSchedule();
+
+  mlir::NamedAttribute arg(mlir::StringRef role, mlir::Attribute buf) {
+    return b.getNamedAttr(role, buf);
+  }
+  mlir::NamedAttribute i64(mlir::StringRef n, int64_t v) {
+    return b.getNamedAttr(n, b.getI64IntegerAttr(v));
+  }
+  mlir::NamedAttribute f64(mlir::StringRef n, double v) {
+    return b.getNamedAttr(n, b.getF64FloatAttr(v));
+  }
+  mlir::NamedAttribute flag(mlir::StringRef n, bool v) {
+    return b.getNamedAttr(n, b.getBoolAttr(v));
+  }
+  mlir::NamedAttribute str(mlir::StringRef n, mlir::StringRef v) {
+    return b.getNamedAttr(n, b.getStringAttr(v));
+  }
+  mlir::RankedTensorType f32(mlir::ArrayRef<int64_t> dims) {
+    return mlir::RankedTensorType::get(dims, b.getF32Type());
+  }
+  static mlir::RankedTensorType withF32(mlir::RankedTensorType t) {
+    return mlir::RankedTensorType::get(t.getShape(), mlir::Float32Type::get(t.getContext()));
+  }
+
+  mlir::ModuleOp module;
+  mlir::MLIRContext *ctx;
+  mlir::OpBuilder b;
+  plan::ProgramOp program;
+  plan::SubroutineOp firstSubroutine, stepBegin, optimizer, current;
+
+private:
+  int64_t nextBuffer = 0;
+  llvm::StringMap<unsigned> bufferNames;
+  /// This program's buffers by symbol (program.lookupSymbol walks them all).
+  llvm::DenseMap<mlir::Attribute, plan::BufferOp> bufferOps;
+};
+
+//===----------------------------------------------------------------------===//
+// Parameter buffers (Buffers.cpp)
+//===----------------------------------------------------------------------===//
+
+struct ParamInfo {
+  mlir::RankedTensorType type; ///< the local (this rank's) type
+  /// ZeRO: `type` with its first dimension split over dp (the optimizer
+  /// state's, and from stage 2 the gradient's, from stage 3 the value's):
+  /// ceil(rows / dp) rows, so when dp does not divide the rows the last
+  /// blocks end in zero padding (FSDP2's and DeepSpeed's padded shards).
+  mlir::RankedTensorType shardType;
+  mlir::DictionaryAttr sharding; ///< xf.sharding of a split parameter, or null
+  Buf value, grad;
+  /// What the ops read: `value`, or under mixed precision its bf16 copy.
+  Buf working;
+  bool isTable = false;      // read by an embedding: no weight decay
+  bool isNormWeight = false; // initialized to ones
+  bool isNormOrBias = false; // rank-1
+};
+
+/// Every parameter's buffers in one program, created at its first read.
+class ParamBuffers {
+public:
+  ParamBuffers(ProgramBuilder &pb, const StepInfo &step) : pb(pb), step(step) {}
+
+  /// The buffers of parameter `name` of local type `type`, created on first
+  /// call: the value (or the f32 master and its bf16 working copy) and the
+  /// gradient, each whole or a ZeRO block as the stage says.
+  ParamInfo &param(const std::string &name, mlir::RankedTensorType type);
+  ParamInfo &operator[](llvm::StringRef name) { return params[name]; }
+  llvm::StringMap<ParamInfo>::iterator find(llvm::StringRef name) { return params.find(name); }
+  llvm::StringMap<ParamInfo>::iterator end() { return params.end(); }
+  bool contains(llvm::StringRef name) const { return params.count(name); }
+  /// The parameters in the order the program first reads them.
+  const std::vector<std::string> &order() const { return paramOrder; }
+
+  /// The attributes of a ZeRO collective (or shard_slice) between the whole
+  /// local tensor of `p` and its dp block. A padded block (dp does not
+  /// divide the rows) adds `total`: the whole side holds only the real
+  /// elements, and the runtime reads the padding as zeros (reduce_scatter,
+  /// shard_slice) or drops it (all_gather).
+  llvm::SmallVector<mlir::NamedAttribute> zeroCollective(const ParamInfo &p);
+
+  /// step_begin: under mixed precision the step's bf16 copy of every master
+  /// (under ZeRO-1/2 cast per block, then gathered); then zero every gradient
+  /// and `loss` (when this program has it).
+  void emitStepBegin(mlir::Location loc, Buf loss);
+
+private:
+  ProgramBuilder &pb;
+  const StepInfo &step;
+  llvm::StringMap<ParamInfo> params;
+  std::vector<std::string> paramOrder;
+};
+
+//===----------------------------------------------------------------------===//
+// Op lowering (LowerOps.cpp)
+//===----------------------------------------------------------------------===//
+
+/// Values' buffers within one instantiation of a function body.
+struct Scope {
+  llvm::DenseMap<mlir::Value, llvm::SmallVector<Buf, 2>> bufs;
+  int64_t layer = -1;
+  /// Prepended to activation buffer names: a pipeline stage lowers each
+  /// chunk once per microbatch slot ("v1s0/").
+  std::string prefix;
+  /// The scopes of the layer calls lowered in this scope: a zero-bubble
+  /// backward lowers a backward layer body twice (input gradients, then
+  /// weight gradients) into one scope.
+  std::map<mlir::Operation *, std::unique_ptr<Scope>> inner;
+  /// The weight-gradient part of a split backward: the all-gathered values
+  /// it has gathered again from their slices (regatherForWeights).
+  llvm::DenseSet<mlir::Value> regathered;
+};
+
+/// Which ops of a backward one lowering of it emits. A split backward
+/// (ZB-H1) lowers the backward twice: B, then W.
+enum class BackwardPart {
+  /// Every op (the forward; an unsplit or fused backward).
+  Whole,
+  /// B: the input gradients and the cheap weight gradients (norms, biases,
+  /// embeddings), without the all-gathers only W reads.
+  InputGradients,
+  /// W: the weight-gradient GEMMs and what reads them; each all-gathered
+  /// operand is gathered again from its slice before its first use.
+  WeightGradients,
+};
+
+/// Lowers xf ops to plan.kernel calls into the builder's current subroutine,
+/// each value into its own buffer (or, for a gradient only accumulated into
+/// a parameter's, straight into that gradient buffer).
+class OpLowering {
+public:
+  OpLowering(ProgramBuilder &pb, ParamBuffers &params, const StepInfo &step)
+      : pb(pb), b(pb.b), params(params), step(step), symbols(pb.module) {}
+
+  /// Lowers `op` (a layer call: its body, instantiated) in scope `s`.
+  mlir::LogicalResult lowerOp(mlir::Operation *op, Scope &s,
+                              BackwardPart part = BackwardPart::Whole);
+  /// Whether `part` emits `op` (Whole: every op).
+  bool inPart(mlir::Operation *op, BackwardPart part);
+  /// The buffer of `v` in `s`, which must have been lowered.
+  Buf use(Scope &s, mlir::Value v);
+  /// The location of `op`'s kernels: its NameLoc with `{i}` bound.
+  mlir::Location provenance(mlir::Operation *op, Scope &s);
+
+  /// The loss (the last stage's, or the only program's; null elsewhere).
+  Buf lossBuf;
+
+private:
+  mlir::LogicalResult lowerOpImpl(mlir::Operation *op, Scope &s, BackwardPart part);
+  mlir::LogicalResult lowerLayer(xf::LayerOp call, Scope &s, BackwardPart part);
+  /// Whether `op` belongs to W: a weight-gradient GEMM (linear_grad_weight),
+  /// or an op that reads what W computes (the accumulation into the
+  /// parameter's gradient). Everything else runs in B, the cheap weight
+  /// gradients of norms, biases and embeddings included, so what a pending W
+  /// holds is each GEMM's input and output gradient and nothing more.
+  bool deferredToW(mlir::Operation *op);
+  /// An all-gather whose result only W reads: W gathers it (from the slice,
+  /// which is what waits), B does not.
+  bool gathersOnlyForW(mlir::Operation *op);
+  /// In the weight part, before `op`: every operand that is an all-gather
+  /// of a (sequence-parallel) slice is gathered again, right before its first
+  /// use in W, so that between B and W only the slice is held.
+  mlir::LogicalResult regatherForWeights(mlir::Operation *op, Scope &s);
+  /// ZeRO-2/3: a gradient contribution `full` (this microbatch's, not yet
+  /// reduced over dp) is reduce-scattered and added to the gradient shard.
+  void reduceIntoShard(Buf full, const std::string &name, mlir::Location loc);
+  /// Where weight-gradient result `r` goes, and whether the kernel adds.
+  std::pair<Buf, bool> gradTarget(Scope &s, mlir::Value r, mlir::Operation *op);
+
+  std::string label(mlir::Operation *op, Scope &s);
+  Buf def(Scope &s, mlir::Value v, mlir::Operation *op, mlir::StringRef suffix = "");
+  mlir::NamedAttribute layout(xf::WeightLayout l);
+  /// `attrs` plus shard_axis when the op is vocabulary- or sequence-parallel.
+  llvm::SmallVector<mlir::NamedAttribute>
+  withShardAxis(mlir::Operation *op, llvm::SmallVector<mlir::NamedAttribute> attrs);
+  /// `attrs` plus real_vocab when the loss masks vocabulary padding.
+  llvm::SmallVector<mlir::NamedAttribute>
+  withRealVocab(std::optional<uint64_t> real, llvm::SmallVector<mlir::NamedAttribute> attrs);
+  /// rope_fwd / rope_bwd attributes for x [B, S, n·hd].
+  llvm::SmallVector<mlir::NamedAttribute> ropeAttrs(mlir::Value x, int64_t hd,
+                                                    llvm::APFloat theta,
+                                                    mlir::DictionaryAttr scaling);
+
+  // The builder's helpers, as the op cases spell them.
+  plan::KernelOp kernel(mlir::StringRef name, mlir::ArrayRef<mlir::NamedAttribute> args,
+                        mlir::ArrayRef<mlir::NamedAttribute> attrs, mlir::Location loc) {
+    return pb.kernel(name, args, attrs, loc);
+  }
+  Buf newBuffer(std::string name, mlir::StringRef kind, mlir::Type type) {
+    return pb.newBuffer(std::move(name), kind, type);
+  }
+  mlir::NamedAttribute arg(mlir::StringRef role, mlir::Attribute buf) { return pb.arg(role, buf); }
+  mlir::NamedAttribute i64(mlir::StringRef n, int64_t v) { return pb.i64(n, v); }
+  mlir::NamedAttribute f64(mlir::StringRef n, double v) { return pb.f64(n, v); }
+  mlir::NamedAttribute flag(mlir::StringRef n, bool v) { return pb.flag(n, v); }
+  mlir::NamedAttribute str(mlir::StringRef n, mlir::StringRef v) { return pb.str(n, v); }
+  mlir::RankedTensorType f32(mlir::ArrayRef<int64_t> dims) { return pb.f32(dims); }
+
+  ProgramBuilder &pb;
+  mlir::OpBuilder &b;
+  ParamBuffers &params;
+  const StepInfo &step;
+  mlir::SymbolTable symbols;
+  llvm::DenseMap<mlir::Operation *, bool> deferredMemo;
+  /// ZeRO-3 without reshard_after_forward: the forward's gathered copy of
+  /// each parameter, by microbatch slot prefix and name.
+  llvm::StringMap<Buf> gathered;
+  struct PendingReduce {
+    Buf full;
+    std::string name;
+    mlir::Location loc;
+  };
+  /// ZeRO-2/3: gradients the current op's kernel writes, to reduce after it.
+  std::vector<PendingReduce> pendingShardReduce;
+};
+
+//===----------------------------------------------------------------------===//
+// Optimizer (Optimizer.cpp)
+//===----------------------------------------------------------------------===//
+
+/// What the optimizer of one program owns: everything, or, on a pipeline
+/// stage, what its stage plan says.
+struct OptimizerScope {
+  /// Tied parameters held here but updated on their home stage.
+  const std::map<std::string, int64_t> *replicaOf = nullptr;
+  /// Whether the gradient norm also sums over the pipeline's stages.
+  bool pipelined = false;
+  Buf loss, gradNorm;
+
+  bool updates(const std::string &name) const {
+    return !replicaOf || !replicaOf->count(name);
+  }
+};
+
+/// The choices the manifest records.
+struct OptimizerChoice {
+  mlir::DictionaryAttr attrs;
+  double gradClip = 0;
+};
+
+/// Lowers the optimizer step `fn` into the builder's optimizer subroutine:
+/// the gradient all-reduces (under ZeRO the dp reduce-scatter), the loss
+/// average, the global norm with clipping, one AdamW or SGD update per
+/// parameter this program updates (with its state buffers and plan.param).
+mlir::FailureOr<OptimizerChoice> lowerOptimizer(mlir::func::FuncOp fn, ProgramBuilder &pb,
+                                                ParamBuffers &params, const StepInfo &step,
+                                                const OptimizerScope &scope);
+
+//===----------------------------------------------------------------------===//
+// Manifest (Manifest.cpp)
+//===----------------------------------------------------------------------===//
+
+/// The plan.param entry of parameter `name` (before the first subroutine):
+/// its buffers and state, its initialization, weight decay, tp sharding,
+/// vocabulary padding, pipeline replica and ZeRO block.
+void emitParam(ProgramBuilder &pb, const StepInfo &step, const std::string &name,
+               const ParamInfo &p, llvm::ArrayRef<mlir::Attribute> state, bool decays,
+               std::optional<int64_t> replicaOf, mlir::Location loc);
+
+/// The module's plan.manifest: model, batch, mesh, optimizer, clipping, LR.
+mlir::DictionaryAttr buildManifest(mlir::ModuleOp module, const StepInfo &step,
+                                   const OptimizerChoice &optimizer);
+
+//===----------------------------------------------------------------------===//
+// Programs (XFToPlan.cpp, Stages.cpp)
+//===----------------------------------------------------------------------===//
+
+/// The whole step as one program, @stage0.
+mlir::LogicalResult lowerWholeStep(mlir::ModuleOp module, const StepInfo &step);
+
+/// The pipeline marked by llcdist-pipeline-split.
+struct Pipeline {
+  int64_t stages = 1, virtualStages = 1, microbatches = 1;
+  schedule::ScheduleKind kind = schedule::ScheduleKind::OneFOneB;
+};
+
+/// The program of pipeline stage `stage`, @stage<stage>.
+mlir::LogicalResult lowerStage(mlir::ModuleOp module, const StepInfo &step,
+                               const Pipeline &pipe, int64_t stage);
+
+} // namespace llcdist::xftoplan
+
+#endif // LLCDIST_LIB_CONVERSION_XFTOPLAN_LOWERING_H

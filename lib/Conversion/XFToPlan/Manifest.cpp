@@ -1,0 +1,120 @@
+//===- Manifest.cpp - plan.param entries and the plan.manifest -----------===//
+//
+// What the runtime needs beside the kernels: per parameter its buffers,
+// state, initialization (Hugging Face's, llcdist/Frontend/InitPolicy.h),
+// weight decay and how it is split (tp sharding, ZeRO block, pipeline
+// replica); for the step the model, batch, mesh, optimizer and LR schedule.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+#include "llcdist/Frontend/InitPolicy.h"
+
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+
+using namespace mlir;
+using namespace llcdist;
+using namespace llcdist::xf;
+using namespace llcdist::xftoplan;
+
+namespace {
+DictionaryAttr initAttr(Builder &b, const StepInfo &step, const std::string &name,
+                        const ParamInfo &p) {
+  InitSpec init = initPolicy(step.arch, name, step.numLayers,
+                             ParamRole{p.isNormWeight, p.isNormOrBias});
+  switch (init.kind) {
+  case InitSpec::Kind::Ones:
+    return b.getDictionaryAttr({b.getNamedAttr("kind", b.getStringAttr("ones"))});
+  case InitSpec::Kind::Zeros:
+    return b.getDictionaryAttr({b.getNamedAttr("kind", b.getStringAttr("zeros"))});
+  case InitSpec::Kind::Normal:
+    break;
+  }
+  return b.getDictionaryAttr({b.getNamedAttr("kind", b.getStringAttr("normal")),
+                              b.getNamedAttr("std", b.getF64FloatAttr(init.std))});
+}
+} // namespace
+
+void xftoplan::emitParam(ProgramBuilder &pb, const StepInfo &step, const std::string &name,
+                         const ParamInfo &p, ArrayRef<Attribute> state, bool decays,
+                         std::optional<int64_t> replicaOf, Location loc) {
+  OpBuilder &b = pb.b;
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPoint(pb.firstSubroutine);
+  auto pop = plan::ParamOp::create(b, loc, b.getStringAttr(name), p.value, p.grad,
+                                   b.getArrayAttr(state), initAttr(b, step, name, p),
+                                   b.getBoolAttr(decays));
+  if (p.sharding)
+    pop->setAttr("sharding", p.sharding);
+  if (step.vocabPadded.count(name)) // dim 0 padded past the real vocabulary
+    pop->setAttr("vocab_padded", b.getUnitAttr());
+  if (replicaOf) // reports: updated (and counted) on its home stage
+    pop->setAttr("pipeline.replica_of", b.getI64IntegerAttr(*replicaOf));
+  if (step.zero > 0) {
+    // The tensor's shape on this rank before ZeRO's blocks (the writer's
+    // `shape` when there is no tp `sharding`).
+    pop->setAttr("local_shape", b.getDenseI64ArrayAttr(p.type.getShape()));
+    SmallVector<NamedAttribute> z{pb.str("axis", "dp"), pb.i64("stage", step.zero)};
+    if (step.mixed && step.zero < 3) // the f32 master is this rank's block
+      z.push_back(pb.flag("value_block", true));
+    // dp does not divide the rows: each block has ceil(rows / dp) rows,
+    // the last ones zero padding (absent when the blocks are exact).
+    if (p.shardType.getDimSize(0) * step.dp != p.type.getDimSize(0))
+      z.push_back(pb.i64("block_rows", p.shardType.getDimSize(0)));
+    pop->setAttr("zero", b.getDictionaryAttr(z));
+  }
+}
+
+DictionaryAttr xftoplan::buildManifest(ModuleOp module, const StepInfo &step,
+                                       const OptimizerChoice &optimizer) {
+  Builder b(module.getContext());
+  auto i64 = [&](StringRef n, int64_t v) { return b.getNamedAttr(n, b.getI64IntegerAttr(v)); };
+  auto f64 = [&](StringRef n, double v) { return b.getNamedAttr(n, b.getF64FloatAttr(v)); };
+  auto str = [&](StringRef n, StringRef v) { return b.getNamedAttr(n, b.getStringAttr(v)); };
+  func::FuncOp entry = step.entry;
+  auto model = module->getAttrOfType<DictionaryAttr>(kModelAttr);
+  auto get = [&](StringRef k) -> Attribute { return model ? model.get(k) : Attribute(); };
+  auto ids = cast<RankedTensorType>(entry.getArgument(0).getType());
+  int64_t dp = 1, tp = 1, pp = 1;
+  ArrayAttr rankOrder = b.getStrArrayAttr({"tp", "dp", "pp"}); // Megatron's
+  if (auto grid = module.lookupSymbol<shard::GridOp>("mesh")) {
+    auto shape = grid.getShape();
+    if (shape.size() == 3)
+      dp = shape[0], tp = shape[1], pp = shape[2];
+    if (auto order = grid->getAttrOfType<ArrayAttr>("xf.rank_order"))
+      rankOrder = order;
+  }
+  // After llcdist-partition the ids are one dp rank's: the micro-batch.
+  int64_t microBatch = module->hasAttr("xf.partition") ? ids.getDimSize(0)
+                                                        : ids.getDimSize(0) / dp;
+  SmallVector<NamedAttribute> modelAttrs{
+      b.getNamedAttr("name", get("name") ? get("name") : b.getStringAttr("model")),
+      b.getNamedAttr("architecture", get("architecture") ? get("architecture") : b.getStringAttr("")),
+      b.getNamedAttr("vocab_size", get("vocab_size") ? get("vocab_size") : b.getI64IntegerAttr(0)),
+      str("dtype", step.mixed ? "bf16" : "f32"),
+  };
+  // Vocabulary padding (llcdist-pad-vocab): the real vocabulary is the
+  // loss's, the padded one the tables' rows.
+  if (auto pad = module->getAttrOfType<DictionaryAttr>("xf.vocab_padding")) {
+    modelAttrs[2] = b.getNamedAttr("vocab_size", pad.get("vocab_size"));
+    modelAttrs.push_back(b.getNamedAttr("padded_vocab_size", pad.get("padded_vocab_size")));
+  }
+  SmallVector<NamedAttribute> m{
+      b.getNamedAttr("model", b.getDictionaryAttr(modelAttrs)),
+      b.getNamedAttr("batch",
+                     b.getDictionaryAttr({
+                         i64("seq_len", ids.getDimSize(1)),
+                         i64("micro_batch", microBatch),
+                         i64("microbatches", step.microbatches),
+                         i64("dp", dp),
+                         i64("global_batch", microBatch * step.microbatches * dp),
+                     })),
+      b.getNamedAttr("mesh", b.getDictionaryAttr({i64("dp", dp), i64("tp", tp), i64("pp", pp),
+                                                  b.getNamedAttr("rank_order", rankOrder)})),
+      b.getNamedAttr("optimizer", optimizer.attrs),
+      f64("grad_clip", optimizer.gradClip),
+  };
+  if (auto lr = module->getAttrOfType<DictionaryAttr>("xf.lr_schedule"))
+    m.push_back(b.getNamedAttr("lr_schedule", lr));
+  return b.getDictionaryAttr(m);
+}

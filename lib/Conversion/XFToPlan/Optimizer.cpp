@@ -1,0 +1,206 @@
+//===- Optimizer.cpp - the optimizer step: reductions, norm, updates ------===//
+//
+// The gradient all-reduces over dp and tp (under ZeRO-1 the dp reduce-scatter
+// to each block's owner; ZeRO-2/3 reduced in the backward), the loss's
+// average, the global gradient norm (with clipping), then one AdamW or SGD
+// update per parameter this program updates, with its state buffers and its
+// plan.param. What a pipeline stage updates is its stage plan's answer
+// (OptimizerScope), not decided here.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+using namespace mlir;
+using namespace llcdist;
+using namespace llcdist::xf;
+using namespace llcdist::xftoplan;
+
+FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuilder &pb,
+                                                    ParamBuffers &params, const StepInfo &step,
+                                                    const OptimizerScope &scope) {
+  OpBuilder &b = pb.b;
+  auto kernel = [&](StringRef name, ArrayRef<NamedAttribute> args,
+                    ArrayRef<NamedAttribute> attrs, Location loc) {
+    return pb.kernel(name, args, attrs, loc);
+  };
+  auto arg = [&](StringRef role, Attribute buf) { return pb.arg(role, buf); };
+  auto i64 = [&](StringRef n, int64_t v) { return pb.i64(n, v); };
+  auto f64 = [&](StringRef n, double v) { return pb.f64(n, v); };
+  auto str = [&](StringRef n, StringRef v) { return pb.str(n, v); };
+  const int64_t zero = step.zero;
+  const bool mixed = step.mixed;
+  OptimizerChoice choice;
+  pb.current = pb.optimizer;
+  // The gradient each update reads: the gradient buffer, or under ZeRO-1
+  // the dp shard reduce-scattered out of it.
+  llvm::StringMap<Buf> updateGrad;
+  for (const std::string &name : params.order())
+    updateGrad[name] = params[name].grad;
+  for (Operation &op : fn.getBody().front().without_terminator()) {
+    if (auto ar = dyn_cast<AllReduceGradsOp>(op); ar && zero > 0 && ar.getAxis() == "dp") {
+      // ZeRO replaces the gradient all-reduce over dp by reduce-scatters:
+      // stages 2 and 3 did them in the backward, stage 1 does them now.
+      if (zero == 1)
+        for (const std::string &name : params.order()) {
+          if (!scope.updates(name))
+            continue; // a tied copy: its home reduces the summed gradient
+          ParamInfo &p = params[name];
+          Buf shard = pb.newBuffer(name + ".grad_shard", "scratch", p.shardType);
+          SmallVector<NamedAttribute> attrs = params.zeroCollective(p);
+          attrs.push_back(str("op", "sum"));
+          kernel("reduce_scatter", {arg("x", p.grad), arg("y", shard)}, attrs,
+                 NameLoc::get(b.getStringAttr("ZeRO-1: reduce-scatter the gradient to the "
+                                              "optimizer state's owner"),
+                              NameLoc::get(b.getStringAttr(name), op.getLoc())))
+              ->setAttr("plan.payload", b.getStringAttr("gradients"));
+          updateGrad[name] = shard;
+        }
+      continue;
+    }
+    if (auto ar = dyn_cast<AllReduceGradsOp>(op)) {
+      SmallVector<Attribute> covered;
+      for (const std::string &name : params.order())
+        if (ar.covers(name) && scope.updates(name))
+          covered.push_back(updateGrad[name]);
+      if (covered.empty())
+        continue;
+      SmallVector<NamedAttribute> attrs{str("axis", ar.getAxis()), str("op", ar.getReduction())};
+      if (auto g = ar.getGroupSize()) // over sub-groups of the axis (kv-head replicas)
+        attrs.push_back(i64("group_size", int64_t(*g)));
+      kernel("all_reduce", {arg("x", b.getArrayAttr(covered))}, attrs,
+             NameLoc::get(ar.getReasonAttr(), op.getLoc()))
+          ->setAttr("plan.payload",
+                    b.getStringAttr(ar.getGroupSize() ? "kv-replica gradients"
+                                    : ar.getParams()  ? "sequence-parallel gradients"
+                                                      : "gradients"));
+      continue;
+    }
+    if (auto ar = dyn_cast<AllReduceLossOp>(op)) {
+      if (!scope.loss)
+        continue; // a pipeline stage before the last has no loss
+      kernel("all_reduce", {arg("x", b.getArrayAttr({scope.loss}))},
+             {str("axis", ar.getAxis()), str("op", "avg")},
+             NameLoc::get(ar.getReasonAttr(), op.getLoc()))
+          ->setAttr("plan.payload", b.getStringAttr("loss"));
+      continue;
+    }
+    if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+      choice.gradClip = clip.getMaxNorm().convertToDouble();
+      // Replicated gradients count once; split ones once per shard (summed
+      // over their axis); replicated shards (kv heads) once per shard, on
+      // the first of its replicas.
+      SmallVector<Attribute> replicated, sharded, replicaShards;
+      StringAttr axis;
+      int64_t replicas = 0;
+      for (const std::string &name : params.order()) {
+        ParamInfo &p = params[name];
+        if (!scope.updates(name))
+          continue; // counted on its home stage
+        if (p.sharding) {
+          axis = p.sharding.getAs<StringAttr>("axis");
+          if (auto r = p.sharding.getAs<IntegerAttr>("replicas")) {
+            if (replicas && replicas != r.getInt())
+              return op.emitOpError("llcdist-lower-to-plan: sharded parameters with ")
+                     << replicas << " and " << r.getInt()
+                     << " replicas per shard; grad_norm counts one replica count";
+            replicas = r.getInt();
+            replicaShards.push_back(updateGrad[name]);
+          } else {
+            sharded.push_back(updateGrad[name]);
+          }
+        } else {
+          replicated.push_back(updateGrad[name]);
+        }
+      }
+      SmallVector<NamedAttribute> args{arg("norm", scope.gradNorm)};
+      SmallVector<NamedAttribute> attrs{f64("max_norm", choice.gradClip)};
+      if (!replicated.empty())
+        args.push_back(arg("grads", b.getArrayAttr(replicated)));
+      if (!sharded.empty())
+        args.push_back(arg("sharded", b.getArrayAttr(sharded)));
+      if (!replicaShards.empty()) {
+        args.push_back(arg("replica_shards", b.getArrayAttr(replicaShards)));
+        attrs.push_back(i64("replicas", replicas));
+      }
+      if (!sharded.empty() || !replicaShards.empty())
+        attrs.push_back(b.getNamedAttr("axis", axis));
+      // Each dp rank holds other gradient blocks (ZeRO), each stage other
+      // parameters (pipeline): the norm sums over those axes.
+      if (scope.pipelined || zero > 0)
+        attrs.push_back(str("stage_axis", zero > 0 && scope.pipelined ? "dp,pp"
+                                          : scope.pipelined           ? "pp"
+                                                                : "dp"));
+      kernel("grad_norm", args, attrs, op.getLoc());
+      continue;
+    }
+    auto adamw = dyn_cast<AdamWOp>(op);
+    auto sgd = dyn_cast<SGDOp>(op);
+    if (!adamw && !sgd)
+      return op.emitOpError("llcdist-lower-to-plan: unexpected op in the optimizer step");
+    double wd = adamw ? adamw.getWeightDecay().convertToDouble()
+                      : sgd.getWeightDecay().convertToDouble();
+    choice.attrs =
+        adamw ? b.getDictionaryAttr({str("kind", "adamw"),
+                                     f64("beta1", adamw.getBeta1().convertToDouble()),
+                                     f64("beta2", adamw.getBeta2().convertToDouble()),
+                                     f64("eps", adamw.getEps().convertToDouble()),
+                                     f64("weight_decay", wd)})
+              : b.getDictionaryAttr({str("kind", "sgd"),
+                                     f64("momentum", sgd.getMomentum().convertToDouble()),
+                                     f64("weight_decay", wd)});
+    for (const std::string &name : params.order()) {
+      ParamInfo &p = params[name];
+      bool decays = p.type.getRank() >= 2 && !p.isTable;
+      SmallVector<Attribute> state;
+      Location loc = NameLoc::get(b.getStringAttr(name), op.getLoc());
+      // What the update writes: the parameter, or under ZeRO-1/2 this dp
+      // rank's shard of it, cut out now and gathered back after.
+      Buf target = p.value, grad = updateGrad[name];
+      // f32 (the master's type), and under ZeRO this rank's block only.
+      RankedTensorType stateType = ProgramBuilder::withF32(p.shardType);
+      bool sliceAndGather = (zero == 1 || zero == 2) && !mixed && scope.updates(name);
+      if (sliceAndGather) {
+        target = pb.newBuffer(name + ".shard", "scratch", p.shardType);
+        kernel("shard_slice", {arg("x", p.value), arg("y", target)}, params.zeroCollective(p),
+               loc);
+      }
+      if (!scope.updates(name)) {
+        // A replica: its home stage updates it and sends the new value.
+      } else if (adamw) {
+        Buf m = pb.newBuffer(name + ".exp_avg", "optimizer_state", stateType);
+        Buf v = pb.newBuffer(name + ".exp_avg_sq", "optimizer_state", stateType);
+        state = {m, v};
+        kernel("adamw",
+               {arg("param", target), arg("grad", grad), arg("m", m), arg("v", v)},
+               {f64("beta1", adamw.getBeta1().convertToDouble()),
+                f64("beta2", adamw.getBeta2().convertToDouble()),
+                f64("eps", adamw.getEps().convertToDouble()),
+                f64("weight_decay", decays ? wd : 0.0)},
+               loc);
+      } else {
+        double mom = sgd.getMomentum().convertToDouble();
+        SmallVector<NamedAttribute> args{arg("param", target), arg("grad", grad)};
+        if (mom != 0) {
+          Buf buf = pb.newBuffer(name + ".momentum_buffer", "optimizer_state", stateType);
+          state = {buf};
+          args.push_back(arg("momentum_buf", buf));
+        }
+        kernel("sgd", args, {f64("momentum", mom), f64("weight_decay", decays ? wd : 0.0)},
+               loc);
+      }
+      if (sliceAndGather)
+        kernel("all_gather", {arg("x", target), arg("y", p.value)}, params.zeroCollective(p),
+               NameLoc::get(b.getStringAttr("ZeRO: gather the updated shards"), loc))
+            ->setAttr("plan.payload", b.getStringAttr("parameters"));
+      std::optional<int64_t> replica;
+      if (!scope.updates(name))
+        replica = scope.replicaOf->at(name);
+      emitParam(pb, step, name, p, state, decays, replica, loc);
+    }
+  }
+  if (!choice.attrs)
+    return fn.emitError("llcdist-lower-to-plan: the optimizer step has no "
+                        "xf.adamw or xf.sgd");
+  return choice;
+}
+

@@ -1,0 +1,266 @@
+//===- Stages.cpp - one plan.program per pipeline stage --------------------===//
+//
+// A pipeline stage (llcdist-pipeline-split marked every top-level op of the
+// step with its chunk). Chunk k runs on stage k mod pp. For each chunk of
+// this stage and each microbatch slot (the schedule's peak number of
+// microbatches in flight for that chunk), the chunk's forward ops, backward
+// ops and, for a split backward, weight-gradient ops are lowered into
+// subroutines forward_v<k>_s<slot>, backward_v<k>_s<slot> and
+// backward_weight_v<k>_s<slot>, each slot with its own activation buffers.
+// A value that an op reads from another chunk arrives by `recv` at its first
+// use; the chunk that computes it `send`s it at the end of its subroutine.
+// Parameters read by chunks of several stages (tied embeddings) live on each;
+// the first stage is their home: the others send it their gradient, it
+// updates the parameter and sends the new value back.
+//
+// What each stage holds, sends and receives is decided by the stage plan
+// (llcdist/Conversion/XFToPlan/StagePlan.h); this file emits it.
+//
+//===----------------------------------------------------------------------===//
+#include "Lowering.h"
+
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+
+using namespace mlir;
+using namespace llcdist;
+using namespace llcdist::xf;
+using namespace llcdist::xftoplan;
+namespace sch = llcdist::schedule;
+namespace sp = llcdist::stageplan;
+
+namespace {
+int64_t chunkOf(Operation *op) {
+  auto c = op->getAttrOfType<IntegerAttr>("xf.chunk");
+  return c ? c.getInt() : -1;
+}
+
+/// The step's top-level ops as stage planning sees them.
+sp::Step describeStep(ArrayRef<Operation *> ops, int64_t firstBackward) {
+  llvm::DenseMap<Operation *, int64_t> indexOf;
+  for (auto [i, op] : llvm::enumerate(ops))
+    indexOf[op] = int64_t(i);
+  sp::Step step;
+  step.firstBackward = firstBackward;
+  for (Operation *op : ops) {
+    sp::StepOp &s = step.ops.emplace_back();
+    s.chunk = chunkOf(op);
+    s.numResults = op->getNumResults();
+    for (Value v : op->getOperands()) {
+      Operation *d = v.getDefiningOp();
+      if (auto prm = dyn_cast_or_null<ParamOp>(d))
+        s.operands.push_back(sp::Operand::ofParam(prm.getName().str()));
+      else if (!d)
+        s.operands.push_back(sp::Operand::input());
+      else
+        s.operands.push_back(
+            sp::Operand::resultOf(indexOf.lookup(d), cast<OpResult>(v).getResultNumber()));
+    }
+  }
+  return step;
+}
+} // namespace
+
+LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const Pipeline &pipe,
+                                   int64_t stage) {
+  func::FuncOp entry = step.entry;
+  const int64_t p = pipe.stages;
+  sch::ScheduleOptions so;
+  so.stages = p;
+  so.microbatches = pipe.microbatches;
+  so.virtualStages = pipe.virtualStages;
+  so.kind = pipe.kind;
+  auto schedule = sch::generateSchedule(so);
+  if (!schedule)
+    return module.emitError("llcdist-lower-to-plan: ") << schedule.error().message;
+  const std::vector<sch::Action> &actions = schedule->perStage[stage];
+
+  // The top-level ops; where the backward starts; what crosses chunks.
+  Block &body = entry.getBody().front();
+  SmallVector<Operation *> ops;
+  for (Operation &op : body.without_terminator())
+    ops.push_back(&op);
+  int64_t firstBackward = backwardStart(body);
+  if (firstBackward < 0)
+    return entry.emitError("llcdist-lower-to-plan: the training step has no loss gradient");
+  sp::Step desc = describeStep(ops, firstBackward);
+  if (std::optional<sp::Error> err = sp::verifyChunks(desc, p))
+    return ops[err->op]->emitOpError(err->message);
+  const sp::Crossings crossings = sp::findCrossings(desc, p);
+  const sp::StagePlan stagePlan = sp::planStage(desc, crossings, *schedule, stage);
+  auto valueOf = [&](sp::ValueId id) { return ops[id.first]->getResult(id.second); };
+  llvm::DenseMap<Value, const sp::Crossing *> crossingOf;
+  for (const sp::Crossing &c : crossings.values)
+    crossingOf[valueOf(c.value)] = &c;
+
+  ProgramBuilder pb(module);
+  ParamBuffers params(pb, step);
+  OpLowering lowering(pb, params, step);
+  OpBuilder &b = pb.b;
+  pb.beginProgram(("stage" + std::to_string(stage)).c_str());
+  if (stagePlan.hasLoss)
+    lowering.lossBuf = pb.newBuffer("loss", "metric", pb.f32({1}));
+  Buf gradNorm = pb.newBuffer("grad_norm", "metric", pb.f32({1}));
+
+  // Lower each (chunk, slot).
+  struct Subs {
+    plan::SubroutineOp f, b, w;
+  };
+  std::map<std::pair<int64_t, int64_t>, Subs> subs; // (local chunk, slot)
+  auto idsType = cast<RankedTensorType>(entry.getArgument(0).getType());
+  for (const sp::ChunkPlan &chunk : stagePlan.chunks) {
+    const int64_t vs = chunk.chunk;
+    for (int64_t slot = 0; slot < chunk.slots; ++slot) {
+      Subs &sb = subs[{chunk.localChunk, slot}];
+      sb.f = pb.addSubroutine(sp::subroutineName(sch::ActionKind::F, vs, slot));
+      sb.b = pb.addSubroutine(sp::subroutineName(sch::ActionKind::B, vs, slot));
+      if (stagePlan.splitBackward)
+        sb.w = pb.addSubroutine(sp::subroutineName(sch::ActionKind::W, vs, slot));
+      Scope sc;
+      sc.prefix = sp::slotPrefix(vs, slot);
+      llvm::DenseSet<Value> sent; // a split backward lowers its layer calls twice
+      pb.current = sb.f;
+      if (chunk.readsInputs) {
+        Buf ids = pb.newBuffer(sc.prefix + "input_ids", "input", entry.getArgument(0).getType());
+        Buf targets = pb.newBuffer(sc.prefix + "labels", "input", entry.getArgument(1).getType());
+        sc.bufs[entry.getArgument(0)] = {ids};
+        sc.bufs[entry.getArgument(1)] = {targets};
+        pb.kernel("load_microbatch", {pb.arg("ids", ids), pb.arg("targets", targets)},
+                  {pb.i64("B", idsType.getDimSize(0)), pb.i64("S", idsType.getDimSize(1))},
+                  entry.getLoc());
+      }
+      // Lowers the part `part` of this chunk's ops in [begin, end), with a
+      // recv before the first use of a value from another chunk and a send
+      // after the last op for each value another chunk reads.
+      auto lowerRange = [&](int64_t begin, int64_t end, BackwardPart part) -> LogicalResult {
+        StringRef payload = begin < firstBackward ? "activations" : "activation gradients";
+        SmallVector<Value> produced;
+        for (int64_t i = begin; i < end; ++i) {
+          Operation *op = ops[i];
+          // A layer call is filtered op by op inside its body.
+          if (chunkOf(op) != vs || (!isa<LayerOp>(op) && !lowering.inPart(op, part)))
+            continue;
+          for (Value v : op->getOperands()) {
+            if (sc.bufs.count(v))
+              continue;
+            Operation *d = v.getDefiningOp();
+            if (auto prm = dyn_cast_or_null<ParamOp>(d)) {
+              if (failed(lowering.lowerOp(prm, sc, part)))
+                return failure();
+              continue;
+            }
+            const sp::Crossing *crossing = crossingOf.lookup(v);
+            if (!crossing)
+              continue; // defined in this chunk by an op another part lowers
+            Buf buf = pb.newBuffer(sc.prefix + "recv:" + std::to_string(crossing->tag),
+                                   "activation", v.getType());
+            sc.bufs[v] = {buf};
+            pb.transfer("recv", buf, crossing->fromChunk % p, crossing->tag,
+                        NameLoc::get(b.getStringAttr("pipeline: from chunk " +
+                                                     std::to_string(crossing->fromChunk)),
+                                     lowering.provenance(op, sc)),
+                        payload);
+          }
+          if (failed(lowering.lowerOp(op, sc, part)))
+            return failure();
+          for (Value v : op->getResults())
+            if (crossingOf.count(v) && sent.insert(v).second)
+              produced.push_back(v);
+        }
+        for (Value v : produced) {
+          const sp::Crossing *crossing = crossingOf.lookup(v);
+          for (int64_t reader : crossing->readers)
+            pb.transfer("send", lowering.use(sc, v), reader % p, crossing->tag,
+                        NameLoc::get(b.getStringAttr("pipeline: to chunk " +
+                                                     std::to_string(reader)),
+                                     v.getLoc()),
+                        payload);
+        }
+        return success();
+      };
+      if (failed(lowerRange(0, firstBackward, BackwardPart::Whole)))
+        return failure();
+      pb.current = sb.b;
+      // A split backward: B computes the input gradients and the cheap
+      // weight gradients; W the weight-gradient GEMMs. Where every W of the
+      // chunk directly follows its B, nothing can use the gap between them,
+      // so B runs the whole backward in its own order (each activation and
+      // gradient freed as in 1F1B) and W is empty.
+      bool deferW = stagePlan.splitBackward && !chunk.fusedBackward;
+      if (failed(lowerRange(firstBackward, ops.size(),
+                            deferW ? BackwardPart::InputGradients : BackwardPart::Whole)))
+        return failure();
+      if (deferW) {
+        pb.current = sb.w;
+        if (failed(lowerRange(firstBackward, ops.size(), BackwardPart::WeightGradients)))
+          return failure();
+      }
+    }
+  }
+
+  // The optimizer: replicas send their gradient home, the home stage adds
+  // them (in stage order), everyone reduces over dp, takes the global norm
+  // (over pp too) and updates what it owns; the home sends the new values.
+  // `exchange(true)`: the gradients, before the update; `exchange(false)`:
+  // the updated values, after it.
+  auto exchange = [&](bool gradients) {
+    pb.current = pb.optimizer;
+    for (const sp::TiedParam &tied : crossings.tied) {
+      const std::string &name = tied.name;
+      if (!params.contains(name))
+        continue;
+      ParamInfo &pi = params[name];
+      Location loc = NameLoc::get(
+          b.getStringAttr(gradients ? "pipeline: tied parameter gradient"
+                                    : "pipeline: tied parameter value"),
+          NameLoc::get(b.getStringAttr(name), module.getLoc()));
+      if (tied.home != stage) {
+        pb.transfer(gradients ? "send" : "recv", gradients ? pi.grad : pi.value, tied.home,
+                    tied.tag, loc, "tied parameter");
+        continue;
+      }
+      for (int64_t other : tied.stages) {
+        if (other == stage)
+          continue;
+        if (!gradients) {
+          pb.transfer("send", pi.value, other, tied.tag, loc, "tied parameter");
+          continue;
+        }
+        // The gradient as this stage holds it (under ZeRO-2/3 the dp block).
+        RankedTensorType gt = step.zero >= 2 ? pi.shardType : pi.type;
+        Buf part = pb.newBuffer(name + ".grad@stage" + std::to_string(other), "scratch", gt);
+        pb.transfer("recv", part, other, tied.tag, loc, "tied parameter");
+        pb.kernel("accumulate", {pb.arg("x", part), pb.arg("y", pi.grad)},
+                  {pb.i64("n", gt.getNumElements())}, loc);
+      }
+    }
+  };
+  exchange(/*gradients=*/true);
+  OptimizerScope scope;
+  scope.replicaOf = &stagePlan.replicaOf;
+  scope.pipelined = true;
+  scope.loss = lowering.lossBuf;
+  scope.gradNorm = gradNorm;
+  FailureOr<OptimizerChoice> optimizer =
+      lowerOptimizer(step.optimizerFn, pb, params, step, scope);
+  if (failed(optimizer))
+    return failure();
+  exchange(/*gradients=*/false);
+  params.emitStepBegin(entry.getLoc(), lowering.lossBuf);
+
+  // The schedule: this stage's actions, each with its (chunk, slot).
+  pb.beginSchedule();
+  pb.action(pb.stepBegin, std::nullopt);
+  for (auto [a, slot] : llvm::zip(actions, stagePlan.slotOfAction)) {
+    Subs &sb = subs[{a.chunk, slot}];
+    plan::SubroutineOp sub = a.kind == sch::ActionKind::F   ? sb.f
+                             : a.kind == sch::ActionKind::B ? sb.b
+                                                            : sb.w;
+    pb.action(sub, a.microbatch,
+              {pb.str("pipeline.kind", std::string(1, sch::kindLetter(a.kind))),
+               pb.i64("pipeline.chunk", a.chunk)});
+  }
+  pb.action(pb.optimizer, std::nullopt);
+  if (stage == 0)
+    module->setAttr(plan::kManifestAttr, buildManifest(module, step, *optimizer));
+  return success();
+}

@@ -4,9 +4,10 @@
 // RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="zero=3 reshard-after-forward=false" -verify-diagnostics | FileCheck %s --check-prefix=KEEP
 
 // llcdist-lower-to-plan's `zero` option on dp = 2: every parameter's rows
-// split in two blocks. (llcdist-pipeline-split leaves a mesh without pp as
-// it is; it cuts only the pipelined case below.) A tied 16x8 table (blocks of 8x8 = 64 elements), a
+// split in two blocks. A tied 16x8 table (blocks of 8x8 = 64 elements), a
 // layer's 8x8 matrix (4x8 = 32) and a rank-1 norm weight of 8 (4).
+// (llcdist-pipeline-split leaves a mesh without pp as it is; it cuts only
+// the pipelined case below.)
 
 // ZeRO-1: only the optimizer state is a block. The whole gradient is
 // reduce-scattered once per step, in the optimizer, instead of all-reduced;

@@ -1,9 +1,7 @@
 //===- Pipelines.cpp - the pipelines llc-dist compile runs ----------------===//
 #include "llcdist/Pipelines/Pipelines.h"
-#include "llcdist/Conversion/Passes.h"
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
-
-#include "mlir/Pass/PassRegistry.h"
+#include "llcdist/Support/PipelineOptions.h"
 
 using namespace mlir;
 using namespace llcdist;
@@ -16,92 +14,67 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   pm.addPass(xf::createPadVocab({o.vocabDivisibleBy * vocabSplit}));
   pm.addPass(xf::createAutodiff());
   pm.addPass(xf::createRecompute({o.recompute}));
-  xf::AddOptimizerOptions opt;
-  opt.optimizer = o.optimizer;
-  opt.schedule = o.schedule;
-  opt.lr = o.lr;
-  opt.minLr = o.minLr;
-  opt.warmup = o.warmup;
-  opt.totalSteps = o.totalSteps;
-  opt.beta1 = o.beta1;
-  opt.beta2 = o.beta2;
-  opt.eps = o.eps;
-  opt.weightDecay = o.weightDecay;
-  opt.momentum = o.momentum;
-  opt.gradClip = o.gradClip;
-  pm.addPass(xf::createAddOptimizer(opt));
+  pm.addPass(xf::createAddOptimizer(o));
   if (o.mesh.tp > 1) {
     pm.addPass(xf::createMegatronTP());
     if (o.replicateEmbeddings)
       pm.addPass(xf::createTPReplicateEmbeddings());
   }
-  pm.addPass(xf::createPartition({o.sequenceParallel}));
+  pm.addPass(xf::createPartition(o));
   xf::PipelineSplitOptions split;
   split.virtualStages = o.virtualStages;
   split.layout = o.ppLayout;
   split.schedule = o.pipelineSchedule;
   pm.addPass(xf::createPipelineSplit(split));
-  pm.addPass(createLowerToPlan({o.zero, o.reshardAfterForward}));
+  pm.addPass(createLowerToPlan(o));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
   if (o.verifyPlan)
     pm.addPass(plan::createVerifyPlan({}, o.verifiedPlan));
 }
 
-namespace {
-struct TrainingPipelineCLOptions
-    : public PassPipelineOptions<TrainingPipelineCLOptions> {
-  Option<int64_t> dp{*this, "dp", llvm::cl::init(1)};
-  Option<int64_t> tp{*this, "tp", llvm::cl::init(1)};
-  Option<int64_t> pp{*this, "pp", llvm::cl::init(1)};
-  Option<std::string> rankOrder{*this, "rank-order", llvm::cl::init("tp,dp,pp")};
-  Option<std::string> optimizer{*this, "optimizer", llvm::cl::init("adamw")};
-  Option<std::string> schedule{*this, "lr-schedule", llvm::cl::init("constant")};
-  Option<double> lr{*this, "lr", llvm::cl::init(1e-3)};
-  Option<double> minLr{*this, "min-lr", llvm::cl::init(0.0)};
-  Option<int64_t> warmup{*this, "warmup", llvm::cl::init(0)};
-  Option<int64_t> totalSteps{*this, "total-steps", llvm::cl::init(0)};
-  Option<double> weightDecay{*this, "weight-decay", llvm::cl::init(-1.0)};
-  Option<double> momentum{*this, "momentum", llvm::cl::init(0.0)};
-  Option<double> gradClip{*this, "grad-clip", llvm::cl::init(0.0)};
-  Option<bool> replicateEmbeddings{*this, "tp-replicate-embeddings", llvm::cl::init(false)};
-  Option<int64_t> vocabDivisibleBy{*this, "make-vocab-size-divisible-by", llvm::cl::init(128)};
-  Option<bool> sequenceParallel{*this, "sequence-parallel", llvm::cl::init(false)};
-  Option<std::string> pipelineSchedule{*this, "schedule", llvm::cl::init("1f1b")};
-  Option<int64_t> virtualStages{*this, "virtual-stages", llvm::cl::init(1)};
-  Option<std::string> recompute{*this, "recompute", llvm::cl::init("none")};
-  Option<int64_t> zero{*this, "zero", llvm::cl::init(0)};
-  Option<bool> reshardAfterForward{*this, "reshard-after-forward", llvm::cl::init(true)};
-  Option<std::string> ppLayout{*this, "pp-layout", llvm::cl::init("")};
-};
-} // namespace
+/// The textual options of `llcdist-train`: each pass's own name where the
+/// pipeline hands the option to one pass unchanged, llc-dist compile's flag
+/// name otherwise (pp-layout, recompute, make-vocab-size-divisible-by).
+static void bindTrainingPipelineOptions(
+    TextualPipelineOptions<TrainingPipelineOptions> &o,
+    TrainingPipelineOptions &f) {
+  o.bind("dp", f.mesh.dp, "data-parallel degree");
+  o.bind("tp", f.mesh.tp, "tensor-parallel degree");
+  o.bind("pp", f.mesh.pp, "pipeline-parallel degree");
+  o.bind("rank-order", f.mesh.rankOrder, "fastest- to slowest-varying axes");
+  o.bind("optimizer", f.optimizer, "adamw | sgd");
+  o.bind("lr-schedule", f.schedule, "constant | cosine");
+  o.bind("lr", f.lr, "peak learning rate");
+  o.bind("min-lr", f.minLr, "final learning rate of the cosine schedule");
+  o.bind("warmup", f.warmup, "linear warmup steps");
+  o.bind("total-steps", f.totalSteps, "steps of the cosine decay (0: the run's --steps)");
+  o.bind("beta1", f.beta1, "AdamW beta1");
+  o.bind("beta2", f.beta2, "AdamW beta2");
+  o.bind("eps", f.eps, "AdamW eps");
+  o.bind("weight-decay", f.weightDecay,
+         "weight decay on matrices only (-1: torch's default for the optimizer)");
+  o.bind("momentum", f.momentum, "SGD momentum");
+  o.bind("grad-clip", f.gradClip, "global-norm clipping threshold (0 = off)");
+  o.bind("tp-replicate-embeddings", f.replicateEmbeddings,
+         "under tp, keep the embeddings and the LM head whole");
+  o.bind("make-vocab-size-divisible-by", f.vocabDivisibleBy,
+         "pad the vocabulary to a multiple of this × tp (× 1 with replicated embeddings)");
+  o.bind("sequence-parallel", f.sequenceParallel,
+         "Megatron's sequence parallelism in the tensor-parallel region");
+  o.bind("schedule", f.pipelineSchedule, "pipeline schedule: gpipe | 1f1b | interleaved | zb-h1");
+  o.bind("virtual-stages", f.virtualStages, "model chunks per pipeline stage");
+  o.bind("pp-layout", f.ppLayout, "layers per model chunk, e.g. 3,3,2 (empty: balanced by cost)");
+  o.bind("recompute", f.recompute, "activation recomputation: none | selective | full");
+  o.bind("zero", f.zero, "ZeRO stage over dp (0: off; 3: FSDP)");
+  o.bind("reshard-after-forward", f.reshardAfterForward,
+         "ZeRO-3: gather a layer's parameters again for its backward");
+}
 
 void llcdist::registerPipelines() {
-  PassPipelineRegistration<TrainingPipelineCLOptions>(
+  registerTextualPipeline<TrainingPipelineOptions>(
       "llcdist-train",
       "the pipeline of `llc-dist compile --emit plan`: forward graph, "
       "autodiff, optimizer, partitioning, pipeline stages, lowering to the "
       "plan dialect, memory planning, cross-rank verification",
-      [](OpPassManager &pm, const TrainingPipelineCLOptions &c) {
-        TrainingPipelineOptions o;
-        o.mesh = {c.dp, c.tp, c.pp, c.rankOrder};
-        o.optimizer = c.optimizer;
-        o.schedule = c.schedule;
-        o.lr = c.lr;
-        o.minLr = c.minLr;
-        o.warmup = c.warmup;
-        o.totalSteps = c.totalSteps;
-        o.weightDecay = c.weightDecay;
-        o.momentum = c.momentum;
-        o.gradClip = c.gradClip;
-        o.replicateEmbeddings = c.replicateEmbeddings;
-        o.vocabDivisibleBy = c.vocabDivisibleBy;
-        o.sequenceParallel = c.sequenceParallel;
-        o.pipelineSchedule = c.pipelineSchedule;
-        o.virtualStages = c.virtualStages;
-        o.ppLayout = c.ppLayout;
-        o.recompute = c.recompute;
-        o.zero = c.zero;
-        o.reshardAfterForward = c.reshardAfterForward;
-        buildTrainingPipeline(pm, o);
-      });
+      bindTrainingPipelineOptions, buildTrainingPipeline);
 }

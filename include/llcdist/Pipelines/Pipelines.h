@@ -2,6 +2,7 @@
 #ifndef LLCDIST_PIPELINES_PIPELINES_H
 #define LLCDIST_PIPELINES_PIPELINES_H
 
+#include "llcdist/Conversion/Passes.h"
 #include "llcdist/Dialect/XF/Transforms/Passes.h"
 
 #include <string>
@@ -10,15 +11,21 @@ namespace llcdist {
 
 struct PlanJson;
 
-/// Options of `llc-dist compile` that shape the training step.
-struct TrainingPipelineOptions {
+/// Options of `llc-dist compile` that shape the training step: the one
+/// definition C++ callers fill and the textual pipeline `llcdist-train` binds
+/// (by the names registerPipelines gives them). The passes whose options the
+/// pipeline takes unchanged are bases, so their fields (names and defaults
+/// from Passes.td) are ours and go to the pass as they are:
+/// llcdist-add-optimizer (optimizer, lr, schedule = the LR schedule, warmup,
+/// totalSteps, minLr, beta1, beta2, eps, weightDecay, momentum, gradClip),
+/// llcdist-partition (sequenceParallel: Megatron's sequence parallelism) and
+/// llcdist-lower-to-plan (zero: the ZeRO stage over dp, 0 = off, 3 = FSDP;
+/// reshardAfterForward: ZeRO-3 gathers again for the backward).
+struct TrainingPipelineOptions : xf::AddOptimizerOptions,
+                                 xf::PartitionOptions,
+                                 LowerToPlanOptions {
+  /// The forward pipeline's (llcdist-attach-mesh's) mesh.
   xf::ForwardPipelineOptions mesh;
-  std::string optimizer = "adamw";   ///< adamw | sgd
-  std::string schedule = "constant"; ///< constant | cosine
-  double lr = 1e-3, minLr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double weightDecay = -1; ///< -1: torch's default for the optimizer
-  double momentum = 0, gradClip = 0;
-  int64_t warmup = 0, totalSteps = 0;
   /// Under tp: keep the embeddings and the LM head whole instead of
   /// vocabulary-parallel (llcdist-tp-replicate-embeddings).
   bool replicateEmbeddings = false;
@@ -26,20 +33,15 @@ struct TrainingPipelineOptions {
   /// to a multiple of this × tp (× 1 with replicateEmbeddings) by
   /// llcdist-pad-vocab; 1 with tp = 1 pads nothing.
   int64_t vocabDivisibleBy = 128;
-  /// Megatron's sequence parallelism in the tensor-parallel region.
-  bool sequenceParallel = false;
   /// Pipeline (pp > 1): the schedule (gpipe | 1f1b | interleaved | zb-h1),
   /// model chunks per stage, and an explicit layer layout ("3,3,2"; empty:
-  /// balanced by cost). See llcdist-pipeline-split.
+  /// balanced by cost). llcdist-pipeline-split's options, named apart from
+  /// the LR schedule.
   std::string pipelineSchedule = "1f1b";
-  /// Activation recomputation: none | selective | full (llcdist-recompute).
-  std::string recompute = "none";
-  /// ZeRO stage over dp (0: off; 1, 2, 3 = FSDP; llcdist-lower-to-plan).
-  int64_t zero = 0;
-  /// ZeRO-3: gather again for the backward (true) or keep the forward's copy.
-  bool reshardAfterForward = true;
   int64_t virtualStages = 1;
   std::string ppLayout;
+  /// Activation recomputation: none | selective | full (llcdist-recompute).
+  std::string recompute = "none";
   /// Run llcdist-verify-plan last (off only for in-memory compilations whose
   /// plan is never written, e.g. the memory hints of a plan that does not fit).
   bool verifyPlan = true;
@@ -55,7 +57,9 @@ struct TrainingPipelineOptions {
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
 
-/// Registers the textual pipeline `llcdist-train`.
+/// Registers the textual pipeline `llcdist-train`, whose options are
+/// TrainingPipelineOptions' (all but verifyPlan and verifiedPlan, which only
+/// C++ callers set).
 void registerPipelines();
 
 } // namespace llcdist

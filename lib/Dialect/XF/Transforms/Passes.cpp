@@ -1,7 +1,7 @@
 //===- Passes.cpp - xf pipelines and registration -------------------------===//
 #include "llcdist/Dialect/XF/Transforms/Passes.h"
+#include "llcdist/Support/PipelineOptions.h"
 
-#include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
@@ -9,32 +9,24 @@ using namespace mlir;
 void llcdist::xf::buildForwardPipeline(OpPassManager &pm,
                                        const ForwardPipelineOptions &options) {
   pm.addPass(createCSEPass());
-  pm.addPass(createAttachMesh(
-      {options.dp, options.tp, options.pp, options.rankOrder}));
+  pm.addPass(createAttachMesh(options));
   pm.addPass(createModelStats());
 }
 
-namespace {
-struct ForwardPipelineCLOptions
-    : public PassPipelineOptions<ForwardPipelineCLOptions> {
-  Option<int64_t> dp{*this, "dp", llvm::cl::desc("data-parallel degree"),
-                     llvm::cl::init(1)};
-  Option<int64_t> tp{*this, "tp", llvm::cl::desc("tensor-parallel degree"),
-                     llvm::cl::init(1)};
-  Option<int64_t> pp{*this, "pp", llvm::cl::desc("pipeline-parallel degree"),
-                     llvm::cl::init(1)};
-  Option<std::string> rankOrder{*this, "rank-order",
-                                llvm::cl::desc("fastest- to slowest-varying axes"),
-                                llvm::cl::init("tp,dp,pp")};
-};
-} // namespace
+/// The textual options of `llcdist-forward`: attach-mesh's, by the same names.
+static void bindForwardPipelineOptions(
+    llcdist::TextualPipelineOptions<llcdist::xf::ForwardPipelineOptions> &o,
+    llcdist::xf::ForwardPipelineOptions &f) {
+  o.bind("dp", f.dp, "data-parallel degree");
+  o.bind("tp", f.tp, "tensor-parallel degree");
+  o.bind("pp", f.pp, "pipeline-parallel degree");
+  o.bind("rank-order", f.rankOrder, "fastest- to slowest-varying axes");
+}
 
 void llcdist::xf::registerXFPassesAndPipelines() {
   registerXFPasses();
-  PassPipelineRegistration<ForwardPipelineCLOptions>(
+  llcdist::registerTextualPipeline<ForwardPipelineOptions>(
       "llcdist-forward",
       "the forward-graph pipeline of `llc-dist compile --emit xf`",
-      [](OpPassManager &pm, const ForwardPipelineCLOptions &o) {
-        buildForwardPipeline(pm, {o.dp, o.tp, o.pp, o.rankOrder});
-      });
+      bindForwardPipelineOptions, buildForwardPipeline);
 }

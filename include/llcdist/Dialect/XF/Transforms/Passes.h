@@ -13,11 +13,10 @@ namespace llcdist::xf {
 #define GEN_PASS_DECL
 #include "llcdist/Dialect/XF/Transforms/Passes.h.inc"
 
-/// Options of the forward-graph pipeline that `llc-dist compile` runs.
-struct ForwardPipelineOptions {
-  int64_t dp = 1, tp = 1, pp = 1;
-  std::string rankOrder = "tp,dp,pp";
-};
+/// Options of the forward-graph pipeline that `llc-dist compile` runs: the
+/// mesh, i.e. llcdist-attach-mesh's options (cse and llcdist-model-stats have
+/// none).
+using ForwardPipelineOptions = AttachMeshOptions;
 
 /// Builds the pipeline `llc-dist compile --emit xf` runs after import:
 /// cse, llcdist-attach-mesh, llcdist-model-stats.

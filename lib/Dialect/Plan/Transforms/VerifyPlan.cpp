@@ -22,6 +22,13 @@ struct VerifyPlanPass : public llcdist::plan::impl::VerifyPlanBase<VerifyPlanPas
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // The verifier stops once it holds max-errors errors: below 1 it would
+    // stop before the first and pass every plan.
+    if (maxErrors < 1) {
+      module.emitError("llcdist-verify-plan: max-errors must be >= 1, got ")
+          << static_cast<int64_t>(maxErrors);
+      return signalPassFailure();
+    }
     FailureOr<llcdist::PlanJson> files = llcdist::buildPlanJson(module);
     if (failed(files))
       return signalPassFailure();

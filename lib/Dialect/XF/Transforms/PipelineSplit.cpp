@@ -88,6 +88,12 @@ struct PipelineSplitPass
     ModuleOp module = getOperation();
     auto grid = module.lookupSymbol<shard::GridOp>("mesh");
     int64_t pp = grid && grid.getShape().size() == 3 ? grid.getShape()[2] : 1;
+    // An unknown schedule is an error whatever pp is.
+    auto kind = llcdist::schedule::parseScheduleKind(schedule);
+    if (!kind) {
+      module.emitError("llcdist-pipeline-split: ") << kind.error().message;
+      return signalPassFailure();
+    }
     if (pp == 1) {
       if (virtualStages != 1 || !layout.empty()) {
         module.emitError("llcdist-pipeline-split: --virtual-stages and --pp-layout "
@@ -101,11 +107,6 @@ struct PipelineSplitPass
       return signalPassFailure();
     SymbolTable symbols(module);
 
-    auto kind = llcdist::schedule::parseScheduleKind(schedule);
-    if (!kind) {
-      module.emitError("llcdist-pipeline-split: ") << kind.error().message;
-      return signalPassFailure();
-    }
     int64_t v = virtualStages;
     if (v < 1) {
       module.emitError("llcdist-pipeline-split: --virtual-stages must be >= 1");

@@ -1,0 +1,93 @@
+// llcdist-train's options: each reaches the pass it shapes, with
+// TrainingPipelineOptions' defaults (the pipeline is printed before it runs;
+// it then fails on this empty module, which has no model). The C++ side of
+// the same check is unittests/Pipelines/PipelineOptionsTest.cpp.
+//
+// RUN: not llc-dist-opt %s --llcdist-train --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=DEFAULT
+// DEFAULT-LABEL: Pass Manager with 12 passes:
+// DEFAULT-NEXT: builtin.module(
+// DEFAULT-NEXT: cse,
+// DEFAULT-NEXT: llcdist-attach-mesh{dp=1 pp=1 rank-order=tp,dp,pp tp=1},
+// DEFAULT-NEXT: llcdist-model-stats,
+// DEFAULT-NEXT: llcdist-pad-vocab{multiple=128},
+// DEFAULT-NEXT: llcdist-autodiff,
+// DEFAULT-NEXT: llcdist-recompute{mode=none},
+// DEFAULT-NEXT: llcdist-add-optimizer{beta1=9.000000e-01 beta2=9.990000e-01 eps=1.000000e-08 grad-clip=0.000000e+00 lr=1.000000e-03 lr-schedule=constant min-lr=0.000000e+00 momentum=0.000000e+00 optimizer=adamw total-steps=0 warmup=0 weight-decay=-1.000000e+00},
+// DEFAULT-NEXT: llcdist-partition{sequence-parallel=false},
+// DEFAULT-NEXT: llcdist-pipeline-split{layout= schedule=1f1b virtual-stages=1},
+// DEFAULT-NEXT: llcdist-lower-to-plan{reshard-after-forward=true zero=0},
+// DEFAULT-NEXT: plan.program(
+// DEFAULT-NEXT: llcdist-plan-memory
+// DEFAULT-NEXT: ),
+// DEFAULT-NEXT: llcdist-verify-plan{max-errors=1}
+// DEFAULT-NEXT: )
+
+// The mesh goes to llcdist-attach-mesh; tp also multiplies the vocabulary
+// multiple and adds the Megatron strategy.
+// RUN: not llc-dist-opt %s --llcdist-train="dp=2 pp=4 rank-order=dp,tp,pp" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=MESH
+// MESH-LABEL: Pass Manager
+// MESH: llcdist-attach-mesh{dp=2 pp=4 rank-order=dp,tp,pp tp=1},
+// MESH: llcdist-pad-vocab{multiple=128},
+// MESH-NOT: llcdist-megatron-tp
+// RUN: not llc-dist-opt %s --llcdist-train="tp=2" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=TP
+// TP-LABEL: Pass Manager with 13 passes:
+// TP: llcdist-attach-mesh{dp=1 pp=1 rank-order=tp,dp,pp tp=2},
+// TP: llcdist-pad-vocab{multiple=256},
+// TP: llcdist-add-optimizer
+// TP-NEXT: llcdist-megatron-tp,
+// TP-NEXT: llcdist-partition{sequence-parallel=false},
+
+// tp-replicate-embeddings adds the strategy variant after Megatron's and
+// drops tp from the vocabulary multiple; make-vocab-size-divisible-by sets it.
+// RUN: not llc-dist-opt %s --llcdist-train="tp=2 tp-replicate-embeddings=true" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=REPL
+// REPL-LABEL: Pass Manager with 14 passes:
+// REPL: llcdist-pad-vocab{multiple=128},
+// REPL: llcdist-megatron-tp,
+// REPL-NEXT: llcdist-tp-replicate-embeddings,
+// RUN: not llc-dist-opt %s --llcdist-train="tp=4 make-vocab-size-divisible-by=64" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=VOCAB
+// VOCAB-LABEL: Pass Manager
+// VOCAB: llcdist-pad-vocab{multiple=256},
+// RUN: not llc-dist-opt %s --llcdist-train="tp-replicate-embeddings=true" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=REPL1
+// REPL1-LABEL: Pass Manager with 12 passes:
+// REPL1-NOT: llcdist-tp-replicate-embeddings
+
+// The optimizer's options go to llcdist-add-optimizer under the same names.
+// RUN: not llc-dist-opt %s --llcdist-train="optimizer=sgd momentum=0.9 weight-decay=0.2 grad-clip=1.5" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=SGD
+// SGD-LABEL: Pass Manager
+// SGD: llcdist-add-optimizer{beta1=9.000000e-01 beta2=9.990000e-01 eps=1.000000e-08 grad-clip=1.500000e+00 lr=1.000000e-03 lr-schedule=constant min-lr=0.000000e+00 momentum=9.000000e-01 optimizer=sgd total-steps=0 warmup=0 weight-decay=2.000000e-01},
+// RUN: not llc-dist-opt %s --llcdist-train="lr-schedule=cosine lr=0.5 min-lr=0.01 warmup=3 total-steps=9 beta1=0.8 beta2=0.95 eps=1e-6" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=ADAMW
+// ADAMW-LABEL: Pass Manager
+// ADAMW: llcdist-add-optimizer{beta1=8.000000e-01 beta2=9.500000e-01 eps=1.000000e-06 grad-clip=0.000000e+00 lr=5.000000e-01 lr-schedule=cosine min-lr=1.000000e-02 momentum=0.000000e+00 optimizer=adamw total-steps=9 warmup=3 weight-decay=-1.000000e+00},
+
+// The rest: one pass each.
+// RUN: not llc-dist-opt %s --llcdist-train="sequence-parallel=true" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=SP
+// SP-LABEL: Pass Manager
+// SP: llcdist-partition{sequence-parallel=true},
+// RUN: not llc-dist-opt %s --llcdist-train="schedule=interleaved virtual-stages=2 pp-layout=3,1" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=PIPE
+// PIPE-LABEL: Pass Manager
+// PIPE: llcdist-pipeline-split{layout=3,1 schedule=interleaved virtual-stages=2},
+// RUN: not llc-dist-opt %s --llcdist-train="recompute=selective" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=SEL
+// SEL-LABEL: Pass Manager
+// SEL: llcdist-recompute{mode=selective},
+// RUN: not llc-dist-opt %s --llcdist-train="recompute=full" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=FULL
+// FULL-LABEL: Pass Manager
+// FULL: llcdist-recompute{mode=full},
+// RUN: not llc-dist-opt %s --llcdist-train="zero=3 reshard-after-forward=false" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=ZERO
+// ZERO-LABEL: Pass Manager
+// ZERO: llcdist-lower-to-plan{reshard-after-forward=false zero=3},
+
+// Bad values: an unknown option or a value of the wrong type is refused by
+// the option parser; a value of the right type that the pass refuses fails
+// in that pass, which names the option.
+// RUN: not llc-dist-opt %s --llcdist-train="zero-stage=1" 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+// UNKNOWN: no such option zero-stage
+// RUN: not llc-dist-opt %s --llcdist-train="zero=one" 2>&1 | FileCheck %s --check-prefix=TYPE
+// TYPE: for the --zero option: 'one' value invalid for long argument!
+// RUN: not llc-dist-opt %s --llcdist-train="sequence-parallel=maybe" 2>&1 | FileCheck %s --check-prefix=BOOL
+// BOOL: for the --sequence-parallel option: 'maybe' is invalid value for boolean argument! Try 0 or 1
+// RUN: not llc-dist-opt %s --llcdist-train="dp=0" 2>&1 | FileCheck %s --check-prefix=DP
+// DP: error: mesh degrees must be >= 1, got dp=0
+// RUN: not llc-dist-opt %s --llcdist-train="rank-order=tp,dp" 2>&1 | FileCheck %s --check-prefix=ORDER
+// ORDER: error: rank-order 'tp,dp' is not a permutation of dp, tp, pp
+module {
+}

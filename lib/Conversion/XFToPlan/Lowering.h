@@ -11,6 +11,7 @@
 //   Optimizer.cpp       the optimizer step: gradient reductions, norm, updates
 //   Manifest.cpp        plan.param entries (with the init policy of
 //                       llcdist/Frontend/InitPolicy.h) and plan.manifest
+//   WholeStep.cpp       the whole step as one program (no pipeline)
 //   Stages.cpp          one program per pipeline stage, as the stage plan
 //                       (llcdist/Conversion/XFToPlan/StagePlan.h) says
 //
@@ -371,7 +372,7 @@ mlir::DictionaryAttr buildManifest(mlir::ModuleOp module, const StepInfo &step,
                                    const OptimizerChoice &optimizer);
 
 //===----------------------------------------------------------------------===//
-// Programs (XFToPlan.cpp, Stages.cpp)
+// Programs (WholeStep.cpp, Stages.cpp)
 //===----------------------------------------------------------------------===//
 
 /// The whole step as one program, @stage0.

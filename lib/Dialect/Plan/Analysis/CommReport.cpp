@@ -1,6 +1,8 @@
 //===- CommReport.cpp - communication volume of a plan --------------------===//
 #include "llcdist/Dialect/Plan/Analysis/CommReport.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
+#include "llcdist/Dialect/XF/IR/XFDialect.h"
+#include "llcdist/Support/ReportFormat.h"
 
 #include "mlir/IR/SymbolTable.h"
 
@@ -9,7 +11,9 @@
 #include <set>
 
 using namespace mlir;
+using namespace llcdist;
 using namespace llcdist::plan;
+using json = nlohmann::ordered_json;
 
 /// The mesh's axis sizes from the manifest (1 for an axis it does not give).
 static llvm::StringMap<int64_t> meshAxisSizes(ModuleOp module) {
@@ -102,7 +106,170 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
           report.entries.push_back(e);
       }
   }
+  report.facts = computeCommFacts(module);
+  for (CollectiveEntry &e : report.entries)
+    e.analytic = analyticVolume(e, report, report.facts);
   return report;
+}
+
+CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
+  CommFacts f;
+  if (auto man = m->getAttrOfType<DictionaryAttr>(kManifestAttr)) {
+    if (auto md = man.getAs<DictionaryAttr>("model"))
+      f.bf16 = md.getAs<StringAttr>("dtype") && md.getAs<StringAttr>("dtype").getValue() == "bf16";
+    if (auto mesh = man.getAs<DictionaryAttr>("mesh"))
+      f.tp = mesh.getAs<IntegerAttr>("tp").getInt();
+  }
+  m.walk([&](KernelOp k) {
+    f.vocabParallel |= k.getKernel() == "cross_entropy_fwd" && k.getParams().get("shard_axis");
+    // Sequence parallelism reduce-scatters activations (ZeRO's are gradients).
+    auto payload = k->getAttrOfType<StringAttr>("plan.payload");
+    f.sequenceParallel |= k.getKernel() == "reduce_scatter" && payload &&
+                          payload.getValue() == "activations";
+  });
+  auto rc = m->getAttrOfType<StringAttr>("xf.recompute");
+  f.fullRecompute = rc && rc.getValue() == "full";
+  if (auto model = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr)) {
+    auto get = [&](StringRef k) { return model.getAs<IntegerAttr>(k).getInt(); };
+    f.bshLM = std::array<int64_t, 5>{get("micro_batch"), get("seq_len"), get("hidden_size"),
+                                     get("num_layers"), get("microbatches")};
+    if (auto hd = model.getAs<IntegerAttr>("head_dim"))
+      f.headDim = hd.getInt();
+  }
+  m.walk([&](ParamOp p) { f.kvBias |= p.getName().ends_with("self_attn.k_proj.bias"); });
+  return f;
+}
+
+bool AnalyticVolume::matches(const CollectiveEntry &e) const {
+  return double(e.payloadBytes) == payloadBytes && (calls < 0 || calls == e.callsPerStep);
+}
+
+AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const CommReport &r,
+                                             const CommFacts &f) {
+  int64_t localParams = e.stage >= 0 ? r.localParametersPerStage[e.stage] : r.localParameters;
+  if (StringRef(e.reason).starts_with("ZeRO"))
+    return {}; // per-parameter blocks: the totals are in docs/memory.md
+  if (e.payload == "gradients")
+    return f.bf16 ? AnalyticVolume{"2·Ψ (bf16 gradients of this rank's parameters)",
+                                   2.0 * double(localParams), 1}
+                  : AnalyticVolume{"4·Ψ (fp32 gradients of this rank's parameters)",
+                                   4.0 * double(localParams), 1};
+  if (e.payload == "loss")
+    return {"4 (one f32)", 4.0, 1};
+  if (e.payload == "kv-replica gradients") {
+    // kv-head replication: each rank's one kv head, k and v, in every layer.
+    if (!f.bshLM || e.stage >= 0)
+      return {}; // per-stage layer counts: no prediction
+    const int64_t h = (*f.bshLM)[2], L = (*f.bshLM)[3], d = f.headDim;
+    const double el = f.bf16 ? 2.0 : 4.0;
+    return {std::string("2·L·d_head·") + (f.kvBias ? "(h + 1)" : "h") + "·" + (f.bf16 ? "2" : "4") +
+                " (k and v gradients of this rank's kv head)",
+            el * 2.0 * double(L * d * (h + (f.kvBias ? 1 : 0))), 1};
+  }
+  if ((e.payload != "activations" && e.kind != "send") || !f.bshLM)
+    return {};
+  auto [b, s, h, L, M] = *f.bshLM;
+  // Activations travel in the plan's activation dtype: bf16 (2 bytes) or f32.
+  const std::string el = f.bf16 ? "2" : "4";
+  double bsh = (f.bf16 ? 2.0 : 4.0) * double(b * s * h);
+  StringRef reason = e.reason;
+  if (e.kind == "send") {
+    // Pipeline borders: the residual stream of one microbatch; under
+    // sequence parallelism only this rank's slice of the sequence travels.
+    if (e.payload == "activations" || e.payload == "activation gradients")
+      return {f.sequenceParallel ? "b·s·h·" + el + " / tp (the sequence-parallel slice)"
+                                 : "b·s·h·" + el,
+              f.sequenceParallel ? bsh / double(f.tp) : bsh, -1};
+    return {};
+  }
+  if (e.stage >= 0) // per-stage layer counts: payloads only
+    L = -1;
+  if (reason.starts_with("a row-parallel")) // full recomputation repeats the forward's
+    return {"b·s·h·" + el + ", 2 per layer per microbatch (attention and MLP outputs)" +
+                (f.fullRecompute ? std::string(", twice (full recompute)") : std::string()),
+            bsh, L < 0 ? -1 : 2 * L * M * (f.fullRecompute ? 2 : 1)};
+  if (reason.starts_with("a column-parallel"))
+    return {f.vocabParallel
+                ? "b·s·h·" + el + ", 2 per layer + the LM head, per microbatch (input gradients)"
+                : "b·s·h·" + el + ", 2 per layer per microbatch (input gradients)",
+            bsh, L < 0 ? -1 : (2 * L + (f.vocabParallel ? 1 : 0)) * M};
+  if (reason.starts_with("a vocabulary-parallel embedding"))
+    return {"b·s·h·" + el + ", once per microbatch", bsh, M};
+  return {};
+}
+
+LinkEstimate llcdist::plan::estimateLink(const CollectiveEntry &e, const MeshSpec &mesh,
+                                         const Topology &topo) {
+  LinkEstimate l;
+  l.crossesNodes = axisCrossesNodes(mesh, e.axis, topo);
+  l.gbs = l.crossesNodes ? topo.interNodeGBs : topo.intraNodeGBs;
+  l.ms = e.ringBytesPerStep() / (l.gbs * 1e9) * 1e3;
+  return l;
+}
+
+json CommReport::toJson(const MeshSpec &mesh, const Topology *topo) const {
+  json list = json::array();
+  for (const CollectiveEntry &e : entries) {
+    const AnalyticVolume &a = e.analytic;
+    list.push_back({{"kind", e.kind},
+                    {"axis", e.axis},
+                    {"group_size", e.groupSize},
+                    {"payload", e.payload},
+                    {"calls_per_step", e.callsPerStep},
+                    {"payload_bytes", e.payloadBytes},
+                    {"analytic_payload_bytes", a.payloadBytes},
+                    {"analytic_calls_per_step", a.calls},
+                    {"analytic_formula", a.formula},
+                    {"ring_bytes_per_rank_per_step", e.ringBytesPerStep()},
+                    {"reason", e.reason}});
+    if (topo) {
+      LinkEstimate l = estimateLink(e, mesh, *topo);
+      list.back()["crosses_nodes"] = l.crossesNodes;
+      list.back()["link_gb_s"] = l.gbs;
+      list.back()["estimated_ms_per_step"] = l.ms;
+    }
+    if (e.stage >= 0)
+      list.back()["stage"] = e.stage;
+  }
+  return list;
+}
+
+void CommReport::print(llvm::raw_ostream &os, const MeshSpec &mesh,
+                       const Topology *topo) const {
+  if (entries.empty()) {
+    os << "  collectives: none (one rank)\n";
+    return;
+  }
+  if (topo) {
+    int64_t world = mesh.worldSize(), nodes = topo->nodesFor(world);
+    int64_t last = world - (nodes - 1) * topo->gpusPerNode;
+    os << fmt::format("  topology {}: {} ranks on {} node{} of {} GPUs{} (rank order {}); "
+                      "{:g} GB/s per GPU inside a node, {:g} GB/s between nodes ({} NICs x "
+                      "{:g} GB/s / {} GPUs)\n",
+                      topo->name, world, nodes, nodes == 1 ? "" : "s", topo->gpusPerNode,
+                      last < topo->gpusPerNode ? fmt::format(", the last using {}", last) : "",
+                      mesh.rankOrderStr(), topo->intraNodeGBs, topo->interNodeGBs,
+                      topo->nicsPerNode, topo->nicGBs, topo->gpusPerNode);
+  }
+  os << "  collectives per step, per rank (ring algorithms: all-reduce sends "
+        "2(n-1)/n of the payload):\n";
+  bool staged = entries.front().stage >= 0;
+  os << fmt::format("    {}{:<11} {:<4} {:>3} {:>6} {:>14} {:>16}  {}\n",
+                    staged ? "stage " : "", "kind", "axis", "n", "calls", "payload B",
+                    "ring B/step", "analytic payload");
+  for (const CollectiveEntry &e : entries) {
+    const AnalyticVolume &a = e.analytic;
+    os << fmt::format("    {}{:<11} {:<4} {:>3} {:>6} {:>14} {:>16.0f}  {}{}\n",
+                      staged ? fmt::format("{:>5} ", e.stage) : "", e.kind, e.axis,
+                      e.groupSize, e.callsPerStep, groupDigits(e.payloadBytes),
+                      e.ringBytesPerStep(), a.formula,
+                      a.formula.empty() ? "" : (a.matches(e) ? " = same" : " ≠ MISMATCH"));
+    if (topo) {
+      LinkEstimate l = estimateLink(e, mesh, *topo);
+      os << fmt::format("      {} at {:g} GB/s per GPU: ~{:.3f} ms per step\n",
+                        l.crossesNodes ? "crosses nodes" : "inside a node", l.gbs, l.ms);
+    }
+  }
 }
 
 std::vector<std::vector<std::string>>

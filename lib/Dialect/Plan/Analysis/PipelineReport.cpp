@@ -1,6 +1,10 @@
 //===- PipelineReport.cpp - the emitted pipeline schedule -----------------===//
 #include "llcdist/Dialect/Plan/Analysis/PipelineReport.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
+#include "llcdist/Schedule/Render.h"
+#include "llcdist/Support/ReportFormat.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <numeric>
@@ -78,4 +82,86 @@ llcdist::plan::computePipelineReport(ModuleOp module) {
   r.analyticBubble = sch::analyticBubbleOverIdeal(so, r.costs);
   r.peakInFlight = sch::peakInFlight(r.emitted);
   return std::optional<PipelineReport>(std::move(r));
+}
+
+std::string PipelineReport::analyticBubbleFormula() const {
+  return schedule == "interleaved" ? "(1/v)(p-1)/m"
+         : schedule == "zb-h1"     ? "ZB-H1's (p-1)(B+max(F-W,0))/(m(F+B+W))"
+                                   : "(p-1)/m";
+}
+
+nlohmann::ordered_json PipelineReport::toJson() const {
+  using json = nlohmann::ordered_json;
+  json perStage = json::array();
+  for (int64_t s = 0; s < stages; ++s) {
+    const schedule::StageStats &st = simulated.perStage[s];
+    json chunks = json::array();
+    for (int64_t c = s; c < int64_t(chunkFlops.size()); c += stages)
+      chunks.push_back({{"chunk", c},
+                        {"layers", layersPerChunk[c]},
+                        {"training_flops_per_microbatch", chunkFlops[c]}});
+    std::string actions;
+    for (const schedule::Action &a : emitted.perStage[s])
+      actions += (actions.empty() ? "" : " ") + schedule::label(a, virtualStages);
+    perStage.push_back({{"stage", s},
+                        {"chunks", chunks},
+                        {"training_flops_per_microbatch", stageFlops[s]},
+                        {"bubble_over_ideal", st.bubbleOverIdeal},
+                        {"idle_fraction", st.idleFraction},
+                        {"peak_microbatches_in_flight", peakInFlight[s]},
+                        {"actions", actions}});
+  }
+  return {{"schedule", schedule},
+          {"stages", stages},
+          {"virtual_stages", virtualStages},
+          {"microbatches", microbatches},
+          {"imbalance", imbalance},
+          {"costs", {{"forward", costs.forward},
+                     {"backward", costs.backward},
+                     {"weight", costs.weight}}},
+          {"bubble_over_ideal", simulated.bubbleOverIdeal},
+          {"analytic_bubble_over_ideal", analyticBubble},
+          {"per_stage", perStage}};
+}
+
+void PipelineReport::print(llvm::raw_ostream &os, llvm::StringRef traceFile) const {
+  os << fmt::format("  pipeline: {} stages × {} chunk{} per stage, {} microbatches, "
+                    "schedule {}\n",
+                    stages, virtualStages, virtualStages > 1 ? "s" : "", microbatches,
+                    schedule);
+  os << "    stage  chunks (layers)            training FLOPs/microbatch  bubble  "
+        "peak in flight\n";
+  for (int64_t s = 0; s < stages; ++s) {
+    std::string chunks;
+    for (int64_t c = s; c < int64_t(chunkFlops.size()); c += stages)
+      chunks += fmt::format("{}{} ({})", chunks.empty() ? "" : ", ", c, layersPerChunk[c]);
+    os << fmt::format("    {:>5}  {:<26} {:>25}  {:>6.3f}  {:>14}\n", s, chunks,
+                      sci(stageFlops[s]), simulated.perStage[s].bubbleOverIdeal,
+                      peakInFlight[s]);
+  }
+  os << fmt::format("    imbalance {:.1f}% (slowest stage / mean - 1); bubble over "
+                    "ideal compute {:.3f} (emitted schedule, F=1 B={:g}{}) vs "
+                    "analytic {} = {:.3f}\n",
+                    100 * imbalance, simulated.bubbleOverIdeal, costs.backward,
+                    emitted.splitBackward ? " W=1" : "", analyticBubbleFormula(),
+                    analyticBubble);
+  // The Gantt chart has one column per unit of time: print it only while it
+  // stays readable in a terminal; the Chrome trace always has it.
+  std::string gantt = schedule::renderGantt(simulated);
+  llvm::SmallVector<llvm::StringRef> lines;
+  llvm::StringRef(gantt).split(lines, '\n', -1, false);
+  size_t widest = 0;
+  for (llvm::StringRef l : lines)
+    widest = std::max(widest, l.size());
+  if (lines.size() <= 16 && widest <= 240) {
+    os << "    schedule (one column per unit of time; . = idle):\n";
+    for (llvm::StringRef l : lines)
+      os << "      " << l << "\n";
+  } else {
+    os << fmt::format("    schedule: {} stages × {} columns, too wide to print here "
+                      "(the Chrome trace has it)\n",
+                      lines.size(), widest);
+  }
+  if (!traceFile.empty())
+    os << "    Chrome trace (Perfetto): " << traceFile << "\n";
 }

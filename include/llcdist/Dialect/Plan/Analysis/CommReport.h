@@ -2,12 +2,59 @@
 #ifndef LLCDIST_DIALECT_PLAN_ANALYSIS_COMMREPORT_H
 #define LLCDIST_DIALECT_PLAN_ANALYSIS_COMMREPORT_H
 
-#include "mlir/IR/BuiltinOps.h"
+#include "llcdist/Support/MeshSpec.h"
+#include "llcdist/Support/Topology.h"
 
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace llcdist::plan {
+
+struct CollectiveEntry;
+
+/// The analytic volume of a collective, printed beside the counted one: data
+/// parallelism all-reduces the gradients (4·Ψ_local bytes in fp32, 2·Ψ in
+/// bf16) once per step; Megatron's tensor parallelism all-reduces b·s·h
+/// activations: each layer's two row-parallel outputs forward and two
+/// column-parallel input gradients backward, plus the vocab-parallel
+/// embedding forward and the LM head's input gradient backward — (4L + 2)
+/// per microbatch; a pipeline border sends one microbatch's residual stream.
+struct AnalyticVolume {
+  std::string formula; ///< empty: no prediction for this collective
+  double payloadBytes = 0;
+  int64_t calls = -1; ///< -1: calls not predicted
+  bool known() const { return !formula.empty(); }
+  /// The counted payload equals the formula's, and so do the calls where
+  /// the formula predicts them.
+  bool matches(const CollectiveEntry &e) const;
+};
+
+/// What the analytic volumes need to know about a plan, read once from the
+/// module (plan.manifest, xf.model, xf.recompute and the kernels).
+struct CommFacts {
+  bool bf16 = false;          ///< mixed precision: bf16 gradients and activations
+  bool vocabParallel = false; ///< a vocabulary-parallel LM head and loss
+  bool sequenceParallel = false;
+  bool fullRecompute = false;
+  int64_t tp = 1;
+  /// From xf.model: micro-batch, sequence, hidden size, layers, microbatches.
+  std::optional<std::array<int64_t, 5>> bshLM;
+  int64_t headDim = 0;
+  bool kvBias = false; ///< the k and v projections have biases
+};
+
+/// Which link a collective's group uses, and the ring time at its bandwidth.
+struct LinkEstimate {
+  bool crossesNodes = false;
+  double gbs = 0, ms = 0;
+};
 
 /// The collectives of the program with one kind, axis, payload and reason
 /// (e.g. every layer's row-parallel output all-reduce), over one step.
@@ -25,6 +72,8 @@ struct CollectiveEntry {
   /// 2(n-1)/n · payload, all-gather and reduce-scatter (n-1)/n · payload; a
   /// pipeline `send` the payload itself.
   double ringBytesPerStep() const;
+  /// The formula's volume for this entry (analyticVolume).
+  AnalyticVolume analytic;
 };
 
 struct CommReport {
@@ -33,12 +82,36 @@ struct CommReport {
   /// parameter's copy on another stage than its home is not counted).
   int64_t localParameters = 0;
   std::vector<int64_t> localParametersPerStage; ///< one entry per program
+  CommFacts facts;
   double ringBytesPerStep() const;
+
+  /// One object per entry: counted and analytic volume, the reason, and with
+  /// a topology the link and estimated time (the compile report's
+  /// "collectives").
+  nlohmann::ordered_json toJson(const MeshSpec &mesh, const Topology *topology) const;
+  /// The table of the compile report: one line per entry with its formula
+  /// and "= same" or "≠ MISMATCH"; with a topology, where the ranks sit and
+  /// each entry's link and time.
+  void print(llvm::raw_ostream &os, const MeshSpec &mesh, const Topology *topology) const;
 };
+
+/// Reads the facts the analytic formulas depend on.
+CommFacts computeCommFacts(mlir::ModuleOp module);
+
+/// The analytic volume of `e`, an entry of `report`, or one without a
+/// formula (ZeRO's per-parameter blocks; per-stage layer counts).
+AnalyticVolume analyticVolume(const CollectiveEntry &e, const CommReport &report,
+                              const CommFacts &facts);
+
+/// The link `e`'s group uses on `topology` with `mesh`'s rank order, and the
+/// time of its ring bytes per step at that link's bandwidth.
+LinkEstimate estimateLink(const CollectiveEntry &e, const MeshSpec &mesh,
+                          const Topology &topology);
 
 /// Reads the collectives (and pipeline sends) of the module's plan.program
 /// ops, one per pipeline stage; the group sizes come from plan.manifest's
-/// mesh. Fails (with a diagnostic) without a program.
+/// mesh. Each entry gets its analytic volume. Fails (with a diagnostic)
+/// without a program.
 mlir::FailureOr<CommReport> computeCommReport(mlir::ModuleOp module);
 
 /// The mesh axes (of more than one rank) each plan.program communicates on,

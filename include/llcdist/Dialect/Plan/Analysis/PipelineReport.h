@@ -5,6 +5,9 @@
 #include "llcdist/Schedule/Simulator.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <nlohmann/json.hpp>
 
 #include <optional>
 #include <string>
@@ -32,6 +35,16 @@ struct PipelineReport {
   /// (p-1)/m, (1/v)(p-1)/m, or ZB-H1's formula (Simulator.h).
   double analyticBubble = 0;
   std::vector<int64_t> peakInFlight; ///< per stage: microbatches whose activations it holds
+
+  /// The analytic bubble's formula for this schedule, as printed.
+  std::string analyticBubbleFormula() const;
+  /// The compile report's "pipeline": per stage its chunks, cost, bubble,
+  /// peak in flight and emitted actions.
+  nlohmann::ordered_json toJson() const;
+  /// The compile report's pipeline table and the schedule as a text Gantt
+  /// chart (when it is small enough to read); `traceFile`, when not empty,
+  /// is named as the Chrome trace of the schedule.
+  void print(llvm::raw_ostream &os, llvm::StringRef traceFile = "") const;
 };
 
 /// The report of a module whose plan.program ops were lowered from a

@@ -1,0 +1,77 @@
+//===- CompileSummary.h - the report of `llc-dist compile` -----*- C++ -*-===//
+//
+// Everything the compile report shows, gathered from the analyses (model
+// statistics, memory, communication, pipeline) and the plan writer, printed
+// as text for people or JSON (--format json) for machines. The driver only
+// fills it and calls toJson() or print().
+//
+//===----------------------------------------------------------------------===//
+#ifndef LLCDIST_PIPELINES_COMPILESUMMARY_H
+#define LLCDIST_PIPELINES_COMPILESUMMARY_H
+
+#include "llcdist/Dialect/Plan/Analysis/CommReport.h"
+#include "llcdist/Dialect/Plan/Analysis/MemoryReport.h"
+#include "llcdist/Dialect/Plan/Analysis/PipelineReport.h"
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+#include "llcdist/Frontend/ModelConfig.h"
+#include "llcdist/Support/MeshSpec.h"
+#include "llcdist/Support/Topology.h"
+#include "llcdist/Target/Plan/PlanWriter.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace llcdist {
+
+/// What llcdist-pad-vocab recorded (xf.vocab_padding): the real and padded
+/// vocabulary and the multiple.
+struct VocabPadding {
+  int64_t vocab = 0, padded = 0, multiple = 1;
+};
+/// std::nullopt when nothing was padded.
+std::optional<VocabPadding> vocabPaddingOf(mlir::ModuleOp module);
+
+/// The counts llcdist-model-stats recorded (xf.stats; the graph may since
+/// have been lowered to a plan), else counted on the xf graph now.
+mlir::FailureOr<xf::ModelStats> recordedModelStats(mlir::ModuleOp module);
+
+/// xf.model's name, else the module's, else "<model>".
+std::string modelName(mlir::ModuleOp module);
+
+/// Parameters, layers and FLOPs per token with their formula (`llc-dist
+/// info --format json` and the compile report's "stats").
+nlohmann::ordered_json modelStatsJson(const xf::ModelStats &stats);
+
+struct CompileSummary {
+  std::string model; ///< modelName
+  MeshSpec mesh;
+  /// The resolved training shape of a model compiled from its config
+  /// (std::nullopt for an .mlir input, whose shapes are in the IR).
+  std::optional<TrainingShape> shape;
+  std::string emit = "plan"; ///< plan | xf
+  std::string output;        ///< the plan directory or xf file ("-": stdout)
+  std::string dumpDir;       ///< --dump-ir-dir, or empty
+  double compileMs = 0;
+  xf::ModelStats stats;
+  std::optional<VocabPadding> vocabPadding;
+  std::optional<int64_t> configVocab; ///< the config's vocabulary, with a config
+  int64_t vocabDivisibleBy = 128;     ///< --make-vocab-size-divisible-by
+  std::optional<Topology> topology;
+  // Plans only (emit == "plan").
+  std::optional<PlanSummary> plan;
+  std::optional<plan::CommReport> comm;
+  std::optional<plan::PipelineReport> pipeline;
+  std::optional<plan::MemoryReport> memory;
+
+  nlohmann::ordered_json toJson() const;
+  void print(llvm::raw_ostream &os) const;
+};
+
+} // namespace llcdist
+
+#endif

@@ -1,0 +1,43 @@
+//===- LoadModel.cpp - a model from a config or an .mlir file -------------===//
+#include "llcdist/Frontend/LoadModel.h"
+#include "llcdist/Frontend/ImportXF.h"
+
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/FileSystem.h"
+
+using namespace mlir;
+using namespace llcdist;
+
+std::optional<LoadedModel> llcdist::loadModel(MLIRContext &ctx, llvm::SourceMgr &srcMgr,
+                                              const std::string &path, TrainingShape shape,
+                                              int64_t dp, std::string &error) {
+  LoadedModel lm;
+  if (!llvm::sys::fs::exists(path)) {
+    error = path + ": no such file (shipped models are in models/, e.g. models/gpt2.json)";
+    return std::nullopt;
+  }
+  if (StringRef(path).ends_with(".mlir")) {
+    lm.module = parseSourceFile<ModuleOp>(path, srcMgr, ParserConfig(&ctx));
+    if (!lm.module)
+      return std::nullopt; // diagnostics already reported with locations
+    return lm;
+  }
+  ModelConfig cfg;
+  if (auto err = loadModelConfig(path, cfg)) {
+    error = err->message;
+    return std::nullopt;
+  }
+  if (auto err = resolveTrainingShape(cfg, dp, shape)) {
+    error = *err;
+    return std::nullopt;
+  }
+  lm.module = importModel(ctx, cfg, shape, dp);
+  if (failed(mlir::verify(*lm.module))) {
+    error = path + ": internal error: the imported graph does not verify";
+    return std::nullopt;
+  }
+  lm.config = cfg;
+  lm.shape = shape;
+  return lm;
+}

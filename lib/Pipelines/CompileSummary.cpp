@@ -1,0 +1,145 @@
+//===- CompileSummary.cpp - the report of `llc-dist compile` --------------===//
+#include "llcdist/Pipelines/CompileSummary.h"
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
+#include "llcdist/Dialect/XF/IR/XFDialect.h"
+#include "llcdist/Support/ReportFormat.h"
+
+#include <fmt/format.h>
+
+using namespace mlir;
+using namespace llcdist;
+using json = nlohmann::ordered_json;
+
+std::optional<VocabPadding> llcdist::vocabPaddingOf(ModuleOp m) {
+  auto d = m->getAttrOfType<DictionaryAttr>("xf.vocab_padding");
+  if (!d)
+    return std::nullopt;
+  return VocabPadding{d.getAs<IntegerAttr>("vocab_size").getInt(),
+                      d.getAs<IntegerAttr>("padded_vocab_size").getInt(),
+                      d.getAs<IntegerAttr>("multiple").getInt()};
+}
+
+FailureOr<xf::ModelStats> llcdist::recordedModelStats(ModuleOp m) {
+  auto d = m->getAttrOfType<DictionaryAttr>("xf.stats");
+  if (!d || !m->hasAttr(plan::kManifestAttr))
+    return xf::computeModelStats(m);
+  xf::ModelStats s;
+  s.parameters = d.getAs<IntegerAttr>("parameters").getInt();
+  s.layers = d.getAs<IntegerAttr>("layers").getInt();
+  s.linearFlopsPerToken = double(d.getAs<IntegerAttr>("linear_flops_per_token").getInt());
+  s.attentionFlopsPerToken =
+      double(d.getAs<IntegerAttr>("attention_flops_per_token").getInt());
+  if (auto model = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr))
+    if (auto sl = model.getAs<IntegerAttr>("seq_len"))
+      s.seqLen = sl.getInt();
+  return s;
+}
+
+std::string llcdist::modelName(ModuleOp m) {
+  if (auto d = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr))
+    if (auto n = d.getAs<StringAttr>("name"))
+      return n.str();
+  return m.getName() ? m.getName()->str() : "<model>";
+}
+
+json llcdist::modelStatsJson(const xf::ModelStats &s) {
+  json j;
+  j["parameters"] = s.parameters;
+  j["layers"] = s.layers;
+  j["seq_len"] = s.seqLen;
+  j["forward_flops_per_token"] = s.forwardFlopsPerToken();
+  j["training_flops_per_token"] = s.trainingFlopsPerToken();
+  j["linear_flops_per_token"] = s.linearFlopsPerToken;
+  j["attention_flops_per_token"] = s.attentionFlopsPerToken;
+  j["six_n_flops_per_token"] = 6.0 * double(s.parameters);
+  j["formula"] = "training FLOPs/token = 3 × (Σ_linear 2·K·N + Σ_attention "
+                 "4·S·heads·head_dim)";
+  return j;
+}
+
+json CompileSummary::toJson() const {
+  json j;
+  j["model"] = model;
+  j["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}};
+  j["world_size"] = mesh.worldSize();
+  if (shape) {
+    j["seq_len"] = shape->seqLen;
+    j["micro_batch"] = shape->microBatch;
+    j["global_batch"] = shape->globalBatch;
+    j["microbatches"] = shape->microbatches(mesh.dp);
+    j["dtype"] = shape->dtype;
+  }
+  j["emit"] = emit;
+  j["output"] = output;
+  j["compile_ms"] = compileMs;
+  j["stats"] = modelStatsJson(stats);
+  if (emit == "plan") {
+    // The real vocabulary beside the padded one (equal without padding).
+    const std::optional<VocabPadding> &pad = vocabPadding;
+    int64_t vocab = configVocab ? *configVocab : (pad ? pad->vocab : 0);
+    j["vocab"] = {{"vocab_size", pad ? pad->vocab : vocab},
+                  {"padded_vocab_size", pad ? pad->padded : vocab},
+                  {"make_vocab_size_divisible_by", vocabDivisibleBy}};
+  }
+  if (comm)
+    j["collectives"] = comm->toJson(mesh, topology ? &*topology : nullptr);
+  if (topology)
+    j["topology"] = {{"name", topology->name},
+                     {"gpus_per_node", topology->gpusPerNode},
+                     {"nodes", topology->nodesFor(mesh.worldSize())},
+                     {"intra_node_gb_s", topology->intraNodeGBs},
+                     {"nics_per_node", topology->nicsPerNode},
+                     {"nic_gb_s", topology->nicGBs},
+                     {"inter_node_gb_s", topology->interNodeGBs}};
+  if (plan)
+    j["plan"] = {{"buffers", plan->buffers},
+                 {"kernels", plan->kernels},
+                 {"params", plan->params},
+                 {"arena_bytes", plan->arenaBytes},
+                 {"arena_bytes_per_stage", plan->arenaBytesPerProgram}};
+  if (pipeline)
+    j["pipeline"] = pipeline->toJson();
+  if (memory) {
+    json mem = memory->toJson();
+    for (auto &[k, v] : mem.items())
+      j[k] = v;
+  }
+  return j;
+}
+
+void CompileSummary::print(llvm::raw_ostream &os) const {
+  os << fmt::format("llc-dist: compiled {} for mesh {} ({} ranks) in {:.1f} ms\n", model,
+                    mesh.str(), mesh.worldSize(), compileMs);
+  os << fmt::format("  parameters {} | layers {} | training FLOPs/token {}\n",
+                    groupDigits(stats.parameters), stats.layers,
+                    sci(stats.trainingFlopsPerToken()));
+  if (const std::optional<VocabPadding> &pad = vocabPadding)
+    os << fmt::format("  vocabulary {} padded to {} rows (a multiple of {}: "
+                      "--make-vocab-size-divisible-by {}{}); the loss masks the {} "
+                      "padding columns, safetensors keep {}\n",
+                      groupDigits(pad->vocab), groupDigits(pad->padded), pad->multiple,
+                      vocabDivisibleBy,
+                      pad->multiple != vocabDivisibleBy
+                          ? fmt::format(" × tp {}", pad->multiple / vocabDivisibleBy)
+                          : std::string(),
+                      pad->padded - pad->vocab, groupDigits(pad->vocab));
+  if (shape)
+    os << fmt::format("  seq len {} | micro-batch {} | global batch {} "
+                      "({} microbatches) | dtype {}\n",
+                      shape->seqLen, shape->microBatch, shape->globalBatch,
+                      shape->microbatches(mesh.dp), shape->dtype);
+  if (plan)
+    os << fmt::format("  plan: {} kernels, {} buffers, {} parameters, arena "
+                      "{:.1f} MiB\n",
+                      plan->kernels, plan->buffers, plan->params, plan->arenaBytes / 1048576.0);
+  if (memory)
+    memory->print(os);
+  if (pipeline)
+    pipeline->print(os, output != "-" ? output + "/schedule.trace.json" : "");
+  if (comm)
+    comm->print(os, mesh, topology ? &*topology : nullptr);
+  if (!dumpDir.empty())
+    os << "  IR after each pass: " << dumpDir << "/\n";
+  if (output != "-")
+    os << "  wrote " << output << (emit == "plan" ? "/" : "") << "\n";
+}

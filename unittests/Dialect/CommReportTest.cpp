@@ -2,13 +2,16 @@
 //
 // The collectives the partitioner inserts, counted on the emitted plan, must
 // equal the analytic volume: data parallelism all-reduces every fp32 gradient
-// once per step (4·Ψ bytes), which a ring sends 2(n-1)/n times per rank.
+// once per step (4·Ψ bytes), which a ring sends 2(n-1)/n times per rank. The
+// report's own formulas (CollectiveEntry::analytic) are checked against the
+// same numbers computed here.
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Analysis/CommReport.h"
 #include "llcdist/Frontend/ImportXF.h"
 #include "llcdist/InitAll.h"
 #include "llcdist/Pipelines/Pipelines.h"
+#include "../CompileForTest.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
@@ -101,4 +104,146 @@ TEST(CommReport, TensorParallelActivationsMatchMegatron) {
         EXPECT_DOUBLE_EQ(r.ringBytesPerStep(),
                          double((4 * L + 2) * mb) * 2 * (n - 1) / n * 4.0 * double(b * s * h));
       }
+}
+
+namespace {
+using llcdist::testing::Compiled;
+using llcdist::testing::compileForTest;
+using llcdist::testing::meshOptions;
+using llcdist::testing::shapeForTest;
+
+plan::CommReport reportOf(const Compiled &c) {
+  if (!c.module)
+    return {};
+  auto r = plan::computeCommReport(*c.module);
+  EXPECT_TRUE(mlir::succeeded(r));
+  return mlir::succeeded(r) ? *r : plan::CommReport{};
+}
+
+std::string printed(const plan::CommReport &r, const MeshSpec &mesh,
+                    const Topology *topo = nullptr) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  r.print(os, mesh, topo);
+  return s;
+}
+} // namespace
+
+// Each entry carries the formula's volume, computed here independently: the
+// gradients' 4·Ψ (2·Ψ in bf16) once per step, the loss's one f32.
+TEST(CommReport, AnalyticVolumeOfDataParallelism) {
+  for (const char *dtype : {"f32", "bf16"}) {
+    Compiled c = compileForTest("tiny-llama", meshOptions(2), shapeForTest(16, 2, 0, dtype));
+    plan::CommReport r = reportOf(c);
+    const int64_t psi = c.config.numParameters();
+    const double el = std::string(dtype) == "bf16" ? 2 : 4;
+    EXPECT_EQ(r.localParameters, psi);
+    EXPECT_EQ(r.facts.bf16, std::string(dtype) == "bf16");
+    ASSERT_EQ(r.entries.size(), 2u);
+    const plan::CollectiveEntry &g = r.entries[0], &l = r.entries[1];
+    EXPECT_DOUBLE_EQ(g.analytic.payloadBytes, el * double(psi)) << dtype;
+    EXPECT_EQ(g.analytic.calls, 1);
+    EXPECT_TRUE(g.analytic.matches(g)) << g.analytic.formula;
+    EXPECT_DOUBLE_EQ(l.analytic.payloadBytes, 4.0);
+    EXPECT_TRUE(l.analytic.matches(l));
+  }
+}
+
+// Under tp every collective has a formula that matches the counted one, and
+// the formulas' calls sum to Megatron's (4L + 2) per microbatch; with full
+// recomputation the forward's two row-parallel all-reduces per layer run
+// again: (6L + 2).
+TEST(CommReport, AnalyticVolumeOfTensorParallelism) {
+  for (const char *recompute : {"none", "full"})
+    for (const char *dtype : {"f32", "bf16"}) {
+      const int64_t b = 2, s = 16, mb = 2;
+      TrainingPipelineOptions o = meshOptions(1, 2);
+      o.recompute = recompute;
+      Compiled c = compileForTest("tiny-gpt2", o, shapeForTest(s, b, b * mb, dtype));
+      plan::CommReport r = reportOf(c);
+      const int64_t h = c.config.hidden, L = c.config.layers;
+      const double el = std::string(dtype) == "bf16" ? 2 : 4;
+      const bool full = std::string(recompute) == "full";
+      int64_t calls = 0;
+      ASSERT_FALSE(r.entries.empty());
+      for (const plan::CollectiveEntry &e : r.entries) {
+        ASSERT_TRUE(e.analytic.known()) << e.reason;
+        EXPECT_TRUE(e.analytic.matches(e)) << e.reason << ": " << e.analytic.formula;
+        EXPECT_DOUBLE_EQ(e.analytic.payloadBytes, el * double(b * s * h)) << e.reason;
+        calls += e.analytic.calls;
+      }
+      EXPECT_EQ(calls, ((full ? 6 : 4) * L + 2) * mb) << recompute << " " << dtype;
+      std::string text = printed(r, MeshSpec{1, 2, 1});
+      EXPECT_EQ(text.find("MISMATCH"), std::string::npos) << text;
+      EXPECT_NE(text.find("= same"), std::string::npos) << text;
+    }
+}
+
+// A pipeline border sends one microbatch's residual stream, b·s·h values.
+TEST(CommReport, AnalyticVolumeOfPipelineSends) {
+  const int64_t b = 1, s = 16;
+  Compiled c = compileForTest("tiny-llama", meshOptions(1, 1, 2), shapeForTest(s, b, 4));
+  plan::CommReport r = reportOf(c);
+  int64_t sends = 0;
+  for (const plan::CollectiveEntry &e : r.entries) {
+    EXPECT_GE(e.stage, 0);
+    if (e.kind != "send")
+      continue;
+    ++sends;
+    EXPECT_DOUBLE_EQ(e.analytic.payloadBytes, 4.0 * double(b * s * c.config.hidden));
+    EXPECT_TRUE(e.analytic.matches(e)) << e.reason;
+    EXPECT_EQ(e.callsPerStep, 4); // one per microbatch
+  }
+  EXPECT_EQ(sends, 2); // activations forward, their gradients backward
+}
+
+// A counted volume that differs from the formula is reported, not hidden.
+TEST(CommReport, MismatchIsPrinted) {
+  plan::CommReport r;
+  plan::CollectiveEntry e;
+  e.kind = "all_reduce";
+  e.axis = "dp";
+  e.payload = "gradients";
+  e.groupSize = 2;
+  e.callsPerStep = 1;
+  e.payloadBytes = 400;
+  r.entries.push_back(e);
+  r.localParameters = 100;
+  r.localParametersPerStage = {100};
+  r.entries[0].analytic = plan::analyticVolume(r.entries[0], r, r.facts);
+  EXPECT_TRUE(r.entries[0].analytic.matches(r.entries[0]));
+  EXPECT_NE(printed(r, MeshSpec{2, 1, 1}).find("= same"), std::string::npos);
+  r.entries[0].payloadBytes = 404;
+  EXPECT_FALSE(r.entries[0].analytic.matches(r.entries[0]));
+  EXPECT_NE(printed(r, MeshSpec{2, 1, 1}).find("≠ MISMATCH"), std::string::npos);
+}
+
+// The JSON has one object per entry with the counted and analytic numbers;
+// with a topology, the link and the ring time at its bandwidth.
+TEST(CommReport, JsonAndLinkEstimate) {
+  Compiled c = compileForTest("tiny-gpt2", meshOptions(2, 2), shapeForTest(16, 1));
+  plan::CommReport r = reportOf(c);
+  MeshSpec mesh{2, 2, 1};
+  Topology topo;
+  topo.name = "test";
+  topo.gpusPerNode = 2; // tp groups inside a node, dp groups across
+  topo.intraNodeGBs = 100;
+  topo.interNodeGBs = 10;
+  nlohmann::ordered_json j = r.toJson(mesh, &topo);
+  ASSERT_EQ(j.size(), r.entries.size());
+  for (size_t i = 0; i < r.entries.size(); ++i) {
+    const plan::CollectiveEntry &e = r.entries[i];
+    EXPECT_EQ(j[i]["payload_bytes"].get<int64_t>(), e.payloadBytes);
+    EXPECT_EQ(j[i]["analytic_payload_bytes"].get<double>(), e.analytic.payloadBytes);
+    EXPECT_EQ(j[i]["reason"], e.reason);
+    const bool across = e.axis == "dp";
+    EXPECT_EQ(j[i]["crosses_nodes"].get<bool>(), across) << e.axis;
+    const double gbs = across ? 10 : 100;
+    EXPECT_DOUBLE_EQ(j[i]["estimated_ms_per_step"].get<double>(),
+                     e.ringBytesPerStep() / (gbs * 1e9) * 1e3);
+    EXPECT_FALSE(j[i].contains("stage")); // one program
+  }
+  EXPECT_FALSE(r.toJson(mesh, nullptr)[0].contains("crosses_nodes"));
+  std::string text = printed(r, mesh, &topo);
+  EXPECT_NE(text.find("topology test: 4 ranks on 2 nodes of 2 GPUs"), std::string::npos) << text;
 }

@@ -1,0 +1,133 @@
+//===- CompileSummaryTest.cpp - the report of `llc-dist compile` ----------===//
+//
+// The summary is made of the analyses' objects: its JSON must carry their
+// numbers unchanged, in the order consumers (and the lit tests) read, and
+// the counts recorded before the lowering must be those of the forward graph.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Pipelines/CompileSummary.h"
+#include "../CompileForTest.h"
+
+#include <gtest/gtest.h>
+
+using namespace llcdist;
+using namespace llcdist::testing;
+
+namespace {
+/// The summary llc-dist compile builds for `c`, compiled with `mesh`.
+CompileSummary summaryOf(const Compiled &c, const MeshSpec &mesh) {
+  CompileSummary s;
+  s.model = modelName(*c.module);
+  s.mesh = mesh;
+  s.shape = c.shape;
+  s.output = "OUT";
+  s.compileMs = 1.25;
+  auto stats = recordedModelStats(*c.module);
+  EXPECT_TRUE(mlir::succeeded(stats));
+  s.stats = *stats;
+  s.vocabPadding = vocabPaddingOf(*c.module);
+  s.configVocab = c.config.vocab;
+  s.memory = plan::MemoryReport{plan::computeStageMemory(*c.module), "none", std::nullopt};
+  auto pipeline = plan::computePipelineReport(*c.module);
+  EXPECT_TRUE(mlir::succeeded(pipeline));
+  s.pipeline = *pipeline;
+  auto comm = plan::computeCommReport(*c.module);
+  EXPECT_TRUE(mlir::succeeded(comm));
+  s.comm = *comm;
+  return s;
+}
+} // namespace
+
+// After the lowering the counts come from xf.stats: they must be those of
+// the forward graph counted on a fresh import.
+TEST(CompileSummary, RecordedStatsAreTheForwardGraphs) {
+  Compiled c = compileForTest("tiny-gpt2", meshOptions(2), shapeForTest(16));
+  ASSERT_TRUE(c.module);
+  auto recorded = recordedModelStats(*c.module);
+  ASSERT_TRUE(mlir::succeeded(recorded));
+  auto fresh = importModel(*c.ctx, c.config, c.shape, 2);
+  auto counted = xf::computeModelStats(*fresh);
+  ASSERT_TRUE(mlir::succeeded(counted));
+  EXPECT_EQ(recorded->parameters, counted->parameters);
+  EXPECT_EQ(recorded->parameters, c.config.numParameters());
+  EXPECT_EQ(recorded->layers, c.config.layers);
+  EXPECT_DOUBLE_EQ(recorded->trainingFlopsPerToken(), counted->trainingFlopsPerToken());
+  EXPECT_EQ(recorded->seqLen, 16);
+  EXPECT_EQ(modelName(*c.module), "tiny-gpt2");
+}
+
+// --make-vocab-size-divisible-by 100: 256 rows padded to 300.
+TEST(CompileSummary, VocabPadding) {
+  TrainingPipelineOptions o = meshOptions(1);
+  o.vocabDivisibleBy = 100;
+  Compiled c = compileForTest("tiny-gpt2", o, shapeForTest(16));
+  ASSERT_TRUE(c.module);
+  std::optional<VocabPadding> pad = vocabPaddingOf(*c.module);
+  ASSERT_TRUE(pad);
+  EXPECT_EQ(pad->vocab, c.config.vocab);
+  EXPECT_EQ(pad->padded, (c.config.vocab + 99) / 100 * 100);
+  EXPECT_EQ(pad->multiple, 100);
+  Compiled unpadded = compileForTest("tiny-gpt2", meshOptions(1), shapeForTest(16));
+  EXPECT_FALSE(vocabPaddingOf(*unpadded.module)); // 256 is a multiple of 128
+}
+
+TEST(CompileSummary, JsonCarriesTheReportsInOrder) {
+  MeshSpec mesh{2, 1, 2};
+  TrainingPipelineOptions o = meshOptions(2, 1, 2);
+  Compiled c = compileForTest("tiny-llama", o, shapeForTest(16, 1, 4));
+  ASSERT_TRUE(c.module);
+  CompileSummary s = summaryOf(c, mesh);
+  nlohmann::ordered_json j = s.toJson();
+  std::vector<std::string> keys;
+  for (auto &[k, v] : j.items())
+    keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{
+                      "model", "mesh", "world_size", "seq_len", "micro_batch", "global_batch",
+                      "microbatches", "dtype", "emit", "output", "compile_ms", "stats", "vocab",
+                      "collectives", "pipeline", "memory_per_rank", "recompute"}));
+  EXPECT_EQ(j["world_size"], 4);
+  EXPECT_EQ(j["microbatches"], 2);
+  EXPECT_EQ(j["stats"]["parameters"].get<int64_t>(), c.config.numParameters());
+  EXPECT_EQ(j["vocab"]["padded_vocab_size"].get<int64_t>(), c.config.vocab);
+  ASSERT_EQ(j["collectives"].size(), s.comm->entries.size());
+  for (size_t i = 0; i < s.comm->entries.size(); ++i)
+    EXPECT_EQ(j["collectives"][i]["calls_per_step"].get<int64_t>(),
+              s.comm->entries[i].callsPerStep);
+  EXPECT_EQ(j["pipeline"]["stages"], 2);
+  EXPECT_EQ(j["pipeline"]["per_stage"].size(), 2u);
+  ASSERT_EQ(j["memory_per_rank"].size(), 2u);
+  EXPECT_EQ(j["memory_per_rank"][1]["arena"].get<int64_t>(), s.memory->stages[1].arena);
+
+  // An xf compilation has none of the plan's reports.
+  CompileSummary xf;
+  xf.model = "m";
+  xf.emit = "xf";
+  xf.output = "-";
+  nlohmann::ordered_json jx = xf.toJson();
+  EXPECT_FALSE(jx.contains("vocab"));
+  EXPECT_FALSE(jx.contains("memory_per_rank"));
+  EXPECT_FALSE(jx.contains("seq_len"));
+}
+
+TEST(CompileSummary, Text) {
+  MeshSpec mesh{2, 1, 2};
+  Compiled c = compileForTest("tiny-llama", meshOptions(2, 1, 2), shapeForTest(16, 1, 4));
+  ASSERT_TRUE(c.module);
+  CompileSummary s = summaryOf(c, mesh);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  s.print(os);
+  EXPECT_EQ(text.rfind("llc-dist: compiled tiny-llama for mesh dp=2,tp=1,pp=2 (4 ranks) in "
+                       "1.2 ms\n",
+                       0),
+            0u)
+      << text;
+  // The sections in order: memory, pipeline, collectives, then what was written.
+  size_t memory = text.find("  memory per rank (MiB)"), pipeline = text.find("  pipeline: 2 stages"),
+         comm = text.find("  collectives per step"), wrote = text.find("  wrote OUT/\n");
+  ASSERT_NE(memory, std::string::npos) << text;
+  EXPECT_LT(memory, pipeline);
+  EXPECT_LT(pipeline, comm);
+  EXPECT_LT(comm, wrote);
+  EXPECT_NE(text.find("Chrome trace (Perfetto): OUT/schedule.trace.json"), std::string::npos);
+}

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Analysis/CommReport.h"
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/Frontend/ImportXF.h"
 #include "llcdist/InitAll.h"
 #include "llcdist/Pipelines/Pipelines.h"
@@ -17,6 +18,9 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <gtest/gtest.h>
+
+#include <map>
+#include <set>
 
 using namespace llcdist;
 
@@ -246,4 +250,76 @@ TEST(CommReport, JsonAndLinkEstimate) {
   EXPECT_FALSE(r.toJson(mesh, nullptr)[0].contains("crosses_nodes"));
   std::string text = printed(r, mesh, &topo);
   EXPECT_NE(text.find("topology test: 4 ranks on 2 nodes of 2 GPUs"), std::string::npos) << text;
+}
+
+// Every collective of a plan carries its kind from where it was created:
+// Megatron's per-microbatch counts by kind — 2L row-parallel outputs, 2L + 1
+// column-parallel input gradients (the LM head's too), 1 embedding — and the
+// data-parallel gradient and loss reductions once per step.
+TEST(CommReport, CollectivesCarryTheirOrigin) {
+  using xf::CollectiveOrigin;
+  const int64_t mb = 2;
+  Compiled c = compileForTest("tiny-gpt2", meshOptions(2, 2), shapeForTest(16, 1, 2 * mb));
+  plan::CommReport r = reportOf(c);
+  const int64_t L = c.config.layers;
+  std::map<CollectiveOrigin, int64_t> calls;
+  for (const plan::CollectiveEntry &e : r.entries) {
+    ASSERT_TRUE(e.origin) << e.reason;
+    calls[*e.origin] += e.callsPerStep;
+  }
+  EXPECT_EQ(calls[CollectiveOrigin::RowParallel], 2 * L * mb);
+  EXPECT_EQ(calls[CollectiveOrigin::ColumnParallel], (2 * L + 1) * mb);
+  EXPECT_EQ(calls[CollectiveOrigin::VocabParallelEmbedding], mb);
+  EXPECT_EQ(calls[CollectiveOrigin::DataParallelGradients], 1);
+  EXPECT_EQ(calls[CollectiveOrigin::Loss], 1);
+  EXPECT_EQ(calls.size(), 5u);
+  // Kernels that are no collective have none.
+  c.module->walk([&](plan::KernelOp k) {
+    if (k.getKernel() == "matmul")
+      EXPECT_FALSE(plan::collectiveOrigin(k));
+  });
+}
+
+// What the lowering creates itself: ZeRO's collectives, pipeline transfers
+// and the tied embedding's exchange between the first and last stage.
+TEST(CommReport, LoweringCollectivesCarryTheirOrigin) {
+  using xf::CollectiveOrigin;
+  TrainingPipelineOptions o = meshOptions(2, 1, 2);
+  o.zero = 3;
+  Compiled c = compileForTest("tiny-gpt2", o, shapeForTest(16, 1, 4));
+  plan::CommReport r = reportOf(c);
+  std::set<std::pair<std::string, CollectiveOrigin>> seen;
+  for (const plan::CollectiveEntry &e : r.entries) {
+    ASSERT_TRUE(e.origin) << e.reason;
+    seen.insert({e.kind, *e.origin});
+    if (*e.origin == CollectiveOrigin::Zero)
+      EXPECT_FALSE(e.analytic.known()) << e.reason; // per-parameter blocks
+  }
+  EXPECT_TRUE(seen.count({"all_gather", CollectiveOrigin::Zero}));
+  EXPECT_TRUE(seen.count({"reduce_scatter", CollectiveOrigin::Zero}));
+  EXPECT_TRUE(seen.count({"send", CollectiveOrigin::Pipeline}));
+  EXPECT_TRUE(seen.count({"send", CollectiveOrigin::TiedParameter}));
+  EXPECT_FALSE(seen.count({"all_reduce", CollectiveOrigin::DataParallelGradients}));
+}
+
+// The formula is picked by the kind, never by the reason's wording.
+TEST(CommReport, FormulaFollowsTheOriginNotTheReason) {
+  plan::CommReport r;
+  r.localParametersPerStage = {0};
+  r.facts.bshLM = std::array<int64_t, 5>{2, 16, 64, 4, 3}; // b, s, h, L, M
+  plan::CollectiveEntry e;
+  e.kind = "all_reduce";
+  e.axis = "tp";
+  e.payload = "activations";
+  e.reason = "a row-parallel linear's output is a partial sum over tp";
+  e.origin = xf::CollectiveOrigin::ColumnParallel;
+  plan::AnalyticVolume a = plan::analyticVolume(e, r, r.facts);
+  EXPECT_EQ(a.calls, 2 * 4 * 3); // column-parallel: 2L per microbatch (no LM head here)
+  EXPECT_NE(a.formula.find("input gradients"), std::string::npos) << a.formula;
+  e.origin = xf::CollectiveOrigin::RowParallel;
+  e.reason = "anything";
+  EXPECT_NE(plan::analyticVolume(e, r, r.facts).formula.find("attention and MLP outputs"),
+            std::string::npos);
+  e.origin.reset(); // no kind: no formula
+  EXPECT_FALSE(plan::analyticVolume(e, r, r.facts).known());
 }

@@ -71,6 +71,7 @@ void ParamBuffers::emitStepBegin(Location loc, Buf loss) {
                   NameLoc::get(b.getStringAttr("ZeRO: gather the updated parameter blocks"),
                                castLoc))
             ->setAttr("plan.payload", b.getStringAttr("parameters"));
+        plan::setCollectiveOrigin(pb.lastKernel(), xf::CollectiveOrigin::Zero);
         continue;
       }
       int64_t n = pb.bufferOp(p.working).getTensorType().getNumElements();

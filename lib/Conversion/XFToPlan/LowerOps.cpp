@@ -139,6 +139,7 @@ void OpLowering::reduceIntoShard(Buf full, const std::string &name, Location loc
          NameLoc::get(b.getStringAttr("ZeRO: reduce-scatter the gradient into its dp shard"),
                       loc))
       ->setAttr("plan.payload", b.getStringAttr("gradients"));
+  plan::setCollectiveOrigin(pb.lastKernel(), xf::CollectiveOrigin::Zero);
   kernel("accumulate", {arg("x", part), arg("y", p.grad)},
          {i64("n", p.shardType.getNumElements())}, loc);
 }
@@ -252,6 +253,7 @@ LogicalResult OpLowering::lowerOpImpl(Operation *op, Scope &s, BackwardPart part
                  NameLoc::get(b.getStringAttr("ZeRO-3: gather the parameter before its use"),
                               loc))
               ->setAttr("plan.payload", b.getStringAttr("parameters"));
+          plan::setCollectiveOrigin(pb.lastKernel(), xf::CollectiveOrigin::Zero);
           s.bufs[p.getResult()] = {full};
         }
         for (Operation *user : p->getUsers()) {
@@ -566,6 +568,7 @@ LogicalResult OpLowering::lowerOpImpl(Operation *op, Scope &s, BackwardPart part
                {str("axis", ar.getAxis()), str("op", "sum")},
                NameLoc::get(ar.getReasonAttr(), loc))
             ->setAttr("plan.payload", b.getStringAttr("activations"));
+        plan::setCollectiveOrigin(pb.lastKernel(), ar);
         return success();
       })
       .Case<AllGatherOp, ReduceScatterOp>([&](Operation *o) {
@@ -587,6 +590,7 @@ LogicalResult OpLowering::lowerOpImpl(Operation *op, Scope &s, BackwardPart part
                {arg("x", use(s, o->getOperand(0))), arg("y", y)}, attrs,
                NameLoc::get(o->getAttrOfType<StringAttr>("reason"), loc))
             ->setAttr("plan.payload", b.getStringAttr("activations"));
+        plan::setCollectiveOrigin(pb.lastKernel(), o);
         return success();
       })
       .Case([&](BiasAddOp ba) {

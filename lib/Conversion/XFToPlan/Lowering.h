@@ -20,6 +20,7 @@
 #define LLCDIST_LIB_CONVERSION_XFTOPLAN_LOWERING_H
 
 #include "llcdist/Conversion/XFToPlan/StagePlan.h"
+#include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/Dialect/XF/IR/XFOps.h"
 
@@ -101,6 +102,8 @@ public:
   void setMemoryClass(Buf buf, mlir::StringRef cls);
   plan::KernelOp kernel(mlir::StringRef name, mlir::ArrayRef<mlir::NamedAttribute> args,
                         mlir::ArrayRef<mlir::NamedAttribute> attrs, mlir::Location loc);
+  /// The kernel kernel() appended last (to set its plan.origin).
+  mlir::Operation *lastKernel() { return &current.getBody().front().back(); }
   /// A pipeline `send` of `buf` to stage `peer`, or a `recv` into it; what
   /// travels (`payload`) is for the communication report, as on collectives.
   void transfer(mlir::StringRef op, Buf buf, int64_t peer, int64_t tag, mlir::Location loc,

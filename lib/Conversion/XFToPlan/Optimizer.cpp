@@ -53,6 +53,7 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
                                               "optimizer state's owner"),
                               NameLoc::get(b.getStringAttr(name), op.getLoc())))
               ->setAttr("plan.payload", b.getStringAttr("gradients"));
+          plan::setCollectiveOrigin(pb.lastKernel(), xf::CollectiveOrigin::Zero);
           updateGrad[name] = shard;
         }
       continue;
@@ -73,6 +74,7 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
                     b.getStringAttr(ar.getGroupSize() ? "kv-replica gradients"
                                     : ar.getParams()  ? "sequence-parallel gradients"
                                                       : "gradients"));
+      plan::setCollectiveOrigin(pb.lastKernel(), ar);
       continue;
     }
     if (auto ar = dyn_cast<AllReduceLossOp>(op)) {
@@ -82,6 +84,7 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
              {str("axis", ar.getAxis()), str("op", "avg")},
              NameLoc::get(ar.getReasonAttr(), op.getLoc()))
           ->setAttr("plan.payload", b.getStringAttr("loss"));
+      plan::setCollectiveOrigin(pb.lastKernel(), ar);
       continue;
     }
     if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
@@ -188,10 +191,12 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
         kernel("sgd", args, {f64("momentum", mom), f64("weight_decay", decays ? wd : 0.0)},
                loc);
       }
-      if (sliceAndGather)
+      if (sliceAndGather) {
         kernel("all_gather", {arg("x", target), arg("y", p.value)}, params.zeroCollective(p),
                NameLoc::get(b.getStringAttr("ZeRO: gather the updated shards"), loc))
             ->setAttr("plan.payload", b.getStringAttr("parameters"));
+        plan::setCollectiveOrigin(pb.lastKernel(), xf::CollectiveOrigin::Zero);
+      }
       std::optional<int64_t> replica;
       if (!scope.updates(name))
         replica = scope.replicaOf->at(name);

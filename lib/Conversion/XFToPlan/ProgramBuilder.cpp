@@ -56,6 +56,9 @@ void ProgramBuilder::transfer(StringRef op, Buf buf, int64_t peer, int64_t tag, 
   kernel(op, {arg(op == "send" ? "x" : "y", buf)},
          {str("axis", "pp"), i64("peer", peer), i64("tag", tag)}, loc)
       ->setAttr("plan.payload", b.getStringAttr(payload));
+  plan::setCollectiveOrigin(lastKernel(), payload == "tied parameter"
+                                              ? xf::CollectiveOrigin::TiedParameter
+                                              : xf::CollectiveOrigin::Pipeline);
 }
 
 void ProgramBuilder::beginSchedule() {

@@ -24,19 +24,19 @@
 // CHECK-NOT: name = "loss"
 // CHECK: plan.subroutine @forward_v0_s0 {
 // CHECK-NEXT: plan.kernel "load_microbatch"
-// CHECK: plan.kernel "send" {x = @{{b[0-9]+}}} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {plan.payload = "activations"}
+// CHECK: plan.kernel "send" {x = @{{b[0-9]+}}} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {plan.origin = "pipeline", plan.payload = "activations"}
 // CHECK-NEXT: {{^ +}}}{{$}}
 // CHECK: plan.subroutine @backward_v0_s0 {
-// CHECK-NEXT: plan.kernel "recv" {y = @{{b[0-9]+}}} {axis = "pp", peer = 1 : i64, tag = 1 : i64} {plan.payload = "activation gradients"}
+// CHECK-NEXT: plan.kernel "recv" {y = @{{b[0-9]+}}} {axis = "pp", peer = 1 : i64, tag = 1 : i64} {plan.origin = "pipeline", plan.payload = "activation gradients"}
 // CHECK: plan.kernel "embedding_bwd_weight" {{.*}}dtable = @[[WTEG]],
 // CHECK: plan.subroutine @forward_v0_s1 {
 // CHECK: plan.subroutine @backward_v0_s1 {
 // CHECK: plan.subroutine @optimizer {
-// CHECK-NEXT: plan.kernel "recv" {y = @[[PART]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64} {plan.payload = "tied parameter"}
+// CHECK-NEXT: plan.kernel "recv" {y = @[[PART]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // CHECK-NEXT: plan.kernel "accumulate" {x = @[[PART]], y = @[[WTEG]]} {n = 128 : i64}
 // CHECK-NEXT: plan.kernel "grad_norm" {grads = [@[[WTEG]], {{.*}}stage_axis = "pp"}
 // CHECK-NEXT: plan.kernel "adamw" {grad = @[[WTEG]], m = @{{b[0-9]+}}, param = @[[WTE]],
-// CHECK: plan.kernel "send" {x = @[[WTE]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64} {plan.payload = "tied parameter"}
+// CHECK: plan.kernel "send" {x = @[[WTE]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // CHECK-NEXT: {{^ +}}}{{$}}
 // CHECK: plan.schedule {
 // CHECK-NEXT: plan.action @step_begin
@@ -54,18 +54,18 @@
 // The last stage reads the labels: it loads its microbatch too.
 // CHECK: plan.subroutine @forward_v1_s0 {
 // CHECK-NEXT: plan.kernel "load_microbatch"
-// CHECK-NEXT: plan.kernel "recv" {y = @{{b[0-9]+}}} {axis = "pp", peer = 0 : i64, tag = 0 : i64} {plan.payload = "activations"}
+// CHECK-NEXT: plan.kernel "recv" {y = @{{b[0-9]+}}} {axis = "pp", peer = 0 : i64, tag = 0 : i64} {plan.origin = "pipeline", plan.payload = "activations"}
 // CHECK: plan.kernel "cross_entropy_fwd" {{.*}}loss = @[[LOSS]],
 // CHECK: plan.subroutine @backward_v1_s0 {
-// CHECK: plan.kernel "send" {x = @{{b[0-9]+}}} {axis = "pp", peer = 0 : i64, tag = 1 : i64} {plan.payload = "activation gradients"}
+// CHECK: plan.kernel "send" {x = @{{b[0-9]+}}} {axis = "pp", peer = 0 : i64, tag = 1 : i64} {plan.origin = "pipeline", plan.payload = "activation gradients"}
 // CHECK-NOT: plan.subroutine @forward_v1_s1
 // CHECK: plan.subroutine @optimizer {
-// CHECK-NEXT: plan.kernel "send" {x = @[[RWTEG]]} {axis = "pp", peer = 0 : i64, tag = 2 : i64} {plan.payload = "tied parameter"}
+// CHECK-NEXT: plan.kernel "send" {x = @[[RWTEG]]} {axis = "pp", peer = 0 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // CHECK-NEXT: plan.kernel "grad_norm" {grads = [
 // CHECK-NOT: @[[RWTEG]]
 // CHECK-SAME: stage_axis = "pp"
 // CHECK-NOT: grad = @[[RWTEG]]
-// CHECK: plan.kernel "recv" {y = @[[RWTE]]} {axis = "pp", peer = 0 : i64, tag = 2 : i64} {plan.payload = "tied parameter"}
+// CHECK: plan.kernel "recv" {y = @[[RWTE]]} {axis = "pp", peer = 0 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // CHECK: plan.schedule {
 // CHECK-NEXT: plan.action @step_begin
 // CHECK-NEXT: plan.action @forward_v1_s0 microbatch 0
@@ -126,7 +126,7 @@
 // VIRT-NEXT: plan.kernel "recv" {{.*}}tag = 3 : i64
 // VIRT: plan.kernel "send" {{.*}}tag = 4 : i64
 // VIRT: plan.subroutine @optimizer {
-// VIRT-NEXT: plan.kernel "recv" {{.*}}tag = 6 : i64} {plan.payload = "tied parameter"}
+// VIRT-NEXT: plan.kernel "recv" {{.*}}tag = 6 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // VIRT: plan.action @forward_v2_s0 microbatch 0 {pipeline.chunk = 1 : i64, pipeline.kind = "F"}
 // VIRT: plan.program @stage1 {
 // VIRT: plan.subroutine @forward_v1_s0 {
@@ -168,7 +168,7 @@ module attributes {xf.model = {microbatches = 2 : i64, name = "pp2-tied", archit
 // CHECK: plan.program @stage0 {
 // CHECK-DAG: plan.buffer @[[PART:b[0-9]+]] : tensor<16x8xbf16> {kind = "scratch", name = "wte.grad@stage1"}
 // CHECK: plan.subroutine @optimizer {
-// CHECK-NEXT: plan.kernel "recv" {y = @[[PART]]} {{.*}}tag = 2 : i64} {plan.payload = "tied parameter"}
+// CHECK-NEXT: plan.kernel "recv" {y = @[[PART]]} {{.*}}tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // CHECK: plan.program @stage1 {
 // CHECK-DAG: plan.buffer @[[MASTER:b[0-9]+]] : tensor<16x8xf32> {kind = "param", memory_class = "optimizer_state", name = "wte"}
 // CHECK-DAG: plan.buffer @[[COPY:b[0-9]+]] : tensor<16x8xbf16> {kind = "param", name = "wte.bf16"}
@@ -176,8 +176,8 @@ module attributes {xf.model = {microbatches = 2 : i64, name = "pp2-tied", archit
 // CHECK: plan.subroutine @step_begin {
 // CHECK: plan.kernel "cast" {x = @[[MASTER]], y = @[[COPY]]} {n = 128 : i64}
 // CHECK: plan.subroutine @optimizer {
-// CHECK-NEXT: plan.kernel "send" {x = @[[GRAD]]} {{.*}}tag = 2 : i64} {plan.payload = "tied parameter"}
-// CHECK: plan.kernel "recv" {y = @[[MASTER]]} {{.*}}tag = 2 : i64} {plan.payload = "tied parameter"}
+// CHECK-NEXT: plan.kernel "send" {x = @[[GRAD]]} {{.*}}tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
+// CHECK: plan.kernel "recv" {y = @[[MASTER]]} {{.*}}tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // GPIPE-LABEL: name = "pp2-bf16"
 // ZB-LABEL: name = "pp2-bf16"
 // VIRT-LABEL: name = "pp2-bf16"

@@ -31,14 +31,14 @@
 // Z1: plan.kernel "linear_bwd_weight" {dw = @[[WTEG]], {{.*}}accumulate = true
 // Z1-NOT: reduce_scatter
 // Z1: plan.subroutine @optimizer {
-// Z1-NEXT: plan.kernel "reduce_scatter" {x = @[[WTEG]], y = @[[WTES]]} {axis = "dp", inner = 64 : i64, op = "sum", outer = 1 : i64} {plan.payload = "gradients"}
+// Z1-NEXT: plan.kernel "reduce_scatter" {x = @[[WTEG]], y = @[[WTES]]} {axis = "dp", inner = 64 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero", plan.payload = "gradients"}
 // Z1-NEXT: plan.kernel "reduce_scatter" {x = @[[W0G]], y = @[[W0S]]} {axis = "dp", inner = 32 : i64, op = "sum", outer = 1 : i64}
 // Z1-NEXT: plan.kernel "reduce_scatter" {{.*}}inner = 4 : i64
-// Z1-NEXT: plan.kernel "all_reduce" {x = [@{{b[0-9]+}}]} {axis = "dp", op = "avg"} {plan.payload = "loss"}
+// Z1-NEXT: plan.kernel "all_reduce" {x = [@{{b[0-9]+}}]} {axis = "dp", op = "avg"} {plan.origin = "loss", plan.payload = "loss"}
 // Z1-NEXT: plan.kernel "grad_norm" {grads = [@[[WTES]], @[[W0S]], @[[NS]]], norm = @{{b[0-9]+}}} {max_norm = 0.000000e+00 : f64, stage_axis = "dp"}
 // Z1-NEXT: plan.kernel "shard_slice" {x = @[[WTE]], y = @[[SLICE]]} {axis = "dp", inner = 64 : i64, outer = 1 : i64}
 // Z1-NEXT: plan.kernel "adamw" {grad = @[[WTES]], m = @[[M]], param = @[[SLICE]], v = @{{b[0-9]+}}}
-// Z1-NEXT: plan.kernel "all_gather" {x = @[[SLICE]], y = @[[WTE]]} {axis = "dp", inner = 64 : i64, outer = 1 : i64} {plan.payload = "parameters"}
+// Z1-NEXT: plan.kernel "all_gather" {x = @[[SLICE]], y = @[[WTE]]} {axis = "dp", inner = 64 : i64, outer = 1 : i64} {plan.origin = "zero", plan.payload = "parameters"}
 // Z1-NOT: all_reduce
 
 // ZeRO-2: the gradient is a block too. Each contribution is computed whole
@@ -55,7 +55,7 @@
 // Z2-DAG: plan.param "wte" {{.*}}zero = {axis = "dp", stage = 2 : i64}}
 // Z2: plan.subroutine @backward {
 // Z2: plan.kernel "linear_bwd_weight" {dw = @[[MB]], {{.*}}accumulate = false
-// Z2-NEXT: plan.kernel "reduce_scatter" {x = @[[MB]], y = @[[PART]]} {axis = "dp", inner = 64 : i64, op = "sum", outer = 1 : i64} {plan.payload = "gradients"}
+// Z2-NEXT: plan.kernel "reduce_scatter" {x = @[[MB]], y = @[[PART]]} {axis = "dp", inner = 64 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero", plan.payload = "gradients"}
 // Z2-NEXT: plan.kernel "accumulate" {x = @[[PART]], y = @[[WTEG]]} {n = 64 : i64}
 // Z2: plan.kernel "embedding_bwd_weight" {dout = @{{b[0-9]+}}, dtable = @[[MB1]], {{.*}}accumulate = false
 // Z2-NEXT: plan.kernel "reduce_scatter" {x = @[[MB1]]
@@ -82,7 +82,7 @@
 // Z3-DAG: plan.param "h.0.w" value @[[W0]] {{.*}}local_shape = array<i64: 8, 8>, weight_decay = true, zero = {axis = "dp", stage = 3 : i64}}
 // Z3: plan.subroutine @forward {
 // Z3-NEXT: plan.kernel "load_microbatch"
-// Z3-NEXT: plan.kernel "all_gather" {x = @[[WTE]], y = @[[WTEF]]} {axis = "dp", inner = 64 : i64, outer = 1 : i64} {plan.payload = "parameters"}
+// Z3-NEXT: plan.kernel "all_gather" {x = @[[WTE]], y = @[[WTEF]]} {axis = "dp", inner = 64 : i64, outer = 1 : i64} {plan.origin = "zero", plan.payload = "parameters"}
 // Z3-NEXT: plan.kernel "embedding_fwd" {{.*}}table = @[[WTEF]]}
 // Z3-NEXT: plan.kernel "all_gather" {x = @[[W0]], y = @[[W0F]]} {axis = "dp", inner = 32 : i64, outer = 1 : i64}
 // Z3-NEXT: plan.kernel "linear_fwd" {w = @[[W0F]],
@@ -174,7 +174,7 @@ module attributes {xf.model = {microbatches = 1 : i64, name = "zero-padded-rows"
 // Z1-DAG: plan.param "wte" value @[[MASTER]] {{.*}}zero = {axis = "dp", stage = 1 : i64, value_block = true}}
 // Z1: plan.subroutine @step_begin {
 // Z1-NEXT: plan.kernel "cast" {x = @[[MASTER]], y = @[[BLOCK]]} {n = 64 : i64}
-// Z1-NEXT: plan.kernel "all_gather" {x = @[[BLOCK]], y = @[[COPY]]} {axis = "dp", inner = 64 : i64, outer = 1 : i64} {plan.payload = "parameters"}
+// Z1-NEXT: plan.kernel "all_gather" {x = @[[BLOCK]], y = @[[COPY]]} {axis = "dp", inner = 64 : i64, outer = 1 : i64} {plan.origin = "zero", plan.payload = "parameters"}
 // Z1-NEXT: plan.kernel "zero"
 // Z1: plan.subroutine @optimizer {
 // Z1-NOT: shard_slice
@@ -220,7 +220,7 @@ module attributes {xf.model = {microbatches = 1 : i64, name = "zero-bf16"}} {
 // Z1-DAG: plan.buffer @[[PART:b[0-9]+]] : tensor<16x8xf32> {kind = "scratch", name = "wte.grad@stage1"}
 // Z1-DAG: plan.buffer @[[SHARD:b[0-9]+]] : tensor<8x8xf32> {kind = "scratch", name = "wte.grad_shard"}
 // Z1: plan.subroutine @optimizer {
-// Z1-NEXT: plan.kernel "recv" {y = @[[PART]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64} {plan.payload = "tied parameter"}
+// Z1-NEXT: plan.kernel "recv" {y = @[[PART]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // Z1-NEXT: plan.kernel "accumulate" {x = @[[PART]], y = @[[WTEG]]} {n = 128 : i64}
 // Z1-NEXT: plan.kernel "reduce_scatter" {x = @[[WTEG]], y = @[[SHARD]]} {axis = "dp", inner = 64 : i64, op = "sum", outer = 1 : i64}
 // Z1: plan.kernel "grad_norm" {grads = [@[[SHARD]], {{.*}}stage_axis = "dp,pp"}
@@ -228,7 +228,7 @@ module attributes {xf.model = {microbatches = 1 : i64, name = "zero-bf16"}} {
 // Z1-DAG: plan.buffer @[[RG:b[0-9]+]] : tensor<16x8xf32> {kind = "grad", name = "wte.grad"}
 // Z1-DAG: plan.param "wte" {{.*}}local_shape = array<i64: 16, 8>, pipeline.replica_of = 0 : i64, weight_decay = false, zero = {axis = "dp", stage = 1 : i64}}
 // Z1: plan.subroutine @optimizer {
-// Z1-NEXT: plan.kernel "send" {x = @[[RG]]} {axis = "pp", peer = 0 : i64, tag = 2 : i64} {plan.payload = "tied parameter"}
+// Z1-NEXT: plan.kernel "send" {x = @[[RG]]} {axis = "pp", peer = 0 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // Z1-NOT: "reduce_scatter" {x = @[[RG]]
 // Z1: plan.kernel "grad_norm" {{.*}}stage_axis = "dp,pp"}
 // Z2-LABEL: name = "zero-dp2-pp2"

@@ -87,13 +87,13 @@ func.func @forward(%ids: tensor<1x4xi32>, %t: tensor<1x4xi32>) -> tensor<f32> at
 
 // Data parallelism: the manifest describes the mesh and the local batch;
 // the optimizer subroutine starts with the two all-reduces, whose locations
-// carry the partitioner's reasons.
+// carry the partitioner's reasons and plan.origin its kinds.
 // CHECK: module attributes {plan.manifest = {batch = {dp = 2 : i64, global_batch = 4 : i64, micro_batch = 2 : i64, microbatches = 1 : i64, seq_len = 4 : i64}
 // CHECK-SAME: mesh = {dp = 2 : i64, pp = 1 : i64, rank_order = ["tp", "dp", "pp"], tp = 1 : i64}
 // CHECK: plan.buffer @{{.+}} : tensor<2x4xi32> {kind = "input", name = "input_ids"}
 // CHECK: plan.subroutine @optimizer {
-// CHECK-NEXT: plan.kernel "all_reduce" {x = [@{{.+}}]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}
-// CHECK-NEXT: plan.kernel "all_reduce" {x = [@{{.+}}]} {axis = "dp", op = "avg"} {plan.payload = "loss"}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@{{.+}}]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@{{.+}}]} {axis = "dp", op = "avg"} {plan.origin = "loss", plan.payload = "loss"}
 // CHECK-NEXT: plan.kernel "grad_norm"
 module attributes {xf.model = {microbatches = 1 : i64}} {
   shard.grid @mesh(shape = 2x1x1) {xf.mesh_axes = ["dp", "tp", "pp"], xf.rank_order = ["tp", "dp", "pp"]}

@@ -487,3 +487,12 @@ func.func @f(%logits: tensor<2x3x8xf32>, %t: tensor<2x3xi32>) -> tensor<f32> {
   %loss = xf.cross_entropy %logits, %t {real_vocab = 9 : i64} : (tensor<2x3x8xf32>, tensor<2x3xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// A collective's origin is one of the kinds the reports know (xf::CollectiveOrigin).
+func.func @collective_origin(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{attribute 'origin' failed to satisfy constraint: string attribute that names a collective origin (row_parallel,}}
+  %y = xf.all_reduce %x {axis = "tp", origin = "row-parallel", reason = "r"} : tensor<4xf32>
+  return %y : tensor<4xf32>
+}

@@ -51,3 +51,19 @@ func.func @optimizer() attributes {xf.optimizer} {
   xf.sgd {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
   return
 }
+
+// The collectives carry their reason and its kind.
+// CHECK-LABEL: func.func @collectives
+func.func @collectives(%x: tensor<2x4x8xf32>) {
+  // CHECK: xf.all_reduce %{{.+}} {axis = "tp", origin = "row_parallel", reason = "r"} : tensor<2x4x8xf32>
+  %a = xf.all_reduce %x {axis = "tp", origin = "row_parallel", reason = "r"} : tensor<2x4x8xf32>
+  // CHECK: xf.reduce_scatter %{{.+}} {axis = "tp", dim = 1 : i64, origin = "row_parallel", reason = "r"}
+  %s = xf.reduce_scatter %x {axis = "tp", dim = 1 : i64, origin = "row_parallel", reason = "r"} : (tensor<2x4x8xf32>) -> tensor<2x2x8xf32>
+  // CHECK: xf.all_gather %{{.+}} {axis = "tp", dim = 1 : i64, origin = "sequence_parallel", reason = "r"}
+  %g = xf.all_gather %s {axis = "tp", dim = 1 : i64, origin = "sequence_parallel", reason = "r"} : (tensor<2x2x8xf32>) -> tensor<2x4x8xf32>
+  // CHECK: xf.all_reduce_grads {axis = "dp", origin = "dp_gradients", reason = "r", reduction = "sum"}
+  xf.all_reduce_grads {axis = "dp", origin = "dp_gradients", reason = "r", reduction = "sum"}
+  // CHECK: xf.all_reduce_loss {axis = "dp", origin = "loss", reason = "r"}
+  xf.all_reduce_loss {axis = "dp", origin = "loss", reason = "r"}
+  return
+}

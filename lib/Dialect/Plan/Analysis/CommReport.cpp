@@ -82,6 +82,7 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
           e.payload = p.str();
         if (auto nl = dyn_cast<NameLoc>(k.getLoc()))
           e.reason = nl.getName().str();
+        e.origin = collectiveOrigin(k);
         // The payload: the reduced buffers, or the full (gathered) tensor.
         StringRef role = kind == "all_gather" ? "y" : "x";
         Attribute arg = k.getArgs().get(role);
@@ -97,7 +98,7 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
         // repeated per layer is one line with its calls summed.
         auto same = llvm::find_if(report.entries, [&](const CollectiveEntry &o) {
           return o.stage == e.stage && o.kind == e.kind && o.axis == e.axis &&
-                 o.payload == e.payload && o.reason == e.reason &&
+                 o.payload == e.payload && o.reason == e.reason && o.origin == e.origin &&
                  o.payloadBytes == e.payloadBytes;
         });
         if (same != report.entries.end())
@@ -147,7 +148,8 @@ bool AnalyticVolume::matches(const CollectiveEntry &e) const {
 AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const CommReport &r,
                                              const CommFacts &f) {
   int64_t localParams = e.stage >= 0 ? r.localParametersPerStage[e.stage] : r.localParameters;
-  if (StringRef(e.reason).starts_with("ZeRO"))
+  using xf::CollectiveOrigin;
+  if (e.origin == CollectiveOrigin::Zero)
     return {}; // per-parameter blocks: the totals are in docs/memory.md
   if (e.payload == "gradients")
     return f.bf16 ? AnalyticVolume{"2·Ψ (bf16 gradients of this rank's parameters)",
@@ -172,7 +174,6 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
   // Activations travel in the plan's activation dtype: bf16 (2 bytes) or f32.
   const std::string el = f.bf16 ? "2" : "4";
   double bsh = (f.bf16 ? 2.0 : 4.0) * double(b * s * h);
-  StringRef reason = e.reason;
   if (e.kind == "send") {
     // Pipeline borders: the residual stream of one microbatch; under
     // sequence parallelism only this rank's slice of the sequence travels.
@@ -184,16 +185,16 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
   }
   if (e.stage >= 0) // per-stage layer counts: payloads only
     L = -1;
-  if (reason.starts_with("a row-parallel")) // full recomputation repeats the forward's
+  if (e.origin == CollectiveOrigin::RowParallel) // full recomputation repeats the forward's
     return {"b·s·h·" + el + ", 2 per layer per microbatch (attention and MLP outputs)" +
                 (f.fullRecompute ? std::string(", twice (full recompute)") : std::string()),
             bsh, L < 0 ? -1 : 2 * L * M * (f.fullRecompute ? 2 : 1)};
-  if (reason.starts_with("a column-parallel"))
+  if (e.origin == CollectiveOrigin::ColumnParallel)
     return {f.vocabParallel
                 ? "b·s·h·" + el + ", 2 per layer + the LM head, per microbatch (input gradients)"
                 : "b·s·h·" + el + ", 2 per layer per microbatch (input gradients)",
             bsh, L < 0 ? -1 : (2 * L + (f.vocabParallel ? 1 : 0)) * M};
-  if (reason.starts_with("a vocabulary-parallel embedding"))
+  if (e.origin == CollectiveOrigin::VocabParallelEmbedding)
     return {"b·s·h·" + el + ", once per microbatch", bsh, M};
   return {};
 }

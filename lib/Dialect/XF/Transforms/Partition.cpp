@@ -197,10 +197,12 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
         "every weight gradient contracts over the batch dimension, which is "
         "sharded on dp: each rank holds a partial sum (already scaled by the "
         "global token count)",
+        stringifyCollectiveOrigin(CollectiveOrigin::DataParallelGradients),
         /*params=*/ArrayAttr(), /*group_size=*/IntegerAttr());
     AllReduceLossOp::create(
         ob, opt.getLoc(), "dp",
-        "each dp rank's loss is the mean over its own tokens");
+        "each dp rank's loss is the mean over its own tokens",
+        stringifyCollectiveOrigin(CollectiveOrigin::Loss));
   }
 };
 } // namespace

@@ -66,6 +66,13 @@ bool isSequenceRegion(Operation *op) {
 int64_t rank(Value v) { return cast<RankedTensorType>(v.getType()).getRank(); }
 int64_t lastDimOf(Value v) { return rank(v) - 1; }
 
+/// Why a value is a partial sum over tp: the collective that reduces it
+/// carries both (the sentence for people, the kind for the reports).
+struct PartialSum {
+  std::string reason;
+  CollectiveOrigin origin = CollectiveOrigin::RowParallel;
+};
+
 class TensorParallel {
 public:
   TensorParallel(ModuleOp module, int64_t tp, bool sp)
@@ -175,7 +182,8 @@ private:
         b, opt.getLoc(), "tp", "sum",
         "kv-head replication: the tp ranks sharing a kv head each hold its "
         "projections' gradient summed over their own query heads only",
-        b.getStrArrayAttr(names), b.getI64IntegerAttr(replicas));
+        stringifyCollectiveOrigin(CollectiveOrigin::KvReplica), b.getStrArrayAttr(names),
+        b.getI64IntegerAttr(replicas));
   }
 
   //===--------------------------------------------------------------------===//
@@ -191,19 +199,23 @@ private:
   }
 
   /// Replaces `v`'s uses by its all-reduce over tp; the result replicates.
-  Value allReduce(Value v, Operation *after, StringRef reason) {
+  Value allReduce(Value v, Operation *after, const PartialSum &why) {
     OpBuilder b(after->getContext());
     b.setInsertionPointAfter(after);
-    auto ar = AllReduceOp::create(b, after->getLoc(), v, "tp", reason);
+    auto ar = AllReduceOp::create(b, after->getLoc(), v, "tp", why.reason,
+                                  stringifyCollectiveOrigin(why.origin));
     v.replaceAllUsesExcept(ar.getResult(), ar);
     state[ar.getResult()] = TP{};
     return ar.getResult();
   }
 
   /// Marks `v` a partial sum over tp, reduced where first needed whole.
-  void partial(Value v, StringRef reason) {
+  void partial(Value v, StringRef reason, CollectiveOrigin origin) {
+    partial(v, PartialSum{reason.str(), origin});
+  }
+  void partial(Value v, PartialSum why) {
     state[v] = TP{TP::Partial};
-    partialReason[v] = reason.str();
+    partialReason[v] = std::move(why);
   }
 
   LogicalResult mismatch(Operation *op) {
@@ -271,7 +283,8 @@ private:
         auto t = cast<RankedTensorType>(v.getType());
         auto ag = AllGatherOp::create(b, v.getLoc(), t, v, "tp", s.dim,
                                       "sequence parallelism: this op needs the whole "
-                                      "sequence of a sequence-split activation");
+                                      "sequence of a sequence-split activation",
+                                      stringifyCollectiveOrigin(CollectiveOrigin::SequenceParallel));
         whole = ag.getResult();
         state[whole] = TP{};
       }
@@ -284,8 +297,9 @@ private:
     b.setInsertionPointAfter(v.getDefiningOp());
     auto rs = ReduceScatterOp::create(
         b, v.getLoc(), v.getType(), v, "tp", 1,
-        partialReason.lookup(v) + "; sequence parallelism keeps the sum's slice of the "
-                                  "sequence");
+        partialReason.lookup(v).reason + "; sequence parallelism keeps the sum's slice of "
+                                         "the sequence",
+        stringifyCollectiveOrigin(partialReason.lookup(v).origin));
     v.replaceAllUsesExcept(rs.getResult(), rs);
     state[rs.getResult()] = TP::seq(1);
   }
@@ -324,7 +338,8 @@ private:
         b, opt.getLoc(), "tp", "sum",
         "sequence parallelism: these parameters act on each rank's slice of the "
         "sequence, so their gradients are partial sums over tp",
-        b.getStrArrayAttr(names), /*group_size=*/IntegerAttr());
+        stringifyCollectiveOrigin(CollectiveOrigin::SequenceParallel), b.getStrArrayAttr(names),
+        /*group_size=*/IntegerAttr());
     return success();
   }
 
@@ -368,14 +383,16 @@ private:
           Value y = lin.getResult();
           Value bias = lin.getBias();
           if (!bias) {
-            partial(y, "a row-parallel linear's output is a partial sum over tp");
+            partial(y, "a row-parallel linear's output is a partial sum over tp",
+                    CollectiveOrigin::RowParallel);
             return success();
           }
           // The bias joins after the reduction, once.
           OpBuilder b(lin);
           auto nobias = LinearOp::create(b, lin.getLoc(), y.getType(), lin.getLayout(),
                                          lin.getInput(), lin.getWeight(), Value());
-          partial(nobias.getResult(), "a row-parallel linear's output is a partial sum over tp");
+          partial(nobias.getResult(), "a row-parallel linear's output is a partial sum over tp",
+                  CollectiveOrigin::RowParallel);
           auto withBias = BiasAddOp::create(b, lin.getLoc(), nobias.getResult(), bias);
           y.replaceAllUsesWith(withBias.getResult());
           lin.erase();
@@ -485,7 +502,7 @@ private:
               TP dy = of(o->getOperand(0));
               if (dy.kind == TP::Seq) { // summed over this rank's tokens only
                 for (Value r : o->getResults())
-                  partial(r, "sequence parallelism");
+                  partial(r, "sequence parallelism", CollectiveOrigin::SequenceParallel);
                 return success();
               }
               if (auto gb = dyn_cast<LinearGradBiasOp>(o); gb && dy.kind == TP::Split)
@@ -508,7 +525,7 @@ private:
           TP dy = of(g.getDy());
           if (dy.kind == TP::Seq) {
             g->setAttr("xf.seq_parallel_axis", StringAttr::get(g.getContext(), "tp"));
-            partial(g.getResult(), "sequence parallelism");
+            partial(g.getResult(), "sequence parallelism", CollectiveOrigin::SequenceParallel);
           } else if (dy.kind != TP::R) {
             return mismatch(g);
           }
@@ -519,7 +536,8 @@ private:
             return success();
           markVocabParallel(e);
           partial(e.getResult(), "a vocabulary-parallel embedding lookup is a partial "
-                                 "sum over tp (each rank holds a slice of the vocabulary)");
+                                 "sum over tp (each rank holds a slice of the vocabulary)",
+                  CollectiveOrigin::VocabParallelEmbedding);
           return success();
         })
         .Case([&](EmbeddingGradOp g) -> LogicalResult {
@@ -579,7 +597,8 @@ private:
           if (dy.kind == TP::Split && w.kind == TP::Split && w.dim == (outIn ? 0 : 1) &&
               dy.replicas == w.replicas) {
             partial(g.getResult(), "a column-parallel linear's input gradient is a "
-                                   "partial sum over tp");
+                                   "partial sum over tp",
+                    CollectiveOrigin::ColumnParallel);
             return success();
           }
           return mismatch(g);
@@ -652,7 +671,7 @@ private:
   SymbolTable symbols;
   llvm::StringMap<TP> params;
   llvm::DenseMap<Value, TP> state;
-  llvm::DenseMap<Value, std::string> partialReason;
+  llvm::DenseMap<Value, PartialSum> partialReason;
   llvm::DenseMap<Value, Value> gathered;
   llvm::StringSet<> tpPartialGrads;
   llvm::StringSet<> kvReplicaGrads; ///< replicated kv projections, by name

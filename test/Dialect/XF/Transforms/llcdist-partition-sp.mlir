@@ -8,10 +8,10 @@
 // reduce-scatter replaces each row-parallel all-reduce.
 // CHECK-LABEL: func.func private @gpt2_block(%arg0: tensor<1x4x64xf32>)
 // CHECK: %[[LN:.+]], %{{.+}} = xf.layer_norm %arg0, {{.+}} -> (tensor<1x4x64xf32>, tensor<2x4xf32>)
-// CHECK-NEXT: %[[ALL:.+]] = xf.all_gather %[[LN]] {axis = "tp", dim = 1 : i64, reason = "sequence parallelism: this op needs the whole sequence of a sequence-split activation"} : (tensor<1x4x64xf32>) -> tensor<1x8x64xf32>
+// CHECK-NEXT: %[[ALL:.+]] = xf.all_gather %[[LN]] {axis = "tp", dim = 1 : i64, origin = "sequence_parallel", reason = "sequence parallelism: this op needs the whole sequence of a sequence-split activation"} : (tensor<1x4x64xf32>) -> tensor<1x8x64xf32>
 // CHECK: xf.linear in_out %[[ALL]], {{.+}} -> tensor<1x8x96xf32>
 // CHECK: %[[P:.+]] = xf.linear in_out {{.+}} : (tensor<1x8x32xf32>, tensor<32x64xf32>) -> tensor<1x8x64xf32>
-// CHECK-NEXT: %[[RS:.+]] = xf.reduce_scatter %[[P]] {axis = "tp", dim = 1 : i64, reason = "a row-parallel linear's output is a partial sum over tp; sequence parallelism keeps the sum's slice of the sequence"} : (tensor<1x8x64xf32>) -> tensor<1x4x64xf32>
+// CHECK-NEXT: %[[RS:.+]] = xf.reduce_scatter %[[P]] {axis = "tp", dim = 1 : i64, origin = "row_parallel", reason = "a row-parallel linear's output is a partial sum over tp; sequence parallelism keeps the sum's slice of the sequence"} : (tensor<1x8x64xf32>) -> tensor<1x4x64xf32>
 // CHECK-NEXT: xf.bias_add %[[RS]], {{.+}} -> tensor<1x4x64xf32>
 // CHECK-LABEL: func.func @train_step
 // The vocab-parallel lookup is reduce-scattered; the positions are this
@@ -22,7 +22,7 @@
 // Norm weights and row-parallel biases saw only this rank's tokens: their
 // gradients are all-reduced over tp once per step.
 // CHECK-LABEL: func.func @optimizer_step
-// CHECK-NEXT: xf.all_reduce_grads {axis = "tp", params = ["transformer.h.{i}.attn.c_proj.bias", "transformer.h.{i}.ln_1.bias", "transformer.h.{i}.ln_1.weight", "transformer.h.{i}.ln_2.bias", "transformer.h.{i}.ln_2.weight", "transformer.h.{i}.mlp.c_proj.bias", "transformer.ln_f.bias", "transformer.ln_f.weight", "transformer.wpe.weight"], reason = "sequence parallelism: these parameters act on each rank's slice of the sequence, so their gradients are partial sums over tp", reduction = "sum"}
+// CHECK-NEXT: xf.all_reduce_grads {axis = "tp", origin = "sequence_parallel", params = ["transformer.h.{i}.attn.c_proj.bias", "transformer.h.{i}.ln_1.bias", "transformer.h.{i}.ln_1.weight", "transformer.h.{i}.ln_2.bias", "transformer.h.{i}.ln_2.weight", "transformer.h.{i}.mlp.c_proj.bias", "transformer.ln_f.bias", "transformer.ln_f.weight", "transformer.wpe.weight"], reason = "sequence parallelism: these parameters act on each rank's slice of the sequence, so their gradients are partial sums over tp", reduction = "sum"}
 
 // REPL: error: llcdist-partition: sequence parallelism needs the vocabulary-parallel embedding
 // NOTP: error: llcdist-partition: sequence parallelism splits the tensor-parallel region's sequence over tp; it needs tp > 1

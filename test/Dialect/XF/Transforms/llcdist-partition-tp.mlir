@@ -14,7 +14,7 @@
 // LLAMA: xf.attention {{.+}} {head_dim = 8 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<1x8x32xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>)
 // LLAMA: xf.param "model.layers.{i}.self_attn.o_proj.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 1 : i64, global_shape = array<i64: 64, 64>}} : tensor<64x32xf32>
 // LLAMA: %[[O:.+]] = xf.linear out_in %{{.+}}, %{{.+}} : (tensor<1x8x32xf32>, tensor<64x32xf32>) -> tensor<1x8x64xf32>
-// LLAMA-NEXT: %[[OR:.+]] = xf.all_reduce %[[O]] {axis = "tp", reason = "a row-parallel linear's output is a partial sum over tp"}
+// LLAMA-NEXT: %[[OR:.+]] = xf.all_reduce %[[O]] {axis = "tp", origin = "row_parallel", reason = "a row-parallel linear's output is a partial sum over tp"}
 // LLAMA-NEXT: xf.add %arg0, %[[OR]]
 // The MLP: gate and up column-parallel, down row-parallel, one all-reduce.
 // LLAMA: xf.param "model.layers.{i}.mlp.gate_proj.weight" {{.+}} : tensor<64x64xf32>
@@ -29,7 +29,7 @@
 // LLAMA: %[[DU:.+]] = xf.linear_grad_input out_in %dup, {{.+}} -> tensor<1x8x64xf32>
 // LLAMA: %[[DG:.+]] = xf.linear_grad_input out_in %dgate, {{.+}} -> tensor<1x8x64xf32>
 // LLAMA-NEXT: %[[SUM:.+]] = xf.add %[[DU]], %[[DG]]
-// LLAMA-NEXT: %[[RED:.+]] = xf.all_reduce %[[SUM]] {axis = "tp", reason = "a column-parallel linear's input gradient is a partial sum over tp"}
+// LLAMA-NEXT: %[[RED:.+]] = xf.all_reduce %[[SUM]] {axis = "tp", origin = "column_parallel", reason = "a column-parallel linear's input gradient is a partial sum over tp"}
 // LLAMA: xf.rms_norm_grad_input %[[RED]]
 // LLAMA: xf.attention_grad {{.+}} {head_dim = 8 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64}
 // LLAMA-COUNT-3: xf.linear_grad_input out_in
@@ -43,7 +43,7 @@
 // LLAMA-LABEL: func.func @train_step
 // LLAMA: xf.param "model.embed_tokens.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 256, 64>}} : tensor<128x64xf32>
 // LLAMA-NEXT: %[[E:.+]] = xf.embedding %{{.+}}, %{{.+}} {xf.vocab_parallel_axis = "tp"}
-// LLAMA-NEXT: xf.all_reduce %[[E]] {axis = "tp", reason = "a vocabulary-parallel embedding lookup is a partial sum over tp (each rank holds a slice of the vocabulary)"}
+// LLAMA-NEXT: xf.all_reduce %[[E]] {axis = "tp", origin = "vocab_parallel_embedding", reason = "a vocabulary-parallel embedding lookup is a partial sum over tp (each rank holds a slice of the vocabulary)"}
 // LLAMA: xf.param "lm_head.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 256, 64>}} : tensor<128x64xf32>
 // LLAMA: %[[LOGITS:.+]] = xf.linear out_in {{.+}} -> tensor<1x8x128xf32>
 // LLAMA-NEXT: xf.cross_entropy %[[LOGITS]], %{{.+}} {xf.vocab_parallel_axis = "tp"}
@@ -70,4 +70,4 @@
 // GQA-LABEL: func.func private @llama_decoder_layer_bwd(
 // GQA: xf.attention_grad {{.+}} {head_dim = 8 : i64, num_heads = 1 : i64, num_kv_heads = 1 : i64}
 // GQA-LABEL: func.func @optimizer_step
-// GQA: xf.all_reduce_grads {axis = "tp", group_size = 2 : i64, params = ["model.layers.{i}.self_attn.k_proj.weight", "model.layers.{i}.self_attn.v_proj.weight"], reason = "kv-head replication: {{.+}}", reduction = "sum"}
+// GQA: xf.all_reduce_grads {axis = "tp", group_size = 2 : i64, origin = "kv_replica", params = ["model.layers.{i}.self_attn.k_proj.weight", "model.layers.{i}.self_attn.v_proj.weight"], reason = "kv-head replication: {{.+}}", reduction = "sum"}

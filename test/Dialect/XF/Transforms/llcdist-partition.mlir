@@ -18,8 +18,8 @@
 // CHECK: xf.cross_entropy_grad %{{.+}}, %{{.+}} {scale = 3.125000e-02 : f64} : (tensor<2x4x16xf32>, tensor<2x4xi32>)
 // CHECK: xf.embedding_grad {{.+}} -> tensor<16x8xf32>
 // CHECK-LABEL: func.func @optimizer_step()
-// CHECK-NEXT: xf.all_reduce_grads {axis = "dp", reason = "every weight gradient contracts over the batch dimension, which is sharded on dp: each rank holds a partial sum (already scaled by the global token count)", reduction = "sum"}
-// CHECK-NEXT: xf.all_reduce_loss {axis = "dp", reason = "each dp rank's loss is the mean over its own tokens"}
+// CHECK-NEXT: xf.all_reduce_grads {axis = "dp", origin = "dp_gradients", reason = "every weight gradient contracts over the batch dimension, which is sharded on dp: each rank holds a partial sum (already scaled by the global token count)", reduction = "sum"}
+// CHECK-NEXT: xf.all_reduce_loss {axis = "dp", origin = "loss", reason = "each dp rank's loss is the mean over its own tokens"}
 // CHECK-NEXT: xf.clip_grad_norm
 module attributes {xf.model = {microbatches = 2 : i64}} {
   shard.grid @mesh(shape = 2x1x1)

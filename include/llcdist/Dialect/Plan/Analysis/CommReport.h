@@ -2,6 +2,7 @@
 #ifndef LLCDIST_DIALECT_PLAN_ANALYSIS_COMMREPORT_H
 #define LLCDIST_DIALECT_PLAN_ANALYSIS_COMMREPORT_H
 
+#include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
 #include "llcdist/Support/MeshSpec.h"
 #include "llcdist/Support/Topology.h"
 
@@ -62,6 +63,8 @@ struct CollectiveEntry {
   std::string kind;   ///< all_reduce, all_gather, reduce_scatter
   std::string axis;   ///< dp, tp, pp
   std::string reason; ///< provenance: why the partitioner needed it
+  /// The same as a kind (plan.origin): what the analytic formula is keyed on.
+  std::optional<xf::CollectiveOrigin> origin;
   std::string payload; ///< what travels: "gradients", "loss", ... (plan.payload)
   int64_t groupSize = 1;
   int64_t callsPerStep = 0;

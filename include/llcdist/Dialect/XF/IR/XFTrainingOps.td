@@ -217,6 +217,46 @@ def XF_SGDOp : XF_Op<"sgd", [MemoryEffects<[MemRead, MemWrite]>]> {
 // Collectives the partitioner inserts (on mesh axes)
 //===----------------------------------------------------------------------===//
 
+// Why a collective exists, as data: set where the collective is created (the
+// partitioner's xf collectives carry it as `origin`, and llcdist-lower-to-plan
+// copies it onto their plan kernels as plan.origin, beside the ZeRO and
+// pipeline collectives it creates itself). The compile report picks its
+// analytic formula by this kind; `reason` is the sentence for people.
+def XF_CollectiveOrigin : I32EnumAttr<"CollectiveOrigin",
+    "why a collective exists", [
+      // Megatron's f/g: a row-parallel linear's output (reduced, or under
+      // sequence parallelism reduce-scattered) ...
+      I32EnumAttrCase<"RowParallel", 0, "row_parallel">,
+      // ... and a column-parallel linear's input gradient.
+      I32EnumAttrCase<"ColumnParallel", 1, "column_parallel">,
+      // The partial lookup of a vocabulary-parallel embedding.
+      I32EnumAttrCase<"VocabParallelEmbedding", 2, "vocab_parallel_embedding">,
+      // Sequence parallelism's gathers and its partial sums over the tokens.
+      I32EnumAttrCase<"SequenceParallel", 3, "sequence_parallel">,
+      // Data parallelism's gradient all-reduce (DDP).
+      I32EnumAttrCase<"DataParallelGradients", 4, "dp_gradients">,
+      // The gradients of a kv head shared by several tp ranks.
+      I32EnumAttrCase<"KvReplica", 5, "kv_replica">,
+      // The step's loss, averaged for reporting.
+      I32EnumAttrCase<"Loss", 6, "loss">,
+      // ZeRO's reduce-scatters and all-gathers (llcdist-lower-to-plan).
+      I32EnumAttrCase<"Zero", 7, "zero">,
+      // A pipeline border's activations or their gradients (send / recv).
+      I32EnumAttrCase<"Pipeline", 8, "pipeline">,
+      // A tied parameter's gradient and value between its stages.
+      I32EnumAttrCase<"TiedParameter", 9, "tied_parameter">
+    ]> {
+  let cppNamespace = "::llcdist::xf";
+  // Stored as a string attribute (readable in the IR), checked against the enum.
+  let genSpecializedAttr = 0;
+}
+
+def XF_CollectiveOriginAttr : ConfinedAttr<StrAttr, [AttrConstraint<
+    CPred<"::llcdist::xf::symbolizeCollectiveOrigin("
+          "::llvm::cast<::mlir::StringAttr>($_self).getValue()).has_value()">,
+    "that names a collective origin (row_parallel, column_parallel, vocab_parallel_embedding, "
+    "sequence_parallel, dp_gradients, kv_replica, loss, zero, pipeline, tied_parameter)">]>;
+
 def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "all-reduce every parameter's gradient over a mesh axis";
   let description = [{
@@ -224,18 +264,21 @@ def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, Mem
     gradients are partial sums over `axis` (data parallelism: the batch
     dimension of every weight-gradient contraction is sharded on dp). Summed
     once per step, after all microbatches, as DDP does with no_sync.
-    `reason` is the provenance the compile report and the runtime show.
+    `reason` is the provenance the compile report and the runtime show, and
+    `origin` its kind (dp_gradients, kv_replica, sequence_parallel).
     `group_size` (optional) reduces over sub-groups of the axis instead: its
     n members split into n / group_size groups of group_size consecutive
     members (kv-head replication: the tp ranks that share a kv head).
 
     ```mlir
-    xf.all_reduce_grads {axis = "dp", reduction = "sum", reason = "..."}
-    xf.all_reduce_grads {axis = "tp", group_size = 2 : i64, reduction = "sum",
+    xf.all_reduce_grads {axis = "dp", origin = "dp_gradients", reduction = "sum", reason = "..."}
+    xf.all_reduce_grads {axis = "tp", group_size = 2 : i64, origin = "kv_replica",
+                         reduction = "sum",
                          params = ["model.layers.{i}.self_attn.k_proj.weight"], reason = "..."}
     ```
   }];
   let arguments = (ins StrAttr:$axis, StrAttr:$reduction, StrAttr:$reason,
+                       XF_CollectiveOriginAttr:$origin,
                        OptionalAttr<StrArrayAttr>:$params,
                        OptionalAttr<I64Attr>:$group_size);
   let assemblyFormat = "attr-dict";
@@ -261,7 +304,7 @@ def XF_AllReduceLossOp : XF_Op<"all_reduce_loss", [MemoryEffects<[MemRead, MemWr
     Each data-parallel rank's loss is the mean over its own tokens; the
     step's loss is their average (equal token counts).
   }];
-  let arguments = (ins StrAttr:$axis, StrAttr:$reason);
+  let arguments = (ins StrAttr:$axis, StrAttr:$reason, XF_CollectiveOriginAttr:$origin);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }
@@ -272,13 +315,14 @@ def XF_AllReduceOp : XF_Op<"all_reduce", [SameOperandsAndResultType]> {
     Inserted by `llcdist-partition` after an op whose result is a partial sum
     over `axis`: a row-parallel linear's output, a column-parallel linear's
     input gradient, a vocabulary-parallel embedding lookup. `reason` is the
-    provenance.
+    provenance, `origin` its kind.
 
     ```mlir
-    %y = xf.all_reduce %p {axis = "tp", reason = "..."} : tensor<2x16x64xf32>
+    %y = xf.all_reduce %p {axis = "tp", origin = "row_parallel", reason = "..."} : tensor<2x16x64xf32>
     ```
   }];
-  let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, StrAttr:$reason);
+  let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, StrAttr:$reason,
+                       XF_CollectiveOriginAttr:$origin);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -292,10 +336,11 @@ def XF_AllGatherOp : XF_Op<"all_gather"> {
     meets an op that needs the whole sequence (a column-parallel linear).
 
     ```mlir
-    %y = xf.all_gather %x {axis = "tp", dim = 1 : i64, reason = "..."} : (tensor<2x4x64xf32>) -> tensor<2x8x64xf32>
+    %y = xf.all_gather %x {axis = "tp", dim = 1 : i64, origin = "sequence_parallel", reason = "..."} : (tensor<2x4x64xf32>) -> tensor<2x8x64xf32>
     ```
   }];
-  let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, I64Attr:$dim, StrAttr:$reason);
+  let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, I64Attr:$dim, StrAttr:$reason,
+                       XF_CollectiveOriginAttr:$origin);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -307,9 +352,10 @@ def XF_ReduceScatterOp : XF_Op<"reduce_scatter"> {
     Each member receives its slice (by member index) of `dim` of the sum of
     every member's `input`. With sequence parallelism it replaces the
     all-reduce of a row-parallel output, whose consumer keeps the sequence
-    split.
+    split; `origin` is then that of the partial sum (row_parallel, ...).
   }];
-  let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, I64Attr:$dim, StrAttr:$reason);
+  let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, I64Attr:$dim, StrAttr:$reason,
+                       XF_CollectiveOriginAttr:$origin);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

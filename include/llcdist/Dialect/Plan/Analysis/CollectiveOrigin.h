@@ -1,0 +1,35 @@
+//===- CollectiveOrigin.h - why a plan collective exists -------*- C++ -*-===//
+//
+// The structured provenance of a plan's collectives and pipeline transfers:
+// llcdist-lower-to-plan sets it on each kernel it creates for one (plan.origin,
+// beside the readable reason in the kernel's location), and the reports read
+// it through collectiveOrigin(), never from the reason's wording.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LLCDIST_DIALECT_PLAN_ANALYSIS_COLLECTIVEORIGIN_H
+#define LLCDIST_DIALECT_PLAN_ANALYSIS_COLLECTIVEORIGIN_H
+
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+
+#include "mlir/IR/Operation.h"
+
+#include <optional>
+
+namespace llcdist::plan {
+
+/// The discardable attribute on a plan.kernel that holds its origin (a
+/// string: xf::stringifyCollectiveOrigin). Not part of the plan's JSON.
+constexpr const char kOriginAttr[] = "plan.origin";
+
+/// The origin of `kernel`, or std::nullopt for a kernel that is no collective
+/// (or was written by hand without one).
+std::optional<xf::CollectiveOrigin> collectiveOrigin(mlir::Operation *kernel);
+
+/// Sets the origin of `kernel`.
+void setCollectiveOrigin(mlir::Operation *kernel, xf::CollectiveOrigin origin);
+/// Copies the origin of `xfCollective` (its `origin` attribute) onto `kernel`.
+void setCollectiveOrigin(mlir::Operation *kernel, mlir::Operation *xfCollective);
+
+} // namespace llcdist::plan
+
+#endif

@@ -42,21 +42,6 @@ std::string llcdist::modelName(ModuleOp m) {
   return m.getName() ? m.getName()->str() : "<model>";
 }
 
-json llcdist::modelStatsJson(const xf::ModelStats &s) {
-  json j;
-  j["parameters"] = s.parameters;
-  j["layers"] = s.layers;
-  j["seq_len"] = s.seqLen;
-  j["forward_flops_per_token"] = s.forwardFlopsPerToken();
-  j["training_flops_per_token"] = s.trainingFlopsPerToken();
-  j["linear_flops_per_token"] = s.linearFlopsPerToken;
-  j["attention_flops_per_token"] = s.attentionFlopsPerToken;
-  j["six_n_flops_per_token"] = 6.0 * double(s.parameters);
-  j["formula"] = "training FLOPs/token = 3 × (Σ_linear 2·K·N + Σ_attention "
-                 "4·S·heads·head_dim)";
-  return j;
-}
-
 json CompileSummary::toJson() const {
   json j;
   j["model"] = model;

@@ -3,6 +3,7 @@
 #include "llcdist/Dialect/Plan/Analysis/CommReport.h"
 #include "llcdist/Frontend/LoadModel.h"
 #include "llcdist/InitAll.h"
+#include "llcdist/Support/Device.h"
 #include "llcdist/Support/ReportFormat.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -21,6 +22,42 @@ using namespace mlir;
 using namespace llcdist;
 using plan::MemoryBudget;
 using plan::StageMemory;
+
+std::optional<BudgetError>
+llcdist::resolveMemoryBudget(const BudgetFlags &flags, std::optional<MemoryBudget> &budget) {
+  budget.reset();
+  if (!flags.device.empty()) {
+    DeviceSpec dev;
+    if (auto err = loadDevice(flags.device, dev))
+      return BudgetError{*err, /*usage=*/false};
+    budget = MemoryBudget{dev.memoryBytes, fmt::format("{} ({})", dev.id, dev.name), dev.reserve};
+  }
+  if (!flags.capacity.empty()) {
+    std::optional<int64_t> b = parseByteSize(flags.capacity);
+    if (!b)
+      return BudgetError{"--memory-budget '" + flags.capacity +
+                         "': expected a size like 80GiB, 72GB, 4096MiB or a byte count"};
+    if (!budget)
+      budget = MemoryBudget{};
+    budget->capacity = *b;
+    budget->name = "--memory-budget " + flags.capacity;
+  }
+  if (!flags.reserve.empty()) {
+    std::optional<int64_t> r = parseByteSize(flags.reserve, /*allowZero=*/true);
+    if (!r)
+      return BudgetError{"--memory-reserve '" + flags.reserve +
+                         "': expected a size like 6GiB, 512MiB, 0 or a byte count"};
+    if (!budget)
+      return BudgetError{"--memory-reserve is taken out of a capacity: it needs --device or "
+                         "--memory-budget"};
+    if (*r >= budget->capacity)
+      return BudgetError{"--memory-reserve " + flags.reserve + " is not smaller than the " +
+                         budget->name + " capacity (" + humanBytes(budget->capacity) + ")"};
+    budget->fixed = *r;
+    budget->fixedText = flags.reserve;
+  }
+  return std::nullopt;
+}
 
 bool llcdist::fitsBudget(ModuleOp m, const MemoryBudget &budget) {
   for (const StageMemory &sm : plan::computeStageMemory(m))

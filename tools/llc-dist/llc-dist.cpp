@@ -11,6 +11,7 @@
 #include "llcdist/InitAll.h"
 #include "llcdist/Pipelines/CompileSummary.h"
 #include "llcdist/Pipelines/FitBudget.h"
+#include "llcdist/Pipelines/ModelInfo.h"
 #include "llcdist/Pipelines/Pipelines.h"
 #include "llcdist/Schedule/Render.h"
 #include "llcdist/Schedule/Schedule.h"
@@ -437,63 +438,17 @@ int runInfo(Args &args) {
   if (failed(s) || !crossCheck(*lm, *s))
     return kExitError;
 
-  if (format == "json") {
-    json j;
-    j["model"] = modelName(*lm->module);
-    j["file"] = model;
-    if (lm->config) {
-      const ModelConfig &c = *lm->config;
-      j["architecture"] = hfArchitecture(c.arch);
-      j["hidden_size"] = c.hidden;
-      j["num_heads"] = c.heads;
-      j["num_kv_heads"] = c.kvHeads;
-      j["head_dim"] = c.headDim;
-      j["intermediate_size"] = c.intermediate;
-      j["vocab_size"] = c.vocab;
-      // The padded rows of a plan at tp=1 with the default divisor (128).
-      j["padded_vocab_size_tp1"] = (c.vocab + 127) / 128 * 128;
-      j["tie_word_embeddings"] = c.tieEmbeddings;
-    }
-    json stats = modelStatsJson(*s);
-    for (auto &[k, v] : stats.items())
-      j[k] = v;
-    llvm::outs() << j.dump(2) << "\n";
-    return 0;
-  }
-  auto &os = llvm::outs();
-  os << fmt::format("model             {}", modelName(*lm->module));
-  if (lm->config)
-    os << fmt::format(" ({})", hfArchitecture(lm->config->arch));
-  os << "\n";
-  os << fmt::format("parameters        {}\n", groupDigits(s->parameters));
-  os << fmt::format("layers            {}\n", s->layers);
-  if (lm->config) {
-    const ModelConfig &c = *lm->config;
-    os << fmt::format("hidden            {} (heads {}, kv heads {}, head_dim "
-                      "{}, intermediate {})\n",
-                      c.hidden, c.heads, c.kvHeads, c.headDim, c.intermediate);
-    os << fmt::format("vocab             {}{}\n", c.vocab,
-                      c.tieEmbeddings ? " (tied embeddings)" : "");
-    // What a plan pads it to (llcdist-pad-vocab), at the default
-    // --make-vocab-size-divisible-by 128; the counts above stay the real ones.
-    if (c.vocab % 128 != 0)
-      os << fmt::format("                  padded in plans to a multiple of 128 × tp "
-                        "(--make-vocab-size-divisible-by): {} at tp=1, {} at tp=8\n",
-                        (c.vocab + 127) / 128 * 128, (c.vocab + 1023) / 1024 * 1024);
-  }
-  os << fmt::format("seq len           {}\n", s->seqLen);
-  os << fmt::format("training FLOPs    {} per token\n",
-                    sci(s->trainingFlopsPerToken()));
-  os << "  = 3 × (Σ_linear 2·K·N + Σ_attention 4·S·heads·head_dim)\n";
-  os << fmt::format("  = 3 × ({} linear + {} attention)\n",
-                    sci(s->linearFlopsPerToken), sci(s->attentionFlopsPerToken));
-  os << fmt::format("  (6N approximation: {})\n", sci(6.0 * s->parameters));
+  ModelInfo info{modelName(*lm->module), model, lm->config, *s};
+  if (format == "json")
+    llvm::outs() << info.toJson().dump(2) << "\n";
+  else
+    info.print(llvm::outs());
   return 0;
 }
 
 int runCompile(Args &args) {
-  std::string model, output, emit = "plan", format = "text", dumpDir, deviceName, budgetText,
-      reserveText, reshardText = "true";
+  std::string model, output, emit = "plan", format = "text", dumpDir, reshardText = "true";
+  BudgetFlags budgetFlags;
   MeshSpec mesh;
   TrainingPipelineOptions train;
   std::optional<Topology> topology;
@@ -525,9 +480,9 @@ int runCompile(Args &args) {
       .add("--zero", &train.zero)
       .add("--make-vocab-size-divisible-by", &train.vocabDivisibleBy)
       .add("--reshard-after-forward", &reshardText)
-      .add("--device", &deviceName)
-      .add("--memory-budget", &budgetText)
-      .add("--memory-reserve", &reserveText)
+      .add("--device", &budgetFlags.device)
+      .add("--memory-budget", &budgetFlags.capacity)
+      .add("--memory-reserve", &budgetFlags.reserve)
       .add("-o", &output)
       .add("--format", &format)
       .add("--dump-ir-dir", &dumpDir);
@@ -611,37 +566,11 @@ int runCompile(Args &args) {
   // The memory every rank may use: the capacity (--memory-budget, else the
   // --device's) minus the reserve (--memory-reserve, else the device's).
   std::optional<plan::MemoryBudget> budget;
-  if (!deviceName.empty()) {
-    DeviceSpec dev;
-    if (auto err = loadDevice(deviceName, dev)) {
-      error(*err);
-      return kExitError;
-    }
-    budget = plan::MemoryBudget{dev.memoryBytes, fmt::format("{} ({})", dev.id, dev.name), dev.reserve};
-  }
-  if (!budgetText.empty()) {
-    std::optional<int64_t> b = parseByteSize(budgetText);
-    if (!b)
-      throw UsageError{"--memory-budget '" + budgetText +
-                       "': expected a size like 80GiB, 72GB, 4096MiB or a byte count"};
-    if (!budget)
-      budget = plan::MemoryBudget{};
-    budget->capacity = *b;
-    budget->name = "--memory-budget " + budgetText;
-  }
-  if (!reserveText.empty()) {
-    std::optional<int64_t> r = parseByteSize(reserveText, /*allowZero=*/true);
-    if (!r)
-      throw UsageError{"--memory-reserve '" + reserveText +
-                       "': expected a size like 6GiB, 512MiB, 0 or a byte count"};
-    if (!budget)
-      throw UsageError{"--memory-reserve is taken out of a capacity: it needs --device or "
-                       "--memory-budget"};
-    if (*r >= budget->capacity)
-      throw UsageError{"--memory-reserve " + reserveText + " is not smaller than the " +
-                       budget->name + " capacity (" + humanBytes(budget->capacity) + ")"};
-    budget->fixed = *r;
-    budget->fixedText = reserveText;
+  if (auto err = resolveMemoryBudget(budgetFlags, budget)) {
+    if (err->usage)
+      throw UsageError{err->message};
+    error(err->message);
+    return kExitError;
   }
   if (train.recompute == "auto" && !budget)
     throw UsageError{"--recompute auto picks the least recomputation that fits: it needs "

@@ -14,6 +14,7 @@
 #include "llcdist/Dialect/Plan/Analysis/PipelineReport.h"
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Frontend/ModelConfig.h"
+#include "llcdist/Pipelines/ModelInfo.h"
 #include "llcdist/Support/MeshSpec.h"
 #include "llcdist/Support/Topology.h"
 #include "llcdist/Target/Plan/PlanWriter.h"
@@ -42,10 +43,6 @@ mlir::FailureOr<xf::ModelStats> recordedModelStats(mlir::ModuleOp module);
 
 /// xf.model's name, else the module's, else "<model>".
 std::string modelName(mlir::ModuleOp module);
-
-/// Parameters, layers and FLOPs per token with their formula (`llc-dist
-/// info --format json` and the compile report's "stats").
-nlohmann::ordered_json modelStatsJson(const xf::ModelStats &stats);
 
 struct CompileSummary {
   std::string model; ///< modelName

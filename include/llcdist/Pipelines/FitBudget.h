@@ -23,6 +23,26 @@
 
 namespace llcdist {
 
+/// What `llc-dist compile` was told about memory: --device (a name in
+/// devices/ or a file), --memory-budget and --memory-reserve (sizes such as
+/// 80GiB); empty when not given.
+struct BudgetFlags {
+  std::string device, capacity, reserve;
+};
+
+/// Why BudgetFlags describe no budget: a flag's value (`usage`: the command
+/// line is wrong) or the device file (it does not load).
+struct BudgetError {
+  std::string message;
+  bool usage = true;
+};
+
+/// The budget `flags` describe into `budget` (left empty when none of them is
+/// given): the capacity is --memory-budget's, else the device's; the reserve
+/// --memory-reserve's, else the device's.
+std::optional<BudgetError> resolveMemoryBudget(const BudgetFlags &flags,
+                                               std::optional<plan::MemoryBudget> &budget);
+
 /// Every stage of `module`'s plan fits `budget`.
 bool fitsBudget(mlir::ModuleOp module, const plan::MemoryBudget &budget);
 

@@ -15,9 +15,7 @@
 #include "llcdist/Pipelines/Pipelines.h"
 #include "llcdist/Schedule/Render.h"
 #include "llcdist/Schedule/Schedule.h"
-#include "llcdist/Support/Device.h"
 #include "llcdist/Support/MeshSpec.h"
-#include "llcdist/Support/ReportFormat.h"
 #include "llcdist/Support/Topology.h"
 #include "llcdist/Target/Plan/PlanWriter.h"
 #include "llcdist/Verify/PlanComm.h"
@@ -634,8 +632,8 @@ int runCompile(Args &args) {
   std::vector<std::string> tried;
   if (train.recompute == "auto") {
     FailureOr<std::string> mode = fitRecompute(
-        [&](StringRef mode) -> FailureOr<ModuleOp> {
-          if (!compileWith(mode.str()))
+        [&](StringRef recompute) -> FailureOr<ModuleOp> {
+          if (!compileWith(recompute.str()))
             return failure();
           return *lm->module;
         },

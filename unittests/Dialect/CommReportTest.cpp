@@ -323,3 +323,36 @@ TEST(CommReport, FormulaFollowsTheOriginNotTheReason) {
   e.origin.reset(); // no kind: no formula
   EXPECT_FALSE(plan::analyticVolume(e, r, r.facts).known());
 }
+
+// No collective or transfer of any plan is left without a kind: every
+// parallelism, ZeRO stage, bf16, sequence parallelism, kv-head replication.
+TEST(CommReport, EveryCollectiveHasAnOrigin) {
+  struct Config {
+    const char *model;
+    int64_t dp, tp, pp, zero;
+    bool sp;
+    const char *dtype;
+  };
+  for (const Config &cfg : {Config{"tiny-llama", 2, 2, 1, 1, false, "f32"},
+                            Config{"tiny-llama", 2, 1, 2, 2, false, "bf16"},
+                            Config{"tiny-gpt2", 2, 1, 2, 3, false, "f32"},
+                            Config{"tiny-llama", 1, 2, 2, 0, true, "bf16"},
+                            Config{"tiny-llama", 1, 4, 1, 0, false, "f32"}}) {
+    TrainingPipelineOptions o = meshOptions(cfg.dp, cfg.tp, cfg.pp);
+    o.zero = cfg.zero;
+    o.sequenceParallel = cfg.sp;
+    Compiled c = compileForTest(cfg.model, o, shapeForTest(16, 1, 4 * cfg.dp, cfg.dtype));
+    ASSERT_TRUE(c.module);
+    int64_t collectives = 0;
+    c.module->walk([&](plan::KernelOp k) {
+      llvm::StringRef kind = k.getKernel();
+      if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter" &&
+          kind != "send" && kind != "recv")
+        return;
+      ++collectives;
+      EXPECT_TRUE(plan::collectiveOrigin(k))
+          << cfg.model << " " << kind.str() << " without plan.origin";
+    });
+    EXPECT_GT(collectives, 0);
+  }
+}

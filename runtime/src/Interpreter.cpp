@@ -1,6 +1,8 @@
 // Binds a program's ops to KernelCalls and runs its actions. See Interpreter.h.
 #include "llcdist/runtime/Interpreter.h"
 
+#include "ops/OpDefs.h"
+
 #include "llcdist/runtime/Bf16.h"
 
 #include <algorithm>
@@ -106,7 +108,7 @@ KernelCall castCall(void* x, sc::ElemType xType, void* y, sc::ElemType yType, in
   c.args = {{x}, {y}};
   c.argElems = {{n}, {n}};
   c.argTypes = {{xType}, {yType}};
-  c.n = n;
+  c.params = ElementwiseParams{n};
   return c;
 }
 }  // namespace
@@ -170,128 +172,37 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
         out->convertOut.push_back(castCall(slot.tmp, sc::ElemType::kF32, arena, sc::ElemType::kBF16, b.numel()));
     }
   }
-  c.M = op.intAttr("M");
-  c.K = op.intAttr("K");
-  c.N = op.intAttr("N");
-  c.V = op.intAttr("V");
-  c.realVocab = op.intAttr(std::string(schema::kRealVocabAttr));
-  c.H = op.intAttr("H");
-  c.B = op.intAttr("B");
-  c.S = op.intAttr("S");
-  c.P = op.intAttr("P");
-  c.n = op.intAttr("n");
-  c.rows = op.intAttr("rows");
-  c.nh = op.intAttr("nh");
-  c.nkv = op.intAttr("nkv");
-  c.hd = op.intAttr("hd");
-  c.sizes = op.intListAttr("sizes");
-  c.accumulate = op.boolAttr("accumulate");
-  c.layout = op.stringAttr("layout") == "in_out" ? WeightLayout::kInOut : WeightLayout::kOutIn;
-  c.eps = op.floatAttr("eps");
-  c.scale = op.floatAttr("scale");
-  c.maxNorm = op.floatAttr("max_norm");
-  c.beta1 = op.floatAttr("beta1");
-  c.beta2 = op.floatAttr("beta2");
-  c.weightDecay = op.floatAttr("weight_decay");
-  c.momentum = op.floatAttr("momentum");
-  c.outer = op.intAttr("outer");
-  c.inner = op.intAttr("inner");
-  if (op.kind == schema::OpKind::kAllGather || op.kind == schema::OpKind::kReduceScatter ||
-      op.kind == schema::OpKind::kShardSlice)  // the group is known below; total defaults to n·inner
-    c.total = op.intAttr("total", -1);
-  const std::string reduce = op.stringAttr("op");
-  c.reduceOp = reduce == "avg" ? ReduceOp::kAvg : reduce == "max" ? ReduceOp::kMax : ReduceOp::kSum;
-  if (op.attrs.count("axis")) {
-    auto axis = parseMeshAxis(op.stringAttr("axis"));
-    if (!axis) return Status::internal("unknown axis \"" + op.stringAttr("axis") + "\"");
-    // all_reduce with group_size: over this rank's sub-group of the axis.
-    c.group = op.attrs.count("group_size")
-                  ? plan_->manifest.mesh().subGroup(rank_, *axis, op.intAttr("group_size"))
-                  : plan_->manifest.mesh().group(rank_, *axis);
-    if (op.kind == schema::OpKind::kGradNorm && op.attrs.count("replicas")) {
-      c.member = plan_->manifest.mesh().coord(rank_, *axis);
-      c.replicas = op.intAttr("replicas");
-    }
-  }
-  if (c.total < 0) c.total = int64_t(std::max<size_t>(c.group.size(), 1)) * c.inner;
-  if (op.kind == schema::OpKind::kShardSlice) {  // ZeRO: the block of this rank's member index
-    const auto axis = parseMeshAxis(op.stringAttr("axis"));
-    if (!axis) return Status::internal("unknown axis \"" + op.stringAttr("axis") + "\"");
-    c.member = plan_->manifest.mesh().coord(rank_, *axis);
-  }
-  if (op.attrs.count(std::string(schema::kShardAxisAttr))) {
-    const std::string name = op.stringAttr(std::string(schema::kShardAxisAttr));
-    auto axis = parseMeshAxis(name);
-    if (!axis) return Status::internal("unknown shard_axis \"" + name + "\"");
-    const Mesh mesh = plan_->manifest.mesh();
-    if (op.kind == schema::OpKind::kPosEmbeddingFwd || op.kind == schema::OpKind::kPosEmbeddingBwdWeight) {
-      c.posBegin = mesh.coord(rank_, *axis) * c.S;  // sequence-parallel: positions [c·S, (c+1)·S)
-    } else {  // vocabulary-parallel embedding / cross entropy
-      c.group = mesh.group(rank_, *axis);
-      c.vocabShard = VocabShard{mesh.coord(rank_, *axis), mesh.axisSize(*axis)};
-    }
-  }
-  if (op.attrs.count(std::string(schema::kStageAxisAttr))) {  // grad_norm over pipeline stages
-    // One axis, or several separated by commas ("dp,pp"): summed over each in turn.
-    const std::string names = op.stringAttr(std::string(schema::kStageAxisAttr));
-    auto axes = parseMeshAxisList(names);
-    if (!axes) return Status::internal("unknown stage_axis \"" + names + "\"");
-    for (MeshAxis axis : *axes) c.stageGroups.push_back(plan_->manifest.mesh().group(rank_, axis));
-  }
-  if (schema::isPointToPoint(op.kind)) {
-    // The peer: this rank with coordinate `peer` on `axis` (the loader checked peer < axis size).
-    const Mesh mesh = plan_->manifest.mesh();
-    const std::string name = op.stringAttr("axis");
-    auto axis = parseMeshAxis(name);
-    if (!axis) return Status::internal("unknown axis \"" + name + "\"");
-    const int64_t peer = op.intAttr("peer", -1);
-    if (peer < 0 || peer >= mesh.axisSize(*axis))
-      return Status::internal("peer " + std::to_string(peer) + " out of range for axis " + name);
-    if (peer == mesh.coord(rank_, *axis))
-      return Status::invalidArgument(std::string(schema::opName(op.kind)) + ": peer " + std::to_string(peer) +
-                                     " is rank " + std::to_string(rank_) + "'s own coordinate on axis " + name +
-                                     " (a rank cannot " + (op.kind == schema::OpKind::kSend ? "send to" : "receive from") +
-                                     " itself)");
-    c.peer = int(mesh.withCoord(rank_, *axis, peer));
-    c.tag = op.intAttr("tag");
-    c.group.clear();  // no collective group: the peer is c.peer
-  }
-  if (op.kind == schema::OpKind::kRopeFwd || op.kind == schema::OpKind::kRopeBwd) {
-    RopeConfig cfg;
-    cfg.theta = float(op.floatAttr("theta"));
-    cfg.llama3 = op.boolAttr("llama3");
-    if (cfg.llama3) {
-      cfg.factor = float(op.floatAttr("factor"));
-      cfg.lowFreqFactor = float(op.floatAttr("low_freq_factor"));
-      cfg.highFreqFactor = float(op.floatAttr("high_freq_factor"));
-      cfg.originalMaxPositionEmbeddings = op.intAttr("original_max_position_embeddings");
-    }
-    LLCDIST_ASSIGN_OR_RETURN(RopeTable table, makeRopeTable(cfg, c.hd, 0, c.S));
-    out->rope = std::make_shared<RopeTable>(std::move(table));
-    c.rope = out->rope.get();
-  }
+  // The family's parameters (src/ops/<Family>.cpp), for a backend that has the op's kernel.
+  const ops::OpDef* def = ops::opDefs().find(op.kind);
+  if (!def) return Status::internal("op " + std::string(sc::opName(op.kind)) + " has no definition (docs/adding-an-op.md)");
+  if (launchesKernel(op.kind) && !backend_->hasKernel(op.kind))
+    return Status::invalidArgument("backend " + backend_->name() + " has no kernel for op " +
+                                   std::string(sc::opName(op.kind)));
+  LLCDIST_ASSIGN_OR_RETURN(c.params, def->bind(ops::BindContext{op, plan_->manifest, plan_->manifest.mesh(), rank_}));
   return Status::ok();
 }
 
 Status Interpreter::runCollective(const BoundOp& b) {
   const KernelCall& c = b.call;
+  const CommunicationParams* p = c.paramsAs<CommunicationParams>();
+  if (!p) return Status::internal("a collective bound without its parameters");
   switch (c.kind) {
     case schema::OpKind::kAllReduce:
       for (size_t k = 0; k < c.args[0].size(); ++k) {
         LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h,
-                                 backend_->allReduceAsync(stream_, c.f(0, k), c.argElems[0][k], c.reduceOp, c.group));
+                                 backend_->allReduceAsync(stream_, c.f(0, k), c.argElems[0][k], p->reduceOp, p->group));
         LLCDIST_RETURN_IF_ERROR(backend_->waitCollective(stream_, h));
       }
       return Status::ok();
     case schema::OpKind::kAllGather: {
       LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h,
-                               backend_->allGatherAsync(stream_, c.f(0), c.f(1), c.outer, c.inner, c.total, c.group));
+                               backend_->allGatherAsync(stream_, c.f(0), c.f(1), p->outer, p->inner, p->total, p->group));
       return backend_->waitCollective(stream_, h);
     }
     case schema::OpKind::kReduceScatter: {
-      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->reduceScatterAsync(stream_, c.f(0), c.f(1), c.outer,
-                                                                                c.inner, c.total, c.reduceOp,
-                                                                                c.group));
+      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->reduceScatterAsync(stream_, c.f(0), c.f(1), p->outer,
+                                                                                p->inner, p->total, p->reduceOp,
+                                                                                p->group));
       return backend_->waitCollective(stream_, h);
     }
     default:
@@ -301,11 +212,13 @@ Status Interpreter::runCollective(const BoundOp& b) {
 
 Status Interpreter::runPointToPoint(const BoundOp& b, int64_t microbatch) {
   const KernelCall& c = b.call;
+  const CommunicationParams* p = c.paramsAs<CommunicationParams>();
+  if (!p) return Status::internal("a send / recv bound without its parameters");
   CollectiveHandle h;
   if (c.kind == schema::OpKind::kSend) {
-    LLCDIST_ASSIGN_OR_RETURN(h, backend_->sendAsync(stream_, c.f(0), c.argElems[0][0], c.peer, c.tag, microbatch));
+    LLCDIST_ASSIGN_OR_RETURN(h, backend_->sendAsync(stream_, c.f(0), c.argElems[0][0], p->peer, p->tag, microbatch));
   } else {
-    LLCDIST_ASSIGN_OR_RETURN(h, backend_->recvAsync(stream_, c.f(0), c.argElems[0][0], c.peer, c.tag, microbatch));
+    LLCDIST_ASSIGN_OR_RETURN(h, backend_->recvAsync(stream_, c.f(0), c.argElems[0][0], p->peer, p->tag, microbatch));
   }
   return backend_->waitCollective(stream_, h);
 }
@@ -326,7 +239,7 @@ Status Interpreter::runOp(const BoundOp& b, int64_t step, int64_t microbatch, do
 Status Interpreter::execute(const BoundOp& b, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data) {
   if (schema::isCollective(b.call.kind)) return runCollective(b);
   if (schema::isPointToPoint(b.call.kind)) return runPointToPoint(b, microbatch);
-  if (b.call.kind != schema::OpKind::kLoadMicrobatch) {
+  if (launchesKernel(b.call.kind)) {
     if (b.call.kind == schema::OpKind::kAdamW || b.call.kind == schema::OpKind::kSgd) {
       KernelCall c = b.call;  // small: pointers and scalars
       c.lr = lr;
@@ -337,10 +250,12 @@ Status Interpreter::execute(const BoundOp& b, int64_t step, int64_t microbatch, 
   }
   if (!data) return Status::invalidArgument("load_microbatch: no data source was given");
   if (microbatch < 0) return Status::invalidArgument("load_microbatch: the action has no microbatch");
-  const int64_t n = b.call.B * b.call.S;
+  const DataParams* batch = b.call.paramsAs<DataParams>();
+  if (!batch) return Status::internal("load_microbatch bound without its parameters");
+  const int64_t n = batch->B * batch->S;
   idsHost_.assign(size_t(n), 0);
   targetsHost_.assign(size_t(n), 0);
-  LLCDIST_RETURN_IF_ERROR(data(step, microbatch, idsHost_.data(), targetsHost_.data(), b.call.B, b.call.S));
+  LLCDIST_RETURN_IF_ERROR(data(step, microbatch, idsHost_.data(), targetsHost_.data(), batch->B, batch->S));
   const int64_t idsId = b.op->arg("ids"), tgtId = b.op->arg("targets");
   LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(stream_, program_->buffers[size_t(idsId)].offset, idsHost_.data(), n * 4));
   return backend_->copyToDevice(stream_, program_->buffers[size_t(tgtId)].offset, targetsHost_.data(), n * 4);

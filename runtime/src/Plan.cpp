@@ -1,9 +1,11 @@
 // Plan directory loading: manifest.json and program-N.json into structs, validated. See Plan.h and
-// docs/plan-format.md; op element counts are checked in PlanOps.cpp.
+// docs/plan-format.md; ops are checked in PlanOps.cpp, their element counts by their families'
+// checkers (src/ops/).
 #include "llcdist/runtime/Plan.h"
 
 #include "PlanJson.h"
 #include "PlanOps.h"
+#include "ops/OpDefs.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -550,6 +552,8 @@ Status parseBuffer(const Doc& doc, const json& b, const std::string& path, size_
 }
 
 StatusOr<Program> parseProgramJson(const Doc& doc, const json& root, const Manifest& manifest) {
+  // The start-up check that every op kind has its family's checker and binder (src/ops/OpDefs.h).
+  LLCDIST_RETURN_IF_ERROR(ops::checkOpDefs());
   Program prog;
   int64_t version = 0;
   LLCDIST_RETURN_IF_ERROR(checkHeader(doc, root, sc::kProgramFormat, &version));

@@ -3,9 +3,9 @@
 // activations and params, and with an f32 master + bf16 copy (mixed precision), against the f32 plan.
 #include "PlanTestUtil.h"
 
-#include "llcdist/runtime/Backend.h"
 #include "llcdist/runtime/Bf16.h"
 #include "llcdist/runtime/Communicator.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Plan.h"
 #include "llcdist/runtime/TokenData.h"

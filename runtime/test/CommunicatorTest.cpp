@@ -4,7 +4,7 @@
 // rank never leaves the others waiting) and the timeout diagnostic.
 #include "TestUtil.h"
 
-#include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/Mesh.h"
 

@@ -3,8 +3,8 @@
 #include "PlanTestUtil.h"
 #include "TestUtil.h"
 
-#include "llcdist/runtime/Backend.h"
 #include "llcdist/runtime/Bf16.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/Plan.h"

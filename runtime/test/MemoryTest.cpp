@@ -3,7 +3,7 @@
 // the exact arena allocation, the printed line and the log's "memory" field.
 #include "PlanTestUtil.h"
 
-#include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Plan.h"
 

@@ -5,7 +5,7 @@
 #include "TestUtil.h"
 #include "train/TrainParts.h"
 
-#include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Safetensors.h"

@@ -4,7 +4,7 @@
 #include "PipelineTestUtil.h"
 #include "TestUtil.h"
 
-#include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Mesh.h"

@@ -7,7 +7,7 @@
 #include "PlanTestUtil.h"
 #include "TestUtil.h"
 
-#include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Kernels.h"

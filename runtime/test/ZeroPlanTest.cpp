@@ -6,8 +6,8 @@
 #include "TestUtil.h"
 #include "ZeroTestUtil.h"
 
-#include "llcdist/runtime/Backend.h"
 #include "llcdist/runtime/Bf16.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Plan.h"
 

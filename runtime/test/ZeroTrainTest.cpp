@@ -10,7 +10,7 @@
 #include "ZeroTestUtil.h"
 #include "train/TrainParts.h"
 
-#include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Plan.h"
 #include "llcdist/runtime/Rng.h"

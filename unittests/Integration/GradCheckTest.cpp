@@ -12,7 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "PlanTestUtil.h"
 
-#include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Plan.h"
 #include "llcdist/runtime/Rng.h"

@@ -6,6 +6,8 @@
 // order, which keeps it deterministic.
 #include "llcdist/runtime/Kernels.h"
 
+#include "CpuKernels.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -117,6 +119,21 @@ Status attentionBackward(const AttentionShape& s, const float* dout, const float
                   hv.qStride, 1.0f, dv + hv.kvOff, hv.kvStride);
     }
   return Status::ok();
+}
+
+// ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
+
+void registerCpuAttentionKernels(CpuKernelTable& t) {
+  using K = schema::OpKind;
+  using P = AttentionParams;
+  using Ctx = CpuKernelContext;
+  addCpuKernel<P>(t, K::kAttentionFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    return attentionForward({p.B, p.S, p.nh, p.nkv, p.hd}, c.F("q"), c.F("k"), c.F("v"), c.F("out"), c.F("lse"));
+  });
+  addCpuKernel<P>(t, K::kAttentionBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    return attentionBackward({p.B, p.S, p.nh, p.nkv, p.hd}, c.F("dout"), c.F("q"), c.F("k"), c.F("v"), c.F("out"),
+                             c.F("lse"), c.F("dq"), c.F("dk"), c.F("dv"));
+  });
 }
 
 }  // namespace llcdist::rt

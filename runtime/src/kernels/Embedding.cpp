@@ -1,6 +1,8 @@
 // Token and learned position embeddings. See Kernels.h for the contract.
 #include "llcdist/runtime/Kernels.h"
 
+#include "CpuKernels.h"
+
 #include <algorithm>
 #include <string>
 
@@ -92,6 +94,26 @@ Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, 
       for (int64_t h = 0; h < H; ++h) w[s * H + h] += d[h];
     }
   return Status::ok();
+}
+
+// ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
+
+void registerCpuEmbeddingKernels(CpuKernelTable& t) {
+  using K = schema::OpKind;
+  using P = EmbeddingParams;
+  using Ctx = CpuKernelContext;
+  addCpuKernel<P>(t, K::kEmbeddingFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    return embeddingForward(c.I("ids"), c.F("table"), c.F("out"), p.M, p.V, p.H, p.vocabShard);
+  });
+  addCpuKernel<P>(t, K::kEmbeddingBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {
+    return embeddingBackward(c.I("ids"), c.F("dout"), c.F("dtable"), p.M, p.V, p.H, p.accumulate, p.vocabShard);
+  });
+  addCpuKernel<P>(t, K::kPosEmbeddingFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    return positionEmbeddingForward(c.F("x"), c.F("wpe"), c.F("y"), p.B, p.S, p.H, p.P, p.posBegin);
+  });
+  addCpuKernel<P>(t, K::kPosEmbeddingBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {
+    return positionEmbeddingBackwardWeight(c.F("dy"), c.F("dwpe"), p.B, p.S, p.H, p.P, p.accumulate, p.posBegin);
+  });
 }
 
 }  // namespace llcdist::rt

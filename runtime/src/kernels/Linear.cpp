@@ -1,6 +1,8 @@
 // Linear layers via cblas_sgemm. See Kernels.h for the contract.
 #include "llcdist/runtime/Kernels.h"
 
+#include "CpuKernels.h"
+
 #include <cblas.h>
 
 #include <vector>
@@ -49,6 +51,34 @@ void linearBackwardBias(const float* dy, float* db, int64_t M, int64_t N, bool a
 void biasAddForward(float* y, const float* bias, int64_t M, int64_t N) {
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) y[m * N + n] += bias[n];
+}
+
+// ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
+
+void registerCpuLinearKernels(CpuKernelTable& t) {
+  using K = schema::OpKind;
+  using P = LinearParams;
+  using Ctx = CpuKernelContext;
+  addCpuKernel<P>(t, K::kLinearFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    linearForward(c.F("x"), c.F("w"), c.F("bias"), c.F("y"), p.M, p.K, p.N, p.layout);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kLinearBwdInput, [](const KernelCall& c, const P& p, const Ctx&) {
+    linearBackwardInput(c.F("dy"), c.F("w"), c.F("dx"), p.M, p.K, p.N, p.layout, p.accumulate);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kLinearBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {
+    linearBackwardWeight(c.F("dy"), c.F("x"), c.F("dw"), p.M, p.K, p.N, p.layout, p.accumulate);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kLinearBwdBias, [](const KernelCall& c, const P& p, const Ctx&) {
+    linearBackwardBias(c.F("dy"), c.F("db"), p.M, p.N, p.accumulate);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kBiasAdd, [](const KernelCall& c, const P& p, const Ctx&) {
+    biasAddForward(c.F("y"), c.F("bias"), p.M, p.N);
+    return Status::ok();
+  });
 }
 
 }  // namespace llcdist::rt

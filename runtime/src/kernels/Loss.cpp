@@ -1,6 +1,8 @@
 // Cross entropy over a vocabulary (torch F.cross_entropy with reduction="mean").
 #include "llcdist/runtime/Kernels.h"
 
+#include "CpuKernels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -164,6 +166,36 @@ Status crossEntropyBackwardVocabParallel(const float* logits, const int32_t* tar
     std::fill(d + n, d + V, 0.0f);  // padding columns: outside the softmax, zero gradient
   }
   return Status::ok();
+}
+
+// ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
+
+void registerCpuLossKernels(CpuKernelTable& t) {
+  using K = schema::OpKind;
+  using P = LossParams;
+  using Ctx = CpuKernelContext;
+  // Vocabulary-parallel: the row statistics are all-reduced over the shard_axis group.
+  auto shardReduce = [](const P& p, const Ctx& ctx) -> ShardAllReduceF64 {
+    return [&p, &ctx](double* buf, int64_t n, bool max) {
+      return ctx.groupAllReduce(p.group, buf, n, max ? ReduceOp::kMax : ReduceOp::kSum);
+    };
+  };
+  addCpuKernel<P>(t, K::kCrossEntropyFwd, [shardReduce](const KernelCall& c, const P& p, const Ctx& ctx) {
+    double mean = 0.0;
+    if (p.vocabShard)
+      LLCDIST_RETURN_IF_ERROR(crossEntropyForwardVocabParallel(c.F("logits"), c.I("targets"), &mean, p.M, p.V,
+                                                               *p.vocabShard, shardReduce(p, ctx), p.realVocab));
+    else
+      LLCDIST_RETURN_IF_ERROR(crossEntropyForward(c.F("logits"), c.I("targets"), nullptr, &mean, p.M, p.V, p.realVocab));
+    c.F("loss")[0] += float(p.scale * mean);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kCrossEntropyBwd, [shardReduce](const KernelCall& c, const P& p, const Ctx& ctx) {
+    if (p.vocabShard)
+      return crossEntropyBackwardVocabParallel(c.F("logits"), c.I("targets"), c.F("dlogits"), p.M, p.V, float(p.scale),
+                                               *p.vocabShard, shardReduce(p, ctx), p.realVocab);
+    return crossEntropyBackward(c.F("logits"), c.I("targets"), c.F("dlogits"), p.M, p.V, float(p.scale), p.realVocab);
+  });
 }
 
 }  // namespace llcdist::rt

@@ -2,6 +2,8 @@
 // Row statistics are accumulated in double; the saved mean/rstd are fp32.
 #include "llcdist/runtime/Kernels.h"
 
+#include "CpuKernels.h"
+
 #include <cmath>
 #include <vector>
 
@@ -97,6 +99,39 @@ void rmsNormBackwardWeight(const float* dy, const float* x, const float* rstd, f
   for (int64_t m = 0; m < M; ++m)
     for (int64_t h = 0; h < H; ++h) dw[h] += double(dy[m * H + h]) * (x[m * H + h] * rstd[m]);
   for (int64_t h = 0; h < H; ++h) dweight[h] = static_cast<float>(accumulate ? dweight[h] + dw[h] : dw[h]);
+}
+
+// ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
+
+void registerCpuNormKernels(CpuKernelTable& t) {
+  using K = schema::OpKind;
+  using P = NormParams;
+  using Ctx = CpuKernelContext;
+  addCpuKernel<P>(t, K::kLayerNormFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    layerNormForward(c.F("x"), c.F("gamma"), c.F("beta"), c.F("y"), c.F("mean"), c.F("rstd"), p.M, p.H, float(p.eps));
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kLayerNormBwdInput, [](const KernelCall& c, const P& p, const Ctx&) {
+    layerNormBackwardInput(c.F("dy"), c.F("x"), c.F("gamma"), c.F("mean"), c.F("rstd"), c.F("dx"), p.M, p.H);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kLayerNormBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {
+    layerNormBackwardWeight(c.F("dy"), c.F("x"), c.F("mean"), c.F("rstd"), c.F("dgamma"), c.F("dbeta"), p.M, p.H,
+                            p.accumulate);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kRmsNormFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    rmsNormForward(c.F("x"), c.F("weight"), c.F("y"), c.F("rstd"), p.M, p.H, float(p.eps));
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kRmsNormBwdInput, [](const KernelCall& c, const P& p, const Ctx&) {
+    rmsNormBackwardInput(c.F("dy"), c.F("x"), c.F("weight"), c.F("rstd"), c.F("dx"), p.M, p.H);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kRmsNormBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {
+    rmsNormBackwardWeight(c.F("dy"), c.F("x"), c.F("rstd"), c.F("dweight"), p.M, p.H, p.accumulate);
+    return Status::ok();
+  });
 }
 
 }  // namespace llcdist::rt

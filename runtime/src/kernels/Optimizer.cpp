@@ -3,6 +3,8 @@
 // elementwise fp32 update cast to float, in torch's operation order.
 #include "llcdist/runtime/Kernels.h"
 
+#include "CpuKernels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -92,6 +94,69 @@ double learningRate(const LrSchedule& s, int64_t step) {
   const double r =
       decaySteps <= 0 ? 1.0 : std::clamp(double(step - s.warmupSteps) / double(decaySteps), 0.0, 1.0);
   return s.minLr + 0.5 * (1.0 + std::cos(M_PI * r)) * (s.maxLr - s.minLr);
+}
+
+// ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
+
+namespace {
+
+// grad_norm: total = Σ grads g² + (all-reduced over p.group) Σ sharded g², then all-reduced over each
+// of p.stageGroups, norm = sqrt(total); sums in double; clips every list in place when max_norm > 0.
+Status gradNorm(const KernelCall& c, const OptimizerParams& p, const CpuKernelContext& ctx) {
+  auto spans = [&](std::string_view role) {
+    std::vector<GradSpan> v;
+    const size_t r = c.role(role);
+    for (size_t k = 0; k < c.args[r].size(); ++k) v.push_back({c.f(r, k), c.argElems[r][k]});
+    return v;
+  };
+  const std::vector<GradSpan> grads = spans("grads"), sharded = spans("sharded"), replicaShards = spans("replica_shards");
+  double replicatedSq = 0.0, shardedSq = 0.0;
+  for (const GradSpan& g : grads) replicatedSq += sumOfSquares(g.data, g.size);
+  if (!sharded.empty() || !replicaShards.empty()) {
+    for (const GradSpan& g : sharded) shardedSq += sumOfSquares(g.data, g.size);
+    // Each replicated shard once: on the first member of its replica group (the replicas hold the
+    // same, already all-reduced, gradient).
+    if (p.member % std::max<int64_t>(p.replicas, 1) == 0)
+      for (const GradSpan& g : replicaShards) shardedSq += sumOfSquares(g.data, g.size);
+    LLCDIST_RETURN_IF_ERROR(ctx.groupAllReduce(p.group, &shardedSq, 1, ReduceOp::kSum));
+  }
+  double totalSq = replicatedSq + shardedSq;
+  for (const std::vector<int>& g : p.stageGroups)  // stage_axis: every stage's total, summed in member order
+    LLCDIST_RETURN_IF_ERROR(ctx.groupAllReduce(g, &totalSq, 1, ReduceOp::kSum));
+  const double total = std::sqrt(totalSq);
+  if (p.maxNorm > 0) {
+    const float coef = clipCoefficient(total, p.maxNorm);
+    if (coef < 1.0f)
+      for (const std::vector<GradSpan>* list : {&grads, &sharded, &replicaShards})
+        for (const GradSpan& g : *list) scaleInPlace(g.data, g.size, coef);
+  }
+  c.F("norm")[0] = float(total);
+  return Status::ok();
+}
+
+}  // namespace
+
+void registerCpuOptimizerKernels(CpuKernelTable& t) {
+  using K = schema::OpKind;
+  using P = OptimizerParams;
+  using Ctx = CpuKernelContext;
+  addCpuKernel<P>(t, K::kGradNorm, gradNorm);
+  addCpuKernel<P>(t, K::kAdamW, [](const KernelCall& c, const P& p, const Ctx&) {
+    AdamWConfig cfg;
+    cfg.lr = c.lr;
+    cfg.beta1 = p.beta1;
+    cfg.beta2 = p.beta2;
+    cfg.eps = p.eps;
+    cfg.weightDecay = p.weightDecay;
+    return adamwStep(c.F("param"), c.F("grad"), c.F("m"), c.F("v"), c.elems("param"), c.t, cfg);
+  });
+  addCpuKernel<P>(t, K::kSgd, [](const KernelCall& c, const P& p, const Ctx&) {
+    SgdConfig cfg;
+    cfg.lr = c.lr;
+    cfg.momentum = p.momentum;
+    cfg.weightDecay = p.weightDecay;
+    return sgdStep(c.F("param"), c.F("grad"), c.F("momentum_buf"), c.elems("param"), c.t, cfg);
+  });
 }
 
 }  // namespace llcdist::rt

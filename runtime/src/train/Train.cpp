@@ -3,7 +3,7 @@
 
 #include "TrainParts.h"
 
-#include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Kernels.h"

@@ -1,7 +1,9 @@
 // Executes one program of a validated plan (Plan.h) on a Backend (Backend.h).
 //
 // create() allocates the program's arena on the backend (zero-filled) and binds every op once: buffer
-// ids become device addresses, attrs become a KernelCall, RoPE tables are built. runStep(step) then
+// ids become device addresses, and the op family's binder (src/ops/<Family>.cpp) turns attrs, mesh and
+// rank into the call's typed parameters (OpParams.h; RoPE tables are built there); a kernel op whose
+// kind the backend has no kernel for is an error (Backend::hasKernel). runStep(step) then
 // runs the program's actions in order; an action runs its subroutine's ops in order on the default
 // stream. Ops other than load_microbatch are backend launches; load_microbatch asks the data source
 // for the (step, microbatch) batch and copies it into its ids/targets buffers. Optimizer ops (adamw,
@@ -12,13 +14,13 @@
 // group of `rank` on the op's `axis` (Mesh::group); all_reduce issues one backend all-reduce per buffer
 // of `x`, in list order, and every collective is waited for on the default stream before the next op.
 // Ops with attr `shard_axis` (vocabulary-parallel embedding and cross entropy) get the group of `rank`
-// on that axis and the rank's vocabulary slice (KernelCall::vocabShard); the cross entropy's
+// on that axis and the rank's vocabulary slice (EmbeddingParams / LossParams::vocabShard); the cross entropy's
 // all-reduces run inside its kernel launch, through the backend. Position embeddings with `shard_axis`
-// (sequence parallelism) get KernelCall::posBegin = c·S, c the rank's coordinate on that axis.
+// (sequence parallelism) get EmbeddingParams::posBegin = c·S, c the rank's coordinate on that axis.
 // grad_norm with `stage_axis` gets the rank's group on that axis, or on each axis of a comma-separated
-// list (KernelCall::stageGroups).
+// list (OptimizerParams::stageGroups).
 // shard_slice (ZeRO plans) is a kernel launch (no communication) that gets the rank's group on `axis`
-// and its member index there (KernelCall::member); bf16 arguments are handled as for every float op.
+// and its member index there (LayoutParams::member); bf16 arguments are handled as for every float op.
 // Pipeline plans: send / recv resolve their peer once, at bind time: the global rank with this rank's
 // coordinates except `peer` on `axis` (Mesh::withCoord); a peer equal to the rank's own coordinate is a
 // bind error naming the op. At run time they call the backend's sendAsync / recvAsync with the op's tag
@@ -112,7 +114,6 @@ private:
   struct BoundOp {
     KernelCall call;  // arena addresses; bf16 float-role arguments: their f32 staging temporaries
     const Op* op = nullptr;
-    std::shared_ptr<RopeTable> rope;
     // bf16 arguments: cast launches arena -> staging before the op, staging -> arena after it.
     std::vector<KernelCall> convertIn, convertOut;
     // Every distinct buffer the op touches: whether it reads it (a read or read-write role, Op::access)

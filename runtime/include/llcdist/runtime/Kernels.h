@@ -15,6 +15,7 @@
 //    assume sizes > 0 and valid pointers.
 #pragma once
 
+#include "llcdist/runtime/OpParams.h"  // WeightLayout, VocabShard, RopeConfig / RopeTable
 #include "llcdist/runtime/Status.h"
 
 #include <cstdint>
@@ -26,11 +27,6 @@ namespace llcdist::rt {
 // ---------------------------------------------------------------------------------------------------
 // Linear (Linear.cpp): y[M,N] = x[M,K] · W + b.
 // ---------------------------------------------------------------------------------------------------
-enum class WeightLayout {
-  kOutIn,  // W is [N,K] and y = x·Wᵀ (torch nn.Linear; Llama)
-  kInOut,  // W is [K,N] and y = x·W  (GPT-2 Conv1D)
-};
-
 // bias [N] may be null.
 void linearForward(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t K,
                    int64_t N, WeightLayout layout);
@@ -48,12 +44,6 @@ void biasAddForward(float* y, const float* bias, int64_t M, int64_t N);
 // ---------------------------------------------------------------------------------------------------
 // Vocabulary parallelism (Megatron VocabParallelEmbedding / vocab_parallel_cross_entropy).
 // ---------------------------------------------------------------------------------------------------
-// A vocabulary of V·count entries split into `count` contiguous slices of V; this rank holds slice
-// `index`, the global ids [index·V, (index+1)·V). {0, 1} is the unsharded case.
-struct VocabShard {
-  int64_t index = 0;
-  int64_t count = 1;
-};
 // All-reduces buf[n] (double) in place across the members of the vocabulary shards' group: the
 // maximum when `max`, else the sum. Must reduce in member order and give every member identical bits
 // (the communicator's rule); any error (abort, timeout, mismatch) is returned as is.
@@ -109,28 +99,6 @@ void rmsNormBackwardWeight(const float* dy, const float* x, const float* rstd, f
 // ---------------------------------------------------------------------------------------------------
 // Rotary position embedding (Rope.cpp), HF Llama rotate_half convention.
 // ---------------------------------------------------------------------------------------------------
-struct RopeConfig {
-  float theta = 10000.0f;  // rope_theta
-  // rope_scaling {"rope_type": "llama3", ...}; ignored unless llama3 is true.
-  bool llama3 = false;
-  float factor = 8.0f;
-  float lowFreqFactor = 1.0f;
-  float highFreqFactor = 4.0f;
-  int64_t originalMaxPositionEmbeddings = 8192;
-};
-
-// inv_freq[hd/2] exactly as transformers computes it in fp32 (_compute_default_rope_parameters, then
-// _compute_llama3_parameters when cfg.llama3): inv_freq[i] = 1 / theta^(2i/hd). hd must be even.
-StatusOr<std::vector<float>> ropeInvFreq(const RopeConfig& cfg, int64_t headDim);
-
-// cos/sin tables for positions [posBegin, posBegin + S): cos[S,hd], sin[S,hd] with
-// angle(s,i) = float(pos) * inv_freq[i] in fp32 (as HF does) and emb = cat(freqs, freqs).
-struct RopeTable {
-  int64_t posBegin = 0, seqLen = 0, headDim = 0;
-  std::vector<float> cos, sin;
-};
-StatusOr<RopeTable> makeRopeTable(const RopeConfig& cfg, int64_t headDim, int64_t posBegin, int64_t S);
-
 // y[B,S,n,hd] = x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x[hd/2:], x[:hd/2]); row s of the
 // table is used for sequence index s. y may alias x. table.seqLen must equal S, table.headDim hd.
 Status ropeForward(const RopeTable& table, const float* x, float* y, int64_t B, int64_t S, int64_t n,

@@ -1,7 +1,7 @@
 // The CPU reference backend: one aligned, zero-filled arena; synchronous execution on the calling
 // thread; collectives through the run's Communicator (or only over the single-rank group without one).
-// See Backend.h.
-#include "llcdist/runtime/Backend.h"
+// See CpuBackend.h.
+#include "llcdist/runtime/CpuBackend.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -21,7 +21,7 @@ struct FreeDeleter {
 
 class CpuBackend final : public Backend {
 public:
-  explicit CpuBackend(const CpuBackendOptions& o) : opts_(o) {
+  explicit CpuBackend(const CpuBackendOptions& o) : opts_(o), kernelTable_(checkCpuKernelTable()) {
     if (o.blasThreads > 0 && openblas_set_num_threads) openblas_set_num_threads(o.blasThreads);
   }
 
@@ -68,8 +68,10 @@ public:
     if (bytes > 0) std::memset(arena_.get() + offset, 0, size_t(bytes));
     return Status::ok();
   }
+  bool hasKernel(schema::OpKind kind) const override { return cpuKernelTable().find(kind) != nullptr; }
   Status launch(Stream s, const KernelCall& call) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    if (!kernelTable_.isOk()) return kernelTable_;  // the start-up check: an op kind without its kernel
     // Collectives inside kernels (grad_norm's sharded list, vocabulary-parallel cross entropy).
     return runCpuKernel(call, [&](const std::vector<int>& group, double* v, int64_t n, ReduceOp op) -> Status {
       if (group.size() <= 1 || !opts_.communicator) {
@@ -185,6 +187,7 @@ private:
   }
 
   CpuBackendOptions opts_;
+  Status kernelTable_;  // checkCpuKernelTable() when the backend was made
   std::unique_ptr<std::byte, FreeDeleter> arena_;
   int64_t bytes_ = 0, peak_ = 0;
   int numStreams_ = 1, numEvents_ = 0;

@@ -1,0 +1,80 @@
+// The CPU reference backend (library llcdist_runtime_cpu): the fp32 kernels of Kernels.h behind the
+// Backend interface, executed synchronously, with collectives through the run's Communicator. Its
+// kernel table holds one entry per kernel op kind, registered by the kernel families
+// (src/kernels/<Family>.cpp; docs/adding-an-op.md).
+#pragma once
+
+#include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/KernelTable.h"
+#include "llcdist/runtime/Kernels.h"
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace llcdist::rt {
+
+struct CpuBackendOptions {
+  int rank = 0;  // this backend's global rank
+  // The run's communicator (shared by every rank's backend; must outlive the backend), or null: then
+  // only single-rank groups {rank} are allowed.
+  Communicator* communicator = nullptr;
+  // OpenBLAS worker threads, set process-wide when the backend is created (when the linked BLAS is
+  // OpenBLAS). 1 keeps GEMM results bitwise reproducible across runs and machines; 0 leaves the
+  // library's setting (OPENBLAS_NUM_THREADS) alone.
+  int blasThreads = 1;
+};
+
+// The CPU reference backend: kernels from Kernels.h, executed synchronously. Collectives run through
+// options.communicator, synchronously, when the call is made (the handle is complete at once). Without
+// a communicator, collectives over a group of one rank (itself) complete immediately (all-reduce and
+// reduce-scatter are the identity, all-gather a copy) and a group with any other rank is an
+// InvalidArgument error naming the group. grad_norm with a `sharded` list all-reduces (f64, sum) the
+// sharded squared norm over OptimizerParams::group through the communicator, and with `stage_axis` the
+// total over each of OptimizerParams::stageGroups in order; the vocabulary-parallel cross entropy
+// all-reduces its row statistics (f64: max, then sum) over LossParams::group the same way, so these
+// kernel-internal collectives have the standalone collectives' determinism, mismatch, abort and timeout
+// behaviour. send / recv go through the communicator's send / recv when the call is made (a send is
+// buffered, a recv returns with the data); without a communicator they are an InvalidArgument error.
+std::unique_ptr<Backend> makeCpuBackend(const CpuBackendOptions& options = {});
+
+// All-reduces buf[n] (f64) in place over `group` with `op`, in member order with identical bits on
+// every member (the Communicator's rule): the collective inside a kernel, for grad_norm's `sharded`
+// list and `stage_axis` and the vocabulary-parallel cross entropy. The CPU backend passes its
+// communicator's allReduce.
+using CpuGroupAllReduce = std::function<Status(const std::vector<int>& group, double* buf, int64_t n, ReduceOp op)>;
+
+// What a CPU kernel entry gets besides its call.
+struct CpuKernelContext {
+  const CpuGroupAllReduce& groupAllReduce;
+};
+using CpuKernel = std::function<Status(const KernelCall& call, const CpuKernelContext& context)>;
+using CpuKernelTable = KernelTable<CpuKernel>;
+
+// Registers `kernel(call, params, context)` for `kind`, reading the family's parameters P
+// (OpParams.h); a call bound with another family's parameters is an Internal error.
+template <class P, class Fn>
+void addCpuKernel(CpuKernelTable& table, schema::OpKind kind, Fn kernel) {
+  table.add(kind, [kind, kernel](const KernelCall& call, const CpuKernelContext& context) -> Status {
+    const P* params = call.paramsAs<P>();
+    if (!params)
+      return Status::internal(std::string(schema::opName(kind)) + " was bound without its family's parameters");
+    return kernel(call, *params, context);
+  });
+}
+
+// The CPU backend's kernel table, built once from the families' registrations: an entry for exactly
+// the kinds with launchesKernel(kind). checkCpuKernelTable() is the start-up check (makeCpuBackend's
+// backends refuse to launch when it fails; OpTableTest asserts it).
+const CpuKernelTable& cpuKernelTable();
+Status checkCpuKernelTable();
+
+// Runs one KernelCall through the CPU kernel table (what CpuBackend::launch does); exposed so other
+// backends can fall back to it for host-resident data and for tests. Collective, point-to-point and
+// load_microbatch ops are not kernels (an error). Kernels that need a collective (grad_norm with
+// `sharded` or `stage_axis`, cross_entropy_* with `shard_axis`) call `groupAllReduce`; in the overload
+// without it, a group of one rank is the identity and a larger group is an error.
+Status runCpuKernel(const KernelCall& call, const CpuGroupAllReduce& groupAllReduce);
+Status runCpuKernel(const KernelCall& call);
+
+}  // namespace llcdist::rt

@@ -1,0 +1,63 @@
+// A kernel launch: one op with its buffers resolved to device addresses, its family's typed parameters
+// (OpParams.h) and the step context. Built once per op by the interpreter (Interpreter.h), read by a
+// backend's kernel table entry for the op kind (KernelTable.h).
+#pragma once
+
+#include "llcdist/runtime/OpParams.h"
+#include "llcdist/runtime/PlanSchema.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace llcdist::rt {
+
+// Whether ops of `kind` run as a backend kernel launch (Backend::launch), so that every backend's
+// kernel table needs an entry for them: all but the collectives and send / recv (the backend's
+// communication calls) and load_microbatch (a host copy by the interpreter).
+constexpr bool launchesKernel(schema::OpKind kind) {
+  return !schema::isCollective(kind) && !schema::isPointToPoint(kind) && kind != schema::OpKind::kLoadMicrobatch;
+}
+
+struct KernelCall {
+  schema::OpKind kind = schema::OpKind::kZero;
+  // args[i][k]: device address of the k-th buffer of role kOpSpecs[kind].args[i] (empty when an
+  // optional role is absent); argElems[i][k] its element count.
+  std::vector<std::vector<void*>> args;
+  std::vector<std::vector<int64_t>> argElems;
+  // argTypes[i][k]: the dtype of that buffer (as args; may be left empty, meaning f32 for float roles
+  // and i32 for i32 roles). The interpreter hands kernels f32 data for every float role (bf16 buffers
+  // are converted to f32 temporaries around the launch: PlanSchema's handlesBf16Itself); only `zero`
+  // and `cast` see bf16 addresses, and they read their dtypes from here.
+  std::vector<std::vector<schema::ElemType>> argTypes;
+  // The op's family's parameters (the binder of src/ops/<Family>.cpp sets the alternative).
+  OpParams params;
+  // Step context, set per launch of the optimizer ops (adamw, sgd): learning rate and step count t =
+  // step + 1.
+  double lr = 0;
+  int64_t t = 0;
+
+  // The family's parameters, or null when the call holds another family's.
+  template <class P>
+  const P* paramsAs() const {
+    return std::get_if<P>(&params);
+  }
+
+  void* ptr(size_t role, size_t k = 0) const { return args[role].empty() ? nullptr : args[role][k]; }
+  float* f(size_t role, size_t k = 0) const { return static_cast<float*>(ptr(role, k)); }
+  int32_t* i32(size_t role, size_t k = 0) const { return static_cast<int32_t*>(ptr(role, k)); }
+  schema::ElemType type(size_t role, size_t k = 0) const {
+    if (role < argTypes.size() && k < argTypes[role].size()) return argTypes[role][k];
+    return schema::opSpec(kind).args[role].type == schema::ArgType::kI32 ? schema::ElemType::kI32
+                                                                          : schema::ElemType::kF32;
+  }
+  // By role name (PlanSchema's table): an absent optional role gives null and an empty list.
+  size_t role(std::string_view name) const { return size_t(schema::argIndex(kind, name)); }
+  float* F(std::string_view name, size_t k = 0) const { return f(role(name), k); }
+  int32_t* I(std::string_view name) const { return i32(role(name)); }
+  const std::vector<void*>& list(std::string_view name) const { return args[role(name)]; }
+  int64_t elems(std::string_view name, size_t k = 0) const { return argElems[role(name)][k]; }
+};
+
+}  // namespace llcdist::rt

@@ -1,0 +1,152 @@
+// The typed attributes of a bound op, one struct per kernel family (docs/adding-an-op.md): what a
+// family's binder (src/ops/<Family>.cpp) computes from the op's attrs, the mesh and the rank once at
+// bind time, and what every backend's kernel of that family reads. Each kernel reads only its own
+// family's struct (KernelCall::params), so a new op extends one struct, not a catch-all call.
+//
+// Also the value types the families share with the CPU kernels (Kernels.h): the weight layout, the
+// vocabulary shard, the RoPE configuration and its cos/sin table. Core, backend-independent: standard
+// library only.
+#pragma once
+
+#include "llcdist/runtime/Communicator.h"
+#include "llcdist/runtime/Status.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <variant>
+#include <vector>
+
+namespace llcdist::rt {
+
+enum class WeightLayout {
+  kOutIn,  // W is [N,K] and y = x·Wᵀ (torch nn.Linear; Llama)
+  kInOut,  // W is [K,N] and y = x·W  (GPT-2 Conv1D)
+};
+
+// A vocabulary of V·count entries split into `count` contiguous slices of V; this rank holds slice
+// `index`, the global ids [index·V, (index+1)·V). {0, 1} is the unsharded case.
+struct VocabShard {
+  int64_t index = 0;
+  int64_t count = 1;
+};
+
+// Rotary position embedding, HF Llama rotate_half convention.
+struct RopeConfig {
+  float theta = 10000.0f;  // rope_theta
+  // rope_scaling {"rope_type": "llama3", ...}; ignored unless llama3 is true.
+  bool llama3 = false;
+  float factor = 8.0f;
+  float lowFreqFactor = 1.0f;
+  float highFreqFactor = 4.0f;
+  int64_t originalMaxPositionEmbeddings = 8192;
+};
+
+// inv_freq[hd/2] exactly as transformers computes it in fp32 (_compute_default_rope_parameters, then
+// _compute_llama3_parameters when cfg.llama3): inv_freq[i] = 1 / theta^(2i/hd). hd must be even.
+StatusOr<std::vector<float>> ropeInvFreq(const RopeConfig& cfg, int64_t headDim);
+
+// cos/sin tables for positions [posBegin, posBegin + S): cos[S,hd], sin[S,hd] with
+// angle(s,i) = float(pos) * inv_freq[i] in fp32 (as HF does) and emb = cat(freqs, freqs). Part of the
+// op's definition, computed on the host for every backend (src/ops/Rope.cpp).
+struct RopeTable {
+  int64_t posBegin = 0, seqLen = 0, headDim = 0;
+  std::vector<float> cos, sin;
+};
+StatusOr<RopeTable> makeRopeTable(const RopeConfig& cfg, int64_t headDim, int64_t posBegin, int64_t S);
+
+// ---- The families' parameters (names as in PlanSchema's op table) -----------------------------------
+
+// load_microbatch (family "data"): the microbatch's shape.
+struct DataParams {
+  int64_t B = 0, S = 0;
+};
+// zero, split_fwd / split_bwd, shard_slice (family "layout").
+struct LayoutParams {
+  int64_t rows = 0;            // split_*
+  std::vector<int64_t> sizes;  // split_*: the parts' widths
+  // shard_slice (ZeRO plans; a kernel, no communication): y[o, k] = x[o, member·inner + k] for the
+  // `members` members of the op's `axis`; x holds `total` elements a row (n·inner, or fewer with attr
+  // `total`: ZeRO's padded blocks, y's elements past it are zero).
+  int64_t members = 1, member = 0, outer = 0, inner = 0, total = 0;
+};
+// gelu_tanh_*, swiglu_*, add, accumulate, copy, cast (family "elementwise"): every buffer has n elements.
+struct ElementwiseParams {
+  int64_t n = 0;
+};
+// embedding_fwd / embedding_bwd_weight, pos_embedding_fwd / pos_embedding_bwd_weight (family "embedding").
+struct EmbeddingParams {
+  int64_t M = 0, V = 0, H = 0;  // embedding_*
+  int64_t B = 0, S = 0, P = 0;  // pos_embedding_* (and H)
+  bool accumulate = false;
+  // Vocabulary-parallel embedding (attr `shard_axis`): this rank's slice of the vocabulary.
+  VocabShard vocabShard;
+  // Sequence-parallel position embedding (attr `shard_axis`): the first global position of this rank's
+  // S positions, c·S with c its coordinate on the axis; 0 without shard_axis.
+  int64_t posBegin = 0;
+};
+// layer_norm_*, rms_norm_* (family "norm").
+struct NormParams {
+  int64_t M = 0, H = 0;
+  double eps = 0;
+  bool accumulate = false;
+};
+// linear_*, bias_add (family "linear").
+struct LinearParams {
+  int64_t M = 0, K = 0, N = 0;
+  WeightLayout layout = WeightLayout::kOutIn;
+  bool accumulate = false;
+};
+// rope_fwd / rope_bwd (family "rope"): the table for positions 0..S-1, built once at bind time and
+// shared by copies of the call.
+struct RopeParams {
+  int64_t B = 0, S = 0, n = 0, hd = 0;
+  std::shared_ptr<const RopeTable> table;
+};
+// attention_fwd / attention_bwd (family "attention").
+struct AttentionParams {
+  int64_t B = 0, S = 0, nh = 0, nkv = 0, hd = 0;
+};
+// cross_entropy_fwd / cross_entropy_bwd (family "loss").
+struct LossParams {
+  int64_t M = 0, V = 0;
+  double scale = 0;
+  // attr `real_vocab` (vocabulary padding): global columns >= realVocab are padding; 0 when absent.
+  int64_t realVocab = 0;
+  // Vocabulary-parallel (attr `shard_axis`): this rank's slice and the shard_axis group its row
+  // statistics are all-reduced over; nullopt / empty without shard_axis.
+  std::optional<VocabShard> vocabShard;
+  std::vector<int> group;
+};
+// grad_norm, adamw, sgd (family "optimizer").
+struct OptimizerParams {
+  // grad_norm: clip threshold; `group` the `axis` group the sharded squared norms are all-reduced over
+  // (empty without `axis`); with args.replica_shards, `member` this rank's index on `axis` and
+  // `replicas` the attr (a replica shard counts where member % replicas == 0); `stageGroups` one group
+  // per axis of `stage_axis` ("dp,pp"), in order (the total squared norm is all-reduced over each).
+  double maxNorm = 0;
+  std::vector<int> group;
+  int64_t member = 0, replicas = 1;
+  std::vector<std::vector<int>> stageGroups;
+  // adamw / sgd.
+  double beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0, momentum = 0;
+};
+// all_reduce, all_gather, reduce_scatter, send, recv (family "communication"): run through the
+// backend's collectives and point-to-point calls, not as kernel launches.
+struct CommunicationParams {
+  // Collectives: the global ranks of the op's `axis` group (or all_reduce's `group_size` sub-group) in
+  // member order, the reduction, and all_gather / reduce_scatter's outer, inner and whole-side sizes
+  // (total: n·inner, or the attr `total` of ZeRO's padded blocks).
+  std::vector<int> group;
+  ReduceOp reduceOp = ReduceOp::kSum;
+  int64_t outer = 0, inner = 0, total = 0;
+  // send / recv: the peer's global rank (this rank with coordinate `peer` on `axis`) and the tag.
+  int peer = -1;
+  int64_t tag = 0;
+};
+
+using OpParams = std::variant<std::monostate, DataParams, LayoutParams, ElementwiseParams, EmbeddingParams,
+                              NormParams, LinearParams, RopeParams, AttentionParams, LossParams, OptimizerParams,
+                              CommunicationParams>;
+
+}  // namespace llcdist::rt

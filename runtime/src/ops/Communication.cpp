@@ -1,0 +1,93 @@
+// Family "communication": the collectives all_reduce, all_gather, reduce_scatter and the pipeline's
+// point-to-point send / recv. They have no kernel: the interpreter runs them through the backend's
+// collective and point-to-point calls (Backend.h) on the groups and peers bound here.
+#include "OpDefs.h"
+
+#include <algorithm>
+
+namespace llcdist::rt::ops {
+namespace {
+
+namespace sc = schema;
+using K = sc::OpKind;
+
+Status checkAllReduce(const OpChecker& c) {
+  const Op& op = c.op();
+  int64_t n = 0;
+  LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
+  if (op.attrs.count("group_size") && n % c.I("group_size") != 0)
+    return c.attrError("group_size", "sub-groups of " + std::to_string(c.I("group_size")) +
+                                         " members do not divide axis \"" + op.stringAttr("axis") + "\" of size " +
+                                         std::to_string(n));
+  const std::string rop = op.stringAttr("op");
+  if (std::find(sc::kReduceOpNames.begin(), sc::kReduceOpNames.end(), rop) == sc::kReduceOpNames.end())
+    return c.attrError("op", "unknown reduction \"" + rop + "\" (expected \"sum\", \"avg\" or \"max\")");
+  return Status::ok();
+}
+
+Status checkGatherScatter(const OpChecker& c) {
+  const Op& op = c.op();
+  int64_t n = 0;
+  LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
+  const int64_t outer = c.I("outer"), inner = c.I("inner");
+  const bool gather = op.kind == K::kAllGather;
+  if (!gather && op.stringAttr("op") != "sum")
+    return c.attrError("op", "reduce_scatter supports only \"sum\" in this version, got \"" + op.stringAttr("op") + "\"");
+  LLCDIST_RETURN_IF_ERROR(c.count(gather ? "x" : "y", OpChecker::prod({outer, inner}), "outer×inner"));
+  return c.wholeSide(gather ? "y" : "x", n, outer, inner);
+}
+
+// all_reduce (over its `group_size` sub-group when given), all_gather, reduce_scatter.
+StatusOr<OpParams> bindCollective(const BindContext& b) {
+  const Op& op = b.op;
+  CommunicationParams p;
+  LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis("axis", "axis"));
+  p.group = op.attrs.count("group_size") ? b.mesh.subGroup(b.rank, axis, op.intAttr("group_size"))
+                                         : b.mesh.group(b.rank, axis);
+  const std::string reduce = op.stringAttr("op");
+  p.reduceOp = reduce == "avg" ? ReduceOp::kAvg : reduce == "max" ? ReduceOp::kMax : ReduceOp::kSum;
+  p.outer = op.intAttr("outer");
+  p.inner = op.intAttr("inner");
+  p.total = op.intAttr("total", int64_t(p.group.size()) * p.inner);  // absent: the unpadded n·inner
+  return OpParams(std::move(p));
+}
+
+Status checkPointToPoint(const OpChecker& c) {
+  int64_t n = 0;
+  LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
+  const int64_t peer = c.I("peer");
+  if (peer >= n)
+    return c.attrError("peer", "peer " + std::to_string(peer) + " is out of range: axis \"" + c.op().stringAttr("axis") +
+                                   "\" has size " + std::to_string(n) + " (coordinates 0.." + std::to_string(n - 1) + ")");
+  return Status::ok();
+}
+
+// The peer: this rank with coordinate `peer` on `axis` (the loader checked peer < axis size).
+StatusOr<OpParams> bindPointToPoint(const BindContext& b) {
+  const Op& op = b.op;
+  const std::string name = op.stringAttr("axis");
+  LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis("axis", "axis"));
+  const int64_t peer = op.intAttr("peer", -1);
+  if (peer < 0 || peer >= b.mesh.axisSize(axis))
+    return Status::internal("peer " + std::to_string(peer) + " out of range for axis " + name);
+  if (peer == b.mesh.coord(b.rank, axis))
+    return Status::invalidArgument(std::string(sc::opName(op.kind)) + ": peer " + std::to_string(peer) + " is rank " +
+                                   std::to_string(b.rank) + "'s own coordinate on axis " + name + " (a rank cannot " +
+                                   (op.kind == K::kSend ? "send to" : "receive from") + " itself)");
+  CommunicationParams p;
+  p.peer = int(b.mesh.withCoord(b.rank, axis, peer));
+  p.tag = op.intAttr("tag");
+  return OpParams(std::move(p));
+}
+
+}  // namespace
+
+void registerCommunicationOps(OpDefTable& t) {
+  t.add(K::kAllReduce, {"communication", checkAllReduce, bindCollective});
+  t.add(K::kAllGather, {"communication", checkGatherScatter, bindCollective});
+  t.add(K::kReduceScatter, {"communication", checkGatherScatter, bindCollective});
+  t.add(K::kSend, {"communication", checkPointToPoint, bindPointToPoint});
+  t.add(K::kRecv, {"communication", checkPointToPoint, bindPointToPoint});
+}
+
+}  // namespace llcdist::rt::ops

@@ -1,0 +1,81 @@
+// Family "embedding": embedding_fwd / embedding_bwd_weight (token embedding, vocabulary-parallel with
+// attr `shard_axis`) and pos_embedding_fwd / pos_embedding_bwd_weight (GPT-2's learned positions,
+// sequence-parallel with attr `shard_axis`).
+#include "OpDefs.h"
+
+namespace llcdist::rt::ops {
+namespace {
+
+namespace sc = schema;
+using K = sc::OpKind;
+
+Status checkEmbedding(const OpChecker& c) {
+  const int64_t M = c.I("M"), V = c.I("V"), H = c.I("H");
+  const bool fwd = c.op().kind == K::kEmbeddingFwd;
+  LLCDIST_RETURN_IF_ERROR(c.shardAxis());
+  LLCDIST_RETURN_IF_ERROR(c.count("ids", M, "M"));
+  if (fwd) {
+    LLCDIST_RETURN_IF_ERROR(c.count("table", OpChecker::prod({V, H}), "V×H"));
+    return c.count("out", OpChecker::prod({M, H}), "M×H");
+  }
+  LLCDIST_RETURN_IF_ERROR(c.count("dout", OpChecker::prod({M, H}), "M×H"));
+  return c.count("dtable", OpChecker::prod({V, H}), "V×H");
+}
+StatusOr<OpParams> bindEmbedding(const BindContext& b) {
+  EmbeddingParams p;
+  p.M = b.op.intAttr("M");
+  p.V = b.op.intAttr("V");
+  p.H = b.op.intAttr("H");
+  p.accumulate = b.op.boolAttr("accumulate");
+  if (b.op.attrs.count(std::string(sc::kShardAxisAttr))) {  // vocabulary-parallel: this rank's slice
+    LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis(std::string(sc::kShardAxisAttr), "shard_axis"));
+    p.vocabShard = VocabShard{b.mesh.coord(b.rank, axis), b.mesh.axisSize(axis)};
+  }
+  return OpParams(std::move(p));
+}
+
+Status checkPosEmbedding(const OpChecker& c) {
+  const Op& op = c.op();
+  const int64_t B = c.I("B"), S = c.I("S"), H = c.I("H"), P = c.I("P");
+  if (S > P) return c.attrError("S", "S = " + std::to_string(S) + " exceeds the position table size P = " + std::to_string(P));
+  LLCDIST_RETURN_IF_ERROR(c.shardAxis());
+  if (op.attrs.count(std::string(sc::kShardAxisAttr))) {
+    // Sequence-parallel: the last member holds positions [(n-1)·S, n·S), which must fit in P.
+    const std::string axis = op.stringAttr(std::string(sc::kShardAxisAttr));
+    const int64_t n = c.manifest().mesh().axisSize(*parseMeshAxis(axis));
+    const int64_t global = OpChecker::prod({S, n});
+    if (global < 0 || global > P)
+      return c.attrError("S", "S = " + std::to_string(S) + " positions on each of the " + std::to_string(n) +
+                                  " members of shard_axis \"" + axis + "\" need S·n = " +
+                                  (global < 0 ? std::string("(overflow)") : std::to_string(global)) +
+                                  " positions, more than the position table size P = " + std::to_string(P));
+  }
+  const bool fwd = op.kind == K::kPosEmbeddingFwd;
+  LLCDIST_RETURN_IF_ERROR(c.count(fwd ? "x" : "dy", OpChecker::prod({B, S, H}), "B×S×H"));
+  if (fwd) LLCDIST_RETURN_IF_ERROR(c.count("y", OpChecker::prod({B, S, H}), "B×S×H"));
+  return c.count(fwd ? "wpe" : "dwpe", OpChecker::prod({P, H}), "P×H");
+}
+StatusOr<OpParams> bindPosEmbedding(const BindContext& b) {
+  EmbeddingParams p;
+  p.B = b.op.intAttr("B");
+  p.S = b.op.intAttr("S");
+  p.H = b.op.intAttr("H");
+  p.P = b.op.intAttr("P");
+  p.accumulate = b.op.boolAttr("accumulate");
+  if (b.op.attrs.count(std::string(sc::kShardAxisAttr))) {  // sequence-parallel: positions [c·S, (c+1)·S)
+    LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis(std::string(sc::kShardAxisAttr), "shard_axis"));
+    p.posBegin = b.mesh.coord(b.rank, axis) * p.S;
+  }
+  return OpParams(std::move(p));
+}
+
+}  // namespace
+
+void registerEmbeddingOps(OpDefTable& t) {
+  t.add(K::kEmbeddingFwd, {"embedding", checkEmbedding, bindEmbedding});
+  t.add(K::kEmbeddingBwdWeight, {"embedding", checkEmbedding, bindEmbedding});
+  t.add(K::kPosEmbeddingFwd, {"embedding", checkPosEmbedding, bindPosEmbedding});
+  t.add(K::kPosEmbeddingBwdWeight, {"embedding", checkPosEmbedding, bindPosEmbedding});
+}
+
+}  // namespace llcdist::rt::ops

@@ -1,0 +1,65 @@
+// Family "loss": cross_entropy_fwd / cross_entropy_bwd (the mean token loss and its logits
+// gradient), vocabulary-parallel with attr `shard_axis`, with vocabulary padding under attr
+// `real_vocab`.
+#include "OpDefs.h"
+
+namespace llcdist::rt::ops {
+namespace {
+
+namespace sc = schema;
+using K = sc::OpKind;
+
+// attrs.real_vocab, when present (vocabulary padding): only with the feature, equal to
+// model.vocab_size, and within the op's global columns (V, times the shard_axis size).
+Status checkRealVocab(const OpChecker& c) {
+  const Op& op = c.op();
+  const Manifest& manifest = c.manifest();
+  const std::string attr(sc::kRealVocabAttr);
+  if (!op.attrs.count(attr)) return Status::ok();
+  if (!manifest.hasFeature(sc::kVocabPaddingFeature))
+    return c.attrError(attr.c_str(), "needs the feature \"vocab_padding\" in manifest.json \"features\"");
+  const int64_t real = op.intAttr(attr);
+  if (real != manifest.vocabSize)
+    return c.attrError(attr.c_str(), "expected model.vocab_size = " + std::to_string(manifest.vocabSize) + ", got " +
+                                         std::to_string(real));
+  int64_t columns = c.I("V");
+  if (op.attrs.count(std::string(sc::kShardAxisAttr)))
+    if (auto a = parseMeshAxis(op.stringAttr(std::string(sc::kShardAxisAttr)))) columns *= manifest.mesh().axisSize(*a);
+  if (real > columns)
+    return c.attrError(attr.c_str(), "the real vocabulary " + std::to_string(real) + " exceeds the logits' " +
+                                         std::to_string(columns) + " global columns");
+  return Status::ok();
+}
+
+Status checkCrossEntropy(const OpChecker& c) {
+  const int64_t M = c.I("M"), V = c.I("V");
+  LLCDIST_RETURN_IF_ERROR(c.shardAxis());
+  LLCDIST_RETURN_IF_ERROR(checkRealVocab(c));
+  LLCDIST_RETURN_IF_ERROR(c.count("logits", OpChecker::prod({M, V}), "M×V"));
+  LLCDIST_RETURN_IF_ERROR(c.count("dlogits", OpChecker::prod({M, V}), "M×V"));
+  LLCDIST_RETURN_IF_ERROR(c.count("targets", M, "M"));
+  return c.count("loss", 1, "1");
+}
+
+StatusOr<OpParams> bindCrossEntropy(const BindContext& b) {
+  LossParams p;
+  p.M = b.op.intAttr("M");
+  p.V = b.op.intAttr("V");
+  p.scale = b.op.floatAttr("scale");
+  p.realVocab = b.op.intAttr(std::string(sc::kRealVocabAttr));
+  if (b.op.attrs.count(std::string(sc::kShardAxisAttr))) {  // vocabulary-parallel: slice and group
+    LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis(std::string(sc::kShardAxisAttr), "shard_axis"));
+    p.group = b.mesh.group(b.rank, axis);
+    p.vocabShard = VocabShard{b.mesh.coord(b.rank, axis), b.mesh.axisSize(axis)};
+  }
+  return OpParams(std::move(p));
+}
+
+}  // namespace
+
+void registerLossOps(OpDefTable& t) {
+  t.add(K::kCrossEntropyFwd, {"loss", checkCrossEntropy, bindCrossEntropy});
+  t.add(K::kCrossEntropyBwd, {"loss", checkCrossEntropy, bindCrossEntropy});
+}
+
+}  // namespace llcdist::rt::ops

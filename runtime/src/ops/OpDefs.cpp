@@ -1,0 +1,136 @@
+// The op definition table (OpDefs.h): the families' registrations, the completeness check, and the
+// helpers their checkers and binders share.
+#include "OpDefs.h"
+
+namespace llcdist::rt::ops {
+
+using planjson::index;
+using planjson::key;
+namespace sc = schema;
+
+const OpDefTable& opDefs() {
+  static const OpDefTable table = [] {
+    OpDefTable t("the op definitions (src/ops)");
+    registerDataOps(t);
+    registerLayoutOps(t);
+    registerElementwiseOps(t);
+    registerEmbeddingOps(t);
+    registerNormOps(t);
+    registerLinearOps(t);
+    registerRopeOps(t);
+    registerAttentionOps(t);
+    registerLossOps(t);
+    registerOptimizerOps(t);
+    registerCommunicationOps(t);
+    return t;
+  }();
+  return table;
+}
+
+Status checkOpDefs() {
+  static const Status result = [] {
+    const OpDefTable& t = opDefs();
+    LLCDIST_RETURN_IF_ERROR(t.check());
+    for (size_t i = 0; i < sc::kNumOpKinds; ++i) {
+      const OpDef& d = *t.find(sc::OpKind(i));
+      if (d.family.empty() || !d.check || !d.bind)
+        return Status::internal(t.name() + ": op " + std::string(sc::opName(sc::OpKind(i))) +
+                                " lacks a family, a checker or a binder");
+    }
+    return Status::ok();
+  }();
+  return result;
+}
+
+// ---- OpChecker ---------------------------------------------------------------------------------------
+Status OpChecker::error(const std::string& rel, const std::string& msg) const {
+  return doc_.error(key(path_, rel), msg);
+}
+Status OpChecker::attrError(const char* attr, const std::string& msg) const {
+  return doc_.error(key(key(path_, "attrs"), attr), msg);
+}
+Status OpChecker::argError(const char* role, const std::string& msg) const {
+  return doc_.error(key(key(path_, "args"), role), msg);
+}
+Status OpChecker::argError(const char* role, size_t k, const std::string& msg) const {
+  return doc_.error(argPath(role, k, true), msg);
+}
+std::string OpChecker::argPath(const char* role, size_t k, bool list) const {
+  const std::string p = key(key(path_, "args"), role);
+  return list ? index(p, k) : p;
+}
+
+Status OpChecker::count(const char* role, int64_t expected, const std::string& formula) const {
+  const std::vector<int64_t>& ids = op_.argList(role);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const BufferDesc& b = prog_.buffers[size_t(ids[k])];
+    if (b.numel() != expected) {
+      const bool list = sc::isListArity(sc::opSpec(op_.kind).args[size_t(sc::argIndex(op_.kind, role))].arity);
+      return doc_.error(argPath(role, k, list), "buffer " + std::to_string(ids[k]) + " (\"" + b.name + "\") has " +
+                                                    std::to_string(b.numel()) + " elements, expected " + formula +
+                                                    " = " +
+                                                    (expected < 0 ? std::string("(overflow)") : std::to_string(expected)) +
+                                                    " from the op's attrs");
+    }
+  }
+  return Status::ok();
+}
+
+Status OpChecker::everyRole(int64_t n, const std::string& formula) const {
+  const sc::OpSpec& spec = sc::opSpec(op_.kind);
+  for (size_t i = 0; i < spec.numArgs; ++i)
+    LLCDIST_RETURN_IF_ERROR(count(std::string(spec.args[i].role).c_str(), n, formula));
+  return Status::ok();
+}
+
+int64_t OpChecker::prod(std::initializer_list<int64_t> xs) {
+  int64_t r = 1;
+  for (int64_t x : xs)
+    if (__builtin_mul_overflow(r, x, &r)) return -1;
+  return r;
+}
+
+Status OpChecker::sameCount(std::initializer_list<const char*> roles) const {
+  const char* first = *roles.begin();
+  const int64_t n = prog_.buffers[size_t(op_.arg(first))].numel();
+  for (const char* r : roles) LLCDIST_RETURN_IF_ERROR(count(r, n, std::string("numel(") + first + ")"));
+  return Status::ok();
+}
+
+Status OpChecker::wholeSide(const char* role, int64_t n, int64_t outer, int64_t inner) const {
+  const std::string nName = "n(" + op_.stringAttr("axis") + ")";
+  if (!op_.attrs.count("total")) return count(role, prod({outer, n, inner}), "outer×" + nName + "×inner");
+  const int64_t total = I("total"), padded = prod({n, inner});
+  if (padded < 0 || total > padded)
+    return attrError("total", "total " + std::to_string(total) + " exceeds " + nName + "×inner = " +
+                                  std::to_string(n) + "×" + std::to_string(inner) +
+                                  " (the padded blocks hold at most that many elements)");
+  return count(role, prod({outer, total}), "outer×total");
+}
+
+Status OpChecker::axisSize(int64_t* n) const {
+  const std::string axis = op_.stringAttr("axis");
+  auto a = parseMeshAxis(axis);
+  if (!a) return attrError("axis", "unknown mesh axis \"" + axis + "\" (expected \"dp\", \"tp\" or \"pp\")");
+  if (n) *n = manifest_.mesh().axisSize(*a);
+  return Status::ok();
+}
+
+Status OpChecker::shardAxis() const {
+  const std::string attr(sc::kShardAxisAttr);
+  if (!op_.attrs.count(attr)) return Status::ok();
+  const std::string axis = op_.stringAttr(attr);
+  if (!parseMeshAxis(axis))
+    return attrError(attr.c_str(), "unknown mesh axis \"" + axis + "\" (expected \"dp\", \"tp\" or \"pp\")");
+  return Status::ok();
+}
+
+// ---- BindContext -------------------------------------------------------------------------------------
+StatusOr<MeshAxis> BindContext::axis(const std::string& attr, const char* what) const {
+  const std::string name = op.stringAttr(attr);
+  auto a = parseMeshAxis(name);
+  if (!a) return Status::internal(std::string("unknown ") + what + " \"" + name + "\"");
+  return *a;
+}
+
+}  // namespace llcdist::rt::ops

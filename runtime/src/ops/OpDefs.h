@@ -1,0 +1,104 @@
+// Private: the core's definition of every op kind, registered per kernel family (docs/adding-an-op.md):
+// the loader's checker (element counts and attribute consistency, beyond PlanSchema's roles and attr
+// types) and the interpreter's binder (attrs, mesh and rank -> the family's OpParams). Backend
+// independent: every backend's kernel of a kind reads what its binder produced.
+#pragma once
+
+#include "../PlanJson.h"
+#include "llcdist/runtime/KernelTable.h"
+#include "llcdist/runtime/Mesh.h"
+#include "llcdist/runtime/OpParams.h"
+#include "llcdist/runtime/Plan.h"
+
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+namespace llcdist::rt::ops {
+
+// One op of a program as the loader checks it, with the helpers the families' checkers share. Errors
+// name the file and the JSON path of the offending role or attr.
+class OpChecker {
+public:
+  OpChecker(const planjson::Doc& doc, const std::string& path, const Program& prog, const Manifest& manifest,
+            const Op& op)
+      : doc_(doc), path_(path), prog_(prog), manifest_(manifest), op_(op) {}
+
+  const Op& op() const { return op_; }
+  const Program& program() const { return prog_; }
+  const Manifest& manifest() const { return manifest_; }
+  int64_t I(const char* n) const { return op_.intAttr(n); }
+
+  // An error at the op's `rel` path (e.g. "op", "args.grads").
+  Status error(const std::string& rel, const std::string& msg) const;
+  Status attrError(const char* attr, const std::string& msg) const;
+  Status argError(const char* role, const std::string& msg) const;
+  Status argError(const char* role, size_t k, const std::string& msg) const;  // args.<role>[k]
+  // Every buffer of `role` (skipped when an optional role is absent) has `expected` elements.
+  Status count(const char* role, int64_t expected, const std::string& formula) const;
+  // Every role of the op has n elements.
+  Status everyRole(int64_t n, const std::string& formula) const;
+  // All listed roles have the element count of the first.
+  Status sameCount(std::initializer_list<const char*> roles) const;
+  // Product of attrs (-1 on overflow, which then never matches a buffer).
+  static int64_t prod(std::initializer_list<int64_t> xs);
+  // The whole side of all_gather / reduce_scatter / shard_slice: outer×n×inner elements, or with
+  // attrs.total (ZeRO's padded blocks) outer×total, total at most n×inner.
+  Status wholeSide(const char* role, int64_t n, int64_t outer, int64_t inner) const;
+  // attrs.axis names a mesh axis; *n (when not null) gets its size from the manifest.
+  Status axisSize(int64_t* n) const;
+  // attrs.shard_axis, when present, names a mesh axis (any size: an axis of size 1 makes the op the
+  // unsharded one). Vocabulary-parallel embedding / cross entropy, sequence-parallel position embedding.
+  Status shardAxis() const;
+  // The element count of buffer `id`.
+  int64_t numel(int64_t id) const { return prog_.buffers[size_t(id)].numel(); }
+  const BufferDesc& buffer(int64_t id) const { return prog_.buffers[size_t(id)]; }
+
+private:
+  std::string argPath(const char* role, size_t k, bool list) const;  // args.<role>[k] or args.<role>
+
+  const planjson::Doc& doc_;
+  const std::string& path_;
+  const Program& prog_;
+  const Manifest& manifest_;
+  const Op& op_;
+};
+
+// What a binder sees: the validated op and the rank it is bound for.
+struct BindContext {
+  const Op& op;
+  const Manifest& manifest;
+  Mesh mesh;
+  int rank = 0;
+
+  // The mesh axis named by `attr` (the loader checked it; an unknown name is an Internal error
+  // "unknown <what> \"name\"").
+  StatusOr<MeshAxis> axis(const std::string& attr, const char* what) const;
+};
+
+struct OpDef {
+  std::string_view family;  // the kernel family ("norm", ...): src/ops/<Family>.cpp, docs/adding-an-op.md
+  Status (*check)(const OpChecker&);
+  StatusOr<OpParams> (*bind)(const BindContext&);
+};
+using OpDefTable = KernelTable<OpDef>;
+
+// The table of every op kind, built once from the families' registrations below; its completeness is
+// checked when it is built (checkOpDefs) and by OpTableTest.
+const OpDefTable& opDefs();
+Status checkOpDefs();
+
+// One per family, in src/ops/<Family>.cpp.
+void registerDataOps(OpDefTable& table);           // load_microbatch
+void registerLayoutOps(OpDefTable& table);         // zero, split_*, shard_slice
+void registerElementwiseOps(OpDefTable& table);    // gelu_tanh_*, swiglu_*, add, accumulate, copy, cast
+void registerEmbeddingOps(OpDefTable& table);      // embedding_*, pos_embedding_*
+void registerNormOps(OpDefTable& table);           // layer_norm_*, rms_norm_*
+void registerLinearOps(OpDefTable& table);         // linear_*, bias_add
+void registerRopeOps(OpDefTable& table);           // rope_*
+void registerAttentionOps(OpDefTable& table);      // attention_*
+void registerLossOps(OpDefTable& table);           // cross_entropy_*
+void registerOptimizerOps(OpDefTable& table);      // grad_norm, adamw, sgd
+void registerCommunicationOps(OpDefTable& table);  // all_reduce, all_gather, reduce_scatter, send, recv
+
+}  // namespace llcdist::rt::ops

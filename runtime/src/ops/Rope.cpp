@@ -1,0 +1,122 @@
+// Family "rope": rope_fwd / rope_bwd (HF Llama rotate_half), and the cos/sin table every backend's
+// kernel reads: inv_freq and the angles are computed in fp32 with transformers' operation order, so
+// tables match HF's to within the last-ulp differences of the math library. The binder builds the
+// table once per op.
+#include "OpDefs.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+namespace llcdist::rt {
+
+StatusOr<std::vector<float>> ropeInvFreq(const RopeConfig& cfg, int64_t headDim) {
+  if (headDim <= 0 || headDim % 2 != 0)
+    return Status::invalidArgument("rope: head_dim must be positive and even, got " +
+                                   std::to_string(headDim));
+  if (!(cfg.theta > 0.0f))
+    return Status::invalidArgument("rope: rope_theta must be positive, got " + std::to_string(cfg.theta));
+  const int64_t half = headDim / 2;
+  std::vector<float> inv(half);
+  // _compute_default_rope_parameters: 1.0 / (base ** (arange(0, dim, 2).float() / dim))
+  for (int64_t i = 0; i < half; ++i)
+    inv[i] = 1.0f / std::pow(cfg.theta, static_cast<float>(2 * i) / static_cast<float>(headDim));
+  if (!cfg.llama3) return inv;
+
+  if (!(cfg.factor > 0.0f) || !(cfg.highFreqFactor > cfg.lowFreqFactor) || !(cfg.lowFreqFactor > 0.0f) ||
+      cfg.originalMaxPositionEmbeddings <= 0)
+    return Status::invalidArgument(
+        "rope: llama3 rope_scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+        "original_max_position_embeddings > 0");
+  // _compute_llama3_parameters. Python scalars are doubles; tensor ops run in fp32 with the scalar
+  // cast to fp32, and `scalar / tensor` is reciprocal(tensor) * scalar.
+  const double oldContext = double(cfg.originalMaxPositionEmbeddings);
+  const float lowFreqWavelen = static_cast<float>(oldContext / cfg.lowFreqFactor);
+  const float highFreqWavelen = static_cast<float>(oldContext / cfg.highFreqFactor);
+  const float twoPi = static_cast<float>(2.0 * M_PI);
+  const float smoothDenom = static_cast<float>(double(cfg.highFreqFactor) - double(cfg.lowFreqFactor));
+  for (int64_t i = 0; i < half; ++i) {
+    const float wavelen = (1.0f / inv[i]) * twoPi;
+    float llama = wavelen > lowFreqWavelen ? inv[i] / cfg.factor : inv[i];
+    const bool medium = !(wavelen < highFreqWavelen) && !(wavelen > lowFreqWavelen);
+    if (medium) {
+      const float smooth =
+          ((1.0f / wavelen) * static_cast<float>(oldContext) - cfg.lowFreqFactor) / smoothDenom;
+      llama = (1.0f - smooth) * llama / cfg.factor + smooth * llama;
+    }
+    inv[i] = llama;
+  }
+  return inv;
+}
+
+StatusOr<RopeTable> makeRopeTable(const RopeConfig& cfg, int64_t headDim, int64_t posBegin, int64_t S) {
+  if (posBegin < 0 || S < 0)
+    return Status::invalidArgument("rope: negative position range");
+  LLCDIST_ASSIGN_OR_RETURN(std::vector<float> inv, ropeInvFreq(cfg, headDim));
+  const int64_t half = headDim / 2;
+  RopeTable t;
+  t.posBegin = posBegin;
+  t.seqLen = S;
+  t.headDim = headDim;
+  t.cos.resize(S * headDim);
+  t.sin.resize(S * headDim);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(posBegin + s) * inv[i];  // fp32, as HF's matmul
+      const float c = std::cos(angle), sn = std::sin(angle);
+      t.cos[s * headDim + i] = t.cos[s * headDim + half + i] = c;
+      t.sin[s * headDim + i] = t.sin[s * headDim + half + i] = sn;
+    }
+  return t;
+}
+
+namespace ops {
+namespace {
+
+using K = schema::OpKind;
+
+Status checkRope(const OpChecker& c) {
+  const Op& op = c.op();
+  const int64_t hd = c.I("hd");
+  if (hd % 2 != 0) return c.attrError("hd", "the head dimension must be even, got " + std::to_string(hd));
+  const bool llama3 = op.boolAttr("llama3");
+  for (const char* a : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    const bool has = op.attrs.count(a) != 0;
+    if (llama3 && !has) return c.attrError(a, "required when llama3 is true");
+    if (!llama3 && has) return c.attrError(a, "only allowed when llama3 is true");
+  }
+  const int64_t e = OpChecker::prod({c.I("B"), c.I("S"), c.I("n"), hd});
+  for (const char* r : {"x", "y", "dy", "dx"}) LLCDIST_RETURN_IF_ERROR(c.count(r, e, "B×S×n×hd"));
+  return Status::ok();
+}
+
+StatusOr<OpParams> bindRope(const BindContext& b) {
+  const Op& op = b.op;
+  RopeParams p;
+  p.B = op.intAttr("B");
+  p.S = op.intAttr("S");
+  p.n = op.intAttr("n");
+  p.hd = op.intAttr("hd");
+  RopeConfig cfg;
+  cfg.theta = float(op.floatAttr("theta"));
+  cfg.llama3 = op.boolAttr("llama3");
+  if (cfg.llama3) {
+    cfg.factor = float(op.floatAttr("factor"));
+    cfg.lowFreqFactor = float(op.floatAttr("low_freq_factor"));
+    cfg.highFreqFactor = float(op.floatAttr("high_freq_factor"));
+    cfg.originalMaxPositionEmbeddings = op.intAttr("original_max_position_embeddings");
+  }
+  LLCDIST_ASSIGN_OR_RETURN(RopeTable table, makeRopeTable(cfg, p.hd, 0, p.S));
+  p.table = std::make_shared<const RopeTable>(std::move(table));
+  return OpParams(std::move(p));
+}
+
+}  // namespace
+
+void registerRopeOps(OpDefTable& t) {
+  t.add(K::kRopeFwd, {"rope", checkRope, bindRope});
+  t.add(K::kRopeBwd, {"rope", checkRope, bindRope});
+}
+
+}  // namespace ops
+}  // namespace llcdist::rt

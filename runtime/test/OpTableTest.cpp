@@ -1,0 +1,138 @@
+// The per-op tables: every op kind of the schema has a core definition (family, checker, binder) and,
+// when it runs as a kernel, exactly one CPU kernel-table entry; KernelTable::check names what is
+// wrong; a kernel refuses a call bound with another family's parameters; and docs/adding-an-op.md
+// lists every op under its family and names only files that exist.
+#include "llcdist/runtime/CpuBackend.h"
+#include "llcdist/runtime/KernelTable.h"
+#include "llcdist/runtime/PlanSchema.h"
+
+#include "ops/OpDefs.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace llcdist::rt {
+namespace {
+
+namespace sc = schema;
+
+TEST(OpTableTest, EveryOpKindHasADefinition) {
+  Status s = ops::checkOpDefs();
+  ASSERT_TRUE(s.isOk()) << s.message();
+  for (const sc::OpSpec& spec : sc::kOpSpecs) {
+    const ops::OpDef* d = ops::opDefs().find(spec.kind);
+    ASSERT_NE(d, nullptr) << spec.name;
+    EXPECT_FALSE(d->family.empty()) << spec.name;
+    EXPECT_NE(d->check, nullptr) << spec.name;
+    EXPECT_NE(d->bind, nullptr) << spec.name;
+  }
+}
+
+TEST(OpTableTest, CpuKernelTableHoldsExactlyTheKernelOps) {
+  Status s = checkCpuKernelTable();
+  ASSERT_TRUE(s.isOk()) << s.message();
+  size_t kernels = 0;
+  for (const sc::OpSpec& spec : sc::kOpSpecs) {
+    EXPECT_EQ(cpuKernelTable().find(spec.kind) != nullptr, launchesKernel(spec.kind)) << spec.name;
+    kernels += launchesKernel(spec.kind);
+  }
+  // Not a tautology: the collectives, send / recv and load_microbatch are the only non-kernel ops.
+  EXPECT_EQ(kernels, sc::kNumOpKinds - 6);
+  auto backend = makeCpuBackend();
+  EXPECT_TRUE(backend->hasKernel(sc::OpKind::kLayerNormFwd));
+  EXPECT_FALSE(backend->hasKernel(sc::OpKind::kAllReduce));
+}
+
+TEST(OpTableTest, CheckNamesMissingUnexpectedAndDuplicateEntries) {
+  KernelTable<int> t("a test table");
+  for (size_t i = 0; i < sc::kNumOpKinds; ++i)
+    if (sc::OpKind(i) != sc::OpKind::kRopeFwd) t.add(sc::OpKind(i), int(i));
+  t.add(sc::OpKind::kAdd, 7);
+  EXPECT_EQ(*t.find(sc::OpKind::kAdd), 7);
+  EXPECT_EQ(t.find(sc::OpKind::kRopeFwd), nullptr);
+  const Status all = t.check();
+  EXPECT_EQ(all.code(), StatusCode::kInternal);
+  EXPECT_EQ(all.message(), "a test table: no entry for: rope_fwd; registered twice: add (docs/adding-an-op.md)");
+  const Status kernels = t.check(launchesKernel);
+  EXPECT_NE(kernels.message().find("an entry for the non-kernel op: load_microbatch all_reduce all_gather "
+                                   "reduce_scatter send recv"),
+            std::string::npos)
+      << kernels.message();
+  KernelTable<int> complete("complete");
+  for (size_t i = 0; i < sc::kNumOpKinds; ++i) complete.add(sc::OpKind(i), 0);
+  EXPECT_TRUE(complete.check().isOk());
+}
+
+TEST(OpTableTest, KernelRefusesAnotherFamilysParameters) {
+  float a[2] = {1, 2}, b[2] = {3, 4}, y[2] = {0, 0};
+  KernelCall c;
+  c.kind = sc::OpKind::kAdd;
+  c.args = {{a}, {b}, {y}};
+  c.argElems = {{2}, {2}, {2}};
+  c.params = NormParams{};
+  Status s = runCpuKernel(c);
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_EQ(s.message(), "add was bound without its family's parameters");
+  c.params = ElementwiseParams{2};
+  ASSERT_TRUE(runCpuKernel(c).isOk());
+  EXPECT_EQ(y[0], 4.0f);
+  EXPECT_EQ(y[1], 6.0f);
+  c.kind = sc::OpKind::kAllReduce;
+  c.args = {{a}};
+  c.argElems = {{2}};
+  EXPECT_EQ(runCpuKernel(c).message(), "all_reduce is a collective, run by the backend's communicator, not a kernel");
+}
+
+std::string readDoc() {
+  std::ifstream in(std::string(LLCDIST_SOURCE_DIR) + "/docs/adding-an-op.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The family table: each family's row lists exactly its ops, and every family has a row.
+TEST(AddingAnOpDocTest, FamilyTableListsEveryOpUnderItsFamily) {
+  const std::string doc = readDoc();
+  ASSERT_FALSE(doc.empty()) << "docs/adding-an-op.md not found under " << LLCDIST_SOURCE_DIR;
+  std::set<std::string> families;
+  for (const sc::OpSpec& spec : sc::kOpSpecs) families.insert(std::string(ops::opDefs().find(spec.kind)->family));
+  for (const std::string& family : families) {
+    const std::string head = "| `" + family + "` |";
+    const size_t at = doc.find(head);
+    ASSERT_NE(at, std::string::npos) << "no row for family " << family;
+    const std::string row = doc.substr(at, doc.find('\n', at) - at);
+    const std::string opsCell = row.substr(head.size(), row.find('|', head.size()) - head.size());
+    std::set<std::string> listed;
+    std::istringstream words(opsCell);
+    for (std::string w; words >> w;) listed.insert(w);
+    std::set<std::string> expected;
+    for (const sc::OpSpec& spec : sc::kOpSpecs)
+      if (ops::opDefs().find(spec.kind)->family == family) expected.insert("`" + std::string(spec.name) + "`");
+    EXPECT_EQ(listed, expected) << "family " << family;
+  }
+}
+
+// Every runtime/ or docs/ path the page names in backquotes exists (placeholders like <Family> aside).
+TEST(AddingAnOpDocTest, NamedFilesExist) {
+  const std::string doc = readDoc();
+  ASSERT_FALSE(doc.empty());
+  size_t named = 0;
+  for (size_t at = doc.find('`'); at != std::string::npos; at = doc.find('`', at + 1)) {
+    const size_t end = doc.find('`', at + 1);
+    if (end == std::string::npos) break;
+    const std::string word = doc.substr(at + 1, end - at - 1);
+    at = end;
+    if ((word.rfind("runtime/", 0) != 0 && word.rfind("docs/", 0) != 0) || word.find('<') != std::string::npos) continue;
+    ++named;
+    EXPECT_TRUE(std::filesystem::exists(std::string(LLCDIST_SOURCE_DIR) + "/" + word)) << word;
+  }
+  EXPECT_GE(named, 20u);
+}
+
+}  // namespace
+}  // namespace llcdist::rt

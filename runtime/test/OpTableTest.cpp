@@ -1,7 +1,8 @@
 // The per-op tables: every op kind of the schema has a core definition (family, checker, binder) and,
 // when it runs as a kernel, exactly one CPU kernel-table entry; KernelTable::check names what is
-// wrong; a kernel refuses a call bound with another family's parameters; and docs/adding-an-op.md
-// lists every op under its family and names only files that exist.
+// wrong; a kernel refuses a call bound with another family's parameters; the binders give a rank its
+// groups, slices and peers; and docs/adding-an-op.md lists every op under its family and names only
+// files that exist.
 #include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/KernelTable.h"
 #include "llcdist/runtime/PlanSchema.h"
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -86,6 +88,76 @@ TEST(OpTableTest, KernelRefusesAnotherFamilysParameters) {
   c.args = {{a}};
   c.argElems = {{2}};
   EXPECT_EQ(runCpuKernel(c).message(), "all_reduce is a collective, run by the backend's communicator, not a kernel");
+}
+
+// The binders, directly: the family's parameters for a rank of a dp=2 × tp=4 mesh (Megatron order:
+// tp fastest, so rank 6 is dp 1, tp 2).
+StatusOr<OpParams> bindFor(sc::OpKind kind, std::map<std::string, AttrValue> attrs, int rank) {
+  Manifest m;
+  m.meshDp = 2;
+  m.meshTp = 4;
+  Op op;
+  op.kind = kind;
+  op.attrs = std::move(attrs);
+  return ops::opDefs().find(kind)->bind(ops::BindContext{op, m, m.mesh(), rank});
+}
+
+TEST(OpBinderTest, CommunicationGroupsTotalsAndPeers) {
+  auto ar = bindFor(sc::OpKind::kAllReduce, {{"axis", std::string("tp")}, {"op", std::string("avg")}, {"group_size", int64_t(2)}}, 6);
+  ASSERT_TRUE(ar.isOk()) << ar.status().message();
+  const auto& p = std::get<CommunicationParams>(*ar);
+  EXPECT_EQ(p.group, (std::vector<int>{6, 7}));  // the sub-group of 2 consecutive tp members holding rank 6
+  EXPECT_EQ(p.reduceOp, ReduceOp::kAvg);
+
+  auto ag = bindFor(sc::OpKind::kAllGather, {{"axis", std::string("dp")}, {"outer", int64_t(3)}, {"inner", int64_t(5)}}, 6);
+  ASSERT_TRUE(ag.isOk());
+  EXPECT_EQ(std::get<CommunicationParams>(*ag).group, (std::vector<int>{2, 6}));
+  EXPECT_EQ(std::get<CommunicationParams>(*ag).total, 10);  // n·inner without attr total
+
+  auto send = bindFor(sc::OpKind::kSend, {{"axis", std::string("tp")}, {"peer", int64_t(0)}, {"tag", int64_t(9)}}, 6);
+  ASSERT_TRUE(send.isOk());
+  EXPECT_EQ(std::get<CommunicationParams>(*send).peer, 4);
+  EXPECT_EQ(std::get<CommunicationParams>(*send).tag, 9);
+  auto self = bindFor(sc::OpKind::kRecv, {{"axis", std::string("tp")}, {"peer", int64_t(2)}, {"tag", int64_t(0)}}, 6);
+  EXPECT_EQ(self.status().message(),
+            "recv: peer 2 is rank 6's own coordinate on axis tp (a rank cannot receive from itself)");
+}
+
+TEST(OpBinderTest, ShardedFamiliesGetTheRanksSlice) {
+  auto slice = bindFor(sc::OpKind::kShardSlice,
+                       {{"axis", std::string("tp")}, {"outer", int64_t(2)}, {"inner", int64_t(3)}, {"total", int64_t(10)}}, 6);
+  ASSERT_TRUE(slice.isOk());
+  const auto& l = std::get<LayoutParams>(*slice);
+  EXPECT_EQ(l.members, 4);
+  EXPECT_EQ(l.member, 2);
+  EXPECT_EQ(l.total, 10);
+
+  auto ce = bindFor(sc::OpKind::kCrossEntropyFwd, {{"M", int64_t(4)}, {"V", int64_t(8)}, {"scale", 0.5},
+                                                   {"shard_axis", std::string("tp")}, {"real_vocab", int64_t(30)}}, 6);
+  ASSERT_TRUE(ce.isOk());
+  const auto& loss = std::get<LossParams>(*ce);
+  ASSERT_TRUE(loss.vocabShard.has_value());
+  EXPECT_EQ(loss.vocabShard->index, 2);
+  EXPECT_EQ(loss.vocabShard->count, 4);
+  EXPECT_EQ(loss.group, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(loss.realVocab, 30);
+  EXPECT_EQ(loss.scale, 0.5);
+
+  auto pos = bindFor(sc::OpKind::kPosEmbeddingFwd, {{"B", int64_t(1)}, {"S", int64_t(16)}, {"H", int64_t(8)},
+                                                    {"P", int64_t(64)}, {"shard_axis", std::string("tp")}}, 6);
+  ASSERT_TRUE(pos.isOk());
+  EXPECT_EQ(std::get<EmbeddingParams>(*pos).posBegin, 32);  // c·S, c = 2
+
+  auto norm = bindFor(sc::OpKind::kGradNorm, {{"max_norm", 1.0}, {"axis", std::string("tp")}, {"replicas", int64_t(2)},
+                                              {"stage_axis", std::string("dp,pp")}}, 6);
+  ASSERT_TRUE(norm.isOk());
+  const auto& g = std::get<OptimizerParams>(*norm);
+  EXPECT_EQ(g.group, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(g.member, 2);
+  EXPECT_EQ(g.replicas, 2);
+  ASSERT_EQ(g.stageGroups.size(), 2u);
+  EXPECT_EQ(g.stageGroups[0], (std::vector<int>{2, 6}));
+  EXPECT_EQ(g.stageGroups[1], (std::vector<int>{6}));
 }
 
 std::string readDoc() {

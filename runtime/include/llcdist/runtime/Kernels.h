@@ -27,6 +27,8 @@ namespace llcdist::rt {
 // ---------------------------------------------------------------------------------------------------
 // Linear (Linear.cpp): y[M,N] = x[M,K] · W + b.
 // ---------------------------------------------------------------------------------------------------
+// W's layout is a WeightLayout (OpParams.h): kOutIn, W [N,K] and y = x·Wᵀ (torch nn.Linear; Llama), or
+// kInOut, W [K,N] and y = x·W (GPT-2 Conv1D).
 // bias [N] may be null.
 void linearForward(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t K,
                    int64_t N, WeightLayout layout);
@@ -44,6 +46,7 @@ void biasAddForward(float* y, const float* bias, int64_t M, int64_t N);
 // ---------------------------------------------------------------------------------------------------
 // Vocabulary parallelism (Megatron VocabParallelEmbedding / vocab_parallel_cross_entropy).
 // ---------------------------------------------------------------------------------------------------
+// A rank's slice of the vocabulary is a VocabShard (OpParams.h).
 // All-reduces buf[n] (double) in place across the members of the vocabulary shards' group: the
 // maximum when `max`, else the sum. Must reduce in member order and give every member identical bits
 // (the communicator's rule); any error (abort, timeout, mismatch) is returned as is.
@@ -99,6 +102,8 @@ void rmsNormBackwardWeight(const float* dy, const float* x, const float* rstd, f
 // ---------------------------------------------------------------------------------------------------
 // Rotary position embedding (Rope.cpp), HF Llama rotate_half convention.
 // ---------------------------------------------------------------------------------------------------
+// The cos/sin table (RopeTable, makeRopeTable: OpParams.h) is part of the op's definition, built in
+// the core (src/ops/Rope.cpp) for every backend.
 // y[B,S,n,hd] = x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x[hd/2:], x[:hd/2]); row s of the
 // table is used for sequence index s. y may alias x. table.seqLen must equal S, table.headDim hd.
 Status ropeForward(const RopeTable& table, const float* x, float* y, int64_t B, int64_t S, int64_t n,

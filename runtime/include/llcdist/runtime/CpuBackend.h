@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace llcdist::rt {
@@ -48,19 +49,14 @@ using CpuGroupAllReduce = std::function<Status(const std::vector<int>& group, do
 struct CpuKernelContext {
   const CpuGroupAllReduce& groupAllReduce;
 };
-using CpuKernel = std::function<Status(const KernelCall& call, const CpuKernelContext& context)>;
+using CpuKernel = BackendKernel<CpuKernelContext>;
 using CpuKernelTable = KernelTable<CpuKernel>;
 
 // Registers `kernel(call, params, context)` for `kind`, reading the family's parameters P
-// (OpParams.h); a call bound with another family's parameters is an Internal error.
+// (typedKernel, KernelCall.h).
 template <class P, class Fn>
 void addCpuKernel(CpuKernelTable& table, schema::OpKind kind, Fn kernel) {
-  table.add(kind, [kind, kernel](const KernelCall& call, const CpuKernelContext& context) -> Status {
-    const P* params = call.paramsAs<P>();
-    if (!params)
-      return Status::internal(std::string(schema::opName(kind)) + " was bound without its family's parameters");
-    return kernel(call, *params, context);
-  });
+  table.add(kind, typedKernel<P, CpuKernelContext>(kind, std::move(kernel)));
 }
 
 // The CPU backend's kernel table, built once from the families' registrations: an entry for exactly

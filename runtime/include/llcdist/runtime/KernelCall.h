@@ -5,9 +5,12 @@
 
 #include "llcdist/runtime/OpParams.h"
 #include "llcdist/runtime/PlanSchema.h"
+#include "llcdist/runtime/Status.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -59,5 +62,23 @@ struct KernelCall {
   const std::vector<void*>& list(std::string_view name) const { return args[role(name)]; }
   int64_t elems(std::string_view name, size_t k = 0) const { return argElems[role(name)][k]; }
 };
+
+// A backend's kernel-table entry (KernelTable.h): runs one call with the backend's own context (the
+// CPU backend's: CpuKernelContext in CpuBackend.h).
+template <class Context>
+using BackendKernel = std::function<Status(const KernelCall& call, const Context& context)>;
+
+// The entry for `kind` that runs `kernel(call, params, context)` on the family's parameters P
+// (OpParams.h); a call bound with another family's parameters is an Internal error. Every backend
+// registers its kernels through this, so no backend switches on the parameters' type.
+template <class P, class Context, class Fn>
+BackendKernel<Context> typedKernel(schema::OpKind kind, Fn kernel) {
+  return [kind, kernel](const KernelCall& call, const Context& context) -> Status {
+    const P* params = call.paramsAs<P>();
+    if (!params)
+      return Status::internal(std::string(schema::opName(kind)) + " was bound without its family's parameters");
+    return kernel(call, *params, context);
+  };
+}
 
 }  // namespace llcdist::rt

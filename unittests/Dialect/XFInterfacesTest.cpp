@@ -10,6 +10,7 @@
 #include "llcdist/Dialect/XF/IR/XFOps.h"
 #include "llcdist/InitAll.h"
 
+#include "mlir/Dialect/Shard/Interfaces/ShardingInterface.h"
 #include "mlir/IR/MLIRContext.h"
 
 #include <gtest/gtest.h>
@@ -63,6 +64,30 @@ TEST(XFInterfaces, EveryOpIsDifferentiableOrListed) {
   for (const std::string &op : kNotDifferentiable)
     EXPECT_TRUE(seen.count(op)) << op << " is listed but is not an xf op";
   EXPECT_EQ(differentiable, 11) << "of " << xfOps << " xf ops";
+}
+
+/// xf ops with no sharding model: they exist only after partitioning (the
+/// collectives it inserts, and bias_add, which tp creates). The optimizer's
+/// ops and the step's collectives have one (no tensor to split).
+const std::set<std::string> kNoShardingModel = {"xf.all_reduce", "xf.all_gather",
+                                                "xf.reduce_scatter", "xf.bias_add"};
+
+TEST(XFInterfaces, EveryTensorOpHasAShardingModel) {
+  mlir::DialectRegistry registry;
+  registerAllDialects(registry);
+  mlir::MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
+  for (mlir::RegisteredOperationName name : ctx.getRegisteredOperations()) {
+    if (name.getDialectNamespace() != "xf")
+      continue;
+    std::string op = name.getStringRef().str();
+    bool model = name.hasInterface<mlir::shard::ShardingInterface>();
+    EXPECT_NE(model, kNoShardingModel.count(op) == 1)
+        << op << (model ? " has a sharding model but is listed without one"
+                        : " has no sharding model: add it to getSpec and "
+                          "registerShardingInterfaceExternalModels "
+                          "(lib/Dialect/XF/IR/XFShardingInterface.cpp) or list it here");
+  }
 }
 
 } // namespace

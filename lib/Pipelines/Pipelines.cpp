@@ -26,7 +26,14 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   split.layout = o.ppLayout;
   split.schedule = o.pipelineSchedule;
   pm.addPass(xf::createPipelineSplit(split));
-  pm.addPass(createLowerToPlan(o));
+  // ZeRO-1 is a rewrite of the plan lowered without it; stages 2 and 3
+  // shard inside the backward and forward, which the lowering does.
+  LowerToPlanOptions lowering = o;
+  if (o.zero == 1)
+    lowering.zero = 0;
+  pm.addPass(createLowerToPlan(lowering));
+  if (o.zero == 1)
+    pm.addPass(plan::createPlanZero({o.zero}));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
   if (o.verifyPlan)
     pm.addPass(plan::createVerifyPlan({}, o.verifiedPlan));

@@ -20,6 +20,7 @@ struct PlanJson;
 /// totalSteps, minLr, beta1, beta2, eps, weightDecay, momentum, gradClip),
 /// llcdist-partition (sequenceParallel: Megatron's sequence parallelism) and
 /// llcdist-lower-to-plan (zero: the ZeRO stage over dp, 0 = off, 3 = FSDP;
+/// stage 1 runs as llcdist-plan-zero after the lowering;
 /// reshardAfterForward: ZeRO-3 gathers again for the backward).
 struct TrainingPipelineOptions : xf::AddOptimizerOptions,
                                  xf::PartitionOptions,

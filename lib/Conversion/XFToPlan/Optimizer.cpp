@@ -1,7 +1,7 @@
 //===- Optimizer.cpp - the optimizer step: reductions, norm, updates ------===//
 //
-// The gradient all-reduces over dp and tp (under ZeRO-1 the dp reduce-scatter
-// to each block's owner; ZeRO-2/3 reduced in the backward), the loss's
+// The gradient all-reduces over dp and tp (under ZeRO-2/3 the dp part was
+// reduced in the backward), the loss's
 // average, the global gradient norm (with clipping), then one AdamW or SGD
 // update per parameter this program updates, with its state buffers and its
 // plan.param. What a pipeline stage updates is its stage plan's answer
@@ -31,33 +31,16 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
   const bool mixed = step.mixed;
   OptimizerChoice choice;
   pb.current = pb.optimizer;
-  // The gradient each update reads: the gradient buffer, or under ZeRO-1
-  // the dp shard reduce-scattered out of it.
+  // The gradient each update reads.
   llvm::StringMap<Buf> updateGrad;
   for (const std::string &name : params.order())
     updateGrad[name] = params[name].grad;
   for (Operation &op : fn.getBody().front().without_terminator()) {
-    if (auto ar = dyn_cast<AllReduceGradsOp>(op); ar && zero > 0 && ar.getAxis() == "dp") {
-      // ZeRO replaces the gradient all-reduce over dp by reduce-scatters:
-      // stages 2 and 3 did them in the backward, stage 1 does them now.
-      if (zero == 1)
-        for (const std::string &name : params.order()) {
-          if (!scope.updates(name))
-            continue; // a tied copy: its home reduces the summed gradient
-          ParamInfo &p = params[name];
-          Buf shard = pb.newBuffer(name + ".grad_shard", "scratch", p.shardType);
-          SmallVector<NamedAttribute> attrs = params.zeroCollective(p);
-          attrs.push_back(str("op", "sum"));
-          kernel("reduce_scatter", {arg("x", p.grad), arg("y", shard)}, attrs,
-                 NameLoc::get(b.getStringAttr("ZeRO-1: reduce-scatter the gradient to the "
-                                              "optimizer state's owner"),
-                              NameLoc::get(b.getStringAttr(name), op.getLoc())))
-              ->setAttr("plan.payload", b.getStringAttr("gradients"));
-          plan::setCollectiveOrigin(pb.lastKernel(), xf::CollectiveOrigin::Zero);
-          updateGrad[name] = shard;
-        }
+    // ZeRO-2/3 reduce-scattered the gradients over dp in the backward.
+    // (ZeRO-1's reduce-scatter is llcdist-plan-zero's rewrite of this
+    // all-reduce.)
+    if (auto ar = dyn_cast<AllReduceGradsOp>(op); ar && zero > 0 && ar.getAxis() == "dp")
       continue;
-    }
     if (auto ar = dyn_cast<AllReduceGradsOp>(op)) {
       SmallVector<Attribute> covered;
       for (const std::string &name : params.order())
@@ -156,12 +139,12 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
       bool decays = p.type.getRank() >= 2 && !p.isTable;
       SmallVector<Attribute> state;
       Location loc = NameLoc::get(b.getStringAttr(name), op.getLoc());
-      // What the update writes: the parameter, or under ZeRO-1/2 this dp
+      // What the update writes: the parameter, or under ZeRO-2 this dp
       // rank's shard of it, cut out now and gathered back after.
       Buf target = p.value, grad = updateGrad[name];
       // f32 (the master's type), and under ZeRO this rank's block only.
       RankedTensorType stateType = ProgramBuilder::withF32(p.shardType);
-      bool sliceAndGather = (zero == 1 || zero == 2) && !mixed && scope.updates(name);
+      bool sliceAndGather = zero == 2 && !mixed && scope.updates(name);
       if (sliceAndGather) {
         target = pb.newBuffer(name + ".shard", "scratch", p.shardType);
         kernel("shard_slice", {arg("x", p.value), arg("y", target)}, params.zeroCollective(p),

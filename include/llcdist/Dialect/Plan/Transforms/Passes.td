@@ -19,6 +19,44 @@ def PlanMemory : Pass<"llcdist-plan-memory", "llcdist::plan::ProgramOp"> {
   }];
 }
 
+def PlanZero : Pass<"llcdist-plan-zero", "mlir::ModuleOp"> {
+  let summary = "ZeRO-1 over dp: shard the optimizer state, reduce-scatter the gradients";
+  let description = [{
+    A plan→plan rewrite of a plan lowered without ZeRO (llcdist-lower-to-plan
+    with `zero` = 0) on a mesh with dp > 1. Every parameter's rows are split
+    in dp blocks of ceil(rows / dp) rows, the last ones zero-padded when dp
+    does not divide the rows (`block_rows` on the param, `total` on its
+    collectives), and each dp rank keeps the optimizer state of its block
+    only (ZeRO stage 1, DeepSpeed's and Megatron's distributed optimizer):
+
+    - the optimizer's gradient all-reduce over dp becomes one reduce-scatter
+      per parameter the program updates, into `<name>.grad_shard`, which the
+      later reductions, the norm and the update read; the norm sums the
+      blocks over dp (grad_norm `stage_axis` "dp", "dp,pp" on a pipeline);
+    - the optimizer state buffers hold the block; an f32 update cuts the
+      block out of the parameter (`shard_slice` into `<name>.shard`),
+      updates it and all-gathers the blocks back into the parameter;
+    - under mixed precision the f32 master is the block (the update writes
+      it in place) and step_begin's bf16 copy is cast per block
+      (`<name>.bf16_block`) and all-gathered into the working copy;
+    - each plan.param records its shape before the blocks (`local_shape`)
+      and its block (`zero` = {axis, stage, value_block, block_rows}).
+
+    New buffers are declared where llcdist-lower-to-plan would have made
+    them, so the plan's buffer ids and arena are what a lowering that did
+    ZeRO itself gives. Stages 2 and 3 (the gradient and the parameter
+    sharded in the backward and forward) are still llcdist-lower-to-plan's
+    `zero` option.
+
+    Before: `plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}`
+    After:  `plan.kernel "reduce_scatter" {x = @g, y = @gs} {axis = "dp", inner = 32 : i64, op = "sum", outer = 1 : i64}`
+  }];
+  let options = [
+    Option<"stage", "stage", "int64_t", "1",
+           "ZeRO stage (only 1 here; 2 and 3 are llcdist-lower-to-plan's zero option)">,
+  ];
+}
+
 def VerifyPlan : Pass<"llcdist-verify-plan", "mlir::ModuleOp"> {
   let summary = "check every rank's communication before anything runs";
   let description = [{

@@ -1,0 +1,389 @@
+//===- PlanZero.cpp - ZeRO-1 as a plan→plan rewrite -----------------------===//
+//
+// llcdist-plan-zero: the optimizer side of ZeRO over dp, on a plan lowered
+// without it. Each dp rank owns one row block of every parameter (ceil(rows
+// / dp) rows, the last blocks zero-padded): it receives only that block of
+// the summed gradient (a reduce-scatter where the plan all-reduced), keeps
+// the optimizer state of that block, updates it and gathers the updated
+// blocks back into the whole parameter the next step reads.
+//
+// Everything the rewrite needs is in the plan: the parameters and their
+// buffers (plan.param), the dp gradient all-reduce (its `plan.payload`), the
+// updates (the kernels reading a parameter's gradient as `grad`) and, under
+// mixed precision, the working copy (step_begin's cast from the master).
+// New buffers are declared where llcdist-lower-to-plan declares them when
+// it builds the same plan itself, so buffer ids and arena offsets do not
+// depend on which of the two made the plan.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Dialect/Plan/Transforms/Passes.h"
+
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+
+#define DEBUG_TYPE "llcdist-plan-zero"
+
+namespace llcdist::plan {
+#define GEN_PASS_DEF_PLANZERO
+#include "llcdist/Dialect/Plan/Transforms/Passes.h.inc"
+} // namespace llcdist::plan
+
+using namespace mlir;
+using namespace llcdist;
+
+namespace {
+
+using Buf = FlatSymbolRefAttr;
+
+/// One parameter of the program, as the rewrite sees it.
+struct Param {
+  plan::ParamOp op;
+  plan::BufferOp value, grad;
+  /// What the forward and backward read: `value`, or under mixed precision
+  /// the bf16 copy step_begin casts from the f32 master.
+  plan::BufferOp working;
+  /// step_begin's cast of the master into `working` (mixed precision only).
+  plan::KernelOp cast;
+  /// The tensor on this rank before ZeRO, and its dp block.
+  RankedTensorType type, shardType;
+  /// Updated on another pipeline stage (a tied replica): no update here.
+  bool replica = false;
+};
+
+/// Rewrites one plan.program; `dp` is the mesh's.
+class ProgramZero {
+public:
+  ProgramZero(plan::ProgramOp program, int64_t dp)
+      : program(program), dp(dp), b(program.getContext()) {}
+
+  LogicalResult run();
+
+private:
+  LogicalResult collect();
+  /// A new buffer `sym` declared before `before`.
+  Buf newBuffer(Operation *before, StringRef name, StringRef kind, RankedTensorType type);
+  plan::KernelOp kernel(StringRef name, ArrayRef<NamedAttribute> args,
+                        ArrayRef<NamedAttribute> attrs, Location loc);
+  /// The attributes of a collective (or shard_slice) between the whole
+  /// local tensor of `p` and its dp block. A padded block adds `total`: the
+  /// whole side holds only the real elements.
+  SmallVector<NamedAttribute> blockAttrs(const Param &p);
+  /// The kernel's args with every buffer in `map` replaced.
+  DictionaryAttr remapArgs(plan::KernelOp k, const DenseMap<Attribute, Attribute> &map);
+  void reduceScatterGradients();
+  void sumNormOverDp();
+  void shardUpdates();
+  void gatherWorkingCopies();
+  void annotateParams();
+
+  plan::ProgramOp program;
+  int64_t dp;
+  OpBuilder b;
+  Block *body = nullptr;
+  plan::SubroutineOp stepBegin, optimizer;
+  Operation *firstSubroutine = nullptr;
+  llvm::StringMap<plan::BufferOp> buffers;
+  std::vector<Param> params;
+  /// The plan is mixed precision: the masters are f32 blocks, not updated
+  /// through a slice.
+  bool mixed = false;
+  int64_t nextSym = 0;
+};
+
+Buf ProgramZero::newBuffer(Operation *before, StringRef name, StringRef kind,
+                           RankedTensorType type) {
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPoint(before);
+  std::string sym = "b" + std::to_string(nextSym++);
+  auto op = plan::BufferOp::create(b, program.getLoc(), b.getStringAttr(sym), TypeAttr::get(type),
+                                   b.getStringAttr(name), b.getStringAttr(kind), IntegerAttr());
+  buffers[sym] = op;
+  return FlatSymbolRefAttr::get(b.getContext(), sym);
+}
+
+plan::KernelOp ProgramZero::kernel(StringRef name, ArrayRef<NamedAttribute> args,
+                                   ArrayRef<NamedAttribute> attrs, Location loc) {
+  return plan::KernelOp::create(b, loc, name, b.getDictionaryAttr(args),
+                                b.getDictionaryAttr(attrs));
+}
+
+SmallVector<NamedAttribute> ProgramZero::blockAttrs(const Param &p) {
+  SmallVector<NamedAttribute> attrs{
+      b.getNamedAttr("axis", b.getStringAttr("dp")),
+      b.getNamedAttr("outer", b.getI64IntegerAttr(1)),
+      b.getNamedAttr("inner", b.getI64IntegerAttr(p.shardType.getNumElements()))};
+  if (p.type.getNumElements() != p.shardType.getNumElements() * dp)
+    attrs.push_back(b.getNamedAttr("total", b.getI64IntegerAttr(p.type.getNumElements())));
+  return attrs;
+}
+
+DictionaryAttr ProgramZero::remapArgs(plan::KernelOp k,
+                                      const DenseMap<Attribute, Attribute> &map) {
+  SmallVector<NamedAttribute> args;
+  for (NamedAttribute a : k.getArgs()) {
+    Attribute v = a.getValue();
+    if (auto list = dyn_cast<ArrayAttr>(v)) {
+      SmallVector<Attribute> elems;
+      for (Attribute e : list)
+        elems.push_back(map.lookup(e) ? map.lookup(e) : e);
+      v = b.getArrayAttr(elems);
+    } else if (Attribute to = map.lookup(v)) {
+      v = to;
+    }
+    args.push_back(b.getNamedAttr(a.getName(), v));
+  }
+  return b.getDictionaryAttr(args);
+}
+
+LogicalResult ProgramZero::collect() {
+  body = &program.getBody().front();
+  for (Operation &op : *body) {
+    if (auto buf = dyn_cast<plan::BufferOp>(op)) {
+      buffers[buf.getSymName()] = buf;
+      int64_t n = 0;
+      if (buf.getSymName().starts_with("b") &&
+          !buf.getSymName().drop_front().getAsInteger(10, n))
+        nextSym = std::max(nextSym, n + 1);
+    } else if (auto sub = dyn_cast<plan::SubroutineOp>(op)) {
+      if (!firstSubroutine)
+        firstSubroutine = sub;
+      if (sub.getSymName() == "step_begin")
+        stepBegin = sub;
+      else if (sub.getSymName() == "optimizer")
+        optimizer = sub;
+    }
+  }
+  if (!stepBegin || !optimizer)
+    return program.emitError("llcdist-plan-zero: expected the step_begin and optimizer "
+                             "subroutines of llcdist-lower-to-plan");
+  // Under mixed precision step_begin casts each master into its working copy.
+  llvm::DenseMap<Attribute, plan::KernelOp> castOf;
+  for (auto k : stepBegin.getBody().front().getOps<plan::KernelOp>())
+    if (k.getKernel() == "cast")
+      castOf[k.getArgs().get("x")] = k;
+  for (auto p : body->getOps<plan::ParamOp>()) {
+    if (p->hasAttr("zero"))
+      return p.emitOpError("llcdist-plan-zero: the parameter is already ZeRO-sharded");
+    Param info;
+    info.op = p;
+    info.value = buffers.lookup(p.getValue());
+    info.grad = buffers.lookup(p.getGrad());
+    info.replica = p->hasAttr("pipeline.replica_of");
+    info.working = info.value;
+    if (plan::KernelOp cast = castOf.lookup(p.getValueAttr())) {
+      info.cast = cast;
+      info.working = buffers.lookup(cast.getArgs().getAs<FlatSymbolRefAttr>("y").getValue());
+      mixed = true;
+    }
+    info.type = info.working.getTensorType();
+    SmallVector<int64_t> dims(info.type.getShape());
+    dims[0] = llvm::divideCeil(dims[0], dp);
+    info.shardType = RankedTensorType::get(dims, info.type.getElementType());
+    params.push_back(info);
+  }
+  return success();
+}
+
+void ProgramZero::reduceScatterGradients() {
+  // The lowering's dp gradient all-reduce (one per step); every later
+  // reader of a gradient (the tp reductions, the norm, the update) reads
+  // this rank's reduced block instead.
+  SmallVector<plan::KernelOp> dpReduces;
+  for (auto k : optimizer.getBody().front().getOps<plan::KernelOp>()) {
+    auto payload = k->getAttrOfType<StringAttr>("plan.payload");
+    if (k.getKernel() == "all_reduce" && payload && payload.getValue() == "gradients" &&
+        k.getParams().getAs<StringAttr>("axis").getValue() == "dp")
+      dpReduces.push_back(k);
+  }
+  if (dpReduces.empty())
+    return;
+  plan::KernelOp first = dpReduces.front();
+  // The reduce-scatter's target buffers come before the optimizer's own:
+  // the first state buffer or plan.param of the updates.
+  llvm::DenseSet<Attribute> stateBufs;
+  for (Param &p : params)
+    for (Attribute s : p.op.getState())
+      stateBufs.insert(s);
+  Operation *declareAt = firstSubroutine;
+  for (Operation &op : *body) {
+    auto buf = dyn_cast<plan::BufferOp>(op);
+    if (isa<plan::ParamOp>(op) ||
+        (buf && stateBufs.count(FlatSymbolRefAttr::get(buf.getSymNameAttr())))) {
+      declareAt = &op;
+      break;
+    }
+  }
+  // The all-reduce's location is the reason beside the optimizer op's.
+  Location stepLoc = first.getLoc();
+  if (auto n = dyn_cast<NameLoc>(stepLoc))
+    stepLoc = n.getChildLoc();
+  DenseMap<Attribute, Attribute> toShard;
+  Operation *last = nullptr;
+  b.setInsertionPoint(first);
+  for (Param &p : params) {
+    if (p.replica)
+      continue; // its home stage reduces the summed gradient
+    std::string name = p.op.getName().str();
+    Buf shard = newBuffer(declareAt, name + ".grad_shard", "scratch", p.shardType);
+    SmallVector<NamedAttribute> attrs = blockAttrs(p);
+    attrs.push_back(b.getNamedAttr("op", b.getStringAttr("sum")));
+    last = kernel("reduce_scatter",
+                  {b.getNamedAttr("x", p.op.getGradAttr()), b.getNamedAttr("y", shard)}, attrs,
+                  NameLoc::get(b.getStringAttr("ZeRO-1: reduce-scatter the gradient to the "
+                                               "optimizer state's owner"),
+                               NameLoc::get(b.getStringAttr(name), stepLoc)));
+    last->setAttr("plan.payload", b.getStringAttr("gradients"));
+    toShard[p.op.getGradAttr()] = shard;
+  }
+  for (plan::KernelOp k : dpReduces)
+    k.erase();
+  if (!last)
+    return;
+  // What comes before the reduction (a tied gradient's exchange) reads the
+  // whole gradient; what follows reads the block.
+  for (Operation *op = last->getNextNode(); op; op = op->getNextNode()) {
+    auto k = dyn_cast<plan::KernelOp>(op);
+    if (!k)
+      continue;
+    k.setArgsAttr(remapArgs(k, toShard));
+  }
+}
+
+void ProgramZero::sumNormOverDp() {
+  // Each dp rank holds other gradient blocks: the norm sums over dp too
+  // (after the pipeline's stages: "dp,pp").
+  for (auto k : optimizer.getBody().front().getOps<plan::KernelOp>()) {
+    if (k.getKernel() != "grad_norm")
+      continue;
+    auto stageAxis = k.getParams().getAs<StringAttr>("stage_axis");
+    NamedAttrList attrs(k.getParams());
+    attrs.set("stage_axis", b.getStringAttr(stageAxis ? "dp," + stageAxis.str() : "dp"));
+    k.setParamsAttr(attrs.getDictionary(b.getContext()));
+  }
+}
+
+void ProgramZero::shardUpdates() {
+  llvm::DenseMap<Attribute, Param *> byValue;
+  for (Param &p : params) {
+    // The state is f32 (the master's type) and this rank's block only.
+    for (Attribute s : p.op.getState())
+      buffers.lookup(cast<FlatSymbolRefAttr>(s).getValue())
+          .setTypeAttr(TypeAttr::get(RankedTensorType::get(p.shardType.getShape(),
+                                                           b.getF32Type())));
+    if (!p.replica)
+      byValue[p.op.getValueAttr()] = &p;
+  }
+  if (mixed)
+    return; // the update writes the master's block in place
+  // An f32 update: cut this rank's block out of the parameter, update it,
+  // gather the blocks back.
+  for (auto k : llvm::make_early_inc_range(optimizer.getBody().front().getOps<plan::KernelOp>())) {
+    if (k.getKernel() != "adamw" && k.getKernel() != "sgd")
+      continue;
+    Param *p = byValue.lookup(k.getArgs().get("param"));
+    if (!p)
+      continue;
+    std::string name = p->op.getName().str();
+    Operation *declareAt = p->op.getState().empty()
+                               ? p->op.getOperation()
+                               : buffers.lookup(cast<FlatSymbolRefAttr>(p->op.getState()[0])
+                                                    .getValue())
+                                     .getOperation();
+    Buf shard = newBuffer(declareAt, name + ".shard", "scratch", p->shardType);
+    b.setInsertionPoint(k);
+    kernel("shard_slice", {b.getNamedAttr("x", p->op.getValueAttr()), b.getNamedAttr("y", shard)},
+           blockAttrs(*p), k.getLoc());
+    k.setArgsAttr(remapArgs(k, {{p->op.getValueAttr(), shard}}));
+    b.setInsertionPointAfter(k);
+    kernel("all_gather", {b.getNamedAttr("x", shard), b.getNamedAttr("y", p->op.getValueAttr())},
+           blockAttrs(*p),
+           NameLoc::get(b.getStringAttr("ZeRO: gather the updated shards"), k.getLoc()))
+        ->setAttr("plan.payload", b.getStringAttr("parameters"));
+  }
+}
+
+void ProgramZero::gatherWorkingCopies() {
+  // Under mixed precision the master is this rank's block: step_begin
+  // rounds the block, then gathers the blocks into the bf16 working copy.
+  for (Param &p : params) {
+    if (!p.cast)
+      continue;
+    p.value.setTypeAttr(TypeAttr::get(RankedTensorType::get(p.shardType.getShape(),
+                                                            b.getF32Type())));
+    std::string name = p.op.getName().str();
+    Buf block = newBuffer(firstSubroutine, name + ".bf16_block", "scratch", p.shardType);
+    Location castLoc = p.cast.getLoc();
+    b.setInsertionPoint(p.cast);
+    kernel("cast", {b.getNamedAttr("x", p.op.getValueAttr()), b.getNamedAttr("y", block)},
+           {b.getNamedAttr("n", b.getI64IntegerAttr(p.shardType.getNumElements()))}, castLoc);
+    kernel("all_gather",
+           {b.getNamedAttr("x", block),
+            b.getNamedAttr("y", FlatSymbolRefAttr::get(p.working.getSymNameAttr()))},
+           blockAttrs(p),
+           NameLoc::get(b.getStringAttr("ZeRO: gather the updated parameter blocks"), castLoc))
+        ->setAttr("plan.payload", b.getStringAttr("parameters"));
+    p.cast.erase();
+  }
+}
+
+void ProgramZero::annotateParams() {
+  for (Param &p : params) {
+    // The tensor's shape on this rank before the blocks (the writer's
+    // `shape` when there is no tp `sharding`).
+    p.op->setAttr("local_shape", b.getDenseI64ArrayAttr(p.type.getShape()));
+    SmallVector<NamedAttribute> z{b.getNamedAttr("axis", b.getStringAttr("dp")),
+                                  b.getNamedAttr("stage", b.getI64IntegerAttr(1))};
+    if (mixed) // the f32 master is this rank's block
+      z.push_back(b.getNamedAttr("value_block", b.getBoolAttr(true)));
+    // dp does not divide the rows: the last blocks are zero padding.
+    if (p.shardType.getDimSize(0) * dp != p.type.getDimSize(0))
+      z.push_back(b.getNamedAttr("block_rows", b.getI64IntegerAttr(p.shardType.getDimSize(0))));
+    p.op->setAttr("zero", b.getDictionaryAttr(z));
+  }
+}
+
+LogicalResult ProgramZero::run() {
+  if (failed(collect()))
+    return failure();
+  reduceScatterGradients();
+  sumNormOverDp();
+  shardUpdates();
+  gatherWorkingCopies();
+  annotateParams();
+  return success();
+}
+
+struct PlanZeroPass : public plan::impl::PlanZeroBase<PlanZeroPass> {
+  using PlanZeroBase::PlanZeroBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    const int64_t stage = this->stage;
+    if (stage == 2 || stage == 3) {
+      module.emitError("llcdist-plan-zero: stage ")
+          << stage << " shards the gradients in the backward, which this pass does not do "
+          << "yet (use llcdist-lower-to-plan's zero option)";
+      return signalPassFailure();
+    }
+    if (stage != 1) {
+      module.emitError("llcdist-plan-zero: stage ") << stage << " is not 1, 2 or 3";
+      return signalPassFailure();
+    }
+    int64_t dp = 1;
+    if (auto grid = module.lookupSymbol<shard::GridOp>("mesh"))
+      dp = grid.getShape()[0];
+    if (dp < 2) {
+      module.emitError("llcdist-plan-zero: stage ")
+          << stage << " shards over dp, but the mesh has dp=1 (use --mesh dp=N with N > 1)";
+      return signalPassFailure();
+    }
+    for (auto program : module.getOps<plan::ProgramOp>())
+      if (failed(ProgramZero(program, dp).run()))
+        return signalPassFailure();
+  }
+};
+
+} // namespace

@@ -1,0 +1,50 @@
+// RUN: llc-dist-opt %s -split-input-file -llcdist-plan-zero -verify-diagnostics
+// RUN: not llc-dist-opt %s -split-input-file -llcdist-plan-zero="stage=4" 2>&1 | FileCheck %s --check-prefix=STAGE4
+// RUN: not llc-dist-opt %s -split-input-file -llcdist-plan-zero="stage=0" 2>&1 | FileCheck %s --check-prefix=STAGE0
+// RUN: not llc-dist-opt %s -split-input-file -llcdist-plan-zero="stage=2" 2>&1 | FileCheck %s --check-prefix=STAGE2
+
+// The stage option: 1 here; 2 and 3 are still llcdist-lower-to-plan's.
+// STAGE4: error: llcdist-plan-zero: stage 4 is not 1, 2 or 3
+// STAGE0: error: llcdist-plan-zero: stage 0 is not 1, 2 or 3
+// STAGE2: error: llcdist-plan-zero: stage 2 shards the gradients in the backward, which this pass does not do yet (use llcdist-lower-to-plan's zero option)
+
+// ZeRO shards over dp: a mesh without dp is an error.
+// expected-error@+1 {{llcdist-plan-zero: stage 1 shards over dp, but the mesh has dp=1 (use --mesh dp=N with N > 1)}}
+module {
+  shard.grid @mesh(shape = 1x2x1) {xf.mesh_axes = ["dp", "tp", "pp"]}
+  plan.program @stage0 {
+    plan.subroutine @step_begin {
+    }
+    plan.subroutine @optimizer {
+    }
+  }
+}
+
+// -----
+
+// A plan is sharded once.
+module {
+  shard.grid @mesh(shape = 2x1x1) {xf.mesh_axes = ["dp", "tp", "pp"]}
+  plan.program @stage0 {
+    plan.buffer @b0 : tensor<2x2xf32> {kind = "param", name = "w"}
+    plan.buffer @b1 : tensor<4x2xf32> {kind = "grad", name = "w.grad"}
+    // expected-error@+1 {{llcdist-plan-zero: the parameter is already ZeRO-sharded}}
+    plan.param "w" value @b0 grad @b1 state [] {init = {kind = "ones"}, local_shape = array<i64: 4, 2>, weight_decay = false, zero = {axis = "dp", stage = 1 : i64}}
+    plan.subroutine @step_begin {
+    }
+    plan.subroutine @optimizer {
+    }
+  }
+}
+
+// -----
+
+// The subroutines of llcdist-lower-to-plan.
+module {
+  shard.grid @mesh(shape = 2x1x1) {xf.mesh_axes = ["dp", "tp", "pp"]}
+  // expected-error@+1 {{llcdist-plan-zero: expected the step_begin and optimizer subroutines of llcdist-lower-to-plan}}
+  plan.program @stage0 {
+    plan.subroutine @forward {
+    }
+  }
+}

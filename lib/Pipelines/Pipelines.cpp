@@ -26,13 +26,15 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   split.layout = o.ppLayout;
   split.schedule = o.pipelineSchedule;
   pm.addPass(xf::createPipelineSplit(split));
-  // ZeRO-1 is a rewrite of the plan lowered without it; stages 2 and 3
-  // shard inside the backward and forward, which the lowering does.
+  // ZeRO-1 and 2 are a rewrite of the plan lowered without ZeRO; stage 3
+  // gathers each parameter where each layer's scope reads it, which the
+  // lowering does.
+  const bool planZero = o.zero == 1 || o.zero == 2;
   LowerToPlanOptions lowering = o;
-  if (o.zero == 1)
+  if (planZero)
     lowering.zero = 0;
   pm.addPass(createLowerToPlan(lowering));
-  if (o.zero == 1)
+  if (planZero)
     pm.addPass(plan::createPlanZero({o.zero}));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
   if (o.verifyPlan)

@@ -2,10 +2,10 @@
 //
 // A parameter's buffers are made where the program first reads it. Under
 // mixed precision the manifest's parameter is the f32 master and the ops
-// read a bf16 working copy made from it at every step_begin; under ZeRO-2
-// the optimizer state and the gradient, under ZeRO-3 also the value, hold
-// only this dp rank's block of rows (ZeRO-1 is llcdist-plan-zero's rewrite
-// of a plan lowered without ZeRO).
+// read a bf16 working copy made from it at every step_begin; under ZeRO-3
+// the optimizer state, the gradient and the value hold only this dp rank's
+// block of rows (ZeRO-1 and 2 are llcdist-plan-zero's rewrite of a plan
+// lowered without ZeRO).
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
@@ -63,18 +63,6 @@ void ParamBuffers::emitStepBegin(Location loc, Buf loss) {
       Location castLoc = NameLoc::get(
           b.getStringAttr("mixed precision: the step's bf16 copy of the f32 master"),
           NameLoc::get(b.getStringAttr(name), loc));
-      if (step.zero == 2) {
-        // The master is this rank's block: round it, then gather the blocks.
-        Buf block = pb.newBuffer(name + ".bf16_block", "scratch", p.shardType);
-        pb.kernel("cast", {pb.arg("x", p.value), pb.arg("y", block)},
-                  {pb.i64("n", p.shardType.getNumElements())}, castLoc);
-        pb.kernel("all_gather", {pb.arg("x", block), pb.arg("y", p.working)}, zeroCollective(p),
-                  NameLoc::get(b.getStringAttr("ZeRO: gather the updated parameter blocks"),
-                               castLoc))
-            ->setAttr("plan.payload", b.getStringAttr("parameters"));
-        plan::setCollectiveOrigin(pb.lastKernel(), xf::CollectiveOrigin::Zero);
-        continue;
-      }
       int64_t n = pb.bufferOp(p.working).getTensorType().getNumElements();
       pb.kernel("cast", {pb.arg("x", p.value), pb.arg("y", p.working)}, {pb.i64("n", n)},
                 castLoc);

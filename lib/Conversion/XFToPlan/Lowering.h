@@ -60,8 +60,8 @@ inline int64_t dim(mlir::Value v, unsigned i) {
 /// every program (stage) it lowers.
 struct StepInfo {
   mlir::func::FuncOp entry, optimizerFn;
-  /// ZeRO stage (0: off; 2 or 3, stage 1 is llcdist-plan-zero's) and the
-  /// dp size it shards over (1 when off).
+  /// ZeRO stage (0: off, or 3; stages 1 and 2 are llcdist-plan-zero's) and
+  /// the dp size it shards over (1 when off).
   int64_t zero = 0, dp = 1;
   /// Mixed precision: bf16 values in the IR (see ParamBuffers::param).
   bool mixed = false;
@@ -194,7 +194,7 @@ public:
   llvm::SmallVector<mlir::NamedAttribute> zeroCollective(const ParamInfo &p);
 
   /// step_begin: under mixed precision the step's bf16 copy of every master
-  /// (under ZeRO-2 cast per block, then gathered); then zero every gradient
+  /// (under ZeRO-3 the cast of the block); then zero every gradient
   /// and `loss` (when this program has it).
   void emitStepBegin(mlir::Location loc, Buf loss);
 
@@ -353,7 +353,7 @@ struct OptimizerChoice {
 };
 
 /// Lowers the optimizer step `fn` into the builder's optimizer subroutine:
-/// the gradient all-reduces (under ZeRO-2/3 the dp one is in the backward), the loss
+/// the gradient all-reduces (under ZeRO-3 the dp one is in the backward), the loss
 /// average, the global norm with clipping, one AdamW or SGD update per
 /// parameter this program updates (with its state buffers and plan.param).
 mlir::FailureOr<OptimizerChoice> lowerOptimizer(mlir::func::FuncOp fn, ProgramBuilder &pb,

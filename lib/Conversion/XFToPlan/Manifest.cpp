@@ -55,8 +55,6 @@ void xftoplan::emitParam(ProgramBuilder &pb, const StepInfo &step, const std::st
     // `shape` when there is no tp `sharding`).
     pop->setAttr("local_shape", b.getDenseI64ArrayAttr(p.type.getShape()));
     SmallVector<NamedAttribute> z{pb.str("axis", "dp"), pb.i64("stage", step.zero)};
-    if (step.mixed && step.zero < 3) // the f32 master is this rank's block
-      z.push_back(pb.flag("value_block", true));
     // dp does not divide the rows: each block has ceil(rows / dp) rows,
     // the last ones zero padding (absent when the blocks are exact).
     if (p.shardType.getDimSize(0) * step.dp != p.type.getDimSize(0))

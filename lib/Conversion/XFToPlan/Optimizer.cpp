@@ -1,6 +1,6 @@
 //===- Optimizer.cpp - the optimizer step: reductions, norm, updates ------===//
 //
-// The gradient all-reduces over dp and tp (under ZeRO-2/3 the dp part was
+// The gradient all-reduces over dp and tp (under ZeRO-3 the dp part was
 // reduced in the backward), the loss's
 // average, the global gradient norm (with clipping), then one AdamW or SGD
 // update per parameter this program updates, with its state buffers and its
@@ -28,7 +28,6 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
   auto f64 = [&](StringRef n, double v) { return pb.f64(n, v); };
   auto str = [&](StringRef n, StringRef v) { return pb.str(n, v); };
   const int64_t zero = step.zero;
-  const bool mixed = step.mixed;
   OptimizerChoice choice;
   pb.current = pb.optimizer;
   // The gradient each update reads.
@@ -36,9 +35,8 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
   for (const std::string &name : params.order())
     updateGrad[name] = params[name].grad;
   for (Operation &op : fn.getBody().front().without_terminator()) {
-    // ZeRO-2/3 reduce-scattered the gradients over dp in the backward.
-    // (ZeRO-1's reduce-scatter is llcdist-plan-zero's rewrite of this
-    // all-reduce.)
+    // ZeRO-3 reduce-scattered the gradients over dp in the backward.
+    // (ZeRO-1 and 2 are llcdist-plan-zero's rewrite of this all-reduce.)
     if (auto ar = dyn_cast<AllReduceGradsOp>(op); ar && zero > 0 && ar.getAxis() == "dp")
       continue;
     if (auto ar = dyn_cast<AllReduceGradsOp>(op)) {
@@ -139,17 +137,11 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
       bool decays = p.type.getRank() >= 2 && !p.isTable;
       SmallVector<Attribute> state;
       Location loc = NameLoc::get(b.getStringAttr(name), op.getLoc());
-      // What the update writes: the parameter, or under ZeRO-2 this dp
-      // rank's shard of it, cut out now and gathered back after.
+      // What the update writes: the parameter (under ZeRO-3 this rank's
+      // block of it).
       Buf target = p.value, grad = updateGrad[name];
       // f32 (the master's type), and under ZeRO this rank's block only.
       RankedTensorType stateType = ProgramBuilder::withF32(p.shardType);
-      bool sliceAndGather = zero == 2 && !mixed && scope.updates(name);
-      if (sliceAndGather) {
-        target = pb.newBuffer(name + ".shard", "scratch", p.shardType);
-        kernel("shard_slice", {arg("x", p.value), arg("y", target)}, params.zeroCollective(p),
-               loc);
-      }
       if (!scope.updates(name)) {
         // A replica: its home stage updates it and sends the new value.
       } else if (adamw) {
@@ -173,12 +165,6 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
         }
         kernel("sgd", args, {f64("momentum", mom), f64("weight_decay", decays ? wd : 0.0)},
                loc);
-      }
-      if (sliceAndGather) {
-        kernel("all_gather", {arg("x", target), arg("y", p.value)}, params.zeroCollective(p),
-               NameLoc::get(b.getStringAttr("ZeRO: gather the updated shards"), loc))
-            ->setAttr("plan.payload", b.getStringAttr("parameters"));
-        plan::setCollectiveOrigin(pb.lastKernel(), xf::CollectiveOrigin::Zero);
       }
       std::optional<int64_t> replica;
       if (!scope.updates(name))

@@ -82,9 +82,10 @@ FailureOr<StepInfo> xftoplan::analyzeStep(ModuleOp module, int64_t zero,
     return step;
   if (zero < 0 || zero > 3)
     return module.emitError("llcdist-lower-to-plan: --zero ") << zero << " is not 0, 1, 2 or 3";
-  if (zero == 1)
-    return module.emitError("llcdist-lower-to-plan: --zero 1 is a rewrite of the plan: "
-                            "lower with zero=0, then run llcdist-plan-zero");
+  if (zero == 1 || zero == 2)
+    return module.emitError("llcdist-lower-to-plan: --zero ")
+           << zero << " is a rewrite of the plan: lower with zero=0, then run "
+           << "llcdist-plan-zero";
   if (auto grid = module.lookupSymbol<shard::GridOp>("mesh"))
     step.dp = grid.getShape()[0];
   if (step.dp < 2)

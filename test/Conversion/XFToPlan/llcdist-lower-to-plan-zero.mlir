@@ -1,5 +1,5 @@
 // RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan -llcdist-plan-zero="stage=1" -verify-diagnostics | FileCheck %s --check-prefix=Z1
-// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="zero=2" -verify-diagnostics | FileCheck %s --check-prefix=Z2
+// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan -llcdist-plan-zero="stage=2" -verify-diagnostics | FileCheck %s --check-prefix=Z2
 // RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="zero=3" -verify-diagnostics | FileCheck %s --check-prefix=Z3
 // RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="zero=3 reshard-after-forward=false" -verify-diagnostics | FileCheck %s --check-prefix=KEEP
 

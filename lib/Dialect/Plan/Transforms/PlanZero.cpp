@@ -56,8 +56,8 @@ struct Param {
 /// Rewrites one plan.program; `dp` is the mesh's.
 class ProgramZero {
 public:
-  ProgramZero(plan::ProgramOp program, int64_t dp)
-      : program(program), dp(dp), b(program.getContext()) {}
+  ProgramZero(plan::ProgramOp program, int64_t stage, int64_t dp)
+      : program(program), stage(stage), dp(dp), b(program.getContext()) {}
 
   LogicalResult run();
 
@@ -73,14 +73,18 @@ private:
   SmallVector<NamedAttribute> blockAttrs(const Param &p);
   /// The kernel's args with every buffer in `map` replaced.
   DictionaryAttr remapArgs(plan::KernelOp k, const DenseMap<Attribute, Attribute> &map);
+  /// A new scratch buffer named `name` (with #1, #2, ... when repeated, as
+  /// the lowering names them) declared after `after`.
+  Buf newScratchAfter(Operation *after, StringRef name, RankedTensorType type);
   void reduceScatterGradients();
+  void shardGradients();
   void sumNormOverDp();
   void shardUpdates();
   void gatherWorkingCopies();
   void annotateParams();
 
   plan::ProgramOp program;
-  int64_t dp;
+  int64_t stage, dp;
   OpBuilder b;
   Block *body = nullptr;
   plan::SubroutineOp stepBegin, optimizer;
@@ -91,6 +95,7 @@ private:
   /// through a slice.
   bool mixed = false;
   int64_t nextSym = 0;
+  llvm::StringMap<unsigned> scratchNames;
 };
 
 Buf ProgramZero::newBuffer(Operation *before, StringRef name, StringRef kind,
@@ -102,6 +107,13 @@ Buf ProgramZero::newBuffer(Operation *before, StringRef name, StringRef kind,
                                    b.getStringAttr(name), b.getStringAttr(kind), IntegerAttr());
   buffers[sym] = op;
   return FlatSymbolRefAttr::get(b.getContext(), sym);
+}
+
+Buf ProgramZero::newScratchAfter(Operation *after, StringRef name, RankedTensorType type) {
+  std::string unique = name.str();
+  if (unsigned n = scratchNames[name]++)
+    unique += "#" + std::to_string(n);
+  return newBuffer(after->getNextNode(), unique, "scratch", type);
 }
 
 plan::KernelOp ProgramZero::kernel(StringRef name, ArrayRef<NamedAttribute> args,
@@ -198,6 +210,12 @@ void ProgramZero::reduceScatterGradients() {
         k.getParams().getAs<StringAttr>("axis").getValue() == "dp")
       dpReduces.push_back(k);
   }
+  if (stage >= 2) {
+    // The backward reduced each contribution into the gradient's block.
+    for (plan::KernelOp k : dpReduces)
+      k.erase();
+    return;
+  }
   if (dpReduces.empty())
     return;
   plan::KernelOp first = dpReduces.front();
@@ -250,6 +268,103 @@ void ProgramZero::reduceScatterGradients() {
       continue;
     k.setArgsAttr(remapArgs(k, toShard));
   }
+}
+
+void ProgramZero::shardGradients() {
+  llvm::DenseMap<Attribute, unsigned> paramOfGrad;
+  for (auto [i, p] : llvm::enumerate(params))
+    paramOfGrad[p.op.getGradAttr()] = i;
+  auto gradParam = [&](Attribute a) -> Param * {
+    auto it = paramOfGrad.find(a);
+    return it == paramOfGrad.end() ? nullptr : &params[it->second];
+  };
+  auto reason = b.getStringAttr("ZeRO: reduce-scatter the gradient into its dp shard");
+  // `full` (one contribution, whole) reduce-scattered over dp into a part
+  // of the block, added to the gradient's block; after `after`.
+  auto reduceInto = [&](Operation *&declared, Buf full, Param &p, Location loc) {
+    std::string name = p.op.getName().str();
+    Buf part = newScratchAfter(declared, name + ".grad_part", p.shardType);
+    declared = buffers.lookup(part.getValue());
+    SmallVector<NamedAttribute> attrs = blockAttrs(p);
+    attrs.push_back(b.getNamedAttr("op", b.getStringAttr("sum")));
+    kernel("reduce_scatter", {b.getNamedAttr("x", full), b.getNamedAttr("y", part)}, attrs,
+           NameLoc::get(reason, loc))
+        ->setAttr("plan.payload", b.getStringAttr("gradients"));
+    kernel("accumulate", {b.getNamedAttr("x", part), b.getNamedAttr("y", p.op.getGradAttr())},
+           {b.getNamedAttr("n", b.getI64IntegerAttr(p.shardType.getNumElements()))}, loc);
+  };
+  // New buffers are declared after the latest buffer the kernels read or
+  // wrote so far (where the lowering's counter stood when it made them).
+  Operation *declared = nullptr;
+  auto see = [&](Attribute a) {
+    auto ref = dyn_cast<FlatSymbolRefAttr>(a);
+    plan::BufferOp buf = ref ? buffers.lookup(ref.getValue()) : plan::BufferOp();
+    if (buf && (!declared || declared->isBeforeInBlock(buf)))
+      declared = buf;
+  };
+  for (auto sub : body->getOps<plan::SubroutineOp>()) {
+    if (sub == stepBegin || sub == optimizer)
+      continue;
+    for (auto k : llvm::make_early_inc_range(sub.getBody().front().getOps<plan::KernelOp>())) {
+      for (NamedAttribute a : k.getArgs()) {
+        if (auto list = dyn_cast<ArrayAttr>(a.getValue()))
+          llvm::for_each(list, see);
+        else
+          see(a.getValue());
+      }
+      if (k.getKernel() == "accumulate") {
+        // A contribution added to the gradient: reduce it into the block.
+        Param *p = gradParam(k.getArgs().get("y"));
+        if (!p)
+          continue;
+        b.setInsertionPoint(k);
+        reduceInto(declared, cast<FlatSymbolRefAttr>(k.getArgs().get("x")), *p, k.getLoc());
+        k.erase();
+        continue;
+      }
+      auto acc = k.getParams().getAs<BoolAttr>("accumulate");
+      if (!acc || !acc.getValue())
+        continue;
+      // A weight gradient computed straight into the parameter's gradient:
+      // the kernel writes this microbatch's whole contribution instead,
+      // reduced into the block after it (in plan.param order).
+      SmallVector<std::pair<unsigned, Buf>> written;
+      DenseMap<Attribute, Attribute> toFull;
+      for (NamedAttribute a : k.getArgs())
+        if (gradParam(a.getValue()))
+          written.push_back({paramOfGrad.lookup(a.getValue()), Buf()});
+      if (written.empty())
+        continue;
+      llvm::sort(written, [](auto &x, auto &y) { return x.first < y.first; });
+      for (auto &[i, full] : written) {
+        Param &p = params[i];
+        full = newScratchAfter(declared, p.op.getName().str() + ".grad_mb", p.type);
+        declared = buffers.lookup(full.getValue());
+        toFull[p.op.getGradAttr()] = full;
+      }
+      k.setArgsAttr(remapArgs(k, toFull));
+      NamedAttrList attrs(k.getParams());
+      attrs.set("accumulate", b.getBoolAttr(false));
+      k.setParamsAttr(attrs.getDictionary(b.getContext()));
+      b.setInsertionPointAfter(k);
+      for (auto &[i, full] : written)
+        reduceInto(declared, full, params[i], k.getLoc());
+    }
+  }
+  // A tied parameter's home receives the replicas' gradients, as they hold
+  // them: the block.
+  for (auto k : optimizer.getBody().front().getOps<plan::KernelOp>()) {
+    Param *p = k.getKernel() == "accumulate" ? gradParam(k.getArgs().get("y")) : nullptr;
+    if (!p)
+      continue;
+    buffers.lookup(k.getArgs().getAs<FlatSymbolRefAttr>("x").getValue())
+        .setTypeAttr(TypeAttr::get(p->shardType));
+    NamedAttrList attrs(k.getParams());
+    attrs.set("n", b.getI64IntegerAttr(p->shardType.getNumElements()));
+    k.setParamsAttr(attrs.getDictionary(b.getContext()));
+  }
+  for (Param &p : params)
+    p.grad.setTypeAttr(TypeAttr::get(p.shardType));
 }
 
 void ProgramZero::sumNormOverDp() {
@@ -335,7 +450,7 @@ void ProgramZero::annotateParams() {
     // `shape` when there is no tp `sharding`).
     p.op->setAttr("local_shape", b.getDenseI64ArrayAttr(p.type.getShape()));
     SmallVector<NamedAttribute> z{b.getNamedAttr("axis", b.getStringAttr("dp")),
-                                  b.getNamedAttr("stage", b.getI64IntegerAttr(1))};
+                                  b.getNamedAttr("stage", b.getI64IntegerAttr(stage))};
     if (mixed) // the f32 master is this rank's block
       z.push_back(b.getNamedAttr("value_block", b.getBoolAttr(true)));
     // dp does not divide the rows: the last blocks are zero padding.
@@ -348,6 +463,8 @@ void ProgramZero::annotateParams() {
 LogicalResult ProgramZero::run() {
   if (failed(collect()))
     return failure();
+  if (stage >= 2)
+    shardGradients();
   reduceScatterGradients();
   sumNormOverDp();
   shardUpdates();
@@ -362,13 +479,13 @@ struct PlanZeroPass : public plan::impl::PlanZeroBase<PlanZeroPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     const int64_t stage = this->stage;
-    if (stage == 2 || stage == 3) {
-      module.emitError("llcdist-plan-zero: stage ")
-          << stage << " shards the gradients in the backward, which this pass does not do "
-          << "yet (use llcdist-lower-to-plan's zero option)";
+    if (stage == 3) {
+      module.emitError("llcdist-plan-zero: stage 3 shards the parameters in the forward and "
+                       "backward, which this pass does not do yet (use llcdist-lower-to-plan's "
+                       "zero option)");
       return signalPassFailure();
     }
-    if (stage != 1) {
+    if (stage < 1 || stage > 3) {
       module.emitError("llcdist-plan-zero: stage ") << stage << " is not 1, 2 or 3";
       return signalPassFailure();
     }
@@ -381,7 +498,7 @@ struct PlanZeroPass : public plan::impl::PlanZeroBase<PlanZeroPass> {
       return signalPassFailure();
     }
     for (auto program : module.getOps<plan::ProgramOp>())
-      if (failed(ProgramZero(program, dp).run()))
+      if (failed(ProgramZero(program, stage, dp).run()))
         return signalPassFailure();
   }
 };

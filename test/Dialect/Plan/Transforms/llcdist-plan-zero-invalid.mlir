@@ -1,12 +1,12 @@
 // RUN: llc-dist-opt %s -split-input-file -llcdist-plan-zero -verify-diagnostics
 // RUN: not llc-dist-opt %s -split-input-file -llcdist-plan-zero="stage=4" 2>&1 | FileCheck %s --check-prefix=STAGE4
 // RUN: not llc-dist-opt %s -split-input-file -llcdist-plan-zero="stage=0" 2>&1 | FileCheck %s --check-prefix=STAGE0
-// RUN: not llc-dist-opt %s -split-input-file -llcdist-plan-zero="stage=2" 2>&1 | FileCheck %s --check-prefix=STAGE2
+// RUN: not llc-dist-opt %s -split-input-file -llcdist-plan-zero="stage=3" 2>&1 | FileCheck %s --check-prefix=STAGE3
 
-// The stage option: 1 here; 2 and 3 are still llcdist-lower-to-plan's.
+// The stage option: 1 or 2 here; 3 is still llcdist-lower-to-plan's.
 // STAGE4: error: llcdist-plan-zero: stage 4 is not 1, 2 or 3
 // STAGE0: error: llcdist-plan-zero: stage 0 is not 1, 2 or 3
-// STAGE2: error: llcdist-plan-zero: stage 2 shards the gradients in the backward, which this pass does not do yet (use llcdist-lower-to-plan's zero option)
+// STAGE3: error: llcdist-plan-zero: stage 3 shards the parameters in the forward and backward, which this pass does not do yet (use llcdist-lower-to-plan's zero option)
 
 // ZeRO shards over dp: a mesh without dp is an error.
 // expected-error@+1 {{llcdist-plan-zero: stage 1 shards over dp, but the mesh has dp=1 (use --mesh dp=N with N > 1)}}

@@ -275,7 +275,7 @@ private:
   /// of a (sequence-parallel) slice is gathered again, right before its first
   /// use in W, so that between B and W only the slice is held.
   mlir::LogicalResult regatherForWeights(mlir::Operation *op, Scope &s);
-  /// ZeRO-2/3: a gradient contribution `full` (this microbatch's, not yet
+  /// ZeRO-3: a gradient contribution `full` (this microbatch's, not yet
   /// reduced over dp) is reduce-scattered and added to the gradient shard.
   void reduceIntoShard(Buf full, const std::string &name, mlir::Location loc);
   /// Where weight-gradient result `r` goes, and whether the kernel adds.
@@ -324,7 +324,7 @@ private:
     std::string name;
     mlir::Location loc;
   };
-  /// ZeRO-2/3: gradients the current op's kernel writes, to reduce after it.
+  /// ZeRO-3: gradients the current op's kernel writes, to reduce after it.
   std::vector<PendingReduce> pendingShardReduce;
 };
 

@@ -1,16 +1,20 @@
-//===- PlanZero.cpp - ZeRO-1 as a plan→plan rewrite -----------------------===//
+//===- PlanZero.cpp - ZeRO-1/2 as a plan→plan rewrite ---------------------===//
 //
-// llcdist-plan-zero: the optimizer side of ZeRO over dp, on a plan lowered
-// without it. Each dp rank owns one row block of every parameter (ceil(rows
-// / dp) rows, the last blocks zero-padded): it receives only that block of
-// the summed gradient (a reduce-scatter where the plan all-reduced), keeps
-// the optimizer state of that block, updates it and gathers the updated
-// blocks back into the whole parameter the next step reads.
+// llcdist-plan-zero: ZeRO over dp on a plan lowered without it. Each dp rank
+// owns one row block of every parameter (ceil(rows / dp) rows, the last
+// blocks zero-padded): it receives only that block of the summed gradient
+// (stage 1: a reduce-scatter where the plan all-reduced; stage 2: each
+// contribution reduce-scattered into a gradient block where the backward
+// computes it), keeps the optimizer state of that block, updates it and
+// gathers the updated blocks back into the whole parameter the next step
+// reads.
 //
 // Everything the rewrite needs is in the plan: the parameters and their
 // buffers (plan.param), the dp gradient all-reduce (its `plan.payload`), the
-// updates (the kernels reading a parameter's gradient as `grad`) and, under
-// mixed precision, the working copy (step_begin's cast from the master).
+// kernels writing a gradient (`accumulate` into it, or a weight-gradient
+// kernel with `accumulate` = true), the updates (the kernels reading the
+// parameter as `param`) and, under mixed precision, the working copy
+// (step_begin's cast from the master).
 // New buffers are declared where llcdist-lower-to-plan declares them when
 // it builds the same plan itself, so buffer ids and arena offsets do not
 // depend on which of the two made the plan.

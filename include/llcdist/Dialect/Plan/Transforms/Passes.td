@@ -20,7 +20,7 @@ def PlanMemory : Pass<"llcdist-plan-memory", "llcdist::plan::ProgramOp"> {
 }
 
 def PlanZero : Pass<"llcdist-plan-zero", "mlir::ModuleOp"> {
-  let summary = "ZeRO-1 over dp: shard the optimizer state, reduce-scatter the gradients";
+  let summary = "ZeRO-1/2 over dp: shard the optimizer state (and the gradients)";
   let description = [{
     A plan→plan rewrite of a plan lowered without ZeRO (llcdist-lower-to-plan
     with `zero` = 0) on a mesh with dp > 1. Every parameter's rows are split
@@ -42,18 +42,26 @@ def PlanZero : Pass<"llcdist-plan-zero", "mlir::ModuleOp"> {
     - each plan.param records its shape before the blocks (`local_shape`)
       and its block (`zero` = {axis, stage, value_block, block_rows}).
 
-    New buffers are declared where llcdist-lower-to-plan would have made
-    them, so the plan's buffer ids and arena are what a lowering that did
-    ZeRO itself gives. Stages 2 and 3 (the gradient and the parameter
-    sharded in the backward and forward) are still llcdist-lower-to-plan's
-    `zero` option.
+    Stage 2 also keeps only the gradient's block: a kernel that computed a
+    weight gradient straight into the gradient (`accumulate` = true) writes
+    this microbatch's whole contribution into `<name>.grad_mb` instead,
+    reduce-scattered into `<name>.grad_part` and added to the block right
+    after it; an `accumulate` into the gradient becomes that reduce-scatter
+    and add; a tied parameter's home receives the replicas' blocks; the
+    optimizer's dp all-reduce goes.
+
+    New buffers are declared where llcdist-lower-to-plan used to make them,
+    so the plan's buffer ids and arena are those of a lowering that did ZeRO
+    itself. Stage 3 (the parameter sharded, gathered where each layer's
+    scope reads it) is still llcdist-lower-to-plan's `zero` option.
 
     Before: `plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}`
     After:  `plan.kernel "reduce_scatter" {x = @g, y = @gs} {axis = "dp", inner = 32 : i64, op = "sum", outer = 1 : i64}`
   }];
   let options = [
     Option<"stage", "stage", "int64_t", "1",
-           "ZeRO stage (only 1 here; 2 and 3 are llcdist-lower-to-plan's zero option)">,
+           "ZeRO stage: 1 (optimizer state) or 2 (also the gradients); 3 is "
+           "llcdist-lower-to-plan's zero option">,
   ];
 }
 

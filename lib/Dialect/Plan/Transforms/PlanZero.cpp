@@ -10,7 +10,7 @@
 // reads.
 //
 // Everything the rewrite needs is in the plan: the parameters and their
-// buffers (plan.param), the dp gradient all-reduce (its `plan.payload`), the
+// buffers (plan.param), the dp gradient all-reduce (its plan.origin), the
 // kernels writing a gradient (`accumulate` into it, or a weight-gradient
 // kernel with `accumulate` = true), the updates (the kernels reading the
 // parameter as `param`) and, under mixed precision, the working copy
@@ -21,6 +21,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
+
+#include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
@@ -71,6 +73,10 @@ private:
   Buf newBuffer(Operation *before, StringRef name, StringRef kind, RankedTensorType type);
   plan::KernelOp kernel(StringRef name, ArrayRef<NamedAttribute> args,
                         ArrayRef<NamedAttribute> attrs, Location loc);
+  /// A ZeRO collective: `kernel` with the communication report's payload
+  /// and origin.
+  plan::KernelOp collective(StringRef name, ArrayRef<NamedAttribute> args,
+                            ArrayRef<NamedAttribute> attrs, Location loc, StringRef payload);
   /// The attributes of a collective (or shard_slice) between the whole
   /// local tensor of `p` and its dp block. A padded block adds `total`: the
   /// whole side holds only the real elements.
@@ -111,6 +117,15 @@ Buf ProgramZero::newBuffer(Operation *before, StringRef name, StringRef kind,
                                    b.getStringAttr(name), b.getStringAttr(kind), IntegerAttr());
   buffers[sym] = op;
   return FlatSymbolRefAttr::get(b.getContext(), sym);
+}
+
+plan::KernelOp ProgramZero::collective(StringRef name, ArrayRef<NamedAttribute> args,
+                                       ArrayRef<NamedAttribute> attrs, Location loc,
+                                       StringRef payload) {
+  plan::KernelOp k = kernel(name, args, attrs, loc);
+  k->setAttr("plan.payload", b.getStringAttr(payload));
+  plan::setCollectiveOrigin(k, xf::CollectiveOrigin::Zero);
+  return k;
 }
 
 Buf ProgramZero::newScratchAfter(Operation *after, StringRef name, RankedTensorType type) {
@@ -208,12 +223,9 @@ void ProgramZero::reduceScatterGradients() {
   // reader of a gradient (the tp reductions, the norm, the update) reads
   // this rank's reduced block instead.
   SmallVector<plan::KernelOp> dpReduces;
-  for (auto k : optimizer.getBody().front().getOps<plan::KernelOp>()) {
-    auto payload = k->getAttrOfType<StringAttr>("plan.payload");
-    if (k.getKernel() == "all_reduce" && payload && payload.getValue() == "gradients" &&
-        k.getParams().getAs<StringAttr>("axis").getValue() == "dp")
+  for (auto k : optimizer.getBody().front().getOps<plan::KernelOp>())
+    if (plan::collectiveOrigin(k) == xf::CollectiveOrigin::DataParallelGradients)
       dpReduces.push_back(k);
-  }
   if (stage >= 2) {
     // The backward reduced each contribution into the gradient's block.
     for (plan::KernelOp k : dpReduces)
@@ -252,12 +264,12 @@ void ProgramZero::reduceScatterGradients() {
     Buf shard = newBuffer(declareAt, name + ".grad_shard", "scratch", p.shardType);
     SmallVector<NamedAttribute> attrs = blockAttrs(p);
     attrs.push_back(b.getNamedAttr("op", b.getStringAttr("sum")));
-    last = kernel("reduce_scatter",
-                  {b.getNamedAttr("x", p.op.getGradAttr()), b.getNamedAttr("y", shard)}, attrs,
-                  NameLoc::get(b.getStringAttr("ZeRO-1: reduce-scatter the gradient to the "
-                                               "optimizer state's owner"),
-                               NameLoc::get(b.getStringAttr(name), stepLoc)));
-    last->setAttr("plan.payload", b.getStringAttr("gradients"));
+    last = collective("reduce_scatter",
+                      {b.getNamedAttr("x", p.op.getGradAttr()), b.getNamedAttr("y", shard)}, attrs,
+                      NameLoc::get(b.getStringAttr("ZeRO-1: reduce-scatter the gradient to the "
+                                                   "optimizer state's owner"),
+                                   NameLoc::get(b.getStringAttr(name), stepLoc)),
+                      "gradients");
     toShard[p.op.getGradAttr()] = shard;
   }
   for (plan::KernelOp k : dpReduces)
@@ -291,9 +303,8 @@ void ProgramZero::shardGradients() {
     declared = buffers.lookup(part.getValue());
     SmallVector<NamedAttribute> attrs = blockAttrs(p);
     attrs.push_back(b.getNamedAttr("op", b.getStringAttr("sum")));
-    kernel("reduce_scatter", {b.getNamedAttr("x", full), b.getNamedAttr("y", part)}, attrs,
-           NameLoc::get(reason, loc))
-        ->setAttr("plan.payload", b.getStringAttr("gradients"));
+    collective("reduce_scatter", {b.getNamedAttr("x", full), b.getNamedAttr("y", part)}, attrs,
+               NameLoc::get(reason, loc), "gradients");
     kernel("accumulate", {b.getNamedAttr("x", part), b.getNamedAttr("y", p.op.getGradAttr())},
            {b.getNamedAttr("n", b.getI64IntegerAttr(p.shardType.getNumElements()))}, loc);
   };
@@ -417,10 +428,11 @@ void ProgramZero::shardUpdates() {
            blockAttrs(*p), k.getLoc());
     k.setArgsAttr(remapArgs(k, {{p->op.getValueAttr(), shard}}));
     b.setInsertionPointAfter(k);
-    kernel("all_gather", {b.getNamedAttr("x", shard), b.getNamedAttr("y", p->op.getValueAttr())},
-           blockAttrs(*p),
-           NameLoc::get(b.getStringAttr("ZeRO: gather the updated shards"), k.getLoc()))
-        ->setAttr("plan.payload", b.getStringAttr("parameters"));
+    collective("all_gather",
+               {b.getNamedAttr("x", shard), b.getNamedAttr("y", p->op.getValueAttr())},
+               blockAttrs(*p),
+               NameLoc::get(b.getStringAttr("ZeRO: gather the updated shards"), k.getLoc()),
+               "parameters");
   }
 }
 
@@ -438,12 +450,12 @@ void ProgramZero::gatherWorkingCopies() {
     b.setInsertionPoint(p.cast);
     kernel("cast", {b.getNamedAttr("x", p.op.getValueAttr()), b.getNamedAttr("y", block)},
            {b.getNamedAttr("n", b.getI64IntegerAttr(p.shardType.getNumElements()))}, castLoc);
-    kernel("all_gather",
-           {b.getNamedAttr("x", block),
-            b.getNamedAttr("y", FlatSymbolRefAttr::get(p.working.getSymNameAttr()))},
-           blockAttrs(p),
-           NameLoc::get(b.getStringAttr("ZeRO: gather the updated parameter blocks"), castLoc))
-        ->setAttr("plan.payload", b.getStringAttr("parameters"));
+    collective("all_gather",
+               {b.getNamedAttr("x", block),
+                b.getNamedAttr("y", FlatSymbolRefAttr::get(p.working.getSymNameAttr()))},
+               blockAttrs(p),
+               NameLoc::get(b.getStringAttr("ZeRO: gather the updated parameter blocks"), castLoc),
+               "parameters");
     p.cast.erase();
   }
 }

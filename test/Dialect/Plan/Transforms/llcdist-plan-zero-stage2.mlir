@@ -29,18 +29,18 @@
 // CHECK: plan.param "w" {{.*}}zero = {axis = "dp", stage = 2 : i64}}
 // CHECK: plan.subroutine @backward {
 // CHECK-NEXT: plan.kernel "linear_bwd_weight" {dw = @[[MB]], dy = @b6, x = @b0} {{{.*}}accumulate = false{{.*}}} loc(#[[KLOC:loc[0-9]+]])
-// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @[[MB]], y = @[[PART]]} {axis = "dp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.payload = "gradients"} loc(#[[RSLOC:loc[0-9]+]])
+// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @[[MB]], y = @[[PART]]} {axis = "dp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero", plan.payload = "gradients"} loc(#[[RSLOC:loc[0-9]+]])
 // CHECK-NEXT: plan.kernel "accumulate" {x = @[[PART]], y = @b1} {n = 4 : i64} loc(#[[KLOC]])
 // CHECK-NEXT: plan.kernel "linear_bwd_weight" {dw = @[[MB1]], dy = @b7, x = @b0}
 // CHECK-NEXT: plan.kernel "reduce_scatter" {x = @[[MB1]], y = @[[PART1]]}
 // CHECK-NEXT: plan.kernel "accumulate" {x = @[[PART1]], y = @b1} {n = 4 : i64}
 // CHECK-NEXT: plan.kernel "layer_norm_bwd_weight" {dbeta = @[[BMB]], dgamma = @[[GMB]], dy = @b6, mean = @b6, rstd = @b6, x = @b6} {H = 2 : i64, M = 4 : i64, accumulate = false}
-// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @[[GMB]], y = @[[GPART]]} {axis = "dp", inner = 1 : i64, op = "sum", outer = 1 : i64} {plan.payload = "gradients"}
+// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @[[GMB]], y = @[[GPART]]} {axis = "dp", inner = 1 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero", plan.payload = "gradients"}
 // CHECK-NEXT: plan.kernel "accumulate" {x = @[[GPART]], y = @b3} {n = 1 : i64}
 // CHECK-NEXT: plan.kernel "reduce_scatter" {x = @[[BMB]], y = @[[BPART]]}
 // CHECK-NEXT: plan.kernel "accumulate" {x = @[[BPART]], y = @b5} {n = 1 : i64}
 // CHECK-NEXT: plan.kernel "copy" {x = @b6, y = @b8}
-// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @b8, y = @[[PART2]]} {axis = "dp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.payload = "gradients"} loc(#[[ACCLOC:loc[0-9]+]])
+// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @b8, y = @[[PART2]]} {axis = "dp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero", plan.payload = "gradients"} loc(#[[ACCLOC:loc[0-9]+]])
 // CHECK-NEXT: plan.kernel "accumulate" {x = @[[PART2]], y = @b1} {n = 4 : i64} loc(#[[ALOC:loc[0-9]+]])
 // CHECK-NEXT: {{^ +}}}
 // CHECK: plan.subroutine @optimizer {
@@ -80,7 +80,7 @@ module {
       plan.kernel "accumulate" {x = @b8, y = @b1} {n = 8 : i64} loc("model.layers.0.acc"("m.mlir":2:1))
     }
     plan.subroutine @optimizer {
-      plan.kernel "all_reduce" {x = [@b1, @b3, @b5]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}
+      plan.kernel "all_reduce" {x = [@b1, @b3, @b5]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"}
       plan.kernel "all_reduce" {x = [@b1]} {axis = "tp", group_size = 2 : i64, op = "sum"} {plan.payload = "kv-replica gradients"}
       plan.kernel "grad_norm" {grads = [@b1, @b3, @b5], norm = @b9} {max_norm = 0.0 : f64}
       plan.kernel "sgd" {grad = @b1, param = @b0} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
@@ -138,7 +138,7 @@ module {
     plan.subroutine @optimizer {
       plan.kernel "recv" {y = @b4} {axis = "pp", peer = 0 : i64, tag = 0 : i64} {plan.payload = "tied parameter"}
       plan.kernel "accumulate" {x = @b4, y = @b2} {n = 8 : i64}
-      plan.kernel "all_reduce" {x = [@b2]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}
+      plan.kernel "all_reduce" {x = [@b2]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"}
       plan.kernel "grad_norm" {grads = [@b2], norm = @b5} {max_norm = 0.0 : f64, stage_axis = "pp"}
       plan.kernel "adamw" {grad = @b2, m = @b6, param = @b0, v = @b7} {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64}
     }

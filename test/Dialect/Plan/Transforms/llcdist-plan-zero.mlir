@@ -28,13 +28,13 @@
 // CHECK: plan.subroutine @backward {
 // CHECK-NEXT: plan.kernel "accumulate" {x = @b0, y = @b1}
 // CHECK: plan.subroutine @optimizer {
-// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @b1, y = @[[WS]]} {axis = "dp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.payload = "gradients"} loc(#[[RSLOC:loc[0-9]+]])
-// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @b3, y = @[[NS]]} {axis = "dp", inner = 2 : i64, op = "sum", outer = 1 : i64, total = 3 : i64} {plan.payload = "gradients"}
+// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @b1, y = @[[WS]]} {axis = "dp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero", plan.payload = "gradients"} loc(#[[RSLOC:loc[0-9]+]])
+// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @b3, y = @[[NS]]} {axis = "dp", inner = 2 : i64, op = "sum", outer = 1 : i64, total = 3 : i64} {plan.origin = "zero", plan.payload = "gradients"}
 // CHECK-NEXT: plan.kernel "all_reduce" {x = [@[[WS]]]} {axis = "tp", group_size = 2 : i64, op = "sum"} {plan.payload = "kv-replica gradients"}
 // CHECK-NEXT: plan.kernel "grad_norm" {grads = [@[[WS]], @[[NS]]], norm = @b4} {max_norm = 1.000000e+00 : f64, stage_axis = "dp"}
 // CHECK-NEXT: plan.kernel "shard_slice" {x = @b0, y = @[[WB]]} {axis = "dp", inner = 4 : i64, outer = 1 : i64}
 // CHECK-NEXT: plan.kernel "adamw" {grad = @[[WS]], m = @b5, param = @[[WB]], v = @b6}
-// CHECK-NEXT: plan.kernel "all_gather" {x = @[[WB]], y = @b0} {axis = "dp", inner = 4 : i64, outer = 1 : i64} {plan.payload = "parameters"} loc(#[[AGLOC:loc[0-9]+]])
+// CHECK-NEXT: plan.kernel "all_gather" {x = @[[WB]], y = @b0} {axis = "dp", inner = 4 : i64, outer = 1 : i64} {plan.origin = "zero", plan.payload = "parameters"} loc(#[[AGLOC:loc[0-9]+]])
 // CHECK-NEXT: plan.kernel "shard_slice" {x = @b2, y = @[[NB]]} {axis = "dp", inner = 2 : i64, outer = 1 : i64, total = 3 : i64}
 // CHECK-NEXT: plan.kernel "adamw" {grad = @[[NS]], m = @b7, param = @[[NB]], v = @b8}
 // CHECK-NEXT: plan.kernel "all_gather" {x = @[[NB]], y = @b2} {axis = "dp", inner = 2 : i64, outer = 1 : i64, total = 3 : i64}
@@ -67,7 +67,7 @@ module {
       plan.kernel "accumulate" {x = @b0, y = @b1} {n = 8 : i64}
     }
     plan.subroutine @optimizer {
-      plan.kernel "all_reduce" {x = [@b1, @b3]} {axis = "dp", op = "sum"} {plan.payload = "gradients"} loc("data-parallel gradient sum"(#step))
+      plan.kernel "all_reduce" {x = [@b1, @b3]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"} loc("data-parallel gradient sum"(#step))
       plan.kernel "all_reduce" {x = [@b1]} {axis = "tp", group_size = 2 : i64, op = "sum"} {plan.payload = "kv-replica gradients"}
       plan.kernel "grad_norm" {grads = [@b1, @b3], norm = @b4} {max_norm = 1.0 : f64}
       plan.kernel "adamw" {grad = @b1, m = @b5, param = @b0, v = @b6} {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64, weight_decay = 1.0e-02 : f64} loc("w"(#step))
@@ -99,7 +99,7 @@ module {
 // CHECK-NEXT: plan.buffer @[[BLK:b[0-9]+]] : tensor<2x2xbf16> {kind = "scratch", name = "w.bf16_block"}
 // CHECK-NEXT: plan.subroutine @step_begin {
 // CHECK-NEXT: plan.kernel "cast" {x = @b0, y = @[[BLK]]} {n = 4 : i64}
-// CHECK-NEXT: plan.kernel "all_gather" {x = @[[BLK]], y = @b1} {axis = "dp", inner = 4 : i64, outer = 1 : i64} {plan.payload = "parameters"}
+// CHECK-NEXT: plan.kernel "all_gather" {x = @[[BLK]], y = @b1} {axis = "dp", inner = 4 : i64, outer = 1 : i64} {plan.origin = "zero", plan.payload = "parameters"}
 // CHECK-NEXT: plan.kernel "zero"
 // CHECK: plan.subroutine @optimizer {
 // CHECK-NEXT: plan.kernel "reduce_scatter" {x = @b2, y = @[[GS]]}
@@ -119,7 +119,7 @@ module {
       plan.kernel "zero" {x = [@b2]} {}
     }
     plan.subroutine @optimizer {
-      plan.kernel "all_reduce" {x = [@b2]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}
+      plan.kernel "all_reduce" {x = [@b2]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"}
       plan.kernel "adamw" {grad = @b2, m = @b3, param = @b0, v = @b4} {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64, weight_decay = 1.0e-02 : f64}
     }
     plan.schedule {
@@ -166,7 +166,7 @@ module {
     }
     plan.subroutine @optimizer {
       plan.kernel "send" {x = @b1} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {plan.payload = "tied parameter"}
-      plan.kernel "all_reduce" {x = [@b3]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}
+      plan.kernel "all_reduce" {x = [@b3]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"}
       plan.kernel "grad_norm" {grads = [@b3], norm = @b4} {max_norm = 0.0 : f64, stage_axis = "pp"}
       plan.kernel "sgd" {grad = @b3, param = @b2} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
       plan.kernel "recv" {y = @b0} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {plan.payload = "tied parameter"}

@@ -26,15 +26,14 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   split.layout = o.ppLayout;
   split.schedule = o.pipelineSchedule;
   pm.addPass(xf::createPipelineSplit(split));
-  // ZeRO-1 and 2 are a rewrite of the plan lowered without ZeRO; stage 3
-  // gathers each parameter where each layer's scope reads it, which the
-  // lowering does.
-  const bool planZero = o.zero == 1 || o.zero == 2;
+  // ZeRO is a rewrite of the lowered plan, but for ZeRO-3's parameter
+  // blocks, gathered where each layer's scope reads them: the lowering's
+  // (it knows the scopes).
   LowerToPlanOptions lowering = o;
-  if (planZero)
+  if (o.zero == 1 || o.zero == 2)
     lowering.zero = 0;
   pm.addPass(createLowerToPlan(lowering));
-  if (planZero)
+  if (o.zero >= 1 && o.zero <= 3)
     pm.addPass(plan::createPlanZero({o.zero}));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
   if (o.verifyPlan)

@@ -39,7 +39,7 @@ ParamInfo &ParamBuffers::param(const std::string &name, RankedTensorType type) {
     } else {
       p.value = p.working = pb.newBuffer(name, "param", held);
     }
-    p.grad = pb.newBuffer(name + ".grad", "grad", zero >= 2 ? p.shardType : type);
+    p.grad = pb.newBuffer(name + ".grad", "grad", type);
     p.isNormOrBias = type.getRank() == 1;
     paramOrder.push_back(name);
   }

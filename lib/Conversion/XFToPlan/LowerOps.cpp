@@ -118,31 +118,11 @@ std::pair<Buf, bool> OpLowering::gradTarget(Scope &s, Value r, Operation *op) {
   if (isFused(r)) {
     auto acc = cast<AccumulateGradOp>(*r.getUsers().begin());
     std::string name = instantiateLayerName(acc.getName(), s.layer);
-    if (step.zero >= 2) {
-      // This microbatch's contribution, whole; reduced into the shard
-      // after the kernel (pendingShardReduce).
-      Buf full = newBuffer(name + ".grad_mb", "scratch", params[name].type);
-      pendingShardReduce.push_back({full, name, op->getLoc()});
-      return {full, false};
-    }
     return {params.find(name)->second.grad, true};
   }
   return {def(s, r, op, ".grad"), false};
 }
 
-void OpLowering::reduceIntoShard(Buf full, const std::string &name, Location loc) {
-  ParamInfo &p = params[name];
-  Buf part = newBuffer(name + ".grad_part", "scratch", p.shardType);
-  SmallVector<NamedAttribute> attrs = params.zeroCollective(p);
-  attrs.push_back(str("op", "sum"));
-  kernel("reduce_scatter", {arg("x", full), arg("y", part)}, attrs,
-         NameLoc::get(b.getStringAttr("ZeRO: reduce-scatter the gradient into its dp shard"),
-                      loc))
-      ->setAttr("plan.payload", b.getStringAttr("gradients"));
-  plan::setCollectiveOrigin(pb.lastKernel(), xf::CollectiveOrigin::Zero);
-  kernel("accumulate", {arg("x", part), arg("y", p.grad)},
-         {i64("n", p.shardType.getNumElements())}, loc);
-}
 
 //===----------------------------------------------------------------------===//
 // Split backward (ZB-H1): what B runs and what waits for W
@@ -197,11 +177,7 @@ LogicalResult OpLowering::lowerOp(Operation *op, Scope &s, BackwardPart part) {
   if (part == BackwardPart::WeightGradients && deferredToW(op) &&
       failed(regatherForWeights(op, s)))
     return failure();
-  LogicalResult r = lowerOpImpl(op, s, part);
-  for (auto &[full, name, loc] : pendingShardReduce)
-    reduceIntoShard(full, name, loc);
-  pendingShardReduce.clear();
-  return r;
+  return lowerOpImpl(op, s, part);
 }
 
 LogicalResult OpLowering::lowerLayer(LayerOp call, Scope &s, BackwardPart part) {
@@ -607,10 +583,6 @@ LogicalResult OpLowering::lowerOpImpl(Operation *op, Scope &s, BackwardPart part
         auto it = params.find(instantiateLayerName(acc.getName(), s.layer));
         if (it == params.end())
           return acc.emitOpError("gradient of a parameter that is never read");
-        if (step.zero >= 2) {
-          reduceIntoShard(use(s, acc.getGrad()), it->getKey().str(), loc);
-          return success();
-        }
         kernel("accumulate", {arg("x", use(s, acc.getGrad())), arg("y", it->second.grad)},
                {i64("n", numel(acc.getGrad()))}, loc);
         return success();

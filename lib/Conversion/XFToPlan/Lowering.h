@@ -275,9 +275,6 @@ private:
   /// of a (sequence-parallel) slice is gathered again, right before its first
   /// use in W, so that between B and W only the slice is held.
   mlir::LogicalResult regatherForWeights(mlir::Operation *op, Scope &s);
-  /// ZeRO-3: a gradient contribution `full` (this microbatch's, not yet
-  /// reduced over dp) is reduce-scattered and added to the gradient shard.
-  void reduceIntoShard(Buf full, const std::string &name, mlir::Location loc);
   /// Where weight-gradient result `r` goes, and whether the kernel adds.
   std::pair<Buf, bool> gradTarget(Scope &s, mlir::Value r, mlir::Operation *op);
 
@@ -319,13 +316,6 @@ private:
   /// ZeRO-3 without reshard_after_forward: the forward's gathered copy of
   /// each parameter, by microbatch slot prefix and name.
   llvm::StringMap<Buf> gathered;
-  struct PendingReduce {
-    Buf full;
-    std::string name;
-    mlir::Location loc;
-  };
-  /// ZeRO-3: gradients the current op's kernel writes, to reduce after it.
-  std::vector<PendingReduce> pendingShardReduce;
 };
 
 //===----------------------------------------------------------------------===//

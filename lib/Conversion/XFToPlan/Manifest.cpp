@@ -50,17 +50,6 @@ void xftoplan::emitParam(ProgramBuilder &pb, const StepInfo &step, const std::st
     pop->setAttr("vocab_padded", b.getUnitAttr());
   if (replicaOf) // reports: updated (and counted) on its home stage
     pop->setAttr("pipeline.replica_of", b.getI64IntegerAttr(*replicaOf));
-  if (step.zero > 0) {
-    // The tensor's shape on this rank before ZeRO's blocks (the writer's
-    // `shape` when there is no tp `sharding`).
-    pop->setAttr("local_shape", b.getDenseI64ArrayAttr(p.type.getShape()));
-    SmallVector<NamedAttribute> z{pb.str("axis", "dp"), pb.i64("stage", step.zero)};
-    // dp does not divide the rows: each block has ceil(rows / dp) rows,
-    // the last ones zero padding (absent when the blocks are exact).
-    if (p.shardType.getDimSize(0) * step.dp != p.type.getDimSize(0))
-      z.push_back(pb.i64("block_rows", p.shardType.getDimSize(0)));
-    pop->setAttr("zero", b.getDictionaryAttr(z));
-  }
 }
 
 DictionaryAttr xftoplan::buildManifest(ModuleOp module, const StepInfo &step,

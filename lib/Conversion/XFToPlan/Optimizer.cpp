@@ -27,7 +27,6 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
   auto i64 = [&](StringRef n, int64_t v) { return pb.i64(n, v); };
   auto f64 = [&](StringRef n, double v) { return pb.f64(n, v); };
   auto str = [&](StringRef n, StringRef v) { return pb.str(n, v); };
-  const int64_t zero = step.zero;
   OptimizerChoice choice;
   pb.current = pb.optimizer;
   // The gradient each update reads.
@@ -35,10 +34,6 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
   for (const std::string &name : params.order())
     updateGrad[name] = params[name].grad;
   for (Operation &op : fn.getBody().front().without_terminator()) {
-    // ZeRO-3 reduce-scattered the gradients over dp in the backward.
-    // (ZeRO-1 and 2 are llcdist-plan-zero's rewrite of this all-reduce.)
-    if (auto ar = dyn_cast<AllReduceGradsOp>(op); ar && zero > 0 && ar.getAxis() == "dp")
-      continue;
     if (auto ar = dyn_cast<AllReduceGradsOp>(op)) {
       SmallVector<Attribute> covered;
       for (const std::string &name : params.order())
@@ -108,12 +103,10 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
       }
       if (!sharded.empty() || !replicaShards.empty())
         attrs.push_back(b.getNamedAttr("axis", axis));
-      // Each dp rank holds other gradient blocks (ZeRO), each stage other
-      // parameters (pipeline): the norm sums over those axes.
-      if (scope.pipelined || zero > 0)
-        attrs.push_back(str("stage_axis", zero > 0 && scope.pipelined ? "dp,pp"
-                                          : scope.pipelined           ? "pp"
-                                                                : "dp"));
+      // Each stage holds other parameters (pipeline): the norm sums over pp
+      // (under ZeRO llcdist-plan-zero adds dp).
+      if (scope.pipelined)
+        attrs.push_back(str("stage_axis", "pp"));
       kernel("grad_norm", args, attrs, op.getLoc());
       continue;
     }

@@ -225,8 +225,7 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
           pb.transfer("send", pi.value, other, tied.tag, loc, "tied parameter");
           continue;
         }
-        // The gradient as this stage holds it (under ZeRO-3 the dp block).
-        RankedTensorType gt = step.zero >= 2 ? pi.shardType : pi.type;
+        RankedTensorType gt = pi.type;
         Buf part = pb.newBuffer(name + ".grad@stage" + std::to_string(other), "scratch", gt);
         pb.transfer("recv", part, other, tied.tag, loc, "tied parameter");
         pb.kernel("accumulate", {pb.arg("x", part), pb.arg("y", pi.grad)},

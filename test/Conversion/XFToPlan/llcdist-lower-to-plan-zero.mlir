@@ -1,7 +1,7 @@
 // RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan -llcdist-plan-zero="stage=1" -verify-diagnostics | FileCheck %s --check-prefix=Z1
 // RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan -llcdist-plan-zero="stage=2" -verify-diagnostics | FileCheck %s --check-prefix=Z2
-// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="zero=3" -verify-diagnostics | FileCheck %s --check-prefix=Z3
-// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="zero=3 reshard-after-forward=false" -verify-diagnostics | FileCheck %s --check-prefix=KEEP
+// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="zero=3" -llcdist-plan-zero="stage=3" -verify-diagnostics | FileCheck %s --check-prefix=Z3
+// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="zero=3 reshard-after-forward=false" -llcdist-plan-zero="stage=3" -verify-diagnostics | FileCheck %s --check-prefix=KEEP
 
 // ZeRO on dp = 2 from the xf step: stages 1 and 2 through llcdist-plan-zero
 // on the plan lowered without ZeRO, stage 3 through llcdist-lower-to-plan's

@@ -195,6 +195,19 @@ LogicalResult ProgramZero::collect() {
   for (auto k : stepBegin.getBody().front().getOps<plan::KernelOp>())
     if (k.getKernel() == "cast")
       castOf[k.getArgs().get("x")] = k;
+  // ZeRO-3's parameter blocks and their gathers where each scope reads them
+  // are the lowering's (llcdist-lower-to-plan zero=3): the whole tensor is
+  // what the gathers write.
+  llvm::DenseMap<Attribute, plan::BufferOp> gatheredFrom;
+  for (auto sub : body->getOps<plan::SubroutineOp>())
+    for (auto k : sub.getBody().front().getOps<plan::KernelOp>())
+      if (k.getKernel() == "all_gather" &&
+          plan::collectiveOrigin(k) == xf::CollectiveOrigin::Zero)
+        gatheredFrom[k.getArgs().get("x")] =
+            buffers.lookup(k.getArgs().getAs<FlatSymbolRefAttr>("y").getValue());
+  if (stage < 3 && !gatheredFrom.empty())
+    return program.emitError("llcdist-plan-zero: the parameters are ZeRO-3 blocks "
+                             "(llcdist-lower-to-plan zero=3): use stage=3");
   for (auto p : body->getOps<plan::ParamOp>()) {
     if (p->hasAttr("zero"))
       return p.emitOpError("llcdist-plan-zero: the parameter is already ZeRO-sharded");
@@ -210,9 +223,20 @@ LogicalResult ProgramZero::collect() {
       mixed = true;
     }
     info.type = info.working.getTensorType();
+    if (stage >= 3) {
+      plan::BufferOp whole =
+          gatheredFrom.lookup(FlatSymbolRefAttr::get(info.working.getSymNameAttr()));
+      if (!whole)
+        return p.emitOpError("llcdist-plan-zero: stage 3 needs the parameter's blocks and "
+                             "gathers of llcdist-lower-to-plan zero=3");
+      info.type = whole.getTensorType();
+    }
     SmallVector<int64_t> dims(info.type.getShape());
     dims[0] = llvm::divideCeil(dims[0], dp);
     info.shardType = RankedTensorType::get(dims, info.type.getElementType());
+    if (stage >= 3 && info.working.getTensorType() != info.shardType)
+      return p.emitOpError("llcdist-plan-zero: the parameter's block is ")
+             << info.working.getTensorType() << ", not " << info.shardType;
     params.push_back(info);
   }
   return success();
@@ -406,8 +430,8 @@ void ProgramZero::shardUpdates() {
     if (!p.replica)
       byValue[p.op.getValueAttr()] = &p;
   }
-  if (mixed)
-    return; // the update writes the master's block in place
+  if (mixed || stage >= 3)
+    return; // the update writes the master's (ZeRO-3: the value's) block in place
   // An f32 update: cut this rank's block out of the parameter, update it,
   // gather the blocks back.
   for (auto k : llvm::make_early_inc_range(optimizer.getBody().front().getOps<plan::KernelOp>())) {
@@ -439,6 +463,8 @@ void ProgramZero::shardUpdates() {
 void ProgramZero::gatherWorkingCopies() {
   // Under mixed precision the master is this rank's block: step_begin
   // rounds the block, then gathers the blocks into the bf16 working copy.
+  if (stage >= 3)
+    return; // the lowering cast the master's block into the working copy's
   for (Param &p : params) {
     if (!p.cast)
       continue;
@@ -467,7 +493,7 @@ void ProgramZero::annotateParams() {
     p.op->setAttr("local_shape", b.getDenseI64ArrayAttr(p.type.getShape()));
     SmallVector<NamedAttribute> z{b.getNamedAttr("axis", b.getStringAttr("dp")),
                                   b.getNamedAttr("stage", b.getI64IntegerAttr(stage))};
-    if (mixed) // the f32 master is this rank's block
+    if (mixed && stage < 3) // the f32 master is this rank's block
       z.push_back(b.getNamedAttr("value_block", b.getBoolAttr(true)));
     // dp does not divide the rows: the last blocks are zero padding.
     if (p.shardType.getDimSize(0) * dp != p.type.getDimSize(0))
@@ -495,12 +521,6 @@ struct PlanZeroPass : public plan::impl::PlanZeroBase<PlanZeroPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     const int64_t stage = this->stage;
-    if (stage == 3) {
-      module.emitError("llcdist-plan-zero: stage 3 shards the parameters in the forward and "
-                       "backward, which this pass does not do yet (use llcdist-lower-to-plan's "
-                       "zero option)");
-      return signalPassFailure();
-    }
     if (stage < 1 || stage > 3) {
       module.emitError("llcdist-plan-zero: stage ") << stage << " is not 1, 2 or 3";
       return signalPassFailure();

@@ -6,7 +6,7 @@
 //
 //   ProgramBuilder.cpp  a plan.program's buffers, subroutines, kernels, actions
 //   Buffers.cpp         parameter buffers: values, f32 masters and bf16
-//                       working copies, gradients, ZeRO blocks; step_begin
+//                       working copies, gradients, ZeRO-3 blocks; step_begin
 //   LowerOps.cpp        each xf op to plan.kernel calls on a value→buffer map
 //   Optimizer.cpp       the optimizer step: gradient reductions, norm, updates
 //   Manifest.cpp        plan.param entries (with the init policy of
@@ -156,9 +156,8 @@ private:
 
 struct ParamInfo {
   mlir::RankedTensorType type; ///< the local (this rank's) type
-  /// ZeRO: `type` with its first dimension split over dp (the optimizer
-  /// state's, and from stage 2 the gradient's, from stage 3 the value's):
-  /// ceil(rows / dp) rows, so when dp does not divide the rows the last
+  /// ZeRO-3: `type` with its first dimension split over dp (the value's
+  /// and the master's): ceil(rows / dp) rows, so when dp does not divide the rows the last
   /// blocks end in zero padding (FSDP2's and DeepSpeed's padded shards).
   mlir::RankedTensorType shardType;
   mlir::DictionaryAttr sharding; ///< xf.sharding of a split parameter, or null
@@ -177,7 +176,7 @@ public:
 
   /// The buffers of parameter `name` of local type `type`, created on first
   /// call: the value (or the f32 master and its bf16 working copy) and the
-  /// gradient, each whole or a ZeRO block as the stage says.
+  /// gradient, the value (and master) a ZeRO-3 block when zero = 3.
   ParamInfo &param(const std::string &name, mlir::RankedTensorType type);
   ParamInfo &operator[](llvm::StringRef name) { return params[name]; }
   llvm::StringMap<ParamInfo>::iterator find(llvm::StringRef name) { return params.find(name); }
@@ -343,7 +342,7 @@ struct OptimizerChoice {
 };
 
 /// Lowers the optimizer step `fn` into the builder's optimizer subroutine:
-/// the gradient all-reduces (under ZeRO-3 the dp one is in the backward), the loss
+/// the gradient all-reduces (under ZeRO llcdist-plan-zero rewrites the dp one), the loss
 /// average, the global norm with clipping, one AdamW or SGD update per
 /// parameter this program updates (with its state buffers and plan.param).
 mlir::FailureOr<OptimizerChoice> lowerOptimizer(mlir::func::FuncOp fn, ProgramBuilder &pb,

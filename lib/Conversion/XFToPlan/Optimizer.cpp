@@ -131,10 +131,10 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
       SmallVector<Attribute> state;
       Location loc = NameLoc::get(b.getStringAttr(name), op.getLoc());
       // What the update writes: the parameter (under ZeRO-3 this rank's
-      // block of it).
+      // block of it; llcdist-plan-zero makes the state the block too).
       Buf target = p.value, grad = updateGrad[name];
-      // f32 (the master's type), and under ZeRO this rank's block only.
-      RankedTensorType stateType = ProgramBuilder::withF32(p.shardType);
+      // f32, the master's type.
+      RankedTensorType stateType = ProgramBuilder::withF32(p.type);
       if (!scope.updates(name)) {
         // A replica: its home stage updates it and sends the new value.
       } else if (adamw) {

@@ -1,4 +1,4 @@
-//===- PlanZero.cpp - ZeRO-1/2 as a plan→plan rewrite ---------------------===//
+//===- PlanZero.cpp - ZeRO over dp as a plan→plan rewrite -----------------===//
 //
 // llcdist-plan-zero: ZeRO over dp on a plan lowered without it. Each dp rank
 // owns one row block of every parameter (ceil(rows / dp) rows, the last
@@ -7,7 +7,9 @@
 // contribution reduce-scattered into a gradient block where the backward
 // computes it), keeps the optimizer state of that block, updates it and
 // gathers the updated blocks back into the whole parameter the next step
-// reads.
+// reads. Under stage 3 the parameter is a block already (the lowering's
+// zero=3 gathers it where each scope reads it): the update writes it in
+// place.
 //
 // Everything the rewrite needs is in the plan: the parameters and their
 // buffers (plan.param), the dp gradient all-reduce (its plan.origin), the

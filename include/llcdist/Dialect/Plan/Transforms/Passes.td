@@ -20,7 +20,7 @@ def PlanMemory : Pass<"llcdist-plan-memory", "llcdist::plan::ProgramOp"> {
 }
 
 def PlanZero : Pass<"llcdist-plan-zero", "mlir::ModuleOp"> {
-  let summary = "ZeRO-1/2 over dp: shard the optimizer state (and the gradients)";
+  let summary = "ZeRO over dp: shard the optimizer state and the gradients";
   let description = [{
     A plan→plan rewrite of a plan lowered without ZeRO (llcdist-lower-to-plan
     with `zero` = 0) on a mesh with dp > 1. Every parameter's rows are split
@@ -50,18 +50,24 @@ def PlanZero : Pass<"llcdist-plan-zero", "mlir::ModuleOp"> {
     and add; a tied parameter's home receives the replicas' blocks; the
     optimizer's dp all-reduce goes.
 
+    Stage 3 (FSDP) runs on a plan lowered with llcdist-lower-to-plan zero=3,
+    which already holds each parameter's block and gathers it where each
+    layer's scope reads it (the scopes are the lowering's knowledge): the
+    pass reads the whole shape from those gathers, shards the gradients as
+    for stage 2, and the update writes the parameter's block in place (no
+    slice, no gather).
+
     New buffers are declared where llcdist-lower-to-plan used to make them,
     so the plan's buffer ids and arena are those of a lowering that did ZeRO
-    itself. Stage 3 (the parameter sharded, gathered where each layer's
-    scope reads it) is still llcdist-lower-to-plan's `zero` option.
+    itself.
 
     Before: `plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}`
     After:  `plan.kernel "reduce_scatter" {x = @g, y = @gs} {axis = "dp", inner = 32 : i64, op = "sum", outer = 1 : i64}`
   }];
   let options = [
     Option<"stage", "stage", "int64_t", "1",
-           "ZeRO stage: 1 (optimizer state) or 2 (also the gradients); 3 is "
-           "llcdist-lower-to-plan's zero option">,
+           "ZeRO stage: 1 (optimizer state), 2 (also the gradients), 3 (also the "
+           "parameters, on a plan lowered with zero=3)">,
   ];
 }
 

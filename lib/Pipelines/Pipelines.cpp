@@ -26,15 +26,13 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   split.layout = o.ppLayout;
   split.schedule = o.pipelineSchedule;
   pm.addPass(xf::createPipelineSplit(split));
-  // ZeRO is a rewrite of the lowered plan, but for ZeRO-3's parameter
-  // blocks, gathered where each layer's scope reads them: the lowering's
-  // (it knows the scopes).
+  // ZeRO is a rewrite of the lowered plan; for ZeRO-3's gathers the
+  // lowering records where each scope reads each parameter.
   LowerToPlanOptions lowering = o;
-  if (o.zero == 1 || o.zero == 2)
-    lowering.zero = 0;
+  lowering.recordParamScopes = o.zero == 3;
   pm.addPass(createLowerToPlan(lowering));
-  if (o.zero >= 1 && o.zero <= 3)
-    pm.addPass(plan::createPlanZero({o.zero}));
+  if (o.zero != 0)
+    pm.addPass(plan::createPlanZero({o.zero, o.reshardAfterForward}));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
   if (o.verifyPlan)
     pm.addPass(plan::createVerifyPlan({}, o.verifiedPlan));

@@ -15,7 +15,7 @@
 // DEFAULT-NEXT: llcdist-add-optimizer{beta1=9.000000e-01 beta2=9.990000e-01 eps=1.000000e-08 grad-clip=0.000000e+00 lr=1.000000e-03 lr-schedule=constant min-lr=0.000000e+00 momentum=0.000000e+00 optimizer=adamw total-steps=0 warmup=0 weight-decay=-1.000000e+00},
 // DEFAULT-NEXT: llcdist-partition{sequence-parallel=false},
 // DEFAULT-NEXT: llcdist-pipeline-split{layout= schedule=1f1b virtual-stages=1},
-// DEFAULT-NEXT: llcdist-lower-to-plan{reshard-after-forward=true zero=0},
+// DEFAULT-NEXT: llcdist-lower-to-plan{record-param-scopes=false},
 // DEFAULT-NEXT: plan.program(
 // DEFAULT-NEXT: llcdist-plan-memory
 // DEFAULT-NEXT: ),
@@ -74,7 +74,8 @@
 // FULL: llcdist-recompute{mode=full},
 // RUN: not llc-dist-opt %s --llcdist-train="zero=3 reshard-after-forward=false" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=ZERO
 // ZERO-LABEL: Pass Manager
-// ZERO: llcdist-lower-to-plan{reshard-after-forward=false zero=3},
+// ZERO: llcdist-lower-to-plan{record-param-scopes=true},
+// ZERO-NEXT: llcdist-plan-zero{reshard-after-forward=false stage=3},
 
 // Bad values: an unknown option or a value of the wrong type is refused by
 // the option parser; a value of the right type that the pass refuses fails

@@ -132,7 +132,11 @@ TEST(TrainingPipelineOptions, EveryTextualOptionSetsItsField) {
       {"pp-layout=3,1", [](O &o) { o.ppLayout = "3,1"; }},
       {"recompute=full", [](O &o) { o.recompute = "full"; }},
       {"zero=3", [](O &o) { o.zero = 3; }},
-      {"reshard-after-forward=false", [](O &o) { o.reshardAfterForward = false; }},
+      // llcdist-plan-zero's option: the pass runs only with a ZeRO stage.
+      {"zero=3 reshard-after-forward=false", [](O &o) {
+         o.zero = 3;
+         o.reshardAfterForward = false;
+       }},
   };
   const std::string defaults = fromText("");
   for (const auto &[text, set] : cases) {

@@ -21,17 +21,12 @@ def LowerToPlan : Pass<"llcdist-lower-to-plan", "mlir::ModuleOp"> {
     `c_proj.weight` 0.02/sqrt(2·layers); norm weights 1; biases 0). The xf
     functions are erased; the manifest fields go to `plan.manifest`.
 
-    ZeRO-3's parameter side (`zero` = 3, FSDP, over dp; every parameter's
-    first dimension split in dp equal row blocks of ceil(rows / dp) rows,
-    the last ones zero-padded when dp does not divide the rows: `total` on
-    the gathers): each rank holds only its block of the parameter (and of
-    the bf16 master) and all-gathers it where each scope (a layer body's
-    forward, its backward, the step's top level) reads it, so the memory
-    planner frees it after; with `reshard-after-forward` = false the
-    backward reads the forward's copy. The rest of ZeRO-3 (the gradient and
-    optimizer-state blocks, the manifest's `zero`) and stages 1 and 2 are a
-    rewrite of the lowered plan, llcdist-plan-zero, which must follow;
-    `zero` = 1 or 2 here is an error.
+    ZeRO is llcdist-plan-zero's rewrite of this plan. For ZeRO-3 (FSDP) it
+    needs what only the lowering knows, where each scope (a layer body's
+    forward, its backward, a chunk's top level) begins to read each
+    parameter: with `record-param-scopes` the kernel there carries
+    `plan.param_scopes` (each {param, slot, loc}), which llcdist-plan-zero
+    turns into the gathers and removes.
 
     Before: `func.func @train_step ...`, `func.func @optimizer_step ...`
     After:
@@ -44,12 +39,9 @@ def LowerToPlan : Pass<"llcdist-lower-to-plan", "mlir::ModuleOp"> {
     ```
   }];
   let options = [
-    Option<"zero", "zero", "int64_t", "0",
-           "ZeRO-3 (FSDP) over dp: 3 holds each parameter's block and gathers it "
-           "where each scope reads it (0: off; the rest is llcdist-plan-zero)">,
-    Option<"reshardAfterForward", "reshard-after-forward", "bool", "true",
-           "ZeRO-3: gather a layer's parameters again for its backward (true, "
-           "PyTorch FSDP's default) or keep the forward's gathered copy">,
+    Option<"recordParamScopes", "record-param-scopes", "bool", "false",
+           "record where each scope begins to read each parameter "
+           "(plan.param_scopes, for llcdist-plan-zero stage 3)">,
   ];
   let dependentDialects = ["llcdist::plan::PlanDialect"];
 }

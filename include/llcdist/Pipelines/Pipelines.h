@@ -19,12 +19,14 @@ struct PlanJson;
 /// llcdist-add-optimizer (optimizer, lr, schedule = the LR schedule, warmup,
 /// totalSteps, minLr, beta1, beta2, eps, weightDecay, momentum, gradClip),
 /// llcdist-partition (sequenceParallel: Megatron's sequence parallelism) and
-/// llcdist-lower-to-plan (zero: the ZeRO stage over dp, 0 = off, 3 = FSDP;
-/// stage 1 runs as llcdist-plan-zero after the lowering;
-/// reshardAfterForward: ZeRO-3 gathers again for the backward).
+/// llcdist-lower-to-plan (recordParamScopes, set from zero).
 struct TrainingPipelineOptions : xf::AddOptimizerOptions,
                                  xf::PartitionOptions,
                                  LowerToPlanOptions {
+  /// ZeRO over dp (0: off; 3: FSDP), llcdist-plan-zero's stage.
+  int64_t zero = 0;
+  /// ZeRO-3: gather each layer's parameters again for its backward.
+  bool reshardAfterForward = true;
   /// The forward pipeline's (llcdist-attach-mesh's) mesh.
   xf::ForwardPipelineOptions mesh;
   /// Under tp: keep the embeddings and the LM head whole instead of

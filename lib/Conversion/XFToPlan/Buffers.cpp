@@ -2,10 +2,8 @@
 //
 // A parameter's buffers are made where the program first reads it. Under
 // mixed precision the manifest's parameter is the f32 master and the ops
-// read a bf16 working copy made from it at every step_begin; under ZeRO-3
-// the optimizer state, the gradient and the value hold only this dp rank's
-// block of rows (ZeRO-1 and 2 are llcdist-plan-zero's rewrite of a plan
-// lowered without ZeRO).
+// read a bf16 working copy made from it at every step_begin. (ZeRO's row
+// blocks are llcdist-plan-zero's rewrite of these buffers.)
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
@@ -18,40 +16,22 @@ ParamInfo &ParamBuffers::param(const std::string &name, RankedTensorType type) {
   auto [it, inserted] = params.try_emplace(name);
   if (inserted) {
     ParamInfo &p = it->second;
-    const int64_t zero = step.zero;
     p.type = type;
-    p.shardType = type;
-    if (zero > 0) {
-      SmallVector<int64_t> dims(type.getShape());
-      dims[0] = llvm::divideCeil(dims[0], step.dp);
-      p.shardType = RankedTensorType::get(dims, type.getElementType());
-    }
-    RankedTensorType held = zero >= 3 ? p.shardType : type;
     if (step.mixed) {
       // The manifest's parameter is the f32 master (what the runtime
-      // initializes and saves; under ZeRO only this rank's block of it);
-      // the ops read a bf16 copy, made from the master at the start of
-      // every step (emitStepBegin).
-      p.value = pb.newBuffer(name, "param",
-                             ProgramBuilder::withF32(zero > 0 ? p.shardType : type));
+      // initializes and saves); the ops read a bf16 copy, made from the
+      // master at the start of every step (emitStepBegin).
+      p.value = pb.newBuffer(name, "param", ProgramBuilder::withF32(type));
       pb.setMemoryClass(p.value, "optimizer_state"); // the paper's 12Ψ: master + m + v
-      p.working = pb.newBuffer(name + ".bf16", "param", held);
+      p.working = pb.newBuffer(name + ".bf16", "param", type);
     } else {
-      p.value = p.working = pb.newBuffer(name, "param", held);
+      p.value = p.working = pb.newBuffer(name, "param", type);
     }
     p.grad = pb.newBuffer(name + ".grad", "grad", type);
     p.isNormOrBias = type.getRank() == 1;
     paramOrder.push_back(name);
   }
   return it->second;
-}
-
-SmallVector<NamedAttribute> ParamBuffers::zeroCollective(const ParamInfo &p) {
-  SmallVector<NamedAttribute> attrs{pb.str("axis", "dp"), pb.i64("outer", 1),
-                                    pb.i64("inner", p.shardType.getNumElements())};
-  if (p.type.getNumElements() != p.shardType.getNumElements() * step.dp)
-    attrs.push_back(pb.i64("total", p.type.getNumElements()));
-  return attrs;
 }
 
 void ParamBuffers::emitStepBegin(Location loc, Buf loss) {

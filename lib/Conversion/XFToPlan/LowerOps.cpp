@@ -194,8 +194,8 @@ LogicalResult OpLowering::lowerLayer(LayerOp call, Scope &s, BackwardPart part) 
       slot->bufs[a] = s.bufs.lookup(operand);
   }
   Scope &inner = *slot;
-  // A parameter only where this part reads it (under ZeRO-3 lowering it
-  // gathers it: W's GEMMs read activations and gradients, never weights).
+  // A parameter only where this part reads it (under ZeRO-3 its reads
+  // begin here: W's GEMMs read activations and gradients, never weights).
   auto inThisPart = [&](Operation *op) { return inPart(op, part); };
   for (Operation &op : body.without_terminator())
     if (inThisPart(&op) || (isa<ParamOp>(op) && llvm::any_of(op.getUsers(), inThisPart)))
@@ -217,21 +217,12 @@ LogicalResult OpLowering::lowerOpImpl(Operation *op, Scope &s, BackwardPart part
         if (auto sh = p->getAttrOfType<DictionaryAttr>("xf.sharding"))
           info.sharding = sh;
         s.bufs[p.getResult()] = {info.working};
-        if (step.zero >= 3 && !step.reshardAfterForward && gathered.count(s.prefix + name)) {
-          s.bufs[p.getResult()] = {gathered[s.prefix + name]};
-        } else if (step.zero >= 3) {
-          // FSDP: the whole parameter exists only while this scope (a layer
-          // body's forward or backward, or the step's top level) uses it.
-          Buf full = newBuffer(s.prefix + name + ".gathered", "activation", info.type);
-          gathered[s.prefix + name] = full;
-          kernel("all_gather", {arg("x", info.working), arg("y", full)},
-                 params.zeroCollective(info),
-                 NameLoc::get(b.getStringAttr("ZeRO-3: gather the parameter before its use"),
-                              loc))
-              ->setAttr("plan.payload", b.getStringAttr("parameters"));
-          plan::setCollectiveOrigin(pb.lastKernel(), xf::CollectiveOrigin::Zero);
-          s.bufs[p.getResult()] = {full};
-        }
+        // FSDP gathers the whole parameter where each scope begins to read
+        // it (llcdist-plan-zero): which kernel that is, only this lowering
+        // knows.
+        if (step.recordParamScopes)
+          pb.recordParamScope(b.getDictionaryAttr(
+              {str("param", name), str("slot", s.prefix), b.getNamedAttr("loc", loc)}));
         for (Operation *user : p->getUsers()) {
           if (isa<EmbeddingOp, AddPositionEmbeddingOp>(user) &&
               user->getOperand(1) == p.getResult())

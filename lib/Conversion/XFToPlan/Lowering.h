@@ -6,7 +6,7 @@
 //
 //   ProgramBuilder.cpp  a plan.program's buffers, subroutines, kernels, actions
 //   Buffers.cpp         parameter buffers: values, f32 masters and bf16
-//                       working copies, gradients, ZeRO-3 blocks; step_begin
+//                       working copies, gradients; step_begin
 //   LowerOps.cpp        each xf op to plan.kernel calls on a value→buffer map
 //   Optimizer.cpp       the optimizer step: gradient reductions, norm, updates
 //   Manifest.cpp        plan.param entries (with the init policy of
@@ -60,9 +60,6 @@ inline int64_t dim(mlir::Value v, unsigned i) {
 /// every program (stage) it lowers.
 struct StepInfo {
   mlir::func::FuncOp entry, optimizerFn;
-  /// ZeRO stage (0: off, or 3; stages 1 and 2 are llcdist-plan-zero's) and
-  /// the dp size it shards over (1 when off).
-  int64_t zero = 0, dp = 1;
   /// Mixed precision: bf16 values in the IR (see ParamBuffers::param).
   bool mixed = false;
   int64_t microbatches = 1, numLayers = 0;
@@ -70,16 +67,15 @@ struct StepInfo {
   /// Parameters whose dimension 0 llcdist-pad-vocab padded past the real
   /// vocabulary (the manifest's `vocab_padded`).
   std::set<std::string> vocabPadded;
-  /// ZeRO-3: whether the backward gathers a layer's parameters again (true:
-  /// FSDP's reshard_after_forward) or reuses the forward's gathered copy.
-  bool reshardAfterForward = true;
+  /// Record where each scope begins to read each parameter
+  /// (plan::kParamScopesAttr), for llcdist-plan-zero's ZeRO-3.
+  bool recordParamScopes = false;
 };
 
 /// The checks every lowering starts with (a training step, an optimizer,
-/// storable element types, a valid ZeRO stage on a mesh with dp > 1), and
+/// storable element types), and
 /// what they find; failure with an error emitted.
-mlir::FailureOr<StepInfo> analyzeStep(mlir::ModuleOp module, int64_t zero,
-                                      bool reshardAfterForward);
+mlir::FailureOr<StepInfo> analyzeStep(mlir::ModuleOp module, bool recordParamScopes);
 
 //===----------------------------------------------------------------------===//
 // ProgramBuilder (ProgramBuilder.cpp)
@@ -99,6 +95,9 @@ public:
   /// A buffer; a repeated name (a split's results) gets #1, #2, ...
   Buf newBuffer(std::string name, mlir::StringRef kind, mlir::Type type);
   plan::BufferOp bufferOp(Buf buf) const { return bufferOps.lookup(buf); }
+  /// record-param-scopes: a scope begins to read a parameter here, recorded
+  /// on the next kernel (plan::kParamScopesAttr).
+  void recordParamScope(mlir::Attribute read) { pendingScopes.push_back(read); }
   /// Which line of the memory report a buffer counts in, when not its kind.
   void setMemoryClass(Buf buf, mlir::StringRef cls);
   plan::KernelOp kernel(mlir::StringRef name, mlir::ArrayRef<mlir::NamedAttribute> args,
@@ -148,6 +147,7 @@ private:
   llvm::StringMap<unsigned> bufferNames;
   /// This program's buffers by symbol (program.lookupSymbol walks them all).
   llvm::DenseMap<mlir::Attribute, plan::BufferOp> bufferOps;
+  llvm::SmallVector<mlir::Attribute> pendingScopes;
 };
 
 //===----------------------------------------------------------------------===//
@@ -156,10 +156,6 @@ private:
 
 struct ParamInfo {
   mlir::RankedTensorType type; ///< the local (this rank's) type
-  /// ZeRO-3: `type` with its first dimension split over dp (the value's
-  /// and the master's): ceil(rows / dp) rows, so when dp does not divide the rows the last
-  /// blocks end in zero padding (FSDP2's and DeepSpeed's padded shards).
-  mlir::RankedTensorType shardType;
   mlir::DictionaryAttr sharding; ///< xf.sharding of a split parameter, or null
   Buf value, grad;
   /// What the ops read: `value`, or under mixed precision its bf16 copy.
@@ -176,7 +172,7 @@ public:
 
   /// The buffers of parameter `name` of local type `type`, created on first
   /// call: the value (or the f32 master and its bf16 working copy) and the
-  /// gradient, the value (and master) a ZeRO-3 block when zero = 3.
+  /// gradient.
   ParamInfo &param(const std::string &name, mlir::RankedTensorType type);
   ParamInfo &operator[](llvm::StringRef name) { return params[name]; }
   llvm::StringMap<ParamInfo>::iterator find(llvm::StringRef name) { return params.find(name); }
@@ -185,15 +181,9 @@ public:
   /// The parameters in the order the program first reads them.
   const std::vector<std::string> &order() const { return paramOrder; }
 
-  /// The attributes of a ZeRO collective (or shard_slice) between the whole
-  /// local tensor of `p` and its dp block. A padded block (dp does not
-  /// divide the rows) adds `total`: the whole side holds only the real
-  /// elements, and the runtime reads the padding as zeros (reduce_scatter,
-  /// shard_slice) or drops it (all_gather).
-  llvm::SmallVector<mlir::NamedAttribute> zeroCollective(const ParamInfo &p);
 
   /// step_begin: under mixed precision the step's bf16 copy of every master
-  /// (under ZeRO-3 the cast of the block); then zero every gradient
+  /// ; then zero every gradient
   /// and `loss` (when this program has it).
   void emitStepBegin(mlir::Location loc, Buf loss);
 
@@ -312,9 +302,6 @@ private:
   const StepInfo &step;
   mlir::SymbolTable symbols;
   llvm::DenseMap<mlir::Operation *, bool> deferredMemo;
-  /// ZeRO-3 without reshard_after_forward: the forward's gathered copy of
-  /// each parameter, by microbatch slot prefix and name.
-  llvm::StringMap<Buf> gathered;
 };
 
 //===----------------------------------------------------------------------===//
@@ -355,7 +342,7 @@ mlir::FailureOr<OptimizerChoice> lowerOptimizer(mlir::func::FuncOp fn, ProgramBu
 
 /// The plan.param entry of parameter `name` (before the first subroutine):
 /// its buffers and state, its initialization, weight decay, tp sharding,
-/// vocabulary padding, pipeline replica and ZeRO block.
+/// vocabulary padding and pipeline replica.
 void emitParam(ProgramBuilder &pb, const StepInfo &step, const std::string &name,
                const ParamInfo &p, llvm::ArrayRef<mlir::Attribute> state, bool decays,
                std::optional<int64_t> replicaOf, mlir::Location loc);

@@ -2,8 +2,8 @@
 //
 // What the runtime needs beside the kernels: per parameter its buffers,
 // state, initialization (Hugging Face's, llcdist/Frontend/InitPolicy.h),
-// weight decay and how it is split (tp sharding, ZeRO block, pipeline
-// replica); for the step the model, batch, mesh, optimizer and LR schedule.
+// weight decay and how it is split (tp sharding, pipeline replica; the ZeRO
+// block is llcdist-plan-zero's); for the step the model, batch, mesh, optimizer and LR schedule.
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"

@@ -1,7 +1,7 @@
 //===- Optimizer.cpp - the optimizer step: reductions, norm, updates ------===//
 //
-// The gradient all-reduces over dp and tp (under ZeRO-3 the dp part was
-// reduced in the backward), the loss's
+// The gradient all-reduces over dp and tp (under ZeRO llcdist-plan-zero
+// rewrites the dp one), the loss's
 // average, the global gradient norm (with clipping), then one AdamW or SGD
 // update per parameter this program updates, with its state buffers and its
 // plan.param. What a pipeline stage updates is its stage plan's answer
@@ -130,8 +130,8 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
       bool decays = p.type.getRank() >= 2 && !p.isTable;
       SmallVector<Attribute> state;
       Location loc = NameLoc::get(b.getStringAttr(name), op.getLoc());
-      // What the update writes: the parameter (under ZeRO-3 this rank's
-      // block of it; llcdist-plan-zero makes the state the block too).
+      // What the update writes: the parameter (llcdist-plan-zero makes it,
+      // or a slice of it, and the state the dp block under ZeRO).
       Buf target = p.value, grad = updateGrad[name];
       // f32, the master's type.
       RankedTensorType stateType = ProgramBuilder::withF32(p.type);

@@ -47,8 +47,13 @@ plan::KernelOp ProgramBuilder::kernel(StringRef name, ArrayRef<NamedAttribute> a
                                       ArrayRef<NamedAttribute> attrs, Location loc) {
   OpBuilder::InsertionGuard g(b);
   b.setInsertionPointToEnd(&current.getBody().front());
-  return plan::KernelOp::create(b, loc, name, b.getDictionaryAttr(args),
-                                b.getDictionaryAttr(attrs));
+  auto k = plan::KernelOp::create(b, loc, name, b.getDictionaryAttr(args),
+                                  b.getDictionaryAttr(attrs));
+  if (!pendingScopes.empty()) {
+    k->setAttr(plan::kParamScopesAttr, b.getArrayAttr(pendingScopes));
+    pendingScopes.clear();
+  }
+  return k;
 }
 
 void ProgramBuilder::transfer(StringRef op, Buf buf, int64_t peer, int64_t tag, Location loc,

@@ -11,7 +11,6 @@
 #include "llcdist/Conversion/Passes.h"
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 
-#include "mlir/Dialect/Shard/IR/ShardOps.h"
 
 #define DEBUG_TYPE "llcdist-lower-to-plan"
 
@@ -25,11 +24,9 @@ using namespace llcdist;
 using namespace llcdist::xf;
 using namespace llcdist::xftoplan;
 
-FailureOr<StepInfo> xftoplan::analyzeStep(ModuleOp module, int64_t zero,
-                                          bool reshardAfterForward) {
+FailureOr<StepInfo> xftoplan::analyzeStep(ModuleOp module, bool recordParamScopes) {
   StepInfo step;
-  step.zero = zero;
-  step.reshardAfterForward = reshardAfterForward;
+  step.recordParamScopes = recordParamScopes;
   step.entry = getEntryFunction(module);
   if (!step.entry)
     return failure();
@@ -76,21 +73,6 @@ FailureOr<StepInfo> xftoplan::analyzeStep(ModuleOp module, int64_t zero,
       step.numLayers = n.getInt();
   }
 
-  // ZeRO: a stage in 0..3, over dp > 1. A parameter whose rows dp does not
-  // divide is padded (ParamBuffers::param), so every shape is accepted.
-  if (zero == 0)
-    return step;
-  if (zero < 0 || zero > 3)
-    return module.emitError("llcdist-lower-to-plan: --zero ") << zero << " is not 0, 1, 2 or 3";
-  if (zero == 1 || zero == 2)
-    return module.emitError("llcdist-lower-to-plan: --zero ")
-           << zero << " is a rewrite of the plan: lower with zero=0, then run "
-           << "llcdist-plan-zero";
-  if (auto grid = module.lookupSymbol<shard::GridOp>("mesh"))
-    step.dp = grid.getShape()[0];
-  if (step.dp < 2)
-    return module.emitError("llcdist-lower-to-plan: --zero ")
-           << zero << " shards over dp, but the mesh has dp=1 (use --mesh dp=N with N > 1)";
   return step;
 }
 
@@ -102,7 +84,7 @@ struct LowerToPlanPass : public llcdist::impl::LowerToPlanBase<LowerToPlanPass> 
     ModuleOp module = getOperation();
     auto info = module->getAttrOfType<DictionaryAttr>("xf.pipeline");
     if (!info) {
-      FailureOr<StepInfo> step = analyzeStep(module, zero, reshardAfterForward);
+      FailureOr<StepInfo> step = analyzeStep(module, recordParamScopes);
       if (failed(step) || failed(lowerWholeStep(module, *step)))
         return signalPassFailure();
     } else {
@@ -116,7 +98,7 @@ struct LowerToPlanPass : public llcdist::impl::LowerToPlanBase<LowerToPlanPass> 
         return signalPassFailure();
       }
       pipe.kind = *kind;
-      FailureOr<StepInfo> step = analyzeStep(module, zero, reshardAfterForward);
+      FailureOr<StepInfo> step = analyzeStep(module, recordParamScopes);
       if (failed(step))
         return signalPassFailure();
       for (int64_t s = 0; s < pipe.stages; ++s)

@@ -1,12 +1,11 @@
 // RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan -llcdist-plan-zero="stage=1" -verify-diagnostics | FileCheck %s --check-prefix=Z1
 // RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan -llcdist-plan-zero="stage=2" -verify-diagnostics | FileCheck %s --check-prefix=Z2
-// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="zero=3" -llcdist-plan-zero="stage=3" -verify-diagnostics | FileCheck %s --check-prefix=Z3
-// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="zero=3 reshard-after-forward=false" -llcdist-plan-zero="stage=3" -verify-diagnostics | FileCheck %s --check-prefix=KEEP
+// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="record-param-scopes=true" -llcdist-plan-zero="stage=3" -verify-diagnostics | FileCheck %s --check-prefix=Z3
+// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="record-param-scopes=true" -llcdist-plan-zero="stage=3 reshard-after-forward=false" -verify-diagnostics | FileCheck %s --check-prefix=KEEP
 
-// ZeRO on dp = 2 from the xf step: stages 1 and 2 through llcdist-plan-zero
-// on the plan lowered without ZeRO, stage 3 through llcdist-lower-to-plan's
-// `zero` option (the pass alone: test/Dialect/Plan/Transforms/
-// llcdist-plan-zero*.mlir). Every parameter's rows split in two blocks. A tied 16x8 table (blocks of 8x8 = 64 elements), a
+// ZeRO on dp = 2 from the xf step: llcdist-plan-zero on the plan lowered
+// without ZeRO (for stage 3 with the parameter scopes recorded; the pass
+// alone: test/Dialect/Plan/Transforms/llcdist-plan-zero*.mlir). Every parameter's rows split in two blocks. A tied 16x8 table (blocks of 8x8 = 64 elements), a
 // layer's 8x8 matrix (4x8 = 32) and a rank-1 norm weight of 8 (4).
 // (llcdist-pipeline-split leaves a mesh without pp as it is; it cuts only
 // the pipelined case below.)

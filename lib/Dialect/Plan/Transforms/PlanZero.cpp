@@ -7,16 +7,18 @@
 // contribution reduce-scattered into a gradient block where the backward
 // computes it), keeps the optimizer state of that block, updates it and
 // gathers the updated blocks back into the whole parameter the next step
-// reads. Under stage 3 the parameter is a block already (the lowering's
-// zero=3 gathers it where each scope reads it): the update writes it in
-// place.
+// reads. Under stage 3 (FSDP) the parameter is a block too, gathered where
+// each scope (a layer body's forward, its backward, a chunk's top level)
+// begins to read it, and the update writes the block in place.
 //
 // Everything the rewrite needs is in the plan: the parameters and their
 // buffers (plan.param), the dp gradient all-reduce (its plan.origin), the
 // kernels writing a gradient (`accumulate` into it, or a weight-gradient
 // kernel with `accumulate` = true), the updates (the kernels reading the
 // parameter as `param`) and, under mixed precision, the working copy
-// (step_begin's cast from the master).
+// (step_begin's cast from the master); but where a scope begins is the
+// lowering's knowledge, which it records for stage 3 (record-param-scopes:
+// plan.param_scopes on the kernel there; removed here).
 // New buffers are declared where llcdist-lower-to-plan declares them when
 // it builds the same plan itself, so buffer ids and arena offsets do not
 // depend on which of the two made the plan.
@@ -64,14 +66,15 @@ struct Param {
 /// Rewrites one plan.program; `dp` is the mesh's.
 class ProgramZero {
 public:
-  ProgramZero(plan::ProgramOp program, int64_t stage, int64_t dp)
-      : program(program), stage(stage), dp(dp), b(program.getContext()) {}
+  ProgramZero(plan::ProgramOp program, int64_t stage, bool reshardAfterForward, int64_t dp)
+      : program(program), stage(stage), reshardAfterForward(reshardAfterForward), dp(dp),
+        b(program.getContext()) {}
 
   LogicalResult run();
 
 private:
   LogicalResult collect();
-  /// A new buffer `sym` declared before `before`.
+  /// A new buffer (a fresh symbol b<N>) declared before `before`.
   Buf newBuffer(Operation *before, StringRef name, StringRef kind, RankedTensorType type);
   plan::KernelOp kernel(StringRef name, ArrayRef<NamedAttribute> args,
                         ArrayRef<NamedAttribute> attrs, Location loc);
@@ -85,18 +88,37 @@ private:
   SmallVector<NamedAttribute> blockAttrs(const Param &p);
   /// The kernel's args with every buffer in `map` replaced.
   DictionaryAttr remapArgs(plan::KernelOp k, const DenseMap<Attribute, Attribute> &map);
-  /// A new scratch buffer named `name` (with #1, #2, ... when repeated, as
-  /// the lowering names them) declared after `after`.
-  Buf newScratchAfter(Operation *after, StringRef name, RankedTensorType type);
+  /// A new buffer named `name` (with #1, #2, ... when repeated, as the
+  /// lowering names them) declared after `after`.
+  Buf newScratchAfter(Operation *after, StringRef name, RankedTensorType type,
+                      StringRef kind = "scratch");
+  /// Stage 1: the dp gradient all-reduce becomes per-parameter
+  /// reduce-scatters whose blocks the optimizer reads (from stage 2 it
+  /// goes).
   void reduceScatterGradients();
-  void shardGradients();
+  /// The forward and backward: ZeRO-3's gathers where each scope begins to
+  /// read a parameter, and from stage 2 each gradient contribution
+  /// reduce-scattered into the gradient's block.
+  LogicalResult rewriteSteps();
+  /// ZeRO-3: the parameter (and master) buffers hold the block.
+  void shardParameters();
+  /// grad_norm sums the blocks over dp.
   void sumNormOverDp();
+  /// The state is the block; an f32 update (stages 1, 2) slices its block
+  /// and gathers it back.
   void shardUpdates();
+  /// Stages 1, 2 under mixed precision: the master is the block, step_begin
+  /// gathers the bf16 copy.
   void gatherWorkingCopies();
+  /// plan.param's local_shape and zero.
   void annotateParams();
 
   plan::ProgramOp program;
-  int64_t stage, dp;
+  int64_t stage;
+  /// ZeRO-3: each scope gathers again (FSDP's reshard_after_forward), or
+  /// the backward reads its slot's forward copy.
+  bool reshardAfterForward;
+  int64_t dp;
   OpBuilder b;
   Block *body = nullptr;
   plan::SubroutineOp stepBegin, optimizer;
@@ -130,11 +152,12 @@ plan::KernelOp ProgramZero::collective(StringRef name, ArrayRef<NamedAttribute> 
   return k;
 }
 
-Buf ProgramZero::newScratchAfter(Operation *after, StringRef name, RankedTensorType type) {
+Buf ProgramZero::newScratchAfter(Operation *after, StringRef name, RankedTensorType type,
+                                 StringRef kind) {
   std::string unique = name.str();
   if (unsigned n = scratchNames[name]++)
     unique += "#" + std::to_string(n);
-  return newBuffer(after->getNextNode(), unique, "scratch", type);
+  return newBuffer(after->getNextNode(), unique, kind, type);
 }
 
 plan::KernelOp ProgramZero::kernel(StringRef name, ArrayRef<NamedAttribute> args,
@@ -192,24 +215,18 @@ LogicalResult ProgramZero::collect() {
   if (!stepBegin || !optimizer)
     return program.emitError("llcdist-plan-zero: expected the step_begin and optimizer "
                              "subroutines of llcdist-lower-to-plan");
+  // ZeRO-3 gathers where each scope begins to read a parameter, which only
+  // the lowering knows (record-param-scopes).
+  bool recorded = false;
+  program.walk([&](plan::KernelOp k) { recorded |= k->hasAttr(plan::kParamScopesAttr); });
+  if (stage >= 3 && !recorded && !body->getOps<plan::ParamOp>().empty())
+    return program.emitError("llcdist-plan-zero: stage 3 needs where each scope reads each "
+                             "parameter: lower with llcdist-lower-to-plan record-param-scopes");
   // Under mixed precision step_begin casts each master into its working copy.
   llvm::DenseMap<Attribute, plan::KernelOp> castOf;
   for (auto k : stepBegin.getBody().front().getOps<plan::KernelOp>())
     if (k.getKernel() == "cast")
       castOf[k.getArgs().get("x")] = k;
-  // ZeRO-3's parameter blocks and their gathers where each scope reads them
-  // are the lowering's (llcdist-lower-to-plan zero=3): the whole tensor is
-  // what the gathers write.
-  llvm::DenseMap<Attribute, plan::BufferOp> gatheredFrom;
-  for (auto sub : body->getOps<plan::SubroutineOp>())
-    for (auto k : sub.getBody().front().getOps<plan::KernelOp>())
-      if (k.getKernel() == "all_gather" &&
-          plan::collectiveOrigin(k) == xf::CollectiveOrigin::Zero)
-        gatheredFrom[k.getArgs().get("x")] =
-            buffers.lookup(k.getArgs().getAs<FlatSymbolRefAttr>("y").getValue());
-  if (stage < 3 && !gatheredFrom.empty())
-    return program.emitError("llcdist-plan-zero: the parameters are ZeRO-3 blocks "
-                             "(llcdist-lower-to-plan zero=3): use stage=3");
   for (auto p : body->getOps<plan::ParamOp>()) {
     if (p->hasAttr("zero"))
       return p.emitOpError("llcdist-plan-zero: the parameter is already ZeRO-sharded");
@@ -225,20 +242,9 @@ LogicalResult ProgramZero::collect() {
       mixed = true;
     }
     info.type = info.working.getTensorType();
-    if (stage >= 3) {
-      plan::BufferOp whole =
-          gatheredFrom.lookup(FlatSymbolRefAttr::get(info.working.getSymNameAttr()));
-      if (!whole)
-        return p.emitOpError("llcdist-plan-zero: stage 3 needs the parameter's blocks and "
-                             "gathers of llcdist-lower-to-plan zero=3");
-      info.type = whole.getTensorType();
-    }
     SmallVector<int64_t> dims(info.type.getShape());
     dims[0] = llvm::divideCeil(dims[0], dp);
     info.shardType = RankedTensorType::get(dims, info.type.getElementType());
-    if (stage >= 3 && info.working.getTensorType() != info.shardType)
-      return p.emitOpError("llcdist-plan-zero: the parameter's block is ")
-             << info.working.getTensorType() << ", not " << info.shardType;
     params.push_back(info);
   }
   return success();
@@ -312,7 +318,7 @@ void ProgramZero::reduceScatterGradients() {
   }
 }
 
-void ProgramZero::shardGradients() {
+LogicalResult ProgramZero::rewriteSteps() {
   llvm::DenseMap<Attribute, unsigned> paramOfGrad;
   for (auto [i, p] : llvm::enumerate(params))
     paramOfGrad[p.op.getGradAttr()] = i;
@@ -343,16 +349,69 @@ void ProgramZero::shardGradients() {
     if (buf && (!declared || declared->isBeforeInBlock(buf)))
       declared = buf;
   };
+  // ZeRO-3: the parameter each kernel reads is the copy its scope gathered
+  // (by slot and name: the forward's, reused by the backward without
+  // reshard_after_forward).
+  llvm::StringMap<Param *> byName;
+  llvm::DenseMap<Attribute, Param *> byWorking;
+  for (Param &p : params) {
+    byName[p.op.getName()] = &p;
+    byWorking[FlatSymbolRefAttr::get(p.working.getSymNameAttr())] = &p;
+  }
+  llvm::StringMap<Buf> gatheredBySlot;
+  // A scope spans subroutines (the step's top level its forward and
+  // backward; a chunk's slot its F, B and W), laid out one after another.
+  DenseMap<Attribute, Attribute> current; // working copy → its scope's gathered one
+  auto gatherReason = b.getStringAttr("ZeRO-3: gather the parameter before its use");
   for (auto sub : body->getOps<plan::SubroutineOp>()) {
     if (sub == stepBegin || sub == optimizer)
       continue;
     for (auto k : llvm::make_early_inc_range(sub.getBody().front().getOps<plan::KernelOp>())) {
+      if (auto scopes = k->getAttrOfType<ArrayAttr>(plan::kParamScopesAttr)) {
+        k->removeAttr(plan::kParamScopesAttr);
+        b.setInsertionPoint(k);
+        for (auto read : scopes.getAsRange<DictionaryAttr>()) {
+          Param *p = byName.lookup(read.getAs<StringAttr>("param").getValue());
+          if (!p || stage < 3)
+            continue;
+          std::string key = (read.getAs<StringAttr>("slot").getValue() + p->op.getName()).str();
+          Buf full = gatheredBySlot.lookup(key);
+          if (!full || reshardAfterForward) {
+            // The whole parameter exists only while this scope uses it.
+            for (Operation *own : {p->value.getOperation(), p->working.getOperation(),
+                                   p->grad.getOperation()})
+              if (!declared || declared->isBeforeInBlock(own))
+                declared = own;
+            full = newScratchAfter(declared, key + ".gathered", p->type, "activation");
+            declared = buffers.lookup(full.getValue());
+            gatheredBySlot[key] = full;
+            collective("all_gather",
+                       {b.getNamedAttr("x", FlatSymbolRefAttr::get(p->working.getSymNameAttr())),
+                        b.getNamedAttr("y", full)},
+                       blockAttrs(*p),
+                       NameLoc::get(gatherReason, cast<LocationAttr>(read.get("loc"))),
+                       "parameters");
+          }
+          current[FlatSymbolRefAttr::get(p->working.getSymNameAttr())] = full;
+        }
+      }
+      if (stage >= 3) {
+        for (NamedAttribute a : k.getArgs())
+          if (auto ref = dyn_cast<FlatSymbolRefAttr>(a.getValue());
+              ref && byWorking.count(ref) && !current.count(ref))
+            return k.emitOpError("llcdist-plan-zero: reads parameter '")
+                   << byWorking.lookup(ref)->op.getName()
+                   << "' outside a scope recorded by llcdist-lower-to-plan";
+        k.setArgsAttr(remapArgs(k, current));
+      }
       for (NamedAttribute a : k.getArgs()) {
         if (auto list = dyn_cast<ArrayAttr>(a.getValue()))
           llvm::for_each(list, see);
         else
           see(a.getValue());
       }
+      if (stage < 2)
+        continue;
       if (k.getKernel() == "accumulate") {
         // A contribution added to the gradient: reduce it into the block.
         Param *p = gradParam(k.getArgs().get("y"));
@@ -392,6 +451,8 @@ void ProgramZero::shardGradients() {
         reduceInto(declared, full, params[i], k.getLoc());
     }
   }
+  if (stage < 2)
+    return success();
   // A tied parameter's home receives the replicas' gradients, as they hold
   // them: the block.
   for (auto k : optimizer.getBody().front().getOps<plan::KernelOp>()) {
@@ -406,6 +467,22 @@ void ProgramZero::shardGradients() {
   }
   for (Param &p : params)
     p.grad.setTypeAttr(TypeAttr::get(p.shardType));
+  return success();
+}
+
+void ProgramZero::shardParameters() {
+  for (Param &p : params) {
+    p.working.setTypeAttr(TypeAttr::get(p.shardType));
+    if (!p.cast)
+      continue;
+    // Mixed precision: the f32 master is the block too, and step_begin
+    // casts it into the working copy's block.
+    p.value.setTypeAttr(
+        TypeAttr::get(RankedTensorType::get(p.shardType.getShape(), b.getF32Type())));
+    NamedAttrList attrs(p.cast.getParams());
+    attrs.set("n", b.getI64IntegerAttr(p.shardType.getNumElements()));
+    p.cast.setParamsAttr(attrs.getDictionary(b.getContext()));
+  }
 }
 
 void ProgramZero::sumNormOverDp() {
@@ -507,8 +584,10 @@ void ProgramZero::annotateParams() {
 LogicalResult ProgramZero::run() {
   if (failed(collect()))
     return failure();
-  if (stage >= 2)
-    shardGradients();
+  if (failed(rewriteSteps()))
+    return failure();
+  if (stage >= 3)
+    shardParameters();
   reduceScatterGradients();
   sumNormOverDp();
   shardUpdates();
@@ -523,6 +602,7 @@ struct PlanZeroPass : public plan::impl::PlanZeroBase<PlanZeroPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     const int64_t stage = this->stage;
+    const bool reshardAfterForward = this->reshardAfterForward;
     if (stage < 1 || stage > 3) {
       module.emitError("llcdist-plan-zero: stage ") << stage << " is not 1, 2 or 3";
       return signalPassFailure();
@@ -536,7 +616,7 @@ struct PlanZeroPass : public plan::impl::PlanZeroBase<PlanZeroPass> {
       return signalPassFailure();
     }
     for (auto program : module.getOps<plan::ProgramOp>())
-      if (failed(ProgramZero(program, stage, dp).run()))
+      if (failed(ProgramZero(program, stage, reshardAfterForward, dp).run()))
         return signalPassFailure();
   }
 };

@@ -6,9 +6,8 @@
 // The stage option: 1, 2 or 3.
 // STAGE4: error: llcdist-plan-zero: stage 4 is not 1, 2 or 3
 // STAGE0: error: llcdist-plan-zero: stage 0 is not 1, 2 or 3
-// Stage 3 runs on the lowering's parameter blocks and gathers (the last
-// case below has none).
-// STAGE3: error: 'plan.param' op llcdist-plan-zero: stage 3 needs the parameter's blocks and gathers of llcdist-lower-to-plan zero=3
+// Stage 3 needs the scopes the lowering records (the last case has none).
+// STAGE3-DAG: error: llcdist-plan-zero: stage 3 needs where each scope reads each parameter: lower with llcdist-lower-to-plan record-param-scopes
 
 // ZeRO shards over dp: a mesh without dp is an error.
 // expected-error@+1 {{llcdist-plan-zero: stage 1 shards over dp, but the mesh has dp=1 (use --mesh dp=N with N > 1)}}
@@ -53,19 +52,20 @@ module {
 
 // -----
 
-// ZeRO-3's parameter blocks (gathered by the lowering) take stage 3.
+// Under stage 3 every read of a parameter is in a recorded scope.
+// STAGE3-DAG: error: 'plan.kernel' op llcdist-plan-zero: reads parameter 'w' outside a scope recorded by llcdist-lower-to-plan
 module {
   shard.grid @mesh(shape = 2x1x1) {xf.mesh_axes = ["dp", "tp", "pp"]}
-  // expected-error@+1 {{llcdist-plan-zero: the parameters are ZeRO-3 blocks (llcdist-lower-to-plan zero=3): use stage=3}}
   plan.program @stage0 {
-    plan.buffer @b0 : tensor<2x2xf32> {kind = "param", name = "w"}
+    plan.buffer @b0 : tensor<4x2xf32> {kind = "param", name = "w"}
     plan.buffer @b1 : tensor<4x2xf32> {kind = "grad", name = "w.grad"}
-    plan.buffer @b2 : tensor<4x2xf32> {kind = "activation", name = "w.gathered"}
+    plan.buffer @b2 : tensor<4x2xf32> {kind = "activation", name = "y"}
     plan.param "w" value @b0 grad @b1 state [] {init = {kind = "ones"}, weight_decay = false}
     plan.subroutine @step_begin {
     }
     plan.subroutine @forward {
-      plan.kernel "all_gather" {x = @b0, y = @b2} {axis = "dp", inner = 4 : i64, outer = 1 : i64} {plan.origin = "zero", plan.payload = "parameters"}
+      plan.kernel "copy" {x = @b2, y = @b2} {n = 8 : i64} {plan.param_scopes = [{loc = loc("x.mlir":1:1), param = "v", slot = ""}]}
+      plan.kernel "copy" {x = @b0, y = @b2} {n = 8 : i64}
     }
     plan.subroutine @optimizer {
     }

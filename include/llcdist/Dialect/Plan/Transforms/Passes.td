@@ -20,10 +20,10 @@ def PlanMemory : Pass<"llcdist-plan-memory", "llcdist::plan::ProgramOp"> {
 }
 
 def PlanZero : Pass<"llcdist-plan-zero", "mlir::ModuleOp"> {
-  let summary = "ZeRO over dp: shard the optimizer state and the gradients";
+  let summary = "ZeRO over dp: shard the optimizer state, the gradients, the parameters";
   let description = [{
-    A plan→plan rewrite of a plan lowered without ZeRO (llcdist-lower-to-plan
-    with `zero` = 0) on a mesh with dp > 1. Every parameter's rows are split
+    A plan→plan rewrite of the plan llcdist-lower-to-plan lowers (ZeRO is
+    not the lowering's) on a mesh with dp > 1. Every parameter's rows are split
     in dp blocks of ceil(rows / dp) rows, the last ones zero-padded when dp
     does not divide the rows (`block_rows` on the param, `total` on its
     collectives), and each dp rank keeps the optimizer state of its block
@@ -50,24 +50,31 @@ def PlanZero : Pass<"llcdist-plan-zero", "mlir::ModuleOp"> {
     and add; a tied parameter's home receives the replicas' blocks; the
     optimizer's dp all-reduce goes.
 
-    Stage 3 (FSDP) runs on a plan lowered with llcdist-lower-to-plan zero=3,
-    which already holds each parameter's block and gathers it where each
-    layer's scope reads it (the scopes are the lowering's knowledge): the
-    pass reads the whole shape from those gathers, shards the gradients as
-    for stage 2, and the update writes the parameter's block in place (no
-    slice, no gather).
+    Stage 3 (FSDP) also keeps only the parameter's block (and under mixed
+    precision the master's): each scope (a layer body's forward, its
+    backward, a chunk's top level) all-gathers it into
+    `<slot><name>.gathered` where it begins to read it and reads that copy,
+    so the memory planner frees it after the scope; with
+    `reshard-after-forward` = false the backward reads its microbatch
+    slot's forward copy instead. Where a scope begins is the lowering's
+    knowledge: it records it with `record-param-scopes`
+    (`plan.param_scopes` on the kernel; the pass removes it). The update
+    writes the parameter's block in place (no slice, no gather).
 
     New buffers are declared where llcdist-lower-to-plan used to make them,
     so the plan's buffer ids and arena are those of a lowering that did ZeRO
     itself.
 
-    Before: `plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}`
-    After:  `plan.kernel "reduce_scatter" {x = @g, y = @gs} {axis = "dp", inner = 32 : i64, op = "sum", outer = 1 : i64}`
+    Before: `plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients"}`
+    After:  `plan.kernel "reduce_scatter" {x = @g, y = @gs} {axis = "dp", inner = 32 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero"}`
   }];
   let options = [
     Option<"stage", "stage", "int64_t", "1",
-           "ZeRO stage: 1 (optimizer state), 2 (also the gradients), 3 (also the "
-           "parameters, on a plan lowered with zero=3)">,
+           "ZeRO stage: 1 (optimizer state), 2 (also the gradients), 3 (FSDP: "
+           "also the parameters; needs record-param-scopes)">,
+    Option<"reshardAfterForward", "reshard-after-forward", "bool", "true",
+           "ZeRO-3: gather a layer's parameters again for its backward (true, "
+           "PyTorch FSDP's default) or keep the forward's gathered copy">,
   ];
 }
 

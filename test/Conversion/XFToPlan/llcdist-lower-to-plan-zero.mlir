@@ -2,6 +2,7 @@
 // RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan -llcdist-plan-zero="stage=2" -verify-diagnostics | FileCheck %s --check-prefix=Z2
 // RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="record-param-scopes=true" -llcdist-plan-zero="stage=3" -verify-diagnostics | FileCheck %s --check-prefix=Z3
 // RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="record-param-scopes=true" -llcdist-plan-zero="stage=3 reshard-after-forward=false" -verify-diagnostics | FileCheck %s --check-prefix=KEEP
+// RUN: llc-dist-opt %s -split-input-file -llcdist-autodiff -llcdist-add-optimizer -llcdist-partition -llcdist-pipeline-split -llcdist-lower-to-plan="record-param-scopes=true" 2>/dev/null | FileCheck %s --check-prefix=SCOPES
 
 // ZeRO on dp = 2 from the xf step: llcdist-plan-zero on the plan lowered
 // without ZeRO (for stage 3 with the parameter scopes recorded; the pass
@@ -9,6 +10,17 @@
 // layer's 8x8 matrix (4x8 = 32) and a rank-1 norm weight of 8 (4).
 // (llcdist-pipeline-split leaves a mesh without pp as it is; it cuts only
 // the pipelined case below.)
+
+// record-param-scopes (what llcdist-plan-zero's stage 3 needs): the kernel
+// where each scope begins to read a parameter says so; the lowering itself
+// shards nothing. The layer body's backward is a scope of its own.
+// SCOPES-LABEL: name = "zero-dp2"
+// SCOPES: plan.buffer @{{b[0-9]+}} : tensor<16x8xf32> {kind = "param", name = "wte"}
+// SCOPES: plan.kernel "embedding_fwd" {{.*}} {plan.param_scopes = [{loc = #{{loc[0-9]*}}, param = "wte", slot = ""}]}
+// SCOPES: plan.kernel "linear_fwd" {{.*}} {plan.param_scopes = [{loc = #{{loc[0-9]*}}, param = "h.0.w", slot = ""}]}
+// SCOPES: plan.subroutine @backward {
+// SCOPES: {plan.param_scopes = [{loc = #{{loc[0-9]*}}, param = "h.0.w", slot = ""}]}
+// SCOPES-NOT: zero =
 
 // ZeRO-1: only the optimizer state is a block. The whole gradient is
 // reduce-scattered once per step, in the optimizer, instead of all-reduced;

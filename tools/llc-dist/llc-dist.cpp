@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -282,7 +283,28 @@ double parseDouble(const std::string &flag, const std::string &v) {
   double x = std::strtod(v.c_str(), &end);
   if (v.empty() || *end != '\0' || errno != 0)
     throw UsageError{flag + " expects a number, got '" + v + "'"};
+  if (!std::isfinite(x))
+    throw UsageError{flag + " expects a finite number, got '" + v + "'"};
   return x;
+}
+
+/// The optimizer flags' ranges (torch.optim's own checks), refused before
+/// anything compiles, naming the flag (the passes' verifiers would name an op).
+void checkOptimizerFlags(const TrainingPipelineOptions &t) {
+  auto need = [](bool ok, const char *flag, const char *range, double got) {
+    if (!ok)
+      throw UsageError{fmt::format("{} must be {}, got {}", flag, range, got)};
+  };
+  need(t.lr > 0, "--lr", "> 0 (default 1e-3)", t.lr);
+  need(t.minLr >= 0 && t.minLr <= t.lr, "--min-lr", "in [0, --lr] (default 0)", t.minLr);
+  need(t.beta1 >= 0 && t.beta1 < 1, "--beta1", "in [0, 1) (default 0.9)", t.beta1);
+  need(t.beta2 >= 0 && t.beta2 < 1, "--beta2", "in [0, 1) (default 0.999)", t.beta2);
+  need(t.eps > 0, "--eps", "> 0 (default 1e-8)", t.eps);
+  // -1 is the struct's "torch's default for the optimizer" (0.01 AdamW, 0 SGD).
+  need(t.weightDecay >= 0 || t.weightDecay == -1, "--weight-decay",
+       ">= 0 (default: torch's, 0.01 for AdamW, 0 for SGD)", t.weightDecay);
+  need(t.momentum >= 0, "--momentum", ">= 0 (default 0)", t.momentum);
+  need(t.gradClip >= 0, "--grad-clip", ">= 0 (0 = off, the default)", t.gradClip);
 }
 
 /// Options that store one value: `--name V` or `--name=V` parsed into a
@@ -550,6 +572,7 @@ int runCompile(Args &args) {
     throw UsageError{"--make-vocab-size-divisible-by must be in [1, " +
                      std::to_string(kMaxVocabDivisibleBy) + "] (Megatron-LM's default: 128; 1 pads "
                      "only to a multiple of tp), got " + std::to_string(train.vocabDivisibleBy)};
+  checkOptimizerFlags(train);
   if (auto k = schedule::parseScheduleKind(train.pipelineSchedule); !k)
     throw UsageError{"--schedule: " + k.error().message};
   if (reshardText != "true" && reshardText != "false")

@@ -265,7 +265,16 @@ Status Interpreter::runSubroutine(size_t s, int64_t step, int64_t microbatch, do
   if (s >= subroutines_.size()) return Status::outOfRange("subroutine index " + std::to_string(s) + " out of range");
   const std::vector<BoundOp>& ops = subroutines_[s];
   for (size_t i = 0; i < ops.size(); ++i) {
+    const sc::OpKind kind = ops[i].call.kind;
+    const bool communicates = sc::isCollective(kind) || sc::isPointToPoint(kind);
+    // The measured timeline (Timeline.h): no clock is read unless one is attached.
+    const bool timed = timeline_ && (communicates || launchesKernel(kind));
+    const int64_t t0 = timed ? Timeline::nowNs() : 0;
     LLCDIST_RETURN_IF_ERROR(runOp(ops[i], step, microbatch, lr, data).withContext(where(s, i)));
+    if (timed)
+      timeline_->record({sc::opName(kind), communicates ? TraceLane::kCommunication : TraceLane::kCompute, t0,
+                         Timeline::nowNs(), &ops[i].op->loc, &program_->subroutines[s].name, step, microbatch,
+                         action_});
     if (trace_) traceOp(ops[i]);  // the memory measurement hook: one position per executed op
   }
   return Status::ok();
@@ -278,8 +287,10 @@ Status Interpreter::runStep(int64_t step, double lr, const MicrobatchSource& dat
   }
   for (size_t a = 0; a < program_->actions.size(); ++a) {
     const Action& act = program_->actions[a];
+    action_ = int64_t(a);
     Status st = runSubroutine(size_t(act.subroutine), step, act.microbatch, lr, data)
                     .withContext("step " + std::to_string(step) + ", action " + std::to_string(a));
+    action_ = -1;
     if (!st.isOk()) {
       trace_.reset();  // a failed step measures nothing; the next one is traced again
       return st;

@@ -1,7 +1,7 @@
 // llcdist-run: the MLIR-free command-line runner of a compiled plan directory (Train.h).
 //
 //   llcdist-run PLAN_DIR [--steps N] [--data FILE|synthetic] [--shuffle on|off] [--seed S]
-//               [--init-from W.safetensors] [--save-params OUT.safetensors] [--log-json FILE]
+//               [--init-from W.safetensors] [--save-params OUT.safetensors] [--log-json FILE] [--trace DIR]
 //               [--collective-timeout SECONDS] [--quiet]
 //
 // Multi-rank plans (mesh dp × tp > 1) run every rank as a thread of this process.
@@ -32,6 +32,8 @@ const char* kUsage =
     "  --init-from FILE       import parameters from safetensors (Hugging Face names) instead of init\n"
     "  --save-params FILE     export parameters to safetensors after the last step\n"
     "  --log-json FILE        JSON Lines log, one record per step\n"
+    "  --trace DIR            write DIR/trace.json: every rank's kernel and communication intervals\n"
+    "                         as a Chrome trace (open it in Perfetto; docs/architecture.md)\n"
     "  --collective-timeout S fail the run when a rank waits longer than S seconds in one\n"
     "                         collective (default 300; the error names the group and the missing ranks)\n"
     "  --quiet                no progress output\n"
@@ -94,6 +96,8 @@ int main(int argc, char** argv) {
         opts.collectiveTimeoutSeconds = t;
       } else if (a == "--log-json") {
         opts.logJson = v;
+      } else if (a == "--trace") {
+        opts.traceDir = v;
       } else {
         return usage("unknown option " + a);
       }

@@ -218,6 +218,8 @@ OPTIONS
   --save-params OUT.safetensors  save parameters after the run
   --log-json FILE        JSON Lines, one record per step: step, loss, lr,
                          grad_norm, tokens_per_s
+  --trace DIR            write DIR/trace.json: each rank's measured kernel and
+                         communication intervals as a Chrome trace (Perfetto)
   --quiet                no progress output
 )";
 
@@ -854,7 +856,8 @@ int runRun(Args &args) {
       .add("--seed", &seed)
       .add("--init-from", &o.initFrom)
       .add("--save-params", &o.saveParams)
-      .add("--log-json", &o.logJson);
+      .add("--log-json", &o.logJson)
+      .add("--trace", &o.traceDir);
   while (!args.empty()) {
     std::string a = args.next();
     if (a == "--help" || a == "-h") {

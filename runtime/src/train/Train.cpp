@@ -8,6 +8,7 @@
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/Plan.h"
+#include "llcdist/runtime/Timeline.h"
 
 #include <algorithm>
 #include <chrono>
@@ -121,10 +122,23 @@ Status checkWritable(const std::string& path) {
   return Status::ok();
 }
 
+// Fails early when --trace's directory cannot take the trace: it must exist, and a probe file is
+// created in it and removed again.
+Status checkTraceDir(const std::string& dir) {
+  const std::string probe = dir + "/trace.json.probe";
+  {
+    std::ofstream f(probe, std::ios::trunc);
+    if (!f) return Status::ioError("--trace directory '" + dir + "': cannot write there (does it exist?)");
+  }
+  std::remove(probe.c_str());
+  return Status::ok();
+}
+
 // One rank of the run: its backend, interpreter and the status it ended with.
 struct RankRun {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Interpreter> interp;
+  Timeline timeline;  // --trace: written only by this rank's thread
   Status status;
 };
 
@@ -148,6 +162,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     return Status::invalidArgument("the collective timeout must be > 0 seconds");
   LLCDIST_ASSIGN_OR_RETURN(Plan plan, loadPlan(opts.planDir));
   if (!opts.saveParams.empty()) LLCDIST_RETURN_IF_ERROR(checkWritable(opts.saveParams));
+  if (!opts.traceDir.empty()) LLCDIST_RETURN_IF_ERROR(checkTraceDir(opts.traceDir));
   const Manifest& m = plan.manifest;
   // The step's metrics come from the lowest rank of the last program: the last pipeline stage, which
   // computes the loss (rank 0 of an SPMD plan).
@@ -186,6 +201,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     auto interp = Interpreter::create(plan, size_t(programIndex), *ranks[size_t(r)].backend, r);
     if (!interp.isOk()) return multiRank ? Status(interp.status()).withRank(r) : interp.status();
     ranks[size_t(r)].interp = std::move(interp).value();
+    if (!opts.traceDir.empty()) ranks[size_t(r)].interp->setTimeline(&ranks[size_t(r)].timeline);
   }
   LLCDIST_ASSIGN_OR_RETURN(train::DataSourceFactory dataFor,
                            train::makeDataSources(m, opts.data, opts.shuffle, opts.seed));
@@ -268,6 +284,11 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     res.measuredPeakLiveBytes.push_back(mem ? mem->peakLiveBytes : 0);
   }
   if (!opts.quiet && opts.steps > 0) progress << memoryLines(res) << std::flush;
+  if (!opts.traceDir.empty()) {
+    std::vector<const Timeline*> timelines;
+    for (const RankRun& r : ranks) timelines.push_back(&r.timeline);
+    LLCDIST_RETURN_IF_ERROR(writeChromeTrace(opts.traceDir + "/trace.json", timelines).withContext("--trace"));
+  }
   if (!opts.saveParams.empty()) {
     std::vector<Interpreter*> interps;
     for (RankRun& r : ranks) interps.push_back(r.interp.get());

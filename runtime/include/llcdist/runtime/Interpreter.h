@@ -48,6 +48,10 @@
 // before the step's first write of it holds a value from the previous step: live from position 0, and
 // its last lifetime is live to the step's end. Later steps are not traced (they execute the same ops).
 //
+// Measured timeline (Timeline.h, `--trace`): with setTimeline(), runSubroutine's op loop reads the steady
+// clock around each op that launches a kernel or communicates and records the interval with the op's
+// kind, loc, subroutine, step, microbatch and action; without one it reads no clock.
+//
 // Errors from an op carry where it is: "<program file>: subroutine 'backward' op 3 (linear_bwd_input,
 // loc 'h.0.mlp.c_fc'): <kernel message>".
 #pragma once
@@ -55,6 +59,7 @@
 #include "llcdist/runtime/Backend.h"
 #include "llcdist/runtime/Plan.h"
 #include "llcdist/runtime/Status.h"
+#include "llcdist/runtime/Timeline.h"
 
 #include <cstdint>
 #include <functional>
@@ -107,6 +112,10 @@ public:
   // Writes numel() f32 values into a float buffer, converted to its dtype (bf16: nearest even).
   Status writeF32(int64_t id, const float* src);
 
+  // Records every later op's interval into `timeline` (Timeline.h; owned by the caller, written only by
+  // the thread running this interpreter); nullptr (the default) records nothing and reads no clock.
+  void setTimeline(Timeline* timeline) { timeline_ = timeline; }
+
   // The memory measured during the first runStep(); nullopt before a step has completed.
   const std::optional<MemoryStats>& memoryStats() const { return memory_; }
 
@@ -147,6 +156,8 @@ private:
   std::vector<float> staging_;                      // f32 temporaries of bf16 arguments (one op at a time)
   std::unique_ptr<MemoryTrace> trace_;              // during the first runStep only
   std::optional<MemoryStats> memory_;
+  Timeline* timeline_ = nullptr;  // --trace; not owned
+  int64_t action_ = -1;           // the action runStep is running; -1 outside a step
 };
 
 }  // namespace llcdist::rt

@@ -63,6 +63,10 @@
 //    one, whichever program holds it (a tied param's copies on different pipeline stages included),
 //    else the error names the param, the first differing rank and the element. With steps == 0 and initFrom an F32 file, the output tensors equal the input's
 //    bit for bit, whatever the sharding.
+//  - traceDir: every rank records its kernel and communication intervals of every step (Timeline.h);
+//    after the last step DIR/trace.json holds all ranks' timelines as one Chrome trace (pid = rank),
+//    written atomically. DIR must be an existing, writable directory: checked before any step runs
+//    (the error names --trace); a failed run writes no trace.
 //  - Determinism: the CPU backend pins OpenBLAS to one thread and collectives reduce in member order,
 //    so the same options give bitwise identical losses and parameters, whatever the thread scheduling.
 #pragma once
@@ -85,6 +89,7 @@ struct RunOptions {
   std::string initFrom;    // safetensors to import ("" = init from the manifest)
   std::string saveParams;  // safetensors to export ("" = none)
   std::string logJson;     // JSON Lines log ("" = none)
+  std::string traceDir;    // measured timeline: DIR/trace.json after the run ("" = none; Timeline.h)
   bool quiet = false;
   bool progressIsTty = false;  // rewrite one progress line with '\r'
   double collectiveTimeoutSeconds = 300.0;  // a rank waiting longer in one collective fails the run

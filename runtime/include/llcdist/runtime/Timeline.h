@@ -1,0 +1,60 @@
+// A rank's measured timeline (`llc-dist run --trace DIR`): the wall-clock interval of every kernel op
+// and every communication op the interpreter executes, written as a Chrome trace (the format of the
+// compiler's schedule.trace.json, lib/Schedule/Render.cpp) that Perfetto and chrome://tracing open.
+//
+// Recording: an Interpreter with a Timeline (Interpreter::setTimeline) reads the steady clock before
+// and after each op that launches a kernel (lane compute; a bf16 op's conversions included) or
+// communicates (collectives and send / recv; lane communication, the wait included, since execution
+// is synchronous today); load_microbatch is not recorded. Without a Timeline no clock is read. One
+// Timeline belongs to one rank and is written only by that rank's thread: no lock on the hot path.
+//
+// File (writeChromeTrace): {"displayTimeUnit": "ms", "traceEvents": [...]}; metadata events name
+// each process "rank R" (pid = global rank) and its two threads (tid 0 "compute", tid 1
+// "communication"); each interval is a complete event {"name": op kind, "cat": lane, "ph": "X", "ts",
+// "dur" (microseconds, ts from the earliest recorded event of any rank, so ranks share one time axis),
+// "pid", "tid", "args": {"loc", "step", "microbatch" (-1: none), "action" (-1: a subroutine run
+// outside a step), "subroutine"}}, one event per line. The file is written atomically (temporary file
+// + rename).
+#pragma once
+
+#include "llcdist/runtime/Status.h"
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace llcdist::rt {
+
+enum class TraceLane : int { kCompute = 0, kCommunication = 1 };
+
+struct TimelineEvent {
+  std::string_view name;           // the op kind (schema::opName: static storage)
+  TraceLane lane;
+  int64_t startNs, endNs;          // steady clock, nanoseconds since its epoch
+  const std::string* loc;          // the op's provenance; owned by the plan, which outlives the trace
+  const std::string* subroutine;   // the subroutine's name; owned by the plan
+  int64_t step, microbatch, action;
+};
+
+class Timeline {
+public:
+  using Clock = std::chrono::steady_clock;
+  static int64_t nowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  }
+  void record(const TimelineEvent& e) { events_.push_back(e); }
+  const std::vector<TimelineEvent>& events() const { return events_; }
+
+private:
+  std::vector<TimelineEvent> events_;
+};
+
+// The Chrome trace of every rank's timeline (ranks[r] is global rank r's; null: a rank with none),
+// as a string (see above).
+std::string renderChromeTrace(const std::vector<const Timeline*>& ranks);
+// Writes renderChromeTrace(ranks) to `path` atomically: `path`.tmp, then renamed over `path`.
+Status writeChromeTrace(const std::string& path, const std::vector<const Timeline*>& ranks);
+
+}  // namespace llcdist::rt

@@ -265,16 +265,18 @@ Status Interpreter::runSubroutine(size_t s, int64_t step, int64_t microbatch, do
   if (s >= subroutines_.size()) return Status::outOfRange("subroutine index " + std::to_string(s) + " out of range");
   const std::vector<BoundOp>& ops = subroutines_[s];
   for (size_t i = 0; i < ops.size(); ++i) {
+    // The measured timeline (Timeline.h): no clock is read unless one is attached. Every op but
+    // load_microbatch launches a kernel or communicates.
     const sc::OpKind kind = ops[i].call.kind;
-    const bool communicates = sc::isCollective(kind) || sc::isPointToPoint(kind);
-    // The measured timeline (Timeline.h): no clock is read unless one is attached.
-    const bool timed = timeline_ && (communicates || launchesKernel(kind));
+    const bool timed = timeline_ && kind != sc::OpKind::kLoadMicrobatch;
     const int64_t t0 = timed ? Timeline::nowNs() : 0;
     LLCDIST_RETURN_IF_ERROR(runOp(ops[i], step, microbatch, lr, data).withContext(where(s, i)));
-    if (timed)
+    if (timed) {
+      const bool communicates = !launchesKernel(kind);
       timeline_->record({sc::opName(kind), communicates ? TraceLane::kCommunication : TraceLane::kCompute, t0,
                          Timeline::nowNs(), &ops[i].op->loc, &program_->subroutines[s].name, step, microbatch,
                          action_});
+    }
     if (trace_) traceOp(ops[i]);  // the memory measurement hook: one position per executed op
   }
   return Status::ok();

@@ -99,6 +99,22 @@ TEST_F(TraceFileTest, BadTraceDirFailsBeforeTraining) {
   EXPECT_FALSE(fs::exists(o.traceDir));
 }
 
+TEST_F(TraceFileTest, FailedRunWritesNoTrace) {
+  // Without the grads' all-reduce the replicas diverge: the steps run (and are recorded), then
+  // --save-params fails.
+  testing::PlanBuilder p = dataParallelPlan();
+  json& opt = p.ops("optimizer");
+  opt.erase(opt.begin());
+  RunOptions o = options(planDir(p), 2);
+  o.saveParams = path("out.safetensors");
+  o.traceDir = path("trace");
+  fs::create_directories(o.traceDir);
+  const Status s = run(o);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("--save-params"), std::string::npos) << s.message();
+  EXPECT_TRUE(fs::is_empty(o.traceDir));
+}
+
 TEST_F(TraceFileTest, DataParallelRunRecordsEveryKernelAndAllReduce) {
   constexpr int64_t kSteps = 2;
   const std::string plan = planDir(dataParallelPlan());

@@ -284,15 +284,16 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     res.measuredPeakLiveBytes.push_back(mem ? mem->peakLiveBytes : 0);
   }
   if (!opts.quiet && opts.steps > 0) progress << memoryLines(res) << std::flush;
-  if (!opts.traceDir.empty()) {
-    std::vector<const Timeline*> timelines;
-    for (const RankRun& r : ranks) timelines.push_back(&r.timeline);
-    LLCDIST_RETURN_IF_ERROR(writeChromeTrace(opts.traceDir + "/trace.json", timelines).withContext("--trace"));
-  }
   if (!opts.saveParams.empty()) {
     std::vector<Interpreter*> interps;
     for (RankRun& r : ranks) interps.push_back(r.interp.get());
     LLCDIST_RETURN_IF_ERROR(train::saveParams(m, interps, opts.saveParams).withContext("--save-params"));
+  }
+  // Last, so that a failed run (a step, or --save-params) leaves no trace.
+  if (!opts.traceDir.empty()) {
+    std::vector<const Timeline*> timelines;
+    for (const RankRun& r : ranks) timelines.push_back(&r.timeline);
+    LLCDIST_RETURN_IF_ERROR(writeChromeTrace(opts.traceDir + "/trace.json", timelines).withContext("--trace"));
   }
   return Status::ok();
 }

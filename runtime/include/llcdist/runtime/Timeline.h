@@ -5,7 +5,9 @@
 // Recording: an Interpreter with a Timeline (Interpreter::setTimeline) reads the steady clock before
 // and after each op that launches a kernel (lane compute; a bf16 op's conversions included) or
 // communicates (collectives and send / recv; lane communication, the wait included, since execution
-// is synchronous today); load_microbatch is not recorded. Without a Timeline no clock is read. One
+// is synchronous today); load_microbatch is not recorded. The all-reduces that grad_norm with sharded
+// inputs and the vocabulary-parallel cross entropy make inside their kernels are part of those kernels'
+// compute intervals. Without a Timeline no clock is read. One
 // Timeline belongs to one rank and is written only by that rank's thread: no lock on the hot path.
 //
 // File (writeChromeTrace): {"displayTimeUnit": "ms", "traceEvents": [...]}; metadata events name

@@ -64,9 +64,9 @@
 //    else the error names the param, the first differing rank and the element. With steps == 0 and initFrom an F32 file, the output tensors equal the input's
 //    bit for bit, whatever the sharding.
 //  - traceDir: every rank records its kernel and communication intervals of every step (Timeline.h);
-//    after the last step DIR/trace.json holds all ranks' timelines as one Chrome trace (pid = rank),
-//    written atomically. DIR must be an existing, writable directory: checked before any step runs
-//    (the error names --trace); a failed run writes no trace.
+//    at the end of a successful run (after saveParams) DIR/trace.json holds all ranks' timelines as one
+//    Chrome trace (pid = rank), written atomically. DIR must be an existing, writable directory:
+//    checked before any step runs (the error names --trace); a failed run writes no trace.
 //  - Determinism: the CPU backend pins OpenBLAS to one thread and collectives reduce in member order,
 //    so the same options give bitwise identical losses and parameters, whatever the thread scheduling.
 #pragma once

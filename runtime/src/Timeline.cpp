@@ -19,7 +19,8 @@ std::string renderChromeTrace(const std::vector<const Timeline*>& ranks) {
   nlohmann::json events = nlohmann::json::array();
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (!ranks[r]) continue;
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}});
+    events.push_back(
+        {{"name", "process_name"}, {"ph", "M"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}});
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", 0}, {"args", {{"name", "compute"}}}});
     events.push_back(
         {{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", 1}, {"args", {{"name", "communication"}}}});

@@ -531,11 +531,11 @@ LogicalResult OpLowering::lowerOpImpl(Operation *op, Scope &s, BackwardPart part
         // In place: the partial value has no other use.
         Buf buf = use(s, ar.getInput());
         s.bufs[ar.getResult()] = {buf};
-        kernel("all_reduce", {arg("x", b.getArrayAttr({buf}))},
-               {str("axis", ar.getAxis()), str("op", "sum")},
-               NameLoc::get(ar.getReasonAttr(), loc))
-            ->setAttr("plan.payload", b.getStringAttr("activations"));
-        plan::setCollectiveOrigin(pb.lastKernel(), ar);
+        plan::KernelOp k = kernel("all_reduce", {arg("x", b.getArrayAttr({buf}))},
+                                  {str("axis", ar.getAxis()), str("op", "sum")},
+                                  NameLoc::get(ar.getReasonAttr(), loc));
+        k->setAttr("plan.payload", b.getStringAttr("activations"));
+        plan::setCollectiveOrigin(k, ar);
         return success();
       })
       .Case<AllGatherOp, ReduceScatterOp>([&](Operation *o) {
@@ -553,11 +553,11 @@ LogicalResult OpLowering::lowerOpImpl(Operation *op, Scope &s, BackwardPart part
                                           i64("outer", outer), i64("inner", inner)};
         if (!gather)
           attrs.push_back(str("op", "sum"));
-        kernel(gather ? "all_gather" : "reduce_scatter",
-               {arg("x", use(s, o->getOperand(0))), arg("y", y)}, attrs,
-               NameLoc::get(o->getAttrOfType<StringAttr>("reason"), loc))
-            ->setAttr("plan.payload", b.getStringAttr("activations"));
-        plan::setCollectiveOrigin(pb.lastKernel(), o);
+        plan::KernelOp k = kernel(gather ? "all_gather" : "reduce_scatter",
+                                  {arg("x", use(s, o->getOperand(0))), arg("y", y)}, attrs,
+                                  NameLoc::get(o->getAttrOfType<StringAttr>("reason"), loc));
+        k->setAttr("plan.payload", b.getStringAttr("activations"));
+        plan::setCollectiveOrigin(k, o);
         return success();
       })
       .Case([&](BiasAddOp ba) {

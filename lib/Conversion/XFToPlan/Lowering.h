@@ -102,12 +102,11 @@ public:
   void setMemoryClass(Buf buf, mlir::StringRef cls);
   plan::KernelOp kernel(mlir::StringRef name, mlir::ArrayRef<mlir::NamedAttribute> args,
                         mlir::ArrayRef<mlir::NamedAttribute> attrs, mlir::Location loc);
-  /// The kernel kernel() appended last (to set its plan.origin).
-  mlir::Operation *lastKernel() { return &current.getBody().front().back(); }
   /// A pipeline `send` of `buf` to stage `peer`, or a `recv` into it; what
-  /// travels (`payload`) is for the communication report, as on collectives.
+  /// travels (`payload`) and why (`origin`) are for the communication
+  /// report, as on collectives.
   void transfer(mlir::StringRef op, Buf buf, int64_t peer, int64_t tag, mlir::Location loc,
-                mlir::StringRef payload);
+                mlir::StringRef payload, xf::CollectiveOrigin origin);
   /// A schedule action at the builder's insertion point.
   void action(plan::SubroutineOp sub, std::optional<int64_t> mb,
               mlir::ArrayRef<mlir::NamedAttribute> attrs = {});

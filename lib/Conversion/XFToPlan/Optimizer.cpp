@@ -44,23 +44,23 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
       SmallVector<NamedAttribute> attrs{str("axis", ar.getAxis()), str("op", ar.getReduction())};
       if (auto g = ar.getGroupSize()) // over sub-groups of the axis (kv-head replicas)
         attrs.push_back(i64("group_size", int64_t(*g)));
-      kernel("all_reduce", {arg("x", b.getArrayAttr(covered))}, attrs,
-             NameLoc::get(ar.getReasonAttr(), op.getLoc()))
-          ->setAttr("plan.payload",
-                    b.getStringAttr(ar.getGroupSize() ? "kv-replica gradients"
-                                    : ar.getParams()  ? "sequence-parallel gradients"
-                                                      : "gradients"));
-      plan::setCollectiveOrigin(pb.lastKernel(), ar);
+      plan::KernelOp k = kernel("all_reduce", {arg("x", b.getArrayAttr(covered))}, attrs,
+                                NameLoc::get(ar.getReasonAttr(), op.getLoc()));
+      k->setAttr("plan.payload",
+                 b.getStringAttr(ar.getGroupSize() ? "kv-replica gradients"
+                                 : ar.getParams()  ? "sequence-parallel gradients"
+                                                   : "gradients"));
+      plan::setCollectiveOrigin(k, ar);
       continue;
     }
     if (auto ar = dyn_cast<AllReduceLossOp>(op)) {
       if (!scope.loss)
         continue; // a pipeline stage before the last has no loss
-      kernel("all_reduce", {arg("x", b.getArrayAttr({scope.loss}))},
-             {str("axis", ar.getAxis()), str("op", "avg")},
-             NameLoc::get(ar.getReasonAttr(), op.getLoc()))
-          ->setAttr("plan.payload", b.getStringAttr("loss"));
-      plan::setCollectiveOrigin(pb.lastKernel(), ar);
+      plan::KernelOp k = kernel("all_reduce", {arg("x", b.getArrayAttr({scope.loss}))},
+                                {str("axis", ar.getAxis()), str("op", "avg")},
+                                NameLoc::get(ar.getReasonAttr(), op.getLoc()));
+      k->setAttr("plan.payload", b.getStringAttr("loss"));
+      plan::setCollectiveOrigin(k, ar);
       continue;
     }
     if (auto clip = dyn_cast<ClipGradNormOp>(op)) {

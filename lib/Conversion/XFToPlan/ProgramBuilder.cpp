@@ -57,13 +57,11 @@ plan::KernelOp ProgramBuilder::kernel(StringRef name, ArrayRef<NamedAttribute> a
 }
 
 void ProgramBuilder::transfer(StringRef op, Buf buf, int64_t peer, int64_t tag, Location loc,
-                              StringRef payload) {
-  kernel(op, {arg(op == "send" ? "x" : "y", buf)},
-         {str("axis", "pp"), i64("peer", peer), i64("tag", tag)}, loc)
-      ->setAttr("plan.payload", b.getStringAttr(payload));
-  plan::setCollectiveOrigin(lastKernel(), payload == "tied parameter"
-                                              ? xf::CollectiveOrigin::TiedParameter
-                                              : xf::CollectiveOrigin::Pipeline);
+                              StringRef payload, xf::CollectiveOrigin origin) {
+  plan::KernelOp k = kernel(op, {arg(op == "send" ? "x" : "y", buf)},
+                            {str("axis", "pp"), i64("peer", peer), i64("tag", tag)}, loc);
+  k->setAttr("plan.payload", b.getStringAttr(payload));
+  plan::setCollectiveOrigin(k, origin);
 }
 
 void ProgramBuilder::beginSchedule() {

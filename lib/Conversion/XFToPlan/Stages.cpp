@@ -158,7 +158,7 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
                         NameLoc::get(b.getStringAttr("pipeline: from chunk " +
                                                      std::to_string(crossing->fromChunk)),
                                      lowering.provenance(op, sc)),
-                        payload);
+                        payload, xf::CollectiveOrigin::Pipeline);
           }
           if (failed(lowering.lowerOp(op, sc, part)))
             return failure();
@@ -173,7 +173,7 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
                         NameLoc::get(b.getStringAttr("pipeline: to chunk " +
                                                      std::to_string(reader)),
                                      v.getLoc()),
-                        payload);
+                        payload, xf::CollectiveOrigin::Pipeline);
         }
         return success();
       };
@@ -215,19 +215,22 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
           NameLoc::get(b.getStringAttr(name), module.getLoc()));
       if (tied.home != stage) {
         pb.transfer(gradients ? "send" : "recv", gradients ? pi.grad : pi.value, tied.home,
-                    tied.tag, loc, "tied parameter");
+                    tied.tag, loc, "tied parameter",
+                    xf::CollectiveOrigin::TiedParameter);
         continue;
       }
       for (int64_t other : tied.stages) {
         if (other == stage)
           continue;
         if (!gradients) {
-          pb.transfer("send", pi.value, other, tied.tag, loc, "tied parameter");
+          pb.transfer("send", pi.value, other, tied.tag, loc, "tied parameter",
+                      xf::CollectiveOrigin::TiedParameter);
           continue;
         }
         RankedTensorType gt = pi.type;
         Buf part = pb.newBuffer(name + ".grad@stage" + std::to_string(other), "scratch", gt);
-        pb.transfer("recv", part, other, tied.tag, loc, "tied parameter");
+        pb.transfer("recv", part, other, tied.tag, loc, "tied parameter",
+                    xf::CollectiveOrigin::TiedParameter);
         pb.kernel("accumulate", {pb.arg("x", part), pb.arg("y", pi.grad)},
                   {pb.i64("n", gt.getNumElements())}, loc);
       }

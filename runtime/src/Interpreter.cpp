@@ -12,6 +12,14 @@ namespace llcdist::rt {
 
 namespace sc = schema;
 
+namespace {
+// Ops that take bf16 buffers as they are (no f32 staging): zero, cast, load_microbatch, and the
+// collectives with dtype "bf16" (reduced in bf16 on the buffers themselves).
+bool handlesBf16Itself(const Op& op) {
+  return sc::handlesBf16Itself(op.kind) || ops::commDType(op) == CommDType::kBF16;
+}
+}  // namespace
+
 // The first step's execution trace (see Interpreter.h): per buffer, the lifetime in progress (from the
 // op that wrote its value to the last op that touched it so far) and the lifetimes already ended.
 struct Interpreter::MemoryTrace {
@@ -71,7 +79,31 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
       LLCDIST_RETURN_IF_ERROR(in->bind(subs[s].ops[i], &b).withContext(in->where(s, i)));
       in->subroutines_[s].push_back(std::move(b));
     }
+  LLCDIST_RETURN_IF_ERROR(in->createChannels());
   return in;
+}
+
+// One channel per distinct group of the program's collectives (an axis at this rank's coordinates, or
+// one of its group_size sub-groups), created here once, before any step (docs/plan-format.md
+// "Channels"); each collective runs on its group's.
+Status Interpreter::createChannels() {
+  std::map<std::vector<int>, Channel> byGroup;
+  for (size_t s = 0; s < subroutines_.size(); ++s)
+    for (size_t i = 0; i < subroutines_[s].size(); ++i) {
+      BoundOp& b = subroutines_[s][i];
+      if (!sc::isCollective(b.call.kind)) continue;
+      const CommunicationParams* p = b.call.paramsAs<CommunicationParams>();
+      if (!p) return Status::internal(where(s, i) + ": a collective bound without its parameters");
+      auto it = byGroup.find(p->group);
+      if (it == byGroup.end()) {
+        StatusOr<Channel> ch = backend_->createChannel(p->group);
+        if (!ch.isOk()) return Status(ch.status()).withContext(where(s, i));
+        it = byGroup.emplace(p->group, *ch).first;
+      }
+      b.channel = it->second;
+    }
+  numChannels_ = byGroup.size();
+  return Status::ok();
 }
 
 std::string Interpreter::where(size_t s, size_t i) const {
@@ -84,7 +116,7 @@ std::string Interpreter::where(size_t s, size_t i) const {
 
 // Elements of f32 staging the op needs: one temporary per distinct bf16 buffer of its float roles.
 int64_t Interpreter::stagingElems(const Op& op) const {
-  if (sc::handlesBf16Itself(op.kind)) return 0;
+  if (handlesBf16Itself(op)) return 0;
   const sc::OpSpec& spec = sc::opSpec(op.kind);
   std::vector<int64_t> seen;
   int64_t n = 0;
@@ -134,7 +166,7 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
     }
   // bf16 arguments of float roles: bind the op to f32 temporaries in the staging area, converted in
   // when the op reads the buffer and out when it writes it (a buffer in several roles shares one).
-  if (!sc::handlesBf16Itself(op.kind)) {
+  if (!handlesBf16Itself(op)) {
     const sc::OpSpec& spec = sc::opSpec(op.kind);
     struct Slot {
       float* tmp;
@@ -189,20 +221,20 @@ Status Interpreter::runCollective(const BoundOp& b) {
   switch (c.kind) {
     case schema::OpKind::kAllReduce:
       for (size_t k = 0; k < c.args[0].size(); ++k) {
-        LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h,
-                                 backend_->allReduceAsync(stream_, c.f(0, k), c.argElems[0][k], p->reduceOp, p->group));
+        LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->allReduceAsync(stream_, c.args[0][k], c.argElems[0][k],
+                                                                            p->dtype, p->reduceOp, b.channel));
         LLCDIST_RETURN_IF_ERROR(backend_->waitCollective(stream_, h));
       }
       return Status::ok();
     case schema::OpKind::kAllGather: {
-      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h,
-                               backend_->allGatherAsync(stream_, c.f(0), c.f(1), p->outer, p->inner, p->total, p->group));
+      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->allGatherAsync(stream_, c.args[0][0], c.args[1][0], p->outer,
+                                                                          p->inner, p->total, p->dtype, b.channel));
       return backend_->waitCollective(stream_, h);
     }
     case schema::OpKind::kReduceScatter: {
-      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->reduceScatterAsync(stream_, c.f(0), c.f(1), p->outer,
-                                                                                p->inner, p->total, p->reduceOp,
-                                                                                p->group));
+      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->reduceScatterAsync(stream_, c.args[0][0], c.args[1][0],
+                                                                                p->outer, p->inner, p->total, p->dtype,
+                                                                                p->reduceOp, b.channel));
       return backend_->waitCollective(stream_, h);
     }
     default:

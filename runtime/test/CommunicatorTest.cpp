@@ -127,14 +127,15 @@ TEST(CommunicatorTest, AllGatherAndReduceScatterExact) {
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t k = 0; k < inner; ++k) x[size_t(o * inner + k)] = float(100 * r + 10 * o + k);
       gathered[size_t(r)].assign(size_t(outer * n * inner), -1.0f);
-      LLCDIST_RETURN_IF_ERROR(comm->allGather(r, mesh.group(r, axis), x.data(), gathered[size_t(r)].data(), outer, inner));
+      LLCDIST_RETURN_IF_ERROR(comm->allGather(r, mesh.group(r, axis), x.data(), gathered[size_t(r)].data(), outer, inner,
+                                                 CommDType::kF32));
       // reduce_scatter: member m's x_m[j] = (m+1)·j over [outer, n·inner].
       const int64_t m = mesh.coord(r, axis);
       std::vector<float> big(size_t(outer * n * inner));
       for (size_t j = 0; j < big.size(); ++j) big[j] = float((m + 1) * int64_t(j));
       scattered[size_t(r)].assign(size_t(outer * inner), -1.0f);
       return comm->reduceScatter(r, mesh.group(r, axis), big.data(), scattered[size_t(r)].data(), outer, inner,
-                                 ReduceOp::kSum);
+                                 CommDType::kF32, ReduceOp::kSum);
     }));
     for (int r = 0; r < 6; ++r) {
       const std::vector<int> g = mesh.group(r, axis);
@@ -279,9 +280,10 @@ TEST(CommunicatorTest, CpuBackendCollectivesUseTheCommunicator) {
   expectAllOk(onRanks(2, [&](int r) {
     float* a = reinterpret_cast<float*>(be[size_t(r)]->arenaAt(0));
     for (int k = 0; k < 4; ++k) a[k] = float(r * 10 + k);
-    LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, be[size_t(r)]->allReduceAsync(Stream{0}, a, 4, ReduceOp::kSum, {0, 1}));
+    LLCDIST_ASSIGN_OR_RETURN(Channel ch, be[size_t(r)]->createChannel({0, 1}));
+    LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, be[size_t(r)]->allReduceAsync(Stream{0}, a, 4, ReduceOp::kSum, ch));
     LLCDIST_RETURN_IF_ERROR(be[size_t(r)]->waitCollective(Stream{0}, h));
-    LLCDIST_ASSIGN_OR_RETURN(h, be[size_t(r)]->allGatherAsync(Stream{0}, a, a + 16, 4, {0, 1}));
+    LLCDIST_ASSIGN_OR_RETURN(h, be[size_t(r)]->allGatherAsync(Stream{0}, a, a + 16, 1, 4, 8, CommDType::kF32, ch));
     return be[size_t(r)]->waitCollective(Stream{0}, h);
   }));
   for (int r = 0; r < 2; ++r) {
@@ -317,12 +319,12 @@ TEST(CommunicatorTest, CpuBackendPaddedAllGatherAndReduceScatter) {
     for (int64_t i = 0; i < outer * inner; ++i) a[i] = float(100 * r + i);
     for (int64_t i = 0; i < 48; ++i) a[16 + i] = -1.0f;
     for (int64_t i = 0; i < outer * total; ++i) a[64 + i] = float((r + 1) * (i + 1));
-    const std::vector<int> group = mesh.group(r, MeshAxis::kDp);
+    LLCDIST_ASSIGN_OR_RETURN(Channel group, be[size_t(r)]->createChannel(mesh.group(r, MeshAxis::kDp)));
     LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h,
-                             be[size_t(r)]->allGatherAsync(Stream{0}, a, a + 16, outer, inner, total, group));
+                             be[size_t(r)]->allGatherAsync(Stream{0}, a, a + 16, outer, inner, total, CommDType::kF32, group));
     LLCDIST_RETURN_IF_ERROR(be[size_t(r)]->waitCollective(Stream{0}, h));
     LLCDIST_ASSIGN_OR_RETURN(h, be[size_t(r)]->reduceScatterAsync(Stream{0}, a + 64, a + 96, outer, inner, total,
-                                                                  ReduceOp::kSum, group));
+                                                                  CommDType::kF32, ReduceOp::kSum, group));
     return be[size_t(r)]->waitCollective(Stream{0}, h);
   }));
   const float tri = float(n * (n + 1) / 2);  // sum over members of (m + 1)
@@ -339,7 +341,8 @@ TEST(CommunicatorTest, CpuBackendPaddedAllGatherAndReduceScatter) {
       }
   }
   // total outside (0, n·inner] is refused.
-  auto bad = be[0]->allGatherAsync(Stream{0}, nullptr, nullptr, 1, inner, n * inner + 1, mesh.group(0, MeshAxis::kDp));
+  auto bad = be[0]->allGatherAsync(Stream{0}, nullptr, nullptr, 1, inner, n * inner + 1, CommDType::kF32,
+                                    be[0]->createChannel(mesh.group(0, MeshAxis::kDp)).value());
   ASSERT_FALSE(bad.isOk());
   EXPECT_NE(bad.status().message().find("total 13"), std::string::npos) << bad.status().message();
 }

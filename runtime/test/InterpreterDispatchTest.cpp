@@ -378,6 +378,33 @@ TEST(InterpreterDispatchTest, KernelErrorsNameOpAndLoc) {
   EXPECT_EQ(backend->peakAllocatedBytes(), plan.programs[0].arenaBytes);
 }
 
+// create() makes one channel per distinct group of the program's collectives (here rank 0's dp group
+// and its tp group, used by four collectives), before any step.
+TEST(InterpreterDispatchTest, ChannelsAreCreatedOncePerGroup) {
+  testing::PlanBuilder b(8, 3, 2, 2);
+  b.manifest["batch"]["dp"] = 2;
+  b.manifest["batch"]["global_batch"] = 2 * 2 * 2;
+  b.manifest["mesh"] = {{"dp", 2}, {"tp", 2}, {"pp", 1}};
+  b.manifest["programs"][0]["ranks"] = {0, 1, 2, 3};
+  const int64_t x = b.buffer("x", "activation", {4}), y = b.buffer("y", "activation", {8});
+  b.op("s", "all_reduce", {{"x", json::array({x})}}, {{"axis", "dp"}, {"op", "sum"}});
+  b.op("s", "all_reduce", {{"x", json::array({x})}}, {{"axis", "tp"}, {"op", "sum"}});
+  b.op("s", "all_gather", {{"x", x}, {"y", y}}, {{"axis", "tp"}, {"outer", 1}, {"inner", 4}});
+  b.op("s", "all_reduce", {{"x", json::array({x})}}, {{"axis", "dp"}, {"op", "avg"}});
+  b.action("s");
+  Plan plan;
+  auto m = parseManifest(b.manifest.dump(), "manifest.json");
+  ASSERT_TRUE(m.isOk()) << m.status().message();
+  plan.manifest = std::move(m).value();
+  auto p = parseProgram(b.program.dump(), "program-0.json", plan.manifest);
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  plan.programs.push_back(std::move(p).value());
+  auto backend = makeCpuBackend();
+  auto interp = Interpreter::create(plan, 0, *backend, 0);
+  ASSERT_TRUE(interp.isOk()) << interp.status().message();
+  EXPECT_EQ((*interp)->numChannels(), 2u);
+}
+
 TEST(CpuBackendTest, StreamsEventsAndSingleRankCollectives) {
   auto be = makeCpuBackend();
   ASSERT_TRUE(be->allocateArena(100).isOk());
@@ -393,14 +420,21 @@ TEST(CpuBackendTest, StreamsEventsAndSingleRankCollectives) {
   EXPECT_FALSE(be->copyToDevice(*s, 96, "12345678", 8).isOk());  // past the 100-byte arena
   float* buf = reinterpret_cast<float*>(be->arenaAt(0));
   buf[0] = 3.0f;
-  auto h = be->allReduceAsync(*s, buf, 1, ReduceOp::kSum, {0});
+  auto self = be->createChannel({0});
+  auto pair = be->createChannel({0, 1});
+  ASSERT_TRUE(self.isOk() && pair.isOk());
+  EXPECT_FALSE(be->createChannel({1, 2}).isOk());  // rank 0 is no member
+  auto h = be->allReduceAsync(*s, buf, 1, ReduceOp::kSum, *self);
   ASSERT_TRUE(h.isOk());
   EXPECT_TRUE(be->waitCollective(*s, *h).isOk());
   EXPECT_EQ(buf[0], 3.0f);
-  auto bad = be->allReduceAsync(*s, buf, 1, ReduceOp::kSum, {0, 1});
+  auto bad = be->allReduceAsync(*s, buf, 1, ReduceOp::kSum, *pair);
   ASSERT_FALSE(bad.isOk());
   EXPECT_NE(bad.status().message().find("no communicator"), std::string::npos);
-  auto g = be->allGatherAsync(*s, buf, buf + 4, 1, {0});
+  auto unknown = be->allReduceAsync(*s, buf, 1, ReduceOp::kSum, Channel{7});
+  ASSERT_FALSE(unknown.isOk());
+  EXPECT_NE(unknown.status().message().find("unknown channel 7"), std::string::npos);
+  auto g = be->allGatherAsync(*s, buf, buf + 4, 1, 1, 1, CommDType::kF32, *self);
   ASSERT_TRUE(g.isOk());
   EXPECT_EQ(buf[4], 3.0f);
 }

@@ -276,6 +276,20 @@ TEST_F(PlanLoaderTest, CollectiveOpErrors) {
               {where + ".args.y", "outer×inner = 128"});
   expectError(withOp(op("all_gather", {{"x", kH}, {"y", kH}}, {{"axis", "pp"}, {"outer", 1}, {"inner", 256}})),
               {where + ".args.y", "overlaps"});
+  // dtype: "f32" is the default and accepted anywhere; "bf16" needs bf16 buffers (these are f32).
+  {
+    testing::PlanBuilder b = base;
+    withOp(op("all_reduce", {{"x", {kDwte}}}, {{"axis", "dp"}, {"op", "sum"}, {"dtype", "f32"}}))(b);
+    Status s = load(b);
+    ASSERT_TRUE(s.isOk()) << s.message();
+  }
+  expectError(withOp(op("all_reduce", {{"x", {kDwte}}}, {{"axis", "dp"}, {"op", "sum"}, {"dtype", "f16"}})),
+              {where + ".attrs.dtype", "unknown collective dtype \"f16\" (expected \"f32\" or \"bf16\")"});
+  expectError(withOp(op("all_reduce", {{"x", {kDwte}}}, {{"axis", "dp"}, {"op", "sum"}, {"dtype", "bf16"}})),
+              {where + ".attrs.dtype", "args.x[0] (buffer 1) is f32"});
+  expectError(withOp(op("all_gather", {{"x", kH}, {"y", kLogits}},
+                        {{"axis", "tp"}, {"outer", 16}, {"inner", 16}, {"dtype", "bf16"}})),
+              {where + ".attrs.dtype", "args.x (buffer"});
 }
 
 TEST_F(PlanLoaderTest, ShardedGradNormErrors) {

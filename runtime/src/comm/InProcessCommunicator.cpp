@@ -9,6 +9,8 @@
 // into a message and appends it, recv waits for the queue's head and checks it (Communicator.h).
 #include "llcdist/runtime/Communicator.h"
 
+#include "llcdist/runtime/Bf16.h"
+
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
@@ -53,11 +55,11 @@ struct Request {
   std::string describe() const {
     std::string s = kindName(kind);
     if (kind == Kind::kAllReduce)
-      s += "(" + std::string(opName(op)) + ", " + std::to_string(count) + " " +
-           (dtype == CommDType::kF32 ? "f32" : "f64") + ")";
-    else
+      s += "(" + std::string(opName(op)) + ", " + std::to_string(count) + " " + commDTypeName(dtype) + ")";
+    else  // f32, the common case, unnamed (as before dtypes)
       s += "(outer " + std::to_string(outer) + ", inner " + std::to_string(inner) +
-           (kind == Kind::kReduceScatter ? ", " + std::string(opName(op)) : std::string()) + ")";
+           (kind == Kind::kReduceScatter ? ", " + std::string(opName(op)) : std::string()) +
+           (dtype != CommDType::kF32 ? ", " + std::string(commDTypeName(dtype)) : std::string()) + ")";
     return s;
   }
 };
@@ -127,6 +129,22 @@ void reduceInto(T* acc, const std::vector<const T*>& src, int64_t count, int64_t
   }
 }
 
+// bf16 elements (NCCL's bf16 reduction): every partial sum rounded to bf16, in member order; avg
+// scales the bf16 sum by 1/n (in f32, rounded once more); max is exact.
+void reduceInto(uint16_t* acc, const std::vector<const uint16_t*>& src, int64_t count, int64_t srcOffset,
+                ReduceOp op) {
+  std::memcpy(acc, src[0] + srcOffset, size_t(count) * 2);
+  for (size_t m = 1; m < src.size(); ++m) {
+    const uint16_t* s = src[m] + srcOffset;
+    for (int64_t i = 0; i < count; ++i)
+      acc[i] = floatToBf16(reduceOne(bf16ToFloat(acc[i]), bf16ToFloat(s[i]), op));
+  }
+  if (op == ReduceOp::kAvg) {
+    const float scale = 1.0f / float(src.size());
+    for (int64_t i = 0; i < count; ++i) acc[i] = floatToBf16(bf16ToFloat(acc[i]) * scale);
+  }
+}
+
 template <typename T>
 void runAllReduce(Instance& inst, const Request& r) {
   const size_t n = inst.in.size();
@@ -138,31 +156,33 @@ void runAllReduce(Instance& inst, const Request& r) {
     if (r.count > 0) std::memcpy(inst.out[m], acc.data(), size_t(r.count) * sizeof(T));
 }
 
+// Byte copies of elements of the request's dtype.
 void runAllGather(Instance& inst, const Request& r) {
   const size_t n = inst.in.size();
-  const int64_t row = int64_t(n) * r.inner;
+  const int64_t el = commDTypeSize(r.dtype);
+  const int64_t row = int64_t(n) * r.inner * el, part = r.inner * el;
   for (size_t c = 0; c < n; ++c) {
-    float* y = static_cast<float*>(inst.out[c]);
+    auto* y = static_cast<std::byte*>(inst.out[c]);
     for (size_t m = 0; m < n; ++m) {
-      const float* x = static_cast<const float*>(inst.in[m]);
-      for (int64_t o = 0; o < r.outer; ++o)
-        std::memmove(y + o * row + int64_t(m) * r.inner, x + o * r.inner, size_t(r.inner) * 4);
+      const auto* x = static_cast<const std::byte*>(inst.in[m]);
+      for (int64_t o = 0; o < r.outer; ++o) std::memmove(y + o * row + int64_t(m) * part, x + o * part, size_t(part));
     }
   }
 }
 
+template <typename T>
 void runReduceScatter(Instance& inst, const Request& r) {
   const size_t n = inst.in.size();
   const int64_t row = int64_t(n) * r.inner;
-  std::vector<const float*> src(n);
-  for (size_t m = 0; m < n; ++m) src[m] = static_cast<const float*>(inst.in[m]);
+  std::vector<const T*> src(n);
+  for (size_t m = 0; m < n; ++m) src[m] = static_cast<const T*>(inst.in[m]);
   // Every output first into a temporary: an output may alias some member's input.
-  std::vector<std::vector<float>> results(n, std::vector<float>(size_t(r.outer * r.inner)));
+  std::vector<std::vector<T>> results(n, std::vector<T>(size_t(r.outer * r.inner)));
   for (size_t c = 0; c < n; ++c)
     for (int64_t o = 0; o < r.outer; ++o)
       reduceInto(results[c].data() + o * r.inner, src, r.inner, o * row + int64_t(c) * r.inner, r.op);
   for (size_t c = 0; c < n; ++c)
-    if (!results[c].empty()) std::memcpy(inst.out[c], results[c].data(), results[c].size() * 4);
+    if (!results[c].empty()) std::memcpy(inst.out[c], results[c].data(), results[c].size() * sizeof(T));
 }
 
 class InProcessCommunicator final : public Communicator {
@@ -180,18 +200,20 @@ public:
     r.count = count;
     return run(rank, group, buf, buf, r);
   }
-  Status allGather(int rank, const std::vector<int>& group, const float* x, float* y, int64_t outer,
-                   int64_t inner) override {
+  Status allGather(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer, int64_t inner,
+                   CommDType dtype) override {
     Request r;
     r.kind = Kind::kAllGather;
+    r.dtype = dtype;
     r.outer = outer;
     r.inner = inner;
     return run(rank, group, x, y, r);
   }
-  Status reduceScatter(int rank, const std::vector<int>& group, const float* x, float* y, int64_t outer,
-                       int64_t inner, ReduceOp op) override {
+  Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer,
+                       int64_t inner, CommDType dtype, ReduceOp op) override {
     Request r;
     r.kind = Kind::kReduceScatter;
+    r.dtype = dtype;
     r.op = op;
     r.outer = outer;
     r.inner = inner;
@@ -405,11 +427,20 @@ private:
     const Request& r = inst.requests[0];
     switch (r.kind) {
       case Kind::kAllReduce:
-        if (r.dtype == CommDType::kF32) runAllReduce<float>(inst, r);
-        else runAllReduce<double>(inst, r);
+        switch (r.dtype) {
+          case CommDType::kF32: runAllReduce<float>(inst, r); return;
+          case CommDType::kF64: runAllReduce<double>(inst, r); return;
+          case CommDType::kBF16: runAllReduce<uint16_t>(inst, r); return;
+        }
         return;
       case Kind::kAllGather: runAllGather(inst, r); return;
-      case Kind::kReduceScatter: runReduceScatter(inst, r); return;
+      case Kind::kReduceScatter:
+        switch (r.dtype) {
+          case CommDType::kF32: runReduceScatter<float>(inst, r); return;
+          case CommDType::kF64: runReduceScatter<double>(inst, r); return;
+          case CommDType::kBF16: runReduceScatter<uint16_t>(inst, r); return;
+        }
+        return;
     }
   }
 

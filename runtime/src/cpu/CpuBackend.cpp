@@ -3,6 +3,7 @@
 // See CpuBackend.h.
 #include "llcdist/runtime/CpuBackend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -82,49 +83,70 @@ public:
     });
   }
 
-  StatusOr<CollectiveHandle> allReduceAsync(Stream s, float* buffer, int64_t count, ReduceOp op,
-                                            const std::vector<int>& group) override {
+  // A channel is its group: the communicator keeps its per-group state keyed by it.
+  StatusOr<Channel> createChannel(const std::vector<int>& group) override {
+    if (std::count(group.begin(), group.end(), opts_.rank) != 1)
+      return Status::invalidArgument("cpu backend: a channel's group must hold rank " + std::to_string(opts_.rank) +
+                                     " exactly once, got a group of " + std::to_string(group.size()) + " ranks");
+    channels_.push_back(group);
+    return Channel{int(channels_.size()) - 1};
+  }
+
+  using Backend::allReduceAsync;
+  StatusOr<CollectiveHandle> allReduceAsync(Stream s, void* buffer, int64_t count, CommDType dtype, ReduceOp op,
+                                            Channel channel) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    LLCDIST_ASSIGN_OR_RETURN(const std::vector<int>* g, groupOf(channel));
+    const std::vector<int>& group = *g;
     if (opts_.communicator)
-      LLCDIST_RETURN_IF_ERROR(opts_.communicator->allReduce(opts_.rank, group, buffer, count, CommDType::kF32, op));
+      LLCDIST_RETURN_IF_ERROR(opts_.communicator->allReduce(opts_.rank, group, buffer, count, dtype, op));
     else
       LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-reduce"));
     return CollectiveHandle{numCollectives_++};
   }
-  StatusOr<CollectiveHandle> allGatherAsync(Stream s, const float* in, float* out, int64_t outer, int64_t inner,
-                                            int64_t total, const std::vector<int>& group) override {
+  // Sizes in elements of `dtype`; the padding copies move bytes (el per element).
+  StatusOr<CollectiveHandle> allGatherAsync(Stream s, const void* in, void* out, int64_t outer, int64_t inner,
+                                            int64_t total, CommDType dtype, Channel channel) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
-    const int64_t padded = int64_t(group.size()) * inner;
+    LLCDIST_ASSIGN_OR_RETURN(const std::vector<int>* g, groupOf(channel));
+    const std::vector<int>& group = *g;
+    const int64_t padded = int64_t(group.size()) * inner, el = commDTypeSize(dtype);
     LLCDIST_RETURN_IF_ERROR(checkTotal(total, padded, "all-gather"));
     // Padded blocks: gather the whole padded tensor into host scratch, keep its real elements.
-    std::vector<float> scratch(total < padded ? size_t(outer * padded) : 0);
-    float* whole = total < padded ? scratch.data() : out;
+    std::vector<std::byte> scratch(total < padded ? size_t(outer * padded * el) : 0);
+    void* whole = total < padded ? scratch.data() : out;
     if (opts_.communicator) {
-      LLCDIST_RETURN_IF_ERROR(opts_.communicator->allGather(opts_.rank, group, in, whole, outer, inner));
+      LLCDIST_RETURN_IF_ERROR(opts_.communicator->allGather(opts_.rank, group, in, whole, outer, inner, dtype));
     } else {
       LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-gather"));
-      if (in != whole && outer * inner > 0) std::memmove(whole, in, size_t(outer * inner) * 4);
+      if (in != whole && outer * inner > 0) std::memmove(whole, in, size_t(outer * inner * el));
     }
     if (whole != out)
       for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(out + o * total, whole + o * padded, size_t(total) * 4);
+        std::memcpy(static_cast<std::byte*>(out) + o * total * el, scratch.data() + o * padded * el,
+                    size_t(total * el));
     return CollectiveHandle{numCollectives_++};
   }
-  StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const float* in, float* out, int64_t outer, int64_t inner,
-                                                int64_t total, ReduceOp op, const std::vector<int>& group) override {
+  StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const void* in, void* out, int64_t outer, int64_t inner,
+                                                int64_t total, CommDType dtype, ReduceOp op,
+                                                Channel channel) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
-    const int64_t padded = int64_t(group.size()) * inner;
+    LLCDIST_ASSIGN_OR_RETURN(const std::vector<int>* g, groupOf(channel));
+    const std::vector<int>& group = *g;
+    const int64_t padded = int64_t(group.size()) * inner, el = commDTypeSize(dtype);
     LLCDIST_RETURN_IF_ERROR(checkTotal(total, padded, "reduce-scatter"));
-    // Padded blocks: reduce a copy of the input whose padding is zero.
-    std::vector<float> scratch(total < padded ? size_t(outer * padded) : 0, 0.0f);
+    // Padded blocks: reduce a copy of the input whose padding is zero (0x0000 is +0 in every dtype).
+    std::vector<std::byte> scratch(total < padded ? size_t(outer * padded * el) : 0, std::byte{0});
     for (int64_t o = 0; total < padded && o < outer; ++o)
-      std::memcpy(scratch.data() + o * padded, in + o * total, size_t(total) * 4);
-    const float* whole = total < padded ? scratch.data() : in;
+      std::memcpy(scratch.data() + o * padded * el, static_cast<const std::byte*>(in) + o * total * el,
+                  size_t(total * el));
+    const void* whole = total < padded ? scratch.data() : in;
     if (opts_.communicator) {
-      LLCDIST_RETURN_IF_ERROR(opts_.communicator->reduceScatter(opts_.rank, group, whole, out, outer, inner, op));
+      LLCDIST_RETURN_IF_ERROR(
+          opts_.communicator->reduceScatter(opts_.rank, group, whole, out, outer, inner, dtype, op));
     } else {
       LLCDIST_RETURN_IF_ERROR(checkGroup(group, "reduce-scatter"));
-      if (whole != out && outer * inner > 0) std::memmove(out, whole, size_t(outer * inner) * 4);
+      if (whole != out && outer * inner > 0) std::memmove(out, whole, size_t(outer * inner * el));
     }
     return CollectiveHandle{numCollectives_++};
   }
@@ -173,6 +195,12 @@ private:
                                    " elements outside (0, n·inner = " + std::to_string(padded) + "]");
   }
 
+  StatusOr<const std::vector<int>*> groupOf(Channel c) const {
+    if (c.id < 0 || size_t(c.id) >= channels_.size())
+      return Status::invalidArgument("cpu backend: unknown channel " + std::to_string(c.id) + " (createChannel makes them)");
+    return &channels_[size_t(c.id)];
+  }
+
   Status checkGroup(const std::vector<int>& group, const char* what) const {
     if (group.size() == 1 && group[0] == opts_.rank) return Status::ok();
     return Status::invalidArgument(std::string("cpu backend: ") + what + " over a group of " +
@@ -190,6 +218,7 @@ private:
   Status kernelTable_;  // checkCpuKernelTable() when the backend was made
   std::unique_ptr<std::byte, FreeDeleter> arena_;
   int64_t bytes_ = 0, peak_ = 0;
+  std::vector<std::vector<int>> channels_;  // by Channel::id
   int numStreams_ = 1, numEvents_ = 0;
   int64_t numCollectives_ = 0;
 };

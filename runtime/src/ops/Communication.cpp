@@ -11,6 +11,30 @@ namespace {
 namespace sc = schema;
 using K = sc::OpKind;
 
+// attrs.dtype (optional): a known name, and "bf16" only on bf16 buffers (every role: the collective
+// then runs on them without f32 staging).
+Status checkCommDType(const OpChecker& c) {
+  const Op& op = c.op();
+  if (!op.attrs.count(std::string(sc::kCommDTypeAttr))) return Status::ok();
+  const std::string dtype = op.stringAttr(std::string(sc::kCommDTypeAttr));
+  if (std::find(sc::kCommDTypeNames.begin(), sc::kCommDTypeNames.end(), dtype) == sc::kCommDTypeNames.end())
+    return c.attrError("dtype", "unknown collective dtype \"" + dtype + "\" (expected \"f32\" or \"bf16\")");
+  if (dtype != "bf16") return Status::ok();
+  const sc::OpSpec& spec = sc::opSpec(op.kind);
+  for (size_t r = 0; r < op.args.size() && r < spec.numArgs; ++r)
+    for (size_t k = 0; k < op.args[r].size(); ++k) {
+      const BufferDesc& b = c.buffer(op.args[r][k]);
+      if (b.dtype != sc::ElemType::kBF16) {
+        const std::string role(spec.args[r].role);
+        return c.attrError("dtype", "dtype \"bf16\" reduces bf16 buffers in bf16, but args." + role +
+                                        (spec.args[r].arity == sc::ArgArity::kList ? "[" + std::to_string(k) + "]" : "") +
+                                        " (buffer " + std::to_string(op.args[r][k]) + ") is " +
+                                        std::string(sc::elemTypeName(b.dtype)));
+      }
+    }
+  return Status::ok();
+}
+
 Status checkAllReduce(const OpChecker& c) {
   const Op& op = c.op();
   int64_t n = 0;
@@ -22,7 +46,7 @@ Status checkAllReduce(const OpChecker& c) {
   const std::string rop = op.stringAttr("op");
   if (std::find(sc::kReduceOpNames.begin(), sc::kReduceOpNames.end(), rop) == sc::kReduceOpNames.end())
     return c.attrError("op", "unknown reduction \"" + rop + "\" (expected \"sum\", \"avg\" or \"max\")");
-  return Status::ok();
+  return checkCommDType(c);
 }
 
 Status checkGatherScatter(const OpChecker& c) {
@@ -34,7 +58,8 @@ Status checkGatherScatter(const OpChecker& c) {
   if (!gather && op.stringAttr("op") != "sum")
     return c.attrError("op", "reduce_scatter supports only \"sum\" in this version, got \"" + op.stringAttr("op") + "\"");
   LLCDIST_RETURN_IF_ERROR(c.count(gather ? "x" : "y", OpChecker::prod({outer, inner}), "outer×inner"));
-  return c.wholeSide(gather ? "y" : "x", n, outer, inner);
+  LLCDIST_RETURN_IF_ERROR(c.wholeSide(gather ? "y" : "x", n, outer, inner));
+  return checkCommDType(c);
 }
 
 // all_reduce (over its `group_size` sub-group when given), all_gather, reduce_scatter.
@@ -49,6 +74,7 @@ StatusOr<OpParams> bindCollective(const BindContext& b) {
   p.outer = op.intAttr("outer");
   p.inner = op.intAttr("inner");
   p.total = op.intAttr("total", int64_t(p.group.size()) * p.inner);  // absent: the unpadded n·inner
+  p.dtype = commDType(op);
   return OpParams(std::move(p));
 }
 
@@ -81,6 +107,11 @@ StatusOr<OpParams> bindPointToPoint(const BindContext& b) {
 }
 
 }  // namespace
+
+CommDType commDType(const Op& op) {
+  return sc::isCollective(op.kind) && op.stringAttr(std::string(sc::kCommDTypeAttr)) == "bf16" ? CommDType::kBF16
+                                                                                               : CommDType::kF32;
+}
 
 void registerCommunicationOps(OpDefTable& t) {
   t.add(K::kAllReduce, {"communication", checkAllReduce, bindCollective});

@@ -88,6 +88,10 @@ using OpDefTable = KernelTable<OpDef>;
 const OpDefTable& opDefs();
 Status checkOpDefs();
 
+// A collective's element type (attr `dtype`, checked by the loader; absent: f32). With kBF16 the
+// interpreter hands the op its bf16 buffers as they are (no f32 staging). Communication.cpp.
+CommDType commDType(const Op& op);
+
 // One per family, in src/ops/<Family>.cpp.
 void registerDataOps(OpDefTable& table);           // load_microbatch
 void registerLayoutOps(OpDefTable& table);         // zero, split_*, shard_slice

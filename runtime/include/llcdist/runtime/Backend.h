@@ -12,7 +12,10 @@
 //
 // Collectives are asynchronous: a call enqueues the operation on a stream and returns a handle, and
 // waitCollective(s, h) makes later work on stream s wait for its completion (the result buffer must
-// not be read before that). Groups are lists of global ranks in member order (Mesh::group); a rank's
+// not be read before that). A collective runs on a Channel: one communication group (global ranks in
+// member order, Mesh::group), created once at start-up with createChannel — the interpreter creates one
+// per distinct group of its program in Interpreter::create (docs/plan-format.md "Channels"); an NCCL
+// backend maps a channel to a communicator (ncclCommSplit), the CPU backend to its group. A rank's
 // backend takes part only in groups that contain its rank. Semantics and determinism are the
 // Communicator's (Communicator.h). Point-to-point sends and receives (pipeline plans) are asynchronous
 // the same way and are waited for with waitCollective; a send's source may be overwritten once the
@@ -40,6 +43,9 @@ struct Event {
 };
 struct CollectiveHandle {
   int64_t id = -1;
+};
+struct Channel {
+  int id = -1;
 };
 
 class Backend {
@@ -79,28 +85,30 @@ public:
   virtual bool hasKernel(schema::OpKind kind) const = 0;
 
   // ---- collectives (explicit waits) -------------------------------------------------------------------
-  // `group`: the global ranks taking part (this rank included), in the group's rank order.
-  // In-place all-reduce of `count` f32 elements at `buffer`.
-  virtual StatusOr<CollectiveHandle> allReduceAsync(Stream stream, float* buffer, int64_t count, ReduceOp op,
-                                                    const std::vector<int>& group) = 0;
+  // The channel of `group`: the global ranks taking part (this rank included exactly once), in member
+  // order. Called at start-up, once per group, before any collective on it; an error for a group without
+  // this rank.
+  virtual StatusOr<Channel> createChannel(const std::vector<int>& group) = 0;
+  // `channel`: a channel this backend created (createChannel). `dtype`:
+  // the elements' type (f32, bf16 or f64), which is the reduction's arithmetic (Communicator.h); sizes
+  // (count, outer, inner, total) are in elements.
+  // In-place all-reduce of `count` elements at `buffer`.
+  virtual StatusOr<CollectiveHandle> allReduceAsync(Stream stream, void* buffer, int64_t count, CommDType dtype,
+                                                    ReduceOp op, Channel channel) = 0;
   // in [outer, inner], out [outer, total]: out[o, m·inner + k] = in_m[o, k] (n = |group|) for
   // m·inner + k < total <= n·inner (total < n·inner: ZeRO's padded blocks, the padding is dropped).
-  virtual StatusOr<CollectiveHandle> allGatherAsync(Stream stream, const float* in, float* out, int64_t outer,
-                                                    int64_t inner, int64_t total, const std::vector<int>& group) = 0;
+  virtual StatusOr<CollectiveHandle> allGatherAsync(Stream stream, const void* in, void* out, int64_t outer,
+                                                    int64_t inner, int64_t total, CommDType dtype,
+                                                    Channel channel) = 0;
   // in [outer, total], out [outer, inner]: out[o, k] = reduce_m in_m[o, c·inner + k], c this rank's
   // member index, with in_m[o, j] = 0 for total <= j < n·inner (the padding of ZeRO's blocks).
-  virtual StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const float* in, float* out, int64_t outer,
-                                                        int64_t inner, int64_t total, ReduceOp op,
-                                                        const std::vector<int>& group) = 0;
-  // outer = 1, unpadded: out[count·n] = every member's in[count] concatenated; out[count] = member
-  // chunk c reduced.
-  StatusOr<CollectiveHandle> allGatherAsync(Stream stream, const float* in, float* out, int64_t count,
-                                            const std::vector<int>& group) {
-    return allGatherAsync(stream, in, out, 1, count, int64_t(group.size()) * count, group);
-  }
-  StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const float* in, float* out, int64_t count,
-                                                ReduceOp op, const std::vector<int>& group) {
-    return reduceScatterAsync(stream, in, out, 1, count, int64_t(group.size()) * count, op, group);
+  virtual StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const void* in, void* out, int64_t outer,
+                                                        int64_t inner, int64_t total, CommDType dtype, ReduceOp op,
+                                                        Channel channel) = 0;
+  // f32.
+  StatusOr<CollectiveHandle> allReduceAsync(Stream stream, float* buffer, int64_t count, ReduceOp op,
+                                            Channel channel) {
+    return allReduceAsync(stream, buffer, count, CommDType::kF32, op, channel);
   }
   // Point-to-point (send / recv ops): `count` f32 elements to / from global rank `peer`, with the op's
   // tag and the action's microbatch (-1 when none); matching as in Communicator.h.

@@ -7,8 +7,11 @@
 // blocking: they return when this member's output is complete.
 //
 // Semantics (NCCL's, with the plan format's determinism rule): reductions run in member-index order
-// (member 0 + member 1 + ...) in the buffer's precision, and every member receives identical bits;
-// kAvg multiplies the sum by 1/n afterwards; kMax propagates NaN.
+// (member 0 + member 1 + ...) in the elements' precision (`dtype`), and every member receives identical
+// bits; kAvg multiplies the sum by 1/n afterwards; kMax propagates NaN. kBF16 is NCCL's bf16 reduction:
+// each partial sum is rounded to bf16 (acc = bf16(f32(acc) + f32(x_m)), round to nearest even), kAvg's
+// sum is then scaled as bf16(f32(sum) · f32(1/n)); kMax is exact. Elements are 2 bytes (kBF16), 4
+// (kF32) or 8 (kF64): what a call moves. all_gather copies elements whatever their dtype.
 //   allReduce:     buf[i] = reduce_m buf_m[i]                      (in place, count elements)
 //   allGather:     y[o, m·inner + k] = x_m[o, k]                   (x [outer, inner], y [outer, n·inner])
 //   reduceScatter: y[o, k] = reduce_m x_m[o, c·inner + k]           (x [outer, n·inner], y [outer, inner],
@@ -45,7 +48,12 @@
 namespace llcdist::rt {
 
 enum class ReduceOp { kSum, kAvg, kMax };
-enum class CommDType { kF32, kF64 };
+// The element type of a collective: its reduction arithmetic and its message elements.
+enum class CommDType { kF32, kF64, kBF16 };
+constexpr int64_t commDTypeSize(CommDType t) { return t == CommDType::kF64 ? 8 : t == CommDType::kBF16 ? 2 : 4; }
+constexpr const char* commDTypeName(CommDType t) {
+  return t == CommDType::kF64 ? "f64" : t == CommDType::kBF16 ? "bf16" : "f32";
+}
 
 class Communicator {
 public:
@@ -55,10 +63,11 @@ public:
   // `rank` is the caller's global rank; it must appear exactly once in `group`.
   virtual Status allReduce(int rank, const std::vector<int>& group, void* buf, int64_t count, CommDType dtype,
                            ReduceOp op) = 0;
-  virtual Status allGather(int rank, const std::vector<int>& group, const float* x, float* y, int64_t outer,
-                           int64_t inner) = 0;
-  virtual Status reduceScatter(int rank, const std::vector<int>& group, const float* x, float* y, int64_t outer,
-                               int64_t inner, ReduceOp op) = 0;
+  // outer, inner and count are in elements of `dtype`.
+  virtual Status allGather(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer,
+                           int64_t inner, CommDType dtype) = 0;
+  virtual Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer,
+                               int64_t inner, CommDType dtype, ReduceOp op) = 0;
 
   // Point-to-point: `rank` is the caller, `peer` the other rank (in [0, worldSize), != rank); `count`
   // f32 elements; `microbatch` is the calling action's microbatch (-1 when it has none). send returns as

@@ -11,7 +11,9 @@
 //
 // Multi-rank plans: the interpreter runs one rank (`rank`, its global rank in the manifest's mesh).
 // Collective ops (all_reduce, all_gather, reduce_scatter) and grad_norm's `sharded` list act on the
-// group of `rank` on the op's `axis` (Mesh::group); all_reduce issues one backend all-reduce per buffer
+// group of `rank` on the op's `axis` (Mesh::group; all_reduce's `group_size` sub-group). create() makes
+// one backend channel per distinct group of the program's collectives (Backend::createChannel), once,
+// and each collective runs on its group's channel (docs/plan-format.md "Channels"); all_reduce issues one backend all-reduce per buffer
 // of `x`, in list order, and every collective is waited for on the default stream before the next op.
 // Ops with attr `shard_axis` (vocabulary-parallel embedding and cross entropy) get the group of `rank`
 // on that axis and the rank's vocabulary slice (EmbeddingParams / LossParams::vocabShard); the cross entropy's
@@ -27,14 +29,16 @@
 // and the running action's microbatch (-1 when it has none), and wait for them on the default stream.
 // The data source is per rank: the caller binds the rank's dp coordinate into it (Train.h).
 //
-// bf16 buffers (docs/plan-format.md "bf16 storage, fp32 arithmetic"): for every op except zero, cast and
-// load_microbatch (schema::handlesBf16Itself), each bf16 argument of a float role is bound to an f32
+// bf16 buffers (docs/plan-format.md "bf16 storage, fp32 arithmetic"): for every op except zero, cast,
+// load_microbatch (schema::handlesBf16Itself) and the collectives of dtype "bf16" (which get their bf16
+// buffers as they are and reduce in bf16: "Collective dtypes"), each bf16 argument of a float role is bound to an f32
 // temporary in the interpreter's staging area (host memory, sized once at create() to the largest need
 // of one op; one temporary per distinct buffer of the op). Before the op the temporaries of roles it
 // reads (read, or read-write: Op::access) are filled from the arena (exact); after it, the temporaries of
 // roles it writes are rounded back into the arena (nearest even). The conversions are `cast` launches on
-// the backend. Ops without bf16 arguments run on arena addresses directly (no copies). Collectives and
-// send / recv on bf16 buffers therefore communicate f32 values with the usual member-order rules.
+// the backend. Ops without bf16 arguments run on arena addresses directly (no copies). Collectives of
+// dtype f32 (the default) and send / recv on bf16 buffers therefore communicate f32 values with the usual
+// member-order rules.
 //
 // Memory measurement (docs/plan-format.md "Memory"): the first runStep() traces the ops it executes
 // (the hook is in runSubroutine's op loop, after each op ran): op positions 0, 1, ... in execution
@@ -116,6 +120,9 @@ public:
   // the thread running this interpreter); nullptr (the default) records nothing and reads no clock.
   void setTimeline(Timeline* timeline) { timeline_ = timeline; }
 
+  // Channels create() made: one per distinct group of the program's collectives.
+  size_t numChannels() const { return numChannels_; }
+
   // The memory measured during the first runStep(); nullopt before a step has completed.
   const std::optional<MemoryStats>& memoryStats() const { return memory_; }
 
@@ -132,10 +139,12 @@ private:
       bool read, write;
     };
     std::vector<Use> uses;
+    Channel channel;  // collectives: their group's channel (createChannels)
   };
   struct MemoryTrace;
   Interpreter();
   Status bind(const Op& op, BoundOp* out);
+  Status createChannels();
   int64_t stagingElems(const Op& op) const;
   void traceOp(const BoundOp& bound);
   MemoryStats finishTrace() const;
@@ -158,6 +167,7 @@ private:
   std::optional<MemoryStats> memory_;
   Timeline* timeline_ = nullptr;  // --trace; not owned
   int64_t action_ = -1;           // the action runStep is running; -1 outside a step
+  size_t numChannels_ = 0;
 };
 
 }  // namespace llcdist::rt

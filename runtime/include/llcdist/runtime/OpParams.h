@@ -140,6 +140,8 @@ struct CommunicationParams {
   std::vector<int> group;
   ReduceOp reduceOp = ReduceOp::kSum;
   int64_t outer = 0, inner = 0, total = 0;
+  // The attr `dtype`: f32 (default; bf16 buffers run through f32 staging) or bf16 (on the buffers).
+  CommDType dtype = CommDType::kF32;
   // send / recv: the peer's global rank (this rank with coordinate `peer` on `axis`) and the tag.
   int peer = -1;
   int64_t tag = 0;

@@ -71,6 +71,13 @@ inline constexpr std::string_view kStageAxisAttr = "stage_axis";
 inline constexpr std::array<std::string_view, 3> kReduceOpNames = {"sum", "avg", "max"};
 // reduce_scatter supports only these in this version.
 inline constexpr std::array<std::string_view, 1> kReduceScatterOpNames = {"sum"};
+// The optional attr `dtype` of all_reduce / all_gather / reduce_scatter (docs/plan-format.md "Collective
+// dtypes"): the collective's element type, its arithmetic and what it moves. "f32" (the default) runs
+// it in f32 (bf16 buffers converted in and rounded out once); "bf16" runs it on the bf16 buffers
+// themselves (2-byte elements, every partial sum rounded to bf16 as NCCL does) and needs every buffer
+// of the op to be bf16.
+inline constexpr std::string_view kCommDTypeAttr = "dtype";
+inline constexpr std::array<std::string_view, 2> kCommDTypeNames = {"f32", "bf16"};
 
 // ---------------------------------------------------------------------------------------------------
 // Buffers.
@@ -269,14 +276,15 @@ inline constexpr T kSgdAttrs[] = {{"momentum", Flt}, {"weight_decay", Flt}};
 // `group_size` (optional): the `axis` group's n members form n / group_size sub-groups of group_size
 // consecutive members, and each reduces over its own (kv-head replicas); absent: the whole group.
 inline constexpr A kAllReduceArgs[] = {{"x", List, F, RW}};
-inline constexpr T kAllReduceAttrs[] = {{"axis", Str}, {"op", Str}, {"group_size", Int, false}};
+inline constexpr T kAllReduceAttrs[] = {{"axis", Str}, {"op", Str}, {"group_size", Int, false}, {"dtype", Str, false}};
 inline constexpr A kGatherArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
 // `total` (optional, ZeRO's padded blocks): the whole side holds only `total` <= n·inner elements per
 // outer row, the first `total` of the padded [outer, n·inner]: all_gather drops the rest, reduce_scatter
 // (and shard_slice) reads it as zeros. Absent: total = n·inner.
-inline constexpr T kAllGatherAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}, {"total", Int, false}};
+inline constexpr T kAllGatherAttrs[] = {
+    {"axis", Str}, {"outer", Int}, {"inner", Int}, {"total", Int, false}, {"dtype", Str, false}};
 inline constexpr T kReduceScatterAttrs[] = {
-    {"axis", Str}, {"outer", Int}, {"inner", Int}, {"op", Str}, {"total", Int, false}};
+    {"axis", Str}, {"outer", Int}, {"inner", Int}, {"op", Str}, {"total", Int, false}, {"dtype", Str, false}};
 // Point-to-point (pipeline plans): the peer is the rank with this rank's coordinates except `peer` on
 // `axis`; `tag` is checked against the matching op's, never used to reorder (FIFO per ordered pair).
 inline constexpr A kSendArgs[] = {{"x", One, F, R}};

@@ -8,6 +8,13 @@ mode, bf16, SP, tied and untied embeddings, padded vocabularies, kv-head
 replication and the 405B plan with 16 pipeline stages.
 
 usage: scripts/plan-diff.py --base OLD/llc-dist [--new build/bin/llc-dist] [--keep DIR]
+                            [--strip-op-attr NAME ...]
+
+--strip-op-attr NAME (repeatable): a change that adds an op attribute on purpose
+(e.g. a collective's `dtype`) changes the program files that carry it; with this
+option a differing program-N.json is compared again as JSON with attrs.NAME
+removed from every op of both sides, and reported "same modulo attrs NAME" when
+nothing else differs.
 
 Build the old binary from the commit before the change, e.g.
   git worktree add /tmp/base REV && cmake -S /tmp/base -B /tmp/base/build -G Ninja \\
@@ -17,6 +24,7 @@ differing files are listed).
 """
 import argparse
 import filecmp
+import json
 import os
 import shutil
 import subprocess
@@ -80,11 +88,34 @@ def same_tree(a, b):
     return diffs
 
 
+def strip_op_attrs(path, names):
+    """The program JSON at `path` without attrs `names` on any op."""
+    with open(path) as f:
+        prog = json.load(f)
+    for sub in prog.get("subroutines", []):
+        for op in sub.get("ops", []):
+            for n in names:
+                op.get("attrs", {}).pop(n, None)
+    return prog
+
+
+def same_modulo_attrs(a, b, diffs, names):
+    """Whether every differing file is a program that differs only in op attrs `names`."""
+    for d in diffs:
+        if not (d.startswith("program-") and d.endswith(".json")):
+            return False
+        if strip_op_attrs(os.path.join(a, d), names) != strip_op_attrs(os.path.join(b, d), names):
+            return False
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="the old llc-dist binary")
     ap.add_argument("--new", default=os.path.join(ROOT, "build", "bin", "llc-dist"))
     ap.add_argument("--keep", help="keep the plans under this directory")
+    ap.add_argument("--strip-op-attr", action="append", default=[], metavar="NAME",
+                    help="compare differing programs again without this op attribute")
     args = ap.parse_args()
     for exe in (args.base, args.new):
         if not os.access(exe, os.X_OK):
@@ -111,6 +142,10 @@ def main():
                 diffs = [] if filecmp.cmp(ob, on, shallow=False) else [os.path.basename(ob)]
             else:
                 diffs = same_tree(ob, on)
+            if diffs and args.strip_op_attr and emit == "plan" and \
+                    same_modulo_attrs(ob, on, diffs, args.strip_op_attr):
+                print(f"same  {name} modulo attrs {', '.join(args.strip_op_attr)}: {', '.join(diffs)}")
+                continue
             print(f"{'same' if not diffs else 'DIFF'}  {name}" + (f": {', '.join(diffs)}" if diffs else ""))
             failed += bool(diffs)
     finally:

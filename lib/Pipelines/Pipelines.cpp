@@ -33,6 +33,7 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   pm.addPass(createLowerToPlan(lowering));
   if (o.zero != 0)
     pm.addPass(plan::createPlanZero({o.zero, o.reshardAfterForward}));
+  pm.addPass(plan::createPlanCommDType({o.gradReduceDtype}));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
   if (o.verifyPlan)
     pm.addPass(plan::createVerifyPlan({}, o.verifiedPlan));
@@ -74,6 +75,8 @@ static void bindTrainingPipelineOptions(
   o.bind("zero", f.zero, "ZeRO stage over dp (0: off; 3: FSDP)");
   o.bind("reshard-after-forward", f.reshardAfterForward,
          "ZeRO-3: gather a layer's parameters again for its backward");
+  o.bind("grad-reduce-dtype", f.gradReduceDtype,
+         "gradient reductions of bf16 plans: bf16 (NCCL's) | f32 (accumulate-allreduce-grads-in-fp32)");
 }
 
 void llcdist::registerPipelines() {

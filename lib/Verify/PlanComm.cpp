@@ -21,6 +21,11 @@ std::vector<int64_t> sortedGroup(const rt::Mesh &mesh, int64_t rank, rt::MeshAxi
 std::string dtypeOf(const rt::BufferDesc &b) {
   return std::string(schema::elemTypeName(b.dtype));
 }
+/// What a collective moves (docs/plan-format.md "Collective dtypes"): its
+/// `dtype` attr, f32 by default (bf16 buffers travel as f32 then).
+std::string collectiveDtype(const rt::Op &op) {
+  return op.stringAttr(std::string(schema::kCommDTypeAttr)) == "bf16" ? "bf16" : "f32";
+}
 } // namespace
 
 CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
@@ -87,7 +92,7 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
             int64_t groupSize = op.attrs.count("group_size") ? op.intAttr("group_size") : 0;
             for (int64_t id : op.argList("x"))
               collective("all_reduce." + op.stringAttr("op"), *axis, prog.buffers[id].numel(),
-                         dtypeOf(prog.buffers[id]), groupSize);
+                         collectiveDtype(op), groupSize);
             break;
           }
           case schema::OpKind::kAllGather:
@@ -98,7 +103,7 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
             const rt::BufferDesc &x = prog.buffers[op.arg("x")];
             collective(op.kind == schema::OpKind::kAllGather ? "all_gather"
                                                              : "reduce_scatter." + op.stringAttr("op"),
-                       *axis, x.numel(), dtypeOf(x));
+                       *axis, x.numel(), collectiveDtype(op));
             break;
           }
           case schema::OpKind::kCrossEntropyFwd:

@@ -126,6 +126,13 @@ SHAPES
                          activations; f32 master weights, Adam state, norm
                          statistics and loss (the runtime computes in f32);
                          f16 is xf-only (--emit xf)
+  --grad-reduce-dtype T  bf16 | f32 (default bf16): how a bf16 plan reduces
+                         its bf16 gradients over dp (and ZeRO's, kv-head
+                         replicas', SP's): bf16 as NCCL does (every partial
+                         sum rounded to bf16, 2 bytes per element) or f32
+                         (Megatron's --accumulate-allreduce-grads-in-fp32:
+                         summed in f32 and rounded once, 4 bytes per
+                         element). Other bf16 collectives always run in bf16
 
 PIPELINE (pp > 1)
   --schedule S           gpipe | 1f1b | interleaved | zb-h1 (default 1f1b);
@@ -500,6 +507,7 @@ int runCompile(Args &args) {
       .add("--pp-layout", &train.ppLayout)
       .add("--recompute", &train.recompute)
       .add("--zero", &train.zero)
+      .add("--grad-reduce-dtype", &train.gradReduceDtype)
       .add("--make-vocab-size-divisible-by", &train.vocabDivisibleBy)
       .add("--reshard-after-forward", &reshardText)
       .add("--device", &budgetFlags.device)
@@ -577,6 +585,8 @@ int runCompile(Args &args) {
   checkOptimizerFlags(train);
   if (auto k = schedule::parseScheduleKind(train.pipelineSchedule); !k)
     throw UsageError{"--schedule: " + k.error().message};
+  if (train.gradReduceDtype != "bf16" && train.gradReduceDtype != "f32")
+    throw UsageError{"--grad-reduce-dtype must be bf16 or f32, got '" + train.gradReduceDtype + "'"};
   if (reshardText != "true" && reshardText != "false")
     throw UsageError{"--reshard-after-forward must be true or false, got '" + reshardText + "'"};
   train.reshardAfterForward = reshardText == "true";

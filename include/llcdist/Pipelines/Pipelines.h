@@ -27,6 +27,10 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   int64_t zero = 0;
   /// ZeRO-3: gather each layer's parameters again for its backward.
   bool reshardAfterForward = true;
+  /// The dtype of gradient reductions on bf16 buffers (llcdist-plan-comm-dtype):
+  /// bf16 as NCCL reduces them, or f32 (Megatron-LM's
+  /// --accumulate-allreduce-grads-in-fp32).
+  std::string gradReduceDtype = "bf16";
   /// The forward pipeline's (llcdist-attach-mesh's) mesh.
   xf::ForwardPipelineOptions mesh;
   /// Under tp: keep the embeddings and the LM head whole instead of
@@ -55,8 +59,9 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
 
 /// The forward pipeline, then llcdist-pad-vocab, llcdist-autodiff, llcdist-add-optimizer, under
 /// tp the strategy (llcdist-megatron-tp [+ llcdist-tp-replicate-embeddings]),
-/// llcdist-partition, llcdist-pipeline-split, llcdist-lower-to-plan, on each
-/// program llcdist-plan-memory, then llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.
+/// llcdist-partition, llcdist-pipeline-split, llcdist-lower-to-plan
+/// [+ llcdist-plan-zero], llcdist-plan-comm-dtype, on each program
+/// llcdist-plan-memory, then llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
 

@@ -197,7 +197,8 @@ private:
 
   StatusOr<const std::vector<int>*> groupOf(Channel c) const {
     if (c.id < 0 || size_t(c.id) >= channels_.size())
-      return Status::invalidArgument("cpu backend: unknown channel " + std::to_string(c.id) + " (createChannel makes them)");
+      return Status::invalidArgument("cpu backend: unknown channel " + std::to_string(c.id) +
+                                     " (createChannel makes them)");
     return &channels_[size_t(c.id)];
   }
 

@@ -91,15 +91,20 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
           bufs.append(list.begin(), list.end());
         else
           bufs.push_back(arg);
+        if (auto d = k.getParams().getAs<StringAttr>("dtype"))
+          e.dtype = d.str();
+        // What moves: elements of the collective's dtype (a send: the buffer).
+        const int64_t elementBytes = e.dtype == "bf16" ? 2 : 4;
         for (Attribute a : bufs)
           if (auto buf = symbols.lookup<BufferOp>(cast<FlatSymbolRefAttr>(a).getValue()))
-            e.payloadBytes += buf.getNumBytes();
+            e.payloadBytes += kind == "send" ? buf.getNumBytes()
+                                             : buf.getTensorType().getNumElements() * elementBytes;
         // One entry per (stage, kind, axis, payload, reason): a collective
         // repeated per layer is one line with its calls summed.
         auto same = llvm::find_if(report.entries, [&](const CollectiveEntry &o) {
           return o.stage == e.stage && o.kind == e.kind && o.axis == e.axis &&
                  o.payload == e.payload && o.reason == e.reason && o.origin == e.origin &&
-                 o.payloadBytes == e.payloadBytes;
+                 o.payloadBytes == e.payloadBytes && o.dtype == e.dtype;
         });
         if (same != report.entries.end())
           same->callsPerStep += e.callsPerStep;
@@ -151,11 +156,18 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
   using xf::CollectiveOrigin;
   if (e.origin == CollectiveOrigin::Zero)
     return {}; // per-parameter blocks: the totals are in docs/memory.md
+  // Gradients move in the collective's dtype: bf16, or f32 (an f32 plan, or
+  // a bf16 plan's --grad-reduce-dtype f32).
+  const bool bf16Elements = e.dtype == "bf16";
   if (e.payload == "gradients")
-    return f.bf16 ? AnalyticVolume{"2·Ψ (bf16 gradients of this rank's parameters)",
-                                   2.0 * double(localParams), 1}
-                  : AnalyticVolume{"4·Ψ (fp32 gradients of this rank's parameters)",
-                                   4.0 * double(localParams), 1};
+    return bf16Elements
+               ? AnalyticVolume{"2·Ψ (bf16 gradients of this rank's parameters)",
+                                2.0 * double(localParams), 1}
+           : f.bf16 ? AnalyticVolume{"4·Ψ (bf16 gradients of this rank's parameters, "
+                                     "reduced in f32)",
+                                     4.0 * double(localParams), 1}
+                    : AnalyticVolume{"4·Ψ (fp32 gradients of this rank's parameters)",
+                                     4.0 * double(localParams), 1};
   if (e.payload == "loss")
     return {"4 (one f32)", 4.0, 1};
   if (e.payload == "kv-replica gradients") {
@@ -163,8 +175,9 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
     if (!f.bshLM || e.stage >= 0)
       return {}; // per-stage layer counts: no prediction
     const int64_t h = (*f.bshLM)[2], L = (*f.bshLM)[3], d = f.headDim;
-    const double el = f.bf16 ? 2.0 : 4.0;
-    return {std::string("2·L·d_head·") + (f.kvBias ? "(h + 1)" : "h") + "·" + (f.bf16 ? "2" : "4") +
+    const double el = bf16Elements ? 2.0 : 4.0;
+    return {std::string("2·L·d_head·") + (f.kvBias ? "(h + 1)" : "h") + "·" +
+                (bf16Elements ? "2" : "4") +
                 " (k and v gradients of this rank's kv head)",
             el * 2.0 * double(L * d * (h + (f.kvBias ? 1 : 0))), 1};
   }

@@ -68,7 +68,13 @@ struct CollectiveEntry {
   std::string payload; ///< what travels: "gradients", "loss", ... (plan.payload)
   int64_t groupSize = 1;
   int64_t callsPerStep = 0;
-  int64_t payloadBytes = 0; ///< per call: the reduced / gathered / sent tensor
+  /// Per call: the bytes of the reduced / gathered / sent tensor as they
+  /// move, 2 per element of a collective of dtype bf16, 4 per element of
+  /// one of dtype f32 (bf16 buffers included: the runtime moves them as f32);
+  /// a send's buffer bytes.
+  int64_t payloadBytes = 0;
+  /// The collective's dtype (its `dtype` param: "bf16", or "f32" when absent).
+  std::string dtype = "f32";
   /// The pipeline stage whose program issues it (-1: a plan of one program).
   int64_t stage = -1;
   /// Bytes each rank sends per step with NCCL's ring algorithms: all-reduce

@@ -97,4 +97,30 @@ def VerifyPlan : Pass<"llcdist-verify-plan", "mlir::ModuleOp"> {
   ];
 }
 
+def PlanCommDType : Pass<"llcdist-plan-comm-dtype", "mlir::ModuleOp"> {
+  let summary = "give each collective on bf16 buffers its dtype: bf16 as NCCL, or f32 for gradients";
+  let description = [{
+    A collective (`all_reduce`, `all_gather`, `reduce_scatter`) whose buffers
+    are all bf16 gets `dtype = "bf16"` (docs/plan-format.md "Collective
+    dtypes"): the runtime reduces it as NCCL reduces bf16 (each partial sum
+    rounded to bf16, in member order) and moves 2-byte elements. The
+    exception is a gradient reduction (an all_reduce or reduce_scatter whose
+    plan.payload is "gradients", "kv-replica gradients" or "sequence-parallel
+    gradients") with `grad-reduce-dtype` = f32, Megatron-LM's
+    --accumulate-allreduce-grads-in-fp32: it keeps no dtype, the default f32,
+    so the runtime reduces it in f32 and rounds once (and moves 4 bytes per
+    element). Collectives with any f32 buffer are left as they are (f32), so
+    an f32 plan does not change. Runs after llcdist-plan-zero, whose
+    reduce-scatters and gathers it covers.
+
+    Before: `plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}` (@g bf16)
+    After:  `plan.kernel "all_reduce" {x = [@g]} {axis = "dp", dtype = "bf16", op = "sum"} {plan.payload = "gradients"}`
+  }];
+  let options = [
+    Option<"gradReduceDtype", "grad-reduce-dtype", "std::string", "\"bf16\"",
+           "the dtype of gradient reductions on bf16 buffers: bf16 (NCCL's, the "
+           "default) or f32 (Megatron's accumulate-allreduce-grads-in-fp32)">,
+  ];
+}
+
 #endif

@@ -4,7 +4,7 @@
 // the same check is unittests/Pipelines/PipelineOptionsTest.cpp.
 //
 // RUN: not llc-dist-opt %s --llcdist-train --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=DEFAULT
-// DEFAULT-LABEL: Pass Manager with 12 passes:
+// DEFAULT-LABEL: Pass Manager with 13 passes:
 // DEFAULT-NEXT: builtin.module(
 // DEFAULT-NEXT: cse,
 // DEFAULT-NEXT: llcdist-attach-mesh{dp=1 pp=1 rank-order=tp,dp,pp tp=1},
@@ -16,6 +16,7 @@
 // DEFAULT-NEXT: llcdist-partition{sequence-parallel=false},
 // DEFAULT-NEXT: llcdist-pipeline-split{layout= schedule=1f1b virtual-stages=1},
 // DEFAULT-NEXT: llcdist-lower-to-plan{record-param-scopes=false},
+// DEFAULT-NEXT: llcdist-plan-comm-dtype{grad-reduce-dtype=bf16},
 // DEFAULT-NEXT: plan.program(
 // DEFAULT-NEXT: llcdist-plan-memory
 // DEFAULT-NEXT: ),
@@ -30,7 +31,7 @@
 // MESH: llcdist-pad-vocab{multiple=128},
 // MESH-NOT: llcdist-megatron-tp
 // RUN: not llc-dist-opt %s --llcdist-train="tp=2" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=TP
-// TP-LABEL: Pass Manager with 13 passes:
+// TP-LABEL: Pass Manager with 14 passes:
 // TP: llcdist-attach-mesh{dp=1 pp=1 rank-order=tp,dp,pp tp=2},
 // TP: llcdist-pad-vocab{multiple=256},
 // TP: llcdist-add-optimizer
@@ -40,7 +41,7 @@
 // tp-replicate-embeddings adds the strategy variant after Megatron's and
 // drops tp from the vocabulary multiple; make-vocab-size-divisible-by sets it.
 // RUN: not llc-dist-opt %s --llcdist-train="tp=2 tp-replicate-embeddings=true" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=REPL
-// REPL-LABEL: Pass Manager with 14 passes:
+// REPL-LABEL: Pass Manager with 15 passes:
 // REPL: llcdist-pad-vocab{multiple=128},
 // REPL: llcdist-megatron-tp,
 // REPL-NEXT: llcdist-tp-replicate-embeddings,
@@ -48,7 +49,7 @@
 // VOCAB-LABEL: Pass Manager
 // VOCAB: llcdist-pad-vocab{multiple=256},
 // RUN: not llc-dist-opt %s --llcdist-train="tp-replicate-embeddings=true" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=REPL1
-// REPL1-LABEL: Pass Manager with 12 passes:
+// REPL1-LABEL: Pass Manager with 13 passes:
 // REPL1-NOT: llcdist-tp-replicate-embeddings
 
 // The optimizer's options go to llcdist-add-optimizer under the same names.
@@ -76,6 +77,10 @@
 // ZERO-LABEL: Pass Manager
 // ZERO: llcdist-lower-to-plan{record-param-scopes=true},
 // ZERO-NEXT: llcdist-plan-zero{reshard-after-forward=false stage=3},
+// ZERO-NEXT: llcdist-plan-comm-dtype{grad-reduce-dtype=bf16},
+// RUN: not llc-dist-opt %s --llcdist-train="grad-reduce-dtype=f32" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=GRAD
+// GRAD-LABEL: Pass Manager
+// GRAD: llcdist-plan-comm-dtype{grad-reduce-dtype=f32},
 
 // Bad values: an unknown option or a value of the wrong type is refused by
 // the option parser; a value of the right type that the pass refuses fails

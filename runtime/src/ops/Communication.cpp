@@ -25,9 +25,9 @@ Status checkCommDType(const OpChecker& c) {
     for (size_t k = 0; k < op.args[r].size(); ++k) {
       const BufferDesc& b = c.buffer(op.args[r][k]);
       if (b.dtype != sc::ElemType::kBF16) {
-        const std::string role(spec.args[r].role);
-        return c.attrError("dtype", "dtype \"bf16\" reduces bf16 buffers in bf16, but args." + role +
-                                        (spec.args[r].arity == sc::ArgArity::kList ? "[" + std::to_string(k) + "]" : "") +
+        const std::string arg = "args." + std::string(spec.args[r].role) +
+                                (spec.args[r].arity == sc::ArgArity::kList ? "[" + std::to_string(k) + "]" : "");
+        return c.attrError("dtype", "dtype \"bf16\" runs the collective on its bf16 buffers as they are, but " + arg +
                                         " (buffer " + std::to_string(op.args[r][k]) + ") is " +
                                         std::string(sc::elemTypeName(b.dtype)));
       }

@@ -35,8 +35,10 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(plan::createPlanZero({o.zero, o.reshardAfterForward}));
   pm.addPass(plan::createPlanCommDType({o.gradReduceDtype}));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
-  if (o.verifyPlan)
+  if (o.verifyPlan) {
+    pm.addNestedPass<plan::ProgramOp>(plan::createVerifyAsync());
     pm.addPass(plan::createVerifyPlan({}, o.verifiedPlan));
+  }
 }
 
 /// The textual options of `llcdist-train`: each pass's own name where the

@@ -121,9 +121,31 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
       // Built in place and moved: a braced list would copy every subtree.
       json op = json::object();
       op["op"] = k.getKernel().str();
+      auto token = k->getAttrOfType<IntegerAttr>(plan::kTokenAttr);
+      auto queue = k->getAttrOfType<StringAttr>(plan::kQueueAttr);
+      if (k.getKernel() == plan::kWaitKernel) {
+        // {"op": "wait", "token": T}: no args, no attrs.
+        summary.async = true;
+        op["token"] = token.getInt();
+        if (queue)
+          op["queue"] = queue.str();
+        if (std::string loc = provenance(k.getLoc()); !loc.empty())
+          op["loc"] = std::move(loc);
+        ops.push_back(std::move(op));
+        ++summary.kernels;
+        continue;
+      }
       op["args"] = std::move(args);
       op["attrs"] = toJson(k.getParams());
       op["loc"] = provenance(k.getLoc());
+      if (queue) {
+        summary.async = true;
+        op["queue"] = queue.str();
+      }
+      if (token) {
+        summary.async = true;
+        op["token"] = token.getInt();
+      }
       ops.push_back(std::move(op));
       ++summary.kernels;
     }
@@ -147,6 +169,10 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
   out["format"] = std::string(schema::kProgramFormat);
   out["version"] = schema::kPlanVersion;
   out["arena_bytes"] = *program.getArenaBytes();
+  if (auto queues = program->getAttrOfType<ArrayAttr>(plan::kQueuesAttr)) {
+    summary.async = true;
+    out["queues"] = toJson(queues);
+  }
   out["buffers"] = std::move(buffers);
   out["subroutines"] = std::move(subroutines);
   out["actions"] = std::move(actions);
@@ -272,6 +298,8 @@ FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
     }
   if (manifest["model"].contains("padded_vocab_size"))
     manifest["features"].push_back(std::string(schema::kVocabPaddingFeature));
+  if (out.summary.async)
+    manifest["features"].push_back(plan::kAsyncFeature);
   manifest["params"] = std::move(params);
   manifest["programs"] = std::move(programList);
   out.manifest = std::move(manifest);

@@ -100,3 +100,84 @@ plan.program @p {
     plan.action @nowhere
   }
 }
+
+// -----
+
+// Asynchronous plans: a token only on a communication op.
+plan.program @p {
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a"}
+  plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b"}
+  plan.subroutine @s {
+    // expected-error @+1 {{'token' on 'copy': only a communication op (all_reduce, all_gather, reduce_scatter, send, recv) or a wait has a token}}
+    plan.kernel "copy" {x = @a, y = @b} {n = 4 : i64} {token = 0 : i64}
+  }
+}
+
+// -----
+
+plan.program @p {
+  plan.subroutine @s {
+    // expected-error @+1 {{'token' must be an i64 >= 0, got -1 : i64}}
+    plan.kernel "wait" {} {} {token = -1 : i64}
+  }
+}
+
+// -----
+
+plan.program @p {
+  plan.subroutine @s {
+    // expected-error @+1 {{a wait needs a 'token'}}
+    plan.kernel "wait" {} {}
+  }
+}
+
+// -----
+
+plan.program @p {
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a"}
+  plan.subroutine @s {
+    // expected-error @+1 {{a wait has no arguments and no parameters}}
+    plan.kernel "wait" {x = @a} {} {token = 0 : i64}
+  }
+}
+
+// -----
+
+// A kernel stays on the compute queue.
+plan.program @p attributes {queues = ["compute", "comm"]} {
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a"}
+  plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b"}
+  plan.subroutine @s {
+    // expected-error @+1 {{'copy' is on queue 'comm': only communication ops and waits leave the 'compute' queue}}
+    plan.kernel "copy" {x = @a, y = @b} {n = 4 : i64} {queue = "comm"}
+  }
+}
+
+// -----
+
+// A queue the program does not list (no `queues`: only "compute").
+plan.program @p {
+  plan.buffer @g : tensor<4xf32> {kind = "grad", name = "g"}
+  plan.subroutine @s {
+    // expected-error @+1 {{queue 'comm' is not one of the program's 'queues'}}
+    plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "avg"} {queue = "comm", token = 0 : i64}
+  }
+}
+
+// -----
+
+// expected-error @+1 {{the first of 'queues' must be 'compute'}}
+plan.program @p attributes {queues = ["comm", "compute"]} {
+}
+
+// -----
+
+// expected-error @+1 {{queue 'comm' is listed twice}}
+plan.program @p attributes {queues = ["compute", "comm", "comm"]} {
+}
+
+// -----
+
+// expected-error @+1 {{'queues'[1] must be a queue name ([a-z0-9_]+), got "Comm"}}
+plan.program @p attributes {queues = ["compute", "Comm"]} {
+}

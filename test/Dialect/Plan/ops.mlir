@@ -28,3 +28,15 @@ plan.program @stage0 attributes {arena_bytes = 512 : i64} {
     plan.action @forward microbatch 0
   }
 }
+
+// Asynchronous plans: queues, a started all_reduce and its wait.
+// CHECK-LABEL: plan.program @async attributes {queues = ["compute", "comm"]}
+// CHECK: plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "avg"} {queue = "comm", token = 3 : i64}
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 3 : i64}
+plan.program @async attributes {queues = ["compute", "comm"]} {
+  plan.buffer @g : tensor<4xf32> {kind = "grad", name = "g"}
+  plan.subroutine @s {
+    plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "avg"} {queue = "comm", token = 3 : i64}
+    plan.kernel "wait" {} {} {token = 3 : i64}
+  }
+}

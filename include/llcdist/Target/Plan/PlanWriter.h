@@ -18,6 +18,8 @@ struct PlanSummary {
   /// The largest program's arena, and each program's (one per pipeline stage).
   int64_t arenaBytes = 0;
   std::vector<int64_t> arenaBytesPerProgram;
+  /// Whether a program uses queues, tokens or waits (feature "async").
+  bool async = false;
 };
 
 /// The plan directory's files as JSON: manifest.json and program-<i>.json.

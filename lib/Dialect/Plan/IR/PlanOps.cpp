@@ -5,6 +5,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
 using namespace llcdist::plan;
@@ -31,6 +32,78 @@ LogicalResult checkBuffer(Operation *op, SymbolTableCollection &symbols,
   return success();
 }
 } // namespace
+
+bool llcdist::plan::isCommunicationKernel(StringRef kernel) {
+  namespace schema = llcdist::rt::schema;
+  auto kind = schema::parseOpKind(std::string_view(kernel.data(), kernel.size()));
+  return kind && (schema::isCollective(*kind) || schema::isPointToPoint(*kind));
+}
+
+namespace {
+/// A queue name of the async format: [a-z0-9_]+.
+bool isQueueName(StringRef name) {
+  return !name.empty() && llvm::all_of(name, [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+/// The asynchronous attributes of a kernel (`token`, `queue`): a token only
+/// on a communication op or a wait, a queue the program lists, and only a
+/// communication op or a wait off the compute queue.
+LogicalResult verifyAsyncAttrs(KernelOp op, bool communication, bool wait) {
+  if (Attribute a = op->getAttr(kTokenAttr)) {
+    auto token = dyn_cast<IntegerAttr>(a);
+    if (!token || !token.getType().isSignlessInteger(64) || token.getInt() < 0)
+      return op.emitOpError("'") << kTokenAttr << "' must be an i64 >= 0, got " << a;
+    if (!communication && !wait)
+      return op.emitOpError("'") << kTokenAttr << "' on '" << op.getKernel()
+                                 << "': only a communication op (all_reduce, all_gather, "
+                                    "reduce_scatter, send, recv) or a wait has a token";
+  } else if (wait) {
+    return op.emitOpError("a wait needs a '") << kTokenAttr << "'";
+  }
+  Attribute a = op->getAttr(kQueueAttr);
+  if (!a)
+    return success();
+  auto queue = dyn_cast<StringAttr>(a);
+  if (!queue)
+    return op.emitOpError("'") << kQueueAttr << "' must be a string, got " << a;
+  if (queue.getValue() != kComputeQueue && !communication && !wait)
+    return op.emitOpError("'") << op.getKernel() << "' is on queue '" << queue.getValue()
+                               << "': only communication ops and waits leave the '"
+                               << kComputeQueue << "' queue";
+  auto program = op->getParentOfType<ProgramOp>();
+  auto queues = program ? program->getAttrOfType<ArrayAttr>(kQueuesAttr) : ArrayAttr();
+  bool listed = queue.getValue() == kComputeQueue && !queues;
+  if (queues)
+    listed = llvm::any_of(queues, [&](Attribute q) { return q == queue; });
+  if (!listed)
+    return op.emitOpError("queue '") << queue.getValue()
+                                     << "' is not one of the program's '" << kQueuesAttr << "'";
+  return success();
+}
+} // namespace
+
+LogicalResult ProgramOp::verify() {
+  Attribute a = (*this)->getAttr(kQueuesAttr);
+  if (!a)
+    return success();
+  auto queues = dyn_cast<ArrayAttr>(a);
+  if (!queues || queues.empty())
+    return emitOpError("'") << kQueuesAttr << "' must be a non-empty array of queue names";
+  llvm::StringSet<> seen;
+  for (auto [i, q] : llvm::enumerate(queues)) {
+    auto name = dyn_cast<StringAttr>(q);
+    if (!name || !isQueueName(name.getValue()))
+      return emitOpError("'") << kQueuesAttr << "'[" << i
+                              << "] must be a queue name ([a-z0-9_]+), got " << q;
+    if (!seen.insert(name.getValue()).second)
+      return emitOpError("queue '") << name.getValue() << "' is listed twice";
+  }
+  if (cast<StringAttr>(queues[0]).getValue() != kComputeQueue)
+    return emitOpError("the first of '") << kQueuesAttr << "' must be '" << kComputeQueue << "'";
+  return success();
+}
 
 int64_t BufferOp::getNumBytes() {
   auto t = getTensorType();
@@ -80,6 +153,13 @@ LogicalResult ParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
 
 LogicalResult KernelOp::verify() {
   namespace schema = llcdist::rt::schema;
+  if (getKernel() == kWaitKernel) {
+    if (!getArgs().empty() || !getParams().empty())
+      return emitOpError("a wait has no arguments and no parameters");
+    return verifyAsyncAttrs(*this, /*communication=*/false, /*wait=*/true);
+  }
+  if (failed(verifyAsyncAttrs(*this, isCommunicationKernel(getKernel()), /*wait=*/false)))
+    return failure();
   std::string_view name(getKernel().data(), getKernel().size());
   auto kind = schema::parseOpKind(name);
   if (!kind)

@@ -15,7 +15,8 @@
 // is smaller (placeTransient); the arena
 // size is the plan's peak for this order of kernels, and the most bytes
 // live at once (the lower bound a perfect packing would reach) is recorded
-// beside it.
+// beside it. In an asynchronous plan a buffer of a started communication
+// op is live from the start through its token's wait.
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
@@ -356,9 +357,22 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     llvm::DenseSet<StringAttr> communication;
     int64_t t = 0;
     llvm::SmallDenseMap<StringAttr, std::pair<bool, bool>, 8> touched;
+    // Asynchronous plans: the buffers of each started communication op, by
+    // token. The op may touch them until its wait, so each stays live from
+    // the start through the wait and no buffer takes its bytes meanwhile.
+    llvm::DenseMap<int64_t, SmallVector<StringAttr, 4>> inFlight;
     for (auto sched : body.getOps<ScheduleOp>())
       for (auto action : sched.getBody().front().getOps<ActionOp>())
         for (KernelOp k : kernelsOf.lookup(action.getSubroutine())) {
+          auto token = k->getAttrOfType<IntegerAttr>(kTokenAttr);
+          if (token && k.getKernel() == kWaitKernel) {
+            for (StringAttr name : inFlight.lookup(token.getInt()))
+              if (auto it = live.find(name); it != live.end() && !it->second.empty())
+                it->second.back().last = t;
+            inFlight.erase(token.getInt());
+            ++t;
+            continue;
+          }
           auto kind = schema::parseOpKind(k.getKernel().str());
           auto accumulate = k.getParams().getAs<BoolAttr>("accumulate");
           if (kind && (*kind == schema::OpKind::kAllGather ||
@@ -399,6 +413,8 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
               segs.push_back({t, t});
             else
               segs.back().last = t;
+            if (token)
+              inFlight[token.getInt()].push_back(name);
           }
           ++t;
         }

@@ -71,3 +71,62 @@ plan.program @segments {
     plan.action @f
   }
 }
+
+// -----
+// RUN: llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-memory))" | FileCheck %s --check-prefix=ASYNC
+
+// Asynchronous plans: a buffer of an in-flight op stays live through its
+// token's wait. @a's last use is the started send, but the send may read it
+// until the wait, so @b (written in between) gets bytes of its own; @c,
+// written after the wait, reuses @a's.
+// ASYNC: plan.program @in_flight attributes {arena_bytes = 192 : i64, plan.memory = {padding = 48 : i64, param = 16 : i64, peak_activations = 128 : i64, peak_communication = 0 : i64, peak_workspace = 0 : i64, transient_live_peak = 128 : i64, transient_peak = 128 : i64}, queues = ["compute", "comm"]}
+// ASYNC-NEXT: plan.buffer @w : tensor<4xf32> {kind = "param", name = "w", offset = 0 : i64}
+// ASYNC-NEXT: plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", offset = 64 : i64}
+// ASYNC-NEXT: plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b", offset = 128 : i64}
+// ASYNC-NEXT: plan.buffer @c : tensor<4xf32> {kind = "activation", name = "c", offset = 64 : i64}
+plan.program @in_flight attributes {queues = ["compute", "comm"]} {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w"}
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a"}
+  plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b"}
+  plan.buffer @c : tensor<4xf32> {kind = "activation", name = "c"}
+  plan.subroutine @s {
+    plan.kernel "copy" {x = @w, y = @a} {n = 4 : i64}
+    plan.kernel "send" {x = @a} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {queue = "comm", token = 0 : i64}
+    plan.kernel "copy" {x = @w, y = @b} {n = 4 : i64}
+    plan.kernel "accumulate" {x = @b, y = @w} {n = 4 : i64}
+    plan.kernel "wait" {} {} {token = 0 : i64}
+    plan.kernel "copy" {x = @w, y = @c} {n = 4 : i64}
+    plan.kernel "accumulate" {x = @c, y = @w} {n = 4 : i64}
+  }
+  plan.schedule {
+    plan.action @s
+  }
+}
+
+// -----
+// RUN: llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-memory))" | FileCheck %s --check-prefix=SYNC
+
+// The same kernels with a synchronous send: @a is dead after it and @b
+// takes its bytes.
+// SYNC: plan.program @synchronous attributes {arena_bytes = 128 : i64
+// SYNC-NEXT: plan.buffer @w : tensor<4xf32> {kind = "param", name = "w", offset = 0 : i64}
+// SYNC-NEXT: plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", offset = 64 : i64}
+// SYNC-NEXT: plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b", offset = 64 : i64}
+// SYNC-NEXT: plan.buffer @c : tensor<4xf32> {kind = "activation", name = "c", offset = 64 : i64}
+plan.program @synchronous {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w"}
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a"}
+  plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b"}
+  plan.buffer @c : tensor<4xf32> {kind = "activation", name = "c"}
+  plan.subroutine @s {
+    plan.kernel "copy" {x = @w, y = @a} {n = 4 : i64}
+    plan.kernel "send" {x = @a} {axis = "pp", peer = 1 : i64, tag = 0 : i64}
+    plan.kernel "copy" {x = @w, y = @b} {n = 4 : i64}
+    plan.kernel "accumulate" {x = @b, y = @w} {n = 4 : i64}
+    plan.kernel "copy" {x = @w, y = @c} {n = 4 : i64}
+    plan.kernel "accumulate" {x = @c, y = @w} {n = 4 : i64}
+  }
+  plan.schedule {
+    plan.action @s
+  }
+}

@@ -23,6 +23,31 @@ constexpr const char kManifestAttr[] = "plan.manifest";
 /// microbatch slot's prefix), loc (the read's)}; what llcdist-plan-zero's
 /// ZeRO-3 gathers need and a plan does not otherwise say. Not in the JSON.
 constexpr const char kParamScopesAttr[] = "plan.param_scopes";
+
+// Asynchronous plans (feature "async", docs/plan-format.md): the names the
+// plan IR and the JSON share. A communication kernel with `token` is started
+// asynchronously and completes at the `wait` kernel with the same token;
+// `queue` names the queue an op is issued on (default kComputeQueue), one of
+// its program's `queues`.
+/// Kernel attribute (i64 >= 0): the token of a started communication op, or
+/// the token a `wait` kernel waits for.
+constexpr const char kTokenAttr[] = "token";
+/// Kernel attribute (string): the queue the op is issued on.
+constexpr const char kQueueAttr[] = "queue";
+/// Program attribute (array of strings, the first kComputeQueue): the
+/// program's queues; absent means [kComputeQueue].
+constexpr const char kQueuesAttr[] = "queues";
+/// The queue every kernel runs on, and the default one.
+constexpr const char kComputeQueue[] = "compute";
+/// The kernel that waits for a token (no arguments, no parameters).
+constexpr const char kWaitKernel[] = "wait";
+/// The manifest feature of a plan that uses any of the above.
+constexpr const char kAsyncFeature[] = "async";
+
+/// Whether `kernel` names a communication op (all_reduce, all_gather,
+/// reduce_scatter, send, recv): the ops that may carry a token or be issued
+/// on another queue than kComputeQueue.
+bool isCommunicationKernel(llvm::StringRef kernel);
 } // namespace llcdist::plan
 
 #endif

@@ -45,6 +45,9 @@ def Plan_ProgramOp : Plan_Op<"program", [Symbol, SymbolTable, IsolatedFromAbove,
   let arguments = (ins SymbolNameAttr:$sym_name, OptionalAttr<I64Attr>:$arena_bytes);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+  // The discardable `queues` (asynchronous plans): unique [a-z0-9_]+ names,
+  // the first "compute".
+  let hasVerifier = 1;
 }
 
 def Plan_BufferOp : Plan_Op<"buffer", [Symbol, HasParent<"ProgramOp">]> {
@@ -100,6 +103,18 @@ def Plan_KernelOp : Plan_Op<"kernel", [HasParent<"SubroutineOp">,
 
     ```mlir
     plan.kernel "linear_fwd" {x = @b4, w = @b1, y = @b5} {K = 8 : i64, M = 8 : i64, N = 16 : i64, layout = "out_in"}
+    ```
+
+    Asynchronous plans (feature "async"): a communication kernel with the
+    discardable `token` (i64 >= 0) is started and completes at the `wait`
+    kernel with the same token, which has no arguments and no parameters;
+    `queue` names the program queue an op is issued on (default "compute",
+    where every other kernel must stay). The step's token and buffer rules
+    are llcdist-verify-async's.
+
+    ```mlir
+    plan.kernel "all_reduce" {x = [@g0, @g1]} {axis = "dp", op = "avg"} {queue = "comm", token = 0 : i64}
+    plan.kernel "wait" {} {} {token = 0 : i64}
     ```
   }];
   let arguments = (ins StrAttr:$kernel, DictionaryAttr:$args, DictionaryAttr:$params);

@@ -78,6 +78,28 @@ def PlanZero : Pass<"llcdist-plan-zero", "mlir::ModuleOp"> {
   ];
 }
 
+def VerifyAsync : Pass<"llcdist-verify-async", "llcdist::plan::ProgramOp"> {
+  let summary = "check a program's tokens and in-flight buffers (asynchronous plans)";
+  let description = [{
+    Executes the program's step in order (the schedule's actions, each
+    subroutine's kernels) and tracks each communication op started with a
+    `token` until the `wait` with that token. A token waited twice, a wait
+    before its start, a token started again while in flight or still in
+    flight at the end of the step is an error, and so is a race: an op that
+    writes bytes an in-flight op reads or writes, or reads bytes an in-flight
+    op writes (arena ranges once llcdist-plan-memory has placed the buffers,
+    else the buffers themselves). Each error names both ops (subroutine,
+    kernel index, origin, action, microbatch) and their locations. A plan
+    without tokens passes unchanged (docs/plan-verifier.md).
+
+    ```mlir
+    plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "avg"} {queue = "comm", token = 0 : i64}
+    plan.kernel "adamw" {param = @w, grad = @g, m = @m, v = @v} {...}  // error: reads @g in flight
+    plan.kernel "wait" {} {} {token = 0 : i64}
+    ```
+  }];
+}
+
 def VerifyPlan : Pass<"llcdist-verify-plan", "mlir::ModuleOp"> {
   let summary = "check every rank's communication before anything runs";
   let description = [{

@@ -1,0 +1,247 @@
+//===- VerifyAsync.cpp - tokens and in-flight buffers of one program -------===//
+//
+// The static race check of asynchronous plans (docs/plan-verifier.md "Races
+// of asynchronous plans"). It executes the program's step in order (the
+// schedule's actions, each subroutine's kernels) and tracks the
+// communication ops in flight: from a kernel with a `token` to the `wait`
+// with that token. It rejects
+//  - a token waited twice, a wait before its start, a token started again
+//    while in flight, a token still in flight at the end of the step;
+//  - an op that writes bytes an in-flight op reads or writes, or reads bytes
+//    an in-flight op writes (two in-flight ops may read the same bytes).
+// Bytes are the buffers' arena ranges once llcdist-plan-memory has placed
+// them (so aliasing buffers conflict), else the buffers themselves.
+// Every error names both ops: subroutine, kernel index, kernel, origin and
+// location, and the action (and microbatch) that ran each.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
+#include "llcdist/Dialect/Plan/Transforms/Passes.h"
+
+#include "llcdist/runtime/PlanSchema.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#define DEBUG_TYPE "llcdist-verify-async"
+
+namespace llcdist::plan {
+#define GEN_PASS_DEF_VERIFYASYNC
+#include "llcdist/Dialect/Plan/Transforms/Passes.h.inc"
+} // namespace llcdist::plan
+
+using namespace mlir;
+using namespace llcdist::plan;
+namespace schema = llcdist::rt::schema;
+
+namespace {
+/// Bytes [first, second) of the arena, or [i, i + 1) for the i-th buffer
+/// when offsets are not planned yet.
+using Range = std::pair<int64_t, int64_t>;
+
+bool overlaps(ArrayRef<Range> a, ArrayRef<Range> b) {
+  for (const Range &x : a)
+    for (const Range &y : b)
+      if (x.first < y.second && y.first < x.second)
+        return true;
+  return false;
+}
+
+/// What one kernel reads and writes.
+struct Access {
+  SmallVector<Range, 4> reads, writes;
+};
+
+/// One execution of a kernel: the kernel and the action that ran it.
+struct Run {
+  KernelOp kernel;
+  int64_t action = -1;
+  ActionOp actionOp;
+};
+
+struct InFlight {
+  Run start;
+  const Access *access;
+};
+
+class StepChecker {
+public:
+  explicit StepChecker(ProgramOp program) : program(program) {}
+
+  LogicalResult run() {
+    Block &body = program.getBody().front();
+    // Bytes per buffer: arena ranges when every buffer has an offset.
+    bool planned = llvm::all_of(body.getOps<BufferOp>(),
+                                [](BufferOp b) { return b.getOffset().has_value(); });
+    int64_t index = 0;
+    for (BufferOp b : body.getOps<BufferOp>()) {
+      ranges[b.getSymNameAttr()] =
+          planned ? Range{int64_t(*b.getOffset()), int64_t(*b.getOffset()) + b.getNumBytes()}
+                  : Range{index, index + 1};
+      ++index;
+    }
+    llvm::StringMap<SubroutineOp> subs;
+    for (auto sub : body.getOps<SubroutineOp>())
+      subs[sub.getSymName()] = sub;
+
+    int64_t actionIndex = 0;
+    for (auto sched : body.getOps<ScheduleOp>())
+      for (auto action : sched.getBody().front().getOps<ActionOp>()) {
+        SubroutineOp sub = subs.lookup(action.getSubroutine());
+        if (sub)
+          for (KernelOp k : sub.getBody().front().getOps<KernelOp>())
+            step({k, actionIndex, action});
+        ++actionIndex;
+      }
+    for (auto &[token, f] : inFlight) {
+      f.start.kernel.emitOpError("token ")
+          << token << " is never waited: started by " << describe(f.start)
+          << ", still in flight at the end of the step";
+      failed = true;
+    }
+    return llvm::failure(failed);
+  }
+
+private:
+  /// "subroutine @s kernel 3 'all_reduce' (origin dp_gradients) in action 5
+  /// (microbatch 1)"; the location is the diagnostic's.
+  std::string describe(Run r) {
+    auto sub = r.kernel->getParentOfType<SubroutineOp>();
+    int64_t index = 0;
+    for (KernelOp k : sub.getBody().front().getOps<KernelOp>()) {
+      if (k == r.kernel)
+        break;
+      ++index;
+    }
+    std::string s = "subroutine @" + sub.getSymName().str() + " kernel " +
+                    std::to_string(index) + " '" + r.kernel.getKernel().str() + "'";
+    if (auto origin = r.kernel->getAttrOfType<StringAttr>(kOriginAttr))
+      s += " (origin " + origin.str() + ")";
+    s += " in action " + std::to_string(r.action);
+    if (auto mb = r.actionOp.getMicrobatch())
+      s += " (microbatch " + std::to_string(int64_t(*mb)) + ")";
+    return s;
+  }
+
+  const Access &accessOf(KernelOp k) {
+    auto [it, inserted] = accesses.try_emplace(k.getOperation());
+    if (!inserted)
+      return it->second;
+    Access &acc = it->second;
+    auto kind = schema::parseOpKind(k.getKernel().str());
+    for (NamedAttribute arg : k.getArgs()) {
+      // A role the schema does not know (the op verifier refuses it) counts
+      // as read and written.
+      bool reads = true, writes = true;
+      if (kind)
+        if (int idx = schema::argIndex(*kind, arg.getName().strref()); idx >= 0) {
+          schema::ArgAccess a = schema::opSpec(*kind).args[idx].access;
+          reads = a != schema::ArgAccess::kWrite;
+          writes = a != schema::ArgAccess::kRead;
+        }
+      auto note = [&](Attribute a) {
+        Range r = ranges.lookup(cast<FlatSymbolRefAttr>(a).getAttr());
+        if (reads)
+          acc.reads.push_back(r);
+        if (writes)
+          acc.writes.push_back(r);
+      };
+      if (auto list = dyn_cast<ArrayAttr>(arg.getValue()))
+        llvm::for_each(list, note);
+      else
+        note(arg.getValue());
+    }
+    return acc;
+  }
+
+  /// Reports a pair of runs once (a subroutine run per microbatch repeats it).
+  bool firstReport(StringRef what, KernelOp a, KernelOp b) {
+    return reported.insert({what.str(), a.getOperation(), b.getOperation()}).second;
+  }
+
+  void step(Run r) {
+    KernelOp k = r.kernel;
+    auto token = k->getAttrOfType<IntegerAttr>(kTokenAttr);
+    if (k.getKernel() == kWaitKernel) {
+      int64_t t = token.getInt();
+      auto it = inFlight.find(t);
+      if (it != inFlight.end()) {
+        lastWait.insert_or_assign(t, r);
+        inFlight.erase(it);
+        return;
+      }
+      failed = true;
+      auto prev = lastWait.find(t);
+      if (prev == lastWait.end()) {
+        if (firstReport("before-start", k, k))
+          k.emitOpError("wait before start: token ")
+              << t << " is not in flight at " << describe(r);
+        return;
+      }
+      if (firstReport("double-wait", k, prev->second.kernel)) {
+        auto diag = k.emitOpError("double wait: token ")
+                    << t << " waited at " << describe(r) << " was already waited at "
+                    << describe(prev->second);
+        diag.attachNote(prev->second.kernel.getLoc()) << "the first wait";
+      }
+      return;
+    }
+    const Access &acc = accessOf(k);
+    for (auto &[t, f] : inFlight) {
+      // The same kernel again with its token in flight: a restart, reported
+      // as one below (its buffers are its own).
+      if (token && token.getInt() == t && f.start.kernel == k)
+        continue;
+      bool writesInFlight = overlaps(acc.writes, f.access->reads) ||
+                            overlaps(acc.writes, f.access->writes);
+      bool readsWritten = overlaps(acc.reads, f.access->writes);
+      if (!writesInFlight && !readsWritten)
+        continue;
+      failed = true;
+      if (!firstReport("race", k, f.start.kernel))
+        continue;
+      auto diag = k.emitOpError("race: ")
+                  << describe(r) << (writesInFlight ? " writes" : " reads")
+                  << " a buffer that the in-flight " << describe(f.start) << " (token " << t
+                  << ") " << (writesInFlight ? "accesses" : "writes")
+                  << ", before its wait";
+      diag.attachNote(f.start.kernel.getLoc()) << "the in-flight op started here";
+    }
+    if (!token)
+      return;
+    int64_t t = token.getInt();
+    if (auto it = inFlight.find(t); it != inFlight.end()) {
+      failed = true;
+      if (firstReport("restart", k, it->second.start.kernel)) {
+        auto diag = k.emitOpError("token ")
+                    << t << " started again while in flight: " << describe(r)
+                    << " restarts the token of " << describe(it->second.start)
+                    << ", not waited yet";
+        diag.attachNote(it->second.start.kernel.getLoc()) << "the first start";
+      }
+      return;
+    }
+    inFlight.insert({t, {r, &acc}});
+  }
+
+  ProgramOp program;
+  llvm::DenseMap<StringAttr, Range> ranges;
+  llvm::DenseMap<Operation *, Access> accesses;
+  std::map<int64_t, InFlight> inFlight; // by token, reported in token order
+  llvm::DenseMap<int64_t, Run> lastWait;
+  std::set<std::tuple<std::string, Operation *, Operation *>> reported;
+  bool failed = false;
+};
+
+struct VerifyAsyncPass : public llcdist::plan::impl::VerifyAsyncBase<VerifyAsyncPass> {
+  void runOnOperation() override {
+    if (failed(StepChecker(getOperation()).run()))
+      signalPassFailure();
+  }
+};
+} // namespace

@@ -42,6 +42,17 @@ std::string llcdist::modelName(ModuleOp m) {
   return m.getName() ? m.getName()->str() : "<model>";
 }
 
+std::vector<GradBucket> llcdist::gradBucketsOf(ModuleOp m) {
+  std::vector<GradBucket> out;
+  for (auto program : m.getOps<plan::ProgramOp>())
+    if (auto buckets = program->getAttrOfType<ArrayAttr>(plan::kGradBucketsAttr))
+      for (auto d : buckets.getAsRange<DictionaryAttr>())
+        out.push_back({d.getAs<IntegerAttr>("grads").getInt(),
+                       d.getAs<IntegerAttr>("elements").getInt(),
+                       d.getAs<IntegerAttr>("bytes").getInt()});
+  return out;
+}
+
 json CompileSummary::toJson() const {
   json j;
   j["model"] = model;
@@ -84,6 +95,12 @@ json CompileSummary::toJson() const {
                  {"arena_bytes_per_stage", plan->arenaBytesPerProgram}};
   if (pipeline)
     j["pipeline"] = pipeline->toJson();
+  if (!gradBuckets.empty()) {
+    json buckets = json::array();
+    for (const GradBucket &b : gradBuckets)
+      buckets.push_back({{"grads", b.grads}, {"params", b.elements}, {"bytes", b.bytes}});
+    j["grad_buckets"] = {{"bucket_size", gradBucketSize}, {"buckets", std::move(buckets)}};
+  }
   if (memory) {
     json mem = memory->toJson();
     for (auto &[k, v] : mem.items())
@@ -123,6 +140,16 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
     pipeline->print(os, output != "-" ? output + "/schedule.trace.json" : "");
   if (comm)
     comm->print(os, mesh, topology ? &*topology : nullptr);
+  if (!gradBuckets.empty()) {
+    os << fmt::format("  overlap (--grad-bucket-size {}): {} gradient bucket{} all-reduced over dp "
+                      "on queue comm during the last microbatch's backward, each as soon as "
+                      "its gradients are complete:\n",
+                      groupDigits(gradBucketSize), gradBuckets.size(),
+                      gradBuckets.size() == 1 ? "" : "s");
+    for (auto [i, b] : llvm::enumerate(gradBuckets))
+      os << fmt::format("    bucket {}: {} gradients, {} params, {} B\n", i, b.grads,
+                        groupDigits(b.elements), groupDigits(b.bytes));
+  }
   if (!dumpDir.empty())
     os << "  IR after each pass: " << dumpDir << "/\n";
   if (output != "-")

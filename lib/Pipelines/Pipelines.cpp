@@ -3,8 +3,14 @@
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
 #include "llcdist/Support/PipelineOptions.h"
 
+#include <algorithm>
+
 using namespace mlir;
 using namespace llcdist;
+
+int64_t llcdist::defaultGradBucketSize(int64_t dp) {
+  return std::max<int64_t>(40'000'000, 1'000'000 * dp);
+}
 
 void llcdist::buildTrainingPipeline(OpPassManager &pm,
                                     const TrainingPipelineOptions &o) {
@@ -34,6 +40,8 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   if (o.zero != 0)
     pm.addPass(plan::createPlanZero({o.zero, o.reshardAfterForward}));
   pm.addPass(plan::createPlanCommDType({o.gradReduceDtype}));
+  if (o.gradBucketSize > 0)
+    pm.addNestedPass<plan::ProgramOp>(plan::createPlanGradBuckets({o.gradBucketSize}));
   pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
   if (o.verifyPlan) {
     pm.addNestedPass<plan::ProgramOp>(plan::createVerifyAsync());
@@ -79,6 +87,9 @@ static void bindTrainingPipelineOptions(
          "ZeRO-3: gather a layer's parameters again for its backward");
   o.bind("grad-reduce-dtype", f.gradReduceDtype,
          "gradient reductions of bf16 plans: bf16 (NCCL's) | f32 (accumulate-allreduce-grads-in-fp32)");
+  o.bind("grad-bucket-size", f.gradBucketSize,
+         "gradient elements per dp all-reduce bucket overlapped with the last "
+         "backward (0: off, synchronous)");
 }
 
 void llcdist::registerPipelines() {

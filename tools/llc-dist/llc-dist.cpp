@@ -178,6 +178,20 @@ MEMORY
   The summary shows each rank's parameters, gradients, optimizer state,
   activations (peak) and arena, per pipeline stage.
 
+OVERLAP (asynchronous plans)
+  --grad-bucket-size N|auto
+                         dp > 1: overlap the gradient all-reduce with the last
+                         microbatch's backward, in buckets (PyTorch DDP's,
+                         Megatron-LM's): the gradients are grouped in buckets
+                         of at least N parameters in the order the backward
+                         completes them, and each bucket's all-reduce starts on
+                         the comm queue as soon as it is complete; the update
+                         waits for them (llcdist-plan-grad-buckets). auto:
+                         Megatron-LM's default, max(40M, 1M × dp); 0: off, one
+                         synchronous all-reduce before the update (default 0).
+                         Not yet with pp > 1 or --zero. The summary lists the
+                         buckets.
+
 OPTIMIZER (torch.optim semantics)
   --optimizer adamw|sgd  (default adamw)
   --lr X                 peak learning rate (default 1e-3)
@@ -476,7 +490,8 @@ int runInfo(Args &args) {
 }
 
 int runCompile(Args &args) {
-  std::string model, output, emit = "plan", format = "text", dumpDir, reshardText = "true";
+  std::string model, output, emit = "plan", format = "text", dumpDir, reshardText = "true",
+              gradBucketText = "0";
   BudgetFlags budgetFlags;
   MeshSpec mesh;
   TrainingPipelineOptions train;
@@ -510,6 +525,7 @@ int runCompile(Args &args) {
       .add("--grad-reduce-dtype", &train.gradReduceDtype)
       .add("--make-vocab-size-divisible-by", &train.vocabDivisibleBy)
       .add("--reshard-after-forward", &reshardText)
+      .add("--grad-bucket-size", &gradBucketText)
       .add("--device", &budgetFlags.device)
       .add("--memory-budget", &budgetFlags.capacity)
       .add("--memory-reserve", &budgetFlags.reserve)
@@ -592,6 +608,18 @@ int runCompile(Args &args) {
   train.reshardAfterForward = reshardText == "true";
   if (!train.reshardAfterForward && train.zero != 3)
     throw UsageError{"--reshard-after-forward false only applies to --zero 3 (FSDP)"};
+  if (gradBucketText == "auto") {
+    train.gradBucketSize = defaultGradBucketSize(mesh.dp);
+  } else {
+    llvm::StringRef text(gradBucketText);
+    if (text.getAsInteger(10, train.gradBucketSize) || train.gradBucketSize < 0)
+      throw UsageError{"--grad-bucket-size must be a parameter count >= 0 (0: off) or auto, got '" +
+                       gradBucketText + "'"};
+  }
+  if (train.gradBucketSize > 0 && mesh.pp > 1)
+    throw UsageError{"--grad-bucket-size does not support pipelines (pp > 1) yet"};
+  if (train.gradBucketSize > 0 && train.zero != 0)
+    throw UsageError{"--grad-bucket-size does not support --zero yet"};
   if (train.recompute != "none" && train.recompute != "selective" &&
       train.recompute != "full" && train.recompute != "auto")
     throw UsageError{"--recompute must be none, selective, full or auto, got '" +
@@ -747,6 +775,10 @@ int runCompile(Args &args) {
   summary.vocabPadding = vocabPaddingOf(*lm->module);
   summary.vocabDivisibleBy = train.vocabDivisibleBy;
   summary.topology = topology;
+  if (emit == "plan") {
+    summary.gradBuckets = gradBucketsOf(*lm->module);
+    summary.gradBucketSize = train.gradBucketSize;
+  }
   auto &os = output == "-" ? llvm::errs() : llvm::outs();
   if (format == "json")
     os << summary.toJson().dump(2) << "\n";

@@ -44,6 +44,14 @@ mlir::FailureOr<xf::ModelStats> recordedModelStats(mlir::ModuleOp module);
 /// xf.model's name, else the module's, else "<model>".
 std::string modelName(mlir::ModuleOp module);
 
+/// One gradient bucket of llcdist-plan-grad-buckets (plan.grad_buckets): an
+/// all-reduce over dp started during the last microbatch's backward.
+struct GradBucket {
+  int64_t grads = 0, elements = 0, bytes = 0;
+};
+/// The buckets of every program, in token order (empty: no overlap).
+std::vector<GradBucket> gradBucketsOf(mlir::ModuleOp module);
+
 struct CompileSummary {
   std::string model; ///< modelName
   MeshSpec mesh;
@@ -64,6 +72,8 @@ struct CompileSummary {
   std::optional<plan::CommReport> comm;
   std::optional<plan::PipelineReport> pipeline;
   std::optional<plan::MemoryReport> memory;
+  std::vector<GradBucket> gradBuckets;
+  int64_t gradBucketSize = 0; ///< --grad-bucket-size (0: off)
 
   nlohmann::ordered_json toJson() const;
   void print(llvm::raw_ostream &os) const;

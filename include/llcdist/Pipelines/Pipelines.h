@@ -31,6 +31,10 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   /// bf16 as NCCL reduces them, or f32 (Megatron-LM's
   /// --accumulate-allreduce-grads-in-fp32).
   std::string gradReduceDtype = "bf16";
+  /// Gradient elements per bucket of llcdist-plan-grad-buckets, which
+  /// overlaps the dp gradient all-reduce with the last backward (0: off, the
+  /// synchronous all-reduce). defaultGradBucketSize is Megatron-LM's.
+  int64_t gradBucketSize = 0;
   /// The forward pipeline's (llcdist-attach-mesh's) mesh.
   xf::ForwardPipelineOptions mesh;
   /// Under tp: keep the embeddings and the LM head whole instead of
@@ -56,6 +60,11 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   /// writePlanDirectory then writes them as they are.
   PlanJson *verifiedPlan = nullptr;
 };
+
+/// Megatron-LM's default bucket size (DistributedDataParallelConfig's
+/// bucket_size): max(40,000,000, 1,000,000 × dp) parameters, so that each
+/// bucket's all-reduce moves enough bytes to reach bus bandwidth.
+int64_t defaultGradBucketSize(int64_t dp);
 
 /// The forward pipeline, then llcdist-pad-vocab, llcdist-autodiff, llcdist-add-optimizer, under
 /// tp the strategy (llcdist-megatron-tp [+ llcdist-tp-replicate-embeddings]),

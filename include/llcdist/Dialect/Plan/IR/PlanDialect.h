@@ -44,6 +44,11 @@ constexpr const char kWaitKernel[] = "wait";
 /// The manifest feature of a plan that uses any of the above.
 constexpr const char kAsyncFeature[] = "async";
 
+/// Program attribute (llcdist-plan-grad-buckets): the gradient buckets it
+/// made, each {grads, elements, bytes}, for the compile summary. Not in the
+/// JSON.
+constexpr const char kGradBucketsAttr[] = "plan.grad_buckets";
+
 /// Whether `kernel` names a communication op (all_reduce, all_gather,
 /// reduce_scatter, send, recv): the ops that may carry a token or be issued
 /// on another queue than kComputeQueue.

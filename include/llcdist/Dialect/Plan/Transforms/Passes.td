@@ -78,6 +78,32 @@ def PlanZero : Pass<"llcdist-plan-zero", "mlir::ModuleOp"> {
   ];
 }
 
+def PlanGradBuckets : Pass<"llcdist-plan-grad-buckets", "llcdist::plan::ProgramOp"> {
+  let summary = "overlap the dp gradient all-reduce with the last backward, in buckets";
+  let description = [{
+    PyTorch DDP's and Megatron-LM's gradient buckets on a plan with dp > 1
+    (no pipeline yet): the last microbatch's backward gets its own
+    subroutine (`<backward>_last`, a clone run by that action), the
+    gradients are grouped into buckets of at least `bucket-size` elements in
+    the order the clone finishes writing them, and each bucket's all_reduce
+    (the optimizer's synchronous one, split) is started on queue "comm" with
+    a token right after its last gradient write; the optimizer waits for the
+    tokens where the all_reduce was. The program gets `queues = ["compute",
+    "comm"]` and `plan.grad_buckets` ({grads, elements, bytes} per bucket,
+    for the compile summary). A program without the dp gradient all_reduce is
+    left alone.
+
+    Before (optimizer): `plan.kernel "all_reduce" {x = [@g1, @g0]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients"}`
+    After (backward_last, after @g1's last write): `plan.kernel "all_reduce" {x = [@g1]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", queue = "comm", token = 0 : i64}`
+    After (optimizer): `plan.kernel "wait" {} {} {token = 0 : i64}`
+  }];
+  let options = [
+    Option<"bucketSize", "bucket-size", "int64_t", "40000000",
+           "gradient elements per bucket (a bucket closes at this many or more; "
+           "Megatron-LM's default: max(40M, 1M × dp))">,
+  ];
+}
+
 def VerifyAsync : Pass<"llcdist-verify-async", "llcdist::plan::ProgramOp"> {
   let summary = "check a program's tokens and in-flight buffers (asynchronous plans)";
   let description = [{

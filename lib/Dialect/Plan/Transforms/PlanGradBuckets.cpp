@@ -1,0 +1,245 @@
+//===- PlanGradBuckets.cpp - overlap the dp gradient all-reduce ------------===//
+//
+// The first overlap pass (PyTorch DDP's and Megatron-LM's gradient buckets,
+// docs/plan-format.md "Asynchronous plans"). A synchronous plan reduces every
+// gradient over dp in one all_reduce at the start of the optimizer, after
+// the whole backward. Here the last microbatch's backward gets a subroutine
+// of its own (a clone of the backward, run by that microbatch's action
+// only), the gradients are grouped into buckets in the order the clone
+// finishes writing them (about the reverse of the parameters'), and each
+// bucket's all_reduce is started on queue "comm" right after the bucket's
+// last gradient write, so it runs while the backward goes on; the optimizer
+// waits for each bucket's token where the synchronous all_reduce was. Earlier
+// microbatches only accumulate and communicate nothing, as DDP's no_sync.
+//
+// A bucket closes once it holds at least `bucket-size` gradient elements
+// (Megatron-LM's bucket_size counts parameters), so the last one may be
+// smaller. The buckets are recorded on the program (plan.grad_buckets: one
+// {grads, elements, bytes} per bucket) for the compile summary.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
+#include "llcdist/Dialect/Plan/Transforms/Passes.h"
+
+#include "llcdist/runtime/PlanSchema.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+#define DEBUG_TYPE "llcdist-plan-grad-buckets"
+
+namespace llcdist::plan {
+#define GEN_PASS_DEF_PLANGRADBUCKETS
+#include "llcdist/Dialect/Plan/Transforms/Passes.h.inc"
+} // namespace llcdist::plan
+
+using namespace mlir;
+using namespace llcdist::plan;
+namespace schema = llcdist::rt::schema;
+
+namespace {
+/// The synchronous gradient all-reduce over dp (llcdist-lower-to-plan's
+/// optimizer), or null.
+KernelOp findGradientAllReduce(ProgramOp program) {
+  KernelOp found;
+  program.walk([&](KernelOp k) {
+    auto origin = k->getAttrOfType<StringAttr>(kOriginAttr);
+    auto axis = k.getParams().getAs<StringAttr>("axis");
+    if (k.getKernel() == "all_reduce" && origin && origin.getValue() == "dp_gradients" &&
+        axis && axis.getValue() == "dp" && !k->hasAttr(kTokenAttr)) {
+      found = k;
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return found;
+}
+
+/// Whether kernel `k` writes buffer `name` (a written or read-written role).
+bool writes(KernelOp k, StringAttr name) {
+  auto kind = schema::parseOpKind(k.getKernel().str());
+  for (NamedAttribute arg : k.getArgs()) {
+    if (kind)
+      if (int idx = schema::argIndex(*kind, arg.getName().strref());
+          idx >= 0 && schema::opSpec(*kind).args[idx].access == schema::ArgAccess::kRead)
+        continue;
+    auto is = [&](Attribute a) { return cast<FlatSymbolRefAttr>(a).getAttr() == name; };
+    if (auto list = dyn_cast<ArrayAttr>(arg.getValue())) {
+      if (llvm::any_of(list, is))
+        return true;
+    } else if (is(arg.getValue())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+struct PlanGradBucketsPass
+    : public llcdist::plan::impl::PlanGradBucketsBase<PlanGradBucketsPass> {
+  using PlanGradBucketsBase::PlanGradBucketsBase;
+
+  void runOnOperation() override {
+    ProgramOp program = getOperation();
+    if (bucketSize < 1) {
+      program.emitError("llcdist-plan-grad-buckets: bucket-size must be >= 1, got ")
+          << static_cast<int64_t>(bucketSize);
+      return signalPassFailure();
+    }
+    KernelOp reduce = findGradientAllReduce(program);
+    if (!reduce)
+      return; // no data parallelism: nothing to overlap
+    Block &body = program.getBody().front();
+    SymbolTable symbols(program);
+    SmallVector<StringAttr> grads;
+    for (Attribute a : reduce.getArgs().getAs<ArrayAttr>("x"))
+      grads.push_back(cast<FlatSymbolRefAttr>(a).getAttr());
+    llvm::DenseSet<StringAttr> gradSet(grads.begin(), grads.end());
+
+    // The backward: the one subroutine that writes the gradients, and the
+    // last action that runs it before the optimizer's.
+    auto optimizer = reduce->getParentOfType<SubroutineOp>();
+    SubroutineOp backward;
+    for (auto sub : body.getOps<SubroutineOp>()) {
+      if (sub == optimizer)
+        continue;
+      // (step_begin's `zero` clears the gradients; it computes none.)
+      bool writesGrads = false;
+      for (KernelOp k : sub.getBody().front().getOps<KernelOp>())
+        if (k.getKernel() != "zero")
+          for (StringAttr g : grads)
+            writesGrads |= writes(k, g);
+      if (!writesGrads)
+        continue;
+      // Several subroutines compute gradients (a pipeline's chunks, split
+      // input and weight gradients): not this pass's shape yet, the plan
+      // stays synchronous.
+      if (backward)
+        return;
+      backward = sub;
+    }
+    SmallVector<ActionOp> actions;
+    for (auto sched : body.getOps<ScheduleOp>())
+      for (auto a : sched.getBody().front().getOps<ActionOp>())
+        actions.push_back(a);
+    ActionOp last, optimizerAction;
+    int64_t optimizerRuns = 0;
+    for (ActionOp a : actions) {
+      if (a.getSubroutine() == optimizer.getSymName()) {
+        ++optimizerRuns;
+        optimizerAction = a;
+      } else if (backward && a.getSubroutine() == backward.getSymName() && !optimizerAction) {
+        last = a;
+      }
+    }
+    if (!backward || !last || optimizerRuns != 1)
+      return;
+
+    // 1. The last microbatch's backward: a clone, run by its action only.
+    std::string name = (backward.getSymName() + "_last").str();
+    while (symbols.lookup(name))
+      name += "_";
+    OpBuilder b(backward);
+    b.setInsertionPointAfter(backward);
+    auto clone = cast<SubroutineOp>(b.clone(*backward));
+    clone.setSymName(name);
+    last.setSubroutine(name);
+
+    // 2. When each gradient is final: its last write in the clone.
+    SmallVector<KernelOp> kernels(clone.getBody().front().getOps<KernelOp>());
+    llvm::DenseMap<StringAttr, int64_t> lastWrite;
+    for (auto [i, k] : llvm::enumerate(kernels))
+      for (NamedAttribute arg : k.getArgs()) {
+        auto note = [&](Attribute a) {
+          StringAttr name = cast<FlatSymbolRefAttr>(a).getAttr();
+          if (gradSet.contains(name) && writes(k, name))
+            lastWrite[name] = int64_t(i);
+        };
+        if (auto list = dyn_cast<ArrayAttr>(arg.getValue()))
+          llvm::for_each(list, note);
+        else
+          note(arg.getValue());
+      }
+    SmallVector<StringAttr> ready(grads);
+    llvm::stable_sort(ready, [&](StringAttr x, StringAttr y) {
+      return lastWrite.lookup_or(x, -1) < lastWrite.lookup_or(y, -1);
+    });
+
+    // 3. Buckets in that order, each closed at bucket-size elements.
+    struct Bucket {
+      SmallVector<Attribute> grads;
+      int64_t elements = 0, bytes = 0, readyAt = -1;
+    };
+    SmallVector<Bucket> buckets;
+    for (StringAttr g : ready) {
+      if (buckets.empty() || buckets.back().elements >= bucketSize)
+        buckets.emplace_back();
+      Bucket &bk = buckets.back();
+      auto buf = symbols.lookup<BufferOp>(g);
+      bk.grads.push_back(FlatSymbolRefAttr::get(g));
+      bk.elements += buf.getTensorType().getNumElements();
+      bk.bytes += buf.getNumBytes();
+      bk.readyAt = std::max(bk.readyAt, lastWrite.lookup_or(g, -1));
+    }
+
+    // 4. Each bucket's all_reduce started after its last gradient write (a
+    // bucket ready before the clone's first kernel starts it), with the
+    // synchronous one's parameters, provenance and location.
+    MLIRContext *ctx = program.getContext();
+    Block &cloneBody = clone.getBody().front();
+    Operation *previous = nullptr;
+    int64_t previousAt = -2;
+    SmallVector<NamedAttribute> discardable;
+    for (NamedAttribute a : reduce->getDiscardableAttrs())
+      discardable.push_back(a);
+    for (auto [t, bk] : llvm::enumerate(buckets)) {
+      if (bk.readyAt == previousAt && previous)
+        b.setInsertionPointAfter(previous);
+      else if (bk.readyAt < 0)
+        b.setInsertionPointToStart(&cloneBody);
+      else
+        b.setInsertionPointAfter(kernels[bk.readyAt]);
+      auto start = b.create<KernelOp>(
+          reduce.getLoc(), reduce.getKernel(),
+          b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(bk.grads))}),
+          reduce.getParams());
+      for (NamedAttribute a : discardable)
+        start->setAttr(a.getName(), a.getValue());
+      start->setAttr(kQueueAttr, b.getStringAttr("comm"));
+      start->setAttr(kTokenAttr, b.getI64IntegerAttr(int64_t(t)));
+      previous = start;
+      previousAt = bk.readyAt;
+    }
+
+    // 5. The optimizer waits for every bucket where it reduced them.
+    b.setInsertionPoint(reduce);
+    for (size_t t = 0; t < buckets.size(); ++t) {
+      auto wait = b.create<KernelOp>(reduce.getLoc(), kWaitKernel,
+                                     b.getDictionaryAttr({}), b.getDictionaryAttr({}));
+      wait->setAttr(kTokenAttr, b.getI64IntegerAttr(int64_t(t)));
+    }
+    reduce.erase();
+    if (llvm::none_of(actions, [&](ActionOp a) {
+          return a.getSubroutine() == backward.getSymName();
+        }))
+      backward.erase(); // one microbatch: the clone is the whole backward
+
+    // 6. The comm queue, and the report.
+    SmallVector<Attribute> queues;
+    if (auto q = program->getAttrOfType<ArrayAttr>(kQueuesAttr))
+      queues.assign(q.begin(), q.end());
+    else
+      queues.push_back(StringAttr::get(ctx, kComputeQueue));
+    if (llvm::none_of(queues, [](Attribute q) { return cast<StringAttr>(q).getValue() == "comm"; }))
+      queues.push_back(StringAttr::get(ctx, "comm"));
+    program->setAttr(kQueuesAttr, ArrayAttr::get(ctx, queues));
+    SmallVector<Attribute> report;
+    for (const Bucket &bk : buckets)
+      report.push_back(b.getDictionaryAttr(
+          {b.getNamedAttr("grads", b.getI64IntegerAttr(int64_t(bk.grads.size()))),
+           b.getNamedAttr("elements", b.getI64IntegerAttr(bk.elements)),
+           b.getNamedAttr("bytes", b.getI64IntegerAttr(bk.bytes))}));
+    program->setAttr(kGradBucketsAttr, ArrayAttr::get(ctx, report));
+  }
+};
+} // namespace

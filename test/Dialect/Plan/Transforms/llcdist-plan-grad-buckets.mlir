@@ -1,0 +1,128 @@
+// RUN: llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-grad-buckets{bucket-size=40}))" | FileCheck %s
+// RUN: llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-grad-buckets{bucket-size=40},llcdist-plan-memory,llcdist-verify-async))" | FileCheck %s --check-prefix=RACE
+// RUN: not llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-grad-buckets{bucket-size=0}))" 2>&1 | FileCheck %s --check-prefix=ZERO
+
+// Two microbatches, three parameters. The backward completes @g2 (32
+// elements), then @g1 (16), then @g0 (32): buckets of >= 40 elements in that
+// order are [@g2, @g1] (48) and [@g0] (32). The last microbatch runs a clone
+// of the backward that starts each bucket's all_reduce right after its last
+// gradient write (@g1's accumulate, @g0's); the first microbatch's backward
+// communicates nothing; the optimizer waits where the all_reduce was.
+// CHECK-LABEL: plan.program @dp
+// CHECK-SAME: plan.grad_buckets = [{bytes = 192 : i64, elements = 48 : i64, grads = 2 : i64}, {bytes = 128 : i64, elements = 32 : i64, grads = 1 : i64}]
+// CHECK-SAME: queues = ["compute", "comm"]
+// CHECK: plan.subroutine @backward {
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d2, y = @g2}
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d1, y = @g1}
+// CHECK-NEXT: plan.kernel "copy"
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d0, y = @g0}
+// CHECK-NEXT: {{^ *}}}
+// CHECK: plan.subroutine @backward_last {
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d2, y = @g2}
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d1, y = @g1}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@g2, @g1]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", queue = "comm", token = 0 : i64}
+// CHECK-NEXT: plan.kernel "copy"
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d0, y = @g0}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@g0]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", queue = "comm", token = 1 : i64}
+// CHECK-NEXT: {{^ *}}}
+// CHECK: plan.subroutine @optimizer {
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 0 : i64}
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 1 : i64}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@loss]} {axis = "dp", op = "avg"} {plan.origin = "loss"}
+// CHECK-NEXT: plan.kernel "sgd"
+// CHECK: plan.action @backward microbatch 0
+// CHECK-NEXT: plan.action @backward_last microbatch 1
+// CHECK-NEXT: plan.action @optimizer
+// The race check accepts the result.
+// RACE-LABEL: plan.program @dp
+plan.program @dp {
+  plan.buffer @w0 : tensor<32xf32> {kind = "param", name = "w0"}
+  plan.buffer @g0 : tensor<32xf32> {kind = "grad", name = "w0.grad"}
+  plan.buffer @w1 : tensor<16xf32> {kind = "param", name = "w1"}
+  plan.buffer @g1 : tensor<16xf32> {kind = "grad", name = "w1.grad"}
+  plan.buffer @w2 : tensor<32xf32> {kind = "param", name = "w2"}
+  plan.buffer @g2 : tensor<32xf32> {kind = "grad", name = "w2.grad"}
+  plan.buffer @loss : tensor<1xf32> {kind = "metric", name = "loss"}
+  plan.buffer @d0 : tensor<32xf32> {kind = "activation", name = "d0"}
+  plan.buffer @d1 : tensor<16xf32> {kind = "activation", name = "d1"}
+  plan.buffer @d2 : tensor<32xf32> {kind = "activation", name = "d2"}
+  plan.param "w0" value @w0 grad @g0 state [] {init = {kind = "zeros"}, weight_decay = false}
+  plan.param "w1" value @w1 grad @g1 state [] {init = {kind = "zeros"}, weight_decay = false}
+  plan.param "w2" value @w2 grad @g2 state [] {init = {kind = "zeros"}, weight_decay = false}
+  plan.subroutine @step_begin {
+    plan.kernel "zero" {x = [@g0, @g1, @g2, @loss]} {}
+  }
+  plan.subroutine @backward {
+    plan.kernel "accumulate" {x = @d2, y = @g2} {n = 32 : i64}
+    plan.kernel "accumulate" {x = @d1, y = @g1} {n = 16 : i64}
+    plan.kernel "copy" {x = @d2, y = @d0} {n = 32 : i64}
+    plan.kernel "accumulate" {x = @d0, y = @g0} {n = 32 : i64}
+  }
+  plan.subroutine @optimizer {
+    plan.kernel "all_reduce" {x = [@g0, @g1, @g2]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients"}
+    plan.kernel "all_reduce" {x = [@loss]} {axis = "dp", op = "avg"} {plan.origin = "loss"}
+    plan.kernel "sgd" {param = @w0, grad = @g0} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
+    plan.kernel "sgd" {param = @w1, grad = @g1} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
+    plan.kernel "sgd" {param = @w2, grad = @g2} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
+  }
+  plan.schedule {
+    plan.action @step_begin
+    plan.action @backward microbatch 0
+    plan.action @backward microbatch 1
+    plan.action @optimizer
+  }
+}
+
+// -----
+
+// One microbatch: the clone is the whole backward, the original goes.
+// CHECK-LABEL: plan.program @one_microbatch
+// CHECK-NOT: plan.subroutine @backward {
+// CHECK: plan.subroutine @backward_last {
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d, y = @g}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", queue = "comm", token = 0 : i64}
+// CHECK: plan.action @backward_last microbatch 0
+// RACE-LABEL: plan.program @one_microbatch
+plan.program @one_microbatch {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w"}
+  plan.buffer @g : tensor<4xf32> {kind = "grad", name = "w.grad"}
+  plan.buffer @d : tensor<4xf32> {kind = "activation", name = "d"}
+  plan.param "w" value @w grad @g state [] {init = {kind = "zeros"}, weight_decay = false}
+  plan.subroutine @backward {
+    plan.kernel "accumulate" {x = @d, y = @g} {n = 4 : i64}
+  }
+  plan.subroutine @optimizer {
+    plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients"}
+    plan.kernel "sgd" {param = @w, grad = @g} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
+  }
+  plan.schedule {
+    plan.action @backward microbatch 0
+    plan.action @optimizer
+  }
+}
+
+// -----
+
+// No data parallelism (no dp gradient all_reduce): unchanged.
+// CHECK-LABEL: plan.program @no_dp {
+// CHECK: plan.subroutine @backward {
+// CHECK-NOT: token
+// CHECK: plan.action @backward microbatch 0
+plan.program @no_dp {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w"}
+  plan.buffer @g : tensor<4xf32> {kind = "grad", name = "w.grad"}
+  plan.buffer @d : tensor<4xf32> {kind = "activation", name = "d"}
+  plan.param "w" value @w grad @g state [] {init = {kind = "zeros"}, weight_decay = false}
+  plan.subroutine @backward {
+    plan.kernel "accumulate" {x = @d, y = @g} {n = 4 : i64}
+  }
+  plan.subroutine @optimizer {
+    plan.kernel "sgd" {param = @w, grad = @g} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
+  }
+  plan.schedule {
+    plan.action @backward microbatch 0
+    plan.action @optimizer
+  }
+}
+
+// ZERO: error: llcdist-plan-grad-buckets: bucket-size must be >= 1, got 0

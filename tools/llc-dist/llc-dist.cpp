@@ -92,8 +92,8 @@ Imports MODEL as an xf forward graph on global shapes and compiles its
 training step. Passes: cse, llcdist-attach-mesh, llcdist-model-stats (the
 forward graph; --emit xf stops here), then llcdist-pad-vocab, llcdist-autodiff,
 llcdist-add-optimizer, [under tp: llcdist-megatron-tp], llcdist-partition,
-llcdist-pipeline-split, llcdist-lower-to-plan, llcdist-plan-memory. The same
-pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
+llcdist-pipeline-split, llcdist-lower-to-plan, [--grad-bucket-size:
+llcdist-plan-grad-buckets], llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
 SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1)
@@ -677,8 +677,8 @@ int runCompile(Args &args) {
     std::set<std::string> known;
     for (Pass &p : pm.getPasses())
       known.insert(p.getArgument().str());
-    if (emit == "plan")
-      known.insert("llcdist-plan-memory"); // nested on plan.program
+    if (emit == "plan") // nested on plan.program
+      known.insert({"llcdist-plan-grad-buckets", "llcdist-plan-memory", "llcdist-verify-async"});
     auto printer = std::make_unique<IRPrinter>(dumpDir, printAll, printAfter);
     printer->checkUnknown(known);
     if (failed(printer->dump(*lm->module, "import")))

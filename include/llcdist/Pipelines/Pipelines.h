@@ -70,7 +70,8 @@ int64_t defaultGradBucketSize(int64_t dp);
 /// tp the strategy (llcdist-megatron-tp [+ llcdist-tp-replicate-embeddings]),
 /// llcdist-partition, llcdist-pipeline-split, llcdist-lower-to-plan
 /// [+ llcdist-plan-zero], llcdist-plan-comm-dtype, on each program
-/// llcdist-plan-memory, then llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.
+/// [gradBucketSize: llcdist-plan-grad-buckets] and llcdist-plan-memory, then
+/// on each program llcdist-verify-async and llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
 

@@ -47,7 +47,8 @@ std::vector<GradBucket> llcdist::gradBucketsOf(ModuleOp m) {
   for (auto program : m.getOps<plan::ProgramOp>())
     if (auto buckets = program->getAttrOfType<ArrayAttr>(plan::kGradBucketsAttr))
       for (auto d : buckets.getAsRange<DictionaryAttr>())
-        out.push_back({d.getAs<IntegerAttr>("grads").getInt(),
+        out.push_back({d.getAs<StringAttr>("collective").str(),
+                       d.getAs<IntegerAttr>("grads").getInt(),
                        d.getAs<IntegerAttr>("elements").getInt(),
                        d.getAs<IntegerAttr>("bytes").getInt()});
   return out;
@@ -98,7 +99,10 @@ json CompileSummary::toJson() const {
   if (!gradBuckets.empty()) {
     json buckets = json::array();
     for (const GradBucket &b : gradBuckets)
-      buckets.push_back({{"grads", b.grads}, {"params", b.elements}, {"bytes", b.bytes}});
+      buckets.push_back({{"collective", b.collective},
+                         {"grads", b.grads},
+                         {"params", b.elements},
+                         {"bytes", b.bytes}});
     j["grad_buckets"] = {{"bucket_size", gradBucketSize}, {"buckets", std::move(buckets)}};
   }
   if (memory) {
@@ -141,11 +145,11 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
   if (comm)
     comm->print(os, mesh, topology ? &*topology : nullptr);
   if (!gradBuckets.empty()) {
-    os << fmt::format("  overlap (--grad-bucket-size {}): {} gradient bucket{} all-reduced over dp "
-                      "on queue comm during the last microbatch's backward, each as soon as "
-                      "its gradients are complete:\n",
+    os << fmt::format("  overlap (--grad-bucket-size {}): {} gradient bucket{} reduced over dp "
+                      "({}) on queue comm during the last microbatch's backward, each as soon "
+                      "as its gradients are complete:\n",
                       groupDigits(gradBucketSize), gradBuckets.size(),
-                      gradBuckets.size() == 1 ? "" : "s");
+                      gradBuckets.size() == 1 ? "" : "s", gradBuckets.front().collective);
     for (auto [i, b] : llvm::enumerate(gradBuckets))
       os << fmt::format("    bucket {}: {} gradients, {} params, {} B\n", i, b.grads,
                         groupDigits(b.elements), groupDigits(b.bytes));

@@ -40,11 +40,14 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   if (o.zero != 0)
     pm.addPass(plan::createPlanZero({o.zero, o.reshardAfterForward}));
   pm.addPass(plan::createPlanCommDType({o.gradReduceDtype}));
+  // Per program: the overlap, the arena, the race check of asynchronous
+  // plans (on the planned bytes).
+  OpPassManager &programs = pm.nest<plan::ProgramOp>();
   if (o.gradBucketSize > 0)
-    pm.addNestedPass<plan::ProgramOp>(plan::createPlanGradBuckets({o.gradBucketSize}));
-  pm.addNestedPass<plan::ProgramOp>(plan::createPlanMemory());
+    programs.addPass(plan::createPlanGradBuckets({o.gradBucketSize}));
+  programs.addPass(plan::createPlanMemory());
   if (o.verifyPlan) {
-    pm.addNestedPass<plan::ProgramOp>(plan::createVerifyAsync());
+    programs.addPass(plan::createVerifyAsync());
     pm.addPass(plan::createVerifyPlan({}, o.verifiedPlan));
   }
 }

@@ -18,7 +18,8 @@
 // DEFAULT-NEXT: llcdist-lower-to-plan{record-param-scopes=false},
 // DEFAULT-NEXT: llcdist-plan-comm-dtype{grad-reduce-dtype=bf16},
 // DEFAULT-NEXT: plan.program(
-// DEFAULT-NEXT: llcdist-plan-memory
+// DEFAULT-NEXT: llcdist-plan-memory,
+// DEFAULT-NEXT: llcdist-verify-async
 // DEFAULT-NEXT: ),
 // DEFAULT-NEXT: llcdist-verify-plan{max-errors=1}
 // DEFAULT-NEXT: )
@@ -81,6 +82,12 @@
 // RUN: not llc-dist-opt %s --llcdist-train="grad-reduce-dtype=f32" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=GRAD
 // GRAD-LABEL: Pass Manager
 // GRAD: llcdist-plan-comm-dtype{grad-reduce-dtype=f32},
+// grad-bucket-size reaches llcdist-plan-grad-buckets, before the arena.
+// RUN: not llc-dist-opt %s --llcdist-train="dp=2 grad-bucket-size=1000" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=BUCKETS
+// BUCKETS-LABEL: Pass Manager
+// BUCKETS: plan.program(
+// BUCKETS-NEXT: llcdist-plan-grad-buckets{bucket-size=1000},
+// BUCKETS-NEXT: llcdist-plan-memory,
 
 // Bad values: an unknown option or a value of the wrong type is refused by
 // the option parser; a value of the right type that the pass refuses fails

@@ -189,8 +189,9 @@ OVERLAP (asynchronous plans)
                          waits for them (llcdist-plan-grad-buckets). auto:
                          Megatron-LM's default, max(40M, 1M × dp); 0: off, one
                          synchronous all-reduce before the update (default 0).
-                         Not yet with pp > 1 or --zero. The summary lists the
-                         buckets.
+                         With --zero 1 each gradient's reduce-scatter starts with
+                         its bucket. Not yet with pp > 1 or --zero 2|3. The
+                         summary lists the buckets.
 
 OPTIMIZER (torch.optim semantics)
   --optimizer adamw|sgd  (default adamw)
@@ -618,8 +619,8 @@ int runCompile(Args &args) {
   }
   if (train.gradBucketSize > 0 && mesh.pp > 1)
     throw UsageError{"--grad-bucket-size does not support pipelines (pp > 1) yet"};
-  if (train.gradBucketSize > 0 && train.zero != 0)
-    throw UsageError{"--grad-bucket-size does not support --zero yet"};
+  if (train.gradBucketSize > 0 && train.zero > 1)
+    throw UsageError{"--grad-bucket-size does not support --zero 2 or 3 yet"};
   if (train.recompute != "none" && train.recompute != "selective" &&
       train.recompute != "full" && train.recompute != "auto")
     throw UsageError{"--recompute must be none, selective, full or auto, got '" +

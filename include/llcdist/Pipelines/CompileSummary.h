@@ -47,6 +47,7 @@ std::string modelName(mlir::ModuleOp module);
 /// One gradient bucket of llcdist-plan-grad-buckets (plan.grad_buckets): an
 /// all-reduce over dp started during the last microbatch's backward.
 struct GradBucket {
+  std::string collective; ///< all_reduce, or reduce_scatter (ZeRO-1, one per gradient)
   int64_t grads = 0, elements = 0, bytes = 0;
 };
 /// The buckets of every program, in token order (empty: no overlap).

@@ -11,11 +11,14 @@
 // last gradient write, so it runs while the backward goes on; the optimizer
 // waits for each bucket's token where the synchronous all_reduce was. Earlier
 // microbatches only accumulate and communicate nothing, as DDP's no_sync.
+// Under ZeRO-1 the reduction is one reduce_scatter per gradient (into its
+// block, llcdist-plan-zero's): a bucket's scatters start together, one token
+// each, and the optimizer waits for each where it was.
 //
 // A bucket closes once it holds at least `bucket-size` gradient elements
 // (Megatron-LM's bucket_size counts parameters), so the last one may be
 // smaller. The buckets are recorded on the program (plan.grad_buckets: one
-// {grads, elements, bytes} per bucket) for the compile summary.
+// {collective, grads, elements, bytes} per bucket) for the compile summary.
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
@@ -56,6 +59,29 @@ KernelOp findGradientAllReduce(ProgramOp program) {
   return found;
 }
 
+/// ZeRO-1's gradient reduce-scatters over dp (llcdist-plan-zero: one per
+/// parameter the optimizer updates, from its gradient into its block), all in
+/// one subroutine, or nothing.
+SmallVector<KernelOp> findGradientReduceScatters(ProgramOp program, SymbolTable &symbols) {
+  SmallVector<KernelOp> found;
+  program.walk([&](KernelOp k) {
+    auto origin = k->getAttrOfType<StringAttr>(kOriginAttr);
+    auto axis = k.getParams().getAs<StringAttr>("axis");
+    auto x = k.getArgs().getAs<FlatSymbolRefAttr>("x");
+    if (k.getKernel() != "reduce_scatter" || !origin || origin.getValue() != "zero" || !axis ||
+        axis.getValue() != "dp" || k->hasAttr(kTokenAttr) || !x)
+      return;
+    auto buf = symbols.lookup<BufferOp>(x.getAttr());
+    if (buf && buf.getKind() == "grad") // ZeRO-2's reduce the microbatch's part
+      found.push_back(k);
+  });
+  if (llvm::any_of(found, [&](KernelOp k) {
+        return k->getParentOp() != found.front()->getParentOp();
+      }))
+    return {};
+  return found;
+}
+
 /// Whether kernel `k` writes buffer `name` (a written or read-written role).
 bool writes(KernelOp k, StringAttr name) {
   auto kind = schema::parseOpKind(k.getKernel().str());
@@ -86,19 +112,36 @@ struct PlanGradBucketsPass
           << static_cast<int64_t>(bucketSize);
       return signalPassFailure();
     }
-    KernelOp reduce = findGradientAllReduce(program);
-    if (!reduce)
-      return; // no data parallelism: nothing to overlap
     Block &body = program.getBody().front();
     SymbolTable symbols(program);
+    // The synchronous gradient reduction over dp: the optimizer's one
+    // all_reduce, or under ZeRO-1 its reduce_scatter per gradient.
+    KernelOp reduce = findGradientAllReduce(program);
+    SmallVector<KernelOp> scatters;
+    if (!reduce)
+      scatters = findGradientReduceScatters(program, symbols);
+    if (!reduce && scatters.empty())
+      return; // no data parallelism: nothing to overlap
     SmallVector<StringAttr> grads;
-    for (Attribute a : reduce.getArgs().getAs<ArrayAttr>("x"))
-      grads.push_back(cast<FlatSymbolRefAttr>(a).getAttr());
+    llvm::DenseMap<StringAttr, KernelOp> scatterOf;
+    if (reduce) {
+      for (Attribute a : reduce.getArgs().getAs<ArrayAttr>("x"))
+        grads.push_back(cast<FlatSymbolRefAttr>(a).getAttr());
+    } else {
+      for (KernelOp rs : scatters) {
+        StringAttr g = rs.getArgs().getAs<FlatSymbolRefAttr>("x").getAttr();
+        if (!scatterOf.try_emplace(g, rs).second)
+          return; // two reductions of one gradient: not the shape this pass knows
+        grads.push_back(g);
+      }
+    }
     llvm::DenseSet<StringAttr> gradSet(grads.begin(), grads.end());
+    KernelOp first = reduce ? reduce : scatters.front();
+    StringRef collective = reduce ? "all_reduce" : "reduce_scatter";
 
     // The backward: the one subroutine that writes the gradients, and the
     // last action that runs it before the optimizer's.
-    auto optimizer = reduce->getParentOfType<SubroutineOp>();
+    auto optimizer = first->getParentOfType<SubroutineOp>();
     SubroutineOp backward;
     for (auto sub : body.getOps<SubroutineOp>()) {
       if (sub == optimizer)
@@ -182,43 +225,65 @@ struct PlanGradBucketsPass
       bk.readyAt = std::max(bk.readyAt, lastWrite.lookup_or(g, -1));
     }
 
-    // 4. Each bucket's all_reduce started after its last gradient write (a
+    // 4. Each bucket's reduction started after its last gradient write (a
     // bucket ready before the clone's first kernel starts it), with the
-    // synchronous one's parameters, provenance and location.
+    // synchronous one's parameters, provenance and location: one all_reduce
+    // of the bucket's gradients, or (ZeRO-1) each gradient's reduce_scatter,
+    // one token each.
     MLIRContext *ctx = program.getContext();
     Block &cloneBody = clone.getBody().front();
     Operation *previous = nullptr;
-    int64_t previousAt = -2;
-    SmallVector<NamedAttribute> discardable;
-    for (NamedAttribute a : reduce->getDiscardableAttrs())
-      discardable.push_back(a);
-    for (auto [t, bk] : llvm::enumerate(buckets)) {
+    int64_t previousAt = -2, tokens = 0;
+    llvm::DenseMap<Operation *, int64_t> tokenOf; // ZeRO-1: the scatter's token
+    auto start = [&](Operation *op) {
+      op->setAttr(kQueueAttr, b.getStringAttr("comm"));
+      op->setAttr(kTokenAttr, b.getI64IntegerAttr(tokens++));
+      previous = op;
+    };
+    for (Bucket &bk : buckets) {
       if (bk.readyAt == previousAt && previous)
         b.setInsertionPointAfter(previous);
       else if (bk.readyAt < 0)
         b.setInsertionPointToStart(&cloneBody);
       else
         b.setInsertionPointAfter(kernels[bk.readyAt]);
-      auto start = b.create<KernelOp>(
+      previousAt = bk.readyAt;
+      if (!reduce) {
+        for (Attribute g : bk.grads) {
+          KernelOp rs = scatterOf.lookup(cast<FlatSymbolRefAttr>(g).getAttr());
+          tokenOf[rs] = tokens;
+          start(b.clone(*rs));
+          b.setInsertionPointAfter(previous);
+        }
+        continue;
+      }
+      auto op = b.create<KernelOp>(
           reduce.getLoc(), reduce.getKernel(),
           b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(bk.grads))}),
           reduce.getParams());
-      for (NamedAttribute a : discardable)
-        start->setAttr(a.getName(), a.getValue());
-      start->setAttr(kQueueAttr, b.getStringAttr("comm"));
-      start->setAttr(kTokenAttr, b.getI64IntegerAttr(int64_t(t)));
-      previous = start;
-      previousAt = bk.readyAt;
+      for (NamedAttribute a : reduce->getDiscardableAttrs())
+        op->setAttr(a.getName(), a.getValue());
+      start(op);
     }
 
-    // 5. The optimizer waits for every bucket where it reduced them.
-    b.setInsertionPoint(reduce);
-    for (size_t t = 0; t < buckets.size(); ++t) {
-      auto wait = b.create<KernelOp>(reduce.getLoc(), kWaitKernel,
-                                     b.getDictionaryAttr({}), b.getDictionaryAttr({}));
-      wait->setAttr(kTokenAttr, b.getI64IntegerAttr(int64_t(t)));
+    // 5. The optimizer waits where it reduced: for every bucket at the
+    // all_reduce, for each scatter's token at that scatter.
+    auto wait = [&](KernelOp at, int64_t token) {
+      b.setInsertionPoint(at);
+      auto w = b.create<KernelOp>(at.getLoc(), kWaitKernel, b.getDictionaryAttr({}),
+                                  b.getDictionaryAttr({}));
+      w->setAttr(kTokenAttr, b.getI64IntegerAttr(token));
+    };
+    if (reduce) {
+      for (int64_t t = 0; t < tokens; ++t)
+        wait(reduce, t);
+      reduce.erase();
+    } else {
+      for (KernelOp rs : scatters) {
+        wait(rs, tokenOf.lookup(rs));
+        rs.erase();
+      }
     }
-    reduce.erase();
     if (llvm::none_of(actions, [&](ActionOp a) {
           return a.getSubroutine() == backward.getSymName();
         }))
@@ -236,7 +301,8 @@ struct PlanGradBucketsPass
     SmallVector<Attribute> report;
     for (const Bucket &bk : buckets)
       report.push_back(b.getDictionaryAttr(
-          {b.getNamedAttr("grads", b.getI64IntegerAttr(int64_t(bk.grads.size()))),
+          {b.getNamedAttr("collective", b.getStringAttr(collective)),
+           b.getNamedAttr("grads", b.getI64IntegerAttr(int64_t(bk.grads.size()))),
            b.getNamedAttr("elements", b.getI64IntegerAttr(bk.elements)),
            b.getNamedAttr("bytes", b.getI64IntegerAttr(bk.bytes))}));
     program->setAttr(kGradBucketsAttr, ArrayAttr::get(ctx, report));

@@ -9,7 +9,7 @@
 // gradient write (@g1's accumulate, @g0's); the first microbatch's backward
 // communicates nothing; the optimizer waits where the all_reduce was.
 // CHECK-LABEL: plan.program @dp
-// CHECK-SAME: plan.grad_buckets = [{bytes = 192 : i64, elements = 48 : i64, grads = 2 : i64}, {bytes = 128 : i64, elements = 32 : i64, grads = 1 : i64}]
+// CHECK-SAME: plan.grad_buckets = [{bytes = 192 : i64, collective = "all_reduce", elements = 48 : i64, grads = 2 : i64}, {bytes = 128 : i64, collective = "all_reduce", elements = 32 : i64, grads = 1 : i64}]
 // CHECK-SAME: queues = ["compute", "comm"]
 // CHECK: plan.subroutine @backward {
 // CHECK-NEXT: plan.kernel "accumulate" {x = @d2, y = @g2}
@@ -121,6 +121,50 @@ plan.program @no_dp {
   }
   plan.schedule {
     plan.action @backward microbatch 0
+    plan.action @optimizer
+  }
+}
+
+// -----
+
+// ZeRO-1: one reduce_scatter per gradient into its block. One bucket,
+// [@g1, @g0] (48 elements, @g1 complete first): its scatters start together
+// after its last gradient write, one token each, and the optimizer waits for
+// each where its scatter was.
+// CHECK-LABEL: plan.program @zero1
+// CHECK-SAME: plan.grad_buckets = [{bytes = 192 : i64, collective = "reduce_scatter", elements = 48 : i64, grads = 2 : i64}]
+// CHECK: plan.subroutine @backward_last {
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d1, y = @g1}
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d0, y = @g0}
+// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @g1, y = @s1} {axis = "dp", inner = 8 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero", queue = "comm", token = 0 : i64}
+// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @g0, y = @s0} {axis = "dp", inner = 16 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero", queue = "comm", token = 1 : i64}
+// CHECK: plan.subroutine @optimizer {
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 1 : i64}
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 0 : i64}
+// CHECK-NEXT: plan.kernel "sgd" {grad = @s0
+// RACE-LABEL: plan.program @zero1
+plan.program @zero1 {
+  plan.buffer @w0 : tensor<16xf32> {kind = "param", name = "w0"}
+  plan.buffer @g0 : tensor<32xf32> {kind = "grad", name = "w0.grad"}
+  plan.buffer @s0 : tensor<16xf32> {kind = "scratch", name = "w0.grad_shard"}
+  plan.buffer @w1 : tensor<8xf32> {kind = "param", name = "w1"}
+  plan.buffer @g1 : tensor<16xf32> {kind = "grad", name = "w1.grad"}
+  plan.buffer @s1 : tensor<8xf32> {kind = "scratch", name = "w1.grad_shard"}
+  plan.buffer @d0 : tensor<32xf32> {kind = "activation", name = "d0"}
+  plan.buffer @d1 : tensor<16xf32> {kind = "activation", name = "d1"}
+  plan.subroutine @backward {
+    plan.kernel "accumulate" {x = @d1, y = @g1} {n = 16 : i64}
+    plan.kernel "accumulate" {x = @d0, y = @g0} {n = 32 : i64}
+  }
+  plan.subroutine @optimizer {
+    plan.kernel "reduce_scatter" {x = @g0, y = @s0} {axis = "dp", inner = 16 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero"}
+    plan.kernel "reduce_scatter" {x = @g1, y = @s1} {axis = "dp", inner = 8 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero"}
+    plan.kernel "sgd" {param = @w0, grad = @s0} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
+    plan.kernel "sgd" {param = @w1, grad = @s1} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
+  }
+  plan.schedule {
+    plan.action @backward microbatch 0
+    plan.action @backward microbatch 1
     plan.action @optimizer
   }
 }

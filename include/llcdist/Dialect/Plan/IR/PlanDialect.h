@@ -45,7 +45,7 @@ constexpr const char kWaitKernel[] = "wait";
 constexpr const char kAsyncFeature[] = "async";
 
 /// Program attribute (llcdist-plan-grad-buckets): the gradient buckets it
-/// made, each {grads, elements, bytes}, for the compile summary. Not in the
+/// made, each {collective, grads, elements, bytes}, for the compile summary. Not in the
 /// JSON.
 constexpr const char kGradBucketsAttr[] = "plan.grad_buckets";
 

@@ -90,8 +90,11 @@ def PlanGradBuckets : Pass<"llcdist-plan-grad-buckets", "llcdist::plan::ProgramO
     a token right after its last gradient write; the optimizer waits for the
     tokens where the all_reduce was. The program gets `queues = ["compute",
     "comm"]` and `plan.grad_buckets` ({grads, elements, bytes} per bucket,
-    for the compile summary). A program without the dp gradient all_reduce is
-    left alone.
+    for the compile summary). Under ZeRO-1 (llcdist-plan-zero's reduce_scatter
+    per gradient) each gradient's reduce_scatter starts with its bucket, one
+    token each, and is waited where it was. A program without the dp gradient
+    reduction, or whose gradients several subroutines compute (a pipeline),
+    is left alone.
 
     Before (optimizer): `plan.kernel "all_reduce" {x = [@g1, @g0]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients"}`
     After (backward_last, after @g1's last write): `plan.kernel "all_reduce" {x = [@g1]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", queue = "comm", token = 0 : i64}`

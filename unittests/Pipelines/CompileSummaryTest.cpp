@@ -131,3 +131,48 @@ TEST(CompileSummary, Text) {
   EXPECT_LT(comm, wrote);
   EXPECT_NE(text.find("Chrome trace (Perfetto): OUT/schedule.trace.json"), std::string::npos);
 }
+
+// --grad-bucket-size: the buckets llcdist-plan-grad-buckets recorded, in the
+// summary. They hold every gradient once (the model's parameter count on
+// dp=2 without tp), each but the last has at least the bucket size.
+TEST(CompileSummary, GradBuckets) {
+  TrainingPipelineOptions o = meshOptions(2);
+  o.gradBucketSize = 50'000;
+  o.verifyPlan = false; // the runtime's loader of this tree may not know "async" yet
+  Compiled c = compileForTest("tiny-gpt2", o, shapeForTest(16, 1, 4));
+  ASSERT_TRUE(c.module);
+  CompileSummary s = summaryOf(c, MeshSpec{2, 1, 1});
+  s.gradBuckets = gradBucketsOf(*c.module);
+  s.gradBucketSize = o.gradBucketSize;
+  ASSERT_GE(s.gradBuckets.size(), 2u);
+  int64_t elements = 0, grads = 0;
+  for (auto [i, b] : llvm::enumerate(s.gradBuckets)) {
+    EXPECT_EQ(b.collective, "all_reduce");
+    EXPECT_EQ(b.bytes, 4 * b.elements); // f32 gradients
+    if (i + 1 < s.gradBuckets.size())
+      EXPECT_GE(b.elements, o.gradBucketSize);
+    elements += b.elements;
+    grads += b.grads;
+  }
+  EXPECT_EQ(elements, c.config.numParameters());
+  EXPECT_EQ(grads, 52); // tiny-gpt2's parameter tensors (the tied LM head is wte)
+  nlohmann::ordered_json j = s.toJson();
+  EXPECT_EQ(j["grad_buckets"]["bucket_size"], 50'000);
+  EXPECT_EQ(j["grad_buckets"]["buckets"].size(), s.gradBuckets.size());
+  EXPECT_EQ(j["grad_buckets"]["buckets"][0]["params"], s.gradBuckets[0].elements);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  s.print(os);
+  EXPECT_NE(text.find("overlap (--grad-bucket-size 50,000): " +
+                      std::to_string(s.gradBuckets.size()) +
+                      " gradient buckets reduced over dp (all_reduce)"),
+            std::string::npos)
+      << text;
+}
+
+// Megatron-LM's default bucket: max(40M, 1M × dp) parameters.
+TEST(CompileSummary, DefaultGradBucketSize) {
+  EXPECT_EQ(defaultGradBucketSize(1), 40'000'000);
+  EXPECT_EQ(defaultGradBucketSize(40), 40'000'000);
+  EXPECT_EQ(defaultGradBucketSize(64), 64'000'000);
+}

@@ -6,6 +6,7 @@
 #include "llcdist/runtime/Bf16.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 namespace llcdist::rt {
@@ -65,6 +66,17 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
     return Status::internal(in->program_->file + ": backend " + backend.name() + " allocated an arena of " +
                             std::to_string(backend.arenaBytes()) + " bytes for arena_bytes = " +
                             std::to_string(in->program_->arenaBytes));
+  // One stream per queue (the compute queue on the default stream) and an event to order each other
+  // queue after compute work.
+  in->streams_.assign(1, in->stream_);
+  in->queueEvents_.assign(1, Event{});
+  for (size_t q = 1; q < in->program_->queues.size(); ++q) {
+    LLCDIST_ASSIGN_OR_RETURN(Stream stream, backend.createStream());
+    LLCDIST_ASSIGN_OR_RETURN(Event event, backend.createEvent());
+    in->streams_.push_back(stream);
+    in->queueEvents_.push_back(event);
+  }
+  in->deferred_.assign(in->program_->queues.size(), {});
   const auto& subs = in->program_->subroutines;
   // One staging area for the f32 temporaries of bf16 arguments, as large as the largest op needs (ops
   // run one at a time); allocated before binding, which takes addresses in it.
@@ -104,6 +116,11 @@ Status Interpreter::createChannels() {
     }
   numChannels_ = byGroup.size();
   return Status::ok();
+}
+
+void Interpreter::setTimeline(Timeline* timeline) {
+  timeline_ = timeline;
+  if (timeline) timeline->setQueues(program_->queues);
 }
 
 std::string Interpreter::where(size_t s, size_t i) const {
@@ -204,6 +221,11 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
         out->convertOut.push_back(castCall(slot.tmp, sc::ElemType::kF32, arena, sc::ElemType::kBF16, b.numel()));
     }
   }
+  // An asynchronous op keeps its buffers from its start to its wait, which the one shared staging area
+  // cannot give it.
+  if (op.startsAsync() && (!out->convertIn.empty() || !out->convertOut.empty()))
+    return Status::invalidArgument("asynchronous communication (\"token\") on bf16 buffers is not supported by "
+                                 "this runtime; run it synchronously");
   // The family's parameters (src/ops/<Family>.cpp), for a backend that has the op's kernel.
   const ops::OpDef* def = ops::opDefs().find(op.kind);
   if (!def) return Status::internal("op " + std::string(sc::opName(op.kind)) + " has no definition (docs/adding-an-op.md)");
@@ -214,45 +236,176 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
   return Status::ok();
 }
 
-Status Interpreter::runCollective(const BoundOp& b) {
+Status Interpreter::issueCommunication(const BoundOp& b, size_t queue, int64_t microbatch, size_t subroutine,
+                                       int64_t step, std::vector<CollectiveHandle>* handles) {
   const KernelCall& c = b.call;
   const CommunicationParams* p = c.paramsAs<CommunicationParams>();
-  if (!p) return Status::internal("a collective bound without its parameters");
-  switch (c.kind) {
-    case schema::OpKind::kAllReduce:
-      for (size_t k = 0; k < c.args[0].size(); ++k) {
-        LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->allReduceAsync(stream_, c.args[0][k], c.argElems[0][k],
-                                                                            p->dtype, p->reduceOp, b.channel));
-        LLCDIST_RETURN_IF_ERROR(backend_->waitCollective(stream_, h));
-      }
-      return Status::ok();
-    case schema::OpKind::kAllGather: {
-      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->allGatherAsync(stream_, c.args[0][0], c.args[1][0], p->outer,
-                                                                          p->inner, p->total, p->dtype, b.channel));
-      return backend_->waitCollective(stream_, h);
-    }
-    case schema::OpKind::kReduceScatter: {
-      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->reduceScatterAsync(stream_, c.args[0][0], c.args[1][0],
-                                                                                p->outer, p->inner, p->total, p->dtype,
-                                                                                p->reduceOp, b.channel));
-      return backend_->waitCollective(stream_, h);
-    }
-    default:
-      return Status::internal("not a collective");
+  if (!p) return Status::internal("a communication op bound without its parameters");
+  const Stream stream = streams_[queue];
+  // Communication on another queue: its real interval, read on the thread that runs it (Timeline.h).
+  std::shared_ptr<int64_t> t0;
+  if (timeline_ && queue != 0) {
+    t0 = std::make_shared<int64_t>(0);
+    LLCDIST_RETURN_IF_ERROR(backend_->launchHostFunc(stream, [t0] { *t0 = Timeline::nowNs(); }));
   }
+  using K = sc::OpKind;
+  if (c.kind == K::kAllReduce) {
+    for (size_t k = 0; k < c.args[0].size(); ++k) {
+      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->allReduceAsync(stream, c.args[0][k], c.argElems[0][k],
+                                                                            p->dtype, p->reduceOp, b.channel));
+      handles->push_back(h);
+    }
+  } else {
+    StatusOr<CollectiveHandle> h =
+        c.kind == K::kAllGather
+            ? backend_->allGatherAsync(stream, c.args[0][0], c.args[1][0], p->outer, p->inner, p->total, p->dtype,
+                                       b.channel)
+        : c.kind == K::kReduceScatter
+            ? backend_->reduceScatterAsync(stream, c.args[0][0], c.args[1][0], p->outer, p->inner, p->total, p->dtype,
+                                           p->reduceOp, b.channel)
+        : c.kind == K::kSend ? backend_->sendAsync(stream, c.f(0), c.argElems[0][0], p->peer, p->tag, microbatch)
+        : c.kind == K::kRecv ? backend_->recvAsync(stream, c.f(0), c.argElems[0][0], p->peer, p->tag, microbatch)
+                             : StatusOr<CollectiveHandle>(Status::internal("not a communication op"));
+    if (!h.isOk()) return h.status();
+    handles->push_back(h.value());
+  }
+  if (t0) {
+    Timeline* timeline = timeline_;
+    TimelineEvent e{sc::opName(c.kind), TraceLane::kCommunication, 0, 0, &b.op->loc,
+                    &program_->subroutines[subroutine].name, step, microbatch, action_, int(queue)};
+    LLCDIST_RETURN_IF_ERROR(backend_->launchHostFunc(stream, [timeline, t0, e]() mutable {
+      e.startNs = *t0;
+      e.endNs = Timeline::nowNs();
+      timeline->record(e);
+    }));
+  }
+  return Status::ok();
 }
 
-Status Interpreter::runPointToPoint(const BoundOp& b, int64_t microbatch) {
-  const KernelCall& c = b.call;
-  const CommunicationParams* p = c.paramsAs<CommunicationParams>();
-  if (!p) return Status::internal("a send / recv bound without its parameters");
-  CollectiveHandle h;
-  if (c.kind == schema::OpKind::kSend) {
-    LLCDIST_ASSIGN_OR_RETURN(h, backend_->sendAsync(stream_, c.f(0), c.argElems[0][0], p->peer, p->tag, microbatch));
+Status Interpreter::orderAfterCompute(size_t queue) {
+  if (queue == 0) return Status::ok();
+  LLCDIST_RETURN_IF_ERROR(backend_->recordEvent(streams_[0], queueEvents_[queue]));
+  return backend_->waitEvent(streams_[queue], queueEvents_[queue]);
+}
+
+Status Interpreter::runCommunication(const BoundOp& b, int64_t microbatch, size_t subroutine, int64_t step) {
+  const size_t queue = size_t(b.op->queue);
+  LLCDIST_RETURN_IF_ERROR(orderAfterCompute(queue));
+  // Synchronous: the next op waits for it (every plan without the feature takes this path on queue 0).
+  std::vector<CollectiveHandle> handles;
+  LLCDIST_RETURN_IF_ERROR(issueCommunication(b, queue, microbatch, subroutine, step, &handles));
+  for (CollectiveHandle h : handles) LLCDIST_RETURN_IF_ERROR(backend_->waitCollective(streams_[0], h));
+  return Status::ok();
+}
+
+namespace {
+// Checking mode's poison: quiet NaNs with a recognizable payload, so arithmetic on them stays NaN.
+constexpr uint32_t kPoisonF32 = 0x7fc0dead;
+constexpr uint16_t kPoisonBf16 = 0x7fde;
+std::vector<std::byte> poisonBytes(const BufferDesc& b) {
+  std::vector<std::byte> v(size_t(b.bytes));
+  if (b.dtype == sc::ElemType::kBF16) {
+    for (size_t i = 0; i + 2 <= v.size(); i += 2) std::memcpy(&v[i], &kPoisonBf16, 2);
   } else {
-    LLCDIST_ASSIGN_OR_RETURN(h, backend_->recvAsync(stream_, c.f(0), c.argElems[0][0], p->peer, p->tag, microbatch));
+    for (size_t i = 0; i + 4 <= v.size(); i += 4) std::memcpy(&v[i], &kPoisonF32, 4);
   }
-  return backend_->waitCollective(stream_, h);
+  return v;
+}
+}  // namespace
+
+Status Interpreter::startAsync(const BoundOp& b, size_t s, size_t i, int64_t step, int64_t microbatch) {
+  InFlight f;
+  f.op = &b;
+  f.subroutine = s;
+  f.opIndex = i;
+  f.step = step;
+  f.microbatch = microbatch;
+  const size_t queue = size_t(b.op->queue);
+  if (checkAsync_) {
+    // Nothing runs now: the op's written buffers hold poison until it runs at its wait, and its
+    // in-place buffers' values are kept aside (restored then, once their poison is checked).
+    f.deferred = true;
+    for (const BoundOp::Use& u : b.uses) {
+      if (!u.write) continue;
+      const BufferDesc& buf = program_->buffers[size_t(u.id)];
+      if (u.read) {
+        f.saved.emplace_back(size_t(buf.bytes));
+        LLCDIST_RETURN_IF_ERROR(backend_->copyToHost(streams_[0], f.saved.back().data(), buf.offset, buf.bytes));
+      }
+      const std::vector<std::byte> poison = poisonBytes(buf);
+      LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(streams_[0], buf.offset, poison.data(), buf.bytes));
+    }
+    deferred_[queue].push_back(b.op->token);
+  } else {
+    LLCDIST_RETURN_IF_ERROR(orderAfterCompute(queue));
+    LLCDIST_RETURN_IF_ERROR(issueCommunication(b, queue, microbatch, s, step, &f.handles));
+  }
+  inFlight_[b.op->token] = std::move(f);  // the loader's token rules: the token is not in flight
+  return Status::ok();
+}
+
+Status Interpreter::runDeferred(size_t queue, int64_t token) {
+  std::vector<int64_t>& order = deferred_[queue];
+  while (!order.empty()) {
+    const int64_t t = order.front();
+    order.erase(order.begin());
+    InFlight& f = inFlight_.at(t);
+    const BoundOp& b = *f.op;
+    size_t k = 0;
+    for (const BoundOp::Use& u : b.uses) {
+      if (!u.write || !u.read) continue;
+      const BufferDesc& buf = program_->buffers[size_t(u.id)];
+      std::vector<std::byte> now(size_t(buf.bytes));
+      LLCDIST_RETURN_IF_ERROR(backend_->copyToHost(streams_[0], now.data(), buf.offset, buf.bytes));
+      if (now != poisonBytes(buf))
+        return Status::invalidArgument(
+            "--check-async: buffer " + std::to_string(u.id) + " (\"" + buf.name + "\") was written while " +
+            where(f.subroutine, f.opIndex) + " had it in flight (token " + std::to_string(t) +
+            "): a missing or late wait");
+      LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(streams_[0], buf.offset, f.saved[k++].data(), buf.bytes));
+    }
+    f.saved.clear();
+    f.deferred = false;
+    LLCDIST_RETURN_IF_ERROR(issueCommunication(b, 0, f.microbatch, f.subroutine, f.step, &f.handles));
+    if (t == token) return Status::ok();
+  }
+  return Status::internal("--check-async: token " + std::to_string(token) + " was not deferred on its queue");
+}
+
+Status Interpreter::waitToken(const BoundOp& w, size_t s, int64_t step, int64_t microbatch) {
+  auto it = inFlight_.find(w.op->token);
+  if (it == inFlight_.end())  // the loader's token rules make this unreachable
+    return Status::internal("wait: token " + std::to_string(w.op->token) + " is not in flight");
+  InFlight& f = it->second;
+  if (f.deferred) LLCDIST_RETURN_IF_ERROR(runDeferred(size_t(f.op->op->queue), w.op->token));
+  const size_t queue = size_t(w.op->queue);
+  // The wait is on the compute lane only if it blocked (the timeline's query reads no clock otherwise).
+  const bool timed = timeline_ && queue == 0 &&
+                     std::any_of(f.handles.begin(), f.handles.end(),
+                                 [&](CollectiveHandle h) { return !backend_->collectiveDone(h); });
+  const int64_t t0 = timed ? Timeline::nowNs() : 0;
+  Status st;
+  for (CollectiveHandle h : f.handles) {
+    Status one = backend_->waitCollective(streams_[queue], h);
+    if (st.isOk() && !one.isOk()) st = one;  // every handle is waited for, even after an error
+  }
+  if (timed)
+    timeline_->record({sc::opName(sc::OpKind::kWait), TraceLane::kCompute, t0, Timeline::nowNs(), &w.op->loc,
+                       &program_->subroutines[s].name, step, microbatch, action_});
+  if (!st.isOk())
+    return st.withContext("the communication of token " + std::to_string(w.op->token) + " (" +
+                          where(f.subroutine, f.opIndex) + ")");
+  if (trace_) traceWait(*f.op);
+  inFlight_.erase(it);
+  return Status::ok();
+}
+
+// Forgets the tokens of a failed step without waiting for them: their calls may be blocked on peers
+// that wait for this rank, and only the run's abort of the communicator (Train.cpp), after this rank
+// has returned, releases them; the backend joins its workers when it is destroyed.
+void Interpreter::abandonInFlight() {
+  inFlight_.clear();
+  for (auto& q : deferred_) q.clear();
 }
 
 Status Interpreter::runOp(const BoundOp& b, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data) {
@@ -269,8 +422,7 @@ Status Interpreter::runOp(const BoundOp& b, int64_t step, int64_t microbatch, do
 
 // The op itself, on b.call's addresses (arena, or f32 temporaries for bf16 arguments).
 Status Interpreter::execute(const BoundOp& b, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data) {
-  if (schema::isCollective(b.call.kind)) return runCollective(b);
-  if (schema::isPointToPoint(b.call.kind)) return runPointToPoint(b, microbatch);
+  if (schema::communicates(b.call.kind)) return runCommunication(b, microbatch, subroutine_, step);
   if (launchesKernel(b.call.kind)) {
     if (b.call.kind == schema::OpKind::kAdamW || b.call.kind == schema::OpKind::kSgd) {
       KernelCall c = b.call;  // small: pointers and scalars
@@ -296,11 +448,22 @@ Status Interpreter::execute(const BoundOp& b, int64_t step, int64_t microbatch, 
 Status Interpreter::runSubroutine(size_t s, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data) {
   if (s >= subroutines_.size()) return Status::outOfRange("subroutine index " + std::to_string(s) + " out of range");
   const std::vector<BoundOp>& ops = subroutines_[s];
+  subroutine_ = s;
   for (size_t i = 0; i < ops.size(); ++i) {
-    // The measured timeline (Timeline.h): no clock is read unless one is attached. Every op but
-    // load_microbatch launches a kernel or communicates.
     const sc::OpKind kind = ops[i].call.kind;
-    const bool timed = timeline_ && kind != sc::OpKind::kLoadMicrobatch;
+    if (kind == sc::OpKind::kWait) {  // records itself, only when it blocked
+      LLCDIST_RETURN_IF_ERROR(waitToken(ops[i], s, step, microbatch).withContext(where(s, i)));
+      continue;
+    }
+    if (ops[i].op->startsAsync()) {  // recorded on its queue's lane when it runs
+      LLCDIST_RETURN_IF_ERROR(startAsync(ops[i], s, i, step, microbatch).withContext(where(s, i)));
+      if (trace_) traceOp(ops[i]);
+      continue;
+    }
+    // The measured timeline (Timeline.h): no clock is read unless one is attached. Every op but
+    // load_microbatch launches a kernel or communicates; communication on another queue is recorded
+    // on that queue's lane by the thread that runs it.
+    const bool timed = timeline_ && kind != sc::OpKind::kLoadMicrobatch && ops[i].op->queue == 0;
     const int64_t t0 = timed ? Timeline::nowNs() : 0;
     LLCDIST_RETURN_IF_ERROR(runOp(ops[i], step, microbatch, lr, data).withContext(where(s, i)));
     if (timed) {
@@ -326,14 +489,32 @@ Status Interpreter::runStep(int64_t step, double lr, const MicrobatchSource& dat
                     .withContext("step " + std::to_string(step) + ", action " + std::to_string(a));
     action_ = -1;
     if (!st.isOk()) {
+      abandonInFlight();
       trace_.reset();  // a failed step measures nothing; the next one is traced again
       return st;
     }
+  }
+  if (!inFlight_.empty()) {  // the loader's "never waited" rule makes this unreachable
+    abandonInFlight();
+    trace_.reset();
+    return Status::internal(program_->file + ": communication still in flight at the end of step " +
+                            std::to_string(step));
   }
   Status st = backend_->synchronize();
   if (trace_ && st.isOk()) memory_ = finishTrace();
   trace_.reset();
   return st;
+}
+
+// The wait of an asynchronous op: one position, at which the op's buffers are touched again (they are
+// live from its start through here: docs/plan-format.md "Asynchronous plans").
+void Interpreter::traceWait(const BoundOp& started) {
+  MemoryTrace& t = *trace_;
+  const int64_t pos = t.position++;
+  for (const BoundOp::Use& u : started.uses) {
+    MemoryTrace::Buffer& buf = t.buffers[size_t(u.id)];
+    if (buf.start >= 0) buf.last = pos;  // the lifetime its start opened (or continued)
+  }
 }
 
 void Interpreter::traceOp(const BoundOp& b) {

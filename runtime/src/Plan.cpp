@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -551,14 +552,88 @@ Status parseBuffer(const Doc& doc, const json& b, const std::string& path, size_
   return Status::ok();
 }
 
+// program "queues" (feature "async"): unique names of [a-z0-9_]+, the first "compute".
+Status parseQueues(const Doc& doc, const json& v, const Manifest& manifest, std::vector<std::string>* out) {
+  if (!manifest.hasFeature(sc::kAsyncFeature))
+    return doc.error("queues", "needs the feature \"async\" in \"features\" (asynchronous plans)");
+  if (!v.is_array() || v.empty()) return doc.error("queues", "expected a non-empty array of queue names, got " + planjson::describe(v));
+  out->clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string path = index("queues", i);
+    if (!v[i].is_string()) return doc.error(path, "expected a string, got " + planjson::describe(v[i]));
+    const std::string q = v[i].get<std::string>();
+    const bool wellFormed = !q.empty() && std::all_of(q.begin(), q.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    });
+    if (!wellFormed) return doc.error(path, "queue name \"" + q + "\" is not of the form [a-z0-9_]+");
+    if (i == 0 && q != sc::kComputeQueue)
+      return doc.error(path, "the first queue must be \"" + std::string(sc::kComputeQueue) + "\", got \"" + q + "\"");
+    if (std::find(out->begin(), out->end(), q) != out->end()) return doc.error(path, "duplicate queue \"" + q + "\"");
+    out->push_back(q);
+  }
+  return Status::ok();
+}
+
+// The token rules (docs/plan-format.md "Asynchronous plans") over the step's execution order: the
+// actions in order, each running its subroutine's ops in order. Every step executes the same ops, so
+// this check at load time is the whole check: a plan that passes never waits for a token nobody
+// started, and never ends a step with communication in flight.
+Status checkTokens(const Doc& doc, const Program& prog) {
+  struct InFlight {
+    size_t sub, op, action;
+  };
+  std::map<int64_t, InFlight> inFlight;
+  std::set<int64_t> waited;  // tokens waited at least once (a second wait is a "double wait")
+  auto opPath = [](size_t sub, size_t op) { return index(key(index("subroutines", sub), "ops"), op); };
+  auto at = [&](size_t a) {
+    return " (action " + std::to_string(a) + ", subroutine \"" +
+           prog.subroutines[size_t(prog.actions[a].subroutine)].name + "\", in the step's execution order)";
+  };
+  for (size_t a = 0; a < prog.actions.size(); ++a) {
+    const size_t s = size_t(prog.actions[a].subroutine);
+    const std::vector<Op>& ops = prog.subroutines[s].ops;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      if (op.token < 0) continue;
+      const std::string t = "token " + std::to_string(op.token);
+      auto it = inFlight.find(op.token);
+      if (op.kind == sc::OpKind::kWait) {
+        if (it == inFlight.end())
+          return doc.error(key(opPath(s, i), "token"),
+                           (waited.count(op.token) ? "double wait: " + t + " was already waited for"
+                                                   : "wait before start: " + t + " is not in flight") + at(a));
+        inFlight.erase(it);
+        waited.insert(op.token);
+        continue;
+      }
+      if (it != inFlight.end())
+        return doc.error(key(opPath(s, i), "token"),
+                         t + " is started again before its wait (it is in flight from " +
+                             opPath(it->second.sub, it->second.op) + ", action " +
+                             std::to_string(it->second.action) + ")" + at(a));
+      inFlight[op.token] = {s, i, a};
+      waited.erase(op.token);
+    }
+  }
+  if (!inFlight.empty()) {
+    const auto& [token, where] = *inFlight.begin();
+    return doc.error(key(opPath(where.sub, where.op), "token"),
+                     "never waited: token " + std::to_string(token) + " (started in action " +
+                         std::to_string(where.action) + ") is still in flight at the end of the step");
+  }
+  return Status::ok();
+}
+
 StatusOr<Program> parseProgramJson(const Doc& doc, const json& root, const Manifest& manifest) {
   // The start-up check that every op kind has its family's checker and binder (src/ops/OpDefs.h).
   LLCDIST_RETURN_IF_ERROR(ops::checkOpDefs());
   Program prog;
   int64_t version = 0;
   LLCDIST_RETURN_IF_ERROR(checkHeader(doc, root, sc::kProgramFormat, &version));
-  LLCDIST_RETURN_IF_ERROR(doc.keys(root, "", {"format", "version", "arena_bytes", "buffers", "subroutines", "actions"}));
+  LLCDIST_RETURN_IF_ERROR(
+      doc.keys(root, "", {"format", "version", "arena_bytes", "buffers", "subroutines", "actions"}, {"queues"}));
   LLCDIST_RETURN_IF_ERROR(doc.integer(root, "", "arena_bytes", &prog.arenaBytes, 0));
+  if (root.contains("queues")) LLCDIST_RETURN_IF_ERROR(parseQueues(doc, root.at("queues"), manifest, &prog.queues));
 
   const json& buffers = root.at("buffers");
   LLCDIST_RETURN_IF_ERROR(doc.array(buffers, "buffers"));
@@ -620,6 +695,7 @@ StatusOr<Program> parseProgramJson(const Doc& doc, const json& root, const Manif
       return doc.error(path, "subroutine \"" + name + "\" contains load_microbatch, so the action needs a \"microbatch\"");
     prog.actions.push_back(a);
   }
+  if (manifest.hasFeature(sc::kAsyncFeature)) LLCDIST_RETURN_IF_ERROR(checkTokens(doc, prog));
   return prog;
 }
 

@@ -276,11 +276,52 @@ Status checkAliasing(const Doc& doc, const std::string& path, const Program& pro
   return Status::ok();
 }
 
+// "queue" and "token" (feature "async"): the queue must be one of the program's, and only
+// communication ops may leave "compute"; only communication ops are started with a token, and a wait
+// needs one. The token rules across ops are the program's (checkTokens, Plan.cpp).
+Status parseAsyncFields(const Doc& doc, const json& j, const std::string& path, const Program& prog,
+                        const Manifest& manifest, Op* out) {
+  const bool hasQueue = j.contains("queue"), hasToken = j.contains("token");
+  // (A wait always has a token: the loader's key check requires it.)
+  if ((hasQueue || hasToken) && !manifest.hasFeature(sc::kAsyncFeature))
+    return doc.error(key(path, hasQueue ? "queue" : "token"), std::string(hasQueue ? "\"queue\"" : "\"token\"") +
+                                                                  " needs the feature \"async\" in \"features\" "
+                                                                  "(asynchronous plans)");
+  const std::string opName(sc::opName(out->kind));
+  if (hasQueue) {
+    std::string q;
+    LLCDIST_RETURN_IF_ERROR(doc.string(j, path, "queue", &q));
+    auto it = std::find(prog.queues.begin(), prog.queues.end(), q);
+    if (it == prog.queues.end()) {
+      std::string known;
+      for (const std::string& n : prog.queues) known += (known.empty() ? "\"" : ", \"") + n + "\"";
+      return doc.error(key(path, "queue"), "unknown queue \"" + q + "\" (the program's queues: " + known + ")");
+    }
+    out->queue = int64_t(it - prog.queues.begin());
+    if (out->queue != 0 && !sc::communicates(out->kind) && out->kind != sc::OpKind::kWait)
+      return doc.error(key(path, "queue"), "op \"" + opName + "\" must run on queue \"" +
+                                               std::string(sc::kComputeQueue) + "\" (only communication ops and "
+                                               "wait may use queue \"" + q + "\")");
+  }
+  if (hasToken) {
+    LLCDIST_RETURN_IF_ERROR(doc.integer(j, path, "token", &out->token, 0));
+    if (!sc::communicates(out->kind) && out->kind != sc::OpKind::kWait)
+      return doc.error(key(path, "token"), "op \"" + opName + "\" cannot be started asynchronously (only "
+                                               "all_reduce, all_gather, reduce_scatter, send and recv take a token)");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status parseOp(const Doc& doc, const json& j, const std::string& path, const Program& prog, const Manifest& manifest,
                Op* out) {
-  LLCDIST_RETURN_IF_ERROR(doc.keys(j, path, {"op", "args"}, {"attrs", "loc"}));
+  if (j.is_object() && j.contains("op") && j.at("op") == "wait") {
+    // wait (feature "async"): no roles or attrs to give ("args" / "attrs" may be spelled empty).
+    LLCDIST_RETURN_IF_ERROR(doc.keys(j, path, {"op", "token"}, {"args", "attrs", "loc", "queue"}));
+  } else {
+    LLCDIST_RETURN_IF_ERROR(doc.keys(j, path, {"op", "args"}, {"attrs", "loc", "queue", "token"}));
+  }
   std::string name;
   LLCDIST_RETURN_IF_ERROR(doc.string(j, path, "op", &name));
   auto kind = sc::parseOpKind(name);
@@ -288,8 +329,10 @@ Status parseOp(const Doc& doc, const json& j, const std::string& path, const Pro
   out->kind = *kind;
   const sc::OpSpec& spec = sc::opSpec(*kind);
   if (j.contains("loc")) LLCDIST_RETURN_IF_ERROR(doc.string(j, path, "loc", &out->loc));
-  LLCDIST_RETURN_IF_ERROR(parseArgs(doc, j.at("args"), key(path, "args"), prog, spec, out));
+  LLCDIST_RETURN_IF_ERROR(parseAsyncFields(doc, j, path, prog, manifest, out));
   static const json kEmpty = json::object();
+  LLCDIST_RETURN_IF_ERROR(
+      parseArgs(doc, j.contains("args") ? j.at("args") : kEmpty, key(path, "args"), prog, spec, out));
   LLCDIST_RETURN_IF_ERROR(parseAttrs(doc, j.contains("attrs") ? j.at("attrs") : kEmpty, key(path, "attrs"), spec, out));
   // Element counts and attribute consistency: the op's family's checker (src/ops/<Family>.cpp).
   const ops::OpDef* def = ops::opDefs().find(*kind);

@@ -22,8 +22,15 @@ std::string renderChromeTrace(const std::vector<const Timeline*>& ranks) {
     events.push_back(
         {{"name", "process_name"}, {"ph", "M"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}});
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-    events.push_back(
-        {{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", 1}, {"args", {{"name", "communication"}}}});
+    // Lane 1 is "communication" unless the program has a second queue, which names it; lanes 2, ...
+    // are the further queues (feature "async").
+    const std::vector<std::string>& queues = ranks[r]->queues();
+    for (size_t q = 1; q < std::max<size_t>(queues.size(), 2); ++q)
+      events.push_back({{"name", "thread_name"},
+                        {"ph", "M"},
+                        {"pid", r},
+                        {"tid", q},
+                        {"args", {{"name", q < queues.size() ? queues[q] : std::string("communication")}}}});
   }
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (!ranks[r]) continue;
@@ -35,7 +42,7 @@ std::string renderChromeTrace(const std::vector<const Timeline*>& ranks) {
                         {"ts", double(e.startNs - origin) / 1000.0},
                         {"dur", double(e.endNs - e.startNs) / 1000.0},
                         {"pid", r},
-                        {"tid", int(e.lane)},
+                        {"tid", comm ? std::max(1, e.queue) : 0},
                         {"args",
                          {{"loc", e.loc ? *e.loc : std::string()},
                           {"step", e.step},

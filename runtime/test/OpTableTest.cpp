@@ -43,8 +43,8 @@ TEST(OpTableTest, CpuKernelTableHoldsExactlyTheKernelOps) {
     EXPECT_EQ(cpuKernelTable().find(spec.kind) != nullptr, launchesKernel(spec.kind)) << spec.name;
     kernels += launchesKernel(spec.kind);
   }
-  // Not a tautology: the collectives, send / recv and load_microbatch are the only non-kernel ops.
-  EXPECT_EQ(kernels, sc::kNumOpKinds - 6);
+  // Not a tautology: the collectives, send / recv, load_microbatch and wait are the only non-kernel ops.
+  EXPECT_EQ(kernels, sc::kNumOpKinds - 7);
   auto backend = makeCpuBackend();
   EXPECT_TRUE(backend->hasKernel(sc::OpKind::kLayerNormFwd));
   EXPECT_FALSE(backend->hasKernel(sc::OpKind::kAllReduce));

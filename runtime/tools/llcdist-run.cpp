@@ -2,6 +2,7 @@
 //
 //   llcdist-run PLAN_DIR [--steps N] [--data FILE|synthetic] [--shuffle on|off] [--seed S]
 //               [--init-from W.safetensors] [--save-params OUT.safetensors] [--log-json FILE] [--trace DIR]
+//               [--check-async]
 //               [--collective-timeout SECONDS] [--quiet]
 //
 // Multi-rank plans (mesh dp × tp > 1) run every rank as a thread of this process.
@@ -34,6 +35,8 @@ const char* kUsage =
     "  --log-json FILE        JSON Lines log, one record per step\n"
     "  --trace DIR            write DIR/trace.json: every rank's kernel and communication intervals\n"
     "                         as a Chrome trace (open it in Perfetto; docs/architecture.md)\n"
+    "  --check-async          asynchronous plans: run each started communication op only at its\n"
+    "                         wait, its outputs NaN-poisoned until then (finds missing waits)\n"
     "  --collective-timeout S fail the run when a rank waits longer than S seconds in one\n"
     "                         collective (default 300; the error names the group and the missing ranks)\n"
     "  --quiet                no progress output\n"
@@ -67,6 +70,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--quiet") {
       opts.quiet = true;
+      continue;
+    }
+    if (a == "--check-async") {
+      opts.checkAsync = true;
       continue;
     }
     if (a.rfind("--", 0) == 0) {

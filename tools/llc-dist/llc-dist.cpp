@@ -242,6 +242,9 @@ OPTIONS
                          grad_norm, tokens_per_s
   --trace DIR            write DIR/trace.json: each rank's measured kernel and
                          communication intervals as a Chrome trace (Perfetto)
+  --check-async          asynchronous plans: run each started communication op
+                         only at its wait, its outputs NaN-poisoned until then
+                         (a missing or late wait changes the numbers or fails)
   --quiet                no progress output
 )";
 
@@ -911,6 +914,8 @@ int runRun(Args &args) {
       continue;
     if (a == "--quiet")
       o.quiet = true;
+    else if (a == "--check-async")
+      o.checkAsync = true;
     else if (a.rfind("-", 0) == 0)
       throw UsageError{"run: unknown option '" + a + "'"};
     else if (o.planDir.empty())

@@ -1,11 +1,19 @@
-// The CPU reference backend: one aligned, zero-filled arena; synchronous execution on the calling
-// thread; collectives through the run's Communicator (or only over the single-rank group without one).
+// The CPU reference backend: one aligned, zero-filled arena; the default stream executes synchronously
+// on the calling thread, every other stream on its own worker thread (a FIFO of work items);
+// collectives through the run's Communicator (or only over the single-rank group without one).
 // See CpuBackend.h.
 #include "llcdist/runtime/CpuBackend.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 // OpenBLAS's thread control, resolved only when the linked BLAS is OpenBLAS.
@@ -18,6 +26,123 @@ constexpr int64_t kAlign = schema::kArenaAlignment;
 
 struct FreeDeleter {
   void operator()(std::byte* p) const { std::free(p); }
+};
+
+// Completion of one asynchronous item (a collective's handle, a recorded event): set once by the worker
+// that ran it, waited for by anyone under the mutex (no spinning).
+struct Completion {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  void complete(Status st) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      status = std::move(st);
+    }
+    cv.notify_all();
+  }
+  Status wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    return status;
+  }
+  bool isDone() {
+    std::lock_guard<std::mutex> lock(mu);
+    return done;
+  }
+};
+
+// A non-default stream: one thread running its items in FIFO order. An item's error is kept and
+// reported by the next synchronize() (and by the handle of a collective); items after a failed one
+// still run (each reports its own failure), so no waiter is left behind.
+class WorkerStream {
+public:
+  WorkerStream() : thread_([this] { run(); }) {}
+  ~WorkerStream() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();  // the remaining items run first: they may hold a peer waiting for them
+  }
+  void enqueue(std::function<Status()> item) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      items_.push_back(std::move(item));
+      ++pending_;
+    }
+    cv_.notify_all();
+  }
+  // Blocks until every item enqueued so far has run; returns the first error since the last call.
+  Status drain() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return pending_ == 0; });
+    Status st = firstError_;
+    firstError_ = Status::ok();
+    return st;
+  }
+
+private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !items_.empty(); });
+      if (items_.empty()) return;  // stop_ and nothing left
+      std::function<Status()> item = std::move(items_.front());
+      items_.pop_front();
+      lock.unlock();
+      Status st = item();
+      lock.lock();
+      if (!st.isOk() && firstError_.isOk()) firstError_ = st;
+      if (--pending_ == 0) idle_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_, idle_;
+  std::deque<std::function<Status()>> items_;
+  int64_t pending_ = 0;  // enqueued and not yet finished
+  bool stop_ = false;
+  Status firstError_;
+  std::thread thread_;  // last: started once the state above exists
+};
+
+// Communicator calls on one group (or to / from one peer) in this rank's issue order. The communicator
+// matches the members' calls on a group by their order, so calls issued on different streams (the
+// rank's thread and a worker) must enter it in the order the program issued them, as on every other
+// member: each call takes a ticket when it is issued and runs once every earlier ticket of its key has
+// finished. (An earlier call always finishes: it completes, fails, times out or is aborted.)
+class IssueOrder {
+public:
+  struct Ticket {
+    IssueOrder* order;
+    int64_t n;
+  };
+  Ticket take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {this, issued_++};
+  }
+  static Status run(Ticket t, const std::function<Status()>& call) {
+    IssueOrder& o = *t.order;
+    {
+      std::unique_lock<std::mutex> lock(o.mu_);
+      o.cv_.wait(lock, [&] { return o.finished_ == t.n; });
+    }
+    Status st = call();
+    {
+      std::lock_guard<std::mutex> lock(o.mu_);
+      ++o.finished_;
+    }
+    o.cv_.notify_all();
+    return st;
+  }
+
+private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t issued_ = 0, finished_ = 0;
 };
 
 class CpuBackend final : public Backend {
@@ -45,45 +170,98 @@ public:
   int64_t arenaBytes() const override { return bytes_; }
   int64_t peakAllocatedBytes() const override { return peak_; }
 
-  StatusOr<Stream> createStream() override { return Stream{numStreams_++}; }
-  StatusOr<Event> createEvent() override { return Event{numEvents_++}; }
+  // Stream 0 runs on the calling thread; every created stream gets its worker thread.
+  StatusOr<Stream> createStream() override {
+    workers_.push_back(std::make_unique<WorkerStream>());
+    return Stream{int(workers_.size())};
+  }
+  StatusOr<Event> createEvent() override {
+    events_.push_back(nullptr);  // never recorded: complete
+    return Event{int(events_.size()) - 1};
+  }
   Status recordEvent(Stream s, Event e) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
-    return checkEvent(e);
+    LLCDIST_RETURN_IF_ERROR(checkEvent(e));
+    if (s.id == 0) {  // everything launched on the default stream is done already
+      events_[size_t(e.id)] = nullptr;
+      return Status::ok();
+    }
+    auto c = std::make_shared<Completion>();
+    events_[size_t(e.id)] = c;
+    worker(s).enqueue([c] {
+      c->complete(Status::ok());
+      return Status::ok();
+    });
+    return Status::ok();
   }
-  Status waitEvent(Stream s, Event e) override { return recordEvent(s, e); }  // recorded events are complete
-  Status synchronize() override { return Status::ok(); }
+  Status waitEvent(Stream s, Event e) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    LLCDIST_RETURN_IF_ERROR(checkEvent(e));
+    std::shared_ptr<Completion> c = events_[size_t(e.id)];  // the latest record, as CUDA's
+    if (!c) return Status::ok();
+    if (s.id == 0) return c->wait();
+    worker(s).enqueue([c] { return c->wait(); });
+    return Status::ok();
+  }
+  // Waits for every worker's items; the first error any of them had since the last synchronize.
+  Status synchronize() override {
+    Status first;
+    for (auto& w : workers_) {
+      Status st = w->drain();
+      if (first.isOk() && !st.isOk()) first = st;
+    }
+    return first;
+  }
 
   Status copyToDevice(Stream s, int64_t offset, const void* src, int64_t bytes) override {
     LLCDIST_RETURN_IF_ERROR(checkRange(s, offset, bytes, "copyToDevice"));
-    if (bytes > 0) std::memcpy(arena_.get() + offset, src, size_t(bytes));
-    return Status::ok();
+    std::byte* dst = arena_.get() + offset;
+    return submit(s, [=] {
+      if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
+      return Status::ok();
+    });
   }
   Status copyToHost(Stream s, void* dst, int64_t offset, int64_t bytes) override {
     LLCDIST_RETURN_IF_ERROR(checkRange(s, offset, bytes, "copyToHost"));
-    if (bytes > 0) std::memcpy(dst, arena_.get() + offset, size_t(bytes));
-    return Status::ok();
+    const std::byte* src = arena_.get() + offset;
+    return submit(s, [=] {
+      if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
+      return Status::ok();
+    });
   }
   Status fillZero(Stream s, int64_t offset, int64_t bytes) override {
     LLCDIST_RETURN_IF_ERROR(checkRange(s, offset, bytes, "fillZero"));
-    if (bytes > 0) std::memset(arena_.get() + offset, 0, size_t(bytes));
-    return Status::ok();
+    std::byte* dst = arena_.get() + offset;
+    return submit(s, [=] {
+      if (bytes > 0) std::memset(dst, 0, size_t(bytes));
+      return Status::ok();
+    });
+  }
+  Status launchHostFunc(Stream s, std::function<void()> fn) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    return submit(s, [fn = std::move(fn)] {
+      fn();
+      return Status::ok();
+    });
   }
   bool hasKernel(schema::OpKind kind) const override { return cpuKernelTable().find(kind) != nullptr; }
   Status launch(Stream s, const KernelCall& call) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     if (!kernelTable_.isOk()) return kernelTable_;  // the start-up check: an op kind without its kernel
-    // Collectives inside kernels (grad_norm's sharded list, vocabulary-parallel cross entropy).
-    return runCpuKernel(call, [&](const std::vector<int>& group, double* v, int64_t n, ReduceOp op) -> Status {
-      if (group.size() <= 1 || !opts_.communicator) {
-        const std::string what = std::string(schema::opName(call.kind)) + "'s all-reduce";
-        return checkGroup(group.empty() ? std::vector<int>{opts_.rank} : group, what.c_str());
-      }
-      return opts_.communicator->allReduce(opts_.rank, group, v, n, CommDType::kF64, op);
+    return submit(s, [this, call] {
+      // Collectives inside kernels (grad_norm's sharded list, vocabulary-parallel cross entropy).
+      return runCpuKernel(call, [&](const std::vector<int>& group, double* v, int64_t n, ReduceOp op) -> Status {
+        if (group.size() <= 1 || !opts_.communicator) {
+          const std::string what = std::string(schema::opName(call.kind)) + "'s all-reduce";
+          return checkGroup(group.empty() ? std::vector<int>{opts_.rank} : group, what.c_str());
+        }
+        return IssueOrder::run(order(groupKey(group)).take(), [&] {
+          return opts_.communicator->allReduce(opts_.rank, group, v, n, CommDType::kF64, op);
+        });
+      });
     });
   }
 
-  // A channel is its group: the communicator keeps its per-group state keyed by it.
   StatusOr<Channel> createChannel(const std::vector<int>& group) override {
     if (std::count(group.begin(), group.end(), opts_.rank) != 1)
       return Status::invalidArgument("cpu backend: a channel's group must hold rank " + std::to_string(opts_.rank) +
@@ -97,86 +275,130 @@ public:
                                             Channel channel) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     LLCDIST_ASSIGN_OR_RETURN(const std::vector<int>* g, groupOf(channel));
-    const std::vector<int>& group = *g;
-    if (opts_.communicator)
-      LLCDIST_RETURN_IF_ERROR(opts_.communicator->allReduce(opts_.rank, group, buffer, count, dtype, op));
-    else
-      LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-reduce"));
-    return CollectiveHandle{numCollectives_++};
+    const std::vector<int> group = *g;
+    return collective(s, group, [=, this] {
+      if (opts_.communicator) return opts_.communicator->allReduce(opts_.rank, group, buffer, count, dtype, op);
+      return checkGroup(group, "all-reduce");
+    });
   }
   // Sizes in elements of `dtype`; the padding copies move bytes (el per element).
   StatusOr<CollectiveHandle> allGatherAsync(Stream s, const void* in, void* out, int64_t outer, int64_t inner,
                                             int64_t total, CommDType dtype, Channel channel) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     LLCDIST_ASSIGN_OR_RETURN(const std::vector<int>* g, groupOf(channel));
-    const std::vector<int>& group = *g;
+    const std::vector<int> group = *g;
     const int64_t padded = int64_t(group.size()) * inner, el = commDTypeSize(dtype);
     LLCDIST_RETURN_IF_ERROR(checkTotal(total, padded, "all-gather"));
-    // Padded blocks: gather the whole padded tensor into host scratch, keep its real elements.
-    std::vector<std::byte> scratch(total < padded ? size_t(outer * padded * el) : 0);
-    void* whole = total < padded ? scratch.data() : out;
-    if (opts_.communicator) {
-      LLCDIST_RETURN_IF_ERROR(opts_.communicator->allGather(opts_.rank, group, in, whole, outer, inner, dtype));
-    } else {
-      LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-gather"));
-      if (in != whole && outer * inner > 0) std::memmove(whole, in, size_t(outer * inner * el));
-    }
-    if (whole != out)
-      for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(static_cast<std::byte*>(out) + o * total * el, scratch.data() + o * padded * el,
-                    size_t(total * el));
-    return CollectiveHandle{numCollectives_++};
+    return collective(s, group, [=, this]() -> Status {
+      // Padded blocks: gather the whole padded tensor into host scratch, keep its real elements.
+      std::vector<std::byte> scratch(total < padded ? size_t(outer * padded * el) : 0);
+      void* whole = total < padded ? scratch.data() : out;
+      if (opts_.communicator) {
+        LLCDIST_RETURN_IF_ERROR(opts_.communicator->allGather(opts_.rank, group, in, whole, outer, inner, dtype));
+      } else {
+        LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-gather"));
+        if (in != whole && outer * inner > 0) std::memmove(whole, in, size_t(outer * inner * el));
+      }
+      if (whole != out)
+        for (int64_t o = 0; o < outer; ++o)
+          std::memcpy(static_cast<std::byte*>(out) + o * total * el, scratch.data() + o * padded * el,
+                      size_t(total * el));
+      return Status::ok();
+    });
   }
   StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const void* in, void* out, int64_t outer, int64_t inner,
                                                 int64_t total, CommDType dtype, ReduceOp op,
                                                 Channel channel) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     LLCDIST_ASSIGN_OR_RETURN(const std::vector<int>* g, groupOf(channel));
-    const std::vector<int>& group = *g;
+    const std::vector<int> group = *g;
     const int64_t padded = int64_t(group.size()) * inner, el = commDTypeSize(dtype);
     LLCDIST_RETURN_IF_ERROR(checkTotal(total, padded, "reduce-scatter"));
-    // Padded blocks: reduce a copy of the input whose padding is zero (0x0000 is +0 in every dtype).
-    std::vector<std::byte> scratch(total < padded ? size_t(outer * padded * el) : 0, std::byte{0});
-    for (int64_t o = 0; total < padded && o < outer; ++o)
-      std::memcpy(scratch.data() + o * padded * el, static_cast<const std::byte*>(in) + o * total * el,
-                  size_t(total * el));
-    const void* whole = total < padded ? scratch.data() : in;
-    if (opts_.communicator) {
-      LLCDIST_RETURN_IF_ERROR(
-          opts_.communicator->reduceScatter(opts_.rank, group, whole, out, outer, inner, dtype, op));
-    } else {
+    return collective(s, group, [=, this]() -> Status {
+      // Padded blocks: reduce a copy of the input whose padding is zero (0x0000 is +0 in every dtype).
+      std::vector<std::byte> scratch(total < padded ? size_t(outer * padded * el) : 0, std::byte{0});
+      for (int64_t o = 0; total < padded && o < outer; ++o)
+        std::memcpy(scratch.data() + o * padded * el, static_cast<const std::byte*>(in) + o * total * el,
+                    size_t(total * el));
+      const void* whole = total < padded ? scratch.data() : in;
+      if (opts_.communicator) return opts_.communicator->reduceScatter(opts_.rank, group, whole, out, outer, inner, dtype, op);
       LLCDIST_RETURN_IF_ERROR(checkGroup(group, "reduce-scatter"));
       if (whole != out && outer * inner > 0) std::memmove(out, whole, size_t(outer * inner * el));
-    }
-    return CollectiveHandle{numCollectives_++};
+      return Status::ok();
+    });
   }
   StatusOr<CollectiveHandle> sendAsync(Stream s, const float* x, int64_t count, int peer, int64_t tag,
                                        int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     if (!opts_.communicator) return noPeer("send to", peer);
-    LLCDIST_RETURN_IF_ERROR(opts_.communicator->send(opts_.rank, peer, x, count, tag, microbatch));
-    return CollectiveHandle{numCollectives_++};
+    return collective(s, {-1, peer}, [=, this] { return opts_.communicator->send(opts_.rank, peer, x, count, tag, microbatch); });
   }
   StatusOr<CollectiveHandle> recvAsync(Stream s, float* y, int64_t count, int peer, int64_t tag,
                                        int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     if (!opts_.communicator) return noPeer("receive from", peer);
-    LLCDIST_RETURN_IF_ERROR(opts_.communicator->recv(opts_.rank, peer, y, count, tag, microbatch));
-    return CollectiveHandle{numCollectives_++};
+    return collective(s, {-2, peer}, [=, this] { return opts_.communicator->recv(opts_.rank, peer, y, count, tag, microbatch); });
   }
+  // A handle of the default stream completed when it was issued; one of a worker stream is waited
+  // for here (the host blocks for the default stream; a worker stream gets an item that blocks) and
+  // released: a handle is waited for once.
   Status waitCollective(Stream s, CollectiveHandle h) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     if (h.id < 0 || h.id >= numCollectives_) return Status::invalidArgument("cpu backend: unknown collective handle");
+    auto it = pending_.find(h.id);
+    if (it == pending_.end()) return Status::ok();
+    std::shared_ptr<Completion> c = std::move(it->second);
+    pending_.erase(it);
+    if (s.id == 0) return c->wait();
+    worker(s).enqueue([c] { return c->wait(); });
     return Status::ok();
+  }
+  bool collectiveDone(CollectiveHandle h) override {
+    auto it = pending_.find(h.id);
+    return it == pending_.end() || it->second->isDone();
   }
 
 private:
+  WorkerStream& worker(Stream s) { return *workers_[size_t(s.id) - 1]; }
+  // Runs `fn` now on the default stream (its error is the call's), or enqueues it on the worker.
+  Status submit(Stream s, std::function<Status()> fn) {
+    if (s.id == 0) return fn();
+    worker(s).enqueue(std::move(fn));
+    return Status::ok();
+  }
+  // A communication call: on the default stream it runs now (an error is the call's and the handle
+  // is complete); on a worker stream its completion is the handle's, reported at its wait.
+  // `key` orders it with the other calls of its group or peer (IssueOrder).
+  StatusOr<CollectiveHandle> collective(Stream s, const std::vector<int>& key, std::function<Status()> fn) {
+    const CollectiveHandle h{numCollectives_++};
+    const IssueOrder::Ticket ticket = order(key).take();
+    if (s.id == 0) {
+      LLCDIST_RETURN_IF_ERROR(IssueOrder::run(ticket, fn));
+      return h;
+    }
+    auto c = std::make_shared<Completion>();
+    pending_[h.id] = c;
+    worker(s).enqueue([c, ticket, fn = std::move(fn)] {
+      Status st = IssueOrder::run(ticket, fn);
+      c->complete(st);
+      return st;
+    });
+    return h;
+  }
+  // A group's key is its member list; a send's {-1, peer}, a receive's {-2, peer}.
+  static std::vector<int> groupKey(const std::vector<int>& group) { return group; }
+  IssueOrder& order(const std::vector<int>& key) {
+    std::lock_guard<std::mutex> lock(ordersMu_);
+    std::unique_ptr<IssueOrder>& o = orders_[key];
+    if (!o) o = std::make_unique<IssueOrder>();
+    return *o;
+  }
   Status checkStream(Stream s) const {
-    if (s.id < 0 || s.id >= numStreams_) return Status::invalidArgument("cpu backend: unknown stream " + std::to_string(s.id));
+    if (s.id < 0 || s.id > int(workers_.size())) return Status::invalidArgument("cpu backend: unknown stream " + std::to_string(s.id));
     return Status::ok();
   }
   Status checkEvent(Event e) const {
-    if (e.id < 0 || e.id >= numEvents_) return Status::invalidArgument("cpu backend: unknown event " + std::to_string(e.id));
+    if (e.id < 0 || e.id >= int(events_.size())) return Status::invalidArgument("cpu backend: unknown event " + std::to_string(e.id));
     return Status::ok();
   }
   Status checkRange(Stream s, int64_t offset, int64_t bytes, const char* what) const {
@@ -220,8 +442,13 @@ private:
   std::unique_ptr<std::byte, FreeDeleter> arena_;
   int64_t bytes_ = 0, peak_ = 0;
   std::vector<std::vector<int>> channels_;  // by Channel::id
-  int numStreams_ = 1, numEvents_ = 0;
+  std::vector<std::shared_ptr<Completion>> events_;  // the latest record of each event; null: complete
+  std::map<int64_t, std::shared_ptr<Completion>> pending_;  // worker-stream handles not yet waited for
   int64_t numCollectives_ = 0;
+  std::mutex ordersMu_;
+  std::map<std::vector<int>, std::unique_ptr<IssueOrder>> orders_;
+  // Last: destroyed first, so the workers are joined before the arena they write goes.
+  std::vector<std::unique_ptr<WorkerStream>> workers_;
 };
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Family "communication": the collectives all_reduce, all_gather, reduce_scatter and the pipeline's
-// point-to-point send / recv. They have no kernel: the interpreter runs them through the backend's
+// point-to-point send / recv, and the wait of asynchronous plans. They have no kernel: the interpreter runs them through the backend's
 // collective and point-to-point calls (Backend.h) on the groups and peers bound here.
 #include "OpDefs.h"
 
@@ -106,6 +106,10 @@ StatusOr<OpParams> bindPointToPoint(const BindContext& b) {
   return OpParams(std::move(p));
 }
 
+// wait: no roles or attrs; its token is checked by the loader with the program's token rules (Plan.cpp).
+Status checkWait(const OpChecker&) { return Status::ok(); }
+StatusOr<OpParams> bindWait(const BindContext&) { return OpParams(); }
+
 }  // namespace
 
 CommDType commDType(const Op& op) {
@@ -119,6 +123,7 @@ void registerCommunicationOps(OpDefTable& t) {
   t.add(K::kReduceScatter, {"communication", checkGatherScatter, bindCollective});
   t.add(K::kSend, {"communication", checkPointToPoint, bindPointToPoint});
   t.add(K::kRecv, {"communication", checkPointToPoint, bindPointToPoint});
+  t.add(K::kWait, {"communication", checkWait, bindWait});
 }
 
 }  // namespace llcdist::rt::ops

@@ -103,6 +103,6 @@ void registerRopeOps(OpDefTable& table);           // rope_*
 void registerAttentionOps(OpDefTable& table);      // attention_*
 void registerLossOps(OpDefTable& table);           // cross_entropy_*
 void registerOptimizerOps(OpDefTable& table);      // grad_norm, adamw, sgd
-void registerCommunicationOps(OpDefTable& table);  // all_reduce, all_gather, reduce_scatter, send, recv
+void registerCommunicationOps(OpDefTable& table);  // all_reduce, all_gather, reduce_scatter, send, recv, wait
 
 }  // namespace llcdist::rt::ops

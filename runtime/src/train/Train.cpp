@@ -202,6 +202,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     if (!interp.isOk()) return multiRank ? Status(interp.status()).withRank(r) : interp.status();
     ranks[size_t(r)].interp = std::move(interp).value();
     if (!opts.traceDir.empty()) ranks[size_t(r)].interp->setTimeline(&ranks[size_t(r)].timeline);
+    ranks[size_t(r)].interp->setCheckAsync(opts.checkAsync);
   }
   LLCDIST_ASSIGN_OR_RETURN(train::DataSourceFactory dataFor,
                            train::makeDataSources(m, opts.data, opts.shuffle, opts.seed));

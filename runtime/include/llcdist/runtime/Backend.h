@@ -5,10 +5,12 @@
 //
 // Ordering model (CUDA's): work launched on one stream runs in launch order; recordEvent(s, e) marks
 // the point after everything launched on s so far, and waitEvent(s, e) makes later work on s wait for
-// it. synchronize() blocks the host until all launched work is done. Errors of asynchronous work may be
-// reported by a later call on the same stream or by synchronize(). The CPU backend executes every
-// launch and copy synchronously on the calling thread, so its events are complete when recorded; it
-// keeps the interface so that plans and the interpreter never assume synchronous execution.
+// it (the latest record of e when waitEvent is called). Work on different streams runs concurrently
+// unless events or collective waits order it. synchronize() blocks the host until all launched work is
+// done. Errors of asynchronous work are reported by the wait for it (waitCollective on the default
+// stream) or by synchronize(). The CPU backend executes the default stream (0) synchronously on the
+// calling thread (its events are complete when recorded) and every created stream on a worker thread
+// of its own, so communication issued there overlaps compute (asynchronous plans, Interpreter.h).
 //
 // Collectives are asynchronous: a call enqueues the operation on a stream and returns a handle, and
 // waitCollective(s, h) makes later work on stream s wait for its completion (the result buffer must
@@ -29,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +80,10 @@ public:
   virtual Status copyToDevice(Stream stream, int64_t offset, const void* src, int64_t bytes) = 0;
   virtual Status copyToHost(Stream stream, void* dst, int64_t offset, int64_t bytes) = 0;
   virtual Status fillZero(Stream stream, int64_t offset, int64_t bytes) = 0;
+  // Runs `fn` on the host once all earlier work on `stream` is done; later work on the stream waits
+  // for it (CUDA's cudaLaunchHostFunc). The interpreter's timeline reads the clock this way around
+  // communication on a worker stream, on the thread that runs it. `fn` must not call the backend.
+  virtual Status launchHostFunc(Stream stream, std::function<void()> fn) = 0;
   // Runs one op. Pointers in `call` are device addresses inside this backend's arena.
   virtual Status launch(Stream stream, const KernelCall& call) = 0;
   // Whether launch() runs ops of `kind`: an entry in the backend's kernel table (KernelTable.h). The
@@ -116,8 +123,12 @@ public:
                                                int64_t microbatch) = 0;
   virtual StatusOr<CollectiveHandle> recvAsync(Stream stream, float* y, int64_t count, int peer, int64_t tag,
                                                int64_t microbatch) = 0;
-  // Later work on `stream` waits for the collective (or send / recv) to complete.
+  // Later work on `stream` waits for the collective (or send / recv) to complete; on the default
+  // stream the host blocks and gets its error. Each handle is waited for once.
   virtual Status waitCollective(Stream stream, CollectiveHandle handle) = 0;
+  // Whether the collective has completed (a query, like cudaEventQuery; a waited handle counts as
+  // complete). The timeline records a wait only when it blocked.
+  virtual bool collectiveDone(CollectiveHandle handle) = 0;
 };
 
 }  // namespace llcdist::rt

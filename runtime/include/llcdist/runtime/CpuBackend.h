@@ -26,8 +26,18 @@ struct CpuBackendOptions {
   int blasThreads = 1;
 };
 
-// The CPU reference backend: kernels from Kernels.h, executed synchronously. Collectives run through
-// options.communicator, synchronously, when the call is made (the handle is complete at once). Without
+// The CPU reference backend: kernels from Kernels.h. The default stream executes synchronously on the
+// calling thread: collectives on it run through options.communicator when the call is made (the handle
+// is complete at once, an error is the call's). Every created stream (createStream) is a worker
+// thread with a FIFO of work items (launches, copies, host functions, event records and waits,
+// communicator calls), so communication issued on it runs concurrently with the default stream; its
+// handles complete when the worker has run the call, and a failed call's error is reported by
+// waitCollective on the default stream and by synchronize() (never lost: a failing rank's abort of
+// the communicator wakes every worker blocked in it). Communicator calls on one group (or to / from one
+// peer), from any stream and from kernels, enter the communicator in this rank's issue order (each
+// waits for the earlier ones of its group to finish), because members match their calls by order.
+// The destructor runs the remaining items and
+// joins the workers before the arena is freed. Without
 // a communicator, collectives over a group of one rank (itself) complete immediately (all-reduce and
 // reduce-scatter are the identity, all-gather a copy) and a group with any other rank is an
 // InvalidArgument error naming the group. grad_norm with a `sharded` list all-reduces (f64, sum) the

@@ -40,6 +40,24 @@
 // dtype f32 (the default) and send / recv on bf16 buffers therefore communicate f32 values with the usual
 // member-order rules.
 //
+// Asynchronous plans (feature "async", docs/plan-format.md "Asynchronous plans"): create() makes one
+// backend stream per program queue (queue 0, "compute", is the default stream every kernel runs on)
+// and an event per other queue. A communication op on queue q != 0 is ordered after all compute work
+// issued so far (an event recorded on compute, waited on q's stream) and issued on q's stream. An op
+// with a token is started: its handles (one per backend call; all_reduce makes one per buffer of x)
+// are kept under the token and not waited for; the `wait` op waits them on its own queue's stream (the
+// host blocks when that is compute) and reports their error with the started op's location. An op
+// without a token is waited for on compute before the next op, as in every synchronous plan (which
+// takes exactly the old path: queue 0, issue, wait). The loader's token rules guarantee every wait
+// finds its token; a failed step forgets its tokens without waiting (their calls end with the run's
+// abort of the communicator). An async op on bf16 buffers is a bind error (its f32 temporaries would
+// outlive the op in the shared staging area).
+// Checking mode (setCheckAsync, `--check-async`): a started op does not run at its start; its written
+// buffers are filled with a quiet-NaN poison there (its in-place buffers' values kept aside), and at
+// its token's wait the ops started on its queue run in start order up to it, each first checking that
+// its in-place buffers still hold the poison (an error naming the buffer and the op otherwise), then
+// restoring them and running synchronously.
+//
 // Memory measurement (docs/plan-format.md "Memory"): the first runStep() traces the ops it executes
 // (the hook is in runSubroutine's op loop, after each op ran): op positions 0, 1, ... in execution
 // order across the step's actions, and for each buffer the op positions that touch it. At the end of
@@ -51,10 +69,15 @@
 // lifetime per value, e.g. one per microbatch when every microbatch's forward rewrites it. A buffer read
 // before the step's first write of it holds a value from the previous step: live from position 0, and
 // its last lifetime is live to the step's end. Later steps are not traced (they execute the same ops).
+// A wait is an op position too, at which the started op's buffers are touched again (without starting
+// a new value), so they are live from the start through the wait.
 //
 // Measured timeline (Timeline.h, `--trace`): with setTimeline(), runSubroutine's op loop reads the steady
 // clock around each op that launches a kernel or communicates and records the interval with the op's
-// kind, loc, subroutine, step, microbatch and action; without one it reads no clock.
+// kind, loc, subroutine, step, microbatch and action; without one it reads no clock. Communication on
+// a queue q != 0 is timed by two host functions on q's stream around its calls (Backend::launchHostFunc)
+// and recorded by the thread that runs them with TimelineEvent::queue = q; a wait on compute is
+// recorded only when one of its handles was not yet complete (Backend::collectiveDone).
 //
 // Errors from an op carry where it is: "<program file>: subroutine 'backward' op 3 (linear_bwd_input,
 // loc 'h.0.mlp.c_fc'): <kernel message>".
@@ -67,6 +90,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,9 +140,12 @@ public:
   // Writes numel() f32 values into a float buffer, converted to its dtype (bf16: nearest even).
   Status writeF32(int64_t id, const float* src);
 
-  // Records every later op's interval into `timeline` (Timeline.h; owned by the caller, written only by
-  // the thread running this interpreter); nullptr (the default) records nothing and reads no clock.
-  void setTimeline(Timeline* timeline) { timeline_ = timeline; }
+  // Records every later op's interval into `timeline` (Timeline.h; owned by the caller, written by the
+  // thread running this interpreter and, for communication on other queues, by the backend threads
+  // that run it); nullptr (the default) records nothing and reads no clock.
+  void setTimeline(Timeline* timeline);
+  // Checking mode of asynchronous plans (`--check-async`, see above); off by default. Set before a step.
+  void setCheckAsync(bool on) { checkAsync_ = on; }
 
   // Channels create() made: one per distinct group of the program's collectives.
   size_t numChannels() const { return numChannels_; }
@@ -148,8 +175,29 @@ private:
   int64_t stagingElems(const Op& op) const;
   void traceOp(const BoundOp& bound);
   MemoryStats finishTrace() const;
-  Status runCollective(const BoundOp& bound);
-  Status runPointToPoint(const BoundOp& bound, int64_t microbatch);
+  // A communication op started with a token and not yet waited for (see above).
+  struct InFlight {
+    const BoundOp* op = nullptr;
+    size_t subroutine = 0, opIndex = 0;
+    int64_t step = 0, microbatch = -1;
+    std::vector<CollectiveHandle> handles;  // issued on streams_[op->op->queue]
+    bool deferred = false;                  // checking mode: not run yet
+    std::vector<std::vector<std::byte>> saved;  // checking mode: the in-place buffers' values at the start
+  };
+  // Issues the op's backend calls on `stream` (one all-reduce per buffer of x), recording their
+  // interval on the queue's lane when the queue is not compute; appends the handles without waiting.
+  Status issueCommunication(const BoundOp& bound, size_t queue, int64_t microbatch, size_t subroutine, int64_t step,
+                            std::vector<CollectiveHandle>* handles);
+  // A communication op run to completion on queue `queue` (ordered after compute work) before the next op.
+  Status runCommunication(const BoundOp& bound, int64_t microbatch, size_t subroutine, int64_t step);
+  // Later work on stream `queue` waits for everything issued on compute so far.
+  Status orderAfterCompute(size_t queue);
+  Status startAsync(const BoundOp& bound, size_t subroutine, size_t opIndex, int64_t step, int64_t microbatch);
+  Status waitToken(const BoundOp& wait, size_t subroutine, int64_t step, int64_t microbatch);
+  // Checking mode: runs the deferred ops of `queue` in start order up to and including `token`.
+  Status runDeferred(size_t queue, int64_t token);
+  void traceWait(const BoundOp& started);
+  void abandonInFlight();
   Status runOp(const BoundOp& bound, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data);
   Status execute(const BoundOp& bound, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data);
   std::string where(size_t subroutine, size_t opIndex) const;
@@ -168,6 +216,14 @@ private:
   Timeline* timeline_ = nullptr;  // --trace; not owned
   int64_t action_ = -1;           // the action runStep is running; -1 outside a step
   size_t numChannels_ = 0;
+  size_t subroutine_ = 0;         // the subroutine runSubroutine is running
+  // Asynchronous plans: one stream per queue of the program (streams_[0] = stream_, the compute
+  // queue) and an event per queue to order it after compute; the tokens in flight.
+  std::vector<Stream> streams_;
+  std::vector<Event> queueEvents_;
+  std::map<int64_t, InFlight> inFlight_;
+  bool checkAsync_ = false;
+  std::vector<std::vector<int64_t>> deferred_;  // checking mode: per queue, started tokens not yet run
 };
 
 }  // namespace llcdist::rt

@@ -18,9 +18,9 @@ namespace llcdist::rt {
 
 // Whether ops of `kind` run as a backend kernel launch (Backend::launch), so that every backend's
 // kernel table needs an entry for them: all but the collectives and send / recv (the backend's
-// communication calls) and load_microbatch (a host copy by the interpreter).
+// communication calls), load_microbatch (a host copy by the interpreter) and wait (a stream wait).
 constexpr bool launchesKernel(schema::OpKind kind) {
-  return !schema::isCollective(kind) && !schema::isPointToPoint(kind) && kind != schema::OpKind::kLoadMicrobatch;
+  return !schema::communicates(kind) && kind != schema::OpKind::kLoadMicrobatch && kind != schema::OpKind::kWait;
 }
 
 struct KernelCall {

@@ -5,7 +5,9 @@
 // (every buffer reference resolves, every buffer lies inside the arena at an aligned offset with
 // bytes = numel·sizeof(dtype), every op has exactly its roles with the right dtypes and element
 // counts, no op's written argument overlaps another argument except where PlanSchema allows an exact
-// alias, every action names a subroutine and a valid microbatch; every param placement names param/grad
+// alias, every action names a subroutine and a valid microbatch; asynchronous plans: every op's queue
+// is listed and every token obeys the token rules over the step's execution order, so a run never
+// waits for a token nobody started; every param placement names param/grad
 // buffers of its program (of the shapes its sharding and ZeRO stage imply); pipeline plans have one program per stage with exactly that stage's ranks,
 // and every send/recv peer is a coordinate of its axis), or an error whose message names the
 // file and the JSON path ("program-0.json: subroutines[1].ops[3].args.w: ...") and what is wrong. It
@@ -172,6 +174,12 @@ struct Op {
   std::vector<std::vector<int64_t>> args;
   std::map<std::string, AttrValue> attrs;  // validated: names and types as in PlanSchema
   std::string loc;                         // provenance ("" when absent)
+  // Feature "async" (docs/plan-format.md "Asynchronous plans"): the op's queue, an index into
+  // Program::queues (0: "compute", the default); and its token: on a communication op, >= 0 starts it
+  // asynchronously (-1: synchronous); on a wait, the token it waits for.
+  int64_t queue = 0;
+  int64_t token = -1;
+  bool startsAsync() const { return token >= 0 && kind != schema::OpKind::kWait; }
 
   // Typed attribute access; the loader guarantees presence and type of required attrs.
   int64_t intAttr(const std::string& name, int64_t dflt = 0) const;
@@ -201,6 +209,8 @@ struct Action {
 struct Program {
   std::string file;  // as listed in the manifest
   int64_t arenaBytes = 0;
+  // "queues" (feature "async"): unique names, the first kComputeQueue; absent: just kComputeQueue.
+  std::vector<std::string> queues = {std::string(schema::kComputeQueue)};
   std::vector<BufferDesc> buffers;  // buffers[i].id == i
   std::vector<Subroutine> subroutines;
   std::vector<Action> actions;

@@ -28,11 +28,17 @@ inline constexpr int64_t kArenaAlignment = 64;        // every buffer offset is 
 //   "vocab_padding": the embedding / LM-head rows padded past the real vocabulary (Megatron's
 //               --make-vocab-size-divisible-by; docs/plan-format.md "Vocabulary padding"):
 //               model.padded_vocab_size, params[].vocab_padded, cross_entropy_* attr real_vocab.
+//   "async":    asynchronous communication (docs/plan-format.md "Asynchronous plans"): program
+//               "queues", op fields "queue" and "token", the wait op.
 inline constexpr std::string_view kPipelineFeature = "pipeline";
 inline constexpr std::string_view kZeroFeature = "zero";
 inline constexpr std::string_view kVocabPaddingFeature = "vocab_padding";
-inline constexpr std::array<std::string_view, 3> kKnownFeatures = {kPipelineFeature, kZeroFeature,
-                                                                   kVocabPaddingFeature};
+inline constexpr std::string_view kAsyncFeature = "async";
+inline constexpr std::array<std::string_view, 4> kKnownFeatures = {kPipelineFeature, kZeroFeature,
+                                                                   kVocabPaddingFeature, kAsyncFeature};
+// Asynchronous plans: the first queue of every program (kernels and load_microbatch run on it; a
+// program without "queues" has only it).
+inline constexpr std::string_view kComputeQueue = "compute";
 // ZeRO stages a param's "zero" may name (params[].zero.stage): 1 optimizer state, 2 + gradients, 3 +
 // parameters (the param's buffer holds only this rank's block).
 inline constexpr int64_t kMinZeroStage = 1;
@@ -131,8 +137,9 @@ enum class OpKind {
   kSend, kRecv,
   kCast,
   kShardSlice,
+  kWait,
 };
-inline constexpr size_t kNumOpKinds = size_t(OpKind::kShardSlice) + 1;
+inline constexpr size_t kNumOpKinds = size_t(OpKind::kWait) + 1;
 
 // one id; one id or absent; a non-empty [ids]; a non-empty [ids] or absent
 enum class ArgArity { kOne, kOptional, kList, kOptionalList };
@@ -351,6 +358,8 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kRecv, "recv", detail::kRecvArgs, detail::kP2PAttrs),
     detail::op(OpKind::kCast, "cast", detail::kCastArgs, detail::kNAttrs),
     detail::op(OpKind::kShardSlice, "shard_slice", detail::kShardSliceArgs, detail::kShardSliceAttrs),
+    // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
+    OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},
 }};
 
 constexpr const OpSpec& opSpec(OpKind k) { return kOpSpecs[size_t(k)]; }
@@ -369,6 +378,9 @@ constexpr bool isCollective(OpKind k) {
 // True for the point-to-point ops (send, recv) of pipeline plans: executed through the backend's
 // send/recv, not as kernel launches.
 constexpr bool isPointToPoint(OpKind k) { return k == OpKind::kSend || k == OpKind::kRecv; }
+// The ops that communicate (collectives and point-to-point): the only ops that may carry a "token"
+// (started asynchronously) or run on a queue other than "compute" (feature "async").
+constexpr bool communicates(OpKind k) { return isCollective(k) || isPointToPoint(k); }
 // True for the ops whose kernels read and write bf16 buffers themselves (`cast`, `zero`, and
 // load_microbatch, which has no float role). For every other op the runtime converts each bf16
 // argument of a float role to an f32 temporary before the op (roles read or read-written), runs the

@@ -5,10 +5,13 @@
 // Recording: an Interpreter with a Timeline (Interpreter::setTimeline) reads the steady clock before
 // and after each op that launches a kernel (lane compute; a bf16 op's conversions included) or
 // communicates (collectives and send / recv; lane communication, the wait included, since execution
-// is synchronous today); load_microbatch is not recorded. The all-reduces that grad_norm with sharded
+// is synchronous), load_microbatch is not recorded. Asynchronous plans: communication on queue q >= 1
+// is recorded with its real interval (start..end of the communicator call) by the backend thread that
+// runs it, on lane tid q named after the queue; a wait op is recorded on the compute lane only when it
+// blocked. The all-reduces that grad_norm with sharded
 // inputs and the vocabulary-parallel cross entropy make inside their kernels are part of those kernels'
 // compute intervals. Without a Timeline no clock is read. One
-// Timeline belongs to one rank and is written only by that rank's thread: no lock on the hot path.
+// Timeline belongs to one rank; a mutex serializes the rank's thread and its backend's workers.
 //
 // File (writeChromeTrace): {"displayTimeUnit": "ms", "traceEvents": [...]}; metadata events name
 // each process "rank R" (pid = global rank) and its two threads (tid 0 "compute", tid 1
@@ -23,6 +26,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +43,10 @@ struct TimelineEvent {
   const std::string* loc;          // the op's provenance; owned by the plan, which outlives the trace
   const std::string* subroutine;   // the subroutine's name; owned by the plan
   int64_t step, microbatch, action;
+  // The queue (index into the program's queues, feature "async") of a communication event: 0 is
+  // synchronous communication of the compute queue, on lane tid 1 as before; queue q >= 1 is on lane
+  // tid q, named after the queue.
+  int queue = 0;
 };
 
 class Timeline {
@@ -46,11 +55,21 @@ public:
   static int64_t nowNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   }
-  void record(const TimelineEvent& e) { events_.push_back(e); }
+  // Thread-safe: the rank's thread and its backend's worker threads record into one timeline.
+  void record(const TimelineEvent& e) {
+    std::lock_guard<std::mutex> lock(*mu_);
+    events_.push_back(e);
+  }
+  // Read once recording is over (after the run).
   const std::vector<TimelineEvent>& events() const { return events_; }
+  // The program's queues, which name the communication lanes (Interpreter::setTimeline sets them).
+  void setQueues(std::vector<std::string> queues) { queues_ = std::move(queues); }
+  const std::vector<std::string>& queues() const { return queues_; }
 
 private:
+  std::unique_ptr<std::mutex> mu_ = std::make_unique<std::mutex>();  // a pointer: Timeline stays movable
   std::vector<TimelineEvent> events_;
+  std::vector<std::string> queues_;
 };
 
 // The Chrome trace of every rank's timeline (ranks[r] is global rank r's; null: a rank with none),

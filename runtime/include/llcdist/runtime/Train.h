@@ -67,6 +67,8 @@
 //    at the end of a successful run (after saveParams) DIR/trace.json holds all ranks' timelines as one
 //    Chrome trace (pid = rank), written atomically. DIR must be an existing, writable directory:
 //    checked before any step runs (the error names --trace); a failed run writes no trace.
+//  - checkAsync: the checking mode of asynchronous plans (Interpreter.h; --check-async): started ops
+//    run at their waits, their outputs NaN-poisoned until then; no effect on a synchronous plan.
 //  - Determinism: the CPU backend pins OpenBLAS to one thread and collectives reduce in member order,
 //    so the same options give bitwise identical losses and parameters, whatever the thread scheduling.
 #pragma once
@@ -90,6 +92,9 @@ struct RunOptions {
   std::string saveParams;  // safetensors to export ("" = none)
   std::string logJson;     // JSON Lines log ("" = none)
   std::string traceDir;    // measured timeline: DIR/trace.json after the run ("" = none; Timeline.h)
+  // --check-async: asynchronous ops run only at their waits, their outputs poisoned until then
+  // (Interpreter.h, docs/plan-format.md "Asynchronous plans").
+  bool checkAsync = false;
   bool quiet = false;
   bool progressIsTty = false;  // rewrite one progress line with '\r'
   double collectiveTimeoutSeconds = 300.0;  // a rank waiting longer in one collective fails the run

@@ -106,21 +106,6 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
                        *axis, x.numel(), collectiveDtype(op));
             break;
           }
-          case schema::OpKind::kCrossEntropyFwd:
-          case schema::OpKind::kCrossEntropyBwd:
-            if (auto axis = axisOf(std::string(schema::kShardAxisAttr)))
-              collective(std::string(schema::opName(op.kind)), *axis, op.intAttr("M"), "f64");
-            break;
-          case schema::OpKind::kGradNorm:
-            if (auto axis = axisOf("axis"))
-              collective("grad_norm.axis", *axis, 1, "f64");
-            if (op.attrs.count(std::string(schema::kStageAxisAttr)))
-              // One axis or a comma-separated list, all-reduced in turn.
-              if (auto axes = rt::parseMeshAxisList(op.stringAttr(std::string(schema::kStageAxisAttr))))
-                for (rt::MeshAxis a : *axes)
-                  if (mesh.axisSize(a) > 1)
-                    collective("grad_norm.stage_axis", a, 1, "f64");
-            break;
           case schema::OpKind::kSend:
           case schema::OpKind::kRecv: {
             auto axis = rt::parseMeshAxis(op.stringAttr("axis"));

@@ -138,7 +138,7 @@ int64_t Interpreter::stagingElems(const Op& op) const {
   std::vector<int64_t> seen;
   int64_t n = 0;
   for (size_t r = 0; r < op.args.size() && r < spec.numArgs; ++r) {
-    if (spec.args[r].type != sc::ArgType::kF32) continue;
+    if (!sc::isFloatRole(spec.args[r].type)) continue;
     for (int64_t id : op.args[r]) {
       const BufferDesc& b = program_->buffers[size_t(id)];
       if (b.dtype != sc::ElemType::kBF16 || std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
@@ -193,7 +193,7 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
     std::vector<int64_t> order;  // first-appearance order, for deterministic conversion order
     float* next = staging_.data();
     for (size_t r = 0; r < op.args.size(); ++r) {
-      if (spec.args[r].type != sc::ArgType::kF32) continue;
+      if (!sc::isFloatRole(spec.args[r].type)) continue;
       const sc::ArgAccess access = op.access(r);
       for (size_t k = 0; k < op.args[r].size(); ++k) {
         const int64_t id = op.args[r][k];
@@ -251,8 +251,11 @@ Status Interpreter::issueCommunication(const BoundOp& b, size_t queue, int64_t m
   using K = sc::OpKind;
   if (c.kind == K::kAllReduce) {
     for (size_t k = 0; k < c.args[0].size(); ++k) {
+      // An f64 buffer (a kernel's partial reduction: grad_norm_sq, cross_entropy_max / _sums) is reduced in
+      // f64; the others in the op's dtype.
+      const CommDType dtype = c.type(0, k) == sc::ElemType::kF64 ? CommDType::kF64 : p->dtype;
       LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->allReduceAsync(stream, c.args[0][k], c.argElems[0][k],
-                                                                            p->dtype, p->reduceOp, b.channel));
+                                                                            dtype, p->reduceOp, b.channel));
       handles->push_back(h);
     }
   } else {

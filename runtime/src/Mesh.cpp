@@ -9,18 +9,6 @@ namespace llcdist::rt {
 
 std::string_view meshAxisName(MeshAxis a) { return schema::kMeshAxes[size_t(a)]; }
 
-std::optional<std::vector<MeshAxis>> parseMeshAxisList(std::string_view names) {
-  std::vector<MeshAxis> axes;
-  for (size_t begin = 0; begin <= names.size();) {
-    size_t end = std::min(names.find(',', begin), names.size());
-    auto axis = parseMeshAxis(names.substr(begin, end - begin));
-    if (!axis) return std::nullopt;
-    axes.push_back(*axis);
-    begin = end + 1;
-  }
-  return axes;
-}
-
 std::optional<MeshAxis> parseMeshAxis(std::string_view name) {
   for (size_t i = 0; i < schema::kMeshAxes.size(); ++i)
     if (schema::kMeshAxes[i] == name) return MeshAxis(i);

@@ -102,13 +102,22 @@ Status parseId(const Doc& doc, const json& v, const std::string& path, const Pro
                                std::to_string(prog.buffers.size()) + " buffers, ids 0.." +
                                std::to_string(int64_t(prog.buffers.size()) - 1) + ")");
   const BufferDesc& b = prog.buffers[size_t(*id)];
-  // Float roles take f32 or bf16 (bf16 storage, fp32 arithmetic); ids and targets i32; `zero` anything.
-  const bool ok = spec.type == sc::ArgType::kAny || (spec.type == sc::ArgType::kF32 && sc::isFloatType(b.dtype)) ||
-                  (spec.type == sc::ArgType::kI32 && b.dtype == sc::ElemType::kI32);
+  // Float roles take f32 or bf16 (bf16 storage, fp32 arithmetic); ids and targets i32; f64 only the
+  // partial reductions (f64 roles and all_reduce's x); `zero` anything.
+  const bool isF64 = b.dtype == sc::ElemType::kF64;
+  bool ok = false;
+  const char* needs = "";
+  switch (spec.type) {
+    case sc::ArgType::kAny: ok = true; break;
+    case sc::ArgType::kF32: ok = sc::isFloatType(b.dtype), needs = "f32 or bf16"; break;
+    case sc::ArgType::kI32: ok = b.dtype == sc::ElemType::kI32, needs = "i32"; break;
+    case sc::ArgType::kF64: ok = isF64, needs = "f64"; break;
+    case sc::ArgType::kF32OrF64: ok = sc::isFloatType(b.dtype) || isF64, needs = "f32, bf16 or f64"; break;
+  }
   if (!ok)
     return doc.error(path, "buffer " + std::to_string(*id) + " (\"" + b.name + "\") is " +
                                std::string(sc::elemTypeName(b.dtype)) + " but role \"" + std::string(spec.role) +
-                               "\" needs " + (spec.type == sc::ArgType::kI32 ? "i32" : "f32 or bf16"));
+                               "\" needs " + needs);
   return Status::ok();
 }
 

@@ -23,8 +23,10 @@ namespace sc = schema;
 struct Host {
   std::map<std::string, std::vector<std::vector<float>>> f;
   std::map<std::string, std::vector<std::vector<int32_t>>> i;
+  std::map<std::string, std::vector<std::vector<double>>> d;  // f64 roles (always f64, also under bf16)
   float* F(const std::string& role, size_t k = 0) { return f.at(role).at(k).data(); }
   int32_t* I(const std::string& role) { return i.at(role).at(0).data(); }
+  double* D(const std::string& role) { return d.at(role).at(0).data(); }
 };
 
 struct Case {
@@ -191,29 +193,55 @@ std::vector<Case> cases() {
       {"cross_entropy_bwd", {{"logits", {15}}, {"targets", {3}}, {"dlogits", {15}}}, {{"M", 3}, {"V", 5}, {"scale", 0.1}},
        [](Host& h) { ASSERT_TRUE(crossEntropyBackward(h.F("logits"), h.I("targets"), h.F("dlogits"), 3, 5, 0.1f).isOk()); },
        5},
-      // Vocabulary-parallel cross entropy over a single-rank axis: the unsharded kernels, bit for bit.
-      {"cross_entropy_fwd", {{"logits", {15}}, {"targets", {3}}, {"loss", {1}}},
+      // Vocabulary-parallel cross entropy over a single-rank axis: the local steps of the decomposition
+      // (the plan's all-reduces between them are collectives, not part of any kernel).
+      {"cross_entropy_max", {{"logits", {15}}, {"targets", {3}}, {"row_max", {3}}}, {{"M", 3}, {"V", 5}, {"shard_axis", "tp"}},
+       [](Host& h) { ASSERT_TRUE(crossEntropyShardMax(h.F("logits"), h.I("targets"), h.D("row_max"), 3, 5, {0, 1}).isOk()); },
+       5},
+      {"cross_entropy_sums", {{"logits", {15}}, {"targets", {3}}, {"row_max", {3}}, {"row_sums", {6}}},
+       {{"M", 3}, {"V", 5}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(
+             crossEntropyShardSums(h.F("logits"), h.I("targets"), h.D("row_max"), h.D("row_sums"), 3, 5, {0, 1}).isOk());
+       },
+       5},
+      {"cross_entropy_fwd", {{"logits", {15}}, {"targets", {3}}, {"loss", {1}}, {"row_max", {3}}, {"row_sums", {6}}},
        {{"M", 3}, {"V", 5}, {"scale", 0.5}, {"shard_axis", "tp"}},
        [](Host& h) {
          double mean = 0;
-         ASSERT_TRUE(crossEntropyForward(h.F("logits"), h.I("targets"), nullptr, &mean, 3, 5).isOk());
+         ASSERT_TRUE(crossEntropyForwardVocabParallel(h.D("row_max"), h.D("row_sums"), &mean, 3).isOk());
          h.F("loss")[0] += float(0.5 * mean);
        },
-       5},
-      {"cross_entropy_bwd", {{"logits", {15}}, {"targets", {3}}, {"dlogits", {15}}},
-       {{"M", 3}, {"V", 5}, {"scale", 0.1}, {"shard_axis", "dp"}},
-       [](Host& h) { ASSERT_TRUE(crossEntropyBackward(h.F("logits"), h.I("targets"), h.F("dlogits"), 3, 5, 0.1f).isOk()); },
-       5},
+       5, {"row_sums"}},
+      {"cross_entropy_bwd", {{"logits", {15}}, {"targets", {3}}, {"dlogits", {15}}, {"row_max", {3}}, {"row_sums", {6}}},
+       {{"M", 3}, {"V", 5}, {"scale", 0.1}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(crossEntropyBackwardVocabParallel(h.F("logits"), h.I("targets"), h.D("row_max"), h.D("row_sums"),
+                                                       h.F("dlogits"), 3, 5, 0.1f, {0, 1})
+                         .isOk());
+       },
+       5, {"row_sums"}},
       {"grad_norm", {{"grads", {5, 7}}, {"norm", {1}}}, {{"max_norm", 0.5}},
        [](Host& h) {
          h.F("norm")[0] = float(clipGradNorm({{h.F("grads", 0), 5}, {h.F("grads", 1), 7}}, 0.5));
        }},
-      // Sharded gradients over a single-rank axis: the norm counts both lists, clipping scales both.
-      {"grad_norm", {{"grads", {5}}, {"norm", {1}}, {"sharded", {7, 3}}}, {{"max_norm", 0.5}, {"axis", "tp"}},
+      // The split norm's local steps: the partial squared norm (replica shards counted on member 0 of
+      // each replica group; rank 0 is), then the norm of the (here not reduced) total and the clip.
+      {"grad_norm_sq", {{"grads", {5, 7}}, {"replica_shards", {3}}, {"add", {1}}, {"sq", {1}}},
+       {{"replicas", 2}, {"replica_axis", "tp"}},
        [](Host& h) {
-         h.F("norm")[0] =
-             float(clipGradNorm({{h.F("grads", 0), 5}, {h.F("sharded", 0), 7}, {h.F("sharded", 1), 3}}, 0.5));
-       }},
+         h.D("sq")[0] = gradNormPartial({{h.F("grads", 0), 5}, {h.F("grads", 1), 7}}, {{h.F("replica_shards"), 3}},
+                                        true, h.D("add")[0]);
+       },
+       8, {"add"}, "adamw", /*tp=*/2},
+      {"grad_norm_clip", {{"sq", {1}}, {"grads", {5, 7}}, {"norm", {1}}}, {{"max_norm", 0.5}},
+       [](Host& h) {
+         h.F("norm")[0] = float(gradNormFinish(h.D("sq")[0], 0.5, {}));
+         const float coef = clipCoefficient(std::sqrt(h.D("sq")[0]), 0.5);
+         if (coef < 1.0f)
+           for (auto& g : h.f["grads"]) scaleInPlace(g.data(), int64_t(g.size()), coef);
+       },
+       8, {"sq"}},
       // Collectives over single-rank groups (the plan's mesh is 1×1×1): all_reduce is the identity,
       // all_gather and reduce_scatter copy x to y.
       {"all_reduce", {{"x", {5, 3}}}, {{"axis", "dp"}, {"op", "avg"}}, [](Host&) {}},
@@ -255,18 +283,23 @@ void runCase(const Case& c, uint32_t seed, bool bf16 = false) {
   testing::PlanBuilder b(/*vocab=*/8, /*seqLen=*/3, /*microBatch=*/2, /*microbatches=*/2, c.optimizer);
   json args = json::object();
   Host host;
-  std::vector<std::tuple<int64_t, std::string, size_t, bool>> bufs;  // id, role, k, is i32
+  std::vector<std::tuple<int64_t, std::string, size_t, bool, bool>> bufs;  // id, role, k, is i32, is f64
   for (const auto& [role, counts] : c.roles) {
     const int ai = sc::argIndex(*kind, role);
     ASSERT_GE(ai, 0) << role;
     const sc::ArgSpec& spec = sc::opSpec(*kind).args[size_t(ai)];
-    const bool i32 = spec.type == sc::ArgType::kI32;
+    const bool i32 = spec.type == sc::ArgType::kI32, f64 = spec.type == sc::ArgType::kF64;
     json ids = json::array();
     for (size_t k = 0; k < counts.size(); ++k) {
-      const int64_t id = b.buffer(role + std::to_string(k), "activation", {counts[k]}, i32 ? "i32" : bf16 ? "bf16" : "f32");
+      const int64_t id = b.buffer(role + std::to_string(k), "activation", {counts[k]},
+                                  i32 ? "i32" : f64 ? "f64" : bf16 ? "bf16" : "f32");
       ids.push_back(id);
-      bufs.emplace_back(id, role, k, i32);
-      if (i32) {
+      bufs.emplace_back(id, role, k, i32, f64);
+      if (f64) {
+        std::vector<double> v;
+        for (float x : testing::randn(counts[k], seed++)) v.push_back(c.positive.count(role) ? std::abs(double(x)) : x);
+        host.d[role].push_back(std::move(v));
+      } else if (i32) {
         host.i[role].push_back(testing::randIds(counts[k], c.idRange, seed++));
       } else {
         std::vector<float> v = testing::randn(counts[k], seed++);
@@ -300,8 +333,10 @@ void runCase(const Case& c, uint32_t seed, bool bf16 = false) {
   auto backend = makeCpuBackend(bo);
   auto interp = Interpreter::create(plan, 0, *backend, c.rank);
   ASSERT_TRUE(interp.isOk()) << interp.status().message();
-  for (const auto& [id, role, k, i32] : bufs)
-    ASSERT_TRUE((i32 ? (*interp)->writeBuffer(id, host.i[role][k].data()) : (*interp)->writeF32(id, host.f[role][k].data()))
+  for (const auto& [id, role, k, i32, f64] : bufs)
+    ASSERT_TRUE((f64   ? (*interp)->writeBuffer(id, host.d[role][k].data())
+                 : i32 ? (*interp)->writeBuffer(id, host.i[role][k].data())
+                       : (*interp)->writeF32(id, host.f[role][k].data()))
                     .isOk());
   Status s = (*interp)->runSubroutine(0, kStep, kMicro, kLr, fillBatch);
   ASSERT_TRUE(s.isOk()) << s.message();
@@ -310,18 +345,20 @@ void runCase(const Case& c, uint32_t seed, bool bf16 = false) {
     for (auto& [role, vs] : host.f)
       for (auto& v : vs)
         for (float& x : v) x = roundToBf16(x);
-    for (const auto& [id, role, k, i32] : bufs) {
-      if (i32) continue;
+    for (const auto& [id, role, k, i32, f64] : bufs) {
+      if (i32 || f64) continue;
       const std::vector<float> got = (*interp)->readF32(id).value();
       EXPECT_EQ(std::memcmp(got.data(), host.f[role][k].data(), got.size() * 4), 0) << "role " << role << "[" << k << "]";
     }
     return;
   }
-  for (const auto& [id, role, k, i32] : bufs) {
+  for (const auto& [id, role, k, i32, f64] : bufs) {
     const BufferDesc& d = plan.programs[0].buffers[size_t(id)];
     std::vector<char> got(size_t(d.bytes));
     ASSERT_TRUE((*interp)->readBuffer(id, got.data()).isOk());
-    const void* want = i32 ? (const void*)host.i[role][k].data() : host.f[role][k].data();
+    const void* want = f64 ? (const void*)host.d[role][k].data()
+                       : i32 ? (const void*)host.i[role][k].data()
+                             : host.f[role][k].data();
     EXPECT_EQ(std::memcmp(got.data(), want, got.size()), 0) << "role " << role << "[" << k << "]";
   }
 }

@@ -253,8 +253,8 @@ TEST_F(MultiRankTrainTest, OneFailingRankFailsTheRunWithItsError) {
     EXPECT_NE(s.message().find(part), std::string::npos) << part << " in: " << s.message();
 }
 
-// The collective ops and grad_norm's sharded list through interpreters on a tp=2 mesh (dp=2, rank
-// order dp fastest, so tp groups are {0, 2} and {1, 3}).
+// The collective ops and the split gradient norm (grad_norm_sq, an f64 all_reduce, grad_norm_clip)
+// through interpreters on a tp=2 mesh (dp=2, rank order dp fastest, so tp groups are {0, 2} and {1, 3}).
 TEST_F(MultiRankTrainTest, InterpreterRunsCollectivesOverTheOpsAxisGroup) {
   testing::PlanBuilder b(8, 3, 2, 1);
   setMesh(b, 2, 2, {"dp", "tp", "pp"});
@@ -264,7 +264,11 @@ TEST_F(MultiRankTrainTest, InterpreterRunsCollectivesOverTheOpsAxisGroup) {
   b.op("s", "all_gather", {{"x", x}, {"y", y}}, {{"axis", "tp"}, {"outer", 2}, {"inner", 3}});
   b.op("s", "reduce_scatter", {{"x", y}, {"y", rs}}, {{"axis", "tp"}, {"outer", 2}, {"inner", 3}, {"op", "sum"}});
   b.op("s", "all_reduce", {{"x", {ar}}}, {{"axis", "dp"}, {"op", "max"}});
-  b.op("s", "grad_norm", {{"grads", {g}}, {"sharded", {gs}}, {"norm", norm}}, {{"max_norm", 1.0}, {"axis", "tp"}});
+  const int64_t sharded = b.buffer("sharded_sq", "scratch", {1}, "f64"), sq = b.buffer("sq", "scratch", {1}, "f64");
+  b.op("s", "grad_norm_sq", {{"grads", {gs}}, {"sq", sharded}});
+  b.op("s", "all_reduce", {{"x", {sharded}}}, {{"axis", "tp"}, {"op", "sum"}});
+  b.op("s", "grad_norm_sq", {{"grads", {g}}, {"add", sharded}, {"sq", sq}});
+  b.op("s", "grad_norm_clip", {{"sq", sq}, {"grads", {g, gs}}, {"norm", norm}}, {{"max_norm", 1.0}});
   b.action("s");
   Plan plan;
   auto m = parseManifest(b.manifest.dump(), "manifest.json");

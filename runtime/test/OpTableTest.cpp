@@ -139,7 +139,6 @@ TEST(OpBinderTest, ShardedFamiliesGetTheRanksSlice) {
   ASSERT_TRUE(loss.vocabShard.has_value());
   EXPECT_EQ(loss.vocabShard->index, 2);
   EXPECT_EQ(loss.vocabShard->count, 4);
-  EXPECT_EQ(loss.group, (std::vector<int>{4, 5, 6, 7}));
   EXPECT_EQ(loss.realVocab, 30);
   EXPECT_EQ(loss.scale, 0.5);
 
@@ -148,16 +147,16 @@ TEST(OpBinderTest, ShardedFamiliesGetTheRanksSlice) {
   ASSERT_TRUE(pos.isOk());
   EXPECT_EQ(std::get<EmbeddingParams>(*pos).posBegin, 32);  // c·S, c = 2
 
-  auto norm = bindFor(sc::OpKind::kGradNorm, {{"max_norm", 1.0}, {"axis", std::string("tp")}, {"replicas", int64_t(2)},
-                                              {"stage_axis", std::string("dp,pp")}}, 6);
+  // grad_norm_sq's replica shards: the member index on replica_axis (no group: kernels never communicate).
+  auto norm = bindFor(sc::OpKind::kGradNormSq, {{"replica_axis", std::string("tp")}, {"replicas", int64_t(2)}}, 6);
   ASSERT_TRUE(norm.isOk());
   const auto& g = std::get<OptimizerParams>(*norm);
-  EXPECT_EQ(g.group, (std::vector<int>{4, 5, 6, 7}));
   EXPECT_EQ(g.member, 2);
   EXPECT_EQ(g.replicas, 2);
-  ASSERT_EQ(g.stageGroups.size(), 2u);
-  EXPECT_EQ(g.stageGroups[0], (std::vector<int>{2, 6}));
-  EXPECT_EQ(g.stageGroups[1], (std::vector<int>{6}));
+  auto stats = bindFor(sc::OpKind::kCrossEntropyMax, {{"M", int64_t(4)}, {"V", int64_t(8)}, {"shard_axis", std::string("tp")}}, 6);
+  ASSERT_TRUE(stats.isOk());
+  ASSERT_TRUE(std::get<LossParams>(*stats).vocabShard.has_value());
+  EXPECT_EQ(std::get<LossParams>(*stats).vocabShard->index, 2);
 }
 
 std::string readDoc() {

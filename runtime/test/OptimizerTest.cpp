@@ -111,6 +111,53 @@ TEST(ClipTest, GlobalNormAndClipping) {
                    std::pow(globalGradNorm(grads), 2));
 }
 
+// The split norm's local steps (grad_norm_sq / grad_norm_clip) against a direct computation: a flat
+// long-double sum of squares over every counted element (a different association, so within a
+// relative 1e-14), the replica rule, the added partial sum, and the clip.
+TEST(ClipTest, SplitNormPartialAndFinishMatchADirectComputation) {
+  std::vector<float> a = randn(37, 1), b = randn(5, 2), r = randn(11, 3);
+  const std::vector<GradSpan> grads = {{a.data(), 37}, {b.data(), 5}}, replicas = {{r.data(), 11}};
+  long double want = 0;
+  for (const std::vector<float>* v : {&a, &b})
+    for (float x : *v) want += (long double)x * x;
+  long double wantReplicas = want;
+  for (float x : r) wantReplicas += (long double)x * x;
+  EXPECT_NEAR(gradNormPartial(grads, replicas, false, 0.0), double(want), 1e-14 * double(want));
+  EXPECT_NEAR(gradNormPartial(grads, replicas, true, 0.0), double(wantReplicas), 1e-14 * double(wantReplicas));
+  // `add` (the all-reduced partial sum of the split gradients) is added last: exactly s + add.
+  const double s = gradNormPartial(grads, {}, false, 0.0);
+  EXPECT_EQ(gradNormPartial(grads, {}, false, 2.5), s + 2.5);
+  EXPECT_EQ(gradNormPartial({}, {}, false, 0.0), 0.0);  // a stage without counted gradients
+  // Finish: sqrt, and the clip of every list by min(1, max / (norm + 1e-6)) only when it is < 1.
+  std::vector<float> x = {3.0f, 4.0f}, y = {12.0f};
+  const std::vector<GradSpan> xs = {{x.data(), 2}}, ys = {{y.data(), 1}};
+  EXPECT_DOUBLE_EQ(gradNormFinish(169.0, 0.0, {&xs, &ys}), 13.0);  // max_norm 0: no clip
+  EXPECT_EQ(x, (std::vector<float>{3.0f, 4.0f}));
+  EXPECT_DOUBLE_EQ(gradNormFinish(169.0, 20.0, {&xs, &ys}), 13.0);  // coefficient >= 1: unchanged
+  EXPECT_EQ(y[0], 12.0f);
+  EXPECT_DOUBLE_EQ(gradNormFinish(169.0, 6.5, {&xs, &ys}), 13.0);
+  const float coef = float(6.5 / (13.0 + 1e-6));
+  EXPECT_EQ(x, (std::vector<float>{3.0f * coef, 4.0f * coef}));
+  EXPECT_EQ(y[0], 12.0f * coef);
+}
+
+// The split over shards reproduces the one-rank norm: grad_norm_sq per shard, their member-order sum
+// (the all_reduce), the replicated part added, then the finish, against clipGradNorm over everything.
+TEST(ClipTest, SplitNormOverShardsIsTheWholeNorm) {
+  std::vector<float> rep = randn(9, 4), s0 = randn(16, 5), s1 = randn(16, 6);
+  std::vector<float> rep2 = rep, s02 = s0, s12 = s1;
+  const double whole = clipGradNorm({{rep2.data(), 9}, {s02.data(), 16}, {s12.data(), 16}}, 1.0);
+  const double shardSum = gradNormPartial({{s0.data(), 16}}, {}, false, 0.0) +
+                          gradNormPartial({{s1.data(), 16}}, {}, false, 0.0);
+  const double total = gradNormPartial({{rep.data(), 9}}, {}, false, shardSum);
+  const std::vector<GradSpan> r = {{rep.data(), 9}}, a = {{s0.data(), 16}}, b = {{s1.data(), 16}};
+  const double norm = gradNormFinish(total, 1.0, {&r, &a, &b});
+  EXPECT_NEAR(norm, whole, 1e-14 * whole);
+  expectAllClose(rep, rep2, 1e-7, 1e-6, "replicated");
+  expectAllClose(s0, s02, 1e-7, 1e-6, "shard 0");
+  expectAllClose(s1, s12, 1e-7, 1e-6, "shard 1");
+}
+
 TEST(LrScheduleTest, WarmupCosineAndConstant) {
   LrSchedule s;
   s.kind = LrSchedule::Kind::kWarmupCosine;

@@ -1,6 +1,6 @@
 // The plan loader on pipeline plans (docs/plan-format.md "Pipeline plans"): the feature, one program
 // per stage with exactly that stage's ranks, params placed by "placements", send/recv attrs and
-// grad_norm's stage_axis. Every error names the file and the JSON path.
+// the stage norm (grad_norm_sq, all_reduce over pp, grad_norm_clip). Every error names the file and the JSON path.
 #include "PipelineTestUtil.h"
 
 #include "llcdist/runtime/Plan.h"
@@ -91,11 +91,16 @@ TEST_F(PipelinePlanTest, ValidTwoStagePlanLoads) {
     EXPECT_EQ(recv.kind, schema::OpKind::kRecv);
     EXPECT_EQ(recv.intAttr("peer", -1), 0);
     const std::vector<Op>& opt = plan->programs[1].subroutines[3].ops;
-    const auto it = std::find_if(opt.begin(), opt.end(), [](const Op& o) { return o.kind == schema::OpKind::kGradNorm; });
+    const auto it = std::find_if(opt.begin(), opt.end(), [](const Op& o) { return o.kind == schema::OpKind::kGradNormClip; });
     ASSERT_NE(it, opt.end());
+    ASSERT_GE(it - opt.begin(), 2);
     const Op& norm = *it;
-    EXPECT_EQ(norm.stringAttr("stage_axis"), "pp");
-    EXPECT_EQ(norm.argList("grads").empty(), isTied);  // grads is optional with stage_axis
+    const Op& overStages = *(it - 1);  // the squared norm's all_reduce over the stages
+    EXPECT_EQ(overStages.kind, schema::OpKind::kAllReduce);
+    EXPECT_EQ(overStages.stringAttr("axis"), "pp");
+    EXPECT_EQ(overStages.argList("x"), std::vector<int64_t>{norm.arg("sq")});
+    EXPECT_EQ((it - 2)->kind, schema::OpKind::kGradNormSq);
+    EXPECT_EQ(norm.argList("grads").empty(), isTied);  // grads is optional: a stage may count none
     // Stage 0 has no loss buffer: that is fine (only the last stage reports it).
     EXPECT_LT(plan->programs[0].findBuffer("loss"), 0);
   }
@@ -225,16 +230,20 @@ TEST_F(PipelinePlanTest, SendRecvAndStageAxisErrors) {
   expectError([&](auto& p) { recv(p)["attrs"]["axis"] = "ep"; }, {"attrs.axis", "unknown mesh axis \"ep\""});
   expectError([&](auto& p) { recv(p)["args"] = {{"y", kS1Ids}}; }, {"subroutines[1].ops[1].args.y", "i32", "needs f32"});
   expectError([&](auto& p) { recv(p)["args"] = {{"x", 5}}; }, {"args.x", "unknown role for op \"recv\""});
-  // grad_norm (stage 1's optimizer op 0): stage_axis must be an axis; grads may be absent only with
-  // sharded or stage_axis.
+  // The stage norm (stage 1's optimizer ops 0..2: grad_norm_sq, all_reduce over pp, grad_norm_clip).
+  // The in-kernel spelling of earlier plans (grad_norm with stage_axis) is refused; the partial squared
+  // norm is f64 only.
   auto norm = [](MultiProgramPlan& p) -> json& { return p.programs[1].program["subroutines"][3]["ops"][0]; };
-  expectError([&](auto& p) { norm(p)["attrs"]["stage_axis"] = "stage"; },
-              {"program-1.json", "subroutines[3].ops[0].attrs.stage_axis", "unknown mesh axis \"stage\""});
-  expectError(tied(), [&](auto& p) {
-    json& n = p.programs[1].program["subroutines"][3]["ops"][1];
-    ASSERT_EQ(n["op"], "grad_norm");
-    n["attrs"].erase("stage_axis");
-  }, {"subroutines[3].ops[1].args.grads", "missing role \"grads\"", "stage_axis"});
+  expectError([&](auto& p) { norm(p)["attrs"]["stage_axis"] = "pp"; },
+              {"program-1.json", "subroutines[3].ops[0].attrs.stage_axis", "unknown attribute"});
+  expectError([&](auto& p) {
+    json& clip = p.programs[1].program["subroutines"][3]["ops"][2];
+    ASSERT_EQ(clip["op"], "grad_norm_clip");
+    clip["op"] = "grad_norm";
+    clip["args"].erase("sq");
+    clip["attrs"]["stage_axis"] = "pp";
+  }, {"subroutines[3].ops[2].attrs.stage_axis", "unknown attribute", "max_norm"});
+  expectError([&](auto& p) { norm(p)["args"]["sq"] = kS1Ids; }, {"args.sq", "i32", "needs f64"});
   expectError([&](auto& p) { norm(p)["args"]["grads"] = json::array(); }, {"args.grads", "non-empty array"});
 }
 

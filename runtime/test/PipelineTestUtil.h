@@ -31,7 +31,7 @@ struct MultiProgramPlan {
 // As a pipeline (pp = 2, feature "pipeline"): stage 0 holds the embedding and w1 and sends the
 // activation h2 (tag 0) to stage 1, which holds the head, computes the loss and sends back dh2 (tag 1).
 // Each stage runs forward(j), backward(j) for every microbatch j, then its optimizer; grad_norm sums the
-// stages' squared norms over pp (stage_axis). Tied: both stages hold a copy of wte; in the optimizer
+// stages' squared norms over pp (stageNorm). Tied: both stages hold a copy of wte; in the optimizer
 // stage 1 sends its partial gradient (tag 2), stage 0 adds it to its own, counts and clips the sum in
 // its grad_norm and sends the clipped sum back (tag 3), so both copies step identically (unless
 // `syncTied` is false); stage 1's grad_norm then has no grads of its own.
@@ -81,6 +81,16 @@ inline json p2p(const std::string& op, const char* role, int64_t buf, int64_t pe
   return {{"op", op}, {"args", {{role, buf}}}, {"attrs", {{"axis", "pp"}, {"peer", peer}, {"tag", tag}}}};
 }
 
+// A stage's share of the global gradient norm as the compiler emits it: the local f64 squared norm of
+// `grads` (none: 0), its all_reduce sum over pp, then the clip of `grads` with the global norm.
+inline void stageNorm(PlanBuilder& p, const std::vector<int64_t>& grads, int64_t norm, double maxNorm) {
+  const int64_t sq = p.buffer("grad_norm.sq", "scratch", {1}, "f64");
+  json sqArgs = {{"sq", sq}}, clipArgs = {{"sq", sq}, {"norm", norm}};
+  if (!grads.empty()) sqArgs["grads"] = clipArgs["grads"] = grads;
+  p.op("optimizer", "grad_norm_sq", sqArgs);
+  p.op("optimizer", "all_reduce", {{"x", {sq}}}, {{"axis", "pp"}, {"op", "sum"}});
+  p.op("optimizer", "grad_norm_clip", clipArgs, {{"max_norm", maxNorm}});
+}
 }  // namespace detail
 
 // The reference: one program that every rank runs (dp ranks).
@@ -186,8 +196,7 @@ inline MultiProgramPlan tinyLmPipeline(const TinyLm& c) {
     s0.ops("optimizer").push_back(detail::p2p("recv", "y", peerGrad, 1, 2));
     s0.op("optimizer", "accumulate", {{"x", peerGrad}, {"y", wte.grad}}, {{"n", V * H}});
   }
-  s0.op("optimizer", "grad_norm", {{"grads", {wte.grad, w1.grad}}, {"norm", gn0}},
-        {{"max_norm", c.maxNorm}, {"stage_axis", "pp"}});
+  detail::stageNorm(s0, {wte.grad, w1.grad}, gn0, c.maxNorm);
   // The summed and clipped tied gradient goes back to stage 1's copy.
   if (c.tied && c.syncTied) s0.ops("optimizer").push_back(detail::p2p("send", "x", wte.grad, 1, 3));
   s0.ops("optimizer").push_back(detail::sgdOp(wte));
@@ -218,10 +227,8 @@ inline MultiProgramPlan tinyLmPipeline(const TinyLm& c) {
     s1.op("optimizer", "all_reduce", {{"x", {loss}}}, {{"axis", "dp"}, {"op", "avg"}});
   }
   if (c.tied && c.syncTied) s1.ops("optimizer").push_back(detail::p2p("send", "x", lm.grad, 0, 2));
-  if (c.tied)  // the tied gradient is counted (and clipped) on stage 0: no grads of its own here
-    s1.op("optimizer", "grad_norm", {{"norm", gn1}}, {{"max_norm", c.maxNorm}, {"stage_axis", "pp"}});
-  else
-    s1.op("optimizer", "grad_norm", {{"grads", {lm.grad}}, {"norm", gn1}}, {{"max_norm", c.maxNorm}, {"stage_axis", "pp"}});
+  // The tied gradient is counted (and clipped) on stage 0: no grads of its own here.
+  detail::stageNorm(s1, c.tied ? std::vector<int64_t>{} : std::vector<int64_t>{lm.grad}, gn1, c.maxNorm);
   if (c.tied && c.syncTied) s1.ops("optimizer").push_back(detail::p2p("recv", "y", lm.grad, 0, 3));
   s1.ops("optimizer").push_back(detail::sgdOp(lm));
 

@@ -70,7 +70,7 @@ protected:
 };
 
 // The reference model in one program vs. the same model split over two stages. Clipping is active
-// (max_norm below the gradient norm), so both stages must agree on the global norm (stage_axis).
+// (max_norm below the gradient norm), so both stages must agree on the global norm (the all_reduce of the squared norms over pp).
 TEST_F(PipelineTrainTest, TwoStagePipelineMatchesSingleProgram) {
   const TinyLm c;
   const RunResult ref = train(planDir(testing::tinyLmSingle(c), "single"), "single");
@@ -259,9 +259,10 @@ TEST_F(PipelineTrainTest, MissingSendTimesOut) {
   json& bwd = p.programs[1].program["subroutines"][2]["ops"];
   ASSERT_EQ(bwd.back()["op"], "send");
   bwd.erase(bwd.size() - 1);
-  json& norm = p.programs[1].program["subroutines"][3]["ops"][0];
-  ASSERT_EQ(norm["op"], "grad_norm");
-  norm["attrs"].erase("stage_axis");
+  json& opt = p.programs[1].program["subroutines"][3]["ops"];
+  ASSERT_EQ(opt[1]["op"], "all_reduce");  // the stage norm's all-reduce over pp
+  ASSERT_EQ(opt[1]["attrs"]["axis"], "pp");
+  opt.erase(1);
   RunOptions o = options(pipelineDir(p, "nosend"), 1);
   o.collectiveTimeoutSeconds = 0.3;
   const auto t0 = std::chrono::steady_clock::now();

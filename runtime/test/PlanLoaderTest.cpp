@@ -292,28 +292,49 @@ TEST_F(PlanLoaderTest, CollectiveOpErrors) {
               {where + ".attrs.dtype", "args.x (buffer"});
 }
 
+// The split gradient norm: grad_norm_sq (f64 partial sum; replica shards with replicas and
+// replica_axis), all_reduce of the f64 buffer, grad_norm_clip. The in-kernel spelling of earlier plans
+// (grad_norm with sharded / axis) is refused.
 TEST_F(PlanLoaderTest, ShardedGradNormErrors) {
-  auto gradNorm = [](json args, json attrs) {
-    return [args, attrs](testing::PlanBuilder& b) {
+  // Replaces the optimizer's grad_norm (op 0) by `kind` (args, attrs) on a dp 2 × tp 2 mesh, with two
+  // f64 buffers "sq" and "sq2" appended (ids sq, sq2 below).
+  auto sqOp = [](json args, json attrs, const char* kind = "grad_norm_sq") {
+    return [args, attrs, kind](testing::PlanBuilder& b) {
       toMesh(b, 2, 2);
+      b.buffer("sq", "scratch", {1}, "f64");
+      b.buffer("sq2", "scratch", {1}, "f64");
       json& g = b.ops("optimizer")[0];
-      for (auto it = args.begin(); it != args.end(); ++it) g["args"][it.key()] = it.value();
-      for (auto it = attrs.begin(); it != attrs.end(); ++it) g["attrs"][it.key()] = it.value();
+      g["op"] = kind;
+      g["args"] = args;
+      g["attrs"] = attrs;
     };
   };
+  testing::PlanBuilder probe = base;
+  const int64_t sq = int64_t(probe.program["buffers"].size()), sq2 = sq + 1;
   {
     testing::PlanBuilder b = base;
-    gradNorm({{"grads", {1}}, {"sharded", {5}}}, {{"axis", "tp"}})(b);
+    sqOp({{"grads", {1}}, {"replica_shards", {5}}, {"add", sq2}, {"sq", sq}}, {{"replicas", 2}, {"replica_axis", "tp"}})(b);
+    b.op("optimizer", "all_reduce", {{"x", {sq}}}, {{"axis", "tp"}, {"op", "sum"}});
     Status s = load(b);
     ASSERT_TRUE(s.isOk()) << s.message();
   }
-  expectError(gradNorm({{"grads", {1}}, {"sharded", {5}}}, json::object()),
-              {"program-0.json", "subroutines[3].ops[0].attrs.axis", "required when args.sharded"});
-  expectError(gradNorm(json::object(), {{"axis", "tp"}}), {"subroutines[3].ops[0].attrs.axis", "only allowed"});
-  expectError(gradNorm({{"grads", {1}}, {"sharded", json::array()}}, {{"axis", "tp"}}),
-              {"subroutines[3].ops[0].args.sharded", "non-empty array"});
-  expectError(gradNorm({{"grads", {1}}, {"sharded", {5}}}, {{"axis", "xp"}}), {"attrs.axis", "unknown mesh axis"});
-  expectError(gradNorm({{"grads", {1}}, {"sharded", {1}}}, {{"axis", "tp"}}), {"args.sharded[0]", "overlaps"});
+  const std::string at = "subroutines[3].ops[0]";
+  expectError(sqOp({{"grads", {1}}, {"replica_shards", {5}}, {"sq", sq}}, {{"replica_axis", "tp"}}),
+              {"program-0.json", at + ".attrs.replicas", "required when args.replica_shards"});
+  expectError(sqOp({{"grads", {1}}, {"sq", sq}}, {{"replicas", 2}}), {at + ".attrs.replicas", "only allowed"});
+  expectError(sqOp({{"replica_shards", {5}}, {"sq", sq}}, {{"replicas", 3}, {"replica_axis", "tp"}}),
+              {at + ".attrs.replicas", "does not divide the size 2"});
+  expectError(sqOp({{"replica_shards", {5}}, {"sq", sq}}, {{"replicas", 1}, {"replica_axis", "xp"}}),
+              {at + ".attrs.replica_axis", "unknown mesh axis"});
+  expectError(sqOp({{"grads", {1}}, {"sq", 1}}, json::object()), {at + ".args.sq", "is f32", "needs f64"});
+  expectError(sqOp({{"grads", {sq}}, {"sq", sq2}}, json::object()), {at + ".args.grads[0]", "is f64", "needs f32 or bf16"});
+  expectError(sqOp({{"grads", {1}}, {"sq", sq}, {"norm", sq2}}, json::object()), {at + ".args.norm", "unknown role"});
+  // The old spellings: a clear error naming the field.
+  expectError(sqOp({{"grads", {1}}, {"sharded", {5}}, {"norm", 1}}, {{"max_norm", 1.0}, {"axis", "tp"}}, "grad_norm"),
+              {at + ".args.sharded", "unknown role for op \"grad_norm\""});
+  expectError(sqOp({{"grads", {1}}, {"norm", sq}}, {{"max_norm", 1.0}}, "grad_norm"), {at + ".args.norm", "needs f32"});
+  expectError(sqOp({{"sq", sq}, {"norm", 1}}, {{"max_norm", 1.0}, {"stage_axis", "pp"}}, "grad_norm_clip"),
+              {at + ".attrs.stage_axis", "unknown attribute"});
 }
 
 // Vocabulary-parallel embedding / cross entropy (attr shard_axis; V is the local slice) and bias_add.

@@ -1,8 +1,9 @@
 // Vocabulary parallelism (docs/plan-format.md, attr `shard_axis`): the vocab-parallel embedding and
-// cross entropy on tp = 2 and 4 (and a dp × tp mesh whose tp groups are not contiguous), run by one
+// cross entropy (local kernels cross_entropy_max / _sums / _fwd / _bwd with the plan's all_reduce ops
+// between them) on tp = 2 and 4 (and a dp × tp mesh whose tp groups are not contiguous), run by one
 // interpreter per rank on threads, against the unsharded kernels on the same global data. Also the
-// kernel-level range rules, bias_add, and the failure paths of the collectives inside the cross entropy
-// (a failing member aborts the others; a missing member times out with the usual diagnostic). Also the
+// kernel-level range rules, bias_add, and the failure paths of the row statistics' all-reduces (a
+// failing member aborts the others; a missing member times out with the usual diagnostic). Also the
 // sequence-parallel position embedding (shard_axis on pos_embedding_*) against the unsharded kernels.
 #include "PlanTestUtil.h"
 #include "TestUtil.h"
@@ -19,8 +20,6 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 namespace llcdist::rt {
@@ -53,30 +52,71 @@ TEST(VocabParallelKernelTest, EmbeddingRangesAndZeroRows) {
   EXPECT_FALSE(embeddingForward(neg, table, out, 1, 2, 2, {0, 3}).isOk());
 }
 
+// The plan's decomposition of the vocabulary-parallel cross entropy over n shards (logits[c]: shard
+// c's [M, V] columns), with its two all-reduces done here in member order as the communicator does:
+// every shard's mean loss and dlogits.
+struct ShardedLoss {
+  std::vector<double> loss;
+  std::vector<std::vector<float>> dlogits;
+};
+Status shardedLoss(const std::vector<std::vector<float>>& logits, const int32_t* targets, int64_t M, int64_t V,
+                   float scale, int64_t realV, ShardedLoss* out) {
+  const int64_t n = int64_t(logits.size());
+  std::vector<std::vector<double>> mx(size_t(n), std::vector<double>(size_t(M)));
+  std::vector<std::vector<double>> sums(size_t(n), std::vector<double>(size_t(2 * M)));
+  for (int64_t c = 0; c < n; ++c)
+    LLCDIST_RETURN_IF_ERROR(
+        crossEntropyShardMax(logits[size_t(c)].data(), targets, mx[size_t(c)].data(), M, V, {c, n}, realV));
+  std::vector<double> gmax = mx[0];  // all_reduce max
+  for (int64_t c = 1; c < n; ++c)
+    for (int64_t m = 0; m < M; ++m) gmax[size_t(m)] = std::max(gmax[size_t(m)], mx[size_t(c)][size_t(m)]);
+  for (int64_t c = 0; c < n; ++c)
+    LLCDIST_RETURN_IF_ERROR(crossEntropyShardSums(logits[size_t(c)].data(), targets, gmax.data(),
+                                                  sums[size_t(c)].data(), M, V, {c, n}, realV));
+  std::vector<double> gsums = sums[0];  // all_reduce sum, member order
+  for (int64_t c = 1; c < n; ++c)
+    for (int64_t i = 0; i < 2 * M; ++i) gsums[size_t(i)] += sums[size_t(c)][size_t(i)];
+  out->loss.assign(size_t(n), 0.0);
+  out->dlogits.assign(size_t(n), std::vector<float>(size_t(M * V), -1.0f));
+  for (int64_t c = 0; c < n; ++c) {
+    LLCDIST_RETURN_IF_ERROR(crossEntropyForwardVocabParallel(gmax.data(), gsums.data(), &out->loss[size_t(c)], M));
+    LLCDIST_RETURN_IF_ERROR(crossEntropyBackwardVocabParallel(logits[size_t(c)].data(), targets, gmax.data(),
+                                                              gsums.data(), out->dlogits[size_t(c)].data(), M, V,
+                                                              scale, {c, n}, realV));
+  }
+  return Status::ok();
+}
+
 TEST(VocabParallelKernelTest, CrossEntropyWithOneShardIsTheUnshardedKernel) {
   const int64_t M = 5, V = 7;
   const std::vector<float> logits = testing::randn(M * V, 3, 2.0f);
   const std::vector<int32_t> targets = testing::randIds(M, int32_t(V), 4);
-  int calls = 0;
-  const ShardAllReduceF64 identity = [&](double*, int64_t, bool) { ++calls; return Status::ok(); };
-  double want = 0, got = 0;
+  double want = 0;
   ASSERT_TRUE(crossEntropyForward(logits.data(), targets.data(), nullptr, &want, M, V).isOk());
-  ASSERT_TRUE(crossEntropyForwardVocabParallel(logits.data(), targets.data(), &got, M, V, {0, 1}, identity).isOk());
-  EXPECT_EQ(std::memcmp(&want, &got, sizeof(double)), 0) << want << " vs " << got;
-  std::vector<float> dwant(size_t(M * V)), dgot(size_t(M * V));
+  std::vector<float> dwant(size_t(M * V));
   ASSERT_TRUE(crossEntropyBackward(logits.data(), targets.data(), dwant.data(), M, V, 0.25f).isOk());
-  ASSERT_TRUE(crossEntropyBackwardVocabParallel(logits.data(), targets.data(), dgot.data(), M, V, 0.25f, {0, 1},
-                                                identity)
-                  .isOk());
-  EXPECT_EQ(std::memcmp(dwant.data(), dgot.data(), dwant.size() * 4), 0);
-  EXPECT_EQ(calls, 4);  // max + sum, forward and backward
-  // A target outside the global vocabulary fails before any collective.
-  calls = 0;
+  ShardedLoss got;
+  ASSERT_TRUE(shardedLoss({logits}, targets.data(), M, V, 0.25f, 0, &got).isOk());
+  EXPECT_EQ(std::memcmp(&want, &got.loss[0], sizeof(double)), 0) << want << " vs " << got.loss[0];
+  EXPECT_EQ(std::memcmp(dwant.data(), got.dlogits[0].data(), dwant.size() * 4), 0);
+  // The statistics themselves: the row max and Σ exp(x - max), target logit, by a direct loop.
+  std::vector<double> mx(size_t(M)), sums(size_t(2 * M));
+  ASSERT_TRUE(crossEntropyShardMax(logits.data(), targets.data(), mx.data(), M, V, {0, 1}).isOk());
+  ASSERT_TRUE(crossEntropyShardSums(logits.data(), targets.data(), mx.data(), sums.data(), M, V, {0, 1}).isOk());
+  for (int64_t m = 0; m < M; ++m) {
+    float rowMax = logits[size_t(m * V)];
+    for (int64_t j = 1; j < V; ++j) rowMax = std::max(rowMax, logits[size_t(m * V + j)]);
+    double sumExp = 0;
+    for (int64_t j = 0; j < V; ++j) sumExp += std::exp(double(logits[size_t(m * V + j)]) - double(rowMax));
+    EXPECT_EQ(mx[size_t(m)], double(rowMax)) << "row " << m;
+    EXPECT_NEAR(sums[size_t(m)], sumExp, 1e-12 * sumExp) << "row " << m;
+    EXPECT_EQ(sums[size_t(M + m)], double(logits[size_t(m * V + targets[size_t(m)])])) << "row " << m;
+  }
+  // A target outside the global vocabulary fails in the first local step, before any collective.
   const int32_t bad[1] = {int32_t(2 * V)};
-  Status s = crossEntropyForwardVocabParallel(logits.data(), bad, &got, 1, V, {1, 2}, identity);
+  Status s = crossEntropyShardMax(logits.data(), bad, mx.data(), 1, V, {1, 2});
   ASSERT_FALSE(s.isOk());
   EXPECT_NE(s.message().find("[0, 14)"), std::string::npos) << s.message();
-  EXPECT_EQ(calls, 0);
 }
 
 TEST(BiasAddTest, AddsTheBiasToEveryRow) {
@@ -97,7 +137,18 @@ void PrintTo(const Mesh2& m, std::ostream* os) {
 }
 
 // Buffer ids of vocabPlan.
-enum : int64_t { kIds, kTargets, kTable, kEmb, kLogits, kDlogits, kDout, kDtable, kLoss };
+enum : int64_t { kIds, kTargets, kTable, kEmb, kLogits, kDlogits, kDout, kDtable, kLoss, kRowMax, kRowSums };
+
+// The vocabulary-parallel cross entropy's row statistics as the compiler emits them: two local
+// kernels, each followed by its all_reduce over tp.
+void rowStats(testing::PlanBuilder& p, const std::string& sub, int64_t logits, int64_t targets, int64_t rowMax,
+              int64_t rowSums, const json& attrs) {
+  p.op(sub, "cross_entropy_max", {{"logits", logits}, {"targets", targets}, {"row_max", rowMax}}, attrs, "loss");
+  p.op(sub, "all_reduce", {{"x", {rowMax}}}, {{"axis", "tp"}, {"op", "max"}});
+  p.op(sub, "cross_entropy_sums",
+       {{"logits", logits}, {"targets", targets}, {"row_max", rowMax}, {"row_sums", rowSums}}, attrs, "loss");
+  p.op(sub, "all_reduce", {{"x", {rowSums}}}, {{"axis", "tp"}, {"op", "sum"}});
+}
 
 // One program for every rank: the vocab-parallel embedding (+ all_reduce sum of the partial rows over
 // tp), the cross entropy forward and backward on tp-sharded logits, the embedding's weight gradient.
@@ -119,13 +170,21 @@ testing::PlanBuilder vocabPlan(const Mesh2& mesh, int64_t M, int64_t V, int64_t 
   p.buffer("dout", "activation", {M, H});
   p.buffer("dtable", "activation", {V, H});
   p.buffer("loss", "metric", {1});
+  p.buffer("row_max", "scratch", {M}, "f64");
+  p.buffer("row_sums", "scratch", {2 * M}, "f64");
+  const json stats = {{"M", M}, {"V", V}, {"shard_axis", "tp"}};
   p.op("s", "zero", {{"x", {kLoss}}});
   p.op("s", "embedding_fwd", {{"ids", kIds}, {"table", kTable}, {"out", kEmb}},
        {{"M", M}, {"V", V}, {"H", H}, {"shard_axis", "tp"}}, "wte");
   p.op("s", "all_reduce", {{"x", {kEmb}}}, {{"axis", "tp"}, {"op", "sum"}});
-  p.op("s", "cross_entropy_fwd", {{"logits", kLogits}, {"targets", kTargets}, {"loss", kLoss}},
+  rowStats(p, "s", kLogits, kTargets, kRowMax, kRowSums, stats);
+  p.op("s", "cross_entropy_fwd",
+       {{"logits", kLogits}, {"targets", kTargets}, {"loss", kLoss}, {"row_max", kRowMax}, {"row_sums", kRowSums}},
        {{"M", M}, {"V", V}, {"scale", fwdScale}, {"shard_axis", "tp"}}, "loss");
-  p.op("s", "cross_entropy_bwd", {{"logits", kLogits}, {"targets", kTargets}, {"dlogits", kDlogits}},
+  rowStats(p, "s", kLogits, kTargets, kRowMax, kRowSums, stats);  // the backward recomputes them
+  p.op("s", "cross_entropy_bwd",
+       {{"logits", kLogits}, {"targets", kTargets}, {"dlogits", kDlogits}, {"row_max", kRowMax},
+        {"row_sums", kRowSums}},
        {{"M", M}, {"V", V}, {"scale", bwdScale}, {"shard_axis", "tp"}}, "loss");
   p.op("s", "embedding_bwd_weight", {{"ids", kIds}, {"dout", kDout}, {"dtable", kDtable}},
        {{"M", M}, {"V", V}, {"H", H}, {"accumulate", false}, {"shard_axis", "tp"}}, "wte");
@@ -308,9 +367,10 @@ TEST(VocabParallelPlanTest, OneRankAxisIsTheUnshardedOp) {
   EXPECT_EQ(in.readF32(kLoss).value()[0], float(mean));
 }
 
-// A bad target on one tp member only: that member fails before the collective with its own error, and
-// the other member, waiting inside the cross entropy's all-reduce, returns Aborted instead of hanging.
-TEST(VocabParallelPlanTest, FailingMemberAbortsTheCollectiveInsideTheKernel) {
+// A bad target on one tp member only: that member fails in cross_entropy_max, before the collective,
+// with its own error, and the other member, waiting in the row maxima's all_reduce, returns Aborted
+// instead of hanging.
+TEST(VocabParallelPlanTest, FailingMemberAbortsTheRowStatisticsAllReduce) {
   const int64_t V = 4, H = 2, M = 3;
   const Plan plan = loadFrom(vocabPlan({1, 2, {}}, M, V, H, 1.0, 1.0));
   Ranks rk = makeRanks(plan);
@@ -324,21 +384,21 @@ TEST(VocabParallelPlanTest, FailingMemberAbortsTheCollectiveInsideTheKernel) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
   ASSERT_FALSE(st[1].isOk());
   EXPECT_NE(st[1].code(), StatusCode::kAborted) << st[1].message();
-  for (const char* part : {"cross_entropy_fwd", "target 8", "[0, 8)"})
+  for (const char* part : {"cross_entropy_max", "target 8", "[0, 8)"})
     EXPECT_NE(st[1].message().find(part), std::string::npos) << part << " in: " << st[1].message();
   ASSERT_FALSE(st[0].isOk());
   EXPECT_EQ(st[0].code(), StatusCode::kAborted) << st[0].message();
-  EXPECT_NE(st[0].message().find("cross_entropy_fwd"), std::string::npos) << st[0].message();
+  EXPECT_NE(st[0].message().find("all_reduce"), std::string::npos) << st[0].message();
 }
 
-// A member that never reaches the cross entropy: the other times out with the communicator's
-// diagnostic (collective, axis, group, missing member).
-TEST(VocabParallelPlanTest, MissingMemberTimesOutInsideTheKernel) {
+// A member that never reaches the cross entropy: the other times out in the row maxima's all_reduce
+// with the communicator's diagnostic (collective, axis, group, missing member).
+TEST(VocabParallelPlanTest, MissingMemberTimesOutInTheRowStatisticsAllReduce) {
   const int64_t V = 4, H = 2, M = 3;
   testing::PlanBuilder b = vocabPlan({1, 2, {}}, M, V, H, 1.0, 1.0);
-  // Only the cross entropy: its max all-reduce is the first collective.
+  // Only the cross entropy's first local step and its max all-reduce, the first collective.
   json& ops = b.ops("s");
-  ops = json::array({ops[3]});
+  ops = json::array({ops[3], ops[4]});
   const Plan plan = loadFrom(b);
   Ranks rk = makeRanks(plan, std::chrono::milliseconds(300));
   const int32_t targets[3] = {0, 1, 2};
@@ -346,7 +406,7 @@ TEST(VocabParallelPlanTest, MissingMemberTimesOutInsideTheKernel) {
   Status s = rk.interps[0]->runSubroutine(0, 0, -1, 0.0, nullptr);
   ASSERT_FALSE(s.isOk());
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.message();
-  for (const char* part : {"cross_entropy_fwd", "all_reduce", "tp", "1"})
+  for (const char* part : {"all_reduce", "tp", "1"})
     EXPECT_NE(s.message().find(part), std::string::npos) << part << " in: " << s.message();
 }
 
@@ -492,6 +552,10 @@ testing::PlanBuilder megatronOneLayer(int64_t tp, int64_t V, int64_t H, int64_t 
   const int64_t h = p.buffer("h", "activation", {M, H}), dh = p.buffer("dh", "activation", {M, H});
   const int64_t logits = p.buffer("logits", "activation", {M, Vl});
   const int64_t loss = p.buffer("loss", "metric", {1}), gn = p.buffer("grad_norm", "metric", {});
+  const int64_t rowMax = sharded ? p.buffer("row_max", "scratch", {M}, "f64") : -1;
+  const int64_t rowSums = sharded ? p.buffer("row_sums", "scratch", {2 * M}, "f64") : -1;
+  const int64_t shardedSq = sharded ? p.buffer("grad_norm.sharded_sq", "scratch", {1}, "f64") : -1;
+  const int64_t sq = sharded ? p.buffer("grad_norm.sq", "scratch", {1}, "f64") : -1;
   p.param("transformer.wte.weight", {V, H}, wte, dwte, {{"kind", "normal"}, {"std", 0.5}}, false);
   p.param("lm_head.weight", {V, H}, lm, dlm, {{"kind", "normal"}, {"std", 0.5}}, true);
   p.param("transformer.h_bias", {H}, bias, db, {{"kind", "normal"}, {"std", 0.5}}, false);
@@ -508,9 +572,16 @@ testing::PlanBuilder megatronOneLayer(int64_t tp, int64_t V, int64_t H, int64_t 
   if (sharded) p.op("forward", "all_reduce", {{"x", {h}}}, {{"axis", "tp"}, {"op", "sum"}});
   p.op("forward", "bias_add", {{"y", h}, {"bias", bias}}, {{"M", M}, {"N", H}});
   p.op("forward", "linear_fwd", {{"x", h}, {"w", lm}, {"y", logits}}, {{"M", M}, {"K", H}, {"N", Vl}, {"layout", "out_in"}});
-  p.op("forward", "cross_entropy_fwd", {{"logits", logits}, {"targets", tgt}, {"loss", loss}},
+  auto withStats = [&](json args) {
+    if (sharded) args.update({{"row_max", rowMax}, {"row_sums", rowSums}});
+    return args;
+  };
+  const json stats = {{"M", M}, {"V", Vl}, {"shard_axis", "tp"}};
+  if (sharded) rowStats(p, "forward", logits, tgt, rowMax, rowSums, stats);
+  p.op("forward", "cross_entropy_fwd", withStats({{"logits", logits}, {"targets", tgt}, {"loss", loss}}),
        shard({{"M", M}, {"V", Vl}, {"scale", 1.0 / nm}}));
-  p.op("backward", "cross_entropy_bwd", {{"logits", logits}, {"targets", tgt}, {"dlogits", logits}},
+  if (sharded) rowStats(p, "backward", logits, tgt, rowMax, rowSums, stats);
+  p.op("backward", "cross_entropy_bwd", withStats({{"logits", logits}, {"targets", tgt}, {"dlogits", logits}}),
        shard({{"M", M}, {"V", Vl}, {"scale", 1.0 / (double(M) * nm)}}));
   p.op("backward", "linear_bwd_weight", {{"dy", logits}, {"x", h}, {"dw", dlm}},
        {{"M", M}, {"K", H}, {"N", Vl}, {"layout", "out_in"}, {"accumulate", true}});
@@ -520,10 +591,14 @@ testing::PlanBuilder megatronOneLayer(int64_t tp, int64_t V, int64_t H, int64_t 
   p.op("backward", "linear_bwd_bias", {{"dy", dh}, {"db", db}}, {{"M", M}, {"N", H}, {"accumulate", true}});
   p.op("backward", "embedding_bwd_weight", {{"ids", ids}, {"dout", dh}, {"dtable", dwte}},
        shard({{"M", M}, {"V", Vl}, {"H", H}, {"accumulate", true}}));
-  if (sharded)
-    p.op("optimizer", "grad_norm", {{"grads", {db}}, {"sharded", {dwte, dlm}}, {"norm", gn}}, {{"max_norm", 1.0}, {"axis", "tp"}});
-  else
+  if (sharded) {  // the split gradients' squared norm over tp, the replicated bias's added, then the clip
+    p.op("optimizer", "grad_norm_sq", {{"grads", {dwte, dlm}}, {"sq", shardedSq}});
+    p.op("optimizer", "all_reduce", {{"x", {shardedSq}}}, {{"axis", "tp"}, {"op", "sum"}});
+    p.op("optimizer", "grad_norm_sq", {{"grads", {db}}, {"add", shardedSq}, {"sq", sq}});
+    p.op("optimizer", "grad_norm_clip", {{"sq", sq}, {"grads", {db, dwte, dlm}}, {"norm", gn}}, {{"max_norm", 1.0}});
+  } else {
     p.op("optimizer", "grad_norm", {{"grads", {db, dwte, dlm}}, {"norm", gn}}, {{"max_norm", 1.0}});
+  }
   for (auto [w, g, m1, v1, wd] : {std::tuple{wte, dwte, mwte, vwte, 0.0}, std::tuple{lm, dlm, mlm, vlm, 0.1},
                                   std::tuple{bias, db, mb, vb, 0.0}})
     p.op("optimizer", "adamw", {{"param", w}, {"grad", g}, {"m", m1}, {"v", v1}},
@@ -585,43 +660,6 @@ TEST_F(VocabParallelTrainTest, TensorParallelTrainingMatchesOneRank) {
 namespace llcdist::rt {
 namespace {
 
-// In-test all-reduce over n threads (member order, f64): each call blocks until every member deposited
-// its values for this round, then every member gets the same reduction.
-class ThreadReduce {
-public:
-  explicit ThreadReduce(int n) : n_(n), slots_(size_t(n)) {}
-  ShardAllReduceF64 member(int m) {
-    return [this, m](double* v, int64_t count, bool max) {
-      std::unique_lock<std::mutex> lock(mu_);
-      const int64_t round = round_;
-      slots_[size_t(m)].assign(v, v + count);
-      if (++arrived_ == n_) {
-        result_ = slots_[0];
-        for (int k = 1; k < n_; ++k)
-          for (int64_t i = 0; i < count; ++i)
-            result_[size_t(i)] = max ? std::max(result_[size_t(i)], slots_[size_t(k)][size_t(i)])
-                                     : result_[size_t(i)] + slots_[size_t(k)][size_t(i)];
-        arrived_ = 0;
-        ++round_;
-        cv_.notify_all();
-      } else {
-        cv_.wait(lock, [&] { return round_ != round; });
-      }
-      std::copy(result_.begin(), result_.begin() + count, v);
-      return Status::ok();
-    };
-  }
-
-private:
-  int n_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::vector<double>> slots_;
-  std::vector<double> result_;
-  int arrived_ = 0;
-  int64_t round_ = 0;
-};
-
 // Vocabulary padding (attr real_vocab): logits with R = 11 real columns padded to V = 16 (garbage in
 // the padding, large enough to dominate an unmasked softmax) give the unpadded kernel's loss and
 // real-column gradient bit for bit, and exactly zero gradient in the padding columns.
@@ -668,26 +706,18 @@ TEST(VocabPaddingKernelTest, VocabParallelShardsOfPaddingOnly) {
   ASSERT_TRUE(crossEntropyForward(real.data(), targets.data(), nullptr, &want, M, R).isOk());
   std::vector<float> dwant(size_t(M * R));
   ASSERT_TRUE(crossEntropyBackward(real.data(), targets.data(), dwant.data(), M, R, 0.5f).isOk());
-  ThreadReduce fwd{int(n)}, bwd{int(n)};
-  std::vector<double> loss(static_cast<size_t>(n), 0.0);
-  std::vector<std::vector<float>> grads(size_t(n), std::vector<float>(size_t(M * V), -1.0f));
-  std::vector<Status> status(size_t(2 * n));
-  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> local(size_t(n), std::vector<float>(size_t(M * V)));
   for (int64_t c = 0; c < n; ++c)
-    threads.emplace_back([&, c] {
-      std::vector<float> local(size_t(M * V));
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t j = 0; j < V; ++j) {
-          const int64_t g = c * V + j;
-          local[size_t(m * V + j)] = g < R ? real[size_t(m * R + g)] : 1e4f;  // padding: huge
-        }
-      status[size_t(c)] = crossEntropyForwardVocabParallel(local.data(), targets.data(), &loss[size_t(c)], M, V,
-                                                           {c, n}, fwd.member(int(c)), R);
-      status[size_t(n + c)] = crossEntropyBackwardVocabParallel(local.data(), targets.data(), grads[size_t(c)].data(),
-                                                                M, V, 0.5f, {c, n}, bwd.member(int(c)), R);
-    });
-  for (auto& t : threads) t.join();
-  for (const Status& s : status) ASSERT_TRUE(s.isOk()) << s.toString();
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < V; ++j) {
+        const int64_t g = c * V + j;
+        local[size_t(c)][size_t(m * V + j)] = g < R ? real[size_t(m * R + g)] : 1e4f;  // padding: huge
+      }
+  ShardedLoss got;
+  Status s = shardedLoss(local, targets.data(), M, V, 0.5f, R, &got);
+  ASSERT_TRUE(s.isOk()) << s.toString();
+  const std::vector<double>& loss = got.loss;
+  const std::vector<std::vector<float>>& grads = got.dlogits;
   for (int64_t c = 0; c < n; ++c) {
     EXPECT_NEAR(loss[size_t(c)], want, 1e-12 * std::fabs(want)) << "member " << c;
     for (int64_t m = 0; m < M; ++m)

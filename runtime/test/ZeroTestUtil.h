@@ -1,7 +1,7 @@
 // Test helpers for ZeRO plans (docs/plan-format.md "ZeRO plans"): a plan of params only (every ZeRO stage,
 // with and without a tp `sharding`), and a one-layer LM trained with ZeRO stage 1, 2 or 3 over dp the way
-// the compiler lowers it (reduce_scatter of the gradients, grad_norm over the blocks with stage_axis dp,
-// AdamW on blocks, shard_slice + all_gather for stages 1/2, all_gather of the param blocks before use for
+// the compiler lowers it (reduce_scatter of the gradients, the norm over the blocks with an all_reduce
+// over dp, AdamW on blocks, shard_slice + all_gather for stages 1/2, all_gather of the param blocks before use for
 // stage 3).
 #pragma once
 
@@ -100,7 +100,8 @@ inline PlanBuilder zeroParamsPlan(const ZeroParamsConfig& c) {
 //  - stage 3: as stage 2, and the param buffers hold blocks, all-gathered into full activations before
 //    the forward uses them (the backward uses the same gathered copies).
 // The reduce-scatters sum, so the cross entropy backward scales by 1/(B·T·M·dp) (the average over dp);
-// the loss metric is averaged over dp. grad_norm counts the blocks once each: stage_axis "dp".
+// the loss metric is averaged over dp. The norm counts the blocks once each: grad_norm_sq of the blocks,
+// all_reduce (f64) over dp, grad_norm_clip.
 inline PlanBuilder zeroOneLayerPlan(int64_t stage, int64_t dp, int64_t B, int64_t M) {
   const int64_t V = 32, H = 16, T = 8, N = B * T;
   PlanBuilder p(V, T, B, M);
@@ -168,8 +169,10 @@ inline PlanBuilder zeroOneLayerPlan(int64_t stage, int64_t dp, int64_t B, int64_
     for (const W* w : {&wte, &lm})
       p.op("optimizer", "reduce_scatter", {{"x", w->grad}, {"y", w->gshard}},
            {{"axis", "dp"}, {"outer", 1}, {"inner", blockN}, {"op", "sum"}});
-  p.op("optimizer", "grad_norm", {{"grads", {wte.gshard, lm.gshard}}, {"norm", gn}},
-       {{"max_norm", 1.0}, {"stage_axis", "dp"}});
+  const int64_t sq = p.buffer("grad_norm.sq", "scratch", {1}, "f64");
+  p.op("optimizer", "grad_norm_sq", {{"grads", {wte.gshard, lm.gshard}}, {"sq", sq}});
+  p.op("optimizer", "all_reduce", {{"x", {sq}}}, {{"axis", "dp"}, {"op", "sum"}});
+  p.op("optimizer", "grad_norm_clip", {{"sq", sq}, {"grads", {wte.gshard, lm.gshard}}, {"norm", gn}}, {{"max_norm", 1.0}});
   for (const auto& [w, wd] : {std::pair{&wte, 0.0}, std::pair{&lm, 0.1}}) {
     if (stage <= 2)
       p.op("optimizer", "shard_slice", {{"x", w->value}, {"y", w->shard}}, {{"axis", "dp"}, {"outer", 1}, {"inner", blockN}});

@@ -135,7 +135,7 @@ TEST(KvReplication, PlanHoldsOneKvHeadPerRank) {
   EXPECT_EQ(kv, 2 * 4) << "k_proj and v_proj of 4 layers";
   // The replica all-reduce: one op over tp sub-groups of 2, covering 8 grads.
   nlohmann::json prog = readJson(dir + "/program-0.json");
-  int64_t subgroupReduces = 0, covered = 0;
+  int64_t subgroupReduces = 0, covered = 0, replicaNorms = 0;
   for (const auto &sub : prog["subroutines"])
     for (const auto &op : sub["ops"])
       if (op["op"] == "all_reduce" && op["attrs"].contains("group_size")) {
@@ -143,12 +143,15 @@ TEST(KvReplication, PlanHoldsOneKvHeadPerRank) {
         EXPECT_EQ(op["attrs"]["group_size"], 2);
         EXPECT_EQ(op["attrs"]["axis"], "tp");
         covered += int64_t(op["args"]["x"].size());
-      } else if (op["op"] == "grad_norm") {
+      } else if (op["op"] == "grad_norm_sq" && op["args"].contains("replica_shards")) {
+        ++replicaNorms;
         EXPECT_EQ(op["attrs"]["replicas"], 2);
+        EXPECT_EQ(op["attrs"]["replica_axis"], "tp");
         EXPECT_EQ(op["args"]["replica_shards"].size(), 8u);
       }
   EXPECT_EQ(subgroupReduces, 1);
   EXPECT_EQ(covered, 8);
+  EXPECT_EQ(replicaNorms, 1);
   std::filesystem::remove_all(dir);
 }
 

@@ -20,12 +20,9 @@ namespace llcdist::verify {
 /// action's subroutine, in order:
 ///  - all_reduce: one collective per buffer ("all_reduce.sum", count = its
 ///    elements); all_gather / reduce_scatter: one ("all_gather",
-///    "reduce_scatter.sum", count = x's elements);
-///  - ops with `shard_axis` that reduce inside (vocabulary-parallel cross
-///    entropy, forward and backward): one collective named after the op,
-///    count M; grad_norm with `sharded`/`axis` and with `stage_axis`: one
-///    collective each ("grad_norm.axis", "grad_norm.stage_axis"), count 1,
-///    f64;
+///    "reduce_scatter.sum", count = x's elements), with the buffer's dtype
+///    (f64 for the grad norm's and the vocabulary-parallel loss's partial
+///    reductions; kernels never communicate);
 ///  - send / recv: a point-to-point event with the peer's global rank, the
 ///    buffer's elements and the tag (op tag, action microbatch) encoded as
 ///    tag · (microbatches + 1) + microbatch + 1.

@@ -84,6 +84,38 @@ SmallVector<NamedAttribute> OpLowering::withShardAxis(Operation *op,
   return attrs;
 }
 
+void OpLowering::vocabParallelStats(Operation *op, Scope &s, Value logits, Value targets,
+                                    std::optional<uint64_t> realVocab, Location loc,
+                                    SmallVector<NamedAttribute> &args) {
+  auto axis = op->getAttrOfType<StringAttr>("xf.vocab_parallel_axis");
+  if (!axis)
+    return;
+  int64_t m = numel(targets);
+  SmallVector<NamedAttribute> attrs = withRealVocab(
+      realVocab, {i64("M", m), i64("V", lastDim(logits)), b.getNamedAttr("shard_axis", axis)});
+  Buf lg = use(s, logits), tg = use(s, targets);
+  Buf rowMax = newBuffer(label(op, s) + ".row_max", "scratch", pb.f64Type({m}));
+  Buf rowSums = newBuffer(label(op, s) + ".row_sums", "scratch", pb.f64Type({2 * m}));
+  auto allReduce = [&](Buf x, StringRef reduction, StringRef payload, StringRef why) {
+    plan::KernelOp k = kernel("all_reduce", {arg("x", b.getArrayAttr({x}))},
+                              {b.getNamedAttr("axis", axis), str("op", reduction)},
+                              NameLoc::get(b.getStringAttr(why), loc));
+    k->setAttr("plan.payload", b.getStringAttr(payload));
+    plan::setCollectiveOrigin(k, xf::CollectiveOrigin::VocabParallelLoss);
+  };
+  kernel("cross_entropy_max", {arg("logits", lg), arg("targets", tg), arg("row_max", rowMax)}, attrs,
+         loc);
+  allReduce(rowMax, "max", "row maxima",
+            "vocabulary-parallel cross entropy: every row's maximum over the shards");
+  kernel("cross_entropy_sums",
+         {arg("logits", lg), arg("targets", tg), arg("row_max", rowMax), arg("row_sums", rowSums)},
+         attrs, loc);
+  allReduce(rowSums, "sum", "row sums",
+            "vocabulary-parallel cross entropy: Σ exp and the target logit over the shards");
+  args.push_back(arg("row_max", rowMax));
+  args.push_back(arg("row_sums", rowSums));
+}
+
 SmallVector<NamedAttribute> OpLowering::withRealVocab(std::optional<uint64_t> real,
                                                       SmallVector<NamedAttribute> attrs) {
   if (real)
@@ -356,9 +388,11 @@ LogicalResult OpLowering::lowerOpImpl(Operation *op, Scope &s, BackwardPart part
       })
       .Case([&](CrossEntropyOp ce) {
         s.bufs[ce.getLoss()] = {lossBuf};
-        kernel("cross_entropy_fwd",
-               {arg("logits", use(s, ce.getLogits())),
-                arg("targets", use(s, ce.getTargets())), arg("loss", lossBuf)},
+        SmallVector<NamedAttribute> args{arg("logits", use(s, ce.getLogits())),
+                                         arg("targets", use(s, ce.getTargets())),
+                                         arg("loss", lossBuf)};
+        vocabParallelStats(op, s, ce.getLogits(), ce.getTargets(), ce.getRealVocab(), loc, args);
+        kernel("cross_entropy_fwd", args,
                withRealVocab(ce.getRealVocab(),
                              withShardAxis(op, {i64("M", numel(ce.getTargets())),
                                                 i64("V", lastDim(ce.getLogits())),
@@ -368,10 +402,15 @@ LogicalResult OpLowering::lowerOpImpl(Operation *op, Scope &s, BackwardPart part
       })
       // --- backward -----------------------------------------------------------
       .Case([&](CrossEntropyGradOp g) {
+        // The forward's statistics are not kept to the backward (a
+        // pipeline's or recompute's scopes would have to carry them): the
+        // backward recomputes them with the same collectives.
         Buf d = def(s, g.getResult(), op);
-        kernel("cross_entropy_bwd",
-               {arg("logits", use(s, g.getLogits())),
-                arg("targets", use(s, g.getTargets())), arg("dlogits", d)},
+        SmallVector<NamedAttribute> args{arg("logits", use(s, g.getLogits())),
+                                         arg("targets", use(s, g.getTargets())),
+                                         arg("dlogits", d)};
+        vocabParallelStats(op, s, g.getLogits(), g.getTargets(), g.getRealVocab(), loc, args);
+        kernel("cross_entropy_bwd", args,
                withRealVocab(g.getRealVocab(),
                              withShardAxis(op, {i64("M", numel(g.getTargets())),
                                                 i64("V", lastDim(g.getLogits())),

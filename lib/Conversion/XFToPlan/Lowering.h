@@ -131,6 +131,10 @@ public:
   mlir::RankedTensorType f32(mlir::ArrayRef<int64_t> dims) {
     return mlir::RankedTensorType::get(dims, b.getF32Type());
   }
+  /// The f64 buffers of partial reductions a kernel hands to a collective.
+  mlir::RankedTensorType f64Type(mlir::ArrayRef<int64_t> dims) {
+    return mlir::RankedTensorType::get(dims, b.getF64Type());
+  }
   static mlir::RankedTensorType withF32(mlir::RankedTensorType t) {
     return mlir::RankedTensorType::get(t.getShape(), mlir::Float32Type::get(t.getContext()));
   }
@@ -272,6 +276,14 @@ private:
   /// `attrs` plus shard_axis when the op is vocabulary- or sequence-parallel.
   llvm::SmallVector<mlir::NamedAttribute>
   withShardAxis(mlir::Operation *op, llvm::SmallVector<mlir::NamedAttribute> attrs);
+  /// A vocabulary-parallel loss op's row statistics (Megatron's
+  /// decomposition; kernels never communicate): cross_entropy_max, an
+  /// all_reduce max, cross_entropy_sums, an all_reduce sum over the op's
+  /// vocabulary axis. Appends row_max and row_sums to `args`; nothing when
+  /// the op is not vocabulary-parallel.
+  void vocabParallelStats(mlir::Operation *op, Scope &s, mlir::Value logits, mlir::Value targets,
+                          std::optional<uint64_t> realVocab, mlir::Location loc,
+                          llvm::SmallVector<mlir::NamedAttribute> &args);
   /// `attrs` plus real_vocab when the loss masks vocabulary padding.
   llvm::SmallVector<mlir::NamedAttribute>
   withRealVocab(std::optional<uint64_t> real, llvm::SmallVector<mlir::NamedAttribute> attrs);

@@ -91,23 +91,60 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
           replicated.push_back(updateGrad[name]);
         }
       }
-      SmallVector<NamedAttribute> args{arg("norm", scope.gradNorm)};
-      SmallVector<NamedAttribute> attrs{f64("max_norm", choice.gradClip)};
-      if (!replicated.empty())
-        args.push_back(arg("grads", b.getArrayAttr(replicated)));
-      if (!sharded.empty())
-        args.push_back(arg("sharded", b.getArrayAttr(sharded)));
-      if (!replicaShards.empty()) {
-        args.push_back(arg("replica_shards", b.getArrayAttr(replicaShards)));
-        attrs.push_back(i64("replicas", replicas));
+      bool split = !sharded.empty() || !replicaShards.empty();
+      if (!split && !scope.pipelined) { // every gradient whole here: one local kernel
+        kernel("grad_norm",
+               {arg("norm", scope.gradNorm), arg("grads", b.getArrayAttr(replicated))},
+               {f64("max_norm", choice.gradClip)}, op.getLoc());
+        continue;
       }
-      if (!sharded.empty() || !replicaShards.empty())
-        attrs.push_back(b.getNamedAttr("axis", axis));
+      // Kernels never communicate: f64 partial squared norms, all-reduced
+      // by the plan, in the order the sums are defined (the split gradients
+      // over their axis, the replicated ones added, then the stages).
+      auto allReduceSq = [&](Buf sq, StringRef over, const Twine &why) {
+        plan::KernelOp k =
+            kernel("all_reduce", {arg("x", b.getArrayAttr({sq}))},
+                   {str("axis", over), str("op", "sum")},
+                   NameLoc::get(b.getStringAttr(why), op.getLoc()));
+        k->setAttr("plan.payload", b.getStringAttr("grad norm"));
+        plan::setCollectiveOrigin(k, CollectiveOrigin::GradNorm);
+      };
+      Buf total;
+      if (split) {
+        total = pb.newBuffer("grad_norm.sharded_sq", "scratch", pb.f64Type({1}));
+        SmallVector<NamedAttribute> args{arg("sq", total)}, attrs;
+        if (!sharded.empty())
+          args.push_back(arg("grads", b.getArrayAttr(sharded)));
+        if (!replicaShards.empty()) {
+          args.push_back(arg("replica_shards", b.getArrayAttr(replicaShards)));
+          attrs.push_back(i64("replicas", replicas));
+          attrs.push_back(b.getNamedAttr("replica_axis", axis));
+        }
+        kernel("grad_norm_sq", args, attrs, op.getLoc());
+        allReduceSq(total, axis.getValue(),
+                    "grad_norm: the split gradients' squared norm over " + axis.getValue());
+      }
+      if (!replicated.empty() || !split) {
+        Buf sq = pb.newBuffer("grad_norm.sq", "scratch", pb.f64Type({1}));
+        SmallVector<NamedAttribute> args{arg("sq", sq)};
+        if (!replicated.empty())
+          args.push_back(arg("grads", b.getArrayAttr(replicated)));
+        if (split)
+          args.push_back(arg("add", total));
+        kernel("grad_norm_sq", args, {}, op.getLoc());
+        total = sq;
+      }
       // Each stage holds other parameters (pipeline): the norm sums over pp
-      // (under ZeRO llcdist-plan-zero adds dp).
+      // (under ZeRO llcdist-plan-zero adds dp before it).
       if (scope.pipelined)
-        attrs.push_back(str("stage_axis", "pp"));
-      kernel("grad_norm", args, attrs, op.getLoc());
+        allReduceSq(total, "pp", "grad_norm: every stage's squared norm over pp");
+      SmallVector<Attribute> clipped(replicated);
+      clipped.append(sharded.begin(), sharded.end());
+      clipped.append(replicaShards.begin(), replicaShards.end());
+      SmallVector<NamedAttribute> args{arg("sq", total), arg("norm", scope.gradNorm)};
+      if (!clipped.empty())
+        args.push_back(arg("grads", b.getArrayAttr(clipped)));
+      kernel("grad_norm_clip", args, {f64("max_norm", choice.gradClip)}, op.getLoc());
       continue;
     }
     auto adamw = dyn_cast<AdamWOp>(op);

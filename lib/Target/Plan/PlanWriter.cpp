@@ -66,7 +66,9 @@ std::string provenance(Location loc) {
   return "";
 }
 
-std::string dtypeName(Type t) { return t.isInteger(32) ? "i32" : t.isBF16() ? "bf16" : "f32"; }
+std::string dtypeName(Type t) {
+  return t.isInteger(32) ? "i32" : t.isBF16() ? "bf16" : t.isF64() ? "f64" : "f32";
+}
 
 LogicalResult writeJson(ModuleOp module, const std::string &path, const json &j) {
   std::string err;

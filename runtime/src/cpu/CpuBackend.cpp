@@ -248,18 +248,7 @@ public:
   Status launch(Stream s, const KernelCall& call) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     if (!kernelTable_.isOk()) return kernelTable_;  // the start-up check: an op kind without its kernel
-    return submit(s, [this, call] {
-      // Collectives inside kernels (grad_norm's sharded list, vocabulary-parallel cross entropy).
-      return runCpuKernel(call, [&](const std::vector<int>& group, double* v, int64_t n, ReduceOp op) -> Status {
-        if (group.size() <= 1 || !opts_.communicator) {
-          const std::string what = std::string(schema::opName(call.kind)) + "'s all-reduce";
-          return checkGroup(group.empty() ? std::vector<int>{opts_.rank} : group, what.c_str());
-        }
-        return IssueOrder::run(order(groupKey(group)).take(), [&] {
-          return opts_.communicator->allReduce(opts_.rank, group, v, n, CommDType::kF64, op);
-        });
-      });
-    });
+    return submit(s, [call] { return runCpuKernel(call); });
   }
 
   StatusOr<Channel> createChannel(const std::vector<int>& group) override {

@@ -29,15 +29,6 @@ Status checkCpuKernelTable() {
 }
 
 Status runCpuKernel(const KernelCall& c) {
-  return runCpuKernel(c, [&](const std::vector<int>& group, double*, int64_t, ReduceOp) {
-    if (group.size() > 1)
-      return Status::internal(std::string(schema::opName(c.kind)) + " needs an all-reduce over a group of " +
-                              std::to_string(group.size()) + " ranks, and no communicator was given");
-    return Status::ok();
-  });
-}
-
-Status runCpuKernel(const KernelCall& c, const CpuGroupAllReduce& groupAllReduce) {
   const std::string_view name = schema::opName(c.kind);
   if (schema::isCollective(c.kind))
     return Status::internal(std::string(name) + " is a collective, run by the backend's communicator, not a kernel");
@@ -48,7 +39,7 @@ Status runCpuKernel(const KernelCall& c, const CpuGroupAllReduce& groupAllReduce
   if (c.args.size() != schema::opSpec(c.kind).numArgs) return Status::internal("kernel call has the wrong number of roles");
   const CpuKernel* kernel = cpuKernelTable().find(c.kind);
   if (!kernel) return Status::internal("the CPU backend has no kernel for op " + std::string(name) + " (docs/adding-an-op.md)");
-  return (*kernel)(c, CpuKernelContext{groupAllReduce});
+  return (*kernel)(c, CpuKernelContext{});
 }
 
 }  // namespace llcdist::rt

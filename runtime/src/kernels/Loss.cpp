@@ -7,7 +7,6 @@
 #include <cmath>
 #include <limits>
 #include <string>
-#include <vector>
 
 namespace llcdist::rt {
 namespace {
@@ -83,13 +82,6 @@ Status crossEntropyBackward(const float* logits, const int32_t* targets, float* 
 
 namespace {
 
-// Global row statistics of vocabulary-parallel logits: max (f32, exact through the f64 all-reduce),
-// Σ exp(x - max) and the target's logit, reduced over the shards.
-struct GlobalRowStats {
-  std::vector<float> max;
-  std::vector<double> sumExp, targetLogit;
-};
-
 // The local columns [0, n) of this shard that hold real vocabulary: global columns below realV (realV 0:
 // all of them). A shard may hold padding only (n = 0).
 int64_t realColumns(int64_t V, int64_t realV, const VocabShard& shard) {
@@ -97,67 +89,68 @@ int64_t realColumns(int64_t V, int64_t realV, const VocabShard& shard) {
   return std::clamp<int64_t>(realV - shard.index * V, 0, V);
 }
 
-Status vocabParallelStats(const float* logits, const int32_t* targets, int64_t M, int64_t V, int64_t realV,
-                          const VocabShard& shard, const ShardAllReduceF64& reduce, GlobalRowStats* out) {
+Status checkShard(const VocabShard& shard) {
   if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
     return Status::invalidArgument("cross_entropy: vocabulary shard " + std::to_string(shard.index) + " of " +
                                    std::to_string(shard.count) + " is invalid");
-  if (!reduce) return Status::invalidArgument("cross_entropy: vocabulary-parallel call without an all-reduce");
-  LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V * shard.count));
-  // Every target checked before the first collective, so a bad batch fails every member alike.
-  for (int64_t m = 0; m < M; ++m)
-    LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, realV > 0 ? realV : V * shard.count));
-  const int64_t n = realColumns(V, realV, shard);
-  std::vector<double> mx(static_cast<size_t>(M), -std::numeric_limits<double>::infinity());
-  if (n > 0)
-    for (int64_t m = 0; m < M; ++m) mx[size_t(m)] = double(*std::max_element(logits + m * V, logits + m * V + n));
-  LLCDIST_RETURN_IF_ERROR(reduce(mx.data(), M, /*max=*/true));
-  // [Σ exp(x - max) for every row | target logit for every row], one sum.
-  std::vector<double> sums(size_t(2 * M), 0.0);
-  out->max.resize(size_t(M));
-  const int64_t begin = shard.index * V;
-  for (int64_t m = 0; m < M; ++m) {
-    const float gmax = float(mx[size_t(m)]);  // a float that went through double: exact
-    out->max[size_t(m)] = gmax;
-    const float* x = logits + m * V;
-    double sum = 0.0;
-    for (int64_t j = 0; j < n; ++j) sum += std::exp(double(x[j] - gmax));
-    sums[size_t(m)] = sum;
-    const int64_t local = int64_t(targets[m]) - begin;
-    if (local >= 0 && local < n) sums[size_t(M + m)] = double(x[local]);
-  }
-  LLCDIST_RETURN_IF_ERROR(reduce(sums.data(), 2 * M, /*max=*/false));
-  out->sumExp.assign(sums.begin(), sums.begin() + M);
-  out->targetLogit.assign(sums.begin() + M, sums.end());
   return Status::ok();
 }
 
 }  // namespace
 
-Status crossEntropyForwardVocabParallel(const float* logits, const int32_t* targets, double* meanLoss, int64_t M,
-                                        int64_t V, const VocabShard& shard, const ShardAllReduceF64& reduce,
-                                        int64_t realV) {
-  GlobalRowStats st;
-  LLCDIST_RETURN_IF_ERROR(vocabParallelStats(logits, targets, M, V, realV, shard, reduce, &st));
-  double total = 0.0;
+Status crossEntropyShardMax(const float* logits, const int32_t* targets, double* rowMax, int64_t M, int64_t V,
+                            const VocabShard& shard, int64_t realV) {
+  LLCDIST_RETURN_IF_ERROR(checkShard(shard));
+  LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V * shard.count));
+  // Every target checked before the first collective, so a bad batch fails every member alike.
   for (int64_t m = 0; m < M; ++m)
-    total += double(st.max[size_t(m)]) + std::log(st.sumExp[size_t(m)]) - st.targetLogit[size_t(m)];
+    LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, realV > 0 ? realV : V * shard.count));
+  const int64_t n = realColumns(V, realV, shard);
+  for (int64_t m = 0; m < M; ++m)
+    rowMax[m] = n > 0 ? double(*std::max_element(logits + m * V, logits + m * V + n))
+                      : -std::numeric_limits<double>::infinity();
+  return Status::ok();
+}
+
+Status crossEntropyShardSums(const float* logits, const int32_t* targets, const double* rowMax, double* rowSums,
+                             int64_t M, int64_t V, const VocabShard& shard, int64_t realV) {
+  LLCDIST_RETURN_IF_ERROR(checkShard(shard));
+  LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V * shard.count));
+  const int64_t n = realColumns(V, realV, shard);
+  const int64_t begin = shard.index * V;
+  for (int64_t m = 0; m < M; ++m) {
+    const float gmax = float(rowMax[m]);  // a float that went through double: exact
+    const float* x = logits + m * V;
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) sum += std::exp(double(x[j] - gmax));
+    rowSums[m] = sum;
+    const int64_t local = int64_t(targets[m]) - begin;
+    rowSums[M + m] = local >= 0 && local < n ? double(x[local]) : 0.0;
+  }
+  return Status::ok();
+}
+
+Status crossEntropyForwardVocabParallel(const double* rowMax, const double* rowSums, double* meanLoss, int64_t M) {
+  double total = 0.0;
+  for (int64_t m = 0; m < M; ++m) total += double(float(rowMax[m])) + std::log(rowSums[m]) - rowSums[M + m];
   *meanLoss = M > 0 ? total / double(M) : 0.0;
   return Status::ok();
 }
 
-Status crossEntropyBackwardVocabParallel(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
-                                         int64_t V, float scale, const VocabShard& shard,
-                                         const ShardAllReduceF64& reduce, int64_t realV) {
-  GlobalRowStats st;
-  LLCDIST_RETURN_IF_ERROR(vocabParallelStats(logits, targets, M, V, realV, shard, reduce, &st));
+Status crossEntropyBackwardVocabParallel(const float* logits, const int32_t* targets, const double* rowMax,
+                                         const double* rowSums, float* dlogits, int64_t M, int64_t V, float scale,
+                                         const VocabShard& shard, int64_t realV) {
+  LLCDIST_RETURN_IF_ERROR(checkShard(shard));
+  LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V * shard.count));
+  for (int64_t m = 0; m < M; ++m)
+    LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, realV > 0 ? realV : V * shard.count));
   const int64_t begin = shard.index * V;
   const int64_t n = realColumns(V, realV, shard);
   for (int64_t m = 0; m < M; ++m) {
     const float* x = logits + m * V;
     float* d = dlogits + m * V;
-    const float gmax = st.max[size_t(m)];
-    const double inv = 1.0 / st.sumExp[size_t(m)];
+    const float gmax = float(rowMax[m]);
+    const double inv = 1.0 / rowSums[m];
     const int64_t target = int64_t(targets[m]) - begin;
     for (int64_t j = 0; j < n; ++j) {
       const double p = std::exp(double(x[j] - gmax)) * inv;
@@ -174,27 +167,29 @@ void registerCpuLossKernels(CpuKernelTable& t) {
   using K = schema::OpKind;
   using P = LossParams;
   using Ctx = CpuKernelContext;
-  // Vocabulary-parallel: the row statistics are all-reduced over the shard_axis group.
-  auto shardReduce = [](const P& p, const Ctx& ctx) -> ShardAllReduceF64 {
-    return [&p, &ctx](double* buf, int64_t n, bool max) {
-      return ctx.groupAllReduce(p.group, buf, n, max ? ReduceOp::kMax : ReduceOp::kSum);
-    };
-  };
-  addCpuKernel<P>(t, K::kCrossEntropyFwd, [shardReduce](const KernelCall& c, const P& p, const Ctx& ctx) {
+  // Vocabulary-parallel (attr shard_axis): row_max and row_sums hold the statistics the plan's
+  // all-reduces completed over the shards.
+  addCpuKernel<P>(t, K::kCrossEntropyFwd, [](const KernelCall& c, const P& p, const Ctx&) {
     double mean = 0.0;
     if (p.vocabShard)
-      LLCDIST_RETURN_IF_ERROR(crossEntropyForwardVocabParallel(c.F("logits"), c.I("targets"), &mean, p.M, p.V,
-                                                               *p.vocabShard, shardReduce(p, ctx), p.realVocab));
+      LLCDIST_RETURN_IF_ERROR(crossEntropyForwardVocabParallel(c.D("row_max"), c.D("row_sums"), &mean, p.M));
     else
       LLCDIST_RETURN_IF_ERROR(crossEntropyForward(c.F("logits"), c.I("targets"), nullptr, &mean, p.M, p.V, p.realVocab));
     c.F("loss")[0] += float(p.scale * mean);
     return Status::ok();
   });
-  addCpuKernel<P>(t, K::kCrossEntropyBwd, [shardReduce](const KernelCall& c, const P& p, const Ctx& ctx) {
+  addCpuKernel<P>(t, K::kCrossEntropyBwd, [](const KernelCall& c, const P& p, const Ctx&) {
     if (p.vocabShard)
-      return crossEntropyBackwardVocabParallel(c.F("logits"), c.I("targets"), c.F("dlogits"), p.M, p.V, float(p.scale),
-                                               *p.vocabShard, shardReduce(p, ctx), p.realVocab);
+      return crossEntropyBackwardVocabParallel(c.F("logits"), c.I("targets"), c.D("row_max"), c.D("row_sums"),
+                                               c.F("dlogits"), p.M, p.V, float(p.scale), *p.vocabShard, p.realVocab);
     return crossEntropyBackward(c.F("logits"), c.I("targets"), c.F("dlogits"), p.M, p.V, float(p.scale), p.realVocab);
+  });
+  addCpuKernel<P>(t, K::kCrossEntropyMax, [](const KernelCall& c, const P& p, const Ctx&) {
+    return crossEntropyShardMax(c.F("logits"), c.I("targets"), c.D("row_max"), p.M, p.V, *p.vocabShard, p.realVocab);
+  });
+  addCpuKernel<P>(t, K::kCrossEntropySums, [](const KernelCall& c, const P& p, const Ctx&) {
+    return crossEntropyShardSums(c.F("logits"), c.I("targets"), c.D("row_max"), c.D("row_sums"), p.M, p.V,
+                                 *p.vocabShard, p.realVocab);
   });
 }
 

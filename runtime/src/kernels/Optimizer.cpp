@@ -65,6 +65,15 @@ double sumOfSquares(const float* g, int64_t n) {
   return s;
 }
 
+double gradNormPartial(const std::vector<GradSpan>& grads, const std::vector<GradSpan>& replicaShards,
+                       bool countReplicas, double add) {
+  double s = 0.0;
+  for (const GradSpan& g : grads) s += sumOfSquares(g.data, g.size);
+  if (countReplicas)
+    for (const GradSpan& g : replicaShards) s += sumOfSquares(g.data, g.size);
+  return s + add;
+}
+
 double globalGradNorm(const std::vector<GradSpan>& grads) {
   double s = 0.0;
   for (const GradSpan& g : grads) s += sumOfSquares(g.data, g.size);
@@ -87,6 +96,17 @@ double clipGradNorm(const std::vector<GradSpan>& grads, double maxNorm) {
   return total;
 }
 
+double gradNormFinish(double totalSq, double maxNorm, const std::vector<const std::vector<GradSpan>*>& lists) {
+  const double total = std::sqrt(totalSq);
+  if (maxNorm > 0) {
+    const float coef = clipCoefficient(total, maxNorm);
+    if (coef < 1.0f)
+      for (const std::vector<GradSpan>* list : lists)
+        for (const GradSpan& g : *list) scaleInPlace(g.data, g.size, coef);
+  }
+  return total;
+}
+
 double learningRate(const LrSchedule& s, int64_t step) {
   if (step < s.warmupSteps) return s.maxLr * double(step + 1) / double(s.warmupSteps);
   if (s.kind == LrSchedule::Kind::kConstant) return s.maxLr;
@@ -100,37 +120,32 @@ double learningRate(const LrSchedule& s, int64_t step) {
 
 namespace {
 
-// grad_norm: total = Σ grads g² + (all-reduced over p.group) Σ sharded g², then all-reduced over each
-// of p.stageGroups, norm = sqrt(total); sums in double; clips every list in place when max_norm > 0.
-Status gradNorm(const KernelCall& c, const OptimizerParams& p, const CpuKernelContext& ctx) {
-  auto spans = [&](std::string_view role) {
-    std::vector<GradSpan> v;
-    const size_t r = c.role(role);
-    for (size_t k = 0; k < c.args[r].size(); ++k) v.push_back({c.f(r, k), c.argElems[r][k]});
-    return v;
-  };
-  const std::vector<GradSpan> grads = spans("grads"), sharded = spans("sharded"), replicaShards = spans("replica_shards");
-  double replicatedSq = 0.0, shardedSq = 0.0;
-  for (const GradSpan& g : grads) replicatedSq += sumOfSquares(g.data, g.size);
-  if (!sharded.empty() || !replicaShards.empty()) {
-    for (const GradSpan& g : sharded) shardedSq += sumOfSquares(g.data, g.size);
-    // Each replicated shard once: on the first member of its replica group (the replicas hold the
-    // same, already all-reduced, gradient).
-    if (p.member % std::max<int64_t>(p.replicas, 1) == 0)
-      for (const GradSpan& g : replicaShards) shardedSq += sumOfSquares(g.data, g.size);
-    LLCDIST_RETURN_IF_ERROR(ctx.groupAllReduce(p.group, &shardedSq, 1, ReduceOp::kSum));
-  }
-  double totalSq = replicatedSq + shardedSq;
-  for (const std::vector<int>& g : p.stageGroups)  // stage_axis: every stage's total, summed in member order
-    LLCDIST_RETURN_IF_ERROR(ctx.groupAllReduce(g, &totalSq, 1, ReduceOp::kSum));
-  const double total = std::sqrt(totalSq);
-  if (p.maxNorm > 0) {
-    const float coef = clipCoefficient(total, p.maxNorm);
-    if (coef < 1.0f)
-      for (const std::vector<GradSpan>* list : {&grads, &sharded, &replicaShards})
-        for (const GradSpan& g : *list) scaleInPlace(g.data, g.size, coef);
-  }
-  c.F("norm")[0] = float(total);
+std::vector<GradSpan> spans(const KernelCall& c, std::string_view role) {
+  std::vector<GradSpan> v;
+  const size_t r = c.role(role);
+  for (size_t k = 0; k < c.args[r].size(); ++k) v.push_back({c.f(r, k), c.argElems[r][k]});
+  return v;
+}
+
+// grad_norm (gradients whole on every rank): the norm of `grads`, clipped in place when max_norm > 0.
+Status gradNorm(const KernelCall& c, const OptimizerParams& p, const CpuKernelContext&) {
+  const std::vector<GradSpan> grads = spans(c, "grads");
+  c.F("norm")[0] = float(gradNormFinish(gradNormPartial(grads, {}, false, 0.0), p.maxNorm, {&grads}));
+  return Status::ok();
+}
+
+// grad_norm_sq: this rank's partial squared norm (f64), which the plan all-reduces.
+Status gradNormSq(const KernelCall& c, const OptimizerParams& p, const CpuKernelContext&) {
+  const double* add = c.D("add");
+  c.D("sq")[0] = gradNormPartial(spans(c, "grads"), spans(c, "replica_shards"), p.member % p.replicas == 0,
+                                 add ? add[0] : 0.0);
+  return Status::ok();
+}
+
+// grad_norm_clip: the norm of the all-reduced squared norm; clips `grads` in place.
+Status gradNormClip(const KernelCall& c, const OptimizerParams& p, const CpuKernelContext&) {
+  const std::vector<GradSpan> grads = spans(c, "grads");
+  c.F("norm")[0] = float(gradNormFinish(c.D("sq")[0], p.maxNorm, {&grads}));
   return Status::ok();
 }
 
@@ -141,6 +156,8 @@ void registerCpuOptimizerKernels(CpuKernelTable& t) {
   using P = OptimizerParams;
   using Ctx = CpuKernelContext;
   addCpuKernel<P>(t, K::kGradNorm, gradNorm);
+  addCpuKernel<P>(t, K::kGradNormSq, gradNormSq);
+  addCpuKernel<P>(t, K::kGradNormClip, gradNormClip);
   addCpuKernel<P>(t, K::kAdamW, [](const KernelCall& c, const P& p, const Ctx&) {
     AdamWConfig cfg;
     cfg.lr = c.lr;

@@ -1,6 +1,7 @@
 // Family "loss": cross_entropy_fwd / cross_entropy_bwd (the mean token loss and its logits
-// gradient), vocabulary-parallel with attr `shard_axis`, with vocabulary padding under attr
-// `real_vocab`.
+// gradient), vocabulary-parallel with attr `shard_axis` (then with the row statistics that
+// cross_entropy_max / cross_entropy_sums and the plan's all-reduces computed), with vocabulary padding
+// under attr `real_vocab`.
 #include "OpDefs.h"
 
 namespace llcdist::rt::ops {
@@ -31,10 +32,29 @@ Status checkRealVocab(const OpChecker& c) {
   return Status::ok();
 }
 
+// The row statistics' roles: row_max [M] and row_sums [2M] (f64), present exactly with shard_axis.
+Status checkRowStats(const OpChecker& c) {
+  const Op& op = c.op();
+  const int64_t M = c.I("M");
+  const bool sharded = op.attrs.count(std::string(sc::kShardAxisAttr)) != 0;
+  for (const char* role : {"row_max", "row_sums"}) {
+    if (sc::argIndex(op.kind, role) < 0) continue;
+    const bool present = op.arg(role) >= 0;
+    if (sharded && !present)
+      return c.argError(role, std::string("required with attrs.shard_axis (the vocabulary-parallel row statistics, "
+                                          "computed by cross_entropy_max / cross_entropy_sums and all-reduced "
+                                          "in the plan; kernels do not communicate)"));
+    if (!sharded && present) return c.argError(role, "only allowed with attrs.shard_axis");
+  }
+  LLCDIST_RETURN_IF_ERROR(c.count("row_max", M, "M"));
+  return c.count("row_sums", OpChecker::prod({2, M}), "2×M");
+}
+
 Status checkCrossEntropy(const OpChecker& c) {
   const int64_t M = c.I("M"), V = c.I("V");
   LLCDIST_RETURN_IF_ERROR(c.shardAxis());
   LLCDIST_RETURN_IF_ERROR(checkRealVocab(c));
+  LLCDIST_RETURN_IF_ERROR(checkRowStats(c));
   LLCDIST_RETURN_IF_ERROR(c.count("logits", OpChecker::prod({M, V}), "M×V"));
   LLCDIST_RETURN_IF_ERROR(c.count("dlogits", OpChecker::prod({M, V}), "M×V"));
   LLCDIST_RETURN_IF_ERROR(c.count("targets", M, "M"));
@@ -45,11 +65,10 @@ StatusOr<OpParams> bindCrossEntropy(const BindContext& b) {
   LossParams p;
   p.M = b.op.intAttr("M");
   p.V = b.op.intAttr("V");
-  p.scale = b.op.floatAttr("scale");
+  p.scale = b.op.floatAttr("scale");  // 0 on cross_entropy_max / _sums (no scale)
   p.realVocab = b.op.intAttr(std::string(sc::kRealVocabAttr));
-  if (b.op.attrs.count(std::string(sc::kShardAxisAttr))) {  // vocabulary-parallel: slice and group
+  if (b.op.attrs.count(std::string(sc::kShardAxisAttr))) {  // vocabulary-parallel: this rank's slice
     LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis(std::string(sc::kShardAxisAttr), "shard_axis"));
-    p.group = b.mesh.group(b.rank, axis);
     p.vocabShard = VocabShard{b.mesh.coord(b.rank, axis), b.mesh.axisSize(axis)};
   }
   return OpParams(std::move(p));
@@ -60,6 +79,8 @@ StatusOr<OpParams> bindCrossEntropy(const BindContext& b) {
 void registerLossOps(OpDefTable& t) {
   t.add(K::kCrossEntropyFwd, {"loss", checkCrossEntropy, bindCrossEntropy});
   t.add(K::kCrossEntropyBwd, {"loss", checkCrossEntropy, bindCrossEntropy});
+  t.add(K::kCrossEntropyMax, {"loss", checkCrossEntropy, bindCrossEntropy});
+  t.add(K::kCrossEntropySums, {"loss", checkCrossEntropy, bindCrossEntropy});
 }
 
 }  // namespace llcdist::rt::ops

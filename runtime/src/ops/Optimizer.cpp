@@ -1,5 +1,6 @@
-// Family "optimizer": grad_norm (the global gradient norm and clipping, with the all-reduces of sharded
-// and per-stage squared norms inside its kernel) and the updates adamw and sgd.
+// Family "optimizer": the gradient norm and clipping (grad_norm when every rank holds whole gradients;
+// otherwise grad_norm_sq, the plan's all-reduces of the f64 partial sums, then grad_norm_clip) and the
+// updates adamw and sgd.
 #include "OpDefs.h"
 
 namespace llcdist::rt::ops {
@@ -8,56 +9,45 @@ namespace {
 namespace sc = schema;
 using K = sc::OpKind;
 
-Status checkGradNorm(const OpChecker& c) {
+Status checkGradNorm(const OpChecker& c) { return c.count("norm", 1, "1"); }
+
+// replica_shards, replicas and replica_axis come together; replicas divides the axis.
+Status checkGradNormSq(const OpChecker& c) {
   const Op& op = c.op();
-  const bool replicaShards = !op.argList("replica_shards").empty();
-  const bool hasReplicas = op.attrs.count("replicas") != 0;
-  if (replicaShards != hasReplicas)
-    return replicaShards ? c.attrError("replicas", "required when args.replica_shards is present (how many "
-                                                   "consecutive members of `axis` hold each shard)")
-                         : c.attrError("replicas", "only allowed together with args.replica_shards");
-  const bool sharded = !op.argList("sharded").empty() || replicaShards;
-  const bool hasAxis = op.attrs.count("axis") != 0;
-  const std::string stageAttr(sc::kStageAxisAttr);
-  const bool hasStage = op.attrs.count(stageAttr) != 0;
-  if (sharded && !hasAxis)
-    return c.attrError("axis", "required when args.sharded is present (the axis the sharded gradients' squared "
-                               "norms are all-reduced over)");
-  if (!sharded && hasAxis) return c.attrError("axis", "only allowed together with args.sharded");
-  if (hasAxis) {
-    int64_t n = 0;
-    LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
-    if (hasReplicas && n % c.I("replicas") != 0)
-      return c.attrError("replicas", std::to_string(c.I("replicas")) + " does not divide the size " +
-                                         std::to_string(n) + " of axis \"" + op.stringAttr("axis") + "\"");
+  const bool shards = !op.argList("replica_shards").empty();
+  for (const char* attr : {"replicas", "replica_axis"}) {
+    const bool has = op.attrs.count(attr) != 0;
+    if (shards && !has)
+      return c.attrError(attr, "required when args.replica_shards is present (replicas: how many consecutive members "
+                               "of replica_axis hold each shard)");
+    if (!shards && has) return c.attrError(attr, "only allowed together with args.replica_shards");
   }
-  if (hasStage && !parseMeshAxisList(op.stringAttr(stageAttr)))  // one axis or a list ("dp,pp")
-    return c.attrError(stageAttr.c_str(), "unknown mesh axis \"" + op.stringAttr(stageAttr) +
-                                              "\" (expected \"dp\", \"tp\" or \"pp\", or a comma-separated list of them)");
-  if (op.argList("grads").empty() && !sharded && !hasStage)
-    return c.argError("grads", "missing role \"grads\" of op \"grad_norm\" (it may be absent only with args.sharded or "
-                               "attrs.stage_axis)");
+  if (shards) {
+    const std::string name = op.stringAttr("replica_axis");
+    auto axis = parseMeshAxis(name);
+    if (!axis)
+      return c.attrError("replica_axis", "unknown mesh axis \"" + name + "\" (expected \"dp\", \"tp\" or \"pp\")");
+    const int64_t n = c.manifest().mesh().axisSize(*axis);
+    if (n % c.I("replicas") != 0)
+      return c.attrError("replicas", std::to_string(c.I("replicas")) + " does not divide the size " +
+                                         std::to_string(n) + " of axis \"" + name + "\"");
+  }
+  LLCDIST_RETURN_IF_ERROR(c.count("add", 1, "1"));
+  return c.count("sq", 1, "1");
+}
+
+Status checkGradNormClip(const OpChecker& c) {
+  LLCDIST_RETURN_IF_ERROR(c.count("sq", 1, "1"));
   return c.count("norm", 1, "1");
 }
 
 StatusOr<OpParams> bindGradNorm(const BindContext& b) {
-  const Op& op = b.op;
   OptimizerParams p;
-  p.maxNorm = op.floatAttr("max_norm");
-  if (op.attrs.count("axis")) {  // the sharded gradients' group
-    LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis("axis", "axis"));
-    p.group = b.mesh.group(b.rank, axis);
-    if (op.attrs.count("replicas")) {
-      p.member = b.mesh.coord(b.rank, axis);
-      p.replicas = op.intAttr("replicas");
-    }
-  }
-  if (op.attrs.count(std::string(sc::kStageAxisAttr))) {  // over pipeline stages
-    // One axis, or several separated by commas ("dp,pp"): summed over each in turn.
-    const std::string names = op.stringAttr(std::string(sc::kStageAxisAttr));
-    auto axes = parseMeshAxisList(names);
-    if (!axes) return Status::internal("unknown stage_axis \"" + names + "\"");
-    for (MeshAxis axis : *axes) p.stageGroups.push_back(b.mesh.group(b.rank, axis));
+  p.maxNorm = b.op.floatAttr("max_norm");  // 0 on grad_norm_sq (no attr)
+  if (b.op.attrs.count("replica_axis")) {  // grad_norm_sq's replica shards: this rank's member index
+    LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis("replica_axis", "replica_axis"));
+    p.member = b.mesh.coord(b.rank, axis);
+    p.replicas = b.op.intAttr("replicas");
   }
   return OpParams(std::move(p));
 }
@@ -88,6 +78,8 @@ StatusOr<OpParams> bindUpdate(const BindContext& b) {
 
 void registerOptimizerOps(OpDefTable& t) {
   t.add(K::kGradNorm, {"optimizer", checkGradNorm, bindGradNorm});
+  t.add(K::kGradNormSq, {"optimizer", checkGradNormSq, bindGradNorm});
+  t.add(K::kGradNormClip, {"optimizer", checkGradNormClip, bindGradNorm});
   t.add(K::kAdamW, {"optimizer", checkUpdate, bindUpdate});
   t.add(K::kSgd, {"optimizer", checkUpdate, bindUpdate});
 }

@@ -34,7 +34,9 @@
 // CHECK: plan.subroutine @optimizer {
 // CHECK-NEXT: plan.kernel "recv" {y = @[[PART]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // CHECK-NEXT: plan.kernel "accumulate" {x = @[[PART]], y = @[[WTEG]]} {n = 128 : i64}
-// CHECK-NEXT: plan.kernel "grad_norm" {grads = [@[[WTEG]], {{.*}}stage_axis = "pp"}
+// CHECK-NEXT: plan.kernel "grad_norm_sq" {grads = [@[[WTEG]], {{.*}}], sq = @[[SQ:b[0-9]+]]}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@[[SQ]]]} {axis = "pp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+// CHECK-NEXT: plan.kernel "grad_norm_clip" {grads = [@[[WTEG]], {{.*}}], norm = @{{b[0-9]+}}, sq = @[[SQ]]} {max_norm
 // CHECK-NEXT: plan.kernel "adamw" {grad = @[[WTEG]], m = @{{b[0-9]+}}, param = @[[WTE]],
 // CHECK: plan.kernel "send" {x = @[[WTE]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // CHECK-NEXT: {{^ +}}}{{$}}
@@ -61,9 +63,11 @@
 // CHECK-NOT: plan.subroutine @forward_v1_s1
 // CHECK: plan.subroutine @optimizer {
 // CHECK-NEXT: plan.kernel "send" {x = @[[RWTEG]]} {axis = "pp", peer = 0 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
-// CHECK-NEXT: plan.kernel "grad_norm" {grads = [
+// CHECK-NEXT: plan.kernel "grad_norm_sq" {grads = [
 // CHECK-NOT: @[[RWTEG]]
-// CHECK-SAME: stage_axis = "pp"
+// CHECK-SAME: sq = @[[RSQ:b[0-9]+]]}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@[[RSQ]]]} {axis = "pp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+// CHECK-NEXT: plan.kernel "grad_norm_clip" {grads = [
 // CHECK-NOT: grad = @[[RWTEG]]
 // CHECK: plan.kernel "recv" {y = @[[RWTE]]} {axis = "pp", peer = 0 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // CHECK: plan.schedule {

@@ -48,7 +48,9 @@
 // Z1-NEXT: plan.kernel "reduce_scatter" {x = @[[W0G]], y = @[[W0S]]} {axis = "dp", inner = 32 : i64, op = "sum", outer = 1 : i64}
 // Z1-NEXT: plan.kernel "reduce_scatter" {{.*}}inner = 4 : i64
 // Z1-NEXT: plan.kernel "all_reduce" {x = [@{{b[0-9]+}}]} {axis = "dp", op = "avg"} {plan.origin = "loss", plan.payload = "loss"}
-// Z1-NEXT: plan.kernel "grad_norm" {grads = [@[[WTES]], @[[W0S]], @[[NS]]], norm = @{{b[0-9]+}}} {max_norm = 0.000000e+00 : f64, stage_axis = "dp"}
+// Z1-NEXT: plan.kernel "grad_norm_sq" {grads = [@[[WTES]], @[[W0S]], @[[NS]]], sq = @[[SQ:b[0-9]+]]} {}
+// Z1-NEXT: plan.kernel "all_reduce" {x = [@[[SQ]]]} {axis = "dp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+// Z1-NEXT: plan.kernel "grad_norm_clip" {grads = [@[[WTES]], @[[W0S]], @[[NS]]], norm = @{{b[0-9]+}}, sq = @[[SQ]]} {max_norm = 0.000000e+00 : f64}
 // Z1-NEXT: plan.kernel "shard_slice" {x = @[[WTE]], y = @[[SLICE]]} {axis = "dp", inner = 64 : i64, outer = 1 : i64}
 // Z1-NEXT: plan.kernel "adamw" {grad = @[[WTES]], m = @[[M]], param = @[[SLICE]], v = @{{b[0-9]+}}}
 // Z1-NEXT: plan.kernel "all_gather" {x = @[[SLICE]], y = @[[WTE]]} {axis = "dp", inner = 64 : i64, outer = 1 : i64} {plan.origin = "zero", plan.payload = "parameters"}
@@ -75,7 +77,9 @@
 // Z2-NEXT: plan.kernel "accumulate" {x = @{{b[0-9]+}}, y = @[[WTEG]]}
 // Z2: plan.subroutine @optimizer {
 // Z2-NEXT: plan.kernel "all_reduce" {{.*}}plan.payload = "loss"
-// Z2-NEXT: plan.kernel "grad_norm" {grads = [@[[WTEG]], {{.*}}stage_axis = "dp"
+// Z2-NEXT: plan.kernel "grad_norm_sq" {grads = [@[[WTEG]], {{.*}}sq = @[[SQ:b[0-9]+]]}
+// Z2-NEXT: plan.kernel "all_reduce" {x = [@[[SQ]]]} {axis = "dp", op = "sum"} {plan.origin = "grad_norm"
+// Z2-NEXT: plan.kernel "grad_norm_clip" {grads = [@[[WTEG]], {{.*}}sq = @[[SQ]]}
 // Z2-NEXT: plan.kernel "shard_slice" {x = @[[WTE]]
 // Z2-NEXT: plan.kernel "adamw" {grad = @[[WTEG]],
 // Z2-NEXT: plan.kernel "all_gather" {{.*}}y = @[[WTE]]}
@@ -236,14 +240,20 @@ module attributes {xf.model = {microbatches = 1 : i64, name = "zero-bf16"}} {
 // Z1-NEXT: plan.kernel "recv" {y = @[[PART]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // Z1-NEXT: plan.kernel "accumulate" {x = @[[PART]], y = @[[WTEG]]} {n = 128 : i64}
 // Z1-NEXT: plan.kernel "reduce_scatter" {x = @[[WTEG]], y = @[[SHARD]]} {axis = "dp", inner = 64 : i64, op = "sum", outer = 1 : i64}
-// Z1: plan.kernel "grad_norm" {grads = [@[[SHARD]], {{.*}}stage_axis = "dp,pp"}
+// Z1: plan.kernel "grad_norm_sq" {grads = [@[[SHARD]], {{.*}}sq = @[[SQ:b[0-9]+]]}
+// Z1-NEXT: plan.kernel "all_reduce" {x = [@[[SQ]]]} {axis = "dp", op = "sum"} {plan.origin = "grad_norm"
+// Z1-NEXT: plan.kernel "all_reduce" {x = [@[[SQ]]]} {axis = "pp", op = "sum"} {plan.origin = "grad_norm"
+// Z1-NEXT: plan.kernel "grad_norm_clip" {grads = [@[[SHARD]], {{.*}}sq = @[[SQ]]}
 // Z1: plan.program @stage1 {
 // Z1-DAG: plan.buffer @[[RG:b[0-9]+]] : tensor<16x8xf32> {kind = "grad", name = "wte.grad"}
 // Z1-DAG: plan.param "wte" {{.*}}local_shape = array<i64: 16, 8>, pipeline.replica_of = 0 : i64, weight_decay = false, zero = {axis = "dp", stage = 1 : i64}}
 // Z1: plan.subroutine @optimizer {
 // Z1-NEXT: plan.kernel "send" {x = @[[RG]]} {axis = "pp", peer = 0 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // Z1-NOT: "reduce_scatter" {x = @[[RG]]
-// Z1: plan.kernel "grad_norm" {{.*}}stage_axis = "dp,pp"}
+// Z1: plan.kernel "grad_norm_sq" {{.*}}sq = @[[RSQ:b[0-9]+]]}
+// Z1-NEXT: plan.kernel "all_reduce" {x = [@[[RSQ]]]} {axis = "dp", op = "sum"}
+// Z1-NEXT: plan.kernel "all_reduce" {x = [@[[RSQ]]]} {axis = "pp", op = "sum"}
+// Z1-NEXT: plan.kernel "grad_norm_clip"
 // Z2-LABEL: name = "zero-dp2-pp2"
 // Z2: plan.program @stage0 {
 // Z2-DAG: plan.buffer @[[WTEG:b[0-9]+]] : tensor<8x8xf32> {kind = "grad", name = "wte.grad"}
@@ -251,7 +261,10 @@ module attributes {xf.model = {microbatches = 1 : i64, name = "zero-bf16"}} {
 // Z2: plan.subroutine @optimizer {
 // Z2-NEXT: plan.kernel "recv" {y = @[[PART]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64}
 // Z2-NEXT: plan.kernel "accumulate" {x = @[[PART]], y = @[[WTEG]]} {n = 64 : i64}
-// Z2-NEXT: plan.kernel "grad_norm" {grads = [@[[WTEG]], {{.*}}stage_axis = "dp,pp"}
+// Z2-NEXT: plan.kernel "grad_norm_sq" {grads = [@[[WTEG]], {{.*}}sq = @[[SQ:b[0-9]+]]}
+// Z2-NEXT: plan.kernel "all_reduce" {x = [@[[SQ]]]} {axis = "dp", op = "sum"}
+// Z2-NEXT: plan.kernel "all_reduce" {x = [@[[SQ]]]} {axis = "pp", op = "sum"}
+// Z2-NEXT: plan.kernel "grad_norm_clip" {grads = [@[[WTEG]], {{.*}}sq = @[[SQ]]}
 // Z2: plan.program @stage1 {
 // Z2-DAG: plan.buffer @[[RG:b[0-9]+]] : tensor<8x8xf32> {kind = "grad", name = "wte.grad"}
 // Z2: plan.subroutine @optimizer {

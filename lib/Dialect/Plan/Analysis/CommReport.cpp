@@ -170,6 +170,8 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
                                      4.0 * double(localParams), 1};
   if (e.payload == "loss")
     return {"4 (one f32)", 4.0, 1};
+  if (e.payload == "grad norm")
+    return {"8 (one f64 squared norm)", 8.0, 1};
   if (e.payload == "kv-replica gradients") {
     // kv-head replication: each rank's one kv head, k and v, in every layer.
     if (!f.bshLM || e.stage >= 0)
@@ -293,7 +295,7 @@ llcdist::plan::communicatorAxesPerProgram(ModuleOp module) {
   for (auto program : module.getOps<ProgramOp>()) {
     std::set<std::string> axes;
     program.walk([&](KernelOp k) {
-      for (StringRef key : {"axis", "shard_axis", "stage_axis"}) {
+      for (StringRef key : {"axis", "shard_axis"}) {
         auto v = k.getParams().getAs<StringAttr>(key);
         if (!v)
           continue;

@@ -116,9 +116,9 @@ LogicalResult BufferOp::verify() {
     return emitOpError("type must be a statically shaped tensor, got ")
            << getType();
   if (!t.getElementType().isF32() && !t.getElementType().isBF16() &&
-      !t.getElementType().isInteger(32))
-    return emitOpError("element type must be f32, bf16 or i32 (what the runtime "
-                       "stores), got ")
+      !t.getElementType().isF64() && !t.getElementType().isInteger(32))
+    return emitOpError("element type must be f32, bf16, f64 or i32 (what the "
+                       "runtime stores), got ")
            << t.getElementType();
   StringRef k = getKind();
   if (k != "param" && k != "grad" && k != "optimizer_state" &&

@@ -102,7 +102,8 @@ private:
   LogicalResult rewriteSteps();
   /// ZeRO-3: the parameter (and master) buffers hold the block.
   void shardParameters();
-  /// grad_norm sums the blocks over dp.
+  /// grad_norm sums the blocks' squared norms over dp (an all_reduce of the
+  /// f64 partial sum).
   void sumNormOverDp();
   /// The state is the block; an f32 update (stages 1, 2) slices its block
   /// and gathers it back.
@@ -486,15 +487,50 @@ void ProgramZero::shardParameters() {
 }
 
 void ProgramZero::sumNormOverDp() {
-  // Each dp rank holds other gradient blocks: the norm sums over dp too
-  // (after the pipeline's stages: "dp,pp").
-  for (auto k : optimizer.getBody().front().getOps<plan::KernelOp>()) {
-    if (k.getKernel() != "grad_norm")
+  // Each dp rank holds other gradient blocks: the squared norm sums over dp
+  // too, before the pipeline's stages. A local grad_norm becomes
+  // grad_norm_sq, the dp all-reduce and grad_norm_clip; a split one gets the
+  // dp all-reduce before its pp all-reduce (or before its clip).
+  auto *body = &optimizer.getBody().front();
+  auto dpAllReduce = [&](Attribute sq, Location loc) {
+    plan::KernelOp k = kernel("all_reduce", {b.getNamedAttr("x", b.getArrayAttr({sq}))},
+                              {b.getNamedAttr("axis", b.getStringAttr("dp")),
+                               b.getNamedAttr("op", b.getStringAttr("sum"))},
+                              NameLoc::get(b.getStringAttr("grad_norm: the gradient blocks' squared "
+                                                           "norm over dp (ZeRO)"),
+                                           loc));
+    k->setAttr("plan.payload", b.getStringAttr("grad norm"));
+    plan::setCollectiveOrigin(k, xf::CollectiveOrigin::GradNorm);
+  };
+  for (auto k : llvm::make_early_inc_range(body->getOps<plan::KernelOp>())) {
+    if (k.getKernel() == "grad_norm") {
+      Buf sq = newBuffer(firstSubroutine, "grad_norm.sq", "scratch",
+                         RankedTensorType::get({1}, b.getF64Type()));
+      b.setInsertionPoint(k);
+      kernel("grad_norm_sq", {b.getNamedAttr("sq", sq), b.getNamedAttr("grads", k.getArgs().get("grads"))},
+             {}, k.getLoc());
+      dpAllReduce(sq, k.getLoc());
+      kernel("grad_norm_clip",
+             {b.getNamedAttr("sq", sq), b.getNamedAttr("grads", k.getArgs().get("grads")),
+              b.getNamedAttr("norm", k.getArgs().get("norm"))},
+             k.getParams().getValue(), k.getLoc());
+      k.erase();
       continue;
-    auto stageAxis = k.getParams().getAs<StringAttr>("stage_axis");
-    NamedAttrList attrs(k.getParams());
-    attrs.set("stage_axis", b.getStringAttr(stageAxis ? "dp," + stageAxis.str() : "dp"));
-    k.setParamsAttr(attrs.getDictionary(b.getContext()));
+    }
+    if (k.getKernel() != "grad_norm_clip")
+      continue;
+    Attribute sq = k.getArgs().get("sq");
+    Operation *at = k;
+    for (auto o : body->getOps<plan::KernelOp>()) {
+      auto axis = o.getParams().getAs<StringAttr>("axis");
+      if (o.getKernel() == "all_reduce" && axis && axis.getValue() == "pp" &&
+          o.getArgs().get("x") == b.getArrayAttr({sq})) {
+        at = o;
+        break;
+      }
+    }
+    b.setInsertionPoint(at);
+    dpAllReduce(sq, k.getLoc());
   }
 }
 

@@ -8,7 +8,6 @@
 #include "llcdist/runtime/KernelTable.h"
 #include "llcdist/runtime/Kernels.h"
 
-#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -40,25 +39,16 @@ struct CpuBackendOptions {
 // joins the workers before the arena is freed. Without
 // a communicator, collectives over a group of one rank (itself) complete immediately (all-reduce and
 // reduce-scatter are the identity, all-gather a copy) and a group with any other rank is an
-// InvalidArgument error naming the group. grad_norm with a `sharded` list all-reduces (f64, sum) the
-// sharded squared norm over OptimizerParams::group through the communicator, and with `stage_axis` the
-// total over each of OptimizerParams::stageGroups in order; the vocabulary-parallel cross entropy
-// all-reduces its row statistics (f64: max, then sum) over LossParams::group the same way, so these
-// kernel-internal collectives have the standalone collectives' determinism, mismatch, abort and timeout
-// behaviour. send / recv go through the communicator's send / recv when the call is made (a send is
+// InvalidArgument error naming the group. Kernels never communicate: a reduction a kernel needs (the
+// gradient norm over shards and stages, the vocabulary-parallel softmax) is local kernels and explicit
+// all_reduce ops of f64 partial sums in the plan. send / recv go through the communicator's send / recv when the call is made (a send is
 // buffered, a recv returns with the data); without a communicator they are an InvalidArgument error.
 std::unique_ptr<Backend> makeCpuBackend(const CpuBackendOptions& options = {});
 
-// All-reduces buf[n] (f64) in place over `group` with `op`, in member order with identical bits on
-// every member (the Communicator's rule): the collective inside a kernel, for grad_norm's `sharded`
-// list and `stage_axis` and the vocabulary-parallel cross entropy. The CPU backend passes its
-// communicator's allReduce.
-using CpuGroupAllReduce = std::function<Status(const std::vector<int>& group, double* buf, int64_t n, ReduceOp op)>;
-
-// What a CPU kernel entry gets besides its call.
-struct CpuKernelContext {
-  const CpuGroupAllReduce& groupAllReduce;
-};
+// What a CPU kernel entry gets besides its call: nothing today (a kernel reads and writes its own
+// rank's buffers only; no communicator reaches it). Kept so that a backend-wide resource (a thread
+// pool, a workspace) can be added without touching every family.
+struct CpuKernelContext {};
 using CpuKernel = BackendKernel<CpuKernelContext>;
 using CpuKernelTable = KernelTable<CpuKernel>;
 
@@ -77,10 +67,7 @@ Status checkCpuKernelTable();
 
 // Runs one KernelCall through the CPU kernel table (what CpuBackend::launch does); exposed so other
 // backends can fall back to it for host-resident data and for tests. Collective, point-to-point and
-// load_microbatch ops are not kernels (an error). Kernels that need a collective (grad_norm with
-// `sharded` or `stage_axis`, cross_entropy_* with `shard_axis`) call `groupAllReduce`; in the overload
-// without it, a group of one rank is the identity and a larger group is an error.
-Status runCpuKernel(const KernelCall& call, const CpuGroupAllReduce& groupAllReduce);
+// load_microbatch ops are not kernels (an error).
 Status runCpuKernel(const KernelCall& call);
 
 }  // namespace llcdist::rt

@@ -10,17 +10,17 @@
 // sgd) get the step's learning rate and t = step + 1.
 //
 // Multi-rank plans: the interpreter runs one rank (`rank`, its global rank in the manifest's mesh).
-// Collective ops (all_reduce, all_gather, reduce_scatter) and grad_norm's `sharded` list act on the
-// group of `rank` on the op's `axis` (Mesh::group; all_reduce's `group_size` sub-group). create() makes
-// one backend channel per distinct group of the program's collectives (Backend::createChannel), once,
-// and each collective runs on its group's channel (docs/plan-format.md "Channels"); all_reduce issues one backend all-reduce per buffer
-// of `x`, in list order, and every collective is waited for on the default stream before the next op.
-// Ops with attr `shard_axis` (vocabulary-parallel embedding and cross entropy) get the group of `rank`
-// on that axis and the rank's vocabulary slice (EmbeddingParams / LossParams::vocabShard); the cross entropy's
-// all-reduces run inside its kernel launch, through the backend. Position embeddings with `shard_axis`
-// (sequence parallelism) get EmbeddingParams::posBegin = c·S, c the rank's coordinate on that axis.
-// grad_norm with `stage_axis` gets the rank's group on that axis, or on each axis of a comma-separated
-// list (OptimizerParams::stageGroups).
+// Collective ops (all_reduce, all_gather, reduce_scatter) act on the group of `rank` on the op's `axis`
+// (Mesh::group; all_reduce's `group_size` sub-group). create() makes one backend channel per distinct
+// group of the program's collectives (Backend::createChannel), once, and each collective runs on its
+// group's channel (docs/plan-format.md "Channels"); all_reduce issues one backend all-reduce per buffer
+// of `x`, in list order (an f64 buffer, a kernel's partial reduction, in f64; the others in the op's
+// dtype), and every collective is waited for on the default stream before the next op. Kernels never
+// communicate. Ops with attr `shard_axis` (vocabulary-parallel embedding and cross entropy) get the
+// rank's vocabulary slice (EmbeddingParams / LossParams::vocabShard); position embeddings with
+// `shard_axis` (sequence parallelism) get EmbeddingParams::posBegin = c·S, c the rank's coordinate on
+// that axis. grad_norm_sq with `replica_axis` gets the rank's member index there
+// (OptimizerParams::member).
 // shard_slice (ZeRO plans) is a kernel launch (no communication) that gets the rank's group on `axis`
 // and its member index there (LayoutParams::member); bf16 arguments are handled as for every float op.
 // Pipeline plans: send / recv resolve their peer once, at bind time: the global rank with this rank's

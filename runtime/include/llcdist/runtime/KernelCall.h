@@ -50,15 +50,19 @@ struct KernelCall {
   void* ptr(size_t role, size_t k = 0) const { return args[role].empty() ? nullptr : args[role][k]; }
   float* f(size_t role, size_t k = 0) const { return static_cast<float*>(ptr(role, k)); }
   int32_t* i32(size_t role, size_t k = 0) const { return static_cast<int32_t*>(ptr(role, k)); }
+  double* f64(size_t role, size_t k = 0) const { return static_cast<double*>(ptr(role, k)); }
   schema::ElemType type(size_t role, size_t k = 0) const {
     if (role < argTypes.size() && k < argTypes[role].size()) return argTypes[role][k];
-    return schema::opSpec(kind).args[role].type == schema::ArgType::kI32 ? schema::ElemType::kI32
-                                                                          : schema::ElemType::kF32;
+    const schema::ArgType t = schema::opSpec(kind).args[role].type;
+    return t == schema::ArgType::kI32   ? schema::ElemType::kI32
+           : t == schema::ArgType::kF64 ? schema::ElemType::kF64
+                                        : schema::ElemType::kF32;
   }
   // By role name (PlanSchema's table): an absent optional role gives null and an empty list.
   size_t role(std::string_view name) const { return size_t(schema::argIndex(kind, name)); }
   float* F(std::string_view name, size_t k = 0) const { return f(role(name), k); }
   int32_t* I(std::string_view name) const { return i32(role(name)); }
+  double* D(std::string_view name) const { return f64(role(name)); }
   const std::vector<void*>& list(std::string_view name) const { return args[role(name)]; }
   int64_t elems(std::string_view name, size_t k = 0) const { return argElems[role(name)][k]; }
 };

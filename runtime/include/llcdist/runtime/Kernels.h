@@ -47,10 +47,6 @@ void biasAddForward(float* y, const float* bias, int64_t M, int64_t N);
 // Vocabulary parallelism (Megatron VocabParallelEmbedding / vocab_parallel_cross_entropy).
 // ---------------------------------------------------------------------------------------------------
 // A rank's slice of the vocabulary is a VocabShard (OpParams.h).
-// All-reduces buf[n] (double) in place across the members of the vocabulary shards' group: the
-// maximum when `max`, else the sum. Must reduce in member order and give every member identical bits
-// (the communicator's rule); any error (abort, timeout, mismatch) is returned as is.
-using ShardAllReduceF64 = std::function<Status(double* buf, int64_t n, bool max)>;
 
 // ---------------------------------------------------------------------------------------------------
 // Embeddings (Embedding.cpp).
@@ -162,25 +158,31 @@ Status crossEntropyForward(const float* logits, const int32_t* targets, float* l
 Status crossEntropyBackward(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
                             int64_t V, float scale, int64_t realV = 0);
 
-// Vocabulary-parallel cross entropy (Megatron's vocab_parallel_cross_entropy): logits [M,V] hold the
-// global columns [c·V, (c+1)·V) of a V·count vocabulary (c = shard.index); targets are global ids in
-// [0, V·count) (checked before any collective). Per row: the global max (all-reduce max), then
-// Σ exp(x - max) and the target's logit (0 on the shards that do not own it) in one all-reduce sum of
-// 2·M doubles; loss_m = max + log(sumexp) - target_logit, *meanLoss its mean (accumulated in double,
-// in row order). The same max subtraction in f32 and per-element terms as crossEntropyForward, so the
-// result equals the unsharded one up to the order of the Σ exp terms; every member gets identical
-// bits. `reduce` is called exactly twice, by every member alike (also when shard.count == 1).
-// realV (0 < realV <= V·count; 0 = all): global columns >= realV are vocabulary padding, outside the
-// softmax; a shard holding padding only contributes -inf to the max and 0 to the sums.
-Status crossEntropyForwardVocabParallel(const float* logits, const int32_t* targets, double* meanLoss, int64_t M,
-                                        int64_t V, const VocabShard& shard, const ShardAllReduceF64& reduce,
-                                        int64_t realV = 0);
-// dlogits[M,V] = (softmax_global(logits) - onehot(targets)) · scale on the local columns; the global
-// max and Σ exp are recomputed with the same two all-reduces as the forward. dlogits may alias
-// logits. Padding columns (global index >= realV > 0) get dlogits 0.
-Status crossEntropyBackwardVocabParallel(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
-                                         int64_t V, float scale, const VocabShard& shard,
-                                         const ShardAllReduceF64& reduce, int64_t realV = 0);
+// Vocabulary-parallel cross entropy (Megatron's vocab_parallel_cross_entropy), as local kernels with
+// the plan's all-reduces between them (kernels never communicate): logits [M,V] hold the global
+// columns [c·V, (c+1)·V) of a V·count vocabulary (c = shard.index); targets are global ids in
+// [0, V·count). realV (0 < realV <= V·count; 0 = all): global columns >= realV are vocabulary padding,
+// outside the softmax.
+//  1. crossEntropyShardMax: rowMax[M] = each row's max over this shard's real columns (-inf for a
+//     shard of padding only), as double; checks every target first, so a bad batch fails every member
+//     before the first collective. The plan all-reduces rowMax with max (exact).
+//  2. crossEntropyShardSums: rowSums[2M] = [Σ_j exp(x_j - max) | the target's logit on the shard that
+//     holds it, else 0], with max = float(rowMax) (exact: a float through double) and the same f32
+//     subtraction and double terms as crossEntropyForward. The plan all-reduces rowSums with sum
+//     (member order: identical bits on every member).
+//  3. crossEntropyForwardVocabParallel: loss_m = max + log(sumexp) - target_logit, *meanLoss their mean
+//     (accumulated in double, in row order); crossEntropyBackwardVocabParallel: dlogits[M,V] =
+//     (softmax_global(logits) - onehot(targets)) · scale on the local columns, 0 on padding columns;
+//     dlogits may alias logits.
+// The result equals the unsharded op's up to the order of the Σ exp terms.
+Status crossEntropyShardMax(const float* logits, const int32_t* targets, double* rowMax, int64_t M, int64_t V,
+                            const VocabShard& shard, int64_t realV = 0);
+Status crossEntropyShardSums(const float* logits, const int32_t* targets, const double* rowMax, double* rowSums,
+                             int64_t M, int64_t V, const VocabShard& shard, int64_t realV = 0);
+Status crossEntropyForwardVocabParallel(const double* rowMax, const double* rowSums, double* meanLoss, int64_t M);
+Status crossEntropyBackwardVocabParallel(const float* logits, const int32_t* targets, const double* rowMax,
+                                         const double* rowSums, float* dlogits, int64_t M, int64_t V, float scale,
+                                         const VocabShard& shard, int64_t realV = 0);
 
 // ---------------------------------------------------------------------------------------------------
 // Optimizers, gradient clipping, LR schedules (Optimizer.cpp), matching torch.optim.
@@ -217,6 +219,14 @@ struct GradSpan {
 };
 // Σ g² in double (the piece a sharded rank contributes before an all-reduce of squared norms).
 double sumOfSquares(const float* g, int64_t n);
+// grad_norm_sq: Σ over `grads` of sumOfSquares, then over `replicaShards` when countReplicas (the
+// first member of each replica group), each tensor's sum added in list order, then + add. The plan
+// all-reduces the result (f64) before gradNormFinish.
+double gradNormPartial(const std::vector<GradSpan>& grads, const std::vector<GradSpan>& replicaShards,
+                       bool countReplicas, double add);
+// grad_norm_clip: returns sqrt(totalSq); with maxNorm > 0 scales every list in place by
+// clipCoefficient when it is < 1 (clip_grad_norm_).
+double gradNormFinish(double totalSq, double maxNorm, const std::vector<const std::vector<GradSpan>*>& lists);
 // sqrt of Σ over tensors of their sums of squares, in double.
 double globalGradNorm(const std::vector<GradSpan>& grads);
 // torch.nn.utils.clip_grad_norm_ coefficient: min(1, maxNorm / (totalNorm + 1e-6)).

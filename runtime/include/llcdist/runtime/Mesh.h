@@ -18,9 +18,6 @@ namespace llcdist::rt {
 enum class MeshAxis { kDp = 0, kTp = 1, kPp = 2 };  // indices into schema::kMeshAxes
 std::string_view meshAxisName(MeshAxis a);
 std::optional<MeshAxis> parseMeshAxis(std::string_view name);
-// One axis name or several separated by commas ("dp,pp"), in order; nullopt when any part is not an
-// axis name (grad_norm's `stage_axis`).
-std::optional<std::vector<MeshAxis>> parseMeshAxisList(std::string_view names);
 
 struct Mesh {
   std::array<int64_t, 3> size = {1, 1, 1};                                 // indexed by MeshAxis

@@ -107,27 +107,22 @@ struct RopeParams {
 struct AttentionParams {
   int64_t B = 0, S = 0, nh = 0, nkv = 0, hd = 0;
 };
-// cross_entropy_fwd / cross_entropy_bwd (family "loss").
+// cross_entropy_fwd / cross_entropy_bwd / cross_entropy_max / cross_entropy_sums (family "loss").
 struct LossParams {
   int64_t M = 0, V = 0;
   double scale = 0;
   // attr `real_vocab` (vocabulary padding): global columns >= realVocab are padding; 0 when absent.
   int64_t realVocab = 0;
-  // Vocabulary-parallel (attr `shard_axis`): this rank's slice and the shard_axis group its row
-  // statistics are all-reduced over; nullopt / empty without shard_axis.
+  // Vocabulary-parallel (attr `shard_axis`): this rank's slice; nullopt without shard_axis.
   std::optional<VocabShard> vocabShard;
-  std::vector<int> group;
 };
-// grad_norm, adamw, sgd (family "optimizer").
+// grad_norm, grad_norm_sq, grad_norm_clip, adamw, sgd (family "optimizer").
 struct OptimizerParams {
-  // grad_norm: clip threshold; `group` the `axis` group the sharded squared norms are all-reduced over
-  // (empty without `axis`); with args.replica_shards, `member` this rank's index on `axis` and
-  // `replicas` the attr (a replica shard counts where member % replicas == 0); `stageGroups` one group
-  // per axis of `stage_axis` ("dp,pp"), in order (the total squared norm is all-reduced over each).
+  // grad_norm / grad_norm_clip: clip threshold. grad_norm_sq with args.replica_shards: `member` this
+  // rank's index on `replica_axis` and `replicas` the attr (a replica shard counts where
+  // member % replicas == 0; no communication).
   double maxNorm = 0;
-  std::vector<int> group;
   int64_t member = 0, replicas = 1;
-  std::vector<std::vector<int>> stageGroups;
   // adamw / sgd.
   double beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0, momentum = 0;
 };

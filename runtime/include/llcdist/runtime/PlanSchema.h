@@ -70,9 +70,6 @@ inline constexpr std::string_view kShardAxisAttr = "shard_axis";
 // "vocab_padding"): the real vocabulary; global logit columns at or above it are padding, outside the
 // softmax and with zero gradient.
 inline constexpr std::string_view kRealVocabAttr = "real_vocab";
-// The optional attr of grad_norm naming the pipeline axis: the rank's squared norm is all-reduced (sum,
-// f64) over that axis's group before the square root, so every stage clips with the global norm.
-inline constexpr std::string_view kStageAxisAttr = "stage_axis";
 // Collective reduction ops (attr `op` of all_reduce / reduce_scatter).
 inline constexpr std::array<std::string_view, 3> kReduceOpNames = {"sum", "avg", "max"};
 // reduce_scatter supports only these in this version.
@@ -106,11 +103,16 @@ constexpr bool livesWholeStep(BufferKind k) {
 
 // Buffer dtypes. `bf16` (bfloat16: the top 16 bits of an IEEE f32; Bf16.h) is a storage dtype: ops
 // compute in f32 and the interpreter converts bf16 arguments in and out (docs/plan-format.md "bf16
-// storage, fp32 arithmetic"). Buffer `bytes` = numel × elemTypeSize(dtype).
-enum class ElemType { kF32, kI32, kBF16 };
-inline constexpr std::array<std::string_view, 3> kElemTypeNames = {"f32", "i32", "bf16"};
+// storage, fp32 arithmetic"). `f64` holds the double-precision partial reductions a kernel hands to an
+// explicit collective (grad_norm_sq's squared norm, the vocabulary-parallel cross entropy's row
+// statistics): only roles of type kF64 and all_reduce's x take it. Buffer `bytes` = numel ×
+// elemTypeSize(dtype).
+enum class ElemType { kF32, kI32, kBF16, kF64 };
+inline constexpr std::array<std::string_view, 4> kElemTypeNames = {"f32", "i32", "bf16", "f64"};
 constexpr std::string_view elemTypeName(ElemType t) { return kElemTypeNames[size_t(t)]; }
-constexpr int64_t elemTypeSize(ElemType t) { return t == ElemType::kBF16 ? 2 : 4; }
+constexpr int64_t elemTypeSize(ElemType t) {
+  return t == ElemType::kBF16 ? 2 : t == ElemType::kF64 ? 8 : 4;
+}
 // The float dtypes: what a float role (ArgType::kF32) accepts.
 constexpr bool isFloatType(ElemType t) { return t == ElemType::kF32 || t == ElemType::kBF16; }
 // The dtypes a parameter (manifest params[].dtype, model.dtype) may have.
@@ -132,7 +134,8 @@ enum class OpKind {
   kLinearFwd, kLinearBwdInput, kLinearBwdWeight, kLinearBwdBias, kBiasAdd,
   kSplitFwd, kSplitBwd, kRopeFwd, kRopeBwd, kAttentionFwd, kAttentionBwd,
   kGeluTanhFwd, kGeluTanhBwd, kSwigluFwd, kSwigluBwd, kAdd, kAccumulate, kCopy,
-  kCrossEntropyFwd, kCrossEntropyBwd, kGradNorm, kAdamW, kSgd,
+  kCrossEntropyFwd, kCrossEntropyBwd, kCrossEntropyMax, kCrossEntropySums,
+  kGradNorm, kGradNormSq, kGradNormClip, kAdamW, kSgd,
   kAllReduce, kAllGather, kReduceScatter,
   kSend, kRecv,
   kCast,
@@ -148,8 +151,11 @@ constexpr bool isListArity(ArgArity a) { return a == ArgArity::kList || a == Arg
 constexpr bool isOptionalArity(ArgArity a) { return a == ArgArity::kOptional || a == ArgArity::kOptionalList; }
 // kF32: a float role: the buffer is f32 or bf16 (bf16 arguments are converted to f32 temporaries
 // around the f32 kernel, except for `cast`, which converts itself); kI32: i32 only (ids, targets);
-// kAny: any dtype (`zero`).
-enum class ArgType { kF32, kI32, kAny };
+// kF64: f64 only (the partial reductions of grad_norm_sq and cross_entropy_max / _sums); kF32OrF64: a
+// float role that also takes f64 (all_reduce's x); kAny: any dtype (`zero`).
+enum class ArgType { kF32, kI32, kF64, kF32OrF64, kAny };
+// Whether a role of type t gets the bf16 -> f32 staging of float roles.
+constexpr bool isFloatRole(ArgType t) { return t == ArgType::kF32 || t == ArgType::kF32OrF64; }
 enum class ArgAccess { kRead, kWrite, kReadWrite };
 struct ArgSpec {
   std::string_view role;
@@ -184,7 +190,8 @@ using A = ArgSpec;
 using T = AttrSpec;
 constexpr auto One = ArgArity::kOne, Opt = ArgArity::kOptional, List = ArgArity::kList,
                OptList = ArgArity::kOptionalList;
-constexpr auto F = ArgType::kF32, I = ArgType::kI32, Any = ArgType::kAny;
+constexpr auto F = ArgType::kF32, I = ArgType::kI32, D = ArgType::kF64, FD = ArgType::kF32OrF64,
+               Any = ArgType::kAny;
 constexpr auto R = ArgAccess::kRead, W = ArgAccess::kWrite, RW = ArgAccess::kReadWrite;
 constexpr auto Int = AttrType::kInt, Flt = AttrType::kFloat, Bool = AttrType::kBool,
                Str = AttrType::kString, Ints = AttrType::kIntList, Idx = AttrType::kIndex;
@@ -257,32 +264,46 @@ inline constexpr A kCopyArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
 // cast: y = x converted between float dtypes (f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact,
 // the same dtype copies); x and y never overlap.
 inline constexpr A kCastArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
-inline constexpr A kCeFwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}, {"loss", One, F, RW}};
+// `shard_axis` (optional): vocabulary-parallel logits; V is the local column count, and row_max [M] and
+// row_sums [2M] (f64, required with shard_axis and only then) are the global row statistics that
+// cross_entropy_max / cross_entropy_sums and their all-reduces computed (see plan-format.md).
+inline constexpr A kCeFwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}, {"loss", One, F, RW},
+                                   {"row_max", Opt, D, R}, {"row_sums", Opt, D, R}};
 inline constexpr A kCeBwdArgs[] = {{"logits", One, F, R}, {"targets", One, I, R},
-                                   {"dlogits", One, F, W, "logits"}};
-// `shard_axis` (optional): vocabulary-parallel logits; V is the local column count (see plan-format.md).
+                                   {"dlogits", One, F, W, "logits"}, {"row_max", Opt, D, R},
+                                   {"row_sums", Opt, D, R}};
 // `real_vocab` (optional): the real vocabulary under vocabulary padding (global columns >= it are padding).
 inline constexpr T kCeAttrs[] = {{"M", Int}, {"V", Int}, {"scale", Flt}, {"shard_axis", Str, false},
                                  {"real_vocab", Int, false}};
-// `sharded` (optional list) holds gradients of sharded params: their squared sums are all-reduced
-// over `axis` (required iff `sharded` is present). `stage_axis` (optional): the rank's total squared
-// norm is all-reduced over that axis (pipeline stages) before the square root. `grads` is optional so
-// that a pipeline stage without (counted) params can still join the stage all-reduce; the loader
-// requires at least one of grads, sharded and stage_axis. `replica_shards` (optional list, with attr
-// `replicas`) holds gradients of params sharded over `axis` whose every shard is held by `replicas`
-// consecutive members (kv-head replication, params[].sharding.replicas): they count on the first of
-// each replica group (member index a multiple of `replicas`) only, then join the `sharded` sum.
-inline constexpr A kGradNormArgs[] = {{"grads", OptList, F, RW}, {"norm", One, F, W}, {"sharded", OptList, F, RW},
-                                      {"replica_shards", OptList, F, RW}};
-inline constexpr T kGradNormAttrs[] = {{"max_norm", Flt}, {"axis", Str, false}, {"stage_axis", Str, false},
-                                       {"replicas", Int, false}};
+// The local steps of the vocabulary-parallel cross entropy (Megatron's decomposition), each followed
+// by an all_reduce over shard_axis in the plan: cross_entropy_max writes every row's maximum over this
+// shard's real columns (-inf for a shard of padding only); cross_entropy_sums, given the reduced
+// maxima, writes [Σ exp(x - max) for each row | the target's logit where this shard holds it, else 0].
+inline constexpr A kCeMaxArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}, {"row_max", One, D, W}};
+inline constexpr A kCeSumsArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}, {"row_max", One, D, R},
+                                    {"row_sums", One, D, W}};
+inline constexpr T kCeStatsAttrs[] = {{"M", Int}, {"V", Int}, {"shard_axis", Str}, {"real_vocab", Int, false}};
+// grad_norm: the local norm of `grads` and the clip (a plan whose gradients are whole on every rank).
+inline constexpr A kGradNormArgs[] = {{"grads", List, F, RW}, {"norm", One, F, W}};
+inline constexpr T kMaxNormAttrs[] = {{"max_norm", Flt}};
+// grad_norm_sq: sq = Σ g² over `grads` (+ over `replica_shards` on the first member of each replica
+// group: member index on `replica_axis` a multiple of `replicas`; kv-head replication) (+ add), summed
+// in double. The plan all-reduces partial sums between grad_norm_sq and grad_norm_clip (sharded
+// gradients over their axis, then each pipeline / ZeRO axis); no role present: sq = 0.
+inline constexpr A kGradNormSqArgs[] = {{"grads", OptList, F, R}, {"replica_shards", OptList, F, R},
+                                        {"add", Opt, D, R}, {"sq", One, D, W}};
+inline constexpr T kGradNormSqAttrs[] = {{"replicas", Int, false}, {"replica_axis", Str, false}};
+// grad_norm_clip: norm = sqrt(sq); with max_norm > 0 every buffer of `grads` is clipped in place.
+inline constexpr A kGradNormClipArgs[] = {{"sq", One, D, R}, {"grads", OptList, F, RW}, {"norm", One, F, W}};
 inline constexpr A kAdamArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"m", One, F, RW}, {"v", One, F, RW}};
 inline constexpr T kAdamAttrs[] = {{"beta1", Flt}, {"beta2", Flt}, {"eps", Flt}, {"weight_decay", Flt}};
 inline constexpr A kSgdArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"momentum_buf", Opt, F, RW}};
 inline constexpr T kSgdAttrs[] = {{"momentum", Flt}, {"weight_decay", Flt}};
 // `group_size` (optional): the `axis` group's n members form n / group_size sub-groups of group_size
 // consecutive members, and each reduces over its own (kv-head replicas); absent: the whole group.
-inline constexpr A kAllReduceArgs[] = {{"x", List, F, RW}};
+// x: f32 / bf16, or f64 (the partial reductions of grad_norm_sq and cross_entropy_max / _sums: an f64
+// buffer is always reduced in f64).
+inline constexpr A kAllReduceArgs[] = {{"x", List, FD, RW}};
 inline constexpr T kAllReduceAttrs[] = {{"axis", Str}, {"op", Str}, {"group_size", Int, false}, {"dtype", Str, false}};
 inline constexpr A kGatherArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
 // `total` (optional, ZeRO's padded blocks): the whole side holds only `total` <= n·inner elements per
@@ -348,7 +369,11 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kCopy, "copy", detail::kCopyArgs, detail::kNAttrs),
     detail::op(OpKind::kCrossEntropyFwd, "cross_entropy_fwd", detail::kCeFwdArgs, detail::kCeAttrs),
     detail::op(OpKind::kCrossEntropyBwd, "cross_entropy_bwd", detail::kCeBwdArgs, detail::kCeAttrs),
-    detail::op(OpKind::kGradNorm, "grad_norm", detail::kGradNormArgs, detail::kGradNormAttrs),
+    detail::op(OpKind::kCrossEntropyMax, "cross_entropy_max", detail::kCeMaxArgs, detail::kCeStatsAttrs),
+    detail::op(OpKind::kCrossEntropySums, "cross_entropy_sums", detail::kCeSumsArgs, detail::kCeStatsAttrs),
+    detail::op(OpKind::kGradNorm, "grad_norm", detail::kGradNormArgs, detail::kMaxNormAttrs),
+    detail::op(OpKind::kGradNormSq, "grad_norm_sq", detail::kGradNormSqArgs, detail::kGradNormSqAttrs),
+    detail::op(OpKind::kGradNormClip, "grad_norm_clip", detail::kGradNormClipArgs, detail::kMaxNormAttrs),
     detail::op(OpKind::kAdamW, "adamw", detail::kAdamArgs, detail::kAdamAttrs),
     detail::op(OpKind::kSgd, "sgd", detail::kSgdArgs, detail::kSgdAttrs),
     detail::op(OpKind::kAllReduce, "all_reduce", detail::kAllReduceArgs, detail::kAllReduceAttrs),

@@ -8,9 +8,8 @@
 // is synchronous), load_microbatch is not recorded. Asynchronous plans: communication on queue q >= 1
 // is recorded with its real interval (start..end of the communicator call) by the backend thread that
 // runs it, on lane tid q named after the queue; a wait op is recorded on the compute lane only when it
-// blocked. The all-reduces that grad_norm with sharded
-// inputs and the vocabulary-parallel cross entropy make inside their kernels are part of those kernels'
-// compute intervals. Without a Timeline no clock is read. One
+// blocked. Kernels never communicate (the gradient norm's and the vocabulary-parallel loss's reductions
+// are all_reduce ops of their own). Without a Timeline no clock is read. One
 // Timeline belongs to one rank; a mutex serializes the rank's thread and its backend's workers.
 //
 // File (writeChromeTrace): {"displayTimeUnit": "ms", "traceEvents": [...]}; metadata events name

@@ -45,7 +45,9 @@
 // CHECK-NEXT: {{^ +}}}
 // CHECK: plan.subroutine @optimizer {
 // CHECK-NEXT: plan.kernel "all_reduce" {x = [@b1]} {axis = "tp", group_size = 2 : i64, op = "sum"}
-// CHECK-NEXT: plan.kernel "grad_norm" {grads = [@b1, @b3, @b5], norm = @b9} {max_norm = 0.000000e+00 : f64, stage_axis = "dp"}
+// CHECK-NEXT: plan.kernel "grad_norm_sq" {grads = [@b1, @b3, @b5], sq = @[[SQ:b[0-9]+]]} {}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@[[SQ]]]} {axis = "dp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+// CHECK-NEXT: plan.kernel "grad_norm_clip" {grads = [@b1, @b3, @b5], norm = @b9, sq = @[[SQ]]} {max_norm = 0.000000e+00 : f64}
 // CHECK-NEXT: plan.kernel "shard_slice" {x = @b0, y = @[[WS:b[0-9]+]]}
 // CHECK-NEXT: plan.kernel "sgd" {grad = @b1, param = @[[WS]]}
 // CHECK-NEXT: plan.kernel "all_gather" {x = @[[WS]], y = @b0}
@@ -114,7 +116,10 @@ module {
 // CHECK: plan.subroutine @optimizer {
 // CHECK-NEXT: plan.kernel "recv" {y = @b4}
 // CHECK-NEXT: plan.kernel "accumulate" {x = @b4, y = @b2} {n = 4 : i64}
-// CHECK-NEXT: plan.kernel "grad_norm" {grads = [@b2], norm = @b5} {max_norm = 0.000000e+00 : f64, stage_axis = "dp,pp"}
+// CHECK-NEXT: plan.kernel "grad_norm_sq" {grads = [@b2], sq = @b8} {}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@b8]} {axis = "dp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@b8]} {axis = "pp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+// CHECK-NEXT: plan.kernel "grad_norm_clip" {grads = [@b2], norm = @b5, sq = @b8} {max_norm = 0.000000e+00 : f64}
 // CHECK-NEXT: plan.kernel "adamw" {grad = @b2, m = @b6, param = @b0, v = @b7}
 module {
   shard.grid @mesh(shape = 2x1x2) {xf.mesh_axes = ["dp", "tp", "pp"]}
@@ -128,6 +133,7 @@ module {
     plan.buffer @b6 : tensor<4x2xf32> {kind = "optimizer_state", name = "t.exp_avg"}
     plan.buffer @b7 : tensor<4x2xf32> {kind = "optimizer_state", name = "t.exp_avg_sq"}
     plan.param "t" value @b0 grad @b2 state [@b6, @b7] {init = {kind = "normal", std = 2.0e-02 : f64}, weight_decay = false}
+    plan.buffer @b8 : tensor<1xf64> {kind = "scratch", name = "grad_norm.sq"}
     plan.subroutine @step_begin {
       plan.kernel "cast" {x = @b0, y = @b1} {n = 8 : i64}
       plan.kernel "zero" {x = [@b2]} {}
@@ -139,7 +145,9 @@ module {
       plan.kernel "recv" {y = @b4} {axis = "pp", peer = 0 : i64, tag = 0 : i64} {plan.payload = "tied parameter"}
       plan.kernel "accumulate" {x = @b4, y = @b2} {n = 8 : i64}
       plan.kernel "all_reduce" {x = [@b2]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"}
-      plan.kernel "grad_norm" {grads = [@b2], norm = @b5} {max_norm = 0.0 : f64, stage_axis = "pp"}
+      plan.kernel "grad_norm_sq" {grads = [@b2], sq = @b8} {}
+      plan.kernel "all_reduce" {x = [@b8]} {axis = "pp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+      plan.kernel "grad_norm_clip" {grads = [@b2], norm = @b5, sq = @b8} {max_norm = 0.0 : f64}
       plan.kernel "adamw" {grad = @b2, m = @b6, param = @b0, v = @b7} {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64}
     }
     plan.schedule {

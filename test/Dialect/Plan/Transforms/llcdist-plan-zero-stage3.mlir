@@ -32,7 +32,10 @@
 // CHECK-NEXT: plan.kernel "reduce_scatter" {x = @[[MB]], y = @[[PART]]} {axis = "dp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero", plan.payload = "gradients"}
 // CHECK-NEXT: plan.kernel "accumulate" {x = @[[PART]], y = @b1} {n = 4 : i64}
 // CHECK: plan.subroutine @optimizer {
-// CHECK-NEXT: plan.kernel "grad_norm" {grads = [@b1], norm = @b4} {max_norm = 0.000000e+00 : f64, stage_axis = "dp,pp"}
+// CHECK-NEXT: plan.kernel "grad_norm_sq" {grads = [@b1], sq = @b7} {}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@b7]} {axis = "dp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@b7]} {axis = "pp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+// CHECK-NEXT: plan.kernel "grad_norm_clip" {grads = [@b1], norm = @b4, sq = @b7} {max_norm = 0.000000e+00 : f64}
 // CHECK-NEXT: plan.kernel "adamw" {grad = @b1, m = @b5, param = @b0, v = @b6}
 // CHECK-NEXT: {{^ +}}}
 // CHECK-NOT: plan.param_scopes
@@ -57,6 +60,7 @@ module {
     plan.buffer @b5 : tensor<4x2xf32> {kind = "optimizer_state", name = "w.exp_avg"}
     plan.buffer @b6 : tensor<4x2xf32> {kind = "optimizer_state", name = "w.exp_avg_sq"}
     plan.param "w" value @b0 grad @b1 state [@b5, @b6] {init = {kind = "normal", std = 2.0e-02 : f64}, weight_decay = true}
+    plan.buffer @b7 : tensor<1xf64> {kind = "scratch", name = "grad_norm.sq"}
     plan.subroutine @step_begin {
       plan.kernel "zero" {x = [@b1]} {}
     }
@@ -70,7 +74,9 @@ module {
     }
     plan.subroutine @optimizer {
       plan.kernel "all_reduce" {x = [@b1]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"}
-      plan.kernel "grad_norm" {grads = [@b1], norm = @b4} {max_norm = 0.0 : f64, stage_axis = "pp"}
+      plan.kernel "grad_norm_sq" {grads = [@b1], sq = @b7} {}
+      plan.kernel "all_reduce" {x = [@b7]} {axis = "pp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+      plan.kernel "grad_norm_clip" {grads = [@b1], norm = @b4, sq = @b7} {max_norm = 0.0 : f64}
       plan.kernel "adamw" {grad = @b1, m = @b5, param = @b0, v = @b6} {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64, weight_decay = 1.0e-02 : f64}
     }
     plan.schedule {

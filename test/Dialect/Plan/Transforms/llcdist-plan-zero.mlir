@@ -24,6 +24,10 @@
 // CHECK-NEXT: plan.buffer @b7 : tensor<2xf32> {kind = "optimizer_state", name = "n.exp_avg"}
 // CHECK-NEXT: plan.buffer @b8 : tensor<2xf32> {kind = "optimizer_state", name = "n.exp_avg_sq"}
 // CHECK-NEXT: plan.param "n" {{.*}}local_shape = array<i64: 3>, weight_decay = false, zero = {axis = "dp", block_rows = 2 : i64, stage = 1 : i64}}
+// The local grad_norm becomes the split norm: its f64 squared norm, declared
+// before the subroutines, all-reduced over dp.
+// CHECK-NEXT: plan.buffer @[[SQ]] : tensor<1xf64> {kind = "scratch", name = "grad_norm.sq"}
+// CHECK-NEXT: plan.subroutine @step_begin
 // The backward is untouched.
 // CHECK: plan.subroutine @backward {
 // CHECK-NEXT: plan.kernel "accumulate" {x = @b0, y = @b1}
@@ -31,7 +35,9 @@
 // CHECK-NEXT: plan.kernel "reduce_scatter" {x = @b1, y = @[[WS]]} {axis = "dp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero", plan.payload = "gradients"} loc(#[[RSLOC:loc[0-9]+]])
 // CHECK-NEXT: plan.kernel "reduce_scatter" {x = @b3, y = @[[NS]]} {axis = "dp", inner = 2 : i64, op = "sum", outer = 1 : i64, total = 3 : i64} {plan.origin = "zero", plan.payload = "gradients"}
 // CHECK-NEXT: plan.kernel "all_reduce" {x = [@[[WS]]]} {axis = "tp", group_size = 2 : i64, op = "sum"} {plan.payload = "kv-replica gradients"}
-// CHECK-NEXT: plan.kernel "grad_norm" {grads = [@[[WS]], @[[NS]]], norm = @b4} {max_norm = 1.000000e+00 : f64, stage_axis = "dp"}
+// CHECK-NEXT: plan.kernel "grad_norm_sq" {grads = [@[[WS]], @[[NS]]], sq = @[[SQ:b[0-9]+]]} {}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@[[SQ]]]} {axis = "dp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"} loc(#[[NORMLOC:loc[0-9]+]])
+// CHECK-NEXT: plan.kernel "grad_norm_clip" {grads = [@[[WS]], @[[NS]]], norm = @b4, sq = @[[SQ]]} {max_norm = 1.000000e+00 : f64}
 // CHECK-NEXT: plan.kernel "shard_slice" {x = @b0, y = @[[WB]]} {axis = "dp", inner = 4 : i64, outer = 1 : i64}
 // CHECK-NEXT: plan.kernel "adamw" {grad = @[[WS]], m = @b5, param = @[[WB]], v = @b6}
 // CHECK-NEXT: plan.kernel "all_gather" {x = @[[WB]], y = @b0} {axis = "dp", inner = 4 : i64, outer = 1 : i64} {plan.origin = "zero", plan.payload = "parameters"} loc(#[[AGLOC:loc[0-9]+]])
@@ -45,6 +51,7 @@
 // CHECK: #[[W:loc[0-9]+]] = loc("w"(#[[STEP]]))
 // CHECK: #[[RSLOC]] = loc("ZeRO-1: reduce-scatter the gradient to the optimizer state's owner"(#[[W]]))
 // CHECK: #[[AGLOC]] = loc("ZeRO: gather the updated shards"(#[[W]]))
+// CHECK: #[[NORMLOC]] = loc("grad_norm: the gradient blocks' squared norm over dp (ZeRO)"
 #step = loc("optimizer.mlir":1:1)
 module {
   shard.grid @mesh(shape = 2x2x1) {xf.mesh_axes = ["dp", "tp", "pp"]}
@@ -145,7 +152,10 @@ module {
 // CHECK-NEXT: plan.kernel "send" {x = @b1}
 // CHECK-NEXT: plan.kernel "reduce_scatter" {x = @b3, y = @[[WS]]}
 // CHECK-NOT: reduce_scatter
-// CHECK-NEXT: plan.kernel "grad_norm" {grads = [@[[WS]]], norm = @b4} {max_norm = 0.000000e+00 : f64, stage_axis = "dp,pp"}
+// CHECK-NEXT: plan.kernel "grad_norm_sq" {grads = [@[[WS]]], sq = @b5} {}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@b5]} {axis = "dp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@b5]} {axis = "pp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+// CHECK-NEXT: plan.kernel "grad_norm_clip" {grads = [@[[WS]]], norm = @b4, sq = @b5} {max_norm = 0.000000e+00 : f64}
 // CHECK-NEXT: plan.kernel "shard_slice" {x = @b2, y = @[[WB]]}
 // CHECK-NEXT: plan.kernel "sgd" {grad = @[[WS]], param = @[[WB]]}
 // CHECK-NEXT: plan.kernel "all_gather" {x = @[[WB]], y = @b2}
@@ -161,13 +171,16 @@ module {
     plan.buffer @b4 : tensor<1xf32> {kind = "metric", name = "grad_norm"}
     plan.param "t" value @b0 grad @b1 state [] {init = {kind = "normal", std = 2.0e-02 : f64}, pipeline.replica_of = 1 : i64, weight_decay = false}
     plan.param "w" value @b2 grad @b3 state [] {init = {kind = "normal", std = 2.0e-02 : f64}, weight_decay = true}
+    plan.buffer @b5 : tensor<1xf64> {kind = "scratch", name = "grad_norm.sq"}
     plan.subroutine @step_begin {
       plan.kernel "zero" {x = [@b1, @b3]} {}
     }
     plan.subroutine @optimizer {
       plan.kernel "send" {x = @b1} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {plan.payload = "tied parameter"}
       plan.kernel "all_reduce" {x = [@b3]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"}
-      plan.kernel "grad_norm" {grads = [@b3], norm = @b4} {max_norm = 0.0 : f64, stage_axis = "pp"}
+      plan.kernel "grad_norm_sq" {grads = [@b3], sq = @b5} {}
+      plan.kernel "all_reduce" {x = [@b5]} {axis = "pp", op = "sum"} {plan.origin = "grad_norm", plan.payload = "grad norm"}
+      plan.kernel "grad_norm_clip" {grads = [@b3], norm = @b4, sq = @b5} {max_norm = 0.0 : f64}
       plan.kernel "sgd" {grad = @b3, param = @b2} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
       plan.kernel "recv" {y = @b0} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {plan.payload = "tied parameter"}
     }

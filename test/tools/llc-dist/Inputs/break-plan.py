@@ -4,8 +4,8 @@ usage: break-plan.py PLAN_DIR MODE
   swap-tied      stage 1's optimizer receives the tied embedding's new value
                  before it sends its gradient (a swapped send/recv order)
   drop-recv      stage 1's forward no longer receives its input (a missing recv)
-  skip-stage-sum stage 1's grad_norm no longer sums over pp (a collective
-                 skipped on the ranks of one stage)
+  skip-stage-sum stage 1's gradient norm no longer sums over pp (its all_reduce
+                 over pp dropped: a collective skipped on the ranks of one stage)
   resize-send    stage 0's forward sends a buffer of another size
 The plan stays loadable: only the communication is wrong.
 """
@@ -43,9 +43,10 @@ elif mode == "drop-recv":
     save(1, prog)
 elif mode == "skip-stage-sum":
     prog = load(1)
-    for o in sub(prog, "optimizer")["ops"]:
-        if o["op"] == "grad_norm":
-            del o["attrs"]["stage_axis"]
+    ops = sub(prog, "optimizer")["ops"]
+    ops[:] = [o for o in ops
+              if not (o["op"] == "all_reduce" and o["attrs"]["axis"] == "pp"
+                      and prog["buffers"][o["args"]["x"][0]]["name"] == "grad_norm.sq")]
     save(1, prog)
 elif mode == "resize-send":
     prog = load(0)

@@ -124,8 +124,8 @@ LinkEstimate estimateLink(const CollectiveEntry &e, const MeshSpec &mesh,
 mlir::FailureOr<CommReport> computeCommReport(mlir::ModuleOp module);
 
 /// The mesh axes (of more than one rank) each plan.program communicates on,
-/// sorted: every kernel's `axis`, `shard_axis` and `stage_axis` (a
-/// vocabulary-parallel loss, a grad norm across stages, ZeRO's collectives,
+/// sorted: every kernel's `axis` and `shard_axis` (the collectives of a
+/// vocabulary-parallel loss, of a grad norm across shards or stages, ZeRO's,
 /// pipeline send/recv). Each is one channel of the runtime (one NCCL
 /// communicator per rank), so the device budget reserves NCCL's buffers per
 /// entry. One list per program, in order.

@@ -32,7 +32,8 @@ def PlanZero : Pass<"llcdist-plan-zero", "mlir::ModuleOp"> {
     - the optimizer's gradient all-reduce over dp becomes one reduce-scatter
       per parameter the program updates, into `<name>.grad_shard`, which the
       later reductions, the norm and the update read; the norm sums the
-      blocks over dp (grad_norm `stage_axis` "dp", "dp,pp" on a pipeline);
+      blocks over dp (an f64 all_reduce of grad_norm_sq's squared norm over dp, before
+      the pipeline's pp one);
     - the optimizer state buffers hold the block; an f32 update cuts the
       block out of the parameter (`shard_slice` into `<name>.shard`),
       updates it and all-gathers the blocks back into the parameter;

@@ -244,7 +244,13 @@ def XF_CollectiveOrigin : I32EnumAttr<"CollectiveOrigin",
       // A pipeline border's activations or their gradients (send / recv).
       I32EnumAttrCase<"Pipeline", 8, "pipeline">,
       // A tied parameter's gradient and value between its stages.
-      I32EnumAttrCase<"TiedParameter", 9, "tied_parameter">
+      I32EnumAttrCase<"TiedParameter", 9, "tied_parameter">,
+      // The global gradient norm's f64 partial squared norms (sharded
+      // gradients over their axis, then over each pipeline / ZeRO axis).
+      I32EnumAttrCase<"GradNorm", 10, "grad_norm">,
+      // The vocabulary-parallel cross entropy's f64 row statistics (max,
+      // then Σ exp and the target logit) over the vocabulary shards.
+      I32EnumAttrCase<"VocabParallelLoss", 11, "vocab_parallel_loss">
     ]> {
   let cppNamespace = "::llcdist::xf";
   // Stored as a string attribute (readable in the IR), checked against the enum.
@@ -255,7 +261,8 @@ def XF_CollectiveOriginAttr : ConfinedAttr<StrAttr, [AttrConstraint<
     CPred<"::llcdist::xf::symbolizeCollectiveOrigin("
           "::llvm::cast<::mlir::StringAttr>($_self).getValue()).has_value()">,
     "that names a collective origin (row_parallel, column_parallel, vocab_parallel_embedding, "
-    "sequence_parallel, dp_gradients, kv_replica, loss, zero, pipeline, tied_parameter)">]>;
+    "sequence_parallel, dp_gradients, kv_replica, loss, zero, pipeline, tied_parameter, grad_norm, "
+    "vocab_parallel_loss)">]>;
 
 def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "all-reduce every parameter's gradient over a mesh axis";

@@ -340,18 +340,50 @@ TEST_F(PlanLoaderTest, ShardedGradNormErrors) {
 // Vocabulary-parallel embedding / cross entropy (attr shard_axis; V is the local slice) and bias_add.
 TEST_F(PlanLoaderTest, ShardAxisAndBiasAddErrors) {
   const std::string p = "subroutines[1].ops[";
+  // A vocabulary-parallel cross entropy (forward op 3, backward op 0) reads the row statistics
+  // (f64 row_max [M], row_sums [2M], M = 16) that cross_entropy_max / _sums and the plan's
+  // all-reduces computed.
+  auto vocabParallel = [](testing::PlanBuilder& b, json& op, const char* axis) {
+    op["attrs"]["shard_axis"] = axis;
+    const std::string n = std::to_string(b.program["buffers"].size());  // unique names
+    op["args"]["row_max"] = int64_t(b.program["buffers"].size());
+    op["args"]["row_sums"] = int64_t(b.program["buffers"].size()) + 1;
+    b.buffer("row_max" + n, "scratch", {16}, "f64");
+    b.buffer("row_sums" + n, "scratch", {32}, "f64");
+  };
   // tp = 2: V is the local vocabulary slice, so full-size logits under V = 16 do not match.
   expectError(
-      [](auto& b) {
+      [&](auto& b) {
         toMesh(b, 1, 2);
-        forwardOp(b, 3)["attrs"]["shard_axis"] = "tp";
+        vocabParallel(b, forwardOp(b, 3), "tp");
         forwardOp(b, 3)["attrs"]["V"] = 16;
       },
       {p + "3].args.logits", "expected M×V = 256"});
+  // The statistics come exactly with shard_axis (the in-kernel all-reduces of earlier plans are gone).
+  expectError([](auto& b) { forwardOp(b, 3)["attrs"]["shard_axis"] = "tp"; },
+              {p + "3].args.row_max", "required with attrs.shard_axis", "kernels do not communicate"});
+  expectError(
+      [&](auto& b) {
+        vocabParallel(b, forwardOp(b, 3), "tp");
+        forwardOp(b, 3)["attrs"].erase("shard_axis");
+      },
+      {p + "3].args.row_max", "only allowed with attrs.shard_axis"});
+  expectError(
+      [&](auto& b) {
+        vocabParallel(b, b.ops("backward")[0], "tp");
+        b.ops("backward")[0]["args"]["row_sums"] = b.ops("backward")[0]["args"]["row_max"];
+      },
+      {"subroutines[2].ops[0].args.row_sums", "expected 2×M = 32"});
+  expectError(
+      [&](auto& b) {
+        vocabParallel(b, forwardOp(b, 3), "tp");
+        forwardOp(b, 3)["args"]["row_max"] = kLogits;
+      },
+      {p + "3].args.row_max", "is f32", "needs f64"});
   {
     testing::PlanBuilder b = base;  // an axis of size 1 is allowed: the unsharded op
-    forwardOp(b, 3)["attrs"]["shard_axis"] = "dp";
-    b.ops("backward")[0]["attrs"]["shard_axis"] = "tp";
+    vocabParallel(b, forwardOp(b, 3), "dp");
+    vocabParallel(b, b.ops("backward")[0], "tp");
     b.ops("backward")[3]["attrs"]["shard_axis"] = "pp";
     forwardOp(b, 1)["attrs"]["shard_axis"] = "tp";
     Status s = load(b);
@@ -360,7 +392,7 @@ TEST_F(PlanLoaderTest, ShardAxisAndBiasAddErrors) {
   expectError([](auto& b) { forwardOp(b, 1)["attrs"]["shard_axis"] = "xp"; },
               {p + "1].attrs.shard_axis", "unknown mesh axis \"xp\""});
   expectError([](auto& b) { forwardOp(b, 3)["attrs"]["shard_axis"] = 1; }, {p + "3].attrs.shard_axis", "expected a string"});
-  expectError([](auto& b) { b.ops("backward")[0]["attrs"]["shard_axis"] = ""; },
+  expectError([&](auto& b) { vocabParallel(b, b.ops("backward")[0], ""); },
               {"subroutines[2].ops[0].attrs.shard_axis", "unknown mesh axis"});
   expectError([](auto& b) { b.ops("backward")[3]["attrs"]["shard_axis"] = "model"; },
               {"subroutines[2].ops[3].attrs.shard_axis", "unknown mesh axis"});

@@ -62,8 +62,8 @@ struct ShardedLoss {
 Status shardedLoss(const std::vector<std::vector<float>>& logits, const int32_t* targets, int64_t M, int64_t V,
                    float scale, int64_t realV, ShardedLoss* out) {
   const int64_t n = int64_t(logits.size());
-  std::vector<std::vector<double>> mx(size_t(n), std::vector<double>(size_t(M)));
-  std::vector<std::vector<double>> sums(size_t(n), std::vector<double>(size_t(2 * M)));
+  std::vector<std::vector<double>> mx(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(M)));
+  std::vector<std::vector<double>> sums(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(2 * M)));
   for (int64_t c = 0; c < n; ++c)
     LLCDIST_RETURN_IF_ERROR(
         crossEntropyShardMax(logits[size_t(c)].data(), targets, mx[size_t(c)].data(), M, V, {c, n}, realV));
@@ -100,14 +100,15 @@ TEST(VocabParallelKernelTest, CrossEntropyWithOneShardIsTheUnshardedKernel) {
   EXPECT_EQ(std::memcmp(&want, &got.loss[0], sizeof(double)), 0) << want << " vs " << got.loss[0];
   EXPECT_EQ(std::memcmp(dwant.data(), got.dlogits[0].data(), dwant.size() * 4), 0);
   // The statistics themselves: the row max and Σ exp(x - max), target logit, by a direct loop.
-  std::vector<double> mx(size_t(M)), sums(size_t(2 * M));
+  std::vector<double> mx(static_cast<size_t>(M)), sums(static_cast<size_t>(2 * M));
   ASSERT_TRUE(crossEntropyShardMax(logits.data(), targets.data(), mx.data(), M, V, {0, 1}).isOk());
   ASSERT_TRUE(crossEntropyShardSums(logits.data(), targets.data(), mx.data(), sums.data(), M, V, {0, 1}).isOk());
   for (int64_t m = 0; m < M; ++m) {
     float rowMax = logits[size_t(m * V)];
     for (int64_t j = 1; j < V; ++j) rowMax = std::max(rowMax, logits[size_t(m * V + j)]);
     double sumExp = 0;
-    for (int64_t j = 0; j < V; ++j) sumExp += std::exp(double(logits[size_t(m * V + j)]) - double(rowMax));
+    // The subtraction in f32, as the unsharded kernel does (its definition), the exp and sum in double.
+    for (int64_t j = 0; j < V; ++j) sumExp += std::exp(double(logits[size_t(m * V + j)] - rowMax));
     EXPECT_EQ(mx[size_t(m)], double(rowMax)) << "row " << m;
     EXPECT_NEAR(sums[size_t(m)], sumExp, 1e-12 * sumExp) << "row " << m;
     EXPECT_EQ(sums[size_t(M + m)], double(logits[size_t(m * V + targets[size_t(m)])])) << "row " << m;

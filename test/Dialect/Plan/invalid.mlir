@@ -1,7 +1,7 @@
 // RUN: llc-dist-opt %s -split-input-file -verify-diagnostics
 
 plan.program @p {
-  // expected-error @+1 {{element type must be f32, bf16 or i32 (what the runtime stores), got 'f16'}}
+  // expected-error @+1 {{element type must be f32, bf16, f64 or i32 (what the runtime stores), got 'f16'}}
   plan.buffer @b0 : tensor<4xf16> {kind = "param", name = "w"}
 }
 

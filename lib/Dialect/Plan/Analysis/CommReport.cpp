@@ -183,6 +183,15 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
                 " (k and v gradients of this rank's kv head)",
             el * 2.0 * double(L * d * (h + (f.kvBias ? 1 : 0))), 1};
   }
+  if ((e.payload == "row maxima" || e.payload == "row sums") && f.bshLM) {
+    // The vocabulary-parallel loss's f64 row statistics, before the forward
+    // and again before the backward of each microbatch.
+    const auto [b, s, h, L, M] = *f.bshLM;
+    const bool sums = e.payload == "row sums";
+    return {std::string(sums ? "16·b·s (Σ exp and target logit, f64 per token)" : "8·b·s (f64 per token)") +
+                ", forward and backward per microbatch",
+            (sums ? 16.0 : 8.0) * double(b * s), 2 * M};
+  }
   if ((e.payload != "activations" && e.kind != "send") || !f.bshLM)
     return {};
   auto [b, s, h, L, M] = *f.bshLM;

@@ -5,7 +5,7 @@ usage: break-kv-plan.py PLAN_DIR MODE
   replicas       the first replicated param's sharding.replicas becomes 3
                  (does not divide tp = 4)
   group-size     the kv-replica all_reduce's group_size becomes 3
-  norm-replicas  grad_norm loses its `replicas` attr (replica_shards stays)
+  norm-replicas  grad_norm_sq loses its `replicas` attr (replica_shards stays)
 """
 import json, sys
 plan, mode = sys.argv[1], sys.argv[2]
@@ -22,6 +22,6 @@ else:
         for op in s["ops"]:
             if mode == "group-size" and "group_size" in op["attrs"]:
                 op["attrs"]["group_size"] = 3
-            if mode == "norm-replicas" and op["op"] == "grad_norm":
+            if mode == "norm-replicas" and op["op"] == "grad_norm_sq" and "replicas" in op["attrs"]:
                 del op["attrs"]["replicas"]
     json.dump(prog, open(f"{plan}/program-0.json", "w"), indent=1)

@@ -22,8 +22,11 @@ std::string dtypeOf(const rt::BufferDesc &b) {
   return std::string(schema::elemTypeName(b.dtype));
 }
 /// What a collective moves (docs/plan-format.md "Collective dtypes"): its
-/// `dtype` attr, f32 by default (bf16 buffers travel as f32 then).
-std::string collectiveDtype(const rt::Op &op) {
+/// `dtype` attr, f32 by default (bf16 buffers travel as f32 then); an f64
+/// buffer (a kernel's partial reduction) always in f64.
+std::string collectiveDtype(const rt::Op &op, const rt::BufferDesc &b) {
+  if (b.dtype == schema::ElemType::kF64)
+    return "f64";
   return op.stringAttr(std::string(schema::kCommDTypeAttr)) == "bf16" ? "bf16" : "f32";
 }
 } // namespace
@@ -92,7 +95,7 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
             int64_t groupSize = op.attrs.count("group_size") ? op.intAttr("group_size") : 0;
             for (int64_t id : op.argList("x"))
               collective("all_reduce." + op.stringAttr("op"), *axis, prog.buffers[id].numel(),
-                         collectiveDtype(op), groupSize);
+                         collectiveDtype(op, prog.buffers[id]), groupSize);
             break;
           }
           case schema::OpKind::kAllGather:
@@ -103,7 +106,7 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
             const rt::BufferDesc &x = prog.buffers[op.arg("x")];
             collective(op.kind == schema::OpKind::kAllGather ? "all_gather"
                                                              : "reduce_scatter." + op.stringAttr("op"),
-                       *axis, x.numel(), collectiveDtype(op));
+                       *axis, x.numel(), collectiveDtype(op, x));
             break;
           }
           case schema::OpKind::kSend:

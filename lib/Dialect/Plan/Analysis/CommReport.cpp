@@ -93,12 +93,14 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
           bufs.push_back(arg);
         if (auto d = k.getParams().getAs<StringAttr>("dtype"))
           e.dtype = d.str();
-        // What moves: elements of the collective's dtype (a send: the buffer).
+        // What moves: elements of the collective's dtype (a send, or an f64
+        // partial reduction, which is always reduced in f64: the buffer).
         const int64_t elementBytes = e.dtype == "bf16" ? 2 : 4;
         for (Attribute a : bufs)
           if (auto buf = symbols.lookup<BufferOp>(cast<FlatSymbolRefAttr>(a).getValue()))
-            e.payloadBytes += kind == "send" ? buf.getNumBytes()
-                                             : buf.getTensorType().getNumElements() * elementBytes;
+            e.payloadBytes += kind == "send" || buf.getTensorType().getElementType().isF64()
+                                  ? buf.getNumBytes()
+                                  : buf.getTensorType().getNumElements() * elementBytes;
         // One entry per (stage, kind, axis, payload, reason): a collective
         // repeated per layer is one line with its calls summed.
         auto same = llvm::find_if(report.entries, [&](const CollectiveEntry &o) {

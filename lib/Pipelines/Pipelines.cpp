@@ -45,6 +45,10 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   OpPassManager &programs = pm.nest<plan::ProgramOp>();
   if (o.gradBucketSize > 0)
     programs.addPass(plan::createPlanGradBuckets({o.gradBucketSize}));
+  if (o.fsdpPrefetch > 0)
+    programs.addPass(plan::createPlanFsdpPrefetch({o.fsdpPrefetch}));
+  if (o.overlapParamGather)
+    programs.addPass(plan::createPlanOverlapParamGather());
   programs.addPass(plan::createPlanMemory());
   if (o.verifyPlan) {
     programs.addPass(plan::createVerifyAsync());
@@ -93,6 +97,12 @@ static void bindTrainingPipelineOptions(
   o.bind("grad-bucket-size", f.gradBucketSize,
          "gradient elements per dp all-reduce bucket overlapped with the last "
          "backward (0: off, synchronous)");
+  o.bind("fsdp-prefetch", f.fsdpPrefetch,
+         "ZeRO-3: units whose parameter all-gathers start ahead of the one "
+         "computing (0: off, synchronous)");
+  o.bind("overlap-param-gather", f.overlapParamGather,
+         "ZeRO-1/2: overlap the updated parameters' all-gather with the next "
+         "step's first forward");
 }
 
 void llcdist::registerPipelines() {

@@ -93,7 +93,8 @@ training step. Passes: cse, llcdist-attach-mesh, llcdist-model-stats (the
 forward graph; --emit xf stops here), then llcdist-pad-vocab, llcdist-autodiff,
 llcdist-add-optimizer, [under tp: llcdist-megatron-tp], llcdist-partition,
 llcdist-pipeline-split, llcdist-lower-to-plan, [--grad-bucket-size:
-llcdist-plan-grad-buckets], llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
+llcdist-plan-grad-buckets], [--fsdp-prefetch: llcdist-plan-fsdp-prefetch],
+[--overlap-param-gather: llcdist-plan-overlap-param-gather], llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
 SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1)
@@ -192,6 +193,24 @@ OVERLAP (asynchronous plans)
                          With --zero 1 each gradient's reduce-scatter starts with
                          its bucket. Not yet with pp > 1 or --zero 2|3. The
                          summary lists the buckets.
+  --fsdp-prefetch N      --zero 3: start the parameter all-gathers of the next
+                         N units (a transformer layer each; the embeddings and
+                         the final norm their own) on the comm queue while the
+                         current unit computes, in forward and backward, each
+                         waited just before its parameter's first use
+                         (llcdist-plan-fsdp-prefetch; PyTorch FSDP2's forward
+                         and backward prefetch, whose default is 1). 0: off,
+                         each gather synchronous before its use (default 0).
+                         The summary lists the gathers started ahead.
+  --overlap-param-gather --zero 1|2: start the all-gather of the updated
+                         parameter blocks at the beginning of the next step (on
+                         the comm queue) and wait for each just before the
+                         parameter's first use in the first microbatch's
+                         forward, instead of synchronously after the update
+                         (llcdist-plan-overlap-param-gather; Megatron-LM's
+                         --overlap-param-gather, off by default as there). An
+                         f32 plan's master value becomes the rank's block and
+                         the forward reads a whole copy. Not yet with pp > 1.
 
 OPTIMIZER (torch.optim semantics)
   --optimizer adamw|sgd  (default adamw)
@@ -530,6 +549,7 @@ int runCompile(Args &args) {
       .add("--make-vocab-size-divisible-by", &train.vocabDivisibleBy)
       .add("--reshard-after-forward", &reshardText)
       .add("--grad-bucket-size", &gradBucketText)
+      .add("--fsdp-prefetch", &train.fsdpPrefetch)
       .add("--device", &budgetFlags.device)
       .add("--memory-budget", &budgetFlags.capacity)
       .add("--memory-reserve", &budgetFlags.reserve)
@@ -559,6 +579,8 @@ int runCompile(Args &args) {
         throw UsageError{*err};
     } else if (compileFlags.match(args, a))
       continue;
+    else if (a == "--overlap-param-gather")
+      train.overlapParamGather = true;
     else if (a == "--sequence-parallel")
       train.sequenceParallel = true;
     else if (auto v = args.value(a, "--tp-embeddings")) {
@@ -624,6 +646,15 @@ int runCompile(Args &args) {
     throw UsageError{"--grad-bucket-size does not support pipelines (pp > 1) yet"};
   if (train.gradBucketSize > 0 && train.zero > 1)
     throw UsageError{"--grad-bucket-size does not support --zero 2 or 3 yet"};
+  if (train.fsdpPrefetch < 0)
+    throw UsageError{"--fsdp-prefetch must be a unit count >= 0 (0: off), got " +
+                     std::to_string(train.fsdpPrefetch)};
+  if (train.fsdpPrefetch > 0 && train.zero != 3)
+    throw UsageError{"--fsdp-prefetch only applies to --zero 3 (FSDP)"};
+  if (train.overlapParamGather && train.zero != 1 && train.zero != 2)
+    throw UsageError{"--overlap-param-gather only applies to --zero 1 or 2"};
+  if (train.overlapParamGather && mesh.pp > 1)
+    throw UsageError{"--overlap-param-gather does not support pipelines (pp > 1) yet"};
   if (train.recompute != "none" && train.recompute != "selective" &&
       train.recompute != "full" && train.recompute != "auto")
     throw UsageError{"--recompute must be none, selective, full or auto, got '" +
@@ -682,7 +713,9 @@ int runCompile(Args &args) {
     for (Pass &p : pm.getPasses())
       known.insert(p.getArgument().str());
     if (emit == "plan") // nested on plan.program
-      known.insert({"llcdist-plan-grad-buckets", "llcdist-plan-memory", "llcdist-verify-async"});
+      known.insert({"llcdist-plan-grad-buckets", "llcdist-plan-fsdp-prefetch",
+                    "llcdist-plan-overlap-param-gather", "llcdist-plan-memory",
+                    "llcdist-verify-async"});
     auto printer = std::make_unique<IRPrinter>(dumpDir, printAll, printAfter);
     printer->checkUnknown(known);
     if (failed(printer->dump(*lm->module, "import")))

@@ -35,6 +35,14 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   /// overlaps the dp gradient all-reduce with the last backward (0: off, the
   /// synchronous all-reduce). defaultGradBucketSize is Megatron-LM's.
   int64_t gradBucketSize = 0;
+  /// ZeRO-3: units whose parameter all-gathers llcdist-plan-fsdp-prefetch
+  /// starts ahead of the one computing, in forward and backward (0: off,
+  /// synchronous; FSDP2's default is 1).
+  int64_t fsdpPrefetch = 0;
+  /// ZeRO-1/2: overlap the updated parameters' all-gather with the next
+  /// step's first forward (llcdist-plan-overlap-param-gather; Megatron-LM's
+  /// --overlap-param-gather, off by default as there).
+  bool overlapParamGather = false;
   /// The forward pipeline's (llcdist-attach-mesh's) mesh.
   xf::ForwardPipelineOptions mesh;
   /// Under tp: keep the embeddings and the LM head whole instead of
@@ -70,7 +78,9 @@ int64_t defaultGradBucketSize(int64_t dp);
 /// tp the strategy (llcdist-megatron-tp [+ llcdist-tp-replicate-embeddings]),
 /// llcdist-partition, llcdist-pipeline-split, llcdist-lower-to-plan
 /// [+ llcdist-plan-zero], llcdist-plan-comm-dtype, on each program
-/// [gradBucketSize: llcdist-plan-grad-buckets] and llcdist-plan-memory, then
+/// [gradBucketSize: llcdist-plan-grad-buckets] [fsdpPrefetch:
+/// llcdist-plan-fsdp-prefetch] [overlapParamGather:
+/// llcdist-plan-overlap-param-gather] and llcdist-plan-memory, then
 /// on each program llcdist-verify-async and llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);

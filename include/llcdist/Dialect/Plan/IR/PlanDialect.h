@@ -48,6 +48,14 @@ constexpr const char kAsyncFeature[] = "async";
 /// made, each {collective, grads, elements, bytes}, for the compile summary. Not in the
 /// JSON.
 constexpr const char kGradBucketsAttr[] = "plan.grad_buckets";
+/// Program attribute (llcdist-plan-fsdp-prefetch): per subroutine whose
+/// ZeRO-3 gathers it started ahead, {subroutine, units, gathers, prefetched,
+/// bytes}, for the compile summary. Not in the JSON.
+constexpr const char kFsdpPrefetchAttr[] = "plan.fsdp_prefetch";
+/// Program attribute (llcdist-plan-overlap-param-gather): {gathers, bytes,
+/// subroutine} of the parameter all-gathers it moved into the next step, for
+/// the compile summary. Not in the JSON.
+constexpr const char kParamGatherOverlapAttr[] = "plan.param_gather_overlap";
 
 /// Whether `kernel` names a communication op (all_reduce, all_gather,
 /// reduce_scatter, send, recv): the ops that may carry a token or be issued

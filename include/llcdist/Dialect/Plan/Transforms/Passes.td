@@ -108,6 +108,67 @@ def PlanGradBuckets : Pass<"llcdist-plan-grad-buckets", "llcdist::plan::ProgramO
   ];
 }
 
+def PlanFsdpPrefetch : Pass<"llcdist-plan-fsdp-prefetch", "llcdist::plan::ProgramOp"> {
+  let summary = "ZeRO-3: start the next units' parameter all-gathers while a unit computes";
+  let description = [{
+    PyTorch FSDP2's forward and backward prefetch on a ZeRO-3 plan
+    (llcdist-plan-zero stage 3, whose scopes gather their parameters
+    synchronously before use). In each forward or backward subroutine the
+    parameter gathers are grouped into units (FSDP's one module per
+    transformer layer: a run of gathers of parameters whose names share the
+    first numeric component, `transformer.h.3`; the embeddings and the final
+    norm are units of their own where they run). Every gather starts on
+    queue "comm" with a token and is waited where it was (just before the
+    parameter's first use): unit 0's start where its first gather was, unit
+    i's right after the first wait of unit max(0, i - `units`), so `units`
+    units are in flight while one computes. The gathered buffers live from
+    the start (llcdist-plan-memory). The program gets `queues = ["compute",
+    "comm"]` and `plan.fsdp_prefetch` ({subroutine, units, gathers,
+    prefetched, bytes} each, for the compile summary). `units` = 0, or a plan
+    without ZeRO-3 parameters, is left alone.
+
+    Before (forward): `plan.kernel "all_gather" {x = @w1, y = @w1g} {axis = "dp", ...} {plan.origin = "zero"}` just before the first read of @w1g
+    After (forward, when the previous layer begins): `plan.kernel "all_gather" {x = @w1, y = @w1g} {...} {plan.origin = "zero", queue = "comm", token = 3 : i64}`
+    After (where it was): `plan.kernel "wait" {} {} {token = 3 : i64}`
+  }];
+  let options = [
+    Option<"units", "units", "int64_t", "1",
+           "units gathered ahead of the one computing (FSDP2's default: 1; "
+           "0: off, synchronous)">,
+  ];
+}
+
+def PlanOverlapParamGather : Pass<"llcdist-plan-overlap-param-gather", "llcdist::plan::ProgramOp"> {
+  let summary = "ZeRO-1/2: overlap the updated parameters' all-gather with the next step's forward";
+  let description = [{
+    Megatron-LM's --overlap-param-gather on a ZeRO-1 or -2 plan
+    (llcdist-plan-zero stage 1 or 2), where the updated blocks are gathered
+    back into the whole parameters synchronously: in the optimizer after an
+    f32 update, or under mixed precision in step_begin (cast of the master
+    block, gather into the bf16 working copy). Tokens do not cross steps, so
+    the gathers start at the beginning of the step, in step_begin on queue
+    "comm", and the first microbatch's forward (a clone of the forward,
+    `<forward>_first`, run by that action only) waits for each just before
+    its first read of the parameter.
+
+    An f32 plan is first made the shape of a mixed-precision one: the
+    parameter's value buffer holds its block, the master the update writes
+    in place (`zero.value_block`, initialized by the runtime as the whole
+    parameter's block, so the first step's gather reproduces the whole
+    parameter), and the whole parameter the forward and backward read is a
+    new `<name>.whole` buffer (kind "param") step_begin gathers; the
+    optimizer's shard_slice and all_gather go. The program gets
+    `queues = ["compute", "comm"]` and `plan.param_gather_overlap`
+    ({gathers, bytes, subroutine}, for the compile summary). A plan without
+    ZeRO-1/2 parameters, with a pipeline (several forward subroutines) or a
+    single action-less forward is left alone.
+
+    Before (optimizer): `plan.kernel "all_gather" {x = @w.shard, y = @w} {...} {plan.origin = "zero"}`
+    After (step_begin): `plan.kernel "all_gather" {x = @w, y = @w.whole} {...} {plan.origin = "zero", queue = "comm", token = 0 : i64}`
+    After (forward_first, before the first read of @w.whole): `plan.kernel "wait" {} {} {token = 0 : i64}`
+  }];
+}
+
 def VerifyAsync : Pass<"llcdist-verify-async", "llcdist::plan::ProgramOp"> {
   let summary = "check a program's tokens and in-flight buffers (asynchronous plans)";
   let description = [{

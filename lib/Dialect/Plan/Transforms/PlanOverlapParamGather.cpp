@@ -1,0 +1,267 @@
+//===- PlanOverlapParamGather.cpp - ZeRO-1/2's gather into the next step --===//
+//
+// Megatron-LM's --overlap-param-gather on a ZeRO-1/2 plan (llcdist-plan-zero
+// stage 1 or 2). There each dp rank updates its block of every parameter and
+// the blocks are gathered back synchronously: after an f32 update in the
+// optimizer (shard_slice value → shard, update the shard, all_gather shard →
+// value), under mixed precision in step_begin (cast the master block to
+// bf16, all_gather into the working copy). Here the gathers run while the
+// next step's forward computes. Tokens do not cross steps, so they start at
+// the beginning of the step (step_begin, queue "comm") and the first
+// microbatch's forward, given a subroutine of its own (a clone run by that
+// action only, as llcdist-plan-grad-buckets clones the last backward), waits
+// for each just before its first read of the gathered parameter.
+//
+// The source of a gather at the step's start must hold the updated block
+// from the previous step's optimizer, and on the first step the initial
+// one. An f32 plan's `<name>.shard` is scratch (dead between steps, never
+// initialized), so the pass first gives the f32 plan the mixed-precision
+// layout: the value buffer holds the parameter's block, the master the
+// update writes in place (`zero.value_block`: the runtime initializes it as
+// the block of the whole initial parameter, so the first step's gather
+// reproduces that parameter), and the whole parameter the forward and
+// backward read is a new persistent `<name>.whole` (kind "param"). Under
+// mixed precision the master already is the block and its bf16 block is
+// cast in step_begin right before the gather, so only the gather moves.
+//
+//===----------------------------------------------------------------------===//
+#include "OverlapUtil.h"
+
+#include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
+#include "llcdist/Dialect/Plan/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+
+#define DEBUG_TYPE "llcdist-plan-overlap-param-gather"
+
+namespace llcdist::plan {
+#define GEN_PASS_DEF_PLANOVERLAPPARAMGATHER
+#include "llcdist/Dialect/Plan/Transforms/Passes.h.inc"
+} // namespace llcdist::plan
+
+using namespace mlir;
+using namespace llcdist::plan;
+
+namespace {
+bool isZeroGather(KernelOp k) {
+  return k.getKernel() == "all_gather" && !k->hasAttr(kTokenAttr) &&
+         collectiveOrigin(k) == llcdist::xf::CollectiveOrigin::Zero;
+}
+
+/// Whether any argument of `k` names `buf`.
+bool references(KernelOp k, StringAttr buf) {
+  auto is = [&](Attribute a) {
+    auto ref = dyn_cast<FlatSymbolRefAttr>(a);
+    return ref && ref.getAttr() == buf;
+  };
+  for (NamedAttribute arg : k.getArgs()) {
+    if (auto list = dyn_cast<ArrayAttr>(arg.getValue())) {
+      if (llvm::any_of(list, is))
+        return true;
+    } else if (is(arg.getValue())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/// `k`'s arguments with every `from` replaced by `to`.
+DictionaryAttr replaced(KernelOp k, Attribute from, Attribute to) {
+  Builder b(k.getContext());
+  SmallVector<NamedAttribute> args;
+  for (NamedAttribute a : k.getArgs()) {
+    Attribute v = a.getValue();
+    if (auto list = dyn_cast<ArrayAttr>(v)) {
+      SmallVector<Attribute> elems;
+      for (Attribute e : list)
+        elems.push_back(e == from ? to : e);
+      v = b.getArrayAttr(elems);
+    } else if (v == from) {
+      v = to;
+    }
+    args.push_back(b.getNamedAttr(a.getName(), v));
+  }
+  return b.getDictionaryAttr(args);
+}
+
+struct PlanOverlapParamGatherPass
+    : public llcdist::plan::impl::PlanOverlapParamGatherBase<PlanOverlapParamGatherPass> {
+  void runOnOperation() override {
+    ProgramOp program = getOperation();
+    Block &body = program.getBody().front();
+    SymbolTable symbols(program);
+    SmallVector<ParamOp> params;
+    for (auto p : body.getOps<ParamOp>()) {
+      auto z = p->getAttrOfType<DictionaryAttr>("zero");
+      auto stage = z ? z.getAs<IntegerAttr>("stage") : IntegerAttr();
+      if (!stage || stage.getInt() >= 3 || p->hasAttr("pipeline.replica_of"))
+        return; // not ZeRO-1/2, or a pipeline's tied replica: not this pass's shape
+      params.push_back(p);
+    }
+    auto stepBegin = symbols.lookup<SubroutineOp>("step_begin");
+    auto optimizer = symbols.lookup<SubroutineOp>("optimizer");
+    if (params.empty() || !stepBegin || !optimizer)
+      return;
+
+    // The first microbatch's forward: the first action after step_begin's.
+    SmallVector<ActionOp> actions;
+    for (auto sched : body.getOps<ScheduleOp>())
+      for (auto a : sched.getBody().front().getOps<ActionOp>())
+        actions.push_back(a);
+    ActionOp first;
+    for (ActionOp a : actions)
+      if (a.getSubroutine() != stepBegin.getSymName()) {
+        first = a;
+        break;
+      }
+    if (!first || first.getSubroutine() == optimizer.getSymName())
+      return;
+    auto forward = symbols.lookup<SubroutineOp>(first.getSubroutine());
+    if (llvm::any_of(forward.getBody().front().getOps<KernelOp>(), [](KernelOp k) {
+          return k.getKernel() == "send" || k.getKernel() == "recv";
+        }))
+      return; // a pipeline stage: its forward is not the step's first compute
+
+    // 1. The f32 updates: value → shard, update, shard → value, rewritten
+    // to the master block updated in place and a whole copy step_begin
+    // gathers. Checked for every parameter before anything changes.
+    struct F32Update {
+      ParamOp param;
+      KernelOp slice, update, gather;
+    };
+    SmallVector<F32Update> f32;
+    for (ParamOp p : params) {
+      StringAttr value = p.getValueAttr().getAttr();
+      F32Update u{p, {}, {}, {}};
+      for (auto k : optimizer.getBody().front().getOps<KernelOp>()) {
+        if (!references(k, value))
+          continue;
+        if (k.getKernel() == "shard_slice" && !u.slice)
+          u.slice = k;
+        else if (isZeroGather(k) && u.slice && !u.gather)
+          u.gather = k;
+        else
+          return; // another reader or writer of the whole value: unknown shape
+      }
+      if (!u.slice != !u.gather)
+        return;
+      if (!u.slice)
+        continue; // mixed precision: the master is the block already
+      StringAttr shard = u.slice.getArgs().getAs<FlatSymbolRefAttr>("y").getAttr();
+      for (auto k : optimizer.getBody().front().getOps<KernelOp>())
+        if (k != u.slice && k != u.gather && references(k, shard)) {
+          if (u.update || (k.getKernel() != "adamw" && k.getKernel() != "sgd"))
+            return;
+          u.update = k;
+        }
+      if (!u.update)
+        return;
+      f32.push_back(u);
+    }
+
+    MLIRContext *ctx = program.getContext();
+    OpBuilder b(ctx);
+    // New buffers are b<N> above the program's.
+    int64_t nextSym = 0;
+    for (auto buf : body.getOps<BufferOp>()) {
+      int64_t n = 0;
+      if (buf.getSymName().starts_with("b") && !buf.getSymName().drop_front().getAsInteger(10, n))
+        nextSym = std::max(nextSym, n + 1);
+    }
+    int64_t token = overlap::firstFreeToken(program);
+    // (gather started in step_begin, the whole buffer it writes, its token)
+    struct Started {
+      KernelOp gather;
+      StringAttr whole;
+      int64_t token;
+    };
+    SmallVector<Started> started;
+    SmallVector<KernelOp> f32Gathers;
+    for (F32Update &u : f32) {
+      ParamOp p = u.param;
+      FlatSymbolRefAttr value = p.getValueAttr();
+      auto valueBuf = symbols.lookup<BufferOp>(value.getAttr());
+      FlatSymbolRefAttr shard = u.slice.getArgs().getAs<FlatSymbolRefAttr>("y");
+      auto shardBuf = symbols.lookup<BufferOp>(shard.getAttr());
+      // The whole parameter the steps read, declared after the value.
+      b.setInsertionPointAfter(valueBuf);
+      std::string sym = "b" + std::to_string(nextSym++);
+      auto whole = BufferOp::create(b, valueBuf.getLoc(), b.getStringAttr(sym),
+                                    valueBuf.getTypeAttr(),
+                                    b.getStringAttr((p.getName() + ".whole").str()),
+                                    b.getStringAttr("param"), IntegerAttr());
+      symbols.insert(whole);
+      auto wholeRef = FlatSymbolRefAttr::get(whole.getSymNameAttr());
+      for (auto sub : body.getOps<SubroutineOp>())
+        if (sub != optimizer)
+          for (auto k : sub.getBody().front().getOps<KernelOp>())
+            k.setArgsAttr(replaced(k, value, wholeRef));
+      // The value is the f32 master's block, updated in place.
+      valueBuf.setTypeAttr(shardBuf.getTypeAttr());
+      valueBuf->setAttr("memory_class", b.getStringAttr("optimizer_state"));
+      u.update.setArgsAttr(replaced(u.update, shard, value));
+      NamedAttrList zero(p->getAttrOfType<DictionaryAttr>("zero"));
+      zero.set("value_block", b.getBoolAttr(true));
+      p->setAttr("zero", zero.getDictionary(ctx));
+      // step_begin gathers the blocks into the whole copy: first, in
+      // parameter order.
+      if (f32Gathers.empty())
+        b.setInsertionPointToStart(&stepBegin.getBody().front());
+      else
+        b.setInsertionPointAfter(f32Gathers.back());
+      auto g = cast<KernelOp>(b.clone(*u.gather));
+      g.setArgsAttr(b.getDictionaryAttr(
+          {b.getNamedAttr("x", value), b.getNamedAttr("y", wholeRef)}));
+      f32Gathers.push_back(g);
+      u.slice.erase();
+      u.gather.erase();
+      shardBuf.erase();
+    }
+    // 2. Every gather in step_begin (f32's new ones, mixed precision's into
+    // the bf16 working copy) starts on the comm queue.
+    for (auto k : stepBegin.getBody().front().getOps<KernelOp>())
+      if (isZeroGather(k)) {
+        started.push_back({k, k.getArgs().getAs<FlatSymbolRefAttr>("y").getAttr(), token});
+        overlap::start(k, "comm", token++);
+      }
+    if (started.empty())
+      return;
+
+    // 3. The first microbatch's forward, and a wait before its first read
+    // of each gathered parameter (at its end if it reads none).
+    std::string name = (forward.getSymName() + "_first").str();
+    while (symbols.lookup(name))
+      name += "_";
+    b.setInsertionPointAfter(forward);
+    auto clone = cast<SubroutineOp>(b.clone(*forward));
+    clone.setSymName(name);
+    first.setSubroutine(name);
+    Block &cloneBody = clone.getBody().front();
+    int64_t bytes = 0;
+    for (Started &s : started) {
+      KernelOp use;
+      for (auto k : cloneBody.getOps<KernelOp>())
+        if (references(k, s.whole)) {
+          use = k;
+          break;
+        }
+      if (use)
+        b.setInsertionPoint(use);
+      else
+        b.setInsertionPointToEnd(&cloneBody);
+      overlap::createWait(b, s.gather.getLoc(), s.token);
+      bytes += symbols.lookup<BufferOp>(s.whole).getNumBytes();
+    }
+    if (llvm::none_of(actions, [&](ActionOp a) { return a.getSubroutine() == forward.getSymName(); }))
+      forward.erase(); // one microbatch: the clone is the whole forward
+
+    overlap::addQueue(program, "comm");
+    program->setAttr(kParamGatherOverlapAttr,
+                     b.getDictionaryAttr(
+                         {b.getNamedAttr("gathers", b.getI64IntegerAttr(int64_t(started.size()))),
+                          b.getNamedAttr("bytes", b.getI64IntegerAttr(bytes)),
+                          b.getNamedAttr("subroutine", b.getStringAttr(name))}));
+  }
+};
+} // namespace

@@ -54,6 +54,29 @@ std::vector<GradBucket> llcdist::gradBucketsOf(ModuleOp m) {
   return out;
 }
 
+std::vector<FsdpPrefetch> llcdist::fsdpPrefetchOf(ModuleOp m) {
+  std::vector<FsdpPrefetch> out;
+  for (auto program : m.getOps<plan::ProgramOp>())
+    if (auto subs = program->getAttrOfType<ArrayAttr>(plan::kFsdpPrefetchAttr))
+      for (auto d : subs.getAsRange<DictionaryAttr>())
+        out.push_back({program.getSymName().str(), d.getAs<StringAttr>("subroutine").str(),
+                       d.getAs<IntegerAttr>("units").getInt(),
+                       d.getAs<IntegerAttr>("gathers").getInt(),
+                       d.getAs<IntegerAttr>("prefetched").getInt(),
+                       d.getAs<IntegerAttr>("bytes").getInt()});
+  return out;
+}
+
+std::vector<ParamGatherOverlap> llcdist::paramGatherOverlapOf(ModuleOp m) {
+  std::vector<ParamGatherOverlap> out;
+  for (auto program : m.getOps<plan::ProgramOp>())
+    if (auto d = program->getAttrOfType<DictionaryAttr>(plan::kParamGatherOverlapAttr))
+      out.push_back({program.getSymName().str(), d.getAs<StringAttr>("subroutine").str(),
+                     d.getAs<IntegerAttr>("gathers").getInt(),
+                     d.getAs<IntegerAttr>("bytes").getInt()});
+  return out;
+}
+
 json CompileSummary::toJson() const {
   json j;
   j["model"] = model;
@@ -105,6 +128,26 @@ json CompileSummary::toJson() const {
                          {"bytes", b.bytes}});
     j["grad_buckets"] = {{"bucket_size", gradBucketSize}, {"buckets", std::move(buckets)}};
   }
+  if (!fsdpPrefetch.empty()) {
+    json subs = json::array();
+    for (const FsdpPrefetch &f : fsdpPrefetch)
+      subs.push_back({{"program", f.program},
+                      {"subroutine", f.subroutine},
+                      {"units", f.units},
+                      {"gathers", f.gathers},
+                      {"prefetched", f.prefetched},
+                      {"bytes", f.bytes}});
+    j["fsdp_prefetch"] = {{"units_ahead", fsdpPrefetchUnits}, {"subroutines", std::move(subs)}};
+  }
+  if (!paramGatherOverlap.empty()) {
+    json progs = json::array();
+    for (const ParamGatherOverlap &o : paramGatherOverlap)
+      progs.push_back({{"program", o.program},
+                       {"waited_in", o.waitedIn},
+                       {"gathers", o.gathers},
+                       {"bytes", o.bytes}});
+    j["param_gather_overlap"] = std::move(progs);
+  }
   if (memory) {
     json mem = memory->toJson();
     for (auto &[k, v] : mem.items())
@@ -154,6 +197,23 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
       os << fmt::format("    bucket {}: {} gradients, {} params, {} B\n", i, b.grads,
                         groupDigits(b.elements), groupDigits(b.bytes));
   }
+  if (!fsdpPrefetch.empty()) {
+    os << fmt::format("  overlap (--fsdp-prefetch {}): ZeRO-3 parameter all-gathers on queue "
+                      "comm, each unit's started {} unit{} ahead, waited before its use:\n",
+                      fsdpPrefetchUnits, fsdpPrefetchUnits, fsdpPrefetchUnits == 1 ? "" : "s");
+    for (const FsdpPrefetch &f : fsdpPrefetch)
+      os << fmt::format("    {}{}: {} units, {} gathers ({} before their unit begins), {} B\n",
+                        fsdpPrefetch.front().program == fsdpPrefetch.back().program
+                            ? ""
+                            : f.program + " ",
+                        f.subroutine, f.units, f.gathers, f.prefetched, groupDigits(f.bytes));
+  }
+  for (const ParamGatherOverlap &o : paramGatherOverlap)
+    os << fmt::format("  overlap (--overlap-param-gather){}: {} updated parameter all-gathers "
+                      "({} B) started on queue comm in step_begin, each waited before its first "
+                      "use in {}\n",
+                      paramGatherOverlap.size() == 1 ? "" : " " + o.program, o.gathers,
+                      groupDigits(o.bytes), o.waitedIn);
   if (!dumpDir.empty())
     os << "  IR after each pass: " << dumpDir << "/\n";
   if (output != "-")

@@ -815,6 +815,9 @@ int runCompile(Args &args) {
   if (emit == "plan") {
     summary.gradBuckets = gradBucketsOf(*lm->module);
     summary.gradBucketSize = train.gradBucketSize;
+    summary.fsdpPrefetch = fsdpPrefetchOf(*lm->module);
+    summary.fsdpPrefetchUnits = train.fsdpPrefetch;
+    summary.paramGatherOverlap = paramGatherOverlapOf(*lm->module);
   }
   auto &os = output == "-" ? llvm::errs() : llvm::outs();
   if (format == "json")

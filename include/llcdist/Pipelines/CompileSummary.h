@@ -53,6 +53,25 @@ struct GradBucket {
 /// The buckets of every program, in token order (empty: no overlap).
 std::vector<GradBucket> gradBucketsOf(mlir::ModuleOp module);
 
+/// The ZeRO-3 gathers of one subroutine llcdist-plan-fsdp-prefetch made
+/// asynchronous (plan.fsdp_prefetch).
+struct FsdpPrefetch {
+  std::string program, subroutine;
+  /// Units (layers, the root's runs); gathers started, of them started before
+  /// their unit began (all but unit 0's); bytes gathered.
+  int64_t units = 0, gathers = 0, prefetched = 0, bytes = 0;
+};
+/// Every program's, in program and subroutine order (empty: no prefetch).
+std::vector<FsdpPrefetch> fsdpPrefetchOf(mlir::ModuleOp module);
+
+/// The ZeRO-1/2 parameter gathers llcdist-plan-overlap-param-gather moved
+/// into the step's start (plan.param_gather_overlap), per program.
+struct ParamGatherOverlap {
+  std::string program, waitedIn; ///< waitedIn: the first forward's subroutine
+  int64_t gathers = 0, bytes = 0;
+};
+std::vector<ParamGatherOverlap> paramGatherOverlapOf(mlir::ModuleOp module);
+
 struct CompileSummary {
   std::string model; ///< modelName
   MeshSpec mesh;
@@ -75,6 +94,9 @@ struct CompileSummary {
   std::optional<plan::MemoryReport> memory;
   std::vector<GradBucket> gradBuckets;
   int64_t gradBucketSize = 0; ///< --grad-bucket-size (0: off)
+  std::vector<FsdpPrefetch> fsdpPrefetch;
+  int64_t fsdpPrefetchUnits = 0; ///< --fsdp-prefetch (0: off)
+  std::vector<ParamGatherOverlap> paramGatherOverlap;
 
   nlohmann::ordered_json toJson() const;
   void print(llvm::raw_ostream &os) const;

@@ -43,8 +43,10 @@ constexpr uint64_t kGoldenSeed = 11;
 /// Trains the plan in `dir` 3 steps on the shipped corpus from seed
 /// kGoldenSeed, saving the (gathered) parameters to dir/params.safetensors;
 /// returns the losses and the saved parameters. Failures are reported as
-/// test failures naming `tag`; `dir` is left in place.
-inline Trained runGoldenSteps(const std::string &dir, const std::string &tag) {
+/// test failures naming `tag`; `dir` is left in place. `checkAsync` runs an
+/// asynchronous plan in the runtime's checking mode (RunOptions::checkAsync).
+inline Trained runGoldenSteps(const std::string &dir, const std::string &tag,
+                              bool checkAsync = false) {
   Trained t;
   rt::RunOptions o;
   o.planDir = dir;
@@ -53,6 +55,7 @@ inline Trained runGoldenSteps(const std::string &dir, const std::string &tag) {
   o.seed = kGoldenSeed;
   o.quiet = true;
   o.saveParams = dir + "/params.safetensors";
+  o.checkAsync = checkAsync;
   rt::RunResult result;
   std::ostringstream progress;
   rt::Status st = rt::runTraining(o, progress, &result);
@@ -73,10 +76,11 @@ inline Trained runGoldenSteps(const std::string &dir, const std::string &tag) {
 
 /// Compiles `model` with `opt` (mesh included), micro-batch `microBatch` of
 /// a global batch of 8 sequences of 16 tokens and element type `dtype`,
-/// trains it with runGoldenSteps and removes the plan.
+/// trains it with runGoldenSteps (in the checking mode with `checkAsync`)
+/// and removes the plan.
 inline Trained trainPlan(const std::string &model, const TrainingPipelineOptions &opt,
                          int64_t microBatch, const std::string &tag,
-                         const std::string &dtype = "f32") {
+                         const std::string &dtype = "f32", bool checkAsync = false) {
   TrainingShape shape;
   shape.seqLen = 16;
   shape.microBatch = microBatch;
@@ -86,7 +90,7 @@ inline Trained trainPlan(const std::string &model, const TrainingPipelineOptions
   EXPECT_FALSE(dir.empty()) << tag << ": compilation failed";
   if (dir.empty())
     return Trained{};
-  Trained t = runGoldenSteps(dir, tag);
+  Trained t = runGoldenSteps(dir, tag, checkAsync);
   std::filesystem::remove_all(dir);
   return t;
 }

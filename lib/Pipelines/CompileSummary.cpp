@@ -50,7 +50,8 @@ std::vector<GradBucket> llcdist::gradBucketsOf(ModuleOp m) {
         out.push_back({d.getAs<StringAttr>("collective").str(),
                        d.getAs<IntegerAttr>("grads").getInt(),
                        d.getAs<IntegerAttr>("elements").getInt(),
-                       d.getAs<IntegerAttr>("bytes").getInt()});
+                       d.getAs<IntegerAttr>("bytes").getInt(),
+                       d.get("every_microbatch") != nullptr});
   return out;
 }
 
@@ -189,10 +190,12 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
     comm->print(os, mesh, topology ? &*topology : nullptr);
   if (!gradBuckets.empty()) {
     os << fmt::format("  overlap (--grad-bucket-size {}): {} gradient bucket{} reduced over dp "
-                      "({}) on queue comm during the last microbatch's backward, each as soon "
+                      "({}) on queue comm during {} backward, each as soon "
                       "as its gradients are complete:\n",
                       groupDigits(gradBucketSize), gradBuckets.size(),
-                      gradBuckets.size() == 1 ? "" : "s", gradBuckets.front().collective);
+                      gradBuckets.size() == 1 ? "" : "s", gradBuckets.front().collective,
+                      gradBuckets.front().everyMicrobatch ? "every microbatch's"
+                                                          : "the last microbatch's");
     for (auto [i, b] : llvm::enumerate(gradBuckets))
       os << fmt::format("    bucket {}: {} gradients, {} params, {} B\n", i, b.grads,
                         groupDigits(b.elements), groupDigits(b.bytes));

@@ -191,8 +191,10 @@ OVERLAP (asynchronous plans)
                          Megatron-LM's default, max(40M, 1M × dp); 0: off, one
                          synchronous all-reduce before the update (default 0).
                          With --zero 1 each gradient's reduce-scatter starts with
-                         its bucket. Not yet with pp > 1 or --zero 2|3. The
-                         summary lists the buckets.
+                         its bucket; with --zero 2 every microbatch's
+                         reduce-scatters start where they are, a bucket waited
+                         once the next one is complete. Not yet with pp > 1 or
+                         --zero 3. The summary lists the buckets.
   --fsdp-prefetch N      --zero 3: start the parameter all-gathers of the next
                          N units (a transformer layer each; the embeddings and
                          the final norm their own) on the comm queue while the
@@ -644,8 +646,8 @@ int runCompile(Args &args) {
   }
   if (train.gradBucketSize > 0 && mesh.pp > 1)
     throw UsageError{"--grad-bucket-size does not support pipelines (pp > 1) yet"};
-  if (train.gradBucketSize > 0 && train.zero > 1)
-    throw UsageError{"--grad-bucket-size does not support --zero 2 or 3 yet"};
+  if (train.gradBucketSize > 0 && train.zero > 2)
+    throw UsageError{"--grad-bucket-size does not support --zero 3 yet"};
   if (train.fsdpPrefetch < 0)
     throw UsageError{"--fsdp-prefetch must be a unit count >= 0 (0: off), got " +
                      std::to_string(train.fsdpPrefetch)};

@@ -22,8 +22,9 @@ using namespace llcdist;
 namespace rt = llcdist::rt;
 
 //===----------------------------------------------------------------------===//
-// ZeRO overlap: FSDP prefetch (llcdist-plan-fsdp-prefetch) and the ZeRO-1/2
-// parameter gather overlapped with the next step (llcdist-plan-overlap-param-gather)
+// ZeRO overlap: FSDP prefetch (llcdist-plan-fsdp-prefetch), the ZeRO-1/2
+// parameter gather overlapped with the next step (llcdist-plan-overlap-param-gather),
+// ZeRO-2's gradient buckets (llcdist-plan-grad-buckets)
 //===----------------------------------------------------------------------===//
 
 namespace {
@@ -89,6 +90,8 @@ mlir::OwningOpRef<mlir::ModuleOp> compileOverlapped(const std::string &model,
     if (c.overlapParamGather)
       EXPECT_TRUE(program->hasAttr(plan::kParamGatherOverlapAttr))
           << c.name() << ": no parameter gather overlapped";
+    if (c.gradBucketSize)
+      EXPECT_TRUE(program->hasAttr(plan::kGradBucketsAttr)) << c.name() << ": no buckets";
   }
   return m;
 }
@@ -128,6 +131,10 @@ const std::vector<ZeroOverlap> &zeroOverlapCases() {
       // Both overlaps of a ZeRO-1 step: the gradient buckets' reduce-scatters
       // and the next step's parameter gathers.
       v.push_back({2, tp, 1, 0, /*overlapParamGather=*/true, /*gradBucketSize=*/50000});
+      // ZeRO-2's per-microbatch reduce-scatters in buckets, with and
+      // without the parameter gathers' overlap.
+      v.push_back({2, tp, 2, 0, false, /*gradBucketSize=*/20000});
+      v.push_back({2, tp, 2, 0, true, /*gradBucketSize=*/20000});
     }
     v.push_back({2, 1, 3, /*fsdpPrefetch=*/2}); // two units ahead
     return v;
@@ -159,6 +166,7 @@ TEST(ZeroOverlap, MeasuredPeakEqualsPlanned) {
       {"tiny-gpt2", {2, 2, 3, 2}},
       {"tiny-llama", {2, 1, 1, 0, true}},
       {"tiny-gpt2", {2, 1, 2, 0, true}},
+      {"tiny-llama", {2, 1, 2, 0, false, 20000}},
   };
   for (auto &[model, c] : cases) {
     std::string what = model + " " + c.name();

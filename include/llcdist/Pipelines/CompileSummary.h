@@ -49,6 +49,8 @@ std::string modelName(mlir::ModuleOp module);
 struct GradBucket {
   std::string collective; ///< all_reduce, or reduce_scatter (ZeRO-1, one per gradient)
   int64_t grads = 0, elements = 0, bytes = 0;
+  /// ZeRO-2: reduced in every microbatch's backward (else in the last one's).
+  bool everyMicrobatch = false;
 };
 /// The buckets of every program, in token order (empty: no overlap).
 std::vector<GradBucket> gradBucketsOf(mlir::ModuleOp module);

@@ -21,6 +21,8 @@
 // {collective, grads, elements, bytes} per bucket) for the compile summary.
 //
 //===----------------------------------------------------------------------===//
+#include "OverlapUtil.h"
+
 #include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
 
@@ -101,9 +103,132 @@ bool writes(KernelOp k, StringAttr name) {
   return false;
 }
 
+/// Whether any argument of `k` names buffer `name`.
+bool touches(KernelOp k, StringAttr name) {
+  auto is = [&](Attribute a) {
+    auto ref = dyn_cast<FlatSymbolRefAttr>(a);
+    return ref && ref.getAttr() == name;
+  };
+  for (NamedAttribute arg : k.getArgs()) {
+    if (auto list = dyn_cast<ArrayAttr>(arg.getValue())) {
+      if (llvm::any_of(list, is))
+        return true;
+    } else if (is(arg.getValue())) {
+      return true;
+    }
+  }
+  return false;
+}
+
 struct PlanGradBucketsPass
     : public llcdist::plan::impl::PlanGradBucketsBase<PlanGradBucketsPass> {
   using PlanGradBucketsBase::PlanGradBucketsBase;
+
+  /// ZeRO-2: every microbatch's backward reduce-scatters each gradient
+  /// contribution into a part of the gradient's block and adds the part to
+  /// the block right after (llcdist-plan-zero stage 2). Here each scatter
+  /// starts on queue "comm" where it was; the contributions are grouped into
+  /// buckets of at least `bucket-size` elements in the backward's order, and
+  /// a bucket's waits and adds run once the next bucket is complete (at the
+  /// subroutine's end for the last), so a bucket's reduction overlaps the
+  /// computation of the next one. Before a kernel that would write a
+  /// contribution or touch a part still in flight, every bucket in flight
+  /// is waited and added first (the buffer rule). The adds keep their order.
+  void bucketZero2(ProgramOp program, SymbolTable &symbols) {
+    Block &body = program.getBody().front();
+    MLIRContext *ctx = program.getContext();
+    OpBuilder b(ctx);
+    const int64_t firstToken = overlap::firstFreeToken(program);
+    SmallVector<Attribute> report;
+    for (auto sub : body.getOps<SubroutineOp>()) {
+      if (sub.getSymName() == "optimizer" || sub.getSymName() == "step_begin")
+        continue;
+      struct InFlight {
+        KernelOp accumulate;
+        StringAttr x, y;
+        int64_t token;
+      };
+      SmallVector<SmallVector<InFlight>> buckets; // the open ones, oldest first
+      int64_t token = firstToken, elements = 0;
+      struct Closed {
+        int64_t grads = 0, elements = 0, bytes = 0;
+      };
+      SmallVector<Closed> closed;
+      // Waits for the oldest bucket's tokens and adds its parts, before `at`
+      // (null: at the subroutine's end).
+      auto drainOldest = [&](Operation *at) {
+        SmallVector<InFlight> bucket = buckets.front();
+        buckets.erase(buckets.begin());
+        for (InFlight &f : bucket) {
+          if (at)
+            f.accumulate->moveBefore(at);
+          else
+            f.accumulate->moveBefore(&sub.getBody().front(), sub.getBody().front().end());
+          b.setInsertionPoint(f.accumulate);
+          overlap::createWait(b, f.accumulate.getLoc(), f.token);
+        }
+      };
+      SmallVector<KernelOp> kernels(sub.getBody().front().getOps<KernelOp>());
+      bool any = false;
+      for (size_t i = 0; i < kernels.size(); ++i) {
+        KernelOp k = kernels[i];
+        auto origin = k->getAttrOfType<StringAttr>(kOriginAttr);
+        KernelOp next = i + 1 < kernels.size() ? kernels[i + 1] : KernelOp();
+        auto x = k.getArgs().getAs<FlatSymbolRefAttr>("x");
+        auto y = k.getArgs().getAs<FlatSymbolRefAttr>("y");
+        bool scatter = k.getKernel() == "reduce_scatter" && origin && origin.getValue() == "zero" &&
+                       !k->hasAttr(kTokenAttr) && x && y && next &&
+                       next.getKernel() == "accumulate" &&
+                       next.getArgs().get("x") == y;
+        if (!scatter) {
+          // The buffer rule: nothing writes a contribution or touches a
+          // part in flight.
+          auto conflicts = [&](const SmallVector<InFlight> &bucket) {
+            return llvm::any_of(bucket, [&](const InFlight &f) {
+              return writes(k, f.x) || touches(k, f.y);
+            });
+          };
+          while (!buckets.empty() && llvm::any_of(buckets, conflicts))
+            drainOldest(k);
+          continue;
+        }
+        if (auto buf = symbols.lookup<BufferOp>(x.getAttr()); !buf || buf.getKind() == "grad")
+          continue; // not ZeRO-2's per-microbatch contribution
+        any = true;
+        if (buckets.empty() || elements >= bucketSize) {
+          // A new bucket: the one before the last complete one is waited.
+          if (buckets.size() >= 2)
+            drainOldest(k);
+          buckets.emplace_back();
+          closed.emplace_back();
+          elements = 0;
+        }
+        overlap::start(k, "comm", token);
+        buckets.back().push_back({next, x.getAttr(), y.getAttr(), token++});
+        auto xBuf = symbols.lookup<BufferOp>(x.getAttr());
+        elements += xBuf.getTensorType().getNumElements();
+        closed.back().grads += 1;
+        closed.back().elements += xBuf.getTensorType().getNumElements();
+        closed.back().bytes += xBuf.getNumBytes();
+        ++i; // the accumulate moves with its wait
+      }
+      while (!buckets.empty())
+        drainOldest(nullptr);
+      if (!any)
+        continue;
+      for (const Closed &c : closed)
+        report.push_back(b.getDictionaryAttr(
+            {b.getNamedAttr("collective", b.getStringAttr("reduce_scatter")),
+             b.getNamedAttr("grads", b.getI64IntegerAttr(c.grads)),
+             b.getNamedAttr("elements", b.getI64IntegerAttr(c.elements)),
+             b.getNamedAttr("bytes", b.getI64IntegerAttr(c.bytes)),
+             b.getNamedAttr("every_microbatch", b.getBoolAttr(true))}));
+    }
+    if (report.empty())
+      return;
+    overlap::addQueue(program, "comm");
+    program->setAttr(kGradBucketsAttr, ArrayAttr::get(ctx, report));
+  }
 
   void runOnOperation() override {
     ProgramOp program = getOperation();
@@ -120,8 +245,10 @@ struct PlanGradBucketsPass
     SmallVector<KernelOp> scatters;
     if (!reduce)
       scatters = findGradientReduceScatters(program, symbols);
-    if (!reduce && scatters.empty())
-      return; // no data parallelism: nothing to overlap
+    if (!reduce && scatters.empty()) {
+      bucketZero2(program, symbols); // or no data parallelism: nothing to overlap
+      return;
+    }
     SmallVector<StringAttr> grads;
     llvm::DenseMap<StringAttr, KernelOp> scatterOf;
     if (reduce) {

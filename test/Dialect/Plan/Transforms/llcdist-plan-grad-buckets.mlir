@@ -170,3 +170,65 @@ plan.program @zero1 {
 }
 
 // ZERO: error: llcdist-plan-grad-buckets: bucket-size must be >= 1, got 0
+
+// -----
+
+// ZeRO-2: the backward reduce-scatters each contribution (@c0, @c1, @c2; 32,
+// 16, 32 elements) into a part and adds it to the gradient's block. Buckets
+// of >= 40 elements: [@c0, @c1], [@c2]. Every scatter starts where it is; the
+// first bucket's waits and adds move to where the second is complete (here
+// the end, which also drains the second), in order. @c1 is written again by
+// the copy: the bucket in flight that reads it is waited and added first.
+// CHECK-LABEL: plan.program @zero2
+// CHECK-SAME: plan.grad_buckets = [{bytes = 192 : i64, collective = "reduce_scatter", elements = 48 : i64, every_microbatch = true, grads = 2 : i64}, {bytes = 128 : i64, collective = "reduce_scatter", elements = 32 : i64, every_microbatch = true, grads = 1 : i64}]
+// CHECK: plan.subroutine @backward {
+// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @c0, y = @p0} {{.*}}queue = "comm", token = 0 : i64}
+// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @c1, y = @p1} {{.*}}queue = "comm", token = 1 : i64}
+// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @c2, y = @p2} {{.*}}queue = "comm", token = 2 : i64}
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 0 : i64}
+// CHECK-NEXT: plan.kernel "accumulate" {x = @p0, y = @g0}
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 1 : i64}
+// CHECK-NEXT: plan.kernel "accumulate" {x = @p1, y = @g1}
+// CHECK-NEXT: plan.kernel "copy" {x = @c0, y = @c1}
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 2 : i64}
+// CHECK-NEXT: plan.kernel "accumulate" {x = @p2, y = @g2}
+// CHECK-NEXT: {{^ *}}}
+// RACE-LABEL: plan.program @zero2
+// RACE: plan.kernel "wait"
+plan.program @zero2 {
+  plan.buffer @w0 : tensor<16xf32> {kind = "param", name = "w0"}
+  plan.buffer @g0 : tensor<16xf32> {kind = "grad", name = "w0.grad"}
+  plan.buffer @w1 : tensor<8xf32> {kind = "param", name = "w1"}
+  plan.buffer @g1 : tensor<8xf32> {kind = "grad", name = "w1.grad"}
+  plan.buffer @w2 : tensor<16xf32> {kind = "param", name = "w2"}
+  plan.buffer @g2 : tensor<16xf32> {kind = "grad", name = "w2.grad"}
+  plan.buffer @c0 : tensor<32xf32> {kind = "scratch", name = "w0.grad_mb"}
+  plan.buffer @c1 : tensor<16xf32> {kind = "scratch", name = "w1.grad_mb"}
+  plan.buffer @c2 : tensor<32xf32> {kind = "scratch", name = "w2.grad_mb"}
+  plan.buffer @p0 : tensor<16xf32> {kind = "scratch", name = "w0.grad_part"}
+  plan.buffer @p1 : tensor<8xf32> {kind = "scratch", name = "w1.grad_part"}
+  plan.buffer @p2 : tensor<16xf32> {kind = "scratch", name = "w2.grad_part"}
+  plan.param "w0" value @w0 grad @g0 state [] {init = {kind = "zeros"}, local_shape = array<i64: 32>, weight_decay = false, zero = {axis = "dp", stage = 2 : i64}}
+  plan.param "w1" value @w1 grad @g1 state [] {init = {kind = "zeros"}, local_shape = array<i64: 16>, weight_decay = false, zero = {axis = "dp", stage = 2 : i64}}
+  plan.param "w2" value @w2 grad @g2 state [] {init = {kind = "zeros"}, local_shape = array<i64: 32>, weight_decay = false, zero = {axis = "dp", stage = 2 : i64}}
+  plan.subroutine @step_begin {
+    plan.kernel "zero" {x = [@g0, @g1, @g2]} {}
+  }
+  plan.subroutine @backward {
+    plan.kernel "reduce_scatter" {x = @c0, y = @p0} {axis = "dp", inner = 16 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero"}
+    plan.kernel "accumulate" {x = @p0, y = @g0} {n = 16 : i64}
+    plan.kernel "reduce_scatter" {x = @c1, y = @p1} {axis = "dp", inner = 8 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero"}
+    plan.kernel "accumulate" {x = @p1, y = @g1} {n = 8 : i64}
+    plan.kernel "reduce_scatter" {x = @c2, y = @p2} {axis = "dp", inner = 16 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero"}
+    plan.kernel "accumulate" {x = @p2, y = @g2} {n = 16 : i64}
+    plan.kernel "copy" {x = @c0, y = @c1} {n = 16 : i64}
+  }
+  plan.subroutine @optimizer {
+  }
+  plan.schedule {
+    plan.action @step_begin
+    plan.action @backward microbatch 0
+    plan.action @backward microbatch 1
+    plan.action @optimizer
+  }
+}

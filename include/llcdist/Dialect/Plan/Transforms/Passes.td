@@ -93,7 +93,13 @@ def PlanGradBuckets : Pass<"llcdist-plan-grad-buckets", "llcdist::plan::ProgramO
     "comm"]` and `plan.grad_buckets` ({grads, elements, bytes} per bucket,
     for the compile summary). Under ZeRO-1 (llcdist-plan-zero's reduce_scatter
     per gradient) each gradient's reduce_scatter starts with its bucket, one
-    token each, and is waited where it was. A program without the dp gradient
+    token each, and is waited where it was. Under ZeRO-2 (every microbatch
+    reduce-scatters each contribution into a part and adds it to the block)
+    each scatter starts where it is, the contributions are bucketed in the
+    backward's order, and a bucket's waits and adds move to where the next
+    bucket is complete (the subroutine's end for the last; earlier before a
+    kernel that writes a contribution or touches a part in flight); its
+    buckets carry `every_microbatch`. A program without the dp gradient
     reduction, or whose gradients several subroutines compute (a pipeline),
     is left alone.
 

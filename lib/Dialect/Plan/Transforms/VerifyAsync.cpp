@@ -231,7 +231,9 @@ private:
 
   ProgramOp program;
   llvm::DenseMap<StringAttr, Range> ranges;
-  llvm::DenseMap<Operation *, Access> accesses;
+  // Node-based: an in-flight op keeps a pointer to its Access while more
+  // kernels are added (a DenseMap's growth would move it).
+  std::map<Operation *, Access> accesses;
   std::map<int64_t, InFlight> inFlight; // by token, reported in token order
   llvm::DenseMap<int64_t, Run> lastWait;
   std::set<std::tuple<std::string, Operation *, Operation *>> reported;

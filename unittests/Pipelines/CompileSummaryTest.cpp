@@ -6,9 +6,12 @@
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Pipelines/CompileSummary.h"
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "../CompileForTest.h"
 
 #include <gtest/gtest.h>
+
+#include <map>
 
 using namespace llcdist;
 using namespace llcdist::testing;
@@ -166,6 +169,52 @@ TEST(CompileSummary, GradBuckets) {
   EXPECT_NE(text.find("overlap (--grad-bucket-size 50,000): " +
                       std::to_string(s.gradBuckets.size()) +
                       " gradient buckets reduced over dp (all_reduce)"),
+            std::string::npos)
+      << text;
+}
+
+// FSDP prefetch: every ZeRO-3 gather of the synchronous plan is started ahead
+// once, and the gathered bytes are those of the whole parameters each
+// subroutine gathers (counted here on the synchronous plan's all_gathers).
+TEST(CompileSummary, FsdpPrefetch) {
+  TrainingPipelineOptions o = meshOptions(2);
+  o.zero = 3;
+  Compiled sync = compileForTest("tiny-gpt2", o, shapeForTest(16, 1, 4));
+  ASSERT_TRUE(sync.module);
+  std::map<std::string, std::pair<int64_t, int64_t>> gathered; // subroutine → (gathers, bytes)
+  sync.module->walk([&](plan::KernelOp k) {
+    if (k.getKernel() != "all_gather")
+      return;
+    auto sub = k->getParentOfType<plan::SubroutineOp>();
+    auto y = k.getArgs().getAs<mlir::FlatSymbolRefAttr>("y");
+    auto program = k->getParentOfType<plan::ProgramOp>();
+    auto buf = program.lookupSymbol<plan::BufferOp>(y.getAttr());
+    gathered[sub.getSymName().str()].first += 1;
+    gathered[sub.getSymName().str()].second += buf.getNumBytes();
+  });
+  o.fsdpPrefetch = 1;
+  Compiled c = compileForTest("tiny-gpt2", o, shapeForTest(16, 1, 4));
+  ASSERT_TRUE(c.module);
+  CompileSummary s = summaryOf(c, MeshSpec{2, 1, 1});
+  s.fsdpPrefetch = fsdpPrefetchOf(*c.module);
+  s.fsdpPrefetchUnits = 1;
+  ASSERT_EQ(s.fsdpPrefetch.size(), 2u);
+  for (const FsdpPrefetch &f : s.fsdpPrefetch) {
+    EXPECT_EQ(f.gathers, gathered[f.subroutine].first) << f.subroutine;
+    EXPECT_EQ(f.bytes, gathered[f.subroutine].second) << f.subroutine;
+    EXPECT_LT(f.prefetched, f.gathers) << f.subroutine; // unit 0 is not ahead
+    EXPECT_GT(f.prefetched, 0) << f.subroutine;
+  }
+  // The forward: the embeddings, 4 layers, the final norm.
+  EXPECT_EQ(s.fsdpPrefetch[0].subroutine, "forward");
+  EXPECT_EQ(s.fsdpPrefetch[0].units, 6);
+  nlohmann::ordered_json j = s.toJson();
+  EXPECT_EQ(j["fsdp_prefetch"]["units_ahead"], 1);
+  EXPECT_EQ(j["fsdp_prefetch"]["subroutines"][0]["gathers"], s.fsdpPrefetch[0].gathers);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  s.print(os);
+  EXPECT_NE(text.find("overlap (--fsdp-prefetch 1): ZeRO-3 parameter all-gathers on queue comm"),
             std::string::npos)
       << text;
 }

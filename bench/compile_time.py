@@ -12,6 +12,13 @@ Then whole training-step plans, and tiny-llama with 128, 512 and 2,048 layers
 grow linearly with the layer count, so the 2,048-layer plan may cost at most
 20x the 128-layer one (16x the layers).
 
+Then microbatch scaling: the llama3.1-405b pipeline (tp=8, pp=16, dp=128,
+interleaved with 2 virtual stages, --seq-len 8192) at 16 and 64 microbatches
+per dp rank (--global-batch 2048 and 8192): medians of time, max RSS and plan
+size. The claims: 16 microbatches compile in < 1 s and < 500 MB, and 64 cost at
+most 1.2x 16 in time and plan size (a pipelined program holds each chunk's
+subroutines once, docs/plan-format.md "Microbatch slots").
+
 usage: bench/compile_time.py [--build build] [--repeats 15] [--json OUT]
 """
 import argparse
@@ -34,6 +41,13 @@ MAX_LAYER_RATIO = 20.0
 PLANS = [("tiny-gpt2", "dp=1"), ("gpt2", "dp=8"), ("llama3-8b", "dp=2,tp=4"),
          ("llama3.1-405b", "dp=2,tp=8"),
          ("llama3.1-405b", "dp=2,tp=8,pp=16|--global-batch 64")]
+# Microbatch scaling: (microbatches per dp rank, global batch) of the 405B
+# interleaved pipeline below, and the limits the first and the ratio must meet.
+MICROBATCH_MODEL = "llama3.1-405b"
+MICROBATCH_FLAGS = ["--mesh", "tp=8,pp=16,dp=128", "--schedule", "interleaved",
+                    "--virtual-stages", "2", "--seq-len", "8192"]
+MICROBATCHES = [(16, 2048), (64, 8192)]
+MAX_MB_SECONDS, MAX_MB_RSS_MB, MAX_MB_RATIO = 1.0, 500.0, 1.2
 
 
 def main():
@@ -119,6 +133,42 @@ def main():
             layer_rows.append({"layers": n, "median_s": med, "min_s": min(ts),
                                "ratio_to_first": med / lbase})
             print(f"{n:<20} {med*1e3:>10.1f} {min(ts)*1e3:>8.1f} {med/lbase:>14.2f}")
+        # Microbatch scaling: time, max RSS (the child's rusage) and plan size.
+        def run_microbatches(gb):
+            out = os.path.join(scratch, f"mb{gb}")
+            shutil.rmtree(out, ignore_errors=True)
+            cmd = [exe, "compile", os.path.join(root, "models", MICROBATCH_MODEL + ".json"),
+                   *MICROBATCH_FLAGS, "--global-batch", str(gb), "-o", out, "--quiet"]
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(cmd)
+            _, status, usage = os.wait4(proc.pid, 0)
+            elapsed = time.perf_counter() - t0
+            if status != 0:
+                sys.exit(f"compile_time.py: {' '.join(cmd)} failed ({status})")
+            size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+            return elapsed, usage.ru_maxrss / 1024.0, size
+        for _, gb in MICROBATCHES:
+            run_microbatches(gb)
+        mtimes = {mb: [] for mb, _ in MICROBATCHES}
+        for _ in range(max(3, args.repeats // 3)):  # interleaved, as above
+            for mb, gb in MICROBATCHES:
+                mtimes[mb].append(run_microbatches(gb))
+        mb_rows = []
+        first = None
+        print(f"\n{MICROBATCH_MODEL + ' microbatches':<28} {'median ms':>10} {'RSS MB':>8} "
+              f"{'plan MB':>8} {'time ratio':>11} {'size ratio':>11}")
+        for mb, gb in MICROBATCHES:
+            ts = mtimes[mb]
+            row = {"microbatches": mb, "global_batch": gb,
+                   "median_s": statistics.median(t for t, _, _ in ts),
+                   "median_max_rss_mb": statistics.median(r for _, r, _ in ts),
+                   "plan_bytes": ts[0][2]}
+            first = first or row
+            row["time_ratio"] = row["median_s"] / first["median_s"]
+            row["size_ratio"] = row["plan_bytes"] / first["plan_bytes"]
+            mb_rows.append(row)
+            print(f"{mb:<28} {row['median_s']*1e3:>10.1f} {row['median_max_rss_mb']:>8.1f} "
+                  f"{row['plan_bytes']/1e6:>8.2f} {row['time_ratio']:>11.2f} {row['size_ratio']:>11.2f}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     result = {"benchmark": "llc-dist compile --emit xf (wall time, whole process); "
@@ -126,7 +176,10 @@ def main():
               "repeats": args.repeats, "machine": platform.platform(),
               "cpus": os.cpu_count(), "results": rows, "plans": plan_rows,
               "layer_scaling": {"model": "tiny-llama", "flags": "--seq-len 64 (one device)",
-                                "max_ratio": MAX_LAYER_RATIO, "results": layer_rows}}
+                                "max_ratio": MAX_LAYER_RATIO, "results": layer_rows},
+              "microbatch_scaling": {"model": MICROBATCH_MODEL, "flags": " ".join(MICROBATCH_FLAGS),
+                                     "max_s": MAX_MB_SECONDS, "max_rss_mb": MAX_MB_RSS_MB,
+                                     "max_ratio": MAX_MB_RATIO, "results": mb_rows}}
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=2)
@@ -136,9 +189,21 @@ def main():
     if worst >= 1.0:
         sys.exit(f"FAIL: a forward-graph compile took {worst:.2f} s (>= 1 s)")
     deepest = layer_rows[-1]["ratio_to_first"]
+    failures = []
     if deepest > MAX_LAYER_RATIO:
-        sys.exit(f"FAIL: {LAYERS[-1]} layers compile in {deepest:.1f}x the time of {LAYERS[0]} "
-                 f"(> {MAX_LAYER_RATIO:.0f}x: superlinear in layers)")
+        failures.append(f"{LAYERS[-1]} layers compile in {deepest:.1f}x the time of {LAYERS[0]} "
+                        f"(> {MAX_LAYER_RATIO:.0f}x: superlinear in layers)")
+    few, many = mb_rows[0], mb_rows[-1]
+    if few["median_s"] >= MAX_MB_SECONDS or few["median_max_rss_mb"] >= MAX_MB_RSS_MB:
+        failures.append(f"{few['microbatches']} microbatches: {few['median_s']:.2f} s, "
+                        f"{few['median_max_rss_mb']:.0f} MB (limits {MAX_MB_SECONDS} s, "
+                        f"{MAX_MB_RSS_MB:.0f} MB)")
+    for what in ("time_ratio", "size_ratio"):
+        if many[what] > MAX_MB_RATIO:
+            failures.append(f"{many['microbatches']} microbatches cost {many[what]:.2f}x "
+                            f"{few['microbatches']} in {what.split('_')[0]} (> {MAX_MB_RATIO}x)")
+    if failures:
+        sys.exit("FAIL: " + "; ".join(failures))
 
 
 if __name__ == "__main__":

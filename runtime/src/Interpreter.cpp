@@ -84,13 +84,32 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
   for (const Subroutine& sub : subs)
     for (const Op& op : sub.ops) staging = std::max(staging, in->stagingElems(op));
   in->staging_.assign(size_t(staging), 0.0f);
+  // Each subroutine is bound once per slot an action runs it in (slot 0 always): a slotted buffer's
+  // instance is an arena address like any other, so running an op costs the same with slots as without.
+  const auto& buffers = in->program_->buffers;
+  in->instanceBase_.resize(buffers.size());
+  int64_t instances = 0;
+  for (size_t id = 0; id < buffers.size(); ++id) {
+    in->instanceBase_[id] = instances;
+    instances += buffers[id].instances();
+  }
+  std::vector<int64_t> slots(subs.size(), 1);
+  for (const Action& a : in->program_->actions)
+    slots[size_t(a.subroutine)] = std::max(slots[size_t(a.subroutine)], a.slot + 1);
   in->subroutines_.resize(subs.size());
-  for (size_t s = 0; s < subs.size(); ++s)
-    for (size_t i = 0; i < subs[s].ops.size(); ++i) {
-      BoundOp b;
-      LLCDIST_RETURN_IF_ERROR(in->bind(subs[s].ops[i], &b).withContext(in->where(s, i)));
-      in->subroutines_[s].push_back(std::move(b));
+  for (size_t s = 0; s < subs.size(); ++s) {
+    in->subroutines_[s].resize(size_t(slots[s]));
+    for (int64_t k = 0; k < slots[s]; ++k) {
+      if (k > 0 && !std::any_of(in->program_->actions.begin(), in->program_->actions.end(),
+                                [&](const Action& a) { return a.subroutine == int64_t(s) && a.slot == k; }))
+        continue;  // no action runs it in slot k
+      for (size_t i = 0; i < subs[s].ops.size(); ++i) {
+        BoundOp b;
+        LLCDIST_RETURN_IF_ERROR(in->bind(subs[s].ops[i], k, &b).withContext(in->where(s, i)));
+        in->subroutines_[s][size_t(k)].push_back(std::move(b));
+      }
     }
+  }
   LLCDIST_RETURN_IF_ERROR(in->createChannels());
   return in;
 }
@@ -101,19 +120,20 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
 Status Interpreter::createChannels() {
   std::map<std::vector<int>, Channel> byGroup;
   for (size_t s = 0; s < subroutines_.size(); ++s)
-    for (size_t i = 0; i < subroutines_[s].size(); ++i) {
-      BoundOp& b = subroutines_[s][i];
-      if (!sc::isCollective(b.call.kind)) continue;
-      const CommunicationParams* p = b.call.paramsAs<CommunicationParams>();
-      if (!p) return Status::internal(where(s, i) + ": a collective bound without its parameters");
-      auto it = byGroup.find(p->group);
-      if (it == byGroup.end()) {
-        StatusOr<Channel> ch = backend_->createChannel(p->group);
-        if (!ch.isOk()) return Status(ch.status()).withContext(where(s, i));
-        it = byGroup.emplace(p->group, *ch).first;
+    for (std::vector<BoundOp>& slot : subroutines_[s])  // each slot's binding of the subroutine
+      for (size_t i = 0; i < slot.size(); ++i) {
+        BoundOp& b = slot[i];
+        if (!sc::isCollective(b.call.kind)) continue;
+        const CommunicationParams* p = b.call.paramsAs<CommunicationParams>();
+        if (!p) return Status::internal(where(s, i) + ": a collective bound without its parameters");
+        auto it = byGroup.find(p->group);
+        if (it == byGroup.end()) {
+          StatusOr<Channel> ch = backend_->createChannel(p->group);
+          if (!ch.isOk()) return Status(ch.status()).withContext(where(s, i));
+          it = byGroup.emplace(p->group, *ch).first;
+        }
+        b.channel = it->second;
       }
-      b.channel = it->second;
-    }
   numChannels_ = byGroup.size();
   return Status::ok();
 }
@@ -162,9 +182,10 @@ KernelCall castCall(void* x, sc::ElemType xType, void* y, sc::ElemType yType, in
 }
 }  // namespace
 
-Status Interpreter::bind(const Op& op, BoundOp* out) {
+Status Interpreter::bind(const Op& op, int64_t slot, BoundOp* out) {
   KernelCall& c = out->call;
   out->op = &op;
+  out->slot = slot;
   c.kind = op.kind;
   c.args.resize(op.args.size());
   c.argElems.resize(op.args.size());
@@ -172,12 +193,14 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
   for (size_t r = 0; r < op.args.size(); ++r)
     for (int64_t id : op.args[r]) {
       const BufferDesc& b = program_->buffers[size_t(id)];
-      c.args[r].push_back(backend_->arenaAt(b.offset));
+      c.args[r].push_back(backend_->arenaAt(b.offsetAt(slot)));
       c.argElems[r].push_back(b.numel());
       c.argTypes[r].push_back(b.dtype);
       const sc::ArgAccess access = op.access(r);
       auto use = std::find_if(out->uses.begin(), out->uses.end(), [&](const BoundOp::Use& u) { return u.id == id; });
-      if (use == out->uses.end()) use = out->uses.insert(out->uses.end(), BoundOp::Use{id, false, false});
+      if (use == out->uses.end())
+        use = out->uses.insert(out->uses.end(),
+                               BoundOp::Use{id, false, false, instanceBase_[size_t(id)] + (b.instances() > 1 ? slot : 0)});
       use->read |= access != sc::ArgAccess::kWrite;
       use->write |= access != sc::ArgAccess::kRead;
     }
@@ -213,12 +236,13 @@ Status Interpreter::bind(const Op& op, BoundOp* out) {
     }
     if (next > staging_.data() + staging_.size()) return Status::internal("bf16 staging area too small");
     for (int64_t id : order) {
-      const Slot& slot = slots.at(id);
+      const Slot& staged = slots.at(id);
       const BufferDesc& b = program_->buffers[size_t(id)];
-      void* arena = backend_->arenaAt(b.offset);
-      if (slot.read) out->convertIn.push_back(castCall(arena, sc::ElemType::kBF16, slot.tmp, sc::ElemType::kF32, b.numel()));
-      if (slot.written)
-        out->convertOut.push_back(castCall(slot.tmp, sc::ElemType::kF32, arena, sc::ElemType::kBF16, b.numel()));
+      void* arena = backend_->arenaAt(b.offsetAt(slot));
+      if (staged.read)
+        out->convertIn.push_back(castCall(arena, sc::ElemType::kBF16, staged.tmp, sc::ElemType::kF32, b.numel()));
+      if (staged.written)
+        out->convertOut.push_back(castCall(staged.tmp, sc::ElemType::kF32, arena, sc::ElemType::kBF16, b.numel()));
     }
   }
   // An asynchronous op keeps its buffers from its start to its wait, which the one shared staging area
@@ -331,12 +355,13 @@ Status Interpreter::startAsync(const BoundOp& b, size_t s, size_t i, int64_t ste
     for (const BoundOp::Use& u : b.uses) {
       if (!u.write) continue;
       const BufferDesc& buf = program_->buffers[size_t(u.id)];
+      const int64_t at = buf.offsetAt(b.slot);  // the instance the op is bound to
       if (u.read) {
         f.saved.emplace_back(size_t(buf.bytes));
-        LLCDIST_RETURN_IF_ERROR(backend_->copyToHost(streams_[0], f.saved.back().data(), buf.offset, buf.bytes));
+        LLCDIST_RETURN_IF_ERROR(backend_->copyToHost(streams_[0], f.saved.back().data(), at, buf.bytes));
       }
       const std::vector<std::byte> poison = poisonBytes(buf);
-      LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(streams_[0], buf.offset, poison.data(), buf.bytes));
+      LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(streams_[0], at, poison.data(), buf.bytes));
     }
     deferred_[queue].push_back(b.op->token);
   } else {
@@ -358,14 +383,15 @@ Status Interpreter::runDeferred(size_t queue, int64_t token) {
     for (const BoundOp::Use& u : b.uses) {
       if (!u.write || !u.read) continue;
       const BufferDesc& buf = program_->buffers[size_t(u.id)];
+      const int64_t at = buf.offsetAt(b.slot);
       std::vector<std::byte> now(size_t(buf.bytes));
-      LLCDIST_RETURN_IF_ERROR(backend_->copyToHost(streams_[0], now.data(), buf.offset, buf.bytes));
+      LLCDIST_RETURN_IF_ERROR(backend_->copyToHost(streams_[0], now.data(), at, buf.bytes));
       if (now != poisonBytes(buf))
         return Status::invalidArgument(
             "--check-async: buffer " + std::to_string(u.id) + " (\"" + buf.name + "\") was written while " +
             where(f.subroutine, f.opIndex) + " had it in flight (token " + std::to_string(t) +
             "): a missing or late wait");
-      LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(streams_[0], buf.offset, f.saved[k++].data(), buf.bytes));
+      LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(streams_[0], at, f.saved[k++].data(), buf.bytes));
     }
     f.saved.clear();
     f.deferred = false;
@@ -444,13 +470,19 @@ Status Interpreter::execute(const BoundOp& b, int64_t step, int64_t microbatch, 
   targetsHost_.assign(size_t(n), 0);
   LLCDIST_RETURN_IF_ERROR(data(step, microbatch, idsHost_.data(), targetsHost_.data(), batch->B, batch->S));
   const int64_t idsId = b.op->arg("ids"), tgtId = b.op->arg("targets");
-  LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(stream_, program_->buffers[size_t(idsId)].offset, idsHost_.data(), n * 4));
-  return backend_->copyToDevice(stream_, program_->buffers[size_t(tgtId)].offset, targetsHost_.data(), n * 4);
+  const int64_t idsAt = program_->buffers[size_t(idsId)].offsetAt(b.slot);
+  const int64_t tgtAt = program_->buffers[size_t(tgtId)].offsetAt(b.slot);
+  LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(stream_, idsAt, idsHost_.data(), n * 4));
+  return backend_->copyToDevice(stream_, tgtAt, targetsHost_.data(), n * 4);
 }
 
-Status Interpreter::runSubroutine(size_t s, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data) {
+Status Interpreter::runSubroutine(size_t s, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data,
+                                  int64_t slot) {
   if (s >= subroutines_.size()) return Status::outOfRange("subroutine index " + std::to_string(s) + " out of range");
-  const std::vector<BoundOp>& ops = subroutines_[s];
+  if (slot < 0 || slot >= int64_t(subroutines_[s].size()) || (slot > 0 && subroutines_[s][size_t(slot)].empty()))
+    return Status::outOfRange("subroutine '" + program_->subroutines[s].name + "' has no binding for slot " +
+                              std::to_string(slot) + " (no action runs it in that slot)");
+  const std::vector<BoundOp>& ops = subroutines_[s][size_t(slot)];
   subroutine_ = s;
   for (size_t i = 0; i < ops.size(); ++i) {
     const sc::OpKind kind = ops[i].call.kind;
@@ -483,12 +515,13 @@ Status Interpreter::runSubroutine(size_t s, int64_t step, int64_t microbatch, do
 Status Interpreter::runStep(int64_t step, double lr, const MicrobatchSource& data) {
   if (!memory_) {  // the first step is traced (every step executes the same ops)
     trace_ = std::make_unique<MemoryTrace>();
-    trace_->buffers.resize(program_->buffers.size());
+    trace_->buffers.resize(size_t(instanceBase_.empty() ? 0 : instanceBase_.back() +
+                                                                  program_->buffers.back().instances()));
   }
   for (size_t a = 0; a < program_->actions.size(); ++a) {
     const Action& act = program_->actions[a];
     action_ = int64_t(a);
-    Status st = runSubroutine(size_t(act.subroutine), step, act.microbatch, lr, data)
+    Status st = runSubroutine(size_t(act.subroutine), step, act.microbatch, lr, data, act.slot)
                     .withContext("step " + std::to_string(step) + ", action " + std::to_string(a));
     action_ = -1;
     if (!st.isOk()) {
@@ -515,7 +548,7 @@ void Interpreter::traceWait(const BoundOp& started) {
   MemoryTrace& t = *trace_;
   const int64_t pos = t.position++;
   for (const BoundOp::Use& u : started.uses) {
-    MemoryTrace::Buffer& buf = t.buffers[size_t(u.id)];
+    MemoryTrace::Buffer& buf = t.buffers[size_t(u.instance)];  // the instance its start touched
     if (buf.start >= 0) buf.last = pos;  // the lifetime its start opened (or continued)
   }
 }
@@ -524,7 +557,7 @@ void Interpreter::traceOp(const BoundOp& b) {
   MemoryTrace& t = *trace_;
   const int64_t pos = t.position++;
   for (const BoundOp::Use& u : b.uses) {
-    MemoryTrace::Buffer& buf = t.buffers[size_t(u.id)];
+    MemoryTrace::Buffer& buf = t.buffers[size_t(u.instance)];
     buf.touched = true;
     if (u.read) {  // the value lives on (read, or read-modify-write)
       if (buf.start < 0) {
@@ -559,14 +592,17 @@ MemoryStats Interpreter::finishTrace() const {
   };
   for (const MemoryTrace::Lifetime& l : t.ended)
     if (!sc::livesWholeStep(program_->buffers[size_t(l.id)].kind)) live(l.id, l.first, l.last);
+  // Per instance of each buffer (a slotted buffer's instances are separate memory: docs/plan-format.md).
   for (size_t id = 0; id < program_->buffers.size(); ++id) {
     const BufferDesc& b = program_->buffers[id];
-    const MemoryTrace::Buffer& u = t.buffers[id];
-    if (u.touched) m.arenaHighWaterBytes = std::max(m.arenaHighWaterBytes, b.offset + b.bytes);
-    if (sc::livesWholeStep(b.kind)) {
-      wholeStep += aligned(b.bytes);
-    } else if (u.start >= 0) {  // the open lifetime; a carried value lives on into the next step
-      live(int64_t(id), u.start, u.carried ? positions - 1 : u.last);
+    for (int64_t k = 0; k < b.instances(); ++k) {
+      const MemoryTrace::Buffer& u = t.buffers[size_t(instanceBase_[id] + k)];
+      if (u.touched) m.arenaHighWaterBytes = std::max(m.arenaHighWaterBytes, b.offsetAt(k) + b.bytes);
+      if (sc::livesWholeStep(b.kind)) {
+        wholeStep += aligned(b.bytes);
+      } else if (u.start >= 0) {  // the open lifetime; a carried value lives on into the next step
+        live(int64_t(id), u.start, u.carried ? positions - 1 : u.last);
+      }
     }
   }
   m.peakLiveBytes = wholeStep;

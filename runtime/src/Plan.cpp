@@ -517,7 +517,7 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
 
 Status parseBuffer(const Doc& doc, const json& b, const std::string& path, size_t i, int64_t arenaBytes,
                    BufferDesc* out) {
-  LLCDIST_RETURN_IF_ERROR(doc.keys(b, path, {"id", "name", "kind", "dtype", "shape", "offset", "bytes"}));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(b, path, {"id", "name", "kind", "dtype", "shape", "offset", "bytes"}, {"slot_offsets"}));
   LLCDIST_RETURN_IF_ERROR(doc.integer(b, path, "id", &out->id));
   if (out->id != int64_t(i)) return doc.error(key(path, "id"), "expected " + std::to_string(i) + " (buffers[i].id must be i), got " + std::to_string(out->id));
   LLCDIST_RETURN_IF_ERROR(doc.string(b, path, "name", &out->name));
@@ -549,6 +549,29 @@ Status parseBuffer(const Doc& doc, const json& b, const std::string& path, size_
     return doc.error(path, "buffer \"" + out->name + "\" [" + std::to_string(out->offset) + ", " +
                                std::to_string(out->offset + out->bytes) + ") extends past arena_bytes = " +
                                std::to_string(arenaBytes));
+  if (!b.contains("slot_offsets")) return Status::ok();
+  // A slotted buffer: one instance per microbatch slot, each placed like a buffer of its own.
+  const std::string sp = key(path, "slot_offsets");
+  LLCDIST_RETURN_IF_ERROR(doc.intArray(b, path, "slot_offsets", &out->slotOffsets, 0));
+  if (out->slotOffsets.size() < 2)
+    return doc.error(sp, "expected at least 2 instances (a buffer with one instance has only \"offset\")");
+  if (out->kind != sc::BufferKind::kActivation && out->kind != sc::BufferKind::kScratch &&
+      out->kind != sc::BufferKind::kInput)
+    return doc.error(sp, "a \"" + std::string(sc::bufferKindName(out->kind)) +
+                             "\" buffer cannot have slots (only activation, scratch and input buffers can)");
+  if (out->slotOffsets[0] != out->offset)
+    return doc.error(index(sp, 0), "expected the buffer's offset " + std::to_string(out->offset) + ", got " +
+                                       std::to_string(out->slotOffsets[0]));
+  for (size_t k = 1; k < out->slotOffsets.size(); ++k) {
+    const int64_t o = out->slotOffsets[k];
+    if (o % sc::kArenaAlignment != 0)
+      return doc.error(index(sp, k), "offset " + std::to_string(o) + " is not a multiple of " +
+                                         std::to_string(sc::kArenaAlignment) + " (the arena alignment)");
+    if (o > arenaBytes || out->bytes > arenaBytes - o)
+      return doc.error(index(sp, k), "instance " + std::to_string(k) + " of buffer \"" + out->name + "\" [" +
+                                         std::to_string(o) + ", " + std::to_string(o + out->bytes) +
+                                         ") extends past arena_bytes = " + std::to_string(arenaBytes));
+  }
   return Status::ok();
 }
 
@@ -671,9 +694,10 @@ StatusOr<Program> parseProgramJson(const Doc& doc, const json& root, const Manif
 
   const json& actions = root.at("actions");
   LLCDIST_RETURN_IF_ERROR(doc.array(actions, "actions"));
+  std::set<std::pair<size_t, int64_t>> checkedSlots;  // (subroutine, slot) pairs planops::checkSlot accepted
   for (size_t i = 0; i < actions.size(); ++i) {
     const std::string path = index("actions", i);
-    LLCDIST_RETURN_IF_ERROR(doc.keys(actions[i], path, {"subroutine"}, {"microbatch"}));
+    LLCDIST_RETURN_IF_ERROR(doc.keys(actions[i], path, {"subroutine"}, {"microbatch", "slot"}));
     std::string name;
     LLCDIST_RETURN_IF_ERROR(doc.string(actions[i], path, "subroutine", &name));
     Action a;
@@ -693,6 +717,10 @@ StatusOr<Program> parseProgramJson(const Doc& doc, const json& root, const Manif
                                    [](const Op& op) { return op.kind == sc::OpKind::kLoadMicrobatch; });
     if (loads && a.microbatch < 0)
       return doc.error(path, "subroutine \"" + name + "\" contains load_microbatch, so the action needs a \"microbatch\"");
+    if (actions[i].contains("slot")) {
+      LLCDIST_RETURN_IF_ERROR(doc.integer(actions[i], path, "slot", &a.slot, 0));
+      LLCDIST_RETURN_IF_ERROR(planops::checkSlot(doc, path, prog, size_t(a.subroutine), a.slot, &checkedSlots));
+    }
     prog.actions.push_back(a);
   }
   if (manifest.hasFeature(sc::kAsyncFeature)) LLCDIST_RETURN_IF_ERROR(checkTokens(doc, prog));

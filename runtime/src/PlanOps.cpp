@@ -223,7 +223,8 @@ bool aliasAllowed(const sc::ArgSpec& written, std::string_view other) {
 
 // Two arguments may overlap only if neither is written, or they are the exact same range and the
 // schema allows that alias.
-Status checkAliasing(const Doc& doc, const std::string& path, const Program& prog, const Op& op) {
+// `slot`: the instance of each slotted buffer (docs/plan-format.md "Pipeline plans") the op runs on.
+Status checkAliasing(const Doc& doc, const std::string& path, const Program& prog, const Op& op, int64_t slot) {
   const sc::OpSpec& spec = sc::opSpec(op.kind);
   struct Use {
     size_t role;
@@ -246,7 +247,7 @@ Status checkAliasing(const Doc& doc, const std::string& path, const Program& pro
   for (size_t u = 0; u < uses.size(); ++u)
     if (prog.buffers[size_t(uses[u].id)].bytes > 0) byOffset.push_back(u);
   std::sort(byOffset.begin(), byOffset.end(), [&](size_t a, size_t b) {
-    return prog.buffers[size_t(uses[a].id)].offset < prog.buffers[size_t(uses[b].id)].offset;
+    return prog.buffers[size_t(uses[a].id)].offsetAt(slot) < prog.buffers[size_t(uses[b].id)].offsetAt(slot);
   });
   std::optional<std::pair<size_t, size_t>> bad;
   std::vector<size_t> open;  // uses whose bytes reach past the current offset
@@ -255,7 +256,7 @@ Status checkAliasing(const Doc& doc, const std::string& path, const Program& pro
     open.erase(std::remove_if(open.begin(), open.end(),
                               [&](size_t o) {
                                 const BufferDesc& bo = prog.buffers[size_t(uses[o].id)];
-                                return bo.offset + bo.bytes <= bu.offset;
+                                return bo.offsetAt(slot) + bo.bytes <= bu.offsetAt(slot);
                               }),
                open.end());
     for (size_t o : open) {
@@ -265,7 +266,7 @@ Status checkAliasing(const Doc& doc, const std::string& path, const Program& pro
       if (ax.access == sc::ArgAccess::kRead && ay.access == sc::ArgAccess::kRead) continue;
       const BufferDesc& bx = prog.buffers[size_t(uses[x].id)];
       const BufferDesc& by = prog.buffers[size_t(uses[y].id)];
-      const bool exact = bx.offset == by.offset && bx.bytes == by.bytes;
+      const bool exact = bx.offsetAt(slot) == by.offsetAt(slot) && bx.bytes == by.bytes;
       if (exact && ((ax.access != sc::ArgAccess::kRead && aliasAllowed(ax, ay.role)) ||
                     (ay.access != sc::ArgAccess::kRead && aliasAllowed(ay, ax.role))))
         continue;
@@ -280,7 +281,8 @@ Status checkAliasing(const Doc& doc, const std::string& path, const Program& pro
     return doc.error(where(uy), "buffer " + std::to_string(uy.id) + " (\"" + by.name + "\") overlaps " + where(ux) +
                                     " (buffer " + std::to_string(ux.id) + ", \"" + bx.name +
                                     "\") in the arena, and op \"" + std::string(spec.name) +
-                                    "\" does not allow that alias");
+                                    "\" does not allow that alias" +
+                                    (slot > 0 ? " (in slot " + std::to_string(slot) + ")" : ""));
   }
   return Status::ok();
 }
@@ -347,7 +349,28 @@ Status parseOp(const Doc& doc, const json& j, const std::string& path, const Pro
   const ops::OpDef* def = ops::opDefs().find(*kind);
   if (!def) return Status::internal("op \"" + name + "\" has no definition (docs/adding-an-op.md)");
   LLCDIST_RETURN_IF_ERROR(def->check(ops::OpChecker(doc, path, prog, manifest, *out)));
-  return checkAliasing(doc, path, prog, *out);
+  return checkAliasing(doc, path, prog, *out, 0);
+}
+
+Status checkSlot(const Doc& doc, const std::string& path, const Program& prog, size_t subroutine, int64_t slot,
+                 std::set<std::pair<size_t, int64_t>>* checked) {
+  if (slot == 0 || !checked->insert({subroutine, slot}).second) return Status::ok();  // slot 0: parseOp checked it
+  const Subroutine& sub = prog.subroutines[subroutine];
+  const std::string subPath = index("subroutines", subroutine);
+  for (size_t j = 0; j < sub.ops.size(); ++j) {
+    const Op& op = sub.ops[j];
+    for (const std::vector<int64_t>& role : op.args)
+      for (int64_t id : role) {
+        const BufferDesc& b = prog.buffers[size_t(id)];
+        if (b.instances() == 1) continue;
+        if (slot >= b.instances())
+          return doc.error(key(path, "slot"), "slot " + std::to_string(slot) + " of subroutine \"" + sub.name +
+                                                  "\", but its buffer " + std::to_string(id) + " (\"" + b.name + "\") has " +
+                                                  std::to_string(b.instances()) + " slot_offsets");
+      }
+    LLCDIST_RETURN_IF_ERROR(checkAliasing(doc, index(key(subPath, "ops"), j), prog, op, slot));
+  }
+  return Status::ok();
 }
 
 }  // namespace planops

@@ -320,8 +320,8 @@ TEST(StagePlanStage, InterleavedChunksOfAStage) {
 }
 
 TEST(StagePlanNames, SubroutinesAndSlotPrefixes) {
-  EXPECT_EQ(subroutineName(ActionKind::F, 3, 1), "forward_v3_s1");
-  EXPECT_EQ(subroutineName(ActionKind::B, 0, 0), "backward_v0_s0");
-  EXPECT_EQ(subroutineName(ActionKind::W, 1, 2), "backward_weight_v1_s2");
-  EXPECT_EQ(slotPrefix(1, 0), "v1s0/");
+  EXPECT_EQ(subroutineName(ActionKind::F, 3), "forward_v3");
+  EXPECT_EQ(subroutineName(ActionKind::B, 0), "backward_v0");
+  EXPECT_EQ(subroutineName(ActionKind::W, 1), "backward_weight_v1");
+  EXPECT_EQ(chunkPrefix(1), "v1/");
 }

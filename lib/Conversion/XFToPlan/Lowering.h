@@ -93,7 +93,13 @@ public:
   /// A subroutine placed before the optimizer.
   plan::SubroutineOp addSubroutine(mlir::StringRef name);
   /// A buffer; a repeated name (a split's results) gets #1, #2, ...
+  /// An activation, scratch or input buffer gets `slots` instances when
+  /// that is more than one (plan::kSlotsAttr).
   Buf newBuffer(std::string name, mlir::StringRef kind, mlir::Type type);
+  /// The instances of each activation, scratch and input buffer newBuffer
+  /// makes: a pipeline chunk's microbatch slots while its subroutines are
+  /// lowered, else 1.
+  int64_t slots = 1;
   plan::BufferOp bufferOp(Buf buf) const { return bufferOps.lookup(buf); }
   /// record-param-scopes: a scope begins to read a parameter here, recorded
   /// on the next kernel (plan::kParamScopesAttr).
@@ -206,7 +212,7 @@ struct Scope {
   llvm::DenseMap<mlir::Value, llvm::SmallVector<Buf, 2>> bufs;
   int64_t layer = -1;
   /// Prepended to activation buffer names: a pipeline stage lowers each
-  /// chunk once per microbatch slot ("v1s0/").
+  /// chunk once, its buffers with one instance per slot ("v1/").
   std::string prefix;
   /// The scopes of the layer calls lowered in this scope: a zero-bubble
   /// backward lowers a backward layer body twice (input gradients, then

@@ -33,6 +33,8 @@ Buf ProgramBuilder::newBuffer(std::string name, StringRef kind, Type type) {
   std::string sym = "b" + std::to_string(nextBuffer++);
   auto op = plan::BufferOp::create(b, module.getLoc(), b.getStringAttr(sym), TypeAttr::get(type),
                                    b.getStringAttr(name), b.getStringAttr(kind), IntegerAttr());
+  if (slots > 1 && (kind == "activation" || kind == "scratch" || kind == "input"))
+    op->setAttr(plan::kSlotsAttr, b.getI64IntegerAttr(slots));
   Buf ref = FlatSymbolRefAttr::get(ctx, sym);
   bufferOps[ref] = op;
   return ref;

@@ -153,13 +153,11 @@ StagePlan stageplan::planStage(const Step &step, const Crossings &crossings,
   return out;
 }
 
-std::string stageplan::subroutineName(sch::ActionKind kind, int64_t chunk, int64_t slot) {
+std::string stageplan::subroutineName(sch::ActionKind kind, int64_t chunk) {
   const char *base = kind == sch::ActionKind::F   ? "forward"
                      : kind == sch::ActionKind::B ? "backward"
                                                   : "backward_weight";
-  return std::string(base) + "_v" + std::to_string(chunk) + "_s" + std::to_string(slot);
+  return std::string(base) + "_v" + std::to_string(chunk);
 }
 
-std::string stageplan::slotPrefix(int64_t chunk, int64_t slot) {
-  return "v" + std::to_string(chunk) + "s" + std::to_string(slot) + "/";
-}
+std::string stageplan::chunkPrefix(int64_t chunk) { return "v" + std::to_string(chunk) + "/"; }

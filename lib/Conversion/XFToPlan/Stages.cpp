@@ -2,11 +2,14 @@
 //
 // A pipeline stage (llcdist-pipeline-split marked every top-level op of the
 // step with its chunk). Chunk k runs on stage k mod pp. For each chunk of
-// this stage and each microbatch slot (the schedule's peak number of
-// microbatches in flight for that chunk), the chunk's forward ops, backward
-// ops and, for a split backward, weight-gradient ops are lowered into
-// subroutines forward_v<k>_s<slot>, backward_v<k>_s<slot> and
-// backward_weight_v<k>_s<slot>, each slot with its own activation buffers.
+// this stage, the chunk's forward ops, backward ops and, for a split
+// backward, weight-gradient ops are lowered once into subroutines
+// forward_v<k>, backward_v<k> and backward_weight_v<k>. Microbatches in
+// flight at once run them in different slots (the schedule's peak number
+// of microbatches in flight for that chunk): each activation, scratch and
+// input buffer of the chunk has one instance per slot (plan::kSlotsAttr)
+// and each action names its slot, so the program does not grow with the
+// microbatch count.
 // A value that an op reads from another chunk arrives by `recv` at its first
 // use; the chunk that computes it `send`s it at the end of its subroutine.
 // Parameters read by chunks of several stages (tied embeddings) live on each;
@@ -101,22 +104,23 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
     lowering.lossBuf = pb.newBuffer("loss", "metric", pb.f32({1}));
   Buf gradNorm = pb.newBuffer("grad_norm", "metric", pb.f32({1}));
 
-  // Lower each (chunk, slot).
+  // Lower each chunk, its buffers with one instance per slot.
   struct Subs {
     plan::SubroutineOp f, b, w;
   };
-  std::map<std::pair<int64_t, int64_t>, Subs> subs; // (local chunk, slot)
+  std::map<int64_t, Subs> subs; // by local chunk
   auto idsType = cast<RankedTensorType>(entry.getArgument(0).getType());
   for (const sp::ChunkPlan &chunk : stagePlan.chunks) {
     const int64_t vs = chunk.chunk;
-    for (int64_t slot = 0; slot < chunk.slots; ++slot) {
-      Subs &sb = subs[{chunk.localChunk, slot}];
-      sb.f = pb.addSubroutine(sp::subroutineName(sch::ActionKind::F, vs, slot));
-      sb.b = pb.addSubroutine(sp::subroutineName(sch::ActionKind::B, vs, slot));
+    {
+      Subs &sb = subs[chunk.localChunk];
+      sb.f = pb.addSubroutine(sp::subroutineName(sch::ActionKind::F, vs));
+      sb.b = pb.addSubroutine(sp::subroutineName(sch::ActionKind::B, vs));
       if (stagePlan.splitBackward)
-        sb.w = pb.addSubroutine(sp::subroutineName(sch::ActionKind::W, vs, slot));
+        sb.w = pb.addSubroutine(sp::subroutineName(sch::ActionKind::W, vs));
+      pb.slots = chunk.slots;
       Scope sc;
-      sc.prefix = sp::slotPrefix(vs, slot);
+      sc.prefix = sp::chunkPrefix(vs);
       llvm::DenseSet<Value> sent; // a split backward lowers its layer calls twice
       pb.current = sb.f;
       if (chunk.readsInputs) {
@@ -194,6 +198,7 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
         if (failed(lowerRange(firstBackward, ops.size(), BackwardPart::WeightGradients)))
           return failure();
       }
+      pb.slots = 1;
     }
   }
 
@@ -253,13 +258,16 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
   pb.beginSchedule();
   pb.action(pb.stepBegin, std::nullopt);
   for (auto [a, slot] : llvm::zip(actions, stagePlan.slotOfAction)) {
-    Subs &sb = subs[{a.chunk, slot}];
+    Subs &sb = subs[a.chunk];
     plan::SubroutineOp sub = a.kind == sch::ActionKind::F   ? sb.f
                              : a.kind == sch::ActionKind::B ? sb.b
                                                             : sb.w;
-    pb.action(sub, a.microbatch,
-              {pb.str("pipeline.kind", std::string(1, sch::kindLetter(a.kind))),
-               pb.i64("pipeline.chunk", a.chunk)});
+    SmallVector<NamedAttribute, 3> attrs = {
+        pb.str("pipeline.kind", std::string(1, sch::kindLetter(a.kind))),
+        pb.i64("pipeline.chunk", a.chunk)};
+    if (slot > 0)
+      attrs.push_back(pb.i64(plan::kSlotAttr, slot));
+    pb.action(sub, a.microbatch, attrs);
   }
   pb.action(pb.optimizer, std::nullopt);
   if (stage == 0)

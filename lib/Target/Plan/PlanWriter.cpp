@@ -99,6 +99,8 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
                        {"shape", t.getShape()},
                        {"offset", int64_t(*buf.getOffset())},
                        {"bytes", buf.getNumBytes()}});
+    if (auto slots = buf->getAttrOfType<DenseI64ArrayAttr>(plan::kSlotOffsetsAttr))
+      buffers.back()["slot_offsets"] = slots.asArrayRef();
   }
   summary.buffers += ids.size();
   summary.arenaBytes = std::max<int64_t>(summary.arenaBytes, *program.getArenaBytes());
@@ -163,6 +165,8 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
       json j = {{"subroutine", a.getSubroutine().str()}};
       if (auto mb = a.getMicrobatch())
         j["microbatch"] = int64_t(*mb);
+      if (auto slot = a->getAttrOfType<IntegerAttr>(plan::kSlotAttr))
+        j["slot"] = slot.getInt();
       actions.push_back(std::move(j));
     }
   for (auto p : program.getBody().front().getOps<plan::ParamOp>())

@@ -9,7 +9,8 @@
 
 // A four-layer model with a tied table, read by the embedding (stage 0) and
 // the LM head (stage 1). 1F1B: stage 0 has two microbatches in flight (two
-// slots), stage 1 one, reused. The one value crossing forward (tag 0) is sent
+// slots: its activation buffers have two instances and the second
+// microbatch's actions run in slot 1), stage 1 one, reused. The one value crossing forward (tag 0) is sent
 // at the end of stage 0's forward and received where stage 1 first reads
 // it; the gradient crossing back (tag 1) the other way. The tied table's tag
 // follows (2): stage 1 holds a replica (no state, not in its norm), sends
@@ -22,15 +23,15 @@
 // CHECK-DAG: plan.param "wte" value @[[WTE]] grad @[[WTEG]] state [@{{b[0-9]+}}, @{{b[0-9]+}}] {init = {kind = "normal", std = 2.000000e-02 : f64}, weight_decay = false}
 // No loss on the first stage: step_begin zeroes the gradients only.
 // CHECK-NOT: name = "loss"
-// CHECK: plan.subroutine @forward_v0_s0 {
+// CHECK: plan.buffer @{{b[0-9]+}} : tensor<2x4xi32> {kind = "input", name = "v0/input_ids", slots = 2 : i64}
+// CHECK: plan.subroutine @forward_v0 {
 // CHECK-NEXT: plan.kernel "load_microbatch"
 // CHECK: plan.kernel "send" {x = @{{b[0-9]+}}} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {plan.origin = "pipeline", plan.payload = "activations"}
 // CHECK-NEXT: {{^ +}}}{{$}}
-// CHECK: plan.subroutine @backward_v0_s0 {
+// CHECK: plan.subroutine @backward_v0 {
 // CHECK-NEXT: plan.kernel "recv" {y = @{{b[0-9]+}}} {axis = "pp", peer = 1 : i64, tag = 1 : i64} {plan.origin = "pipeline", plan.payload = "activation gradients"}
 // CHECK: plan.kernel "embedding_bwd_weight" {{.*}}dtable = @[[WTEG]],
-// CHECK: plan.subroutine @forward_v0_s1 {
-// CHECK: plan.subroutine @backward_v0_s1 {
+// CHECK-NOT: plan.subroutine @forward
 // CHECK: plan.subroutine @optimizer {
 // CHECK-NEXT: plan.kernel "recv" {y = @[[PART]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // CHECK-NEXT: plan.kernel "accumulate" {x = @[[PART]], y = @[[WTEG]]} {n = 128 : i64}
@@ -42,10 +43,10 @@
 // CHECK-NEXT: {{^ +}}}{{$}}
 // CHECK: plan.schedule {
 // CHECK-NEXT: plan.action @step_begin
-// CHECK-NEXT: plan.action @forward_v0_s0 microbatch 0 {pipeline.chunk = 0 : i64, pipeline.kind = "F"}
-// CHECK-NEXT: plan.action @forward_v0_s1 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "F"}
-// CHECK-NEXT: plan.action @backward_v0_s0 microbatch 0 {pipeline.chunk = 0 : i64, pipeline.kind = "B"}
-// CHECK-NEXT: plan.action @backward_v0_s1 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "B"}
+// CHECK-NEXT: plan.action @forward_v0 microbatch 0 {pipeline.chunk = 0 : i64, pipeline.kind = "F"}
+// CHECK-NEXT: plan.action @forward_v0 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "F", slot = 1 : i64}
+// CHECK-NEXT: plan.action @backward_v0 microbatch 0 {pipeline.chunk = 0 : i64, pipeline.kind = "B"}
+// CHECK-NEXT: plan.action @backward_v0 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "B", slot = 1 : i64}
 // CHECK-NEXT: plan.action @optimizer
 // CHECK: plan.program @stage1 {
 // CHECK-DAG: plan.buffer @[[LOSS:b[0-9]+]] : tensor<1xf32> {kind = "metric", name = "loss"}
@@ -54,13 +55,13 @@
 // CHECK-DAG: plan.param "wte" value @[[RWTE]] grad @[[RWTEG]] state [] {init = {kind = "normal", std = 2.000000e-02 : f64}, pipeline.replica_of = 0 : i64, weight_decay = false}
 // CHECK: plan.kernel "zero" {x = [{{.*}}@[[LOSS]]]} {}
 // The last stage reads the labels: it loads its microbatch too.
-// CHECK: plan.subroutine @forward_v1_s0 {
+// CHECK: plan.subroutine @forward_v1 {
 // CHECK-NEXT: plan.kernel "load_microbatch"
 // CHECK-NEXT: plan.kernel "recv" {y = @{{b[0-9]+}}} {axis = "pp", peer = 0 : i64, tag = 0 : i64} {plan.origin = "pipeline", plan.payload = "activations"}
 // CHECK: plan.kernel "cross_entropy_fwd" {{.*}}loss = @[[LOSS]],
-// CHECK: plan.subroutine @backward_v1_s0 {
+// CHECK: plan.subroutine @backward_v1 {
 // CHECK: plan.kernel "send" {x = @{{b[0-9]+}}} {axis = "pp", peer = 0 : i64, tag = 1 : i64} {plan.origin = "pipeline", plan.payload = "activation gradients"}
-// CHECK-NOT: plan.subroutine @forward_v1_s1
+// CHECK-NOT: plan.subroutine @forward
 // CHECK: plan.subroutine @optimizer {
 // CHECK-NEXT: plan.kernel "send" {x = @[[RWTEG]]} {axis = "pp", peer = 0 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // CHECK-NEXT: plan.kernel "grad_norm_sq" {grads = [
@@ -72,46 +73,45 @@
 // CHECK: plan.kernel "recv" {y = @[[RWTE]]} {axis = "pp", peer = 0 : i64, tag = 2 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
 // CHECK: plan.schedule {
 // CHECK-NEXT: plan.action @step_begin
-// CHECK-NEXT: plan.action @forward_v1_s0 microbatch 0
-// CHECK-NEXT: plan.action @backward_v1_s0 microbatch 0
-// CHECK-NEXT: plan.action @forward_v1_s0 microbatch 1
-// CHECK-NEXT: plan.action @backward_v1_s0 microbatch 1
+// CHECK-NEXT: plan.action @forward_v1 microbatch 0 {pipeline.chunk = 0 : i64, pipeline.kind = "F"}
+// CHECK-NEXT: plan.action @backward_v1 microbatch 0 {pipeline.chunk = 0 : i64, pipeline.kind = "B"}
+// CHECK-NEXT: plan.action @forward_v1 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "F"}
+// CHECK-NEXT: plan.action @backward_v1 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "B"}
 
 // GPipe: all forwards before the backwards, so stage 1 also has two
-// microbatches in flight: two slots, each with its own buffers.
+// microbatches in flight: two slots, each with its own instance of the buffers.
 // GPIPE-LABEL: name = "pp2-tied"
 // GPIPE: plan.program @stage1 {
-// GPIPE-DAG: plan.buffer @{{b[0-9]+}} : tensor<2x4x8xf32> {kind = "activation", name = "v1s0/recv:0"}
-// GPIPE-DAG: plan.buffer @{{b[0-9]+}} : tensor<2x4x8xf32> {kind = "activation", name = "v1s1/recv:0"}
+// GPIPE-DAG: plan.buffer @{{b[0-9]+}} : tensor<2x4x8xf32> {kind = "activation", name = "v1/recv:0", slots = 2 : i64}
 // GPIPE: plan.schedule {
 // GPIPE-NEXT: plan.action @step_begin
-// GPIPE-NEXT: plan.action @forward_v1_s0 microbatch 0
-// GPIPE-NEXT: plan.action @forward_v1_s1 microbatch 1
-// GPIPE-NEXT: plan.action @backward_v1_s0 microbatch 0
-// GPIPE-NEXT: plan.action @backward_v1_s1 microbatch 1
+// GPIPE-NEXT: plan.action @forward_v1 microbatch 0 {pipeline.chunk = 0 : i64, pipeline.kind = "F"}
+// GPIPE-NEXT: plan.action @forward_v1 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "F", slot = 1 : i64}
+// GPIPE-NEXT: plan.action @backward_v1 microbatch 0 {pipeline.chunk = 0 : i64, pipeline.kind = "B"}
+// GPIPE-NEXT: plan.action @backward_v1 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "B", slot = 1 : i64}
 
 // ZB-H1: stage 0 runs each W right after its B and sends nothing back, so
 // its B is the whole backward and its W empty. Stage 1's backward sends the
 // input gradient: B computes it (no weight-gradient GEMM before the send),
 // W the weight-gradient GEMMs, later. No slot is reused.
 // ZB-LABEL: name = "pp2-tied"
-// ZB: plan.subroutine @backward_v0_s0 {
+// ZB: plan.subroutine @backward_v0 {
 // ZB: plan.kernel "linear_bwd_weight"
-// ZB: plan.subroutine @backward_weight_v0_s0 {
+// ZB: plan.subroutine @backward_weight_v0 {
 // ZB-NEXT: {{^ +}}}{{$}}
 // ZB: plan.program @stage1 {
-// ZB: plan.subroutine @backward_v1_s0 {
+// ZB: plan.subroutine @backward_v1 {
 // ZB-NOT: linear_bwd_weight
 // ZB: plan.kernel "send" {{.*}}tag = 1 : i64
 // ZB-NEXT: {{^ +}}}{{$}}
-// ZB-NEXT: plan.subroutine @backward_weight_v1_s0 {
+// ZB-NEXT: plan.subroutine @backward_weight_v1 {
 // ZB-NEXT: plan.kernel "linear_bwd_weight"
 // ZB-NEXT: plan.kernel "linear_bwd_weight"
 // ZB-NEXT: {{^ +}}}{{$}}
-// ZB-NEXT: plan.subroutine @forward_v1_s1 {
-// ZB: plan.action @backward_v1_s1 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "B"}
-// ZB-NEXT: plan.action @backward_weight_v1_s0 microbatch 0 {pipeline.chunk = 0 : i64, pipeline.kind = "W"}
-// ZB-NEXT: plan.action @backward_weight_v1_s1 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "W"}
+// ZB-NEXT: plan.subroutine @optimizer {
+// ZB: plan.action @backward_v1 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "B", slot = 1 : i64}
+// ZB-NEXT: plan.action @backward_weight_v1 microbatch 0 {pipeline.chunk = 0 : i64, pipeline.kind = "W"}
+// ZB-NEXT: plan.action @backward_weight_v1 microbatch 1 {pipeline.chunk = 0 : i64, pipeline.kind = "W", slot = 1 : i64}
 
 // Interleaved, two chunks per stage: stage 0 runs chunks 0 and 2, stage 1
 // chunks 1 and 3. The forward crosses 0 -> 1 -> 2 -> 3 (tags 0, 1, 2), the
@@ -119,29 +119,29 @@
 // Chunk 3 has the loss, so it loads the labels; chunk 2 loads nothing.
 // VIRT-LABEL: name = "pp2-tied"
 // VIRT: plan.program @stage0 {
-// VIRT: plan.subroutine @forward_v0_s0 {
+// VIRT: plan.subroutine @forward_v0 {
 // VIRT: plan.kernel "send" {{.*}}tag = 0 : i64
-// VIRT: plan.subroutine @backward_v0_s0 {
+// VIRT: plan.subroutine @backward_v0 {
 // VIRT-NEXT: plan.kernel "recv" {{.*}}tag = 5 : i64
-// VIRT: plan.subroutine @forward_v2_s0 {
+// VIRT: plan.subroutine @forward_v2 {
 // VIRT-NEXT: plan.kernel "recv" {{.*}}tag = 1 : i64
 // VIRT: plan.kernel "send" {{.*}}tag = 2 : i64
-// VIRT: plan.subroutine @backward_v2_s0 {
+// VIRT: plan.subroutine @backward_v2 {
 // VIRT-NEXT: plan.kernel "recv" {{.*}}tag = 3 : i64
 // VIRT: plan.kernel "send" {{.*}}tag = 4 : i64
 // VIRT: plan.subroutine @optimizer {
 // VIRT-NEXT: plan.kernel "recv" {{.*}}tag = 6 : i64} {plan.origin = "tied_parameter", plan.payload = "tied parameter"}
-// VIRT: plan.action @forward_v2_s0 microbatch 0 {pipeline.chunk = 1 : i64, pipeline.kind = "F"}
+// VIRT: plan.action @forward_v2 microbatch 0 {pipeline.chunk = 1 : i64, pipeline.kind = "F"}
 // VIRT: plan.program @stage1 {
-// VIRT: plan.subroutine @forward_v1_s0 {
+// VIRT: plan.subroutine @forward_v1 {
 // VIRT-NEXT: plan.kernel "recv" {{.*}}tag = 0 : i64
-// VIRT: plan.subroutine @forward_v3_s0 {
+// VIRT: plan.subroutine @forward_v3 {
 // VIRT-NEXT: plan.kernel "load_microbatch"
 // VIRT-NEXT: plan.kernel "recv" {{.*}}tag = 2 : i64
 // VIRT: plan.kernel "cross_entropy_fwd"
-// VIRT: plan.subroutine @backward_v3_s0 {
+// VIRT: plan.subroutine @backward_v3 {
 // VIRT: plan.kernel "send" {{.*}}tag = 3 : i64
-// VIRT: plan.action @forward_v3_s0 microbatch 0 {pipeline.chunk = 1 : i64, pipeline.kind = "F"}
+// VIRT: plan.action @forward_v3 microbatch 0 {pipeline.chunk = 1 : i64, pipeline.kind = "F"}
 module attributes {xf.model = {microbatches = 2 : i64, name = "pp2-tied", architecture = "GPT2LMHeadModel", vocab_size = 16 : i64, num_layers = 4 : i64}} {
   shard.grid @mesh(shape = 1x1x2) {xf.mesh_axes = ["dp", "tp", "pp"], xf.rank_order = ["tp", "dp", "pp"]}
   func.func private @block(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> attributes {xf.layer_body} {

@@ -118,13 +118,15 @@ std::optional<Error> verifyChunks(const Step &step, int64_t stages);
 /// accepts.
 Crossings findCrossings(const Step &step, int64_t stages);
 
-/// Microbatch slots: each local chunk lowers its subroutines once per slot,
-/// each slot with its own activation buffers. An F takes a slot; the last
-/// action that reads the chunk's activations (B, or W with a split backward)
-/// frees it. A freed slot is reused (lowest first) only with one chunk per
-/// stage and an unsplit backward (GPipe, 1F1B); otherwise every microbatch
-/// gets its own slot, which keeps each buffer's life one interval for the
-/// memory planner (docs/memory.md).
+/// Microbatch slots: each local chunk's activation buffers have one
+/// instance per slot, and its subroutines run on the instances of the
+/// action's slot. An F takes a slot; the last action that reads the chunk's
+/// activations (B, or W with a split backward) frees it. A freed slot is
+/// reused (lowest first) only with one chunk per stage and an unsplit
+/// backward (GPipe, 1F1B); otherwise every microbatch gets its own slot,
+/// which keeps each instance's life one interval for the memory planner
+/// (docs/memory.md): reused slots under interleaving pack ~8% worse and
+/// make the best-fit sweep slow.
 struct SlotPlan {
   /// Per local chunk: how many slots it has.
   std::vector<int64_t> slots;
@@ -179,11 +181,11 @@ struct StagePlan {
 StagePlan planStage(const Step &step, const Crossings &crossings,
                     const schedule::Schedule &schedule, int64_t stage);
 
-/// Subroutine names: "forward_v<chunk>_s<slot>", "backward_v<chunk>_s<slot>",
-/// "backward_weight_v<chunk>_s<slot>" for F, B and W.
-std::string subroutineName(schedule::ActionKind kind, int64_t chunk, int64_t slot);
-/// The prefix of a slot's activation buffer names: "v<chunk>s<slot>/".
-std::string slotPrefix(int64_t chunk, int64_t slot);
+/// Subroutine names: "forward_v<chunk>", "backward_v<chunk>",
+/// "backward_weight_v<chunk>" for F, B and W (every slot runs the same one).
+std::string subroutineName(schedule::ActionKind kind, int64_t chunk);
+/// The prefix of a chunk's activation buffer names: "v<chunk>/".
+std::string chunkPrefix(int64_t chunk);
 
 } // namespace llcdist::stageplan
 

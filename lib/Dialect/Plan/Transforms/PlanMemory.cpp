@@ -18,9 +18,16 @@
 // beside it. In an asynchronous plan a buffer of a started communication
 // op is live from the start through its token's wait.
 //
+// A slotted buffer (a pipeline chunk's, plan::kSlotsAttr) has one instance
+// per microbatch slot; an action with slot k uses instance k. Each instance
+// is planned as a buffer of its own (its segments are those of the actions
+// in its slot), so the arena is exactly what separate per-slot buffers
+// would take; the offsets are recorded in plan::kSlotOffsetsAttr.
+//
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
 
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/runtime/PlanSchema.h"
 
 #include "mlir/IR/Builders.h"
@@ -349,9 +356,15 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     for (auto sub : body.getOps<SubroutineOp>())
       for (auto k : sub.getBody().front().getOps<KernelOp>())
         kernelsOf[sub.getSymName()].push_back(k);
+    // Instances of slotted buffers (plan::kSlotsAttr), by symbol name.
+    llvm::DenseMap<StringAttr, int64_t> slotsOf;
+    for (auto buf : body.getOps<BufferOp>())
+      if (auto n = buf->getAttrOfType<IntegerAttr>(kSlotsAttr))
+        slotsOf[buf.getSymNameAttr()] = n.getInt();
     // Keyed by the uniqued symbol name (pointer hashing: a deep model has
-    // ~10^5 buffers and ~10^6 buffer references).
-    llvm::DenseMap<StringAttr, SmallVector<Segment, 2>> live;
+    // ~10^5 buffers and ~10^6 buffer references) and the instance.
+    using Instance = std::pair<StringAttr, int64_t>;
+    llvm::DenseMap<Instance, SmallVector<Segment, 2>> live;
     // Buffers that communication fills (a gather's, reduce-scatter's or
     // recv's output): the report's "communication buffers".
     llvm::DenseSet<StringAttr> communication;
@@ -362,7 +375,9 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     // the start through the wait and no buffer takes its bytes meanwhile.
     llvm::DenseMap<int64_t, SmallVector<StringAttr, 4>> inFlight;
     for (auto sched : body.getOps<ScheduleOp>())
-      for (auto action : sched.getBody().front().getOps<ActionOp>())
+      for (auto action : sched.getBody().front().getOps<ActionOp>()) {
+        auto slotAttr = action->getAttrOfType<IntegerAttr>(kSlotAttr);
+        const int64_t slot = slotAttr ? slotAttr.getInt() : 0;
         for (KernelOp k : kernelsOf.lookup(action.getSubroutine())) {
           auto token = k->getAttrOfType<IntegerAttr>(kTokenAttr);
           if (token && k.getKernel() == kWaitKernel) {
@@ -407,7 +422,7 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
               note(arg.getValue());
           }
           for (auto &[name, rw] : touched) {
-            auto &segs = live[name];
+            auto &segs = live[{name, slotsOf.count(name) ? slot : 0}];
             bool def = rw.second && !rw.first;
             if (segs.empty() || (def && segs.back().last < t))
               segs.push_back({t, t});
@@ -418,43 +433,60 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
           }
           ++t;
         }
+      }
 
-    // 2. Persistent state first, one after another; recorded by kind.
+    // 2. Persistent state first, one after another (a slotted buffer's
+    // instances side by side); recorded by kind.
     int64_t offset = 0;
     std::map<std::string, int64_t> byKind;
-    SmallVector<BufferOp> transient;
+    // Per slotted buffer, its instances' offsets (-1: not yet placed).
+    llvm::DenseMap<StringAttr, SmallVector<int64_t, 4>> slotOffsets;
+    struct Transient {
+      BufferOp buf;
+      int64_t slot;
+      ArrayRef<Segment> segs;
+    };
+    std::vector<Transient> byFirstUse;
     for (auto buf : body.getOps<BufferOp>()) {
-      auto it = live.find(buf.getSymNameAttr());
-      if (!persistent(buf) && it != live.end() && !it->second.empty()) {
-        transient.push_back(buf);
+      StringAttr name = buf.getSymNameAttr();
+      const int64_t instances = slotsOf.lookup(name) ? slotsOf.lookup(name) : 1;
+      bool placed = false;
+      if (!persistent(buf))
+        for (int64_t k = 0; k < instances; ++k)
+          if (auto it = live.find({name, k}); it != live.end() && !it->second.empty()) {
+            byFirstUse.push_back({buf, k, it->second});
+            placed = true;
+          }
+      if (instances > 1)
+        slotOffsets[name].assign(instances, -1);
+      if (placed)
         continue;
-      }
       buf.setOffsetAttr(b.getI64IntegerAttr(offset));
-      offset += aligned(buf.getNumBytes());
+      for (int64_t k = 0; k < instances; ++k) {
+        if (instances > 1)
+          slotOffsets[name][k] = offset;
+        offset += aligned(buf.getNumBytes());
+      }
       auto cls = buf->getAttrOfType<StringAttr>("memory_class");
-      byKind[cls ? cls.str() : buf.getKind().str()] += buf.getNumBytes();
+      byKind[cls ? cls.str() : buf.getKind().str()] += instances * buf.getNumBytes();
     }
     int64_t base = offset;
 
-    // 3. Transient buffers, best-fit in order of first use (placeTransient).
-    std::vector<std::pair<BufferOp, ArrayRef<Segment>>> byFirstUse;
-    for (BufferOp buf : transient)
-      byFirstUse.push_back({buf, live.find(buf.getSymNameAttr())->second});
-    llvm::stable_sort(byFirstUse, [](const auto &x, const auto &y) {
-      return x.second.front().first < y.second.front().first;
+    // 3. Transient buffers (instances), best-fit in order of first use
+    // (placeTransient).
+    llvm::stable_sort(byFirstUse, [](const Transient &x, const Transient &y) {
+      return x.segs.front().first < y.segs.front().first;
     });
     std::vector<ArrayRef<Segment>> lifetimes;
     std::vector<int64_t> sizes;
-    transient.clear();
-    for (auto &[buf, segs] : byFirstUse) {
-      transient.push_back(buf);
-      lifetimes.push_back(segs);
-      sizes.push_back(aligned(buf.getNumBytes()));
+    for (Transient &tr : byFirstUse) {
+      lifetimes.push_back(tr.segs);
+      sizes.push_back(aligned(tr.buf.getNumBytes()));
     }
     // The most bytes live at once (the lower bound of any placement), and
     // the kernel where it is reached.
     std::vector<int64_t> liveBytes(t + 1, 0); // bytes live per kernel
-    for (size_t i = 0; i < transient.size(); ++i)
+    for (size_t i = 0; i < byFirstUse.size(); ++i)
       for (const Segment &s : lifetimes[i]) {
         liveBytes[s.first] += sizes[i];
         liveBytes[s.last + 1] -= sizes[i];
@@ -467,20 +499,38 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       }
     std::vector<int64_t> offsets = placeTransient(lifetimes, sizes, livePeak);
     int64_t peak = 0;
-    for (auto [i, buf] : llvm::enumerate(transient)) {
+    for (auto [i, tr] : llvm::enumerate(byFirstUse)) {
       peak = std::max(peak, offsets[i] + sizes[i]);
-      buf.setOffsetAttr(b.getI64IntegerAttr(base + offsets[i]));
+      if (tr.slot == 0)
+        tr.buf.setOffsetAttr(b.getI64IntegerAttr(base + offsets[i]));
+      if (auto it = slotOffsets.find(tr.buf.getSymNameAttr()); it != slotOffsets.end())
+        it->second[tr.slot] = base + offsets[i];
+    }
+    // Every instance has an offset: one no action touches (none in
+    // practice: each slot runs the chunk's whole subroutines) shares
+    // instance 0's bytes, and the runtime checks none of its ops.
+    for (auto buf : body.getOps<BufferOp>()) {
+      auto it = slotOffsets.find(buf.getSymNameAttr());
+      if (it == slotOffsets.end())
+        continue;
+      if (!buf.getOffset())
+        buf.setOffsetAttr(b.getI64IntegerAttr(
+            *llvm::find_if(it->second, [](int64_t o) { return o >= 0; })));
+      for (int64_t &o : it->second)
+        if (o < 0)
+          o = *buf.getOffset();
+      buf->setAttr(kSlotOffsetsAttr, b.getDenseI64ArrayAttr(it->second));
     }
     // What is live at that moment: activations, communication buffers, and
     // workspace (the other scratch buffers).
     int64_t atPeak[3] = {0, 0, 0};
-    for (BufferOp buf : transient)
-      for (const Segment &seg : live.find(buf.getSymNameAttr())->second)
+    for (Transient &tr : byFirstUse)
+      for (const Segment &seg : tr.segs)
         if (seg.first <= peakAt && peakAt <= seg.last) {
-          int cls = communication.contains(buf.getSymNameAttr()) ? 1
-                    : buf.getKind() == "scratch"            ? 2
-                                                             : 0;
-          atPeak[cls] += aligned(buf.getNumBytes());
+          int cls = communication.contains(tr.buf.getSymNameAttr()) ? 1
+                    : tr.buf.getKind() == "scratch"            ? 2
+                                                                : 0;
+          atPeak[cls] += aligned(tr.buf.getNumBytes());
         }
     program.setArenaBytesAttr(b.getI64IntegerAttr(base + peak));
 

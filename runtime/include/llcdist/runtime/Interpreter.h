@@ -130,7 +130,8 @@ public:
   // Runs every action of the program once: one training step. `lr` is the step's learning rate.
   Status runStep(int64_t step, double lr, const MicrobatchSource& data);
   // Runs one subroutine (by index) with the given microbatch (-1: none); for tests and tools.
-  Status runSubroutine(size_t subroutine, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data);
+  Status runSubroutine(size_t subroutine, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data,
+                       int64_t slot = 0);
 
   // Host <-> buffer copies of a whole buffer (the host side has buffer.bytes bytes); synchronous.
   Status readBuffer(int64_t id, void* dst);
@@ -164,13 +165,15 @@ private:
     struct Use {
       int64_t id;
       bool read, write;
+      int64_t instance;  // the buffer's instance in the memory trace (instanceBase_[id] + slot)
     };
     std::vector<Use> uses;
-    Channel channel;  // collectives: their group's channel (createChannels)
+    int64_t slot = 0;  // the instance of each slotted buffer the op is bound to
+    Channel channel;   // collectives: their group's channel (createChannels)
   };
   struct MemoryTrace;
   Interpreter();
-  Status bind(const Op& op, BoundOp* out);
+  Status bind(const Op& op, int64_t slot, BoundOp* out);
   Status createChannels();
   int64_t stagingElems(const Op& op) const;
   void traceOp(const BoundOp& bound);
@@ -208,7 +211,10 @@ private:
   int rank_ = 0;
   size_t programIndex_ = 0;
   Stream stream_;
-  std::vector<std::vector<BoundOp>> subroutines_;  // parallel to program_->subroutines
+  // Per subroutine (parallel to program_->subroutines), per slot its actions run in: its ops bound to that
+  // slot's instances of slotted buffers (a subroutine no action runs in slot k > 0 has no binding for k).
+  std::vector<std::vector<std::vector<BoundOp>>> subroutines_;
+  std::vector<int64_t> instanceBase_;  // per buffer: the memory trace index of its instance 0
   std::vector<int32_t> idsHost_, targetsHost_;      // load_microbatch staging
   std::vector<float> staging_;                      // f32 temporaries of bf16 arguments (one op at a time)
   std::unique_ptr<MemoryTrace> trace_;              // during the first runStep only

@@ -162,7 +162,13 @@ struct BufferDesc {
   schema::ElemType dtype = schema::ElemType::kF32;
   std::vector<int64_t> shape;  // [] = scalar
   int64_t offset = 0, bytes = 0;
+  // A slotted buffer (docs/plan-format.md "Pipeline plans"): one instance per microbatch slot, instance k
+  // at slotOffsets[k] (slotOffsets[0] == offset). Empty: one instance, at offset.
+  std::vector<int64_t> slotOffsets;
   int64_t numel() const;
+  int64_t instances() const { return slotOffsets.empty() ? 1 : int64_t(slotOffsets.size()); }
+  // The arena offset of the instance an action with `slot` uses (a buffer with one instance: offset).
+  int64_t offsetAt(int64_t slot) const { return slotOffsets.empty() ? offset : slotOffsets[size_t(slot)]; }
 };
 
 using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
@@ -204,6 +210,7 @@ struct Subroutine {
 struct Action {
   int64_t subroutine = 0;   // index into Program::subroutines
   int64_t microbatch = -1;  // -1 when absent
+  int64_t slot = 0;         // the instance of each slotted buffer its subroutine's ops use
 };
 
 struct Program {

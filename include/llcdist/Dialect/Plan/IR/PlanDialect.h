@@ -23,6 +23,15 @@ constexpr const char kManifestAttr[] = "plan.manifest";
 /// microbatch slot's prefix), loc (the read's)}; what llcdist-plan-zero's
 /// ZeRO-3 gathers need and a plan does not otherwise say. Not in the JSON.
 constexpr const char kParamScopesAttr[] = "plan.param_scopes";
+/// plan.buffer attribute (i64 >= 2): a pipeline chunk's buffer with one
+/// instance per microbatch slot; llcdist-plan-memory places each instance
+/// and records their offsets in kSlotOffsetsAttr (i64 array; `offset` is
+/// instance 0's), emitted as the buffer's "slot_offsets".
+constexpr const char kSlotsAttr[] = "slots";
+constexpr const char kSlotOffsetsAttr[] = "slot_offsets";
+/// plan.action attribute (i64 >= 1; absent: 0): the instance of every
+/// slotted buffer the action's subroutine uses, emitted as "slot".
+constexpr const char kSlotAttr[] = "slot";
 
 // Asynchronous plans (feature "async", docs/plan-format.md): the names the
 // plan IR and the JSON share. A communication kernel with `token` is started

@@ -88,7 +88,7 @@ Measured measure(const Case &c, const std::string &schedule) {
     int64_t wholeStep = 0;
     for (const rt::BufferDesc &b : prog.buffers)
       if (sc::livesWholeStep(b.kind))
-        wholeStep += aligned(b.bytes);
+        wholeStep += aligned(b.bytes) * b.instances(); // a slotted input: one per slot
     // Every rank of a stage runs the same program: the same peak.
     std::set<int64_t> peaks;
     for (int64_t r : plan->manifest.programs[s].ranks)
@@ -105,11 +105,11 @@ Measured measure(const Case &c, const std::string &schedule) {
               ids.insert(arg.begin(), arg.end());
       return ids;
     };
-    std::string slot = "_v" + std::to_string(s) + "_s0";
-    std::set<int64_t> fb = touched("forward" + slot), b = touched("backward" + slot);
+    std::string chunk = "_v" + std::to_string(s);
+    std::set<int64_t> fb = touched("forward" + chunk), b = touched("backward" + chunk);
     fb.insert(b.begin(), b.end());
     int64_t held = 0;
-    for (int64_t id : touched("backward_weight" + slot))
+    for (int64_t id : touched("backward_weight" + chunk))
       if (fb.count(id) && !sc::livesWholeStep(prog.buffers[size_t(id)].kind))
         held += aligned(prog.buffers[size_t(id)].bytes);
     m.pendingW.push_back(held);

@@ -17,13 +17,14 @@
 // its gradient home before the update and receives the new value after.
 // CHECK-LABEL: name = "pp2-tied"
 // CHECK: plan.program @stage0 {
+// CHECK-DAG: plan.buffer @{{b[0-9]+}} : tensor<2x4xi32> {kind = "input", name = "v0/input_ids", slots = 2 : i64}
+// CHECK-DAG: plan.buffer @{{b[0-9]+}} : tensor<2x4x8xf32> {kind = "activation", name = "v0/:embedding", slots = 2 : i64}
 // CHECK-DAG: plan.buffer @[[WTE:b[0-9]+]] : tensor<16x8xf32> {kind = "param", name = "wte"}
 // CHECK-DAG: plan.buffer @[[WTEG:b[0-9]+]] : tensor<16x8xf32> {kind = "grad", name = "wte.grad"}
 // CHECK-DAG: plan.buffer @[[PART:b[0-9]+]] : tensor<16x8xf32> {kind = "scratch", name = "wte.grad@stage1"}
 // CHECK-DAG: plan.param "wte" value @[[WTE]] grad @[[WTEG]] state [@{{b[0-9]+}}, @{{b[0-9]+}}] {init = {kind = "normal", std = 2.000000e-02 : f64}, weight_decay = false}
 // No loss on the first stage: step_begin zeroes the gradients only.
 // CHECK-NOT: name = "loss"
-// CHECK: plan.buffer @{{b[0-9]+}} : tensor<2x4xi32> {kind = "input", name = "v0/input_ids", slots = 2 : i64}
 // CHECK: plan.subroutine @forward_v0 {
 // CHECK-NEXT: plan.kernel "load_microbatch"
 // CHECK: plan.kernel "send" {x = @{{b[0-9]+}}} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {plan.origin = "pipeline", plan.payload = "activations"}

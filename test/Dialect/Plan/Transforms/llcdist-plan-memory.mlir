@@ -130,3 +130,38 @@ plan.program @synchronous {
     plan.action @s
   }
 }
+
+// -----
+// RUN: llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-memory))" | FileCheck %s --check-prefix=SLOTS
+
+// Microbatch slots: @a has an instance per slot, and the action's slot says
+// which one its subroutine's kernels use. Two microbatches in flight (f f g
+// g): instance 0 lives from the first f to the first g, instance 1 from the
+// second f to the second g, so they get bytes of their own (192, 256); the
+// unslotted @t (one instance, live within each g) goes above both. The
+// slotted input's two instances lie side by side among the persistent
+// buffers (64, 128), and its kind counts both.
+// SLOTS: plan.program @slots attributes {arena_bytes = 384 : i64, plan.memory = {input = 32 : i64, padding = 144 : i64, param = 16 : i64, peak_activations = 192 : i64, peak_communication = 0 : i64, peak_workspace = 0 : i64, transient_live_peak = 192 : i64, transient_peak = 192 : i64}}
+// SLOTS-NEXT: plan.buffer @w : tensor<4xf32> {kind = "param", name = "w", offset = 0 : i64}
+// SLOTS-NEXT: plan.buffer @i : tensor<4xf32> {kind = "input", name = "i", offset = 64 : i64, slot_offsets = array<i64: 64, 128>, slots = 2 : i64}
+// SLOTS-NEXT: plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", offset = 192 : i64, slot_offsets = array<i64: 192, 256>, slots = 2 : i64}
+// SLOTS-NEXT: plan.buffer @t : tensor<4xf32> {kind = "activation", name = "t", offset = 320 : i64}
+plan.program @slots {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w"}
+  plan.buffer @i : tensor<4xf32> {kind = "input", name = "i", slots = 2 : i64}
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", slots = 2 : i64}
+  plan.buffer @t : tensor<4xf32> {kind = "activation", name = "t"}
+  plan.subroutine @f {
+    plan.kernel "copy" {x = @w, y = @a} {n = 4 : i64}
+  }
+  plan.subroutine @g {
+    plan.kernel "add" {a = @a, b = @w, y = @t} {n = 4 : i64}
+    plan.kernel "copy" {x = @t, y = @w} {n = 4 : i64}
+  }
+  plan.schedule {
+    plan.action @f
+    plan.action @f {slot = 1 : i64}
+    plan.action @g
+    plan.action @g {slot = 1 : i64}
+  }
+}

@@ -84,7 +84,7 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
   for (const Subroutine& sub : subs)
     for (const Op& op : sub.ops) staging = std::max(staging, in->stagingElems(op));
   in->staging_.assign(size_t(staging), 0.0f);
-  // Each subroutine is bound once per slot an action runs it in (slot 0 always): a slotted buffer's
+  // Each subroutine is bound once per slot, 0 to the highest an action runs it in: a slotted buffer's
   // instance is an arena address like any other, so running an op costs the same with slots as without.
   const auto& buffers = in->program_->buffers;
   in->instanceBase_.resize(buffers.size());
@@ -100,9 +100,6 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
   for (size_t s = 0; s < subs.size(); ++s) {
     in->subroutines_[s].resize(size_t(slots[s]));
     for (int64_t k = 0; k < slots[s]; ++k) {
-      if (k > 0 && !std::any_of(in->program_->actions.begin(), in->program_->actions.end(),
-                                [&](const Action& a) { return a.subroutine == int64_t(s) && a.slot == k; }))
-        continue;  // no action runs it in slot k
       for (size_t i = 0; i < subs[s].ops.size(); ++i) {
         BoundOp b;
         LLCDIST_RETURN_IF_ERROR(in->bind(subs[s].ops[i], k, &b).withContext(in->where(s, i)));
@@ -479,9 +476,9 @@ Status Interpreter::execute(const BoundOp& b, int64_t step, int64_t microbatch, 
 Status Interpreter::runSubroutine(size_t s, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data,
                                   int64_t slot) {
   if (s >= subroutines_.size()) return Status::outOfRange("subroutine index " + std::to_string(s) + " out of range");
-  if (slot < 0 || slot >= int64_t(subroutines_[s].size()) || (slot > 0 && subroutines_[s][size_t(slot)].empty()))
+  if (slot < 0 || slot >= int64_t(subroutines_[s].size()))
     return Status::outOfRange("subroutine '" + program_->subroutines[s].name + "' has no binding for slot " +
-                              std::to_string(slot) + " (no action runs it in that slot)");
+                              std::to_string(slot) + " (no action runs it in that slot or a higher one)");
   const std::vector<BoundOp>& ops = subroutines_[s][size_t(slot)];
   subroutine_ = s;
   for (size_t i = 0; i < ops.size(); ++i) {

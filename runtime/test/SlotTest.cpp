@@ -181,6 +181,9 @@ TEST_F(SlotLoaderTest, UnslottedSubroutineRunsInAnySlot) {
   b.program["actions"].back()["slot"] = 3;  // the optimizer
   auto p = parse(b);
   ASSERT_TRUE(p.isOk()) << p.status().message();
+  const Trained slot3 = train(b, 2), slot0 = train(gpipe(/*slotted=*/true), 2);
+  EXPECT_EQ(slot3.wte, slot0.wte);
+  EXPECT_EQ(slot3.loss, slot0.loss);
 }
 
 }  // namespace

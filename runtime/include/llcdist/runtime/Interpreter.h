@@ -211,8 +211,8 @@ private:
   int rank_ = 0;
   size_t programIndex_ = 0;
   Stream stream_;
-  // Per subroutine (parallel to program_->subroutines), per slot its actions run in: its ops bound to that
-  // slot's instances of slotted buffers (a subroutine no action runs in slot k > 0 has no binding for k).
+  // Per subroutine (parallel to program_->subroutines), per slot 0 .. the highest its actions run in: its ops
+  // bound to that slot's instances of slotted buffers.
   std::vector<std::vector<std::vector<BoundOp>>> subroutines_;
   std::vector<int64_t> instanceBase_;  // per buffer: the memory trace index of its instance 0
   std::vector<int32_t> idsHost_, targetsHost_;      // load_microbatch staging

@@ -252,9 +252,13 @@ LogicalResult OpLowering::lowerOpImpl(Operation *op, Scope &s, BackwardPart part
         // FSDP gathers the whole parameter where each scope begins to read
         // it (llcdist-plan-zero): which kernel that is, only this lowering
         // knows.
-        if (step.recordParamScopes)
-          pb.recordParamScope(b.getDictionaryAttr(
-              {str("param", name), str("slot", s.prefix), b.getNamedAttr("loc", loc)}));
+        if (step.recordParamScopes) {
+          SmallVector<NamedAttribute, 4> scope = {str("param", name), str("slot", s.prefix),
+                                                  b.getNamedAttr("loc", loc)};
+          if (pb.slots > 1) // a pipeline chunk's: the gathered copy is per slot
+            scope.push_back(b.getNamedAttr(plan::kSlotsAttr, b.getI64IntegerAttr(pb.slots)));
+          pb.recordParamScope(b.getDictionaryAttr(scope));
+        }
         for (Operation *user : p->getUsers()) {
           if (isa<EmbeddingOp, AddPositionEmbeddingOp>(user) &&
               user->getOperand(1) == p.getResult())

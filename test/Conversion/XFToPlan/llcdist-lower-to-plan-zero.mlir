@@ -272,10 +272,9 @@ module attributes {xf.model = {microbatches = 1 : i64, name = "zero-bf16"}} {
 // Z3-LABEL: name = "zero-dp2-pp2"
 // Z3: plan.program @stage0 {
 // Z3-DAG: plan.buffer @[[WTE:b[0-9]+]] : tensor<8x8xf32> {kind = "param", name = "wte"}
-// The chunk's subroutines gather one copy, which every microbatch slot
-// reads (a parameter has the same value for all microbatches of a step).
-// Z3-DAG: plan.buffer @{{b[0-9]+}} : tensor<16x8xf32> {kind = "activation", name = "v0/wte.gathered"}
-// Z3-NOT: wte.gathered#
+// Each microbatch slot gathers its own copy: an instance of the gathered
+// buffer per slot, as for the chunk's other buffers.
+// Z3-DAG: plan.buffer @{{b[0-9]+}} : tensor<16x8xf32> {kind = "activation", name = "v0/wte.gathered", slots = 2 : i64}
 // Z3-DAG: plan.buffer @{{b[0-9]+}} : tensor<8x8xf32> {kind = "scratch", name = "wte.grad@stage1"}
 // Z3: plan.kernel "send" {x = @[[WTE]]} {axis = "pp", peer = 1 : i64, tag = 2 : i64}
 // Z3: plan.program @stage1 {

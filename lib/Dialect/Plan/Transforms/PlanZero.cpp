@@ -385,6 +385,10 @@ LogicalResult ProgramZero::rewriteSteps() {
                 declared = own;
             full = newScratchAfter(declared, key + ".gathered", p->type, "activation");
             declared = buffers.lookup(full.getValue());
+            // A pipeline chunk's scope: one gathered copy per microbatch slot,
+            // as for the chunk's other buffers.
+            if (auto slots = read.getAs<IntegerAttr>(plan::kSlotsAttr))
+              declared->setAttr(plan::kSlotsAttr, slots);
             gatheredBySlot[key] = full;
             collective("all_gather",
                        {b.getNamedAttr("x", FlatSymbolRefAttr::get(p->working.getSymNameAttr())),

@@ -20,7 +20,9 @@ constexpr const char kManifestAttr[] = "plan.manifest";
 /// Kernel attribute (llcdist-lower-to-plan's record-param-scopes): the
 /// parameters whose reads in one scope (a layer body's forward or backward,
 /// a chunk's top level) begin at this kernel, each {param, slot (the
-/// microbatch slot's prefix), loc (the read's)}; what llcdist-plan-zero's
+/// chunk's buffer-name prefix), loc (the read's), and for a pipeline chunk
+/// with several microbatch slots `slots` (kSlotsAttr), which the gathered
+/// copy gets too}; what llcdist-plan-zero's
 /// ZeRO-3 gathers need and a plan does not otherwise say. Not in the JSON.
 constexpr const char kParamScopesAttr[] = "plan.param_scopes";
 /// plan.buffer attribute (i64 >= 2): a pipeline chunk's buffer with one

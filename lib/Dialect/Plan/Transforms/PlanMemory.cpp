@@ -371,9 +371,10 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     int64_t t = 0;
     llvm::SmallDenseMap<StringAttr, std::pair<bool, bool>, 8> touched;
     // Asynchronous plans: the buffers of each started communication op, by
-    // token. The op may touch them until its wait, so each stays live from
-    // the start through the wait and no buffer takes its bytes meanwhile.
-    llvm::DenseMap<int64_t, SmallVector<StringAttr, 4>> inFlight;
+    // token, as the instances the starting action's slot uses. The op may
+    // touch them until its wait, so each stays live from the start through
+    // the wait and no buffer takes its bytes meanwhile.
+    llvm::DenseMap<int64_t, SmallVector<Instance, 4>> inFlight;
     for (auto sched : body.getOps<ScheduleOp>())
       for (auto action : sched.getBody().front().getOps<ActionOp>()) {
         auto slotAttr = action->getAttrOfType<IntegerAttr>(kSlotAttr);
@@ -381,8 +382,8 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
         for (KernelOp k : kernelsOf.lookup(action.getSubroutine())) {
           auto token = k->getAttrOfType<IntegerAttr>(kTokenAttr);
           if (token && k.getKernel() == kWaitKernel) {
-            for (StringAttr name : inFlight.lookup(token.getInt()))
-              if (auto it = live.find(name); it != live.end() && !it->second.empty())
+            for (Instance inst : inFlight.lookup(token.getInt()))
+              if (auto it = live.find(inst); it != live.end() && !it->second.empty())
                 it->second.back().last = t;
             inFlight.erase(token.getInt());
             ++t;
@@ -422,14 +423,15 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
               note(arg.getValue());
           }
           for (auto &[name, rw] : touched) {
-            auto &segs = live[{name, slotsOf.count(name) ? slot : 0}];
+            const Instance inst{name, slotsOf.count(name) ? slot : 0};
+            auto &segs = live[inst];
             bool def = rw.second && !rw.first;
             if (segs.empty() || (def && segs.back().last < t))
               segs.push_back({t, t});
             else
               segs.back().last = t;
             if (token)
-              inFlight[token.getInt()].push_back(name);
+              inFlight[token.getInt()].push_back(inst);
           }
           ++t;
         }

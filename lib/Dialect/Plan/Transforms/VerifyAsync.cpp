@@ -10,7 +10,9 @@
 //  - an op that writes bytes an in-flight op reads or writes, or reads bytes
 //    an in-flight op writes (two in-flight ops may read the same bytes).
 // Bytes are the buffers' arena ranges once llcdist-plan-memory has placed
-// them (so aliasing buffers conflict), else the buffers themselves.
+// them (so aliasing buffers conflict), else the buffers themselves. A slotted
+// buffer (a pipeline chunk's, kSlotsAttr) has a range per instance, and a
+// kernel touches the instance of its action's slot (kSlotOffsetsAttr).
 // Every error names both ops: subroutine, kernel index, kernel, origin and
 // location, and the action (and microbatch) that ran each.
 //
@@ -57,11 +59,13 @@ struct Access {
   SmallVector<Range, 4> reads, writes;
 };
 
-/// One execution of a kernel: the kernel and the action that ran it.
+/// One execution of a kernel: the kernel, the action that ran it and the
+/// action's microbatch slot.
 struct Run {
   KernelOp kernel;
   int64_t action = -1;
   ActionOp actionOp;
+  int64_t slot = 0;
 };
 
 struct InFlight {
@@ -80,10 +84,18 @@ public:
                                 [](BufferOp b) { return b.getOffset().has_value(); });
     int64_t index = 0;
     for (BufferOp b : body.getOps<BufferOp>()) {
-      ranges[b.getSymNameAttr()] =
-          planned ? Range{int64_t(*b.getOffset()), int64_t(*b.getOffset()) + b.getNumBytes()}
-                  : Range{index, index + 1};
-      ++index;
+      SmallVector<Range, 1> &r = ranges[b.getSymNameAttr()];
+      auto slots = b->getAttrOfType<IntegerAttr>(kSlotsAttr);
+      auto slotOffsets = b->getAttrOfType<DenseI64ArrayAttr>(kSlotOffsetsAttr);
+      const int64_t instances = slots ? slots.getInt() : 1;
+      for (int64_t k = 0; k < instances; ++k) {
+        int64_t at = 0;
+        if (planned)
+          at = slotOffsets && k < int64_t(slotOffsets.size()) ? slotOffsets[k]
+                                                              : int64_t(*b.getOffset());
+        r.push_back(planned ? Range{at, at + b.getNumBytes()} : Range{index, index + 1});
+        ++index;
+      }
     }
     llvm::StringMap<SubroutineOp> subs;
     for (auto sub : body.getOps<SubroutineOp>())
@@ -93,9 +105,10 @@ public:
     for (auto sched : body.getOps<ScheduleOp>())
       for (auto action : sched.getBody().front().getOps<ActionOp>()) {
         SubroutineOp sub = subs.lookup(action.getSubroutine());
+        auto slot = action->getAttrOfType<IntegerAttr>(kSlotAttr);
         if (sub)
           for (KernelOp k : sub.getBody().front().getOps<KernelOp>())
-            step({k, actionIndex, action});
+            step({k, actionIndex, action, slot ? slot.getInt() : 0});
         ++actionIndex;
       }
     for (auto &[token, f] : inFlight) {
@@ -125,11 +138,14 @@ private:
     s += " in action " + std::to_string(r.action);
     if (auto mb = r.actionOp.getMicrobatch())
       s += " (microbatch " + std::to_string(int64_t(*mb)) + ")";
+    if (r.slot > 0)
+      s += " in slot " + std::to_string(r.slot);
     return s;
   }
 
-  const Access &accessOf(KernelOp k) {
-    auto [it, inserted] = accesses.try_emplace(k.getOperation());
+  /// What kernel `k` touches when its action runs in `slot`.
+  const Access &accessOf(KernelOp k, int64_t slot) {
+    auto [it, inserted] = accesses.try_emplace({k.getOperation(), slot});
     if (!inserted)
       return it->second;
     Access &acc = it->second;
@@ -145,7 +161,12 @@ private:
           writes = a != schema::ArgAccess::kRead;
         }
       auto note = [&](Attribute a) {
-        Range r = ranges.lookup(cast<FlatSymbolRefAttr>(a).getAttr());
+        auto it = ranges.find(cast<FlatSymbolRefAttr>(a).getAttr());
+        if (it == ranges.end()) // an unknown buffer: the op verifier refuses it
+          return;
+        const SmallVector<Range, 1> &instances = it->second;
+        // A slot past the instances is the plan loader's error, not a race.
+        Range r = instances[size_t(slot) < instances.size() ? size_t(slot) : 0];
         if (reads)
           acc.reads.push_back(r);
         if (writes)
@@ -191,7 +212,7 @@ private:
       }
       return;
     }
-    const Access &acc = accessOf(k);
+    const Access &acc = accessOf(k, r.slot);
     for (auto &[t, f] : inFlight) {
       // The same kernel again with its token in flight: a restart, reported
       // as one below (its buffers are its own).
@@ -230,10 +251,10 @@ private:
   }
 
   ProgramOp program;
-  llvm::DenseMap<StringAttr, Range> ranges;
-  // Node-based: an in-flight op keeps a pointer to its Access while more
-  // kernels are added (a DenseMap's growth would move it).
-  std::map<Operation *, Access> accesses;
+  llvm::DenseMap<StringAttr, SmallVector<Range, 1>> ranges; // per instance
+  // By kernel and slot. Node-based: an in-flight op keeps a pointer to its
+  // Access while more kernels are added (a DenseMap's growth would move it).
+  std::map<std::pair<Operation *, int64_t>, Access> accesses;
   std::map<int64_t, InFlight> inFlight; // by token, reported in token order
   llvm::DenseMap<int64_t, Run> lastWait;
   std::set<std::tuple<std::string, Operation *, Operation *>> reported;

@@ -165,3 +165,37 @@ plan.program @slots {
     plan.action @g {slot = 1 : i64}
   }
 }
+
+// -----
+// RUN: llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-memory))" | FileCheck %s --check-prefix=ASYNC-SLOT
+
+// An in-flight op of a slotted action keeps its slot's instance live: the
+// send started in slot 1 reads instance 1 of @a until the wait, so @b
+// (written in between) gets bytes of its own; instance 0, first written
+// after the wait, reuses instance 1's.
+// ASYNC-SLOT: plan.program @in_flight_slot attributes {arena_bytes = 192 : i64
+// ASYNC-SLOT: plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", offset = 64 : i64, slot_offsets = array<i64: 64, 64>, slots = 2 : i64}
+// ASYNC-SLOT-NEXT: plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b", offset = 128 : i64}
+plan.program @in_flight_slot attributes {queues = ["compute", "comm"]} {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w"}
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", slots = 2 : i64}
+  plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b"}
+  plan.subroutine @f {
+    plan.kernel "copy" {x = @w, y = @a} {n = 4 : i64}
+    plan.kernel "send" {x = @a} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {queue = "comm", token = 0 : i64}
+  }
+  plan.subroutine @g {
+    plan.kernel "copy" {x = @w, y = @b} {n = 4 : i64}
+    plan.kernel "accumulate" {x = @b, y = @w} {n = 4 : i64}
+  }
+  plan.subroutine @done {
+    plan.kernel "wait" {} {} {token = 0 : i64}
+  }
+  plan.schedule {
+    plan.action @f microbatch 0 {slot = 1 : i64}
+    plan.action @g
+    plan.action @done
+    plan.action @f microbatch 1
+    plan.action @done
+  }
+}

@@ -182,3 +182,53 @@ plan.program @restart attributes {queues = ["compute", "comm"]} {
     plan.action @optimizer
   }
 }
+
+// -----
+
+// Microbatch slots: a slotted buffer has an instance per slot and a kernel
+// touches its action's. The send started in slot 0 reads instance 0 of @a
+// while slot 1's forward overwrites instance 1: no race.
+// CHECK-LABEL: plan.program @other_slot
+plan.program @other_slot attributes {queues = ["compute", "comm"]} {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w"}
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", slots = 2 : i64}
+  plan.subroutine @f {
+    plan.kernel "copy" {x = @w, y = @a} {n = 4 : i64}
+    plan.kernel "send" {x = @a} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {queue = "comm", token = 0 : i64}
+  }
+  plan.subroutine @done {
+    plan.kernel "wait" {} {} {token = 0 : i64}
+  }
+  plan.schedule {
+    plan.action @f microbatch 0
+    plan.action @done
+    plan.action @f microbatch 1 {slot = 1 : i64}
+    plan.action @done
+  }
+}
+
+// -----
+
+// The same with placed offsets that put both instances on the same bytes:
+// the second forward's copy overwrites what the in-flight send reads.
+plan.program @same_bytes attributes {queues = ["compute", "comm"]} {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w", offset = 0 : i64}
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", offset = 64 : i64, slot_offsets = array<i64: 64, 64>, slots = 2 : i64}
+  plan.subroutine @f {
+    plan.kernel "copy" {x = @w, y = @a} {n = 4 : i64}
+    // expected-note @+1 {{the in-flight op started here}}
+    plan.kernel "send" {x = @a} {axis = "pp", peer = 1 : i64, tag = 1 : i64} {queue = "comm", token = 0 : i64}
+  }
+  plan.subroutine @g {
+    // expected-error @+1 {{race: subroutine @g kernel 0 'copy' in action 1 (microbatch 1) in slot 1 writes a buffer that the in-flight subroutine @f kernel 1 'send' in action 0 (microbatch 0) (token 0) accesses, before its wait}}
+    plan.kernel "copy" {x = @w, y = @a} {n = 4 : i64}
+  }
+  plan.subroutine @done {
+    plan.kernel "wait" {} {} {token = 0 : i64}
+  }
+  plan.schedule {
+    plan.action @f microbatch 0
+    plan.action @g microbatch 1 {slot = 1 : i64}
+    plan.action @done
+  }
+}

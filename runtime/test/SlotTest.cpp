@@ -7,6 +7,7 @@
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Plan.h"
 
+#include <cmath>
 #include <functional>
 
 namespace llcdist::rt {
@@ -184,6 +185,78 @@ TEST_F(SlotLoaderTest, UnslottedSubroutineRunsInAnySlot) {
   const Trained slot3 = train(b, 2), slot0 = train(gpipe(/*slotted=*/true), 2);
   EXPECT_EQ(slot3.wte, slot0.wte);
   EXPECT_EQ(slot3.loss, slot0.loss);
+}
+
+// An asynchronous op in slot 1 (feature "async"): single rank, aligned bytes 64 each: w param, loss metric,
+// a slotted activation (instances at 128 and 192), b activation. The action runs `s` in slot 1:
+//   0 copy w -> a            a's instance 1 written
+//   1 all_reduce [a] token 0 (started: instance 1 live until its wait)
+//   2 copy w -> b            b written
+//   3 accumulate b into w    b's last use
+//   4 copy a -> b            (with `late`: reads a in flight)
+//   4|5 wait 0               instance 1's last touch
+// `late` adds op 4 before the wait and accumulates b into w again, so the checking mode's poison of the
+// in-flight instance reaches w.
+PlanBuilder asyncInSlot1(bool late) {
+  PlanBuilder p(8, 2, 1, 1);
+  const int64_t w = p.buffer("w", "param", {16});
+  p.buffer("loss", "metric", {1});
+  const int64_t a = p.buffer("a", "activation", {16});
+  addSlot(p, {a});  // instance 1 at the end, after b's bytes below
+  const int64_t b = p.buffer("b", "activation", {16});
+  p.manifest["features"] = {"async"};
+  p.program["queues"] = {"compute", "comm"};
+  p.op("s", "copy", {{"x", w}, {"y", a}}, {{"n", 16}});
+  p.op("s", "all_reduce", {{"x", {a}}}, {{"axis", "dp"}, {"op", "avg"}});
+  p.ops("s").back()["token"] = 0;
+  p.ops("s").back()["queue"] = "comm";
+  p.op("s", "copy", {{"x", w}, {"y", b}}, {{"n", 16}});
+  p.op("s", "accumulate", {{"x", b}, {"y", w}}, {{"n", 16}});
+  if (late) {
+    p.op("s", "copy", {{"x", a}, {"y", b}}, {{"n", 16}});
+    p.op("s", "accumulate", {{"x", b}, {"y", w}}, {{"n", 16}});
+  }
+  p.ops("s").push_back({{"op", "wait"}, {"token", 0}});
+  p.action("s");
+  p.program["actions"].back()["slot"] = 1;
+  return p;
+}
+
+TEST(SlotAsyncTest, AnInFlightInstanceIsLiveThroughItsWait) {
+  auto plan = parse(asyncInSlot1(/*late=*/false));
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  auto backend = makeCpuBackend();
+  auto in = Interpreter::create(*plan, 0, *backend);
+  ASSERT_TRUE(in.isOk()) << in.status().message();
+  Status st = (*in)->runStep(0, 0.0, nullptr);
+  ASSERT_TRUE(st.isOk()) << st.message();
+  const auto& m = (*in)->memoryStats();
+  ASSERT_TRUE(m.has_value());
+  // w and loss (128) + instance 1 of a [0, 4] + b [2, 3]: 256 at position 2 (instance 0 is never touched).
+  EXPECT_EQ(m->peakLiveBytes, 256);
+  EXPECT_EQ(m->peakPosition, 2);
+}
+
+TEST(SlotAsyncTest, CheckingModePoisonsTheSlotsInstance) {
+  for (bool check : {false, true}) {
+    auto plan = parse(asyncInSlot1(/*late=*/true));
+    ASSERT_TRUE(plan.isOk()) << plan.status().message();
+    auto backend = makeCpuBackend();
+    auto in = Interpreter::create(*plan, 0, *backend);
+    ASSERT_TRUE(in.isOk()) << in.status().message();
+    (*in)->setCheckAsync(check);
+    std::vector<float> w(16, 0.25f);
+    ASSERT_TRUE((*in)->writeBuffer(0, w.data()).isOk());
+    Status st = (*in)->runStep(0, 0.0, nullptr);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    ASSERT_TRUE((*in)->readBuffer(0, w.data()).isOk());
+    // Unchecked: w = 0.25 + 0.25 + 0.25 (the single-rank average leaves a as it is). Checked: op 4 read
+    // the poisoned instance 1 of a, so w is NaN.
+    if (check)
+      EXPECT_TRUE(std::isnan(w[0])) << w[0];
+    else
+      EXPECT_EQ(w[0], 0.75f);
+  }
 }
 
 }  // namespace

@@ -212,6 +212,11 @@ private:
       }
       return;
     }
+    // Nothing in flight and nothing started: no race to look for, and the
+    // kernel's bytes are not needed (most kernels of a step, all of a
+    // synchronous plan's).
+    if (inFlight.empty() && !token)
+      return;
     const Access &acc = accessOf(k, r.slot);
     for (auto &[t, f] : inFlight) {
       // The same kernel again with its token in flight: a restart, reported

@@ -49,6 +49,8 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
     programs.addPass(plan::createPlanFsdpPrefetch({o.fsdpPrefetch}));
   if (o.overlapParamGather)
     programs.addPass(plan::createPlanOverlapParamGather());
+  if (o.tpCommOverlap)
+    programs.addPass(plan::createPlanSPOverlap());
   programs.addPass(plan::createPlanMemory());
   if (o.verifyPlan) {
     programs.addPass(plan::createVerifyAsync());
@@ -103,6 +105,9 @@ static void bindTrainingPipelineOptions(
   o.bind("overlap-param-gather", f.overlapParamGather,
          "ZeRO-1/2: overlap the updated parameters' all-gather with the next "
          "step's first forward");
+  o.bind("tp-comm-overlap", f.tpCommOverlap,
+         "under sequence parallelism, overlap its all-gathers and reduce-scatters "
+         "with independent kernels (llcdist-plan-sp-overlap)");
 }
 
 void llcdist::registerPipelines() {

@@ -94,7 +94,8 @@ forward graph; --emit xf stops here), then llcdist-pad-vocab, llcdist-autodiff,
 llcdist-add-optimizer, [under tp: llcdist-megatron-tp], llcdist-partition,
 llcdist-pipeline-split, llcdist-lower-to-plan, [--grad-bucket-size:
 llcdist-plan-grad-buckets], [--fsdp-prefetch: llcdist-plan-fsdp-prefetch],
-[--overlap-param-gather: llcdist-plan-overlap-param-gather], llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
+[--overlap-param-gather: llcdist-plan-overlap-param-gather],
+[--tp-comm-overlap: llcdist-plan-sp-overlap], llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
 SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1)
@@ -213,6 +214,15 @@ OVERLAP (asynchronous plans)
                          --overlap-param-gather, off by default as there). An
                          f32 plan's master value becomes the rank's block and
                          the forward reads a whole copy. Not yet with pp > 1.
+  --tp-comm-overlap      with --sequence-parallel: start its all-gathers and
+                         reduce-scatters on the comm queue and overlap them
+                         with the kernels that do not depend on them
+                         (Megatron-LM's --tp-comm-overlap, bulk): in the
+                         backward the re-gather of a layer input with the
+                         kernels before its weight-gradient GEMM, and the
+                         input gradient's reduce-scatter with that layer's
+                         weight-gradient GEMM (llcdist-plan-sp-overlap).
+                         Default off. The summary says what overlaps.
 
 OPTIMIZER (torch.optim semantics)
   --optimizer adamw|sgd  (default adamw)
@@ -585,6 +595,8 @@ int runCompile(Args &args) {
       train.overlapParamGather = true;
     else if (a == "--sequence-parallel")
       train.sequenceParallel = true;
+    else if (a == "--tp-comm-overlap")
+      train.tpCommOverlap = true;
     else if (auto v = args.value(a, "--tp-embeddings")) {
       if (*v != "vocab-parallel" && *v != "replicated")
         throw UsageError{"--tp-embeddings must be vocab-parallel or replicated, got '" +
@@ -644,6 +656,9 @@ int runCompile(Args &args) {
       throw UsageError{"--grad-bucket-size must be a parameter count >= 0 (0: off) or auto, got '" +
                        gradBucketText + "'"};
   }
+  if (train.tpCommOverlap && !train.sequenceParallel)
+    throw UsageError{"--tp-comm-overlap overlaps sequence parallelism's collectives: it needs "
+                     "--sequence-parallel"};
   if (train.gradBucketSize > 0 && mesh.pp > 1)
     throw UsageError{"--grad-bucket-size does not support pipelines (pp > 1) yet"};
   if (train.gradBucketSize > 0 && train.zero > 2)
@@ -716,8 +731,8 @@ int runCompile(Args &args) {
       known.insert(p.getArgument().str());
     if (emit == "plan") // nested on plan.program
       known.insert({"llcdist-plan-grad-buckets", "llcdist-plan-fsdp-prefetch",
-                    "llcdist-plan-overlap-param-gather", "llcdist-plan-memory",
-                    "llcdist-verify-async"});
+                    "llcdist-plan-overlap-param-gather", "llcdist-plan-sp-overlap",
+                    "llcdist-plan-memory", "llcdist-verify-async"});
     auto printer = std::make_unique<IRPrinter>(dumpDir, printAll, printAfter);
     printer->checkUnknown(known);
     if (failed(printer->dump(*lm->module, "import")))
@@ -820,6 +835,7 @@ int runCompile(Args &args) {
     summary.fsdpPrefetch = fsdpPrefetchOf(*lm->module);
     summary.fsdpPrefetchUnits = train.fsdpPrefetch;
     summary.paramGatherOverlap = paramGatherOverlapOf(*lm->module);
+    summary.tpCommOverlap = tpCommOverlapOf(*lm->module);
   }
   auto &os = output == "-" ? llvm::errs() : llvm::outs();
   if (format == "json")

@@ -43,6 +43,10 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   /// step's first forward (llcdist-plan-overlap-param-gather; Megatron-LM's
   /// --overlap-param-gather, off by default as there).
   bool overlapParamGather = false;
+  /// Under sequence parallelism: start its all-gathers and reduce-scatters
+  /// on queue comm, overlapped with the kernels independent of them
+  /// (llcdist-plan-sp-overlap, Megatron-LM's --tp-comm-overlap).
+  bool tpCommOverlap = false;
   /// The forward pipeline's (llcdist-attach-mesh's) mesh.
   xf::ForwardPipelineOptions mesh;
   /// Under tp: keep the embeddings and the LM head whole instead of

@@ -84,7 +84,8 @@ int64_t defaultGradBucketSize(int64_t dp);
 /// [+ llcdist-plan-zero], llcdist-plan-comm-dtype, on each program
 /// [gradBucketSize: llcdist-plan-grad-buckets] [fsdpPrefetch:
 /// llcdist-plan-fsdp-prefetch] [overlapParamGather:
-/// llcdist-plan-overlap-param-gather] and llcdist-plan-memory, then
+/// llcdist-plan-overlap-param-gather] [tpCommOverlap: llcdist-plan-sp-overlap]
+/// and llcdist-plan-memory, then
 /// on each program llcdist-verify-async and llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);

@@ -95,7 +95,8 @@ llcdist-add-optimizer, [under tp: llcdist-megatron-tp], llcdist-partition,
 llcdist-pipeline-split, llcdist-lower-to-plan, [--grad-bucket-size:
 llcdist-plan-grad-buckets], [--fsdp-prefetch: llcdist-plan-fsdp-prefetch],
 [--overlap-param-gather: llcdist-plan-overlap-param-gather],
-[--tp-comm-overlap: llcdist-plan-sp-overlap], llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
+[--tp-comm-overlap: llcdist-plan-sp-overlap], [--overlap-p2p: llcdist-plan-p2p-overlap],
+llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
 SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1)
@@ -223,6 +224,13 @@ OVERLAP (asynchronous plans)
                          input gradient's reduce-scatter with that layer's
                          weight-gradient GEMM (llcdist-plan-sp-overlap).
                          Default off. The summary says what overlaps.
+  --overlap-p2p          pp > 1: start the pipeline sends and receives on the
+                         comm queue (Megatron-LM's overlap_p2p_comm, within an
+                         action): a send right after its payload is written,
+                         the kernels that do not feed it (the backward's weight
+                         gradients) running while it is in flight; a receive
+                         waited just before its first reader
+                         (llcdist-plan-p2p-overlap). Default off.
 
 OPTIMIZER (torch.optim semantics)
   --optimizer adamw|sgd  (default adamw)
@@ -597,6 +605,8 @@ int runCompile(Args &args) {
       train.sequenceParallel = true;
     else if (a == "--tp-comm-overlap")
       train.tpCommOverlap = true;
+    else if (a == "--overlap-p2p")
+      train.overlapP2P = true;
     else if (auto v = args.value(a, "--tp-embeddings")) {
       if (*v != "vocab-parallel" && *v != "replicated")
         throw UsageError{"--tp-embeddings must be vocab-parallel or replicated, got '" +
@@ -659,6 +669,9 @@ int runCompile(Args &args) {
   if (train.tpCommOverlap && !train.sequenceParallel)
     throw UsageError{"--tp-comm-overlap overlaps sequence parallelism's collectives: it needs "
                      "--sequence-parallel"};
+  if (train.overlapP2P && mesh.pp == 1)
+    throw UsageError{"--overlap-p2p overlaps the pipeline's sends and receives: it needs pp > 1 "
+                     "in --mesh"};
   if (train.gradBucketSize > 0 && mesh.pp > 1)
     throw UsageError{"--grad-bucket-size does not support pipelines (pp > 1) yet"};
   if (train.gradBucketSize > 0 && train.zero > 2)
@@ -732,7 +745,7 @@ int runCompile(Args &args) {
     if (emit == "plan") // nested on plan.program
       known.insert({"llcdist-plan-grad-buckets", "llcdist-plan-fsdp-prefetch",
                     "llcdist-plan-overlap-param-gather", "llcdist-plan-sp-overlap",
-                    "llcdist-plan-memory", "llcdist-verify-async"});
+                    "llcdist-plan-p2p-overlap", "llcdist-plan-memory", "llcdist-verify-async"});
     auto printer = std::make_unique<IRPrinter>(dumpDir, printAll, printAfter);
     printer->checkUnknown(known);
     if (failed(printer->dump(*lm->module, "import")))

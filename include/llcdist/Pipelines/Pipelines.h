@@ -47,6 +47,10 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   /// on queue comm, overlapped with the kernels independent of them
   /// (llcdist-plan-sp-overlap, Megatron-LM's --tp-comm-overlap).
   bool tpCommOverlap = false;
+  /// Under pp: start the pipeline sends and recvs on queue comm, overlapped
+  /// with the kernels of their action independent of them
+  /// (llcdist-plan-p2p-overlap, Megatron-LM's overlap_p2p_comm).
+  bool overlapP2P = false;
   /// The forward pipeline's (llcdist-attach-mesh's) mesh.
   xf::ForwardPipelineOptions mesh;
   /// Under tp: keep the embeddings and the LM head whole instead of
@@ -85,7 +89,7 @@ int64_t defaultGradBucketSize(int64_t dp);
 /// [gradBucketSize: llcdist-plan-grad-buckets] [fsdpPrefetch:
 /// llcdist-plan-fsdp-prefetch] [overlapParamGather:
 /// llcdist-plan-overlap-param-gather] [tpCommOverlap: llcdist-plan-sp-overlap]
-/// and llcdist-plan-memory, then
+/// [overlapP2P: llcdist-plan-p2p-overlap] and llcdist-plan-memory, then
 /// on each program llcdist-verify-async and llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);

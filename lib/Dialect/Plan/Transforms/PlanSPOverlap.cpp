@@ -8,7 +8,7 @@
 // gradient needs again). A synchronous plan runs each of them between two
 // kernels, with the compute idle. Here each one is started on queue "comm"
 // with a token and overlapped with the kernels around it that do not depend
-// on it:
+// on it (OverlapWindows.h):
 //
 //   - the start moves up, to just after the last kernel it depends on, and
 //     the kernels it passes that are independent of it (and of the kernels
@@ -24,9 +24,9 @@
 // collectives of this pass (all on queue "comm", issued in program order on
 // every rank of the tp group, so their order matches across ranks) and
 // waits; a synchronous collective or a pipeline send/recv ends it, since two
-// collectives of one group must not run concurrently on two queues. A
-// start's window never crosses another start or wait upwards, so the comm
-// queue keeps the collectives' program order. Buffers are symbols here (the
+// collectives of one group must not run concurrently on two queues. A start
+// never moves up past another start or wait, so the comm queue keeps the
+// collectives' program order. Buffers are symbols here (the
 // pass runs before llcdist-plan-memory, which keeps in-flight buffers live
 // through their waits); llcdist-verify-async checks the result on the arena.
 //

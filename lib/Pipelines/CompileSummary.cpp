@@ -75,6 +75,9 @@ std::vector<ParamGatherOverlap> llcdist::paramGatherOverlapOf(ModuleOp m) {
       out.push_back({program.getSymName().str(), d.getAs<StringAttr>("subroutine").str(),
                      d.getAs<IntegerAttr>("gathers").getInt(),
                      d.getAs<IntegerAttr>("bytes").getInt()});
+  return out;
+}
+
 std::vector<TpCommOverlap> llcdist::tpCommOverlapOf(ModuleOp m) {
   std::vector<TpCommOverlap> out;
   for (StringRef kind : {"all_gather", "reduce_scatter"}) {
@@ -163,6 +166,7 @@ json CompileSummary::toJson() const {
                        {"gathers", o.gathers},
                        {"bytes", o.bytes}});
     j["param_gather_overlap"] = std::move(progs);
+  }
   if (!tpCommOverlap.empty()) {
     json o = json::object();
     for (const TpCommOverlap &t : tpCommOverlap)

@@ -215,6 +215,9 @@ TEST(CompileSummary, FsdpPrefetch) {
   llvm::raw_string_ostream os(text);
   s.print(os);
   EXPECT_NE(text.find("overlap (--fsdp-prefetch 1): ZeRO-3 parameter all-gathers on queue comm"),
+            std::string::npos)
+      << text;
+}
 
 // --tp-comm-overlap: the summary counts every sequence-parallel collective
 // the pass started (each tp all_gather / reduce_scatter of the plan, counted

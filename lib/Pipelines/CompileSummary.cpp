@@ -78,6 +78,24 @@ std::vector<ParamGatherOverlap> llcdist::paramGatherOverlapOf(ModuleOp m) {
   return out;
 }
 
+std::vector<TpCommOverlap> llcdist::tpCommOverlapOf(ModuleOp m) {
+  std::vector<TpCommOverlap> out;
+  for (StringRef kind : {"all_gather", "reduce_scatter"}) {
+    TpCommOverlap sum{kind.str()};
+    for (auto program : m.getOps<plan::ProgramOp>())
+      if (auto r = program->getAttrOfType<DictionaryAttr>(plan::kTpCommOverlapAttr))
+        if (auto d = r.getAs<DictionaryAttr>(kind)) {
+          sum.started += d.getAs<IntegerAttr>("started").getInt();
+          sum.overlapped += d.getAs<IntegerAttr>("overlapped").getInt();
+          sum.kernels += d.getAs<IntegerAttr>("kernels").getInt();
+          sum.gemms += d.getAs<IntegerAttr>("gemms").getInt();
+        }
+    if (sum.started > 0)
+      out.push_back(sum);
+  }
+  return out;
+}
+
 json CompileSummary::toJson() const {
   json j;
   j["model"] = model;
@@ -149,6 +167,15 @@ json CompileSummary::toJson() const {
                        {"bytes", o.bytes}});
     j["param_gather_overlap"] = std::move(progs);
   }
+  if (!tpCommOverlap.empty()) {
+    json o = json::object();
+    for (const TpCommOverlap &t : tpCommOverlap)
+      o[t.collective] = {{"started", t.started},
+                         {"overlapped", t.overlapped},
+                         {"kernels", t.kernels},
+                         {"gemms", t.gemms}};
+    j["tp_comm_overlap"] = std::move(o);
+  }
   if (memory) {
     json mem = memory->toJson();
     for (auto &[k, v] : mem.items())
@@ -217,6 +244,14 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
                       "use in {}\n",
                       paramGatherOverlap.size() == 1 ? "" : " " + o.program, o.gathers,
                       groupDigits(o.bytes), o.waitedIn);
+  if (!tpCommOverlap.empty()) {
+    os << "  overlap (--tp-comm-overlap): sequence parallelism's collectives on queue comm, "
+          "each overlapped with the kernels independent of it (all programs):\n";
+    for (const TpCommOverlap &t : tpCommOverlap)
+      os << fmt::format("    {}: {} started, {} overlapping {} kernels ({} GEMMs); the "
+                        "rest have none to overlap\n",
+                        t.collective, t.started, t.overlapped, t.kernels, t.gemms);
+  }
   if (!dumpDir.empty())
     os << "  IR after each pass: " << dumpDir << "/\n";
   if (output != "-")

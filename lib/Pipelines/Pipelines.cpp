@@ -49,6 +49,10 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
     programs.addPass(plan::createPlanFsdpPrefetch({o.fsdpPrefetch}));
   if (o.overlapParamGather)
     programs.addPass(plan::createPlanOverlapParamGather());
+  if (o.tpCommOverlap)
+    programs.addPass(plan::createPlanSPOverlap());
+  if (o.overlapP2P)
+    programs.addPass(plan::createPlanP2POverlap());
   programs.addPass(plan::createPlanMemory());
   if (o.verifyPlan) {
     programs.addPass(plan::createVerifyAsync());
@@ -103,6 +107,12 @@ static void bindTrainingPipelineOptions(
   o.bind("overlap-param-gather", f.overlapParamGather,
          "ZeRO-1/2: overlap the updated parameters' all-gather with the next "
          "step's first forward");
+  o.bind("tp-comm-overlap", f.tpCommOverlap,
+         "under sequence parallelism, overlap its all-gathers and reduce-scatters "
+         "with independent kernels (llcdist-plan-sp-overlap)");
+  o.bind("overlap-p2p", f.overlapP2P,
+         "under pp, overlap the pipeline sends and recvs with the kernels of their "
+         "action (llcdist-plan-p2p-overlap)");
 }
 
 void llcdist::registerPipelines() {

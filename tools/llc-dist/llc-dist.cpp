@@ -94,7 +94,9 @@ forward graph; --emit xf stops here), then llcdist-pad-vocab, llcdist-autodiff,
 llcdist-add-optimizer, [under tp: llcdist-megatron-tp], llcdist-partition,
 llcdist-pipeline-split, llcdist-lower-to-plan, [--grad-bucket-size:
 llcdist-plan-grad-buckets], [--fsdp-prefetch: llcdist-plan-fsdp-prefetch],
-[--overlap-param-gather: llcdist-plan-overlap-param-gather], llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
+[--overlap-param-gather: llcdist-plan-overlap-param-gather],
+[--tp-comm-overlap: llcdist-plan-sp-overlap], [--overlap-p2p: llcdist-plan-p2p-overlap],
+llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
 SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1)
@@ -213,6 +215,22 @@ OVERLAP (asynchronous plans)
                          --overlap-param-gather, off by default as there). An
                          f32 plan's master value becomes the rank's block and
                          the forward reads a whole copy. Not yet with pp > 1.
+  --tp-comm-overlap      with --sequence-parallel: start its all-gathers and
+                         reduce-scatters on the comm queue and overlap them
+                         with the kernels that do not depend on them
+                         (Megatron-LM's --tp-comm-overlap, bulk): in the
+                         backward the re-gather of a layer input with the
+                         kernels before its weight-gradient GEMM, and the
+                         input gradient's reduce-scatter with that layer's
+                         weight-gradient GEMM (llcdist-plan-sp-overlap).
+                         Default off. The summary says what overlaps.
+  --overlap-p2p          pp > 1: start the pipeline sends and receives on the
+                         comm queue (Megatron-LM's overlap_p2p_comm, within an
+                         action): a send right after its payload is written,
+                         the kernels that do not feed it (the backward's weight
+                         gradients) running while it is in flight; a receive
+                         waited just before its first reader
+                         (llcdist-plan-p2p-overlap). Default off.
 
 OPTIMIZER (torch.optim semantics)
   --optimizer adamw|sgd  (default adamw)
@@ -585,6 +603,10 @@ int runCompile(Args &args) {
       train.overlapParamGather = true;
     else if (a == "--sequence-parallel")
       train.sequenceParallel = true;
+    else if (a == "--tp-comm-overlap")
+      train.tpCommOverlap = true;
+    else if (a == "--overlap-p2p")
+      train.overlapP2P = true;
     else if (auto v = args.value(a, "--tp-embeddings")) {
       if (*v != "vocab-parallel" && *v != "replicated")
         throw UsageError{"--tp-embeddings must be vocab-parallel or replicated, got '" +
@@ -644,6 +666,12 @@ int runCompile(Args &args) {
       throw UsageError{"--grad-bucket-size must be a parameter count >= 0 (0: off) or auto, got '" +
                        gradBucketText + "'"};
   }
+  if (train.tpCommOverlap && !train.sequenceParallel)
+    throw UsageError{"--tp-comm-overlap overlaps sequence parallelism's collectives: it needs "
+                     "--sequence-parallel"};
+  if (train.overlapP2P && mesh.pp == 1)
+    throw UsageError{"--overlap-p2p overlaps the pipeline's sends and receives: it needs pp > 1 "
+                     "in --mesh"};
   if (train.gradBucketSize > 0 && mesh.pp > 1)
     throw UsageError{"--grad-bucket-size does not support pipelines (pp > 1) yet"};
   if (train.gradBucketSize > 0 && train.zero > 2)
@@ -716,8 +744,8 @@ int runCompile(Args &args) {
       known.insert(p.getArgument().str());
     if (emit == "plan") // nested on plan.program
       known.insert({"llcdist-plan-grad-buckets", "llcdist-plan-fsdp-prefetch",
-                    "llcdist-plan-overlap-param-gather", "llcdist-plan-memory",
-                    "llcdist-verify-async"});
+                    "llcdist-plan-overlap-param-gather", "llcdist-plan-sp-overlap",
+                    "llcdist-plan-p2p-overlap", "llcdist-plan-memory", "llcdist-verify-async"});
     auto printer = std::make_unique<IRPrinter>(dumpDir, printAll, printAfter);
     printer->checkUnknown(known);
     if (failed(printer->dump(*lm->module, "import")))
@@ -820,6 +848,7 @@ int runCompile(Args &args) {
     summary.fsdpPrefetch = fsdpPrefetchOf(*lm->module);
     summary.fsdpPrefetchUnits = train.fsdpPrefetch;
     summary.paramGatherOverlap = paramGatherOverlapOf(*lm->module);
+    summary.tpCommOverlap = tpCommOverlapOf(*lm->module);
   }
   auto &os = output == "-" ? llvm::errs() : llvm::outs();
   if (format == "json")

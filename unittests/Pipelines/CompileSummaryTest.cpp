@@ -219,6 +219,48 @@ TEST(CompileSummary, FsdpPrefetch) {
       << text;
 }
 
+// --tp-comm-overlap: the summary counts every sequence-parallel collective
+// the pass started (each tp all_gather / reduce_scatter of the plan, counted
+// here on the IR) and the kernels their windows hold, in text and JSON.
+TEST(CompileSummary, TpCommOverlap) {
+  TrainingPipelineOptions o = meshOptions(2, 2);
+  o.sequenceParallel = true;
+  o.tpCommOverlap = true;
+  Compiled c = compileForTest("tiny-gpt2", o, shapeForTest(16, 1, 4));
+  ASSERT_TRUE(c.module);
+  std::map<std::string, int64_t> started;
+  c.module->walk([&](plan::KernelOp k) {
+    auto axis = k.getParams().getAs<mlir::StringAttr>("axis");
+    if ((k.getKernel() == "all_gather" || k.getKernel() == "reduce_scatter") && axis &&
+        axis.getValue() == "tp") {
+      EXPECT_TRUE(k->hasAttr(plan::kTokenAttr)) << k.getKernel().str();
+      ++started[k.getKernel().str()];
+    }
+  });
+  CompileSummary s = summaryOf(c, MeshSpec{2, 2, 1});
+  s.tpCommOverlap = tpCommOverlapOf(*c.module);
+  ASSERT_EQ(s.tpCommOverlap.size(), 2u);
+  for (const TpCommOverlap &t : s.tpCommOverlap) {
+    EXPECT_EQ(t.started, started[t.collective]) << t.collective;
+    EXPECT_GT(t.overlapped, 0) << t.collective;
+    EXPECT_LE(t.overlapped, t.started) << t.collective;
+    EXPECT_GE(t.kernels, t.overlapped) << t.collective;
+    EXPECT_GT(t.gemms, 0) << t.collective;
+    EXPECT_LE(t.gemms, t.kernels) << t.collective;
+  }
+  nlohmann::ordered_json j = s.toJson();
+  EXPECT_EQ(j["tp_comm_overlap"]["all_gather"]["started"], started["all_gather"]);
+  EXPECT_EQ(j["tp_comm_overlap"]["reduce_scatter"]["kernels"], s.tpCommOverlap[1].kernels);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  s.print(os);
+  EXPECT_NE(text.find("    reduce_scatter: " + std::to_string(started["reduce_scatter"]) +
+                      " started, " + std::to_string(s.tpCommOverlap[1].overlapped) +
+                      " overlapping"),
+            std::string::npos)
+      << text;
+}
+
 // Megatron-LM's default bucket: max(40M, 1M × dp) parameters.
 TEST(CompileSummary, DefaultGradBucketSize) {
   EXPECT_EQ(defaultGradBucketSize(1), 40'000'000);

@@ -73,6 +73,15 @@ struct ParamGatherOverlap {
   int64_t gathers = 0, bytes = 0;
 };
 std::vector<ParamGatherOverlap> paramGatherOverlapOf(mlir::ModuleOp module);
+/// What llcdist-plan-sp-overlap moved (plan.tp_comm_overlap), summed over
+/// the programs: per collective kind, how many it started on queue comm, how
+/// many of them overlap at least one kernel, and the kernels and GEMMs their
+/// windows hold.
+struct TpCommOverlap {
+  std::string collective; ///< all_gather | reduce_scatter
+  int64_t started = 0, overlapped = 0, kernels = 0, gemms = 0;
+};
+std::vector<TpCommOverlap> tpCommOverlapOf(mlir::ModuleOp module);
 
 struct CompileSummary {
   std::string model; ///< modelName
@@ -99,6 +108,7 @@ struct CompileSummary {
   std::vector<FsdpPrefetch> fsdpPrefetch;
   int64_t fsdpPrefetchUnits = 0; ///< --fsdp-prefetch (0: off)
   std::vector<ParamGatherOverlap> paramGatherOverlap;
+  std::vector<TpCommOverlap> tpCommOverlap; ///< --tp-comm-overlap (empty: off)
 
   nlohmann::ordered_json toJson() const;
   void print(llvm::raw_ostream &os) const;

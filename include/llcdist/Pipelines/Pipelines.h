@@ -43,6 +43,14 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   /// step's first forward (llcdist-plan-overlap-param-gather; Megatron-LM's
   /// --overlap-param-gather, off by default as there).
   bool overlapParamGather = false;
+  /// Under sequence parallelism: start its all-gathers and reduce-scatters
+  /// on queue comm, overlapped with the kernels independent of them
+  /// (llcdist-plan-sp-overlap, Megatron-LM's --tp-comm-overlap).
+  bool tpCommOverlap = false;
+  /// Under pp: start the pipeline sends and recvs on queue comm, overlapped
+  /// with the kernels of their action independent of them
+  /// (llcdist-plan-p2p-overlap, Megatron-LM's overlap_p2p_comm).
+  bool overlapP2P = false;
   /// The forward pipeline's (llcdist-attach-mesh's) mesh.
   xf::ForwardPipelineOptions mesh;
   /// Under tp: keep the embeddings and the LM head whole instead of
@@ -80,7 +88,8 @@ int64_t defaultGradBucketSize(int64_t dp);
 /// [+ llcdist-plan-zero], llcdist-plan-comm-dtype, on each program
 /// [gradBucketSize: llcdist-plan-grad-buckets] [fsdpPrefetch:
 /// llcdist-plan-fsdp-prefetch] [overlapParamGather:
-/// llcdist-plan-overlap-param-gather] and llcdist-plan-memory, then
+/// llcdist-plan-overlap-param-gather] [tpCommOverlap: llcdist-plan-sp-overlap]
+/// [overlapP2P: llcdist-plan-p2p-overlap] and llcdist-plan-memory, then
 /// on each program llcdist-verify-async and llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);

@@ -67,6 +67,13 @@ constexpr const char kFsdpPrefetchAttr[] = "plan.fsdp_prefetch";
 /// subroutine} of the parameter all-gathers it moved into the next step, for
 /// the compile summary. Not in the JSON.
 constexpr const char kParamGatherOverlapAttr[] = "plan.param_gather_overlap";
+/// Program attribute (llcdist-plan-sp-overlap): per collective kind
+/// (all_gather, reduce_scatter) {started, overlapped, kernels, gemms}, for
+/// the compile summary. Not in the JSON.
+constexpr const char kTpCommOverlapAttr[] = "plan.tp_comm_overlap";
+/// Program attribute (llcdist-plan-p2p-overlap): {started, overlapped,
+/// kernels} over its pipeline sends and recvs. Not in the JSON.
+constexpr const char kP2POverlapAttr[] = "plan.p2p_overlap";
 
 /// Whether `kernel` names a communication op (all_reduce, all_gather,
 /// reduce_scatter, send, recv): the ops that may carry a token or be issued

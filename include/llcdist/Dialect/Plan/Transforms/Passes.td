@@ -175,6 +175,53 @@ def PlanOverlapParamGather : Pass<"llcdist-plan-overlap-param-gather", "llcdist:
   }];
 }
 
+def PlanSPOverlap : Pass<"llcdist-plan-sp-overlap", "llcdist::plan::ProgramOp"> {
+  let summary = "overlap sequence parallelism's all-gathers and reduce-scatters with independent kernels";
+  let description = [{
+    Megatron-LM's --tp-comm-overlap (bulk): every tp `all_gather` and
+    `reduce_scatter` of activations (sequence parallelism's, synchronous) is
+    started on queue "comm" with a fresh token. Its start moves up to just
+    after the last kernel it depends on (kernels before it that are
+    independent of it and of the kernels it depends on move below the
+    start: the weight-gradient GEMM before an input gradient's
+    reduce_scatter runs while it is in flight), and its wait moves down to
+    just before the first kernel that reads what it writes or writes what
+    it touches. A window never crosses a synchronous collective, a
+    pipeline send/recv or, upwards, another start or wait, so the comm
+    queue keeps the collectives' order. The program gets `queues =
+    ["compute", "comm"]` and `plan.tp_comm_overlap` (per kind: started,
+    overlapped, kernels, gemms) for the compile summary. Runs after
+    llcdist-plan-grad-buckets (its tokens come after those) and before
+    llcdist-plan-memory.
+
+    Before: `linear_bwd_weight {dw = @dw, dy = @dy, x = @x}`, `linear_bwd_input {dx = @dx, dy = @dy, w = @w}`, `reduce_scatter {x = @dx, y = @dxs}`, `layer_norm_bwd_input {dy = @dxs, ...}`
+    After: `linear_bwd_input`, `reduce_scatter {x = @dx, y = @dxs} {queue = "comm", token = 0 : i64}`, `linear_bwd_weight`, `wait {token = 0 : i64}`, `layer_norm_bwd_input`
+  }];
+}
+
+def PlanP2POverlap : Pass<"llcdist-plan-p2p-overlap", "llcdist::plan::ProgramOp"> {
+  let summary = "overlap pipeline sends and receives with the kernels of their action";
+  let description = [{
+    Megatron-LM's overlap_p2p_comm within an action: every pipeline `send`
+    and `recv` (plan.origin "pipeline", synchronous) is started on queue
+    "comm" with a fresh token. A send's start moves up to just after the last
+    write of its payload (the kernels before it that do not feed the
+    payload, such as the backward's weight gradients, move below the start
+    and run while it is in flight); its wait moves down to the first kernel
+    that writes the payload, else the end of the subroutine. A recv starts as
+    early as the subroutine allows and is waited before the first kernel
+    that touches its buffer. No start or wait crosses another communication
+    op, so each rank's communication keeps the synchronous order (the
+    cross-rank verifier's blocking model of a start stays exact). The program
+    gets `queues = ["compute", "comm"]` and `plan.p2p_overlap` ({started,
+    overlapped, kernels}). Runs after llcdist-plan-sp-overlap, before
+    llcdist-plan-memory.
+
+    Before: `linear_bwd_weight {dw = @dw, dy = @g, x = @x}`, `linear_bwd_input {dx = @dx, dy = @g, w = @w}`, `send {x = @dx}`
+    After: `linear_bwd_input`, `send {x = @dx} {queue = "comm", token = 0 : i64}`, `linear_bwd_weight`, `wait {token = 0 : i64}`
+  }];
+}
+
 def VerifyAsync : Pass<"llcdist-verify-async", "llcdist::plan::ProgramOp"> {
   let summary = "check a program's tokens and in-flight buffers (asynchronous plans)";
   let description = [{

@@ -1,0 +1,159 @@
+//===- OverlapWindows.cpp - start communication early, wait late ----------===//
+#include "OverlapWindows.h"
+
+#include "llcdist/runtime/PlanSchema.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+using namespace mlir;
+using namespace llcdist::plan;
+namespace schema = llcdist::rt::schema;
+
+namespace {
+/// The buffers a kernel reads and writes (a read-written role in both). A
+/// kernel of no known kind (none reach this pass) reads and writes all.
+struct Access {
+  llvm::DenseSet<StringAttr> reads, writes;
+};
+
+Access accessOf(KernelOp k) {
+  Access acc;
+  auto kind = schema::parseOpKind(k.getKernel().str());
+  for (NamedAttribute arg : k.getArgs()) {
+    auto access = schema::ArgAccess::kReadWrite;
+    if (kind)
+      if (int idx = schema::argIndex(*kind, arg.getName().strref()); idx >= 0)
+        access = schema::opSpec(*kind).args[idx].access;
+    auto note = [&](Attribute a) {
+      StringAttr name = cast<FlatSymbolRefAttr>(a).getAttr();
+      if (access != schema::ArgAccess::kWrite)
+        acc.reads.insert(name);
+      if (access != schema::ArgAccess::kRead)
+        acc.writes.insert(name);
+    };
+    if (auto list = dyn_cast<ArrayAttr>(arg.getValue()))
+      llvm::for_each(list, note);
+    else
+      note(arg.getValue());
+  }
+  return acc;
+}
+
+/// Whether the two kernels must keep their order: one writes a buffer the
+/// other reads or writes.
+bool dependent(const Access &a, const Access &b) {
+  auto meets = [](const llvm::DenseSet<StringAttr> &x, const llvm::DenseSet<StringAttr> &y) {
+    return llvm::any_of(x, [&](StringAttr n) { return y.contains(n); });
+  };
+  return meets(a.writes, b.reads) || meets(a.writes, b.writes) || meets(b.writes, a.reads);
+}
+
+bool isGemm(KernelOp k) { return k.getKernel().starts_with("linear_"); }
+} // namespace
+
+int64_t llcdist::plan::nextFreeToken(ProgramOp program) {
+  int64_t next = 0;
+  program.walk([&](KernelOp k) {
+    if (auto t = k->getAttrOfType<IntegerAttr>(kTokenAttr))
+      next = std::max(next, t.getInt() + 1);
+  });
+  return next;
+}
+
+void llcdist::plan::addCommQueue(ProgramOp program) {
+  MLIRContext *ctx = program.getContext();
+  SmallVector<Attribute> queues;
+  if (auto q = program->getAttrOfType<ArrayAttr>(kQueuesAttr))
+    queues.assign(q.begin(), q.end());
+  else
+    queues.push_back(StringAttr::get(ctx, kComputeQueue));
+  if (llvm::none_of(queues, [](Attribute q) { return cast<StringAttr>(q).getValue() == "comm"; }))
+    queues.push_back(StringAttr::get(ctx, "comm"));
+  program->setAttr(kQueuesAttr, ArrayAttr::get(ctx, queues));
+}
+
+SmallVector<Window> llcdist::plan::overlapInBlock(Block &block, ArrayRef<KernelOp> ops,
+                                                  int64_t &nextToken, bool crossOtherStarts) {
+  // All of them go on queue comm first, so that a window may hold the later
+  // ones (they are no synchronous collectives any more).
+  OpBuilder b(block.getParentOp()->getContext());
+  llvm::DenseSet<Operation *> onComm;
+  for (KernelOp c : ops) {
+    c->setAttr(kQueueAttr, b.getStringAttr("comm"));
+    c->setAttr(kTokenAttr, b.getI64IntegerAttr(nextToken++));
+    onComm.insert(c);
+  }
+  auto isWait = [](Operation *op) {
+    auto k = dyn_cast<KernelOp>(op);
+    return k && k.getKernel() == kWaitKernel;
+  };
+  // A compute kernel (not a collective, not a wait).
+  auto isCompute = [&](Operation *op) {
+    auto k = dyn_cast<KernelOp>(op);
+    return k && !isCommunicationKernel(k.getKernel()) && !isWait(op);
+  };
+  for (KernelOp c : ops) {
+    Access ca = accessOf(c);
+    // 1. The start: up past the kernels since the last start or wait
+    // (or synchronous collective); those independent of it and of every
+    // kernel kept above it move below it, in their order.
+    SmallVector<Access> kept{ca};
+    SmallVector<Operation *> below; // in reverse order
+    for (Operation *p = c->getPrevNode(); p && isCompute(p); p = p->getPrevNode()) {
+      Access pa = accessOf(cast<KernelOp>(p));
+      if (llvm::any_of(kept, [&](const Access &k) { return dependent(pa, k); }))
+        kept.push_back(std::move(pa));
+      else
+        below.push_back(p);
+    }
+    for (Operation *p : below) // reverse order, each moved right after c
+      p->moveAfter(c);
+    // 2. The wait: down past the kernels independent of it, the other
+    // ops' starts whose buffers it does not share (crossOtherStarts), and
+    // waits.
+    Operation *end = c->getNextNode();
+    for (; end && !end->hasTrait<OpTrait::IsTerminator>(); end = end->getNextNode()) {
+      auto k = dyn_cast<KernelOp>(end);
+      if (!k || !(isCompute(k) || isWait(k) || (crossOtherStarts && onComm.contains(k))))
+        break;
+      if (!isWait(k) && dependent(accessOf(k), ca))
+        break;
+    }
+    if (end)
+      b.setInsertionPoint(end);
+    else
+      b.setInsertionPointToEnd(&block);
+    auto w = KernelOp::create(b, c.getLoc(), kWaitKernel, b.getDictionaryAttr({}),
+                              b.getDictionaryAttr({}));
+    w->setAttr(kTokenAttr, c->getAttr(kTokenAttr));
+  }
+  // 3. What each window holds, once all have moved (a later start's
+  // reordering moves kernels only within the windows around it).
+  llvm::DenseMap<int64_t, Operation *> open;
+  llvm::DenseMap<Operation *, std::pair<int64_t, int64_t>> held; // kernels, GEMMs
+  for (Operation &op : block) {
+    auto k = dyn_cast<KernelOp>(&op);
+    if (!k)
+      continue;
+    auto token = k->getAttrOfType<IntegerAttr>(kTokenAttr);
+    if (onComm.contains(k)) {
+      open[token.getInt()] = k;
+      held[k];
+    } else if (isWait(k) && token) {
+      open.erase(token.getInt());
+    } else if (isCompute(k)) {
+      for (auto &[t, c] : open) {
+        ++held[c].first;
+        held[c].second += isGemm(k);
+      }
+    }
+  }
+  SmallVector<Window> windows;
+  for (KernelOp c : ops) {
+    auto [kernels, gemms] = held.lookup(c);
+    windows.push_back({kernels, gemms});
+  }
+  return windows;
+}

@@ -27,7 +27,8 @@ using namespace llcdist;
 namespace {
 plan::CommReport compileAndReport(const std::string &model, int64_t dp,
                                   int64_t microbatches, int64_t *params,
-                                  int64_t tp = 1, ModelConfig *config = nullptr) {
+                                  int64_t tp = 1, ModelConfig *config = nullptr,
+                                  int64_t gradBucketSize = 0) {
   ModelConfig cfg;
   EXPECT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/" +
                                    model + ".json",
@@ -48,6 +49,7 @@ plan::CommReport compileAndReport(const std::string &model, int64_t dp,
   TrainingPipelineOptions opt;
   opt.mesh.dp = dp;
   opt.mesh.tp = tp;
+  opt.gradBucketSize = gradBucketSize;
   buildTrainingPipeline(pm, opt);
   EXPECT_TRUE(mlir::succeeded(pm.run(*module)));
   auto report = plan::computeCommReport(*module);
@@ -81,6 +83,38 @@ TEST(CommReport, DataParallelGradientsMatchTheAnalyticVolume) {
         EXPECT_EQ(l.payload, "loss");
         EXPECT_EQ(l.payloadBytes, 4);
       }
+}
+
+// Gradient buckets move the gradient all-reduces from the compute queue (run
+// exposed) to the communication queue, in several calls: the bytes per queue
+// are what moved, and the total does not change.
+TEST(CommReport, BytesByQueueShowWhatBucketsMoved) {
+  int64_t params;
+  plan::CommReport sync = compileAndReport("tiny-gpt2", 2, 2, &params);
+  ASSERT_EQ(sync.ringBytesPerStepByQueue().size(), 1u);
+  EXPECT_EQ(sync.ringBytesPerStepByQueue()[0].first, "compute");
+  plan::CommReport async =
+      compileAndReport("tiny-gpt2", 2, 2, &params, 1, nullptr, /*gradBucketSize=*/50'000);
+  auto byQueue = async.ringBytesPerStepByQueue();
+  ASSERT_EQ(byQueue.size(), 2u);
+  const double ring = 2.0 * (2 - 1) / 2; // 2(n-1)/n at dp = 2
+  double loss = 0, grads = 0;
+  for (const plan::CollectiveEntry &e : async.entries)
+    (e.payload == "gradients" ? grads : loss) += e.ringBytesPerStep();
+  EXPECT_DOUBLE_EQ(grads, ring * 4.0 * double(params)); // every gradient once
+  for (auto [queue, bytes] : byQueue)
+    EXPECT_DOUBLE_EQ(bytes, queue == "comm" ? grads : loss) << queue;
+  EXPECT_DOUBLE_EQ(async.ringBytesPerStep(), sync.ringBytesPerStep());
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  async.print(os, MeshSpec{2, 1, 1}, nullptr);
+  EXPECT_NE(text.find("ring B/step by queue:"), std::string::npos) << text;
+  EXPECT_NE(text.find(" compute 4 (exposed)"), std::string::npos) << text;
+  EXPECT_NE(text.find(" comm " + std::to_string(int64_t(grads)) + " (may overlap compute)"),
+            std::string::npos)
+      << text;
+  for (const auto &j : async.toJson(MeshSpec{2, 1, 1}, nullptr))
+    EXPECT_EQ(j["queue"], j["payload"] == "gradients" ? "comm" : "compute") << j.dump();
 }
 
 // Megatron's tensor parallelism: per microbatch, each layer all-reduces its

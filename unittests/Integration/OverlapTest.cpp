@@ -182,7 +182,10 @@ TEST(ZeroOverlap, MeasuredPeakEqualsPlanned) {
     auto run = test::writeAndRunOneStep(*m, "llcdist-overlap-peak", what);
     ASSERT_TRUE(run) << what;
     ASSERT_NO_FATAL_FAILURE(
-        test::expectMeasuredPeakEqualsPlanned(*run, planned, what, /*arenaSlack=*/0));
+        // The live peak is exact; the high-water mark may stop short of the
+        // arena's aligned end when an odd-sized buffer (the grad norm's f64
+        // scalar, the loss) is placed last.
+        test::expectMeasuredPeakEqualsPlanned(*run, planned, what, /*arenaSlack=*/64));
   }
 }
 

@@ -83,6 +83,8 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
         if (auto nl = dyn_cast<NameLoc>(k.getLoc()))
           e.reason = nl.getName().str();
         e.origin = collectiveOrigin(k);
+        if (auto q = k->getAttrOfType<StringAttr>(kQueueAttr))
+          e.queue = q.str();
         // The payload: the reduced buffers, or the full (gathered) tensor.
         StringRef role = kind == "all_gather" ? "y" : "x";
         Attribute arg = k.getArgs().get(role);
@@ -101,12 +103,12 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
             e.payloadBytes += kind == "send" || buf.getTensorType().getElementType().isF64()
                                   ? buf.getNumBytes()
                                   : buf.getTensorType().getNumElements() * elementBytes;
-        // One entry per (stage, kind, axis, payload, reason): a collective
+        // One entry per (stage, kind, axis, payload, reason, queue): a collective
         // repeated per layer is one line with its calls summed.
         auto same = llvm::find_if(report.entries, [&](const CollectiveEntry &o) {
           return o.stage == e.stage && o.kind == e.kind && o.axis == e.axis &&
                  o.payload == e.payload && o.reason == e.reason && o.origin == e.origin &&
-                 o.payloadBytes == e.payloadBytes && o.dtype == e.dtype;
+                 o.payloadBytes == e.payloadBytes && o.dtype == e.dtype && o.queue == e.queue;
         });
         if (same != report.entries.end())
           same->callsPerStep += e.callsPerStep;
@@ -234,6 +236,18 @@ LinkEstimate llcdist::plan::estimateLink(const CollectiveEntry &e, const MeshSpe
   return l;
 }
 
+std::vector<std::pair<std::string, double>> CommReport::ringBytesPerStepByQueue() const {
+  std::vector<std::pair<std::string, double>> out;
+  for (const CollectiveEntry &e : entries) {
+    auto it = llvm::find_if(out, [&](const auto &q) { return q.first == e.queue; });
+    if (it == out.end())
+      out.emplace_back(e.queue, e.ringBytesPerStep());
+    else
+      it->second += e.ringBytesPerStep();
+  }
+  return out;
+}
+
 json CommReport::toJson(const MeshSpec &mesh, const Topology *topo) const {
   json list = json::array();
   for (const CollectiveEntry &e : entries) {
@@ -248,7 +262,8 @@ json CommReport::toJson(const MeshSpec &mesh, const Topology *topo) const {
                     {"analytic_calls_per_step", a.calls},
                     {"analytic_formula", a.formula},
                     {"ring_bytes_per_rank_per_step", e.ringBytesPerStep()},
-                    {"reason", e.reason}});
+                    {"reason", e.reason},
+                    {"queue", e.queue}});
     if (topo) {
       LinkEstimate l = estimateLink(e, mesh, *topo);
       list.back()["crosses_nodes"] = l.crossesNodes;
@@ -296,6 +311,15 @@ void CommReport::print(llvm::raw_ostream &os, const MeshSpec &mesh,
       os << fmt::format("      {} at {:g} GB/s per GPU: ~{:.3f} ms per step\n",
                         l.crossesNodes ? "crosses nodes" : "inside a node", l.gbs, l.ms);
     }
+  }
+  // Only asynchronous plans have more than one queue: say what may overlap.
+  auto byQueue = ringBytesPerStepByQueue();
+  if (byQueue.size() > 1 || byQueue.front().first != kComputeQueue) {
+    os << "    ring B/step by queue:";
+    for (auto [i, q] : llvm::enumerate(byQueue))
+      os << fmt::format("{} {} {:.0f}{}", i ? "," : "", q.first, q.second,
+                        q.first == kComputeQueue ? " (exposed)" : " (may overlap compute)");
+    os << "\n";
   }
 }
 

@@ -77,6 +77,10 @@ struct CollectiveEntry {
   std::string dtype = "f32";
   /// The pipeline stage whose program issues it (-1: a plan of one program).
   int64_t stage = -1;
+  /// The queue it is issued on (its `queue` attribute; "compute" when absent:
+  /// synchronous). An overlap pass moves collectives onto a communication
+  /// queue, where they run while the compute queue goes on.
+  std::string queue = "compute";
   /// Bytes each rank sends per step with NCCL's ring algorithms: all-reduce
   /// 2(n-1)/n · payload, all-gather and reduce-scatter (n-1)/n · payload; a
   /// pipeline `send` the payload itself.
@@ -93,6 +97,9 @@ struct CommReport {
   std::vector<int64_t> localParametersPerStage; ///< one entry per program
   CommFacts facts;
   double ringBytesPerStep() const;
+  /// Ring bytes per step and rank by queue, in first-use order: what runs
+  /// exposed (on "compute") and what may overlap compute (the others).
+  std::vector<std::pair<std::string, double>> ringBytesPerStepByQueue() const;
 
   /// One object per entry: counted and analytic volume, the reason, and with
   /// a topology the link and estimated time (the compile report's

@@ -44,6 +44,23 @@ inline int64_t firstFreeToken(ProgramOp program) {
   return next;
 }
 
+/// Whether any argument of `k` (a buffer or a list of buffers) names `buf`.
+inline bool referencesBuffer(KernelOp k, mlir::StringAttr buf) {
+  auto is = [&](mlir::Attribute a) {
+    auto ref = mlir::dyn_cast<mlir::FlatSymbolRefAttr>(a);
+    return ref && ref.getAttr() == buf;
+  };
+  for (mlir::NamedAttribute arg : k.getArgs()) {
+    if (auto list = mlir::dyn_cast<mlir::ArrayAttr>(arg.getValue())) {
+      if (llvm::any_of(list, is))
+        return true;
+    } else if (is(arg.getValue())) {
+      return true;
+    }
+  }
+  return false;
+}
+
 /// Makes `op` (a communication kernel) start asynchronously on `queue`.
 inline void start(mlir::Operation *op, llvm::StringRef queue, int64_t token) {
   mlir::Builder b(op->getContext());

@@ -53,27 +53,6 @@ bool dependent(const Access &a, const Access &b) {
 bool isGemm(KernelOp k) { return k.getKernel().starts_with("linear_"); }
 } // namespace
 
-int64_t llcdist::plan::nextFreeToken(ProgramOp program) {
-  int64_t next = 0;
-  program.walk([&](KernelOp k) {
-    if (auto t = k->getAttrOfType<IntegerAttr>(kTokenAttr))
-      next = std::max(next, t.getInt() + 1);
-  });
-  return next;
-}
-
-void llcdist::plan::addCommQueue(ProgramOp program) {
-  MLIRContext *ctx = program.getContext();
-  SmallVector<Attribute> queues;
-  if (auto q = program->getAttrOfType<ArrayAttr>(kQueuesAttr))
-    queues.assign(q.begin(), q.end());
-  else
-    queues.push_back(StringAttr::get(ctx, kComputeQueue));
-  if (llvm::none_of(queues, [](Attribute q) { return cast<StringAttr>(q).getValue() == "comm"; }))
-    queues.push_back(StringAttr::get(ctx, "comm"));
-  program->setAttr(kQueuesAttr, ArrayAttr::get(ctx, queues));
-}
-
 SmallVector<Window> llcdist::plan::overlapInBlock(Block &block, ArrayRef<KernelOp> ops,
                                                   int64_t &nextToken, bool crossOtherStarts) {
   // All of them go on queue comm first, so that a window may hold the later

@@ -12,6 +12,8 @@
 #ifndef LLCDIST_LIB_DIALECT_PLAN_TRANSFORMS_OVERLAPWINDOWS_H
 #define LLCDIST_LIB_DIALECT_PLAN_TRANSFORMS_OVERLAPWINDOWS_H
 
+#include "OverlapUtil.h"
+
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -25,12 +27,6 @@ struct Window {
   int64_t kernels = 0; ///< compute kernels
   int64_t gemms = 0;   ///< of them linear_* kernels
 };
-
-/// The smallest token no op of `program` uses yet.
-int64_t nextFreeToken(ProgramOp program);
-
-/// Adds queue "comm" to the program's queues (["compute"] if absent).
-void addCommQueue(ProgramOp program);
 
 /// Starts each of `ops` (synchronous communication kernels of `block`, in
 /// block order) on queue "comm" with a token from `nextToken` on and moves

@@ -103,22 +103,6 @@ bool writes(KernelOp k, StringAttr name) {
   return false;
 }
 
-/// Whether any argument of `k` names buffer `name`.
-bool touches(KernelOp k, StringAttr name) {
-  auto is = [&](Attribute a) {
-    auto ref = dyn_cast<FlatSymbolRefAttr>(a);
-    return ref && ref.getAttr() == name;
-  };
-  for (NamedAttribute arg : k.getArgs()) {
-    if (auto list = dyn_cast<ArrayAttr>(arg.getValue())) {
-      if (llvm::any_of(list, is))
-        return true;
-    } else if (is(arg.getValue())) {
-      return true;
-    }
-  }
-  return false;
-}
 
 struct PlanGradBucketsPass
     : public llcdist::plan::impl::PlanGradBucketsBase<PlanGradBucketsPass> {
@@ -185,7 +169,7 @@ struct PlanGradBucketsPass
           // part in flight.
           auto conflicts = [&](const SmallVector<InFlight> &bucket) {
             return llvm::any_of(bucket, [&](const InFlight &f) {
-              return writes(k, f.x) || touches(k, f.y);
+              return writes(k, f.x) || overlap::referencesBuffer(k, f.y);
             });
           };
           while (!buckets.empty() && llvm::any_of(buckets, conflicts))
@@ -417,14 +401,7 @@ struct PlanGradBucketsPass
       backward.erase(); // one microbatch: the clone is the whole backward
 
     // 6. The comm queue, and the report.
-    SmallVector<Attribute> queues;
-    if (auto q = program->getAttrOfType<ArrayAttr>(kQueuesAttr))
-      queues.assign(q.begin(), q.end());
-    else
-      queues.push_back(StringAttr::get(ctx, kComputeQueue));
-    if (llvm::none_of(queues, [](Attribute q) { return cast<StringAttr>(q).getValue() == "comm"; }))
-      queues.push_back(StringAttr::get(ctx, "comm"));
-    program->setAttr(kQueuesAttr, ArrayAttr::get(ctx, queues));
+    overlap::addQueue(program, "comm");
     SmallVector<Attribute> report;
     for (const Bucket &bk : buckets)
       report.push_back(b.getDictionaryAttr(

@@ -49,22 +49,6 @@ bool isZeroGather(KernelOp k) {
          collectiveOrigin(k) == llcdist::xf::CollectiveOrigin::Zero;
 }
 
-/// Whether any argument of `k` names `buf`.
-bool references(KernelOp k, StringAttr buf) {
-  auto is = [&](Attribute a) {
-    auto ref = dyn_cast<FlatSymbolRefAttr>(a);
-    return ref && ref.getAttr() == buf;
-  };
-  for (NamedAttribute arg : k.getArgs()) {
-    if (auto list = dyn_cast<ArrayAttr>(arg.getValue())) {
-      if (llvm::any_of(list, is))
-        return true;
-    } else if (is(arg.getValue())) {
-      return true;
-    }
-  }
-  return false;
-}
 
 /// `k`'s arguments with every `from` replaced by `to`.
 DictionaryAttr replaced(KernelOp k, Attribute from, Attribute to) {
@@ -135,7 +119,7 @@ struct PlanOverlapParamGatherPass
       StringAttr value = p.getValueAttr().getAttr();
       F32Update u{p, {}, {}, {}};
       for (auto k : optimizer.getBody().front().getOps<KernelOp>()) {
-        if (!references(k, value))
+        if (!overlap::referencesBuffer(k, value))
           continue;
         if (k.getKernel() == "shard_slice" && !u.slice)
           u.slice = k;
@@ -150,7 +134,7 @@ struct PlanOverlapParamGatherPass
         continue; // mixed precision: the master is the block already
       StringAttr shard = u.slice.getArgs().getAs<FlatSymbolRefAttr>("y").getAttr();
       for (auto k : optimizer.getBody().front().getOps<KernelOp>())
-        if (k != u.slice && k != u.gather && references(k, shard)) {
+        if (k != u.slice && k != u.gather && overlap::referencesBuffer(k, shard)) {
           if (u.update || (k.getKernel() != "adamw" && k.getKernel() != "sgd"))
             return;
           u.update = k;
@@ -242,7 +226,7 @@ struct PlanOverlapParamGatherPass
     for (Started &s : started) {
       KernelOp use;
       for (auto k : cloneBody.getOps<KernelOp>())
-        if (references(k, s.whole)) {
+        if (overlap::referencesBuffer(k, s.whole)) {
           use = k;
           break;
         }

@@ -52,7 +52,7 @@ struct PlanP2POverlapPass
 
   void runOnOperation() override {
     ProgramOp program = getOperation();
-    int64_t nextToken = nextFreeToken(program);
+    int64_t nextToken = overlap::firstFreeToken(program);
     int64_t started = 0, overlapped = 0, kernels = 0;
     for (auto sub : program.getBody().front().getOps<SubroutineOp>()) {
       Block &block = sub.getBody().front();
@@ -69,7 +69,7 @@ struct PlanP2POverlapPass
     }
     if (started == 0)
       return; // no pipeline
-    addCommQueue(program);
+    overlap::addQueue(program, "comm");
     OpBuilder b(program.getContext());
     program->setAttr(kP2POverlapAttr,
                      b.getDictionaryAttr(

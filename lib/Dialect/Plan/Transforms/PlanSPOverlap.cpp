@@ -77,7 +77,7 @@ struct PlanSPOverlapPass
     ProgramOp program = getOperation();
     Block &body = program.getBody().front();
     // Fresh tokens above any an earlier pass (grad buckets) started.
-    int64_t nextToken = nextFreeToken(program);
+    int64_t nextToken = overlap::firstFreeToken(program);
     llvm::StringMap<Moved> moved;
     for (auto sub : body.getOps<SubroutineOp>()) {
       Block &block = sub.getBody().front();
@@ -98,7 +98,7 @@ struct PlanSPOverlapPass
     if (moved.empty())
       return;
 
-    addCommQueue(program);
+    overlap::addQueue(program, "comm");
     OpBuilder b(program.getContext());
     SmallVector<NamedAttribute> report;
     for (StringRef kind : {"all_gather", "reduce_scatter"})

@@ -676,6 +676,11 @@ int runCompile(Args &args) {
     throw UsageError{"--grad-bucket-size does not support pipelines (pp > 1) yet"};
   if (train.gradBucketSize > 0 && train.zero > 2)
     throw UsageError{"--grad-bucket-size does not support --zero 3 yet"};
+  // The runtime cannot run a started collective through f32 staging of bf16 buffers yet.
+  if (train.gradBucketSize > 0 && shape.dtype == "bf16" && train.gradReduceDtype == "f32")
+    throw UsageError{"--grad-bucket-size does not support --grad-reduce-dtype f32 under --dtype bf16 "
+                     "yet (the runtime runs a started reduction only in the buffers' dtype): drop one "
+                     "of them"};
   if (train.fsdpPrefetch < 0)
     throw UsageError{"--fsdp-prefetch must be a unit count >= 0 (0: off), got " +
                      std::to_string(train.fsdpPrefetch)};

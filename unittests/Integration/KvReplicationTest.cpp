@@ -196,7 +196,7 @@ TEST(KvReplication, InitFromRoundTrips) {
   for (auto [model, tp] : {std::pair<std::string, int64_t>{"tiny-llama-mqa", 4},
                            {"tiny-llama-gqa", 4}}) {
     Trained ref = test::trainPlan(input(model), test::goldenOptions("sgd"), 8, "kv-rt-ref");
-    std::string refFile = std::filesystem::temp_directory_path() / "llcdist-kv-rt-ref.safetensors";
+    std::string refFile = test::tempPath("llcdist-kv-rt-ref").string() + ".safetensors";
     {
       std::vector<rt::TensorToWrite> tensors;
       for (const auto &[name, v] : ref.params) {

@@ -70,7 +70,7 @@ inline std::optional<MeasuredStep> runOneStep(const std::string &dir, const std:
 inline std::optional<MeasuredStep> writeAndRunOneStep(mlir::ModuleOp module,
                                                       const std::string &name,
                                                       const std::string &what) {
-  std::string dir = (std::filesystem::temp_directory_path() / name).string();
+  std::string dir = tempPath(name).string();
   std::filesystem::remove_all(dir);
   bool written = mlir::succeeded(writePlanDirectory(module, dir));
   EXPECT_TRUE(written) << what << ": cannot write the plan to " << dir;

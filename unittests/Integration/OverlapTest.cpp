@@ -108,9 +108,8 @@ test::Trained trainOverlapped(const std::string &model, const ZeroOverlap &c,
   auto m = compileOverlapped(model, c, optimizer);
   if (!m)
     return {};
-  std::string dir = (std::filesystem::temp_directory_path() /
-                     ("llcdist-overlap-" + model + "-" + c.name() + "-" + optimizer))
-                        .string();
+  std::string dir =
+      test::tempPath("llcdist-overlap-" + model + "-" + c.name() + "-" + optimizer).string();
   std::filesystem::remove_all(dir);
   EXPECT_TRUE(mlir::succeeded(writePlanDirectory(*m, dir))) << c.name();
   test::Trained t = test::runGoldenSteps(dir, c.name(), /*checkAsync=*/true);
@@ -221,7 +220,7 @@ TEST(ZeroOverlap, CheckAsyncCatchesALateWait) {
   ZeroOverlap c{2, 1, 3, 1};
   auto m = compileOverlapped(model, c, "sgd");
   ASSERT_TRUE(m);
-  std::string dir = (std::filesystem::temp_directory_path() / "llcdist-overlap-late-wait").string();
+  std::string dir = test::tempPath("llcdist-overlap-late-wait").string();
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(mlir::succeeded(writePlanDirectory(*m, dir)));
   // Move forward's first wait to the subroutine's end.

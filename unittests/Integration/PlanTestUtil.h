@@ -13,7 +13,15 @@
 #include <filesystem>
 #include <string>
 
+#include <unistd.h>
+
 namespace llcdist::test {
+
+/// A path under the system temp dir for `name`, unique to this process, so
+/// test runs of two checkouts at once never share (and clobber) a plan.
+inline std::filesystem::path tempPath(const std::string &name) {
+  return std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid()));
+}
 
 /// Compiles models/<name>.json (or `name` itself when it is a path to a
 /// .json file) with `shape` and `train` into a module of `ctx`; null on
@@ -48,10 +56,8 @@ inline std::string compilePlan(const std::string &name, TrainingShape shape,
   auto module = compileModule(ctx, name, shape, train);
   if (!module)
     return "";
-  std::string dir = (std::filesystem::temp_directory_path() /
-                     ("llcdist-test-" + std::filesystem::path(name).stem().string() + "-" +
-                      tag))
-                        .string();
+  std::string dir =
+      tempPath("llcdist-test-" + std::filesystem::path(name).stem().string() + "-" + tag).string();
   std::filesystem::remove_all(dir);
   if (mlir::failed(writePlanDirectory(*module, dir)))
     return "";

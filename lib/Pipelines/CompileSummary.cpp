@@ -51,7 +51,8 @@ std::vector<GradBucket> llcdist::gradBucketsOf(ModuleOp m) {
                        d.getAs<IntegerAttr>("grads").getInt(),
                        d.getAs<IntegerAttr>("elements").getInt(),
                        d.getAs<IntegerAttr>("bytes").getInt(),
-                       d.get("every_microbatch") != nullptr});
+                       d.get("every_microbatch") != nullptr, program.getSymName().str(),
+                       d.getAs<StringAttr>("subroutine").str()});
   return out;
 }
 
@@ -144,7 +145,9 @@ json CompileSummary::toJson() const {
       buckets.push_back({{"collective", b.collective},
                          {"grads", b.grads},
                          {"params", b.elements},
-                         {"bytes", b.bytes}});
+                         {"bytes", b.bytes},
+                         {"program", b.program},
+                         {"subroutine", b.subroutine}});
     j["grad_buckets"] = {{"bucket_size", gradBucketSize}, {"buckets", std::move(buckets)}};
   }
   if (!fsdpPrefetch.empty()) {
@@ -223,8 +226,15 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
                       gradBuckets.size() == 1 ? "" : "s", gradBuckets.front().collective,
                       gradBuckets.front().everyMicrobatch ? "every microbatch's"
                                                           : "the last microbatch's");
+    // Where each starts, once buckets come from several subroutines (a
+    // pipeline's stages and chunks).
+    const bool where = llvm::any_of(gradBuckets, [&](const GradBucket &b) {
+      return b.program != gradBuckets.front().program ||
+             b.subroutine != gradBuckets.front().subroutine;
+    });
     for (auto [i, b] : llvm::enumerate(gradBuckets))
-      os << fmt::format("    bucket {}: {} gradients, {} params, {} B\n", i, b.grads,
+      os << fmt::format("    bucket {}{}: {} gradients, {} params, {} B\n", i,
+                        where ? " (" + b.program + " " + b.subroutine + ")" : "", b.grads,
                         groupDigits(b.elements), groupDigits(b.bytes));
   }
   if (!fsdpPrefetch.empty()) {

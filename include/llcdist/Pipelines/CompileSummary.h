@@ -51,6 +51,9 @@ struct GradBucket {
   int64_t grads = 0, elements = 0, bytes = 0;
   /// ZeRO-2: reduced in every microbatch's backward (else in the last one's).
   bool everyMicrobatch = false;
+  /// The program and the subroutine that start it (a pipeline stage has a
+  /// last backward per chunk).
+  std::string program, subroutine;
 };
 /// The buckets of every program, in token order (empty: no overlap).
 std::vector<GradBucket> gradBucketsOf(mlir::ModuleOp module);

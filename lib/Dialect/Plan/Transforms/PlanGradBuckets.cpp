@@ -18,7 +18,8 @@
 // A bucket closes once it holds at least `bucket-size` gradient elements
 // (Megatron-LM's bucket_size counts parameters), so the last one may be
 // smaller. The buckets are recorded on the program (plan.grad_buckets: one
-// {collective, grads, elements, bytes} per bucket) for the compile summary.
+// {collective, grads, elements, bytes, subroutine} per bucket) for the
+// compile summary.
 //
 //===----------------------------------------------------------------------===//
 #include "OverlapUtil.h"
@@ -206,7 +207,8 @@ struct PlanGradBucketsPass
              b.getNamedAttr("grads", b.getI64IntegerAttr(c.grads)),
              b.getNamedAttr("elements", b.getI64IntegerAttr(c.elements)),
              b.getNamedAttr("bytes", b.getI64IntegerAttr(c.bytes)),
-             b.getNamedAttr("every_microbatch", b.getBoolAttr(true))}));
+             b.getNamedAttr("every_microbatch", b.getBoolAttr(true)),
+             b.getNamedAttr("subroutine", sub.getSymNameAttr())}));
     }
     if (report.empty())
       return;
@@ -250,155 +252,205 @@ struct PlanGradBucketsPass
     KernelOp first = reduce ? reduce : scatters.front();
     StringRef collective = reduce ? "all_reduce" : "reduce_scatter";
 
-    // The backward: the one subroutine that writes the gradients, and the
-    // last action that runs it before the optimizer's.
+    // The backward: per gradient, the one subroutine that references it
+    // (step_begin's `zero` aside) and writes it — a pipeline's chunk, or
+    // under ZB-H1 a chunk's weight-gradient part. A gradient some other
+    // subroutine touches too (a tied parameter's, which the optimizer
+    // accumulates from another stage before reducing it) stays synchronous.
     auto optimizer = first->getParentOfType<SubroutineOp>();
-    SubroutineOp backward;
-    for (auto sub : body.getOps<SubroutineOp>()) {
-      if (sub == optimizer)
-        continue;
-      // (step_begin's `zero` clears the gradients; it computes none.)
-      bool writesGrads = false;
-      for (KernelOp k : sub.getBody().front().getOps<KernelOp>())
-        if (k.getKernel() != "zero")
-          for (StringAttr g : grads)
-            writesGrads |= writes(k, g);
-      if (!writesGrads)
-        continue;
-      // Several subroutines compute gradients (a pipeline's chunks, split
-      // input and weight gradients): not this pass's shape yet, the plan
-      // stays synchronous.
-      if (backward)
-        return;
-      backward = sub;
+    llvm::DenseSet<Operation *> beforeReduction; // the optimizer's kernels before it
+    for (Operation &op : optimizer.getBody().front()) {
+      if (&op == first.getOperation())
+        break;
+      beforeReduction.insert(&op);
     }
+    llvm::DenseMap<StringAttr, SubroutineOp> writerOf;
+    llvm::DenseSet<StringAttr> synchronous, written;
+    for (auto sub : body.getOps<SubroutineOp>())
+      for (KernelOp k : sub.getBody().front().getOps<KernelOp>()) {
+        if (k.getKernel() == "zero" && sub.getSymName() == "step_begin")
+          continue;
+        if (sub == optimizer && !beforeReduction.contains(k))
+          continue; // the reduction and what follows it
+        for (StringAttr g : grads) {
+          if (!overlap::referencesBuffer(k, g))
+            continue;
+          auto it = writerOf.try_emplace(g, sub).first;
+          if (sub == optimizer || it->second != sub)
+            synchronous.insert(g);
+          if (writes(k, g))
+            written.insert(g);
+        }
+      }
+    for (StringAttr g : grads)
+      if (!written.contains(g))
+        synchronous.insert(g);
+    // The subroutines that finish gradients, in their last actions' order,
+    // each with that last action before the optimizer's.
     SmallVector<ActionOp> actions;
     for (auto sched : body.getOps<ScheduleOp>())
       for (auto a : sched.getBody().front().getOps<ActionOp>())
         actions.push_back(a);
-    ActionOp last, optimizerAction;
+    ActionOp optimizerAction;
     int64_t optimizerRuns = 0;
+    llvm::MapVector<StringAttr, ActionOp> lastOf; // writer -> its last action
     for (ActionOp a : actions) {
       if (a.getSubroutine() == optimizer.getSymName()) {
         ++optimizerRuns;
         optimizerAction = a;
-      } else if (backward && a.getSubroutine() == backward.getSymName() && !optimizerAction) {
-        last = a;
+      } else if (!optimizerAction) {
+        lastOf[a.getSubroutineAttr().getAttr()] = a;
       }
     }
-    if (!backward || !last || optimizerRuns != 1)
+    if (optimizerRuns != 1)
+      return;
+    for (StringAttr g : grads)
+      if (!writerOf.lookup(g) || !lastOf.count(writerOf.lookup(g).getSymNameAttr()))
+        synchronous.insert(g); // its writer never runs before the optimizer
+    SmallVector<std::pair<SubroutineOp, ActionOp>> writers;
+    for (auto &[name, action] : lastOf)
+      if (auto sub = symbols.lookup<SubroutineOp>(name);
+          sub && llvm::any_of(grads, [&](StringAttr g) {
+            return !synchronous.contains(g) && writerOf.lookup(g) == sub;
+          }))
+        writers.push_back({sub, action});
+    llvm::stable_sort(writers, [&](auto &x, auto &y) {
+      return x.second->isBeforeInBlock(y.second);
+    });
+    if (writers.empty())
       return;
 
-    // 1. The last microbatch's backward: a clone, run by its action only.
-    std::string name = (backward.getSymName() + "_last").str();
-    while (symbols.lookup(name))
-      name += "_";
-    OpBuilder b(backward);
-    b.setInsertionPointAfter(backward);
-    auto clone = cast<SubroutineOp>(b.clone(*backward));
-    clone.setSymName(name);
-    last.setSubroutine(name);
-
-    // 2. When each gradient is final: its last write in the clone.
-    SmallVector<KernelOp> kernels(clone.getBody().front().getOps<KernelOp>());
-    llvm::DenseMap<StringAttr, int64_t> lastWrite;
-    for (auto [i, k] : llvm::enumerate(kernels))
-      for (NamedAttribute arg : k.getArgs()) {
-        auto note = [&](Attribute a) {
-          StringAttr name = cast<FlatSymbolRefAttr>(a).getAttr();
-          if (gradSet.contains(name) && writes(k, name))
-            lastWrite[name] = int64_t(i);
-        };
-        if (auto list = dyn_cast<ArrayAttr>(arg.getValue()))
-          llvm::for_each(list, note);
-        else
-          note(arg.getValue());
-      }
-    SmallVector<StringAttr> ready(grads);
-    llvm::stable_sort(ready, [&](StringAttr x, StringAttr y) {
-      return lastWrite.lookup_or(x, -1) < lastWrite.lookup_or(y, -1);
-    });
-
-    // 3. Buckets in that order, each closed at bucket-size elements.
+    MLIRContext *ctx = program.getContext();
+    OpBuilder b(ctx);
     struct Bucket {
       SmallVector<Attribute> grads;
       int64_t elements = 0, bytes = 0, readyAt = -1;
+      StringAttr subroutine; // the clone that starts it
     };
-    SmallVector<Bucket> buckets;
-    for (StringAttr g : ready) {
-      if (buckets.empty() || buckets.back().elements >= bucketSize)
-        buckets.emplace_back();
-      Bucket &bk = buckets.back();
-      auto buf = symbols.lookup<BufferOp>(g);
-      bk.grads.push_back(FlatSymbolRefAttr::get(g));
-      bk.elements += buf.getTensorType().getNumElements();
-      bk.bytes += buf.getNumBytes();
-      bk.readyAt = std::max(bk.readyAt, lastWrite.lookup_or(g, -1));
-    }
-
-    // 4. Each bucket's reduction started after its last gradient write (a
-    // bucket ready before the clone's first kernel starts it), with the
-    // synchronous one's parameters, provenance and location: one all_reduce
-    // of the bucket's gradients, or (ZeRO-1) each gradient's reduce_scatter,
-    // one token each.
-    MLIRContext *ctx = program.getContext();
-    Block &cloneBody = clone.getBody().front();
-    Operation *previous = nullptr;
-    int64_t previousAt = -2, tokens = 0;
+    SmallVector<Bucket> buckets; // all writers', in token order
+    int64_t tokens = overlap::firstFreeToken(program);
+    const int64_t firstToken = tokens;
     llvm::DenseMap<Operation *, int64_t> tokenOf; // ZeRO-1: the scatter's token
-    auto start = [&](Operation *op) {
-      op->setAttr(kQueueAttr, b.getStringAttr("comm"));
-      op->setAttr(kTokenAttr, b.getI64IntegerAttr(tokens++));
-      previous = op;
-    };
-    for (Bucket &bk : buckets) {
-      if (bk.readyAt == previousAt && previous)
-        b.setInsertionPointAfter(previous);
-      else if (bk.readyAt < 0)
-        b.setInsertionPointToStart(&cloneBody);
-      else
-        b.setInsertionPointAfter(kernels[bk.readyAt]);
-      previousAt = bk.readyAt;
-      if (!reduce) {
-        for (Attribute g : bk.grads) {
-          KernelOp rs = scatterOf.lookup(cast<FlatSymbolRefAttr>(g).getAttr());
-          tokenOf[rs] = tokens;
-          start(b.clone(*rs));
-          b.setInsertionPointAfter(previous);
+    for (auto [backward, last] : writers) {
+      // 1. The last microbatch's backward: a clone, run by its action only.
+      std::string name = (backward.getSymName() + "_last").str();
+      while (symbols.lookup(name))
+        name += "_";
+      b.setInsertionPointAfter(backward);
+      auto clone = cast<SubroutineOp>(b.clone(*backward));
+      clone.setSymName(name);
+      symbols.insert(clone);
+      last.setSubroutine(clone.getSymName());
+
+      // 2. When each of its gradients is final: its last write in the clone.
+      SmallVector<StringAttr> ready;
+      for (StringAttr g : grads)
+        if (!synchronous.contains(g) && writerOf.lookup(g) == backward)
+          ready.push_back(g);
+      llvm::DenseSet<StringAttr> mine(ready.begin(), ready.end());
+      SmallVector<KernelOp> kernels(clone.getBody().front().getOps<KernelOp>());
+      llvm::DenseMap<StringAttr, int64_t> lastWrite;
+      for (auto [i, k] : llvm::enumerate(kernels))
+        for (NamedAttribute arg : k.getArgs()) {
+          auto note = [&](Attribute a) {
+            StringAttr g = cast<FlatSymbolRefAttr>(a).getAttr();
+            if (mine.contains(g) && writes(k, g))
+              lastWrite[g] = int64_t(i);
+          };
+          if (auto list = dyn_cast<ArrayAttr>(arg.getValue()))
+            llvm::for_each(list, note);
+          else
+            note(arg.getValue());
         }
-        continue;
+      llvm::stable_sort(ready, [&](StringAttr x, StringAttr y) {
+        return lastWrite.lookup_or(x, -1) < lastWrite.lookup_or(y, -1);
+      });
+
+      // 3. Buckets in that order, each closed at bucket-size elements.
+      const size_t firstBucket = buckets.size();
+      for (StringAttr g : ready) {
+        if (buckets.size() == firstBucket || buckets.back().elements >= bucketSize)
+          buckets.emplace_back();
+        Bucket &bk = buckets.back();
+        auto buf = symbols.lookup<BufferOp>(g);
+        bk.grads.push_back(FlatSymbolRefAttr::get(g));
+        bk.elements += buf.getTensorType().getNumElements();
+        bk.bytes += buf.getNumBytes();
+        bk.readyAt = std::max(bk.readyAt, lastWrite.lookup_or(g, -1));
+        bk.subroutine = clone.getSymNameAttr();
       }
-      auto op = b.create<KernelOp>(
-          reduce.getLoc(), reduce.getKernel(),
-          b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(bk.grads))}),
-          reduce.getParams());
-      for (NamedAttribute a : reduce->getDiscardableAttrs())
-        op->setAttr(a.getName(), a.getValue());
-      start(op);
+
+      // 4. Each bucket's reduction started after its last gradient write (a
+      // bucket ready before the clone's first kernel starts it), with the
+      // synchronous one's parameters, provenance and location: one
+      // all_reduce of the bucket's gradients, or (ZeRO-1) each gradient's
+      // reduce_scatter, one token each.
+      Block &cloneBody = clone.getBody().front();
+      Operation *previous = nullptr;
+      int64_t previousAt = -2;
+      auto start = [&](Operation *op) {
+        op->setAttr(kQueueAttr, b.getStringAttr("comm"));
+        op->setAttr(kTokenAttr, b.getI64IntegerAttr(tokens++));
+        previous = op;
+      };
+      for (Bucket &bk : llvm::drop_begin(buckets, firstBucket)) {
+        if (bk.readyAt == previousAt && previous)
+          b.setInsertionPointAfter(previous);
+        else if (bk.readyAt < 0)
+          b.setInsertionPointToStart(&cloneBody);
+        else
+          b.setInsertionPointAfter(kernels[bk.readyAt]);
+        previousAt = bk.readyAt;
+        if (!reduce) {
+          for (Attribute g : bk.grads) {
+            KernelOp rs = scatterOf.lookup(cast<FlatSymbolRefAttr>(g).getAttr());
+            tokenOf[rs] = tokens;
+            start(b.clone(*rs));
+            b.setInsertionPointAfter(previous);
+          }
+          continue;
+        }
+        auto op = b.create<KernelOp>(
+            reduce.getLoc(), reduce.getKernel(),
+            b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(bk.grads))}),
+            reduce.getParams());
+        for (NamedAttribute a : reduce->getDiscardableAttrs())
+          op->setAttr(a.getName(), a.getValue());
+        start(op);
+      }
+      if (llvm::none_of(actions, [&](ActionOp a) {
+            return a.getSubroutine() == backward.getSymName();
+          })) {
+        symbols.erase(backward); // one microbatch: the clone is the whole backward
+      }
     }
 
     // 5. The optimizer waits where it reduced: for every bucket at the
-    // all_reduce, for each scatter's token at that scatter.
+    // all_reduce (which keeps the synchronous gradients, if any), for each
+    // scatter's token at that scatter.
     auto wait = [&](KernelOp at, int64_t token) {
       b.setInsertionPoint(at);
-      auto w = b.create<KernelOp>(at.getLoc(), kWaitKernel, b.getDictionaryAttr({}),
-                                  b.getDictionaryAttr({}));
-      w->setAttr(kTokenAttr, b.getI64IntegerAttr(token));
+      overlap::createWait(b, at.getLoc(), token);
     };
     if (reduce) {
-      for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t t = firstToken; t < tokens; ++t)
         wait(reduce, t);
-      reduce.erase();
+      SmallVector<Attribute> kept;
+      for (StringAttr g : grads)
+        if (synchronous.contains(g))
+          kept.push_back(FlatSymbolRefAttr::get(g));
+      if (kept.empty())
+        reduce.erase();
+      else
+        reduce.setArgsAttr(
+            b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(kept))}));
     } else {
-      for (KernelOp rs : scatters) {
-        wait(rs, tokenOf.lookup(rs));
-        rs.erase();
-      }
+      for (KernelOp rs : scatters)
+        if (auto it = tokenOf.find(rs); it != tokenOf.end()) {
+          wait(rs, it->second);
+          rs.erase();
+        }
     }
-    if (llvm::none_of(actions, [&](ActionOp a) {
-          return a.getSubroutine() == backward.getSymName();
-        }))
-      backward.erase(); // one microbatch: the clone is the whole backward
 
     // 6. The comm queue, and the report.
     overlap::addQueue(program, "comm");
@@ -408,7 +460,8 @@ struct PlanGradBucketsPass
           {b.getNamedAttr("collective", b.getStringAttr(collective)),
            b.getNamedAttr("grads", b.getI64IntegerAttr(int64_t(bk.grads.size()))),
            b.getNamedAttr("elements", b.getI64IntegerAttr(bk.elements)),
-           b.getNamedAttr("bytes", b.getI64IntegerAttr(bk.bytes))}));
+           b.getNamedAttr("bytes", b.getI64IntegerAttr(bk.bytes)),
+           b.getNamedAttr("subroutine", bk.subroutine)}));
     program->setAttr(kGradBucketsAttr, ArrayAttr::get(ctx, report));
   }
 };

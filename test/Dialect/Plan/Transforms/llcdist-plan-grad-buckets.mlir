@@ -9,7 +9,7 @@
 // gradient write (@g1's accumulate, @g0's); the first microbatch's backward
 // communicates nothing; the optimizer waits where the all_reduce was.
 // CHECK-LABEL: plan.program @dp
-// CHECK-SAME: plan.grad_buckets = [{bytes = 192 : i64, collective = "all_reduce", elements = 48 : i64, grads = 2 : i64}, {bytes = 128 : i64, collective = "all_reduce", elements = 32 : i64, grads = 1 : i64}]
+// CHECK-SAME: plan.grad_buckets = [{bytes = 192 : i64, collective = "all_reduce", elements = 48 : i64, grads = 2 : i64, subroutine = "backward_last"}, {bytes = 128 : i64, collective = "all_reduce", elements = 32 : i64, grads = 1 : i64, subroutine = "backward_last"}]
 // CHECK-SAME: queues = ["compute", "comm"]
 // CHECK: plan.subroutine @backward {
 // CHECK-NEXT: plan.kernel "accumulate" {x = @d2, y = @g2}
@@ -103,6 +103,81 @@ plan.program @one_microbatch {
 
 // -----
 
+// A pipeline stage with two chunks (interleaved): each chunk's backward
+// (@backward_v0 writes @g0, @backward_v2 writes @g2) gets a clone for its last
+// microbatch, which starts that chunk's buckets; the tokens run on across
+// the clones in the order of their actions. @gt is a tied parameter's
+// gradient that the optimizer adds the other stage's part to before the
+// reduction: it stays in the synchronous all_reduce, after the waits.
+// CHECK-LABEL: plan.program @chunks
+// CHECK-SAME: plan.grad_buckets = [{bytes = 128 : i64, collective = "all_reduce", elements = 32 : i64, grads = 1 : i64, subroutine = "backward_v2_last"}, {bytes = 128 : i64, collective = "all_reduce", elements = 32 : i64, grads = 1 : i64, subroutine = "backward_v0_last"}]
+// CHECK: plan.subroutine @backward_v0_last {
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d0, y = @gt}
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d0, y = @g0}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@g0]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", queue = "comm", token = 1 : i64}
+// CHECK-NEXT: {{^ *}}}
+// CHECK: plan.subroutine @backward_v2 {
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d2, y = @g2}
+// CHECK-NEXT: {{^ *}}}
+// CHECK: plan.subroutine @backward_v2_last {
+// CHECK-NEXT: plan.kernel "accumulate" {x = @d2, y = @g2}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@g2]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", queue = "comm", token = 0 : i64}
+// CHECK-NEXT: {{^ *}}}
+// CHECK: plan.subroutine @optimizer {
+// CHECK-NEXT: plan.kernel "recv"
+// CHECK-NEXT: plan.kernel "accumulate" {x = @dt, y = @gt}
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 0 : i64}
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 1 : i64}
+// CHECK-NEXT: plan.kernel "all_reduce" {x = [@gt]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients"}
+// CHECK: plan.action @backward_v2 microbatch 0
+// CHECK-NEXT: plan.action @backward_v2_last microbatch 1
+// CHECK-NEXT: plan.action @backward_v0 microbatch 0
+// CHECK-NEXT: plan.action @backward_v0_last microbatch 1
+// CHECK-NEXT: plan.action @optimizer
+// RACE-LABEL: plan.program @chunks
+plan.program @chunks {
+  plan.buffer @w0 : tensor<32xf32> {kind = "param", name = "w0"}
+  plan.buffer @g0 : tensor<32xf32> {kind = "grad", name = "w0.grad"}
+  plan.buffer @w2 : tensor<32xf32> {kind = "param", name = "w2"}
+  plan.buffer @g2 : tensor<32xf32> {kind = "grad", name = "w2.grad"}
+  plan.buffer @wt : tensor<32xf32> {kind = "param", name = "wt"}
+  plan.buffer @gt : tensor<32xf32> {kind = "grad", name = "wt.grad"}
+  plan.buffer @d0 : tensor<32xf32> {kind = "activation", name = "d0"}
+  plan.buffer @d2 : tensor<32xf32> {kind = "activation", name = "d2"}
+  plan.buffer @dt : tensor<32xf32> {kind = "scratch", name = "wt.grad@stage1"}
+  plan.param "w0" value @w0 grad @g0 state [] {init = {kind = "zeros"}, weight_decay = false}
+  plan.param "w2" value @w2 grad @g2 state [] {init = {kind = "zeros"}, weight_decay = false}
+  plan.param "wt" value @wt grad @gt state [] {init = {kind = "zeros"}, weight_decay = false}
+  plan.subroutine @step_begin {
+    plan.kernel "zero" {x = [@g0, @g2, @gt]} {}
+  }
+  plan.subroutine @backward_v0 {
+    plan.kernel "accumulate" {x = @d0, y = @gt} {n = 32 : i64}
+    plan.kernel "accumulate" {x = @d0, y = @g0} {n = 32 : i64}
+  }
+  plan.subroutine @backward_v2 {
+    plan.kernel "accumulate" {x = @d2, y = @g2} {n = 32 : i64}
+  }
+  plan.subroutine @optimizer {
+    plan.kernel "recv" {y = @dt} {axis = "pp", peer = 1 : i64, tag = 7 : i64}
+    plan.kernel "accumulate" {x = @dt, y = @gt} {n = 32 : i64}
+    plan.kernel "all_reduce" {x = [@g0, @g2, @gt]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients"}
+    plan.kernel "sgd" {param = @w0, grad = @g0} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
+    plan.kernel "sgd" {param = @w2, grad = @g2} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
+    plan.kernel "sgd" {param = @wt, grad = @gt} {momentum = 0.0 : f64, weight_decay = 0.0 : f64}
+  }
+  plan.schedule {
+    plan.action @step_begin
+    plan.action @backward_v2 microbatch 0
+    plan.action @backward_v2 microbatch 1
+    plan.action @backward_v0 microbatch 0
+    plan.action @backward_v0 microbatch 1
+    plan.action @optimizer
+  }
+}
+
+// -----
+
 // No data parallelism (no dp gradient all_reduce): unchanged.
 // CHECK-LABEL: plan.program @no_dp {
 // CHECK: plan.subroutine @backward {
@@ -132,7 +207,7 @@ plan.program @no_dp {
 // after its last gradient write, one token each, and the optimizer waits for
 // each where its scatter was.
 // CHECK-LABEL: plan.program @zero1
-// CHECK-SAME: plan.grad_buckets = [{bytes = 192 : i64, collective = "reduce_scatter", elements = 48 : i64, grads = 2 : i64}]
+// CHECK-SAME: plan.grad_buckets = [{bytes = 192 : i64, collective = "reduce_scatter", elements = 48 : i64, grads = 2 : i64, subroutine = "backward_last"}]
 // CHECK: plan.subroutine @backward_last {
 // CHECK-NEXT: plan.kernel "accumulate" {x = @d1, y = @g1}
 // CHECK-NEXT: plan.kernel "accumulate" {x = @d0, y = @g0}
@@ -180,7 +255,7 @@ plan.program @zero1 {
 // the end, which also drains the second), in order. @c1 is written again by
 // the copy: the bucket in flight that reads it is waited and added first.
 // CHECK-LABEL: plan.program @zero2
-// CHECK-SAME: plan.grad_buckets = [{bytes = 192 : i64, collective = "reduce_scatter", elements = 48 : i64, every_microbatch = true, grads = 2 : i64}, {bytes = 128 : i64, collective = "reduce_scatter", elements = 32 : i64, every_microbatch = true, grads = 1 : i64}]
+// CHECK-SAME: plan.grad_buckets = [{bytes = 192 : i64, collective = "reduce_scatter", elements = 48 : i64, every_microbatch = true, grads = 2 : i64, subroutine = "backward"}, {bytes = 128 : i64, collective = "reduce_scatter", elements = 32 : i64, every_microbatch = true, grads = 1 : i64, subroutine = "backward"}]
 // CHECK: plan.subroutine @backward {
 // CHECK-NEXT: plan.kernel "reduce_scatter" {x = @c0, y = @p0} {{.*}}queue = "comm", token = 0 : i64}
 // CHECK-NEXT: plan.kernel "reduce_scatter" {x = @c1, y = @p1} {{.*}}queue = "comm", token = 1 : i64}

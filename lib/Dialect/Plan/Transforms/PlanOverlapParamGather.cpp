@@ -32,6 +32,8 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringExtras.h"
 
 #define DEBUG_TYPE "llcdist-plan-overlap-param-gather"
 
@@ -88,24 +90,21 @@ struct PlanOverlapParamGatherPass
     if (params.empty() || !stepBegin || !optimizer)
       return;
 
-    // The first microbatch's forward: the first action after step_begin's.
+    // The step's actions between step_begin's and the optimizer's: where
+    // the gathered parameters are first read.
     SmallVector<ActionOp> actions;
     for (auto sched : body.getOps<ScheduleOp>())
       for (auto a : sched.getBody().front().getOps<ActionOp>())
         actions.push_back(a);
-    ActionOp first;
-    for (ActionOp a : actions)
-      if (a.getSubroutine() != stepBegin.getSymName()) {
-        first = a;
+    SmallVector<ActionOp> steps; // the microbatch actions, in order
+    for (ActionOp a : actions) {
+      if (a.getSubroutine() == optimizer.getSymName())
         break;
-      }
-    if (!first || first.getSubroutine() == optimizer.getSymName())
+      if (a.getSubroutine() != stepBegin.getSymName())
+        steps.push_back(a);
+    }
+    if (steps.empty())
       return;
-    auto forward = symbols.lookup<SubroutineOp>(first.getSubroutine());
-    if (llvm::any_of(forward.getBody().front().getOps<KernelOp>(), [](KernelOp k) {
-          return k.getKernel() == "send" || k.getKernel() == "recv";
-        }))
-      return; // a pipeline stage: its forward is not the step's first compute
 
     // 1. The f32 updates: value → shard, update, shard → value, rewritten
     // to the master block updated in place and a whole copy step_begin
@@ -116,6 +115,11 @@ struct PlanOverlapParamGatherPass
     };
     SmallVector<F32Update> f32;
     for (ParamOp p : params) {
+      // Mixed precision: the value is the f32 master's block already, which
+      // the update writes in place; step_begin casts and gathers it.
+      auto z = p->getAttrOfType<DictionaryAttr>("zero");
+      if (auto block = z.getAs<BoolAttr>("value_block"); block && block.getValue())
+        continue;
       StringAttr value = p.getValueAttr().getAttr();
       F32Update u{p, {}, {}, {}};
       for (auto k : optimizer.getBody().front().getOps<KernelOp>()) {
@@ -212,40 +216,73 @@ struct PlanOverlapParamGatherPass
     if (started.empty())
       return;
 
-    // 3. The first microbatch's forward, and a wait before its first read
-    // of each gathered parameter (at its end if it reads none).
-    std::string name = (forward.getSymName() + "_first").str();
-    while (symbols.lookup(name))
-      name += "_";
-    b.setInsertionPointAfter(forward);
-    auto clone = cast<SubroutineOp>(b.clone(*forward));
-    clone.setSymName(name);
-    first.setSubroutine(name);
-    Block &cloneBody = clone.getBody().front();
+    // 3. Each gathered parameter's first reader in the step: the first
+    // action whose subroutine reads it (a pipeline stage's first forward of
+    // the parameter's chunk). That action gets a clone of its subroutine of
+    // its own, which waits for the gather just before the first read. A
+    // parameter no microbatch reads is waited at the optimizer's start.
+    // action -> (the subroutine it ran, its clone)
+    llvm::MapVector<Operation *, std::pair<std::string, SubroutineOp>> cloneOf;
+    SmallVector<std::string> waitedIn;
     int64_t bytes = 0;
     for (Started &s : started) {
-      KernelOp use;
-      for (auto k : cloneBody.getOps<KernelOp>())
-        if (overlap::referencesBuffer(k, s.whole)) {
-          use = k;
+      ActionOp reader;
+      for (ActionOp a : steps)
+        if (llvm::any_of(symbols.lookup<SubroutineOp>(a.getSubroutine())
+                             .getBody()
+                             .front()
+                             .getOps<KernelOp>(),
+                         [&](KernelOp k) { return overlap::referencesBuffer(k, s.whole); })) {
+          reader = a;
           break;
         }
-      if (use)
-        b.setInsertionPoint(use);
-      else
-        b.setInsertionPointToEnd(&cloneBody);
+      Block *waitIn = &optimizer.getBody().front();
+      KernelOp use;
+      if (reader) {
+        auto &[originalName, clone] = cloneOf[reader.getOperation()];
+        if (!clone) {
+          auto original = symbols.lookup<SubroutineOp>(reader.getSubroutine());
+          originalName = original.getSymName().str();
+          std::string name = (original.getSymName() + "_first").str();
+          while (symbols.lookup(name))
+            name += "_";
+          b.setInsertionPointAfter(original);
+          clone = cast<SubroutineOp>(b.clone(*original));
+          clone.setSymName(name);
+          symbols.insert(clone);
+          reader.setSubroutine(clone.getSymName());
+          waitedIn.push_back(name);
+        }
+        waitIn = &clone.getBody().front();
+        for (auto k : waitIn->getOps<KernelOp>())
+          if (overlap::referencesBuffer(k, s.whole)) {
+            use = k;
+            break;
+          }
+      } else {
+        use = *waitIn->getOps<KernelOp>().begin();
+        if (!llvm::is_contained(waitedIn, optimizer.getSymName().str()))
+          waitedIn.push_back(optimizer.getSymName().str());
+      }
+      b.setInsertionPoint(use);
       overlap::createWait(b, s.gather.getLoc(), s.token);
       bytes += symbols.lookup<BufferOp>(s.whole).getNumBytes();
     }
-    if (llvm::none_of(actions, [&](ActionOp a) { return a.getSubroutine() == forward.getSymName(); }))
-      forward.erase(); // one microbatch: the clone is the whole forward
+    // A subroutine no action runs any more (one microbatch: the clone is
+    // the whole forward) goes.
+    for (auto &[action, cloned] : cloneOf) {
+      const std::string &original = cloned.first;
+      if (llvm::none_of(actions, [&](ActionOp a) { return a.getSubroutine() == original; }))
+        symbols.erase(symbols.lookup(original));
+    }
 
     overlap::addQueue(program, "comm");
     program->setAttr(kParamGatherOverlapAttr,
                      b.getDictionaryAttr(
                          {b.getNamedAttr("gathers", b.getI64IntegerAttr(int64_t(started.size()))),
                           b.getNamedAttr("bytes", b.getI64IntegerAttr(bytes)),
-                          b.getNamedAttr("subroutine", b.getStringAttr(name))}));
+                          b.getNamedAttr("subroutine",
+                                         b.getStringAttr(llvm::join(waitedIn, ", ")))}));
   }
 };
 } // namespace

@@ -109,6 +109,69 @@ plan.program @mixed {
 
 // -----
 
+// A pipeline stage with two chunks (interleaved), two microbatches: @w0 is
+// chunk 0's, @w2 chunk 2's. Each gather is waited in the first action that
+// reads its parameter: @forward_v0's first microbatch (@forward_v0_first) for
+// @w0, @forward_v2's (@forward_v2_first) for @w2; the later microbatches run
+// the originals, which wait for nothing.
+// CHECK-LABEL: plan.program @chunks
+// CHECK-SAME: plan.param_gather_overlap = {bytes = 16 : i64, gathers = 2 : i64, subroutine = "forward_v0_first, forward_v2_first"}
+// CHECK: plan.subroutine @forward_v0 {
+// CHECK-NEXT: plan.kernel "copy" {x = @wb0, y = @a0}
+// CHECK: plan.subroutine @forward_v0_first {
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 0 : i64}
+// CHECK-NEXT: plan.kernel "copy" {x = @wb0, y = @a0}
+// CHECK-NEXT: {{^ *}}}
+// CHECK: plan.subroutine @forward_v2 {
+// CHECK-NEXT: plan.kernel "copy" {x = @wb2, y = @a2}
+// CHECK: plan.subroutine @forward_v2_first {
+// CHECK-NEXT: plan.kernel "wait" {} {} {token = 1 : i64}
+// CHECK-NEXT: plan.kernel "copy" {x = @wb2, y = @a2}
+// CHECK-NEXT: {{^ *}}}
+// CHECK: plan.action @forward_v0_first microbatch 0
+// CHECK-NEXT: plan.action @forward_v0 microbatch 1
+// CHECK-NEXT: plan.action @forward_v2_first microbatch 0
+// CHECK-NEXT: plan.action @forward_v2 microbatch 1
+// RACE-LABEL: plan.program @chunks
+plan.program @chunks {
+  plan.buffer @m0 : tensor<2xf32> {kind = "param", memory_class = "optimizer_state", name = "w0"}
+  plan.buffer @wb0 : tensor<4xbf16> {kind = "param", name = "w0.bf16"}
+  plan.buffer @g0 : tensor<2xbf16> {kind = "grad", name = "w0.grad"}
+  plan.buffer @blk0 : tensor<2xbf16> {kind = "scratch", name = "w0.bf16_block"}
+  plan.buffer @m2 : tensor<2xf32> {kind = "param", memory_class = "optimizer_state", name = "w2"}
+  plan.buffer @wb2 : tensor<4xbf16> {kind = "param", name = "w2.bf16"}
+  plan.buffer @g2 : tensor<2xbf16> {kind = "grad", name = "w2.grad"}
+  plan.buffer @blk2 : tensor<2xbf16> {kind = "scratch", name = "w2.bf16_block"}
+  plan.buffer @a0 : tensor<4xbf16> {kind = "activation", name = "a0"}
+  plan.buffer @a2 : tensor<4xbf16> {kind = "activation", name = "a2"}
+  plan.param "w0" value @m0 grad @g0 state [] {init = {kind = "zeros"}, local_shape = array<i64: 4>, weight_decay = false, zero = {axis = "dp", stage = 2 : i64, value_block = true}}
+  plan.param "w2" value @m2 grad @g2 state [] {init = {kind = "zeros"}, local_shape = array<i64: 4>, weight_decay = false, zero = {axis = "dp", stage = 2 : i64, value_block = true}}
+  plan.subroutine @step_begin {
+    plan.kernel "cast" {x = @m0, y = @blk0} {n = 2 : i64}
+    plan.kernel "all_gather" {x = @blk0, y = @wb0} {axis = "dp", inner = 2 : i64, outer = 1 : i64} {plan.origin = "zero"}
+    plan.kernel "cast" {x = @m2, y = @blk2} {n = 2 : i64}
+    plan.kernel "all_gather" {x = @blk2, y = @wb2} {axis = "dp", inner = 2 : i64, outer = 1 : i64} {plan.origin = "zero"}
+  }
+  plan.subroutine @forward_v0 {
+    plan.kernel "copy" {x = @wb0, y = @a0} {n = 4 : i64}
+  }
+  plan.subroutine @forward_v2 {
+    plan.kernel "copy" {x = @wb2, y = @a2} {n = 4 : i64}
+  }
+  plan.subroutine @optimizer {
+  }
+  plan.schedule {
+    plan.action @step_begin
+    plan.action @forward_v0 microbatch 0
+    plan.action @forward_v0 microbatch 1
+    plan.action @forward_v2 microbatch 0
+    plan.action @forward_v2 microbatch 1
+    plan.action @optimizer
+  }
+}
+
+// -----
+
 // Not ZeRO-1/2 (here ZeRO-3): left alone.
 // CHECK-LABEL: plan.program @z3
 // CHECK-NOT: queue

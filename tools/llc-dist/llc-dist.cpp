@@ -193,10 +193,12 @@ OVERLAP (asynchronous plans)
                          Megatron-LM's default, max(40M, 1M × dp); 0: off, one
                          synchronous all-reduce before the update (default 0).
                          With --zero 1 each gradient's reduce-scatter starts with
-                         its bucket; with --zero 2 every microbatch's
+                         its bucket; with --zero 2 or 3 every microbatch's
                          reduce-scatters start where they are, a bucket waited
-                         once the next one is complete. Not yet with pp > 1 or
-                         --zero 3. The summary lists the buckets.
+                         once the next one is complete. On a pipeline each
+                         chunk's last backward starts its chunk's buckets (a
+                         tied embedding's gradient stays synchronous). The
+                         summary lists the buckets.
   --fsdp-prefetch N      --zero 3: start the parameter all-gathers of the next
                          N units (a transformer layer each; the embeddings and
                          the final norm their own) on the comm queue while the
@@ -210,11 +212,15 @@ OVERLAP (asynchronous plans)
                          parameter blocks at the beginning of the next step (on
                          the comm queue) and wait for each just before the
                          parameter's first use in the first microbatch's
-                         forward, instead of synchronously after the update
+                         forward (of its chunk, on a pipeline), instead of
+                         synchronously after the update
                          (llcdist-plan-overlap-param-gather; Megatron-LM's
                          --overlap-param-gather, off by default as there). An
                          f32 plan's master value becomes the rank's block and
-                         the forward reads a whole copy. Not yet with pp > 1.
+                         the forward reads a whole copy. A stage holding a
+                         tied parameter (gpt2's embedding on a pipeline) keeps
+                         its gathers synchronous (the summary lists the
+                         stages overlapped).
   --tp-comm-overlap      with --sequence-parallel: start its all-gathers and
                          reduce-scatters on the comm queue and overlap them
                          with the kernels that do not depend on them
@@ -672,10 +678,6 @@ int runCompile(Args &args) {
   if (train.overlapP2P && mesh.pp == 1)
     throw UsageError{"--overlap-p2p overlaps the pipeline's sends and receives: it needs pp > 1 "
                      "in --mesh"};
-  if (train.gradBucketSize > 0 && mesh.pp > 1)
-    throw UsageError{"--grad-bucket-size does not support pipelines (pp > 1) yet"};
-  if (train.gradBucketSize > 0 && train.zero > 2)
-    throw UsageError{"--grad-bucket-size does not support --zero 3 yet"};
   // The runtime cannot run a started collective through f32 staging of bf16 buffers yet.
   if (train.gradBucketSize > 0 && shape.dtype == "bf16" && train.gradReduceDtype == "f32")
     throw UsageError{"--grad-bucket-size does not support --grad-reduce-dtype f32 under --dtype bf16 "
@@ -688,8 +690,6 @@ int runCompile(Args &args) {
     throw UsageError{"--fsdp-prefetch only applies to --zero 3 (FSDP)"};
   if (train.overlapParamGather && train.zero != 1 && train.zero != 2)
     throw UsageError{"--overlap-param-gather only applies to --zero 1 or 2"};
-  if (train.overlapParamGather && mesh.pp > 1)
-    throw UsageError{"--overlap-param-gather does not support pipelines (pp > 1) yet"};
   if (train.recompute != "none" && train.recompute != "selective" &&
       train.recompute != "full" && train.recompute != "auto")
     throw UsageError{"--recompute must be none, selective, full or auto, got '" +

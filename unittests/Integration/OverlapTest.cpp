@@ -142,6 +142,10 @@ const std::vector<ZeroOverlap> &zeroOverlapCases() {
       v.push_back({2, tp, 2, 0, true, /*gradBucketSize=*/20000});
     }
     v.push_back({2, 1, 3, /*fsdpPrefetch=*/2}); // two units ahead
+    // ZeRO-3's per-microbatch reduce-scatters in buckets, alone and with
+    // the prefetched gathers on the same queue.
+    v.push_back({2, 1, 3, 0, false, /*gradBucketSize=*/20000});
+    v.push_back({2, 2, 3, /*fsdpPrefetch=*/1, false, /*gradBucketSize=*/20000});
     return v;
   }();
   return cases;
@@ -172,6 +176,7 @@ TEST(ZeroOverlap, MeasuredPeakEqualsPlanned) {
       {"tiny-llama", {2, 1, 1, 0, true}},
       {"tiny-gpt2", {2, 1, 2, 0, true}},
       {"tiny-llama", {2, 1, 2, 0, false, 20000}},
+      {"tiny-gpt2", {2, 1, 3, 1, false, 20000}},
   };
   for (auto &[model, c] : cases) {
     std::string what = model + " " + c.name();

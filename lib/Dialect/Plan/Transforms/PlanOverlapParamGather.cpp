@@ -25,6 +25,7 @@
 // cast in step_begin right before the gather, so only the gather moves.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelArgs.h"
 #include "OverlapUtil.h"
 
 #include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
@@ -54,21 +55,7 @@ bool isZeroGather(KernelOp k) {
 
 /// `k`'s arguments with every `from` replaced by `to`.
 DictionaryAttr replaced(KernelOp k, Attribute from, Attribute to) {
-  Builder b(k.getContext());
-  SmallVector<NamedAttribute> args;
-  for (NamedAttribute a : k.getArgs()) {
-    Attribute v = a.getValue();
-    if (auto list = dyn_cast<ArrayAttr>(v)) {
-      SmallVector<Attribute> elems;
-      for (Attribute e : list)
-        elems.push_back(e == from ? to : e);
-      v = b.getArrayAttr(elems);
-    } else if (v == from) {
-      v = to;
-    }
-    args.push_back(b.getNamedAttr(a.getName(), v));
-  }
-  return b.getDictionaryAttr(args);
+  return remapKernelArgs(k, [&](Attribute a) { return a == from ? to : Attribute(); });
 }
 
 struct PlanOverlapParamGatherPass

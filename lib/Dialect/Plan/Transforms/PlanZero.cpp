@@ -24,6 +24,8 @@
 // depend on which of the two made the plan.
 //
 //===----------------------------------------------------------------------===//
+#include "KernelArgs.h"
+
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
 
 #include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
@@ -87,7 +89,9 @@ private:
   /// whole side holds only the real elements.
   SmallVector<NamedAttribute> blockAttrs(const Param &p);
   /// The kernel's args with every buffer in `map` replaced.
-  DictionaryAttr remapArgs(plan::KernelOp k, const DenseMap<Attribute, Attribute> &map);
+  DictionaryAttr remapArgs(plan::KernelOp k, const DenseMap<Attribute, Attribute> &map) {
+    return plan::remapKernelArgs(k, [&](Attribute a) { return map.lookup(a); });
+  }
   /// A new buffer named `name` (with #1, #2, ... when repeated, as the
   /// lowering names them) declared after `after`.
   Buf newScratchAfter(Operation *after, StringRef name, RankedTensorType type,
@@ -175,24 +179,6 @@ SmallVector<NamedAttribute> ProgramZero::blockAttrs(const Param &p) {
   if (p.type.getNumElements() != p.shardType.getNumElements() * dp)
     attrs.push_back(b.getNamedAttr("total", b.getI64IntegerAttr(p.type.getNumElements())));
   return attrs;
-}
-
-DictionaryAttr ProgramZero::remapArgs(plan::KernelOp k,
-                                      const DenseMap<Attribute, Attribute> &map) {
-  SmallVector<NamedAttribute> args;
-  for (NamedAttribute a : k.getArgs()) {
-    Attribute v = a.getValue();
-    if (auto list = dyn_cast<ArrayAttr>(v)) {
-      SmallVector<Attribute> elems;
-      for (Attribute e : list)
-        elems.push_back(map.lookup(e) ? map.lookup(e) : e);
-      v = b.getArrayAttr(elems);
-    } else if (Attribute to = map.lookup(v)) {
-      v = to;
-    }
-    args.push_back(b.getNamedAttr(a.getName(), v));
-  }
-  return b.getDictionaryAttr(args);
 }
 
 LogicalResult ProgramZero::collect() {

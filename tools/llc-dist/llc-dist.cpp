@@ -360,6 +360,39 @@ double parseDouble(const std::string &flag, const std::string &v) {
   return x;
 }
 
+/// The overlap flags (OVERLAP in the help): what each needs of the mesh,
+/// ZeRO and dtype, refused before anything compiles. Resolves
+/// --grad-bucket-size (`auto`: Megatron-LM's default for dp).
+void checkOverlapFlags(TrainingPipelineOptions &train, const MeshSpec &mesh,
+                       const TrainingShape &shape, const std::string &gradBucketText) {
+  if (gradBucketText == "auto") {
+    train.gradBucketSize = defaultGradBucketSize(mesh.dp);
+  } else {
+    llvm::StringRef text(gradBucketText);
+    if (text.getAsInteger(10, train.gradBucketSize) || train.gradBucketSize < 0)
+      throw UsageError{"--grad-bucket-size must be a parameter count >= 0 (0: off) or auto, got '" +
+                       gradBucketText + "'"};
+  }
+  if (train.tpCommOverlap && !train.sequenceParallel)
+    throw UsageError{"--tp-comm-overlap overlaps sequence parallelism's collectives: it needs "
+                     "--sequence-parallel"};
+  if (train.overlapP2P && mesh.pp == 1)
+    throw UsageError{"--overlap-p2p overlaps the pipeline's sends and receives: it needs pp > 1 "
+                     "in --mesh"};
+  // The runtime cannot run a started collective through f32 staging of bf16 buffers yet.
+  if (train.gradBucketSize > 0 && shape.dtype == "bf16" && train.gradReduceDtype == "f32")
+    throw UsageError{"--grad-bucket-size does not support --grad-reduce-dtype f32 under --dtype bf16 "
+                     "yet (the runtime runs a started reduction only in the buffers' dtype): drop one "
+                     "of them"};
+  if (train.fsdpPrefetch < 0)
+    throw UsageError{"--fsdp-prefetch must be a unit count >= 0 (0: off), got " +
+                     std::to_string(train.fsdpPrefetch)};
+  if (train.fsdpPrefetch > 0 && train.zero != 3)
+    throw UsageError{"--fsdp-prefetch only applies to --zero 3 (FSDP)"};
+  if (train.overlapParamGather && train.zero != 1 && train.zero != 2)
+    throw UsageError{"--overlap-param-gather only applies to --zero 1 or 2"};
+}
+
 /// The optimizer flags' ranges (torch.optim's own checks), refused before
 /// anything compiles, naming the flag (the passes' verifiers would name an op).
 void checkOptimizerFlags(const TrainingPipelineOptions &t) {
@@ -664,32 +697,7 @@ int runCompile(Args &args) {
   train.reshardAfterForward = reshardText == "true";
   if (!train.reshardAfterForward && train.zero != 3)
     throw UsageError{"--reshard-after-forward false only applies to --zero 3 (FSDP)"};
-  if (gradBucketText == "auto") {
-    train.gradBucketSize = defaultGradBucketSize(mesh.dp);
-  } else {
-    llvm::StringRef text(gradBucketText);
-    if (text.getAsInteger(10, train.gradBucketSize) || train.gradBucketSize < 0)
-      throw UsageError{"--grad-bucket-size must be a parameter count >= 0 (0: off) or auto, got '" +
-                       gradBucketText + "'"};
-  }
-  if (train.tpCommOverlap && !train.sequenceParallel)
-    throw UsageError{"--tp-comm-overlap overlaps sequence parallelism's collectives: it needs "
-                     "--sequence-parallel"};
-  if (train.overlapP2P && mesh.pp == 1)
-    throw UsageError{"--overlap-p2p overlaps the pipeline's sends and receives: it needs pp > 1 "
-                     "in --mesh"};
-  // The runtime cannot run a started collective through f32 staging of bf16 buffers yet.
-  if (train.gradBucketSize > 0 && shape.dtype == "bf16" && train.gradReduceDtype == "f32")
-    throw UsageError{"--grad-bucket-size does not support --grad-reduce-dtype f32 under --dtype bf16 "
-                     "yet (the runtime runs a started reduction only in the buffers' dtype): drop one "
-                     "of them"};
-  if (train.fsdpPrefetch < 0)
-    throw UsageError{"--fsdp-prefetch must be a unit count >= 0 (0: off), got " +
-                     std::to_string(train.fsdpPrefetch)};
-  if (train.fsdpPrefetch > 0 && train.zero != 3)
-    throw UsageError{"--fsdp-prefetch only applies to --zero 3 (FSDP)"};
-  if (train.overlapParamGather && train.zero != 1 && train.zero != 2)
-    throw UsageError{"--overlap-param-gather only applies to --zero 1 or 2"};
+  checkOverlapFlags(train, mesh, shape, gradBucketText);
   if (train.recompute != "none" && train.recompute != "selective" &&
       train.recompute != "full" && train.recompute != "auto")
     throw UsageError{"--recompute must be none, selective, full or auto, got '" +

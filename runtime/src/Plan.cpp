@@ -515,9 +515,28 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
   return m;
 }
 
+// program "slot_deltas": the instance offsets of slotted buffers relative to instance 0's, one row per
+// pattern (docs/plan-format.md "Microbatch slots"): at least 2 integers each, the first 0, each within
+// ±arena_bytes (a delta that large places the instance outside the arena whatever the offset).
+Status parseSlotDeltas(const Doc& doc, const json& v, int64_t arenaBytes, std::vector<std::vector<int64_t>>* out) {
+  LLCDIST_RETURN_IF_ERROR(doc.array(v, "slot_deltas"));
+  if (v.empty()) return doc.error("slot_deltas", "expected at least one row (leave the key out when no buffer has slots)");
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string path = index("slot_deltas", i);
+    LLCDIST_RETURN_IF_ERROR(doc.array(v[i], path));
+    if (v[i].size() < 2) return doc.error(path, "expected at least 2 instances, got " + std::to_string(v[i].size()));
+    std::vector<int64_t>& row = out->emplace_back(v[i].size());
+    for (size_t k = 0; k < v[i].size(); ++k)
+      LLCDIST_RETURN_IF_ERROR(doc.integerValue(v[i][k], index(path, k), &row[k], -arenaBytes, arenaBytes));
+    if (row[0] != 0) return doc.error(index(path, 0), "expected 0 (instance 0 is at the buffer's offset), got " + std::to_string(row[0]));
+  }
+  return Status::ok();
+}
+
 Status parseBuffer(const Doc& doc, const json& b, const std::string& path, size_t i, int64_t arenaBytes,
-                   BufferDesc* out) {
-  LLCDIST_RETURN_IF_ERROR(doc.keys(b, path, {"id", "name", "kind", "dtype", "shape", "offset", "bytes"}, {"slot_offsets"}));
+                   const std::vector<std::vector<int64_t>>& slotDeltas, BufferDesc* out) {
+  LLCDIST_RETURN_IF_ERROR(
+      doc.keys(b, path, {"id", "name", "kind", "dtype", "shape", "offset", "bytes"}, {"slot_offsets", "slot_delta"}));
   LLCDIST_RETURN_IF_ERROR(doc.integer(b, path, "id", &out->id));
   if (out->id != int64_t(i)) return doc.error(key(path, "id"), "expected " + std::to_string(i) + " (buffers[i].id must be i), got " + std::to_string(out->id));
   LLCDIST_RETURN_IF_ERROR(doc.string(b, path, "name", &out->name));
@@ -549,12 +568,30 @@ Status parseBuffer(const Doc& doc, const json& b, const std::string& path, size_
     return doc.error(path, "buffer \"" + out->name + "\" [" + std::to_string(out->offset) + ", " +
                                std::to_string(out->offset + out->bytes) + ") extends past arena_bytes = " +
                                std::to_string(arenaBytes));
-  if (!b.contains("slot_offsets")) return Status::ok();
-  // A slotted buffer: one instance per microbatch slot, each placed like a buffer of its own.
-  const std::string sp = key(path, "slot_offsets");
-  LLCDIST_RETURN_IF_ERROR(doc.intArray(b, path, "slot_offsets", &out->slotOffsets, 0));
-  if (out->slotOffsets.size() < 2)
-    return doc.error(sp, "expected at least 2 instances (a buffer with one instance has only \"offset\")");
+  if (!b.contains("slot_offsets") && !b.contains("slot_delta")) return Status::ok();
+  // A slotted buffer: one instance per microbatch slot, each placed like a buffer of its own, at the
+  // offsets given (slot_offsets) or at offset + a row of the program's slot_deltas (slot_delta).
+  if (b.contains("slot_offsets") && b.contains("slot_delta"))
+    return doc.error(key(path, "slot_delta"), "give \"slot_offsets\" or \"slot_delta\", not both");
+  const bool explicitOffsets = b.contains("slot_offsets");
+  const std::string sp = key(path, explicitOffsets ? "slot_offsets" : "slot_delta");
+  if (explicitOffsets) {
+    LLCDIST_RETURN_IF_ERROR(doc.intArray(b, path, "slot_offsets", &out->slotOffsets, 0));
+    if (out->slotOffsets.size() < 2)
+      return doc.error(sp, "expected at least 2 instances (a buffer with one instance has only \"offset\")");
+  } else {
+    int64_t row = 0;
+    LLCDIST_RETURN_IF_ERROR(doc.integer(b, path, "slot_delta", &row, 0));
+    if (row >= int64_t(slotDeltas.size()))
+      return doc.error(sp, "row " + std::to_string(row) + " of \"slot_deltas\" does not exist (the program has " +
+                               std::to_string(slotDeltas.size()) + ")");
+    // |delta| <= arena_bytes and offset <= arena_bytes: no overflow.
+    for (int64_t d : slotDeltas[size_t(row)]) out->slotOffsets.push_back(out->offset + d);
+  }
+  // (An instance's offset below 0 is outside the arena.)
+  auto where = [&](size_t k) {
+    return explicitOffsets ? index(sp, k) : sp;
+  };
   if (out->kind != sc::BufferKind::kActivation && out->kind != sc::BufferKind::kScratch &&
       out->kind != sc::BufferKind::kInput)
     return doc.error(sp, "a \"" + std::string(sc::bufferKindName(out->kind)) +
@@ -565,12 +602,13 @@ Status parseBuffer(const Doc& doc, const json& b, const std::string& path, size_
   for (size_t k = 1; k < out->slotOffsets.size(); ++k) {
     const int64_t o = out->slotOffsets[k];
     if (o % sc::kArenaAlignment != 0)
-      return doc.error(index(sp, k), "offset " + std::to_string(o) + " is not a multiple of " +
-                                         std::to_string(sc::kArenaAlignment) + " (the arena alignment)");
-    if (o > arenaBytes || out->bytes > arenaBytes - o)
-      return doc.error(index(sp, k), "instance " + std::to_string(k) + " of buffer \"" + out->name + "\" [" +
-                                         std::to_string(o) + ", " + std::to_string(o + out->bytes) +
-                                         ") extends past arena_bytes = " + std::to_string(arenaBytes));
+      return doc.error(where(k), "instance " + std::to_string(k) + " offset " + std::to_string(o) +
+                                     " is not a multiple of " + std::to_string(sc::kArenaAlignment) +
+                                     " (the arena alignment)");
+    if (o < 0 || o > arenaBytes || out->bytes > arenaBytes - o)
+      return doc.error(where(k), "instance " + std::to_string(k) + " of buffer \"" + out->name + "\" [" +
+                                     std::to_string(o) + ", " + std::to_string(o + out->bytes) +
+                                     ") extends past arena_bytes = " + std::to_string(arenaBytes));
   }
   return Status::ok();
 }
@@ -654,9 +692,13 @@ StatusOr<Program> parseProgramJson(const Doc& doc, const json& root, const Manif
   int64_t version = 0;
   LLCDIST_RETURN_IF_ERROR(checkHeader(doc, root, sc::kProgramFormat, &version));
   LLCDIST_RETURN_IF_ERROR(
-      doc.keys(root, "", {"format", "version", "arena_bytes", "buffers", "subroutines", "actions"}, {"queues"}));
+      doc.keys(root, "", {"format", "version", "arena_bytes", "buffers", "subroutines", "actions"},
+               {"queues", "slot_deltas"}));
   LLCDIST_RETURN_IF_ERROR(doc.integer(root, "", "arena_bytes", &prog.arenaBytes, 0));
   if (root.contains("queues")) LLCDIST_RETURN_IF_ERROR(parseQueues(doc, root.at("queues"), manifest, &prog.queues));
+  std::vector<std::vector<int64_t>> slotDeltas;
+  if (root.contains("slot_deltas"))
+    LLCDIST_RETURN_IF_ERROR(parseSlotDeltas(doc, root.at("slot_deltas"), prog.arenaBytes, &slotDeltas));
 
   const json& buffers = root.at("buffers");
   LLCDIST_RETURN_IF_ERROR(doc.array(buffers, "buffers"));
@@ -664,7 +706,7 @@ StatusOr<Program> parseProgramJson(const Doc& doc, const json& root, const Manif
   for (size_t i = 0; i < buffers.size(); ++i) {
     BufferDesc b;
     const std::string path = index("buffers", i);
-    LLCDIST_RETURN_IF_ERROR(parseBuffer(doc, buffers[i], path, i, prog.arenaBytes, &b));
+    LLCDIST_RETURN_IF_ERROR(parseBuffer(doc, buffers[i], path, i, prog.arenaBytes, slotDeltas, &b));
     if (!names.insert(b.name).second) return doc.error(key(path, "name"), "duplicate buffer name \"" + b.name + "\"");
     if ((b.name == sc::kLossMetric || b.name == sc::kGradNormMetric) &&
         (b.kind != sc::BufferKind::kMetric || b.dtype != sc::ElemType::kF32 || b.numel() != 1))

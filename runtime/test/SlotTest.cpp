@@ -165,6 +165,71 @@ TEST_F(SlotLoaderTest, SlotOffsetErrors) {
               {"buffers[0].slot_offsets", "a \"param\" buffer cannot have slots"});
 }
 
+// The plan with every slotted buffer's slot_offsets rewritten as a row of the program's slot_deltas (what
+// the compiler writes): one row per distinct pattern.
+PlanBuilder withSlotDeltas(PlanBuilder b) {
+  json rows = json::array();
+  for (json& buf : b.program["buffers"]) {
+    if (!buf.contains("slot_offsets")) continue;
+    json row = json::array();
+    for (const json& o : buf["slot_offsets"]) row.push_back(int64_t(o) - int64_t(buf["offset"]));
+    size_t r = 0;
+    while (r < rows.size() && rows[r] != row) ++r;
+    if (r == rows.size()) rows.push_back(row);
+    buf.erase("slot_offsets");
+    buf["slot_delta"] = r;
+  }
+  b.program["slot_deltas"] = rows;
+  return b;
+}
+
+TEST_F(SlotLoaderTest, SlotDeltasGiveTheSameInstances) {
+  auto explicitOffsets = parse(gpipe(/*slotted=*/true));
+  auto deltas = parse(withSlotDeltas(gpipe(/*slotted=*/true)));
+  ASSERT_TRUE(explicitOffsets.isOk()) << explicitOffsets.status().message();
+  ASSERT_TRUE(deltas.isOk()) << deltas.status().message();
+  ASSERT_EQ(explicitOffsets->programs[0].buffers.size(), deltas->programs[0].buffers.size());
+  int64_t slotted = 0;
+  for (size_t i = 0; i < deltas->programs[0].buffers.size(); ++i) {
+    EXPECT_EQ(explicitOffsets->programs[0].buffers[i].slotOffsets, deltas->programs[0].buffers[i].slotOffsets) << i;
+    slotted += deltas->programs[0].buffers[i].instances() > 1;
+  }
+  EXPECT_EQ(slotted, 5);
+  // And the same run.
+  const Trained a = train(gpipe(/*slotted=*/true), 2), b = train(withSlotDeltas(gpipe(/*slotted=*/true)), 2);
+  EXPECT_EQ(a.wte, b.wte);
+  EXPECT_EQ(a.loss, b.loss);
+}
+
+TEST_F(SlotLoaderTest, SlotDeltaErrors) {
+  auto with = [&](std::function<void(PlanBuilder&)> mutate, const std::vector<std::string>& parts) {
+    expectError(
+        [&](PlanBuilder& b) {
+          b = withSlotDeltas(b);
+          mutate(b);
+        },
+        parts);
+  };
+  with([](PlanBuilder& b) { buffer(b, kH)["slot_delta"] = 9; },
+       {"program-0.json", "buffers[10].slot_delta", "row 9 of \"slot_deltas\" does not exist"});
+  with([](PlanBuilder& b) { buffer(b, kH)["slot_delta"] = -1; }, {"buffers[10].slot_delta"});
+  with([](PlanBuilder& b) { buffer(b, kH)["slot_offsets"] = {buffer(b, kH)["offset"], 0}; },
+       {"buffers[10].slot_delta", "not both"});
+  with([](PlanBuilder& b) { b.program["slot_deltas"][0] = {0}; }, {"slot_deltas[0]", "at least 2 instances"});
+  with([](PlanBuilder& b) { b.program["slot_deltas"][0][0] = 64; }, {"slot_deltas[0][0]", "expected 0"});
+  with([](PlanBuilder& b) { b.program["slot_deltas"][0][1] = 65; }, {"slot_delta", "not a multiple of 64"});
+  // Huge, NaN-like and non-integer deltas are refused before anything is added.
+  with([](PlanBuilder& b) { b.program["slot_deltas"][0][1] = int64_t(1) << 62; }, {"slot_deltas[0][1]"});
+  with([](PlanBuilder& b) { b.program["slot_deltas"][0][1] = 1.5; }, {"slot_deltas[0][1]"});
+  with([](PlanBuilder& b) { b.program["slot_deltas"] = json::array(); }, {"slot_deltas", "at least one row"});
+  with([](PlanBuilder& b) { b.program["slot_deltas"] = 3; }, {"slot_deltas"});
+  // A delta that puts an instance before the arena's start or past its end.
+  with([](PlanBuilder& b) { b.program["slot_deltas"][0][1] = -int64_t(buffer(b, kIds)["offset"]) - 64; },
+       {"slot_delta", "instance 1 of buffer", "extends past arena_bytes"});
+  with([](PlanBuilder& b) { b.program["slot_deltas"][0][1] = b.arena; },
+       {"slot_delta", "instance 1 of buffer", "extends past arena_bytes"});
+}
+
 TEST_F(SlotLoaderTest, ActionSlotErrors) {
   expectError([](PlanBuilder& b) { b.program["actions"][2]["slot"] = 2; },
               {"actions[2].slot", "slot 2 of subroutine \"forward\"", "buffer 8 (\"ids\") has 2 slot_offsets"});

@@ -88,6 +88,10 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
                  std::map<std::string, std::pair<int64_t, int64_t>> &paramIds) {
   llvm::StringMap<int64_t> ids;
   json buffers = json::array();
+  // Slotted buffers' instance offsets relative to instance 0's, one row per
+  // distinct pattern (a chunk's slot block has one; docs/plan-format.md).
+  std::map<std::vector<int64_t>, int64_t> rowOf;
+  json slotDeltas = json::array();
   for (auto buf : program.getBody().front().getOps<plan::BufferOp>()) {
     int64_t id = ids.size();
     ids[buf.getSymName()] = id;
@@ -99,8 +103,15 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
                        {"shape", t.getShape()},
                        {"offset", int64_t(*buf.getOffset())},
                        {"bytes", buf.getNumBytes()}});
-    if (auto slots = buf->getAttrOfType<DenseI64ArrayAttr>(plan::kSlotOffsetsAttr))
-      buffers.back()["slot_offsets"] = slots.asArrayRef();
+    if (auto slots = buf->getAttrOfType<DenseI64ArrayAttr>(plan::kSlotOffsetsAttr)) {
+      std::vector<int64_t> deltas;
+      for (int64_t o : slots.asArrayRef())
+        deltas.push_back(o - slots[0]);
+      auto [it, fresh] = rowOf.try_emplace(deltas, int64_t(rowOf.size()));
+      if (fresh)
+        slotDeltas.push_back(deltas);
+      buffers.back()["slot_delta"] = it->second;
+    }
   }
   summary.buffers += ids.size();
   summary.arenaBytes = std::max<int64_t>(summary.arenaBytes, *program.getArenaBytes());
@@ -179,6 +190,8 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
     summary.async = true;
     out["queues"] = toJson(queues);
   }
+  if (!slotDeltas.empty())
+    out["slot_deltas"] = std::move(slotDeltas);
   out["buffers"] = std::move(buffers);
   out["subroutines"] = std::move(subroutines);
   out["actions"] = std::move(actions);

@@ -19,10 +19,14 @@
 // op is live from the start through its token's wait.
 //
 // A slotted buffer (a pipeline chunk's, plan::kSlotsAttr) has one instance
-// per microbatch slot; an action with slot k uses instance k. Each instance
-// is planned as a buffer of its own (its segments are those of the actions
-// in its slot), so the arena is exactly what separate per-slot buffers
-// would take; the offsets are recorded in plan::kSlotOffsetsAttr.
+// per microbatch slot; an action with slot k uses instance k, whose segments
+// are those of the actions in its slot. The instances are placed by pattern
+// (layoutSlots): a chunk's workspace shares one instance across slots, and
+// what a microbatch keeps across actions goes in a slot block per chunk,
+// laid out once, so every instance is a block base plus one offset; where
+// blocks cost more than kBlockSlack over the live peak, each instance is
+// placed as a buffer of its own as well and the smaller arena wins. The
+// offsets are recorded in plan::kSlotOffsetsAttr.
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
@@ -33,10 +37,12 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -345,6 +351,214 @@ std::vector<int64_t> placeTransient(ArrayRef<ArrayRef<Segment>> lifetimes,
   return peakOf(bySize) < peakOf(sweep) ? bySize : sweep;
 }
 
+/// The most bytes live at once over `lifetimes` (`sizes` bytes each) on a
+/// step of `kernels` kernels, and the first kernel where it is reached.
+std::pair<int64_t, int64_t> liveBytesPeak(int64_t kernels, ArrayRef<ArrayRef<Segment>> lifetimes,
+                                          ArrayRef<int64_t> sizes) {
+  std::vector<int64_t> delta(kernels + 1, 0);
+  for (size_t i = 0; i < lifetimes.size(); ++i)
+    for (const Segment &s : lifetimes[i]) {
+      delta[s.first] += sizes[i];
+      delta[s.last + 1] -= sizes[i];
+    }
+  int64_t peak = 0, running = 0, at = 0;
+  for (auto [k, v] : llvm::enumerate(delta))
+    if ((running += v) > peak) {
+      peak = running;
+      at = int64_t(k);
+    }
+  return {peak, at};
+}
+
+/// A transient buffer instance and its live segments (step 1).
+struct Transient {
+  mutable BufferOp buf; // (ops' accessors are not const)
+  int64_t slot;
+  ArrayRef<Segment> segs;
+};
+
+/// An action's kernels in the step's numbering, and its pipeline chunk (-1:
+/// none).
+struct ActionSpan {
+  int64_t first, last, chunk;
+};
+
+/// What the arena places: a buffer instance (`slot` -1: one instance every
+/// slot shares), or (`block` >= 0) slot `slot` of a slot block.
+struct Item {
+  BufferOp buf;
+  int64_t slot = 0;
+  ArrayRef<Segment> segs;
+  int64_t bytes = 0;
+  int64_t block = -1;
+};
+
+/// A slotted buffer laid out in a slot block.
+struct InBlock {
+  int64_t block, offset;
+};
+
+/// How far above the live peak slot blocks may place a program before
+/// per-instance placement is tried (PlanMemoryPass).
+constexpr double kBlockSlack = 0.02;
+
+struct SlotLayout {
+  std::vector<Item> items;
+  llvm::MapVector<StringAttr, InBlock> inBlock;
+  std::deque<SmallVector<Segment, 2>> storage; // merged segments the items point into
+};
+
+/// Merges `segs` (any order) into disjoint sorted segments.
+SmallVector<Segment, 2> merged(SmallVector<Segment, 2> segs) {
+  llvm::sort(segs, [](const Segment &x, const Segment &y) { return x.first < y.first; });
+  SmallVector<Segment, 2> out;
+  for (const Segment &s : segs)
+    if (!out.empty() && s.first <= out.back().last + 1)
+      out.back().last = std::max(out.back().last, s.last);
+    else
+      out.push_back(s);
+  return out;
+}
+
+/// The pipeline's slotted instances by pattern (docs/memory.md "Microbatch
+/// slots"). Every slot of a chunk runs the same subroutines, so its
+/// instances live alike:
+///  - a buffer none of whose segments crosses an action's end (a chunk's
+///    workspace) needs no instance per slot: every slot shares one, live in
+///    the segments of all;
+///  - the others (what a microbatch keeps from F to B and W: saved
+///    activations, received values) are laid out once per chunk, at
+///    offsets in a slot block computed from slot 0's lifetimes, and each
+///    slot of the chunk is one block, live while any of its buffers is. The
+///    layout is checked on every slot (no two buffers live at once share
+///    bytes); a slot on which it would not hold, or a buffer that belongs to
+///    no single chunk, leaves the whole program to per-instance placement.
+/// So a buffer's instances sit at the block bases of its chunk plus one
+/// offset, which the plan writes once per chunk ("slot deltas").
+/// With `byPattern` false, or where the pattern does not hold, every
+/// instance is an item of its own.
+SlotLayout layoutSlots(ArrayRef<Transient> instances,
+                       const llvm::DenseMap<StringAttr, int64_t> &slotsOf,
+                       ArrayRef<ActionSpan> spans, int64_t kernels, bool byPattern) {
+  SlotLayout out;
+  auto perInstance = [&] {
+    SlotLayout all;
+    for (const Transient &tr : instances)
+      all.items.push_back({tr.buf, tr.slot, tr.segs, aligned(tr.buf.getNumBytes())});
+    return all;
+  };
+  if (!byPattern)
+    return perInstance();
+  auto actionOf = [&](int64_t time) {
+    auto it = std::upper_bound(spans.begin(), spans.end(), time,
+                               [](int64_t v, const ActionSpan &a) { return v < a.first; });
+    return it - spans.begin() - 1;
+  };
+  // The slotted buffers' instances, by buffer in order of first use.
+  llvm::MapVector<StringAttr, SmallVector<const Transient *, 4>> slotted;
+  for (const Transient &tr : instances) {
+    if (!slotsOf.count(tr.buf.getSymNameAttr())) {
+      out.items.push_back({tr.buf, 0, tr.segs, aligned(tr.buf.getNumBytes())});
+      continue;
+    }
+    slotted[tr.buf.getSymNameAttr()].push_back(&tr);
+  }
+  // One block per chunk. (Blocks per chunk and life — by the kinds and
+  // places of the actions that write a buffer first and read it last —
+  // come closer to the live peak but fragment the arena more: llama3-8b
+  // tp=8 pp=4 ZB-H1 1.005x -> 1.065x.)
+  std::map<int64_t, SmallVector<BufferOp>> chunks; // chunk -> its block's buffers
+  for (auto &[name, insts] : slotted) {
+    BufferOp buf = insts.front()->buf;
+    bool local = true;
+    int64_t chunk = -2;
+    for (const Transient *tr : insts)
+      for (const Segment &s : tr->segs) {
+        int64_t a = actionOf(s.first), e = actionOf(s.last);
+        if (a < 0 || e < 0)
+          return perInstance();
+        local &= a == e;
+        for (int64_t c : {spans[a].chunk, spans[e].chunk})
+          chunk = chunk == -2 || chunk == c ? c : -3;
+      }
+    if (local) {
+      SmallVector<Segment, 2> all;
+      for (const Transient *tr : insts)
+        all.append(tr->segs.begin(), tr->segs.end());
+      llvm::sort(all, [](const Segment &x, const Segment &y) { return x.first < y.first; });
+      for (size_t i = 1; i < all.size(); ++i)
+        if (all[i].first <= all[i - 1].last)
+          return perInstance(); // two slots' segments overlap: not a workspace
+      SmallVector<Segment, 2> &segs = out.storage.emplace_back(merged(std::move(all)));
+      out.items.push_back({buf, -1, segs, aligned(buf.getNumBytes())});
+      continue;
+    }
+    if (chunk < 0)
+      return perInstance();
+    chunks[chunk].push_back(buf);
+  }
+  for (auto &[chunk, bufs] : chunks) {
+    const int64_t id = chunk;
+    const int64_t slots = slotsOf.lookup(bufs.front().getSymNameAttr());
+    // Each buffer's segments per slot.
+    std::vector<std::vector<ArrayRef<Segment>>> segsOf(slots,
+                                                       std::vector<ArrayRef<Segment>>(bufs.size()));
+    for (auto [j, buf] : llvm::enumerate(bufs)) {
+      if (slotsOf.lookup(buf.getSymNameAttr()) != slots)
+        return perInstance();
+      for (const Transient *tr : slotted[buf.getSymNameAttr()])
+        segsOf[tr->slot][j] = tr->segs;
+    }
+    std::vector<int64_t> sizes;
+    for (BufferOp buf : bufs)
+      sizes.push_back(aligned(buf.getNumBytes()));
+    // Slot 0's lifetimes give the layout; a buffer it never uses has none.
+    if (llvm::any_of(segsOf[0], [](ArrayRef<Segment> s) { return s.empty(); }))
+      return perInstance();
+    std::vector<int64_t> at = placeTransient(segsOf[0], sizes,
+                                             liveBytesPeak(kernels, segsOf[0], sizes).first);
+    int64_t blockBytes = 0;
+    for (size_t j = 0; j < bufs.size(); ++j)
+      blockBytes = std::max(blockBytes, at[j] + sizes[j]);
+    // The layout holds on every slot: buffers live at once are disjoint.
+    for (int64_t k = 0; k < slots; ++k) {
+      struct Live {
+        int64_t first, last;
+        size_t buf;
+      };
+      std::vector<Live> segs, active;
+      for (size_t j = 0; j < bufs.size(); ++j)
+        for (const Segment &s : segsOf[k][j])
+          segs.push_back({s.first, s.last, j});
+      llvm::sort(segs, [](const Live &x, const Live &y) { return x.first < y.first; });
+      for (const Live &s : segs) {
+        llvm::erase_if(active, [&](const Live &a) { return a.last < s.first; });
+        for (const Live &a : active)
+          if (a.buf != s.buf && at[a.buf] < at[s.buf] + sizes[s.buf] &&
+              at[s.buf] < at[a.buf] + sizes[a.buf])
+            return perInstance();
+        active.push_back(s);
+      }
+      // The block of slot k: live while any of its buffers is.
+      SmallVector<Segment, 2> all;
+      for (size_t j = 0; j < bufs.size(); ++j)
+        all.append(segsOf[k][j].begin(), segsOf[k][j].end());
+      if (all.empty())
+        continue; // a slot no action uses: its instances share slot 0's bytes
+      SmallVector<Segment, 2> &blockSegs = out.storage.emplace_back(merged(std::move(all)));
+      Item block;
+      block.slot = k;
+      block.segs = blockSegs;
+      block.bytes = blockBytes;
+      block.block = id;
+      out.items.push_back(block);
+    }
+    for (auto [j, buf] : llvm::enumerate(bufs))
+      out.inBlock[buf.getSymNameAttr()] = {id, at[j]};
+  }
+  return out;
+}
+
 struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPass> {
   void runOnOperation() override {
     ProgramOp program = getOperation();
@@ -437,18 +651,27 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
         }
       }
 
+    // Each action's kernels in that numbering, and its chunk.
+    std::vector<ActionSpan> actionSpans;
+    for (auto sched : body.getOps<ScheduleOp>())
+      for (auto action : sched.getBody().front().getOps<ActionOp>()) {
+        int64_t first = actionSpans.empty() ? 0 : actionSpans.back().last + 1;
+        auto chunk = action->getAttrOfType<IntegerAttr>("pipeline.chunk");
+        actionSpans.push_back({first,
+                               first + int64_t(kernelsOf.lookup(action.getSubroutine()).size()) - 1,
+                               chunk ? chunk.getInt() : -1});
+      }
+    llvm::DenseMap<StringAttr, BufferOp> bufferOf;
+    for (auto buf : body.getOps<BufferOp>())
+      bufferOf[buf.getSymNameAttr()] = buf;
+
     // 2. Persistent state first, one after another (a slotted buffer's
     // instances side by side); recorded by kind.
     int64_t offset = 0;
     std::map<std::string, int64_t> byKind;
     // Per slotted buffer, its instances' offsets (-1: not yet placed).
     llvm::DenseMap<StringAttr, SmallVector<int64_t, 4>> slotOffsets;
-    struct Transient {
-      BufferOp buf;
-      int64_t slot;
-      ArrayRef<Segment> segs;
-    };
-    std::vector<Transient> byFirstUse;
+    std::vector<Transient> byFirstUse; // every transient instance
     for (auto buf : body.getOps<BufferOp>()) {
       StringAttr name = buf.getSymNameAttr();
       const int64_t instances = slotsOf.lookup(name) ? slotsOf.lookup(name) : 1;
@@ -474,39 +697,89 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     }
     int64_t base = offset;
 
-    // 3. Transient buffers (instances), best-fit in order of first use
-    // (placeTransient).
+    // The most bytes live at once over the transient instances (the lower
+    // bound of any placement), and the kernel where it is reached.
     llvm::stable_sort(byFirstUse, [](const Transient &x, const Transient &y) {
       return x.segs.front().first < y.segs.front().first;
     });
-    std::vector<ArrayRef<Segment>> lifetimes;
-    std::vector<int64_t> sizes;
-    for (Transient &tr : byFirstUse) {
-      lifetimes.push_back(tr.segs);
-      sizes.push_back(aligned(tr.buf.getNumBytes()));
+    auto [livePeak, peakAt] = liveBytesPeak(
+        t, llvm::map_to_vector(byFirstUse, [](const Transient &tr) { return tr.segs; }),
+        llvm::map_to_vector(byFirstUse,
+                            [](const Transient &tr) { return aligned(tr.buf.getNumBytes()); }));
+
+    // 3. Slotted instances by pattern (SlotLayout), then every item —
+    // unslotted and per-instance buffers, chunk workspace, slot blocks —
+    // best-fit in order of first use (placeTransient).
+    struct Placement {
+      SlotLayout layout;
+      std::vector<Item> items; // in order of first use
+      std::vector<int64_t> offsets;
+      int64_t peak = 0;
+    };
+    auto place = [&](bool byPattern) {
+      Placement p{layoutSlots(byFirstUse, slotsOf, actionSpans, t, byPattern), {}, {}, 0};
+      p.items = p.layout.items;
+      llvm::stable_sort(p.items, [](const Item &x, const Item &y) {
+        return x.segs.front().first < y.segs.front().first;
+      });
+      std::vector<ArrayRef<Segment>> lifetimes;
+      std::vector<int64_t> sizes;
+      for (const Item &it : p.items) {
+        lifetimes.push_back(it.segs);
+        sizes.push_back(it.bytes);
+      }
+      p.offsets = placeTransient(lifetimes, sizes, liveBytesPeak(t, lifetimes, sizes).first);
+      for (auto [i, it] : llvm::enumerate(p.items))
+        p.peak = std::max(p.peak, p.offsets[i] + it.bytes);
+      return p;
+    };
+    // Slot blocks hold what a microbatch frees during its backward until
+    // the block's last buffer dies, and equal blocks leave holes that small
+    // buffers would fill. Where that costs more than kBlockSlack over the
+    // live peak, per-instance placement (exact, but O(microbatches ×
+    // buffers) in the plan and its checks) is tried too, and the smaller
+    // arena wins.
+    Placement placed = place(/*byPattern=*/true);
+    if (!placed.layout.inBlock.empty() &&
+        double(placed.peak) > (1 + kBlockSlack) * double(livePeak)) {
+      Placement exact = place(/*byPattern=*/false);
+      if (exact.peak < placed.peak)
+        placed = std::move(exact);
     }
-    // The most bytes live at once (the lower bound of any placement), and
-    // the kernel where it is reached.
-    std::vector<int64_t> liveBytes(t + 1, 0); // bytes live per kernel
-    for (size_t i = 0; i < byFirstUse.size(); ++i)
-      for (const Segment &s : lifetimes[i]) {
-        liveBytes[s.first] += sizes[i];
-        liveBytes[s.last + 1] -= sizes[i];
-      }
-    int64_t livePeak = 0, running = 0, peakAt = 0;
-    for (auto [k, v] : llvm::enumerate(liveBytes))
-      if ((running += v) > livePeak) {
-        livePeak = running;
-        peakAt = k;
-      }
-    std::vector<int64_t> offsets = placeTransient(lifetimes, sizes, livePeak);
+    SlotLayout &layout = placed.layout;
+    std::vector<Item> &items = placed.items;
+    std::vector<int64_t> &offsets = placed.offsets;
+    std::vector<int64_t> sizes;
+    for (const Item &it : items)
+      sizes.push_back(it.bytes);
     int64_t peak = 0;
-    for (auto [i, tr] : llvm::enumerate(byFirstUse)) {
+    // Each item's offset: a buffer's (instance's, or all instances' for a
+    // workspace buffer) or a slot block's base.
+    llvm::DenseMap<std::pair<int64_t, int64_t>, int64_t> blockBase; // (block, slot)
+    for (auto [i, it] : llvm::enumerate(items)) {
       peak = std::max(peak, offsets[i] + sizes[i]);
-      if (tr.slot == 0)
-        tr.buf.setOffsetAttr(b.getI64IntegerAttr(base + offsets[i]));
-      if (auto it = slotOffsets.find(tr.buf.getSymNameAttr()); it != slotOffsets.end())
-        it->second[tr.slot] = base + offsets[i];
+      const int64_t at = base + offsets[i];
+      if (it.block >= 0) {
+        blockBase[{it.block, it.slot}] = at;
+        continue;
+      }
+      if (it.slot <= 0)
+        it.buf.setOffsetAttr(b.getI64IntegerAttr(at));
+      if (auto so = slotOffsets.find(it.buf.getSymNameAttr()); so != slotOffsets.end()) {
+        if (it.slot < 0)
+          llvm::fill(so->second, at); // a chunk's workspace: every slot's
+        else
+          so->second[it.slot] = at;
+      }
+    }
+    // A slot block's buffers at the block's base plus their place in it.
+    for (const auto &[name, placed] : layout.inBlock) {
+      auto &so = slotOffsets[name];
+      for (int64_t k = 0; k < int64_t(so.size()); ++k)
+        if (auto it = blockBase.find({placed.block, k}); it != blockBase.end())
+          so[k] = it->second + placed.offset;
+      if (so[0] >= 0)
+        bufferOf.lookup(name).setOffsetAttr(b.getI64IntegerAttr(so[0]));
     }
     // Every instance has an offset: one no action touches (none in
     // practice: each slot runs the chunk's whole subroutines) shares

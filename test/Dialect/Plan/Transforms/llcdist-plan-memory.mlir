@@ -199,3 +199,72 @@ plan.program @in_flight_slot attributes {queues = ["compute", "comm"]} {
     plan.action @done
   }
 }
+
+// -----
+// RUN: llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-memory))" | FileCheck %s --check-prefix=BLOCKS
+
+// A pipeline chunk's slots by pattern (actions of chunk 0, f f g g): @a and
+// @b, written in f and read in g, go in one slot block laid out from slot 0's
+// lifetimes (@a at 0, @b at 64 in it); slot 0's block lives over kernels
+// 0-4, slot 1's over 2-6, so they take 128 bytes each (bases 64, 192). @s
+// lives only within each g: one instance for both slots (320). Every
+// instance offset is the block base plus the buffer's place in the block,
+// so @a and @b move alike from slot to slot (the plan's one "slot_deltas"
+// row for the block). The arena is the live peak (5 × 64 bytes at kernel 4).
+// BLOCKS: plan.program @blocks attributes {arena_bytes = 384 : i64, plan.memory = {padding = 48 : i64, param = 16 : i64, peak_activations = 256 : i64, peak_communication = 0 : i64, peak_workspace = 64 : i64, transient_live_peak = 320 : i64, transient_peak = 320 : i64}}
+// BLOCKS-NEXT: plan.buffer @w : tensor<4xf32> {kind = "param", name = "w", offset = 0 : i64}
+// BLOCKS-NEXT: plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", offset = 64 : i64, slot_offsets = array<i64: 64, 192>, slots = 2 : i64}
+// BLOCKS-NEXT: plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b", offset = 128 : i64, slot_offsets = array<i64: 128, 256>, slots = 2 : i64}
+// BLOCKS-NEXT: plan.buffer @s : tensor<4xf32> {kind = "scratch", name = "s", offset = 320 : i64, slot_offsets = array<i64: 320, 320>, slots = 2 : i64}
+plan.program @blocks {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w"}
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", slots = 2 : i64}
+  plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b", slots = 2 : i64}
+  plan.buffer @s : tensor<4xf32> {kind = "scratch", name = "s", slots = 2 : i64}
+  plan.subroutine @f {
+    plan.kernel "copy" {x = @w, y = @a} {n = 4 : i64}
+    plan.kernel "copy" {x = @w, y = @b} {n = 4 : i64}
+  }
+  plan.subroutine @g {
+    plan.kernel "add" {a = @a, b = @b, y = @s} {n = 4 : i64}
+    plan.kernel "copy" {x = @s, y = @w} {n = 4 : i64}
+  }
+  plan.schedule {
+    plan.action @f microbatch 0 {pipeline.chunk = 0 : i64}
+    plan.action @f microbatch 1 {pipeline.chunk = 0 : i64, slot = 1 : i64}
+    plan.action @g microbatch 0 {pipeline.chunk = 0 : i64}
+    plan.action @g microbatch 1 {pipeline.chunk = 0 : i64, slot = 1 : i64}
+  }
+}
+
+// -----
+// RUN: llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-memory))" | FileCheck %s --check-prefix=EXACT
+
+// Where blocks would cost more than 2% over the live peak the per-instance
+// layout is tried too and wins: @s, live in f between the two writes, makes
+// slot 0's block start at kernel 1 above it (blocks: 320 bytes), while
+// per instance @b of slot 0 takes @s's bytes once @s is dead (256, the
+// live peak; blocks would make the arena 384).
+// EXACT: plan.program @exact attributes {arena_bytes = 320 : i64, plan.memory = {padding = 48 : i64, param = 16 : i64, peak_activations = 192 : i64, peak_communication = 0 : i64, peak_workspace = 64 : i64, transient_live_peak = 256 : i64, transient_peak = 256 : i64}}
+// EXACT: plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", offset = 128 : i64, slot_offsets = array<i64: 128, 256>, slots = 2 : i64}
+// EXACT-NEXT: plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b", offset = 64 : i64, slot_offsets = array<i64: 64, 192>, slots = 2 : i64}
+plan.program @exact {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w"}
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", slots = 2 : i64}
+  plan.buffer @b : tensor<4xf32> {kind = "activation", name = "b", slots = 2 : i64}
+  plan.buffer @s : tensor<4xf32> {kind = "scratch", name = "s", slots = 2 : i64}
+  plan.subroutine @f {
+    plan.kernel "copy" {x = @w, y = @s} {n = 4 : i64}
+    plan.kernel "copy" {x = @s, y = @a} {n = 4 : i64}
+    plan.kernel "copy" {x = @w, y = @b} {n = 4 : i64}
+  }
+  plan.subroutine @g {
+    plan.kernel "add" {a = @a, b = @b, y = @w} {n = 4 : i64}
+  }
+  plan.schedule {
+    plan.action @f microbatch 0 {pipeline.chunk = 0 : i64}
+    plan.action @f microbatch 1 {pipeline.chunk = 0 : i64, slot = 1 : i64}
+    plan.action @g microbatch 0 {pipeline.chunk = 0 : i64}
+    plan.action @g microbatch 1 {pipeline.chunk = 0 : i64, slot = 1 : i64}
+  }
+}

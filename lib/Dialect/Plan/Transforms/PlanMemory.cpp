@@ -396,7 +396,35 @@ struct Item {
 /// A slotted buffer laid out in a slot block.
 struct InBlock {
   int64_t block, offset;
+  bool shared = false; // a workspace block's: the same bytes in every slot
 };
+
+/// Workspace blocks' ids, above the chunks' (Item::block).
+constexpr int64_t kWorkspaceBlocks = int64_t(1) << 32;
+
+/// Whether a layout (`at`, `sizes`) keeps buffers apart that are live at
+/// once: `segs[j]` are buffer j's segments.
+bool disjointWhereLive(ArrayRef<ArrayRef<Segment>> segs, ArrayRef<int64_t> at,
+                       ArrayRef<int64_t> sizes) {
+  struct Live {
+    int64_t first, last;
+    size_t buf;
+  };
+  std::vector<Live> all, active;
+  for (size_t j = 0; j < segs.size(); ++j)
+    for (const Segment &s : segs[j])
+      all.push_back({s.first, s.last, j});
+  llvm::sort(all, [](const Live &x, const Live &y) { return x.first < y.first; });
+  for (const Live &s : all) {
+    llvm::erase_if(active, [&](const Live &a) { return a.last < s.first; });
+    for (const Live &a : active)
+      if (a.buf != s.buf && at[a.buf] < at[s.buf] + sizes[s.buf] &&
+          at[s.buf] < at[a.buf] + sizes[a.buf])
+        return false;
+    active.push_back(s);
+  }
+  return true;
+}
 
 /// How far above the live peak slot blocks may place a program before
 /// per-instance placement is tried (PlanMemoryPass).
@@ -468,6 +496,14 @@ SlotLayout layoutSlots(ArrayRef<Transient> instances,
   // come closer to the live peak but fragment the arena more: llama3-8b
   // tp=8 pp=4 ZB-H1 1.005x -> 1.065x.)
   std::map<int64_t, SmallVector<BufferOp>> chunks; // chunk -> its block's buffers
+  // A chunk's workspace buffers by the actions they live in (those of one
+  // subroutine, usually): each set is one workspace block, laid out from
+  // its first action and live over each action's span of its buffers.
+  struct Workspace {
+    BufferOp buf;
+    SmallVector<Segment, 2> segs; // sorted
+  };
+  std::map<std::vector<int64_t>, SmallVector<Workspace, 4>> workspaces;
   for (auto &[name, insts] : slotted) {
     BufferOp buf = insts.front()->buf;
     bool local = true;
@@ -489,8 +525,11 @@ SlotLayout layoutSlots(ArrayRef<Transient> instances,
       for (size_t i = 1; i < all.size(); ++i)
         if (all[i].first <= all[i - 1].last)
           return perInstance(); // two slots' segments overlap: not a workspace
-      SmallVector<Segment, 2> &segs = out.storage.emplace_back(merged(std::move(all)));
-      out.items.push_back({buf, -1, segs, aligned(buf.getNumBytes())});
+      std::vector<int64_t> actions;
+      for (const Segment &seg : all)
+        if (actions.empty() || actions.back() != actionOf(seg.first))
+          actions.push_back(actionOf(seg.first));
+      workspaces[actions].push_back({buf, std::move(all)});
       continue;
     }
     if (chunk < 0)
@@ -522,23 +561,8 @@ SlotLayout layoutSlots(ArrayRef<Transient> instances,
       blockBytes = std::max(blockBytes, at[j] + sizes[j]);
     // The layout holds on every slot: buffers live at once are disjoint.
     for (int64_t k = 0; k < slots; ++k) {
-      struct Live {
-        int64_t first, last;
-        size_t buf;
-      };
-      std::vector<Live> segs, active;
-      for (size_t j = 0; j < bufs.size(); ++j)
-        for (const Segment &s : segsOf[k][j])
-          segs.push_back({s.first, s.last, j});
-      llvm::sort(segs, [](const Live &x, const Live &y) { return x.first < y.first; });
-      for (const Live &s : segs) {
-        llvm::erase_if(active, [&](const Live &a) { return a.last < s.first; });
-        for (const Live &a : active)
-          if (a.buf != s.buf && at[a.buf] < at[s.buf] + sizes[s.buf] &&
-              at[s.buf] < at[a.buf] + sizes[a.buf])
-            return perInstance();
-        active.push_back(s);
-      }
+      if (k > 0 && !disjointWhereLive(segsOf[k], at, sizes))
+        return perInstance();
       // The block of slot k: live while any of its buffers is.
       SmallVector<Segment, 2> all;
       for (size_t j = 0; j < bufs.size(); ++j)
@@ -555,6 +579,55 @@ SlotLayout layoutSlots(ArrayRef<Transient> instances,
     }
     for (auto [j, buf] : llvm::enumerate(bufs))
       out.inBlock[buf.getSymNameAttr()] = {id, at[j]};
+  }
+  int64_t nextWorkspace = kWorkspaceBlocks;
+  for (auto &[actions, members] : workspaces) {
+    const int64_t id = nextWorkspace++;
+    // Each member's segments per action (actions in order).
+    std::vector<std::vector<SmallVector<Segment, 2>>> per(
+        actions.size(), std::vector<SmallVector<Segment, 2>>(members.size()));
+    for (auto [j, m] : llvm::enumerate(members))
+      for (const Segment &seg : m.segs) {
+        size_t a = std::lower_bound(actions.begin(), actions.end(), actionOf(seg.first)) -
+                   actions.begin();
+        per[a][j].push_back(seg);
+      }
+    auto inAction = [&](size_t a) {
+      std::vector<ArrayRef<Segment>> l;
+      for (auto &segs : per[a])
+        l.push_back(segs);
+      return l;
+    };
+    std::vector<int64_t> sizes;
+    for (Workspace &m : members)
+      sizes.push_back(aligned(m.buf.getNumBytes()));
+    std::vector<ArrayRef<Segment>> first = inAction(0);
+    if (llvm::any_of(first, [](ArrayRef<Segment> l) { return l.empty(); }))
+      return perInstance();
+    std::vector<int64_t> at =
+        placeTransient(first, sizes, liveBytesPeak(kernels, first, sizes).first);
+    int64_t blockBytes = 0;
+    for (size_t j = 0; j < members.size(); ++j)
+      blockBytes = std::max(blockBytes, at[j] + sizes[j]);
+    SmallVector<Segment, 2> &hulls = out.storage.emplace_back();
+    for (size_t a = 0; a < actions.size(); ++a) {
+      std::vector<ArrayRef<Segment>> l = inAction(a);
+      if (a > 0 && !disjointWhereLive(l, at, sizes))
+        return perInstance();
+      Segment hull{std::numeric_limits<int64_t>::max(), -1};
+      for (ArrayRef<Segment> segs : l)
+        for (const Segment &seg : segs)
+          hull = {std::min(hull.first, seg.first), std::max(hull.last, seg.last)};
+      hulls.push_back(hull);
+    }
+    Item block;
+    block.slot = -1;
+    block.segs = hulls;
+    block.bytes = blockBytes;
+    block.block = id;
+    out.items.push_back(block);
+    for (auto [j, m] : llvm::enumerate(members))
+      out.inBlock[m.buf.getSymNameAttr()] = {id, at[j], /*shared=*/true};
   }
   return out;
 }
@@ -776,7 +849,8 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     for (const auto &[name, placed] : layout.inBlock) {
       auto &so = slotOffsets[name];
       for (int64_t k = 0; k < int64_t(so.size()); ++k)
-        if (auto it = blockBase.find({placed.block, k}); it != blockBase.end())
+        if (auto it = blockBase.find({placed.block, placed.shared ? -1 : k});
+            it != blockBase.end())
           so[k] = it->second + placed.offset;
       if (so[0] >= 0)
         bufferOf.lookup(name).setOffsetAttr(b.getI64IntegerAttr(so[0]));

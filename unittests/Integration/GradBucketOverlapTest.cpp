@@ -86,7 +86,10 @@ TEST(GradBucketOverlap, TraceShowsAllReducesDuringTheBackward) {
   ASSERT_FALSE(dir.empty());
   rt::RunOptions o;
   o.planDir = dir;
-  o.steps = 2;
+  // Several steps: the overlap is real concurrency, and on a loaded 2-core
+  // machine one step's comm thread may well get the core only after the
+  // backward is done (seen once in ~20 runs with 2 steps).
+  o.steps = 6;
   o.data = std::string(LLCDIST_SOURCE_DIR) + "/data/corpus_train.bin";
   o.seed = test::kGoldenSeed;
   o.quiet = true;
@@ -127,8 +130,8 @@ TEST(GradBucketOverlap, TraceShowsAllReducesDuringTheBackward) {
   }
   const std::string lane = laneName[std::make_pair(0, 1)];
   EXPECT_EQ(lane, "comm") << "the bucket all-reduces' lane";
-  // Two steps, two ranks, several buckets each.
-  EXPECT_GE(bucketReduces, 2 * 2 * 3);
+  // Six steps, two ranks, several buckets each.
+  EXPECT_GE(bucketReduces, 6 * 2 * 3);
   EXPECT_GE(overlapping, 1) << "no bucket all-reduce overlapped a backward kernel of its rank";
   std::filesystem::remove_all(dir);
 }

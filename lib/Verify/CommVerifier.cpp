@@ -5,7 +5,10 @@
 #include <cstddef>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 using namespace llcdist;
@@ -15,34 +18,63 @@ using namespace llcdist::verify;
 // Events and results
 //===----------------------------------------------------------------------===//
 
-CommEvent CommEvent::send(int64_t to, int64_t count, std::string dtype,
+namespace {
+/// The pool behind Name: node-based, so the strings never move; never freed
+/// (names live as long as the process, and there are few).
+struct NamePool {
+  std::mutex mutex;
+  std::unordered_set<std::string> names;
+};
+NamePool &namePool() {
+  static NamePool *pool = new NamePool;
+  return *pool;
+}
+const std::string *intern(std::string_view text) {
+  NamePool &pool = namePool();
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  return &*pool.names.emplace(text).first;
+}
+} // namespace
+
+Name::Name() {
+  // Events are default-constructed in bulk: the empty name is looked up once.
+  static const std::string *empty = intern({});
+  text = empty;
+}
+Name::Name(std::string_view text) : text(intern(text)) {}
+
+const std::vector<int64_t> &CommEvent::members() const {
+  static const std::vector<int64_t> kNoMembers;
+  return group ? *group : kNoMembers;
+}
+
+CommEvent CommEvent::send(int64_t to, int64_t count, Name dtype,
                           std::string provenance, std::optional<int64_t> tag) {
   CommEvent e;
   e.kind = EventKind::Send;
   e.peer = to;
   e.count = count;
-  e.dtype = std::move(dtype);
+  e.dtype = dtype;
   e.provenance = std::move(provenance);
   e.tag = tag;
   return e;
 }
 
-CommEvent CommEvent::recv(int64_t from, int64_t count, std::string dtype,
+CommEvent CommEvent::recv(int64_t from, int64_t count, Name dtype,
                           std::string provenance, std::optional<int64_t> tag) {
-  CommEvent e = send(from, count, std::move(dtype), std::move(provenance), tag);
+  CommEvent e = send(from, count, dtype, std::move(provenance), tag);
   e.kind = EventKind::Recv;
   return e;
 }
 
-CommEvent CommEvent::coll(std::string kind, std::vector<int64_t> group,
-                          int64_t count, std::string dtype,
-                          std::string provenance) {
+CommEvent CommEvent::coll(Name kind, std::vector<int64_t> group, int64_t count,
+                          Name dtype, std::string provenance) {
   CommEvent e;
   e.kind = EventKind::Collective;
-  e.collective = std::move(kind);
-  e.group = std::move(group);
+  e.collective = kind;
+  e.group = std::make_shared<const std::vector<int64_t>>(std::move(group));
   e.count = count;
-  e.dtype = std::move(dtype);
+  e.dtype = dtype;
   e.provenance = std::move(provenance);
   return e;
 }
@@ -52,6 +84,13 @@ int64_t CommPlan::totalEvents() const {
   for (const auto &r : ranks)
     n += static_cast<int64_t>(r.size());
   return n;
+}
+
+std::string CommPlan::provenance(int64_t r, size_t i) const {
+  const CommEvent &e = ranks[r][i];
+  if (!e.provenance.empty() || e.origin < 0 || !describeOrigin)
+    return e.provenance;
+  return describeOrigin(r, e.origin);
 }
 
 const char *verify::errorKindName(ErrorKind kind) {
@@ -110,14 +149,14 @@ static std::string tagStr(const CommEvent &e) {
 }
 
 std::string verify::describe(const CommEvent &e) {
-  std::string size = std::to_string(e.count) + " " + e.dtype;
+  std::string size = std::to_string(e.count) + " " + e.dtype.str();
   switch (e.kind) {
   case EventKind::Send:
     return "send of " + size + " to " + std::to_string(e.peer) + tagStr(e);
   case EventKind::Recv:
     return "recv of " + size + " from " + std::to_string(e.peer) + tagStr(e);
   case EventKind::Collective:
-    return e.collective + " of " + size + " on group " + groupStr(e.group);
+    return e.collective.str() + " of " + size + " on group " + groupStr(e.members());
   }
   return "?";
 }
@@ -162,7 +201,8 @@ private:
     size_t sent = 0, received = 0;
   };
   std::vector<Channel> channels;
-  std::map<std::pair<int64_t, int64_t>, int32_t> channelIds;
+  /// By sender · world + receiver.
+  std::unordered_map<int64_t, int32_t> channelIds;
   std::vector<std::vector<int32_t>> cid; ///< channel id per p2p event (eager)
 
   bool full() const {
@@ -179,9 +219,8 @@ private:
 
   // Message pieces.
   std::string at(int64_t r, size_t i) const {
-    const CommEvent &e = plan.ranks[r][i];
-    return "at event " + std::to_string(i) +
-           (e.provenance.empty() ? "" : " (" + e.provenance + ")");
+    std::string prov = plan.provenance(r, i);
+    return "at event " + std::to_string(i) + (prov.empty() ? "" : " (" + prov + ")");
   }
   std::string waitPhrase(int64_t r) const;
   std::string headPhrase(int64_t r) const;
@@ -212,6 +251,14 @@ private:
 
 bool Simulator::validate() {
   std::map<std::vector<int64_t>, int32_t> ids;
+  // By member list address: its group id, or -1 and why the list is invalid.
+  struct ListCheck {
+    int32_t id = -1;
+    std::string problem;
+  };
+  std::unordered_map<const std::vector<int64_t> *, ListCheck> lists;
+  const std::vector<int64_t> *lastList = nullptr;
+  ListCheck *lastCheck = nullptr;
   gid.resize(world);
   if (eager)
     cid.resize(world);
@@ -238,14 +285,15 @@ bool Simulator::validate() {
           bad("a rank cannot send to or receive from itself");
         else if (eager) {
           bool isSend = e.kind == EventKind::Send;
-          std::pair<int64_t, int64_t> key =
-              isSend ? std::make_pair(r, e.peer) : std::make_pair(e.peer, r);
-          auto it =
-              channelIds.emplace(key, static_cast<int32_t>(channels.size())).first;
+          int64_t sender = isSend ? r : e.peer, receiver = isSend ? e.peer : r;
+          auto it = channelIds
+                        .emplace(sender * world + receiver,
+                                 static_cast<int32_t>(channels.size()))
+                        .first;
           if (it->second == static_cast<int32_t>(channels.size())) {
             channels.emplace_back();
-            channels.back().sender = key.first;
-            channels.back().receiver = key.second;
+            channels.back().sender = sender;
+            channels.back().receiver = receiver;
           }
           cid[r][i] = it->second;
           if (isSend) // rank r's events are scanned in program order
@@ -253,28 +301,42 @@ bool Simulator::validate() {
         }
         continue;
       }
-      const auto &g = e.group;
-      if (g.empty()) {
-        bad("empty group");
+      // Each distinct member list is checked and interned once; the events
+      // that share it (a producer's one list per group) find it by address.
+      bool fresh = false;
+      if (e.group.get() != lastList || !lastCheck) {
+        auto it = lists.try_emplace(e.group.get());
+        fresh = it.second;
+        lastList = e.group.get();
+        lastCheck = &it.first->second;
+      }
+      ListCheck &check = *lastCheck;
+      if (fresh) {
+        const std::vector<int64_t> &g = e.members();
+        if (g.empty())
+          check.problem = "empty group";
+        else if (!std::is_sorted(g.begin(), g.end()) ||
+                 std::adjacent_find(g.begin(), g.end()) != g.end())
+          check.problem = "group members must be sorted and distinct";
+        else if (g.front() < 0 || g.back() >= world)
+          check.problem = "group member out of [0, " + std::to_string(world) + ")";
+        else {
+          auto id = ids.emplace(g, static_cast<int32_t>(groups.size())).first;
+          if (id->second == static_cast<int32_t>(groups.size()))
+            groups.push_back(g);
+          check.id = id->second;
+        }
+      }
+      if (check.id < 0) {
+        bad(check.problem);
         continue;
       }
-      if (!std::is_sorted(g.begin(), g.end()) ||
-          std::adjacent_find(g.begin(), g.end()) != g.end()) {
-        bad("group members must be sorted and distinct");
-        continue;
-      }
-      if (g.front() < 0 || g.back() >= world) {
-        bad("group member out of [0, " + std::to_string(world) + ")");
-        continue;
-      }
+      const std::vector<int64_t> &g = groups[check.id];
       if (!std::binary_search(g.begin(), g.end(), r)) {
         bad("the issuing rank is not a member of the group");
         continue;
       }
-      auto it = ids.emplace(g, static_cast<int32_t>(groups.size())).first;
-      if (it->second == static_cast<int32_t>(groups.size()))
-        groups.push_back(g);
-      gid[r][i] = it->second;
+      gid[r][i] = check.id;
     }
   }
   return res.errors.empty();
@@ -282,7 +344,7 @@ bool Simulator::validate() {
 
 std::string Simulator::waitPhrase(int64_t r) const {
   const CommEvent &e = head(r);
-  std::string size = std::to_string(e.count) + " " + e.dtype;
+  std::string size = std::to_string(e.count) + " " + e.dtype.str();
   std::string s;
   switch (e.kind) {
   case EventKind::Send:
@@ -301,9 +363,9 @@ std::string Simulator::waitPhrase(int64_t r) const {
 std::string Simulator::headPhrase(int64_t r) const {
   if (finished(r))
     return finishedPhrase(r);
+  std::string prov = plan.provenance(r, pos[r]);
   return "rank " + std::to_string(r) + " is at event " + std::to_string(pos[r]) +
-         ": " + describe(head(r)) +
-         (head(r).provenance.empty() ? "" : " (" + head(r).provenance + ")");
+         ": " + describe(head(r)) + (prov.empty() ? "" : " (" + prov + ")");
 }
 
 void Simulator::arrive(int64_t r) {
@@ -360,10 +422,10 @@ void Simulator::checkP2P(int64_t s, size_t si, int64_t q, size_t qi) {
   if (!why.empty())
     addError(ErrorKind::SendRecvMismatch,
              "send/recv mismatch (" + why + "): rank " + std::to_string(s) +
-                 " sends " + std::to_string(se.count) + " " + se.dtype + " to " +
+                 " sends " + std::to_string(se.count) + " " + se.dtype.str() + " to " +
                  std::to_string(q) + tagStr(se) + " " + at(s, si) +
                  " but rank " + std::to_string(q) + " receives " +
-                 std::to_string(re.count) + " " + re.dtype + " from " +
+                 std::to_string(re.count) + " " + re.dtype.str() + " from " +
                  std::to_string(s) + tagStr(re) + " " + at(q, qi),
              {{s, static_cast<int64_t>(si)}, {q, static_cast<int64_t>(qi)}});
 }
@@ -395,8 +457,14 @@ bool Simulator::tryRecvEager(int64_t q) {
 // messages might be received once that is fixed.) Channels in (sender,
 // receiver) order, messages in send order.
 void Simulator::reportUnreceived() {
-  for (const auto &kv : channelIds) {
-    const Channel &c = channels[kv.second];
+  std::vector<const Channel *> order;
+  for (const Channel &c : channels)
+    order.push_back(&c);
+  std::sort(order.begin(), order.end(), [](const Channel *a, const Channel *b) {
+    return std::make_pair(a->sender, a->receiver) < std::make_pair(b->sender, b->receiver);
+  });
+  for (const Channel *cp : order) {
+    const Channel &c = *cp;
     if (c.received == c.sent || !finished(c.receiver))
       continue;
     for (size_t k = c.received; k < c.sent && !full(); ++k) {
@@ -405,7 +473,7 @@ void Simulator::reportUnreceived() {
       const CommEvent &e = plan.ranks[s][si];
       addError(ErrorKind::UnreceivedSend,
                "rank " + std::to_string(s) + "'s send of " +
-                   std::to_string(e.count) + " " + e.dtype + " to " +
+                   std::to_string(e.count) + " " + e.dtype.str() + " to " +
                    std::to_string(q) + tagStr(e) + " " + at(s, si) +
                    " is never received: " + finishedPhrase(q) +
                    " after receiving " + std::to_string(c.received) + " of the " +
@@ -418,7 +486,7 @@ void Simulator::reportUnreceived() {
 
 void Simulator::completeCollective(int32_t g) {
   const std::vector<int64_t> &members = groups[g];
-  using Sig = std::tuple<const std::string &, int64_t, const std::string &>;
+  using Sig = std::tuple<Name, int64_t, Name>;
   auto sig = [&](int64_t m) {
     const CommEvent &e = head(m);
     return Sig(e.collective, e.count, e.dtype);
@@ -439,8 +507,8 @@ void Simulator::completeCollective(int32_t g) {
     }
     auto does = [&](int64_t m) {
       const CommEvent &e = head(m);
-      return "rank " + std::to_string(m) + " does " + e.collective + " of " +
-             std::to_string(e.count) + " " + e.dtype + " " + at(m, pos[m]);
+      return "rank " + std::to_string(m) + " does " + e.collective.str() + " of " +
+             std::to_string(e.count) + " " + e.dtype.str() + " " + at(m, pos[m]);
     };
     std::string msg = "collective mismatch on group " + groupStr(members) + ": ";
     std::vector<EventRef> evs;

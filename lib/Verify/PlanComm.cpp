@@ -1,34 +1,220 @@
 //===- PlanComm.cpp - a plan's communication, for the verifier ------------===//
+//
+// A pipelined program runs each subroutine once per microbatch and chunk, so
+// its events repeat: everything that does not depend on the action (which ops
+// communicate, kinds, counts, dtypes, axes) is worked out once per
+// subroutine, everything that depends on the rank (groups, peers) once per
+// (rank, subroutine), and an action only copies that list and fills in its
+// tags and origins. Provenance text is built only for the events a message
+// names (CommPlan::describeOrigin).
+//
+//===----------------------------------------------------------------------===//
 #include "llcdist/Verify/PlanComm.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <utility>
 
 using namespace llcdist;
 using namespace llcdist::verify;
 namespace schema = llcdist::rt::schema;
 
 namespace {
-/// The ranks of `rank`'s group on `axis`, or with `groupSize` > 0 of its
-/// sub-group of that many consecutive members (all_reduce's group_size).
-std::vector<int64_t> sortedGroup(const rt::Mesh &mesh, int64_t rank, rt::MeshAxis axis,
-                                 int64_t groupSize = 0) {
-  std::vector<int> g = mesh.subGroup(rank, axis, groupSize);
-  std::vector<int64_t> out(g.begin(), g.end());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+/// What every action of a subroutine issues for one communicating op (an
+/// all_reduce issues one per buffer), before the rank fills in the group or
+/// peer and the action the tag.
+struct OpEvent {
+  EventKind kind = EventKind::Send;
+  rt::MeshAxis axis = rt::MeshAxis::kDp;
+  /// Collectives: all_reduce's group_size (0: the whole axis).
+  int64_t groupSize = 0;
+  /// Send/recv: the peer's coordinate on `axis`, and the op's tag.
+  int64_t peer = 0, tag = 0;
+  Name collective;
+  int64_t count = 0;
+  Name dtype;
+  /// The op's index in its subroutine.
+  int64_t op = 0;
+};
 
-std::string dtypeOf(const rt::BufferDesc &b) {
-  return std::string(schema::elemTypeName(b.dtype));
-}
 /// What a collective moves (docs/plan-format.md "Collective dtypes"): its
 /// `dtype` attr, f32 by default (bf16 buffers travel as f32 then); an f64
 /// buffer (a kernel's partial reduction) always in f64.
-std::string collectiveDtype(const rt::Op &op, const rt::BufferDesc &b) {
+Name collectiveDtype(const rt::Op &op, const rt::BufferDesc &b) {
   if (b.dtype == schema::ElemType::kF64)
     return "f64";
   return op.stringAttr(std::string(schema::kCommDTypeAttr)) == "bf16" ? "bf16" : "f32";
 }
+
+/// The communicating ops of `sub` on `mesh`, in op order. Collectives on an
+/// axis of one rank are left out (nothing to wait for), and so are send/recv
+/// ops the loader refuses (an unknown axis, a peer outside it).
+std::vector<OpEvent> opEventsOf(const rt::Program &prog, const rt::Subroutine &sub,
+                                const rt::Mesh &mesh) {
+  std::vector<OpEvent> out;
+  for (size_t oi = 0; oi < sub.ops.size(); ++oi) {
+    const rt::Op &op = sub.ops[oi];
+    if (!schema::isCollective(op.kind) && !schema::isPointToPoint(op.kind))
+      continue;
+    auto axisOf = [&]() -> std::optional<rt::MeshAxis> {
+      if (!op.attrs.count("axis"))
+        return std::nullopt;
+      auto a = rt::parseMeshAxis(op.stringAttr("axis"));
+      if (!a || mesh.axisSize(*a) <= 1)
+        return std::nullopt;
+      return a;
+    };
+    OpEvent ev;
+    ev.op = int64_t(oi);
+    switch (op.kind) {
+    case schema::OpKind::kAllReduce: {
+      auto axis = axisOf();
+      if (!axis)
+        break;
+      ev.kind = EventKind::Collective;
+      ev.axis = *axis;
+      // A sub-group of the axis (kv-head replicas); on a mesh cut to maxAxis
+      // members one larger than the axis is the whole axis.
+      ev.groupSize = op.attrs.count("group_size") ? op.intAttr("group_size") : 0;
+      ev.collective = "all_reduce." + op.stringAttr("op");
+      for (int64_t id : op.argList("x")) {
+        ev.count = prog.buffers[id].numel();
+        ev.dtype = collectiveDtype(op, prog.buffers[id]);
+        out.push_back(ev);
+      }
+      break;
+    }
+    case schema::OpKind::kAllGather:
+    case schema::OpKind::kReduceScatter: {
+      auto axis = axisOf();
+      if (!axis)
+        break;
+      const rt::BufferDesc &x = prog.buffers[op.arg("x")];
+      ev.kind = EventKind::Collective;
+      ev.axis = *axis;
+      ev.collective = op.kind == schema::OpKind::kAllGather
+                          ? Name("all_gather")
+                          : Name("reduce_scatter." + op.stringAttr("op"));
+      ev.count = x.numel();
+      ev.dtype = collectiveDtype(op, x);
+      out.push_back(ev);
+      break;
+    }
+    case schema::OpKind::kSend:
+    case schema::OpKind::kRecv: {
+      auto axis = rt::parseMeshAxis(op.stringAttr("axis"));
+      if (!axis)
+        break; // the loader refuses this
+      ev.peer = op.intAttr("peer");
+      if (ev.peer < 0 || ev.peer >= mesh.axisSize(*axis))
+        break; // the loader refuses this
+      const rt::BufferDesc &b =
+          prog.buffers[op.arg(op.kind == schema::OpKind::kSend ? "x" : "y")];
+      ev.kind = op.kind == schema::OpKind::kSend ? EventKind::Send : EventKind::Recv;
+      ev.axis = *axis;
+      ev.tag = op.intAttr("tag");
+      ev.count = b.numel();
+      ev.dtype = std::string(schema::elemTypeName(b.dtype));
+      out.push_back(ev);
+      break;
+    }
+    default:
+      break;
+    }
+  }
+  return out;
+}
+
+/// One shared member list per distinct group of the plan.
+class GroupPool {
+public:
+  explicit GroupPool(const rt::Mesh &mesh) : mesh(mesh) {}
+
+  /// The ranks of `rank`'s group on `axis` (with `groupSize` > 0 its
+  /// sub-group of that many consecutive members), sorted.
+  Group get(int64_t rank, rt::MeshAxis axis, int64_t groupSize) {
+    std::vector<int> g = mesh.subGroup(rank, axis, groupSize);
+    std::vector<int64_t> members(g.begin(), g.end());
+    std::sort(members.begin(), members.end());
+    auto it = groups.find(members);
+    if (it == groups.end())
+      it = groups
+               .emplace(members, std::make_shared<const std::vector<int64_t>>(members))
+               .first;
+    return it->second;
+  }
+
+private:
+  const rt::Mesh &mesh;
+  std::map<std::vector<int64_t>, Group> groups;
+};
+
+/// `rank`'s events of one run of a subroutine: `ops` with the rank's groups
+/// and peers; tags and origins are the action's (filled in per action).
+std::vector<CommEvent> rankEventsOf(const std::vector<OpEvent> &ops, int64_t rank,
+                                    const rt::Mesh &mesh, GroupPool &groups) {
+  std::vector<CommEvent> out;
+  out.reserve(ops.size());
+  for (const OpEvent &op : ops) {
+    CommEvent e;
+    e.kind = op.kind;
+    e.count = op.count;
+    e.dtype = op.dtype;
+    if (op.kind == EventKind::Collective) {
+      e.collective = op.collective;
+      e.group = groups.get(rank, op.axis, op.groupSize);
+    } else {
+      e.peer = mesh.withCoord(rank, op.axis, op.peer);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+/// An event's origin: the action and the index of its OpEvent in the
+/// action's subroutine.
+int64_t originOf(size_t action, size_t opEvent) {
+  return int64_t(action) << 32 | int64_t(opEvent);
+}
+
+/// What provenance text needs, copied out of the plan so the CommPlan can
+/// outlive it: per program its file, actions and, per subroutine, its name
+/// and its communicating ops' index, name and loc.
+struct Origins {
+  struct OpRef {
+    int64_t op = 0;
+    std::string_view name;
+    std::string loc;
+  };
+  struct SubroutineRef {
+    std::string name;
+    std::vector<OpRef> ops; ///< parallel to the subroutine's OpEvents
+  };
+  struct ProgramRef {
+    std::string file;
+    std::vector<rt::Action> actions;
+    std::vector<SubroutineRef> subroutines;
+  };
+  std::vector<ProgramRef> programs;
+  std::vector<int64_t> programOfRank; ///< ranks of the (possibly smaller) mesh
+
+  /// `program-S.json action A (SUBROUTINE mb M) op I NAME (loc)`.
+  std::string describe(int64_t rank, int64_t origin) const {
+    const ProgramRef &prog = programs[size_t(programOfRank[size_t(rank)])];
+    size_t ai = size_t(origin >> 32), ei = size_t(origin & 0xffffffff);
+    const rt::Action &action = prog.actions[ai];
+    const SubroutineRef &sub = prog.subroutines[size_t(action.subroutine)];
+    const OpRef &op = sub.ops[ei];
+    std::string s = prog.file + " action " + std::to_string(ai) + " (" + sub.name;
+    if (action.microbatch >= 0)
+      s += " mb " + std::to_string(action.microbatch);
+    s += ") op " + std::to_string(op.op) + " " + std::string(op.name);
+    if (!op.loc.empty())
+      s += " (" + op.loc + ")";
+    return s;
+  }
+};
 } // namespace
 
 CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
@@ -39,6 +225,8 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
       mesh.size[size_t(a)] = std::min(mesh.size[size_t(a)], maxAxis);
   CommPlan out(mesh.worldSize());
   const int64_t m = std::max<int64_t>(1, man.microbatches);
+  auto origins = std::make_shared<Origins>();
+  origins->programOfRank.assign(size_t(mesh.worldSize()), -1);
   // The ranks of the (possibly smaller) mesh that run each program: those
   // whose coordinates a rank of the program has in the full mesh.
   std::vector<std::vector<int64_t>> ranksOf(plan.programs.size());
@@ -51,88 +239,54 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
         inside &= c < mesh.axisSize(a);
         small += c * mesh.stride(a);
       }
-      if (inside)
+      if (inside) {
         ranksOf[pi].push_back(small);
+        origins->programOfRank[size_t(small)] = int64_t(pi);
+      }
     }
+  GroupPool groups(mesh);
   for (size_t pi = 0; pi < plan.programs.size(); ++pi) {
     const rt::Program &prog = plan.programs[pi];
+    std::vector<std::vector<OpEvent>> subOps;
+    Origins::ProgramRef &ref = origins->programs.emplace_back();
+    ref.file = prog.file;
+    ref.actions = prog.actions;
+    for (const rt::Subroutine &sub : prog.subroutines) {
+      subOps.push_back(opEventsOf(prog, sub, mesh));
+      Origins::SubroutineRef &subRef = ref.subroutines.emplace_back();
+      subRef.name = sub.name;
+      for (const OpEvent &ev : subOps.back()) {
+        const rt::Op &op = sub.ops[size_t(ev.op)];
+        subRef.ops.push_back({ev.op, schema::opName(op.kind), op.loc});
+      }
+    }
+    size_t perRank = 0;
+    for (const rt::Action &action : prog.actions)
+      perRank += subOps[size_t(action.subroutine)].size();
     for (int64_t rank : ranksOf[pi]) {
+      std::vector<std::vector<CommEvent>> subEvents;
+      for (const std::vector<OpEvent> &ops : subOps)
+        subEvents.push_back(rankEventsOf(ops, rank, mesh, groups));
       std::vector<CommEvent> &events = out[rank];
+      events.reserve(events.size() + perRank);
       for (size_t ai = 0; ai < prog.actions.size(); ++ai) {
         const rt::Action &action = prog.actions[ai];
-        const rt::Subroutine &sub = prog.subroutines[action.subroutine];
-        for (size_t oi = 0; oi < sub.ops.size(); ++oi) {
-          const rt::Op &op = sub.ops[oi];
-          auto where = [&] {
-            std::string s = prog.file + " action " + std::to_string(ai) + " (" + sub.name;
-            if (action.microbatch >= 0)
-              s += " mb " + std::to_string(action.microbatch);
-            s += ") op " + std::to_string(oi) + " " + std::string(schema::opName(op.kind));
-            if (!op.loc.empty())
-              s += " (" + op.loc + ")";
-            return s;
-          };
-          auto axisOf = [&](const std::string &attr) -> std::optional<rt::MeshAxis> {
-            if (!op.attrs.count(attr))
-              return std::nullopt;
-            auto a = rt::parseMeshAxis(op.stringAttr(attr));
-            if (!a || mesh.axisSize(*a) <= 1)
-              return std::nullopt;
-            return a;
-          };
-          auto collective = [&](const std::string &name, rt::MeshAxis axis, int64_t count,
-                                const std::string &dtype, int64_t groupSize = 0) {
-            events.push_back(CommEvent::coll(name, sortedGroup(mesh, rank, axis, groupSize),
-                                             count, dtype, where()));
-          };
-          switch (op.kind) {
-          case schema::OpKind::kAllReduce: {
-            auto axis = axisOf("axis");
-            if (!axis)
-              break;
-            // A sub-group of the axis (kv-head replicas); on a mesh cut to
-            // maxAxis members one larger than the axis is the whole axis.
-            int64_t groupSize = op.attrs.count("group_size") ? op.intAttr("group_size") : 0;
-            for (int64_t id : op.argList("x"))
-              collective("all_reduce." + op.stringAttr("op"), *axis, prog.buffers[id].numel(),
-                         collectiveDtype(op, prog.buffers[id]), groupSize);
-            break;
-          }
-          case schema::OpKind::kAllGather:
-          case schema::OpKind::kReduceScatter: {
-            auto axis = axisOf("axis");
-            if (!axis)
-              break;
-            const rt::BufferDesc &x = prog.buffers[op.arg("x")];
-            collective(op.kind == schema::OpKind::kAllGather ? "all_gather"
-                                                             : "reduce_scatter." + op.stringAttr("op"),
-                       *axis, x.numel(), collectiveDtype(op, x));
-            break;
-          }
-          case schema::OpKind::kSend:
-          case schema::OpKind::kRecv: {
-            auto axis = rt::parseMeshAxis(op.stringAttr("axis"));
-            if (!axis)
-              break; // the loader refuses this
-            std::vector<int> g = mesh.group(rank, *axis);
-            int64_t peer = op.intAttr("peer");
-            if (peer < 0 || peer >= int64_t(g.size()))
-              break; // the loader refuses this
-            const rt::BufferDesc &b =
-                prog.buffers[op.arg(op.kind == schema::OpKind::kSend ? "x" : "y")];
-            int64_t tag = op.intAttr("tag") * (m + 1) + action.microbatch + 1;
-            events.push_back(op.kind == schema::OpKind::kSend
-                                 ? CommEvent::send(g[peer], b.numel(), dtypeOf(b), where(), tag)
-                                 : CommEvent::recv(g[peer], b.numel(), dtypeOf(b), where(), tag));
-            break;
-          }
-          default:
-            break;
-          }
+        const std::vector<OpEvent> &ops = subOps[size_t(action.subroutine)];
+        const std::vector<CommEvent> &run = subEvents[size_t(action.subroutine)];
+        for (size_t k = 0; k < run.size(); ++k) {
+          CommEvent &e = events.emplace_back(run[k]);
+          // (op tag, microbatch) as one number, so a swapped microbatch
+          // order is a tag mismatch.
+          if (e.kind != EventKind::Collective)
+            e.tag = ops[k].tag * (m + 1) + action.microbatch + 1;
+          e.origin = originOf(ai, k);
         }
       }
     }
   }
+  out.describeOrigin = [origins](int64_t rank, int64_t origin) {
+    return origins->describe(rank, origin);
+  };
   return out;
 }
 

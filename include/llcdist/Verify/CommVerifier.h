@@ -12,8 +12,11 @@
 #define LLCDIST_VERIFY_COMMVERIFIER_H
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llcdist {
@@ -37,6 +40,30 @@ enum class SendMode {
 /// "rendezvous" or "eager".
 const char *sendModeName(SendMode mode);
 
+/// An interned name: a collective kind ("all_reduce.sum") or a dtype ("f32").
+/// Events of a long schedule repeat a handful of names millions of times, so
+/// an event holds a pointer into one process-wide pool instead of a string:
+/// copying an event allocates nothing and two names compare as pointers. The
+/// pool only grows with distinct names, a small closed vocabulary (dtypes and
+/// collective kinds), and is safe to use from several threads.
+class Name {
+public:
+  Name();
+  Name(std::string_view text);
+  Name(const char *text) : Name(std::string_view(text)) {}
+  Name(const std::string &text) : Name(std::string_view(text)) {}
+  const std::string &str() const { return *text; }
+  friend bool operator==(Name a, Name b) { return a.text == b.text; }
+  friend bool operator!=(Name a, Name b) { return a.text != b.text; }
+
+private:
+  const std::string *text;
+};
+
+/// A collective's member ranks, shared by every event on the group: the tp
+/// group's all-gathers of every microbatch hold one list, not one copy each.
+using Group = std::shared_ptr<const std::vector<int64_t>>;
+
 /// One communication event of a rank's program (what remains of the program
 /// once local compute is dropped). Send/Recv are point-to-point transfers
 /// (rendezvous or eager, see SendMode), matched in program order per ordered
@@ -48,41 +75,54 @@ struct CommEvent {
   int64_t peer = -1;
   /// Collective: the member ranks, sorted ascending, no duplicates, and
   /// containing the issuing rank. Two collectives are on the same group iff
-  /// their member lists are equal.
-  std::vector<int64_t> group;
+  /// their member lists are equal (whether or not they share the list).
+  Group group;
   /// Collective: "all_reduce", "all_gather", "reduce_scatter", ... (compared
-  /// as a string, so "all_reduce.sum" vs "all_reduce.max" also differ).
-  std::string collective;
+  /// as a name, so "all_reduce.sum" vs "all_reduce.max" also differ).
+  Name collective;
   /// Elements per the producer's convention (for collectives: the same on
   /// every member, e.g. the per-member input count).
   int64_t count = 0;
-  std::string dtype;
+  Name dtype;
   /// Send/Recv: an optional tag; compared only when both sides carry one.
   std::optional<int64_t> tag;
   /// Free text for messages: subroutine, op index, location ("bwd#12 (h.3.attn)").
   std::string provenance;
+  /// For producers that describe events only when a message needs them
+  /// (CommPlan::describeOrigin): an opaque reference to what issued the
+  /// event, e.g. its action and op; -1 for none. Ignored when `provenance`
+  /// is set.
+  int64_t origin = -1;
 
-  static CommEvent send(int64_t to, int64_t count, std::string dtype,
+  /// The group's members (empty without a group).
+  const std::vector<int64_t> &members() const;
+
+  static CommEvent send(int64_t to, int64_t count, Name dtype,
                         std::string provenance = {},
                         std::optional<int64_t> tag = std::nullopt);
-  static CommEvent recv(int64_t from, int64_t count, std::string dtype,
+  static CommEvent recv(int64_t from, int64_t count, Name dtype,
                         std::string provenance = {},
                         std::optional<int64_t> tag = std::nullopt);
-  static CommEvent coll(std::string kind, std::vector<int64_t> group,
-                        int64_t count, std::string dtype,
-                        std::string provenance = {});
+  static CommEvent coll(Name kind, std::vector<int64_t> group, int64_t count,
+                        Name dtype, std::string provenance = {});
 };
 
 /// The communication of a whole plan: ranks[r] is rank r's ordered event
 /// list; the world size is ranks.size().
 struct CommPlan {
   std::vector<std::vector<CommEvent>> ranks;
+  /// The provenance of rank r's event with `origin` >= 0 and no provenance
+  /// text, computed when a message names the event (a plan of a million
+  /// events names a handful). Unset: such events have no provenance.
+  std::function<std::string(int64_t rank, int64_t origin)> describeOrigin;
 
   explicit CommPlan(int64_t world = 0) : ranks(world) {}
   int64_t world() const { return static_cast<int64_t>(ranks.size()); }
   std::vector<CommEvent> &operator[](int64_t r) { return ranks[r]; }
   const std::vector<CommEvent> &operator[](int64_t r) const { return ranks[r]; }
   int64_t totalEvents() const;
+  /// The provenance of ranks[r][i]: its text, else describeOrigin's.
+  std::string provenance(int64_t r, size_t i) const;
 };
 
 enum class ErrorKind {

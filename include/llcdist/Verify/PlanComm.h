@@ -26,9 +26,15 @@ namespace llcdist::verify {
 ///  - send / recv: a point-to-point event with the peer's global rank, the
 ///    buffer's elements and the tag (op tag, action microbatch) encoded as
 ///    tag · (microbatches + 1) + microbatch + 1.
-/// Groups of one rank are left out (nothing to wait for). The provenance of
-/// an event names the program file, the action, the subroutine, the
-/// microbatch, the op index, the op and its loc.
+/// Groups of one rank are left out (nothing to wait for); every event on one
+/// group shares one member list. The provenance of an event names the
+/// program file, the action, the subroutine, the microbatch, the op index,
+/// the op and its loc; it is built only when asked for (CommPlan::provenance,
+/// through the event's origin and the plan's describeOrigin, which keeps what
+/// it needs: the result does not refer to `plan`).
+///
+/// Cost: the events of a subroutine are worked out once per (rank,
+/// subroutine) and copied per action, so an action costs a copy per event.
 ///
 /// `maxAxis` > 0 caps the dp and tp axes at that size (pp is never capped):
 /// the events are those of the smaller mesh. Every rank of a stage runs the

@@ -476,7 +476,7 @@ TEST(PlanVerifier, RejectsMismatchedCollectiveKinds) {
   Mesh mesh{2, 2, 1};
   CommPlan plan = plan3D(mesh, 2, true);
   CommEvent &c = plan[3][2];
-  ASSERT_EQ(c.collective, "all_gather");
+  ASSERT_EQ(c.collective.str(), "all_gather");
   c.collective = "all_reduce";
   c.count = 4096;
   c.provenance = "bwd#12 (h.3.attn)";

@@ -172,12 +172,6 @@ std::vector<CommEvent> rankEventsOf(const std::vector<OpEvent> &ops, int64_t ran
   return out;
 }
 
-/// An event's origin: the action and the index of its OpEvent in the
-/// action's subroutine.
-int64_t originOf(size_t action, size_t opEvent) {
-  return int64_t(action) << 32 | int64_t(opEvent);
-}
-
 /// What provenance text needs, copied out of the plan so the CommPlan can
 /// outlive it: per program its file, actions and, per subroutine, its name
 /// and its communicating ops' index, name and loc.
@@ -199,10 +193,16 @@ struct Origins {
   std::vector<ProgramRef> programs;
   std::vector<int64_t> programOfRank; ///< ranks of the (possibly smaller) mesh
 
+  /// An event's origin: its action, and the index of its OpEvent in the
+  /// action's subroutine (below 2^32: a subroutine's ops).
+  static int64_t encode(size_t action, size_t opEvent) {
+    return int64_t(action) << 32 | int64_t(opEvent);
+  }
+
   /// `program-S.json action A (SUBROUTINE mb M) op I NAME (loc)`.
   std::string describe(int64_t rank, int64_t origin) const {
     const ProgramRef &prog = programs[size_t(programOfRank[size_t(rank)])];
-    size_t ai = size_t(origin >> 32), ei = size_t(origin & 0xffffffff);
+    size_t ai = size_t(origin >> 32), ei = size_t(origin & 0xffffffff); // see encode
     const rt::Action &action = prog.actions[ai];
     const SubroutineRef &sub = prog.subroutines[size_t(action.subroutine)];
     const OpRef &op = sub.ops[ei];
@@ -279,7 +279,7 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
           // order is a tag mismatch.
           if (e.kind != EventKind::Collective)
             e.tag = ops[k].tag * (m + 1) + action.microbatch + 1;
-          e.origin = originOf(ai, k);
+          e.origin = Origins::encode(ai, k);
         }
       }
     }

@@ -736,7 +736,13 @@ StatusOr<Program> parseProgramJson(const Doc& doc, const json& root, const Manif
 
   const json& actions = root.at("actions");
   LLCDIST_RETURN_IF_ERROR(doc.array(actions, "actions"));
-  std::set<std::pair<size_t, int64_t>> checkedSlots;  // (subroutine, slot) pairs planops::checkSlot accepted
+  planops::SlotChecker slots(prog);
+  // Per subroutine, once (an action per microbatch names it): does it load a microbatch?
+  std::vector<bool> loads(prog.subroutines.size());
+  for (size_t s = 0; s < prog.subroutines.size(); ++s)
+    loads[s] = std::any_of(prog.subroutines[s].ops.begin(), prog.subroutines[s].ops.end(),
+                           [](const Op& op) { return op.kind == sc::OpKind::kLoadMicrobatch; });
+  prog.actions.reserve(actions.size());
   for (size_t i = 0; i < actions.size(); ++i) {
     const std::string path = index("actions", i);
     LLCDIST_RETURN_IF_ERROR(doc.keys(actions[i], path, {"subroutine"}, {"microbatch", "slot"}));
@@ -754,14 +760,11 @@ StatusOr<Program> parseProgramJson(const Doc& doc, const json& root, const Manif
     }
     if (actions[i].contains("microbatch"))
       LLCDIST_RETURN_IF_ERROR(doc.integer(actions[i], path, "microbatch", &a.microbatch, 0, manifest.microbatches - 1));
-    const Subroutine& sub = prog.subroutines[size_t(a.subroutine)];
-    const bool loads = std::any_of(sub.ops.begin(), sub.ops.end(),
-                                   [](const Op& op) { return op.kind == sc::OpKind::kLoadMicrobatch; });
-    if (loads && a.microbatch < 0)
+    if (loads[size_t(a.subroutine)] && a.microbatch < 0)
       return doc.error(path, "subroutine \"" + name + "\" contains load_microbatch, so the action needs a \"microbatch\"");
     if (actions[i].contains("slot")) {
       LLCDIST_RETURN_IF_ERROR(doc.integer(actions[i], path, "slot", &a.slot, 0));
-      LLCDIST_RETURN_IF_ERROR(planops::checkSlot(doc, path, prog, size_t(a.subroutine), a.slot, &checkedSlots));
+      LLCDIST_RETURN_IF_ERROR(slots.check(doc, path, size_t(a.subroutine), a.slot));
     }
     prog.actions.push_back(a);
   }

@@ -53,8 +53,17 @@ Status Doc::keys(const json& o, const std::string& path, std::initializer_list<c
   return Status::ok();
 }
 
+bool integerIn(const json& v, int64_t min, int64_t max, int64_t* out) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))) return false;
+  const int64_t x = v.get<int64_t>();
+  if (x < min || x > max) return false;
+  *out = x;
+  return true;
+}
+
 Status Doc::integerValue(const json& v, const std::string& path, int64_t* out, int64_t min,
                          int64_t max) const {
+  if (integerIn(v, min, max, out)) return Status::ok();
   if (!v.is_number_integer()) return error(path, "expected an integer, got " + describe(v));
   if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
     return error(path, "integer " + v.dump() + " is out of range");
@@ -69,26 +78,41 @@ Status Doc::integerValue(const json& v, const std::string& path, int64_t* out, i
   return Status::ok();
 }
 
+bool finiteNumber(const json& v, double* out) {
+  if (!v.is_number()) return false;
+  const double x = v.get<double>();
+  if (!std::isfinite(x)) return false;
+  *out = x;
+  return true;
+}
+
 Status Doc::numberValue(const json& v, const std::string& path, double* out) const {
+  if (finiteNumber(v, out)) return Status::ok();
   if (!v.is_number()) return error(path, "expected a number, got " + describe(v));
   *out = v.get<double>();
   if (!std::isfinite(*out)) return error(path, "expected a finite number");
   return Status::ok();
 }
 
+// The field readers below build the field's path only for an error: a plan's arrays grow with the
+// microbatch count (slot_offsets), and a path string per element would cost more than the check.
 Status Doc::integer(const json& o, const std::string& path, const char* k, int64_t* out, int64_t min,
                     int64_t max) const {
-  return integerValue(o.at(k), key(path, k), out, min, max);
+  const json& v = o.at(k);
+  if (integerIn(v, min, max, out)) return Status::ok();
+  return integerValue(v, key(path, k), out, min, max);
 }
 
 Status Doc::number(const json& o, const std::string& path, const char* k, double* out) const {
-  return numberValue(o.at(k), key(path, k), out);
+  const json& v = o.at(k);
+  if (finiteNumber(v, out)) return Status::ok();
+  return numberValue(v, key(path, k), out);
 }
 
 Status Doc::string(const json& o, const std::string& path, const char* k, std::string* out) const {
   const json& v = o.at(k);
   if (!v.is_string()) return error(key(path, k), "expected a string, got " + describe(v));
-  *out = v.get<std::string>();
+  *out = v.get_ref<const std::string&>();
   return Status::ok();
 }
 
@@ -102,12 +126,13 @@ Status Doc::boolean(const json& o, const std::string& path, const char* k, bool*
 Status Doc::intArray(const json& o, const std::string& path, const char* k, std::vector<int64_t>* out,
                      int64_t min, int64_t max) const {
   const json& v = o.at(k);
-  const std::string p = key(path, k);
-  LLCDIST_RETURN_IF_ERROR(array(v, p));
+  if (!v.is_array()) return array(v, key(path, k));
   out->clear();
+  out->reserve(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     int64_t x = 0;
-    LLCDIST_RETURN_IF_ERROR(integerValue(v[i], index(p, i), &x, min, max));
+    if (!integerIn(v[i], min, max, &x))
+      return integerValue(v[i], index(key(path, k), i), &x, min, max);
     out->push_back(x);
   }
   return Status::ok();

@@ -57,6 +57,11 @@ private:
   std::string file_;
 };
 
+// The accepting halves of integerValue / numberValue, with no path or message: true (and *out set)
+// when v is an integer in [min, max] / a finite number.
+bool integerIn(const json& v, int64_t min, int64_t max, int64_t* out);
+bool finiteNumber(const json& v, double* out);
+
 // "string \"abc\"", "number 1.5", "array", ... for messages.
 std::string describe(const json& v);
 

@@ -223,68 +223,88 @@ bool aliasAllowed(const sc::ArgSpec& written, std::string_view other) {
 
 // Two arguments may overlap only if neither is written, or they are the exact same range and the
 // schema allows that alias.
-// `slot`: the instance of each slotted buffer (docs/plan-format.md "Pipeline plans") the op runs on.
-Status checkAliasing(const Doc& doc, const std::string& path, const Program& prog, const Op& op, int64_t slot) {
+bool breaksAliasRule(const sc::OpSpec& spec, const AliasScratch::Use& x, const AliasScratch::Use& y) {
+  const sc::ArgSpec& ax = spec.args[x.role];
+  const sc::ArgSpec& ay = spec.args[y.role];
+  if (ax.access == sc::ArgAccess::kRead && ay.access == sc::ArgAccess::kRead) return false;
+  const bool exact = x.offset == y.offset && x.bytes == y.bytes;
+  return !(exact && ((ax.access != sc::ArgAccess::kRead && aliasAllowed(ax, ay.role)) ||
+                     (ay.access != sc::ArgAccess::kRead && aliasAllowed(ay, ax.role))));
+}
+
+// Most ops have a handful of arguments: up to this many, the alias check is the pairwise scan itself.
+constexpr size_t kPairwiseUses = 16;
+
+// The op's arguments in argument order, each with its instance's bytes at `slot`.
+void collectUses(const Program& prog, const Op& op, int64_t slot, std::vector<AliasScratch::Use>* uses) {
+  uses->clear();
+  for (size_t i = 0; i < op.args.size(); ++i)
+    for (size_t k = 0; k < op.args[i].size(); ++k) {
+      const BufferDesc& b = prog.buffers[size_t(op.args[i][k])];
+      uses->push_back({i, k, op.args[i][k], b.offsetAt(slot), b.bytes});
+    }
+}
+
+// The op's arguments against that rule, `slot` naming the instance of each slotted buffer
+// (docs/plan-format.md "Microbatch slots") the op runs on. Returns the first offending pair (x, y) of
+// scratch->uses, x < y in argument order, as a pairwise scan would; builds no strings (aliasError does,
+// for the pair).
+std::optional<std::pair<size_t, size_t>> findBadAlias(const Program& prog, const Op& op, int64_t slot,
+                                                      AliasScratch* scratch) {
   const sc::OpSpec& spec = sc::opSpec(op.kind);
-  struct Use {
-    size_t role;
-    size_t k;
-    int64_t id;
+  std::vector<AliasScratch::Use>& uses = scratch->uses;
+  collectUses(prog, op, slot, &uses);
+  auto overlap = [](const AliasScratch::Use& x, const AliasScratch::Use& y) {
+    return x.bytes > 0 && y.bytes > 0 && x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
   };
-  std::vector<Use> uses;
-  for (size_t i = 0; i < spec.numArgs; ++i)
-    for (size_t k = 0; k < op.args[i].size(); ++k) uses.push_back({i, k, op.args[i][k]});
-  auto where = [&](const Use& u) {
+  if (uses.size() <= kPairwiseUses) {
+    for (size_t x = 0; x < uses.size(); ++x)
+      for (size_t y = x + 1; y < uses.size(); ++y)
+        if (overlap(uses[x], uses[y]) && breaksAliasRule(spec, uses[x], uses[y])) return std::make_pair(x, y);
+    return std::nullopt;
+  }
+  // Only pairs whose bytes overlap can break the rule: sweep the uses in
+  // offset order (an op's list args grow with the layers, e.g. grad_norm
+  // over every gradient, so all pairs would be quadratic).
+  std::vector<size_t>& byOffset = scratch->byOffset;
+  byOffset.clear();
+  for (size_t u = 0; u < uses.size(); ++u)
+    if (uses[u].bytes > 0) byOffset.push_back(u);
+  std::sort(byOffset.begin(), byOffset.end(), [&](size_t a, size_t b) { return uses[a].offset < uses[b].offset; });
+  std::optional<std::pair<size_t, size_t>> bad;
+  std::vector<size_t>& open = scratch->open;  // uses whose bytes reach past the current offset
+  open.clear();
+  for (size_t u : byOffset) {
+    const AliasScratch::Use& bu = uses[u];
+    open.erase(std::remove_if(open.begin(), open.end(),
+                              [&](size_t o) { return uses[o].offset + uses[o].bytes <= bu.offset; }),
+               open.end());
+    for (size_t o : open) {
+      const size_t x = std::min(o, u), y = std::max(o, u);
+      if (breaksAliasRule(spec, uses[x], uses[y]) && (!bad || std::make_pair(x, y) < *bad)) bad = std::make_pair(x, y);
+    }
+    open.push_back(u);
+  }
+  return bad;
+}
+
+// The error for findBadAlias's pair `bad` of the op at `path`.
+Status aliasError(const Doc& doc, const std::string& path, const Program& prog, const Op& op, int64_t slot,
+                  const AliasScratch& scratch, std::pair<size_t, size_t> bad) {
+  const sc::OpSpec& spec = sc::opSpec(op.kind);
+  auto where = [&](const AliasScratch::Use& u) {
     const sc::ArgSpec& a = spec.args[u.role];
     return key(key(path, "args"), std::string(a.role)) +
            (sc::isListArity(a.arity) ? "[" + std::to_string(u.k) + "]" : "");
   };
-  // Only pairs whose bytes overlap can break the rule: sweep the uses in
-  // offset order (an op's list args grow with the layers, e.g. grad_norm
-  // over every gradient, so all pairs would be quadratic). The error names
-  // the first offending pair in argument order, as a pairwise scan would.
-  std::vector<size_t> byOffset;
-  for (size_t u = 0; u < uses.size(); ++u)
-    if (prog.buffers[size_t(uses[u].id)].bytes > 0) byOffset.push_back(u);
-  std::sort(byOffset.begin(), byOffset.end(), [&](size_t a, size_t b) {
-    return prog.buffers[size_t(uses[a].id)].offsetAt(slot) < prog.buffers[size_t(uses[b].id)].offsetAt(slot);
-  });
-  std::optional<std::pair<size_t, size_t>> bad;
-  std::vector<size_t> open;  // uses whose bytes reach past the current offset
-  for (size_t u : byOffset) {
-    const BufferDesc& bu = prog.buffers[size_t(uses[u].id)];
-    open.erase(std::remove_if(open.begin(), open.end(),
-                              [&](size_t o) {
-                                const BufferDesc& bo = prog.buffers[size_t(uses[o].id)];
-                                return bo.offsetAt(slot) + bo.bytes <= bu.offsetAt(slot);
-                              }),
-               open.end());
-    for (size_t o : open) {
-      size_t x = std::min(o, u), y = std::max(o, u);
-      const sc::ArgSpec& ax = spec.args[uses[x].role];
-      const sc::ArgSpec& ay = spec.args[uses[y].role];
-      if (ax.access == sc::ArgAccess::kRead && ay.access == sc::ArgAccess::kRead) continue;
-      const BufferDesc& bx = prog.buffers[size_t(uses[x].id)];
-      const BufferDesc& by = prog.buffers[size_t(uses[y].id)];
-      const bool exact = bx.offsetAt(slot) == by.offsetAt(slot) && bx.bytes == by.bytes;
-      if (exact && ((ax.access != sc::ArgAccess::kRead && aliasAllowed(ax, ay.role)) ||
-                    (ay.access != sc::ArgAccess::kRead && aliasAllowed(ay, ax.role))))
-        continue;
-      if (!bad || std::make_pair(x, y) < *bad) bad = std::make_pair(x, y);
-    }
-    open.push_back(u);
-  }
-  if (bad) {
-    const Use &ux = uses[bad->first], &uy = uses[bad->second];
-    const BufferDesc& bx = prog.buffers[size_t(ux.id)];
-    const BufferDesc& by = prog.buffers[size_t(uy.id)];
-    return doc.error(where(uy), "buffer " + std::to_string(uy.id) + " (\"" + by.name + "\") overlaps " + where(ux) +
-                                    " (buffer " + std::to_string(ux.id) + ", \"" + bx.name +
-                                    "\") in the arena, and op \"" + std::string(spec.name) +
-                                    "\" does not allow that alias" +
-                                    (slot > 0 ? " (in slot " + std::to_string(slot) + ")" : ""));
-  }
-  return Status::ok();
+  const AliasScratch::Use &ux = scratch.uses[bad.first], &uy = scratch.uses[bad.second];
+  const BufferDesc& bx = prog.buffers[size_t(ux.id)];
+  const BufferDesc& by = prog.buffers[size_t(uy.id)];
+  return doc.error(where(uy), "buffer " + std::to_string(uy.id) + " (\"" + by.name + "\") overlaps " + where(ux) +
+                                  " (buffer " + std::to_string(ux.id) + ", \"" + bx.name +
+                                  "\") in the arena, and op \"" + std::string(spec.name) +
+                                  "\" does not allow that alias" +
+                                  (slot > 0 ? " (in slot " + std::to_string(slot) + ")" : ""));
 }
 
 // "queue" and "token" (feature "async"): the queue must be one of the program's, and only
@@ -349,27 +369,88 @@ Status parseOp(const Doc& doc, const json& j, const std::string& path, const Pro
   const ops::OpDef* def = ops::opDefs().find(*kind);
   if (!def) return Status::internal("op \"" + name + "\" has no definition (docs/adding-an-op.md)");
   LLCDIST_RETURN_IF_ERROR(def->check(ops::OpChecker(doc, path, prog, manifest, *out)));
-  return checkAliasing(doc, path, prog, *out, 0);
+  AliasScratch scratch;
+  if (auto bad = findBadAlias(prog, *out, 0, &scratch)) return aliasError(doc, path, prog, *out, 0, scratch, *bad);
+  return Status::ok();
 }
 
-Status checkSlot(const Doc& doc, const std::string& path, const Program& prog, size_t subroutine, int64_t slot,
-                 std::set<std::pair<size_t, int64_t>>* checked) {
-  if (slot == 0 || !checked->insert({subroutine, slot}).second) return Status::ok();  // slot 0: parseOp checked it
-  const Subroutine& sub = prog.subroutines[subroutine];
-  const std::string subPath = index("subroutines", subroutine);
-  for (size_t j = 0; j < sub.ops.size(); ++j) {
-    const Op& op = sub.ops[j];
-    for (const std::vector<int64_t>& role : op.args)
-      for (int64_t id : role) {
-        const BufferDesc& b = prog.buffers[size_t(id)];
-        if (b.instances() == 1) continue;
-        if (slot >= b.instances())
-          return doc.error(key(path, "slot"), "slot " + std::to_string(slot) + " of subroutine \"" + sub.name +
-                                                  "\", but its buffer " + std::to_string(id) + " (\"" + b.name + "\") has " +
-                                                  std::to_string(b.instances()) + " slot_offsets");
+SlotChecker::SlotChecker(const Program& prog) : prog_(prog), subs_(prog.subroutines.size()) {}
+
+SlotChecker::SubroutineSlots& SlotChecker::slotsOf(size_t subroutine) {
+  SubroutineSlots& s = subs_[subroutine];
+  if (s.computed) return s;
+  s.computed = true;
+  const std::vector<Op>& ops = prog_.subroutines[subroutine].ops;
+  for (size_t j = 0; j < ops.size(); ++j) {
+    SlottedOp so{j, INT64_MAX, false, s.pairs.size(), s.pairs.size()};
+    for (const std::vector<int64_t>& role : ops[j].args)
+      for (int64_t id : role)
+        if (int64_t n = prog_.buffers[size_t(id)].instances(); n > 1) so.instances = std::min(so.instances, n);
+    if (so.instances == INT64_MAX) continue;  // no slotted buffer
+    s.instances = std::min(s.instances, so.instances);
+    // The pairs that can break the alias rule in some slot, in the pairwise scan's order: not two
+    // reads, no empty buffer, not two unslotted buffers (their bytes are slot 0's in every slot).
+    const sc::OpSpec& spec = sc::opSpec(ops[j].kind);
+    collectUses(prog_, ops[j], 0, &scratch_.uses);
+    const std::vector<AliasScratch::Use>& uses = scratch_.uses;
+    so.sweep = uses.size() > kPairwiseUses;
+    for (size_t x = 0; !so.sweep && x < uses.size(); ++x)
+      for (size_t y = x + 1; y < uses.size(); ++y) {
+        const sc::ArgSpec& ax = spec.args[uses[x].role];
+        const sc::ArgSpec& ay = spec.args[uses[y].role];
+        const BufferDesc& bx = prog_.buffers[size_t(uses[x].id)];
+        const BufferDesc& by = prog_.buffers[size_t(uses[y].id)];
+        if ((ax.access == sc::ArgAccess::kRead && ay.access == sc::ArgAccess::kRead) || bx.bytes == 0 ||
+            by.bytes == 0 || (bx.instances() == 1 && by.instances() == 1))
+          continue;
+        const bool exactAllowed = (ax.access != sc::ArgAccess::kRead && aliasAllowed(ax, ay.role)) ||
+                                  (ay.access != sc::ArgAccess::kRead && aliasAllowed(ay, ax.role));
+        s.pairs.push_back({&bx, &by, exactAllowed});
       }
-    LLCDIST_RETURN_IF_ERROR(checkAliasing(doc, index(key(subPath, "ops"), j), prog, op, slot));
+    so.pairsEnd = s.pairs.size();
+    s.ops.push_back(so);
   }
+  return s;
+}
+
+Status SlotChecker::check(const Doc& doc, const std::string& path, size_t subroutine, int64_t slot) {
+  if (slot == 0) return Status::ok();  // what parseOp checked
+  SubroutineSlots& s = slotsOf(subroutine);
+  if (s.ops.empty()) return Status::ok();  // runs the same in every slot
+  // A slot below every slotted buffer's instance count cannot fail the instance check; it is checked
+  // once. A slot at or past one of them fails, and is never recorded.
+  const bool valid = slot < s.instances;
+  if (valid) {
+    if (s.checked.empty()) s.checked.assign(size_t(s.instances), false);
+    if (s.checked[size_t(slot)]) return Status::ok();
+  }
+  const Subroutine& sub = prog_.subroutines[subroutine];
+  // The ops in order, each its instances and then its aliasing: the first error of that scan.
+  for (const SlottedOp& so : s.ops) {
+    const Op& op = sub.ops[so.op];
+    if (slot >= so.instances)
+      for (const std::vector<int64_t>& role : op.args)
+        for (int64_t id : role) {
+          const BufferDesc& b = prog_.buffers[size_t(id)];
+          if (b.instances() == 1 || slot < b.instances()) continue;
+          return doc.error(key(path, "slot"), "slot " + std::to_string(slot) + " of subroutine \"" + sub.name +
+                                                  "\", but its buffer " + std::to_string(id) + " (\"" + b.name +
+                                                  "\") has " + std::to_string(b.instances()) + " slot_offsets");
+        }
+    bool bad = so.sweep;  // a long argument list: findBadAlias's sweep decides
+    for (size_t p = so.pairsBegin; !bad && p < so.pairsEnd; ++p) {
+      const BufferPair& bp = s.pairs[p];
+      const int64_t x = bp.x->offsetAt(slot), y = bp.y->offsetAt(slot);
+      bad = x < y + bp.y->bytes && y < x + bp.x->bytes &&
+            !(bp.exactAllowed && x == y && bp.x->bytes == bp.y->bytes);
+    }
+    if (!bad) continue;
+    if (auto pair = findBadAlias(prog_, op, slot, &scratch_)) {
+      auto opPath = index(key(index("subroutines", subroutine), "ops"), so.op);
+      return aliasError(doc, opPath, prog_, op, slot, scratch_, *pair);
+    }
+  }
+  s.checked[size_t(slot)] = true;
   return Status::ok();
 }
 

@@ -252,6 +252,78 @@ TEST_F(SlotLoaderTest, UnslottedSubroutineRunsInAnySlot) {
   EXPECT_EQ(slot3.loss, slot0.loss);
 }
 
+// The loader checks each (subroutine, slot) pair once and, within it, only the ops and argument pairs
+// that a slot can change (planops::SlotChecker); its errors are those of the scan of every op of the
+// subroutine in order, each op's instances and then its aliasing, with the first offending pair in
+// argument order. The messages are compared whole.
+std::string loadError(const PlanBuilder& b) {
+  StatusOr<Plan> p = parse(b);
+  return p.isOk() ? "(loads)" : p.status().message();
+}
+
+// Gives each of `ids` one more instance at the end of the arena.
+void addInstance(PlanBuilder& b, std::initializer_list<int64_t> ids) {
+  for (int64_t id : ids) {
+    json& buf = b.program["buffers"][size_t(id)];
+    buf["slot_offsets"].push_back(b.arena);
+    b.arena += (int64_t(buf["bytes"]) + 63) / 64 * 64;
+  }
+  b.program["arena_bytes"] = b.arena;
+}
+
+TEST(SlotCheckTest, AliasInALaterSlotNamesTheOpThePairAndTheSlot) {
+  PlanBuilder b = gpipe(/*slotted=*/true);
+  json& logits = b.program["buffers"][size_t(kLogits)];
+  logits["slot_offsets"][1] = b.program["buffers"][size_t(kH)]["slot_offsets"][1];
+  EXPECT_EQ(loadError(b), "program-0.json: subroutines[1].ops[2].args.y: buffer 12 (\"logits\") overlaps "
+                          "subroutines[1].ops[2].args.x (buffer 10, \"h\") in the arena, and op \"linear_fwd\" "
+                          "does not allow that alias (in slot 1)");
+}
+
+TEST(SlotCheckTest, TheFirstErrorOfTheOpsInOrderWins) {
+  // Slot 2 exists for ids, targets and h but not for logits (op 2, linear_fwd): the instance error of
+  // op 2, unless op 1 (embedding_fwd) breaks the alias rule in slot 2 first.
+  PlanBuilder b = gpipe(/*slotted=*/true);
+  addInstance(b, {kIds, kTargets, kH});
+  b.action("forward", 0);
+  b.program["actions"].back()["slot"] = 2;
+  const std::string action = std::to_string(b.program["actions"].size() - 1);
+  EXPECT_EQ(loadError(b), "program-0.json: actions[" + action + "].slot: slot 2 of subroutine \"forward\", but its "
+                          "buffer 12 (\"logits\") has 2 slot_offsets");
+  b.program["buffers"][size_t(kH)]["slot_offsets"][2] = b.program["buffers"][size_t(kIds)]["slot_offsets"][2];
+  EXPECT_EQ(loadError(b), "program-0.json: subroutines[1].ops[1].args.out: buffer 10 (\"h\") overlaps "
+                          "subroutines[1].ops[1].args.ids (buffer 8, \"ids\") in the arena, and op "
+                          "\"embedding_fwd\" does not allow that alias (in slot 2)");
+}
+
+// gpipe plus a subroutine "clear" (subroutines[4]) zeroing n slotted scratch buffers c0..c{n-1}
+// (buffers 15..) in slot 1; for each (from, to) of `moves`, c{to}'s instance 1 is moved onto c{from}'s.
+PlanBuilder zeroInSlot1(int n, std::initializer_list<std::pair<int, int>> moves) {
+  PlanBuilder b = gpipe(/*slotted=*/true);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(b.buffer("c" + std::to_string(i), "scratch", {16}));
+  for (int64_t id : ids) addSlot(b, {id});
+  for (auto [from, to] : moves)
+    b.program["buffers"][size_t(ids[size_t(to)])]["slot_offsets"][1] =
+        b.program["buffers"][size_t(ids[size_t(from)])]["slot_offsets"][1];
+  b.op("clear", "zero", {{"x", ids}});
+  b.action("clear");
+  b.program["actions"].back()["slot"] = 1;
+  return b;
+}
+
+TEST(SlotCheckTest, FirstOverlappingPairInArgumentOrderForShortAndLongArgLists) {
+  // 5 arguments: the pairwise scan; 17: the sweep in offset order. c1 onto c4 and c3 onto c2: both name
+  // the pair (x[1], x[4]), the first in argument order, though (x[2], x[3]) comes first in the arena.
+  const std::string expected =
+      "program-0.json: subroutines[4].ops[0].args.x[4]: buffer 19 (\"c4\") overlaps subroutines[4].ops[0].args.x[1] "
+      "(buffer 16, \"c1\") in the arena, and op \"zero\" does not allow that alias (in slot 1)";
+  for (int n : {5, 17}) {
+    EXPECT_EQ(loadError(zeroInSlot1(n, {})), "(loads)") << n << " arguments";
+    EXPECT_EQ(loadError(zeroInSlot1(n, {{4, 1}, {2, 3}})), expected) << n << " arguments";
+  }
+}
+
 // An asynchronous op in slot 1 (feature "async"): single rank, aligned bytes 64 each: w param, loss metric,
 // a slotted activation (instances at 128 and 192), b activation. The action runs `s` in slot 1:
 //   0 copy w -> a            a's instance 1 written

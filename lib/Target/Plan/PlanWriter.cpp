@@ -22,6 +22,16 @@ namespace {
 namespace schema = llcdist::rt::schema;
 namespace rt = llcdist::rt;
 
+/// An empty object with room for `n` members. An ordered_json object is a
+/// vector of pair<const string, json>, which cannot be moved without a
+/// possible throw, so growing it copies every member, subtrees and all: a
+/// program's top level would copy its buffers and subroutines.
+json objectWithRoom(size_t n) {
+  json j = json::object();
+  j.get_ref<json::object_t &>().reserve(n);
+  return j;
+}
+
 json toJson(Attribute a) {
   if (auto b = dyn_cast<BoolAttr>(a))
     return b.getValue();
@@ -33,12 +43,13 @@ json toJson(Attribute a) {
     return s.str();
   if (auto arr = dyn_cast<ArrayAttr>(a)) {
     json j = json::array();
+    j.get_ref<json::array_t &>().reserve(arr.size());
     for (Attribute e : arr)
       j.push_back(toJson(e));
     return j;
   }
   if (auto d = dyn_cast<DictionaryAttr>(a)) {
-    json j = json::object();
+    json j = objectWithRoom(d.size());
     for (NamedAttribute n : d)
       j[n.getName().str()] = toJson(n.getValue());
     return j;
@@ -96,13 +107,14 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
     int64_t id = ids.size();
     ids[buf.getSymName()] = id;
     auto t = buf.getTensorType();
-    buffers.push_back({{"id", id},
-                       {"name", buf.getName().str()},
-                       {"kind", buf.getKind().str()},
-                       {"dtype", dtypeName(t.getElementType())},
-                       {"shape", t.getShape()},
-                       {"offset", int64_t(*buf.getOffset())},
-                       {"bytes", buf.getNumBytes()}});
+    json entry = objectWithRoom(8);
+    entry["id"] = id;
+    entry["name"] = buf.getName().str();
+    entry["kind"] = buf.getKind().str();
+    entry["dtype"] = dtypeName(t.getElementType());
+    entry["shape"] = t.getShape();
+    entry["offset"] = int64_t(*buf.getOffset());
+    entry["bytes"] = buf.getNumBytes();
     if (auto slots = buf->getAttrOfType<DenseI64ArrayAttr>(plan::kSlotOffsetsAttr)) {
       std::vector<int64_t> deltas;
       for (int64_t o : slots.asArrayRef())
@@ -110,8 +122,9 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
       auto [it, fresh] = rowOf.try_emplace(deltas, int64_t(rowOf.size()));
       if (fresh)
         slotDeltas.push_back(deltas);
-      buffers.back()["slot_delta"] = it->second;
+      entry["slot_delta"] = it->second;
     }
+    buffers.push_back(std::move(entry));
   }
   summary.buffers += ids.size();
   summary.arenaBytes = std::max<int64_t>(summary.arenaBytes, *program.getArenaBytes());
@@ -122,7 +135,7 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
   for (auto sub : program.getBody().front().getOps<plan::SubroutineOp>()) {
     json ops = json::array();
     for (auto k : sub.getBody().front().getOps<plan::KernelOp>()) {
-      json args = json::object();
+      json args = objectWithRoom(k.getArgs().size());
       for (NamedAttribute a : k.getArgs()) {
         if (auto list = dyn_cast<ArrayAttr>(a.getValue())) {
           json l = json::array();
@@ -134,7 +147,7 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
         }
       }
       // Built in place and moved: a braced list would copy every subtree.
-      json op = json::object();
+      json op = objectWithRoom(6); // op, args, attrs, loc, queue, token
       op["op"] = k.getKernel().str();
       auto token = k->getAttrOfType<IntegerAttr>(plan::kTokenAttr);
       auto queue = k->getAttrOfType<StringAttr>(plan::kQueueAttr);
@@ -164,7 +177,7 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
       ops.push_back(std::move(op));
       ++summary.kernels;
     }
-    json entry = json::object();
+    json entry = objectWithRoom(2);
     entry["name"] = sub.getSymName().str();
     entry["ops"] = std::move(ops);
     subroutines.push_back(std::move(entry));
@@ -173,7 +186,8 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
   json actions = json::array();
   for (auto sched : program.getBody().front().getOps<plan::ScheduleOp>())
     for (auto a : sched.getBody().front().getOps<plan::ActionOp>()) {
-      json j = {{"subroutine", a.getSubroutine().str()}};
+      json j = objectWithRoom(3);
+      j["subroutine"] = a.getSubroutine().str();
       if (auto mb = a.getMicrobatch())
         j["microbatch"] = int64_t(*mb);
       if (auto slot = a->getAttrOfType<IntegerAttr>(plan::kSlotAttr))
@@ -182,7 +196,7 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
     }
   for (auto p : program.getBody().front().getOps<plan::ParamOp>())
     paramIds[p.getName().str()] = {ids.lookup(p.getValue()), ids.lookup(p.getGrad())};
-  json out = json::object();
+  json out = objectWithRoom(8);
   out["format"] = std::string(schema::kProgramFormat);
   out["version"] = schema::kPlanVersion;
   out["arena_bytes"] = *program.getArenaBytes();
@@ -288,10 +302,12 @@ FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
     for (int64_t r = 0; r < world; ++r)
       if (!pipeline || mesh.coord(r, rt::MeshAxis::kPp) == int64_t(i))
         ranks.push_back(r);
-    json entry = {{"file", "program-" + std::to_string(i) + ".json"}, {"ranks", ranks}};
+    json entry = objectWithRoom(3);
+    entry["file"] = "program-" + std::to_string(i) + ".json";
+    entry["ranks"] = std::move(ranks);
     if (pipeline)
       entry["stage"] = int64_t(i);
-    programList.push_back(entry);
+    programList.push_back(std::move(entry));
     SymbolTable symbols(program); // one lookup per param: O(1), not a walk of the buffers
     for (auto p : program.getBody().front().getOps<plan::ParamOp>()) {
       std::string name = p.getName().str();

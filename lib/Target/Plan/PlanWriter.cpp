@@ -1,5 +1,6 @@
 //===- PlanWriter.cpp - plan dialect -> the runtime's plan directory ------===//
 #include "llcdist/Target/Plan/PlanWriter.h"
+#include "llcdist/Target/Plan/JsonText.h"
 #include "llcdist/Dialect/XF/IR/ConfigLoc.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/runtime/Mesh.h"
@@ -86,7 +87,11 @@ LogicalResult writeJson(ModuleOp module, const std::string &path, const json &j)
   auto out = openOutputFile(path, &err);
   if (!out)
     return mlir::emitError(module.getLoc(), "cannot write ") << path << ": " << err;
-  out->os() << j.dump(1) << "\n";
+  // A program file is megabytes: written in large pieces, not a system call
+  // per file-system block (the stream's default buffer).
+  out->os().SetBufferSize(1 << 20);
+  writeJsonText(out->os(), j);
+  out->os() << "\n";
   if (out->os().has_error())
     return mlir::emitError(module.getLoc(), "write failed: ") << path;
   out->keep();

@@ -42,7 +42,7 @@ struct VerifyPlanPass : public llcdist::plan::impl::VerifyPlanBase<VerifyPlanPas
       return signalPassFailure();
     }
     rt::Plan plan;
-    plan.manifest = manifest.value();
+    plan.manifest = std::move(manifest.value());
     for (auto [i, program] : llvm::enumerate(files->programs)) {
       std::string file = "program-" + std::to_string(i) + ".json";
       auto parsed = rt::parseProgramDocument(program, file, plan.manifest);

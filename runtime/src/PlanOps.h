@@ -27,9 +27,10 @@ struct AliasScratch {
 // Actions' `slot`s (docs/plan-format.md "Microbatch slots"): an action running subroutines[s] in slot k
 // needs every slotted buffer its ops use to have an instance k, and the aliasing rule to hold for each
 // op on those instances. The result depends only on (s, k), so each pair is checked once, however many
-// actions (one per microbatch) name it; and within a pair only the ops that touch a slotted buffer are
-// checked: an op on unslotted buffers runs on the same bytes in every slot, which parseOp checked as
-// slot 0. The error is the first that a scan of the subroutine's ops in order meets.
+// actions name it; and for a pair only what a slot can change is checked: the ops that touch a slotted
+// buffer, and of those the argument pairs with a slotted buffer (an op or pair on unslotted buffers runs
+// on the same bytes in every slot, which parseOp checked as slot 0). The error is the first that a scan
+// of the subroutine's ops in order meets, each op's instances before its aliasing.
 class SlotChecker {
 public:
   // `prog` holds all buffers and subroutines, each op accepted by parseOp; it must outlive the checker.
@@ -38,7 +39,8 @@ public:
   Status check(const planjson::Doc& doc, const std::string& path, size_t subroutine, int64_t slot);
 
 private:
-  // Two arguments of an op that may overlap in some slot (both non-empty, one written, one slotted).
+  // Two arguments of an op that may break the alias rule in some slot: both non-empty, at least one
+  // written and one slotted.
   struct BufferPair {
     const BufferDesc *x, *y;  // in argument order
     bool exactAllowed;        // the schema allows them the exact same bytes

@@ -28,6 +28,13 @@
 // placed as a buffer of its own as well and the smaller arena wins. The
 // offsets are recorded in plan::kSlotOffsetsAttr.
 //
+// Cost: a pipelined program runs each chunk's subroutines once per
+// microbatch, so the liveness is computed in two phases: each subroutine's
+// kernels are decoded once into integer records (SubroutineSummary: buffer
+// index, overwrites, token), and each action replays its subroutine's
+// records with its slot (Liveness). Buffers and instances are numbered
+// densely (Buffers), so nothing per action looks up a name.
+//
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
 
@@ -632,97 +639,215 @@ SlotLayout layoutSlots(ArrayRef<Transient> instances,
   return out;
 }
 
+/// The program's buffers numbered in order, so the liveness below works on
+/// indices instead of symbol names, and their instances numbered densely:
+/// buffer i's instance k (its microbatch slot k; 0 when unslotted) is
+/// `firstInstance[i] + k`.
+struct Buffers {
+  SmallVector<BufferOp> ops;
+  SmallVector<int64_t> bytes;         // getNumBytes, once
+  SmallVector<int64_t> instances;     // kSlotsAttr, or 1 (0 counts as 1)
+  SmallVector<char> slotted;          // has kSlotsAttr: an action's slot picks
+  SmallVector<uint32_t> firstInstance;
+  uint32_t numInstances = 0;
+  // Keyed by the uniqued symbol name (pointer hashing); looked up once per
+  // kernel argument of each subroutine, never per action.
+  llvm::DenseMap<StringAttr, uint32_t> index;
+
+  explicit Buffers(Block &body) {
+    for (auto buf : body.getOps<BufferOp>()) {
+      index[buf.getSymNameAttr()] = ops.size();
+      ops.push_back(buf);
+      bytes.push_back(buf.getNumBytes());
+      auto n = buf->getAttrOfType<IntegerAttr>(kSlotsAttr);
+      instances.push_back(n && n.getInt() ? n.getInt() : 1);
+      slotted.push_back(n != nullptr);
+      firstInstance.push_back(numInstances);
+      numInstances += std::max<int64_t>(instances.back(), 0);
+    }
+  }
+  size_t size() const { return ops.size(); }
+  /// The instance of buffer `buf` that an action with slot `slot` uses, or
+  /// none for a slot past its instances (no placement looks at those).
+  std::optional<uint32_t> instance(uint32_t buf, int64_t slot) const {
+    int64_t k = slotted[buf] ? slot : 0;
+    if (k < 0 || k >= instances[buf])
+      return std::nullopt;
+    return firstInstance[buf] + uint32_t(k);
+  }
+};
+
+/// Phase 1 of the liveness: what each subroutine's kernels do to the
+/// buffers, decoded from the IR once per subroutine (the op kind, each
+/// argument's access, `accumulate`, the token) rather than once per action
+/// that runs it. A pipelined program runs each chunk's subroutines once per
+/// microbatch, so phase 2 (`Liveness::run`) replays these integer records
+/// with the action's slot and the current kernel number.
+struct SubroutineSummary {
+  /// One buffer a kernel touches (each buffer once per kernel, its roles
+  /// merged): `overwrites` when the kernel writes it without reading it
+  /// (a written role, not accumulating), which begins a new segment.
+  struct Access {
+    uint32_t buffer;
+    bool overwrites;
+  };
+  struct Kernel {
+    uint32_t firstAccess, numAccesses; // into `accesses`
+    int32_t token = -1;                // dense token number; -1: none
+    bool wait = false;                 // a wait on `token`
+  };
+  std::vector<Kernel> kernels;
+  std::vector<Access> accesses;
+  /// Buffers that communication fills (a gather's, reduce-scatter's or
+  /// recv's output): the report's "communication buffers".
+  SmallVector<uint32_t> communication;
+
+  /// Appends `k`'s record; `tokens` numbers the tokens densely.
+  void add(KernelOp k, const Buffers &buffers, llvm::DenseMap<int64_t, int32_t> &tokens) {
+    Kernel rec{uint32_t(accesses.size()), 0};
+    if (auto token = k->getAttrOfType<IntegerAttr>(kTokenAttr))
+      rec.token = tokens.try_emplace(token.getInt(), int32_t(tokens.size())).first->second;
+    if (rec.token >= 0 && k.getKernel() == kWaitKernel) {
+      rec.wait = true;
+      kernels.push_back(rec);
+      return;
+    }
+    auto kind = schema::parseOpKind(std::string_view(k.getKernel().data(), k.getKernel().size()));
+    auto accumulate = k.getParams().getAs<BoolAttr>("accumulate");
+    auto lookup = [&](Attribute a) -> std::optional<uint32_t> {
+      auto it = buffers.index.find(cast<FlatSymbolRefAttr>(a).getAttr());
+      if (it == buffers.index.end())
+        return std::nullopt; // not a buffer: nothing to place
+      return it->second;
+    };
+    if (kind && (*kind == schema::OpKind::kAllGather ||
+                 *kind == schema::OpKind::kReduceScatter || *kind == schema::OpKind::kRecv))
+      if (auto out = k.getArgs().getAs<FlatSymbolRefAttr>("y"))
+        if (auto i = lookup(out))
+          communication.push_back(*i);
+    // Per buffer of this kernel: does it read it, does it overwrite it?
+    SmallVector<std::tuple<uint32_t, bool, bool>, 8> touched;
+    for (NamedAttribute arg : k.getArgs()) {
+      bool reads = true, overwrites = false;
+      if (kind) {
+        int idx = schema::argIndex(*kind, std::string_view(arg.getName().data(),
+                                                           arg.getName().size()));
+        if (idx >= 0) {
+          schema::ArgAccess acc = schema::opSpec(*kind).args[idx].access;
+          reads = acc != schema::ArgAccess::kWrite;
+          overwrites = acc == schema::ArgAccess::kWrite ||
+                       (acc == schema::ArgAccess::kReadWrite && accumulate &&
+                        !accumulate.getValue());
+          if (overwrites)
+            reads = false;
+        }
+      }
+      auto note = [&](Attribute a) {
+        std::optional<uint32_t> buf = lookup(a);
+        if (!buf)
+          return;
+        auto it = llvm::find_if(touched, [&](auto &e) { return std::get<0>(e) == *buf; });
+        if (it == touched.end())
+          touched.push_back({*buf, reads, overwrites});
+        else
+          std::get<1>(*it) |= reads, std::get<2>(*it) |= overwrites;
+      };
+      if (auto list = dyn_cast<ArrayAttr>(arg.getValue()))
+        llvm::for_each(list, note);
+      else
+        note(arg.getValue());
+    }
+    for (auto [buf, r, w] : touched)
+      accesses.push_back({buf, w && !r});
+    rec.numAccesses = touched.size();
+    kernels.push_back(rec);
+  }
+};
+
+/// Phase 2: the live segments of every buffer instance over the step's
+/// kernel sequence (kernels numbered in execution order, action after
+/// action), replaying each action's subroutine summary with its slot.
+struct Liveness {
+  std::vector<SmallVector<Segment, 2>> segments; // per instance
+  SmallVector<char> communication;               // per buffer
+  int64_t numKernels = 0;
+  llvm::StringMap<SubroutineSummary> summaries;  // by subroutine name
+
+  /// The number of kernels an action of subroutine `sub` runs.
+  int64_t kernelsOf(StringRef sub) const {
+    auto it = summaries.find(sub);
+    return it == summaries.end() ? 0 : int64_t(it->second.kernels.size());
+  }
+
+  Liveness(Block &body, const Buffers &buffers) {
+    segments.resize(buffers.numInstances);
+    communication.assign(buffers.size(), 0);
+    llvm::DenseMap<int64_t, int32_t> tokens;
+    for (auto sub : body.getOps<SubroutineOp>()) {
+      SubroutineSummary &summary = summaries[sub.getSymName()];
+      for (auto k : sub.getBody().front().getOps<KernelOp>())
+        summary.add(k, buffers, tokens);
+    }
+    // Asynchronous plans: the instances each started communication op uses,
+    // by token (those of the starting action's slot). The op may touch them
+    // until its wait, so each stays live from the start through the wait
+    // and no buffer takes its bytes meanwhile.
+    std::vector<SmallVector<uint32_t, 4>> inFlight(tokens.size());
+    int64_t t = 0;
+    for (auto sched : body.getOps<ScheduleOp>())
+      for (auto action : sched.getBody().front().getOps<ActionOp>()) {
+        auto it = summaries.find(action.getSubroutine());
+        if (it == summaries.end())
+          continue;
+        const SubroutineSummary &summary = it->second;
+        for (uint32_t buf : summary.communication)
+          communication[buf] = 1;
+        auto slotAttr = action->getAttrOfType<IntegerAttr>(kSlotAttr);
+        const int64_t slot = slotAttr ? slotAttr.getInt() : 0;
+        for (const SubroutineSummary::Kernel &k : summary.kernels) {
+          if (k.wait) {
+            for (uint32_t inst : inFlight[k.token])
+              if (!segments[inst].empty())
+                segments[inst].back().last = t;
+            inFlight[k.token].clear();
+            ++t;
+            continue;
+          }
+          for (const SubroutineSummary::Access &a :
+               ArrayRef(summary.accesses).slice(k.firstAccess, k.numAccesses)) {
+            std::optional<uint32_t> inst = buffers.instance(a.buffer, slot);
+            if (!inst)
+              continue;
+            SmallVector<Segment, 2> &segs = segments[*inst];
+            if (segs.empty() || (a.overwrites && segs.back().last < t))
+              segs.push_back({t, t});
+            else
+              segs.back().last = t;
+            if (k.token >= 0)
+              inFlight[k.token].push_back(*inst);
+          }
+          ++t;
+        }
+      }
+    numKernels = t;
+  }
+};
+
 struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPass> {
   void runOnOperation() override {
     ProgramOp program = getOperation();
     Block &body = program.getBody().front();
     Builder b(program.getContext());
 
-    // 1. Live segments over the step: kernels numbered in execution order.
-    llvm::StringMap<SmallVector<KernelOp>> kernelsOf;
-    for (auto sub : body.getOps<SubroutineOp>())
-      for (auto k : sub.getBody().front().getOps<KernelOp>())
-        kernelsOf[sub.getSymName()].push_back(k);
+    // 1. Live segments over the step (per subroutine once, then per action).
+    const Buffers buffers(body);
+    const Liveness live(body, buffers);
+    const int64_t t = live.numKernels;
     // Instances of slotted buffers (plan::kSlotsAttr), by symbol name.
     llvm::DenseMap<StringAttr, int64_t> slotsOf;
-    for (auto buf : body.getOps<BufferOp>())
+    for (BufferOp buf : buffers.ops)
       if (auto n = buf->getAttrOfType<IntegerAttr>(kSlotsAttr))
         slotsOf[buf.getSymNameAttr()] = n.getInt();
-    // Keyed by the uniqued symbol name (pointer hashing: a deep model has
-    // ~10^5 buffers and ~10^6 buffer references) and the instance.
-    using Instance = std::pair<StringAttr, int64_t>;
-    llvm::DenseMap<Instance, SmallVector<Segment, 2>> live;
-    // Buffers that communication fills (a gather's, reduce-scatter's or
-    // recv's output): the report's "communication buffers".
-    llvm::DenseSet<StringAttr> communication;
-    int64_t t = 0;
-    llvm::SmallDenseMap<StringAttr, std::pair<bool, bool>, 8> touched;
-    // Asynchronous plans: the buffers of each started communication op, by
-    // token, as the instances the starting action's slot uses. The op may
-    // touch them until its wait, so each stays live from the start through
-    // the wait and no buffer takes its bytes meanwhile.
-    llvm::DenseMap<int64_t, SmallVector<Instance, 4>> inFlight;
-    for (auto sched : body.getOps<ScheduleOp>())
-      for (auto action : sched.getBody().front().getOps<ActionOp>()) {
-        auto slotAttr = action->getAttrOfType<IntegerAttr>(kSlotAttr);
-        const int64_t slot = slotAttr ? slotAttr.getInt() : 0;
-        for (KernelOp k : kernelsOf.lookup(action.getSubroutine())) {
-          auto token = k->getAttrOfType<IntegerAttr>(kTokenAttr);
-          if (token && k.getKernel() == kWaitKernel) {
-            for (Instance inst : inFlight.lookup(token.getInt()))
-              if (auto it = live.find(inst); it != live.end() && !it->second.empty())
-                it->second.back().last = t;
-            inFlight.erase(token.getInt());
-            ++t;
-            continue;
-          }
-          auto kind = schema::parseOpKind(k.getKernel().str());
-          auto accumulate = k.getParams().getAs<BoolAttr>("accumulate");
-          if (kind && (*kind == schema::OpKind::kAllGather ||
-                       *kind == schema::OpKind::kReduceScatter || *kind == schema::OpKind::kRecv))
-            for (StringRef role : {"y"})
-              if (auto out = k.getArgs().getAs<FlatSymbolRefAttr>(role))
-                communication.insert(out.getAttr());
-          // Per buffer of this kernel: does it read it, does it overwrite it?
-          touched.clear();
-          for (NamedAttribute arg : k.getArgs()) {
-            bool reads = true, overwrites = false;
-            if (kind) {
-              int idx = schema::argIndex(*kind, arg.getName().strref());
-              if (idx >= 0) {
-                schema::ArgAccess acc = schema::opSpec(*kind).args[idx].access;
-                reads = acc != schema::ArgAccess::kWrite;
-                overwrites = acc == schema::ArgAccess::kWrite ||
-                             (acc == schema::ArgAccess::kReadWrite && accumulate &&
-                              !accumulate.getValue());
-                if (overwrites)
-                  reads = false;
-              }
-            }
-            auto note = [&](Attribute a) {
-              auto &[r, w] = touched[cast<FlatSymbolRefAttr>(a).getAttr()];
-              r |= reads;
-              w |= overwrites;
-            };
-            if (auto list = dyn_cast<ArrayAttr>(arg.getValue()))
-              llvm::for_each(list, note);
-            else
-              note(arg.getValue());
-          }
-          for (auto &[name, rw] : touched) {
-            const Instance inst{name, slotsOf.count(name) ? slot : 0};
-            auto &segs = live[inst];
-            bool def = rw.second && !rw.first;
-            if (segs.empty() || (def && segs.back().last < t))
-              segs.push_back({t, t});
-            else
-              segs.back().last = t;
-            if (token)
-              inFlight[token.getInt()].push_back(inst);
-          }
-          ++t;
-        }
-      }
 
     // Each action's kernels in that numbering, and its chunk.
     std::vector<ActionSpan> actionSpans;
@@ -731,7 +856,7 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
         int64_t first = actionSpans.empty() ? 0 : actionSpans.back().last + 1;
         auto chunk = action->getAttrOfType<IntegerAttr>("pipeline.chunk");
         actionSpans.push_back({first,
-                               first + int64_t(kernelsOf.lookup(action.getSubroutine()).size()) - 1,
+                               first + live.kernelsOf(action.getSubroutine()) - 1,
                                chunk ? chunk.getInt() : -1});
       }
     llvm::DenseMap<StringAttr, BufferOp> bufferOf;
@@ -745,14 +870,16 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     // Per slotted buffer, its instances' offsets (-1: not yet placed).
     llvm::DenseMap<StringAttr, SmallVector<int64_t, 4>> slotOffsets;
     std::vector<Transient> byFirstUse; // every transient instance
-    for (auto buf : body.getOps<BufferOp>()) {
+    for (uint32_t i = 0; i < buffers.size(); ++i) {
+      BufferOp buf = buffers.ops[i];
       StringAttr name = buf.getSymNameAttr();
-      const int64_t instances = slotsOf.lookup(name) ? slotsOf.lookup(name) : 1;
+      const int64_t instances = buffers.instances[i];
       bool placed = false;
       if (!persistent(buf))
         for (int64_t k = 0; k < instances; ++k)
-          if (auto it = live.find({name, k}); it != live.end() && !it->second.empty()) {
-            byFirstUse.push_back({buf, k, it->second});
+          if (ArrayRef<Segment> segs = live.segments[buffers.firstInstance[i] + k];
+              !segs.empty()) {
+            byFirstUse.push_back({buf, k, segs});
             placed = true;
           }
       if (instances > 1)
@@ -876,7 +1003,7 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     for (Transient &tr : byFirstUse)
       for (const Segment &seg : tr.segs)
         if (seg.first <= peakAt && peakAt <= seg.last) {
-          int cls = communication.contains(tr.buf.getSymNameAttr()) ? 1
+          int cls = live.communication[buffers.index.lookup(tr.buf.getSymNameAttr())] ? 1
                     : tr.buf.getKind() == "scratch"            ? 2
                                                                 : 0;
           atPeak[cls] += aligned(tr.buf.getNumBytes());

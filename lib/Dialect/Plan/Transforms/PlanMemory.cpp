@@ -43,10 +43,8 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
 #include <deque>
@@ -54,9 +52,9 @@
 #include <map>
 #include <numeric>
 #include <optional>
-#include <queue>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #define DEBUG_TYPE "llcdist-plan-memory"
 
@@ -86,31 +84,55 @@ struct Segment {
 
 using Range = std::pair<int64_t, int64_t>; // bytes [first, second)
 
-/// The free bytes at the sweep's current kernel: `busy` maps the begin of
-/// every buffer live there to its end (disjoint ranges); `gaps` holds each
-/// bounded hole between them as (size, begin), so the smallest hole that
-/// fits is one lookup. Above the highest live buffer everything is free.
+/// The free bytes at the sweep's current kernel. The buffers live there
+/// (disjoint ranges) form a list in address order, linked through their
+/// indices: a pipelined program has thousands live at once but few holes
+/// between them, so placing or freeing a buffer touches its two neighbours
+/// and the holes, never a search over everything live. Each bounded hole
+/// is kept by (size, begin), so the smallest that fits is one lookup, and
+/// by begin with the buffer just above it, so the hole holding an address
+/// is one lookup. Above the highest live buffer everything is free.
 class FreeSpace {
 public:
-  void insert(int64_t begin, int64_t end) {
-    auto next = busy.lower_bound(begin);
-    int64_t lo = next == busy.begin() ? 0 : std::prev(next)->second;
-    if (next != busy.end()) {
-      gaps.erase({next->first - lo, lo});
-      addGap(end, next->first);
+  explicit FreeSpace(size_t n) : begin(n), end(n), below(n, kNone), above(n, kNone) {}
+
+  /// Marks [b, e) (free now) as buffer `id`'s.
+  void insert(uint32_t id, int64_t b, int64_t e) {
+    begin[id] = b, end[id] = e;
+    // The hole holding `b`, else the free space above everything.
+    uint32_t next = kNone;
+    int64_t lo = top();
+    if (auto it = holes.upper_bound(b); it != holes.begin() && b < begin[std::prev(it)->second]) {
+      lo = std::prev(it)->first;
+      next = std::prev(it)->second;
     }
-    addGap(lo, begin);
-    busy.emplace(begin, end);
+    uint32_t prev = next == kNone ? last : below[next];
+    if (next != kNone) {
+      eraseHole(lo, begin[next]);
+      addHole(e, begin[next], next);
+      below[next] = id;
+    } else {
+      last = id;
+    }
+    if (prev != kNone)
+      above[prev] = id;
+    below[id] = prev, above[id] = next;
+    addHole(lo, b, id);
   }
-  void erase(int64_t begin) {
-    auto it = busy.find(begin);
-    int64_t lo = it == busy.begin() ? 0 : std::prev(it)->second;
-    gaps.erase({begin - lo, lo});
-    if (auto next = std::next(it); next != busy.end()) {
-      gaps.erase({next->first - it->second, it->second});
-      addGap(lo, next->first);
+  /// Frees buffer `id`'s bytes.
+  void erase(uint32_t id) {
+    uint32_t prev = below[id], next = above[id];
+    int64_t lo = prev == kNone ? 0 : end[prev];
+    eraseHole(lo, begin[id]);
+    if (next != kNone) {
+      eraseHole(end[id], begin[next]);
+      addHole(lo, begin[next], next);
+      below[next] = prev;
+    } else {
+      last = prev;
     }
-    busy.erase(it);
+    if (prev != kNone)
+      above[prev] = next;
   }
 
   /// Best fit: the start of the smallest free range of at least `size`
@@ -149,13 +171,26 @@ public:
   }
 
 private:
-  int64_t top() const { return busy.empty() ? 0 : busy.rbegin()->second; }
-  void addGap(int64_t lo, int64_t hi) {
-    if (hi > lo)
+  static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+  int64_t top() const { return last == kNone ? 0 : end[last]; }
+  void addHole(int64_t lo, int64_t hi, uint32_t next) {
+    if (hi > lo) {
       gaps.insert({hi - lo, lo});
+      holes.emplace(lo, next);
+    }
   }
-  std::map<int64_t, int64_t> busy;
-  std::set<Range> gaps;
+  void eraseHole(int64_t lo, int64_t hi) {
+    if (hi > lo) {
+      gaps.erase({hi - lo, lo});
+      holes.erase(lo);
+    }
+  }
+  // Per buffer while live: its bytes, and its neighbours in address order.
+  std::vector<int64_t> begin, end;
+  std::vector<uint32_t> below, above;
+  uint32_t last = kNone;                // the highest live buffer
+  std::set<Range> gaps;                 // holes as (size, begin)
+  std::map<int64_t, uint32_t> holes;    // hole begin -> the buffer above it
 };
 
 /// One sweep over the kernels, buffer after buffer: a buffer goes into the
@@ -168,9 +203,21 @@ std::vector<int64_t> placeBySweep(ArrayRef<ArrayRef<Segment>> lifetimes,
                                   ArrayRef<int64_t> sizes) {
   size_t n = lifetimes.size();
   std::vector<int64_t> offsets(n, 0);
-  FreeSpace space;
-  using Event = std::tuple<int64_t, size_t>; // (kernel the bytes are free from, buffer)
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> ends;
+  FreeSpace space(n);
+  // The live buffers by the kernel their bytes are free from: a list per
+  // kernel, linked through the buffers (a buffer has one segment live at a
+  // time). Buffers come in order of first use, so the sweep frees kernel
+  // after kernel (`freed`); within a kernel the order of frees does not
+  // matter (the free space is that of the buffers left).
+  constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+  int64_t horizon = 0;
+  for (ArrayRef<Segment> l : lifetimes)
+    horizon = std::max(horizon, l.back().last + 1);
+  std::vector<uint32_t> endsAt(horizon + 1, kNone), nextEnd(n, kNone);
+  auto endAt = [&](int64_t free, size_t id) {
+    nextEnd[id] = std::exchange(endsAt[free], uint32_t(id));
+  };
+  int64_t freed = 0; // kernels before this one have had their frees
   // The next segment of each placed buffer that has one, not yet begun:
   // (first kernel, buffer, segment).
   std::set<std::tuple<int64_t, size_t, size_t>> returning;
@@ -182,24 +229,22 @@ std::vector<int64_t> placeBySweep(ArrayRef<ArrayRef<Segment>> lifetimes,
     // Advance to `now`: free what ended, re-occupy what came back (in time
     // order, a kernel's frees before its returns).
     while (true) {
-      bool hasEnd = !ends.empty() && std::get<0>(ends.top()) <= now;
-      bool hasStart = !returning.empty() && std::get<0>(*returning.begin()) <= now;
-      if (hasEnd && (!hasStart || std::get<0>(ends.top()) <= std::get<0>(*returning.begin()))) {
-        auto [free, id] = ends.top();
-        ends.pop();
-        space.erase(offsets[id]);
-        active[id] = 0;
-      } else if (hasStart) {
-        auto [first, id, k] = *returning.begin();
-        returning.erase(returning.begin());
-        space.insert(offsets[id], offsets[id] + sizes[id]);
-        active[id] = 1;
-        ends.push({lifetimes[id][k].last + 1, id});
-        if (k + 1 < lifetimes[id].size())
-          returning.insert({lifetimes[id][k + 1].first, id, k + 1});
-      } else {
+      int64_t back = returning.empty() ? std::numeric_limits<int64_t>::max()
+                                       : std::get<0>(*returning.begin());
+      for (; freed <= std::min(now, back); ++freed)
+        for (uint32_t id = std::exchange(endsAt[freed], kNone); id != kNone; id = nextEnd[id]) {
+          space.erase(id);
+          active[id] = 0;
+        }
+      if (back > now)
         break;
-      }
+      auto [first, id, k] = *returning.begin();
+      returning.erase(returning.begin());
+      space.insert(id, offsets[id], offsets[id] + sizes[id]);
+      active[id] = 1;
+      endAt(lifetimes[id][k].last + 1, id);
+      if (k + 1 < lifetimes[id].size())
+        returning.insert({lifetimes[id][k + 1].first, id, k + 1});
     }
     if (sizes[i] == 0)
       continue; // no bytes to place (and none to free later)
@@ -234,9 +279,9 @@ std::vector<int64_t> placeBySweep(ArrayRef<ArrayRef<Segment>> lifetimes,
     extra.resize(merged);
     int64_t at = space.bestFit(sizes[i], extra);
     offsets[i] = at;
-    space.insert(at, at + sizes[i]);
+    space.insert(i, at, at + sizes[i]);
     active[i] = 1;
-    ends.push({segs.front().last + 1, i});
+    endAt(segs.front().last + 1, i);
     if (segs.size() > 1)
       returning.insert({segs[1].first, i, 1});
   }
@@ -375,6 +420,19 @@ std::pair<int64_t, int64_t> liveBytesPeak(int64_t kernels, ArrayRef<ArrayRef<Seg
       at = int64_t(k);
     }
   return {peak, at};
+}
+
+/// Sorts `items` (each with `segs`, on a step of `kernels` kernels) by their
+/// first kernel, stably: a counting sort, O(items + kernels).
+template <typename T> void sortByFirstUse(std::vector<T> &items, int64_t kernels) {
+  std::vector<uint32_t> next(kernels + 1, 0); // where the next of each first kernel goes
+  for (const T &x : items)
+    ++next[x.segs.front().first + 1];
+  std::partial_sum(next.begin(), next.end(), next.begin());
+  std::vector<T> sorted(items.size());
+  for (T &x : items)
+    sorted[next[x.segs.front().first]++] = std::move(x);
+  items = std::move(sorted);
 }
 
 /// A transient buffer instance and its live segments (step 1).
@@ -899,9 +957,7 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
 
     // The most bytes live at once over the transient instances (the lower
     // bound of any placement), and the kernel where it is reached.
-    llvm::stable_sort(byFirstUse, [](const Transient &x, const Transient &y) {
-      return x.segs.front().first < y.segs.front().first;
-    });
+    sortByFirstUse(byFirstUse, t);
     auto [livePeak, peakAt] = liveBytesPeak(
         t, llvm::map_to_vector(byFirstUse, [](const Transient &tr) { return tr.segs; }),
         llvm::map_to_vector(byFirstUse,
@@ -919,9 +975,7 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     auto place = [&](bool byPattern) {
       Placement p{layoutSlots(byFirstUse, slotsOf, actionSpans, t, byPattern), {}, {}, 0};
       p.items = p.layout.items;
-      llvm::stable_sort(p.items, [](const Item &x, const Item &y) {
-        return x.segs.front().first < y.segs.front().first;
-      });
+      sortByFirstUse(p.items, t);
       std::vector<ArrayRef<Segment>> lifetimes;
       std::vector<int64_t> sizes;
       for (const Item &it : p.items) {

@@ -268,3 +268,42 @@ plan.program @exact {
     plan.action @g microbatch 1 {pipeline.chunk = 0 : i64, slot = 1 : i64}
   }
 }
+
+// -----
+// RUN: llc-dist-opt %s -split-input-file --pass-pipeline="builtin.module(plan.program(llcdist-plan-memory))" | FileCheck %s --check-prefix=REPLAY
+
+// Each subroutine is decoded once and replayed per action with its slot.
+// Kernels in step order: f (slot 0) 0-2, f (slot 1) 3-5, b (slot 0) 6-7,
+// b (slot 1) 8-9. `add` reads @a and writes it back (one buffer in two
+// roles: read, so no new segment): a#0 lives [0, 6], a#1 [3, 8]. Each f
+// gathers into @g anew: [1, 2] and [4, 5]; @t: [6, 7] and [8, 9].
+// Best fit in order of first use (a#0, g, a#1, t): a#0 at 64, g above it
+// (128); a#1 avoids g's return at 4 (192); t takes the hole g leaves at 6
+// (128). The live peak (192) is first reached at kernel 4: a#0, a#1 and
+// the gathered @g (a communication buffer).
+// REPLAY: plan.program @replay attributes {arena_bytes = 256 : i64, plan.memory = {padding = 48 : i64, param = 16 : i64, peak_activations = 128 : i64, peak_communication = 64 : i64, peak_workspace = 0 : i64, transient_live_peak = 192 : i64, transient_peak = 192 : i64}}
+// REPLAY-NEXT: plan.buffer @w : tensor<4xf32> {kind = "param", name = "w", offset = 0 : i64}
+// REPLAY-NEXT: plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", offset = 64 : i64, slot_offsets = array<i64: 64, 192>, slots = 2 : i64}
+// REPLAY-NEXT: plan.buffer @g : tensor<4xf32> {kind = "activation", name = "g", offset = 128 : i64}
+// REPLAY-NEXT: plan.buffer @t : tensor<4xf32> {kind = "scratch", name = "t", offset = 128 : i64}
+plan.program @replay {
+  plan.buffer @w : tensor<4xf32> {kind = "param", name = "w"}
+  plan.buffer @a : tensor<4xf32> {kind = "activation", name = "a", slots = 2 : i64}
+  plan.buffer @g : tensor<4xf32> {kind = "activation", name = "g"}
+  plan.buffer @t : tensor<4xf32> {kind = "scratch", name = "t"}
+  plan.subroutine @f {
+    plan.kernel "copy" {x = @w, y = @a} {n = 4 : i64}
+    plan.kernel "all_gather" {x = @w, y = @g} {axis = "tp", inner = 4 : i64, outer = 1 : i64}
+    plan.kernel "add" {a = @a, b = @g, y = @a} {n = 4 : i64}
+  }
+  plan.subroutine @b {
+    plan.kernel "copy" {x = @a, y = @t} {n = 4 : i64}
+    plan.kernel "accumulate" {x = @t, y = @w} {n = 4 : i64}
+  }
+  plan.schedule {
+    plan.action @f
+    plan.action @f {slot = 1 : i64}
+    plan.action @b
+    plan.action @b {slot = 1 : i64}
+  }
+}

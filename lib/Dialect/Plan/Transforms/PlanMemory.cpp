@@ -739,7 +739,7 @@ struct Buffers {
 /// buffers, decoded from the IR once per subroutine (the op kind, each
 /// argument's access, `accumulate`, the token) rather than once per action
 /// that runs it. A pipelined program runs each chunk's subroutines once per
-/// microbatch, so phase 2 (`Liveness::run`) replays these integer records
+/// microbatch, so phase 2 (`Liveness`) replays these integer records
 /// with the action's slot and the current kernel number.
 struct SubroutineSummary {
   /// One buffer a kernel touches (each buffer once per kernel, its roles
@@ -785,6 +785,7 @@ struct SubroutineSummary {
           communication.push_back(*i);
     // Per buffer of this kernel: does it read it, does it overwrite it?
     SmallVector<std::tuple<uint32_t, bool, bool>, 8> touched;
+    llvm::SmallDenseMap<uint32_t, unsigned, 8> entry; // buffer -> its entry in `touched`
     for (NamedAttribute arg : k.getArgs()) {
       bool reads = true, overwrites = false;
       if (kind) {
@@ -804,11 +805,11 @@ struct SubroutineSummary {
         std::optional<uint32_t> buf = lookup(a);
         if (!buf)
           return;
-        auto it = llvm::find_if(touched, [&](auto &e) { return std::get<0>(e) == *buf; });
-        if (it == touched.end())
+        auto [it, fresh] = entry.try_emplace(*buf, touched.size());
+        if (fresh)
           touched.push_back({*buf, reads, overwrites});
         else
-          std::get<1>(*it) |= reads, std::get<2>(*it) |= overwrites;
+          std::get<1>(touched[it->second]) |= reads, std::get<2>(touched[it->second]) |= overwrites;
       };
       if (auto list = dyn_cast<ArrayAttr>(arg.getValue()))
         llvm::for_each(list, note);

@@ -542,7 +542,15 @@ SlotLayout layoutSlots(ArrayRef<Transient> instances,
   };
   if (!byPattern)
     return perInstance();
-  auto actionOf = [&](int64_t time) {
+  // The action of each kernel, looked up per segment end (the spans tile
+  // the step in order, so this is the last span beginning at or before it).
+  std::vector<int64_t> actionAt(std::max<int64_t>(kernels, 0), -1);
+  for (auto [a, span] : llvm::enumerate(spans))
+    for (int64_t k = std::max<int64_t>(span.first, 0); k <= span.last && k < kernels; ++k)
+      actionAt[k] = int64_t(a);
+  auto actionOf = [&](int64_t time) -> int64_t {
+    if (time >= 0 && time < kernels && actionAt[time] >= 0)
+      return actionAt[time];
     auto it = std::upper_bound(spans.begin(), spans.end(), time,
                                [](int64_t v, const ActionSpan &a) { return v < a.first; });
     return it - spans.begin() - 1;

@@ -440,12 +440,14 @@ struct Transient {
   mutable BufferOp buf; // (ops' accessors are not const)
   int64_t slot;
   ArrayRef<Segment> segs;
+  int64_t bytes; // aligned(buf.getNumBytes()), once per buffer
 };
 
 /// An action's kernels in the step's numbering, and its pipeline chunk (-1:
 /// none).
 struct ActionSpan {
   int64_t first, last, chunk;
+  int64_t slot = 0;
 };
 
 /// What the arena places: a buffer instance (`slot` -1: one instance every
@@ -537,7 +539,7 @@ SlotLayout layoutSlots(ArrayRef<Transient> instances,
   auto perInstance = [&] {
     SlotLayout all;
     for (const Transient &tr : instances)
-      all.items.push_back({tr.buf, tr.slot, tr.segs, aligned(tr.buf.getNumBytes())});
+      all.items.push_back({tr.buf, tr.slot, tr.segs, tr.bytes});
     return all;
   };
   if (!byPattern)
@@ -555,11 +557,36 @@ SlotLayout layoutSlots(ArrayRef<Transient> instances,
                                [](int64_t v, const ActionSpan &a) { return v < a.first; });
     return it - spans.begin() - 1;
   };
+  // A kernel's place in its slot's run of the chunk: (the action's rank
+  // among the actions of its chunk and slot, the kernel's index in it).
+  // Two slots whose buffers' segments begin and end at the same places
+  // overlap alike (the order of the places is that of the times).
+  std::vector<int64_t> ordinal(spans.size());
+  {
+    std::map<std::pair<int64_t, int64_t>, int64_t> seen; // (chunk, slot) -> actions so far
+    for (auto [a, span] : llvm::enumerate(spans))
+      ordinal[a] = seen[{span.chunk, span.slot}]++;
+  }
+  auto placeOf = [&](int64_t time) {
+    int64_t a = actionOf(time);
+    return std::make_pair(ordinal[a], time - spans[a].first);
+  };
+  auto sameShape = [&](ArrayRef<ArrayRef<Segment>> x, ArrayRef<ArrayRef<Segment>> y) {
+    for (size_t j = 0; j < x.size(); ++j) {
+      if (x[j].size() != y[j].size())
+        return false;
+      for (size_t i = 0; i < x[j].size(); ++i)
+        if (placeOf(x[j][i].first) != placeOf(y[j][i].first) ||
+            placeOf(x[j][i].last) != placeOf(y[j][i].last))
+          return false;
+    }
+    return true;
+  };
   // The slotted buffers' instances, by buffer in order of first use.
   llvm::MapVector<StringAttr, SmallVector<const Transient *, 4>> slotted;
   for (const Transient &tr : instances) {
     if (!slotsOf.count(tr.buf.getSymNameAttr())) {
-      out.items.push_back({tr.buf, 0, tr.segs, aligned(tr.buf.getNumBytes())});
+      out.items.push_back({tr.buf, 0, tr.segs, tr.bytes});
       continue;
     }
     slotted[tr.buf.getSymNameAttr()].push_back(&tr);
@@ -634,7 +661,7 @@ SlotLayout layoutSlots(ArrayRef<Transient> instances,
       blockBytes = std::max(blockBytes, at[j] + sizes[j]);
     // The layout holds on every slot: buffers live at once are disjoint.
     for (int64_t k = 0; k < slots; ++k) {
-      if (k > 0 && !disjointWhereLive(segsOf[k], at, sizes))
+      if (k > 0 && !sameShape(segsOf[k], segsOf[0]) && !disjointWhereLive(segsOf[k], at, sizes))
         return perInstance();
       // The block of slot k: live while any of its buffers is.
       SmallVector<Segment, 2> all;
@@ -683,9 +710,24 @@ SlotLayout layoutSlots(ArrayRef<Transient> instances,
     for (size_t j = 0; j < members.size(); ++j)
       blockBytes = std::max(blockBytes, at[j] + sizes[j]);
     SmallVector<Segment, 2> &hulls = out.storage.emplace_back();
+    // An action whose members' segments sit where the first's do (relative
+    // to the action's start) overlaps alike.
+    auto likeFirst = [&](size_t a) {
+      for (size_t j = 0; j < members.size(); ++j) {
+        if (per[a][j].size() != per[0][j].size())
+          return false;
+        for (size_t i = 0; i < per[a][j].size(); ++i)
+          if (per[a][j][i].first - spans[actions[a]].first !=
+                  per[0][j][i].first - spans[actions[0]].first ||
+              per[a][j][i].last - spans[actions[a]].first !=
+                  per[0][j][i].last - spans[actions[0]].first)
+            return false;
+      }
+      return true;
+    };
     for (size_t a = 0; a < actions.size(); ++a) {
       std::vector<ArrayRef<Segment>> l = inAction(a);
-      if (a > 0 && !disjointWhereLive(l, at, sizes))
+      if (a > 0 && !likeFirst(a) && !disjointWhereLive(l, at, sizes))
         return perInstance();
       Segment hull{std::numeric_limits<int64_t>::max(), -1};
       for (ArrayRef<Segment> segs : l)
@@ -922,9 +964,10 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       for (auto action : sched.getBody().front().getOps<ActionOp>()) {
         int64_t first = actionSpans.empty() ? 0 : actionSpans.back().last + 1;
         auto chunk = action->getAttrOfType<IntegerAttr>("pipeline.chunk");
+        auto slot = action->getAttrOfType<IntegerAttr>(kSlotAttr);
         actionSpans.push_back({first,
                                first + live.kernelsOf(action.getSubroutine()) - 1,
-                               chunk ? chunk.getInt() : -1});
+                               chunk ? chunk.getInt() : -1, slot ? slot.getInt() : 0});
       }
     llvm::DenseMap<StringAttr, BufferOp> bufferOf;
     for (auto buf : body.getOps<BufferOp>())
@@ -942,11 +985,12 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       StringAttr name = buf.getSymNameAttr();
       const int64_t instances = buffers.instances[i];
       bool placed = false;
+      const int64_t alignedBytes = aligned(buffers.bytes[i]);
       if (!persistent(buf))
         for (int64_t k = 0; k < instances; ++k)
           if (ArrayRef<Segment> segs = live.segments[buffers.firstInstance[i] + k];
               !segs.empty()) {
-            byFirstUse.push_back({buf, k, segs});
+            byFirstUse.push_back({buf, k, segs, alignedBytes});
             placed = true;
           }
       if (instances > 1)
@@ -970,7 +1014,7 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     auto [livePeak, peakAt] = liveBytesPeak(
         t, llvm::map_to_vector(byFirstUse, [](const Transient &tr) { return tr.segs; }),
         llvm::map_to_vector(byFirstUse,
-                            [](const Transient &tr) { return aligned(tr.buf.getNumBytes()); }));
+                            [](const Transient &tr) { return tr.bytes; }));
 
     // 3. Slotted instances by pattern (SlotLayout), then every item —
     // unslotted and per-instance buffers, chunk workspace, slot blocks —
@@ -1069,7 +1113,7 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
           int cls = live.communication[buffers.index.lookup(tr.buf.getSymNameAttr())] ? 1
                     : tr.buf.getKind() == "scratch"            ? 2
                                                                 : 0;
-          atPeak[cls] += aligned(tr.buf.getNumBytes());
+          atPeak[cls] += tr.bytes;
         }
     program.setArenaBytesAttr(b.getI64IntegerAttr(base + peak));
 

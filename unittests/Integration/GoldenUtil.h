@@ -108,6 +108,42 @@ struct Tolerance {
   size_t outliers = 0;   ///< how many elements may use it
 };
 
+/// One context for a test binary's compiles (every dialect registered).
+inline mlir::MLIRContext &sharedContext() {
+  static mlir::MLIRContext *ctx = [] {
+    mlir::DialectRegistry registry;
+    registerAllDialects(registry);
+    return new mlir::MLIRContext(registry);
+  }();
+  return *ctx;
+}
+
+/// Writes `module` into a plan directory named after `tag`, trains it with
+/// runGoldenSteps in the checking mode (issue #12: a started op completes
+/// at its wait, its buffers poisoned meanwhile) and removes the plan.
+inline Trained trainInCheckingMode(mlir::ModuleOp module, const std::string &tag) {
+  std::string dir = tempPath("llcdist-" + tag).string();
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(mlir::succeeded(writePlanDirectory(module, dir))) << tag;
+  Trained t = runGoldenSteps(dir, tag, /*checkAsync=*/true);
+  std::filesystem::remove_all(dir);
+  return t;
+}
+
+/// The single-device run of `model` under `optimizer` (micro-batch
+/// `microBatch`), trained once per test binary.
+inline const Trained &singleDeviceRun(const std::string &model, const std::string &optimizer,
+                                      int64_t microBatch) {
+  static std::map<std::string, Trained> cache;
+  auto [it, fresh] =
+      cache.try_emplace(model + "/" + optimizer + "/" + std::to_string(microBatch));
+  if (fresh)
+    it->second = trainPlan(model, goldenOptions(optimizer), microBatch,
+                           "single-device-" + model + "-" + optimizer + "-mb" +
+                               std::to_string(microBatch));
+  return it->second;
+}
+
 /// SGD is linear in the gradient: 1e-5 relative everywhere (and since Adam is
 /// blind to a gradient's scale, SGD is the test that catches a wrong reduction
 /// factor). AdamW divides by sqrt(v): where a gradient element nearly cancels

@@ -62,15 +62,6 @@ struct ZeroOverlap {
   }
 };
 
-mlir::MLIRContext &context() {
-  static mlir::MLIRContext *ctx = [] {
-    mlir::DialectRegistry registry;
-    registerAllDialects(registry);
-    return new mlir::MLIRContext(registry);
-  }();
-  return *ctx;
-}
-
 TrainingShape goldenShape() {
   TrainingShape shape;
   shape.seqLen = 16;
@@ -84,7 +75,7 @@ TrainingShape goldenShape() {
 mlir::OwningOpRef<mlir::ModuleOp> compileOverlapped(const std::string &model,
                                                     const ZeroOverlap &c,
                                                     const std::string &optimizer) {
-  auto m = test::compileModule(context(), model, goldenShape(), c.options(optimizer));
+  auto m = test::compileModule(test::sharedContext(), model, goldenShape(), c.options(optimizer));
   EXPECT_TRUE(m) << c.name() << ": compilation failed";
   if (!m)
     return m;
@@ -108,22 +99,11 @@ test::Trained trainOverlapped(const std::string &model, const ZeroOverlap &c,
   auto m = compileOverlapped(model, c, optimizer);
   if (!m)
     return {};
-  std::string dir =
-      test::tempPath("llcdist-overlap-" + model + "-" + c.name() + "-" + optimizer).string();
-  std::filesystem::remove_all(dir);
-  EXPECT_TRUE(mlir::succeeded(writePlanDirectory(*m, dir))) << c.name();
-  test::Trained t = test::runGoldenSteps(dir, c.name(), /*checkAsync=*/true);
-  std::filesystem::remove_all(dir);
-  return t;
+  return test::trainInCheckingMode(*m, "overlap-" + model + "-" + c.name() + "-" + optimizer);
 }
 
 const test::Trained &singleDevice(const std::string &model, const std::string &optimizer) {
-  static std::map<std::string, test::Trained> cache;
-  auto [it, fresh] = cache.try_emplace(model + "/" + optimizer);
-  if (fresh)
-    it->second = test::trainPlan(model, test::goldenOptions(optimizer), 1,
-                                 "overlap-ref-" + model + "-" + optimizer);
-  return it->second;
+  return test::singleDeviceRun(model, optimizer, 1);
 }
 
 const std::vector<ZeroOverlap> &zeroOverlapCases() {

@@ -72,15 +72,6 @@ struct PipelineOverlap {
   }
 };
 
-mlir::MLIRContext &context() {
-  static mlir::MLIRContext *ctx = [] {
-    mlir::DialectRegistry registry;
-    registerAllDialects(registry);
-    return new mlir::MLIRContext(registry);
-  }();
-  return *ctx;
-}
-
 /// One sequence per microbatch: 8 / dp microbatches flow through the pipe,
 /// so every chunk's backward runs several times before its last (the clone
 /// the buckets start in) and its forward after its first.
@@ -99,7 +90,7 @@ TrainingShape shape(const std::string &dtype = "f32") {
 mlir::OwningOpRef<mlir::ModuleOp> compile(const std::string &model, const PipelineOverlap &c,
                                           const std::string &optimizer,
                                           const std::string &dtype = "f32") {
-  auto m = test::compileModule(context(), model, shape(dtype), c.options(optimizer));
+  auto m = test::compileModule(test::sharedContext(), model, shape(dtype), c.options(optimizer));
   EXPECT_TRUE(m) << c.name() << ": compilation failed";
   if (!m)
     return m;
@@ -128,14 +119,8 @@ test::Trained train(const std::string &model, const PipelineOverlap &c,
   auto m = compile(model, c, optimizer);
   if (!m)
     return {};
-  std::string dir = test::tempPath("llcdist-pipeline-overlap-" + model + "-" + c.name() + "-" +
-                                   optimizer)
-                        .string();
-  std::filesystem::remove_all(dir);
-  EXPECT_TRUE(mlir::succeeded(writePlanDirectory(*m, dir))) << c.name();
-  test::Trained t = test::runGoldenSteps(dir, c.name(), /*checkAsync=*/true);
-  std::filesystem::remove_all(dir);
-  return t;
+  return test::trainInCheckingMode(*m, "pipeline-overlap-" + model + "-" + c.name() + "-" +
+                                           optimizer);
 }
 
 std::vector<PipelineOverlap> cases() {
@@ -187,12 +172,7 @@ std::vector<PipelineOverlap> cases() {
 }
 
 const test::Trained &singleDevice(const std::string &model, const std::string &optimizer) {
-  static std::map<std::string, test::Trained> cache;
-  auto [it, fresh] = cache.try_emplace(model + "/" + optimizer);
-  if (fresh)
-    it->second = test::trainPlan(model, test::goldenOptions(optimizer), 8,
-                                 "pipeline-overlap-ref-" + model + "-" + optimizer);
-  return it->second;
+  return test::singleDeviceRun(model, optimizer, 8);
 }
 
 void golden(const std::string &model, const std::string &optimizer) {

@@ -79,6 +79,14 @@ std::vector<ParamGatherOverlap> llcdist::paramGatherOverlapOf(ModuleOp m) {
   return out;
 }
 
+std::vector<std::string> llcdist::programsWithoutParamGatherOverlap(ModuleOp m) {
+  std::vector<std::string> out;
+  for (auto program : m.getOps<plan::ProgramOp>())
+    if (!program->hasAttr(plan::kParamGatherOverlapAttr))
+      out.push_back(program.getSymName().str());
+  return out;
+}
+
 std::vector<TpCommOverlap> llcdist::tpCommOverlapOf(ModuleOp m) {
   std::vector<TpCommOverlap> out;
   for (StringRef kind : {"all_gather", "reduce_scatter"}) {
@@ -170,6 +178,8 @@ json CompileSummary::toJson() const {
                        {"bytes", o.bytes}});
     j["param_gather_overlap"] = std::move(progs);
   }
+  if (!paramGatherSynchronous.empty())
+    j["param_gather_synchronous"] = paramGatherSynchronous;
   if (!tpCommOverlap.empty()) {
     json o = json::object();
     for (const TpCommOverlap &t : tpCommOverlap)
@@ -254,6 +264,11 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
                       "use in {}\n",
                       paramGatherOverlap.size() == 1 ? "" : " " + o.program, o.gathers,
                       groupDigits(o.bytes), o.waitedIn);
+  for (const std::string &program : paramGatherSynchronous)
+    os << fmt::format("  overlap (--overlap-param-gather) {}: not overlapped, its parameter "
+                      "gathers stay synchronous (the stage holds a tied parameter's replica or "
+                      "sends a tied value)\n",
+                      program);
   if (!tpCommOverlap.empty()) {
     os << "  overlap (--tp-comm-overlap): sequence parallelism's collectives on queue comm, "
           "each overlapped with the kernels independent of it (all programs):\n";

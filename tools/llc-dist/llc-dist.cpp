@@ -861,6 +861,8 @@ int runCompile(Args &args) {
     summary.fsdpPrefetch = fsdpPrefetchOf(*lm->module);
     summary.fsdpPrefetchUnits = train.fsdpPrefetch;
     summary.paramGatherOverlap = paramGatherOverlapOf(*lm->module);
+    if (train.overlapParamGather)
+      summary.paramGatherSynchronous = programsWithoutParamGatherOverlap(*lm->module);
     summary.tpCommOverlap = tpCommOverlapOf(*lm->module);
   }
   auto &os = output == "-" ? llvm::errs() : llvm::outs();

@@ -76,6 +76,8 @@ struct ParamGatherOverlap {
   int64_t gathers = 0, bytes = 0;
 };
 std::vector<ParamGatherOverlap> paramGatherOverlapOf(mlir::ModuleOp module);
+/// The programs without plan.param_gather_overlap.
+std::vector<std::string> programsWithoutParamGatherOverlap(mlir::ModuleOp module);
 /// What llcdist-plan-sp-overlap moved (plan.tp_comm_overlap), summed over
 /// the programs: per collective kind, how many it started on queue comm, how
 /// many of them overlap at least one kernel, and the kernels and GEMMs their
@@ -111,6 +113,9 @@ struct CompileSummary {
   std::vector<FsdpPrefetch> fsdpPrefetch;
   int64_t fsdpPrefetchUnits = 0; ///< --fsdp-prefetch (0: off)
   std::vector<ParamGatherOverlap> paramGatherOverlap;
+  /// With --overlap-param-gather: the programs the pass left synchronous (a
+  /// stage holding a tied parameter's replica or sending its value).
+  std::vector<std::string> paramGatherSynchronous;
   std::vector<TpCommOverlap> tpCommOverlap; ///< --tp-comm-overlap (empty: off)
 
   nlohmann::ordered_json toJson() const;

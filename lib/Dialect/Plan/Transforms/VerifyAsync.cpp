@@ -79,6 +79,15 @@ public:
 
   LogicalResult run() {
     Block &body = program.getBody().front();
+    // A synchronous program (no kernel carries a token: no start, no wait)
+    // has nothing in flight, ever: nothing to check, and no need to number
+    // its buffers' instances or walk its actions.
+    if (!program
+             .walk([](KernelOp k) {
+               return k->hasAttr(kTokenAttr) ? WalkResult::interrupt() : WalkResult::advance();
+             })
+             .wasInterrupted())
+      return success();
     // Bytes per buffer: arena ranges when every buffer has an offset.
     bool planned = llvm::all_of(body.getOps<BufferOp>(),
                                 [](BufferOp b) { return b.getOffset().has_value(); });

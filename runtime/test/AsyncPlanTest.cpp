@@ -274,13 +274,7 @@ TEST_F(AsyncLoaderTest, TokenRulesOverTheStepsExecutionOrder) {
 }
 
 // ---- memory and trace, on interpreters run directly ------------------------------------------------
-StatusOr<Plan> parse(const PlanBuilder& b) {
-  Plan plan;
-  LLCDIST_ASSIGN_OR_RETURN(plan.manifest, parseManifest(b.manifest.dump(), "manifest.json"));
-  LLCDIST_ASSIGN_OR_RETURN(Program prog, parseProgram(b.program.dump(), "program-0.json", plan.manifest));
-  plan.programs.push_back(std::move(prog));
-  return plan;
-}
+StatusOr<Plan> parse(const PlanBuilder& b) { return testing::parsePlan(b, /*validateParameters=*/false); }
 
 // Single rank, aligned bytes 64 each: w param (whole step), loss metric (whole step), a, b activations.
 //   0 copy w -> a            a written
@@ -312,14 +306,7 @@ PlanBuilder inFlightMemoryPlan(bool async) {
 
 TEST(AsyncMemoryTest, AnInFlightBufferIsLiveFromItsStartThroughItsWait) {
   for (bool async : {false, true}) {
-    auto plan = parse(inFlightMemoryPlan(async));
-    ASSERT_TRUE(plan.isOk()) << plan.status().message();
-    auto backend = makeCpuBackend();
-    auto in = Interpreter::create(*plan, 0, *backend);
-    ASSERT_TRUE(in.isOk()) << in.status().message();
-    Status st = (*in)->runStep(0, 0.0, nullptr);
-    ASSERT_TRUE(st.isOk()) << st.message();
-    const auto& m = (*in)->memoryStats();
+    const auto m = testing::measureMemory(inFlightMemoryPlan(async));
     ASSERT_TRUE(m.has_value());
     EXPECT_EQ(m->opsExecuted, async ? 5 : 4);
     EXPECT_EQ(m->peakLiveBytes, async ? 256 : 192) << (async ? "async" : "sync");

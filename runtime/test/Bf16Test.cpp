@@ -82,14 +82,7 @@ TEST(Bf16Test, RoundToNearestEvenEdgeCases) {
 
 // ---- helpers ----------------------------------------------------------------------------------------
 
-StatusOr<Plan> parse(const PlanBuilder& b) {
-  Plan plan;
-  LLCDIST_ASSIGN_OR_RETURN(plan.manifest, parseManifest(b.manifest.dump(), "manifest.json"));
-  LLCDIST_ASSIGN_OR_RETURN(Program prog, parseProgram(b.program.dump(), "program-0.json", plan.manifest));
-  plan.programs.push_back(std::move(prog));
-  LLCDIST_RETURN_IF_ERROR(validateParams(plan.manifest, plan.programs[0]));
-  return plan;
-}
+StatusOr<Plan> parse(const PlanBuilder& b) { return testing::parsePlan(b, /*validateParameters=*/true); }
 
 void expectError(const PlanBuilder& b, const std::vector<std::string>& parts) {
   StatusOr<Plan> p = parse(b);

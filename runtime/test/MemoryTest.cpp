@@ -14,6 +14,7 @@ namespace llcdist::rt {
 namespace {
 
 using testing::json;
+using testing::measureMemory;
 using testing::PlanBuilder;
 
 // Buffers at consecutive 64-aligned offsets (PlanBuilder):
@@ -58,35 +59,11 @@ PlanBuilder handPlan() {
   return p;
 }
 
-StatusOr<Plan> parse(const PlanBuilder& b) {
-  Plan plan;
-  LLCDIST_ASSIGN_OR_RETURN(plan.manifest, parseManifest(b.manifest.dump(), "manifest.json"));
-  LLCDIST_ASSIGN_OR_RETURN(Program prog, parseProgram(b.program.dump(), "program-0.json", plan.manifest));
-  plan.programs.push_back(std::move(prog));
-  return plan;
-}
 
-// Runs `steps` steps of a single-rank plan through an interpreter; returns its stats.
-std::optional<MemoryStats> measure(const PlanBuilder& b, int steps = 1, int64_t* allocated = nullptr) {
-  auto plan = parse(b);
-  EXPECT_TRUE(plan.isOk()) << plan.status().message();
-  if (!plan.isOk()) return std::nullopt;
-  auto backend = makeCpuBackend();
-  auto in = Interpreter::create(*plan, 0, *backend);
-  EXPECT_TRUE(in.isOk()) << in.status().message();
-  if (!in.isOk()) return std::nullopt;
-  EXPECT_FALSE((*in)->memoryStats().has_value()) << "measured before any step";
-  for (int s = 0; s < steps; ++s) {
-    Status st = (*in)->runStep(s, 0.0, nullptr);
-    EXPECT_TRUE(st.isOk()) << st.message();
-  }
-  if (allocated) *allocated = backend->peakAllocatedBytes();
-  return (*in)->memoryStats();
-}
 
 TEST(MemoryTest, HandComputedPeakAndHighWater) {
   int64_t allocated = 0;
-  const auto m = measure(handPlan(), 2, &allocated);
+  const auto m = measureMemory(handPlan(), 2, &allocated);
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->arenaBytes, 832);
   EXPECT_EQ(allocated, 832);  // the CPU backend allocates exactly arena_bytes
@@ -102,7 +79,7 @@ TEST(MemoryTest, UntouchedBuffersAndWholeStepKinds) {
   // never reach it, so the high-water mark stays at e's end (832) below the arena (896).
   PlanBuilder p = handPlan();
   p.buffer("state", "optimizer_state", {16});
-  const auto m = measure(p);
+  const auto m = measureMemory(p);
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->arenaBytes, 896);
   EXPECT_EQ(m->arenaHighWaterBytes, 832);
@@ -110,7 +87,7 @@ TEST(MemoryTest, UntouchedBuffersAndWholeStepKinds) {
   EXPECT_EQ(m->peakPosition, 3);
   // The same plan as an untouched activation: never live.
   p.program["buffers"].back()["kind"] = "activation";
-  const auto m2 = measure(p);
+  const auto m2 = measureMemory(p);
   ASSERT_TRUE(m2.has_value());
   EXPECT_EQ(m2->peakLiveBytes, 512);
   EXPECT_EQ(m2->arenaHighWaterBytes, 832);
@@ -128,13 +105,13 @@ TEST(MemoryTest, AccumulateFalseOverwritesInsteadOfReading) {
   p.op("s", "linear_bwd_bias", {{"dy", x}, {"db", db}}, {{"M", 2}, {"N", 4}, {"accumulate", false}});
   p.op("s", "linear_bwd_bias", {{"dy", x}, {"db", db}}, {{"M", 2}, {"N", 4}, {"accumulate", true}});
   p.action("s");
-  const auto m = measure(p);
+  const auto m = measureMemory(p);
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->peakLiveBytes, 64 + 64 + 256);  // position 0: loss, x, big (db not yet live)
   EXPECT_EQ(m->peakPosition, 0);
   // With accumulate true first, db is read before it is written: live for the whole step.
   p.ops("s")[1]["attrs"]["accumulate"] = true;
-  const auto m2 = measure(p);
+  const auto m2 = measureMemory(p);
   ASSERT_TRUE(m2.has_value());
   EXPECT_EQ(m2->peakLiveBytes, 64 + 64 + 256 + 64);
 }
@@ -154,7 +131,7 @@ TEST(MemoryTest, EachValueIsItsOwnLifetime) {
   p.op("bwd", "accumulate", {{"x", x}, {"y", z}}, {{"n", 16}});
   p.op("mid", "zero", {{"x", {big}}});
   for (const char* a : {"fwd", "bwd", "mid", "fwd", "bwd"}) p.action(a);
-  const auto m = measure(p);
+  const auto m = measureMemory(p);
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->opsExecuted, 7);
   EXPECT_EQ(m->peakLiveBytes, 64 + 256);  // not 64 + 64 + 64 + 256: x and z are dead at position 3
@@ -162,7 +139,7 @@ TEST(MemoryTest, EachValueIsItsOwnLifetime) {
   // A value read before the step writes it comes from the previous step: z accumulated without a zero
   // is live from position 0 and, after the step's last write, to the end of the step.
   p.ops("bwd").erase(0);
-  const auto carried = measure(p);
+  const auto carried = measureMemory(p);
   ASSERT_TRUE(carried.has_value());
   EXPECT_EQ(carried->peakLiveBytes, 64 + 64 + 256);  // position 2 (mid): loss, z, big
 }

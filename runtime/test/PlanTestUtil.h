@@ -1,6 +1,9 @@
 // Test helpers: build plan directories by hand (manifest.json + program-0.json) from C++.
 #pragma once
 
+#include "llcdist/runtime/CpuBackend.h"
+#include "llcdist/runtime/Interpreter.h"
+#include "llcdist/runtime/Plan.h"
 #include "llcdist/runtime/PlanSchema.h"
 #include "llcdist/runtime/Safetensors.h"
 #include "llcdist/runtime/Train.h"
@@ -197,5 +200,38 @@ protected:
 private:
   uint64_t seed_;
 };
+
+// The builder's manifest and program-0.json parsed by the loader, as one plan; with `validateParameters`
+// also the manifest's parameters checked against the program (validateParams), as loadPlan does.
+inline StatusOr<Plan> parsePlan(const PlanBuilder& b, bool validateParameters) {
+  Plan plan;
+  LLCDIST_ASSIGN_OR_RETURN(plan.manifest, parseManifest(b.manifest.dump(), "manifest.json"));
+  LLCDIST_ASSIGN_OR_RETURN(Program prog, parseProgram(b.program.dump(), "program-0.json", plan.manifest));
+  plan.programs.push_back(std::move(prog));
+  if (validateParameters) LLCDIST_RETURN_IF_ERROR(validateParams(plan.manifest, plan.programs[0]));
+  return plan;
+}
+
+// Runs `steps` steps of a single-rank plan (parsePlan) through an interpreter on the CPU backend and
+// returns its memory measurement (none before the first step); `allocated` gets the backend's peak
+// allocation.
+inline std::optional<MemoryStats> measureMemory(const PlanBuilder& b, int steps = 1,
+                                                int64_t* allocated = nullptr,
+                                                bool validateParameters = false) {
+  auto plan = parsePlan(b, validateParameters);
+  EXPECT_TRUE(plan.isOk()) << plan.status().message();
+  if (!plan.isOk()) return std::nullopt;
+  auto backend = makeCpuBackend();
+  auto in = Interpreter::create(*plan, 0, *backend);
+  EXPECT_TRUE(in.isOk()) << in.status().message();
+  if (!in.isOk()) return std::nullopt;
+  EXPECT_FALSE((*in)->memoryStats().has_value()) << "measured before any step";
+  for (int s = 0; s < steps; ++s) {
+    Status st = (*in)->runStep(s, 0.0, nullptr);
+    EXPECT_TRUE(st.isOk()) << st.message();
+  }
+  if (allocated) *allocated = backend->peakAllocatedBytes();
+  return (*in)->memoryStats();
+}
 
 }  // namespace llcdist::rt::testing

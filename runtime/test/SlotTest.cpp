@@ -21,14 +21,7 @@ using testing::PlanBuilder;
 constexpr int64_t kWte = 0, kLm = 4, kIds = 8, kTargets = 9, kH = 10, kDh = 11, kLogits = 12, kLoss = 13;
 constexpr int64_t kHBytes = 16 * 16 * 4, kDhBytes = kHBytes, kLogitsBytes = 16 * 32 * 4;
 
-StatusOr<Plan> parse(const PlanBuilder& b) {
-  Plan plan;
-  LLCDIST_ASSIGN_OR_RETURN(plan.manifest, parseManifest(b.manifest.dump(), "manifest.json"));
-  LLCDIST_ASSIGN_OR_RETURN(Program prog, parseProgram(b.program.dump(), "program-0.json", plan.manifest));
-  plan.programs.push_back(std::move(prog));
-  LLCDIST_RETURN_IF_ERROR(validateParams(plan.manifest, plan.programs[0]));
-  return plan;
-}
+StatusOr<Plan> parse(const PlanBuilder& b) { return testing::parsePlan(b, /*validateParameters=*/true); }
 
 // Gives each of `ids` a second instance at the end of the arena.
 void addSlot(PlanBuilder& b, std::initializer_list<int64_t> ids) {
@@ -360,14 +353,7 @@ PlanBuilder asyncInSlot1(bool late) {
 }
 
 TEST(SlotAsyncTest, AnInFlightInstanceIsLiveThroughItsWait) {
-  auto plan = parse(asyncInSlot1(/*late=*/false));
-  ASSERT_TRUE(plan.isOk()) << plan.status().message();
-  auto backend = makeCpuBackend();
-  auto in = Interpreter::create(*plan, 0, *backend);
-  ASSERT_TRUE(in.isOk()) << in.status().message();
-  Status st = (*in)->runStep(0, 0.0, nullptr);
-  ASSERT_TRUE(st.isOk()) << st.message();
-  const auto& m = (*in)->memoryStats();
+  const auto m = testing::measureMemory(asyncInSlot1(/*late=*/false), 1, nullptr, /*validateParameters=*/true);
   ASSERT_TRUE(m.has_value());
   // w and loss (128) + instance 1 of a [0, 4] + b [2, 3]: 256 at position 2 (instance 0 is never touched).
   EXPECT_EQ(m->peakLiveBytes, 256);

@@ -46,15 +46,22 @@ constexpr uint64_t kGoldenSeed = 11;
 /// test failures naming `tag` (`expectOk` false: a failed run is expected, and
 /// only returns fewer losses); `dir` is left in place. `checkAsync` runs the
 /// plan in the checking mode of asynchronous plans (RunOptions::checkAsync).
-inline Trained runGoldenSteps(const std::string &dir, const std::string &tag,
-                              bool checkAsync = false, bool expectOk = true) {
-  Trained t;
+/// The golden runs' options: `steps` quiet steps of the plan in `dir` on the
+/// training corpus with the golden seed.
+inline rt::RunOptions goldenRunOptions(const std::string &dir, int64_t steps = 3) {
   rt::RunOptions o;
   o.planDir = dir;
-  o.steps = 3;
+  o.steps = steps;
   o.data = std::string(LLCDIST_SOURCE_DIR) + "/data/corpus_train.bin";
   o.seed = kGoldenSeed;
   o.quiet = true;
+  return o;
+}
+
+inline Trained runGoldenSteps(const std::string &dir, const std::string &tag,
+                              bool checkAsync = false, bool expectOk = true) {
+  Trained t;
+  rt::RunOptions o = goldenRunOptions(dir);
   o.saveParams = dir + "/params.safetensors";
   o.checkAsync = checkAsync;
   rt::RunResult result;

@@ -84,15 +84,10 @@ TEST(GradBucketOverlap, TraceShowsAllReducesDuringTheBackward) {
                                       bucketOptions("sgd", 2, 1, false, kBucketSize),
                                       "bucket-trace");
   ASSERT_FALSE(dir.empty());
-  rt::RunOptions o;
-  o.planDir = dir;
   // Several steps: the overlap is real concurrency, and on a loaded 2-core
   // machine one step's comm thread may well get the core only after the
   // backward is done (seen once in ~20 runs with 2 steps).
-  o.steps = 6;
-  o.data = std::string(LLCDIST_SOURCE_DIR) + "/data/corpus_train.bin";
-  o.seed = test::kGoldenSeed;
-  o.quiet = true;
+  rt::RunOptions o = test::goldenRunOptions(dir, /*steps=*/6);
   o.traceDir = dir;
   std::ostringstream progress;
   rt::Status st = rt::runTraining(o, progress, nullptr);

@@ -238,12 +238,7 @@ TEST(ZeroOverlap, CheckAsyncCatchesALateWait) {
   auto loaded = rt::loadPlan(dir);
   ASSERT_TRUE(loaded.isOk()) << loaded.status().toString();
 
-  rt::RunOptions o;
-  o.planDir = dir;
-  o.steps = 3;
-  o.data = std::string(LLCDIST_SOURCE_DIR) + "/data/corpus_train.bin";
-  o.seed = test::kGoldenSeed;
-  o.quiet = true;
+  rt::RunOptions o = test::goldenRunOptions(dir);
   o.checkAsync = true;
   rt::RunResult result;
   std::ostringstream progress;

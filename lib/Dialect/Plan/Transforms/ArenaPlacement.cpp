@@ -1,0 +1,349 @@
+//===- ArenaPlacement.cpp - offsets for buffers from their lifetimes -----===//
+#include "ArenaPlacement.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+
+using namespace llvm;
+using namespace llcdist::plan::memory;
+
+namespace {
+
+using Range = std::pair<int64_t, int64_t>; // bytes [first, second)
+
+/// The free bytes at the sweep's current kernel. The buffers live there
+/// (disjoint ranges) form a list in address order, linked through their
+/// indices: a pipelined program has thousands live at once but few holes
+/// between them, so placing or freeing a buffer touches its two neighbours
+/// and the holes, never a search over everything live. Each bounded hole
+/// is kept by (size, begin), so the smallest that fits is one lookup, and
+/// by begin with the buffer just above it, so the hole holding an address
+/// is one lookup. Above the highest live buffer everything is free.
+class FreeSpace {
+public:
+  explicit FreeSpace(size_t n) : begin(n), end(n), below(n, kNone), above(n, kNone) {}
+
+  /// Marks [b, e) (free now) as buffer `id`'s.
+  void insert(uint32_t id, int64_t b, int64_t e) {
+    begin[id] = b, end[id] = e;
+    // The hole holding `b`, else the free space above everything.
+    uint32_t next = kNone;
+    int64_t lo = top();
+    if (auto it = holes.upper_bound(b); it != holes.begin() && b < begin[std::prev(it)->second]) {
+      lo = std::prev(it)->first;
+      next = std::prev(it)->second;
+    }
+    uint32_t prev = next == kNone ? last : below[next];
+    if (next != kNone) {
+      eraseHole(lo, begin[next]);
+      addHole(e, begin[next], next);
+      below[next] = id;
+    } else {
+      last = id;
+    }
+    if (prev != kNone)
+      above[prev] = id;
+    below[id] = prev, above[id] = next;
+    addHole(lo, b, id);
+  }
+  /// Frees buffer `id`'s bytes.
+  void erase(uint32_t id) {
+    uint32_t prev = below[id], next = above[id];
+    int64_t lo = prev == kNone ? 0 : end[prev];
+    eraseHole(lo, begin[id]);
+    if (next != kNone) {
+      eraseHole(end[id], begin[next]);
+      addHole(lo, begin[next], next);
+      below[next] = prev;
+    } else {
+      last = prev;
+    }
+    if (prev != kNone)
+      above[prev] = next;
+  }
+
+  /// Best fit: the start of the smallest free range of at least `size`
+  /// bytes (the lowest of equal ones) that also avoids `extra` (disjoint,
+  /// sorted), else the lowest offset above everything live that does.
+  int64_t bestFit(int64_t size, ArrayRef<Range> extra) const {
+    auto it = gaps.lower_bound({size, std::numeric_limits<int64_t>::min()});
+    if (extra.empty())
+      return it != gaps.end() ? it->second : top();
+    int64_t bestSize = std::numeric_limits<int64_t>::max(), bestAt = -1;
+    // The pieces of [lo, hi) that no extra range covers; returns where the
+    // last (open-ended when hi is unbounded) piece begins.
+    auto pieces = [&](int64_t lo, int64_t hi) {
+      auto e = std::upper_bound(extra.begin(), extra.end(), lo,
+                                [](int64_t v, const Range &r) { return v < r.second; });
+      for (; e != extra.end() && e->first < hi; ++e) {
+        int64_t piece = e->first - lo;
+        if (piece >= size && (piece < bestSize || (piece == bestSize && lo < bestAt)))
+          bestSize = piece, bestAt = lo;
+        lo = std::max(lo, e->second);
+      }
+      return lo;
+    };
+    for (; it != gaps.end(); ++it) {
+      auto [gap, lo] = *it;
+      int64_t last = pieces(lo, lo + gap);
+      int64_t piece = lo + gap - last;
+      bool untouched = last == lo;
+      if (piece >= size && (piece < bestSize || (piece == bestSize && last < bestAt)))
+        bestSize = piece, bestAt = last;
+      if (untouched)
+        break; // larger holes can only waste more (their pieces aside)
+    }
+    int64_t above = pieces(top(), std::numeric_limits<int64_t>::max());
+    return bestAt >= 0 ? bestAt : above;
+  }
+
+private:
+  static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+  int64_t top() const { return last == kNone ? 0 : end[last]; }
+  void addHole(int64_t lo, int64_t hi, uint32_t next) {
+    if (hi > lo) {
+      gaps.insert({hi - lo, lo});
+      holes.emplace(lo, next);
+    }
+  }
+  void eraseHole(int64_t lo, int64_t hi) {
+    if (hi > lo) {
+      gaps.erase({hi - lo, lo});
+      holes.erase(lo);
+    }
+  }
+  // Per buffer while live: its bytes, and its neighbours in address order.
+  std::vector<int64_t> begin, end;
+  std::vector<uint32_t> below, above;
+  uint32_t last = kNone;                // the highest live buffer
+  std::set<Range> gaps;                 // holes as (size, begin)
+  std::map<int64_t, uint32_t> holes;    // hole begin -> the buffer above it
+};
+
+/// One sweep over the kernels, buffer after buffer: a buffer goes into the
+/// smallest hole that fits between the buffers live at its first kernel
+/// (best fit, as allocators and XLA's heap simulator do), avoiding as well
+/// the buffers placed earlier that come back to life (a later segment)
+/// while it lives. Each step is O(log n) plus those returning segments, so
+/// a plan whose buffers each live once costs O(n log n).
+std::vector<int64_t> placeBySweep(ArrayRef<ArrayRef<Segment>> lifetimes,
+                                  ArrayRef<int64_t> sizes) {
+  size_t n = lifetimes.size();
+  std::vector<int64_t> offsets(n, 0);
+  FreeSpace space(n);
+  // The live buffers by the kernel their bytes are free from: a list per
+  // kernel, linked through the buffers (a buffer has one segment live at a
+  // time). Buffers come in order of first use, so the sweep frees kernel
+  // after kernel (`freed`); within a kernel the order of frees does not
+  // matter (the free space is that of the buffers left).
+  constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+  int64_t horizon = 0;
+  for (ArrayRef<Segment> l : lifetimes)
+    horizon = std::max(horizon, l.back().last + 1);
+  std::vector<uint32_t> endsAt(horizon + 1, kNone), nextEnd(n, kNone);
+  auto endAt = [&](int64_t free, size_t id) {
+    nextEnd[id] = std::exchange(endsAt[free], uint32_t(id));
+  };
+  int64_t freed = 0; // kernels before this one have had their frees
+  // The next segment of each placed buffer that has one, not yet begun:
+  // (first kernel, buffer, segment).
+  std::set<std::tuple<int64_t, size_t, size_t>> returning;
+  std::vector<Range> extra;
+  std::vector<char> active(n, 0); // whether a buffer's bytes are in `space` now
+  for (size_t i = 0; i < n; ++i) {
+    ArrayRef<Segment> segs = lifetimes[i];
+    int64_t now = segs.front().first;
+    // Advance to `now`: free what ended, re-occupy what came back (in time
+    // order, a kernel's frees before its returns).
+    while (true) {
+      int64_t back = returning.empty() ? std::numeric_limits<int64_t>::max()
+                                       : std::get<0>(*returning.begin());
+      for (; freed <= std::min(now, back); ++freed)
+        for (uint32_t id = std::exchange(endsAt[freed], kNone); id != kNone; id = nextEnd[id]) {
+          space.erase(id);
+          active[id] = 0;
+        }
+      if (back > now)
+        break;
+      auto [first, id, k] = *returning.begin();
+      returning.erase(returning.begin());
+      space.insert(id, offsets[id], offsets[id] + sizes[id]);
+      active[id] = 1;
+      endAt(lifetimes[id][k].last + 1, id);
+      if (k + 1 < lifetimes[id].size())
+        returning.insert({lifetimes[id][k + 1].first, id, k + 1});
+    }
+    if (sizes[i] == 0)
+      continue; // no bytes to place (and none to free later)
+    // Placed buffers that come back while this one lives (each buffer's
+    // next segment is in `returning`; its later ones are compared here).
+    extra.clear();
+    for (auto it = returning.begin();
+         it != returning.end() && std::get<0>(*it) <= segs.back().last; ++it) {
+      auto [first, id, k] = *it;
+      if (active[id])
+        continue; // its bytes are in `space` already
+      ArrayRef<Segment> x = lifetimes[id].drop_front(k);
+      size_t a = 0, c = 0;
+      while (a < x.size() && c < segs.size() && x[a].first <= segs.back().last) {
+        if (x[a].last < segs[c].first)
+          ++a;
+        else if (segs[c].last < x[a].first)
+          ++c;
+        else {
+          extra.push_back({offsets[id], offsets[id] + sizes[id]});
+          break;
+        }
+      }
+    }
+    llvm::sort(extra);
+    size_t merged = 0; // disjoint and sorted, for FreeSpace::bestFit
+    for (const Range &r : extra)
+      if (merged && r.first <= extra[merged - 1].second)
+        extra[merged - 1].second = std::max(extra[merged - 1].second, r.second);
+      else
+        extra[merged++] = r;
+    extra.resize(merged);
+    int64_t at = space.bestFit(sizes[i], extra);
+    offsets[i] = at;
+    space.insert(i, at, at + sizes[i]);
+    active[i] = 1;
+    endAt(segs.front().last + 1, i);
+    if (segs.size() > 1)
+      returning.insert({segs[1].first, i, 1});
+  }
+  return offsets;
+}
+
+/// Every pair of buffers with overlapping segments (each buffer's list
+/// sorted, without repeats), or nothing when there are more than `budget`
+/// pairs: a sweep over the segments in order of first kernel, each paired
+/// with the segments still live, so the cost is the pairs found.
+std::optional<std::vector<std::vector<uint32_t>>>
+conflicts(ArrayRef<ArrayRef<Segment>> lifetimes, size_t budget) {
+  std::vector<std::tuple<int64_t, int64_t, uint32_t>> segs; // (first, last, buffer)
+  for (auto [i, l] : llvm::enumerate(lifetimes))
+    for (const Segment &s : l)
+      segs.push_back({s.first, s.last, uint32_t(i)});
+  llvm::sort(segs);
+  std::vector<std::vector<uint32_t>> adj(lifetimes.size());
+  std::vector<size_t> live; // indices into segs
+  size_t pairs = 0;
+  for (size_t k = 0; k < segs.size(); ++k) {
+    auto [first, last, buf] = segs[k];
+    for (size_t a = 0; a < live.size();) {
+      auto [f2, l2, b2] = segs[live[a]];
+      if (l2 < first) {
+        live[a] = live.back();
+        live.pop_back();
+        continue;
+      }
+      adj[buf].push_back(b2);
+      adj[b2].push_back(buf);
+      if (++pairs > budget)
+        return std::nullopt;
+      ++a;
+    }
+    live.push_back(k);
+  }
+  for (auto &l : adj) {
+    llvm::sort(l);
+    l.erase(std::unique(l.begin(), l.end()), l.end());
+  }
+  return adj;
+}
+
+/// Greedy by size (TFLite's and XLA's heap planners): largest buffer first
+/// (ties: first use), each at the lowest offset clear of the placed buffers
+/// it conflicts with.
+std::vector<int64_t> placeBySize(ArrayRef<ArrayRef<Segment>> lifetimes,
+                                 ArrayRef<int64_t> sizes,
+                                 const std::vector<std::vector<uint32_t>> &adj) {
+  size_t n = lifetimes.size();
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  llvm::stable_sort(order, [&](uint32_t x, uint32_t y) { return sizes[x] > sizes[y]; });
+  std::vector<int64_t> offsets(n, 0);
+  std::vector<char> placed(n, 0);
+  std::vector<Range> busy;
+  for (uint32_t i : order) {
+    busy.clear();
+    for (uint32_t j : adj[i])
+      if (placed[j] && sizes[j] > 0)
+        busy.push_back({offsets[j], offsets[j] + sizes[j]});
+    llvm::sort(busy);
+    int64_t at = 0;
+    for (const Range &r : busy) {
+      if (r.first - at >= sizes[i])
+        break;
+      at = std::max(at, r.second);
+    }
+    offsets[i] = at;
+    placed[i] = 1;
+  }
+  return offsets;
+}
+} // namespace
+
+constexpr size_t kPairBudget = size_t(1) << 22;
+std::vector<int64_t> llcdist::plan::memory::placeTransient(ArrayRef<ArrayRef<Segment>> lifetimes,
+                                    ArrayRef<int64_t> sizes, int64_t livePeak) {
+  auto peakOf = [&](const std::vector<int64_t> &offsets) {
+    int64_t peak = 0;
+    for (size_t i = 0; i < offsets.size(); ++i)
+      peak = std::max(peak, offsets[i] + sizes[i]);
+    return peak;
+  };
+  std::vector<int64_t> sweep = placeBySweep(lifetimes, sizes);
+  // No placement beats `livePeak`, the most bytes live at once: where the
+  // sweep reaches it (deep models with nested lives), listing the conflicts
+  // for greedy by size would cost O(pairs) for nothing.
+  if (peakOf(sweep) <= livePeak)
+    return sweep;
+  // Overlapping segment pairs (at least the buffer pairs), counted without
+  // listing them: per segment, those begun before it and not yet ended.
+  std::vector<int64_t> firsts, lasts;
+  for (ArrayRef<Segment> l : lifetimes)
+    for (const Segment &s : l) {
+      firsts.push_back(s.first);
+      lasts.push_back(s.last);
+    }
+  llvm::sort(firsts);
+  llvm::sort(lasts);
+  size_t budget = std::max<size_t>(kPairBudget, 16 * lifetimes.size()), pairs = 0;
+  for (size_t k = 0; k < firsts.size() && pairs <= budget; ++k)
+    pairs += k - size_t(std::lower_bound(lasts.begin(), lasts.end(), firsts[k]) - lasts.begin());
+  if (pairs > budget)
+    return sweep;
+  auto adj = conflicts(lifetimes, budget);
+  if (!adj)
+    return sweep;
+  std::vector<int64_t> bySize = placeBySize(lifetimes, sizes, *adj);
+  return peakOf(bySize) < peakOf(sweep) ? bySize : sweep;
+}
+
+/// The most bytes live at once over `lifetimes` (`sizes` bytes each) on a
+/// step of `kernels` kernels, and the first kernel where it is reached.
+std::pair<int64_t, int64_t> llcdist::plan::memory::liveBytesPeak(int64_t kernels, ArrayRef<ArrayRef<Segment>> lifetimes,
+                                          ArrayRef<int64_t> sizes) {
+  std::vector<int64_t> delta(kernels + 1, 0);
+  for (size_t i = 0; i < lifetimes.size(); ++i)
+    for (const Segment &s : lifetimes[i]) {
+      delta[s.first] += sizes[i];
+      delta[s.last + 1] -= sizes[i];
+    }
+  int64_t peak = 0, running = 0, at = 0;
+  for (auto [k, v] : llvm::enumerate(delta))
+    if ((running += v) > peak) {
+      peak = running;
+      at = int64_t(k);
+    }
+  return {peak, at};
+}

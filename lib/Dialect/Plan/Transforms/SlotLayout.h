@@ -1,0 +1,90 @@
+//===- SlotLayout.h - a pipeline's slotted instances by pattern -*- C++ -*-===//
+//
+// llcdist-plan-memory's slot blocks (docs/memory.md "Slot blocks"): every
+// slot of a pipeline chunk runs the same subroutines, so its instances are
+// laid out once and each slot is one block of that layout.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LLCDIST_LIB_DIALECT_PLAN_TRANSFORMS_SLOTLAYOUT_H
+#define LLCDIST_LIB_DIALECT_PLAN_TRANSFORMS_SLOTLAYOUT_H
+
+#include "ArenaPlacement.h"
+
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <deque>
+
+namespace llcdist::plan::memory {
+
+/// A transient buffer instance and its live segments (step 1).
+struct Transient {
+  mutable BufferOp buf; // (ops' accessors are not const)
+  int64_t slot;
+  llvm::ArrayRef<Segment> segs;
+  int64_t bytes; // aligned(buf.getNumBytes()), once per buffer
+};
+
+/// An action's kernels in the step's numbering, and its pipeline chunk (-1:
+/// none).
+struct ActionSpan {
+  int64_t first, last, chunk;
+  int64_t slot = 0;
+};
+
+/// What the arena places: a buffer instance (`slot` -1: one instance every
+/// slot shares), or (`block` >= 0) slot `slot` of a slot block.
+struct Item {
+  BufferOp buf;
+  int64_t slot = 0;
+  llvm::ArrayRef<Segment> segs;
+  int64_t bytes = 0;
+  int64_t block = -1;
+};
+
+/// A slotted buffer laid out in a slot block.
+struct InBlock {
+  int64_t block, offset;
+  bool shared = false; // a workspace block's: the same bytes in every slot
+};
+
+/// Workspace blocks' ids, above the chunks' (Item::block).
+constexpr int64_t kWorkspaceBlocks = int64_t(1) << 32;
+
+/// How far above the live peak slot blocks may place a program before
+/// per-instance placement is tried (PlanMemoryPass).
+constexpr double kBlockSlack = 0.02;
+
+struct SlotLayout {
+  std::vector<Item> items;
+  llvm::MapVector<mlir::StringAttr, InBlock> inBlock;
+  std::deque<llvm::SmallVector<Segment, 2>> storage; // merged segments the items point into
+};
+
+/// The pipeline's slotted instances by pattern (docs/memory.md "Microbatch
+/// slots"). Every slot of a chunk runs the same subroutines, so its
+/// instances live alike:
+///  - a buffer none of whose segments crosses an action's end (a chunk's
+///    workspace) needs no instance per slot: every slot shares one, live in
+///    the segments of all;
+///  - the others (what a microbatch keeps from F to B and W: saved
+///    activations, received values) are laid out once per chunk, at
+///    offsets in a slot block computed from slot 0's lifetimes, and each
+///    slot of the chunk is one block, live while any of its buffers is. The
+///    layout is checked on every slot (no two buffers live at once share
+///    bytes); a slot on which it would not hold, or a buffer that belongs to
+///    no single chunk, leaves the whole program to per-instance placement.
+/// So a buffer's instances sit at the block bases of its chunk plus one
+/// offset, which the plan writes once per chunk ("slot deltas").
+/// With `byPattern` false, or where the pattern does not hold, every
+/// instance is an item of its own.
+SlotLayout layoutSlots(llvm::ArrayRef<Transient> instances,
+                       const llvm::DenseMap<mlir::StringAttr, int64_t> &slotsOf,
+                       llvm::ArrayRef<ActionSpan> spans, int64_t kernels, bool byPattern);
+
+} // namespace llcdist::plan::memory
+
+#endif

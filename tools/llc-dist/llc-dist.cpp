@@ -26,6 +26,7 @@
 #include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/SourceMgr.h"
@@ -264,6 +265,10 @@ OUTPUT
   --verify-each          run MLIR's IR verifier after every pass (default:
                          once, after the last; llcdist-verify-plan always
                          checks the plan contract); for debugging a pass
+  --timing               print where the compile time went to stderr: each
+                         pass (nested passes under their program) and the
+                         summary and plan writing after them (MLIR's
+                         -mlir-timing report; wall time)
   --format text|json     the summary's format (stderr if the IR goes to stdout)
   --quiet                no summary
 )";
@@ -579,7 +584,7 @@ int runCompile(Args &args) {
   TrainingPipelineOptions train;
   std::optional<Topology> topology;
   TrainingShape shape;
-  bool printAll = false, quiet = false, verifyEach = false;
+  bool printAll = false, quiet = false, verifyEach = false, timing = false;
   std::set<std::string> printAfter;
   ValueFlags compileFlags;
   compileFlags.add("--seq-len", &shape.seqLen)
@@ -663,6 +668,8 @@ int runCompile(Args &args) {
       quiet = true;
     else if (a == "--verify-each")
       verifyEach = true;
+    else if (a == "--timing")
+      timing = true;
     else if (a.rfind("-", 0) == 0 && a != "-")
       throw UsageError{"compile: unknown option '" + a + "'"};
     else if (model.empty())
@@ -720,6 +727,11 @@ int runCompile(Args &args) {
     throw UsageError{"--format must be text or json, got '" + format + "'"};
 
   auto t0 = std::chrono::steady_clock::now();
+  // --timing: MLIR's timing report (printed when `timingManager` goes out of
+  // scope, after `rootTimer`), the passes nested under "passes".
+  mlir::DefaultTimingManager timingManager;
+  timingManager.setEnabled(timing);
+  mlir::TimingScope rootTimer = timingManager.getRootScope();
   DialectRegistry registry;
   registerAllDialects(registry);
   MLIRContext ctx(registry);
@@ -740,7 +752,10 @@ int runCompile(Args &args) {
   // The files llcdist-verify-plan checked, written as they are (not built twice).
   std::optional<PlanJson> verifiedPlan;
   auto compileWith = [&](const std::string &recompute) -> bool {
-    lm = loadOrReport(ctx, srcMgr, model, shape, mesh.dp);
+    {
+      mlir::TimingScope loadTimer = rootTimer.nest("load model");
+      lm = loadOrReport(ctx, srcMgr, model, shape, mesh.dp);
+    }
     if (!lm)
       return false;
     PassManager pm(&ctx, ModuleOp::getOperationName());
@@ -769,7 +784,12 @@ int runCompile(Args &args) {
     // clang does, the IR is verified once; a pass that broke it is still
     // caught before anything is written (--verify-each names the pass).
     pm.enableVerifier(verifyEach);
-    return succeeded(pm.run(*lm->module)) && succeeded(mlir::verify(*lm->module));
+    mlir::TimingScope passTimer = rootTimer.nest("passes");
+    pm.enableTiming(passTimer);
+    if (failed(pm.run(*lm->module)))
+      return false;
+    mlir::TimingScope verifyTimer = rootTimer.nest("verify IR");
+    return succeeded(mlir::verify(*lm->module));
   };
   // --recompute auto: the least recomputation whose plan fits the budget.
   std::vector<std::string> tried;
@@ -800,20 +820,27 @@ int runCompile(Args &args) {
     return kExitError;
   summary.stats = *s;
   if (emit == "plan") {
+    mlir::TimingScope reportTimer = rootTimer.nest("memory report");
     summary.memory = plan::MemoryReport{plan::computeStageMemory(*lm->module),
                                         train.recompute, budget};
+    reportTimer = rootTimer.nest("pipeline report");
     FailureOr<std::optional<plan::PipelineReport>> pr =
         plan::computePipelineReport(*lm->module);
     if (failed(pr))
       return kExitError;
     summary.pipeline = *pr;
     std::map<std::string, std::string> extra;
+    reportTimer = rootTimer.nest("schedule trace");
     if (summary.pipeline)
       extra["schedule.trace.json"] = schedule::renderChromeTrace(summary.pipeline->simulated);
+    reportTimer.stop();
+    mlir::TimingScope writeTimer = rootTimer.nest("write plan");
     FailureOr<PlanSummary> ps = writePlanDirectory(*lm->module, *verifiedPlan, output, extra);
+    writeTimer.stop();
     if (failed(ps))
       return kExitError;
     summary.plan = *ps;
+    mlir::TimingScope commTimer = rootTimer.nest("comm report");
     FailureOr<plan::CommReport> cr = plan::computeCommReport(*lm->module);
     if (failed(cr))
       return kExitError;

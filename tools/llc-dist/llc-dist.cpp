@@ -915,11 +915,14 @@ writes a plan. Exit status 0: ok; 1: a problem (or an unreadable plan).
 OPTIONS
   --max-errors N         report up to N problems (default 1: the first is
                          the one to fix; later ones are often its echoes)
-  --all-ranks            check every rank; by default dp and tp are capped at
-                         4 (every rank of a stage runs the same program, so
-                         the smaller mesh asks every question the full one
-                         does, at a cost that does not grow with dp and tp;
-                         rank numbers in messages are then the smaller mesh's)
+  --all-ranks            simulate every rank. By default, where every rank of
+                         a stage runs one program and sends only along pp,
+                         one dp x tp replica of the pipeline is simulated and
+                         stands for all (docs/plan-verifier.md "Replicas");
+                         otherwise, or to name the ranks of a problem, the
+                         mesh with dp and tp capped at 4 (it asks every
+                         question the full one does; rank numbers in
+                         messages are then the smaller mesh's)
   --format text|json     output format (default text)
 )";
 
@@ -957,16 +960,27 @@ int runVerify(Args &args) {
     error(plan.status().toString());
     return kExitError;
   }
-  verify::VerifyResult r = verify::verifyPlan(plan.value(), maxErrors, maxAxis);
+  verify::PlanVerifyResult r = verify::verifyPlan(plan.value(), maxErrors, maxAxis);
   const rt::Manifest &man = plan->manifest;
-  int64_t checked = man.worldSize();
-  std::string sub;
-  if (maxAxis > 0 && (man.meshDp > maxAxis || man.meshTp > maxAxis)) {
-    int64_t dp = std::min(man.meshDp, maxAxis), tp = std::min(man.meshTp, maxAxis);
-    checked = dp * tp * man.meshPp;
-    sub = fmt::format(" (checked on the dp={},tp={},pp={} sub-mesh; --all-ranks checks all {})",
-                      dp, tp, man.meshPp, man.worldSize());
+  std::string how;
+  switch (r.check) {
+  case verify::PlanCheck::Replica:
+    if (man.worldSize() > man.meshPp)
+      how = fmt::format(" (checked on one dp x tp replica of the pp={} pipeline, which stands "
+                        "for all {}: every rank of a stage runs its program and sends only "
+                        "along pp; --all-ranks simulates every rank)",
+                        man.meshPp, man.worldSize());
+    break;
+  case verify::PlanCheck::SubMesh:
+    how = fmt::format(" (checked on the dp={},tp={},pp={} sub-mesh; --all-ranks checks all {})",
+                      std::min(man.meshDp, maxAxis), std::min(man.meshTp, maxAxis), man.meshPp,
+                      man.worldSize());
+    break;
+  case verify::PlanCheck::AllRanks:
+    break;
   }
+  const int64_t checked = r.ranksCovered;
+  const std::string &sub = how; // (a replica's verdict is always ok: see verifyPlan)
   if (format == "json") {
     json errors = json::array();
     for (const verify::VerifyError &e : r.errors) {
@@ -984,6 +998,8 @@ int runVerify(Args &args) {
                           {"ranks_checked", checked},
                           {"events", r.eventsTotal},
                           {"events_completed", r.eventsCompleted},
+                          {"check", verify::planCheckName(r.check)},
+                          {"ranks_simulated", r.ranksSimulated},
                           {"errors", errors}})
                         .dump(2)
                  << "\n";

@@ -297,3 +297,79 @@ TEST(PlanComm, DeepMismatchNamesActionMicrobatchAndOp) {
                 " (tag 39) at event 74 (program-1.json action 37 (forward mb 38) op 0 recv "
                 "(h.1.act))");
 }
+
+// One dp x tp replica of the pipeline stands for the whole mesh: the verdict
+// is the simulation's of every rank, and the events are those of every rank
+// (counted, here checked against the full expansion).
+TEST(PlanComm, OneReplicaStandsForEveryRank) {
+  rt::Plan plan = pipelinePlan();
+  EXPECT_EQ(whyReplicasDiffer(plan), std::nullopt);
+  PlanVerifyResult replica = verifyPlan(plan);
+  ASSERT_TRUE(replica.ok()) << replica.str();
+  EXPECT_EQ(replica.check, PlanCheck::Replica);
+  EXPECT_EQ(replica.ranksSimulated, 2);
+  EXPECT_EQ(replica.ranksCovered, 8);
+  PlanVerifyResult all = verifyPlan(plan, 1, /*maxAxis=*/0);
+  ASSERT_TRUE(all.ok()) << all.str();
+  EXPECT_EQ(all.check, PlanCheck::AllRanks);
+  EXPECT_EQ(all.ranksSimulated, 8);
+  EXPECT_EQ(replica.eventsTotal, commPlanOf(plan).totalEvents());
+  EXPECT_EQ(replica.eventsTotal, all.eventsTotal);
+  EXPECT_EQ(replica.eventsCompleted, all.eventsCompleted);
+  // The replica has no dp or tp collective: its events are the pp ranks'
+  // sends and receives.
+  CommPlan one = commPlanOf(plan, 1);
+  ASSERT_EQ(one.world(), 2);
+  for (int64_t r = 0; r < 2; ++r)
+    for (const CommEvent &e : one[r])
+      EXPECT_NE(e.kind, EventKind::Collective);
+}
+
+// The dp replica 1 of stage 0 runs a program without the gradient
+// all-reduce over dp: the replica of dp = tp = 0 alone would pass, so the
+// ranks that run another program send the check to the whole mesh, which
+// finds the collective its dp peers wait in forever.
+TEST(PlanComm, AReplicaThatRunsAnotherProgramIsSimulated) {
+  rt::Plan plan = pipelinePlan();
+  rt::Program other = plan.programs[0];
+  other.file = "program-2.json";
+  std::vector<rt::Op> &opt = other.subroutines[size_t(kOptimizer)].ops;
+  ASSERT_EQ(opt[0].stringAttr("axis"), "dp");
+  opt.erase(opt.begin());
+  plan.programs.push_back(other);
+  rt::Manifest &man = plan.manifest;
+  rt::Mesh mesh = man.mesh();
+  rt::Manifest::ProgramRef ref = man.programs[0];
+  ref.file = other.file;
+  ref.ranks.clear();
+  std::vector<int64_t> &stage0 = man.programs[0].ranks;
+  for (auto it = stage0.begin(); it != stage0.end();)
+    if (mesh.coord(*it, rt::MeshAxis::kDp) == 1) {
+      ref.ranks.push_back(*it);
+      it = stage0.erase(it);
+    } else {
+      ++it;
+    }
+  ASSERT_EQ(ref.ranks.size(), 2u);
+  man.programs.push_back(ref);
+  std::optional<std::string> why = whyReplicasDiffer(plan);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("runs program 2 but rank"), std::string::npos) << *why;
+  EXPECT_TRUE(verifyCommPlan(commPlanOf(plan, 1)).ok()); // the replica alone
+  PlanVerifyResult res = verifyPlan(plan);
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.check, PlanCheck::AllRanks); // dp, tp <= 4: every rank
+  EXPECT_EQ(res.errors[0].kind, ErrorKind::CollectiveSkipped) << res.str();
+}
+
+// A send along tp leaves the replica (its peer is in another one).
+TEST(PlanComm, ASendAlongTpIsNotReplicated) {
+  rt::Plan plan = pipelinePlan();
+  rt::Op &send = plan.programs[0].subroutines[size_t(kForward)].ops[2];
+  ASSERT_EQ(send.kind, schema::OpKind::kSend);
+  send.attrs["axis"] = std::string("tp");
+  std::optional<std::string> why = whyReplicasDiffer(plan);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why, "program-0.json forward op 2 send is along tp, not pp");
+  EXPECT_NE(verifyPlan(plan).check, PlanCheck::Replica);
+}

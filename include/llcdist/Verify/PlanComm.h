@@ -14,6 +14,9 @@
 #include "llcdist/Verify/CommVerifier.h"
 #include "llcdist/runtime/Plan.h"
 
+#include <optional>
+#include <string>
+
 namespace llcdist::verify {
 
 /// Rank r's events: for each action of its program, for each op of the
@@ -45,10 +48,52 @@ namespace llcdist::verify {
 /// O(pp) programs' events instead of O(world).
 CommPlan commPlanOf(const rt::Plan &plan, int64_t maxAxis = 0);
 
-/// verifyCommPlan(commPlanOf(plan, maxAxis)) with the runtime's semantics:
-/// eager sends (the in-process communicator's), collectives as barriers.
-/// The default caps dp and tp at 4.
-VerifyResult verifyPlan(const rt::Plan &plan, int64_t maxErrors = 1, int64_t maxAxis = 4);
+/// Why the dp × tp replicas of the plan's pipeline might not communicate
+/// alike, or nullopt when they do: every rank runs the program of the rank
+/// of its stage with dp = tp = 0, and every send/recv is along pp. Then one
+/// replica (the pp ranks with dp = tp = 0, commPlanOf(plan, 1)) stands for
+/// the whole mesh:
+///  - every replica is a copy of it (the same programs at the same stages,
+///    the same peers along pp, the same collectives along pp within it), so
+///    what holds for one holds for all;
+///  - a collective along dp or tp joins ranks of one stage, which run one
+///    program: each member's k-th collective on the group is the same op
+///    with the same kind, count and dtype (no mismatch), and when every
+///    replica follows the replica's schedule in step, all members reach it
+///    together (no wait). So the replica may leave those out, and the whole
+///    mesh completes every event iff the replica does.
+std::optional<std::string> whyReplicasDiffer(const rt::Plan &plan);
+
+/// How verifyPlan reached its verdict.
+enum class PlanCheck {
+  /// One replica of the pipeline stood for every rank (whyReplicasDiffer).
+  Replica,
+  /// Every rank of the mesh with dp and tp capped at maxAxis.
+  SubMesh,
+  /// Every rank of the mesh, simulated.
+  AllRanks,
+};
+
+/// "replica", "sub-mesh", "all-ranks".
+const char *planCheckName(PlanCheck check);
+
+struct PlanVerifyResult : VerifyResult {
+  PlanCheck check = PlanCheck::AllRanks;
+  /// The ranks the verdict is about (the world, or the sub-mesh's) and the
+  /// ranks simulated to reach it. Events are counted on the first.
+  int64_t ranksCovered = 0, ranksSimulated = 0;
+};
+
+/// The plan's communication verified with the runtime's semantics: eager
+/// sends (the in-process communicator's), collectives as barriers.
+///  - maxAxis > 0 (default 4): where the replicas communicate alike
+///    (whyReplicasDiffer), one replica is simulated (pp ranks, without the
+///    dp/tp collectives: the cost does not grow with dp and tp, and the
+///    verdict holds for every rank); where they do not, or where the replica
+///    has a problem, verifyCommPlan(commPlanOf(plan, maxAxis)), whose
+///    messages name the ranks of the capped mesh.
+///  - maxAxis = 0: every rank simulated.
+PlanVerifyResult verifyPlan(const rt::Plan &plan, int64_t maxErrors = 1, int64_t maxAxis = 4);
 
 } // namespace llcdist::verify
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 using namespace llcdist::schedule;
 
@@ -43,35 +44,54 @@ std::string llcdist::schedule::renderGantt(const SimResult &r, double unit) {
   return out;
 }
 
+namespace {
+/// `v` as nlohmann's dump writes a double: integral values below 1e15 as
+/// digits and ".0" (the trace's times, in practice), others through it.
+void appendNumber(std::string &out, double v) {
+  if (std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < 1e15 &&
+      !(v == 0 && std::signbit(v))) {
+    out += std::to_string(static_cast<int64_t>(v));
+    out += ".0";
+  } else {
+    out += nlohmann::json(v).dump();
+  }
+}
+} // namespace
+
+// Written as text, one event after another: what nlohmann's dump() of the
+// document gives (keys in its std::map order), without building a map per
+// event (a 64-microbatch interleaved schedule has thousands).
 std::string llcdist::schedule::renderChromeTrace(const SimResult &r,
                                                  double usPerUnit) {
-  nlohmann::json events = nlohmann::json::array();
-  events.push_back({{"name", "process_name"},
-                    {"ph", "M"},
-                    {"pid", 0},
-                    {"args", {{"name", "pipeline schedule"}}}});
-  for (size_t s = 0; s < r.timeline.size(); ++s)
-    events.push_back({{"name", "thread_name"},
-                      {"ph", "M"},
-                      {"pid", 0},
-                      {"tid", s},
-                      {"args", {{"name", "stage " + std::to_string(s)}}}});
+  std::string out = R"({"displayTimeUnit":"ms","traceEvents":[)";
+  out += R"({"args":{"name":"pipeline schedule"},"name":"process_name","ph":"M","pid":0})";
+  for (size_t s = 0; s < r.timeline.size(); ++s) {
+    out += R"(,{"args":{"name":)";
+    out += nlohmann::json("stage " + std::to_string(s)).dump();
+    out += R"(},"name":"thread_name","ph":"M","pid":0,"tid":)";
+    out += std::to_string(s);
+    out += "}";
+  }
   for (const auto &row : r.timeline)
     for (const TimedAction &t : row) {
-      std::string kind(1, kindLetter(t.action.kind));
-      events.push_back({{"name", label(t.action, r.virtualStages)},
-                        {"cat", kind},
-                        {"ph", "X"},
-                        {"ts", t.start * usPerUnit},
-                        {"dur", (t.end - t.start) * usPerUnit},
-                        {"pid", 0},
-                        {"tid", t.stage},
-                        {"args",
-                         {{"microbatch", t.action.microbatch},
-                          {"chunk", t.action.chunk},
-                          {"index", t.index}}}});
+      out += R"(,{"args":{"chunk":)";
+      out += std::to_string(t.action.chunk);
+      out += R"(,"index":)";
+      out += std::to_string(t.index);
+      out += R"(,"microbatch":)";
+      out += std::to_string(t.action.microbatch);
+      out += R"(},"cat":)";
+      out += nlohmann::json(std::string(1, kindLetter(t.action.kind))).dump();
+      out += R"(,"dur":)";
+      appendNumber(out, (t.end - t.start) * usPerUnit);
+      out += R"(,"name":)";
+      out += nlohmann::json(label(t.action, r.virtualStages)).dump();
+      out += R"(,"ph":"X","pid":0,"tid":)";
+      out += std::to_string(t.stage);
+      out += R"(,"ts":)";
+      appendNumber(out, t.start * usPerUnit);
+      out += "}";
     }
-  nlohmann::json doc = {{"traceEvents", events},
-                        {"displayTimeUnit", "ms"}};
-  return doc.dump();
+  out += "]}";
+  return out;
 }

@@ -222,10 +222,15 @@ std::vector<int64_t> placeBySweep(ArrayRef<ArrayRef<Segment>> lifetimes,
   return offsets;
 }
 
+/// Buffers up to which conflicts() drops repeated pairs with a bit per pair
+/// (2 MiB) instead of sorting every buffer's list.
+constexpr size_t kPairMatrixLimit = 4096;
+
 /// Every pair of buffers with overlapping segments (each buffer's list
-/// sorted, without repeats), or nothing when there are more than `budget`
-/// pairs: a sweep over the segments in order of first kernel, each paired
-/// with the segments still live, so the cost is the pairs found.
+/// without repeats; sorted where there are more than kPairMatrixLimit
+/// buffers), or nothing when there are more than `budget` pairs: a sweep
+/// over the segments in order of first kernel, each paired with the
+/// segments still live, so the cost is the pairs found.
 std::optional<std::vector<std::vector<uint32_t>>>
 conflicts(ArrayRef<ArrayRef<Segment>> lifetimes, size_t budget) {
   std::vector<std::tuple<int64_t, int64_t, uint32_t>> segs; // (first, last, buffer)
@@ -233,7 +238,11 @@ conflicts(ArrayRef<ArrayRef<Segment>> lifetimes, size_t budget) {
     for (const Segment &s : l)
       segs.push_back({s.first, s.last, uint32_t(i)});
   llvm::sort(segs);
-  std::vector<std::vector<uint32_t>> adj(lifetimes.size());
+  const size_t n = lifetimes.size();
+  std::vector<std::vector<uint32_t>> adj(n);
+  // Pairs seen, where a bit per pair is small (a pipeline's slot blocks:
+  // every block overlaps most others, in several segments).
+  std::vector<bool> seen(n <= kPairMatrixLimit ? n * n : 0);
   std::vector<size_t> live; // indices into segs
   size_t pairs = 0;
   for (size_t k = 0; k < segs.size(); ++k) {
@@ -245,18 +254,24 @@ conflicts(ArrayRef<ArrayRef<Segment>> lifetimes, size_t budget) {
         live.pop_back();
         continue;
       }
-      adj[buf].push_back(b2);
-      adj[b2].push_back(buf);
       if (++pairs > budget)
         return std::nullopt;
       ++a;
+      if (!seen.empty()) {
+        if (buf == b2 || seen[size_t(buf) * n + b2])
+          continue;
+        seen[size_t(buf) * n + b2] = seen[size_t(b2) * n + buf] = true;
+      }
+      adj[buf].push_back(b2);
+      adj[b2].push_back(buf);
     }
     live.push_back(k);
   }
-  for (auto &l : adj) {
-    llvm::sort(l);
-    l.erase(std::unique(l.begin(), l.end()), l.end());
-  }
+  if (seen.empty())
+    for (auto &l : adj) {
+      llvm::sort(l);
+      l.erase(std::unique(l.begin(), l.end()), l.end());
+    }
   return adj;
 }
 

@@ -49,12 +49,14 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -87,6 +89,7 @@ struct Buffers {
   SmallVector<int64_t> instances;     // kSlotsAttr, or 1 (0 counts as 1)
   SmallVector<char> slotted;          // has kSlotsAttr: an action's slot picks
   SmallVector<uint32_t> firstInstance;
+  SmallVector<char> persistent;       // placed for the whole step: no segments
   uint32_t numInstances = 0;
   // Keyed by the uniqued symbol name (pointer hashing); looked up once per
   // kernel argument of each subroutine, never per action.
@@ -101,6 +104,7 @@ struct Buffers {
       instances.push_back(n && n.getInt() ? n.getInt() : 1);
       slotted.push_back(n != nullptr);
       firstInstance.push_back(numInstances);
+      persistent.push_back(::persistent(buf));
       numInstances += std::max<int64_t>(instances.back(), 0);
     }
   }
@@ -136,6 +140,9 @@ struct SubroutineSummary {
   };
   std::vector<Kernel> kernels;
   std::vector<Access> accesses;
+  /// The accesses to unslotted buffers, with their kernel's index: all an
+  /// action of a slot other than 0 replays where the slots are alike.
+  std::vector<std::pair<uint32_t, Access>> unslotted;
   /// Buffers that communication fills (a gather's, reduce-scatter's or
   /// recv's output): the report's "communication buffers".
   SmallVector<uint32_t> communication;
@@ -196,9 +203,16 @@ struct SubroutineSummary {
       else
         note(arg.getValue());
     }
-    for (auto [buf, r, w] : touched)
+    // Persistent state is placed for the whole step: its accesses need no
+    // replay (a step touches parameters and gradients in most kernels).
+    for (auto [buf, r, w] : touched) {
+      if (buffers.persistent[buf])
+        continue;
       accesses.push_back({buf, w && !r});
-    rec.numAccesses = touched.size();
+      if (!buffers.slotted[buf])
+        unslotted.push_back({uint32_t(kernels.size()), accesses.back()});
+    }
+    rec.numAccesses = accesses.size() - rec.firstAccess;
     kernels.push_back(rec);
   }
 };
@@ -218,21 +232,39 @@ struct Liveness {
     return it == summaries.end() ? 0 : int64_t(it->second.kernels.size());
   }
 
+  /// Phase 1: every subroutine's summary.
   Liveness(Block &body, const Buffers &buffers) {
     segments.resize(buffers.numInstances);
     communication.assign(buffers.size(), 0);
-    llvm::DenseMap<int64_t, int32_t> tokens;
     for (auto sub : body.getOps<SubroutineOp>()) {
       SubroutineSummary &summary = summaries[sub.getSymName()];
       for (auto k : sub.getBody().front().getOps<KernelOp>())
         summary.add(k, buffers, tokens);
     }
+  }
+
+  /// Phase 2: the segments, action after action. With `alike` (the slots
+  /// are alike: SlotPattern), an action of a slot other than 0 replays only
+  /// its unslotted accesses: its slot's instances live where slot 0's do,
+  /// moved (SlotPattern::map).
+  void replay(Block &body, const Buffers &buffers, bool alike) {
     // Asynchronous plans: the instances each started communication op uses,
     // by token (those of the starting action's slot). The op may touch them
     // until its wait, so each stays live from the start through the wait
     // and no buffer takes its bytes meanwhile.
     std::vector<SmallVector<uint32_t, 4>> inFlight(tokens.size());
     int64_t t = 0;
+    auto access = [&](const SubroutineSummary::Access &a, int64_t slot, int64_t at) {
+      std::optional<uint32_t> inst = buffers.instance(a.buffer, slot);
+      if (!inst)
+        return inst;
+      SmallVector<Segment, 2> &segs = segments[*inst];
+      if (segs.empty() || (a.overwrites && segs.back().last < at))
+        segs.push_back({at, at});
+      else
+        segs.back().last = at;
+      return inst;
+    };
     for (auto sched : body.getOps<ScheduleOp>())
       for (auto action : sched.getBody().front().getOps<ActionOp>()) {
         auto it = summaries.find(action.getSubroutine());
@@ -243,6 +275,12 @@ struct Liveness {
           communication[buf] = 1;
         auto slotAttr = action->getAttrOfType<IntegerAttr>(kSlotAttr);
         const int64_t slot = slotAttr ? slotAttr.getInt() : 0;
+        if (alike && slot != 0) {
+          for (const auto &[k, a] : summary.unslotted)
+            access(a, slot, t + int64_t(k));
+          t += int64_t(summary.kernels.size());
+          continue;
+        }
         for (const SubroutineSummary::Kernel &k : summary.kernels) {
           if (k.wait) {
             for (uint32_t inst : inFlight[k.token])
@@ -253,26 +291,92 @@ struct Liveness {
             continue;
           }
           for (const SubroutineSummary::Access &a :
-               ArrayRef(summary.accesses).slice(k.firstAccess, k.numAccesses)) {
-            std::optional<uint32_t> inst = buffers.instance(a.buffer, slot);
-            if (!inst)
-              continue;
-            SmallVector<Segment, 2> &segs = segments[*inst];
-            if (segs.empty() || (a.overwrites && segs.back().last < t))
-              segs.push_back({t, t});
-            else
-              segs.back().last = t;
-            if (k.token >= 0)
+               ArrayRef(summary.accesses).slice(k.firstAccess, k.numAccesses))
+            if (std::optional<uint32_t> inst = access(a, slot, t); inst && k.token >= 0)
               inFlight[k.token].push_back(*inst);
-          }
           ++t;
         }
       }
     numKernels = t;
   }
+
+  /// Dense numbers of the program's tokens (none: a synchronous program).
+  llvm::DenseMap<int64_t, int32_t> tokens;
 };
 
+/// The slots' pattern (SlotPattern), where they are alike: no token (a
+/// started op's buffers live to its wait, which may be in another slot's
+/// action), every slotted buffer touched by the subroutines of one chunk
+/// only, that chunk's buffers all with its number of slots, and every slot
+/// of the chunk running the chunk's subroutines in slot 0's order.
+std::optional<SlotPattern> slotPattern(Block &body, const Buffers &buffers,
+                                       const Liveness &live, ArrayRef<ActionSpan> spans) {
+  if (!live.tokens.empty())
+    return std::nullopt;
+  SlotPattern p;
+  p.spans = spans;
+  std::vector<StringRef> subOf;
+  for (auto sched : body.getOps<ScheduleOp>())
+    for (auto action : sched.getBody().front().getOps<ActionOp>())
+      subOf.push_back(action.getSubroutine());
+  if (subOf.size() != spans.size())
+    return std::nullopt;
+  // The chunk of each subroutine's actions (-2: none runs it; -3: several).
+  auto meet = [](int64_t &have, int64_t c) { have = have == -2 || have == c ? c : -3; };
+  llvm::StringMap<int64_t> chunkOfSub;
+  for (auto [a, span] : llvm::enumerate(spans))
+    meet(chunkOfSub.try_emplace(subOf[a], -2).first->second, span.chunk);
+  std::vector<int64_t> chunkOfBuf(buffers.size(), -2);
+  for (const auto &entry : live.summaries) {
+    auto run = chunkOfSub.find(entry.getKey());
+    if (run == chunkOfSub.end())
+      continue; // never run: never replayed
+    const int64_t c = run->second;
+    for (const SubroutineSummary::Access &a : entry.getValue().accesses)
+      if (buffers.slotted[a.buffer])
+        meet(chunkOfBuf[a.buffer], c);
+  }
+  std::map<int64_t, int64_t> slotsOfChunk;
+  for (uint32_t i = 0; i < buffers.size(); ++i) {
+    if (!buffers.slotted[i] || chunkOfBuf[i] == -2)
+      continue;
+    if (chunkOfBuf[i] < 0)
+      return std::nullopt;
+    auto [it, fresh] = slotsOfChunk.try_emplace(chunkOfBuf[i], buffers.instances[i]);
+    if (!fresh && it->second != buffers.instances[i])
+      return std::nullopt;
+  }
+  if (!slotsOfChunk.empty())
+    p.actions.resize(size_t(slotsOfChunk.rbegin()->first + 1));
+  for (auto [c, slots] : slotsOfChunk)
+    p.actions[size_t(c)].resize(size_t(std::max<int64_t>(slots, 0)));
+  std::map<std::pair<int64_t, int64_t>, int64_t> seen; // (chunk, slot) -> actions so far
+  for (auto [a, span] : llvm::enumerate(spans)) {
+    p.place.push_back(seen[{span.chunk, span.slot}]++);
+    if (span.chunk < 0 || span.chunk >= int64_t(p.actions.size()) ||
+        p.actions[size_t(span.chunk)].empty())
+      continue;
+    auto &bySlot = p.actions[size_t(span.chunk)];
+    if (span.slot < 0 || span.slot >= int64_t(bySlot.size()))
+      return std::nullopt;
+    bySlot[size_t(span.slot)].push_back(int64_t(a));
+  }
+  for (const auto &bySlot : p.actions)
+    for (const std::vector<int64_t> &acts : bySlot) {
+      if (acts.empty() || acts.size() != bySlot[0].size())
+        return std::nullopt;
+      for (size_t i = 0; i < acts.size(); ++i)
+        if (subOf[acts[i]] != subOf[bySlot[0][i]])
+          return std::nullopt;
+    }
+  for (auto [a, span] : llvm::enumerate(spans))
+    for (int64_t k = span.first; k <= span.last; ++k)
+      p.actionAt.push_back(int64_t(a));
+  return p;
+}
+
 struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPass> {
+  using PlanMemoryBase::PlanMemoryBase;
   void runOnOperation() override {
     ProgramOp program = getOperation();
     Block &body = program.getBody().front();
@@ -280,8 +384,7 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
 
     // 1. Live segments over the step (per subroutine once, then per action).
     const Buffers buffers(body);
-    const Liveness live(body, buffers);
-    const int64_t t = live.numKernels;
+    Liveness live(body, buffers);
     // Instances of slotted buffers (plan::kSlotsAttr), by symbol name.
     llvm::DenseMap<StringAttr, int64_t> slotsOf;
     for (BufferOp buf : buffers.ops)
@@ -299,6 +402,11 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
                                first + live.kernelsOf(action.getSubroutine()) - 1,
                                chunk ? chunk.getInt() : -1, slot ? slot.getInt() : 0});
       }
+    // Where the slots are alike, slot 0 stands for the others (SlotPattern).
+    const std::optional<SlotPattern> pattern =
+        slotsAlike ? slotPattern(body, buffers, live, actionSpans) : std::nullopt;
+    live.replay(body, buffers, pattern.has_value());
+    const int64_t t = live.numKernels;
     llvm::DenseMap<StringAttr, BufferOp> bufferOf;
     for (auto buf : body.getOps<BufferOp>())
       bufferOf[buf.getSymNameAttr()] = buf;
@@ -309,7 +417,9 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     std::map<std::string, int64_t> byKind;
     // Per slotted buffer, its instances' offsets (-1: not yet placed).
     llvm::DenseMap<StringAttr, SmallVector<int64_t, 4>> slotOffsets;
-    std::vector<Transient> byFirstUse; // every transient instance
+    // Every transient instance; with `pattern`, a slotted buffer's slot 0
+    // stands for all its slots (Transient::patternChunk).
+    std::vector<Transient> byFirstUse;
     for (uint32_t i = 0; i < buffers.size(); ++i) {
       BufferOp buf = buffers.ops[i];
       StringAttr name = buf.getSymNameAttr();
@@ -320,8 +430,13 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
         for (int64_t k = 0; k < instances; ++k)
           if (ArrayRef<Segment> segs = live.segments[buffers.firstInstance[i] + k];
               !segs.empty()) {
-            byFirstUse.push_back({buf, k, segs, alignedBytes});
+            Transient &tr = byFirstUse.emplace_back(Transient{buf, k, segs, alignedBytes});
+            tr.index = i;
             placed = true;
+            if (pattern && buffers.slotted[i]) {
+              tr.patternChunk = actionSpans[pattern->actionAt[segs.front().first]].chunk;
+              break;
+            }
           }
       if (instances > 1)
         slotOffsets[name].assign(instances, -1);
@@ -338,13 +453,120 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     }
     int64_t base = offset;
 
+    // Calls `f(tr, slot, segment)` for every segment of every transient
+    // instance (with the pattern, each slot's of a slotted buffer).
+    auto forEachSegment = [&](auto f) {
+      // A slot-0 segment's ends as (place of the action, kernels after its start).
+      SmallVector<std::array<int64_t, 4>, 4> ends;
+      for (const Transient &tr : byFirstUse) {
+        if (tr.patternChunk < 0) {
+          for (const Segment &s : tr.segs)
+            f(tr, tr.slot, s);
+          continue;
+        }
+        ends.clear();
+        for (const Segment &s : tr.segs) {
+          int64_t a = pattern->actionAt[s.first], e = pattern->actionAt[s.last];
+          ends.push_back({pattern->place[a], s.first - actionSpans[a].first, pattern->place[e],
+                          s.last - actionSpans[e].first});
+        }
+        const auto &bySlot = pattern->actions[size_t(tr.patternChunk)];
+        for (auto [k, acts] : llvm::enumerate(bySlot))
+          for (const auto &[pf, of, pl, ol] : ends)
+            f(tr, int64_t(k),
+              Segment{actionSpans[acts[pf]].first + of, actionSpans[acts[pl]].first + ol});
+      }
+    };
     // The most bytes live at once over the transient instances (the lower
-    // bound of any placement), and the kernel where it is reached.
+    // bound of any placement), and the first kernel where it is reached
+    // (liveBytesPeak over every instance).
     sortByFirstUse(byFirstUse, t);
-    auto [livePeak, peakAt] = liveBytesPeak(
-        t, llvm::map_to_vector(byFirstUse, [](const Transient &tr) { return tr.segs; }),
-        llvm::map_to_vector(byFirstUse,
-                            [](const Transient &tr) { return tr.bytes; }));
+    int64_t livePeak = 0, peakAt = 0;
+    {
+      std::vector<int64_t> delta(t + 1, 0);
+      forEachSegment([&](const Transient &tr, int64_t, Segment s) {
+        delta[s.first] += tr.bytes;
+        delta[s.last + 1] -= tr.bytes;
+      });
+      int64_t running = 0;
+      for (auto [k, v] : llvm::enumerate(delta))
+        if ((running += v) > livePeak) {
+          livePeak = running;
+          peakAt = int64_t(k);
+        }
+    }
+    // Every instance as one of its own (the pattern's slots worked out),
+    // in order of first use: for per-instance placement.
+    std::deque<SmallVector<Segment, 2>> expandedSegs;
+    auto everyInstance = [&] {
+      if (!pattern)
+        return byFirstUse;
+      // In the order layoutSlots' callers build it (buffer, then slot),
+      // then by first use.
+      std::vector<Transient> all;
+      std::vector<SmallVector<const Transient *, 1>> own(buffers.size());
+      for (const Transient &tr : byFirstUse)
+        own[size_t(tr.index)].push_back(&tr);
+      for (uint32_t i = 0; i < buffers.size(); ++i)
+        for (const Transient *tr : own[i]) {
+          if (tr->patternChunk < 0) {
+            all.push_back(*tr);
+            continue;
+          }
+          for (int64_t k = 0; k < pattern->slots(tr->patternChunk); ++k) {
+            Transient inst = *tr;
+            inst.slot = k;
+            inst.patternChunk = -1;
+            if (k > 0)
+              inst.segs = expandedSegs.emplace_back(pattern->map(tr->patternChunk, k, tr->segs));
+            all.push_back(inst);
+          }
+        }
+      sortByFirstUse(all, t);
+      return all;
+    };
+
+    // check-slots-alike: where `alike` (the pattern's layout, or none: per
+    // instance) differs from layoutSlots' on every instance, what differs.
+    std::optional<std::string> mismatch;
+    auto differ = [&](const std::optional<SlotLayout> &alike,
+                      const std::vector<Transient> &all) -> std::optional<std::string> {
+      SlotLayout ref = layoutSlots(all, slotsOf, actionSpans, t, /*byPattern=*/true);
+      if (!alike)
+        return ref.inBlock.empty() ? std::nullopt
+                                   : std::optional<std::string>("the pattern fell back to "
+                                                                "per-instance placement");
+      if (alike->items.size() != ref.items.size())
+        return "items: " + std::to_string(alike->items.size()) + " vs " +
+               std::to_string(ref.items.size());
+      for (auto [i, x] : llvm::enumerate(alike->items)) {
+        const Item &y = ref.items[i];
+        bool same = x.buf == y.buf && x.slot == y.slot && x.bytes == y.bytes &&
+                    x.block == y.block && x.segs.size() == y.segs.size();
+        for (size_t k = 0; same && k < x.segs.size(); ++k)
+          same = x.segs[k].first == y.segs[k].first && x.segs[k].last == y.segs[k].last;
+        if (!same)
+          return "item " + std::to_string(i) + " (block " + std::to_string(x.block) + " slot " +
+                 std::to_string(x.slot) + ")";
+      }
+      if (alike->inBlock.size() != ref.inBlock.size())
+        return std::string("the buffers in blocks");
+      for (const auto &[name, in] : alike->inBlock) {
+        auto it = ref.inBlock.find(name);
+        if (it == ref.inBlock.end() || it->second.block != in.block ||
+            it->second.offset != in.offset || it->second.shared != in.shared)
+          return "buffer " + name.str() + "'s place in its block";
+      }
+      std::vector<ArrayRef<Segment>> segs;
+      std::vector<int64_t> bytes;
+      for (const Transient &tr : all) {
+        segs.push_back(tr.segs);
+        bytes.push_back(tr.bytes);
+      }
+      if (liveBytesPeak(t, segs, bytes) != std::make_pair(livePeak, peakAt))
+        return std::string("the live peak");
+      return std::nullopt;
+    };
 
     // 3. Slotted instances by pattern (SlotLayout), then every item —
     // unslotted and per-instance buffers, chunk workspace, slot blocks —
@@ -356,7 +578,19 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       int64_t peak = 0;
     };
     auto place = [&](bool byPattern) {
-      Placement p{layoutSlots(byFirstUse, slotsOf, actionSpans, t, byPattern), {}, {}, 0};
+      Placement p;
+      std::optional<SlotLayout> alike;
+      if (pattern && byPattern)
+        alike = layoutSlotsAlike(byFirstUse, slotsOf, *pattern, t);
+      if (checkSlotsAlike && pattern && byPattern)
+        if (std::optional<std::string> why = differ(alike, everyInstance()))
+          mismatch = why;
+      if (alike)
+        p.layout = std::move(*alike);
+      else if (pattern)
+        p.layout = layoutSlots(everyInstance(), slotsOf, actionSpans, t, /*byPattern=*/false);
+      else
+        p.layout = layoutSlots(byFirstUse, slotsOf, actionSpans, t, byPattern);
       p.items = p.layout.items;
       sortByFirstUse(p.items, t);
       std::vector<ArrayRef<Segment>> lifetimes;
@@ -377,6 +611,12 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     // buffers) in the plan and its checks) is tried too, and the smaller
     // arena wins.
     Placement placed = place(/*byPattern=*/true);
+    if (mismatch) {
+      program.emitError("llcdist-plan-memory: the slots worked out from slot 0 differ from "
+                        "every slot's: ")
+          << *mismatch;
+      return signalPassFailure();
+    }
     if (!placed.layout.inBlock.empty() &&
         double(placed.peak) > (1 + kBlockSlack) * double(livePeak)) {
       Placement exact = place(/*byPattern=*/false);
@@ -437,14 +677,14 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     // What is live at that moment: activations, communication buffers, and
     // workspace (the other scratch buffers).
     int64_t atPeak[3] = {0, 0, 0};
-    for (Transient &tr : byFirstUse)
-      for (const Segment &seg : tr.segs)
-        if (seg.first <= peakAt && peakAt <= seg.last) {
-          int cls = live.communication[buffers.index.lookup(tr.buf.getSymNameAttr())] ? 1
-                    : tr.buf.getKind() == "scratch"            ? 2
-                                                                : 0;
-          atPeak[cls] += tr.bytes;
-        }
+    forEachSegment([&](const Transient &tr, int64_t, Segment seg) {
+      if (seg.first <= peakAt && peakAt <= seg.last) {
+        int cls = live.communication[size_t(tr.index)] ? 1
+                  : tr.buf.getKind() == "scratch"       ? 2
+                                                        : 0;
+        atPeak[cls] += tr.bytes;
+      }
+    });
     program.setArenaBytesAttr(b.getI64IntegerAttr(base + peak));
 
     // The breakdown the compile report prints (llc-dist compile; issue #6).

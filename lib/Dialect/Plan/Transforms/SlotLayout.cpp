@@ -278,3 +278,209 @@ SlotLayout llcdist::plan::memory::layoutSlots(ArrayRef<Transient> instances,
   }
   return out;
 }
+
+// layoutSlots' steps on slot 0 alone (see SlotPattern): what every slot
+// would repeat is worked out once, and what differs (where each slot's
+// actions run) is the pattern's map.
+std::optional<SlotLayout>
+llcdist::plan::memory::layoutSlotsAlike(ArrayRef<Transient> instances,
+                                        const llvm::DenseMap<StringAttr, int64_t> &slotsOf,
+                                        const SlotPattern &pattern, int64_t kernels) {
+  SlotLayout out;
+  ArrayRef<ActionSpan> spans = pattern.spans;
+  auto actionOf = [&](int64_t time) -> int64_t {
+    return time >= 0 && time < kernels ? pattern.actionAt[size_t(time)] : -1;
+  };
+  // Unslotted instances in order of first use; slotted buffers in the order
+  // of their first instance of any slot (ties: the buffer's place).
+  struct Slotted {
+    const Transient *tr;
+    int64_t chunk, first;
+  };
+  std::vector<Slotted> slotted;
+  for (const Transient &tr : instances) {
+    if (!slotsOf.count(tr.buf.getSymNameAttr())) {
+      out.items.push_back({tr.buf, 0, tr.segs, tr.bytes});
+      continue;
+    }
+    if (tr.patternChunk < 0 || tr.slot != 0)
+      return std::nullopt;
+    int64_t first = std::numeric_limits<int64_t>::max();
+    for (int64_t k = 0; k < pattern.slots(tr.patternChunk); ++k)
+      first = std::min(first, pattern.map(tr.patternChunk, k, tr.segs.front().first));
+    slotted.push_back({&tr, tr.patternChunk, first});
+  }
+  llvm::stable_sort(slotted, [](const Slotted &x, const Slotted &y) {
+    return std::make_pair(x.first, x.tr->index) < std::make_pair(y.first, y.tr->index);
+  });
+  // Chunk blocks' buffers, and workspace buffers by the actions of every
+  // slot they live in (the key layoutSlots groups them by).
+  std::map<int64_t, SmallVector<const Transient *>> chunks;
+  struct Workspace {
+    const Transient *tr;
+    std::vector<int64_t> places; // of slot 0's actions it lives in, in order
+  };
+  std::map<std::vector<int64_t>, SmallVector<Workspace, 4>> workspaces;
+  for (const Slotted &s : slotted) {
+    const Transient &tr = *s.tr;
+    bool local = true;
+    int64_t chunk = -2;
+    for (const Segment &seg : tr.segs) {
+      int64_t a = actionOf(seg.first), e = actionOf(seg.last);
+      if (a < 0 || e < 0)
+        return std::nullopt;
+      local &= a == e;
+      for (int64_t c : {spans[a].chunk, spans[e].chunk})
+        chunk = chunk == -2 || chunk == c ? c : -3;
+    }
+    if (chunk != s.chunk)
+      return std::nullopt;
+    if (!local) {
+      chunks[chunk].push_back(&tr);
+      continue;
+    }
+    // Slots' actions are distinct and run one after another, so slots'
+    // segments of an action-local buffer never overlap.
+    Workspace w{&tr, {}};
+    for (const Segment &seg : tr.segs) {
+      int64_t p = pattern.place[size_t(actionOf(seg.first))];
+      if (w.places.empty() || w.places.back() != p)
+        w.places.push_back(p);
+    }
+    std::vector<int64_t> key;
+    const auto &bySlot = pattern.actions[size_t(chunk)];
+    for (const std::vector<int64_t> &acts : bySlot)
+      for (int64_t p : w.places)
+        key.push_back(acts[size_t(p)]);
+    llvm::sort(key);
+    workspaces[key].push_back(std::move(w));
+  }
+  for (auto &[chunk, bufs] : chunks) {
+    const int64_t slots = slotsOf.lookup(bufs.front()->buf.getSymNameAttr());
+    if (slots != pattern.slots(chunk))
+      return std::nullopt;
+    std::vector<ArrayRef<Segment>> segs0;
+    std::vector<int64_t> sizes;
+    for (const Transient *tr : bufs) {
+      if (slotsOf.lookup(tr->buf.getSymNameAttr()) != slots)
+        return std::nullopt;
+      segs0.push_back(tr->segs);
+      sizes.push_back(tr->bytes);
+    }
+    std::vector<int64_t> at =
+        placeTransient(segs0, sizes, liveBytesPeak(kernels, segs0, sizes).first);
+    int64_t blockBytes = 0;
+    for (size_t j = 0; j < bufs.size(); ++j)
+      blockBytes = std::max(blockBytes, at[j] + sizes[j]);
+    // Slot 0's block segments, merged where they overlap or touch within an
+    // action: the map keeps both. Touching across actions depends on where
+    // a slot's actions run, so it is merged per slot, after the map.
+    SmallVector<Segment, 2> all;
+    for (ArrayRef<Segment> l : segs0)
+      all.append(l.begin(), l.end());
+    llvm::sort(all, [](const Segment &x, const Segment &y) { return x.first < y.first; });
+    SmallVector<Segment, 2> runs;
+    for (const Segment &s : all)
+      if (!runs.empty() && (s.first <= runs.back().last ||
+                            (s.first == runs.back().last + 1 &&
+                             actionOf(s.first) == actionOf(runs.back().last))))
+        runs.back().last = std::max(runs.back().last, s.last);
+      else
+        runs.push_back(s);
+    for (int64_t k = 0; k < slots; ++k) {
+      SmallVector<Segment, 2> &blockSegs = out.storage.emplace_back();
+      for (const Segment &r : runs) {
+        Segment m{pattern.map(chunk, k, r.first), pattern.map(chunk, k, r.last)};
+        if (!blockSegs.empty() && m.first <= blockSegs.back().last + 1)
+          blockSegs.back().last = std::max(blockSegs.back().last, m.last);
+        else
+          blockSegs.push_back(m);
+      }
+      Item block;
+      block.slot = k;
+      block.segs = blockSegs;
+      block.bytes = blockBytes;
+      block.block = chunk;
+      out.items.push_back(block);
+    }
+    for (auto [j, tr] : llvm::enumerate(bufs))
+      out.inBlock[tr->buf.getSymNameAttr()] = {chunk, at[j]};
+  }
+  int64_t nextWorkspace = kWorkspaceBlocks;
+  for (auto &[actions, members] : workspaces) {
+    const int64_t id = nextWorkspace++;
+    const int64_t chunk = members.front().tr->patternChunk;
+    const std::vector<int64_t> &slot0 = pattern.actions[size_t(chunk)][0];
+    // Each member's slot-0 segments by the place of their action.
+    std::map<int64_t, std::vector<ArrayRef<Segment>>> atPlace;
+    for (const Workspace &m : members) {
+      ArrayRef<Segment> segs = m.tr->segs;
+      for (size_t i = 0; i < segs.size();) {
+        int64_t a = actionOf(segs[i].first);
+        size_t e = i;
+        while (e < segs.size() && actionOf(segs[e].first) == a)
+          ++e;
+        atPlace[pattern.place[size_t(a)]].push_back(segs.slice(i, e - i));
+        i = e;
+      }
+    }
+    for (auto &[p, l] : atPlace)
+      if (l.size() != members.size())
+        return std::nullopt; // (a key holds the same places for every member)
+    std::vector<int64_t> sizes;
+    for (const Workspace &m : members)
+      sizes.push_back(m.tr->bytes);
+    // The layout from the group's first action, as layoutSlots: its
+    // members' segments there, moved from slot 0's action at that place.
+    const int64_t p0 = pattern.place[size_t(actions.front())];
+    const int64_t shift0 = spans[actions.front()].first - spans[slot0[p0]].first;
+    std::vector<SmallVector<Segment, 2>> firstSegs;
+    for (ArrayRef<Segment> l : atPlace.at(p0)) {
+      SmallVector<Segment, 2> &f = firstSegs.emplace_back();
+      for (const Segment &s : l)
+        f.push_back({s.first + shift0, s.last + shift0});
+    }
+    std::vector<ArrayRef<Segment>> first(firstSegs.begin(), firstSegs.end());
+    std::vector<int64_t> at =
+        placeTransient(first, sizes, liveBytesPeak(kernels, first, sizes).first);
+    int64_t blockBytes = 0;
+    for (size_t j = 0; j < members.size(); ++j)
+      blockBytes = std::max(blockBytes, at[j] + sizes[j]);
+    // Per place: whether its actions overlap alike (relative to their
+    // starts) or at least keep the layout, and slot 0's hull there.
+    std::map<int64_t, Segment> hull0;
+    for (auto &[p, l] : atPlace) {
+      bool alike = true;
+      const std::vector<ArrayRef<Segment>> &f = atPlace.at(p0);
+      for (size_t j = 0; j < members.size() && alike; ++j) {
+        alike &= l[j].size() == f[j].size();
+        for (size_t i = 0; i < l[j].size() && alike; ++i)
+          alike &= l[j][i].first - spans[slot0[p]].first == f[j][i].first - spans[slot0[p0]].first &&
+                   l[j][i].last - spans[slot0[p]].first == f[j][i].last - spans[slot0[p0]].first;
+      }
+      if (!alike && !disjointWhereLive(l, at, sizes))
+        return std::nullopt;
+      Segment h{std::numeric_limits<int64_t>::max(), -1};
+      for (ArrayRef<Segment> segs : l)
+        for (const Segment &seg : segs)
+          h = {std::min(h.first, seg.first), std::max(h.last, seg.last)};
+      hull0[p] = h;
+    }
+    SmallVector<Segment, 2> &hulls = out.storage.emplace_back();
+    for (int64_t a : actions) {
+      int64_t p = pattern.place[size_t(a)];
+      int64_t shift = spans[a].first - spans[slot0[p]].first;
+      const Segment &h = hull0.at(p);
+      hulls.push_back({h.first + shift, h.last + shift});
+    }
+    Item block;
+    block.slot = -1;
+    block.segs = hulls;
+    block.bytes = blockBytes;
+    block.block = id;
+    out.items.push_back(block);
+    for (auto [j, m] : llvm::enumerate(members))
+      out.inBlock[m.tr->buf.getSymNameAttr()] = {id, at[j], /*shared=*/true};
+  }
+  return out;
+}

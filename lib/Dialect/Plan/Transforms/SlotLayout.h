@@ -17,6 +17,9 @@
 #include "llvm/ADT/SmallVector.h"
 
 #include <deque>
+#include <map>
+#include <optional>
+#include <vector>
 
 namespace llcdist::plan::memory {
 
@@ -26,6 +29,11 @@ struct Transient {
   int64_t slot;
   llvm::ArrayRef<Segment> segs;
   int64_t bytes; // aligned(buf.getNumBytes()), once per buffer
+  /// With slots alike (SlotPattern): slot 0's instance, standing for every
+  /// slot's of this chunk; -1: the instance only.
+  int64_t patternChunk = -1;
+  /// The buffer's place in the program (what breaks ties of first use).
+  int64_t index = 0;
 };
 
 /// An action's kernels in the step's numbering, and its pipeline chunk (-1:
@@ -33,6 +41,41 @@ struct Transient {
 struct ActionSpan {
   int64_t first, last, chunk;
   int64_t slot = 0;
+};
+
+/// Slots alike (docs/memory.md "Slots alike"): in a synchronous program
+/// where every slot of a chunk runs the chunk's subroutines in one order
+/// and each slotted buffer is touched by one chunk's subroutines only, slot
+/// k's instance of a buffer lives where slot 0's does, moved to slot k's
+/// actions: a segment end in slot 0's i-th action of the chunk, o kernels
+/// after its start, is o kernels after the start of slot k's i-th action.
+/// So only slot 0 is replayed, and the other slots' segments are worked out
+/// where a use needs them.
+struct SlotPattern {
+  llvm::ArrayRef<ActionSpan> spans;
+  /// Per kernel of the step, its action.
+  std::vector<int64_t> actionAt;
+  /// Per action, its place among the actions of its (chunk, slot).
+  std::vector<int64_t> place;
+  /// Per chunk (dense: chunks without slotted buffers have no slots), per
+  /// slot, its actions in order.
+  std::vector<std::vector<std::vector<int64_t>>> actions;
+
+  int64_t slots(int64_t chunk) const { return int64_t(actions[size_t(chunk)].size()); }
+  /// Where slot `slot` of `chunk` runs what slot 0 runs at kernel `t`.
+  int64_t map(int64_t chunk, int64_t slot, int64_t t) const {
+    int64_t a = actionAt[size_t(t)];
+    int64_t b = actions[size_t(chunk)][size_t(slot)][size_t(place[size_t(a)])];
+    return spans[size_t(b)].first + (t - spans[size_t(a)].first);
+  }
+  /// `segs` (slot 0's) moved to slot `slot` of `chunk`.
+  llvm::SmallVector<Segment, 2> map(int64_t chunk, int64_t slot,
+                                    llvm::ArrayRef<Segment> segs) const {
+    llvm::SmallVector<Segment, 2> out;
+    for (const Segment &s : segs)
+      out.push_back({map(chunk, slot, s.first), map(chunk, slot, s.last)});
+    return out;
+  }
 };
 
 /// What the arena places: a buffer instance (`slot` -1: one instance every
@@ -84,6 +127,16 @@ struct SlotLayout {
 SlotLayout layoutSlots(llvm::ArrayRef<Transient> instances,
                        const llvm::DenseMap<mlir::StringAttr, int64_t> &slotsOf,
                        llvm::ArrayRef<ActionSpan> spans, int64_t kernels, bool byPattern);
+
+/// layoutSlots(all instances, byPattern = true) where the slots are alike:
+/// `instances` holds slot 0's instance of each slotted buffer (with its
+/// patternChunk) for all its slots, and the result is the same, computed
+/// once per chunk and per action place instead of once per slot. nullopt
+/// where layoutSlots would fall back to per-instance placement.
+std::optional<SlotLayout>
+layoutSlotsAlike(llvm::ArrayRef<Transient> instances,
+                 const llvm::DenseMap<mlir::StringAttr, int64_t> &slotsOf,
+                 const SlotPattern &pattern, int64_t kernels);
 
 } // namespace llcdist::plan::memory
 

@@ -16,7 +16,18 @@ def PlanMemory : Pass<"llcdist-plan-memory", "llcdist::plan::ProgramOp"> {
 
     Before: `plan.buffer @b1 : tensor<8xf32> {kind = "param", name = "w"}`
     After:  `plan.buffer @b1 : tensor<8xf32> {kind = "param", name = "w", offset = 64 : i64}`
+
+    Where every microbatch slot of a chunk runs alike (docs/memory.md
+    "Slots alike"), slot 0's instances stand for the others; slots-alike=false
+    replays and lays out every slot's, which gives the same plan (the
+    reference the tests compare with).
   }];
+  let options = [
+    Option<"slotsAlike", "slots-alike", "bool", "true",
+           "work out the slots of a chunk from slot 0 where they run alike">,
+    Option<"checkSlotsAlike", "check-slots-alike", "bool", "false",
+           "also lay out every slot and fail where the two differ (for tests)">,
+  ];
 }
 
 def PlanZero : Pass<"llcdist-plan-zero", "mlir::ModuleOp"> {

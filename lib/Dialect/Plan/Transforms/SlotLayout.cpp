@@ -45,6 +45,38 @@ SmallVector<Segment, 2> merged(SmallVector<Segment, 2> segs) {
       out.push_back(s);
   return out;
 }
+/// A block's layout: its buffers' offsets in it (laid out like a program's
+/// transients, from `segs`), and its size.
+struct BlockLayout {
+  std::vector<int64_t> at;
+  int64_t bytes = 0;
+};
+BlockLayout layOutBlock(ArrayRef<ArrayRef<Segment>> segs, ArrayRef<int64_t> sizes,
+                        int64_t kernels) {
+  BlockLayout b{placeTransient(segs, sizes, liveBytesPeak(kernels, segs, sizes).first), 0};
+  for (size_t j = 0; j < sizes.size(); ++j)
+    b.bytes = std::max(b.bytes, b.at[j] + sizes[j]);
+  return b;
+}
+
+/// The item that places slot `slot` (-1: every slot's) of block `block`.
+Item blockItem(int64_t block, int64_t slot, ArrayRef<Segment> segs, int64_t bytes) {
+  Item item;
+  item.slot = slot;
+  item.segs = segs;
+  item.bytes = bytes;
+  item.block = block;
+  return item;
+}
+
+/// From the first kernel of `segs` (all of them, any order) to the last.
+Segment hullOf(ArrayRef<ArrayRef<Segment>> segs) {
+  Segment h{std::numeric_limits<int64_t>::max(), -1};
+  for (ArrayRef<Segment> l : segs)
+    for (const Segment &seg : l)
+      h = {std::min(h.first, seg.first), std::max(h.last, seg.last)};
+  return h;
+}
 } // namespace
 
 /// The pipeline's slotted instances by pattern (docs/memory.md "Microbatch
@@ -186,11 +218,7 @@ SlotLayout llcdist::plan::memory::layoutSlots(ArrayRef<Transient> instances,
     // Slot 0's lifetimes give the layout; a buffer it never uses has none.
     if (llvm::any_of(segsOf[0], [](ArrayRef<Segment> s) { return s.empty(); }))
       return perInstance();
-    std::vector<int64_t> at = placeTransient(segsOf[0], sizes,
-                                             liveBytesPeak(kernels, segsOf[0], sizes).first);
-    int64_t blockBytes = 0;
-    for (size_t j = 0; j < bufs.size(); ++j)
-      blockBytes = std::max(blockBytes, at[j] + sizes[j]);
+    const auto [at, blockBytes] = layOutBlock(segsOf[0], sizes, kernels);
     // The layout holds on every slot: buffers live at once are disjoint.
     for (int64_t k = 0; k < slots; ++k) {
       if (k > 0 && !sameShape(segsOf[k], segsOf[0]) && !disjointWhereLive(segsOf[k], at, sizes))
@@ -201,13 +229,8 @@ SlotLayout llcdist::plan::memory::layoutSlots(ArrayRef<Transient> instances,
         all.append(segsOf[k][j].begin(), segsOf[k][j].end());
       if (all.empty())
         continue; // a slot no action uses: its instances share slot 0's bytes
-      SmallVector<Segment, 2> &blockSegs = out.storage.emplace_back(merged(std::move(all)));
-      Item block;
-      block.slot = k;
-      block.segs = blockSegs;
-      block.bytes = blockBytes;
-      block.block = id;
-      out.items.push_back(block);
+      out.items.push_back(
+          blockItem(id, k, out.storage.emplace_back(merged(std::move(all))), blockBytes));
     }
     for (auto [j, buf] : llvm::enumerate(bufs))
       out.inBlock[buf.getSymNameAttr()] = {id, at[j]};
@@ -236,11 +259,7 @@ SlotLayout llcdist::plan::memory::layoutSlots(ArrayRef<Transient> instances,
     std::vector<ArrayRef<Segment>> first = inAction(0);
     if (llvm::any_of(first, [](ArrayRef<Segment> l) { return l.empty(); }))
       return perInstance();
-    std::vector<int64_t> at =
-        placeTransient(first, sizes, liveBytesPeak(kernels, first, sizes).first);
-    int64_t blockBytes = 0;
-    for (size_t j = 0; j < members.size(); ++j)
-      blockBytes = std::max(blockBytes, at[j] + sizes[j]);
+    const auto [at, blockBytes] = layOutBlock(first, sizes, kernels);
     SmallVector<Segment, 2> &hulls = out.storage.emplace_back();
     // An action whose members' segments sit where the first's do (relative
     // to the action's start) overlaps alike.
@@ -261,18 +280,9 @@ SlotLayout llcdist::plan::memory::layoutSlots(ArrayRef<Transient> instances,
       std::vector<ArrayRef<Segment>> l = inAction(a);
       if (a > 0 && !likeFirst(a) && !disjointWhereLive(l, at, sizes))
         return perInstance();
-      Segment hull{std::numeric_limits<int64_t>::max(), -1};
-      for (ArrayRef<Segment> segs : l)
-        for (const Segment &seg : segs)
-          hull = {std::min(hull.first, seg.first), std::max(hull.last, seg.last)};
-      hulls.push_back(hull);
+      hulls.push_back(hullOf(l));
     }
-    Item block;
-    block.slot = -1;
-    block.segs = hulls;
-    block.bytes = blockBytes;
-    block.block = id;
-    out.items.push_back(block);
+    out.items.push_back(blockItem(id, -1, hulls, blockBytes));
     for (auto [j, m] : llvm::enumerate(members))
       out.inBlock[m.buf.getSymNameAttr()] = {id, at[j], /*shared=*/true};
   }
@@ -367,11 +377,7 @@ llcdist::plan::memory::layoutSlotsAlike(ArrayRef<Transient> instances,
       segs0.push_back(tr->segs);
       sizes.push_back(tr->bytes);
     }
-    std::vector<int64_t> at =
-        placeTransient(segs0, sizes, liveBytesPeak(kernels, segs0, sizes).first);
-    int64_t blockBytes = 0;
-    for (size_t j = 0; j < bufs.size(); ++j)
-      blockBytes = std::max(blockBytes, at[j] + sizes[j]);
+    const auto [at, blockBytes] = layOutBlock(segs0, sizes, kernels);
     // Slot 0's block segments, merged where they overlap or touch within an
     // action: the map keeps both. Touching across actions depends on where
     // a slot's actions run, so it is merged per slot, after the map.
@@ -396,12 +402,7 @@ llcdist::plan::memory::layoutSlotsAlike(ArrayRef<Transient> instances,
         else
           blockSegs.push_back(m);
       }
-      Item block;
-      block.slot = k;
-      block.segs = blockSegs;
-      block.bytes = blockBytes;
-      block.block = chunk;
-      out.items.push_back(block);
+      out.items.push_back(blockItem(chunk, k, blockSegs, blockBytes));
     }
     for (auto [j, tr] : llvm::enumerate(bufs))
       out.inBlock[tr->buf.getSymNameAttr()] = {chunk, at[j]};
@@ -441,11 +442,7 @@ llcdist::plan::memory::layoutSlotsAlike(ArrayRef<Transient> instances,
         f.push_back({s.first + shift0, s.last + shift0});
     }
     std::vector<ArrayRef<Segment>> first(firstSegs.begin(), firstSegs.end());
-    std::vector<int64_t> at =
-        placeTransient(first, sizes, liveBytesPeak(kernels, first, sizes).first);
-    int64_t blockBytes = 0;
-    for (size_t j = 0; j < members.size(); ++j)
-      blockBytes = std::max(blockBytes, at[j] + sizes[j]);
+    const auto [at, blockBytes] = layOutBlock(first, sizes, kernels);
     // Per place: whether its actions overlap alike (relative to their
     // starts) or at least keep the layout, and slot 0's hull there.
     std::map<int64_t, Segment> hull0;
@@ -460,11 +457,7 @@ llcdist::plan::memory::layoutSlotsAlike(ArrayRef<Transient> instances,
       }
       if (!alike && !disjointWhereLive(l, at, sizes))
         return std::nullopt;
-      Segment h{std::numeric_limits<int64_t>::max(), -1};
-      for (ArrayRef<Segment> segs : l)
-        for (const Segment &seg : segs)
-          h = {std::min(h.first, seg.first), std::max(h.last, seg.last)};
-      hull0[p] = h;
+      hull0[p] = hullOf(l);
     }
     SmallVector<Segment, 2> &hulls = out.storage.emplace_back();
     for (int64_t a : actions) {
@@ -473,12 +466,7 @@ llcdist::plan::memory::layoutSlotsAlike(ArrayRef<Transient> instances,
       const Segment &h = hull0.at(p);
       hulls.push_back({h.first + shift, h.last + shift});
     }
-    Item block;
-    block.slot = -1;
-    block.segs = hulls;
-    block.bytes = blockBytes;
-    block.block = id;
-    out.items.push_back(block);
+    out.items.push_back(blockItem(id, -1, hulls, blockBytes));
     for (auto [j, m] : llvm::enumerate(members))
       out.inBlock[m.tr->buf.getSymNameAttr()] = {id, at[j], /*shared=*/true};
   }

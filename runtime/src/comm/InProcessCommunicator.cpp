@@ -9,6 +9,8 @@
 // into a message and appends it, recv waits for the queue's head and checks it (Communicator.h).
 #include "llcdist/runtime/Communicator.h"
 
+#include "Reduce.h"
+
 #include "llcdist/runtime/Bf16.h"
 
 #include <algorithm>
@@ -23,46 +25,7 @@
 
 namespace llcdist::rt {
 namespace {
-
-enum class Kind { kAllReduce, kAllGather, kReduceScatter };
-const char* kindName(Kind k) {
-  switch (k) {
-    case Kind::kAllReduce: return "all_reduce";
-    case Kind::kAllGather: return "all_gather";
-    case Kind::kReduceScatter: return "reduce_scatter";
-  }
-  return "?";
-}
-const char* opName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
-  }
-  return "?";
-}
-
-// What one member asked for; every member of an instance must ask for the same thing.
-struct Request {
-  Kind kind = Kind::kAllReduce;
-  CommDType dtype = CommDType::kF32;
-  ReduceOp op = ReduceOp::kSum;
-  int64_t count = 0, outer = 0, inner = 0;  // all_reduce: count; the others: outer, inner
-  bool operator==(const Request& o) const {
-    return kind == o.kind && dtype == o.dtype && op == o.op && count == o.count && outer == o.outer &&
-           inner == o.inner;
-  }
-  std::string describe() const {
-    std::string s = kindName(kind);
-    if (kind == Kind::kAllReduce)
-      s += "(" + std::string(opName(op)) + ", " + std::to_string(count) + " " + commDTypeName(dtype) + ")";
-    else  // f32, the common case, unnamed (as before dtypes)
-      s += "(outer " + std::to_string(outer) + ", inner " + std::to_string(inner) +
-           (kind == Kind::kReduceScatter ? ", " + std::string(opName(op)) : std::string()) +
-           (dtype != CommDType::kF32 ? ", " + std::string(commDTypeName(dtype)) : std::string()) + ")";
-    return s;
-  }
-};
+using namespace comm;
 
 struct Instance {
   std::vector<Request> requests;  // by member
@@ -107,42 +70,6 @@ std::string rankList(const std::vector<int>& g) {
   std::string s = "[";
   for (size_t i = 0; i < g.size(); ++i) s += (i ? ", " : "") + std::to_string(g[i]);
   return s + "]";
-}
-
-template <typename T>
-T reduceOne(T acc, T v, ReduceOp op) {
-  if (op == ReduceOp::kMax) return (std::isnan(acc) || v <= acc) ? acc : v;  // NaN propagates
-  return acc + v;
-}
-
-// acc = reduce over members in member order; avg scales by 1/n afterwards.
-template <typename T>
-void reduceInto(T* acc, const std::vector<const T*>& src, int64_t count, int64_t srcOffset, ReduceOp op) {
-  std::memcpy(acc, src[0] + srcOffset, size_t(count) * sizeof(T));
-  for (size_t m = 1; m < src.size(); ++m) {
-    const T* s = src[m] + srcOffset;
-    for (int64_t i = 0; i < count; ++i) acc[i] = reduceOne(acc[i], s[i], op);
-  }
-  if (op == ReduceOp::kAvg) {
-    const T scale = T(1) / T(src.size());
-    for (int64_t i = 0; i < count; ++i) acc[i] *= scale;
-  }
-}
-
-// bf16 elements (NCCL's bf16 reduction): every partial sum rounded to bf16, in member order; avg
-// scales the bf16 sum by 1/n (in f32, rounded once more); max is exact.
-void reduceInto(uint16_t* acc, const std::vector<const uint16_t*>& src, int64_t count, int64_t srcOffset,
-                ReduceOp op) {
-  std::memcpy(acc, src[0] + srcOffset, size_t(count) * 2);
-  for (size_t m = 1; m < src.size(); ++m) {
-    const uint16_t* s = src[m] + srcOffset;
-    for (int64_t i = 0; i < count; ++i)
-      acc[i] = floatToBf16(reduceOne(bf16ToFloat(acc[i]), bf16ToFloat(s[i]), op));
-  }
-  if (op == ReduceOp::kAvg) {
-    const float scale = 1.0f / float(src.size());
-    for (int64_t i = 0; i < count; ++i) acc[i] = floatToBf16(bf16ToFloat(acc[i]) * scale);
-  }
 }
 
 template <typename T>

@@ -1,0 +1,54 @@
+// The MPI communicator: the ranks of a run are processes, started by mpirun or srun (one rank per
+// process), behind the same interface and semantics as the in-process communicator (Communicator.h).
+// Built when MPI is found (target llcdist_runtime_mpi, LLCDIST_HAVE_MPI); the rest of the runtime
+// builds without it.
+//
+// Every call is non-blocking underneath (MPI_Isend / MPI_Improbe + MPI_Mrecv on a duplicate of
+// MPI_COMM_WORLD), polled until done, the timeout or an abort, so calls from several threads of a
+// process (the queues of an asynchronous plan) progress at once (MPI_THREAD_MULTIPLE).
+//
+// Collectives: each member sends its request (kind, dtype, op, sizes, group) and its data to every
+// other member of the group, on a tag of the group's; each member then checks that all requests
+// match (else an InvalidArgument error on every member, naming both calls) and reduces the members'
+// data itself, in member order, with the in-process communicator's code: every member gets the same
+// bits, and the same bits as an in-process run of the plan. (O(n) messages per member and call:
+// groups are the mesh axes' few members; a ring or tree for large groups is for later.) The k-th
+// call of a member on a group meets the k-th call of the others (MPI orders messages of one pair
+// and tag); calls on one group are serialized within a process.
+//
+// Point-to-point: send copies the message (count, tag, microbatch and data) into an MPI_Isend and
+// returns; recv takes the pair's oldest message and checks its triple, as in-process.
+//
+// Failure: a call that waits longer than the timeout fails with DeadlineExceeded naming the call, the
+// group (or the peer) and the members whose messages arrived, and aborts the communicator. abort()
+// fails this process's pending and later calls at once; the other processes learn of it when their
+// own calls time out, unless the caller ends the job (MPI_Abort), as a launcher-level run does.
+#pragma once
+
+#include "llcdist/runtime/Communicator.h"
+#include "llcdist/runtime/Status.h"
+
+#include <chrono>
+#include <memory>
+#include <optional>
+
+namespace llcdist::rt {
+
+// MPI_Init_thread with MPI_THREAD_MULTIPLE, once per process (later calls return the first result);
+// an error when the library provides less. MPI_Finalize runs at exit.
+Status initMpi();
+// This process's rank and the world size (initMpi first).
+int mpiWorldRank();
+int mpiWorldSize();
+
+struct MpiCommunicatorOptions {
+  // Names the axis of a group in error messages; optional.
+  std::optional<Mesh> mesh;
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+// A communicator over MPI_COMM_WORLD (initMpi first): worldSize() is MPI's, and every call's `rank`
+// must be this process's.
+StatusOr<std::unique_ptr<Communicator>> makeMpiCommunicator(const MpiCommunicatorOptions& options);
+
+}  // namespace llcdist::rt

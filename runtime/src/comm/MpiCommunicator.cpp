@@ -1,0 +1,488 @@
+// The MPI communicator. See MpiCommunicator.h.
+#include "llcdist/runtime/MpiCommunicator.h"
+
+#include "Reduce.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace llcdist::rt {
+namespace {
+using namespace comm;
+
+// Tags on the communicator: point-to-point messages, and collectives (kFirstGroupTag + the group's
+// hash, so two groups rarely share one; a shared tag is still caught, by the request check).
+constexpr int kP2PTag = 1;
+constexpr int kFirstGroupTag = 2;
+constexpr int64_t kMagic = 0x6c6c6364697374;  // "llcdist"
+
+// A collective's request as it travels: every member compares all of them.
+struct Header {
+  int64_t magic, kind, dtype, op, count, outer, inner, group;
+};
+Header headerOf(const Request& r, int64_t group) {
+  return {kMagic, int64_t(r.kind), int64_t(r.dtype), int64_t(r.op), r.count, r.outer, r.inner, group};
+}
+bool sameRequest(const Header& a, const Header& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.op == b.op && a.count == b.count && a.outer == b.outer &&
+         a.inner == b.inner && a.group == b.group;
+}
+Request requestOf(const Header& h) {
+  Request r;
+  r.kind = Kind(h.kind);
+  r.dtype = CommDType(h.dtype);
+  r.op = ReduceOp(h.op);
+  r.count = h.count, r.outer = h.outer, r.inner = h.inner;
+  return r;
+}
+
+// A point-to-point message's triple, ahead of its data.
+struct P2PHeader {
+  int64_t magic, count, tag, microbatch;
+};
+
+int64_t groupHash(const std::vector<int>& g) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the member list
+  for (int r : g) {
+    h ^= uint64_t(uint32_t(r));
+    h *= 1099511628211ull;
+  }
+  return int64_t(h >> 1);
+}
+
+std::string rankList(const std::vector<int>& g) {
+  std::string s = "[";
+  for (size_t i = 0; i < g.size(); ++i) s += (i ? ", " : "") + std::to_string(g[i]);
+  return s + "]";
+}
+
+std::string triple(int64_t count, int64_t tag, int64_t microbatch) {
+  return "(count " + std::to_string(count) + ", tag " + std::to_string(tag) + ", microbatch " +
+         std::to_string(microbatch) + ")";
+}
+
+class MpiCommunicator final : public Communicator {
+public:
+  explicit MpiCommunicator(const MpiCommunicatorOptions& o) : opts_(o) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    void* ub = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    tagUb_ = flag && ub ? *static_cast<int*>(ub) : 32767;
+  }
+  ~MpiCommunicator() override {
+    // Sends not yet delivered: a receiver that is still running takes them; give up after the
+    // timeout (the job is ending anyway).
+    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+    std::lock_guard<std::mutex> lock(sendsMu_);
+    for (PendingSend& s : sends_) {
+      int done = 0;
+      while (!done && std::chrono::steady_clock::now() < deadline) {
+        MPI_Test(&s.request, &done, MPI_STATUS_IGNORE);
+        if (!done) std::this_thread::yield();
+      }
+      if (!done) {
+        MPI_Cancel(&s.request);
+        MPI_Request_free(&s.request);
+      }
+    }
+    MPI_Comm_free(&comm_);
+  }
+
+  int worldSize() const override { return size_; }
+
+  Status allReduce(int rank, const std::vector<int>& group, void* buf, int64_t count, CommDType dtype,
+                   ReduceOp op) override {
+    Request r;
+    r.kind = Kind::kAllReduce, r.dtype = dtype, r.op = op, r.count = count;
+    const size_t bytes = size_t(count * commDTypeSize(dtype));
+    std::vector<std::vector<std::byte>> from;
+    LLCDIST_RETURN_IF_ERROR(exchange(rank, group, r, [&](size_t) { return std::make_pair(buf, bytes); }, bytes, from));
+    const size_t me = memberOf(rank, group);
+    switch (dtype) {
+      case CommDType::kF32: reduceMembers<float>(from, me, buf, buf, count, op); break;
+      case CommDType::kF64: reduceMembers<double>(from, me, buf, buf, count, op); break;
+      case CommDType::kBF16: reduceMembers<uint16_t>(from, me, buf, buf, count, op); break;
+    }
+    return Status::ok();
+  }
+
+  Status allGather(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer, int64_t inner,
+                   CommDType dtype) override {
+    Request r;
+    r.kind = Kind::kAllGather, r.dtype = dtype, r.outer = outer, r.inner = inner;
+    const int64_t el = commDTypeSize(dtype);
+    const size_t bytes = size_t(outer * inner * el);
+    std::vector<std::vector<std::byte>> from;
+    LLCDIST_RETURN_IF_ERROR(exchange(rank, group, r, [&](size_t) { return std::make_pair(x, bytes); }, bytes, from));
+    const size_t me = memberOf(rank, group), n = group.size();
+    // y may alias x: x's rows first into this member's slot of `from`.
+    from[me].assign(static_cast<const std::byte*>(x), static_cast<const std::byte*>(x) + bytes);
+    auto* out = static_cast<std::byte*>(y);
+    const int64_t row = int64_t(n) * inner * el, part = inner * el;
+    for (size_t m = 0; m < n; ++m)
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(out + o * row + int64_t(m) * part, from[m].data() + o * part, size_t(part));
+    return Status::ok();
+  }
+
+  Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer,
+                       int64_t inner, CommDType dtype, ReduceOp op) override {
+    Request r;
+    r.kind = Kind::kReduceScatter, r.dtype = dtype, r.op = op, r.outer = outer, r.inner = inner;
+    const int64_t el = commDTypeSize(dtype);
+    const size_t n = group.size(), bytes = size_t(outer * inner * el);
+    // Member j gets column block j of every row of x.
+    std::vector<std::vector<std::byte>> blocks(n, std::vector<std::byte>(bytes));
+    const auto* in = static_cast<const std::byte*>(x);
+    const int64_t row = int64_t(n) * inner * el, part = inner * el;
+    for (size_t j = 0; j < n; ++j)
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(blocks[j].data() + o * part, in + o * row + int64_t(j) * part, size_t(part));
+    std::vector<std::vector<std::byte>> from;
+    LLCDIST_RETURN_IF_ERROR(exchange(
+        rank, group, r, [&](size_t j) { return std::make_pair<const void*>(blocks[j].data(), bytes); }, bytes,
+        from));
+    const size_t me = memberOf(rank, group);
+    const int64_t cnt = outer * inner;
+    switch (dtype) {
+      case CommDType::kF32: reduceMembers<float>(from, me, blocks[me].data(), y, cnt, op); break;
+      case CommDType::kF64: reduceMembers<double>(from, me, blocks[me].data(), y, cnt, op); break;
+      case CommDType::kBF16: reduceMembers<uint16_t>(from, me, blocks[me].data(), y, cnt, op); break;
+    }
+    return Status::ok();
+  }
+
+  Status send(int rank, int peer, const float* x, int64_t count, int64_t tag, int64_t microbatch) override {
+    LLCDIST_RETURN_IF_ERROR(checkP2P(rank, peer, "send", count));
+    PendingSend s;
+    P2PHeader h{kMagic, count, tag, microbatch};
+    s.data.resize(sizeof h + size_t(count) * sizeof(float));
+    std::memcpy(s.data.data(), &h, sizeof h);
+    if (count > 0) std::memcpy(s.data.data() + sizeof h, x, size_t(count) * sizeof(float));
+    std::lock_guard<std::mutex> lock(sendsMu_);
+    reapSends();
+    sends_.push_back(std::move(s));
+    PendingSend& p = sends_.back();
+    MPI_Isend(p.data.data(), int(p.data.size()), MPI_BYTE, peer, kP2PTag, comm_, &p.request);
+    return Status::ok();
+  }
+
+  Status recv(int rank, int peer, float* y, int64_t count, int64_t tag, int64_t microbatch) override {
+    LLCDIST_RETURN_IF_ERROR(checkP2P(rank, peer, "recv", count));
+    std::vector<std::byte> msg;
+    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+    while (true) {
+      if (Status a = abortReason(); !a.isOk()) return Status::aborted(a.message());
+      if (takeMessage(peer, kP2PTag, msg)) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        Status err = Status::deadlineExceeded(
+            "recv " + triple(count, tag, microbatch) + " on rank " + std::to_string(rank) + " from rank " +
+            std::to_string(peer) + axisPhrase(rank, peer) + ": no message within " + seconds() + " s");
+        abort(err);
+        return err;
+      }
+      std::this_thread::yield();
+    }
+    P2PHeader h{};
+    if (msg.size() >= sizeof h) std::memcpy(&h, msg.data(), sizeof h);
+    if (msg.size() < sizeof h || h.magic != kMagic)
+      return fail(Status::invalidArgument("recv on rank " + std::to_string(rank) + " from rank " +
+                                          std::to_string(peer) + ": not a point-to-point message"));
+    if (h.count != count || h.tag != tag || h.microbatch != microbatch ||
+        msg.size() != sizeof h + size_t(count) * sizeof(float))
+      return fail(Status::invalidArgument(
+          "send/recv mismatch: rank " + std::to_string(rank) + " receives " + triple(count, tag, microbatch) +
+          " from rank " + std::to_string(peer) + " but rank " + std::to_string(peer) + " sent " +
+          triple(h.count, h.tag, h.microbatch)));
+    if (count > 0) std::memcpy(y, msg.data() + sizeof h, size_t(count) * sizeof(float));
+    return Status::ok();
+  }
+
+  void abort(const Status& reason) override {
+    std::lock_guard<std::mutex> lock(abortMu_);
+    if (aborted_.load()) return;
+    reason_ = reason;
+    aborted_.store(true);
+  }
+  Status abortReason() const override {
+    if (!aborted_.load()) return Status::ok();
+    std::lock_guard<std::mutex> lock(abortMu_);
+    return reason_;
+  }
+
+private:
+  struct PendingSend {
+    std::vector<std::byte> data;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+
+  std::string seconds() const {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", std::chrono::duration<double>(opts_.timeout).count());
+    return buf;
+  }
+  std::string axisPhrase(int a, int b) const {
+    if (!opts_.mesh) return "";
+    if (auto axis = opts_.mesh->axisBetween(a, b)) return " (axis " + std::string(meshAxisName(*axis)) + ")";
+    return "";
+  }
+  std::string groupPhrase(const std::vector<int>& group) const {
+    std::string s = "group " + rankList(group);
+    if (opts_.mesh)
+      if (auto axis = opts_.mesh->axisOfGroup(group)) s += " (axis " + std::string(meshAxisName(*axis)) + ")";
+    return s;
+  }
+  Status fail(Status err) {
+    abort(err);
+    return err;
+  }
+
+  static size_t memberOf(int rank, const std::vector<int>& group) {
+    return size_t(std::find(group.begin(), group.end(), rank) - group.begin());
+  }
+
+  Status checkRank(int rank) const {
+    if (rank != rank_)
+      return Status::invalidArgument("the MPI communicator of process rank " + std::to_string(rank_) +
+                                     " was called for rank " + std::to_string(rank) +
+                                     " (one rank per process)");
+    return Status::ok();
+  }
+  Status checkP2P(int rank, int peer, const char* what, int64_t count) const {
+    LLCDIST_RETURN_IF_ERROR(checkRank(rank));
+    if (peer < 0 || peer >= size_ || peer == rank)
+      return Status::invalidArgument(std::string(what) + " on rank " + std::to_string(rank) + ": peer " +
+                                     std::to_string(peer) + " is not another rank of the " +
+                                     std::to_string(size_) + "-rank world");
+    if (count < 0 || uint64_t(count) * sizeof(float) + sizeof(P2PHeader) > uint64_t(INT32_MAX))
+      return Status::invalidArgument(std::string(what) + " on rank " + std::to_string(rank) + ": count " +
+                                     std::to_string(count) + " out of range for one MPI message");
+    if (Status a = abortReason(); !a.isOk()) return Status::aborted(a.message());
+    return Status::ok();
+  }
+
+  // Frees the buffers of delivered sends (sendsMu_ held).
+  void reapSends() {
+    for (auto it = sends_.begin(); it != sends_.end();) {
+      int done = 0;
+      MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
+      it = done ? sends_.erase(it) : std::next(it);
+    }
+  }
+
+  // The oldest message from `source` on `tag`, if one has arrived.
+  bool takeMessage(int source, int tag, std::vector<std::byte>& out) {
+    int flag = 0;
+    MPI_Message m;
+    MPI_Status st;
+    MPI_Improbe(source, tag, comm_, &flag, &m, &st);
+    if (!flag) return false;
+    int bytes = 0;
+    MPI_Get_count(&st, MPI_BYTE, &bytes);
+    out.resize(size_t(bytes));
+    MPI_Mrecv(out.data(), bytes, MPI_BYTE, &m, MPI_STATUS_IGNORE);
+    return true;
+  }
+
+  std::mutex& groupMutex(const std::vector<int>& group) {
+    std::lock_guard<std::mutex> lock(groupsMu_);
+    std::unique_ptr<std::mutex>& m = groupLocks_[group];
+    if (!m) m = std::make_unique<std::mutex>();
+    return *m;
+  }
+
+  // One collective call's messages: this member's request and `payload(j)` to every other member j,
+  // theirs back (`from[m]`: member m's payload, empty for this member); then the request check.
+  template <typename Payload>
+  Status exchange(int rank, const std::vector<int>& group, const Request& r, Payload payload, size_t bytes,
+                  std::vector<std::vector<std::byte>>& from) {
+    LLCDIST_RETURN_IF_ERROR(checkRank(rank));
+    const size_t n = group.size(), me = memberOf(rank, group);
+    if (me == n || std::count(group.begin(), group.end(), rank) != 1)
+      return Status::invalidArgument("rank " + std::to_string(rank) + " calls " + r.describe() + " on " +
+                                     rankList(group) + ", which does not hold it once");
+    for (int m : group)
+      if (m < 0 || m >= size_)
+        return Status::invalidArgument(r.describe() + " on " + rankList(group) + ": rank " + std::to_string(m) +
+                                       " is outside the " + std::to_string(size_) + "-rank world");
+    if (bytes + sizeof(Header) > size_t(INT32_MAX))
+      return Status::invalidArgument(r.describe() + " on " + rankList(group) +
+                                     ": too large for one MPI message (" + std::to_string(bytes) + " bytes)");
+    if (Status a = abortReason(); !a.isOk()) return Status::aborted(a.message());
+    std::lock_guard<std::mutex> serial(groupMutex(group));
+    const int64_t gh = groupHash(group);
+    const int tag = kFirstGroupTag + int(uint64_t(gh) % uint64_t(tagUb_ - kFirstGroupTag));
+    const Header mine = headerOf(r, gh);
+    // Sends: the same buffer for every member unless the payloads differ (reduce_scatter).
+    std::vector<std::vector<std::byte>> out(n);
+    std::vector<MPI_Request> reqs;
+    for (size_t j = 0; j < n; ++j) {
+      if (j == me) continue;
+      auto [data, size] = payload(j);
+      out[j].resize(sizeof mine + size);
+      std::memcpy(out[j].data(), &mine, sizeof mine);
+      if (size) std::memcpy(out[j].data() + sizeof mine, data, size);
+      reqs.emplace_back();
+      MPI_Isend(out[j].data(), int(out[j].size()), MPI_BYTE, group[j], tag, comm_, &reqs.back());
+    }
+    from.assign(n, {});
+    std::vector<bool> arrived(n, false);
+    arrived[me] = true;
+    size_t pending = n - 1;
+    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+    auto giveUp = [&](Status err) {
+      for (MPI_Request& q : reqs) {
+        MPI_Cancel(&q);
+        MPI_Request_free(&q);
+      }
+      return fail(std::move(err));
+    };
+    while (pending > 0) {
+      bool progressed = false;
+      for (size_t j = 0; j < n; ++j)
+        if (!arrived[j] && takeMessage(group[j], tag, from[j])) {
+          arrived[j] = true;
+          --pending;
+          progressed = true;
+        }
+      if (progressed) continue;
+      if (Status a = abortReason(); !a.isOk()) return giveUp(Status::aborted(a.message()));
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::string have, missing;
+        for (size_t j = 0; j < n; ++j) {
+          std::string& list = arrived[j] ? have : missing;
+          list += (list.empty() ? "" : ", ") + std::to_string(group[j]);
+        }
+        return giveUp(Status::deadlineExceeded(r.describe() + " on " + groupPhrase(group) + ": rank " +
+                                               std::to_string(rank) + " waited " + seconds() +
+                                               " s; arrived: " + have + "; missing: " + missing));
+      }
+      std::this_thread::yield();
+    }
+    // Every member's request against member 0's: the same verdict on every member.
+    std::vector<Header> heads(n, mine);
+    for (size_t j = 0; j < n; ++j) {
+      if (j == me) continue;
+      if (from[j].size() < sizeof(Header)) return giveUp(Status::internal("a short collective message"));
+      std::memcpy(&heads[j], from[j].data(), sizeof(Header));
+    }
+    for (size_t j = 1; j < n; ++j)
+      if (heads[j].magic != kMagic || heads[0].magic != kMagic || !sameRequest(heads[j], heads[0]))
+        return giveUp(Status::invalidArgument(
+            "collective mismatch on " + groupPhrase(group) + ": rank " + std::to_string(group[0]) + " calls " +
+            requestOf(heads[0]).describe() + " but rank " + std::to_string(group[j]) + " calls " +
+            requestOf(heads[j]).describe()));
+    for (size_t j = 0; j < n; ++j)
+      if (j != me && from[j].size() != sizeof(Header) + bytes)
+        return giveUp(Status::internal("a collective message of " + std::to_string(from[j].size()) +
+                                       " bytes where " + std::to_string(sizeof(Header) + bytes) + " were due"));
+    for (size_t j = 0; j < n; ++j)
+      if (j != me) from[j].erase(from[j].begin(), from[j].begin() + sizeof(Header));
+    // Our sends are done once every member has its message; wait for MPI to release the buffers.
+    for (MPI_Request& q : reqs) {
+      int done = 0;
+      while (!done) {
+        MPI_Test(&q, &done, MPI_STATUS_IGNORE);
+        if (done) break;
+        if (std::chrono::steady_clock::now() > deadline)
+          return giveUp(Status::deadlineExceeded(r.describe() + " on " + groupPhrase(group) +
+                                                 ": a member did not take rank " + std::to_string(rank) +
+                                                 "'s data within " + seconds() + " s"));
+        std::this_thread::yield();
+      }
+    }
+    return Status::ok();
+  }
+
+  // out[k] = the reduction over members m, in member order, of member m's data[k] (count elements):
+  // this member's is `own`, the others' `from[m]`. `out` may alias `own`.
+  template <typename T>
+  static void reduceMembers(const std::vector<std::vector<std::byte>>& from, size_t me, const void* own, void* out,
+                            int64_t count, ReduceOp op) {
+    std::vector<const T*> src(from.size());
+    for (size_t m = 0; m < from.size(); ++m)
+      src[m] = m == me ? static_cast<const T*>(own) : reinterpret_cast<const T*>(from[m].data());
+    std::vector<T> acc(static_cast<size_t>(count));
+    if (count > 0) reduceInto(acc.data(), src, count, 0, op);
+    if (count > 0) std::memcpy(out, acc.data(), size_t(count) * sizeof(T));
+  }
+
+  MpiCommunicatorOptions opts_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, tagUb_ = 32767;
+  std::mutex sendsMu_;
+  std::list<PendingSend> sends_;
+  std::mutex groupsMu_;
+  std::map<std::vector<int>, std::unique_ptr<std::mutex>> groupLocks_;
+  mutable std::mutex abortMu_;
+  std::atomic<bool> aborted_{false};
+  Status reason_;
+};
+
+Status& initResult() {
+  static Status s = Status::internal("initMpi was not called");
+  return s;
+}
+
+}  // namespace
+
+Status initMpi() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    int provided = 0;
+    if (initialized)
+      MPI_Query_thread(&provided);
+    else if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+      initResult() = Status::internal("MPI_Init_thread failed");
+      return;
+    }
+    if (!initialized)
+      std::atexit([] {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Finalize();
+      });
+    initResult() = provided >= MPI_THREAD_MULTIPLE
+                       ? Status::ok()
+                       : Status::internal("the MPI library provides thread level " + std::to_string(provided) +
+                                          ", below MPI_THREAD_MULTIPLE (the runtime calls MPI from several "
+                                          "threads of a rank)");
+  });
+  return initResult();
+}
+
+int mpiWorldRank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int mpiWorldSize() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+StatusOr<std::unique_ptr<Communicator>> makeMpiCommunicator(const MpiCommunicatorOptions& options) {
+  LLCDIST_RETURN_IF_ERROR(initMpi());
+  if (options.mesh && options.mesh->worldSize() != mpiWorldSize())
+    return Status::invalidArgument("the mesh has " + std::to_string(options.mesh->worldSize()) +
+                                   " ranks but MPI started " + std::to_string(mpiWorldSize()) + " processes");
+  return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(options));
+}
+
+}  // namespace llcdist::rt

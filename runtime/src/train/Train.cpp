@@ -11,12 +11,14 @@
 #include "llcdist/runtime/Timeline.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <thread>
@@ -43,32 +45,6 @@ std::string progressLine(const StepRecord& r, int64_t steps) {
                 r.tokensPerSec);
   return buf;
 }
-
-// Every rank's first-step memory measurement, for the last log record: each rank settles once (after
-// its first step, or when it ends without one); the reporting rank waits until all have.
-class MemoryBoard {
-public:
-  explicit MemoryBoard(int world) : stats_(size_t(world)), settled_(size_t(world), false), pending_(world) {}
-  void settle(int rank, const std::optional<MemoryStats>& stats) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (settled_[size_t(rank)]) return;
-    settled_[size_t(rank)] = true;
-    stats_[size_t(rank)] = stats;
-    if (--pending_ == 0) cv_.notify_all();
-  }
-  std::vector<std::optional<MemoryStats>> waitAll() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return pending_ == 0; });
-    return stats_;
-  }
-
-private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::optional<MemoryStats>> stats_;
-  std::vector<bool> settled_;
-  int pending_;
-};
 
 std::string jsonIntArray(const std::vector<int64_t>& v) {
   std::string s = "[";
@@ -161,9 +137,36 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   if (!(opts.collectiveTimeoutSeconds > 0))
     return Status::invalidArgument("the collective timeout must be > 0 seconds");
   LLCDIST_ASSIGN_OR_RETURN(Plan plan, loadPlan(opts.planDir));
-  if (!opts.saveParams.empty()) LLCDIST_RETURN_IF_ERROR(checkWritable(opts.saveParams));
-  if (!opts.traceDir.empty()) LLCDIST_RETURN_IF_ERROR(checkTraceDir(opts.traceDir));
   const Manifest& m = plan.manifest;
+  const int world = int(m.worldSize());
+  const bool multiRank = world > 1;
+  const Mesh mesh = m.mesh();
+  // The ranks this process runs: every rank, on an in-process communicator; or, one process per rank,
+  // those the caller names on its communicator.
+  const bool external = opts.communicator != nullptr;
+  Communicator* comm = opts.communicator;
+  std::unique_ptr<Communicator> ownComm;
+  std::vector<int> local;
+  if (external) {
+    if (comm->worldSize() != world)
+      return Status::invalidArgument("the launcher started " + std::to_string(comm->worldSize()) +
+                                     " processes but the plan has " + std::to_string(world) + " ranks (" +
+                                     mesh.describe() + "): start one process per rank (-n " +
+                                     std::to_string(world) + ")");
+    if (opts.localRanks.size() != 1 || opts.localRanks[0] < 0 || opts.localRanks[0] >= world)
+      return Status::invalidArgument("one process per rank: give the one rank this process runs");
+    local = opts.localRanks;
+  } else {
+    for (int r = 0; r < world; ++r) local.push_back(r);
+  }
+  auto isLocal = [&](int r) { return std::find(local.begin(), local.end(), r) != local.end(); };
+  if (!opts.saveParams.empty() && isLocal(0)) LLCDIST_RETURN_IF_ERROR(checkWritable(opts.saveParams));
+  if (!opts.traceDir.empty()) {
+    if (external)
+      return Status::invalidArgument("--trace: one process per rank does not record a trace yet "
+                                     "(run the plan without the launcher to trace it)");
+    LLCDIST_RETURN_IF_ERROR(checkTraceDir(opts.traceDir));
+  }
   // The step's metrics come from the lowest rank of the last program: the last pipeline stage, which
   // computes the loss (rank 0 of an SPMD plan).
   const size_t lastProgram = plan.programs.size() - 1;
@@ -176,25 +179,23 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
                                    ")");
   const std::vector<int64_t>& lastRanks = m.programs[lastProgram].ranks;
   const int reportRank = int(*std::min_element(lastRanks.begin(), lastRanks.end()));
+  const bool reporter = isLocal(reportRank);
 
-  const int world = int(m.worldSize());
-  const bool multiRank = world > 1;
-  const Mesh mesh = m.mesh();
-  std::unique_ptr<Communicator> comm;
-  if (multiRank) {
+  if (multiRank && !external) {
     InProcessCommunicatorOptions co;
     co.worldSize = world;
     co.mesh = mesh;
     co.timeout = std::chrono::milliseconds(int64_t(opts.collectiveTimeoutSeconds * 1000.0));
-    comm = makeInProcessCommunicator(co);
+    ownComm = makeInProcessCommunicator(co);
+    comm = ownComm.get();
   }
   // Backends and interpreters are made here, on one thread (the CPU backend sets OpenBLAS's threads
   // process-wide); parameter init and the steps run on one thread per rank.
   std::vector<RankRun> ranks(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) {
+  for (int r : local) {
     CpuBackendOptions bo;
     bo.rank = r;
-    bo.communicator = comm.get();
+    bo.communicator = comm;
     ranks[size_t(r)].backend = makeCpuBackend(bo);
     const int64_t programIndex = m.programOfRank(r);  // the loader checks every rank runs one program
     if (programIndex < 0) return Status::internal("no program runs rank " + std::to_string(r));
@@ -213,17 +214,17 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     sched.totalSteps = sched.warmupSteps + 1;  // a run shorter than the warmup never reaches the decay
 
   std::ofstream log;
-  if (!opts.logJson.empty()) {
+  if (!opts.logJson.empty() && reporter) {
     log.open(opts.logJson, std::ios::trunc);
     if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': cannot open for writing");
   }
 
-  RunResult local;
-  RunResult& res = result ? *result : local;
+  RunResult local_;
+  RunResult& res = result ? *result : local_;
   res = RunResult{};
   res.tokensPerStep = m.globalBatch * m.seqLen;
-  for (int r = 0; r < world; ++r) res.arenaBytes.push_back(ranks[size_t(r)].backend->arenaBytes());
-  MemoryBoard memoryBoard(world);
+  // The last step's log record waits for every rank's memory measurement (after the steps).
+  std::string lastRecord;
 
   // One rank's whole run. reportRank reports (records, log, progress); its metrics are the run's.
   auto runRank = [&](int r) -> Status {
@@ -236,7 +237,6 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
       rec.lr = learningRate(sched, step);
       const auto t0 = std::chrono::steady_clock::now();
       LLCDIST_RETURN_IF_ERROR(interp.runStep(step, rec.lr, data));
-      if (step == 0) memoryBoard.settle(r, interp.memoryStats());  // measured during this first step
       if (r != reportRank) continue;
       float loss = 0, norm = std::numeric_limits<float>::quiet_NaN();
       LLCDIST_RETURN_IF_ERROR(interp.readBuffer(lossId, &loss));
@@ -248,12 +248,12 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
       res.steps.push_back(rec);
       if (log.is_open()) {
         std::string line = logRecord(rec);
-        if (step == opts.steps - 1) {  // the last record carries every rank's memory measurement
-          line.erase(line.size() - 2);  // "}\n"
-          line += memoryField(res.arenaBytes, memoryBoard.waitAll()) + "}\n";
+        if (step == opts.steps - 1) {
+          lastRecord = line;
+        } else {
+          log << line << std::flush;
+          if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': write failed");
         }
-        log << line << std::flush;
-        if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': write failed");
       }
       if (!opts.quiet) {
         if (opts.progressIsTty) progress << '\r' << progressLine(rec, opts.steps) << "\x1b[K" << std::flush;
@@ -267,28 +267,75 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     ranks[0].status = runRank(0);
   } else {
     std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r)
+    for (int r : local)
       threads.emplace_back([&, r] {
         Status s = runRank(r);
-        memoryBoard.settle(r, ranks[size_t(r)].interp->memoryStats());  // no-op after a first step
         if (!s.isOk()) comm->abort(Status(s).withRank(r));  // nobody waits for this rank any more
         ranks[size_t(r)].status = std::move(s);
       });
     for (std::thread& t : threads) t.join();
   }
-  if (!opts.quiet && opts.progressIsTty && !res.steps.empty()) progress << '\n' << std::flush;
-  LLCDIST_RETURN_IF_ERROR(firstError(ranks, comm.get(), multiRank));
-  for (const RankRun& r : ranks) {
-    res.peakDeviceBytes = std::max(res.peakDeviceBytes, r.backend->peakAllocatedBytes());
-    const std::optional<MemoryStats>& mem = r.interp->memoryStats();
-    res.arenaHighWaterBytes.push_back(mem ? mem->arenaHighWaterBytes : 0);
-    res.measuredPeakLiveBytes.push_back(mem ? mem->peakLiveBytes : 0);
+  if (!opts.quiet && opts.progressIsTty && !res.steps.empty() && reporter) progress << '\n' << std::flush;
+  LLCDIST_RETURN_IF_ERROR(firstError(ranks, comm, multiRank));
+  // Every rank's memory: this process's ranks', and with one process per rank the others' (an
+  // all-gather over the world of each rank's three figures, 8-byte elements copied as they are).
+  std::vector<std::array<int64_t, 3>> memory(size_t(world), {0, 0, 0});
+  for (int r : local) {
+    const std::optional<MemoryStats>& mem = ranks[size_t(r)].interp->memoryStats();
+    memory[size_t(r)] = {ranks[size_t(r)].backend->arenaBytes(), mem ? mem->arenaHighWaterBytes : 0,
+                         mem ? mem->peakLiveBytes : 0};
+    res.peakDeviceBytes = std::max(res.peakDeviceBytes, ranks[size_t(r)].backend->peakAllocatedBytes());
   }
-  if (!opts.quiet && opts.steps > 0) progress << memoryLines(res) << std::flush;
+  if (external && multiRank) {
+    std::vector<int> everyone(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) everyone[size_t(r)] = r;
+    const std::array<int64_t, 3> mine = memory[size_t(local[0])];
+    LLCDIST_RETURN_IF_ERROR(comm->allGather(local[0], everyone, mine.data(), memory.data(), 1, 3, CommDType::kF64)
+                                .withContext("gathering every rank's memory"));
+  }
+  for (const auto& [arena, high, live] : memory) {
+    res.arenaBytes.push_back(arena);
+    res.arenaHighWaterBytes.push_back(high);
+    res.measuredPeakLiveBytes.push_back(live);
+  }
+  if (!lastRecord.empty()) {  // the last record carries every rank's memory measurement
+    lastRecord.erase(lastRecord.size() - 2);  // "}\n"
+    std::vector<std::optional<MemoryStats>> stats;
+    for (const auto& [arena, high, live] : memory) {
+      MemoryStats st;
+      st.arenaBytes = arena, st.arenaHighWaterBytes = high, st.peakLiveBytes = live;
+      stats.push_back(st);
+    }
+    log << lastRecord + memoryField(res.arenaBytes, stats) + "}\n" << std::flush;
+    if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': write failed");
+  }
+  if (!opts.quiet && opts.steps > 0 && reporter) progress << memoryLines(res) << std::flush;
   if (!opts.saveParams.empty()) {
-    std::vector<Interpreter*> interps;
-    for (RankRun& r : ranks) interps.push_back(r.interp.get());
-    LLCDIST_RETURN_IF_ERROR(train::saveParams(m, interps, opts.saveParams).withContext("--save-params"));
+    // Rank 0's process writes the file; the others send it their param buffers, param by param in the
+    // manifest's order (tag: the param's index; microbatch -2), which it receives in that order.
+    constexpr int64_t kParamMessage = -2;
+    auto bufferNumel = [&](int r, int64_t buffer) {
+      return plan.programs[size_t(m.programOfRank(r))].buffers[size_t(buffer)].numel();
+    };
+    if (isLocal(0)) {
+      auto read = [&](int r, int64_t param, int64_t buffer) -> StatusOr<std::vector<float>> {
+        if (isLocal(r)) return ranks[size_t(r)].interp->readF32(buffer);
+        std::vector<float> v(size_t(bufferNumel(r, buffer)));
+        LLCDIST_RETURN_IF_ERROR(comm->recv(0, r, v.data(), int64_t(v.size()), param, kParamMessage));
+        return v;
+      };
+      LLCDIST_RETURN_IF_ERROR(train::saveParams(m, world, read, opts.saveParams).withContext("--save-params"));
+    } else {
+      for (const ParamDesc& p : m.params)
+        for (int r : local)
+          if (const ParamDesc::Placement* pl = p.placementIn(m.programOfRank(r))) {
+            LLCDIST_ASSIGN_OR_RETURN(std::vector<float> v, ranks[size_t(r)].interp->readF32(pl->buffer));
+            LLCDIST_RETURN_IF_ERROR(comm->send(r, 0, v.data(), int64_t(v.size()), int64_t(&p - m.params.data()),
+                                               kParamMessage)
+                                        .withContext("--save-params: sending rank " + std::to_string(r) +
+                                                     "'s params to rank 0"));
+          }
+    }
   }
   // Last, so that a failed run (a step, or --save-params) leaves no trace.
   if (!opts.traceDir.empty()) {
@@ -297,6 +344,18 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     LLCDIST_RETURN_IF_ERROR(writeChromeTrace(opts.traceDir + "/trace.json", timelines).withContext("--trace"));
   }
   return Status::ok();
+}
+
+std::optional<std::string> launcherOf() {
+  const bool srun = std::getenv("SLURM_PROCID") != nullptr;
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    const char* v = std::getenv(var);
+    if (!v || (std::string(var) == "SLURM_STEP_NUM_TASKS" && !srun)) continue;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && n > 1) return std::string(var) + "=" + v;
+  }
+  return std::nullopt;
 }
 
 }  // namespace llcdist::rt

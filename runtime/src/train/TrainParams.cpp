@@ -162,6 +162,11 @@ Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, 
 }
 
 Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ranks, const std::string& path) {
+  return saveParams(manifest, int(ranks.size()),
+                    [&](int r, int64_t, int64_t buffer) { return ranks[size_t(r)]->readF32(buffer); }, path);
+}
+
+Status saveParams(const Manifest& manifest, int world, const ParamRead& read, const std::string& path) {
   const Mesh mesh = manifest.mesh();
   std::vector<std::vector<float>> values;
   values.reserve(manifest.params.size());
@@ -176,15 +181,15 @@ Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ran
     std::vector<int> owner(size_t(numShards * numBlocks), -1);
     std::vector<std::vector<float>> shards(owner.size());
     auto programOf = [&](size_t r) {
-      return manifest.programs.size() > 1 ? " (programs[" + std::to_string(ranks[r]->programIndex()) + "])"
+      return manifest.programs.size() > 1 ? " (programs[" + std::to_string(manifest.programOfRank(int64_t(r))) + "])"
                                           : std::string();
     };
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      const ParamDesc::Placement* pl = p.placementIn(int64_t(ranks[r]->programIndex()));
+    for (size_t r = 0; r < size_t(world); ++r) {
+      const ParamDesc::Placement* pl = p.placementIn(manifest.programOfRank(int64_t(r)));
       if (!pl) continue;  // this rank's program holds no copy
       const Holding h = holdingOf(manifest, p, int(r));
       const size_t key = size_t(h.key());
-      LLCDIST_ASSIGN_OR_RETURN(std::vector<float> v, ranks[r]->readF32(pl->buffer));
+      LLCDIST_ASSIGN_OR_RETURN(std::vector<float> v, read(int(r), int64_t(&p - manifest.params.data()), pl->buffer));
       if (owner[key] < 0) {
         owner[key] = int(r);
         forEachHeld(p, h, [&](int64_t l, int64_t g, int64_t count) {

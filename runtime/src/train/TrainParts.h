@@ -23,6 +23,11 @@ Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, 
 // program holds a copy (tied params of pipeline plans: whichever program), else an error names the
 // param, the first differing rank and element. ranks[r] runs rank r.
 Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ranks, const std::string& path);
+// The same with rank r's param buffers read by read(r, param index, buffer id in r's program): ranks
+// of other processes included (the caller fetches them). `world` ranks, r's program
+// manifest.programOfRank(r); params are read in the manifest's order, each rank after rank.
+using ParamRead = std::function<StatusOr<std::vector<float>>(int rank, int64_t param, int64_t buffer)>;
+Status saveParams(const Manifest& manifest, int world, const ParamRead& read, const std::string& path);
 
 // For each contiguous run of param `p`'s local shard on member `member` of its sharding axis:
 // fn(localOffset, globalOffset, count) in elements. A replicated param is one run [0, numel).

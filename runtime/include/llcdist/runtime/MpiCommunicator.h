@@ -40,6 +40,8 @@ Status initMpi();
 // This process's rank and the world size (initMpi first).
 int mpiWorldRank();
 int mpiWorldSize();
+// Ends every process of the job (MPI_Abort): a rank that failed must not leave the others waiting.
+[[noreturn]] void abortMpiJob(int exitCode);
 
 struct MpiCommunicatorOptions {
   // Names the axis of a group in error messages; optional.

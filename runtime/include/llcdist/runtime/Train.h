@@ -76,11 +76,14 @@
 #include "llcdist/runtime/Status.h"
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 namespace llcdist::rt {
+
+class Communicator;
 
 struct RunOptions {
   std::string planDir;
@@ -98,6 +101,13 @@ struct RunOptions {
   bool quiet = false;
   bool progressIsTty = false;  // rewrite one progress line with '\r'
   double collectiveTimeoutSeconds = 300.0;  // a rank waiting longer in one collective fails the run
+  // One process per rank (mpirun, srun): the communicator the caller made for the whole world (its
+  // worldSize() must be the plan's) and the ranks this process runs on it. The process that runs the
+  // reporting rank prints the progress and memory lines and writes --log-json; the one that runs
+  // rank 0 writes --save-params (the others send it their param buffers). Unset: every rank runs as
+  // a thread of this process, on an in-process communicator.
+  Communicator* communicator = nullptr;
+  std::vector<int> localRanks;
 };
 
 struct StepRecord {
@@ -119,5 +129,11 @@ struct RunResult {
 };
 
 Status runTraining(const RunOptions& options, std::ostream& progress, RunResult* result = nullptr);
+
+// Whether a launcher started this process as one of several (so the run is one process per rank):
+// the variable that says so and the world size ("OMPI_COMM_WORLD_SIZE=4": mpirun of OpenMPI;
+// PMI_SIZE: MPICH's and Slurm's PMI; PMIX_SIZE: PMIx; SLURM_STEP_NUM_TASKS with SLURM_PROCID: srun),
+// or nullopt when none did or the world is one process.
+std::optional<std::string> launcherOf();
 
 }  // namespace llcdist::rt

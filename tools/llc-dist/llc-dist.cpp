@@ -20,6 +20,9 @@
 #include "llcdist/Target/Plan/PlanWriter.h"
 #include "llcdist/Verify/PlanComm.h"
 #include "llcdist/runtime/Train.h"
+#if LLCDIST_HAVE_MPI
+#include "llcdist/runtime/MpiCommunicator.h"
+#endif
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -278,6 +281,14 @@ const char *kRunHelp = R"(llc-dist run PLAN [options]
 Executes a plan directory written by `llc-dist compile` on the CPU backend:
 initializes (or loads) the parameters, runs --steps training steps over the
 data, prints one progress line per step, and saves the parameters.
+
+Alone, every rank of the plan is a thread of this process. Started by a
+launcher as one process per rank (`mpirun -n WORLD llc-dist run PLAN`, or
+srun), each process runs its rank over MPI: the results are the same bits.
+The process of the last stage's first rank prints the progress and writes
+--log-json, rank 0's writes --save-params; a launcher world that is not the
+plan's, or a rank that fails, ends every process with an error
+(docs/cluster.md).
 
 OPTIONS
   --steps N              training steps (default 1)
@@ -1058,9 +1069,39 @@ int runRun(Args &args) {
   o.shuffle = shuffle == "on";
   o.seed = static_cast<uint64_t>(seed);
   o.progressIsTty = isatty(fileno(stdout));
+  // Started by mpirun or srun as one of several processes: this process runs one rank, on MPI.
+  std::unique_ptr<rt::Communicator> comm;
+  if (std::optional<std::string> launcher = rt::launcherOf()) {
+#if LLCDIST_HAVE_MPI
+    auto made = [&]() -> rt::StatusOr<std::unique_ptr<rt::Communicator>> {
+      LLCDIST_RETURN_IF_ERROR(rt::initMpi());
+      return rt::makeMpiCommunicator({});
+    }();
+    if (!made.isOk()) {
+      error(*launcher + ": " + made.status().toString());
+      return kExitError;
+    }
+    comm = std::move(made).value();
+    o.communicator = comm.get();
+    o.localRanks = {rt::mpiWorldRank()};
+#else
+    error("a launcher started this process as one of several (" + *launcher +
+          "), but this llc-dist was built without MPI: install libopenmpi-dev and rebuild "
+          "(scripts/setup-deps.sh), or run `llc-dist run PLAN` alone (every rank a thread)");
+    return kExitError;
+#endif
+  }
   rt::Status st = rt::runTraining(o, std::cout);
   if (!st.isOk()) {
     std::cout.flush();
+#if LLCDIST_HAVE_MPI
+    if (comm) {
+      // Every process of the job ends: the others would wait for this rank.
+      error((st.code() == rt::StatusCode::kAborted ? st : std::move(st).withRank(rt::mpiWorldRank()))
+                .toString());
+      rt::abortMpiJob(kExitError);
+    }
+#endif
     error(st.toString());
     return kExitError;
   }

@@ -1,0 +1,82 @@
+"""One process per rank reproduces the in-process run (issue #13): compiles a plan, runs it with
+every rank a thread of one `llc-dist run`, then under `mpirun -n WORLD llc-dist run`, and requires
+the same losses, gradient norms and memory figures in --log-json and the same --save-params file,
+byte for byte (both communicators reduce in member order). Also: a launcher that starts another
+number of processes than the plan's ranks is an error on every rank, a rank that cannot read its
+data names itself and ends every process, and nothing hangs.
+
+usage: mpirun_matches_threads.py LLC_DIST MPIEXEC MODELS_DIR NAME -- COMPILE_FLAGS...
+  NAME 'world-size-mismatch' checks that error instead, 'one-rank-bad-data' that a rank that cannot
+  read its data names itself and ends the job.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+llc, mpiexec, models, name = sys.argv[1:5]
+flags = sys.argv[sys.argv.index("--") + 1:]
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def run(cmd, timeout=240):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def fail(msg):
+    sys.exit(f"{name}: FAIL: {msg}")
+
+
+with tempfile.TemporaryDirectory() as d:
+    plan = os.path.join(d, "plan")
+    model = os.path.join(models, flags[0] + ".json")
+    rc, out, err = run([llc, "compile", model, *flags[1:], "-o", plan, "--quiet"])
+    if rc:
+        fail(f"compile: {err}")
+    world = json.load(open(os.path.join(plan, "manifest.json")))["mesh"]
+    world = world["dp"] * world["tp"] * world["pp"]
+    def expect_failure(cmd, what, want):
+        """`cmd` must fail (within the timeout: nothing hangs) with `want` in its errors."""
+        rc, out, err = run(cmd, timeout=120)
+        if rc == 0:
+            fail(f"{what} succeeded")
+        if want not in err:
+            fail(f"no '{want}' in:\n{err}")
+        print(f"{name}: ok: exit {rc}: {want}")
+        sys.exit(0)
+
+    if name == "world-size-mismatch":
+        n = world + 1
+        expect_failure([mpiexec, "-n", str(n), llc, "run", plan, "--steps", "1"],
+                       "a run with the wrong number of processes",
+                       f"the launcher started {n} processes but the plan has {world} ranks")
+    if name == "one-rank-bad-data":
+        # MPMD: the last rank alone gets a data file that does not exist; it must name itself and end
+        # the job, while the others wait for it in their first collective.
+        bad = os.path.join(d, "missing.bin")
+        expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "2", ":",
+                        "-n", "1", llc, "run", plan, "--steps", "2", "--data", bad],
+                       "a run where one rank cannot read its data", f"rank {world - 1}: file '{bad}'")
+    steps = "3"
+    base = [llc, "run", plan, "--steps", steps]
+    rc, out, err = run([*base, "--log-json", f"{d}/threads.json", "--save-params", f"{d}/threads.st"])
+    if rc:
+        fail(f"in-process run: {err}")
+    rc, out, err = run([mpiexec, "-n", str(world), *base, "--log-json", f"{d}/mpi.json",
+                        "--save-params", f"{d}/mpi.st"])
+    if rc:
+        fail(f"mpirun -n {world}: exit {rc}:\n{out}\n{err}")
+    a = [json.loads(l) for l in open(f"{d}/threads.json")]
+    b = [json.loads(l) for l in open(f"{d}/mpi.json")]
+    if len(a) != int(steps) or len(b) != len(a):
+        fail(f"{len(a)} and {len(b)} log records")
+    for x, y in zip(a, b):
+        for k in ("step", "loss", "grad_norm", "lr", "memory"):
+            if x.get(k) != y.get(k):
+                fail(f"step {x['step']}: {k} {x.get(k)} (threads) vs {y.get(k)} (processes)")
+    if open(f"{d}/threads.st", "rb").read() != open(f"{d}/mpi.st", "rb").read():
+        fail("--save-params files differ")
+    print(f"{name}: ok: {world} processes, losses {[x['loss'] for x in b]} and params as in-process")

@@ -3,7 +3,8 @@
 # Llama compiles the training step into a plan and trains it on the shipped
 # corpus on the CPU backend (the CUDA backend comes in a later issue); then
 # trains tiny Llama again on an 8-rank mesh (data + tensor + sequence +
-# pipeline parallelism, 1F1B), which reproduces the single-device run.
+# pipeline parallelism, 1F1B), which reproduces the single-device run; and,
+# where MPI is installed, the same 8-rank plan as 8 processes under mpirun.
 #   STEPS=200 bash scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,9 +36,28 @@ echo "== tiny-llama on 8 ranks: --mesh dp=2,tp=2,pp=2 --sequence-parallel --sche
 "$BIN/llc-dist" verify "$OUT/tiny-llama-3d/plan"
 "$BIN/llc-dist" run "$OUT/tiny-llama-3d/plan" --steps "$STEPS" --data data/corpus_train.bin \
   --log-json "$OUT/tiny-llama-3d/log.jsonl" --save-params "$OUT/tiny-llama-3d/params.safetensors"
+models="tiny-gpt2 tiny-llama tiny-llama-3d"
+# The same 8-rank plan as 8 processes (docs/cluster.md), where MPI is there: the same losses.
+if command -v mpirun >/dev/null && "$BIN/llc-dist" --version | grep -q ', MPI)'; then
+  echo
+  echo "== tiny-llama on 8 ranks again: mpirun -n 8 llc-dist run (one process per rank, MPI)"
+  mkdir -p "$OUT/tiny-llama-3d-mpi"
+  # (as root too, e.g. in a container; 8 processes on however many cores)
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+    mpirun -n 8 "$BIN/llc-dist" run "$OUT/tiny-llama-3d/plan" --steps "$STEPS" \
+    --data data/corpus_train.bin --log-json "$OUT/tiny-llama-3d-mpi/log.jsonl" \
+    --save-params "$OUT/tiny-llama-3d-mpi/params.safetensors" < /dev/null
+  models="$models tiny-llama-3d-mpi"
+  if cmp -s "$OUT/tiny-llama-3d/params.safetensors" "$OUT/tiny-llama-3d-mpi/params.safetensors"; then
+    echo "8 processes: the same parameters as 8 threads, byte for byte"
+  else
+    echo "8 processes: the parameters differ from the 8 threads' run" >&2
+    exit 1
+  fi
+fi
 echo
 echo "Loss at the first and last step (ln 256 = 5.545 at initialization):"
-for model in tiny-gpt2 tiny-llama tiny-llama-3d; do
+for model in $models; do
   first=$(head -n1 "$OUT/$model/log.jsonl" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
   last=$(tail -n1 "$OUT/$model/log.jsonl" | sed 's/.*"loss": \([0-9.]*\).*/\1/')
   echo "  $model: $first -> $last  (parameters: $OUT/$model/params.safetensors)"

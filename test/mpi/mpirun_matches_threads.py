@@ -6,11 +6,13 @@ number of processes than the plan's ranks is an error on every rank, a rank that
 data names itself and ends every process, and nothing hangs.
 
 usage: mpirun_matches_threads.py LLC_DIST MPIEXEC MODELS_DIR NAME -- COMPILE_FLAGS...
-  NAME 'world-size-mismatch' checks that error instead, 'one-rank-bad-data' that a rank that cannot
-  read its data names itself and ends the job.
+  NAME 'world-size-mismatch' checks that error instead; 'one-rank-bad-data', 'plan-mismatch' and
+  'one-rank-missing-plan-file' that a rank given another data file or plan (MPMD) fails, named, and
+  ends the job.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,6 +62,27 @@ with tempfile.TemporaryDirectory() as d:
         expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "2", ":",
                         "-n", "1", llc, "run", plan, "--steps", "2", "--data", bad],
                        "a run where one rank cannot read its data", f"rank {world - 1}: file '{bad}'")
+    if name == "plan-mismatch":
+        # MPMD: the last rank runs a copy of the plan whose AdamW epsilon differs.
+        other = os.path.join(d, "other")
+        shutil.copytree(plan, other)
+        man = json.load(open(os.path.join(other, "manifest.json")))
+        man["optimizer"]["eps"] = man["optimizer"]["eps"] * 2
+        json.dump(man, open(os.path.join(other, "manifest.json"), "w"))
+        expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "1", ":",
+                        "-n", "1", llc, "run", other, "--steps", "1"],
+                       "a run where one rank has another plan",
+                       f"rank {world - 1} loaded another plan than rank 0")
+    if name == "one-rank-missing-plan-file":
+        # MPMD: the last rank's copy of the plan lacks its stage's program file.
+        other = os.path.join(d, "other")
+        shutil.copytree(plan, other)
+        progs = json.load(open(os.path.join(other, "manifest.json")))["programs"]
+        missing = progs[-1]["file"]
+        os.remove(os.path.join(other, missing))
+        expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "1", ":",
+                        "-n", "1", llc, "run", other, "--steps", "1"],
+                       "a run where one rank's plan lacks a file", missing)
     steps = "3"
     base = [llc, "run", plan, "--steps", steps]
     rc, out, err = run([*base, "--log-json", f"{d}/threads.json", "--save-params", f"{d}/threads.st"])

@@ -1084,6 +1084,7 @@ int runRun(Args &args) {
     comm = std::move(made).value();
     o.communicator = comm.get();
     o.localRanks = {rt::mpiWorldRank()};
+    o.progressIsTty = false; // the launcher forwards every process's output: a line per step
 #else
     error("a launcher started this process as one of several (" + *launcher +
           "), but this llc-dist was built without MPI: install libopenmpi-dev and rebuild "
@@ -1134,7 +1135,13 @@ int main(int argc, char **argv) {
     }
     if (cmd == "--version") {
       llvm::outs() << "llc-dist " << LLCDIST_VERSION << " (MLIR "
-                   << LLVM_VERSION_STRING << ", allocator " << LLCDIST_ALLOCATOR << ")\n";
+                   << LLVM_VERSION_STRING << ", allocator " << LLCDIST_ALLOCATOR
+#if LLCDIST_HAVE_MPI
+                   << ", MPI"
+#else
+                   << ", no MPI"
+#endif
+                   << ")\n";
       return 0;
     }
     if (cmd == "compile")

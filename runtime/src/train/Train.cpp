@@ -84,6 +84,28 @@ std::string memoryLines(const RunResult& r) {
   return s;
 }
 
+// FNV-1a over the plan's files (manifest.json and every program file it lists), in that order: one
+// process per rank must run one plan.
+StatusOr<uint64_t> planFingerprint(const std::string& dir, const Manifest& m) {
+  uint64_t h = 1469598103934665603ull;
+  std::vector<std::string> files = {"manifest.json"};
+  for (const Manifest::ProgramRef& p : m.programs) files.push_back(p.file);
+  for (const std::string& f : files) {
+    std::ifstream in(dir + "/" + f, std::ios::binary);
+    if (!in) return Status::ioError(dir + "/" + f + ": cannot read it again for the plan's fingerprint");
+    char buf[1 << 16];
+    while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+      for (std::streamsize i = 0; i < in.gcount(); ++i) {
+        h ^= uint64_t(uint8_t(buf[i]));
+        h *= 1099511628211ull;
+      }
+      if (!in) break;
+    }
+    h ^= 0xff, h *= 1099511628211ull;  // file boundary
+  }
+  return h;
+}
+
 // Fails early when --save-params cannot be written, rather than after the run's steps: a probe file
 // is created beside the target and removed again.
 Status checkWritable(const std::string& path) {
@@ -156,6 +178,22 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     if (opts.localRanks.size() != 1 || opts.localRanks[0] < 0 || opts.localRanks[0] >= world)
       return Status::invalidArgument("one process per rank: give the one rank this process runs");
     local = opts.localRanks;
+    // Every process must have loaded the same plan: the fingerprints of all, compared on each.
+    LLCDIST_ASSIGN_OR_RETURN(uint64_t mine, planFingerprint(opts.planDir, m));
+    std::vector<uint64_t> all(static_cast<size_t>(world));
+    std::vector<int> everyone(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) everyone[size_t(r)] = r;
+    LLCDIST_RETURN_IF_ERROR(comm->allGather(local[0], everyone, &mine, all.data(), 1, 1, CommDType::kF64)
+                                .withContext("exchanging the plan's fingerprint"));
+    for (int r = 1; r < world; ++r)
+      if (all[size_t(r)] != all[0]) {
+        char a[32], b[32];
+        std::snprintf(a, sizeof a, "%016llx", static_cast<unsigned long long>(all[0]));
+        std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(all[size_t(r)]));
+        return Status::invalidArgument("rank " + std::to_string(r) + " loaded another plan than rank 0 (files " +
+                                       "manifest.json and program-*.json: fingerprint " + b + " vs " + a +
+                                       "): every process must run the same plan directory");
+      }
   } else {
     for (int r = 0; r < world; ++r) local.push_back(r);
   }

@@ -8,7 +8,8 @@ data names itself and ends every process, and nothing hangs.
 usage: mpirun_matches_threads.py LLC_DIST MPIEXEC MODELS_DIR NAME -- COMPILE_FLAGS...
   NAME 'world-size-mismatch' checks that error instead; 'one-rank-bad-data', 'plan-mismatch' and
   'one-rank-missing-plan-file' that a rank given another data file or plan (MPMD) fails, named, and
-  ends the job.
+  ends the job; 'fault-stall' and 'fault-exit' that a hung or dead rank (LLCDIST_FAULT) is named and
+  the job ends within --comm-timeout + 10 s; 'fault-delay' that a slow rank changes nothing.
 """
 import json
 import os
@@ -83,6 +84,30 @@ with tempfile.TemporaryDirectory() as d:
         expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "1", ":",
                         "-n", "1", llc, "run", other, "--steps", "1"],
                        "a run where one rank's plan lacks a file", missing)
+    if name in ("fault-stall", "fault-exit"):
+        # LLCDIST_FAULT: the last rank hangs (or dies) at its 4th communication call of step 1; the
+        # others must end the job within the timeout + 10 s, naming it.
+        import time
+        kind = name.split("-")[1]
+        last = world - 1
+        t0 = time.monotonic()
+        cmd = [mpiexec, "-n", str(world), llc, "run", plan, "--steps", "3",
+               "--comm-timeout", "2"]
+        env["LLCDIST_FAULT"] = f"rank:{last},step:1,op:3,kind:{kind}"
+        want = f"missing: {last}" if kind == "stall" else f"LLCDIST_FAULT: rank {last}, step 1"
+        rc, out, err = run(cmd, timeout=120)
+        dt = time.monotonic() - t0
+        if rc == 0:
+            fail(f"a run with a {kind} rank succeeded")
+        if want not in err:
+            fail(f"no '{want}' in:\n{err}")
+        if dt > 2 + 10:
+            fail(f"the job took {dt:.1f} s to end (--comm-timeout 2)")
+        print(f"{name}: ok: exit {rc} after {dt:.1f} s: {want}")
+        sys.exit(0)
+    if name == "fault-delay":
+        # A rank slower than the others but within the timeout: the same results.
+        env["LLCDIST_FAULT"] = f"rank:{world - 1},step:1,op:2,kind:delay,seconds:0.5"
     steps = "3"
     base = [llc, "run", plan, "--steps", steps]
     rc, out, err = run([*base, "--log-json", f"{d}/threads.json", "--save-params", f"{d}/threads.st"])

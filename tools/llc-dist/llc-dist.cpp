@@ -303,6 +303,10 @@ OPTIONS
                          grad_norm, tokens_per_s
   --trace DIR            write DIR/trace.json: each rank's measured kernel and
                          communication intervals as a Chrome trace (Perfetto)
+  --comm-timeout S       a rank that waits longer than S seconds in one
+                         collective or receive fails the run, naming the call
+                         and the ranks that did not come (default 600, as
+                         NCCL's watchdog)
   --check-async          asynchronous plans: run each started communication op
                          only at its wait, its outputs NaN-poisoned until then
                          (a missing or late wait changes the numbers or fails)
@@ -1039,7 +1043,9 @@ int runRun(Args &args) {
       .add("--init-from", &o.initFrom)
       .add("--save-params", &o.saveParams)
       .add("--log-json", &o.logJson)
-      .add("--trace", &o.traceDir);
+      .add("--trace", &o.traceDir)
+      .add("--comm-timeout", &o.collectiveTimeoutSeconds);
+  o.collectiveTimeoutSeconds = 600; // NCCL's watchdog default
   while (!args.empty()) {
     std::string a = args.next();
     if (a == "--help" || a == "-h") {
@@ -1064,6 +1070,8 @@ int runRun(Args &args) {
     throw UsageError{"run: missing PLAN (a directory written by llc-dist compile -o)"};
   if (o.steps < 0)
     throw UsageError{"--steps must be >= 0"};
+  if (!(o.collectiveTimeoutSeconds > 0) || o.collectiveTimeoutSeconds > 1e6)
+    throw UsageError{"--comm-timeout must be in (0, 1e6] seconds"};
   if (shuffle != "on" && shuffle != "off")
     throw UsageError{"--shuffle must be on or off, got '" + shuffle + "'"};
   o.shuffle = shuffle == "on";
@@ -1075,7 +1083,9 @@ int runRun(Args &args) {
 #if LLCDIST_HAVE_MPI
     auto made = [&]() -> rt::StatusOr<std::unique_ptr<rt::Communicator>> {
       LLCDIST_RETURN_IF_ERROR(rt::initMpi());
-      return rt::makeMpiCommunicator({});
+      rt::MpiCommunicatorOptions mo;
+      mo.timeout = std::chrono::milliseconds(int64_t(o.collectiveTimeoutSeconds * 1000.0));
+      return rt::makeMpiCommunicator(mo);
     }();
     if (!made.isOk()) {
       error(*launcher + ": " + made.status().toString());
@@ -1098,8 +1108,9 @@ int runRun(Args &args) {
 #if LLCDIST_HAVE_MPI
     if (comm) {
       // Every process of the job ends: the others would wait for this rank.
-      error((st.code() == rt::StatusCode::kAborted ? st : std::move(st).withRank(rt::mpiWorldRank()))
-                .toString());
+      // (named by rank, unless the run's error already is)
+      const std::string who = "rank " + std::to_string(rt::mpiWorldRank()) + ": ";
+      error((st.message().rfind(who, 0) == 0 ? st : std::move(st).withRank(rt::mpiWorldRank())).toString());
       rt::abortMpiJob(kExitError);
     }
 #endif

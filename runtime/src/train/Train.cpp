@@ -5,6 +5,7 @@
 
 #include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Communicator.h"
+#include "llcdist/runtime/FaultInjection.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/Plan.h"
@@ -227,6 +228,17 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     ownComm = makeInProcessCommunicator(co);
     comm = ownComm.get();
   }
+  // LLCDIST_FAULT (FaultInjection.h): the tests' crashed, hung or slow rank.
+  LLCDIST_ASSIGN_OR_RETURN(std::optional<FaultSpec> fault, faultSpecFromEnvironment());
+  std::unique_ptr<FaultCommunicator> faulty;
+  if (fault) {
+    if (!multiRank) return Status::invalidArgument("LLCDIST_FAULT: a one-rank plan makes no communication call");
+    if (fault->rank >= world)
+      return Status::invalidArgument("LLCDIST_FAULT: rank " + std::to_string(fault->rank) + " is not in the plan's " +
+                                     std::to_string(world) + " ranks");
+    faulty = makeFaultCommunicator(*comm, *fault);
+    comm = faulty.get();
+  }
   // Backends and interpreters are made here, on one thread (the CPU backend sets OpenBLAS's threads
   // process-wide); parameter init and the steps run on one thread per rank.
   std::vector<RankRun> ranks(static_cast<size_t>(world));
@@ -274,6 +286,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
       rec.step = step;
       rec.lr = learningRate(sched, step);
       const auto t0 = std::chrono::steady_clock::now();
+      if (faulty) faulty->beginStep(r, step);
       LLCDIST_RETURN_IF_ERROR(interp.runStep(step, rec.lr, data));
       if (r != reportRank) continue;
       float loss = 0, norm = std::numeric_limits<float>::quiet_NaN();

@@ -229,6 +229,19 @@ rt::Mesh cappedMesh(const rt::Mesh &full, int64_t maxAxis) {
   return mesh;
 }
 
+/// Rank `r` of the plan's mesh `full` in `mesh` (a capped copy of it): the
+/// rank with its coordinates, or none where a coordinate is past the cap.
+std::optional<int64_t> rankIn(const rt::Mesh &full, const rt::Mesh &mesh, int64_t r) {
+  int64_t small = 0;
+  for (rt::MeshAxis a : {rt::MeshAxis::kDp, rt::MeshAxis::kTp, rt::MeshAxis::kPp}) {
+    const int64_t c = full.coord(r, a);
+    if (c >= mesh.axisSize(a))
+      return std::nullopt;
+    small += c * mesh.stride(a);
+  }
+  return small;
+}
+
 /// The communication events of every rank of `mesh` (a capped copy of the
 /// plan's), counted without building them: a program's ranks each issue,
 /// per action, its subroutine's communicating ops.
@@ -238,12 +251,8 @@ int64_t eventCount(const rt::Plan &plan, const rt::Mesh &mesh) {
   for (size_t pi = 0; pi < plan.programs.size(); ++pi) {
     const rt::Program &prog = plan.programs[pi];
     int64_t ranks = 0;
-    for (int64_t r : plan.manifest.programs[pi].ranks) {
-      bool inside = true;
-      for (rt::MeshAxis a : {rt::MeshAxis::kDp, rt::MeshAxis::kTp, rt::MeshAxis::kPp})
-        inside &= full.coord(r, a) < mesh.axisSize(a);
-      ranks += inside;
-    }
+    for (int64_t r : plan.manifest.programs[pi].ranks)
+      ranks += rankIn(full, mesh, r).has_value();
     std::vector<int64_t> perSub;
     for (const rt::Subroutine &sub : prog.subroutines)
       perSub.push_back(int64_t(opEventsOf(prog, sub, mesh).size()));
@@ -267,19 +276,11 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
   // whose coordinates a rank of the program has in the full mesh.
   std::vector<std::vector<int64_t>> ranksOf(plan.programs.size());
   for (size_t pi = 0; pi < plan.programs.size(); ++pi)
-    for (int64_t r : man.programs[pi].ranks) {
-      int64_t small = 0;
-      bool inside = true;
-      for (rt::MeshAxis a : {rt::MeshAxis::kDp, rt::MeshAxis::kTp, rt::MeshAxis::kPp}) {
-        int64_t c = full.coord(r, a);
-        inside &= c < mesh.axisSize(a);
-        small += c * mesh.stride(a);
+    for (int64_t r : man.programs[pi].ranks)
+      if (std::optional<int64_t> small = rankIn(full, mesh, r)) {
+        ranksOf[pi].push_back(*small);
+        origins->programOfRank[size_t(*small)] = int64_t(pi);
       }
-      if (inside) {
-        ranksOf[pi].push_back(small);
-        origins->programOfRank[size_t(small)] = int64_t(pi);
-      }
-    }
   GroupPool groups(mesh);
   for (size_t pi = 0; pi < plan.programs.size(); ++pi) {
     const rt::Program &prog = plan.programs[pi];

@@ -54,24 +54,6 @@ struct Channel {
   int64_t sent = 0, received = 0;
 };
 
-// "(count 4, tag 1, microbatch 0)".
-std::string triple(int64_t count, int64_t tag, int64_t microbatch) {
-  return "(count " + std::to_string(count) + ", tag " + std::to_string(tag) + ", microbatch " +
-         std::to_string(microbatch) + ")";
-}
-
-std::string secondsStr(std::chrono::milliseconds t) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", std::chrono::duration<double>(t).count());
-  return buf;
-}
-
-std::string rankList(const std::vector<int>& g) {
-  std::string s = "[";
-  for (size_t i = 0; i < g.size(); ++i) s += (i ? ", " : "") + std::to_string(g[i]);
-  return s + "]";
-}
-
 template <typename T>
 void runAllReduce(Instance& inst, const Request& r) {
   const size_t n = inst.in.size();

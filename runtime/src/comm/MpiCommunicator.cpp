@@ -32,10 +32,6 @@ struct Header {
 Header headerOf(const Request& r, int64_t group) {
   return {kMagic, int64_t(r.kind), int64_t(r.dtype), int64_t(r.op), r.count, r.outer, r.inner, group};
 }
-bool sameRequest(const Header& a, const Header& b) {
-  return a.kind == b.kind && a.dtype == b.dtype && a.op == b.op && a.count == b.count && a.outer == b.outer &&
-         a.inner == b.inner && a.group == b.group;
-}
 Request requestOf(const Header& h) {
   Request r;
   r.kind = Kind(h.kind);
@@ -44,6 +40,7 @@ Request requestOf(const Header& h) {
   r.count = h.count, r.outer = h.outer, r.inner = h.inner;
   return r;
 }
+bool sameRequest(const Header& a, const Header& b) { return a.group == b.group && requestOf(a) == requestOf(b); }
 
 // A point-to-point message's triple, ahead of its data.
 struct P2PHeader {
@@ -57,17 +54,6 @@ int64_t groupHash(const std::vector<int>& g) {
     h *= 1099511628211ull;
   }
   return int64_t(h >> 1);
-}
-
-std::string rankList(const std::vector<int>& g) {
-  std::string s = "[";
-  for (size_t i = 0; i < g.size(); ++i) s += (i ? ", " : "") + std::to_string(g[i]);
-  return s + "]";
-}
-
-std::string triple(int64_t count, int64_t tag, int64_t microbatch) {
-  return "(count " + std::to_string(count) + ", tag " + std::to_string(tag) + ", microbatch " +
-         std::to_string(microbatch) + ")";
 }
 
 // Between polls: a few yields, then sleeps that double up to 1 ms, so that waiting ranks leave the
@@ -208,7 +194,7 @@ public:
       if (std::chrono::steady_clock::now() > deadline) {
         Status err = Status::deadlineExceeded(
             "recv " + triple(count, tag, microbatch) + " on rank " + std::to_string(rank) + " from rank " +
-            std::to_string(peer) + axisPhrase(rank, peer) + ": no message within " + seconds() + " s");
+            std::to_string(peer) + axisPhrase(rank, peer) + ": no message within " + secondsStr(opts_.timeout) + " s");
         abort(err);
         return err;
       }
@@ -247,11 +233,6 @@ private:
     MPI_Request request = MPI_REQUEST_NULL;
   };
 
-  std::string seconds() const {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3g", std::chrono::duration<double>(opts_.timeout).count());
-    return buf;
-  }
   std::string axisPhrase(int a, int b) const {
     if (!opts_.mesh) return "";
     if (auto axis = opts_.mesh->axisBetween(a, b)) return " (axis " + std::string(meshAxisName(*axis)) + ")";
@@ -386,7 +367,7 @@ private:
           list += (list.empty() ? "" : ", ") + std::to_string(group[j]);
         }
         return giveUp(Status::deadlineExceeded(r.describe() + " on " + groupPhrase(group) + ": rank " +
-                                               std::to_string(rank) + " waited " + seconds() +
+                                               std::to_string(rank) + " waited " + secondsStr(opts_.timeout) +
                                                " s; arrived: " + have + "; missing: " + missing));
       }
       backoff.pause();
@@ -419,7 +400,7 @@ private:
         if (std::chrono::steady_clock::now() > deadline)
           return giveUp(Status::deadlineExceeded(r.describe() + " on " + groupPhrase(group) +
                                                  ": a member did not take rank " + std::to_string(rank) +
-                                                 "'s data within " + seconds() + " s"));
+                                                 "'s data within " + secondsStr(opts_.timeout) + " s"));
         backoff.pause();
       }
     }

@@ -1,12 +1,14 @@
 // What the communicators share (Communicator.h): a collective call's request, compared across the
-// members of a group, and the reductions in member order that make every member's result, and every
-// communicator's, the same bits.
+// members of a group, the reductions in member order that make every member's result, and every
+// communicator's, the same bits, and the phrases of their messages.
 #pragma once
 
 #include "llcdist/runtime/Bf16.h"
 #include "llcdist/runtime/Communicator.h"
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -23,6 +25,26 @@ inline const char* kindName(Kind k) {
   }
   return "?";
 }
+// "(count 4, tag 1, microbatch 0)": a point-to-point message's triple.
+inline std::string triple(int64_t count, int64_t tag, int64_t microbatch) {
+  return "(count " + std::to_string(count) + ", tag " + std::to_string(tag) + ", microbatch " +
+         std::to_string(microbatch) + ")";
+}
+
+// "[0, 1, 2]".
+inline std::string rankList(const std::vector<int>& g) {
+  std::string s = "[";
+  for (size_t i = 0; i < g.size(); ++i) s += (i ? ", " : "") + std::to_string(g[i]);
+  return s + "]";
+}
+
+// A timeout in seconds, "%.3g".
+inline std::string secondsStr(std::chrono::milliseconds t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", std::chrono::duration<double>(t).count());
+  return buf;
+}
+
 inline const char* opName(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return "sum";

@@ -15,8 +15,6 @@
 #include <array>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
-#include <mutex>
 #include <optional>
 #include <cstdio>
 #include <cstdlib>
@@ -53,15 +51,17 @@ std::string jsonIntArray(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
-// The "memory" field of the last log record (Train.h).
-std::string memoryField(const std::vector<int64_t>& arena, const std::vector<std::optional<MemoryStats>>& stats) {
-  std::vector<int64_t> high, live;
-  for (const auto& s : stats) {
-    high.push_back(s ? s->arenaHighWaterBytes : 0);
-    live.push_back(s ? s->peakLiveBytes : 0);
-  }
-  return ", \"memory\": {\"arena_bytes\": " + jsonIntArray(arena) + ", \"arena_high_water_bytes\": " +
-         jsonIntArray(high) + ", \"peak_live_bytes\": " + jsonIntArray(live) + "}";
+// The "memory" field of the last log record (Train.h): the run's figures per rank.
+std::string memoryField(const RunResult& r) {
+  return ", \"memory\": {\"arena_bytes\": " + jsonIntArray(r.arenaBytes) + ", \"arena_high_water_bytes\": " +
+         jsonIntArray(r.arenaHighWaterBytes) + ", \"peak_live_bytes\": " + jsonIntArray(r.measuredPeakLiveBytes) + "}";
+}
+
+// Every rank of a world of `n`, in order: the group of the collectives over the whole world.
+std::vector<int> worldGroup(int n) {
+  std::vector<int> g(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) g[size_t(r)] = r;
+  return g;
 }
 
 // The memory lines printed after the run (Train.h): one per run of consecutive ranks with the same
@@ -182,9 +182,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     // Every process must have loaded the same plan: the fingerprints of all, compared on each.
     LLCDIST_ASSIGN_OR_RETURN(uint64_t mine, planFingerprint(opts.planDir, m));
     std::vector<uint64_t> all(static_cast<size_t>(world));
-    std::vector<int> everyone(static_cast<size_t>(world));
-    for (int r = 0; r < world; ++r) everyone[size_t(r)] = r;
-    LLCDIST_RETURN_IF_ERROR(comm->allGather(local[0], everyone, &mine, all.data(), 1, 1, CommDType::kF64)
+    LLCDIST_RETURN_IF_ERROR(comm->allGather(local[0], worldGroup(world), &mine, all.data(), 1, 1, CommDType::kF64)
                                 .withContext("exchanging the plan's fingerprint"));
     for (int r = 1; r < world; ++r)
       if (all[size_t(r)] != all[0]) {
@@ -338,10 +336,9 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     res.peakDeviceBytes = std::max(res.peakDeviceBytes, ranks[size_t(r)].backend->peakAllocatedBytes());
   }
   if (external && multiRank) {
-    std::vector<int> everyone(static_cast<size_t>(world));
-    for (int r = 0; r < world; ++r) everyone[size_t(r)] = r;
     const std::array<int64_t, 3> mine = memory[size_t(local[0])];
-    LLCDIST_RETURN_IF_ERROR(comm->allGather(local[0], everyone, mine.data(), memory.data(), 1, 3, CommDType::kF64)
+    LLCDIST_RETURN_IF_ERROR(comm->allGather(local[0], worldGroup(world), mine.data(), memory.data(), 1, 3,
+                                            CommDType::kF64)
                                 .withContext("gathering every rank's memory"));
   }
   for (const auto& [arena, high, live] : memory) {
@@ -351,13 +348,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   }
   if (!lastRecord.empty()) {  // the last record carries every rank's memory measurement
     lastRecord.erase(lastRecord.size() - 2);  // "}\n"
-    std::vector<std::optional<MemoryStats>> stats;
-    for (const auto& [arena, high, live] : memory) {
-      MemoryStats st;
-      st.arenaBytes = arena, st.arenaHighWaterBytes = high, st.peakLiveBytes = live;
-      stats.push_back(st);
-    }
-    log << lastRecord + memoryField(res.arenaBytes, stats) + "}\n" << std::flush;
+    log << lastRecord + memoryField(res) + "}\n" << std::flush;
     if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': write failed");
   }
   if (!opts.quiet && opts.steps > 0 && reporter) progress << memoryLines(res) << std::flush;
@@ -365,13 +356,10 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     // Rank 0's process writes the file; the others send it their param buffers, param by param in the
     // manifest's order (tag: the param's index; microbatch -2), which it receives in that order.
     constexpr int64_t kParamMessage = -2;
-    auto bufferNumel = [&](int r, int64_t buffer) {
-      return plan.programs[size_t(m.programOfRank(r))].buffers[size_t(buffer)].numel();
-    };
     if (isLocal(0)) {
       auto read = [&](int r, int64_t param, int64_t buffer) -> StatusOr<std::vector<float>> {
         if (isLocal(r)) return ranks[size_t(r)].interp->readF32(buffer);
-        std::vector<float> v(size_t(bufferNumel(r, buffer)));
+        std::vector<float> v(size_t(plan.programs[size_t(m.programOfRank(r))].buffers[size_t(buffer)].numel()));
         LLCDIST_RETURN_IF_ERROR(comm->recv(0, r, v.data(), int64_t(v.size()), param, kParamMessage));
         return v;
       };

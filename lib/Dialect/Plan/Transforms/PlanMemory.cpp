@@ -495,12 +495,10 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
           peakAt = int64_t(k);
         }
     }
-    // Every instance as one of its own (the pattern's slots worked out),
-    // in order of first use: for per-instance placement.
+    // With `pattern`: every instance as one of its own (the pattern's slots
+    // worked out), in order of first use, for per-instance placement.
     std::deque<SmallVector<Segment, 2>> expandedSegs;
     auto everyInstance = [&] {
-      if (!pattern)
-        return byFirstUse;
       // In the order layoutSlots' callers build it (buffer, then slot),
       // then by first use.
       std::vector<Transient> all;

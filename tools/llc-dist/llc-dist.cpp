@@ -2,8 +2,10 @@
 //
 //   llc-dist compile MODEL [--mesh dp=..,tp=..,pp=..] [--emit xf] [-o OUT]
 //   llc-dist info MODEL [--format json]
+// and main; `verify` and `run` are Verify.cpp's and Run.cpp's, and what the
+// subcommands share is Cli.h's.
 //
-// Only this file exits; everything below it returns errors.
+// Only the driver's files exit; everything below them returns errors.
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
@@ -18,11 +20,7 @@
 #include "llcdist/Support/MeshSpec.h"
 #include "llcdist/Support/Topology.h"
 #include "llcdist/Target/Plan/PlanWriter.h"
-#include "llcdist/Verify/PlanComm.h"
-#include "llcdist/runtime/Train.h"
-#if LLCDIST_HAVE_MPI
-#include "llcdist/runtime/MpiCommunicator.h"
-#endif
+#include "Cli.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -42,13 +40,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <iostream>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
-#include <unistd.h>
-#include <variant>
 #include <vector>
 
 using namespace mlir;
@@ -62,10 +57,9 @@ using json = nlohmann::ordered_json;
 #define LLCDIST_VERSION "dev"
 #endif
 
-namespace {
+using namespace llcdist::cli;
 
-constexpr int kExitError = 1; // bad input, failed compile
-constexpr int kExitUsage = 2; // bad command line
+namespace {
 
 const char *kMainHelp = R"(llc-dist: compile a transformer training step for a device mesh
 
@@ -276,43 +270,6 @@ OUTPUT
   --quiet                no summary
 )";
 
-const char *kRunHelp = R"(llc-dist run PLAN [options]
-
-Executes a plan directory written by `llc-dist compile` on the CPU backend:
-initializes (or loads) the parameters, runs --steps training steps over the
-data, prints one progress line per step, and saves the parameters.
-
-Alone, every rank of the plan is a thread of this process. Started by a
-launcher as one process per rank (`mpirun -n WORLD llc-dist run PLAN`, or
-srun), each process runs its rank over MPI: the results are the same bits.
-The process of the last stage's first rank prints the progress and writes
---log-json, rank 0's writes --save-params; a launcher world that is not the
-plan's, or a rank that fails, ends every process with an error
-(docs/cluster.md).
-
-OPTIONS
-  --steps N              training steps (default 1)
-  --data FILE|synthetic  llm.c token file (e.g. data/corpus_train.bin) or
-                         deterministic random tokens (default synthetic)
-  --shuffle on|off       shuffle the samples of each epoch (default off: the
-                         order of docs/plan-format.md / design.md §4)
-  --seed S               seed of initialization, shuffling, synthetic data (default 0)
-  --init-from W.safetensors   load parameters (Hugging Face names and layouts)
-  --save-params OUT.safetensors  save parameters after the run
-  --log-json FILE        JSON Lines, one record per step: step, loss, lr,
-                         grad_norm, tokens_per_s
-  --trace DIR            write DIR/trace.json: each rank's measured kernel and
-                         communication intervals as a Chrome trace (Perfetto)
-  --comm-timeout S       a rank that waits longer than S seconds in one
-                         collective or receive fails the run, naming the call
-                         and the ranks that did not come (default 600, as
-                         NCCL's watchdog)
-  --check-async          asynchronous plans: run each started communication op
-                         only at its wait, its outputs NaN-poisoned until then
-                         (a missing or late wait changes the numbers or fails)
-  --quiet                no progress output
-)";
-
 const char *kInfoHelp = R"(llc-dist info MODEL [options]
 
 Prints the parameter count (counted on the imported IR and checked against
@@ -326,59 +283,8 @@ OPTIONS
   --format text|json     output format (default text)
 )";
 
-struct UsageError {
-  std::string message;
-};
-
-/// A tiny, strict command-line reader: every option must be known.
-class Args {
-public:
-  Args(std::vector<std::string> a) : args(std::move(a)) {}
-
-  bool empty() const { return pos >= args.size(); }
-  const std::string &peek() const { return args[pos]; }
-  std::string next() { return args[pos++]; }
-
-  /// "--name VALUE" or "--name=VALUE".
-  std::optional<std::string> value(const std::string &arg,
-                                   const std::string &name) {
-    if (arg == name) {
-      if (empty())
-        throw UsageError{name + " needs a value"};
-      return next();
-    }
-    if (arg.rfind(name + "=", 0) == 0)
-      return arg.substr(name.size() + 1);
-    return std::nullopt;
-  }
-
-private:
-  std::vector<std::string> args;
-  size_t pos = 0;
-};
-
 /// The largest --make-vocab-size-divisible-by accepted.
 constexpr int64_t kMaxVocabDivisibleBy = 65536;
-
-int64_t parseInt(const std::string &flag, const std::string &v) {
-  char *end = nullptr;
-  errno = 0;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno != 0)
-    throw UsageError{flag + " expects an integer, got '" + v + "'"};
-  return x;
-}
-
-double parseDouble(const std::string &flag, const std::string &v) {
-  char *end = nullptr;
-  errno = 0;
-  double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || errno != 0)
-    throw UsageError{flag + " expects a number, got '" + v + "'"};
-  if (!std::isfinite(x))
-    throw UsageError{flag + " expects a finite number, got '" + v + "'"};
-  return x;
-}
 
 /// The overlap flags (OVERLAP in the help): what each needs of the mesh,
 /// ZeRO and dtype, refused before anything compiles. Resolves
@@ -430,43 +336,6 @@ void checkOptimizerFlags(const TrainingPipelineOptions &t) {
        ">= 0 (default: torch's, 0.01 for AdamW, 0 for SGD)", t.weightDecay);
   need(t.momentum >= 0, "--momentum", ">= 0 (default 0)", t.momentum);
   need(t.gradClip >= 0, "--grad-clip", ">= 0 (0 = off, the default)", t.gradClip);
-}
-
-/// Options that store one value: `--name V` or `--name=V` parsed into a
-/// variable; one table per command instead of a chain of ifs.
-class ValueFlags {
-public:
-  ValueFlags &add(const char *name, int64_t *dst) { return push(name, dst); }
-  ValueFlags &add(const char *name, double *dst) { return push(name, dst); }
-  ValueFlags &add(const char *name, std::string *dst) { return push(name, dst); }
-
-  /// Consumes `arg` (and its value) when it names a flag of the table.
-  bool match(Args &args, const std::string &arg) const {
-    for (const auto &[name, dst] : flags) {
-      std::optional<std::string> v = args.value(arg, name);
-      if (!v)
-        continue;
-      if (auto *i = std::get_if<int64_t *>(&dst))
-        **i = parseInt(name, *v);
-      else if (auto *d = std::get_if<double *>(&dst))
-        **d = parseDouble(name, *v);
-      else
-        **std::get_if<std::string *>(&dst) = *v;
-      return true;
-    }
-    return false;
-  }
-
-private:
-  template <typename T> ValueFlags &push(const char *name, T *dst) {
-    flags.emplace_back(name, dst);
-    return *this;
-  }
-  std::vector<std::pair<std::string, std::variant<int64_t *, double *, std::string *>>> flags;
-};
-
-void error(const std::string &msg) {
-  llvm::errs() << "llc-dist: error: " << msg << "\n";
 }
 
 /// loadModel, printing its error (an .mlir file's are already reported).
@@ -912,211 +781,6 @@ int runCompile(Args &args) {
     os << summary.toJson().dump(2) << "\n";
   else
     summary.print(os);
-  return 0;
-}
-
-const char *kVerifyHelp = R"(llc-dist verify PLAN [options]
-
-Checks a plan directory's communication across all ranks before anything
-runs: executes every rank's send/recv and collectives symbolically (with
-the runtime's semantics: eager sends, blocking receives, collectives as
-barriers) and reports a send without its recv (or the reverse), sizes,
-tags or microbatches that differ, a collective that some member of its
-group skips or issues with another size, and any cyclic wait (deadlock),
-naming the ranks, the action and op indices and the ops' provenance.
-`llc-dist compile` runs the same check (llcdist-verify-plan) before it
-writes a plan. Exit status 0: ok; 1: a problem (or an unreadable plan).
-
-OPTIONS
-  --max-errors N         report up to N problems (default 1: the first is
-                         the one to fix; later ones are often its echoes)
-  --all-ranks            simulate every rank. By default, where every rank of
-                         a stage runs one program and sends only along pp,
-                         one dp x tp replica of the pipeline is simulated and
-                         stands for all (docs/plan-verifier.md "Replicas");
-                         otherwise, or to name the ranks of a problem, the
-                         mesh with dp and tp capped at 4 (it asks every
-                         question the full one does; rank numbers in
-                         messages are then the smaller mesh's)
-  --format text|json     output format (default text)
-)";
-
-int runVerify(Args &args) {
-  std::string dir, format = "text";
-  int64_t maxErrors = 1, maxAxis = 4;
-  ValueFlags flags;
-  flags.add("--max-errors", &maxErrors).add("--format", &format);
-  while (!args.empty()) {
-    std::string a = args.next();
-    if (a == "--help" || a == "-h") {
-      llvm::outs() << kVerifyHelp;
-      return 0;
-    }
-    if (flags.match(args, a))
-      continue;
-    if (a == "--all-ranks") {
-      maxAxis = 0;
-      continue;
-    }
-    if (a.rfind("-", 0) == 0)
-      throw UsageError{"verify: unknown option '" + a + "'"};
-    if (!dir.empty())
-      throw UsageError{"verify: more than one PLAN given ('" + dir + "', '" + a + "')"};
-    dir = a;
-  }
-  if (dir.empty())
-    throw UsageError{"verify: missing PLAN (a directory written by llc-dist compile -o)"};
-  if (maxErrors < 1)
-    throw UsageError{"--max-errors must be >= 1"};
-  if (format != "text" && format != "json")
-    throw UsageError{"--format must be text or json, got '" + format + "'"};
-  auto plan = rt::loadPlan(dir);
-  if (!plan.isOk()) {
-    error(plan.status().toString());
-    return kExitError;
-  }
-  verify::PlanVerifyResult r = verify::verifyPlan(plan.value(), maxErrors, maxAxis);
-  const rt::Manifest &man = plan->manifest;
-  std::string how;
-  switch (r.check) {
-  case verify::PlanCheck::Replica:
-    if (man.worldSize() > man.meshPp)
-      how = fmt::format(" (checked on one dp x tp replica of the pp={} pipeline, which stands "
-                        "for all {}: every rank of a stage runs its program and sends only "
-                        "along pp; --all-ranks simulates every rank)",
-                        man.meshPp, man.worldSize());
-    break;
-  case verify::PlanCheck::SubMesh:
-    how = fmt::format(" (checked on the dp={},tp={},pp={} sub-mesh; --all-ranks checks all {})",
-                      std::min(man.meshDp, maxAxis), std::min(man.meshTp, maxAxis), man.meshPp,
-                      man.worldSize());
-    break;
-  case verify::PlanCheck::AllRanks:
-    break;
-  }
-  const int64_t checked = r.ranksCovered;
-  const std::string &sub = how; // (a replica's verdict is always ok: see verifyPlan)
-  if (format == "json") {
-    json errors = json::array();
-    for (const verify::VerifyError &e : r.errors) {
-      json events = json::array();
-      for (const verify::EventRef &ev : e.events)
-        events.push_back({{"rank", ev.rank}, {"event", ev.index}});
-      errors.push_back({{"kind", verify::errorKindName(e.kind)},
-                        {"message", e.message},
-                        {"events", events},
-                        {"notes", e.notes}});
-    }
-    llvm::outs() << json({{"plan", dir},
-                          {"ok", r.ok()},
-                          {"ranks", plan->manifest.worldSize()},
-                          {"ranks_checked", checked},
-                          {"events", r.eventsTotal},
-                          {"events_completed", r.eventsCompleted},
-                          {"check", verify::planCheckName(r.check)},
-                          {"ranks_simulated", r.ranksSimulated},
-                          {"errors", errors}})
-                        .dump(2)
-                 << "\n";
-    return r.ok() ? 0 : kExitError;
-  }
-  if (r.ok()) {
-    llvm::outs() << fmt::format("llc-dist verify: {}: ok: {} communication events on {} "
-                                "ranks match (sends and receives, collectives per "
-                                "group) and none waits forever{}\n",
-                                dir, r.eventsTotal, checked, sub);
-    return 0;
-  }
-  error(dir + sub + ": " + r.str());
-  return kExitError;
-}
-
-int runRun(Args &args) {
-  rt::RunOptions o;
-  int64_t seed = 0;
-  std::string shuffle = "off";
-  ValueFlags runFlags;
-  runFlags.add("--steps", &o.steps)
-      .add("--data", &o.data)
-      .add("--shuffle", &shuffle)
-      .add("--seed", &seed)
-      .add("--init-from", &o.initFrom)
-      .add("--save-params", &o.saveParams)
-      .add("--log-json", &o.logJson)
-      .add("--trace", &o.traceDir)
-      .add("--comm-timeout", &o.collectiveTimeoutSeconds);
-  o.collectiveTimeoutSeconds = 600; // NCCL's watchdog default
-  while (!args.empty()) {
-    std::string a = args.next();
-    if (a == "--help" || a == "-h") {
-      llvm::outs() << kRunHelp;
-      return 0;
-    }
-    if (runFlags.match(args, a))
-      continue;
-    if (a == "--quiet")
-      o.quiet = true;
-    else if (a == "--check-async")
-      o.checkAsync = true;
-    else if (a.rfind("-", 0) == 0)
-      throw UsageError{"run: unknown option '" + a + "'"};
-    else if (o.planDir.empty())
-      o.planDir = a;
-    else
-      throw UsageError{"run: more than one PLAN given ('" + o.planDir + "', '" +
-                       a + "')"};
-  }
-  if (o.planDir.empty())
-    throw UsageError{"run: missing PLAN (a directory written by llc-dist compile -o)"};
-  if (o.steps < 0)
-    throw UsageError{"--steps must be >= 0"};
-  if (!(o.collectiveTimeoutSeconds > 0) || o.collectiveTimeoutSeconds > 1e6)
-    throw UsageError{"--comm-timeout must be in (0, 1e6] seconds"};
-  if (shuffle != "on" && shuffle != "off")
-    throw UsageError{"--shuffle must be on or off, got '" + shuffle + "'"};
-  o.shuffle = shuffle == "on";
-  o.seed = static_cast<uint64_t>(seed);
-  o.progressIsTty = isatty(fileno(stdout));
-  // Started by mpirun or srun as one of several processes: this process runs one rank, on MPI.
-  std::unique_ptr<rt::Communicator> comm;
-  if (std::optional<std::string> launcher = rt::launcherOf()) {
-#if LLCDIST_HAVE_MPI
-    auto made = [&]() -> rt::StatusOr<std::unique_ptr<rt::Communicator>> {
-      LLCDIST_RETURN_IF_ERROR(rt::initMpi());
-      rt::MpiCommunicatorOptions mo;
-      mo.timeout = std::chrono::milliseconds(int64_t(o.collectiveTimeoutSeconds * 1000.0));
-      return rt::makeMpiCommunicator(mo);
-    }();
-    if (!made.isOk()) {
-      error(*launcher + ": " + made.status().toString());
-      return kExitError;
-    }
-    comm = std::move(made).value();
-    o.communicator = comm.get();
-    o.localRanks = {rt::mpiWorldRank()};
-    o.progressIsTty = false; // the launcher forwards every process's output: a line per step
-#else
-    error("a launcher started this process as one of several (" + *launcher +
-          "), but this llc-dist was built without MPI: install libopenmpi-dev and rebuild "
-          "(scripts/setup-deps.sh), or run `llc-dist run PLAN` alone (every rank a thread)");
-    return kExitError;
-#endif
-  }
-  rt::Status st = rt::runTraining(o, std::cout);
-  if (!st.isOk()) {
-    std::cout.flush();
-#if LLCDIST_HAVE_MPI
-    if (comm) {
-      // Every process of the job ends: the others would wait for this rank.
-      // (named by rank, unless the run's error already is)
-      const std::string who = "rank " + std::to_string(rt::mpiWorldRank()) + ": ";
-      error((st.message().rfind(who, 0) == 0 ? st : std::move(st).withRank(rt::mpiWorldRank())).toString());
-      rt::abortMpiJob(kExitError);
-    }
-#endif
-    error(st.toString());
-    return kExitError;
-  }
   return 0;
 }
 

@@ -1,0 +1,125 @@
+//===- Cli.h - what llc-dist's subcommands share ---------------*- C++ -*-===//
+//
+// The command line (Args, ValueFlags, UsageError: exit status 2), the error
+// line, the exit statuses, and the subcommands that live in their own files
+// (Verify.cpp, Run.cpp); compile and info are llc-dist.cpp's.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LLCDIST_TOOLS_LLC_DIST_CLI_H
+#define LLCDIST_TOOLS_LLC_DIST_CLI_H
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace llcdist::cli {
+
+constexpr int kExitError = 1; // bad input, failed compile
+constexpr int kExitUsage = 2; // bad command line
+
+struct UsageError {
+  std::string message;
+};
+
+/// A tiny, strict command-line reader: every option must be known.
+class Args {
+public:
+  Args(std::vector<std::string> a) : args(std::move(a)) {}
+
+  bool empty() const { return pos >= args.size(); }
+  const std::string &peek() const { return args[pos]; }
+  std::string next() { return args[pos++]; }
+
+  /// "--name VALUE" or "--name=VALUE".
+  std::optional<std::string> value(const std::string &arg,
+                                   const std::string &name) {
+    if (arg == name) {
+      if (empty())
+        throw UsageError{name + " needs a value"};
+      return next();
+    }
+    if (arg.rfind(name + "=", 0) == 0)
+      return arg.substr(name.size() + 1);
+    return std::nullopt;
+  }
+
+private:
+  std::vector<std::string> args;
+  size_t pos = 0;
+};
+
+inline int64_t parseInt(const std::string &flag, const std::string &v) {
+  char *end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0)
+    throw UsageError{flag + " expects an integer, got '" + v + "'"};
+  return x;
+}
+
+inline double parseDouble(const std::string &flag, const std::string &v) {
+  char *end = nullptr;
+  errno = 0;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || errno != 0)
+    throw UsageError{flag + " expects a number, got '" + v + "'"};
+  if (!std::isfinite(x))
+    throw UsageError{flag + " expects a finite number, got '" + v + "'"};
+  return x;
+}
+
+/// Options that store one value: `--name V` or `--name=V` parsed into a
+/// variable; one table per command instead of a chain of ifs.
+class ValueFlags {
+public:
+  ValueFlags &add(const char *name, int64_t *dst) { return push(name, dst); }
+  ValueFlags &add(const char *name, double *dst) { return push(name, dst); }
+  ValueFlags &add(const char *name, std::string *dst) { return push(name, dst); }
+
+  /// Consumes `arg` (and its value) when it names a flag of the table.
+  bool match(Args &args, const std::string &arg) const {
+    for (const auto &[name, dst] : flags) {
+      std::optional<std::string> v = args.value(arg, name);
+      if (!v)
+        continue;
+      if (auto *i = std::get_if<int64_t *>(&dst))
+        **i = parseInt(name, *v);
+      else if (auto *d = std::get_if<double *>(&dst))
+        **d = parseDouble(name, *v);
+      else
+        **std::get_if<std::string *>(&dst) = *v;
+      return true;
+    }
+    return false;
+  }
+
+private:
+  template <typename T> ValueFlags &push(const char *name, T *dst) {
+    flags.emplace_back(name, dst);
+    return *this;
+  }
+  std::vector<std::pair<std::string, std::variant<int64_t *, double *, std::string *>>> flags;
+};
+
+inline void error(const std::string &msg) {
+  llvm::errs() << "llc-dist: error: " << msg << "\n";
+}
+
+/// `llc-dist verify PLAN` (Verify.cpp) and `llc-dist run PLAN` (Run.cpp),
+/// and their --help texts.
+int runVerify(Args &args);
+int runRun(Args &args);
+extern const char *const kVerifyHelp;
+extern const char *const kRunHelp;
+
+} // namespace llcdist::cli
+
+#endif // LLCDIST_TOOLS_LLC_DIST_CLI_H

@@ -1,0 +1,148 @@
+//===- Run.cpp - llc-dist run PLAN ----------------------------------------===//
+//
+// Training on the CPU backend: every rank a thread of this process, or, under
+// mpirun / srun, one rank per process over MPI (docs/cluster.md).
+//
+//===----------------------------------------------------------------------===//
+#include "Cli.h"
+
+#include "llcdist/runtime/Train.h"
+#if LLCDIST_HAVE_MPI
+#include "llcdist/runtime/MpiCommunicator.h"
+#endif
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unistd.h>
+
+using namespace llcdist;
+
+const char *const llcdist::cli::kRunHelp = R"(llc-dist run PLAN [options]
+
+Executes a plan directory written by `llc-dist compile` on the CPU backend:
+initializes (or loads) the parameters, runs --steps training steps over the
+data, prints one progress line per step, and saves the parameters.
+
+Alone, every rank of the plan is a thread of this process. Started by a
+launcher as one process per rank (`mpirun -n WORLD llc-dist run PLAN`, or
+srun), each process runs its rank over MPI: the results are the same bits.
+The process of the last stage's first rank prints the progress and writes
+--log-json, rank 0's writes --save-params; a launcher world that is not the
+plan's, or a rank that fails, ends every process with an error
+(docs/cluster.md).
+
+OPTIONS
+  --steps N              training steps (default 1)
+  --data FILE|synthetic  llm.c token file (e.g. data/corpus_train.bin) or
+                         deterministic random tokens (default synthetic)
+  --shuffle on|off       shuffle the samples of each epoch (default off: the
+                         order of docs/plan-format.md / design.md §4)
+  --seed S               seed of initialization, shuffling, synthetic data (default 0)
+  --init-from W.safetensors   load parameters (Hugging Face names and layouts)
+  --save-params OUT.safetensors  save parameters after the run
+  --log-json FILE        JSON Lines, one record per step: step, loss, lr,
+                         grad_norm, tokens_per_s
+  --trace DIR            write DIR/trace.json: each rank's measured kernel and
+                         communication intervals as a Chrome trace (Perfetto)
+  --comm-timeout S       a rank that waits longer than S seconds in one
+                         collective or receive fails the run, naming the call
+                         and the ranks that did not come (default 600, as
+                         NCCL's watchdog)
+  --check-async          asynchronous plans: run each started communication op
+                         only at its wait, its outputs NaN-poisoned until then
+                         (a missing or late wait changes the numbers or fails)
+  --quiet                no progress output
+)";
+
+int llcdist::cli::runRun(Args &args) {
+  rt::RunOptions o;
+  int64_t seed = 0;
+  std::string shuffle = "off";
+  ValueFlags runFlags;
+  runFlags.add("--steps", &o.steps)
+      .add("--data", &o.data)
+      .add("--shuffle", &shuffle)
+      .add("--seed", &seed)
+      .add("--init-from", &o.initFrom)
+      .add("--save-params", &o.saveParams)
+      .add("--log-json", &o.logJson)
+      .add("--trace", &o.traceDir)
+      .add("--comm-timeout", &o.collectiveTimeoutSeconds);
+  o.collectiveTimeoutSeconds = 600; // NCCL's watchdog default
+  while (!args.empty()) {
+    std::string a = args.next();
+    if (a == "--help" || a == "-h") {
+      llvm::outs() << kRunHelp;
+      return 0;
+    }
+    if (runFlags.match(args, a))
+      continue;
+    if (a == "--quiet")
+      o.quiet = true;
+    else if (a == "--check-async")
+      o.checkAsync = true;
+    else if (a.rfind("-", 0) == 0)
+      throw UsageError{"run: unknown option '" + a + "'"};
+    else if (o.planDir.empty())
+      o.planDir = a;
+    else
+      throw UsageError{"run: more than one PLAN given ('" + o.planDir + "', '" +
+                       a + "')"};
+  }
+  if (o.planDir.empty())
+    throw UsageError{"run: missing PLAN (a directory written by llc-dist compile -o)"};
+  if (o.steps < 0)
+    throw UsageError{"--steps must be >= 0"};
+  if (!(o.collectiveTimeoutSeconds > 0) || o.collectiveTimeoutSeconds > 1e6)
+    throw UsageError{"--comm-timeout must be in (0, 1e6] seconds"};
+  if (shuffle != "on" && shuffle != "off")
+    throw UsageError{"--shuffle must be on or off, got '" + shuffle + "'"};
+  o.shuffle = shuffle == "on";
+  o.seed = static_cast<uint64_t>(seed);
+  o.progressIsTty = isatty(fileno(stdout));
+  // Started by mpirun or srun as one of several processes: this process runs one rank, on MPI.
+  std::unique_ptr<rt::Communicator> comm;
+  if (std::optional<std::string> launcher = rt::launcherOf()) {
+#if LLCDIST_HAVE_MPI
+    auto made = [&]() -> rt::StatusOr<std::unique_ptr<rt::Communicator>> {
+      LLCDIST_RETURN_IF_ERROR(rt::initMpi());
+      rt::MpiCommunicatorOptions mo;
+      mo.timeout = std::chrono::milliseconds(int64_t(o.collectiveTimeoutSeconds * 1000.0));
+      return rt::makeMpiCommunicator(mo);
+    }();
+    if (!made.isOk()) {
+      error(*launcher + ": " + made.status().toString());
+      return kExitError;
+    }
+    comm = std::move(made).value();
+    o.communicator = comm.get();
+    o.localRanks = {rt::mpiWorldRank()};
+    o.progressIsTty = false; // the launcher forwards every process's output: a line per step
+#else
+    error("a launcher started this process as one of several (" + *launcher +
+          "), but this llc-dist was built without MPI: install libopenmpi-dev and rebuild "
+          "(scripts/setup-deps.sh), or run `llc-dist run PLAN` alone (every rank a thread)");
+    return kExitError;
+#endif
+  }
+  rt::Status st = rt::runTraining(o, std::cout);
+  if (!st.isOk()) {
+    std::cout.flush();
+#if LLCDIST_HAVE_MPI
+    if (comm) {
+      // Every process of the job ends: the others would wait for this rank.
+      // (named by rank, unless the run's error already is)
+      const std::string who = "rank " + std::to_string(rt::mpiWorldRank()) + ": ";
+      error((st.message().rfind(who, 0) == 0 ? st : std::move(st).withRank(rt::mpiWorldRank())).toString());
+      rt::abortMpiJob(kExitError);
+    }
+#endif
+    error(st.toString());
+    return kExitError;
+  }
+  return 0;
+}

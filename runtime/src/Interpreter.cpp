@@ -1,6 +1,8 @@
 // Binds a program's ops to KernelCalls and runs its actions. See Interpreter.h.
 #include "llcdist/runtime/Interpreter.h"
 
+#include "llcdist/runtime/FlightRecorder.h"
+
 #include "ops/OpDefs.h"
 
 #include "llcdist/runtime/Bf16.h"
@@ -263,6 +265,18 @@ Status Interpreter::issueCommunication(const BoundOp& b, size_t queue, int64_t m
   const CommunicationParams* p = c.paramsAs<CommunicationParams>();
   if (!p) return Status::internal("a communication op bound without its parameters");
   const Stream stream = streams_[queue];
+  // The flight recorder's provenance of the call (FlightRecorder.h); the backend carries it to the
+  // thread that runs the call.
+  const Subroutine& sub = program_->subroutines[subroutine];
+  CommCallSite site;
+  site.program = &program_->file;
+  site.subroutine = &sub.name;
+  site.opIndex = int64_t(b.op - sub.ops.data());
+  site.loc = &b.op->loc;
+  site.step = step;
+  site.microbatch = microbatch;
+  site.action = action_;
+  const ScopedCallSite scopedSite(site);
   // Communication on another queue: its real interval, read on the thread that runs it (Timeline.h).
   std::shared_ptr<int64_t> t0;
   if (timeline_ && queue != 0) {

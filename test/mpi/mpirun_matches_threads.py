@@ -9,7 +9,10 @@ usage: mpirun_matches_threads.py LLC_DIST MPIEXEC MODELS_DIR NAME -- COMPILE_FLA
   NAME 'world-size-mismatch' checks that error instead; 'one-rank-bad-data', 'plan-mismatch' and
   'one-rank-missing-plan-file' that a rank given another data file or plan (MPMD) fails, named, and
   ends the job; 'fault-stall' and 'fault-exit' that a hung or dead rank (LLCDIST_FAULT) is named and
-  the job ends within --comm-timeout + 10 s; 'fault-delay' that a slow rank changes nothing.
+  the job ends within --comm-timeout + 10 s, and for the hung one that `llc-dist diagnose` of the
+  flight recorder's dumps names it and the plan op it never reached, with the op's provenance
+  ('fault-stall-rR-opK': rank R hangs at its communication call K of step 1, else the last rank at 3);
+  'fault-delay' that a slow rank changes nothing.
 """
 import json
 import os
@@ -24,8 +27,11 @@ env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
            OMPI_MCA_rmaps_base_oversubscribe="1")
 
 
+CWD = None  # the temporary directory: a failed run's flight recorder dumps stay there
+
+
 def run(cmd, timeout=240):
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=CWD)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -33,7 +39,33 @@ def fail(msg):
     sys.exit(f"{name}: FAIL: {msg}")
 
 
+COMMUNICATION = ("all_reduce", "all_gather", "reduce_scatter", "send", "recv")
+
+
+def nth_call(plan, rank, k):
+    """The plan op that makes `rank`'s k-th communication call of a step (0-based; a synchronous
+    plan issues them in its actions' order, an all_reduce one call per buffer): (subroutine, op
+    index, loc), read from the program files, independently of the runtime."""
+    man = json.load(open(os.path.join(plan, "manifest.json")))
+    file = next(p["file"] for p in man["programs"] if rank in p["ranks"])
+    prog = json.load(open(os.path.join(plan, file)))
+    subs = {s["name"]: s for s in prog["subroutines"]}
+    n = 0
+    for action in prog["actions"]:
+        sub = subs[action["subroutine"]] if isinstance(action["subroutine"], str) else \
+            prog["subroutines"][action["subroutine"]]
+        for i, op in enumerate(sub["ops"]):
+            if op["op"] not in COMMUNICATION:
+                continue
+            calls = len(op["args"]["x"]) if op["op"] == "all_reduce" else 1
+            if n <= k < n + calls:
+                return sub["name"], i, op.get("loc", "")
+            n += calls
+    fail(f"rank {rank} makes fewer than {k + 1} communication calls a step")
+
+
 with tempfile.TemporaryDirectory() as d:
+    CWD = d
     plan = os.path.join(d, "plan")
     model = os.path.join(models, flags[0] + ".json")
     rc, out, err = run([llc, "compile", model, *flags[1:], "-o", plan, "--quiet"])
@@ -84,7 +116,7 @@ with tempfile.TemporaryDirectory() as d:
         expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "1", ":",
                         "-n", "1", llc, "run", other, "--steps", "1"],
                        "a run where one rank's plan lacks a file", missing)
-    if name in ("fault-stall", "fault-exit"):
+    if name in ("fault-stall", "fault-exit") or name.startswith("fault-stall-"):
         # LLCDIST_FAULT: the last rank hangs (or dies) at its 4th communication call of step 1; the
         # job must end within the timeout + 10 s of the fault (the launcher's start-up, which a
         # machine without its host name in /etc/hosts can make seconds slower, is not counted),
@@ -92,12 +124,17 @@ with tempfile.TemporaryDirectory() as d:
         import threading
         import time
         kind = name.split("-")[1]
-        last = world - 1
-        env["LLCDIST_FAULT"] = f"rank:{last},step:1,op:3,kind:{kind}"
-        want = f"missing: {last}" if kind == "stall" else f"LLCDIST_FAULT: rank {last}, step 1"
+        last, call = world - 1, 3
+        if name.count("-") == 3:  # fault-stall-rR-opK: rank R hangs at its call K instead
+            last, call = int(name.split("-")[2][1:]), int(name.split("-")[3][2:])
+        env["LLCDIST_FAULT"] = f"rank:{last},step:1,op:{call},kind:{kind}"
+        # (a hung rank: named by the flight recorder's diagnosis, which the first rank to time out
+        # prints before it ends the job)
+        want = f"root cause: rank {last}" if kind == "stall" else f"LLCDIST_FAULT: rank {last}, step 1"
+        flight = os.path.join(d, "flight")
         proc = subprocess.Popen([mpiexec, "-n", str(world), llc, "run", plan, "--steps", "3",
-                                 "--comm-timeout", "2"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, env=env)
+                                 "--comm-timeout", "2", "--flight-dir", flight], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=d)
         lines, fault_at = [], []
 
         def read():
@@ -115,6 +152,7 @@ with tempfile.TemporaryDirectory() as d:
             fail("the job did not end within 120 s")
         ended = time.monotonic()
         reader.join()
+        job_rc = rc
         err = "".join(lines)
         if rc == 0:
             fail(f"a run with a {kind} rank succeeded")
@@ -125,7 +163,28 @@ with tempfile.TemporaryDirectory() as d:
         dt = ended - fault_at[0]
         if dt > 2 + 10:
             fail(f"the job took {dt:.1f} s after the fault to end (--comm-timeout 2)")
-        print(f"{name}: ok: exit {rc}, {dt:.1f} s after the fault: {want}")
+        if kind == "stall":
+            # The flight recorder's dumps: `llc-dist diagnose` must name the hung rank and the
+            # operation it never reached, the one the plan says is its 4th call of the step, with
+            # the compiler's provenance.
+            sub, index, loc = nth_call(plan, last, call)
+            rc, out, derr = run([llc, "diagnose", flight, "--format", "json"])
+            if rc:
+                fail(f"diagnose: exit {rc}: {derr}")
+            diag = json.loads(out)
+            first = diag["blocked"][0]
+            if diag["root_causes"] != [last] or first["never_reached"] != [last]:
+                fail(f"diagnose blames {diag['root_causes']} / {first['never_reached']}, not rank {last}")
+            if (first["subroutine"], first["op_index"], first["loc"], first["step"]) != (sub, index, loc, 1):
+                fail(f"diagnose names {first['subroutine']} op {first['op_index']} ({first['loc']}), "
+                     f"not the plan's {sub} op {index} ({loc}) in step 1")
+            if first["reason"] != loc.split(" @ ")[0] or not first["reason"]:
+                fail(f"diagnose's reason '{first['reason']}' is not the op's provenance '{loc}'")
+            rc, text, derr = run([llc, "diagnose", flight])
+            if rc or f"rank {last} never reached {first['op']}" not in text:
+                fail(f"diagnose's text does not say rank {last} never reached the {first['op']}:\n{text}")
+            want += f"; diagnose: rank {last} never reached {sub} op {index} ({first['reason']})"
+        print(f"{name}: ok: exit {job_rc}, {dt:.1f} s after the fault: {want}")
         sys.exit(0)
     if name == "fault-delay":
         # A rank slower than the others but within the timeout: the same results.

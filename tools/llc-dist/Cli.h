@@ -117,8 +117,10 @@ inline void error(const std::string &msg) {
 /// and their --help texts.
 int runVerify(Args &args);
 int runRun(Args &args);
+int runDiagnose(Args &args);
 extern const char *const kVerifyHelp;
 extern const char *const kRunHelp;
+extern const char *const kDiagnoseHelp;
 
 } // namespace llcdist::cli
 

@@ -52,6 +52,11 @@ OPTIONS
                          collective or receive fails the run, naming the call
                          and the ranks that did not come (default 600, as
                          NCCL's watchdog)
+  --flight-dir DIR       where the flight recorder dumps each rank's last
+                         communication calls when a run hangs or fails
+                         waiting (DIR/flight-rank-R.json; default
+                         llc-dist-flight); read them with llc-dist diagnose DIR
+  --flight-entries N     calls each rank keeps (default 2000; 0: no recorder)
   --check-async          asynchronous plans: run each started communication op
                          only at its wait, its outputs NaN-poisoned until then
                          (a missing or late wait changes the numbers or fails)
@@ -71,8 +76,11 @@ int llcdist::cli::runRun(Args &args) {
       .add("--save-params", &o.saveParams)
       .add("--log-json", &o.logJson)
       .add("--trace", &o.traceDir)
-      .add("--comm-timeout", &o.collectiveTimeoutSeconds);
+      .add("--comm-timeout", &o.collectiveTimeoutSeconds)
+      .add("--flight-dir", &o.flightDir)
+      .add("--flight-entries", &o.flightEntries);
   o.collectiveTimeoutSeconds = 600; // NCCL's watchdog default
+  o.flightEntries = 2000;           // PyTorch's flight recorder's default
   while (!args.empty()) {
     std::string a = args.next();
     if (a == "--help" || a == "-h") {
@@ -99,6 +107,10 @@ int llcdist::cli::runRun(Args &args) {
     throw UsageError{"--steps must be >= 0"};
   if (!(o.collectiveTimeoutSeconds > 0) || o.collectiveTimeoutSeconds > 1e6)
     throw UsageError{"--comm-timeout must be in (0, 1e6] seconds"};
+  if (o.flightEntries < 0 || o.flightEntries > (int64_t(1) << 24))
+    throw UsageError{"--flight-entries must be in [0, 16777216]"};
+  if (o.flightDir.empty())
+    throw UsageError{"--flight-dir needs a directory"};
   if (shuffle != "on" && shuffle != "off")
     throw UsageError{"--shuffle must be on or off, got '" + shuffle + "'"};
   o.shuffle = shuffle == "on";
@@ -106,6 +118,7 @@ int llcdist::cli::runRun(Args &args) {
   o.progressIsTty = isatty(fileno(stdout));
   // Started by mpirun or srun as one of several processes: this process runs one rank, on MPI.
   std::unique_ptr<rt::Communicator> comm;
+  std::unique_ptr<rt::DumpPeers> peers;
   if (std::optional<std::string> launcher = rt::launcherOf()) {
 #if LLCDIST_HAVE_MPI
     auto made = [&]() -> rt::StatusOr<std::unique_ptr<rt::Communicator>> {
@@ -119,7 +132,9 @@ int llcdist::cli::runRun(Args &args) {
       return kExitError;
     }
     comm = std::move(made).value();
+    peers = rt::makeMpiDumpPeers();
     o.communicator = comm.get();
+    o.dumpPeers = peers.get();
     o.localRanks = {rt::mpiWorldRank()};
     o.progressIsTty = false; // the launcher forwards every process's output: a line per step
 #else

@@ -2,7 +2,8 @@
 //
 //   llc-dist compile MODEL [--mesh dp=..,tp=..,pp=..] [--emit xf] [-o OUT]
 //   llc-dist info MODEL [--format json]
-// and main; `verify` and `run` are Verify.cpp's and Run.cpp's, and what the
+// and main; `verify`, `run` and `diagnose` are Verify.cpp's, Run.cpp's and
+// Diagnose.cpp's, and what the
 // subcommands share is Cli.h's.
 //
 // Only the driver's files exit; everything below them returns errors.
@@ -71,6 +72,8 @@ COMMANDS
   run PLAN        execute a compiled plan: train, log, save parameters
   verify PLAN     check every rank's send/recv and collectives (deadlocks,
                   mismatches) without running anything
+  diagnose DIR    read a hung or failed run's flight recorder dumps: which
+                  rank never reached which collective, and why it is there
   info MODEL      parameter count, layers and training FLOPs per token
   help [COMMAND]  show help (also: llc-dist COMMAND --help)
 
@@ -805,6 +808,7 @@ int main(int argc, char **argv) {
                        : what == "info"  ? kInfoHelp
                        : what == "run"   ? kRunHelp
                        : what == "verify" ? kVerifyHelp
+                       : what == "diagnose" ? kDiagnoseHelp
                                          : kMainHelp);
       return 0;
     }
@@ -827,8 +831,10 @@ int main(int argc, char **argv) {
       return runRun(args);
     if (cmd == "verify")
       return runVerify(args);
+    if (cmd == "diagnose")
+      return runDiagnose(args);
     throw UsageError{"unknown command '" + cmd +
-                     "' (commands: compile, run, verify, info, help)"};
+                     "' (commands: compile, run, verify, diagnose, info, help)"};
   } catch (const UsageError &e) {
     llvm::errs() << "llc-dist: error: " << e.message << "\n"
                  << "Run 'llc-dist --help' for usage.\n";

@@ -41,34 +41,34 @@ public:
   int worldSize() const override { return inner_.worldSize(); }
   Status allReduce(int rank, const std::vector<int>& group, void* buf, int64_t count, CommDType dtype,
                    ReduceOp op) override {
-    maybeFault(rank, "all_reduce");
+    LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "all_reduce"));
     return inner_.allReduce(rank, group, buf, count, dtype, op);
   }
   Status allGather(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer, int64_t inner,
                    CommDType dtype) override {
-    maybeFault(rank, "all_gather");
+    LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "all_gather"));
     return inner_.allGather(rank, group, x, y, outer, inner, dtype);
   }
   Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer,
                        int64_t inner, CommDType dtype, ReduceOp op) override {
-    maybeFault(rank, "reduce_scatter");
+    LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "reduce_scatter"));
     return inner_.reduceScatter(rank, group, x, y, outer, inner, dtype, op);
   }
   Status send(int rank, int peer, const float* x, int64_t count, int64_t tag, int64_t microbatch) override {
-    maybeFault(rank, "send to rank " + std::to_string(peer));
+    LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "send to rank " + std::to_string(peer)));
     return inner_.send(rank, peer, x, count, tag, microbatch);
   }
   Status recv(int rank, int peer, float* y, int64_t count, int64_t tag, int64_t microbatch) override {
-    maybeFault(rank, "recv from rank " + std::to_string(peer));
+    LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "recv from rank " + std::to_string(peer)));
     return inner_.recv(rank, peer, y, count, tag, microbatch);
   }
   void abort(const Status& reason) override { inner_.abort(reason); }
   Status abortReason() const override { return inner_.abortReason(); }
 
 private:
-  void maybeFault(int rank, const std::string& what) {
-    if (rank != spec_.rank || step_.load() != spec_.step) return;
-    if (calls_.fetch_add(1) != spec_.op) return;
+  Status maybeFault(int rank, const std::string& what) {
+    if (rank != spec_.rank || step_.load() != spec_.step) return Status::ok();
+    if (calls_.fetch_add(1) != spec_.op) return Status::ok();
     const char* kind = spec_.kind == FaultSpec::Kind::kExit    ? "exit"
                        : spec_.kind == FaultSpec::Kind::kStall ? "stall"
                                                                : "delay";
@@ -78,11 +78,15 @@ private:
     switch (spec_.kind) {
       case FaultSpec::Kind::kExit: std::_Exit(3);
       case FaultSpec::Kind::kStall:
-        while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+        // Until the job ends: a process of one rank is killed by the launcher (MPI_Abort); a rank
+        // that is a thread ends when the others have aborted the communicator.
+        while (inner_.abortReason().isOk()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        return Status::aborted("LLCDIST_FAULT: the stalled rank ends with the job");
       case FaultSpec::Kind::kDelay:
         std::this_thread::sleep_for(std::chrono::duration<double>(spec_.seconds));
         break;
     }
+    return Status::ok();
   }
 
   Communicator& inner_;

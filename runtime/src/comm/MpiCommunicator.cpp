@@ -432,6 +432,98 @@ private:
   Status reason_;
 };
 
+// The flight recorder's dump requests (FlightRecorder.h): on a duplicate of MPI_COMM_WORLD of their
+// own, a request (tag 1, the reason's bytes) to every other process and an answer (tag 2, empty) back.
+class MpiDumpPeers final : public DumpPeers {
+public:
+  MpiDumpPeers() {
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiDumpPeers() override {
+    for (MPI_Request& r : pending_) {
+      int done = 0;
+      MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
+    }
+    MPI_Comm_free(&comm_);
+  }
+
+  int requestDumps(const std::string& reason, std::chrono::milliseconds grace) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    request_ = "rank " + std::to_string(rank_) + " asked: " + reason;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      pending_.emplace_back();
+      MPI_Isend(request_.data(), int(request_.size()), MPI_CHAR, p, kRequest, comm_, &pending_.back());
+    }
+    std::vector<bool> answered(size_t(size_), false);
+    int n = 0;
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    Backoff backoff;
+    while (n < size_ - 1 && std::chrono::steady_clock::now() < deadline) {
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, kAnswer, comm_, &flag, &st);
+      if (flag) {
+        MPI_Recv(nullptr, 0, MPI_CHAR, st.MPI_SOURCE, kAnswer, comm_, MPI_STATUS_IGNORE);
+        if (!answered[size_t(st.MPI_SOURCE)]) answered[size_t(st.MPI_SOURCE)] = true, ++n;
+        continue;
+      }
+      std::string other;
+      if (takeRequest(&other)) {  // this process has dumped already: answer at once
+        answerLocked();
+        continue;
+      }
+      backoff.pause();
+    }
+    return n;
+  }
+
+  bool pollRequest(std::string* reason) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return takeRequest(reason);
+  }
+  void answer() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    answerLocked();
+  }
+
+private:
+  static constexpr int kRequest = 1, kAnswer = 2;
+  bool takeRequest(std::string* reason) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kRequest, comm_, &flag, &st);
+    if (!flag) return false;
+    int n = 0;
+    MPI_Get_count(&st, MPI_CHAR, &n);
+    std::string text(size_t(std::max(n, 0)), '\0');
+    MPI_Recv(text.data(), n, MPI_CHAR, st.MPI_SOURCE, kRequest, comm_, MPI_STATUS_IGNORE);
+    requesters_.push_back(st.MPI_SOURCE);
+    *reason = text;
+    return true;
+  }
+  void answerLocked() {
+    for (int p : requesters_) {
+      pending_.emplace_back();
+      MPI_Isend(nullptr, 0, MPI_CHAR, p, kAnswer, comm_, &pending_.back());
+    }
+    requesters_.clear();
+  }
+
+  std::mutex mu_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::string request_;
+  std::list<MPI_Request> pending_;
+  std::vector<int> requesters_;
+};
+
 Status& initResult() {
   static Status s = Status::internal("initMpi was not called");
   return s;
@@ -492,5 +584,7 @@ StatusOr<std::unique_ptr<Communicator>> makeMpiCommunicator(const MpiCommunicato
                                    " ranks but MPI started " + std::to_string(mpiWorldSize()) + " processes");
   return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(options));
 }
+
+std::unique_ptr<DumpPeers> makeMpiDumpPeers() { return std::make_unique<MpiDumpPeers>(); }
 
 }  // namespace llcdist::rt

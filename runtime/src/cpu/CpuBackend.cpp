@@ -4,6 +4,8 @@
 // See CpuBackend.h.
 #include "llcdist/runtime/CpuBackend.h"
 
+#include "llcdist/runtime/FlightRecorder.h"
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
@@ -367,7 +369,13 @@ private:
     }
     auto c = std::make_shared<Completion>();
     pending_[h.id] = c;
-    worker(s).enqueue([c, ticket, fn = std::move(fn)] {
+    // The issuing thread's call site (FlightRecorder.h) goes with the call to the worker; its strings
+    // are the plan's, which outlive the backend's work.
+    CommCallSite site;
+    if (const CommCallSite* now = currentCallSite()) site = *now;
+    site.enqueuedUs = flightNowUs();
+    worker(s).enqueue([c, ticket, site, fn = std::move(fn)] {
+      const ScopedCallSite scopedSite(site);
       Status st = IssueOrder::run(ticket, fn);
       c->complete(st);
       return st;

@@ -6,6 +6,7 @@
 #include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/FaultInjection.h"
+#include "llcdist/runtime/FlightRecorder.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/Plan.h"
@@ -107,6 +108,15 @@ StatusOr<uint64_t> planFingerprint(const std::string& dir, const Manifest& m) {
   return h;
 }
 
+// The flight recorder's run id: the plan's fingerprint and rank 0's start time (Diagnose.h orders
+// runs by it).
+std::string runIdOf(uint64_t fingerprint, int64_t startUs) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%016llx-%lld", static_cast<unsigned long long>(fingerprint),
+                static_cast<long long>(startUs));
+  return b;
+}
+
 // Fails early when --save-params cannot be written, rather than after the run's steps: a probe file
 // is created beside the target and removed again.
 Status checkWritable(const std::string& path) {
@@ -179,22 +189,66 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     if (opts.localRanks.size() != 1 || opts.localRanks[0] < 0 || opts.localRanks[0] >= world)
       return Status::invalidArgument("one process per rank: give the one rank this process runs");
     local = opts.localRanks;
-    // Every process must have loaded the same plan: the fingerprints of all, compared on each.
-    LLCDIST_ASSIGN_OR_RETURN(uint64_t mine, planFingerprint(opts.planDir, m));
-    std::vector<uint64_t> all(static_cast<size_t>(world));
-    LLCDIST_RETURN_IF_ERROR(comm->allGather(local[0], worldGroup(world), &mine, all.data(), 1, 1, CommDType::kF64)
-                                .withContext("exchanging the plan's fingerprint"));
+  } else {
+    for (int r = 0; r < world; ++r) local.push_back(r);
+  }
+  if (multiRank && !external) {
+    InProcessCommunicatorOptions co;
+    co.worldSize = world;
+    co.mesh = mesh;
+    co.timeout = std::chrono::milliseconds(int64_t(opts.collectiveTimeoutSeconds * 1000.0));
+    ownComm = makeInProcessCommunicator(co);
+    comm = ownComm.get();
+  }
+  LLCDIST_ASSIGN_OR_RETURN(uint64_t fingerprint, planFingerprint(opts.planDir, m));
+  const int64_t startUs = flightNowUs();
+  // The flight recorder records every call of the local ranks; its watchdog dumps them when a call
+  // outlives the timeout, or when the run fails with a rank waiting (fireOnError).
+  std::unique_ptr<FlightRecorder> recorder;
+  std::unique_ptr<Communicator> recording;
+  std::unique_ptr<Watchdog> watchdog;
+  if (multiRank && opts.flightEntries > 0) {
+    FlightRunInfo info;
+    info.runId = runIdOf(fingerprint, startUs);
+    info.planDir = opts.planDir;
+    info.worldSize = world;
+    info.mesh = mesh;
+    info.commTimeoutSeconds = opts.collectiveTimeoutSeconds;
+    recorder = std::make_unique<FlightRecorder>(info, local, size_t(std::min<int64_t>(opts.flightEntries, 1 << 24)));
+    recording = makeRecordingCommunicator(*comm, *recorder);
+    comm = recording.get();
+    WatchdogOptions wo;
+    wo.dir = opts.flightDir;
+    wo.timeoutSeconds = opts.collectiveTimeoutSeconds;
+    wo.communicator = comm;
+    wo.peers = opts.dumpPeers;
+    wo.errors = opts.errors;
+    watchdog = std::make_unique<Watchdog>(*recorder, wo);
+  }
+  auto fireOnError = [&](Status st) {
+    if (!st.isOk() && watchdog && recorder->anyUnfinished()) watchdog->fire(st.toString());
+    return st;
+  };
+  if (external) {
+    // Every process must have loaded the same plan: the fingerprints of all, compared on each (with
+    // each one's start time: rank 0's names the run in the flight recorder's dumps).
+    const CommCallSite site{nullptr, nullptr, -1, nullptr, -1, -1, -1, "exchanging the plan's fingerprint", 0};
+    const ScopedCallSite scopedSite(site);
+    const std::array<int64_t, 2> mine = {int64_t(fingerprint), startUs};
+    std::vector<std::array<int64_t, 2>> all(static_cast<size_t>(world));
+    LLCDIST_RETURN_IF_ERROR(fireOnError(
+        comm->allGather(local[0], worldGroup(world), mine.data(), all.data(), 1, 2, CommDType::kF64)
+            .withContext("exchanging the plan's fingerprint")));
     for (int r = 1; r < world; ++r)
-      if (all[size_t(r)] != all[0]) {
+      if (all[size_t(r)][0] != all[0][0]) {
         char a[32], b[32];
-        std::snprintf(a, sizeof a, "%016llx", static_cast<unsigned long long>(all[0]));
-        std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(all[size_t(r)]));
+        std::snprintf(a, sizeof a, "%016llx", static_cast<unsigned long long>(all[0][0]));
+        std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(all[size_t(r)][0]));
         return Status::invalidArgument("rank " + std::to_string(r) + " loaded another plan than rank 0 (files " +
                                        "manifest.json and program-*.json: fingerprint " + b + " vs " + a +
                                        "): every process must run the same plan directory");
       }
-  } else {
-    for (int r = 0; r < world; ++r) local.push_back(r);
+    if (recorder) recorder->setRunId(runIdOf(uint64_t(all[0][0]), all[0][1]));
   }
   auto isLocal = [&](int r) { return std::find(local.begin(), local.end(), r) != local.end(); };
   if (!opts.saveParams.empty() && isLocal(0)) LLCDIST_RETURN_IF_ERROR(checkWritable(opts.saveParams));
@@ -218,14 +272,6 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   const int reportRank = int(*std::min_element(lastRanks.begin(), lastRanks.end()));
   const bool reporter = isLocal(reportRank);
 
-  if (multiRank && !external) {
-    InProcessCommunicatorOptions co;
-    co.worldSize = world;
-    co.mesh = mesh;
-    co.timeout = std::chrono::milliseconds(int64_t(opts.collectiveTimeoutSeconds * 1000.0));
-    ownComm = makeInProcessCommunicator(co);
-    comm = ownComm.get();
-  }
   // LLCDIST_FAULT (FaultInjection.h): the tests' crashed, hung or slow rank.
   LLCDIST_ASSIGN_OR_RETURN(std::optional<FaultSpec> fault, faultSpecFromEnvironment());
   std::unique_ptr<FaultCommunicator> faulty;
@@ -325,7 +371,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     for (std::thread& t : threads) t.join();
   }
   if (!opts.quiet && opts.progressIsTty && !res.steps.empty() && reporter) progress << '\n' << std::flush;
-  LLCDIST_RETURN_IF_ERROR(firstError(ranks, comm, multiRank));
+  LLCDIST_RETURN_IF_ERROR(fireOnError(firstError(ranks, comm, multiRank)));
   // Every rank's memory: this process's ranks', and with one process per rank the others' (an
   // all-gather over the world of each rank's three figures, 8-byte elements copied as they are).
   std::vector<std::array<int64_t, 3>> memory(size_t(world), {0, 0, 0});
@@ -337,9 +383,11 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   }
   if (external && multiRank) {
     const std::array<int64_t, 3> mine = memory[size_t(local[0])];
-    LLCDIST_RETURN_IF_ERROR(comm->allGather(local[0], worldGroup(world), mine.data(), memory.data(), 1, 3,
-                                            CommDType::kF64)
-                                .withContext("gathering every rank's memory"));
+    const CommCallSite site{nullptr, nullptr, -1, nullptr, -1, -1, -1, "gathering every rank's memory", 0};
+    const ScopedCallSite scopedSite(site);
+    LLCDIST_RETURN_IF_ERROR(fireOnError(
+        comm->allGather(local[0], worldGroup(world), mine.data(), memory.data(), 1, 3, CommDType::kF64)
+            .withContext("gathering every rank's memory")));
   }
   for (const auto& [arena, high, live] : memory) {
     res.arenaBytes.push_back(arena);
@@ -356,6 +404,8 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     // Rank 0's process writes the file; the others send it their param buffers, param by param in the
     // manifest's order (tag: the param's index; microbatch -2), which it receives in that order.
     constexpr int64_t kParamMessage = -2;
+    const CommCallSite site{nullptr, nullptr, -1, nullptr, -1, -1, -1, "--save-params: the params to rank 0", 0};
+    const ScopedCallSite scopedSite(site);
     if (isLocal(0)) {
       auto read = [&](int r, int64_t param, int64_t buffer) -> StatusOr<std::vector<float>> {
         if (isLocal(r)) return ranks[size_t(r)].interp->readF32(buffer);
@@ -363,16 +413,16 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
         LLCDIST_RETURN_IF_ERROR(comm->recv(0, r, v.data(), int64_t(v.size()), param, kParamMessage));
         return v;
       };
-      LLCDIST_RETURN_IF_ERROR(train::saveParams(m, world, read, opts.saveParams).withContext("--save-params"));
+      LLCDIST_RETURN_IF_ERROR(
+          fireOnError(train::saveParams(m, world, read, opts.saveParams).withContext("--save-params")));
     } else {
       for (const ParamDesc& p : m.params)
         for (int r : local)
           if (const ParamDesc::Placement* pl = p.placementIn(m.programOfRank(r))) {
             LLCDIST_ASSIGN_OR_RETURN(std::vector<float> v, ranks[size_t(r)].interp->readF32(pl->buffer));
-            LLCDIST_RETURN_IF_ERROR(comm->send(r, 0, v.data(), int64_t(v.size()), int64_t(&p - m.params.data()),
-                                               kParamMessage)
-                                        .withContext("--save-params: sending rank " + std::to_string(r) +
-                                                     "'s params to rank 0"));
+            LLCDIST_RETURN_IF_ERROR(fireOnError(
+                comm->send(r, 0, v.data(), int64_t(v.size()), int64_t(&p - m.params.data()), kParamMessage)
+                    .withContext("--save-params: sending rank " + std::to_string(r) + "'s params to rank 0")));
           }
     }
   }

@@ -92,6 +92,9 @@ public:
   virtual bool hasKernel(schema::OpKind kind) const = 0;
 
   // ---- collectives (explicit waits) -------------------------------------------------------------------
+  // A communication call made on a worker stream carries the issuing thread's call site
+  // (FlightRecorder.h's currentCallSite, copied when the call is issued) to the thread that runs it,
+  // so the flight recorder names the plan op that made it.
   // The channel of `group`: the global ranks taking part (this rank included exactly once), in member
   // order. Called at start-up, once per group, before any collective on it; an error for a group without
   // this rank.

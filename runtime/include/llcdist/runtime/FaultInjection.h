@@ -3,7 +3,8 @@
 // makes rank R, at its K-th communication call (0-based: collectives, sends and receives, in the
 // order the rank issues them) of training step S (0-based), print what it does to stderr and then
 //   exit  end its process at once (exit status 3), as a crashed rank;
-//   stall wait forever (until the job is ended), as a hung rank;
+//   stall wait until the job ends (a rank that is a thread: until the communicator is aborted, then
+//         its call fails Aborted), as a hung rank;
 //   delay wait X seconds (default 1) and go on.
 // op defaults to 0. A malformed value is an error naming LLCDIST_FAULT and the field.
 #pragma once

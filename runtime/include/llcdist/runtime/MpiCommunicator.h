@@ -26,6 +26,7 @@
 #pragma once
 
 #include "llcdist/runtime/Communicator.h"
+#include "llcdist/runtime/FlightRecorder.h"
 #include "llcdist/runtime/Status.h"
 
 #include <chrono>
@@ -52,5 +53,9 @@ struct MpiCommunicatorOptions {
 // A communicator over MPI_COMM_WORLD (initMpi first): worldSize() is MPI's, and every call's `rank`
 // must be this process's.
 StatusOr<std::unique_ptr<Communicator>> makeMpiCommunicator(const MpiCommunicatorOptions& options);
+
+// The flight recorder's dump requests between the processes of the job (DumpPeers; initMpi first):
+// on a communicator of their own, so they never mix with the run's messages.
+std::unique_ptr<DumpPeers> makeMpiDumpPeers();
 
 }  // namespace llcdist::rt

@@ -84,6 +84,7 @@
 namespace llcdist::rt {
 
 class Communicator;
+class DumpPeers;
 
 struct RunOptions {
   std::string planDir;
@@ -108,6 +109,15 @@ struct RunOptions {
   // a thread of this process, on an in-process communicator.
   Communicator* communicator = nullptr;
   std::vector<int> localRanks;
+  // The flight recorder (FlightRecorder.h, docs/cluster.md): each local rank of a multi-rank run keeps
+  // its last flightEntries communication calls (0: no recorder, no watchdog). When the run fails with a
+  // rank waiting in (or given up on) a call, or the watchdog fires, they are dumped to
+  // flightDir/flight-rank-R.json, the other processes asked to dump theirs (dumpPeers, one process per
+  // rank), and the diagnosis of the directory (Diagnose.h) printed to `errors` (nullptr: std::cerr).
+  std::string flightDir = "llc-dist-flight";
+  int64_t flightEntries = 0;
+  DumpPeers* dumpPeers = nullptr;
+  std::ostream* errors = nullptr;
 };
 
 struct StepRecord {

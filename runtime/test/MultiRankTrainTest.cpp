@@ -329,5 +329,36 @@ TEST_F(MultiRankTrainTest, InterpreterRunsCollectivesOverTheOpsAxisGroup) {
   }
 }
 
+// launcherOf (Train.h): which environment says this process is one of several. srun is recognized
+// by its variables alone here (no Slurm on the CI machine).
+TEST(LauncherTest, RecognizesMpirunPmiAndSrunByTheirEnvironment) {
+  const char* vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_PROCID"};
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  for (const char* v : vars) {
+    const char* now = std::getenv(v);
+    saved.emplace_back(v, now ? std::optional<std::string>(now) : std::nullopt);
+    unsetenv(v);
+  }
+  EXPECT_EQ(launcherOf(), std::nullopt);
+  setenv("SLURM_STEP_NUM_TASKS", "4", 1);  // without SLURM_PROCID: a Slurm job step, not an srun task
+  EXPECT_EQ(launcherOf(), std::nullopt);
+  setenv("SLURM_PROCID", "2", 1);
+  EXPECT_EQ(launcherOf(), std::optional<std::string>("SLURM_STEP_NUM_TASKS=4"));
+  unsetenv("SLURM_STEP_NUM_TASKS");
+  unsetenv("SLURM_PROCID");
+  setenv("PMI_SIZE", "8", 1);
+  EXPECT_EQ(launcherOf(), std::optional<std::string>("PMI_SIZE=8"));
+  setenv("OMPI_COMM_WORLD_SIZE", "1", 1);  // a world of one process runs alone; PMI_SIZE still says 8
+  EXPECT_EQ(launcherOf(), std::optional<std::string>("PMI_SIZE=8"));
+  unsetenv("PMI_SIZE");
+  EXPECT_EQ(launcherOf(), std::nullopt);
+  setenv("OMPI_COMM_WORLD_SIZE", "x", 1);
+  EXPECT_EQ(launcherOf(), std::nullopt);
+  for (const auto& [v, value] : saved) {
+    if (value) setenv(v.c_str(), value->c_str(), 1);
+    else unsetenv(v.c_str());
+  }
+}
+
 }  // namespace
 }  // namespace llcdist::rt

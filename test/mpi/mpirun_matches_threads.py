@@ -12,7 +12,8 @@ usage: mpirun_matches_threads.py LLC_DIST MPIEXEC MODELS_DIR NAME -- COMPILE_FLA
   the job ends within --comm-timeout + 10 s, and for the hung one that `llc-dist diagnose` of the
   flight recorder's dumps names it and the plan op it never reached, with the op's provenance
   ('fault-stall-rR-opK': rank R hangs at its communication call K of step 1, else the last rank at 3);
-  'fault-delay' that a slow rank changes nothing.
+  'fault-delay' that a slow rank changes nothing; a NAME ending in '-rppK' runs K ranks per process
+  (--ranks-per-process K, WORLD/K processes).
 """
 import json
 import os
@@ -88,6 +89,12 @@ with tempfile.TemporaryDirectory() as d:
         expect_failure([mpiexec, "-n", str(n), llc, "run", plan, "--steps", "1"],
                        "a run with the wrong number of processes",
                        f"the launcher started {n} processes but the plan has {world} ranks")
+    if name == "world-size-mismatch-rpp2":
+        n = world // 2 + 1
+        expect_failure([mpiexec, "-n", str(n), llc, "run", plan, "--steps", "1", "--ranks-per-process", "2"],
+                       "a run with the wrong number of processes of 2 ranks",
+                       f"the launcher started {n} processes of 2 ranks (--ranks-per-process) but the plan "
+                       f"has {world} ranks")
     if name == "one-rank-bad-data":
         # MPMD: the last rank alone gets a data file that does not exist; it must name itself and end
         # the job, while the others wait for it in their first collective.
@@ -194,10 +201,13 @@ with tempfile.TemporaryDirectory() as d:
     rc, out, err = run([*base, "--log-json", f"{d}/threads.json", "--save-params", f"{d}/threads.st"])
     if rc:
         fail(f"in-process run: {err}")
-    rc, out, err = run([mpiexec, "-n", str(world), *base, "--log-json", f"{d}/mpi.json",
+    # NAME ending in -rppK: K ranks per process (--ranks-per-process), world / K processes.
+    per = int(name.rsplit("-rpp", 1)[1]) if "-rpp" in name else 1
+    extra = ["--ranks-per-process", str(per)] if per > 1 else []
+    rc, out, err = run([mpiexec, "-n", str(world // per), *base, *extra, "--log-json", f"{d}/mpi.json",
                         "--save-params", f"{d}/mpi.st"])
     if rc:
-        fail(f"mpirun -n {world}: exit {rc}:\n{out}\n{err}")
+        fail(f"mpirun -n {world // per}: exit {rc}:\n{out}\n{err}")
     a = [json.loads(l) for l in open(f"{d}/threads.json")]
     b = [json.loads(l) for l in open(f"{d}/mpi.json")]
     if len(a) != int(steps) or len(b) != len(a):
@@ -208,4 +218,4 @@ with tempfile.TemporaryDirectory() as d:
                 fail(f"step {x['step']}: {k} {x.get(k)} (threads) vs {y.get(k)} (processes)")
     if open(f"{d}/threads.st", "rb").read() != open(f"{d}/mpi.st", "rb").read():
         fail("--save-params files differ")
-    print(f"{name}: ok: {world} processes, losses {[x['loss'] for x in b]} and params as in-process")
+    print(f"{name}: ok: {world // per} processes of {per} ranks, losses {[x['loss'] for x in b]} and params as in-process")

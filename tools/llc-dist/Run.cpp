@@ -48,6 +48,8 @@ OPTIONS
                          grad_norm, tokens_per_s
   --trace DIR            write DIR/trace.json: each rank's measured kernel and
                          communication intervals as a Chrome trace (Perfetto)
+  --ranks-per-process K  under a launcher: each process runs K consecutive
+                         ranks as threads (mpirun -n WORLD/K; default 1)
   --comm-timeout S       a rank that waits longer than S seconds in one
                          collective or receive fails the run, naming the call
                          and the ranks that did not come (default 600, as
@@ -65,7 +67,7 @@ OPTIONS
 
 int llcdist::cli::runRun(Args &args) {
   rt::RunOptions o;
-  int64_t seed = 0;
+  int64_t seed = 0, ranksPerProcess = 1;
   std::string shuffle = "off";
   ValueFlags runFlags;
   runFlags.add("--steps", &o.steps)
@@ -78,7 +80,8 @@ int llcdist::cli::runRun(Args &args) {
       .add("--trace", &o.traceDir)
       .add("--comm-timeout", &o.collectiveTimeoutSeconds)
       .add("--flight-dir", &o.flightDir)
-      .add("--flight-entries", &o.flightEntries);
+      .add("--flight-entries", &o.flightEntries)
+      .add("--ranks-per-process", &ranksPerProcess);
   o.collectiveTimeoutSeconds = 600; // NCCL's watchdog default
   o.flightEntries = 2000;           // PyTorch's flight recorder's default
   while (!args.empty()) {
@@ -109,6 +112,8 @@ int llcdist::cli::runRun(Args &args) {
     throw UsageError{"--comm-timeout must be in (0, 1e6] seconds"};
   if (o.flightEntries < 0 || o.flightEntries > (int64_t(1) << 24))
     throw UsageError{"--flight-entries must be in [0, 16777216]"};
+  if (ranksPerProcess < 1 || ranksPerProcess > 1024)
+    throw UsageError{"--ranks-per-process must be in [1, 1024]"};
   if (o.flightDir.empty())
     throw UsageError{"--flight-dir needs a directory"};
   if (shuffle != "on" && shuffle != "off")
@@ -125,6 +130,7 @@ int llcdist::cli::runRun(Args &args) {
       LLCDIST_RETURN_IF_ERROR(rt::initMpi());
       rt::MpiCommunicatorOptions mo;
       mo.timeout = std::chrono::milliseconds(int64_t(o.collectiveTimeoutSeconds * 1000.0));
+      mo.ranksPerProcess = int(ranksPerProcess);
       return rt::makeMpiCommunicator(mo);
     }();
     if (!made.isOk()) {
@@ -135,7 +141,8 @@ int llcdist::cli::runRun(Args &args) {
     peers = rt::makeMpiDumpPeers();
     o.communicator = comm.get();
     o.dumpPeers = peers.get();
-    o.localRanks = {rt::mpiWorldRank()};
+    for (int64_t k = 0; k < ranksPerProcess; ++k)
+      o.localRanks.push_back(rt::mpiWorldRank() * int(ranksPerProcess) + int(k));
     o.progressIsTty = false; // the launcher forwards every process's output: a line per step
 #else
     error("a launcher started this process as one of several (" + *launcher +
@@ -144,15 +151,31 @@ int llcdist::cli::runRun(Args &args) {
     return kExitError;
 #endif
   }
+  if (ranksPerProcess != 1 && !comm) {
+    error("--ranks-per-process " + std::to_string(ranksPerProcess) +
+          ": no launcher started this process (alone, every rank is a thread of it already; use it under "
+          "mpirun -n WORLD/K or srun)");
+    return kExitError;
+  }
   rt::Status st = rt::runTraining(o, std::cout);
   if (!st.isOk()) {
     std::cout.flush();
 #if LLCDIST_HAVE_MPI
     if (comm) {
       // Every process of the job ends: the others would wait for this rank.
-      // (named by rank, unless the run's error already is)
-      const std::string who = "rank " + std::to_string(rt::mpiWorldRank()) + ": ";
-      error((st.message().rfind(who, 0) == 0 ? st : std::move(st).withRank(rt::mpiWorldRank())).toString());
+      // (named by rank, unless the run's error already names one of this
+      // process's ranks)
+      bool named = false;
+      for (int r : o.localRanks)
+        named = named || st.message().rfind("rank " + std::to_string(r) + ": ", 0) == 0;
+      if (!named && ranksPerProcess == 1)
+        st = std::move(st).withRank(o.localRanks[0]);
+      else if (!named)
+        st = std::move(st).withContext(
+            "process " + std::to_string(rt::mpiWorldRank()) + " (ranks " +
+            std::to_string(o.localRanks.front()) + "-" +
+            std::to_string(o.localRanks.back()) + ")");
+      error(st.toString());
       rt::abortMpiJob(kExitError);
     }
 #endif

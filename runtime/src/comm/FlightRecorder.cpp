@@ -335,9 +335,15 @@ Status Watchdog::dumpHere(const std::string& reason) {
 }
 
 void Watchdog::fire(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (fired_ || answered_) {  // the diagnosis is the first firing process's
     (void)dumpHere(reason);
+    if (!fired_) {
+      // Another process asked for this dump: it is reading the dumps and will end the job; ending
+      // it from here first would cut its diagnosis off. (Bounded: that process may be gone.)
+      lock.unlock();
+      std::this_thread::sleep_for(opts_.grace + std::chrono::seconds(2));
+    }
     return;
   }
   fired_ = true;

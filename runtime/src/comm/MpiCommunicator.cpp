@@ -76,10 +76,14 @@ private:
 
 class MpiCommunicator final : public Communicator {
 public:
-  explicit MpiCommunicator(const MpiCommunicatorOptions& o) : opts_(o) {
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
+  explicit MpiCommunicator(const MpiCommunicatorOptions& o) : opts_(o), k_(std::max(o.ranksPerProcess, 1)) {
+    // One duplicate of MPI_COMM_WORLD per (sender slot, receiver slot): with k ranks per process,
+    // a message's communicator, source process and tag say which rank sent it to which.
+    comms_.resize(size_t(k_) * size_t(k_), MPI_COMM_NULL);
+    for (MPI_Comm& c : comms_) MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_rank(MPI_COMM_WORLD, &process_);
+    MPI_Comm_size(MPI_COMM_WORLD, &processes_);
+    size_ = processes_ * k_;
     void* ub = nullptr;
     int flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
@@ -101,7 +105,7 @@ public:
         MPI_Request_free(&s.request);
       }
     }
-    MPI_Comm_free(&comm_);
+    for (MPI_Comm& c : comms_) MPI_Comm_free(&c);
   }
 
   int worldSize() const override { return size_; }
@@ -179,7 +183,7 @@ public:
     reapSends();
     sends_.push_back(std::move(s));
     PendingSend& p = sends_.back();
-    MPI_Isend(p.data.data(), int(p.data.size()), MPI_BYTE, peer, kP2PTag, comm_, &p.request);
+    MPI_Isend(p.data.data(), int(p.data.size()), MPI_BYTE, processOf(peer), kP2PTag, commFor(rank, peer), &p.request);
     return Status::ok();
   }
 
@@ -190,7 +194,7 @@ public:
     Backoff backoff;
     while (true) {
       if (Status a = abortReason(); !a.isOk()) return Status::aborted(a.message());
-      if (takeMessage(peer, kP2PTag, msg)) break;
+      if (takeMessage(peer, rank, kP2PTag, msg)) break;
       if (std::chrono::steady_clock::now() > deadline) {
         Status err = Status::deadlineExceeded(
             "recv " + triple(count, tag, microbatch) + " on rank " + std::to_string(rank) + " from rank " +
@@ -254,12 +258,15 @@ private:
   }
 
   Status checkRank(int rank) const {
-    if (rank != rank_)
-      return Status::invalidArgument("the MPI communicator of process rank " + std::to_string(rank_) +
-                                     " was called for rank " + std::to_string(rank) +
-                                     " (one rank per process)");
+    if (rank < 0 || processOf(rank) != process_)
+      return Status::invalidArgument("the MPI communicator of process " + std::to_string(process_) +
+                                     " was called for rank " + std::to_string(rank) + ", which it does not run (" +
+                                     std::to_string(k_) + " rank" + (k_ == 1 ? "" : "s") + " per process)");
     return Status::ok();
   }
+  int processOf(int rank) const { return rank / k_; }
+  // The communicator of messages from rank `from` to rank `to`.
+  MPI_Comm commFor(int from, int to) const { return comms_[size_t(from % k_) * size_t(k_) + size_t(to % k_)]; }
   Status checkP2P(int rank, int peer, const char* what, int64_t count) const {
     LLCDIST_RETURN_IF_ERROR(checkRank(rank));
     if (peer < 0 || peer >= size_ || peer == rank)
@@ -282,12 +289,12 @@ private:
     }
   }
 
-  // The oldest message from `source` on `tag`, if one has arrived.
-  bool takeMessage(int source, int tag, std::vector<std::byte>& out) {
+  // The oldest message from rank `from` to rank `to` on `tag`, if one has arrived.
+  bool takeMessage(int from, int to, int tag, std::vector<std::byte>& out) {
     int flag = 0;
     MPI_Message m;
     MPI_Status st;
-    MPI_Improbe(source, tag, comm_, &flag, &m, &st);
+    MPI_Improbe(processOf(from), tag, commFor(from, to), &flag, &m, &st);
     if (!flag) return false;
     int bytes = 0;
     MPI_Get_count(&st, MPI_BYTE, &bytes);
@@ -296,9 +303,10 @@ private:
     return true;
   }
 
-  std::mutex& groupMutex(const std::vector<int>& group) {
+  // Serializes one rank's calls on a group (the ranks of one process on a group call it at once).
+  std::mutex& groupMutex(int rank, const std::vector<int>& group) {
     std::lock_guard<std::mutex> lock(groupsMu_);
-    std::unique_ptr<std::mutex>& m = groupLocks_[group];
+    std::unique_ptr<std::mutex>& m = groupLocks_[{rank, group}];
     if (!m) m = std::make_unique<std::mutex>();
     return *m;
   }
@@ -321,7 +329,7 @@ private:
       return Status::invalidArgument(r.describe() + " on " + rankList(group) +
                                      ": too large for one MPI message (" + std::to_string(bytes) + " bytes)");
     if (Status a = abortReason(); !a.isOk()) return Status::aborted(a.message());
-    std::lock_guard<std::mutex> serial(groupMutex(group));
+    std::lock_guard<std::mutex> serial(groupMutex(rank, group));
     const int64_t gh = groupHash(group);
     const int tag = kFirstGroupTag + int(uint64_t(gh) % uint64_t(tagUb_ - kFirstGroupTag));
     const Header mine = headerOf(r, gh);
@@ -335,7 +343,8 @@ private:
       std::memcpy(out[j].data(), &mine, sizeof mine);
       if (size) std::memcpy(out[j].data() + sizeof mine, data, size);
       reqs.emplace_back();
-      MPI_Isend(out[j].data(), int(out[j].size()), MPI_BYTE, group[j], tag, comm_, &reqs.back());
+      MPI_Isend(out[j].data(), int(out[j].size()), MPI_BYTE, processOf(group[j]), tag, commFor(rank, group[j]),
+                &reqs.back());
     }
     from.assign(n, {});
     std::vector<bool> arrived(n, false);
@@ -353,7 +362,7 @@ private:
     while (pending > 0) {
       bool progressed = false;
       for (size_t j = 0; j < n; ++j)
-        if (!arrived[j] && takeMessage(group[j], tag, from[j])) {
+        if (!arrived[j] && takeMessage(group[j], rank, tag, from[j])) {
           arrived[j] = true;
           --pending;
           progressed = true;
@@ -421,12 +430,13 @@ private:
   }
 
   MpiCommunicatorOptions opts_;
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1, tagUb_ = 32767;
+  int k_ = 1;                   // ranks per process: process p runs ranks [p·k, p·k + k)
+  std::vector<MPI_Comm> comms_;  // by (sender slot, receiver slot): commFor
+  int process_ = 0, processes_ = 1, size_ = 1, tagUb_ = 32767;
   std::mutex sendsMu_;
   std::list<PendingSend> sends_;
   std::mutex groupsMu_;
-  std::map<std::vector<int>, std::unique_ptr<std::mutex>> groupLocks_;
+  std::map<std::pair<int, std::vector<int>>, std::unique_ptr<std::mutex>> groupLocks_;
   mutable std::mutex abortMu_;
   std::atomic<bool> aborted_{false};
   Status reason_;
@@ -579,9 +589,13 @@ void abortMpiJob(int exitCode) {
 
 StatusOr<std::unique_ptr<Communicator>> makeMpiCommunicator(const MpiCommunicatorOptions& options) {
   LLCDIST_RETURN_IF_ERROR(initMpi());
-  if (options.mesh && options.mesh->worldSize() != mpiWorldSize())
+  if (options.ranksPerProcess < 1 || options.ranksPerProcess > 1024)
+    return Status::invalidArgument("ranks per process must be in [1, 1024], got " +
+                                   std::to_string(options.ranksPerProcess));
+  if (options.mesh && options.mesh->worldSize() != int64_t(mpiWorldSize()) * options.ranksPerProcess)
     return Status::invalidArgument("the mesh has " + std::to_string(options.mesh->worldSize()) +
-                                   " ranks but MPI started " + std::to_string(mpiWorldSize()) + " processes");
+                                   " ranks but MPI started " + std::to_string(mpiWorldSize()) + " processes of " +
+                                   std::to_string(options.ranksPerProcess) + " ranks");
   return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(options));
 }
 

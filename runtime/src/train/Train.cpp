@@ -58,10 +58,11 @@ std::string memoryField(const RunResult& r) {
          jsonIntArray(r.arenaHighWaterBytes) + ", \"peak_live_bytes\": " + jsonIntArray(r.measuredPeakLiveBytes) + "}";
 }
 
-// Every rank of a world of `n`, in order: the group of the collectives over the whole world.
-std::vector<int> worldGroup(int n) {
-  std::vector<int> g(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) g[size_t(r)] = r;
+// The first rank of each process of a world of `n` ranks, `k` per process: the group of the
+// driver's collectives over all processes (one call per process).
+std::vector<int> firstRanks(int n, int k) {
+  std::vector<int> g;
+  for (int r = 0; r < n; r += k) g.push_back(r);
   return g;
 }
 
@@ -181,13 +182,29 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   std::unique_ptr<Communicator> ownComm;
   std::vector<int> local;
   if (external) {
-    if (comm->worldSize() != world)
-      return Status::invalidArgument("the launcher started " + std::to_string(comm->worldSize()) +
-                                     " processes but the plan has " + std::to_string(world) + " ranks (" +
-                                     mesh.describe() + "): start one process per rank (-n " +
-                                     std::to_string(world) + ")");
-    if (opts.localRanks.size() != 1 || opts.localRanks[0] < 0 || opts.localRanks[0] >= world)
-      return Status::invalidArgument("one process per rank: give the one rank this process runs");
+    const int perProcess = std::max<int>(1, int(opts.localRanks.size()));
+    if (comm->worldSize() != world) {
+      const int processes = comm->worldSize() / perProcess;
+      if (perProcess == 1)
+        return Status::invalidArgument("the launcher started " + std::to_string(processes) +
+                                       " processes but the plan has " + std::to_string(world) + " ranks (" +
+                                       mesh.describe() + "): start one process per rank (-n " +
+                                       std::to_string(world) + ")");
+      return Status::invalidArgument(
+          "the launcher started " + std::to_string(processes) + " processes of " + std::to_string(perProcess) +
+          " ranks (--ranks-per-process) but the plan has " + std::to_string(world) + " ranks (" + mesh.describe() +
+          ")" +
+          (world % perProcess == 0 ? ": start -n " + std::to_string(world / perProcess)
+                                   : ": --ranks-per-process must divide " + std::to_string(world)));
+    }
+    // k consecutive ranks per process, from a multiple of k (every process the same k).
+    const int k = int(opts.localRanks.size());
+    bool consecutive = k >= 1 && world % k == 0 && opts.localRanks[0] >= 0 && opts.localRanks[0] % k == 0;
+    for (int i = 0; consecutive && i < k; ++i) consecutive = opts.localRanks[size_t(i)] == opts.localRanks[0] + i;
+    if (!consecutive || opts.localRanks.back() >= world)
+      return Status::invalidArgument("one process per rank (or per k ranks): give the k consecutive ranks this "
+                                     "process runs, from a multiple of k that divides the plan's " +
+                                     std::to_string(world) + " ranks");
     local = opts.localRanks;
   } else {
     for (int r = 0; r < world; ++r) local.push_back(r);
@@ -232,19 +249,21 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   if (external) {
     // Every process must have loaded the same plan: the fingerprints of all, compared on each (with
     // each one's start time: rank 0's names the run in the flight recorder's dumps).
+    // (Over the processes' first ranks: one call per process.)
     const CommCallSite site{nullptr, nullptr, -1, nullptr, -1, -1, -1, "exchanging the plan's fingerprint", 0};
     const ScopedCallSite scopedSite(site);
     const std::array<int64_t, 2> mine = {int64_t(fingerprint), startUs};
-    std::vector<std::array<int64_t, 2>> all(static_cast<size_t>(world));
+    const std::vector<int> leaders = firstRanks(world, int(local.size()));
+    std::vector<std::array<int64_t, 2>> all(leaders.size());
     LLCDIST_RETURN_IF_ERROR(fireOnError(
-        comm->allGather(local[0], worldGroup(world), mine.data(), all.data(), 1, 2, CommDType::kF64)
+        comm->allGather(local[0], leaders, mine.data(), all.data(), 1, 2, CommDType::kF64)
             .withContext("exchanging the plan's fingerprint")));
-    for (int r = 1; r < world; ++r)
-      if (all[size_t(r)][0] != all[0][0]) {
+    for (size_t p = 1; p < leaders.size(); ++p)
+      if (all[p][0] != all[0][0]) {
         char a[32], b[32];
         std::snprintf(a, sizeof a, "%016llx", static_cast<unsigned long long>(all[0][0]));
-        std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(all[size_t(r)][0]));
-        return Status::invalidArgument("rank " + std::to_string(r) + " loaded another plan than rank 0 (files " +
+        std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(all[p][0]));
+        return Status::invalidArgument("rank " + std::to_string(leaders[p]) + " loaded another plan than rank 0 (files " +
                                        "manifest.json and program-*.json: fingerprint " + b + " vs " + a +
                                        "): every process must run the same plan directory");
       }
@@ -382,12 +401,13 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     res.peakDeviceBytes = std::max(res.peakDeviceBytes, ranks[size_t(r)].backend->peakAllocatedBytes());
   }
   if (external && multiRank) {
-    const std::array<int64_t, 3> mine = memory[size_t(local[0])];
+    // Each process's ranks' figures (consecutive ranks: consecutive entries), over the first ranks.
+    const std::vector<std::array<int64_t, 3>> mine(memory.begin() + local.front(), memory.begin() + local.back() + 1);
     const CommCallSite site{nullptr, nullptr, -1, nullptr, -1, -1, -1, "gathering every rank's memory", 0};
     const ScopedCallSite scopedSite(site);
-    LLCDIST_RETURN_IF_ERROR(fireOnError(
-        comm->allGather(local[0], worldGroup(world), mine.data(), memory.data(), 1, 3, CommDType::kF64)
-            .withContext("gathering every rank's memory")));
+    LLCDIST_RETURN_IF_ERROR(fireOnError(comm->allGather(local[0], firstRanks(world, int(local.size())), mine.data(),
+                                                        memory.data(), 1, 3 * int64_t(local.size()), CommDType::kF64)
+                                            .withContext("gathering every rank's memory")));
   }
   for (const auto& [arena, high, live] : memory) {
     res.arenaBytes.push_back(arena);

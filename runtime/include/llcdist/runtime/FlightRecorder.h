@@ -179,7 +179,9 @@ public:
   Watchdog(FlightRecorder& recorder, WatchdogOptions options);
   ~Watchdog();  // stops the thread
   // Once per process (later calls, and calls after this process dumped at another's request, only
-  // dump again): dump, request the others' dumps, print the diagnosis. Thread-safe.
+  // dump again): dump, request the others' dumps, print the diagnosis. Thread-safe. A call after this
+  // process answered another's request waits grace + 2 s before it returns, so that the process
+  // that asked prints its diagnosis and ends the job first.
   void fire(const std::string& reason);
 
 private:

@@ -1,5 +1,8 @@
 // The MPI communicator: the ranks of a run are processes, started by mpirun or srun (one rank per
-// process), behind the same interface and semantics as the in-process communicator (Communicator.h).
+// process, or k consecutive ranks per process as threads: ranksPerProcess), behind the same
+// interface and semantics as the in-process communicator (Communicator.h). Messages between two
+// ranks of one process go through MPI too (to the process itself), so the results do not depend on
+// how ranks are spread over processes.
 // Built when MPI is found (target llcdist_runtime_mpi, LLCDIST_HAVE_MPI); the rest of the runtime
 // builds without it.
 //
@@ -14,7 +17,7 @@
 // bits, and the same bits as an in-process run of the plan. (O(n) messages per member and call:
 // groups are the mesh axes' few members; a ring or tree for large groups is for later.) The k-th
 // call of a member on a group meets the k-th call of the others (MPI orders messages of one pair
-// and tag); calls on one group are serialized within a process.
+// and tag); one rank's calls on a group are serialized.
 //
 // Point-to-point: send copies the message (count, tag, microbatch and data) into an MPI_Isend and
 // returns; recv takes the pair's oldest message and checks its triple, as in-process.
@@ -48,10 +51,13 @@ struct MpiCommunicatorOptions {
   // Names the axis of a group in error messages; optional.
   std::optional<Mesh> mesh;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Ranks per process (--ranks-per-process): process p runs ranks [p·k, p·k + k), as threads; the
+  // world is k × MPI's world size.
+  int ranksPerProcess = 1;
 };
 
-// A communicator over MPI_COMM_WORLD (initMpi first): worldSize() is MPI's, and every call's `rank`
-// must be this process's.
+// A communicator over MPI_COMM_WORLD (initMpi first): worldSize() is MPI's × ranksPerProcess, and
+// every call's `rank` must be one of this process's.
 StatusOr<std::unique_ptr<Communicator>> makeMpiCommunicator(const MpiCommunicatorOptions& options);
 
 // The flight recorder's dump requests between the processes of the job (DumpPeers; initMpi first):

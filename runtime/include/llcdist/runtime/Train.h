@@ -103,7 +103,8 @@ struct RunOptions {
   bool progressIsTty = false;  // rewrite one progress line with '\r'
   double collectiveTimeoutSeconds = 300.0;  // a rank waiting longer in one collective fails the run
   // One process per rank (mpirun, srun): the communicator the caller made for the whole world (its
-  // worldSize() must be the plan's) and the ranks this process runs on it. The process that runs the
+  // worldSize() must be the plan's) and the ranks this process runs on it: k consecutive ranks from
+  // a multiple of k, the same k in every process (--ranks-per-process; k = 1: one rank). The process that runs the
   // reporting rank prints the progress and memory lines and writes --log-json; the one that runs
   // rank 0 writes --save-params (the others send it their param buffers). Unset: every rank runs as
   // a thread of this process, on an in-process communicator.

@@ -940,6 +940,10 @@ Status validateParams(const Manifest& manifest, const Program& program, size_t p
 }
 
 StatusOr<Plan> loadPlan(const std::string& dir) {
+  return loadPlan(dir, [](const Manifest&, size_t) { return true; });
+}
+
+StatusOr<Plan> loadPlan(const std::string& dir, const std::function<bool(const Manifest&, size_t)>& wanted) {
   Plan plan;
   plan.dir = dir;
   const std::string manifestPath = (fs::path(dir) / sc::kManifestFile).string();
@@ -948,15 +952,24 @@ StatusOr<Plan> loadPlan(const std::string& dir) {
   std::string text;
   LLCDIST_RETURN_IF_ERROR(readFile(manifestPath, &text));
   LLCDIST_ASSIGN_OR_RETURN(plan.manifest, parseManifest(text, manifestPath));
-  for (const Manifest::ProgramRef& ref : plan.manifest.programs) {
-    const std::string path = (fs::path(dir) / ref.file).string();
+  bool all = true;
+  for (size_t i = 0; i < plan.manifest.programs.size(); ++i) {
+    plan.loaded.push_back(wanted(plan.manifest, i));
+    all = all && plan.loaded.back();
+    if (!plan.loaded.back()) {
+      plan.programs.emplace_back();
+      continue;
+    }
+    const std::string path = (fs::path(dir) / plan.manifest.programs[i].file).string();
     LLCDIST_RETURN_IF_ERROR(readFile(path, &text));
     LLCDIST_ASSIGN_OR_RETURN(Program prog, parseProgram(text, path, plan.manifest));
     plan.programs.push_back(std::move(prog));
   }
+  if (all) plan.loaded.clear();
   // Every param placement against its program (the legacy buffer/grad spelling: programs[0]).
   for (size_t i = 0; i < plan.programs.size(); ++i)
-    LLCDIST_RETURN_IF_ERROR(validateParams(plan.manifest, plan.programs[i], i).withContext(manifestPath));
+    if (plan.isLoaded(i))
+      LLCDIST_RETURN_IF_ERROR(validateParams(plan.manifest, plan.programs[i], i).withContext(manifestPath));
   return plan;
 }
 

@@ -12,7 +12,7 @@
 int main() {
   using namespace llcdist::rt;
   // Referenced so that the linker must resolve the loader and the interpreter from the core alone.
-  volatile auto load = &loadPlan;
+  StatusOr<Plan> (*volatile load)(const std::string&) = &loadPlan;
   volatile auto create = &Interpreter::create;
   (void)load;
   (void)create;

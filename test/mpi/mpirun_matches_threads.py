@@ -12,7 +12,8 @@ usage: mpirun_matches_threads.py LLC_DIST MPIEXEC MODELS_DIR NAME -- COMPILE_FLA
   the job ends within --comm-timeout + 10 s, and for the hung one that `llc-dist diagnose` of the
   flight recorder's dumps names it and the plan op it never reached, with the op's provenance
   ('fault-stall-rR-opK': rank R hangs at its communication call K of step 1, else the last rank at 3);
-  'fault-delay' that a slow rank changes nothing; a NAME ending in '-rppK' runs K ranks per process
+  'fault-delay' that a slow rank changes nothing; 'one-rank-only-its-stage' that a process needs only
+  its ranks' program files; a NAME ending in '-rppK' runs K ranks per process
   (--ranks-per-process K, WORLD/K processes).
 """
 import json
@@ -113,6 +114,17 @@ with tempfile.TemporaryDirectory() as d:
                         "-n", "1", llc, "run", other, "--steps", "1"],
                        "a run where one rank has another plan",
                        f"rank {world - 1} loaded another plan than rank 0")
+    if name == "program-mismatch":
+        # MPMD: the last rank's copy of its program file differs by one byte (valid JSON still).
+        other = os.path.join(d, "other")
+        shutil.copytree(plan, other)
+        prog = json.load(open(os.path.join(other, "manifest.json")))["programs"][-1]["file"]
+        with open(os.path.join(other, prog), "a") as f:
+            f.write(" ")
+        expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "1", ":",
+                        "-n", "1", llc, "run", other, "--steps", "1"],
+                       "a run where one rank's program file differs",
+                       f"rank {world - 1} loaded another plan than rank 0 ({prog}: fingerprint")
     if name == "one-rank-missing-plan-file":
         # MPMD: the last rank's copy of the plan lacks its stage's program file.
         other = os.path.join(d, "other")
@@ -123,6 +135,31 @@ with tempfile.TemporaryDirectory() as d:
         expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "1", ":",
                         "-n", "1", llc, "run", other, "--steps", "1"],
                        "a run where one rank's plan lacks a file", missing)
+    if name == "one-rank-only-its-stage":
+        # MPMD: rank 1 (pipeline stage 0, not rank 0) gets a copy of the plan without the other
+        # stage's program: a process reads only its ranks' programs, so the run is the same.
+        other = os.path.join(d, "other")
+        shutil.copytree(plan, other)
+        man = json.load(open(os.path.join(other, "manifest.json")))
+        mine = next(p["file"] for p in man["programs"] if 1 in p["ranks"])
+        for p in man["programs"]:
+            if p["file"] != mine:
+                os.remove(os.path.join(other, p["file"]))
+        rc, out, err = run([llc, "run", plan, "--steps", "2", "--log-json", f"{d}/threads.json"])
+        if rc:
+            fail(f"in-process run: {err}")
+        rc, out, err = run([mpiexec, "-n", "1", llc, "run", plan, "--steps", "2", ":",
+                            "-n", "1", llc, "run", other, "--steps", "2", ":",
+                            "-n", str(world - 2), llc, "run", plan, "--steps", "2", "--log-json", f"{d}/mpi.json"])
+        if rc:
+            fail(f"a run where rank 1 has only its own stage's program failed: {err}")
+        a = [json.loads(l)["loss"] for l in open(f"{d}/threads.json")]
+        b = [json.loads(l)["loss"] for l in open(f"{d}/mpi.json")]
+        if a != b:
+            fail(f"losses {b} differ from the in-process run's {a}")
+        print(f"{name}: ok: rank 1 ran without {[p['file'] for p in man['programs'] if p['file'] != mine]}: "
+              f"losses {b} as in-process")
+        sys.exit(0)
     if name in ("fault-stall", "fault-exit") or name.startswith("fault-stall-"):
         # LLCDIST_FAULT: the last rank hangs (or dies) at its 4th communication call of step 1; the
         # job must end within the timeout + 10 s of the fault (the launcher's start-up, which a

@@ -87,24 +87,19 @@ std::string memoryLines(const RunResult& r) {
   return s;
 }
 
-// FNV-1a over the plan's files (manifest.json and every program file it lists), in that order: one
-// process per rank must run one plan.
-StatusOr<uint64_t> planFingerprint(const std::string& dir, const Manifest& m) {
+// FNV-1a over one of the plan's files: the processes of a run compare manifest.json's and those of
+// the program files they loaded (a process reads only its ranks' programs).
+StatusOr<uint64_t> fileFingerprint(const std::string& dir, const std::string& file) {
   uint64_t h = 1469598103934665603ull;
-  std::vector<std::string> files = {"manifest.json"};
-  for (const Manifest::ProgramRef& p : m.programs) files.push_back(p.file);
-  for (const std::string& f : files) {
-    std::ifstream in(dir + "/" + f, std::ios::binary);
-    if (!in) return Status::ioError(dir + "/" + f + ": cannot read it again for the plan's fingerprint");
-    char buf[1 << 16];
-    while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-      for (std::streamsize i = 0; i < in.gcount(); ++i) {
-        h ^= uint64_t(uint8_t(buf[i]));
-        h *= 1099511628211ull;
-      }
-      if (!in) break;
+  std::ifstream in(dir + "/" + file, std::ios::binary);
+  if (!in) return Status::ioError(dir + "/" + file + ": cannot read it again for the plan's fingerprint");
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      h ^= uint64_t(uint8_t(buf[i]));
+      h *= 1099511628211ull;
     }
-    h ^= 0xff, h *= 1099511628211ull;  // file boundary
+    if (!in) break;
   }
   return h;
 }
@@ -170,14 +165,25 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   if (opts.steps < 0) return Status::invalidArgument("--steps must be >= 0, got " + std::to_string(opts.steps));
   if (!(opts.collectiveTimeoutSeconds > 0))
     return Status::invalidArgument("the collective timeout must be > 0 seconds");
-  LLCDIST_ASSIGN_OR_RETURN(Plan plan, loadPlan(opts.planDir));
+  // One process of several reads only the programs its ranks run, and every program when it runs
+  // rank 0 and writes --save-params (the coordinated writer reads every rank's params by their
+  // programs' buffers).
+  const bool external = opts.communicator != nullptr;
+  auto wanted = [&](const Manifest& man, size_t program) {
+    if (!external) return true;
+    for (int r : opts.localRanks) {
+      if (r == 0 && !opts.saveParams.empty()) return true;
+      if (man.programOfRank(r) == int64_t(program)) return true;
+    }
+    return false;
+  };
+  LLCDIST_ASSIGN_OR_RETURN(Plan plan, loadPlan(opts.planDir, wanted));
   const Manifest& m = plan.manifest;
   const int world = int(m.worldSize());
   const bool multiRank = world > 1;
   const Mesh mesh = m.mesh();
   // The ranks this process runs: every rank, on an in-process communicator; or, one process per rank,
   // those the caller names on its communicator.
-  const bool external = opts.communicator != nullptr;
   Communicator* comm = opts.communicator;
   std::unique_ptr<Communicator> ownComm;
   std::vector<int> local;
@@ -217,7 +223,17 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     ownComm = makeInProcessCommunicator(co);
     comm = ownComm.get();
   }
-  LLCDIST_ASSIGN_OR_RETURN(uint64_t fingerprint, planFingerprint(opts.planDir, m));
+  // The fingerprints: manifest.json's, then each program's (0: not loaded here).
+  std::vector<int64_t> fingerprints = {0};
+  LLCDIST_ASSIGN_OR_RETURN(uint64_t fingerprint, fileFingerprint(opts.planDir, "manifest.json"));
+  fingerprints[0] = int64_t(fingerprint);
+  for (size_t p = 0; p < m.programs.size(); ++p) {
+    uint64_t h = 0;
+    if (plan.isLoaded(p)) {
+      LLCDIST_ASSIGN_OR_RETURN(h, fileFingerprint(opts.planDir, m.programs[p].file));
+    }
+    fingerprints.push_back(int64_t(h));
+  }
   const int64_t startUs = flightNowUs();
   // The flight recorder records every call of the local ranks; its watchdog dumps them when a call
   // outlives the timeout, or when the run fails with a rank waiting (fireOnError).
@@ -252,22 +268,38 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     // (Over the processes' first ranks: one call per process.)
     const CommCallSite site{nullptr, nullptr, -1, nullptr, -1, -1, -1, "exchanging the plan's fingerprint", 0};
     const ScopedCallSite scopedSite(site);
-    const std::array<int64_t, 2> mine = {int64_t(fingerprint), startUs};
+    // Per process: its start time, then the fingerprints.
+    std::vector<int64_t> mine = {startUs};
+    mine.insert(mine.end(), fingerprints.begin(), fingerprints.end());
+    const int64_t n = int64_t(mine.size());
     const std::vector<int> leaders = firstRanks(world, int(local.size()));
-    std::vector<std::array<int64_t, 2>> all(leaders.size());
+    std::vector<int64_t> all(leaders.size() * size_t(n));
     LLCDIST_RETURN_IF_ERROR(fireOnError(
-        comm->allGather(local[0], leaders, mine.data(), all.data(), 1, 2, CommDType::kF64)
+        comm->allGather(local[0], leaders, mine.data(), all.data(), 1, n, CommDType::kF64)
             .withContext("exchanging the plan's fingerprint")));
-    for (size_t p = 1; p < leaders.size(); ++p)
-      if (all[p][0] != all[0][0]) {
+    // File f of process p: all[p·n + 1 + f] (f 0: manifest.json; 1 + i: program i; 0 = not loaded),
+    // compared with the first process that loaded it.
+    for (int64_t f = 0; f < n - 1; ++f) {
+      const std::string file = f == 0 ? std::string("manifest.json") : m.programs[size_t(f - 1)].file;
+      std::optional<size_t> first;
+      for (size_t p = 0; p < leaders.size(); ++p) {
+        const int64_t h = all[p * size_t(n) + 1 + size_t(f)];
+        if (h == 0 && f > 0) continue;
+        if (!first) {
+          first = p;
+          continue;
+        }
+        const int64_t h0 = all[*first * size_t(n) + 1 + size_t(f)];
+        if (h == h0) continue;
         char a[32], b[32];
-        std::snprintf(a, sizeof a, "%016llx", static_cast<unsigned long long>(all[0][0]));
-        std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(all[p][0]));
-        return Status::invalidArgument("rank " + std::to_string(leaders[p]) + " loaded another plan than rank 0 (files " +
-                                       "manifest.json and program-*.json: fingerprint " + b + " vs " + a +
-                                       "): every process must run the same plan directory");
+        std::snprintf(a, sizeof a, "%016llx", static_cast<unsigned long long>(h0));
+        std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
+        return Status::invalidArgument("rank " + std::to_string(leaders[p]) + " loaded another plan than rank " +
+                                       std::to_string(leaders[*first]) + " (" + file + ": fingerprint " + b +
+                                       " vs " + a + "): every process must run the same plan directory");
       }
-    if (recorder) recorder->setRunId(runIdOf(uint64_t(all[0][0]), all[0][1]));
+    }
+    if (recorder) recorder->setRunId(runIdOf(uint64_t(all[1]), all[0]));
   }
   auto isLocal = [&](int r) { return std::find(local.begin(), local.end(), r) != local.end(); };
   if (!opts.saveParams.empty() && isLocal(0)) LLCDIST_RETURN_IF_ERROR(checkWritable(opts.saveParams));
@@ -279,11 +311,12 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   }
   // The step's metrics come from the lowest rank of the last program: the last pipeline stage, which
   // computes the loss (rank 0 of an SPMD plan).
+  // (A process that did not load the last program has no reporting rank: the one that did checks.)
   const size_t lastProgram = plan.programs.size() - 1;
   const Program& prog = plan.programs[lastProgram];
   const int64_t lossId = prog.findBuffer(schema::kLossMetric);
   const int64_t normId = prog.findBuffer(schema::kGradNormMetric);
-  if (lossId < 0)
+  if (lossId < 0 && plan.isLoaded(lastProgram))
     return Status::invalidArgument(prog.file + ": no metric buffer named \"loss\" (the runtime reports it each step" +
                                    (lastProgram > 0 ? std::string(", from the last pipeline stage") : std::string()) +
                                    ")");

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <array>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -228,6 +229,9 @@ struct Plan {
   std::string dir;
   Manifest manifest;
   std::vector<Program> programs;  // parallel to manifest.programs
+  // Which programs loadPlan read (a program it skipped is empty); empty: every one.
+  std::vector<bool> loaded;
+  bool isLoaded(size_t program) const { return loaded.empty() || loaded[program]; }
 };
 
 // Parses and validates manifest.json text. `file` names the file in error messages.
@@ -250,5 +254,9 @@ Status validateParams(const Manifest& manifest, const Program& program, size_t p
 Status validateParams(const Manifest& manifest, const Program& program);
 // Reads dir/manifest.json and every program it lists; errors name the file (path within the dir).
 StatusOr<Plan> loadPlan(const std::string& dir);
+// Only the programs `wanted` (given the parsed manifest and a program's index) accepts are read and
+// checked; the others stay empty (Plan::isLoaded). One process of a multi-process run reads its own
+// ranks' programs this way.
+StatusOr<Plan> loadPlan(const std::string& dir, const std::function<bool(const Manifest&, size_t)>& wanted);
 
 }  // namespace llcdist::rt

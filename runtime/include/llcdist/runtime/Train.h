@@ -104,7 +104,9 @@ struct RunOptions {
   double collectiveTimeoutSeconds = 300.0;  // a rank waiting longer in one collective fails the run
   // One process per rank (mpirun, srun): the communicator the caller made for the whole world (its
   // worldSize() must be the plan's) and the ranks this process runs on it: k consecutive ranks from
-  // a multiple of k, the same k in every process (--ranks-per-process; k = 1: one rank). The process that runs the
+  // a multiple of k, the same k in every process (--ranks-per-process; k = 1: one rank). Such a
+  // process reads only its ranks' program files (every one when it runs rank 0 and saveParams is
+  // set), and the processes compare the fingerprints of manifest.json and of the programs they read. The process that runs the
   // reporting rank prints the progress and memory lines and writes --log-json; the one that runs
   // rank 0 writes --save-params (the others send it their param buffers). Unset: every rank runs as
   // a thread of this process, on an in-process communicator.

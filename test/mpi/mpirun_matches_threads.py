@@ -85,6 +85,17 @@ with tempfile.TemporaryDirectory() as d:
         print(f"{name}: ok: exit {rc}: {want}")
         sys.exit(0)
 
+    def copy_of_plan():
+        """A copy of the plan for one rank of an MPMD run to differ in: its directory and manifest."""
+        other = os.path.join(d, "other")
+        shutil.copytree(plan, other)
+        return other, json.load(open(os.path.join(other, "manifest.json")))
+
+    def last_rank_runs(other, what, want):
+        """Every rank runs the plan but the last, which runs `other`: the job must fail with `want`."""
+        expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "1", ":",
+                        "-n", "1", llc, "run", other, "--steps", "1"], what, want)
+
     if name == "world-size-mismatch":
         n = world + 1
         expect_failure([mpiexec, "-n", str(n), llc, "run", plan, "--steps", "1"],
@@ -105,42 +116,29 @@ with tempfile.TemporaryDirectory() as d:
                        "a run where one rank cannot read its data", f"rank {world - 1}: file '{bad}'")
     if name == "plan-mismatch":
         # MPMD: the last rank runs a copy of the plan whose AdamW epsilon differs.
-        other = os.path.join(d, "other")
-        shutil.copytree(plan, other)
-        man = json.load(open(os.path.join(other, "manifest.json")))
+        other, man = copy_of_plan()
         man["optimizer"]["eps"] = man["optimizer"]["eps"] * 2
         json.dump(man, open(os.path.join(other, "manifest.json"), "w"))
-        expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "1", ":",
-                        "-n", "1", llc, "run", other, "--steps", "1"],
-                       "a run where one rank has another plan",
+        last_rank_runs(other, "a run where one rank has another plan",
                        f"rank {world - 1} loaded another plan than rank 0")
     if name == "program-mismatch":
         # MPMD: the last rank's copy of its program file differs by one byte (valid JSON still).
-        other = os.path.join(d, "other")
-        shutil.copytree(plan, other)
-        prog = json.load(open(os.path.join(other, "manifest.json")))["programs"][-1]["file"]
+        other, man = copy_of_plan()
+        prog = man["programs"][-1]["file"]
         with open(os.path.join(other, prog), "a") as f:
             f.write(" ")
-        expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "1", ":",
-                        "-n", "1", llc, "run", other, "--steps", "1"],
-                       "a run where one rank's program file differs",
+        last_rank_runs(other, "a run where one rank's program file differs",
                        f"rank {world - 1} loaded another plan than rank 0 ({prog}: fingerprint")
     if name == "one-rank-missing-plan-file":
         # MPMD: the last rank's copy of the plan lacks its stage's program file.
-        other = os.path.join(d, "other")
-        shutil.copytree(plan, other)
-        progs = json.load(open(os.path.join(other, "manifest.json")))["programs"]
-        missing = progs[-1]["file"]
+        other, man = copy_of_plan()
+        missing = man["programs"][-1]["file"]
         os.remove(os.path.join(other, missing))
-        expect_failure([mpiexec, "-n", str(world - 1), llc, "run", plan, "--steps", "1", ":",
-                        "-n", "1", llc, "run", other, "--steps", "1"],
-                       "a run where one rank's plan lacks a file", missing)
+        last_rank_runs(other, "a run where one rank's plan lacks a file", missing)
     if name == "one-rank-only-its-stage":
         # MPMD: rank 1 (pipeline stage 0, not rank 0) gets a copy of the plan without the other
         # stage's program: a process reads only its ranks' programs, so the run is the same.
-        other = os.path.join(d, "other")
-        shutil.copytree(plan, other)
-        man = json.load(open(os.path.join(other, "manifest.json")))
+        other, man = copy_of_plan()
         mine = next(p["file"] for p in man["programs"] if 1 in p["ranks"])
         for p in man["programs"]:
             if p["file"] != mine:

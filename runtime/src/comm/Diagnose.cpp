@@ -154,8 +154,6 @@ struct Diagnosis {
   bool cycle = false;
 };
 
-std::vector<int> membersOf(const CommRecord& r) { return r.group; }
-
 Diagnosis diagnose(const FlightSet& set) {
   Diagnosis d;
   d.ranks.resize(size_t(set.worldSize));
@@ -180,7 +178,7 @@ Diagnosis diagnose(const FlightSet& set) {
     for (const CommRecord* w : v.waiting) {
       Blocked& b = ops[{w->channel, w->seq}];
       if (!b.sample) {
-        b.channel = w->channel, b.seq = w->seq, b.sample = w, b.members = membersOf(*w);
+        b.channel = w->channel, b.seq = w->seq, b.sample = w, b.members = w->group;
         b.sinceUs = w->startedUs;
       }
       b.waiting.push_back(r);

@@ -246,11 +246,11 @@ public:
     return run(rank, std::move(r), [&] { return inner_.reduceScatter(rank, group, x, y, outer, inner, dtype, op); });
   }
   Status send(int rank, int peer, const float* x, int64_t count, int64_t tag, int64_t microbatch) override {
-    return run(rank, p2p("send", rank, peer, count, tag, microbatch),
+    return run(rank, p2p("send", rank, peer, peer, count, tag, microbatch),
                [&] { return inner_.send(rank, peer, x, count, tag, microbatch); });
   }
   Status recv(int rank, int peer, float* y, int64_t count, int64_t tag, int64_t microbatch) override {
-    return run(rank, p2p("recv", peer, rank, count, tag, microbatch),
+    return run(rank, p2p("recv", peer, rank, peer, count, tag, microbatch),
                [&] { return inner_.recv(rank, peer, y, count, tag, microbatch); });
   }
   void abort(const Status& reason) override { inner_.abort(reason); }
@@ -267,12 +267,13 @@ private:
     r.dtype = commDTypeName(dtype);
     return r;
   }
-  static CommRecord p2p(const char* op, int from, int to, int64_t count, int64_t tag, int64_t microbatch) {
+  // A message from rank `from` to rank `to`; `peer` is the caller's other rank.
+  static CommRecord p2p(const char* op, int from, int to, int peer, int64_t count, int64_t tag, int64_t microbatch) {
     CommRecord r;
     r.op = op;
     r.channel = p2pChannel(from, to);
     r.group = {from, to};
-    r.peer = std::string(op) == "send" ? to : from;
+    r.peer = peer;
     r.count = count;
     r.bytes = count * 4;
     r.dtype = "f32";

@@ -106,12 +106,12 @@ StatusOr<uint64_t> fileFingerprint(const std::string& dir, const std::string& fi
 
 // The flight recorder's run id: the plan's fingerprint and rank 0's start time (Diagnose.h orders
 // runs by it).
-std::string runIdOf(uint64_t fingerprint, int64_t startUs) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%016llx-%lld", static_cast<unsigned long long>(fingerprint),
-                static_cast<long long>(startUs));
+std::string hex16(uint64_t x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(x));
   return b;
 }
+std::string runIdOf(uint64_t fingerprint, int64_t startUs) { return hex16(fingerprint) + "-" + std::to_string(startUs); }
 
 // Fails early when --save-params cannot be written, rather than after the run's steps: a probe file
 // is created beside the target and removed again.
@@ -188,7 +188,9 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   std::unique_ptr<Communicator> ownComm;
   std::vector<int> local;
   if (external) {
-    const int perProcess = std::max<int>(1, int(opts.localRanks.size()));
+    // k consecutive ranks per process, from a multiple of k (every process the same k).
+    const int k = int(opts.localRanks.size());
+    const int perProcess = std::max(1, k);
     if (comm->worldSize() != world) {
       const int processes = comm->worldSize() / perProcess;
       if (perProcess == 1)
@@ -203,8 +205,6 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
           (world % perProcess == 0 ? ": start -n " + std::to_string(world / perProcess)
                                    : ": --ranks-per-process must divide " + std::to_string(world)));
     }
-    // k consecutive ranks per process, from a multiple of k (every process the same k).
-    const int k = int(opts.localRanks.size());
     bool consecutive = k >= 1 && world % k == 0 && opts.localRanks[0] >= 0 && opts.localRanks[0] % k == 0;
     for (int i = 0; consecutive && i < k; ++i) consecutive = opts.localRanks[size_t(i)] == opts.localRanks[0] + i;
     if (!consecutive || opts.localRanks.back() >= world)
@@ -223,11 +223,15 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     ownComm = makeInProcessCommunicator(co);
     comm = ownComm.get();
   }
-  // The fingerprints: manifest.json's, then each program's (0: not loaded here).
-  std::vector<int64_t> fingerprints = {0};
-  LLCDIST_ASSIGN_OR_RETURN(uint64_t fingerprint, fileFingerprint(opts.planDir, "manifest.json"));
-  fingerprints[0] = int64_t(fingerprint);
-  for (size_t p = 0; p < m.programs.size(); ++p) {
+  // The fingerprints, where they name the run (the flight recorder) or are compared (one process of
+  // several): manifest.json's, then each program's (0: not loaded here).
+  const bool recordCalls = multiRank && opts.flightEntries > 0;
+  std::vector<int64_t> fingerprints;
+  if (external || recordCalls) {
+    LLCDIST_ASSIGN_OR_RETURN(uint64_t h, fileFingerprint(opts.planDir, "manifest.json"));
+    fingerprints.push_back(int64_t(h));
+  }
+  for (size_t p = 0; external && p < m.programs.size(); ++p) {
     uint64_t h = 0;
     if (plan.isLoaded(p)) {
       LLCDIST_ASSIGN_OR_RETURN(h, fileFingerprint(opts.planDir, m.programs[p].file));
@@ -240,9 +244,9 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   std::unique_ptr<FlightRecorder> recorder;
   std::unique_ptr<Communicator> recording;
   std::unique_ptr<Watchdog> watchdog;
-  if (multiRank && opts.flightEntries > 0) {
+  if (recordCalls) {
     FlightRunInfo info;
-    info.runId = runIdOf(fingerprint, startUs);
+    info.runId = runIdOf(uint64_t(fingerprints[0]), startUs);
     info.planDir = opts.planDir;
     info.worldSize = world;
     info.mesh = mesh;
@@ -266,8 +270,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     // Every process must have loaded the same plan: the fingerprints of all, compared on each (with
     // each one's start time: rank 0's names the run in the flight recorder's dumps).
     // (Over the processes' first ranks: one call per process.)
-    const CommCallSite site{nullptr, nullptr, -1, nullptr, -1, -1, -1, "exchanging the plan's fingerprint", 0};
-    const ScopedCallSite scopedSite(site);
+    const ScopedCallSite scopedSite(CommCallSite::driver("exchanging the plan's fingerprint"));
     // Per process: its start time, then the fingerprints.
     std::vector<int64_t> mine = {startUs};
     mine.insert(mine.end(), fingerprints.begin(), fingerprints.end());
@@ -291,12 +294,9 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
         }
         const int64_t h0 = all[*first * size_t(n) + 1 + size_t(f)];
         if (h == h0) continue;
-        char a[32], b[32];
-        std::snprintf(a, sizeof a, "%016llx", static_cast<unsigned long long>(h0));
-        std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
         return Status::invalidArgument("rank " + std::to_string(leaders[p]) + " loaded another plan than rank " +
-                                       std::to_string(leaders[*first]) + " (" + file + ": fingerprint " + b +
-                                       " vs " + a + "): every process must run the same plan directory");
+                                       std::to_string(leaders[*first]) + " (" + file + ": fingerprint " + hex16(uint64_t(h)) +
+                                       " vs " + hex16(uint64_t(h0)) + "): every process must run the same plan directory");
       }
     }
     if (recorder) recorder->setRunId(runIdOf(uint64_t(all[1]), all[0]));
@@ -436,8 +436,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   if (external && multiRank) {
     // Each process's ranks' figures (consecutive ranks: consecutive entries), over the first ranks.
     const std::vector<std::array<int64_t, 3>> mine(memory.begin() + local.front(), memory.begin() + local.back() + 1);
-    const CommCallSite site{nullptr, nullptr, -1, nullptr, -1, -1, -1, "gathering every rank's memory", 0};
-    const ScopedCallSite scopedSite(site);
+    const ScopedCallSite scopedSite(CommCallSite::driver("gathering every rank's memory"));
     LLCDIST_RETURN_IF_ERROR(fireOnError(comm->allGather(local[0], firstRanks(world, int(local.size())), mine.data(),
                                                         memory.data(), 1, 3 * int64_t(local.size()), CommDType::kF64)
                                             .withContext("gathering every rank's memory")));
@@ -457,8 +456,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     // Rank 0's process writes the file; the others send it their param buffers, param by param in the
     // manifest's order (tag: the param's index; microbatch -2), which it receives in that order.
     constexpr int64_t kParamMessage = -2;
-    const CommCallSite site{nullptr, nullptr, -1, nullptr, -1, -1, -1, "--save-params: the params to rank 0", 0};
-    const ScopedCallSite scopedSite(site);
+    const ScopedCallSite scopedSite(CommCallSite::driver("--save-params: the params to rank 0"));
     if (isLocal(0)) {
       auto read = [&](int r, int64_t param, int64_t buffer) -> StatusOr<std::vector<float>> {
         if (isLocal(r)) return ranks[size_t(r)].interp->readF32(buffer);

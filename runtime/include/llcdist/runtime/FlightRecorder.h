@@ -55,6 +55,13 @@ struct CommCallSite {
   int64_t step = -1, microbatch = -1, action = -1;
   const char* what = nullptr;  // a call of the driver itself (no program): what it is
   int64_t enqueuedUs = 0;      // when the call was issued (0: when it started)
+
+  // A call of the training driver itself, not of a plan op.
+  static CommCallSite driver(const char* what) {
+    CommCallSite s;
+    s.what = what;
+    return s;
+  }
 };
 
 // The call site of the calling thread's communication calls (nullptr: none set).
@@ -192,7 +199,7 @@ private:
   std::mutex mu_;
   bool fired_ = false, answered_ = false;
   std::atomic<bool> stop_{false};
-  std::condition_variable_any wake_;
+  std::condition_variable wake_;
   std::mutex wakeMu_;
   std::thread thread_;
 };

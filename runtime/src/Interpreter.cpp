@@ -85,7 +85,10 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
   int64_t staging = 0;
   for (const Subroutine& sub : subs)
     for (const Op& op : sub.ops) staging = std::max(staging, in->stagingElems(op));
-  in->staging_.assign(size_t(staging), 0.0f);
+  if (staging > 0) {
+    LLCDIST_ASSIGN_OR_RETURN(in->staging_, backend.allocateStaging(staging));
+  }
+  in->stagingElems_ = staging;
   // Each subroutine is bound once per slot, 0 to the highest an action runs it in: a slotted buffer's
   // instance is an arena address like any other, so running an op costs the same with slots as without.
   const auto& buffers = in->program_->buffers;
@@ -213,7 +216,7 @@ Status Interpreter::bind(const Op& op, int64_t slot, BoundOp* out) {
     };
     std::map<int64_t, Slot> slots;
     std::vector<int64_t> order;  // first-appearance order, for deterministic conversion order
-    float* next = staging_.data();
+    float* next = staging_;
     for (size_t r = 0; r < op.args.size(); ++r) {
       if (!sc::isFloatRole(spec.args[r].type)) continue;
       const sc::ArgAccess access = op.access(r);
@@ -233,7 +236,7 @@ Status Interpreter::bind(const Op& op, int64_t slot, BoundOp* out) {
         c.argTypes[r][k] = sc::ElemType::kF32;
       }
     }
-    if (next > staging_.data() + staging_.size()) return Status::internal("bf16 staging area too small");
+    if (next > staging_ + stagingElems_) return Status::internal("bf16 staging area too small");
     for (int64_t id : order) {
       const Slot& staged = slots.at(id);
       const BufferDesc& b = program_->buffers[size_t(id)];
@@ -592,7 +595,7 @@ MemoryStats Interpreter::finishTrace() const {
   MemoryStats m;
   m.arenaBytes = program_->arenaBytes;
   m.opsExecuted = positions;
-  m.stagingBytes = int64_t(staging_.size()) * int64_t(sizeof(float));
+  m.stagingBytes = stagingElems_ * int64_t(sizeof(float));
   // Live bytes per position: whole-step kinds everywhere; activations / scratch over their lifetimes.
   int64_t wholeStep = 0;
   std::vector<int64_t> delta(size_t(positions) + 1, 0);

@@ -171,6 +171,11 @@ public:
   std::byte* arenaAt(int64_t offset) override { return arena_ ? arena_.get() + offset : nullptr; }
   int64_t arenaBytes() const override { return bytes_; }
   int64_t peakAllocatedBytes() const override { return peak_; }
+  StatusOr<float*> allocateStaging(int64_t elems) override {
+    if (elems < 0) return Status::invalidArgument("cpu backend: negative staging size " + std::to_string(elems));
+    staging_.push_back(std::make_unique<float[]>(size_t(elems)));  // value-initialized: zeros
+    return staging_.back().get();
+  }
 
   // Stream 0 runs on the calling thread; every created stream gets its worker thread.
   StatusOr<Stream> createStream() override {
@@ -437,6 +442,7 @@ private:
   CpuBackendOptions opts_;
   Status kernelTable_;  // checkCpuKernelTable() when the backend was made
   std::unique_ptr<std::byte, FreeDeleter> arena_;
+  std::vector<std::unique_ptr<float[]>> staging_;  // allocateStaging: host heap
   int64_t bytes_ = 0, peak_ = 0;
   std::vector<std::vector<int>> channels_;  // by Channel::id
   std::vector<std::shared_ptr<Completion>> events_;  // the latest record of each event; null: complete

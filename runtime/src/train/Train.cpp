@@ -339,10 +339,16 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   // process-wide); parameter init and the steps run on one thread per rank.
   std::vector<RankRun> ranks(static_cast<size_t>(world));
   for (int r : local) {
-    CpuBackendOptions bo;
-    bo.rank = r;
-    bo.communicator = comm;
-    ranks[size_t(r)].backend = makeCpuBackend(bo);
+    if (opts.backend) {
+      StatusOr<std::unique_ptr<Backend>> made = opts.backend(r, multiRank ? comm : nullptr);
+      if (!made.isOk()) return multiRank ? Status(made.status()).withRank(r) : made.status();
+      ranks[size_t(r)].backend = std::move(made).value();
+    } else {
+      CpuBackendOptions bo;
+      bo.rank = r;
+      bo.communicator = comm;
+      ranks[size_t(r)].backend = makeCpuBackend(bo);
+    }
     const int64_t programIndex = m.programOfRank(r);  // the loader checks every rank runs one program
     if (programIndex < 0) return Status::internal("no program runs rank " + std::to_string(r));
     auto interp = Interpreter::create(plan, size_t(programIndex), *ranks[size_t(r)].backend, r);
@@ -375,6 +381,10 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   // One rank's whole run. reportRank reports (records, log, progress); its metrics are the run's.
   auto runRank = [&](int r) -> Status {
     Interpreter& interp = *ranks[size_t(r)].interp;
+    if (multiRank) {
+      const ScopedCallSite scopedSite(CommCallSite::driver("connecting the backend's channels"));
+      LLCDIST_RETURN_IF_ERROR(ranks[size_t(r)].backend->connect().withContext("connecting the backend's channels"));
+    }
     LLCDIST_RETURN_IF_ERROR(train::initParams(m, interp, opts.seed, opts.initFrom));
     const MicrobatchSource data = dataFor(mesh.coord(r, MeshAxis::kDp));
     for (int64_t step = 0; step < opts.steps; ++step) {

@@ -66,6 +66,11 @@ public:
   // Largest number of device bytes held at once by this backend: the arena plus any workspace the
   // backend allocates itself (the CPU backend: the arena only; its kernels' temporaries are host heap).
   virtual int64_t peakAllocatedBytes() const = 0;
+  // Device memory for `elems` f32 temporaries outside the arena (the interpreter's staging of bf16
+  // arguments, Interpreter.h), zero-filled, owned by the backend until it is destroyed; any number of
+  // calls. The CPU backend's is host heap, not counted in peakAllocatedBytes (like its kernels'
+  // temporaries); a device backend counts it.
+  virtual StatusOr<float*> allocateStaging(int64_t elems) = 0;
 
   // ---- streams and events ----------------------------------------------------------------------------
   virtual StatusOr<Stream> createStream() = 0;
@@ -99,6 +104,11 @@ public:
   // order. Called at start-up, once per group, before any collective on it; an error for a group without
   // this rank.
   virtual StatusOr<Channel> createChannel(const std::vector<int>& group) = 0;
+  // Called once on each rank's own thread, by every rank of a multi-rank run together, after
+  // Interpreter::create (which creates the channels) and before the rank's first work: a backend whose
+  // channels need a collective set-up over the whole world (NCCL's communicators, CudaBackend.h) makes
+  // it here. The CPU backend has none.
+  virtual Status connect() { return Status::ok(); }
   // `channel`: a channel this backend created (createChannel). `dtype`:
   // the elements' type (f32, bf16 or f64), which is the reduction's arithmetic (Communicator.h); sizes
   // (count, outer, inner, total) are in elements.

@@ -216,7 +216,8 @@ private:
   std::vector<std::vector<std::vector<BoundOp>>> subroutines_;
   std::vector<int64_t> instanceBase_;  // per buffer: the memory trace index of its instance 0
   std::vector<int32_t> idsHost_, targetsHost_;      // load_microbatch staging
-  std::vector<float> staging_;                      // f32 temporaries of bf16 arguments (one op at a time)
+  float* staging_ = nullptr;                        // f32 temporaries of bf16 arguments (one op at a time;
+  int64_t stagingElems_ = 0;                        // the backend's allocateStaging)
   std::unique_ptr<MemoryTrace> trace_;              // during the first runStep only
   std::optional<MemoryStats> memory_;
   Timeline* timeline_ = nullptr;  // --trace; not owned

@@ -73,9 +73,12 @@
 //    so the same options give bitwise identical losses and parameters, whatever the thread scheduling.
 #pragma once
 
+#include "llcdist/runtime/Backend.h"
 #include "llcdist/runtime/Status.h"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -117,6 +120,10 @@ struct RunOptions {
   // rank waiting in (or given up on) a call, or the watchdog fires, they are dumped to
   // flightDir/flight-rank-R.json, the other processes asked to dump theirs (dumpPeers, one process per
   // rank), and the diagnosis of the directory (Diagnose.h) printed to `errors` (nullptr: std::cerr).
+  // Rank r's backend, made before its interpreter (communicator: the run's, null for one rank); unset:
+  // the CPU backend. The CLI's --backend cuda sets it (CudaBackend.h). Every multi-rank backend's
+  // connect() is called on its rank's thread before the rank's first work.
+  std::function<StatusOr<std::unique_ptr<Backend>>(int rank, Communicator* communicator)> backend;
   std::string flightDir = "llc-dist-flight";
   int64_t flightEntries = 0;
   DumpPeers* dumpPeers = nullptr;

@@ -1,0 +1,104 @@
+// Private to the CUDA backend, but free of CUDA (standard library and runtime headers only, so it
+// builds and is tested on machines without a toolkit: runtime/test/GemmPlanTest.cpp): how each
+// row-major linear op (Kernels.h: linearForward, linearBackwardInput, linearBackwardWeight) becomes one
+// column-major GEMM as cuBLASLt takes it, the key the GEMM runner (Gemm.cpp) caches its descriptors
+// and algorithm under, the alignment check, and a naive column-major reference GEMM that defines
+// what the problem means.
+//
+// The mapping. A row-major [R,C] matrix is, read column-major, its transpose: a C×R matrix with leading
+// dimension C. So a row-major product Y[M,N] = X·Z is computed as the column-major
+// Yᵀ (N×M, ldc = N) = Zᵀ·Xᵀ: cuBLAS's C is the op's output buffer as it is, and its A and B are
+// the op's operands with the transposes that the layouts need (the fields below say which operand).
+//
+// cuBLAS semantics (as cublasLtMatmul with alpha = 1): C(m×n) = op(A)(m×k) · op(B)(k×n) + beta·C
+// [+ bias broadcast along the columns, bias[i] added to row i, i < m]. A is stored column-major as
+// m×k (transA false) or k×m (transA true) with leading dimension lda >= its row count; B likewise
+// k×n / n×k with ldb; C is m×n with ldc >= m. Element (r, c) of a stored matrix with leading
+// dimension ld is at r + c·ld.
+#pragma once
+
+#include "llcdist/runtime/OpParams.h"
+#include "llcdist/runtime/Status.h"
+
+#include <cstdint>
+#include <string>
+
+namespace llcdist::rt::cuda {
+
+enum class GemmDType { kF32, kBF16 };      // the element type of A, B, C (and the bias)
+enum class GemmEpilogue { kNone, kBias };  // kBias: CUBLASLT_EPILOGUE_BIAS, bias[m] per row of C
+// Which of the linear op's buffers feeds cuBLAS's A or B (C is always the op's output: y, dx or dw).
+enum class GemmOperand { kX, kW, kDy };
+
+struct GemmProblem {
+  bool transA = false, transB = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  float beta = 0.0f;  // 0 (overwrite C; C is not read) or 1 (accumulate into C)
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  GemmDType dtype = GemmDType::kF32;
+  GemmOperand a = GemmOperand::kW;  // the buffer passed as A
+  GemmOperand b = GemmOperand::kX;  // the buffer passed as B
+};
+
+// Wnk: the weight as the [N,K] matrix of Kernels.h (W for kOutIn, Wᵀ for kInOut).
+// linear_fwd: y[M,N] = x·Wnkᵀ (+ bias[N]); C = yᵀ (N×M), A = w, B = x; the bias (per output feature)
+// is the epilogue's per-row bias. Never accumulates (linear_fwd has no accumulate attr).
+GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dtype = GemmDType::kF32);
+// linear_bwd_input: dx[M,K] (+)= dy[M,N]·Wnk; C = dxᵀ (K×M), A = w, B = dy; beta = accumulate.
+GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype = GemmDType::kF32);
+// linear_bwd_weight: dw in W's layout (kOutIn dw[N,K] = dyᵀ·x; kInOut dw[K,N] = xᵀ·dy), beta =
+// accumulate. kOutIn: C = dwᵀ (K×N), A = x, B = dy; kInOut: C = dwᵀ (N×K), A = dy, B = x.
+GemmProblem linearBackwardWeightGemm(const LinearParams& p, GemmDType dtype = GemmDType::kF32);
+
+// The elements A, B and C must hold for the problem (the last element read or written, plus one).
+int64_t gemmElemsA(const GemmProblem& g);
+int64_t gemmElemsB(const GemmProblem& g);
+int64_t gemmElemsC(const GemmProblem& g);
+
+// Ok when the problem is well formed: sizes >= 0, leading dimensions >= max(1, the stored row count),
+// beta 0 or 1. (m, n or k 0 are well formed; the runner refuses them, the linear kernels never pass
+// them.) The error names the problem.
+Status checkGemmProblem(const GemmProblem& g);
+
+// "m=19 n=5 k=37 A=w^T(lda=37) B=x(ldb=37) C(ldc=19) beta=0 bias f32": for errors.
+std::string describeGemm(const GemmProblem& g);
+const char* gemmOperandName(GemmOperand o);
+const char* gemmDTypeName(GemmDType t);
+int64_t gemmElemSize(GemmDType t);
+
+// The largest of 16, 8, 4, 2, 1 bytes that divides every non-null pointer (16 when all are null): the
+// alignment the heuristic is told about (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES), so an algorithm
+// cached for it is valid for every call with the same key.
+int gemmAlignmentClass(const void* a, const void* b, const void* c, const void* bias = nullptr);
+
+// cuBLASLt needs every matrix (and the bias) aligned to its element size at least: 4 bytes for f32, 2
+// for bf16. InvalidArgument naming the first misaligned operand (A, B, C or bias) and its address.
+Status checkGemmAlignment(const void* a, const void* b, const void* c, GemmDType dtype, const void* bias = nullptr);
+
+// The cache key of the runner: every field of the problem, the alignment class of its pointers and
+// whether the algorithm was restricted to non-split-K reductions (deterministic).
+struct GemmKey {
+  bool transA = false, transB = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  float beta = 0.0f;
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  GemmDType dtype = GemmDType::kF32;
+  GemmOperand a = GemmOperand::kW, b = GemmOperand::kX;
+  int alignment = 16;
+  bool deterministic = true;
+
+  bool operator<(const GemmKey& o) const;
+  bool operator==(const GemmKey& o) const;
+  bool operator!=(const GemmKey& o) const { return !(*this == o); }
+};
+GemmKey gemmKey(const GemmProblem& g, int alignment, bool deterministic);
+
+// The reference: C = op(A)·op(B) + beta·C (+ bias[i] on row i with kBias), column-major with leading
+// dimensions exactly as cuBLAS defines them, in f32 data with double accumulation. With beta 0, C is
+// not read (it may hold NaN). `bias` is required with kBias and ignored otherwise. Only dtype kF32.
+void referenceColumnMajorGemm(const GemmProblem& g, const float* A, const float* B, float* C,
+                              const float* bias = nullptr);
+
+}  // namespace llcdist::rt::cuda

@@ -1,0 +1,56 @@
+// The CUDA backend's scratch and table memory and its error helpers (DeviceMemory.h, CudaKernels.h).
+#include "DeviceMemory.h"
+
+#include <string>
+
+namespace llcdist::rt::cuda {
+
+Status cudaError(cudaError_t e, const char* expr, const char* file, int line, int rank) {
+  if (e == cudaSuccess) return Status::ok();
+  return Status::internal(std::string(file) + ":" + std::to_string(line) + ": " + expr + ": " + cudaGetErrorName(e) +
+                          " (" + cudaGetErrorString(e) + ") on rank " + std::to_string(rank));
+}
+
+Status launchError(const char* what, const char* file, int line, int rank) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return Status::ok();
+  return cudaError(e, (std::string("launching ") + what).c_str(), file, line, rank);
+}
+
+StreamScratch::~StreamScratch() {
+  if (ptr_) cudaFreeAsync(ptr_, stream_);
+}
+
+StatusOr<void*> StreamScratch::get(int64_t bytes) {
+  if (bytes <= bytes_) return ptr_;
+  if (ptr_) {
+    LLCDIST_CUDA_TRY(cudaFreeAsync(ptr_, stream_), rank_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  LLCDIST_CUDA_TRY(cudaMallocAsync(&ptr_, size_t(bytes), stream_), rank_);
+  bytes_ = bytes;
+  return ptr_;
+}
+
+TableCache::~TableCache() {
+  for (auto& [key, p] : copies_) cudaFree(p);
+}
+
+StatusOr<const float*> TableCache::upload(const float* host, int64_t count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = copies_.find({host, count});
+  if (it != copies_.end()) return static_cast<const float*>(it->second);
+  float* p = nullptr;
+  LLCDIST_CUDA_TRY(cudaMalloc(&p, size_t(count) * sizeof(float)), rank_);
+  const cudaError_t e = cudaMemcpy(p, host, size_t(count) * sizeof(float), cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    cudaFree(p);
+    return cudaError(e, "cudaMemcpy(table)", __FILE__, __LINE__, rank_);
+  }
+  copies_.emplace(std::make_pair(host, count), p);
+  bytes_ += count * int64_t(sizeof(float));
+  return static_cast<const float*>(p);
+}
+
+}  // namespace llcdist::rt::cuda

@@ -1,0 +1,264 @@
+// The norm family's CUDA kernels (the CPU reference: src/kernels/Norm.cpp): LayerNorm (torch
+// nn.LayerNorm) and RMSNorm (HF LlamaRMSNorm), forward, input gradient and weight gradients; and their
+// kernel-table entries.
+//  - Forward and input gradient: one block per row; each thread sums its strided columns in double and
+//    the block adds the threads' sums with a fixed tree (blockSum), so the row statistics are the CPU's
+//    double sums up to their order, and a run repeats bit for bit.
+//  - Weight gradients (sums over the M rows) without atomics, in two passes: the rows are cut into at
+//    most kMaxChunks chunks and one thread per (chunk, h) sums its chunk's rows in order, in double,
+//    into scratch partials; then one thread per column h adds its chunks' partials in chunk order.
+#include "cuda/CudaKernels.h"
+
+#include <algorithm>
+
+namespace llcdist::rt::cuda {
+namespace {
+
+constexpr int kThreads = 256;           // elementwise grids
+constexpr int kRowThreads = 256;        // threads of a row's block: a power of two (blockSum's tree)
+constexpr int64_t kMaxRowBlocks = 65535;  // row blocks in flight; each loops over rows m += gridDim.x
+constexpr int64_t kMinChunkRows = 32;   // weight gradients: rows a chunk sums at least ...
+constexpr int64_t kMaxChunks = 128;     // ... and at most this many chunks (bounds the scratch)
+
+#define LLCDIST_GRID_STRIDE(i, n) \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+// The sum of every thread's v over the block (blockDim.x == kRowThreads), in a fixed tree order; every
+// thread of the block must call it (it synchronizes) and gets the sum.
+__device__ double blockSum(double v) {
+  __shared__ double buf[kRowThreads];
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kRowThreads / 2; s > 0; s >>= 1) {
+    if (int(threadIdx.x) < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  const double sum = buf[0];
+  __syncthreads();  // every thread has read buf[0] before the next call overwrites it
+  return sum;
+}
+
+// ---- LayerNorm ------------------------------------------------------------------------------------
+
+__global__ void layerNormFwdKernel(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                   float* rstd, int64_t M, int64_t H, float eps) {
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+    const float* xr = x + m * H;
+    double sum = 0.0;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) sum += xr[h];
+    const double mu = blockSum(sum) / double(H);
+    double var = 0.0;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) var += (xr[h] - mu) * (xr[h] - mu);
+    var = blockSum(var) / double(H);
+    const float mu32 = static_cast<float>(mu);
+    const float rs = static_cast<float>(1.0 / sqrt(var + double(eps)));
+    float* yr = y + m * H;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) yr[h] = (xr[h] - mu32) * rs * gamma[h] + beta[h];
+    if (threadIdx.x == 0) {
+      mean[m] = mu32;
+      rstd[m] = rs;
+    }
+  }
+}
+
+// dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma.
+__global__ void layerNormBwdInputKernel(const float* dy, const float* x, const float* gamma, const float* mean,
+                                        const float* rstd, float* dx, int64_t M, int64_t H) {
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+    const float* xr = x + m * H;
+    const float* dyr = dy + m * H;
+    const float mu = mean[m], rs = rstd[m];
+    double sumG = 0.0, sumGX = 0.0;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
+      const double g = double(dyr[h]) * gamma[h];
+      sumG += g;
+      sumGX += g * ((xr[h] - mu) * rs);
+    }
+    sumG = blockSum(sumG);
+    sumGX = blockSum(sumGX);
+    const float meanG = static_cast<float>(sumG / double(H));
+    const float meanGX = static_cast<float>(sumGX / double(H));
+    float* dxr = dx + m * H;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
+      const float xhat = (xr[h] - mu) * rs;
+      dxr[h] = rs * (dyr[h] * gamma[h] - meanG - xhat * meanGX);
+    }
+  }
+}
+
+// Partials j = chunk·H + h: dgPart = Σ dy·xhat, dbPart = Σ dy over the chunk's rows, in row order.
+__global__ void layerNormWeightPartials(const float* dy, const float* x, const float* mean, const float* rstd,
+                                        double* dgPart, double* dbPart, int64_t M, int64_t H, int64_t chunkRows,
+                                        int64_t chunks) {
+  LLCDIST_GRID_STRIDE(j, chunks * H) {
+    const int64_t chunk = j / H, h = j - chunk * H;
+    const int64_t m0 = chunk * chunkRows, m1 = m0 + chunkRows < M ? m0 + chunkRows : M;
+    double dg = 0.0, db = 0.0;
+    for (int64_t m = m0; m < m1; ++m) {
+      const float xhat = (x[m * H + h] - mean[m]) * rstd[m];
+      dg += double(dy[m * H + h]) * xhat;
+      db += dy[m * H + h];
+    }
+    dgPart[j] = dg;
+    dbPart[j] = db;
+  }
+}
+
+// ---- RMSNorm --------------------------------------------------------------------------------------
+
+__global__ void rmsNormFwdKernel(const float* x, const float* weight, float* y, float* rstd, int64_t M, int64_t H,
+                                 float eps) {
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+    const float* xr = x + m * H;
+    double ss = 0.0;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) ss += double(xr[h]) * xr[h];
+    ss = blockSum(ss);
+    const float rs = static_cast<float>(1.0 / sqrt(ss / double(H) + double(eps)));
+    float* yr = y + m * H;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) yr[h] = weight[h] * (xr[h] * rs);  // HF: weight * (x * rsqrt)
+    if (threadIdx.x == 0) rstd[m] = rs;
+  }
+}
+
+// dx = rstd · (g - xhat·mean(g·xhat)) with g = dy·weight, xhat = x·rstd.
+__global__ void rmsNormBwdInputKernel(const float* dy, const float* x, const float* weight, const float* rstd,
+                                      float* dx, int64_t M, int64_t H) {
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+    const float* xr = x + m * H;
+    const float* dyr = dy + m * H;
+    const float rs = rstd[m];
+    double sumGX = 0.0;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) sumGX += double(dyr[h]) * weight[h] * (xr[h] * rs);
+    sumGX = blockSum(sumGX);
+    const float meanGX = static_cast<float>(sumGX / double(H));
+    float* dxr = dx + m * H;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) dxr[h] = rs * (dyr[h] * weight[h] - (xr[h] * rs) * meanGX);
+  }
+}
+
+// Partials j = chunk·H + h: Σ dy·(x·rstd) over the chunk's rows, in row order.
+__global__ void rmsNormWeightPartials(const float* dy, const float* x, const float* rstd, double* dwPart, int64_t M,
+                                      int64_t H, int64_t chunkRows, int64_t chunks) {
+  LLCDIST_GRID_STRIDE(j, chunks * H) {
+    const int64_t chunk = j / H, h = j - chunk * H;
+    const int64_t m0 = chunk * chunkRows, m1 = m0 + chunkRows < M ? m0 + chunkRows : M;
+    double dw = 0.0;
+    for (int64_t m = m0; m < m1; ++m) dw += double(dy[m * H + h]) * (x[m * H + h] * rstd[m]);
+    dwPart[j] = dw;
+  }
+}
+
+// ---- Weight gradients' second pass ----------------------------------------------------------------
+
+// out[h] = Σ_chunk part[chunk·H + h] in chunk order, added to out[h] when accumulate (as the CPU: the
+// float gradient plus the double sum, rounded once).
+__global__ void finishColumns(const double* part, int64_t chunks, int64_t H, float* out, bool accumulate) {
+  LLCDIST_GRID_STRIDE(h, H) {
+    double s = 0.0;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) s += part[chunk * H + h];
+    out[h] = static_cast<float>(accumulate ? out[h] + s : s);
+  }
+}
+
+#undef LLCDIST_GRID_STRIDE
+
+unsigned rowBlocks(int64_t M) { return unsigned(M < kMaxRowBlocks ? M : kMaxRowBlocks); }
+
+// How the weight gradients cut the M rows: `chunks` chunks of `rows` rows (the last one shorter).
+struct Chunks {
+  int64_t rows = 1, chunks = 0;
+};
+Chunks chunksFor(int64_t M) {
+  Chunks c;
+  if (M <= 0) return c;
+  const int64_t wanted = std::min<int64_t>((M + kMinChunkRows - 1) / kMinChunkRows, kMaxChunks);
+  c.rows = (M + wanted - 1) / wanted;
+  c.chunks = (M + c.rows - 1) / c.rows;
+  return c;
+}
+
+using P = NormParams;
+using Ctx = CudaKernelContext;
+
+Status layerNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
+  if (p.M == 0) return Status::ok();
+  layerNormFwdKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(c.F("x"), c.F("gamma"), c.F("beta"), c.F("y"),
+                                                                     c.F("mean"), c.F("rstd"), p.M, p.H,
+                                                                     float(p.eps));
+  return LLCDIST_CUDA_LAUNCHED("layer_norm_fwd", ctx.rank);
+}
+
+Status layerNormBwdInput(const KernelCall& c, const P& p, const Ctx& ctx) {
+  if (p.M == 0) return Status::ok();
+  layerNormBwdInputKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(
+      c.F("dy"), c.F("x"), c.F("gamma"), c.F("mean"), c.F("rstd"), c.F("dx"), p.M, p.H);
+  return LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_input", ctx.rank);
+}
+
+Status layerNormBwdWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
+  if (p.H == 0) return Status::ok();
+  if (!ctx.scratch) return Status::internal("layer_norm_bwd_weight without device scratch");
+  const Chunks ch = chunksFor(p.M);
+  double* dgPart = nullptr;
+  double* dbPart = nullptr;
+  if (ch.chunks > 0) {
+    LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(2 * ch.chunks * p.H * int64_t(sizeof(double))));
+    dgPart = static_cast<double*>(scratch);
+    dbPart = dgPart + ch.chunks * p.H;
+    layerNormWeightPartials<<<gridFor(ch.chunks * p.H, kThreads), kThreads, 0, ctx.stream>>>(
+        c.F("dy"), c.F("x"), c.F("mean"), c.F("rstd"), dgPart, dbPart, p.M, p.H, ch.rows, ch.chunks);
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_weight", ctx.rank));
+  }
+  finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dgPart, ch.chunks, p.H, c.F("dgamma"),
+                                                                     p.accumulate);
+  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_weight", ctx.rank));
+  finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dbPart, ch.chunks, p.H, c.F("dbeta"),
+                                                                     p.accumulate);
+  return LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_weight", ctx.rank);
+}
+
+Status rmsNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
+  if (p.M == 0) return Status::ok();
+  rmsNormFwdKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(c.F("x"), c.F("weight"), c.F("y"), c.F("rstd"),
+                                                                   p.M, p.H, float(p.eps));
+  return LLCDIST_CUDA_LAUNCHED("rms_norm_fwd", ctx.rank);
+}
+
+Status rmsNormBwdInput(const KernelCall& c, const P& p, const Ctx& ctx) {
+  if (p.M == 0) return Status::ok();
+  rmsNormBwdInputKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(c.F("dy"), c.F("x"), c.F("weight"),
+                                                                        c.F("rstd"), c.F("dx"), p.M, p.H);
+  return LLCDIST_CUDA_LAUNCHED("rms_norm_bwd_input", ctx.rank);
+}
+
+Status rmsNormBwdWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
+  if (p.H == 0) return Status::ok();
+  if (!ctx.scratch) return Status::internal("rms_norm_bwd_weight without device scratch");
+  const Chunks ch = chunksFor(p.M);
+  double* dwPart = nullptr;
+  if (ch.chunks > 0) {
+    LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(ch.chunks * p.H * int64_t(sizeof(double))));
+    dwPart = static_cast<double*>(scratch);
+    rmsNormWeightPartials<<<gridFor(ch.chunks * p.H, kThreads), kThreads, 0, ctx.stream>>>(
+        c.F("dy"), c.F("x"), c.F("rstd"), dwPart, p.M, p.H, ch.rows, ch.chunks);
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("rms_norm_bwd_weight", ctx.rank));
+  }
+  finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dwPart, ch.chunks, p.H, c.F("dweight"),
+                                                                     p.accumulate);
+  return LLCDIST_CUDA_LAUNCHED("rms_norm_bwd_weight", ctx.rank);
+}
+
+}  // namespace
+
+// ---- CUDA kernel-table entries (CudaKernels.h) -----------------------------------------------------
+void registerCudaNormKernels(CudaKernelTable& t) {
+  using K = schema::OpKind;
+  addCudaKernel<P>(t, K::kLayerNormFwd, layerNormFwd);
+  addCudaKernel<P>(t, K::kLayerNormBwdInput, layerNormBwdInput);
+  addCudaKernel<P>(t, K::kLayerNormBwdWeight, layerNormBwdWeight);
+  addCudaKernel<P>(t, K::kRmsNormFwd, rmsNormFwd);
+  addCudaKernel<P>(t, K::kRmsNormBwdInput, rmsNormBwdInput);
+  addCudaKernel<P>(t, K::kRmsNormBwdWeight, rmsNormBwdWeight);
+}
+
+}  // namespace llcdist::rt::cuda

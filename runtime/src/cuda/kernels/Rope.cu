@@ -1,0 +1,73 @@
+// The rope family's CUDA kernels (the CPU reference: src/kernels/Rope.cpp): rotary position embedding,
+// HF Llama rotate_half convention, forward (rotation by the table's angles) and backward (its
+// transpose, the rotation by -angle); and their kernel-table entries. One thread per rotated pair
+// (b, s, head, i < hd/2) reads x[i] and x[half + i] before writing both, so y may alias x. The cos /
+// sin table (RopeParams, built on the host at bind time) is read from its device copy
+// (CudaKernelContext::tables, uploaded once per table).
+#include "cuda/CudaKernels.h"
+
+#include <string>
+
+namespace llcdist::rt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// sign = +1: y = x*cos + rotate_half(x)*sin; sign = -1: the transpose. cos / sin are [S, hd].
+__global__ void rotateKernel(const float* cosT, const float* sinT, const float* x, float* y, int64_t B, int64_t S,
+                             int64_t n, int64_t hd, float sign) {
+  const int64_t half = hd / 2;
+  const int64_t pairs = B * S * n * half;
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < pairs; j += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = j % half, row = j / half;  // row = (b·S + s)·n + head
+    const int64_t s = (row / n) % S;
+    const int64_t off = row * hd;
+    const float* c = cosT + s * hd;
+    const float* sn = sinT + s * hd;
+    const float lo = x[off + i], hi = x[off + half + i];
+    y[off + i] = lo * c[i] + (-hi) * (sign * sn[i]);
+    y[off + half + i] = hi * c[half + i] + lo * (sign * sn[half + i]);
+  }
+}
+
+Status checkTable(const RopeTable& t, int64_t S, int64_t hd) {
+  if (t.seqLen != S || t.headDim != hd)
+    return Status::invalidArgument("rope: table is for S=" + std::to_string(t.seqLen) + ", head_dim=" +
+                                   std::to_string(t.headDim) + " but the tensor has S=" +
+                                   std::to_string(S) + ", head_dim=" + std::to_string(hd));
+  return Status::ok();
+}
+
+using P = RopeParams;
+using Ctx = CudaKernelContext;
+
+Status rope(const KernelCall& c, const P& p, const Ctx& ctx) {
+  const bool fwd = c.kind == schema::OpKind::kRopeFwd;
+  const char* what = fwd ? "rope_fwd" : "rope_bwd";
+  if (!p.table) return Status::internal(std::string(what) + " without a rope table");
+  LLCDIST_RETURN_IF_ERROR(checkTable(*p.table, p.S, p.hd));
+  const int64_t pairs = p.B * p.S * p.n * (p.hd / 2);
+  if (pairs == 0) return Status::ok();
+  const int64_t count = p.S * p.hd;
+  if (int64_t(p.table->cos.size()) != count || int64_t(p.table->sin.size()) != count)
+    return Status::internal(std::string(what) + ": the rope table holds " + std::to_string(p.table->cos.size()) +
+                            " cos and " + std::to_string(p.table->sin.size()) + " sin values, expected S×hd = " +
+                            std::to_string(count));
+  if (!ctx.tables) return Status::internal(std::string(what) + " without device tables");
+  LLCDIST_ASSIGN_OR_RETURN(const float* cosT, ctx.tables->upload(p.table->cos.data(), count));
+  LLCDIST_ASSIGN_OR_RETURN(const float* sinT, ctx.tables->upload(p.table->sin.data(), count));
+  rotateKernel<<<gridFor(pairs, kThreads), kThreads, 0, ctx.stream>>>(
+      cosT, sinT, fwd ? c.F("x") : c.F("dy"), fwd ? c.F("y") : c.F("dx"), p.B, p.S, p.n, p.hd, fwd ? 1.0f : -1.0f);
+  return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
+}
+
+}  // namespace
+
+// ---- CUDA kernel-table entries (CudaKernels.h) -----------------------------------------------------
+void registerCudaRopeKernels(CudaKernelTable& t) {
+  using K = schema::OpKind;
+  addCudaKernel<P>(t, K::kRopeFwd, rope);
+  addCudaKernel<P>(t, K::kRopeBwd, rope);
+}
+
+}  // namespace llcdist::rt::cuda

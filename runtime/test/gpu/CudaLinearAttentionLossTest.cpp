@@ -1,0 +1,539 @@
+// The CUDA kernels of the linear, attention and loss families (src/cuda/kernels/{Linear,Attention,
+// Loss}.cu) against the CPU reference kernels on the same inputs (KernelHarness.h), every op kind:
+// both weight layouts, accumulate on and off, with and without bias, odd sizes; causal GQA / MHA / MQA
+// attention over one and several tiles and head dims 16..256; cross entropy plain, padded
+// (real_vocab) and vocabulary-parallel. Plus what the harness cannot show: a target outside the
+// vocabulary sets the device error (and leaves the loss alone), synchronous shape errors, and bitwise
+// repeatability. Every test skips without a CUDA device.
+//
+// Tolerances: |gpu - cpu| <= atol + rtol·|cpu|. GEMMs run in f32 compute (no TF32), so 1e-4 / 1e-4
+// holds with room; attention is f32 throughout (online softmax vs the CPU's two-pass one); the loss
+// kernels compute in double as the CPU does, differing only in the order of the Σ exp, so 1e-6.
+#include "KernelHarness.h"
+
+#include "llcdist/runtime/Kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace llcdist::rt::cuda::test {
+namespace {
+
+using K = schema::OpKind;
+
+// ---- Linear ---------------------------------------------------------------------------------------------
+
+struct LinearCase {
+  int64_t M, K, N;
+  WeightLayout layout;
+  bool accumulate;
+  bool bias;
+};
+void PrintTo(const LinearCase& c, std::ostream* os) {
+  *os << "M" << c.M << "_K" << c.K << "_N" << c.N << (c.layout == WeightLayout::kOutIn ? "_out_in" : "_in_out")
+      << (c.accumulate ? "_acc" : "") << (c.bias ? "_bias" : "");
+}
+LinearParams linearParams(const LinearCase& c) {
+  LinearParams p;
+  p.M = c.M;
+  p.K = c.K;
+  p.N = c.N;
+  p.layout = c.layout;
+  p.accumulate = c.accumulate;
+  return p;
+}
+
+class CudaLinearTest : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(CudaLinearTest, Forward) {
+  LLCDIST_REQUIRE_GPU();
+  const LinearCase& c = GetParam();
+  KernelCase k(K::kLinearFwd, linearParams(c));
+  k.f32("x", randomF32(c.M * c.K, 1)).f32("w", randomF32(c.N * c.K, 2));
+  if (c.bias) k.f32("bias", randomF32(c.N, 3));
+  k.f32("y", randomF32(c.M * c.N, 4));  // overwritten
+  k.expectMatch(1e-4, 1e-4);
+}
+
+TEST_P(CudaLinearTest, BackwardInput) {
+  LLCDIST_REQUIRE_GPU();
+  const LinearCase& c = GetParam();
+  KernelCase(K::kLinearBwdInput, linearParams(c))
+      .f32("dy", randomF32(c.M * c.N, 5))
+      .f32("w", randomF32(c.N * c.K, 6))
+      .f32("dx", randomF32(c.M * c.K, 7))  // accumulated into or overwritten
+      .expectMatch(1e-4, 1e-4);
+}
+
+TEST_P(CudaLinearTest, BackwardWeight) {
+  LLCDIST_REQUIRE_GPU();
+  const LinearCase& c = GetParam();
+  KernelCase(K::kLinearBwdWeight, linearParams(c))
+      .f32("dy", randomF32(c.M * c.N, 8))
+      .f32("x", randomF32(c.M * c.K, 9))
+      .f32("dw", randomF32(c.N * c.K, 10))
+      .expectMatch(1e-4, 1e-4);
+}
+
+TEST_P(CudaLinearTest, BackwardBias) {
+  LLCDIST_REQUIRE_GPU();
+  const LinearCase& c = GetParam();
+  KernelCase(K::kLinearBwdBias, linearParams(c))
+      .f32("dy", randomF32(c.M * c.N, 11))
+      .f32("db", randomF32(c.N, 12))
+      .expectMatch(1e-5, 1e-5);  // double sums, as the CPU
+}
+
+TEST_P(CudaLinearTest, BiasAdd) {
+  LLCDIST_REQUIRE_GPU();
+  const LinearCase& c = GetParam();
+  KernelCase(K::kBiasAdd, linearParams(c))
+      .f32("y", randomF32(c.M * c.N, 13))
+      .f32("bias", randomF32(c.N, 14))
+      .expectMatch(0, 0);  // one f32 add per element: exact
+}
+
+std::vector<LinearCase> linearCases() {
+  std::vector<LinearCase> out;
+  struct Size {
+    int64_t M, K, N;
+  };
+  // Odd sizes; a single row / column; and sizes large enough for tiled cuBLASLt kernels and several
+  // row chunks of linear_bwd_bias (64 rows a chunk).
+  for (Size s : {Size{5, 37, 19}, Size{1, 1, 7}, Size{3, 8, 1}, Size{130, 96, 72}, Size{257, 64, 33}})
+    for (WeightLayout l : {WeightLayout::kOutIn, WeightLayout::kInOut})
+      for (bool acc : {false, true})
+        for (bool bias : {false, true}) out.push_back({s.M, s.K, s.N, l, acc, bias});
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(AllCases, CudaLinearTest, ::testing::ValuesIn(linearCases()));
+
+// ---- Attention ------------------------------------------------------------------------------------------
+
+struct AttentionCase {
+  int64_t B, S, nh, nkv, hd;
+};
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << "B" << c.B << "_S" << c.S << "_nh" << c.nh << "_nkv" << c.nkv << "_hd" << c.hd;
+}
+AttentionParams attentionParams(const AttentionCase& c) {
+  AttentionParams p;
+  p.B = c.B;
+  p.S = c.S;
+  p.nh = c.nh;
+  p.nkv = c.nkv;
+  p.hd = c.hd;
+  return p;
+}
+
+class CudaAttentionTest : public ::testing::TestWithParam<AttentionCase> {
+protected:
+  const AttentionCase c = GetParam();
+  const int64_t qElems = c.B * c.S * c.nh * c.hd, kvElems = c.B * c.S * c.nkv * c.hd, rows = c.B * c.nh * c.S;
+  const std::vector<float> q = randomF32(qElems, 21), k = randomF32(kvElems, 22), v = randomF32(kvElems, 23);
+  // Several tiles accumulate more terms: a little more room there.
+  double tol() const { return c.S > 32 || c.hd > 64 ? 2e-4 : 1e-4; }
+};
+
+TEST_P(CudaAttentionTest, Forward) {
+  LLCDIST_REQUIRE_GPU();
+  KernelCase(K::kAttentionFwd, attentionParams(c))
+      .f32("q", q)
+      .f32("k", k)
+      .f32("v", v)
+      .f32("out", randomF32(qElems, 24))
+      .f32("lse", randomF32(rows, 25))
+      .expectMatch(tol(), tol());
+}
+
+TEST_P(CudaAttentionTest, Backward) {
+  LLCDIST_REQUIRE_GPU();
+  // The saved tensors as the forward makes them (the CPU's: both backends then read identical inputs).
+  std::vector<float> out(static_cast<size_t>(qElems)), lse(static_cast<size_t>(rows));
+  ASSERT_TRUE(attentionForward({c.B, c.S, c.nh, c.nkv, c.hd}, q.data(), k.data(), v.data(), out.data(), lse.data())
+                  .isOk());
+  KernelCase(K::kAttentionBwd, attentionParams(c))
+      .f32("dout", randomF32(qElems, 26))
+      .f32("q", q)
+      .f32("k", k)
+      .f32("v", v)
+      .f32("out", out)
+      .f32("lse", lse)
+      .f32("dq", randomF32(qElems, 27))  // all three overwritten
+      .f32("dk", randomF32(kvElems, 28))
+      .f32("dv", randomF32(kvElems, 29))
+      .expectMatch(tol(), tol());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCases, CudaAttentionTest,
+                         ::testing::Values(AttentionCase{2, 13, 4, 2, 16},   // GQA, one tile
+                                           AttentionCase{2, 13, 4, 2, 64},   //
+                                           AttentionCase{1, 13, 3, 3, 24},   // MHA, hd not a multiple of 32
+                                           AttentionCase{2, 9, 4, 1, 32},    // MQA
+                                           AttentionCase{1, 70, 4, 2, 64},   // several key and query tiles
+                                           AttentionCase{1, 1, 2, 1, 8},     // a single position
+                                           AttentionCase{1, 37, 2, 1, 128},  //
+                                           AttentionCase{1, 21, 2, 2, 256}));  // the largest head dim
+
+TEST(CudaAttentionErrorTest, RejectsHeadDimsPastTheLimit) {
+  LLCDIST_REQUIRE_GPU();
+  AttentionParams p;
+  p.B = 1;
+  p.S = 2;
+  p.nh = 1;
+  p.nkv = 1;
+  p.hd = 512;
+  const CudaKernel* kernel = cudaKernelTable().find(K::kAttentionFwd);
+  ASSERT_NE(kernel, nullptr);
+  KernelCall call;
+  call.kind = K::kAttentionFwd;
+  call.params = p;
+  call.args.resize(schema::opSpec(call.kind).numArgs);
+  call.argElems.resize(call.args.size());
+  CudaKernelContext ctx;  // nothing is launched: the shape check comes first
+  const Status s = (*kernel)(call, ctx);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.toString();
+  EXPECT_NE(s.message().find("head dim 512"), std::string::npos) << s.message();
+}
+
+// ---- Loss -----------------------------------------------------------------------------------------------
+
+LossParams lossParams(int64_t M, int64_t V, double scale, int64_t realVocab = 0,
+                      std::optional<VocabShard> shard = std::nullopt) {
+  LossParams p;
+  p.M = M;
+  p.V = V;
+  p.scale = scale;
+  p.realVocab = realVocab;
+  p.vocabShard = shard;
+  return p;
+}
+
+// Logits with large values in the padding columns (>= realV, local columns of this shard), which a
+// kernel reading them would turn into a different result.
+std::vector<float> logitsWithPadding(int64_t M, int64_t V, int64_t realV, int64_t begin, uint32_t seed) {
+  std::vector<float> x = randomF32(M * V, seed, -3.0f, 3.0f);
+  if (realV > 0)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < V; ++j)
+        if (begin + j >= realV) x[size_t(m * V + j)] = 50.0f;
+  return x;
+}
+
+struct PlainLossCase {
+  int64_t M, V, realV;
+};
+class CudaCrossEntropyTest : public ::testing::TestWithParam<PlainLossCase> {};
+
+TEST_P(CudaCrossEntropyTest, Forward) {
+  LLCDIST_REQUIRE_GPU();
+  const PlainLossCase c = GetParam();
+  const int64_t R = c.realV > 0 ? c.realV : c.V;
+  KernelCase(K::kCrossEntropyFwd, lossParams(c.M, c.V, 0.25, c.realV))
+      .f32("logits", logitsWithPadding(c.M, c.V, c.realV, 0, 31))
+      .i32("targets", randomI32(c.M, 32, 0, int32_t(R - 1)))
+      .f32("loss", {0.75f})  // added to
+      .expectMatch(1e-6, 1e-6);
+}
+
+TEST_P(CudaCrossEntropyTest, Backward) {
+  LLCDIST_REQUIRE_GPU();
+  const PlainLossCase c = GetParam();
+  const int64_t R = c.realV > 0 ? c.realV : c.V;
+  KernelCase(K::kCrossEntropyBwd, lossParams(c.M, c.V, 1.0 / double(c.M), c.realV))
+      .f32("logits", logitsWithPadding(c.M, c.V, c.realV, 0, 33))
+      .i32("targets", randomI32(c.M, 34, 0, int32_t(R - 1)))
+      .f32("dlogits", randomF32(c.M * c.V, 35))  // overwritten, padding columns with 0
+      .expectMatch(1e-6, 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCases, CudaCrossEntropyTest,
+                         ::testing::Values(PlainLossCase{7, 50, 0}, PlainLossCase{7, 50, 41},
+                                           PlainLossCase{1, 3, 0}, PlainLossCase{3, 1000, 0},  // V > the block
+                                           PlainLossCase{300, 37, 30}));
+
+// Vocabulary-parallel: 3 shards of V = 16 (48 global columns), this rank shard `index`; real_vocab 40
+// puts 8 real columns on shard 2 (0 = no padding).
+struct ShardCase {
+  int64_t index, realV;
+};
+void PrintTo(const ShardCase& c, std::ostream* os) { *os << "shard" << c.index << "_real" << c.realV; }
+class CudaVocabParallelTest : public ::testing::TestWithParam<ShardCase> {
+protected:
+  static constexpr int64_t M = 6, V = 16, kShards = 3;
+  const ShardCase c = GetParam();
+  const VocabShard shard{c.index, kShards};
+  const int64_t globalR = c.realV > 0 ? c.realV : V * kShards;
+  const std::vector<float> logits = logitsWithPadding(M, V, c.realV, c.index * V, 41);
+  // Global targets: some on this shard, some elsewhere.
+  const std::vector<int32_t> targets = randomI32(M, 42, 0, int32_t(globalR - 1));
+  // Row statistics as the all-reduces would leave them: a max >= every logit (a float), positive sums
+  // and the target logits.
+  std::vector<double> rowMax() const {
+    std::vector<double> r(static_cast<size_t>(M));
+    for (int64_t m = 0; m < M; ++m) r[size_t(m)] = double(3.0f + 0.125f * float(m));
+    return r;
+  }
+  std::vector<double> rowSums() const {
+    std::vector<double> r(size_t(2 * M));
+    for (int64_t m = 0; m < M; ++m) {
+      r[size_t(m)] = 1.5 + 0.25 * double(m);
+      r[size_t(M + m)] = -0.5 + 0.1 * double(m);
+    }
+    return r;
+  }
+};
+
+TEST_P(CudaVocabParallelTest, Max) {
+  LLCDIST_REQUIRE_GPU();
+  KernelCase(K::kCrossEntropyMax, lossParams(M, V, 0, c.realV, shard))
+      .f32("logits", logits)
+      .i32("targets", targets)
+      .f64("row_max", std::vector<double>(size_t(M), 0.0))
+      .expectMatch(0, 0);  // a max: exact
+}
+
+TEST_P(CudaVocabParallelTest, Sums) {
+  LLCDIST_REQUIRE_GPU();
+  KernelCase(K::kCrossEntropySums, lossParams(M, V, 0, c.realV, shard))
+      .f32("logits", logits)
+      .i32("targets", targets)
+      .f64("row_max", rowMax())
+      .f64("row_sums", std::vector<double>(size_t(2 * M), 0.0))
+      .expectMatch(1e-12, 1e-12);  // double terms, only their order differs
+}
+
+TEST_P(CudaVocabParallelTest, Forward) {
+  LLCDIST_REQUIRE_GPU();
+  KernelCase(K::kCrossEntropyFwd, lossParams(M, V, 0.5, c.realV, shard))
+      .f32("logits", logits)
+      .i32("targets", targets)
+      .f32("loss", {1.25f})
+      .f64("row_max", rowMax())
+      .f64("row_sums", rowSums())
+      .expectMatch(1e-6, 1e-6);
+}
+
+TEST_P(CudaVocabParallelTest, Backward) {
+  LLCDIST_REQUIRE_GPU();
+  KernelCase(K::kCrossEntropyBwd, lossParams(M, V, 1.0 / double(M), c.realV, shard))
+      .f32("logits", logits)
+      .i32("targets", targets)
+      .f32("dlogits", randomF32(M * V, 43))
+      .f64("row_max", rowMax())
+      .f64("row_sums", rowSums())
+      .expectMatch(1e-6, 1e-6);
+}
+
+// Shard 2 with real_vocab 40 holds 8 real columns and 8 padding ones; shard 1 with real_vocab 20 holds
+// 4. (A shard of padding only writes row_max -inf, which the harness's |gpu - cpu| cannot compare.)
+INSTANTIATE_TEST_SUITE_P(AllCases, CudaVocabParallelTest,
+                         ::testing::Values(ShardCase{0, 0}, ShardCase{1, 0}, ShardCase{2, 0}, ShardCase{2, 40},
+                                           ShardCase{1, 20}, ShardCase{0, 20}));
+
+// ---- What the harness cannot show: device errors, synchronous errors, repeatability -------------------
+
+struct HostBuf {
+  std::vector<std::byte> bytes;
+  schema::ElemType type;
+  int64_t elems;
+};
+template <class T>
+HostBuf hostBuf(const std::vector<T>& v, schema::ElemType type) {
+  HostBuf b{std::vector<std::byte>(v.size() * sizeof(T)), type, int64_t(v.size())};
+  std::memcpy(b.bytes.data(), v.data(), b.bytes.size());
+  return b;
+}
+template <class T>
+std::vector<T> values(const HostBuf& b) {
+  std::vector<T> v(b.bytes.size() / sizeof(T));
+  std::memcpy(v.data(), b.bytes.data(), b.bytes.size());
+  return v;
+}
+
+// One launch of the CUDA entry on device copies of `bufs` (one buffer per role, or none for an absent
+// optional role); the buffers come back with the device's contents.
+struct DeviceRun {
+  Status status;
+  int deviceError = -1;
+};
+DeviceRun runOnDevice(schema::OpKind kind, const OpParams& params, std::vector<std::vector<HostBuf>>& bufs) {
+  DeviceRun result;
+  cudaStream_t stream = nullptr;
+  EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  KernelCall call;
+  call.kind = kind;
+  call.params = params;
+  call.args.resize(bufs.size());
+  call.argElems.resize(bufs.size());
+  call.argTypes.resize(bufs.size());
+  for (size_t r = 0; r < bufs.size(); ++r)
+    for (HostBuf& b : bufs[r]) {
+      void* p = nullptr;
+      EXPECT_EQ(cudaMalloc(&p, b.bytes.size() + 16), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(p, b.bytes.data(), b.bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+      call.args[r].push_back(p);
+      call.argElems[r].push_back(b.elems);
+      call.argTypes[r].push_back(b.type);
+    }
+  int* flag = nullptr;
+  EXPECT_EQ(cudaMalloc(&flag, sizeof(int)), cudaSuccess);
+  EXPECT_EQ(cudaMemset(flag, 0, sizeof(int)), cudaSuccess);
+  {
+    StreamScratch scratch(stream, 0);
+    TableCache tables(0);
+    StatusOr<std::unique_ptr<GemmRunner>> gemm = makeGemmRunner(0);
+    EXPECT_TRUE(gemm.isOk()) << gemm.status().toString();
+    CudaKernelContext ctx;
+    ctx.stream = stream;
+    ctx.gemm = gemm.isOk() ? gemm->get() : nullptr;
+    ctx.scratch = &scratch;
+    ctx.tables = &tables;
+    ctx.deviceError = flag;
+    const CudaKernel* kernel = cudaKernelTable().find(kind);
+    EXPECT_NE(kernel, nullptr);
+    if (kernel) result.status = (*kernel)(call, ctx);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  }
+  EXPECT_EQ(cudaMemcpy(&result.deviceError, flag, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t r = 0; r < bufs.size(); ++r)
+    for (size_t k = 0; k < bufs[r].size(); ++k) {
+      EXPECT_EQ(cudaMemcpy(bufs[r][k].bytes.data(), call.args[r][k], bufs[r][k].bytes.size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      cudaFree(call.args[r][k]);
+    }
+  cudaFree(flag);
+  cudaStreamDestroy(stream);
+  return result;
+}
+
+std::vector<std::vector<HostBuf>> noBufs(schema::OpKind kind) {
+  return std::vector<std::vector<HostBuf>>(schema::opSpec(kind).numArgs);
+}
+size_t roleOf(schema::OpKind kind, std::string_view role) { return size_t(schema::argIndex(kind, role)); }
+
+TEST(CudaLossErrorTest, TargetOutsideTheVocabularySetsTheDeviceError) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t M = 4, V = 10;
+  std::vector<int32_t> targets = {1, 2, int32_t(V), 3};  // row 2 is outside [0, V)
+  {
+    const K kind = K::kCrossEntropyFwd;
+    auto bufs = noBufs(kind);
+    bufs[roleOf(kind, "logits")].push_back(hostBuf(randomF32(M * V, 51), schema::ElemType::kF32));
+    bufs[roleOf(kind, "targets")].push_back(hostBuf(targets, schema::ElemType::kI32));
+    bufs[roleOf(kind, "loss")].push_back(hostBuf(std::vector<float>{0.5f}, schema::ElemType::kF32));
+    const DeviceRun run = runOnDevice(kind, lossParams(M, V, 1.0), bufs);
+    EXPECT_TRUE(run.status.isOk()) << run.status.toString();
+    EXPECT_EQ(run.deviceError, kDeviceTargetOutOfRange);
+    EXPECT_EQ(values<float>(bufs[roleOf(kind, "loss")][0])[0], 0.5f) << "the loss must be left unchanged";
+  }
+  {
+    const K kind = K::kCrossEntropyBwd;
+    auto bufs = noBufs(kind);
+    bufs[roleOf(kind, "logits")].push_back(hostBuf(randomF32(M * V, 52), schema::ElemType::kF32));
+    bufs[roleOf(kind, "targets")].push_back(hostBuf(targets, schema::ElemType::kI32));
+    bufs[roleOf(kind, "dlogits")].push_back(hostBuf(randomF32(M * V, 53), schema::ElemType::kF32));
+    const DeviceRun run = runOnDevice(kind, lossParams(M, V, 1.0), bufs);
+    EXPECT_TRUE(run.status.isOk()) << run.status.toString();
+    EXPECT_EQ(run.deviceError, kDeviceTargetOutOfRange);
+  }
+  {
+    // Vocabulary-parallel: 2 shards of V, so V is inside the global vocabulary; 2V is not.
+    std::vector<int32_t> global = {1, int32_t(V + 2), int32_t(2 * V), 0};
+    const K kind = K::kCrossEntropyMax;
+    auto bufs = noBufs(kind);
+    bufs[roleOf(kind, "logits")].push_back(hostBuf(randomF32(M * V, 54), schema::ElemType::kF32));
+    bufs[roleOf(kind, "targets")].push_back(hostBuf(global, schema::ElemType::kI32));
+    bufs[roleOf(kind, "row_max")].push_back(hostBuf(std::vector<double>(size_t(M), 0.0), schema::ElemType::kF64));
+    const DeviceRun run = runOnDevice(kind, lossParams(M, V, 0, 0, VocabShard{1, 2}), bufs);
+    EXPECT_TRUE(run.status.isOk()) << run.status.toString();
+    EXPECT_EQ(run.deviceError, kDeviceTargetOutOfRange);
+  }
+}
+
+TEST(CudaLossErrorTest, RealVocabOutsideTheColumnsIsASynchronousError) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t M = 2, V = 8;
+  const K kind = K::kCrossEntropyBwd;
+  auto bufs = noBufs(kind);
+  bufs[roleOf(kind, "logits")].push_back(hostBuf(randomF32(M * V, 55), schema::ElemType::kF32));
+  bufs[roleOf(kind, "targets")].push_back(hostBuf(std::vector<int32_t>{0, 1}, schema::ElemType::kI32));
+  bufs[roleOf(kind, "dlogits")].push_back(hostBuf(randomF32(M * V, 56), schema::ElemType::kF32));
+  const DeviceRun run = runOnDevice(kind, lossParams(M, V, 1.0, V + 1), bufs);
+  EXPECT_EQ(run.status.code(), StatusCode::kInvalidArgument) << run.status.toString();
+  EXPECT_EQ(run.deviceError, 0);
+}
+
+// Two runs of one call give identical bits (fixed reduction orders; deterministic GEMM algorithms).
+void expectRepeatable(schema::OpKind kind, const OpParams& params, const std::vector<std::vector<HostBuf>>& inputs) {
+  std::vector<std::vector<HostBuf>> first = inputs, second = inputs;
+  const DeviceRun a = runOnDevice(kind, params, first);
+  const DeviceRun b = runOnDevice(kind, params, second);
+  ASSERT_TRUE(a.status.isOk()) << a.status.toString();
+  ASSERT_TRUE(b.status.isOk()) << b.status.toString();
+  for (size_t r = 0; r < first.size(); ++r)
+    for (size_t k = 0; k < first[r].size(); ++k)
+      EXPECT_TRUE(first[r][k].bytes == second[r][k].bytes)
+          << schema::opName(kind) << ": " << schema::opSpec(kind).args[r].role << " differs between two runs";
+}
+
+TEST(CudaRepeatabilityTest, AttentionBackward) {
+  LLCDIST_REQUIRE_GPU();
+  const AttentionCase c{2, 45, 4, 2, 64};
+  const int64_t qElems = c.B * c.S * c.nh * c.hd, kvElems = c.B * c.S * c.nkv * c.hd, rows = c.B * c.nh * c.S;
+  const std::vector<float> q = randomF32(qElems, 61), k = randomF32(kvElems, 62), v = randomF32(kvElems, 63);
+  std::vector<float> out(static_cast<size_t>(qElems)), lse(static_cast<size_t>(rows));
+  ASSERT_TRUE(attentionForward({c.B, c.S, c.nh, c.nkv, c.hd}, q.data(), k.data(), v.data(), out.data(), lse.data())
+                  .isOk());
+  const K kind = K::kAttentionBwd;
+  auto bufs = noBufs(kind);
+  bufs[roleOf(kind, "dout")].push_back(hostBuf(randomF32(qElems, 64), schema::ElemType::kF32));
+  bufs[roleOf(kind, "q")].push_back(hostBuf(q, schema::ElemType::kF32));
+  bufs[roleOf(kind, "k")].push_back(hostBuf(k, schema::ElemType::kF32));
+  bufs[roleOf(kind, "v")].push_back(hostBuf(v, schema::ElemType::kF32));
+  bufs[roleOf(kind, "out")].push_back(hostBuf(out, schema::ElemType::kF32));
+  bufs[roleOf(kind, "lse")].push_back(hostBuf(lse, schema::ElemType::kF32));
+  for (const char* r : {"dq", "dk", "dv"})
+    bufs[roleOf(kind, r)].push_back(
+        hostBuf(std::vector<float>(size_t(std::string(r) == "dq" ? qElems : kvElems), 0.0f), schema::ElemType::kF32));
+  expectRepeatable(kind, attentionParams(c), bufs);
+}
+
+TEST(CudaRepeatabilityTest, LinearBackwardWeightAndBias) {
+  LLCDIST_REQUIRE_GPU();
+  LinearCase c{512, 96, 80, WeightLayout::kOutIn, true, false};
+  {
+    const K kind = K::kLinearBwdWeight;
+    auto bufs = noBufs(kind);
+    bufs[roleOf(kind, "dy")].push_back(hostBuf(randomF32(c.M * c.N, 71), schema::ElemType::kF32));
+    bufs[roleOf(kind, "x")].push_back(hostBuf(randomF32(c.M * c.K, 72), schema::ElemType::kF32));
+    bufs[roleOf(kind, "dw")].push_back(hostBuf(randomF32(c.N * c.K, 73), schema::ElemType::kF32));
+    expectRepeatable(kind, linearParams(c), bufs);
+  }
+  {
+    const K kind = K::kLinearBwdBias;
+    auto bufs = noBufs(kind);
+    bufs[roleOf(kind, "dy")].push_back(hostBuf(randomF32(c.M * c.N, 74), schema::ElemType::kF32));
+    bufs[roleOf(kind, "db")].push_back(hostBuf(randomF32(c.N, 75), schema::ElemType::kF32));
+    expectRepeatable(kind, linearParams(c), bufs);
+  }
+}
+
+TEST(CudaRepeatabilityTest, CrossEntropyForward) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t M = 33, V = 777;
+  const K kind = K::kCrossEntropyFwd;
+  auto bufs = noBufs(kind);
+  bufs[roleOf(kind, "logits")].push_back(hostBuf(randomF32(M * V, 81, -5.0f, 5.0f), schema::ElemType::kF32));
+  bufs[roleOf(kind, "targets")].push_back(hostBuf(randomI32(M, 82, 0, int32_t(V - 1)), schema::ElemType::kI32));
+  bufs[roleOf(kind, "loss")].push_back(hostBuf(std::vector<float>{0.0f}, schema::ElemType::kF32));
+  expectRepeatable(kind, lossParams(M, V, 1.0), bufs);
+}
+
+}  // namespace
+}  // namespace llcdist::rt::cuda::test

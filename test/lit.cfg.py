@@ -60,5 +60,13 @@ elif os.path.exists(os.path.join(config.llcdist_src_root, ".venv-hf.unavailable"
 elif os.environ.get("LLCDIST_REQUIRE_TORCH") == "1":
     lit_config.fatal("LLCDIST_REQUIRE_TORCH=1 but " + hf_python + " cannot import "
                      "transformers (run scripts/setup-deps.sh)")
+config.substitutions.append(("%scripts", os.path.join(config.llcdist_src_root, "scripts")))
+# A visible NVIDIA GPU (nvidia-smi -L works): the tests of --backend cuda without one are unsupported.
+try:
+    if subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                      timeout=30).returncode == 0:
+        config.available_features.add("gpu")
+except (OSError, subprocess.SubprocessError):
+    pass
 config.substitutions.append(("%data", os.path.join(config.llcdist_src_root, "data")))
 config.substitutions.append(("%reference", os.path.join(config.llcdist_src_root, "test", "reference")))

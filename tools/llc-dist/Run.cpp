@@ -1,7 +1,8 @@
 //===- Run.cpp - llc-dist run PLAN ----------------------------------------===//
 //
-// Training on the CPU backend: every rank a thread of this process, or, under
-// mpirun / srun, one rank per process over MPI (docs/cluster.md).
+// Training on the CUDA backend (when built and a GPU is present) or the CPU
+// backend: every rank a thread of this process, or, under mpirun / srun, one
+// rank per process over MPI (docs/cluster.md, docs/gpu.md).
 //
 //===----------------------------------------------------------------------===//
 #include "Cli.h"
@@ -10,9 +11,15 @@
 #if LLCDIST_HAVE_MPI
 #include "llcdist/runtime/MpiCommunicator.h"
 #endif
+#if LLCDIST_HAVE_CUDA
+#include "llcdist/runtime/CudaBackend.h"
+#endif
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <vector>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -23,9 +30,10 @@ using namespace llcdist;
 
 const char *const llcdist::cli::kRunHelp = R"(llc-dist run PLAN [options]
 
-Executes a plan directory written by `llc-dist compile` on the CPU backend:
-initializes (or loads) the parameters, runs --steps training steps over the
-data, prints one progress line per step, and saves the parameters.
+Executes a plan directory written by `llc-dist compile` on the GPU (CUDA
+backend) or the CPU: initializes (or loads) the parameters, runs --steps
+training steps over the data, prints one progress line per step, and saves
+the parameters.
 
 Alone, every rank of the plan is a thread of this process. Started by a
 launcher as one process per rank (`mpirun -n WORLD llc-dist run PLAN`, or
@@ -48,6 +56,14 @@ OPTIONS
                          grad_norm, tokens_per_s
   --trace DIR            write DIR/trace.json: each rank's measured kernel and
                          communication intervals as a Chrome trace (Perfetto)
+  --backend cuda|cpu     where the kernels run (default: cuda when this build
+                         has the CUDA backend and a GPU is visible, else cpu).
+                         With more ranks than GPUs, ranks share a device
+                         (virtual ranks, collectives staged through the host);
+                         one GPU per rank uses NCCL (docs/gpu.md)
+  --device-ids I,J,..    the CUDA devices the ranks of this process use, in
+                         order, round-robin (default: every visible device;
+                         under a launcher offset by the node-local rank)
   --ranks-per-process K  under a launcher: each process runs K consecutive
                          ranks as threads (mpirun -n WORLD/K; default 1)
   --comm-timeout S       a rank that waits longer than S seconds in one
@@ -65,10 +81,94 @@ OPTIONS
   --quiet                no progress output
 )";
 
+namespace {
+
+// The node-local index of this process under a launcher (0 when none says).
+int localProcessIndex() {
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                          "MPI_LOCALRANKID", "PMI_LOCAL_RANK"})
+    if (const char *v = std::getenv(var)) {
+      char *end = nullptr;
+      const long n = std::strtol(v, &end, 10);
+      if (end != v && *end == '\0' && n >= 0)
+        return int(n);
+    }
+  return 0;
+}
+int localProcessCount() {
+  for (const char *var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
+                          "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"})
+    if (const char *v = std::getenv(var)) {
+      char *end = nullptr;
+      const long n = std::strtol(v, &end, 10);
+      if (end != v && *end == '\0' && n >= 1)
+        return int(n);
+    }
+  return 1;
+}
+
+// --backend / --device-ids: sets o.backend for the CUDA backend (the default
+// when it is built and a device is visible). False after printing an error.
+bool configureBackend(rt::RunOptions &o, const std::string &backend,
+                      std::vector<int> devices, int ranksPerProcess,
+                      bool underLauncher) {
+#if LLCDIST_HAVE_CUDA
+  std::string why;
+  const int visible = rt::cudaDevices(&why);
+  if (backend == "cpu" || (backend.empty() && visible == 0))
+    return true;
+  if (visible == 0) {
+    llcdist::cli::error("--backend cuda: " + why +
+                        " (run with --backend cpu, or on a machine with a GPU)");
+    return false;
+  }
+  if (devices.empty())
+    for (int d = 0; d < visible; ++d)
+      devices.push_back(d);
+  // This process's ranks take the devices in order, from the node-local
+  // index of the process (one process per GPU: process i gets device i).
+  const int base = underLauncher ? localProcessIndex() * ranksPerProcess : 0;
+  const int onNode =
+      underLauncher ? localProcessCount() * ranksPerProcess : -1; // -1: the plan's world
+  const bool nccl = rt::cudaBackendHasNccl();
+  const double timeout = o.collectiveTimeoutSeconds;
+  const std::vector<int> local = o.localRanks;
+  o.backend = [=](int rank, rt::Communicator *comm)
+      -> rt::StatusOr<std::unique_ptr<rt::Backend>> {
+    const int world = comm ? comm->worldSize() : 1;
+    const int slot = underLauncher ? base + (rank - local.front()) : rank;
+    rt::CudaBackendOptions co;
+    co.rank = rank;
+    co.device = devices[size_t(slot) % devices.size()];
+    co.communicator = comm;
+    // NCCL when every rank on this node has a device of its own; else the
+    // ranks share devices (virtual ranks) and collectives are staged.
+    const int ranksOnNode = onNode < 0 ? world : onNode;
+    co.nccl = comm && nccl && ranksOnNode <= int(devices.size());
+    co.timeoutSeconds = timeout;
+    return rt::makeCudaBackend(co);
+  };
+  return true;
+#else
+  (void)devices;
+  (void)ranksPerProcess;
+  (void)underLauncher;
+  (void)o;
+  if (backend == "cuda") {
+    llcdist::cli::error("--backend cuda: this llc-dist was built without the CUDA "
+                        "backend (CMake found no CUDA toolkit); run with --backend cpu");
+    return false;
+  }
+  return true;
+#endif
+}
+
+} // namespace
+
 int llcdist::cli::runRun(Args &args) {
   rt::RunOptions o;
   int64_t seed = 0, ranksPerProcess = 1;
-  std::string shuffle = "off";
+  std::string shuffle = "off", backend, deviceIds;
   ValueFlags runFlags;
   runFlags.add("--steps", &o.steps)
       .add("--data", &o.data)
@@ -81,7 +181,9 @@ int llcdist::cli::runRun(Args &args) {
       .add("--comm-timeout", &o.collectiveTimeoutSeconds)
       .add("--flight-dir", &o.flightDir)
       .add("--flight-entries", &o.flightEntries)
-      .add("--ranks-per-process", &ranksPerProcess);
+      .add("--ranks-per-process", &ranksPerProcess)
+      .add("--backend", &backend)
+      .add("--device-ids", &deviceIds);
   o.collectiveTimeoutSeconds = 600; // NCCL's watchdog default
   o.flightEntries = 2000;           // PyTorch's flight recorder's default
   while (!args.empty()) {
@@ -118,6 +220,26 @@ int llcdist::cli::runRun(Args &args) {
     throw UsageError{"--flight-dir needs a directory"};
   if (shuffle != "on" && shuffle != "off")
     throw UsageError{"--shuffle must be on or off, got '" + shuffle + "'"};
+  if (!backend.empty() && backend != "cuda" && backend != "cpu")
+    throw UsageError{"--backend must be cuda or cpu, got '" + backend + "'"};
+  std::vector<int> devices;
+  if (!deviceIds.empty()) {
+    for (size_t begin = 0; begin <= deviceIds.size();) { // every item, empty ones too
+      size_t comma = deviceIds.find(',', begin);
+      if (comma == std::string::npos)
+        comma = deviceIds.size();
+      const std::string item = deviceIds.substr(begin, comma - begin);
+      begin = comma + 1;
+      char *end = nullptr;
+      const long v = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || v < 0 || v > 1023)
+        throw UsageError{"--device-ids: '" + item +
+                         "' is not a device ordinal (a comma-separated list such as 0,1,2,3)"};
+      devices.push_back(int(v));
+    }
+    if (backend == "cpu")
+      throw UsageError{"--device-ids: only with the CUDA backend (not with --backend cpu)"};
+  }
   o.shuffle = shuffle == "on";
   o.seed = static_cast<uint64_t>(seed);
   o.progressIsTty = isatty(fileno(stdout));
@@ -157,6 +279,8 @@ int llcdist::cli::runRun(Args &args) {
           "mpirun -n WORLD/K or srun)");
     return kExitError;
   }
+  if (!configureBackend(o, backend, devices, int(ranksPerProcess), comm != nullptr))
+    return kExitError;
   rt::Status st = rt::runTraining(o, std::cout);
   if (!st.isOk()) {
     std::cout.flush();

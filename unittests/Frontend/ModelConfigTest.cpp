@@ -38,6 +38,7 @@ TEST(ModelConfig, PublishedParameterCounts) {
       {"gpt2", 124439808},
       {"llama2-7b", 6738415616},
       {"llama3-8b", 8030261248},
+      {"llama3.2-1b", 1235814400}, // tied embeddings (bench/gpu_step.py)
       {"llama3.1-405b", 405853388800},
   };
   for (auto &[name, n] : published)

@@ -10,7 +10,9 @@
 #include "llcdist/runtime/Plan.h"
 #include "llcdist/runtime/Timeline.h"
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -122,6 +124,131 @@ TEST_F(AsyncTrainTest, AsyncGradientAllReduceGivesTheSynchronousBits) {
   EXPECT_TRUE(sameBits(checkParams, syncParams));
   // Not a tautology: the parameters moved.
   EXPECT_NE(syncLoss.front(), syncLoss.back());
+}
+
+// What a device backend sees of a plan's queues (the CUDA backend maps each Stream to a CUDA stream
+// and each Event to a CUDA event one to one, CudaBackend.h): a backend made by RunOptions::backend
+// that records every stream-addressed call and forwards it to the CPU backend. Each rank creates one
+// stream per non-compute queue before its first step and connects once before any work; the started
+// all-reduces go to the comm queue's stream and are waited for on the compute stream at the plan's
+// waits; the synchronous all-reduce and every kernel run on the compute stream; and the losses are
+// the plain CPU run's bits.
+class RecordingBackend final : public Backend {
+public:
+  RecordingBackend(std::unique_ptr<Backend> inner, std::vector<std::string>* log, std::mutex* mu)
+      : inner_(std::move(inner)), log_(log), mu_(mu) {}
+  std::string name() const override { return "recording"; }
+  Status allocateArena(int64_t b) override { return inner_->allocateArena(b); }
+  std::byte* arenaAt(int64_t o) override { return inner_->arenaAt(o); }
+  int64_t arenaBytes() const override { return inner_->arenaBytes(); }
+  int64_t peakAllocatedBytes() const override { return inner_->peakAllocatedBytes(); }
+  StatusOr<float*> allocateStaging(int64_t e) override { return inner_->allocateStaging(e); }
+  StatusOr<Stream> createStream() override {
+    note("createStream");
+    return inner_->createStream();
+  }
+  StatusOr<Event> createEvent() override { return inner_->createEvent(); }
+  Status recordEvent(Stream s, Event e) override {
+    note("recordEvent s" + std::to_string(s.id));
+    return inner_->recordEvent(s, e);
+  }
+  Status waitEvent(Stream s, Event e) override {
+    note("waitEvent s" + std::to_string(s.id));
+    return inner_->waitEvent(s, e);
+  }
+  Status synchronize() override { return inner_->synchronize(); }
+  Status copyToDevice(Stream s, int64_t o, const void* p, int64_t b) override { return inner_->copyToDevice(s, o, p, b); }
+  Status copyToHost(Stream s, void* p, int64_t o, int64_t b) override { return inner_->copyToHost(s, p, o, b); }
+  Status fillZero(Stream s, int64_t o, int64_t b) override { return inner_->fillZero(s, o, b); }
+  Status launchHostFunc(Stream s, std::function<void()> f) override { return inner_->launchHostFunc(s, std::move(f)); }
+  Status launch(Stream s, const KernelCall& c) override {
+    if (s.id != 0) note("launch off the compute stream: " + std::string(schema::opName(c.kind)));
+    return inner_->launch(s, c);
+  }
+  bool hasKernel(schema::OpKind k) const override { return inner_->hasKernel(k); }
+  StatusOr<Channel> createChannel(const std::vector<int>& g) override { return inner_->createChannel(g); }
+  Status connect() override {
+    note("connect");
+    return inner_->connect();
+  }
+  StatusOr<CollectiveHandle> allReduceAsync(Stream s, void* b, int64_t n, CommDType d, ReduceOp op,
+                                            Channel c) override {
+    note("allReduce s" + std::to_string(s.id));
+    return inner_->allReduceAsync(s, b, n, d, op, c);
+  }
+  StatusOr<CollectiveHandle> allGatherAsync(Stream s, const void* i, void* o, int64_t a, int64_t b, int64_t t,
+                                            CommDType d, Channel c) override {
+    return inner_->allGatherAsync(s, i, o, a, b, t, d, c);
+  }
+  StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const void* i, void* o, int64_t a, int64_t b, int64_t t,
+                                                CommDType d, ReduceOp op, Channel c) override {
+    return inner_->reduceScatterAsync(s, i, o, a, b, t, d, op, c);
+  }
+  StatusOr<CollectiveHandle> sendAsync(Stream s, const float* x, int64_t n, int p, int64_t t, int64_t m) override {
+    return inner_->sendAsync(s, x, n, p, t, m);
+  }
+  StatusOr<CollectiveHandle> recvAsync(Stream s, float* y, int64_t n, int p, int64_t t, int64_t m) override {
+    return inner_->recvAsync(s, y, n, p, t, m);
+  }
+  Status waitCollective(Stream s, CollectiveHandle h) override {
+    note("waitCollective s" + std::to_string(s.id));
+    return inner_->waitCollective(s, h);
+  }
+  bool collectiveDone(CollectiveHandle h) override { return inner_->collectiveDone(h); }
+
+private:
+  void note(const std::string& what) {
+    std::lock_guard<std::mutex> lock(*mu_);
+    log_->push_back(what);
+  }
+  std::unique_ptr<Backend> inner_;
+  std::vector<std::string>* log_;
+  std::mutex* mu_;
+};
+
+TEST_F(AsyncTrainTest, EachQueueIsOneStreamAndEachTokenAnEventPair) {
+  std::vector<uint64_t> plain;
+  ASSERT_TRUE(train(dataParallel(true), "plain", false, &plain, nullptr).isOk());
+  std::vector<std::vector<std::string>> logs(2);
+  std::mutex mu;
+  RunOptions o = options(planDir(dataParallel(true), "recorded"), 3);
+  o.backend = [&](int rank, Communicator* comm) -> StatusOr<std::unique_ptr<Backend>> {
+    CpuBackendOptions co;
+    co.rank = rank;
+    co.communicator = comm;
+    return std::unique_ptr<Backend>(std::make_unique<RecordingBackend>(makeCpuBackend(co), &logs[size_t(rank)], &mu));
+  };
+  RunResult res;
+  const Status st = run(o, &res);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  std::vector<uint64_t> recorded;
+  for (const StepRecord& r : res.steps) {
+    uint64_t bits;
+    std::memcpy(&bits, &r.loss, sizeof bits);
+    recorded.push_back(bits);
+  }
+  EXPECT_EQ(recorded, plain) << "a backend made through RunOptions::backend runs the same plan";
+  for (const std::vector<std::string>& log : logs) {
+    ASSERT_GE(log.size(), 2u);
+    EXPECT_EQ(log[0], "createStream") << "one stream for the comm queue, at create";
+    EXPECT_EQ(std::count(log.begin(), log.end(), "createStream"), 1);
+    EXPECT_EQ(log[1], "connect") << "connect before the rank's first work";
+    EXPECT_EQ(std::count(log.begin(), log.end(), "connect"), 1);
+    // Per step: the two started all-reduces on the comm stream (1), after the comm stream waited for
+    // the compute work before them; the synchronous one on the compute stream; every wait there.
+    EXPECT_EQ(std::count(log.begin(), log.end(), "allReduce s1"), 2 * 3);
+    EXPECT_EQ(std::count(log.begin(), log.end(), "allReduce s0"), 1 * 3);
+    EXPECT_EQ(std::count(log.begin(), log.end(), "waitCollective s1"), 0) << "waits are the waiting queue's";
+    EXPECT_EQ(std::count(log.begin(), log.end(), "waitCollective s0"), (2 + 1) * 3)
+        << "the plan's two waits and the synchronous all-reduce's, on compute";
+    for (const std::string& line : log) EXPECT_EQ(line.find("launch off"), std::string::npos) << line;
+    // The comm stream starts each started all-reduce only after the compute stream's event.
+    for (size_t i = 0; i < log.size(); ++i)
+      if (log[i] == "allReduce s1") {
+        auto before = std::find(std::make_reverse_iterator(log.begin() + long(i)), log.rend(), "waitEvent s1");
+        EXPECT_NE(before, log.rend()) << "an all-reduce on the comm stream without a wait for compute";
+      }
+  }
 }
 
 TEST_F(AsyncTrainTest, CheckingModeTurnsALateWaitIntoNaN) {

@@ -4,7 +4,10 @@
 // same bits; sums are also checked against a plain loop in member order.
 #include "llcdist/runtime/Bf16.h"
 #include "llcdist/runtime/Communicator.h"
+#include "llcdist/runtime/Mesh.h"
 #include "llcdist/runtime/MpiCommunicator.h"
+
+#include "cuda/host/NcclPlan.h"
 
 #include <gtest/gtest.h>
 
@@ -197,6 +200,43 @@ TEST(MpiCommunicator, OneRankPerProcess) {
   if (worldSize() > 1) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.toString();
   }
+}
+
+// The CUDA backend's NCCL bootstrap over MPI (one process per rank, as `mpirun llc-dist run
+// --backend cuda` makes it): every process gets rank 0's unique id and every rank's groups, so each
+// derives the same channel plan; here the groups are a dp x tp mesh's (CudaHostTest.cpp checks the
+// plan itself).
+TEST(MpiCommunicator, NcclBootstrapGivesEveryProcessTheSamePlan) {
+  auto comm = mpiComm();
+  const int n = worldSize();
+  const Mesh mesh = Mesh::make(n % 2 == 0 ? n / 2 : n, n % 2 == 0 ? 2 : 1, 1);
+  std::vector<cuda::Group> mine;
+  for (MeshAxis axis : {MeshAxis::kDp, MeshAxis::kTp}) mine.push_back(mesh.group(worldRank(), axis));
+  int made = 0;
+  auto boot = cuda::bootstrapNccl(*comm, worldRank(), mine, [&]() -> StatusOr<cuda::NcclId> {
+    ++made;
+    cuda::NcclId id{};
+    for (size_t i = 0; i < id.size(); ++i) id[i] = static_cast<unsigned char>(7 * i + 3);
+    return id;
+  });
+  ASSERT_TRUE(boot.isOk()) << boot.status().toString();
+  EXPECT_EQ(made, worldRank() == 0 ? 1 : 0);
+  EXPECT_EQ(boot->id[1], 10);
+  ASSERT_EQ(boot->groupsOfRank.size(), size_t(n));
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(boot->groupsOfRank[size_t(r)][0], mesh.group(r, MeshAxis::kDp)) << "rank " << r;
+    EXPECT_EQ(boot->groupsOfRank[size_t(r)][1], mesh.group(r, MeshAxis::kTp)) << "rank " << r;
+  }
+  // Every process's plan has the same rounds: the same ncclCommSplit calls on every rank.
+  auto plan = cuda::planNcclChannels(boot->groupsOfRank, worldRank());
+  ASSERT_TRUE(plan.isOk()) << plan.status().toString();
+  std::vector<double> shape = {double(plan->rounds.size())};
+  for (const auto& round : plan->rounds) shape.push_back(double(round.size()));
+  shape.resize(8, -1.0);
+  std::vector<double> all(size_t(n) * 8);
+  ASSERT_TRUE(comm->allGather(worldRank(), world(), shape.data(), all.data(), 1, 8, CommDType::kF64).isOk());
+  for (int r = 1; r < n; ++r)
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(all[size_t(r) * 8 + size_t(i)], all[size_t(i)]) << "rank " << r;
 }
 
 }  // namespace

@@ -64,11 +64,19 @@ ncclRedOp_t ncclOp(ReduceOp op) {
 
 int elemBytes(CommDType t) { return t == CommDType::kF64 ? 8 : t == CommDType::kBF16 ? 2 : 4; }
 
-// Pinned host memory for one stream's copies: reused once the copy that used it last is done.
-struct Staging {
+// Pinned host memory for one stream's copies: a ring of kStagingSlots buffers, each reused once the
+// copy that used it last is done, so the host runs up to that many copies ahead of the stream (the
+// microbatch loads of a step do not wait for the kernels between them).
+constexpr int kStagingSlots = 4;
+constexpr int64_t kStagingChunk = int64_t(32) << 20;
+struct StagingSlot {
   void* host = nullptr;
   size_t bytes = 0;
   cudaEvent_t free = nullptr;  // recorded after the last use
+};
+struct Staging {
+  StagingSlot slots[kStagingSlots];
+  int next = 0;  // the slot the next copy takes
 };
 
 class CudaBackend final : public Backend {
@@ -103,10 +111,11 @@ public:
     for (HostBuf& b : hostBufs_)
       if (b.ptr) cudaFreeHost(b.ptr);
     for (float* p : stagingAreas_) cudaFree(p);
-    for (Staging& st : staging_) {
-      if (st.host) cudaFreeHost(st.host);
-      if (st.free) cudaEventDestroy(st.free);
-    }
+    for (Staging& st : staging_)
+      for (StagingSlot& slot : st.slots) {
+        if (slot.host) cudaFreeHost(slot.host);
+        if (slot.free) cudaEventDestroy(slot.free);
+      }
     for (auto& [id, h] : handles_)
       if (h.event) cudaEventDestroy(h.event);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -200,24 +209,35 @@ public:
   }
 
   // ---- work -----------------------------------------------------------------------------------------
+  // Copies go through the stream's pinned slots in chunks of at most kStagingChunk bytes, so a large
+  // parameter needs no pinned buffer of its size.
   Status copyToDevice(Stream s, int64_t offset, const void* src, int64_t bytes) override {
     LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
     LLCDIST_RETURN_IF_ERROR(checkRange(offset, bytes, "copyToDevice"));
-    if (bytes == 0) return Status::ok();
-    LLCDIST_ASSIGN_OR_RETURN(void* pinned, stagingFor(s, bytes));
-    std::memcpy(pinned, src, size_t(bytes));
-    LLCDIST_CUDA_TRY(cudaMemcpyAsync(arenaAt(offset), pinned, size_t(bytes), cudaMemcpyHostToDevice, st), opts_.rank);
-    return stagingUsed(s);
+    for (int64_t done = 0; done < bytes; done += kStagingChunk) {
+      const int64_t n = std::min(kStagingChunk, bytes - done);
+      LLCDIST_ASSIGN_OR_RETURN(void* pinned, stagingFor(s, n));
+      std::memcpy(pinned, static_cast<const std::byte*>(src) + done, size_t(n));
+      LLCDIST_CUDA_TRY(cudaMemcpyAsync(arenaAt(offset + done), pinned, size_t(n), cudaMemcpyHostToDevice, st),
+                       opts_.rank);
+      LLCDIST_RETURN_IF_ERROR(stagingUsed(s));
+    }
+    return Status::ok();
   }
   Status copyToHost(Stream s, void* dst, int64_t offset, int64_t bytes) override {
     LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
     LLCDIST_RETURN_IF_ERROR(checkRange(offset, bytes, "copyToHost"));
-    if (bytes == 0) return Status::ok();
-    LLCDIST_ASSIGN_OR_RETURN(void* pinned, stagingFor(s, bytes));
-    LLCDIST_CUDA_TRY(cudaMemcpyAsync(pinned, arenaAt(offset), size_t(bytes), cudaMemcpyDeviceToHost, st), opts_.rank);
-    // The pinned bytes reach `dst` on the stream, after the copy (no CUDA call in a host function).
-    LLCDIST_RETURN_IF_ERROR(hostFunc(st, [dst, pinned, bytes] { std::memcpy(dst, pinned, size_t(bytes)); }));
-    return stagingUsed(s);
+    for (int64_t done = 0; done < bytes; done += kStagingChunk) {
+      const int64_t n = std::min(kStagingChunk, bytes - done);
+      LLCDIST_ASSIGN_OR_RETURN(void* pinned, stagingFor(s, n));
+      LLCDIST_CUDA_TRY(cudaMemcpyAsync(pinned, arenaAt(offset + done), size_t(n), cudaMemcpyDeviceToHost, st),
+                       opts_.rank);
+      // The pinned bytes reach `dst` on the stream, after the copy (no CUDA call in a host function).
+      std::byte* to = static_cast<std::byte*>(dst) + done;
+      LLCDIST_RETURN_IF_ERROR(hostFunc(st, [to, pinned, n] { std::memcpy(to, pinned, size_t(n)); }));
+      LLCDIST_RETURN_IF_ERROR(stagingUsed(s));
+    }
+    return Status::ok();
   }
   Status fillZero(Stream s, int64_t offset, int64_t bytes) override {
     LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
@@ -485,13 +505,15 @@ private:
     streams_.push_back(s);
     scratch_.push_back(std::make_unique<StreamScratch>(s, opts_.rank));
     staging_.emplace_back();
-    LLCDIST_CUDA_TRY(cudaEventCreateWithFlags(&staging_.back().free, cudaEventDisableTiming), opts_.rank);
+    for (StagingSlot& slot : staging_.back().slots)
+      LLCDIST_CUDA_TRY(cudaEventCreateWithFlags(&slot.free, cudaEventDisableTiming), opts_.rank);
     return Status::ok();
   }
 
-  // The stream's pinned staging, at least `bytes`, once its previous copy is done.
+  // The stream's next pinned staging slot, at least `bytes`, once its previous copy is done; the copy
+  // that takes it calls stagingUsed after enqueueing.
   StatusOr<void*> stagingFor(Stream s, int64_t bytes) {
-    Staging& st = staging_[size_t(s.id)];
+    StagingSlot& st = staging_[size_t(s.id)].slots[staging_[size_t(s.id)].next];
     LLCDIST_CUDA_TRY(cudaEventSynchronize(st.free), opts_.rank);
     if (st.bytes < size_t(bytes)) {
       if (st.host) LLCDIST_CUDA_TRY(cudaFreeHost(st.host), opts_.rank);
@@ -503,7 +525,9 @@ private:
     return st.host;
   }
   Status stagingUsed(Stream s) {
-    LLCDIST_CUDA_TRY(cudaEventRecord(staging_[size_t(s.id)].free, streams_[size_t(s.id)]), opts_.rank);
+    Staging& st = staging_[size_t(s.id)];
+    LLCDIST_CUDA_TRY(cudaEventRecord(st.slots[st.next].free, streams_[size_t(s.id)]), opts_.rank);
+    st.next = (st.next + 1) % kStagingSlots;
     return Status::ok();
   }
 

@@ -4,6 +4,7 @@
 // nh·hd resp. nkv·hd), so no transposes are materialized. Backward recomputes the probabilities from
 // the saved log-sum-exp (FlashAttention's recipe) and sums dk/dv over the heads of a group in head
 // order, which keeps it deterministic.
+#include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
@@ -19,14 +20,7 @@
 namespace llcdist::rt {
 namespace {
 
-Status checkShape(const AttentionShape& s) {
-  if (s.B <= 0 || s.S <= 0 || s.nh <= 0 || s.nkv <= 0 || s.hd <= 0)
-    return Status::invalidArgument("attention: all of B, S, nh, nkv, hd must be positive");
-  if (s.nh % s.nkv != 0)
-    return Status::invalidArgument("attention: num_heads " + std::to_string(s.nh) +
-                                   " is not a multiple of num_kv_heads " + std::to_string(s.nkv));
-  return Status::ok();
-}
+Status checkShape(const AttentionShape& s) { return checkAttentionShape(s.B, s.S, s.nh, s.nkv, s.hd); }
 
 struct HeadView {  // pointers to one (batch, head) slice of q/out and its kv head in k/v
   int64_t qOff, kvOff, qStride, kvStride;

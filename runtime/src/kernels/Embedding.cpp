@@ -1,4 +1,5 @@
 // Token and learned position embeddings. See Kernels.h for the contract.
+#include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
@@ -11,9 +12,7 @@ namespace {
 
 // Every id must lie in the global vocabulary [0, V·count).
 Status checkIds(const int32_t* ids, int64_t M, int64_t V, const VocabShard& shard) {
-  if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
-    return Status::invalidArgument("embedding: vocabulary shard " + std::to_string(shard.index) + " of " +
-                                   std::to_string(shard.count) + " is invalid");
+  LLCDIST_RETURN_IF_ERROR(checkVocabShard(shard));
   const int64_t global = V * shard.count;
   for (int64_t m = 0; m < M; ++m)
     if (ids[m] < 0 || ids[m] >= global)
@@ -55,25 +54,9 @@ Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, i
   return Status::ok();
 }
 
-// Positions [begin, begin + S) must lie in the table's [0, P).
-static Status checkPositions(int64_t S, int64_t P, int64_t begin) {
-  if (begin < 0)
-    return Status::invalidArgument("position embedding: first position " + std::to_string(begin) +
-                                   " is negative");
-  if (begin == 0 && S > P)
-    return Status::invalidArgument("position embedding: sequence length " + std::to_string(S) +
-                                   " exceeds the table's " + std::to_string(P) + " positions");
-  if (S > P - begin)
-    return Status::invalidArgument("position embedding: positions [" + std::to_string(begin) + ", " +
-                                   std::to_string(begin + S) + ") (sequence shard of length " +
-                                   std::to_string(S) + ") exceed the table's " + std::to_string(P) +
-                                   " positions");
-  return Status::ok();
-}
-
 Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int64_t B, int64_t S,
                                 int64_t H, int64_t P, int64_t posBegin) {
-  LLCDIST_RETURN_IF_ERROR(checkPositions(S, P, posBegin));
+  LLCDIST_RETURN_IF_ERROR(checkPositionRange(S, P, posBegin));
   const float* w = wpe + posBegin * H;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < S; ++s) {
@@ -85,7 +68,7 @@ Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int6
 
 Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, int64_t S, int64_t H,
                                        int64_t P, bool accumulate, int64_t posBegin) {
-  LLCDIST_RETURN_IF_ERROR(checkPositions(S, P, posBegin));
+  LLCDIST_RETURN_IF_ERROR(checkPositionRange(S, P, posBegin));
   if (!accumulate) std::fill_n(dwpe, P * H, 0.0f);
   float* w = dwpe + posBegin * H;
   for (int64_t b = 0; b < B; ++b)

@@ -1,5 +1,6 @@
 // The layout family's CPU kernels: zero (any dtype), split_fwd / split_bwd (column blocks of a row-
 // major matrix) and shard_slice (ZeRO: this rank's block of every row; no communication).
+#include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
@@ -46,13 +47,7 @@ Status split(const KernelCall& c, const P& p, const Ctx&) {
 // y[o, k] = x[o, member·inner + k]: this rank's block of every row. With padded blocks x has `total`
 // elements a row and y's elements past them are zero.
 Status shardSlice(const KernelCall& c, const P& p, const Ctx&) {
-  const int64_t n = p.members, total = p.total > 0 ? p.total : n * p.inner;
-  if (p.member < 0 || p.member >= n || total > n * p.inner || c.elems("x") != p.outer * total ||
-      c.elems("y") != p.outer * p.inner)
-    return Status::internal("shard_slice: member " + std::to_string(p.member) + " of " + std::to_string(n) +
-                            " with x of " + std::to_string(c.elems("x")) + " and y of " + std::to_string(c.elems("y")) +
-                            " elements does not match outer " + std::to_string(p.outer) + ", inner " +
-                            std::to_string(p.inner) + ", total " + std::to_string(total));
+  LLCDIST_ASSIGN_OR_RETURN(const int64_t total, checkShardSlice(c, p));
   const float* x = c.F("x");
   float* y = c.F("y");
   const int64_t begin = p.member * p.inner;

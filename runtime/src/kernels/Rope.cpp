@@ -1,5 +1,6 @@
 // Rotary position embedding, HF Llama convention (rotate_half): the CPU kernels over a RopeTable
 // (src/ops/Rope.cpp builds it). See Kernels.h for the contract.
+#include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
@@ -11,13 +12,6 @@ namespace llcdist::rt {
 
 namespace {
 
-Status checkTable(const RopeTable& t, int64_t S, int64_t hd) {
-  if (t.seqLen != S || t.headDim != hd)
-    return Status::invalidArgument("rope: table is for S=" + std::to_string(t.seqLen) + ", head_dim=" +
-                                   std::to_string(t.headDim) + " but the tensor has S=" +
-                                   std::to_string(S) + ", head_dim=" + std::to_string(hd));
-  return Status::ok();
-}
 
 // sign = +1: y = x*cos + rotate_half(x)*sin; sign = -1: the transpose (rotation by -angle).
 void rotate(const RopeTable& t, const float* x, float* y, int64_t B, int64_t S, int64_t n, int64_t hd,
@@ -42,14 +36,14 @@ void rotate(const RopeTable& t, const float* x, float* y, int64_t B, int64_t S, 
 
 Status ropeForward(const RopeTable& table, const float* x, float* y, int64_t B, int64_t S, int64_t n,
                    int64_t hd) {
-  LLCDIST_RETURN_IF_ERROR(checkTable(table, S, hd));
+  LLCDIST_RETURN_IF_ERROR(checkRopeTable(table, S, hd));
   rotate(table, x, y, B, S, n, hd, 1.0f);
   return Status::ok();
 }
 
 Status ropeBackward(const RopeTable& table, const float* dy, float* dx, int64_t B, int64_t S, int64_t n,
                     int64_t hd) {
-  LLCDIST_RETURN_IF_ERROR(checkTable(table, S, hd));
+  LLCDIST_RETURN_IF_ERROR(checkRopeTable(table, S, hd));
   rotate(table, dy, dx, B, S, n, hd, -1.0f);
   return Status::ok();
 }

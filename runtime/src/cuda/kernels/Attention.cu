@@ -19,6 +19,7 @@
 //    query heads of g in order and, for each, the query tiles from j on: dv_j = Σ P_ij dO_i,
 //    dk_j = scale·Σ dS_ij q_i. Each of dq, dk, dv is written once (overwritten), no accumulation.
 // Head dims up to kMaxHd = 256 (8 output columns per lane); larger is an InvalidArgument error.
+#include "llcdist/runtime/KernelChecks.h"
 #include "cuda/CudaKernels.h"
 
 #include <cmath>
@@ -302,13 +303,9 @@ __global__ void attentionBackwardKeyValueKernel(Shape s, const float* dout, cons
 
 // ---- Launch helpers ---------------------------------------------------------------------------------------
 
-// The CPU's checks (checkShape) plus this implementation's head-dim limit and grid size.
+// The CPU's checks (checkAttentionShape) plus this implementation's head-dim limit and grid size.
 Status checkShape(const AttentionParams& p) {
-  if (p.B <= 0 || p.S <= 0 || p.nh <= 0 || p.nkv <= 0 || p.hd <= 0)
-    return Status::invalidArgument("attention: all of B, S, nh, nkv, hd must be positive");
-  if (p.nh % p.nkv != 0)
-    return Status::invalidArgument("attention: num_heads " + std::to_string(p.nh) +
-                                   " is not a multiple of num_kv_heads " + std::to_string(p.nkv));
+  LLCDIST_RETURN_IF_ERROR(checkAttentionShape(p.B, p.S, p.nh, p.nkv, p.hd));
   if (p.hd > kMaxHd)
     return Status::invalidArgument("attention: head dim " + std::to_string(p.hd) +
                                    " is larger than the CUDA kernels' limit " + std::to_string(kMaxHd));

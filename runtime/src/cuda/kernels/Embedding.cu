@@ -4,6 +4,7 @@
 // learned positions forward and weight gradient (one thread per (s, h), summing over b in order); and
 // their kernel-table entries. An id outside the global vocabulary cannot be reported synchronously: the
 // kernels store kDeviceIdOutOfRange into the context's deviceError (the forward writes a zero row).
+#include "llcdist/runtime/KernelChecks.h"
 #include "cuda/CudaKernels.h"
 
 #include <string>
@@ -74,35 +75,12 @@ __global__ void posEmbeddingBwdKernel(const float* dy, float* dwpe, int64_t B, i
 
 #undef LLCDIST_GRID_STRIDE
 
-// Embedding.cpp's checks that need no device data.
-Status checkShard(const VocabShard& shard) {
-  if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
-    return Status::invalidArgument("embedding: vocabulary shard " + std::to_string(shard.index) + " of " +
-                                   std::to_string(shard.count) + " is invalid");
-  return Status::ok();
-}
-
-// Positions [begin, begin + S) must lie in the table's [0, P).
-Status checkPositions(int64_t S, int64_t P, int64_t begin) {
-  if (begin < 0)
-    return Status::invalidArgument("position embedding: first position " + std::to_string(begin) +
-                                   " is negative");
-  if (begin == 0 && S > P)
-    return Status::invalidArgument("position embedding: sequence length " + std::to_string(S) +
-                                   " exceeds the table's " + std::to_string(P) + " positions");
-  if (S > P - begin)
-    return Status::invalidArgument("position embedding: positions [" + std::to_string(begin) + ", " +
-                                   std::to_string(begin + S) + ") (sequence shard of length " +
-                                   std::to_string(S) + ") exceed the table's " + std::to_string(P) +
-                                   " positions");
-  return Status::ok();
-}
 
 using P = EmbeddingParams;
 using Ctx = CudaKernelContext;
 
 Status embeddingFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
-  LLCDIST_RETURN_IF_ERROR(checkShard(p.vocabShard));
+  LLCDIST_RETURN_IF_ERROR(checkVocabShard(p.vocabShard));
   const int64_t n = p.M * p.H;
   if (n == 0) return Status::ok();
   embeddingFwdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(
@@ -112,7 +90,7 @@ Status embeddingFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
 }
 
 Status embeddingBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
-  LLCDIST_RETURN_IF_ERROR(checkShard(p.vocabShard));
+  LLCDIST_RETURN_IF_ERROR(checkVocabShard(p.vocabShard));
   float* dtable = c.F("dtable");
   if (!p.accumulate && p.V * p.H > 0)
     LLCDIST_CUDA_TRY(cudaMemsetAsync(dtable, 0, size_t(p.V * p.H) * 4, ctx.stream), ctx.rank);
@@ -124,7 +102,7 @@ Status embeddingBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
 }
 
 Status posEmbeddingFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
-  LLCDIST_RETURN_IF_ERROR(checkPositions(p.S, p.P, p.posBegin));
+  LLCDIST_RETURN_IF_ERROR(checkPositionRange(p.S, p.P, p.posBegin));
   const int64_t n = p.B * p.S * p.H;
   if (n == 0) return Status::ok();
   posEmbeddingFwdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(c.F("x"), c.F("wpe"), c.F("y"), p.B,
@@ -133,7 +111,7 @@ Status posEmbeddingFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
 }
 
 Status posEmbeddingBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
-  LLCDIST_RETURN_IF_ERROR(checkPositions(p.S, p.P, p.posBegin));
+  LLCDIST_RETURN_IF_ERROR(checkPositionRange(p.S, p.P, p.posBegin));
   float* dwpe = c.F("dwpe");
   // accumulate=false: every row is zeroed first, so rows outside [posBegin, posBegin + S) end at 0 and
   // the rows inside sum from 0 (the CPU's fill then add).

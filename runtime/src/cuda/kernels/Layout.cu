@@ -2,6 +2,7 @@
 // memset per buffer), split_fwd / split_bwd (column blocks of a row-major matrix, one copy kernel per
 // part) and shard_slice (ZeRO: this rank's block of every row, zero past `total`); and their
 // kernel-table entries.
+#include "llcdist/runtime/KernelChecks.h"
 #include "cuda/CudaKernels.h"
 
 #include <algorithm>
@@ -75,13 +76,7 @@ Status split(const KernelCall& c, const P& p, const Ctx& ctx) {
 // y[o, k] = x[o, member·inner + k]: this rank's block of every row. With padded blocks x has `total`
 // elements a row and y's elements past them are zero.
 Status shardSlice(const KernelCall& c, const P& p, const Ctx& ctx) {
-  const int64_t n = p.members, total = p.total > 0 ? p.total : n * p.inner;
-  if (p.member < 0 || p.member >= n || total > n * p.inner || c.elems("x") != p.outer * total ||
-      c.elems("y") != p.outer * p.inner)
-    return Status::internal("shard_slice: member " + std::to_string(p.member) + " of " + std::to_string(n) +
-                            " with x of " + std::to_string(c.elems("x")) + " and y of " + std::to_string(c.elems("y")) +
-                            " elements does not match outer " + std::to_string(p.outer) + ", inner " +
-                            std::to_string(p.inner) + ", total " + std::to_string(total));
+  LLCDIST_ASSIGN_OR_RETURN(const int64_t total, checkShardSlice(c, p));
   const int64_t begin = p.member * p.inner;
   const int64_t real = std::clamp<int64_t>(total - begin, 0, p.inner);
   const int64_t count = p.outer * p.inner;

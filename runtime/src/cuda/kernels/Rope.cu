@@ -4,6 +4,7 @@
 // (b, s, head, i < hd/2) reads x[i] and x[half + i] before writing both, so y may alias x. The cos /
 // sin table (RopeParams, built on the host at bind time) is read from its device copy
 // (CudaKernelContext::tables, uploaded once per table).
+#include "llcdist/runtime/KernelChecks.h"
 #include "cuda/CudaKernels.h"
 
 #include <string>
@@ -30,13 +31,6 @@ __global__ void rotateKernel(const float* cosT, const float* sinT, const float* 
   }
 }
 
-Status checkTable(const RopeTable& t, int64_t S, int64_t hd) {
-  if (t.seqLen != S || t.headDim != hd)
-    return Status::invalidArgument("rope: table is for S=" + std::to_string(t.seqLen) + ", head_dim=" +
-                                   std::to_string(t.headDim) + " but the tensor has S=" +
-                                   std::to_string(S) + ", head_dim=" + std::to_string(hd));
-  return Status::ok();
-}
 
 using P = RopeParams;
 using Ctx = CudaKernelContext;
@@ -45,7 +39,7 @@ Status rope(const KernelCall& c, const P& p, const Ctx& ctx) {
   const bool fwd = c.kind == schema::OpKind::kRopeFwd;
   const char* what = fwd ? "rope_fwd" : "rope_bwd";
   if (!p.table) return Status::internal(std::string(what) + " without a rope table");
-  LLCDIST_RETURN_IF_ERROR(checkTable(*p.table, p.S, p.hd));
+  LLCDIST_RETURN_IF_ERROR(checkRopeTable(*p.table, p.S, p.hd));
   const int64_t pairs = p.B * p.S * p.n * (p.hd / 2);
   if (pairs == 0) return Status::ok();
   const int64_t count = p.S * p.hd;

@@ -1,0 +1,58 @@
+// The kernels' shared host-side preconditions (KernelChecks.h).
+#include "llcdist/runtime/KernelChecks.h"
+
+#include <string>
+
+namespace llcdist::rt {
+
+Status checkVocabShard(const VocabShard& shard) {
+  if (shard.count < 1 || shard.index < 0 || shard.index >= shard.count)
+    return Status::invalidArgument("embedding: vocabulary shard " + std::to_string(shard.index) + " of " +
+                                   std::to_string(shard.count) + " is invalid");
+  return Status::ok();
+}
+
+Status checkPositionRange(int64_t S, int64_t P, int64_t begin) {
+  if (begin < 0)
+    return Status::invalidArgument("position embedding: first position " + std::to_string(begin) +
+                                   " is negative");
+  if (begin == 0 && S > P)
+    return Status::invalidArgument("position embedding: sequence length " + std::to_string(S) +
+                                   " exceeds the table's " + std::to_string(P) + " positions");
+  if (S > P - begin)
+    return Status::invalidArgument("position embedding: positions [" + std::to_string(begin) + ", " +
+                                   std::to_string(begin + S) + ") (sequence shard of length " +
+                                   std::to_string(S) + ") exceed the table's " + std::to_string(P) +
+                                   " positions");
+  return Status::ok();
+}
+
+Status checkRopeTable(const RopeTable& t, int64_t S, int64_t hd) {
+  if (t.seqLen != S || t.headDim != hd)
+    return Status::invalidArgument("rope: table is for S=" + std::to_string(t.seqLen) + ", head_dim=" +
+                                   std::to_string(t.headDim) + " but the tensor has S=" +
+                                   std::to_string(S) + ", head_dim=" + std::to_string(hd));
+  return Status::ok();
+}
+
+Status checkAttentionShape(int64_t B, int64_t S, int64_t nh, int64_t nkv, int64_t hd) {
+  if (B <= 0 || S <= 0 || nh <= 0 || nkv <= 0 || hd <= 0)
+    return Status::invalidArgument("attention: all of B, S, nh, nkv, hd must be positive");
+  if (nh % nkv != 0)
+    return Status::invalidArgument("attention: num_heads " + std::to_string(nh) +
+                                   " is not a multiple of num_kv_heads " + std::to_string(nkv));
+  return Status::ok();
+}
+
+StatusOr<int64_t> checkShardSlice(const KernelCall& c, const LayoutParams& p) {
+  const int64_t n = p.members, total = p.total > 0 ? p.total : n * p.inner;
+  if (p.member < 0 || p.member >= n || total > n * p.inner || c.elems("x") != p.outer * total ||
+      c.elems("y") != p.outer * p.inner)
+    return Status::internal("shard_slice: member " + std::to_string(p.member) + " of " + std::to_string(n) +
+                            " with x of " + std::to_string(c.elems("x")) + " and y of " + std::to_string(c.elems("y")) +
+                            " elements does not match outer " + std::to_string(p.outer) + ", inner " +
+                            std::to_string(p.inner) + ", total " + std::to_string(total));
+  return total;
+}
+
+}  // namespace llcdist::rt

@@ -119,6 +119,7 @@ public:
     for (auto& [id, h] : handles_)
       if (h.event) cudaEventDestroy(h.event);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    for (cudaEvent_t e : freeEvents_) cudaEventDestroy(e);
     for (cudaStream_t s : streams_) cudaStreamDestroy(s);
     if (deviceError_) cudaFree(deviceError_);
     if (arena_) cudaFree(arena_);

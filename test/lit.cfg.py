@@ -60,6 +60,9 @@ elif os.path.exists(os.path.join(config.llcdist_src_root, ".venv-hf.unavailable"
 elif os.environ.get("LLCDIST_REQUIRE_TORCH") == "1":
     lit_config.fatal("LLCDIST_REQUIRE_TORCH=1 but " + hf_python + " cannot import "
                      "transformers (run scripts/setup-deps.sh)")
+# llc-dist run's tests compare exact numbers of the CPU backend: pin it, also on a machine with a GPU
+# (scripts/test-gpu.sh checks the CUDA backend against it).
+config.environment["LLCDIST_BACKEND"] = "cpu"
 config.substitutions.append(("%scripts", os.path.join(config.llcdist_src_root, "scripts")))
 # A visible NVIDIA GPU (nvidia-smi -L works): the tests of --backend cuda without one are unsupported.
 try:

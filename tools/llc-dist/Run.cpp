@@ -60,7 +60,8 @@ OPTIONS
                          has the CUDA backend and a GPU is visible, else cpu).
                          With more ranks than GPUs, ranks share a device
                          (virtual ranks, collectives staged through the host);
-                         one GPU per rank uses NCCL (docs/gpu.md)
+                         one GPU per rank uses NCCL (docs/gpu.md). Without
+                         the flag, LLCDIST_BACKEND=cuda|cpu sets the default
   --device-ids I,J,..    the CUDA devices the ranks of this process use, in
                          order, round-robin (default: every visible device;
                          under a launcher offset by the node-local rank)
@@ -220,6 +221,12 @@ int llcdist::cli::runRun(Args &args) {
     throw UsageError{"--flight-dir needs a directory"};
   if (shuffle != "on" && shuffle != "off")
     throw UsageError{"--shuffle must be on or off, got '" + shuffle + "'"};
+  if (backend.empty()) // the environment's default (the test suites pin the CPU)
+    if (const char *env = std::getenv("LLCDIST_BACKEND")) {
+      backend = env;
+      if (backend != "cuda" && backend != "cpu")
+        throw UsageError{"LLCDIST_BACKEND must be cuda or cpu, got '" + backend + "'"};
+    }
   if (!backend.empty() && backend != "cuda" && backend != "cpu")
     throw UsageError{"--backend must be cuda or cpu, got '" + backend + "'"};
   std::vector<int> devices;

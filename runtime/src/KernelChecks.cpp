@@ -44,6 +44,16 @@ Status checkAttentionShape(int64_t B, int64_t S, int64_t nh, int64_t nkv, int64_
   return Status::ok();
 }
 
+Status checkArgElems(const KernelCall& c, std::string_view role, int64_t need) {
+  const size_t r = c.role(role);
+  if (r >= c.argElems.size() || c.argElems[r].empty()) return Status::ok();
+  if (c.argElems[r][0] < need)
+    return Status::invalidArgument(std::string(schema::opName(c.kind)) + ": " + std::string(role) + " holds " +
+                                   std::to_string(c.argElems[r][0]) + " elements, the op needs " +
+                                   std::to_string(need));
+  return Status::ok();
+}
+
 StatusOr<int64_t> checkShardSlice(const KernelCall& c, const LayoutParams& p) {
   const int64_t n = p.members, total = p.total > 0 ? p.total : n * p.inner;
   if (p.member < 0 || p.member >= n || total > n * p.inner || c.elems("x") != p.outer * total ||

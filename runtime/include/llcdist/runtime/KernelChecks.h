@@ -9,6 +9,7 @@
 #include "llcdist/runtime/Status.h"
 
 #include <cstdint>
+#include <string_view>
 
 namespace llcdist::rt {
 
@@ -20,6 +21,8 @@ Status checkPositionRange(int64_t S, int64_t P, int64_t begin);
 Status checkRopeTable(const RopeTable& table, int64_t S, int64_t hd);
 // Attention sizes: all positive, nh a multiple of nkv.
 Status checkAttentionShape(int64_t B, int64_t S, int64_t nh, int64_t nkv, int64_t hd);
+// The first buffer of `role` holds at least `need` elements (an absent role passes).
+Status checkArgElems(const KernelCall& call, std::string_view role, int64_t need);
 // shard_slice's member, padding and buffer sizes; the elements of a row of x (total) when they agree.
 StatusOr<int64_t> checkShardSlice(const KernelCall& call, const LayoutParams& p);
 

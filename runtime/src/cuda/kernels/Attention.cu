@@ -324,16 +324,6 @@ Shape shapeOf(const AttentionParams& p) {
   return s;
 }
 
-Status checkElems(const KernelCall& c, std::string_view role, int64_t need) {
-  const size_t r = c.role(role);
-  if (r >= c.argElems.size() || c.argElems[r].empty()) return Status::ok();
-  if (c.argElems[r][0] < need)
-    return Status::invalidArgument(std::string(schema::opName(c.kind)) + ": " + std::string(role) + " holds " +
-                                   std::to_string(c.argElems[r][0]) + " elements, the op needs " +
-                                   std::to_string(need));
-  return Status::ok();
-}
-
 // Warps per block: fewer for large head dims, so the shared memory stays small.
 int forwardWarps(int64_t hd) { return hd <= 128 ? 16 : 8; }
 int backwardWarps(int64_t hd) { return hd <= 64 ? 16 : hd <= 128 ? 8 : 4; }
@@ -365,11 +355,11 @@ void registerCudaAttentionKernels(CudaKernelTable& t) {
   addCudaKernel<P>(t, K::kAttentionFwd, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     LLCDIST_RETURN_IF_ERROR(checkShape(p));
     const int64_t qElems = p.B * p.S * p.nh * p.hd, kvElems = p.B * p.S * p.nkv * p.hd;
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "q", qElems));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "k", kvElems));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "v", kvElems));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "out", qElems));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "lse", p.B * p.nh * p.S));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "q", qElems));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "k", kvElems));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "v", kvElems));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "out", qElems));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "lse", p.B * p.nh * p.S));
     const Shape s = shapeOf(p);
     const int warps = forwardWarps(p.hd);
     LLCDIST_ASSIGN_OR_RETURN(const unsigned blocks, tileGrid(s, warps, p.nh));
@@ -382,9 +372,9 @@ void registerCudaAttentionKernels(CudaKernelTable& t) {
   addCudaKernel<P>(t, K::kAttentionBwd, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     LLCDIST_RETURN_IF_ERROR(checkShape(p));
     const int64_t qElems = p.B * p.S * p.nh * p.hd, kvElems = p.B * p.S * p.nkv * p.hd;
-    for (const char* role : {"dout", "q", "out", "dq"}) LLCDIST_RETURN_IF_ERROR(checkElems(c, role, qElems));
-    for (const char* role : {"k", "v", "dk", "dv"}) LLCDIST_RETURN_IF_ERROR(checkElems(c, role, kvElems));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "lse", p.B * p.nh * p.S));
+    for (const char* role : {"dout", "q", "out", "dq"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, qElems));
+    for (const char* role : {"k", "v", "dk", "dv"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, kvElems));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "lse", p.B * p.nh * p.S));
     const Shape s = shapeOf(p);
     const int64_t rows = p.B * p.nh * p.S;
     if (!ctx.scratch) return Status::internal("attention_bwd: no device scratch in the CUDA kernel context");

@@ -10,6 +10,7 @@
 #include "cuda/CudaKernels.h"
 #include "cuda/Gemm.h"
 #include "cuda/host/GemmPlan.h"
+#include "llcdist/runtime/KernelChecks.h"
 
 #include <cstdint>
 #include <string>
@@ -70,17 +71,6 @@ __global__ void biasAddKernel(float* y, const float* bias, int64_t M, int64_t N)
     y[t] += bias[t % N];
 }
 
-// The role holds at least `need` elements (when the call says how many it holds).
-Status checkElems(const KernelCall& c, std::string_view role, int64_t need) {
-  const size_t r = c.role(role);
-  if (r >= c.argElems.size() || c.argElems[r].empty()) return Status::ok();
-  if (c.argElems[r][0] < need)
-    return Status::invalidArgument(std::string(schema::opName(c.kind)) + ": " + std::string(role) + " holds " +
-                                   std::to_string(c.argElems[r][0]) + " elements, the op needs " +
-                                   std::to_string(need));
-  return Status::ok();
-}
-
 struct LinearOperands {
   const float* x = nullptr;
   const float* w = nullptr;
@@ -120,36 +110,36 @@ void registerCudaLinearKernels(CudaKernelTable& t) {
   using P = LinearParams;
   addCudaKernel<P>(t, K::kLinearFwd, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     const float* bias = c.F("bias");
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "x", p.M * p.K));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "w", p.N * p.K));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "y", p.M * p.N));
-    if (bias) LLCDIST_RETURN_IF_ERROR(checkElems(c, "bias", p.N));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "x", p.M * p.K));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "w", p.N * p.K));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "y", p.M * p.N));
+    if (bias) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "bias", p.N));
     LinearOperands ops;
     ops.x = c.F("x");
     ops.w = c.F("w");
     return runLinearGemm(c, linearForwardGemm(p, bias != nullptr), ops, c.F("y"), bias, ctx);
   });
   addCudaKernel<P>(t, K::kLinearBwdInput, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "dy", p.M * p.N));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "w", p.N * p.K));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "dx", p.M * p.K));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dy", p.M * p.N));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "w", p.N * p.K));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dx", p.M * p.K));
     LinearOperands ops;
     ops.dy = c.F("dy");
     ops.w = c.F("w");
     return runLinearGemm(c, linearBackwardInputGemm(p), ops, c.F("dx"), nullptr, ctx);
   });
   addCudaKernel<P>(t, K::kLinearBwdWeight, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "dy", p.M * p.N));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "x", p.M * p.K));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "dw", p.N * p.K));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dy", p.M * p.N));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "x", p.M * p.K));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dw", p.N * p.K));
     LinearOperands ops;
     ops.dy = c.F("dy");
     ops.x = c.F("x");
     return runLinearGemm(c, linearBackwardWeightGemm(p), ops, c.F("dw"), nullptr, ctx);
   });
   addCudaKernel<P>(t, K::kLinearBwdBias, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "dy", p.M * p.N));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "db", p.N));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dy", p.M * p.N));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "db", p.N));
     if (p.N <= 0) return Status::ok();
     const int64_t M = p.M > 0 ? p.M : 0;
     const int64_t chunks = (M + kBiasRowsPerChunk - 1) / kBiasRowsPerChunk;
@@ -168,8 +158,8 @@ void registerCudaLinearKernels(CudaKernelTable& t) {
     return LLCDIST_CUDA_LAUNCHED("linear_bwd_bias", ctx.rank);
   });
   addCudaKernel<P>(t, K::kBiasAdd, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "y", p.M * p.N));
-    LLCDIST_RETURN_IF_ERROR(checkElems(c, "bias", p.N));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "y", p.M * p.N));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "bias", p.N));
     if (p.M <= 0 || p.N <= 0) return Status::ok();
     biasAddKernel<<<gridFor(p.M * p.N, kThreads), kThreads, 0, ctx.stream>>>(c.F("y"), c.F("bias"), p.M, p.N);
     return LLCDIST_CUDA_LAUNCHED("bias_add", ctx.rank);

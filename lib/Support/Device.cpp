@@ -83,6 +83,59 @@ std::optional<std::string> parseReserve(const json &r, const std::string &path,
   out = d;
   return std::nullopt;
 }
+
+std::optional<std::string> parseCost(const json &c, const std::string &path, DeviceCost &out) {
+  if (!c.is_object())
+    return path + ": field 'cost': must be an object, got " + c.dump();
+  if (auto e = refuseUnknownFields(c, path,
+                                   {"fp32_tflops", "kernel_launch_us", "attention_fwd_efficiency",
+                                    "attention_bwd_efficiency", "source", "fitted"},
+                                   "cost."))
+    return e;
+  DeviceCost d;
+  if (auto e = readBoundedNumber(c, path, "cost.", "fp32_tflops", 1e-3, 1e6, "TFLOP/s",
+                                 d.fp32Tflops))
+    return e;
+  if (auto e = readBoundedNumber(c, path, "cost.", "kernel_launch_us", 0, 1e4,
+                                 "microseconds", d.kernelLaunchUs))
+    return e;
+  if (auto e = readBoundedNumber(c, path, "cost.", "attention_fwd_efficiency", 1e-3, 1,
+                                 "a fraction of the bf16 peak", d.attentionFwdEfficiency))
+    return e;
+  if (auto e = readBoundedNumber(c, path, "cost.", "attention_bwd_efficiency", 1e-3, 1,
+                                 "a fraction of the bf16 peak", d.attentionBwdEfficiency))
+    return e;
+  if (!c.contains("source") || !c["source"].is_string() ||
+      c["source"].get<std::string>().empty())
+    return path + ": field 'cost.source': must be a non-empty string citing the figures";
+  d.source = c["source"].get<std::string>();
+  if (!c.contains("fitted"))
+    return path + ": missing field 'cost.fitted' (the fitted efficiencies; "
+                  "python3 scripts/fit_cost_model.py writes them)";
+  const json &f = c["fitted"];
+  if (!f.is_object())
+    return path + ": field 'cost.fitted': must be an object, got " + f.dump();
+  if (auto e = refuseUnknownFields(
+          f, path, {"gemm_efficiency", "gemm_knee_gflop", "memory_efficiency", "source"},
+          "cost.fitted."))
+    return e;
+  if (auto e = readBoundedNumber(f, path, "cost.fitted.", "gemm_efficiency", 1e-3, 1,
+                                 "a fraction of the peak", d.gemmEfficiency))
+    return e;
+  if (auto e = readBoundedNumber(f, path, "cost.fitted.", "gemm_knee_gflop", 0, 1e6, "GFLOP",
+                                 d.gemmKneeGflop))
+    return e;
+  if (auto e = readBoundedNumber(f, path, "cost.fitted.", "memory_efficiency", 1e-3, 1,
+                                 "a fraction of the HBM bandwidth", d.memoryEfficiency))
+    return e;
+  if (!f.contains("source") || !f["source"].is_string() ||
+      f["source"].get<std::string>().empty())
+    return path + ": field 'cost.fitted.source': must be a non-empty string saying what "
+                  "the values were fitted on";
+  d.fitSource = f["source"].get<std::string>();
+  out = d;
+  return std::nullopt;
+}
 } // namespace
 
 int64_t DeviceReserve::fragmentationBytes(int64_t capacity) const {
@@ -99,7 +152,7 @@ std::optional<std::string> llcdist::parseDevice(const std::string &text,
   json j;
   if (auto err = parseJsonObject(text, path,
                                  {"name", "memory_gib", "bf16_dense_tflops", "hbm_tb_s", "source",
-                                  "reserve"},
+                                  "reserve", "cost"},
                                  j))
     return err;
   DeviceSpec d;
@@ -126,6 +179,15 @@ std::optional<std::string> llcdist::parseDevice(const std::string &text,
                   "NCCL and fragmentation take outside the plan; see devices/h100-80gb.json)";
   if (auto e = parseReserve(j["reserve"], path, d.memoryBytes, d.reserve))
     return e;
+  if (j.contains("cost")) {
+    if (d.bf16DenseTflops <= 0 || d.hbmTBs <= 0)
+      return path + ": field 'cost' needs 'bf16_dense_tflops' and 'hbm_tb_s' (the peaks the "
+                    "cost model scales)";
+    DeviceCost c;
+    if (auto e = parseCost(j["cost"], path, c))
+      return e;
+    d.cost = c;
+  }
   d.id = std::filesystem::path(path).stem().string();
   out = d;
   return std::nullopt;

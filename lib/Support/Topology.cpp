@@ -19,7 +19,7 @@ std::optional<std::string> llcdist::parseTopology(const std::string &text,
   // be refused with the fix below, not as unknown fields.
   if (auto err = parseJsonObject(text, path,
                                  {"name", "source", "gpus_per_node", "intra_node_gb_s",
-                                  "nics_per_node", "nic_gb_s", "nodes", "inter_node_gb_s"},
+                                  "nics_per_node", "nic_gb_s", "nodes", "inter_node_gb_s", "cost"},
                                  j))
     return err;
   if (j.contains("nodes"))
@@ -56,6 +56,35 @@ std::optional<std::string> llcdist::parseTopology(const std::string &text,
       return path + ": field '" + k + "': must be a string";
   if (j.contains("name"))
     t.name = j["name"].get<std::string>();
+  if (j.contains("cost")) {
+    const json &c = j["cost"];
+    if (!c.is_object())
+      return path + ": field 'cost': must be an object, got " + c.dump();
+    if (auto e = refuseUnknownFields(c, path,
+                                     {"intra_node_latency_us", "inter_node_latency_us",
+                                      "intra_node_busbw_fraction", "inter_node_busbw_fraction",
+                                      "source"},
+                                     "cost."))
+      return e;
+    TopologyCost tc;
+    if (auto e = readBoundedNumber(c, path, "cost.", "intra_node_latency_us", 0, 1e6,
+                                   "microseconds", tc.intraLatencyUs))
+      return e;
+    if (auto e = readBoundedNumber(c, path, "cost.", "inter_node_latency_us", 0, 1e6,
+                                   "microseconds", tc.interLatencyUs))
+      return e;
+    if (auto e = readBoundedNumber(c, path, "cost.", "intra_node_busbw_fraction", 1e-3, 1,
+                                   "a fraction of intra_node_gb_s", tc.intraBusbwFraction))
+      return e;
+    if (auto e = readBoundedNumber(c, path, "cost.", "inter_node_busbw_fraction", 1e-3, 1,
+                                   "a fraction of nic_gb_s", tc.interBusbwFraction))
+      return e;
+    if (!c.contains("source") || !c["source"].is_string() ||
+        c["source"].get<std::string>().empty())
+      return path + ": field 'cost.source': must be a non-empty string citing the figures";
+    tc.source = c["source"].get<std::string>();
+    t.cost = tc;
+  }
   out = t;
   return std::nullopt;
 }

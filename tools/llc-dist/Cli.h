@@ -118,9 +118,13 @@ inline void error(const std::string &msg) {
 int runVerify(Args &args);
 int runRun(Args &args);
 int runDiagnose(Args &args);
+int runSimulate(Args &args); // Simulate.cpp
+int runPlan(Args &args);     // PlanCmd.cpp
 extern const char *const kVerifyHelp;
 extern const char *const kRunHelp;
 extern const char *const kDiagnoseHelp;
+extern const char *const kSimulateHelp;
+extern const char *const kPlanHelp;
 
 } // namespace llcdist::cli
 

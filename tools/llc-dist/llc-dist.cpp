@@ -9,6 +9,7 @@
 // Only the driver's files exit; everything below them returns errors.
 //
 //===----------------------------------------------------------------------===//
+#include "llcdist/Cost/PlanSimulator.h"
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Frontend/LoadModel.h"
 #include "llcdist/InitAll.h"
@@ -74,6 +75,10 @@ COMMANDS
                   mismatches) without running anything
   diagnose DIR    read a hung or failed run's flight recorder dumps: which
                   rank never reached which collective, and why it is there
+  simulate PLAN   predict a plan's step on a device and topology: step time,
+                  MFU, bubble, exposed communication (--trace: a timeline)
+  plan MODEL      choose dp/tp/pp and every other knob for N GPUs: the
+                  analytic search, the best few compiled and simulated
   info MODEL      parameter count, layers and training FLOPs per token
   help [COMMAND]  show help (also: llc-dist COMMAND --help)
 
@@ -470,6 +475,7 @@ int runCompile(Args &args) {
   MeshSpec mesh;
   TrainingPipelineOptions train;
   std::optional<Topology> topology;
+  std::string topologyArg; // --topology as given: with --device, the plan is simulated
   TrainingShape shape;
   bool printAll = false, quiet = false, verifyEach = false, timing = false;
   std::set<std::string> printAfter;
@@ -520,11 +526,12 @@ int runCompile(Args &args) {
       mesh.rankOrder = order;
     } else if (auto v = args.value(a, "--topology")) {
       Topology t;
-      if (auto err = loadTopology(*v, t)) {
+      if (auto err = loadTopology(cost::topologyPath(*v), t)) {
         error(*err);
         return kExitError;
       }
       topology = t;
+      topologyArg = *v;
     } else if (auto v = args.value(a, "--rank-order")) {
       if (auto err = parseRankOrder(*v, mesh))
         throw UsageError{*err};
@@ -612,6 +619,22 @@ int runCompile(Args &args) {
     throw UsageError{"--recompute auto needs --emit plan"};
   if (format != "text" && format != "json")
     throw UsageError{"--format must be text or json, got '" + format + "'"};
+  // --device and --topology: the written plan's predicted step (llc-dist
+  // simulate); both need their "cost" objects, checked before compiling.
+  std::optional<cost::Hardware> hardware;
+  if (emit == "plan" && !budgetFlags.device.empty() && !topologyArg.empty()) {
+    hardware.emplace();
+    if (auto err = cost::loadHardware(budgetFlags.device, topologyArg, *hardware)) {
+      // A device or topology file made for the memory budget or the
+      // communication report alone still compiles; it just predicts nothing.
+      if (err->find("no 'cost' object") == std::string::npos) {
+        error(*err);
+        return kExitError;
+      }
+      llvm::errs() << "llc-dist compile: note: no predicted step: " << *err << "\n";
+      hardware.reset();
+    }
+  }
 
   auto t0 = std::chrono::steady_clock::now();
   // --timing: MLIR's timing report (printed when `timingManager` goes out of
@@ -779,11 +802,28 @@ int runCompile(Args &args) {
       summary.paramGatherSynchronous = programsWithoutParamGatherOverlap(*lm->module);
     summary.tpCommOverlap = tpCommOverlapOf(*lm->module);
   }
+  std::optional<cost::PlanSimResult> predicted;
+  if (hardware) {
+    cost::SimOptions so;
+    so.trace = false;
+    so.modelFlopsPerToken = summary.stats.trainingFlopsPerToken();
+    predicted.emplace();
+    if (auto err = cost::simulatePlan(output, *hardware, so, *predicted)) {
+      error(*err);
+      return kExitError;
+    }
+  }
   auto &os = output == "-" ? llvm::errs() : llvm::outs();
-  if (format == "json")
-    os << summary.toJson().dump(2) << "\n";
-  else
+  if (format == "json") {
+    json j = summary.toJson();
+    if (predicted)
+      j["predicted"] = predicted->toJson();
+    os << j.dump(2) << "\n";
+  } else {
     summary.print(os);
+    if (predicted)
+      os << "predicted (llc-dist simulate):\n" << predicted->text("  ");
+  }
   return 0;
 }
 
@@ -809,6 +849,8 @@ int main(int argc, char **argv) {
                        : what == "run"   ? kRunHelp
                        : what == "verify" ? kVerifyHelp
                        : what == "diagnose" ? kDiagnoseHelp
+                       : what == "simulate" ? kSimulateHelp
+                       : what == "plan" ? kPlanHelp
                                          : kMainHelp);
       return 0;
     }
@@ -833,8 +875,12 @@ int main(int argc, char **argv) {
       return runVerify(args);
     if (cmd == "diagnose")
       return runDiagnose(args);
+    if (cmd == "simulate")
+      return runSimulate(args);
+    if (cmd == "plan")
+      return runPlan(args);
     throw UsageError{"unknown command '" + cmd +
-                     "' (commands: compile, run, verify, diagnose, info, help)"};
+                     "' (commands: compile, run, verify, diagnose, simulate, plan, info, help)"};
   } catch (const UsageError &e) {
     llvm::errs() << "llc-dist: error: " << e.message << "\n"
                  << "Run 'llc-dist --help' for usage.\n";

@@ -12,7 +12,13 @@
 //
 // `llc-dist compile --device h100-80gb` refuses a plan whose arena exceeds
 // the memory minus the reserve on any rank (issues #6, #10); the cost model
-// of later issues reads the rest.
+// (issue #15) reads the peaks, the bandwidth and the optional "cost" object:
+//
+//   "cost": {"fp32_tflops": 67, "kernel_launch_us": 4,
+//            "attention_fwd_efficiency": 0.6, "attention_bwd_efficiency": 0.5,
+//            "source": "...",
+//            "fitted": {"gemm_efficiency": .., "gemm_knee_gflop": ..,
+//                       "memory_efficiency": .., "source": "..."}}
 //
 //===----------------------------------------------------------------------===//
 #ifndef LLCDIST_SUPPORT_DEVICE_H
@@ -49,12 +55,30 @@ struct DeviceReserve {
   int64_t bytes(int64_t capacity, int64_t communicators) const;
 };
 
+/// What the cost model (include/llcdist/Cost/CostModel.h) reads of a device:
+/// the file's optional "cost" object, every field required when it is there.
+/// Peaks and bandwidths are datasheet figures, the attention efficiencies are
+/// cited, and the three `fitted` ones come from scripts/fit_cost_model.py
+/// (fitted once, on the calibration set; docs/cost-model.md).
+struct DeviceCost {
+  double fp32Tflops = 0;             ///< fp32_tflops: non-tensor-core FP32 peak
+  double kernelLaunchUs = 0;         ///< kernel_launch_us: per kernel, back to back
+  double attentionFwdEfficiency = 0; ///< attention_fwd_efficiency: of the bf16 peak
+  double attentionBwdEfficiency = 0; ///< attention_bwd_efficiency
+  // fitted.*:
+  double gemmEfficiency = 0; ///< the fraction of peak a large GEMM reaches
+  double gemmKneeGflop = 0;  ///< the GEMM size (GFLOP) that reaches half of that
+  double memoryEfficiency = 0; ///< the fraction of HBM bandwidth memory-bound kernels reach
+  std::string source, fitSource;
+};
+
 struct DeviceSpec {
   std::string id;   ///< the file's stem, e.g. h100-80gb
   std::string name; ///< e.g. NVIDIA H100 SXM 80GB
   int64_t memoryBytes = 0;
   double bf16DenseTflops = 0, hbmTBs = 0;
   DeviceReserve reserve;
+  std::optional<DeviceCost> cost; ///< the "cost" object, when the file has one
 };
 
 /// Parses `text` (the content of `path`); the message names the file, the

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,9 @@ inline std::optional<std::string> parseJsonObject(const std::string &text,
     out = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error &e) {
     return path + ": malformed JSON (byte " + std::to_string(e.byte) + ")";
+  } catch (const nlohmann::json::exception &e) {
+    // e.g. a number too large for a double (1e999): out_of_range.406.
+    return path + ": malformed JSON: " + e.what();
   }
   if (!out.is_object())
     return path + ": expected a JSON object";
@@ -69,6 +73,26 @@ inline std::optional<std::string> readPositiveNumber(const nlohmann::json &v,
                                                      const std::string &what, double &dst) {
   if (!v.is_number() || !(v.get<double>() > 0))
     return where + ": must be a " + what + ", got " + v.dump();
+  dst = v.get<double>();
+  return std::nullopt;
+}
+
+/// One numeric field of a nested object, e.g. the "cost" objects of device
+/// and topology files: present, finite and in [lo, hi] (hi exclusive when
+/// `hiOpen`); the message names `path`, the dotted field and the range.
+inline std::optional<std::string> readBoundedNumber(const nlohmann::json &obj,
+                                                    const std::string &path,
+                                                    const std::string &prefix,
+                                                    const char *key, double lo, double hi,
+                                                    const char *unit, double &dst) {
+  const std::string where = path + ": field '" + prefix + key + "'";
+  if (!obj.contains(key))
+    return path + ": missing field '" + prefix + key + "' (" + unit + ")";
+  const nlohmann::json &v = obj[key];
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
+      v.get<double>() > hi)
+    return where + ": must be " + unit + " in [" + nlohmann::json(lo).dump() + ", " +
+           nlohmann::json(hi).dump() + "], got " + v.dump();
   dst = v.get<double>();
   return std::nullopt;
 }

@@ -10,6 +10,11 @@
 //   {"name": "dgx-h100", "gpus_per_node": 8, "intra_node_gb_s": 450,
 //    "nics_per_node": 8, "nic_gb_s": 50, "source": "..."}
 //
+// The cost model (issue #15) also reads an optional "cost" object:
+//   "cost": {"intra_node_latency_us": 3, "inter_node_latency_us": 6,
+//            "intra_node_busbw_fraction": 0.77, "inter_node_busbw_fraction": 0.9,
+//            "source": "..."}
+//
 // Files of the old format ("nodes", "inter_node_gb_s") are refused with the
 // fix (issue #10).
 //
@@ -26,6 +31,16 @@
 
 namespace llcdist {
 
+/// What the cost model reads of the links: the file's optional "cost" object
+/// (every field required when it is there): one hop's latency and the
+/// fraction of the link's bandwidth NCCL's bus bandwidth reaches, inside a
+/// node and between nodes (nccl-tests' busbw; docs/cost-model.md).
+struct TopologyCost {
+  double intraLatencyUs = 0, interLatencyUs = 0;
+  double intraBusbwFraction = 0, interBusbwFraction = 0;
+  std::string source;
+};
+
 struct Topology {
   std::string name;
   int64_t gpusPerNode = 8;
@@ -33,6 +48,7 @@ struct Topology {
   int64_t nicsPerNode = 0; ///< network interfaces per node
   double nicGBs = 0;       ///< one NIC's bandwidth, GB/s each way
   double interNodeGBs = 0; ///< per GPU: nicsPerNode × nicGBs / gpusPerNode
+  std::optional<TopologyCost> cost;
   /// The nodes a mesh of `worldSize` ranks occupies: ranks fill nodes in rank
   /// order, gpusPerNode at a time (the last may be partly used).
   int64_t nodesFor(int64_t worldSize) const {

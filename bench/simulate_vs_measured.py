@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The simulator (llc-dist simulate) against the CPU runtime's measured trace.
+
+Compiles tiny plans that differ in one knob (pipeline schedule; gradient
+buckets), runs each on the CPU backend with `llc-dist run --trace`, and
+simulates each with a synthetic CPU-like device and an in-process
+"topology" (unittests/Cost/Inputs/cpu-synthetic.json, cpu-node.json). It
+reports, per group of plans, the measured and the predicted step times,
+both orderings, and the communication each hides (measured: time on the
+communication queues minus the compute lane's blocked waits; predicted:
+comm.*.overlapped_s).
+
+The measurement is noisy on a small shared machine (threads of one process
+on 2 cores), so this is a benchmark to read, not a test: it exits 0 and
+prints "ORDER AGREES" / "ORDER DIFFERS" per group, and only counts a pair
+whose measured times differ by more than --min-ratio.
+
+    python3 bench/simulate_vs_measured.py [--build build] [--steps 6]
+"""
+import argparse
+import bisect
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INPUTS = os.path.join(ROOT, "unittests", "Cost", "Inputs")
+
+GROUPS = {
+    "schedule (tiny-llama pp=2, 8 microbatches)": [
+        ("gpipe", "--mesh pp=2 --global-batch 8 --schedule gpipe"),
+        ("1f1b", "--mesh pp=2 --global-batch 8 --schedule 1f1b"),
+        ("interleaved v=2", "--mesh pp=2 --global-batch 8 --schedule interleaved "
+                            "--virtual-stages 2"),
+    ],
+    "gradient buckets (tiny-llama dp=2)": [
+        ("no buckets", "--mesh dp=2 --global-batch 4"),
+        ("buckets 4000", "--mesh dp=2 --global-batch 4 --grad-bucket-size 4000"),
+    ],
+}
+
+
+def measured(trace_path, warmup):
+    """Median step time (s) over steps >= warmup, and the hidden comm (s/step)."""
+    with open(trace_path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    steps = {}
+    for e in events:
+        s = e["args"]["step"]
+        lo, hi = steps.get(s, (float("inf"), 0.0))
+        steps[s] = (min(lo, e["ts"]), max(hi, e["ts"] + e["dur"]))
+    kept = [hi - lo for s, (lo, hi) in steps.items() if s >= warmup] or \
+           [hi - lo for lo, hi in steps.values()]
+    nsteps = max(1, len([s for s in steps if s >= warmup]))
+    # Hidden communication: the part of each communication interval (any
+    # lane >= 1) during which its rank's compute lane ran a kernel.
+    # Synchronous communication never overlaps a kernel of its rank.
+    hidden = 0.0
+    by_rank = {}
+    for e in events:
+        if e["args"]["step"] >= warmup:
+            by_rank.setdefault(e["pid"], []).append(e)
+    for evs in by_rank.values():
+        kernels = sorted((e["ts"], e["ts"] + e["dur"]) for e in evs
+                         if e["tid"] == 0 and e["name"] != "wait")
+        starts = [k[0] for k in kernels]
+        for c in evs:
+            if c["tid"] < 1:
+                continue
+            lo, hi = c["ts"], c["ts"] + c["dur"]
+            i = max(0, bisect.bisect_right(starts, lo) - 1)
+            while i < len(kernels) and kernels[i][0] < hi:
+                hidden += max(0.0, min(hi, kernels[i][1]) - max(lo, kernels[i][0]))
+                i += 1
+    return statistics.median(kept) * 1e-6, hidden * 1e-6 / nsteps
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--min-ratio", type=float, default=1.10,
+                    help="compare the order of two plans only when their measured "
+                         "step times differ by more than this factor")
+    args = ap.parse_args()
+    tool = os.path.join(args.build, "bin", "llc-dist")
+    model = os.path.join(ROOT, "models", "tiny-llama.json")
+    device = os.path.join(INPUTS, "cpu-synthetic.json")
+    topology = os.path.join(INPUTS, "cpu-node.json")
+    env = dict(os.environ, LLCDIST_BACKEND="cpu")
+    report = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for group, plans in GROUPS.items():
+            rows = []
+            for name, flags in plans:
+                plan = os.path.join(tmp, name.replace(" ", "_").replace("=", ""))
+                subprocess.run([tool, "compile", model, *flags.split(), "-o", plan, "--quiet"],
+                               check=True)
+                tdir = plan + ".trace"
+                os.makedirs(tdir)
+                subprocess.run([tool, "run", plan, "--steps", str(args.steps), "--trace", tdir,
+                                "--backend", "cpu"], check=True, env=env,
+                               stdout=subprocess.DEVNULL)
+                m_step, m_hidden = measured(os.path.join(tdir, "trace.json"), args.warmup)
+                sim = json.loads(subprocess.run(
+                    [tool, "simulate", plan, "--device", device, "--topology", topology,
+                     "--format", "json"], check=True, capture_output=True, text=True).stdout)
+                p = sim["predicted"]
+                p_hidden = sum(c["overlapped_s"] for c in p["comm"].values())
+                rows.append({"plan": name, "measured_step_s": m_step,
+                             "predicted_step_s": p["step_time_s"],
+                             "measured_hidden_comm_s": m_hidden,
+                             "predicted_hidden_comm_s": p_hidden,
+                             "predicted_bubble_fraction": p["bubble_fraction"]})
+            print(f"== {group}")
+            print(f"  {'plan':<18}{'measured':>12}{'predicted':>12}{'hidden meas.':>14}"
+                  f"{'hidden pred.':>14}")
+            for r in rows:
+                print(f"  {r['plan']:<18}{r['measured_step_s'] * 1e3:>10.2f}ms"
+                      f"{r['predicted_step_s'] * 1e3:>10.2f}ms"
+                      f"{r['measured_hidden_comm_s'] * 1e3:>12.3f}ms"
+                      f"{r['predicted_hidden_comm_s'] * 1e3:>12.3f}ms")
+            agree, compared = 0, 0
+            for i in range(len(rows)):
+                for j in range(i + 1, len(rows)):
+                    a, b = rows[i], rows[j]
+                    hi, lo = max(a["measured_step_s"], b["measured_step_s"]), \
+                        min(a["measured_step_s"], b["measured_step_s"])
+                    if hi < args.min_ratio * lo:
+                        continue
+                    compared += 1
+                    agree += (a["measured_step_s"] < b["measured_step_s"]) == \
+                             (a["predicted_step_s"] < b["predicted_step_s"])
+            meas = " < ".join(r["plan"] for r in sorted(rows, key=lambda r: r["measured_step_s"]))
+            pred = " < ".join(r["plan"] for r in sorted(rows, key=lambda r: r["predicted_step_s"]))
+            print(f"  measured order:  {meas}\n  predicted order: {pred}")
+            verdict = "ORDER AGREES" if agree == compared else "ORDER DIFFERS"
+            print(f"  {verdict} on {agree}/{compared} pairs differing by > "
+                  f"{(args.min_ratio - 1) * 100:.0f}% measured")
+            report[group] = {"rows": rows, "pairs_compared": compared, "pairs_agree": agree}
+    print(json.dumps(report, indent=1) if os.environ.get("LLCDIST_BENCH_JSON") else "", end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

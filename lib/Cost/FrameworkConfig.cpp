@@ -1,0 +1,272 @@
+//===- FrameworkConfig.cpp - a configuration in Megatron's and DeepSpeed's words -===//
+//
+// The table of FrameworkConfig.h. Megatron-LM's flags are those of
+// megatron/training/arguments.py; DeepSpeed's fields those of its JSON config
+// (docs: deepspeed.ai/docs/config-json, "tensor_parallel" is AutoTP's).
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Cost/FrameworkConfig.h"
+#include "llcdist/Cost/Planner.h"
+
+#include <algorithm>
+#include <sstream>
+
+using namespace llcdist;
+using namespace llcdist::cost;
+
+namespace {
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+void flag(FrameworkArgs &a, const std::string &name, const std::string &value = "") {
+  a.megatron.push_back(value.empty() ? name : name + " " + value);
+}
+
+/// The parameters of one transformer layer (whole, before tp).
+int64_t layerParams(const ModelConfig &m) {
+  int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
+  if (m.arch == Arch::GPT2)
+    return 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H);
+  int64_t n = 2 * H + H * q + 2 * H * kv + q * H + 3 * H * I;
+  if (m.attentionBias)
+    n += q + 2 * kv + H;
+  if (m.mlpBias)
+    n += 2 * I + H;
+  return n;
+}
+
+void renderModel(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
+  const ModelConfig &m = w.model;
+  flag(a, "--num-layers", num(m.layers));
+  flag(a, "--hidden-size", num(m.hidden));
+  flag(a, "--ffn-hidden-size", num(m.intermediate));
+  flag(a, "--num-attention-heads", num(m.heads));
+  if (m.kvHeads != m.heads) {
+    flag(a, "--group-query-attention");
+    flag(a, "--num-query-groups", num(m.kvHeads));
+  }
+  if (m.headDim * m.heads != m.hidden)
+    flag(a, "--kv-channels", num(m.headDim));
+  flag(a, "--max-position-embeddings", num(m.maxPositions));
+  if (m.arch == Arch::Llama) {
+    flag(a, "--position-embedding-type", "rope");
+    std::ostringstream theta;
+    theta << m.ropeTheta;
+    flag(a, "--rotary-base", theta.str());
+    flag(a, "--normalization", "RMSNorm");
+    flag(a, "--swiglu");
+    if (!m.attentionBias && !m.mlpBias)
+      flag(a, "--disable-bias-linear");
+    if (m.ropeScaling)
+      a.megatronNotes.push_back("rope_scaling (llama3): Megatron-LM's --use-rope-scaling");
+  }
+  if (!m.tieEmbeddings)
+    flag(a, "--untie-embeddings-and-output-weights");
+  // The compiler's default vocabulary padding (Megatron-LM's own default).
+  flag(a, "--make-vocab-size-divisible-by", "128");
+}
+
+void renderSeqLen(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
+  flag(a, "--seq-length", num(w.seqLen));
+}
+
+void renderDp(const Workload &, const ParallelConfig &c, FrameworkArgs &a) {
+  // Neither framework takes dp: it is the world size over tp × pp.
+  std::string launch = "launch on " + num(c.dp * c.tp * c.pp) + " GPUs: dp = world / (tp x pp) = " +
+                       num(c.dp);
+  a.megatronNotes.push_back(launch);
+  a.deepspeedNotes.push_back(launch);
+}
+
+void renderTp(const Workload &, const ParallelConfig &c, FrameworkArgs &a) {
+  flag(a, "--tensor-model-parallel-size", num(c.tp));
+  if (c.tp > 1) {
+    a.deepspeed["tensor_parallel"] = {{"autotp_size", c.tp}};
+    if (c.zero == 3)
+      a.deepspeedNotes.push_back("DeepSpeed's AutoTP does not combine with ZeRO-3");
+  }
+}
+
+void renderPp(const Workload &, const ParallelConfig &c, FrameworkArgs &a) {
+  flag(a, "--pipeline-model-parallel-size", num(c.pp));
+  if (c.pp > 1)
+    a.deepspeed["pipeline"]["stages"] = c.pp; // PipelineModule(num_stages=...)
+}
+
+void renderSchedule(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
+  if (c.pp == 1)
+    return;
+  if (c.schedule == "interleaved") {
+    int64_t chunks = c.pp * c.virtualStages;
+    if (w.model.layers % chunks == 0)
+      flag(a, "--num-layers-per-virtual-pipeline-stage", num(w.model.layers / chunks));
+    else
+      flag(a, "--virtual-pipeline-model-parallel-size", num(c.virtualStages));
+    a.deepspeedNotes.push_back("DeepSpeed's pipeline engine runs 1F1B only: no interleaved "
+                               "schedule (virtual stages " + num(c.virtualStages) + ")");
+  } else if (c.schedule == "gpipe") {
+    a.megatronNotes.push_back("schedule gpipe: Megatron-LM has no GPipe schedule (it runs 1F1B, "
+                              "which holds fewer microbatches' activations)");
+    a.deepspeedNotes.push_back("schedule gpipe: DeepSpeed's pipeline engine runs 1F1B only");
+  } else if (c.schedule == "zb-h1") {
+    a.megatronNotes.push_back("schedule zb-h1: not in Megatron-LM; the zero-bubble fork "
+                              "(sail-sg/zero-bubble-pipeline-parallelism) runs it with "
+                              "--enable-zero-bubble");
+    a.deepspeedNotes.push_back("schedule zb-h1: DeepSpeed's pipeline engine runs 1F1B only");
+  }
+}
+
+void renderMicroBatch(const Workload &, const ParallelConfig &c, FrameworkArgs &a) {
+  flag(a, "--micro-batch-size", num(c.microBatch));
+  a.deepspeed["train_micro_batch_size_per_gpu"] = c.microBatch;
+}
+
+void renderGlobalBatch(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
+  flag(a, "--global-batch-size", num(w.globalBatch));
+  a.deepspeed["train_batch_size"] = w.globalBatch;
+  a.deepspeed["gradient_accumulation_steps"] = c.microbatches(w.globalBatch);
+}
+
+void renderSequenceParallel(const Workload &, const ParallelConfig &c, FrameworkArgs &a) {
+  if (!c.sequenceParallel)
+    return;
+  flag(a, "--sequence-parallel");
+  a.deepspeedNotes.push_back("sequence parallelism: DeepSpeed's sequence_parallel_size is "
+                             "Ulysses (all-to-all over heads), not Megatron's; use "
+                             "Megatron-DeepSpeed's --sequence-parallel");
+}
+
+void renderRecompute(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
+  if (c.recompute == "selective") {
+    flag(a, "--recompute-granularity", "selective");
+    a.deepspeedNotes.push_back("recompute selective: DeepSpeed's activation checkpointing is "
+                               "whole layers (the model calls deepspeed.checkpointing."
+                               "checkpoint); Megatron-DeepSpeed's --recompute-granularity "
+                               "selective");
+  } else if (c.recompute == "full") {
+    flag(a, "--recompute-granularity", "full");
+    flag(a, "--recompute-method", "uniform");
+    flag(a, "--recompute-num-layers", "1");
+    a.deepspeed["activation_checkpointing"] = {{"partition_activations", false},
+                                               {"contiguous_memory_optimization", false},
+                                               {"cpu_checkpointing", false},
+                                               {"number_checkpoints", w.model.layers / c.pp}};
+    if (c.pp > 1)
+      a.deepspeed["pipeline"]["activation_checkpoint_interval"] = 1;
+  }
+}
+
+void renderZero(const Workload &, const ParallelConfig &c, FrameworkArgs &a) {
+  a.deepspeed["zero_optimization"]["stage"] = c.zero;
+  if (c.zero == 1 || c.zero == 2)
+    flag(a, "--use-distributed-optimizer");
+  if (c.zero == 2)
+    a.megatronNotes.push_back("zero 2: Megatron-LM's distributed optimizer shards the optimizer "
+                              "state and reduce-scatters the gradients, but keeps the whole "
+                              "gradient buffer (ZeRO-1's memory)");
+  if (c.zero == 3) {
+    flag(a, "--use-torch-fsdp2");
+    if (c.pp > 1)
+      a.megatronNotes.push_back("zero 3: Megatron-LM's --use-torch-fsdp2 does not work with "
+                                "pipeline parallelism");
+  }
+}
+
+void renderGradBucket(const Workload &, const ParallelConfig &c, FrameworkArgs &a) {
+  bool on = c.gradBucket > 0;
+  if (on) {
+    flag(a, "--overlap-grad-reduce");
+    if (c.gradBucket != autoGradBucket(c.dp)) // Megatron-LM's default is the auto size
+      flag(a, "--ddp-bucket-size", num(c.gradBucket));
+  }
+  a.deepspeed["zero_optimization"]["overlap_comm"] = on;
+  if (on)
+    a.deepspeed["zero_optimization"]["reduce_bucket_size"] = c.gradBucket;
+}
+
+void renderFsdpPrefetch(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
+  if (c.zero != 3)
+    return;
+  // Prefetch N layers: N layers' parameters (elements, as DeepSpeed counts).
+  a.deepspeed["zero_optimization"]["stage3_prefetch_bucket_size"] =
+      c.fsdpPrefetch * layerParams(w.model) / c.tp;
+  if (c.fsdpPrefetch == 0)
+    a.megatronNotes.push_back("fsdp prefetch 0: FSDP2 prefetches the next layer by default; "
+                              "Megatron-LM has no flag to turn it off");
+  else if (c.fsdpPrefetch > 1)
+    a.megatronNotes.push_back("fsdp prefetch " + num(c.fsdpPrefetch) +
+                              ": FSDP2 prefetches one layer by default; Megatron-LM has no flag "
+                              "for more");
+}
+
+void renderDtype(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
+  bool bf16 = w.precision == Precision::BF16;
+  if (bf16)
+    flag(a, "--bf16");
+  a.deepspeed["bf16"] = {{"enabled", bf16}};
+}
+
+} // namespace
+
+const std::vector<KnobMapping> &cost::knobMappings() {
+  static const std::vector<KnobMapping> table = {
+      {"model", "MODEL (config.json)",
+       "--num-layers --hidden-size --ffn-hidden-size --num-attention-heads "
+       "[--group-query-attention --num-query-groups] --max-position-embeddings [llama: "
+       "--position-embedding-type rope --rotary-base --normalization RMSNorm --swiglu "
+       "--disable-bias-linear] [--untie-embeddings-and-output-weights] "
+       "--make-vocab-size-divisible-by 128",
+       "(the model is code)", renderModel},
+      {"seq-len", "--seq-len", "--seq-length", "(the data loader's)", renderSeqLen},
+      {"dp", "--mesh dp=N", "(world size / (tp x pp))", "(world size / (tp x pp))", renderDp},
+      {"tp", "--mesh tp=N", "--tensor-model-parallel-size N", "tensor_parallel.autotp_size",
+       renderTp},
+      {"pp", "--mesh pp=N", "--pipeline-model-parallel-size N", "pipeline.stages", renderPp},
+      {"schedule", "--schedule S --virtual-stages V",
+       "interleaved: --num-layers-per-virtual-pipeline-stage L/(pp*V) (or "
+       "--virtual-pipeline-model-parallel-size V); 1f1b: default; gpipe, zb-h1: a note",
+       "1f1b only (a note otherwise)", renderSchedule},
+      {"micro-batch", "--micro-batch", "--micro-batch-size", "train_micro_batch_size_per_gpu",
+       renderMicroBatch},
+      {"global-batch", "--global-batch", "--global-batch-size",
+       "train_batch_size, gradient_accumulation_steps", renderGlobalBatch},
+      {"sequence-parallel", "--sequence-parallel", "--sequence-parallel", "(a note)",
+       renderSequenceParallel},
+      {"recompute", "--recompute", "--recompute-granularity selective|full (full: "
+       "--recompute-method uniform --recompute-num-layers 1)",
+       "full: activation_checkpointing, pipeline.activation_checkpoint_interval 1",
+       renderRecompute},
+      {"zero", "--zero", "1, 2: --use-distributed-optimizer; 3: --use-torch-fsdp2",
+       "zero_optimization.stage", renderZero},
+      {"grad-bucket", "--grad-bucket-size", "--overlap-grad-reduce [--ddp-bucket-size N]",
+       "zero_optimization.overlap_comm, reduce_bucket_size", renderGradBucket},
+      {"fsdp-prefetch", "--fsdp-prefetch", "(FSDP2's default: one layer; a note otherwise)",
+       "zero_optimization.stage3_prefetch_bucket_size", renderFsdpPrefetch},
+      {"dtype", "--dtype bf16", "--bf16", "bf16.enabled", renderDtype},
+  };
+  return table;
+}
+
+FrameworkArgs cost::frameworkArgs(const Workload &w, const ParallelConfig &c) {
+  FrameworkArgs a;
+  for (const KnobMapping &k : knobMappings())
+    k.render(w, c, a);
+  return a;
+}
+
+std::string cost::megatronCommand(const FrameworkArgs &a) {
+  std::string s;
+  for (const std::string &n : a.megatronNotes)
+    s += "# " + n + "\n";
+  s += "pretrain_gpt.py";
+  for (const std::string &f : a.megatron)
+    s += " \\\n    " + f;
+  s += "\n";
+  return s;
+}
+
+std::string cost::deepspeedText(const FrameworkArgs &a) { return a.deepspeed.dump(2) + "\n"; }
+
+bool cost::hasFlag(const std::vector<std::string> &args, const std::string &flag) {
+  return std::find(args.begin(), args.end(), flag) != args.end();
+}

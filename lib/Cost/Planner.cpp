@@ -1,0 +1,986 @@
+//===- Planner.cpp - choosing a parallel configuration --------------------===//
+//
+// The search of Planner.h: nested loops over the knobs with one
+// ParallelConfig edited in place, each configuration checked (checkConfig),
+// fitted (estimateMemory + the device reserve) and priced (predictStep);
+// per-family accumulators indexed by the loop level they belong to; the
+// reports built once, after the search, for the few that survive.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Cost/Planner.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <sstream>
+
+using namespace llcdist;
+using namespace llcdist::cost;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::string strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string strf(const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < 0)
+    return "";
+  if (size_t(n) < sizeof buf)
+    return std::string(buf, size_t(n));
+  std::string s(size_t(n) + 1, '\0');
+  va_start(ap, fmt);
+  std::vsnprintf(s.data(), s.size(), fmt, ap);
+  va_end(ap);
+  s.resize(size_t(n));
+  return s;
+}
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+double gib(double bytes) { return bytes / kGiB; }
+
+const char *const kSchedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+const char *const kRecomputes[] = {"none", "selective", "full"};
+
+std::vector<int64_t> divisorsOf(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      d.push_back(i);
+      if (i != n / i)
+        d.push_back(n / i);
+    }
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+/// The NCCL communicators a rank of `c` joins: one per axis of size > 1.
+int64_t communicatorsOf(const ParallelConfig &c) {
+  return int64_t(c.dp > 1) + int64_t(c.tp > 1) + int64_t(c.pp > 1);
+}
+
+MeshSpec meshOf(const ParallelConfig &c) {
+  MeshSpec m;
+  m.dp = c.dp, m.tp = c.tp, m.pp = c.pp;
+  return m;
+}
+
+/// The families a configuration belongs to: its mesh and one per knob that
+/// applies to it (-1: none).
+enum FamilySlot { kMesh, kMb, kSchedule, kVirtual, kZero, kBucket, kPrefetch, kRecompute, kSp,
+                  kSlots };
+using FamilyIdx = std::array<int, kSlots>;
+
+struct FamilyAcc {
+  std::string kind, key;
+  int64_t members = 0, div = 0, mem = 0, feasible = 0;
+  double bestStep = std::numeric_limits<double>::infinity();
+  ParallelConfig best;
+  int64_t closestExcess = std::numeric_limits<int64_t>::max();
+  ParallelConfig closest;
+  std::string divReason;
+};
+
+struct Ranked {
+  double step;
+  int64_t memory;
+  ParallelConfig config;
+  FamilyIdx fams;
+};
+
+/// The knob families, created before the search: slot -> value -> index.
+struct KnobFamilies {
+  std::vector<FamilyAcc> &accs;
+  std::map<std::pair<int, int64_t>, int> index;
+  int get(int slot, int64_t value, const char *knob, const std::string &valueText) {
+    auto [it, inserted] = index.try_emplace({slot, value}, int(accs.size()));
+    if (inserted) {
+      FamilyAcc a;
+      a.kind = "knob";
+      a.key = std::string(knob) + "=" + valueText;
+      accs.push_back(std::move(a));
+    }
+    return it->second;
+  }
+};
+
+/// The parts of a step that add up to it: what the time went to.
+struct StepParts {
+  double compute, bubble, optimizer;
+  std::map<std::string, double> exposed;
+};
+StepParts partsOf(const StepPrediction &p) {
+  StepParts s{0, p.bubbleSeconds, p.optimizerSeconds, {}};
+  double comm = 0;
+  for (const auto &[axis, c] : p.comm) {
+    s.exposed[axis] = c.exposed;
+    comm += c.exposed;
+  }
+  s.compute = std::max(0.0, p.stepSeconds - p.bubbleSeconds - p.optimizerSeconds - comm);
+  return s;
+}
+
+double exposedOf(const StepPrediction &p, const std::string &axis) {
+  auto it = p.comm.find(axis);
+  return it == p.comm.end() ? 0 : it->second.exposed;
+}
+
+bool axisCrosses(const Hardware &hw, const ParallelConfig &c, const std::string &axis) {
+  return axisGroup(meshOf(c), axis, hw.topology).crossesNodes();
+}
+
+Candidate makeCandidate(const Hardware &hw, const Workload &w, const ParallelConfig &c) {
+  Candidate k;
+  k.config = c;
+  k.prediction = predictStep(hw, w, c);
+  k.capacityBytes = hw.device.memoryBytes;
+  k.reserveBytes = hw.device.reserve.bytes(hw.device.memoryBytes, communicatorsOf(c));
+  return k;
+}
+
+std::string memoryText(const MemoryEstimate &m, int64_t reserve) {
+  return strf("params %.1f + grads %.1f + optimizer %.1f + activations %.1f + reserve %.1f GiB",
+              gib(double(m.params)), gib(double(m.grads)), gib(double(m.optimizer)),
+              gib(double(m.activations)), gib(double(reserve)));
+}
+
+/// Fills `f`'s reason against the winner `win` (f.best set).
+void explainSlower(const Hardware &hw, const Candidate &win, FamilyReport &f) {
+  const Candidate &b = *f.best;
+  const StepPrediction &bp = b.prediction, &wp = win.prediction;
+  f.slowerPercent = (bp.stepSeconds / wp.stepSeconds - 1) * 100;
+  f.bubbleShare = b.bubbleShare();
+  f.exposedCommShare = b.exposedCommShare();
+  StepParts bs = partsOf(bp), ws = partsOf(wp);
+  // The part that grew most explains the loss.
+  LossReason reason = LossReason::Compute;
+  double most = bs.compute - ws.compute;
+  std::string axis;
+  if (bs.bubble - ws.bubble > most) {
+    most = bs.bubble - ws.bubble;
+    reason = LossReason::Bubble;
+  }
+  for (const auto &[a, e] : bs.exposed) {
+    double d = e - (ws.exposed.count(a) ? ws.exposed.at(a) : 0);
+    if (d > most) {
+      most = d;
+      reason = LossReason::Communication;
+      axis = a;
+    }
+  }
+  if (bs.optimizer - ws.optimizer > most) {
+    most = bs.optimizer - ws.optimizer;
+    reason = LossReason::Optimizer;
+    axis.clear();
+  }
+  if (std::fabs(f.slowerPercent) < 0.05)
+    reason = LossReason::Tie;
+  f.reason = reason;
+  std::string head = strf("slower by %.1f %% (%.4g s vs the winner's %.4g s per step)",
+                          f.slowerPercent, bp.stepSeconds, wp.stepSeconds);
+  switch (reason) {
+  case LossReason::Tie:
+    f.why = strf("ties with the winner (%.4g s vs %.4g s per step): the model prices this the "
+                 "same; the search keeps the first it met",
+                 bp.stepSeconds, wp.stepSeconds);
+    break;
+  case LossReason::Bubble:
+    f.why = head + strf(": bubble-bound: its pipeline bubble is %.4g s, %.1f %% of its step "
+                        "(the winner's: %.4g s, %.1f %%)",
+                        bs.bubble, 100 * f.bubbleShare, ws.bubble, 100 * win.bubbleShare());
+    break;
+  case LossReason::Communication: {
+    f.commAxis = axis;
+    f.commCrossesNodes = axisCrosses(hw, b.config, axis);
+    double e = bs.exposed[axis];
+    f.why = head + strf(": communication-bound %s: exposed %s communication %.4g s, %.1f %% "
+                        "of its step (the winner's %s: %.4g s)",
+                        f.commCrossesNodes ? "across nodes" : "inside a node", axis.c_str(), e,
+                        100 * e / bp.stepSeconds, axis.c_str(),
+                        ws.exposed.count(axis) ? ws.exposed.at(axis) : 0.0);
+    if (f.commCrossesNodes)
+      f.why += strf(" — its %s groups span nodes of %lld GPUs", axis.c_str(),
+                    (long long)hw.topology.gpusPerNode);
+    break;
+  }
+  case LossReason::Optimizer:
+    f.why = head + strf(": its optimizer step takes %.4g s (the winner's: %.4g s)", bs.optimizer,
+                        ws.optimizer);
+    break;
+  default: {
+    f.why = head + strf(": more compute on its busiest stage: %.4g s vs %.4g s (HFU %.1f %%, "
+                        "MFU %.1f %%)",
+                        bs.compute, ws.compute, 100 * bp.hfu, 100 * bp.mfu);
+    if (b.config.recompute != win.config.recompute && b.config.recompute != "none")
+      f.why += strf("; recompute %s runs %s again", b.config.recompute.c_str(),
+                    b.config.recompute == "full" ? "every layer's forward"
+                                                 : "the core attention");
+    break;
+  }
+  }
+}
+
+std::string fmtTokens(double t) {
+  if (t >= 1e6)
+    return strf("%.2f M", t / 1e6);
+  if (t >= 1e3)
+    return strf("%.1f k", t / 1e3);
+  return strf("%.0f", t);
+}
+
+} // namespace
+
+int64_t cost::autoGradBucket(int64_t dp) {
+  return std::max<int64_t>(40000000, 1000000 * dp);
+}
+
+const char *cost::lossReasonName(LossReason r) {
+  switch (r) {
+  case LossReason::Divisibility:
+    return "divisibility";
+  case LossReason::Memory:
+    return "memory";
+  case LossReason::Bubble:
+    return "bubble";
+  case LossReason::Communication:
+    return "communication";
+  case LossReason::Compute:
+    return "compute";
+  case LossReason::Optimizer:
+    return "optimizer";
+  case LossReason::Tie:
+    return "tie";
+  }
+  return "?";
+}
+
+double Candidate::bubbleShare() const {
+  return prediction.stepSeconds > 0 ? prediction.bubbleSeconds / prediction.stepSeconds : 0;
+}
+double Candidate::exposedCommShare() const {
+  return prediction.stepSeconds > 0 ? prediction.exposedCommSeconds() / prediction.stepSeconds
+                                    : 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Options
+//===----------------------------------------------------------------------===//
+
+std::optional<std::string> cost::parseFix(const std::string &spec, PlannerOptions &opts) {
+  std::stringstream ss(spec);
+  std::string item;
+  auto bad = [&](const std::string &what) {
+    return std::optional<std::string>("--fix '" + spec + "': " + what);
+  };
+  if (spec.empty())
+    return bad("expected KNOB=VALUE[,KNOB=VALUE...], e.g. tp=8,pp=16");
+  while (std::getline(ss, item, ',')) {
+    size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      return bad("'" + item + "' is not KNOB=VALUE (e.g. tp=8)");
+    std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    auto integer = [&](std::optional<int64_t> &dst, int64_t min) -> std::optional<std::string> {
+      char *end = nullptr;
+      long long x = std::strtoll(v.c_str(), &end, 10);
+      if (*end != '\0' || x < min)
+        return bad(k + " must be an integer >= " + std::to_string(min) + ", got '" + v + "'");
+      if (dst && *dst != x)
+        return bad(k + " is fixed twice (" + std::to_string(*dst) + " and " + v + ")");
+      dst = x;
+      return std::nullopt;
+    };
+    std::optional<std::string> err;
+    if (k == "dp")
+      err = integer(opts.dp, 1);
+    else if (k == "tp")
+      err = integer(opts.tp, 1);
+    else if (k == "pp")
+      err = integer(opts.pp, 1);
+    else if (k == "v" || k == "virtual-stages")
+      err = integer(opts.virtualStages, 1);
+    else if (k == "mb" || k == "micro-batch")
+      err = integer(opts.microBatch, 1);
+    else if (k == "zero") {
+      err = integer(opts.zero, 0);
+      if (!err && *opts.zero > 3)
+        err = bad("zero must be 0, 1, 2 or 3, got '" + v + "'");
+    } else if (k == "prefetch" || k == "fsdp-prefetch")
+      err = integer(opts.fsdpPrefetch, 0);
+    else if (k == "bucket" || k == "grad-bucket-size") {
+      if (v == "auto" || v == "off") {
+        opts.gradBucket = v == "auto" ? -1 : 0;
+      } else
+        err = integer(opts.gradBucket, 0);
+    } else if (k == "recompute") {
+      if (v != "none" && v != "selective" && v != "full")
+        err = bad("recompute must be none, selective or full, got '" + v + "'");
+      opts.recompute = v;
+    } else if (k == "schedule") {
+      if (v != "gpipe" && v != "1f1b" && v != "interleaved" && v != "zb-h1")
+        err = bad("schedule must be gpipe, 1f1b, interleaved or zb-h1, got '" + v + "'");
+      opts.schedule = v;
+    } else if (k == "sp" || k == "sequence-parallel") {
+      if (v != "on" && v != "off" && v != "true" && v != "false")
+        err = bad("sp must be on or off, got '" + v + "'");
+      opts.sequenceParallel = v == "on" || v == "true";
+    } else {
+      err = bad("unknown knob '" + k + "' (knobs: dp, tp, pp, v, mb, zero, recompute, schedule, "
+                "sp, bucket, prefetch)");
+    }
+    if (err)
+      return err;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOptions &o) {
+  auto why = [](const std::string &s) { return std::optional<std::string>(s); };
+  const int64_t n = o.gpus;
+  if (n < 1)
+    return why("--gpus must be >= 1, got " + std::to_string(n));
+  if (w.globalBatch < 1)
+    return why("--global-batch must be >= 1 sequences, got " + std::to_string(w.globalBatch));
+  if (w.seqLen < 1)
+    return why("--seq-len must be >= 1, got " + std::to_string(w.seqLen));
+  if (w.model.maxPositions > 0 && w.seqLen > w.model.maxPositions)
+    return why(strf("--seq-len %lld exceeds %s's max_position_embeddings (%lld): use a shorter "
+                    "sequence",
+                    (long long)w.seqLen, w.model.name.c_str(), (long long)w.model.maxPositions));
+  for (auto [name, v] : {std::pair<const char *, const std::optional<int64_t> &>{"dp", o.dp},
+                         {"tp", o.tp},
+                         {"pp", o.pp}})
+    if (v && n % *v)
+      return why(strf("--fix %s=%lld does not divide --gpus %lld: dp x tp x pp must be the GPUs",
+                      name, (long long)*v, (long long)n));
+  int64_t fixedProduct = o.dp.value_or(1) * o.tp.value_or(1) * o.pp.value_or(1);
+  if (n % fixedProduct || (o.dp && o.tp && o.pp && fixedProduct != n))
+    return why(strf("--fix dp x tp x pp = %lld %s --gpus %lld", (long long)fixedProduct,
+                    n % fixedProduct ? "does not divide" : "is not", (long long)n));
+  if (o.pp && *o.pp > w.model.layers)
+    return why(strf("--fix pp=%lld exceeds %s's %lld layers", (long long)*o.pp,
+                    w.model.name.c_str(), (long long)w.model.layers));
+  bool dpOne = o.dp && *o.dp == 1, ppOne = o.pp && *o.pp == 1, tpOne = o.tp && *o.tp == 1;
+  if (n == 1)
+    dpOne = ppOne = tpOne = true;
+  if (o.zero && *o.zero > 0 && dpOne)
+    return why("--fix zero=" + std::to_string(*o.zero) + " shards over dp, but dp is 1");
+  if (o.gradBucket && *o.gradBucket != 0 && dpOne)
+    return why("--fix bucket overlaps the dp all-reduce, but dp is 1");
+  if (o.fsdpPrefetch && *o.fsdpPrefetch > 0 && o.zero && *o.zero != 3)
+    return why("--fix prefetch needs zero=3 (FSDP), but zero=" + std::to_string(*o.zero) +
+               " is fixed");
+  if (o.fsdpPrefetch && *o.fsdpPrefetch > 0 && dpOne)
+    return why("--fix prefetch needs zero=3 over dp > 1, but dp is 1");
+  if (o.schedule && *o.schedule != "1f1b" && ppOne)
+    return why("--fix schedule=" + *o.schedule + " needs a pipeline, but pp is 1");
+  if (o.virtualStages && *o.virtualStages > 1) {
+    if (ppOne)
+      return why("--fix v needs a pipeline, but pp is 1");
+    if (o.schedule && *o.schedule != "interleaved")
+      return why("--fix v=" + std::to_string(*o.virtualStages) +
+                 " needs schedule=interleaved, but schedule=" + *o.schedule + " is fixed");
+  }
+  if (o.schedule && *o.schedule == "interleaved" && o.virtualStages && *o.virtualStages < 2)
+    return why("--fix schedule=interleaved needs v >= 2, but v=1 is fixed");
+  if (o.sequenceParallel && *o.sequenceParallel && tpOne)
+    return why("--fix sp=on needs tp > 1, but tp is 1");
+  if (o.microBatch && w.globalBatch % *o.microBatch)
+    return why(strf("--fix mb=%lld does not divide --global-batch %lld", (long long)*o.microBatch,
+                    (long long)w.globalBatch));
+  if (o.maxMicroBatch < 1 || o.maxVirtualStages < 1 || o.top < 1 || o.maxTp < 0 || o.maxPp < 0)
+    return why("the planner's bounds (max micro-batch, max virtual stages, --top) must be >= 1");
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// The search
+//===----------------------------------------------------------------------===//
+
+std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w,
+                                      const PlannerOptions &opts, PlanResult &out) {
+  if (auto err = checkOptions(w, opts))
+    return err;
+  auto t0 = std::chrono::steady_clock::now();
+  out = PlanResult();
+  const int64_t n = opts.gpus;
+  out.gpus = n;
+  out.globalBatch = w.globalBatch;
+  out.seqLen = w.seqLen;
+  out.capacityBytes = hw.device.memoryBytes;
+  out.gpusPerNode = hw.topology.gpusPerNode;
+  const int64_t capacity = hw.device.memoryBytes;
+  const int64_t maxTp = opts.maxTp > 0 ? opts.maxTp : 2 * hw.topology.gpusPerNode;
+  const int64_t maxPp = opts.maxPp > 0 ? opts.maxPp : w.model.layers;
+  // The reserve by communicator count (0..3): computed once.
+  std::array<int64_t, 4> reserve;
+  for (int64_t k = 0; k < 4; ++k)
+    reserve[size_t(k)] = hw.device.reserve.bytes(capacity, k);
+
+  // Meshes: tp a divisor of the GPUs, pp a divisor of the rest, dp what is left.
+  struct Mesh {
+    int64_t dp, tp, pp;
+  };
+  std::vector<Mesh> meshes;
+  for (int64_t tp : divisorsOf(n)) {
+    if (opts.tp ? tp != *opts.tp : tp > maxTp)
+      continue;
+    for (int64_t pp : divisorsOf(n / tp)) {
+      if (opts.pp ? pp != *opts.pp : pp > maxPp)
+        continue;
+      int64_t dp = n / tp / pp;
+      if (opts.dp && dp != *opts.dp)
+        continue;
+      meshes.push_back({dp, tp, pp});
+    }
+  }
+  out.meshes = int64_t(meshes.size());
+  if (meshes.empty())
+    return strf("no dp x tp x pp = %lld with tp <= %lld and pp <= %lld%s", (long long)n,
+                (long long)maxTp, (long long)maxPp,
+                opts.tp || opts.pp || opts.dp ? " and the --fix degrees" : "");
+
+  // Knob values searched.
+  std::vector<int64_t> mbs;
+  if (opts.microBatch)
+    mbs = {*opts.microBatch};
+  else
+    for (int64_t mb = 1; mb <= opts.maxMicroBatch; mb *= 2)
+      mbs.push_back(mb);
+  std::vector<int> zeros;
+  for (int z = 0; z <= 3; ++z)
+    if (!opts.zero || *opts.zero == z)
+      zeros.push_back(z);
+  std::vector<int> recomputes;
+  for (int r = 0; r < 3; ++r)
+    if (!opts.recompute || *opts.recompute == kRecomputes[r])
+      recomputes.push_back(r);
+
+  std::vector<FamilyAcc> accs;
+  accs.reserve(meshes.size() + 64);
+  for (const Mesh &m : meshes) {
+    FamilyAcc a;
+    a.kind = "mesh";
+    a.key = strf("dp=%lld,tp=%lld,pp=%lld", (long long)m.dp, (long long)m.tp, (long long)m.pp);
+    accs.push_back(std::move(a));
+  }
+  KnobFamilies knobs{accs, {}};
+  // Created in a fixed order so the report's order does not depend on the search's.
+  std::vector<int> mbFam, zeroFam(4), recFam(3), schedFam(4), spFam(2), bucketFam(2), prefFam(2);
+  for (int64_t mb : mbs)
+    mbFam.push_back(knobs.get(kMb, mb, "mb", std::to_string(mb)));
+  for (int s = 0; s < 4; ++s)
+    schedFam[size_t(s)] = knobs.get(kSchedule, s, "schedule", kSchedules[s]);
+  std::vector<int> vFam(size_t(opts.maxVirtualStages + 1), -1);
+  for (int64_t v = 2; v <= opts.maxVirtualStages; ++v)
+    vFam[size_t(v)] = knobs.get(kVirtual, v, "v", std::to_string(v));
+  for (int z = 0; z < 4; ++z)
+    zeroFam[size_t(z)] = knobs.get(kZero, z, "zero", std::to_string(z));
+  for (int b = 0; b < 2; ++b)
+    bucketFam[size_t(b)] = knobs.get(kBucket, b, "bucket", b ? "auto" : "off");
+  for (int p = 0; p < 2; ++p)
+    prefFam[size_t(p)] = knobs.get(kPrefetch, p, "prefetch", std::to_string(p));
+  for (int r = 0; r < 3; ++r)
+    recFam[size_t(r)] = knobs.get(kRecompute, r, "recompute", kRecomputes[r]);
+  for (int s = 0; s < 2; ++s)
+    spFam[size_t(s)] = knobs.get(kSp, s, "sp", s ? "on" : "off");
+  // A fixed virtual-stage count beyond the default bound.
+  if (opts.virtualStages && *opts.virtualStages > opts.maxVirtualStages) {
+    vFam.resize(size_t(*opts.virtualStages + 1), -1);
+    vFam[size_t(*opts.virtualStages)] =
+        knobs.get(kVirtual, *opts.virtualStages, "v", std::to_string(*opts.virtualStages));
+  }
+
+  const size_t keep = size_t(std::max<int64_t>(opts.top, 2));
+  std::vector<Ranked> best; // sorted, at most `keep`
+  best.reserve(keep + 1);
+  int64_t closestExcess = std::numeric_limits<int64_t>::max();
+  ParallelConfig closest;
+  std::string firstDiv;
+
+  ParallelConfig c;
+  FamilyIdx fams;
+  auto lastReport = t0;
+  auto evaluate = [&]() {
+    ++out.evaluated;
+    std::optional<std::string> bad = checkConfig(w, c);
+    if (bad) {
+      ++out.prunedDivisibility;
+      for (int f : fams)
+        if (f >= 0) {
+          FamilyAcc &a = accs[size_t(f)];
+          ++a.members, ++a.div;
+          if (a.divReason.empty())
+            a.divReason = *bad + " (" + c.str() + ")";
+        }
+      if (firstDiv.empty())
+        firstDiv = *bad + " (" + c.str() + ")";
+      return;
+    }
+    MemoryEstimate mem = estimateMemory(w, c);
+    int64_t excess = mem.total() + reserve[size_t(communicatorsOf(c))] - capacity;
+    if (excess > 0) {
+      ++out.prunedMemory;
+      for (int f : fams)
+        if (f >= 0) {
+          FamilyAcc &a = accs[size_t(f)];
+          ++a.members, ++a.mem;
+          if (excess < a.closestExcess) {
+            a.closestExcess = excess;
+            a.closest = c;
+          }
+        }
+      if (excess < closestExcess) {
+        closestExcess = excess;
+        closest = c;
+      }
+      return;
+    }
+    double step = predictStep(hw, w, c).stepSeconds;
+    ++out.feasible;
+    for (int f : fams)
+      if (f >= 0) {
+        FamilyAcc &a = accs[size_t(f)];
+        ++a.members, ++a.feasible;
+        if (step < a.bestStep) {
+          a.bestStep = step;
+          a.best = c;
+        }
+      }
+    if (best.size() < keep || step < best.back().step) {
+      for (const Ranked &r : best)
+        if (r.step == step && r.memory == mem.total()) {
+          ++out.duplicates;
+          return;
+        }
+      auto at = std::upper_bound(best.begin(), best.end(), step,
+                                 [](double s, const Ranked &r) { return s < r.step; });
+      best.insert(at, Ranked{step, mem.total(), c, fams});
+      if (best.size() > keep)
+        best.pop_back();
+    }
+  };
+
+  for (size_t mi = 0; mi < meshes.size(); ++mi) {
+    const Mesh &m = meshes[mi];
+    c.dp = m.dp, c.tp = m.tp, c.pp = m.pp;
+    fams.fill(-1);
+    fams[kMesh] = int(mi);
+    // (schedule, v) pairs of this mesh.
+    std::vector<std::pair<int, int64_t>> scheds;
+    if (m.pp == 1) {
+      if (!opts.schedule || *opts.schedule == "1f1b")
+        if (!opts.virtualStages || *opts.virtualStages == 1)
+          scheds.push_back({-1, 1});
+    } else {
+      for (int s = 0; s < 4; ++s) {
+        if (opts.schedule && *opts.schedule != kSchedules[s])
+          continue;
+        if (std::string(kSchedules[s]) == "interleaved") {
+          int64_t lo = 2, hi = opts.maxVirtualStages;
+          if (opts.virtualStages)
+            lo = hi = *opts.virtualStages;
+          for (int64_t v = std::max<int64_t>(lo, 2); v <= hi; ++v)
+            scheds.push_back({s, v});
+        } else if (!opts.virtualStages || *opts.virtualStages == 1) {
+          scheds.push_back({s, 1});
+        }
+      }
+    }
+    for (size_t bi = 0; bi < mbs.size(); ++bi) {
+      c.microBatch = mbs[bi];
+      fams[kMb] = mbFam[bi];
+      for (auto [s, v] : scheds) {
+        c.schedule = s < 0 ? "1f1b" : kSchedules[s];
+        c.virtualStages = v;
+        fams[kSchedule] = s < 0 ? -1 : schedFam[size_t(s)];
+        fams[kVirtual] = v > 1 ? vFam[size_t(v)] : -1;
+        for (int z : zeros) {
+          if (z > 0 && m.dp == 1)
+            continue;
+          c.zero = z;
+          fams[kZero] = zeroFam[size_t(z)];
+          for (int b = 0; b < 2; ++b) {
+            if (b && m.dp == 1)
+              continue;
+            if (opts.gradBucket && (*opts.gradBucket != 0) != bool(b))
+              continue;
+            c.gradBucket = b ? (opts.gradBucket && *opts.gradBucket > 0 ? *opts.gradBucket
+                                                                        : autoGradBucket(m.dp))
+                             : 0;
+            fams[kBucket] = m.dp > 1 ? bucketFam[size_t(b)] : -1;
+            for (int pf = 0; pf < 2; ++pf) {
+              if (pf && z != 3)
+                continue;
+              if (opts.fsdpPrefetch && (*opts.fsdpPrefetch != 0) != bool(pf))
+                continue;
+              c.fsdpPrefetch = pf ? (opts.fsdpPrefetch ? *opts.fsdpPrefetch : 1) : 0;
+              fams[kPrefetch] = z == 3 ? prefFam[size_t(pf)] : -1;
+              for (int r : recomputes) {
+                c.recompute = kRecomputes[r];
+                fams[kRecompute] = recFam[size_t(r)];
+                for (int sp = 0; sp < 2; ++sp) {
+                  if (sp && m.tp == 1)
+                    continue;
+                  if (opts.sequenceParallel && *opts.sequenceParallel != bool(sp))
+                    continue;
+                  c.sequenceParallel = sp;
+                  fams[kSp] = m.tp > 1 ? spFam[size_t(sp)] : -1;
+                  evaluate();
+                }
+              }
+            }
+          }
+        }
+      }
+      if (opts.progress && (out.evaluated & 255) == 0) {
+        auto now = std::chrono::steady_clock::now();
+        if (now - lastReport > std::chrono::milliseconds(250)) {
+          lastReport = now;
+          opts.progress(int64_t(mi), int64_t(meshes.size()), out.evaluated);
+        }
+      }
+    }
+  }
+  if (opts.progress)
+    opts.progress(int64_t(meshes.size()), int64_t(meshes.size()), out.evaluated);
+
+  if (out.evaluated == 0)
+    return std::string("the --fix knobs leave no configuration to evaluate (e.g. a schedule "
+                       "with pp=1, or sp with tp=1)");
+  if (out.feasible == 0 && out.prunedMemory == 0)
+    return strf("none of the %lld configurations of dp x tp x pp = %lld compiles; e.g. %s",
+                (long long)out.evaluated, (long long)n, firstDiv.c_str());
+  out.firstDivisibility = firstDiv;
+  if (out.feasible == 0) {
+    out.closest = closest;
+    out.closestOomGiB = gib(double(closestExcess));
+  }
+
+  // The survivors, priced again in full.
+  for (const Ranked &r : best)
+    if (int64_t(out.top.size()) < opts.top)
+      out.top.push_back(makeCandidate(hw, w, r.config));
+  // The families that do not hold the winner.
+  FamilyIdx winnerFams;
+  winnerFams.fill(-1);
+  if (!best.empty())
+    winnerFams = best.front().fams;
+  for (size_t i = 0; i < accs.size(); ++i) {
+    const FamilyAcc &a = accs[i];
+    if (a.members == 0 || std::find(winnerFams.begin(), winnerFams.end(), int(i)) !=
+                              winnerFams.end())
+      continue;
+    FamilyReport f;
+    f.kind = a.kind;
+    f.key = a.key;
+    f.members = a.members;
+    f.prunedDivisibility = a.div;
+    f.prunedMemory = a.mem;
+    f.feasible = a.feasible;
+    if (a.feasible > 0) {
+      f.best = makeCandidate(hw, w, a.best);
+      if (!out.top.empty())
+        explainSlower(hw, out.top.front(), f);
+    } else if (a.mem > 0) {
+      f.reason = LossReason::Memory;
+      f.closest = a.closest;
+      f.closestMemory = estimateMemory(w, a.closest);
+      f.closestReserve = reserve[size_t(communicatorsOf(a.closest))];
+      f.oomGiB = gib(double(a.closestExcess));
+      f.why = strf("out of memory by %.2f GiB: its closest member (%s) needs %.2f GiB of %.2f GiB "
+                   "(%s)",
+                   f.oomGiB, a.closest.str().c_str(),
+                   gib(double(f.closestMemory.total() + f.closestReserve)), gib(double(capacity)),
+                   memoryText(f.closestMemory, f.closestReserve).c_str());
+    } else {
+      f.reason = LossReason::Divisibility;
+      f.divisibility = a.divReason;
+      f.why = "no member compiles: " + a.divReason;
+    }
+    out.families.push_back(std::move(f));
+  }
+
+  // Why the winner wins.
+  if (!out.top.empty()) {
+    const Candidate &win = out.top.front();
+    const StepPrediction &p = win.prediction;
+    StepParts s = partsOf(p);
+    out.winnerWhy.push_back(strf("%s: %.4g s per step, %s tokens/s, MFU %.1f %% (HFU %.1f %%), "
+                                 "bound by %s",
+                                 win.config.str().c_str(), p.stepSeconds,
+                                 fmtTokens(p.tokensPerSecond).c_str(), 100 * p.mfu, 100 * p.hfu,
+                                 p.bound.c_str()));
+    if (best.size() > 1)
+      out.winnerWhy.push_back(strf("faster than the runner-up (%s, %.4g s) by %.1f %%; %lld of "
+                                   "%lld configurations fit",
+                                   best[1].config.str().c_str(), best[1].step,
+                                   (best[1].step / p.stepSeconds - 1) * 100,
+                                   (long long)out.feasible, (long long)out.evaluated));
+    else
+      out.winnerWhy.push_back(strf("the only one of %lld configurations that compiles and fits",
+                                   (long long)out.evaluated));
+    out.winnerWhy.push_back(strf("its step: compute %.4g s, bubble %.4g s (%.1f %%), exposed "
+                                 "communication %.4g s (tp %.4g, dp %.4g, pp %.4g), optimizer "
+                                 "%.4g s",
+                                 s.compute, s.bubble, 100 * win.bubbleShare(),
+                                 p.exposedCommSeconds(), exposedOf(p, "tp"), exposedOf(p, "dp"),
+                                 exposedOf(p, "pp"), s.optimizer));
+    out.winnerWhy.push_back(strf("memory: %.2f GiB of %.2f GiB per rank (%s), %.2f GiB to spare",
+                                 gib(double(win.memoryBytes())), gib(double(capacity)),
+                                 memoryText(p.memory, win.reserveBytes).c_str(),
+                                 gib(double(capacity - win.memoryBytes()))));
+    if (win.config.tp > 1)
+      out.winnerWhy.push_back(
+          axisCrosses(hw, win.config, "tp")
+              ? strf("its tp=%lld groups span nodes of %lld GPUs", (long long)win.config.tp,
+                     (long long)hw.topology.gpusPerNode)
+              : strf("its tp=%lld groups stay inside a node of %lld GPUs (NVLink)",
+                     (long long)win.config.tp, (long long)hw.topology.gpusPerNode));
+    // The closest mesh family.
+    const FamilyReport *next = nullptr;
+    for (const FamilyReport &f : out.families)
+      if (f.kind == "mesh" && f.best && (!next || f.slowerPercent < next->slowerPercent))
+        next = &f;
+    if (next)
+      out.winnerWhy.push_back(strf("the best other mesh, %s, is %s", next->key.c_str(),
+                                   next->why.c_str()));
+  }
+  out.searchSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// Reports
+//===----------------------------------------------------------------------===//
+
+std::vector<size_t> PlanResult::exactOrder() const {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < exact.size(); ++i)
+    order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (exact[a].ok != exact[b].ok)
+      return exact[a].ok;
+    return exact[a].ok && exact[a].stepSeconds < exact[b].stepSeconds;
+  });
+  for (size_t &i : order)
+    i = exact[i].candidate;
+  return order;
+}
+
+json cost::configJson(const ParallelConfig &c, int64_t globalBatch) {
+  json j;
+  j["dp"] = c.dp;
+  j["tp"] = c.tp;
+  j["pp"] = c.pp;
+  j["virtual_stages"] = c.virtualStages;
+  j["micro_batch"] = c.microBatch;
+  j["microbatches"] = c.microbatches(globalBatch);
+  j["zero"] = c.zero;
+  j["recompute"] = c.recompute;
+  j["schedule"] = c.pp > 1 ? json(c.schedule) : json(nullptr);
+  j["sequence_parallel"] = c.sequenceParallel;
+  j["grad_bucket_size"] = c.gradBucket;
+  j["fsdp_prefetch"] = c.fsdpPrefetch;
+  j["compile_flags"] = c.compileFlags();
+  return j;
+}
+
+static json memoryJson(const MemoryEstimate &m, int64_t reserve, int64_t capacity) {
+  json j;
+  j["params"] = m.params;
+  j["grads"] = m.grads;
+  j["optimizer"] = m.optimizer;
+  j["activations"] = m.activations;
+  j["reserve"] = reserve;
+  j["total"] = m.total() + reserve;
+  j["capacity"] = capacity;
+  j["stage"] = m.stage;
+  return j;
+}
+
+static json candidateJson(const Candidate &k, int64_t globalBatch) {
+  const StepPrediction &p = k.prediction;
+  json j;
+  j["config"] = configJson(k.config, globalBatch);
+  j["step_seconds"] = p.stepSeconds;
+  j["tokens_per_second"] = p.tokensPerSecond;
+  j["mfu"] = p.mfu;
+  j["hfu"] = p.hfu;
+  j["compute_seconds"] = p.computeSeconds;
+  j["bubble_seconds"] = p.bubbleSeconds;
+  j["bubble_share"] = k.bubbleShare();
+  j["optimizer_seconds"] = p.optimizerSeconds;
+  j["exposed_comm_seconds"] = p.exposedCommSeconds();
+  j["exposed_comm_share"] = k.exposedCommShare();
+  json comm = json::object();
+  for (const auto &[axis, c] : p.comm)
+    comm[axis] = {{"total_seconds", c.total}, {"exposed_seconds", c.exposed}};
+  j["comm"] = comm;
+  j["memory"] = memoryJson(p.memory, k.reserveBytes, k.capacityBytes);
+  j["bound"] = p.bound;
+  return j;
+}
+
+json PlanResult::toJson() const {
+  json j;
+  j["gpus"] = gpus;
+  j["global_batch"] = globalBatch;
+  j["seq_len"] = seqLen;
+  j["capacity_bytes"] = capacityBytes;
+  j["counters"] = {{"meshes", meshes},
+                   {"evaluated", evaluated},
+                   {"pruned_divisibility", prunedDivisibility},
+                   {"pruned_memory", prunedMemory},
+                   {"feasible", feasible},
+                   {"duplicates", duplicates},
+                   {"search_seconds", searchSeconds},
+                   {"configs_per_second", configsPerSecond()},
+                   {"exact_seconds", exactSeconds}};
+  json top_ = json::array();
+  for (size_t i = 0; i < top.size(); ++i) {
+    json c = candidateJson(top[i], globalBatch);
+    c["rank"] = i + 1;
+    top_.push_back(std::move(c));
+  }
+  j["top"] = std::move(top_);
+  if (!top.empty())
+    j["winner"] = {{"config", configJson(top.front().config, globalBatch)}, {"why", winnerWhy}};
+  else
+    j["winner"] = nullptr;
+  if (closest)
+    j["closest"] = {{"config", configJson(*closest, globalBatch)}, {"oom_gib", closestOomGiB}};
+  json fams = json::array();
+  for (const FamilyReport &f : families) {
+    json x;
+    x["kind"] = f.kind;
+    x["key"] = f.key;
+    x["members"] = f.members;
+    x["pruned_divisibility"] = f.prunedDivisibility;
+    x["pruned_memory"] = f.prunedMemory;
+    x["feasible"] = f.feasible;
+    x["reason"] = lossReasonName(f.reason);
+    x["why"] = f.why;
+    if (f.best) {
+      x["best"] = candidateJson(*f.best, globalBatch);
+      x["slower_percent"] = f.slowerPercent;
+      x["bubble_share"] = f.bubbleShare;
+      x["exposed_comm_share"] = f.exposedCommShare;
+      if (f.reason == LossReason::Communication) {
+        x["comm_axis"] = f.commAxis;
+        x["comm_crosses_nodes"] = f.commCrossesNodes;
+      }
+    }
+    if (f.closest) {
+      x["closest"] = configJson(*f.closest, globalBatch);
+      x["closest_memory"] = memoryJson(f.closestMemory, f.closestReserve, capacityBytes);
+      x["oom_gib"] = f.oomGiB;
+    }
+    if (!f.divisibility.empty())
+      x["divisibility"] = f.divisibility;
+    fams.push_back(std::move(x));
+  }
+  j["families"] = std::move(fams);
+  json ex = json::array();
+  for (const ExactResult &e : exact) {
+    json x;
+    x["rank"] = e.candidate + 1;
+    x["ok"] = e.ok;
+    x["analytic_step_seconds"] =
+        e.candidate < top.size() ? top[e.candidate].prediction.stepSeconds : 0.0;
+    x["exact_step_seconds"] = e.ok ? json(e.stepSeconds) : json(nullptr);
+    x["compile_seconds"] = e.compileSeconds;
+    x["simulate_seconds"] = e.simulateSeconds;
+    if (!e.error.empty())
+      x["error"] = e.error;
+    if (!e.planDir.empty())
+      x["plan_dir"] = e.planDir;
+    ex.push_back(std::move(x));
+  }
+  j["exact"] = std::move(ex);
+  json order = json::array();
+  if (!exact.empty())
+    for (size_t i : exactOrder())
+      order.push_back(i + 1);
+  j["exact_ranking"] = std::move(order);
+  return j;
+}
+
+void PlanResult::print(std::ostream &os) const {
+  os << strf("searched %lld configurations on %lld meshes of %lld GPUs in %.2f s (%.0f per "
+             "second): %lld do not compile (divisibility), %lld do not fit (memory), %lld fit\n",
+             (long long)evaluated, (long long)meshes, (long long)gpus, searchSeconds,
+             configsPerSecond(), (long long)prunedDivisibility, (long long)prunedMemory,
+             (long long)feasible);
+  if (top.empty()) {
+    if (closest)
+      os << strf("nothing fits: the closest, %s, is out of memory by %.2f GiB\n",
+                 closest->str().c_str(), closestOomGiB);
+    return;
+  }
+  bool haveExact = !exact.empty();
+  size_t width = 6;
+  for (const Candidate &k : top)
+    width = std::max(width, k.config.str().size());
+  os << "\n" << strf("  #  %-*s  %9s  %6s  %10s  %9s  %6s  %7s", int(width), "config", "step (s)",
+                     "MFU", "tokens/s", "mem/rank", "bubble", "exp.comm");
+  if (haveExact)
+    os << strf("  %9s  %5s", "exact (s)", "rank");
+  os << "\n";
+  std::vector<size_t> order = haveExact ? exactOrder() : std::vector<size_t>{};
+  for (size_t i = 0; i < top.size(); ++i) {
+    const Candidate &k = top[i];
+    const StepPrediction &p = k.prediction;
+    os << strf("  %zu  %-*s  %9.4g  %5.1f%%  %10s  %5.1f GiB  %5.1f%%  %6.1f%%", i + 1,
+               int(width), k.config.str().c_str(), p.stepSeconds, 100 * p.mfu,
+               fmtTokens(p.tokensPerSecond).c_str(), gib(double(k.memoryBytes())),
+               100 * k.bubbleShare(), 100 * k.exposedCommShare());
+    if (haveExact) {
+      const ExactResult *e = nullptr;
+      for (const ExactResult &x : exact)
+        if (x.candidate == i)
+          e = &x;
+      size_t rank = size_t(std::find(order.begin(), order.end(), i) - order.begin()) + 1;
+      if (e && e->ok)
+        os << strf("  %9.4g  %5zu", e->stepSeconds, rank);
+      else if (e)
+        os << strf("  %9s  %5s", "failed", "-");
+    }
+    os << "\n";
+  }
+  os << "\nthe winner: " << top.front().config.compileFlags() << "\n";
+  for (const std::string &s : winnerWhy)
+    os << "  - " << s << "\n";
+  if (!families.empty()) {
+    os << "\nrejected families (the best member of each, and why it lost):\n";
+    for (const FamilyReport &f : families)
+      os << strf("  %-4s %-22s %s\n", f.kind.c_str(), f.key.c_str(), f.why.c_str());
+  }
+  if (haveExact) {
+    os << strf("\nexact: the top %zu compiled and simulated in %.2f s\n", exact.size(),
+               exactSeconds);
+    for (const ExactResult &e : exact) {
+      if (!e.ok) {
+        os << strf("  #%zu failed: %s\n", e.candidate + 1, e.error.c_str());
+        continue;
+      }
+      double a = top[e.candidate].prediction.stepSeconds;
+      os << strf("  #%zu analytic %.4g s, simulated %.4g s (%+.1f %%; compile %.2f s, simulate "
+                 "%.2f s)\n",
+                 e.candidate + 1, a, e.stepSeconds, (e.stepSeconds / a - 1) * 100,
+                 e.compileSeconds, e.simulateSeconds);
+    }
+    std::vector<size_t> o = exactOrder();
+    if (!o.empty() && exact[0].ok && o.front() != 0)
+      os << strf("  reranked by the simulation: #%zu is fastest (%s)\n", o.front() + 1,
+                 top[o.front()].config.str().c_str());
+  }
+}

@@ -1,0 +1,640 @@
+//===- StepModel.cpp - the analytic time and memory of a training step ----===//
+//
+// Mirrors what the compiler emits, op by op, for one transformer layer and
+// one microbatch (docs/cost-model.md, "The analytic step model"), priced by
+// CostModel.h; the exact simulator (PlanSimulator.h) prices the emitted ops
+// themselves, and the tests hold the two close.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Cost/StepModel.h"
+
+#include "llcdist/Schedule/Simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+using namespace llcdist;
+using namespace llcdist::cost;
+
+int64_t Workload::paddedVocab(int64_t tp) const {
+  int64_t m = 128 * tp;
+  return (model.vocab + m - 1) / m * m;
+}
+
+std::string ParallelConfig::compileFlags() const {
+  std::ostringstream os;
+  os << "--mesh dp=" << dp << ",tp=" << tp << ",pp=" << pp << " --micro-batch " << microBatch;
+  if (pp > 1) {
+    os << " --schedule " << schedule;
+    if (virtualStages > 1)
+      os << " --virtual-stages " << virtualStages;
+  }
+  if (sequenceParallel)
+    os << " --sequence-parallel";
+  if (recompute != "none")
+    os << " --recompute " << recompute;
+  if (zero)
+    os << " --zero " << zero;
+  if (gradBucket)
+    os << " --grad-bucket-size " << gradBucket;
+  if (fsdpPrefetch)
+    os << " --fsdp-prefetch " << fsdpPrefetch;
+  return os.str();
+}
+
+std::string ParallelConfig::str() const {
+  std::ostringstream os;
+  os << "dp=" << dp << ",tp=" << tp << ",pp=" << pp;
+  if (pp > 1) {
+    os << " " << schedule;
+    if (virtualStages > 1)
+      os << " v=" << virtualStages;
+  }
+  os << " mb=" << microBatch;
+  if (sequenceParallel)
+    os << " sp";
+  if (recompute != "none")
+    os << " recompute=" << recompute;
+  if (zero)
+    os << " zero=" << zero;
+  if (gradBucket)
+    os << " buckets";
+  if (fsdpPrefetch)
+    os << " prefetch=" << fsdpPrefetch;
+  return os.str();
+}
+
+std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelConfig &c) {
+  const ModelConfig &m = w.model;
+  auto why = [](const std::string &s) { return std::optional<std::string>(s); };
+  if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.microBatch < 1 || c.virtualStages < 1)
+    return why("every degree and the micro-batch must be >= 1");
+  if (m.heads % c.tp)
+    return why("tp=" + std::to_string(c.tp) + " does not divide num_heads=" +
+               std::to_string(m.heads));
+  if (m.kvHeads % c.tp && c.tp % m.kvHeads)
+    return why("tp and num_kv_heads do not divide one another");
+  if (c.tp > m.kvHeads && c.recompute == "selective")
+    return why("tp > num_kv_heads replicates kv heads, which the compiler does not combine "
+               "with selective recomputation");
+  if (m.intermediate % c.tp)
+    return why("tp does not divide the MLP's intermediate size");
+  if (w.globalBatch % (c.microBatch * c.dp))
+    return why("micro-batch x dp does not divide the global batch");
+  if (c.pp * c.virtualStages > m.layers)
+    return why("pp x virtual stages exceeds the layers");
+  if (c.pp == 1 && (c.virtualStages > 1 || c.schedule != "1f1b"))
+    return why("a schedule needs pp > 1");
+  if (c.virtualStages > 1 && c.schedule != "interleaved")
+    return why("virtual stages need the interleaved schedule");
+  if (c.schedule == "interleaved" &&
+      (c.virtualStages < 2 || c.microbatches(w.globalBatch) % c.pp))
+    return why("interleaved needs v >= 2 and microbatches a multiple of pp");
+  if (c.sequenceParallel && (c.tp == 1 || w.seqLen % c.tp))
+    return why("sequence parallelism needs tp > 1 dividing the sequence");
+  if (c.zero < 0 || c.zero > 3 || (c.zero && c.dp == 1))
+    return why("ZeRO needs dp > 1");
+  if (c.gradBucket && c.dp == 1)
+    return why("gradient buckets need dp > 1");
+  if (c.fsdpPrefetch && c.zero != 3)
+    return why("FSDP prefetch needs zero 3");
+  if (c.zero == 3 && c.pp > 1)
+    return why("ZeRO-3 with pipeline parallelism is not searched");
+  return std::nullopt;
+}
+
+namespace {
+
+/// The per-layer shapes on one tp rank.
+struct LayerShape {
+  int64_t h, q, kv, inter, nh, nkv, hd;
+  bool llama;
+};
+
+LayerShape layerShape(const ModelConfig &m, int64_t tp) {
+  LayerShape s;
+  s.llama = m.arch == Arch::Llama;
+  s.h = m.hidden;
+  s.hd = m.headDim ? m.headDim : m.hidden / m.heads;
+  s.nh = m.heads / tp;
+  s.nkv = m.kvHeads >= tp ? m.kvHeads / tp : 1; // replicated kv heads: one per rank
+  s.q = s.nh * s.hd;
+  s.kv = s.nkv * s.hd;
+  s.inter = m.intermediate / tp;
+  return s;
+}
+
+/// Times of one layer for one microbatch on one rank (seconds).
+struct LayerTimes {
+  double fwd = 0, bwdInput = 0, bwdWeight = 0; ///< compute only
+  double attnFwd = 0;                          ///< the core attention's forward
+  double tpFwd = 0, tpBwd = 0;                 ///< tp collectives (synchronous)
+  double bytesTpMessage = 0;
+};
+
+LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfig &c) {
+  const Precision p = w.precision;
+  const double b = double(bytesOf(p));
+  const LayerShape s = layerShape(w.model, c.tp);
+  const int64_t T = c.microBatch * w.seqLen;             // tokens of the microbatch
+  const int64_t Ts = c.sequenceParallel ? T / c.tp : T; // the norms' and residuals' tokens
+  LayerTimes t;
+  auto gemm = [&](int64_t n, int64_t k) { return gemmSeconds(hw, T, n, k, p); };
+  auto mem = [&](double elems) { return memorySeconds(hw, elems * b); };
+  double fwdGemm, bwdGemm;
+  if (s.llama) {
+    fwdGemm = gemm(s.q, s.h) + 2 * gemm(s.kv, s.h) + gemm(s.h, s.q) + 2 * gemm(s.inter, s.h) +
+              gemm(s.h, s.inter);
+  } else {
+    fwdGemm = gemm(3 * s.q, s.h) + gemm(s.h, s.q) + gemm(s.inter, s.h) + gemm(s.h, s.inter);
+  }
+  bwdGemm = fwdGemm; // dX and dW: each runs the forward's shapes once
+  double attnBwd;
+  if (w.attention == Workload::Attention::Flash) {
+    t.attnFwd = attentionSeconds(hw, c.microBatch, w.seqLen, s.nh, s.hd, false, p);
+    attnBwd = attentionSeconds(hw, c.microBatch, w.seqLen, s.nh, s.hd, true, p);
+  } else {
+    // b·nh batched [S, hd]·[hd, S] and [S, S]·[S, hd] products (priced as one
+    // GEMM of their total size), the score matrix read and written by the
+    // softmax (2 + 2 bytes an element) and the dropout (2 + 2, + a 1-byte
+    // mask); the backward: four products, softmax and dropout backward.
+    const double bh = double(c.microBatch) * double(s.nh);
+    const double scores = bh * double(w.seqLen) * double(w.seqLen);
+    double mm = gemmSeconds(hw, int64_t(bh) * w.seqLen, w.seqLen, s.hd, p);
+    t.attnFwd = 2 * mm + memorySeconds(hw, 4 * scores) + memorySeconds(hw, 5 * scores);
+    attnBwd = 4 * mm + memorySeconds(hw, 6 * scores) + memorySeconds(hw, 5 * scores);
+  }
+  const double hS = double(Ts) * double(s.h);
+  // Memory-bound ops, elements moved (reads + writes) as the compiler's
+  // argument buffers count them: two norms (x, y), two residual adds
+  // (a, b, y), rope (q and k: x, y) or biases, the MLP activation.
+  double fwdMem = 0, bwdMem = 0;
+  fwdMem += 2 * mem(2 * hS) + 2 * mem(3 * hS);
+  bwdMem += 2 * (mem(3 * hS) + mem(2 * hS)) + 2 * mem(3 * hS); // norm dx, dw; adds
+  if (s.llama) {
+    fwdMem += mem(2.0 * T * (s.q + s.kv)) + mem(3.0 * T * s.inter);
+    bwdMem += mem(2.0 * T * (s.q + s.kv)) + mem(5.0 * T * s.inter) + 2 * mem(2.0 * T * s.h);
+  } else {
+    fwdMem += mem(2.0 * T * s.inter) + mem(2.0 * T * s.h);
+    bwdMem += mem(3.0 * T * s.inter) + 2 * mem(2.0 * T * s.h);
+  }
+  t.fwd = fwdGemm + t.attnFwd + fwdMem;
+  t.bwdInput = bwdGemm + attnBwd + bwdMem;
+  t.bwdWeight = bwdGemm;
+  // tp on the [T, h] activations, as the compiler emits it (Megatron's):
+  // two all-reduces each way; under SP two all-gathers and two
+  // reduce-scatters forward, and backward two reduce-scatters and four
+  // all-gathers (the gradients' two, and the two column-parallel inputs
+  // gathered again for their weight gradients: SP stashes them sharded).
+  if (c.tp > 1) {
+    Group g{c.tp, std::min<int64_t>(c.tp, hw.topology.gpusPerNode)};
+    double bytes = double(T) * double(s.h) * b;
+    t.bytesTpMessage = bytes;
+    if (c.sequenceParallel) {
+      double ag = collectiveSeconds(hw, Collective::AllGather, bytes, g);
+      double rs = collectiveSeconds(hw, Collective::ReduceScatter, bytes, g);
+      t.tpFwd = 2 * ag + 2 * rs;
+      t.tpBwd = 4 * ag + 2 * rs;
+    } else {
+      double ar = collectiveSeconds(hw, Collective::AllReduce, bytes, g);
+      t.tpFwd = 2 * ar;
+      t.tpBwd = 2 * ar;
+    }
+  }
+  return t;
+}
+
+/// The compiler's default --pp-layout (llcdist-pipeline-split's `balance`):
+/// the contiguous split of the layers into `parts` chunks minimizing the
+/// largest chunk's training FLOPs per token, the LM head's in the last chunk,
+/// ties to the earliest cut. The costs depend on the model and on full
+/// recomputation only, so the sizes are cached per (model, parts, full).
+std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) {
+  const ModelConfig &m = w.model;
+  LayerShape s = layerShape(m, 1);
+  double H = double(m.hidden);
+  double matmul = s.llama ? H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H +
+                                3 * H * double(s.inter)
+                          : H * 3 * double(s.q) + double(s.q) * H + 2 * H * double(s.inter);
+  double fwd = 2 * matmul + 4.0 * double(w.seqLen) * double(m.heads) * double(s.hd);
+  double layer = (full ? 4 : 3) * fwd;
+  // The head: the LM head over the padded vocabulary (the pass runs after
+  // llcdist-pad-vocab, whose tp is folded into the key below).
+  double tail = 3 * 2 * H * double(w.paddedVocab(1));
+  struct Key {
+    const void *model;
+    int64_t parts, layers, seq, vocab;
+    bool full;
+    bool operator==(const Key &o) const {
+      return model == o.model && parts == o.parts && layers == o.layers && seq == o.seq &&
+             vocab == o.vocab && full == o.full;
+    }
+  };
+  thread_local std::vector<std::pair<Key, std::vector<int64_t>>> cache;
+  Key key{&w.model, parts, m.layers, w.seqLen, w.paddedVocab(1), full};
+  for (const auto &[k, v] : cache)
+    if (k == key)
+      return v;
+  int64_t n = m.layers;
+  auto group = [&](int64_t a, int64_t b) { return double(b - a) * layer + (b == n ? tail : 0); };
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(size_t(parts + 1), std::vector<double>(size_t(n + 1), inf));
+  std::vector<std::vector<int64_t>> cut(size_t(parts + 1), std::vector<int64_t>(size_t(n + 1), 0));
+  best[0][0] = 0;
+  for (int64_t k = 1; k <= parts; ++k)
+    for (int64_t i = k; i <= n; ++i)
+      for (int64_t j = k - 1; j < i; ++j) {
+        double c = std::max(best[size_t(k - 1)][size_t(j)], group(j, i));
+        if (c < best[size_t(k)][size_t(i)] * (1 - 1e-12)) {
+          best[size_t(k)][size_t(i)] = c;
+          cut[size_t(k)][size_t(i)] = j;
+        }
+      }
+  std::vector<int64_t> sizes(static_cast<size_t>(parts));
+  for (int64_t k = parts, i = n; k >= 1; --k) {
+    sizes[size_t(k - 1)] = i - cut[size_t(k)][size_t(i)];
+    i = cut[size_t(k)][size_t(i)];
+  }
+  if (cache.size() > 256)
+    cache.clear();
+  cache.emplace_back(key, sizes);
+  return sizes;
+}
+
+/// Layers each stage holds (its chunks s, s + pp, ...).
+std::vector<int64_t> stageLayers(const Workload &w, const ParallelConfig &c) {
+  std::vector<int64_t> out(static_cast<size_t>(c.pp), 0);
+  if (c.pp == 1) {
+    out[0] = w.model.layers;
+    return out;
+  }
+  std::vector<int64_t> sizes =
+      balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
+  for (size_t i = 0; i < sizes.size(); ++i)
+    out[i % size_t(c.pp)] += sizes[i];
+  return out;
+}
+
+/// Parameters one rank holds (element counts, before ZeRO): per layer, the
+/// token embedding (a vocabulary shard under tp), GPT-2's position table,
+/// the final norm and an untied LM head.
+struct ParamCounts {
+  double layer = 0, vocabMatrix = 0, positions = 0, finalNorm = 0;
+  bool tied = true;
+};
+
+ParamCounts paramCounts(const Workload &w, int64_t tp) {
+  const ModelConfig &m = w.model;
+  LayerShape s = layerShape(m, tp);
+  ParamCounts pc;
+  double H = double(m.hidden);
+  if (s.llama) {
+    pc.layer = 2 * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H +
+               3 * H * double(s.inter);
+    if (m.attentionBias)
+      pc.layer += double(s.q + 2 * s.kv) + H;
+    if (m.mlpBias)
+      pc.layer += 2 * double(s.inter) + H;
+    pc.finalNorm = H;
+  } else {
+    pc.layer = 4 * H + H * 3 * double(s.q) + 3 * double(s.q) + double(s.q) * H + H +
+               H * double(s.inter) + double(s.inter) + double(s.inter) * H + H;
+    pc.finalNorm = 2 * H;
+    pc.positions = double(m.maxPositions) * H;
+  }
+  pc.vocabMatrix = double(w.paddedVocab(tp)) / double(tp) * H;
+  pc.tied = m.tieEmbeddings;
+  return pc;
+}
+
+/// The parameters of one rank of `stage` holding `layers` layers (elements,
+/// before ZeRO).
+double stageParams(const Workload &w, const ParallelConfig &c, int64_t stage, int64_t layers) {
+  ParamCounts pc = paramCounts(w, c.tp);
+  double n = double(layers) * pc.layer;
+  if (stage == 0)
+    n += pc.vocabMatrix + pc.positions;
+  if (stage == c.pp - 1) {
+    n += pc.finalNorm;
+    // The LM head: untied, or the tied embedding's replica on a later stage.
+    if (!pc.tied || c.pp > 1)
+      n += pc.vocabMatrix;
+  }
+  return n;
+}
+
+/// The parameter tensors one rank of `stage` holds (ZeRO's collectives run
+/// one per tensor).
+int64_t stageTensors(const Workload &w, const ParallelConfig &c, int64_t stage, int64_t layers) {
+  const ModelConfig &m = w.model;
+  int64_t perLayer;
+  if (m.arch == Arch::Llama)
+    perLayer = 9 + (m.attentionBias ? 4 : 0) + (m.mlpBias ? 3 : 0);
+  else
+    perLayer = 12;
+  int64_t n = layers * perLayer;
+  if (stage == 0)
+    n += m.arch == Arch::GPT2 ? 2 : 1;
+  if (stage == c.pp - 1) {
+    n += m.arch == Arch::GPT2 ? 2 : 1;
+    if (!m.tieEmbeddings || c.pp > 1)
+      n += 1;
+  }
+  return n;
+}
+
+} // namespace
+
+StepFlops cost::stepFlops(const Workload &w, const std::string &recompute) {
+  const ModelConfig &m = w.model;
+  LayerShape s = layerShape(m, 1);
+  double T = double(w.globalBatch) * double(w.seqLen);
+  double H = double(m.hidden);
+  double matmulPerToken; // multiply-adds per token per layer
+  if (s.llama)
+    matmulPerToken = H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H +
+                     3 * H * double(s.inter);
+  else
+    matmulPerToken = H * 3 * double(s.q) + double(s.q) * H + 2 * H * double(s.inter);
+  double layerFwd = 2 * T * matmulPerToken;
+  double attnFwd = 4 * double(w.globalBatch) * double(w.seqLen) * double(w.seqLen) *
+                   double(m.heads) * double(s.hd);
+  double headFwd = 2 * T * H * double(m.vocab);
+  StepFlops f;
+  f.model = 3 * (double(m.layers) * (layerFwd + attnFwd) + headFwd);
+  f.hardware = f.model;
+  if (recompute == "full")
+    f.hardware += double(m.layers) * (layerFwd + attnFwd);
+  else if (recompute == "selective")
+    f.hardware += double(m.layers) * attnFwd;
+  return f;
+}
+
+double StepPrediction::exposedCommSeconds() const {
+  double e = 0;
+  for (const auto &[axis, c] : comm)
+    e += c.exposed;
+  return e;
+}
+
+MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) {
+  const ModelConfig &m = w.model;
+  const bool bf16 = w.precision == Precision::BF16;
+  const double b = double(bytesOf(w.precision));
+  const int64_t mbs = c.microbatches(w.globalBatch);
+  const LayerShape s = layerShape(m, c.tp);
+  const ParamCounts pc = paramCounts(w, c.tp);
+  const std::vector<int64_t> layers = stageLayers(w, c);
+  MemoryEstimate best;
+  for (int64_t stage = 0; stage < c.pp; ++stage) {
+    double params = stageParams(w, c, stage, layers[size_t(stage)]);
+    MemoryEstimate e;
+    e.stage = stage;
+    const double dp = double(c.dp);
+    // Persistent: value (bf16 copy or f32), gradient, optimizer state
+    // (bf16: f32 master + m + v; f32: m + v), sharded by ZeRO's stage.
+    const double valueB = bf16 ? 2 : 4, gradB = bf16 ? 2 : 4, optB = bf16 ? 12 : 8;
+    e.params = int64_t(params * valueB / (c.zero >= 3 ? dp : 1));
+    e.grads = int64_t(params * gradB / (c.zero >= 2 ? dp : 1));
+    e.optimizer = int64_t(params * optB / (c.zero >= 1 ? dp : 1));
+    // Activations stashed per layer per microbatch for the backward (T
+    // tokens; the norms' and residuals' on T/tp under SP; docs/cost-model.md).
+    const double T = double(c.microBatch) * double(w.seqLen);
+    const double Ts = c.sequenceParallel ? T / double(c.tp) : T;
+    double perLayer;
+    if (c.recompute == "full") {
+      perLayer = Ts * double(s.h) * b; // the layer's input only
+    } else {
+      // The core attention's output and log-sum-exp, unless selective
+      // recomputation runs it again.
+      double attnKeep =
+          c.recompute == "selective" ? 0 : T * double(s.q) * b + T * double(s.nh) * 4;
+      if (s.llama) // x, norm out (x2); q, k, v; gate, up, swiglu out; rstd (x2)
+        perLayer = 4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep +
+                   3 * T * double(s.inter) * b + 2 * Ts * 4;
+      else // x, norm out (x2); qkv; fc1 out, gelu out; mean, rstd (x2)
+        perLayer = 4 * Ts * double(s.h) * b + T * 3 * double(s.q) * b + attnKeep +
+                   2 * T * double(s.inter) * b + 4 * Ts * 4;
+    }
+    // Microbatches in flight on this stage at its peak.
+    double inFlight;
+    if (c.pp == 1)
+      inFlight = 1;
+    else if (c.schedule == "gpipe")
+      inFlight = double(mbs);
+    else if (c.schedule == "interleaved")
+      inFlight = std::min<double>(double(mbs), double(c.pp - stage) +
+                                                   double(c.pp - 1) / double(c.virtualStages));
+    else
+      inFlight = std::min<double>(double(mbs), double(c.pp - stage));
+    double stash = inFlight * double(layers[size_t(stage)]) * perLayer;
+    // Transients: one layer's activations (the layer being recomputed or
+    // backwarded), on the last stage the logits and their gradient, under
+    // ZeRO-3 the largest unit's gathered parameters and gradients.
+    double transient = 4 * T * double(s.h) * b + 3 * T * double(std::max(s.inter, s.q)) * b;
+    if (stage == c.pp - 1)
+      transient += 2 * T * double(w.paddedVocab(c.tp) / c.tp) * b;
+    if (c.zero == 3) // the largest unit gathered whole: a layer or the embedding
+      transient += 2 * std::max(pc.layer, pc.vocabMatrix) * valueB;
+    e.activations = int64_t(stash + transient);
+    if (e.total() > best.total())
+      best = e;
+  }
+  return best;
+}
+
+StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const ParallelConfig &c) {
+  const ModelConfig &m = w.model;
+  const Precision p = w.precision;
+  const double b = double(bytesOf(p));
+  const int64_t mbs = c.microbatches(w.globalBatch);
+  const int64_t T = c.microBatch * w.seqLen;
+  const int64_t Vp = w.paddedVocab(c.tp) / c.tp;
+  StepPrediction out;
+  LayerTimes lt = layerTimes(hw, w, c);
+
+  // One microbatch of each layer: forward, backward, recomputation.
+  double recomputeFwd = c.recompute == "full" ? lt.fwd + lt.tpFwd
+                        : c.recompute == "selective" ? lt.attnFwd
+                                                     : 0;
+  double layerF = lt.fwd + lt.tpFwd;
+  double layerB = lt.bwdInput + lt.bwdWeight + lt.tpBwd + recomputeFwd;
+  // The embedding (first chunk) and the LM head + loss (last chunk).
+  double embF = memorySeconds(hw, 2.0 * double(T) * double(m.hidden) * b);
+  double embB = memorySeconds(hw, 2.0 * double(T) * double(m.hidden) * b);
+  double headF = gemmSeconds(hw, T, Vp, m.hidden, p) +
+                 memorySeconds(hw, 3.0 * double(T) * double(Vp) * b);
+  double headB = 2 * gemmSeconds(hw, T, Vp, m.hidden, p) +
+                 memorySeconds(hw, 3.0 * double(T) * double(Vp) * b);
+  double tpHead = 0;
+  if (c.tp > 1) {
+    Group g{c.tp, std::min<int64_t>(c.tp, hw.topology.gpusPerNode)};
+    double bytes = double(T) * double(m.hidden) * b;
+    // The embedding's all-reduce (or reduce-scatter) and the head's input
+    // gathered under SP, each way; the vocabulary-parallel loss's row stats.
+    tpHead = 2 * collectiveSeconds(hw, c.sequenceParallel ? Collective::ReduceScatter
+                                                           : Collective::AllReduce,
+                                   bytes, g) +
+             4 * collectiveSeconds(hw, Collective::AllReduce, 16.0 * double(T), g);
+  }
+  // The stages' layers: the compiler's default layout.
+  const std::vector<int64_t> layers = stageLayers(w, c);
+  std::vector<double> stageCost(static_cast<size_t>(c.pp), 0);
+  for (int64_t st = 0; st < c.pp; ++st)
+    stageCost[size_t(st)] = double(layers[size_t(st)]) * (layerF + layerB);
+  stageCost.front() += embF + embB;
+  stageCost.back() += headF + headB + tpHead;
+  double maxStage = *std::max_element(stageCost.begin(), stageCost.end());
+  int64_t maxLayers = *std::max_element(layers.begin(), layers.end());
+  double layerTotal = layerF + layerB;
+  double fShare = layerF / layerTotal;
+
+  // pp: one send per chunk boundary per microbatch each way; sends are
+  // synchronous on compute (no --overlap-p2p in the search).
+  double p2p = 0;
+  if (c.pp > 1) {
+    double bytes = double(T) * double(m.hidden) * b / (c.sequenceParallel ? double(c.tp) : 1.0);
+    MeshSpec mesh;
+    mesh.dp = c.dp, mesh.tp = c.tp, mesh.pp = c.pp;
+    bool cross = axisGroup(mesh, "pp", hw.topology).crossesNodes();
+    p2p = p2pSeconds(hw, bytes, cross);
+  }
+  double p2pPerMicrobatch = c.pp > 1 ? 2.0 * double(c.virtualStages) * p2p : 0;
+
+  // Compute of the busiest stage over the step, and the bubble.
+  double busy = double(mbs) * (maxStage + p2pPerMicrobatch);
+  double bubble = 0;
+  if (c.pp > 1) {
+    schedule::ScheduleOptions so;
+    so.stages = c.pp;
+    so.microbatches = mbs;
+    so.virtualStages = c.virtualStages;
+    so.kind = c.schedule == "gpipe"         ? schedule::ScheduleKind::GPipe
+              : c.schedule == "interleaved" ? schedule::ScheduleKind::Interleaved1F1B
+              : c.schedule == "zb-h1"       ? schedule::ScheduleKind::ZBH1
+                                            : schedule::ScheduleKind::OneFOneB;
+    schedule::CostModel cm;
+    cm.forward = fShare;
+    if (so.kind == schedule::ScheduleKind::ZBH1) {
+      double wShare = lt.bwdWeight / layerTotal;
+      cm.backward = 1 - fShare - wShare;
+      cm.weight = wShare;
+    } else {
+      cm.backward = 1 - fShare;
+      cm.weight = 0;
+    }
+    double ratio = schedule::analyticBubbleOverIdeal(so, cm);
+    // Interleaved: the fill and drain run chunk by chunk, so uneven chunks
+    // (126 layers in 96 chunks: 1 or 2 each) stretch them by the largest
+    // chunk over the mean one.
+    if (c.virtualStages > 1) {
+      std::vector<int64_t> sizes =
+          balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
+      double largest = double(*std::max_element(sizes.begin(), sizes.end()));
+      ratio *= largest * double(sizes.size()) / double(m.layers);
+    }
+    // Every fill/drain hop also waits for the boundary's p2p.
+    bubble = ratio * busy + 2.0 * double(c.pp - 1) * p2p;
+  }
+  out.computeSeconds = busy;
+  out.bubbleSeconds = bubble;
+  out.comm["tp"].total = double(mbs) * double(maxLayers) *
+                             (lt.tpFwd + lt.tpBwd + (c.recompute == "full" ? lt.tpFwd : 0)) +
+                         double(mbs) * tpHead;
+  out.comm["tp"].exposed = out.comm["tp"].total;
+  out.comm["pp"].total = double(mbs) * p2pPerMicrobatch + 2.0 * double(c.pp - 1) * p2p;
+  out.comm["pp"].exposed = out.comm["pp"].total;
+
+  // dp: gradients and (ZeRO) parameters of the busiest stage's rank.
+  MemoryEstimate mem = estimateMemory(w, c);
+  out.memory = mem;
+  double rankParams = 0;
+  int64_t maxTensors = 0;
+  for (int64_t st = 0; st < c.pp; ++st) {
+    rankParams = std::max(rankParams, stageParams(w, c, st, layers[size_t(st)]));
+    maxTensors = std::max(maxTensors, stageTensors(w, c, st, layers[size_t(st)]));
+  }
+  double dpTotal = 0, dpExposed = 0;
+  if (c.dp > 1) {
+    // As the compiler emits them (docs/cost-model.md): ZeRO's collectives
+    // one per parameter tensor (each paying the ring's latency), ZeRO-0's one
+    // flat all-reduce, or one per bucket.
+    MeshSpec mesh;
+    mesh.dp = c.dp, mesh.tp = c.tp, mesh.pp = c.pp;
+    Group g = axisGroup(mesh, "dp", hw.topology);
+    const double gradBytes = rankParams * b;
+    const double tensors = double(maxTensors);
+    const double layersHere = double(maxLayers);
+    // `n` collectives of `bytes` in all.
+    auto many = [&](Collective k, double bytes, double n) {
+      return collectiveSeconds(hw, k, bytes, g) + (n - 1) * collectiveLatency(hw, k, g);
+    };
+    // What the last microbatch's backward can hide (the buckets start as
+    // their gradients complete; the last bucket is exposed).
+    const double lastBackward = layersHere * layerB;
+    auto hiddenBy = [&](double comm, double n) {
+      return std::max(0.0, std::min(comm * (1 - 1 / std::max(n, 1.0)), lastBackward));
+    };
+    const double agStep = many(Collective::AllGather, gradBytes, tensors);
+    if (c.zero == 0) {
+      double buckets =
+          c.gradBucket ? std::min(tensors, std::ceil(rankParams / double(c.gradBucket))) : 1;
+      dpTotal = many(Collective::AllReduce, gradBytes, buckets);
+      dpExposed = dpTotal - (c.gradBucket ? hiddenBy(dpTotal, buckets) : 0);
+    } else if (c.zero == 1) {
+      double rs = many(Collective::ReduceScatter, gradBytes, tensors);
+      dpTotal = rs + agStep; // the updated parameters gathered at the step's start
+      dpExposed = dpTotal - (c.gradBucket ? hiddenBy(rs, tensors) : 0);
+    } else {
+      // ZeRO-2/3: every microbatch reduce-scatters every gradient in its
+      // backward, synchronously.
+      double rs = double(mbs) * many(Collective::ReduceScatter, gradBytes, tensors);
+      dpTotal = rs;
+      dpExposed = rs;
+      if (c.zero == 2) {
+        dpTotal += agStep;
+        dpExposed += agStep;
+      } else {
+        // ZeRO-3: every parameter gathered per microbatch in the forward and
+        // again in the backward; with prefetch on the comm queue, a layer's
+        // gathers hide under the previous layer's compute where they fit.
+        double ag = 2 * double(mbs) * agStep;
+        dpTotal += ag;
+        double agLayer = agStep / layersHere;
+        dpExposed += c.fsdpPrefetch ? double(mbs) * layersHere *
+                                          (std::max(0.0, agLayer - layerF) +
+                                           std::max(0.0, agLayer - layerB))
+                                    : ag;
+      }
+    }
+  }
+  out.comm["dp"].total = dpTotal;
+  out.comm["dp"].exposed = dpExposed;
+
+  // The optimizer: Adam over the rank's shard, the bf16 casts, the norm.
+  double shardParams = rankParams / (c.zero >= 1 ? double(c.dp) : 1.0);
+  out.optimizerSeconds = memorySeconds(hw, shardParams * (w.precision == Precision::BF16 ? 30 : 32));
+
+  out.stepSeconds = busy + bubble + dpExposed + out.optimizerSeconds;
+  double tokens = double(w.globalBatch) * double(w.seqLen);
+  out.tokensPerSecond = tokens / out.stepSeconds;
+  StepFlops f = stepFlops(w, c.recompute);
+  double gpus = double(c.dp * c.tp * c.pp);
+  double peak = peakFlops(hw, p);
+  out.mfu = f.model / (gpus * peak * out.stepSeconds);
+  out.hfu = f.hardware / (gpus * peak * out.stepSeconds);
+
+  // What bounds it: the largest of the non-compute shares.
+  std::vector<std::pair<double, std::string>> parts = {
+      {bubble, "bubble"},
+      {out.comm["tp"].exposed, "tp communication"},
+      {dpExposed, "dp communication"},
+      {out.comm["pp"].exposed, "pp communication"},
+      {out.optimizerSeconds, "optimizer"}};
+  auto worst = std::max_element(parts.begin(), parts.end());
+  out.bound = worst->first > 0.15 * out.stepSeconds ? worst->second : "compute";
+  return out;
+}

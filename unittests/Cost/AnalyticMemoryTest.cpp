@@ -1,0 +1,85 @@
+//===- AnalyticMemoryTest.cpp - the planner's memory model vs the compiler ===//
+//
+// The planner prunes by an analytic memory model (StepModel.h's
+// estimateMemory) so that it need not compile every configuration. Here it is
+// held to the compiler's exact plan (llcdist-plan-memory, read back by
+// MemoryReport.h) on sampled configurations: the model state (parameters,
+// gradients, optimizer state) of the busiest stage byte for byte, the
+// activations within 20 % and the arena within 5 % (docs/cost-model.md).
+//
+//===----------------------------------------------------------------------===//
+#include "../CompileForTest.h"
+
+#include "llcdist/Cost/StepModel.h"
+#include "llcdist/Dialect/Plan/Analysis/MemoryReport.h"
+
+#include <gtest/gtest.h>
+
+using namespace llcdist;
+using namespace llcdist::testing;
+
+namespace {
+struct Sample {
+  const char *model;
+  int64_t dp, tp, pp, seq, mb, global;
+  const char *dtype;
+  int zero;
+  const char *recompute;
+  bool sp;
+  const char *schedule;
+  int64_t v;
+};
+
+const Sample kSamples[] = {
+    {"llama3.2-1b", 2, 2, 2, 512, 2, 16, "bf16", 1, "none", false, "1f1b", 1},
+    {"llama3.2-1b", 2, 2, 1, 512, 1, 8, "bf16", 0, "full", true, "1f1b", 1},
+    {"gpt2", 2, 2, 2, 512, 2, 16, "bf16", 2, "selective", false, "gpipe", 1},
+    {"gpt2", 1, 2, 2, 256, 1, 8, "f32", 0, "none", true, "interleaved", 2},
+    {"llama3.2-1b", 4, 1, 1, 512, 1, 8, "bf16", 3, "none", false, "1f1b", 1},
+    {"gpt2-medium", 2, 2, 2, 256, 1, 8, "bf16", 1, "selective", true, "interleaved", 2},
+    {"llama3.2-1b", 2, 2, 2, 256, 1, 8, "bf16", 0, "none", false, "zb-h1", 1},
+};
+} // namespace
+
+TEST(AnalyticMemory, MatchesTheCompilersPlan) {
+  for (const Sample &s : kSamples) {
+    std::string what = std::string(s.model) + " dp=" + std::to_string(s.dp) +
+                       " tp=" + std::to_string(s.tp) + " pp=" + std::to_string(s.pp) + " " +
+                       s.dtype + " zero=" + std::to_string(s.zero) + " " + s.recompute +
+                       (s.sp ? " sp " : " ") + s.schedule;
+    TrainingPipelineOptions o = meshOptions(s.dp, s.tp, s.pp);
+    o.zero = s.zero;
+    o.recompute = s.recompute;
+    o.sequenceParallel = s.sp;
+    o.pipelineSchedule = s.schedule;
+    o.virtualStages = s.v;
+    Compiled c = compileForTest(s.model, o, shapeForTest(s.seq, s.mb, s.global, s.dtype));
+    ASSERT_TRUE(c.module) << what;
+    std::vector<plan::StageMemory> stages = plan::computeStageMemory(*c.module);
+    ASSERT_EQ(int64_t(stages.size()), s.pp) << what;
+
+    cost::Workload w;
+    w.model = c.config;
+    w.globalBatch = s.global;
+    w.seqLen = s.seq;
+    w.precision = std::string(s.dtype) == "bf16" ? cost::Precision::BF16 : cost::Precision::F32;
+    cost::ParallelConfig pc;
+    pc.dp = s.dp, pc.tp = s.tp, pc.pp = s.pp, pc.microBatch = s.mb, pc.zero = s.zero;
+    pc.recompute = s.recompute, pc.sequenceParallel = s.sp;
+    pc.schedule = s.pp > 1 ? s.schedule : "1f1b", pc.virtualStages = s.v;
+    ASSERT_FALSE(cost::checkConfig(w, pc)) << what << ": " << *cost::checkConfig(w, pc);
+    cost::MemoryEstimate m = cost::estimateMemory(w, pc);
+    const plan::StageMemory &st = stages[size_t(m.stage)];
+    EXPECT_EQ(m.params, st.kind("param")) << what;
+    EXPECT_EQ(m.grads, st.kind("grad")) << what;
+    EXPECT_EQ(m.optimizer, st.kind("optimizer_state")) << what;
+    double act = double(st.arena - st.kind("param") - st.kind("grad") -
+                        st.kind("optimizer_state"));
+    EXPECT_NEAR(double(m.activations) / act, 1.0, 0.20) << what;
+    // The estimate's stage is the compiler's largest.
+    int64_t largest = 0;
+    for (const auto &x : stages)
+      largest = std::max(largest, x.arena);
+    EXPECT_NEAR(double(m.total()) / double(largest), 1.0, 0.05) << what;
+  }
+}

@@ -1,0 +1,98 @@
+//===- AnalyticVsSimulatedTest.cpp - the planner's model vs the plan -----===//
+//
+// The planner ranks thousands of configurations with the analytic step
+// model (StepModel.h) and simulates only the best few exactly
+// (PlanSimulator.h, on the compiled plan). The ranking is only as good as
+// the two agree: here the same configurations, compiled by the real
+// compiler and simulated op by op, against predictStep, across dp (ZeRO 0-3,
+// buckets, prefetch), tp (with and without SP), pp (all four schedules,
+// interleaving) and recomputation. The tolerance is 5 %, and 15 % for
+// ZeRO-3: the analytic model hides each prefetched all-gather under a
+// layer's compute, while in the plan it also queues behind the synchronous
+// reduce-scatters on the same communicator (measured: 14 % short on
+// llama3-8b, dp = 8).
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Cost/PlanSimulator.h"
+#include "llcdist/Cost/StepModel.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <unistd.h>
+
+using namespace llcdist;
+using namespace llcdist::cost;
+namespace fs = std::filesystem;
+
+namespace {
+struct Case {
+  const char *model, *device, *topology;
+  int64_t seq, global;
+  ParallelConfig config;
+  double tolerance;
+};
+
+ParallelConfig cfg(int64_t dp, int64_t tp, int64_t pp, const char *schedule = "1f1b",
+                   int64_t v = 1, bool sp = false, const char *recompute = "none", int zero = 0,
+                   int64_t bucket = 0, int64_t prefetch = 0, int64_t mb = 1) {
+  ParallelConfig c;
+  c.dp = dp, c.tp = tp, c.pp = pp, c.schedule = schedule, c.virtualStages = v;
+  c.sequenceParallel = sp, c.recompute = recompute, c.zero = zero, c.gradBucket = bucket;
+  c.fsdpPrefetch = prefetch, c.microBatch = mb;
+  return c;
+}
+} // namespace
+
+TEST(AnalyticVsSimulated, AgreeOnSampledConfigurations) {
+  const Case cases[] = {
+      {"llama3-8b", "h100-80gb", "dgx-h100", 2048, 32, cfg(8, 1, 1, "1f1b", 1, false, "none", 1),
+       0.05},
+      {"llama3-8b", "h100-80gb", "dgx-h100", 2048, 32,
+       cfg(8, 1, 1, "1f1b", 1, false, "none", 0, 40000000), 0.05},
+      {"llama3-8b", "h100-80gb", "dgx-h100", 2048, 32, cfg(8, 1, 1, "1f1b", 1, false, "none", 2),
+       0.05},
+      {"llama3-8b", "h100-80gb", "dgx-h100", 2048, 32,
+       cfg(8, 1, 1, "1f1b", 1, false, "none", 3, 0, 1), 0.15},
+      {"llama3-8b", "a100-80gb", "dgx-a100", 2048, 32,
+       cfg(4, 2, 1, "1f1b", 1, true, "selective", 0, 0, 0, 2), 0.05},
+      {"llama3-70b", "h100-80gb", "dgx-h100", 2048, 64,
+       cfg(2, 8, 4, "1f1b", 1, true, "selective", 1), 0.05},
+      {"llama3-70b", "h100-80gb", "dgx-h100", 2048, 64,
+       cfg(2, 8, 4, "interleaved", 2, true, "none", 1, 40000000), 0.05},
+      {"llama3-70b", "a100-80gb", "dgx-a100", 2048, 64, cfg(1, 8, 8, "zb-h1", 1, false, "full"),
+       0.05},
+      {"gpt3-175b", "a100-80gb", "dgx-a100", 2048, 64, cfg(1, 8, 8, "gpipe", 1, false, "full"),
+       0.05},
+      {"gpt3-175b", "a100-80gb", "dgx-a100", 2048, 64,
+       cfg(1, 8, 8, "interleaved", 3, false, "full"), 0.05},
+  };
+  for (const Case &k : cases) {
+    Workload w;
+    std::string modelPath = std::string(LLCDIST_SOURCE_DIR) + "/models/" + k.model + ".json";
+    ASSERT_FALSE(loadModelConfig(modelPath, w.model)) << k.model;
+    w.globalBatch = k.global, w.seqLen = k.seq;
+    ASSERT_FALSE(checkConfig(w, k.config)) << k.config.str();
+    std::string what = std::string(k.model) + " " + k.config.str() + " on " + k.device;
+
+    fs::path dir = fs::temp_directory_path() / ("llcdist-avs." + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    std::string cmd = std::string(LLCDIST_TOOL) + " compile " + modelPath + " --dtype bf16" +
+                      " --seq-len " + std::to_string(k.seq) + " --global-batch " +
+                      std::to_string(k.global) + " " + k.config.compileFlags() + " -o " +
+                      dir.string() + " --quiet";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    Hardware hw;
+    ASSERT_FALSE(loadHardware(k.device, k.topology, hw));
+    PlanSimResult sim;
+    auto err = simulatePlan(dir.string(), hw, SimOptions(), sim);
+    ASSERT_FALSE(err) << *err;
+    fs::remove_all(dir);
+
+    StepPrediction p = predictStep(hw, w, k.config);
+    EXPECT_NEAR(p.stepSeconds / sim.stepSeconds, 1.0, k.tolerance)
+        << what << ": analytic " << p.stepSeconds << " s, simulated " << sim.stepSeconds
+        << " s";
+  }
+}

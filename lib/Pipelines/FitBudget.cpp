@@ -96,48 +96,58 @@ llcdist::fitRecompute(function_ref<FailureOr<ModuleOp>(StringRef mode)> compile,
   return mode;
 }
 
-/// Compiles `h` in a context of its own: nothing is printed or written. The
-/// pipeline stops before llcdist-verify-plan (memory does not depend on it).
-static void compileHint(MemoryHint &h, const std::string &model, const TrainingShape &shape,
-                        const MemoryBudget &budget) {
+bool llcdist::compileInMemory(const std::string &model, const TrainingShape &shape,
+                              const MeshSpec &mesh, TrainingPipelineOptions train,
+                              llvm::function_ref<void(ModuleOp)> use, std::string &error) {
   DialectRegistry registry;
   registerAllDialects(registry);
   MLIRContext ctx(registry, MLIRContext::Threading::DISABLED);
   ctx.printOpOnDiagnostic(false);
   llvm::SourceMgr srcMgr;
+  std::string first;
   ScopedDiagnosticHandler quiet(&ctx, [&](Diagnostic &d) {
-    if (d.getSeverity() == DiagnosticSeverity::Error && h.failure.empty())
-      h.failure = d.str();
+    if (d.getSeverity() == DiagnosticSeverity::Error && first.empty())
+      first = d.str();
     return success();
   });
   std::string err;
-  std::optional<LoadedModel> lm = loadModel(ctx, srcMgr, model, shape, h.mesh.dp, err);
+  std::optional<LoadedModel> lm = loadModel(ctx, srcMgr, model, shape, mesh.dp, err);
   if (!lm) {
-    h.failure = err.empty() ? h.failure : err;
-    return;
+    error = !err.empty() ? err : !first.empty() ? first : model + ": cannot load the model";
+    return false;
   }
   PassManager pm(&ctx, ModuleOp::getOperationName());
-  TrainingPipelineOptions t = h.train;
-  t.mesh = {h.mesh.dp, h.mesh.tp, h.mesh.pp, h.mesh.rankOrderStr()};
-  t.verifyPlan = false;
+  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.rankOrderStr()};
+  train.verifyPlan = false;
   {
     // Building a pipeline registers pass options (llvm::cl): one at a time.
     static std::mutex building;
     std::lock_guard<std::mutex> lock(building);
-    buildTrainingPipeline(pm, t);
+    buildTrainingPipeline(pm, train);
   }
   if (failed(pm.run(*lm->module))) {
-    if (h.failure.empty())
-      h.failure = "the compilation failed";
-    return;
+    error = first.empty() ? "the compilation failed" : first;
+    return false;
   }
-  h.compiled = true;
-  h.fits = true;
-  for (const StageMemory &sm : plan::computeStageMemory(*lm->module)) {
-    h.peak = std::max(h.peak, sm.arena);
-    h.fits &= budget.fits(sm);
-  }
-  h.ringBytes = ringBytesPerRank(*lm->module);
+  use(*lm->module);
+  return true;
+}
+
+/// Compiles `h` in a context of its own: nothing is printed or written. The
+/// pipeline stops before llcdist-verify-plan (memory does not depend on it).
+static void compileHint(MemoryHint &h, const std::string &model, const TrainingShape &shape,
+                        const MemoryBudget &budget) {
+  h.compiled = compileInMemory(
+      model, shape, h.mesh, h.train,
+      [&](ModuleOp module) {
+        h.fits = true;
+        for (const StageMemory &sm : plan::computeStageMemory(module)) {
+          h.peak = std::max(h.peak, sm.arena);
+          h.fits &= budget.fits(sm);
+        }
+        h.ringBytes = ringBytesPerRank(module);
+      },
+      h.failure);
 }
 
 std::vector<MemoryHint> llcdist::memoryHints(const std::string &model,

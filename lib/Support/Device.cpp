@@ -105,10 +105,8 @@ std::optional<std::string> parseCost(const json &c, const std::string &path, Dev
   if (auto e = readBoundedNumber(c, path, "cost.", "attention_bwd_efficiency", 1e-3, 1,
                                  "a fraction of the bf16 peak", d.attentionBwdEfficiency))
     return e;
-  if (!c.contains("source") || !c["source"].is_string() ||
-      c["source"].get<std::string>().empty())
-    return path + ": field 'cost.source': must be a non-empty string citing the figures";
-  d.source = c["source"].get<std::string>();
+  if (auto e = readNonEmptyString(c, path, "cost.", "source", "citing the figures", d.source))
+    return e;
   if (!c.contains("fitted"))
     return path + ": missing field 'cost.fitted' (the fitted efficiencies; "
                   "python3 scripts/fit_cost_model.py writes them)";
@@ -128,11 +126,9 @@ std::optional<std::string> parseCost(const json &c, const std::string &path, Dev
   if (auto e = readBoundedNumber(f, path, "cost.fitted.", "memory_efficiency", 1e-3, 1,
                                  "a fraction of the HBM bandwidth", d.memoryEfficiency))
     return e;
-  if (!f.contains("source") || !f["source"].is_string() ||
-      f["source"].get<std::string>().empty())
-    return path + ": field 'cost.fitted.source': must be a non-empty string saying what "
-                  "the values were fitted on";
-  d.fitSource = f["source"].get<std::string>();
+  if (auto e = readNonEmptyString(f, path, "cost.fitted.", "source",
+                                  "saying what the values were fitted on", d.fitSource))
+    return e;
   out = d;
   return std::nullopt;
 }

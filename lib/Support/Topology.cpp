@@ -79,10 +79,8 @@ std::optional<std::string> llcdist::parseTopology(const std::string &text,
     if (auto e = readBoundedNumber(c, path, "cost.", "inter_node_busbw_fraction", 1e-3, 1,
                                    "a fraction of nic_gb_s", tc.interBusbwFraction))
       return e;
-    if (!c.contains("source") || !c["source"].is_string() ||
-        c["source"].get<std::string>().empty())
-      return path + ": field 'cost.source': must be a non-empty string citing the figures";
-    tc.source = c["source"].get<std::string>();
+    if (auto e = readNonEmptyString(c, path, "cost.", "source", "citing the figures", tc.source))
+      return e;
     t.cost = tc;
   }
   out = t;

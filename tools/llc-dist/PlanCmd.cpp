@@ -13,16 +13,12 @@
 #include "llcdist/Cost/FrameworkConfig.h"
 #include "llcdist/Cost/PlanSimulator.h"
 #include "llcdist/Cost/Planner.h"
-#include "llcdist/Frontend/LoadModel.h"
-#include "llcdist/InitAll.h"
+#include "llcdist/Pipelines/FitBudget.h"
 #include "llcdist/Pipelines/Pipelines.h"
 #include "llcdist/Support/Device.h"
 #include "llcdist/Target/Plan/PlanWriter.h"
 
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/SourceMgr.h"
 
 #include <chrono>
 #include <cstdio>
@@ -90,32 +86,14 @@ void compileAndSimulate(const std::string &model, const cost::Workload &w,
                         const cost::Hardware &hw, const cost::ParallelConfig &c,
                         const std::string &dir, cost::ExactResult &r) {
   auto t0 = std::chrono::steady_clock::now();
-  DialectRegistry registry;
-  registerAllDialects(registry);
-  MLIRContext ctx(registry, MLIRContext::Threading::DISABLED);
-  ctx.printOpOnDiagnostic(false);
-  llvm::SourceMgr srcMgr;
-  ScopedDiagnosticHandler quiet(&ctx, [&](Diagnostic &d) {
-    if (d.getSeverity() == DiagnosticSeverity::Error && r.error.empty())
-      r.error = d.str();
-    return success();
-  });
   TrainingShape shape;
   shape.seqLen = w.seqLen;
   shape.microBatch = c.microBatch;
   shape.globalBatch = w.globalBatch;
   shape.dtype = w.precision == cost::Precision::BF16 ? "bf16" : "f32";
-  std::string err;
-  std::optional<LoadedModel> lm = loadModel(ctx, srcMgr, model, shape, c.dp, err);
-  if (!lm) {
-    if (!err.empty())
-      r.error = err;
-    return;
-  }
-  TrainingPipelineOptions t;
   MeshSpec mesh;
   mesh.dp = c.dp, mesh.tp = c.tp, mesh.pp = c.pp;
-  t.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.rankOrderStr()};
+  TrainingPipelineOptions t;
   t.zero = c.zero;
   t.recompute = c.recompute;
   t.pipelineSchedule = c.schedule;
@@ -123,19 +101,16 @@ void compileAndSimulate(const std::string &model, const cost::Workload &w,
   t.sequenceParallel = c.sequenceParallel;
   t.gradBucketSize = c.gradBucket;
   t.fsdpPrefetch = c.fsdpPrefetch;
-  // The simulator reads the files; the communication verifier would check
-  // every rank's (16,384 of them at scale), which the search does not need.
-  t.verifyPlan = false;
-  PassManager pm(&ctx, ModuleOp::getOperationName());
-  buildTrainingPipeline(pm, t);
-  if (failed(pm.run(*lm->module))) {
-    if (r.error.empty())
-      r.error = "the compilation failed";
+  // In memory, without the communication verifier (it would check every
+  // rank's program: 16,384 of them at scale); the simulator reads the files.
+  bool written = false;
+  if (!compileInMemory(
+          model, shape, mesh, t,
+          [&](ModuleOp module) { written = succeeded(writePlanDirectory(module, dir)); },
+          r.error))
     return;
-  }
-  if (failed(writePlanDirectory(*lm->module, dir))) {
-    if (r.error.empty())
-      r.error = dir + ": cannot write the plan";
+  if (!written) {
+    r.error = dir + ": cannot write the plan";
     return;
   }
   auto t1 = std::chrono::steady_clock::now();

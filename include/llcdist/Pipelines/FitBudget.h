@@ -61,6 +61,16 @@ mlir::FailureOr<std::string>
 fitRecompute(llvm::function_ref<mlir::FailureOr<mlir::ModuleOp>(llvm::StringRef mode)> compile,
              const plan::MemoryBudget &budget, std::vector<std::string> &tried);
 
+/// Compiles `model` (a config or .mlir file) for `mesh`, `train` and `shape`
+/// in an MLIR context of its own, printing nothing and without
+/// llcdist-verify-plan (what it checks is not needed in memory), then calls
+/// `use` with the compiled module while the context lives. On failure returns
+/// false with the first error diagnostic (or what failed) in `error`. Safe to
+/// call from several threads (the memory hints compile in parallel).
+bool compileInMemory(const std::string &model, const TrainingShape &shape, const MeshSpec &mesh,
+                     TrainingPipelineOptions train,
+                     llvm::function_ref<void(mlir::ModuleOp)> use, std::string &error);
+
 /// A change that could make a plan fit, compiled in memory.
 struct MemoryHint {
   std::string flags; ///< what to pass instead, e.g. "--zero 3"

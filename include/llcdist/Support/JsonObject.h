@@ -97,6 +97,18 @@ inline std::optional<std::string> readBoundedNumber(const nlohmann::json &obj,
   return std::nullopt;
 }
 
+/// A required non-empty string field of a nested object (e.g. a "source"
+/// citing where a file's figures come from); `what` says what it must hold.
+inline std::optional<std::string> readNonEmptyString(const nlohmann::json &obj,
+                                                     const std::string &path,
+                                                     const std::string &prefix, const char *key,
+                                                     const char *what, std::string &dst) {
+  if (!obj.contains(key) || !obj[key].is_string() || obj[key].get<std::string>().empty())
+    return path + ": field '" + prefix + key + "': must be a non-empty string " + what;
+  dst = obj[key].get<std::string>();
+  return std::nullopt;
+}
+
 } // namespace llcdist
 
 #endif

@@ -92,7 +92,9 @@ def main():
         for r in vrows:
             req = {"model": model_path(tmp, r), "global_batch": int(r["global_batch"]),
                    "seq_len": 8192 if r["source"] == "llama3-t4" else 2048, "dtype": "bf16",
-                   "attention": r["attention"], "configs": configs(r)}
+                   "attention": r["attention"], "configs": configs(r),
+                   # Megatron-LM's scatter/gather pipeline sends (both papers' software).
+                   "p2p": "scatter_gather"}
             pred = fit.predict(exe, r["device"], r["topology"], [req])[0]
             best = pred["best"]
             if best is None:

@@ -500,7 +500,15 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
     MeshSpec mesh;
     mesh.dp = c.dp, mesh.tp = c.tp, mesh.pp = c.pp;
     bool cross = axisGroup(mesh, "pp", hw.topology).crossesNodes();
-    p2p = p2pSeconds(hw, bytes, cross);
+    if (w.scatterGatherP2P && !c.sequenceParallel && c.tp > 1) {
+      // Megatron-LM's scatter/gather optimization: each tp rank sends its
+      // 1/tp of the (replicated) activation, the receivers all-gather it.
+      Group g{c.tp, std::min<int64_t>(c.tp, hw.topology.gpusPerNode)};
+      p2p = p2pSeconds(hw, bytes / double(c.tp), cross) +
+            collectiveSeconds(hw, Collective::AllGather, bytes, g);
+    } else {
+      p2p = p2pSeconds(hw, bytes, cross);
+    }
   }
   double p2pPerMicrobatch = c.pp > 1 ? 2.0 * double(c.virtualStages) * p2p : 0;
 

@@ -10,7 +10,7 @@
 //   {"device": "a100-80gb", "topology": "dgx-a100",
 //    "fitted": {"gemm_efficiency": 0.8, "gemm_knee_gflop": 20, "memory_efficiency": 0.8},
 //    "rows": [{"model": "models/gpt2.json", "global_batch": 512, "seq_len": 2048,
-//              "dtype": "bf16",
+//              "dtype": "bf16", "attention": "flash", "p2p": "full",
 //              "configs": [{"dp": 32, "tp": 1, "pp": 1, "micro_batch": 1,
 //                           "virtual_stages": 1, "schedule": "1f1b", "zero": 0,
 //                           "recompute": "full", "sequence_parallel": false,
@@ -81,6 +81,10 @@ int main(int argc, char **argv) {
       if (attn != "flash" && attn != "unfused")
         return fail("rows[].attention: flash or unfused, got '" + attn + "'");
       w.attention = attn == "unfused" ? Workload::Attention::Unfused : Workload::Attention::Flash;
+      std::string p2p = get<std::string>(row, "p2p", "full");
+      if (p2p != "full" && p2p != "scatter_gather")
+        return fail("rows[].p2p: full or scatter_gather, got '" + p2p + "'");
+      w.scatterGatherP2P = p2p == "scatter_gather";
       json best = nullptr;
       double bestTime = 0;
       int64_t tried = 0, fit = 0;

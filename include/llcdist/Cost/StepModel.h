@@ -36,6 +36,12 @@ struct Workload {
   /// S×S score matrix, the fused scale-mask-softmax and the attention
   /// dropout memory-bound on it (docs/cost-model.md).
   enum class Attention { Flash, Unfused } attention = Attention::Flash;
+  /// Megatron-LM's scatter/gather optimization of pipeline sends without SP
+  /// (Narayanan et al. SC21, §4.1): each tp rank sends 1/tp of the activation
+  /// and the receiving stage all-gathers it over NVLink. llc-dist's plans
+  /// send the whole activation from every tp rank (false); the runs of the
+  /// calibration and validation sets used it (true).
+  bool scatterGatherP2P = false;
   /// The vocabulary the plan holds: padded to a multiple of 128 × tp
   /// (Megatron's --make-vocab-size-divisible-by, the compiler's default).
   int64_t paddedVocab(int64_t tp) const;

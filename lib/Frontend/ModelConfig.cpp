@@ -1,10 +1,12 @@
 //===- ModelConfig.cpp - Hugging Face config.json front end ---------------===//
 #include "llcdist/Frontend/ModelConfig.h"
+#include "llcdist/Support/JsonObject.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -109,7 +111,28 @@ public:
     const json &v = obj.at(key);
     if (!v.is_number_integer() || v.get<int64_t>() <= 0)
       fail(key, "must be a positive integer, got " + v.dump());
-    return v.get<int64_t>();
+    int64_t x = v.get<int64_t>();
+    // Sanity bounds far above every published model (405B: 126 layers,
+    // hidden 16,384, vocabulary 128,256): a typo stops here, before counts
+    // overflow or a graph of millions of layers is built.
+    int64_t bound = maxFor(key);
+    if (x > bound)
+      fail(key, "must be at most " + std::to_string(bound) + " (a sanity bound far above any "
+                "published model), got " + v.dump());
+    return x;
+  }
+
+  static int64_t maxFor(const std::string &key) {
+    static const std::map<std::string, int64_t> bounds = {
+        {"n_layer", 1 << 16},         {"num_hidden_layers", 1 << 16},
+        {"n_embd", 1 << 18},          {"hidden_size", 1 << 18},
+        {"n_inner", 1 << 20},         {"intermediate_size", 1 << 20},
+        {"n_head", 1 << 14},          {"num_attention_heads", 1 << 14},
+        {"num_key_value_heads", 1 << 14}, {"head_dim", 1 << 14},
+        {"vocab_size", 1 << 27},      {"n_positions", 1 << 24},
+        {"max_position_embeddings", 1 << 24}};
+    auto it = bounds.find(key);
+    return it == bounds.end() ? (int64_t(1) << 40) : it->second;
   }
 
   double positiveFloat(const std::string &key, std::optional<double> dflt) {
@@ -307,16 +330,16 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
                                                      ModelConfig &out) {
   try {
     json obj;
-    try {
-      obj = json::parse(text.begin(), text.end());
-    } catch (const json::parse_error &e) {
-      // e.what() reads "[json.exception...] parse error at line L, column C:
-      // WHAT"; keep WHAT, the location is ours.
-      std::string msg = e.what();
+    size_t byte = 0;
+    if (auto err = parseStrictJson(text, obj, byte)) {
+      if (!byte) // too deep, a duplicate key, a number out of range
+        return ConfigError{path + ": malformed JSON: " + *err};
+      // A syntax error reads "[json.exception...] parse error at line L,
+      // column C: WHAT"; keep WHAT, the location is ours.
+      const std::string &msg = *err;
       size_t col = msg.find("column ");
       size_t colon = msg.find(": ", col == std::string::npos ? 0 : col);
-      return ConfigError{path + ":" + lineCol(text, e.byte ? e.byte - 1 : 0) +
-                         ": malformed JSON: " +
+      return ConfigError{path + ":" + lineCol(text, byte - 1) + ": malformed JSON: " +
                          (colon == std::string::npos ? msg : msg.substr(colon + 2))};
     }
     if (!obj.is_object())
@@ -401,13 +424,25 @@ llcdist::resolveTrainingShape(const ModelConfig &m, int64_t dp,
            " (n_positions); use --seq-len <= " + std::to_string(m.maxPositions);
   if (s.microBatch < 1)
     return "--micro-batch must be >= 1";
+  int64_t perStep = 0; // sequences per microbatch over dp
+  if (dp < 1 || __builtin_mul_overflow(s.microBatch, dp, &perStep))
+    return "--micro-batch " + std::to_string(s.microBatch) + " × dp " + std::to_string(dp) +
+           " overflows: lower --micro-batch";
   if (s.globalBatch == 0)
-    s.globalBatch = s.microBatch * dp;
-  if (s.globalBatch < 1 || s.globalBatch % (s.microBatch * dp) != 0)
+    s.globalBatch = perStep;
+  if (s.globalBatch < 1 || s.globalBatch % perStep != 0)
     return "--global-batch " + std::to_string(s.globalBatch) +
            " is not a multiple of --micro-batch × dp = " +
-           std::to_string(s.microBatch * dp) +
+           std::to_string(perStep) +
            "; global batch = micro-batch × microbatches × dp";
+  // Every microbatch is an action of the step (and of every schedule): a
+  // bound far above real runs (Megatron-LM's 1T: 512) keeps a typo from
+  // building a step of billions of actions.
+  if (s.globalBatch / perStep > kMaxMicrobatches)
+    return "--global-batch " + std::to_string(s.globalBatch) + " / (--micro-batch × dp = " +
+           std::to_string(perStep) + ") = " + std::to_string(s.globalBatch / perStep) +
+           " microbatches per step, more than " + std::to_string(kMaxMicrobatches) +
+           ": raise --micro-batch or dp, or lower --global-batch";
   if (s.dtype != "f32" && s.dtype != "bf16" && s.dtype != "f16")
     return "--dtype '" + s.dtype + "' is not one of f32, bf16, f16";
   return std::nullopt;

@@ -36,7 +36,7 @@ llcdist::resolveMemoryBudget(const BudgetFlags &flags, std::optional<MemoryBudge
     std::optional<int64_t> b = parseByteSize(flags.capacity);
     if (!b)
       return BudgetError{"--memory-budget '" + flags.capacity +
-                         "': expected a size like 80GiB, 72GB, 4096MiB or a byte count"};
+                         "': expected a size like 80GiB, 72GB, 4096MiB or a byte count, at most 1 EiB"};
     if (!budget)
       budget = MemoryBudget{};
     budget->capacity = *b;
@@ -46,7 +46,7 @@ llcdist::resolveMemoryBudget(const BudgetFlags &flags, std::optional<MemoryBudge
     std::optional<int64_t> r = parseByteSize(flags.reserve, /*allowZero=*/true);
     if (!r)
       return BudgetError{"--memory-reserve '" + flags.reserve +
-                         "': expected a size like 6GiB, 512MiB, 0 or a byte count"};
+                         "': expected a size like 6GiB, 512MiB, 0 or a byte count, at most 1 EiB"};
     if (!budget)
       return BudgetError{"--memory-reserve is taken out of a capacity: it needs --device or "
                          "--memory-budget"};

@@ -240,5 +240,9 @@ std::optional<int64_t> llcdist::parseByteSize(const std::string &text, bool allo
   if (num.empty() || !end || *end != '\0' || !(allowZero ? v >= 0 : v > 0) ||
       !std::isfinite(v))
     return std::nullopt;
+  // At most 2^60 bytes (1 EiB): beyond it the count would not fit the int64
+  // every size is kept in (9223372036854775808 would wrap negative).
+  if (v * scale > 1152921504606846976.0)
+    return std::nullopt;
   return int64_t(std::llround(v * scale));
 }

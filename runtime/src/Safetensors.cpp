@@ -18,6 +18,8 @@ using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
+constexpr int kMaxHeaderDepth = 64;                 // a header nests three levels
+struct TooDeep {};
 
 struct DTypeEntry {
   DType dtype;
@@ -191,11 +193,17 @@ StatusOr<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
   try {
     std::set<std::string> seen;
     root = json::parse(header, [&](int depth, json::parse_event_t event, json& parsed) {
+      // A header nests three levels; far deeper is hostile (and would
+      // exhaust the stack of anything recursive that touches it).
+      if (depth > kMaxHeaderDepth) throw TooDeep{};
       if (event == json::parse_event_t::key && depth == 1 &&
           !seen.insert(parsed.get<std::string>()).second && duplicate.empty())
         duplicate = parsed.get<std::string>();
       return true;
     });
+  } catch (const TooDeep&) {
+    return fileError(path, Status::dataLoss("malformed JSON header: nested deeper than " +
+                                            std::to_string(kMaxHeaderDepth) + " levels"));
   } catch (const json::exception& e) {
     return fileError(path, Status::dataLoss(std::string("malformed JSON header: ") + e.what()));
   }
@@ -239,6 +247,25 @@ StatusOr<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
                                               " overlap"));
     if (!prev || t->end > prev->end) prev = t;
   }
+  // As the reference implementation: the tensors cover the data section
+  // exactly, from its first byte to its last. A gap, bytes after the last
+  // tensor (junk), or a header length short by a byte or more (every tensor
+  // would be read early) is an error, not a silent misread.
+  uint64_t covered = 0;
+  for (const TensorInfo* t : byOffset) {
+    if (t->byteSize() == 0) continue;
+    if (t->begin != covered)
+      return fileError(path, Status::dataLoss("tensor " + quote(t->name) + " starts at byte " +
+                                              std::to_string(t->begin) + " of the data, but the "
+                                              "tensors before it end at " + std::to_string(covered) +
+                                              ": the data section has a gap"));
+    covered = t->end;
+  }
+  if (covered != dataSize)
+    return fileError(path, Status::dataLoss(
+        "the data section is " + std::to_string(dataSize) + " bytes but its tensors cover " +
+        std::to_string(covered) + ": " + std::to_string(dataSize - covered) +
+        " bytes after the last tensor (trailing junk, or a header length too short)"));
   std::sort(r.tensors_.begin(), r.tensors_.end(),
             [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
   return r;

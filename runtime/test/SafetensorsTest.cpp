@@ -155,6 +155,26 @@ TEST_F(SafetensorsTest, MalformedFilesAreRejectedWithContext) {
   expectError(writeWithHeader("dup", "{" + ok + "," + ok + "}", 8), {"duplicate tensor name 't'"});
   expectError(writeWithHeader("meta", R"({"__metadata__":{"a":1}})", 0),
               {"field '__metadata__': value of 'a' is not a string"});
+  // The data section must be covered exactly (as the reference implementation
+  // requires): a gap between tensors, bytes after the last one (junk), and a
+  // header length one byte short of a header ending in padding (which would
+  // read every tensor a byte early) are errors, not silent misreads.
+  expectError(writeWithHeader("gap",
+                              "{" + ok + R"(,"u":{"dtype":"I32","shape":[1],"data_offsets":[12,16]}})", 16),
+              {"tensor 'u' starts at byte 12 of the data", "the data section has a gap"});
+  expectError(writeWithHeader("junk", "{" + ok + "}", 9),
+              {"the data section is 9 bytes but its tensors cover 8", "trailing junk"});
+  {
+    std::string header = "{" + ok + "}   "; // padded with spaces, as writers do
+    std::string bytes(8, '\0');
+    uint64_t shortLen = header.size() - 1; // one byte short: the last pad becomes data
+    for (int i = 0; i < 8; ++i) bytes[i] = char(shortLen >> (8 * i));
+    expectError(writeRaw("shortheader", bytes + header + std::string(8, '\0')),
+                {"the data section is 9 bytes but its tensors cover 8", "header length too short"});
+  }
+  expectError(writeWithHeader("deep", "{\"__metadata__\": " + std::string(100000, '[') +
+                                          std::string(100000, ']') + "}", 0),
+              {"malformed JSON header: nested deeper than 64 levels"});
   auto missing = SafetensorsReader::open((dir / "does_not_exist").string());
   EXPECT_EQ(missing.status().code(), StatusCode::kIoError);
 

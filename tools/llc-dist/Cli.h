@@ -13,8 +13,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <variant>
@@ -82,31 +84,74 @@ class ValueFlags {
 public:
   ValueFlags &add(const char *name, int64_t *dst) { return push(name, dst); }
   ValueFlags &add(const char *name, double *dst) { return push(name, dst); }
+  /// A string flag: an empty value ("--device ''") is an error, never "absent".
   ValueFlags &add(const char *name, std::string *dst) { return push(name, dst); }
+  /// With bounds: a value outside [lo, hi] is a usage error naming the range
+  /// (so an explicit 0 or -0 never falls back to a default, and a huge value
+  /// is refused before anything is sized by it).
+  ValueFlags &add(const char *name, int64_t *dst, int64_t lo, int64_t hi) {
+    push(name, dst);
+    flags.back().ilo = lo, flags.back().ihi = hi, flags.back().bounded = true;
+    return *this;
+  }
+  ValueFlags &add(const char *name, double *dst, double lo, double hi) {
+    push(name, dst);
+    flags.back().dlo = lo, flags.back().dhi = hi, flags.back().bounded = true;
+    return *this;
+  }
+
+  /// Whether the command line gave `name` (for a flag whose default is a
+  /// sentinel a user must not be able to type).
+  bool given(const std::string &name) const { return seen.count(name) != 0; }
 
   /// Consumes `arg` (and its value) when it names a flag of the table.
   bool match(Args &args, const std::string &arg) const {
-    for (const auto &[name, dst] : flags) {
-      std::optional<std::string> v = args.value(arg, name);
+    for (const Flag &f : flags) {
+      std::optional<std::string> v = args.value(arg, f.name);
       if (!v)
         continue;
-      if (auto *i = std::get_if<int64_t *>(&dst))
-        **i = parseInt(name, *v);
-      else if (auto *d = std::get_if<double *>(&dst))
-        **d = parseDouble(name, *v);
-      else
-        **std::get_if<std::string *>(&dst) = *v;
+      seen.insert(f.name);
+      if (auto *i = std::get_if<int64_t *>(&f.dst)) {
+        int64_t x = parseInt(f.name, *v);
+        if (f.bounded && (x < f.ilo || x > f.ihi))
+          throw UsageError{f.name + " must be in [" + std::to_string(f.ilo) + ", " +
+                           std::to_string(f.ihi) + "], got " + *v};
+        **i = x;
+      } else if (auto *d = std::get_if<double *>(&f.dst)) {
+        double x = parseDouble(f.name, *v);
+        if (f.bounded && !(x >= f.dlo && x <= f.dhi))
+          throw UsageError{f.name + " must be in [" + formatNumber(f.dlo) + ", " +
+                           formatNumber(f.dhi) + "], got " + *v};
+        **d = x;
+      } else {
+        if (v->empty())
+          throw UsageError{f.name + " expects a value, got ''"};
+        **std::get_if<std::string *>(&f.dst) = *v;
+      }
       return true;
     }
     return false;
   }
 
 private:
+  struct Flag {
+    std::string name;
+    std::variant<int64_t *, double *, std::string *> dst;
+    bool bounded = false;
+    int64_t ilo = 0, ihi = 0;
+    double dlo = 0, dhi = 0;
+  };
+  static std::string formatNumber(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return buf;
+  }
   template <typename T> ValueFlags &push(const char *name, T *dst) {
-    flags.emplace_back(name, dst);
+    flags.push_back(Flag{name, dst});
     return *this;
   }
-  std::vector<std::pair<std::string, std::variant<int64_t *, double *, std::string *>>> flags;
+  std::vector<Flag> flags;
+  mutable std::set<std::string> seen;
 };
 
 inline void error(const std::string &msg) {

@@ -293,6 +293,8 @@ OPTIONS
 
 /// The largest --make-vocab-size-divisible-by accepted.
 constexpr int64_t kMaxVocabDivisibleBy = 65536;
+/// --seq-len, --micro-batch and --global-batch: far above any real run.
+constexpr int64_t kMaxSeqLen = int64_t(1) << 24, kMaxBatch = int64_t(1) << 24;
 
 /// The overlap flags (OVERLAP in the help): what each needs of the mesh,
 /// ZeRO and dtype, refused before anything compiles. Resolves
@@ -480,9 +482,11 @@ int runCompile(Args &args) {
   bool printAll = false, quiet = false, verifyEach = false, timing = false;
   std::set<std::string> printAfter;
   ValueFlags compileFlags;
-  compileFlags.add("--seq-len", &shape.seqLen)
-      .add("--micro-batch", &shape.microBatch)
-      .add("--global-batch", &shape.globalBatch)
+  // Bounds far above any real run (Llama 3: 8,192-token sequences, 2,048 of
+  // them per step) that stop a typo before it sizes anything.
+  compileFlags.add("--seq-len", &shape.seqLen, 1, kMaxSeqLen)
+      .add("--micro-batch", &shape.microBatch, 1, kMaxBatch)
+      .add("--global-batch", &shape.globalBatch, 1, kMaxBatch)
       .add("--dtype", &shape.dtype)
       .add("--emit", &emit)
       .add("--optimizer", &train.optimizer)
@@ -498,7 +502,7 @@ int runCompile(Args &args) {
       .add("--momentum", &train.momentum)
       .add("--grad-clip", &train.gradClip)
       .add("--schedule", &train.pipelineSchedule)
-      .add("--virtual-stages", &train.virtualStages)
+      .add("--virtual-stages", &train.virtualStages, 1, 4096)
       .add("--pp-layout", &train.ppLayout)
       .add("--recompute", &train.recompute)
       .add("--zero", &train.zero)
@@ -588,6 +592,11 @@ int runCompile(Args &args) {
     throw UsageError{"--make-vocab-size-divisible-by must be in [1, " +
                      std::to_string(kMaxVocabDivisibleBy) + "] (Megatron-LM's default: 128; 1 pads "
                      "only to a multiple of tp), got " + std::to_string(train.vocabDivisibleBy)};
+  // -1 is the struct's "torch's default" only when the flag is not given.
+  if (compileFlags.given("--weight-decay") && train.weightDecay < 0)
+    throw UsageError{fmt::format("--weight-decay must be >= 0 (default: torch's, 0.01 for "
+                                 "AdamW, 0 for SGD), got {}",
+                                 train.weightDecay)};
   checkOptimizerFlags(train);
   if (auto k = schedule::parseScheduleKind(train.pipelineSchedule); !k)
     throw UsageError{"--schedule: " + k.error().message};

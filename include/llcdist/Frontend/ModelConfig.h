@@ -78,6 +78,9 @@ namespace llcdist {
 
 /// The shapes of one training step (llc-dist compile's --seq-len,
 /// --micro-batch, --global-batch, --dtype).
+/// The most microbatches one step may have (resolveTrainingShape).
+constexpr int64_t kMaxMicrobatches = 65536;
+
 struct TrainingShape {
   int64_t seqLen = 0;      ///< 0: min(max positions, 1024)
   int64_t microBatch = 1;  ///< sequences per microbatch per data-parallel rank

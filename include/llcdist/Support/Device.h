@@ -92,7 +92,8 @@ std::optional<std::string> loadDevice(const std::string &nameOrPath, DeviceSpec 
 std::vector<std::string> knownDevices();
 
 /// "80GiB", "72.5GB", "1024MiB", "123456789" (bytes) -> bytes; nullopt on a
-/// malformed or non-positive size (zero is accepted with `allowZero`).
+/// malformed or non-positive size (zero is accepted with `allowZero`) or one
+/// above 2^60 bytes (1 EiB).
 std::optional<int64_t> parseByteSize(const std::string &text, bool allowZero = false);
 
 } // namespace llcdist

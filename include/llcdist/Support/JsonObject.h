@@ -13,6 +13,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llcdist {
@@ -39,18 +40,75 @@ inline std::optional<std::string> refuseUnknownFields(const nlohmann::json &obj,
 
 /// Parses `text` (the content of `path`) into `out`: a JSON object whose
 /// fields are all in `known`.
+/// The deepest nesting a JSON input file may have: far above any config,
+/// device or plan file (they nest a few levels), low enough that nothing
+/// recursive (printing, destroying) can run out of stack.
+constexpr int kMaxJsonDepth = 256;
+
+/// Parses `text` strictly into `out`: nesting deeper than kMaxJsonDepth, a
+/// key twice in one object (Python's json would silently keep the last) and
+/// numbers too large for a double are errors. Returns the error (without the
+/// file name: the caller prefixes it) and, for syntax errors, sets `byte`.
+inline std::optional<std::string> parseStrictJson(std::string_view text, nlohmann::json &out,
+                                                  size_t &byte) {
+  using json = nlohmann::json;
+  struct Refused {
+    std::string message;
+  };
+  std::vector<std::vector<std::string>> keys; // per open object, its keys so far
+  int depth = 0;
+  auto cb = [&](int, json::parse_event_t event, json &parsed) {
+    switch (event) {
+    case json::parse_event_t::object_start:
+    case json::parse_event_t::array_start:
+      if (++depth > kMaxJsonDepth)
+        throw Refused{"nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
+      if (event == json::parse_event_t::object_start)
+        keys.emplace_back();
+      break;
+    case json::parse_event_t::object_end:
+      --depth;
+      keys.pop_back();
+      break;
+    case json::parse_event_t::array_end:
+      --depth;
+      break;
+    case json::parse_event_t::key: {
+      const std::string &k = parsed.get_ref<const std::string &>();
+      for (const std::string &seen : keys.back())
+        if (seen == k)
+          throw Refused{"duplicate key '" + k + "' in one object"};
+      keys.back().push_back(k);
+      break;
+    }
+    default:
+      break;
+    }
+    return true;
+  };
+  byte = 0;
+  try {
+    out = json::parse(text.begin(), text.end(), cb);
+  } catch (const Refused &r) {
+    return r.message;
+  } catch (const json::parse_error &e) {
+    byte = e.byte;
+    return std::string(e.what());
+  } catch (const json::exception &e) {
+    // e.g. a number too large for a double (1e999): out_of_range.406.
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
 inline std::optional<std::string> parseJsonObject(const std::string &text,
                                                   const std::string &path,
                                                   const std::vector<std::string> &known,
                                                   nlohmann::json &out) {
-  try {
-    out = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error &e) {
-    return path + ": malformed JSON (byte " + std::to_string(e.byte) + ")";
-  } catch (const nlohmann::json::exception &e) {
-    // e.g. a number too large for a double (1e999): out_of_range.406.
-    return path + ": malformed JSON: " + e.what();
-  }
+  size_t byte = 0;
+  if (auto err = parseStrictJson(text, out, byte))
+    return path + ": malformed JSON" + (byte ? " (byte " + std::to_string(byte) + ")" : "") +
+           ": " + *err;
   if (!out.is_object())
     return path + ": expected a JSON object";
   return refuseUnknownFields(out, path, known);

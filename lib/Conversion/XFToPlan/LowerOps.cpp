@@ -150,7 +150,15 @@ std::pair<Buf, bool> OpLowering::gradTarget(Scope &s, Value r, Operation *op) {
   if (isFused(r)) {
     auto acc = cast<AccumulateGradOp>(*r.getUsers().begin());
     std::string name = instantiateLayerName(acc.getName(), s.layer);
-    return {params.find(name)->second.grad, true};
+    auto it = params.find(name);
+    if (it == params.end()) {
+      // Hand-written IR: an accumulate_grad naming no xf.param. Report it
+      // and lower into a plain buffer; the pass fails on the error.
+      acc.emitOpError("names '") << name << "', which is no xf.param of the module";
+      badGradTarget = true;
+      return {def(s, r, op, ".grad"), false};
+    }
+    return {it->second.grad, true};
   }
   return {def(s, r, op, ".grad"), false};
 }
@@ -209,7 +217,9 @@ LogicalResult OpLowering::lowerOp(Operation *op, Scope &s, BackwardPart part) {
   if (part == BackwardPart::WeightGradients && deferredToW(op) &&
       failed(regatherForWeights(op, s)))
     return failure();
-  return lowerOpImpl(op, s, part);
+  if (failed(lowerOpImpl(op, s, part)) || badGradTarget)
+    return failure();
+  return success();
 }
 
 LogicalResult OpLowering::lowerLayer(LayerOp call, Scope &s, BackwardPart part) {

@@ -258,6 +258,9 @@ public:
   Buf lossBuf;
 
 private:
+  /// Set by gradTarget on an xf.accumulate_grad naming no parameter
+  /// (hand-written IR; reported there), failing the op's lowering.
+  bool badGradTarget = false;
   mlir::LogicalResult lowerOpImpl(mlir::Operation *op, Scope &s, BackwardPart part);
   mlir::LogicalResult lowerLayer(xf::LayerOp call, Scope &s, BackwardPart part);
   /// Whether `op` belongs to W: a weight-gradient GEMM (linear_grad_weight),

@@ -101,9 +101,19 @@ private:
   LogicalResult readStrategy() {
     WalkResult r = module.walk([&](ParamOp p) {
       TP s;
-      if (auto a = p->getAttrOfType<DictionaryAttr>("xf.tp_split"))
-        s = TP::split(a.getAs<IntegerAttr>("dim").getInt(),
-                      a.getAs<IntegerAttr>("blocks").getInt());
+      if (Attribute raw = p->getAttr("xf.tp_split")) {
+        // Hand-written IR may carry anything here: check before reading.
+        auto a = dyn_cast<DictionaryAttr>(raw);
+        IntegerAttr dim = a ? a.getAs<IntegerAttr>("dim") : IntegerAttr();
+        IntegerAttr blocks = a ? a.getAs<IntegerAttr>("blocks") : IntegerAttr();
+        if (!dim || !blocks || blocks.getInt() < 1) {
+          p.emitOpError("llcdist-partition: 'xf.tp_split' must be a dictionary "
+                        "{dim = D : i64, blocks = B : i64} with B >= 1, got ")
+              << raw;
+          return WalkResult::interrupt();
+        }
+        s = TP::split(dim.getInt(), blocks.getInt());
+      }
       auto [it, inserted] = params.try_emplace(p.getName(), s);
       if (!inserted && it->second != s) {
         p.emitOpError("llcdist-partition: parameter '")

@@ -13,9 +13,7 @@ using namespace llcdist::cost;
 #endif
 
 std::string cost::topologyPath(const std::string &nameOrPath) {
-  bool isPath = nameOrPath.find('/') != std::string::npos ||
-                (nameOrPath.size() > 5 && nameOrPath.substr(nameOrPath.size() - 5) == ".json");
-  if (isPath)
+  if (namesAFile(nameOrPath))
     return nameOrPath;
   const char *env = std::getenv("LLCDIST_TOPOLOGIES_DIR");
   return std::string(env ? env : LLCDIST_TOPOLOGIES_DIR) + "/" + nameOrPath + ".json";

@@ -67,12 +67,6 @@ int64_t communicatorsOf(const ParallelConfig &c) {
   return int64_t(c.dp > 1) + int64_t(c.tp > 1) + int64_t(c.pp > 1);
 }
 
-MeshSpec meshOf(const ParallelConfig &c) {
-  MeshSpec m;
-  m.dp = c.dp, m.tp = c.tp, m.pp = c.pp;
-  return m;
-}
-
 /// The families a configuration belongs to: its mesh and one per knob that
 /// applies to it (-1: none).
 enum FamilySlot { kMesh, kMb, kSchedule, kVirtual, kZero, kBucket, kPrefetch, kRecompute, kSp,
@@ -134,7 +128,7 @@ double exposedOf(const StepPrediction &p, const std::string &axis) {
 }
 
 bool axisCrosses(const Hardware &hw, const ParallelConfig &c, const std::string &axis) {
-  return axisGroup(meshOf(c), axis, hw.topology).crossesNodes();
+  return axisGroup(c.mesh(), axis, hw.topology).crossesNodes();
 }
 
 Candidate makeCandidate(const Hardware &hw, const Workload &w, const ParallelConfig &c) {
@@ -543,7 +537,7 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w,
       }
       return;
     }
-    double step = predictStep(hw, w, c).stepSeconds;
+    double step = predictStep(hw, w, c, mem).stepSeconds;
     ++out.feasible;
     for (int f : fams)
       if (f >= 0) {

@@ -132,7 +132,6 @@ struct LayerTimes {
   double fwd = 0, bwdInput = 0, bwdWeight = 0; ///< compute only
   double attnFwd = 0;                          ///< the core attention's forward
   double tpFwd = 0, tpBwd = 0;                 ///< tp collectives (synchronous)
-  double bytesTpMessage = 0;
 };
 
 LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfig &c) {
@@ -190,9 +189,8 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   // all-gathers (the gradients' two, and the two column-parallel inputs
   // gathered again for their weight gradients: SP stashes them sharded).
   if (c.tp > 1) {
-    Group g{c.tp, std::min<int64_t>(c.tp, hw.topology.gpusPerNode)};
+    Group g = axisGroup(c.mesh(), "tp", hw.topology);
     double bytes = double(T) * double(s.h) * b;
-    t.bytesTpMessage = bytes;
     if (c.sequenceParallel) {
       double ag = collectiveSeconds(hw, Collective::AllGather, bytes, g);
       double rs = collectiveSeconds(hw, Collective::ReduceScatter, bytes, g);
@@ -447,6 +445,11 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
 }
 
 StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const ParallelConfig &c) {
+  return predictStep(hw, w, c, estimateMemory(w, c));
+}
+
+StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const ParallelConfig &c,
+                                 const MemoryEstimate &memory) {
   const ModelConfig &m = w.model;
   const Precision p = w.precision;
   const double b = double(bytesOf(p));
@@ -471,7 +474,7 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
                  memorySeconds(hw, 3.0 * double(T) * double(Vp) * b);
   double tpHead = 0;
   if (c.tp > 1) {
-    Group g{c.tp, std::min<int64_t>(c.tp, hw.topology.gpusPerNode)};
+    Group g = axisGroup(c.mesh(), "tp", hw.topology);
     double bytes = double(T) * double(m.hidden) * b;
     // The embedding's all-reduce (or reduce-scatter) and the head's input
     // gathered under SP, each way; the vocabulary-parallel loss's row stats.
@@ -497,13 +500,11 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   double p2p = 0;
   if (c.pp > 1) {
     double bytes = double(T) * double(m.hidden) * b / (c.sequenceParallel ? double(c.tp) : 1.0);
-    MeshSpec mesh;
-    mesh.dp = c.dp, mesh.tp = c.tp, mesh.pp = c.pp;
-    bool cross = axisGroup(mesh, "pp", hw.topology).crossesNodes();
+    bool cross = axisGroup(c.mesh(), "pp", hw.topology).crossesNodes();
     if (w.scatterGatherP2P && !c.sequenceParallel && c.tp > 1) {
       // Megatron-LM's scatter/gather optimization: each tp rank sends its
       // 1/tp of the (replicated) activation, the receivers all-gather it.
-      Group g{c.tp, std::min<int64_t>(c.tp, hw.topology.gpusPerNode)};
+      Group g = axisGroup(c.mesh(), "tp", hw.topology);
       p2p = p2pSeconds(hw, bytes / double(c.tp), cross) +
             collectiveSeconds(hw, Collective::AllGather, bytes, g);
     } else {
@@ -557,8 +558,7 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   out.comm["pp"].exposed = out.comm["pp"].total;
 
   // dp: gradients and (ZeRO) parameters of the busiest stage's rank.
-  MemoryEstimate mem = estimateMemory(w, c);
-  out.memory = mem;
+  out.memory = memory;
   double rankParams = 0;
   int64_t maxTensors = 0;
   for (int64_t st = 0; st < c.pp; ++st) {
@@ -570,9 +570,7 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
     // As the compiler emits them (docs/cost-model.md): ZeRO's collectives
     // one per parameter tensor (each paying the ring's latency), ZeRO-0's one
     // flat all-reduce, or one per bucket.
-    MeshSpec mesh;
-    mesh.dp = c.dp, mesh.tp = c.tp, mesh.pp = c.pp;
-    Group g = axisGroup(mesh, "dp", hw.topology);
+    Group g = axisGroup(c.mesh(), "dp", hw.topology);
     const double gradBytes = rankParams * b;
     const double tensors = double(maxTensors);
     const double layersHere = double(maxLayers);

@@ -199,10 +199,14 @@ std::vector<std::string> llcdist::knownDevices() {
   return names;
 }
 
+bool llcdist::namesAFile(const std::string &nameOrPath) {
+  return nameOrPath.find('/') != std::string::npos ||
+         (nameOrPath.size() > 5 && nameOrPath.substr(nameOrPath.size() - 5) == ".json");
+}
+
 std::optional<std::string> llcdist::loadDevice(const std::string &nameOrPath, DeviceSpec &out) {
   std::string path = nameOrPath;
-  bool isPath = nameOrPath.find('/') != std::string::npos ||
-                (nameOrPath.size() > 5 && nameOrPath.substr(nameOrPath.size() - 5) == ".json");
+  bool isPath = namesAFile(nameOrPath);
   if (!isPath)
     path = devicesDir() + "/" + nameOrPath + ".json";
   std::ifstream in(path);

@@ -91,8 +91,6 @@ void compileAndSimulate(const std::string &model, const cost::Workload &w,
   shape.microBatch = c.microBatch;
   shape.globalBatch = w.globalBatch;
   shape.dtype = w.precision == cost::Precision::BF16 ? "bf16" : "f32";
-  MeshSpec mesh;
-  mesh.dp = c.dp, mesh.tp = c.tp, mesh.pp = c.pp;
   TrainingPipelineOptions t;
   t.zero = c.zero;
   t.recompute = c.recompute;
@@ -105,7 +103,7 @@ void compileAndSimulate(const std::string &model, const cost::Workload &w,
   // rank's program: 16,384 of them at scale); the simulator reads the files.
   bool written = false;
   if (!compileInMemory(
-          model, shape, mesh, t,
+          model, shape, c.mesh(), t,
           [&](ModuleOp module) { written = succeeded(writePlanDirectory(module, dir)); },
           r.error))
     return;

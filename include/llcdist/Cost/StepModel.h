@@ -61,6 +61,12 @@ struct ParallelConfig {
   int64_t microbatches(int64_t globalBatch) const {
     return globalBatch / (microBatch * dp);
   }
+  /// The mesh (Megatron's rank order tp,dp,pp, the compiler's default).
+  MeshSpec mesh() const {
+    MeshSpec m;
+    m.dp = dp, m.tp = tp, m.pp = pp;
+    return m;
+  }
   /// The `llc-dist compile` flags that build this configuration.
   std::string compileFlags() const;
   /// "dp=..,tp=..,pp=.. v=.. mb=.. zero=.. recompute=.. ..." for reports.
@@ -117,6 +123,10 @@ struct StepPrediction {
 
 /// The analytic prediction; `c` must pass checkConfig.
 StepPrediction predictStep(const Hardware &hw, const Workload &w, const ParallelConfig &c);
+/// The same with `memory` = estimateMemory(w, c) already computed (the
+/// planner's search prunes by it before pricing).
+StepPrediction predictStep(const Hardware &hw, const Workload &w, const ParallelConfig &c,
+                           const MemoryEstimate &memory);
 
 } // namespace llcdist::cost
 

@@ -88,6 +88,9 @@ std::optional<std::string> parseDevice(const std::string &text, const std::strin
 /// `nameOrPath` is a JSON file, or the name of one in the devices directory
 /// (LLCDIST_DEVICES_DIR in the environment, else the source tree's devices/).
 std::optional<std::string> loadDevice(const std::string &nameOrPath, DeviceSpec &out);
+/// Whether a --device / --topology value is a file (it has a '/' or ends in
+/// .json) rather than the name of a shipped one.
+bool namesAFile(const std::string &nameOrPath);
 /// The names of the shipped devices (for messages).
 std::vector<std::string> knownDevices();
 

@@ -1,10 +1,12 @@
 //===- LoadModel.cpp - a model from a config or an .mlir file -------------===//
 #include "llcdist/Frontend/LoadModel.h"
 #include "llcdist/Frontend/ImportXF.h"
+#include "llcdist/Support/NestingDepth.h"
 
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 
 using namespace mlir;
 using namespace llcdist;
@@ -18,7 +20,18 @@ std::optional<LoadedModel> llcdist::loadModel(MLIRContext &ctx, llvm::SourceMgr 
     return std::nullopt;
   }
   if (StringRef(path).ends_with(".mlir")) {
-    lm.module = parseSourceFile<ModuleOp>(path, srcMgr, ParserConfig(&ctx));
+    auto file = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+    if (!file) {
+      error = path + ": cannot read: " + file.getError().message();
+      return std::nullopt;
+    }
+    // Bounded before MLIR's recursive parser sees it (NestingDepth.h).
+    if (auto deep = checkNestingDepth((*file)->getBuffer())) {
+      error = deep->describe(path);
+      return std::nullopt;
+    }
+    srcMgr.AddNewSourceBuffer(std::move(*file), llvm::SMLoc());
+    lm.module = parseSourceFile<ModuleOp>(srcMgr, ParserConfig(&ctx));
     if (!lm.module)
       return std::nullopt; // diagnostics already reported with locations
     return lm;

@@ -1,10 +1,12 @@
 //===- ModelConfig.cpp - Hugging Face config.json front end ---------------===//
 #include "llcdist/Frontend/ModelConfig.h"
 #include "llcdist/Support/JsonObject.h"
+#include "llcdist/runtime/PlanSchema.h" // header-only: the runtime's rule for rope_theta
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <set>
@@ -20,24 +22,35 @@ const char *llcdist::hfArchitecture(Arch a) {
   return a == Arch::GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
 }
 
-int64_t ModelConfig::numParameters() const {
-  int64_t H = hidden, V = vocab, L = layers, I = intermediate;
-  int64_t q = heads * headDim, kv = kvHeads * headDim;
-  int64_t n = V * H + (tieEmbeddings ? 0 : V * H);
-  if (arch == Arch::GPT2) {
-    n += maxPositions * H + 2 * H; // wpe, ln_f
-    int64_t layer = 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H +
-                    (H * I + I) + (I * H + H);
+namespace {
+/// The architecture's parameter formula, in T: int64_t for numParameters(),
+/// double for the bound parseModelConfig checks first (no overflow there).
+template <typename T> T parameterCount(const ModelConfig &c) {
+  T H = c.hidden, V = c.vocab, L = c.layers, I = c.intermediate;
+  T q = T(c.heads) * T(c.headDim), kv = T(c.kvHeads) * T(c.headDim);
+  T n = V * H + (c.tieEmbeddings ? 0 : V * H);
+  if (c.arch == Arch::GPT2) {
+    n += T(c.maxPositions) * H + 2 * H; // wpe, ln_f
+    T layer = 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H +
+              (H * I + I) + (I * H + H);
     return n + L * layer;
   }
   n += H; // model.norm
-  int64_t layer = 2 * H + H * q + 2 * H * kv + q * H + 3 * H * I;
-  if (attentionBias)
+  T layer = 2 * H + H * q + 2 * H * kv + q * H + 3 * H * I;
+  if (c.attentionBias)
     layer += q + 2 * kv + H;
-  if (mlpBias)
+  if (c.mlpBias)
     layer += 2 * I + H;
   return n + L * layer;
 }
+
+/// Far above any published model (GPT-3: 2^37.3, Llama 3.1 405B: 2^38.6),
+/// far below int64: sizes each within its own bound can still multiply past
+/// it (issue #16: 2^16 layers of hidden 2^18 overflowed the count).
+constexpr double kMaxParameters = double(int64_t(1) << 50);
+} // namespace
+
+int64_t ModelConfig::numParameters() const { return parameterCount<int64_t>(*this); }
 
 namespace {
 /// Thrown inside this file only; converted to ConfigError at the API.
@@ -287,6 +300,11 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
                std::to_string(c.heads));
   c.normEps = r.positiveFloat("rms_norm_eps", 1e-6);
   c.ropeTheta = r.positiveFloat("rope_theta", 10000.0);
+  // The runtime's own rule (PlanSchema.h), so no config compiles to a plan
+  // the runtime refuses (5e-324 is a positive double but 0 in fp32).
+  if (!llcdist::rt::schema::ropeThetaInRange(c.ropeTheta))
+    r.fail("rope_theta", std::string(llcdist::rt::schema::kRopeThetaRule) +
+                             ", got " + obj.at("rope_theta").dump());
   c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
   c.attentionBias = r.boolean("attention_bias", false);
   c.mlpBias = r.boolean("mlp_bias", false);
@@ -316,8 +334,13 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
     rs.factor = num("factor");
     rs.lowFreqFactor = num("low_freq_factor");
     rs.highFreqFactor = num("high_freq_factor");
-    rs.originalMaxPositions =
-        static_cast<int64_t>(num("original_max_position_embeddings"));
+    // In max_position_embeddings' range before the cast (1e300 would be UB).
+    double original = num("original_max_position_embeddings");
+    if (!(original >= 1 && original <= double(r.maxFor("max_position_embeddings"))))
+      r.fail("rope_scaling", "'original_max_position_embeddings' must be in [1, " +
+                                 std::to_string(r.maxFor("max_position_embeddings")) + "], got " +
+                                 s.at("original_max_position_embeddings").dump());
+    rs.originalMaxPositions = static_cast<int64_t>(original);
     c.ropeScaling = rs;
   } else {
     r.ignore({"rope_scaling"});
@@ -366,6 +389,13 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));
+    if (double n = parameterCount<double>(c); n > kMaxParameters) {
+      char count[32];
+      std::snprintf(count, sizeof count, "%.3g", n);
+      return ConfigError{path + ": the sizes give " + count + " parameters, more than 2^50 (a " +
+                         "sanity bound far above any published model): check the layer count, " +
+                         "hidden, intermediate and vocabulary sizes and the heads"};
+    }
     // The fields later passes may blame (tp vs heads, pp vs layers, ...):
     // the importer gives the ops they shape a location at the field.
     bool gpt2 = c.arch == Arch::GPT2;

@@ -321,6 +321,29 @@ Status parseLrSchedule(const Doc& doc, const json& o, LrSchedule* out) {
   return Status::ok();
 }
 
+// A file the manifest names (programs[i].file): a relative path that stays inside the plan directory
+// and names a file. The OS cuts a name at a NUL byte (JSON's "\u0000"), so "program-0.json\u0000x"
+// would silently read program-0.json: refused, like an empty or absolute name or a ".." component.
+Status checkFileInPlanDir(const Doc& doc, const std::string& path, const std::string& name,
+                          const std::string& example) {
+  const std::string quoted = json(name).dump(-1, ' ', false, json::error_handler_t::replace);
+  auto refuse = [&](const std::string& why) {
+    return doc.error(path, "must be a relative path inside the plan directory, got " + quoted + ", which " + why +
+                               " (name the file as llc-dist compile does, e.g. \"" + example +
+                               "\", or recompile the plan)");
+  };
+  if (name.empty()) return refuse("is empty");
+  if (const size_t nul = name.find('\0'); nul != std::string::npos)
+    return refuse("contains a NUL character at byte " + std::to_string(nul) +
+                  " (the operating system would cut the name there and read \"" + name.substr(0, nul) + "\")");
+  const fs::path fp(name);
+  if (fp.is_absolute() || fp.has_root_path()) return refuse("is an absolute path");
+  if (std::any_of(fp.begin(), fp.end(), [](const fs::path& c) { return c == ".."; }))
+    return refuse("has a \"..\" component (it would leave the plan directory)");
+  if (!fp.has_filename() || fp.filename() == ".") return refuse("names a directory, not a file");
+  return Status::ok();
+}
+
 // Params against the program list: placement programs in range, the legacy buffer/grad spelling only
 // with one program, and every program holding a sharded param holds all of its shards.
 Status checkPlacements(const Doc& doc, const Manifest& m) {
@@ -476,10 +499,8 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
                                                  std::to_string(ref.stage));
     }
     LLCDIST_RETURN_IF_ERROR(doc.string(programs[i], path, "file", &ref.file));
-    const fs::path fp(ref.file);
-    if (ref.file.empty() || fp.is_absolute() ||
-        std::any_of(fp.begin(), fp.end(), [](const fs::path& c) { return c == ".."; }))
-      return doc.error(key(path, "file"), "must be a relative path inside the plan directory, got \"" + ref.file + "\"");
+    LLCDIST_RETURN_IF_ERROR(
+        checkFileInPlanDir(doc, key(path, "file"), ref.file, "program-" + std::to_string(i) + ".json"));
     LLCDIST_RETURN_IF_ERROR(doc.intArray(programs[i], path, "ranks", &ref.ranks, 0, m.worldSize() - 1));
     if (ref.ranks.empty()) return doc.error(key(path, "ranks"), "a program must run on at least one rank");
     for (size_t r = 0; r < ref.ranks.size(); ++r) {
@@ -556,10 +577,11 @@ Status parseBuffer(const Doc& doc, const json& b, const std::string& path, size_
   LLCDIST_RETURN_IF_ERROR(doc.integer(b, path, "offset", &out->offset, 0));
   LLCDIST_RETURN_IF_ERROR(doc.integer(b, path, "bytes", &out->bytes, 0));
   const int64_t size = sc::elemTypeSize(out->dtype);
-  if (mulOverflow(n, size, &expect) || expect != out->bytes)
+  const bool overflow = mulOverflow(n, size, &expect);  // (n × size itself would be UB to print)
+  if (overflow || expect != out->bytes)
     return doc.error(key(path, "bytes"), "expected product(shape) × sizeof(" + std::string(sc::elemTypeName(out->dtype)) +
                                              ") = " + std::to_string(n) + " × " + std::to_string(size) + " = " +
-                                             (expect == n * size ? std::to_string(expect) : std::string("(overflow)")) +
+                                             (overflow ? std::string("(overflow)") : std::to_string(expect)) +
                                              ", got " + std::to_string(out->bytes));
   if (out->offset % sc::kArenaAlignment != 0)
     return doc.error(key(path, "offset"), "offset " + std::to_string(out->offset) + " is not a multiple of " +

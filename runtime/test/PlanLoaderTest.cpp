@@ -128,6 +128,36 @@ TEST_F(PlanLoaderTest, ManifestFieldErrors) {
   expectError([](auto& b) { b.manifest["programs"][0]["file"] = "../x.json"; }, {"programs[0].file", "relative path"});
 }
 
+// programs[i].file (issue #16's mutation sweep): a name the OS would cut at a NUL, an empty or absolute
+// name, one leaving the plan directory or naming a directory: each an error on manifest.json naming the
+// field and the fix, never a silently read other file.
+TEST_F(PlanLoaderTest, ProgramFileNames) {
+  // The truncated name exists: without the check the loader reads program-0.json and succeeds.
+  expectError([](auto& b) { b.manifest["programs"][0]["file"] = std::string("program-0.json\0.evil", 20); },
+              {"manifest.json: programs[0].file: must be a relative path inside the plan directory",
+               "\"program-0.json\\u0000.evil\"", "contains a NUL character at byte 14",
+               "would cut the name there and read \"program-0.json\"", "e.g. \"program-0.json\""});
+  // Written through the JSON escape itself, as a hand-edited manifest would.
+  base.write(dir);
+  std::string text = base.manifest.dump(2);
+  const size_t at = text.find("\"program-0.json\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 16, "\"program-0.json\\u0000\"");
+  testing::writeText(path("manifest.json"), text);
+  Status s = loadPlan(dir.string()).status();
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("programs[0].file"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("NUL character at byte 14"), std::string::npos) << s.message();
+
+  expectError([](auto& b) { b.manifest["programs"][0]["file"] = ""; }, {"manifest.json", "programs[0].file", "is empty"});
+  expectError([](auto& b) { b.manifest["programs"][0]["file"] = (fs::current_path() / "program-0.json").string(); },
+              {"programs[0].file", "is an absolute path"});
+  expectError([](auto& b) { b.manifest["programs"][0]["file"] = "sub/../program-0.json"; },
+              {"programs[0].file", "has a \"..\" component"});
+  expectError([](auto& b) { b.manifest["programs"][0]["file"] = "."; }, {"programs[0].file", "names a directory"});
+  expectError([](auto& b) { b.manifest["programs"][0]["file"] = "sub/"; }, {"programs[0].file", "names a directory"});
+}
+
 TEST_F(PlanLoaderTest, ParamErrors) {
   expectError([](auto& b) { b.manifest["params"][0]["buffer"] = 99; },
               {"manifest.json", "params[0].buffer", "out of range"});

@@ -1,5 +1,8 @@
 #include "TestUtil.h"
 #include "llcdist/runtime/Kernels.h"
+#include "llcdist/runtime/PlanSchema.h"
+
+#include <limits>
 
 namespace llcdist::rt {
 namespace {
@@ -119,6 +122,22 @@ TEST(RopeTest, InvalidArguments) {
   Status s = ropeForward(*table, x.data(), x.data(), B, S + 1, n, hd);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("table is for S=5"), std::string::npos) << s.message();
+}
+
+// rope_theta outside the normal fp32 range (a subnormal 1e-40f, 0, inf) is refused with the rule the
+// compiler applies to configs and xf.rope (schema::kRopeThetaRule), never turned into NaN tables.
+TEST(RopeTest, ThetaOutsideNormalFp32RangeIsRefused) {
+  for (float theta : {1e-40f, 0.0f, -1.0f, std::numeric_limits<float>::infinity()}) {
+    RopeConfig cfg;
+    cfg.theta = theta;
+    Status s = ropeInvFreq(cfg, hd).status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << theta;
+    EXPECT_NE(s.message().find("rope_theta " + std::string(schema::kRopeThetaRule)), std::string::npos)
+        << s.message();
+  }
+  RopeConfig smallest;
+  smallest.theta = std::numeric_limits<float>::min();  // the smallest normal fp32 value is accepted
+  EXPECT_TRUE(ropeInvFreq(smallest, hd).isOk());
 }
 
 }  // namespace

@@ -137,6 +137,29 @@ TEST(ModelConfig, Errors) {
             std::string::npos);
 }
 
+// rope_theta is checked with the runtime's rule (rt::schema::kRopeThetaRule): the runtime computes
+// RoPE in fp32, where a double subnormal is 0 and 1e39 is inf (issue #16).
+TEST(ModelConfig, RopeThetaInTheRuntimesFp32Range) {
+  auto llama = [](const std::string &theta) {
+    return R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 64,
+      "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 32, "rope_theta": )" +
+           theta + "}";
+  };
+  for (const char *theta : {"5e-324", "1e-39", "1e+39"}) {
+    std::string err = parseError(llama(theta));
+    EXPECT_NE(err.find("field 'rope_theta': must be a positive number in the normal fp32 range "
+                       "[1.17549435e-38, 3.40282347e+38] (the runtime computes RoPE frequencies "
+                       "in fp32), got " + std::string(theta)),
+              std::string::npos)
+        << err;
+  }
+  for (const char *theta : {"1.2e-38", "3.4e38", "500000.0"}) {
+    ModelConfig c;
+    auto err = parseModelConfig(llama(theta), "ok.json", c);
+    EXPECT_FALSE(err) << theta << ": " << (err ? err->message : "");
+  }
+}
+
 TEST(ModelConfig, MissingFile) {
   ModelConfig c;
   auto err = loadModelConfig("/nonexistent/model.json", c);

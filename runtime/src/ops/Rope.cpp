@@ -4,18 +4,27 @@
 // table once per op.
 #include "OpDefs.h"
 
+#include <charconv>
 #include <cmath>
 #include <memory>
 #include <string>
 
 namespace llcdist::rt {
+namespace {
+// The shortest text that reads back as v ("5e-324", not std::to_string's "0.000000").
+std::string formatNumber(double v) {
+  char buf[32];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
+}  // namespace
 
 StatusOr<std::vector<float>> ropeInvFreq(const RopeConfig& cfg, int64_t headDim) {
   if (headDim <= 0 || headDim % 2 != 0)
     return Status::invalidArgument("rope: head_dim must be positive and even, got " +
                                    std::to_string(headDim));
-  if (!(cfg.theta > 0.0f))
-    return Status::invalidArgument("rope: rope_theta must be positive, got " + std::to_string(cfg.theta));
+  if (!schema::ropeThetaInRange(cfg.theta))
+    return Status::invalidArgument("rope: rope_theta " + std::string(schema::kRopeThetaRule) + ", got " +
+                                   formatNumber(cfg.theta));
   const int64_t half = headDim / 2;
   std::vector<float> inv(half);
   // _compute_default_rope_parameters: 1.0 / (base ** (arange(0, dim, 2).float() / dim))
@@ -79,6 +88,8 @@ Status checkRope(const OpChecker& c) {
   const Op& op = c.op();
   const int64_t hd = c.I("hd");
   if (hd % 2 != 0) return c.attrError("hd", "the head dimension must be even, got " + std::to_string(hd));
+  if (const double theta = op.floatAttr("theta"); !schema::ropeThetaInRange(theta))
+    return c.attrError("theta", std::string(schema::kRopeThetaRule) + ", got " + formatNumber(theta));
   const bool llama3 = op.boolAttr("llama3");
   for (const char* a : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
     const bool has = op.attrs.count(a) != 0;

@@ -163,8 +163,26 @@ func.func @rope_multiple(%x: tensor<2x8x60xf32>) {
 // -----
 
 func.func @rope_theta(%x: tensor<2x8x64xf32>) {
-  // expected-error @+1 {{theta must be > 0, got 0}}
+  // expected-error @+1 {{theta must be a positive number in the normal fp32 range [1.17549435e-38, 3.40282347e+38] (the runtime computes RoPE frequencies in fp32), got 0}}
   %r = xf.rope %x {head_dim = 16 : i64, theta = 0.0 : f64} : tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+// A double subnormal is positive but 0 in fp32: the runtime would refuse the plan (issue #16).
+func.func @rope_theta_subnormal(%x: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{theta must be a positive number in the normal fp32 range}}
+  %r = xf.rope %x {head_dim = 16 : i64, theta = 4.9406564584124654e-324 : f64} : tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+// The backward carries the forward's theta; the runtime's rope_bwd checks it the same way.
+func.func @rope_grad_theta(%x: tensor<2x4x16xf32>) {
+  // expected-error @+1 {{'xf.rope_grad' op theta must be a positive number in the normal fp32 range}}
+  %r = xf.rope_grad %x {head_dim = 8 : i64, theta = 1.0e39 : f64} : (tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
   return
 }
 
@@ -495,4 +513,47 @@ func.func @collective_origin(%x: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error @+1 {{attribute 'origin' failed to satisfy constraint: string attribute that names a collective origin (row_parallel,}}
   %y = xf.all_reduce %x {axis = "tp", origin = "row-parallel", reason = "r"} : tensor<4xf32>
   return %y : tensor<4xf32>
+}
+
+// -----
+
+// xf.model's vocab_size against the token embedding's rows (issue #16: a hand-edited vocab_size
+// compiled to a plan the runtime refused mid-step, token ids past the table).
+module attributes {xf.model = {vocab_size = 300 : i64}} {
+  func.func @vocab_rows(%ids: tensor<2x8xi32>) -> tensor<2x8x64xf32> {
+    %w = xf.param "wte" : tensor<256x64xf32>
+    // expected-error @+1 {{'xf.embedding' op table 'wte' has 256 rows but the module's xf.model vocab_size is 300 (one row per token id): the plan would give the runtime a table too short for its token ids; make them agree (vocab_size in 'xf.model' or the table's shape), or recompile from the model's config.json}}
+    %e = xf.embedding %ids, %w : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xf32>
+    return %e : tensor<2x8x64xf32>
+  }
+}
+
+// -----
+
+// Under vocabulary padding the rows are padded_vocab_size (after llcdist-partition, the global ones).
+module attributes {xf.model = {vocab_size = 250 : i64}, xf.vocab_padding = {multiple = 128 : i64, padded_vocab_size = 256 : i64, params = ["wte"], vocab_size = 250 : i64}} {
+  func.func @padded_rows(%ids: tensor<2x8xi32>) -> tensor<2x8x64xf32> {
+    %w = xf.param "wte" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 384, 64>}} : tensor<192x64xf32>
+    // expected-error @+1 {{table 'wte' has 384 rows but the module's xf.vocab_padding padded_vocab_size is 256}}
+    %e = xf.embedding %ids, %w {xf.vocab_parallel_axis = "tp"} : (tensor<2x8xi32>, tensor<192x64xf32>) -> tensor<2x8x64xf32>
+    return %e : tensor<2x8x64xf32>
+  }
+}
+
+// -----
+
+// expected-error @+1 {{'xf.vocab_padding' vocab_size = 250 disagrees with 'xf.model' vocab_size = 251}}
+module attributes {xf.model = {vocab_size = 251 : i64}, xf.vocab_padding = {multiple = 128 : i64, padded_vocab_size = 256 : i64, params = ["wte"], vocab_size = 250 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{'xf.model' vocab_size must be a positive integer, got 0 : i64}}
+module attributes {xf.model = {vocab_size = 0 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{'xf.model' must be a dictionary on the builtin.module, got "gpt2" on 'builtin.module'}}
+module attributes {xf.model = "gpt2"} {
 }

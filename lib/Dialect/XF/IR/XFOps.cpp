@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/XF/IR/XFOps.h"
+#include "llcdist/runtime/PlanSchema.h" // header-only: the runtime's rope_theta rule
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -21,6 +22,11 @@ using namespace llcdist::xf;
 #include "XFVerify.h"
 
 using namespace llcdist::xf::detail;
+// The runtime's namespace llcdist::rt (PlanSchema.h) would hide detail::rt
+// from the verifiers below.
+namespace llcdist::xf {
+using detail::rt;
+} // namespace llcdist::xf
 
 //===----------------------------------------------------------------------===//
 // ParamOp
@@ -92,6 +98,15 @@ LogicalResult AddPositionEmbeddingOp::verify() {
   return sameElementType(*this, {getInput(), getTable()});
 }
 
+LogicalResult llcdist::xf::detail::checkRopeTheta(Operation *op, double theta) {
+  namespace sc = llcdist::rt::schema;
+  if (sc::ropeThetaInRange(theta))
+    return success();
+  return op->emitOpError("theta ")
+         << StringRef(sc::kRopeThetaRule.data(), sc::kRopeThetaRule.size())
+         << ", got " << theta;
+}
+
 LogicalResult RopeOp::verify() {
   auto in = rt(getInput());
   int64_t hd = getHeadDim();
@@ -103,9 +118,8 @@ LogicalResult RopeOp::verify() {
   if (in.getDimSize(2) % hd != 0)
     return emitOpError("last dimension ")
            << in.getDimSize(2) << " is not a multiple of head_dim " << hd;
-  if (!(getTheta().convertToDouble() > 0.0))
-    return emitOpError("theta must be > 0, got ")
-           << getTheta().convertToDouble();
+  if (failed(checkRopeTheta(*this, getTheta().convertToDouble())))
+    return failure();
   if (auto s = getScalingAttr()) {
     auto type = s.getAs<StringAttr>("rope_type");
     if (!type || type.getValue() != "llama3")

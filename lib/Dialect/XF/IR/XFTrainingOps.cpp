@@ -65,6 +65,11 @@ LogicalResult EmbeddingGradOp::verify() {
   return sameElementType(*this, {getDy(), getResult()});
 }
 
+LogicalResult RopeGradOp::verify() {
+  // The forward's theta, which the runtime's rope_bwd checks like rope_fwd's.
+  return checkRopeTheta(*this, getTheta().convertToDouble());
+}
+
 LogicalResult AddPositionEmbeddingGradOp::verify() {
   auto dy = rt(getDy()), res = rt(getResult());
   if (dy.getRank() != 3 || res.getRank() != 2 ||

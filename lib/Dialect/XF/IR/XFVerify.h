@@ -45,6 +45,11 @@ inline LogicalResult checkNorm(Operation *op, Value input, ValueRange vecs,
   return sameElementType(op, all);
 }
 
+/// xf.rope's and xf.rope_grad's theta against the runtime's rule
+/// (rt::schema::kRopeThetaRule; defined in XFOps.cpp, the one file here that
+/// includes the runtime's schema).
+LogicalResult checkRopeTheta(Operation *op, double theta);
+
 /// Rows of a [..., H] tensor: the product of its leading dimensions.
 inline int64_t numRows(Value v) {
   auto t = rt(v);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <cfloat>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -70,6 +71,15 @@ inline constexpr std::string_view kShardAxisAttr = "shard_axis";
 // "vocab_padding"): the real vocabulary; global logit columns at or above it are padding, outside the
 // softmax and with zero gradient.
 inline constexpr std::string_view kRealVocabAttr = "real_vocab";
+// rope_fwd / rope_bwd attr `theta` (a model's rope_theta): the runtime computes RoPE's frequencies in
+// fp32, as transformers does, so theta must convert to a normal positive fp32 value (a double subnormal
+// such as 5e-324 becomes 0, one above FLT_MAX becomes inf). The runtime checks plans against this rule
+// (src/ops/Rope.cpp) and the compiler checks model configs (lib/Frontend/ModelConfig.cpp) and xf.rope
+// (lib/Dialect/XF/IR/XFOps.cpp) against it, so a plan llc-dist writes is one the runtime loads.
+inline constexpr std::string_view kRopeThetaRule =
+    "must be a positive number in the normal fp32 range [1.17549435e-38, 3.40282347e+38] (the runtime "
+    "computes RoPE frequencies in fp32)";
+constexpr bool ropeThetaInRange(double theta) { return theta >= double(FLT_MIN) && theta <= double(FLT_MAX); }
 // Collective reduction ops (attr `op` of all_reduce / reduce_scatter).
 inline constexpr std::array<std::string_view, 3> kReduceOpNames = {"sum", "avg", "max"};
 // reduce_scatter supports only these in this version.

@@ -1,6 +1,6 @@
 """Writes the hostile input files of hostile-inputs.test into DIR (a mutation sweep's findings,
 issue #16): a config with a key twice, a config nested 100,000 deep, a config with 2^24 layers,
-device and topology files with a number too large for a double or nested 100,000 deep."""
+a Llama config with a subnormal rope_theta, device and topology files with a number too large for a double or nested 100,000 deep."""
 import json
 import os
 import sys
@@ -25,6 +25,9 @@ write("many-layers.json", json.dumps(cfg))
 cfg = json.load(open(os.path.join(models, "tiny-gpt2.json")))
 cfg["vocab_size"] = (1 << 63) - 1
 write("huge-vocab.json", json.dumps(cfg))
+cfg = json.load(open(os.path.join(models, "tiny-llama.json")))
+cfg["rope_theta"] = 5e-324  # a double subnormal: positive, but 0 in the runtime's fp32
+write("subnormal-theta.json", json.dumps(cfg))
 device = open(os.path.join(root, "devices", "h100-80gb.json")).read()
 write("huge-device.json", device.replace('"memory_gib": 80', '"memory_gib": 1e400', 1))
 write("deep-device.json", device.replace('"name"', '"x": ' + deep + ', "name"', 1))

@@ -20,6 +20,8 @@ def XF_Dialect : Dialect {
     the placeholder `{i}`, bound to the calling `xf.layer`'s index.
   }];
   let dependentDialects = ["::mlir::func::FuncDialect"];
+  // The module attribute xf.model against the graph (XFDialect.cpp).
+  let hasOperationAttrVerify = 1;
 }
 
 class XF_Op<string mnemonic, list<Trait> traits = []>

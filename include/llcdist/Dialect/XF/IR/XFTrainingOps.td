@@ -107,6 +107,7 @@ def XF_RopeGradOp : XF_GradOp<"rope_grad", [AllTypesMatch<["dy", "result"]>]> {
   let arguments = (ins XF_FloatTensor:$dy, I64Attr:$head_dim, F64Attr:$theta,
                        OptionalAttr<DictionaryAttr>:$scaling);
   let results = (outs XF_FloatTensor:$result);
+  let hasVerifier = 1;
 }
 
 def XF_AttentionGradOp : XF_GradOp<"attention_grad", [

@@ -9,9 +9,11 @@ PACKAGES=(
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libfmt-dev nlohmann-json3-dev libgtest-dev libopenblas-dev
   libjemalloc-dev              # the tools' allocator (tools/CMakeLists.txt)
+  libxxhash-dev                # checkpoint checksums (runtime/CMakeLists.txt)
   libopenmpi-dev openmpi-bin   # the MPI communicator, one process per rank (runtime/CMakeLists.txt)
   python3-torch python3-numpy  # the PyTorch reference of test/reference/
   python3-venv                 # .venv-hf: transformers over Debian's torch (below)
+  clang-22 libclang-rt-22-dev  # libFuzzer + ASan/UBSan runtimes for scripts/fuzz.sh (fuzz/)
 )
 
 missing=()

@@ -1,6 +1,8 @@
 // safetensors reader/writer. See Safetensors.h for the format and the validation performed.
 #include "llcdist/runtime/Safetensors.h"
 
+#include "llcdist/runtime/FileUtil.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -379,10 +381,14 @@ Status writeSafetensors(const std::string& path, std::vector<TensorToWrite> tens
     out.flush();
     if (!out) return fail("write failed");
   }
+  // Durable: the bytes reach the disk before the rename makes them the file, and the rename before
+  // the call returns (a checkpoint's commit relies on both; FileUtil.h).
+  if (Status s = fsyncPath(tmp); !s.isOk()) return fail(s.message());
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) return fail("cannot rename " + quote(tmp) + " to the destination: " + ec.message());
-  return Status::ok();
+  const fs::path parent = fs::path(path).parent_path();
+  return fileError(path, fsyncPath(parent.empty() ? std::string(".") : parent.string()));
 }
 
 }  // namespace llcdist::rt

@@ -11,7 +11,13 @@ g·T) and compares it with the step-0 loss llc-dist logged, which was computed
 from the same parameters when PARAMS is the file `--steps 0` saved.
 
 usage: hf_load.py CONFIG.json PARAMS.safetensors DATA.bin LOG.jsonl
-                  --seq-len T --global-batch G [--loss-rtol R]
+                  --seq-len T --global-batch G [--loss-rtol R] [--step K]
+       hf_load.py HF_DIR - DATA.bin LOG.jsonl ...
+With a directory (what `llc-dist export --hf` writes: config.json and
+model.safetensors or its sharded index) it is loaded as it is. --step K
+compares the loss of step K's global batch with the loss logged for step K
+(a run resumed from a checkpoint at step K logs it from the checkpoint's
+parameters).
 Exit 0 on agreement, 1 with a report otherwise.
 """
 import argparse
@@ -44,17 +50,23 @@ def main():
     p.add_argument("--seq-len", type=int, required=True)
     p.add_argument("--global-batch", type=int, required=True)
     p.add_argument("--loss-rtol", type=float, default=1e-5)
+    p.add_argument("--step", type=int, default=0)
     args = p.parse_args()
 
-    d = tempfile.mkdtemp()
-    try:
-        shutil.copy(args.config, os.path.join(d, "config.json"))
-        shutil.copy(args.params, os.path.join(d, "model.safetensors"))
+    if os.path.isdir(args.config):
         model, info = transformers.AutoModelForCausalLM.from_pretrained(
-            d, output_loading_info=True, attn_implementation="eager",
+            args.config, output_loading_info=True, attn_implementation="eager",
             torch_dtype=torch.float32)
-    finally:
-        shutil.rmtree(d)
+    else:
+        d = tempfile.mkdtemp()
+        try:
+            shutil.copy(args.config, os.path.join(d, "config.json"))
+            shutil.copy(args.params, os.path.join(d, "model.safetensors"))
+            model, info = transformers.AutoModelForCausalLM.from_pretrained(
+                d, output_loading_info=True, attn_implementation="eager",
+                torch_dtype=torch.float32)
+        finally:
+            shutil.rmtree(d)
     problems = {k: v for k, v in info.items() if v}
     summary = ", ".join(f"{len(v)} {k} (e.g. {sorted(v)[0]})" for k, v in problems.items())
     print(f"transformers {transformers.__version__}: {type(model).__name__}, "
@@ -65,7 +77,9 @@ def main():
 
     T, G = args.seq_len, args.global_batch
     tokens = read_tokens(args.data)
-    batch = np.stack([tokens[g * T: g * T + T + 1] for g in range(G)])
+    samples = (len(tokens) - 1) // T  # per epoch; the order wraps (TokenData.h, shuffle off)
+    starts = [((args.step * G + g) % samples) * T for g in range(G)]
+    batch = np.stack([tokens[s: s + T + 1] for s in starts])
     inputs = torch.from_numpy(batch[:, :T])
     targets = torch.from_numpy(batch[:, 1:])
     model.eval()
@@ -73,9 +87,10 @@ def main():
         logits = model(input_ids=inputs).logits
         loss = torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]).double(), targets.reshape(-1)).item()
-    logged = json.loads(open(args.log).readline())["loss"]
+    records = [json.loads(line) for line in open(args.log)]
+    logged = [r for r in records if "loss" in r and r["step"] == args.step][0]["loss"]
     rel = abs(loss - logged) / abs(logged)
-    print(f"step 0: transformers loss {loss:.8f}, llc-dist {logged:.8f}, rel {rel:.2e}")
+    print(f"step {args.step}: transformers loss {loss:.8f}, llc-dist {logged:.8f}, rel {rel:.2e}")
     if rel > args.loss_rtol:
         print(f"FAIL: relative difference {rel:.2e} > {args.loss_rtol:.0e}")
         return 1

@@ -165,11 +165,13 @@ int runRun(Args &args);
 int runDiagnose(Args &args);
 int runSimulate(Args &args); // Simulate.cpp
 int runPlan(Args &args);     // PlanCmd.cpp
+int runExport(Args &args);   // Export.cpp
 extern const char *const kVerifyHelp;
 extern const char *const kRunHelp;
 extern const char *const kDiagnoseHelp;
 extern const char *const kSimulateHelp;
 extern const char *const kPlanHelp;
+extern const char *const kExportHelp;
 
 } // namespace llcdist::cli
 

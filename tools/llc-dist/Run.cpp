@@ -53,7 +53,20 @@ OPTIONS
   --init-from W.safetensors   load parameters (Hugging Face names and layouts)
   --save-params OUT.safetensors  save parameters after the run
   --log-json FILE        JSON Lines, one record per step: step, loss, lr,
-                         grad_norm, tokens_per_s
+                         grad_norm, tokens_per_s (and one per checkpoint)
+  --checkpoint-dir D     write checkpoints under D (docs/checkpoints.md): each
+                         rank its own shards (master params, optimizer state),
+                         rank 0 a manifest; committed atomically, D/latest last
+  --checkpoint-every N   a checkpoint after every N-th step (with --checkpoint-dir)
+  --keep-last K          keep only the newest K checkpoints (default 0: all)
+  --async-checkpoint     snapshot to host memory at the step boundary and write
+                         in the background while training continues
+  --resume D             continue from a checkpoint (D: a --checkpoint-dir, for
+                         its newest checkpoint, or one of its step-N
+                         directories) to --steps (the run's total): the same
+                         plan gives the uninterrupted run's bits; a plan for
+                         another mesh (dp, tp, pp, schedule, ZeRO, dtype)
+                         reshards the params and optimizer state
   --trace DIR            write DIR/trace.json: each rank's measured kernel and
                          communication intervals as a Chrome trace (Perfetto)
   --backend cuda|cpu     where the kernels run (default: cuda when this build
@@ -178,6 +191,10 @@ int llcdist::cli::runRun(Args &args) {
       .add("--init-from", &o.initFrom)
       .add("--save-params", &o.saveParams)
       .add("--log-json", &o.logJson)
+      .add("--checkpoint-dir", &o.checkpointDir)
+      .add("--checkpoint-every", &o.checkpointEvery, 1, int64_t(1) << 40)
+      .add("--keep-last", &o.keepLast, 1, 1 << 20)
+      .add("--resume", &o.resume)
       .add("--trace", &o.traceDir)
       .add("--comm-timeout", &o.collectiveTimeoutSeconds)
       .add("--flight-dir", &o.flightDir)
@@ -199,6 +216,8 @@ int llcdist::cli::runRun(Args &args) {
       o.quiet = true;
     else if (a == "--check-async")
       o.checkAsync = true;
+    else if (a == "--async-checkpoint")
+      o.asyncCheckpoint = true;
     else if (a.rfind("-", 0) == 0)
       throw UsageError{"run: unknown option '" + a + "'"};
     else if (o.planDir.empty())

@@ -24,6 +24,8 @@
 #include "llcdist/Target/Plan/PlanWriter.h"
 #include "Cli.h"
 
+#include "llvm/Support/MemoryBuffer.h"
+
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassInstrumentation.h"
@@ -70,7 +72,10 @@ USAGE
 
 COMMANDS
   compile MODEL   compile MODEL's training step into a plan directory (or xf IR)
-  run PLAN        execute a compiled plan: train, log, save parameters
+  run PLAN        execute a compiled plan: train, log, save parameters,
+                  checkpoint and resume (on the same or another mesh)
+  export CKPT     a checkpoint as a Hugging Face model directory (--hf OUT),
+                  or what it holds (--info)
   verify PLAN     check every rank's send/recv and collectives (deadlocks,
                   mismatches) without running anything
   diagnose DIR    read a hung or failed run's flight recorder dumps: which
@@ -752,6 +757,11 @@ int runCompile(Args &args) {
     reportTimer = rootTimer.nest("schedule trace");
     if (summary.pipeline)
       extra["schedule.trace.json"] = schedule::renderChromeTrace(summary.pipeline->simulated);
+    // The Hugging Face config the plan was compiled from: checkpoints keep it, and
+    // `llc-dist export --hf` writes it as config.json (docs/checkpoints.md).
+    if (llvm::StringRef(model).ends_with(".json"))
+      if (auto text = llvm::MemoryBuffer::getFile(model))
+        extra["model-config.json"] = (*text)->getBuffer().str();
     reportTimer.stop();
     mlir::TimingScope writeTimer = rootTimer.nest("write plan");
     FailureOr<PlanSummary> ps = writePlanDirectory(*lm->module, *verifiedPlan, output, extra);
@@ -860,6 +870,7 @@ int main(int argc, char **argv) {
                        : what == "diagnose" ? kDiagnoseHelp
                        : what == "simulate" ? kSimulateHelp
                        : what == "plan" ? kPlanHelp
+                       : what == "export" ? kExportHelp
                                          : kMainHelp);
       return 0;
     }
@@ -888,8 +899,10 @@ int main(int argc, char **argv) {
       return runSimulate(args);
     if (cmd == "plan")
       return runPlan(args);
+    if (cmd == "export")
+      return runExport(args);
     throw UsageError{"unknown command '" + cmd +
-                     "' (commands: compile, run, verify, diagnose, simulate, plan, info, help)"};
+                     "' (commands: compile, run, export, verify, diagnose, simulate, plan, info, help)"};
   } catch (const UsageError &e) {
     llvm::errs() << "llc-dist: error: " << e.message << "\n"
                  << "Run 'llc-dist --help' for usage.\n";

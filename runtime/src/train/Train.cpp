@@ -3,9 +3,11 @@
 
 #include "TrainParts.h"
 
+#include "llcdist/runtime/Checkpoint.h"
 #include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/FaultInjection.h"
+#include "llcdist/runtime/FileUtil.h"
 #include "llcdist/runtime/FlightRecorder.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Kernels.h"
@@ -21,6 +23,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <thread>
 
 namespace llcdist::rt {
@@ -90,27 +93,13 @@ std::string memoryLines(const RunResult& r) {
 // FNV-1a over one of the plan's files: the processes of a run compare manifest.json's and those of
 // the program files they loaded (a process reads only its ranks' programs).
 StatusOr<uint64_t> fileFingerprint(const std::string& dir, const std::string& file) {
-  uint64_t h = 1469598103934665603ull;
-  std::ifstream in(dir + "/" + file, std::ios::binary);
-  if (!in) return Status::ioError(dir + "/" + file + ": cannot read it again for the plan's fingerprint");
-  char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    for (std::streamsize i = 0; i < in.gcount(); ++i) {
-      h ^= uint64_t(uint8_t(buf[i]));
-      h *= 1099511628211ull;
-    }
-    if (!in) break;
-  }
+  StatusOr<uint64_t> h = fnv1a64File(dir + "/" + file);
+  if (!h.isOk()) return Status::ioError(dir + "/" + file + ": cannot read it again for the plan's fingerprint");
   return h;
 }
 
 // The flight recorder's run id: the plan's fingerprint and rank 0's start time (Diagnose.h orders
 // runs by it).
-std::string hex16(uint64_t x) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(x));
-  return b;
-}
 std::string runIdOf(uint64_t fingerprint, int64_t startUs) { return hex16(fingerprint) + "-" + std::to_string(startUs); }
 
 // Fails early when --save-params cannot be written, rather than after the run's steps: a probe file
@@ -165,6 +154,15 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   if (opts.steps < 0) return Status::invalidArgument("--steps must be >= 0, got " + std::to_string(opts.steps));
   if (!(opts.collectiveTimeoutSeconds > 0))
     return Status::invalidArgument("the collective timeout must be > 0 seconds");
+  if ((opts.checkpointEvery > 0) != !opts.checkpointDir.empty())
+    return Status::invalidArgument(opts.checkpointDir.empty() ? "--checkpoint-every needs --checkpoint-dir"
+                                                              : "--checkpoint-dir needs --checkpoint-every N (N >= 1)");
+  if ((opts.keepLast != 0 || opts.asyncCheckpoint) && opts.checkpointDir.empty())
+    return Status::invalidArgument("--keep-last and --async-checkpoint need --checkpoint-dir");
+  if (opts.keepLast < 0) return Status::invalidArgument("--keep-last must be >= 0 (0: keep every checkpoint)");
+  if (!opts.resume.empty() && !opts.initFrom.empty())
+    return Status::invalidArgument("--resume and --init-from: give one (a resumed run takes its params from the "
+                                   "checkpoint)");
   // One process of several reads only the programs its ranks run, and every program when it runs
   // rank 0 and writes --save-params (the coordinated writer reads every rank's params by their
   // programs' buffers).
@@ -266,6 +264,68 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     if (!st.isOk() && watchdog && recorder->anyUnfinished()) watchdog->fire(st.toString());
     return st;
   };
+  LrSchedule sched = m.lrSchedule;
+  if (sched.totalSteps == 0) sched.totalSteps = opts.steps;
+  if (sched.kind == LrSchedule::Kind::kWarmupCosine && sched.totalSteps <= sched.warmupSteps)
+    sched.totalSteps = sched.warmupSteps + 1;  // a run shorter than the warmup never reaches the decay
+
+  // Checkpoints and resume (Checkpoint.h): what the run is, for the checkpoint's manifest and for the
+  // checks against the one it resumes; each local rank's state tensors; the saver, whose preparation
+  // (removing what an interrupted save left) happens before the processes' first exchange, so no
+  // rank writes into the root before it.
+  const bool checkpointing = !opts.checkpointDir.empty();
+  CheckpointManifest runDesc;
+  std::optional<CheckpointReader> resumeFrom;
+  std::vector<std::vector<train::StateTensor>> states(static_cast<size_t>(world));
+  std::unique_ptr<train::CheckpointSaver> saver;
+  std::mutex outputMutex;  // progress and log lines: the reporting rank's and rank 0's checkpoint lines
+  if (checkpointing || !opts.resume.empty()) {
+    LLCDIST_ASSIGN_OR_RETURN(uint64_t planHash, fileFingerprint(opts.planDir, "manifest.json"));
+    runDesc.globalBatch = m.globalBatch;
+    runDesc.seqLen = m.seqLen;
+    runDesc.lrSchedule = sched.kind == LrSchedule::Kind::kWarmupCosine ? "cosine" : "constant";
+    runDesc.lrTotalSteps = sched.totalSteps;
+    runDesc.data = opts.data;
+    runDesc.shuffle = opts.shuffle;
+    runDesc.seed = opts.seed;
+    runDesc.modelName = m.modelName;
+    runDesc.architecture = m.architecture;
+    runDesc.modelFingerprint = train::modelFingerprint(m);
+    runDesc.vocabSize = m.vocabSize;
+    runDesc.meshDp = m.meshDp;
+    runDesc.meshTp = m.meshTp;
+    runDesc.meshPp = m.meshPp;
+    runDesc.planFingerprint = hex16(planHash);
+    runDesc.optimizer = m.optimizer.kind == OptimizerDesc::Kind::kAdamW ? "adamw" : "sgd";
+    for (int r : local) {
+      const int64_t p = m.programOfRank(r);
+      if (p < 0) return Status::internal("no program runs rank " + std::to_string(r));
+      LLCDIST_ASSIGN_OR_RETURN(states[size_t(r)], train::stateTensorsOf(m, plan.programs[size_t(p)], size_t(p)));
+    }
+  }
+  if (!opts.resume.empty()) {
+    LLCDIST_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::open(opts.resume));
+    LLCDIST_RETURN_IF_ERROR(train::checkResumable(reader, m, runDesc, opts.steps));
+    resumeFrom = std::move(reader);
+  }
+  if (checkpointing) {
+    train::CheckpointRun cr;
+    cr.root = opts.checkpointDir;
+    cr.every = opts.checkpointEvery;
+    cr.keepLast = opts.keepLast;
+    cr.async = opts.asyncCheckpoint;
+    cr.manifest = &m;
+    cr.plan = &plan;
+    cr.planFingerprint = runDesc.planFingerprint;
+    cr.base = runDesc;
+    cr.comm = multiRank ? comm : nullptr;
+    cr.world = world;
+    cr.progress = opts.quiet ? nullptr : &progress;
+    cr.progressMutex = &outputMutex;
+    saver = std::make_unique<train::CheckpointSaver>(std::move(cr));
+    if (std::find(local.begin(), local.end(), 0) != local.end()) LLCDIST_RETURN_IF_ERROR(saver->prepare());
+  }
+  const int64_t firstStep = resumeFrom ? resumeFrom->manifest().step : 0;
   if (external) {
     // Every process must have loaded the same plan: the fingerprints of all, compared on each (with
     // each one's start time: rank 0's names the run in the flight recorder's dumps).
@@ -360,15 +420,11 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   LLCDIST_ASSIGN_OR_RETURN(train::DataSourceFactory dataFor,
                            train::makeDataSources(m, opts.data, opts.shuffle, opts.seed));
 
-  LrSchedule sched = m.lrSchedule;
-  if (sched.totalSteps == 0) sched.totalSteps = opts.steps;
-  if (sched.kind == LrSchedule::Kind::kWarmupCosine && sched.totalSteps <= sched.warmupSteps)
-    sched.totalSteps = sched.warmupSteps + 1;  // a run shorter than the warmup never reaches the decay
-
   std::ofstream log;
   if (!opts.logJson.empty() && reporter) {
     log.open(opts.logJson, std::ios::trunc);
     if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': cannot open for writing");
+    if (saver) saver->setLog(&log);
   }
 
   RunResult local_;
@@ -385,38 +441,47 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
       const ScopedCallSite scopedSite(CommCallSite::driver("connecting the backend's channels"));
       LLCDIST_RETURN_IF_ERROR(ranks[size_t(r)].backend->connect().withContext("connecting the backend's channels"));
     }
-    LLCDIST_RETURN_IF_ERROR(train::initParams(m, interp, opts.seed, opts.initFrom));
+    if (resumeFrom)
+      LLCDIST_RETURN_IF_ERROR(train::loadRankState(*resumeFrom, m, states[size_t(r)], interp));
+    else
+      LLCDIST_RETURN_IF_ERROR(train::initParams(m, interp, opts.seed, opts.initFrom));
     const MicrobatchSource data = dataFor(mesh.coord(r, MeshAxis::kDp));
-    for (int64_t step = 0; step < opts.steps; ++step) {
+    for (int64_t step = firstStep; step < opts.steps; ++step) {
       StepRecord rec;
       rec.step = step;
       rec.lr = learningRate(sched, step);
       const auto t0 = std::chrono::steady_clock::now();
       if (faulty) faulty->beginStep(r, step);
       LLCDIST_RETURN_IF_ERROR(interp.runStep(step, rec.lr, data));
-      if (r != reportRank) continue;
-      float loss = 0, norm = std::numeric_limits<float>::quiet_NaN();
-      LLCDIST_RETURN_IF_ERROR(interp.readBuffer(lossId, &loss));
-      if (normId >= 0) LLCDIST_RETURN_IF_ERROR(interp.readBuffer(normId, &norm));
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      rec.loss = loss;
-      rec.gradNorm = norm;
-      rec.tokensPerSec = dt > 0 ? double(res.tokensPerStep) / dt : 0.0;
-      res.steps.push_back(rec);
-      if (log.is_open()) {
-        std::string line = logRecord(rec);
-        if (step == opts.steps - 1) {
-          lastRecord = line;
-        } else {
-          log << line << std::flush;
-          if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': write failed");
+      const auto t1 = std::chrono::steady_clock::now();  // the step, without its checkpoint
+      if (r == reportRank) {
+        const std::lock_guard<std::mutex> outputLock(outputMutex);
+        float loss = 0, norm = std::numeric_limits<float>::quiet_NaN();
+        LLCDIST_RETURN_IF_ERROR(interp.readBuffer(lossId, &loss));
+        if (normId >= 0) LLCDIST_RETURN_IF_ERROR(interp.readBuffer(normId, &norm));
+        const double dt = std::chrono::duration<double>(t1 - t0).count();
+        rec.loss = loss;
+        rec.gradNorm = norm;
+        rec.tokensPerSec = dt > 0 ? double(res.tokensPerStep) / dt : 0.0;
+        res.steps.push_back(rec);
+        if (log.is_open()) {
+          std::string line = logRecord(rec);
+          if (step == opts.steps - 1) {
+            lastRecord = line;
+          } else {
+            log << line << std::flush;
+            if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': write failed");
+          }
+        }
+        if (!opts.quiet) {
+          if (opts.progressIsTty) progress << '\r' << progressLine(rec, opts.steps) << "\x1b[K" << std::flush;
+          else progress << progressLine(rec, opts.steps) << '\n' << std::flush;
         }
       }
-      if (!opts.quiet) {
-        if (opts.progressIsTty) progress << '\r' << progressLine(rec, opts.steps) << "\x1b[K" << std::flush;
-        else progress << progressLine(rec, opts.steps) << '\n' << std::flush;
-      }
+      if (saver && (step + 1) % opts.checkpointEvery == 0)
+        LLCDIST_RETURN_IF_ERROR(fireOnError(saver->save(r, step + 1, interp, states[size_t(r)])));
     }
+    if (saver) LLCDIST_RETURN_IF_ERROR(fireOnError(saver->finish(r)));  // an async save still writing
     return Status::ok();
   };
 

@@ -130,6 +130,64 @@ void forEachHeldRun(const ParamDesc& p, int64_t member, int64_t axisSize, int64_
   });
 }
 
+namespace {
+// The ParamDesc whose shard member `layout.member` of layout.members is the layout's local tensor.
+ParamDesc layoutView(const std::vector<int64_t>& globalShape, const ShardLayout& layout) {
+  ParamDesc v;
+  v.shape = globalShape;
+  v.localShape = globalShape;
+  if (layout.members > 1) {
+    v.sharding = ParamSharding{MeshAxis::kTp, layout.dim, layout.splitBlocks, 1};
+    v.localShape[size_t(layout.dim)] /= layout.members;
+  }
+  return v;
+}
+}  // namespace
+
+Status checkLayout(const std::vector<int64_t>& shape, const ShardLayout& l, int64_t heldNumel) {
+  if (l.members < 1 || l.splitBlocks < 1 || l.blocks < 1) return Status::invalidArgument("members, split_blocks and blocks must be >= 1");
+  if (l.member >= l.members) return Status::invalidArgument("member " + std::to_string(l.member) + " of " + std::to_string(l.members));
+  if (l.block >= l.blocks) return Status::invalidArgument("block " + std::to_string(l.block) + " of " + std::to_string(l.blocks));
+  if (l.members > 1) {
+    if (l.dim >= int64_t(shape.size()))
+      return Status::invalidArgument("dim " + std::to_string(l.dim) + " of a " + std::to_string(shape.size()) + "-d tensor");
+    if (l.splitBlocks > shape[size_t(l.dim)] || shape[size_t(l.dim)] % (l.splitBlocks * l.members) != 0)
+      return Status::invalidArgument("dimension " + std::to_string(l.dim) + " (" + std::to_string(shape[size_t(l.dim)]) +
+                                     ") does not split into " + std::to_string(l.splitBlocks) + " × " +
+                                     std::to_string(l.members) + " chunks");
+  }
+  if (l.blocks > 1 && shape.empty()) return Status::invalidArgument("a scalar has no row blocks");
+  const ParamDesc v = layoutView(shape, l);
+  const int64_t E = v.localNumel(), rows = v.localShape.empty() ? 1 : v.localShape[0];
+  const int64_t held = l.blocks == 1 ? E : (rows + l.blocks - 1) / l.blocks * (rows > 0 ? E / rows : 0);
+  if (held != heldNumel)
+    return Status::invalidArgument("the layout holds " + std::to_string(held) + " elements but the tensor has " +
+                                   std::to_string(heldNumel));
+  return Status::ok();
+}
+
+void forEachLayoutRun(const std::vector<int64_t>& shape, const ShardLayout& l,
+                      const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+  forEachHeldRun(layoutView(shape, l), l.member, l.members, l.block, l.blocks, fn);
+}
+
+ShardLayout layoutOf(const Manifest& m, const ParamDesc& p, bool block, int rank) {
+  const Mesh mesh = m.mesh();
+  ShardLayout l;
+  if (p.sharding) {
+    l.dim = p.sharding->dim;
+    l.splitBlocks = p.sharding->blocks;
+    l.member = mesh.coord(rank, p.sharding->axis) / p.sharding->replicas;
+    l.members = mesh.axisSize(p.sharding->axis) / p.sharding->replicas;
+    if (l.members == 1) l = ShardLayout{};
+  }
+  if (block && p.zero) {
+    l.block = mesh.coord(rank, p.zero->axis);
+    l.blocks = mesh.axisSize(p.zero->axis);
+  }
+  return l;
+}
+
 Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, const std::string& initFrom) {
   if (!initFrom.empty()) return importParams(manifest, interp, initFrom);
   for (const ParamDesc& p : manifest.params) {

@@ -69,6 +69,9 @@
 //    checked before any step runs (the error names --trace); a failed run writes no trace.
 //  - checkAsync: the checking mode of asynchronous plans (Interpreter.h; --check-async): started ops
 //    run at their waits, their outputs NaN-poisoned until then; no effect on a synchronous plan.
+//  - Checkpoints and resume: see checkpointDir and resume below. Progress prints one line per
+//    checkpoint (rank 0's process), with the stall of the step boundary; logJson gets a record
+//    {"checkpoint": {"step", "dir", "async", "stall_s", "write_s", "commit_s"}} (no "loss" field).
 //  - Determinism: the CPU backend pins OpenBLAS to one thread and collectives reduce in member order,
 //    so the same options give bitwise identical losses and parameters, whatever the thread scheduling.
 #pragma once
@@ -98,6 +101,21 @@ struct RunOptions {
   std::string initFrom;    // safetensors to import ("" = init from the manifest)
   std::string saveParams;  // safetensors to export ("" = none)
   std::string logJson;     // JSON Lines log ("" = none)
+  // Checkpoints (Checkpoint.h, docs/checkpoints.md): with checkpointDir, after every step k + 1 that is
+  // a multiple of checkpointEvery, each rank writes the shards it owns (master params, optimizer
+  // state) and rank 0 commits the checkpoint atomically (keepLast > 0: only the newest keepLast stay).
+  // asyncCheckpoint: the step boundary only snapshots to host memory; the write runs in the
+  // background and is committed at the rank's next checkpoint or after its last step.
+  std::string checkpointDir;
+  int64_t checkpointEvery = 0;
+  int64_t keepLast = 0;
+  bool asyncCheckpoint = false;
+  // Resume (Checkpoint.h): a checkpoint root (its newest checkpoint) or a step directory. Its params
+  // and optimizer state replace the init (resharded to this plan's mesh), and the run continues from
+  // the checkpoint's step to `steps` (the run's total): with the same plan, bitwise the run that was
+  // interrupted. The model, optimizer kind, global batch, sequence length, data, shuffle, seed and LR
+  // schedule must be the checkpoint's (errors name the flag). Not with initFrom.
+  std::string resume;
   std::string traceDir;    // measured timeline: DIR/trace.json after the run ("" = none; Timeline.h)
   // --check-async: asynchronous ops run only at their waits, their outputs poisoned until then
   // (Interpreter.h, docs/plan-format.md "Asynchronous plans").

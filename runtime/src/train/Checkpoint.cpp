@@ -19,6 +19,7 @@
 namespace llcdist::rt {
 namespace fs = std::filesystem;
 using planjson::json;
+using train::shapeStr;
 
 namespace {
 
@@ -61,12 +62,6 @@ int64_t numelOf(const std::vector<int64_t>& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
-}
-
-std::string shapeStr(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
 }
 
 }  // namespace

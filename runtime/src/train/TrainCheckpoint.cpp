@@ -49,12 +49,6 @@ std::string rankFileName(int rank, const char* ext) {
   return b;
 }
 
-std::string shapeStr(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 // The optimizer states a param has under the plan's optimizer, in order.
 std::vector<std::string> statesOf(const OptimizerDesc& o) {
   if (o.kind == OptimizerDesc::Kind::kAdamW) return {"exp_avg", "exp_avg_sq"};

@@ -10,13 +10,14 @@
 #include <set>
 
 namespace llcdist::rt::train {
-namespace {
 
 std::string shapeStr(const std::vector<int64_t>& s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
   return r + "]";
 }
+
+namespace {
 
 // What a rank's value buffer of param p holds: its shard index on p's sharding axis and the number of
 // shards (its member index and the axis size, each divided by the sharding's replicas; 0 and 1 when

@@ -34,6 +34,9 @@ Status saveParams(const Manifest& manifest, const std::vector<Interpreter*>& ran
 using ParamRead = std::function<StatusOr<std::vector<float>>(int rank, int64_t param, int64_t buffer)>;
 Status saveParams(const Manifest& manifest, int world, const ParamRead& read, const std::string& path);
 
+// "[2, 3]": a shape in messages.
+std::string shapeStr(const std::vector<int64_t>& shape);
+
 // For each contiguous run of param `p`'s local shard on member `member` of its sharding axis:
 // fn(localOffset, globalOffset, count) in elements. A replicated param is one run [0, numel).
 void forEachShardRun(const ParamDesc& p, int64_t member, int64_t axisSize,

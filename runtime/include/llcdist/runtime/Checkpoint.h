@@ -82,6 +82,12 @@ struct CheckpointManifest {
   std::vector<CheckpointFileDesc> files;
 };
 
+// Bounds of what a checkpoint may claim, checked before anything is allocated from it.
+inline constexpr int64_t kMaxCheckpointTensorElements = int64_t(1) << 40;
+inline constexpr int64_t kMaxCheckpointRanks = int64_t(1) << 20;
+// A name with no '/', '\' or NUL, not "." or "..": a file inside the checkpoint directory.
+bool isPlainFileName(const std::string& name);
+
 // checkpoint.json text <-> manifest. Parsing is strict (JSON depth, duplicate keys, every field's
 // type and range, names that are plain file names); errors name `file` and the field.
 StatusOr<CheckpointManifest> parseCheckpointManifest(const std::string& text, const std::string& file);

@@ -20,6 +20,11 @@ using json = nlohmann::json;
 #endif
 
 namespace {
+/// Sanity bounds far above any device: 1 PiB of memory, 65536 NCCL channels
+/// or peers. They keep every reserve sum (DeviceReserve::bytes) in int64.
+constexpr double kMaxDeviceGib = 1048576;
+constexpr int64_t kMaxNcclCount = 65536;
+
 std::string devicesDir() {
   if (const char *env = std::getenv("LLCDIST_DEVICES_DIR"))
     return env;
@@ -46,14 +51,24 @@ std::optional<std::string> parseReserve(const json &r, const std::string &path,
     if (!r.contains(k))
       return where + ": missing field '" + k + "' (known: " + list + ")";
   DeviceReserve d;
+  // Each part at most the capacity (itself at most kMaxDeviceGib), so their
+  // sums and products below stay far from int64 overflow.
   auto mib = [&](const char *k, int64_t &dst) -> std::optional<std::string> {
     if (!r[k].is_number() || !(r[k].get<double>() >= 0) || !std::isfinite(r[k].get<double>()))
       return field(k) + ": must be a number of MiB >= 0, got " + r[k].dump();
+    if (r[k].get<double>() * 1048576.0 > double(capacity))
+      return field(k) + ": must be at most memory_gib (" + std::to_string(capacity / 1048576) +
+             " MiB), got " + r[k].dump();
     dst = int64_t(std::llround(r[k].get<double>() * 1048576.0));
     return std::nullopt;
   };
   auto count = [&](const char *k, int64_t &dst) -> std::optional<std::string> {
-    return readPositiveInt(r[k], field(k), dst);
+    if (auto e = readPositiveInt(r[k], field(k), dst))
+      return e;
+    if (dst > kMaxNcclCount)
+      return field(k) + ": must be at most " + std::to_string(kMaxNcclCount) +
+             " (a sanity bound far above NCCL's), got " + r[k].dump();
+    return std::nullopt;
   };
   if (auto e = mib("cuda_context_mib", d.cudaContextBytes))
     return e;
@@ -67,6 +82,9 @@ std::optional<std::string> parseReserve(const json &r, const std::string &path,
     return e;
   if (auto e = count("nccl_peers", d.ncclPeers))
     return e;
+  if (double(d.ncclBuffsizeBytes) * double(d.ncclChannels) * double(d.ncclPeers) > double(capacity))
+    return where + ": one communicator's NCCL buffers (nccl_buffsize_mib × nccl_channels × "
+                   "nccl_peers) exceed memory_gib";
   const json &f = r["fragmentation_fraction"];
   if (!f.is_number() || !(f.get<double>() >= 0 && f.get<double>() < 0.5))
     return field("fragmentation_fraction") + ": must be a fraction of the capacity in [0, 0.5), "
@@ -165,6 +183,9 @@ std::optional<std::string> llcdist::parseDevice(const std::string &text,
   double gib = 0;
   if (auto e = positive("memory_gib", gib, true))
     return e;
+  if (gib > kMaxDeviceGib)
+    return path + ": field 'memory_gib': must be at most 1048576 (1 PiB, a sanity bound far above "
+                  "any device), got " + j["memory_gib"].dump();
   if (auto e = positive("bf16_dense_tflops", d.bf16DenseTflops, false))
     return e;
   if (auto e = positive("hbm_tb_s", d.hbmTBs, false))
@@ -248,5 +269,9 @@ std::optional<int64_t> llcdist::parseByteSize(const std::string &text, bool allo
   // every size is kept in (9223372036854775808 would wrap negative).
   if (v * scale > 1152921504606846976.0)
     return std::nullopt;
-  return int64_t(std::llround(v * scale));
+  // A fraction of a byte ("0.4", "1e-9KiB") rounds to 0: non-positive too.
+  int64_t bytes = int64_t(std::llround(v * scale));
+  if (bytes < (allowZero ? 0 : 1))
+    return std::nullopt;
+  return bytes;
 }

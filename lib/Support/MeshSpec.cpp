@@ -6,6 +6,14 @@
 
 using namespace llcdist;
 
+namespace {
+/// The largest world size a mesh may have: the runtime's plan loader refuses
+/// a larger one (runtime/src/Plan.cpp), and every rank computation on a mesh
+/// stays far from int64 overflow (issue #16: the fuzzer's dp × tp × pp
+/// overflowed in MeshSpec::worldSize).
+constexpr int64_t kMaxMeshWorldSize = int64_t(1) << 24;
+} // namespace
+
 std::string MeshSpec::str() const {
   return "dp=" + std::to_string(dp) + ",tp=" + std::to_string(tp) +
          ",pp=" + std::to_string(pp);
@@ -86,9 +94,17 @@ std::optional<std::string> llcdist::parseMeshSpec(std::string_view spec,
                   std::string(axis) + " is not an integer");
     if (v < 1)
       return fail("degree of " + std::string(axis) + " must be >= 1");
+    if (v > kMaxMeshWorldSize)
+      return fail("degree of " + std::string(axis) + " must be at most " +
+                  std::to_string(kMaxMeshWorldSize));
     (idx == 0 ? m.dp : idx == 1 ? m.tp : m.pp) = v;
     pos = end + 1;
   }
+  // Each degree is at most 2^24, so dp × tp cannot overflow, nor × pp once
+  // dp × tp is at most 2^24.
+  if (m.dp * m.tp > kMaxMeshWorldSize || m.dp * m.tp * m.pp > kMaxMeshWorldSize)
+    return fail("world size dp × tp × pp must be at most " +
+                std::to_string(kMaxMeshWorldSize));
   out = m;
   return std::nullopt;
 }

@@ -31,10 +31,18 @@ std::optional<std::string> llcdist::parseTopology(const std::string &text,
                   "'nic_gb_s' (GB/s per NIC, each way) instead; the per-GPU bandwidth between "
                   "nodes is nics_per_node x nic_gb_s / gpus_per_node";
   Topology t;
+  // A sanity bound far above any node, so that Topology::nodesFor and the
+  // rank arithmetic on it stay in int64 (issue #16).
+  constexpr int64_t kMaxPerNode = 65536;
   auto positiveInt = [&](const char *k, int64_t &dst) -> std::optional<std::string> {
     if (!j.contains(k))
       return path + ": missing field '" + k + "' (a positive integer)";
-    return readPositiveInt(j[k], path + ": field '" + k + "'", dst);
+    if (auto e = readPositiveInt(j[k], path + ": field '" + k + "'", dst))
+      return e;
+    if (dst > kMaxPerNode)
+      return path + ": field '" + k + "': must be at most " + std::to_string(kMaxPerNode) +
+             " (a sanity bound far above any node), got " + j[k].dump();
+    return std::nullopt;
   };
   auto positiveNum = [&](const char *k, double &dst) -> std::optional<std::string> {
     if (!j.contains(k))

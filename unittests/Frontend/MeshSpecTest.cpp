@@ -53,3 +53,24 @@ TEST(MeshSpec, RankOrder) {
   EXPECT_NE(err->find("expected a permutation of dp, tp, pp"), std::string::npos);
   EXPECT_TRUE(parseRankOrder("tp,tp,pp", m));
 }
+
+// fuzz/regressions/mesh_spec/ (issue #16): degrees whose product overflowed
+// int64 in worldSize(). A mesh is at most 2^24 ranks, the runtime's bound.
+TEST(MeshSpec, WorldSizeBound) {
+  MeshSpec m;
+  ASSERT_FALSE(parseMeshSpec("dp=16777216", m));
+  EXPECT_EQ(m.worldSize(), 16777216);
+  ASSERT_FALSE(parseMeshSpec("dp=4096,tp=64,pp=64", m));
+  EXPECT_EQ(m.worldSize(), 16777216);
+  auto err = parseMeshSpec("dp=16777217", m);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("degree of dp must be at most 16777216"), std::string::npos) << *err;
+  err = parseMeshSpec("pp=27777777777777770,dp=22,tp=2707722777", m);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("degree of pp must be at most 16777216"), std::string::npos) << *err;
+  err = parseMeshSpec("dp=4096,tp=4096,pp=2", m);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("world size dp × tp × pp must be at most 16777216"), std::string::npos)
+      << *err;
+  EXPECT_EQ(m.worldSize(), 16777216); // unchanged by a refused spec
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of fuzz/ (docs/fuzzing.md) into their own build directory with
+# clang, ASan and UBSan, and runs each for a bounded time on a copy of its seed corpus.
+#
+#   scripts/fuzz.sh                               every target, ${FUZZ_SECONDS:-20} s each
+#   FUZZ_SECONDS=1800 scripts/fuzz.sh plan        one target (or several) for longer
+#
+# Exit status 1 on any finding (crash, UB, uncaught exception, leak, timeout > 10 s, an input that
+# needs more than 2 GiB or one allocation of more than 1 GiB) or on a regression input of
+# fuzz/regressions/<target>/ that fails again; the input is kept in build-fuzz/findings/<target>/.
+# Exit status 0 with a SKIP line only when clang with libFuzzer is absent and cannot be installed.
+#
+# Environment: FUZZ_SECONDS (per target, default 20), FUZZ_BUILD_DIR (default build-fuzz),
+# FUZZ_CC / FUZZ_CXX (default clang-22 / clang++-22), FUZZ_JOBS (ninja -j, default 2),
+# FUZZ_BUILD_LOCK (a file: the configure and build run under flock on it, for a shared machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}
+CC_FUZZ=${FUZZ_CC:-clang-22}
+CXX_FUZZ=${FUZZ_CXX:-clang++-22}
+MAX_LEN=65536 # bytes: every seed is far smaller; the plan seeds are the largest (docs/fuzzing.md)
+ALL_TARGETS=(model_config mesh_spec byte_size cli_flags device topology plan safetensors token_file
+             checkpoint_manifest)
+
+say() { echo "fuzz: $*"; }
+
+# Whether $CXX_FUZZ links a libFuzzer binary with ASan and UBSan.
+have_libfuzzer() {
+  command -v "$CXX_FUZZ" >/dev/null 2>&1 || return 1
+  local probe
+  probe=$(mktemp -d)
+  echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char *, unsigned long) { return 0; }' \
+    > "$probe/probe.cpp"
+  local ok=0
+  "$CXX_FUZZ" -fsanitize=fuzzer,address,undefined "$probe/probe.cpp" -o "$probe/probe" \
+    >/dev/null 2>&1 || ok=1
+  rm -rf "$probe"
+  return $ok
+}
+
+if ! have_libfuzzer; then
+  # scripts/setup-deps.sh lists them; a standalone run installs just these two.
+  pkgs=(clang-22 libclang-rt-22-dev)
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  if command -v apt-get >/dev/null && { [ -z "$SUDO" ] || command -v sudo >/dev/null; }; then
+    say "installing ${pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}"; } \
+      >/dev/null 2>&1 || true
+  fi
+  if ! have_libfuzzer; then
+    say "SKIP: $CXX_FUZZ with libFuzzer (-fsanitize=fuzzer) is not available and could not be" \
+        "installed (apt-get install ${pkgs[*]}); no target was built or run"
+    exit 0
+  fi
+fi
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=("${ALL_TARGETS[@]}")
+for t in "${targets[@]}"; do
+  [ -f "fuzz/${t}_fuzzer.cpp" ] || { say "unknown target '$t' (known: ${ALL_TARGETS[*]})" >&2; exit 2; }
+done
+
+locked() {
+  if [ -n "${FUZZ_BUILD_LOCK:-}" ]; then flock "$FUZZ_BUILD_LOCK" "$@"; else "$@"; fi
+}
+build_start=$(date +%s)
+if [ ! -f "$BUILD/build.ninja" ]; then
+  mkdir -p "$BUILD"
+  CC=$CC_FUZZ CXX=$CXX_FUZZ locked cmake -S fuzz -B "$BUILD" -G Ninja >"$BUILD/configure.log" 2>&1 || {
+    cat "$BUILD/configure.log" >&2; say "configure failed"; exit 1; }
+fi
+if [ $# -eq 0 ]; then
+  # Every target this configuration builds (cli_flags needs LLVM's headers: fuzz/CMakeLists.txt).
+  built=()
+  for t in "${targets[@]}"; do
+    if ninja -C "$BUILD" -t query "${t}_fuzzer" >/dev/null 2>&1; then built+=("$t"); else
+      say "$t: not configured (fuzz/CMakeLists.txt says why in $BUILD/configure.log)"; fi
+  done
+  targets=("${built[@]}")
+fi
+locked nice ninja -C "$BUILD" -j "${FUZZ_JOBS:-2}" "${targets[@]/%/_fuzzer}" >"$BUILD/build.log" 2>&1 || {
+  tail -50 "$BUILD/build.log" >&2; say "build failed (log: $BUILD/build.log)"; exit 1; }
+say "built ${#targets[@]} target(s) in $(( $(date +%s) - build_start )) s ($BUILD)"
+
+failed=()
+for t in "${targets[@]}"; do
+  bin="$BUILD/${t}_fuzzer"
+  findings="$BUILD/findings/$t"
+  work="$BUILD/run/$t"
+  rm -rf "$work"
+  mkdir -p "$findings" "$work/corpus"
+  # A copy: the in-tree corpus never grows by a run. The regression inputs join it as seeds.
+  cp -r "fuzz/corpus/$t/." "$work/corpus/"
+  flags=(-max_len=$MAX_LEN -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024
+         -artifact_prefix="$findings/" -print_final_stats=1)
+  [ -f "fuzz/dicts/$t.dict" ] && flags+=(-dict="fuzz/dicts/$t.dict")
+  # Each regression input once (libFuzzer runs files given by name and exits): must not fail again.
+  if [ -d "fuzz/regressions/$t" ] && [ -n "$(ls -A "fuzz/regressions/$t")" ]; then
+    if ! "$bin" "${flags[@]}" "fuzz/regressions/$t"/* >"$work/regressions.log" 2>&1; then
+      tail -30 "$work/regressions.log"
+      say "$t: FAILED: a regression input of fuzz/regressions/$t fails again (log: $work/regressions.log)"
+      failed+=("$t")
+      continue
+    fi
+    say "$t: $(ls "fuzz/regressions/$t" | wc -l) regression input(s) of fuzz/regressions/$t pass"
+    cp -r "fuzz/regressions/$t/." "$work/corpus/"
+  fi
+  seeds=$(ls "$work/corpus" | wc -l)
+  rc=0
+  "$bin" "${flags[@]}" -max_total_time="$SECONDS_PER_TARGET" "$work/corpus" >"$work/fuzz.log" 2>&1 || rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/fuzz.log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$work/fuzz.log" | tail -1 | cut -d' ' -f2)
+  if [ "$rc" -eq 0 ]; then
+    say "$t: OK: ${execs:-?} executions in ${SECONDS_PER_TARGET} s, coverage ${cov:-?} edges," \
+        "corpus $seeds -> $(ls "$work/corpus" | wc -l) inputs"
+  else
+    grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error|artifact_prefix|Test unit written)' "$work/fuzz.log" \
+      | head -10 || true
+    tail -40 "$work/fuzz.log" > "$findings/last-log.txt"
+    say "$t: FAILED (exit $rc) after ${execs:-?} executions: the input is in $findings/" \
+        "(log: $work/fuzz.log)"
+    failed+=("$t")
+  fi
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+  say "FINDINGS in ${failed[*]} (docs/fuzzing.md: how a finding becomes a regression test)"
+  exit 1
+fi
+say "all ${#targets[@]} target(s) passed"

@@ -65,6 +65,19 @@ std::string hex16(uint64_t x) {
   return b;
 }
 
+StatusOr<std::string> readFileText(const std::string& path, int64_t maxBytes) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return Status::notFound("'" + path + "': cannot read it: " + ec.message());
+  if (int64_t(size) > maxBytes)
+    return Status::invalidArgument("'" + path + "': " + std::to_string(size) + " bytes, more than the " +
+                                   std::to_string(maxBytes) + "-byte limit for this file");
+  std::ifstream in(path, std::ios::binary);
+  std::string text(size_t(size), '\0');
+  if (!in.read(text.data(), std::streamsize(size))) return Status::ioError("'" + path + "': read failed");
+  return text;
+}
+
 Status fsyncPath(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::ioError("'" + path + "': cannot open it to fsync: " + std::strerror(errno));

@@ -12,8 +12,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <set>
 #include <sstream>
 
 namespace llcdist::rt {
@@ -22,19 +20,6 @@ using planjson::json;
 using train::shapeStr;
 
 namespace {
-
-StatusOr<std::string> readText(const std::string& path, int64_t maxBytes) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (ec) return Status::notFound("'" + path + "': cannot read it: " + ec.message());
-  if (int64_t(size) > maxBytes)
-    return Status::invalidArgument("'" + path + "': " + std::to_string(size) + " bytes, more than a checkpoint's " +
-                                   std::to_string(maxBytes) + "-byte limit for this file");
-  std::ifstream in(path, std::ios::binary);
-  std::string text(size_t(size), '\0');
-  if (!in.read(text.data(), std::streamsize(size))) return Status::ioError("'" + path + "': read failed");
-  return text;
-}
 
 int64_t numelOf(const std::vector<int64_t>& s) {
   int64_t n = 1;
@@ -50,7 +35,7 @@ std::vector<std::string> listCheckpoints(const std::string& root) {
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.rfind("step-", 0) != 0 || !it->is_directory(ec)) continue;
-    StatusOr<std::string> text = readText((it->path() / kCheckpointManifestFile).string(), int64_t(1) << 30);
+    StatusOr<std::string> text = readFileText((it->path() / kCheckpointManifestFile).string(), int64_t(1) << 30);
     if (!text.isOk()) continue;
     StatusOr<CheckpointManifest> m = parseCheckpointManifest(text.value(), name);
     if (m.isOk()) found.emplace_back(m.value().step, it->path().string());
@@ -76,7 +61,7 @@ StatusOr<std::string> resolveCheckpoint(const std::string& path) {
   }
   // `latest` is the commit point; should it be unreadable or name no complete checkpoint (a damaged
   // root), the newest complete one is taken instead.
-  StatusOr<std::string> name = readText(latest.string(), 4096);
+  StatusOr<std::string> name = readFileText(latest.string(), 4096);
   if (name.isOk()) {
     std::string n = name.value();
     while (!n.empty() && (n.back() == '\n' || n.back() == '\r')) n.pop_back();
@@ -137,7 +122,7 @@ StatusOr<CheckpointReader> CheckpointReader::open(const std::string& path) {
     return Status(s.code(), "checkpoint " + impl->dir + ": " + s.message() + impl->fallback());
   };
   const std::string manifestPath = (fs::path(impl->dir) / kCheckpointManifestFile).string();
-  StatusOr<std::string> text = readText(manifestPath, int64_t(1) << 30);
+  StatusOr<std::string> text = readFileText(manifestPath, int64_t(1) << 30);
   if (!text.isOk()) return fail(text.status());
   StatusOr<CheckpointManifest> parsed = parseCheckpointManifest(text.value(), kCheckpointManifestFile);
   if (!parsed.isOk()) return fail(parsed.status());
@@ -294,9 +279,9 @@ Status exportHuggingFace(const CheckpointReader& c, const HfExportOptions& opts,
   const CheckpointManifest& m = c.manifest();
   std::string config;
   if (!opts.configPath.empty()) {
-    LLCDIST_ASSIGN_OR_RETURN(config, readText(opts.configPath, int64_t(1) << 24));
+    LLCDIST_ASSIGN_OR_RETURN(config, readFileText(opts.configPath, int64_t(1) << 24));
   } else if (m.modelConfig) {
-    LLCDIST_ASSIGN_OR_RETURN(config, readText((fs::path(c.dir()) / kModelConfigFile).string(), int64_t(1) << 24));
+    LLCDIST_ASSIGN_OR_RETURN(config, readFileText((fs::path(c.dir()) / kModelConfigFile).string(), int64_t(1) << 24));
   } else {
     return Status::invalidArgument("checkpoint " + c.dir() + " has no " + kModelConfigFile +
                                    " (its plan was compiled from IR, or by an older llc-dist): give the model's "

@@ -300,7 +300,7 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
     for (int r : local) {
       const int64_t p = m.programOfRank(r);
       if (p < 0) return Status::internal("no program runs rank " + std::to_string(r));
-      LLCDIST_ASSIGN_OR_RETURN(states[size_t(r)], train::stateTensorsOf(m, plan.programs[size_t(p)], size_t(p)));
+      LLCDIST_ASSIGN_OR_RETURN(states[size_t(r)], train::stateTensorsOf(m, plan.programs[size_t(p)], size_t(p), r));
     }
   }
   if (!opts.resume.empty()) {
@@ -311,12 +311,10 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   if (checkpointing) {
     train::CheckpointRun cr;
     cr.root = opts.checkpointDir;
-    cr.every = opts.checkpointEvery;
     cr.keepLast = opts.keepLast;
     cr.async = opts.asyncCheckpoint;
     cr.manifest = &m;
     cr.plan = &plan;
-    cr.planFingerprint = runDesc.planFingerprint;
     cr.base = runDesc;
     cr.comm = multiRank ? comm : nullptr;
     cr.world = world;

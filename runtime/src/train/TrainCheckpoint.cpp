@@ -61,7 +61,7 @@ std::vector<std::string> statesOf(const OptimizerDesc& o) {
 // as a tied param's copies on other pipeline stages take their updates from one stage's state, or each
 // from its own: then each program writes its copy, the same values). The writer is picked by the
 // tensor's name among the holders, so dp replicas share the writing instead of rank 0 writing all.
-bool writes(const Manifest& m, const ParamDesc& p, const StateTensor& s, int rank) {
+bool writesSlice(const Manifest& m, const ParamDesc& p, const StateTensor& s, int rank) {
   const ShardLayout mine = layoutOf(m, p, s.block, rank);
   const int64_t program = m.programOfRank(rank);
   std::vector<int> holders;
@@ -111,7 +111,16 @@ std::string stateTensorName(const ParamDesc& p, const std::string& state) {
   return state == "param" ? p.name : p.name + "." + state;
 }
 
-StatusOr<std::vector<StateTensor>> stateTensorsOf(const Manifest& m, const Program& prog, size_t programIndex) {
+void forEachCheckpointTensor(const Manifest& m, const std::function<void(const ParamDesc&, const std::string&)>& fn) {
+  const std::vector<std::string> states = statesOf(m.optimizer);
+  for (const ParamDesc& p : m.params) {
+    fn(p, "param");
+    for (const std::string& s : states) fn(p, s);
+  }
+}
+
+StatusOr<std::vector<StateTensor>> stateTensorsOf(const Manifest& m, const Program& prog, size_t programIndex,
+                                                  int rank) {
   std::vector<StateTensor> out;
   std::map<int64_t, int64_t> paramOfBuffer;  // value buffer -> param
   for (size_t i = 0; i < m.params.size(); ++i)
@@ -169,6 +178,7 @@ StatusOr<std::vector<StateTensor>> stateTensorsOf(const Manifest& m, const Progr
     if (b.kind == schema::BufferKind::kOptimizerState && !stateBuffers.count(b.id))
       return Status::invalidArgument(prog.file + ": optimizer_state buffer '" + b.name +
                                      "' belongs to no param's optimizer op: a checkpoint would miss it");
+  for (StateTensor& t : out) t.writes = writesSlice(m, m.params[size_t(t.param)], t, rank);
   return out;
 }
 
@@ -216,7 +226,7 @@ struct CheckpointSaver::Impl {
     snap.step = step;
     for (const StateTensor& s : states) {
       const ParamDesc& p = m.params[size_t(s.param)];
-      if (!writes(m, p, s, rank)) continue;
+      if (!s.writes) continue;
       const BufferDesc& b = prog.buffers[size_t(s.buffer)];
       Snapshot::Tensor t;
       t.name = stateTensorName(p, s.state);
@@ -254,7 +264,7 @@ struct CheckpointSaver::Impl {
                                              {{"format", "pt"},
                                               {"llcdist.step", std::to_string(snap.step)},
                                               {"llcdist.rank", std::to_string(rank)},
-                                              {"llcdist.plan", run.planFingerprint},
+                                              {"llcdist.plan", run.base.planFingerprint},
                                               {"llcdist.layout", layout.dump()}})
                                 .withContext("--checkpoint-dir"));
     if (rank == 0) maybeCrash("shard");
@@ -312,28 +322,28 @@ struct CheckpointSaver::Impl {
         return Status::dataLoss("checkpoint: '" + side + "': unreadable: " + ex.what());
       }
     }
-    for (const ParamDesc& p : m.params) {
-      std::vector<std::string> states = {"param"};
-      for (const std::string& s : statesOf(m.optimizer)) states.push_back(s);
-      for (const std::string& s : states) {
-        CheckpointTensorDesc t;
-        t.name = stateTensorName(p, s);
-        t.param = p.name;
-        t.state = s;
-        t.shape = p.shape;
-        t.realShape = p.fileShape;
-        auto it = dtypes.find(t.name);
-        if (it == dtypes.end())
-          return Status::internal("checkpoint step " + std::to_string(step) + ": no rank wrote tensor '" + t.name + "'");
-        t.dtype = it->second;
-        man.tensors.push_back(std::move(t));
+    Status missing;
+    forEachCheckpointTensor(m, [&](const ParamDesc& p, const std::string& state) {
+      CheckpointTensorDesc t;
+      t.name = stateTensorName(p, state);
+      t.param = p.name;
+      t.state = state;
+      t.shape = p.shape;
+      t.realShape = p.fileShape;
+      auto it = dtypes.find(t.name);
+      if (it == dtypes.end()) {
+        if (missing.isOk())
+          missing = Status::internal("checkpoint step " + std::to_string(step) + ": no rank wrote tensor '" + t.name + "'");
+        return;
       }
-    }
+      t.dtype = it->second;
+      man.tensors.push_back(std::move(t));
+    });
+    LLCDIST_RETURN_IF_ERROR(missing);
     std::error_code ec;
     const fs::path config = fs::path(run.plan->dir) / kModelConfigFile;
     if (fs::exists(config, ec)) {
-      std::ifstream in(config, std::ios::binary);
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      LLCDIST_ASSIGN_OR_RETURN(std::string text, readFileText(config.string(), int64_t(1) << 24));
       LLCDIST_RETURN_IF_ERROR(writeFileDurably((fs::path(dir) / kModelConfigFile).string(), text));
       man.modelConfig = true;
     }
@@ -526,10 +536,7 @@ Status checkResumable(const CheckpointReader& c, const Manifest& m, const Checkp
                 (m.lrSchedule.totalSteps == 0 ? ": pass --steps " + std::to_string(k.lrTotalSteps)
                                               : ": compile the plan with the same schedule"));
   std::set<std::string> want, have;
-  for (const ParamDesc& p : m.params) {
-    want.insert(p.name);
-    for (const std::string& s : statesOf(m.optimizer)) want.insert(stateTensorName(p, s));
-  }
+  forEachCheckpointTensor(m, [&](const ParamDesc& p, const std::string& s) { want.insert(stateTensorName(p, s)); });
   for (const CheckpointTensorDesc& t : k.tensors) have.insert(t.name);
   for (const std::string& n : want)
     if (!have.count(n)) return fail("the checkpoint has no tensor '" + n + "' (the plan's optimizer settings differ?)");

@@ -71,25 +71,29 @@ struct StateTensor {
   std::string state;    // "param", "exp_avg", "exp_avg_sq" or "momentum_buffer"
   int64_t buffer = -1;  // in the program
   bool block = false;   // the buffer holds the rank's ZeRO block of its shard (else the whole shard)
+  bool writes = false;  // this rank writes it into the checkpoint (one holder of each slice does)
 };
 std::string stateTensorName(const ParamDesc& p, const std::string& state);
-// Every param placed in programs[programIndex] with its state; an optimizer_state buffer that belongs
-// to no param's optimizer op, or a param without its optimizer's state, is an error (the checkpoint
-// would miss it).
+// Every param placed in programs[programIndex] with its state, as rank `rank` (of that program) holds
+// them; an optimizer_state buffer that belongs to no param's optimizer op, or a param without its
+// optimizer's state, is an error (the checkpoint would miss it).
 StatusOr<std::vector<StateTensor>> stateTensorsOf(const Manifest& manifest, const Program& program,
-                                                  size_t programIndex);
+                                                  size_t programIndex, int rank);
+// fn(param, state) for every tensor a checkpoint of the plan holds: each param's value ("param") and
+// its optimizer's states, in the manifest's order.
+void forEachCheckpointTensor(const Manifest& manifest,
+                             const std::function<void(const ParamDesc&, const std::string&)>& fn);
 // The params' names, Hugging Face shapes and the vocabulary, hashed: plans of one model agree.
 std::string modelFingerprint(const Manifest& manifest);
 
 // The run's checkpoint settings and what they need of the run (Train.cpp fills it).
 struct CheckpointRun {
   std::string root;
-  int64_t every = 0, keepLast = 0;
+  int64_t keepLast = 0;
   bool async = false;
   const Manifest* manifest = nullptr;
   const Plan* plan = nullptr;
-  std::string planFingerprint;
-  CheckpointManifest base;  // the run's constant fields (data, model, mesh, ...)
+  CheckpointManifest base;  // the run's constant fields (data, model, mesh, plan fingerprint, ...)
   Communicator* comm = nullptr;  // null: one rank
   int world = 1;
   std::ostream* progress = nullptr;  // rank 0 prints a line per checkpoint (null: quiet)

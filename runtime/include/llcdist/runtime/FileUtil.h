@@ -24,6 +24,9 @@ StatusOr<uint64_t> xxh3File(const std::string& path);
 // 16 lowercase hex digits.
 std::string hex16(uint64_t x);
 
+// A whole file's bytes, refused (before reading) when larger than maxBytes; errors name the file.
+StatusOr<std::string> readFileText(const std::string& path, int64_t maxBytes);
+
 // fsync(2) of a file or a directory (opened read-only); an error naming it.
 Status fsyncPath(const std::string& path);
 // `text` to `path` durably (above); an error naming the file.

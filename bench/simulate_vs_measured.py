@@ -11,9 +11,13 @@ communication queues minus the compute lane's blocked waits; predicted:
 comm.*.overlapped_s).
 
 The measured step times are noisy on a small shared machine (threads of one
-process on 2 cores), so the orderings are a benchmark to read, not a test: it
-prints "ORDER AGREES" / "ORDER DIFFERS" per group, and only counts a pair
-whose measured times differ by more than --min-ratio. Whether a plan hides
+process on 2 cores), so small differences are a benchmark to read, not a test:
+it prints "ORDER AGREES" / "ORDER DIFFERS" per group, and only counts a pair
+whose measured times differ by more than --min-ratio. The schedule-bubble
+group is built so the schedules differ by 15-30 % (2 microbatches on 2
+stages): with --check-order it exits 1 unless every pair the simulation puts
+more than 12 % apart runs in that order (ctest
+cost-model.simulator-orders-schedules). Whether a plan hides
 communication at all is not noise: with --check-hidden it exits 1 unless the
 simulation hides communication in exactly the plans whose measured trace does
 (ctest cost-model.simulator-hides-what-the-runtime-hides).
@@ -32,18 +36,65 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INPUTS = os.path.join(ROOT, "unittests", "Cost", "Inputs")
 
+# A Llama of the tiny one's family, big enough that a microbatch's compute
+# (not the runtime's per-op overhead) sets the step: the bubble group's model.
+BUBBLE_MODEL = {"hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 8,
+                "max_position_embeddings": 128, "num_attention_heads": 8,
+                "num_key_value_heads": 4}
+
+# name -> (model, plans, check_order). A checked group's orderings are a test
+# (--check-order): 2 microbatches on 2 stages put a third of a GPipe or 1F1B
+# step in the bubble ((p-1)/(m+p-1)), a fifth with v=2 and a ninth with v=4:
+# 15-30 % apart, far beyond the noise.
 GROUPS = {
-    "schedule (tiny-llama pp=2, 8 microbatches)": [
+    "schedule (tiny-llama pp=2, 8 microbatches)": ("tiny-llama", [
         ("gpipe", "--mesh pp=2 --global-batch 8 --schedule gpipe"),
         ("1f1b", "--mesh pp=2 --global-batch 8 --schedule 1f1b"),
         ("interleaved v=2", "--mesh pp=2 --global-batch 8 --schedule interleaved "
                             "--virtual-stages 2"),
-    ],
-    "gradient buckets (tiny-llama dp=2)": [
+    ], False),
+    "schedule bubble (llama h=256, 8 layers, pp=2, 2 microbatches)": ("bubble", [
+        ("gpipe", "--mesh pp=2 --global-batch 2 --seq-len 64 --schedule gpipe"),
+        ("1f1b", "--mesh pp=2 --global-batch 2 --seq-len 64 --schedule 1f1b"),
+        ("interleaved v=2", "--mesh pp=2 --global-batch 2 --seq-len 64 --schedule interleaved "
+                            "--virtual-stages 2"),
+        ("interleaved v=4", "--mesh pp=2 --global-batch 2 --seq-len 64 --schedule interleaved "
+                            "--virtual-stages 4"),
+    ], True),
+    "gradient buckets (tiny-llama dp=2)": ("tiny-llama", [
         ("no buckets", "--mesh dp=2 --global-batch 4"),
         ("buckets 4000", "--mesh dp=2 --global-batch 4 --grad-bucket-size 4000"),
-    ],
+    ], False),
 }
+
+
+def model_file(tmp, name):
+    path = os.path.join(ROOT, "models", "tiny-llama.json")
+    if name == "tiny-llama":
+        return path
+    with open(path) as f:
+        config = json.load(f)
+    config.update(BUBBLE_MODEL)
+    out = os.path.join(tmp, name + ".json")
+    with open(out, "w") as f:
+        json.dump(config, f)
+    return out
+
+
+def order_errors(rows, min_ratio):
+    """Pairs the simulation tells apart by more than min_ratio, run the other way round."""
+    errors = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            fast, slow = sorted((a, b), key=lambda r: r["predicted_step_s"])
+            if slow["predicted_step_s"] < min_ratio * fast["predicted_step_s"]:
+                continue
+            if fast["measured_step_s"] >= slow["measured_step_s"]:
+                errors.append("%s (predicted %.1f ms, measured %.1f ms) vs %s (%.1f ms, %.1f ms)"
+                              % (fast["plan"], fast["predicted_step_s"] * 1e3,
+                                 fast["measured_step_s"] * 1e3, slow["plan"],
+                                 slow["predicted_step_s"] * 1e3, slow["measured_step_s"] * 1e3))
+    return errors
 
 
 def measured(trace_path, warmup):
@@ -86,34 +137,49 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="runs of each plan, round-robin; each keeps its fastest median step")
     ap.add_argument("--min-ratio", type=float, default=1.10,
                     help="compare the order of two plans only when their measured "
                          "step times differ by more than this factor")
+    ap.add_argument("--check-order", action="store_true",
+                    help="exit 1 unless, in the checked groups (the schedule bubble), every "
+                         "pair of plans the simulation predicts more than 12%% apart runs in "
+                         "the predicted order (ctest cost-model.simulator-orders-schedules)")
     ap.add_argument("--check-hidden", action="store_true",
                     help="exit 1 unless every plan hides communication in the simulation "
                          "exactly when its measured trace does (ctest "
                          "cost-model.simulator-hides-what-the-runtime-hides)")
     args = ap.parse_args()
-    mismatches = []
+    mismatches, disorders, checked_pairs = [], [], 0
     tool = os.path.join(args.build, "bin", "llc-dist")
-    model = os.path.join(ROOT, "models", "tiny-llama.json")
     device = os.path.join(INPUTS, "cpu-synthetic.json")
     topology = os.path.join(INPUTS, "cpu-node.json")
     env = dict(os.environ, LLCDIST_BACKEND="cpu")
     report = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for group, plans in GROUPS.items():
-            rows = []
+        for gi, (group, (model_name, plans, check_order)) in enumerate(GROUPS.items()):
+            model = model_file(tmp, model_name)
+            dirs = []
             for name, flags in plans:
-                plan = os.path.join(tmp, name.replace(" ", "_").replace("=", ""))
+                plan = os.path.join(tmp, "%d-%s" % (gi, name.replace(" ", "_").replace("=", "")))
                 subprocess.run([tool, "compile", model, *flags.split(), "-o", plan, "--quiet"],
                                check=True)
-                tdir = plan + ".trace"
-                os.makedirs(tdir)
-                subprocess.run([tool, "run", plan, "--steps", str(args.steps), "--trace", tdir,
-                                "--backend", "cpu"], check=True, env=env,
-                               stdout=subprocess.DEVNULL)
-                m_step, m_hidden = measured(os.path.join(tdir, "trace.json"), args.warmup)
+                dirs.append(plan)
+            # Round-robin repeats: a burst of load on the machine slows one round of
+            # every plan, not every round of one; each plan keeps its fastest round.
+            runs = {plan: [] for plan in dirs}
+            for rep in range(args.repeats):
+                for plan in dirs:
+                    tdir = "%s.trace%d" % (plan, rep)
+                    os.makedirs(tdir)
+                    subprocess.run([tool, "run", plan, "--steps", str(args.steps), "--trace",
+                                    tdir, "--backend", "cpu"], check=True, env=env,
+                                   stdout=subprocess.DEVNULL)
+                    runs[plan].append(measured(os.path.join(tdir, "trace.json"), args.warmup))
+            rows = []
+            for (name, _), plan in zip(plans, dirs):
+                m_step, m_hidden = min(runs[plan])
                 sim = json.loads(subprocess.run(
                     [tool, "simulate", plan, "--device", device, "--topology", topology,
                      "--format", "json"], check=True, capture_output=True, text=True).stdout)
@@ -150,11 +216,25 @@ def main():
             print(f"  {verdict} on {agree}/{compared} pairs differing by > "
                   f"{(args.min_ratio - 1) * 100:.0f}% measured")
             report[group] = {"rows": rows, "pairs_compared": compared, "pairs_agree": agree}
+            if check_order:
+                errors = order_errors(rows, 1.12)
+                checked_pairs += sum(
+                    1 for i, a in enumerate(rows) for b in rows[i + 1:]
+                    if max(a["predicted_step_s"], b["predicted_step_s"]) >=
+                    1.12 * min(a["predicted_step_s"], b["predicted_step_s"]))
+                disorders += ["%s: %s" % (group, e) for e in errors]
             for r in rows:
                 # Hidden: more than 0.1 ms per step (a synchronous plan hides none).
                 if (r["measured_hidden_comm_s"] > 1e-4) != (r["predicted_hidden_comm_s"] > 1e-4):
                     mismatches.append(r["plan"])
     print(json.dumps(report, indent=1) if os.environ.get("LLCDIST_BENCH_JSON") else "", end="")
+    if args.check_order:
+        if disorders or checked_pairs < 4:
+            print("ORDER CHECK FAILED (%d pairs predicted > 12%% apart): %s"
+                  % (checked_pairs, "; ".join(disorders) or "too few pairs"))
+            return 1
+        print("ORDER CHECK PASSED: the %d pairs predicted > 12%% apart run in the predicted "
+              "order" % checked_pairs)
     if args.check_hidden:
         if mismatches:
             print("HIDDEN DIFFERS: " + ", ".join(mismatches))

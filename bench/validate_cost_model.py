@@ -41,17 +41,16 @@ def configs(r):
     tp, pp, gpus = int(r["tp"]), int(r["pp"]), int(r["gpus"])
     layers = int(r["layers"])
     dp = gpus // (tp * pp)
-    zero = int(r["zero"])
+    zero, rc = int(r["zero"]), r["recompute"]
     out = []
-    for rc in [r["recompute"]]:
-        scheds = [("1f1b", 1)] if pp == 1 else [("1f1b", 1)] + [
-            ("interleaved", v) for v in (2, 3, 4, 6, 8) if pp * v <= layers]
-        for sched, v in scheds:
-            out.append({"dp": dp, "tp": tp, "pp": pp, "micro_batch": int(r["micro_batch"]),
-                        "virtual_stages": v, "schedule": sched, "recompute": rc,
-                        "sequence_parallel": r["sequence_parallel"] == "true", "zero": zero,
-                        # Llama 3 / Megatron-LM today overlap the gradient reduction.
-                        "grad_bucket": 40000000 if r["source"] == "llama3-t4" else 0})
+    scheds = [("1f1b", 1)] if pp == 1 else [("1f1b", 1)] + [
+        ("interleaved", v) for v in (2, 3, 4, 6, 8) if pp * v <= layers]
+    for sched, v in scheds:
+        out.append({"dp": dp, "tp": tp, "pp": pp, "micro_batch": int(r["micro_batch"]),
+                    "virtual_stages": v, "schedule": sched, "recompute": rc,
+                    "sequence_parallel": r["sequence_parallel"] == "true", "zero": zero,
+                    # Llama 3 / Megatron-LM today overlap the gradient reduction.
+                    "grad_bucket": 40000000 if r["source"] == "llama3-t4" else 0})
     return out
 
 

@@ -129,6 +129,7 @@ DICTS = {
     "checkpoint_manifest": (["runtime/src/CheckpointManifest.cpp"], True),
     "mesh_spec": (["lib/Support/MeshSpec.cpp"], False),
     "cli_flags": (["tools/llc-dist/Cli.h"], False),
+    "run_command": (["runtime/src/cli/RunCommandLine.cpp"], False),
 }
 JSON_TOKENS = ["{", "}", "[", "]", ":", ",", "\"\"", "null", "true", "false", "{}", "[]"]
 NUMBERS = ["0", "-0", "1", "-1", "2", "0.5", "1e-300", "5e-324", "1e300", "1e400", "-1e300",
@@ -140,6 +141,8 @@ EXTRA = {
     "cli_flags": ["\n", "=", "--mesh", "--rank-order", "--steps", "--seq-len", "--micro-batch",
                   "--lr", "--weight-decay", "--device", "--memory-budget", "dp=", "tp=", "pp=",
                   "GiB", "MiB", "inf", "nan", "0x1p4", "e"],
+    "run_command": ["\n", "=", "env=", "cuda", "cpu", "on", "off", "synthetic", ",", "0,1", "1e6", "inf",
+                    "nan", "-1", "1024", "16777216"],
     "byte_size": ["TiB", "GiB", "MiB", "KiB", "TB", "GB", "MB", "KB", "B", ".", "e", "e-", "e+",
                   "inf", "nan", "0x", "p", " ", "-"],
 }

@@ -22,7 +22,7 @@ SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}
 CC_FUZZ=${FUZZ_CC:-clang-22}
 CXX_FUZZ=${FUZZ_CXX:-clang++-22}
 MAX_LEN=65536 # bytes: every seed is far smaller; the plan seeds are the largest (docs/fuzzing.md)
-ALL_TARGETS=(model_config mesh_spec byte_size cli_flags device topology plan safetensors token_file
+ALL_TARGETS=(model_config mesh_spec byte_size cli_flags run_command device topology plan safetensors token_file
              checkpoint_manifest)
 
 say() { echo "fuzz: $*"; }

@@ -21,6 +21,9 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.add_tool_substitutions(
     ["llc-dist", "llc-dist-opt"], [config.llcdist_tools_dir])
+# The MLIR-free runner (runtime/tools/llcdist-run.cpp), built in the runtime's binary directory.
+llvm_config.add_tool_substitutions(
+    ["llcdist-run"], [os.path.join(config.llcdist_obj_root, "runtime")])
 
 # The PyTorch reference (test/reference/): Debian's python3-torch, installed by
 # scripts/setup-deps.sh, lives beside /usr/bin/python3.

@@ -80,11 +80,20 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
   }
   in->deferred_.assign(in->program_->queues.size(), {});
   const auto& subs = in->program_->subroutines;
-  // One staging area for the f32 temporaries of bf16 arguments, as large as the largest op needs (ops
-  // run one at a time); allocated before binding, which takes addresses in it.
+  // Each op's parameters and kernel variant, chosen once (they do not depend on the slot).
+  std::vector<std::vector<OpBinding>> bindings(subs.size());
+  for (size_t s = 0; s < subs.size(); ++s)
+    for (size_t i = 0; i < subs[s].ops.size(); ++i) {
+      StatusOr<OpBinding> b = in->chooseBinding(subs[s].ops[i]);
+      if (!b.isOk()) return Status(b.status()).withContext(in->where(s, i));
+      bindings[s].push_back(std::move(b).value());
+    }
+  // One staging area for the f32 temporaries of converted bf16 arguments, as large as the largest op
+  // needs (ops run one at a time); allocated before binding, which takes addresses in it.
   int64_t staging = 0;
-  for (const Subroutine& sub : subs)
-    for (const Op& op : sub.ops) staging = std::max(staging, in->stagingElems(op));
+  for (size_t s = 0; s < subs.size(); ++s)
+    for (size_t i = 0; i < subs[s].ops.size(); ++i)
+      staging = std::max(staging, in->stagingElems(subs[s].ops[i], bindings[s][i]));
   if (staging > 0) {
     LLCDIST_ASSIGN_OR_RETURN(in->staging_, backend.allocateStaging(staging));
   }
@@ -107,11 +116,28 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
     for (int64_t k = 0; k < slots[s]; ++k) {
       for (size_t i = 0; i < subs[s].ops.size(); ++i) {
         BoundOp b;
-        LLCDIST_RETURN_IF_ERROR(in->bind(subs[s].ops[i], k, &b).withContext(in->where(s, i)));
+        LLCDIST_RETURN_IF_ERROR(in->bind(subs[s].ops[i], bindings[s][i], k, &b).withContext(in->where(s, i)));
+        if (launchesKernel(b.call.kind))  // graphs, workspaces: built now, never during a step
+          LLCDIST_RETURN_IF_ERROR(backend.prepare(b.call).withContext(in->where(s, i)));
         in->subroutines_[s][size_t(k)].push_back(std::move(b));
       }
     }
   }
+  // The choices, summarized per (kind, variant) in order of first appearance.
+  for (size_t s = 0; s < subs.size(); ++s)
+    for (size_t i = 0; i < subs[s].ops.size(); ++i) {
+      const Op& op = subs[s].ops[i];
+      const OpBinding& b = bindings[s][i];
+      if (!launchesKernel(op.kind)) continue;
+      auto it = std::find_if(in->kernelChoices_.begin(), in->kernelChoices_.end(), [&](const KernelChoiceSummary& k) {
+        return k.kind == op.kind && k.variant == b.variantName;
+      });
+      if (it == in->kernelChoices_.end())
+        it = in->kernelChoices_.insert(in->kernelChoices_.end(),
+                                       KernelChoiceSummary{op.kind, std::string(b.variantName), 0, 0, b.passedOver});
+      ++it->ops;
+      for (const std::vector<bool>& role : b.convert) it->convertedArgs += std::count(role.begin(), role.end(), true);
+    }
   LLCDIST_RETURN_IF_ERROR(in->createChannels());
   return in;
 }
@@ -153,21 +179,69 @@ std::string Interpreter::where(size_t s, size_t i) const {
   return w + ")";
 }
 
-// Elements of f32 staging the op needs: one temporary per distinct bf16 buffer of its float roles.
-int64_t Interpreter::stagingElems(const Op& op) const {
-  if (handlesBf16Itself(op)) return 0;
+// The op's parameters, kernel variant and conversions. Kernel ops take the variant the backend's choice
+// rule gives for their buffers' dtypes (KernelVariant.h); zero, cast and load_microbatch take their
+// buffers as they are; communication ops convert every bf16 argument unless they run in bf16.
+StatusOr<Interpreter::OpBinding> Interpreter::chooseBinding(const Op& op) {
+  OpBinding out;
+  // The family's parameters (src/ops/<Family>.cpp), for a backend that has the op's kernel.
+  const ops::OpDef* def = ops::opDefs().find(op.kind);
+  if (!def) return Status::internal("op " + std::string(sc::opName(op.kind)) + " has no definition (docs/adding-an-op.md)");
+  if (launchesKernel(op.kind) && !backend_->hasKernel(op.kind))
+    return Status::invalidArgument("backend " + backend_->name() + " has no kernel for op " +
+                                   std::string(sc::opName(op.kind)));
+  LLCDIST_ASSIGN_OR_RETURN(out.params, def->bind(ops::BindContext{op, plan_->manifest, plan_->manifest.mesh(), rank_}));
   const sc::OpSpec& spec = sc::opSpec(op.kind);
-  std::vector<int64_t> seen;
-  int64_t n = 0;
-  for (size_t r = 0; r < op.args.size() && r < spec.numArgs; ++r) {
-    if (!sc::isFloatRole(spec.args[r].type)) continue;
+  out.convert.resize(op.args.size());
+  for (size_t r = 0; r < op.args.size(); ++r) out.convert[r].assign(op.args[r].size(), false);
+  if (handlesBf16Itself(op)) {  // zero, cast (and load_microbatch, a host copy): any dtype, no choice
+    if (launchesKernel(op.kind)) {
+      const std::vector<const KernelVariantInfo*> variants = backend_->kernelVariants(op.kind);
+      if (!variants.empty()) out.variantName = variants.front()->name;
+    }
+    return out;
+  }
+  if (!launchesKernel(op.kind)) {  // communication in f32: every bf16 argument through an f32 temporary
+    for (size_t r = 0; r < op.args.size() && r < spec.numArgs; ++r) {
+      if (!sc::isFloatRole(spec.args[r].type)) continue;
+      for (size_t k = 0; k < op.args[r].size(); ++k)
+        out.convert[r][k] = program_->buffers[size_t(op.args[r][k])].dtype == sc::ElemType::kBF16;
+    }
+    return out;
+  }
+  KernelCall probe;  // what the choice reads: kind, dtypes, sizes, parameters (no addresses)
+  probe.kind = op.kind;
+  probe.args.resize(op.args.size());
+  probe.argElems.resize(op.args.size());
+  probe.argTypes.resize(op.args.size());
+  for (size_t r = 0; r < op.args.size(); ++r)
     for (int64_t id : op.args[r]) {
       const BufferDesc& b = program_->buffers[size_t(id)];
-      if (b.dtype != sc::ElemType::kBF16 || std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
-      seen.push_back(id);
-      n += b.numel();
+      probe.args[r].push_back(nullptr);
+      probe.argElems[r].push_back(b.numel());
+      probe.argTypes[r].push_back(b.dtype);
     }
-  }
+  probe.params = out.params;
+  LLCDIST_ASSIGN_OR_RETURN(KernelChoice choice, chooseKernelVariant(probe, backend_->kernelVariants(op.kind),
+                                                                    backend_->kernelSelectOptions()));
+  out.variant = choice.variant;
+  out.variantName = choice.name;
+  out.passedOver = std::move(choice.passedOver);
+  out.convert = std::move(choice.convert);
+  return out;
+}
+
+// Elements of f32 staging the op needs: one temporary per distinct converted buffer.
+int64_t Interpreter::stagingElems(const Op& op, const OpBinding& binding) const {
+  std::vector<int64_t> seen;
+  int64_t n = 0;
+  for (size_t r = 0; r < op.args.size() && r < binding.convert.size(); ++r)
+    for (size_t k = 0; k < op.args[r].size(); ++k) {
+      const int64_t id = op.args[r][k];
+      if (!binding.convert[r][k] || std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+      seen.push_back(id);
+      n += program_->buffers[size_t(id)].numel();
+    }
   return n;
 }
 
@@ -184,11 +258,12 @@ KernelCall castCall(void* x, sc::ElemType xType, void* y, sc::ElemType yType, in
 }
 }  // namespace
 
-Status Interpreter::bind(const Op& op, int64_t slot, BoundOp* out) {
+Status Interpreter::bind(const Op& op, const OpBinding& binding, int64_t slot, BoundOp* out) {
   KernelCall& c = out->call;
   out->op = &op;
   out->slot = slot;
   c.kind = op.kind;
+  c.variant = binding.variant;
   c.args.resize(op.args.size());
   c.argElems.resize(op.args.size());
   c.argTypes.resize(op.args.size());
@@ -206,59 +281,52 @@ Status Interpreter::bind(const Op& op, int64_t slot, BoundOp* out) {
       use->read |= access != sc::ArgAccess::kWrite;
       use->write |= access != sc::ArgAccess::kRead;
     }
-  // bf16 arguments of float roles: bind the op to f32 temporaries in the staging area, converted in
-  // when the op reads the buffer and out when it writes it (a buffer in several roles shares one).
-  if (!handlesBf16Itself(op)) {
-    const sc::OpSpec& spec = sc::opSpec(op.kind);
-    struct Slot {
-      float* tmp;
-      bool read = false, written = false;
-    };
-    std::map<int64_t, Slot> slots;
-    std::vector<int64_t> order;  // first-appearance order, for deterministic conversion order
-    float* next = staging_;
-    for (size_t r = 0; r < op.args.size(); ++r) {
-      if (!sc::isFloatRole(spec.args[r].type)) continue;
-      const sc::ArgAccess access = op.access(r);
-      for (size_t k = 0; k < op.args[r].size(); ++k) {
-        const int64_t id = op.args[r][k];
-        const BufferDesc& b = program_->buffers[size_t(id)];
-        if (b.dtype != sc::ElemType::kBF16) continue;
-        auto it = slots.find(id);
-        if (it == slots.end()) {
-          it = slots.emplace(id, Slot{next}).first;
-          order.push_back(id);
-          next += b.numel();
-        }
-        it->second.read |= access != sc::ArgAccess::kWrite;
-        it->second.written |= access != sc::ArgAccess::kRead;
-        c.args[r][k] = it->second.tmp;
-        c.argTypes[r][k] = sc::ElemType::kF32;
-      }
-    }
-    if (next > staging_ + stagingElems_) return Status::internal("bf16 staging area too small");
-    for (int64_t id : order) {
-      const Slot& staged = slots.at(id);
+  // Converted bf16 arguments: bind the op to f32 temporaries in the staging area, converted in when the
+  // op reads the buffer and out when it writes it (a buffer in several roles shares one).
+  struct Slot {
+    float* tmp;
+    bool read = false, written = false;
+  };
+  std::map<int64_t, Slot> slots;
+  std::vector<int64_t> order;  // first-appearance order, for deterministic conversion order
+  float* next = staging_;
+  for (size_t r = 0; r < op.args.size(); ++r) {
+    const sc::ArgAccess access = op.access(r);
+    for (size_t k = 0; k < op.args[r].size(); ++k) {
+      if (r >= binding.convert.size() || !binding.convert[r][k]) continue;
+      const int64_t id = op.args[r][k];
       const BufferDesc& b = program_->buffers[size_t(id)];
-      void* arena = backend_->arenaAt(b.offsetAt(slot));
-      if (staged.read)
-        out->convertIn.push_back(castCall(arena, sc::ElemType::kBF16, staged.tmp, sc::ElemType::kF32, b.numel()));
-      if (staged.written)
-        out->convertOut.push_back(castCall(staged.tmp, sc::ElemType::kF32, arena, sc::ElemType::kBF16, b.numel()));
+      if (b.dtype != sc::ElemType::kBF16) return Status::internal("a conversion of a buffer that is not bf16");
+      auto it = slots.find(id);
+      if (it == slots.end()) {
+        it = slots.emplace(id, Slot{next}).first;
+        order.push_back(id);
+        next += b.numel();
+      }
+      it->second.read |= access != sc::ArgAccess::kWrite;
+      it->second.written |= access != sc::ArgAccess::kRead;
+      c.args[r][k] = it->second.tmp;
+      c.argTypes[r][k] = sc::ElemType::kF32;
     }
+  }
+  if (next > staging_ + stagingElems_) return Status::internal("bf16 staging area too small");
+  for (int64_t id : order) {
+    const Slot& staged = slots.at(id);
+    const BufferDesc& b = program_->buffers[size_t(id)];
+    void* arena = backend_->arenaAt(b.offsetAt(slot));
+    if (staged.read)
+      out->convertIn.push_back(castCall(arena, sc::ElemType::kBF16, staged.tmp, sc::ElemType::kF32, b.numel()));
+    if (staged.written)
+      out->convertOut.push_back(castCall(staged.tmp, sc::ElemType::kF32, arena, sc::ElemType::kBF16, b.numel()));
   }
   // An asynchronous op keeps its buffers from its start to its wait, which the one shared staging area
   // cannot give it.
   if (op.startsAsync() && (!out->convertIn.empty() || !out->convertOut.empty()))
     return Status::invalidArgument("asynchronous communication (\"token\") on bf16 buffers is not supported by "
                                  "this runtime; run it synchronously");
-  // The family's parameters (src/ops/<Family>.cpp), for a backend that has the op's kernel.
-  const ops::OpDef* def = ops::opDefs().find(op.kind);
-  if (!def) return Status::internal("op " + std::string(sc::opName(op.kind)) + " has no definition (docs/adding-an-op.md)");
-  if (launchesKernel(op.kind) && !backend_->hasKernel(op.kind))
-    return Status::invalidArgument("backend " + backend_->name() + " has no kernel for op " +
-                                   std::string(sc::opName(op.kind)));
-  LLCDIST_ASSIGN_OR_RETURN(c.params, def->bind(ops::BindContext{op, plan_->manifest, plan_->manifest.mesh(), rank_}));
+  c.params = binding.params;
+  out->variant = binding.variantName;
+  out->flops = kernelFlops(c);
   return Status::ok();
 }
 
@@ -426,15 +494,21 @@ Status Interpreter::waitToken(const BoundOp& w, size_t s, int64_t step, int64_t 
   const bool timed = timeline_ && queue == 0 &&
                      std::any_of(f.handles.begin(), f.handles.end(),
                                  [&](CollectiveHandle h) { return !backend_->collectiveDone(h); });
-  const int64_t t0 = timed ? Timeline::nowNs() : 0;
+  int64_t m0 = -1;
+  if (timed) {
+    LLCDIST_ASSIGN_OR_RETURN(m0, backend_->markTime(streams_[0]));
+  }
   Status st;
   for (CollectiveHandle h : f.handles) {
     Status one = backend_->waitCollective(streams_[queue], h);
     if (st.isOk() && !one.isOk()) st = one;  // every handle is waited for, even after an error
   }
-  if (timed)
-    timeline_->record({sc::opName(sc::OpKind::kWait), TraceLane::kCompute, t0, Timeline::nowNs(), &w.op->loc,
-                       &program_->subroutines[s].name, step, microbatch, action_});
+  if (timed) {
+    LLCDIST_ASSIGN_OR_RETURN(const int64_t m1, backend_->markTime(streams_[0]));
+    pending_.push_back({{sc::opName(sc::OpKind::kWait), TraceLane::kCompute, 0, 0, &w.op->loc,
+                         &program_->subroutines[s].name, step, microbatch, action_},
+                        m0, m1});
+  }
   if (!st.isOk())
     return st.withContext("the communication of token " + std::to_string(w.op->token) + " (" +
                           where(f.subroutine, f.opIndex) + ")");
@@ -513,17 +587,46 @@ Status Interpreter::runSubroutine(size_t s, int64_t step, int64_t microbatch, do
     // load_microbatch launches a kernel or communicates; communication on another queue is recorded
     // on that queue's lane by the thread that runs it.
     const bool timed = timeline_ && kind != sc::OpKind::kLoadMicrobatch && ops[i].op->queue == 0;
-    const int64_t t0 = timed ? Timeline::nowNs() : 0;
+    int64_t m0 = -1;
+    if (timed) {
+      LLCDIST_ASSIGN_OR_RETURN(m0, backend_->markTime(stream_));
+    }
     LLCDIST_RETURN_IF_ERROR(runOp(ops[i], step, microbatch, lr, data).withContext(where(s, i)));
     if (timed) {
+      LLCDIST_ASSIGN_OR_RETURN(const int64_t m1, backend_->markTime(stream_));
       const bool communicates = !launchesKernel(kind);
-      timeline_->record({sc::opName(kind), communicates ? TraceLane::kCommunication : TraceLane::kCompute, t0,
-                         Timeline::nowNs(), &ops[i].op->loc, &program_->subroutines[s].name, step, microbatch,
-                         action_});
+      TimelineEvent e{sc::opName(kind), communicates ? TraceLane::kCommunication : TraceLane::kCompute, 0, 0,
+                      &ops[i].op->loc, &program_->subroutines[s].name, step, microbatch, action_};
+      e.variant = ops[i].variant;
+      e.flops = ops[i].flops;
+      pending_.push_back({e, m0, m1});
     }
     if (trace_) traceOp(ops[i]);  // the memory measurement hook: one position per executed op
   }
+  // A subroutine run outside a step (tests, tools) records its intervals now; a step does at its end.
+  if (action_ < 0 && !pending_.empty()) {
+    LLCDIST_RETURN_IF_ERROR(backend_->synchronize());
+    return recordPending();
+  }
   return Status::ok();
+}
+
+// The step's timed intervals, from their marks (valid after synchronize), into the timeline.
+Status Interpreter::recordPending() {
+  Status st;
+  for (PendingInterval& p : pending_) {
+    StatusOr<int64_t> t0 = backend_->markTimeNs(p.startMark), t1 = backend_->markTimeNs(p.endMark);
+    if (!t0.isOk() || !t1.isOk()) {
+      st = t0.isOk() ? t1.status() : t0.status();
+      break;
+    }
+    p.event.startNs = *t0;
+    p.event.endNs = *t1;
+    timeline_->record(p.event);
+  }
+  pending_.clear();
+  backend_->clearTimeMarks();
+  return st;
 }
 
 Status Interpreter::runStep(int64_t step, double lr, const MicrobatchSource& data) {
@@ -541,19 +644,28 @@ Status Interpreter::runStep(int64_t step, double lr, const MicrobatchSource& dat
     if (!st.isOk()) {
       abandonInFlight();
       trace_.reset();  // a failed step measures nothing; the next one is traced again
+      pending_.clear();
+      backend_->clearTimeMarks();
       return st;
     }
   }
   if (!inFlight_.empty()) {  // the loader's "never waited" rule makes this unreachable
     abandonInFlight();
     trace_.reset();
+    pending_.clear();
+    backend_->clearTimeMarks();
     return Status::internal(program_->file + ": communication still in flight at the end of step " +
                             std::to_string(step));
   }
   Status st = backend_->synchronize();
   if (trace_ && st.isOk()) memory_ = finishTrace();
   trace_.reset();
-  return st;
+  if (!st.isOk()) {
+    pending_.clear();
+    backend_->clearTimeMarks();
+    return st;
+  }
+  return pending_.empty() ? st : recordPending();
 }
 
 // The wait of an asynchronous op: one position, at which the op's buffers are touched again (they are

@@ -36,6 +36,13 @@ std::string renderChromeTrace(const std::vector<const Timeline*>& ranks) {
     if (!ranks[r]) continue;
     for (const TimelineEvent& e : ranks[r]->events()) {
       const bool comm = e.lane == TraceLane::kCommunication;
+      nlohmann::json args = {{"loc", e.loc ? *e.loc : std::string()},
+                             {"step", e.step},
+                             {"microbatch", e.microbatch},
+                             {"action", e.action},
+                             {"subroutine", e.subroutine ? *e.subroutine : std::string()}};
+      if (!e.variant.empty()) args["variant"] = std::string(e.variant);  // the kernel variant that ran
+      if (e.flops > 0) args["flops"] = e.flops;
       events.push_back({{"name", std::string(e.name)},
                         {"cat", comm ? "communication" : "compute"},
                         {"ph", "X"},
@@ -43,12 +50,7 @@ std::string renderChromeTrace(const std::vector<const Timeline*>& ranks) {
                         {"dur", double(e.endNs - e.startNs) / 1000.0},
                         {"pid", r},
                         {"tid", comm ? std::max(1, e.queue) : 0},
-                        {"args",
-                         {{"loc", e.loc ? *e.loc : std::string()},
-                          {"step", e.step},
-                          {"microbatch", e.microbatch},
-                          {"action", e.action},
-                          {"subroutine", e.subroutine ? *e.subroutine : std::string()}}}});
+                        {"args", std::move(args)}});
     }
   }
   // One event per line: still one JSON document, and greppable.

@@ -3,6 +3,7 @@
 // synchronous version), the checking mode (--check-async) finding a late wait and an in-place
 // overwrite, the measured memory of an in-flight buffer, and a trace whose comm-lane interval
 // overlaps compute of the same rank.
+#include "ForwardingBackend.h"
 #include "PlanTestUtil.h"
 
 #include "llcdist/runtime/CpuBackend.h"
@@ -133,21 +134,15 @@ TEST_F(AsyncTrainTest, AsyncGradientAllReduceGivesTheSynchronousBits) {
 // all-reduces go to the comm queue's stream and are waited for on the compute stream at the plan's
 // waits; the synchronous all-reduce and every kernel run on the compute stream; and the losses are
 // the plain CPU run's bits.
-class RecordingBackend final : public Backend {
+class RecordingBackend final : public testing::ForwardingBackend {
 public:
   RecordingBackend(std::unique_ptr<Backend> inner, std::vector<std::string>* log, std::mutex* mu)
-      : inner_(std::move(inner)), log_(log), mu_(mu) {}
+      : ForwardingBackend(std::move(inner)), log_(log), mu_(mu) {}
   std::string name() const override { return "recording"; }
-  Status allocateArena(int64_t b) override { return inner_->allocateArena(b); }
-  std::byte* arenaAt(int64_t o) override { return inner_->arenaAt(o); }
-  int64_t arenaBytes() const override { return inner_->arenaBytes(); }
-  int64_t peakAllocatedBytes() const override { return inner_->peakAllocatedBytes(); }
-  StatusOr<float*> allocateStaging(int64_t e) override { return inner_->allocateStaging(e); }
   StatusOr<Stream> createStream() override {
     note("createStream");
     return inner_->createStream();
   }
-  StatusOr<Event> createEvent() override { return inner_->createEvent(); }
   Status recordEvent(Stream s, Event e) override {
     note("recordEvent s" + std::to_string(s.id));
     return inner_->recordEvent(s, e);
@@ -156,17 +151,10 @@ public:
     note("waitEvent s" + std::to_string(s.id));
     return inner_->waitEvent(s, e);
   }
-  Status synchronize() override { return inner_->synchronize(); }
-  Status copyToDevice(Stream s, int64_t o, const void* p, int64_t b) override { return inner_->copyToDevice(s, o, p, b); }
-  Status copyToHost(Stream s, void* p, int64_t o, int64_t b) override { return inner_->copyToHost(s, p, o, b); }
-  Status fillZero(Stream s, int64_t o, int64_t b) override { return inner_->fillZero(s, o, b); }
-  Status launchHostFunc(Stream s, std::function<void()> f) override { return inner_->launchHostFunc(s, std::move(f)); }
   Status launch(Stream s, const KernelCall& c) override {
     if (s.id != 0) note("launch off the compute stream: " + std::string(schema::opName(c.kind)));
     return inner_->launch(s, c);
   }
-  bool hasKernel(schema::OpKind k) const override { return inner_->hasKernel(k); }
-  StatusOr<Channel> createChannel(const std::vector<int>& g) override { return inner_->createChannel(g); }
   Status connect() override {
     note("connect");
     return inner_->connect();
@@ -176,32 +164,16 @@ public:
     note("allReduce s" + std::to_string(s.id));
     return inner_->allReduceAsync(s, b, n, d, op, c);
   }
-  StatusOr<CollectiveHandle> allGatherAsync(Stream s, const void* i, void* o, int64_t a, int64_t b, int64_t t,
-                                            CommDType d, Channel c) override {
-    return inner_->allGatherAsync(s, i, o, a, b, t, d, c);
-  }
-  StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const void* i, void* o, int64_t a, int64_t b, int64_t t,
-                                                CommDType d, ReduceOp op, Channel c) override {
-    return inner_->reduceScatterAsync(s, i, o, a, b, t, d, op, c);
-  }
-  StatusOr<CollectiveHandle> sendAsync(Stream s, const float* x, int64_t n, int p, int64_t t, int64_t m) override {
-    return inner_->sendAsync(s, x, n, p, t, m);
-  }
-  StatusOr<CollectiveHandle> recvAsync(Stream s, float* y, int64_t n, int p, int64_t t, int64_t m) override {
-    return inner_->recvAsync(s, y, n, p, t, m);
-  }
   Status waitCollective(Stream s, CollectiveHandle h) override {
     note("waitCollective s" + std::to_string(s.id));
     return inner_->waitCollective(s, h);
   }
-  bool collectiveDone(CollectiveHandle h) override { return inner_->collectiveDone(h); }
 
 private:
   void note(const std::string& what) {
     std::lock_guard<std::mutex> lock(*mu_);
     log_->push_back(what);
   }
-  std::unique_ptr<Backend> inner_;
   std::vector<std::string>* log_;
   std::mutex* mu_;
 };

@@ -212,6 +212,36 @@ TEST(GemmProblemTest, RejectsMalformedProblems) {
   EXPECT_NE(describeGemm(g).find("A=w^T(lda=37) B=x(ldb=37) C(ldc=19)"), std::string::npos) << describeGemm(g);
 }
 
+// The dtypes of the linear ops' GEMMs (a bf16 plan: bf16 operands, bf16 or f32 output) and the
+// combinations cuBLASLt runs with f32 accumulation.
+TEST(GemmProblemTest, DtypeCombinations) {
+  LinearParams p;
+  p.M = 8;
+  p.K = 64;
+  p.N = 16;
+  const GemmProblem bf16 = linearForwardGemm(p, true, GemmDType::kBF16, GemmDType::kBF16);
+  EXPECT_EQ(bf16.dtype, GemmDType::kBF16);
+  EXPECT_EQ(bf16.outType, GemmDType::kBF16);
+  EXPECT_TRUE(checkGemmProblem(bf16).isOk());
+  EXPECT_NE(describeGemm(bf16).find(" bias bf16"), std::string::npos) << describeGemm(bf16);
+  const GemmProblem toF32 = linearBackwardWeightGemm(p, GemmDType::kBF16, GemmDType::kF32);
+  EXPECT_EQ(toF32.outType, GemmDType::kF32);
+  EXPECT_TRUE(checkGemmProblem(toF32).isOk());
+  EXPECT_NE(describeGemm(toF32).find("bf16->f32"), std::string::npos) << describeGemm(toF32);
+  const GemmProblem f32 = linearBackwardInputGemm(p);
+  EXPECT_EQ(f32.dtype, GemmDType::kF32);
+  EXPECT_EQ(f32.outType, GemmDType::kF32);
+  GemmProblem tf32 = f32;
+  tf32.tf32 = true;
+  EXPECT_NE(describeGemm(tf32).find(" tf32"), std::string::npos) << describeGemm(tf32);
+  // f32 operands cannot write bf16 (no such cuBLASLt combination with f32 accumulation).
+  GemmProblem bad = f32;
+  bad.outType = GemmDType::kBF16;
+  const Status s = checkGemmProblem(bad);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("no f32 GEMM writing bf16"), std::string::npos) << s.message();
+}
+
 // ---- Cache key ---------------------------------------------------------------------------------------
 
 TEST(GemmKeyTest, EqualProblemsHaveEqualKeys) {
@@ -246,6 +276,8 @@ TEST(GemmKeyTest, EveryFieldDistinguishesKeys) {
       {"beta", [&] { GemmProblem g = base; g.beta = 1.0f; return gemmKey(g, 16, true); }},
       {"epilogue", [&] { GemmProblem g = base; g.epilogue = GemmEpilogue::kBias; return gemmKey(g, 16, true); }},
       {"dtype", [&] { GemmProblem g = base; g.dtype = GemmDType::kBF16; return gemmKey(g, 16, true); }},
+      {"outType", [&] { GemmProblem g = base; g.outType = GemmDType::kBF16; return gemmKey(g, 16, true); }},
+      {"tf32", [&] { GemmProblem g = base; g.tf32 = true; return gemmKey(g, 16, true); }},
       {"a", [&] { GemmProblem g = base; g.a = GemmOperand::kX; return gemmKey(g, 16, true); }},
       {"b", [&] { GemmProblem g = base; g.b = GemmOperand::kX; return gemmKey(g, 16, true); }},
       {"alignment", [&] { return gemmKey(base, 4, true); }},
@@ -306,6 +338,13 @@ TEST(GemmAlignmentTest, NamesTheMisalignedOperand) {
   s = checkGemmAlignment(buf, buf, buf, GemmDType::kF32, buf + 3);
   ASSERT_FALSE(s.isOk());
   EXPECT_NE(s.message().find("operand bias"), std::string::npos) << s.message();
+
+  // bf16 operands writing f32: A and B need 2 bytes, C and the bias 4.
+  EXPECT_TRUE(checkGemmAlignment(buf + 2, buf + 6, buf + 8, GemmDType::kBF16, GemmDType::kF32, buf + 12).isOk());
+  s = checkGemmAlignment(buf + 2, buf + 6, buf + 10, GemmDType::kBF16, GemmDType::kF32, nullptr);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("operand C"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("4-byte aligned"), std::string::npos) << s.message();
 }
 
 }  // namespace

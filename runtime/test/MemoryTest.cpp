@@ -174,7 +174,12 @@ TEST_F(MemoryTrainTest, RunReportsPrintsAndLogsTheMeasurement) {
   EXPECT_FALSE(records[1].contains("memory"));
   ASSERT_TRUE(records[2].contains("memory")) << records[2].dump();
   EXPECT_EQ(records[2]["memory"],
-            json({{"arena_bytes", {832}}, {"arena_high_water_bytes", {832}}, {"peak_live_bytes", {512}}}));
+            json({{"arena_bytes", {832}},
+                  {"arena_high_water_bytes", {832}},
+                  {"peak_live_bytes", {512}},
+                  {"peak_device_bytes", {832}}}));  // the CPU backend allocates its arena only
+  EXPECT_EQ(res.devicePeakBytes, std::vector<int64_t>{832});
+  EXPECT_EQ(text.find("device memory:"), std::string::npos) << text;  // nothing beside the arena
   EXPECT_EQ(records[2]["step"], 2);
   // No step, no measurement and no line.
   o.steps = 0;

@@ -167,7 +167,7 @@ int runSimulate(Args &args); // Simulate.cpp
 int runPlan(Args &args);     // PlanCmd.cpp
 int runExport(Args &args);   // Export.cpp
 extern const char *const kVerifyHelp;
-extern const char *const kRunHelp;
+const char *runHelp(); // the runtime's run command (RunCommand.h)
 extern const char *const kDiagnoseHelp;
 extern const char *const kSimulateHelp;
 extern const char *const kPlanHelp;

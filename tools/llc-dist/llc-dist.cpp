@@ -865,7 +865,7 @@ int main(int argc, char **argv) {
       std::string what = args.empty() ? "" : args.next();
       llvm::outs() << (what == "compile" ? kCompileHelp
                        : what == "info"  ? kInfoHelp
-                       : what == "run"   ? kRunHelp
+                       : what == "run"   ? runHelp()
                        : what == "verify" ? kVerifyHelp
                        : what == "diagnose" ? kDiagnoseHelp
                        : what == "simulate" ? kSimulateHelp

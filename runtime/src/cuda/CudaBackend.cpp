@@ -4,9 +4,13 @@
 
 #include "CommLayout.h"
 #include "CudaKernels.h"
+#include "CudnnAttention.h"
 #include "DeviceMemory.h"
 #include "Gemm.h"
+#include "host/KernelVariants.h"
 #include "host/NcclPlan.h"
+
+#include "llcdist/runtime/Timeline.h"
 
 #include "llcdist/runtime/Communicator.h"
 
@@ -19,6 +23,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -95,6 +100,24 @@ public:
     LLCDIST_CUDA_TRY(cudaMalloc(&deviceError_, sizeof(int)), opts_.rank);
     LLCDIST_CUDA_TRY(cudaMemset(deviceError_, 0, sizeof(int)), opts_.rank);
     LLCDIST_ASSIGN_OR_RETURN(gemm_, makeGemmRunner(opts_.rank));
+    cudaDeviceProp prop{};
+    LLCDIST_CUDA_TRY(cudaGetDeviceProperties(&prop, opts_.device), opts_.rank);
+    select_.deterministic = opts_.deterministic;
+    select_.tf32 = opts_.tf32;
+    select_.smVersion = prop.major * 10 + prop.minor;
+    // cuDNN's fused attention where this build and machine have it; otherwise the own kernel runs
+    // attention (KernelVariants.h), and `why` is what the choice log says.
+    if (cudnnAttentionUsable(&cudnnWhy_)) {
+      StatusOr<std::unique_ptr<CudnnAttention>> made = CudnnAttention::create(opts_.rank);
+      if (made.isOk()) {
+        cudnn_ = std::move(made).value();
+        select_.cudnn = true;
+        select_.cudnnVersion = cudnnAttentionTarget().cudnnVersion;
+      } else {
+        cudnnWhy_ = made.status().message();
+      }
+    }
+    buildVariants();
     return Status::ok();
   }
 
@@ -107,7 +130,10 @@ public:
     if (world_) ncclCommDestroy(world_);
 #endif
     scratch_.clear();
+    cudnn_.reset();
     gemm_.reset();
+    if (workspace_) cudaFree(workspace_);
+    for (cudaEvent_t e : marks_) cudaEventDestroy(e);
     for (HostBuf& b : hostBufs_)
       if (b.ptr) cudaFreeHost(b.ptr);
     for (float* p : stagingAreas_) cudaFree(p);
@@ -163,7 +189,7 @@ public:
     int64_t scratch = stagingBytes_;
     for (const auto& s : scratch_) scratch += s->bytes();
     const int64_t arena = arena_ ? std::max<int64_t>(kAlign, (bytes_ + kAlign - 1) / kAlign * kAlign) : 0;
-    return arena + scratch + tables_.bytes() + (gemm_ ? gemm_->deviceBytes() : 0);
+    return arena + scratch + tables_.bytes() + (gemm_ ? gemm_->deviceBytes() : 0) + workspaceBytes_;
   }
 
   // ---- streams and events ----------------------------------------------------------------------------
@@ -253,20 +279,48 @@ public:
   }
   Status launch(Stream s, const KernelCall& call) override {
     LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
-    const CudaKernel* kernel = cudaKernelTable().find(call.kind);
-    if (!kernel)
-      return Status::internal("the CUDA backend has no kernel for op " + std::string(schema::opName(call.kind)));
-    CudaKernelContext ctx;
-    ctx.stream = st;
-    ctx.rank = opts_.rank;
-    ctx.deterministic = opts_.deterministic;
-    ctx.gemm = gemm_.get();
-    ctx.scratch = scratch_[size_t(s.id)].get();
-    ctx.tables = &tables_;
-    ctx.deviceError = deviceError_;
-    return (*kernel)(call, ctx).withContext(std::string(schema::opName(call.kind)));
+    LLCDIST_ASSIGN_OR_RETURN(const CudaKernelVariant* v, variantOf(call));
+    return v->run(call, context(s, st)).withContext(std::string(schema::opName(call.kind)));
   }
   bool hasKernel(schema::OpKind kind) const override { return cudaKernelTable().find(kind) != nullptr; }
+  std::vector<const KernelVariantInfo*> kernelVariants(schema::OpKind kind) const override {
+    std::vector<const KernelVariantInfo*> out;
+    for (const KernelVariantInfo& v : variants_[size_t(kind)]) out.push_back(&v);
+    return out;
+  }
+  KernelSelectOptions kernelSelectOptions() const override { return select_; }
+  // The variant's bind-time preparation (cuDNN's graphs, already built when the choice tried them):
+  // the one workspace grows to the largest need, before any step.
+  Status prepare(const KernelCall& call) override {
+    LLCDIST_RETURN_IF_ERROR(device());
+    LLCDIST_ASSIGN_OR_RETURN(const CudaKernelVariant* v, variantOf(call));
+    if (!v->prepare) return Status::ok();
+    LLCDIST_ASSIGN_OR_RETURN(const int64_t bytes, v->prepare(call, context(Stream{0}, streams_[0])));
+    return growWorkspace(bytes);
+  }
+
+  // ---- time marks: a timing event per mark, its time from the first mark of the step ---------------
+  StatusOr<int64_t> markTime(Stream s) override {
+    LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
+    if (marksUsed_ == marks_.size()) {
+      cudaEvent_t e = nullptr;
+      LLCDIST_CUDA_TRY(cudaEventCreate(&e), opts_.rank);  // with timing
+      marks_.push_back(e);
+    }
+    LLCDIST_CUDA_TRY(cudaEventRecord(marks_[marksUsed_], st), opts_.rank);
+    // The first mark's device time is taken as the host clock when it was recorded: the device
+    // timeline is placed on the host's scale at that point (close when the stream was idle).
+    if (marksUsed_ == 0) anchorNs_ = Timeline::nowNs();
+    return int64_t(marksUsed_++);
+  }
+  StatusOr<int64_t> markTimeNs(int64_t mark) override {
+    if (mark < 0 || size_t(mark) >= marksUsed_)
+      return Status::outOfRange("time mark " + std::to_string(mark) + " was not made (or was cleared)");
+    float ms = 0.0f;
+    LLCDIST_CUDA_TRY(cudaEventElapsedTime(&ms, marks_[0], marks_[size_t(mark)]), opts_.rank);
+    return anchorNs_ + int64_t(double(ms) * 1e6);
+  }
+  void clearTimeMarks() override { marksUsed_ = 0; }
 
   // ---- collectives -----------------------------------------------------------------------------------
   StatusOr<Channel> createChannel(const std::vector<int>& group) override {
@@ -470,6 +524,77 @@ private:
   };
 
   bool nccl() const { return opts_.nccl; }
+
+  CudaKernelContext context(Stream s, cudaStream_t st) {
+    CudaKernelContext ctx;
+    ctx.stream = st;
+    ctx.rank = opts_.rank;
+    ctx.deterministic = opts_.deterministic;
+    ctx.tf32 = opts_.tf32;
+    ctx.gemm = gemm_.get();
+    ctx.cudnn = cudnn_.get();
+    ctx.workspace = workspace_;
+    ctx.workspaceBytes = workspaceBytes_;
+    ctx.scratch = scratch_[size_t(s.id)].get();
+    ctx.tables = &tables_;
+    ctx.deviceError = deviceError_;
+    return ctx;
+  }
+  StatusOr<const CudaKernelVariant*> variantOf(const KernelCall& call) const {
+    const std::vector<CudaKernelVariant>* vs = cudaKernelTable().find(call.kind);
+    if (!vs || vs->empty())
+      return Status::internal("the CUDA backend has no kernel for op " + std::string(schema::opName(call.kind)));
+    if (call.variant < 0 || size_t(call.variant) >= vs->size())
+      return Status::internal(std::string(schema::opName(call.kind)) + ": no kernel variant " +
+                              std::to_string(call.variant));
+    return &(*vs)[size_t(call.variant)];
+  }
+  // What the kernel variants take (host/KernelVariants.h), each variant with a bind-time preparation
+  // (cuDNN's graph build) made part of its predicate: a variant whose preparation fails for a call does
+  // not fit it, and the choice falls back to the next (the own kernel), with the reason in the log.
+  void buildVariants() {
+    const CudaKernelTable& table = cudaKernelTable();
+    for (size_t k = 0; k < schema::kNumOpKinds; ++k) {
+      variants_[k] = cudaKernelVariants(schema::OpKind(k));
+      const std::vector<CudaKernelVariant>* registered = table.find(schema::OpKind(k));
+      for (size_t i = 0; registered && i < variants_[k].size() && i < registered->size(); ++i) {
+        CudaKernelPrepare prep = (*registered)[i].prepare;
+        if (!prep) continue;
+        auto base = variants_[k][i].fits;
+        variants_[k][i].fits = [this, base, prep](const KernelCall& c, const KernelSelectOptions& o) -> std::string {
+          if (base) {
+            std::string why = base(c, o);
+            if (!why.empty()) return why;
+          }
+          if (!device().isOk()) return "the device cannot be selected";
+          StatusOr<int64_t> ws = prep(c, context(Stream{0}, streams_[0]));
+          return ws.isOk() ? std::string() : ws.status().message();
+        };
+      }
+    }
+    // Without cuDNN the log says why (not only "not usable").
+    if (select_.cudnn || cudnnWhy_.empty()) return;
+    for (schema::OpKind kind : {schema::OpKind::kAttentionFwd, schema::OpKind::kAttentionBwd})
+      for (KernelVariantInfo& v : variants_[size_t(kind)])
+        if (v.name == kCudnnVariant)
+          v.fits = [why = cudnnWhy_](const KernelCall&, const KernelSelectOptions&) { return why; };
+  }
+  Status growWorkspace(int64_t bytes) {
+    if (bytes <= workspaceBytes_) return Status::ok();
+    if (workspace_) LLCDIST_CUDA_TRY(cudaFree(workspace_), opts_.rank);
+    workspace_ = nullptr;
+    workspaceBytes_ = 0;
+    const cudaError_t e = cudaMalloc(&workspace_, size_t(bytes));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      workspace_ = nullptr;
+      return Status::invalidArgument("rank " + std::to_string(opts_.rank) + ": cannot allocate the " +
+                                     std::to_string(bytes) + "-byte library workspace (cuDNN attention) on device " +
+                                     std::to_string(opts_.device) + ": " + cudaGetErrorString(e));
+    }
+    workspaceBytes_ = bytes;
+    return Status::ok();
+  }
 
   Status device() { LLCDIST_CUDA_TRY(cudaSetDevice(opts_.device), opts_.rank); return Status::ok(); }
 
@@ -711,6 +836,15 @@ private:
   std::vector<cudaEvent_t> events_;
   TableCache tables_;
   std::unique_ptr<GemmRunner> gemm_;
+  std::unique_ptr<CudnnAttention> cudnn_;  // null: cuDNN's attention is not usable (cudnnWhy_ says why)
+  std::string cudnnWhy_;
+  void* workspace_ = nullptr;  // the library workspace (Backend::prepare), grown before any step
+  int64_t workspaceBytes_ = 0;
+  KernelSelectOptions select_;
+  std::array<std::vector<KernelVariantInfo>, schema::kNumOpKinds> variants_;
+  std::vector<cudaEvent_t> marks_;  // time marks' events (with timing), reused each step
+  size_t marksUsed_ = 0;
+  int64_t anchorNs_ = 0;
   std::vector<Chan> channels_;
   std::map<int64_t, Handle> handles_;
   std::vector<cudaEvent_t> freeEvents_;

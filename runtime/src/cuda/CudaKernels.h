@@ -1,12 +1,13 @@
 // Private to the CUDA backend (library llcdist_runtime_cuda, built when the CUDA toolkit is found): the
 // context a CUDA kernel-table entry gets, the error helpers, and the registrations of the CUDA kernel
 // families (one src/cuda/kernels/<Family>.cu each, with its kernels, launchers and entries at its end;
-// docs/adding-an-op.md). The kernels see what the CPU kernels see (KernelCall.h): f32 buffers for
-// every float role (bf16 arguments are staged through f32 by the interpreter, so bf16 storage computes
-// in f32), i32 ids and targets, f64 partial sums; `zero` and `cast` read their dtypes themselves.
-// Every kernel is deterministic: no atomics in reductions (fixed reduction trees), so a run repeats
-// bit for bit; the context's `deterministic` flag additionally restricts cuBLASLt to algorithms
-// without split-K reductions.
+// docs/adding-an-op.md). An op kind has one or more kernel variants (KernelVariant.h), stated with
+// what they take in host/KernelVariants.h and registered here by name: the kernels read f32 or bf16
+// for each float role as their variant takes it (KernelCall::argTypes; FloatRef in
+// kernels/FloatRef.cuh), computing in f32, i32 ids and targets, f64 partial sums.
+// Our own kernels are deterministic: no atomics in reductions (fixed reduction trees), so a run
+// repeats bit for bit; cuBLASLt may choose split-K algorithms and cuDNN a non-deterministic backward
+// unless the context's `deterministic` flag (--deterministic) restricts them.
 #pragma once
 
 #include "llcdist/runtime/KernelCall.h"
@@ -17,7 +18,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace llcdist::rt::cuda {
 
@@ -39,11 +43,19 @@ public:
   virtual StatusOr<const float*> upload(const float* host, int64_t count) = 0;
 };
 
+class CudnnAttention;  // CudnnAttention.h: cuDNN's fused attention (graphs cached per shape)
+
 struct CudaKernelContext {
   cudaStream_t stream = nullptr;
-  int rank = 0;               // named in errors
-  bool deterministic = true;  // cuBLASLt: no split-K algorithms
+  int rank = 0;                // named in errors
+  bool deterministic = false;  // --deterministic: cuBLASLt without split-K, cuDNN's deterministic backward
+  bool tf32 = false;           // --tf32: f32 GEMMs may use TF32 tensor cores
   GemmRunner* gemm = nullptr;
+  CudnnAttention* cudnn = nullptr;  // null when cuDNN's attention is not usable
+  // The backend's one workspace for library calls that need one (cuDNN's attention), sized at bind
+  // time to the largest need of the program's calls (the variant's prepare; Backend::prepare).
+  void* workspace = nullptr;
+  int64_t workspaceBytes = 0;
   DeviceScratch* scratch = nullptr;
   DeviceTables* tables = nullptr;
   // A device int the kernels set (a plain store) to a DeviceErrorCode when they meet invalid data they
@@ -54,11 +66,31 @@ struct CudaKernelContext {
 // Codes a kernel stores into CudaKernelContext::deviceError.
 enum DeviceErrorCode : int { kDeviceOk = 0, kDeviceIdOutOfRange = 1, kDeviceTargetOutOfRange = 2 };
 using CudaKernel = BackendKernel<CudaKernelContext>;
-using CudaKernelTable = KernelTable<CudaKernel>;
+// Called by Backend::prepare at bind time with the bound call (its variant chosen, arena addresses):
+// builds what the kernel will need (cuDNN's graphs) and returns the workspace bytes it needs (0: none).
+using CudaKernelPrepare = std::function<StatusOr<int64_t>(const KernelCall& call, const CudaKernelContext& context)>;
+// One kernel variant of an op kind: its name (one of cudaKernelVariants(kind)'s, host/KernelVariants.h,
+// where what it takes is stated), its kernel and, optionally, its bind-time preparation.
+struct CudaKernelVariant {
+  std::string_view name;
+  CudaKernel run;
+  CudaKernelPrepare prepare;
+};
+// Per kind: its variants, in the order of cudaKernelVariants(kind) (checkCudaKernelTable checks it).
+using CudaKernelTable = KernelTable<std::vector<CudaKernelVariant>>;
 
+// Registers `kernel(call, params, context)` (the family's parameters P: typedKernel, KernelCall.h) as
+// the variant `name` of `kind`.
+template <class P, class Fn>
+void addCudaKernel(CudaKernelTable& table, schema::OpKind kind, std::string_view name, Fn kernel,
+                   CudaKernelPrepare prepare = nullptr) {
+  table.append(kind, CudaKernelVariant{name, typedKernel<P, CudaKernelContext>(kind, std::move(kernel)),
+                                       std::move(prepare)});
+}
+// The variant "own" (our kernel).
 template <class P, class Fn>
 void addCudaKernel(CudaKernelTable& table, schema::OpKind kind, Fn kernel) {
-  table.add(kind, typedKernel<P, CudaKernelContext>(kind, std::move(kernel)));
+  addCudaKernel<P>(table, kind, "own", std::move(kernel));
 }
 
 // "FILE:LINE: EXPR: cudaErrorX (the CUDA error string) on rank R" as an Internal status; ok for
@@ -97,5 +129,8 @@ void registerCudaOptimizerKernels(CudaKernelTable& table);    // Optimizer.cu: g
 // at backend creation.
 const CudaKernelTable& cudaKernelTable();
 Status checkCudaKernelTable();
+// The kernel of `kind`'s variant `name`, for tests and benchmarks that call kernels directly; empty
+// `name`: the variant "own" where there is one, else the first. Null when there is none.
+const CudaKernel* cudaKernel(schema::OpKind kind, std::string_view name = {});
 
 }  // namespace llcdist::rt::cuda

@@ -2,8 +2,9 @@
 // and per GemmKey (GemmPlan.h: the problem, its pointers' alignment class, deterministic) a cached
 // matmul descriptor, the A / B / C layouts (C's layout serves D: the product is written in place) and
 // the algorithm cublasLtMatmulAlgoGetHeuristic chose. f32 data computes in CUBLAS_COMPUTE_32F without
-// TF32 (the CPU golden comparison needs f32 accuracy); bf16 data also computes in CUBLAS_COMPUTE_32F
-// with f32 scales. Under `deterministic` the heuristic is restricted to algorithms without split-K
+// TF32 (the CPU golden comparison needs f32 accuracy) unless the problem allows TF32 (--tf32:
+// CUBLAS_COMPUTE_32F_FAST_TF32); bf16 operands compute in CUBLAS_COMPUTE_32F on tensor cores with f32
+// scales, writing bf16 or f32 (GemmProblem::outType; the bias has the output's type). Under `deterministic` the heuristic is restricted to algorithms without split-K
 // reductions (CUBLASLT_REDUCTION_SCHEME_NONE), so repeated runs give identical bits.
 //
 // Every call shares the workspace, so calls on different streams are ordered: a call on a stream other
@@ -98,7 +99,7 @@ public:
     const bool hasBias = g.epilogue == GemmEpilogue::kBias;
     if (hasBias && !bias) return fail(Status::invalidArgument("the bias epilogue without a bias"));
     if (!hasBias) bias = nullptr;
-    if (Status s = checkGemmAlignment(A, B, C, g.dtype, bias); !s.isOk()) return fail(std::move(s));
+    if (Status s = checkGemmAlignment(A, B, C, g.dtype, g.outType, bias); !s.isOk()) return fail(std::move(s));
     const int alignment = gemmAlignmentClass(A, B, C, bias);
     const GemmKey key = gemmKey(g, alignment, deterministic);
 
@@ -140,10 +141,12 @@ private:
                                               const void* bias) {
     const std::string problem = describeGemm(g);
     auto out = std::make_unique<CachedGemm>();
-    const cudaDataType type = dataType(g.dtype);
+    const cudaDataType type = dataType(g.dtype), outType = dataType(g.outType);
+    const cublasComputeType_t compute =
+        g.tf32 && g.dtype == GemmDType::kF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 
     cublasLtMatmulDesc_t desc = nullptr;
-    LLCDIST_CUBLAS_TRY(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), rank_, problem);
+    LLCDIST_CUBLAS_TRY(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), rank_, problem);
     out->desc.reset(desc);
     const cublasOperation_t ta = g.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t tb = g.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -153,7 +156,7 @@ private:
                        problem);
     if (g.epilogue == GemmEpilogue::kBias) {
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      const int32_t biasType = int32_t(type);
+      const int32_t biasType = int32_t(outType);
       LLCDIST_CUBLAS_TRY(
           cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), rank_,
           problem);
@@ -166,15 +169,15 @@ private:
     }
 
     // Stored shapes: A is m×k (k×m transposed), B k×n (n×k transposed), C m×n.
-    const auto layout = [&](LayoutPtr& dst, int64_t rows, int64_t cols, int64_t ld) -> Status {
+    const auto layout = [&](LayoutPtr& dst, cudaDataType t, int64_t rows, int64_t cols, int64_t ld) -> Status {
       cublasLtMatrixLayout_t l = nullptr;
-      LLCDIST_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&l, type, uint64_t(rows), uint64_t(cols), ld), rank_, problem);
+      LLCDIST_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&l, t, uint64_t(rows), uint64_t(cols), ld), rank_, problem);
       dst.reset(l);
       return Status::ok();
     };
-    LLCDIST_RETURN_IF_ERROR(layout(out->a, g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda));
-    LLCDIST_RETURN_IF_ERROR(layout(out->b, g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb));
-    LLCDIST_RETURN_IF_ERROR(layout(out->c, g.m, g.n, g.ldc));
+    LLCDIST_RETURN_IF_ERROR(layout(out->a, type, g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda));
+    LLCDIST_RETURN_IF_ERROR(layout(out->b, type, g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb));
+    LLCDIST_RETURN_IF_ERROR(layout(out->c, outType, g.m, g.n, g.ldc));
 
     cublasLtMatmulPreference_t pref = nullptr;
     LLCDIST_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref), rank_, problem);

@@ -43,7 +43,7 @@ void scores(const AttentionShape& s, const HeadView& v, const float* q, const fl
 Status attentionForward(const AttentionShape& s, const float* q, const float* k, const float* v,
                         float* out, float* lse) {
   LLCDIST_RETURN_IF_ERROR(checkShape(s));
-  const float scale = static_cast<float>(1.0 / std::sqrt(double(s.hd)));
+  const float scale = attentionScale(s.hd);
   const int64_t S = s.S;
   std::vector<float> p(S * S);
   for (int64_t b = 0; b < s.B; ++b)
@@ -75,7 +75,7 @@ Status attentionBackward(const AttentionShape& s, const float* dout, const float
                          const float* v, const float* out, const float* lse, float* dq, float* dk,
                          float* dv) {
   LLCDIST_RETURN_IF_ERROR(checkShape(s));
-  const float scale = static_cast<float>(1.0 / std::sqrt(double(s.hd)));
+  const float scale = attentionScale(s.hd);
   const int64_t S = s.S, hd = s.hd;
   std::fill_n(dk, s.B * S * s.nkv * hd, 0.0f);
   std::fill_n(dv, s.B * S * s.nkv * hd, 0.0f);

@@ -1,4 +1,4 @@
-// torch.optim AdamW / SGD steps, gradient-norm clipping and learning-rate schedules.
+// torch.optim AdamW / SGD steps and gradient-norm clipping (the learning-rate schedule: src/LrSchedule.cpp).
 // Hyper-parameter arithmetic happens in double (Python floats in torch); each scalar enters the
 // elementwise fp32 update cast to float, in torch's operation order.
 #include "llcdist/runtime/Kernels.h"
@@ -105,15 +105,6 @@ double gradNormFinish(double totalSq, double maxNorm, const std::vector<const st
         for (const GradSpan& g : *list) scaleInPlace(g.data, g.size, coef);
   }
   return total;
-}
-
-double learningRate(const LrSchedule& s, int64_t step) {
-  if (step < s.warmupSteps) return s.maxLr * double(step + 1) / double(s.warmupSteps);
-  if (s.kind == LrSchedule::Kind::kConstant) return s.maxLr;
-  const int64_t decaySteps = s.totalSteps - s.warmupSteps;
-  const double r =
-      decaySteps <= 0 ? 1.0 : std::clamp(double(step - s.warmupSteps) / double(decaySteps), 0.0, 1.0);
-  return s.minLr + 0.5 * (1.0 + std::cos(M_PI * r)) * (s.maxLr - s.minLr);
 }
 
 // ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------

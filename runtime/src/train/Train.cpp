@@ -4,7 +4,6 @@
 #include "TrainParts.h"
 
 #include "llcdist/runtime/Checkpoint.h"
-#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/FaultInjection.h"
 #include "llcdist/runtime/FileUtil.h"
@@ -12,6 +11,7 @@
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/Plan.h"
+#include "llcdist/runtime/Profile.h"
 #include "llcdist/runtime/Timeline.h"
 
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace llcdist::rt {
@@ -58,7 +59,8 @@ std::string jsonIntArray(const std::vector<int64_t>& v) {
 // The "memory" field of the last log record (Train.h): the run's figures per rank.
 std::string memoryField(const RunResult& r) {
   return ", \"memory\": {\"arena_bytes\": " + jsonIntArray(r.arenaBytes) + ", \"arena_high_water_bytes\": " +
-         jsonIntArray(r.arenaHighWaterBytes) + ", \"peak_live_bytes\": " + jsonIntArray(r.measuredPeakLiveBytes) + "}";
+         jsonIntArray(r.arenaHighWaterBytes) + ", \"peak_live_bytes\": " + jsonIntArray(r.measuredPeakLiveBytes) +
+         ", \"peak_device_bytes\": " + jsonIntArray(r.devicePeakBytes) + "}";
 }
 
 // The first rank of each process of a world of `n` ranks, `k` per process: the group of the
@@ -86,6 +88,14 @@ std::string memoryLines(const RunResult& r) {
     s += "memory: " + who + " arena " + std::to_string(r.arenaBytes[i]) + " bytes, touched up to " +
          std::to_string(r.arenaHighWaterBytes[i]) + ", live peak " + std::to_string(r.measuredPeakLiveBytes[i]) + "\n";
     i = j;
+  }
+  // A backend that holds more than its arena (the CUDA backend's workspaces, staging, scratch).
+  for (size_t k = 0; k < n && k < r.devicePeakBytes.size(); ++k) {
+    const int64_t arena = (r.arenaBytes[k] + schema::kArenaAlignment - 1) / schema::kArenaAlignment * schema::kArenaAlignment;
+    if (r.devicePeakBytes[k] > arena)
+      s += "device memory: rank " + std::to_string(k) + " peak " + std::to_string(r.devicePeakBytes[k]) +
+           " bytes (arena " + std::to_string(r.arenaBytes[k]) + " + workspaces " +
+           std::to_string(r.devicePeakBytes[k] - r.arenaBytes[k]) + ")\n";
   }
   return s;
 }
@@ -150,7 +160,10 @@ Status firstError(const std::vector<RankRun>& ranks, const Communicator* comm, b
 
 }  // namespace
 
-Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* result) {
+Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* result) {
+  if (!opts.backend)
+    return Status::invalidArgument("RunOptions::backend is unset: runTrainingOn needs the backend factory of "
+                                   "each rank (runTraining, in llcdist_runtime, defaults to the CPU backend)");
   if (opts.steps < 0) return Status::invalidArgument("--steps must be >= 0, got " + std::to_string(opts.steps));
   if (!(opts.collectiveTimeoutSeconds > 0))
     return Status::invalidArgument("the collective timeout must be > 0 seconds");
@@ -397,22 +410,16 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   // process-wide); parameter init and the steps run on one thread per rank.
   std::vector<RankRun> ranks(static_cast<size_t>(world));
   for (int r : local) {
-    if (opts.backend) {
-      StatusOr<std::unique_ptr<Backend>> made = opts.backend(r, multiRank ? comm : nullptr);
-      if (!made.isOk()) return multiRank ? Status(made.status()).withRank(r) : made.status();
-      ranks[size_t(r)].backend = std::move(made).value();
-    } else {
-      CpuBackendOptions bo;
-      bo.rank = r;
-      bo.communicator = comm;
-      ranks[size_t(r)].backend = makeCpuBackend(bo);
-    }
+    StatusOr<std::unique_ptr<Backend>> made = opts.backend(r, multiRank ? comm : nullptr);
+    if (!made.isOk()) return multiRank ? Status(made.status()).withRank(r) : made.status();
+    if (!made.value()) return Status::internal("the backend factory returned no backend for rank " + std::to_string(r));
+    ranks[size_t(r)].backend = std::move(made).value();
     const int64_t programIndex = m.programOfRank(r);  // the loader checks every rank runs one program
     if (programIndex < 0) return Status::internal("no program runs rank " + std::to_string(r));
     auto interp = Interpreter::create(plan, size_t(programIndex), *ranks[size_t(r)].backend, r);
     if (!interp.isOk()) return multiRank ? Status(interp.status()).withRank(r) : interp.status();
     ranks[size_t(r)].interp = std::move(interp).value();
-    if (!opts.traceDir.empty()) ranks[size_t(r)].interp->setTimeline(&ranks[size_t(r)].timeline);
+    if (!opts.traceDir.empty() || opts.profile) ranks[size_t(r)].interp->setTimeline(&ranks[size_t(r)].timeline);
     ranks[size_t(r)].interp->setCheckAsync(opts.checkAsync);
   }
   LLCDIST_ASSIGN_OR_RETURN(train::DataSourceFactory dataFor,
@@ -499,25 +506,26 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
   LLCDIST_RETURN_IF_ERROR(fireOnError(firstError(ranks, comm, multiRank)));
   // Every rank's memory: this process's ranks', and with one process per rank the others' (an
   // all-gather over the world of each rank's three figures, 8-byte elements copied as they are).
-  std::vector<std::array<int64_t, 3>> memory(size_t(world), {0, 0, 0});
+  std::vector<std::array<int64_t, 4>> memory(size_t(world), {0, 0, 0, 0});
   for (int r : local) {
     const std::optional<MemoryStats>& mem = ranks[size_t(r)].interp->memoryStats();
     memory[size_t(r)] = {ranks[size_t(r)].backend->arenaBytes(), mem ? mem->arenaHighWaterBytes : 0,
-                         mem ? mem->peakLiveBytes : 0};
+                         mem ? mem->peakLiveBytes : 0, ranks[size_t(r)].backend->peakAllocatedBytes()};
     res.peakDeviceBytes = std::max(res.peakDeviceBytes, ranks[size_t(r)].backend->peakAllocatedBytes());
   }
   if (external && multiRank) {
     // Each process's ranks' figures (consecutive ranks: consecutive entries), over the first ranks.
-    const std::vector<std::array<int64_t, 3>> mine(memory.begin() + local.front(), memory.begin() + local.back() + 1);
+    const std::vector<std::array<int64_t, 4>> mine(memory.begin() + local.front(), memory.begin() + local.back() + 1);
     const ScopedCallSite scopedSite(CommCallSite::driver("gathering every rank's memory"));
     LLCDIST_RETURN_IF_ERROR(fireOnError(comm->allGather(local[0], firstRanks(world, int(local.size())), mine.data(),
-                                                        memory.data(), 1, 3 * int64_t(local.size()), CommDType::kF64)
+                                                        memory.data(), 1, 4 * int64_t(local.size()), CommDType::kF64)
                                             .withContext("gathering every rank's memory")));
   }
-  for (const auto& [arena, high, live] : memory) {
+  for (const auto& [arena, high, live, device] : memory) {
     res.arenaBytes.push_back(arena);
     res.arenaHighWaterBytes.push_back(high);
     res.measuredPeakLiveBytes.push_back(live);
+    res.devicePeakBytes.push_back(device);
   }
   if (!lastRecord.empty()) {  // the last record carries every rank's memory measurement
     lastRecord.erase(lastRecord.size() - 2);  // "}\n"
@@ -549,6 +557,17 @@ Status runTraining(const RunOptions& opts, std::ostream& progress, RunResult* re
                     .withContext("--save-params: sending rank " + std::to_string(r) + "'s params to rank 0")));
           }
     }
+  }
+  // --profile: each program's lowest local rank (Profile.h), the first step left out when several ran.
+  if (opts.profile && opts.steps > 0) {
+    std::set<size_t> shown;
+    for (int r : local) {
+      const size_t program = size_t(m.programOfRank(r));
+      if (!shown.insert(program).second) continue;
+      const Profile prof = computeProfile(ranks[size_t(r)].timeline, kSkipFirstStep, r);
+      printProfile(prof, ranks[size_t(r)].interp->kernelChoices(), progress);
+    }
+    progress << std::flush;
   }
   // Last, so that a failed run (a step, or --save-params) leaves no trace.
   if (!opts.traceDir.empty()) {

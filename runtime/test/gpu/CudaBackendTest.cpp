@@ -14,6 +14,19 @@
 namespace llcdist::rt::cuda::test {
 namespace {
 
+// Without a GPU too (its own ctest, llcdist_cuda_tests.kernel_table): the kernel table registers,
+// for every op kind, exactly the variants host/KernelVariants.h states, in its order, so that
+// KernelCall::variant indexes both alike (the backend refuses to start otherwise).
+TEST(CudaKernelTable, RegistersEveryStatedVariantInOrder) {
+  const Status st = checkCudaKernelTable();
+  EXPECT_TRUE(st.isOk()) << st.toString();
+  EXPECT_NE(cudaKernel(schema::OpKind::kLinearFwd), nullptr);  // its only variant: cublaslt
+  EXPECT_NE(cudaKernel(schema::OpKind::kAttentionFwd, "cudnn"), nullptr);
+  EXPECT_NE(cudaKernel(schema::OpKind::kAttentionFwd, "own"), nullptr);
+  EXPECT_EQ(cudaKernel(schema::OpKind::kAttentionFwd, "cublaslt"), nullptr);
+  EXPECT_EQ(cudaKernel(schema::OpKind::kAllReduce), nullptr);  // communication: no kernel
+}
+
 std::unique_ptr<Backend> cudaBackend(int rank, Communicator* comm) {
   CudaBackendOptions o;
   o.rank = rank;

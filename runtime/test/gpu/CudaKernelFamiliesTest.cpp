@@ -68,7 +68,7 @@ protected:
     return c;
   }
   Status run(const KernelCall& c) {
-    const CudaKernel* kernel = cudaKernelTable().find(c.kind);
+    const CudaKernel* kernel = cudaKernel(c.kind);
     if (!kernel) return Status::internal("no CUDA kernel for " + std::string(schema::opName(c.kind)));
     return (*kernel)(c, ctx_);
   }

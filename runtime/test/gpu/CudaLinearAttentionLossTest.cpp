@@ -188,7 +188,7 @@ TEST(CudaAttentionErrorTest, RejectsHeadDimsPastTheLimit) {
   p.nh = 1;
   p.nkv = 1;
   p.hd = 512;
-  const CudaKernel* kernel = cudaKernelTable().find(K::kAttentionFwd);
+  const CudaKernel* kernel = cudaKernel(K::kAttentionFwd);
   ASSERT_NE(kernel, nullptr);
   KernelCall call;
   call.kind = K::kAttentionFwd;
@@ -391,11 +391,12 @@ DeviceRun runOnDevice(schema::OpKind kind, const OpParams& params, std::vector<s
     EXPECT_TRUE(gemm.isOk()) << gemm.status().toString();
     CudaKernelContext ctx;
     ctx.stream = stream;
+    ctx.deterministic = true;  // the repeatability tests: cuBLASLt without split-K
     ctx.gemm = gemm.isOk() ? gemm->get() : nullptr;
     ctx.scratch = &scratch;
     ctx.tables = &tables;
     ctx.deviceError = flag;
-    const CudaKernel* kernel = cudaKernelTable().find(kind);
+    const CudaKernel* kernel = cudaKernel(kind);
     EXPECT_NE(kernel, nullptr);
     if (kernel) result.status = (*kernel)(call, ctx);
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);

@@ -1,7 +1,11 @@
 // The GPU kernel tests' harness: one KernelCall built from host data is run by the CPU reference
 // kernel (runCpuKernel) and by the CUDA backend's kernel-table entry on device copies of the same
 // inputs, and every written role is compared elementwise with llm.c's tolerance: |gpu - cpu| <=
-// atol + rtol·|cpu|. Tests skip (GTEST_SKIP, one line) when no CUDA device is present, so the suite
+// atol + rtol·|cpu|. bf16 arguments: the GPU kernel takes them as they are (its variant reads bf16);
+// the CPU reference runs as the interpreter's staged path does (KernelVariant.h): each bf16 argument
+// of a float role converted to f32 exactly, the f32 kernel, each written one rounded back to bf16, so
+// both round at the same points and differ only by the order of f32 sums inside (a bf16 ulp, 2^-8
+// relative, where a rounding falls the other way). Tests skip (GTEST_SKIP, one line) when no CUDA device is present, so the suite
 // runs everywhere and checks something only on a GPU (scripts/test-gpu.sh).
 #pragma once
 
@@ -80,10 +84,12 @@ public:
   }
 
   // Runs both kernels and compares every written (or read-written) role.
-  void expectMatch(double atol, double rtol) {
+  void expectMatch(double atol, double rtol, std::string_view variant = {}) {
     std::vector<std::vector<Buf>> cpu = bufs_, gpu = bufs_;
+    const std::vector<std::vector<bool>> staged = stageBf16(cpu);
     ASSERT_TRUE(runCpuKernel(callOn(cpu)).isOk());
-    ASSERT_NO_FATAL_FAILURE(runGpu(gpu));
+    roundBack(cpu, staged);
+    ASSERT_NO_FATAL_FAILURE(runGpu(gpu, variant));
     const schema::OpSpec& spec = schema::opSpec(kind_);
     for (size_t r = 0; r < bufs_.size(); ++r) {
       if (spec.args[r].access == schema::ArgAccess::kRead) continue;
@@ -121,7 +127,36 @@ private:
       }
     return c;
   }
-  void runGpu(std::vector<std::vector<Buf>>& bufs) {
+  // The staged path's conversions for the CPU reference: every bf16 buffer of a float role becomes its
+  // exact f32 copy (zero, cast and load_microbatch take bf16 themselves). Returns which were converted.
+  std::vector<std::vector<bool>> stageBf16(std::vector<std::vector<Buf>>& bufs) const {
+    const schema::OpSpec& spec = schema::opSpec(kind_);
+    std::vector<std::vector<bool>> staged(bufs.size());
+    for (size_t r = 0; r < bufs.size(); ++r)
+      for (Buf& b : bufs[r]) {
+        const bool convert = !schema::handlesBf16Itself(kind_) && schema::isFloatRole(spec.args[r].type) &&
+                             b.type == schema::ElemType::kBF16;
+        staged[r].push_back(convert);
+        if (!convert) continue;
+        std::vector<std::byte> f(size_t(b.elems) * 4);
+        convertBf16ToF32(reinterpret_cast<const uint16_t*>(b.bytes.data()), reinterpret_cast<float*>(f.data()), b.elems);
+        b.bytes = std::move(f);
+        b.type = schema::ElemType::kF32;
+      }
+    return staged;
+  }
+  static void roundBack(std::vector<std::vector<Buf>>& bufs, const std::vector<std::vector<bool>>& staged) {
+    for (size_t r = 0; r < bufs.size(); ++r)
+      for (size_t k = 0; k < bufs[r].size(); ++k) {
+        if (!staged[r][k]) continue;
+        Buf& b = bufs[r][k];
+        std::vector<std::byte> h(size_t(b.elems) * 2);
+        convertF32ToBf16(reinterpret_cast<const float*>(b.bytes.data()), reinterpret_cast<uint16_t*>(h.data()), b.elems);
+        b.bytes = std::move(h);
+        b.type = schema::ElemType::kBF16;
+      }
+  }
+  void runGpu(std::vector<std::vector<Buf>>& bufs, std::string_view variant = {}) {
     cudaStream_t stream = nullptr;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     std::vector<std::vector<void*>> dev(bufs.size());
@@ -146,7 +181,7 @@ private:
       ctx.scratch = &scratch;
       ctx.tables = &tables;
       ctx.deviceError = flag;
-      const CudaKernel* kernel = cudaKernelTable().find(kind_);
+      const CudaKernel* kernel = cudaKernel(kind_, variant);
       ASSERT_NE(kernel, nullptr) << schema::opName(kind_);
       const Status st = (*kernel)(callOn(bufs, &dev), ctx);
       ASSERT_TRUE(st.isOk()) << st.toString();

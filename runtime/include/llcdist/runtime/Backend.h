@@ -26,6 +26,7 @@
 
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/KernelCall.h"
+#include "llcdist/runtime/KernelVariant.h"
 #include "llcdist/runtime/PlanSchema.h"
 #include "llcdist/runtime/Status.h"
 
@@ -95,6 +96,33 @@ public:
   // interpreter checks it for every kernel op of a program at create(); the collective, point-to-point
   // and load_microbatch ops are not launched (see the calls below and Interpreter.h).
   virtual bool hasKernel(schema::OpKind kind) const = 0;
+  // The kernel variants of `kind` (KernelVariant.h), in the backend's order of preference; a call's
+  // KernelCall::variant indexes this list. Default: one f32 kernel (f32KernelVariant: every bf16
+  // argument converted) for each kind with hasKernel, none otherwise. The pointers live as long as
+  // the backend.
+  virtual std::vector<const KernelVariantInfo*> kernelVariants(schema::OpKind kind) const;
+  // The options the variants' choice depends on (--deterministic, --tf32, whether cuDNN can run here).
+  virtual KernelSelectOptions kernelSelectOptions() const { return {}; }
+  // Called once for every bound kernel call (its variant chosen, addresses in the arena), by
+  // Interpreter::create, before any step: a backend prepares what the call will need (the CUDA
+  // backend builds cuDNN's attention graphs and sizes the one workspace they share), so no step
+  // builds or allocates anything. Default: nothing.
+  virtual Status prepare(const KernelCall& call) {
+    (void)call;
+    return Status::ok();
+  }
+
+  // ---- time marks (--trace, --profile) ------------------------------------------------------------------
+  // A mark is a point on `stream`'s execution: the time at which everything launched on it before the
+  // mark has run. markTime() records one and returns its id; markTimeNs() gives its time in
+  // nanoseconds on Timeline::nowNs()'s scale, valid after the next synchronize(); clearTimeMarks()
+  // forgets every mark (the interpreter does so after each step has read its own). Default (the CPU
+  // backend, whose default stream runs synchronously on the calling thread): the host clock when the
+  // mark is made, which is when the work before it has run. A device backend records an event, so an
+  // op's interval is its execution on the device, not its launch (CudaBackend.h).
+  virtual StatusOr<int64_t> markTime(Stream stream);
+  virtual StatusOr<int64_t> markTimeNs(int64_t mark);
+  virtual void clearTimeMarks() { hostMarks_.clear(); }
 
   // ---- collectives (explicit waits) -------------------------------------------------------------------
   // A communication call made on a worker stream carries the issuing thread's call site
@@ -142,6 +170,9 @@ public:
   // Whether the collective has completed (a query, like cudaEventQuery; a waited handle counts as
   // complete). The timeline records a wait only when it blocked.
   virtual bool collectiveDone(CollectiveHandle handle) = 0;
+
+private:
+  std::vector<int64_t> hostMarks_;  // the default markTime's clock readings
 };
 
 }  // namespace llcdist::rt

@@ -39,7 +39,10 @@ struct CudaBackendOptions {
   // groups only).
   Communicator* communicator = nullptr;
   bool nccl = false;           // collectives through NCCL (needs a build with NCCL and one device per rank)
-  bool deterministic = true;   // cuBLASLt without split-K reductions
+  // --deterministic: bitwise-repeatable runs (cuDNN's deterministic attention backward, cuBLASLt
+  // without split-K reductions). Default off, as PyTorch: the fast kernels.
+  bool deterministic = false;
+  bool tf32 = false;           // --tf32: f32 GEMMs may use TF32 tensor cores (default off: full f32)
   double timeoutSeconds = 300;  // NCCL: synchronize() gives up (and aborts) after this long
 };
 

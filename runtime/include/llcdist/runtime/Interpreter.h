@@ -29,11 +29,17 @@
 // and the running action's microbatch (-1 when it has none), and wait for them on the default stream.
 // The data source is per rank: the caller binds the rank's dp coordinate into it (Train.h).
 //
-// bf16 buffers (docs/plan-format.md "bf16 storage, fp32 arithmetic"): for every op except zero, cast,
-// load_microbatch (schema::handlesBf16Itself) and the collectives of dtype "bf16" (which get their bf16
-// buffers as they are and reduce in bf16: "Collective dtypes"), each bf16 argument of a float role is bound to an f32
-// temporary in the interpreter's staging area (host memory, sized once at create() to the largest need
-// of one op; one temporary per distinct buffer of the op). Before the op the temporaries of roles it
+// Kernel variants (KernelVariant.h): create() chooses, once per op, which of the backend's variants of
+// its kind runs it (Backend::kernelVariants, chooseKernelVariant: from the op's buffer dtypes, its bound
+// parameters and Backend::kernelSelectOptions), sets KernelCall::variant, and calls Backend::prepare for
+// every bound kernel call. kernelChoices() lists the choices (the profile and the trace print them).
+//
+// bf16 buffers (docs/plan-format.md "bf16 storage, fp32 arithmetic"): a kernel variant that takes a
+// role in bf16 gets the bf16 buffer as it is. Otherwise (every CPU kernel; communication ops except
+// zero, load_microbatch and the collectives of dtype "bf16", which get their bf16 buffers as they are
+// and reduce in bf16: "Collective dtypes") each bf16 argument of a float role is bound to an f32
+// temporary in the interpreter's staging area (backend memory, sized once at create() to the largest
+// need of one op; one temporary per distinct buffer of the op). Before the op the temporaries of roles it
 // reads (read, or read-write: Op::access) are filled from the arena (exact); after it, the temporaries of
 // roles it writes are rounded back into the arena (nearest even). The conversions are `cast` launches on
 // the backend. Ops without bf16 arguments run on arena addresses directly (no copies). Collectives of
@@ -72,9 +78,12 @@
 // A wait is an op position too, at which the started op's buffers are touched again (without starting
 // a new value), so they are live from the start through the wait.
 //
-// Measured timeline (Timeline.h, `--trace`): with setTimeline(), runSubroutine's op loop reads the steady
-// clock around each op that launches a kernel or communicates and records the interval with the op's
-// kind, loc, subroutine, step, microbatch and action; without one it reads no clock. Communication on
+// Measured timeline (Timeline.h, `--trace`, `--profile`): with setTimeline(), runSubroutine's op loop
+// makes a time mark on the compute stream before and after each op that launches a kernel or
+// communicates (Backend::markTime: the host clock on the CPU, CUDA events on the GPU, so an interval is
+// the op's execution, not its launch) and, once the step has synchronized, records the interval with
+// the op's kind, kernel variant, FLOPs (kernelFlops), loc, subroutine, step, microbatch and action;
+// without one it makes no mark. Communication on
 // a queue q != 0 is timed by two host functions on q's stream around its calls (Backend::launchHostFunc)
 // and recorded by the thread that runs them with TimelineEvent::queue = q; a wait on compute is
 // recorded only when one of its handles was not yet complete (Backend::collectiveDone).
@@ -151,13 +160,27 @@ public:
   // Channels create() made: one per distinct group of the program's collectives.
   size_t numChannels() const { return numChannels_; }
 
+  // The kernel variants create() chose (KernelVariant.h), one entry per (op kind, variant) in order of
+  // first appearance: how many ops of the program run it, how many of their arguments are converted
+  // from bf16 to f32 temporaries, and (first op's) why earlier variants were passed over.
+  struct KernelChoiceSummary {
+    schema::OpKind kind;
+    std::string variant;
+    int64_t ops = 0;
+    int64_t convertedArgs = 0;
+    std::string passedOver;
+  };
+  const std::vector<KernelChoiceSummary>& kernelChoices() const { return kernelChoices_; }
+
   // The memory measured during the first runStep(); nullopt before a step has completed.
   const std::optional<MemoryStats>& memoryStats() const { return memory_; }
 
 private:
   struct BoundOp {
-    KernelCall call;  // arena addresses; bf16 float-role arguments: their f32 staging temporaries
+    KernelCall call;  // arena addresses; converted bf16 arguments: their f32 staging temporaries
     const Op* op = nullptr;
+    std::string_view variant;  // the kernel variant's name (KernelVariant.h); empty for non-kernel ops
+    double flops = 0;          // kernelFlops(call), for the timeline
     // bf16 arguments: cast launches arena -> staging before the op, staging -> arena after it.
     std::vector<KernelCall> convertIn, convertOut;
     // Every distinct buffer the op touches: whether it reads it (a read or read-write role, Op::access)
@@ -173,9 +196,19 @@ private:
   };
   struct MemoryTrace;
   Interpreter();
-  Status bind(const Op& op, int64_t slot, BoundOp* out);
+  // An op's binding that does not depend on the slot: its family's parameters, its kernel variant and
+  // which bf16 arguments it gets as f32 temporaries (convert[r][k]).
+  struct OpBinding {
+    OpParams params;
+    int variant = 0;
+    std::string_view variantName;
+    std::string passedOver;  // KernelChoice::passedOver
+    std::vector<std::vector<bool>> convert;
+  };
+  StatusOr<OpBinding> chooseBinding(const Op& op);
+  Status bind(const Op& op, const OpBinding& binding, int64_t slot, BoundOp* out);
   Status createChannels();
-  int64_t stagingElems(const Op& op) const;
+  int64_t stagingElems(const Op& op, const OpBinding& binding) const;
   void traceOp(const BoundOp& bound);
   MemoryStats finishTrace() const;
   // A communication op started with a token and not yet waited for (see above).
@@ -221,6 +254,15 @@ private:
   std::unique_ptr<MemoryTrace> trace_;              // during the first runStep only
   std::optional<MemoryStats> memory_;
   Timeline* timeline_ = nullptr;  // --trace; not owned
+  // The step's timed ops, recorded into timeline_ once the step has synchronized (their marks' times
+  // are known then).
+  struct PendingInterval {
+    TimelineEvent event;
+    int64_t startMark, endMark;
+  };
+  std::vector<PendingInterval> pending_;
+  Status recordPending();
+  std::vector<KernelChoiceSummary> kernelChoices_;
   int64_t action_ = -1;           // the action runStep is running; -1 outside a step
   size_t numChannels_ = 0;
   size_t subroutine_ = 0;         // the subroutine runSubroutine is running

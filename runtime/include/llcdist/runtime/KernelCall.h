@@ -29,10 +29,11 @@ struct KernelCall {
   // optional role is absent); argElems[i][k] its element count.
   std::vector<std::vector<void*>> args;
   std::vector<std::vector<int64_t>> argElems;
-  // argTypes[i][k]: the dtype of that buffer (as args; may be left empty, meaning f32 for float roles
-  // and i32 for i32 roles). The interpreter hands kernels f32 data for every float role (bf16 buffers
-  // are converted to f32 temporaries around the launch: PlanSchema's handlesBf16Itself); only `zero`
-  // and `cast` see bf16 addresses, and they read their dtypes from here.
+  // argTypes[i][k]: the dtype of that buffer as the kernel gets it (as args; may be left empty, meaning
+  // f32 for float roles and i32 for i32 roles). A float role is f32 or bf16 as the chosen kernel
+  // variant takes it (KernelVariant.h): the interpreter converts a bf16 buffer to an f32 temporary
+  // only for a variant that takes the role as f32 only (every CPU kernel), so kernels that take bf16
+  // read the dtype of each float argument from here, as `zero` and `cast` always have.
   std::vector<std::vector<schema::ElemType>> argTypes;
   // The op's family's parameters (the binder of src/ops/<Family>.cpp sets the alternative).
   OpParams params;
@@ -40,6 +41,9 @@ struct KernelCall {
   // step + 1.
   double lr = 0;
   int64_t t = 0;
+  // Which of the backend's kernel variants of `kind` runs the call (KernelVariant.h: an index into
+  // Backend::kernelVariants(kind), chosen once at bind time); 0 for a backend with one kernel per kind.
+  int variant = 0;
 
   // The family's parameters, or null when the call holds another family's.
   template <class P>

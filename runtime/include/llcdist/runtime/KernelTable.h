@@ -27,6 +27,14 @@ public:
     if (slot) duplicates_.push_back(kind);
     slot = std::move(entry);
   }
+  // For a table whose Entry is a list (a kind's kernel variants, in preference order: CudaKernels.h):
+  // appends `item` to the kind's list, creating it.
+  template <class Item>
+  void append(schema::OpKind kind, Item item) {
+    std::optional<Entry>& slot = entries_[size_t(kind)];
+    if (!slot) slot.emplace();
+    slot->push_back(std::move(item));
+  }
   // The entry of `kind`, or null when none was registered.
   const Entry* find(schema::OpKind kind) const {
     const std::optional<Entry>& slot = entries_[size_t(kind)];

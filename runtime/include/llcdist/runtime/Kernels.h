@@ -18,6 +18,7 @@
 #include "llcdist/runtime/OpParams.h"  // WeightLayout, VocabShard, RopeConfig / RopeTable
 #include "llcdist/runtime/Status.h"
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -120,6 +121,9 @@ Status ropeBackward(const RopeTable& table, const float* dy, float* dx, int64_t 
 struct AttentionShape {
   int64_t B = 0, S = 0, nh = 0, nkv = 0, hd = 0;
 };
+// The softmax scale every attention kernel uses (CPU, CUDA, cuDNN): 1/sqrt(hd) in double, rounded to
+// f32 once, so all see one value.
+inline float attentionScale(int64_t hd) { return static_cast<float>(1.0 / std::sqrt(double(hd))); }
 Status attentionForward(const AttentionShape& shape, const float* q, const float* k, const float* v,
                         float* out, float* lse);
 // dq [B,S,nh,hd]; dk, dv [B,S,nkv,hd], summed over the query heads that share each kv head (overwritten).

@@ -112,8 +112,9 @@ constexpr bool livesWholeStep(BufferKind k) {
 }
 
 // Buffer dtypes. `bf16` (bfloat16: the top 16 bits of an IEEE f32; Bf16.h) is a storage dtype: ops
-// compute in f32 and the interpreter converts bf16 arguments in and out (docs/plan-format.md "bf16
-// storage, fp32 arithmetic"). `f64` holds the double-precision partial reductions a kernel hands to an
+// compute in f32 and round what they write; a kernel variant that takes a bf16 role reads and writes it
+// as it is, and the interpreter converts the bf16 arguments of every other (KernelVariant.h;
+// docs/plan-format.md "bf16 storage, fp32 arithmetic"). `f64` holds the double-precision partial reductions a kernel hands to an
 // explicit collective (grad_norm_sq's squared norm, the vocabulary-parallel cross entropy's row
 // statistics): only roles of type kF64 and all_reduce's x take it. Buffer `bytes` = numel ×
 // elemTypeSize(dtype).
@@ -160,7 +161,7 @@ enum class ArgArity { kOne, kOptional, kList, kOptionalList };
 constexpr bool isListArity(ArgArity a) { return a == ArgArity::kList || a == ArgArity::kOptionalList; }
 constexpr bool isOptionalArity(ArgArity a) { return a == ArgArity::kOptional || a == ArgArity::kOptionalList; }
 // kF32: a float role: the buffer is f32 or bf16 (bf16 arguments are converted to f32 temporaries
-// around the f32 kernel, except for `cast`, which converts itself); kI32: i32 only (ids, targets);
+// around a kernel variant that takes the role as f32 only: KernelVariant.h; `cast` converts itself); kI32: i32 only (ids, targets);
 // kF64: f64 only (the partial reductions of grad_norm_sq and cross_entropy_max / _sums); kF32OrF64: a
 // float role that also takes f64 (all_reduce's x); kAny: any dtype (`zero`).
 enum class ArgType { kF32, kI32, kF64, kF32OrF64, kAny };
@@ -416,10 +417,11 @@ constexpr bool isPointToPoint(OpKind k) { return k == OpKind::kSend || k == OpKi
 // The ops that communicate (collectives and point-to-point): the only ops that may carry a "token"
 // (started asynchronously) or run on a queue other than "compute" (feature "async").
 constexpr bool communicates(OpKind k) { return isCollective(k) || isPointToPoint(k); }
-// True for the ops whose kernels read and write bf16 buffers themselves (`cast`, `zero`, and
-// load_microbatch, which has no float role). For every other op the runtime converts each bf16
-// argument of a float role to an f32 temporary before the op (roles read or read-written), runs the
-// f32 op on the temporaries, and rounds every written temporary back (roles written or read-written).
+// True for the ops whose kernels read and write bf16 buffers themselves on every backend (`cast`,
+// `zero`, and load_microbatch, which has no float role). For every other op the backend's kernel
+// variant says which roles it takes in bf16 (KernelVariant.h); the runtime converts each other bf16
+// argument of a float role to an f32 temporary before the op (roles read or read-written), runs the op,
+// and rounds every written temporary back (roles written or read-written).
 constexpr bool handlesBf16Itself(OpKind k) {
   return k == OpKind::kCast || k == OpKind::kZero || k == OpKind::kLoadMicrobatch;
 }

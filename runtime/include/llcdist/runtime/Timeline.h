@@ -2,14 +2,17 @@
 // and every communication op the interpreter executes, written as a Chrome trace (the format of the
 // compiler's schedule.trace.json, lib/Schedule/Render.cpp) that Perfetto and chrome://tracing open.
 //
-// Recording: an Interpreter with a Timeline (Interpreter::setTimeline) reads the steady clock before
-// and after each op that launches a kernel (lane compute; a bf16 op's conversions included) or
+// Recording: an Interpreter with a Timeline (Interpreter::setTimeline) makes a time mark before and
+// after each op that launches a kernel (lane compute; a bf16 op's conversions included) or
 // communicates (collectives and send / recv; lane communication, the wait included, since execution
-// is synchronous), load_microbatch is not recorded. Asynchronous plans: communication on queue q >= 1
-// is recorded with its real interval (start..end of the communicator call) by the backend thread that
-// runs it, on lane tid q named after the queue; a wait op is recorded on the compute lane only when it
-// blocked. Kernels never communicate (the gradient norm's and the vocabulary-parallel loss's reductions
-// are all_reduce ops of their own). Without a Timeline no clock is read. One
+// is synchronous); load_microbatch is not recorded. A mark is Backend::markTime: the steady clock on
+// the CPU backend, whose default stream runs on the calling thread, and a CUDA event on the GPU, so an
+// interval is the op's execution on the device, not its launch; the step's intervals are recorded
+// once it has synchronized. Asynchronous plans: communication on queue q >= 1 is recorded with its
+// real interval (start..end of the communicator call) by the backend thread that runs it, on lane
+// tid q named after the queue; a wait op is recorded on the compute lane only when it blocked.
+// Kernels never communicate (the gradient norm's and the vocabulary-parallel loss's reductions are
+// all_reduce ops of their own). Without a Timeline no clock is read and no mark is made. One
 // Timeline belongs to one rank; a mutex serializes the rank's thread and its backend's workers.
 //
 // File (writeChromeTrace): {"displayTimeUnit": "ms", "traceEvents": [...]}; metadata events name
@@ -17,7 +20,8 @@
 // "communication"); each interval is a complete event {"name": op kind, "cat": lane, "ph": "X", "ts",
 // "dur" (microseconds, ts from the earliest recorded event of any rank, so ranks share one time axis),
 // "pid", "tid", "args": {"loc", "step", "microbatch" (-1: none), "action" (-1: a subroutine run
-// outside a step), "subroutine"}}, one event per line. The file is written atomically (temporary file
+// outside a step), "subroutine", and for kernel ops "variant" (the kernel variant that ran) and, for
+// GEMMs and attention, "flops"}}, one event per line. The file is written atomically (temporary file
 // + rename).
 #pragma once
 
@@ -46,6 +50,10 @@ struct TimelineEvent {
   // synchronous communication of the compute queue, on lane tid 1 as before; queue q >= 1 is on lane
   // tid q, named after the queue.
   int queue = 0;
+  // A kernel op's variant (KernelVariant.h: "own", "cublaslt", "cudnn"; static storage) and its
+  // floating-point operations (kernelFlops; 0 for memory-bound ops and communication).
+  std::string_view variant = {};
+  double flops = 0;
 };
 
 class Timeline {

@@ -1,13 +1,24 @@
-// Training driver: load a plan, initialize or import the parameters, run N steps on the CPU backend
-// (every rank of the plan as a thread),
-// report progress, optionally log JSON Lines and export the parameters. `llcdist-run` and
-// `llc-dist run` are thin command-line wrappers around runTraining().
+// Training driver: load a plan, initialize or import the parameters, run N steps on a backend (every
+// rank of the plan as a thread, or this process's ranks under a launcher), report progress, optionally
+// log JSON Lines and export the parameters. `llcdist-run` and `llc-dist run` are thin wrappers around
+// runCommand() (RunCommand.h), which sets the backend and calls runTrainingOn().
+//
+// Libraries and the default backend:
+//  - runTrainingOn() is the driver, in llcdist_runtime_train (src/train/, the in-process communicator,
+//    fault injection). That library links only the core: no CPU kernel, no BLAS (the link check
+//    llcdist_runtime_train.links_without_cpu proves it), so a GPU-only program links the driver with
+//    the CUDA backend alone. RunOptions::backend must be set; unset, it returns InvalidArgument.
+//  - runTraining() and cpuBackendFactory() are defined in llcdist_runtime (src/train/TrainCpu.cpp),
+//    the library that joins the driver and llcdist_runtime_cpu: runTraining() is runTrainingOn() with
+//    RunOptions::backend defaulting to cpuBackendFactory() when unset. A program that calls
+//    runTraining() must link llcdist_runtime (an undefined reference otherwise, never a silent
+//    fallback); the tests and the integration tests do.
 //
 // Contract:
 //  - Ranks: every rank of the plan's mesh (dp × tp × pp; docs/plan-format.md "Multi-rank plans" and
 //    "Pipeline plans") runs the program whose `ranks` contain it (programs[0] in an SPMD plan; the
-//    program of its pp stage in a pipeline plan) on its own thread with its own CPU backend and
-//    interpreter; the ranks share one in-process communicator (collectives and send/recv). A single-rank plan runs on the calling thread. If a rank fails,
+//    program of its pp stage in a pipeline plan) on its own thread with its own backend (made by
+//    RunOptions::backend) and interpreter; the ranks share one in-process communicator (collectives and send/recv). A single-rank plan runs on the calling thread. If a rank fails,
 //    the communicator is aborted so no rank waits forever, and the run returns the lowest rank's own
 //    error ("rank r: ..." when the plan has several ranks); a collective that some members never join
 //    fails after collectiveTimeoutSeconds with an error naming the collective, axis, group and members,
@@ -42,15 +53,22 @@
 //    each record written whole and flushed when its step ends (so a failed run leaves the complete
 //    records of the steps that finished; never a partial line). Non-finite numbers are written as null.
 //    The LAST step's record has one more field, after "tokens_per_s": "memory": {"arena_bytes": [..],
-//    "arena_high_water_bytes": [..], "peak_live_bytes": [..]}, each array indexed by global rank (as
-//    RunResult's vectors); the reporting rank waits for every rank's first-step measurement before it
+//    "arena_high_water_bytes": [..], "peak_live_bytes": [..], "peak_device_bytes": [..]}, each array
+//    indexed by global rank (as RunResult's vectors; peak_device_bytes: Backend::peakAllocatedBytes,
+//    the arena plus the backend's workspaces and staging); the reporting rank waits for every rank's first-step measurement before it
 //    writes that record (a rank that failed before measuring contributes 0).
 //  - Memory: after the run (unless quiet), one line per rank to `progress`:
 //      "memory: rank R arena A bytes, touched up to H, live peak L"
 //    compacted to one line "memory: ranks R1-R2 arena A bytes, ..." for each run of consecutive ranks
 //    with the same three numbers (an SPMD plan: one line for all ranks).
 //    Nothing is printed when no step ran. A = the program's arena_bytes (exactly what the CPU backend
-//    allocates), H and L as measured by the interpreter during the first step (Interpreter.h).
+//    allocates), H and L as measured by the interpreter during the first step (Interpreter.h). A rank
+//    whose backend holds more device memory than its arena (the CUDA backend's workspaces, staging and
+//    scratch) gets one more line, "device memory: rank R peak P bytes (arena A + workspaces W)".
+//  - profile (--profile): every rank records its timeline (as with traceDir); after the run, for the
+//    lowest local rank of each program, its profile (Profile.h: device time per op kind and kernel
+//    variant, share of the step, TFLOP/s of GEMMs and attention, idle time; the first step left out
+//    when several ran) and its interpreter's kernel choices are printed to `progress`, quiet or not.
 //  - bf16 params (params[].dtype "bf16"): init computes the f32 value (initNormal × std, zeros, ones) and
 //    rounds it to bf16 (nearest even); --init-from rounds the file's values (converted to f32 first) the
 //    same way; --save-params still writes F32, the bf16 values converted exactly.
@@ -92,6 +110,9 @@ namespace llcdist::rt {
 class Communicator;
 class DumpPeers;
 
+// Makes rank r's backend for a run (communicator: the run's, null for a one-rank run).
+using BackendFactory = std::function<StatusOr<std::unique_ptr<Backend>>(int rank, Communicator* communicator)>;
+
 struct RunOptions {
   std::string planDir;
   int64_t steps = 1;
@@ -120,6 +141,9 @@ struct RunOptions {
   // --check-async: asynchronous ops run only at their waits, their outputs poisoned until then
   // (Interpreter.h, docs/plan-format.md "Asynchronous plans").
   bool checkAsync = false;
+  // --profile: print device time per op kind, its share of the step and achieved TFLOP/s for GEMMs and
+  // attention (implies timing every op; with CUDA events on the GPU).
+  bool profile = false;
   bool quiet = false;
   bool progressIsTty = false;  // rewrite one progress line with '\r'
   double collectiveTimeoutSeconds = 300.0;  // a rank waiting longer in one collective fails the run
@@ -133,15 +157,16 @@ struct RunOptions {
   // a thread of this process, on an in-process communicator.
   Communicator* communicator = nullptr;
   std::vector<int> localRanks;
+  // Rank r's backend, made before its interpreter (communicator: the run's, null for one rank), on one
+  // thread for all local ranks. runTrainingOn() needs it; runTraining() uses cpuBackendFactory() when
+  // it is unset. The run command sets it from --backend (CudaBackend.h, cpuBackendFactory()). Every
+  // multi-rank backend's connect() is called on its rank's thread before the rank's first work.
+  BackendFactory backend;
   // The flight recorder (FlightRecorder.h, docs/cluster.md): each local rank of a multi-rank run keeps
   // its last flightEntries communication calls (0: no recorder, no watchdog). When the run fails with a
   // rank waiting in (or given up on) a call, or the watchdog fires, they are dumped to
   // flightDir/flight-rank-R.json, the other processes asked to dump theirs (dumpPeers, one process per
   // rank), and the diagnosis of the directory (Diagnose.h) printed to `errors` (nullptr: std::cerr).
-  // Rank r's backend, made before its interpreter (communicator: the run's, null for one rank); unset:
-  // the CPU backend. The CLI's --backend cuda sets it (CudaBackend.h). Every multi-rank backend's
-  // connect() is called on its rank's thread before the rank's first work.
-  std::function<StatusOr<std::unique_ptr<Backend>>(int rank, Communicator* communicator)> backend;
   std::string flightDir = "llc-dist-flight";
   int64_t flightEntries = 0;
   DumpPeers* dumpPeers = nullptr;
@@ -164,9 +189,21 @@ struct RunResult {
   std::vector<int64_t> arenaBytes;
   std::vector<int64_t> arenaHighWaterBytes;
   std::vector<int64_t> measuredPeakLiveBytes;
+  // Backend::peakAllocatedBytes of each rank's backend (the arena and what the backend allocated beside
+  // it: workspaces, staging, scratch).
+  std::vector<int64_t> devicePeakBytes;
 };
 
+// The driver (llcdist_runtime_train): options.backend must be set.
+Status runTrainingOn(const RunOptions& options, std::ostream& progress, RunResult* result = nullptr);
+
+// runTrainingOn() with the CPU backend when options.backend is unset (llcdist_runtime, which links the
+// CPU backend and BLAS; see "Libraries and the default backend" above).
 Status runTraining(const RunOptions& options, std::ostream& progress, RunResult* result = nullptr);
+
+// The CPU backend of each rank (CpuBackendOptions: the rank, the run's communicator, OpenBLAS on one
+// thread) as a RunOptions::backend (llcdist_runtime).
+BackendFactory cpuBackendFactory();
 
 // Whether a launcher started this process as one of several (so the run is one process per rank):
 // the variable that says so and the world size ("OMPI_COMM_WORLD_SIZE=4": mpirun of OpenMPI;

@@ -21,7 +21,7 @@ int64_t colsB(const GemmProblem& g) { return g.transB ? g.k : g.n; }
 
 auto keyTuple(const GemmKey& k) {
   return std::make_tuple(k.transA, k.transB, k.m, k.n, k.k, k.lda, k.ldb, k.ldc, k.beta, int(k.epilogue),
-                         int(k.dtype), int(k.a), int(k.b), k.alignment, k.deterministic);
+                         int(k.dtype), int(k.outType), k.tf32, int(k.a), int(k.b), k.alignment, k.deterministic);
 }
 
 }  // namespace
@@ -34,7 +34,7 @@ auto keyTuple(const GemmKey& k) {
 //   Wnk: kOutIn: W row-major [N,K] read column-major is Wᵀ (K×N, ld K), so Wnk = W is A = w
 //   transposed, lda = K. kInOut: W row-major [K,N] read column-major is Wᵀ (N×K, ld N) = Wnk, so A = w
 //   as it is, lda = N.
-GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dtype) {
+GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dtype, GemmDType outType) {
   GemmProblem g;
   g.m = p.N;
   g.n = p.M;
@@ -49,6 +49,7 @@ GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dty
   g.beta = 0.0f;
   g.epilogue = hasBias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
   g.dtype = dtype;
+  g.outType = outType;
   return g;
 }
 
@@ -57,7 +58,7 @@ GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dty
 //   Wnkᵀ: kOutIn: W row-major [N,K] read column-major is Wᵀ = Wnkᵀ (K×N, ld K): A = w, no transpose,
 //   lda = K. kInOut: W row-major [K,N] read column-major is Wᵀ (N×K, ld N) = Wnk: A = w transposed,
 //   lda = N.
-GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype) {
+GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype, GemmDType outType) {
   GemmProblem g;
   g.m = p.K;
   g.n = p.M;
@@ -72,6 +73,7 @@ GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype) {
   g.beta = p.accumulate ? 1.0f : 0.0f;
   g.epilogue = GemmEpilogue::kNone;
   g.dtype = dtype;
+  g.outType = outType;
   return g;
 }
 
@@ -81,7 +83,7 @@ GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype) {
 // kInOut: dw[K,N] = xᵀ·dy. Column-major C = dwᵀ (N×K, ldc N) = dyᵀ (N×M) · x (M×K).
 //   dyᵀ: A = dy, no transpose, lda = N.  x: x read column-major is xᵀ (K×M, ld K): B = x transposed,
 //   ldb = K.
-GemmProblem linearBackwardWeightGemm(const LinearParams& p, GemmDType dtype) {
+GemmProblem linearBackwardWeightGemm(const LinearParams& p, GemmDType dtype, GemmDType outType) {
   GemmProblem g;
   if (p.layout == WeightLayout::kOutIn) {
     g.m = p.K;
@@ -109,6 +111,7 @@ GemmProblem linearBackwardWeightGemm(const LinearParams& p, GemmDType dtype) {
   g.beta = p.accumulate ? 1.0f : 0.0f;
   g.epilogue = GemmEpilogue::kNone;
   g.dtype = dtype;
+  g.outType = outType;
   return g;
 }
 
@@ -134,6 +137,8 @@ std::string describeGemm(const GemmProblem& g) {
     << "(lda=" << g.lda << ") B=" << gemmOperandName(g.b) << (g.transB ? "^T" : "") << "(ldb=" << g.ldb
     << ") C(ldc=" << g.ldc << ") beta=" << g.beta << (g.epilogue == GemmEpilogue::kBias ? " bias " : " ")
     << gemmDTypeName(g.dtype);
+  if (g.outType != g.dtype) s << "->" << gemmDTypeName(g.outType);
+  if (g.tf32) s << " tf32";
   return s.str();
 }
 
@@ -147,6 +152,9 @@ Status checkGemmProblem(const GemmProblem& g) {
   if (!ldOk(g.ldb, rowsB(g))) return bad("ldb is smaller than B's stored rows (" + std::to_string(rowsB(g)) + ")");
   if (!ldOk(g.ldc, g.m)) return bad("ldc is smaller than m");
   if (g.beta != 0.0f && g.beta != 1.0f) return bad("beta must be 0 or 1");
+  if (g.outType != g.dtype && !(g.dtype == GemmDType::kBF16 && g.outType == GemmDType::kF32))
+    return bad("cuBLASLt has no " + std::string(gemmDTypeName(g.dtype)) + " GEMM writing " +
+               gemmDTypeName(g.outType) + " (f32 -> f32, bf16 -> bf16 or f32)");
   return Status::ok();
 }
 
@@ -160,13 +168,22 @@ int gemmAlignmentClass(const void* a, const void* b, const void* c, const void* 
 }
 
 Status checkGemmAlignment(const void* a, const void* b, const void* c, GemmDType dtype, const void* bias) {
-  const uintptr_t need = uintptr_t(gemmElemSize(dtype));
-  const std::pair<const char*, const void*> operands[] = {{"A", a}, {"B", b}, {"C", c}, {"bias", bias}};
-  for (const auto& [name, p] : operands) {
-    if (p && reinterpret_cast<uintptr_t>(p) % need != 0) {
+  return checkGemmAlignment(a, b, c, dtype, dtype, bias);
+}
+
+Status checkGemmAlignment(const void* a, const void* b, const void* c, GemmDType dtype, GemmDType outType,
+                          const void* bias) {
+  const struct {
+    const char* name;
+    const void* p;
+    GemmDType type;
+  } operands[] = {{"A", a, dtype}, {"B", b, dtype}, {"C", c, outType}, {"bias", bias, outType}};
+  for (const auto& o : operands) {
+    const uintptr_t need = uintptr_t(gemmElemSize(o.type));
+    if (o.p && reinterpret_cast<uintptr_t>(o.p) % need != 0) {
       std::ostringstream s;
-      s << "GEMM operand " << name << " at " << p << " is not " << need << "-byte aligned, as cuBLASLt needs for "
-        << gemmDTypeName(dtype) << " data";
+      s << "GEMM operand " << o.name << " at " << o.p << " is not " << need << "-byte aligned, as cuBLASLt needs for "
+        << gemmDTypeName(o.type) << " data";
       return Status::invalidArgument(s.str());
     }
   }
@@ -189,6 +206,8 @@ GemmKey gemmKey(const GemmProblem& g, int alignment, bool deterministic) {
   k.beta = g.beta;
   k.epilogue = g.epilogue;
   k.dtype = g.dtype;
+  k.outType = g.outType;
+  k.tf32 = g.tf32;
   k.a = g.a;
   k.b = g.b;
   k.alignment = alignment;

@@ -25,7 +25,7 @@
 
 namespace llcdist::rt::cuda {
 
-enum class GemmDType { kF32, kBF16 };      // the element type of A, B, C (and the bias)
+enum class GemmDType { kF32, kBF16 };      // an element type of the operands or of the output
 enum class GemmEpilogue { kNone, kBias };  // kBias: CUBLASLT_EPILOGUE_BIAS, bias[m] per row of C
 // Which of the linear op's buffers feeds cuBLAS's A or B (C is always the op's output: y, dx or dw).
 enum class GemmOperand { kX, kW, kDy };
@@ -36,20 +36,29 @@ struct GemmProblem {
   int64_t lda = 0, ldb = 0, ldc = 0;
   float beta = 0.0f;  // 0 (overwrite C; C is not read) or 1 (accumulate into C)
   GemmEpilogue epilogue = GemmEpilogue::kNone;
+  // A and B's element type, and C's (D's and the bias's): cuBLASLt's combinations with f32 accumulation
+  // (CUBLAS_COMPUTE_32F): f32 × f32 -> f32, bf16 × bf16 -> bf16 or f32 (checkGemmProblem).
   GemmDType dtype = GemmDType::kF32;
+  GemmDType outType = GemmDType::kF32;
+  // f32 GEMMs may run on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32; --tf32); no effect on bf16.
+  bool tf32 = false;
   GemmOperand a = GemmOperand::kW;  // the buffer passed as A
   GemmOperand b = GemmOperand::kX;  // the buffer passed as B
 };
 
-// Wnk: the weight as the [N,K] matrix of Kernels.h (W for kOutIn, Wᵀ for kInOut).
+// Wnk: the weight as the [N,K] matrix of Kernels.h (W for kOutIn, Wᵀ for kInOut). `dtype` is the
+// operands' element type, `outType` the output's (the op's y, dx or dw).
 // linear_fwd: y[M,N] = x·Wnkᵀ (+ bias[N]); C = yᵀ (N×M), A = w, B = x; the bias (per output feature)
 // is the epilogue's per-row bias. Never accumulates (linear_fwd has no accumulate attr).
-GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dtype = GemmDType::kF32);
+GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dtype = GemmDType::kF32,
+                              GemmDType outType = GemmDType::kF32);
 // linear_bwd_input: dx[M,K] (+)= dy[M,N]·Wnk; C = dxᵀ (K×M), A = w, B = dy; beta = accumulate.
-GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype = GemmDType::kF32);
+GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype = GemmDType::kF32,
+                                    GemmDType outType = GemmDType::kF32);
 // linear_bwd_weight: dw in W's layout (kOutIn dw[N,K] = dyᵀ·x; kInOut dw[K,N] = xᵀ·dy), beta =
 // accumulate. kOutIn: C = dwᵀ (K×N), A = x, B = dy; kInOut: C = dwᵀ (N×K), A = dy, B = x.
-GemmProblem linearBackwardWeightGemm(const LinearParams& p, GemmDType dtype = GemmDType::kF32);
+GemmProblem linearBackwardWeightGemm(const LinearParams& p, GemmDType dtype = GemmDType::kF32,
+                                     GemmDType outType = GemmDType::kF32);
 
 // The elements A, B and C must hold for the problem (the last element read or written, plus one).
 int64_t gemmElemsA(const GemmProblem& g);
@@ -57,11 +66,13 @@ int64_t gemmElemsB(const GemmProblem& g);
 int64_t gemmElemsC(const GemmProblem& g);
 
 // Ok when the problem is well formed: sizes >= 0, leading dimensions >= max(1, the stored row count),
-// beta 0 or 1. (m, n or k 0 are well formed; the runner refuses them, the linear kernels never pass
-// them.) The error names the problem.
+// beta 0 or 1, and a dtype combination cuBLASLt runs (f32 -> f32, bf16 -> bf16 or f32). (m, n or k 0
+// are well formed; the runner refuses them, the linear kernels never pass them.) The error names the
+// problem.
 Status checkGemmProblem(const GemmProblem& g);
 
-// "m=19 n=5 k=37 A=w^T(lda=37) B=x(ldb=37) C(ldc=19) beta=0 bias f32": for errors.
+// "m=19 n=5 k=37 A=w^T(lda=37) B=x(ldb=37) C(ldc=19) beta=0 bias f32" ("bf16->f32" when the output
+// differs from the operands, " tf32" when allowed): for errors.
 std::string describeGemm(const GemmProblem& g);
 const char* gemmOperandName(GemmOperand o);
 const char* gemmDTypeName(GemmDType t);
@@ -75,6 +86,9 @@ int gemmAlignmentClass(const void* a, const void* b, const void* c, const void* 
 // cuBLASLt needs every matrix (and the bias) aligned to its element size at least: 4 bytes for f32, 2
 // for bf16. InvalidArgument naming the first misaligned operand (A, B, C or bias) and its address.
 Status checkGemmAlignment(const void* a, const void* b, const void* c, GemmDType dtype, const void* bias = nullptr);
+// The same with A and B of `dtype` and C and the bias of `outType`.
+Status checkGemmAlignment(const void* a, const void* b, const void* c, GemmDType dtype, GemmDType outType,
+                          const void* bias);
 
 // The cache key of the runner: every field of the problem, the alignment class of its pointers and
 // whether the algorithm was restricted to non-split-K reductions (deterministic).
@@ -84,7 +98,8 @@ struct GemmKey {
   int64_t lda = 0, ldb = 0, ldc = 0;
   float beta = 0.0f;
   GemmEpilogue epilogue = GemmEpilogue::kNone;
-  GemmDType dtype = GemmDType::kF32;
+  GemmDType dtype = GemmDType::kF32, outType = GemmDType::kF32;
+  bool tf32 = false;
   GemmOperand a = GemmOperand::kW, b = GemmOperand::kX;
   int alignment = 16;
   bool deterministic = true;

@@ -18,9 +18,14 @@
 //    (3) dK, dV: a block per (b, kv head g, tile of W key rows), warp w owns key row j and walks the
 //    query heads of g in order and, for each, the query tiles from j on: dv_j = Σ P_ij dO_i,
 //    dk_j = scale·Σ dS_ij q_i. Each of dq, dk, dv is written once (overwritten), no accumulation.
-// Head dims up to kMaxHd = 256 (8 output columns per lane); larger is an InvalidArgument error.
+// Head dims up to kMaxHd = 256 (8 output columns per lane); larger is an InvalidArgument error. This
+// own kernel computes in f32 on f32 buffers (variant "own"); bf16 plans run cuDNN's fused attention
+// (variant "cudnn", registered first: CudnnAttention.h), which reads and writes bf16 q, k, v, out
+// (and their gradients) and f32 lse, where it is usable, and convert to this kernel otherwise.
 #include "llcdist/runtime/KernelChecks.h"
+#include "llcdist/runtime/Kernels.h"
 #include "cuda/CudaKernels.h"
+#include "cuda/CudnnAttention.h"
 
 #include <cmath>
 #include <cstdint>
@@ -320,7 +325,7 @@ Shape shapeOf(const AttentionParams& p) {
   s.nkv = p.nkv;
   s.hd = p.hd;
   s.group = p.nh / p.nkv;
-  s.scale = static_cast<float>(1.0 / std::sqrt(double(p.hd)));
+  s.scale = attentionScale(p.hd);
   return s;
 }
 
@@ -347,11 +352,60 @@ Status allowSharedBytes(Kernel kernel, size_t bytes, int rank) {
   return Status::ok();
 }
 
+// The cuDNN problem of a call: its shape, forward or backward, deterministic (--deterministic).
+AttentionProblem cudnnProblem(const KernelCall& c, const AttentionParams& p, const CudaKernelContext& ctx) {
+  return attentionProblem(p, c.kind == schema::OpKind::kAttentionBwd, ctx.deterministic);
+}
+
+// Bind time (Backend::prepare, and the choice's fits: CudaBackend.cpp): the graph built and cached, its
+// workspace bytes.
+StatusOr<int64_t> prepareCudnn(const KernelCall& c, const CudaKernelContext& ctx) {
+  const AttentionParams* p = c.paramsAs<AttentionParams>();
+  if (!p) return Status::internal(std::string(schema::opName(c.kind)) + " was bound without its parameters");
+  if (!ctx.cudnn) return Status::invalidArgument("cuDNN's fused attention is not available on this backend");
+  return ctx.cudnn->prepare(cudnnProblem(c, *p, ctx));
+}
+
+Status checkAttentionElems(const KernelCall& c, const AttentionParams& p) {
+  const int64_t qElems = p.B * p.S * p.nh * p.hd, kvElems = p.B * p.S * p.nkv * p.hd;
+  const bool bwd = c.kind == schema::OpKind::kAttentionBwd;
+  for (const char* role : {"q", "out"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, qElems));
+  for (const char* role : {"k", "v"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, kvElems));
+  if (bwd) {
+    for (const char* role : {"dout", "dq"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, qElems));
+    for (const char* role : {"dk", "dv"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, kvElems));
+  }
+  return checkArgElems(c, "lse", p.B * p.nh * p.S);
+}
+
 }  // namespace
 
 void registerCudaAttentionKernels(CudaKernelTable& t) {
   using K = schema::OpKind;
   using P = AttentionParams;
+  // cuDNN's fused attention (bf16), first: host/KernelVariants.h's order.
+  addCudaKernel<P>(
+      t, K::kAttentionFwd, "cudnn",
+      [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
+        LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
+        if (!ctx.cudnn) return Status::internal("attention_fwd: cuDNN's attention was chosen but is not available");
+        return ctx.cudnn->forward(cudnnProblem(c, p, ctx), c.ptr(c.role("q")), c.ptr(c.role("k")),
+                                  c.ptr(c.role("v")), c.ptr(c.role("out")), c.F("lse"), ctx.workspace,
+                                  ctx.workspaceBytes, ctx.stream);
+      },
+      prepareCudnn);
+  addCudaKernel<P>(
+      t, K::kAttentionBwd, "cudnn",
+      [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
+        LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
+        if (!ctx.cudnn) return Status::internal("attention_bwd: cuDNN's attention was chosen but is not available");
+        return ctx.cudnn->backward(cudnnProblem(c, p, ctx), c.ptr(c.role("dout")), c.ptr(c.role("q")),
+                                   c.ptr(c.role("k")), c.ptr(c.role("v")), c.ptr(c.role("out")), c.F("lse"),
+                                   c.ptr(c.role("dq")), c.ptr(c.role("dk")), c.ptr(c.role("dv")), ctx.workspace,
+                                   ctx.workspaceBytes, ctx.stream);
+      },
+      prepareCudnn);
+  // The own f32 kernel.
   addCudaKernel<P>(t, K::kAttentionFwd, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     LLCDIST_RETURN_IF_ERROR(checkShape(p));
     const int64_t qElems = p.B * p.S * p.nh * p.hd, kvElems = p.B * p.S * p.nkv * p.hd;

@@ -1,11 +1,20 @@
 // The elementwise family's CUDA kernels (the CPU reference: src/kernels/Activation.cpp): GELU (tanh
 // approximation, HF "gelu_new") forward and backward, SwiGLU forward and backward, residual add,
 // gradient fan-in (accumulate), copy, and cast between f32 and bf16 (round to nearest even, bit for bit
-// as Bf16.h); and their kernel-table entries. Every kernel is one grid-stride loop over the n elements,
-// each thread reading its element's inputs before writing (outputs may alias inputs).
+// as Bf16.h); and their kernel-table entries.
+//
+// Every op is one map over its n elements: f reads each input element (f32, or bf16 converted exactly:
+// FloatRef.cuh), computes in f32 and writes each output rounded once to its buffer's dtype. Each
+// element is read before it is written (outputs may alias inputs). When every argument is bf16, n is a
+// multiple of 8 and every buffer 16-byte aligned (arena buffers are 64-byte aligned), a thread moves 8
+// elements with one 16-byte load or store per buffer; otherwise one element at a time, in a
+// grid-stride loop. Both compute the same f32 values, so the results do not depend on the path.
 #include "cuda/CudaKernels.h"
+#include "cuda/kernels/FloatRef.cuh"
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace llcdist::rt::cuda {
 namespace {
@@ -14,141 +23,158 @@ constexpr int kThreads = 256;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;  // math.sqrt(2.0 / math.pi)
 constexpr float kGeluCoef = 0.044715f;
 
-#define LLCDIST_GRID_STRIDE(i, n) \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
-
 __device__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ float siluf(float x) { return x / (1.0f + expf(-x)); }  // torch's silu kernel
 
-// Bf16.h's floatToBf16 / bf16ToFloat, bit for bit.
-__device__ uint16_t floatToBf16Bits(float f) {
-  const uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);  // NaN: keep it a (quiet) NaN
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                    // round to nearest even
-}
-__device__ float bf16BitsToFloat(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
-
-__global__ void geluFwdKernel(const float* x, float* y, int64_t n) {
-  LLCDIST_GRID_STRIDE(i, n) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluCoef * (v * v * v))));
+// The ops, as functions of one element: in[] the inputs, out[] the outputs (f32).
+struct GeluFwd {
+  static constexpr int kIn = 1, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const {
+    const float v = in[0];
+    out[0] = 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluCoef * (v * v * v))));
   }
-}
-
-__global__ void geluBwdKernel(const float* dy, const float* x, float* dx, int64_t n) {
-  LLCDIST_GRID_STRIDE(i, n) {
-    const float v = x[i], d = dy[i];
+};
+struct GeluBwd {  // in: dy, x
+  static constexpr int kIn = 2, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const {
+    const float d = in[0], v = in[1];
     const float t = tanhf(kSqrt2OverPi * (v + kGeluCoef * (v * v * v)));
     const float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoef * v * v);
-    dx[i] = d * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
+    out[0] = d * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
   }
-}
-
-__global__ void swigluFwdKernel(const float* gate, const float* up, float* y, int64_t n) {
-  LLCDIST_GRID_STRIDE(i, n) {
-    const float g = gate[i], u = up[i];
-    y[i] = siluf(g) * u;
-  }
-}
-
-__global__ void swigluBwdKernel(const float* dy, const float* gate, const float* up, float* dgate, float* dup,
-                                int64_t n) {
-  LLCDIST_GRID_STRIDE(i, n) {
-    const float g = gate[i], u = up[i], d = dy[i];
+};
+struct SwigluFwd {  // in: gate, up
+  static constexpr int kIn = 2, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const { out[0] = siluf(in[0]) * in[1]; }
+};
+struct SwigluBwd {  // in: dy, gate, up; out: dgate, dup
+  static constexpr int kIn = 3, kOut = 2;
+  __device__ void operator()(const float* in, float* out) const {
+    const float d = in[0], g = in[1], u = in[2];
     const float sg = sigmoidf(g);
-    dgate[i] = d * u * sg * (1.0f + g * (1.0f - sg));
-    dup[i] = d * siluf(g);
+    out[0] = d * u * sg * (1.0f + g * (1.0f - sg));
+    out[1] = d * siluf(g);
+  }
+};
+struct Add {  // in: a, b
+  static constexpr int kIn = 2, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const { out[0] = in[0] + in[1]; }
+};
+struct Accumulate {  // in: x, y (old); out: y
+  static constexpr int kIn = 2, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const { out[0] = in[1] + in[0]; }
+};
+struct Identity {  // copy and cast: y = x (rounded when y is bf16)
+  static constexpr int kIn = 1, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const { out[0] = in[0]; }
+};
+
+template <int N>
+struct Refs {
+  FloatRef r[N > 0 ? N : 1];
+};
+
+template <class F>
+__global__ void mapKernel(F f, Refs<F::kIn> in, Refs<F::kOut> out, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float a[F::kIn], o[F::kOut];
+#pragma unroll
+    for (int j = 0; j < F::kIn; ++j) a[j] = in.r[j][i];
+    f(a, o);
+#pragma unroll
+    for (int j = 0; j < F::kOut; ++j) out.r[j].set(i, o[j]);
   }
 }
 
-__global__ void addKernel(const float* a, const float* b, float* y, int64_t n) {
-  LLCDIST_GRID_STRIDE(i, n) {
-    const float va = a[i], vb = b[i];
-    y[i] = va + vb;
+// Every buffer bf16: 8 elements (16 bytes) per buffer per thread and iteration.
+template <class F>
+__global__ void mapBf16x8Kernel(F f, Refs<F::kIn> in, Refs<F::kOut> out, int64_t packs) {
+  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += int64_t(gridDim.x) * blockDim.x) {
+    uint4 v[F::kIn];
+#pragma unroll
+    for (int j = 0; j < F::kIn; ++j) v[j] = static_cast<const uint4*>(in.r[j].p)[p];
+    uint4 w[F::kOut];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float a[F::kIn], o[F::kOut];
+#pragma unroll
+      for (int j = 0; j < F::kIn; ++j) a[j] = bf16BitsToFloat(reinterpret_cast<const uint16_t*>(&v[j])[e]);
+      f(a, o);
+#pragma unroll
+      for (int j = 0; j < F::kOut; ++j) reinterpret_cast<uint16_t*>(&w[j])[e] = floatToBf16Bits(o[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < F::kOut; ++j) static_cast<uint4*>(out.r[j].p)[p] = w[j];
   }
 }
 
-__global__ void accumulateKernel(const float* x, float* y, int64_t n) {
-  LLCDIST_GRID_STRIDE(i, n) { y[i] += x[i]; }
+template <class F>
+Status runMap(const char* what, const Refs<F::kIn>& in, const Refs<F::kOut>& out, int64_t n,
+              const CudaKernelContext& ctx) {
+  if (n == 0) return Status::ok();
+  bool packed = n % 8 == 0;
+  for (int j = 0; j < F::kIn; ++j)
+    packed = packed && in.r[j].bf16 && reinterpret_cast<uintptr_t>(in.r[j].p) % 16 == 0;
+  for (int j = 0; j < F::kOut; ++j)
+    packed = packed && out.r[j].bf16 && reinterpret_cast<uintptr_t>(out.r[j].p) % 16 == 0;
+  if (packed)
+    mapBf16x8Kernel<F><<<gridFor(n / 8, kThreads), kThreads, 0, ctx.stream>>>(F{}, in, out, n / 8);
+  else
+    mapKernel<F><<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(F{}, in, out, n);
+  return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
-
-__global__ void f32ToBf16Kernel(const float* x, uint16_t* y, int64_t n) {
-  LLCDIST_GRID_STRIDE(i, n) { y[i] = floatToBf16Bits(x[i]); }
-}
-
-__global__ void bf16ToF32Kernel(const uint16_t* x, float* y, int64_t n) {
-  LLCDIST_GRID_STRIDE(i, n) { y[i] = bf16BitsToFloat(x[i]); }
-}
-
-#undef LLCDIST_GRID_STRIDE
 
 using P = ElementwiseParams;
 using Ctx = CudaKernelContext;
+
+// The entry of op `kind`, the map F from the named input roles to the named output roles.
+template <class F>
+CudaKernel mapEntry(schema::OpKind kind, std::initializer_list<const char*> ins, std::initializer_list<const char*> outs) {
+  std::vector<std::string> in(ins.begin(), ins.end()), out(outs.begin(), outs.end());
+  const char* what = schema::opName(kind).data();  // a literal: NUL-terminated
+  return typedKernel<P, Ctx>(kind, [what, in, out](const KernelCall& c, const P& p, const Ctx& ctx) {
+    Refs<F::kIn> a;
+    Refs<F::kOut> y;
+    for (int j = 0; j < F::kIn; ++j) a.r[j] = floatRef(c, in[size_t(j)]);
+    for (int j = 0; j < F::kOut; ++j) y.r[j] = floatRef(c, out[size_t(j)]);
+    return runMap<F>(what, a, y, p.n, ctx);
+  });
+}
 
 }  // namespace
 
 // ---- CUDA kernel-table entries (CudaKernels.h) -----------------------------------------------------
 void registerCudaElementwiseKernels(CudaKernelTable& t) {
   using K = schema::OpKind;
-  addCudaKernel<P>(t, K::kGeluTanhFwd, [](const KernelCall& c, const P& p, const Ctx& ctx) -> Status {
-    if (p.n == 0) return Status::ok();
-    geluFwdKernel<<<gridFor(p.n, kThreads), kThreads, 0, ctx.stream>>>(c.F("x"), c.F("y"), p.n);
-    return LLCDIST_CUDA_LAUNCHED("gelu_tanh_fwd", ctx.rank);
-  });
-  addCudaKernel<P>(t, K::kGeluTanhBwd, [](const KernelCall& c, const P& p, const Ctx& ctx) -> Status {
-    if (p.n == 0) return Status::ok();
-    geluBwdKernel<<<gridFor(p.n, kThreads), kThreads, 0, ctx.stream>>>(c.F("dy"), c.F("x"), c.F("dx"), p.n);
-    return LLCDIST_CUDA_LAUNCHED("gelu_tanh_bwd", ctx.rank);
-  });
-  addCudaKernel<P>(t, K::kSwigluFwd, [](const KernelCall& c, const P& p, const Ctx& ctx) -> Status {
-    if (p.n == 0) return Status::ok();
-    swigluFwdKernel<<<gridFor(p.n, kThreads), kThreads, 0, ctx.stream>>>(c.F("gate"), c.F("up"), c.F("y"), p.n);
-    return LLCDIST_CUDA_LAUNCHED("swiglu_fwd", ctx.rank);
-  });
-  addCudaKernel<P>(t, K::kSwigluBwd, [](const KernelCall& c, const P& p, const Ctx& ctx) -> Status {
-    if (p.n == 0) return Status::ok();
-    swigluBwdKernel<<<gridFor(p.n, kThreads), kThreads, 0, ctx.stream>>>(c.F("dy"), c.F("gate"), c.F("up"),
-                                                                         c.F("dgate"), c.F("dup"), p.n);
-    return LLCDIST_CUDA_LAUNCHED("swiglu_bwd", ctx.rank);
-  });
-  addCudaKernel<P>(t, K::kAdd, [](const KernelCall& c, const P& p, const Ctx& ctx) -> Status {
-    if (p.n == 0) return Status::ok();
-    addKernel<<<gridFor(p.n, kThreads), kThreads, 0, ctx.stream>>>(c.F("a"), c.F("b"), c.F("y"), p.n);
-    return LLCDIST_CUDA_LAUNCHED("add", ctx.rank);
-  });
-  addCudaKernel<P>(t, K::kAccumulate, [](const KernelCall& c, const P& p, const Ctx& ctx) -> Status {
-    if (p.n == 0) return Status::ok();
-    accumulateKernel<<<gridFor(p.n, kThreads), kThreads, 0, ctx.stream>>>(c.F("x"), c.F("y"), p.n);
-    return LLCDIST_CUDA_LAUNCHED("accumulate", ctx.rank);
-  });
-  addCudaKernel<P>(t, K::kCopy, [](const KernelCall& c, const P& p, const Ctx& ctx) -> Status {
-    if (p.n == 0) return Status::ok();
-    LLCDIST_CUDA_TRY(cudaMemcpyAsync(c.F("y"), c.F("x"), size_t(p.n) * 4, cudaMemcpyDeviceToDevice, ctx.stream),
-                     ctx.rank);
-    return Status::ok();
-  });
-  // y = x converted: f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact, same dtype copies (x and
-  // y never overlap: PlanSchema's cast).
-  addCudaKernel<P>(t, K::kCast, [](const KernelCall& c, const P& p, const Ctx& ctx) -> Status {
-    const schema::ElemType from = c.type(c.role("x")), to = c.type(c.role("y"));
-    const void* x = c.ptr(c.role("x"));
-    void* y = c.ptr(c.role("y"));
-    if (!schema::isFloatType(from) || !schema::isFloatType(to)) return Status::internal("cast between non-float dtypes");
-    if (p.n == 0) return Status::ok();
-    if (from == to) {
-      LLCDIST_CUDA_TRY(cudaMemcpyAsync(y, x, size_t(p.n * schema::elemTypeSize(from)), cudaMemcpyDeviceToDevice,
-                                       ctx.stream),
-                       ctx.rank);
-      return Status::ok();
-    }
-    if (from == schema::ElemType::kF32)
-      f32ToBf16Kernel<<<gridFor(p.n, kThreads), kThreads, 0, ctx.stream>>>(static_cast<const float*>(x),
-                                                                           static_cast<uint16_t*>(y), p.n);
-    else
-      bf16ToF32Kernel<<<gridFor(p.n, kThreads), kThreads, 0, ctx.stream>>>(static_cast<const uint16_t*>(x),
-                                                                           static_cast<float*>(y), p.n);
-    return LLCDIST_CUDA_LAUNCHED("cast", ctx.rank);
-  });
+  const auto add = [&t](K kind, CudaKernel kernel) { t.append(kind, CudaKernelVariant{"own", std::move(kernel), nullptr}); };
+  add(K::kGeluTanhFwd, mapEntry<GeluFwd>(K::kGeluTanhFwd, {"x"}, {"y"}));
+  add(K::kGeluTanhBwd, mapEntry<GeluBwd>(K::kGeluTanhBwd, {"dy", "x"}, {"dx"}));
+  add(K::kSwigluFwd, mapEntry<SwigluFwd>(K::kSwigluFwd, {"gate", "up"}, {"y"}));
+  add(K::kSwigluBwd, mapEntry<SwigluBwd>(K::kSwigluBwd, {"dy", "gate", "up"}, {"dgate", "dup"}));
+  add(K::kAdd, mapEntry<Add>(K::kAdd, {"a", "b"}, {"y"}));
+  add(K::kAccumulate, mapEntry<Accumulate>(K::kAccumulate, {"x", "y"}, {"y"}));
+  // copy and cast: y = x converted (f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact); the
+  // same dtype is a device copy. cast's x and y never overlap (PlanSchema); copy's may not either.
+  const auto convert = [](K kind) {
+    const char* what = schema::opName(kind).data();
+    return typedKernel<P, Ctx>(kind, [what](const KernelCall& c, const P& p, const Ctx& ctx) -> Status {
+      const FloatRef x = floatRef(c, "x"), y = floatRef(c, "y");
+      if (!schema::isFloatType(c.type(c.role("x"))) || !schema::isFloatType(c.type(c.role("y"))))
+        return Status::internal(std::string(what) + " between non-float dtypes");
+      if (p.n == 0) return Status::ok();
+      if (x.bf16 == y.bf16) {
+        LLCDIST_CUDA_TRY(cudaMemcpyAsync(y.p, x.p, size_t(p.n) * (x.bf16 ? 2 : 4), cudaMemcpyDeviceToDevice, ctx.stream),
+                         ctx.rank);
+        return Status::ok();
+      }
+      Refs<1> a, b;
+      a.r[0] = x;
+      b.r[0] = y;
+      return runMap<Identity>(what, a, b, p.n, ctx);
+    });
+  };
+  add(K::kCopy, convert(K::kCopy));
+  add(K::kCast, convert(K::kCast));
 }
 
 }  // namespace llcdist::rt::cuda

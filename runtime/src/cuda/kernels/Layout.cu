@@ -1,7 +1,8 @@
 // The layout family's CUDA kernels (the CPU reference: src/kernels/Layout.cpp): zero (any dtype, a
 // memset per buffer), split_fwd / split_bwd (column blocks of a row-major matrix, one copy kernel per
 // part) and shard_slice (ZeRO: this rank's block of every row, zero past `total`); and their
-// kernel-table entries.
+// kernel-table entries. split and shard_slice copy elements of one dtype (f32 or bf16: their variant
+// requires every float argument to share it, host/KernelVariants.h), 4 or 2 bytes each.
 #include "llcdist/runtime/KernelChecks.h"
 #include "cuda/CudaKernels.h"
 
@@ -13,9 +14,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// dst[r, j] = src[r, j] for r < rows, j < w, with row strides srcStride / dstStride (elements).
-__global__ void copyColumns(const float* src, int64_t srcStride, float* dst, int64_t dstStride, int64_t rows,
-                            int64_t w) {
+// dst[r, j] = src[r, j] for r < rows, j < w, with row strides srcStride / dstStride (elements of T).
+template <class T>
+__global__ void copyColumns(const T* src, int64_t srcStride, T* dst, int64_t dstStride, int64_t rows, int64_t w) {
   const int64_t n = rows * w;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / w, j = i - r * w;
@@ -24,14 +25,29 @@ __global__ void copyColumns(const float* src, int64_t srcStride, float* dst, int
 }
 
 // y[o, k] = x[o, begin + k] for k < real, 0 for real <= k < inner; x has `total` elements a row.
-__global__ void shardSliceKernel(const float* x, float* y, int64_t outer, int64_t inner, int64_t total,
-                                 int64_t begin, int64_t real) {
+template <class T>
+__global__ void shardSliceKernel(const T* x, T* y, int64_t outer, int64_t inner, int64_t total, int64_t begin,
+                                 int64_t real) {
   const int64_t n = outer * inner;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t o = i / inner, k = i - o * inner;
-    y[i] = k < real ? x[o * total + begin + k] : 0.0f;
+    y[i] = k < real ? x[o * total + begin + k] : T(0);  // T(0): +0.0 in f32 and in bf16
   }
 }
+
+// One part of split_fwd (whole -> part) or split_bwd (part -> whole): columns [0, w) of `whole` (row
+// stride `width`) and `part` (row stride w).
+template <class T>
+void copyPart(T* whole, int64_t width, T* part, int64_t w, int64_t rows, bool fwd, cudaStream_t stream) {
+  const int64_t n = rows * w;
+  if (fwd)
+    copyColumns<<<gridFor(n, kThreads), kThreads, 0, stream>>>(whole, width, part, w, rows, w);
+  else
+    copyColumns<<<gridFor(n, kThreads), kThreads, 0, stream>>>(part, w, whole, width, rows, w);
+}
+
+// Whether the call's float arguments are bf16 (its variant gives them one dtype).
+bool bf16Args(const KernelCall& c, const char* role) { return c.type(c.role(role)) == schema::ElemType::kBF16; }
 
 using P = LayoutParams;
 using Ctx = CudaKernelContext;
@@ -53,19 +69,20 @@ Status split(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (parts.size() != p.sizes.size())
     return Status::internal(std::string(what) + ": " + std::to_string(parts.size()) + " parts but " +
                             std::to_string(p.sizes.size()) + " sizes");
-  float* whole = c.F(fwd ? "x" : "dx");
+  const bool bf16 = bf16Args(c, fwd ? "x" : "dx");
+  void* whole = c.ptr(c.role(fwd ? "x" : "dx"));
   int64_t width = 0;
   for (int64_t s : p.sizes) width += s;
   int64_t col = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
-    float* part = static_cast<float*>(parts[i]);
+    void* part = parts[i];
     const int64_t w = p.sizes[i];
     const int64_t n = p.rows * w;
     if (n > 0) {
-      if (fwd)
-        copyColumns<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(whole + col, width, part, w, p.rows, w);
+      if (bf16)
+        copyPart(static_cast<uint16_t*>(whole) + col, width, static_cast<uint16_t*>(part), w, p.rows, fwd, ctx.stream);
       else
-        copyColumns<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(part, w, whole + col, width, p.rows, w);
+        copyPart(static_cast<float*>(whole) + col, width, static_cast<float*>(part), w, p.rows, fwd, ctx.stream);
       LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
     }
     col += w;
@@ -81,8 +98,13 @@ Status shardSlice(const KernelCall& c, const P& p, const Ctx& ctx) {
   const int64_t real = std::clamp<int64_t>(total - begin, 0, p.inner);
   const int64_t count = p.outer * p.inner;
   if (count == 0) return Status::ok();
-  shardSliceKernel<<<gridFor(count, kThreads), kThreads, 0, ctx.stream>>>(c.F("x"), c.F("y"), p.outer, p.inner,
-                                                                          total, begin, real);
+  if (bf16Args(c, "x"))
+    shardSliceKernel<<<gridFor(count, kThreads), kThreads, 0, ctx.stream>>>(
+        static_cast<const uint16_t*>(c.ptr(c.role("x"))), static_cast<uint16_t*>(c.ptr(c.role("y"))), p.outer,
+        p.inner, total, begin, real);
+  else
+    shardSliceKernel<<<gridFor(count, kThreads), kThreads, 0, ctx.stream>>>(c.F("x"), c.F("y"), p.outer, p.inner,
+                                                                            total, begin, real);
   return LLCDIST_CUDA_LAUNCHED("shard_slice", ctx.rank);
 }
 

@@ -1,15 +1,20 @@
 // CUDA kernels of the linear family (CPU reference: src/kernels/Linear.cpp; contract: Kernels.h):
-//  - linear_fwd, linear_bwd_input, linear_bwd_weight: one cuBLASLt GEMM each through the rank's
-//    GemmRunner (Gemm.h), the row-major op mapped to a column-major problem by GemmPlan.h (linear_fwd's
-//    bias is the GEMM's bias epilogue, or, where cuBLASLt has no algorithm with it, a broadcast of
-//    the bias into y and the GEMM accumulating onto it; accumulate is beta = 1).
+//  - linear_fwd, linear_bwd_input, linear_bwd_weight (variant "cublaslt"): one cuBLASLt GEMM each
+//    through the rank's GemmRunner (Gemm.h), the row-major op mapped to a column-major problem by
+//    GemmPlan.h, in the buffers' dtypes: bf16 × bf16 on tensor cores with f32 accumulation, writing
+//    bf16 (rounded once) or f32 (a bf16 plan's f32 gradients), or f32 × f32 (TF32 only with --tf32).
+//    linear_fwd's bias is the GEMM's bias epilogue, or, where cuBLASLt has no algorithm with it, a
+//    broadcast of the bias into y and the GEMM accumulating onto it; accumulate is beta = 1 (the
+//    output's old value read exactly, the sum rounded once).
 //  - linear_bwd_bias: db[N] (+)= column sums of dy[M,N] in double, without atomics: pass 1 sums fixed
 //    chunks of kBiasRowsPerChunk rows per column into f64 scratch, pass 2 (one thread per column) adds
 //    the chunks in order, so the result depends only on M and repeats bit for bit.
 //  - bias_add: y[M,N] += bias[N], elementwise.
+// Every float role is f32 or bf16 as the variant takes it (host/KernelVariants.h, FloatRef.cuh).
 #include "cuda/CudaKernels.h"
 #include "cuda/Gemm.h"
 #include "cuda/host/GemmPlan.h"
+#include "cuda/kernels/FloatRef.cuh"
 #include "llcdist/runtime/KernelChecks.h"
 
 #include <cstdint>
@@ -23,28 +28,28 @@ constexpr int64_t kBiasRowsPerChunk = 64;
 
 // C (m×n column-major, ldc) = beta·C (+ bias[i] on row i): a GEMM with k = 0 (an empty sum). Not
 // reached by plans (their sizes are >= 1), kept so that no size reaches cuBLASLt as 0.
-__global__ void emptyGemmKernel(float* C, int64_t m, int64_t n, int64_t ldc, float beta, const float* bias) {
+__global__ void emptyGemmKernel(FloatRef C, int64_t m, int64_t n, int64_t ldc, float beta, FloatRef bias) {
   const int64_t total = m * n;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t % m, j = t / m;
     float v = beta != 0.0f ? beta * C[i + j * ldc] : 0.0f;
     if (bias) v += bias[i];
-    C[i + j * ldc] = v;
+    C.set(i + j * ldc, v);
   }
 }
 
 // C (m×n column-major, ldc) = bias[i] on row i: the bias placed first, for a GEMM that then
 // accumulates (beta 1) without the bias epilogue, as the CPU computes linear_fwd.
-__global__ void broadcastBiasKernel(float* C, int64_t m, int64_t n, int64_t ldc, const float* bias) {
+__global__ void broadcastBiasKernel(FloatRef C, int64_t m, int64_t n, int64_t ldc, FloatRef bias) {
   const int64_t total = m * n;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = t % m, j = t / m;
-    C[i + j * ldc] = bias[i];
+    C.set(i + j * ldc, bias[i]);
   }
 }
 
 // partial[c·N + n] = Σ over rows m of chunk c (rows [c·R, min(M, (c+1)·R)), in order) of dy[m·N + n].
-__global__ void biasChunkSumsKernel(const float* dy, double* partial, int64_t M, int64_t N, int64_t chunks) {
+__global__ void biasChunkSumsKernel(FloatRef dy, double* partial, int64_t M, int64_t N, int64_t chunks) {
   const int64_t total = chunks * N;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x) {
     const int64_t c = t / N, n = t % N;
@@ -57,39 +62,40 @@ __global__ void biasChunkSumsKernel(const float* dy, double* partial, int64_t M,
 }
 
 // db[n] = float((accumulate ? db[n] : 0) + Σ_c partial[c·N + n]), the chunks in order.
-__global__ void biasFinishKernel(const double* partial, float* db, int64_t N, int64_t chunks, bool accumulate) {
+__global__ void biasFinishKernel(const double* partial, FloatRef db, int64_t N, int64_t chunks, bool accumulate) {
   for (int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; n < N; n += int64_t(gridDim.x) * blockDim.x) {
     double s = 0.0;
     for (int64_t c = 0; c < chunks; ++c) s += partial[c * N + n];
-    db[n] = static_cast<float>(accumulate ? double(db[n]) + s : s);
+    db.set(n, static_cast<float>(accumulate ? double(db[n]) + s : s));
   }
 }
 
-__global__ void biasAddKernel(float* y, const float* bias, int64_t M, int64_t N) {
+__global__ void biasAddKernel(FloatRef y, FloatRef bias, int64_t M, int64_t N) {
   const int64_t total = M * N;
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += int64_t(gridDim.x) * blockDim.x)
-    y[t] += bias[t % N];
+    y.set(t, y[t] + bias[t % N]);
 }
 
+GemmDType gemmType(const FloatRef& r) { return r.bf16 ? GemmDType::kBF16 : GemmDType::kF32; }
+
 struct LinearOperands {
-  const float* x = nullptr;
-  const float* w = nullptr;
-  const float* dy = nullptr;
-  const float* of(GemmOperand o) const { return o == GemmOperand::kX ? x : o == GemmOperand::kW ? w : dy; }
+  FloatRef x, w, dy;
+  const void* of(GemmOperand o) const { return o == GemmOperand::kX ? x.p : o == GemmOperand::kW ? w.p : dy.p; }
 };
 
 // C = the op's output, through the runner (or the empty-sum kernel when k = 0).
-Status runLinearGemm(const KernelCall& c, const GemmProblem& g, const LinearOperands& ops, float* out,
-                     const float* bias, const CudaKernelContext& ctx) {
+Status runLinearGemm(const KernelCall& c, GemmProblem g, const LinearOperands& ops, FloatRef out, FloatRef bias,
+                     const CudaKernelContext& ctx) {
   if (!ctx.gemm)
     return Status::internal(std::string(schema::opName(c.kind)) + ": no GEMM runner in the CUDA kernel context");
+  g.tf32 = ctx.tf32;
   if (g.m == 0 || g.n == 0) return Status::ok();
   if (g.k == 0) {
     emptyGemmKernel<<<gridFor(g.m * g.n, kThreads), kThreads, 0, ctx.stream>>>(
-        out, g.m, g.n, g.ldc, g.beta, g.epilogue == GemmEpilogue::kBias ? bias : nullptr);
+        out, g.m, g.n, g.ldc, g.beta, g.epilogue == GemmEpilogue::kBias ? bias : FloatRef{});
     return LLCDIST_CUDA_LAUNCHED("linear (k = 0)", ctx.rank);
   }
-  const Status st = ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), out, bias, ctx.stream, ctx.deterministic);
+  const Status st = ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), out.p, bias.p, ctx.stream, ctx.deterministic);
   if (st.code() != StatusCode::kNotFound || g.epilogue != GemmEpilogue::kBias)
     return st.withContext(schema::opName(c.kind));
   // No cuBLASLt algorithm with the bias epilogue for this problem: the bias first, then the product
@@ -99,7 +105,7 @@ Status runLinearGemm(const KernelCall& c, const GemmProblem& g, const LinearOper
   GemmProblem plain = g;
   plain.epilogue = GemmEpilogue::kNone;
   plain.beta = 1.0f;
-  return ctx.gemm->run(plain, ops.of(g.a), ops.of(g.b), out, nullptr, ctx.stream, ctx.deterministic)
+  return ctx.gemm->run(plain, ops.of(g.a), ops.of(g.b), out.p, nullptr, ctx.stream, ctx.deterministic)
       .withContext(schema::opName(c.kind));
 }
 
@@ -108,34 +114,37 @@ Status runLinearGemm(const KernelCall& c, const GemmProblem& g, const LinearOper
 void registerCudaLinearKernels(CudaKernelTable& t) {
   using K = schema::OpKind;
   using P = LinearParams;
-  addCudaKernel<P>(t, K::kLinearFwd, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
-    const float* bias = c.F("bias");
+  addCudaKernel<P>(t, K::kLinearFwd, "cublaslt", [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
+    const FloatRef bias = floatRef(c, "bias");
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "x", p.M * p.K));
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "w", p.N * p.K));
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "y", p.M * p.N));
     if (bias) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "bias", p.N));
     LinearOperands ops;
-    ops.x = c.F("x");
-    ops.w = c.F("w");
-    return runLinearGemm(c, linearForwardGemm(p, bias != nullptr), ops, c.F("y"), bias, ctx);
+    ops.x = floatRef(c, "x");
+    ops.w = floatRef(c, "w");
+    const FloatRef y = floatRef(c, "y");
+    return runLinearGemm(c, linearForwardGemm(p, bool(bias), gemmType(ops.x), gemmType(y)), ops, y, bias, ctx);
   });
-  addCudaKernel<P>(t, K::kLinearBwdInput, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
+  addCudaKernel<P>(t, K::kLinearBwdInput, "cublaslt", [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dy", p.M * p.N));
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "w", p.N * p.K));
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dx", p.M * p.K));
     LinearOperands ops;
-    ops.dy = c.F("dy");
-    ops.w = c.F("w");
-    return runLinearGemm(c, linearBackwardInputGemm(p), ops, c.F("dx"), nullptr, ctx);
+    ops.dy = floatRef(c, "dy");
+    ops.w = floatRef(c, "w");
+    const FloatRef dx = floatRef(c, "dx");
+    return runLinearGemm(c, linearBackwardInputGemm(p, gemmType(ops.dy), gemmType(dx)), ops, dx, FloatRef{}, ctx);
   });
-  addCudaKernel<P>(t, K::kLinearBwdWeight, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
+  addCudaKernel<P>(t, K::kLinearBwdWeight, "cublaslt", [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dy", p.M * p.N));
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "x", p.M * p.K));
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dw", p.N * p.K));
     LinearOperands ops;
-    ops.dy = c.F("dy");
-    ops.x = c.F("x");
-    return runLinearGemm(c, linearBackwardWeightGemm(p), ops, c.F("dw"), nullptr, ctx);
+    ops.dy = floatRef(c, "dy");
+    ops.x = floatRef(c, "x");
+    const FloatRef dw = floatRef(c, "dw");
+    return runLinearGemm(c, linearBackwardWeightGemm(p, gemmType(ops.dy), gemmType(dw)), ops, dw, FloatRef{}, ctx);
   });
   addCudaKernel<P>(t, K::kLinearBwdBias, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dy", p.M * p.N));
@@ -149,11 +158,11 @@ void registerCudaLinearKernels(CudaKernelTable& t) {
       StatusOr<void*> scratch = ctx.scratch->get(chunks * p.N * int64_t(sizeof(double)));
       if (!scratch.isOk()) return scratch.status().withContext("linear_bwd_bias");
       partial = static_cast<double*>(*scratch);
-      biasChunkSumsKernel<<<gridFor(chunks * p.N, kThreads), kThreads, 0, ctx.stream>>>(c.F("dy"), partial, M, p.N,
-                                                                                         chunks);
+      biasChunkSumsKernel<<<gridFor(chunks * p.N, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "dy"), partial, M,
+                                                                                         p.N, chunks);
       LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("linear_bwd_bias (chunk sums)", ctx.rank));
     }
-    biasFinishKernel<<<gridFor(p.N, kThreads), kThreads, 0, ctx.stream>>>(partial, c.F("db"), p.N, chunks,
+    biasFinishKernel<<<gridFor(p.N, kThreads), kThreads, 0, ctx.stream>>>(partial, floatRef(c, "db"), p.N, chunks,
                                                                          p.accumulate);
     return LLCDIST_CUDA_LAUNCHED("linear_bwd_bias", ctx.rank);
   });
@@ -161,7 +170,8 @@ void registerCudaLinearKernels(CudaKernelTable& t) {
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "y", p.M * p.N));
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "bias", p.N));
     if (p.M <= 0 || p.N <= 0) return Status::ok();
-    biasAddKernel<<<gridFor(p.M * p.N, kThreads), kThreads, 0, ctx.stream>>>(c.F("y"), c.F("bias"), p.M, p.N);
+    biasAddKernel<<<gridFor(p.M * p.N, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "y"), floatRef(c, "bias"),
+                                                                             p.M, p.N);
     return LLCDIST_CUDA_LAUNCHED("bias_add", ctx.rank);
   });
 }

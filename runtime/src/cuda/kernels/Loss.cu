@@ -7,7 +7,8 @@
 // tid, tid + kThreads, ...; the row's max (f32) and Σ exp (double, each term exp(double(x - max)) as
 // the CPU computes it) are reduced over a fixed shared-memory tree, so results repeat bit for bit
 // (they differ from the CPU only in the order of the double sum). The mean loss is one block summing
-// the rows' double losses in a fixed order. No atomics, no copy of the logits.
+// the rows' double losses in a fixed order. No atomics, no copy of the logits: bf16 logits are read as
+// they are (FloatRef.cuh) and a bf16 dlogits is written rounded once, in place of the logits.
 //
 // A target outside the vocabulary, where the CPU op returns an OutOfRange error, stores
 // kDeviceTargetOutOfRange into *ctx.deviceError (a plain store; the backend reports it at
@@ -15,6 +16,7 @@
 // unchanged. The shape errors the CPU reports synchronously (a bad shard, real_vocab outside the
 // logits' columns) are returned synchronously here too.
 #include "cuda/CudaKernels.h"
+#include "cuda/kernels/FloatRef.cuh"
 
 #include <cmath>
 #include <cstdint>
@@ -52,14 +54,14 @@ __device__ double blockSum(double v, double* red) {
 }
 
 // max over x[0, n) (-inf for n = 0).
-__device__ float rowMax(const float* x, int64_t n, float* red) {
+__device__ float rowMax(FloatRef x, int64_t n, float* red) {
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < n; j += kThreads) mx = fmaxf(mx, x[j]);
   return blockMax(mx, red);
 }
 
 // Σ over x[0, n) of exp(double(x - mx)).
-__device__ double rowSumExp(const float* x, int64_t n, float mx, double* red) {
+__device__ double rowSumExp(FloatRef x, int64_t n, float mx, double* red) {
   double s = 0.0;
   for (int64_t j = threadIdx.x; j < n; j += kThreads) s += exp(double(x[j] - mx));
   return blockSum(s, red);
@@ -71,7 +73,7 @@ __device__ __forceinline__ void reportBadTarget(int* deviceError) {
 
 // cross_entropy_fwd: rowLoss[m] = max + log(Σ exp(x - max)) - x[target] over the first R columns
 // (0 for a row whose target is outside [0, R), which is reported).
-__global__ void crossEntropyRowLossKernel(const float* logits, const int32_t* targets, double* rowLoss, int64_t M,
+__global__ void crossEntropyRowLossKernel(FloatRef logits, const int32_t* targets, double* rowLoss, int64_t M,
                                           int64_t V, int64_t R, int* deviceError) {
   __shared__ float redF[kThreads];
   __shared__ double redD[kThreads];
@@ -84,7 +86,7 @@ __global__ void crossEntropyRowLossKernel(const float* logits, const int32_t* ta
       }
       continue;
     }
-    const float* x = logits + m * V;
+    const FloatRef x = logits.at(m * V);
     const float mx = rowMax(x, R, redF);
     const double sum = rowSumExp(x, R, mx, redD);
     if (threadIdx.x == 0) rowLoss[m] = double(mx) + log(sum) - double(x[t]);
@@ -119,7 +121,7 @@ __global__ void crossEntropyMeanKernel(const double* rowLoss, const int32_t* tar
 // cross_entropy_bwd: dlogits = (softmax(x) - onehot(target)) · scale on the first R columns, 0 on the
 // padding columns [R, V). dlogits may alias logits: a row is read in full (max, sum) before any thread
 // writes it, and each element is then read and written by one thread.
-__global__ void crossEntropyBackwardKernel(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
+__global__ void crossEntropyBackwardKernel(FloatRef logits, const int32_t* targets, FloatRef dlogits, int64_t M,
                                            int64_t V, int64_t R, float scale, int* deviceError) {
   __shared__ float redF[kThreads];
   __shared__ double redD[kThreads];
@@ -129,21 +131,21 @@ __global__ void crossEntropyBackwardKernel(const float* logits, const int32_t* t
       if (threadIdx.x == 0) reportBadTarget(deviceError);
       continue;
     }
-    const float* x = logits + m * V;
-    float* d = dlogits + m * V;
+    const FloatRef x = logits.at(m * V);
+    const FloatRef d = dlogits.at(m * V);
     const float mx = rowMax(x, R, redF);
     const double inv = 1.0 / rowSumExp(x, R, mx, redD);
     for (int64_t j = threadIdx.x; j < R; j += kThreads) {
       const double p = exp(double(x[j] - mx)) * inv;
-      d[j] = static_cast<float>((p - (j == t ? 1.0 : 0.0)) * double(scale));
+      d.set(j, static_cast<float>((p - (j == t ? 1.0 : 0.0)) * double(scale)));
     }
-    for (int64_t j = R + threadIdx.x; j < V; j += kThreads) d[j] = 0.0f;
+    for (int64_t j = R + threadIdx.x; j < V; j += kThreads) d.set(j, 0.0f);
   }
 }
 
 // cross_entropy_max: rowMaxOut[m] = max over the shard's first n (real) columns, -inf for n = 0; a
 // target outside [0, globalR) is reported.
-__global__ void crossEntropyShardMaxKernel(const float* logits, const int32_t* targets, double* rowMaxOut, int64_t M,
+__global__ void crossEntropyShardMaxKernel(FloatRef logits, const int32_t* targets, double* rowMaxOut, int64_t M,
                                            int64_t V, int64_t n, int64_t globalR, int* deviceError) {
   __shared__ float red[kThreads];
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
@@ -152,18 +154,18 @@ __global__ void crossEntropyShardMaxKernel(const float* logits, const int32_t* t
       if (threadIdx.x == 0) reportBadTarget(deviceError);
       continue;
     }
-    const float mx = rowMax(logits + m * V, n, red);
+    const float mx = rowMax(logits.at(m * V), n, red);
     if (threadIdx.x == 0) rowMaxOut[m] = n > 0 ? double(mx) : -INFINITY;
   }
 }
 
 // cross_entropy_sums: rowSums[m] = Σ_{j<n} exp(double(x_j - float(rowMax[m]))); rowSums[M + m] = the
 // target's logit where this shard holds it (local column in [0, n)), else 0.
-__global__ void crossEntropyShardSumsKernel(const float* logits, const int32_t* targets, const double* rowMaxIn,
+__global__ void crossEntropyShardSumsKernel(FloatRef logits, const int32_t* targets, const double* rowMaxIn,
                                             double* rowSums, int64_t M, int64_t V, int64_t n, int64_t begin) {
   __shared__ double red[kThreads];
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
-    const float* x = logits + m * V;
+    const FloatRef x = logits.at(m * V);
     const float gmax = float(rowMaxIn[m]);  // a float that went through double: exact
     const double sum = rowSumExp(x, n, gmax, red);
     if (threadIdx.x == 0) {
@@ -176,9 +178,9 @@ __global__ void crossEntropyShardSumsKernel(const float* logits, const int32_t* 
 
 // Vocabulary-parallel cross_entropy_bwd: dlogits = (exp(x - float(rowMax)) / rowSums - onehot) · scale
 // on the shard's n real columns, 0 on the rest; a target outside [0, globalR) is reported (row left).
-__global__ void crossEntropyBackwardVocabParallelKernel(const float* logits, const int32_t* targets,
+__global__ void crossEntropyBackwardVocabParallelKernel(FloatRef logits, const int32_t* targets,
                                                         const double* rowMaxIn, const double* rowSums,
-                                                        float* dlogits, int64_t M, int64_t V, int64_t n,
+                                                        FloatRef dlogits, int64_t M, int64_t V, int64_t n,
                                                         int64_t begin, int64_t globalR, float scale,
                                                         int* deviceError) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
@@ -187,16 +189,16 @@ __global__ void crossEntropyBackwardVocabParallelKernel(const float* logits, con
       if (threadIdx.x == 0) reportBadTarget(deviceError);
       continue;
     }
-    const float* x = logits + m * V;
-    float* d = dlogits + m * V;
+    const FloatRef x = logits.at(m * V);
+    const FloatRef d = dlogits.at(m * V);
     const float gmax = float(rowMaxIn[m]);
     const double inv = 1.0 / rowSums[m];
     const int64_t target = t - begin;
     for (int64_t j = threadIdx.x; j < n; j += kThreads) {
       const double p = exp(double(x[j] - gmax)) * inv;
-      d[j] = static_cast<float>((p - (j == target ? 1.0 : 0.0)) * double(scale));
+      d.set(j, static_cast<float>((p - (j == target ? 1.0 : 0.0)) * double(scale)));
     }
-    for (int64_t j = n + threadIdx.x; j < V; j += kThreads) d[j] = 0.0f;
+    for (int64_t j = n + threadIdx.x; j < V; j += kThreads) d.set(j, 0.0f);
   }
 }
 
@@ -271,7 +273,7 @@ void registerCudaLossKernels(CudaKernelTable& t) {
       R = p.realVocab > 0 ? p.realVocab : p.V;
       targets = c.I("targets");
       if (M > 0) {
-        crossEntropyRowLossKernel<<<rowBlocks(M), kThreads, 0, ctx.stream>>>(c.F("logits"), targets, rowLoss, M, p.V,
+        crossEntropyRowLossKernel<<<rowBlocks(M), kThreads, 0, ctx.stream>>>(floatRef(c, "logits"), targets, rowLoss, M, p.V,
                                                                             R, ctx.deviceError);
         LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("cross_entropy_fwd (row losses)", ctx.rank));
       }
@@ -288,7 +290,7 @@ void registerCudaLossKernels(CudaKernelTable& t) {
       if (p.M <= 0) return Status::ok();
       const int64_t globalR = p.realVocab > 0 ? p.realVocab : p.V * p.vocabShard->count;
       crossEntropyBackwardVocabParallelKernel<<<rowBlocks(p.M), kThreads, 0, ctx.stream>>>(
-          c.F("logits"), c.I("targets"), c.D("row_max"), c.D("row_sums"), c.F("dlogits"), p.M, p.V,
+          floatRef(c, "logits"), c.I("targets"), c.D("row_max"), c.D("row_sums"), floatRef(c, "dlogits"), p.M, p.V,
           realColumns(p.V, p.realVocab, *p.vocabShard), p.vocabShard->index * p.V, globalR, float(p.scale),
           ctx.deviceError);
       return LLCDIST_CUDA_LAUNCHED("cross_entropy_bwd", ctx.rank);
@@ -297,7 +299,7 @@ void registerCudaLossKernels(CudaKernelTable& t) {
     if (p.M <= 0) return Status::ok();
     const int64_t R = p.realVocab > 0 ? p.realVocab : p.V;
     crossEntropyBackwardKernel<<<rowBlocks(p.M), kThreads, 0, ctx.stream>>>(
-        c.F("logits"), c.I("targets"), c.F("dlogits"), p.M, p.V, R, float(p.scale), ctx.deviceError);
+        floatRef(c, "logits"), c.I("targets"), floatRef(c, "dlogits"), p.M, p.V, R, float(p.scale), ctx.deviceError);
     return LLCDIST_CUDA_LAUNCHED("cross_entropy_bwd", ctx.rank);
   });
   addCudaKernel<P>(t, K::kCrossEntropyMax, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
@@ -307,7 +309,7 @@ void registerCudaLossKernels(CudaKernelTable& t) {
     if (p.M <= 0) return Status::ok();
     const int64_t globalR = p.realVocab > 0 ? p.realVocab : p.V * p.vocabShard->count;
     crossEntropyShardMaxKernel<<<rowBlocks(p.M), kThreads, 0, ctx.stream>>>(
-        c.F("logits"), c.I("targets"), c.D("row_max"), p.M, p.V, realColumns(p.V, p.realVocab, *p.vocabShard),
+        floatRef(c, "logits"), c.I("targets"), c.D("row_max"), p.M, p.V, realColumns(p.V, p.realVocab, *p.vocabShard),
         globalR, ctx.deviceError);
     return LLCDIST_CUDA_LAUNCHED("cross_entropy_max", ctx.rank);
   });
@@ -317,7 +319,7 @@ void registerCudaLossKernels(CudaKernelTable& t) {
     LLCDIST_RETURN_IF_ERROR(checkRealVocab(p.realVocab, p.V * p.vocabShard->count));
     if (p.M <= 0) return Status::ok();
     crossEntropyShardSumsKernel<<<rowBlocks(p.M), kThreads, 0, ctx.stream>>>(
-        c.F("logits"), c.I("targets"), c.D("row_max"), c.D("row_sums"), p.M, p.V,
+        floatRef(c, "logits"), c.I("targets"), c.D("row_max"), c.D("row_sums"), p.M, p.V,
         realColumns(p.V, p.realVocab, *p.vocabShard), p.vocabShard->index * p.V);
     return LLCDIST_CUDA_LAUNCHED("cross_entropy_sums", ctx.rank);
   });

@@ -8,6 +8,7 @@
 //    most kMaxChunks chunks and one thread per (chunk, h) sums its chunk's rows in order, in double,
 //    into scratch partials; then one thread per column h adds its chunks' partials in chunk order.
 #include "cuda/CudaKernels.h"
+#include "cuda/kernels/FloatRef.cuh"
 
 #include <algorithm>
 
@@ -39,11 +40,12 @@ __device__ double blockSum(double v) {
 }
 
 // ---- LayerNorm ------------------------------------------------------------------------------------
+// x, gamma, beta, y, dy, dx are f32 or bf16 (FloatRef.cuh); mean and rstd f32.
 
-__global__ void layerNormFwdKernel(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                                   float* rstd, int64_t M, int64_t H, float eps) {
+__global__ void layerNormFwdKernel(FloatRef x, FloatRef gamma, FloatRef beta, FloatRef y, float* mean, float* rstd,
+                                   int64_t M, int64_t H, float eps) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
-    const float* xr = x + m * H;
+    const FloatRef xr = x.at(m * H);
     double sum = 0.0;
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) sum += xr[h];
     const double mu = blockSum(sum) / double(H);
@@ -52,8 +54,8 @@ __global__ void layerNormFwdKernel(const float* x, const float* gamma, const flo
     var = blockSum(var) / double(H);
     const float mu32 = static_cast<float>(mu);
     const float rs = static_cast<float>(1.0 / sqrt(var + double(eps)));
-    float* yr = y + m * H;
-    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) yr[h] = (xr[h] - mu32) * rs * gamma[h] + beta[h];
+    const FloatRef yr = y.at(m * H);
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) yr.set(h, (xr[h] - mu32) * rs * gamma[h] + beta[h]);
     if (threadIdx.x == 0) {
       mean[m] = mu32;
       rstd[m] = rs;
@@ -62,11 +64,11 @@ __global__ void layerNormFwdKernel(const float* x, const float* gamma, const flo
 }
 
 // dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma.
-__global__ void layerNormBwdInputKernel(const float* dy, const float* x, const float* gamma, const float* mean,
-                                        const float* rstd, float* dx, int64_t M, int64_t H) {
+__global__ void layerNormBwdInputKernel(FloatRef dy, FloatRef x, FloatRef gamma, const float* mean, const float* rstd,
+                                        FloatRef dx, int64_t M, int64_t H) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
-    const float* xr = x + m * H;
-    const float* dyr = dy + m * H;
+    const FloatRef xr = x.at(m * H);
+    const FloatRef dyr = dy.at(m * H);
     const float mu = mean[m], rs = rstd[m];
     double sumG = 0.0, sumGX = 0.0;
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
@@ -78,26 +80,26 @@ __global__ void layerNormBwdInputKernel(const float* dy, const float* x, const f
     sumGX = blockSum(sumGX);
     const float meanG = static_cast<float>(sumG / double(H));
     const float meanGX = static_cast<float>(sumGX / double(H));
-    float* dxr = dx + m * H;
+    const FloatRef dxr = dx.at(m * H);
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
       const float xhat = (xr[h] - mu) * rs;
-      dxr[h] = rs * (dyr[h] * gamma[h] - meanG - xhat * meanGX);
+      dxr.set(h, rs * (dyr[h] * gamma[h] - meanG - xhat * meanGX));
     }
   }
 }
 
 // Partials j = chunk·H + h: dgPart = Σ dy·xhat, dbPart = Σ dy over the chunk's rows, in row order.
-__global__ void layerNormWeightPartials(const float* dy, const float* x, const float* mean, const float* rstd,
-                                        double* dgPart, double* dbPart, int64_t M, int64_t H, int64_t chunkRows,
-                                        int64_t chunks) {
+__global__ void layerNormWeightPartials(FloatRef dy, FloatRef x, const float* mean, const float* rstd, double* dgPart,
+                                        double* dbPart, int64_t M, int64_t H, int64_t chunkRows, int64_t chunks) {
   LLCDIST_GRID_STRIDE(j, chunks * H) {
     const int64_t chunk = j / H, h = j - chunk * H;
     const int64_t m0 = chunk * chunkRows, m1 = m0 + chunkRows < M ? m0 + chunkRows : M;
     double dg = 0.0, db = 0.0;
     for (int64_t m = m0; m < m1; ++m) {
       const float xhat = (x[m * H + h] - mean[m]) * rstd[m];
-      dg += double(dy[m * H + h]) * xhat;
-      db += dy[m * H + h];
+      const float d = dy[m * H + h];
+      dg += double(d) * xhat;
+      db += d;
     }
     dgPart[j] = dg;
     dbPart[j] = db;
@@ -105,40 +107,45 @@ __global__ void layerNormWeightPartials(const float* dy, const float* x, const f
 }
 
 // ---- RMSNorm --------------------------------------------------------------------------------------
+// x, weight, y, dy, dx are f32 or bf16; rstd f32.
 
-__global__ void rmsNormFwdKernel(const float* x, const float* weight, float* y, float* rstd, int64_t M, int64_t H,
+__global__ void rmsNormFwdKernel(FloatRef x, FloatRef weight, FloatRef y, float* rstd, int64_t M, int64_t H,
                                  float eps) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
-    const float* xr = x + m * H;
+    const FloatRef xr = x.at(m * H);
     double ss = 0.0;
-    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) ss += double(xr[h]) * xr[h];
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
+      const float v = xr[h];
+      ss += double(v) * v;
+    }
     ss = blockSum(ss);
     const float rs = static_cast<float>(1.0 / sqrt(ss / double(H) + double(eps)));
-    float* yr = y + m * H;
-    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) yr[h] = weight[h] * (xr[h] * rs);  // HF: weight * (x * rsqrt)
+    const FloatRef yr = y.at(m * H);
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) yr.set(h, weight[h] * (xr[h] * rs));  // HF: weight * (x * rsqrt)
     if (threadIdx.x == 0) rstd[m] = rs;
   }
 }
 
 // dx = rstd · (g - xhat·mean(g·xhat)) with g = dy·weight, xhat = x·rstd.
-__global__ void rmsNormBwdInputKernel(const float* dy, const float* x, const float* weight, const float* rstd,
-                                      float* dx, int64_t M, int64_t H) {
+__global__ void rmsNormBwdInputKernel(FloatRef dy, FloatRef x, FloatRef weight, const float* rstd, FloatRef dx,
+                                      int64_t M, int64_t H) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
-    const float* xr = x + m * H;
-    const float* dyr = dy + m * H;
+    const FloatRef xr = x.at(m * H);
+    const FloatRef dyr = dy.at(m * H);
     const float rs = rstd[m];
     double sumGX = 0.0;
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) sumGX += double(dyr[h]) * weight[h] * (xr[h] * rs);
     sumGX = blockSum(sumGX);
     const float meanGX = static_cast<float>(sumGX / double(H));
-    float* dxr = dx + m * H;
-    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) dxr[h] = rs * (dyr[h] * weight[h] - (xr[h] * rs) * meanGX);
+    const FloatRef dxr = dx.at(m * H);
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x)
+      dxr.set(h, rs * (dyr[h] * weight[h] - (xr[h] * rs) * meanGX));
   }
 }
 
 // Partials j = chunk·H + h: Σ dy·(x·rstd) over the chunk's rows, in row order.
-__global__ void rmsNormWeightPartials(const float* dy, const float* x, const float* rstd, double* dwPart, int64_t M,
-                                      int64_t H, int64_t chunkRows, int64_t chunks) {
+__global__ void rmsNormWeightPartials(FloatRef dy, FloatRef x, const float* rstd, double* dwPart, int64_t M, int64_t H,
+                                      int64_t chunkRows, int64_t chunks) {
   LLCDIST_GRID_STRIDE(j, chunks * H) {
     const int64_t chunk = j / H, h = j - chunk * H;
     const int64_t m0 = chunk * chunkRows, m1 = m0 + chunkRows < M ? m0 + chunkRows : M;
@@ -152,11 +159,11 @@ __global__ void rmsNormWeightPartials(const float* dy, const float* x, const flo
 
 // out[h] = Σ_chunk part[chunk·H + h] in chunk order, added to out[h] when accumulate (as the CPU: the
 // float gradient plus the double sum, rounded once).
-__global__ void finishColumns(const double* part, int64_t chunks, int64_t H, float* out, bool accumulate) {
+__global__ void finishColumns(const double* part, int64_t chunks, int64_t H, FloatRef out, bool accumulate) {
   LLCDIST_GRID_STRIDE(h, H) {
     double s = 0.0;
     for (int64_t chunk = 0; chunk < chunks; ++chunk) s += part[chunk * H + h];
-    out[h] = static_cast<float>(accumulate ? out[h] + s : s);
+    out.set(h, static_cast<float>(accumulate ? out[h] + s : s));
   }
 }
 
@@ -182,7 +189,7 @@ using Ctx = CudaKernelContext;
 
 Status layerNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (p.M == 0) return Status::ok();
-  layerNormFwdKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(c.F("x"), c.F("gamma"), c.F("beta"), c.F("y"),
+  layerNormFwdKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(floatRef(c, "x"), floatRef(c, "gamma"), floatRef(c, "beta"), floatRef(c, "y"),
                                                                      c.F("mean"), c.F("rstd"), p.M, p.H,
                                                                      float(p.eps));
   return LLCDIST_CUDA_LAUNCHED("layer_norm_fwd", ctx.rank);
@@ -191,7 +198,7 @@ Status layerNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
 Status layerNormBwdInput(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (p.M == 0) return Status::ok();
   layerNormBwdInputKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(
-      c.F("dy"), c.F("x"), c.F("gamma"), c.F("mean"), c.F("rstd"), c.F("dx"), p.M, p.H);
+      floatRef(c, "dy"), floatRef(c, "x"), floatRef(c, "gamma"), c.F("mean"), c.F("rstd"), floatRef(c, "dx"), p.M, p.H);
   return LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_input", ctx.rank);
 }
 
@@ -206,28 +213,28 @@ Status layerNormBwdWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
     dgPart = static_cast<double*>(scratch);
     dbPart = dgPart + ch.chunks * p.H;
     layerNormWeightPartials<<<gridFor(ch.chunks * p.H, kThreads), kThreads, 0, ctx.stream>>>(
-        c.F("dy"), c.F("x"), c.F("mean"), c.F("rstd"), dgPart, dbPart, p.M, p.H, ch.rows, ch.chunks);
+        floatRef(c, "dy"), floatRef(c, "x"), c.F("mean"), c.F("rstd"), dgPart, dbPart, p.M, p.H, ch.rows, ch.chunks);
     LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_weight", ctx.rank));
   }
-  finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dgPart, ch.chunks, p.H, c.F("dgamma"),
+  finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dgPart, ch.chunks, p.H, floatRef(c, "dgamma"),
                                                                      p.accumulate);
   LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_weight", ctx.rank));
-  finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dbPart, ch.chunks, p.H, c.F("dbeta"),
+  finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dbPart, ch.chunks, p.H, floatRef(c, "dbeta"),
                                                                      p.accumulate);
   return LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_weight", ctx.rank);
 }
 
 Status rmsNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (p.M == 0) return Status::ok();
-  rmsNormFwdKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(c.F("x"), c.F("weight"), c.F("y"), c.F("rstd"),
+  rmsNormFwdKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(floatRef(c, "x"), floatRef(c, "weight"), floatRef(c, "y"), c.F("rstd"),
                                                                    p.M, p.H, float(p.eps));
   return LLCDIST_CUDA_LAUNCHED("rms_norm_fwd", ctx.rank);
 }
 
 Status rmsNormBwdInput(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (p.M == 0) return Status::ok();
-  rmsNormBwdInputKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(c.F("dy"), c.F("x"), c.F("weight"),
-                                                                        c.F("rstd"), c.F("dx"), p.M, p.H);
+  rmsNormBwdInputKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(floatRef(c, "dy"), floatRef(c, "x"), floatRef(c, "weight"),
+                                                                        c.F("rstd"), floatRef(c, "dx"), p.M, p.H);
   return LLCDIST_CUDA_LAUNCHED("rms_norm_bwd_input", ctx.rank);
 }
 
@@ -240,10 +247,10 @@ Status rmsNormBwdWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
     LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(ch.chunks * p.H * int64_t(sizeof(double))));
     dwPart = static_cast<double*>(scratch);
     rmsNormWeightPartials<<<gridFor(ch.chunks * p.H, kThreads), kThreads, 0, ctx.stream>>>(
-        c.F("dy"), c.F("x"), c.F("rstd"), dwPart, p.M, p.H, ch.rows, ch.chunks);
+        floatRef(c, "dy"), floatRef(c, "x"), c.F("rstd"), dwPart, p.M, p.H, ch.rows, ch.chunks);
     LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("rms_norm_bwd_weight", ctx.rank));
   }
-  finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dwPart, ch.chunks, p.H, c.F("dweight"),
+  finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dwPart, ch.chunks, p.H, floatRef(c, "dweight"),
                                                                      p.accumulate);
   return LLCDIST_CUDA_LAUNCHED("rms_norm_bwd_weight", ctx.rank);
 }

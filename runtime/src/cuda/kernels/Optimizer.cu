@@ -8,8 +8,10 @@
 // per block (its threads' grid-stride sums added by a fixed tree), a one-block pass adds the partials
 // into the tensor's sum, and a one-thread pass adds the tensors' sums in list order (as the CPU does).
 // The clip coefficient is computed on the device, so the clip kernels read it there and scale only
-// when it is < 1.
+// when it is < 1. Gradients and parameters are f32 or bf16 (FloatRef.cuh: read exactly, each written
+// value rounded once); the optimizer state is f32.
 #include "cuda/CudaKernels.h"
+#include "cuda/kernels/FloatRef.cuh"
 
 #include <cmath>
 #include <string>
@@ -42,9 +44,12 @@ __device__ double blockSum(double v) {
 }
 
 // partials[block] = Σ g² over the block's grid-stride elements.
-__global__ void sumSquaresPartials(const float* g, int64_t n, double* partials) {
+__global__ void sumSquaresPartials(FloatRef g, int64_t n, double* partials) {
   double s = 0.0;
-  LLCDIST_GRID_STRIDE(i, n) { s += double(g[i]) * g[i]; }
+  LLCDIST_GRID_STRIDE(i, n) {
+    const float v = g[i];
+    s += double(v) * v;
+  }
   s = blockSum(s);
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
@@ -76,14 +81,14 @@ __global__ void normAndCoef(const double* sq, double maxNorm, float* norm, float
 }
 
 // x *= *coef when *coef < 1 (clip_grad_norm_ scales only then).
-__global__ void scaleIfBelowOne(float* x, int64_t n, const float* coef) {
+__global__ void scaleIfBelowOne(FloatRef x, int64_t n, const float* coef) {
   const float s = *coef;
   if (!(s < 1.0f)) return;
-  LLCDIST_GRID_STRIDE(i, n) { x[i] *= s; }
+  LLCDIST_GRID_STRIDE(i, n) { x.set(i, x[i] * s); }
 }
 
 // One torch.optim.AdamW step (Optimizer.cpp's adamwStep; scalars from the host).
-__global__ void adamwKernel(float* param, const float* grad, float* m, float* v, int64_t n, float decay, float w1,
+__global__ void adamwKernel(FloatRef param, FloatRef grad, float* m, float* v, int64_t n, float decay, float w1,
                             float b2, float w2, float negStepSize, float bc2Sqrt, float eps) {
   LLCDIST_GRID_STRIDE(i, n) {
     const float g = grad[i];
@@ -95,13 +100,13 @@ __global__ void adamwKernel(float* param, const float* grad, float* m, float* v,
     const float denom = sqrtf(vi) / bc2Sqrt + eps;
     m[i] = mi;
     v[i] = vi;
-    param[i] = p + negStepSize * mi / denom;
+    param.set(i, p + negStepSize * mi / denom);
   }
 }
 
 // One torch.optim.SGD step (Optimizer.cpp's sgdStep with dampening 0 and no nesterov, as the entry
 // configures it).
-__global__ void sgdKernel(float* param, const float* grad, float* momentumBuf, int64_t n, bool decay, float wd,
+__global__ void sgdKernel(FloatRef param, FloatRef grad, float* momentumBuf, int64_t n, bool decay, float wd,
                           bool momentum, bool first, float mom, float damp, float negLr) {
   LLCDIST_GRID_STRIDE(i, n) {
     const float p = param[i];
@@ -112,7 +117,7 @@ __global__ void sgdKernel(float* param, const float* grad, float* momentumBuf, i
       momentumBuf[i] = buf;
       g = buf;
     }
-    param[i] = p + negLr * g;
+    param.set(i, p + negLr * g);
   }
 }
 
@@ -122,7 +127,7 @@ using P = OptimizerParams;
 using Ctx = CudaKernelContext;
 
 struct Tensor {
-  float* data = nullptr;
+  FloatRef data;
   int64_t n = 0;
 };
 
@@ -130,7 +135,7 @@ struct Tensor {
 std::vector<Tensor> tensorsOf(const KernelCall& c, std::string_view role) {
   std::vector<Tensor> v;
   const size_t r = c.role(role);
-  for (size_t k = 0; k < c.args[r].size(); ++k) v.push_back({c.f(r, k), c.argElems[r][k]});
+  for (size_t k = 0; k < c.args[r].size(); ++k) v.push_back({floatRef(c, r, k), c.argElems[r][k]});
   return v;
 }
 
@@ -234,8 +239,9 @@ Status adamw(const KernelCall& c, const P& p, const Ctx& ctx) {
   const float eps = static_cast<float>(p.eps);
   const int64_t n = c.elems("param");
   if (n == 0) return Status::ok();
-  adamwKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(c.F("param"), c.F("grad"), c.F("m"), c.F("v"), n,
-                                                                 decay, w1, b2, w2, negStepSize, bc2Sqrt, eps);
+  adamwKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "param"), floatRef(c, "grad"), c.F("m"),
+                                                                 c.F("v"), n, decay, w1, b2, w2, negStepSize, bc2Sqrt,
+                                                                 eps);
   return LLCDIST_CUDA_LAUNCHED("adamw", ctx.rank);
 }
 
@@ -252,7 +258,7 @@ Status sgd(const KernelCall& c, const P& p, const Ctx& ctx) {
   const float negLr = static_cast<float>(-c.lr);
   const int64_t n = c.elems("param");
   if (n == 0) return Status::ok();
-  sgdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(c.F("param"), c.F("grad"), buf, n,
+  sgdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "param"), floatRef(c, "grad"), buf, n,
                                                                p.weightDecay != 0.0, wd, p.momentum != 0.0,
                                                                step == 1, mom, damp, negLr);
   return LLCDIST_CUDA_LAUNCHED("sgd", ctx.rank);

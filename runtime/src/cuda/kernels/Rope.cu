@@ -3,9 +3,11 @@
 // transpose, the rotation by -angle); and their kernel-table entries. One thread per rotated pair
 // (b, s, head, i < hd/2) reads x[i] and x[half + i] before writing both, so y may alias x. The cos /
 // sin table (RopeParams, built on the host at bind time) is read from its device copy
-// (CudaKernelContext::tables, uploaded once per table).
+// (CudaKernelContext::tables, uploaded once per table). x and y are f32 or bf16 (FloatRef.cuh): the
+// rotation is computed in f32 and rounded once.
 #include "llcdist/runtime/KernelChecks.h"
 #include "cuda/CudaKernels.h"
+#include "cuda/kernels/FloatRef.cuh"
 
 #include <string>
 
@@ -15,7 +17,7 @@ namespace {
 constexpr int kThreads = 256;
 
 // sign = +1: y = x*cos + rotate_half(x)*sin; sign = -1: the transpose. cos / sin are [S, hd].
-__global__ void rotateKernel(const float* cosT, const float* sinT, const float* x, float* y, int64_t B, int64_t S,
+__global__ void rotateKernel(const float* cosT, const float* sinT, FloatRef x, FloatRef y, int64_t B, int64_t S,
                              int64_t n, int64_t hd, float sign) {
   const int64_t half = hd / 2;
   const int64_t pairs = B * S * n * half;
@@ -26,8 +28,8 @@ __global__ void rotateKernel(const float* cosT, const float* sinT, const float* 
     const float* c = cosT + s * hd;
     const float* sn = sinT + s * hd;
     const float lo = x[off + i], hi = x[off + half + i];
-    y[off + i] = lo * c[i] + (-hi) * (sign * sn[i]);
-    y[off + half + i] = hi * c[half + i] + lo * (sign * sn[half + i]);
+    y.set(off + i, lo * c[i] + (-hi) * (sign * sn[i]));
+    y.set(off + half + i, hi * c[half + i] + lo * (sign * sn[half + i]));
   }
 }
 
@@ -51,7 +53,8 @@ Status rope(const KernelCall& c, const P& p, const Ctx& ctx) {
   LLCDIST_ASSIGN_OR_RETURN(const float* cosT, ctx.tables->upload(p.table->cos.data(), count));
   LLCDIST_ASSIGN_OR_RETURN(const float* sinT, ctx.tables->upload(p.table->sin.data(), count));
   rotateKernel<<<gridFor(pairs, kThreads), kThreads, 0, ctx.stream>>>(
-      cosT, sinT, fwd ? c.F("x") : c.F("dy"), fwd ? c.F("y") : c.F("dx"), p.B, p.S, p.n, p.hd, fwd ? 1.0f : -1.0f);
+      cosT, sinT, floatRef(c, fwd ? "x" : "dy"), floatRef(c, fwd ? "y" : "dx"), p.B, p.S, p.n, p.hd,
+      fwd ? 1.0f : -1.0f);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 

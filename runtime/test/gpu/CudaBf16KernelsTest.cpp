@@ -1,0 +1,343 @@
+// The CUDA kernels on bf16 buffers, as a bf16 plan binds them (host/KernelVariants.h: every float role
+// f32 or bf16, stats and the loss f32), against the CPU reference of the interpreter's staged path
+// (KernelHarness.h: bf16 arguments converted to f32, the f32 kernel, written ones rounded back). Both
+// round each written value once at the same point, so they differ only where the f32 value before
+// rounding differs in its last bits (another order of f32 sums, the device's expf / tanhf) and the
+// rounding falls the other way: one bf16 ulp, 2^-8 relative. Hence kBf16Rtol = 2^-7 for computed bf16
+// results, exact for copies and gathers; f32 outputs (stats, a bf16 GEMM's f32 gradient, the loss)
+// keep their f32 tolerances. Sizes: multiples of 8 (the elementwise kernels' 16-byte path) and not
+// (their scalar path), long runs of one id in the embedding gradient (its sort), GEMM shapes from a
+// single row to tiled ones, both weight layouts, accumulate on and off. Skipped without a device.
+#include "KernelHarness.h"
+
+#include "llcdist/runtime/OpParams.h"
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace llcdist::rt::cuda::test {
+namespace {
+
+using K = schema::OpKind;
+
+constexpr double kBf16Rtol = 1.0 / 128, kBf16Atol = 1e-6;  // one bf16 ulp (2^-8 relative), with margin
+constexpr double kF32Atol = 1e-5, kF32Rtol = 1e-4;
+
+ElementwiseParams elems(int64_t n) {
+  ElementwiseParams p;
+  p.n = n;
+  return p;
+}
+
+TEST(CudaBf16Kernels, Elementwise) {
+  LLCDIST_REQUIRE_GPU();
+  for (int64_t n : {int64_t(4096), int64_t(1001)}) {  // the 8-wide path and the scalar one
+    SCOPED_TRACE("n " + std::to_string(n));
+    KernelCase(K::kGeluTanhFwd, elems(n)).bf16("x", randomF32(n, 1, -4, 4)).bf16("y", randomF32(n, 2)).expectMatch(kBf16Atol, kBf16Rtol);
+    KernelCase(K::kGeluTanhBwd, elems(n))
+        .bf16("dy", randomF32(n, 3))
+        .bf16("x", randomF32(n, 4, -4, 4))
+        .bf16("dx", randomF32(n, 5))
+        .expectMatch(kBf16Atol, kBf16Rtol);
+    KernelCase(K::kSwigluFwd, elems(n))
+        .bf16("gate", randomF32(n, 6, -6, 6))
+        .bf16("up", randomF32(n, 7))
+        .bf16("y", randomF32(n, 8))
+        .expectMatch(kBf16Atol, kBf16Rtol);
+    KernelCase(K::kSwigluBwd, elems(n))
+        .bf16("dy", randomF32(n, 9))
+        .bf16("gate", randomF32(n, 10, -6, 6))
+        .bf16("up", randomF32(n, 11))
+        .bf16("dgate", randomF32(n, 12))
+        .bf16("dup", randomF32(n, 13))
+        .expectMatch(kBf16Atol, kBf16Rtol);
+    // One f32 add of two exact values, rounded once: the same bits.
+    KernelCase(K::kAdd, elems(n)).bf16("a", randomF32(n, 14)).bf16("b", randomF32(n, 15)).bf16("y", randomF32(n, 16)).expectMatch(0, 0);
+    KernelCase(K::kAdd, elems(n)).bf16("a", randomF32(n, 17)).f32("b", randomF32(n, 18)).bf16("y", randomF32(n, 19)).expectMatch(0, 0);
+    KernelCase(K::kAccumulate, elems(n)).bf16("x", randomF32(n, 20)).bf16("y", randomF32(n, 21)).expectMatch(0, 0);
+    KernelCase(K::kAccumulate, elems(n)).bf16("x", randomF32(n, 22)).f32("y", randomF32(n, 23)).expectMatch(0, 0);
+    KernelCase(K::kCopy, elems(n)).bf16("x", randomF32(n, 24)).bf16("y", randomF32(n, 25)).expectMatch(0, 0);
+    KernelCase(K::kCopy, elems(n)).f32("x", randomF32(n, 26)).bf16("y", randomF32(n, 27)).expectMatch(0, 0);
+  }
+}
+
+TEST(CudaBf16Kernels, SplitAndShardSliceCopyBf16) {
+  LLCDIST_REQUIRE_GPU();
+  LayoutParams p;
+  p.rows = 13;
+  p.sizes = {8, 24, 5};
+  KernelCase(K::kSplitFwd, p)
+      .bf16("x", randomF32(13 * 37, 30))
+      .bf16("outs", randomF32(13 * 8, 31))
+      .bf16("outs", randomF32(13 * 24, 32))
+      .bf16("outs", randomF32(13 * 5, 33))
+      .expectMatch(0, 0);
+  KernelCase(K::kSplitBwd, p)
+      .bf16("douts", randomF32(13 * 8, 34))
+      .bf16("douts", randomF32(13 * 24, 35))
+      .bf16("douts", randomF32(13 * 5, 36))
+      .bf16("dx", randomF32(13 * 37, 37))
+      .expectMatch(0, 0);
+  LayoutParams s;
+  s.members = 3;
+  s.member = 2;
+  s.outer = 4;
+  s.inner = 7;
+  s.total = 19;  // padded blocks: the last member's block is 5 real + 2 zero
+  KernelCase(K::kShardSlice, s).bf16("x", randomF32(4 * 19, 38)).bf16("y", randomF32(4 * 7, 39)).expectMatch(0, 0);
+}
+
+EmbeddingParams embedding(int64_t M, int64_t V, int64_t H, bool accumulate, VocabShard shard = {}) {
+  EmbeddingParams p;
+  p.M = M;
+  p.V = V;
+  p.H = H;
+  p.accumulate = accumulate;
+  p.vocabShard = shard;
+  return p;
+}
+
+TEST(CudaBf16Kernels, EmbeddingForwardAndBackward) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t H = 72;
+  KernelCase(K::kEmbeddingFwd, embedding(33, 11, H, false))
+      .i32("ids", randomI32(33, 40, 0, 10))
+      .bf16("table", randomF32(11 * H, 41))
+      .bf16("out", randomF32(33 * H, 42))
+      .expectMatch(0, 0);
+  // The gradient sums each id's rows in increasing m, in f32, rounded once: the CPU's bits. 4096 rows
+  // of 7 ids: runs of ~600 rows (the sort's segments); a bf16 and an f32 table; vocabulary-sharded.
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+    KernelCase(K::kEmbeddingBwdWeight, embedding(4096, 7, H, accumulate))
+        .i32("ids", randomI32(4096, 43, 0, 6))
+        .bf16("dout", randomF32(4096 * H, 44))
+        .bf16("dtable", randomF32(7 * H, 45))
+        .expectMatch(0, 0);
+    KernelCase(K::kEmbeddingBwdWeight, embedding(4096, 7, H, accumulate))
+        .i32("ids", randomI32(4096, 46, 0, 6))
+        .bf16("dout", randomF32(4096 * H, 47))
+        .f32("dtable", randomF32(7 * H, 48))
+        .expectMatch(0, 0);
+    KernelCase(K::kEmbeddingBwdWeight, embedding(500, 5, H, accumulate, VocabShard{1, 3}))
+        .i32("ids", randomI32(500, 49, 0, 14))
+        .bf16("dout", randomF32(500 * H, 50))
+        .bf16("dtable", randomF32(5 * H, 51))
+        .expectMatch(0, 0);
+  }
+  EmbeddingParams pos;
+  pos.B = 3;
+  pos.S = 17;
+  pos.H = H;
+  pos.P = 20;
+  KernelCase(K::kPosEmbeddingFwd, pos)
+      .bf16("x", randomF32(3 * 17 * H, 52))
+      .bf16("wpe", randomF32(20 * H, 53))
+      .bf16("y", randomF32(3 * 17 * H, 54))
+      .expectMatch(0, 0);
+  pos.accumulate = true;
+  KernelCase(K::kPosEmbeddingBwdWeight, pos)
+      .bf16("dy", randomF32(3 * 17 * H, 55))
+      .bf16("dwpe", randomF32(20 * H, 56))
+      .expectMatch(0, 0);
+}
+
+NormParams norm(int64_t M, int64_t H, bool accumulate = false) {
+  NormParams p;
+  p.M = M;
+  p.H = H;
+  p.eps = 1e-5;
+  p.accumulate = accumulate;
+  return p;
+}
+
+TEST(CudaBf16Kernels, Norms) {
+  LLCDIST_REQUIRE_GPU();
+  for (auto [M, H] : {std::pair<int64_t, int64_t>{67, 96}, {5, 1031}}) {
+    SCOPED_TRACE("M " + std::to_string(M) + ", H " + std::to_string(H));
+    // The stats are f32 (the plans' mean and rstd): f32 tolerances; y bf16.
+    KernelCase(K::kLayerNormFwd, norm(M, H))
+        .bf16("x", randomF32(M * H, 60, -2, 3))
+        .bf16("gamma", randomF32(H, 61))
+        .bf16("beta", randomF32(H, 62))
+        .bf16("y", randomF32(M * H, 63))
+        .f32("mean", randomF32(M, 64))
+        .f32("rstd", randomF32(M, 65))
+        .expectMatch(kF32Atol, kBf16Rtol);
+    std::vector<float> x = randomF32(M * H, 66, -2, 3), mean(static_cast<size_t>(M)), rstd(static_cast<size_t>(M));
+    for (int64_t m = 0; m < M; ++m) {  // the bf16 x's own statistics, as a forward saved them
+      double s = 0, ss = 0;
+      for (int64_t h = 0; h < H; ++h) s += bf16ToFloat(floatToBf16(x[size_t(m * H + h)]));
+      const double mu = s / double(H);
+      for (int64_t h = 0; h < H; ++h) {
+        const double d = bf16ToFloat(floatToBf16(x[size_t(m * H + h)])) - mu;
+        ss += d * d;
+      }
+      mean[size_t(m)] = float(mu);
+      rstd[size_t(m)] = float(1.0 / std::sqrt(ss / double(H) + 1e-5));
+    }
+    KernelCase(K::kLayerNormBwdInput, norm(M, H))
+        .bf16("dy", randomF32(M * H, 67))
+        .bf16("x", x)
+        .bf16("gamma", randomF32(H, 68))
+        .f32("mean", mean)
+        .f32("rstd", rstd)
+        .bf16("dx", randomF32(M * H, 69))
+        .expectMatch(1e-4, kBf16Rtol);
+    for (bool acc : {false, true})
+      KernelCase(K::kLayerNormBwdWeight, norm(M, H, acc))
+          .bf16("dy", randomF32(M * H, 70))
+          .bf16("x", x)
+          .f32("mean", mean)
+          .f32("rstd", rstd)
+          .bf16("dgamma", randomF32(H, 71))
+          .bf16("dbeta", randomF32(H, 72))
+          .expectMatch(1e-4, kBf16Rtol);
+    KernelCase(K::kRmsNormFwd, norm(M, H))
+        .bf16("x", x)
+        .bf16("weight", randomF32(H, 73))
+        .bf16("y", randomF32(M * H, 74))
+        .f32("rstd", rstd)
+        .expectMatch(kF32Atol, kBf16Rtol);
+    KernelCase(K::kRmsNormBwdInput, norm(M, H))
+        .bf16("dy", randomF32(M * H, 75))
+        .bf16("x", x)
+        .bf16("weight", randomF32(H, 76))
+        .f32("rstd", rstd)
+        .bf16("dx", randomF32(M * H, 77))
+        .expectMatch(1e-4, kBf16Rtol);
+    KernelCase(K::kRmsNormBwdWeight, norm(M, H, true))
+        .bf16("dy", randomF32(M * H, 78))
+        .bf16("x", x)
+        .f32("rstd", rstd)
+        .bf16("dweight", randomF32(H, 79))
+        .expectMatch(1e-4, kBf16Rtol);
+  }
+}
+
+TEST(CudaBf16Kernels, Rope) {
+  LLCDIST_REQUIRE_GPU();
+  RopeParams p;
+  p.B = 2;
+  p.S = 9;
+  p.n = 3;
+  p.hd = 16;
+  StatusOr<RopeTable> table = makeRopeTable(RopeConfig{}, p.hd, 0, p.S);
+  ASSERT_TRUE(table.isOk());
+  p.table = std::make_shared<RopeTable>(std::move(table).value());
+  const int64_t n = p.B * p.S * p.n * p.hd;
+  KernelCase(K::kRopeFwd, p).bf16("x", randomF32(n, 80)).bf16("y", randomF32(n, 81)).expectMatch(kBf16Atol, kBf16Rtol);
+  KernelCase(K::kRopeBwd, p).bf16("dy", randomF32(n, 82)).bf16("dx", randomF32(n, 83)).expectMatch(kBf16Atol, kBf16Rtol);
+}
+
+LinearParams linear(int64_t M, int64_t K, int64_t N, WeightLayout layout, bool accumulate) {
+  LinearParams p;
+  p.M = M;
+  p.K = K;
+  p.N = N;
+  p.layout = layout;
+  p.accumulate = accumulate;
+  return p;
+}
+
+// bf16 × bf16 on tensor cores (f32 accumulation) into bf16, and into f32 (a plan's f32 gradient).
+TEST(CudaBf16Kernels, LinearOnTensorCores) {
+  LLCDIST_REQUIRE_GPU();
+  struct Size {
+    int64_t M, K, N;
+  };
+  for (Size s : {Size{5, 37, 19}, Size{1, 8, 7}, Size{130, 96, 72}, Size{256, 64, 128}})
+    for (WeightLayout l : {WeightLayout::kOutIn, WeightLayout::kInOut})
+      for (bool acc : {false, true}) {
+        SCOPED_TRACE("M " + std::to_string(s.M) + " K " + std::to_string(s.K) + " N " + std::to_string(s.N) +
+                     (l == WeightLayout::kOutIn ? " out_in" : " in_out") + (acc ? " accumulate" : ""));
+        const LinearParams p = linear(s.M, s.K, s.N, l, acc);
+        // A bf16 sum of K products whose terms cancel can round differently at a smaller magnitude
+        // than the result's ulp: atol scales with sqrt(K) (the sum's typical size) times 2^-8.
+        const double atol = std::sqrt(double(s.K)) / 256.0;
+        if (!acc) {
+          for (bool bias : {false, true}) {
+            KernelCase k(K::kLinearFwd, p);
+            k.bf16("x", randomF32(s.M * s.K, 90)).bf16("w", randomF32(s.N * s.K, 91));
+            if (bias) k.bf16("bias", randomF32(s.N, 92));
+            k.bf16("y", randomF32(s.M * s.N, 93)).expectMatch(atol, kBf16Rtol);
+          }
+        }
+        KernelCase(K::kLinearBwdInput, p)
+            .bf16("dy", randomF32(s.M * s.N, 94))
+            .bf16("w", randomF32(s.N * s.K, 95))
+            .bf16("dx", randomF32(s.M * s.K, 96))
+            .expectMatch(atol, kBf16Rtol);
+        KernelCase(K::kLinearBwdWeight, p)
+            .bf16("dy", randomF32(s.M * s.N, 97))
+            .bf16("x", randomF32(s.M * s.K, 98))
+            .bf16("dw", randomF32(s.N * s.K, 99))
+            .expectMatch(std::sqrt(double(s.M)) / 256.0, kBf16Rtol);
+        KernelCase(K::kLinearBwdWeight, p)  // f32 gradient of bf16 operands: no rounding to bf16
+            .bf16("dy", randomF32(s.M * s.N, 100))
+            .bf16("x", randomF32(s.M * s.K, 101))
+            .f32("dw", randomF32(s.N * s.K, 102))
+            .expectMatch(1e-4, 1e-4);
+        KernelCase(K::kLinearBwdBias, p)
+            .bf16("dy", randomF32(s.M * s.N, 103))
+            .bf16("db", randomF32(s.N, 104))
+            .expectMatch(kBf16Atol, kBf16Rtol);
+      }
+}
+
+LossParams loss(int64_t M, int64_t V, double scale) {
+  LossParams p;
+  p.M = M;
+  p.V = V;
+  p.scale = scale;
+  return p;
+}
+
+TEST(CudaBf16Kernels, CrossEntropyOnBf16Logits) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t M = 37, V = 1000;
+  KernelCase(K::kCrossEntropyFwd, loss(M, V, 0.5))
+      .bf16("logits", randomF32(M * V, 110, -6, 6))
+      .i32("targets", randomI32(M, 111, 0, int32_t(V - 1)))
+      .f32("loss", {0.25f})
+      .expectMatch(kF32Atol, kF32Rtol);
+  KernelCase(K::kCrossEntropyBwd, loss(M, V, 1.0 / double(M)))
+      .bf16("logits", randomF32(M * V, 112, -6, 6))
+      .i32("targets", randomI32(M, 113, 0, int32_t(V - 1)))
+      .bf16("dlogits", randomF32(M * V, 114))
+      .expectMatch(1e-7, kBf16Rtol);
+}
+
+OptimizerParams adamw() {
+  OptimizerParams p;
+  p.beta1 = 0.9;
+  p.beta2 = 0.95;
+  p.eps = 1e-8;
+  p.weightDecay = 0.1;
+  return p;
+}
+
+TEST(CudaBf16Kernels, OptimizerOnBf16Gradients) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t n = 3001;
+  OptimizerParams clip;
+  clip.maxNorm = 1.0;
+  KernelCase(K::kGradNorm, clip)
+      .bf16("grads", randomF32(n, 120))
+      .bf16("grads", randomF32(77, 121))
+      .f32("grads", randomF32(5, 122))
+      .f32("norm", {0.0f})
+      .expectMatch(kF32Atol, kBf16Rtol);
+  KernelCase(K::kAdamW, adamw())
+      .f32("param", randomF32(n, 123))
+      .bf16("grad", randomF32(n, 124))
+      .f32("m", randomF32(n, 125, -0.1f, 0.1f))
+      .f32("v", randomF32(n, 126, 0.0f, 0.01f))
+      .step(1e-3, 7)
+      .expectMatch(1e-6, 1e-5);
+}
+
+}  // namespace
+}  // namespace llcdist::rt::cuda::test

@@ -105,6 +105,21 @@ std::vector<TpCommOverlap> llcdist::tpCommOverlapOf(ModuleOp m) {
   return out;
 }
 
+std::vector<FusedKernels> llcdist::fusedOptimizerOf(ModuleOp m) {
+  std::vector<FusedKernels> out;
+  for (auto program : m.getOps<plan::ProgramOp>())
+    if (auto fused = program->getAttrOfType<ArrayAttr>(plan::kFusedOptimizerAttr))
+      for (auto d : fused.getAsRange<DictionaryAttr>()) {
+        const std::string kernel = d.getAs<StringAttr>("kernel").str();
+        auto it = llvm::find_if(out, [&](const FusedKernels &f) { return f.kernel == kernel; });
+        if (it == out.end())
+          it = out.insert(out.end(), FusedKernels{kernel});
+        it->ops += d.getAs<IntegerAttr>("ops").getInt();
+        it->into += d.getAs<IntegerAttr>("into").getInt();
+      }
+  return out;
+}
+
 json CompileSummary::toJson() const {
   json j;
   j["model"] = model;
@@ -144,7 +159,14 @@ json CompileSummary::toJson() const {
                  {"kernels", plan->kernels},
                  {"params", plan->params},
                  {"arena_bytes", plan->arenaBytes},
-                 {"arena_bytes_per_stage", plan->arenaBytesPerProgram}};
+                 {"arena_bytes_per_stage", plan->arenaBytesPerProgram},
+                 {"ops_per_step_per_stage", plan->opsPerStepPerProgram}};
+  if (!fusedOptimizer.empty()) {
+    json f = json::array();
+    for (const FusedKernels &k : fusedOptimizer)
+      f.push_back({{"kernel", k.kernel}, {"ops", k.ops}, {"into", k.into}});
+    j["fused_optimizer"] = std::move(f);
+  }
   if (pipeline)
     j["pipeline"] = pipeline->toJson();
   if (!gradBuckets.empty()) {
@@ -218,10 +240,22 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
                       "({} microbatches) | dtype {}\n",
                       shape->seqLen, shape->microBatch, shape->globalBatch,
                       shape->microbatches(mesh.dp), shape->dtype);
-  if (plan)
+  if (plan) {
+    std::string ops;
+    for (int64_t n : plan->opsPerStepPerProgram)
+      ops += (ops.empty() ? "" : " | ") + std::to_string(n);
     os << fmt::format("  plan: {} kernels, {} buffers, {} parameters, arena "
-                      "{:.1f} MiB\n",
-                      plan->kernels, plan->buffers, plan->params, plan->arenaBytes / 1048576.0);
+                      "{:.1f} MiB; ops per step {}{}\n",
+                      plan->kernels, plan->buffers, plan->params, plan->arenaBytes / 1048576.0, ops,
+                      plan->opsPerStepPerProgram.size() > 1 ? " (per stage)" : "");
+  }
+  if (!fusedOptimizer.empty()) {
+    std::string what;
+    for (const FusedKernels &k : fusedOptimizer)
+      what += fmt::format("{}{} {} into {} {}_multi", what.empty() ? "" : ", ", k.ops, k.kernel, k.into,
+                          k.kernel);
+    os << "  fused (llcdist-plan-fuse-optimizer; --no-fuse-optimizer: off): " << what << "\n";
+  }
   if (memory)
     memory->print(os);
   if (pipeline)

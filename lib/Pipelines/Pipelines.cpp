@@ -53,6 +53,9 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
     programs.addPass(plan::createPlanSPOverlap());
   if (o.overlapP2P)
     programs.addPass(plan::createPlanP2POverlap());
+  // Fusion, after every pass that rewrites the per-parameter ops.
+  if (o.fuseOptimizer)
+    programs.addPass(plan::createPlanFuseOptimizer());
   programs.addPass(plan::createPlanMemory());
   if (o.verifyPlan) {
     programs.addPass(plan::createVerifyAsync());
@@ -113,6 +116,9 @@ static void bindTrainingPipelineOptions(
   o.bind("overlap-p2p", f.overlapP2P,
          "under pp, overlap the pipeline sends and recvs with the kernels of their "
          "action (llcdist-plan-p2p-overlap)");
+  o.bind("fuse-optimizer", f.fuseOptimizer,
+         "one multi-tensor op per optimizer group and one cast_multi for the bf16 "
+         "copies (llcdist-plan-fuse-optimizer)");
 }
 
 void llcdist::registerPipelines() {

@@ -541,7 +541,7 @@ Status Interpreter::runOp(const BoundOp& b, int64_t step, int64_t microbatch, do
 Status Interpreter::execute(const BoundOp& b, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data) {
   if (schema::communicates(b.call.kind)) return runCommunication(b, microbatch, subroutine_, step);
   if (launchesKernel(b.call.kind)) {
-    if (b.call.kind == schema::OpKind::kAdamW || b.call.kind == schema::OpKind::kSgd) {
+    if (schema::isOptimizerUpdate(b.call.kind)) {
       KernelCall c = b.call;  // small: pointers and scalars
       c.lr = lr;
       c.t = step + 1;

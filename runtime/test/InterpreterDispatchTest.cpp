@@ -271,6 +271,34 @@ std::vector<Case> cases() {
          ASSERT_TRUE(sgdStep(h.F("param"), h.F("grad"), h.F("momentum_buf"), 5, kStep + 1, c).isOk());
        },
        8, {}, "sgd"},
+      // The _multi forms: each tensor's update as the single op's (two tensors of different sizes).
+      {"adamw_multi", {{"params", {5, 3}}, {"grads", {5, 3}}, {"m", {5, 3}}, {"v", {5, 3}}},
+       {{"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}},
+       [](Host& h) {
+         AdamWConfig c{kLr, 0.9, 0.95, 1e-8, 0.1};
+         for (size_t k = 0; k < 2; ++k)
+           ASSERT_TRUE(adamwStep(h.F("params", k), h.F("grads", k), h.F("m", k), h.F("v", k), k == 0 ? 5 : 3,
+                                 kStep + 1, c)
+                           .isOk());
+       },
+       8, {"v"}},
+      {"sgd_multi", {{"params", {5, 3}}, {"grads", {5, 3}}, {"momentum_bufs", {5, 3}}},
+       {{"momentum", 0.9}, {"weight_decay", 0.01}},
+       [](Host& h) {
+         SgdConfig c;
+         c.lr = kLr;
+         c.momentum = 0.9;
+         c.weightDecay = 0.01;
+         for (size_t k = 0; k < 2; ++k)
+           ASSERT_TRUE(
+               sgdStep(h.F("params", k), h.F("grads", k), h.F("momentum_bufs", k), k == 0 ? 5 : 3, kStep + 1, c).isOk());
+       },
+       8, {}, "sgd"},
+      {"cast_multi", {{"x", {6, 4}}, {"y", {6, 4}}}, json::object(),
+       [](Host& h) {
+         std::memcpy(h.F("y", 0), h.F("x", 0), 24);
+         std::memcpy(h.F("y", 1), h.F("x", 1), 16);
+       }},
   };
 }
 

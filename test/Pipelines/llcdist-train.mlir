@@ -18,6 +18,7 @@
 // DEFAULT-NEXT: llcdist-lower-to-plan{record-param-scopes=false},
 // DEFAULT-NEXT: llcdist-plan-comm-dtype{grad-reduce-dtype=bf16},
 // DEFAULT-NEXT: plan.program(
+// DEFAULT-NEXT: llcdist-plan-fuse-optimizer,
 // DEFAULT-NEXT: llcdist-plan-memory{check-slots-alike=false slots-alike=true},
 // DEFAULT-NEXT: llcdist-verify-async
 // DEFAULT-NEXT: ),
@@ -87,6 +88,7 @@
 // BUCKETS-LABEL: Pass Manager
 // BUCKETS: plan.program(
 // BUCKETS-NEXT: llcdist-plan-grad-buckets{bucket-size=1000},
+// BUCKETS-NEXT: llcdist-plan-fuse-optimizer,
 // BUCKETS-NEXT: llcdist-plan-memory{check-slots-alike=false slots-alike=true},
 
 // Bad values: an unknown option or a value of the wrong type is refused by

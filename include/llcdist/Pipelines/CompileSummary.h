@@ -88,6 +88,14 @@ struct TpCommOverlap {
 };
 std::vector<TpCommOverlap> tpCommOverlapOf(mlir::ModuleOp module);
 
+/// What llcdist-plan-fuse-optimizer fused, over every program: `ops`
+/// kernels of `kernel` into `into` multi-tensor ops.
+struct FusedKernels {
+  std::string kernel;
+  int64_t ops = 0, into = 0;
+};
+std::vector<FusedKernels> fusedOptimizerOf(mlir::ModuleOp module);
+
 struct CompileSummary {
   std::string model; ///< modelName
   MeshSpec mesh;
@@ -117,6 +125,7 @@ struct CompileSummary {
   /// stage holding a tied parameter's replica or sending its value).
   std::vector<std::string> paramGatherSynchronous;
   std::vector<TpCommOverlap> tpCommOverlap; ///< --tp-comm-overlap (empty: off)
+  std::vector<FusedKernels> fusedOptimizer; ///< llcdist-plan-fuse-optimizer (empty: none)
 
   nlohmann::ordered_json toJson() const;
   void print(llvm::raw_ostream &os) const;

@@ -69,6 +69,9 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   std::string ppLayout;
   /// Activation recomputation: none | selective | full (llcdist-recompute).
   std::string recompute = "none";
+  /// One multi-tensor op per optimizer group and one cast_multi for the bf16
+  /// copies (llcdist-plan-fuse-optimizer; off: the per-parameter ops).
+  bool fuseOptimizer = true;
   /// Run llcdist-verify-plan last (off only for in-memory compilations whose
   /// plan is never written, e.g. the memory hints of a plan that does not fit).
   bool verifyPlan = true;

@@ -11,6 +11,8 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <map>
@@ -189,8 +191,13 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
   }
 
   json actions = json::array();
+  llvm::StringMap<int64_t> opsOf; // subroutine -> its ops
+  for (auto sub : program.getBody().front().getOps<plan::SubroutineOp>())
+    opsOf[sub.getSymName()] = int64_t(llvm::range_size(sub.getBody().front().getOps<plan::KernelOp>()));
+  int64_t opsPerStep = 0;
   for (auto sched : program.getBody().front().getOps<plan::ScheduleOp>())
     for (auto a : sched.getBody().front().getOps<plan::ActionOp>()) {
+      opsPerStep += opsOf.lookup(a.getSubroutine());
       json j = objectWithRoom(3);
       j["subroutine"] = a.getSubroutine().str();
       if (auto mb = a.getMicrobatch())
@@ -199,6 +206,7 @@ json programJson(plan::ProgramOp program, PlanSummary &summary,
         j["slot"] = slot.getInt();
       actions.push_back(std::move(j));
     }
+  summary.opsPerStepPerProgram.push_back(opsPerStep);
   for (auto p : program.getBody().front().getOps<plan::ParamOp>())
     paramIds[p.getName().str()] = {ids.lookup(p.getValue()), ids.lookup(p.getGrad())};
   json out = objectWithRoom(8);

@@ -41,6 +41,10 @@ class DeviceTables {
 public:
   virtual ~DeviceTables() = default;
   virtual StatusOr<const float*> upload(const float* host, int64_t count) = 0;
+  // A device copy of `bytes` (a kernel's table of tensor addresses and sizes: the _multi ops), keyed by
+  // its content: the first call with a content uploads it (synchronously; the kernels' bind-time
+  // preparation makes that call, so a step only finds it), later calls return the same copy.
+  virtual StatusOr<const void*> uploadBytes(const std::string& bytes) = 0;
 };
 
 class CudnnAttention;  // CudnnAttention.h: cuDNN's fused attention (graphs cached per shape)

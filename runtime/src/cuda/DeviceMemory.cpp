@@ -1,6 +1,7 @@
 // The CUDA backend's scratch and table memory and its error helpers (DeviceMemory.h, CudaKernels.h).
 #include "DeviceMemory.h"
 
+#include <algorithm>
 #include <string>
 
 namespace llcdist::rt::cuda {
@@ -35,6 +36,23 @@ StatusOr<void*> StreamScratch::get(int64_t bytes) {
 
 TableCache::~TableCache() {
   for (auto& [key, p] : copies_) cudaFree(p);
+  for (auto& [key, p] : byContent_) cudaFree(p);
+}
+
+StatusOr<const void*> TableCache::uploadBytes(const std::string& bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = byContent_.find(bytes);
+  if (it != byContent_.end()) return static_cast<const void*>(it->second);
+  void* p = nullptr;
+  LLCDIST_CUDA_TRY(cudaMalloc(&p, std::max<size_t>(bytes.size(), 1)), rank_);
+  const cudaError_t e = cudaMemcpy(p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    cudaFree(p);
+    return cudaError(e, "cudaMemcpy(table)", __FILE__, __LINE__, rank_);
+  }
+  byContent_.emplace(bytes, p);
+  bytes_ += int64_t(bytes.size());
+  return static_cast<const void*>(p);
 }
 
 StatusOr<const float*> TableCache::upload(const float* host, int64_t count) {

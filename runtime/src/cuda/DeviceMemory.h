@@ -7,6 +7,7 @@
 
 #include <map>
 #include <mutex>
+#include <string>
 
 namespace llcdist::rt::cuda {
 
@@ -36,12 +37,14 @@ public:
   TableCache(const TableCache&) = delete;
   TableCache& operator=(const TableCache&) = delete;
   StatusOr<const float*> upload(const float* host, int64_t count) override;
+  StatusOr<const void*> uploadBytes(const std::string& bytes) override;
   int64_t bytes() const { return bytes_; }
 
 private:
   int rank_;
   std::mutex mu_;
   std::map<std::pair<const float*, int64_t>, float*> copies_;
+  std::map<std::string, void*> byContent_;
   int64_t bytes_ = 0;
 };
 

@@ -57,6 +57,22 @@ void accumulateInto(const float* x, float* y, int64_t n) {
 
 // ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
 
+namespace {
+// y = x converted between float dtypes (f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact, the
+// same dtype copies): cast and each pair of cast_multi.
+Status castElements(const void* x, schema::ElemType from, void* y, schema::ElemType to, int64_t n) {
+  if (!schema::isFloatType(from) || !schema::isFloatType(to)) return Status::internal("cast between non-float dtypes");
+  if (from == to) {
+    std::memmove(y, x, size_t(n * schema::elemTypeSize(from)));
+  } else if (from == schema::ElemType::kF32) {
+    convertF32ToBf16(static_cast<const float*>(x), static_cast<uint16_t*>(y), n);
+  } else {
+    convertBf16ToF32(static_cast<const uint16_t*>(x), static_cast<float*>(y), n);
+  }
+  return Status::ok();
+}
+}  // namespace
+
 void registerCpuElementwiseKernels(CpuKernelTable& t) {
   using K = schema::OpKind;
   using P = ElementwiseParams;
@@ -91,17 +107,12 @@ void registerCpuElementwiseKernels(CpuKernelTable& t) {
   });
   // y = x converted: f32 -> bf16 rounds to nearest even, bf16 -> f32 is exact, same dtype copies.
   addCpuKernel<P>(t, K::kCast, [](const KernelCall& c, const P& p, const Ctx&) {
-    const schema::ElemType from = c.type(c.role("x")), to = c.type(c.role("y"));
-    const void* x = c.ptr(c.role("x"));
-    void* y = c.ptr(c.role("y"));
-    if (!schema::isFloatType(from) || !schema::isFloatType(to)) return Status::internal("cast between non-float dtypes");
-    if (from == to) {
-      std::memmove(y, x, size_t(p.n * schema::elemTypeSize(from)));
-    } else if (from == schema::ElemType::kF32) {
-      convertF32ToBf16(static_cast<const float*>(x), static_cast<uint16_t*>(y), p.n);
-    } else {
-      convertBf16ToF32(static_cast<const uint16_t*>(x), static_cast<float*>(y), p.n);
-    }
+    return castElements(c.ptr(c.role("x")), c.type(c.role("x")), c.ptr(c.role("y")), c.type(c.role("y")), p.n);
+  });
+  addCpuKernel<P>(t, K::kCastMulti, [](const KernelCall& c, const P&, const Ctx&) -> Status {
+    const size_t x = c.role("x"), y = c.role("y");
+    for (size_t k = 0; k < c.args[x].size(); ++k)
+      LLCDIST_RETURN_IF_ERROR(castElements(c.ptr(x, k), c.type(x, k), c.ptr(y, k), c.type(y, k), c.argElems[x][k]));
     return Status::ok();
   });
 }

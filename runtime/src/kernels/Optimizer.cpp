@@ -140,6 +140,24 @@ Status gradNormClip(const KernelCall& c, const OptimizerParams& p, const CpuKern
   return Status::ok();
 }
 
+AdamWConfig adamwConfigOf(const KernelCall& c, const OptimizerParams& p) {
+  AdamWConfig cfg;
+  cfg.lr = c.lr;
+  cfg.beta1 = p.beta1;
+  cfg.beta2 = p.beta2;
+  cfg.eps = p.eps;
+  cfg.weightDecay = p.weightDecay;
+  return cfg;
+}
+
+SgdConfig sgdConfigOf(const KernelCall& c, const OptimizerParams& p) {
+  SgdConfig cfg;
+  cfg.lr = c.lr;
+  cfg.momentum = p.momentum;
+  cfg.weightDecay = p.weightDecay;
+  return cfg;
+}
+
 }  // namespace
 
 void registerCpuOptimizerKernels(CpuKernelTable& t) {
@@ -150,20 +168,28 @@ void registerCpuOptimizerKernels(CpuKernelTable& t) {
   addCpuKernel<P>(t, K::kGradNormSq, gradNormSq);
   addCpuKernel<P>(t, K::kGradNormClip, gradNormClip);
   addCpuKernel<P>(t, K::kAdamW, [](const KernelCall& c, const P& p, const Ctx&) {
-    AdamWConfig cfg;
-    cfg.lr = c.lr;
-    cfg.beta1 = p.beta1;
-    cfg.beta2 = p.beta2;
-    cfg.eps = p.eps;
-    cfg.weightDecay = p.weightDecay;
+    const AdamWConfig cfg = adamwConfigOf(c, p);
     return adamwStep(c.F("param"), c.F("grad"), c.F("m"), c.F("v"), c.elems("param"), c.t, cfg);
   });
   addCpuKernel<P>(t, K::kSgd, [](const KernelCall& c, const P& p, const Ctx&) {
-    SgdConfig cfg;
-    cfg.lr = c.lr;
-    cfg.momentum = p.momentum;
-    cfg.weightDecay = p.weightDecay;
+    const SgdConfig cfg = sgdConfigOf(c, p);
     return sgdStep(c.F("param"), c.F("grad"), c.F("momentum_buf"), c.elems("param"), c.t, cfg);
+  });
+  // The _multi forms: each tensor's update exactly as the single op's, in list order.
+  addCpuKernel<P>(t, K::kAdamWMulti, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
+    const AdamWConfig cfg = adamwConfigOf(c, p);
+    for (size_t k = 0; k < c.list("params").size(); ++k)
+      LLCDIST_RETURN_IF_ERROR(
+          adamwStep(c.F("params", k), c.F("grads", k), c.F("m", k), c.F("v", k), c.elems("params", k), c.t, cfg));
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kSgdMulti, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
+    const SgdConfig cfg = sgdConfigOf(c, p);
+    const bool bufs = !c.list("momentum_bufs").empty();
+    for (size_t k = 0; k < c.list("params").size(); ++k)
+      LLCDIST_RETURN_IF_ERROR(sgdStep(c.F("params", k), c.F("grads", k), bufs ? c.F("momentum_bufs", k) : nullptr,
+                                      c.elems("params", k), c.t, cfg));
+    return Status::ok();
   });
 }
 

@@ -1,7 +1,9 @@
 // Family "elementwise": ops over n elements in every role: gelu_tanh_fwd / gelu_tanh_bwd,
-// swiglu_fwd / swiglu_bwd, add, accumulate, copy, cast. A new elementwise op registers here
+// swiglu_fwd / swiglu_bwd, add, accumulate, copy, cast; and cast_multi, a cast of each pair of a list. A new elementwise op registers here
 // (docs/adding-an-op.md).
 #include "OpDefs.h"
+
+#include <vector>
 
 namespace llcdist::rt::ops {
 namespace {
@@ -11,12 +13,29 @@ using K = schema::OpKind;
 Status checkElementwise(const OpChecker& c) { return c.everyRole(c.I("n"), "n"); }
 StatusOr<OpParams> bindElementwise(const BindContext& b) { return OpParams(ElementwiseParams{b.op.intAttr("n")}); }
 
+// cast_multi: x and y list one buffer per tensor, y[k] of x[k]'s size.
+Status checkCastMulti(const OpChecker& c) {
+  const std::vector<int64_t>& x = c.op().argList("x");
+  const std::vector<int64_t>& y = c.op().argList("y");
+  if (x.size() != y.size())
+    return c.argError("y", "lists " + std::to_string(y.size()) + " buffers, args.x " + std::to_string(x.size()));
+  for (size_t k = 0; k < y.size(); ++k)
+    if (c.numel(y[k]) != c.numel(x[k]))
+      return c.argError("y", k, "buffer " + std::to_string(y[k]) + " has " + std::to_string(c.numel(y[k])) +
+                                    " elements, expected numel(x[" + std::to_string(k) + "]) = " +
+                                    std::to_string(c.numel(x[k])));
+  return Status::ok();
+}
+// The kernels read each tensor's size from the call (KernelCall::argElems): no parameter.
+StatusOr<OpParams> bindCastMulti(const BindContext&) { return OpParams(ElementwiseParams{0}); }
+
 }  // namespace
 
 void registerElementwiseOps(OpDefTable& t) {
   for (K k : {K::kGeluTanhFwd, K::kGeluTanhBwd, K::kSwigluFwd, K::kSwigluBwd, K::kAdd, K::kAccumulate, K::kCopy,
               K::kCast})
     t.add(k, {"elementwise", checkElementwise, bindElementwise});
+  t.add(K::kCastMulti, {"elementwise", checkCastMulti, bindCastMulti});
 }
 
 }  // namespace llcdist::rt::ops

@@ -1,7 +1,9 @@
 // Family "optimizer": the gradient norm and clipping (grad_norm when every rank holds whole gradients;
 // otherwise grad_norm_sq, the plan's all-reduces of the f64 partial sums, then grad_norm_clip) and the
-// updates adamw and sgd.
+// updates adamw and sgd, per tensor or over a list of tensors (adamw_multi, sgd_multi).
 #include "OpDefs.h"
+
+#include <vector>
 
 namespace llcdist::rt::ops {
 namespace {
@@ -64,6 +66,36 @@ Status checkUpdate(const OpChecker& c) {
   return c.count("momentum_buf", c.numel(op.arg("param")), "numel(param)");
 }
 
+// adamw_multi / sgd_multi: every role lists one buffer per tensor, the k-th of each the same size.
+Status checkUpdateMulti(const OpChecker& c) {
+  const Op& op = c.op();
+  const bool adam = op.kind == K::kAdamWMulti;
+  if (adam != (c.manifest().optimizer.kind == OptimizerDesc::Kind::kAdamW))
+    return c.error("op", "op \"" + std::string(sc::opName(op.kind)) + "\" does not match the manifest's optimizer.kind");
+  std::vector<const char*> roles = {"params", "grads"};
+  if (adam) {
+    roles.push_back("m");
+    roles.push_back("v");
+  } else if (!op.argList("momentum_bufs").empty()) {
+    roles.push_back("momentum_bufs");
+  } else if (op.floatAttr("momentum") != 0.0) {
+    return c.argError("momentum_bufs", "required when attrs.momentum != 0");
+  }
+  const std::vector<int64_t>& params = op.argList("params");
+  for (const char* r : roles) {
+    const std::vector<int64_t>& ids = op.argList(r);
+    if (ids.size() != params.size())
+      return c.argError(r, "lists " + std::to_string(ids.size()) + " buffers, args.params " +
+                               std::to_string(params.size()) + " (one per tensor)");
+    for (size_t k = 0; k < ids.size(); ++k)
+      if (c.numel(ids[k]) != c.numel(params[k]))
+        return c.argError(r, k, "buffer " + std::to_string(ids[k]) + " has " + std::to_string(c.numel(ids[k])) +
+                                    " elements, expected numel(params[" + std::to_string(k) + "]) = " +
+                                    std::to_string(c.numel(params[k])));
+  }
+  return Status::ok();
+}
+
 StatusOr<OpParams> bindUpdate(const BindContext& b) {
   OptimizerParams p;
   p.beta1 = b.op.floatAttr("beta1");
@@ -82,6 +114,8 @@ void registerOptimizerOps(OpDefTable& t) {
   t.add(K::kGradNormClip, {"optimizer", checkGradNormClip, bindGradNorm});
   t.add(K::kAdamW, {"optimizer", checkUpdate, bindUpdate});
   t.add(K::kSgd, {"optimizer", checkUpdate, bindUpdate});
+  t.add(K::kAdamWMulti, {"optimizer", checkUpdateMulti, bindUpdate});
+  t.add(K::kSgdMulti, {"optimizer", checkUpdateMulti, bindUpdate});
 }
 
 }  // namespace llcdist::rt::ops

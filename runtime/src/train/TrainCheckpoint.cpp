@@ -136,36 +136,56 @@ StatusOr<std::vector<StateTensor>> stateTensorsOf(const Manifest& m, const Progr
       if (op.kind == schema::OpKind::kShardSlice) sliceSource[op.arg("y")] = op.arg("x");
   std::map<int64_t, std::set<std::string>> found;  // param -> states seen
   std::set<int64_t> stateBuffers;
+  // Each update of one tensor: adamw / sgd, or the k-th tensor of adamw_multi / sgd_multi.
+  struct Update {
+    int64_t param;  // the updated buffer
+    std::vector<std::pair<std::string, int64_t>> roles;  // state name -> buffer (-1: none)
+  };
+  const auto updatesOf = [](const Op& op) {
+    std::vector<Update> u;
+    using K = schema::OpKind;
+    const auto at = [&](const char* role, size_t k) {
+      const std::vector<int64_t>& ids = op.argList(role);
+      return k < ids.size() ? ids[k] : int64_t(-1);
+    };
+    if (op.kind == K::kAdamW) u.push_back({op.arg("param"), {{"exp_avg", op.arg("m")}, {"exp_avg_sq", op.arg("v")}}});
+    if (op.kind == K::kSgd) u.push_back({op.arg("param"), {{"momentum_buffer", op.arg("momentum_buf")}}});
+    if (op.kind == K::kAdamWMulti)
+      for (size_t k = 0; k < op.argList("params").size(); ++k)
+        u.push_back({at("params", k), {{"exp_avg", at("m", k)}, {"exp_avg_sq", at("v", k)}}});
+    if (op.kind == K::kSgdMulti)
+      for (size_t k = 0; k < op.argList("params").size(); ++k)
+        u.push_back({at("params", k), {{"momentum_buffer", at("momentum_bufs", k)}}});
+    return u;
+  };
   for (const Subroutine& sub : prog.subroutines)
-    for (const Op& op : sub.ops) {
-      std::vector<std::pair<std::string, int64_t>> roles;
-      if (op.kind == schema::OpKind::kAdamW) roles = {{"exp_avg", op.arg("m")}, {"exp_avg_sq", op.arg("v")}};
-      else if (op.kind == schema::OpKind::kSgd) roles = {{"momentum_buffer", op.arg("momentum_buf")}};
-      else continue;
-      auto it = paramOfBuffer.find(op.arg("param"));
-      if (it == paramOfBuffer.end())
-        if (auto slice = sliceSource.find(op.arg("param")); slice != sliceSource.end())
-          it = paramOfBuffer.find(slice->second);
-      if (it == paramOfBuffer.end())
-        return Status::invalidArgument(prog.file + ": subroutine '" + sub.name + "': an " +
-                                       std::string(schema::opName(op.kind)) + " op updates buffer '" +
-                                       prog.buffers[size_t(op.arg("param"))].name +
-                                       "', which is no param's value buffer: a checkpoint would miss its state");
-      const ParamDesc& p = m.params[size_t(it->second)];
-      for (const auto& [state, buffer] : roles) {
-        if (buffer < 0) continue;
-        if (!found[it->second].insert(state).second) continue;  // one op per param and state
-        const bool block = p.zero.has_value();
-        const int64_t want = block ? p.blockNumel() : p.localNumel();
-        if (prog.buffers[size_t(buffer)].numel() != want)
-          return Status::invalidArgument(prog.file + ": the " + state + " buffer '" + prog.buffers[size_t(buffer)].name +
-                                         "' of param '" + p.name + "' has " +
-                                         std::to_string(prog.buffers[size_t(buffer)].numel()) + " elements, not the " +
-                                         std::to_string(want) + (block ? " of its ZeRO block" : " of its shard"));
-        stateBuffers.insert(buffer);
-        out.push_back({it->second, state, buffer, block});
+    for (const Op& op : sub.ops)
+      for (const Update& update : updatesOf(op)) {
+        const std::vector<std::pair<std::string, int64_t>>& roles = update.roles;
+        auto it = paramOfBuffer.find(update.param);
+        if (it == paramOfBuffer.end())
+          if (auto slice = sliceSource.find(update.param); slice != sliceSource.end())
+            it = paramOfBuffer.find(slice->second);
+        if (it == paramOfBuffer.end())
+          return Status::invalidArgument(prog.file + ": subroutine '" + sub.name + "': an " +
+                                         std::string(schema::opName(op.kind)) + " op updates buffer '" +
+                                         prog.buffers[size_t(update.param)].name +
+                                         "', which is no param's value buffer: a checkpoint would miss its state");
+        const ParamDesc& p = m.params[size_t(it->second)];
+        for (const auto& [state, buffer] : roles) {
+          if (buffer < 0) continue;
+          if (!found[it->second].insert(state).second) continue;  // one op per param and state
+          const bool block = p.zero.has_value();
+          const int64_t want = block ? p.blockNumel() : p.localNumel();
+          if (prog.buffers[size_t(buffer)].numel() != want)
+            return Status::invalidArgument(prog.file + ": the " + state + " buffer '" + prog.buffers[size_t(buffer)].name +
+                                           "' of param '" + p.name + "' has " +
+                                           std::to_string(prog.buffers[size_t(buffer)].numel()) + " elements, not the " +
+                                           std::to_string(want) + (block ? " of its ZeRO block" : " of its shard"));
+          stateBuffers.insert(buffer);
+          out.push_back({it->second, state, buffer, block});
+        }
       }
-    }
   // A param placed here alone must have its state here; a tied param's copy may take its updates from
   // another stage (the commit checks that some rank wrote every state).
   const std::vector<std::string> want = statesOf(m.optimizer);

@@ -339,5 +339,48 @@ TEST(CudaBf16Kernels, OptimizerOnBf16Gradients) {
       .expectMatch(1e-6, 1e-5);
 }
 
+// The _multi ops (llcdist-plan-fuse-optimizer): each tensor's update as the single op's, over a list
+// whose sizes straddle the chunk size (32768 elements: several chunks, a tail, a tensor smaller
+// than one chunk), in f32 and with bf16 gradients and parameters.
+TEST(CudaBf16Kernels, MultiTensorOps) {
+  LLCDIST_REQUIRE_GPU();
+  const std::vector<int64_t> sizes = {70001, 5, 32768, 1000};
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 params and grads" : "f32");
+    KernelCase k(K::kAdamWMulti, adamw());
+    uint32_t seed = 130;
+    for (int64_t n : sizes) {
+      if (bf16) {
+        k.bf16("params", randomF32(n, seed++)).bf16("grads", randomF32(n, seed++));
+      } else {
+        k.f32("params", randomF32(n, seed++)).f32("grads", randomF32(n, seed++));
+      }
+      k.f32("m", randomF32(n, seed++, -0.1f, 0.1f)).f32("v", randomF32(n, seed++, 0.0f, 0.01f));
+    }
+    k.step(1e-3, 4).expectMatch(1e-6, bf16 ? kBf16Rtol : 1e-5);
+    OptimizerParams sgd;
+    sgd.momentum = 0.9;
+    sgd.weightDecay = 0.01;
+    KernelCase s(K::kSgdMulti, sgd);
+    for (int64_t n : sizes) {
+      if (bf16) {
+        s.bf16("params", randomF32(n, seed++)).bf16("grads", randomF32(n, seed++));
+      } else {
+        s.f32("params", randomF32(n, seed++)).f32("grads", randomF32(n, seed++));
+      }
+      s.f32("momentum_bufs", randomF32(n, seed++));
+    }
+    s.step(1e-2, 3).expectMatch(1e-6, bf16 ? kBf16Rtol : 1e-5);
+  }
+  // cast_multi: f32 masters into bf16 copies (and one bf16 -> f32 pair): exact, Bf16.h's rounding.
+  KernelCase c(K::kCastMulti, ElementwiseParams{});
+  uint32_t seed = 200;
+  for (int64_t n : sizes) c.f32("x", randomF32(n, seed++, -100, 100));
+  c.bf16("x", randomF32(9, seed++));
+  for (int64_t n : sizes) c.bf16("y", randomF32(n, seed++));
+  c.f32("y", randomF32(9, seed++));
+  c.expectMatch(0, 0);
+}
+
 }  // namespace
 }  // namespace llcdist::rt::cuda::test

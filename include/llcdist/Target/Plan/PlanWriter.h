@@ -20,6 +20,10 @@ struct PlanSummary {
   std::vector<int64_t> arenaBytesPerProgram;
   /// Whether a program uses queues, tokens or waits (feature "async").
   bool async = false;
+  /// Each program's ops per training step: every op its actions run, once per
+  /// action (what a backend launches or issues per step, load_microbatch and
+  /// waits included).
+  std::vector<int64_t> opsPerStepPerProgram;
 };
 
 /// The plan directory's files as JSON: manifest.json and program-<i>.json.

@@ -37,8 +37,8 @@ struct KernelCall {
   std::vector<std::vector<schema::ElemType>> argTypes;
   // The op's family's parameters (the binder of src/ops/<Family>.cpp sets the alternative).
   OpParams params;
-  // Step context, set per launch of the optimizer ops (adamw, sgd): learning rate and step count t =
-  // step + 1.
+  // Step context, set per launch of the optimizer updates (schema::isOptimizerUpdate: adamw, sgd and
+  // their _multi forms): learning rate and step count t = step + 1.
   double lr = 0;
   int64_t t = 0;
   // Which of the backend's kernel variants of `kind` runs the call (KernelVariant.h: an index into

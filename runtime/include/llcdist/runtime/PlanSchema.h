@@ -151,6 +151,7 @@ enum class OpKind {
   kSend, kRecv,
   kCast,
   kShardSlice,
+  kAdamWMulti, kSgdMulti, kCastMulti,
   kWait,
 };
 inline constexpr size_t kNumOpKinds = size_t(OpKind::kWait) + 1;
@@ -335,6 +336,17 @@ inline constexpr T kP2PAttrs[] = {{"axis", Str}, {"peer", Idx}, {"tag", Idx}};
 inline constexpr A kShardSliceArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
 inline constexpr T kShardSliceAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}, {"total", Int, false}};
 
+// adamw_multi / sgd_multi: adamw's / sgd's update of a list of tensors with the same hyperparameters
+// in one op (one launch on a GPU; llcdist-plan-fuse-optimizer merges the per-parameter updates into
+// them): the k-th buffers of the roles belong together (numel(params[k]) = numel(grads[k]) = ...), and
+// each tensor's update is exactly adamw's / sgd's on those buffers.
+inline constexpr A kAdamMultiArgs[] = {{"params", List, F, RW}, {"grads", List, F, R}, {"m", List, F, RW},
+                                       {"v", List, F, RW}};
+inline constexpr A kSgdMultiArgs[] = {{"params", List, F, RW}, {"grads", List, F, R}, {"momentum_bufs", OptList, F, RW}};
+// cast_multi: cast over lists, y[k] = x[k] converted (numel(x[k]) = numel(y[k])); the bf16 copies of a
+// mixed-precision plan's masters refreshed in one op.
+inline constexpr A kCastMultiArgs[] = {{"x", List, F, R}, {"y", List, F, W}};
+
 template <size_t NA, size_t NT>
 constexpr OpSpec op(OpKind k, std::string_view name, const A (&a)[NA], const T (&t)[NT]) {
   return {k, name, a, NA, t, NT};
@@ -394,6 +406,9 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kRecv, "recv", detail::kRecvArgs, detail::kP2PAttrs),
     detail::op(OpKind::kCast, "cast", detail::kCastArgs, detail::kNAttrs),
     detail::op(OpKind::kShardSlice, "shard_slice", detail::kShardSliceArgs, detail::kShardSliceAttrs),
+    detail::op(OpKind::kAdamWMulti, "adamw_multi", detail::kAdamMultiArgs, detail::kAdamAttrs),
+    detail::op(OpKind::kSgdMulti, "sgd_multi", detail::kSgdMultiArgs, detail::kSgdAttrs),
+    detail::op(OpKind::kCastMulti, "cast_multi", detail::kCastMultiArgs),
     // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
     OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},
 }};
@@ -418,12 +433,17 @@ constexpr bool isPointToPoint(OpKind k) { return k == OpKind::kSend || k == OpKi
 // (started asynchronously) or run on a queue other than "compute" (feature "async").
 constexpr bool communicates(OpKind k) { return isCollective(k) || isPointToPoint(k); }
 // True for the ops whose kernels read and write bf16 buffers themselves on every backend (`cast`,
-// `zero`, and load_microbatch, which has no float role). For every other op the backend's kernel
+// `cast_multi`, `zero`, and load_microbatch, which has no float role). For every other op the backend's kernel
 // variant says which roles it takes in bf16 (KernelVariant.h); the runtime converts each other bf16
 // argument of a float role to an f32 temporary before the op (roles read or read-written), runs the op,
 // and rounds every written temporary back (roles written or read-written).
 constexpr bool handlesBf16Itself(OpKind k) {
-  return k == OpKind::kCast || k == OpKind::kZero || k == OpKind::kLoadMicrobatch;
+  return k == OpKind::kCast || k == OpKind::kCastMulti || k == OpKind::kZero || k == OpKind::kLoadMicrobatch;
+}
+// The optimizer updates (adamw, sgd and their _multi forms): they get the step's learning rate and
+// t = step + 1 (KernelCall::lr, t).
+constexpr bool isOptimizerUpdate(OpKind k) {
+  return k == OpKind::kAdamW || k == OpKind::kSgd || k == OpKind::kAdamWMulti || k == OpKind::kSgdMulti;
 }
 // Index of `role` in the op's argument list, or -1.
 constexpr int argIndex(OpKind k, std::string_view role) {

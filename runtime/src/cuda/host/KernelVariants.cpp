@@ -138,6 +138,9 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kAdamW, {own({"param", "grad"})});
   set(K::kSgd, {own({"param", "grad"})});
   set(K::kShardSlice, {withFits(own({"x", "y"}), sameDType)});
+  set(K::kAdamWMulti, {own({"params", "grads"})});
+  set(K::kSgdMulti, {own({"params", "grads"})});
+  set(K::kCastMulti, {own({"x", "y"})});
   return t;
 }
 

@@ -13,6 +13,7 @@
 #include "cuda/kernels/FloatRef.cuh"
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -124,8 +125,63 @@ Status runMap(const char* what, const Refs<F::kIn>& in, const Refs<F::kOut>& out
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
+// cast_multi: a table of (x, y) pairs and the chunks of kCastChunk elements they are cut into, one
+// block per chunk, uploaded once per bound call (DeviceTables::uploadBytes, at bind time).
+constexpr int64_t kCastChunk = 32768;
+struct CastSlot {
+  const void* x;
+  void* y;
+  int64_t n;
+  int32_t xBf16, yBf16;
+};
+struct CastChunk {
+  int32_t pair;
+  int32_t pad;
+  int64_t begin;
+};
+
+__global__ void castMultiKernel(const CastSlot* slots, const CastChunk* chunks, int64_t numChunks) {
+  for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
+    const CastChunk ch = chunks[c];
+    const CastSlot t = slots[ch.pair];
+    const FloatRef x{const_cast<void*>(t.x), t.xBf16 != 0}, y{t.y, t.yBf16 != 0};
+    const int64_t end = ch.begin + kCastChunk < t.n ? ch.begin + kCastChunk : t.n;
+    for (int64_t i = ch.begin + threadIdx.x; i < end; i += blockDim.x) y.set(i, x[i]);
+  }
+}
+
 using P = ElementwiseParams;
 using Ctx = CudaKernelContext;
+
+// The device table of a cast_multi call (CastSlot[pairs], then CastChunk[chunks]) and its chunk count.
+struct CastTable {
+  const CastSlot* slots = nullptr;
+  const CastChunk* chunks = nullptr;
+  int64_t numChunks = 0;
+};
+StatusOr<CastTable> castTable(const KernelCall& c, const Ctx& ctx) {
+  if (!ctx.tables) return Status::internal("cast_multi without device tables");
+  const size_t xr = c.role("x"), yr = c.role("y");
+  const size_t T = c.args[xr].size();
+  std::vector<CastSlot> slots(T);
+  std::vector<CastChunk> chunks;
+  for (size_t k = 0; k < T; ++k) {
+    const schema::ElemType from = c.type(xr, k), to = c.type(yr, k);
+    if (!schema::isFloatType(from) || !schema::isFloatType(to)) return Status::internal("cast_multi between non-float dtypes");
+    slots[k] = CastSlot{c.ptr(xr, k), c.ptr(yr, k), c.argElems[xr][k], from == schema::ElemType::kBF16,
+                        to == schema::ElemType::kBF16};
+    for (int64_t b = 0; b < slots[k].n; b += kCastChunk) chunks.push_back(CastChunk{int32_t(k), 0, b});
+  }
+  std::string bytes(T * sizeof(CastSlot) + chunks.size() * sizeof(CastChunk), '\0');
+  std::memcpy(bytes.data(), slots.data(), T * sizeof(CastSlot));
+  std::memcpy(bytes.data() + T * sizeof(CastSlot), chunks.data(), chunks.size() * sizeof(CastChunk));
+  LLCDIST_ASSIGN_OR_RETURN(const void* dev, ctx.tables->uploadBytes(bytes));
+  CastTable t;
+  t.slots = static_cast<const CastSlot*>(dev);
+  t.chunks = reinterpret_cast<const CastChunk*>(static_cast<const char*>(dev) + T * sizeof(CastSlot));
+  t.numChunks = int64_t(chunks.size());
+  return t;
+}
 
 // The entry of op `kind`, the map F from the named input roles to the named output roles.
 template <class F>
@@ -175,6 +231,19 @@ void registerCudaElementwiseKernels(CudaKernelTable& t) {
   };
   add(K::kCopy, convert(K::kCopy));
   add(K::kCast, convert(K::kCast));
+  // cast_multi: every pair in one launch (the bf16 copies of a mixed-precision plan's masters).
+  addCudaKernel<P>(
+      t, K::kCastMulti, "own",
+      [](const KernelCall& c, const P&, const Ctx& ctx) -> Status {
+        LLCDIST_ASSIGN_OR_RETURN(const CastTable tab, castTable(c, ctx));
+        if (tab.numChunks == 0) return Status::ok();
+        castMultiKernel<<<gridFor(tab.numChunks, 1), kThreads, 0, ctx.stream>>>(tab.slots, tab.chunks, tab.numChunks);
+        return LLCDIST_CUDA_LAUNCHED("cast_multi", ctx.rank);
+      },
+      [](const KernelCall& c, const Ctx& ctx) -> StatusOr<int64_t> {  // bind time: the table uploaded
+        LLCDIST_RETURN_IF_ERROR(castTable(c, ctx).status());
+        return int64_t(0);
+      });
 }
 
 }  // namespace llcdist::rt::cuda

@@ -8,12 +8,15 @@
 // per block (its threads' grid-stride sums added by a fixed tree), a one-block pass adds the partials
 // into the tensor's sum, and a one-thread pass adds the tensors' sums in list order (as the CPU does).
 // The clip coefficient is computed on the device, so the clip kernels read it there and scale only
-// when it is < 1. Gradients and parameters are f32 or bf16 (FloatRef.cuh: read exactly, each written
+// when it is < 1. adamw_multi / sgd_multi update a list of tensors in one launch: a table of the
+// tensors and of their chunks (kChunk elements each), uploaded once at bind time, one block a chunk,
+// each element's update the single op's (adamwAt / sgdAt). Gradients and parameters are f32 or bf16 (FloatRef.cuh: read exactly, each written
 // value rounded once); the optimizer state is f32.
 #include "cuda/CudaKernels.h"
 #include "cuda/kernels/FloatRef.cuh"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -87,39 +90,99 @@ __global__ void scaleIfBelowOne(FloatRef x, int64_t n, const float* coef) {
   LLCDIST_GRID_STRIDE(i, n) { x.set(i, x[i] * s); }
 }
 
-// One torch.optim.AdamW step (Optimizer.cpp's adamwStep; scalars from the host).
-__global__ void adamwKernel(FloatRef param, FloatRef grad, float* m, float* v, int64_t n, float decay, float w1,
-                            float b2, float w2, float negStepSize, float bc2Sqrt, float eps) {
-  LLCDIST_GRID_STRIDE(i, n) {
-    const float g = grad[i];
-    const float p = param[i] * decay;
-    const float m0 = m[i];
-    // torch.lerp: small weights use self + w·(end - self), large ones end - (end - self)·(1 - w).
-    const float mi = w1 < 0.5f ? m0 + w1 * (g - m0) : g - (g - m0) * (1.0f - w1);
-    const float vi = v[i] * b2 + w2 * g * g;
-    const float denom = sqrtf(vi) / bc2Sqrt + eps;
-    m[i] = mi;
-    v[i] = vi;
-    param.set(i, p + negStepSize * mi / denom);
+// AdamW's scalars for one step (adamwStep's, double arithmetic used as f32).
+struct AdamScalars {
+  float decay, w1, b2, w2, negStepSize, bc2Sqrt, eps;
+};
+
+// One torch.optim.AdamW step of element i (Optimizer.cpp's adamwStep).
+__device__ __forceinline__ void adamwAt(FloatRef param, FloatRef grad, float* m, float* v, int64_t i,
+                                        const AdamScalars& a) {
+  const float g = grad[i];
+  const float p = param[i] * a.decay;
+  const float m0 = m[i];
+  // torch.lerp: small weights use self + w·(end - self), large ones end - (end - self)·(1 - w).
+  const float mi = a.w1 < 0.5f ? m0 + a.w1 * (g - m0) : g - (g - m0) * (1.0f - a.w1);
+  const float vi = v[i] * a.b2 + a.w2 * g * g;
+  const float denom = sqrtf(vi) / a.bc2Sqrt + a.eps;
+  m[i] = mi;
+  v[i] = vi;
+  param.set(i, p + a.negStepSize * mi / denom);
+}
+
+__global__ void adamwKernel(FloatRef param, FloatRef grad, float* m, float* v, int64_t n, AdamScalars a) {
+  LLCDIST_GRID_STRIDE(i, n) { adamwAt(param, grad, m, v, i, a); }
+}
+
+// The _multi ops: a table of tensors and the chunks of kChunk elements they are cut into, one block per
+// chunk (grid-stride over the chunks), uploaded once per bound call (DeviceTables::uploadBytes).
+constexpr int64_t kChunk = 32768;
+struct Chunk {
+  int32_t tensor;
+  int32_t pad;
+  int64_t begin;
+};
+struct UpdateSlot {  // adamw_multi / sgd_multi: one tensor's buffers
+  void* param;
+  const void* grad;
+  float* m;  // adamw: exp_avg; sgd: the momentum buffer (null without momentum)
+  float* v;
+  int64_t n;
+  int32_t paramBf16, gradBf16;
+};
+
+// Walks the chunk table of a _multi op: block b takes chunks b, b + gridDim.x, ...; each thread of it applies
+// `update(tensor slot, param, grad, i)` to elements of its chunk, the single op's element update.
+template <typename Update>
+__global__ void multiTensorKernel(const UpdateSlot* slots, const Chunk* chunks, int64_t numChunks, Update update) {
+  for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
+    const Chunk ch = chunks[c];
+    const UpdateSlot t = slots[ch.tensor];
+    const FloatRef param{t.param, t.paramBf16 != 0}, grad{const_cast<void*>(t.grad), t.gradBf16 != 0};
+    const int64_t end = ch.begin + kChunk < t.n ? ch.begin + kChunk : t.n;
+    for (int64_t i = ch.begin + threadIdx.x; i < end; i += blockDim.x) update(t, param, grad, i);
   }
 }
 
-// One torch.optim.SGD step (Optimizer.cpp's sgdStep with dampening 0 and no nesterov, as the entry
-// configures it).
-__global__ void sgdKernel(FloatRef param, FloatRef grad, float* momentumBuf, int64_t n, bool decay, float wd,
-                          bool momentum, bool first, float mom, float damp, float negLr) {
-  LLCDIST_GRID_STRIDE(i, n) {
-    const float p = param[i];
-    float g = grad[i];
-    if (decay) g = g + wd * p;
-    if (momentum) {
-      const float buf = first ? g : momentumBuf[i] * mom + damp * g;
-      momentumBuf[i] = buf;
-      g = buf;
-    }
-    param.set(i, p + negLr * g);
+struct AdamWUpdate {
+  AdamScalars a;
+  __device__ void operator()(const UpdateSlot& t, FloatRef param, FloatRef grad, int64_t i) const {
+    adamwAt(param, grad, t.m, t.v, i, a);
   }
+};
+
+// SGD's scalars for one step (sgdStep with dampening 0 and no nesterov, as the entry configures it).
+struct SgdScalars {
+  bool decay;
+  float wd;
+  bool momentum, first;
+  float mom, damp, negLr;
+};
+
+// One torch.optim.SGD step of element i (Optimizer.cpp's sgdStep).
+__device__ __forceinline__ void sgdAt(FloatRef param, FloatRef grad, float* momentumBuf, int64_t i,
+                                      const SgdScalars& s) {
+  const float p = param[i];
+  float g = grad[i];
+  if (s.decay) g = g + s.wd * p;
+  if (s.momentum) {
+    const float buf = s.first ? g : momentumBuf[i] * s.mom + s.damp * g;
+    momentumBuf[i] = buf;
+    g = buf;
+  }
+  param.set(i, p + s.negLr * g);
 }
+
+__global__ void sgdKernel(FloatRef param, FloatRef grad, float* momentumBuf, int64_t n, SgdScalars s) {
+  LLCDIST_GRID_STRIDE(i, n) { sgdAt(param, grad, momentumBuf, i, s); }
+}
+
+struct SgdUpdate {
+  SgdScalars s;
+  __device__ void operator()(const UpdateSlot& t, FloatRef param, FloatRef grad, int64_t i) const {
+    sgdAt(param, grad, t.m, i, s);
+  }
+};
 
 #undef LLCDIST_GRID_STRIDE
 
@@ -223,45 +286,131 @@ Status gradNormClip(const KernelCall& c, const P& p, const Ctx& ctx) {
   return Status::ok();
 }
 
-// adamwStep's scalars (double arithmetic, used as f32), then one thread per element.
-Status adamw(const KernelCall& c, const P& p, const Ctx& ctx) {
+// adamwStep's scalars (double arithmetic, used as f32).
+StatusOr<AdamScalars> adamScalars(const KernelCall& c, const P& p) {
   const int64_t step = c.t;
-  if (step < 1) return Status::invalidArgument("adamw: step must be >= 1, got " + std::to_string(step));
+  if (step < 1)
+    return Status::invalidArgument(std::string(schema::opName(c.kind)) + ": step must be >= 1, got " +
+                                   std::to_string(step));
   const double lr = c.lr;
-  const float decay = static_cast<float>(1.0 - lr * p.weightDecay);
-  const float w1 = static_cast<float>(1.0 - p.beta1);
-  const float b2 = static_cast<float>(p.beta2);
-  const float w2 = static_cast<float>(1.0 - p.beta2);
+  AdamScalars a;
+  a.decay = static_cast<float>(1.0 - lr * p.weightDecay);
+  a.w1 = static_cast<float>(1.0 - p.beta1);
+  a.b2 = static_cast<float>(p.beta2);
+  a.w2 = static_cast<float>(1.0 - p.beta2);
   const double bc1 = 1.0 - std::pow(p.beta1, double(step));
   const double bc2 = 1.0 - std::pow(p.beta2, double(step));
-  const float negStepSize = static_cast<float>(-(lr / bc1));
-  const float bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-  const float eps = static_cast<float>(p.eps);
+  a.negStepSize = static_cast<float>(-(lr / bc1));
+  a.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
+  a.eps = static_cast<float>(p.eps);
+  return a;
+}
+
+// One thread per element.
+Status adamw(const KernelCall& c, const P& p, const Ctx& ctx) {
+  LLCDIST_ASSIGN_OR_RETURN(const AdamScalars a, adamScalars(c, p));
   const int64_t n = c.elems("param");
   if (n == 0) return Status::ok();
   adamwKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "param"), floatRef(c, "grad"), c.F("m"),
-                                                                 c.F("v"), n, decay, w1, b2, w2, negStepSize, bc2Sqrt,
-                                                                 eps);
+                                                                 c.F("v"), n, a);
   return LLCDIST_CUDA_LAUNCHED("adamw", ctx.rank);
 }
 
-// sgdStep with the entry's configuration (momentum and weight decay from the op, dampening 0, no
-// nesterov).
-Status sgd(const KernelCall& c, const P& p, const Ctx& ctx) {
+// The device table of an adamw_multi / sgd_multi call: its tensors (roles params, grads and the state
+// roles `m`, `v`; sgd: momentum_bufs as m) and their chunks, as one byte string (UpdateSlot[T], then
+// Chunk[C]); the chunk count in *chunks.
+std::string updateTable(const KernelCall& c, const char* m, const char* v, int64_t* chunks) {
+  const size_t params = c.role("params"), grads = c.role("grads");
+  const size_t T = c.args[params].size();
+  std::vector<UpdateSlot> slots(T);
+  std::vector<Chunk> cs;
+  for (size_t k = 0; k < T; ++k) {
+    UpdateSlot& t = slots[k];
+    t.param = c.ptr(params, k);
+    t.grad = c.ptr(grads, k);
+    t.m = m && !c.list(m).empty() ? c.F(m, k) : nullptr;
+    t.v = v && !c.list(v).empty() ? c.F(v, k) : nullptr;
+    t.n = c.argElems[params][k];
+    t.paramBf16 = c.type(params, k) == schema::ElemType::kBF16;
+    t.gradBf16 = c.type(grads, k) == schema::ElemType::kBF16;
+    for (int64_t b = 0; b < t.n; b += kChunk) cs.push_back(Chunk{int32_t(k), 0, b});
+  }
+  *chunks = int64_t(cs.size());
+  std::string bytes(slots.size() * sizeof(UpdateSlot) + cs.size() * sizeof(Chunk), '\0');
+  std::memcpy(bytes.data(), slots.data(), slots.size() * sizeof(UpdateSlot));
+  std::memcpy(bytes.data() + slots.size() * sizeof(UpdateSlot), cs.data(), cs.size() * sizeof(Chunk));
+  return bytes;
+}
+
+// The call's table on the device (uploaded at bind time by prepare; found here) and its chunks.
+struct UploadedTable {
+  const UpdateSlot* slots = nullptr;
+  const Chunk* chunks = nullptr;
+  int64_t numChunks = 0;
+};
+StatusOr<UploadedTable> uploadedTable(const KernelCall& c, const char* m, const char* v, const Ctx& ctx) {
+  if (!ctx.tables) return Status::internal(std::string(schema::opName(c.kind)) + " without device tables");
+  UploadedTable t;
+  const std::string bytes = updateTable(c, m, v, &t.numChunks);
+  LLCDIST_ASSIGN_OR_RETURN(const void* dev, ctx.tables->uploadBytes(bytes));
+  t.slots = static_cast<const UpdateSlot*>(dev);
+  t.chunks = reinterpret_cast<const Chunk*>(static_cast<const char*>(dev) +
+                                            c.args[c.role("params")].size() * sizeof(UpdateSlot));
+  return t;
+}
+
+// One block per chunk of every tensor: the whole list in one launch.
+Status adamwMulti(const KernelCall& c, const P& p, const Ctx& ctx) {
+  LLCDIST_ASSIGN_OR_RETURN(const AdamScalars a, adamScalars(c, p));
+  LLCDIST_ASSIGN_OR_RETURN(const UploadedTable t, uploadedTable(c, "m", "v", ctx));
+  if (t.numChunks == 0) return Status::ok();
+  multiTensorKernel<<<gridFor(t.numChunks, 1), kThreads, 0, ctx.stream>>>(t.slots, t.chunks, t.numChunks, AdamWUpdate{a});
+  return LLCDIST_CUDA_LAUNCHED("adamw_multi", ctx.rank);
+}
+
+// sgdStep's scalars with the entry's configuration (momentum and weight decay from the op, dampening
+// 0, no nesterov).
+StatusOr<SgdScalars> sgdScalars(const KernelCall& c, const P& p, bool haveBuffers) {
   const int64_t step = c.t;
-  if (step < 1) return Status::invalidArgument("sgd: step must be >= 1, got " + std::to_string(step));
+  const std::string op(schema::opName(c.kind));
+  if (step < 1) return Status::invalidArgument(op + ": step must be >= 1, got " + std::to_string(step));
+  if (p.momentum != 0.0 && !haveBuffers) return Status::invalidArgument(op + ": momentum != 0 needs a momentum buffer");
+  SgdScalars s;
+  s.decay = p.weightDecay != 0.0;
+  s.wd = static_cast<float>(p.weightDecay);
+  s.momentum = p.momentum != 0.0;
+  s.first = step == 1;
+  s.mom = static_cast<float>(p.momentum);
+  s.damp = static_cast<float>(1.0 - 0.0);  // 1 - dampening
+  s.negLr = static_cast<float>(-c.lr);
+  return s;
+}
+
+Status sgd(const KernelCall& c, const P& p, const Ctx& ctx) {
   float* buf = c.F("momentum_buf");
-  if (p.momentum != 0.0 && !buf) return Status::invalidArgument("sgd: momentum != 0 needs a momentum buffer");
-  const float wd = static_cast<float>(p.weightDecay);
-  const float mom = static_cast<float>(p.momentum);
-  const float damp = static_cast<float>(1.0 - 0.0);  // 1 - dampening
-  const float negLr = static_cast<float>(-c.lr);
+  LLCDIST_ASSIGN_OR_RETURN(const SgdScalars s, sgdScalars(c, p, buf != nullptr));
   const int64_t n = c.elems("param");
   if (n == 0) return Status::ok();
-  sgdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "param"), floatRef(c, "grad"), buf, n,
-                                                               p.weightDecay != 0.0, wd, p.momentum != 0.0,
-                                                               step == 1, mom, damp, negLr);
+  sgdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "param"), floatRef(c, "grad"), buf, n, s);
   return LLCDIST_CUDA_LAUNCHED("sgd", ctx.rank);
+}
+
+Status sgdMulti(const KernelCall& c, const P& p, const Ctx& ctx) {
+  LLCDIST_ASSIGN_OR_RETURN(const SgdScalars s, sgdScalars(c, p, !c.list("momentum_bufs").empty()));
+  LLCDIST_ASSIGN_OR_RETURN(const UploadedTable t, uploadedTable(c, "momentum_bufs", nullptr, ctx));
+  if (t.numChunks == 0) return Status::ok();
+  multiTensorKernel<<<gridFor(t.numChunks, 1), kThreads, 0, ctx.stream>>>(t.slots, t.chunks, t.numChunks, SgdUpdate{s});
+  return LLCDIST_CUDA_LAUNCHED("sgd_multi", ctx.rank);
+}
+
+// Bind time: the _multi call's table uploaded, so no step uploads anything.
+StatusOr<int64_t> prepareAdamwMulti(const KernelCall& c, const Ctx& ctx) {
+  LLCDIST_RETURN_IF_ERROR(uploadedTable(c, "m", "v", ctx).status());
+  return int64_t(0);
+}
+StatusOr<int64_t> prepareSgdMulti(const KernelCall& c, const Ctx& ctx) {
+  LLCDIST_RETURN_IF_ERROR(uploadedTable(c, "momentum_bufs", nullptr, ctx).status());
+  return int64_t(0);
 }
 
 }  // namespace
@@ -274,6 +423,8 @@ void registerCudaOptimizerKernels(CudaKernelTable& t) {
   addCudaKernel<P>(t, K::kGradNormClip, gradNormClip);
   addCudaKernel<P>(t, K::kAdamW, adamw);
   addCudaKernel<P>(t, K::kSgd, sgd);
+  addCudaKernel<P>(t, K::kAdamWMulti, "own", adamwMulti, prepareAdamwMulti);
+  addCudaKernel<P>(t, K::kSgdMulti, "own", sgdMulti, prepareSgdMulti);
 }
 
 }  // namespace llcdist::rt::cuda

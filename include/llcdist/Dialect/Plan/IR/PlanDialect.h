@@ -59,6 +59,10 @@ constexpr const char kAsyncFeature[] = "async";
 /// made, each {collective, grads, elements, bytes}, for the compile summary. Not in the
 /// JSON.
 constexpr const char kGradBucketsAttr[] = "plan.grad_buckets";
+/// Program attribute (llcdist-plan-fuse-optimizer): per single kernel it
+/// fused, {kernel, ops, into} (ops fused into `into` multi-tensor ops), for
+/// the compile summary. Not in the JSON.
+constexpr const char kFusedOptimizerAttr[] = "plan.fused_optimizer";
 /// Program attribute (llcdist-plan-fsdp-prefetch): per subroutine whose
 /// ZeRO-3 gathers it started ahead, {subroutine, units, gathers, prefetched,
 /// bytes}, for the compile summary. Not in the JSON.

@@ -274,6 +274,41 @@ def VerifyPlan : Pass<"llcdist-verify-plan", "mlir::ModuleOp"> {
   ];
 }
 
+def PlanFuseOptimizer : Pass<"llcdist-plan-fuse-optimizer", "llcdist::plan::ProgramOp"> {
+  let summary = "one multi-tensor op per optimizer group: adamw_multi, sgd_multi, cast_multi";
+  let description = [{
+    The lowering emits one optimizer update per parameter (`adamw` / `sgd`)
+    and, in mixed precision, one `cast` per master for its bf16 copy: a launch
+    each (148 + 148 for GPT-2 124M). This pass makes each run of consecutive
+    updates (synchronous, on compute) one op per group of equal
+    hyperparameters (the decay and no-decay groups): `adamw_multi` /
+    `sgd_multi` over lists of the groups' buffers, in the group's order; and
+    each run of consecutive casts one `cast_multi`. Each tensor's update is the
+    single op's (docs/plan-format.md), so the numbers are the same bits. Runs
+    after the passes that look at the per-parameter updates (ZeRO, buckets,
+    the overlaps) and before llcdist-plan-memory; records what it fused on the
+    program (plan.fused_optimizer) for the compile summary. `llc-dist compile
+    --no-fuse-optimizer` leaves the per-parameter ops.
+
+    Before:
+    ```mlir
+    plan.kernel "adamw" {grad = @g0, m = @m0, param = @p0, v = @v0} {beta1 = 9.0e-01 : f64, beta2 = 9.5e-01 : f64, eps = 1.0e-08 : f64, weight_decay = 1.0e-01 : f64}
+    plan.kernel "adamw" {grad = @g1, m = @m1, param = @p1, v = @v1} {beta1 = 9.0e-01 : f64, beta2 = 9.5e-01 : f64, eps = 1.0e-08 : f64, weight_decay = 0.0 : f64}
+    plan.kernel "adamw" {grad = @g2, m = @m2, param = @p2, v = @v2} {beta1 = 9.0e-01 : f64, beta2 = 9.5e-01 : f64, eps = 1.0e-08 : f64, weight_decay = 1.0e-01 : f64}
+    ```
+    After:
+    ```mlir
+    plan.kernel "adamw_multi" {grads = [@g0, @g2], m = [@m0, @m2], params = [@p0, @p2], v = [@v0, @v2]} {... weight_decay = 1.0e-01 : f64}
+    plan.kernel "adamw" {grad = @g1, m = @m1, param = @p1, v = @v1} {... weight_decay = 0.0 : f64}
+    ```
+    (a group of one op stays as it is; the casts of a run form one group
+    whatever their sizes). Under ZeRO each update sits between its block's
+    shard_slice and all_gather, so no two updates are consecutive and they
+    stay per parameter (hoisting every slice before the updates would keep all
+    blocks live at once).
+  }];
+}
+
 def PlanCommDType : Pass<"llcdist-plan-comm-dtype", "mlir::ModuleOp"> {
   let summary = "give each collective on bf16 buffers its dtype: bf16 as NCCL, or f32 for gradients";
   let description = [{

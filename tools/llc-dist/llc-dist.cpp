@@ -370,6 +370,34 @@ std::optional<LoadedModel> loadOrReport(MLIRContext &ctx, llvm::SourceMgr &srcMg
 }
 
 /// Prints or dumps the module after each top-level pass.
+/// The argument of every pass in `pm`, nested pipelines included (read from
+/// its textual form: pass names outside the option braces, not the op names
+/// that open a nested pipeline).
+std::set<std::string> passNamesOf(PassManager &pm) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  pm.printAsTextualPipeline(os);
+  std::set<std::string> names;
+  std::string token;
+  int braces = 0;
+  for (char ch : text + ",") {
+    if (ch == '{' || ch == '}') {
+      braces += ch == '{' ? 1 : -1;
+      continue;
+    }
+    if (braces > 0)
+      continue;
+    if (ch == ',' || ch == '(' || ch == ')' || ch == ' ') {
+      if (!token.empty() && ch != '(') // `op(`: a nested pipeline's op
+        names.insert(token);
+      token.clear();
+      continue;
+    }
+    token += ch;
+  }
+  return names;
+}
+
 class IRPrinter : public PassInstrumentation {
 public:
   IRPrinter(std::string dumpDir, bool printAll, std::set<std::string> printAfter)
@@ -698,13 +726,7 @@ int runCompile(Args &args) {
       xf::buildForwardPipeline(pm, t.mesh);
     else
       buildTrainingPipeline(pm, t);
-    std::set<std::string> known;
-    for (Pass &p : pm.getPasses())
-      known.insert(p.getArgument().str());
-    if (emit == "plan") // nested on plan.program
-      known.insert({"llcdist-plan-grad-buckets", "llcdist-plan-fsdp-prefetch",
-                    "llcdist-plan-overlap-param-gather", "llcdist-plan-sp-overlap",
-                    "llcdist-plan-p2p-overlap", "llcdist-plan-memory", "llcdist-verify-async"});
+    const std::set<std::string> known = passNamesOf(pm);
     auto printer = std::make_unique<IRPrinter>(dumpDir, printAll, printAfter);
     printer->checkUnknown(known);
     if (failed(printer->dump(*lm->module, "import")))

@@ -105,15 +105,20 @@ std::vector<TpCommOverlap> llcdist::tpCommOverlapOf(ModuleOp m) {
   return out;
 }
 
-std::vector<FusedKernels> llcdist::fusedOptimizerOf(ModuleOp m) {
+std::vector<FusedKernels> llcdist::fusedOf(ModuleOp m) {
   std::vector<FusedKernels> out;
   for (auto program : m.getOps<plan::ProgramOp>())
-    if (auto fused = program->getAttrOfType<ArrayAttr>(plan::kFusedOptimizerAttr))
+    if (auto fused = program->getAttrOfType<ArrayAttr>(plan::kFusedAttr))
       for (auto d : fused.getAsRange<DictionaryAttr>()) {
-        const std::string kernel = d.getAs<StringAttr>("kernel").str();
-        auto it = llvm::find_if(out, [&](const FusedKernels &f) { return f.kernel == kernel; });
-        if (it == out.end())
-          it = out.insert(out.end(), FusedKernels{kernel});
+        FusedKernels key{d.getAs<StringAttr>("pass").str(), d.getAs<StringAttr>("from").str(),
+                         d.getAs<StringAttr>("to").str()};
+        auto it = llvm::find_if(out, [&](const FusedKernels &f) {
+          return f.pass == key.pass && f.from == key.from && f.to == key.to;
+        });
+        if (it == out.end()) { // after the pass's other patterns (one summary line a pass)
+          auto last = llvm::find_if(llvm::reverse(out), [&](const FusedKernels &f) { return f.pass == key.pass; });
+          it = out.insert(last == out.rend() ? out.end() : last.base(), key);
+        }
         it->ops += d.getAs<IntegerAttr>("ops").getInt();
         it->into += d.getAs<IntegerAttr>("into").getInt();
       }
@@ -161,11 +166,11 @@ json CompileSummary::toJson() const {
                  {"arena_bytes", plan->arenaBytes},
                  {"arena_bytes_per_stage", plan->arenaBytesPerProgram},
                  {"ops_per_step_per_stage", plan->opsPerStepPerProgram}};
-  if (!fusedOptimizer.empty()) {
+  if (!fused.empty()) {
     json f = json::array();
-    for (const FusedKernels &k : fusedOptimizer)
-      f.push_back({{"kernel", k.kernel}, {"ops", k.ops}, {"into", k.into}});
-    j["fused_optimizer"] = std::move(f);
+    for (const FusedKernels &k : fused)
+      f.push_back({{"pass", k.pass}, {"from", k.from}, {"to", k.to}, {"ops", k.ops}, {"into", k.into}});
+    j["fused"] = std::move(f);
   }
   if (pipeline)
     j["pipeline"] = pipeline->toJson();
@@ -249,12 +254,19 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
                       plan->kernels, plan->buffers, plan->params, plan->arenaBytes / 1048576.0, ops,
                       plan->opsPerStepPerProgram.size() > 1 ? " (per stage)" : "");
   }
-  if (!fusedOptimizer.empty()) {
+  // One line per fusion pass: "fused (pass; --no-<flag>: off): 148 adamw into 2 adamw_multi, ...".
+  for (size_t i = 0; i < fused.size();) {
+    const std::string &pass = fused[i].pass;
     std::string what;
-    for (const FusedKernels &k : fusedOptimizer)
-      what += fmt::format("{}{} {} into {} {}_multi", what.empty() ? "" : ", ", k.ops, k.kernel, k.into,
-                          k.kernel);
-    os << "  fused (llcdist-plan-fuse-optimizer; --no-fuse-optimizer: off): " << what << "\n";
+    for (; i < fused.size() && fused[i].pass == pass; ++i)
+      what += fmt::format("{}{} {} into {} {}", what.empty() ? "" : ", ", fused[i].ops,
+                          fused[i].from.find(' ') == std::string::npos ? fused[i].from
+                                                                        : "(" + fused[i].from + ")",
+                          fused[i].into, fused[i].to);
+    const std::string flag = StringRef(pass).starts_with("llcdist-plan-")
+                                 ? "--no-" + pass.substr(std::string("llcdist-plan-").size())
+                                 : pass;
+    os << "  fused (" << pass << "; " << flag << ": off): " << what << "\n";
   }
   if (memory)
     memory->print(os);

@@ -53,7 +53,10 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
     programs.addPass(plan::createPlanSPOverlap());
   if (o.overlapP2P)
     programs.addPass(plan::createPlanP2POverlap());
-  // Fusion, after every pass that rewrites the per-parameter ops.
+  // Fusion, after every pass that rewrites or moves the per-parameter ops and
+  // the kernels around the communication.
+  if (o.fuseNorm)
+    programs.addPass(plan::createPlanFuseNorm());
   if (o.fuseOptimizer)
     programs.addPass(plan::createPlanFuseOptimizer());
   programs.addPass(plan::createPlanMemory());
@@ -116,6 +119,9 @@ static void bindTrainingPipelineOptions(
   o.bind("overlap-p2p", f.overlapP2P,
          "under pp, overlap the pipeline sends and recvs with the kernels of their "
          "action (llcdist-plan-p2p-overlap)");
+  o.bind("fuse-norm", f.fuseNorm,
+         "the residual add with the norm after it, and a norm's backward kernels "
+         "with the residual's add, one kernel each (llcdist-plan-fuse-norm)");
   o.bind("fuse-optimizer", f.fuseOptimizer,
          "one multi-tensor op per optimizer group and one cast_multi for the bf16 "
          "copies (llcdist-plan-fuse-optimizer)");

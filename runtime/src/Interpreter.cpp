@@ -267,12 +267,14 @@ Status Interpreter::bind(const Op& op, const OpBinding& binding, int64_t slot, B
   c.args.resize(op.args.size());
   c.argElems.resize(op.args.size());
   c.argTypes.resize(op.args.size());
+  c.storedTypes.resize(op.args.size());
   for (size_t r = 0; r < op.args.size(); ++r)
     for (int64_t id : op.args[r]) {
       const BufferDesc& b = program_->buffers[size_t(id)];
       c.args[r].push_back(backend_->arenaAt(b.offsetAt(slot)));
       c.argElems[r].push_back(b.numel());
       c.argTypes[r].push_back(b.dtype);
+      c.storedTypes[r].push_back(b.dtype);
       const sc::ArgAccess access = op.access(r);
       auto use = std::find_if(out->uses.begin(), out->uses.end(), [&](const BoundOp::Use& u) { return u.id == id; });
       if (use == out->uses.end())

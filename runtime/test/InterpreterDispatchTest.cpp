@@ -24,6 +24,12 @@ struct Host {
   std::map<std::string, std::vector<std::vector<float>>> f;
   std::map<std::string, std::vector<std::vector<int32_t>>> i;
   std::map<std::string, std::vector<std::vector<double>>> d;  // f64 roles (always f64, also under bf16)
+  bool bf16 = false;  // the run stores every float buffer in bf16 (a fused op's reference rounds its
+                      // intermediates as the unfused ops stored them)
+  void roundIfBf16(std::vector<float>& v) const {
+    if (bf16)
+      for (float& x : v) x = roundToBf16(x);
+  }
   float* F(const std::string& role, size_t k = 0) { return f.at(role).at(k).data(); }
   int32_t* I(const std::string& role) { return i.at(role).at(0).data(); }
   double* D(const std::string& role) { return d.at(role).at(0).data(); }
@@ -294,6 +300,52 @@ std::vector<Case> cases() {
                sgdStep(h.F("params", k), h.F("grads", k), h.F("momentum_bufs", k), k == 0 ? 5 : 3, kStep + 1, c).isOk());
        },
        8, {}, "sgd"},
+      // The fused norms (llcdist-plan-fuse-norm): the unfused kernels in turn, each intermediate rounded as
+      // its unfused buffer stored it.
+      {"add_layer_norm_fwd",
+       {{"a", {12}}, {"b", {12}}, {"sum", {12}}, {"gamma", {4}}, {"beta", {4}}, {"y", {12}}, {"mean", {3}}, {"rstd", {3}}},
+       {{"M", 3}, {"H", 4}, {"eps", 1e-5}},
+       [](Host& h) {
+         addForward(h.F("a"), h.F("b"), h.F("sum"), 12);
+         h.roundIfBf16(h.f["sum"][0]);
+         layerNormForward(h.F("sum"), h.F("gamma"), h.F("beta"), h.F("y"), h.F("mean"), h.F("rstd"), 3, 4, 1e-5f);
+       }},
+      {"add_rms_norm_fwd", {{"a", {12}}, {"b", {12}}, {"sum", {12}}, {"weight", {4}}, {"y", {12}}, {"rstd", {3}}},
+       {{"M", 3}, {"H", 4}, {"eps", 1e-6}},
+       [](Host& h) {
+         addForward(h.F("a"), h.F("b"), h.F("sum"), 12);
+         h.roundIfBf16(h.f["sum"][0]);
+         rmsNormForward(h.F("sum"), h.F("weight"), h.F("y"), h.F("rstd"), 3, 4, 1e-6f);
+       }},
+      {"layer_norm_bwd",
+       {{"dy", {12}}, {"x", {12}}, {"gamma", {4}}, {"mean", {3}}, {"rstd", {3}}, {"dresidual", {12}}, {"dx", {12}},
+        {"dgamma", {4}}, {"dbeta", {4}}},
+       {{"M", 3}, {"H", 4}, {"accumulate", true}},
+       [](Host& h) {
+         layerNormBackwardWeight(h.F("dy"), h.F("x"), h.F("mean"), h.F("rstd"), h.F("dgamma"), h.F("dbeta"), 3, 4, true);
+         std::vector<float> dxIn(12);
+         layerNormBackwardInput(h.F("dy"), h.F("x"), h.F("gamma"), h.F("mean"), h.F("rstd"), dxIn.data(), 3, 4);
+         h.roundIfBf16(dxIn);
+         addForward(h.F("dresidual"), dxIn.data(), h.F("dx"), 12);
+       }},
+      {"layer_norm_bwd",
+       {{"dy", {12}}, {"x", {12}}, {"gamma", {4}}, {"mean", {3}}, {"rstd", {3}}, {"dx", {12}}, {"dgamma", {4}},
+        {"dbeta", {4}}},
+       {{"M", 3}, {"H", 4}, {"accumulate", false}},
+       [](Host& h) {
+         layerNormBackwardWeight(h.F("dy"), h.F("x"), h.F("mean"), h.F("rstd"), h.F("dgamma"), h.F("dbeta"), 3, 4, false);
+         layerNormBackwardInput(h.F("dy"), h.F("x"), h.F("gamma"), h.F("mean"), h.F("rstd"), h.F("dx"), 3, 4);
+       }},
+      {"rms_norm_bwd",
+       {{"dy", {12}}, {"x", {12}}, {"weight", {4}}, {"rstd", {3}}, {"dresidual", {12}}, {"dx", {12}}, {"dweight", {4}}},
+       {{"M", 3}, {"H", 4}, {"accumulate", true}},
+       [](Host& h) {
+         rmsNormBackwardWeight(h.F("dy"), h.F("x"), h.F("rstd"), h.F("dweight"), 3, 4, true);
+         std::vector<float> dxIn(12);
+         rmsNormBackwardInput(h.F("dy"), h.F("x"), h.F("weight"), h.F("rstd"), dxIn.data(), 3, 4);
+         h.roundIfBf16(dxIn);
+         addForward(h.F("dresidual"), dxIn.data(), h.F("dx"), 12);
+       }},
       {"cast_multi", {{"x", {6, 4}}, {"y", {6, 4}}}, json::object(),
        [](Host& h) {
          std::memcpy(h.F("y", 0), h.F("x", 0), 24);
@@ -311,6 +363,7 @@ void runCase(const Case& c, uint32_t seed, bool bf16 = false) {
   testing::PlanBuilder b(/*vocab=*/8, /*seqLen=*/3, /*microBatch=*/2, /*microbatches=*/2, c.optimizer);
   json args = json::object();
   Host host;
+  host.bf16 = bf16;
   std::vector<std::tuple<int64_t, std::string, size_t, bool, bool>> bufs;  // id, role, k, is i32, is f64
   for (const auto& [role, counts] : c.roles) {
     const int ai = sc::argIndex(*kind, role);

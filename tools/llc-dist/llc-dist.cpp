@@ -107,7 +107,8 @@ llcdist-pipeline-split, llcdist-lower-to-plan, [--grad-bucket-size:
 llcdist-plan-grad-buckets], [--fsdp-prefetch: llcdist-plan-fsdp-prefetch],
 [--overlap-param-gather: llcdist-plan-overlap-param-gather],
 [--tp-comm-overlap: llcdist-plan-sp-overlap], [--overlap-p2p: llcdist-plan-p2p-overlap],
-llcdist-plan-fuse-optimizer (unless --no-fuse-optimizer), llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
+llcdist-plan-fuse-norm (unless --no-fuse-norm), llcdist-plan-fuse-optimizer
+(unless --no-fuse-optimizer), llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
 SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1)
@@ -248,6 +249,12 @@ OVERLAP (asynchronous plans)
                          gradients) running while it is in flight; a receive
                          waited just before its first reader
                          (llcdist-plan-p2p-overlap). Default off.
+  --no-fuse-norm         keep the residual add and the norm after it, and a
+                         norm's weight gradient, input gradient and the
+                         residual's add, as separate kernels (default:
+                         llcdist-plan-fuse-norm makes each one kernel,
+                         add_layer_norm_fwd / layer_norm_bwd and the RMSNorm
+                         forms; the same numbers). The summary says what fused.
   --no-fuse-optimizer    keep one optimizer update per parameter and one cast
                          per bf16 copy (default: llcdist-plan-fuse-optimizer
                          makes them one adamw_multi / sgd_multi per group of
@@ -589,6 +596,8 @@ int runCompile(Args &args) {
       train.overlapP2P = true;
     else if (a == "--no-fuse-optimizer")
       train.fuseOptimizer = false;
+    else if (a == "--no-fuse-norm")
+      train.fuseNorm = false;
     else if (auto v = args.value(a, "--tp-embeddings")) {
       if (*v != "vocab-parallel" && *v != "replicated")
         throw UsageError{"--tp-embeddings must be vocab-parallel or replicated, got '" +
@@ -849,7 +858,7 @@ int runCompile(Args &args) {
     if (train.overlapParamGather)
       summary.paramGatherSynchronous = programsWithoutParamGatherOverlap(*lm->module);
     summary.tpCommOverlap = tpCommOverlapOf(*lm->module);
-    summary.fusedOptimizer = fusedOptimizerOf(*lm->module);
+    summary.fused = fusedOf(*lm->module);
   }
   std::optional<cost::PlanSimResult> predicted;
   if (hardware) {

@@ -88,13 +88,14 @@ struct TpCommOverlap {
 };
 std::vector<TpCommOverlap> tpCommOverlapOf(mlir::ModuleOp module);
 
-/// What llcdist-plan-fuse-optimizer fused, over every program: `ops`
-/// kernels of `kernel` into `into` multi-tensor ops.
+/// What the fusion passes fused (plan::kFusedAttr), summed over every
+/// program, in pass order: `ops` kernels of the pattern `from` became `into`
+/// kernels `to`.
 struct FusedKernels {
-  std::string kernel;
+  std::string pass, from, to;
   int64_t ops = 0, into = 0;
 };
-std::vector<FusedKernels> fusedOptimizerOf(mlir::ModuleOp module);
+std::vector<FusedKernels> fusedOf(mlir::ModuleOp module);
 
 struct CompileSummary {
   std::string model; ///< modelName
@@ -125,7 +126,7 @@ struct CompileSummary {
   /// stage holding a tied parameter's replica or sending its value).
   std::vector<std::string> paramGatherSynchronous;
   std::vector<TpCommOverlap> tpCommOverlap; ///< --tp-comm-overlap (empty: off)
-  std::vector<FusedKernels> fusedOptimizer; ///< llcdist-plan-fuse-optimizer (empty: none)
+  std::vector<FusedKernels> fused; ///< the fusion passes (empty: none fused)
 
   nlohmann::ordered_json toJson() const;
   void print(llvm::raw_ostream &os) const;

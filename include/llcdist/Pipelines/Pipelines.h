@@ -72,6 +72,10 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   /// One multi-tensor op per optimizer group and one cast_multi for the bf16
   /// copies (llcdist-plan-fuse-optimizer; off: the per-parameter ops).
   bool fuseOptimizer = true;
+  /// The residual add and the norm after it one kernel, and a norm's backward
+  /// (both gradients and the residual's add) one kernel
+  /// (llcdist-plan-fuse-norm; off: the unfused kernels).
+  bool fuseNorm = true;
   /// Run llcdist-verify-plan last (off only for in-memory compilations whose
   /// plan is never written, e.g. the memory hints of a plan that does not fit).
   bool verifyPlan = true;

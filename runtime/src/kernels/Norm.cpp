@@ -3,6 +3,7 @@
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
+#include "llcdist/runtime/Bf16.h"
 
 #include <cmath>
 #include <vector>
@@ -28,8 +29,18 @@ void layerNormForward(const float* x, const float* gamma, const float* beta, flo
   }
 }
 
+namespace {
+// The input gradient v of element i as the fused backward stores it: dresidual[i] + v, with v first
+// rounded as the unfused input-gradient op stored it (layerNormBackwardInput's contract).
+inline float withResidual(float v, const float* dresidual, int64_t i, bool roundBf16) {
+  if (!dresidual) return v;
+  return dresidual[i] + (roundBf16 ? roundToBf16(v) : v);
+}
+}  // namespace
+
 void layerNormBackwardInput(const float* dy, const float* x, const float* gamma, const float* mean,
-                            const float* rstd, float* dx, int64_t M, int64_t H) {
+                            const float* rstd, float* dx, int64_t M, int64_t H, const float* dresidual,
+                            bool roundBf16) {
   // dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma.
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * H;
@@ -45,7 +56,7 @@ void layerNormBackwardInput(const float* dy, const float* x, const float* gamma,
     float* dxr = dx + m * H;
     for (int64_t h = 0; h < H; ++h) {
       const float xhat = (xr[h] - mean[m]) * rstd[m];
-      dxr[h] = rstd[m] * (dyr[h] * gamma[h] - meanG - xhat * meanGX);
+      dxr[h] = withResidual(rstd[m] * (dyr[h] * gamma[h] - meanG - xhat * meanGX), dresidual, m * H + h, roundBf16);
     }
   }
 }
@@ -79,7 +90,7 @@ void rmsNormForward(const float* x, const float* weight, float* y, float* rstd, 
 }
 
 void rmsNormBackwardInput(const float* dy, const float* x, const float* weight, const float* rstd,
-                          float* dx, int64_t M, int64_t H) {
+                          float* dx, int64_t M, int64_t H, const float* dresidual, bool roundBf16) {
   // dx = rstd · (g - xhat·mean(g·xhat)) with g = dy·weight, xhat = x·rstd.
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * H;
@@ -89,7 +100,8 @@ void rmsNormBackwardInput(const float* dy, const float* x, const float* weight, 
     const float meanGX = static_cast<float>(sumGX / double(H));
     float* dxr = dx + m * H;
     for (int64_t h = 0; h < H; ++h)
-      dxr[h] = rstd[m] * (dyr[h] * weight[h] - (xr[h] * rstd[m]) * meanGX);
+      dxr[h] = withResidual(rstd[m] * (dyr[h] * weight[h] - (xr[h] * rstd[m]) * meanGX), dresidual, m * H + h,
+                            roundBf16);
   }
 }
 
@@ -102,6 +114,19 @@ void rmsNormBackwardWeight(const float* dy, const float* x, const float* rstd, f
 }
 
 // ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
+
+namespace {
+// add_*_norm_fwd's first half: sum = a + b (addForward), rounded as the sum's buffer stores it (the
+// norm then reads what the unfused norm read); returns sum.
+float* addAsStored(const KernelCall& c, const NormParams& p) {
+  float* sum = c.F("sum");
+  const int64_t n = p.M * p.H;
+  addForward(c.F("a"), c.F("b"), sum, n);
+  if (c.storedBf16("sum"))
+    for (int64_t i = 0; i < n; ++i) sum[i] = roundToBf16(sum[i]);
+  return sum;
+}
+}  // namespace
 
 void registerCpuNormKernels(CpuKernelTable& t) {
   using K = schema::OpKind;
@@ -130,6 +155,31 @@ void registerCpuNormKernels(CpuKernelTable& t) {
   });
   addCpuKernel<P>(t, K::kRmsNormBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {
     rmsNormBackwardWeight(c.F("dy"), c.F("x"), c.F("rstd"), c.F("dweight"), p.M, p.H, p.accumulate);
+    return Status::ok();
+  });
+  // The fused norms (llcdist-plan-fuse-norm): the unfused kernels in turn, each intermediate rounded as
+  // its unfused buffer stored it, so the bits are the unfused ops'.
+  addCpuKernel<P>(t, K::kAddLayerNormFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    float* sum = addAsStored(c, p);
+    layerNormForward(sum, c.F("gamma"), c.F("beta"), c.F("y"), c.F("mean"), c.F("rstd"), p.M, p.H, float(p.eps));
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kAddRmsNormFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    float* sum = addAsStored(c, p);
+    rmsNormForward(sum, c.F("weight"), c.F("y"), c.F("rstd"), p.M, p.H, float(p.eps));
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kLayerNormBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    layerNormBackwardWeight(c.F("dy"), c.F("x"), c.F("mean"), c.F("rstd"), c.F("dgamma"), c.F("dbeta"), p.M, p.H,
+                            p.accumulate);
+    layerNormBackwardInput(c.F("dy"), c.F("x"), c.F("gamma"), c.F("mean"), c.F("rstd"), c.F("dx"), p.M, p.H,
+                           c.F("dresidual"), c.storedBf16("dx"));
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kRmsNormBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    rmsNormBackwardWeight(c.F("dy"), c.F("x"), c.F("rstd"), c.F("dweight"), p.M, p.H, p.accumulate);
+    rmsNormBackwardInput(c.F("dy"), c.F("x"), c.F("weight"), c.F("rstd"), c.F("dx"), p.M, p.H, c.F("dresidual"),
+                         c.storedBf16("dx"));
     return Status::ok();
   });
 }

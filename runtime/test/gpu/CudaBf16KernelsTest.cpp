@@ -214,6 +214,48 @@ TEST(CudaBf16Kernels, Norms) {
         .f32("rstd", rstd)
         .bf16("dweight", randomF32(H, 79))
         .expectMatch(1e-4, kBf16Rtol);
+    // The fused norms (llcdist-plan-fuse-norm) against the CPU's, which rounds the intermediates as the
+    // unfused ops stored them (the sum; the input gradient before the residual's add).
+    KernelCase(K::kAddLayerNormFwd, norm(M, H))
+        .bf16("a", randomF32(M * H, 80, -2, 3))
+        .bf16("b", randomF32(M * H, 81))
+        .bf16("sum", randomF32(M * H, 82))
+        .bf16("gamma", randomF32(H, 83))
+        .bf16("beta", randomF32(H, 84))
+        .bf16("y", randomF32(M * H, 85))
+        .f32("mean", randomF32(M, 86))
+        .f32("rstd", randomF32(M, 87))
+        .expectMatch(kF32Atol, kBf16Rtol);
+    KernelCase(K::kAddRmsNormFwd, norm(M, H))
+        .bf16("a", randomF32(M * H, 88, -2, 3))
+        .bf16("b", randomF32(M * H, 89))
+        .bf16("sum", randomF32(M * H, 90))
+        .bf16("weight", randomF32(H, 91))
+        .bf16("y", randomF32(M * H, 92))
+        .f32("rstd", randomF32(M, 93))
+        .expectMatch(kF32Atol, kBf16Rtol);
+    for (bool residual : {false, true}) {
+      KernelCase ln(K::kLayerNormBwd, norm(M, H, true));
+      ln.bf16("dy", randomF32(M * H, 94))
+          .bf16("x", x)
+          .bf16("gamma", randomF32(H, 95))
+          .f32("mean", mean)
+          .f32("rstd", rstd)
+          .bf16("dx", randomF32(M * H, 96))
+          .bf16("dgamma", randomF32(H, 97))
+          .bf16("dbeta", randomF32(H, 98));
+      if (residual) ln.bf16("dresidual", randomF32(M * H, 99));
+      ln.expectMatch(1e-4, kBf16Rtol);
+      KernelCase rms(K::kRmsNormBwd, norm(M, H, false));
+      rms.bf16("dy", randomF32(M * H, 100))
+          .bf16("x", x)
+          .bf16("weight", randomF32(H, 101))
+          .f32("rstd", rstd)
+          .bf16("dx", randomF32(M * H, 102))
+          .bf16("dweight", randomF32(H, 103));
+      if (residual) rms.bf16("dresidual", randomF32(M * H, 104));
+      rms.expectMatch(1e-4, kBf16Rtol);
+    }
   }
 }
 

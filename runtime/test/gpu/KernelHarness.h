@@ -87,7 +87,7 @@ public:
   void expectMatch(double atol, double rtol, std::string_view variant = {}) {
     std::vector<std::vector<Buf>> cpu = bufs_, gpu = bufs_;
     const std::vector<std::vector<bool>> staged = stageBf16(cpu);
-    ASSERT_TRUE(runCpuKernel(callOn(cpu)).isOk());
+    ASSERT_TRUE(runCpuKernel(callOn(cpu, nullptr, &staged)).isOk());
     roundBack(cpu, staged);
     ASSERT_NO_FATAL_FAILURE(runGpu(gpu, variant));
     const schema::OpSpec& spec = schema::opSpec(kind_);
@@ -110,7 +110,9 @@ private:
     bufs_[r].push_back(std::move(b));
     return *this;
   }
-  KernelCall callOn(std::vector<std::vector<Buf>>& bufs, const std::vector<std::vector<void*>>* ptrs = nullptr) {
+  // `staged`: the CPU reference's call, whose converted buffers are stored in bf16 (KernelCall::storedTypes).
+  KernelCall callOn(std::vector<std::vector<Buf>>& bufs, const std::vector<std::vector<void*>>* ptrs = nullptr,
+                    const std::vector<std::vector<bool>>* staged = nullptr) {
     KernelCall c;
     c.kind = kind_;
     c.params = params_;
@@ -119,11 +121,13 @@ private:
     c.args.resize(bufs.size());
     c.argElems.resize(bufs.size());
     c.argTypes.resize(bufs.size());
+    c.storedTypes.resize(bufs.size());
     for (size_t r = 0; r < bufs.size(); ++r)
       for (size_t k = 0; k < bufs[r].size(); ++k) {
         c.args[r].push_back(ptrs ? (*ptrs)[r][k] : bufs[r][k].bytes.data());
         c.argElems[r].push_back(bufs[r][k].elems);
         c.argTypes[r].push_back(bufs[r][k].type);
+        c.storedTypes[r].push_back(staged && (*staged)[r][k] ? schema::ElemType::kBF16 : bufs[r][k].type);
       }
     return c;
   }

@@ -1,7 +1,7 @@
 //===- OverlapWindows.cpp - start communication early, wait late ----------===//
 #include "OverlapWindows.h"
 
-#include "llcdist/runtime/PlanSchema.h"
+#include "KernelAccess.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
@@ -9,47 +9,8 @@
 
 using namespace mlir;
 using namespace llcdist::plan;
-namespace schema = llcdist::rt::schema;
 
 namespace {
-/// The buffers a kernel reads and writes (a read-written role in both). A
-/// kernel of no known kind (none reach this pass) reads and writes all.
-struct Access {
-  llvm::DenseSet<StringAttr> reads, writes;
-};
-
-Access accessOf(KernelOp k) {
-  Access acc;
-  auto kind = schema::parseOpKind(k.getKernel().str());
-  for (NamedAttribute arg : k.getArgs()) {
-    auto access = schema::ArgAccess::kReadWrite;
-    if (kind)
-      if (int idx = schema::argIndex(*kind, arg.getName().strref()); idx >= 0)
-        access = schema::opSpec(*kind).args[idx].access;
-    auto note = [&](Attribute a) {
-      StringAttr name = cast<FlatSymbolRefAttr>(a).getAttr();
-      if (access != schema::ArgAccess::kWrite)
-        acc.reads.insert(name);
-      if (access != schema::ArgAccess::kRead)
-        acc.writes.insert(name);
-    };
-    if (auto list = dyn_cast<ArrayAttr>(arg.getValue()))
-      llvm::for_each(list, note);
-    else
-      note(arg.getValue());
-  }
-  return acc;
-}
-
-/// Whether the two kernels must keep their order: one writes a buffer the
-/// other reads or writes.
-bool dependent(const Access &a, const Access &b) {
-  auto meets = [](const llvm::DenseSet<StringAttr> &x, const llvm::DenseSet<StringAttr> &y) {
-    return llvm::any_of(x, [&](StringAttr n) { return y.contains(n); });
-  };
-  return meets(a.writes, b.reads) || meets(a.writes, b.writes) || meets(b.writes, a.reads);
-}
-
 bool isGemm(KernelOp k) { return k.getKernel().starts_with("linear_"); }
 } // namespace
 
@@ -74,15 +35,15 @@ SmallVector<Window> llcdist::plan::overlapInBlock(Block &block, ArrayRef<KernelO
     return k && !isCommunicationKernel(k.getKernel()) && !isWait(op);
   };
   for (KernelOp c : ops) {
-    Access ca = accessOf(c);
+    KernelAccess ca = accessOf(c);
     // 1. The start: up past the kernels since the last start or wait
     // (or synchronous collective); those independent of it and of every
     // kernel kept above it move below it, in their order.
-    SmallVector<Access> kept{ca};
+    SmallVector<KernelAccess> kept{ca};
     SmallVector<Operation *> below; // in reverse order
     for (Operation *p = c->getPrevNode(); p && isCompute(p); p = p->getPrevNode()) {
-      Access pa = accessOf(cast<KernelOp>(p));
-      if (llvm::any_of(kept, [&](const Access &k) { return dependent(pa, k); }))
+      KernelAccess pa = accessOf(cast<KernelOp>(p));
+      if (llvm::any_of(kept, [&](const KernelAccess &k) { return dependent(pa, k); }))
         kept.push_back(std::move(pa));
       else
         below.push_back(p);

@@ -16,6 +16,9 @@
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
 
+#include "Fusion.h"
+#include "KernelAccess.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 
@@ -55,32 +58,18 @@ std::optional<Fusion> fusionOf(StringRef kernel) {
 
 /// Whether `k` may join a window: a fusable kernel, synchronous, on compute.
 bool fusable(plan::KernelOp k) {
-  return fusionOf(k.getKernel()) && !k->hasAttr(plan::kTokenAttr) && !k->hasAttr(plan::kQueueAttr);
-}
-
-/// The buffers `k` reads and writes (its read-only roles: grad, x).
-void buffersOf(plan::KernelOp k, SmallVectorImpl<Attribute> &reads, SmallVectorImpl<Attribute> &writes) {
-  for (NamedAttribute role : k.getArgs()) {
-    const bool readOnly = role.getName() == "grad" || role.getName() == "x";
-    (readOnly ? reads : writes).push_back(role.getValue());
-  }
+  return fusionOf(k.getKernel()) && plan::isSyncCompute(k);
 }
 
 /// Whether the window's ops touch disjoint buffers but for reads (what makes
 /// their order free).
 bool independent(ArrayRef<plan::KernelOp> window) {
-  llvm::DenseSet<Attribute> written, read;
+  SmallVector<plan::KernelAccess> seen;
   for (plan::KernelOp k : window) {
-    SmallVector<Attribute> r, w;
-    buffersOf(k, r, w);
-    for (Attribute a : w)
-      if (!written.insert(a).second || read.contains(a))
-        return false;
-    for (Attribute a : r) {
-      if (written.contains(a))
-        return false;
-      read.insert(a);
-    }
+    plan::KernelAccess acc = plan::accessOf(k);
+    if (llvm::any_of(seen, [&](const plan::KernelAccess &s) { return plan::dependent(acc, s); }))
+      return false;
+    seen.push_back(std::move(acc));
   }
   return true;
 }
@@ -109,17 +98,13 @@ plan::KernelOp buildMulti(OpBuilder &b, Operation *at, ArrayRef<plan::KernelOp> 
                                   f.keepsParams ? first.getParams() : b.getDictionaryAttr({}));
 }
 
-struct Counts {
-  int64_t ops = 0, into = 0;
-};
-
 struct PlanFuseOptimizerPass : public plan::impl::PlanFuseOptimizerBase<PlanFuseOptimizerPass> {
   using PlanFuseOptimizerBase::PlanFuseOptimizerBase;
 
   void runOnOperation() override {
     plan::ProgramOp program = getOperation();
     OpBuilder b(program.getContext());
-    llvm::MapVector<StringRef, Counts> fused; // single kernel -> {ops fused, multi ops}
+    plan::FusionRecord fused;
     program.walk([&](plan::SubroutineOp sub) {
       SmallVector<plan::KernelOp> ops(sub.getOps<plan::KernelOp>());
       for (size_t i = 0; i < ops.size();) {
@@ -151,10 +136,8 @@ struct PlanFuseOptimizerPass : public plan::impl::PlanFuseOptimizerBase<PlanFuse
               group.front()->moveBefore(at);
             continue;
           }
-          buildMulti(b, at, group);
-          Counts &c = fused[group.front().getKernel()];
-          c.ops += int64_t(group.size());
-          c.into += 1;
+          plan::KernelOp multi = buildMulti(b, at, group);
+          fused.add(group.front().getKernel(), multi.getKernel(), int64_t(group.size()));
         }
         for (auto &[params, group] : groups)
           if (group.size() >= 2)
@@ -162,14 +145,7 @@ struct PlanFuseOptimizerPass : public plan::impl::PlanFuseOptimizerBase<PlanFuse
               k.erase();
       }
     });
-    // What it fused, for the compile summary: {kernel, ops, into} per kind.
-    SmallVector<Attribute> record;
-    for (auto &[kernel, c] : fused)
-      record.push_back(b.getDictionaryAttr({b.getNamedAttr("kernel", b.getStringAttr(kernel)),
-                                            b.getNamedAttr("ops", b.getI64IntegerAttr(c.ops)),
-                                            b.getNamedAttr("into", b.getI64IntegerAttr(c.into))}));
-    if (!record.empty())
-      program->setAttr(plan::kFusedOptimizerAttr, b.getArrayAttr(record));
+    fused.write(program, getArgument());
   }
 };
 

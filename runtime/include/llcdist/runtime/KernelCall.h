@@ -35,6 +35,11 @@ struct KernelCall {
   // only for a variant that takes the role as f32 only (every CPU kernel), so kernels that take bf16
   // read the dtype of each float argument from here, as `zero` and `cast` always have.
   std::vector<std::vector<schema::ElemType>> argTypes;
+  // storedTypes[i][k]: the dtype of the buffer in the arena (may be left empty: as argTypes). It differs
+  // from argTypes where the interpreter converts a bf16 buffer to an f32 temporary; a fused op rounds an
+  // intermediate value its unfused ops stored in that buffer as it was stored (e.g. add_layer_norm_fwd's
+  // sum before the norm reads it), so that fusing keeps the bits.
+  std::vector<std::vector<schema::ElemType>> storedTypes;
   // The op's family's parameters (the binder of src/ops/<Family>.cpp sets the alternative).
   OpParams params;
   // Step context, set per launch of the optimizer updates (schema::isOptimizerUpdate: adamw, sgd and
@@ -62,6 +67,10 @@ struct KernelCall {
            : t == schema::ArgType::kF64 ? schema::ElemType::kF64
                                         : schema::ElemType::kF32;
   }
+  schema::ElemType storedType(size_t role, size_t k = 0) const {
+    if (role < storedTypes.size() && k < storedTypes[role].size()) return storedTypes[role][k];
+    return type(role, k);
+  }
   // By role name (PlanSchema's table): an absent optional role gives null and an empty list.
   size_t role(std::string_view name) const { return size_t(schema::argIndex(kind, name)); }
   float* F(std::string_view name, size_t k = 0) const { return f(role(name), k); }
@@ -69,6 +78,10 @@ struct KernelCall {
   double* D(std::string_view name) const { return f64(role(name)); }
   const std::vector<void*>& list(std::string_view name) const { return args[role(name)]; }
   int64_t elems(std::string_view name, size_t k = 0) const { return argElems[role(name)][k]; }
+  // Whether the buffer of role `name` is stored in bf16 (whatever dtype the kernel gets it in).
+  bool storedBf16(std::string_view name, size_t k = 0) const {
+    return storedType(role(name), k) == schema::ElemType::kBF16;
+  }
 };
 
 // A backend's kernel-table entry (KernelTable.h): runs one call with the backend's own context (the

@@ -82,8 +82,11 @@ Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, 
 // Saves mean[M] and rstd[M] for backward (2·M floats).
 void layerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                       float* rstd, int64_t M, int64_t H, float eps);
+// With `dresidual` (layer_norm_bwd's residual): dx = dresidual + the input gradient, the input gradient
+// first rounded to bf16 when `roundBf16` (as the unfused plan stored it); dx may be dresidual.
 void layerNormBackwardInput(const float* dy, const float* x, const float* gamma, const float* mean,
-                            const float* rstd, float* dx, int64_t M, int64_t H);
+                            const float* rstd, float* dx, int64_t M, int64_t H, const float* dresidual = nullptr,
+                            bool roundBf16 = false);
 // dgamma[H] = Σ_m dy·xhat, dbeta[H] = Σ_m dy.
 void layerNormBackwardWeight(const float* dy, const float* x, const float* mean, const float* rstd,
                              float* dgamma, float* dbeta, int64_t M, int64_t H, bool accumulate);
@@ -91,8 +94,9 @@ void layerNormBackwardWeight(const float* dy, const float* x, const float* mean,
 // HF LlamaRMSNorm: y = weight * (x * rsqrt(mean(x²) + eps)). Saves rstd[M] for backward.
 void rmsNormForward(const float* x, const float* weight, float* y, float* rstd, int64_t M, int64_t H,
                     float eps);
+// `dresidual`, `roundBf16`: as layerNormBackwardInput's.
 void rmsNormBackwardInput(const float* dy, const float* x, const float* weight, const float* rstd,
-                          float* dx, int64_t M, int64_t H);
+                          float* dx, int64_t M, int64_t H, const float* dresidual = nullptr, bool roundBf16 = false);
 void rmsNormBackwardWeight(const float* dy, const float* x, const float* rstd, float* dweight, int64_t M,
                            int64_t H, bool accumulate);
 

@@ -152,6 +152,7 @@ enum class OpKind {
   kCast,
   kShardSlice,
   kAdamWMulti, kSgdMulti, kCastMulti,
+  kAddLayerNormFwd, kAddRmsNormFwd, kLayerNormBwd, kRmsNormBwd,
   kWait,
 };
 inline constexpr size_t kNumOpKinds = size_t(OpKind::kWait) + 1;
@@ -346,6 +347,23 @@ inline constexpr A kSgdMultiArgs[] = {{"params", List, F, RW}, {"grads", List, F
 // cast_multi: cast over lists, y[k] = x[k] converted (numel(x[k]) = numel(y[k])); the bf16 copies of a
 // mixed-precision plan's masters refreshed in one op.
 inline constexpr A kCastMultiArgs[] = {{"x", List, F, R}, {"y", List, F, W}};
+// The fused norms (llcdist-plan-fuse-norm). add_*_norm_fwd: sum = a + b (`add`), then the norm's forward
+// of sum (the residual stream and its normalized value in one pass). *_norm_bwd: the weight gradients
+// and the input gradient of the norm in one op, and with `dresidual` dx = dresidual + the input gradient
+// (the residual's add). Each intermediate the unfused ops stored is rounded as its buffer was (sum as
+// stored, the input gradient to dx's dtype): the same bits as the unfused ops.
+inline constexpr A kAddLnFwdArgs[] = {{"a", One, F, R},     {"b", One, F, R},    {"sum", One, F, W, "a|b"},
+                                      {"gamma", One, F, R}, {"beta", One, F, R}, {"y", One, F, W},
+                                      {"mean", One, F, W},  {"rstd", One, F, W}};
+inline constexpr A kAddRmsFwdArgs[] = {{"a", One, F, R},      {"b", One, F, R}, {"sum", One, F, W, "a|b"},
+                                       {"weight", One, F, R}, {"y", One, F, W}, {"rstd", One, F, W}};
+inline constexpr A kLnBwdArgs[] = {{"dy", One, F, R},        {"x", One, F, R},          {"gamma", One, F, R},
+                                   {"mean", One, F, R},      {"rstd", One, F, R},       {"dresidual", Opt, F, R},
+                                   {"dx", One, F, W, "dresidual"}, {"dgamma", One, F, RW}, {"dbeta", One, F, RW}};
+inline constexpr A kRmsBwdArgs[] = {{"dy", One, F, R},        {"x", One, F, R},
+                                    {"weight", One, F, R},    {"rstd", One, F, R},
+                                    {"dresidual", Opt, F, R}, {"dx", One, F, W, "dresidual"},
+                                    {"dweight", One, F, RW}};
 
 template <size_t NA, size_t NT>
 constexpr OpSpec op(OpKind k, std::string_view name, const A (&a)[NA], const T (&t)[NT]) {
@@ -409,6 +427,10 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kAdamWMulti, "adamw_multi", detail::kAdamMultiArgs, detail::kAdamAttrs),
     detail::op(OpKind::kSgdMulti, "sgd_multi", detail::kSgdMultiArgs, detail::kSgdAttrs),
     detail::op(OpKind::kCastMulti, "cast_multi", detail::kCastMultiArgs),
+    detail::op(OpKind::kAddLayerNormFwd, "add_layer_norm_fwd", detail::kAddLnFwdArgs, detail::kNormFwdAttrs),
+    detail::op(OpKind::kAddRmsNormFwd, "add_rms_norm_fwd", detail::kAddRmsFwdArgs, detail::kNormFwdAttrs),
+    detail::op(OpKind::kLayerNormBwd, "layer_norm_bwd", detail::kLnBwdArgs, detail::kMHAccAttrs),
+    detail::op(OpKind::kRmsNormBwd, "rms_norm_bwd", detail::kRmsBwdArgs, detail::kMHAccAttrs),
     // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
     OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},
 }};

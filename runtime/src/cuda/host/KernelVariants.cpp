@@ -110,6 +110,10 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kRmsNormFwd, {own({"x", "weight", "y"})});
   set(K::kRmsNormBwdInput, {own({"dy", "x", "weight", "dx"})});
   set(K::kRmsNormBwdWeight, {own({"dy", "x", "dweight"})});
+  set(K::kAddLayerNormFwd, {own({"a", "b", "sum", "gamma", "beta", "y"})});
+  set(K::kAddRmsNormFwd, {own({"a", "b", "sum", "weight", "y"})});
+  set(K::kLayerNormBwd, {own({"dy", "x", "gamma", "dresidual", "dx", "dgamma", "dbeta"})});
+  set(K::kRmsNormBwd, {own({"dy", "x", "weight", "dresidual", "dx", "dweight"})});
   set(K::kLinearFwd, {gemm("x", "w", "y", {"bias"})});
   set(K::kLinearBwdInput, {gemm("dy", "w", "dx")});
   set(K::kLinearBwdWeight, {gemm("dy", "x", "dw")});

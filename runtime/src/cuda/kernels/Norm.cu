@@ -1,6 +1,7 @@
 // The norm family's CUDA kernels (the CPU reference: src/kernels/Norm.cpp): LayerNorm (torch
-// nn.LayerNorm) and RMSNorm (HF LlamaRMSNorm), forward, input gradient and weight gradients; and their
-// kernel-table entries.
+// nn.LayerNorm) and RMSNorm (HF LlamaRMSNorm), forward, input gradient and weight gradients, and the
+// fused forms (add_*_norm_fwd: the residual add in the forward's row pass; *_norm_bwd: the weight
+// gradients' passes, then the input gradient with the residual's add); and their kernel-table entries.
 //  - Forward and input gradient: one block per row; each thread sums its strided columns in double and
 //    the block adds the threads' sums with a fixed tree (blockSum), so the row statistics are the CPU's
 //    double sums up to their order, and a run repeats bit for bit.
@@ -42,10 +43,19 @@ __device__ double blockSum(double v) {
 // ---- LayerNorm ------------------------------------------------------------------------------------
 // x, gamma, beta, y, dy, dx are f32 or bf16 (FloatRef.cuh); mean and rstd f32.
 
+// With a (add_layer_norm_fwd): x is the sum, first written as a + b; each thread then reads back the
+// elements it wrote (the same h), as stored (rounded where x is bf16).
+__device__ __forceinline__ void addRow(FloatRef a, FloatRef b, FloatRef sumRow, int64_t m, int64_t H) {
+  if (!a) return;
+  const FloatRef ar = a.at(m * H), br = b.at(m * H);
+  for (int64_t h = threadIdx.x; h < H; h += blockDim.x) sumRow.set(h, ar[h] + br[h]);
+}
+
 __global__ void layerNormFwdKernel(FloatRef x, FloatRef gamma, FloatRef beta, FloatRef y, float* mean, float* rstd,
-                                   int64_t M, int64_t H, float eps) {
+                                   int64_t M, int64_t H, float eps, FloatRef a, FloatRef b) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     const FloatRef xr = x.at(m * H);
+    addRow(a, b, xr, m, H);
     double sum = 0.0;
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) sum += xr[h];
     const double mu = blockSum(sum) / double(H);
@@ -63,9 +73,16 @@ __global__ void layerNormFwdKernel(FloatRef x, FloatRef gamma, FloatRef beta, Fl
   }
 }
 
-// dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma.
+// The input gradient v of element i as the fused backward stores it (the CPU's withResidual): with a
+// residual, dresidual[i] + v, v first rounded to bf16 when the unfused op stored it so (roundBf16).
+__device__ __forceinline__ float withResidual(float v, FloatRef dresidual, int64_t i, bool roundBf16) {
+  if (!dresidual) return v;
+  return dresidual[i] + (roundBf16 ? bf16BitsToFloat(floatToBf16Bits(v)) : v);
+}
+
+// dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma (plus dresidual: withResidual).
 __global__ void layerNormBwdInputKernel(FloatRef dy, FloatRef x, FloatRef gamma, const float* mean, const float* rstd,
-                                        FloatRef dx, int64_t M, int64_t H) {
+                                        FloatRef dx, int64_t M, int64_t H, FloatRef dresidual, bool roundBf16) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     const FloatRef xr = x.at(m * H);
     const FloatRef dyr = dy.at(m * H);
@@ -83,7 +100,7 @@ __global__ void layerNormBwdInputKernel(FloatRef dy, FloatRef x, FloatRef gamma,
     const FloatRef dxr = dx.at(m * H);
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
       const float xhat = (xr[h] - mu) * rs;
-      dxr.set(h, rs * (dyr[h] * gamma[h] - meanG - xhat * meanGX));
+      dxr.set(h, withResidual(rs * (dyr[h] * gamma[h] - meanG - xhat * meanGX), dresidual, m * H + h, roundBf16));
     }
   }
 }
@@ -110,9 +127,10 @@ __global__ void layerNormWeightPartials(FloatRef dy, FloatRef x, const float* me
 // x, weight, y, dy, dx are f32 or bf16; rstd f32.
 
 __global__ void rmsNormFwdKernel(FloatRef x, FloatRef weight, FloatRef y, float* rstd, int64_t M, int64_t H,
-                                 float eps) {
+                                 float eps, FloatRef a, FloatRef b) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     const FloatRef xr = x.at(m * H);
+    addRow(a, b, xr, m, H);
     double ss = 0.0;
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
       const float v = xr[h];
@@ -128,7 +146,7 @@ __global__ void rmsNormFwdKernel(FloatRef x, FloatRef weight, FloatRef y, float*
 
 // dx = rstd · (g - xhat·mean(g·xhat)) with g = dy·weight, xhat = x·rstd.
 __global__ void rmsNormBwdInputKernel(FloatRef dy, FloatRef x, FloatRef weight, const float* rstd, FloatRef dx,
-                                      int64_t M, int64_t H) {
+                                      int64_t M, int64_t H, FloatRef dresidual, bool roundBf16) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     const FloatRef xr = x.at(m * H);
     const FloatRef dyr = dy.at(m * H);
@@ -139,7 +157,7 @@ __global__ void rmsNormBwdInputKernel(FloatRef dy, FloatRef x, FloatRef weight, 
     const float meanGX = static_cast<float>(sumGX / double(H));
     const FloatRef dxr = dx.at(m * H);
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x)
-      dxr.set(h, rs * (dyr[h] * weight[h] - (xr[h] * rs) * meanGX));
+      dxr.set(h, withResidual(rs * (dyr[h] * weight[h] - (xr[h] * rs) * meanGX), dresidual, m * H + h, roundBf16));
   }
 }
 
@@ -187,24 +205,31 @@ Chunks chunksFor(int64_t M) {
 using P = NormParams;
 using Ctx = CudaKernelContext;
 
-Status layerNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
+// The forward of a norm row kernel; `x` is the input role ("x", or "sum" of the fused add: then a and b
+// are set).
+Status layerNormFwdOf(const KernelCall& c, const P& p, const Ctx& ctx, const char* x, FloatRef a, FloatRef b) {
   if (p.M == 0) return Status::ok();
-  layerNormFwdKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(floatRef(c, "x"), floatRef(c, "gamma"), floatRef(c, "beta"), floatRef(c, "y"),
-                                                                     c.F("mean"), c.F("rstd"), p.M, p.H,
-                                                                     float(p.eps));
-  return LLCDIST_CUDA_LAUNCHED("layer_norm_fwd", ctx.rank);
+  layerNormFwdKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(floatRef(c, x), floatRef(c, "gamma"),
+                                                                     floatRef(c, "beta"), floatRef(c, "y"), c.F("mean"),
+                                                                     c.F("rstd"), p.M, p.H, float(p.eps), a, b);
+  return LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank);
+}
+Status layerNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) { return layerNormFwdOf(c, p, ctx, "x", {}, {}); }
+Status addLayerNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
+  return layerNormFwdOf(c, p, ctx, "sum", floatRef(c, "a"), floatRef(c, "b"));
 }
 
 Status layerNormBwdInput(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (p.M == 0) return Status::ok();
   layerNormBwdInputKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(
-      floatRef(c, "dy"), floatRef(c, "x"), floatRef(c, "gamma"), c.F("mean"), c.F("rstd"), floatRef(c, "dx"), p.M, p.H);
-  return LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_input", ctx.rank);
+      floatRef(c, "dy"), floatRef(c, "x"), floatRef(c, "gamma"), c.F("mean"), c.F("rstd"), floatRef(c, "dx"), p.M, p.H,
+      floatRef(c, "dresidual"), c.storedBf16("dx"));
+  return LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank);
 }
 
 Status layerNormBwdWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (p.H == 0) return Status::ok();
-  if (!ctx.scratch) return Status::internal("layer_norm_bwd_weight without device scratch");
+  if (!ctx.scratch) return Status::internal(std::string(schema::opName(c.kind)) + " without device scratch");
   const Chunks ch = chunksFor(p.M);
   double* dgPart = nullptr;
   double* dbPart = nullptr;
@@ -214,33 +239,46 @@ Status layerNormBwdWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
     dbPart = dgPart + ch.chunks * p.H;
     layerNormWeightPartials<<<gridFor(ch.chunks * p.H, kThreads), kThreads, 0, ctx.stream>>>(
         floatRef(c, "dy"), floatRef(c, "x"), c.F("mean"), c.F("rstd"), dgPart, dbPart, p.M, p.H, ch.rows, ch.chunks);
-    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_weight", ctx.rank));
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank));
   }
   finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dgPart, ch.chunks, p.H, floatRef(c, "dgamma"),
                                                                      p.accumulate);
-  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_weight", ctx.rank));
+  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank));
   finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dbPart, ch.chunks, p.H, floatRef(c, "dbeta"),
                                                                      p.accumulate);
-  return LLCDIST_CUDA_LAUNCHED("layer_norm_bwd_weight", ctx.rank);
+  return LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank);
 }
 
-Status rmsNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
+// layer_norm_bwd: the weight gradients first (they read dy and x, which dx may not overwrite: no alias),
+// then the input gradient with the residual.
+Status layerNormBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
+  LLCDIST_RETURN_IF_ERROR(layerNormBwdWeight(c, p, ctx));
+  return layerNormBwdInput(c, p, ctx);
+}
+
+Status rmsNormFwdOf(const KernelCall& c, const P& p, const Ctx& ctx, const char* x, FloatRef a, FloatRef b) {
   if (p.M == 0) return Status::ok();
-  rmsNormFwdKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(floatRef(c, "x"), floatRef(c, "weight"), floatRef(c, "y"), c.F("rstd"),
-                                                                   p.M, p.H, float(p.eps));
-  return LLCDIST_CUDA_LAUNCHED("rms_norm_fwd", ctx.rank);
+  rmsNormFwdKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(floatRef(c, x), floatRef(c, "weight"),
+                                                                   floatRef(c, "y"), c.F("rstd"), p.M, p.H,
+                                                                   float(p.eps), a, b);
+  return LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank);
+}
+Status rmsNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) { return rmsNormFwdOf(c, p, ctx, "x", {}, {}); }
+Status addRmsNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
+  return rmsNormFwdOf(c, p, ctx, "sum", floatRef(c, "a"), floatRef(c, "b"));
 }
 
 Status rmsNormBwdInput(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (p.M == 0) return Status::ok();
-  rmsNormBwdInputKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(floatRef(c, "dy"), floatRef(c, "x"), floatRef(c, "weight"),
-                                                                        c.F("rstd"), floatRef(c, "dx"), p.M, p.H);
-  return LLCDIST_CUDA_LAUNCHED("rms_norm_bwd_input", ctx.rank);
+  rmsNormBwdInputKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(
+      floatRef(c, "dy"), floatRef(c, "x"), floatRef(c, "weight"), c.F("rstd"), floatRef(c, "dx"), p.M, p.H,
+      floatRef(c, "dresidual"), c.storedBf16("dx"));
+  return LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank);
 }
 
 Status rmsNormBwdWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (p.H == 0) return Status::ok();
-  if (!ctx.scratch) return Status::internal("rms_norm_bwd_weight without device scratch");
+  if (!ctx.scratch) return Status::internal(std::string(schema::opName(c.kind)) + " without device scratch");
   const Chunks ch = chunksFor(p.M);
   double* dwPart = nullptr;
   if (ch.chunks > 0) {
@@ -248,11 +286,16 @@ Status rmsNormBwdWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
     dwPart = static_cast<double*>(scratch);
     rmsNormWeightPartials<<<gridFor(ch.chunks * p.H, kThreads), kThreads, 0, ctx.stream>>>(
         floatRef(c, "dy"), floatRef(c, "x"), c.F("rstd"), dwPart, p.M, p.H, ch.rows, ch.chunks);
-    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("rms_norm_bwd_weight", ctx.rank));
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank));
   }
   finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dwPart, ch.chunks, p.H, floatRef(c, "dweight"),
                                                                      p.accumulate);
-  return LLCDIST_CUDA_LAUNCHED("rms_norm_bwd_weight", ctx.rank);
+  return LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank);
+}
+
+Status rmsNormBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
+  LLCDIST_RETURN_IF_ERROR(rmsNormBwdWeight(c, p, ctx));
+  return rmsNormBwdInput(c, p, ctx);
 }
 
 }  // namespace
@@ -266,6 +309,10 @@ void registerCudaNormKernels(CudaKernelTable& t) {
   addCudaKernel<P>(t, K::kRmsNormFwd, rmsNormFwd);
   addCudaKernel<P>(t, K::kRmsNormBwdInput, rmsNormBwdInput);
   addCudaKernel<P>(t, K::kRmsNormBwdWeight, rmsNormBwdWeight);
+  addCudaKernel<P>(t, K::kAddLayerNormFwd, addLayerNormFwd);
+  addCudaKernel<P>(t, K::kAddRmsNormFwd, addRmsNormFwd);
+  addCudaKernel<P>(t, K::kLayerNormBwd, layerNormBwd);
+  addCudaKernel<P>(t, K::kRmsNormBwd, rmsNormBwd);
 }
 
 }  // namespace llcdist::rt::cuda

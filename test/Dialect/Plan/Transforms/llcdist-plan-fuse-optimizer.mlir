@@ -8,7 +8,7 @@
 // order; the no-decay group's one update stays an adamw after it. The
 // program records what was fused.
 // CHECK-LABEL: plan.program @adamw
-// CHECK-SAME: plan.fused_optimizer = [{into = 1 : i64, kernel = "cast", ops = 3 : i64}, {into = 1 : i64, kernel = "adamw", ops = 2 : i64}]
+// CHECK-SAME: plan.fused = [{from = "cast", into = 1 : i64, ops = 3 : i64, pass = "llcdist-plan-fuse-optimizer", to = "cast_multi"}, {from = "adamw", into = 1 : i64, ops = 2 : i64, pass = "llcdist-plan-fuse-optimizer", to = "adamw_multi"}]
 // CHECK: plan.subroutine @step_begin {
 // CHECK-NEXT: plan.kernel "cast_multi" {x = [@w0, @n0, @w1], y = [@c0, @cn0, @c1]} {}
 // CHECK-NEXT: plan.kernel "zero"
@@ -104,7 +104,7 @@ plan.program @sgd attributes {queues = ["compute", "comm"]} {
 // their order: nothing fuses, nothing is recorded. (Reading one buffer twice
 // would not stop the fusion.)
 // CHECK-LABEL: plan.program @shared
-// CHECK-NOT: plan.fused_optimizer
+// CHECK-NOT: plan.fused
 // CHECK: plan.kernel "sgd" {grad = @g0, param = @w0}
 // CHECK-NEXT: plan.kernel "sgd" {grad = @g1, param = @w0}
 plan.program @shared {

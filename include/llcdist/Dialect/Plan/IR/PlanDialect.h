@@ -59,10 +59,12 @@ constexpr const char kAsyncFeature[] = "async";
 /// made, each {collective, grads, elements, bytes}, for the compile summary. Not in the
 /// JSON.
 constexpr const char kGradBucketsAttr[] = "plan.grad_buckets";
-/// Program attribute (llcdist-plan-fuse-optimizer): per single kernel it
-/// fused, {kernel, ops, into} (ops fused into `into` multi-tensor ops), for
-/// the compile summary. Not in the JSON.
-constexpr const char kFusedOptimizerAttr[] = "plan.fused_optimizer";
+/// Program attribute (the fusion passes: llcdist-plan-fuse-optimizer,
+/// llcdist-plan-fuse-norm): what each fused, [{pass, from, to, ops, into}]:
+/// `ops` kernels of the pattern `from` (kernel kinds, " + "-joined) became
+/// `into` kernels `to`; for the compile summary (recordFusion). Not in the
+/// JSON.
+constexpr const char kFusedAttr[] = "plan.fused";
 /// Program attribute (llcdist-plan-fsdp-prefetch): per subroutine whose
 /// ZeRO-3 gathers it started ahead, {subroutine, units, gathers, prefetched,
 /// bytes}, for the compile summary. Not in the JSON.

@@ -274,6 +274,43 @@ def VerifyPlan : Pass<"llcdist-verify-plan", "mlir::ModuleOp"> {
   ];
 }
 
+def PlanFuseNorm : Pass<"llcdist-plan-fuse-norm", "llcdist::plan::ProgramOp"> {
+  let summary = "the residual add and the norm, forward and backward, one kernel each";
+  let description = [{
+    A pre-norm transformer block adds each branch to the residual stream and
+    normalizes the sum for the next branch; the backward runs the norm's
+    weight gradient, its input gradient and the residual's add. The lowering
+    emits these as separate kernels, each reading and writing the [M, H]
+    activations again. This pass makes, in every subroutine,
+    - an `add` followed by `layer_norm_fwd` / `rms_norm_fwd` of its sum one
+      `add_layer_norm_fwd` / `add_rms_norm_fwd` (a, b, sum and the norm's
+      roles: the residual stream and its normalized value in one pass);
+    - a norm's `*_bwd_weight` and `*_bwd_input` next to each other (either
+      order, the same dy, x and statistics) one `layer_norm_bwd` /
+      `rms_norm_bwd`; and when the kernel after them is an `add` of the input
+      gradient and the residual's gradient, and no other kernel of the program
+      touches the input gradient, the add joins it as `dresidual` (dx =
+      dresidual + the input gradient) and the input gradient's buffer goes.
+    Only adjacent synchronous compute kernels fuse, so no kernel moves
+    across another, and the fused kernels round each intermediate as the
+    unfused kernels stored it (the sum before the norm reads it; the input
+    gradient to dx's dtype): fused and unfused plans give the same bits.
+    Runs after the passes that move kernels around the communication and
+    before llcdist-plan-memory; records what it fused (plan.fused) for the
+    compile summary. `llc-dist compile --no-fuse-norm` leaves the kernels.
+
+    Before:
+    ```mlir
+    plan.kernel "add" {a = @r0, b = @attn, y = @r1} {n = 4096 : i64}
+    plan.kernel "layer_norm_fwd" {beta = @b, gamma = @g, mean = @mu, rstd = @rs, x = @r1, y = @ln} {H = 64 : i64, M = 64 : i64, eps = 1.0e-05 : f64}
+    ```
+    After:
+    ```mlir
+    plan.kernel "add_layer_norm_fwd" {a = @r0, b = @attn, beta = @b, gamma = @g, mean = @mu, rstd = @rs, sum = @r1, y = @ln} {H = 64 : i64, M = 64 : i64, eps = 1.0e-05 : f64}
+    ```
+  }];
+}
+
 def PlanFuseOptimizer : Pass<"llcdist-plan-fuse-optimizer", "llcdist::plan::ProgramOp"> {
   let summary = "one multi-tensor op per optimizer group: adamw_multi, sgd_multi, cast_multi";
   let description = [{
@@ -287,7 +324,7 @@ def PlanFuseOptimizer : Pass<"llcdist-plan-fuse-optimizer", "llcdist::plan::Prog
     single op's (docs/plan-format.md), so the numbers are the same bits. Runs
     after the passes that look at the per-parameter updates (ZeRO, buckets,
     the overlaps) and before llcdist-plan-memory; records what it fused on the
-    program (plan.fused_optimizer) for the compile summary. `llc-dist compile
+    program (plan.fused) for the compile summary. `llc-dist compile
     --no-fuse-optimizer` leaves the per-parameter ops.
 
     Before:

@@ -1,0 +1,336 @@
+//===- PlanFuseNorm.cpp - the residual add and the norms, fused ----------===//
+//
+// llcdist-plan-fuse-norm (Passes.td): in every subroutine,
+//  - an `add` followed by the norm forward of its sum (layer_norm_fwd /
+//    rms_norm_fwd with x = the add's y) becomes add_layer_norm_fwd /
+//    add_rms_norm_fwd, which writes both the sum (the residual stream) and
+//    the normalized value;
+//  - a norm's weight-gradient and input-gradient kernels next to each other
+//    (either order, the same dy, x and statistics) become layer_norm_bwd /
+//    rms_norm_bwd; when the next kernel is an `add` of the input gradient and
+//    another gradient (the residual's), and no other kernel of the program
+//    touches the input gradient, the add joins it (`dresidual`) and the
+//    input gradient's buffer goes.
+// Only synchronous compute kernels fuse, and the fused kernel stands where
+// one of them stood, the others moving to it across kernels independent of
+// them only (a wait: of the operation it waits for): the ZeRO-3 gathers and
+// ZeRO-2/3 reduce-scatters between a norm's kernels stay where they are. The fused
+// kernels round each intermediate as the unfused ones stored it
+// (docs/plan-format.md), so the numbers are the same bits.
+//
+//===----------------------------------------------------------------------===//
+
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
+#include "llcdist/Dialect/Plan/Transforms/Passes.h"
+
+#include "Fusion.h"
+#include "KernelAccess.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <optional>
+
+namespace llcdist::plan {
+#define GEN_PASS_DEF_PLANFUSENORM
+#include "llcdist/Dialect/Plan/Transforms/Passes.h.inc"
+} // namespace llcdist::plan
+
+using namespace mlir;
+using namespace llcdist;
+
+namespace {
+
+/// A norm family: its unfused kernels, its fused ones and the roles that
+/// differ (LayerNorm: gamma, beta, mean; RMSNorm: weight).
+struct NormKinds {
+  StringRef fwd, bwdInput, bwdWeight, addFwd, bwd;
+  bool layerNorm;
+};
+constexpr NormKinds kLayerNorm{"layer_norm_fwd", "layer_norm_bwd_input", "layer_norm_bwd_weight",
+                               "add_layer_norm_fwd", "layer_norm_bwd", true};
+constexpr NormKinds kRmsNorm{"rms_norm_fwd", "rms_norm_bwd_input", "rms_norm_bwd_weight", "add_rms_norm_fwd",
+                             "rms_norm_bwd", false};
+
+std::optional<NormKinds> normOf(StringRef kernel) {
+  for (const NormKinds &n : {kLayerNorm, kRmsNorm})
+    if (kernel == n.fwd || kernel == n.bwdInput || kernel == n.bwdWeight)
+      return n;
+  return std::nullopt;
+}
+
+Attribute arg(plan::KernelOp k, StringRef role) { return k.getArgs().get(role); }
+
+bool is(plan::KernelOp k, StringRef kernel) { return k && k.getKernel() == kernel && plan::isSyncCompute(k); }
+
+/// The element type of buffer `ref`.
+Type elementTypeOf(plan::ProgramOp program, Attribute ref) {
+  auto buf = program.lookupSymbol<plan::BufferOp>(cast<FlatSymbolRefAttr>(ref).getAttr());
+  return buf ? buf.getTensorType().getElementType() : Type();
+}
+
+/// Builds kernel `kernel` before `at` with `args` and `params`, located at
+/// `loc` (the norm's: its provenance names the module).
+plan::KernelOp build(OpBuilder &b, Operation *at, StringRef kernel, ArrayRef<NamedAttribute> args,
+                     DictionaryAttr params, Location loc) {
+  b.setInsertionPoint(at);
+  return b.create<plan::KernelOp>(loc, b.getStringAttr(kernel), b.getDictionaryAttr(args), params);
+}
+
+/// The buffers each kernel touches, for moving kernels across others. A
+/// `wait` touches what the operation it waits for touches (the kernel
+/// started with its token): a kernel independent of those may move across it
+/// either way; a wait for no known start is a barrier.
+class Accesses {
+public:
+  explicit Accesses(plan::ProgramOp program) {
+    program.walk([&](plan::KernelOp k) {
+      if (k.getKernel() != plan::kWaitKernel)
+        if (auto t = k->getAttrOfType<IntegerAttr>(plan::kTokenAttr)) {
+          // One token may start several operations (in a subroutine and its
+          // clones): a wait for it touches what any of them touches.
+          plan::KernelAccess &all = started[t.getInt()], one = plan::accessOf(k);
+          all.reads.insert(one.reads.begin(), one.reads.end());
+          all.writes.insert(one.writes.begin(), one.writes.end());
+        }
+    });
+  }
+  /// Whether `a` (a kernel that moves) may cross `k`.
+  bool mayCross(const plan::KernelAccess &a, plan::KernelOp k) const {
+    if (k.getKernel() != plan::kWaitKernel)
+      return !plan::dependent(a, plan::accessOf(k));
+    auto t = k->getAttrOfType<IntegerAttr>(plan::kTokenAttr);
+    auto it = t ? started.find(t.getInt()) : started.end();
+    return it != started.end() && !plan::dependent(a, it->second);
+  }
+
+private:
+  llvm::DenseMap<int64_t, plan::KernelAccess> started;
+};
+
+/// Where the kernels `members` (of one subroutine) may become one kernel:
+/// before the member every other one can move to, each across kernels it
+/// may cross only (Accesses::mayCross). The last member is tried first. Null
+/// when none can.
+plan::KernelOp placement(ArrayRef<plan::KernelOp> members, const Accesses &accesses) {
+  auto isMember = [&](Operation *op) { return llvm::is_contained(members, op); };
+  for (plan::KernelOp at : llvm::reverse(members)) {
+    bool ok = true;
+    for (plan::KernelOp m : members) {
+      if (m == at)
+        continue;
+      const bool later = m->isBeforeInBlock(at);
+      plan::KernelAccess acc = plan::accessOf(m);
+      for (Operation *x = later ? m->getNextNode() : at.getOperation(); ok && x != (later ? at : m);
+           x = x->getNextNode()) {
+        if (isMember(x))
+          continue;
+        auto k = dyn_cast<plan::KernelOp>(x);
+        ok = k && accesses.mayCross(acc, k);
+      }
+      if (!ok)
+        break;
+    }
+    if (ok)
+      return at;
+  }
+  return {};
+}
+
+/// The first kernel after `k` in its subroutine that reads `buf`, or null.
+plan::KernelOp nextReader(plan::KernelOp k, Attribute buf) {
+  const StringAttr name = cast<FlatSymbolRefAttr>(buf).getAttr();
+  for (Operation *x = k->getNextNode(); x; x = x->getNextNode())
+    if (auto r = dyn_cast<plan::KernelOp>(x); r && plan::accessOf(r).reads.contains(name))
+      return r;
+  return {};
+}
+
+/// The forward: an add, and the norm that first reads its sum. Returns the
+/// norm it erased with the add, or null.
+Operation *fuseForward(OpBuilder &b, plan::KernelOp add, const Accesses &accesses, plan::FusionRecord &fused) {
+  if (!is(add, "add"))
+    return nullptr;
+  plan::KernelOp norm = nextReader(add, arg(add, "y"));
+  std::optional<NormKinds> n = norm ? normOf(norm.getKernel()) : std::nullopt;
+  if (!n || !is(norm, n->fwd) || arg(norm, "x") != arg(add, "y"))
+    return nullptr;
+  auto count = add.getParams().getAs<IntegerAttr>("n");
+  auto M = norm.getParams().getAs<IntegerAttr>("M"), H = norm.getParams().getAs<IntegerAttr>("H");
+  if (!count || !M || !H || count.getInt() != M.getInt() * H.getInt())
+    return nullptr;
+  plan::KernelOp at = placement({add, norm}, accesses);
+  if (!at)
+    return nullptr;
+  SmallVector<NamedAttribute> args{b.getNamedAttr("a", arg(add, "a")), b.getNamedAttr("b", arg(add, "b")),
+                                   b.getNamedAttr("sum", arg(add, "y"))};
+  for (NamedAttribute a : norm.getArgs())
+    if (a.getName() != "x")
+      args.push_back(a);
+  build(b, at, n->addFwd, args, norm.getParams(), norm.getLoc());
+  fused.add(("add + " + n->fwd).str(), n->addFwd, 2);
+  add.erase();
+  Operation *erased = norm;
+  norm.erase();
+  return erased;
+}
+
+/// A backward pair: the weight and input gradients of one norm (same dy, x,
+/// statistics and shape).
+bool samePair(plan::KernelOp w, plan::KernelOp in, const NormKinds &n) {
+  if (!is(w, n.bwdWeight) || !is(in, n.bwdInput))
+    return false;
+  for (StringRef role : {"dy", "x", "rstd"})
+    if (arg(w, role) != arg(in, role))
+      return false;
+  if (n.layerNorm && arg(w, "mean") != arg(in, "mean"))
+    return false;
+  for (StringRef p : {"M", "H"})
+    if (w.getParams().get(p) != in.getParams().get(p))
+      return false;
+  return true;
+}
+
+/// A candidate backward fusion: the pair and the add that first reads the
+/// input gradient (or null).
+struct BwdGroup {
+  plan::KernelOp weight, input, add;
+  NormKinds kinds;
+};
+
+/// The residual operand of `g.add` (the other one than the input gradient),
+/// or null when it is not the residual's add of `g`'s input gradient.
+Attribute residualOf(plan::ProgramOp program, BwdGroup g) {
+  if (!is(g.add, "add"))
+    return {};
+  Attribute dx = arg(g.input, "dx"), a = arg(g.add, "a"), bb = arg(g.add, "b"), y = arg(g.add, "y");
+  if ((a == dx) == (bb == dx) || y == dx)
+    return {};
+  Attribute residual = a == dx ? bb : a;
+  // The fused kernel runs the pair's gradients, then the add: neither of the
+  // pair may write what the add reads (the residual) or touch what it writes
+  // (y), and the input gradient is rounded to y's dtype, which must be its
+  // own.
+  const StringAttr residualName = cast<FlatSymbolRefAttr>(residual).getAttr(),
+                   yName = cast<FlatSymbolRefAttr>(y).getAttr();
+  for (plan::KernelOp k : {g.weight, g.input}) {
+    plan::KernelAccess acc = plan::accessOf(k);
+    if (acc.writes.contains(residualName) || acc.reads.contains(yName) || acc.writes.contains(yName))
+      return {};
+  }
+  if (elementTypeOf(program, dx) != elementTypeOf(program, y))
+    return {};
+  auto count = g.add.getParams().getAs<IntegerAttr>("n");
+  auto M = g.input.getParams().getAs<IntegerAttr>("M"), H = g.input.getParams().getAs<IntegerAttr>("H");
+  if (!count || !M || !H || count.getInt() != M.getInt() * H.getInt())
+    return {};
+  return residual;
+}
+
+struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> {
+  using PlanFuseNormBase::PlanFuseNormBase;
+
+  void runOnOperation() override {
+    plan::ProgramOp program = getOperation();
+    OpBuilder b(program.getContext());
+    plan::FusionRecord fused;
+    const Accesses accesses(program);
+
+    // The forward pairs.
+    program.walk([&](plan::SubroutineOp sub) {
+      SmallVector<plan::KernelOp> ops(sub.getOps<plan::KernelOp>());
+      llvm::DenseSet<Operation *> erased;
+      for (plan::KernelOp k : ops)
+        if (!erased.contains(k))
+          if (Operation *norm = fuseForward(b, k, accesses, fused))
+            erased.insert(norm);
+    });
+
+    // The backward groups: each input gradient with its weight gradient in
+    // the same subroutine and the kernel that first reads the input gradient.
+    // Then which residual adds may join: those whose input gradient no kernel
+    // but its group's touches, in any subroutine (a pipeline's _last clone
+    // repeats the backward's groups).
+    SmallVector<BwdGroup> groups;
+    program.walk([&](plan::SubroutineOp sub) {
+      SmallVector<plan::KernelOp> ops(sub.getOps<plan::KernelOp>());
+      for (plan::KernelOp in : ops) {
+        std::optional<NormKinds> n = normOf(in.getKernel());
+        if (!n || in.getKernel() != n->bwdInput)
+          continue;
+        auto w = llvm::find_if(ops, [&](plan::KernelOp k) { return samePair(k, in, *n); });
+        if (w == ops.end())
+          continue;
+        groups.push_back(BwdGroup{*w, in, nextReader(in, arg(in, "dx")), *n});
+      }
+    });
+    llvm::DenseMap<Attribute, int64_t> touches, groupTouches;
+    program.walk([&](plan::KernelOp k) {
+      llvm::DenseSet<Attribute> seen;
+      auto note = [&](Attribute a) {
+        if (seen.insert(a).second)
+          ++touches[a];
+      };
+      for (NamedAttribute role : k.getArgs()) {
+        if (auto list = dyn_cast<ArrayAttr>(role.getValue()))
+          llvm::for_each(list, note);
+        else
+          note(role.getValue());
+      }
+    });
+    SmallVector<Attribute> residuals;
+    for (BwdGroup &g : groups) {
+      residuals.push_back(residualOf(program, g));
+      if (residuals.back())
+        groupTouches[arg(g.input, "dx")] += 2;
+    }
+
+    for (auto [g, residual] : llvm::zip_equal(groups, residuals)) {
+      Attribute dx = arg(g.input, "dx");
+      SmallVector<plan::KernelOp> members{g.weight, g.input};
+      if (g.input->isBeforeInBlock(g.weight))
+        std::swap(members[0], members[1]);
+      plan::KernelOp at;
+      bool withResidual = residual && touches[dx] == groupTouches[dx];
+      if (withResidual) {
+        members.push_back(g.add);
+        at = placement(members, accesses);
+        if (!at) { // the pair may still fuse without the add
+          withResidual = false;
+          members.pop_back();
+        }
+      }
+      if (!at)
+        at = placement(members, accesses);
+      if (!at)
+        continue;
+      SmallVector<NamedAttribute> args;
+      for (NamedAttribute a : g.input.getArgs())
+        if (a.getName() != "dx")
+          args.push_back(a);
+      if (withResidual)
+        args.push_back(b.getNamedAttr("dresidual", residual));
+      args.push_back(b.getNamedAttr("dx", withResidual ? arg(g.add, "y") : dx));
+      for (NamedAttribute a : g.weight.getArgs())
+        if (!g.input.getArgs().get(a.getName()))
+          args.push_back(a);
+      build(b, at, g.kinds.bwd, args, g.weight.getParams(), g.input.getLoc());
+      fused.add((g.kinds.bwdWeight + " + " + g.kinds.bwdInput + (withResidual ? " + add" : "")).str(), g.kinds.bwd,
+                withResidual ? 3 : 2);
+      for (plan::KernelOp m : members)
+        m.erase();
+      if (withResidual) {
+        // The input gradient's buffer: no kernel names it any more.
+        auto buf = program.lookupSymbol<plan::BufferOp>(cast<FlatSymbolRefAttr>(dx).getAttr());
+        if (buf && SymbolTable::symbolKnownUseEmpty(buf, program))
+          buf.erase();
+      }
+    }
+    fused.write(program, getArgument());
+  }
+};
+
+} // namespace

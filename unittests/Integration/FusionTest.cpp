@@ -1,0 +1,205 @@
+//===- FusionTest.cpp - every fusion pass keeps the bits ------------------===//
+//
+// The fusion passes are on by default, so every other golden test runs fused
+// plans against the single-device run. This test holds each pass to more:
+// a plan compiled with every fusion and one compiled with that one fusion off
+// give the same losses and parameters bit for bit (the fused kernels round
+// each intermediate as the unfused ones stored it), on one rank and on the
+// shipped meshes and schedules (dp, tp with sequence parallelism and its
+// comm overlap, pp with 1F1B, interleaved and ZB-H1, ZeRO 1/2/3, gradient
+// buckets, recomputation), f32 and bf16, AdamW and SGD with momentum. It
+// also checks that the pass fused something there, and fused nothing with
+// its flag off.
+//
+//===----------------------------------------------------------------------===//
+#include "GoldenUtil.h"
+
+#include "llcdist/runtime/Plan.h"
+
+#include <cstring>
+#include <functional>
+#include <set>
+
+using namespace llcdist;
+using K = rt::schema::OpKind;
+
+namespace {
+
+struct Case {
+  const char *tag;
+  const char *model;
+  const char *optimizer;
+  const char *dtype;
+  std::function<void(TrainingPipelineOptions &)> mesh;
+  int64_t microBatch;
+  /// A fusion with nothing to fuse here (else every fusion must fuse).
+  const char *fusesNothing = "";
+};
+
+/// A fusion pass: its option and the kernels only it emits.
+struct Fusion {
+  const char *name;
+  bool TrainingPipelineOptions::*flag;
+  std::set<K> kinds;
+};
+
+const Fusion kFusions[] = {
+    {"fuse-optimizer", &TrainingPipelineOptions::fuseOptimizer, {K::kAdamWMulti, K::kSgdMulti, K::kCastMulti}},
+    {"fuse-norm",
+     &TrainingPipelineOptions::fuseNorm,
+     {K::kAddLayerNormFwd, K::kAddRmsNormFwd, K::kLayerNormBwd, K::kRmsNormBwd}},
+};
+
+/// Ops per step over every program of the plan in `dir`, and how many are of
+/// `kinds`.
+std::pair<int64_t, int64_t> opCounts(const std::string &dir, const std::set<K> &kinds) {
+  rt::StatusOr<rt::Plan> plan = rt::loadPlan(dir);
+  EXPECT_TRUE(plan.isOk()) << plan.status().toString();
+  if (!plan.isOk())
+    return {0, 0};
+  int64_t ops = 0, fused = 0;
+  for (const rt::Program &p : plan->programs)
+    for (const rt::Action &a : p.actions)
+      for (const rt::Op &op : p.subroutines[size_t(a.subroutine)].ops) {
+        ++ops;
+        fused += kinds.count(op.kind);
+      }
+  return {ops, fused};
+}
+
+struct Trial {
+  test::Trained trained;
+  int64_t ops = 0, fused = 0;
+};
+
+Trial compileAndTrain(const Case &c, const Fusion &f, bool on) {
+  TrainingPipelineOptions opt = test::goldenOptions(c.optimizer);
+  c.mesh(opt);
+  opt.*f.flag = on;
+  TrainingShape shape;
+  shape.seqLen = 16;
+  shape.microBatch = c.microBatch;
+  shape.globalBatch = 8;
+  shape.dtype = c.dtype;
+  const std::string tag = std::string("fusion-") + c.tag + "-" + f.name + (on ? "-on" : "-off");
+  const std::string dir = test::compilePlan(c.model, shape, opt, tag);
+  Trial r;
+  EXPECT_FALSE(dir.empty()) << tag << ": compilation failed";
+  if (dir.empty())
+    return r;
+  std::tie(r.ops, r.fused) = opCounts(dir, f.kinds);
+  r.trained = test::runGoldenSteps(dir, tag);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+void expectSameBits(const test::Trained &off, const test::Trained &on) {
+  ASSERT_EQ(off.losses.size(), on.losses.size());
+  for (size_t i = 0; i < off.losses.size(); ++i)
+    EXPECT_EQ(off.losses[i], on.losses[i]) << "step " << i;
+  ASSERT_EQ(off.params.size(), on.params.size());
+  for (const auto &[name, a] : off.params) {
+    const auto &b = on.params.at(name);
+    ASSERT_EQ(a.size(), b.size()) << name;
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << name << " differs";
+  }
+}
+
+const Case kCases[] = {
+    {"gpt2-f32", "tiny-gpt2", "adamw", "f32", [](TrainingPipelineOptions &) {}, 8},
+    {"llama-bf16", "tiny-llama", "adamw", "bf16", [](TrainingPipelineOptions &) {}, 8},
+    {"llama-sgd-dp2-buckets", "tiny-llama", "sgd", "f32",
+     [](TrainingPipelineOptions &o) {
+       o.mesh.dp = 2;
+       o.gradBucketSize = 2000;
+     },
+     4},
+    {"gpt2-bf16-tp2-sp-overlap", "tiny-gpt2", "adamw", "bf16",
+     [](TrainingPipelineOptions &o) {
+       o.mesh.tp = 2;
+       o.sequenceParallel = true;
+       o.tpCommOverlap = true;
+     },
+     8},
+    {"llama-f32-tp2", "tiny-llama", "adamw", "f32", [](TrainingPipelineOptions &o) { o.mesh.tp = 2; }, 8},
+    {"gpt2-bf16-pp2-1f1b", "tiny-gpt2", "adamw", "bf16", [](TrainingPipelineOptions &o) { o.mesh.pp = 2; }, 4},
+    {"llama-f32-pp2-interleaved", "tiny-llama", "adamw", "f32",
+     [](TrainingPipelineOptions &o) {
+       o.mesh.pp = 2;
+       o.pipelineSchedule = "interleaved";
+       o.virtualStages = 2;
+     },
+     2},
+    {"gpt2-f32-pp2-zbh1", "tiny-gpt2", "sgd", "f32",
+     [](TrainingPipelineOptions &o) {
+       o.mesh.pp = 2;
+       o.pipelineSchedule = "zb-h1";
+     },
+     4},
+    {"llama-bf16-dp2-zero1", "tiny-llama", "adamw", "bf16",
+     [](TrainingPipelineOptions &o) {
+       o.mesh.dp = 2;
+       o.zero = 1;
+     },
+     4},
+    // f32 (no casts) under ZeRO: each update sits between its block's slice
+    // and gather, so no two updates are consecutive.
+    {"gpt2-f32-dp2-zero2", "tiny-gpt2", "adamw", "f32",
+     [](TrainingPipelineOptions &o) {
+       o.mesh.dp = 2;
+       o.zero = 2;
+     },
+     2, "fuse-optimizer"},
+    {"llama-bf16-dp2-zero2-buckets", "tiny-llama", "adamw", "bf16",
+     [](TrainingPipelineOptions &o) {
+       o.mesh.dp = 2;
+       o.zero = 2;
+       o.gradBucketSize = 1000;
+     },
+     2},
+    {"llama-bf16-dp2-zero3", "tiny-llama", "adamw", "bf16",
+     [](TrainingPipelineOptions &o) {
+       o.mesh.dp = 2;
+       o.zero = 3;
+       o.fsdpPrefetch = 1;
+     },
+     4},
+    {"gpt2-bf16-recompute-full", "tiny-gpt2", "adamw", "bf16",
+     [](TrainingPipelineOptions &o) { o.recompute = "full"; }, 4},
+    {"llama-f32-3d", "tiny-llama", "adamw", "f32",
+     [](TrainingPipelineOptions &o) {
+       o.mesh.dp = 2;
+       o.mesh.tp = 2;
+       o.mesh.pp = 2;
+       o.sequenceParallel = true;
+       o.recompute = "selective";
+     },
+     2},
+};
+
+class FusionTest : public ::testing::TestWithParam<Fusion> {};
+
+TEST_P(FusionTest, OnAndOffTrainToTheSameBits) {
+  const Fusion &f = GetParam();
+  for (const Case &c : kCases) {
+    SCOPED_TRACE(std::string(c.tag) + ", " + f.name);
+    const Trial off = compileAndTrain(c, f, false), on = compileAndTrain(c, f, true);
+    EXPECT_EQ(off.fused, 0) << "fused kernels with the fusion off";
+    if (std::string(c.fusesNothing) == f.name) {
+      EXPECT_EQ(on.ops, off.ops);
+    } else {
+      EXPECT_GT(on.fused, 0) << "the pass fused nothing";
+      EXPECT_LT(on.ops, off.ops) << "the fusion removed no op";
+    }
+    expectSameBits(off.trained, on.trained);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryFusion, FusionTest, ::testing::ValuesIn(kFusions),
+                         [](const auto &info) {
+                           std::string n = info.param.name;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+} // namespace

@@ -57,6 +57,8 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
   // the kernels around the communication.
   if (o.fuseNorm)
     programs.addPass(plan::createPlanFuseNorm());
+  if (o.fuseEpilogues)
+    programs.addPass(plan::createPlanFuseEpilogues());
   if (o.fuseOptimizer)
     programs.addPass(plan::createPlanFuseOptimizer());
   programs.addPass(plan::createPlanMemory());
@@ -122,6 +124,9 @@ static void bindTrainingPipelineOptions(
   o.bind("fuse-norm", f.fuseNorm,
          "the residual add with the norm after it, and a norm's backward kernels "
          "with the residual's add, one kernel each (llcdist-plan-fuse-norm)");
+  o.bind("fuse-epilogues", f.fuseEpilogues,
+         "a linear layer's bias gradient in the weight-gradient GEMM's epilogue: "
+         "linear_bwd_weight with db (llcdist-plan-fuse-epilogues)");
   o.bind("fuse-optimizer", f.fuseOptimizer,
          "one multi-tensor op per optimizer group and one cast_multi for the bf16 "
          "copies (llcdist-plan-fuse-optimizer)");

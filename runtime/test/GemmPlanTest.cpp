@@ -89,7 +89,7 @@ protected:
 
   // C through the problem: checks the problem's shape first (well formed, operands exactly their
   // buffers, C exactly the output), then runs the reference.
-  void runGemm(const GemmProblem& g, const float* bias, std::vector<float>& out) const {
+  void runGemm(const GemmProblem& g, float* bias, std::vector<float>& out) const {
     ASSERT_TRUE(checkGemmProblem(g).isOk()) << checkGemmProblem(g).toString();
     EXPECT_NE(g.a, g.b) << describeGemm(g);
     EXPECT_EQ(gemmElemsA(g), operandElems(g.a)) << describeGemm(g);
@@ -112,7 +112,8 @@ TEST_P(ForwardGemmTest, MatchesCpuKernel) {
   EXPECT_EQ(g.m, p.N);  // the bias is per row of the column-major C: per output feature
   std::vector<float> want(size_t(p.M * p.N)), got = initialOutput(p.M * p.N, false);
   linearForward(x.data(), w.data(), hasBias ? b.data() : nullptr, want.data(), p.M, p.K, p.N, p.layout);
-  ASSERT_NO_FATAL_FAILURE(runGemm(g, hasBias ? b.data() : nullptr, got));
+  std::vector<float> bias = b;
+  ASSERT_NO_FATAL_FAILURE(runGemm(g, hasBias ? bias.data() : nullptr, got));
   expectClose(got, want, "y");
 }
 
@@ -124,6 +125,24 @@ TEST_P(BackwardGemmTest, InputMatchesCpuKernel) {
   linearBackwardInput(dy.data(), w.data(), want.data(), p.M, p.K, p.N, p.layout, p.accumulate);
   ASSERT_NO_FATAL_FAILURE(runGemm(g, nullptr, got));
   expectClose(got, want, "dx");
+}
+
+// The fused bias gradient (linear_bwd_weight with db): the epilogue sums dy over the GEMM's k, which is
+// linear_bwd_bias's column sums: BGRADB where dy is B (out_in), BGRADA where it is A (in_out). (The
+// epilogue writes the sums; the kernel adds them into db.)
+TEST_P(BackwardGemmTest, WeightWithBiasGradientMatchesCpuKernels) {
+  const GemmProblem g = linearBackwardWeightGemm(p, GemmDType::kF32, GemmDType::kF32, /*biasGrad=*/true);
+  EXPECT_EQ(g.epilogue, p.layout == WeightLayout::kOutIn ? GemmEpilogue::kBiasGradB : GemmEpilogue::kBiasGradA);
+  EXPECT_EQ(g.epilogue == GemmEpilogue::kBiasGradA ? g.a : g.b, GemmOperand::kDy);
+  EXPECT_EQ(g.epilogue == GemmEpilogue::kBiasGradA ? g.m : g.n, p.N);  // one sum per output feature
+  EXPECT_EQ(g.k, p.M);                                                  // over the tokens
+  std::vector<float> want = initialOutput(p.N * p.K, p.accumulate), got = want;
+  linearBackwardWeight(dy.data(), x.data(), want.data(), p.M, p.K, p.N, p.layout, p.accumulate);
+  std::vector<float> wantDb(size_t(p.N)), gotDb(size_t(p.N), std::numeric_limits<float>::quiet_NaN());
+  linearBackwardBias(dy.data(), wantDb.data(), p.M, p.N, /*accumulate=*/false);
+  ASSERT_NO_FATAL_FAILURE(runGemm(g, gotDb.data(), got));
+  expectClose(got, want, "dw");
+  expectClose(gotDb, wantDb, "db");
 }
 
 TEST_P(BackwardGemmTest, WeightMatchesCpuKernel) {
@@ -166,8 +185,8 @@ TEST(ReferenceGemmTest, HonoursTransposesAndLeadingDimensions) {
       g.beta = 1.0f;
       g.epilogue = GemmEpilogue::kBias;
       ASSERT_TRUE(checkGemmProblem(g).isOk());
-      const std::vector<float> A = random(g.lda * (ta ? m : k), 10), B = random(g.ldb * (tb ? k : n), 11),
-                               bias = random(m, 12);
+      const std::vector<float> A = random(g.lda * (ta ? m : k), 10), B = random(g.ldb * (tb ? k : n), 11);
+      std::vector<float> bias = random(m, 12);
       std::vector<float> C = random(g.ldc * n, 13);
       const std::vector<float> C0 = C;
       referenceColumnMajorGemm(g, A.data(), B.data(), C.data(), bias.data());

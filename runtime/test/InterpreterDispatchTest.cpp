@@ -130,6 +130,19 @@ std::vector<Case> cases() {
       {"linear_bwd_weight", {{"dy", {15}}, {"x", {12}}, {"dw", {20}}},
        {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "in_out"}, {"accumulate", true}},
        [](Host& h) { linearBackwardWeight(h.F("dy"), h.F("x"), h.F("dw"), 3, 4, 5, WeightLayout::kInOut, true); }},
+      // With db (llcdist-plan-fuse-epilogues): linear_bwd_bias of the same dy, accumulated as dw is.
+      {"linear_bwd_weight", {{"dy", {15}}, {"x", {12}}, {"dw", {20}}, {"db", {5}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "out_in"}, {"accumulate", true}},
+       [](Host& h) {
+         linearBackwardWeight(h.F("dy"), h.F("x"), h.F("dw"), 3, 4, 5, WeightLayout::kOutIn, true);
+         linearBackwardBias(h.F("dy"), h.F("db"), 3, 5, true);
+       }},
+      {"linear_bwd_weight", {{"dy", {15}}, {"x", {12}}, {"dw", {20}}, {"db", {5}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "in_out"}, {"accumulate", false}},
+       [](Host& h) {
+         linearBackwardWeight(h.F("dy"), h.F("x"), h.F("dw"), 3, 4, 5, WeightLayout::kInOut, false);
+         linearBackwardBias(h.F("dy"), h.F("db"), 3, 5, false);
+       }},
       {"linear_bwd_bias", {{"dy", {15}}, {"db", {5}}}, {{"M", 3}, {"N", 5}, {"accumulate", true}},
        [](Host& h) { linearBackwardBias(h.F("dy"), h.F("db"), 3, 5, true); }},
       {"bias_add", {{"y", {15}}, {"bias", {5}}}, {{"M", 3}, {"N", 5}},

@@ -19,6 +19,7 @@
 // DEFAULT-NEXT: llcdist-plan-comm-dtype{grad-reduce-dtype=bf16},
 // DEFAULT-NEXT: plan.program(
 // DEFAULT-NEXT: llcdist-plan-fuse-norm,
+// DEFAULT-NEXT: llcdist-plan-fuse-epilogues,
 // DEFAULT-NEXT: llcdist-plan-fuse-optimizer,
 // DEFAULT-NEXT: llcdist-plan-memory{check-slots-alike=false slots-alike=true},
 // DEFAULT-NEXT: llcdist-verify-async
@@ -90,6 +91,7 @@
 // BUCKETS: plan.program(
 // BUCKETS-NEXT: llcdist-plan-grad-buckets{bucket-size=1000},
 // BUCKETS-NEXT: llcdist-plan-fuse-norm,
+// BUCKETS-NEXT: llcdist-plan-fuse-epilogues,
 // BUCKETS-NEXT: llcdist-plan-fuse-optimizer,
 // BUCKETS-NEXT: llcdist-plan-memory{check-slots-alike=false slots-alike=true},
 

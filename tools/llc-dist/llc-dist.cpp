@@ -107,8 +107,9 @@ llcdist-pipeline-split, llcdist-lower-to-plan, [--grad-bucket-size:
 llcdist-plan-grad-buckets], [--fsdp-prefetch: llcdist-plan-fsdp-prefetch],
 [--overlap-param-gather: llcdist-plan-overlap-param-gather],
 [--tp-comm-overlap: llcdist-plan-sp-overlap], [--overlap-p2p: llcdist-plan-p2p-overlap],
-llcdist-plan-fuse-norm (unless --no-fuse-norm), llcdist-plan-fuse-optimizer
-(unless --no-fuse-optimizer), llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
+llcdist-plan-fuse-norm (unless --no-fuse-norm), llcdist-plan-fuse-epilogues
+(unless --no-fuse-epilogues), llcdist-plan-fuse-optimizer (unless
+--no-fuse-optimizer), llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
 SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1)
@@ -255,6 +256,11 @@ OVERLAP (asynchronous plans)
                          llcdist-plan-fuse-norm makes each one kernel,
                          add_layer_norm_fwd / layer_norm_bwd and the RMSNorm
                          forms; the same numbers). The summary says what fused.
+  --no-fuse-epilogues    keep each linear layer's bias gradient apart from its
+                         weight gradient (default: llcdist-plan-fuse-epilogues
+                         makes them one linear_bwd_weight with db, the bias
+                         gradient cuBLASLt's epilogue of the weight-gradient
+                         GEMM; the same numbers). The summary says what fused.
   --no-fuse-optimizer    keep one optimizer update per parameter and one cast
                          per bf16 copy (default: llcdist-plan-fuse-optimizer
                          makes them one adamw_multi / sgd_multi per group of
@@ -598,6 +604,8 @@ int runCompile(Args &args) {
       train.fuseOptimizer = false;
     else if (a == "--no-fuse-norm")
       train.fuseNorm = false;
+    else if (a == "--no-fuse-epilogues")
+      train.fuseEpilogues = false;
     else if (auto v = args.value(a, "--tp-embeddings")) {
       if (*v != "vocab-parallel" && *v != "replicated")
         throw UsageError{"--tp-embeddings must be vocab-parallel or replicated, got '" +

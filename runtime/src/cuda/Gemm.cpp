@@ -96,8 +96,8 @@ public:
     if (Status s = checkGemmProblem(g); !s.isOk()) return std::move(s).withRank(rank_);
     if (g.m < 1 || g.n < 1 || g.k < 1) return fail(Status::invalidArgument("empty problems are not run"));
     if (!A || !B || !C) return fail(Status::invalidArgument("a null A, B or C"));
-    const bool hasBias = g.epilogue == GemmEpilogue::kBias;
-    if (hasBias && !bias) return fail(Status::invalidArgument("the bias epilogue without a bias"));
+    const bool hasBias = g.epilogue != GemmEpilogue::kNone;  // read (kBias) or written (the bias gradients)
+    if (hasBias && !bias) return fail(Status::invalidArgument("a bias epilogue without a bias"));
     if (!hasBias) bias = nullptr;
     if (Status s = checkGemmAlignment(A, B, C, g.dtype, g.outType, bias); !s.isOk()) return fail(std::move(s));
     const int alignment = gemmAlignmentClass(A, B, C, bias);
@@ -154,8 +154,10 @@ private:
                        problem);
     LLCDIST_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), rank_,
                        problem);
-    if (g.epilogue == GemmEpilogue::kBias) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    if (g.epilogue != GemmEpilogue::kNone) {
+      const cublasLtEpilogue_t epilogue = g.epilogue == GemmEpilogue::kBias        ? CUBLASLT_EPILOGUE_BIAS
+                                          : g.epilogue == GemmEpilogue::kBiasGradA ? CUBLASLT_EPILOGUE_BGRADA
+                                                                                   : CUBLASLT_EPILOGUE_BGRADB;
       const int32_t biasType = int32_t(outType);
       LLCDIST_CUBLAS_TRY(
           cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), rank_,

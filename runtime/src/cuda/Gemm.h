@@ -19,7 +19,8 @@ public:
   // Device bytes held (the workspace), counted in the backend's peakAllocatedBytes.
   virtual int64_t deviceBytes() const = 0;
   // Enqueues C = op(A)·op(B) + beta·C (+ bias) on `stream` (GemmPlan.h: the problem, column-major as
-  // cuBLAS defines it; A, B, C, bias of the problem's dtype; bias required with GemmEpilogue::kBias).
+  // cuBLAS defines it; A and B of the problem's dtype, C and bias of its outType; bias required with
+  // every epilogue: read with kBias, written with the bias-gradient epilogues).
   // `deterministic` restricts the algorithm to non-split-K reductions. m, n, k must be >= 1. Errors
   // name the problem and the rank, and nothing is enqueued then: InvalidArgument for a malformed
   // problem or misaligned pointers, NotFound when cuBLASLt has no algorithm for the problem (the

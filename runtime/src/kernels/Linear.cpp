@@ -69,6 +69,7 @@ void registerCpuLinearKernels(CpuKernelTable& t) {
   });
   addCpuKernel<P>(t, K::kLinearBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {
     linearBackwardWeight(c.F("dy"), c.F("x"), c.F("dw"), p.M, p.K, p.N, p.layout, p.accumulate);
+    if (float* db = c.F("db")) linearBackwardBias(c.F("dy"), db, p.M, p.N, p.accumulate);  // the fused bias gradient
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kLinearBwdBias, [](const KernelCall& c, const P& p, const Ctx&) {

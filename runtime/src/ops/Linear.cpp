@@ -18,6 +18,7 @@ Status checkLinear(const OpChecker& c) {
   LLCDIST_RETURN_IF_ERROR(c.count("w", prod({K_, N}), "K×N"));
   LLCDIST_RETURN_IF_ERROR(c.count("dw", prod({K_, N}), "K×N"));
   LLCDIST_RETURN_IF_ERROR(c.count("bias", N, "N"));
+  LLCDIST_RETURN_IF_ERROR(c.count("db", N, "N"));
   LLCDIST_RETURN_IF_ERROR(c.count("y", prod({M, N}), "M×N"));
   return c.count("dy", prod({M, N}), "M×N");
 }

@@ -322,6 +322,18 @@ TEST(CudaBf16Kernels, LinearOnTensorCores) {
             .bf16("x", randomF32(s.M * s.K, 101))
             .f32("dw", randomF32(s.N * s.K, 102))
             .expectMatch(1e-4, 1e-4);
+        // With db (llcdist-plan-fuse-epilogues): a bf16 db is the epilogue's (written, not accumulated),
+        // an f32 one the own bias kernels'; the epilogue sums M terms in f32, as dw.
+        for (bool bf16Db : {true, false}) {
+          KernelCase k(K::kLinearBwdWeight, p);
+          k.bf16("dy", randomF32(s.M * s.N, 105)).bf16("x", randomF32(s.M * s.K, 106));
+          k.bf16("dw", randomF32(s.N * s.K, 107));
+          if (bf16Db)
+            k.bf16("db", randomF32(s.N, 108));
+          else
+            k.f32("db", randomF32(s.N, 108));
+          k.expectMatch(std::sqrt(double(s.M)) / 256.0, kBf16Rtol);
+        }
         KernelCase(K::kLinearBwdBias, p)
             .bf16("dy", randomF32(s.M * s.N, 103))
             .bf16("db", randomF32(s.N, 104))

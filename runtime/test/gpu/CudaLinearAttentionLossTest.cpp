@@ -80,6 +80,19 @@ TEST_P(CudaLinearTest, BackwardWeight) {
       .expectMatch(1e-4, 1e-4);
 }
 
+// With db (llcdist-plan-fuse-epilogues): cuBLASLt's bias-gradient epilogue where db is written, the own
+// bias kernels where it accumulates; f32 sums inside the GEMM, hence the GEMM's tolerance.
+TEST_P(CudaLinearTest, BackwardWeightWithBiasGradient) {
+  LLCDIST_REQUIRE_GPU();
+  const LinearCase& c = GetParam();
+  KernelCase(K::kLinearBwdWeight, linearParams(c))
+      .f32("dy", randomF32(c.M * c.N, 13))
+      .f32("x", randomF32(c.M * c.K, 14))
+      .f32("dw", randomF32(c.N * c.K, 15))
+      .f32("db", randomF32(c.N, 16))
+      .expectMatch(1e-4, 1e-4);
+}
+
 TEST_P(CudaLinearTest, BackwardBias) {
   LLCDIST_REQUIRE_GPU();
   const LinearCase& c = GetParam();
@@ -515,6 +528,17 @@ TEST(CudaRepeatabilityTest, LinearBackwardWeightAndBias) {
     bufs[roleOf(kind, "x")].push_back(hostBuf(randomF32(c.M * c.K, 72), schema::ElemType::kF32));
     bufs[roleOf(kind, "dw")].push_back(hostBuf(randomF32(c.N * c.K, 73), schema::ElemType::kF32));
     expectRepeatable(kind, linearParams(c), bufs);
+  }
+  for (bool accumulate : {false, true}) {  // with db: the epilogue, the own kernels
+    LinearCase d = c;
+    d.accumulate = accumulate;
+    const K kind = K::kLinearBwdWeight;
+    auto bufs = noBufs(kind);
+    bufs[roleOf(kind, "dy")].push_back(hostBuf(randomF32(d.M * d.N, 76), schema::ElemType::kF32));
+    bufs[roleOf(kind, "x")].push_back(hostBuf(randomF32(d.M * d.K, 77), schema::ElemType::kF32));
+    bufs[roleOf(kind, "dw")].push_back(hostBuf(randomF32(d.N * d.K, 78), schema::ElemType::kF32));
+    bufs[roleOf(kind, "db")].push_back(hostBuf(randomF32(d.N, 79), schema::ElemType::kF32));
+    expectRepeatable(kind, linearParams(d), bufs);
   }
   {
     const K kind = K::kLinearBwdBias;

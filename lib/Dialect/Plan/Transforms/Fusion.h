@@ -3,7 +3,9 @@
 // The plan→plan fusion passes (llcdist-plan-fuse-optimizer,
 // llcdist-plan-fuse-norm) replace runs of kernels by one kernel whose
 // contract is theirs in turn (docs/plan-format.md). Each records what it
-// fused on the program (kFusedAttr) for the compile summary's "fused" lines.
+// fused on the program (kFusedAttr) for the compile summary's "fused" lines,
+// and where a group of kernels may become one (placement: the others move to
+// one of them across kernels independent of them only).
 //
 //===----------------------------------------------------------------------===//
 #ifndef LLCDIST_LIB_DIALECT_PLAN_TRANSFORMS_FUSION_H
@@ -11,7 +13,10 @@
 
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 
+#include "KernelAccess.h"
+
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/STLExtras.h"
 
 #include <string>
@@ -62,6 +67,66 @@ private:
 /// the only kernels a fusion pass touches.
 inline bool isSyncCompute(KernelOp k) {
   return !k->hasAttr(kTokenAttr) && !k->hasAttr(kQueueAttr);
+}
+
+/// The buffers each kernel touches, for moving kernels across others. A
+/// `wait` touches what the operation it waits for touches (the kernel
+/// started with its token): a kernel independent of those may move across it
+/// either way; a wait for no known start is a barrier.
+class Accesses {
+public:
+  explicit Accesses(ProgramOp program) {
+    program.walk([&](KernelOp k) {
+      if (k.getKernel() != kWaitKernel)
+        if (auto t = k->getAttrOfType<mlir::IntegerAttr>(kTokenAttr)) {
+          // One token may start several operations (in a subroutine and its
+          // clones): a wait for it touches what any of them touches.
+          KernelAccess &all = started[t.getInt()], one = accessOf(k);
+          all.reads.insert(one.reads.begin(), one.reads.end());
+          all.writes.insert(one.writes.begin(), one.writes.end());
+        }
+    });
+  }
+  /// Whether `a` (a kernel that moves) may cross `k`.
+  bool mayCross(const KernelAccess &a, KernelOp k) const {
+    if (k.getKernel() != kWaitKernel)
+      return !dependent(a, accessOf(k));
+    auto t = k->getAttrOfType<mlir::IntegerAttr>(kTokenAttr);
+    auto it = t ? started.find(t.getInt()) : started.end();
+    return it != started.end() && !dependent(a, it->second);
+  }
+
+private:
+  llvm::DenseMap<int64_t, KernelAccess> started;
+};
+
+/// Where the kernels `members` (of one subroutine) may become one kernel:
+/// before the member every other one can move to, each across kernels it
+/// may cross only (Accesses::mayCross). The last member is tried first. Null
+/// when none can.
+inline KernelOp placement(llvm::ArrayRef<KernelOp> members, const Accesses &accesses) {
+  auto isMember = [&](mlir::Operation *op) { return llvm::is_contained(members, op); };
+  for (KernelOp at : llvm::reverse(members)) {
+    bool ok = true;
+    for (KernelOp m : members) {
+      if (m == at)
+        continue;
+      const bool later = m->isBeforeInBlock(at);
+      KernelAccess acc = accessOf(m);
+      for (mlir::Operation *x = later ? m->getNextNode() : at.getOperation(); ok && x != (later ? at : m);
+           x = x->getNextNode()) {
+        if (isMember(x))
+          continue;
+        auto k = mlir::dyn_cast<KernelOp>(x);
+        ok = k && accesses.mayCross(acc, k);
+      }
+      if (!ok)
+        break;
+    }
+    if (ok)
+      return at;
+  }
+  return {};
 }
 
 } // namespace llcdist::plan

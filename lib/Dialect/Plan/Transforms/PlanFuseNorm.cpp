@@ -80,66 +80,6 @@ plan::KernelOp build(OpBuilder &b, Operation *at, StringRef kernel, ArrayRef<Nam
   return b.create<plan::KernelOp>(loc, b.getStringAttr(kernel), b.getDictionaryAttr(args), params);
 }
 
-/// The buffers each kernel touches, for moving kernels across others. A
-/// `wait` touches what the operation it waits for touches (the kernel
-/// started with its token): a kernel independent of those may move across it
-/// either way; a wait for no known start is a barrier.
-class Accesses {
-public:
-  explicit Accesses(plan::ProgramOp program) {
-    program.walk([&](plan::KernelOp k) {
-      if (k.getKernel() != plan::kWaitKernel)
-        if (auto t = k->getAttrOfType<IntegerAttr>(plan::kTokenAttr)) {
-          // One token may start several operations (in a subroutine and its
-          // clones): a wait for it touches what any of them touches.
-          plan::KernelAccess &all = started[t.getInt()], one = plan::accessOf(k);
-          all.reads.insert(one.reads.begin(), one.reads.end());
-          all.writes.insert(one.writes.begin(), one.writes.end());
-        }
-    });
-  }
-  /// Whether `a` (a kernel that moves) may cross `k`.
-  bool mayCross(const plan::KernelAccess &a, plan::KernelOp k) const {
-    if (k.getKernel() != plan::kWaitKernel)
-      return !plan::dependent(a, plan::accessOf(k));
-    auto t = k->getAttrOfType<IntegerAttr>(plan::kTokenAttr);
-    auto it = t ? started.find(t.getInt()) : started.end();
-    return it != started.end() && !plan::dependent(a, it->second);
-  }
-
-private:
-  llvm::DenseMap<int64_t, plan::KernelAccess> started;
-};
-
-/// Where the kernels `members` (of one subroutine) may become one kernel:
-/// before the member every other one can move to, each across kernels it
-/// may cross only (Accesses::mayCross). The last member is tried first. Null
-/// when none can.
-plan::KernelOp placement(ArrayRef<plan::KernelOp> members, const Accesses &accesses) {
-  auto isMember = [&](Operation *op) { return llvm::is_contained(members, op); };
-  for (plan::KernelOp at : llvm::reverse(members)) {
-    bool ok = true;
-    for (plan::KernelOp m : members) {
-      if (m == at)
-        continue;
-      const bool later = m->isBeforeInBlock(at);
-      plan::KernelAccess acc = plan::accessOf(m);
-      for (Operation *x = later ? m->getNextNode() : at.getOperation(); ok && x != (later ? at : m);
-           x = x->getNextNode()) {
-        if (isMember(x))
-          continue;
-        auto k = dyn_cast<plan::KernelOp>(x);
-        ok = k && accesses.mayCross(acc, k);
-      }
-      if (!ok)
-        break;
-    }
-    if (ok)
-      return at;
-  }
-  return {};
-}
-
 /// The first kernel after `k` in its subroutine that reads `buf`, or null.
 plan::KernelOp nextReader(plan::KernelOp k, Attribute buf) {
   const StringAttr name = cast<FlatSymbolRefAttr>(buf).getAttr();
@@ -151,7 +91,7 @@ plan::KernelOp nextReader(plan::KernelOp k, Attribute buf) {
 
 /// The forward: an add, and the norm that first reads its sum. Returns the
 /// norm it erased with the add, or null.
-Operation *fuseForward(OpBuilder &b, plan::KernelOp add, const Accesses &accesses, plan::FusionRecord &fused) {
+Operation *fuseForward(OpBuilder &b, plan::KernelOp add, const plan::Accesses &accesses, plan::FusionRecord &fused) {
   if (!is(add, "add"))
     return nullptr;
   plan::KernelOp norm = nextReader(add, arg(add, "y"));
@@ -162,7 +102,7 @@ Operation *fuseForward(OpBuilder &b, plan::KernelOp add, const Accesses &accesse
   auto M = norm.getParams().getAs<IntegerAttr>("M"), H = norm.getParams().getAs<IntegerAttr>("H");
   if (!count || !M || !H || count.getInt() != M.getInt() * H.getInt())
     return nullptr;
-  plan::KernelOp at = placement({add, norm}, accesses);
+  plan::KernelOp at = plan::placement({add, norm}, accesses);
   if (!at)
     return nullptr;
   SmallVector<NamedAttribute> args{b.getNamedAttr("a", arg(add, "a")), b.getNamedAttr("b", arg(add, "b")),
@@ -237,7 +177,7 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
     plan::ProgramOp program = getOperation();
     OpBuilder b(program.getContext());
     plan::FusionRecord fused;
-    const Accesses accesses(program);
+    const plan::Accesses accesses(program);
 
     // The forward pairs.
     program.walk([&](plan::SubroutineOp sub) {
@@ -297,14 +237,14 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
       bool withResidual = residual && touches[dx] == groupTouches[dx];
       if (withResidual) {
         members.push_back(g.add);
-        at = placement(members, accesses);
+        at = plan::placement(members, accesses);
         if (!at) { // the pair may still fuse without the add
           withResidual = false;
           members.pop_back();
         }
       }
       if (!at)
-        at = placement(members, accesses);
+        at = plan::placement(members, accesses);
       if (!at)
         continue;
       SmallVector<NamedAttribute> args;

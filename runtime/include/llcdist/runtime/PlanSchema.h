@@ -242,7 +242,9 @@ inline constexpr A kLinFwdArgs[] = {{"x", One, F, R}, {"w", One, F, R}, {"bias",
 inline constexpr T kLinFwdAttrs[] = {{"M", Int}, {"K", Int}, {"N", Int}, {"layout", Str}};
 inline constexpr A kLinBwdInArgs[] = {{"dy", One, F, R}, {"w", One, F, R}, {"dx", One, F, RW}};
 inline constexpr T kLinBwdAttrs[] = {{"M", Int}, {"K", Int}, {"N", Int}, {"layout", Str}, {"accumulate", Bool}};
-inline constexpr A kLinBwdWArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"dw", One, F, RW}};
+// linear_bwd_weight's optional db: linear_bwd_bias of the same dy in the same op (the weight gradient
+// GEMM's bias-gradient epilogue; llcdist-plan-fuse-epilogues), accumulated as dw is.
+inline constexpr A kLinBwdWArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"dw", One, F, RW}, {"db", Opt, F, RW}};
 inline constexpr A kLinBwdBArgs[] = {{"dy", One, F, R}, {"db", One, F, RW}};
 inline constexpr T kLinBwdBAttrs[] = {{"M", Int}, {"N", Int}, {"accumulate", Bool}};
 // bias_add: y[M,N] += bias[N], in place.

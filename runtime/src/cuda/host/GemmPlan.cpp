@@ -83,7 +83,7 @@ GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype, Gemm
 // kInOut: dw[K,N] = xᵀ·dy. Column-major C = dwᵀ (N×K, ldc N) = dyᵀ (N×M) · x (M×K).
 //   dyᵀ: A = dy, no transpose, lda = N.  x: x read column-major is xᵀ (K×M, ld K): B = x transposed,
 //   ldb = K.
-GemmProblem linearBackwardWeightGemm(const LinearParams& p, GemmDType dtype, GemmDType outType) {
+GemmProblem linearBackwardWeightGemm(const LinearParams& p, GemmDType dtype, GemmDType outType, bool biasGrad) {
   GemmProblem g;
   if (p.layout == WeightLayout::kOutIn) {
     g.m = p.K;
@@ -109,7 +109,9 @@ GemmProblem linearBackwardWeightGemm(const LinearParams& p, GemmDType dtype, Gem
     g.ldc = p.N;
   }
   g.beta = p.accumulate ? 1.0f : 0.0f;
-  g.epilogue = GemmEpilogue::kNone;
+  g.epilogue = !biasGrad                   ? GemmEpilogue::kNone
+               : g.a == GemmOperand::kDy ? GemmEpilogue::kBiasGradA
+                                         : GemmEpilogue::kBiasGradB;
   g.dtype = dtype;
   g.outType = outType;
   return g;
@@ -135,7 +137,11 @@ std::string describeGemm(const GemmProblem& g) {
   std::ostringstream s;
   s << "m=" << g.m << " n=" << g.n << " k=" << g.k << " A=" << gemmOperandName(g.a) << (g.transA ? "^T" : "")
     << "(lda=" << g.lda << ") B=" << gemmOperandName(g.b) << (g.transB ? "^T" : "") << "(ldb=" << g.ldb
-    << ") C(ldc=" << g.ldc << ") beta=" << g.beta << (g.epilogue == GemmEpilogue::kBias ? " bias " : " ")
+    << ") C(ldc=" << g.ldc << ") beta=" << g.beta
+    << (g.epilogue == GemmEpilogue::kBias        ? " bias "
+        : g.epilogue == GemmEpilogue::kBiasGradA ? " bgradA "
+        : g.epilogue == GemmEpilogue::kBiasGradB ? " bgradB "
+                                                 : " ")
     << gemmDTypeName(g.dtype);
   if (g.outType != g.dtype) s << "->" << gemmDTypeName(g.outType);
   if (g.tf32) s << " tf32";
@@ -215,7 +221,7 @@ GemmKey gemmKey(const GemmProblem& g, int alignment, bool deterministic) {
   return k;
 }
 
-void referenceColumnMajorGemm(const GemmProblem& g, const float* A, const float* B, float* C, const float* bias) {
+void referenceColumnMajorGemm(const GemmProblem& g, const float* A, const float* B, float* C, float* bias) {
   // op(A)(i, p) and op(B)(p, j) from the stored matrices: element (r, c) at r + c·ld.
   const auto opA = [&](int64_t i, int64_t p) { return g.transA ? A[p + i * g.lda] : A[i + p * g.lda]; };
   const auto opB = [&](int64_t p, int64_t j) { return g.transB ? B[j + p * g.ldb] : B[p + j * g.ldb]; };
@@ -227,6 +233,18 @@ void referenceColumnMajorGemm(const GemmProblem& g, const float* A, const float*
       if (g.beta != 0.0f) s += double(g.beta) * double(c);
       if (g.epilogue == GemmEpilogue::kBias) s += double(bias[i]);
       c = float(s);
+    }
+  if (g.epilogue == GemmEpilogue::kBiasGradA)
+    for (int64_t i = 0; i < g.m; ++i) {
+      double s = 0.0;
+      for (int64_t p = 0; p < g.k; ++p) s += double(opA(i, p));
+      bias[i] = float(s);
+    }
+  if (g.epilogue == GemmEpilogue::kBiasGradB)
+    for (int64_t j = 0; j < g.n; ++j) {
+      double s = 0.0;
+      for (int64_t p = 0; p < g.k; ++p) s += double(opB(p, j));
+      bias[j] = float(s);
     }
 }
 

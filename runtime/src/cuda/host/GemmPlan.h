@@ -26,7 +26,11 @@
 namespace llcdist::rt::cuda {
 
 enum class GemmDType { kF32, kBF16 };      // an element type of the operands or of the output
-enum class GemmEpilogue { kNone, kBias };  // kBias: CUBLASLT_EPILOGUE_BIAS, bias[m] per row of C
+// kBias: CUBLASLT_EPILOGUE_BIAS, bias[m] added per row of C. kBiasGradA / kBiasGradB:
+// CUBLASLT_EPILOGUE_BGRADA / BGRADB, the bias gradient written (not added) to `bias`: the sums over k of
+// op(A)'s rows (bias[m]) / op(B)'s columns (bias[n]), in C's dtype.
+enum class GemmEpilogue { kNone, kBias, kBiasGradA, kBiasGradB };
+constexpr bool isBiasGradEpilogue(GemmEpilogue e) { return e == GemmEpilogue::kBiasGradA || e == GemmEpilogue::kBiasGradB; }
 // Which of the linear op's buffers feeds cuBLAS's A or B (C is always the op's output: y, dx or dw).
 enum class GemmOperand { kX, kW, kDy };
 
@@ -56,9 +60,11 @@ GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dty
 GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype = GemmDType::kF32,
                                     GemmDType outType = GemmDType::kF32);
 // linear_bwd_weight: dw in W's layout (kOutIn dw[N,K] = dyᵀ·x; kInOut dw[K,N] = xᵀ·dy), beta =
-// accumulate. kOutIn: C = dwᵀ (K×N), A = x, B = dy; kInOut: C = dwᵀ (N×K), A = dy, B = x.
+// accumulate. kOutIn: C = dwᵀ (K×N), A = x, B = dy; kInOut: C = dwᵀ (N×K), A = dy, B = x. With
+// `biasGrad`, the epilogue also writes linear_bwd_bias's column sums of dy (N of them, k = M summed):
+// BGRADB where dy is B (kOutIn), BGRADA where it is A (kInOut).
 GemmProblem linearBackwardWeightGemm(const LinearParams& p, GemmDType dtype = GemmDType::kF32,
-                                     GemmDType outType = GemmDType::kF32);
+                                     GemmDType outType = GemmDType::kF32, bool biasGrad = false);
 
 // The elements A, B and C must hold for the problem (the last element read or written, plus one).
 int64_t gemmElemsA(const GemmProblem& g);
@@ -112,8 +118,10 @@ GemmKey gemmKey(const GemmProblem& g, int alignment, bool deterministic);
 
 // The reference: C = op(A)·op(B) + beta·C (+ bias[i] on row i with kBias), column-major with leading
 // dimensions exactly as cuBLAS defines them, in f32 data with double accumulation. With beta 0, C is
-// not read (it may hold NaN). `bias` is required with kBias and ignored otherwise. Only dtype kF32.
+// not read (it may hold NaN). `bias` is required with the epilogues and ignored otherwise: read with
+// kBias, written with kBiasGradA (bias[i] = Σ_p op(A)(i, p)) and kBiasGradB (bias[j] = Σ_p op(B)(p, j)).
+// Only dtype kF32.
 void referenceColumnMajorGemm(const GemmProblem& g, const float* A, const float* B, float* C,
-                              const float* bias = nullptr);
+                              float* bias = nullptr);
 
 }  // namespace llcdist::rt::cuda

@@ -116,7 +116,7 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kRmsNormBwd, {own({"dy", "x", "weight", "dresidual", "dx", "dweight"})});
   set(K::kLinearFwd, {gemm("x", "w", "y", {"bias"})});
   set(K::kLinearBwdInput, {gemm("dy", "w", "dx")});
-  set(K::kLinearBwdWeight, {gemm("dy", "x", "dw")});
+  set(K::kLinearBwdWeight, {gemm("dy", "x", "dw", {"db"})});
   set(K::kLinearBwdBias, {own({"dy", "db"})});
   set(K::kBiasAdd, {own({"y", "bias"})});
   set(K::kSplitFwd, {withFits(own({"x", "outs"}), sameDType)});

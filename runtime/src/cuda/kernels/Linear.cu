@@ -6,6 +6,8 @@
 //    linear_fwd's bias is the GEMM's bias epilogue, or, where cuBLASLt has no algorithm with it, a
 //    broadcast of the bias into y and the GEMM accumulating onto it; accumulate is beta = 1 (the
 //    output's old value read exactly, the sum rounded once).
+//    linear_bwd_weight's db (the fused bias gradient) is the GEMM's bias-gradient epilogue (BGRADA /
+//    BGRADB) writing db, where db is written in the GEMM output's dtype; else linear_bwd_bias's kernels.
 //  - linear_bwd_bias: db[N] (+)= column sums of dy[M,N] in double, without atomics: pass 1 sums fixed
 //    chunks of kBiasRowsPerChunk rows per column into f64 scratch, pass 2 (one thread per column) adds
 //    the chunks in order, so the result depends only on M and repeats bit for bit.
@@ -109,6 +111,42 @@ Status runLinearGemm(const KernelCall& c, GemmProblem g, const LinearOperands& o
       .withContext(schema::opName(c.kind));
 }
 
+// db[N] (+)= the column sums of dy[M,N] (linear_bwd_bias), with the own two-pass kernels.
+Status biasGradient(FloatRef dy, FloatRef db, const LinearParams& p, const CudaKernelContext& ctx) {
+  if (p.N <= 0) return Status::ok();
+  const int64_t M = p.M > 0 ? p.M : 0;
+  const int64_t chunks = (M + kBiasRowsPerChunk - 1) / kBiasRowsPerChunk;
+  double* partial = nullptr;
+  if (chunks > 0) {
+    if (!ctx.scratch) return Status::internal("linear_bwd_bias: no device scratch in the CUDA kernel context");
+    StatusOr<void*> scratch = ctx.scratch->get(chunks * p.N * int64_t(sizeof(double)));
+    if (!scratch.isOk()) return scratch.status().withContext("linear_bwd_bias");
+    partial = static_cast<double*>(*scratch);
+    biasChunkSumsKernel<<<gridFor(chunks * p.N, kThreads), kThreads, 0, ctx.stream>>>(dy, partial, M, p.N, chunks);
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("linear_bwd_bias (chunk sums)", ctx.rank));
+  }
+  biasFinishKernel<<<gridFor(p.N, kThreads), kThreads, 0, ctx.stream>>>(partial, db, p.N, chunks, p.accumulate);
+  return LLCDIST_CUDA_LAUNCHED("linear_bwd_bias", ctx.rank);
+}
+
+// linear_bwd_weight with db (llcdist-plan-fuse-epilogues): the weight-gradient GEMM with cuBLASLt's
+// bias-gradient epilogue writing the column sums of dy straight into db (dy read once, one launch), where
+// db is written, not accumulated, and has the GEMM output's dtype: the epilogue rounds each sum once, into
+// db's dtype, as the contract asks. Otherwise (accumulate: the epilogue only writes; another dtype; no
+// algorithm with the epilogue) the plain GEMM and linear_bwd_bias's own kernels.
+Status weightAndBiasGradient(const KernelCall& c, const LinearParams& p, const LinearOperands& ops, FloatRef dw,
+                             FloatRef db, const CudaKernelContext& ctx) {
+  GemmProblem g = linearBackwardWeightGemm(p, gemmType(ops.dy), gemmType(dw), /*biasGrad=*/true);
+  if (ctx.gemm && !p.accumulate && gemmType(db) == g.outType && g.m > 0 && g.n > 0 && g.k > 0) {
+    g.tf32 = ctx.tf32;
+    const Status st = ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), dw.p, db.p, ctx.stream, ctx.deterministic);
+    if (st.code() != StatusCode::kNotFound) return st.withContext(schema::opName(c.kind));
+  }
+  g.epilogue = GemmEpilogue::kNone;
+  LLCDIST_RETURN_IF_ERROR(runLinearGemm(c, g, ops, dw, FloatRef{}, ctx));
+  return biasGradient(ops.dy, db, p, ctx);
+}
+
 }  // namespace
 
 void registerCudaLinearKernels(CudaKernelTable& t) {
@@ -143,28 +181,17 @@ void registerCudaLinearKernels(CudaKernelTable& t) {
     LinearOperands ops;
     ops.dy = floatRef(c, "dy");
     ops.x = floatRef(c, "x");
-    const FloatRef dw = floatRef(c, "dw");
+    const FloatRef dw = floatRef(c, "dw"), db = floatRef(c, "db");
+    if (db) {
+      LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "db", p.N));
+      return weightAndBiasGradient(c, p, ops, dw, db, ctx);
+    }
     return runLinearGemm(c, linearBackwardWeightGemm(p, gemmType(ops.dy), gemmType(dw)), ops, dw, FloatRef{}, ctx);
   });
   addCudaKernel<P>(t, K::kLinearBwdBias, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dy", p.M * p.N));
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "db", p.N));
-    if (p.N <= 0) return Status::ok();
-    const int64_t M = p.M > 0 ? p.M : 0;
-    const int64_t chunks = (M + kBiasRowsPerChunk - 1) / kBiasRowsPerChunk;
-    double* partial = nullptr;
-    if (chunks > 0) {
-      if (!ctx.scratch) return Status::internal("linear_bwd_bias: no device scratch in the CUDA kernel context");
-      StatusOr<void*> scratch = ctx.scratch->get(chunks * p.N * int64_t(sizeof(double)));
-      if (!scratch.isOk()) return scratch.status().withContext("linear_bwd_bias");
-      partial = static_cast<double*>(*scratch);
-      biasChunkSumsKernel<<<gridFor(chunks * p.N, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "dy"), partial, M,
-                                                                                         p.N, chunks);
-      LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("linear_bwd_bias (chunk sums)", ctx.rank));
-    }
-    biasFinishKernel<<<gridFor(p.N, kThreads), kThreads, 0, ctx.stream>>>(partial, floatRef(c, "db"), p.N, chunks,
-                                                                         p.accumulate);
-    return LLCDIST_CUDA_LAUNCHED("linear_bwd_bias", ctx.rank);
+    return biasGradient(floatRef(c, "dy"), floatRef(c, "db"), p, ctx);
   });
   addCudaKernel<P>(t, K::kBiasAdd, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "y", p.M * p.N));

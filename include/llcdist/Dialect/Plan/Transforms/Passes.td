@@ -311,6 +311,33 @@ def PlanFuseNorm : Pass<"llcdist-plan-fuse-norm", "llcdist::plan::ProgramOp"> {
   }];
 }
 
+def PlanFuseEpilogues : Pass<"llcdist-plan-fuse-epilogues", "llcdist::plan::ProgramOp"> {
+  let summary = "work a neighbouring GEMM can do in its epilogue: the bias gradient";
+  let description = [{
+    A linear layer with a bias has, in the backward, the weight-gradient GEMM
+    (dw = dy^T x) and the bias gradient (db = the column sums of dy): two
+    kernels that each read dy. cuBLASLt's BGRADA / BGRADB epilogues compute
+    the column sums inside the GEMM. This pass makes, in every subroutine, a
+    `linear_bwd_bias` and the `linear_bwd_weight` of the same dy (the same M,
+    N and accumulate) one `linear_bwd_weight` with the optional `db`. The
+    fused op stands where one of the two stood, the other moving to it only
+    across kernels independent of it (Fusion.h), and computes what the two
+    did, so the numbers are the same bits. Runs before llcdist-plan-memory;
+    records what it fused (plan.fused) for the compile summary. `llc-dist
+    compile --no-fuse-epilogues` leaves the kernels.
+
+    Before:
+    ```mlir
+    plan.kernel "linear_bwd_weight" {dw = @dw, dy = @dy, x = @x} {K = 64 : i64, M = 32 : i64, N = 256 : i64, accumulate = false, layout = "in_out"}
+    plan.kernel "linear_bwd_bias" {db = @db, dy = @dy} {M = 32 : i64, N = 256 : i64, accumulate = false}
+    ```
+    After:
+    ```mlir
+    plan.kernel "linear_bwd_weight" {db = @db, dw = @dw, dy = @dy, x = @x} {K = 64 : i64, M = 32 : i64, N = 256 : i64, accumulate = false, layout = "in_out"}
+    ```
+  }];
+}
+
 def PlanFuseOptimizer : Pass<"llcdist-plan-fuse-optimizer", "llcdist::plan::ProgramOp"> {
   let summary = "one multi-tensor op per optimizer group: adamw_multi, sgd_multi, cast_multi";
   let description = [{

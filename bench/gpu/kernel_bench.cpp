@@ -130,7 +130,7 @@ bool benchProblem(cudaStream_t stream, GemmRunner& runner, const GemmProblem& g,
   cudaMemset(C, 0, bytesC);
   std::string err;
   const double ours = timeIt(stream, [&] {
-    const Status st = runner.run(g, A, B, C, nullptr, stream, /*deterministic=*/false);
+    const Status st = runner.run(g, A, B, C, nullptr, nullptr, stream, /*deterministic=*/false);
     if (!st.isOk()) err = st.toString();
     return st.isOk();
   });

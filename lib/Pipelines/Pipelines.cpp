@@ -125,8 +125,8 @@ static void bindTrainingPipelineOptions(
          "the residual add with the norm after it, and a norm's backward kernels "
          "with the residual's add, one kernel each (llcdist-plan-fuse-norm)");
   o.bind("fuse-epilogues", f.fuseEpilogues,
-         "a linear layer's bias gradient in the weight-gradient GEMM's epilogue: "
-         "linear_bwd_weight with db (llcdist-plan-fuse-epilogues)");
+         "a linear layer's bias gradient and the GELU after it (forward and "
+         "backward) in the neighbouring GEMM's epilogue (llcdist-plan-fuse-epilogues)");
   o.bind("fuse-optimizer", f.fuseOptimizer,
          "one multi-tensor op per optimizer group and one cast_multi for the bf16 "
          "copies (llcdist-plan-fuse-optimizer)");

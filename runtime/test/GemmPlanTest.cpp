@@ -89,13 +89,17 @@ protected:
 
   // C through the problem: checks the problem's shape first (well formed, operands exactly their
   // buffers, C exactly the output), then runs the reference.
-  void runGemm(const GemmProblem& g, float* bias, std::vector<float>& out) const {
+  void runGemm(const GemmProblem& g, float* bias, std::vector<float>& out, std::vector<float>* aux = nullptr) const {
     ASSERT_TRUE(checkGemmProblem(g).isOk()) << checkGemmProblem(g).toString();
     EXPECT_NE(g.a, g.b) << describeGemm(g);
     EXPECT_EQ(gemmElemsA(g), operandElems(g.a)) << describeGemm(g);
     EXPECT_EQ(gemmElemsB(g), operandElems(g.b)) << describeGemm(g);
     EXPECT_EQ(gemmElemsC(g), int64_t(out.size())) << describeGemm(g);
-    referenceColumnMajorGemm(g, operand(g.a), operand(g.b), out.data(), bias);
+    if (aux) {  // the aux matrix is shaped as C
+      EXPECT_EQ(g.ldAux, g.ldc) << describeGemm(g);
+      EXPECT_EQ(int64_t(aux->size()), gemmElemsC(g)) << describeGemm(g);
+    }
+    referenceColumnMajorGemm(g, operand(g.a), operand(g.b), out.data(), bias, aux ? aux->data() : nullptr);
   }
 };
 
@@ -115,6 +119,36 @@ TEST_P(ForwardGemmTest, MatchesCpuKernel) {
   std::vector<float> bias = b;
   ASSERT_NO_FATAL_FAILURE(runGemm(g, hasBias ? bias.data() : nullptr, got));
   expectClose(got, want, "y");
+}
+
+// linear_fwd with gelu (the GELU_AUX(_BIAS) epilogue): C is the gelu buffer, the aux matrix y; both as
+// the CPU's linear_fwd, then gelu_tanh_fwd of y.
+TEST_P(ForwardGemmTest, WithGeluMatchesCpuKernels) {
+  const bool hasBias = GetParam().bias;
+  const GemmProblem g = linearForwardGemm(p, hasBias, GemmDType::kF32, GemmDType::kF32, /*gelu=*/true);
+  EXPECT_EQ(g.epilogue, hasBias ? GemmEpilogue::kGeluAuxBias : GemmEpilogue::kGeluAux);
+  std::vector<float> wantY(size_t(p.M * p.N)), wantGelu(wantY.size());
+  linearForward(x.data(), w.data(), hasBias ? b.data() : nullptr, wantY.data(), p.M, p.K, p.N, p.layout);
+  geluTanhForward(wantY.data(), wantGelu.data(), p.M * p.N);
+  std::vector<float> bias = b, gotGelu = initialOutput(p.M * p.N, false), gotY = gotGelu;
+  ASSERT_NO_FATAL_FAILURE(runGemm(g, hasBias ? bias.data() : nullptr, gotGelu, &gotY));
+  expectClose(gotY, wantY, "y (aux)");
+  expectClose(gotGelu, wantGelu, "gelu");
+}
+
+// linear_bwd_input with gelu_x (the DGELU epilogue, written, never accumulated): the CPU's
+// linear_bwd_input, then gelu_tanh_bwd of it with gelu_x.
+TEST_P(BackwardGemmTest, InputWithGeluGradientMatchesCpuKernels) {
+  if (p.accumulate) GTEST_SKIP() << "the GELU epilogues write C";
+  const GemmProblem g = linearBackwardInputGemm(p, GemmDType::kF32, GemmDType::kF32, /*dgelu=*/true);
+  EXPECT_EQ(g.epilogue, GemmEpilogue::kDGelu);
+  std::vector<float> geluX = random(p.M * p.K, 6), want(size_t(p.M * p.K));
+  linearBackwardInput(dy.data(), w.data(), want.data(), p.M, p.K, p.N, p.layout, false);
+  geluTanhBackward(want.data(), geluX.data(), want.data(), p.M * p.K);
+  std::vector<float> got = initialOutput(p.M * p.K, false), aux = geluX;
+  ASSERT_NO_FATAL_FAILURE(runGemm(g, nullptr, got, &aux));
+  expectClose(got, want, "dx");
+  EXPECT_EQ(aux, geluX) << "DGELU reads its aux matrix";
 }
 
 TEST_P(BackwardGemmTest, InputMatchesCpuKernel) {
@@ -169,6 +203,36 @@ INSTANTIATE_TEST_SUITE_P(LinearBwd, BackwardGemmTest, ::testing::ValuesIn(mappin
 
 // The reference against an independent triple loop: transposes and leading dimensions larger than the
 // row counts (padded columns must be neither read nor written).
+// The GELU epilogues write C (beta 0) through an aux matrix of at least m rows whose leading dimension
+// cuBLASLt wants a multiple of 8: a problem that breaks the first two is malformed, the third is one the
+// runner answers NotFound for (the kernels then run the GEMM and the own GELU map).
+TEST(GemmEpilogueTest, GeluAuxRules) {
+  LinearParams p;
+  p.M = 4;
+  p.K = 16;
+  p.N = 24;
+  GemmProblem g = linearForwardGemm(p, true, GemmDType::kBF16, GemmDType::kBF16, /*gelu=*/true);
+  EXPECT_TRUE(checkGemmProblem(g).isOk()) << checkGemmProblem(g).toString();
+  EXPECT_EQ(gemmEpilogueUnsupportedReason(g), "");
+  EXPECT_NE(describeGemm(g).find("gelu_aux_bias (ldaux=24)"), std::string::npos) << describeGemm(g);
+  g.ldAux = 12;
+  EXPECT_FALSE(checkGemmProblem(g).isOk());
+  g.ldAux = 28;
+  EXPECT_TRUE(checkGemmProblem(g).isOk());
+  EXPECT_NE(gemmEpilogueUnsupportedReason(g).find("not a multiple of 8"), std::string::npos);
+  p.accumulate = true;
+  g = linearBackwardInputGemm(p, GemmDType::kBF16, GemmDType::kBF16, /*dgelu=*/true);
+  EXPECT_EQ(g.ldAux, p.K);
+  EXPECT_NE(checkGemmProblem(g).toString().find("beta 0"), std::string::npos) << checkGemmProblem(g).toString();
+  // The aux matrix counts in the alignment and the cache key.
+  alignas(16) static uint16_t buf[64];
+  EXPECT_EQ(gemmAlignmentClass(buf, buf, buf, nullptr, buf + 1), 2);
+  EXPECT_FALSE(checkGemmAlignment(buf, buf, buf, GemmDType::kF32, GemmDType::kF32, nullptr, buf + 1).isOk());
+  GemmProblem a = linearForwardGemm(p, false, GemmDType::kBF16, GemmDType::kBF16, true), b = a;
+  b.ldAux = 32;
+  EXPECT_NE(gemmKey(a, 16, true), gemmKey(b, 16, true));
+}
+
 TEST(ReferenceGemmTest, HonoursTransposesAndLeadingDimensions) {
   const int64_t m = 3, n = 4, k = 5, pad = 2;
   for (bool ta : {false, true})

@@ -124,6 +124,23 @@ std::vector<Case> cases() {
        [](Host& h) { linearForward(h.F("x"), h.F("w"), h.F("bias"), h.F("y"), 3, 4, 5, WeightLayout::kInOut); }},
       {"linear_fwd", {{"x", {12}}, {"w", {20}}, {"y", {15}}}, {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "out_in"}},
        [](Host& h) { linearForward(h.F("x"), h.F("w"), nullptr, h.F("y"), 3, 4, 5, WeightLayout::kOutIn); }},
+      // With gelu / gelu_x (llcdist-plan-fuse-epilogues): the GEMM, its output rounded as stored, then the
+      // GELU's forward / backward.
+      {"linear_fwd", {{"x", {12}}, {"w", {20}}, {"bias", {5}}, {"y", {15}}, {"gelu", {15}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "out_in"}},
+       [](Host& h) {
+         linearForward(h.F("x"), h.F("w"), h.F("bias"), h.F("y"), 3, 4, 5, WeightLayout::kOutIn);
+         h.roundIfBf16(h.f["y"][0]);
+         geluTanhForward(h.F("y"), h.F("gelu"), 15);
+       }},
+      {"linear_bwd_input", {{"dy", {15}}, {"w", {20}}, {"gelu_x", {12}}, {"dx", {12}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "in_out"}, {"accumulate", false}},
+       [](Host& h) {
+         std::vector<float> dAct(12);
+         linearBackwardInput(h.F("dy"), h.F("w"), dAct.data(), 3, 4, 5, WeightLayout::kInOut, false);
+         h.roundIfBf16(dAct);
+         geluTanhBackward(dAct.data(), h.F("gelu_x"), h.F("dx"), 12);
+       }},
       {"linear_bwd_input", {{"dy", {15}}, {"w", {20}}, {"dx", {12}}},
        {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "out_in"}, {"accumulate", true}},
        [](Host& h) { linearBackwardInput(h.F("dy"), h.F("w"), h.F("dx"), 3, 4, 5, WeightLayout::kOutIn, true); }},

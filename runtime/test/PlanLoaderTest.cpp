@@ -459,6 +459,34 @@ TEST_F(PlanLoaderTest, ShardAxisAndBiasAddErrors) {
   expectError(biasAdd({{"y", kIds}, {"bias", kH}}, {{"M", 1}, {"N", 16}}), {"ops[4].args.y", "needs f32"});
 }
 
+// The GELU epilogues' roles (llcdist-plan-fuse-epilogues): linear_fwd's gelu is M×N; linear_bwd_input's
+// gelu_x is M×K and only where dx is written (the epilogue cannot accumulate).
+TEST_F(PlanLoaderTest, LinearGeluRoles) {
+  {
+    testing::PlanBuilder b = base;
+    forwardOp(b, 2)["args"]["gelu"] = b.buffer("gelu", "activation", {16, 32});
+    Status s = load(b);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+  expectError([](auto& b) { forwardOp(b, 2)["args"]["gelu"] = b.buffer("gelu", "activation", {16, 16}); },
+              {"subroutines[1].ops[2].args.gelu", "expected M×N = 512"});
+  auto bwdInput = [](bool accumulate, int64_t geluRows) {
+    return [=](testing::PlanBuilder& b) {
+      const int64_t x = b.buffer("gelu_x", "activation", {geluRows, 16}), dx = b.buffer("dx", "activation", {16, 16});
+      b.op("forward", "linear_bwd_input", {{"dy", kLogits}, {"w", kLm}, {"gelu_x", x}, {"dx", dx}},
+           {{"M", 16}, {"K", 16}, {"N", 32}, {"layout", "out_in"}, {"accumulate", accumulate}});
+    };
+  };
+  {
+    testing::PlanBuilder b = base;
+    bwdInput(false, 16)(b);
+    Status s = load(b);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+  expectError(bwdInput(true, 16), {"ops[4].args.gelu_x", "accumulate must be false"});
+  expectError(bwdInput(false, 8), {"ops[4].args.gelu_x", "expected M×K = 256"});
+}
+
 // Sequence-parallel position embedding (attr shard_axis; S is the local sequence length, the rank holds
 // positions [c·S, (c+1)·S), so S·n must fit in P).
 TEST_F(PlanLoaderTest, PosEmbeddingShardAxisErrors) {

@@ -257,10 +257,12 @@ OVERLAP (asynchronous plans)
                          add_layer_norm_fwd / layer_norm_bwd and the RMSNorm
                          forms; the same numbers). The summary says what fused.
   --no-fuse-epilogues    keep each linear layer's bias gradient apart from its
-                         weight gradient (default: llcdist-plan-fuse-epilogues
-                         makes them one linear_bwd_weight with db, the bias
-                         gradient cuBLASLt's epilogue of the weight-gradient
-                         GEMM; the same numbers). The summary says what fused.
+                         weight gradient, and the GELU apart from the linear
+                         before it (default: llcdist-plan-fuse-epilogues makes
+                         them linear_bwd_weight with db, linear_fwd with gelu
+                         and linear_bwd_input with gelu_x, cuBLASLt's epilogues
+                         of the GEMMs; the same numbers on the CPU). The
+                         summary says what fused.
   --no-fuse-optimizer    keep one optimizer update per parameter and one cast
                          per bf16 copy (default: llcdist-plan-fuse-optimizer
                          makes them one adamw_multi / sgd_multi per group of

@@ -55,9 +55,12 @@ const Fusion kFusions[] = {
     {"fuse-norm",
      &TrainingPipelineOptions::fuseNorm,
      ofKinds({K::kAddLayerNormFwd, K::kAddRmsNormFwd, K::kLayerNormBwd, K::kRmsNormBwd})},
-    // Llama's linear layers have no bias.
+    // Llama's linear layers have no bias and its MLP no GELU.
     {"fuse-epilogues", &TrainingPipelineOptions::fuseEpilogues,
-     [](const rt::Op &op) { return op.kind == K::kLinearBwdWeight && op.arg("db") >= 0; },
+     [](const rt::Op &op) {
+       return (op.kind == K::kLinearBwdWeight && op.arg("db") >= 0) || (op.kind == K::kLinearFwd && op.arg("gelu") >= 0) ||
+              (op.kind == K::kLinearBwdInput && op.arg("gelu_x") >= 0);
+     },
      [](const Case &c) { return std::string(c.model) == "tiny-gpt2"; }},
 };
 

@@ -76,8 +76,9 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   /// (both gradients and the residual's add) one kernel
   /// (llcdist-plan-fuse-norm; off: the unfused kernels).
   bool fuseNorm = true;
-  /// A linear layer's bias gradient in its weight-gradient GEMM's epilogue
-  /// (llcdist-plan-fuse-epilogues; off: linear_bwd_bias apart).
+  /// A linear layer's bias gradient in its weight-gradient GEMM's epilogue,
+  /// the GELU after a linear in its GEMMs' (llcdist-plan-fuse-epilogues; off:
+  /// linear_bwd_bias and gelu_tanh_fwd / _bwd apart).
   bool fuseEpilogues = true;
   /// Run llcdist-verify-plan last (off only for in-memory compilations whose
   /// plan is never written, e.g. the memory hints of a plan that does not fit).

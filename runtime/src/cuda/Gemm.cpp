@@ -60,6 +60,19 @@ using PreferencePtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPrefer
 
 cudaDataType dataType(GemmDType t) { return t == GemmDType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
+cublasLtEpilogue_t cublasEpilogue(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone: return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::kBiasGradA: return CUBLASLT_EPILOGUE_BGRADA;
+    case GemmEpilogue::kBiasGradB: return CUBLASLT_EPILOGUE_BGRADB;
+    case GemmEpilogue::kGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmEpilogue::kGeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
 // What is cached per key.
 struct CachedGemm {
   DescPtr desc;
@@ -89,25 +102,28 @@ public:
 
   int64_t deviceBytes() const override { return workspace_ ? int64_t(kWorkspaceBytes) : 0; }
 
-  Status run(const GemmProblem& g, const void* A, const void* B, void* C, const void* bias, cudaStream_t stream,
-             bool deterministic) override {
+  Status run(const GemmProblem& g, const void* A, const void* B, void* C, const void* bias, const void* aux,
+             cudaStream_t stream, bool deterministic) override {
     // Errors name the problem; the description is formatted only then.
     const auto fail = [&](Status s) { return std::move(s).withContext("GEMM " + describeGemm(g)).withRank(rank_); };
     if (Status s = checkGemmProblem(g); !s.isOk()) return std::move(s).withRank(rank_);
     if (g.m < 1 || g.n < 1 || g.k < 1) return fail(Status::invalidArgument("empty problems are not run"));
     if (!A || !B || !C) return fail(Status::invalidArgument("a null A, B or C"));
-    const bool hasBias = g.epilogue != GemmEpilogue::kNone;  // read (kBias) or written (the bias gradients)
+    const bool hasBias = epilogueHasBias(g.epilogue), hasAux = epilogueHasAux(g.epilogue);
     if (hasBias && !bias) return fail(Status::invalidArgument("a bias epilogue without a bias"));
+    if (hasAux && !aux) return fail(Status::invalidArgument("a GELU epilogue without its aux matrix"));
     if (!hasBias) bias = nullptr;
-    if (Status s = checkGemmAlignment(A, B, C, g.dtype, g.outType, bias); !s.isOk()) return fail(std::move(s));
-    const int alignment = gemmAlignmentClass(A, B, C, bias);
+    if (!hasAux) aux = nullptr;
+    if (std::string why = gemmEpilogueUnsupportedReason(g); !why.empty()) return fail(Status::notFound(why));
+    if (Status s = checkGemmAlignment(A, B, C, g.dtype, g.outType, bias, aux); !s.isOk()) return fail(std::move(s));
+    const int alignment = gemmAlignmentClass(A, B, C, bias, aux);
     const GemmKey key = gemmKey(g, alignment, deterministic);
 
     std::lock_guard<std::mutex> lock(mu_);
     if (auto known = noAlgorithm_.find(key); known != noAlgorithm_.end()) return known->second;
     auto it = cache_.find(key);
     if (it == cache_.end()) {
-      StatusOr<std::unique_ptr<CachedGemm>> built = build(g, alignment, deterministic, bias);
+      StatusOr<std::unique_ptr<CachedGemm>> built = build(g, alignment, deterministic, bias, aux);
       if (!built.isOk()) {
         // "No algorithm" is remembered (the heuristic would answer the same); other failures are not.
         if (built.status().code() == StatusCode::kNotFound) noAlgorithm_.emplace(key, built.status());
@@ -119,6 +135,10 @@ public:
     if (hasBias)
       LLCDIST_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(cached.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                         sizeof(bias)),
+                         rank_, describeGemm(g));
+    if (hasAux)
+      LLCDIST_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(cached.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                        &aux, sizeof(aux)),
                          rank_, describeGemm(g));
     // The workspace is shared: order this call after the previous one when the stream changes.
     if (used_ && stream != lastStream_) {
@@ -138,7 +158,7 @@ public:
 private:
   // Descriptor, layouts and the heuristic's algorithm for a problem whose pointers have `alignment`.
   StatusOr<std::unique_ptr<CachedGemm>> build(const GemmProblem& g, int alignment, bool deterministic,
-                                              const void* bias) {
+                                              const void* bias, const void* aux) {
     const std::string problem = describeGemm(g);
     auto out = std::make_unique<CachedGemm>();
     const cudaDataType type = dataType(g.dtype), outType = dataType(g.outType);
@@ -155,19 +175,27 @@ private:
     LLCDIST_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), rank_,
                        problem);
     if (g.epilogue != GemmEpilogue::kNone) {
-      const cublasLtEpilogue_t epilogue = g.epilogue == GemmEpilogue::kBias        ? CUBLASLT_EPILOGUE_BIAS
-                                          : g.epilogue == GemmEpilogue::kBiasGradA ? CUBLASLT_EPILOGUE_BGRADA
-                                                                                   : CUBLASLT_EPILOGUE_BGRADB;
-      const int32_t biasType = int32_t(outType);
+      const cublasLtEpilogue_t epilogue = cublasEpilogue(g.epilogue);
       LLCDIST_CUBLAS_TRY(
           cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)), rank_,
           problem);
+    }
+    if (epilogueHasBias(g.epilogue)) {
+      const int32_t biasType = int32_t(outType);
       LLCDIST_CUBLAS_TRY(
           cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType, sizeof(biasType)),
           rank_, problem);
       // The heuristic reads the bias pointer's alignment (it does not dereference it).
       LLCDIST_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
                          rank_, problem);
+    }
+    if (epilogueHasAux(g.epilogue)) {  // aux of C's dtype (the default), its pointer's alignment as the bias's
+      const int64_t ld = g.ldAux;
+      LLCDIST_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)),
+                         rank_, problem);
+      LLCDIST_CUBLAS_TRY(
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)), rank_,
+          problem);
     }
 
     // Stored shapes: A is m×k (k×m transposed), B k×n (n×k transposed), C m×n.
@@ -224,7 +252,7 @@ private:
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   cudaEvent_t streamOrder_ = nullptr;
-  std::mutex mu_;  // guards everything below, and the cached descriptors' bias pointer during a call
+  std::mutex mu_;  // guards everything below, and the cached descriptors' bias and aux pointers during a call
   std::map<GemmKey, std::unique_ptr<CachedGemm>> cache_;
   std::map<GemmKey, Status> noAlgorithm_;  // keys the heuristic had nothing for (NotFound)
   bool used_ = false;

@@ -2,6 +2,7 @@
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
+#include "llcdist/runtime/Bf16.h"
 
 #include <cblas.h>
 
@@ -59,12 +60,24 @@ void registerCpuLinearKernels(CpuKernelTable& t) {
   using K = schema::OpKind;
   using P = LinearParams;
   using Ctx = CpuKernelContext;
+  // The GELU epilogues (llcdist-plan-fuse-epilogues): the GEMM, its output rounded as its buffer stores
+  // it, then gelu_tanh_fwd / _bwd of it, as the unfused ops in turn.
   addCpuKernel<P>(t, K::kLinearFwd, [](const KernelCall& c, const P& p, const Ctx&) {
     linearForward(c.F("x"), c.F("w"), c.F("bias"), c.F("y"), p.M, p.K, p.N, p.layout);
+    if (float* gelu = c.F("gelu")) {
+      float* y = c.F("y");
+      if (c.storedBf16("y")) roundToBf16InPlace(y, p.M * p.N);
+      geluTanhForward(y, gelu, p.M * p.N);
+    }
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kLinearBwdInput, [](const KernelCall& c, const P& p, const Ctx&) {
-    linearBackwardInput(c.F("dy"), c.F("w"), c.F("dx"), p.M, p.K, p.N, p.layout, p.accumulate);
+    float* dx = c.F("dx");
+    linearBackwardInput(c.F("dy"), c.F("w"), dx, p.M, p.K, p.N, p.layout, p.accumulate);
+    if (const float* x = c.F("gelu_x")) {
+      if (c.storedBf16("dx")) roundToBf16InPlace(dx, p.M * p.K);
+      geluTanhBackward(dx, x, dx, p.M * p.K);
+    }
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kLinearBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {

@@ -122,8 +122,7 @@ float* addAsStored(const KernelCall& c, const NormParams& p) {
   float* sum = c.F("sum");
   const int64_t n = p.M * p.H;
   addForward(c.F("a"), c.F("b"), sum, n);
-  if (c.storedBf16("sum"))
-    for (int64_t i = 0; i < n; ++i) sum[i] = roundToBf16(sum[i]);
+  if (c.storedBf16("sum")) roundToBf16InPlace(sum, n);
   return sum;
 }
 }  // namespace

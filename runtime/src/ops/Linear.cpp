@@ -20,6 +20,10 @@ Status checkLinear(const OpChecker& c) {
   LLCDIST_RETURN_IF_ERROR(c.count("bias", N, "N"));
   LLCDIST_RETURN_IF_ERROR(c.count("db", N, "N"));
   LLCDIST_RETURN_IF_ERROR(c.count("y", prod({M, N}), "M×N"));
+  LLCDIST_RETURN_IF_ERROR(c.count("gelu", prod({M, N}), "M×N"));
+  LLCDIST_RETURN_IF_ERROR(c.count("gelu_x", prod({M, K_}), "M×K"));
+  if (c.op().arg("gelu_x") >= 0 && c.op().boolAttr("accumulate"))
+    return c.argError("gelu_x", "the GELU gradient epilogue writes dx, it cannot accumulate: accumulate must be false");
   return c.count("dy", prod({M, N}), "M×N");
 }
 Status checkLinearBwdBias(const OpChecker& c) {

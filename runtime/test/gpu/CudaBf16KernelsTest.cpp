@@ -305,7 +305,19 @@ TEST(CudaBf16Kernels, LinearOnTensorCores) {
             k.bf16("x", randomF32(s.M * s.K, 90)).bf16("w", randomF32(s.N * s.K, 91));
             if (bias) k.bf16("bias", randomF32(s.N, 92));
             k.bf16("y", randomF32(s.M * s.N, 93)).expectMatch(atol, kBf16Rtol);
+            // With gelu (llcdist-plan-fuse-epilogues): GELU_AUX(_BIAS) takes the GELU of the f32 product,
+            // the CPU of y as stored (docs/plan-format.md): the same tolerance, a GELU' <= 1.13 apart.
+            KernelCase g(K::kLinearFwd, p);
+            g.bf16("x", randomF32(s.M * s.K, 90)).bf16("w", randomF32(s.N * s.K, 91));
+            if (bias) g.bf16("bias", randomF32(s.N, 92));
+            g.bf16("y", randomF32(s.M * s.N, 93)).bf16("gelu", randomF32(s.M * s.N, 109)).expectMatch(atol, kBf16Rtol);
           }
+          KernelCase(K::kLinearBwdInput, p)  // with gelu_x: the DGELU epilogue
+              .bf16("dy", randomF32(s.M * s.N, 94))
+              .bf16("w", randomF32(s.N * s.K, 95))
+              .bf16("gelu_x", randomF32(s.M * s.K, 110))
+              .bf16("dx", randomF32(s.M * s.K, 96))
+              .expectMatch(atol, kBf16Rtol);
         }
         KernelCase(K::kLinearBwdInput, p)
             .bf16("dy", randomF32(s.M * s.N, 94))

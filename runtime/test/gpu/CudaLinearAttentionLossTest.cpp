@@ -80,6 +80,30 @@ TEST_P(CudaLinearTest, BackwardWeight) {
       .expectMatch(1e-4, 1e-4);
 }
 
+// With gelu / gelu_x (llcdist-plan-fuse-epilogues): cuBLASLt's GELU_AUX(_BIAS) / DGELU epilogues (or the
+// GEMM and the own GELU map where it has no algorithm or the aux leading dimension is not a multiple of
+// 8), against the CPU's GEMM then GELU.
+TEST_P(CudaLinearTest, ForwardWithGelu) {
+  LLCDIST_REQUIRE_GPU();
+  const LinearCase& c = GetParam();
+  KernelCase k(K::kLinearFwd, linearParams(c));
+  k.f32("x", randomF32(c.M * c.K, 17)).f32("w", randomF32(c.N * c.K, 18));
+  if (c.bias) k.f32("bias", randomF32(c.N, 19));
+  k.f32("y", randomF32(c.M * c.N, 20)).f32("gelu", randomF32(c.M * c.N, 21)).expectMatch(1e-4, 1e-4);
+}
+
+TEST_P(CudaLinearTest, BackwardInputWithGeluGradient) {
+  LLCDIST_REQUIRE_GPU();
+  LinearCase c = GetParam();
+  c.accumulate = false;  // gelu_x needs dx written
+  KernelCase(K::kLinearBwdInput, linearParams(c))
+      .f32("dy", randomF32(c.M * c.N, 22))
+      .f32("w", randomF32(c.N * c.K, 23))
+      .f32("gelu_x", randomF32(c.M * c.K, 24))
+      .f32("dx", randomF32(c.M * c.K, 25))
+      .expectMatch(1e-4, 1e-4);
+}
+
 // With db (llcdist-plan-fuse-epilogues): cuBLASLt's bias-gradient epilogue where db is written, the own
 // bias kernels where it accumulates; f32 sums inside the GEMM, hence the GEMM's tolerance.
 TEST_P(CudaLinearTest, BackwardWeightWithBiasGradient) {

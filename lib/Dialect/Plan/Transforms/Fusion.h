@@ -17,6 +17,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 
 #include <string>
@@ -62,6 +63,41 @@ private:
   std::vector<Counts> counts; // in order of first fusion
 
 };
+
+/// The element type of buffer `ref` (null when it names none).
+inline mlir::Type elementTypeOf(ProgramOp program, mlir::Attribute ref) {
+  auto buf = program.lookupSymbol<BufferOp>(mlir::cast<mlir::FlatSymbolRefAttr>(ref).getAttr());
+  return buf ? buf.getTensorType().getElementType() : mlir::Type();
+}
+
+/// The first kernel after `k` in its subroutine that reads `buf`, or null.
+inline KernelOp nextReader(KernelOp k, mlir::Attribute buf) {
+  const mlir::StringAttr name = mlir::cast<mlir::FlatSymbolRefAttr>(buf).getAttr();
+  for (mlir::Operation *x = k->getNextNode(); x; x = x->getNextNode())
+    if (auto r = mlir::dyn_cast<KernelOp>(x); r && accessOf(r).reads.contains(name))
+      return r;
+  return {};
+}
+
+/// How many kernels of the program name each buffer (once per kernel): a
+/// buffer only a fused group touches may go with the fusion.
+inline llvm::DenseMap<mlir::Attribute, int64_t> kernelsTouching(ProgramOp program) {
+  llvm::DenseMap<mlir::Attribute, int64_t> touches;
+  program.walk([&](KernelOp k) {
+    llvm::SmallDenseSet<mlir::Attribute, 8> seen;
+    auto note = [&](mlir::Attribute a) {
+      if (seen.insert(a).second)
+        ++touches[a];
+    };
+    for (mlir::NamedAttribute role : k.getArgs()) {
+      if (auto list = mlir::dyn_cast<mlir::ArrayAttr>(role.getValue()))
+        llvm::for_each(list, note);
+      else
+        note(role.getValue());
+    }
+  });
+  return touches;
+}
 
 /// Whether `k` runs synchronously on the compute queue (no token, no queue):
 /// the only kernels a fusion pass touches.

@@ -1,13 +1,21 @@
 //===- PlanFuseEpilogues.cpp - work that rides along a GEMM ---------------===//
 //
-// llcdist-plan-fuse-epilogues (Passes.td): in every subroutine, a
-// linear_bwd_bias and the linear_bwd_weight of the same dy (same M, N and
-// accumulate) become the linear_bwd_weight with `db`: the bias gradient the
-// weight-gradient GEMM's cuBLASLt epilogue (BGRADA / BGRADB) computes while
-// it reads dy anyway (docs/gpu.md). Only synchronous compute kernels fuse,
-// at a place the pair may meet (Fusion.h: placement), and the fused op runs
-// the unfused kernels' arithmetic (docs/plan-format.md), so the numbers are
-// the same bits.
+// llcdist-plan-fuse-epilogues (Passes.td): in every subroutine,
+//  - a linear_bwd_bias and the linear_bwd_weight of the same dy (same M, N
+//    and accumulate) become the linear_bwd_weight with `db`: the bias
+//    gradient the weight-gradient GEMM's cuBLASLt epilogue (BGRADA / BGRADB)
+//    computes while it reads dy anyway;
+//  - a linear_fwd and the gelu_tanh_fwd that first reads its y become the
+//    linear_fwd with `gelu` (GELU_AUX_BIAS: y stays, the pre-activation);
+//  - a linear_bwd_input that writes (not accumulates) its dx and the
+//    gelu_tanh_bwd that first reads it as dy become the linear_bwd_input
+//    with `gelu_x` (DGELU), writing the GELU's dx, when no other kernel of
+//    the program touches the linear's dx (whose buffer then goes) and both
+//    have one dtype.
+// Only synchronous compute kernels fuse, at a place the pair may meet
+// (Fusion.h: placement), and the fused op runs the unfused kernels'
+// arithmetic, rounding as they stored (docs/plan-format.md), so the numbers
+// are the same bits on the CPU.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +26,8 @@
 #include "KernelAccess.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
 namespace llcdist::plan {
@@ -45,6 +55,30 @@ bool joins(plan::KernelOp weight, plan::KernelOp bias) {
       return false;
   Attribute db = arg(bias, "db");
   return db != arg(weight, "dy") && db != arg(weight, "x") && db != arg(weight, "dw");
+}
+
+/// Whether `gelu`'s element count `n` is the M×`cols` of `linear`.
+bool sameCount(plan::KernelOp linear, plan::KernelOp gelu, StringRef cols) {
+  auto n = gelu.getParams().getAs<IntegerAttr>("n");
+  auto M = linear.getParams().getAs<IntegerAttr>("M"), C = linear.getParams().getAs<IntegerAttr>(cols);
+  return n && M && C && n.getInt() == M.getInt() * C.getInt();
+}
+
+/// Replaces `linear` and `other` by `linear`'s kernel with `args`, where
+/// they may meet; false (nothing changed) when they cannot.
+bool replacePair(OpBuilder &b, plan::KernelOp linear, plan::KernelOp other, ArrayRef<NamedAttribute> args,
+                 const plan::Accesses &accesses) {
+  SmallVector<plan::KernelOp> members{linear, other};
+  if (other->isBeforeInBlock(linear))
+    std::swap(members[0], members[1]);
+  plan::KernelOp at = plan::placement(members, accesses);
+  if (!at)
+    return false;
+  b.setInsertionPoint(at);
+  plan::KernelOp::create(b, linear.getLoc(), linear.getKernelAttr(), b.getDictionaryAttr(args), linear.getParams());
+  linear.erase();
+  other.erase();
+  return true;
 }
 
 struct PlanFuseEpiloguesPass : public plan::impl::PlanFuseEpiloguesBase<PlanFuseEpiloguesPass> {
@@ -85,7 +119,80 @@ struct PlanFuseEpiloguesPass : public plan::impl::PlanFuseEpiloguesBase<PlanFuse
         }
       }
     });
+    fuseGelu(program, b, accesses, fused);
     fused.write(program, getArgument());
+  }
+
+  /// The GELU's forward into linear_fwd, its backward into linear_bwd_input.
+  void fuseGelu(plan::ProgramOp program, OpBuilder &b, const plan::Accesses &accesses, plan::FusionRecord &fused) {
+    // The backward's candidates first (a pair of the forward changes no
+    // backward kernel): the linear's dx must be the pair's alone in the
+    // whole program (a pipeline's _last clone repeats the pair).
+    struct Bwd {
+      plan::KernelOp linear, gelu;
+    };
+    SmallVector<Bwd> bwd;
+    program.walk([&](plan::SubroutineOp sub) {
+      for (plan::KernelOp k : sub.getOps<plan::KernelOp>()) {
+        if (!is(k, "linear_bwd_input") || arg(k, "gelu_x"))
+          continue;
+        auto acc = k.getParams().getAs<BoolAttr>("accumulate");
+        plan::KernelOp g = plan::nextReader(k, arg(k, "dx"));
+        if (!acc || acc.getValue() || !g || !is(g, "gelu_tanh_bwd") || arg(g, "dy") != arg(k, "dx") ||
+            arg(g, "x") == arg(k, "dx") || !sameCount(k, g, "K") ||
+            plan::elementTypeOf(program, arg(k, "dx")) != plan::elementTypeOf(program, arg(g, "dx")))
+          continue;
+        // The fused op reads gelu_x after writing dx: the GELU's x must be none of the linear's buffers.
+        if (llvm::is_contained(ArrayRef<Attribute>{arg(k, "dy"), arg(k, "w")}, arg(g, "dx")) ||
+            llvm::is_contained(ArrayRef<Attribute>{arg(k, "dy"), arg(k, "w")}, arg(g, "x")))
+          continue;
+        bwd.push_back({k, g});
+      }
+    });
+    llvm::DenseMap<Attribute, int64_t> touches = plan::kernelsTouching(program), pairTouches;
+    for (Bwd &p : bwd)
+      pairTouches[arg(p.linear, "dx")] += 2;
+    for (Bwd &p : bwd) {
+      Attribute dAct = arg(p.linear, "dx");
+      if (touches[dAct] != pairTouches[dAct])
+        continue;
+      SmallVector<NamedAttribute> args;
+      for (NamedAttribute a : p.linear.getArgs())
+        if (a.getName() != "dx")
+          args.push_back(a);
+      args.push_back(b.getNamedAttr("dx", arg(p.gelu, "dx")));
+      args.push_back(b.getNamedAttr("gelu_x", arg(p.gelu, "x")));
+      if (!replacePair(b, p.linear, p.gelu, args, accesses))
+        continue;
+      fused.add("linear_bwd_input + gelu_tanh_bwd", "linear_bwd_input with gelu_x", 2);
+      auto buf = program.lookupSymbol<plan::BufferOp>(cast<FlatSymbolRefAttr>(dAct).getAttr());
+      if (buf && SymbolTable::symbolKnownUseEmpty(buf, program))
+        buf.erase();
+    }
+
+    program.walk([&](plan::SubroutineOp sub) {
+      SmallVector<plan::KernelOp> ops(sub.getOps<plan::KernelOp>());
+      llvm::DenseSet<Operation *> erased;
+      for (plan::KernelOp k : ops) {
+        if (erased.contains(k) || !is(k, "linear_fwd") || arg(k, "gelu"))
+          continue;
+        plan::KernelOp g = plan::nextReader(k, arg(k, "y"));
+        if (!g || erased.contains(g) || !is(g, "gelu_tanh_fwd") || arg(g, "x") != arg(k, "y") ||
+            !sameCount(k, g, "N"))
+          continue;
+        Attribute out = arg(g, "y");
+        if (llvm::any_of(k.getArgs(), [&](NamedAttribute a) { return a.getValue() == out; }))
+          continue;
+        SmallVector<NamedAttribute> args(k.getArgs().getValue());
+        args.push_back(b.getNamedAttr("gelu", out));
+        Operation *linear = k, *gelu = g;
+        if (!replacePair(b, k, g, args, accesses))
+          continue;
+        erased.insert(linear);
+        erased.insert(gelu);
+        fused.add("linear_fwd + gelu_tanh_fwd", "linear_fwd with gelu", 2);
+      }
+    });
   }
 };
 

@@ -66,12 +66,6 @@ Attribute arg(plan::KernelOp k, StringRef role) { return k.getArgs().get(role); 
 
 bool is(plan::KernelOp k, StringRef kernel) { return k && k.getKernel() == kernel && plan::isSyncCompute(k); }
 
-/// The element type of buffer `ref`.
-Type elementTypeOf(plan::ProgramOp program, Attribute ref) {
-  auto buf = program.lookupSymbol<plan::BufferOp>(cast<FlatSymbolRefAttr>(ref).getAttr());
-  return buf ? buf.getTensorType().getElementType() : Type();
-}
-
 /// Builds kernel `kernel` before `at` with `args` and `params`, located at
 /// `loc` (the norm's: its provenance names the module).
 plan::KernelOp build(OpBuilder &b, Operation *at, StringRef kernel, ArrayRef<NamedAttribute> args,
@@ -80,21 +74,12 @@ plan::KernelOp build(OpBuilder &b, Operation *at, StringRef kernel, ArrayRef<Nam
   return b.create<plan::KernelOp>(loc, b.getStringAttr(kernel), b.getDictionaryAttr(args), params);
 }
 
-/// The first kernel after `k` in its subroutine that reads `buf`, or null.
-plan::KernelOp nextReader(plan::KernelOp k, Attribute buf) {
-  const StringAttr name = cast<FlatSymbolRefAttr>(buf).getAttr();
-  for (Operation *x = k->getNextNode(); x; x = x->getNextNode())
-    if (auto r = dyn_cast<plan::KernelOp>(x); r && plan::accessOf(r).reads.contains(name))
-      return r;
-  return {};
-}
-
 /// The forward: an add, and the norm that first reads its sum. Returns the
 /// norm it erased with the add, or null.
 Operation *fuseForward(OpBuilder &b, plan::KernelOp add, const plan::Accesses &accesses, plan::FusionRecord &fused) {
   if (!is(add, "add"))
     return nullptr;
-  plan::KernelOp norm = nextReader(add, arg(add, "y"));
+  plan::KernelOp norm = plan::nextReader(add, arg(add, "y"));
   std::optional<NormKinds> n = norm ? normOf(norm.getKernel()) : std::nullopt;
   if (!n || !is(norm, n->fwd) || arg(norm, "x") != arg(add, "y"))
     return nullptr;
@@ -161,7 +146,7 @@ Attribute residualOf(plan::ProgramOp program, BwdGroup g) {
     if (acc.writes.contains(residualName) || acc.reads.contains(yName) || acc.writes.contains(yName))
       return {};
   }
-  if (elementTypeOf(program, dx) != elementTypeOf(program, y))
+  if (plan::elementTypeOf(program, dx) != plan::elementTypeOf(program, y))
     return {};
   auto count = g.add.getParams().getAs<IntegerAttr>("n");
   auto M = g.input.getParams().getAs<IntegerAttr>("M"), H = g.input.getParams().getAs<IntegerAttr>("H");
@@ -204,23 +189,10 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
         auto w = llvm::find_if(ops, [&](plan::KernelOp k) { return samePair(k, in, *n); });
         if (w == ops.end())
           continue;
-        groups.push_back(BwdGroup{*w, in, nextReader(in, arg(in, "dx")), *n});
+        groups.push_back(BwdGroup{*w, in, plan::nextReader(in, arg(in, "dx")), *n});
       }
     });
-    llvm::DenseMap<Attribute, int64_t> touches, groupTouches;
-    program.walk([&](plan::KernelOp k) {
-      llvm::DenseSet<Attribute> seen;
-      auto note = [&](Attribute a) {
-        if (seen.insert(a).second)
-          ++touches[a];
-      };
-      for (NamedAttribute role : k.getArgs()) {
-        if (auto list = dyn_cast<ArrayAttr>(role.getValue()))
-          llvm::for_each(list, note);
-        else
-          note(role.getValue());
-      }
-    });
+    llvm::DenseMap<Attribute, int64_t> touches = plan::kernelsTouching(program), groupTouches;
     SmallVector<Attribute> residuals;
     for (BwdGroup &g : groups) {
       residuals.push_back(residualOf(program, g));

@@ -29,6 +29,10 @@ inline uint16_t floatToBf16(float f) {
 
 // f32 value of the bf16 nearest to f (round to nearest even): what storing f in a bf16 buffer keeps.
 inline float roundToBf16(float f) { return bf16ToFloat(floatToBf16(f)); }
+// Each of x[0..n) so: f32 data as a bf16 buffer would store it.
+inline void roundToBf16InPlace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = roundToBf16(x[i]);
+}
 
 // Whole arrays (n elements; src and dst must not overlap).
 inline void convertBf16ToF32(const uint16_t* src, float* dst, int64_t n) {

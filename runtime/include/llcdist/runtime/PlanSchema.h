@@ -238,9 +238,13 @@ inline constexpr A kRmsBwdInArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"wei
                                       {"rstd", One, F, R}, {"dx", One, F, W}};
 inline constexpr A kRmsBwdWArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"rstd", One, F, R},
                                      {"dweight", One, F, RW}};
-inline constexpr A kLinFwdArgs[] = {{"x", One, F, R}, {"w", One, F, R}, {"bias", Opt, F, R}, {"y", One, F, W}};
+// The GELU epilogues (llcdist-plan-fuse-epilogues; cuBLASLt's GELU_AUX(_BIAS) and DGELU): linear_fwd's
+// optional gelu = gelu_tanh_fwd of y as stored (y stays: the pre-activation the backward reads);
+// linear_bwd_input's optional gelu_x: dx = gelu_tanh_bwd(dy·W as dx stores it, gelu_x), accumulate off.
+inline constexpr A kLinFwdArgs[] = {{"x", One, F, R}, {"w", One, F, R}, {"bias", Opt, F, R}, {"y", One, F, W},
+                                    {"gelu", Opt, F, W}};
 inline constexpr T kLinFwdAttrs[] = {{"M", Int}, {"K", Int}, {"N", Int}, {"layout", Str}};
-inline constexpr A kLinBwdInArgs[] = {{"dy", One, F, R}, {"w", One, F, R}, {"dx", One, F, RW}};
+inline constexpr A kLinBwdInArgs[] = {{"dy", One, F, R}, {"w", One, F, R}, {"gelu_x", Opt, F, R}, {"dx", One, F, RW}};
 inline constexpr T kLinBwdAttrs[] = {{"M", Int}, {"K", Int}, {"N", Int}, {"layout", Str}, {"accumulate", Bool}};
 // linear_bwd_weight's optional db: linear_bwd_bias of the same dy in the same op (the weight gradient
 // GEMM's bias-gradient epilogue; llcdist-plan-fuse-epilogues), accumulated as dw is.

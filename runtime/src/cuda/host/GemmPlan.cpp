@@ -1,6 +1,8 @@
 // Row-major linear ops as column-major GEMMs (GemmPlan.h). CUDA-free.
 #include "cuda/host/GemmPlan.h"
 
+#include <cmath>
+
 #include <cstdint>
 #include <sstream>
 #include <tuple>
@@ -19,8 +21,16 @@ int64_t colsA(const GemmProblem& g) { return g.transA ? g.m : g.k; }
 int64_t rowsB(const GemmProblem& g) { return g.transB ? g.n : g.k; }
 int64_t colsB(const GemmProblem& g) { return g.transB ? g.k : g.n; }
 
+// GELU, tanh approximation, and its derivative, in double: the reference's own (the kernels' are f32).
+constexpr double kSqrt2OverPi = 0.79788456080286535588, kGeluCoef = 0.044715;
+double geluTanh(double v) { return 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + kGeluCoef * v * v * v))); }
+double geluTanhGrad(double v) {
+  const double t = std::tanh(kSqrt2OverPi * (v + kGeluCoef * v * v * v));
+  return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3.0 * kGeluCoef * v * v);
+}
+
 auto keyTuple(const GemmKey& k) {
-  return std::make_tuple(k.transA, k.transB, k.m, k.n, k.k, k.lda, k.ldb, k.ldc, k.beta, int(k.epilogue),
+  return std::make_tuple(k.transA, k.transB, k.m, k.n, k.k, k.lda, k.ldb, k.ldc, k.beta, int(k.epilogue), k.ldAux,
                          int(k.dtype), int(k.outType), k.tf32, int(k.a), int(k.b), k.alignment, k.deterministic);
 }
 
@@ -34,7 +44,7 @@ auto keyTuple(const GemmKey& k) {
 //   Wnk: kOutIn: W row-major [N,K] read column-major is Wᵀ (K×N, ld K), so Wnk = W is A = w
 //   transposed, lda = K. kInOut: W row-major [K,N] read column-major is Wᵀ (N×K, ld N) = Wnk, so A = w
 //   as it is, lda = N.
-GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dtype, GemmDType outType) {
+GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dtype, GemmDType outType, bool gelu) {
   GemmProblem g;
   g.m = p.N;
   g.n = p.M;
@@ -47,7 +57,9 @@ GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dty
   g.ldb = p.K;
   g.ldc = p.N;
   g.beta = 0.0f;
-  g.epilogue = hasBias ? GemmEpilogue::kBias : GemmEpilogue::kNone;
+  g.epilogue = gelu ? (hasBias ? GemmEpilogue::kGeluAuxBias : GemmEpilogue::kGeluAux)
+                   : (hasBias ? GemmEpilogue::kBias : GemmEpilogue::kNone);
+  g.ldAux = gelu ? g.ldc : 0;  // y, shaped as C
   g.dtype = dtype;
   g.outType = outType;
   return g;
@@ -58,7 +70,7 @@ GemmProblem linearForwardGemm(const LinearParams& p, bool hasBias, GemmDType dty
 //   Wnkᵀ: kOutIn: W row-major [N,K] read column-major is Wᵀ = Wnkᵀ (K×N, ld K): A = w, no transpose,
 //   lda = K. kInOut: W row-major [K,N] read column-major is Wᵀ (N×K, ld N) = Wnk: A = w transposed,
 //   lda = N.
-GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype, GemmDType outType) {
+GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype, GemmDType outType, bool dgelu) {
   GemmProblem g;
   g.m = p.K;
   g.n = p.M;
@@ -71,7 +83,8 @@ GemmProblem linearBackwardInputGemm(const LinearParams& p, GemmDType dtype, Gemm
   g.ldb = p.N;
   g.ldc = p.K;
   g.beta = p.accumulate ? 1.0f : 0.0f;
-  g.epilogue = GemmEpilogue::kNone;
+  g.epilogue = dgelu ? GemmEpilogue::kDGelu : GemmEpilogue::kNone;
+  g.ldAux = dgelu ? g.ldc : 0;  // gelu_x, shaped as dx
   g.dtype = dtype;
   g.outType = outType;
   return g;
@@ -138,11 +151,15 @@ std::string describeGemm(const GemmProblem& g) {
   s << "m=" << g.m << " n=" << g.n << " k=" << g.k << " A=" << gemmOperandName(g.a) << (g.transA ? "^T" : "")
     << "(lda=" << g.lda << ") B=" << gemmOperandName(g.b) << (g.transB ? "^T" : "") << "(ldb=" << g.ldb
     << ") C(ldc=" << g.ldc << ") beta=" << g.beta
-    << (g.epilogue == GemmEpilogue::kBias        ? " bias "
-        : g.epilogue == GemmEpilogue::kBiasGradA ? " bgradA "
-        : g.epilogue == GemmEpilogue::kBiasGradB ? " bgradB "
-                                                 : " ")
-    << gemmDTypeName(g.dtype);
+    << (g.epilogue == GemmEpilogue::kBias          ? " bias "
+        : g.epilogue == GemmEpilogue::kBiasGradA   ? " bgradA "
+        : g.epilogue == GemmEpilogue::kBiasGradB   ? " bgradB "
+        : g.epilogue == GemmEpilogue::kGeluAux     ? " gelu_aux "
+        : g.epilogue == GemmEpilogue::kGeluAuxBias ? " gelu_aux_bias "
+        : g.epilogue == GemmEpilogue::kDGelu       ? " dgelu "
+                                                   : " ");
+  if (epilogueHasAux(g.epilogue)) s << "(ldaux=" << g.ldAux << ") ";
+  s << gemmDTypeName(g.dtype);
   if (g.outType != g.dtype) s << "->" << gemmDTypeName(g.outType);
   if (g.tf32) s << " tf32";
   return s.str();
@@ -158,15 +175,26 @@ Status checkGemmProblem(const GemmProblem& g) {
   if (!ldOk(g.ldb, rowsB(g))) return bad("ldb is smaller than B's stored rows (" + std::to_string(rowsB(g)) + ")");
   if (!ldOk(g.ldc, g.m)) return bad("ldc is smaller than m");
   if (g.beta != 0.0f && g.beta != 1.0f) return bad("beta must be 0 or 1");
+  if (epilogueHasAux(g.epilogue)) {
+    if (!ldOk(g.ldAux, g.m)) return bad("ldAux is smaller than m");
+    if (g.beta != 0.0f) return bad("the GELU epilogues need beta 0 (they write C, they cannot accumulate)");
+  }
   if (g.outType != g.dtype && !(g.dtype == GemmDType::kBF16 && g.outType == GemmDType::kF32))
     return bad("cuBLASLt has no " + std::string(gemmDTypeName(g.dtype)) + " GEMM writing " +
                gemmDTypeName(g.outType) + " (f32 -> f32, bf16 -> bf16 or f32)");
   return Status::ok();
 }
 
-int gemmAlignmentClass(const void* a, const void* b, const void* c, const void* bias) {
+std::string gemmEpilogueUnsupportedReason(const GemmProblem& g) {
+  if (epilogueHasAux(g.epilogue) && g.ldAux % 8 != 0)
+    return "the GELU epilogue's aux leading dimension " + std::to_string(g.ldAux) +
+           " is not a multiple of 8 (cuBLASLt's CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD)";
+  return "";
+}
+
+int gemmAlignmentClass(const void* a, const void* b, const void* c, const void* bias, const void* aux) {
   uintptr_t bits = 0;
-  for (const void* p : {a, b, c, bias})
+  for (const void* p : {a, b, c, bias, aux})
     if (p) bits |= reinterpret_cast<uintptr_t>(p);
   for (int align : {16, 8, 4, 2})
     if (bits % uintptr_t(align) == 0) return align;
@@ -178,12 +206,12 @@ Status checkGemmAlignment(const void* a, const void* b, const void* c, GemmDType
 }
 
 Status checkGemmAlignment(const void* a, const void* b, const void* c, GemmDType dtype, GemmDType outType,
-                          const void* bias) {
+                          const void* bias, const void* aux) {
   const struct {
     const char* name;
     const void* p;
     GemmDType type;
-  } operands[] = {{"A", a, dtype}, {"B", b, dtype}, {"C", c, outType}, {"bias", bias, outType}};
+  } operands[] = {{"A", a, dtype}, {"B", b, dtype}, {"C", c, outType}, {"bias", bias, outType}, {"aux", aux, outType}};
   for (const auto& o : operands) {
     const uintptr_t need = uintptr_t(gemmElemSize(o.type));
     if (o.p && reinterpret_cast<uintptr_t>(o.p) % need != 0) {
@@ -211,6 +239,7 @@ GemmKey gemmKey(const GemmProblem& g, int alignment, bool deterministic) {
   k.ldc = g.ldc;
   k.beta = g.beta;
   k.epilogue = g.epilogue;
+  k.ldAux = g.ldAux;
   k.dtype = g.dtype;
   k.outType = g.outType;
   k.tf32 = g.tf32;
@@ -221,7 +250,8 @@ GemmKey gemmKey(const GemmProblem& g, int alignment, bool deterministic) {
   return k;
 }
 
-void referenceColumnMajorGemm(const GemmProblem& g, const float* A, const float* B, float* C, float* bias) {
+void referenceColumnMajorGemm(const GemmProblem& g, const float* A, const float* B, float* C, float* bias,
+                              float* aux) {
   // op(A)(i, p) and op(B)(p, j) from the stored matrices: element (r, c) at r + c·ld.
   const auto opA = [&](int64_t i, int64_t p) { return g.transA ? A[p + i * g.lda] : A[i + p * g.lda]; };
   const auto opB = [&](int64_t p, int64_t j) { return g.transB ? B[j + p * g.ldb] : B[p + j * g.ldb]; };
@@ -231,7 +261,12 @@ void referenceColumnMajorGemm(const GemmProblem& g, const float* A, const float*
       for (int64_t p = 0; p < g.k; ++p) s += double(opA(i, p)) * double(opB(p, j));
       float& c = C[i + j * g.ldc];
       if (g.beta != 0.0f) s += double(g.beta) * double(c);
-      if (g.epilogue == GemmEpilogue::kBias) s += double(bias[i]);
+      if (g.epilogue == GemmEpilogue::kBias || g.epilogue == GemmEpilogue::kGeluAuxBias) s += double(bias[i]);
+      if (g.epilogue == GemmEpilogue::kGeluAux || g.epilogue == GemmEpilogue::kGeluAuxBias) {
+        aux[i + j * g.ldAux] = float(s);
+        s = geluTanh(s);
+      }
+      if (g.epilogue == GemmEpilogue::kDGelu) s *= geluTanhGrad(double(aux[i + j * g.ldAux]));
       c = float(s);
     }
   if (g.epilogue == GemmEpilogue::kBiasGradA)

@@ -114,8 +114,8 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kAddRmsNormFwd, {own({"a", "b", "sum", "weight", "y"})});
   set(K::kLayerNormBwd, {own({"dy", "x", "gamma", "dresidual", "dx", "dgamma", "dbeta"})});
   set(K::kRmsNormBwd, {own({"dy", "x", "weight", "dresidual", "dx", "dweight"})});
-  set(K::kLinearFwd, {gemm("x", "w", "y", {"bias"})});
-  set(K::kLinearBwdInput, {gemm("dy", "w", "dx")});
+  set(K::kLinearFwd, {gemm("x", "w", "y", {"bias", "gelu"})});
+  set(K::kLinearBwdInput, {gemm("dy", "w", "dx", {"gelu_x"})});
   set(K::kLinearBwdWeight, {gemm("dy", "x", "dw", {"db"})});
   set(K::kLinearBwdBias, {own({"dy", "db"})});
   set(K::kBiasAdd, {own({"y", "bias"})});

@@ -9,6 +9,8 @@
 // multiple of 8 and every buffer 16-byte aligned (arena buffers are 64-byte aligned), a thread moves 8
 // elements with one 16-byte load or store per buffer; otherwise one element at a time, in a
 // grid-stride loop. Both compute the same f32 values, so the results do not depend on the path.
+#include "cuda/kernels/Elementwise.cuh"
+
 #include "cuda/CudaKernels.h"
 #include "cuda/kernels/FloatRef.cuh"
 
@@ -198,6 +200,22 @@ CudaKernel mapEntry(schema::OpKind kind, std::initializer_list<const char*> ins,
 }
 
 }  // namespace
+
+Status geluTanhForwardMap(FloatRef x, FloatRef y, int64_t n, const CudaKernelContext& ctx) {
+  Refs<1> a, b;
+  a.r[0] = x;
+  b.r[0] = y;
+  return runMap<GeluFwd>("gelu_tanh_fwd", a, b, n, ctx);
+}
+
+Status geluTanhBackwardMap(FloatRef dy, FloatRef x, FloatRef dx, int64_t n, const CudaKernelContext& ctx) {
+  Refs<2> a;
+  Refs<1> b;
+  a.r[0] = dy;
+  a.r[1] = x;
+  b.r[0] = dx;
+  return runMap<GeluBwd>("gelu_tanh_bwd", a, b, n, ctx);
+}
 
 // ---- CUDA kernel-table entries (CudaKernels.h) -----------------------------------------------------
 void registerCudaElementwiseKernels(CudaKernelTable& t) {

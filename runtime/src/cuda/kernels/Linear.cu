@@ -8,6 +8,10 @@
 //    output's old value read exactly, the sum rounded once).
 //    linear_bwd_weight's db (the fused bias gradient) is the GEMM's bias-gradient epilogue (BGRADA /
 //    BGRADB) writing db, where db is written in the GEMM output's dtype; else linear_bwd_bias's kernels.
+//    linear_fwd's gelu and linear_bwd_input's gelu_x (the fused GELU) are the GEMM's GELU_AUX(_BIAS) /
+//    DGELU epilogues (the GELU of the f32 product, y or gelu_x its aux matrix), where cuBLASLt has an
+//    algorithm and the aux matrix has the output's dtype; else the GEMM, then the own GELU map on its
+//    output as stored (the CPU's order).
 //  - linear_bwd_bias: db[N] (+)= column sums of dy[M,N] in double, without atomics: pass 1 sums fixed
 //    chunks of kBiasRowsPerChunk rows per column into f64 scratch, pass 2 (one thread per column) adds
 //    the chunks in order, so the result depends only on M and repeats bit for bit.
@@ -16,6 +20,7 @@
 #include "cuda/CudaKernels.h"
 #include "cuda/Gemm.h"
 #include "cuda/host/GemmPlan.h"
+#include "cuda/kernels/Elementwise.cuh"
 #include "cuda/kernels/FloatRef.cuh"
 #include "llcdist/runtime/KernelChecks.h"
 
@@ -97,7 +102,7 @@ Status runLinearGemm(const KernelCall& c, GemmProblem g, const LinearOperands& o
         out, g.m, g.n, g.ldc, g.beta, g.epilogue == GemmEpilogue::kBias ? bias : FloatRef{});
     return LLCDIST_CUDA_LAUNCHED("linear (k = 0)", ctx.rank);
   }
-  const Status st = ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), out.p, bias.p, ctx.stream, ctx.deterministic);
+  const Status st = ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), out.p, bias.p, nullptr, ctx.stream, ctx.deterministic);
   if (st.code() != StatusCode::kNotFound || g.epilogue != GemmEpilogue::kBias)
     return st.withContext(schema::opName(c.kind));
   // No cuBLASLt algorithm with the bias epilogue for this problem: the bias first, then the product
@@ -107,7 +112,7 @@ Status runLinearGemm(const KernelCall& c, GemmProblem g, const LinearOperands& o
   GemmProblem plain = g;
   plain.epilogue = GemmEpilogue::kNone;
   plain.beta = 1.0f;
-  return ctx.gemm->run(plain, ops.of(g.a), ops.of(g.b), out.p, nullptr, ctx.stream, ctx.deterministic)
+  return ctx.gemm->run(plain, ops.of(g.a), ops.of(g.b), out.p, nullptr, nullptr, ctx.stream, ctx.deterministic)
       .withContext(schema::opName(c.kind));
 }
 
@@ -139,12 +144,44 @@ Status weightAndBiasGradient(const KernelCall& c, const LinearParams& p, const L
   GemmProblem g = linearBackwardWeightGemm(p, gemmType(ops.dy), gemmType(dw), /*biasGrad=*/true);
   if (ctx.gemm && !p.accumulate && gemmType(db) == g.outType && g.m > 0 && g.n > 0 && g.k > 0) {
     g.tf32 = ctx.tf32;
-    const Status st = ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), dw.p, db.p, ctx.stream, ctx.deterministic);
+    const Status st = ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), dw.p, db.p, nullptr, ctx.stream, ctx.deterministic);
     if (st.code() != StatusCode::kNotFound) return st.withContext(schema::opName(c.kind));
   }
   g.epilogue = GemmEpilogue::kNone;
   LLCDIST_RETURN_IF_ERROR(runLinearGemm(c, g, ops, dw, FloatRef{}, ctx));
   return biasGradient(ops.dy, db, p, ctx);
+}
+
+// linear_fwd with gelu: gelu = GELU(y), y = x·W (+ bias) kept as the pre-activation. The GELU_AUX(_BIAS)
+// epilogue writes both (C = gelu, aux = y); otherwise the GEMM into y, then the GELU map of y as stored.
+Status linearGeluForward(const KernelCall& c, const LinearParams& p, const LinearOperands& ops, FloatRef y,
+                         FloatRef bias, FloatRef gelu, const CudaKernelContext& ctx) {
+  GemmProblem g = linearForwardGemm(p, bool(bias), gemmType(ops.x), gemmType(gelu), /*gelu=*/true);
+  if (ctx.gemm && gemmType(y) == g.outType && g.m > 0 && g.n > 0 && g.k > 0) {
+    g.tf32 = ctx.tf32;
+    const Status st =
+        ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), gelu.p, bias.p, y.p, ctx.stream, ctx.deterministic);
+    if (st.code() != StatusCode::kNotFound) return st.withContext(schema::opName(c.kind));
+  }
+  LLCDIST_RETURN_IF_ERROR(
+      runLinearGemm(c, linearForwardGemm(p, bool(bias), gemmType(ops.x), gemmType(y)), ops, y, bias, ctx));
+  return geluTanhForwardMap(y, gelu, p.M * p.N, ctx);
+}
+
+// linear_bwd_input with gelu_x: dx = GELU'(gelu_x) · (dy·W). The DGELU epilogue (aux = gelu_x) where dx
+// is written (the pass fuses only then); otherwise the GEMM into dx, then the GELU-gradient map in place.
+Status linearGeluBackwardInput(const KernelCall& c, const LinearParams& p, const LinearOperands& ops, FloatRef dx,
+                               FloatRef geluX, const CudaKernelContext& ctx) {
+  GemmProblem g = linearBackwardInputGemm(p, gemmType(ops.dy), gemmType(dx), /*dgelu=*/true);
+  if (ctx.gemm && !p.accumulate && gemmType(geluX) == g.outType && g.m > 0 && g.n > 0 && g.k > 0) {
+    g.tf32 = ctx.tf32;
+    const Status st =
+        ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), dx.p, nullptr, geluX.p, ctx.stream, ctx.deterministic);
+    if (st.code() != StatusCode::kNotFound) return st.withContext(schema::opName(c.kind));
+  }
+  LLCDIST_RETURN_IF_ERROR(
+      runLinearGemm(c, linearBackwardInputGemm(p, gemmType(ops.dy), gemmType(dx)), ops, dx, FloatRef{}, ctx));
+  return geluTanhBackwardMap(dx, geluX, dx, p.M * p.K, ctx);
 }
 
 }  // namespace
@@ -161,7 +198,11 @@ void registerCudaLinearKernels(CudaKernelTable& t) {
     LinearOperands ops;
     ops.x = floatRef(c, "x");
     ops.w = floatRef(c, "w");
-    const FloatRef y = floatRef(c, "y");
+    const FloatRef y = floatRef(c, "y"), gelu = floatRef(c, "gelu");
+    if (gelu) {
+      LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "gelu", p.M * p.N));
+      return linearGeluForward(c, p, ops, y, bias, gelu, ctx);
+    }
     return runLinearGemm(c, linearForwardGemm(p, bool(bias), gemmType(ops.x), gemmType(y)), ops, y, bias, ctx);
   });
   addCudaKernel<P>(t, K::kLinearBwdInput, "cublaslt", [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
@@ -171,7 +212,11 @@ void registerCudaLinearKernels(CudaKernelTable& t) {
     LinearOperands ops;
     ops.dy = floatRef(c, "dy");
     ops.w = floatRef(c, "w");
-    const FloatRef dx = floatRef(c, "dx");
+    const FloatRef dx = floatRef(c, "dx"), geluX = floatRef(c, "gelu_x");
+    if (geluX) {
+      LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "gelu_x", p.M * p.K));
+      return linearGeluBackwardInput(c, p, ops, dx, geluX, ctx);
+    }
     return runLinearGemm(c, linearBackwardInputGemm(p, gemmType(ops.dy), gemmType(dx)), ops, dx, FloatRef{}, ctx);
   });
   addCudaKernel<P>(t, K::kLinearBwdWeight, "cublaslt", [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {

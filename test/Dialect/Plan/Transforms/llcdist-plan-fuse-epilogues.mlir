@@ -82,3 +82,61 @@ plan.program @apart {
     plan.action @backward microbatch 0
   }
 }
+
+// -----
+
+// GPT-2's MLP: the GELU's forward joins the c_fc linear before it (gelu;
+// y stays, the backward reads it) and its backward the c_proj linear's
+// input gradient before it (gelu_x), whose buffer (@dact) goes. A linear
+// whose dx accumulates, or whose dx another kernel reads too, keeps its GELU
+// apart.
+// CHECK-LABEL: plan.program @mlp
+// CHECK-SAME: {from = "linear_bwd_input + gelu_tanh_bwd", into = 1 : i64, ops = 2 : i64, pass = "llcdist-plan-fuse-epilogues", to = "linear_bwd_input with gelu_x"}
+// CHECK-SAME: {from = "linear_fwd + gelu_tanh_fwd", into = 1 : i64, ops = 2 : i64, pass = "llcdist-plan-fuse-epilogues", to = "linear_fwd with gelu"}
+// CHECK-NOT: plan.buffer @dact :
+// CHECK: plan.subroutine @forward {
+// CHECK-NEXT: plan.kernel "linear_fwd" {bias = @b1, gelu = @act, w = @w1, x = @x, y = @pre}
+// CHECK-NEXT: plan.kernel "linear_fwd" {w = @w2, x = @act, y = @out}
+// CHECK-NEXT: {{^ *}}}
+// CHECK: plan.subroutine @backward {
+// CHECK-NEXT: plan.kernel "linear_bwd_input" {dx = @dpre, dy = @dout, gelu_x = @pre, w = @w2} {K = 16 : i64, M = 2 : i64, N = 4 : i64, accumulate = false, layout = "out_in"}
+// CHECK-NEXT: plan.kernel "linear_bwd_input" {dx = @dact2, dy = @dout, w = @w2} {{.*}}accumulate = true
+// CHECK-NEXT: plan.kernel "gelu_tanh_bwd" {dx = @dpre2, dy = @dact2, x = @pre}
+// CHECK-NEXT: plan.kernel "linear_bwd_input" {dx = @dact3, dy = @dout, w = @w2}
+// CHECK-NEXT: plan.kernel "gelu_tanh_bwd" {dx = @dpre3, dy = @dact3, x = @pre}
+// CHECK-NEXT: plan.kernel "add" {a = @dact3, b = @dpre3, y = @dpre2}
+// CHECK-NEXT: {{^ *}}}
+plan.program @mlp {
+  plan.buffer @w1 : tensor<16x4xf32> {kind = "param", name = "c_fc.weight"}
+  plan.buffer @b1 : tensor<16xf32> {kind = "param", name = "c_fc.bias"}
+  plan.buffer @w2 : tensor<4x16xf32> {kind = "param", name = "c_proj.weight"}
+  plan.buffer @x : tensor<2x4xf32> {kind = "activation", name = "x"}
+  plan.buffer @pre : tensor<2x16xf32> {kind = "activation", name = "pre"}
+  plan.buffer @act : tensor<2x16xf32> {kind = "activation", name = "act"}
+  plan.buffer @out : tensor<2x4xf32> {kind = "activation", name = "out"}
+  plan.buffer @dout : tensor<2x4xf32> {kind = "activation", name = "out.grad"}
+  plan.buffer @dact : tensor<2x16xf32> {kind = "activation", name = "act.grad"}
+  plan.buffer @dpre : tensor<2x16xf32> {kind = "activation", name = "pre.grad"}
+  plan.buffer @dact2 : tensor<2x16xf32> {kind = "activation", name = "act2.grad"}
+  plan.buffer @dpre2 : tensor<2x16xf32> {kind = "activation", name = "pre2.grad"}
+  plan.buffer @dact3 : tensor<2x16xf32> {kind = "activation", name = "act3.grad"}
+  plan.buffer @dpre3 : tensor<2x16xf32> {kind = "activation", name = "pre3.grad"}
+  plan.subroutine @forward {
+    plan.kernel "linear_fwd" {x = @x, w = @w1, bias = @b1, y = @pre} {M = 2 : i64, K = 4 : i64, N = 16 : i64, layout = "out_in"}
+    plan.kernel "gelu_tanh_fwd" {x = @pre, y = @act} {n = 32 : i64}
+    plan.kernel "linear_fwd" {x = @act, w = @w2, y = @out} {M = 2 : i64, K = 16 : i64, N = 4 : i64, layout = "out_in"}
+  }
+  plan.subroutine @backward {
+    plan.kernel "linear_bwd_input" {dy = @dout, w = @w2, dx = @dact} {M = 2 : i64, K = 16 : i64, N = 4 : i64, layout = "out_in", accumulate = false}
+    plan.kernel "gelu_tanh_bwd" {dy = @dact, x = @pre, dx = @dpre} {n = 32 : i64}
+    plan.kernel "linear_bwd_input" {dy = @dout, w = @w2, dx = @dact2} {M = 2 : i64, K = 16 : i64, N = 4 : i64, layout = "out_in", accumulate = true}
+    plan.kernel "gelu_tanh_bwd" {dy = @dact2, x = @pre, dx = @dpre2} {n = 32 : i64}
+    plan.kernel "linear_bwd_input" {dy = @dout, w = @w2, dx = @dact3} {M = 2 : i64, K = 16 : i64, N = 4 : i64, layout = "out_in", accumulate = false}
+    plan.kernel "gelu_tanh_bwd" {dy = @dact3, x = @pre, dx = @dpre3} {n = 32 : i64}
+    plan.kernel "add" {a = @dact3, b = @dpre3, y = @dpre2} {n = 32 : i64}
+  }
+  plan.schedule {
+    plan.action @forward microbatch 0
+    plan.action @backward microbatch 0
+  }
+}

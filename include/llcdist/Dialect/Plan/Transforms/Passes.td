@@ -312,17 +312,24 @@ def PlanFuseNorm : Pass<"llcdist-plan-fuse-norm", "llcdist::plan::ProgramOp"> {
 }
 
 def PlanFuseEpilogues : Pass<"llcdist-plan-fuse-epilogues", "llcdist::plan::ProgramOp"> {
-  let summary = "work a neighbouring GEMM can do in its epilogue: the bias gradient";
+  let summary = "work a neighbouring GEMM can do in its epilogue: the bias gradient, the GELU";
   let description = [{
     A linear layer with a bias has, in the backward, the weight-gradient GEMM
     (dw = dy^T x) and the bias gradient (db = the column sums of dy): two
     kernels that each read dy. cuBLASLt's BGRADA / BGRADB epilogues compute
     the column sums inside the GEMM. This pass makes, in every subroutine, a
     `linear_bwd_bias` and the `linear_bwd_weight` of the same dy (the same M,
-    N and accumulate) one `linear_bwd_weight` with the optional `db`. The
-    fused op stands where one of the two stood, the other moving to it only
-    across kernels independent of it (Fusion.h), and computes what the two
-    did, so the numbers are the same bits. Runs before llcdist-plan-memory;
+    N and accumulate) one `linear_bwd_weight` with the optional `db`. GPT-2's
+    MLP applies a GELU to the c_fc linear's output: a `linear_fwd` and the
+    `gelu_tanh_fwd` that first reads its y become `linear_fwd` with `gelu`
+    (GELU_AUX_BIAS; y stays, the backward reads it), and a `linear_bwd_input`
+    that writes its dx and the `gelu_tanh_bwd` of it become
+    `linear_bwd_input` with `gelu_x` (DGELU) when no other kernel of the
+    program touches that dx (whose buffer goes) and both dx have one dtype.
+    The fused op stands where one of the two stood, the other moving to it
+    only across kernels independent of it (Fusion.h), and computes what the
+    two did, rounding as they stored, so the numbers are the same bits on
+    the CPU. Runs before llcdist-plan-memory;
     records what it fused (plan.fused) for the compile summary. `llc-dist
     compile --no-fuse-epilogues` leaves the kernels.
 

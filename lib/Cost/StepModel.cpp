@@ -430,11 +430,17 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
       inFlight = std::min<double>(double(mbs), double(c.pp - stage));
     double stash = inFlight * double(layers[size_t(stage)]) * perLayer;
     // Transients: one layer's activations (the layer being recomputed or
-    // backwarded), on the last stage the logits and their gradient, under
-    // ZeRO-3 the largest unit's gathered parameters and gradients.
+    // backwarded) or, on the last stage, the LM head's, whichever is larger
+    // (they are not live at once): the logits (their gradient written over
+    // them, llcdist-plan-ce-grad-in-place; apart under ZB-H1, whose W pass
+    // reads it) and the head's input and its gradient. Under ZeRO-3 also the
+    // largest unit's gathered parameters and gradients.
     double transient = 4 * T * double(s.h) * b + 3 * T * double(std::max(s.inter, s.q)) * b;
-    if (stage == c.pp - 1)
-      transient += 2 * T * double(w.paddedVocab(c.tp) / c.tp) * b;
+    if (stage == c.pp - 1) {
+      const double logitBuffers = c.pp > 1 && c.schedule == "zb-h1" ? 2 : 1;
+      transient = std::max(transient, logitBuffers * T * double(w.paddedVocab(c.tp) / c.tp) * b +
+                                          2 * T * double(s.h) * b);
+    }
     if (c.zero == 3) // the largest unit gathered whole: a layer or the embedding
       transient += 2 * std::max(pc.layer, pc.vocabMatrix) * valueB;
     e.activations = int64_t(stash + transient);

@@ -59,6 +59,8 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
     programs.addPass(plan::createPlanFuseNorm());
   if (o.fuseEpilogues)
     programs.addPass(plan::createPlanFuseEpilogues());
+  if (o.ceGradInPlace)
+    programs.addPass(plan::createPlanCeGradInPlace());
   if (o.fuseOptimizer)
     programs.addPass(plan::createPlanFuseOptimizer());
   programs.addPass(plan::createPlanMemory());
@@ -127,6 +129,9 @@ static void bindTrainingPipelineOptions(
   o.bind("fuse-epilogues", f.fuseEpilogues,
          "a linear layer's bias gradient and the GELU after it (forward and "
          "backward) in the neighbouring GEMM's epilogue (llcdist-plan-fuse-epilogues)");
+  o.bind("ce-grad-in-place", f.ceGradInPlace,
+         "the cross entropy's gradient written over the logits "
+         "(llcdist-plan-ce-grad-in-place)");
   o.bind("fuse-optimizer", f.fuseOptimizer,
          "one multi-tensor op per optimizer group and one cast_multi for the bf16 "
          "copies (llcdist-plan-fuse-optimizer)");

@@ -20,6 +20,7 @@
 // DEFAULT-NEXT: plan.program(
 // DEFAULT-NEXT: llcdist-plan-fuse-norm,
 // DEFAULT-NEXT: llcdist-plan-fuse-epilogues,
+// DEFAULT-NEXT: llcdist-plan-ce-grad-in-place,
 // DEFAULT-NEXT: llcdist-plan-fuse-optimizer,
 // DEFAULT-NEXT: llcdist-plan-memory{check-slots-alike=false slots-alike=true},
 // DEFAULT-NEXT: llcdist-verify-async
@@ -92,6 +93,7 @@
 // BUCKETS-NEXT: llcdist-plan-grad-buckets{bucket-size=1000},
 // BUCKETS-NEXT: llcdist-plan-fuse-norm,
 // BUCKETS-NEXT: llcdist-plan-fuse-epilogues,
+// BUCKETS-NEXT: llcdist-plan-ce-grad-in-place,
 // BUCKETS-NEXT: llcdist-plan-fuse-optimizer,
 // BUCKETS-NEXT: llcdist-plan-memory{check-slots-alike=false slots-alike=true},
 

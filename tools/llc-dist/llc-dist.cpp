@@ -108,7 +108,8 @@ llcdist-plan-grad-buckets], [--fsdp-prefetch: llcdist-plan-fsdp-prefetch],
 [--overlap-param-gather: llcdist-plan-overlap-param-gather],
 [--tp-comm-overlap: llcdist-plan-sp-overlap], [--overlap-p2p: llcdist-plan-p2p-overlap],
 llcdist-plan-fuse-norm (unless --no-fuse-norm), llcdist-plan-fuse-epilogues
-(unless --no-fuse-epilogues), llcdist-plan-fuse-optimizer (unless
+(unless --no-fuse-epilogues), llcdist-plan-ce-grad-in-place (unless
+--no-ce-grad-in-place), llcdist-plan-fuse-optimizer (unless
 --no-fuse-optimizer), llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
 SHAPES
@@ -263,6 +264,10 @@ OVERLAP (asynchronous plans)
                          and linear_bwd_input with gelu_x, cuBLASLt's epilogues
                          of the GEMMs; the same numbers on the CPU). The
                          summary says what fused.
+  --no-ce-grad-in-place  give the cross entropy's gradient a buffer of its own
+                         (default: llcdist-plan-ce-grad-in-place writes it
+                         over the logits, which nothing reads after it: one
+                         [tokens, vocabulary] buffer less; the same numbers).
   --no-fuse-optimizer    keep one optimizer update per parameter and one cast
                          per bf16 copy (default: llcdist-plan-fuse-optimizer
                          makes them one adamw_multi / sgd_multi per group of
@@ -608,6 +613,8 @@ int runCompile(Args &args) {
       train.fuseNorm = false;
     else if (a == "--no-fuse-epilogues")
       train.fuseEpilogues = false;
+    else if (a == "--no-ce-grad-in-place")
+      train.ceGradInPlace = false;
     else if (auto v = args.value(a, "--tp-embeddings")) {
       if (*v != "vocab-parallel" && *v != "replicated")
         throw UsageError{"--tp-embeddings must be vocab-parallel or replicated, got '" +

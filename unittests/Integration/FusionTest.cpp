@@ -62,6 +62,9 @@ const Fusion kFusions[] = {
               (op.kind == K::kLinearBwdInput && op.arg("gelu_x") >= 0);
      },
      [](const Case &c) { return std::string(c.model) == "tiny-gpt2"; }},
+    // Changes no op count: the gradient's buffer goes.
+    {"ce-grad-in-place", &TrainingPipelineOptions::ceGradInPlace,
+     [](const rt::Op &op) { return op.kind == K::kCrossEntropyBwd && op.arg("dlogits") == op.arg("logits"); }},
 };
 
 /// Ops per step over every program of the plan in `dir`, and how many are
@@ -144,12 +147,14 @@ const Case kCases[] = {
        o.virtualStages = 2;
      },
      2},
+    // ZB-H1 reads the logits' gradient in the W pass, a subroutine of its
+    // own: llcdist-plan-ce-grad-in-place keeps the buffers apart.
     {"gpt2-f32-pp2-zbh1", "tiny-gpt2", "sgd", "f32",
      [](TrainingPipelineOptions &o) {
        o.mesh.pp = 2;
        o.pipelineSchedule = "zb-h1";
      },
-     4},
+     4, "ce-grad-in-place"},
     {"llama-bf16-dp2-zero1", "tiny-llama", "adamw", "bf16",
      [](TrainingPipelineOptions &o) {
        o.mesh.dp = 2;
@@ -203,7 +208,8 @@ TEST_P(FusionTest, OnAndOffTrainToTheSameBits) {
       EXPECT_EQ(on.ops, off.ops);
     } else {
       EXPECT_GT(on.fused, 0) << "the pass fused nothing";
-      EXPECT_LT(on.ops, off.ops) << "the fusion removed no op";
+      if (std::string(f.name) != "ce-grad-in-place")
+        EXPECT_LT(on.ops, off.ops) << "the fusion removed no op";
     }
     expectSameBits(off.trained, on.trained);
   }

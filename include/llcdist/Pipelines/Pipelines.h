@@ -80,6 +80,9 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   /// the GELU after a linear in its GEMMs' (llcdist-plan-fuse-epilogues; off:
   /// linear_bwd_bias and gelu_tanh_fwd / _bwd apart).
   bool fuseEpilogues = true;
+  /// The cross entropy's gradient written over the logits
+  /// (llcdist-plan-ce-grad-in-place; off: a buffer of its own).
+  bool ceGradInPlace = true;
   /// Run llcdist-verify-plan last (off only for in-memory compilations whose
   /// plan is never written, e.g. the memory hints of a plan that does not fit).
   bool verifyPlan = true;

@@ -345,6 +345,34 @@ def PlanFuseEpilogues : Pass<"llcdist-plan-fuse-epilogues", "llcdist::plan::Prog
   }];
 }
 
+def PlanCeGradInPlace : Pass<"llcdist-plan-ce-grad-in-place", "llcdist::plan::ProgramOp"> {
+  let summary = "the cross entropy's gradient written over the logits";
+  let description = [{
+    `cross_entropy_bwd` writes the gradient of the logits, a buffer as large
+    as the logits ([tokens, vocabulary]), while the logits stay live until
+    it reads them. This pass makes it write over the logits (dlogits =
+    logits, the op's allowed alias) where no value changes: in every
+    subroutine, no kernel after the backward touches the logits, every
+    kernel that touches the gradient comes after its one writer, no other
+    subroutine touches the gradient, and no asynchronous operation touches
+    either. The gradient's buffer goes and llcdist-plan-memory places one
+    buffer where there were two. Records what it changed (plan.fused) for the
+    compile summary; `llc-dist compile --no-ce-grad-in-place` leaves the
+    buffers apart.
+
+    Before:
+    ```mlir
+    plan.kernel "cross_entropy_bwd" {dlogits = @dlogits, logits = @logits, targets = @t} {M = 16 : i64, V = 64 : i64, scale = 6.250000e-02 : f64}
+    plan.kernel "linear_bwd_input" {dx = @dh, dy = @dlogits, w = @w} {...}
+    ```
+    After:
+    ```mlir
+    plan.kernel "cross_entropy_bwd" {dlogits = @logits, logits = @logits, targets = @t} {M = 16 : i64, V = 64 : i64, scale = 6.250000e-02 : f64}
+    plan.kernel "linear_bwd_input" {dx = @dh, dy = @logits, w = @w} {...}
+    ```
+  }];
+}
+
 def PlanFuseOptimizer : Pass<"llcdist-plan-fuse-optimizer", "llcdist::plan::ProgramOp"> {
   let summary = "one multi-tensor op per optimizer group: adamw_multi, sgd_multi, cast_multi";
   let description = [{

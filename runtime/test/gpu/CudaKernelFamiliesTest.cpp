@@ -576,7 +576,8 @@ OptimizerParams maxNorm(double m) {
   return p;
 }
 
-// Three tensors, the last larger than kMaxPartials blocks of 256 (the first pass's grid-stride loop).
+// Three tensors, the last cut into several of the gradient norm's chunks (kNormChunk = 65536 elements,
+// one block each) and a short last chunk.
 const int64_t kGradSizes[] = {37, 1001, 300007};
 
 TEST(CudaOptimizerKernels, GradNormClipsWhenAboveMaxNorm) {

@@ -3,12 +3,13 @@
 // with clip_grad_norm_'s in-place clipping, and the torch.optim AdamW and SGD updates (one thread per
 // element, the CPU's scalars and operation order); and their kernel-table entries.
 //
-// The sums of squares are deterministic without atomics, in double: for each tensor of the list, a
-// first pass of at most kMaxPartials blocks (a number fixed by the tensor's size) writes one partial
-// per block (its threads' grid-stride sums added by a fixed tree), a one-block pass adds the partials
-// into the tensor's sum, and a one-thread pass adds the tensors' sums in list order (as the CPU does).
-// The clip coefficient is computed on the device, so the clip kernels read it there and scale only
-// when it is < 1. adamw_multi / sgd_multi update a list of tensors in one launch: a table of the
+// The sums of squares are deterministic without atomics, in double, in three launches whatever the
+// number of tensors: the list's tensors are cut into chunks of kNormChunk elements (a table uploaded
+// once at bind time, as the _multi ops'); one block a chunk writes the chunk's partial (its threads'
+// sums added by a fixed tree); one block a tensor adds its chunks' partials (a fixed tree again) into
+// the tensor's sum; one thread adds the tensors' sums in list order (as the CPU does). The clip
+// coefficient is computed on the device, so the one clip launch (one block a chunk) reads it there and
+// scales only when it is < 1. adamw_multi / sgd_multi update a list of tensors in one launch: a table of the
 // tensors and of their chunks (kChunk elements each), uploaded once at bind time, one block a chunk,
 // each element's update the single op's (adamwAt / sgdAt). Gradients and parameters are f32 or bf16 (FloatRef.cuh: read exactly, each written
 // value rounded once); the optimizer state is f32.
@@ -26,7 +27,6 @@ namespace {
 
 constexpr int kThreads = 256;             // elementwise grids
 constexpr int kReduceThreads = 256;       // a reduction's block: a power of two (blockSum's tree)
-constexpr int64_t kMaxPartials = 1024;    // first-pass blocks (partials) of one tensor
 
 #define LLCDIST_GRID_STRIDE(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
@@ -46,23 +46,48 @@ __device__ double blockSum(double v) {
   return sum;
 }
 
-// partials[block] = Σ g² over the block's grid-stride elements.
-__global__ void sumSquaresPartials(FloatRef g, int64_t n, double* partials) {
-  double s = 0.0;
-  LLCDIST_GRID_STRIDE(i, n) {
-    const float v = g[i];
-    s += double(v) * v;
+// The gradient norm's table: the list's tensors and the chunks of kNormChunk elements they are cut
+// into (a tensor's chunks consecutive, tensors in list order), one byte string (NormSlot[T], then
+// NormChunk[C]) uploaded once per bound call.
+constexpr int64_t kNormChunk = 65536;
+struct NormSlot {
+  void* g;
+  int64_t n;
+  int64_t firstChunk, numChunks;
+  int32_t bf16, pad;
+};
+struct NormChunk {
+  int32_t tensor, pad;
+  int64_t begin;
+};
+
+// partials[c] = Σ g² over chunk c, for every chunk (block b takes chunks b, b + gridDim.x, ...).
+__global__ void sumSquaresChunks(const NormSlot* slots, const NormChunk* chunks, int64_t numChunks,
+                                 double* partials) {
+  for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
+    const NormChunk ch = chunks[c];
+    const NormSlot t = slots[ch.tensor];
+    const FloatRef g{t.g, t.bf16 != 0};
+    const int64_t end = ch.begin + kNormChunk < t.n ? ch.begin + kNormChunk : t.n;
+    double s = 0.0;
+    for (int64_t i = ch.begin + threadIdx.x; i < end; i += blockDim.x) {
+      const float v = g[i];
+      s += double(v) * v;
+    }
+    s = blockSum(s);
+    if (threadIdx.x == 0) partials[c] = s;
   }
-  s = blockSum(s);
-  if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
-// One block: *out = Σ partials[0..count).
-__global__ void sumPartials(const double* partials, int64_t count, double* out) {
-  double s = 0.0;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
-  s = blockSum(s);
-  if (threadIdx.x == 0) *out = s;
+// sums[k] = Σ of tensor k's chunk partials, for every tensor (block b takes tensors b, b + gridDim.x, ...).
+__global__ void sumChunksPerTensor(const NormSlot* slots, int64_t numTensors, const double* partials, double* sums) {
+  for (int64_t k = blockIdx.x; k < numTensors; k += gridDim.x) {
+    const NormSlot t = slots[k];
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < t.numChunks; i += blockDim.x) s += partials[t.firstChunk + i];
+    s = blockSum(s);
+    if (threadIdx.x == 0) sums[k] = s;
+  }
 }
 
 // One thread: *out = (Σ sums[k] in order k = 0..count-1) + (add ? *add : 0), gradNormPartial's order.
@@ -83,11 +108,18 @@ __global__ void normAndCoef(const double* sq, double maxNorm, float* norm, float
   *coef = static_cast<float>(q < 1.0 ? q : 1.0);  // std::min(1.0, q), NaN included
 }
 
-// x *= *coef when *coef < 1 (clip_grad_norm_ scales only then).
-__global__ void scaleIfBelowOne(FloatRef x, int64_t n, const float* coef) {
+// Every chunk's elements *= *coef when *coef < 1 (clip_grad_norm_ scales only then).
+__global__ void scaleChunksIfBelowOne(const NormSlot* slots, const NormChunk* chunks, int64_t numChunks,
+                                      const float* coef) {
   const float s = *coef;
   if (!(s < 1.0f)) return;
-  LLCDIST_GRID_STRIDE(i, n) { x.set(i, x[i] * s); }
+  for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
+    const NormChunk ch = chunks[c];
+    const NormSlot t = slots[ch.tensor];
+    const FloatRef x{t.g, t.bf16 != 0};
+    const int64_t end = ch.begin + kNormChunk < t.n ? ch.begin + kNormChunk : t.n;
+    for (int64_t i = ch.begin + threadIdx.x; i < end; i += blockDim.x) x.set(i, x[i] * s);
+  }
 }
 
 // AdamW's scalars for one step (adamwStep's, double arithmetic used as f32).
@@ -189,64 +221,80 @@ struct SgdUpdate {
 using P = OptimizerParams;
 using Ctx = CudaKernelContext;
 
-struct Tensor {
-  FloatRef data;
-  int64_t n = 0;
+// The gradient norm's tensors: `grads`, then (grad_norm_sq, on the first member of each replica group)
+// `replica_shards`, uploaded as one table at bind time (prepareNorm) and found there by each step.
+struct NormTable {
+  const NormSlot* slots = nullptr;
+  const NormChunk* chunks = nullptr;
+  int64_t numTensors = 0, numChunks = 0;
 };
-
-// The buffers of a list role, in order (none for an absent optional list).
-std::vector<Tensor> tensorsOf(const KernelCall& c, std::string_view role) {
-  std::vector<Tensor> v;
-  const size_t r = c.role(role);
-  for (size_t k = 0; k < c.args[r].size(); ++k) v.push_back({floatRef(c, r, k), c.argElems[r][k]});
-  return v;
+StatusOr<NormTable> normTable(const KernelCall& c, const P& p, const Ctx& ctx) {
+  const std::string op(schema::opName(c.kind));
+  if (!ctx.tables) return Status::internal(op + " without device tables");
+  std::vector<NormSlot> slots;
+  std::vector<NormChunk> chunks;
+  const auto add = [&](std::string_view role) {
+    const size_t r = c.role(role);
+    for (size_t k = 0; k < c.args[r].size(); ++k) {
+      NormSlot t{c.ptr(r, k), c.argElems[r][k], int64_t(chunks.size()), 0,
+                 c.type(r, k) == schema::ElemType::kBF16 ? 1 : 0, 0};
+      for (int64_t b = 0; b < t.n; b += kNormChunk) chunks.push_back(NormChunk{int32_t(slots.size()), 0, b});
+      t.numChunks = int64_t(chunks.size()) - t.firstChunk;
+      slots.push_back(t);
+    }
+  };
+  add("grads");
+  if (c.kind == schema::OpKind::kGradNormSq) {
+    if (p.replicas < 1) return Status::internal("grad_norm_sq with replicas " + std::to_string(p.replicas));
+    if (p.member % p.replicas == 0) add("replica_shards");
+  }
+  NormTable t;
+  t.numTensors = int64_t(slots.size());
+  t.numChunks = int64_t(chunks.size());
+  if (slots.empty()) return t;
+  std::string bytes(slots.size() * sizeof(NormSlot) + chunks.size() * sizeof(NormChunk), '\0');
+  std::memcpy(bytes.data(), slots.data(), slots.size() * sizeof(NormSlot));
+  std::memcpy(bytes.data() + slots.size() * sizeof(NormSlot), chunks.data(), chunks.size() * sizeof(NormChunk));
+  LLCDIST_ASSIGN_OR_RETURN(const void* dev, ctx.tables->uploadBytes(bytes));
+  t.slots = static_cast<const NormSlot*>(dev);
+  t.chunks = reinterpret_cast<const NormChunk*>(static_cast<const char*>(dev) + slots.size() * sizeof(NormSlot));
+  return t;
 }
 
-// First-pass blocks of a tensor of n elements (at least one, which writes 0 for an empty tensor).
-int64_t partialBlocks(int64_t n) {
-  const int64_t blocks = (n + kReduceThreads - 1) / kReduceThreads;
-  return blocks < 1 ? 1 : blocks > kMaxPartials ? kMaxPartials : blocks;
-}
+// The doubles of scratch sumOfSquares needs for the table: the tensors' sums and the chunks' partials.
+int64_t sumScratchDoubles(const NormTable& t) { return t.numTensors + t.numChunks; }
 
-// The doubles of scratch sumOfSquares needs for `ts`: the tensors' sums and their partials.
-int64_t sumScratchDoubles(const std::vector<Tensor>& ts) {
-  int64_t d = int64_t(ts.size());
-  for (const Tensor& t : ts) d += partialBlocks(t.n);
-  return d;
-}
-
-// *out (device) = Σ over ts (in order) of Σ g², + *add when add is not null, in double; `scratch`
-// holds sumScratchDoubles(ts) doubles (null when that is 0).
-Status sumOfSquares(const std::vector<Tensor>& ts, const double* add, double* out, double* scratch, const Ctx& ctx,
+// *out (device) = Σ over the table's tensors (in order) of Σ g², + *add when add is not null, in
+// double; `scratch` holds sumScratchDoubles(t) doubles (null when that is 0).
+Status sumOfSquares(const NormTable& t, const double* add, double* out, double* scratch, const Ctx& ctx,
                     const char* what) {
   double* sums = scratch;
-  double* partials = scratch ? scratch + ts.size() : nullptr;
-  for (size_t k = 0; k < ts.size(); ++k) {
-    const int64_t blocks = partialBlocks(ts[k].n);
-    sumSquaresPartials<<<unsigned(blocks), kReduceThreads, 0, ctx.stream>>>(ts[k].data, ts[k].n, partials);
+  double* partials = scratch ? scratch + t.numTensors : nullptr;
+  if (t.numChunks > 0) {
+    sumSquaresChunks<<<gridFor(t.numChunks, 1), kReduceThreads, 0, ctx.stream>>>(t.slots, t.chunks, t.numChunks,
+                                                                                  partials);
     LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
-    sumPartials<<<1, kReduceThreads, 0, ctx.stream>>>(partials, blocks, sums + k);
-    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
-    partials += blocks;
   }
-  sumInOrder<<<1, 1, 0, ctx.stream>>>(sums, int64_t(ts.size()), add, out);
+  if (t.numTensors > 0) {
+    sumChunksPerTensor<<<gridFor(t.numTensors, 1), kReduceThreads, 0, ctx.stream>>>(t.slots, t.numTensors, partials,
+                                                                                   sums);
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
+  }
+  sumInOrder<<<1, 1, 0, ctx.stream>>>(sums, t.numTensors, add, out);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
 // clip_grad_norm_'s in-place scaling of every tensor by the device coefficient (when it is < 1).
-Status clip(const std::vector<Tensor>& ts, const float* coef, const Ctx& ctx, const char* what) {
-  for (const Tensor& t : ts) {
-    if (t.n == 0) continue;
-    scaleIfBelowOne<<<gridFor(t.n, kThreads), kThreads, 0, ctx.stream>>>(t.data, t.n, coef);
-    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
-  }
-  return Status::ok();
+Status clip(const NormTable& t, const float* coef, const Ctx& ctx, const char* what) {
+  if (t.numChunks == 0) return Status::ok();
+  scaleChunksIfBelowOne<<<gridFor(t.numChunks, 1), kThreads, 0, ctx.stream>>>(t.slots, t.chunks, t.numChunks, coef);
+  return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
 // grad_norm (gradients whole on every rank): the norm of `grads`, clipped in place when max_norm > 0.
 Status gradNorm(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (!ctx.scratch) return Status::internal("grad_norm without device scratch");
-  const std::vector<Tensor> grads = tensorsOf(c, "grads");
+  LLCDIST_ASSIGN_OR_RETURN(const NormTable grads, normTable(c, p, ctx));
   // Scratch: [sq | coef (a float in a double's slot) | the sums' scratch].
   LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get((2 + sumScratchDoubles(grads)) * int64_t(sizeof(double))));
   double* sq = static_cast<double*>(scratch);
@@ -261,10 +309,7 @@ Status gradNorm(const KernelCall& c, const P& p, const Ctx& ctx) {
 // grad_norm_sq: this rank's partial squared norm (f64), which the plan all-reduces: `grads`, then
 // `replica_shards` on the first member of each replica group, then + add.
 Status gradNormSq(const KernelCall& c, const P& p, const Ctx& ctx) {
-  if (p.replicas < 1) return Status::internal("grad_norm_sq with replicas " + std::to_string(p.replicas));
-  std::vector<Tensor> ts = tensorsOf(c, "grads");
-  if (p.member % p.replicas == 0)
-    for (const Tensor& t : tensorsOf(c, "replica_shards")) ts.push_back(t);
+  LLCDIST_ASSIGN_OR_RETURN(const NormTable ts, normTable(c, p, ctx));
   double* scratch = nullptr;
   const int64_t doubles = sumScratchDoubles(ts);
   if (doubles > 0) {
@@ -282,8 +327,17 @@ Status gradNormClip(const KernelCall& c, const P& p, const Ctx& ctx) {
   float* coef = static_cast<float*>(scratch);
   normAndCoef<<<1, 1, 0, ctx.stream>>>(c.D("sq"), p.maxNorm, c.F("norm"), coef);
   LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("grad_norm_clip", ctx.rank));
-  if (p.maxNorm > 0) return clip(tensorsOf(c, "grads"), coef, ctx, "grad_norm_clip");
-  return Status::ok();
+  if (p.maxNorm <= 0) return Status::ok();
+  LLCDIST_ASSIGN_OR_RETURN(const NormTable grads, normTable(c, p, ctx));
+  return clip(grads, coef, ctx, "grad_norm_clip");
+}
+
+// Bind time: the gradient norm's table uploaded, so no step uploads anything.
+StatusOr<int64_t> prepareNorm(const KernelCall& c, const Ctx& ctx) {
+  const P* p = c.paramsAs<P>();
+  if (!p) return Status::internal(std::string(schema::opName(c.kind)) + ": no optimizer parameters at bind time");
+  LLCDIST_RETURN_IF_ERROR(normTable(c, *p, ctx).status());
+  return int64_t(0);
 }
 
 // adamwStep's scalars (double arithmetic, used as f32).
@@ -418,9 +472,9 @@ StatusOr<int64_t> prepareSgdMulti(const KernelCall& c, const Ctx& ctx) {
 // ---- CUDA kernel-table entries (CudaKernels.h) -----------------------------------------------------
 void registerCudaOptimizerKernels(CudaKernelTable& t) {
   using K = schema::OpKind;
-  addCudaKernel<P>(t, K::kGradNorm, gradNorm);
-  addCudaKernel<P>(t, K::kGradNormSq, gradNormSq);
-  addCudaKernel<P>(t, K::kGradNormClip, gradNormClip);
+  addCudaKernel<P>(t, K::kGradNorm, "own", gradNorm, prepareNorm);
+  addCudaKernel<P>(t, K::kGradNormSq, "own", gradNormSq, prepareNorm);
+  addCudaKernel<P>(t, K::kGradNormClip, "own", gradNormClip, prepareNorm);
   addCudaKernel<P>(t, K::kAdamW, adamw);
   addCudaKernel<P>(t, K::kSgd, sgd);
   addCudaKernel<P>(t, K::kAdamWMulti, "own", adamwMulti, prepareAdamwMulti);

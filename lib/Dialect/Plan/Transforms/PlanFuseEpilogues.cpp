@@ -99,21 +99,13 @@ struct PlanFuseEpiloguesPass : public plan::impl::PlanFuseEpiloguesBase<PlanFuse
         for (plan::KernelOp weight : ops) {
           if (taken.contains(weight) || !joins(weight, bias))
             continue;
-          SmallVector<plan::KernelOp> members{weight, bias};
-          if (bias->isBeforeInBlock(weight))
-            std::swap(members[0], members[1]);
-          plan::KernelOp at = plan::placement(members, accesses);
-          if (!at)
-            continue;
           SmallVector<NamedAttribute> args(weight.getArgs().getValue());
           args.push_back(b.getNamedAttr("db", arg(bias, "db")));
-          b.setInsertionPoint(at);
-          plan::KernelOp::create(b, weight.getLoc(), b.getStringAttr("linear_bwd_weight"), b.getDictionaryAttr(args),
-                                 weight.getParams());
-          taken.insert(weight);
-          taken.insert(bias);
-          weight.erase();
-          bias.erase();
+          Operation *w = weight, *bb = bias;
+          if (!replacePair(b, weight, bias, args, accesses))
+            continue;
+          taken.insert(w);
+          taken.insert(bb);
           fused.add("linear_bwd_weight + linear_bwd_bias", "linear_bwd_weight with db", 2);
           break;
         }

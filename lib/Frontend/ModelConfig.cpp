@@ -341,6 +341,11 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
                                  std::to_string(r.maxFor("max_position_embeddings")) + "], got " +
                                  s.at("original_max_position_embeddings").dump());
     rs.originalMaxPositions = static_cast<int64_t>(original);
+    if (!llcdist::rt::schema::ropeScalingValid(rs.factor, rs.lowFreqFactor, rs.highFreqFactor,
+                                               double(rs.originalMaxPositions)))
+      r.fail("rope_scaling", std::string(llcdist::rt::schema::kRopeScalingRule) + ", got factor " +
+                                 s.at("factor").dump() + ", low_freq_factor " + s.at("low_freq_factor").dump() +
+                                 ", high_freq_factor " + s.at("high_freq_factor").dump());
     c.ropeScaling = rs;
   } else {
     r.ignore({"rope_scaling"});

@@ -12,11 +12,12 @@ using json = nlohmann::ordered_json;
 
 std::optional<VocabPadding> llcdist::vocabPaddingOf(ModuleOp m) {
   auto d = m->getAttrOfType<DictionaryAttr>("xf.vocab_padding");
-  if (!d)
+  auto vocab = d ? d.getAs<IntegerAttr>("vocab_size") : IntegerAttr();
+  auto padded = d ? d.getAs<IntegerAttr>("padded_vocab_size") : IntegerAttr();
+  auto multiple = d ? d.getAs<IntegerAttr>("multiple") : IntegerAttr();
+  if (!vocab || !padded || !multiple) // absent, or a hand-written module's partial record
     return std::nullopt;
-  return VocabPadding{d.getAs<IntegerAttr>("vocab_size").getInt(),
-                      d.getAs<IntegerAttr>("padded_vocab_size").getInt(),
-                      d.getAs<IntegerAttr>("multiple").getInt()};
+  return VocabPadding{vocab.getInt(), padded.getInt(), multiple.getInt()};
 }
 
 FailureOr<xf::ModelStats> llcdist::recordedModelStats(ModuleOp m) {

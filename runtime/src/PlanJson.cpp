@@ -16,7 +16,38 @@ std::string describe(const json& v) {
   return d;
 }
 
+namespace {
+// The byte offset where `text`'s arrays and objects first nest deeper than `limit`, or npos. Brackets
+// inside strings (escapes included) do not count; malformed text is left to the parser.
+size_t tooDeepAt(const std::string& text, int limit) {
+  int depth = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string::npos;
+}
+}  // namespace
+
 Status Doc::parse(const std::string& text, json* out) const {
+  // A plan, manifest or checkpoint file nests a few levels; a value nested thousands deep would only
+  // exhaust the stack of whatever copies it, so it is refused before the parse.
+  if (const size_t at = tooDeepAt(text, kMaxJsonDepth); at != std::string::npos)
+    return Status::invalidArgument(file_ + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                   " levels (arrays and objects) at byte " + std::to_string(at) +
+                                   "; no field of this format nests that deep");
   try {
     *out = json::parse(text);
   } catch (const json::exception& e) {

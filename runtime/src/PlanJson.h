@@ -29,7 +29,8 @@ public:
   }
 
   // Parses text into an object; malformed or truncated JSON is a DataLoss error with the parser's
-  // byte position.
+  // byte position, JSON nested deeper than kMaxJsonDepth an InvalidArgument naming the byte.
+  static constexpr int kMaxJsonDepth = 64;
   Status parse(const std::string& text, json* out) const;
 
   // o must be an object holding every `required` key and no key outside required ∪ optional.

@@ -81,6 +81,29 @@ TEST_F(PlanLoaderTest, MalformedAndTruncatedJson) {
   EXPECT_EQ(loadPlan(path("nope")).status().code(), StatusCode::kNotFound);
 }
 
+// A value nested 100,000 levels deep once overflowed the stack of whatever copied it (llc-dist run and
+// verify crashed): the reader refuses JSON nested deeper than Doc::kMaxJsonDepth before parsing,
+// naming the file and the byte. Brackets inside strings do not count.
+TEST_F(PlanLoaderTest, DeeplyNestedJsonIsRefused) {
+  const Manifest m = parseManifest(base.manifest.dump(), "manifest.json").value();
+  json deep = base.program;
+  deep["subroutines"][1]["ops"][0]["args"]["x"] = "DEEP";
+  std::string text = deep.dump();
+  const size_t at = text.find("\"DEEP\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 6, std::string(100000, '[') + "1" + std::string(100000, ']'));
+  Status st = parseProgram(text, "program-0.json", m).status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
+  EXPECT_NE(st.message().find("program-0.json: JSON nested deeper than 64 levels"), std::string::npos)
+      << st.message();
+  EXPECT_FALSE(parseManifest(std::string(65, '[') + std::string(65, ']'), "manifest.json").isOk());
+  // Brackets inside a string are a string: the plan loads (or fails on the field, never on the depth).
+  json named = base.program;
+  named["buffers"][0]["name"] = std::string(100, '[') + "\"{";
+  st = parseProgram(named.dump(), "program-0.json", m).status();
+  EXPECT_EQ(st.message().find("nested deeper"), std::string::npos) << st.message();
+}
+
 TEST_F(PlanLoaderTest, EveryPrefixAndByteFlipFailsCleanly) {
   // The loader never crashes on bad input: every truncation is an error, random byte flips load or fail.
   const Manifest m = parseManifest(base.manifest.dump(), "manifest.json").value();

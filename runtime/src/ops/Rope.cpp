@@ -32,11 +32,9 @@ StatusOr<std::vector<float>> ropeInvFreq(const RopeConfig& cfg, int64_t headDim)
     inv[i] = 1.0f / std::pow(cfg.theta, static_cast<float>(2 * i) / static_cast<float>(headDim));
   if (!cfg.llama3) return inv;
 
-  if (!(cfg.factor > 0.0f) || !(cfg.highFreqFactor > cfg.lowFreqFactor) || !(cfg.lowFreqFactor > 0.0f) ||
-      cfg.originalMaxPositionEmbeddings <= 0)
-    return Status::invalidArgument(
-        "rope: llama3 rope_scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
-        "original_max_position_embeddings > 0");
+  if (!schema::ropeScalingValid(cfg.factor, cfg.lowFreqFactor, cfg.highFreqFactor,
+                                 double(cfg.originalMaxPositionEmbeddings)))
+    return Status::invalidArgument("rope: llama3 rope_scaling " + std::string(schema::kRopeScalingRule));
   // _compute_llama3_parameters. Python scalars are doubles; tensor ops run in fp32 with the scalar
   // cast to fp32, and `scalar / tensor` is reciprocal(tensor) * scalar.
   const double oldContext = double(cfg.originalMaxPositionEmbeddings);

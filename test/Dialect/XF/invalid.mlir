@@ -204,6 +204,16 @@ func.func @rope_scaling_key(%x: tensor<2x8x64xf32>) {
 
 // -----
 
+// low_freq_factor above high_freq_factor (issue #31: 4096.5 compiled, then the runtime refused the plan):
+// one rule for the compiler and the runtime (rt::schema::ropeScalingValid).
+func.func @rope_scaling_order(%x: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor (as fp32 values) and original_max_position_embeddings > 0}}
+  %r = xf.rope %x {head_dim = 16 : i64, theta = 10000.0 : f64, scaling = {rope_type = "llama3", factor = 8.0 : f64, low_freq_factor = 4096.5 : f64, high_freq_factor = 4.0 : f64, original_max_position_embeddings = 8192.0 : f64}} : tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
 func.func @ln_weight(%x: tensor<2x8x64xf32>, %w: tensor<32xf32>, %b: tensor<64xf32>) {
   // expected-error @+1 {{weight must be tensor<64x...> (the input's last dimension), got 'tensor<32xf32>'}}
   %y = xf.layer_norm %x, %w, %b {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>, tensor<32xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>

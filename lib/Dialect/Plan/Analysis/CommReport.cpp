@@ -128,7 +128,8 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
     if (auto md = man.getAs<DictionaryAttr>("model"))
       f.bf16 = md.getAs<StringAttr>("dtype") && md.getAs<StringAttr>("dtype").getValue() == "bf16";
     if (auto mesh = man.getAs<DictionaryAttr>("mesh"))
-      f.tp = mesh.getAs<IntegerAttr>("tp").getInt();
+      if (auto tp = mesh.getAs<IntegerAttr>("tp"))
+        f.tp = tp.getInt();
   }
   m.walk([&](KernelOp k) {
     f.vocabParallel |= k.getKernel() == "cross_entropy_fwd" && k.getParams().get("shard_axis");
@@ -140,9 +141,18 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
   auto rc = m->getAttrOfType<StringAttr>("xf.recompute");
   f.fullRecompute = rc && rc.getValue() == "full";
   if (auto model = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr)) {
-    auto get = [&](StringRef k) { return model.getAs<IntegerAttr>(k).getInt(); };
-    f.bshLM = std::array<int64_t, 5>{get("micro_batch"), get("seq_len"), get("hidden_size"),
-                                     get("num_layers"), get("microbatches")};
+    // A hand-written module's xf.model may lack any of them (the verifier
+    // requires none): then the analytic volumes that need them stay unknown.
+    std::array<int64_t, 5> bsh{};
+    const StringRef keys[] = {"micro_batch", "seq_len", "hidden_size", "num_layers", "microbatches"};
+    bool all = true;
+    for (auto [k, v] : llvm::zip_equal(keys, bsh)) {
+      auto a = model.getAs<IntegerAttr>(k);
+      all = all && a;
+      v = a ? a.getInt() : 0;
+    }
+    if (all)
+      f.bshLM = bsh;
     if (auto hd = model.getAs<IntegerAttr>("head_dim"))
       f.headDim = hd.getInt();
   }

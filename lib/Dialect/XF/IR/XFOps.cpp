@@ -130,6 +130,12 @@ LogicalResult RopeOp::verify() {
       if (!f || !(f.getValueAsDouble() > 0.0))
         return emitOpError("scaling.") << key << " must be a positive float";
     }
+    namespace sc = llcdist::rt::schema;
+    auto v = [&](StringRef key) { return s.getAs<FloatAttr>(key).getValueAsDouble(); };
+    if (!sc::ropeScalingValid(v("factor"), v("low_freq_factor"), v("high_freq_factor"),
+                              v("original_max_position_embeddings")))
+      return emitOpError("scaling ")
+             << StringRef(sc::kRopeScalingRule.data(), sc::kRopeScalingRule.size());
   }
   return success();
 }

@@ -80,6 +80,16 @@ inline constexpr std::string_view kRopeThetaRule =
     "must be a positive number in the normal fp32 range [1.17549435e-38, 3.40282347e+38] (the runtime "
     "computes RoPE frequencies in fp32)";
 constexpr bool ropeThetaInRange(double theta) { return theta >= double(FLT_MIN) && theta <= double(FLT_MAX); }
+// Llama 3's rope_scaling, as the runtime computes it (in fp32, so the comparisons are of the fp32
+// values): the same one rule for the runtime, model configs and xf.rope.
+inline constexpr std::string_view kRopeScalingRule =
+    "needs factor > 0, 0 < low_freq_factor < high_freq_factor (as fp32 values) and "
+    "original_max_position_embeddings > 0";
+constexpr bool ropeScalingValid(double factor, double lowFreqFactor, double highFreqFactor,
+                                double originalMaxPositionEmbeddings) {
+  return float(factor) > 0.0f && float(lowFreqFactor) > 0.0f && float(highFreqFactor) > float(lowFreqFactor) &&
+         originalMaxPositionEmbeddings > 0;
+}
 // Collective reduction ops (attr `op` of all_reduce / reduce_scatter).
 inline constexpr std::array<std::string_view, 3> kReduceOpNames = {"sum", "avg", "max"};
 // reduce_scatter supports only these in this version.

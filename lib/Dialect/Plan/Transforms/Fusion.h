@@ -16,6 +16,7 @@
 #include "KernelAccess.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
@@ -64,6 +65,21 @@ private:
 
 };
 
+/// The buffer `k` names for `role` (null when the role is absent).
+inline mlir::Attribute argOf(KernelOp k, llvm::StringRef role) { return k.getArgs().get(role); }
+
+/// Whether `k` is a `kind` kernel that runs synchronously on the compute
+/// queue (isSyncCompute); false for a null `k`.
+inline bool isSyncKernel(KernelOp k, llvm::StringRef kind);
+
+/// Erases buffer `ref` when no op of the program names it any more (a fused
+/// kernel's intermediate).
+inline void eraseIfUnused(ProgramOp program, mlir::Attribute ref) {
+  auto buf = program.lookupSymbol<BufferOp>(mlir::cast<mlir::FlatSymbolRefAttr>(ref).getAttr());
+  if (buf && mlir::SymbolTable::symbolKnownUseEmpty(buf, program))
+    buf.erase();
+}
+
 /// The element type of buffer `ref` (null when it names none).
 inline mlir::Type elementTypeOf(ProgramOp program, mlir::Attribute ref) {
   auto buf = program.lookupSymbol<BufferOp>(mlir::cast<mlir::FlatSymbolRefAttr>(ref).getAttr());
@@ -103,6 +119,10 @@ inline llvm::DenseMap<mlir::Attribute, int64_t> kernelsTouching(ProgramOp progra
 /// the only kernels a fusion pass touches.
 inline bool isSyncCompute(KernelOp k) {
   return !k->hasAttr(kTokenAttr) && !k->hasAttr(kQueueAttr);
+}
+
+inline bool isSyncKernel(KernelOp k, llvm::StringRef kind) {
+  return k && k.getKernel() == kind && isSyncCompute(k);
 }
 
 /// The buffers each kernel touches, for moving kernels across others. A

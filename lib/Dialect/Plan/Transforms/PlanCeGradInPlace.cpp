@@ -55,9 +55,9 @@ struct PlanCeGradInPlacePass : public plan::impl::PlanCeGradInPlaceBase<PlanCeGr
     };
     llvm::MapVector<Attribute, Writers> grads;
     program.walk([&](plan::KernelOp k) {
-      if (k.getKernel() != "cross_entropy_bwd" || !plan::isSyncCompute(k))
+      if (!plan::isSyncKernel(k, "cross_entropy_bwd"))
         return;
-      Attribute logits = k.getArgs().get("logits"), dlogits = k.getArgs().get("dlogits");
+      Attribute logits = plan::argOf(k, "logits"), dlogits = plan::argOf(k, "dlogits");
       if (!logits || !dlogits || logits == dlogits)
         return;
       Writers &w = grads[dlogits];

@@ -26,7 +26,6 @@
 #include "KernelAccess.h"
 
 #include "mlir/IR/Builders.h"
-#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
@@ -40,21 +39,20 @@ using namespace llcdist;
 
 namespace {
 
-Attribute arg(plan::KernelOp k, StringRef role) { return k.getArgs().get(role); }
-
-bool is(plan::KernelOp k, StringRef kernel) { return k.getKernel() == kernel && plan::isSyncCompute(k); }
+using plan::argOf;
+using plan::isSyncKernel;
 
 /// Whether `bias` (a linear_bwd_bias) may join `weight` (a linear_bwd_weight)
 /// as its db: the same dy and shape, the same accumulation, no db yet, and db
 /// none of the GEMM's buffers (the fused op writes dw, then db).
 bool joins(plan::KernelOp weight, plan::KernelOp bias) {
-  if (!is(weight, "linear_bwd_weight") || arg(weight, "db") || arg(weight, "dy") != arg(bias, "dy"))
+  if (!isSyncKernel(weight, "linear_bwd_weight") || argOf(weight, "db") || argOf(weight, "dy") != argOf(bias, "dy"))
     return false;
   for (StringRef p : {"M", "N", "accumulate"})
     if (!weight.getParams().get(p) || weight.getParams().get(p) != bias.getParams().get(p))
       return false;
-  Attribute db = arg(bias, "db");
-  return db != arg(weight, "dy") && db != arg(weight, "x") && db != arg(weight, "dw");
+  Attribute db = argOf(bias, "db");
+  return db != argOf(weight, "dy") && db != argOf(weight, "x") && db != argOf(weight, "dw");
 }
 
 /// Whether `gelu`'s element count `n` is the M×`cols` of `linear`.
@@ -94,13 +92,13 @@ struct PlanFuseEpiloguesPass : public plan::impl::PlanFuseEpiloguesBase<PlanFuse
       SmallVector<plan::KernelOp> ops(sub.getOps<plan::KernelOp>());
       llvm::DenseSet<Operation *> taken; // the erased kernels
       for (plan::KernelOp bias : ops) {
-        if (taken.contains(bias) || !is(bias, "linear_bwd_bias"))
+        if (taken.contains(bias) || !isSyncKernel(bias, "linear_bwd_bias"))
           continue;
         for (plan::KernelOp weight : ops) {
           if (taken.contains(weight) || !joins(weight, bias))
             continue;
           SmallVector<NamedAttribute> args(weight.getArgs().getValue());
-          args.push_back(b.getNamedAttr("db", arg(bias, "db")));
+          args.push_back(b.getNamedAttr("db", argOf(bias, "db")));
           Operation *w = weight, *bb = bias;
           if (!replacePair(b, weight, bias, args, accesses))
             continue;
@@ -126,53 +124,51 @@ struct PlanFuseEpiloguesPass : public plan::impl::PlanFuseEpiloguesBase<PlanFuse
     SmallVector<Bwd> bwd;
     program.walk([&](plan::SubroutineOp sub) {
       for (plan::KernelOp k : sub.getOps<plan::KernelOp>()) {
-        if (!is(k, "linear_bwd_input") || arg(k, "gelu_x"))
+        if (!isSyncKernel(k, "linear_bwd_input") || argOf(k, "gelu_x"))
           continue;
         auto acc = k.getParams().getAs<BoolAttr>("accumulate");
-        plan::KernelOp g = plan::nextReader(k, arg(k, "dx"));
-        if (!acc || acc.getValue() || !g || !is(g, "gelu_tanh_bwd") || arg(g, "dy") != arg(k, "dx") ||
-            arg(g, "x") == arg(k, "dx") || !sameCount(k, g, "K") ||
-            plan::elementTypeOf(program, arg(k, "dx")) != plan::elementTypeOf(program, arg(g, "dx")))
+        plan::KernelOp g = plan::nextReader(k, argOf(k, "dx"));
+        if (!acc || acc.getValue() || !g || !isSyncKernel(g, "gelu_tanh_bwd") || argOf(g, "dy") != argOf(k, "dx") ||
+            argOf(g, "x") == argOf(k, "dx") || !sameCount(k, g, "K") ||
+            plan::elementTypeOf(program, argOf(k, "dx")) != plan::elementTypeOf(program, argOf(g, "dx")))
           continue;
         // The fused op reads gelu_x after writing dx: the GELU's x must be none of the linear's buffers.
-        if (llvm::is_contained(ArrayRef<Attribute>{arg(k, "dy"), arg(k, "w")}, arg(g, "dx")) ||
-            llvm::is_contained(ArrayRef<Attribute>{arg(k, "dy"), arg(k, "w")}, arg(g, "x")))
+        if (llvm::is_contained(ArrayRef<Attribute>{argOf(k, "dy"), argOf(k, "w")}, argOf(g, "dx")) ||
+            llvm::is_contained(ArrayRef<Attribute>{argOf(k, "dy"), argOf(k, "w")}, argOf(g, "x")))
           continue;
         bwd.push_back({k, g});
       }
     });
     llvm::DenseMap<Attribute, int64_t> touches = plan::kernelsTouching(program), pairTouches;
     for (Bwd &p : bwd)
-      pairTouches[arg(p.linear, "dx")] += 2;
+      pairTouches[argOf(p.linear, "dx")] += 2;
     for (Bwd &p : bwd) {
-      Attribute dAct = arg(p.linear, "dx");
+      Attribute dAct = argOf(p.linear, "dx");
       if (touches[dAct] != pairTouches[dAct])
         continue;
       SmallVector<NamedAttribute> args;
       for (NamedAttribute a : p.linear.getArgs())
         if (a.getName() != "dx")
           args.push_back(a);
-      args.push_back(b.getNamedAttr("dx", arg(p.gelu, "dx")));
-      args.push_back(b.getNamedAttr("gelu_x", arg(p.gelu, "x")));
+      args.push_back(b.getNamedAttr("dx", argOf(p.gelu, "dx")));
+      args.push_back(b.getNamedAttr("gelu_x", argOf(p.gelu, "x")));
       if (!replacePair(b, p.linear, p.gelu, args, accesses))
         continue;
       fused.add("linear_bwd_input + gelu_tanh_bwd", "linear_bwd_input with gelu_x", 2);
-      auto buf = program.lookupSymbol<plan::BufferOp>(cast<FlatSymbolRefAttr>(dAct).getAttr());
-      if (buf && SymbolTable::symbolKnownUseEmpty(buf, program))
-        buf.erase();
+      plan::eraseIfUnused(program, dAct);
     }
 
     program.walk([&](plan::SubroutineOp sub) {
       SmallVector<plan::KernelOp> ops(sub.getOps<plan::KernelOp>());
       llvm::DenseSet<Operation *> erased;
       for (plan::KernelOp k : ops) {
-        if (erased.contains(k) || !is(k, "linear_fwd") || arg(k, "gelu"))
+        if (erased.contains(k) || !isSyncKernel(k, "linear_fwd") || argOf(k, "gelu"))
           continue;
-        plan::KernelOp g = plan::nextReader(k, arg(k, "y"));
-        if (!g || erased.contains(g) || !is(g, "gelu_tanh_fwd") || arg(g, "x") != arg(k, "y") ||
+        plan::KernelOp g = plan::nextReader(k, argOf(k, "y"));
+        if (!g || erased.contains(g) || !isSyncKernel(g, "gelu_tanh_fwd") || argOf(g, "x") != argOf(k, "y") ||
             !sameCount(k, g, "N"))
           continue;
-        Attribute out = arg(g, "y");
+        Attribute out = argOf(g, "y");
         if (llvm::any_of(k.getArgs(), [&](NamedAttribute a) { return a.getValue() == out; }))
           continue;
         SmallVector<NamedAttribute> args(k.getArgs().getValue());

@@ -28,7 +28,6 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
-#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
@@ -62,9 +61,8 @@ std::optional<NormKinds> normOf(StringRef kernel) {
   return std::nullopt;
 }
 
-Attribute arg(plan::KernelOp k, StringRef role) { return k.getArgs().get(role); }
-
-bool is(plan::KernelOp k, StringRef kernel) { return k && k.getKernel() == kernel && plan::isSyncCompute(k); }
+using plan::argOf;
+using plan::isSyncKernel;
 
 /// Builds kernel `kernel` before `at` with `args` and `params`, located at
 /// `loc` (the norm's: its provenance names the module).
@@ -77,11 +75,11 @@ plan::KernelOp build(OpBuilder &b, Operation *at, StringRef kernel, ArrayRef<Nam
 /// The forward: an add, and the norm that first reads its sum. Returns the
 /// norm it erased with the add, or null.
 Operation *fuseForward(OpBuilder &b, plan::KernelOp add, const plan::Accesses &accesses, plan::FusionRecord &fused) {
-  if (!is(add, "add"))
+  if (!isSyncKernel(add, "add"))
     return nullptr;
-  plan::KernelOp norm = plan::nextReader(add, arg(add, "y"));
+  plan::KernelOp norm = plan::nextReader(add, argOf(add, "y"));
   std::optional<NormKinds> n = norm ? normOf(norm.getKernel()) : std::nullopt;
-  if (!n || !is(norm, n->fwd) || arg(norm, "x") != arg(add, "y"))
+  if (!n || !isSyncKernel(norm, n->fwd) || argOf(norm, "x") != argOf(add, "y"))
     return nullptr;
   auto count = add.getParams().getAs<IntegerAttr>("n");
   auto M = norm.getParams().getAs<IntegerAttr>("M"), H = norm.getParams().getAs<IntegerAttr>("H");
@@ -90,8 +88,8 @@ Operation *fuseForward(OpBuilder &b, plan::KernelOp add, const plan::Accesses &a
   plan::KernelOp at = plan::placement({add, norm}, accesses);
   if (!at)
     return nullptr;
-  SmallVector<NamedAttribute> args{b.getNamedAttr("a", arg(add, "a")), b.getNamedAttr("b", arg(add, "b")),
-                                   b.getNamedAttr("sum", arg(add, "y"))};
+  SmallVector<NamedAttribute> args{b.getNamedAttr("a", argOf(add, "a")), b.getNamedAttr("b", argOf(add, "b")),
+                                   b.getNamedAttr("sum", argOf(add, "y"))};
   for (NamedAttribute a : norm.getArgs())
     if (a.getName() != "x")
       args.push_back(a);
@@ -106,12 +104,12 @@ Operation *fuseForward(OpBuilder &b, plan::KernelOp add, const plan::Accesses &a
 /// A backward pair: the weight and input gradients of one norm (same dy, x,
 /// statistics and shape).
 bool samePair(plan::KernelOp w, plan::KernelOp in, const NormKinds &n) {
-  if (!is(w, n.bwdWeight) || !is(in, n.bwdInput))
+  if (!isSyncKernel(w, n.bwdWeight) || !isSyncKernel(in, n.bwdInput))
     return false;
   for (StringRef role : {"dy", "x", "rstd"})
-    if (arg(w, role) != arg(in, role))
+    if (argOf(w, role) != argOf(in, role))
       return false;
-  if (n.layerNorm && arg(w, "mean") != arg(in, "mean"))
+  if (n.layerNorm && argOf(w, "mean") != argOf(in, "mean"))
     return false;
   for (StringRef p : {"M", "H"})
     if (w.getParams().get(p) != in.getParams().get(p))
@@ -129,9 +127,9 @@ struct BwdGroup {
 /// The residual operand of `g.add` (the other one than the input gradient),
 /// or null when it is not the residual's add of `g`'s input gradient.
 Attribute residualOf(plan::ProgramOp program, BwdGroup g) {
-  if (!is(g.add, "add"))
+  if (!isSyncKernel(g.add, "add"))
     return {};
-  Attribute dx = arg(g.input, "dx"), a = arg(g.add, "a"), bb = arg(g.add, "b"), y = arg(g.add, "y");
+  Attribute dx = argOf(g.input, "dx"), a = argOf(g.add, "a"), bb = argOf(g.add, "b"), y = argOf(g.add, "y");
   if ((a == dx) == (bb == dx) || y == dx)
     return {};
   Attribute residual = a == dx ? bb : a;
@@ -189,7 +187,7 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
         auto w = llvm::find_if(ops, [&](plan::KernelOp k) { return samePair(k, in, *n); });
         if (w == ops.end())
           continue;
-        groups.push_back(BwdGroup{*w, in, plan::nextReader(in, arg(in, "dx")), *n});
+        groups.push_back(BwdGroup{*w, in, plan::nextReader(in, argOf(in, "dx")), *n});
       }
     });
     llvm::DenseMap<Attribute, int64_t> touches = plan::kernelsTouching(program), groupTouches;
@@ -197,11 +195,11 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
     for (BwdGroup &g : groups) {
       residuals.push_back(residualOf(program, g));
       if (residuals.back())
-        groupTouches[arg(g.input, "dx")] += 2;
+        groupTouches[argOf(g.input, "dx")] += 2;
     }
 
     for (auto [g, residual] : llvm::zip_equal(groups, residuals)) {
-      Attribute dx = arg(g.input, "dx");
+      Attribute dx = argOf(g.input, "dx");
       SmallVector<plan::KernelOp> members{g.weight, g.input};
       if (g.input->isBeforeInBlock(g.weight))
         std::swap(members[0], members[1]);
@@ -225,7 +223,7 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
           args.push_back(a);
       if (withResidual)
         args.push_back(b.getNamedAttr("dresidual", residual));
-      args.push_back(b.getNamedAttr("dx", withResidual ? arg(g.add, "y") : dx));
+      args.push_back(b.getNamedAttr("dx", withResidual ? argOf(g.add, "y") : dx));
       for (NamedAttribute a : g.weight.getArgs())
         if (!g.input.getArgs().get(a.getName()))
           args.push_back(a);
@@ -234,12 +232,8 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
                 withResidual ? 3 : 2);
       for (plan::KernelOp m : members)
         m.erase();
-      if (withResidual) {
-        // The input gradient's buffer: no kernel names it any more.
-        auto buf = program.lookupSymbol<plan::BufferOp>(cast<FlatSymbolRefAttr>(dx).getAttr());
-        if (buf && SymbolTable::symbolKnownUseEmpty(buf, program))
-          buf.erase();
-      }
+      if (withResidual) // the input gradient's buffer: no kernel names it any more
+        plan::eraseIfUnused(program, dx);
     }
     fused.write(program, getArgument());
   }

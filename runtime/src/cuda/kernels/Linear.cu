@@ -25,6 +25,7 @@
 #include "llcdist/runtime/KernelChecks.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace llcdist::rt::cuda {
@@ -134,6 +135,18 @@ Status biasGradient(FloatRef dy, FloatRef db, const LinearParams& p, const CudaK
   return LLCDIST_CUDA_LAUNCHED("linear_bwd_bias", ctx.rank);
 }
 
+// The fused linear ops' GEMM with its epilogue (bias gradient, GELU), C = out: its status, or nullopt
+// where it cannot run so (no GEMM runner, an empty problem, cuBLASLt without an algorithm for it), for
+// the caller to run the GEMM and its own kernels instead.
+std::optional<Status> tryEpilogue(const KernelCall& c, GemmProblem g, const LinearOperands& ops, void* out,
+                                  const void* bias, const void* aux, const CudaKernelContext& ctx) {
+  if (!ctx.gemm || g.m == 0 || g.n == 0 || g.k == 0) return std::nullopt;
+  g.tf32 = ctx.tf32;
+  const Status st = ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), out, bias, aux, ctx.stream, ctx.deterministic);
+  if (st.code() == StatusCode::kNotFound) return std::nullopt;
+  return st.withContext(schema::opName(c.kind));
+}
+
 // linear_bwd_weight with db (llcdist-plan-fuse-epilogues): the weight-gradient GEMM with cuBLASLt's
 // bias-gradient epilogue writing the column sums of dy straight into db (dy read once, one launch), where
 // db is written, not accumulated, and has the GEMM output's dtype: the epilogue rounds each sum once, into
@@ -142,11 +155,8 @@ Status biasGradient(FloatRef dy, FloatRef db, const LinearParams& p, const CudaK
 Status weightAndBiasGradient(const KernelCall& c, const LinearParams& p, const LinearOperands& ops, FloatRef dw,
                              FloatRef db, const CudaKernelContext& ctx) {
   GemmProblem g = linearBackwardWeightGemm(p, gemmType(ops.dy), gemmType(dw), /*biasGrad=*/true);
-  if (ctx.gemm && !p.accumulate && gemmType(db) == g.outType && g.m > 0 && g.n > 0 && g.k > 0) {
-    g.tf32 = ctx.tf32;
-    const Status st = ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), dw.p, db.p, nullptr, ctx.stream, ctx.deterministic);
-    if (st.code() != StatusCode::kNotFound) return st.withContext(schema::opName(c.kind));
-  }
+  if (!p.accumulate && gemmType(db) == g.outType)
+    if (std::optional<Status> st = tryEpilogue(c, g, ops, dw.p, db.p, nullptr, ctx)) return *st;
   g.epilogue = GemmEpilogue::kNone;
   LLCDIST_RETURN_IF_ERROR(runLinearGemm(c, g, ops, dw, FloatRef{}, ctx));
   return biasGradient(ops.dy, db, p, ctx);
@@ -156,13 +166,9 @@ Status weightAndBiasGradient(const KernelCall& c, const LinearParams& p, const L
 // epilogue writes both (C = gelu, aux = y); otherwise the GEMM into y, then the GELU map of y as stored.
 Status linearGeluForward(const KernelCall& c, const LinearParams& p, const LinearOperands& ops, FloatRef y,
                          FloatRef bias, FloatRef gelu, const CudaKernelContext& ctx) {
-  GemmProblem g = linearForwardGemm(p, bool(bias), gemmType(ops.x), gemmType(gelu), /*gelu=*/true);
-  if (ctx.gemm && gemmType(y) == g.outType && g.m > 0 && g.n > 0 && g.k > 0) {
-    g.tf32 = ctx.tf32;
-    const Status st =
-        ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), gelu.p, bias.p, y.p, ctx.stream, ctx.deterministic);
-    if (st.code() != StatusCode::kNotFound) return st.withContext(schema::opName(c.kind));
-  }
+  const GemmProblem g = linearForwardGemm(p, bool(bias), gemmType(ops.x), gemmType(gelu), /*gelu=*/true);
+  if (gemmType(y) == g.outType)
+    if (std::optional<Status> st = tryEpilogue(c, g, ops, gelu.p, bias.p, y.p, ctx)) return *st;
   LLCDIST_RETURN_IF_ERROR(
       runLinearGemm(c, linearForwardGemm(p, bool(bias), gemmType(ops.x), gemmType(y)), ops, y, bias, ctx));
   return geluTanhForwardMap(y, gelu, p.M * p.N, ctx);
@@ -172,13 +178,9 @@ Status linearGeluForward(const KernelCall& c, const LinearParams& p, const Linea
 // is written (the pass fuses only then); otherwise the GEMM into dx, then the GELU-gradient map in place.
 Status linearGeluBackwardInput(const KernelCall& c, const LinearParams& p, const LinearOperands& ops, FloatRef dx,
                                FloatRef geluX, const CudaKernelContext& ctx) {
-  GemmProblem g = linearBackwardInputGemm(p, gemmType(ops.dy), gemmType(dx), /*dgelu=*/true);
-  if (ctx.gemm && !p.accumulate && gemmType(geluX) == g.outType && g.m > 0 && g.n > 0 && g.k > 0) {
-    g.tf32 = ctx.tf32;
-    const Status st =
-        ctx.gemm->run(g, ops.of(g.a), ops.of(g.b), dx.p, nullptr, geluX.p, ctx.stream, ctx.deterministic);
-    if (st.code() != StatusCode::kNotFound) return st.withContext(schema::opName(c.kind));
-  }
+  const GemmProblem g = linearBackwardInputGemm(p, gemmType(ops.dy), gemmType(dx), /*dgelu=*/true);
+  if (!p.accumulate && gemmType(geluX) == g.outType)
+    if (std::optional<Status> st = tryEpilogue(c, g, ops, dx.p, nullptr, geluX.p, ctx)) return *st;
   LLCDIST_RETURN_IF_ERROR(
       runLinearGemm(c, linearBackwardInputGemm(p, gemmType(ops.dy), gemmType(dx)), ops, dx, FloatRef{}, ctx));
   return geluTanhBackwardMap(dx, geluX, dx, p.M * p.K, ctx);

@@ -127,16 +127,77 @@ private:
   std::map<int64_t, uint32_t> holes;    // hole begin -> the buffer above it
 };
 
+/// The later segments of the placed buffers that are out of the free space
+/// now (between two of their segments), by first kernel in a tree over the
+/// kernels that keeps the latest last kernel of each subtree: the segments
+/// overlapping kernels [f, l] (first <= l, last >= f) are found in
+/// O((k + 1) log T) for k found, never by walking every segment that comes
+/// back before l (which made a step with gradient accumulation quadratic in
+/// the layers: every saved activation of microbatch 0 comes back in
+/// microbatch 1).
+class ComingBack {
+public:
+  explicit ComingBack(int64_t kernels) {
+    while (leaves < kernels)
+      leaves *= 2;
+    maxLast.assign(size_t(2 * leaves), -1);
+    at.resize(size_t(leaves));
+  }
+  void insert(const Segment &s, uint32_t id) {
+    at[size_t(s.first)].push_back({s.last, id});
+    update(s.first);
+  }
+  void erase(const Segment &s, uint32_t id) {
+    auto &leaf = at[size_t(s.first)];
+    leaf.erase(llvm::find(leaf, std::make_pair(s.last, id)));
+    update(s.first);
+  }
+  /// Calls `found(id)` for every segment overlapping kernels [f, l].
+  template <typename F> void overlapping(int64_t f, int64_t l, F found) const {
+    visit(1, 0, leaves - 1, f, l, found);
+  }
+
+private:
+  void update(int64_t first) {
+    int64_t m = -1;
+    for (const auto &[last, id] : at[size_t(first)])
+      m = std::max(m, last);
+    size_t node = size_t(leaves + first);
+    maxLast[node] = m;
+    for (node /= 2; node >= 1; node /= 2)
+      maxLast[node] = std::max(maxLast[2 * node], maxLast[2 * node + 1]);
+  }
+  template <typename F>
+  void visit(size_t node, int64_t lo, int64_t hi, int64_t f, int64_t l, F &found) const {
+    if (lo > l || maxLast[node] < f)
+      return;
+    if (lo == hi) {
+      for (const auto &[last, id] : at[size_t(lo)])
+        if (last >= f)
+          found(id);
+      return;
+    }
+    const int64_t mid = (lo + hi) / 2;
+    visit(2 * node, lo, mid, f, l, found);
+    visit(2 * node + 1, mid + 1, hi, f, l, found);
+  }
+  int64_t leaves = 1;
+  std::vector<int64_t> maxLast;                                    // per tree node
+  std::vector<SmallVector<std::pair<int64_t, uint32_t>, 1>> at;    // per first kernel: (last, buffer)
+};
+
 /// One sweep over the kernels, buffer after buffer: a buffer goes into the
 /// smallest hole that fits between the buffers live at its first kernel
 /// (best fit, as allocators and XLA's heap simulator do), avoiding as well
 /// the buffers placed earlier that come back to life (a later segment)
-/// while it lives. Each step is O(log n) plus those returning segments, so
-/// a plan whose buffers each live once costs O(n log n).
+/// while it lives. Each step is O(log n) plus, for those returning
+/// segments, O(log T) each (ComingBack), so a plan whose buffers each live
+/// once costs O(n log n).
 std::vector<int64_t> placeBySweep(ArrayRef<ArrayRef<Segment>> lifetimes,
                                   ArrayRef<int64_t> sizes) {
   size_t n = lifetimes.size();
   std::vector<int64_t> offsets(n, 0);
+  std::vector<size_t> seenAt(n, 0); // the buffer (+1) whose placement last found it coming back
   FreeSpace space(n);
   // The live buffers by the kernel their bytes are free from: a list per
   // kernel, linked through the buffers (a buffer has one segment live at a
@@ -157,6 +218,11 @@ std::vector<int64_t> placeBySweep(ArrayRef<ArrayRef<Segment>> lifetimes,
   std::set<std::tuple<int64_t, size_t, size_t>> returning;
   std::vector<Range> extra;
   std::vector<char> active(n, 0); // whether a buffer's bytes are in `space` now
+  // Per placed buffer, its segment live now or next; the later segments of
+  // those not live now, indexed.
+  std::vector<uint32_t> current(n, 0);
+  ComingBack comingBack(horizon);
+  auto laterSegments = [&](size_t id) { return lifetimes[id].drop_front(current[id]); };
   for (size_t i = 0; i < n; ++i) {
     ArrayRef<Segment> segs = lifetimes[i];
     int64_t now = segs.front().first;
@@ -169,11 +235,16 @@ std::vector<int64_t> placeBySweep(ArrayRef<ArrayRef<Segment>> lifetimes,
         for (uint32_t id = std::exchange(endsAt[freed], kNone); id != kNone; id = nextEnd[id]) {
           space.erase(id);
           active[id] = 0;
+          ++current[id];
+          for (const Segment &s : laterSegments(id))
+            comingBack.insert(s, id);
         }
       if (back > now)
         break;
       auto [first, id, k] = *returning.begin();
       returning.erase(returning.begin());
+      for (const Segment &s : laterSegments(id))
+        comingBack.erase(s, uint32_t(id));
       space.insert(id, offsets[id], offsets[id] + sizes[id]);
       active[id] = 1;
       endAt(lifetimes[id][k].last + 1, id);
@@ -182,27 +253,15 @@ std::vector<int64_t> placeBySweep(ArrayRef<ArrayRef<Segment>> lifetimes,
     }
     if (sizes[i] == 0)
       continue; // no bytes to place (and none to free later)
-    // Placed buffers that come back while this one lives (each buffer's
-    // next segment is in `returning`; its later ones are compared here).
+    // Placed buffers not live now that come back while this one lives.
     extra.clear();
-    for (auto it = returning.begin();
-         it != returning.end() && std::get<0>(*it) <= segs.back().last; ++it) {
-      auto [first, id, k] = *it;
-      if (active[id])
-        continue; // its bytes are in `space` already
-      ArrayRef<Segment> x = lifetimes[id].drop_front(k);
-      size_t a = 0, c = 0;
-      while (a < x.size() && c < segs.size() && x[a].first <= segs.back().last) {
-        if (x[a].last < segs[c].first)
-          ++a;
-        else if (segs[c].last < x[a].first)
-          ++c;
-        else {
+    for (const Segment &c : segs)
+      comingBack.overlapping(c.first, c.last, [&](uint32_t id) {
+        if (seenAt[id] != i + 1) { // once per buffer
+          seenAt[id] = i + 1;
           extra.push_back({offsets[id], offsets[id] + sizes[id]});
-          break;
         }
-      }
-    }
+      });
     llvm::sort(extra);
     size_t merged = 0; // disjoint and sorted, for FreeSpace::bestFit
     for (const Range &r : extra)

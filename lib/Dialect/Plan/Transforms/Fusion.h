@@ -72,19 +72,56 @@ inline mlir::Attribute argOf(KernelOp k, llvm::StringRef role) { return k.getArg
 /// queue (isSyncCompute); false for a null `k`.
 inline bool isSyncKernel(KernelOp k, llvm::StringRef kind);
 
-/// Erases buffer `ref` when no op of the program names it any more (a fused
-/// kernel's intermediate).
-inline void eraseIfUnused(ProgramOp program, mlir::Attribute ref) {
-  auto buf = program.lookupSymbol<BufferOp>(mlir::cast<mlir::FlatSymbolRefAttr>(ref).getAttr());
-  if (buf && mlir::SymbolTable::symbolKnownUseEmpty(buf, program))
-    buf.erase();
-}
+/// The program's buffers by name, for the fusion passes: one hash table built
+/// once (ProgramOp::lookupSymbol scans the program, so a lookup per fused
+/// group made the passes quadratic in the layers), and the fused kernels'
+/// intermediates, erased by `finish` where nothing names them any more (one
+/// walk over the program, however many).
+class FusionBuffers {
+public:
+  explicit FusionBuffers(ProgramOp program) : program(program) {
+    for (BufferOp buf : program.getBody().front().getOps<BufferOp>())
+      byName[buf.getSymNameAttr()] = buf;
+  }
 
-/// The element type of buffer `ref` (null when it names none).
-inline mlir::Type elementTypeOf(ProgramOp program, mlir::Attribute ref) {
-  auto buf = program.lookupSymbol<BufferOp>(mlir::cast<mlir::FlatSymbolRefAttr>(ref).getAttr());
-  return buf ? buf.getTensorType().getElementType() : mlir::Type();
-}
+  /// The buffer `ref` names (null when none).
+  BufferOp lookup(mlir::Attribute ref) const {
+    auto sym = mlir::dyn_cast_or_null<mlir::FlatSymbolRefAttr>(ref);
+    return sym ? byName.lookup(sym.getAttr()) : BufferOp();
+  }
+  /// The element type of buffer `ref` (null when it names none).
+  mlir::Type elementTypeOf(mlir::Attribute ref) const {
+    BufferOp buf = lookup(ref);
+    return buf ? buf.getTensorType().getElementType() : mlir::Type();
+  }
+  /// Erases buffer `ref` at `finish` if no op of the program names it then.
+  void eraseIfUnused(mlir::Attribute ref) { candidates.push_back(ref); }
+
+  /// Erases the candidates nothing names any more.
+  void finish() {
+    if (candidates.empty())
+      return;
+    llvm::DenseSet<mlir::StringAttr> used;
+    program->walk([&](mlir::Operation *op) {
+      if (op == program.getOperation())
+        return;
+      op->getAttrDictionary().walk([&](mlir::FlatSymbolRefAttr r) { used.insert(r.getAttr()); });
+    });
+    for (mlir::Attribute ref : candidates) {
+      BufferOp buf = lookup(ref);
+      if (buf && !used.contains(buf.getSymNameAttr())) {
+        byName.erase(buf.getSymNameAttr());
+        buf.erase();
+      }
+    }
+    candidates.clear();
+  }
+
+private:
+  ProgramOp program;
+  llvm::DenseMap<mlir::StringAttr, BufferOp> byName;
+  llvm::SmallVector<mlir::Attribute> candidates;
+};
 
 /// The first kernel after `k` in its subroutine that reads `buf`, or null.
 inline KernelOp nextReader(KernelOp k, mlir::Attribute buf) {

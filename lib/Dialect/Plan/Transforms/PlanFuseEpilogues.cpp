@@ -88,13 +88,20 @@ struct PlanFuseEpiloguesPass : public plan::impl::PlanFuseEpiloguesBase<PlanFuse
     plan::FusionRecord fused;
     const plan::Accesses accesses(program);
 
+    plan::FusionBuffers bufs(program);
     program.walk([&](plan::SubroutineOp sub) {
       SmallVector<plan::KernelOp> ops(sub.getOps<plan::KernelOp>());
       llvm::DenseSet<Operation *> taken; // the erased kernels
+      // The weight gradients by their dy (a linear search per bias would be
+      // quadratic in the layers).
+      llvm::DenseMap<Attribute, SmallVector<plan::KernelOp, 2>> weightsOf;
+      for (plan::KernelOp k : ops)
+        if (isSyncKernel(k, "linear_bwd_weight"))
+          weightsOf[argOf(k, "dy")].push_back(k);
       for (plan::KernelOp bias : ops) {
         if (taken.contains(bias) || !isSyncKernel(bias, "linear_bwd_bias"))
           continue;
-        for (plan::KernelOp weight : ops) {
+        for (plan::KernelOp weight : weightsOf.lookup(argOf(bias, "dy"))) {
           if (taken.contains(weight) || !joins(weight, bias))
             continue;
           SmallVector<NamedAttribute> args(weight.getArgs().getValue());
@@ -109,12 +116,14 @@ struct PlanFuseEpiloguesPass : public plan::impl::PlanFuseEpiloguesBase<PlanFuse
         }
       }
     });
-    fuseGelu(program, b, accesses, fused);
+    fuseGelu(program, b, accesses, bufs, fused);
+    bufs.finish();
     fused.write(program, getArgument());
   }
 
   /// The GELU's forward into linear_fwd, its backward into linear_bwd_input.
-  void fuseGelu(plan::ProgramOp program, OpBuilder &b, const plan::Accesses &accesses, plan::FusionRecord &fused) {
+  void fuseGelu(plan::ProgramOp program, OpBuilder &b, const plan::Accesses &accesses, plan::FusionBuffers &bufs,
+                plan::FusionRecord &fused) {
     // The backward's candidates first (a pair of the forward changes no
     // backward kernel): the linear's dx must be the pair's alone in the
     // whole program (a pipeline's _last clone repeats the pair).
@@ -130,7 +139,7 @@ struct PlanFuseEpiloguesPass : public plan::impl::PlanFuseEpiloguesBase<PlanFuse
         plan::KernelOp g = plan::nextReader(k, argOf(k, "dx"));
         if (!acc || acc.getValue() || !g || !isSyncKernel(g, "gelu_tanh_bwd") || argOf(g, "dy") != argOf(k, "dx") ||
             argOf(g, "x") == argOf(k, "dx") || !sameCount(k, g, "K") ||
-            plan::elementTypeOf(program, argOf(k, "dx")) != plan::elementTypeOf(program, argOf(g, "dx")))
+            bufs.elementTypeOf(argOf(k, "dx")) != bufs.elementTypeOf(argOf(g, "dx")))
           continue;
         // The fused op reads gelu_x after writing dx: the GELU's x must be none of the linear's buffers.
         if (llvm::is_contained(ArrayRef<Attribute>{argOf(k, "dy"), argOf(k, "w")}, argOf(g, "dx")) ||
@@ -155,7 +164,7 @@ struct PlanFuseEpiloguesPass : public plan::impl::PlanFuseEpiloguesBase<PlanFuse
       if (!replacePair(b, p.linear, p.gelu, args, accesses))
         continue;
       fused.add("linear_bwd_input + gelu_tanh_bwd", "linear_bwd_input with gelu_x", 2);
-      plan::eraseIfUnused(program, dAct);
+      bufs.eraseIfUnused(dAct);
     }
 
     program.walk([&](plan::SubroutineOp sub) {

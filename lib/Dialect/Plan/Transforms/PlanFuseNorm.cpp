@@ -126,7 +126,7 @@ struct BwdGroup {
 
 /// The residual operand of `g.add` (the other one than the input gradient),
 /// or null when it is not the residual's add of `g`'s input gradient.
-Attribute residualOf(plan::ProgramOp program, BwdGroup g) {
+Attribute residualOf(const plan::FusionBuffers &bufs, BwdGroup g) {
   if (!isSyncKernel(g.add, "add"))
     return {};
   Attribute dx = argOf(g.input, "dx"), a = argOf(g.add, "a"), bb = argOf(g.add, "b"), y = argOf(g.add, "y");
@@ -144,7 +144,7 @@ Attribute residualOf(plan::ProgramOp program, BwdGroup g) {
     if (acc.writes.contains(residualName) || acc.reads.contains(yName) || acc.writes.contains(yName))
       return {};
   }
-  if (plan::elementTypeOf(program, dx) != plan::elementTypeOf(program, y))
+  if (bufs.elementTypeOf(dx) != bufs.elementTypeOf(y))
     return {};
   auto count = g.add.getParams().getAs<IntegerAttr>("n");
   auto M = g.input.getParams().getAs<IntegerAttr>("M"), H = g.input.getParams().getAs<IntegerAttr>("H");
@@ -161,6 +161,7 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
     OpBuilder b(program.getContext());
     plan::FusionRecord fused;
     const plan::Accesses accesses(program);
+    plan::FusionBuffers bufs(program);
 
     // The forward pairs.
     program.walk([&](plan::SubroutineOp sub) {
@@ -180,12 +181,19 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
     SmallVector<BwdGroup> groups;
     program.walk([&](plan::SubroutineOp sub) {
       SmallVector<plan::KernelOp> ops(sub.getOps<plan::KernelOp>());
+      // The weight gradients by their dy (a linear search per input gradient
+      // would be quadratic in the layers).
+      llvm::DenseMap<Attribute, SmallVector<plan::KernelOp, 2>> weightsOf;
+      for (plan::KernelOp k : ops)
+        if (std::optional<NormKinds> n = normOf(k.getKernel()); n && k.getKernel() == n->bwdWeight)
+          weightsOf[argOf(k, "dy")].push_back(k);
       for (plan::KernelOp in : ops) {
         std::optional<NormKinds> n = normOf(in.getKernel());
         if (!n || in.getKernel() != n->bwdInput)
           continue;
-        auto w = llvm::find_if(ops, [&](plan::KernelOp k) { return samePair(k, in, *n); });
-        if (w == ops.end())
+        const SmallVector<plan::KernelOp, 2> &candidates = weightsOf.lookup(argOf(in, "dy"));
+        auto w = llvm::find_if(candidates, [&](plan::KernelOp k) { return samePair(k, in, *n); });
+        if (w == candidates.end())
           continue;
         groups.push_back(BwdGroup{*w, in, plan::nextReader(in, argOf(in, "dx")), *n});
       }
@@ -193,7 +201,7 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
     llvm::DenseMap<Attribute, int64_t> touches = plan::kernelsTouching(program), groupTouches;
     SmallVector<Attribute> residuals;
     for (BwdGroup &g : groups) {
-      residuals.push_back(residualOf(program, g));
+      residuals.push_back(residualOf(bufs, g));
       if (residuals.back())
         groupTouches[argOf(g.input, "dx")] += 2;
     }
@@ -233,8 +241,9 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
       for (plan::KernelOp m : members)
         m.erase();
       if (withResidual) // the input gradient's buffer: no kernel names it any more
-        plan::eraseIfUnused(program, dx);
+        bufs.eraseIfUnused(dx);
     }
+    bufs.finish();
     fused.write(program, getArgument());
   }
 };

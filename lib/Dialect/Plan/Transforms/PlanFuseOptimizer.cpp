@@ -62,14 +62,21 @@ bool fusable(plan::KernelOp k) {
 }
 
 /// Whether the window's ops touch disjoint buffers but for reads (what makes
-/// their order free).
+/// their order free): no op writes what an earlier one read or wrote, or reads
+/// what an earlier one wrote. One pass over the accesses (a window holds
+/// every parameter's update: pairwise checks were quadratic in the layers).
 bool independent(ArrayRef<plan::KernelOp> window) {
-  SmallVector<plan::KernelAccess> seen;
+  plan::KernelAccess seen;
   for (plan::KernelOp k : window) {
     plan::KernelAccess acc = plan::accessOf(k);
-    if (llvm::any_of(seen, [&](const plan::KernelAccess &s) { return plan::dependent(acc, s); }))
-      return false;
-    seen.push_back(std::move(acc));
+    for (mlir::StringAttr w : acc.writes)
+      if (seen.reads.contains(w) || seen.writes.contains(w))
+        return false;
+    for (mlir::StringAttr r : acc.reads)
+      if (seen.writes.contains(r))
+        return false;
+    seen.reads.insert(acc.reads.begin(), acc.reads.end());
+    seen.writes.insert(acc.writes.begin(), acc.writes.end());
   }
   return true;
 }

@@ -5,7 +5,8 @@ A refactor of the compiler must not change what it emits. This compiles every
 configuration below with both binaries and compares the plan directories file by
 file (and the `--emit xf` text of a few): every schedule, ZeRO stage, recompute
 mode, bf16, SP, tied and untied embeddings, padded vocabularies, kv-head
-replication and the 405B plan with 16 pipeline stages.
+replication and the 405B plan with 16 pipeline stages; then 48 more on the tiny
+models (gradient accumulation, the overlaps and buckets, each fusion off).
 
 usage: scripts/plan-diff.py --base OLD/llc-dist [--new build/bin/llc-dist] [--keep DIR]
                             [--strip-op-attr NAME ...]
@@ -61,6 +62,38 @@ CONFIGS = [
      "--mesh tp=8,pp=4 --schedule zb-h1 --global-batch 8 --seq-len 1024"),
     ("llama3.1-405b-pp16", "llama3.1-405b", "--mesh dp=2,tp=8,pp=16 --global-batch 64 --seq-len 1024"),
 ]
+# 48 more: both tiny models over gradient accumulation (1, 2 and 8
+# microbatches), f32 and bf16, every schedule, ZeRO, SP, recomputation, the
+# overlaps and buckets, and each fusion pass off (what a change to the memory
+# planner or a fusion pass must keep).
+_MORE_FLAGS = [
+    ("gb2", "--global-batch 2"),
+    ("gb8", "--global-batch 8"),
+    ("bf16-gb8", "--dtype bf16 --global-batch 8"),
+    ("dp2-gb8-buckets", "--mesh dp=2 --global-batch 8 --grad-bucket-size 2000"),
+    ("tp2-sp-overlap", "--mesh tp=2 --sequence-parallel --tp-comm-overlap --dtype bf16"),
+    ("pp2-1f1b-gb8", "--mesh pp=2 --global-batch 8"),
+    ("pp2-gpipe-bf16", "--mesh pp=2 --schedule gpipe --global-batch 4 --dtype bf16"),
+    ("pp2-interleaved-gb8", "--mesh pp=2 --schedule interleaved --virtual-stages 2 --global-batch 8"),
+    ("pp2-zbh1-gb8", "--mesh pp=2 --schedule zb-h1 --global-batch 8"),
+    ("pp2-overlap-p2p", "--mesh pp=2 --global-batch 4 --overlap-p2p"),
+    ("dp2-zero1-overlap", "--mesh dp=2 --zero 1 --overlap-param-gather --global-batch 4"),
+    ("dp2-zero2-bf16", "--mesh dp=2 --zero 2 --dtype bf16 --global-batch 8"),
+    ("dp2-zero3-prefetch", "--mesh dp=2 --zero 3 --fsdp-prefetch 1 --global-batch 4"),
+    ("selective-gb4", "--recompute selective --global-batch 4"),
+    ("full-bf16", "--recompute full --dtype bf16"),
+    ("3d-sp", "--mesh dp=2,tp=2,pp=2 --sequence-parallel --global-batch 8"),
+    ("no-fusion", "--no-fuse-norm --no-fuse-epilogues --no-ce-grad-in-place --no-packed-qkv --no-fuse-embedding "
+                  "--no-fuse-optimizer --global-batch 2"),
+    ("sgd-clip", "--optimizer sgd --momentum 0.9 --grad-clip 1 --global-batch 4"),
+    ("adamw-cosine", "--lr-schedule cosine --warmup 2 --lr-decay-steps 10 --weight-decay 0.1"),
+    ("seq32-mb2", "--seq-len 32 --micro-batch 2 --global-batch 8"),
+    ("dp4-gb16", "--mesh dp=4 --global-batch 16"),
+    ("tp2-pp2-bf16-gb8", "--mesh tp=2,pp=2 --dtype bf16 --global-batch 8"),
+    ("dp2-tp2-zero1", "--mesh dp=2,tp=2 --zero 1"),
+    ("pp2-full", "--mesh pp=2 --recompute full --global-batch 8"),
+]
+CONFIGS += [(f"{model}-{tag}", model, flags) for model in ("tiny-llama", "tiny-gpt2") for tag, flags in _MORE_FLAGS]
 XF = [("tiny-llama-xf", "tiny-llama", "--mesh dp=2,tp=2"), ("gpt2-xf", "gpt2", "--mesh dp=2,tp=4")]
 
 

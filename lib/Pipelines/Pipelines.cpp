@@ -61,6 +61,10 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
     programs.addPass(plan::createPlanFuseEpilogues());
   if (o.ceGradInPlace)
     programs.addPass(plan::createPlanCeGradInPlace());
+  if (o.packedQkv)
+    programs.addPass(plan::createPlanPackedQkv());
+  if (o.fuseEmbedding)
+    programs.addPass(plan::createPlanFuseEmbedding());
   if (o.fuseOptimizer)
     programs.addPass(plan::createPlanFuseOptimizer());
   programs.addPass(plan::createPlanMemory());
@@ -132,6 +136,12 @@ static void bindTrainingPipelineOptions(
   o.bind("ce-grad-in-place", f.ceGradInPlace,
          "the cross entropy's gradient written over the logits "
          "(llcdist-plan-ce-grad-in-place)");
+  o.bind("packed-qkv", f.packedQkv,
+         "attention on the QKV GEMM's packed output, without the split copies "
+         "(llcdist-plan-packed-qkv)");
+  o.bind("fuse-embedding", f.fuseEmbedding,
+         "the position embedding in the token embedding's kernels, forward and "
+         "backward (llcdist-plan-fuse-embedding)");
   o.bind("fuse-optimizer", f.fuseOptimizer,
          "one multi-tensor op per optimizer group and one cast_multi for the bf16 "
          "copies (llcdist-plan-fuse-optimizer)");

@@ -54,6 +54,60 @@ Status checkArgElems(const KernelCall& c, std::string_view role, int64_t need) {
   return Status::ok();
 }
 
+namespace {
+void* offsetBy(const KernelCall& c, std::string_view role, int64_t elems) {
+  const size_t r = c.role(role);
+  char* base = static_cast<char*>(c.ptr(r));
+  return base ? base + elems * schema::elemTypeSize(c.type(r)) : nullptr;
+}
+}  // namespace
+
+AttentionArgs attentionArgs(const KernelCall& c, const AttentionParams& p) {
+  AttentionArgs a;
+  a.in = qkvLayout(p.nh, p.nkv, p.hd, p.packedQkv);
+  a.grad = qkvLayout(p.nh, p.nkv, p.hd, p.packedGrad);
+  if (p.packedQkv) {
+    a.q = offsetBy(c, "qkv", a.in.qOffset);
+    a.k = offsetBy(c, "qkv", a.in.kOffset);
+    a.v = offsetBy(c, "qkv", a.in.vOffset);
+  } else {
+    a.q = c.ptr(c.role("q"));
+    a.k = c.ptr(c.role("k"));
+    a.v = c.ptr(c.role("v"));
+  }
+  if (c.kind != schema::OpKind::kAttentionBwd) return a;
+  if (p.packedGrad) {
+    a.dq = offsetBy(c, "dqkv", a.grad.qOffset);
+    a.dk = offsetBy(c, "dqkv", a.grad.kOffset);
+    a.dv = offsetBy(c, "dqkv", a.grad.vOffset);
+  } else {
+    a.dq = c.ptr(c.role("dq"));
+    a.dk = c.ptr(c.role("dk"));
+    a.dv = c.ptr(c.role("dv"));
+  }
+  return a;
+}
+
+Status checkAttentionElems(const KernelCall& c, const AttentionParams& p) {
+  const int64_t qElems = p.B * p.S * p.nh * p.hd, kvElems = p.B * p.S * p.nkv * p.hd;
+  const int64_t packedElems = p.B * p.S * (p.nh + 2 * p.nkv) * p.hd;
+  const bool bwd = c.kind == schema::OpKind::kAttentionBwd;
+  auto qkv = [&](bool packed, const char* whole, std::initializer_list<const char*> roles) -> Status {
+    if (packed) return checkArgElems(c, whole, packedElems);
+    const char* const* r = roles.begin();
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, r[0], qElems));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, r[1], kvElems));
+    return checkArgElems(c, r[2], kvElems);
+  };
+  LLCDIST_RETURN_IF_ERROR(qkv(p.packedQkv, "qkv", {"q", "k", "v"}));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "out", qElems));
+  if (bwd) {
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dout", qElems));
+    LLCDIST_RETURN_IF_ERROR(qkv(p.packedGrad, "dqkv", {"dq", "dk", "dv"}));
+  }
+  return checkArgElems(c, "lse", p.B * p.nh * p.S);
+}
+
 StatusOr<int64_t> checkShardSlice(const KernelCall& c, const LayoutParams& p) {
   const int64_t n = p.members, total = p.total > 0 ? p.total : n * p.inner;
   if (p.member < 0 || p.member >= n || total > n * p.inner || c.elems("x") != p.outer * total ||

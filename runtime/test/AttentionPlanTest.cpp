@@ -118,6 +118,8 @@ TEST(AttentionPlanKeyTest, EveryFieldDistinguishesKeys) {
       [](AttentionProblem& p) { p.deterministic = true; },
       [](AttentionProblem& p) { p.scale = std::nextafter(p.scale, 1.0f); },  // one ulp
       [](AttentionProblem& p) { p.dtype = schema::ElemType::kF32; },
+      [](AttentionProblem& p) { p.packedQkv = true; },
+      [](AttentionProblem& p) { p.packedGrad = true; },
   };
   const AttentionKey k0 = attentionKey(base);
   std::set<AttentionKey> ordered{k0};
@@ -191,6 +193,49 @@ TEST_P(AttentionPlanLayoutTest, StridesAddressOurRowMajorBuffers) {
           }
     for (size_t o = 0; o < seen.size(); ++o) ASSERT_EQ(seen[o], 1) << "offset " << o;
   }
+}
+
+// Packed (attention's qkv / dqkv roles): Q, K, V (and dQ, dK, dV), each addressed from its own first
+// element (QkvLayout's offsets), together address every element of the one [B,S,nh+2·nkv,hd] buffer
+// exactly once, head h of q at (b·S + s)·(nh+2·nkv)·hd + h·hd, k's after q's, v's after k's; O, dO and
+// Stats keep their layouts.
+TEST_P(AttentionPlanLayoutTest, PackedStridesAddressOnePackedBuffer) {
+  const Shape& s = GetParam();
+  AttentionProblem pr = p(true);
+  pr.packedQkv = pr.packedGrad = true;
+  const QkvLayout packed = qkvLayout(s.nh, s.nkv, s.hd, true);
+  const int64_t row = (s.nh + 2 * s.nkv) * s.hd;
+  for (bool grads : {false, true}) {
+    const T parts[3] = {grads ? T::kDQ : T::kQ, grads ? T::kDK : T::kK, grads ? T::kDV : T::kV};
+    const int64_t offsets[3] = {packed.qOffset, packed.kOffset, packed.vOffset};
+    std::vector<int> seen(size_t(s.B * s.S * row), 0);
+    for (int part = 0; part < 3; ++part) {
+      SCOPED_TRACE(attentionTensorName(parts[part]));
+      const AttentionLayout l = attentionLayout(pr, parts[part]);
+      const int64_t heads = part == 0 ? s.nh : s.nkv, first = part == 0 ? 0 : part == 1 ? s.nh : s.nh + s.nkv;
+      EXPECT_EQ(l.dim[1], heads);
+      EXPECT_EQ(attentionElems(pr, parts[part]), (s.B * s.S - 1) * row + heads * s.hd);  // v's ends the buffer
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t i = 0; i < s.S; ++i)
+            for (int64_t c = 0; c < s.hd; ++c) {
+              const int64_t got = offsets[part] + at(l, b, h, i, c);
+              ASSERT_EQ(got, (b * s.S + i) * row + (first + h) * s.hd + c);
+              ++seen[size_t(got)];
+            }
+    }
+    for (size_t o = 0; o < seen.size(); ++o) ASSERT_EQ(seen[o], 1) << "offset " << o;
+  }
+  for (T t : {T::kO, T::kDO, T::kStats}) {
+    SCOPED_TRACE(attentionTensorName(t));
+    const AttentionLayout l = attentionLayout(pr, t), unpacked = attentionLayout(p(true), t);
+    EXPECT_EQ(l.stride, unpacked.stride);
+  }
+  // A forward problem never carries packedGrad (its graph is shared).
+  AttentionParams params{s.B, s.S, s.nh, s.nkv, s.hd, true, true};
+  EXPECT_TRUE(attentionProblem(params, false, false).packedQkv);
+  EXPECT_FALSE(attentionProblem(params, false, false).packedGrad);
+  EXPECT_TRUE(attentionProblem(params, true, false).packedGrad);
 }
 
 // An attention forward computed only through the layouts with cuDNN's semantics (double precision,

@@ -35,6 +35,28 @@ KernelCall probe(K kind, std::vector<E> types, OpParams params = {}) {
   return c;
 }
 
+// A call of `kind` with one buffer of each named role (dtype as given); the other roles absent.
+KernelCall probeRoles(K kind, std::vector<std::pair<std::string_view, E>> roles, OpParams params = {}) {
+  KernelCall c;
+  c.kind = kind;
+  const size_t n = sc::opSpec(kind).numArgs;
+  c.args.resize(n);
+  c.argElems.resize(n);
+  c.argTypes.resize(n);
+  for (const auto& [role, t] : roles) {
+    const size_t r = c.role(role);
+    c.args[r] = {nullptr};
+    c.argElems[r] = {1};
+    c.argTypes[r] = {t};
+  }
+  c.params = std::move(params);
+  return c;
+}
+KernelCall attentionProbe(E qkvOut, OpParams params = {}) {
+  return probeRoles(K::kAttentionFwd, {{"q", qkvOut}, {"k", qkvOut}, {"v", qkvOut}, {"out", qkvOut}, {"lse", E::kF32}},
+                    std::move(params));
+}
+
 KernelVariantInfo variant(std::string_view name, std::vector<std::pair<std::string_view, DTypeMask>> roles,
                           std::function<std::string(const KernelCall&, const KernelSelectOptions&)> fits = nullptr) {
   KernelVariantInfo v;
@@ -104,13 +126,13 @@ TEST(KernelVariantChoice, ABf16OnlyVariantNeverGetsRoundedF32) {
   // A cuDNN-like attention: bf16 q, k, v, out only. f32 buffers are not rounded to reach it.
   const KernelVariantInfo fused =
       variant("fused", {{"q", kTakesBF16}, {"k", kTakesBF16}, {"v", kTakesBF16}, {"out", kTakesBF16}});
-  const KernelCall f32 = probe(K::kAttentionFwd, {E::kF32, E::kF32, E::kF32, E::kF32, E::kF32});
+  const KernelCall f32 = attentionProbe(E::kF32);
   StatusOr<KernelChoice> got = chooseKernelVariant(f32, {&fused, &f32KernelVariant()}, {});
   ASSERT_TRUE(got.isOk());
   EXPECT_EQ(got->name, "own");
   EXPECT_EQ(got->converted, 0);
   EXPECT_EQ(got->passedOver, "fused: does not take f32 for role \"q\"");
-  const KernelCall bf16 = probe(K::kAttentionFwd, {E::kBF16, E::kBF16, E::kBF16, E::kBF16, E::kF32});
+  const KernelCall bf16 = attentionProbe(E::kBF16);
   got = chooseKernelVariant(bf16, {&fused, &f32KernelVariant()}, {});
   ASSERT_TRUE(got.isOk());
   EXPECT_EQ(got->name, "fused");
@@ -126,7 +148,7 @@ TEST(KernelVariantChoice, ARefusingPredicateFallsBackAndSaysWhy) {
         if (!o.cudnn) return "not here";
         return c.paramsAs<AttentionParams>()->hd % 8 ? "head dim" : "";
       });
-  const KernelCall bf16 = probe(K::kAttentionFwd, {E::kBF16, E::kBF16, E::kBF16, E::kBF16, E::kF32}, p);
+  const KernelCall bf16 = attentionProbe(E::kBF16, p);
   KernelSelectOptions o;
   o.cudnn = true;
   StatusOr<KernelChoice> got = chooseKernelVariant(bf16, {&fused, &f32KernelVariant()}, o);

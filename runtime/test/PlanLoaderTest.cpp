@@ -510,6 +510,82 @@ TEST_F(PlanLoaderTest, LinearGeluRoles) {
   expectError(bwdInput(false, 8), {"ops[4].args.gelu_x", "expected M×K = 256"});
 }
 
+// attention_fwd / attention_bwd take q, k, v or the packed qkv (and dq, dk, dv or dqkv): exactly one form,
+// the packed buffer B×S×(nh+2·nkv)×hd.
+TEST_F(PlanLoaderTest, AttentionPackedRoles) {
+  const json attrs = {{"B", 2}, {"S", 4}, {"nh", 2}, {"nkv", 1}, {"hd", 4}};
+  // Adds an attention_fwd (ops[4]) and an attention_bwd (ops[5]) with the given input and gradient forms.
+  auto attention = [&](bool packedIn, bool packedGrad, bool both, int64_t packedCols) {
+    return [=](testing::PlanBuilder& b) {
+      auto buf = [&](const char* n, int64_t cols) { return b.buffer(n, "activation", {8, cols}); };
+      const int64_t q = buf("q", 8), k = buf("k", 4), v = buf("v", 4), qkv = buf("qkv", packedCols);
+      const int64_t out = buf("o", 8), dout = buf("do", 8), lse = b.buffer("lse", "activation", {2, 2, 4});
+      const int64_t dq = buf("dq", 8), dk = buf("dk", 4), dv = buf("dv", 4), dqkv = buf("dqkv", packedCols);
+      json in = packedIn ? json{{"qkv", qkv}} : json{{"q", q}, {"k", k}, {"v", v}};
+      if (both) in[packedIn ? "q" : "qkv"] = packedIn ? q : qkv;
+      json fwd = in, bwd = in;
+      fwd["out"] = out;
+      fwd["lse"] = lse;
+      b.op("forward", "attention_fwd", fwd, attrs);
+      bwd["dout"] = dout;
+      bwd["out"] = out;
+      bwd["lse"] = lse;
+      if (packedGrad) {
+        bwd["dqkv"] = dqkv;
+      } else {
+        bwd["dq"] = dq;
+        bwd["dk"] = dk;
+        bwd["dv"] = dv;
+      }
+      b.op("forward", "attention_bwd", bwd, attrs);
+    };
+  };
+  for (bool packedIn : {false, true})
+    for (bool packedGrad : {false, true}) {
+      testing::PlanBuilder b = base;
+      attention(packedIn, packedGrad, false, 16)(b);
+      Status s = load(b);
+      EXPECT_TRUE(s.isOk()) << packedIn << packedGrad << ": " << s.message();
+    }
+  expectError(attention(true, false, true, 16), {"ops[4].args.qkv", "not both"});
+  expectError(attention(false, false, true, 16), {"ops[4].args.qkv", "not both"});
+  expectError(attention(true, true, false, 12), {"ops[4].args.qkv", "B×S×(nh+2·nkv)×hd = 128"});
+  expectError(
+      [&](testing::PlanBuilder& b) {
+        attention(false, false, false, 16)(b);
+        forwardOp(b, 5)["args"].erase("dv");
+      },
+      {"ops[5].args.dqkv", "name dq, dk, dv (all three) or the packed dqkv"});
+}
+
+// embedding_fwd with wpe / embedding_bwd_weight with dwpe (the fused position embedding): attrs S and P
+// with it and only with it, M a multiple of S, S <= P, the table P×H, never with shard_axis.
+TEST_F(PlanLoaderTest, EmbeddingFusedPositionRoles) {
+  auto withWpe = [](int64_t P, int64_t S, bool attrs) {
+    return [=](testing::PlanBuilder& b) {
+      json& op = forwardOp(b, 1);
+      op["args"]["wpe"] = b.buffer("wpe", "param", {P, 16});
+      if (attrs) {
+        op["attrs"]["S"] = S;
+        op["attrs"]["P"] = P;
+      }
+    };
+  };
+  {
+    testing::PlanBuilder b = base;
+    withWpe(8, 8, true)(b);
+    const int64_t dwpe = b.buffer("dwpe", "grad", {8, 16});
+    b.op("forward", "embedding_bwd_weight", {{"ids", kIds}, {"dout", kH}, {"dtable", kWte}, {"dwpe", dwpe}},
+         {{"M", 16}, {"V", 32}, {"H", 16}, {"accumulate", true}, {"S", 8}, {"P", 8}});
+    Status s = load(b);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+  expectError(withWpe(8, 8, false), {"ops[1].attrs.S", "required with wpe"});
+  expectError([](auto& b) { forwardOp(b, 1)["attrs"]["S"] = 8; }, {"ops[1].attrs.S", "only allowed with wpe"});
+  expectError(withWpe(8, 3, true), {"ops[1].attrs.S", "not a multiple of S = 3"});
+  expectError(withWpe(4, 8, true), {"ops[1].attrs.S", "exceeds the position table size P = 4"});
+}
+
 // Sequence-parallel position embedding (attr shard_axis; S is the local sequence length, the rank holds
 // positions [c·S, (c+1)·S), so S·n must fit in P).
 TEST_F(PlanLoaderTest, PosEmbeddingShardAxisErrors) {

@@ -21,6 +21,8 @@
 // DEFAULT-NEXT: llcdist-plan-fuse-norm,
 // DEFAULT-NEXT: llcdist-plan-fuse-epilogues,
 // DEFAULT-NEXT: llcdist-plan-ce-grad-in-place,
+// DEFAULT-NEXT: llcdist-plan-packed-qkv,
+// DEFAULT-NEXT: llcdist-plan-fuse-embedding,
 // DEFAULT-NEXT: llcdist-plan-fuse-optimizer,
 // DEFAULT-NEXT: llcdist-plan-memory{check-slots-alike=false slots-alike=true},
 // DEFAULT-NEXT: llcdist-verify-async
@@ -94,6 +96,8 @@
 // BUCKETS-NEXT: llcdist-plan-fuse-norm,
 // BUCKETS-NEXT: llcdist-plan-fuse-epilogues,
 // BUCKETS-NEXT: llcdist-plan-ce-grad-in-place,
+// BUCKETS-NEXT: llcdist-plan-packed-qkv,
+// BUCKETS-NEXT: llcdist-plan-fuse-embedding,
 // BUCKETS-NEXT: llcdist-plan-fuse-optimizer,
 // BUCKETS-NEXT: llcdist-plan-memory{check-slots-alike=false slots-alike=true},
 

@@ -109,7 +109,9 @@ llcdist-plan-grad-buckets], [--fsdp-prefetch: llcdist-plan-fsdp-prefetch],
 [--tp-comm-overlap: llcdist-plan-sp-overlap], [--overlap-p2p: llcdist-plan-p2p-overlap],
 llcdist-plan-fuse-norm (unless --no-fuse-norm), llcdist-plan-fuse-epilogues
 (unless --no-fuse-epilogues), llcdist-plan-ce-grad-in-place (unless
---no-ce-grad-in-place), llcdist-plan-fuse-optimizer (unless
+--no-ce-grad-in-place), llcdist-plan-packed-qkv (unless --no-packed-qkv),
+llcdist-plan-fuse-embedding (unless --no-fuse-embedding),
+llcdist-plan-fuse-optimizer (unless
 --no-fuse-optimizer), llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
 
 SHAPES
@@ -268,6 +270,15 @@ OVERLAP (asynchronous plans)
                          (default: llcdist-plan-ce-grad-in-place writes it
                          over the logits, which nothing reads after it: one
                          [tokens, vocabulary] buffer less; the same numbers).
+  --no-packed-qkv        keep the split copies of the QKV GEMM's output and of
+                         the attention's gradients (default:
+                         llcdist-plan-packed-qkv makes the attention read q, k,
+                         v from the packed buffer and write dq, dk, dv into
+                         one; the same numbers).
+  --no-fuse-embedding    keep the position embedding apart from the token
+                         embedding (default: llcdist-plan-fuse-embedding adds
+                         it in the token embedding's kernel, and its gradient
+                         in the token embedding's backward; the same numbers).
   --no-fuse-optimizer    keep one optimizer update per parameter and one cast
                          per bf16 copy (default: llcdist-plan-fuse-optimizer
                          makes them one adamw_multi / sgd_multi per group of
@@ -615,6 +626,10 @@ int runCompile(Args &args) {
       train.fuseEpilogues = false;
     else if (a == "--no-ce-grad-in-place")
       train.ceGradInPlace = false;
+    else if (a == "--no-packed-qkv")
+      train.packedQkv = false;
+    else if (a == "--no-fuse-embedding")
+      train.fuseEmbedding = false;
     else if (auto v = args.value(a, "--tp-embeddings")) {
       if (*v != "vocab-parallel" && *v != "replicated")
         throw UsageError{"--tp-embeddings must be vocab-parallel or replicated, got '" +

@@ -73,7 +73,8 @@ double independentOpSeconds(const Hardware &hw, const json &prog, const json &op
   }
   if (name == "attention_fwd" || name == "attention_bwd") {
     bool bwd = name == "attention_bwd";
-    int64_t first = bwd ? args["dout"].get<int64_t>() : args["q"].get<int64_t>();
+    // q, or the packed qkv (llcdist-plan-packed-qkv): the same dtype.
+    int64_t first = bwd ? args["dout"].get<int64_t>() : args.value("q", args.value("qkv", int64_t(-1)));
     return attentionSeconds(hw, attrs["B"], attrs["S"], attrs["nh"], attrs["hd"], bwd,
                             prec(first));
   }

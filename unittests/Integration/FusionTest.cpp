@@ -65,6 +65,22 @@ const Fusion kFusions[] = {
     // Changes no op count: the gradient's buffer goes.
     {"ce-grad-in-place", &TrainingPipelineOptions::ceGradInPlace,
      [](const rt::Op &op) { return op.kind == K::kCrossEntropyBwd && op.arg("dlogits") == op.arg("logits"); }},
+    // Llama projects q, k and v by three GEMMs: there is no split to drop.
+    {"packed-qkv", &TrainingPipelineOptions::packedQkv,
+     [](const rt::Op &op) {
+       return (op.kind == K::kAttentionFwd || op.kind == K::kAttentionBwd) &&
+              (op.arg("qkv") >= 0 || op.arg("dqkv") >= 0);
+     },
+     [](const Case &c) { return std::string(c.model) == "tiny-gpt2"; }},
+    // Llama has no position embedding; under tp the token embedding is
+    // vocabulary-parallel (an all-reduce between the two), under SP the
+    // positions are sharded.
+    {"fuse-embedding", &TrainingPipelineOptions::fuseEmbedding,
+     [](const rt::Op &op) {
+       return (op.kind == K::kEmbeddingFwd && op.arg("wpe") >= 0) ||
+              (op.kind == K::kEmbeddingBwdWeight && op.arg("dwpe") >= 0);
+     },
+     [](const Case &c) { return std::string(c.model) == "tiny-gpt2" && !std::strstr(c.tag, "tp2"); }},
 };
 
 /// Ops per step over every program of the plan in `dir`, and how many are

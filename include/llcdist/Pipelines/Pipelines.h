@@ -83,6 +83,13 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   /// The cross entropy's gradient written over the logits
   /// (llcdist-plan-ce-grad-in-place; off: a buffer of its own).
   bool ceGradInPlace = true;
+  /// Attention reads q, k, v from the QKV GEMM's packed output and writes dq,
+  /// dk, dv into one buffer (llcdist-plan-packed-qkv; off: split_fwd /
+  /// split_bwd copies).
+  bool packedQkv = true;
+  /// The position embedding in the token embedding's kernels, forward and
+  /// backward (llcdist-plan-fuse-embedding; off: pos_embedding_* apart).
+  bool fuseEmbedding = true;
   /// Run llcdist-verify-plan last (off only for in-memory compilations whose
   /// plan is never written, e.g. the memory hints of a plan that does not fit).
   bool verifyPlan = true;

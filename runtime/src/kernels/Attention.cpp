@@ -1,7 +1,8 @@
 // Causal self-attention with grouped KV heads. See Kernels.h for the contract.
 //
 // Per (batch, query head) the S×S score block is one cblas_sgemm over strided rows of q/k (row stride
-// nh·hd resp. nkv·hd), so no transposes are materialized. Backward recomputes the probabilities from
+// nh·hd resp. nkv·hd, or (nh+2·nkv)·hd when they are packed in one buffer), so no transposes or copies
+// are materialized. Backward recomputes the probabilities from
 // the saved log-sum-exp (FlashAttention's recipe) and sums dk/dv over the heads of a group in head
 // order, which keeps it deterministic.
 #include "llcdist/runtime/KernelChecks.h"
@@ -22,13 +23,19 @@ namespace {
 
 Status checkShape(const AttentionShape& s) { return checkAttentionShape(s.B, s.S, s.nh, s.nkv, s.hd); }
 
-struct HeadView {  // pointers to one (batch, head) slice of q/out and its kv head in k/v
-  int64_t qOff, kvOff, qStride, kvStride;
+// Where one (batch, query head) slice starts in each tensor, and the row strides: q, dq by their layouts,
+// out, dout contiguous [B,S,nh,hd], its kv head g = h / (nh/nkv) in k, v and dk, dv.
+struct HeadView {
+  int64_t qOff, kvOff, oOff, dqOff, dkvOff;
+  int64_t qStride, kvStride, oStride, dqStride, dkvStride;
 };
 
-HeadView headView(const AttentionShape& s, int64_t b, int64_t h) {
+HeadView headView(const AttentionShape& s, const QkvLayout& in, const QkvLayout& grad, int64_t b, int64_t h) {
   const int64_t g = h / (s.nh / s.nkv);
-  return {(b * s.S * s.nh + h) * s.hd, (b * s.S * s.nkv + g) * s.hd, s.nh * s.hd, s.nkv * s.hd};
+  return {b * s.S * in.qRow + h * s.hd,   b * s.S * in.kvRow + g * s.hd, (b * s.S * s.nh + h) * s.hd,
+          b * s.S * grad.qRow + h * s.hd, b * s.S * grad.kvRow + g * s.hd,
+          in.qRow,                        in.kvRow,                      s.nh * s.hd,
+          grad.qRow,                      grad.kvRow};
 }
 
 // scores[S,S] = scale · Q·Kᵀ for one head.
@@ -38,17 +45,30 @@ void scores(const AttentionShape& s, const HeadView& v, const float* q, const fl
               k + v.kvOff, v.kvStride, 0.0f, out, s.S);
 }
 
+QkvLayout separate(const AttentionShape& s) { return qkvLayout(s.nh, s.nkv, s.hd, false); }
+
 }  // namespace
 
 Status attentionForward(const AttentionShape& s, const float* q, const float* k, const float* v,
                         float* out, float* lse) {
+  return attentionForward(s, separate(s), q, k, v, out, lse);
+}
+
+Status attentionBackward(const AttentionShape& s, const float* dout, const float* q, const float* k,
+                         const float* v, const float* out, const float* lse, float* dq, float* dk,
+                         float* dv) {
+  return attentionBackward(s, separate(s), separate(s), dout, q, k, v, out, lse, dq, dk, dv);
+}
+
+Status attentionForward(const AttentionShape& s, const QkvLayout& in, const float* q, const float* k,
+                        const float* v, float* out, float* lse) {
   LLCDIST_RETURN_IF_ERROR(checkShape(s));
   const float scale = attentionScale(s.hd);
   const int64_t S = s.S;
   std::vector<float> p(S * S);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.nh; ++h) {
-      const HeadView hv = headView(s, b, h);
+      const HeadView hv = headView(s, in, in, b, h);
       scores(s, hv, q, k, scale, p.data());
       float* lseRow = lse + (b * s.nh + h) * S;
       for (int64_t i = 0; i < S; ++i) {
@@ -66,23 +86,26 @@ Status attentionForward(const AttentionShape& s, const float* q, const float* k,
         lseRow[i] = mx + static_cast<float>(std::log(sum));
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, s.hd, S, 1.0f, p.data(), S,
-                  v + hv.kvOff, hv.kvStride, 0.0f, out + hv.qOff, hv.qStride);
+                  v + hv.kvOff, hv.kvStride, 0.0f, out + hv.oOff, hv.oStride);
     }
   return Status::ok();
 }
 
-Status attentionBackward(const AttentionShape& s, const float* dout, const float* q, const float* k,
-                         const float* v, const float* out, const float* lse, float* dq, float* dk,
-                         float* dv) {
+Status attentionBackward(const AttentionShape& s, const QkvLayout& in, const QkvLayout& grad,
+                         const float* dout, const float* q, const float* k, const float* v, const float* out,
+                         const float* lse, float* dq, float* dk, float* dv) {
   LLCDIST_RETURN_IF_ERROR(checkShape(s));
   const float scale = attentionScale(s.hd);
   const int64_t S = s.S, hd = s.hd;
-  std::fill_n(dk, s.B * S * s.nkv * hd, 0.0f);
-  std::fill_n(dv, s.B * S * s.nkv * hd, 0.0f);
+  for (int64_t r = 0; r < s.B * S; ++r)  // dk, dv accumulate over the heads of a group: zero their rows
+    for (int64_t g = 0; g < s.nkv; ++g) {
+      std::fill_n(dk + r * grad.kvRow + g * hd, hd, 0.0f);
+      std::fill_n(dv + r * grad.kvRow + g * hd, hd, 0.0f);
+    }
   std::vector<float> p(S * S), dp(S * S);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.nh; ++h) {
-      const HeadView hv = headView(s, b, h);
+      const HeadView hv = headView(s, in, grad, b, h);
       const float* lseRow = lse + (b * s.nh + h) * S;
       scores(s, hv, q, k, scale, p.data());
       for (int64_t i = 0; i < S; ++i) {
@@ -91,12 +114,12 @@ Status attentionBackward(const AttentionShape& s, const float* dout, const float
         std::fill(row + i + 1, row + S, 0.0f);
       }
       // dP = dO · Vᵀ
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, hd, 1.0f, dout + hv.qOff, hv.qStride,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, hd, 1.0f, dout + hv.oOff, hv.oStride,
                   v + hv.kvOff, hv.kvStride, 0.0f, dp.data(), S);
       // dS = P ∘ (dP - D), D_i = dO_i · O_i  (overwrites dp)
       for (int64_t i = 0; i < S; ++i) {
-        const float* o = out + hv.qOff + i * hv.qStride;
-        const float* d = dout + hv.qOff + i * hv.qStride;
+        const float* o = out + hv.oOff + i * hv.oStride;
+        const float* d = dout + hv.oOff + i * hv.oStride;
         double D = 0.0;
         for (int64_t c = 0; c < hd; ++c) D += double(o[c]) * d[c];
         const float Df = static_cast<float>(D);
@@ -106,11 +129,11 @@ Status attentionBackward(const AttentionShape& s, const float* dout, const float
       }
       // dQ = scale · dS · K;  dK += scale · dSᵀ · Q;  dV += Pᵀ · dO
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, scale, dp.data(), S, k + hv.kvOff,
-                  hv.kvStride, 0.0f, dq + hv.qOff, hv.qStride);
+                  hv.kvStride, 0.0f, dq + hv.dqOff, hv.dqStride);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, scale, dp.data(), S, q + hv.qOff,
-                  hv.qStride, 1.0f, dk + hv.kvOff, hv.kvStride);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, 1.0f, p.data(), S, dout + hv.qOff,
-                  hv.qStride, 1.0f, dv + hv.kvOff, hv.kvStride);
+                  hv.qStride, 1.0f, dk + hv.dkvOff, hv.dkvStride);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, 1.0f, p.data(), S, dout + hv.oOff,
+                  hv.oStride, 1.0f, dv + hv.dkvOff, hv.dkvStride);
     }
   return Status::ok();
 }
@@ -122,11 +145,15 @@ void registerCpuAttentionKernels(CpuKernelTable& t) {
   using P = AttentionParams;
   using Ctx = CpuKernelContext;
   addCpuKernel<P>(t, K::kAttentionFwd, [](const KernelCall& c, const P& p, const Ctx&) {
-    return attentionForward({p.B, p.S, p.nh, p.nkv, p.hd}, c.F("q"), c.F("k"), c.F("v"), c.F("out"), c.F("lse"));
+    LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
+    const AttentionArgs a = attentionArgs(c, p);
+    return attentionForward({p.B, p.S, p.nh, p.nkv, p.hd}, a.in, a.qF(), a.kF(), a.vF(), c.F("out"), c.F("lse"));
   });
   addCpuKernel<P>(t, K::kAttentionBwd, [](const KernelCall& c, const P& p, const Ctx&) {
-    return attentionBackward({p.B, p.S, p.nh, p.nkv, p.hd}, c.F("dout"), c.F("q"), c.F("k"), c.F("v"), c.F("out"),
-                             c.F("lse"), c.F("dq"), c.F("dk"), c.F("dv"));
+    LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
+    const AttentionArgs a = attentionArgs(c, p);
+    return attentionBackward({p.B, p.S, p.nh, p.nkv, p.hd}, a.in, a.grad, c.F("dout"), a.qF(), a.kF(), a.vF(),
+                             c.F("out"), c.F("lse"), a.dqF(), a.dkF(), a.dvF());
   });
 }
 

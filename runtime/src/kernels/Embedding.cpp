@@ -85,10 +85,16 @@ void registerCpuEmbeddingKernels(CpuKernelTable& t) {
   using K = schema::OpKind;
   using P = EmbeddingParams;
   using Ctx = CpuKernelContext;
-  addCpuKernel<P>(t, K::kEmbeddingFwd, [](const KernelCall& c, const P& p, const Ctx&) {
-    return embeddingForward(c.I("ids"), c.F("table"), c.F("out"), p.M, p.V, p.H, p.vocabShard);
+  // With wpe / dwpe (llcdist-plan-fuse-embedding): the unfused ops' arithmetic one after the other, the
+  // position embedding added to out in place (its rows are the table's, exact in out's dtype).
+  addCpuKernel<P>(t, K::kEmbeddingFwd, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
+    LLCDIST_RETURN_IF_ERROR(embeddingForward(c.I("ids"), c.F("table"), c.F("out"), p.M, p.V, p.H, p.vocabShard));
+    if (!c.F("wpe")) return Status::ok();
+    return positionEmbeddingForward(c.F("out"), c.F("wpe"), c.F("out"), p.B, p.S, p.H, p.P, 0);
   });
-  addCpuKernel<P>(t, K::kEmbeddingBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {
+  addCpuKernel<P>(t, K::kEmbeddingBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
+    if (c.F("dwpe"))
+      LLCDIST_RETURN_IF_ERROR(positionEmbeddingBackwardWeight(c.F("dout"), c.F("dwpe"), p.B, p.S, p.H, p.P, p.accumulate, 0));
     return embeddingBackward(c.I("ids"), c.F("dout"), c.F("dtable"), p.M, p.V, p.H, p.accumulate, p.vocabShard);
   });
   addCpuKernel<P>(t, K::kPosEmbeddingFwd, [](const KernelCall& c, const P& p, const Ctx&) {

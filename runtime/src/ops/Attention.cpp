@@ -1,5 +1,6 @@
 // Family "attention": attention_fwd / attention_bwd (causal self-attention with GQA, the log-sum-exp
-// saved for the backward).
+// saved for the backward), reading q, k, v from three buffers or one packed qkv, and writing dq, dk, dv
+// to three or one packed dqkv.
 #include "OpDefs.h"
 
 namespace llcdist::rt::ops {
@@ -7,19 +8,39 @@ namespace {
 
 using K = schema::OpKind;
 
+// Whether the op names `packed` (then none of `parts`) or all of `parts`; an error otherwise.
+StatusOr<bool> packedForm(const OpChecker& c, const char* packed, std::initializer_list<const char*> parts) {
+  const bool whole = c.op().arg(packed) >= 0;
+  int named = 0;
+  for (const char* r : parts) named += c.op().arg(r) >= 0;
+  if (whole && named == 0) return true;
+  if (!whole && named == int(parts.size())) return false;
+  std::string list;
+  for (const char* r : parts) list += std::string(list.empty() ? "" : ", ") + r;
+  return c.argError(packed, whole ? "name either " + std::string(packed) + " or " + list + ", not both"
+                                  : "name " + list + " (all three) or the packed " + std::string(packed));
+}
+
 Status checkAttention(const OpChecker& c) {
   const int64_t B = c.I("B"), S = c.I("S"), nh = c.I("nh"), nkv = c.I("nkv"), hd = c.I("hd");
   if (nh % nkv != 0)
     return c.attrError("nkv", "nh = " + std::to_string(nh) + " is not a multiple of nkv = " + std::to_string(nkv));
+  LLCDIST_RETURN_IF_ERROR(packedForm(c, "qkv", {"q", "k", "v"}).status());
+  if (c.op().kind == K::kAttentionBwd) LLCDIST_RETURN_IF_ERROR(packedForm(c, "dqkv", {"dq", "dk", "dv"}).status());
   for (const char* r : {"q", "out", "dout", "dq"})
     LLCDIST_RETURN_IF_ERROR(c.count(r, OpChecker::prod({B, S, nh, hd}), "B×S×nh×hd"));
   for (const char* r : {"k", "v", "dk", "dv"})
     LLCDIST_RETURN_IF_ERROR(c.count(r, OpChecker::prod({B, S, nkv, hd}), "B×S×nkv×hd"));
+  for (const char* r : {"qkv", "dqkv"})
+    LLCDIST_RETURN_IF_ERROR(c.count(r, OpChecker::prod({B, S, nh + 2 * nkv, hd}), "B×S×(nh+2·nkv)×hd"));
   return c.count("lse", OpChecker::prod({B, nh, S}), "B×nh×S");
 }
 StatusOr<OpParams> bindAttention(const BindContext& b) {
   const Op& op = b.op;
-  return OpParams(AttentionParams{op.intAttr("B"), op.intAttr("S"), op.intAttr("nh"), op.intAttr("nkv"), op.intAttr("hd")});
+  AttentionParams p{op.intAttr("B"), op.intAttr("S"), op.intAttr("nh"), op.intAttr("nkv"), op.intAttr("hd")};
+  p.packedQkv = op.arg("qkv") >= 0;
+  p.packedGrad = op.arg("dqkv") >= 0;
+  return OpParams(p);
 }
 
 }  // namespace

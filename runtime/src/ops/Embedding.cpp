@@ -9,10 +9,29 @@ namespace {
 namespace sc = schema;
 using K = sc::OpKind;
 
+// The fused position embedding (roles wpe / dwpe): attrs S and P with it and only with it, M a multiple
+// of S, S <= P, no shard_axis, the table P×H.
+Status checkFusedPositions(const OpChecker& c, const char* role) {
+  const Op& op = c.op();
+  const bool has = op.arg(role) >= 0;
+  for (const char* a : {"S", "P"}) {
+    if (has && !op.attrs.count(a)) return c.attrError(a, std::string("required with ") + role);
+    if (!has && op.attrs.count(a)) return c.attrError(a, std::string("only allowed with ") + role);
+  }
+  if (!has) return Status::ok();
+  if (op.attrs.count(std::string(sc::kShardAxisAttr)))
+    return c.argError(role, "a sharded embedding (shard_axis) cannot add the position embedding");
+  const int64_t M = c.I("M"), S = c.I("S"), P = c.I("P");
+  if (M % S != 0) return c.attrError("S", "M = " + std::to_string(M) + " is not a multiple of S = " + std::to_string(S));
+  if (S > P) return c.attrError("S", "S = " + std::to_string(S) + " exceeds the position table size P = " + std::to_string(P));
+  return c.count(role, OpChecker::prod({P, c.I("H")}), "P×H");
+}
+
 Status checkEmbedding(const OpChecker& c) {
   const int64_t M = c.I("M"), V = c.I("V"), H = c.I("H");
   const bool fwd = c.op().kind == K::kEmbeddingFwd;
   LLCDIST_RETURN_IF_ERROR(c.shardAxis());
+  LLCDIST_RETURN_IF_ERROR(checkFusedPositions(c, fwd ? "wpe" : "dwpe"));
   LLCDIST_RETURN_IF_ERROR(c.count("ids", M, "M"));
   if (fwd) {
     LLCDIST_RETURN_IF_ERROR(c.count("table", OpChecker::prod({V, H}), "V×H"));
@@ -27,6 +46,11 @@ StatusOr<OpParams> bindEmbedding(const BindContext& b) {
   p.V = b.op.intAttr("V");
   p.H = b.op.intAttr("H");
   p.accumulate = b.op.boolAttr("accumulate");
+  if (b.op.attrs.count("S")) {  // the fused position embedding: M = B·S rows
+    p.S = b.op.intAttr("S");
+    p.P = b.op.intAttr("P");
+    p.B = p.M / p.S;
+  }
   if (b.op.attrs.count(std::string(sc::kShardAxisAttr))) {  // vocabulary-parallel: this rank's slice
     LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis(std::string(sc::kShardAxisAttr), "shard_axis"));
     p.vocabShard = VocabShard{b.mesh.coord(b.rank, axis), b.mesh.axisSize(axis)};

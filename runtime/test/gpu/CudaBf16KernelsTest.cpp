@@ -142,6 +142,23 @@ TEST(CudaBf16Kernels, EmbeddingForwardAndBackward) {
       .bf16("dy", randomF32(3 * 17 * H, 55))
       .bf16("dwpe", randomF32(20 * H, 56))
       .expectMatch(0, 0);
+  // The fused position embedding (wpe / dwpe): the sum in f32 on the gathered bf16 row, rounded once.
+  EmbeddingParams fused = embedding(3 * 17, 11, H, true);
+  fused.B = 3;
+  fused.S = 17;
+  fused.P = 20;
+  KernelCase(K::kEmbeddingFwd, fused)
+      .i32("ids", randomI32(3 * 17, 57, 0, 10))
+      .bf16("table", randomF32(11 * H, 58))
+      .bf16("out", randomF32(3 * 17 * H, 59))
+      .bf16("wpe", randomF32(20 * H, 60))
+      .expectMatch(0, 0);
+  KernelCase(K::kEmbeddingBwdWeight, fused)
+      .i32("ids", randomI32(3 * 17, 61, 0, 10))
+      .bf16("dout", randomF32(3 * 17 * H, 62))
+      .bf16("dtable", randomF32(11 * H, 63))
+      .bf16("dwpe", randomF32(20 * H, 64))
+      .expectMatch(0, 0);
 }
 
 NormParams norm(int64_t M, int64_t H, bool accumulate = false) {

@@ -384,6 +384,33 @@ TEST(CudaEmbeddingKernels, PositionWeightGradient) {
     }
 }
 
+// The token embedding with the position embedding fused in (wpe / dwpe, llcdist-plan-fuse-embedding):
+// the CPU's bits, forward and both gradients.
+TEST(CudaEmbeddingKernels, FusedPositions) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t B = 3, S = 5, H = 37, P = 9, V = 7, M = B * S;
+  EmbeddingParams p = embedding(M, V, H, false);
+  p.B = B;
+  p.S = S;
+  p.P = P;
+  KernelCase(K::kEmbeddingFwd, p)
+      .i32("ids", randomI32(M, 85, 0, int32_t(V - 1)))
+      .f32("table", randomF32(V * H, 86))
+      .f32("out", randomF32(M * H, 87))
+      .f32("wpe", randomF32(P * H, 88))
+      .expectMatch(0, 0);
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+    p.accumulate = accumulate;
+    KernelCase(K::kEmbeddingBwdWeight, p)
+        .i32("ids", randomI32(M, 89, 0, int32_t(V - 1)))
+        .f32("dout", randomF32(M * H, 90))
+        .f32("dtable", randomF32(V * H, 91))
+        .f32("dwpe", randomF32(P * H, 92))
+        .expectMatch(0, 0);
+  }
+}
+
 // The checks the CPU kernel returns synchronously and the CUDA one cannot (an id outside the
 // vocabulary, read on the device) or can (positions past the table, from the parameters alone).
 TEST_F(CudaDirectCall, ForwardIdOutsideTheVocabularySetsTheDeviceError) {

@@ -207,6 +207,38 @@ TEST_P(CudaAttentionTest, Backward) {
       .expectMatch(tol(), tol());
 }
 
+// q, k, v packed in one qkv buffer and dq, dk, dv written into one dqkv (the roles llcdist-plan-packed-qkv
+// gives GPT-2's attention): the own kernel's row strides against the CPU's.
+TEST_P(CudaAttentionTest, PackedQkvAndGradients) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t packedElems = c.B * c.S * (c.nh + 2 * c.nkv) * c.hd;
+  const QkvLayout packed = qkvLayout(c.nh, c.nkv, c.hd, true);
+  std::vector<float> qkv(static_cast<size_t>(packedElems));
+  for (int64_t r = 0; r < c.B * c.S; ++r) {
+    std::copy_n(q.data() + r * c.nh * c.hd, c.nh * c.hd, qkv.data() + r * packed.qRow + packed.qOffset);
+    std::copy_n(k.data() + r * c.nkv * c.hd, c.nkv * c.hd, qkv.data() + r * packed.qRow + packed.kOffset);
+    std::copy_n(v.data() + r * c.nkv * c.hd, c.nkv * c.hd, qkv.data() + r * packed.qRow + packed.vOffset);
+  }
+  AttentionParams p = attentionParams(c);
+  p.packedQkv = true;
+  KernelCase(K::kAttentionFwd, p)
+      .f32("qkv", qkv)
+      .f32("out", randomF32(qElems, 24))
+      .f32("lse", randomF32(rows, 25))
+      .expectMatch(tol(), tol());
+  std::vector<float> out(static_cast<size_t>(qElems)), lse(static_cast<size_t>(rows));
+  ASSERT_TRUE(attentionForward({c.B, c.S, c.nh, c.nkv, c.hd}, q.data(), k.data(), v.data(), out.data(), lse.data())
+                  .isOk());
+  p.packedGrad = true;
+  KernelCase(K::kAttentionBwd, p)
+      .f32("dout", randomF32(qElems, 26))
+      .f32("qkv", qkv)
+      .f32("out", out)
+      .f32("lse", lse)
+      .f32("dqkv", randomF32(packedElems, 27))  // every element overwritten
+      .expectMatch(tol(), tol());
+}
+
 INSTANTIATE_TEST_SUITE_P(AllCases, CudaAttentionTest,
                          ::testing::Values(AttentionCase{2, 13, 4, 2, 16},   // GQA, one tile
                                            AttentionCase{2, 13, 4, 2, 64},   //

@@ -238,6 +238,70 @@ TEST_P(CudnnAttentionTest, DeterministicBackwardRepeatsBitForBit) {
   }
 }
 
+// Q, K, V read from one packed [B,S,nh+2·nkv,hd] buffer and dQ, dK, dV written into one (the qkv / dqkv
+// roles of llcdist-plan-packed-qkv): the same layouts' dims with the packed row stride, K and V addressed
+// from their offsets into the row. Against the CPU reference, and every element of dqkv written.
+TEST_P(CudnnAttentionTest, PackedQkvMatchesCpuReference) {
+  LLCDIST_REQUIRE_CUDNN_ATTENTION();
+  const Shape& s = GetParam();
+  std::unique_ptr<CudnnAttention> att = makeAttention();
+  ASSERT_NE(att, nullptr);
+  const AttentionParams params{s.B, s.S, s.nh, s.nkv, s.hd, true, true};
+  const AttentionProblem fwd = attentionProblem(params, false, false), bwd = attentionProblem(params, true, false);
+  ASSERT_TRUE(fwd.packedQkv && bwd.packedQkv && bwd.packedGrad);
+  const QkvLayout L = qkvLayout(s.nh, s.nkv, s.hd, true);
+  const int64_t rows = s.B * s.S, qRow = s.nh * s.hd, kvRow = s.nkv * s.hd;
+  const Bf16Data q = randomBf16(rows * qRow, 31), k = randomBf16(rows * kvRow, 32), v = randomBf16(rows * kvRow, 33),
+                 dout = randomBf16(rows * qRow, 34);
+  std::vector<uint16_t> packed(size_t(rows * L.qRow));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(q.bits.data() + r * qRow, qRow, packed.data() + r * L.qRow + L.qOffset);
+    std::copy_n(k.bits.data() + r * kvRow, kvRow, packed.data() + r * L.qRow + L.kOffset);
+    std::copy_n(v.bits.data() + r * kvRow, kvRow, packed.data() + r * L.qRow + L.vOffset);
+  }
+  StatusOr<int64_t> wf = att->prepare(fwd), wb = att->prepare(bwd);
+  ASSERT_TRUE(wf.isOk()) << wf.status().toString();
+  ASSERT_TRUE(wb.isOk()) << wb.status().toString();
+  const int64_t wsBytes = std::max(*wf, *wb);
+  DeviceBuffer ws(size_t(std::max<int64_t>(wsBytes, 1)));
+  std::unique_ptr<DeviceBuffer> qkv = upload(packed.data(), packed.size() * 2), doutDev = upload(dout.bits.data(), dout.bits.size() * 2);
+  DeviceBuffer outDev(size_t(rows * qRow) * 2), lseDev(size_t(s.B * s.nh * s.S) * 4), dqkv(packed.size() * 2);
+  ASSERT_NE(dqkv.p, nullptr);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(dqkv.p, 0xff, dqkv.bytes, stream), cudaSuccess);  // NaNs unless overwritten
+  auto at = [](void* base, int64_t elems) { return static_cast<void*>(static_cast<char*>(base) + elems * 2); };
+  Status st = att->forward(fwd, at(qkv->p, L.qOffset), at(qkv->p, L.kOffset), at(qkv->p, L.vOffset), outDev.p,
+                           static_cast<float*>(lseDev.p), ws.p, wsBytes, stream);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  st = att->backward(bwd, doutDev->p, at(qkv->p, L.qOffset), at(qkv->p, L.kOffset), at(qkv->p, L.vOffset), outDev.p,
+                     static_cast<const float*>(lseDev.p), at(dqkv.p, L.qOffset), at(dqkv.p, L.kOffset),
+                     at(dqkv.p, L.vOffset), ws.p, wsBytes, stream);
+  ASSERT_TRUE(st.isOk()) << st.toString();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
+
+  const AttentionShape shape{s.B, s.S, s.nh, s.nkv, s.hd};
+  std::vector<float> out(size_t(rows * qRow)), lse(size_t(s.B * s.nh * s.S));
+  ASSERT_TRUE(attentionForward(shape, q.f32.data(), k.f32.data(), v.f32.data(), out.data(), lse.data()).isOk());
+  std::vector<float> dq(q.f32.size()), dk(k.f32.size()), dv(v.f32.size());
+  ASSERT_TRUE(attentionBackward(shape, dout.f32.data(), q.f32.data(), k.f32.data(), v.f32.data(), out.data(),
+                                lse.data(), dq.data(), dk.data(), dv.data())
+                  .isOk());
+  expectClose(downloadBf16(outDev, int64_t(out.size())), out, kOutTol, "out");
+  expectClose(downloadF32(lseDev, int64_t(lse.size())), lse, kLseTol, "lse");
+  const std::vector<float> got = downloadBf16(dqkv, int64_t(packed.size()));
+  std::vector<float> gq(dq.size()), gk(dk.size()), gv(dv.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(got.data() + r * L.qRow + L.qOffset, qRow, gq.data() + r * qRow);
+    std::copy_n(got.data() + r * L.qRow + L.kOffset, kvRow, gk.data() + r * kvRow);
+    std::copy_n(got.data() + r * L.qRow + L.vOffset, kvRow, gv.data() + r * kvRow);
+  }
+  expectClose(gq, dq, kGradTol, "dq (packed)");
+  expectClose(gk, dk, kGradTol, "dk (packed)");
+  expectClose(gv, dv, kGradTol, "dv (packed)");
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionTest,
                          ::testing::Values(Shape{2, 128, 4, 4, 64},    // MHA
                                            Shape{2, 200, 8, 2, 128},   // GQA, hd 128, S not a multiple of 64

@@ -23,6 +23,23 @@ Status checkRopeTable(const RopeTable& table, int64_t S, int64_t hd);
 Status checkAttentionShape(int64_t B, int64_t S, int64_t nh, int64_t nkv, int64_t hd);
 // The first buffer of `role` holds at least `need` elements (an absent role passes).
 Status checkArgElems(const KernelCall& call, std::string_view role, int64_t need);
+// The q, k, v (and dq, dk, dv) of an attention call: their layouts (QkvLayout: separate buffers or one
+// packed qkv / dqkv) and where each starts, offset by its element size as the kernel gets the role
+// (f32 for a CPU or own CUDA kernel, bf16 for cuDNN). The gradients are null in a forward call.
+struct AttentionArgs {
+  QkvLayout in, grad;
+  void *q = nullptr, *k = nullptr, *v = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  const float* qF() const { return static_cast<const float*>(q); }
+  const float* kF() const { return static_cast<const float*>(k); }
+  const float* vF() const { return static_cast<const float*>(v); }
+  float* dqF() const { return static_cast<float*>(dq); }
+  float* dkF() const { return static_cast<float*>(dk); }
+  float* dvF() const { return static_cast<float*>(dv); }
+};
+AttentionArgs attentionArgs(const KernelCall& call, const AttentionParams& p);
+// Every buffer of an attention call holds what its layout addresses: q, k, v (or qkv), out, lse and, in
+// the backward, dout and dq, dk, dv (or dqkv).
+Status checkAttentionElems(const KernelCall& call, const AttentionParams& p);
 // shard_slice's member, padding and buffer sizes; the elements of a row of x (total) when they agree.
 StatusOr<int64_t> checkShardSlice(const KernelCall& call, const LayoutParams& p);
 

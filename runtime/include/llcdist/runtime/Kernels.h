@@ -134,6 +134,15 @@ Status attentionForward(const AttentionShape& shape, const float* q, const float
 Status attentionBackward(const AttentionShape& shape, const float* dout, const float* q, const float* k,
                          const float* v, const float* out, const float* lse, float* dq, float* dk,
                          float* dv);
+// The same with q, k, v laid out by `in` and dq, dk, dv by `grad` (OpParams.h: QkvLayout; q, k, v point
+// at their first rows, e.g. into one packed qkv buffer); out, dout and lse as above. Only the elements the
+// layout addresses are read or written (the backward zeroes dk, dv row by row), so the arithmetic is that
+// of separate buffers, bit for bit.
+Status attentionForward(const AttentionShape& shape, const QkvLayout& in, const float* q, const float* k,
+                        const float* v, float* out, float* lse);
+Status attentionBackward(const AttentionShape& shape, const QkvLayout& in, const QkvLayout& grad,
+                         const float* dout, const float* q, const float* k, const float* v, const float* out,
+                         const float* lse, float* dq, float* dk, float* dv);
 
 // ---------------------------------------------------------------------------------------------------
 // Elementwise (Activation.cpp). All of length n; y may alias an input.

@@ -77,7 +77,7 @@ struct ElementwiseParams {
 // embedding_fwd / embedding_bwd_weight, pos_embedding_fwd / pos_embedding_bwd_weight (family "embedding").
 struct EmbeddingParams {
   int64_t M = 0, V = 0, H = 0;  // embedding_*
-  int64_t B = 0, S = 0, P = 0;  // pos_embedding_* (and H)
+  int64_t B = 0, S = 0, P = 0;  // pos_embedding_* (and H); embedding_* with wpe / dwpe: B = M / S
   bool accumulate = false;
   // Vocabulary-parallel embedding (attr `shard_axis`): this rank's slice of the vocabulary.
   VocabShard vocabShard;
@@ -103,10 +103,25 @@ struct RopeParams {
   int64_t B = 0, S = 0, n = 0, hd = 0;
   std::shared_ptr<const RopeTable> table;
 };
-// attention_fwd / attention_bwd (family "attention").
+// attention_fwd / attention_bwd (family "attention"). packedQkv: q, k, v are read from the one `qkv`
+// buffer; packedGrad: the backward writes dq, dk, dv into the one `dqkv` (PlanSchema.h).
 struct AttentionParams {
   int64_t B = 0, S = 0, nh = 0, nkv = 0, hd = 0;
+  bool packedQkv = false, packedGrad = false;
 };
+// Where the rows of q, k and v (or of dq, dk, dv) lie, in elements: the offsets of their first rows from
+// the buffer each role names, and the row strides (one row = one token's heads). Separate buffers: all
+// offsets 0, q's rows nh·hd apart, k's and v's nkv·hd; packed ([B,S,nh+2·nkv,hd]): q at 0, k at nh·hd,
+// v at (nh+nkv)·hd, every row (nh+2·nkv)·hd apart. Element (b, s, head h, d) of q is at
+// qOffset + (b·S + s)·qRow + h·hd + d; of k and v likewise with kvRow.
+struct QkvLayout {
+  int64_t qOffset = 0, kOffset = 0, vOffset = 0, qRow = 0, kvRow = 0;
+};
+inline QkvLayout qkvLayout(int64_t nh, int64_t nkv, int64_t hd, bool packed) {
+  if (!packed) return {0, 0, 0, nh * hd, nkv * hd};
+  const int64_t row = (nh + 2 * nkv) * hd;
+  return {0, nh * hd, (nh + nkv) * hd, row, row};
+}
 // cross_entropy_fwd / cross_entropy_bwd / cross_entropy_max / cross_entropy_sums (family "loss").
 struct LossParams {
   int64_t M = 0, V = 0;

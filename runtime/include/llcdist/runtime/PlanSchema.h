@@ -222,11 +222,18 @@ constexpr auto Int = AttrType::kInt, Flt = AttrType::kFloat, Bool = AttrType::kB
 inline constexpr A kLoadArgs[] = {{"ids", One, I, W}, {"targets", One, I, W}};
 inline constexpr T kLoadAttrs[] = {{"B", Int}, {"S", Int}};
 inline constexpr A kZeroArgs[] = {{"x", List, Any, W}};
-inline constexpr A kEmbFwdArgs[] = {{"ids", One, I, R}, {"table", One, F, R}, {"out", One, F, W}};
+// `wpe` (optional, with attrs S and P): the learned position embedding added in the same op, out[b, s] =
+// table[ids[b, s]] + wpe[s] for the M = B·S rows (llcdist-plan-fuse-embedding); `dwpe` likewise its
+// gradient from the same dout, accumulated as dtable is. Never with shard_axis.
+inline constexpr A kEmbFwdArgs[] = {{"ids", One, I, R}, {"table", One, F, R}, {"out", One, F, W}, {"wpe", Opt, F, R}};
 // `shard_axis` (optional): vocabulary-parallel table; V is the local row count (see plan-format.md).
-inline constexpr T kEmbFwdAttrs[] = {{"M", Int}, {"V", Int}, {"H", Int}, {"shard_axis", Str, false}};
-inline constexpr A kEmbBwdArgs[] = {{"ids", One, I, R}, {"dout", One, F, R}, {"dtable", One, F, RW}};
-inline constexpr T kEmbBwdAttrs[] = {{"M", Int}, {"V", Int}, {"H", Int}, {"accumulate", Bool}, {"shard_axis", Str, false}};
+inline constexpr T kEmbFwdAttrs[] = {{"M", Int},      {"V", Int},          {"H", Int},
+                                     {"S", Int, false}, {"P", Int, false}, {"shard_axis", Str, false}};
+inline constexpr A kEmbBwdArgs[] = {{"ids", One, I, R}, {"dout", One, F, R}, {"dtable", One, F, RW},
+                                    {"dwpe", Opt, F, RW}};
+inline constexpr T kEmbBwdAttrs[] = {{"M", Int},        {"V", Int},        {"H", Int},
+                                     {"accumulate", Bool}, {"S", Int, false}, {"P", Int, false},
+                                     {"shard_axis", Str, false}};
 inline constexpr A kPosFwdArgs[] = {{"x", One, F, R}, {"wpe", One, F, R}, {"y", One, F, W, "x"}};
 // `shard_axis` (optional): sequence parallelism; S is the local sequence length and the rank holds
 // positions [c·S, (c+1)·S), c its coordinate on the axis (see plan-format.md).
@@ -275,12 +282,16 @@ inline constexpr T kRopeAttrs[] = {{"B", Int},          {"S", Int},
                                    {"factor", Flt, false}, {"low_freq_factor", Flt, false},
                                    {"high_freq_factor", Flt, false},
                                    {"original_max_position_embeddings", Int, false}};
-inline constexpr A kAttnFwdArgs[] = {{"q", One, F, R},   {"k", One, F, R},  {"v", One, F, R},
+// q, k, v, or `qkv`: the three packed in one [B,S,nh+2·nkv,hd] buffer, q's heads, then k's, then v's
+// (the QKV GEMM's output; llcdist-plan-packed-qkv). The backward writes dq, dk, dv, or `dqkv` packed
+// the same way. Exactly one form each (src/ops/Attention.cpp).
+inline constexpr A kAttnFwdArgs[] = {{"q", Opt, F, R},   {"k", Opt, F, R},  {"v", Opt, F, R}, {"qkv", Opt, F, R},
                                      {"out", One, F, W}, {"lse", One, F, W}};
 inline constexpr T kAttnAttrs[] = {{"B", Int}, {"S", Int}, {"nh", Int}, {"nkv", Int}, {"hd", Int}};
-inline constexpr A kAttnBwdArgs[] = {{"dout", One, F, R}, {"q", One, F, R},   {"k", One, F, R},
-                                     {"v", One, F, R},    {"out", One, F, R}, {"lse", One, F, R},
-                                     {"dq", One, F, W},   {"dk", One, F, W},  {"dv", One, F, W}};
+inline constexpr A kAttnBwdArgs[] = {{"dout", One, F, R}, {"q", Opt, F, R},   {"k", Opt, F, R},
+                                     {"v", Opt, F, R},    {"qkv", Opt, F, R}, {"out", One, F, R},
+                                     {"lse", One, F, R},  {"dq", Opt, F, W},  {"dk", Opt, F, W},
+                                     {"dv", Opt, F, W},   {"dqkv", Opt, F, W}};
 inline constexpr T kNAttrs[] = {{"n", Int}};
 inline constexpr A kGeluFwdArgs[] = {{"x", One, F, R}, {"y", One, F, W, "x"}};
 inline constexpr A kGeluBwdArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"dx", One, F, W, "dy|x"}};

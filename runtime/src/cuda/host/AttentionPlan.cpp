@@ -20,7 +20,12 @@ uint32_t bitsOf(float f) {
 }
 
 auto keyTuple(const AttentionKey& k) {
-  return std::make_tuple(k.B, k.S, k.nh, k.nkv, k.hd, k.backward, k.deterministic, k.scaleBits, int(k.dtype));
+  return std::make_tuple(k.B, k.S, k.nh, k.nkv, k.hd, k.backward, k.deterministic, k.scaleBits, int(k.dtype),
+                         k.packedQkv, k.packedGrad);
+}
+
+bool isGradient(AttentionTensor t) {
+  return t == AttentionTensor::kDQ || t == AttentionTensor::kDK || t == AttentionTensor::kDV;
 }
 
 bool isQueryShaped(AttentionTensor t) {
@@ -49,6 +54,8 @@ AttentionProblem attentionProblem(const AttentionParams& p, bool backward, bool 
   // check names.
   a.scale = p.hd > 0 ? attentionScale(p.hd) : 0.0f;
   a.dtype = dtype;
+  a.packedQkv = p.packedQkv;
+  a.packedGrad = backward && p.packedGrad;
   return a;
 }
 
@@ -57,6 +64,8 @@ std::string describeAttention(const AttentionProblem& p) {
   os << "attention " << (p.backward ? "backward" : "forward") << " B=" << p.B << " S=" << p.S << " nh=" << p.nh
      << " nkv=" << p.nkv << " hd=" << p.hd << " " << schema::elemTypeName(p.dtype) << " causal scale=" << p.scale;
   if (p.deterministic) os << " deterministic";
+  if (p.packedQkv) os << " packed-qkv";
+  if (p.packedGrad) os << " packed-dqkv";
   return os.str();
 }
 
@@ -74,6 +83,8 @@ AttentionKey attentionKey(const AttentionProblem& p) {
   k.deterministic = p.deterministic;
   k.scaleBits = bitsOf(p.scale);
   k.dtype = p.dtype;
+  k.packedQkv = p.packedQkv;
+  k.packedGrad = p.packedGrad;
   return k;
 }
 
@@ -82,7 +93,7 @@ size_t AttentionKeyHash::operator()(const AttentionKey& k) const {
   size_t h = 0;
   const auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
   for (int64_t v : {k.B, k.S, k.nh, k.nkv, k.hd}) mix(std::hash<int64_t>()(v));
-  mix(size_t(k.backward) | size_t(k.deterministic) << 1);
+  mix(size_t(k.backward) | size_t(k.deterministic) << 1 | size_t(k.packedQkv) << 2 | size_t(k.packedGrad) << 3);
   mix(std::hash<uint32_t>()(k.scaleBits));
   mix(size_t(k.dtype));
   return h;
@@ -119,8 +130,11 @@ AttentionLayout attentionLayout(const AttentionProblem& p, AttentionTensor t) {
   }
   // [B,S,heads,hd] row-major: (b,h,s,d) at ((b·S + s)·heads + h)·hd + d.
   const int64_t heads = isQueryShaped(t) ? p.nh : p.nkv;
+  const bool output = t == AttentionTensor::kO || t == AttentionTensor::kDO;
+  const bool packed = !output && (isGradient(t) ? p.packedGrad : p.packedQkv);
+  const int64_t row = (packed ? p.nh + 2 * p.nkv : heads) * p.hd;
   l.dim = {p.B, heads, p.S, p.hd};
-  l.stride = {p.S * heads * p.hd, p.hd, heads * p.hd, 1};
+  l.stride = {p.S * row, p.hd, row, 1};
   return l;
 }
 

@@ -42,11 +42,14 @@ struct AttentionProblem {
   // The dtype of q, k, v, out (and dout, dq, dk, dv); lse is always f32. cuDNN's SDPA takes bf16 (or
   // fp16, which plans do not have), not f32: an f32 plan runs the own kernel.
   schema::ElemType dtype = schema::ElemType::kBF16;
+  // Q, K, V read from one packed [B,S,nh+2·nkv,hd] buffer (attention's `qkv`), and the backward's dQ, dK,
+  // dV written into one (`dqkv`): their rows are (nh+2·nkv)·hd apart (QkvLayout, OpParams.h).
+  bool packedQkv = false, packedGrad = false;
 };
 
 // The problem of an attention op: its shape, scale 1/sqrt(hd) rounded as the CPU reference does
-// (src/kernels/Attention.cpp), dtype bf16. `deterministic` is kept for the backward only; a forward
-// problem has deterministic false, so the forward graph is shared by both settings.
+// (src/kernels/Attention.cpp), dtype bf16, packed as the op's roles are. `deterministic` and packedGrad are
+// kept for the backward only; a forward problem has both false, so forward graphs are shared.
 AttentionProblem attentionProblem(const AttentionParams& p, bool backward, bool deterministic,
                                   schema::ElemType dtype = schema::ElemType::kBF16);
 
@@ -61,6 +64,7 @@ struct AttentionKey {
   bool backward = false, deterministic = false;
   uint32_t scaleBits = 0;
   schema::ElemType dtype = schema::ElemType::kBF16;
+  bool packedQkv = false, packedGrad = false;
 
   bool operator<(const AttentionKey& o) const;
   bool operator==(const AttentionKey& o) const;
@@ -86,10 +90,14 @@ struct AttentionLayout {
   std::array<int64_t, 4> dim{}, stride{};
 };
 // Q, O, dO, dQ: dim {B, nh, S, hd}, stride {S·nh·hd, hd, nh·hd, 1}; K, V, dK, dV: dim {B, nkv, S, hd},
-// stride {S·nkv·hd, hd, nkv·hd, 1}; Stats: dim {B, nh, S, 1}, stride {nh·S, S, 1, 1}.
+// stride {S·nkv·hd, hd, nkv·hd, 1}; Stats: dim {B, nh, S, 1}, stride {nh·S, S, 1, 1}. Packed (Q, K, V with
+// packedQkv; dQ, dK, dV with packedGrad): the same dims with row stride r = (nh+2·nkv)·hd, stride
+// {S·r, hd, r, 1}, each tensor addressed from its own first element (K at nh·hd, V at (nh+nkv)·hd into
+// the packed row: QkvLayout).
 AttentionLayout attentionLayout(const AttentionProblem& p, AttentionTensor t);
-// The elements the tensor's buffer must hold (the last element the layout addresses, plus one): B·S·nh·hd
-// for Q, O, dO, dQ; B·S·nkv·hd for K, V, dK, dV; B·nh·S for Stats.
+// The elements the tensor's buffer must hold from its first element (the last element the layout
+// addresses, plus one): B·S·nh·hd for Q, O, dO, dQ; B·S·nkv·hd for K, V, dK, dV; B·nh·S for Stats (packed:
+// up to the tensor's last element in the packed buffer).
 int64_t attentionElems(const AttentionProblem& p, AttentionTensor t);
 // Its element type: Stats f32, everything else the problem's dtype.
 schema::ElemType attentionTensorType(const AttentionProblem& p, AttentionTensor t);

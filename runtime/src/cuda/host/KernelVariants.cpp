@@ -100,8 +100,8 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   auto set = [&](K k, std::vector<KernelVariantInfo> v) { t[size_t(k)] = std::move(v); };
   set(K::kZero, {own({})});  // any dtype (PlanSchema: kAny)
   set(K::kCast, {own({"x", "y"})});
-  set(K::kEmbeddingFwd, {own({"table", "out"})});
-  set(K::kEmbeddingBwdWeight, {own({"dout", "dtable"})});
+  set(K::kEmbeddingFwd, {own({"table", "out", "wpe"})});
+  set(K::kEmbeddingBwdWeight, {own({"dout", "dtable", "dwpe"})});
   set(K::kPosEmbeddingFwd, {own({"x", "wpe", "y"})});
   set(K::kPosEmbeddingBwdWeight, {own({"dy", "dwpe"})});
   set(K::kLayerNormFwd, {own({"x", "gamma", "beta", "y"})});
@@ -123,8 +123,8 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kSplitBwd, {withFits(own({"douts", "dx"}), sameDType)});
   set(K::kRopeFwd, {own({"x", "y"})});
   set(K::kRopeBwd, {own({"dy", "dx"})});
-  set(K::kAttentionFwd, {cudnnAttention({"q", "k", "v", "out"}), own({})});
-  set(K::kAttentionBwd, {cudnnAttention({"dout", "q", "k", "v", "out", "dq", "dk", "dv"}), own({})});
+  set(K::kAttentionFwd, {cudnnAttention({"q", "k", "v", "qkv", "out"}), own({})});
+  set(K::kAttentionBwd, {cudnnAttention({"dout", "q", "k", "v", "qkv", "out", "dq", "dk", "dv", "dqkv"}), own({})});
   set(K::kGeluTanhFwd, {own({"x", "y"})});
   set(K::kGeluTanhBwd, {own({"dy", "x", "dx"})});
   set(K::kSwigluFwd, {own({"gate", "up", "y"})});

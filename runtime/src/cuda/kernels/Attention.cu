@@ -1,5 +1,6 @@
 // CUDA kernels of the attention family (CPU reference: src/kernels/Attention.cpp; contract: Kernels.h):
-// causal self-attention with grouped KV heads. q, out, dq [B,S,nh,hd]; k, v, dk, dv [B,S,nkv,hd]; query
+// causal self-attention with grouped KV heads. q, out, dq [B,S,nh,hd]; k, v, dk, dv [B,S,nkv,hd] (q, k, v
+// and dq, dk, dv may each be packed in one [B,S,nh+2·nkv,hd] buffer: QkvLayout's row strides); query
 // head h reads kv head h / (nh/nkv); scores = q·k/sqrt(hd) with keys j <= query i; lse [B,nh,S] the
 // log-sum-exp of each masked score row, saved by the forward and used by the backward to recompute
 // P = exp(score - lse).
@@ -44,13 +45,27 @@ struct Shape {
   int64_t B, S, nh, nkv, hd;
   int64_t group;  // nh / nkv: query heads per kv head
   float scale;    // 1/sqrt(hd), as the CPU rounds it
+  // Row strides in elements (QkvLayout): q and k, v as read; dq and dk, dv as written (packed in one
+  // qkv / dqkv buffer or separate). out and dout are always [B,S,nh,hd].
+  int64_t qRow, kvRow, dqRow, dkvRow;
 };
 
+// The first element of row i's head h in q (qIndex), out / dout (oIndex), dq (dqIndex); of row j's kv
+// head g in k, v (kvIndex) and dk, dv (dkvIndex).
 __device__ __forceinline__ int64_t qIndex(const Shape& s, int64_t b, int64_t i, int64_t h) {
+  return (b * s.S + i) * s.qRow + h * s.hd;
+}
+__device__ __forceinline__ int64_t oIndex(const Shape& s, int64_t b, int64_t i, int64_t h) {
   return ((b * s.S + i) * s.nh + h) * s.hd;
 }
+__device__ __forceinline__ int64_t dqIndex(const Shape& s, int64_t b, int64_t i, int64_t h) {
+  return (b * s.S + i) * s.dqRow + h * s.hd;
+}
 __device__ __forceinline__ int64_t kvIndex(const Shape& s, int64_t b, int64_t j, int64_t g) {
-  return ((b * s.S + j) * s.nkv + g) * s.hd;
+  return (b * s.S + j) * s.kvRow + g * s.hd;
+}
+__device__ __forceinline__ int64_t dkvIndex(const Shape& s, int64_t b, int64_t j, int64_t g) {
+  return (b * s.S + j) * s.dkvRow + g * s.hd;
 }
 __device__ __forceinline__ int64_t rowIndex(const Shape& s, int64_t b, int64_t h, int64_t i) {  // lse, D
   return (b * s.nh + h) * s.S + i;
@@ -147,7 +162,7 @@ __global__ void attentionForwardKernel(Shape s, const float* q, const float* k, 
     const float inv = 1.0f / l;
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
-      if (d < hd) out[qIndex(s, b, i, h) + d] = o[r] * inv;
+      if (d < hd) out[oIndex(s, b, i, h) + d] = o[r] * inv;
     }
     if (lane == 0) lse[rowIndex(s, b, h, i)] = m + logf(l);
   }
@@ -195,7 +210,7 @@ __global__ void attentionBackwardQueryKernel(Shape s, const float* dout, const f
   if (active) {
     for (int d = lane; d < hd; d += 32) {
       qrow[d] = q[qIndex(s, b, i, h) + d];
-      dorow[d] = dout[qIndex(s, b, i, h) + d];
+      dorow[d] = dout[oIndex(s, b, i, h) + d];
     }
     lseI = lse[rowIndex(s, b, h, i)];
     dI = D[rowIndex(s, b, h, i)];
@@ -230,7 +245,7 @@ __global__ void attentionBackwardQueryKernel(Shape s, const float* dout, const f
   if (active)
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
-      if (d < hd) dq[qIndex(s, b, i, h) + d] = s.scale * acc[r];
+      if (d < hd) dq[dqIndex(s, b, i, h) + d] = s.scale * acc[r];
     }
 }
 
@@ -266,12 +281,13 @@ __global__ void attentionBackwardKeyValueKernel(Shape s, const float* dout, cons
   for (int64_t hh = 0; hh < s.group; ++hh) {
     const int64_t h = g * s.group + hh;
     const auto qRow = [&](int64_t i) { return qIndex(s, b, i, h); };
+    const auto oRow = [&](int64_t i) { return oIndex(s, b, i, h); };
     // Queries i >= j: the tiles from the block's first key row on (rows before a warp's own key masked).
     for (int64_t i0 = firstRow; i0 < s.S; i0 += kTile) {
       const bool runs = active && i0 + kTile > j;  // warp-uniform: some row of the tile is >= j
       __syncthreads();  // the previous tiles are consumed; k / v rows are written
       loadTile(qt, stride, q, i0, s.S, hd, qRow);
-      loadTile(dOtile, stride, dout, i0, s.S, hd, qRow);
+      loadTile(dOtile, stride, dout, i0, s.S, hd, oRow);
       __syncthreads();
       if (runs) {
         const int64_t i = i0 + lane;
@@ -300,8 +316,8 @@ __global__ void attentionBackwardKeyValueKernel(Shape s, const float* dout, cons
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
       if (d < hd) {
-        dk[kvIndex(s, b, j, g) + d] = s.scale * accK[r];
-        dv[kvIndex(s, b, j, g) + d] = accV[r];
+        dk[dkvIndex(s, b, j, g) + d] = s.scale * accK[r];
+        dv[dkvIndex(s, b, j, g) + d] = accV[r];
       }
     }
 }
@@ -326,6 +342,11 @@ Shape shapeOf(const AttentionParams& p) {
   s.hd = p.hd;
   s.group = p.nh / p.nkv;
   s.scale = attentionScale(p.hd);
+  const QkvLayout in = qkvLayout(p.nh, p.nkv, p.hd, p.packedQkv), grad = qkvLayout(p.nh, p.nkv, p.hd, p.packedGrad);
+  s.qRow = in.qRow;
+  s.kvRow = in.kvRow;
+  s.dqRow = grad.qRow;
+  s.dkvRow = grad.kvRow;
   return s;
 }
 
@@ -366,18 +387,6 @@ StatusOr<int64_t> prepareCudnn(const KernelCall& c, const CudaKernelContext& ctx
   return ctx.cudnn->prepare(cudnnProblem(c, *p, ctx));
 }
 
-Status checkAttentionElems(const KernelCall& c, const AttentionParams& p) {
-  const int64_t qElems = p.B * p.S * p.nh * p.hd, kvElems = p.B * p.S * p.nkv * p.hd;
-  const bool bwd = c.kind == schema::OpKind::kAttentionBwd;
-  for (const char* role : {"q", "out"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, qElems));
-  for (const char* role : {"k", "v"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, kvElems));
-  if (bwd) {
-    for (const char* role : {"dout", "dq"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, qElems));
-    for (const char* role : {"dk", "dv"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, kvElems));
-  }
-  return checkArgElems(c, "lse", p.B * p.nh * p.S);
-}
-
 }  // namespace
 
 void registerCudaAttentionKernels(CudaKernelTable& t) {
@@ -389,9 +398,9 @@ void registerCudaAttentionKernels(CudaKernelTable& t) {
       [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
         LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
         if (!ctx.cudnn) return Status::internal("attention_fwd: cuDNN's attention was chosen but is not available");
-        return ctx.cudnn->forward(cudnnProblem(c, p, ctx), c.ptr(c.role("q")), c.ptr(c.role("k")),
-                                  c.ptr(c.role("v")), c.ptr(c.role("out")), c.F("lse"), ctx.workspace,
-                                  ctx.workspaceBytes, ctx.stream);
+        const AttentionArgs a = attentionArgs(c, p);
+        return ctx.cudnn->forward(cudnnProblem(c, p, ctx), a.q, a.k, a.v, c.ptr(c.role("out")), c.F("lse"),
+                                  ctx.workspace, ctx.workspaceBytes, ctx.stream);
       },
       prepareCudnn);
   addCudaKernel<P>(
@@ -399,36 +408,30 @@ void registerCudaAttentionKernels(CudaKernelTable& t) {
       [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
         LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
         if (!ctx.cudnn) return Status::internal("attention_bwd: cuDNN's attention was chosen but is not available");
-        return ctx.cudnn->backward(cudnnProblem(c, p, ctx), c.ptr(c.role("dout")), c.ptr(c.role("q")),
-                                   c.ptr(c.role("k")), c.ptr(c.role("v")), c.ptr(c.role("out")), c.F("lse"),
-                                   c.ptr(c.role("dq")), c.ptr(c.role("dk")), c.ptr(c.role("dv")), ctx.workspace,
+        const AttentionArgs a = attentionArgs(c, p);
+        return ctx.cudnn->backward(cudnnProblem(c, p, ctx), c.ptr(c.role("dout")), a.q, a.k, a.v,
+                                   c.ptr(c.role("out")), c.F("lse"), a.dq, a.dk, a.dv, ctx.workspace,
                                    ctx.workspaceBytes, ctx.stream);
       },
       prepareCudnn);
   // The own f32 kernel.
   addCudaKernel<P>(t, K::kAttentionFwd, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     LLCDIST_RETURN_IF_ERROR(checkShape(p));
-    const int64_t qElems = p.B * p.S * p.nh * p.hd, kvElems = p.B * p.S * p.nkv * p.hd;
-    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "q", qElems));
-    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "k", kvElems));
-    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "v", kvElems));
-    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "out", qElems));
-    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "lse", p.B * p.nh * p.S));
+    LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
+    const AttentionArgs a = attentionArgs(c, p);
     const Shape s = shapeOf(p);
     const int warps = forwardWarps(p.hd);
     LLCDIST_ASSIGN_OR_RETURN(const unsigned blocks, tileGrid(s, warps, p.nh));
     const size_t shared = size_t(kTile * (p.hd + 1) + warps * p.hd) * sizeof(float);
     LLCDIST_RETURN_IF_ERROR(allowSharedBytes(attentionForwardKernel, shared, ctx.rank));
-    attentionForwardKernel<<<blocks, warps * 32, shared, ctx.stream>>>(s, c.F("q"), c.F("k"), c.F("v"), c.F("out"),
+    attentionForwardKernel<<<blocks, warps * 32, shared, ctx.stream>>>(s, a.qF(), a.kF(), a.vF(), c.F("out"),
                                                                        c.F("lse"));
     return LLCDIST_CUDA_LAUNCHED("attention_fwd", ctx.rank);
   });
   addCudaKernel<P>(t, K::kAttentionBwd, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     LLCDIST_RETURN_IF_ERROR(checkShape(p));
-    const int64_t qElems = p.B * p.S * p.nh * p.hd, kvElems = p.B * p.S * p.nkv * p.hd;
-    for (const char* role : {"dout", "q", "out", "dq"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, qElems));
-    for (const char* role : {"k", "v", "dk", "dv"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, kvElems));
-    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "lse", p.B * p.nh * p.S));
+    LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
+    const AttentionArgs a = attentionArgs(c, p);
     const Shape s = shapeOf(p);
     const int64_t rows = p.B * p.nh * p.S;
     if (!ctx.scratch) return Status::internal("attention_bwd: no device scratch in the CUDA kernel context");
@@ -447,13 +450,13 @@ void registerCudaAttentionKernels(CudaKernelTable& t) {
     LLCDIST_ASSIGN_OR_RETURN(const unsigned qBlocks, tileGrid(s, warps, p.nh));
     LLCDIST_RETURN_IF_ERROR(allowSharedBytes(attentionBackwardQueryKernel, shared, ctx.rank));
     attentionBackwardQueryKernel<<<qBlocks, warps * 32, shared, ctx.stream>>>(
-        s, c.F("dout"), c.F("q"), c.F("k"), c.F("v"), c.F("lse"), D, c.F("dq"));
+        s, c.F("dout"), a.qF(), a.kF(), a.vF(), c.F("lse"), D, a.dqF());
     LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("attention_bwd (dq)", ctx.rank));
 
     LLCDIST_ASSIGN_OR_RETURN(const unsigned kvBlocks, tileGrid(s, warps, p.nkv));
     LLCDIST_RETURN_IF_ERROR(allowSharedBytes(attentionBackwardKeyValueKernel, shared, ctx.rank));
     attentionBackwardKeyValueKernel<<<kvBlocks, warps * 32, shared, ctx.stream>>>(
-        s, c.F("dout"), c.F("q"), c.F("k"), c.F("v"), c.F("lse"), D, c.F("dk"), c.F("dv"));
+        s, c.F("dout"), a.qF(), a.kF(), a.vF(), c.F("lse"), D, a.dkF(), a.dvF());
     return LLCDIST_CUDA_LAUNCHED("attention_bwd (dk, dv)", ctx.rank);
   });
 }

@@ -29,9 +29,11 @@ constexpr int kColumnThreads = 256;  // threads of a block that adds one id's ro
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
 // out[m, h] = table[ids[m] - begin, h] for an id of this shard's rows [begin, begin + V), 0 for another
-// shard's id; an id outside [0, global) is an error (its row is written as zeros).
-__global__ void embeddingFwdKernel(const int32_t* ids, FloatRef table, FloatRef out, int64_t M, int64_t V, int64_t H,
-                                   int64_t begin, int64_t global, int* deviceError) {
+// shard's id; an id outside [0, global) is an error (its row is written as zeros). With wpe (the fused
+// position embedding, S > 0, never sharded): + wpe[m % S, h], in f32 on the table's value, rounded once
+// (the unfused pair's bits: the gathered row is exact in out's dtype).
+__global__ void embeddingFwdKernel(const int32_t* ids, FloatRef table, FloatRef out, FloatRef wpe, int64_t M, int64_t V,
+                                   int64_t H, int64_t S, int64_t begin, int64_t global, int* deviceError) {
   LLCDIST_GRID_STRIDE(i, M * H) {
     const int64_t m = i / H, h = i - m * H;
     const int64_t id = ids[m];
@@ -41,7 +43,8 @@ __global__ void embeddingFwdKernel(const int32_t* ids, FloatRef table, FloatRef 
       continue;
     }
     const int64_t local = id - begin;
-    out.set(i, local >= 0 && local < V ? table[local * H + h] : 0.0f);  // another shard's row: this shard adds 0
+    const float row = local >= 0 && local < V ? table[local * H + h] : 0.0f;  // another shard's row: this shard adds 0
+    out.set(i, wpe.p ? row + wpe[(m % S) * H + h] : row);
   }
 }
 
@@ -107,14 +110,20 @@ Status embeddingFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
   LLCDIST_RETURN_IF_ERROR(checkVocabShard(p.vocabShard));
   const int64_t n = p.M * p.H;
   if (n == 0) return Status::ok();
+  const FloatRef wpe = floatRef(c, "wpe");
+  if (wpe.p) LLCDIST_RETURN_IF_ERROR(checkPositionRange(p.S, p.P, 0));
   embeddingFwdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(
-      c.I("ids"), floatRef(c, "table"), floatRef(c, "out"), p.M, p.V, p.H, p.vocabShard.index * p.V,
+      c.I("ids"), floatRef(c, "table"), floatRef(c, "out"), wpe, p.M, p.V, p.H, p.S, p.vocabShard.index * p.V,
       p.V * p.vocabShard.count, ctx.deviceError);
   return LLCDIST_CUDA_LAUNCHED("embedding_fwd", ctx.rank);
 }
 
+Status posEmbeddingBwdOf(const FloatRef& dy, const FloatRef& dwpe, const P& p, const Ctx& ctx);
+
 Status embeddingBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
   LLCDIST_RETURN_IF_ERROR(checkVocabShard(p.vocabShard));
+  if (const FloatRef dwpe = floatRef(c, "dwpe"); dwpe.p)  // the fused position embedding's gradient first
+    LLCDIST_RETURN_IF_ERROR(posEmbeddingBwdOf(floatRef(c, "dout"), dwpe, p, ctx));
   const FloatRef dtable = floatRef(c, "dtable");
   if (!p.accumulate && p.V * p.H > 0)
     LLCDIST_CUDA_TRY(cudaMemsetAsync(dtable.p, 0, size_t(p.V * p.H) * (dtable.bf16 ? 2 : 4), ctx.stream), ctx.rank);
@@ -160,16 +169,18 @@ Status posEmbeddingFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
 }
 
 Status posEmbeddingBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
+  return posEmbeddingBwdOf(floatRef(c, "dy"), floatRef(c, "dwpe"), p, ctx);
+}
+
+Status posEmbeddingBwdOf(const FloatRef& dy, const FloatRef& dwpe, const P& p, const Ctx& ctx) {
   LLCDIST_RETURN_IF_ERROR(checkPositionRange(p.S, p.P, p.posBegin));
-  const FloatRef dwpe = floatRef(c, "dwpe");
   // accumulate=false: every row is zeroed first, so rows outside [posBegin, posBegin + S) end at 0 and
   // the rows inside sum from 0 (the CPU's fill then add).
   if (!p.accumulate && p.P * p.H > 0)
     LLCDIST_CUDA_TRY(cudaMemsetAsync(dwpe.p, 0, size_t(p.P * p.H) * (dwpe.bf16 ? 2 : 4), ctx.stream), ctx.rank);
   const int64_t n = p.S * p.H;
   if (n == 0) return Status::ok();
-  posEmbeddingBwdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "dy"), dwpe, p.B, p.S, p.H,
-                                                                           p.posBegin);
+  posEmbeddingBwdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(dy, dwpe, p.B, p.S, p.H, p.posBegin);
   return LLCDIST_CUDA_LAUNCHED("pos_embedding_bwd_weight", ctx.rank);
 }
 

@@ -373,6 +373,64 @@ def PlanCeGradInPlace : Pass<"llcdist-plan-ce-grad-in-place", "llcdist::plan::Pr
   }];
 }
 
+def PlanPackedQkv : Pass<"llcdist-plan-packed-qkv", "llcdist::plan::ProgramOp"> {
+  let summary = "attention reads q, k, v from the packed QKV buffer and writes dq, dk, dv into one";
+  let description = [{
+    A fused QKV projection (GPT-2's c_attn) writes q, k and v side by side in
+    one [tokens, (nh+2·nkv)·hd] buffer; the lowering splits it into three
+    (`split_fwd`) for the attention and joins the attention's dq, dk, dv back
+    into one (`split_bwd`) for the projection's gradients: two copies of the
+    QKV activation per layer. The attention ops read and write that packed
+    layout through row strides (their `qkv` and `dqkv` roles). This pass
+    makes the attention ops read the split's input as `qkv` and drops the
+    split_fwd where no value changes (its outputs touched by the split and
+    those attention ops only, the split the next kernel after every write of
+    its input), and makes an attention_bwd write the split_bwd's dx as `dqkv`
+    where only that split reads its gradients and nothing touches dx
+    between them. The three buffers go each way; the numbers are the same
+    bits. Records what it changed (plan.fused) for the compile summary;
+    `llc-dist compile --no-packed-qkv` keeps the copies.
+
+    Before:
+    ```mlir
+    plan.kernel "split_fwd" {outs = [@q, @k, @v], x = @qkv} {rows = 8 : i64, sizes = [16, 16, 16]}
+    plan.kernel "attention_fwd" {k = @k, lse = @lse, out = @o, q = @q, v = @v} {B = 2 : i64, S = 4 : i64, hd = 8 : i64, nh = 2 : i64, nkv = 2 : i64}
+    ```
+    After:
+    ```mlir
+    plan.kernel "attention_fwd" {lse = @lse, out = @o, qkv = @qkv} {B = 2 : i64, S = 4 : i64, hd = 8 : i64, nh = 2 : i64, nkv = 2 : i64}
+    ```
+  }];
+}
+
+def PlanFuseEmbedding : Pass<"llcdist-plan-fuse-embedding", "llcdist::plan::ProgramOp"> {
+  let summary = "the position embedding in the token embedding's kernels";
+  let description = [{
+    GPT-2's input is the token embedding's gather plus the learned position
+    embedding, and its backward the two weight gradients of the same dy:
+    two kernels each way. This pass makes an `embedding_fwd` and the
+    `pos_embedding_fwd` that first reads its out one `embedding_fwd` with
+    `wpe` (out = table[ids] + wpe[position], writing the position
+    embedding's y; the intermediate buffer goes where nothing else touches
+    it), and a `pos_embedding_bwd_weight` and the `embedding_bwd_weight` of
+    the same dy and accumulate one `embedding_bwd_weight` with `dwpe`. Only
+    synchronous, unsharded ops fuse (no shard_axis), with table and out of
+    one dtype (the gathered row is exact), so the numbers are the same bits.
+    Records what it fused (plan.fused) for the compile summary;
+    `llc-dist compile --no-fuse-embedding` keeps the pairs.
+
+    Before:
+    ```mlir
+    plan.kernel "embedding_fwd" {ids = @ids, out = @e, table = @wte} {H = 16 : i64, M = 8 : i64, V = 64 : i64}
+    plan.kernel "pos_embedding_fwd" {wpe = @wpe, x = @e, y = @h} {B = 2 : i64, H = 16 : i64, P = 4 : i64, S = 4 : i64}
+    ```
+    After:
+    ```mlir
+    plan.kernel "embedding_fwd" {ids = @ids, out = @h, table = @wte, wpe = @wpe} {H = 16 : i64, M = 8 : i64, P = 4 : i64, S = 4 : i64, V = 64 : i64}
+    ```
+  }];
+}
+
 def PlanFuseOptimizer : Pass<"llcdist-plan-fuse-optimizer", "llcdist::plan::ProgramOp"> {
   let summary = "one multi-tensor op per optimizer group: adamw_multi, sgd_multi, cast_multi";
   let description = [{

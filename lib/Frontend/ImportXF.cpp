@@ -8,12 +8,16 @@
 #include "llcdist/Frontend/ImportXF.h"
 #include "llcdist/Dialect/XF/IR/ConfigLoc.h"
 #include "llcdist/Dialect/XF/IR/XFOps.h"
+#include "llcdist/Frontend/ModelConfig.h"
 
 #include "mlir/IR/Builders.h"
 
 using namespace mlir;
 using namespace llcdist;
 using namespace llcdist::xf;
+
+static_assert(kMaxModelMicrobatches == kMaxMicrobatches,
+              "xf.model's microbatches bound is the frontend's (resolveTrainingShape)");
 
 namespace {
 class Importer {

@@ -1,6 +1,7 @@
 // The kernels' shared host-side preconditions (KernelChecks.h).
 #include "llcdist/runtime/KernelChecks.h"
 
+#include <array>
 #include <string>
 
 namespace llcdist::rt {
@@ -14,24 +15,22 @@ Status checkVocabShard(const VocabShard& shard) {
 
 Status checkPositionRange(int64_t S, int64_t P, int64_t begin) {
   if (begin < 0)
-    return Status::invalidArgument("position embedding: first position " + std::to_string(begin) +
-                                   " is negative");
+    return Status::invalidArgument("position embedding: first position " + std::to_string(begin) + " is negative");
   if (begin == 0 && S > P)
     return Status::invalidArgument("position embedding: sequence length " + std::to_string(S) +
                                    " exceeds the table's " + std::to_string(P) + " positions");
   if (S > P - begin)
     return Status::invalidArgument("position embedding: positions [" + std::to_string(begin) + ", " +
-                                   std::to_string(begin + S) + ") (sequence shard of length " +
-                                   std::to_string(S) + ") exceed the table's " + std::to_string(P) +
-                                   " positions");
+                                   std::to_string(begin + S) + ") (sequence shard of length " + std::to_string(S) +
+                                   ") exceed the table's " + std::to_string(P) + " positions");
   return Status::ok();
 }
 
 Status checkRopeTable(const RopeTable& t, int64_t S, int64_t hd) {
   if (t.seqLen != S || t.headDim != hd)
-    return Status::invalidArgument("rope: table is for S=" + std::to_string(t.seqLen) + ", head_dim=" +
-                                   std::to_string(t.headDim) + " but the tensor has S=" +
-                                   std::to_string(S) + ", head_dim=" + std::to_string(hd));
+    return Status::invalidArgument("rope: table is for S=" + std::to_string(t.seqLen) +
+                                   ", head_dim=" + std::to_string(t.headDim) +
+                                   " but the tensor has S=" + std::to_string(S) + ", head_dim=" + std::to_string(hd));
   return Status::ok();
 }
 
@@ -66,25 +65,15 @@ AttentionArgs attentionArgs(const KernelCall& c, const AttentionParams& p) {
   AttentionArgs a;
   a.in = qkvLayout(p.nh, p.nkv, p.hd, p.packedQkv);
   a.grad = qkvLayout(p.nh, p.nkv, p.hd, p.packedGrad);
-  if (p.packedQkv) {
-    a.q = offsetBy(c, "qkv", a.in.qOffset);
-    a.k = offsetBy(c, "qkv", a.in.kOffset);
-    a.v = offsetBy(c, "qkv", a.in.vOffset);
-  } else {
-    a.q = c.ptr(c.role("q"));
-    a.k = c.ptr(c.role("k"));
-    a.v = c.ptr(c.role("v"));
-  }
-  if (c.kind != schema::OpKind::kAttentionBwd) return a;
-  if (p.packedGrad) {
-    a.dq = offsetBy(c, "dqkv", a.grad.qOffset);
-    a.dk = offsetBy(c, "dqkv", a.grad.kOffset);
-    a.dv = offsetBy(c, "dqkv", a.grad.vOffset);
-  } else {
-    a.dq = c.ptr(c.role("dq"));
-    a.dk = c.ptr(c.role("dk"));
-    a.dv = c.ptr(c.role("dv"));
-  }
+  // The three at the layout's offsets into the packed role `whole`, or the three roles.
+  auto three = [&](bool packed, const char* whole, const QkvLayout& l, std::array<const char*, 3> parts,
+                   std::array<void**, 3> out) {
+    const int64_t offsets[3] = {l.qOffset, l.kOffset, l.vOffset};
+    for (size_t i = 0; i < 3; ++i) *out[i] = packed ? offsetBy(c, whole, offsets[i]) : c.ptr(c.role(parts[i]));
+  };
+  three(p.packedQkv, "qkv", a.in, {"q", "k", "v"}, {&a.q, &a.k, &a.v});
+  if (c.kind == schema::OpKind::kAttentionBwd)
+    three(p.packedGrad, "dqkv", a.grad, {"dq", "dk", "dv"}, {&a.dq, &a.dk, &a.dv});
   return a;
 }
 

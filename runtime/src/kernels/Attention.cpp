@@ -32,36 +32,40 @@ struct HeadView {
 
 HeadView headView(const AttentionShape& s, const QkvLayout& in, const QkvLayout& grad, int64_t b, int64_t h) {
   const int64_t g = h / (s.nh / s.nkv);
-  return {b * s.S * in.qRow + h * s.hd,   b * s.S * in.kvRow + g * s.hd, (b * s.S * s.nh + h) * s.hd,
-          b * s.S * grad.qRow + h * s.hd, b * s.S * grad.kvRow + g * s.hd,
-          in.qRow,                        in.kvRow,                      s.nh * s.hd,
-          grad.qRow,                      grad.kvRow};
+  return {b * s.S * in.qRow + h * s.hd,
+          b * s.S * in.kvRow + g * s.hd,
+          (b * s.S * s.nh + h) * s.hd,
+          b * s.S * grad.qRow + h * s.hd,
+          b * s.S * grad.kvRow + g * s.hd,
+          in.qRow,
+          in.kvRow,
+          s.nh * s.hd,
+          grad.qRow,
+          grad.kvRow};
 }
 
 // scores[S,S] = scale · Q·Kᵀ for one head.
-void scores(const AttentionShape& s, const HeadView& v, const float* q, const float* k, float scale,
-            float* out) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.S, s.S, s.hd, scale, q + v.qOff, v.qStride,
-              k + v.kvOff, v.kvStride, 0.0f, out, s.S);
+void scores(const AttentionShape& s, const HeadView& v, const float* q, const float* k, float scale, float* out) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.S, s.S, s.hd, scale, q + v.qOff, v.qStride, k + v.kvOff,
+              v.kvStride, 0.0f, out, s.S);
 }
 
 QkvLayout separate(const AttentionShape& s) { return qkvLayout(s.nh, s.nkv, s.hd, false); }
 
 }  // namespace
 
-Status attentionForward(const AttentionShape& s, const float* q, const float* k, const float* v,
-                        float* out, float* lse) {
+Status attentionForward(const AttentionShape& s, const float* q, const float* k, const float* v, float* out,
+                        float* lse) {
   return attentionForward(s, separate(s), q, k, v, out, lse);
 }
 
-Status attentionBackward(const AttentionShape& s, const float* dout, const float* q, const float* k,
-                         const float* v, const float* out, const float* lse, float* dq, float* dk,
-                         float* dv) {
+Status attentionBackward(const AttentionShape& s, const float* dout, const float* q, const float* k, const float* v,
+                         const float* out, const float* lse, float* dq, float* dk, float* dv) {
   return attentionBackward(s, separate(s), separate(s), dout, q, k, v, out, lse, dq, dk, dv);
 }
 
-Status attentionForward(const AttentionShape& s, const QkvLayout& in, const float* q, const float* k,
-                        const float* v, float* out, float* lse) {
+Status attentionForward(const AttentionShape& s, const QkvLayout& in, const float* q, const float* k, const float* v,
+                        float* out, float* lse) {
   LLCDIST_RETURN_IF_ERROR(checkShape(s));
   const float scale = attentionScale(s.hd);
   const int64_t S = s.S;
@@ -85,15 +89,15 @@ Status attentionForward(const AttentionShape& s, const QkvLayout& in, const floa
         std::fill(row + i + 1, row + S, 0.0f);  // causal mask
         lseRow[i] = mx + static_cast<float>(std::log(sum));
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, s.hd, S, 1.0f, p.data(), S,
-                  v + hv.kvOff, hv.kvStride, 0.0f, out + hv.oOff, hv.oStride);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, s.hd, S, 1.0f, p.data(), S, v + hv.kvOff, hv.kvStride,
+                  0.0f, out + hv.oOff, hv.oStride);
     }
   return Status::ok();
 }
 
-Status attentionBackward(const AttentionShape& s, const QkvLayout& in, const QkvLayout& grad,
-                         const float* dout, const float* q, const float* k, const float* v, const float* out,
-                         const float* lse, float* dq, float* dk, float* dv) {
+Status attentionBackward(const AttentionShape& s, const QkvLayout& in, const QkvLayout& grad, const float* dout,
+                         const float* q, const float* k, const float* v, const float* out, const float* lse, float* dq,
+                         float* dk, float* dv) {
   LLCDIST_RETURN_IF_ERROR(checkShape(s));
   const float scale = attentionScale(s.hd);
   const int64_t S = s.S, hd = s.hd;
@@ -114,8 +118,8 @@ Status attentionBackward(const AttentionShape& s, const QkvLayout& in, const Qkv
         std::fill(row + i + 1, row + S, 0.0f);
       }
       // dP = dO · Vᵀ
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, hd, 1.0f, dout + hv.oOff, hv.oStride,
-                  v + hv.kvOff, hv.kvStride, 0.0f, dp.data(), S);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S, S, hd, 1.0f, dout + hv.oOff, hv.oStride, v + hv.kvOff,
+                  hv.kvStride, 0.0f, dp.data(), S);
       // dS = P ∘ (dP - D), D_i = dO_i · O_i  (overwrites dp)
       for (int64_t i = 0; i < S; ++i) {
         const float* o = out + hv.oOff + i * hv.oStride;
@@ -128,12 +132,12 @@ Status attentionBackward(const AttentionShape& s, const QkvLayout& in, const Qkv
         std::fill(row + i + 1, row + S, 0.0f);
       }
       // dQ = scale · dS · K;  dK += scale · dSᵀ · Q;  dV += Pᵀ · dO
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, scale, dp.data(), S, k + hv.kvOff,
-                  hv.kvStride, 0.0f, dq + hv.dqOff, hv.dqStride);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, scale, dp.data(), S, q + hv.qOff,
-                  hv.qStride, 1.0f, dk + hv.dkvOff, hv.dkvStride);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, 1.0f, p.data(), S, dout + hv.oOff,
-                  hv.oStride, 1.0f, dv + hv.dkvOff, hv.dkvStride);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, hd, S, scale, dp.data(), S, k + hv.kvOff, hv.kvStride,
+                  0.0f, dq + hv.dqOff, hv.dqStride);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, scale, dp.data(), S, q + hv.qOff, hv.qStride, 1.0f,
+                  dk + hv.dkvOff, hv.dkvStride);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, S, hd, S, 1.0f, p.data(), S, dout + hv.oOff, hv.oStride,
+                  1.0f, dv + hv.dkvOff, hv.dkvStride);
     }
   return Status::ok();
 }

@@ -16,31 +16,32 @@ Status checkIds(const int32_t* ids, int64_t M, int64_t V, const VocabShard& shar
   const int64_t global = V * shard.count;
   for (int64_t m = 0; m < M; ++m)
     if (ids[m] < 0 || ids[m] >= global)
-      return Status::outOfRange("embedding: id " + std::to_string(ids[m]) + " at position " +
-                                std::to_string(m) + " is outside the vocabulary [0, " +
-                                std::to_string(global) + ")" +
-                                (shard.count > 1 ? " (" + std::to_string(shard.count) + " shards of " +
-                                                       std::to_string(V) + " rows)"
-                                                 : std::string()));
+      return Status::outOfRange("embedding: id " + std::to_string(ids[m]) + " at position " + std::to_string(m) +
+                                " is outside the vocabulary [0, " + std::to_string(global) + ")" +
+                                (shard.count > 1
+                                     ? " (" + std::to_string(shard.count) + " shards of " + std::to_string(V) + " rows)"
+                                     : std::string()));
   return Status::ok();
 }
 
 }  // namespace
 
-Status embeddingForward(const int32_t* ids, const float* table, float* out, int64_t M, int64_t V,
-                        int64_t H, const VocabShard& shard) {
+Status embeddingForward(const int32_t* ids, const float* table, float* out, int64_t M, int64_t V, int64_t H,
+                        const VocabShard& shard) {
   LLCDIST_RETURN_IF_ERROR(checkIds(ids, M, V, shard));
   const int64_t begin = shard.index * V;
   for (int64_t m = 0; m < M; ++m) {
     const int64_t local = int64_t(ids[m]) - begin;
-    if (local >= 0 && local < V) std::copy_n(table + local * H, H, out + m * H);
-    else std::fill_n(out + m * H, H, 0.0f);  // another shard's row: this shard contributes 0
+    if (local >= 0 && local < V)
+      std::copy_n(table + local * H, H, out + m * H);
+    else
+      std::fill_n(out + m * H, H, 0.0f);  // another shard's row: this shard contributes 0
   }
   return Status::ok();
 }
 
-Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V,
-                         int64_t H, bool accumulate, const VocabShard& shard) {
+Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V, int64_t H,
+                         bool accumulate, const VocabShard& shard) {
   LLCDIST_RETURN_IF_ERROR(checkIds(ids, M, V, shard));
   if (!accumulate) std::fill_n(dtable, V * H, 0.0f);
   const int64_t begin = shard.index * V;
@@ -54,8 +55,8 @@ Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, i
   return Status::ok();
 }
 
-Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int64_t B, int64_t S,
-                                int64_t H, int64_t P, int64_t posBegin) {
+Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int64_t B, int64_t S, int64_t H, int64_t P,
+                                int64_t posBegin) {
   LLCDIST_RETURN_IF_ERROR(checkPositionRange(S, P, posBegin));
   const float* w = wpe + posBegin * H;
   for (int64_t b = 0; b < B; ++b)
@@ -66,8 +67,8 @@ Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int6
   return Status::ok();
 }
 
-Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, int64_t S, int64_t H,
-                                       int64_t P, bool accumulate, int64_t posBegin) {
+Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, int64_t S, int64_t H, int64_t P,
+                                       bool accumulate, int64_t posBegin) {
   LLCDIST_RETURN_IF_ERROR(checkPositionRange(S, P, posBegin));
   if (!accumulate) std::fill_n(dwpe, P * H, 0.0f);
   float* w = dwpe + posBegin * H;
@@ -94,7 +95,8 @@ void registerCpuEmbeddingKernels(CpuKernelTable& t) {
   });
   addCpuKernel<P>(t, K::kEmbeddingBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
     if (c.F("dwpe"))
-      LLCDIST_RETURN_IF_ERROR(positionEmbeddingBackwardWeight(c.F("dout"), c.F("dwpe"), p.B, p.S, p.H, p.P, p.accumulate, 0));
+      LLCDIST_RETURN_IF_ERROR(
+          positionEmbeddingBackwardWeight(c.F("dout"), c.F("dwpe"), p.B, p.S, p.H, p.P, p.accumulate, 0));
     return embeddingBackward(c.I("ids"), c.F("dout"), c.F("dtable"), p.M, p.V, p.H, p.accumulate, p.vocabShard);
   });
   addCpuKernel<P>(t, K::kPosEmbeddingFwd, [](const KernelCall& c, const P& p, const Ctx&) {

@@ -22,8 +22,10 @@ Status checkFusedPositions(const OpChecker& c, const char* role) {
   if (op.attrs.count(std::string(sc::kShardAxisAttr)))
     return c.argError(role, "a sharded embedding (shard_axis) cannot add the position embedding");
   const int64_t M = c.I("M"), S = c.I("S"), P = c.I("P");
-  if (M % S != 0) return c.attrError("S", "M = " + std::to_string(M) + " is not a multiple of S = " + std::to_string(S));
-  if (S > P) return c.attrError("S", "S = " + std::to_string(S) + " exceeds the position table size P = " + std::to_string(P));
+  if (M % S != 0)
+    return c.attrError("S", "M = " + std::to_string(M) + " is not a multiple of S = " + std::to_string(S));
+  if (S > P)
+    return c.attrError("S", "S = " + std::to_string(S) + " exceeds the position table size P = " + std::to_string(P));
   return c.count(role, OpChecker::prod({P, c.I("H")}), "P×H");
 }
 
@@ -61,7 +63,8 @@ StatusOr<OpParams> bindEmbedding(const BindContext& b) {
 Status checkPosEmbedding(const OpChecker& c) {
   const Op& op = c.op();
   const int64_t B = c.I("B"), S = c.I("S"), H = c.I("H"), P = c.I("P");
-  if (S > P) return c.attrError("S", "S = " + std::to_string(S) + " exceeds the position table size P = " + std::to_string(P));
+  if (S > P)
+    return c.attrError("S", "S = " + std::to_string(S) + " exceeds the position table size P = " + std::to_string(P));
   LLCDIST_RETURN_IF_ERROR(c.shardAxis());
   if (op.attrs.count(std::string(sc::kShardAxisAttr))) {
     // Sequence-parallel: the last member holds positions [(n-1)·S, n·S), which must fit in P.
@@ -70,8 +73,8 @@ Status checkPosEmbedding(const OpChecker& c) {
     const int64_t global = OpChecker::prod({S, n});
     if (global < 0 || global > P)
       return c.attrError("S", "S = " + std::to_string(S) + " positions on each of the " + std::to_string(n) +
-                                  " members of shard_axis \"" + axis + "\" need S·n = " +
-                                  (global < 0 ? std::string("(overflow)") : std::to_string(global)) +
+                                  " members of shard_axis \"" + axis +
+                                  "\" need S·n = " + (global < 0 ? std::string("(overflow)") : std::to_string(global)) +
                                   " positions, more than the position table size P = " + std::to_string(P));
   }
   const bool fwd = op.kind == K::kPosEmbeddingFwd;

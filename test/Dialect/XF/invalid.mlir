@@ -564,6 +564,26 @@ module attributes {xf.model = {vocab_size = 0 : i64}} {
 
 // -----
 
+// The training shape's counts (issue #31: microbatches = 2^63-1 in a
+// hand-edited module made compile run for more than 20 s).
+// expected-error @+1 {{'xf.model' microbatches must be an integer in [1, 65536] (global_batch / (micro_batch · dp)), got 9223372036854775807 : i64}}
+module attributes {xf.model = {microbatches = 9223372036854775807 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{'xf.model' microbatches must be an integer in [1, 65536] (global_batch / (micro_batch · dp)), got 0 : i64}}
+module attributes {xf.model = {microbatches = 0 : i64}} {
+}
+
+// -----
+
+// expected-error @+1 {{'xf.model' global_batch must be a positive integer, got -4 : i64}}
+module attributes {xf.model = {global_batch = -4 : i64}} {
+}
+
+// -----
+
 // expected-error @+1 {{'xf.model' must be a dictionary on the builtin.module, got "gpt2" on 'builtin.module'}}
 module attributes {xf.model = "gpt2"} {
 }

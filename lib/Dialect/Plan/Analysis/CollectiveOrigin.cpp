@@ -17,6 +17,36 @@ void plan::setCollectiveOrigin(Operation *kernel, xf::CollectiveOrigin origin) {
                   StringAttr::get(kernel->getContext(), xf::stringifyCollectiveOrigin(origin)));
 }
 
+bool plan::reducesGradients(Operation *kernel, StringRef kind) {
+  using xf::CollectiveOrigin;
+  std::optional<CollectiveOrigin> o = collectiveOrigin(kernel);
+  if (!o || kind == "all_gather")
+    return false;
+  switch (*o) {
+  case CollectiveOrigin::DataParallelGradients:
+  case CollectiveOrigin::KvReplica:
+  case CollectiveOrigin::Zero: // its reduce-scatters (its all-gathers move parameters)
+    return true;
+  case CollectiveOrigin::SequenceParallel: // its all-reduces (its all-gathers move activations)
+    return kind == "all_reduce";
+  default:
+    return false;
+  }
+}
+
+bool plan::movesTpActivations(Operation *kernel, StringRef kind) {
+  using xf::CollectiveOrigin;
+  std::optional<CollectiveOrigin> o = collectiveOrigin(kernel);
+  if (!o)
+    return false;
+  if (kind == "all_gather")
+    return *o == CollectiveOrigin::SequenceParallel;
+  if (kind == "reduce_scatter")
+    return *o == CollectiveOrigin::RowParallel || *o == CollectiveOrigin::ColumnParallel ||
+           *o == CollectiveOrigin::VocabParallelEmbedding;
+  return false;
+}
+
 void plan::setCollectiveOrigin(Operation *kernel, Operation *xfCollective) {
   // The xf collectives' verifiers guarantee a known kind.
   auto origin = xfCollective->getAttrOfType<StringAttr>("origin");

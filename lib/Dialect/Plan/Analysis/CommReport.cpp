@@ -134,9 +134,7 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
   m.walk([&](KernelOp k) {
     f.vocabParallel |= k.getKernel() == "cross_entropy_fwd" && k.getParams().get("shard_axis");
     // Sequence parallelism reduce-scatters activations (ZeRO's are gradients).
-    auto payload = k->getAttrOfType<StringAttr>("plan.payload");
-    f.sequenceParallel |= k.getKernel() == "reduce_scatter" && payload &&
-                          payload.getValue() == "activations";
+    f.sequenceParallel |= k.getKernel() == "reduce_scatter" && movesTpActivations(k, k.getKernel());
   });
   auto rc = m->getAttrOfType<StringAttr>("xf.recompute");
   f.fullRecompute = rc && rc.getValue() == "full";

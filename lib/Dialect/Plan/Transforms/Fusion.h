@@ -68,6 +68,15 @@ private:
 /// The buffer `k` names for `role` (null when the role is absent).
 inline mlir::Attribute argOf(KernelOp k, llvm::StringRef role) { return k.getArgs().get(role); }
 
+/// The integer param `name` of `k`, or -1 when it has none.
+inline int64_t intParamOf(KernelOp k, llvm::StringRef name) {
+  auto a = k.getParams().getAs<mlir::IntegerAttr>(name);
+  return a ? a.getInt() : -1;
+}
+
+/// The symbol a buffer reference names.
+inline mlir::StringAttr symbolOf(mlir::Attribute ref) { return mlir::cast<mlir::FlatSymbolRefAttr>(ref).getAttr(); }
+
 /// Whether `k` is a `kind` kernel that runs synchronously on the compute
 /// queue (isSyncCompute); false for a null `k`.
 inline bool isSyncKernel(KernelOp k, llvm::StringRef kind);
@@ -220,6 +229,24 @@ inline KernelOp placement(llvm::ArrayRef<KernelOp> members, const Accesses &acce
       return at;
   }
   return {};
+}
+
+/// Replaces the kernels `keep` and `other` (of one subroutine) by one kernel
+/// of `keep`'s kind with `args` and `params`, where they may meet
+/// (placement); false (nothing changed) when they cannot.
+inline bool fusePair(mlir::OpBuilder &b, KernelOp keep, KernelOp other, llvm::ArrayRef<mlir::NamedAttribute> args,
+                     mlir::DictionaryAttr params, const Accesses &accesses) {
+  llvm::SmallVector<KernelOp> members{keep, other};
+  if (other->isBeforeInBlock(keep))
+    std::swap(members[0], members[1]);
+  KernelOp at = placement(members, accesses);
+  if (!at)
+    return false;
+  b.setInsertionPoint(at);
+  KernelOp::create(b, keep.getLoc(), keep.getKernelAttr(), b.getDictionaryAttr(args), params);
+  keep.erase();
+  other.erase();
+  return true;
 }
 
 } // namespace llcdist::plan

@@ -32,8 +32,6 @@ using namespace llcdist;
 
 namespace {
 
-StringAttr nameOf(Attribute ref) { return cast<FlatSymbolRefAttr>(ref).getAttr(); }
-
 bool touches(plan::KernelOp k, StringAttr buf) {
   plan::KernelAccess acc = plan::accessOf(k);
   return acc.reads.contains(buf) || acc.writes.contains(buf);
@@ -67,11 +65,11 @@ struct PlanCeGradInPlacePass : public plan::impl::PlanCeGradInPlaceBase<PlanCeGr
     });
 
     for (auto &[dlogits, w] : grads) {
-      auto grad = program.lookupSymbol<plan::BufferOp>(nameOf(dlogits));
-      auto logits = program.lookupSymbol<plan::BufferOp>(nameOf(w.logits));
+      auto grad = program.lookupSymbol<plan::BufferOp>(plan::symbolOf(dlogits));
+      auto logits = program.lookupSymbol<plan::BufferOp>(plan::symbolOf(w.logits));
       if (!w.ok || !grad || !logits || grad.getTensorType() != logits.getTensorType())
         continue;
-      if (!inPlaceKeepsValues(program, w.ops, nameOf(dlogits), nameOf(w.logits)))
+      if (!inPlaceKeepsValues(program, w.ops, plan::symbolOf(dlogits), plan::symbolOf(w.logits)))
         continue;
       if (failed(SymbolTable::replaceAllSymbolUses(grad, logits.getSymNameAttr(), program)))
         continue;

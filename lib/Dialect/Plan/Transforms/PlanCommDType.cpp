@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
+#include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -29,17 +30,10 @@ bool isCollective(StringRef kind) {
   return kind == "all_reduce" || kind == "all_gather" || kind == "reduce_scatter";
 }
 
-/// A reduction of gradients: the communication report's gradient payloads
-/// (data parallelism's and ZeRO's, kv-head replicas', sequence parallelism's
-/// partial sums over the tokens).
-bool isGradientReduction(plan::KernelOp k) {
-  if (k.getKernel() == "all_gather")
-    return false;
-  auto payload = k->getAttrOfType<StringAttr>("plan.payload");
-  return payload && llvm::is_contained({StringRef("gradients"), StringRef("kv-replica gradients"),
-                                        StringRef("sequence-parallel gradients")},
-                                       payload.getValue());
-}
+/// A reduction of gradients (data parallelism's and ZeRO's, kv-head
+/// replicas', sequence parallelism's partial sums over the tokens), by its
+/// plan.origin.
+bool isGradientReduction(plan::KernelOp k) { return plan::reducesGradients(k, k.getKernel()); }
 
 /// Whether every buffer `k` names (a role's buffer or list of buffers) is bf16.
 bool allBf16(plan::KernelOp k, SymbolTable &symbols) {

@@ -42,19 +42,15 @@ using namespace llcdist;
 namespace {
 
 using plan::argOf;
+using plan::intParamOf;
 using plan::isSyncKernel;
-
-int64_t intParam(plan::KernelOp k, StringRef name) {
-  auto a = k.getParams().getAs<IntegerAttr>(name);
-  return a ? a.getInt() : -1;
-}
 
 /// Whether the token embedding `emb` (M rows of H) and the position
 /// embedding `pos` (B×S rows of H) cover the same rows, neither sharded.
 bool sameRows(plan::KernelOp emb, plan::KernelOp pos) {
   return !emb.getParams().get("shard_axis") && !pos.getParams().get("shard_axis") &&
-         intParam(emb, "H") == intParam(pos, "H") && intParam(emb, "M") == intParam(pos, "B") * intParam(pos, "S") &&
-         intParam(pos, "S") > 0;
+         intParamOf(emb, "H") == intParamOf(pos, "H") &&
+         intParamOf(emb, "M") == intParamOf(pos, "B") * intParamOf(pos, "S") && intParamOf(pos, "S") > 0;
 }
 
 /// `emb`'s params with the position embedding's S and P.
@@ -63,23 +59,6 @@ DictionaryAttr withPositions(OpBuilder &b, plan::KernelOp emb, plan::KernelOp po
   params.push_back(b.getNamedAttr("S", pos.getParams().get("S")));
   params.push_back(b.getNamedAttr("P", pos.getParams().get("P")));
   return b.getDictionaryAttr(params);
-}
-
-/// Replaces `emb` and `pos` by one embedding kernel with `args` where they
-/// may meet; false (nothing changed) when they cannot.
-bool replacePair(OpBuilder &b, plan::KernelOp emb, plan::KernelOp pos, ArrayRef<NamedAttribute> args,
-                 const plan::Accesses &accesses) {
-  SmallVector<plan::KernelOp> members{emb, pos};
-  if (pos->isBeforeInBlock(emb))
-    std::swap(members[0], members[1]);
-  plan::KernelOp at = plan::placement(members, accesses);
-  if (!at)
-    return false;
-  b.setInsertionPoint(at);
-  plan::KernelOp::create(b, emb.getLoc(), emb.getKernelAttr(), b.getDictionaryAttr(args), withPositions(b, emb, pos));
-  emb.erase();
-  pos.erase();
-  return true;
 }
 
 struct PlanFuseEmbeddingPass : public plan::impl::PlanFuseEmbeddingBase<PlanFuseEmbeddingPass> {
@@ -135,7 +114,7 @@ struct PlanFuseEmbeddingPass : public plan::impl::PlanFuseEmbeddingBase<PlanFuse
       SmallVector<NamedAttribute> args{b.getNamedAttr("ids", argOf(p.emb, "ids")),
                                        b.getNamedAttr("table", argOf(p.emb, "table")), b.getNamedAttr("out", y),
                                        b.getNamedAttr("wpe", argOf(p.pos, "wpe"))};
-      if (!replacePair(b, p.emb, p.pos, args, accesses))
+      if (!plan::fusePair(b, p.emb, p.pos, args, withPositions(b, p.emb, p.pos), accesses))
         continue;
       fused.add("embedding_fwd + pos_embedding_fwd", "embedding_fwd with wpe", 2);
       if (out != y)
@@ -162,7 +141,7 @@ struct PlanFuseEmbeddingPass : public plan::impl::PlanFuseEmbeddingBase<PlanFuse
           SmallVector<NamedAttribute> args(e.getArgs().getValue());
           args.push_back(b.getNamedAttr("dwpe", dwpe));
           Operation *eOp = e, *pOp = p;
-          if (!replacePair(b, e, p, args, accesses))
+          if (!plan::fusePair(b, e, p, args, withPositions(b, e, p), accesses))
             continue;
           taken.insert(eOp);
           taken.insert(pOp);

@@ -66,17 +66,7 @@ bool sameCount(plan::KernelOp linear, plan::KernelOp gelu, StringRef cols) {
 /// they may meet; false (nothing changed) when they cannot.
 bool replacePair(OpBuilder &b, plan::KernelOp linear, plan::KernelOp other, ArrayRef<NamedAttribute> args,
                  const plan::Accesses &accesses) {
-  SmallVector<plan::KernelOp> members{linear, other};
-  if (other->isBeforeInBlock(linear))
-    std::swap(members[0], members[1]);
-  plan::KernelOp at = plan::placement(members, accesses);
-  if (!at)
-    return false;
-  b.setInsertionPoint(at);
-  plan::KernelOp::create(b, linear.getLoc(), linear.getKernelAttr(), b.getDictionaryAttr(args), linear.getParams());
-  linear.erase();
-  other.erase();
-  return true;
+  return plan::fusePair(b, linear, other, args, linear.getParams(), accesses);
 }
 
 struct PlanFuseEpiloguesPass : public plan::impl::PlanFuseEpiloguesBase<PlanFuseEpiloguesPass> {

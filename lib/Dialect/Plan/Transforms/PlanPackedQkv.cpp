@@ -42,14 +42,9 @@ using namespace llcdist;
 namespace {
 
 using plan::argOf;
+using plan::intParamOf;
 using plan::isSyncKernel;
-
-StringAttr nameOf(Attribute ref) { return cast<FlatSymbolRefAttr>(ref).getAttr(); }
-
-int64_t intParam(plan::KernelOp k, StringRef name) {
-  auto a = k.getParams().getAs<IntegerAttr>(name);
-  return a ? a.getInt() : -1;
-}
+using plan::symbolOf;
 
 /// The three buffers of a split's list role `role` (empty unless there are
 /// exactly three).
@@ -64,8 +59,9 @@ SmallVector<Attribute, 3> threeOf(plan::KernelOp split, StringRef role) {
 /// `attention`: rows B·S, sizes nh·hd, nkv·hd, nkv·hd.
 bool cutsPackedRows(plan::KernelOp split, plan::KernelOp attention) {
   auto sizes = split.getParams().getAs<ArrayAttr>("sizes");
-  const int64_t nh = intParam(attention, "nh"), nkv = intParam(attention, "nkv"), hd = intParam(attention, "hd");
-  if (!sizes || sizes.size() != 3 || intParam(split, "rows") != intParam(attention, "B") * intParam(attention, "S"))
+  const int64_t nh = intParamOf(attention, "nh"), nkv = intParamOf(attention, "nkv"), hd = intParamOf(attention, "hd");
+  if (!sizes || sizes.size() != 3 ||
+      intParamOf(split, "rows") != intParamOf(attention, "B") * intParamOf(attention, "S"))
     return false;
   const int64_t want[3] = {nh * hd, nkv * hd, nkv * hd};
   for (int i = 0; i < 3; ++i) {
@@ -78,9 +74,8 @@ bool cutsPackedRows(plan::KernelOp split, plan::KernelOp attention) {
 
 bool touches(plan::KernelOp k, ArrayRef<Attribute> bufs) {
   plan::KernelAccess acc = plan::accessOf(k);
-  return llvm::any_of(bufs, [&](Attribute b) {
-    return acc.reads.contains(nameOf(b)) || acc.writes.contains(nameOf(b));
-  });
+  return llvm::any_of(bufs,
+                      [&](Attribute b) { return acc.reads.contains(symbolOf(b)) || acc.writes.contains(symbolOf(b)); });
 }
 
 /// `k`'s arguments with `drop` removed and `role` = `buf` added.
@@ -108,8 +103,7 @@ struct PlanPackedQkvPass : public plan::impl::PlanPackedQkvBase<PlanPackedQkvPas
   }
 
   /// split_fwd + the attention ops reading its outputs -> attention on `qkv`.
-  static void packInputs(plan::ProgramOp program, OpBuilder &b, plan::FusionBuffers &bufs,
-                         plan::FusionRecord &fused) {
+  static void packInputs(plan::ProgramOp program, OpBuilder &b, plan::FusionBuffers &bufs, plan::FusionRecord &fused) {
     struct Group {
       Attribute x;
       SmallVector<plan::KernelOp> splits, attentions;
@@ -152,9 +146,7 @@ struct PlanPackedQkvPass : public plan::impl::PlanPackedQkvBase<PlanPackedQkvPas
       const int64_t own = int64_t(g.splits.size() + g.attentions.size());
       if (llvm::any_of(outs, [&](Attribute o) { return touching[o] != own; }))
         continue;
-      if (llvm::any_of(outs, [&](Attribute o) {
-            return bufs.elementTypeOf(o) != bufs.elementTypeOf(g.x);
-          }))
+      if (llvm::any_of(outs, [&](Attribute o) { return bufs.elementTypeOf(o) != bufs.elementTypeOf(g.x); }))
         continue;
       if (!splitFollowsEveryWrite(program, g.x, outs, g.splits))
         continue;
@@ -211,9 +203,9 @@ struct PlanPackedQkvPass : public plan::impl::PlanPackedQkvBase<PlanPackedQkvPas
         }
         if (pendingWrite)
           ok = false; // x or the outputs touched between a write of x and its split
-        if (plan::accessOf(k).writes.contains(nameOf(x))) {
+        if (plan::accessOf(k).writes.contains(symbolOf(x))) {
           pendingWrite = true;
-          if (plan::accessOf(k).reads.contains(nameOf(x)))
+          if (plan::accessOf(k).reads.contains(symbolOf(x)))
             ok = false; // x updated in place: keep it simple
         }
       }
@@ -244,9 +236,7 @@ struct PlanPackedQkvPass : public plan::impl::PlanPackedQkvBase<PlanPackedQkvPas
           continue;
         Attribute dx = argOf(split, "dx");
         if (touchesOtherwise(a, {"dq", "dk", "dv"}, grads, dx) ||
-            llvm::any_of(grads, [&](Attribute g) {
-              return bufs.elementTypeOf(g) != bufs.elementTypeOf(dx);
-            }))
+            llvm::any_of(grads, [&](Attribute g) { return bufs.elementTypeOf(g) != bufs.elementTypeOf(dx); }))
           continue;
         bool between = false; // dx touched between the two: the write may not move up
         for (Operation *x = a->getNextNode(); x != split.getOperation(); x = x->getNextNode())

@@ -40,6 +40,7 @@
 #include "OverlapWindows.h"
 
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
+#include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -58,10 +59,7 @@ namespace {
 /// reduce_scatters of activations (llcdist-lower-to-plan's, synchronous).
 bool isCandidate(KernelOp k) {
   auto axis = k.getParams().getAs<StringAttr>("axis");
-  auto payload = k->getAttrOfType<StringAttr>("plan.payload");
-  return (k.getKernel() == "all_gather" || k.getKernel() == "reduce_scatter") && axis &&
-         axis.getValue() == "tp" && payload && payload.getValue() == "activations" &&
-         !k->hasAttr(kTokenAttr);
+  return axis && axis.getValue() == "tp" && movesTpActivations(k, k.getKernel()) && !k->hasAttr(kTokenAttr);
 }
 
 /// What the window of one collective holds, for the report.

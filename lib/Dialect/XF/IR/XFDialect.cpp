@@ -38,6 +38,18 @@ std::optional<int64_t> globalRows(ParamOp param) {
 /// padding the rows are xf.vocab_padding's padded_vocab_size and its
 /// vocab_size is xf.model's.
 LogicalResult verifyModelAttr(ModuleOp module, DictionaryAttr model) {
+  // The training shape: counts the passes loop over, so a hand-edited huge
+  // value is refused here rather than compiled for hours.
+  if (Attribute m = model.get("microbatches")) {
+    auto n = dyn_cast<IntegerAttr>(m);
+    if (!n || n.getInt() < 1 || n.getInt() > kMaxModelMicrobatches)
+      return module.emitError() << "'" << kModelAttr << "' microbatches must be an integer in [1, "
+                                << kMaxModelMicrobatches << "] (global_batch / (micro_batch · dp)), got " << m;
+  }
+  for (StringRef key : {"micro_batch", "global_batch", "seq_len"})
+    if (Attribute a = model.get(key))
+      if (auto n = dyn_cast<IntegerAttr>(a); !n || n.getInt() < 1)
+        return module.emitError() << "'" << kModelAttr << "' " << key << " must be a positive integer, got " << a;
   Attribute v = model.get("vocab_size");
   if (!v)
     return success();

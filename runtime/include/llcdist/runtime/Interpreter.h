@@ -120,7 +120,7 @@ struct MemoryStats {
   int64_t peakLiveBytes = 0;        // max over op positions of the live buffers' aligned bytes
   int64_t peakPosition = -1;        // first op position (0-based, execution order) at the peak; -1: no op ran
   int64_t opsExecuted = 0;          // op positions in the traced step
-  int64_t stagingBytes = 0;         // f32 temporaries for bf16 arguments (host memory, not in the arena)
+  int64_t stagingBytes = 0;         // f32 temporaries for bf16 arguments (backend memory, not in the arena)
 };
 
 class Interpreter {

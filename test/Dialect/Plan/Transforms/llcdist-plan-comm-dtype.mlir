@@ -16,26 +16,26 @@ module {
     plan.buffer @b5 : tensor<2x8xbf16> {kind = "activation", name = "h.gathered"}
     plan.subroutine @forward {
       // CHECK: plan.kernel "all_reduce" {x = [@b4]} {axis = "tp", dtype = "bf16", op = "sum"}
-      plan.kernel "all_reduce" {x = [@b4]} {axis = "tp", op = "sum"} {plan.payload = "activations"}
+      plan.kernel "all_reduce" {x = [@b4]} {axis = "tp", op = "sum"} {plan.origin = "row_parallel", plan.payload = "activations"}
       // CHECK: plan.kernel "all_gather" {x = @b4, y = @b5} {axis = "tp", dtype = "bf16", inner = 4 : i64, outer = 2 : i64}
-      plan.kernel "all_gather" {x = @b4, y = @b5} {axis = "tp", inner = 4 : i64, outer = 2 : i64} {plan.payload = "activations"}
+      plan.kernel "all_gather" {x = @b4, y = @b5} {axis = "tp", inner = 4 : i64, outer = 2 : i64} {plan.origin = "sequence_parallel", plan.payload = "activations"}
       // CHECK: plan.kernel "reduce_scatter" {x = @b5, y = @b4} {axis = "tp", dtype = "bf16", inner = 4 : i64, op = "sum", outer = 2 : i64}
-      plan.kernel "reduce_scatter" {x = @b5, y = @b4} {axis = "tp", inner = 4 : i64, op = "sum", outer = 2 : i64} {plan.payload = "activations"}
+      plan.kernel "reduce_scatter" {x = @b5, y = @b4} {axis = "tp", inner = 4 : i64, op = "sum", outer = 2 : i64} {plan.origin = "row_parallel", plan.payload = "activations"}
     }
     plan.subroutine @optimizer {
       // BF16: plan.kernel "all_reduce" {x = [@b0]} {axis = "dp", dtype = "bf16", op = "sum"}
       // F32: plan.kernel "all_reduce" {x = [@b0]} {axis = "dp", op = "sum"}
-      plan.kernel "all_reduce" {x = [@b0]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}
+      plan.kernel "all_reduce" {x = [@b0]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"}
       // BF16: plan.kernel "all_reduce" {x = [@b0]} {axis = "tp", dtype = "bf16", group_size = 2 : i64, op = "sum"}
       // F32: plan.kernel "all_reduce" {x = [@b0]} {axis = "tp", group_size = 2 : i64, op = "sum"}
-      plan.kernel "all_reduce" {x = [@b0]} {axis = "tp", group_size = 2 : i64, op = "sum"} {plan.payload = "kv-replica gradients"}
+      plan.kernel "all_reduce" {x = [@b0]} {axis = "tp", group_size = 2 : i64, op = "sum"} {plan.origin = "kv_replica", plan.payload = "kv-replica gradients"}
       // BF16: plan.kernel "reduce_scatter" {x = @b0, y = @b1} {axis = "dp", dtype = "bf16", inner = 4 : i64, op = "sum", outer = 1 : i64}
       // F32: plan.kernel "reduce_scatter" {x = @b0, y = @b1} {axis = "dp", inner = 4 : i64, op = "sum", outer = 1 : i64}
-      plan.kernel "reduce_scatter" {x = @b0, y = @b1} {axis = "dp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.payload = "gradients"}
+      plan.kernel "reduce_scatter" {x = @b0, y = @b1} {axis = "dp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero", plan.payload = "gradients"}
       // CHECK: plan.kernel "all_reduce" {x = [@b0, @b3]} {axis = "dp", op = "sum"}
-      plan.kernel "all_reduce" {x = [@b0, @b3]} {axis = "dp", op = "sum"} {plan.payload = "gradients"}
+      plan.kernel "all_reduce" {x = [@b0, @b3]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"}
       // CHECK: plan.kernel "all_reduce" {x = [@b2]} {axis = "dp", op = "avg"}
-      plan.kernel "all_reduce" {x = [@b2]} {axis = "dp", op = "avg"} {plan.payload = "loss"}
+      plan.kernel "all_reduce" {x = [@b2]} {axis = "dp", op = "avg"} {plan.origin = "loss", plan.payload = "loss"}
     }
   }
 }

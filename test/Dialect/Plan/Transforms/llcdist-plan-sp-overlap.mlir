@@ -10,7 +10,7 @@
 // CHECK-SAME: queues = ["compute", "comm"]
 // CHECK: plan.subroutine @backward {
 // CHECK-NEXT: plan.kernel "linear_bwd_input" {dx = @dx, dy = @dy, w = @w}
-// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @dx, y = @dxs} {axis = "tp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.payload = "activations", queue = "comm", token = 0 : i64}
+// CHECK-NEXT: plan.kernel "reduce_scatter" {x = @dx, y = @dxs} {axis = "tp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.origin = "row_parallel", plan.payload = "activations", queue = "comm", token = 0 : i64}
 // CHECK-NEXT: plan.kernel "linear_bwd_weight" {dw = @dw, dy = @dy, x = @x}
 // CHECK-NEXT: plan.kernel "wait" {} {} {token = 0 : i64}
 // CHECK-NEXT: plan.kernel "copy" {x = @dxs, y = @h}
@@ -28,7 +28,7 @@ plan.program @bulk {
   plan.subroutine @backward {
     plan.kernel "linear_bwd_weight" {dw = @dw, dy = @dy, x = @x} {K = 2 : i64, M = 4 : i64, N = 2 : i64, accumulate = true, layout = "in_out"}
     plan.kernel "linear_bwd_input" {dx = @dx, dy = @dy, w = @w} {K = 2 : i64, M = 4 : i64, N = 2 : i64, accumulate = false, layout = "in_out"}
-    plan.kernel "reduce_scatter" {x = @dx, y = @dxs} {axis = "tp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.payload = "activations"}
+    plan.kernel "reduce_scatter" {x = @dx, y = @dxs} {axis = "tp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.origin = "row_parallel", plan.payload = "activations"}
     plan.kernel "copy" {x = @dxs, y = @h} {n = 4 : i64}
   }
   plan.schedule {
@@ -45,7 +45,7 @@ plan.program @bulk {
 // CHECK-SAME: plan.tp_comm_overlap = {all_gather = {gemms = 0 : i64, kernels = 2 : i64, overlapped = 1 : i64, started = 1 : i64}}
 // CHECK: plan.subroutine @backward {
 // CHECK-NEXT: plan.kernel "copy" {x = @z, y = @s}
-// CHECK-NEXT: plan.kernel "all_gather" {x = @s, y = @full} {{.*}} {plan.payload = "activations", queue = "comm", token = 0 : i64}
+// CHECK-NEXT: plan.kernel "all_gather" {x = @s, y = @full} {{.*}} {plan.origin = "sequence_parallel", plan.payload = "activations", queue = "comm", token = 0 : i64}
 // CHECK-NEXT: plan.kernel "copy" {x = @a, y = @b}
 // CHECK-NEXT: plan.kernel "copy" {x = @b, y = @c}
 // CHECK-NEXT: plan.kernel "wait" {} {} {token = 0 : i64}
@@ -63,7 +63,7 @@ plan.program @regather {
     plan.kernel "copy" {x = @z, y = @s} {n = 4 : i64}
     plan.kernel "copy" {x = @a, y = @b} {n = 4 : i64}
     plan.kernel "copy" {x = @b, y = @c} {n = 4 : i64}
-    plan.kernel "all_gather" {x = @s, y = @full} {axis = "tp", inner = 4 : i64, outer = 1 : i64} {plan.payload = "activations"}
+    plan.kernel "all_gather" {x = @s, y = @full} {axis = "tp", inner = 4 : i64, outer = 1 : i64} {plan.origin = "sequence_parallel", plan.payload = "activations"}
     plan.kernel "copy" {x = @full, y = @o} {n = 8 : i64}
   }
   plan.schedule {
@@ -79,7 +79,7 @@ plan.program @regather {
 // CHECK: plan.subroutine @forward {
 // CHECK-NEXT: plan.kernel "copy" {x = @a, y = @b}
 // CHECK-NEXT: plan.kernel "all_reduce" {x = [@r]} {axis = "tp", op = "sum"}
-// CHECK-NEXT: plan.kernel "all_gather" {x = @s, y = @full} {{.*}} {plan.payload = "activations", queue = "comm", token = 0 : i64}
+// CHECK-NEXT: plan.kernel "all_gather" {x = @s, y = @full} {{.*}} {plan.origin = "sequence_parallel", plan.payload = "activations", queue = "comm", token = 0 : i64}
 // CHECK-NEXT: plan.kernel "copy" {x = @c, y = @d}
 // CHECK-NEXT: plan.kernel "copy" {x = @e, y = @f}
 // CHECK-NEXT: plan.kernel "wait" {} {} {token = 0 : i64}
@@ -102,7 +102,7 @@ plan.program @bounded {
     plan.kernel "copy" {x = @a, y = @b} {n = 4 : i64}
     plan.kernel "all_reduce" {x = [@r]} {axis = "tp", op = "sum"}
     plan.kernel "copy" {x = @c, y = @d} {n = 4 : i64}
-    plan.kernel "all_gather" {x = @s, y = @full} {axis = "tp", inner = 4 : i64, outer = 1 : i64} {plan.payload = "activations"}
+    plan.kernel "all_gather" {x = @s, y = @full} {axis = "tp", inner = 4 : i64, outer = 1 : i64} {plan.origin = "sequence_parallel", plan.payload = "activations"}
     plan.kernel "copy" {x = @e, y = @f} {n = 4 : i64}
     plan.kernel "all_reduce" {x = [@r2]} {axis = "tp", op = "sum"}
     plan.kernel "copy" {x = @full, y = @o} {n = 8 : i64}
@@ -143,11 +143,11 @@ plan.program @tokens attributes {queues = ["compute", "comm"]} {
   plan.buffer @os : tensor<4xf32> {kind = "activation", name = "o:reduce_scatter"}
   plan.subroutine @backward {
     plan.kernel "all_reduce" {x = [@g]} {axis = "dp", op = "sum"} {queue = "comm", token = 0 : i64}
-    plan.kernel "all_gather" {x = @s, y = @full} {axis = "tp", inner = 4 : i64, outer = 1 : i64} {plan.payload = "activations"}
-    plan.kernel "all_gather" {x = @s, y = @full2} {axis = "tp", inner = 4 : i64, outer = 1 : i64} {plan.payload = "activations"}
+    plan.kernel "all_gather" {x = @s, y = @full} {axis = "tp", inner = 4 : i64, outer = 1 : i64} {plan.origin = "sequence_parallel", plan.payload = "activations"}
+    plan.kernel "all_gather" {x = @s, y = @full2} {axis = "tp", inner = 4 : i64, outer = 1 : i64} {plan.origin = "sequence_parallel", plan.payload = "activations"}
     plan.kernel "copy" {x = @full2, y = @o2} {n = 8 : i64}
     plan.kernel "copy" {x = @full, y = @o} {n = 8 : i64}
-    plan.kernel "reduce_scatter" {x = @o, y = @os} {axis = "tp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.payload = "activations"}
+    plan.kernel "reduce_scatter" {x = @o, y = @os} {axis = "tp", inner = 4 : i64, op = "sum", outer = 1 : i64} {plan.origin = "row_parallel", plan.payload = "activations"}
     plan.kernel "copy" {x = @os, y = @s} {n = 4 : i64}
     plan.kernel "wait" {} {} {token = 0 : i64}
   }
@@ -167,7 +167,7 @@ plan.program @no_sp {
   plan.buffer @full : tensor<8xf32> {kind = "activation", name = "s:all_gather"}
   plan.buffer @full2 : tensor<8xf32> {kind = "activation", name = "s:all_gather#1"}
   plan.subroutine @forward {
-    plan.kernel "all_gather" {x = @s, y = @full} {axis = "dp", inner = 4 : i64, outer = 1 : i64} {plan.payload = "activations"}
+    plan.kernel "all_gather" {x = @s, y = @full} {axis = "dp", inner = 4 : i64, outer = 1 : i64} {plan.origin = "sequence_parallel", plan.payload = "activations"}
     plan.kernel "all_gather" {x = @s, y = @full2} {axis = "tp", inner = 4 : i64, outer = 1 : i64}
   }
   plan.schedule {

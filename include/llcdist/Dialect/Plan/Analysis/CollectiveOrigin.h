@@ -30,6 +30,18 @@ void setCollectiveOrigin(mlir::Operation *kernel, xf::CollectiveOrigin origin);
 /// Copies the origin of `xfCollective` (its `origin` attribute) onto `kernel`.
 void setCollectiveOrigin(mlir::Operation *kernel, mlir::Operation *xfCollective);
 
+/// Whether the collective `kernel` (of kind `kind`: "all_reduce",
+/// "all_gather", "reduce_scatter") reduces gradients: data parallelism's
+/// all-reduce, ZeRO's reduce-scatter, the kv-head replicas' all-reduce, and
+/// sequence parallelism's all-reduce of partial sums over the tokens. False
+/// for a kernel without an origin.
+bool reducesGradients(mlir::Operation *kernel, llvm::StringRef kind);
+/// Whether the collective `kernel` (an all_gather or reduce_scatter) moves
+/// activations between tensor-parallel ranks: sequence parallelism's
+/// all-gathers and the reduce-scatters that end a row- or column-parallel
+/// layer or the vocabulary-parallel embedding under it.
+bool movesTpActivations(mlir::Operation *kernel, llvm::StringRef kind);
+
 } // namespace llcdist::plan
 
 #endif

@@ -1,10 +1,11 @@
 //===- PlanOps.td - the plan dialect ----------------------*- tablegen -*-===//
 //
 // The lowest level of llc-dist's IR and the last before emission: what one
-// rank (for now: one program) executes. Buffers at planned arena offsets,
-// subroutines of kernel calls, and the schedule: an action list over
-// microbatches. It maps 1:1 onto the runtime's program format
-// (docs/plan-format.md), which `llcdist::emitPlan` writes.
+// rank (one program per group of ranks that run the same) executes. Buffers
+// at planned arena offsets, subroutines of kernel calls, and the schedule:
+// an action list over microbatches. It maps 1:1 onto the runtime's program
+// format (docs/plan-format.md), which `llcdist::writePlanDirectory`
+// (lib/Target/Plan) writes.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LLCDIST_DIALECT_PLAN_PLANOPS_TD

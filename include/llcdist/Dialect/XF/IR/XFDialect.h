@@ -17,6 +17,10 @@ constexpr const char kLayerBodyAttr[] = "xf.layer_body";
 constexpr const char kEntryAttr[] = "xf.entry";
 /// Module attribute: dictionary describing the model and training shapes.
 constexpr const char kModelAttr[] = "xf.model";
+/// The most microbatches xf.model's `microbatches` may ask of one step (the
+/// frontend's kMaxMicrobatches: the passes build one accumulation per
+/// microbatch, so a hand-edited 2^63-1 would never finish compiling).
+constexpr int64_t kMaxModelMicrobatches = 65536;
 /// Placeholder for the layer index in parameter names inside a layer body.
 constexpr const char kLayerPlaceholder[] = "{i}";
 

@@ -3,6 +3,8 @@
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
 #include "llcdist/Support/PipelineOptions.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 using namespace mlir;
@@ -10,6 +12,47 @@ using namespace llcdist;
 
 int64_t llcdist::defaultGradBucketSize(int64_t dp) {
   return std::max<int64_t>(40'000'000, 1'000'000 * dp);
+}
+
+std::optional<std::string> llcdist::overlapOptionsError(const TrainingPipelineOptions &o) {
+  if (o.gradBucketSize < 0)
+    return "--grad-bucket-size must be a parameter count >= 0 (0: off) or auto, got " +
+           std::to_string(o.gradBucketSize);
+  if (o.tpCommOverlap && !o.sequenceParallel)
+    return std::string("--tp-comm-overlap overlaps sequence parallelism's collectives: it needs "
+                       "--sequence-parallel");
+  if (o.overlapP2P && o.mesh.pp == 1)
+    return std::string("--overlap-p2p overlaps the pipeline's sends and receives: it needs pp > 1 "
+                       "in --mesh");
+  if (o.fsdpPrefetch < 0)
+    return "--fsdp-prefetch must be a unit count >= 0 (0: off), got " + std::to_string(o.fsdpPrefetch);
+  if (o.fsdpPrefetch > 0 && o.zero != 3)
+    return std::string("--fsdp-prefetch only applies to --zero 3 (FSDP)");
+  if (o.overlapParamGather && o.zero != 1 && o.zero != 2)
+    return std::string("--overlap-param-gather only applies to --zero 1 or 2");
+  return std::nullopt;
+}
+
+std::optional<std::string> llcdist::optimizerOptionsError(const TrainingPipelineOptions &t) {
+  auto need = [](bool ok, const char *flag, const char *range, double got) -> std::optional<std::string> {
+    if (ok)
+      return std::nullopt;
+    return fmt::format("{} must be {}, got {}", flag, range, got);
+  };
+  for (std::optional<std::string> e : {
+           need(t.lr > 0, "--lr", "> 0 (default 1e-3)", t.lr),
+           need(t.minLr >= 0 && t.minLr <= t.lr, "--min-lr", "in [0, --lr] (default 0)", t.minLr),
+           need(t.beta1 >= 0 && t.beta1 < 1, "--beta1", "in [0, 1) (default 0.9)", t.beta1),
+           need(t.beta2 >= 0 && t.beta2 < 1, "--beta2", "in [0, 1) (default 0.999)", t.beta2),
+           need(t.eps > 0, "--eps", "> 0 (default 1e-8)", t.eps),
+           // -1 is the struct's "torch's default for the optimizer" (0.01 AdamW, 0 SGD).
+           need(t.weightDecay >= 0 || t.weightDecay == -1, "--weight-decay",
+                ">= 0 (default: torch's, 0.01 for AdamW, 0 for SGD)", t.weightDecay),
+           need(t.momentum >= 0, "--momentum", ">= 0 (default 0)", t.momentum),
+           need(t.gradClip >= 0, "--grad-clip", ">= 0 (0 = off, the default)", t.gradClip)})
+    if (e)
+      return e;
+  return std::nullopt;
 }
 
 void llcdist::buildTrainingPipeline(OpPassManager &pm,
@@ -153,5 +196,10 @@ void llcdist::registerPipelines() {
       "the pipeline of `llc-dist compile --emit plan`: forward graph, "
       "autodiff, optimizer, partitioning, pipeline stages, lowering to the "
       "plan dialect, memory planning, cross-rank verification",
-      bindTrainingPipelineOptions, buildTrainingPipeline);
+      bindTrainingPipelineOptions, buildTrainingPipeline,
+      [](const TrainingPipelineOptions &o) -> std::optional<std::string> {
+        if (auto e = optimizerOptionsError(o))
+          return e;
+        return overlapOptionsError(o);
+      });
 }

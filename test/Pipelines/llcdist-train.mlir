@@ -114,5 +114,20 @@
 // DP: error: mesh degrees must be >= 1, got dp=0
 // RUN: not llc-dist-opt %s --llcdist-train="rank-order=tp,dp" 2>&1 | FileCheck %s --check-prefix=ORDER
 // ORDER: error: rank-order 'tp,dp' is not a permutation of dp, tp, pp
+
+// Options each right alone that do not go together, and values out of the
+// optimizer's ranges: refused when the pipeline is built, with the words of
+// llc-dist compile's rules (the same functions: overlapOptionsError,
+// optimizerOptionsError), before any pass runs.
+// RUN: not llc-dist-opt %s --llcdist-train="tp=2 tp-comm-overlap=true" 2>&1 | FileCheck %s --check-prefix=SPOV
+// SPOV: llcdist-train: --tp-comm-overlap overlaps sequence parallelism's collectives: it needs --sequence-parallel
+// RUN: not llc-dist-opt %s --llcdist-train="overlap-p2p=true" 2>&1 | FileCheck %s --check-prefix=P2P
+// P2P: llcdist-train: --overlap-p2p overlaps the pipeline's sends and receives: it needs pp > 1 in --mesh
+// RUN: not llc-dist-opt %s --llcdist-train="dp=2 fsdp-prefetch=1" 2>&1 | FileCheck %s --check-prefix=FSDP
+// FSDP: llcdist-train: --fsdp-prefetch only applies to --zero 3 (FSDP)
+// RUN: not llc-dist-opt %s --llcdist-train="lr=-1" 2>&1 | FileCheck %s --check-prefix=LR
+// LR: llcdist-train: --lr must be > 0 (default 1e-3), got -1
+// RUN: not llc-dist-opt %s --llcdist-train="dp=2 zero=3 fsdp-prefetch=1" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=FSDPOK
+// FSDPOK: llcdist-plan-fsdp-prefetch
 module {
 }

@@ -350,43 +350,21 @@ void checkOverlapFlags(TrainingPipelineOptions &train, const MeshSpec &mesh,
       throw UsageError{"--grad-bucket-size must be a parameter count >= 0 (0: off) or auto, got '" +
                        gradBucketText + "'"};
   }
-  if (train.tpCommOverlap && !train.sequenceParallel)
-    throw UsageError{"--tp-comm-overlap overlaps sequence parallelism's collectives: it needs "
-                     "--sequence-parallel"};
-  if (train.overlapP2P && mesh.pp == 1)
-    throw UsageError{"--overlap-p2p overlaps the pipeline's sends and receives: it needs pp > 1 "
-                     "in --mesh"};
+  // What each overlap needs of the mesh and ZeRO: the pipeline's own rules (llc-dist-opt applies them too).
+  if (std::optional<std::string> e = overlapOptionsError(train))
+    throw UsageError{*e};
   // The runtime cannot run a started collective through f32 staging of bf16 buffers yet.
   if (train.gradBucketSize > 0 && shape.dtype == "bf16" && train.gradReduceDtype == "f32")
     throw UsageError{"--grad-bucket-size does not support --grad-reduce-dtype f32 under --dtype bf16 "
                      "yet (the runtime runs a started reduction only in the buffers' dtype): drop one "
                      "of them"};
-  if (train.fsdpPrefetch < 0)
-    throw UsageError{"--fsdp-prefetch must be a unit count >= 0 (0: off), got " +
-                     std::to_string(train.fsdpPrefetch)};
-  if (train.fsdpPrefetch > 0 && train.zero != 3)
-    throw UsageError{"--fsdp-prefetch only applies to --zero 3 (FSDP)"};
-  if (train.overlapParamGather && train.zero != 1 && train.zero != 2)
-    throw UsageError{"--overlap-param-gather only applies to --zero 1 or 2"};
 }
 
 /// The optimizer flags' ranges (torch.optim's own checks), refused before
 /// anything compiles, naming the flag (the passes' verifiers would name an op).
 void checkOptimizerFlags(const TrainingPipelineOptions &t) {
-  auto need = [](bool ok, const char *flag, const char *range, double got) {
-    if (!ok)
-      throw UsageError{fmt::format("{} must be {}, got {}", flag, range, got)};
-  };
-  need(t.lr > 0, "--lr", "> 0 (default 1e-3)", t.lr);
-  need(t.minLr >= 0 && t.minLr <= t.lr, "--min-lr", "in [0, --lr] (default 0)", t.minLr);
-  need(t.beta1 >= 0 && t.beta1 < 1, "--beta1", "in [0, 1) (default 0.9)", t.beta1);
-  need(t.beta2 >= 0 && t.beta2 < 1, "--beta2", "in [0, 1) (default 0.999)", t.beta2);
-  need(t.eps > 0, "--eps", "> 0 (default 1e-8)", t.eps);
-  // -1 is the struct's "torch's default for the optimizer" (0.01 AdamW, 0 SGD).
-  need(t.weightDecay >= 0 || t.weightDecay == -1, "--weight-decay",
-       ">= 0 (default: torch's, 0.01 for AdamW, 0 for SGD)", t.weightDecay);
-  need(t.momentum >= 0, "--momentum", ">= 0 (default 0)", t.momentum);
-  need(t.gradClip >= 0, "--grad-clip", ">= 0 (0 = off, the default)", t.gradClip);
+  if (std::optional<std::string> e = optimizerOptionsError(t))
+    throw UsageError{*e};
 }
 
 /// loadModel, printing its error (an .mlir file's are already reported).
@@ -688,6 +666,7 @@ int runCompile(Args &args) {
   train.reshardAfterForward = reshardText == "true";
   if (!train.reshardAfterForward && train.zero != 3)
     throw UsageError{"--reshard-after-forward false only applies to --zero 3 (FSDP)"};
+  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.rankOrderStr()};
   checkOverlapFlags(train, mesh, shape, gradBucketText);
   if (train.recompute != "none" && train.recompute != "selective" &&
       train.recompute != "full" && train.recompute != "auto")

@@ -112,7 +112,11 @@ TEST(TrainingPipelineOptions, EveryTextualOptionSetsItsField) {
       {"optimizer=sgd", [](O &o) { o.optimizer = "sgd"; }},
       {"lr-schedule=cosine", [](O &o) { o.schedule = "cosine"; }},
       {"lr=0.5", [](O &o) { o.lr = 0.5; }},
-      {"min-lr=0.01", [](O &o) { o.minLr = 0.01; }},
+      // min-lr must stay within [0, lr] (optimizerOptionsError).
+      {"lr=0.5 min-lr=0.01", [](O &o) {
+         o.lr = 0.5;
+         o.minLr = 0.01;
+       }},
       {"warmup=3", [](O &o) { o.warmup = 3; }},
       {"total-steps=9", [](O &o) { o.totalSteps = 9; }},
       {"beta1=0.8", [](O &o) { o.beta1 = 0.8; }},
@@ -149,4 +153,39 @@ TEST(TrainingPipelineOptions, EveryTextualOptionSetsItsField) {
   }
 }
 
+} // namespace
+
+namespace {
+// The rules between options (overlapOptionsError, optimizerOptionsError): each
+// holds on the defaults and fails on the one field that breaks it.
+TEST(TrainingPipelineOptions, RulesBetweenOptions) {
+  const llcdist::TrainingPipelineOptions defaults;
+  EXPECT_FALSE(llcdist::overlapOptionsError(defaults));
+  EXPECT_FALSE(llcdist::optimizerOptionsError(defaults));
+  auto overlap = [&](const std::function<void(llcdist::TrainingPipelineOptions &)> &set) {
+    llcdist::TrainingPipelineOptions o = defaults;
+    set(o);
+    return llcdist::overlapOptionsError(o).value_or("");
+  };
+  EXPECT_NE(overlap([](auto &o) { o.tpCommOverlap = true; }).find("--sequence-parallel"), std::string::npos);
+  EXPECT_EQ(overlap([](auto &o) { o.tpCommOverlap = o.sequenceParallel = true; }), "");
+  EXPECT_NE(overlap([](auto &o) { o.overlapP2P = true; }).find("pp > 1"), std::string::npos);
+  EXPECT_EQ(overlap([](auto &o) { o.overlapP2P = true, o.mesh.pp = 2; }), "");
+  EXPECT_NE(overlap([](auto &o) { o.fsdpPrefetch = 1; }).find("--zero 3"), std::string::npos);
+  EXPECT_EQ(overlap([](auto &o) { o.fsdpPrefetch = 1, o.zero = 3; }), "");
+  EXPECT_NE(overlap([](auto &o) { o.fsdpPrefetch = -1; }).find(">= 0"), std::string::npos);
+  EXPECT_NE(overlap([](auto &o) { o.overlapParamGather = true; }).find("--zero 1 or 2"), std::string::npos);
+  EXPECT_NE(overlap([](auto &o) { o.gradBucketSize = -5; }).find("got -5"), std::string::npos);
+  auto optimizer = [&](const std::function<void(llcdist::TrainingPipelineOptions &)> &set) {
+    llcdist::TrainingPipelineOptions o = defaults;
+    set(o);
+    return llcdist::optimizerOptionsError(o).value_or("");
+  };
+  EXPECT_EQ(optimizer([](auto &o) { o.lr = 0; }), "--lr must be > 0 (default 1e-3), got 0");
+  EXPECT_NE(optimizer([](auto &o) { o.beta2 = 1; }).find("--beta2"), std::string::npos);
+  EXPECT_NE(optimizer([](auto &o) { o.minLr = 1; }).find("--min-lr"), std::string::npos);
+  EXPECT_EQ(optimizer([](auto &o) { o.weightDecay = -1; }), ""); // torch's default
+  EXPECT_NE(optimizer([](auto &o) { o.weightDecay = -0.5; }).find("--weight-decay"), std::string::npos);
+  EXPECT_NE(optimizer([](auto &o) { o.gradClip = -1; }).find("--grad-clip"), std::string::npos);
+}
 } // namespace

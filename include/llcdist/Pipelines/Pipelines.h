@@ -5,6 +5,7 @@
 #include "llcdist/Conversion/Passes.h"
 #include "llcdist/Dialect/XF/Transforms/Passes.h"
 
+#include <optional>
 #include <string>
 
 namespace llcdist {
@@ -114,6 +115,14 @@ int64_t defaultGradBucketSize(int64_t dp);
 /// on each program llcdist-verify-async and llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
+
+/// The rules between the overlap options and the mesh and ZeRO (what each
+/// overlap needs), or nullopt when they hold. In the words of llc-dist
+/// compile's flags; llc-dist compile and `llc-dist-opt --llcdist-train` refuse
+/// the same options (the textual pipeline fails to build).
+std::optional<std::string> overlapOptionsError(const TrainingPipelineOptions &options);
+/// The optimizer options' ranges (torch.optim's own checks), or nullopt.
+std::optional<std::string> optimizerOptionsError(const TrainingPipelineOptions &options);
 
 /// Registers the textual pipeline `llcdist-train`, whose options are
 /// TrainingPipelineOptions' (all but verifyPlan and verifiedPlan, which only

@@ -30,6 +30,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace llcdist {
@@ -75,20 +77,27 @@ private:
 };
 
 /// Registers the textual pipeline `arg`: its options are those `bindFields`
-/// declares over `T`; `build` gets the parsed struct.
+/// declares over `T`; `build` gets the parsed struct, after `validate` (when
+/// given) found no error in it: an error fails the pipeline's construction
+/// with its message.
 template <typename T>
 void registerTextualPipeline(
     llvm::StringRef arg, llvm::StringRef description,
     typename TextualPipelineOptions<T>::BindFn bindFields,
-    std::function<void(mlir::OpPassManager &, const T &)> build) {
+    std::function<void(mlir::OpPassManager &, const T &)> build,
+    std::function<std::optional<std::string>(const T &)> validate = nullptr) {
   mlir::registerPassPipeline(
       arg, description,
-      [bindFields, build](mlir::OpPassManager &pm, llvm::StringRef text,
-                          llvm::function_ref<mlir::LogicalResult(const llvm::Twine &)>) {
+      [arg, bindFields, build, validate](mlir::OpPassManager &pm, llvm::StringRef text,
+                                         llvm::function_ref<mlir::LogicalResult(const llvm::Twine &)> fail) {
         TextualPipelineOptions<T> options(bindFields);
         if (mlir::failed(options.parseFromString(text)))
           return mlir::failure();
-        build(pm, options.parsed());
+        T parsed = options.parsed();
+        if (validate)
+          if (std::optional<std::string> error = validate(parsed))
+            return fail(llvm::Twine(arg) + ": " + *error);
+        build(pm, parsed);
         return mlir::success();
       },
       [bindFields](llvm::function_ref<void(const mlir::detail::PassOptions &)> handler) {

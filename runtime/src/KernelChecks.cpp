@@ -81,12 +81,11 @@ Status checkAttentionElems(const KernelCall& c, const AttentionParams& p) {
   const int64_t qElems = p.B * p.S * p.nh * p.hd, kvElems = p.B * p.S * p.nkv * p.hd;
   const int64_t packedElems = p.B * p.S * (p.nh + 2 * p.nkv) * p.hd;
   const bool bwd = c.kind == schema::OpKind::kAttentionBwd;
-  auto qkv = [&](bool packed, const char* whole, std::initializer_list<const char*> roles) -> Status {
+  auto qkv = [&](bool packed, const char* whole, std::array<const char*, 3> parts) -> Status {
     if (packed) return checkArgElems(c, whole, packedElems);
-    const char* const* r = roles.begin();
-    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, r[0], qElems));
-    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, r[1], kvElems));
-    return checkArgElems(c, r[2], kvElems);
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, parts[0], qElems));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, parts[1], kvElems));
+    return checkArgElems(c, parts[2], kvElems);
   };
   LLCDIST_RETURN_IF_ERROR(qkv(p.packedQkv, "qkv", {"q", "k", "v"}));
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "out", qElems));

@@ -666,7 +666,7 @@ int runCompile(Args &args) {
   train.reshardAfterForward = reshardText == "true";
   if (!train.reshardAfterForward && train.zero != 3)
     throw UsageError{"--reshard-after-forward false only applies to --zero 3 (FSDP)"};
-  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.rankOrderStr()};
+  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.rankOrderStr()}; // the overlap rules read it
   checkOverlapFlags(train, mesh, shape, gradBucketText);
   if (train.recompute != "none" && train.recompute != "selective" &&
       train.recompute != "full" && train.recompute != "auto")
@@ -724,7 +724,6 @@ int runCompile(Args &args) {
       return kExitError;
     }
   }
-  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.rankOrderStr()};
   // One compilation of the training step with `recompute`; the module stays
   // in `lm`. A pass that fails has reported why, with a location.
   std::optional<LoadedModel> lm;

@@ -9,6 +9,13 @@ namespace {
 namespace sc = schema;
 using K = sc::OpKind;
 
+// S positions of a table of P: the position embeddings' rule, fused or not.
+Status positionsFit(const OpChecker& c, int64_t S, int64_t P) {
+  if (S > P)
+    return c.attrError("S", "S = " + std::to_string(S) + " exceeds the position table size P = " + std::to_string(P));
+  return Status::ok();
+}
+
 // The fused position embedding (roles wpe / dwpe): attrs S and P with it and only with it, M a multiple
 // of S, S <= P, no shard_axis, the table P×H.
 Status checkFusedPositions(const OpChecker& c, const char* role) {
@@ -24,8 +31,7 @@ Status checkFusedPositions(const OpChecker& c, const char* role) {
   const int64_t M = c.I("M"), S = c.I("S"), P = c.I("P");
   if (M % S != 0)
     return c.attrError("S", "M = " + std::to_string(M) + " is not a multiple of S = " + std::to_string(S));
-  if (S > P)
-    return c.attrError("S", "S = " + std::to_string(S) + " exceeds the position table size P = " + std::to_string(P));
+  LLCDIST_RETURN_IF_ERROR(positionsFit(c, S, P));
   return c.count(role, OpChecker::prod({P, c.I("H")}), "P×H");
 }
 
@@ -63,8 +69,7 @@ StatusOr<OpParams> bindEmbedding(const BindContext& b) {
 Status checkPosEmbedding(const OpChecker& c) {
   const Op& op = c.op();
   const int64_t B = c.I("B"), S = c.I("S"), H = c.I("H"), P = c.I("P");
-  if (S > P)
-    return c.attrError("S", "S = " + std::to_string(S) + " exceeds the position table size P = " + std::to_string(P));
+  LLCDIST_RETURN_IF_ERROR(positionsFit(c, S, P));
   LLCDIST_RETURN_IF_ERROR(c.shardAxis());
   if (op.attrs.count(std::string(sc::kShardAxisAttr))) {
     // Sequence-parallel: the last member holds positions [(n-1)·S, n·S), which must fit in P.

@@ -141,7 +141,7 @@ public:
     while (leaves < kernels)
       leaves *= 2;
     maxLast.assign(size_t(2 * leaves), -1);
-    at.resize(size_t(leaves));
+    at.resize(size_t(kernels)); // leaves past the last kernel stay empty (maxLast -1: never visited)
   }
   void insert(const Segment &s, uint32_t id) {
     at[size_t(s.first)].push_back({s.last, id});

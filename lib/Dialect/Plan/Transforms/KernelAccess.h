@@ -20,6 +20,9 @@ namespace llcdist::plan {
 /// kernel of no known kind reads and writes all.
 struct KernelAccess {
   llvm::DenseSet<mlir::StringAttr> reads, writes;
+
+  /// Whether the kernel reads or writes `buf`.
+  bool touches(mlir::StringAttr buf) const { return reads.contains(buf) || writes.contains(buf); }
 };
 
 inline KernelAccess accessOf(KernelOp k) {
@@ -47,10 +50,13 @@ inline KernelAccess accessOf(KernelOp k) {
 }
 
 /// Whether two kernels must keep their order: one writes a buffer the other
-/// reads or writes.
+/// reads or writes. Each intersection walks the smaller set, so checking a
+/// kernel against the union of many (a multi-tensor window's) costs the
+/// kernel's buffers, not the union's.
 inline bool dependent(const KernelAccess &a, const KernelAccess &b) {
   auto meets = [](const llvm::DenseSet<mlir::StringAttr> &x, const llvm::DenseSet<mlir::StringAttr> &y) {
-    return llvm::any_of(x, [&](mlir::StringAttr n) { return y.contains(n); });
+    const auto &small = x.size() <= y.size() ? x : y, &large = x.size() <= y.size() ? y : x;
+    return llvm::any_of(small, [&](mlir::StringAttr n) { return large.contains(n); });
   };
   return meets(a.writes, b.reads) || meets(a.writes, b.writes) || meets(b.writes, a.reads);
 }

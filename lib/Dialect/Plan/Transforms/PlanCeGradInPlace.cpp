@@ -32,11 +32,6 @@ using namespace llcdist;
 
 namespace {
 
-bool touches(plan::KernelOp k, StringAttr buf) {
-  plan::KernelAccess acc = plan::accessOf(k);
-  return acc.reads.contains(buf) || acc.writes.contains(buf);
-}
-
 struct PlanCeGradInPlacePass : public plan::impl::PlanCeGradInPlaceBase<PlanCeGradInPlacePass> {
   using PlanCeGradInPlaceBase::PlanCeGradInPlaceBase;
 
@@ -91,18 +86,19 @@ struct PlanCeGradInPlacePass : public plan::impl::PlanCeGradInPlaceBase<PlanCeGr
     program.walk([&](plan::SubroutineOp sub) {
       plan::KernelOp writer;
       for (plan::KernelOp k : sub.getOps<plan::KernelOp>()) {
-        if (!plan::isSyncCompute(k) && (touches(k, grad) || touches(k, logits)))
+        const plan::KernelAccess acc = plan::accessOf(k);
+        if (!plan::isSyncCompute(k) && (acc.touches(grad) || acc.touches(logits)))
           ok = false; // in flight across other kernels: keep the buffers apart
         if (llvm::is_contained(writers, k)) {
           ok = ok && !writer;
           writer = k;
           continue;
         }
-        if (!writer && touches(k, grad))
+        if (!writer && acc.touches(grad))
           ok = false; // touched before it is written, or in a subroutine without its writer
-        if (writer && touches(k, logits))
+        if (writer && acc.touches(logits))
           ok = false; // the logits are read (or written) after the backward
-        if (writer && touches(k, grad) && plan::accessOf(k).writes.contains(grad))
+        if (writer && acc.writes.contains(grad))
           ok = false; // another writer
       }
     });

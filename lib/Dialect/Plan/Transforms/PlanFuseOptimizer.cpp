@@ -62,19 +62,15 @@ bool fusable(plan::KernelOp k) {
 }
 
 /// Whether the window's ops touch disjoint buffers but for reads (what makes
-/// their order free): no op writes what an earlier one read or wrote, or reads
-/// what an earlier one wrote. One pass over the accesses (a window holds
-/// every parameter's update: pairwise checks were quadratic in the layers).
+/// their order free): no op depends on the union of the earlier ones'
+/// accesses. One pass (a window holds every parameter's update: pairwise
+/// checks were quadratic in the layers).
 bool independent(ArrayRef<plan::KernelOp> window) {
   plan::KernelAccess seen;
   for (plan::KernelOp k : window) {
     plan::KernelAccess acc = plan::accessOf(k);
-    for (mlir::StringAttr w : acc.writes)
-      if (seen.reads.contains(w) || seen.writes.contains(w))
-        return false;
-    for (mlir::StringAttr r : acc.reads)
-      if (seen.writes.contains(r))
-        return false;
+    if (plan::dependent(acc, seen))
+      return false;
     seen.reads.insert(acc.reads.begin(), acc.reads.end());
     seen.writes.insert(acc.writes.begin(), acc.writes.end());
   }

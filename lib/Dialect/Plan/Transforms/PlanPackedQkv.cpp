@@ -72,11 +72,10 @@ bool cutsPackedRows(plan::KernelOp split, plan::KernelOp attention) {
   return true;
 }
 
-bool touches(plan::KernelOp k, ArrayRef<Attribute> bufs) {
-  plan::KernelAccess acc = plan::accessOf(k);
-  return llvm::any_of(bufs,
-                      [&](Attribute b) { return acc.reads.contains(symbolOf(b)) || acc.writes.contains(symbolOf(b)); });
+bool touchesAny(const plan::KernelAccess &acc, ArrayRef<Attribute> bufs) {
+  return llvm::any_of(bufs, [&](Attribute b) { return acc.touches(symbolOf(b)); });
 }
+bool touches(plan::KernelOp k, ArrayRef<Attribute> bufs) { return touchesAny(plan::accessOf(k), bufs); }
 
 /// `k`'s arguments with `drop` removed and `role` = `buf` added.
 DictionaryAttr withPacked(OpBuilder &b, plan::KernelOp k, ArrayRef<StringRef> drop, StringRef role, Attribute buf) {
@@ -191,7 +190,8 @@ struct PlanPackedQkvPass : public plan::impl::PlanPackedQkvBase<PlanPackedQkvPas
     program.walk([&](plan::SubroutineOp sub) {
       bool pendingWrite = false;
       for (plan::KernelOp k : sub.getOps<plan::KernelOp>()) {
-        if (!touches(k, all))
+        const plan::KernelAccess acc = plan::accessOf(k);
+        if (!touchesAny(acc, all))
           continue;
         if (!plan::isSyncCompute(k)) {
           ok = false;
@@ -203,9 +203,9 @@ struct PlanPackedQkvPass : public plan::impl::PlanPackedQkvBase<PlanPackedQkvPas
         }
         if (pendingWrite)
           ok = false; // x or the outputs touched between a write of x and its split
-        if (plan::accessOf(k).writes.contains(symbolOf(x))) {
+        if (acc.writes.contains(symbolOf(x))) {
           pendingWrite = true;
-          if (plan::accessOf(k).reads.contains(symbolOf(x)))
+          if (acc.reads.contains(symbolOf(x)))
             ok = false; // x updated in place: keep it simple
         }
       }

@@ -3,8 +3,8 @@
 
 Each case (model, dtype, micro-batch, seq-len) is compiled with every fusion
 on (the default), with each one off alone (--no-fuse-norm,
---no-fuse-epilogues, --no-ce-grad-in-place, --no-packed-qkv,
---no-fuse-embedding, --no-fuse-optimizer) and with all off, and each plan trains --steps steps on the same synthetic tokens with
+--no-fuse-epilogues, --no-ce-grad-in-place, --no-fuse-classifier,
+--no-packed-qkv, --no-fuse-embedding, --no-fuse-optimizer) and with all off, and each plan trains --steps steps on the same synthetic tokens with
 `llc-dist run` on the CPU backend; step 0 is warm-up. Reports ops per step
 (the launches a GPU step makes), the arena, the median ms per step and the
 last step's loss, which must be the same in every row (the fused ops round
@@ -24,8 +24,8 @@ import sys
 import tempfile
 
 CASES = [("tiny-llama", "bf16", 4, 64), ("tiny-gpt2", "bf16", 4, 64), ("gpt2", "bf16", 1, 128)]
-FLAGS = ["--no-fuse-norm", "--no-fuse-epilogues", "--no-ce-grad-in-place", "--no-packed-qkv", "--no-fuse-embedding",
-         "--no-fuse-optimizer"]
+FLAGS = ["--no-fuse-norm", "--no-fuse-epilogues", "--no-ce-grad-in-place", "--no-fuse-classifier", "--no-packed-qkv",
+         "--no-fuse-embedding", "--no-fuse-optimizer"]
 VARIANTS = [("all on", [])] + [(f, [f]) for f in FLAGS] + [("all off", FLAGS)]
 
 

@@ -83,8 +83,8 @@ _MORE_FLAGS = [
     ("selective-gb4", "--recompute selective --global-batch 4"),
     ("full-bf16", "--recompute full --dtype bf16"),
     ("3d-sp", "--mesh dp=2,tp=2,pp=2 --sequence-parallel --global-batch 8"),
-    ("no-fusion", "--no-fuse-norm --no-fuse-epilogues --no-ce-grad-in-place --no-packed-qkv --no-fuse-embedding "
-                  "--no-fuse-optimizer --global-batch 2"),
+    ("no-fusion", "--no-fuse-norm --no-fuse-epilogues --no-ce-grad-in-place --no-fuse-classifier --no-packed-qkv "
+                  "--no-fuse-embedding --no-fuse-optimizer --global-batch 2"),
     ("sgd-clip", "--optimizer sgd --momentum 0.9 --grad-clip 1 --global-batch 4"),
     ("adamw-cosine", "--lr-schedule cosine --warmup 2 --lr-decay-steps 10 --weight-decay 0.1"),
     ("seq32-mb2", "--seq-len 32 --micro-batch 2 --global-batch 8"),

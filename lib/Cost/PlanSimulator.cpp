@@ -84,6 +84,8 @@ double commBytes(const rt::Op &op, const rt::BufferDesc &b) {
 //   op kind                                   rule        cost
 //   linear_fwd, linear_bwd_input,             Gemm        gemmSeconds(M, N, K, p)
 //     linear_bwd_weight
+//   classifier                                Gemm        Σ_chunks 3·gemmSeconds(rows, N, K, p)
+//                                                         + memorySeconds(4 passes over the logits)
 //   attention_fwd / attention_bwd             Attention   attentionSeconds(B, S, nh, hd, bwd, p)
 //   all_reduce                                Collective  Σ_x collectiveSeconds(AR, bytes(x), G)
 //   all_gather                                Collective  collectiveSeconds(AG, bytes(y), G)
@@ -115,6 +117,22 @@ OpCost cost::planOpCost(const Hardware &hw, const rt::Manifest &manifest,
     c.rule = OpCostRule::Gemm;
     c.flops = 2.0 * double(m) * double(n) * double(k);
     c.seconds = gemmSeconds(hw, m, n, k, precisionOf(program, op));
+    return c;
+  }
+  case OpKind::kClassifier: {
+    // Per chunk: the LM head's GEMM, the input- and weight-gradient GEMMs;
+    // the logits written by the first, read twice and written once by the
+    // loss and its gradient (the chunk's own pass over them).
+    const int64_t m = op.intAttr("M"), n = op.intAttr("N"), k = op.intAttr("K"),
+                  chunk = std::max<int64_t>(1, op.intAttr("chunk"));
+    const Precision p = precisionOf(program, op);
+    c.rule = OpCostRule::Gemm;
+    c.flops = 6.0 * double(m) * double(n) * double(k);
+    for (int64_t r = 0; r < m; r += chunk)
+      c.seconds += 3 * gemmSeconds(hw, std::min(chunk, m - r), n, k, p);
+    const rt::BufferDesc &logits = buffer(program, op.arg("logits"));
+    c.bytes = 4.0 * double(m) * double(n) * double(logits.bytes) / double(std::max<int64_t>(1, logits.numel()));
+    c.seconds += memorySeconds(hw, c.bytes);
     return c;
   }
   case OpKind::kAttentionFwd:

@@ -104,6 +104,8 @@ void llcdist::buildTrainingPipeline(OpPassManager &pm,
     programs.addPass(plan::createPlanFuseEpilogues());
   if (o.ceGradInPlace)
     programs.addPass(plan::createPlanCeGradInPlace());
+  if (o.fuseClassifier)
+    programs.addPass(plan::createPlanFuseClassifier({o.classifierChunkRows}));
   if (o.packedQkv)
     programs.addPass(plan::createPlanPackedQkv());
   if (o.fuseEmbedding)
@@ -179,6 +181,11 @@ static void bindTrainingPipelineOptions(
   o.bind("ce-grad-in-place", f.ceGradInPlace,
          "the cross entropy's gradient written over the logits "
          "(llcdist-plan-ce-grad-in-place)");
+  o.bind("fuse-classifier", f.fuseClassifier,
+         "the LM head, the cross entropy and their backward as one op over chunks "
+         "of token rows (llcdist-plan-fuse-classifier)");
+  o.bind("classifier-chunk-rows", f.classifierChunkRows,
+         "token rows per classifier chunk (0: within 128 MiB of logits)");
   o.bind("packed-qkv", f.packedQkv,
          "attention on the QKV GEMM's packed output, without the split copies "
          "(llcdist-plan-packed-qkv)");

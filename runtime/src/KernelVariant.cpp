@@ -125,6 +125,10 @@ double kernelFlops(const KernelCall& call) {
     case K::kLinearBwdWeight:
       if (const LinearParams* p = call.paramsAs<LinearParams>()) return 2.0 * double(p->M) * double(p->N) * double(p->K);
       return 0;
+    case K::kClassifier:  // its three GEMMs
+      if (const ClassifierParams* p = call.paramsAs<ClassifierParams>())
+        return 6.0 * double(p->linear.M) * double(p->linear.N) * double(p->linear.K);
+      return 0;
     case K::kAttentionFwd:
     case K::kAttentionBwd:
       if (const AttentionParams* p = call.paramsAs<AttentionParams>()) {

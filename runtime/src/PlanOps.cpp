@@ -56,10 +56,7 @@ const std::vector<int64_t>& Op::argList(std::string_view role) const {
 }
 
 schema::ArgAccess Op::access(size_t role) const {
-  const schema::ArgAccess a = schema::opSpec(kind).args[role].access;
-  if (a == schema::ArgAccess::kReadWrite && attrs.count("accumulate") && !boolAttr("accumulate"))
-    return schema::ArgAccess::kWrite;
-  return a;
+  return schema::effectiveAccess(kind, role, !attrs.count("accumulate") || boolAttr("accumulate"));
 }
 
 namespace planops {

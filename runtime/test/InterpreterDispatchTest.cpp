@@ -45,6 +45,7 @@ struct Case {
   std::string optimizer = "adamw";
   int64_t tp = 1;  // mesh.tp of the plan (no communicator: only ops without collectives when > 1)
   int rank = 0;    // the rank the interpreter runs
+  std::set<std::string> f32Roles = {};  // roles whose buffers stay f32 in the bf16 run (classifier's dw_acc)
 };
 
 constexpr int64_t kStep = 2;  // optimizer t = 3
@@ -54,6 +55,28 @@ constexpr int64_t kMicro = 1;
 Status fillBatch(int64_t step, int64_t micro, int32_t* ids, int32_t* targets, int64_t B, int64_t S) {
   for (int64_t k = 0; k < B * S; ++k) ids[k] = int32_t(k + 1), targets[k] = int32_t(100 + k + 10 * step + micro);
   return Status::ok();
+}
+
+// The classifier op's kernel on the host copies (M 5, K 4, N 6, chunk 2, scale 0.5, grad_scale 0.1).
+void classifierReference(Host& h, WeightLayout layout, bool accumulate, int64_t realVocab) {
+  ClassifierParams p;
+  p.linear = {5, 4, 6, layout, accumulate};
+  p.chunk = 2;
+  p.scale = 0.5;
+  p.gradScale = 0.1;
+  p.realVocab = realVocab;
+  ClassifierArrays a;
+  a.x = h.F("x");
+  a.w = h.F("w");
+  a.targets = h.I("targets");
+  a.logits = h.F("logits");
+  a.dx = h.F("dx");
+  a.dw = h.F("dw");
+  a.dwAcc = h.f.count("dw_acc") ? h.F("dw_acc") : nullptr;
+  a.bf16Logits = h.bf16;
+  double total = 0;
+  ASSERT_TRUE(classifierForwardBackward(a, p, &total).isOk());
+  h.F("loss")[0] += float(0.5 * (total / 5.0));
 }
 
 std::vector<Case> cases() {
@@ -257,6 +280,21 @@ std::vector<Case> cases() {
                          .isOk());
        },
        5, {"row_sums"}},
+      // The fused classifier (llcdist-plan-fuse-classifier): M = 5 rows in chunks of 2 (the last one short),
+      // N = 6 columns of which 5 are real; straight onto dw, and through the f32 dw_acc.
+      {"classifier",
+       {{"x", {20}}, {"w", {24}}, {"targets", {5}}, {"loss", {1}}, {"logits", {12}}, {"dx", {20}}, {"dw", {24}}},
+       {{"M", 5}, {"K", 4}, {"N", 6}, {"layout", "out_in"}, {"accumulate", true}, {"chunk", 2}, {"scale", 0.5},
+        {"grad_scale", 0.1}},
+       [](Host& h) { classifierReference(h, WeightLayout::kOutIn, true, 0); },
+       6},
+      {"classifier",
+       {{"x", {20}}, {"w", {24}}, {"targets", {5}}, {"loss", {1}}, {"logits", {12}}, {"dx", {20}}, {"dw", {24}},
+        {"dw_acc", {24}}},
+       {{"M", 5}, {"K", 4}, {"N", 6}, {"layout", "in_out"}, {"accumulate", false}, {"chunk", 2}, {"scale", 0.5},
+        {"grad_scale", 0.1}},
+       [](Host& h) { classifierReference(h, WeightLayout::kInOut, false, 0); },
+       6, {}, "adamw", 1, 0, {"dw_acc"}},
       {"grad_norm", {{"grads", {5, 7}}, {"norm", {1}}}, {{"max_norm", 0.5}},
        [](Host& h) {
          h.F("norm")[0] = float(clipGradNorm({{h.F("grads", 0), 5}, {h.F("grads", 1), 7}}, 0.5));
@@ -402,8 +440,9 @@ void runCase(const Case& c, uint32_t seed, bool bf16 = false) {
     const bool i32 = spec.type == sc::ArgType::kI32, f64 = spec.type == sc::ArgType::kF64;
     json ids = json::array();
     for (size_t k = 0; k < counts.size(); ++k) {
+      const bool bf16Buffer = bf16 && !c.f32Roles.count(role);
       const int64_t id = b.buffer(role + std::to_string(k), "activation", {counts[k]},
-                                  i32 ? "i32" : f64 ? "f64" : bf16 ? "bf16" : "f32");
+                                  i32 ? "i32" : f64 ? "f64" : bf16Buffer ? "bf16" : "f32");
       ids.push_back(id);
       bufs.emplace_back(id, role, k, i32, f64);
       if (f64) {
@@ -416,7 +455,7 @@ void runCase(const Case& c, uint32_t seed, bool bf16 = false) {
         std::vector<float> v = testing::randn(counts[k], seed++);
         if (c.positive.count(role))
           for (float& x : v) x = std::abs(x);
-        if (bf16)
+        if (bf16Buffer)
           for (float& x : v) x = roundToBf16(x);
         host.f[role].push_back(std::move(v));
       }
@@ -454,12 +493,13 @@ void runCase(const Case& c, uint32_t seed, bool bf16 = false) {
   c.ref(host);
   if (bf16) {
     for (auto& [role, vs] : host.f)
-      for (auto& v : vs)
-        for (float& x : v) x = roundToBf16(x);
+      if (!c.f32Roles.count(role))
+        for (auto& v : vs)
+          for (float& x : v) x = roundToBf16(x);
     for (const auto& [id, role, k, i32, f64] : bufs) {
       if (i32 || f64) continue;
       const std::vector<float> got = (*interp)->readF32(id).value();
-      EXPECT_EQ(std::memcmp(got.data(), host.f[role][k].data(), got.size() * 4), 0) << "role " << role << "[" << k << "]";
+      EXPECT_EQ(std::memcmp(got.data(), host.f[role][k].data(), got.size() * 4), 0) << "role " << role << "[" << k << "] ";
     }
     return;
   }

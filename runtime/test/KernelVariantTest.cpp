@@ -196,6 +196,10 @@ TEST(KernelVariantChoice, FlopsOfGemmsAndAttention) {
   const double fwd = 4.0 * 2 * 4 * 16 * 16 * 8 / 2;  // FlashAttention's causal count
   EXPECT_EQ(kernelFlops(probe(K::kAttentionFwd, {}, a)), fwd);
   EXPECT_EQ(kernelFlops(probe(K::kAttentionBwd, {}, a)), 2.5 * fwd);
+  ClassifierParams cl;
+  cl.linear = l;
+  cl.chunk = 2;
+  EXPECT_EQ(kernelFlops(probe(K::kClassifier, {}, cl)), 3 * 2.0 * 3 * 5 * 7);  // its three GEMMs
   EXPECT_EQ(kernelFlops(probe(K::kAdd, {}, ElementwiseParams{10})), 0.0);
 }
 

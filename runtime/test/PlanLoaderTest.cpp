@@ -482,6 +482,37 @@ TEST_F(PlanLoaderTest, ShardAxisAndBiasAddErrors) {
   expectError(biasAdd({{"y", kIds}, {"bias", kH}}, {{"M", 1}, {"N", 16}}), {"ops[4].args.y", "needs f32"});
 }
 
+// The fused classifier (llcdist-plan-fuse-classifier): logits is a [chunk, N] scratch, chunk at most M,
+// the optional dw_acc an f32 [N, K]; its loss is summed onto whatever its accumulate says (dw's).
+TEST_F(PlanLoaderTest, ClassifierRoles) {
+  auto classifier = [](int64_t chunk, int64_t chunkRows, const char* accType) {
+    return [=](testing::PlanBuilder& b) {
+      const int64_t logits = b.buffer("logits.chunk", "scratch", {chunkRows, 32});
+      json args = {{"x", kH}, {"w", kLm}, {"targets", kIds + 1}, {"loss", kLoss}, {"logits", logits},
+                   {"dx", kDh}, {"dw", kLm + 1}};
+      if (accType) args["dw_acc"] = b.buffer("dw.sum", "scratch", {32, 16}, accType);
+      b.op("backward", "classifier", args,
+           {{"M", 16}, {"K", 16}, {"N", 32}, {"layout", "out_in"}, {"accumulate", false}, {"chunk", chunk},
+            {"scale", 1.0}, {"grad_scale", 0.0625}});
+    };
+  };
+  for (const char* acc : {static_cast<const char*>(nullptr), "f32"}) {
+    testing::PlanBuilder b = base;
+    classifier(5, 5, acc)(b);
+    Status s = load(b);
+    EXPECT_TRUE(s.isOk()) << s.message();
+    auto plan = loadPlan(dir.string());
+    ASSERT_TRUE(plan.isOk());
+    const Op& op = plan->programs[0].subroutines[2].ops.back();
+    ASSERT_EQ(op.kind, schema::OpKind::kClassifier);
+    EXPECT_EQ(op.access(size_t(schema::argIndex(op.kind, "loss"))), schema::ArgAccess::kReadWrite);
+    EXPECT_EQ(op.access(size_t(schema::argIndex(op.kind, "dw"))), schema::ArgAccess::kWrite);
+  }
+  expectError(classifier(17, 17, nullptr), {"attrs.chunk", "exceed the op's M = 16"});
+  expectError(classifier(5, 4, nullptr), {"args.logits", "expected chunk×N = 160"});
+  expectError(classifier(5, 5, "bf16"), {"args.dw_acc", "must be an f32 buffer"});
+}
+
 // The GELU epilogues' roles (llcdist-plan-fuse-epilogues): linear_fwd's gelu is M×N; linear_bwd_input's
 // gelu_x is M×K and only where dx is written (the epilogue cannot accumulate).
 TEST_F(PlanLoaderTest, LinearGeluRoles) {

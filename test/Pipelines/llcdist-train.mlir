@@ -21,6 +21,7 @@
 // DEFAULT-NEXT: llcdist-plan-fuse-norm,
 // DEFAULT-NEXT: llcdist-plan-fuse-epilogues,
 // DEFAULT-NEXT: llcdist-plan-ce-grad-in-place,
+// DEFAULT-NEXT: llcdist-plan-fuse-classifier{chunk-rows=0},
 // DEFAULT-NEXT: llcdist-plan-packed-qkv,
 // DEFAULT-NEXT: llcdist-plan-fuse-embedding,
 // DEFAULT-NEXT: llcdist-plan-fuse-optimizer,
@@ -96,10 +97,18 @@
 // BUCKETS-NEXT: llcdist-plan-fuse-norm,
 // BUCKETS-NEXT: llcdist-plan-fuse-epilogues,
 // BUCKETS-NEXT: llcdist-plan-ce-grad-in-place,
+// BUCKETS-NEXT: llcdist-plan-fuse-classifier{chunk-rows=0},
 // BUCKETS-NEXT: llcdist-plan-packed-qkv,
 // BUCKETS-NEXT: llcdist-plan-fuse-embedding,
 // BUCKETS-NEXT: llcdist-plan-fuse-optimizer,
 // BUCKETS-NEXT: llcdist-plan-memory{check-slots-alike=false slots-alike=true},
+
+// classifier-chunk-rows reaches llcdist-plan-fuse-classifier; fuse-classifier=false drops it.
+// RUN: not llc-dist-opt %s --llcdist-train="classifier-chunk-rows=256" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=CHUNK
+// CHUNK: llcdist-plan-fuse-classifier{chunk-rows=256},
+// RUN: not llc-dist-opt %s --llcdist-train="fuse-classifier=false" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=NOCLS
+// NOCLS-LABEL: Pass Manager
+// NOCLS-NOT: llcdist-plan-fuse-classifier
 
 // Bad values: an unknown option or a value of the wrong type is refused by
 // the option parser; a value of the right type that the pass refuses fails

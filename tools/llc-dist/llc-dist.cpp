@@ -109,7 +109,8 @@ llcdist-plan-grad-buckets], [--fsdp-prefetch: llcdist-plan-fsdp-prefetch],
 [--tp-comm-overlap: llcdist-plan-sp-overlap], [--overlap-p2p: llcdist-plan-p2p-overlap],
 llcdist-plan-fuse-norm (unless --no-fuse-norm), llcdist-plan-fuse-epilogues
 (unless --no-fuse-epilogues), llcdist-plan-ce-grad-in-place (unless
---no-ce-grad-in-place), llcdist-plan-packed-qkv (unless --no-packed-qkv),
+--no-ce-grad-in-place), llcdist-plan-fuse-classifier (unless
+--no-fuse-classifier), llcdist-plan-packed-qkv (unless --no-packed-qkv),
 llcdist-plan-fuse-embedding (unless --no-fuse-embedding),
 llcdist-plan-fuse-optimizer (unless
 --no-fuse-optimizer), llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
@@ -270,6 +271,15 @@ OVERLAP (asynchronous plans)
                          (default: llcdist-plan-ce-grad-in-place writes it
                          over the logits, which nothing reads after it: one
                          [tokens, vocabulary] buffer less; the same numbers).
+  --no-fuse-classifier   keep the LM head, the cross entropy and their backward
+                         as five kernels over the whole [tokens, vocabulary]
+                         logits (default: llcdist-plan-fuse-classifier makes
+                         them one classifier op over chunks of token rows,
+                         where a microbatch's backward follows its forward;
+                         the same loss, dw summed over the chunks)
+  --classifier-chunk-rows N
+                         token rows per classifier chunk (default: as many as
+                         keep the chunk's logits within 128 MiB)
   --no-packed-qkv        keep the split copies of the QKV GEMM's output and of
                          the attention's gradients (default:
                          llcdist-plan-packed-qkv makes the attention read q, k,
@@ -558,6 +568,7 @@ int runCompile(Args &args) {
       .add("--reshard-after-forward", &reshardText)
       .add("--grad-bucket-size", &gradBucketText)
       .add("--fsdp-prefetch", &train.fsdpPrefetch)
+      .add("--classifier-chunk-rows", &train.classifierChunkRows, 1, int64_t(1) << 40)
       .add("--device", &budgetFlags.device)
       .add("--memory-budget", &budgetFlags.capacity)
       .add("--memory-reserve", &budgetFlags.reserve)
@@ -604,6 +615,8 @@ int runCompile(Args &args) {
       train.fuseEpilogues = false;
     else if (a == "--no-ce-grad-in-place")
       train.ceGradInPlace = false;
+    else if (a == "--no-fuse-classifier")
+      train.fuseClassifier = false;
     else if (a == "--no-packed-qkv")
       train.packedQkv = false;
     else if (a == "--no-fuse-embedding")

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "llcdist/Cost/PlanSimulator.h"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -70,6 +71,17 @@ double independentOpSeconds(const Hardware &hw, const json &prog, const json &op
   if (name == "linear_fwd" || name == "linear_bwd_input" || name == "linear_bwd_weight") {
     int64_t first = name == "linear_fwd" ? args["x"].get<int64_t>() : args["dy"].get<int64_t>();
     return gemmSeconds(hw, attrs["M"], attrs["N"], attrs["K"], prec(first));
+  }
+  if (name == "classifier") {
+    // Per chunk of rows its three GEMMs; the logits written once, read twice
+    // and written once more by the loss and its gradient.
+    const int64_t M = attrs["M"], N = attrs["N"], K = attrs["K"], chunk = attrs["chunk"];
+    const int64_t x = args["x"], logits = args["logits"];
+    double t = 0;
+    for (int64_t r = 0; r < M; r += chunk)
+      t += 3 * gemmSeconds(hw, std::min(chunk, M - r), N, K, prec(x));
+    const double elem = bufs[size_t(logits)]["dtype"] == "bf16" ? 2 : 4;
+    return t + memorySeconds(hw, 4.0 * double(M) * double(N) * elem);
   }
   if (name == "attention_fwd" || name == "attention_bwd") {
     bool bwd = name == "attention_bwd";

@@ -162,6 +162,10 @@ TEST(CudaKernelChoice, Bf16PlansConvertNothingWithCudnn) {
       EXPECT_GT(c.ops.count({K::kAttentionFwd, "cudnn"}), 0u);
       EXPECT_GT(c.ops.count({K::kAttentionBwd, "cudnn"}), 0u);
       EXPECT_EQ(c.ops.count({K::kAttentionFwd, "own"}), 0u);
+      // The LM head and its loss as one op (llcdist-plan-fuse-classifier) where the loss is not
+      // vocabulary-parallel: its three GEMMs on cuBLASLt, on the bf16 logits as they are.
+      if (m.tp == 1)
+        EXPECT_GT(c.ops.count({K::kClassifier, "cublaslt"}), 0u);
     }
 }
 

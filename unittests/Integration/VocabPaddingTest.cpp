@@ -144,7 +144,7 @@ TEST(VocabPadding, ManifestRecordsBothVocabularies) {
         for (const rt::Subroutine &s : prog.subroutines)
           for (const rt::Op &op : s.ops)
             if (op.kind == rt::schema::OpKind::kCrossEntropyFwd ||
-                op.kind == rt::schema::OpKind::kCrossEntropyBwd) {
+                op.kind == rt::schema::OpKind::kCrossEntropyBwd || op.kind == rt::schema::OpKind::kClassifier) {
               EXPECT_EQ(op.intAttr("real_vocab"), vocab);
               ++losses;
             }

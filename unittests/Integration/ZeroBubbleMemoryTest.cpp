@@ -75,9 +75,12 @@ Measured measure(const Case &c, const std::string &schedule) {
   opt.pipelineSchedule = schedule;
   // ZB-H1's W pass reads the logits' gradient, so it keeps it apart from the
   // logits; 1F1B would write it over them (llcdist-plan-ce-grad-in-place),
-  // one [tokens, vocabulary] buffer less on the last stage. These tests
-  // compare the schedules, so both keep it apart.
+  // one [tokens, vocabulary] buffer less on the last stage, and would fuse
+  // the LM head and its loss into one chunked op (llcdist-plan-fuse-classifier),
+  // which ZB-H1's W pass keeps apart too. These tests compare the schedules,
+  // so both keep them apart.
   opt.ceGradInPlace = false;
+  opt.fuseClassifier = false;
   Measured m;
   std::string dir = test::compilePlan(c.model, shape, opt, "zb-memory-" + schedule);
   EXPECT_FALSE(dir.empty()) << c.name() << " " << schedule;

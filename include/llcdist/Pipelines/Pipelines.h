@@ -84,6 +84,12 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
   /// The cross entropy's gradient written over the logits
   /// (llcdist-plan-ce-grad-in-place; off: a buffer of its own).
   bool ceGradInPlace = true;
+  /// The LM head, the cross entropy and their backward as one `classifier`
+  /// op over chunks of token rows (llcdist-plan-fuse-classifier; off: the
+  /// five kernels and the whole logits).
+  bool fuseClassifier = true;
+  /// Token rows per classifier chunk (0: the pass's choice, within 128 MiB).
+  int64_t classifierChunkRows = 0;
   /// Attention reads q, k, v from the QKV GEMM's packed output and writes dq,
   /// dk, dv into one buffer (llcdist-plan-packed-qkv; off: split_fwd /
   /// split_bwd copies).

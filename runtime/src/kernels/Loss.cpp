@@ -2,6 +2,7 @@
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
+#include "llcdist/runtime/Bf16.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,8 +15,7 @@ namespace {
 Status checkTarget(const int32_t* targets, int64_t m, int64_t V) {
   if (targets[m] < 0 || targets[m] >= V)
     return Status::outOfRange("cross_entropy: target " + std::to_string(targets[m]) + " at position " +
-                              std::to_string(m) + " is outside the vocabulary [0, " +
-                              std::to_string(V) + ")");
+                              std::to_string(m) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
   return Status::ok();
 }
 
@@ -37,30 +37,40 @@ RowStats rowStats(const float* x, int64_t V) {
 // 0 < realV <= V: the columns the loss reads (realV 0: all V).
 Status checkRealVocab(int64_t realV, int64_t V) {
   if (realV < 0 || realV > V)
-    return Status::invalidArgument("cross_entropy: real vocabulary " + std::to_string(realV) +
-                                   " is outside [1, " + std::to_string(V) + "] (the logits' columns)");
+    return Status::invalidArgument("cross_entropy: real vocabulary " + std::to_string(realV) + " is outside [1, " +
+                                   std::to_string(V) + "] (the logits' columns)");
   return Status::ok();
 }
 
-Status crossEntropyForward(const float* logits, const int32_t* targets, float* losses, double* meanLoss,
-                           int64_t M, int64_t V, int64_t realV) {
-  LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V));
-  const int64_t R = realV > 0 ? realV : V;
-  double total = 0.0;
+namespace {
+
+// Adds the rows' losses to *total in row order (targets checked by the caller; R real columns).
+void addRowLosses(const float* logits, const int32_t* targets, float* losses, double* total, int64_t M, int64_t V,
+                  int64_t R) {
   for (int64_t m = 0; m < M; ++m) {
-    LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, R));
     const float* x = logits + m * V;
     const RowStats st = rowStats(x, R);
     const double loss = double(st.max) + std::log(st.sumExp) - double(x[targets[m]]);
     if (losses) losses[m] = static_cast<float>(loss);
-    total += loss;
+    *total += loss;
   }
+}
+
+}  // namespace
+
+Status crossEntropyForward(const float* logits, const int32_t* targets, float* losses, double* meanLoss, int64_t M,
+                           int64_t V, int64_t realV) {
+  LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V));
+  const int64_t R = realV > 0 ? realV : V;
+  for (int64_t m = 0; m < M; ++m) LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, R));
+  double total = 0.0;
+  addRowLosses(logits, targets, losses, &total, M, V, R);
   *meanLoss = M > 0 ? total / double(M) : 0.0;
   return Status::ok();
 }
 
-Status crossEntropyBackward(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
-                            int64_t V, float scale, int64_t realV) {
+Status crossEntropyBackward(const float* logits, const int32_t* targets, float* dlogits, int64_t M, int64_t V,
+                            float scale, int64_t realV) {
   LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V));
   const int64_t R = realV > 0 ? realV : V;
   for (int64_t m = 0; m < M; ++m) LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, R));
@@ -76,6 +86,35 @@ Status crossEntropyBackward(const float* logits, const int32_t* targets, float* 
     // Padding columns are outside the softmax: exactly zero gradient, so the padded rows of the LM head
     // get none either.
     std::fill(d + R, d + V, 0.0f);
+  }
+  return Status::ok();
+}
+
+Status classifierForwardBackward(const ClassifierArrays& a, const ClassifierParams& p, double* total) {
+  const LinearParams& lin = p.linear;
+  const int64_t M = lin.M, K = lin.K, N = lin.N;
+  LLCDIST_RETURN_IF_ERROR(checkRealVocab(p.realVocab, N));
+  if (p.chunk < 1) return Status::invalidArgument("classifier: chunk " + std::to_string(p.chunk) + " is not >= 1");
+  const int64_t R = p.realVocab > 0 ? p.realVocab : N;
+  for (int64_t m = 0; m < M; ++m) LLCDIST_RETURN_IF_ERROR(checkTarget(a.targets, m, R));
+  for (int64_t r = 0; r < M; r += p.chunk) {
+    const int64_t rows = std::min(p.chunk, M - r);
+    const float* x = a.x + r * K;
+    linearForward(x, a.w, nullptr, a.logits, rows, K, N, lin.layout);
+    if (a.bf16Logits) roundToBf16InPlace(a.logits, rows * N);
+    addRowLosses(a.logits, a.targets + r, nullptr, total, rows, N, R);
+    LLCDIST_RETURN_IF_ERROR(
+        crossEntropyBackward(a.logits, a.targets + r, a.logits, rows, N, float(p.gradScale), p.realVocab));
+    if (a.bf16Logits) roundToBf16InPlace(a.logits, rows * N);
+    linearBackwardInput(a.logits, a.w, a.dx + r * K, rows, K, N, lin.layout, /*accumulate=*/false);
+    float* dw = a.dwAcc ? a.dwAcc : a.dw;
+    const bool onto = r > 0 || (!a.dwAcc && lin.accumulate);
+    linearBackwardWeight(a.logits, x, dw, rows, K, N, lin.layout, onto);
+  }
+  if (a.dwAcc) {
+    const int64_t n = K * N;
+    if (M == 0) std::fill(a.dwAcc, a.dwAcc + n, 0.0f);
+    for (int64_t i = 0; i < n; ++i) a.dw[i] = lin.accumulate ? a.dw[i] + a.dwAcc[i] : a.dwAcc[i];
   }
   return Status::ok();
 }
@@ -103,8 +142,7 @@ Status crossEntropyShardMax(const float* logits, const int32_t* targets, double*
   LLCDIST_RETURN_IF_ERROR(checkShard(shard));
   LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V * shard.count));
   // Every target checked before the first collective, so a bad batch fails every member alike.
-  for (int64_t m = 0; m < M; ++m)
-    LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, realV > 0 ? realV : V * shard.count));
+  for (int64_t m = 0; m < M; ++m) LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, realV > 0 ? realV : V * shard.count));
   const int64_t n = realColumns(V, realV, shard);
   for (int64_t m = 0; m < M; ++m)
     rowMax[m] = n > 0 ? double(*std::max_element(logits + m * V, logits + m * V + n))
@@ -142,8 +180,7 @@ Status crossEntropyBackwardVocabParallel(const float* logits, const int32_t* tar
                                          const VocabShard& shard, int64_t realV) {
   LLCDIST_RETURN_IF_ERROR(checkShard(shard));
   LLCDIST_RETURN_IF_ERROR(checkRealVocab(realV, V * shard.count));
-  for (int64_t m = 0; m < M; ++m)
-    LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, realV > 0 ? realV : V * shard.count));
+  for (int64_t m = 0; m < M; ++m) LLCDIST_RETURN_IF_ERROR(checkTarget(targets, m, realV > 0 ? realV : V * shard.count));
   const int64_t begin = shard.index * V;
   const int64_t n = realColumns(V, realV, shard);
   for (int64_t m = 0; m < M; ++m) {
@@ -174,7 +211,8 @@ void registerCpuLossKernels(CpuKernelTable& t) {
     if (p.vocabShard)
       LLCDIST_RETURN_IF_ERROR(crossEntropyForwardVocabParallel(c.D("row_max"), c.D("row_sums"), &mean, p.M));
     else
-      LLCDIST_RETURN_IF_ERROR(crossEntropyForward(c.F("logits"), c.I("targets"), nullptr, &mean, p.M, p.V, p.realVocab));
+      LLCDIST_RETURN_IF_ERROR(
+          crossEntropyForward(c.F("logits"), c.I("targets"), nullptr, &mean, p.M, p.V, p.realVocab));
     c.F("loss")[0] += float(p.scale * mean);
     return Status::ok();
   });
@@ -183,6 +221,22 @@ void registerCpuLossKernels(CpuKernelTable& t) {
       return crossEntropyBackwardVocabParallel(c.F("logits"), c.I("targets"), c.D("row_max"), c.D("row_sums"),
                                                c.F("dlogits"), p.M, p.V, float(p.scale), *p.vocabShard, p.realVocab);
     return crossEntropyBackward(c.F("logits"), c.I("targets"), c.F("dlogits"), p.M, p.V, float(p.scale), p.realVocab);
+  });
+  addCpuKernel<ClassifierParams>(t, K::kClassifier, [](const KernelCall& c, const ClassifierParams& p, const Ctx&) {
+    ClassifierArrays a;
+    a.x = c.F("x");
+    a.w = c.F("w");
+    a.targets = c.I("targets");
+    a.logits = c.F("logits");
+    a.dx = c.F("dx");
+    a.dw = c.F("dw");
+    a.dwAcc = c.F("dw_acc");
+    a.bf16Logits = c.storedBf16("logits");
+    double total = 0.0;
+    LLCDIST_RETURN_IF_ERROR(classifierForwardBackward(a, p, &total));
+    const int64_t M = p.linear.M;
+    c.F("loss")[0] += float(p.scale * (M > 0 ? total / double(M) : 0.0));
+    return Status::ok();
   });
   addCpuKernel<P>(t, K::kCrossEntropyMax, [](const KernelCall& c, const P& p, const Ctx&) {
     return crossEntropyShardMax(c.F("logits"), c.I("targets"), c.D("row_max"), p.M, p.V, *p.vocabShard, p.realVocab);

@@ -1,7 +1,8 @@
 // Family "loss": cross_entropy_fwd / cross_entropy_bwd (the mean token loss and its logits
 // gradient), vocabulary-parallel with attr `shard_axis` (then with the row statistics that
 // cross_entropy_max / cross_entropy_sums and the plan's all-reduces computed), with vocabulary padding
-// under attr `real_vocab`.
+// under attr `real_vocab`; and classifier (the LM head, the cross entropy and their backward in one op,
+// over chunks of token rows: llcdist-plan-fuse-classifier).
 #include "OpDefs.h"
 
 namespace llcdist::rt::ops {
@@ -11,8 +12,8 @@ namespace sc = schema;
 using K = sc::OpKind;
 
 // attrs.real_vocab, when present (vocabulary padding): only with the feature, equal to
-// model.vocab_size, and within the op's global columns (V, times the shard_axis size).
-Status checkRealVocab(const OpChecker& c) {
+// model.vocab_size, and within the op's global columns (attr `columns`, times the shard_axis size).
+Status checkRealVocab(const OpChecker& c, const char* columnsAttr = "V") {
   const Op& op = c.op();
   const Manifest& manifest = c.manifest();
   const std::string attr(sc::kRealVocabAttr);
@@ -23,7 +24,7 @@ Status checkRealVocab(const OpChecker& c) {
   if (real != manifest.vocabSize)
     return c.attrError(attr.c_str(), "expected model.vocab_size = " + std::to_string(manifest.vocabSize) + ", got " +
                                          std::to_string(real));
-  int64_t columns = c.I("V");
+  int64_t columns = c.I(columnsAttr);
   if (op.attrs.count(std::string(sc::kShardAxisAttr)))
     if (auto a = parseMeshAxis(op.stringAttr(std::string(sc::kShardAxisAttr)))) columns *= manifest.mesh().axisSize(*a);
   if (real > columns)
@@ -74,6 +75,42 @@ StatusOr<OpParams> bindCrossEntropy(const BindContext& b) {
   return OpParams(std::move(p));
 }
 
+Status checkClassifier(const OpChecker& c) {
+  constexpr auto prod = OpChecker::prod;
+  const int64_t M = c.I("M"), K = c.I("K"), N = c.I("N"), chunk = c.I("chunk");
+  const std::string layout = c.op().stringAttr("layout");
+  if (layout != "out_in" && layout != "in_out")
+    return c.attrError("layout", "expected \"out_in\" (W is [N,K]) or \"in_out\" (W is [K,N]), got \"" + layout + "\"");
+  if (chunk > M)
+    return c.attrError("chunk", "the rows per chunk (" + std::to_string(chunk) +
+                                    ") exceed the op's M = " + std::to_string(M) + " token rows");
+  LLCDIST_RETURN_IF_ERROR(checkRealVocab(c, "N"));
+  LLCDIST_RETURN_IF_ERROR(c.count("x", prod({M, K}), "M×K"));
+  LLCDIST_RETURN_IF_ERROR(c.count("dx", prod({M, K}), "M×K"));
+  LLCDIST_RETURN_IF_ERROR(c.count("w", prod({K, N}), "K×N"));
+  LLCDIST_RETURN_IF_ERROR(c.count("dw", prod({K, N}), "K×N"));
+  LLCDIST_RETURN_IF_ERROR(c.count("dw_acc", prod({K, N}), "K×N"));
+  LLCDIST_RETURN_IF_ERROR(c.count("logits", prod({chunk, N}), "chunk×N"));
+  LLCDIST_RETURN_IF_ERROR(c.count("targets", M, "M"));
+  if (const int64_t acc = c.op().arg("dw_acc"); acc >= 0 && c.buffer(acc).dtype != schema::ElemType::kF32)
+    return c.argError("dw_acc", "the weight gradient's f32 sum over the chunks must be an f32 buffer");
+  return c.count("loss", 1, "1");
+}
+
+StatusOr<OpParams> bindClassifier(const BindContext& b) {
+  ClassifierParams p;
+  p.linear.M = b.op.intAttr("M");
+  p.linear.K = b.op.intAttr("K");
+  p.linear.N = b.op.intAttr("N");
+  p.linear.layout = b.op.stringAttr("layout") == "in_out" ? WeightLayout::kInOut : WeightLayout::kOutIn;
+  p.linear.accumulate = b.op.boolAttr("accumulate");
+  p.chunk = b.op.intAttr("chunk");
+  p.scale = b.op.floatAttr("scale");
+  p.gradScale = b.op.floatAttr("grad_scale");
+  p.realVocab = b.op.intAttr(std::string(sc::kRealVocabAttr));
+  return OpParams(p);
+}
+
 }  // namespace
 
 void registerLossOps(OpDefTable& t) {
@@ -81,6 +118,7 @@ void registerLossOps(OpDefTable& t) {
   t.add(K::kCrossEntropyBwd, {"loss", checkCrossEntropy, bindCrossEntropy});
   t.add(K::kCrossEntropyMax, {"loss", checkCrossEntropy, bindCrossEntropy});
   t.add(K::kCrossEntropySums, {"loss", checkCrossEntropy, bindCrossEntropy});
+  t.add(K::kClassifier, {"loss", checkClassifier, bindClassifier});
 }
 
 }  // namespace llcdist::rt::ops

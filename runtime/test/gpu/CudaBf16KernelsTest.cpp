@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace llcdist::rt::cuda::test {
@@ -391,6 +392,37 @@ TEST(CudaBf16Kernels, CrossEntropyOnBf16Logits) {
       .i32("targets", randomI32(M, 113, 0, int32_t(V - 1)))
       .bf16("dlogits", randomF32(M * V, 114))
       .expectMatch(1e-7, kBf16Rtol);
+}
+
+// The fused classifier (llcdist-plan-fuse-classifier): per chunk, three cuBLASLt GEMMs around the row
+// kernel writing the loss terms and the gradient in place of the chunk's logits. 37 rows in chunks of 8
+// (the last one short), 41 of 50 columns real; bf16 operands with dw summed in the f32 dw_acc, and f32
+// throughout. A bf16 logit whose f32 product rounds the other way changes its row's gradient by about an
+// ulp, so dx and dw get the linear GEMMs' tolerance.
+TEST(CudaBf16Kernels, ClassifierOverChunks) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t M = 37, K = 24, N = 50;
+  for (bool bf16 : {true, false})
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + (accumulate ? ", accumulate" : ""));
+      ClassifierParams p;
+      p.linear = {M, K, N, WeightLayout::kOutIn, accumulate};
+      p.chunk = 8;
+      p.scale = 0.5;
+      p.gradScale = 1.0 / double(M);
+      p.realVocab = 41;
+      KernelCase k(K::kClassifier, p);
+      auto floats = [&](const char* role, const std::vector<float>& v) { bf16 ? k.bf16(role, v) : k.f32(role, v); };
+      floats("x", randomF32(M * K, 120, -1, 1));
+      floats("w", randomF32(N * K, 121, -1, 1));
+      k.i32("targets", randomI32(M, 122, 0, 40));
+      k.f32("loss", {0.25f});
+      floats("logits", randomF32(8 * N, 123));
+      floats("dx", randomF32(M * K, 124));
+      floats("dw", randomF32(N * K, 125));
+      if (bf16) k.f32("dw_acc", randomF32(N * K, 126));
+      k.expectMatch(bf16 ? std::sqrt(double(M)) / 256.0 : kF32Atol, bf16 ? kBf16Rtol : kF32Rtol);
+    }
 }
 
 OptimizerParams adamw() {

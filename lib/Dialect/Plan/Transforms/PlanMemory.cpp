@@ -179,13 +179,9 @@ struct SubroutineSummary {
         int idx = schema::argIndex(*kind, std::string_view(arg.getName().data(),
                                                            arg.getName().size()));
         if (idx >= 0) {
-          schema::ArgAccess acc = schema::opSpec(*kind).args[idx].access;
-          reads = acc != schema::ArgAccess::kWrite;
-          overwrites = acc == schema::ArgAccess::kWrite ||
-                       (acc == schema::ArgAccess::kReadWrite && accumulate &&
-                        !accumulate.getValue());
-          if (overwrites)
-            reads = false;
+          const schema::ArgAccess acc = schema::effectiveAccess(*kind, size_t(idx), !accumulate || accumulate.getValue());
+          overwrites = acc == schema::ArgAccess::kWrite;
+          reads = !overwrites;
         }
       }
       auto note = [&](Attribute a) {

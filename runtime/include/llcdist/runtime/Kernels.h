@@ -175,6 +175,26 @@ Status crossEntropyForward(const float* logits, const int32_t* targets, float* l
 Status crossEntropyBackward(const float* logits, const int32_t* targets, float* dlogits, int64_t M,
                             int64_t V, float scale, int64_t realV = 0);
 
+// The fused classifier (op `classifier`, PlanSchema.h kClassifierArgs; llcdist-plan-fuse-classifier).
+// Every target is checked first (nothing is written on an error). Then for the rows [r, r + chunk) of
+// x [M,K] in turn: logits [rows,N] = x_rows·Wᵀ (W in layout), rounded to bf16 where `bf16Logits` (as
+// its buffer stores them), the rows' losses added to *total in row order (double, as
+// crossEntropyForward sums them), dlogits = (softmax - onehot)·gradScale in place of the logits
+// (rounded likewise), dx_rows = dlogits·W, and dlogitsᵀ·x_rows summed in f32 over the chunks: into
+// dwAcc (written) when given, then dw = (accumulate ? dw : 0) + dwAcc; else straight onto dw
+// (accumulated when `accumulate` or after the first chunk). The caller adds scale·total/M to the loss.
+struct ClassifierArrays {
+  const float* x = nullptr;
+  const float* w = nullptr;
+  const int32_t* targets = nullptr;
+  float* logits = nullptr;  // [chunk, N]
+  float* dx = nullptr;
+  float* dw = nullptr;
+  float* dwAcc = nullptr;  // optional
+  bool bf16Logits = false;
+};
+Status classifierForwardBackward(const ClassifierArrays& a, const ClassifierParams& p, double* total);
+
 // Vocabulary-parallel cross entropy (Megatron's vocab_parallel_cross_entropy), as local kernels with
 // the plan's all-reduces between them (kernels never communicate): logits [M,V] hold the global
 // columns [c·V, (c+1)·V) of a V·count vocabulary (c = shard.index); targets are global ids in

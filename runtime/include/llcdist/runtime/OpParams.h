@@ -131,6 +131,14 @@ struct LossParams {
   // Vocabulary-parallel (attr `shard_axis`): this rank's slice; nullopt without shard_axis.
   std::optional<VocabShard> vocabShard;
 };
+// classifier (family "loss"): the LM head's GEMMs (linear: M, K, N, layout; accumulate is dw's) and
+// the cross entropy over `chunk` rows at a time (PlanSchema.h kClassifierArgs).
+struct ClassifierParams {
+  LinearParams linear;
+  int64_t chunk = 0;
+  double scale = 0, gradScale = 0;
+  int64_t realVocab = 0;  // attr real_vocab; 0 when absent
+};
 // grad_norm, grad_norm_sq, grad_norm_clip, adamw, sgd (family "optimizer").
 struct OptimizerParams {
   // grad_norm / grad_norm_clip: clip threshold. grad_norm_sq with args.replica_shards: `member` this
@@ -159,6 +167,6 @@ struct CommunicationParams {
 
 using OpParams = std::variant<std::monostate, DataParams, LayoutParams, ElementwiseParams, EmbeddingParams,
                               NormParams, LinearParams, RopeParams, AttentionParams, LossParams, OptimizerParams,
-                              CommunicationParams>;
+                              CommunicationParams, ClassifierParams>;
 
 }  // namespace llcdist::rt

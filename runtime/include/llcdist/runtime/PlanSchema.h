@@ -163,6 +163,7 @@ enum class OpKind {
   kShardSlice,
   kAdamWMulti, kSgdMulti, kCastMulti,
   kAddLayerNormFwd, kAddRmsNormFwd, kLayerNormBwd, kRmsNormBwd,
+  kClassifier,
   kWait,
 };
 inline constexpr size_t kNumOpKinds = size_t(OpKind::kWait) + 1;
@@ -322,6 +323,19 @@ inline constexpr T kCeAttrs[] = {{"M", Int}, {"V", Int}, {"scale", Flt}, {"shard
 inline constexpr A kCeMaxArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}, {"row_max", One, D, W}};
 inline constexpr A kCeSumsArgs[] = {{"logits", One, F, R}, {"targets", One, I, R}, {"row_max", One, D, R},
                                     {"row_sums", One, D, W}};
+// classifier (llcdist-plan-fuse-classifier): the LM head, the cross entropy and their backward in
+// one op, over chunks of `chunk` token rows: per chunk, logits = x·Wᵀ (W in `layout`, no bias) into
+// `logits` (a [chunk, N] scratch, never the whole [M, N]), loss += scale · Σ row losses / M (the rows
+// summed in order over all chunks, as cross_entropy_fwd does), the gradient (softmax - onehot) ·
+// grad_scale in place of the chunk's logits, then dx rows = dlogits·W and dw += dlogitsᵀ·x, dw summed
+// in f32 over the chunks and rounded once into its dtype (`dw_acc`: an f32 [N,K] scratch for that sum
+// where dw is not f32 and there are several chunks; a backend may sum elsewhere in f32).
+inline constexpr A kClassifierArgs[] = {{"x", One, F, R},      {"w", One, F, R},       {"targets", One, I, R},
+                                        {"loss", One, F, RW},  {"logits", One, F, W},  {"dx", One, F, W},
+                                        {"dw", One, F, RW},    {"dw_acc", Opt, F, W}};
+inline constexpr T kClassifierAttrs[] = {{"M", Int},          {"K", Int},          {"N", Int},
+                                         {"layout", Str},     {"accumulate", Bool}, {"chunk", Int},
+                                         {"scale", Flt},      {"grad_scale", Flt}, {"real_vocab", Int, false}};
 inline constexpr T kCeStatsAttrs[] = {{"M", Int}, {"V", Int}, {"shard_axis", Str}, {"real_vocab", Int, false}};
 // grad_norm: the local norm of `grads` and the clip (a plan whose gradients are whole on every rank).
 inline constexpr A kGradNormArgs[] = {{"grads", List, F, RW}, {"norm", One, F, W}};
@@ -458,11 +472,22 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kAddRmsNormFwd, "add_rms_norm_fwd", detail::kAddRmsFwdArgs, detail::kNormFwdAttrs),
     detail::op(OpKind::kLayerNormBwd, "layer_norm_bwd", detail::kLnBwdArgs, detail::kMHAccAttrs),
     detail::op(OpKind::kRmsNormBwd, "rms_norm_bwd", detail::kRmsBwdArgs, detail::kMHAccAttrs),
+    detail::op(OpKind::kClassifier, "classifier", detail::kClassifierArgs, detail::kClassifierAttrs),
     // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
     OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},
 }};
 
 constexpr const OpSpec& opSpec(OpKind k) { return kOpSpecs[size_t(k)]; }
+
+// The access of argument `idx` of a `kind` op whose attr `accumulate` is `accumulate` (absent: true):
+// with accumulate false a read-written role is overwritten, not summed onto, so it is only written;
+// except the classifier's loss, which is always summed onto (its accumulate is dw's).
+constexpr ArgAccess effectiveAccess(OpKind kind, size_t idx, bool accumulate) {
+  const ArgSpec& a = opSpec(kind).args[idx];
+  if (a.access != ArgAccess::kReadWrite || accumulate) return a.access;
+  if (kind == OpKind::kClassifier && a.role == "loss") return a.access;
+  return ArgAccess::kWrite;
+}
 constexpr std::string_view opName(OpKind k) { return kOpSpecs[size_t(k)].name; }
 constexpr std::optional<OpKind> parseOpKind(std::string_view s) {
   for (const OpSpec& spec : kOpSpecs)

@@ -29,7 +29,9 @@ bool present(const KernelCall& c, std::string_view name) {
   const int r = sc::argIndex(c.kind, name);
   return r >= 0 && size_t(r) < c.args.size() && !c.args[size_t(r)].empty();
 }
-E typeOf(const KernelCall& c, std::string_view name, size_t k = 0) { return c.type(size_t(sc::argIndex(c.kind, name)), k); }
+E typeOf(const KernelCall& c, std::string_view name, size_t k = 0) {
+  return c.type(size_t(sc::argIndex(c.kind, name)), k);
+}
 
 // Every float argument of the call has one dtype (element copies).
 std::string sameDType(const KernelCall& c) {
@@ -69,6 +71,23 @@ KernelVariantInfo gemm(std::string_view a, std::string_view b, std::string_view 
   for (std::string_view r : more) v.floatRoles.emplace_back(r, kTakesF32OrBF16);
   const std::string ra(a), rb(b), ro(out);
   v.fits = [ra, rb, ro](const KernelCall& c, const KernelSelectOptions&) { return gemmDTypes(c, ra, rb, ro); };
+  return v;
+}
+
+// The fused classifier's three GEMMs (x·Wᵀ into the chunk's logits, dlogits·W into dx, dlogitsᵀ·x into
+// dw_acc or dw) on cuBLASLt: x, w and logits of one dtype; dx and dw that dtype or, for bf16 operands,
+// f32 (gemmDTypes' rule for each GEMM); dw_acc f32.
+KernelVariantInfo classifierVariant() {
+  KernelVariantInfo v;
+  v.name = kCublasLtVariant;
+  for (std::string_view r : {"x", "w", "logits", "dx", "dw", "dw_acc"}) v.floatRoles.emplace_back(r, kTakesF32OrBF16);
+  v.fits = [](const KernelCall& c, const KernelSelectOptions&) -> std::string {
+    if (std::string why = gemmDTypes(c, "x", "w", "logits"); !why.empty()) return why;
+    if (std::string why = gemmDTypes(c, "logits", "w", "dx"); !why.empty()) return why;
+    if (std::string why = gemmDTypes(c, "logits", "x", "dw"); !why.empty()) return why;
+    if (present(c, "dw_acc") && typeOf(c, "dw_acc") != E::kF32) return "dw_acc is not f32";
+    return "";
+  };
   return v;
 }
 
@@ -136,6 +155,7 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kCrossEntropyBwd, {own({"logits", "dlogits"})});
   set(K::kCrossEntropyMax, {own({"logits"})});
   set(K::kCrossEntropySums, {own({"logits"})});
+  set(K::kClassifier, {classifierVariant()});
   set(K::kGradNorm, {own({"grads"})});
   set(K::kGradNormSq, {own({"grads", "replica_shards"})});
   set(K::kGradNormClip, {own({"grads"})});

@@ -15,8 +15,19 @@
 // synchronize()); that row's outputs are left as they were and cross_entropy_fwd leaves the loss
 // unchanged. The shape errors the CPU reports synchronously (a bad shard, real_vocab outside the
 // logits' columns) are returned synchronously here too.
+//
+// classifier (llcdist-plan-fuse-classifier; variant "cublaslt"): per chunk of token rows, three
+// cuBLASLt GEMMs through the rank's GemmRunner (the linear family's problems, GemmPlan.h, on the
+// chunk's rows) around one row kernel that writes the row's loss and its gradient in place of the
+// chunk's logits: logits = x·Wᵀ, then dx = dlogits·W, then dlogitsᵀ·x onto dw_acc (f32; the first
+// chunk writes it) or, without dw_acc, onto dw; dw = (accumulate ? dw : 0) + dw_acc at the end, and the
+// mean loss over all M rows in one block, as cross_entropy_fwd's.
 #include "cuda/CudaKernels.h"
+#include "cuda/Gemm.h"
+#include "cuda/host/GemmPlan.h"
+#include "cuda/kernels/Elementwise.cuh"
 #include "cuda/kernels/FloatRef.cuh"
+#include "llcdist/runtime/KernelChecks.h"
 
 #include <cmath>
 #include <cstdint>
@@ -143,6 +154,41 @@ __global__ void crossEntropyBackwardKernel(FloatRef logits, const int32_t* targe
   }
 }
 
+// classifier's row step: rowLoss[m] as crossEntropyRowLossKernel, then the gradient as
+// crossEntropyBackwardKernel in place of the row (read in full before any thread writes it).
+__global__ void crossEntropyLossAndGradKernel(FloatRef logits, const int32_t* targets, double* rowLoss, int64_t M,
+                                              int64_t V, int64_t R, float scale, int* deviceError) {
+  __shared__ float redF[kThreads];
+  __shared__ double redD[kThreads];
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+    const int64_t t = targets[m];
+    if (t < 0 || t >= R) {
+      if (threadIdx.x == 0) {
+        reportBadTarget(deviceError);
+        rowLoss[m] = 0.0;
+      }
+      continue;
+    }
+    const FloatRef x = logits.at(m * V);
+    const float mx = rowMax(x, R, redF);
+    const double sum = rowSumExp(x, R, mx, redD);
+    if (threadIdx.x == 0) rowLoss[m] = double(mx) + log(sum) - double(x[t]);
+    __syncthreads();  // x[t] read before any thread overwrites it
+    const double inv = 1.0 / sum;
+    for (int64_t j = threadIdx.x; j < R; j += kThreads) {
+      const double p = exp(double(x[j] - mx)) * inv;
+      x.set(j, static_cast<float>((p - (j == t ? 1.0 : 0.0)) * double(scale)));
+    }
+    for (int64_t j = R + threadIdx.x; j < V; j += kThreads) x.set(j, 0.0f);
+  }
+}
+
+// dw[i] = (accumulate ? dw[i] : 0) + acc[i], rounded once into dw's dtype.
+__global__ void addWeightGradKernel(FloatRef dw, const float* acc, int64_t n, bool accumulate) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dw.set(i, accumulate ? dw[i] + acc[i] : acc[i]);
+}
+
 // cross_entropy_max: rowMaxOut[m] = max over the shard's first n (real) columns, -inf for n = 0; a
 // target outside [0, globalR) is reported.
 __global__ void crossEntropyShardMaxKernel(FloatRef logits, const int32_t* targets, double* rowMaxOut, int64_t M,
@@ -178,10 +224,9 @@ __global__ void crossEntropyShardSumsKernel(FloatRef logits, const int32_t* targ
 
 // Vocabulary-parallel cross_entropy_bwd: dlogits = (exp(x - float(rowMax)) / rowSums - onehot) · scale
 // on the shard's n real columns, 0 on the rest; a target outside [0, globalR) is reported (row left).
-__global__ void crossEntropyBackwardVocabParallelKernel(FloatRef logits, const int32_t* targets,
-                                                        const double* rowMaxIn, const double* rowSums,
-                                                        FloatRef dlogits, int64_t M, int64_t V, int64_t n,
-                                                        int64_t begin, int64_t globalR, float scale,
+__global__ void crossEntropyBackwardVocabParallelKernel(FloatRef logits, const int32_t* targets, const double* rowMaxIn,
+                                                        const double* rowSums, FloatRef dlogits, int64_t M, int64_t V,
+                                                        int64_t n, int64_t begin, int64_t globalR, float scale,
                                                         int* deviceError) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     const int64_t t = targets[m];
@@ -242,6 +287,67 @@ Status needScratch(const CudaKernelContext& ctx, const char* op) {
 
 unsigned rowBlocks(int64_t M) { return gridFor(M, 1); }  // one block a row, capped (grid-stride)
 
+GemmDType gemmType(const FloatRef& r) { return r.bf16 ? GemmDType::kBF16 : GemmDType::kF32; }
+
+// One of the classifier's GEMMs on a chunk's operands (x rows, W, the chunk's dlogits as dy).
+Status classifierGemm(const GemmProblem& g, FloatRef x, FloatRef w, FloatRef dy, void* out,
+                      const CudaKernelContext& ctx) {
+  auto of = [&](GemmOperand o) -> const void* {
+    return o == GemmOperand::kX ? x.p : o == GemmOperand::kW ? w.p : dy.p;
+  };
+  GemmProblem problem = g;
+  problem.tf32 = ctx.tf32;
+  return ctx.gemm->run(problem, of(g.a), of(g.b), out, nullptr, nullptr, ctx.stream, ctx.deterministic)
+      .withContext("classifier");
+}
+
+Status classifier(const KernelCall& c, const ClassifierParams& p, const CudaKernelContext& ctx) {
+  const LinearParams& lin = p.linear;
+  const int64_t M = lin.M, K = lin.K, N = lin.N;
+  LLCDIST_RETURN_IF_ERROR(checkRealVocab(p.realVocab, N));
+  if (p.chunk < 1) return Status::invalidArgument("classifier: chunk " + std::to_string(p.chunk) + " is not >= 1");
+  for (const auto& [role, n] : {std::pair<const char*, int64_t>{"x", M * K},
+                                {"w", N * K},
+                                {"dx", M * K},
+                                {"dw", N * K},
+                                {"logits", p.chunk * N}})
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, n));
+  if (!ctx.gemm) return Status::internal("classifier: no GEMM runner in the CUDA kernel context");
+  LLCDIST_RETURN_IF_ERROR(needScratch(ctx, "classifier"));
+  if (M <= 0) return Status::ok();
+  StatusOr<void*> scratch = ctx.scratch->get(M * int64_t(sizeof(double)));
+  if (!scratch.isOk()) return scratch.status().withContext("classifier");
+  double* rowLoss = static_cast<double*>(*scratch);
+  const FloatRef x = floatRef(c, "x"), w = floatRef(c, "w"), logits = floatRef(c, "logits"), dx = floatRef(c, "dx"),
+                 dw = floatRef(c, "dw");
+  float* dwAcc = c.F("dw_acc");
+  const int32_t* targets = c.I("targets");
+  const int64_t R = p.realVocab > 0 ? p.realVocab : N;
+  for (int64_t r = 0; r < M; r += p.chunk) {
+    LinearParams rows = lin;
+    rows.M = M - r < p.chunk ? M - r : p.chunk;
+    const FloatRef xr = x.at(r * K);
+    LLCDIST_RETURN_IF_ERROR(
+        classifierGemm(linearForwardGemm(rows, false, gemmType(x), gemmType(logits)), xr, w, {}, logits.p, ctx));
+    crossEntropyLossAndGradKernel<<<rowBlocks(rows.M), kThreads, 0, ctx.stream>>>(
+        logits, targets + r, rowLoss + r, rows.M, N, R, float(p.gradScale), ctx.deviceError);
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("classifier (loss and gradient)", ctx.rank));
+    rows.accumulate = false;
+    LLCDIST_RETURN_IF_ERROR(classifierGemm(linearBackwardInputGemm(rows, gemmType(logits), gemmType(dx)), {}, w, logits,
+                                           dx.at(r * K).p, ctx));
+    rows.accumulate = r > 0 || (!dwAcc && lin.accumulate);
+    const GemmDType outType = dwAcc ? GemmDType::kF32 : gemmType(dw);
+    LLCDIST_RETURN_IF_ERROR(classifierGemm(linearBackwardWeightGemm(rows, gemmType(logits), outType), xr, {}, logits,
+                                           dwAcc ? static_cast<void*>(dwAcc) : dw.p, ctx));
+  }
+  if (dwAcc) {
+    addWeightGradKernel<<<gridFor(N * K, kThreads), kThreads, 0, ctx.stream>>>(dw, dwAcc, N * K, lin.accumulate);
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("classifier (weight gradient)", ctx.rank));
+  }
+  crossEntropyMeanKernel<<<1, kThreads, 0, ctx.stream>>>(rowLoss, targets, R, M, p.scale, c.F("loss"));
+  return LLCDIST_CUDA_LAUNCHED("classifier (mean loss)", ctx.rank);
+}
+
 }  // namespace
 
 void registerCudaLossKernels(CudaKernelTable& t) {
@@ -273,8 +379,8 @@ void registerCudaLossKernels(CudaKernelTable& t) {
       R = p.realVocab > 0 ? p.realVocab : p.V;
       targets = c.I("targets");
       if (M > 0) {
-        crossEntropyRowLossKernel<<<rowBlocks(M), kThreads, 0, ctx.stream>>>(floatRef(c, "logits"), targets, rowLoss, M, p.V,
-                                                                            R, ctx.deviceError);
+        crossEntropyRowLossKernel<<<rowBlocks(M), kThreads, 0, ctx.stream>>>(floatRef(c, "logits"), targets, rowLoss, M,
+                                                                             p.V, R, ctx.deviceError);
         LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("cross_entropy_fwd (row losses)", ctx.rank));
       }
     }
@@ -302,6 +408,7 @@ void registerCudaLossKernels(CudaKernelTable& t) {
         floatRef(c, "logits"), c.I("targets"), floatRef(c, "dlogits"), p.M, p.V, R, float(p.scale), ctx.deviceError);
     return LLCDIST_CUDA_LAUNCHED("cross_entropy_bwd", ctx.rank);
   });
+  addCudaKernel<ClassifierParams>(t, K::kClassifier, "cublaslt", classifier);
   addCudaKernel<P>(t, K::kCrossEntropyMax, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
     LLCDIST_RETURN_IF_ERROR(needShard(p, "cross_entropy_max"));
     LLCDIST_RETURN_IF_ERROR(checkShard(*p.vocabShard));
@@ -313,16 +420,17 @@ void registerCudaLossKernels(CudaKernelTable& t) {
         globalR, ctx.deviceError);
     return LLCDIST_CUDA_LAUNCHED("cross_entropy_max", ctx.rank);
   });
-  addCudaKernel<P>(t, K::kCrossEntropySums, [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
-    LLCDIST_RETURN_IF_ERROR(needShard(p, "cross_entropy_sums"));
-    LLCDIST_RETURN_IF_ERROR(checkShard(*p.vocabShard));
-    LLCDIST_RETURN_IF_ERROR(checkRealVocab(p.realVocab, p.V * p.vocabShard->count));
-    if (p.M <= 0) return Status::ok();
-    crossEntropyShardSumsKernel<<<rowBlocks(p.M), kThreads, 0, ctx.stream>>>(
-        floatRef(c, "logits"), c.I("targets"), c.D("row_max"), c.D("row_sums"), p.M, p.V,
-        realColumns(p.V, p.realVocab, *p.vocabShard), p.vocabShard->index * p.V);
-    return LLCDIST_CUDA_LAUNCHED("cross_entropy_sums", ctx.rank);
-  });
+  addCudaKernel<P>(t, K::kCrossEntropySums,
+                   [](const KernelCall& c, const P& p, const CudaKernelContext& ctx) -> Status {
+                     LLCDIST_RETURN_IF_ERROR(needShard(p, "cross_entropy_sums"));
+                     LLCDIST_RETURN_IF_ERROR(checkShard(*p.vocabShard));
+                     LLCDIST_RETURN_IF_ERROR(checkRealVocab(p.realVocab, p.V * p.vocabShard->count));
+                     if (p.M <= 0) return Status::ok();
+                     crossEntropyShardSumsKernel<<<rowBlocks(p.M), kThreads, 0, ctx.stream>>>(
+                         floatRef(c, "logits"), c.I("targets"), c.D("row_max"), c.D("row_sums"), p.M, p.V,
+                         realColumns(p.V, p.realVocab, *p.vocabShard), p.vocabShard->index * p.V);
+                     return LLCDIST_CUDA_LAUNCHED("cross_entropy_sums", ctx.rank);
+                   });
 }
 
 }  // namespace llcdist::rt::cuda

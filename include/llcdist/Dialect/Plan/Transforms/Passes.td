@@ -373,6 +373,48 @@ def PlanCeGradInPlace : Pass<"llcdist-plan-ce-grad-in-place", "llcdist::plan::Pr
   }];
 }
 
+def PlanFuseClassifier : Pass<"llcdist-plan-fuse-classifier", "llcdist::plan::ProgramOp"> {
+  let summary = "the LM head, the cross entropy and their backward as one chunked op";
+  let description = [{
+    The LM head's logits are [tokens, vocabulary] (0.8 GB for GPT-2 at
+    8 × 1024 in bf16) and live from the forward's last GEMM to the
+    backward's first two. This pass makes the LM head's `linear_fwd` and the
+    `cross_entropy_fwd` (forward) and the `cross_entropy_bwd`,
+    `linear_bwd_weight` and `linear_bwd_input` (backward) one `classifier`
+    kernel at the cross_entropy_bwd's place, which runs them over chunks of
+    `chunk` token rows: only a [chunk, vocabulary] scratch holds logits (and,
+    for a non-f32 weight gradient summed over several chunks, an f32 scratch
+    of its shape). The loss is then written in the backward, so the pass
+    fuses only where that changes no value: the kernels synchronous and
+    unsharded (not the vocabulary-parallel loss), the logits theirs alone,
+    nothing touching the loss or writing the inputs between, and every
+    forward action followed by its microbatch's backward action before any
+    other touching these buffers (one stage or the last one under 1F1B; not
+    GPipe, not ZB-H1). The loss is the same bits; dx the same rows of the
+    same products; dw summed over the chunks (f32: within rounding).
+    `chunk-rows` (0: the pass picks the rows that keep the chunk's logits
+    within 128 MiB, a multiple of 128) sets the chunk. Records what it fused
+    (plan.fused); `llc-dist compile --no-fuse-classifier` keeps the five.
+
+    Before (forward, then backward):
+    ```mlir
+    plan.kernel "linear_fwd" {w = @wte, x = @h, y = @logits} {K = 16 : i64, M = 8 : i64, N = 64 : i64, layout = "out_in"}
+    plan.kernel "cross_entropy_fwd" {logits = @logits, loss = @loss, targets = @t} {M = 8 : i64, V = 64 : i64, scale = 1.0 : f64}
+    plan.kernel "cross_entropy_bwd" {dlogits = @logits, logits = @logits, targets = @t} {M = 8 : i64, V = 64 : i64, scale = 0.125 : f64}
+    plan.kernel "linear_bwd_weight" {dw = @dwte, dy = @logits, x = @h} {K = 16 : i64, M = 8 : i64, N = 64 : i64, accumulate = true, layout = "out_in"}
+    plan.kernel "linear_bwd_input" {dx = @dh, dy = @logits, w = @wte} {K = 16 : i64, M = 8 : i64, N = 64 : i64, accumulate = false, layout = "out_in"}
+    ```
+    After (backward; the forward loses its two):
+    ```mlir
+    plan.kernel "classifier" {dw = @dwte, dx = @dh, logits = @chunk, loss = @loss, targets = @t, w = @wte, x = @h} {K = 16 : i64, M = 8 : i64, N = 64 : i64, accumulate = true, chunk = 4 : i64, grad_scale = 0.125 : f64, layout = "out_in", scale = 1.0 : f64}
+    ```
+  }];
+  let options = [
+    Option<"chunkRows", "chunk-rows", "int64_t", /*default=*/"0",
+           "token rows per chunk (0: as many as keep the chunk's logits within 128 MiB)">,
+  ];
+}
+
 def PlanPackedQkv : Pass<"llcdist-plan-packed-qkv", "llcdist::plan::ProgramOp"> {
   let summary = "attention reads q, k, v from the packed QKV buffer and writes dq, dk, dv into one";
   let description = [{

@@ -1,6 +1,8 @@
 // JSON field readers with file + path errors. See PlanJson.h.
 #include "PlanJson.h"
 
+#include "llcdist/runtime/PlanSchema.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -73,8 +75,7 @@ Status Doc::keys(const json& o, const std::string& path, std::initializer_list<c
   for (auto it = o.begin(); it != o.end(); ++it) {
     const std::string& k = it.key();
     auto same = [&](const char* c) { return k == c; };
-    if (std::any_of(required.begin(), required.end(), same) ||
-        std::any_of(optional.begin(), optional.end(), same))
+    if (std::any_of(required.begin(), required.end(), same) || std::any_of(optional.begin(), optional.end(), same))
       continue;
     std::string expected;
     for (const char* c : required) expected += std::string(expected.empty() ? "" : ", ") + c;
@@ -92,15 +93,14 @@ bool integerIn(const json& v, int64_t min, int64_t max, int64_t* out) {
   return true;
 }
 
-Status Doc::integerValue(const json& v, const std::string& path, int64_t* out, int64_t min,
-                         int64_t max) const {
+Status Doc::integerValue(const json& v, const std::string& path, int64_t* out, int64_t min, int64_t max) const {
   if (integerIn(v, min, max, out)) return Status::ok();
   if (!v.is_number_integer()) return error(path, "expected an integer, got " + describe(v));
   if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
     return error(path, "integer " + v.dump() + " is out of range");
   const int64_t x = v.get<int64_t>();
   if (x < min || x > max) {
-    std::string range = min == INT64_MIN ? "<= " + std::to_string(max)
+    std::string range = min == INT64_MIN   ? "<= " + std::to_string(max)
                         : max == INT64_MAX ? ">= " + std::to_string(min)
                                            : "in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
     return error(path, "expected an integer " + range + ", got " + std::to_string(x));
@@ -154,18 +154,57 @@ Status Doc::boolean(const json& o, const std::string& path, const char* k, bool*
   return Status::ok();
 }
 
-Status Doc::intArray(const json& o, const std::string& path, const char* k, std::vector<int64_t>* out,
-                     int64_t min, int64_t max) const {
+Status Doc::intArray(const json& o, const std::string& path, const char* k, std::vector<int64_t>* out, int64_t min,
+                     int64_t max) const {
   const json& v = o.at(k);
   if (!v.is_array()) return array(v, key(path, k));
   out->clear();
   out->reserve(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     int64_t x = 0;
-    if (!integerIn(v[i], min, max, &x))
-      return integerValue(v[i], index(key(path, k), i), &x, min, max);
+    if (!integerIn(v[i], min, max, &x)) return integerValue(v[i], index(key(path, k), i), &x, min, max);
     out->push_back(x);
   }
+  return Status::ok();
+}
+
+namespace sc = schema;
+
+namespace {
+
+std::string supportedVersions() {
+  std::string s;
+  for (int64_t v = sc::kMinSupportedVersion; v <= sc::kPlanVersion; ++v)
+    s += (s.empty() ? "" : ", ") + std::to_string(v);
+  return s;
+}
+
+}  // namespace
+
+Status checkHeader(const Doc& doc, const json& root, std::string_view format, int64_t* version) {
+  if (!root.contains("format"))
+    return doc.error("format", "missing required field (expected \"" + std::string(format) + "\")");
+  std::string f;
+  LLCDIST_RETURN_IF_ERROR(doc.string(root, "", "format", &f));
+  if (f != format)
+    return doc.error("format", "expected \"" + std::string(format) + "\", got \"" + f + "\"" +
+                                   (f == sc::kPlanFormat || f == sc::kProgramFormat ? " (wrong file?)" : ""));
+  if (!root.contains("version")) return doc.error("version", "missing required field");
+  LLCDIST_RETURN_IF_ERROR(doc.integer(root, "", "version", version));
+  if (*version < sc::kMinSupportedVersion || *version > sc::kPlanVersion)
+    return doc.error("version", "unsupported version " + std::to_string(*version) + " (this runtime supports version " +
+                                    supportedVersions() + "; recompile the plan with a matching llc-dist)");
+  return Status::ok();
+}
+
+Status readShape(const Doc& doc, const json& o, const std::string& path, std::vector<int64_t>* shape) {
+  return doc.intArray(o, path, "shape", shape, 1);
+}
+
+Status numelOf(const Doc& doc, const std::string& path, const std::vector<int64_t>& shape, int64_t* n) {
+  *n = 1;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(*n, d, n)) return doc.error(key(path, "shape"), "element count overflows int64");
   return Status::ok();
 }
 

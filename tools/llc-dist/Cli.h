@@ -160,12 +160,16 @@ inline void error(const std::string &msg) {
 
 /// `llc-dist verify PLAN` (Verify.cpp) and `llc-dist run PLAN` (Run.cpp),
 /// and their --help texts.
+int runCompile(Args &args); // Compile.cpp
+int runInfo(Args &args);    // Info.cpp
 int runVerify(Args &args);
 int runRun(Args &args);
 int runDiagnose(Args &args);
 int runSimulate(Args &args); // Simulate.cpp
 int runPlan(Args &args);     // PlanCmd.cpp
 int runExport(Args &args);   // Export.cpp
+extern const char *const kCompileHelp;
+extern const char *const kInfoHelp;
 extern const char *const kVerifyHelp;
 const char *runHelp(); // the runtime's run command (RunCommand.h)
 extern const char *const kDiagnoseHelp;

@@ -15,6 +15,7 @@
 #include "llcdist/Cost/Planner.h"
 #include "llcdist/Pipelines/FitBudget.h"
 #include "llcdist/Pipelines/Pipelines.h"
+#include "llcdist/Pipelines/PlannedCompile.h"
 #include "llcdist/Support/Device.h"
 #include "llcdist/Target/Plan/PlanWriter.h"
 
@@ -86,24 +87,12 @@ void compileAndSimulate(const std::string &model, const cost::Workload &w,
                         const cost::Hardware &hw, const cost::ParallelConfig &c,
                         const std::string &dir, cost::ExactResult &r) {
   auto t0 = std::chrono::steady_clock::now();
-  TrainingShape shape;
-  shape.seqLen = w.seqLen;
-  shape.microBatch = c.microBatch;
-  shape.globalBatch = w.globalBatch;
-  shape.dtype = w.precision == cost::Precision::BF16 ? "bf16" : "f32";
-  TrainingPipelineOptions t;
-  t.zero = c.zero;
-  t.recompute = c.recompute;
-  t.pipelineSchedule = c.schedule;
-  t.virtualStages = c.virtualStages;
-  t.sequenceParallel = c.sequenceParallel;
-  t.gradBucketSize = c.gradBucket;
-  t.fsdpPrefetch = c.fsdpPrefetch;
+  const PlannedCompile planned = plannedCompile(w, c);
   // In memory, without the communication verifier (it would check every
   // rank's program: 16,384 of them at scale); the simulator reads the files.
   bool written = false;
   if (!compileInMemory(
-          model, shape, c.mesh(), t,
+          model, planned.shape, planned.mesh, planned.options,
           [&](ModuleOp module) { written = succeeded(writePlanDirectory(module, dir)); },
           r.error))
     return;

@@ -1,0 +1,321 @@
+// The CUDA backend's collectives (the class: CudaBackendImpl.h): channels, NCCL communicators and their
+// bootstrap, all-reduce / all-gather / reduce-scatter and send / recv through NCCL (one group per
+// microbatch's pending point-to-point ops), or staged through the host communicator without NCCL, and
+// their handles' events.
+#include "CudaBackendImpl.h"
+
+namespace llcdist::rt::cuda {
+
+StatusOr<Channel> CudaBackend::createChannel(const std::vector<int>& group) {
+  const auto at = std::find(group.begin(), group.end(), opts_.rank);
+  if (at == group.end() || std::count(group.begin(), group.end(), opts_.rank) != 1)
+    return Status::invalidArgument("cuda backend: rank " + std::to_string(opts_.rank) +
+                                   " creates a channel for a group without it exactly once");
+  if (group.size() > 1 && !opts_.communicator)
+    return Status::invalidArgument("cuda backend: a group of " + std::to_string(group.size()) +
+                                   " ranks without a communicator (a single-rank run)");
+  channels_.push_back(Chan{group, int(at - group.begin())});
+  return Channel{int(channels_.size()) - 1};
+}
+
+Status CudaBackend::connect() {
+#if LLCDIST_HAVE_NCCL
+  if (!nccl()) return Status::ok();
+  LLCDIST_RETURN_IF_ERROR(device());
+  std::vector<Group> mine;
+  for (const Chan& c : channels_) mine.push_back(c.group);
+  const int world = opts_.communicator->worldSize();
+  LLCDIST_ASSIGN_OR_RETURN(NcclBootstrap boot,
+                           bootstrapNccl(*opts_.communicator, opts_.rank, mine, [&]() -> StatusOr<NcclId> {
+                             ncclUniqueId id;
+                             LLCDIST_NCCL_TRY(ncclGetUniqueId(&id), opts_.rank);
+                             NcclId out;
+                             static_assert(sizeof(id) == sizeof(out), "ncclUniqueId is 128 bytes");
+                             std::memcpy(out.data(), &id, sizeof(id));
+                             return out;
+                           }));
+  ncclUniqueId id;
+  std::memcpy(&id, boot.id.data(), sizeof(id));
+  LLCDIST_NCCL_TRY(ncclCommInitRank(&world_, world, id, opts_.rank), opts_.rank);
+  LLCDIST_ASSIGN_OR_RETURN(NcclChannelPlan plan, planNcclChannels(boot.groupsOfRank, opts_.rank));
+  std::vector<ncclComm_t> split(plan.rounds.size(), nullptr);
+  for (size_t round = 0; round < plan.rounds.size(); ++round) {
+    const NcclSplitCall& call = plan.calls[round];
+    LLCDIST_NCCL_TRY(
+        ncclCommSplit(world_, call.color < 0 ? NCCL_SPLIT_NOCOLOR : call.color, call.key, &split[round], nullptr),
+        opts_.rank);
+  }
+  for (Chan& c : channels_) {
+    if (c.group.size() < 2) continue;
+    auto it = plan.roundOf.find(c.group);
+    if (it == plan.roundOf.end()) return Status::internal("NCCL channel plan without the group of a channel");
+    c.comm = split[it->second];
+  }
+#endif
+  return Status::ok();
+}
+
+StatusOr<CollectiveHandle> CudaBackend::allReduceAsync(Stream s, void* buffer, int64_t count, CommDType dtype,
+                                                       ReduceOp op, Channel ch) {
+  LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
+  LLCDIST_ASSIGN_OR_RETURN(Chan * c, channel(ch));
+  if (c->group.size() == 1 || count == 0) return done(Status::ok());
+#if LLCDIST_HAVE_NCCL
+  if (nccl()) {
+    LLCDIST_NCCL_TRY(ncclAllReduce(buffer, buffer, size_t(count), ncclType(dtype), ncclOp(op), c->comm, st),
+                     opts_.rank);
+    return recordHandle(st);
+  }
+#endif
+  const int64_t bytes = count * elemBytes(dtype);
+  LLCDIST_ASSIGN_OR_RETURN(void* host, hostBuffer(0, bytes));
+  LLCDIST_RETURN_IF_ERROR(toHost(st, host, buffer, bytes));
+  LLCDIST_RETURN_IF_ERROR(opts_.communicator->allReduce(opts_.rank, c->group, host, count, dtype, op));
+  LLCDIST_RETURN_IF_ERROR(toDevice(st, buffer, host, bytes));
+  return done(Status::ok());
+}
+
+StatusOr<CollectiveHandle> CudaBackend::allGatherAsync(Stream s, const void* in, void* out, int64_t outer,
+                                                       int64_t inner, int64_t total, CommDType dtype, Channel ch) {
+  LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
+  LLCDIST_ASSIGN_OR_RETURN(Chan * c, channel(ch));
+  const int64_t n = int64_t(c->group.size()), eb = elemBytes(dtype);
+  if (n == 1) {  // a copy of the first `total` of each row
+    LLCDIST_CUDA_TRY(cudaMemcpy2DAsync(out, size_t(total * eb), in, size_t(inner * eb), size_t(total * eb),
+                                       size_t(outer), cudaMemcpyDeviceToDevice, st),
+                     opts_.rank);
+    return done(Status::ok());
+  }
+#if LLCDIST_HAVE_NCCL
+  if (nccl()) {
+    const bool direct = outer == 1 && total == n * inner;
+    void* blocks = out;
+    if (!direct) {
+      LLCDIST_ASSIGN_OR_RETURN(blocks, scratch_[size_t(s.id)]->get(n * outer * inner * eb));
+    }
+    LLCDIST_NCCL_TRY(ncclAllGather(in, blocks, size_t(outer * inner), ncclType(dtype), c->comm, st), opts_.rank);
+    if (!direct) LLCDIST_RETURN_IF_ERROR(unpackGathered(blocks, out, n, outer, inner, total, int(eb), st, opts_.rank));
+    return recordHandle(st);
+  }
+#endif
+  // Staged as the CPU backend does it: the whole padded tensor on the host, then its real elements.
+  const int64_t padded = n * inner;
+  LLCDIST_ASSIGN_OR_RETURN(void* hin, hostBuffer(0, outer * inner * eb));
+  LLCDIST_ASSIGN_OR_RETURN(void* hout, hostBuffer(1, outer * padded * eb));
+  LLCDIST_RETURN_IF_ERROR(toHost(st, hin, in, outer * inner * eb));
+  LLCDIST_RETURN_IF_ERROR(opts_.communicator->allGather(opts_.rank, c->group, hin, hout, outer, inner, dtype));
+  for (int64_t o = 1; total < padded && o < outer; ++o)  // rows of `padded` -> rows of `total`, in place
+    std::memmove(static_cast<std::byte*>(hout) + o * total * eb, static_cast<std::byte*>(hout) + o * padded * eb,
+                 size_t(total * eb));
+  LLCDIST_RETURN_IF_ERROR(toDevice(st, out, hout, outer * total * eb));
+  return done(Status::ok());
+}
+
+StatusOr<CollectiveHandle> CudaBackend::reduceScatterAsync(Stream s, const void* in, void* out, int64_t outer,
+                                                           int64_t inner, int64_t total, CommDType dtype, ReduceOp op,
+                                                           Channel ch) {
+  LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
+  LLCDIST_ASSIGN_OR_RETURN(Chan * c, channel(ch));
+  const int64_t n = int64_t(c->group.size()), eb = elemBytes(dtype);
+  if (n == 1) {  // this member's block, zero past `total`
+    LLCDIST_CUDA_TRY(cudaMemsetAsync(out, 0, size_t(outer * inner * eb), st), opts_.rank);
+    const int64_t keep = std::min(inner, total);
+    if (keep > 0)
+      LLCDIST_CUDA_TRY(cudaMemcpy2DAsync(out, size_t(inner * eb), in, size_t(total * eb), size_t(keep * eb),
+                                         size_t(outer), cudaMemcpyDeviceToDevice, st),
+                       opts_.rank);
+    return done(Status::ok());
+  }
+#if LLCDIST_HAVE_NCCL
+  if (nccl()) {
+    const bool direct = outer == 1 && total == n * inner;
+    const void* blocks = in;
+    if (!direct) {
+      LLCDIST_ASSIGN_OR_RETURN(void* packed, scratch_[size_t(s.id)]->get(n * outer * inner * eb));
+      LLCDIST_RETURN_IF_ERROR(packForScatter(in, packed, n, outer, inner, total, int(eb), st, opts_.rank));
+      blocks = packed;
+    }
+    LLCDIST_NCCL_TRY(ncclReduceScatter(blocks, out, size_t(outer * inner), ncclType(dtype), ncclOp(op), c->comm, st),
+                     opts_.rank);
+    return recordHandle(st);
+  }
+#endif
+  // Staged as the CPU backend does it: a zero-padded copy of the input, reduced.
+  const int64_t padded = n * inner;
+  LLCDIST_ASSIGN_OR_RETURN(void* hin, hostBuffer(0, outer * padded * eb));
+  LLCDIST_ASSIGN_OR_RETURN(void* hout, hostBuffer(1, outer * inner * eb));
+  LLCDIST_RETURN_IF_ERROR(toHost(st, hin, in, outer * total * eb));
+  for (int64_t o = outer - 1; total < padded && o >= 0; --o) {  // rows of `total` -> padded rows, in place
+    std::byte* row = static_cast<std::byte*>(hin) + o * padded * eb;
+    std::memmove(row, static_cast<std::byte*>(hin) + o * total * eb, size_t(total * eb));
+    std::memset(row + total * eb, 0, size_t((padded - total) * eb));
+  }
+  LLCDIST_RETURN_IF_ERROR(opts_.communicator->reduceScatter(opts_.rank, c->group, hin, hout, outer, inner, dtype, op));
+  LLCDIST_RETURN_IF_ERROR(toDevice(st, out, hout, outer * inner * eb));
+  return done(Status::ok());
+}
+
+StatusOr<CollectiveHandle> CudaBackend::sendAsync(Stream s, const float* x, int64_t count, int peer, int64_t tag,
+                                                  int64_t microbatch) {
+  return p2p(true, s, const_cast<float*>(x), count, peer, tag, microbatch);
+}
+
+StatusOr<CollectiveHandle> CudaBackend::recvAsync(Stream s, float* y, int64_t count, int peer, int64_t tag,
+                                                  int64_t microbatch) {
+  return p2p(false, s, y, count, peer, tag, microbatch);
+}
+
+Status CudaBackend::waitCollective(Stream s, CollectiveHandle h) {
+  LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
+  auto it = handles_.find(h.id);
+  if (it == handles_.end())
+    return Status::internal("cuda backend: handle " + std::to_string(h.id) + " is unknown or was waited for");
+  Handle handle = it->second;
+  handles_.erase(it);
+  if (!handle.event) return handle.status;
+  const cudaError_t e = cudaStreamWaitEvent(st, handle.event, 0);
+  freeEvents_.push_back(handle.event);  // reusable: the wait has captured the record
+  LLCDIST_CUDA_TRY(e, opts_.rank);
+  return Status::ok();
+}
+
+bool CudaBackend::collectiveDone(CollectiveHandle h) {
+  if (!flushP2p().isOk()) return true;  // the error is the wait's
+  auto it = handles_.find(h.id);
+  if (it == handles_.end() || !it->second.event) return true;
+  return cudaEventQuery(it->second.event) != cudaErrorNotReady;
+}
+
+StatusOr<CudaBackend::Chan*> CudaBackend::channel(Channel ch) {
+  if (ch.id < 0 || ch.id >= int(channels_.size()))
+    return Status::invalidArgument("cuda backend: unknown channel " + std::to_string(ch.id));
+  return &channels_[size_t(ch.id)];
+}
+
+CollectiveHandle CudaBackend::done(Status st) {
+  const int64_t id = nextHandle_++;
+  handles_[id] = Handle{nullptr, std::move(st)};
+  return CollectiveHandle{id};
+}
+
+StatusOr<CollectiveHandle> CudaBackend::recordHandle(cudaStream_t st) {
+  cudaEvent_t e = nullptr;
+  if (!freeEvents_.empty()) {
+    e = freeEvents_.back();
+    freeEvents_.pop_back();
+  } else {
+    LLCDIST_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), opts_.rank);
+  }
+  LLCDIST_CUDA_TRY(cudaEventRecord(e, st), opts_.rank);
+  const int64_t id = nextHandle_++;
+  handles_[id] = Handle{e, Status::ok()};
+  return CollectiveHandle{id};
+}
+
+StatusOr<CollectiveHandle> CudaBackend::p2p(bool send, Stream s, float* ptr, int64_t count, int peer, int64_t tag,
+                                            int64_t microbatch) {
+  LLCDIST_RETURN_IF_ERROR(device());
+  if (s.id < 0 || s.id >= int(streams_.size()))
+    return Status::invalidArgument("cuda backend: unknown stream " + std::to_string(s.id));
+  if (!opts_.communicator)
+    return Status::invalidArgument(std::string("cuda backend: ") + (send ? "send" : "recv") +
+                                   " without a communicator");
+  if (nccl()) {
+    // Grouped with the point-to-point calls right before and after it on the same stream.
+    if (!pending_.empty() && pendingStream_ != s.id) LLCDIST_RETURN_IF_ERROR(flushP2p());
+    pendingStream_ = s.id;
+    const int64_t id = nextHandle_++;
+    handles_[id] = Handle{};  // its event is set when the group is issued
+    pending_.push_back(PendingP2p{send, ptr, count, peer, id});
+    return CollectiveHandle{id};
+  }
+  cudaStream_t st = streams_[size_t(s.id)];
+  LLCDIST_RETURN_IF_ERROR(flushP2p());
+  const int64_t bytes = count * int64_t(sizeof(float));
+  LLCDIST_ASSIGN_OR_RETURN(void* host, hostBuffer(0, bytes));
+  float* h = static_cast<float*>(host);
+  if (send) {
+    LLCDIST_RETURN_IF_ERROR(toHost(st, h, ptr, bytes));
+    return done(opts_.communicator->send(opts_.rank, peer, h, count, tag, microbatch));
+  }
+  const Status got = opts_.communicator->recv(opts_.rank, peer, h, count, tag, microbatch);
+  if (got.isOk()) LLCDIST_RETURN_IF_ERROR(toDevice(st, ptr, h, bytes));
+  return done(got);
+}
+
+Status CudaBackend::flushP2p() {
+  if (pending_.empty()) return Status::ok();
+#if LLCDIST_HAVE_NCCL
+  std::vector<PendingP2p> calls;
+  calls.swap(pending_);
+  cudaStream_t st = streams_[size_t(pendingStream_)];
+  LLCDIST_NCCL_TRY(ncclGroupStart(), opts_.rank);
+  for (const PendingP2p& p : calls) {
+    const ncclResult_t r = p.send ? ncclSend(p.ptr, size_t(p.count), ncclFloat32, p.peer, world_, st)
+                                  : ncclRecv(p.ptr, size_t(p.count), ncclFloat32, p.peer, world_, st);
+    if (r != ncclSuccess) {
+      ncclGroupEnd();
+      return ncclError(r, p.send ? "ncclSend" : "ncclRecv", __FILE__, __LINE__, opts_.rank);
+    }
+  }
+  LLCDIST_NCCL_TRY(ncclGroupEnd(), opts_.rank);
+  cudaEvent_t e = nullptr;
+  LLCDIST_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), opts_.rank);
+  LLCDIST_CUDA_TRY(cudaEventRecord(e, st), opts_.rank);
+  // One event marks the group; every handle of it waits on it (the first wait releases the rest).
+  for (size_t i = 0; i < calls.size(); ++i) {
+    cudaEvent_t mine = e;
+    if (i > 0) {
+      LLCDIST_CUDA_TRY(cudaEventCreateWithFlags(&mine, cudaEventDisableTiming), opts_.rank);
+      LLCDIST_CUDA_TRY(cudaEventRecord(mine, st), opts_.rank);
+    }
+    handles_[calls[i].handle].event = mine;
+  }
+  return Status::ok();
+#else
+  return Status::internal("grouped point-to-point calls without NCCL");
+#endif
+}
+
+Status CudaBackend::waitForNccl() {
+#if LLCDIST_HAVE_NCCL
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts_.timeoutSeconds);
+  for (;;) {
+    bool idle = true;
+    for (cudaStream_t s : streams_) {
+      const cudaError_t e = cudaStreamQuery(s);
+      if (e == cudaErrorNotReady)
+        idle = false;
+      else
+        LLCDIST_CUDA_TRY(e, opts_.rank);
+    }
+    if (idle) return Status::ok();
+    for (Chan& c : channels_) LLCDIST_RETURN_IF_ERROR(asyncError(c.comm));
+    LLCDIST_RETURN_IF_ERROR(asyncError(world_));
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (Chan& c : channels_)
+        if (c.comm) ncclCommAbort(c.comm), c.comm = nullptr;
+      if (world_) ncclCommAbort(world_), world_ = nullptr;
+      return Status::deadlineExceeded("rank " + std::to_string(opts_.rank) + ": NCCL work did not finish within " +
+                                      std::to_string(opts_.timeoutSeconds) +
+                                      " s (a peer is not making the matching call); the communicators were aborted");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+#else
+  return Status::ok();
+#endif
+}
+
+#if LLCDIST_HAVE_NCCL
+Status CudaBackend::asyncError(ncclComm_t comm) {
+  if (!comm) return Status::ok();
+  ncclResult_t r = ncclSuccess;
+  LLCDIST_NCCL_TRY(ncclCommGetAsyncError(comm, &r), opts_.rank);
+  if (r != ncclSuccess && r != ncclInProgress)
+    return ncclError(r, "NCCL asynchronous error", __FILE__, __LINE__, opts_.rank);
+  return Status::ok();
+}
+#endif
+
+}  // namespace llcdist::rt::cuda

@@ -1,0 +1,78 @@
+//===- PlannedCompileTest.cpp - a planned configuration, two ways ---------===//
+//
+// `llc-dist plan` compiles its top configurations in memory through
+// plannedCompile (lib/Pipelines/PlannedCompile.cpp) and prints the winner as
+// `llc-dist compile` flags (ParallelConfig::compileFlags). Both must be the
+// same compilation: for configurations that set every knob, the plan written
+// from plannedCompile's options and the plan `llc-dist compile` writes from
+// the printed flags are the same files.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Frontend/ModelConfig.h"
+#include "llcdist/Pipelines/FitBudget.h"
+#include "llcdist/Pipelines/PlannedCompile.h"
+#include "llcdist/Target/Plan/PlanWriter.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <sstream>
+#include <unistd.h>
+
+using namespace llcdist;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path &p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(PlannedCompile, IsTheCompilationOfThePrintedFlags) {
+  const std::string model = std::string(LLCDIST_SOURCE_DIR) + "/models/tiny-llama.json";
+  cost::Workload w;
+  ASSERT_FALSE(loadModelConfig(model, w.model));
+  w.globalBatch = 8;
+  w.seqLen = 16;
+  std::vector<cost::ParallelConfig> configs(4);
+  configs[0].dp = 2, configs[0].zero = 3, configs[0].fsdpPrefetch = 1, configs[0].recompute = "selective";
+  configs[1].tp = 2, configs[1].pp = 2, configs[1].sequenceParallel = true, configs[1].schedule = "interleaved",
+  configs[1].virtualStages = 2, configs[1].microBatch = 2;
+  configs[2].dp = 2, configs[2].zero = 1, configs[2].gradBucket = 4000, configs[2].recompute = "full";
+  configs[3].pp = 2, configs[3].schedule = "zb-h1", configs[3].microBatch = 2;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const cost::ParallelConfig &c = configs[i];
+    SCOPED_TRACE(c.compileFlags());
+    const fs::path base = fs::temp_directory_path() / ("llcdist-planned-" + std::to_string(::getpid()) + "-" +
+                                                       std::to_string(i));
+    fs::remove_all(base);
+    const PlannedCompile p = plannedCompile(w, c);
+    std::string error;
+    bool written = false;
+    ASSERT_TRUE(compileInMemory(
+        model, p.shape, p.mesh, p.options,
+        [&](mlir::ModuleOp m) { written = mlir::succeeded(writePlanDirectory(m, (base / "planned").string())); },
+        error))
+        << error;
+    ASSERT_TRUE(written);
+    const std::string cmd = std::string(LLCDIST_TOOL) + " compile " + model + " " + c.compileFlags() +
+                            " --seq-len 16 --global-batch 8 --dtype bf16 --quiet -o " + (base / "cli").string();
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    int files = 0;
+    for (const auto &e : fs::directory_iterator(base / "planned")) {
+      const std::string name = e.path().filename().string();
+      if (name != "manifest.json" && name.rfind("program-", 0) != 0)
+        continue;
+      ++files;
+      EXPECT_EQ(slurp(e.path()), slurp(base / "cli" / name)) << name << " differs";
+    }
+    EXPECT_GE(files, 2);
+    fs::remove_all(base);
+  }
+}
+
+} // namespace

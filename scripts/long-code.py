@@ -189,15 +189,22 @@ def main():
             print(f"  {f['lines']:5d}  {f['file']}:{f['line']}  {f['function']}" +
                   (f"  ({f['reason']})" if f["reason"] else
                    f"  (baseline {f['baseline']})" if f["baseline"] else "  (new)"))
+    found = {f"{f['file']}:{f['function']}" for f in funcs}
+    stale = sorted(k for k in baseline if k not in found)
     bad = [f for f in files if not f["reason"]]
     bad += [f for f in funcs if not f["reason"] and (f["baseline"] is None or f["lines"] > f["baseline"])]
-    if args.check and bad:
+    if args.check and stale:
+        for k in stale:
+            print(f"long-code: {k}: in scripts/long-code-baseline.json but no longer over {MAX_FUNCTION} lines "
+                  f"(or renamed): remove it from the baseline", file=sys.stderr)
+    if args.check and (bad or stale):
         for f in bad:
             where = f"{f['file']}:{f['line']} {f['function']}" if "function" in f else f["file"]
             print(f"long-code: {where}: {f['lines']} lines" +
                   (f", over its baseline {f['baseline']}" if f.get("baseline") else ""), file=sys.stderr)
-        print(f"long-code: {len(bad)} too long: split them, or say why (`// long-file: ...` in the file, "
-              f"`// long-function: ...` on the lines above the function)", file=sys.stderr)
+        if bad:
+            print(f"long-code: {len(bad)} too long: split them, or say why (`// long-file: ...` in the file, "
+                  f"`// long-function: ...` on the lines above the function)", file=sys.stderr)
         return 1
     if args.check:
         print(f"long-code: no file over {MAX_FILE} lines; {len(funcs)} functions over {MAX_FUNCTION}, "

@@ -245,9 +245,9 @@ struct Stage {
   }
 };
 
-class Simulator {
+class StepSimulation {
 public:
-  Simulator(const rt::Plan &plan, const Hardware &hw) : plan(plan), hw(hw) {}
+  StepSimulation(const rt::Plan &plan, const Hardware &hw) : plan(plan), hw(hw) {}
   std::optional<std::string> run(const SimOptions &options, PlanSimResult &out);
 
 private:
@@ -272,7 +272,7 @@ private:
   std::string blockedOn(const Stage &s, const Exec &e) const;
 };
 
-std::string Simulator::describe(const Stage &s, const Exec &e) const {
+std::string StepSimulation::describe(const Stage &s, const Exec &e) const {
   const rt::Subroutine &sub = s.program->subroutines[size_t(e.subroutine)];
   std::string what = std::string(rt::schema::opName(e.op->kind));
   if (rt::schema::isPointToPoint(e.op->kind))
@@ -287,7 +287,7 @@ std::string Simulator::describe(const Stage &s, const Exec &e) const {
          std::to_string(e.action) + ")";
 }
 
-std::string Simulator::blockedOn(const Stage &s, const Exec &e) const {
+std::string StepSimulation::blockedOn(const Stage &s, const Exec &e) const {
   if (e.op->kind == OpKind::kRecv)
     return "its send from stage " + std::to_string(e.peerStage) + " (message " +
            std::to_string(e.seq) + " of that pair) is never issued";
@@ -304,7 +304,7 @@ std::string Simulator::blockedOn(const Stage &s, const Exec &e) const {
   return "an earlier op of its queue never ends";
 }
 
-void Simulator::issue(Stage &s, size_t i) {
+void StepSimulation::issue(Stage &s, size_t i) {
   Exec &e = s.ops[i];
   if (e.issued)
     return;
@@ -331,7 +331,7 @@ void Simulator::issue(Stage &s, size_t i) {
 
 /// Resolves op i once it can start no earlier than `earliest` (its issue
 /// point and its lane); false while it waits for another stage.
-bool Simulator::tryResolve(Stage &s, size_t i, double earliest) {
+bool StepSimulation::tryResolve(Stage &s, size_t i, double earliest) {
   Exec &e = s.ops[i];
   const bool coll = rt::schema::isCollective(e.op->kind);
   if (coll)
@@ -381,7 +381,7 @@ bool Simulator::tryResolve(Stage &s, size_t i, double earliest) {
 /// it are e's transfer (exposed communication), the peerWait before that
 /// waiting for another stage (bubble), anything earlier its queue's
 /// earlier communication (exposed, on e's axis).
-void Simulator::block(Stage &s, const Exec &e, double from) {
+void StepSimulation::block(Stage &s, const Exec &e, double from) {
   double b = std::max(0.0, e.end - from);
   if (b <= 0)
     return;
@@ -396,7 +396,7 @@ void Simulator::block(Stage &s, const Exec &e, double from) {
   s.sim.exposedCommSeconds += exposed;
 }
 
-void Simulator::record(Stage &s, const Exec &e, double start, double end, bool comm) {
+void StepSimulation::record(Stage &s, const Exec &e, double start, double end, bool comm) {
   const rt::Subroutine &sub = s.program->subroutines[size_t(e.subroutine)];
   rt::TimelineEvent ev{rt::schema::opName(e.op->kind),
                        comm ? rt::TraceLane::kCommunication : rt::TraceLane::kCompute,
@@ -411,7 +411,7 @@ void Simulator::record(Stage &s, const Exec &e, double start, double end, bool c
   s.timeline.record(ev);
 }
 
-bool Simulator::advance(Stage &s) {
+bool StepSimulation::advance(Stage &s) {
   bool progress = false;
   for (;;) {
     // The queues other than compute: their heads, in issue order.
@@ -497,7 +497,7 @@ bool Simulator::advance(Stage &s) {
   }
 }
 
-std::optional<std::string> Simulator::run(const SimOptions &options, PlanSimResult &out) {
+std::optional<std::string> StepSimulation::run(const SimOptions &options, PlanSimResult &out) {
   const rt::Manifest &man = plan.manifest;
   if (!hw.device.cost || !hw.topology.cost)
     return std::string("the hardware has no cost objects (load it with cost::loadHardware)");
@@ -646,7 +646,7 @@ std::string fmtSeconds(double s) {
 
 std::optional<std::string> cost::simulatePlan(const rt::Plan &plan, const Hardware &hw,
                                               const SimOptions &options, PlanSimResult &out) {
-  Simulator sim(plan, hw);
+  StepSimulation sim(plan, hw);
   return sim.run(options, out);
 }
 

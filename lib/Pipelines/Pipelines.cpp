@@ -130,7 +130,7 @@ static void bindTrainingPipelineOptions(
   o.bind("pp", f.mesh.pp, "pipeline-parallel degree");
   o.bind("rank-order", f.mesh.rankOrder, "fastest- to slowest-varying axes");
   o.bind("optimizer", f.optimizer, "adamw | sgd");
-  o.bind("lr-schedule", f.schedule, "constant | cosine");
+  o.bind("lr-schedule", f.lrSchedule, "constant | cosine");
   o.bind("lr", f.lr, "peak learning rate");
   o.bind("min-lr", f.minLr, "final learning rate of the cosine schedule");
   o.bind("warmup", f.warmup, "linear warmup steps");

@@ -169,9 +169,9 @@ namespace {
 
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
-class Simulator {
+class SymbolicExecution {
 public:
-  Simulator(const CommPlan &plan, const VerifyOptions &opts, VerifyResult &res)
+  SymbolicExecution(const CommPlan &plan, const VerifyOptions &opts, VerifyResult &res)
       : plan(plan), opts(opts), res(res), world(plan.world()),
         eager(opts.sendMode == SendMode::Eager) {}
 
@@ -249,7 +249,7 @@ private:
 
 } // namespace
 
-bool Simulator::validate() {
+bool SymbolicExecution::validate() {
   std::map<std::vector<int64_t>, int32_t> ids;
   // By member list address: its group id, or -1 and why the list is invalid.
   struct ListCheck {
@@ -342,7 +342,7 @@ bool Simulator::validate() {
   return res.errors.empty();
 }
 
-std::string Simulator::waitPhrase(int64_t r) const {
+std::string SymbolicExecution::waitPhrase(int64_t r) const {
   const CommEvent &e = head(r);
   std::string size = std::to_string(e.count) + " " + e.dtype.str();
   std::string s;
@@ -360,7 +360,7 @@ std::string Simulator::waitPhrase(int64_t r) const {
   return s + " " + at(r, pos[r]);
 }
 
-std::string Simulator::headPhrase(int64_t r) const {
+std::string SymbolicExecution::headPhrase(int64_t r) const {
   if (finished(r))
     return finishedPhrase(r);
   std::string prov = plan.provenance(r, pos[r]);
@@ -368,7 +368,7 @@ std::string Simulator::headPhrase(int64_t r) const {
          ": " + describe(head(r)) + (prov.empty() ? "" : " (" + prov + ")");
 }
 
-void Simulator::arrive(int64_t r) {
+void SymbolicExecution::arrive(int64_t r) {
   if (arrivedPos[r] == pos[r])
     return;
   arrivedPos[r] = pos[r];
@@ -410,7 +410,7 @@ void Simulator::arrive(int64_t r) {
   }
 }
 
-void Simulator::checkP2P(int64_t s, size_t si, int64_t q, size_t qi) {
+void SymbolicExecution::checkP2P(int64_t s, size_t si, int64_t q, size_t qi) {
   const CommEvent &se = plan.ranks[s][si], &re = plan.ranks[q][qi];
   std::string why;
   if (se.count != re.count)
@@ -430,7 +430,7 @@ void Simulator::checkP2P(int64_t s, size_t si, int64_t q, size_t qi) {
              {{s, static_cast<int64_t>(si)}, {q, static_cast<int64_t>(qi)}});
 }
 
-void Simulator::completeP2P(int64_t s, int64_t q) {
+void SymbolicExecution::completeP2P(int64_t s, int64_t q) {
   checkP2P(s, pos[s], q, pos[q]);
   res.eventsCompleted += 2;
   ++pos[s];
@@ -441,7 +441,7 @@ void Simulator::completeP2P(int64_t s, int64_t q) {
 
 // Eager: rank q's head is a Recv; take the oldest message of its channel if
 // there is one. O(1).
-bool Simulator::tryRecvEager(int64_t q) {
+bool SymbolicExecution::tryRecvEager(int64_t q) {
   Channel &c = channels[cid[q][pos[q]]];
   if (c.received == c.sent)
     return false;
@@ -456,7 +456,7 @@ bool Simulator::tryRecvEager(int64_t q) {
 // received. (A blocked receiver is part of a deadlock, reported already; its
 // messages might be received once that is fixed.) Channels in (sender,
 // receiver) order, messages in send order.
-void Simulator::reportUnreceived() {
+void SymbolicExecution::reportUnreceived() {
   std::vector<const Channel *> order;
   for (const Channel &c : channels)
     order.push_back(&c);
@@ -484,7 +484,7 @@ void Simulator::reportUnreceived() {
   }
 }
 
-void Simulator::completeCollective(int32_t g) {
+void SymbolicExecution::completeCollective(int32_t g) {
   const std::vector<int64_t> &members = groups[g];
   using Sig = std::tuple<Name, int64_t, Name>;
   auto sig = [&](int64_t m) {
@@ -535,7 +535,7 @@ void Simulator::completeCollective(int32_t g) {
   }
 }
 
-std::vector<std::string> Simulator::blockedNotes() const {
+std::vector<std::string> SymbolicExecution::blockedNotes() const {
   std::vector<std::string> notes;
   for (int64_t r = 0; r < world; ++r) {
     if (finished(r))
@@ -568,7 +568,7 @@ std::vector<std::string> Simulator::blockedNotes() const {
   return notes;
 }
 
-void Simulator::diagnoseDeadlock() {
+void SymbolicExecution::diagnoseDeadlock() {
   std::vector<int64_t> blocked;
   for (int64_t r = 0; r < world; ++r)
     if (!finished(r))
@@ -719,7 +719,7 @@ void Simulator::diagnoseDeadlock() {
   }
 }
 
-void Simulator::run() {
+void SymbolicExecution::run() {
   res.eventsTotal = plan.totalEvents();
   if (!validate())
     return;
@@ -743,6 +743,6 @@ void Simulator::run() {
 VerifyResult verify::verifyCommPlan(const CommPlan &plan,
                                     const VerifyOptions &opts) {
   VerifyResult res;
-  Simulator(plan, opts, res).run();
+  SymbolicExecution(plan, opts, res).run();
   return res;
 }

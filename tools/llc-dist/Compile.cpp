@@ -191,9 +191,24 @@ private:
   int counter = 0;
 };
 
-} // namespace
+/// llc-dist compile, step by step: the flags (parse), what they must
+/// satisfy before anything compiles (check), the training pipeline
+/// (compile), the plan directory or the xf file (write) and the summary
+/// (report). Each step returns the exit code where the command ends there.
+class CompileCommand {
+public:
+  std::optional<int> parse(Args &args);
+  std::optional<int> check();
+  std::optional<int> compile();
+  std::optional<int> write(CompileSummary &summary);
+  int report(CompileSummary &summary);
 
-int llcdist::cli::runCompile(Args &args) {
+private:
+  // --timing: MLIR's timing report, printed when `timingManager` goes (after
+  // `rootTimer`, and after everything else: both are destroyed last), the
+  // passes nested under "passes".
+  mlir::DefaultTimingManager timingManager;
+  mlir::TimingScope rootTimer;
   std::string model, output, emit = "plan", format = "text", dumpDir, reshardText = "true", gradBucketText = "0";
   BudgetFlags budgetFlags;
   MeshSpec mesh;
@@ -204,6 +219,22 @@ int llcdist::cli::runCompile(Args &args) {
   bool printAll = false, quiet = false, verifyEach = false, timing = false;
   std::set<std::string> printAfter;
   ValueFlags compileFlags;
+  // The memory every rank may use (--memory-budget / --device), and the
+  // hardware the written plan's step is predicted on (--device and --topology).
+  std::optional<plan::MemoryBudget> budget;
+  std::optional<cost::Hardware> hardware;
+  std::chrono::steady_clock::time_point t0;
+  DialectRegistry registry;
+  std::unique_ptr<MLIRContext> ctxOwner;
+  llvm::SourceMgr srcMgr;
+  std::optional<SourceMgrDiagnosticHandler> diag;
+  // The compiled module (in `lm`) and the files llcdist-verify-plan checked,
+  // written as they are (not built twice).
+  std::optional<LoadedModel> lm;
+  std::optional<PlanJson> verifiedPlan;
+};
+
+std::optional<int> CompileCommand::parse(Args &args) {
   // Bounds far above any real run (Llama 3: 8,192-token sequences, 2,048 of
   // them per step) that stop a typo before it sizes anything.
   compileFlags.add("--seq-len", &shape.seqLen, 1, kMaxSeqLen)
@@ -212,7 +243,7 @@ int llcdist::cli::runCompile(Args &args) {
       .add("--dtype", &shape.dtype)
       .add("--emit", &emit)
       .add("--optimizer", &train.optimizer)
-      .add("--lr-schedule", &train.schedule)
+      .add("--lr-schedule", &train.lrSchedule)
       .add("--lr", &train.lr)
       .add("--min-lr", &train.minLr)
       .add("--warmup", &train.warmup)
@@ -310,6 +341,10 @@ int llcdist::cli::runCompile(Args &args) {
     else
       throw UsageError{"compile: more than one MODEL given ('" + model + "', '" + a + "')"};
   }
+  return std::nullopt;
+}
+
+std::optional<int> CompileCommand::check() {
   if (model.empty())
     throw UsageError{"compile: missing MODEL (e.g. models/tiny-gpt2.json)"};
   if (emit != "xf" && emit != "plan")
@@ -349,7 +384,6 @@ int llcdist::cli::runCompile(Args &args) {
     throw UsageError{"--recompute must be none, selective, full or auto, got '" + train.recompute + "'"};
   // The memory every rank may use: the capacity (--memory-budget, else the
   // --device's) minus the reserve (--memory-reserve, else the device's).
-  std::optional<plan::MemoryBudget> budget;
   if (auto err = resolveMemoryBudget(budgetFlags, budget)) {
     if (err->usage)
       throw UsageError{err->message};
@@ -365,7 +399,6 @@ int llcdist::cli::runCompile(Args &args) {
     throw UsageError{"--format must be text or json, got '" + format + "'"};
   // --device and --topology: the written plan's predicted step (llc-dist
   // simulate); both need their "cost" objects, checked before compiling.
-  std::optional<cost::Hardware> hardware;
   if (emit == "plan" && !budgetFlags.device.empty() && !topologyArg.empty()) {
     hardware.emplace();
     if (auto err = cost::loadHardware(budgetFlags.device, topologyArg, *hardware)) {
@@ -380,18 +413,20 @@ int llcdist::cli::runCompile(Args &args) {
     }
   }
 
-  auto t0 = std::chrono::steady_clock::now();
+  return std::nullopt;
+}
+
+std::optional<int> CompileCommand::compile() {
+  t0 = std::chrono::steady_clock::now();
   // --timing: MLIR's timing report (printed when `timingManager` goes out of
   // scope, after `rootTimer`), the passes nested under "passes".
-  mlir::DefaultTimingManager timingManager;
   timingManager.setEnabled(timing);
-  mlir::TimingScope rootTimer = timingManager.getRootScope();
-  DialectRegistry registry;
+  rootTimer = timingManager.getRootScope();
   registerAllDialects(registry);
-  MLIRContext ctx(registry);
+  ctxOwner = std::make_unique<MLIRContext>(registry);
+  MLIRContext &ctx = *ctxOwner;
   ctx.printOpOnDiagnostic(false); // a user error names the model and the field, not the IR
-  llvm::SourceMgr srcMgr;
-  SourceMgrDiagnosticHandler diag(srcMgr, &ctx);
+  diag.emplace(srcMgr, &ctx);
   if (!dumpDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(dumpDir)) {
       error(dumpDir + ": cannot create the --dump-ir-dir directory: " + ec.message());
@@ -400,9 +435,6 @@ int llcdist::cli::runCompile(Args &args) {
   }
   // One compilation of the training step with `recompute`; the module stays
   // in `lm`. A pass that fails has reported why, with a location.
-  std::optional<LoadedModel> lm;
-  // The files llcdist-verify-plan checked, written as they are (not built twice).
-  std::optional<PlanJson> verifiedPlan;
   auto compileWith = [&](const std::string &recompute) -> bool {
     {
       mlir::TimingScope loadTimer = rootTimer.nest("load model");
@@ -458,7 +490,10 @@ int llcdist::cli::runCompile(Args &args) {
     return kExitError;
   }
 
-  CompileSummary summary;
+  return std::nullopt;
+}
+
+std::optional<int> CompileCommand::write(CompileSummary &summary) {
   // The forward graph's counts: recorded on the module by llcdist-model-stats.
   FailureOr<xf::ModelStats> s = recordedModelStats(*lm->module);
   if (failed(s) || !crossCheck(*lm, *s))
@@ -512,6 +547,10 @@ int llcdist::cli::runCompile(Args &args) {
     }
     out->keep();
   }
+  return std::nullopt;
+}
+
+int CompileCommand::report(CompileSummary &summary) {
   summary.compileMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (quiet)
     return 0;
@@ -562,4 +601,20 @@ int llcdist::cli::runCompile(Args &args) {
       os << "predicted (llc-dist simulate):\n" << predicted->text("  ");
   }
   return 0;
+}
+
+} // namespace
+
+int llcdist::cli::runCompile(Args &args) {
+  CompileCommand command;
+  if (std::optional<int> exit = command.parse(args))
+    return *exit;
+  if (std::optional<int> exit = command.check())
+    return *exit;
+  if (std::optional<int> exit = command.compile())
+    return *exit;
+  CompileSummary summary;
+  if (std::optional<int> exit = command.write(summary))
+    return *exit;
+  return command.report(summary);
 }

@@ -31,7 +31,8 @@ using namespace mlir;
 using namespace llcdist;
 using json = nlohmann::ordered_json;
 
-const char *const llcdist::cli::kPlanHelp = R"HELP(llc-dist plan MODEL --gpus N --device D --topology T --global-batch B --seq-len S [options]
+const char *const llcdist::cli::kPlanHelp =
+    R"HELP(llc-dist plan MODEL --gpus N --device D --topology T --global-batch B --seq-len S [options]
 
 Chooses how to train MODEL (a Hugging Face config.json) on N GPUs: searches
 every configuration of llc-dist compile's knobs — dp x tp x pp = N (tp a
@@ -83,9 +84,8 @@ using namespace llcdist::cli;
 
 /// The exact check of one candidate: compiled in a context of its own and
 /// written to `dir`, then simulated. Errors end up in `r.error`.
-void compileAndSimulate(const std::string &model, const cost::Workload &w,
-                        const cost::Hardware &hw, const cost::ParallelConfig &c,
-                        const std::string &dir, cost::ExactResult &r) {
+void compileAndSimulate(const std::string &model, const cost::Workload &w, const cost::Hardware &hw,
+                        const cost::ParallelConfig &c, const std::string &dir, cost::ExactResult &r) {
   auto t0 = std::chrono::steady_clock::now();
   const PlannedCompile planned = plannedCompile(w, c);
   // In memory, without the communication verifier (it would check every
@@ -93,8 +93,7 @@ void compileAndSimulate(const std::string &model, const cost::Workload &w,
   bool written = false;
   if (!compileInMemory(
           model, planned.shape, planned.mesh, planned.options,
-          [&](ModuleOp module) { written = succeeded(writePlanDirectory(module, dir)); },
-          r.error))
+          [&](ModuleOp module) { written = succeeded(writePlanDirectory(module, dir)); }, r.error))
     return;
   if (!written) {
     r.error = dir + ": cannot write the plan";
@@ -110,17 +109,72 @@ void compileAndSimulate(const std::string &model, const cost::Workload &w,
     r.error = *e;
     return;
   }
-  r.simulateSeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  r.simulateSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   r.stepSeconds = sim.stepSeconds;
   r.ok = true;
 }
 
+/// The exact check of the analytic top `exactK`: each compiled (in memory,
+/// through plannedCompile) into a directory of `keepDir` or a temporary one
+/// and simulated, into result.exact; false (printed) when no directory can
+/// be made.
+bool exactCheck(const std::string &model, const cost::Workload &w, const cost::Hardware &hw, int64_t exactK,
+                const std::string &keepDir, cost::PlanResult &result) {
+  auto te = std::chrono::steady_clock::now();
+  std::string tmpRoot;
+  if (exactK > 0) {
+    if (!keepDir.empty()) {
+      if (std::error_code ec = llvm::sys::fs::create_directories(keepDir)) {
+        error(keepDir + ": cannot create the --keep-plans directory: " + ec.message());
+        return false;
+      }
+      tmpRoot = keepDir;
+    } else {
+      llvm::SmallString<128> dir;
+      if (std::error_code ec = llvm::sys::fs::createUniqueDirectory("llc-dist-plan", dir)) {
+        error("cannot create a temporary directory: " + ec.message());
+        return false;
+      }
+      tmpRoot = dir.str().str();
+    }
+  }
+  size_t nExact = size_t(std::min<int64_t>(exactK, int64_t(result.top.size())));
+  for (size_t i = 0; i < nExact; ++i) {
+    cost::ExactResult r;
+    r.candidate = i;
+    r.planDir = tmpRoot + "/rank-" + std::to_string(i + 1);
+    llvm::errs() << "llc-dist plan: compiling and simulating " << (i + 1) << "/" << nExact << ": "
+                 << result.top[i].config.compileFlags() << "\n";
+    compileAndSimulate(model, w, hw, result.top[i].config, r.planDir, r);
+    if (keepDir.empty())
+      r.planDir.clear();
+    result.exact.push_back(std::move(r));
+  }
+  if (!tmpRoot.empty() && keepDir.empty())
+    (void)llvm::sys::fs::remove_directories(tmpRoot);
+  result.exactSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
+  return true;
+}
+
+/// The winner's index in result.top: the simulation's fastest where the
+/// exact check ran it, else the analytic first (*bySimulation says which).
+size_t winnerOf(const cost::PlanResult &result, bool *bySimulation) {
+  size_t winner = 0;
+  *bySimulation = false;
+  if (!result.exact.empty()) {
+    std::vector<size_t> order = result.exactOrder();
+    for (const cost::ExactResult &e : result.exact)
+      if (e.candidate == order.front() && e.ok) {
+        winner = order.front();
+        *bySimulation = true;
+      }
+  }
+  return winner;
+}
+
 json frameworksJson(const cost::FrameworkArgs &a) {
   json j;
-  j["megatron"] = {{"flags", a.megatron},
-                   {"notes", a.megatronNotes},
-                   {"command", cost::megatronCommand(a)}};
+  j["megatron"] = {{"flags", a.megatron}, {"notes", a.megatronNotes}, {"command", cost::megatronCommand(a)}};
   j["deepspeed"] = {{"config", a.deepspeed}, {"notes", a.deepspeedNotes}};
   return j;
 }
@@ -129,8 +183,7 @@ json frameworksJson(const cost::FrameworkArgs &a) {
 
 int llcdist::cli::runPlan(Args &args) {
   std::string model, device, topology, dtype = "bf16", format = "text", as, keepDir;
-  int64_t gpus = 0, globalBatch = 0, globalTokens = 0, seqLen = 0, top = 5, exactK = -1,
-          maxTp = 0, maxMb = 8, maxV = 8;
+  int64_t gpus = 0, globalBatch = 0, globalTokens = 0, seqLen = 0, top = 5, exactK = -1, maxTp = 0, maxMb = 8, maxV = 8;
   std::vector<std::string> fixes;
   ValueFlags flags;
   flags.add("--gpus", &gpus)
@@ -181,9 +234,8 @@ int llcdist::cli::runPlan(Args &args) {
                      "--global-batch-tokens (tokens)"};
   if (globalTokens > 0) {
     if (globalTokens % seqLen)
-      throw UsageError{"--global-batch-tokens " + std::to_string(globalTokens) +
-                       " is not a multiple of --seq-len " + std::to_string(seqLen) +
-                       ": the step holds whole sequences"};
+      throw UsageError{"--global-batch-tokens " + std::to_string(globalTokens) + " is not a multiple of --seq-len " +
+                       std::to_string(seqLen) + ": the step holds whole sequences"};
     globalBatch = globalTokens / seqLen;
   }
   if (dtype != "bf16" && dtype != "f32")
@@ -210,7 +262,8 @@ int llcdist::cli::runPlan(Args &args) {
   cost::Workload w;
   if (model.size() >= 5 && model.compare(model.size() - 5, 5, ".mlir") == 0)
     throw UsageError{"plan: MODEL must be a Hugging Face config.json (the search reads its "
-                     "shapes), got '" + model + "'"};
+                     "shapes), got '" +
+                     model + "'"};
   if (auto err = loadModelConfig(model, w.model)) {
     error(err->message);
     return kExitError;
@@ -229,12 +282,12 @@ int llcdist::cli::runPlan(Args &args) {
   opts.progress = [&](int64_t done, int64_t meshes, int64_t evaluated) {
     auto now = std::chrono::steady_clock::now();
     if (tty) {
-      llvm::errs() << "\rllc-dist plan: searching: mesh " << done << "/" << meshes << ", "
-                   << evaluated << " configurations" << (done == meshes ? "\n" : "");
+      llvm::errs() << "\rllc-dist plan: searching: mesh " << done << "/" << meshes << ", " << evaluated
+                   << " configurations" << (done == meshes ? "\n" : "");
     } else if (done < meshes && now - lastLine > std::chrono::seconds(2)) {
       lastLine = now;
-      llvm::errs() << "llc-dist plan: searching: mesh " << done << "/" << meshes << ", "
-                   << evaluated << " configurations\n";
+      llvm::errs() << "llc-dist plan: searching: mesh " << done << "/" << meshes << ", " << evaluated
+                   << " configurations\n";
     }
   };
   cost::PlanResult result;
@@ -256,52 +309,12 @@ int llcdist::cli::runPlan(Args &args) {
   }
 
   // The exact check of the top: compiled and simulated.
-  auto te = std::chrono::steady_clock::now();
-  std::string tmpRoot;
-  if (exactK > 0) {
-    if (!keepDir.empty()) {
-      if (std::error_code ec = llvm::sys::fs::create_directories(keepDir)) {
-        error(keepDir + ": cannot create the --keep-plans directory: " + ec.message());
-        return kExitError;
-      }
-      tmpRoot = keepDir;
-    } else {
-      llvm::SmallString<128> dir;
-      if (std::error_code ec = llvm::sys::fs::createUniqueDirectory("llc-dist-plan", dir)) {
-        error("cannot create a temporary directory: " + ec.message());
-        return kExitError;
-      }
-      tmpRoot = dir.str().str();
-    }
-  }
-  size_t nExact = size_t(std::min<int64_t>(exactK, int64_t(result.top.size())));
-  for (size_t i = 0; i < nExact; ++i) {
-    cost::ExactResult r;
-    r.candidate = i;
-    r.planDir = tmpRoot + "/rank-" + std::to_string(i + 1);
-    llvm::errs() << "llc-dist plan: compiling and simulating " << (i + 1) << "/" << nExact
-                 << ": " << result.top[i].config.compileFlags() << "\n";
-    compileAndSimulate(model, w, hw, result.top[i].config, r.planDir, r);
-    if (keepDir.empty())
-      r.planDir.clear();
-    result.exact.push_back(std::move(r));
-  }
-  if (!tmpRoot.empty() && keepDir.empty())
-    (void)llvm::sys::fs::remove_directories(tmpRoot);
-  result.exactSeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - te).count();
+  if (!exactCheck(model, w, hw, exactK, keepDir, result))
+    return kExitError;
 
   // The winner: the simulation's fastest when it ran, else the analytic one.
-  size_t winner = 0;
   bool bySimulation = false;
-  if (!result.exact.empty()) {
-    std::vector<size_t> order = result.exactOrder();
-    for (const cost::ExactResult &e : result.exact)
-      if (e.candidate == order.front() && e.ok) {
-        winner = order.front();
-        bySimulation = true;
-      }
-  }
+  const size_t winner = winnerOf(result, &bySimulation);
   cost::FrameworkArgs fw = cost::frameworkArgs(w, result.top[winner].config);
 
   if (as == "megatron" && format == "text") {
@@ -331,12 +344,12 @@ int llcdist::cli::runPlan(Args &args) {
     return 0;
   }
   std::ostringstream os;
-  os << "llc-dist plan: " << w.model.name << " on " << gpus << " x " << hw.device.id << " ("
-     << hw.topology.name << ", " << hw.topology.gpusPerNode << " GPUs per node), "
-     << globalBatch << " x " << seqLen << " tokens per step, " << dtype << "\n";
+  os << "llc-dist plan: " << w.model.name << " on " << gpus << " x " << hw.device.id << " (" << hw.topology.name << ", "
+     << hw.topology.gpusPerNode << " GPUs per node), " << globalBatch << " x " << seqLen << " tokens per step, "
+     << dtype << "\n";
   result.print(os);
-  os << "\nthe " << (bySimulation ? "simulated" : "analytic")
-     << " winner, #" << winner + 1 << ", as Megatron-LM flags (--as megatron; --as deepspeed for "
+  os << "\nthe " << (bySimulation ? "simulated" : "analytic") << " winner, #" << winner + 1
+     << ", as Megatron-LM flags (--as megatron; --as deepspeed for "
      << "a DeepSpeed config):\n"
      << cost::megatronCommand(fw);
   llvm::outs() << os.str();

@@ -19,7 +19,7 @@ rt::RunResult train(const std::string &model, int64_t steps) {
   shape.globalBatch = 8;
   TrainingPipelineOptions opt;
   opt.lr = 3e-3;
-  opt.schedule = "cosine";
+  opt.lrSchedule = "cosine";
   opt.warmup = 5;
   opt.gradClip = 1.0;
   std::string dir = test::compilePlan(model, shape, opt, "train");

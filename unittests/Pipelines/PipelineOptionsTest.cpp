@@ -110,7 +110,7 @@ TEST(TrainingPipelineOptions, EveryTextualOptionSetsItsField) {
       {"pp=2", [](O &o) { o.mesh.pp = 2; }},
       {"rank-order=dp,tp,pp", [](O &o) { o.mesh.rankOrder = "dp,tp,pp"; }},
       {"optimizer=sgd", [](O &o) { o.optimizer = "sgd"; }},
-      {"lr-schedule=cosine", [](O &o) { o.schedule = "cosine"; }},
+      {"lr-schedule=cosine", [](O &o) { o.lrSchedule = "cosine"; }},
       {"lr=0.5", [](O &o) { o.lr = 0.5; }},
       // min-lr must stay within [0, lr] (optimizerOptionsError).
       {"lr=0.5 min-lr=0.01", [](O &o) {

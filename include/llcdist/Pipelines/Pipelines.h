@@ -17,7 +17,7 @@ struct PlanJson;
 /// (by the names registerPipelines gives them). The passes whose options the
 /// pipeline takes unchanged are bases, so their fields (names and defaults
 /// from Passes.td) are ours and go to the pass as they are:
-/// llcdist-add-optimizer (optimizer, lr, schedule = the LR schedule, warmup,
+/// llcdist-add-optimizer (optimizer, lr, lrSchedule, warmup,
 /// totalSteps, minLr, beta1, beta2, eps, weightDecay, momentum, gradClip),
 /// llcdist-partition (sequenceParallel: Megatron's sequence parallelism) and
 /// llcdist-lower-to-plan (recordParamScopes, set from zero).

@@ -26,7 +26,7 @@ struct AddOptimizerPass
       module.emitError("llcdist-add-optimizer: ") << msg;
       signalPassFailure();
     };
-    std::string opt = optimizer, sched = schedule;
+    std::string opt = optimizer, sched = lrSchedule;
     double wd = weightDecay < 0 ? (opt == "adamw" ? 0.01 : 0.0) : double(weightDecay);
     if (opt != "adamw" && opt != "sgd")
       return fail("optimizer '" + opt + "' is not adamw or sgd");

@@ -230,7 +230,7 @@ def AddOptimizer : Pass<"llcdist-add-optimizer", "mlir::ModuleOp"> {
     Option<"optimizer", "optimizer", "std::string", "\"adamw\"", "adamw | sgd">,
     Option<"lr", "lr", "double", "1e-3", "peak learning rate">,
     Option<"minLr", "min-lr", "double", "0.0", "final learning rate of the cosine schedule">,
-    Option<"schedule", "lr-schedule", "std::string", "\"constant\"", "constant | cosine">,
+    Option<"lrSchedule", "lr-schedule", "std::string", "\"constant\"", "constant | cosine">,
     Option<"warmup", "warmup", "int64_t", "0", "linear warmup steps">,
     Option<"totalSteps", "total-steps", "int64_t", "0", "steps of the cosine decay (0: the run's --steps)">,
     Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,

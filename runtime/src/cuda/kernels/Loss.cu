@@ -82,10 +82,13 @@ __device__ __forceinline__ void reportBadTarget(int* deviceError) {
   if (deviceError) *deviceError = kDeviceTargetOutOfRange;
 }
 
-// cross_entropy_fwd: rowLoss[m] = max + log(Σ exp(x - max)) - x[target] over the first R columns
-// (0 for a row whose target is outside [0, R), which is reported).
-__global__ void crossEntropyRowLossKernel(FloatRef logits, const int32_t* targets, double* rowLoss, int64_t M,
-                                          int64_t V, int64_t R, int* deviceError) {
+// cross_entropy_fwd (kGrad false): rowLoss[m] = max + log(Σ exp(x - max)) - x[target] over the first R
+// columns (0 for a row whose target is outside [0, R), which is reported). The classifier's row step
+// (kGrad true) then writes the gradient as crossEntropyBackwardKernel does, in place of the row (read in
+// full before any thread writes it).
+template <bool kGrad>
+__global__ void crossEntropyRowKernel(FloatRef logits, const int32_t* targets, double* rowLoss, int64_t M, int64_t V,
+                                      int64_t R, float scale, int* deviceError) {
   __shared__ float redF[kThreads];
   __shared__ double redD[kThreads];
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {  // block-uniform
@@ -101,6 +104,14 @@ __global__ void crossEntropyRowLossKernel(FloatRef logits, const int32_t* target
     const float mx = rowMax(x, R, redF);
     const double sum = rowSumExp(x, R, mx, redD);
     if (threadIdx.x == 0) rowLoss[m] = double(mx) + log(sum) - double(x[t]);
+    if (!kGrad) continue;
+    __syncthreads();  // x[t] read before any thread overwrites it
+    const double inv = 1.0 / sum;
+    for (int64_t j = threadIdx.x; j < R; j += kThreads) {
+      const double p = exp(double(x[j] - mx)) * inv;
+      x.set(j, static_cast<float>((p - (j == t ? 1.0 : 0.0)) * double(scale)));
+    }
+    for (int64_t j = R + threadIdx.x; j < V; j += kThreads) x.set(j, 0.0f);
   }
 }
 
@@ -151,35 +162,6 @@ __global__ void crossEntropyBackwardKernel(FloatRef logits, const int32_t* targe
       d.set(j, static_cast<float>((p - (j == t ? 1.0 : 0.0)) * double(scale)));
     }
     for (int64_t j = R + threadIdx.x; j < V; j += kThreads) d.set(j, 0.0f);
-  }
-}
-
-// classifier's row step: rowLoss[m] as crossEntropyRowLossKernel, then the gradient as
-// crossEntropyBackwardKernel in place of the row (read in full before any thread writes it).
-__global__ void crossEntropyLossAndGradKernel(FloatRef logits, const int32_t* targets, double* rowLoss, int64_t M,
-                                              int64_t V, int64_t R, float scale, int* deviceError) {
-  __shared__ float redF[kThreads];
-  __shared__ double redD[kThreads];
-  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
-    const int64_t t = targets[m];
-    if (t < 0 || t >= R) {
-      if (threadIdx.x == 0) {
-        reportBadTarget(deviceError);
-        rowLoss[m] = 0.0;
-      }
-      continue;
-    }
-    const FloatRef x = logits.at(m * V);
-    const float mx = rowMax(x, R, redF);
-    const double sum = rowSumExp(x, R, mx, redD);
-    if (threadIdx.x == 0) rowLoss[m] = double(mx) + log(sum) - double(x[t]);
-    __syncthreads();  // x[t] read before any thread overwrites it
-    const double inv = 1.0 / sum;
-    for (int64_t j = threadIdx.x; j < R; j += kThreads) {
-      const double p = exp(double(x[j] - mx)) * inv;
-      x.set(j, static_cast<float>((p - (j == t ? 1.0 : 0.0)) * double(scale)));
-    }
-    for (int64_t j = R + threadIdx.x; j < V; j += kThreads) x.set(j, 0.0f);
   }
 }
 
@@ -329,7 +311,7 @@ Status classifier(const KernelCall& c, const ClassifierParams& p, const CudaKern
     const FloatRef xr = x.at(r * K);
     LLCDIST_RETURN_IF_ERROR(
         classifierGemm(linearForwardGemm(rows, false, gemmType(x), gemmType(logits)), xr, w, {}, logits.p, ctx));
-    crossEntropyLossAndGradKernel<<<rowBlocks(rows.M), kThreads, 0, ctx.stream>>>(
+    crossEntropyRowKernel<true><<<rowBlocks(rows.M), kThreads, 0, ctx.stream>>>(
         logits, targets + r, rowLoss + r, rows.M, N, R, float(p.gradScale), ctx.deviceError);
     LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("classifier (loss and gradient)", ctx.rank));
     rows.accumulate = false;
@@ -379,8 +361,8 @@ void registerCudaLossKernels(CudaKernelTable& t) {
       R = p.realVocab > 0 ? p.realVocab : p.V;
       targets = c.I("targets");
       if (M > 0) {
-        crossEntropyRowLossKernel<<<rowBlocks(M), kThreads, 0, ctx.stream>>>(floatRef(c, "logits"), targets, rowLoss, M,
-                                                                             p.V, R, ctx.deviceError);
+        crossEntropyRowKernel<false><<<rowBlocks(M), kThreads, 0, ctx.stream>>>(floatRef(c, "logits"), targets, rowLoss,
+                                                                                M, p.V, R, 0.0f, ctx.deviceError);
         LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("cross_entropy_fwd (row losses)", ctx.rank));
       }
     }

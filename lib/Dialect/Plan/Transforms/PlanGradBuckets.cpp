@@ -52,8 +52,8 @@ KernelOp findGradientAllReduce(ProgramOp program) {
   program.walk([&](KernelOp k) {
     auto origin = k->getAttrOfType<StringAttr>(kOriginAttr);
     auto axis = k.getParams().getAs<StringAttr>("axis");
-    if (k.getKernel() == "all_reduce" && origin && origin.getValue() == "dp_gradients" &&
-        axis && axis.getValue() == "dp" && !k->hasAttr(kTokenAttr)) {
+    if (k.getKernel() == "all_reduce" && origin && origin.getValue() == "dp_gradients" && axis &&
+        axis.getValue() == "dp" && !k->hasAttr(kTokenAttr)) {
       found = k;
       return WalkResult::interrupt();
     }
@@ -78,9 +78,7 @@ SmallVector<KernelOp> findGradientReduceScatters(ProgramOp program, SymbolTable 
     if (buf && buf.getKind() == "grad") // ZeRO-2's reduce the microbatch's part
       found.push_back(k);
   });
-  if (llvm::any_of(found, [&](KernelOp k) {
-        return k->getParentOp() != found.front()->getParentOp();
-      }))
+  if (llvm::any_of(found, [&](KernelOp k) { return k->getParentOp() != found.front()->getParentOp(); }))
     return {};
   return found;
 }
@@ -104,9 +102,7 @@ bool writes(KernelOp k, StringAttr name) {
   return false;
 }
 
-
-struct PlanGradBucketsPass
-    : public llcdist::plan::impl::PlanGradBucketsBase<PlanGradBucketsPass> {
+struct PlanGradBucketsPass : public llcdist::plan::impl::PlanGradBucketsBase<PlanGradBucketsPass> {
   using PlanGradBucketsBase::PlanGradBucketsBase;
 
   /// ZeRO-2: every microbatch's backward reduce-scatters each gradient
@@ -162,16 +158,14 @@ struct PlanGradBucketsPass
         auto x = k.getArgs().getAs<FlatSymbolRefAttr>("x");
         auto y = k.getArgs().getAs<FlatSymbolRefAttr>("y");
         bool scatter = k.getKernel() == "reduce_scatter" && origin && origin.getValue() == "zero" &&
-                       !k->hasAttr(kTokenAttr) && x && y && next &&
-                       next.getKernel() == "accumulate" &&
+                       !k->hasAttr(kTokenAttr) && x && y && next && next.getKernel() == "accumulate" &&
                        next.getArgs().get("x") == y;
         if (!scatter) {
           // The buffer rule: nothing writes a contribution or touches a
           // part in flight.
           auto conflicts = [&](const SmallVector<InFlight> &bucket) {
-            return llvm::any_of(bucket, [&](const InFlight &f) {
-              return writes(k, f.x) || overlap::referencesBuffer(k, f.y);
-            });
+            return llvm::any_of(bucket,
+                                [&](const InFlight &f) { return writes(k, f.x) || overlap::referencesBuffer(k, f.y); });
           };
           while (!buckets.empty() && llvm::any_of(buckets, conflicts))
             drainOldest(k);
@@ -202,18 +196,95 @@ struct PlanGradBucketsPass
       if (!any)
         continue;
       for (const Closed &c : closed)
-        report.push_back(b.getDictionaryAttr(
-            {b.getNamedAttr("collective", b.getStringAttr("reduce_scatter")),
-             b.getNamedAttr("grads", b.getI64IntegerAttr(c.grads)),
-             b.getNamedAttr("elements", b.getI64IntegerAttr(c.elements)),
-             b.getNamedAttr("bytes", b.getI64IntegerAttr(c.bytes)),
-             b.getNamedAttr("every_microbatch", b.getBoolAttr(true)),
-             b.getNamedAttr("subroutine", sub.getSymNameAttr())}));
+        report.push_back(b.getDictionaryAttr({b.getNamedAttr("collective", b.getStringAttr("reduce_scatter")),
+                                              b.getNamedAttr("grads", b.getI64IntegerAttr(c.grads)),
+                                              b.getNamedAttr("elements", b.getI64IntegerAttr(c.elements)),
+                                              b.getNamedAttr("bytes", b.getI64IntegerAttr(c.bytes)),
+                                              b.getNamedAttr("every_microbatch", b.getBoolAttr(true)),
+                                              b.getNamedAttr("subroutine", sub.getSymNameAttr())}));
     }
     if (report.empty())
       return;
     overlap::addQueue(program, "comm");
     program->setAttr(kGradBucketsAttr, ArrayAttr::get(ctx, report));
+  }
+
+  /// Which gradients the buckets take: per gradient, the one subroutine that
+  /// writes it (writerOf); those that stay synchronous; every action; and the
+  /// subroutines that finish overlapped gradients, each with its last action
+  /// before the optimizer's, in action order. False where the optimizer does
+  /// not run exactly once (a schedule this pass does not know).
+  struct Writers {
+    llvm::DenseMap<StringAttr, SubroutineOp> writerOf;
+    llvm::DenseSet<StringAttr> synchronous;
+    SmallVector<ActionOp> actions;
+    SmallVector<std::pair<SubroutineOp, ActionOp>> writers;
+  };
+  static bool findWriters(Block &body, SymbolTable &symbols, KernelOp first, ArrayRef<StringAttr> grads, Writers &w) {
+    // The backward: per gradient, the one subroutine that references it
+    // (step_begin's `zero` aside) and writes it — a pipeline's chunk, or
+    // under ZB-H1 a chunk's weight-gradient part. A gradient some other
+    // subroutine touches too (a tied parameter's, which the optimizer
+    // accumulates from another stage before reducing it) stays synchronous.
+    auto optimizer = first->getParentOfType<SubroutineOp>();
+    llvm::DenseSet<Operation *> beforeReduction; // the optimizer's kernels before it
+    for (Operation &op : optimizer.getBody().front()) {
+      if (&op == first.getOperation())
+        break;
+      beforeReduction.insert(&op);
+    }
+    llvm::DenseMap<StringAttr, SubroutineOp> &writerOf = w.writerOf;
+    llvm::DenseSet<StringAttr> &synchronous = w.synchronous;
+    llvm::DenseSet<StringAttr> written;
+    for (auto sub : body.getOps<SubroutineOp>())
+      for (KernelOp k : sub.getBody().front().getOps<KernelOp>()) {
+        if (k.getKernel() == "zero" && sub.getSymName() == "step_begin")
+          continue;
+        if (sub == optimizer && !beforeReduction.contains(k))
+          continue; // the reduction and what follows it
+        for (StringAttr g : grads) {
+          if (!overlap::referencesBuffer(k, g))
+            continue;
+          auto it = writerOf.try_emplace(g, sub).first;
+          if (sub == optimizer || it->second != sub)
+            synchronous.insert(g);
+          if (writes(k, g))
+            written.insert(g);
+        }
+      }
+    for (StringAttr g : grads)
+      if (!written.contains(g))
+        synchronous.insert(g);
+    // The subroutines that finish gradients, in their last actions' order,
+    // each with that last action before the optimizer's.
+    SmallVector<ActionOp> &actions = w.actions;
+    for (auto sched : body.getOps<ScheduleOp>())
+      for (auto a : sched.getBody().front().getOps<ActionOp>())
+        actions.push_back(a);
+    ActionOp optimizerAction;
+    int64_t optimizerRuns = 0;
+    llvm::MapVector<StringAttr, ActionOp> lastOf; // writer -> its last action
+    for (ActionOp a : actions) {
+      if (a.getSubroutine() == optimizer.getSymName()) {
+        ++optimizerRuns;
+        optimizerAction = a;
+      } else if (!optimizerAction) {
+        lastOf[a.getSubroutineAttr().getAttr()] = a;
+      }
+    }
+    if (optimizerRuns != 1)
+      return false;
+    for (StringAttr g : grads)
+      if (!writerOf.lookup(g) || !lastOf.count(writerOf.lookup(g).getSymNameAttr()))
+        synchronous.insert(g); // its writer never runs before the optimizer
+    SmallVector<std::pair<SubroutineOp, ActionOp>> &writers = w.writers;
+    for (auto &[name, action] : lastOf)
+      if (auto sub = symbols.lookup<SubroutineOp>(name); sub && llvm::any_of(grads, [&](StringAttr g) {
+                                                           return !synchronous.contains(g) && writerOf.lookup(g) == sub;
+                                                         }))
+        writers.push_back({sub, action});
+    llvm::stable_sort(writers, [&](auto &x, auto &y) { return x.second->isBeforeInBlock(y.second); });
+    return true;
   }
 
   void runOnOperation() override {
@@ -252,73 +323,13 @@ struct PlanGradBucketsPass
     KernelOp first = reduce ? reduce : scatters.front();
     StringRef collective = reduce ? "all_reduce" : "reduce_scatter";
 
-    // The backward: per gradient, the one subroutine that references it
-    // (step_begin's `zero` aside) and writes it — a pipeline's chunk, or
-    // under ZB-H1 a chunk's weight-gradient part. A gradient some other
-    // subroutine touches too (a tied parameter's, which the optimizer
-    // accumulates from another stage before reducing it) stays synchronous.
-    auto optimizer = first->getParentOfType<SubroutineOp>();
-    llvm::DenseSet<Operation *> beforeReduction; // the optimizer's kernels before it
-    for (Operation &op : optimizer.getBody().front()) {
-      if (&op == first.getOperation())
-        break;
-      beforeReduction.insert(&op);
-    }
-    llvm::DenseMap<StringAttr, SubroutineOp> writerOf;
-    llvm::DenseSet<StringAttr> synchronous, written;
-    for (auto sub : body.getOps<SubroutineOp>())
-      for (KernelOp k : sub.getBody().front().getOps<KernelOp>()) {
-        if (k.getKernel() == "zero" && sub.getSymName() == "step_begin")
-          continue;
-        if (sub == optimizer && !beforeReduction.contains(k))
-          continue; // the reduction and what follows it
-        for (StringAttr g : grads) {
-          if (!overlap::referencesBuffer(k, g))
-            continue;
-          auto it = writerOf.try_emplace(g, sub).first;
-          if (sub == optimizer || it->second != sub)
-            synchronous.insert(g);
-          if (writes(k, g))
-            written.insert(g);
-        }
-      }
-    for (StringAttr g : grads)
-      if (!written.contains(g))
-        synchronous.insert(g);
-    // The subroutines that finish gradients, in their last actions' order,
-    // each with that last action before the optimizer's.
-    SmallVector<ActionOp> actions;
-    for (auto sched : body.getOps<ScheduleOp>())
-      for (auto a : sched.getBody().front().getOps<ActionOp>())
-        actions.push_back(a);
-    ActionOp optimizerAction;
-    int64_t optimizerRuns = 0;
-    llvm::MapVector<StringAttr, ActionOp> lastOf; // writer -> its last action
-    for (ActionOp a : actions) {
-      if (a.getSubroutine() == optimizer.getSymName()) {
-        ++optimizerRuns;
-        optimizerAction = a;
-      } else if (!optimizerAction) {
-        lastOf[a.getSubroutineAttr().getAttr()] = a;
-      }
-    }
-    if (optimizerRuns != 1)
+    // The backward: which gradients overlap, and the subroutines that finish them.
+    Writers w;
+    if (!findWriters(body, symbols, first, grads, w) || w.writers.empty())
       return;
-    for (StringAttr g : grads)
-      if (!writerOf.lookup(g) || !lastOf.count(writerOf.lookup(g).getSymNameAttr()))
-        synchronous.insert(g); // its writer never runs before the optimizer
-    SmallVector<std::pair<SubroutineOp, ActionOp>> writers;
-    for (auto &[name, action] : lastOf)
-      if (auto sub = symbols.lookup<SubroutineOp>(name);
-          sub && llvm::any_of(grads, [&](StringAttr g) {
-            return !synchronous.contains(g) && writerOf.lookup(g) == sub;
-          }))
-        writers.push_back({sub, action});
-    llvm::stable_sort(writers, [&](auto &x, auto &y) {
-      return x.second->isBeforeInBlock(y.second);
-    });
-    if (writers.empty())
-      return;
+    llvm::DenseMap<StringAttr, SubroutineOp> &writerOf = w.writerOf;
+    llvm::DenseSet<StringAttr> &synchronous = w.synchronous;
+    SmallVector<ActionOp> &actions = w.actions;
 
     MLIRContext *ctx = program.getContext();
     OpBuilder b(ctx);
@@ -331,7 +342,7 @@ struct PlanGradBucketsPass
     int64_t tokens = overlap::firstFreeToken(program);
     const int64_t firstToken = tokens;
     llvm::DenseMap<Operation *, int64_t> tokenOf; // ZeRO-1: the scatter's token
-    for (auto [backward, last] : writers) {
+    for (auto [backward, last] : w.writers) {
       // 1. The last microbatch's backward: a clone, run by its action only.
       std::string name = (backward.getSymName() + "_last").str();
       while (symbols.lookup(name))
@@ -362,9 +373,8 @@ struct PlanGradBucketsPass
           else
             note(arg.getValue());
         }
-      llvm::stable_sort(ready, [&](StringAttr x, StringAttr y) {
-        return lastWrite.lookup_or(x, -1) < lastWrite.lookup_or(y, -1);
-      });
+      llvm::stable_sort(
+          ready, [&](StringAttr x, StringAttr y) { return lastWrite.lookup_or(x, -1) < lastWrite.lookup_or(y, -1); });
 
       // 3. Buckets in that order, each closed at bucket-size elements.
       const size_t firstBucket = buckets.size();
@@ -410,17 +420,14 @@ struct PlanGradBucketsPass
           }
           continue;
         }
-        auto op = b.create<KernelOp>(
-            reduce.getLoc(), reduce.getKernel(),
-            b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(bk.grads))}),
-            reduce.getParams());
+        auto op = b.create<KernelOp>(reduce.getLoc(), reduce.getKernel(),
+                                     b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(bk.grads))}),
+                                     reduce.getParams());
         for (NamedAttribute a : reduce->getDiscardableAttrs())
           op->setAttr(a.getName(), a.getValue());
         start(op);
       }
-      if (llvm::none_of(actions, [&](ActionOp a) {
-            return a.getSubroutine() == backward.getSymName();
-          })) {
+      if (llvm::none_of(actions, [&](ActionOp a) { return a.getSubroutine() == backward.getSymName(); })) {
         symbols.erase(backward); // one microbatch: the clone is the whole backward
       }
     }
@@ -442,8 +449,7 @@ struct PlanGradBucketsPass
       if (kept.empty())
         reduce.erase();
       else
-        reduce.setArgsAttr(
-            b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(kept))}));
+        reduce.setArgsAttr(b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(kept))}));
     } else {
       for (KernelOp rs : scatters)
         if (auto it = tokenOf.find(rs); it != tokenOf.end()) {
@@ -456,12 +462,11 @@ struct PlanGradBucketsPass
     overlap::addQueue(program, "comm");
     SmallVector<Attribute> report;
     for (const Bucket &bk : buckets)
-      report.push_back(b.getDictionaryAttr(
-          {b.getNamedAttr("collective", b.getStringAttr(collective)),
-           b.getNamedAttr("grads", b.getI64IntegerAttr(int64_t(bk.grads.size()))),
-           b.getNamedAttr("elements", b.getI64IntegerAttr(bk.elements)),
-           b.getNamedAttr("bytes", b.getI64IntegerAttr(bk.bytes)),
-           b.getNamedAttr("subroutine", bk.subroutine)}));
+      report.push_back(b.getDictionaryAttr({b.getNamedAttr("collective", b.getStringAttr(collective)),
+                                            b.getNamedAttr("grads", b.getI64IntegerAttr(int64_t(bk.grads.size()))),
+                                            b.getNamedAttr("elements", b.getI64IntegerAttr(bk.elements)),
+                                            b.getNamedAttr("bytes", b.getI64IntegerAttr(bk.bytes)),
+                                            b.getNamedAttr("subroutine", bk.subroutine)}));
     program->setAttr(kGradBucketsAttr, ArrayAttr::get(ctx, report));
   }
 };

@@ -15,7 +15,9 @@ and one microbatch (global batch = micro-batch):
                    torch.autocast(bfloat16), f32 parameters; each in its own process, timed the
                    same way (synchronized steps, median after the warm-up), with
                    torch.cuda.max_memory_allocated / max_memory_reserved;
-  pytorch-compile  the same with the model's forward (and loss) under torch.compile.
+  pytorch-compile  the same with the model's forward (and loss) under torch.compile;
+  llc-dist-no-graphs  llc-dist again with `--cuda-graphs off` (every step op by op, no CUDA graph),
+                   last: the INFO line "graphs" says what the recorded step bought.
 
 For every run, the GPU's memory in use (nvidia-smi, sampled every 100 ms) above what it was before
 the run is reported too: the process's whole footprint (CUDA context and library workspaces
@@ -145,11 +147,11 @@ def peak_device_bytes(mem):
     return None, "not logged"
 
 
-def llcdist_run(runner, plan, steps, warmup, timeout, tmp, name, backend="cuda"):
+def llcdist_run(runner, plan, steps, warmup, timeout, tmp, name, backend="cuda", extra=()):
     """A dict of the llc-dist run's numbers, or raises RuntimeError with the output's tail."""
     log = os.path.join(tmp, name + ".jsonl")
     cmd = [*runner, plan, "--backend", backend, "--steps", str(steps), "--data", "synthetic", "--seed", "1",
-           "--log-json", log, "--quiet"]
+           "--log-json", log, "--quiet", *extra]
     t0 = time.time()
     with GpuMemory() as gm:
         rc, out = run_cmd(cmd, timeout)
@@ -313,7 +315,8 @@ def bench(args, tmp):
         order += [(m, "llc-dist"), (m, "pytorch-eager")]
     if not args.skip_compile:
         order += [(m, "pytorch-compile") for m in models]
-    limits = {"llc-dist": 150, "pytorch-eager": 90, "pytorch-compile": 180}
+    order += [(m, "llc-dist-no-graphs") for m in models]
+    limits = {"llc-dist": 150, "pytorch-eager": 90, "pytorch-compile": 180, "llc-dist-no-graphs": 150}
     res = {m: {} for m in models}
     failed = False
     for m, what in order:
@@ -324,8 +327,10 @@ def bench(args, tmp):
             continue
         t = min(limits[what], left - 5)
         try:
-            if what == "llc-dist":
-                r = llcdist_run(runner, plans[m], args.steps, args.warmup, t, tmp, m, args.backend)
+            if what.startswith("llc-dist"):
+                off = what == "llc-dist-no-graphs"
+                r = llcdist_run(runner, plans[m], args.steps, args.warmup, t, tmp, what + "-" + m, args.backend,
+                                ["--cuda-graphs", "off"] if off else [])
                 mem = "not logged" if r["peak_bytes"] is None else f"{r['peak_bytes'] / GiB:.2f} GiB ({r['peak_what']})"
             else:
                 r = torch_run(configs[m], plans[m], what.split("-")[1], args.steps, args.warmup, t, tmp, m,
@@ -345,6 +350,13 @@ def bench(args, tmp):
         print(f"INFO bench {m} {what}: bf16 {mb}x{seq}, {r['ms_per_step']:.1f} ms/step, "
               f"{fmt_tps(r['tokens_per_s'])} tokens/s, MFU {100 * r['mfu']:.1f} %, peak memory {mem}{smi}"
               f"{extra} [{r['wall_s']:.0f} s]{refs}", flush=True)
+
+    # What the recorded step (one CUDA graph per step on the GPU) bought: the same plan, graphs off.
+    for m in models:
+        on, off = res[m].get("llc-dist"), res[m].get("llc-dist-no-graphs")
+        if on and off:
+            print(f"INFO bench {m} graphs: {fmt_tps(on['tokens_per_s'])} tokens/s with --cuda-graphs on, "
+                  f"{fmt_tps(off['tokens_per_s'])} off ({on['tokens_per_s'] / off['tokens_per_s']:.2f}x)")
 
     # The issue's targets: llc-dist >= PyTorch eager tokens/s on both models.
     for m in models:

@@ -1,4 +1,5 @@
-// The Backend interface's defaults (Backend.h): one f32 kernel per kind, host-clock time marks.
+// The Backend interface's defaults (Backend.h): one f32 kernel per kind, host-clock time marks, no
+// device graphs.
 #include "llcdist/runtime/Backend.h"
 
 #include "llcdist/runtime/Timeline.h"
@@ -20,6 +21,23 @@ StatusOr<int64_t> Backend::markTimeNs(int64_t mark) {
   if (mark < 0 || mark >= int64_t(hostMarks_.size()))
     return Status::outOfRange("time mark " + std::to_string(mark) + " was not made (or was cleared)");
   return hostMarks_[size_t(mark)];
+}
+
+bool Backend::canCaptureGraph(std::string* why) const {
+  if (why) *why = "the " + name() + " backend has no device graphs";
+  return false;
+}
+
+Status Backend::beginGraphCapture() {
+  return Status::invalidArgument("the " + name() + " backend cannot capture a device graph");
+}
+
+StatusOr<int> Backend::endGraphCapture() {
+  return Status::invalidArgument("the " + name() + " backend cannot capture a device graph");
+}
+
+Status Backend::launchGraph(int graph) {
+  return Status::invalidArgument("the " + name() + " backend has no device graph " + std::to_string(graph));
 }
 
 }  // namespace llcdist::rt

@@ -1,8 +1,6 @@
 // Binds a program's ops to KernelCalls and runs its actions. See Interpreter.h.
 #include "llcdist/runtime/Interpreter.h"
 
-#include "llcdist/runtime/FlightRecorder.h"
-
 #include "ops/OpDefs.h"
 
 #include "llcdist/runtime/Bf16.h"
@@ -66,8 +64,8 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
   LLCDIST_RETURN_IF_ERROR(backend.allocateArena(in->program_->arenaBytes).withContext(in->program_->file));
   if (backend.arenaBytes() != in->program_->arenaBytes)  // the backend allocates exactly arena_bytes
     return Status::internal(in->program_->file + ": backend " + backend.name() + " allocated an arena of " +
-                            std::to_string(backend.arenaBytes()) + " bytes for arena_bytes = " +
-                            std::to_string(in->program_->arenaBytes));
+                            std::to_string(backend.arenaBytes()) +
+                            " bytes for arena_bytes = " + std::to_string(in->program_->arenaBytes));
   // One stream per queue (the compute queue on the default stream) and an event to order each other
   // queue after compute work.
   in->streams_.assign(1, in->stream_);
@@ -98,6 +96,17 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
     LLCDIST_ASSIGN_OR_RETURN(in->staging_, backend.allocateStaging(staging));
   }
   in->stagingElems_ = staging;
+  // The step's values, in device memory, if an optimizer update reads them (bound into its call).
+  const bool updates = std::any_of(subs.begin(), subs.end(), [](const Subroutine& sub) {
+    return std::any_of(sub.ops.begin(), sub.ops.end(), [](const Op& op) { return sc::isOptimizerUpdate(op.kind); });
+  });
+  if (updates) {
+    constexpr int64_t kFloats = int64_t((sizeof(StepValues) + sizeof(float) - 1) / sizeof(float));
+    LLCDIST_ASSIGN_OR_RETURN(float* device, backend.allocateStaging(kFloats));
+    LLCDIST_ASSIGN_OR_RETURN(void* host, backend.allocateHostInput(int64_t(sizeof(StepValues))));
+    in->stepValuesDevice_ = reinterpret_cast<StepValues*>(device);
+    in->stepValuesHost_ = static_cast<StepValues*>(host);
+  }
   // Each subroutine is bound once per slot, 0 to the highest an action runs it in: a slotted buffer's
   // instance is an arena address like any other, so running an op costs the same with slots as without.
   const auto& buffers = in->program_->buffers;
@@ -139,7 +148,48 @@ StatusOr<std::unique_ptr<Interpreter>> Interpreter::create(const Plan& plan, siz
       for (const std::vector<bool>& role : b.convert) it->convertedArgs += std::count(role.begin(), role.end(), true);
     }
   LLCDIST_RETURN_IF_ERROR(in->createChannels());
+  LLCDIST_RETURN_IF_ERROR(in->allocateStepInputs());
   return in;
+}
+
+// One host input per load_microbatch of the step, in execution order (the actions', each running its
+// subroutine's ops bound to its slot).
+Status Interpreter::allocateStepInputs() {
+  for (size_t a = 0; a < program_->actions.size(); ++a) {
+    const Action& act = program_->actions[a];
+    const std::vector<BoundOp>& ops = subroutines_[size_t(act.subroutine)][size_t(act.slot)];
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].call.kind != sc::OpKind::kLoadMicrobatch) continue;
+      const DataParams* batch = ops[i].call.paramsAs<DataParams>();
+      if (!batch)
+        return Status::internal(where(size_t(act.subroutine), i) + ": load_microbatch bound without its parameters");
+      const int64_t n = batch->B * batch->S;
+      LLCDIST_ASSIGN_OR_RETURN(void* host, backend_->allocateHostInput(2 * n * int64_t(sizeof(int32_t))));
+      int32_t* ids = static_cast<int32_t*>(host);
+      inputs_.push_back(
+          StepInput{a, size_t(act.subroutine), i, &ops[i], act.microbatch, batch->B, batch->S, ids, ids + n});
+    }
+  }
+  return Status::ok();
+}
+
+// Before a step (the previous one has synchronized): the step's values and every batch it loads.
+Status Interpreter::writeStepInputs(int64_t step, double lr, const MicrobatchSource& data) {
+  if (stepValuesHost_) *stepValuesHost_ = StepValues{lr, step + 1};
+  for (const StepInput& in : inputs_) {
+    Status st;
+    if (!data)
+      st = Status::invalidArgument("load_microbatch: no data source was given");
+    else if (in.microbatch < 0)
+      st = Status::invalidArgument("load_microbatch: the action has no microbatch");
+    else
+      st = data(step, in.microbatch, in.ids, in.targets, in.B, in.S);
+    if (!st.isOk())
+      return std::move(st)
+          .withContext(where(in.subroutine, in.opIndex))
+          .withContext("step " + std::to_string(step) + ", action " + std::to_string(in.action));
+  }
+  return Status::ok();
 }
 
 // One channel per distinct group of the program's collectives (an axis at this rank's coordinates, or
@@ -186,7 +236,8 @@ StatusOr<Interpreter::OpBinding> Interpreter::chooseBinding(const Op& op) {
   OpBinding out;
   // The family's parameters (src/ops/<Family>.cpp), for a backend that has the op's kernel.
   const ops::OpDef* def = ops::opDefs().find(op.kind);
-  if (!def) return Status::internal("op " + std::string(sc::opName(op.kind)) + " has no definition (docs/adding-an-op.md)");
+  if (!def)
+    return Status::internal("op " + std::string(sc::opName(op.kind)) + " has no definition (docs/adding-an-op.md)");
   if (launchesKernel(op.kind) && !backend_->hasKernel(op.kind))
     return Status::invalidArgument("backend " + backend_->name() + " has no kernel for op " +
                                    std::string(sc::opName(op.kind)));
@@ -278,8 +329,9 @@ Status Interpreter::bind(const Op& op, const OpBinding& binding, int64_t slot, B
       const sc::ArgAccess access = op.access(r);
       auto use = std::find_if(out->uses.begin(), out->uses.end(), [&](const BoundOp::Use& u) { return u.id == id; });
       if (use == out->uses.end())
-        use = out->uses.insert(out->uses.end(),
-                               BoundOp::Use{id, false, false, instanceBase_[size_t(id)] + (b.instances() > 1 ? slot : 0)});
+        use = out->uses.insert(
+            out->uses.end(),
+            BoundOp::Use{id, false, false, instanceBase_[size_t(id)] + (b.instances() > 1 ? slot : 0)});
       use->read |= access != sc::ArgAccess::kWrite;
       use->write |= access != sc::ArgAccess::kRead;
     }
@@ -324,232 +376,41 @@ Status Interpreter::bind(const Op& op, const OpBinding& binding, int64_t slot, B
   // An asynchronous op keeps its buffers from its start to its wait, which the one shared staging area
   // cannot give it.
   if (op.startsAsync() && (!out->convertIn.empty() || !out->convertOut.empty()))
-    return Status::invalidArgument("asynchronous communication (\"token\") on bf16 buffers is not supported by "
-                                 "this runtime; run it synchronously");
+    return Status::invalidArgument(
+        "asynchronous communication (\"token\") on bf16 buffers is not supported by "
+        "this runtime; run it synchronously");
   c.params = binding.params;
+  if (sc::isOptimizerUpdate(op.kind)) c.stepValues = stepValuesDevice_;
   out->variant = binding.variantName;
   out->flops = kernelFlops(c);
   return Status::ok();
 }
 
-Status Interpreter::issueCommunication(const BoundOp& b, size_t queue, int64_t microbatch, size_t subroutine,
-                                       int64_t step, std::vector<CollectiveHandle>* handles) {
-  const KernelCall& c = b.call;
-  const CommunicationParams* p = c.paramsAs<CommunicationParams>();
-  if (!p) return Status::internal("a communication op bound without its parameters");
-  const Stream stream = streams_[queue];
-  // The flight recorder's provenance of the call (FlightRecorder.h); the backend carries it to the
-  // thread that runs the call.
-  const Subroutine& sub = program_->subroutines[subroutine];
-  CommCallSite site;
-  site.program = &program_->file;
-  site.subroutine = &sub.name;
-  site.opIndex = int64_t(b.op - sub.ops.data());
-  site.loc = &b.op->loc;
-  site.step = step;
-  site.microbatch = microbatch;
-  site.action = action_;
-  const ScopedCallSite scopedSite(site);
-  // Communication on another queue: its real interval, read on the thread that runs it (Timeline.h).
-  std::shared_ptr<int64_t> t0;
-  if (timeline_ && queue != 0) {
-    t0 = std::make_shared<int64_t>(0);
-    LLCDIST_RETURN_IF_ERROR(backend_->launchHostFunc(stream, [t0] { *t0 = Timeline::nowNs(); }));
-  }
-  using K = sc::OpKind;
-  if (c.kind == K::kAllReduce) {
-    for (size_t k = 0; k < c.args[0].size(); ++k) {
-      // An f64 buffer (a kernel's partial reduction: grad_norm_sq, cross_entropy_max / _sums) is reduced in
-      // f64; the others in the op's dtype.
-      const CommDType dtype = c.type(0, k) == sc::ElemType::kF64 ? CommDType::kF64 : p->dtype;
-      LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->allReduceAsync(stream, c.args[0][k], c.argElems[0][k],
-                                                                            dtype, p->reduceOp, b.channel));
-      handles->push_back(h);
-    }
-  } else {
-    StatusOr<CollectiveHandle> h =
-        c.kind == K::kAllGather
-            ? backend_->allGatherAsync(stream, c.args[0][0], c.args[1][0], p->outer, p->inner, p->total, p->dtype,
-                                       b.channel)
-        : c.kind == K::kReduceScatter
-            ? backend_->reduceScatterAsync(stream, c.args[0][0], c.args[1][0], p->outer, p->inner, p->total, p->dtype,
-                                           p->reduceOp, b.channel)
-        : c.kind == K::kSend ? backend_->sendAsync(stream, c.f(0), c.argElems[0][0], p->peer, p->tag, microbatch)
-        : c.kind == K::kRecv ? backend_->recvAsync(stream, c.f(0), c.argElems[0][0], p->peer, p->tag, microbatch)
-                             : StatusOr<CollectiveHandle>(Status::internal("not a communication op"));
-    if (!h.isOk()) return h.status();
-    handles->push_back(h.value());
-  }
-  if (t0) {
-    Timeline* timeline = timeline_;
-    TimelineEvent e{sc::opName(c.kind), TraceLane::kCommunication, 0, 0, &b.op->loc,
-                    &program_->subroutines[subroutine].name, step, microbatch, action_, int(queue)};
-    LLCDIST_RETURN_IF_ERROR(backend_->launchHostFunc(stream, [timeline, t0, e]() mutable {
-      e.startNs = *t0;
-      e.endNs = Timeline::nowNs();
-      timeline->record(e);
-    }));
-  }
-  return Status::ok();
-}
-
-Status Interpreter::orderAfterCompute(size_t queue) {
-  if (queue == 0) return Status::ok();
-  LLCDIST_RETURN_IF_ERROR(backend_->recordEvent(streams_[0], queueEvents_[queue]));
-  return backend_->waitEvent(streams_[queue], queueEvents_[queue]);
-}
-
-Status Interpreter::runCommunication(const BoundOp& b, int64_t microbatch, size_t subroutine, int64_t step) {
-  const size_t queue = size_t(b.op->queue);
-  LLCDIST_RETURN_IF_ERROR(orderAfterCompute(queue));
-  // Synchronous: the next op waits for it (every plan without the feature takes this path on queue 0).
-  std::vector<CollectiveHandle> handles;
-  LLCDIST_RETURN_IF_ERROR(issueCommunication(b, queue, microbatch, subroutine, step, &handles));
-  for (CollectiveHandle h : handles) LLCDIST_RETURN_IF_ERROR(backend_->waitCollective(streams_[0], h));
-  return Status::ok();
-}
-
-namespace {
-// Checking mode's poison: quiet NaNs with a recognizable payload, so arithmetic on them stays NaN.
-constexpr uint32_t kPoisonF32 = 0x7fc0dead;
-constexpr uint16_t kPoisonBf16 = 0x7fde;
-std::vector<std::byte> poisonBytes(const BufferDesc& b) {
-  std::vector<std::byte> v(size_t(b.bytes));
-  if (b.dtype == sc::ElemType::kBF16) {
-    for (size_t i = 0; i + 2 <= v.size(); i += 2) std::memcpy(&v[i], &kPoisonBf16, 2);
-  } else {
-    for (size_t i = 0; i + 4 <= v.size(); i += 4) std::memcpy(&v[i], &kPoisonF32, 4);
-  }
-  return v;
-}
-}  // namespace
-
-Status Interpreter::startAsync(const BoundOp& b, size_t s, size_t i, int64_t step, int64_t microbatch) {
-  InFlight f;
-  f.op = &b;
-  f.subroutine = s;
-  f.opIndex = i;
-  f.step = step;
-  f.microbatch = microbatch;
-  const size_t queue = size_t(b.op->queue);
-  if (checkAsync_) {
-    // Nothing runs now: the op's written buffers hold poison until it runs at its wait, and its
-    // in-place buffers' values are kept aside (restored then, once their poison is checked).
-    f.deferred = true;
-    for (const BoundOp::Use& u : b.uses) {
-      if (!u.write) continue;
-      const BufferDesc& buf = program_->buffers[size_t(u.id)];
-      const int64_t at = buf.offsetAt(b.slot);  // the instance the op is bound to
-      if (u.read) {
-        f.saved.emplace_back(size_t(buf.bytes));
-        LLCDIST_RETURN_IF_ERROR(backend_->copyToHost(streams_[0], f.saved.back().data(), at, buf.bytes));
-      }
-      const std::vector<std::byte> poison = poisonBytes(buf);
-      LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(streams_[0], at, poison.data(), buf.bytes));
-    }
-    deferred_[queue].push_back(b.op->token);
-  } else {
-    LLCDIST_RETURN_IF_ERROR(orderAfterCompute(queue));
-    LLCDIST_RETURN_IF_ERROR(issueCommunication(b, queue, microbatch, s, step, &f.handles));
-  }
-  inFlight_[b.op->token] = std::move(f);  // the loader's token rules: the token is not in flight
-  return Status::ok();
-}
-
-Status Interpreter::runDeferred(size_t queue, int64_t token) {
-  std::vector<int64_t>& order = deferred_[queue];
-  while (!order.empty()) {
-    const int64_t t = order.front();
-    order.erase(order.begin());
-    InFlight& f = inFlight_.at(t);
-    const BoundOp& b = *f.op;
-    size_t k = 0;
-    for (const BoundOp::Use& u : b.uses) {
-      if (!u.write || !u.read) continue;
-      const BufferDesc& buf = program_->buffers[size_t(u.id)];
-      const int64_t at = buf.offsetAt(b.slot);
-      std::vector<std::byte> now(size_t(buf.bytes));
-      LLCDIST_RETURN_IF_ERROR(backend_->copyToHost(streams_[0], now.data(), at, buf.bytes));
-      if (now != poisonBytes(buf))
-        return Status::invalidArgument(
-            "--check-async: buffer " + std::to_string(u.id) + " (\"" + buf.name + "\") was written while " +
-            where(f.subroutine, f.opIndex) + " had it in flight (token " + std::to_string(t) +
-            "): a missing or late wait");
-      LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(streams_[0], at, f.saved[k++].data(), buf.bytes));
-    }
-    f.saved.clear();
-    f.deferred = false;
-    LLCDIST_RETURN_IF_ERROR(issueCommunication(b, 0, f.microbatch, f.subroutine, f.step, &f.handles));
-    if (t == token) return Status::ok();
-  }
-  return Status::internal("--check-async: token " + std::to_string(token) + " was not deferred on its queue");
-}
-
-Status Interpreter::waitToken(const BoundOp& w, size_t s, int64_t step, int64_t microbatch) {
-  auto it = inFlight_.find(w.op->token);
-  if (it == inFlight_.end())  // the loader's token rules make this unreachable
-    return Status::internal("wait: token " + std::to_string(w.op->token) + " is not in flight");
-  InFlight& f = it->second;
-  if (f.deferred) LLCDIST_RETURN_IF_ERROR(runDeferred(size_t(f.op->op->queue), w.op->token));
-  const size_t queue = size_t(w.op->queue);
-  // The wait is on the compute lane only if it blocked (the timeline's query reads no clock otherwise).
-  const bool timed = timeline_ && queue == 0 &&
-                     std::any_of(f.handles.begin(), f.handles.end(),
-                                 [&](CollectiveHandle h) { return !backend_->collectiveDone(h); });
-  int64_t m0 = -1;
-  if (timed) {
-    LLCDIST_ASSIGN_OR_RETURN(m0, backend_->markTime(streams_[0]));
-  }
-  Status st;
-  for (CollectiveHandle h : f.handles) {
-    Status one = backend_->waitCollective(streams_[queue], h);
-    if (st.isOk() && !one.isOk()) st = one;  // every handle is waited for, even after an error
-  }
-  if (timed) {
-    LLCDIST_ASSIGN_OR_RETURN(const int64_t m1, backend_->markTime(streams_[0]));
-    pending_.push_back({{sc::opName(sc::OpKind::kWait), TraceLane::kCompute, 0, 0, &w.op->loc,
-                         &program_->subroutines[s].name, step, microbatch, action_},
-                        m0, m1});
-  }
-  if (!st.isOk())
-    return st.withContext("the communication of token " + std::to_string(w.op->token) + " (" +
-                          where(f.subroutine, f.opIndex) + ")");
-  if (trace_) traceWait(*f.op);
-  inFlight_.erase(it);
-  return Status::ok();
-}
-
-// Forgets the tokens of a failed step without waiting for them: their calls may be blocked on peers
-// that wait for this rank, and only the run's abort of the communicator (Train.cpp), after this rank
-// has returned, releases them; the backend joins its workers when it is destroyed.
-void Interpreter::abandonInFlight() {
-  inFlight_.clear();
-  for (auto& q : deferred_) q.clear();
-}
-
-Status Interpreter::runOp(const BoundOp& b, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data) {
+Status Interpreter::runOp(const BoundOp& b, int64_t step, int64_t microbatch, const MicrobatchSource& data) {
   if (!b.convertIn.empty() || !b.convertOut.empty()) {  // bf16 arguments: convert in, run in f32, round out
     for (const KernelCall& in : b.convertIn)
       LLCDIST_RETURN_IF_ERROR(backend_->launch(stream_, in).withContext("converting a bf16 argument to f32"));
-    LLCDIST_RETURN_IF_ERROR(execute(b, step, microbatch, lr, data));
+    LLCDIST_RETURN_IF_ERROR(execute(b, step, microbatch, data));
     for (const KernelCall& out : b.convertOut)
       LLCDIST_RETURN_IF_ERROR(backend_->launch(stream_, out).withContext("rounding an f32 result to bf16"));
     return Status::ok();
   }
-  return execute(b, step, microbatch, lr, data);
+  return execute(b, step, microbatch, data);
 }
 
 // The op itself, on b.call's addresses (arena, or f32 temporaries for bf16 arguments).
-Status Interpreter::execute(const BoundOp& b, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data) {
+Status Interpreter::execute(const BoundOp& b, int64_t step, int64_t microbatch, const MicrobatchSource& data) {
   if (schema::communicates(b.call.kind)) return runCommunication(b, microbatch, subroutine_, step);
-  if (launchesKernel(b.call.kind)) {
-    if (schema::isOptimizerUpdate(b.call.kind)) {
-      KernelCall c = b.call;  // small: pointers and scalars
-      c.lr = lr;
-      c.t = step + 1;
-      return backend_->launch(stream_, c);
-    }
-    return backend_->launch(stream_, b.call);
+  if (launchesKernel(b.call.kind)) return backend_->launch(stream_, b.call);
+  if (action_ >= 0) {  // in a step: the batch is the op's host input, written before the step
+    if (nextInput_ >= inputs_.size() || inputs_[nextInput_].op != &b)
+      return Status::internal("load_microbatch out of the step's order of inputs");
+    const StepInput& in = inputs_[nextInput_++];
+    const int64_t bytes = in.B * in.S * int64_t(sizeof(int32_t));
+    const int64_t idsAt = program_->buffers[size_t(b.op->arg("ids"))].offsetAt(b.slot);
+    const int64_t tgtAt = program_->buffers[size_t(b.op->arg("targets"))].offsetAt(b.slot);
+    LLCDIST_RETURN_IF_ERROR(backend_->copyHostInput(stream_, backend_->arenaAt(idsAt), in.ids, bytes));
+    return backend_->copyHostInput(stream_, backend_->arenaAt(tgtAt), in.targets, bytes);
   }
   if (!data) return Status::invalidArgument("load_microbatch: no data source was given");
   if (microbatch < 0) return Status::invalidArgument("load_microbatch: the action has no microbatch");
@@ -574,8 +435,14 @@ Status Interpreter::runSubroutine(size_t s, int64_t step, int64_t microbatch, do
                               std::to_string(slot) + " (no action runs it in that slot or a higher one)");
   const std::vector<BoundOp>& ops = subroutines_[s][size_t(slot)];
   subroutine_ = s;
+  if (action_ < 0 && stepValuesDevice_) {              // outside a step: the optimizer updates' values, now
+    LLCDIST_RETURN_IF_ERROR(backend_->synchronize());  // the last copy of the host values has run
+    *stepValuesHost_ = StepValues{lr, step + 1};
+    LLCDIST_RETURN_IF_ERROR(backend_->copyHostInput(stream_, stepValuesDevice_, stepValuesHost_, sizeof(StepValues)));
+  }
   for (size_t i = 0; i < ops.size(); ++i) {
     const sc::OpKind kind = ops[i].call.kind;
+    if (recorder_) recorder_->setContext("action " + std::to_string(action_) + ": " + where(s, i));
     if (kind == sc::OpKind::kWait) {  // records itself, only when it blocked
       LLCDIST_RETURN_IF_ERROR(waitToken(ops[i], s, step, microbatch).withContext(where(s, i)));
       continue;
@@ -593,12 +460,19 @@ Status Interpreter::runSubroutine(size_t s, int64_t step, int64_t microbatch, do
     if (timed) {
       LLCDIST_ASSIGN_OR_RETURN(m0, backend_->markTime(stream_));
     }
-    LLCDIST_RETURN_IF_ERROR(runOp(ops[i], step, microbatch, lr, data).withContext(where(s, i)));
+    LLCDIST_RETURN_IF_ERROR(runOp(ops[i], step, microbatch, data).withContext(where(s, i)));
     if (timed) {
       LLCDIST_ASSIGN_OR_RETURN(const int64_t m1, backend_->markTime(stream_));
       const bool communicates = !launchesKernel(kind);
-      TimelineEvent e{sc::opName(kind), communicates ? TraceLane::kCommunication : TraceLane::kCompute, 0, 0,
-                      &ops[i].op->loc, &program_->subroutines[s].name, step, microbatch, action_};
+      TimelineEvent e{sc::opName(kind),
+                      communicates ? TraceLane::kCommunication : TraceLane::kCompute,
+                      0,
+                      0,
+                      &ops[i].op->loc,
+                      &program_->subroutines[s].name,
+                      step,
+                      microbatch,
+                      action_};
       e.variant = ops[i].variant;
       e.flops = ops[i].flops;
       pending_.push_back({e, m0, m1});
@@ -632,34 +506,23 @@ Status Interpreter::recordPending() {
 }
 
 Status Interpreter::runStep(int64_t step, double lr, const MicrobatchSource& data) {
+  if (recorded_ && !whyNotRecorded().empty()) {  // a timeline or checking mode was set since
+    recorded_.reset();
+    graph_ = -1;
+    execution_ = StepExecution{};
+  }
+  LLCDIST_RETURN_IF_ERROR(writeStepInputs(step, lr, data));
   if (!memory_) {  // the first step is traced (every step executes the same ops)
     trace_ = std::make_unique<MemoryTrace>();
-    trace_->buffers.resize(size_t(instanceBase_.empty() ? 0 : instanceBase_.back() +
-                                                                  program_->buffers.back().instances()));
+    trace_->buffers.resize(
+        size_t(instanceBase_.empty() ? 0 : instanceBase_.back() + program_->buffers.back().instances()));
+  } else if (!recorded_ && !recordRefused_) {
+    execution_.whyNotRecorded = whyNotRecorded();
+    if (execution_.whyNotRecorded.empty()) LLCDIST_RETURN_IF_ERROR(recordStep(step, data));
   }
-  for (size_t a = 0; a < program_->actions.size(); ++a) {
-    const Action& act = program_->actions[a];
-    action_ = int64_t(a);
-    Status st = runSubroutine(size_t(act.subroutine), step, act.microbatch, lr, data, act.slot)
-                    .withContext("step " + std::to_string(step) + ", action " + std::to_string(a));
-    action_ = -1;
-    if (!st.isOk()) {
-      abandonInFlight();
-      trace_.reset();  // a failed step measures nothing; the next one is traced again
-      pending_.clear();
-      backend_->clearTimeMarks();
-      return st;
-    }
-  }
-  if (!inFlight_.empty()) {  // the loader's "never waited" rule makes this unreachable
-    abandonInFlight();
-    trace_.reset();
-    pending_.clear();
-    backend_->clearTimeMarks();
-    return Status::internal(program_->file + ": communication still in flight at the end of step " +
-                            std::to_string(step));
-  }
-  Status st = backend_->synchronize();
+  Status st = recorded_ ? replayStep(step) : runActions(step, data);
+  if (!st.isOk()) return st;
+  st = backend_->synchronize();
   if (trace_ && st.isOk()) memory_ = finishTrace();
   trace_.reset();
   if (!st.isOk()) {
@@ -670,6 +533,80 @@ Status Interpreter::runStep(int64_t step, double lr, const MicrobatchSource& dat
   return pending_.empty() ? st : recordPending();
 }
 
+// The step's actions, op by op: the step's values copied first, then each action's subroutine.
+Status Interpreter::runActions(int64_t step, const MicrobatchSource& data) {
+  nextInput_ = 0;
+  Status st;
+  if (stepValuesDevice_)
+    st = backend_->copyHostInput(stream_, stepValuesDevice_, stepValuesHost_, int64_t(sizeof(StepValues)))
+             .withContext("step " + std::to_string(step) + ": copying the step's values");
+  for (size_t a = 0; a < program_->actions.size() && st.isOk(); ++a) {
+    const Action& act = program_->actions[a];
+    action_ = int64_t(a);
+    st = runSubroutine(size_t(act.subroutine), step, act.microbatch, /*lr: in the step's values*/ 0, data, act.slot)
+             .withContext("step " + std::to_string(step) + ", action " + std::to_string(a));
+    action_ = -1;
+  }
+  if (st.isOk() && !inFlight_.empty())  // the loader's "never waited" rule makes this unreachable
+    st =
+        Status::internal(program_->file + ": communication still in flight at the end of step " + std::to_string(step));
+  if (!st.isOk()) {
+    abandonInFlight();
+    trace_.reset();  // a failed step measures nothing; the next one is traced again
+    pending_.clear();
+    backend_->clearTimeMarks();
+  }
+  return st;
+}
+
+std::string Interpreter::whyNotRecorded() const {
+  if (!recordSteps_) return "--cuda-graphs off";
+  if (timeline_) return "a trace or profile times every op (--trace, --profile)";
+  if (checkAsync_) return "--check-async runs started communication at its wait";
+  return "";
+}
+
+// Records the step's calls (nothing runs), then keeps them as the list every step from this one on
+// replays, captured into a device graph where the backend can. A refused recording (a call a recorded
+// step cannot make) leaves the steps op by op, with the refusal as the reason.
+Status Interpreter::recordStep(int64_t step, const MicrobatchSource& data) {
+  auto list = std::make_unique<CommandList>();
+  CommandRecorder recorder(*backend_, *list);
+  Backend* real = backend_;
+  backend_ = &recorder;
+  recorder_ = &recorder;
+  const Status st = runActions(step, data);
+  backend_ = real;
+  recorder_ = nullptr;
+  if (!st.isOk()) {
+    execution_.whyNotRecorded = "recording the step was refused: " + st.message();
+    recordRefused_ = true;
+    return Status::ok();
+  }
+  execution_.recorded = true;
+  execution_.commands = int64_t(list->size());
+  execution_.launches = list->launches();
+  if (backend_->canCaptureGraph(&execution_.whyNoGraph)) {
+    // Nothing runs during a capture, so a failed one leaves the list to be replayed call by call.
+    Status st = backend_->beginGraphCapture();
+    if (st.isOk()) {
+      st = list->replay(*backend_, step);
+      StatusOr<int> graph = backend_->endGraphCapture();  // ended even after a failed replay
+      if (st.isOk()) st = graph.status();
+      if (st.isOk()) graph_ = graph.value();
+    }
+    execution_.deviceGraph = graph_ >= 0;
+    execution_.whyNoGraph = st.isOk() ? "" : "capturing the step failed: " + st.message();
+  }
+  recorded_ = std::move(list);
+  return Status::ok();
+}
+
+Status Interpreter::replayStep(int64_t step) {
+  if (graph_ >= 0) return backend_->launchGraph(graph_).withContext("step " + std::to_string(step) + " (its graph)");
+  return recorded_->replay(*backend_, step);
+}
+
 // The wait of an asynchronous op: one position, at which the op's buffers are touched again (they are
 // live from its start through here: docs/plan-format.md "Asynchronous plans").
 void Interpreter::traceWait(const BoundOp& started) {
@@ -677,7 +614,7 @@ void Interpreter::traceWait(const BoundOp& started) {
   const int64_t pos = t.position++;
   for (const BoundOp::Use& u : started.uses) {
     MemoryTrace::Buffer& buf = t.buffers[size_t(u.instance)];  // the instance its start touched
-    if (buf.start >= 0) buf.last = pos;  // the lifetime its start opened (or continued)
+    if (buf.start >= 0) buf.last = pos;                        // the lifetime its start opened (or continued)
   }
 }
 
@@ -746,21 +683,24 @@ MemoryStats Interpreter::finishTrace() const {
 }
 
 Status Interpreter::readBuffer(int64_t id, void* dst) {
-  if (id < 0 || id >= int64_t(program_->buffers.size())) return Status::outOfRange("buffer id " + std::to_string(id) + " out of range");
+  if (id < 0 || id >= int64_t(program_->buffers.size()))
+    return Status::outOfRange("buffer id " + std::to_string(id) + " out of range");
   const BufferDesc& b = program_->buffers[size_t(id)];
   LLCDIST_RETURN_IF_ERROR(backend_->copyToHost(stream_, dst, b.offset, b.bytes));
   return backend_->synchronize();
 }
 
 Status Interpreter::writeBuffer(int64_t id, const void* src) {
-  if (id < 0 || id >= int64_t(program_->buffers.size())) return Status::outOfRange("buffer id " + std::to_string(id) + " out of range");
+  if (id < 0 || id >= int64_t(program_->buffers.size()))
+    return Status::outOfRange("buffer id " + std::to_string(id) + " out of range");
   const BufferDesc& b = program_->buffers[size_t(id)];
   LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(stream_, b.offset, src, b.bytes));
   return backend_->synchronize();
 }
 
 StatusOr<std::vector<float>> Interpreter::readF32(int64_t id) {
-  if (id < 0 || id >= int64_t(program_->buffers.size())) return Status::outOfRange("buffer id " + std::to_string(id) + " out of range");
+  if (id < 0 || id >= int64_t(program_->buffers.size()))
+    return Status::outOfRange("buffer id " + std::to_string(id) + " out of range");
   const BufferDesc& b = program_->buffers[size_t(id)];
   if (!sc::isFloatType(b.dtype))
     return Status::invalidArgument("buffer " + std::to_string(id) + " (\"" + b.name + "\") is " +
@@ -777,7 +717,8 @@ StatusOr<std::vector<float>> Interpreter::readF32(int64_t id) {
 }
 
 Status Interpreter::writeF32(int64_t id, const float* src) {
-  if (id < 0 || id >= int64_t(program_->buffers.size())) return Status::outOfRange("buffer id " + std::to_string(id) + " out of range");
+  if (id < 0 || id >= int64_t(program_->buffers.size()))
+    return Status::outOfRange("buffer id " + std::to_string(id) + " out of range");
   const BufferDesc& b = program_->buffers[size_t(id)];
   if (!sc::isFloatType(b.dtype))
     return Status::invalidArgument("buffer " + std::to_string(id) + " (\"" + b.name + "\") is " +

@@ -22,6 +22,7 @@ public:
   int64_t arenaBytes() const override { return inner_->arenaBytes(); }
   int64_t peakAllocatedBytes() const override { return inner_->peakAllocatedBytes(); }
   StatusOr<float*> allocateStaging(int64_t e) override { return inner_->allocateStaging(e); }
+  StatusOr<void*> allocateHostInput(int64_t b) override { return inner_->allocateHostInput(b); }
   StatusOr<Stream> createStream() override { return inner_->createStream(); }
   StatusOr<Event> createEvent() override { return inner_->createEvent(); }
   Status recordEvent(Stream s, Event e) override { return inner_->recordEvent(s, e); }
@@ -30,6 +31,11 @@ public:
   Status copyToDevice(Stream s, int64_t o, const void* p, int64_t b) override { return inner_->copyToDevice(s, o, p, b); }
   Status copyToHost(Stream s, void* p, int64_t o, int64_t b) override { return inner_->copyToHost(s, p, o, b); }
   Status fillZero(Stream s, int64_t o, int64_t b) override { return inner_->fillZero(s, o, b); }
+  Status copyHostInput(Stream s, void* d, const void* p, int64_t b) override { return inner_->copyHostInput(s, d, p, b); }
+  bool canCaptureGraph(std::string* why) const override { return inner_->canCaptureGraph(why); }
+  Status beginGraphCapture() override { return inner_->beginGraphCapture(); }
+  StatusOr<int> endGraphCapture() override { return inner_->endGraphCapture(); }
+  Status launchGraph(int g) override { return inner_->launchGraph(g); }
   Status launchHostFunc(Stream s, std::function<void()> f) override { return inner_->launchHostFunc(s, std::move(f)); }
   Status launch(Stream s, const KernelCall& c) override { return inner_->launch(s, c); }
   bool hasKernel(schema::OpKind k) const override { return inner_->hasKernel(k); }

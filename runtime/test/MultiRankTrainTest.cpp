@@ -216,7 +216,7 @@ TEST_F(MultiRankTrainTest, ProgressAndLogComeFromRankZero) {
   Status s = runTraining(o, progress, &res);
   ASSERT_TRUE(s.isOk()) << s.message();
   const std::string text = progress.str();
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3) << text;  // two steps, one memory line
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4) << text;  // two steps, one memory line, steps
   EXPECT_NE(text.find("step 2/2"), std::string::npos) << text;
   EXPECT_NE(text.find("memory: ranks 0-1 arena "), std::string::npos) << text;  // SPMD: the ranks agree
   std::ifstream log(o.logJson);

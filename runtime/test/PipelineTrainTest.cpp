@@ -213,8 +213,9 @@ TEST_F(PipelineTrainTest, ProgressAndLogComeFromTheLastStage) {
   Status s = runTraining(o, progress, &res);
   ASSERT_TRUE(s.isOk()) << s.message();
   const std::string text = progress.str();
-  // Two steps and one memory line per stage (the ranks of a stage agree; the stages' arenas differ).
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4) << text;
+  // Two steps, one memory line per stage (the ranks of a stage agree; the stages' arenas differ) and
+  // how the steps ran.
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 5) << text;
   EXPECT_NE(text.find("memory: ranks 0-1 arena "), std::string::npos) << text;
   EXPECT_NE(text.find("memory: ranks 2-3 arena "), std::string::npos) << text;
   ASSERT_EQ(res.steps.size(), 2u);

@@ -69,15 +69,16 @@ TEST_F(TrainTest, ProgressLinesUnlessQuiet) {
   ASSERT_TRUE(runTraining(o, progress).isOk());
   const std::string lines = progress.str();
   EXPECT_NE(lines.find("step 3/3 | loss "), std::string::npos) << lines;
-  // Three step lines and the memory line (Train.h).
-  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 4) << lines;
+  // Three step lines, the memory line and how the steps ran (Train.h).
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 5) << lines;
   EXPECT_NE(lines.find("\nmemory: rank 0 arena "), std::string::npos) << lines;
+  EXPECT_NE(lines.find("\nsteps: the second step's "), std::string::npos) << lines;
   o.progressIsTty = true;
   std::ostringstream tty;
   ASSERT_TRUE(runTraining(o, tty).isOk());
   const std::string ttyText = tty.str();
   EXPECT_EQ(std::count(ttyText.begin(), ttyText.end(), '\r'), 3);
-  EXPECT_EQ(std::count(ttyText.begin(), ttyText.end(), '\n'), 2) << ttyText;  // the progress line, memory
+  EXPECT_EQ(std::count(ttyText.begin(), ttyText.end(), '\n'), 3) << ttyText;  // the progress line, memory, steps
 }
 
 TEST_F(TrainTest, GradientAccumulationMatchesLargerMicroBatch) {

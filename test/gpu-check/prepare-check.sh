@@ -104,7 +104,8 @@ fi
 if [ -n "$torch_py" ] && [ -x "$build/bin/llc-dist" ]; then
   if "$torch_py" "$root/bench/gpu_step.py" --build "$build" --cases tiny-gpt2=2x32,tiny-llama=2x32 --steps 3 \
       --warmup 1 --backend cpu --torch-device cpu --skip-compile --json "$tmp/gpu-step.json" > "$tmp/bench.out" 2>&1 &&
-      [ "$(grep -c '^INFO bench [^ ]* [a-z-]*: bf16 ' "$tmp/bench.out")" = 4 ] && [ "$(grep -c ' target: ' "$tmp/bench.out")" = 2 ]; then
+      [ "$(grep -c '^INFO bench [^ ]* [a-z-]*: bf16 ' "$tmp/bench.out")" = 6 ] && [ "$(grep -c ' target: ' "$tmp/bench.out")" = 2 ] &&
+      [ "$(grep -c '^INFO bench [^ ]* graphs: ' "$tmp/bench.out")" = 2 ]; then
     echo "ok: bench/gpu_step.py runs end to end on the CPU"
   else
     fail "bench/gpu_step.py on the CPU:"; cat "$tmp/bench.out"

@@ -48,6 +48,8 @@ public:
   int64_t arenaBytes() const override { return cpu_->arenaBytes(); }
   int64_t peakAllocatedBytes() const override { return cpu_->peakAllocatedBytes(); }
   rt::StatusOr<float *> allocateStaging(int64_t elems) override { return cpu_->allocateStaging(elems); }
+  rt::StatusOr<void *> allocateHostInput(int64_t bytes) override { return cpu_->allocateHostInput(bytes); }
+  rt::Status copyHostInput(rt::Stream, void *, const void *, int64_t) override { return unused(); }
   rt::StatusOr<rt::Stream> createStream() override { return cpu_->createStream(); }
   rt::StatusOr<rt::Event> createEvent() override { return cpu_->createEvent(); }
   rt::Status recordEvent(rt::Stream s, rt::Event e) override { return cpu_->recordEvent(s, e); }

@@ -98,6 +98,11 @@ OPTIONS
                          waiting (DIR/flight-rank-R.json; default
                          llc-dist-flight); read them with llc-dist diagnose DIR
   --flight-entries N     calls each rank keeps (default 2000; 0: no recorder)
+  --cuda-graphs on|off   record the second step's backend calls once and replay
+                         them at every later step: on the GPU as one CUDA
+                         graph, on the CPU call by call (default on; off, or
+                         with --trace, --profile or --check-async, every step
+                         runs op by op; the run prints which)
   --check-async          asynchronous plans: run each started communication op
                          only at its wait, its outputs NaN-poisoned until then
                          (a missing or late wait changes the numbers or fails)
@@ -230,7 +235,7 @@ private:
 struct Raw {
   RunCommandLine line;
   int64_t seed = 0, ranksPerProcess = 1;
-  std::string shuffle = "off", deviceIds;
+  std::string shuffle = "off", deviceIds, cudaGraphs = "on";
 };
 
 Flags flagTable(Raw& r) {
@@ -254,6 +259,7 @@ Flags flagTable(Raw& r) {
       .add("--ranks-per-process", &r.ranksPerProcess)
       .add("--backend", &r.line.backend)
       .add("--device-ids", &r.deviceIds)
+      .add("--cuda-graphs", &r.cudaGraphs)
       .on("--quiet", &o.quiet)
       .on("--check-async", &o.checkAsync)
       .on("--async-checkpoint", &o.asyncCheckpoint)
@@ -308,6 +314,8 @@ StatusOr<RunCommandLine> parseRunCommandLine(const std::vector<std::string>& arg
   if (r.ranksPerProcess < 1 || r.ranksPerProcess > 1024) return usage("--ranks-per-process must be in [1, 1024]");
   if (o.flightDir.empty()) return usage("--flight-dir needs a directory");
   if (r.shuffle != "on" && r.shuffle != "off") return usage("--shuffle must be on or off, got '" + r.shuffle + "'");
+  if (r.cudaGraphs != "on" && r.cudaGraphs != "off")
+    return usage("--cuda-graphs must be on or off, got '" + r.cudaGraphs + "'");
   std::string& backend = r.line.backend;
   if (backend.empty() && backendEnv) {  // the environment's default (the test suites pin the CPU)
     backend = backendEnv;
@@ -331,6 +339,7 @@ StatusOr<RunCommandLine> parseRunCommandLine(const std::vector<std::string>& arg
     if (backend == "cpu") return usage("--device-ids: only with the CUDA backend (not with --backend cpu)");
   }
   o.shuffle = r.shuffle == "on";
+  o.recordSteps = r.cudaGraphs == "on";
   o.seed = static_cast<uint64_t>(r.seed);
   r.line.ranksPerProcess = int(r.ranksPerProcess);
   return r.line;

@@ -60,7 +60,7 @@ struct Completion {
 // reported by the next synchronize() (and by the handle of a collective); items after a failed one
 // still run (each reports its own failure), so no waiter is left behind.
 class WorkerStream {
-public:
+ public:
   WorkerStream() : thread_([this] { run(); }) {}
   ~WorkerStream() {
     {
@@ -87,7 +87,7 @@ public:
     return st;
   }
 
-private:
+ private:
   void run() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
@@ -117,7 +117,7 @@ private:
 // member: each call takes a ticket when it is issued and runs once every earlier ticket of its key has
 // finished. (An earlier call always finishes: it completes, fails, times out or is aborted.)
 class IssueOrder {
-public:
+ public:
   struct Ticket {
     IssueOrder* order;
     int64_t n;
@@ -141,14 +141,14 @@ public:
     return st;
   }
 
-private:
+ private:
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t issued_ = 0, finished_ = 0;
 };
 
 class CpuBackend final : public Backend {
-public:
+ public:
   explicit CpuBackend(const CpuBackendOptions& o) : opts_(o), kernelTable_(checkCpuKernelTable()) {
     if (o.blasThreads > 0 && openblas_set_num_threads) openblas_set_num_threads(o.blasThreads);
   }
@@ -161,7 +161,8 @@ public:
     const int64_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
     const size_t alloc = size_t(rounded > 0 ? rounded : kAlign);  // aligned_alloc(0) may return null
     auto* p = static_cast<std::byte*>(std::aligned_alloc(size_t(kAlign), alloc));
-    if (!p) return Status::invalidArgument("cpu backend: cannot allocate an arena of " + std::to_string(bytes) + " bytes");
+    if (!p)
+      return Status::invalidArgument("cpu backend: cannot allocate an arena of " + std::to_string(bytes) + " bytes");
     std::memset(p, 0, alloc);
     arena_.reset(p);
     bytes_ = bytes;
@@ -175,6 +176,12 @@ public:
     if (elems < 0) return Status::invalidArgument("cpu backend: negative staging size " + std::to_string(elems));
     staging_.push_back(std::make_unique<float[]>(size_t(elems)));  // value-initialized: zeros
     return staging_.back().get();
+  }
+
+  StatusOr<void*> allocateHostInput(int64_t bytes) override {
+    if (bytes < 0) return Status::invalidArgument("cpu backend: negative host input size " + std::to_string(bytes));
+    hostInputs_.push_back(std::make_unique<std::byte[]>(size_t(std::max<int64_t>(bytes, 1))));  // zeros
+    return static_cast<void*>(hostInputs_.back().get());
   }
 
   // Stream 0 runs on the calling thread; every created stream gets its worker thread.
@@ -244,6 +251,16 @@ public:
       return Status::ok();
     });
   }
+  Status copyHostInput(Stream s, void* dst, const void* src, int64_t bytes) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    if (bytes < 0 || (bytes > 0 && (!dst || !src)))
+      return Status::invalidArgument("cpu backend: copyHostInput of " + std::to_string(bytes) +
+                                     " bytes without memory");
+    return submit(s, [=] {
+      if (bytes > 0) std::memcpy(dst, src, size_t(bytes));
+      return Status::ok();
+    });
+  }
   Status launchHostFunc(Stream s, std::function<void()> fn) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     return submit(s, [fn = std::move(fn)] {
@@ -303,8 +320,7 @@ public:
     });
   }
   StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const void* in, void* out, int64_t outer, int64_t inner,
-                                                int64_t total, CommDType dtype, ReduceOp op,
-                                                Channel channel) override {
+                                                int64_t total, CommDType dtype, ReduceOp op, Channel channel) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     LLCDIST_ASSIGN_OR_RETURN(const std::vector<int>* g, groupOf(channel));
     const std::vector<int> group = *g;
@@ -317,7 +333,8 @@ public:
         std::memcpy(scratch.data() + o * padded * el, static_cast<const std::byte*>(in) + o * total * el,
                     size_t(total * el));
       const void* whole = total < padded ? scratch.data() : in;
-      if (opts_.communicator) return opts_.communicator->reduceScatter(opts_.rank, group, whole, out, outer, inner, dtype, op);
+      if (opts_.communicator)
+        return opts_.communicator->reduceScatter(opts_.rank, group, whole, out, outer, inner, dtype, op);
       LLCDIST_RETURN_IF_ERROR(checkGroup(group, "reduce-scatter"));
       if (whole != out && outer * inner > 0) std::memmove(out, whole, size_t(outer * inner * el));
       return Status::ok();
@@ -327,13 +344,15 @@ public:
                                        int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     if (!opts_.communicator) return noPeer("send to", peer);
-    return collective(s, {-1, peer}, [=, this] { return opts_.communicator->send(opts_.rank, peer, x, count, tag, microbatch); });
+    return collective(s, {-1, peer},
+                      [=, this] { return opts_.communicator->send(opts_.rank, peer, x, count, tag, microbatch); });
   }
   StatusOr<CollectiveHandle> recvAsync(Stream s, float* y, int64_t count, int peer, int64_t tag,
                                        int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     if (!opts_.communicator) return noPeer("receive from", peer);
-    return collective(s, {-2, peer}, [=, this] { return opts_.communicator->recv(opts_.rank, peer, y, count, tag, microbatch); });
+    return collective(s, {-2, peer},
+                      [=, this] { return opts_.communicator->recv(opts_.rank, peer, y, count, tag, microbatch); });
   }
   // A handle of the default stream completed when it was issued; one of a worker stream is waited
   // for here (the host blocks for the default stream; a worker stream gets an item that blocks) and
@@ -354,7 +373,7 @@ public:
     return it == pending_.end() || it->second->isDone();
   }
 
-private:
+ private:
   WorkerStream& worker(Stream s) { return *workers_[size_t(s.id) - 1]; }
   // Runs `fn` now on the default stream (its error is the call's), or enqueues it on the worker.
   Status submit(Stream s, std::function<Status()> fn) {
@@ -396,11 +415,13 @@ private:
     return *o;
   }
   Status checkStream(Stream s) const {
-    if (s.id < 0 || s.id > int(workers_.size())) return Status::invalidArgument("cpu backend: unknown stream " + std::to_string(s.id));
+    if (s.id < 0 || s.id > int(workers_.size()))
+      return Status::invalidArgument("cpu backend: unknown stream " + std::to_string(s.id));
     return Status::ok();
   }
   Status checkEvent(Event e) const {
-    if (e.id < 0 || e.id >= int(events_.size())) return Status::invalidArgument("cpu backend: unknown event " + std::to_string(e.id));
+    if (e.id < 0 || e.id >= int(events_.size()))
+      return Status::invalidArgument("cpu backend: unknown event " + std::to_string(e.id));
     return Status::ok();
   }
   Status checkRange(Stream s, int64_t offset, int64_t bytes, const char* what) const {
@@ -429,8 +450,10 @@ private:
   Status checkGroup(const std::vector<int>& group, const char* what) const {
     if (group.size() == 1 && group[0] == opts_.rank) return Status::ok();
     return Status::invalidArgument(std::string("cpu backend: ") + what + " over a group of " +
-                                   std::to_string(group.size()) + " ranks; the CPU backend has no communicator and "
-                                   "runs only single-rank groups containing its own rank " + std::to_string(opts_.rank));
+                                   std::to_string(group.size()) +
+                                   " ranks; the CPU backend has no communicator and "
+                                   "runs only single-rank groups containing its own rank " +
+                                   std::to_string(opts_.rank));
   }
 
   Status noPeer(const char* what, int peer) const {
@@ -442,10 +465,11 @@ private:
   CpuBackendOptions opts_;
   Status kernelTable_;  // checkCpuKernelTable() when the backend was made
   std::unique_ptr<std::byte, FreeDeleter> arena_;
-  std::vector<std::unique_ptr<float[]>> staging_;  // allocateStaging: host heap
+  std::vector<std::unique_ptr<float[]>> staging_;         // allocateStaging: host heap
+  std::vector<std::unique_ptr<std::byte[]>> hostInputs_;  // allocateHostInput: host heap
   int64_t bytes_ = 0, peak_ = 0;
-  std::vector<std::vector<int>> channels_;  // by Channel::id
-  std::vector<std::shared_ptr<Completion>> events_;  // the latest record of each event; null: complete
+  std::vector<std::vector<int>> channels_;                  // by Channel::id
+  std::vector<std::shared_ptr<Completion>> events_;         // the latest record of each event; null: complete
   std::map<int64_t, std::shared_ptr<Completion>> pending_;  // worker-stream handles not yet waited for
   int64_t numCollectives_ = 0;
   std::mutex ordersMu_;

@@ -155,6 +155,84 @@ Status CudaBackend::fillZero(Stream s, int64_t offset, int64_t bytes) {
   return Status::ok();
 }
 
+StatusOr<void*> CudaBackend::allocateHostInput(int64_t bytes) {
+  LLCDIST_RETURN_IF_ERROR(device());
+  if (bytes < 0) return Status::invalidArgument("cuda backend: negative host input size " + std::to_string(bytes));
+  void* p = nullptr;
+  LLCDIST_CUDA_TRY(cudaHostAlloc(&p, size_t(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault), opts_.rank);
+  hostInputs_.push_back(p);
+  std::memset(p, 0, size_t(std::max<int64_t>(bytes, 1)));
+  return p;
+}
+
+// Pinned source: the copy is asynchronous, and a captured one reads the same address at every launch.
+Status CudaBackend::copyHostInput(Stream s, void* dst, const void* src, int64_t bytes) {
+  LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
+  if (bytes < 0 || (bytes > 0 && (!dst || !src)))
+    return Status::invalidArgument("cuda backend: copyHostInput of " + std::to_string(bytes) + " bytes without memory");
+  if (bytes == 0) return Status::ok();
+  LLCDIST_CUDA_TRY(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, st), opts_.rank);
+  return Status::ok();
+}
+
+bool CudaBackend::canCaptureGraph(std::string* why) const {
+  if (opts_.communicator && !nccl()) {
+    if (why) *why = "communication is staged through host memory without NCCL (the host waits inside the step)";
+    return false;
+  }
+  return true;
+}
+
+Status CudaBackend::beginGraphCapture() {
+  LLCDIST_RETURN_IF_ERROR(device());
+  LLCDIST_RETURN_IF_ERROR(flushP2p());
+  while (joinEvents_.size() < streams_.size()) {  // made now: nothing is created during a capture
+    cudaEvent_t e = nullptr;
+    LLCDIST_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), opts_.rank);
+    joinEvents_.push_back(e);
+  }
+  LLCDIST_CUDA_TRY(cudaStreamBeginCapture(streams_[0], cudaStreamCaptureModeThreadLocal), opts_.rank);
+  return Status::ok();
+}
+
+StatusOr<int> CudaBackend::endGraphCapture() {
+  LLCDIST_RETURN_IF_ERROR(device());
+  Status st = flushP2p();  // point-to-point calls still grouped belong to the step
+  // Every stream the capture forked into (through an event wait) joins the default stream again.
+  for (size_t i = 1; i < streams_.size() && st.isOk(); ++i) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(streams_[i], &capturing);
+    if (e == cudaSuccess && capturing == cudaStreamCaptureStatusActive) {
+      e = cudaEventRecord(joinEvents_[i], streams_[i]);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(streams_[0], joinEvents_[i], 0);
+    }
+    if (e != cudaSuccess) st = cudaError(e, "joining a stream into the capture", __FILE__, __LINE__, opts_.rank);
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(streams_[0], &graph);  // ended even after an error
+  if (st.isOk() && ended != cudaSuccess) st = cudaError(ended, "cudaStreamEndCapture", __FILE__, __LINE__, opts_.rank);
+  cudaGraphExec_t exec = nullptr;
+  if (st.isOk()) {
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    if (made != cudaSuccess) st = cudaError(made, "cudaGraphInstantiate", __FILE__, __LINE__, opts_.rank);
+  }
+  if (!st.isOk()) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // a failed capture leaves no sticky error
+    return st;
+  }
+  graphs_.push_back(Graph{graph, exec});
+  return int(graphs_.size()) - 1;
+}
+
+Status CudaBackend::launchGraph(int graph) {
+  if (graph < 0 || graph >= int(graphs_.size()))
+    return Status::invalidArgument("cuda backend: unknown graph " + std::to_string(graph));
+  LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(Stream{0}));
+  LLCDIST_CUDA_TRY(cudaGraphLaunch(graphs_[size_t(graph)].exec, st), opts_.rank);
+  return Status::ok();
+}
+
 Status CudaBackend::prepare(const KernelCall& call) {
   LLCDIST_RETURN_IF_ERROR(device());
   LLCDIST_ASSIGN_OR_RETURN(const CudaKernelVariant* v, variantOf(call));

@@ -113,6 +113,12 @@ class CudaBackend final : public Backend {
     for (HostBuf& b : hostBufs_)
       if (b.ptr) cudaFreeHost(b.ptr);
     for (float* p : stagingAreas_) cudaFree(p);
+    for (void* p : hostInputs_) cudaFreeHost(p);
+    for (Graph& g : graphs_) {
+      if (g.exec) cudaGraphExecDestroy(g.exec);
+      if (g.graph) cudaGraphDestroy(g.graph);
+    }
+    for (cudaEvent_t e : joinEvents_) cudaEventDestroy(e);
     for (Staging& st : staging_)
       for (StagingSlot& slot : st.slots) {
         if (slot.host) cudaFreeHost(slot.host);
@@ -134,6 +140,7 @@ class CudaBackend final : public Backend {
   std::byte* arenaAt(int64_t offset) override { return arena_ ? static_cast<std::byte*>(arena_) + offset : nullptr; }
   int64_t arenaBytes() const override { return bytes_; }
   StatusOr<float*> allocateStaging(int64_t elems) override;
+  StatusOr<void*> allocateHostInput(int64_t bytes) override;
   int64_t peakAllocatedBytes() const override;
 
   // ---- streams and events ----------------------------------------------------------------------------
@@ -153,6 +160,7 @@ class CudaBackend final : public Backend {
   Status copyToDevice(Stream s, int64_t offset, const void* src, int64_t bytes) override;
   Status copyToHost(Stream s, void* dst, int64_t offset, int64_t bytes) override;
   Status fillZero(Stream s, int64_t offset, int64_t bytes) override;
+  Status copyHostInput(Stream s, void* dst, const void* src, int64_t bytes) override;
   Status launchHostFunc(Stream s, std::function<void()> fn) override {
     LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
     return hostFunc(st, std::move(fn));
@@ -172,6 +180,14 @@ class CudaBackend final : public Backend {
   // The variant's bind-time preparation (cuDNN's graphs, already built when the choice tried them):
   // the one workspace grows to the largest need, before any step.
   Status prepare(const KernelCall& call) override;
+
+  // CUDA graphs of recorded steps (Backend.h, CommandList.h): the default stream is captured in
+  // thread-local mode; the streams it forks into through event waits (asynchronous plans'
+  // communication queues) are joined back before the capture ends.
+  bool canCaptureGraph(std::string* why) const override;
+  Status beginGraphCapture() override;
+  StatusOr<int> endGraphCapture() override;
+  Status launchGraph(int graph) override;
 
   // ---- time marks: a timing event per mark, its time from the first mark of the step ---------------
   StatusOr<int64_t> markTime(Stream s) override;
@@ -207,6 +223,10 @@ class CudaBackend final : public Backend {
 #if LLCDIST_HAVE_NCCL
     ncclComm_t comm = nullptr;
 #endif
+  };
+  struct Graph {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
   };
   struct Handle {
     cudaEvent_t event = nullptr;  // null: complete, with `status`
@@ -308,6 +328,9 @@ class CudaBackend final : public Backend {
   int pendingStream_ = 0;
   HostBuf hostBufs_[2];
   std::vector<float*> stagingAreas_;  // allocateStaging
+  std::vector<void*> hostInputs_;       // allocateHostInput: pinned
+  std::vector<Graph> graphs_;           // endGraphCapture, by id
+  std::vector<cudaEvent_t> joinEvents_;  // per stream: its join into a capture
   int64_t stagingBytes_ = 0;
 #if LLCDIST_HAVE_NCCL
   ncclComm_t world_ = nullptr;

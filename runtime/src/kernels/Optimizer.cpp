@@ -11,8 +11,7 @@
 
 namespace llcdist::rt {
 
-Status adamwStep(float* param, const float* grad, float* m, float* v, int64_t n, int64_t step,
-                 const AdamWConfig& cfg) {
+Status adamwStep(float* param, const float* grad, float* m, float* v, int64_t n, int64_t step, const AdamWConfig& cfg) {
   if (step < 1) return Status::invalidArgument("adamw: step must be >= 1, got " + std::to_string(step));
   const float decay = static_cast<float>(1.0 - cfg.lr * cfg.weightDecay);
   const float w1 = static_cast<float>(1.0 - cfg.beta1);  // lerp weight (< 0.5 for usual betas)
@@ -35,11 +34,9 @@ Status adamwStep(float* param, const float* grad, float* m, float* v, int64_t n,
   return Status::ok();
 }
 
-Status sgdStep(float* param, const float* grad, float* momentumBuf, int64_t n, int64_t step,
-               const SgdConfig& cfg) {
+Status sgdStep(float* param, const float* grad, float* momentumBuf, int64_t n, int64_t step, const SgdConfig& cfg) {
   if (step < 1) return Status::invalidArgument("sgd: step must be >= 1, got " + std::to_string(step));
-  if (cfg.momentum != 0.0 && !momentumBuf)
-    return Status::invalidArgument("sgd: momentum != 0 needs a momentum buffer");
+  if (cfg.momentum != 0.0 && !momentumBuf) return Status::invalidArgument("sgd: momentum != 0 needs a momentum buffer");
   if (cfg.nesterov && (cfg.momentum <= 0.0 || cfg.dampening != 0.0))
     return Status::invalidArgument("sgd: nesterov momentum requires a momentum and zero dampening");
   const float wd = static_cast<float>(cfg.weightDecay);
@@ -128,8 +125,8 @@ Status gradNorm(const KernelCall& c, const OptimizerParams& p, const CpuKernelCo
 // grad_norm_sq: this rank's partial squared norm (f64), which the plan all-reduces.
 Status gradNormSq(const KernelCall& c, const OptimizerParams& p, const CpuKernelContext&) {
   const double* add = c.D("add");
-  c.D("sq")[0] = gradNormPartial(spans(c, "grads"), spans(c, "replica_shards"), p.member % p.replicas == 0,
-                                 add ? add[0] : 0.0);
+  c.D("sq")[0] =
+      gradNormPartial(spans(c, "grads"), spans(c, "replica_shards"), p.member % p.replicas == 0, add ? add[0] : 0.0);
   return Status::ok();
 }
 
@@ -140,9 +137,16 @@ Status gradNormClip(const KernelCall& c, const OptimizerParams& p, const CpuKern
   return Status::ok();
 }
 
-AdamWConfig adamwConfigOf(const KernelCall& c, const OptimizerParams& p) {
+// The step's values (KernelCall::stepValues; on the CPU backend device memory is host memory).
+StatusOr<StepValues> stepValuesOf(const KernelCall& c) {
+  if (!c.stepValues)
+    return Status::internal(std::string(schema::opName(c.kind)) + " was bound without the step's values");
+  return *c.stepValues;
+}
+
+AdamWConfig adamwConfigOf(const StepValues& sv, const OptimizerParams& p) {
   AdamWConfig cfg;
-  cfg.lr = c.lr;
+  cfg.lr = sv.lr;
   cfg.beta1 = p.beta1;
   cfg.beta2 = p.beta2;
   cfg.eps = p.eps;
@@ -150,9 +154,9 @@ AdamWConfig adamwConfigOf(const KernelCall& c, const OptimizerParams& p) {
   return cfg;
 }
 
-SgdConfig sgdConfigOf(const KernelCall& c, const OptimizerParams& p) {
+SgdConfig sgdConfigOf(const StepValues& sv, const OptimizerParams& p) {
   SgdConfig cfg;
-  cfg.lr = c.lr;
+  cfg.lr = sv.lr;
   cfg.momentum = p.momentum;
   cfg.weightDecay = p.weightDecay;
   return cfg;
@@ -167,28 +171,30 @@ void registerCpuOptimizerKernels(CpuKernelTable& t) {
   addCpuKernel<P>(t, K::kGradNorm, gradNorm);
   addCpuKernel<P>(t, K::kGradNormSq, gradNormSq);
   addCpuKernel<P>(t, K::kGradNormClip, gradNormClip);
-  addCpuKernel<P>(t, K::kAdamW, [](const KernelCall& c, const P& p, const Ctx&) {
-    const AdamWConfig cfg = adamwConfigOf(c, p);
-    return adamwStep(c.F("param"), c.F("grad"), c.F("m"), c.F("v"), c.elems("param"), c.t, cfg);
+  addCpuKernel<P>(t, K::kAdamW, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
+    LLCDIST_ASSIGN_OR_RETURN(const StepValues sv, stepValuesOf(c));
+    return adamwStep(c.F("param"), c.F("grad"), c.F("m"), c.F("v"), c.elems("param"), sv.t, adamwConfigOf(sv, p));
   });
-  addCpuKernel<P>(t, K::kSgd, [](const KernelCall& c, const P& p, const Ctx&) {
-    const SgdConfig cfg = sgdConfigOf(c, p);
-    return sgdStep(c.F("param"), c.F("grad"), c.F("momentum_buf"), c.elems("param"), c.t, cfg);
+  addCpuKernel<P>(t, K::kSgd, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
+    LLCDIST_ASSIGN_OR_RETURN(const StepValues sv, stepValuesOf(c));
+    return sgdStep(c.F("param"), c.F("grad"), c.F("momentum_buf"), c.elems("param"), sv.t, sgdConfigOf(sv, p));
   });
   // The _multi forms: each tensor's update exactly as the single op's, in list order.
   addCpuKernel<P>(t, K::kAdamWMulti, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
-    const AdamWConfig cfg = adamwConfigOf(c, p);
+    LLCDIST_ASSIGN_OR_RETURN(const StepValues sv, stepValuesOf(c));
+    const AdamWConfig cfg = adamwConfigOf(sv, p);
     for (size_t k = 0; k < c.list("params").size(); ++k)
       LLCDIST_RETURN_IF_ERROR(
-          adamwStep(c.F("params", k), c.F("grads", k), c.F("m", k), c.F("v", k), c.elems("params", k), c.t, cfg));
+          adamwStep(c.F("params", k), c.F("grads", k), c.F("m", k), c.F("v", k), c.elems("params", k), sv.t, cfg));
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kSgdMulti, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
-    const SgdConfig cfg = sgdConfigOf(c, p);
+    LLCDIST_ASSIGN_OR_RETURN(const StepValues sv, stepValuesOf(c));
+    const SgdConfig cfg = sgdConfigOf(sv, p);
     const bool bufs = !c.list("momentum_bufs").empty();
     for (size_t k = 0; k < c.list("params").size(); ++k)
       LLCDIST_RETURN_IF_ERROR(sgdStep(c.F("params", k), c.F("grads", k), bufs ? c.F("momentum_bufs", k) : nullptr,
-                                      c.elems("params", k), c.t, cfg));
+                                      c.elems("params", k), sv.t, cfg));
     return Status::ok();
   });
 }

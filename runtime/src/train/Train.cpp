@@ -18,12 +18,12 @@
 #include <array>
 #include <chrono>
 #include <cmath>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -38,8 +38,9 @@ std::string jsonNumber(double x) {
 }
 
 std::string logRecord(const StepRecord& r) {
-  return "{\"step\": " + std::to_string(r.step) + ", \"loss\": " + jsonNumber(r.loss) + ", \"lr\": " + jsonNumber(r.lr) +
-         ", \"grad_norm\": " + jsonNumber(r.gradNorm) + ", \"tokens_per_s\": " + jsonNumber(r.tokensPerSec) + "}\n";
+  return "{\"step\": " + std::to_string(r.step) + ", \"loss\": " + jsonNumber(r.loss) +
+         ", \"lr\": " + jsonNumber(r.lr) + ", \"grad_norm\": " + jsonNumber(r.gradNorm) +
+         ", \"tokens_per_s\": " + jsonNumber(r.tokensPerSec) + "}\n";
 }
 
 std::string progressLine(const StepRecord& r, int64_t steps) {
@@ -58,8 +59,9 @@ std::string jsonIntArray(const std::vector<int64_t>& v) {
 
 // The "memory" field of the last log record (Train.h): the run's figures per rank.
 std::string memoryField(const RunResult& r) {
-  return ", \"memory\": {\"arena_bytes\": " + jsonIntArray(r.arenaBytes) + ", \"arena_high_water_bytes\": " +
-         jsonIntArray(r.arenaHighWaterBytes) + ", \"peak_live_bytes\": " + jsonIntArray(r.measuredPeakLiveBytes) +
+  return ", \"memory\": {\"arena_bytes\": " + jsonIntArray(r.arenaBytes) +
+         ", \"arena_high_water_bytes\": " + jsonIntArray(r.arenaHighWaterBytes) +
+         ", \"peak_live_bytes\": " + jsonIntArray(r.measuredPeakLiveBytes) +
          ", \"peak_device_bytes\": " + jsonIntArray(r.devicePeakBytes) + "}";
 }
 
@@ -83,15 +85,16 @@ std::string memoryLines(const RunResult& r) {
   for (size_t i = 0; i < n;) {
     size_t j = i + 1;
     while (j < n && same(i, j)) ++j;
-    const std::string who = j - i == 1 ? "rank " + std::to_string(i)
-                                       : "ranks " + std::to_string(i) + "-" + std::to_string(j - 1);
+    const std::string who =
+        j - i == 1 ? "rank " + std::to_string(i) : "ranks " + std::to_string(i) + "-" + std::to_string(j - 1);
     s += "memory: " + who + " arena " + std::to_string(r.arenaBytes[i]) + " bytes, touched up to " +
          std::to_string(r.arenaHighWaterBytes[i]) + ", live peak " + std::to_string(r.measuredPeakLiveBytes[i]) + "\n";
     i = j;
   }
   // A backend that holds more than its arena (the CUDA backend's workspaces, staging, scratch).
   for (size_t k = 0; k < n && k < r.devicePeakBytes.size(); ++k) {
-    const int64_t arena = (r.arenaBytes[k] + schema::kArenaAlignment - 1) / schema::kArenaAlignment * schema::kArenaAlignment;
+    const int64_t arena =
+        (r.arenaBytes[k] + schema::kArenaAlignment - 1) / schema::kArenaAlignment * schema::kArenaAlignment;
     if (r.devicePeakBytes[k] > arena)
       s += "device memory: rank " + std::to_string(k) + " peak " + std::to_string(r.devicePeakBytes[k]) +
            " bytes (arena " + std::to_string(r.arenaBytes[k]) + " + workspaces " +
@@ -110,7 +113,9 @@ StatusOr<uint64_t> fileFingerprint(const std::string& dir, const std::string& fi
 
 // The flight recorder's run id: the plan's fingerprint and rank 0's start time (Diagnose.h orders
 // runs by it).
-std::string runIdOf(uint64_t fingerprint, int64_t startUs) { return hex16(fingerprint) + "-" + std::to_string(startUs); }
+std::string runIdOf(uint64_t fingerprint, int64_t startUs) {
+  return hex16(fingerprint) + "-" + std::to_string(startUs);
+}
 
 // Fails early when --save-params cannot be written, rather than after the run's steps: a probe file
 // is created beside the target and removed again.
@@ -118,9 +123,7 @@ Status checkWritable(const std::string& path) {
   std::string probe = path + ".probe";
   {
     std::ofstream f(probe, std::ios::trunc);
-    if (!f)
-      return Status::ioError("--save-params file '" + path +
-                             "': cannot write there (does the directory exist?)");
+    if (!f) return Status::ioError("--save-params file '" + path + "': cannot write there (does the directory exist?)");
   }
   std::remove(probe.c_str());
   return Status::ok();
@@ -158,12 +161,12 @@ Status firstError(const std::vector<RankRun>& ranks, const Communicator* comm, b
   return Status::ok();
 }
 
-}  // namespace
-
-Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* result) {
+// The options' rules that need no plan.
+Status checkRunOptions(const RunOptions& opts) {
   if (!opts.backend)
-    return Status::invalidArgument("RunOptions::backend is unset: runTrainingOn needs the backend factory of "
-                                   "each rank (runTraining, in llcdist_runtime, defaults to the CPU backend)");
+    return Status::invalidArgument(
+        "RunOptions::backend is unset: runTrainingOn needs the backend factory of "
+        "each rank (runTraining, in llcdist_runtime, defaults to the CPU backend)");
   if (opts.steps < 0) return Status::invalidArgument("--steps must be >= 0, got " + std::to_string(opts.steps));
   if (!(opts.collectiveTimeoutSeconds > 0))
     return Status::invalidArgument("the collective timeout must be > 0 seconds");
@@ -174,8 +177,33 @@ Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* 
     return Status::invalidArgument("--keep-last and --async-checkpoint need --checkpoint-dir");
   if (opts.keepLast < 0) return Status::invalidArgument("--keep-last must be >= 0 (0: keep every checkpoint)");
   if (!opts.resume.empty() && !opts.initFrom.empty())
-    return Status::invalidArgument("--resume and --init-from: give one (a resumed run takes its params from the "
-                                   "checkpoint)");
+    return Status::invalidArgument(
+        "--resume and --init-from: give one (a resumed run takes its params from the "
+        "checkpoint)");
+  return Status::ok();
+}
+
+// How the reporting rank's steps after the first ran (RunResult::stepExecution), and its line.
+void describeStepExecution(const Interpreter& interp, RunResult& res) {
+  const Interpreter::StepExecution& e = interp.stepExecution();
+  const std::string calls = "the second step's " + std::to_string(e.commands) + " backend calls (" +
+                            std::to_string(e.launches) + " kernel launches), recorded once";
+  if (e.deviceGraph) {
+    res.stepExecution = "cuda graph";
+    res.stepExecutionLine = "steps: " + calls + ", run as one CUDA graph at every later step\n";
+  } else if (e.recorded) {
+    res.stepExecution = "replayed";
+    res.stepExecutionLine = "steps: " + calls + ", replayed call by call at every later step (" + e.whyNoGraph + ")\n";
+  } else {
+    res.stepExecution = "op by op";
+    res.stepExecutionLine = "steps: op by op (" + (e.whyNotRecorded.empty() ? "one step" : e.whyNotRecorded) + ")\n";
+  }
+}
+
+}  // namespace
+
+Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* result) {
+  LLCDIST_RETURN_IF_ERROR(checkRunOptions(opts));
   // One process of several reads only the programs its ranks run, and every program when it runs
   // rank 0 and writes --save-params (the coordinated writer reads every rank's params by their
   // programs' buffers).
@@ -207,21 +235,22 @@ Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* 
       if (perProcess == 1)
         return Status::invalidArgument("the launcher started " + std::to_string(processes) +
                                        " processes but the plan has " + std::to_string(world) + " ranks (" +
-                                       mesh.describe() + "): start one process per rank (-n " +
-                                       std::to_string(world) + ")");
-      return Status::invalidArgument(
-          "the launcher started " + std::to_string(processes) + " processes of " + std::to_string(perProcess) +
-          " ranks (--ranks-per-process) but the plan has " + std::to_string(world) + " ranks (" + mesh.describe() +
-          ")" +
-          (world % perProcess == 0 ? ": start -n " + std::to_string(world / perProcess)
-                                   : ": --ranks-per-process must divide " + std::to_string(world)));
+                                       mesh.describe() + "): start one process per rank (-n " + std::to_string(world) +
+                                       ")");
+      return Status::invalidArgument("the launcher started " + std::to_string(processes) + " processes of " +
+                                     std::to_string(perProcess) + " ranks (--ranks-per-process) but the plan has " +
+                                     std::to_string(world) + " ranks (" + mesh.describe() + ")" +
+                                     (world % perProcess == 0
+                                          ? ": start -n " + std::to_string(world / perProcess)
+                                          : ": --ranks-per-process must divide " + std::to_string(world)));
     }
     bool consecutive = k >= 1 && world % k == 0 && opts.localRanks[0] >= 0 && opts.localRanks[0] % k == 0;
     for (int i = 0; consecutive && i < k; ++i) consecutive = opts.localRanks[size_t(i)] == opts.localRanks[0] + i;
     if (!consecutive || opts.localRanks.back() >= world)
-      return Status::invalidArgument("one process per rank (or per k ranks): give the k consecutive ranks this "
-                                     "process runs, from a multiple of k that divides the plan's " +
-                                     std::to_string(world) + " ranks");
+      return Status::invalidArgument(
+          "one process per rank (or per k ranks): give the k consecutive ranks this "
+          "process runs, from a multiple of k that divides the plan's " +
+          std::to_string(world) + " ranks");
     local = opts.localRanks;
   } else {
     for (int r = 0; r < world; ++r) local.push_back(r);
@@ -348,9 +377,9 @@ Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* 
     const int64_t n = int64_t(mine.size());
     const std::vector<int> leaders = firstRanks(world, int(local.size()));
     std::vector<int64_t> all(leaders.size() * size_t(n));
-    LLCDIST_RETURN_IF_ERROR(fireOnError(
-        comm->allGather(local[0], leaders, mine.data(), all.data(), 1, n, CommDType::kF64)
-            .withContext("exchanging the plan's fingerprint")));
+    LLCDIST_RETURN_IF_ERROR(
+        fireOnError(comm->allGather(local[0], leaders, mine.data(), all.data(), 1, n, CommDType::kF64)
+                        .withContext("exchanging the plan's fingerprint")));
     // File f of process p: all[p·n + 1 + f] (f 0: manifest.json; 1 + i: program i; 0 = not loaded),
     // compared with the first process that loaded it.
     for (int64_t f = 0; f < n - 1; ++f) {
@@ -366,8 +395,9 @@ Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* 
         const int64_t h0 = all[*first * size_t(n) + 1 + size_t(f)];
         if (h == h0) continue;
         return Status::invalidArgument("rank " + std::to_string(leaders[p]) + " loaded another plan than rank " +
-                                       std::to_string(leaders[*first]) + " (" + file + ": fingerprint " + hex16(uint64_t(h)) +
-                                       " vs " + hex16(uint64_t(h0)) + "): every process must run the same plan directory");
+                                       std::to_string(leaders[*first]) + " (" + file + ": fingerprint " +
+                                       hex16(uint64_t(h)) + " vs " + hex16(uint64_t(h0)) +
+                                       "): every process must run the same plan directory");
       }
     }
     if (recorder) recorder->setRunId(runIdOf(uint64_t(all[1]), all[0]));
@@ -376,8 +406,9 @@ Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* 
   if (!opts.saveParams.empty() && isLocal(0)) LLCDIST_RETURN_IF_ERROR(checkWritable(opts.saveParams));
   if (!opts.traceDir.empty()) {
     if (external)
-      return Status::invalidArgument("--trace: one process per rank does not record a trace yet "
-                                     "(run the plan without the launcher to trace it)");
+      return Status::invalidArgument(
+          "--trace: one process per rank does not record a trace yet "
+          "(run the plan without the launcher to trace it)");
     LLCDIST_RETURN_IF_ERROR(checkTraceDir(opts.traceDir));
   }
   // The step's metrics come from the lowest rank of the last program: the last pipeline stage, which
@@ -421,6 +452,7 @@ Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* 
     ranks[size_t(r)].interp = std::move(interp).value();
     if (!opts.traceDir.empty() || opts.profile) ranks[size_t(r)].interp->setTimeline(&ranks[size_t(r)].timeline);
     ranks[size_t(r)].interp->setCheckAsync(opts.checkAsync);
+    ranks[size_t(r)].interp->setRecordSteps(opts.recordSteps);
   }
   LLCDIST_ASSIGN_OR_RETURN(train::DataSourceFactory dataFor,
                            train::makeDataSources(m, opts.data, opts.shuffle, opts.seed));
@@ -479,8 +511,10 @@ Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* 
           }
         }
         if (!opts.quiet) {
-          if (opts.progressIsTty) progress << '\r' << progressLine(rec, opts.steps) << "\x1b[K" << std::flush;
-          else progress << progressLine(rec, opts.steps) << '\n' << std::flush;
+          if (opts.progressIsTty)
+            progress << '\r' << progressLine(rec, opts.steps) << "\x1b[K" << std::flush;
+          else
+            progress << progressLine(rec, opts.steps) << '\n' << std::flush;
         }
       }
       if (saver && (step + 1) % opts.checkpointEvery == 0)
@@ -527,12 +561,13 @@ Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* 
     res.measuredPeakLiveBytes.push_back(live);
     res.devicePeakBytes.push_back(device);
   }
-  if (!lastRecord.empty()) {  // the last record carries every rank's memory measurement
+  if (!lastRecord.empty()) {                  // the last record carries every rank's memory measurement
     lastRecord.erase(lastRecord.size() - 2);  // "}\n"
     log << lastRecord + memoryField(res) + "}\n" << std::flush;
     if (!log) return Status::ioError("--log-json file '" + opts.logJson + "': write failed");
   }
-  if (!opts.quiet && opts.steps > 0 && reporter) progress << memoryLines(res) << std::flush;
+  if (reporter) describeStepExecution(*ranks[size_t(reportRank)].interp, res);
+  if (!opts.quiet && opts.steps > 0 && reporter) progress << memoryLines(res) << res.stepExecutionLine << std::flush;
   if (!opts.saveParams.empty()) {
     // Rank 0's process writes the file; the others send it their param buffers, param by param in the
     // manifest's order (tag: the param's index; microbatch -2), which it receives in that order.

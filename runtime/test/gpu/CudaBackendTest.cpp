@@ -1,9 +1,10 @@
 // The CUDA backend on a GPU (each test skips with a one-line reason without one): the arena and its
 // copies through pinned staging, events ordering two streams, host functions, the device error flag,
-// and the staged collectives of virtual ranks (two ranks on one device, the in-process communicator)
-// against the CPU backend's results on the same inputs.
+// a recorded step captured into a CUDA graph, and the staged collectives of virtual ranks (two ranks
+// on one device, the in-process communicator) against the CPU backend's results on the same inputs.
 #include "KernelHarness.h"
 
+#include "llcdist/runtime/CommandList.h"
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/CudaBackend.h"
@@ -71,6 +72,51 @@ TEST(CudaBackendTest, EventsOrderStreamsAndHostFunctionsRunInOrder) {
   ASSERT_TRUE(b->synchronize().isOk());
   EXPECT_EQ(order, (std::vector<int>{1, 2}));
   EXPECT_EQ(x, y) << "the side stream's copy waited for the default stream's";
+}
+
+// Recorded steps (CommandList.h): a replay captured into a CUDA graph runs nothing while captured, and
+// every launch of the graph copies the pinned host input as it is at that launch; a side stream forked
+// by an event is joined back before the capture ends.
+TEST(CudaBackendTest, ACapturedGraphReadsTheHostInputsAtEachLaunch) {
+  LLCDIST_REQUIRE_GPU();
+  std::unique_ptr<Backend> b = cudaBackend(0, nullptr);
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->allocateArena(4096).isOk());
+  std::string why;
+  ASSERT_TRUE(b->canCaptureGraph(&why)) << why;
+  StatusOr<Stream> side = b->createStream();
+  StatusOr<Event> e = b->createEvent();
+  StatusOr<void*> host = b->allocateHostInput(4 * sizeof(float));
+  ASSERT_TRUE(side.isOk() && e.isOk() && host.isOk());
+  float* in = static_cast<float*>(*host);
+  for (int i = 0; i < 4; ++i) in[i] = float(i + 1);
+  std::vector<float> ones(8, 1.0f), y(8, -1.0f);
+  ASSERT_TRUE(b->copyToDevice(Stream{0}, 64, ones.data(), 32).isOk());
+  ASSERT_TRUE(b->synchronize().isOk());
+  CommandList list;
+  CommandRecorder rec(*b, list);
+  ASSERT_TRUE(rec.copyHostInput(Stream{0}, b->arenaAt(0), in, 16).isOk());
+  ASSERT_TRUE(rec.recordEvent(Stream{0}, *e).isOk());
+  ASSERT_TRUE(rec.waitEvent(*side, *e).isOk());
+  ASSERT_TRUE(rec.fillZero(*side, 64, 16).isOk());  // the side stream: zeroes 4 of the 8 ones
+  ASSERT_TRUE(b->beginGraphCapture().isOk());
+  ASSERT_TRUE(list.replay(*b, 0).isOk());
+  StatusOr<int> graph = b->endGraphCapture();
+  ASSERT_TRUE(graph.isOk()) << graph.status().toString();
+  ASSERT_TRUE(b->copyToHost(Stream{0}, y.data(), 0, 16).isOk());
+  EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 4), (std::vector<float>{0, 0, 0, 0})) << "captured, not run";
+  for (int launch = 1; launch <= 2; ++launch) {
+    for (int i = 0; i < 4; ++i) in[i] = float(10 * launch + i);
+    ASSERT_TRUE(b->launchGraph(*graph).isOk());
+    ASSERT_TRUE(b->synchronize().isOk());
+    ASSERT_TRUE(b->copyToHost(Stream{0}, y.data(), 0, 16).isOk());
+    EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 4),
+              (std::vector<float>{float(10 * launch), float(10 * launch + 1), float(10 * launch + 2),
+                                  float(10 * launch + 3)}));
+  }
+  ASSERT_TRUE(b->copyToHost(Stream{0}, y.data(), 64, 32).isOk());
+  EXPECT_EQ(y, (std::vector<float>{0, 0, 0, 0, 1, 1, 1, 1}));
+  EXPECT_FALSE(b->launchGraph(*graph + 1).isOk());
 }
 
 // Two virtual ranks on one device: the staged collectives give the CPU backend's bits.

@@ -78,8 +78,7 @@ public:
     return raw(role, schema::ElemType::kF64, v.data(), int64_t(v.size()), sizeof(double));
   }
   KernelCase& step(double lr, int64_t t) {
-    lr_ = lr;
-    t_ = t;
+    step_ = StepValues{lr, t};
     return *this;
   }
 
@@ -111,13 +110,14 @@ private:
     return *this;
   }
   // `staged`: the CPU reference's call, whose converted buffers are stored in bf16 (KernelCall::storedTypes).
+  // `stepValues`: where the call reads the step's values (host memory for the CPU reference, device
+  // memory for the GPU: KernelCall::stepValues).
   KernelCall callOn(std::vector<std::vector<Buf>>& bufs, const std::vector<std::vector<void*>>* ptrs = nullptr,
-                    const std::vector<std::vector<bool>>* staged = nullptr) {
+                    const std::vector<std::vector<bool>>* staged = nullptr, const StepValues* stepValues = nullptr) {
     KernelCall c;
     c.kind = kind_;
     c.params = params_;
-    c.lr = lr_;
-    c.t = t_;
+    c.stepValues = stepValues ? stepValues : &step_;
     c.args.resize(bufs.size());
     c.argElems.resize(bufs.size());
     c.argTypes.resize(bufs.size());
@@ -174,6 +174,9 @@ private:
     int* flag = nullptr;
     ASSERT_EQ(cudaMalloc(&flag, sizeof(int)), cudaSuccess);
     ASSERT_EQ(cudaMemset(flag, 0, sizeof(int)), cudaSuccess);
+    StepValues* stepValues = nullptr;  // the optimizer updates read them on the device
+    ASSERT_EQ(cudaMalloc(&stepValues, sizeof(StepValues)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(stepValues, &step_, sizeof(StepValues), cudaMemcpyHostToDevice), cudaSuccess);
     {
       StreamScratch scratch(stream, 0);
       TableCache tables(0);
@@ -187,7 +190,7 @@ private:
       ctx.deviceError = flag;
       const CudaKernel* kernel = cudaKernel(kind_, variant);
       ASSERT_NE(kernel, nullptr) << schema::opName(kind_);
-      const Status st = (*kernel)(callOn(bufs, &dev), ctx);
+      const Status st = (*kernel)(callOn(bufs, &dev, nullptr, stepValues), ctx);
       ASSERT_TRUE(st.isOk()) << st.toString();
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     }
@@ -201,6 +204,7 @@ private:
         cudaFree(dev[r][k]);
       }
     cudaFree(flag);
+    cudaFree(stepValues);
     cudaStreamDestroy(stream);
   }
   static double at(const Buf& b, int64_t i) {
@@ -244,8 +248,7 @@ private:
 
   schema::OpKind kind_;
   OpParams params_;
-  double lr_ = 0;
-  int64_t t_ = 0;
+  StepValues step_;
   std::vector<std::vector<Buf>> bufs_;
 };
 

@@ -72,6 +72,10 @@ public:
   // calls. The CPU backend's is host heap, not counted in peakAllocatedBytes (like its kernels'
   // temporaries); a device backend counts it.
   virtual StatusOr<float*> allocateStaging(int64_t elems) = 0;
+  // Host memory for a step's inputs (the interpreter's "Per-step inputs": the step's values and the
+  // token batches), which copyHostInput copies to the device without the host waiting: pinned on CUDA,
+  // host heap on the CPU; zero-filled, owned by the backend until it is destroyed; any number of calls.
+  virtual StatusOr<void*> allocateHostInput(int64_t bytes) = 0;
 
   // ---- streams and events ----------------------------------------------------------------------------
   virtual StatusOr<Stream> createStream() = 0;
@@ -86,6 +90,11 @@ public:
   virtual Status copyToDevice(Stream stream, int64_t offset, const void* src, int64_t bytes) = 0;
   virtual Status copyToHost(Stream stream, void* dst, int64_t offset, int64_t bytes) = 0;
   virtual Status fillZero(Stream stream, int64_t offset, int64_t bytes) = 0;
+  // Copies `bytes` from host input memory `src` (allocateHostInput) to device address `dst` (in the
+  // arena or in staging), ordered on `stream`, without the host waiting: `src` must keep its value until
+  // the stream has passed the copy (the interpreter rewrites its inputs only once a step has
+  // synchronized). A recorded step (CommandList.h) copies from the same address at every replay.
+  virtual Status copyHostInput(Stream stream, void* dst, const void* src, int64_t bytes) = 0;
   // Runs `fn` on the host once all earlier work on `stream` is done; later work on the stream waits
   // for it (CUDA's cudaLaunchHostFunc). The interpreter's timeline reads the clock this way around
   // communication on a worker stream, on the thread that runs it. `fn` must not call the backend.
@@ -111,6 +120,18 @@ public:
     (void)call;
     return Status::ok();
   }
+
+  // ---- device graphs (recorded steps: CommandList.h) --------------------------------------------------
+  // Whether one replay of a recorded step can be captured into a device graph (a CUDA graph) that is
+  // launched at every later step; why not in *why. Default: no (the interpreter replays the recorded
+  // list call by call, as on the CPU backend).
+  virtual bool canCaptureGraph(std::string* why) const;
+  // From beginGraphCapture to endGraphCapture the work calls on every stream are captured into a graph,
+  // not run; endGraphCapture returns its id for launchGraph, which runs the whole graph on the default
+  // stream (ordered as a launch there). Default: an error (canCaptureGraph is false).
+  virtual Status beginGraphCapture();
+  virtual StatusOr<int> endGraphCapture();
+  virtual Status launchGraph(int graph);
 
   // ---- time marks (--trace, --profile) ------------------------------------------------------------------
   // A mark is a point on `stream`'s execution: the time at which everything launched on it before the

@@ -9,6 +9,28 @@
 // for the (step, microbatch) batch and copies it into its ids/targets buffers. Optimizer ops (adamw,
 // sgd) get the step's learning rate and t = step + 1.
 //
+// Per-step inputs: what differs between two steps of a bound program is written to memory before the
+// step, never passed to a launch. The step's values (StepValues: learning rate, t = step + 1) are in
+// device memory outside the arena, bound once into every optimizer update (KernelCall::stepValues);
+// every load_microbatch of the step has its own host input (Backend::allocateHostInput: pinned on
+// CUDA), one per (action, op), found by walking the actions at create(). runStep first writes the
+// values and asks the data source for every batch of the step (in action order) into those inputs;
+// then the step copies the values to the device (its first call) and each load_microbatch copies its
+// input into its ids / targets buffers (Backend::copyHostInput: the host does not wait). The inputs are
+// rewritten only at the next runStep, after this one has synchronized. A subroutine run outside a step
+// (runSubroutine) writes and copies the values itself and loads its batch directly.
+//
+// Recorded steps (CommandList.h; `--cuda-graphs`, on by default): the first step runs op by op (it is
+// the traced one, and it grows every workspace to its size). The next one is recorded: the interpreter
+// runs it against a CommandRecorder, which runs nothing and lists the backend calls, then replays the
+// list on the backend, or, where the backend can (CUDA: Backend::canCaptureGraph), captures one replay
+// into a device graph and launches that. Every later step writes its inputs and replays the list or
+// launches the graph: no op is walked, bound or branched on again. Steps are not recorded with a
+// timeline (--trace, --profile: it reads the clock around ops), in checking mode (--check-async: started
+// ops run at their waits), when recording is turned off (setRecordSteps(false)), or when the recording
+// was refused (a call a recorded step cannot make): those steps run op by op, and stepExecution() says
+// why. A replayed op's error reads as the op-by-op one: "step N, action a: <program>: subroutine ...".
+//
 // Multi-rank plans: the interpreter runs one rank (`rank`, its global rank in the manifest's mesh).
 // Collective ops (all_reduce, all_gather, reduce_scatter) act on the group of `rank` on the op's `axis`
 // (Mesh::group; all_reduce's `group_size` sub-group). create() makes one backend channel per distinct
@@ -93,6 +115,7 @@
 #pragma once
 
 #include "llcdist/runtime/Backend.h"
+#include "llcdist/runtime/CommandList.h"
 #include "llcdist/runtime/Plan.h"
 #include "llcdist/runtime/Status.h"
 #include "llcdist/runtime/Timeline.h"
@@ -124,7 +147,7 @@ struct MemoryStats {
 };
 
 class Interpreter {
-public:
+ public:
   // `plan` and `backend` must outlive the interpreter. The backend must not have an arena yet. `rank`
   // is the global rank this interpreter runs (in [0, world size), one of programs[programIndex]'s ranks).
   static StatusOr<std::unique_ptr<Interpreter>> create(const Plan& plan, size_t programIndex, Backend& backend,
@@ -156,6 +179,19 @@ public:
   void setTimeline(Timeline* timeline);
   // Checking mode of asynchronous plans (`--check-async`, see above); off by default. Set before a step.
   void setCheckAsync(bool on) { checkAsync_ = on; }
+  // Recorded steps (see above); on by default. Turning them off (or setting a timeline or checking mode)
+  // after a step was recorded drops the recording.
+  void setRecordSteps(bool on) { recordSteps_ = on; }
+  // How the steps after the first run (see above).
+  struct StepExecution {
+    bool recorded = false;       // a recorded list, replayed (or launched as a device graph)
+    bool deviceGraph = false;    // captured into one device graph (CUDA graphs)
+    std::string whyNotRecorded;  // why the steps run op by op (recorded: empty)
+    std::string whyNoGraph;      // recorded, but replayed call by call: why (Backend::canCaptureGraph)
+    int64_t commands = 0;        // the recorded list's backend calls
+    int64_t launches = 0;        // of which kernel launches
+  };
+  const StepExecution& stepExecution() const { return execution_; }
 
   // Channels create() made: one per distinct group of the program's collectives.
   size_t numChannels() const { return numChannels_; }
@@ -175,7 +211,7 @@ public:
   // The memory measured during the first runStep(); nullopt before a step has completed.
   const std::optional<MemoryStats>& memoryStats() const { return memory_; }
 
-private:
+ private:
   struct BoundOp {
     KernelCall call;  // arena addresses; converted bf16 arguments: their f32 staging temporaries
     const Op* op = nullptr;
@@ -216,8 +252,8 @@ private:
     const BoundOp* op = nullptr;
     size_t subroutine = 0, opIndex = 0;
     int64_t step = 0, microbatch = -1;
-    std::vector<CollectiveHandle> handles;  // issued on streams_[op->op->queue]
-    bool deferred = false;                  // checking mode: not run yet
+    std::vector<CollectiveHandle> handles;      // issued on streams_[op->op->queue]
+    bool deferred = false;                      // checking mode: not run yet
     std::vector<std::vector<std::byte>> saved;  // checking mode: the in-place buffers' values at the start
   };
   // Issues the op's backend calls on `stream` (one all-reduce per buffer of x), recording their
@@ -234,8 +270,16 @@ private:
   Status runDeferred(size_t queue, int64_t token);
   void traceWait(const BoundOp& started);
   void abandonInFlight();
-  Status runOp(const BoundOp& bound, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data);
-  Status execute(const BoundOp& bound, int64_t step, int64_t microbatch, double lr, const MicrobatchSource& data);
+  Status runOp(const BoundOp& bound, int64_t step, int64_t microbatch, const MicrobatchSource& data);
+  Status execute(const BoundOp& bound, int64_t step, int64_t microbatch, const MicrobatchSource& data);
+  // Per-step inputs (see above): the host-side writes before a step; the step's actions, op by op
+  // (recorded when backend_ is the recorder); the recording and its replay.
+  Status allocateStepInputs();
+  Status writeStepInputs(int64_t step, double lr, const MicrobatchSource& data);
+  Status runActions(int64_t step, const MicrobatchSource& data);
+  std::string whyNotRecorded() const;
+  Status recordStep(int64_t step, const MicrobatchSource& data);
+  Status replayStep(int64_t step);
   std::string where(size_t subroutine, size_t opIndex) const;
 
   const Plan* plan_ = nullptr;
@@ -247,11 +291,29 @@ private:
   // Per subroutine (parallel to program_->subroutines), per slot 0 .. the highest its actions run in: its ops
   // bound to that slot's instances of slotted buffers.
   std::vector<std::vector<std::vector<BoundOp>>> subroutines_;
-  std::vector<int64_t> instanceBase_;  // per buffer: the memory trace index of its instance 0
-  std::vector<int32_t> idsHost_, targetsHost_;      // load_microbatch staging
-  float* staging_ = nullptr;                        // f32 temporaries of bf16 arguments (one op at a time;
-  int64_t stagingElems_ = 0;                        // the backend's allocateStaging)
-  std::unique_ptr<MemoryTrace> trace_;              // during the first runStep only
+  std::vector<int64_t> instanceBase_;           // per buffer: the memory trace index of its instance 0
+  std::vector<int32_t> idsHost_, targetsHost_;  // load_microbatch outside a step
+  // Per-step inputs (see above).
+  StepValues* stepValuesDevice_ = nullptr;  // null: the program has no optimizer update
+  StepValues* stepValuesHost_ = nullptr;
+  struct StepInput {
+    size_t action, subroutine, opIndex;
+    const BoundOp* op;  // its load_microbatch
+    int64_t microbatch, B, S;
+    int32_t *ids, *targets;  // host inputs of B·S elements each
+  };
+  std::vector<StepInput> inputs_;  // the step's load_microbatch ops in execution order
+  size_t nextInput_ = 0;           // the next one during a step
+  // Recorded steps (see above).
+  bool recordSteps_ = true;
+  bool recordRefused_ = false;  // a recording was refused: not tried again
+  std::unique_ptr<CommandList> recorded_;
+  int graph_ = -1;                       // the device graph of recorded_, or -1
+  CommandRecorder* recorder_ = nullptr;  // while recording: backend_ is it
+  StepExecution execution_;
+  float* staging_ = nullptr;            // f32 temporaries of bf16 arguments (one op at a time;
+  int64_t stagingElems_ = 0;            // the backend's allocateStaging)
+  std::unique_ptr<MemoryTrace> trace_;  // during the first runStep only
   std::optional<MemoryStats> memory_;
   Timeline* timeline_ = nullptr;  // --trace; not owned
   // The step's timed ops, recorded into timeline_ once the step has synchronized (their marks' times
@@ -263,9 +325,9 @@ private:
   std::vector<PendingInterval> pending_;
   Status recordPending();
   std::vector<KernelChoiceSummary> kernelChoices_;
-  int64_t action_ = -1;           // the action runStep is running; -1 outside a step
+  int64_t action_ = -1;  // the action runStep is running; -1 outside a step
   size_t numChannels_ = 0;
-  size_t subroutine_ = 0;         // the subroutine runSubroutine is running
+  size_t subroutine_ = 0;  // the subroutine runSubroutine is running
   // Asynchronous plans: one stream per queue of the program (streams_[0] = stream_, the compute
   // queue) and an event per queue to order it after compute; the tokens in flight.
   std::vector<Stream> streams_;

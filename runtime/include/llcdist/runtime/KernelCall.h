@@ -23,6 +23,13 @@ constexpr bool launchesKernel(schema::OpKind kind) {
   return !schema::communicates(kind) && kind != schema::OpKind::kLoadMicrobatch && kind != schema::OpKind::kWait;
 }
 
+// What changes from step to step in a bound program: the learning rate and the optimizer's step count
+// t = step + 1 (AdamW's bias corrections, SGD's first momentum step). In device memory.
+struct StepValues {
+  double lr = 0;
+  int64_t t = 0;
+};
+
 struct KernelCall {
   schema::OpKind kind = schema::OpKind::kZero;
   // args[i][k]: device address of the k-th buffer of role kOpSpecs[kind].args[i] (empty when an
@@ -42,10 +49,11 @@ struct KernelCall {
   std::vector<std::vector<schema::ElemType>> storedTypes;
   // The op's family's parameters (the binder of src/ops/<Family>.cpp sets the alternative).
   OpParams params;
-  // Step context, set per launch of the optimizer updates (schema::isOptimizerUpdate: adamw, sgd and
-  // their _multi forms): learning rate and step count t = step + 1.
-  double lr = 0;
-  int64_t t = 0;
+  // The step's values for the optimizer updates (schema::isOptimizerUpdate: adamw, sgd and their _multi
+  // forms): a device address, bound once; the interpreter writes the values there before each step
+  // (Interpreter.h "Per-step inputs"), so a recorded step replays with each step's own. Null for
+  // every other kind.
+  const StepValues* stepValues = nullptr;
   // Which of the backend's kernel variants of `kind` runs the call (KernelVariant.h: an index into
   // Backend::kernelVariants(kind), chosen once at bind time); 0 for a backend with one kernel per kind.
   int variant = 0;

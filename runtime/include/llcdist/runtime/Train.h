@@ -141,6 +141,10 @@ struct RunOptions {
   // --check-async: asynchronous ops run only at their waits, their outputs poisoned until then
   // (Interpreter.h, docs/plan-format.md "Asynchronous plans").
   bool checkAsync = false;
+  // --cuda-graphs on|off: recorded steps (Interpreter.h, CommandList.h): every step after the second
+  // replays the second's recorded backend calls, as one CUDA graph where the backend can. After the
+  // run (unless quiet) one line says how the reporting rank's steps ran (RunResult::stepExecution).
+  bool recordSteps = true;
   // --profile: print device time per op kind, its share of the step and achieved TFLOP/s for GEMMs and
   // attention (implies timing every op; with CUDA events on the GPU).
   bool profile = false;
@@ -192,6 +196,10 @@ struct RunResult {
   // Backend::peakAllocatedBytes of each rank's backend (the arena and what the backend allocated beside
   // it: workspaces, staging, scratch).
   std::vector<int64_t> devicePeakBytes;
+  // How the reporting rank's steps after the first ran (Interpreter::stepExecution): "cuda graph",
+  // "replayed" (the recorded list, call by call) or "op by op", and the line printed after the run.
+  std::string stepExecution;
+  std::string stepExecutionLine;
 };
 
 // The driver (llcdist_runtime_train): options.backend must be set.

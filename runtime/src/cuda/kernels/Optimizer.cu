@@ -11,8 +11,8 @@
 // coefficient is computed on the device, so the one clip launch (one block a chunk) reads it there and
 // scales only when it is < 1. adamw_multi / sgd_multi update a list of tensors in one launch: a table of the
 // tensors and of their chunks (kChunk elements each), uploaded once at bind time, one block a chunk,
-// each element's update the single op's (adamwAt / sgdAt). Gradients and parameters are f32 or bf16 (FloatRef.cuh: read exactly, each written
-// value rounded once); the optimizer state is f32.
+// each element's update the single op's (adamwAt / sgdAt). Gradients and parameters are f32 or bf16 (FloatRef.cuh: read
+// exactly, each written value rounded once); the optimizer state is f32.
 #include "cuda/CudaKernels.h"
 #include "cuda/kernels/FloatRef.cuh"
 
@@ -25,8 +25,8 @@
 namespace llcdist::rt::cuda {
 namespace {
 
-constexpr int kThreads = 256;             // elementwise grids
-constexpr int kReduceThreads = 256;       // a reduction's block: a power of two (blockSum's tree)
+constexpr int kThreads = 256;        // elementwise grids
+constexpr int kReduceThreads = 256;  // a reduction's block: a power of two (blockSum's tree)
 
 #define LLCDIST_GRID_STRIDE(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
@@ -62,8 +62,7 @@ struct NormChunk {
 };
 
 // partials[c] = Σ g² over chunk c, for every chunk (block b takes chunks b, b + gridDim.x, ...).
-__global__ void sumSquaresChunks(const NormSlot* slots, const NormChunk* chunks, int64_t numChunks,
-                                 double* partials) {
+__global__ void sumSquaresChunks(const NormSlot* slots, const NormChunk* chunks, int64_t numChunks, double* partials) {
   for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
     const NormChunk ch = chunks[c];
     const NormSlot t = slots[ch.tensor];
@@ -127,6 +126,40 @@ struct AdamScalars {
   float decay, w1, b2, w2, negStepSize, bc2Sqrt, eps;
 };
 
+// The op's hyperparameters (bound once) and the step's values (device memory, written before each
+// step: KernelCall::stepValues), from which each block's first thread computes the step's scalars in
+// double, as adamwStep does on the host, so a recorded step (a CUDA graph) replays with every step's own
+// learning rate and bias corrections.
+struct AdamWUpdateArgs {
+  const StepValues* step;
+  double beta1, beta2, eps, weightDecay;
+  __device__ AdamScalars scalars() const {
+    const double lr = step->lr, t = double(step->t);
+    AdamScalars a;
+    a.decay = static_cast<float>(1.0 - lr * weightDecay);
+    a.w1 = static_cast<float>(1.0 - beta1);
+    a.b2 = static_cast<float>(beta2);
+    a.w2 = static_cast<float>(1.0 - beta2);
+    const double bc1 = 1.0 - pow(beta1, t);
+    const double bc2 = 1.0 - pow(beta2, t);
+    a.negStepSize = static_cast<float>(-(lr / bc1));
+    a.bc2Sqrt = static_cast<float>(sqrt(bc2));
+    a.eps = static_cast<float>(eps);
+    return a;
+  }
+};
+
+// The block's scalars of `args` (Args::scalars), computed once by its first thread; every thread of the
+// block must call it (it synchronizes).
+template <typename Args>
+__device__ auto blockScalars(const Args& args) {
+  using S = decltype(args.scalars());
+  __shared__ S shared;
+  if (threadIdx.x == 0) shared = args.scalars();
+  __syncthreads();
+  return shared;
+}
+
 // One torch.optim.AdamW step of element i (Optimizer.cpp's adamwStep).
 __device__ __forceinline__ void adamwAt(FloatRef param, FloatRef grad, float* m, float* v, int64_t i,
                                         const AdamScalars& a) {
@@ -142,7 +175,8 @@ __device__ __forceinline__ void adamwAt(FloatRef param, FloatRef grad, float* m,
   param.set(i, p + a.negStepSize * mi / denom);
 }
 
-__global__ void adamwKernel(FloatRef param, FloatRef grad, float* m, float* v, int64_t n, AdamScalars a) {
+__global__ void adamwKernel(FloatRef param, FloatRef grad, float* m, float* v, int64_t n, AdamWUpdateArgs args) {
+  const AdamScalars a = blockScalars(args);
   LLCDIST_GRID_STRIDE(i, n) { adamwAt(param, grad, m, v, i, a); }
 }
 
@@ -164,21 +198,24 @@ struct UpdateSlot {  // adamw_multi / sgd_multi: one tensor's buffers
 };
 
 // Walks the chunk table of a _multi op: block b takes chunks b, b + gridDim.x, ...; each thread of it applies
-// `update(tensor slot, param, grad, i)` to elements of its chunk, the single op's element update.
+// `update(tensor slot, param, grad, i, scalars)` to elements of its chunk, the single op's element
+// update, with the step's scalars (Update::args, computed once per block).
 template <typename Update>
 __global__ void multiTensorKernel(const UpdateSlot* slots, const Chunk* chunks, int64_t numChunks, Update update) {
+  const auto scalars = blockScalars(update.args);
   for (int64_t c = blockIdx.x; c < numChunks; c += gridDim.x) {
     const Chunk ch = chunks[c];
     const UpdateSlot t = slots[ch.tensor];
     const FloatRef param{t.param, t.paramBf16 != 0}, grad{const_cast<void*>(t.grad), t.gradBf16 != 0};
     const int64_t end = ch.begin + kChunk < t.n ? ch.begin + kChunk : t.n;
-    for (int64_t i = ch.begin + threadIdx.x; i < end; i += blockDim.x) update(t, param, grad, i);
+    for (int64_t i = ch.begin + threadIdx.x; i < end; i += blockDim.x) update(t, param, grad, i, scalars);
   }
 }
 
 struct AdamWUpdate {
-  AdamScalars a;
-  __device__ void operator()(const UpdateSlot& t, FloatRef param, FloatRef grad, int64_t i) const {
+  AdamWUpdateArgs args;
+  __device__ void operator()(const UpdateSlot& t, FloatRef param, FloatRef grad, int64_t i,
+                             const AdamScalars& a) const {
     adamwAt(param, grad, t.m, t.v, i, a);
   }
 };
@@ -189,6 +226,24 @@ struct SgdScalars {
   float wd;
   bool momentum, first;
   float mom, damp, negLr;
+};
+
+// The op's configuration (bound once) and the step's values (device memory), as AdamWUpdateArgs.
+struct SgdUpdateArgs {
+  const StepValues* step;
+  bool decay, momentum;
+  float wd, mom;
+  __device__ SgdScalars scalars() const {
+    SgdScalars s;
+    s.decay = decay;
+    s.wd = wd;
+    s.momentum = momentum;
+    s.first = step->t == 1;
+    s.mom = mom;
+    s.damp = static_cast<float>(1.0 - 0.0);  // 1 - dampening
+    s.negLr = static_cast<float>(-step->lr);
+    return s;
+  }
 };
 
 // One torch.optim.SGD step of element i (Optimizer.cpp's sgdStep).
@@ -205,13 +260,14 @@ __device__ __forceinline__ void sgdAt(FloatRef param, FloatRef grad, float* mome
   param.set(i, p + s.negLr * g);
 }
 
-__global__ void sgdKernel(FloatRef param, FloatRef grad, float* momentumBuf, int64_t n, SgdScalars s) {
+__global__ void sgdKernel(FloatRef param, FloatRef grad, float* momentumBuf, int64_t n, SgdUpdateArgs args) {
+  const SgdScalars s = blockScalars(args);
   LLCDIST_GRID_STRIDE(i, n) { sgdAt(param, grad, momentumBuf, i, s); }
 }
 
 struct SgdUpdate {
-  SgdScalars s;
-  __device__ void operator()(const UpdateSlot& t, FloatRef param, FloatRef grad, int64_t i) const {
+  SgdUpdateArgs args;
+  __device__ void operator()(const UpdateSlot& t, FloatRef param, FloatRef grad, int64_t i, const SgdScalars& s) const {
     sgdAt(param, grad, t.m, i, s);
   }
 };
@@ -236,8 +292,8 @@ StatusOr<NormTable> normTable(const KernelCall& c, const P& p, const Ctx& ctx) {
   const auto add = [&](std::string_view role) {
     const size_t r = c.role(role);
     for (size_t k = 0; k < c.args[r].size(); ++k) {
-      NormSlot t{c.ptr(r, k), c.argElems[r][k], int64_t(chunks.size()), 0,
-                 c.type(r, k) == schema::ElemType::kBF16 ? 1 : 0, 0};
+      NormSlot t{
+          c.ptr(r, k), c.argElems[r][k], int64_t(chunks.size()), 0, c.type(r, k) == schema::ElemType::kBF16 ? 1 : 0, 0};
       for (int64_t b = 0; b < t.n; b += kNormChunk) chunks.push_back(NormChunk{int32_t(slots.size()), 0, b});
       t.numChunks = int64_t(chunks.size()) - t.firstChunk;
       slots.push_back(t);
@@ -272,12 +328,12 @@ Status sumOfSquares(const NormTable& t, const double* add, double* out, double* 
   double* partials = scratch ? scratch + t.numTensors : nullptr;
   if (t.numChunks > 0) {
     sumSquaresChunks<<<gridFor(t.numChunks, 1), kReduceThreads, 0, ctx.stream>>>(t.slots, t.chunks, t.numChunks,
-                                                                                  partials);
+                                                                                 partials);
     LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
   }
   if (t.numTensors > 0) {
     sumChunksPerTensor<<<gridFor(t.numTensors, 1), kReduceThreads, 0, ctx.stream>>>(t.slots, t.numTensors, partials,
-                                                                                   sums);
+                                                                                    sums);
     LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
   }
   sumInOrder<<<1, 1, 0, ctx.stream>>>(sums, t.numTensors, add, out);
@@ -340,29 +396,21 @@ StatusOr<int64_t> prepareNorm(const KernelCall& c, const Ctx& ctx) {
   return int64_t(0);
 }
 
-// adamwStep's scalars (double arithmetic, used as f32).
-StatusOr<AdamScalars> adamScalars(const KernelCall& c, const P& p) {
-  const int64_t step = c.t;
-  if (step < 1)
-    return Status::invalidArgument(std::string(schema::opName(c.kind)) + ": step must be >= 1, got " +
-                                   std::to_string(step));
-  const double lr = c.lr;
-  AdamScalars a;
-  a.decay = static_cast<float>(1.0 - lr * p.weightDecay);
-  a.w1 = static_cast<float>(1.0 - p.beta1);
-  a.b2 = static_cast<float>(p.beta2);
-  a.w2 = static_cast<float>(1.0 - p.beta2);
-  const double bc1 = 1.0 - std::pow(p.beta1, double(step));
-  const double bc2 = 1.0 - std::pow(p.beta2, double(step));
-  a.negStepSize = static_cast<float>(-(lr / bc1));
-  a.bc2Sqrt = static_cast<float>(std::sqrt(bc2));
-  a.eps = static_cast<float>(p.eps);
-  return a;
+// The step's values' device address (the interpreter binds it; the step count t >= 1 is its invariant).
+StatusOr<const StepValues*> stepValuesOf(const KernelCall& c) {
+  if (!c.stepValues)
+    return Status::internal(std::string(schema::opName(c.kind)) + " was bound without the step's values");
+  return c.stepValues;
+}
+
+StatusOr<AdamWUpdateArgs> adamArgs(const KernelCall& c, const P& p) {
+  LLCDIST_ASSIGN_OR_RETURN(const StepValues* step, stepValuesOf(c));
+  return AdamWUpdateArgs{step, p.beta1, p.beta2, p.eps, p.weightDecay};
 }
 
 // One thread per element.
 Status adamw(const KernelCall& c, const P& p, const Ctx& ctx) {
-  LLCDIST_ASSIGN_OR_RETURN(const AdamScalars a, adamScalars(c, p));
+  LLCDIST_ASSIGN_OR_RETURN(const AdamWUpdateArgs a, adamArgs(c, p));
   const int64_t n = c.elems("param");
   if (n == 0) return Status::ok();
   adamwKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "param"), floatRef(c, "grad"), c.F("m"),
@@ -415,34 +463,27 @@ StatusOr<UploadedTable> uploadedTable(const KernelCall& c, const char* m, const 
 
 // One block per chunk of every tensor: the whole list in one launch.
 Status adamwMulti(const KernelCall& c, const P& p, const Ctx& ctx) {
-  LLCDIST_ASSIGN_OR_RETURN(const AdamScalars a, adamScalars(c, p));
+  LLCDIST_ASSIGN_OR_RETURN(const AdamWUpdateArgs a, adamArgs(c, p));
   LLCDIST_ASSIGN_OR_RETURN(const UploadedTable t, uploadedTable(c, "m", "v", ctx));
   if (t.numChunks == 0) return Status::ok();
-  multiTensorKernel<<<gridFor(t.numChunks, 1), kThreads, 0, ctx.stream>>>(t.slots, t.chunks, t.numChunks, AdamWUpdate{a});
+  multiTensorKernel<<<gridFor(t.numChunks, 1), kThreads, 0, ctx.stream>>>(t.slots, t.chunks, t.numChunks,
+                                                                          AdamWUpdate{a});
   return LLCDIST_CUDA_LAUNCHED("adamw_multi", ctx.rank);
 }
 
-// sgdStep's scalars with the entry's configuration (momentum and weight decay from the op, dampening
-// 0, no nesterov).
-StatusOr<SgdScalars> sgdScalars(const KernelCall& c, const P& p, bool haveBuffers) {
-  const int64_t step = c.t;
+// sgdStep's configuration from the entry (momentum and weight decay from the op, dampening 0, no
+// nesterov); the step's scalars are the device's (SgdUpdateArgs).
+StatusOr<SgdUpdateArgs> sgdArgs(const KernelCall& c, const P& p, bool haveBuffers) {
   const std::string op(schema::opName(c.kind));
-  if (step < 1) return Status::invalidArgument(op + ": step must be >= 1, got " + std::to_string(step));
   if (p.momentum != 0.0 && !haveBuffers) return Status::invalidArgument(op + ": momentum != 0 needs a momentum buffer");
-  SgdScalars s;
-  s.decay = p.weightDecay != 0.0;
-  s.wd = static_cast<float>(p.weightDecay);
-  s.momentum = p.momentum != 0.0;
-  s.first = step == 1;
-  s.mom = static_cast<float>(p.momentum);
-  s.damp = static_cast<float>(1.0 - 0.0);  // 1 - dampening
-  s.negLr = static_cast<float>(-c.lr);
-  return s;
+  LLCDIST_ASSIGN_OR_RETURN(const StepValues* step, stepValuesOf(c));
+  return SgdUpdateArgs{step, p.weightDecay != 0.0, p.momentum != 0.0, static_cast<float>(p.weightDecay),
+                       static_cast<float>(p.momentum)};
 }
 
 Status sgd(const KernelCall& c, const P& p, const Ctx& ctx) {
   float* buf = c.F("momentum_buf");
-  LLCDIST_ASSIGN_OR_RETURN(const SgdScalars s, sgdScalars(c, p, buf != nullptr));
+  LLCDIST_ASSIGN_OR_RETURN(const SgdUpdateArgs s, sgdArgs(c, p, buf != nullptr));
   const int64_t n = c.elems("param");
   if (n == 0) return Status::ok();
   sgdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "param"), floatRef(c, "grad"), buf, n, s);
@@ -450,7 +491,7 @@ Status sgd(const KernelCall& c, const P& p, const Ctx& ctx) {
 }
 
 Status sgdMulti(const KernelCall& c, const P& p, const Ctx& ctx) {
-  LLCDIST_ASSIGN_OR_RETURN(const SgdScalars s, sgdScalars(c, p, !c.list("momentum_bufs").empty()));
+  LLCDIST_ASSIGN_OR_RETURN(const SgdUpdateArgs s, sgdArgs(c, p, !c.list("momentum_bufs").empty()));
   LLCDIST_ASSIGN_OR_RETURN(const UploadedTable t, uploadedTable(c, "momentum_bufs", nullptr, ctx));
   if (t.numChunks == 0) return Status::ok();
   multiTensorKernel<<<gridFor(t.numChunks, 1), kThreads, 0, ctx.stream>>>(t.slots, t.chunks, t.numChunks, SgdUpdate{s});

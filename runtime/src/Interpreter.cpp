@@ -588,15 +588,15 @@ Status Interpreter::recordStep(int64_t step, const MicrobatchSource& data) {
   execution_.launches = list->launches();
   if (backend_->canCaptureGraph(&execution_.whyNoGraph)) {
     // Nothing runs during a capture, so a failed one leaves the list to be replayed call by call.
-    Status st = backend_->beginGraphCapture();
-    if (st.isOk()) {
-      st = list->replay(*backend_, step);
+    Status captured = backend_->beginGraphCapture();
+    if (captured.isOk()) {
+      captured = list->replay(*backend_, step);
       StatusOr<int> graph = backend_->endGraphCapture();  // ended even after a failed replay
-      if (st.isOk()) st = graph.status();
-      if (st.isOk()) graph_ = graph.value();
+      if (captured.isOk()) captured = graph.status();
+      if (captured.isOk()) graph_ = graph.value();
     }
     execution_.deviceGraph = graph_ >= 0;
-    execution_.whyNoGraph = st.isOk() ? "" : "capturing the step failed: " + st.message();
+    execution_.whyNoGraph = captured.isOk() ? "" : "capturing the step failed: " + captured.message();
   }
   recorded_ = std::move(list);
   return Status::ok();

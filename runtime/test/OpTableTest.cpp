@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -33,6 +33,25 @@ TEST(OpTableTest, EveryOpKindHasADefinition) {
     EXPECT_NE(d->check, nullptr) << spec.name;
     EXPECT_NE(d->bind, nullptr) << spec.name;
   }
+}
+
+// A role exempt from `accumulate` (ArgSpec::governedByAccumulate false) is a read-written role of an op
+// that has the attr: the flag means something only there. Today: the classifier's loss only.
+TEST(OpTableTest, RolesExemptFromAccumulateAreReadWrittenRolesOfAccumulatingOps) {
+  std::vector<std::string> exempt;
+  for (const sc::OpSpec& spec : sc::kOpSpecs)
+    for (size_t r = 0; r < spec.numArgs; ++r) {
+      if (spec.args[r].governedByAccumulate) continue;
+      exempt.push_back(std::string(spec.name) + "." + std::string(spec.args[r].role));
+      EXPECT_EQ(spec.args[r].access, sc::ArgAccess::kReadWrite) << exempt.back();
+      bool hasAccumulate = false;
+      for (size_t a = 0; a < spec.numAttrs; ++a) hasAccumulate |= spec.attrs[a].name == "accumulate";
+      EXPECT_TRUE(hasAccumulate) << exempt.back();
+      EXPECT_EQ(sc::effectiveAccess(spec.kind, r, false), sc::ArgAccess::kReadWrite) << exempt.back();
+    }
+  EXPECT_EQ(exempt, std::vector<std::string>{"classifier.loss"});
+  const size_t dw = size_t(sc::argIndex(sc::OpKind::kClassifier, "dw"));
+  EXPECT_EQ(sc::effectiveAccess(sc::OpKind::kClassifier, dw, false), sc::ArgAccess::kWrite);
 }
 
 TEST(OpTableTest, CpuKernelTableHoldsExactlyTheKernelOps) {
@@ -103,13 +122,15 @@ StatusOr<OpParams> bindFor(sc::OpKind kind, std::map<std::string, AttrValue> att
 }
 
 TEST(OpBinderTest, CommunicationGroupsTotalsAndPeers) {
-  auto ar = bindFor(sc::OpKind::kAllReduce, {{"axis", std::string("tp")}, {"op", std::string("avg")}, {"group_size", int64_t(2)}}, 6);
+  auto ar = bindFor(sc::OpKind::kAllReduce,
+                    {{"axis", std::string("tp")}, {"op", std::string("avg")}, {"group_size", int64_t(2)}}, 6);
   ASSERT_TRUE(ar.isOk()) << ar.status().message();
   const auto& p = std::get<CommunicationParams>(*ar);
   EXPECT_EQ(p.group, (std::vector<int>{6, 7}));  // the sub-group of 2 consecutive tp members holding rank 6
   EXPECT_EQ(p.reduceOp, ReduceOp::kAvg);
 
-  auto ag = bindFor(sc::OpKind::kAllGather, {{"axis", std::string("dp")}, {"outer", int64_t(3)}, {"inner", int64_t(5)}}, 6);
+  auto ag =
+      bindFor(sc::OpKind::kAllGather, {{"axis", std::string("dp")}, {"outer", int64_t(3)}, {"inner", int64_t(5)}}, 6);
   ASSERT_TRUE(ag.isOk());
   EXPECT_EQ(std::get<CommunicationParams>(*ag).group, (std::vector<int>{2, 6}));
   EXPECT_EQ(std::get<CommunicationParams>(*ag).total, 10);  // n·inner without attr total
@@ -124,16 +145,22 @@ TEST(OpBinderTest, CommunicationGroupsTotalsAndPeers) {
 }
 
 TEST(OpBinderTest, ShardedFamiliesGetTheRanksSlice) {
-  auto slice = bindFor(sc::OpKind::kShardSlice,
-                       {{"axis", std::string("tp")}, {"outer", int64_t(2)}, {"inner", int64_t(3)}, {"total", int64_t(10)}}, 6);
+  auto slice =
+      bindFor(sc::OpKind::kShardSlice,
+              {{"axis", std::string("tp")}, {"outer", int64_t(2)}, {"inner", int64_t(3)}, {"total", int64_t(10)}}, 6);
   ASSERT_TRUE(slice.isOk());
   const auto& l = std::get<LayoutParams>(*slice);
   EXPECT_EQ(l.members, 4);
   EXPECT_EQ(l.member, 2);
   EXPECT_EQ(l.total, 10);
 
-  auto ce = bindFor(sc::OpKind::kCrossEntropyFwd, {{"M", int64_t(4)}, {"V", int64_t(8)}, {"scale", 0.5},
-                                                   {"shard_axis", std::string("tp")}, {"real_vocab", int64_t(30)}}, 6);
+  auto ce = bindFor(sc::OpKind::kCrossEntropyFwd,
+                    {{"M", int64_t(4)},
+                     {"V", int64_t(8)},
+                     {"scale", 0.5},
+                     {"shard_axis", std::string("tp")},
+                     {"real_vocab", int64_t(30)}},
+                    6);
   ASSERT_TRUE(ce.isOk());
   const auto& loss = std::get<LossParams>(*ce);
   ASSERT_TRUE(loss.vocabShard.has_value());
@@ -142,8 +169,10 @@ TEST(OpBinderTest, ShardedFamiliesGetTheRanksSlice) {
   EXPECT_EQ(loss.realVocab, 30);
   EXPECT_EQ(loss.scale, 0.5);
 
-  auto pos = bindFor(sc::OpKind::kPosEmbeddingFwd, {{"B", int64_t(1)}, {"S", int64_t(16)}, {"H", int64_t(8)},
-                                                    {"P", int64_t(64)}, {"shard_axis", std::string("tp")}}, 6);
+  auto pos = bindFor(
+      sc::OpKind::kPosEmbeddingFwd,
+      {{"B", int64_t(1)}, {"S", int64_t(16)}, {"H", int64_t(8)}, {"P", int64_t(64)}, {"shard_axis", std::string("tp")}},
+      6);
   ASSERT_TRUE(pos.isOk());
   EXPECT_EQ(std::get<EmbeddingParams>(*pos).posBegin, 32);  // c·S, c = 2
 
@@ -153,7 +182,8 @@ TEST(OpBinderTest, ShardedFamiliesGetTheRanksSlice) {
   const auto& g = std::get<OptimizerParams>(*norm);
   EXPECT_EQ(g.member, 2);
   EXPECT_EQ(g.replicas, 2);
-  auto stats = bindFor(sc::OpKind::kCrossEntropyMax, {{"M", int64_t(4)}, {"V", int64_t(8)}, {"shard_axis", std::string("tp")}}, 6);
+  auto stats = bindFor(sc::OpKind::kCrossEntropyMax,
+                       {{"M", int64_t(4)}, {"V", int64_t(8)}, {"shard_axis", std::string("tp")}}, 6);
   ASSERT_TRUE(stats.isOk());
   ASSERT_TRUE(std::get<LossParams>(*stats).vocabShard.has_value());
   EXPECT_EQ(std::get<LossParams>(*stats).vocabShard->index, 2);
@@ -198,7 +228,8 @@ TEST(AddingAnOpDocTest, NamedFilesExist) {
     if (end == std::string::npos) break;
     const std::string word = doc.substr(at + 1, end - at - 1);
     at = end;
-    if ((word.rfind("runtime/", 0) != 0 && word.rfind("docs/", 0) != 0) || word.find('<') != std::string::npos) continue;
+    if ((word.rfind("runtime/", 0) != 0 && word.rfind("docs/", 0) != 0) || word.find('<') != std::string::npos)
+      continue;
     ++named;
     EXPECT_TRUE(std::filesystem::exists(std::string(LLCDIST_SOURCE_DIR) + "/" + word)) << word;
   }

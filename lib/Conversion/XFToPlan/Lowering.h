@@ -42,15 +42,9 @@ namespace llcdist::xftoplan {
 
 using Buf = mlir::FlatSymbolRefAttr;
 
-inline int64_t numel(mlir::Value v) {
-  return mlir::cast<mlir::RankedTensorType>(v.getType()).getNumElements();
-}
-inline int64_t lastDim(mlir::Value v) {
-  return mlir::cast<mlir::RankedTensorType>(v.getType()).getShape().back();
-}
-inline int64_t dim(mlir::Value v, unsigned i) {
-  return mlir::cast<mlir::RankedTensorType>(v.getType()).getDimSize(i);
-}
+inline int64_t numel(mlir::Value v) { return mlir::cast<mlir::RankedTensorType>(v.getType()).getNumElements(); }
+inline int64_t lastDim(mlir::Value v) { return mlir::cast<mlir::RankedTensorType>(v.getType()).getShape().back(); }
+inline int64_t dim(mlir::Value v, unsigned i) { return mlir::cast<mlir::RankedTensorType>(v.getType()).getDimSize(i); }
 
 //===----------------------------------------------------------------------===//
 // The step being lowered (XFToPlan.cpp)
@@ -85,8 +79,7 @@ mlir::FailureOr<StepInfo> analyzeStep(mlir::ModuleOp module, bool recordParamSco
 /// subroutines, kernels (appended to `current`) and the schedule's actions.
 class ProgramBuilder {
 public:
-  explicit ProgramBuilder(mlir::ModuleOp module)
-      : module(module), ctx(module.getContext()), b(ctx) {}
+  explicit ProgramBuilder(mlir::ModuleOp module) : module(module), ctx(module.getContext()), b(ctx) {}
 
   /// A new program @name with its step_begin and optimizer subroutines.
   void beginProgram(mlir::StringRef name);
@@ -111,32 +104,19 @@ public:
   /// A pipeline `send` of `buf` to stage `peer`, or a `recv` into it; what
   /// travels (`payload`) and why (`origin`) are for the communication
   /// report, as on collectives.
-  void transfer(mlir::StringRef op, Buf buf, int64_t peer, int64_t tag, mlir::Location loc,
-                mlir::StringRef payload, xf::CollectiveOrigin origin);
+  void transfer(mlir::StringRef op, Buf buf, int64_t peer, int64_t tag, mlir::Location loc, mlir::StringRef payload,
+                xf::CollectiveOrigin origin);
   /// A schedule action at the builder's insertion point.
-  void action(plan::SubroutineOp sub, std::optional<int64_t> mb,
-              mlir::ArrayRef<mlir::NamedAttribute> attrs = {});
+  void action(plan::SubroutineOp sub, std::optional<int64_t> mb, mlir::ArrayRef<mlir::NamedAttribute> attrs = {});
   /// The program's schedule region, ready for action().
   void beginSchedule();
 
-  mlir::NamedAttribute arg(mlir::StringRef role, mlir::Attribute buf) {
-    return b.getNamedAttr(role, buf);
-  }
-  mlir::NamedAttribute i64(mlir::StringRef n, int64_t v) {
-    return b.getNamedAttr(n, b.getI64IntegerAttr(v));
-  }
-  mlir::NamedAttribute f64(mlir::StringRef n, double v) {
-    return b.getNamedAttr(n, b.getF64FloatAttr(v));
-  }
-  mlir::NamedAttribute flag(mlir::StringRef n, bool v) {
-    return b.getNamedAttr(n, b.getBoolAttr(v));
-  }
-  mlir::NamedAttribute str(mlir::StringRef n, mlir::StringRef v) {
-    return b.getNamedAttr(n, b.getStringAttr(v));
-  }
-  mlir::RankedTensorType f32(mlir::ArrayRef<int64_t> dims) {
-    return mlir::RankedTensorType::get(dims, b.getF32Type());
-  }
+  mlir::NamedAttribute arg(mlir::StringRef role, mlir::Attribute buf) { return b.getNamedAttr(role, buf); }
+  mlir::NamedAttribute i64(mlir::StringRef n, int64_t v) { return b.getNamedAttr(n, b.getI64IntegerAttr(v)); }
+  mlir::NamedAttribute f64(mlir::StringRef n, double v) { return b.getNamedAttr(n, b.getF64FloatAttr(v)); }
+  mlir::NamedAttribute flag(mlir::StringRef n, bool v) { return b.getNamedAttr(n, b.getBoolAttr(v)); }
+  mlir::NamedAttribute str(mlir::StringRef n, mlir::StringRef v) { return b.getNamedAttr(n, b.getStringAttr(v)); }
+  mlir::RankedTensorType f32(mlir::ArrayRef<int64_t> dims) { return mlir::RankedTensorType::get(dims, b.getF32Type()); }
   /// The f64 buffers of partial reductions a kernel hands to a collective.
   mlir::RankedTensorType f64Type(mlir::ArrayRef<int64_t> dims) {
     return mlir::RankedTensorType::get(dims, b.getF64Type());
@@ -164,7 +144,7 @@ private:
 //===----------------------------------------------------------------------===//
 
 struct ParamInfo {
-  mlir::RankedTensorType type; ///< the local (this rank's) type
+  mlir::RankedTensorType type;   ///< the local (this rank's) type
   mlir::DictionaryAttr sharding; ///< xf.sharding of a split parameter, or null
   Buf value, grad;
   /// What the ops read: `value`, or under mixed precision its bf16 copy.
@@ -189,7 +169,6 @@ public:
   bool contains(llvm::StringRef name) const { return params.count(name); }
   /// The parameters in the order the program first reads them.
   const std::vector<std::string> &order() const { return paramOrder; }
-
 
   /// step_begin: under mixed precision the step's bf16 copy of every master
   /// ; then zero every gradient
@@ -245,8 +224,7 @@ public:
       : pb(pb), b(pb.b), params(params), step(step), symbols(pb.module) {}
 
   /// Lowers `op` (a layer call: its body, instantiated) in scope `s`.
-  mlir::LogicalResult lowerOp(mlir::Operation *op, Scope &s,
-                              BackwardPart part = BackwardPart::Whole);
+  mlir::LogicalResult lowerOp(mlir::Operation *op, Scope &s, BackwardPart part = BackwardPart::Whole);
   /// Whether `part` emits `op` (Whole: every op).
   bool inPart(mlir::Operation *op, BackwardPart part);
   /// The buffer of `v` in `s`, which must have been lowered.
@@ -283,8 +261,8 @@ private:
   Buf def(Scope &s, mlir::Value v, mlir::Operation *op, mlir::StringRef suffix = "");
   mlir::NamedAttribute layout(xf::WeightLayout l);
   /// `attrs` plus shard_axis when the op is vocabulary- or sequence-parallel.
-  llvm::SmallVector<mlir::NamedAttribute>
-  withShardAxis(mlir::Operation *op, llvm::SmallVector<mlir::NamedAttribute> attrs);
+  llvm::SmallVector<mlir::NamedAttribute> withShardAxis(mlir::Operation *op,
+                                                        llvm::SmallVector<mlir::NamedAttribute> attrs);
   /// A vocabulary-parallel loss op's row statistics (Megatron's
   /// decomposition; kernels never communicate): cross_entropy_max, an
   /// all_reduce max, cross_entropy_sums, an all_reduce sum over the op's
@@ -294,11 +272,10 @@ private:
                           std::optional<uint64_t> realVocab, mlir::Location loc,
                           llvm::SmallVector<mlir::NamedAttribute> &args);
   /// `attrs` plus real_vocab when the loss masks vocabulary padding.
-  llvm::SmallVector<mlir::NamedAttribute>
-  withRealVocab(std::optional<uint64_t> real, llvm::SmallVector<mlir::NamedAttribute> attrs);
+  llvm::SmallVector<mlir::NamedAttribute> withRealVocab(std::optional<uint64_t> real,
+                                                        llvm::SmallVector<mlir::NamedAttribute> attrs);
   /// rope_fwd / rope_bwd attributes for x [B, S, n·hd].
-  llvm::SmallVector<mlir::NamedAttribute> ropeAttrs(mlir::Value x, int64_t hd,
-                                                    llvm::APFloat theta,
+  llvm::SmallVector<mlir::NamedAttribute> ropeAttrs(mlir::Value x, int64_t hd, llvm::APFloat theta,
                                                     mlir::DictionaryAttr scaling);
 
   // The builder's helpers, as the op cases spell them.
@@ -337,9 +314,7 @@ struct OptimizerScope {
   bool pipelined = false;
   Buf loss, gradNorm;
 
-  bool updates(const std::string &name) const {
-    return !replicaOf || !replicaOf->count(name);
-  }
+  bool updates(const std::string &name) const { return !replicaOf || !replicaOf->count(name); }
 };
 
 /// The choices the manifest records.
@@ -352,9 +327,8 @@ struct OptimizerChoice {
 /// the gradient all-reduces (under ZeRO llcdist-plan-zero rewrites the dp one), the loss
 /// average, the global norm with clipping, one AdamW or SGD update per
 /// parameter this program updates (with its state buffers and plan.param).
-mlir::FailureOr<OptimizerChoice> lowerOptimizer(mlir::func::FuncOp fn, ProgramBuilder &pb,
-                                                ParamBuffers &params, const StepInfo &step,
-                                                const OptimizerScope &scope);
+mlir::FailureOr<OptimizerChoice> lowerOptimizer(mlir::func::FuncOp fn, ProgramBuilder &pb, ParamBuffers &params,
+                                                const StepInfo &step, const OptimizerScope &scope);
 
 //===----------------------------------------------------------------------===//
 // Manifest (Manifest.cpp)
@@ -363,13 +337,12 @@ mlir::FailureOr<OptimizerChoice> lowerOptimizer(mlir::func::FuncOp fn, ProgramBu
 /// The plan.param entry of parameter `name` (before the first subroutine):
 /// its buffers and state, its initialization, weight decay, tp sharding,
 /// vocabulary padding and pipeline replica.
-void emitParam(ProgramBuilder &pb, const StepInfo &step, const std::string &name,
-               const ParamInfo &p, llvm::ArrayRef<mlir::Attribute> state, bool decays,
-               std::optional<int64_t> replicaOf, mlir::Location loc);
+void emitParam(ProgramBuilder &pb, const StepInfo &step, const std::string &name, const ParamInfo &p,
+               llvm::ArrayRef<mlir::Attribute> state, bool decays, std::optional<int64_t> replicaOf,
+               mlir::Location loc);
 
 /// The module's plan.manifest: model, batch, mesh, optimizer, clipping, LR.
-mlir::DictionaryAttr buildManifest(mlir::ModuleOp module, const StepInfo &step,
-                                   const OptimizerChoice &optimizer);
+mlir::DictionaryAttr buildManifest(mlir::ModuleOp module, const StepInfo &step, const OptimizerChoice &optimizer);
 
 //===----------------------------------------------------------------------===//
 // Programs (WholeStep.cpp, Stages.cpp)
@@ -378,15 +351,17 @@ mlir::DictionaryAttr buildManifest(mlir::ModuleOp module, const StepInfo &step,
 /// The whole step as one program, @stage0.
 mlir::LogicalResult lowerWholeStep(mlir::ModuleOp module, const StepInfo &step);
 
-/// The pipeline marked by llcdist-pipeline-split.
-struct Pipeline {
+/// The pipeline parallelism llcdist-pipeline-split marked: stages, model
+/// chunks per stage, microbatches and the schedule. (Not a pass pipeline:
+/// those are lib/Pipelines'.)
+struct PipelineParallelism {
   int64_t stages = 1, virtualStages = 1, microbatches = 1;
   schedule::ScheduleKind kind = schedule::ScheduleKind::OneFOneB;
 };
 
 /// The program of pipeline stage `stage`, @stage<stage>.
-mlir::LogicalResult lowerStage(mlir::ModuleOp module, const StepInfo &step,
-                               const Pipeline &pipe, int64_t stage);
+mlir::LogicalResult lowerStage(mlir::ModuleOp module, const StepInfo &step, const PipelineParallelism &pipe,
+                               int64_t stage);
 
 } // namespace llcdist::xftoplan
 

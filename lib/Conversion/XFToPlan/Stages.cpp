@@ -55,15 +55,14 @@ sp::Step describeStep(ArrayRef<Operation *> ops, int64_t firstBackward) {
       else if (!d)
         s.operands.push_back(sp::Operand::input());
       else
-        s.operands.push_back(
-            sp::Operand::resultOf(indexOf.lookup(d), cast<OpResult>(v).getResultNumber()));
+        s.operands.push_back(sp::Operand::resultOf(indexOf.lookup(d), cast<OpResult>(v).getResultNumber()));
     }
   }
   return step;
 }
 } // namespace
 
-LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const Pipeline &pipe,
+LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const PipelineParallelism &pipe,
                                    int64_t stage) {
   func::FuncOp entry = step.entry;
   const int64_t p = pipe.stages;
@@ -129,8 +128,7 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
         sc.bufs[entry.getArgument(0)] = {ids};
         sc.bufs[entry.getArgument(1)] = {targets};
         pb.kernel("load_microbatch", {pb.arg("ids", ids), pb.arg("targets", targets)},
-                  {pb.i64("B", idsType.getDimSize(0)), pb.i64("S", idsType.getDimSize(1))},
-                  entry.getLoc());
+                  {pb.i64("B", idsType.getDimSize(0)), pb.i64("S", idsType.getDimSize(1))}, entry.getLoc());
       }
       // Lowers the part `part` of this chunk's ops in [begin, end), with a
       // recv before the first use of a value from another chunk and a send
@@ -155,12 +153,10 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
             const sp::Crossing *crossing = crossingOf.lookup(v);
             if (!crossing)
               continue; // defined in this chunk by an op another part lowers
-            Buf buf = pb.newBuffer(sc.prefix + "recv:" + std::to_string(crossing->tag),
-                                   "activation", v.getType());
+            Buf buf = pb.newBuffer(sc.prefix + "recv:" + std::to_string(crossing->tag), "activation", v.getType());
             sc.bufs[v] = {buf};
             pb.transfer("recv", buf, crossing->fromChunk % p, crossing->tag,
-                        NameLoc::get(b.getStringAttr("pipeline: from chunk " +
-                                                     std::to_string(crossing->fromChunk)),
+                        NameLoc::get(b.getStringAttr("pipeline: from chunk " + std::to_string(crossing->fromChunk)),
                                      lowering.provenance(op, sc)),
                         payload, xf::CollectiveOrigin::Pipeline);
           }
@@ -174,9 +170,7 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
           const sp::Crossing *crossing = crossingOf.lookup(v);
           for (int64_t reader : crossing->readers)
             pb.transfer("send", lowering.use(sc, v), reader % p, crossing->tag,
-                        NameLoc::get(b.getStringAttr("pipeline: to chunk " +
-                                                     std::to_string(reader)),
-                                     v.getLoc()),
+                        NameLoc::get(b.getStringAttr("pipeline: to chunk " + std::to_string(reader)), v.getLoc()),
                         payload, xf::CollectiveOrigin::Pipeline);
         }
         return success();
@@ -190,8 +184,7 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
       // so B runs the whole backward in its own order (each activation and
       // gradient freed as in 1F1B) and W is empty.
       bool deferW = stagePlan.splitBackward && !chunk.fusedBackward;
-      if (failed(lowerRange(firstBackward, ops.size(),
-                            deferW ? BackwardPart::InputGradients : BackwardPart::Whole)))
+      if (failed(lowerRange(firstBackward, ops.size(), deferW ? BackwardPart::InputGradients : BackwardPart::Whole)))
         return failure();
       if (deferW) {
         pb.current = sb.w;
@@ -215,29 +208,24 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
         continue;
       ParamInfo &pi = params[name];
       Location loc = NameLoc::get(
-          b.getStringAttr(gradients ? "pipeline: tied parameter gradient"
-                                    : "pipeline: tied parameter value"),
+          b.getStringAttr(gradients ? "pipeline: tied parameter gradient" : "pipeline: tied parameter value"),
           NameLoc::get(b.getStringAttr(name), module.getLoc()));
       if (tied.home != stage) {
-        pb.transfer(gradients ? "send" : "recv", gradients ? pi.grad : pi.value, tied.home,
-                    tied.tag, loc, "tied parameter",
-                    xf::CollectiveOrigin::TiedParameter);
+        pb.transfer(gradients ? "send" : "recv", gradients ? pi.grad : pi.value, tied.home, tied.tag, loc,
+                    "tied parameter", xf::CollectiveOrigin::TiedParameter);
         continue;
       }
       for (int64_t other : tied.stages) {
         if (other == stage)
           continue;
         if (!gradients) {
-          pb.transfer("send", pi.value, other, tied.tag, loc, "tied parameter",
-                      xf::CollectiveOrigin::TiedParameter);
+          pb.transfer("send", pi.value, other, tied.tag, loc, "tied parameter", xf::CollectiveOrigin::TiedParameter);
           continue;
         }
         RankedTensorType gt = pi.type;
         Buf part = pb.newBuffer(name + ".grad@stage" + std::to_string(other), "scratch", gt);
-        pb.transfer("recv", part, other, tied.tag, loc, "tied parameter",
-                    xf::CollectiveOrigin::TiedParameter);
-        pb.kernel("accumulate", {pb.arg("x", part), pb.arg("y", pi.grad)},
-                  {pb.i64("n", gt.getNumElements())}, loc);
+        pb.transfer("recv", part, other, tied.tag, loc, "tied parameter", xf::CollectiveOrigin::TiedParameter);
+        pb.kernel("accumulate", {pb.arg("x", part), pb.arg("y", pi.grad)}, {pb.i64("n", gt.getNumElements())}, loc);
       }
     }
   };
@@ -247,8 +235,7 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
   scope.pipelined = true;
   scope.loss = lowering.lossBuf;
   scope.gradNorm = gradNorm;
-  FailureOr<OptimizerChoice> optimizer =
-      lowerOptimizer(step.optimizerFn, pb, params, step, scope);
+  FailureOr<OptimizerChoice> optimizer = lowerOptimizer(step.optimizerFn, pb, params, step, scope);
   if (failed(optimizer))
     return failure();
   exchange(/*gradients=*/false);
@@ -259,12 +246,9 @@ LogicalResult xftoplan::lowerStage(ModuleOp module, const StepInfo &step, const 
   pb.action(pb.stepBegin, std::nullopt);
   for (auto [a, slot] : llvm::zip(actions, stagePlan.slotOfAction)) {
     Subs &sb = subs[a.chunk];
-    plan::SubroutineOp sub = a.kind == sch::ActionKind::F   ? sb.f
-                             : a.kind == sch::ActionKind::B ? sb.b
-                                                            : sb.w;
-    SmallVector<NamedAttribute, 3> attrs = {
-        pb.str("pipeline.kind", std::string(1, sch::kindLetter(a.kind))),
-        pb.i64("pipeline.chunk", a.chunk)};
+    plan::SubroutineOp sub = a.kind == sch::ActionKind::F ? sb.f : a.kind == sch::ActionKind::B ? sb.b : sb.w;
+    SmallVector<NamedAttribute, 3> attrs = {pb.str("pipeline.kind", std::string(1, sch::kindLetter(a.kind))),
+                                            pb.i64("pipeline.chunk", a.chunk)};
     if (slot > 0)
       attrs.push_back(pb.i64(plan::kSlotAttr, slot));
     pb.action(sub, a.microbatch, attrs);

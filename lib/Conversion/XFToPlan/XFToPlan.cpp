@@ -11,7 +11,6 @@
 #include "llcdist/Conversion/Passes.h"
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 
-
 #define DEBUG_TYPE "llcdist-lower-to-plan"
 
 namespace llcdist {
@@ -54,8 +53,9 @@ FailureOr<StepInfo> xftoplan::analyzeStep(ModuleOp module, bool recordParamScope
         step.mixed |= e.isBF16();
         if (!e.isF32() && !e.isBF16() && !e.isInteger(32)) {
           op->emitError("llcdist-lower-to-plan: element type ")
-              << e << " cannot be executed: the runtime stores f32 or bf16 "
-                      "(compile with --dtype f32 or bf16)";
+              << e
+              << " cannot be executed: the runtime stores f32 or bf16 "
+                 "(compile with --dtype f32 or bf16)";
           return WalkResult::interrupt();
         }
       }
@@ -88,7 +88,7 @@ struct LowerToPlanPass : public llcdist::impl::LowerToPlanBase<LowerToPlanPass> 
       if (failed(step) || failed(lowerWholeStep(module, *step)))
         return signalPassFailure();
     } else {
-      Pipeline pipe;
+      PipelineParallelism pipe;
       pipe.stages = info.getAs<IntegerAttr>("stages").getInt();
       pipe.virtualStages = info.getAs<IntegerAttr>("virtual_stages").getInt();
       pipe.microbatches = info.getAs<IntegerAttr>("microbatches").getInt();

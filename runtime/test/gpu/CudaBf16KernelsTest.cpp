@@ -36,7 +36,10 @@ TEST(CudaBf16Kernels, Elementwise) {
   LLCDIST_REQUIRE_GPU();
   for (int64_t n : {int64_t(4096), int64_t(1001)}) {  // the 8-wide path and the scalar one
     SCOPED_TRACE("n " + std::to_string(n));
-    KernelCase(K::kGeluTanhFwd, elems(n)).bf16("x", randomF32(n, 1, -4, 4)).bf16("y", randomF32(n, 2)).expectMatch(kBf16Atol, kBf16Rtol);
+    KernelCase(K::kGeluTanhFwd, elems(n))
+        .bf16("x", randomF32(n, 1, -4, 4))
+        .bf16("y", randomF32(n, 2))
+        .expectMatch(kBf16Atol, kBf16Rtol);
     KernelCase(K::kGeluTanhBwd, elems(n))
         .bf16("dy", randomF32(n, 3))
         .bf16("x", randomF32(n, 4, -4, 4))
@@ -55,8 +58,16 @@ TEST(CudaBf16Kernels, Elementwise) {
         .bf16("dup", randomF32(n, 13))
         .expectMatch(kBf16Atol, kBf16Rtol);
     // One f32 add of two exact values, rounded once: the same bits.
-    KernelCase(K::kAdd, elems(n)).bf16("a", randomF32(n, 14)).bf16("b", randomF32(n, 15)).bf16("y", randomF32(n, 16)).expectMatch(0, 0);
-    KernelCase(K::kAdd, elems(n)).bf16("a", randomF32(n, 17)).f32("b", randomF32(n, 18)).bf16("y", randomF32(n, 19)).expectMatch(0, 0);
+    KernelCase(K::kAdd, elems(n))
+        .bf16("a", randomF32(n, 14))
+        .bf16("b", randomF32(n, 15))
+        .bf16("y", randomF32(n, 16))
+        .expectMatch(0, 0);
+    KernelCase(K::kAdd, elems(n))
+        .bf16("a", randomF32(n, 17))
+        .f32("b", randomF32(n, 18))
+        .bf16("y", randomF32(n, 19))
+        .expectMatch(0, 0);
     KernelCase(K::kAccumulate, elems(n)).bf16("x", randomF32(n, 20)).bf16("y", randomF32(n, 21)).expectMatch(0, 0);
     KernelCase(K::kAccumulate, elems(n)).bf16("x", randomF32(n, 22)).f32("y", randomF32(n, 23)).expectMatch(0, 0);
     KernelCase(K::kCopy, elems(n)).bf16("x", randomF32(n, 24)).bf16("y", randomF32(n, 25)).expectMatch(0, 0);
@@ -289,7 +300,10 @@ TEST(CudaBf16Kernels, Rope) {
   p.table = std::make_shared<RopeTable>(std::move(table).value());
   const int64_t n = p.B * p.S * p.n * p.hd;
   KernelCase(K::kRopeFwd, p).bf16("x", randomF32(n, 80)).bf16("y", randomF32(n, 81)).expectMatch(kBf16Atol, kBf16Rtol);
-  KernelCase(K::kRopeBwd, p).bf16("dy", randomF32(n, 82)).bf16("dx", randomF32(n, 83)).expectMatch(kBf16Atol, kBf16Rtol);
+  KernelCase(K::kRopeBwd, p)
+      .bf16("dy", randomF32(n, 82))
+      .bf16("dx", randomF32(n, 83))
+      .expectMatch(kBf16Atol, kBf16Rtol);
 }
 
 LinearParams linear(int64_t M, int64_t K, int64_t N, WeightLayout layout, bool accumulate) {
@@ -466,11 +480,12 @@ TEST(CudaBf16Kernels, MultiTensorOps) {
     uint32_t seed = 130;
     for (int64_t n : sizes) {
       if (bf16) {
-        k.bf16("params", randomF32(n, seed++)).bf16("grads", randomF32(n, seed++));
+        k.bf16("params", randomF32(n, seed)).bf16("grads", randomF32(n, seed + 1));
       } else {
-        k.f32("params", randomF32(n, seed++)).f32("grads", randomF32(n, seed++));
+        k.f32("params", randomF32(n, seed)).f32("grads", randomF32(n, seed + 1));
       }
-      k.f32("m", randomF32(n, seed++, -0.1f, 0.1f)).f32("v", randomF32(n, seed++, 0.0f, 0.01f));
+      k.f32("m", randomF32(n, seed + 2, -0.1f, 0.1f)).f32("v", randomF32(n, seed + 3, 0.0f, 0.01f));
+      seed += 4;
     }
     k.step(1e-3, 4).expectMatch(1e-6, bf16 ? kBf16Rtol : 1e-5);
     OptimizerParams sgd;
@@ -479,11 +494,12 @@ TEST(CudaBf16Kernels, MultiTensorOps) {
     KernelCase s(K::kSgdMulti, sgd);
     for (int64_t n : sizes) {
       if (bf16) {
-        s.bf16("params", randomF32(n, seed++)).bf16("grads", randomF32(n, seed++));
+        s.bf16("params", randomF32(n, seed)).bf16("grads", randomF32(n, seed + 1));
       } else {
-        s.f32("params", randomF32(n, seed++)).f32("grads", randomF32(n, seed++));
+        s.f32("params", randomF32(n, seed)).f32("grads", randomF32(n, seed + 1));
       }
-      s.f32("momentum_bufs", randomF32(n, seed++));
+      s.f32("momentum_bufs", randomF32(n, seed + 2));
+      seed += 3;
     }
     s.step(1e-2, 3).expectMatch(1e-6, bf16 ? kBf16Rtol : 1e-5);
   }

@@ -25,9 +25,7 @@ inline void addQueue(ProgramOp program, llvm::StringRef queue) {
     queues.assign(q.begin(), q.end());
   else
     queues.push_back(mlir::StringAttr::get(ctx, kComputeQueue));
-  if (llvm::none_of(queues, [&](mlir::Attribute q) {
-        return mlir::cast<mlir::StringAttr>(q).getValue() == queue;
-      }))
+  if (llvm::none_of(queues, [&](mlir::Attribute q) { return mlir::cast<mlir::StringAttr>(q).getValue() == queue; }))
     queues.push_back(mlir::StringAttr::get(ctx, queue));
   program->setAttr(kQueuesAttr, mlir::ArrayAttr::get(ctx, queues));
 }
@@ -70,7 +68,7 @@ inline void start(mlir::Operation *op, llvm::StringRef queue, int64_t token) {
 
 /// A `wait` for `token` at the builder's insertion point.
 inline KernelOp createWait(mlir::OpBuilder &b, mlir::Location loc, int64_t token) {
-  auto w = b.create<KernelOp>(loc, kWaitKernel, b.getDictionaryAttr({}), b.getDictionaryAttr({}));
+  auto w = KernelOp::create(b, loc, kWaitKernel, b.getDictionaryAttr({}), b.getDictionaryAttr({}));
   w->setAttr(kTokenAttr, b.getI64IntegerAttr(token));
   return w;
 }

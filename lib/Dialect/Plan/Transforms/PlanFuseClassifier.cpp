@@ -40,6 +40,7 @@
 
 #include "Fusion.h"
 #include "KernelAccess.h"
+#include "KernelArgs.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
@@ -107,11 +108,11 @@ struct PlanFuseClassifierPass : public plan::impl::PlanFuseClassifierBase<PlanFu
     if (groups.empty())
       return;
     const llvm::DenseMap<Attribute, int64_t> touches = plan::kernelsTouching(program);
-    int64_t nextSym = nextSymbol(program);
+    plan::NewBuffers fresh(program);
     for (auto &[logits, g] : groups) {
       if (!valid(program, g, logits, bufs, touches))
         continue;
-      rewrite(program, g, logits, bufs, nextSym);
+      rewrite(program, g, logits, bufs, fresh);
       fused.add("linear_fwd + cross_entropy_fwd + cross_entropy_bwd + linear_bwd_weight + linear_bwd_input",
                 "classifier", int64_t(2 * g.fwd.size() + 3 * g.bwd.size()), int64_t(g.bwd.size()));
     }
@@ -308,19 +309,8 @@ struct PlanFuseClassifierPass : public plan::impl::PlanFuseClassifierBase<PlanFu
     return any && !pending;
   }
 
-  /// One past the largest `bN` buffer symbol.
-  static int64_t nextSymbol(plan::ProgramOp program) {
-    int64_t next = 0;
-    for (plan::BufferOp buf : program.getBody().front().getOps<plan::BufferOp>()) {
-      StringRef s = buf.getSymName();
-      int64_t n = 0;
-      if (s.consume_front("b") && !s.getAsInteger(10, n))
-        next = std::max(next, n + 1);
-    }
-    return next;
-  }
-
-  void rewrite(plan::ProgramOp program, Group &g, Attribute logits, plan::FusionBuffers &bufs, int64_t &nextSym) {
+  void rewrite(plan::ProgramOp program, Group &g, Attribute logits, plan::FusionBuffers &bufs,
+               plan::NewBuffers &fresh) {
     OpBuilder b(program.getContext());
     Group::Fwd &f0 = g.fwd.front();
     Group::Bwd &b0 = g.bwd.front();
@@ -332,10 +322,7 @@ struct PlanFuseClassifierPass : public plan::impl::PlanFuseClassifierBase<PlanFu
 
     auto newBuffer = [&](StringRef name, RankedTensorType type) {
       b.setInsertionPoint(logitsBuf);
-      std::string sym = "b" + std::to_string(nextSym++);
-      plan::BufferOp::create(b, logitsBuf.getLoc(), b.getStringAttr(sym), TypeAttr::get(type), b.getStringAttr(name),
-                             b.getStringAttr("scratch"), IntegerAttr());
-      return FlatSymbolRefAttr::get(b.getContext(), sym);
+      return FlatSymbolRefAttr::get(fresh.create(b, logitsBuf.getLoc(), type, name, "scratch").getSymNameAttr());
     };
     Attribute chunkBuf = newBuffer((logitsBuf.getName() + ".chunk").str(), RankedTensorType::get({chunk, N}, elem));
     Attribute dwAcc;

@@ -49,10 +49,10 @@ struct NormKinds {
   StringRef fwd, bwdInput, bwdWeight, addFwd, bwd;
   bool layerNorm;
 };
-constexpr NormKinds kLayerNorm{"layer_norm_fwd", "layer_norm_bwd_input", "layer_norm_bwd_weight",
-                               "add_layer_norm_fwd", "layer_norm_bwd", true};
-constexpr NormKinds kRmsNorm{"rms_norm_fwd", "rms_norm_bwd_input", "rms_norm_bwd_weight", "add_rms_norm_fwd",
-                             "rms_norm_bwd", false};
+constexpr NormKinds kLayerNorm{"layer_norm_fwd",     "layer_norm_bwd_input", "layer_norm_bwd_weight",
+                               "add_layer_norm_fwd", "layer_norm_bwd",       true};
+constexpr NormKinds kRmsNorm{"rms_norm_fwd",     "rms_norm_bwd_input", "rms_norm_bwd_weight",
+                             "add_rms_norm_fwd", "rms_norm_bwd",       false};
 
 std::optional<NormKinds> normOf(StringRef kernel) {
   for (const NormKinds &n : {kLayerNorm, kRmsNorm})
@@ -69,7 +69,7 @@ using plan::isSyncKernel;
 plan::KernelOp build(OpBuilder &b, Operation *at, StringRef kernel, ArrayRef<NamedAttribute> args,
                      DictionaryAttr params, Location loc) {
   b.setInsertionPoint(at);
-  return b.create<plan::KernelOp>(loc, b.getStringAttr(kernel), b.getDictionaryAttr(args), params);
+  return plan::KernelOp::create(b, loc, b.getStringAttr(kernel), b.getDictionaryAttr(args), params);
 }
 
 /// The forward: an add, and the norm that first reads its sum. Returns the

@@ -57,9 +57,7 @@ std::optional<Fusion> fusionOf(StringRef kernel) {
 }
 
 /// Whether `k` may join a window: a fusable kernel, synchronous, on compute.
-bool fusable(plan::KernelOp k) {
-  return fusionOf(k.getKernel()) && plan::isSyncCompute(k);
-}
+bool fusable(plan::KernelOp k) { return fusionOf(k.getKernel()) && plan::isSyncCompute(k); }
 
 /// Whether the window's ops touch disjoint buffers but for reads (what makes
 /// their order free): no op depends on the union of the earlier ones'
@@ -97,8 +95,8 @@ plan::KernelOp buildMulti(OpBuilder &b, Operation *at, ArrayRef<plan::KernelOp> 
   std::string name = f.multi.str() + " of " + std::to_string(group.size()) + " tensors";
   Location loc = NameLoc::get(b.getStringAttr(name), first.getLoc());
   b.setInsertionPoint(at);
-  return b.create<plan::KernelOp>(loc, b.getStringAttr(f.multi), b.getDictionaryAttr(args),
-                                  f.keepsParams ? first.getParams() : b.getDictionaryAttr({}));
+  return plan::KernelOp::create(b, loc, b.getStringAttr(f.multi), b.getDictionaryAttr(args),
+                                f.keepsParams ? first.getParams() : b.getDictionaryAttr({}));
 }
 
 struct PlanFuseOptimizerPass : public plan::impl::PlanFuseOptimizerBase<PlanFuseOptimizerPass> {

@@ -420,9 +420,9 @@ struct PlanGradBucketsPass : public llcdist::plan::impl::PlanGradBucketsBase<Pla
           }
           continue;
         }
-        auto op = b.create<KernelOp>(reduce.getLoc(), reduce.getKernel(),
-                                     b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(bk.grads))}),
-                                     reduce.getParams());
+        auto op =
+            KernelOp::create(b, reduce.getLoc(), reduce.getKernel(),
+                             b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(bk.grads))}), reduce.getParams());
         for (NamedAttribute a : reduce->getDiscardableAttrs())
           op->setAttr(a.getName(), a.getValue());
         start(op);

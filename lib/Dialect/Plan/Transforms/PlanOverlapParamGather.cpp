@@ -52,14 +52,12 @@ bool isZeroGather(KernelOp k) {
          collectiveOrigin(k) == llcdist::xf::CollectiveOrigin::Zero;
 }
 
-
 /// `k`'s arguments with every `from` replaced by `to`.
 DictionaryAttr replaced(KernelOp k, Attribute from, Attribute to) {
   return remapKernelArgs(k, [&](Attribute a) { return a == from ? to : Attribute(); });
 }
 
-struct PlanOverlapParamGatherPass
-    : public llcdist::plan::impl::PlanOverlapParamGatherBase<PlanOverlapParamGatherPass> {
+struct PlanOverlapParamGatherPass : public llcdist::plan::impl::PlanOverlapParamGatherBase<PlanOverlapParamGatherPass> {
   void runOnOperation() override {
     ProgramOp program = getOperation();
     Block &body = program.getBody().front();
@@ -137,13 +135,7 @@ struct PlanOverlapParamGatherPass
 
     MLIRContext *ctx = program.getContext();
     OpBuilder b(ctx);
-    // New buffers are b<N> above the program's.
-    int64_t nextSym = 0;
-    for (auto buf : body.getOps<BufferOp>()) {
-      int64_t n = 0;
-      if (buf.getSymName().starts_with("b") && !buf.getSymName().drop_front().getAsInteger(10, n))
-        nextSym = std::max(nextSym, n + 1);
-    }
+    NewBuffers fresh(program);
     int64_t token = overlap::firstFreeToken(program);
     // (gather started in step_begin, the whole buffer it writes, its token)
     struct Started {
@@ -161,11 +153,8 @@ struct PlanOverlapParamGatherPass
       auto shardBuf = symbols.lookup<BufferOp>(shard.getAttr());
       // The whole parameter the steps read, declared after the value.
       b.setInsertionPointAfter(valueBuf);
-      std::string sym = "b" + std::to_string(nextSym++);
-      auto whole = BufferOp::create(b, valueBuf.getLoc(), b.getStringAttr(sym),
-                                    valueBuf.getTypeAttr(),
-                                    b.getStringAttr((p.getName() + ".whole").str()),
-                                    b.getStringAttr("param"), IntegerAttr());
+      auto whole =
+          fresh.create(b, valueBuf.getLoc(), valueBuf.getTensorType(), (p.getName() + ".whole").str(), "param");
       symbols.insert(whole);
       auto wholeRef = FlatSymbolRefAttr::get(whole.getSymNameAttr());
       for (auto sub : body.getOps<SubroutineOp>())
@@ -186,8 +175,7 @@ struct PlanOverlapParamGatherPass
       else
         b.setInsertionPointAfter(f32Gathers.back());
       auto g = cast<KernelOp>(b.clone(*u.gather));
-      g.setArgsAttr(b.getDictionaryAttr(
-          {b.getNamedAttr("x", value), b.getNamedAttr("y", wholeRef)}));
+      g.setArgsAttr(b.getDictionaryAttr({b.getNamedAttr("x", value), b.getNamedAttr("y", wholeRef)}));
       f32Gathers.push_back(g);
       u.slice.erase();
       u.gather.erase();
@@ -215,10 +203,7 @@ struct PlanOverlapParamGatherPass
     for (Started &s : started) {
       ActionOp reader;
       for (ActionOp a : steps)
-        if (llvm::any_of(symbols.lookup<SubroutineOp>(a.getSubroutine())
-                             .getBody()
-                             .front()
-                             .getOps<KernelOp>(),
+        if (llvm::any_of(symbols.lookup<SubroutineOp>(a.getSubroutine()).getBody().front().getOps<KernelOp>(),
                          [&](KernelOp k) { return overlap::referencesBuffer(k, s.whole); })) {
           reader = a;
           break;
@@ -265,11 +250,9 @@ struct PlanOverlapParamGatherPass
 
     overlap::addQueue(program, "comm");
     program->setAttr(kParamGatherOverlapAttr,
-                     b.getDictionaryAttr(
-                         {b.getNamedAttr("gathers", b.getI64IntegerAttr(int64_t(started.size()))),
-                          b.getNamedAttr("bytes", b.getI64IntegerAttr(bytes)),
-                          b.getNamedAttr("subroutine",
-                                         b.getStringAttr(llvm::join(waitedIn, ", ")))}));
+                     b.getDictionaryAttr({b.getNamedAttr("gathers", b.getI64IntegerAttr(int64_t(started.size()))),
+                                          b.getNamedAttr("bytes", b.getI64IntegerAttr(bytes)),
+                                          b.getNamedAttr("subroutine", b.getStringAttr(llvm::join(waitedIn, ", ")))}));
   }
 };
 } // namespace

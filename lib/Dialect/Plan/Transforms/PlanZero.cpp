@@ -36,6 +36,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <optional>
+
 #define DEBUG_TYPE "llcdist-plan-zero"
 
 namespace llcdist::plan {
@@ -69,8 +71,7 @@ struct Param {
 class ProgramZero {
 public:
   ProgramZero(plan::ProgramOp program, int64_t stage, bool reshardAfterForward, int64_t dp)
-      : program(program), stage(stage), reshardAfterForward(reshardAfterForward), dp(dp),
-        b(program.getContext()) {}
+      : program(program), stage(stage), reshardAfterForward(reshardAfterForward), dp(dp), b(program.getContext()) {}
 
   LogicalResult run();
 
@@ -78,12 +79,11 @@ private:
   LogicalResult collect();
   /// A new buffer (a fresh symbol b<N>) declared before `before`.
   Buf newBuffer(Operation *before, StringRef name, StringRef kind, RankedTensorType type);
-  plan::KernelOp kernel(StringRef name, ArrayRef<NamedAttribute> args,
-                        ArrayRef<NamedAttribute> attrs, Location loc);
+  plan::KernelOp kernel(StringRef name, ArrayRef<NamedAttribute> args, ArrayRef<NamedAttribute> attrs, Location loc);
   /// A ZeRO collective: `kernel` with the communication report's payload
   /// and origin.
-  plan::KernelOp collective(StringRef name, ArrayRef<NamedAttribute> args,
-                            ArrayRef<NamedAttribute> attrs, Location loc, StringRef payload);
+  plan::KernelOp collective(StringRef name, ArrayRef<NamedAttribute> args, ArrayRef<NamedAttribute> attrs, Location loc,
+                            StringRef payload);
   /// The attributes of a collective (or shard_slice) between the whole
   /// local tensor of `p` and its dp block. A padded block adds `total`: the
   /// whole side holds only the real elements.
@@ -94,8 +94,7 @@ private:
   }
   /// A new buffer named `name` (with #1, #2, ... when repeated, as the
   /// lowering names them) declared after `after`.
-  Buf newScratchAfter(Operation *after, StringRef name, RankedTensorType type,
-                      StringRef kind = "scratch");
+  Buf newScratchAfter(Operation *after, StringRef name, RankedTensorType type, StringRef kind = "scratch");
   /// Stage 1: the dp gradient all-reduce becomes per-parameter
   /// reduce-scatters whose blocks the optimizer reads (from stage 2 it
   /// goes).
@@ -133,49 +132,42 @@ private:
   /// The plan is mixed precision: the masters are f32 blocks, not updated
   /// through a slice.
   bool mixed = false;
-  int64_t nextSym = 0;
+  std::optional<plan::NewBuffers> fresh; // from collect()
   llvm::StringMap<unsigned> scratchNames;
 };
 
-Buf ProgramZero::newBuffer(Operation *before, StringRef name, StringRef kind,
-                           RankedTensorType type) {
+Buf ProgramZero::newBuffer(Operation *before, StringRef name, StringRef kind, RankedTensorType type) {
   OpBuilder::InsertionGuard g(b);
   b.setInsertionPoint(before);
-  std::string sym = "b" + std::to_string(nextSym++);
-  auto op = plan::BufferOp::create(b, program.getLoc(), b.getStringAttr(sym), TypeAttr::get(type),
-                                   b.getStringAttr(name), b.getStringAttr(kind), IntegerAttr());
-  buffers[sym] = op;
-  return FlatSymbolRefAttr::get(b.getContext(), sym);
+  plan::BufferOp op = fresh->create(b, program.getLoc(), type, name, kind);
+  buffers[op.getSymName()] = op;
+  return FlatSymbolRefAttr::get(op.getSymNameAttr());
 }
 
-plan::KernelOp ProgramZero::collective(StringRef name, ArrayRef<NamedAttribute> args,
-                                       ArrayRef<NamedAttribute> attrs, Location loc,
-                                       StringRef payload) {
+plan::KernelOp ProgramZero::collective(StringRef name, ArrayRef<NamedAttribute> args, ArrayRef<NamedAttribute> attrs,
+                                       Location loc, StringRef payload) {
   plan::KernelOp k = kernel(name, args, attrs, loc);
   k->setAttr("plan.payload", b.getStringAttr(payload));
   plan::setCollectiveOrigin(k, xf::CollectiveOrigin::Zero);
   return k;
 }
 
-Buf ProgramZero::newScratchAfter(Operation *after, StringRef name, RankedTensorType type,
-                                 StringRef kind) {
+Buf ProgramZero::newScratchAfter(Operation *after, StringRef name, RankedTensorType type, StringRef kind) {
   std::string unique = name.str();
   if (unsigned n = scratchNames[name]++)
     unique += "#" + std::to_string(n);
   return newBuffer(after->getNextNode(), unique, kind, type);
 }
 
-plan::KernelOp ProgramZero::kernel(StringRef name, ArrayRef<NamedAttribute> args,
-                                   ArrayRef<NamedAttribute> attrs, Location loc) {
-  return plan::KernelOp::create(b, loc, name, b.getDictionaryAttr(args),
-                                b.getDictionaryAttr(attrs));
+plan::KernelOp ProgramZero::kernel(StringRef name, ArrayRef<NamedAttribute> args, ArrayRef<NamedAttribute> attrs,
+                                   Location loc) {
+  return plan::KernelOp::create(b, loc, name, b.getDictionaryAttr(args), b.getDictionaryAttr(attrs));
 }
 
 SmallVector<NamedAttribute> ProgramZero::blockAttrs(const Param &p) {
-  SmallVector<NamedAttribute> attrs{
-      b.getNamedAttr("axis", b.getStringAttr("dp")),
-      b.getNamedAttr("outer", b.getI64IntegerAttr(1)),
-      b.getNamedAttr("inner", b.getI64IntegerAttr(p.shardType.getNumElements()))};
+  SmallVector<NamedAttribute> attrs{b.getNamedAttr("axis", b.getStringAttr("dp")),
+                                    b.getNamedAttr("outer", b.getI64IntegerAttr(1)),
+                                    b.getNamedAttr("inner", b.getI64IntegerAttr(p.shardType.getNumElements()))};
   if (p.type.getNumElements() != p.shardType.getNumElements() * dp)
     attrs.push_back(b.getNamedAttr("total", b.getI64IntegerAttr(p.type.getNumElements())));
   return attrs;
@@ -183,13 +175,10 @@ SmallVector<NamedAttribute> ProgramZero::blockAttrs(const Param &p) {
 
 LogicalResult ProgramZero::collect() {
   body = &program.getBody().front();
+  fresh.emplace(program);
   for (Operation &op : *body) {
     if (auto buf = dyn_cast<plan::BufferOp>(op)) {
       buffers[buf.getSymName()] = buf;
-      int64_t n = 0;
-      if (buf.getSymName().starts_with("b") &&
-          !buf.getSymName().drop_front().getAsInteger(10, n))
-        nextSym = std::max(nextSym, n + 1);
     } else if (auto sub = dyn_cast<plan::SubroutineOp>(op)) {
       if (!firstSubroutine)
         firstSubroutine = sub;
@@ -263,8 +252,7 @@ void ProgramZero::reduceScatterGradients() {
   Operation *declareAt = firstSubroutine;
   for (Operation &op : *body) {
     auto buf = dyn_cast<plan::BufferOp>(op);
-    if (isa<plan::ParamOp>(op) ||
-        (buf && stateBufs.count(FlatSymbolRefAttr::get(buf.getSymNameAttr())))) {
+    if (isa<plan::ParamOp>(op) || (buf && stateBufs.count(FlatSymbolRefAttr::get(buf.getSymNameAttr())))) {
       declareAt = &op;
       break;
     }
@@ -283,8 +271,7 @@ void ProgramZero::reduceScatterGradients() {
     Buf shard = newBuffer(declareAt, name + ".grad_shard", "scratch", p.shardType);
     SmallVector<NamedAttribute> attrs = blockAttrs(p);
     attrs.push_back(b.getNamedAttr("op", b.getStringAttr("sum")));
-    last = collective("reduce_scatter",
-                      {b.getNamedAttr("x", p.op.getGradAttr()), b.getNamedAttr("y", shard)}, attrs,
+    last = collective("reduce_scatter", {b.getNamedAttr("x", p.op.getGradAttr()), b.getNamedAttr("y", shard)}, attrs,
                       NameLoc::get(b.getStringAttr("ZeRO-1: reduce-scatter the gradient to the "
                                                    "optimizer state's owner"),
                                    NameLoc::get(b.getStringAttr(name), stepLoc)),
@@ -365,8 +352,7 @@ LogicalResult ProgramZero::rewriteSteps() {
           Buf full = gatheredBySlot.lookup(key);
           if (!full || reshardAfterForward) {
             // The whole parameter exists only while this scope uses it.
-            for (Operation *own : {p->value.getOperation(), p->working.getOperation(),
-                                   p->grad.getOperation()})
+            for (Operation *own : {p->value.getOperation(), p->working.getOperation(), p->grad.getOperation()})
               if (!declared || declared->isBeforeInBlock(own))
                 declared = own;
             full = newScratchAfter(declared, key + ".gathered", p->type, "activation");
@@ -376,23 +362,19 @@ LogicalResult ProgramZero::rewriteSteps() {
             if (auto slots = read.getAs<IntegerAttr>(plan::kSlotsAttr))
               declared->setAttr(plan::kSlotsAttr, slots);
             gatheredBySlot[key] = full;
-            collective("all_gather",
-                       {b.getNamedAttr("x", FlatSymbolRefAttr::get(p->working.getSymNameAttr())),
-                        b.getNamedAttr("y", full)},
-                       blockAttrs(*p),
-                       NameLoc::get(gatherReason, cast<LocationAttr>(read.get("loc"))),
-                       "parameters");
+            collective(
+                "all_gather",
+                {b.getNamedAttr("x", FlatSymbolRefAttr::get(p->working.getSymNameAttr())), b.getNamedAttr("y", full)},
+                blockAttrs(*p), NameLoc::get(gatherReason, cast<LocationAttr>(read.get("loc"))), "parameters");
           }
           current[FlatSymbolRefAttr::get(p->working.getSymNameAttr())] = full;
         }
       }
       if (stage >= 3) {
         for (NamedAttribute a : k.getArgs())
-          if (auto ref = dyn_cast<FlatSymbolRefAttr>(a.getValue());
-              ref && byWorking.count(ref) && !current.count(ref))
+          if (auto ref = dyn_cast<FlatSymbolRefAttr>(a.getValue()); ref && byWorking.count(ref) && !current.count(ref))
             return k.emitOpError("llcdist-plan-zero: reads parameter '")
-                   << byWorking.lookup(ref)->op.getName()
-                   << "' outside a scope recorded by llcdist-lower-to-plan";
+                   << byWorking.lookup(ref)->op.getName() << "' outside a scope recorded by llcdist-lower-to-plan";
         k.setArgsAttr(remapArgs(k, current));
       }
       for (NamedAttribute a : k.getArgs()) {
@@ -450,8 +432,7 @@ LogicalResult ProgramZero::rewriteSteps() {
     Param *p = k.getKernel() == "accumulate" ? gradParam(k.getArgs().get("y")) : nullptr;
     if (!p)
       continue;
-    buffers.lookup(k.getArgs().getAs<FlatSymbolRefAttr>("x").getValue())
-        .setTypeAttr(TypeAttr::get(p->shardType));
+    buffers.lookup(k.getArgs().getAs<FlatSymbolRefAttr>("x").getValue()).setTypeAttr(TypeAttr::get(p->shardType));
     NamedAttrList attrs(k.getParams());
     attrs.set("n", b.getI64IntegerAttr(p->shardType.getNumElements()));
     k.setParamsAttr(attrs.getDictionary(b.getContext()));
@@ -468,8 +449,7 @@ void ProgramZero::shardParameters() {
       continue;
     // Mixed precision: the f32 master is the block too, and step_begin
     // casts it into the working copy's block.
-    p.value.setTypeAttr(
-        TypeAttr::get(RankedTensorType::get(p.shardType.getShape(), b.getF32Type())));
+    p.value.setTypeAttr(TypeAttr::get(RankedTensorType::get(p.shardType.getShape(), b.getF32Type())));
     NamedAttrList attrs(p.cast.getParams());
     attrs.set("n", b.getI64IntegerAttr(p.shardType.getNumElements()));
     p.cast.setParamsAttr(attrs.getDictionary(b.getContext()));
@@ -483,22 +463,21 @@ void ProgramZero::sumNormOverDp() {
   // dp all-reduce before its pp all-reduce (or before its clip).
   auto *body = &optimizer.getBody().front();
   auto dpAllReduce = [&](Attribute sq, Location loc) {
-    plan::KernelOp k = kernel("all_reduce", {b.getNamedAttr("x", b.getArrayAttr({sq}))},
-                              {b.getNamedAttr("axis", b.getStringAttr("dp")),
-                               b.getNamedAttr("op", b.getStringAttr("sum"))},
-                              NameLoc::get(b.getStringAttr("grad_norm: the gradient blocks' squared "
-                                                           "norm over dp (ZeRO)"),
-                                           loc));
+    plan::KernelOp k =
+        kernel("all_reduce", {b.getNamedAttr("x", b.getArrayAttr({sq}))},
+               {b.getNamedAttr("axis", b.getStringAttr("dp")), b.getNamedAttr("op", b.getStringAttr("sum"))},
+               NameLoc::get(b.getStringAttr("grad_norm: the gradient blocks' squared "
+                                            "norm over dp (ZeRO)"),
+                            loc));
     k->setAttr("plan.payload", b.getStringAttr("grad norm"));
     plan::setCollectiveOrigin(k, xf::CollectiveOrigin::GradNorm);
   };
   for (auto k : llvm::make_early_inc_range(body->getOps<plan::KernelOp>())) {
     if (k.getKernel() == "grad_norm") {
-      Buf sq = newBuffer(firstSubroutine, "grad_norm.sq", "scratch",
-                         RankedTensorType::get({1}, b.getF64Type()));
+      Buf sq = newBuffer(firstSubroutine, "grad_norm.sq", "scratch", RankedTensorType::get({1}, b.getF64Type()));
       b.setInsertionPoint(k);
-      kernel("grad_norm_sq", {b.getNamedAttr("sq", sq), b.getNamedAttr("grads", k.getArgs().get("grads"))},
-             {}, k.getLoc());
+      kernel("grad_norm_sq", {b.getNamedAttr("sq", sq), b.getNamedAttr("grads", k.getArgs().get("grads"))}, {},
+             k.getLoc());
       dpAllReduce(sq, k.getLoc());
       kernel("grad_norm_clip",
              {b.getNamedAttr("sq", sq), b.getNamedAttr("grads", k.getArgs().get("grads")),
@@ -530,8 +509,7 @@ void ProgramZero::shardUpdates() {
     // The state is f32 (the master's type) and this rank's block only.
     for (Attribute s : p.op.getState())
       buffers.lookup(cast<FlatSymbolRefAttr>(s).getValue())
-          .setTypeAttr(TypeAttr::get(RankedTensorType::get(p.shardType.getShape(),
-                                                           b.getF32Type())));
+          .setTypeAttr(TypeAttr::get(RankedTensorType::get(p.shardType.getShape(), b.getF32Type())));
     if (!p.replica)
       byValue[p.op.getValueAttr()] = &p;
   }
@@ -548,20 +526,15 @@ void ProgramZero::shardUpdates() {
     std::string name = p->op.getName().str();
     Operation *declareAt = p->op.getState().empty()
                                ? p->op.getOperation()
-                               : buffers.lookup(cast<FlatSymbolRefAttr>(p->op.getState()[0])
-                                                    .getValue())
-                                     .getOperation();
+                               : buffers.lookup(cast<FlatSymbolRefAttr>(p->op.getState()[0]).getValue()).getOperation();
     Buf shard = newBuffer(declareAt, name + ".shard", "scratch", p->shardType);
     b.setInsertionPoint(k);
-    kernel("shard_slice", {b.getNamedAttr("x", p->op.getValueAttr()), b.getNamedAttr("y", shard)},
-           blockAttrs(*p), k.getLoc());
+    kernel("shard_slice", {b.getNamedAttr("x", p->op.getValueAttr()), b.getNamedAttr("y", shard)}, blockAttrs(*p),
+           k.getLoc());
     k.setArgsAttr(remapArgs(k, {{p->op.getValueAttr(), shard}}));
     b.setInsertionPointAfter(k);
-    collective("all_gather",
-               {b.getNamedAttr("x", shard), b.getNamedAttr("y", p->op.getValueAttr())},
-               blockAttrs(*p),
-               NameLoc::get(b.getStringAttr("ZeRO: gather the updated shards"), k.getLoc()),
-               "parameters");
+    collective("all_gather", {b.getNamedAttr("x", shard), b.getNamedAttr("y", p->op.getValueAttr())}, blockAttrs(*p),
+               NameLoc::get(b.getStringAttr("ZeRO: gather the updated shards"), k.getLoc()), "parameters");
   }
 }
 
@@ -573,8 +546,7 @@ void ProgramZero::gatherWorkingCopies() {
   for (Param &p : params) {
     if (!p.cast)
       continue;
-    p.value.setTypeAttr(TypeAttr::get(RankedTensorType::get(p.shardType.getShape(),
-                                                            b.getF32Type())));
+    p.value.setTypeAttr(TypeAttr::get(RankedTensorType::get(p.shardType.getShape(), b.getF32Type())));
     std::string name = p.op.getName().str();
     Buf block = newBuffer(firstSubroutine, name + ".bf16_block", "scratch", p.shardType);
     Location castLoc = p.cast.getLoc();
@@ -582,10 +554,8 @@ void ProgramZero::gatherWorkingCopies() {
     kernel("cast", {b.getNamedAttr("x", p.op.getValueAttr()), b.getNamedAttr("y", block)},
            {b.getNamedAttr("n", b.getI64IntegerAttr(p.shardType.getNumElements()))}, castLoc);
     collective("all_gather",
-               {b.getNamedAttr("x", block),
-                b.getNamedAttr("y", FlatSymbolRefAttr::get(p.working.getSymNameAttr()))},
-               blockAttrs(p),
-               NameLoc::get(b.getStringAttr("ZeRO: gather the updated parameter blocks"), castLoc),
+               {b.getNamedAttr("x", block), b.getNamedAttr("y", FlatSymbolRefAttr::get(p.working.getSymNameAttr()))},
+               blockAttrs(p), NameLoc::get(b.getStringAttr("ZeRO: gather the updated parameter blocks"), castLoc),
                "parameters");
     p.cast.erase();
   }

@@ -189,6 +189,10 @@ struct ArgSpec {
   // Roles this (written) argument may alias exactly (same offset and bytes), '|'-separated; any other
   // overlap between two arguments of one op, at least one of them written, is an error.
   std::string_view mayAlias = {};
+  // A read-written role of an op with attr `accumulate`: whether accumulate false makes it only written
+  // (the role is summed onto only when accumulating: linear's dw, a norm's dweight). False for a role
+  // the op always sums onto whatever `accumulate` says (the classifier's loss; its accumulate is dw's).
+  bool governedByAccumulate = true;
 };
 
 // kInt: a JSON integer >= 1; kIndex: a JSON integer >= 0 (peer coordinates, tags); kFloat: a finite
@@ -330,9 +334,11 @@ inline constexpr A kCeSumsArgs[] = {{"logits", One, F, R}, {"targets", One, I, R
 // grad_scale in place of the chunk's logits, then dx rows = dlogits·W and dw += dlogitsᵀ·x, dw summed
 // in f32 over the chunks and rounded once into its dtype (`dw_acc`: an f32 [N,K] scratch for that sum
 // where dw is not f32 and there are several chunks; a backend may sum elsewhere in f32).
+// The loss is summed onto whatever `accumulate` (dw's) says.
 inline constexpr A kClassifierArgs[] = {{"x", One, F, R},      {"w", One, F, R},       {"targets", One, I, R},
-                                        {"loss", One, F, RW},  {"logits", One, F, W},  {"dx", One, F, W},
-                                        {"dw", One, F, RW},    {"dw_acc", Opt, F, W}};
+                                        {"loss", One, F, RW, {}, /*governedByAccumulate=*/false},
+                                        {"logits", One, F, W}, {"dx", One, F, W},      {"dw", One, F, RW},
+                                        {"dw_acc", Opt, F, W}};
 inline constexpr T kClassifierAttrs[] = {{"M", Int},          {"K", Int},          {"N", Int},
                                          {"layout", Str},     {"accumulate", Bool}, {"chunk", Int},
                                          {"scale", Flt},      {"grad_scale", Flt}, {"real_vocab", Int, false}};
@@ -480,12 +486,11 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
 constexpr const OpSpec& opSpec(OpKind k) { return kOpSpecs[size_t(k)]; }
 
 // The access of argument `idx` of a `kind` op whose attr `accumulate` is `accumulate` (absent: true):
-// with accumulate false a read-written role is overwritten, not summed onto, so it is only written;
-// except the classifier's loss, which is always summed onto (its accumulate is dw's).
+// with accumulate false a read-written role that accumulate governs (ArgSpec::governedByAccumulate)
+// is overwritten, not summed onto, so it is only written.
 constexpr ArgAccess effectiveAccess(OpKind kind, size_t idx, bool accumulate) {
   const ArgSpec& a = opSpec(kind).args[idx];
-  if (a.access != ArgAccess::kReadWrite || accumulate) return a.access;
-  if (kind == OpKind::kClassifier && a.role == "loss") return a.access;
+  if (a.access != ArgAccess::kReadWrite || accumulate || !a.governedByAccumulate) return a.access;
   return ArgAccess::kWrite;
 }
 constexpr std::string_view opName(OpKind k) { return kOpSpecs[size_t(k)].name; }

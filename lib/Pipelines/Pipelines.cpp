@@ -10,9 +10,7 @@
 using namespace mlir;
 using namespace llcdist;
 
-int64_t llcdist::defaultGradBucketSize(int64_t dp) {
-  return std::max<int64_t>(40'000'000, 1'000'000 * dp);
-}
+int64_t llcdist::defaultGradBucketSize(int64_t dp) { return std::max<int64_t>(40'000'000, 1'000'000 * dp); }
 
 std::optional<std::string> llcdist::overlapOptionsError(const TrainingPipelineOptions &o) {
   if (o.gradBucketSize < 0)
@@ -39,92 +37,160 @@ std::optional<std::string> llcdist::optimizerOptionsError(const TrainingPipeline
       return std::nullopt;
     return fmt::format("{} must be {}, got {}", flag, range, got);
   };
-  for (std::optional<std::string> e : {
-           need(t.lr > 0, "--lr", "> 0 (default 1e-3)", t.lr),
-           need(t.minLr >= 0 && t.minLr <= t.lr, "--min-lr", "in [0, --lr] (default 0)", t.minLr),
-           need(t.beta1 >= 0 && t.beta1 < 1, "--beta1", "in [0, 1) (default 0.9)", t.beta1),
-           need(t.beta2 >= 0 && t.beta2 < 1, "--beta2", "in [0, 1) (default 0.999)", t.beta2),
-           need(t.eps > 0, "--eps", "> 0 (default 1e-8)", t.eps),
-           // -1 is the struct's "torch's default for the optimizer" (0.01 AdamW, 0 SGD).
-           need(t.weightDecay >= 0 || t.weightDecay == -1, "--weight-decay",
-                ">= 0 (default: torch's, 0.01 for AdamW, 0 for SGD)", t.weightDecay),
-           need(t.momentum >= 0, "--momentum", ">= 0 (default 0)", t.momentum),
-           need(t.gradClip >= 0, "--grad-clip", ">= 0 (0 = off, the default)", t.gradClip)})
+  for (std::optional<std::string> e :
+       {need(t.lr > 0, "--lr", "> 0 (default 1e-3)", t.lr),
+        need(t.minLr >= 0 && t.minLr <= t.lr, "--min-lr", "in [0, --lr] (default 0)", t.minLr),
+        need(t.beta1 >= 0 && t.beta1 < 1, "--beta1", "in [0, 1) (default 0.9)", t.beta1),
+        need(t.beta2 >= 0 && t.beta2 < 1, "--beta2", "in [0, 1) (default 0.999)", t.beta2),
+        need(t.eps > 0, "--eps", "> 0 (default 1e-8)", t.eps),
+        // -1 is the struct's "torch's default for the optimizer" (0.01 AdamW, 0 SGD).
+        need(t.weightDecay >= 0 || t.weightDecay == -1, "--weight-decay",
+             ">= 0 (default: torch's, 0.01 for AdamW, 0 for SGD)", t.weightDecay),
+        need(t.momentum >= 0, "--momentum", ">= 0 (default 0)", t.momentum),
+        need(t.gradClip >= 0, "--grad-clip", ">= 0 (0 = off, the default)", t.gradClip)})
     if (e)
       return e;
   return std::nullopt;
 }
 
-void llcdist::buildTrainingPipeline(OpPassManager &pm,
-                                    const TrainingPipelineOptions &o) {
+namespace {
+
+using Options = TrainingPipelineOptions;
+
+/// One pass of the training pipeline after the forward pipeline: its
+/// argument, when it runs (as llc-dist compile's help says it; empty:
+/// always), whether it runs on each plan.program (nested) or on the module,
+/// and the options' rule and the pass itself. buildTrainingPipeline and
+/// describeTrainingPipeline read this one table.
+struct Step {
+  const char *pass;
+  const char *when;
+  bool perProgram;
+  bool (*runs)(const Options &);
+  std::unique_ptr<Pass> (*make)(const Options &);
+};
+
+bool always(const Options &) { return true; }
+
+const Step kSteps[] = {
+    // Megatron-LM: the vocabulary splits over tp only when vocabulary-parallel.
+    {"llcdist-pad-vocab", "", false, always,
+     [](const Options &o) {
+       return xf::createPadVocab({o.vocabDivisibleBy * (o.replicateEmbeddings ? 1 : o.mesh.tp)});
+     }},
+    {"llcdist-autodiff", "", false, always, [](const Options &) { return xf::createAutodiff(); }},
+    {"llcdist-recompute", "", false, always, [](const Options &o) { return xf::createRecompute({o.recompute}); }},
+    {"llcdist-add-optimizer", "", false, always, [](const Options &o) { return xf::createAddOptimizer(o); }},
+    {"llcdist-megatron-tp", "under tp", false, [](const Options &o) { return o.mesh.tp > 1; },
+     [](const Options &) { return xf::createMegatronTP(); }},
+    {"llcdist-tp-replicate-embeddings", "under tp with --tp-embeddings replicated", false,
+     [](const Options &o) { return o.mesh.tp > 1 && o.replicateEmbeddings; },
+     [](const Options &) { return xf::createTPReplicateEmbeddings(); }},
+    {"llcdist-partition", "", false, always, [](const Options &o) { return xf::createPartition(o); }},
+    {"llcdist-pipeline-split", "", false, always,
+     [](const Options &o) {
+       xf::PipelineSplitOptions split;
+       split.virtualStages = o.virtualStages;
+       split.layout = o.ppLayout;
+       split.schedule = o.pipelineSchedule;
+       return xf::createPipelineSplit(split);
+     }},
+    // ZeRO is a rewrite of the lowered plan; for ZeRO-3's gathers the
+    // lowering records where each scope reads each parameter.
+    {"llcdist-lower-to-plan", "", false, always,
+     [](const Options &o) {
+       LowerToPlanOptions lowering = o;
+       lowering.recordParamScopes = o.zero == 3;
+       return createLowerToPlan(lowering);
+     }},
+    {"llcdist-plan-zero", "--zero 1|2|3", false, [](const Options &o) { return o.zero != 0; },
+     [](const Options &o) {
+       return plan::createPlanZero({o.zero, o.reshardAfterForward});
+     }},
+    {"llcdist-plan-comm-dtype", "", false, always,
+     [](const Options &o) { return plan::createPlanCommDType({o.gradReduceDtype}); }},
+    // Per program: the overlap, the fusions, the arena, the race check of
+    // asynchronous plans (on the planned bytes).
+    {"llcdist-plan-grad-buckets", "--grad-bucket-size", true, [](const Options &o) { return o.gradBucketSize > 0; },
+     [](const Options &o) { return plan::createPlanGradBuckets({o.gradBucketSize}); }},
+    {"llcdist-plan-fsdp-prefetch", "--fsdp-prefetch", true, [](const Options &o) { return o.fsdpPrefetch > 0; },
+     [](const Options &o) { return plan::createPlanFsdpPrefetch({o.fsdpPrefetch}); }},
+    {"llcdist-plan-overlap-param-gather", "--overlap-param-gather", true,
+     [](const Options &o) { return o.overlapParamGather; },
+     [](const Options &) { return plan::createPlanOverlapParamGather(); }},
+    {"llcdist-plan-sp-overlap", "--tp-comm-overlap", true, [](const Options &o) { return o.tpCommOverlap; },
+     [](const Options &) { return plan::createPlanSPOverlap(); }},
+    {"llcdist-plan-p2p-overlap", "--overlap-p2p", true, [](const Options &o) { return o.overlapP2P; },
+     [](const Options &) { return plan::createPlanP2POverlap(); }},
+    // Fusion, after every pass that rewrites or moves the per-parameter ops
+    // and the kernels around the communication.
+    {"llcdist-plan-fuse-norm", "unless --no-fuse-norm", true, [](const Options &o) { return o.fuseNorm; },
+     [](const Options &) { return plan::createPlanFuseNorm(); }},
+    {"llcdist-plan-fuse-epilogues", "unless --no-fuse-epilogues", true,
+     [](const Options &o) { return o.fuseEpilogues; }, [](const Options &) { return plan::createPlanFuseEpilogues(); }},
+    {"llcdist-plan-ce-grad-in-place", "unless --no-ce-grad-in-place", true,
+     [](const Options &o) { return o.ceGradInPlace; }, [](const Options &) { return plan::createPlanCeGradInPlace(); }},
+    {"llcdist-plan-fuse-classifier", "unless --no-fuse-classifier", true,
+     [](const Options &o) { return o.fuseClassifier; },
+     [](const Options &o) { return plan::createPlanFuseClassifier({o.classifierChunkRows}); }},
+    {"llcdist-plan-packed-qkv", "unless --no-packed-qkv", true, [](const Options &o) { return o.packedQkv; },
+     [](const Options &) { return plan::createPlanPackedQkv(); }},
+    {"llcdist-plan-fuse-embedding", "unless --no-fuse-embedding", true,
+     [](const Options &o) { return o.fuseEmbedding; }, [](const Options &) { return plan::createPlanFuseEmbedding(); }},
+    {"llcdist-plan-fuse-optimizer", "unless --no-fuse-optimizer", true,
+     [](const Options &o) { return o.fuseOptimizer; }, [](const Options &) { return plan::createPlanFuseOptimizer(); }},
+    {"llcdist-plan-memory", "", true, always, [](const Options &) { return plan::createPlanMemory(); }},
+    {"llcdist-verify-async", "", true, [](const Options &o) { return o.verifyPlan; },
+     [](const Options &) { return plan::createVerifyAsync(); }},
+    {"llcdist-verify-plan", "", false, [](const Options &o) { return o.verifyPlan; },
+     [](const Options &o) { return plan::createVerifyPlan({}, o.verifiedPlan); }},
+};
+
+} // namespace
+
+void llcdist::buildTrainingPipeline(OpPassManager &pm, const TrainingPipelineOptions &o) {
   xf::buildForwardPipeline(pm, o.mesh);
-  // Megatron-LM: the vocabulary splits over tp only when vocabulary-parallel.
-  const int64_t vocabSplit = o.replicateEmbeddings ? 1 : o.mesh.tp;
-  pm.addPass(xf::createPadVocab({o.vocabDivisibleBy * vocabSplit}));
-  pm.addPass(xf::createAutodiff());
-  pm.addPass(xf::createRecompute({o.recompute}));
-  pm.addPass(xf::createAddOptimizer(o));
-  if (o.mesh.tp > 1) {
-    pm.addPass(xf::createMegatronTP());
-    if (o.replicateEmbeddings)
-      pm.addPass(xf::createTPReplicateEmbeddings());
+  OpPassManager *programs = nullptr; // one nest for the consecutive per-program passes
+  for (const Step &step : kSteps) {
+    if (!step.runs(o))
+      continue;
+    if (!step.perProgram) {
+      programs = nullptr;
+      pm.addPass(step.make(o));
+      continue;
+    }
+    if (!programs)
+      programs = &pm.nest<plan::ProgramOp>();
+    programs->addPass(step.make(o));
   }
-  pm.addPass(xf::createPartition(o));
-  xf::PipelineSplitOptions split;
-  split.virtualStages = o.virtualStages;
-  split.layout = o.ppLayout;
-  split.schedule = o.pipelineSchedule;
-  pm.addPass(xf::createPipelineSplit(split));
-  // ZeRO is a rewrite of the lowered plan; for ZeRO-3's gathers the
-  // lowering records where each scope reads each parameter.
-  LowerToPlanOptions lowering = o;
-  lowering.recordParamScopes = o.zero == 3;
-  pm.addPass(createLowerToPlan(lowering));
-  if (o.zero != 0)
-    pm.addPass(plan::createPlanZero({o.zero, o.reshardAfterForward}));
-  pm.addPass(plan::createPlanCommDType({o.gradReduceDtype}));
-  // Per program: the overlap, the arena, the race check of asynchronous
-  // plans (on the planned bytes).
-  OpPassManager &programs = pm.nest<plan::ProgramOp>();
-  if (o.gradBucketSize > 0)
-    programs.addPass(plan::createPlanGradBuckets({o.gradBucketSize}));
-  if (o.fsdpPrefetch > 0)
-    programs.addPass(plan::createPlanFsdpPrefetch({o.fsdpPrefetch}));
-  if (o.overlapParamGather)
-    programs.addPass(plan::createPlanOverlapParamGather());
-  if (o.tpCommOverlap)
-    programs.addPass(plan::createPlanSPOverlap());
-  if (o.overlapP2P)
-    programs.addPass(plan::createPlanP2POverlap());
-  // Fusion, after every pass that rewrites or moves the per-parameter ops and
-  // the kernels around the communication.
-  if (o.fuseNorm)
-    programs.addPass(plan::createPlanFuseNorm());
-  if (o.fuseEpilogues)
-    programs.addPass(plan::createPlanFuseEpilogues());
-  if (o.ceGradInPlace)
-    programs.addPass(plan::createPlanCeGradInPlace());
-  if (o.fuseClassifier)
-    programs.addPass(plan::createPlanFuseClassifier({o.classifierChunkRows}));
-  if (o.packedQkv)
-    programs.addPass(plan::createPlanPackedQkv());
-  if (o.fuseEmbedding)
-    programs.addPass(plan::createPlanFuseEmbedding());
-  if (o.fuseOptimizer)
-    programs.addPass(plan::createPlanFuseOptimizer());
-  programs.addPass(plan::createPlanMemory());
-  if (o.verifyPlan) {
-    programs.addPass(plan::createVerifyAsync());
-    pm.addPass(plan::createVerifyPlan({}, o.verifiedPlan));
+}
+
+std::string llcdist::describeTrainingPipeline() {
+  std::string out;
+  bool nested = false;
+  for (const Step &step : kSteps) {
+    if (!out.empty())
+      out += ", ";
+    if (step.perProgram && !nested)
+      out += "on each program: ";
+    nested = step.perProgram;
+    out += step.when[0] ? fmt::format("{} ({})", step.pass, step.when) : std::string(step.pass);
   }
+  return out;
+}
+
+std::vector<std::string> llcdist::trainingPipelinePasses() {
+  std::vector<std::string> out;
+  for (const Step &step : kSteps)
+    out.push_back(step.pass);
+  return out;
 }
 
 /// The textual options of `llcdist-train`: each pass's own name where the
 /// pipeline hands the option to one pass unchanged, llc-dist compile's flag
 /// name otherwise (pp-layout, recompute, make-vocab-size-divisible-by).
-static void bindTrainingPipelineOptions(
-    TextualPipelineOptions<TrainingPipelineOptions> &o,
-    TrainingPipelineOptions &f) {
+static void bindTrainingPipelineOptions(TextualPipelineOptions<TrainingPipelineOptions> &o,
+                                        TrainingPipelineOptions &f) {
   o.bind("dp", f.mesh.dp, "data-parallel degree");
   o.bind("tp", f.mesh.tp, "tensor-parallel degree");
   o.bind("pp", f.mesh.pp, "pipeline-parallel degree");
@@ -138,23 +204,19 @@ static void bindTrainingPipelineOptions(
   o.bind("beta1", f.beta1, "AdamW beta1");
   o.bind("beta2", f.beta2, "AdamW beta2");
   o.bind("eps", f.eps, "AdamW eps");
-  o.bind("weight-decay", f.weightDecay,
-         "weight decay on matrices only (-1: torch's default for the optimizer)");
+  o.bind("weight-decay", f.weightDecay, "weight decay on matrices only (-1: torch's default for the optimizer)");
   o.bind("momentum", f.momentum, "SGD momentum");
   o.bind("grad-clip", f.gradClip, "global-norm clipping threshold (0 = off)");
-  o.bind("tp-replicate-embeddings", f.replicateEmbeddings,
-         "under tp, keep the embeddings and the LM head whole");
+  o.bind("tp-replicate-embeddings", f.replicateEmbeddings, "under tp, keep the embeddings and the LM head whole");
   o.bind("make-vocab-size-divisible-by", f.vocabDivisibleBy,
          "pad the vocabulary to a multiple of this × tp (× 1 with replicated embeddings)");
-  o.bind("sequence-parallel", f.sequenceParallel,
-         "Megatron's sequence parallelism in the tensor-parallel region");
+  o.bind("sequence-parallel", f.sequenceParallel, "Megatron's sequence parallelism in the tensor-parallel region");
   o.bind("schedule", f.pipelineSchedule, "pipeline schedule: gpipe | 1f1b | interleaved | zb-h1");
   o.bind("virtual-stages", f.virtualStages, "model chunks per pipeline stage");
   o.bind("pp-layout", f.ppLayout, "layers per model chunk, e.g. 3,3,2 (empty: balanced by cost)");
   o.bind("recompute", f.recompute, "activation recomputation: none | selective | full");
   o.bind("zero", f.zero, "ZeRO stage over dp (0: off; 3: FSDP)");
-  o.bind("reshard-after-forward", f.reshardAfterForward,
-         "ZeRO-3: gather a layer's parameters again for its backward");
+  o.bind("reshard-after-forward", f.reshardAfterForward, "ZeRO-3: gather a layer's parameters again for its backward");
   o.bind("grad-reduce-dtype", f.gradReduceDtype,
          "gradient reductions of bf16 plans: bf16 (NCCL's) | f32 (accumulate-allreduce-grads-in-fp32)");
   o.bind("grad-bucket-size", f.gradBucketSize,

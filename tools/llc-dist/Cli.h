@@ -168,7 +168,7 @@ int runDiagnose(Args &args);
 int runSimulate(Args &args); // Simulate.cpp
 int runPlan(Args &args);     // PlanCmd.cpp
 int runExport(Args &args);   // Export.cpp
-extern const char *const kCompileHelp;
+const char *compileHelp(); // CompileHelp.cpp: the pass list from the pipeline builder
 extern const char *const kInfoHelp;
 extern const char *const kVerifyHelp;
 const char *runHelp(); // the runtime's run command (RunCommand.h)

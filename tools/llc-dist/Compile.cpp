@@ -274,7 +274,7 @@ std::optional<int> CompileCommand::parse(Args &args) {
   while (!args.empty()) {
     std::string a = args.next();
     if (a == "--help" || a == "-h") {
-      llvm::outs() << kCompileHelp;
+      llvm::outs() << compileHelp();
       return 0;
     }
     if (auto v = args.value(a, "--mesh")) {

@@ -1,29 +1,22 @@
 //===- CompileHelp.cpp - llc-dist compile --help --------------------------===//
 //
-// The compile command's help text (Compile.cpp reads its flags).
+// The compile command's help text (Compile.cpp reads its flags): the pass list is
+// llcdist::describeTrainingPipeline(), the table the pipeline is built from.
 //
 //===----------------------------------------------------------------------===//
 #include "Cli.h"
 
-const char *const llcdist::cli::kCompileHelp = R"(llc-dist compile MODEL [options] -o OUT
+#include "llcdist/Pipelines/Pipelines.h"
 
-Imports MODEL as an xf forward graph on global shapes and compiles its
-training step. Passes: cse, llcdist-attach-mesh, llcdist-model-stats (the
-forward graph; --emit xf stops here), then llcdist-pad-vocab, llcdist-autodiff,
-llcdist-add-optimizer, [under tp: llcdist-megatron-tp], llcdist-partition,
-llcdist-pipeline-split, llcdist-lower-to-plan, [--grad-bucket-size:
-llcdist-plan-grad-buckets], [--fsdp-prefetch: llcdist-plan-fsdp-prefetch],
-[--overlap-param-gather: llcdist-plan-overlap-param-gather],
-[--tp-comm-overlap: llcdist-plan-sp-overlap], [--overlap-p2p: llcdist-plan-p2p-overlap],
-llcdist-plan-fuse-norm (unless --no-fuse-norm), llcdist-plan-fuse-epilogues
-(unless --no-fuse-epilogues), llcdist-plan-ce-grad-in-place (unless
---no-ce-grad-in-place), llcdist-plan-fuse-classifier (unless
---no-fuse-classifier), llcdist-plan-packed-qkv (unless --no-packed-qkv),
-llcdist-plan-fuse-embedding (unless --no-fuse-embedding),
-llcdist-plan-fuse-optimizer (unless
---no-fuse-optimizer), llcdist-plan-memory. The same pipelines run as `llc-dist-opt --llcdist-forward=...` / `--llcdist-train=...`.
+#include "mlir/Pass/PassManager.h"
 
-SHAPES
+#include <string>
+#include <vector>
+
+namespace {
+
+// Every flag of the compile command, after the pass list (which the pipeline builder describes).
+const char *const kCompileFlags = R"(SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1)
   --sequence-parallel    Megatron's sequence parallelism under tp: norms,
                          residuals and biases on a slice of the sequence;
@@ -236,3 +229,46 @@ OUTPUT
   --format text|json     the summary's format (stderr if the IR goes to stdout)
   --quiet                no summary
 )";
+
+// `text` wrapped at `width` columns, at spaces outside parentheses and not before one, so that a
+// pass and its "(when)" stay on one line.
+std::string wrap(const std::string &text, size_t width) {
+  std::vector<std::string> words(1);
+  int depth = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+    if (c == ' ' && depth == 0 && (i + 1 >= text.size() || text[i + 1] != '('))
+      words.emplace_back();
+    else
+      words.back() += c;
+  }
+  std::string out, line;
+  for (const std::string &word : words) {
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  return out + line;
+}
+
+} // namespace
+
+const char *llcdist::cli::compileHelp() {
+  static const std::string help = [] {
+    mlir::OpPassManager forward("builtin.module");
+    xf::buildForwardPipeline(forward, xf::ForwardPipelineOptions{});
+    std::string passes;
+    for (mlir::Pass &p : forward.getPasses())
+      passes += (passes.empty() ? "" : ", ") + p.getArgument().str();
+    const std::string text = "Imports MODEL as an xf forward graph on global shapes and compiles its training step. "
+                             "Passes: " +
+                             passes + " (the forward graph; --emit xf stops here), then " + describeTrainingPipeline() +
+                             ". The same pipelines run as `llc-dist-opt --llcdist-forward=...` / "
+                             "`--llcdist-train=...`.";
+    return "llc-dist compile MODEL [options] -o OUT\n\n" + wrap(text, 78) + "\n\n" + kCompileFlags;
+  }();
+  return help.c_str();
+}

@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
     }
     if (cmd == "help") {
       std::string what = args.empty() ? "" : args.next();
-      llvm::outs() << (what == "compile"    ? kCompileHelp
+      llvm::outs() << (what == "compile"    ? compileHelp()
                        : what == "info"     ? kInfoHelp
                        : what == "run"      ? runHelp()
                        : what == "verify"   ? kVerifyHelp

@@ -5,9 +5,9 @@
 // pipeline buildTrainingPipeline builds from the same options set in C++.
 //
 //===----------------------------------------------------------------------===//
+#include "llcdist/Support/PipelineOptions.h"
 #include "llcdist/InitAll.h"
 #include "llcdist/Pipelines/Pipelines.h"
-#include "llcdist/Support/PipelineOptions.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <gtest/gtest.h>
+#include <set>
 
 using namespace llcdist;
 
@@ -50,8 +51,7 @@ TEST(TextualPipelineOptions, DefaultsAreTheStructs) {
 
 TEST(TextualPipelineOptions, ParsedValuesReachTheirFields) {
   TextualPipelineOptions<Toy> o(bindToy);
-  ASSERT_TRUE(mlir::succeeded(
-      o.parseFromString("count=11 rate=0.25 on=false name=x,y depth=2")));
+  ASSERT_TRUE(mlir::succeeded(o.parseFromString("count=11 rate=0.25 on=false name=x,y depth=2")));
   Toy t = o.parsed();
   EXPECT_EQ(t.count, 11);
   EXPECT_EQ(t.rate, 0.25);
@@ -86,9 +86,7 @@ std::string fromText(llvm::StringRef options) {
   return pipelineText([&](mlir::OpPassManager &pm) {
     std::string err;
     llvm::raw_string_ostream es(err);
-    ASSERT_TRUE(mlir::succeeded(mlir::parsePassPipeline(
-        ("llcdist-train{" + options + "}").str(), pm, es)))
-        << err;
+    ASSERT_TRUE(mlir::succeeded(mlir::parsePassPipeline(("llcdist-train{" + options + "}").str(), pm, es))) << err;
   });
 }
 
@@ -113,7 +111,8 @@ TEST(TrainingPipelineOptions, EveryTextualOptionSetsItsField) {
       {"lr-schedule=cosine", [](O &o) { o.lrSchedule = "cosine"; }},
       {"lr=0.5", [](O &o) { o.lr = 0.5; }},
       // min-lr must stay within [0, lr] (optimizerOptionsError).
-      {"lr=0.5 min-lr=0.01", [](O &o) {
+      {"lr=0.5 min-lr=0.01",
+       [](O &o) {
          o.lr = 0.5;
          o.minLr = 0.01;
        }},
@@ -125,7 +124,8 @@ TEST(TrainingPipelineOptions, EveryTextualOptionSetsItsField) {
       {"weight-decay=0.2", [](O &o) { o.weightDecay = 0.2; }},
       {"momentum=0.9", [](O &o) { o.momentum = 0.9; }},
       {"grad-clip=1.5", [](O &o) { o.gradClip = 1.5; }},
-      {"tp=2 tp-replicate-embeddings=true", [](O &o) {
+      {"tp=2 tp-replicate-embeddings=true",
+       [](O &o) {
          o.mesh.tp = 2;
          o.replicateEmbeddings = true;
        }},
@@ -137,7 +137,8 @@ TEST(TrainingPipelineOptions, EveryTextualOptionSetsItsField) {
       {"recompute=full", [](O &o) { o.recompute = "full"; }},
       {"zero=3", [](O &o) { o.zero = 3; }},
       // llcdist-plan-zero's option: the pass runs only with a ZeRO stage.
-      {"zero=3 reshard-after-forward=false", [](O &o) {
+      {"zero=3 reshard-after-forward=false",
+       [](O &o) {
          o.zero = 3;
          o.reshardAfterForward = false;
        }},
@@ -189,3 +190,76 @@ TEST(TrainingPipelineOptions, RulesBetweenOptions) {
   EXPECT_NE(optimizer([](auto &o) { o.gradClip = -1; }).find("--grad-clip"), std::string::npos);
 }
 } // namespace
+
+namespace {
+/// The pass arguments `pm` runs, nested pipelines flattened in order: its
+/// textual form without the options' braces, split at the nesting.
+void passArguments(mlir::OpPassManager &pm, std::vector<std::string> &out) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  pm.printAsTextualPipeline(os);
+  std::string name;
+  int braces = 0;
+  for (char c : text + ",") {
+    braces += c == '{' ? 1 : c == '}' ? -1 : 0;
+    if (braces > 0 || c == '}')
+      continue;
+    if (c == ',' || c == '(' || c == ')') {
+      if (!name.empty() && name != "builtin.module" && name != "plan.program")
+        out.push_back(name);
+      name.clear();
+    } else if (c != ' ') {
+      name += c;
+    }
+  }
+}
+} // namespace
+
+// llc-dist compile's help lists the training passes from the table the
+// pipeline is built from (describeTrainingPipeline): every pass a pipeline
+// builds is a listed one, in the listed order, and over a few option sets
+// every listed pass is built — a pass added to the builder and not to the
+// table, or listed under a wrong name, fails here.
+TEST(TrainingPipelineOptions, TheHelpListsEveryPassThePipelineBuilds) {
+  mlir::MLIRContext ctx;
+  const std::vector<std::string> listed = trainingPipelinePasses();
+  const std::string described = describeTrainingPipeline();
+  std::set<std::string> built;
+  std::vector<TrainingPipelineOptions> sets(5);
+  sets[1].mesh.tp = 2;
+  sets[1].replicateEmbeddings = true;
+  sets[1].sequenceParallel = true;
+  sets[1].tpCommOverlap = true;
+  sets[1].gradBucketSize = 1000;
+  sets[2].mesh.dp = 2;
+  sets[2].zero = 1;
+  sets[2].overlapParamGather = true;
+  sets[3].mesh.dp = 2;
+  sets[3].mesh.pp = 2;
+  sets[3].zero = 3;
+  sets[3].fsdpPrefetch = 1;
+  sets[3].overlapP2P = true;
+  sets[4].fuseNorm = sets[4].fuseEpilogues = sets[4].ceGradInPlace = sets[4].fuseClassifier = false;
+  sets[4].packedQkv = sets[4].fuseEmbedding = sets[4].fuseOptimizer = sets[4].verifyPlan = false;
+  for (const TrainingPipelineOptions &o : sets) {
+    mlir::OpPassManager pm("builtin.module");
+    buildTrainingPipeline(pm, o);
+    std::vector<std::string> args;
+    passArguments(pm, args);
+    // The forward pipeline first (cse, llcdist-attach-mesh, llcdist-model-stats), then the table's.
+    ASSERT_GE(args.size(), 3u);
+    size_t at = 0;
+    for (size_t i = 3; i < args.size(); ++i) {
+      while (at < listed.size() && listed[at] != args[i])
+        ++at;
+      ASSERT_LT(at, listed.size()) << args[i] << " is built but not listed (or out of the listed order)";
+      built.insert(args[i]);
+    }
+  }
+  for (const std::string &pass : listed) {
+    EXPECT_TRUE(built.count(pass)) << pass << " is listed but no option set built it";
+    EXPECT_NE(described.find(pass), std::string::npos) << pass;
+  }
+  EXPECT_NE(described.find("llcdist-plan-fuse-norm (unless --no-fuse-norm)"), std::string::npos) << described;
+  EXPECT_NE(described.find("on each program: llcdist-plan-grad-buckets"), std::string::npos) << described;
+}

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace llcdist {
 
@@ -21,9 +22,7 @@ struct PlanJson;
 /// totalSteps, minLr, beta1, beta2, eps, weightDecay, momentum, gradClip),
 /// llcdist-partition (sequenceParallel: Megatron's sequence parallelism) and
 /// llcdist-lower-to-plan (recordParamScopes, set from zero).
-struct TrainingPipelineOptions : xf::AddOptimizerOptions,
-                                 xf::PartitionOptions,
-                                 LowerToPlanOptions {
+struct TrainingPipelineOptions : xf::AddOptimizerOptions, xf::PartitionOptions, LowerToPlanOptions {
   /// ZeRO over dp (0: off; 3: FSDP), llcdist-plan-zero's stage.
   int64_t zero = 0;
   /// ZeRO-3: gather each layer's parameters again for its backward.
@@ -110,17 +109,20 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions,
 /// bucket's all-reduce moves enough bytes to reach bus bandwidth.
 int64_t defaultGradBucketSize(int64_t dp);
 
-/// The forward pipeline, then llcdist-pad-vocab, llcdist-autodiff, llcdist-add-optimizer, under
-/// tp the strategy (llcdist-megatron-tp [+ llcdist-tp-replicate-embeddings]),
-/// llcdist-partition, llcdist-pipeline-split, llcdist-lower-to-plan
-/// [+ llcdist-plan-zero], llcdist-plan-comm-dtype, on each program
-/// [gradBucketSize: llcdist-plan-grad-buckets] [fsdpPrefetch:
-/// llcdist-plan-fsdp-prefetch] [overlapParamGather:
-/// llcdist-plan-overlap-param-gather] [tpCommOverlap: llcdist-plan-sp-overlap]
-/// [overlapP2P: llcdist-plan-p2p-overlap] and llcdist-plan-memory, then
-/// on each program llcdist-verify-async and llcdist-verify-plan: the pipeline of `llc-dist compile --emit plan`.
-void buildTrainingPipeline(mlir::OpPassManager &pm,
-                           const TrainingPipelineOptions &options);
+/// The forward pipeline, then the training passes in the order of
+/// describeTrainingPipeline(), each where its options say (under tp the
+/// strategy, ZeRO, the overlaps, the fusions, the arena, the verifiers), the
+/// per-program ones nested under each plan.program: the pipeline of
+/// `llc-dist compile --emit plan` and of `llc-dist-opt --llcdist-train`.
+void buildTrainingPipeline(mlir::OpPassManager &pm, const TrainingPipelineOptions &options);
+
+/// The training passes after the forward pipeline as llc-dist compile's help
+/// lists them: "llcdist-pad-vocab, ..., llcdist-megatron-tp (under tp), ...,
+/// on each program: ..." (each with when it runs), from the table
+/// buildTrainingPipeline builds from.
+std::string describeTrainingPipeline();
+/// Their pass arguments, in order (every pass the pipeline can run).
+std::vector<std::string> trainingPipelinePasses();
 
 /// The rules between the overlap options and the mesh and ZeRO (what each
 /// overlap needs), or nullopt when they hold. In the words of llc-dist

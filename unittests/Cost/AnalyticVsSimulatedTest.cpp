@@ -20,6 +20,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <unistd.h>
 
 using namespace llcdist;
@@ -95,4 +96,50 @@ TEST(AnalyticVsSimulated, AgreeOnSampledConfigurations) {
         << what << ": analytic " << p.stepSeconds << " s, simulated " << sim.stepSeconds
         << " s";
   }
+}
+
+// Issue #31's 13 % between the two on Korthikanti et al.'s 530B run (Table
+// 5, full recomputation: tp 8, pp 35, interleaved v 3, 280 microbatches of
+// one sequence) is mostly not a disagreement of the models: the validation
+// prices Megatron-LM's plan, whose pipeline sends use its scatter/gather
+// optimization (each tp rank sends 1/tp, the receiver all-gathers:
+// Workload::scatterGatherP2P), while the simulation prices llc-dist's plan,
+// which sends the whole activation from every tp rank. Priced for the same
+// plan they agree within this file's 5 % (measured: analytic 57.8 s,
+// simulated 60.0 s, 3.8 %); priced with scatter/gather, the analytic step
+// is the ~10 % shorter one (54.4 s) the validation compares with.
+TEST(AnalyticVsSimulated, TheValidationRowsGapIsThePipelineSendsScatterGather) {
+  fs::path dir = fs::temp_directory_path() / ("llcdist-avs530." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string modelPath = (dir / "gpt-530b.json").string();
+  {
+    std::ofstream f(modelPath);
+    f << R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 20480,
+             "n_head": 128, "n_layer": 105, "n_positions": 2048, "n_ctx": 2048, "n_inner": null,
+             "vocab_size": 51200, "layer_norm_epsilon": 1e-5})";
+  }
+  Workload w;
+  ASSERT_FALSE(loadModelConfig(modelPath, w.model));
+  w.globalBatch = 280, w.seqLen = 2048;
+  const ParallelConfig c = cfg(1, 8, 35, "interleaved", 3, false, "full");
+  ASSERT_FALSE(checkConfig(w, c)) << c.str();
+  const std::string plan = (dir / "plan").string();
+  std::string cmd = std::string(LLCDIST_TOOL) + " compile " + modelPath +
+                    " --dtype bf16 --seq-len 2048 --global-batch 280 " + c.compileFlags() + " -o " +
+                    plan + " --quiet";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  Hardware hw;
+  ASSERT_FALSE(loadHardware("a100-80gb", "dgx-a100", hw));
+  PlanSimResult sim;
+  auto err = simulatePlan(plan, hw, SimOptions(), sim);
+  ASSERT_FALSE(err) << *err;
+  fs::remove_all(dir);
+  const double same = predictStep(hw, w, c).stepSeconds;
+  w.scatterGatherP2P = true;
+  const double megatron = predictStep(hw, w, c).stepSeconds;
+  EXPECT_NEAR(same / sim.stepSeconds, 1.0, 0.05)
+      << "analytic " << same << " s, simulated " << sim.stepSeconds << " s";
+  EXPECT_LT(megatron / sim.stepSeconds, 0.93) << "with scatter/gather " << megatron << " s";
+  EXPECT_LT(megatron, same);
 }

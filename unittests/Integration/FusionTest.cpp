@@ -143,18 +143,6 @@ Trial compileAndTrain(const Case &c, const Fusion &f, bool on, int64_t classifie
   return r;
 }
 
-void expectSameBits(const test::Trained &off, const test::Trained &on) {
-  ASSERT_EQ(off.losses.size(), on.losses.size());
-  for (size_t i = 0; i < off.losses.size(); ++i)
-    EXPECT_EQ(off.losses[i], on.losses[i]) << "step " << i;
-  ASSERT_EQ(off.params.size(), on.params.size());
-  for (const auto &[name, a] : off.params) {
-    const auto &b = on.params.at(name);
-    ASSERT_EQ(a.size(), b.size()) << name;
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << name << " differs";
-  }
-}
-
 const Case kCases[] = {
     {"gpt2-f32", "tiny-gpt2", "adamw", "f32", [](TrainingPipelineOptions &) {}, 8},
     {"llama-bf16", "tiny-llama", "adamw", "bf16", [](TrainingPipelineOptions &) {}, 8},
@@ -244,7 +232,7 @@ TEST_P(FusionTest, OnAndOffTrainToTheSameBits) {
       if (std::string(f.name) != "ce-grad-in-place")
         EXPECT_LT(on.ops, off.ops) << "the fusion removed no op";
     }
-    expectSameBits(off.trained, on.trained);
+    test::expectSameBits(off.trained, on.trained);
   }
 }
 

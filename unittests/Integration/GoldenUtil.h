@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -58,22 +59,24 @@ inline rt::RunOptions goldenRunOptions(const std::string &dir, int64_t steps = 3
   return o;
 }
 
-inline Trained runGoldenSteps(const std::string &dir, const std::string &tag,
-                              bool checkAsync = false, bool expectOk = true) {
+/// Trains with `o` (its saveParams set) and returns the losses and the
+/// saved parameters; failures are test failures naming `tag` (`expectOk`
+/// false: a failed run is expected, and only the losses are returned).
+/// `result`: the run's result, where the caller wants more of it.
+inline Trained trainWith(const rt::RunOptions &o, const std::string &tag, bool expectOk = true,
+                         rt::RunResult *result = nullptr) {
   Trained t;
-  rt::RunOptions o = goldenRunOptions(dir);
-  o.saveParams = dir + "/params.safetensors";
-  o.checkAsync = checkAsync;
-  rt::RunResult result;
+  rt::RunResult own;
+  rt::RunResult &res = result ? *result : own;
   std::ostringstream progress;
-  rt::Status st = rt::runTraining(o, progress, &result);
+  rt::Status st = rt::runTraining(o, progress, &res);
   if (!expectOk) {
-    for (const auto &s : result.steps)
+    for (const auto &s : res.steps)
       t.losses.push_back(s.loss);
     return t;
   }
   EXPECT_TRUE(st.isOk()) << tag << ": " << st.toString();
-  for (const auto &s : result.steps)
+  for (const auto &s : res.steps)
     t.losses.push_back(s.loss);
   auto reader = rt::SafetensorsReader::open(o.saveParams);
   EXPECT_TRUE(reader.isOk()) << tag << ": " << reader.status().toString();
@@ -85,6 +88,27 @@ inline Trained runGoldenSteps(const std::string &dir, const std::string &tag,
         t.params[info.name] = v.value();
     }
   return t;
+}
+
+inline Trained runGoldenSteps(const std::string &dir, const std::string &tag,
+                              bool checkAsync = false, bool expectOk = true) {
+  rt::RunOptions o = goldenRunOptions(dir);
+  o.saveParams = dir + "/params.safetensors";
+  o.checkAsync = checkAsync;
+  return trainWith(o, tag, expectOk);
+}
+
+/// Two runs that must agree bit for bit: every loss and every parameter.
+inline void expectSameBits(const Trained &a, const Trained &b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_EQ(a.losses[i], b.losses[i]) << "step " << i;
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (const auto &[name, x] : a.params) {
+    const auto &y = b.params.at(name);
+    ASSERT_EQ(x.size(), y.size()) << name;
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << name << " differs";
+  }
 }
 
 /// Compiles `model` with `opt` (mesh included), micro-batch `microBatch` of

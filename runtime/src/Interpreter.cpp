@@ -173,17 +173,21 @@ Status Interpreter::allocateStepInputs() {
   return Status::ok();
 }
 
+namespace {
+// A load_microbatch's batch from the data source, into host memory.
+Status fetchBatch(const MicrobatchSource& data, int64_t step, int64_t microbatch, int32_t* ids, int32_t* targets,
+                  int64_t B, int64_t S) {
+  if (!data) return Status::invalidArgument("load_microbatch: no data source was given");
+  if (microbatch < 0) return Status::invalidArgument("load_microbatch: the action has no microbatch");
+  return data(step, microbatch, ids, targets, B, S);
+}
+}  // namespace
+
 // Before a step (the previous one has synchronized): the step's values and every batch it loads.
 Status Interpreter::writeStepInputs(int64_t step, double lr, const MicrobatchSource& data) {
   if (stepValuesHost_) *stepValuesHost_ = StepValues{lr, step + 1};
   for (const StepInput& in : inputs_) {
-    Status st;
-    if (!data)
-      st = Status::invalidArgument("load_microbatch: no data source was given");
-    else if (in.microbatch < 0)
-      st = Status::invalidArgument("load_microbatch: the action has no microbatch");
-    else
-      st = data(step, in.microbatch, in.ids, in.targets, in.B, in.S);
+    Status st = fetchBatch(data, step, in.microbatch, in.ids, in.targets, in.B, in.S);
     if (!st.isOk())
       return std::move(st)
           .withContext(where(in.subroutine, in.opIndex))
@@ -412,14 +416,12 @@ Status Interpreter::execute(const BoundOp& b, int64_t step, int64_t microbatch, 
     LLCDIST_RETURN_IF_ERROR(backend_->copyHostInput(stream_, backend_->arenaAt(idsAt), in.ids, bytes));
     return backend_->copyHostInput(stream_, backend_->arenaAt(tgtAt), in.targets, bytes);
   }
-  if (!data) return Status::invalidArgument("load_microbatch: no data source was given");
-  if (microbatch < 0) return Status::invalidArgument("load_microbatch: the action has no microbatch");
   const DataParams* batch = b.call.paramsAs<DataParams>();
   if (!batch) return Status::internal("load_microbatch bound without its parameters");
   const int64_t n = batch->B * batch->S;
   idsHost_.assign(size_t(n), 0);
   targetsHost_.assign(size_t(n), 0);
-  LLCDIST_RETURN_IF_ERROR(data(step, microbatch, idsHost_.data(), targetsHost_.data(), batch->B, batch->S));
+  LLCDIST_RETURN_IF_ERROR(fetchBatch(data, step, microbatch, idsHost_.data(), targetsHost_.data(), batch->B, batch->S));
   const int64_t idsId = b.op->arg("ids"), tgtId = b.op->arg("targets");
   const int64_t idsAt = program_->buffers[size_t(idsId)].offsetAt(b.slot);
   const int64_t tgtAt = program_->buffers[size_t(tgtId)].offsetAt(b.slot);

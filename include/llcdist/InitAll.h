@@ -20,10 +20,13 @@ namespace llcdist {
 
 /// The dialects llc-dist's IR uses: only these (no registerAllDialects).
 inline void registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<xf::XFDialect, plan::PlanDialect, mlir::func::FuncDialect,
-                  mlir::shard::ShardDialect>();
+  registry.insert<xf::XFDialect, plan::PlanDialect, mlir::func::FuncDialect, mlir::shard::ShardDialect>();
   // Upstream sharding-propagation / shard-partition on xf ops.
   xf::registerShardingInterfaceExternalModels(registry);
+  // Each xf op's tensor-parallel rule (llcdist-partition) and plan kernels
+  // (llcdist-lower-to-plan).
+  xf::registerTensorParallelModels(registry);
+  xftoplan::registerPlanLoweringModels(registry);
 }
 
 /// Our passes plus the upstream ones our pipelines use.

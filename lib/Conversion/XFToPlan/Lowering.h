@@ -7,7 +7,9 @@
 //   ProgramBuilder.cpp  a plan.program's buffers, subroutines, kernels, actions
 //   Buffers.cpp         parameter buffers: values, f32 masters and bf16
 //                       working copies, gradients; step_begin
-//   LowerOps.cpp        each xf op to plan.kernel calls on a value→buffer map
+//   LowerOps.cpp        xf ops to plan.kernel calls on a value→buffer map:
+//                       scopes, layer calls, the split backward, helpers
+//   OpLowerings.cpp     each xf op's rule (PlanLoweringOpInterface models)
 //   Optimizer.cpp       the optimizer step: gradient reductions, norm, updates
 //   Manifest.cpp        plan.param entries (with the init policy of
 //                       llcdist/Frontend/InitPolicy.h) and plan.manifest
@@ -19,6 +21,7 @@
 #ifndef LLCDIST_LIB_CONVERSION_XFTOPLAN_LOWERING_H
 #define LLCDIST_LIB_CONVERSION_XFTOPLAN_LOWERING_H
 
+#include "llcdist/Conversion/XFToPlan/PlanLoweringInterface.h"
 #include "llcdist/Conversion/XFToPlan/StagePlan.h"
 #include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
@@ -204,7 +207,7 @@ struct Scope {
 
 /// Which ops of a backward one lowering of it emits. A split backward
 /// (ZB-H1) lowers the backward twice: B, then W.
-enum class BackwardPart {
+enum class BackwardPart : int {
   /// Every op (the forward; an unsplit or fused backward).
   Whole,
   /// B: the input gradients and the cheap weight gradients (norms, biases,
@@ -214,6 +217,12 @@ enum class BackwardPart {
   /// operand is gathered again from its slice before its first use.
   WeightGradients,
 };
+
+/// True when `v`'s defining op computes parameter gradients (dW, db, a
+/// norm's or an embedding's weight gradient: PlanLoweringOpInterface's
+/// writesParameterGradients) and every result of it is only added into a
+/// parameter's gradient: its kernel then writes the gradients directly.
+bool isFused(mlir::Value v);
 
 /// Lowers xf ops to plan.kernel calls into the builder's current subroutine,
 /// each value into its own buffer (or, for a gradient only accumulated into
@@ -234,6 +243,12 @@ public:
 
   /// The loss (the last stage's, or the only program's; null elsewhere).
   Buf lossBuf;
+
+  /// The rule of op kind `OpTy` (PlanLoweringOpInterface's model calls it):
+  /// one specialization per xf op in OpLowerings.cpp, with `loc` the
+  /// provenance of its kernels.
+  template <typename OpTy>
+  mlir::LogicalResult lower(mlir::Operation *op, Scope &s, BackwardPart part, mlir::Location loc);
 
 private:
   /// Set by gradTarget on an xf.accumulate_grad naming no parameter

@@ -80,6 +80,11 @@ namespace {
 struct LowerToPlanPass : public llcdist::impl::LowerToPlanBase<LowerToPlanPass> {
   using LowerToPlanBase::LowerToPlanBase;
 
+  void getDependentDialects(DialectRegistry &registry) const override {
+    LowerToPlanBase::getDependentDialects(registry);
+    registerPlanLoweringModels(registry); // every xf op's rule
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto info = module->getAttrOfType<DictionaryAttr>("xf.pipeline");

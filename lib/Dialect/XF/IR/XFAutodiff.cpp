@@ -15,56 +15,89 @@ using namespace llcdist::xf;
 
 #include "llcdist/Dialect/XF/IR/XFInterfaces.cpp.inc"
 
-LogicalResult EmbeddingOp::buildBackward(OpBuilder &b, GradientSink &grads,
-                                         ArrayRef<Value> dys) {
-  grads.addGrad(getTable(), EmbeddingGradOp::create(b, getLoc(), getTable().getType(),
-                                                    grads.fwd(getIds()), dys[0]));
+namespace {
+RankedTensorType f32Tensor(MLIRContext *ctx, ArrayRef<int64_t> dims) {
+  return RankedTensorType::get(dims, Float32Type::get(ctx));
+}
+
+/// The rows of a [..., H] value: the product of its leading dimensions.
+int64_t rows(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  int64_t n = 1;
+  for (int64_t d : t.getShape().drop_back())
+    n *= d;
+  return n;
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// What a backward reads beyond the operands
+//===----------------------------------------------------------------------===//
+
+Operation *LayerNormOp::buildWithSavedStatistics(OpBuilder &b) {
+  if (getStats())
+    return nullptr;
+  return LayerNormOp::create(b, getLoc(), getResult().getType(), f32Tensor(getContext(), {2, rows(getInput())}),
+                             getInput(), getWeight(), getBias(), getEpsAttr());
+}
+
+Operation *RMSNormOp::buildWithSavedStatistics(OpBuilder &b) {
+  if (getStats())
+    return nullptr;
+  return RMSNormOp::create(b, getLoc(), getResult().getType(), f32Tensor(getContext(), {rows(getInput())}), getInput(),
+                           getWeight(), getEpsAttr());
+}
+
+Operation *AttentionOp::buildWithSavedStatistics(OpBuilder &b) {
+  if (getLse())
+    return nullptr;
+  auto q = cast<RankedTensorType>(getQ().getType());
+  return AttentionOp::create(b, getLoc(), getResult().getType(),
+                             f32Tensor(getContext(), {q.getDimSize(0), getNumHeads(), q.getDimSize(1)}), getQ(), getK(),
+                             getV(), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr());
+}
+
+//===----------------------------------------------------------------------===//
+// The rules
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  grads.addGrad(getTable(), EmbeddingGradOp::create(b, getLoc(), getTable().getType(), grads.fwd(getIds()), dys[0]));
   return success();
 }
 
-LogicalResult AddPositionEmbeddingOp::buildBackward(OpBuilder &b, GradientSink &grads,
-                                                    ArrayRef<Value> dys) {
+LogicalResult AddPositionEmbeddingOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   grads.addGrad(getInput(), dys[0]);
-  grads.addGrad(getTable(),
-                AddPositionEmbeddingGradOp::create(b, getLoc(), getTable().getType(), dys[0]));
+  grads.addGrad(getTable(), AddPositionEmbeddingGradOp::create(b, getLoc(), getTable().getType(), dys[0]));
   return success();
 }
 
-LogicalResult LayerNormOp::buildBackward(OpBuilder &b, GradientSink &grads,
-                                         ArrayRef<Value> dys) {
+LogicalResult LayerNormOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   Value dy = dys[0], x = grads.fwd(getInput()), st = grads.fwd(getStats());
-  auto params = LayerNormGradParamsOp::create(b, getLoc(), getWeight().getType(),
-                                              getBias().getType(), dy, x, st);
+  auto params = LayerNormGradParamsOp::create(b, getLoc(), getWeight().getType(), getBias().getType(), dy, x, st);
   grads.addGrad(getWeight(), params.getDweight());
   grads.addGrad(getBias(), params.getDbias());
-  grads.addGrad(getInput(), LayerNormGradInputOp::create(b, getLoc(), x.getType(), dy, x,
-                                                         grads.fwd(getWeight()), st));
+  grads.addGrad(getInput(), LayerNormGradInputOp::create(b, getLoc(), x.getType(), dy, x, grads.fwd(getWeight()), st));
   return success();
 }
 
-LogicalResult RMSNormOp::buildBackward(OpBuilder &b, GradientSink &grads,
-                                       ArrayRef<Value> dys) {
+LogicalResult RMSNormOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   Value dy = dys[0], x = grads.fwd(getInput()), st = grads.fwd(getStats());
-  grads.addGrad(getWeight(),
-                RMSNormGradWeightOp::create(b, getLoc(), getWeight().getType(), dy, x, st));
-  grads.addGrad(getInput(), RMSNormGradInputOp::create(b, getLoc(), x.getType(), dy, x,
-                                                       grads.fwd(getWeight()), st));
+  grads.addGrad(getWeight(), RMSNormGradWeightOp::create(b, getLoc(), getWeight().getType(), dy, x, st));
+  grads.addGrad(getInput(), RMSNormGradInputOp::create(b, getLoc(), x.getType(), dy, x, grads.fwd(getWeight()), st));
   return success();
 }
 
-LogicalResult LinearOp::buildBackward(OpBuilder &b, GradientSink &grads,
-                                      ArrayRef<Value> dys) {
+LogicalResult LinearOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   // dW (and db) first, then dX: the order a zero-bubble schedule later
   // splits apart.
   Value dy = dys[0];
-  grads.addGrad(getWeight(),
-                LinearGradWeightOp::create(b, getLoc(), getWeight().getType(), getLayoutAttr(),
-                                           dy, grads.fwd(getInput())));
+  grads.addGrad(getWeight(), LinearGradWeightOp::create(b, getLoc(), getWeight().getType(), getLayoutAttr(), dy,
+                                                        grads.fwd(getInput())));
   if (getBias())
     grads.addGrad(getBias(), LinearGradBiasOp::create(b, getLoc(), getBias().getType(), dy));
-  grads.addGrad(getInput(),
-                LinearGradInputOp::create(b, getLoc(), getInput().getType(), getLayoutAttr(), dy,
-                                          grads.fwd(getWeight())));
+  grads.addGrad(getInput(), LinearGradInputOp::create(b, getLoc(), getInput().getType(), getLayoutAttr(), dy,
+                                                      grads.fwd(getWeight())));
   return success();
 }
 
@@ -72,40 +105,34 @@ LogicalResult SplitOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef
   for (auto [r, d] : llvm::zip(getResults(), dys))
     if (!d)
       return emitOpError("autodiff: result #")
-             << cast<OpResult>(r).getResultNumber()
-             << " of a split is unused; drop it from the graph";
+             << cast<OpResult>(r).getResultNumber() << " of a split is unused; drop it from the graph";
   grads.addGrad(getInput(), ConcatOp::create(b, getLoc(), getInput().getType(), dys));
   return success();
 }
 
 LogicalResult RopeOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
-  grads.addGrad(getInput(), RopeGradOp::create(b, getLoc(), getType(), dys[0], getHeadDimAttr(),
-                                               getThetaAttr(), getScalingAttr()));
+  grads.addGrad(getInput(),
+                RopeGradOp::create(b, getLoc(), getType(), dys[0], getHeadDimAttr(), getThetaAttr(), getScalingAttr()));
   return success();
 }
 
-LogicalResult AttentionOp::buildBackward(OpBuilder &b, GradientSink &grads,
-                                         ArrayRef<Value> dys) {
-  auto g = AttentionGradOp::create(
-      b, getLoc(), getQ().getType(), getK().getType(), getV().getType(), dys[0],
-      grads.fwd(getQ()), grads.fwd(getK()), grads.fwd(getV()), grads.fwd(getResult()),
-      grads.fwd(getLse()), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr());
+LogicalResult AttentionOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  auto g = AttentionGradOp::create(b, getLoc(), getQ().getType(), getK().getType(), getV().getType(), dys[0],
+                                   grads.fwd(getQ()), grads.fwd(getK()), grads.fwd(getV()), grads.fwd(getResult()),
+                                   grads.fwd(getLse()), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr());
   grads.addGrad(getQ(), g.getDq());
   grads.addGrad(getK(), g.getDk());
   grads.addGrad(getV(), g.getDv());
   return success();
 }
 
-LogicalResult GeluTanhOp::buildBackward(OpBuilder &b, GradientSink &grads,
-                                        ArrayRef<Value> dys) {
-  grads.addGrad(getInput(),
-                GeluTanhGradOp::create(b, getLoc(), getType(), dys[0], grads.fwd(getInput())));
+LogicalResult GeluTanhOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  grads.addGrad(getInput(), GeluTanhGradOp::create(b, getLoc(), getType(), dys[0], grads.fwd(getInput())));
   return success();
 }
 
 LogicalResult SwiGLUOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
-  auto g = SwiGLUGradOp::create(b, getLoc(), getType(), getType(), dys[0], grads.fwd(getGate()),
-                                grads.fwd(getUp()));
+  auto g = SwiGLUGradOp::create(b, getLoc(), getType(), getType(), dys[0], grads.fwd(getGate()), grads.fwd(getUp()));
   grads.addGrad(getGate(), g.getDgate());
   grads.addGrad(getUp(), g.getDup());
   return success();

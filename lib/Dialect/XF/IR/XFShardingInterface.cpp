@@ -37,7 +37,6 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 #include <optional>
 
@@ -73,18 +72,15 @@ struct OpSpec {
   /// indexed by loop dims[i].
   SmallVector<SmallVector<unsigned>> dims;
 
-  unsigned add(IteratorType type = IteratorType::parallel,
-               std::optional<int64_t> granule = std::nullopt,
+  unsigned add(IteratorType type = IteratorType::parallel, std::optional<int64_t> granule = std::nullopt,
                ReductionKind kind = ReductionKind::Sum) {
     loops.push_back({type, kind, granule});
     return loops.size() - 1;
   }
-  unsigned pinned(IteratorType type = IteratorType::parallel,
-                  ReductionKind kind = ReductionKind::Generic) {
+  unsigned pinned(IteratorType type = IteratorType::parallel, ReductionKind kind = ReductionKind::Generic) {
     return add(type, 1, kind);
   }
-  SmallVector<unsigned> addN(unsigned n, IteratorType type,
-                             ReductionKind kind = ReductionKind::Sum) {
+  SmallVector<unsigned> addN(unsigned n, IteratorType type, ReductionKind kind = ReductionKind::Sum) {
     SmallVector<unsigned> res;
     for (unsigned i = 0; i < n; ++i)
       res.push_back(add(type, std::nullopt, kind));
@@ -131,13 +127,11 @@ struct Rows {
   SmallVector<unsigned> lead;
   unsigned row;
 };
-Rows rows(OpSpec &s, int64_t leadRank, bool withStats, IteratorType type,
-          ReductionKind kind) {
+Rows rows(OpSpec &s, int64_t leadRank, bool withStats, IteratorType type, ReductionKind kind) {
   Rows r;
   for (int64_t i = 0; i < leadRank; ++i) {
     bool pin = withStats && i > 0;
-    r.lead.push_back(s.add(type, pin ? std::optional<int64_t>(1) : std::nullopt,
-                           kind));
+    r.lead.push_back(s.add(type, pin ? std::optional<int64_t>(1) : std::nullopt, kind));
   }
   r.row = leadRank > 0 ? r.lead.front() : s.pinned(type, kind);
   return r;
@@ -146,13 +140,11 @@ Rows rows(OpSpec &s, int64_t leadRank, bool withStats, IteratorType type,
 /// Norm forward and dX: rows parallel, H a reduction (mean/variance) that
 /// upstream cannot split (not a sum of per-shard results): pinned.
 /// Operand order: the [..., H] tensors (`wide`), the [H] vectors, `stats`.
-OpSpec normSpec(int64_t inRank, unsigned wideOperands, unsigned vecOperands,
-                bool statsOperand, unsigned wideResults, bool statsResult,
-                bool lnStats) {
+OpSpec normSpec(int64_t inRank, unsigned wideOperands, unsigned vecOperands, bool statsOperand, unsigned wideResults,
+                bool statsResult, bool lnStats) {
   OpSpec s;
   bool withStats = statsOperand || statsResult;
-  Rows r = rows(s, inRank - 1, withStats, IteratorType::parallel,
-                ReductionKind::Sum);
+  Rows r = rows(s, inRank - 1, withStats, IteratorType::parallel, ReductionKind::Sum);
   unsigned h = s.pinned(IteratorType::reduction, ReductionKind::Generic);
   std::optional<unsigned> two;
   if (withStats && lnStats)
@@ -180,8 +172,7 @@ OpSpec normSpec(int64_t inRank, unsigned wideOperands, unsigned vecOperands,
 /// sum); H parallel (the statistics are given, so dW[h] is local in h).
 OpSpec normParamsSpec(int64_t inRank, unsigned numResults, bool lnStats) {
   OpSpec s;
-  Rows r = rows(s, inRank - 1, /*withStats=*/true, IteratorType::reduction,
-                ReductionKind::Sum);
+  Rows r = rows(s, inRank - 1, /*withStats=*/true, IteratorType::reduction, ReductionKind::Sum);
   unsigned h = s.add();
   std::optional<unsigned> two;
   if (lnStats)
@@ -198,8 +189,7 @@ OpSpec normParamsSpec(int64_t inRank, unsigned numResults, bool lnStats) {
 }
 
 SmallVector<unsigned> weightDims(WeightLayout layout, unsigned n, unsigned k) {
-  return layout == WeightLayout::OutIn ? SmallVector<unsigned>{n, k}
-                                       : SmallVector<unsigned>{k, n};
+  return layout == WeightLayout::OutIn ? SmallVector<unsigned>{n, k} : SmallVector<unsigned>{k, n};
 }
 
 /// Attention and its gradient: batch parallel; the sequence pinned (causal:
@@ -209,8 +199,8 @@ SmallVector<unsigned> weightDims(WeightLayout layout, unsigned n, unsigned k) {
 /// query head still reads its own kv head). lse [B, num_heads, S] is indexed
 /// by the same feature loop: a block split of num_heads*head_dim features
 /// into n whole-head blocks is a block split of the heads.
-OpSpec attentionSpec(int64_t numKvHeads, unsigned tensorsBefore, bool lseOperand,
-                     unsigned tensorsAfter, bool lseResult) {
+OpSpec attentionSpec(int64_t numKvHeads, unsigned tensorsBefore, bool lseOperand, unsigned tensorsAfter,
+                     bool lseResult) {
   OpSpec s;
   unsigned b = s.add();
   unsigned q = s.pinned();
@@ -226,172 +216,175 @@ OpSpec attentionSpec(int64_t numKvHeads, unsigned tensorsBefore, bool lseOperand
   return s;
 }
 
-/// The loop nest of every xf op with a ShardingInterface model here.
-OpSpec getSpec(Operation *op) {
-  return llvm::TypeSwitch<Operation *, OpSpec>(op)
-      .Case<AddOp, GeluTanhOp, SwiGLUOp, GeluTanhGradOp, SwiGLUGradOp>(
-          [](Operation *op) { return elementwise(op); })
-      .Case<ParamOp, AccumulateGradOp>([](Operation *op) {
-        // One tensor, its dims independent (a parameter's or gradient's
-        // shard is the same slice of every rank's copy).
-        return elementwise(op);
-      })
-      .Case<RopeOp, RopeGradOp>([](Operation *op) {
-        // [B, S, heads*head_dim]: each position is rotated by its absolute
-        // index s, so S is pinned; the features split in whole heads.
-        auto hd = op->getAttrOfType<IntegerAttr>("head_dim").getInt();
-        int64_t f = cast<RankedTensorType>(op->getResult(0).getType()).getDimSize(2);
-        OpSpec s;
-        unsigned b = s.add(), q = s.pinned(),
-                 h = s.add(IteratorType::parallel, f / hd);
-        s.map({b, q, h});
-        s.map({b, q, h});
-        return s;
-      })
-      .Case([](LayerNormOp op) {
-        return normSpec(rank(op.getInput()), 1, 2, false, 1,
-                        static_cast<bool>(op.getStats()), true);
-      })
-      .Case([](RMSNormOp op) {
-        return normSpec(rank(op.getInput()), 1, 1, false, 1,
-                        static_cast<bool>(op.getStats()), false);
-      })
-      .Case([](LayerNormGradInputOp op) {
-        // dy, input, weight, stats -> dx
-        return normSpec(rank(op.getInput()), 2, 1, true, 1, false, true);
-      })
-      .Case([](RMSNormGradInputOp op) {
-        return normSpec(rank(op.getInput()), 2, 1, true, 1, false, false);
-      })
-      .Case([](LayerNormGradParamsOp op) {
-        return normParamsSpec(rank(op.getInput()), 2, true);
-      })
-      .Case([](RMSNormGradWeightOp op) {
-        return normParamsSpec(rank(op.getInput()), 1, false);
-      })
-      .Case([](LinearOp op) {
-        // (rows..., N, K), K a sum.
-        OpSpec s;
-        auto lead = s.addN(rank(op.getInput()) - 1, IteratorType::parallel);
-        unsigned n = s.add(), k = s.add(IteratorType::reduction);
-        s.map(lead, {k});
-        s.map(weightDims(op.getLayout(), n, k));
-        if (op.getBias())
-          s.map({n});
-        s.map(lead, {n});
-        return s;
-      })
-      .Case([](LinearGradInputOp op) {
-        // dx[r, k] = sum_n dy[r, n] W[n, k]: (rows..., K, N), N a sum.
-        OpSpec s;
-        auto lead = s.addN(rank(op.getDy()) - 1, IteratorType::parallel);
-        unsigned k = s.add(), n = s.add(IteratorType::reduction);
-        s.map(lead, {n});
-        s.map(weightDims(op.getLayout(), n, k));
-        s.map(lead, {k});
-        return s;
-      })
-      .Case([](LinearGradWeightOp op) {
-        // dW[n, k] = sum_rows dy[r, n] x[r, k]: the rows are the sum (data
-        // parallelism's partial sum).
-        OpSpec s;
-        auto lead = s.addN(rank(op.getDy()) - 1, IteratorType::reduction);
-        unsigned n = s.add(), k = s.add();
-        s.map(lead, {n});
-        s.map(lead, {k});
-        s.map(weightDims(op.getLayout(), n, k));
-        return s;
-      })
-      .Case([](LinearGradBiasOp op) {
-        OpSpec s;
-        auto lead = s.addN(rank(op.getDy()) - 1, IteratorType::reduction);
-        unsigned n = s.add();
-        s.map(lead, {n});
-        s.map({n});
-        return s;
-      })
-      .Case([](EmbeddingOp op) {
-        // A gather: the ids' dims parallel; the vocabulary pinned (a
-        // vocab-parallel table needs masking + a sum, not expressible here).
-        OpSpec s;
-        auto lead = s.addN(rank(op.getIds()), IteratorType::parallel);
-        unsigned v = s.pinned(), h = s.add();
-        s.map(lead);
-        s.map({v, h});
-        s.map(lead, {h});
-        return s;
-      })
-      .Case([](EmbeddingGradOp op) {
-        // A scatter-add over the ids' positions: those are the sum.
-        OpSpec s;
-        auto lead = s.addN(rank(op.getIds()), IteratorType::reduction);
-        unsigned v = s.pinned(), h = s.add();
-        s.map(lead);
-        s.map(lead, {h});
-        s.map({v, h});
-        return s;
-      })
-      .Case([](AddPositionEmbeddingOp) {
-        // input[b, s] + table[s]: the table has P >= S rows, so neither S
-        // nor P can be split consistently: both pinned.
-        OpSpec s;
-        unsigned b = s.add(), q = s.pinned(), h = s.add(), p = s.pinned();
-        s.map({b, q, h});
-        s.map({p, h});
-        s.map({b, q, h});
-        return s;
-      })
-      .Case([](AddPositionEmbeddingGradOp) {
-        OpSpec s;
-        unsigned b = s.add(IteratorType::reduction), q = s.pinned(),
-                 h = s.add(), p = s.pinned();
-        s.map({b, q, h});
-        s.map({p, h});
-        return s;
-      })
-      .Case([](AttentionOp op) {
-        return attentionSpec(op.getNumKvHeads(), 3, false, 1,
-                             static_cast<bool>(op.getLse()));
-      })
-      .Case([](AttentionGradOp op) {
-        // dout, q, k, v, out, lse -> dq, dk, dv
-        return attentionSpec(op.getNumKvHeads(), 5, true, 3, false);
-      })
-      .Case([](CrossEntropyOp op) {
-        // The mean over every token: an average over the rows (equal
-        // shards), and a log-softmax over the vocabulary (pinned).
-        OpSpec s;
-        auto lead = s.addN(rank(op.getTargets()), IteratorType::reduction,
-                           ReductionKind::Average);
-        unsigned v = s.pinned(IteratorType::reduction, ReductionKind::Generic);
-        s.map(lead, {v});
-        s.map(lead);
-        s.map({});
-        return s;
-      })
-      .Case([](CrossEntropyGradOp op) {
-        // Per-token softmax - onehot, scaled by the global 1/tokens.
-        OpSpec s;
-        auto lead = s.addN(rank(op.getTargets()), IteratorType::parallel);
-        unsigned v = s.pinned();
-        s.map(lead, {v});
-        s.map(lead);
-        s.map(lead, {v});
-        return s;
-      })
-      .Case<SplitOp, ConcatOp>([](Operation *op) {
-        // Consecutive pieces of the last dim: a block split of the whole is
-        // not a block split of each piece (GPT-2's fused QKV), so pinned.
-        OpSpec s;
-        auto lead = s.addN(rank(op->getResult(0)) - 1, IteratorType::parallel);
-        unsigned f = s.pinned();
-        for (unsigned i = 0, e = op->getNumOperands() + op->getNumResults();
-             i < e; ++i)
-          s.map(lead, {f});
-        return s;
-      })
-      .Default([](Operation *) { return OpSpec(); });
+// The loop nest of each xf op with a StructuredModel (below); an op with the
+// Elementwise trait needs none (`elementwise`).
+
+/// One tensor, its dims independent (a parameter's or gradient's shard is
+/// the same slice of every rank's copy).
+OpSpec spec(ParamOp op) { return elementwise(op); }
+OpSpec spec(AccumulateGradOp op) { return elementwise(op); }
+
+/// [B, S, heads*head_dim]: each position is rotated by its absolute index s,
+/// so S is pinned; the features split in whole heads.
+OpSpec ropeSpec(Value x, int64_t headDim) {
+  int64_t f = cast<RankedTensorType>(x.getType()).getDimSize(2);
+  OpSpec s;
+  unsigned b = s.add(), q = s.pinned(), h = s.add(IteratorType::parallel, f / headDim);
+  s.map({b, q, h});
+  s.map({b, q, h});
+  return s;
 }
+OpSpec spec(RopeOp op) { return ropeSpec(op.getResult(), op.getHeadDim()); }
+OpSpec spec(RopeGradOp op) { return ropeSpec(op.getResult(), op.getHeadDim()); }
+
+OpSpec spec(LayerNormOp op) {
+  return normSpec(rank(op.getInput()), 1, 2, false, 1, static_cast<bool>(op.getStats()), true);
+}
+
+OpSpec spec(RMSNormOp op) {
+  return normSpec(rank(op.getInput()), 1, 1, false, 1, static_cast<bool>(op.getStats()), false);
+}
+
+OpSpec spec(LayerNormGradInputOp op) {
+  // dy, input, weight, stats -> dx
+  return normSpec(rank(op.getInput()), 2, 1, true, 1, false, true);
+}
+
+OpSpec spec(RMSNormGradInputOp op) { return normSpec(rank(op.getInput()), 2, 1, true, 1, false, false); }
+
+OpSpec spec(LayerNormGradParamsOp op) { return normParamsSpec(rank(op.getInput()), 2, true); }
+
+OpSpec spec(RMSNormGradWeightOp op) { return normParamsSpec(rank(op.getInput()), 1, false); }
+
+OpSpec spec(LinearOp op) {
+  // (rows..., N, K), K a sum.
+  OpSpec s;
+  auto lead = s.addN(rank(op.getInput()) - 1, IteratorType::parallel);
+  unsigned n = s.add(), k = s.add(IteratorType::reduction);
+  s.map(lead, {k});
+  s.map(weightDims(op.getLayout(), n, k));
+  if (op.getBias())
+    s.map({n});
+  s.map(lead, {n});
+  return s;
+}
+
+OpSpec spec(LinearGradInputOp op) {
+  // dx[r, k] = sum_n dy[r, n] W[n, k]: (rows..., K, N), N a sum.
+  OpSpec s;
+  auto lead = s.addN(rank(op.getDy()) - 1, IteratorType::parallel);
+  unsigned k = s.add(), n = s.add(IteratorType::reduction);
+  s.map(lead, {n});
+  s.map(weightDims(op.getLayout(), n, k));
+  s.map(lead, {k});
+  return s;
+}
+
+OpSpec spec(LinearGradWeightOp op) {
+  // dW[n, k] = sum_rows dy[r, n] x[r, k]: the rows are the sum (data
+  // parallelism's partial sum).
+  OpSpec s;
+  auto lead = s.addN(rank(op.getDy()) - 1, IteratorType::reduction);
+  unsigned n = s.add(), k = s.add();
+  s.map(lead, {n});
+  s.map(lead, {k});
+  s.map(weightDims(op.getLayout(), n, k));
+  return s;
+}
+
+OpSpec spec(LinearGradBiasOp op) {
+  OpSpec s;
+  auto lead = s.addN(rank(op.getDy()) - 1, IteratorType::reduction);
+  unsigned n = s.add();
+  s.map(lead, {n});
+  s.map({n});
+  return s;
+}
+
+OpSpec spec(EmbeddingOp op) {
+  // A gather: the ids' dims parallel; the vocabulary pinned (a
+  // vocab-parallel table needs masking + a sum, not expressible here).
+  OpSpec s;
+  auto lead = s.addN(rank(op.getIds()), IteratorType::parallel);
+  unsigned v = s.pinned(), h = s.add();
+  s.map(lead);
+  s.map({v, h});
+  s.map(lead, {h});
+  return s;
+}
+
+OpSpec spec(EmbeddingGradOp op) {
+  // A scatter-add over the ids' positions: those are the sum.
+  OpSpec s;
+  auto lead = s.addN(rank(op.getIds()), IteratorType::reduction);
+  unsigned v = s.pinned(), h = s.add();
+  s.map(lead);
+  s.map(lead, {h});
+  s.map({v, h});
+  return s;
+}
+
+/// input[b, s] + table[s]: the table has P >= S rows, so neither S nor P can
+/// be split consistently: both pinned.
+OpSpec spec(AddPositionEmbeddingOp) {
+  OpSpec s;
+  unsigned b = s.add(), q = s.pinned(), h = s.add(), p = s.pinned();
+  s.map({b, q, h});
+  s.map({p, h});
+  s.map({b, q, h});
+  return s;
+}
+
+OpSpec spec(AddPositionEmbeddingGradOp) {
+  OpSpec s;
+  unsigned b = s.add(IteratorType::reduction), q = s.pinned(), h = s.add(), p = s.pinned();
+  s.map({b, q, h});
+  s.map({p, h});
+  return s;
+}
+
+OpSpec spec(AttentionOp op) { return attentionSpec(op.getNumKvHeads(), 3, false, 1, static_cast<bool>(op.getLse())); }
+
+OpSpec spec(AttentionGradOp op) {
+  // dout, q, k, v, out, lse -> dq, dk, dv
+  return attentionSpec(op.getNumKvHeads(), 5, true, 3, false);
+}
+
+OpSpec spec(CrossEntropyOp op) {
+  // The mean over every token: an average over the rows (equal
+  // shards), and a log-softmax over the vocabulary (pinned).
+  OpSpec s;
+  auto lead = s.addN(rank(op.getTargets()), IteratorType::reduction, ReductionKind::Average);
+  unsigned v = s.pinned(IteratorType::reduction, ReductionKind::Generic);
+  s.map(lead, {v});
+  s.map(lead);
+  s.map({});
+  return s;
+}
+
+OpSpec spec(CrossEntropyGradOp op) {
+  // Per-token softmax - onehot, scaled by the global 1/tokens.
+  OpSpec s;
+  auto lead = s.addN(rank(op.getTargets()), IteratorType::parallel);
+  unsigned v = s.pinned();
+  s.map(lead, {v});
+  s.map(lead);
+  s.map(lead, {v});
+  return s;
+}
+
+/// Consecutive pieces of the last dim: a block split of the whole is not a
+/// block split of each piece (GPT-2's fused QKV), so pinned.
+OpSpec piecesSpec(Operation *op) {
+  OpSpec s;
+  auto lead = s.addN(rank(op->getResult(0)) - 1, IteratorType::parallel);
+  unsigned f = s.pinned();
+  for (unsigned i = 0, e = op->getNumOperands() + op->getNumResults(); i < e; ++i)
+    s.map(lead, {f});
+  return s;
+}
+OpSpec spec(SplitOp op) { return piecesSpec(op); }
+OpSpec spec(ConcatOp op) { return piecesSpec(op); }
 
 //===----------------------------------------------------------------------===//
 // Shared pieces of the models
@@ -407,8 +400,7 @@ std::optional<int64_t> splitCount(GridOp grid, ArrayRef<GridAxis> axes) {
 
 /// Which grid axes split each loop, read from the partitioned op's operand
 /// and result shardings.
-ShardingArray loopAxes(const OpSpec &spec, ArrayRef<Sharding> operands,
-                       ArrayRef<Sharding> results) {
+ShardingArray loopAxes(const OpSpec &spec, ArrayRef<Sharding> operands, ArrayRef<Sharding> results) {
   ShardingArray res(spec.loops.size());
   std::vector<Sharding> all(operands.begin(), operands.end());
   all.insert(all.end(), results.begin(), results.end());
@@ -425,18 +417,14 @@ ShardingArray loopAxes(const OpSpec &spec, ArrayRef<Sharding> operands,
 /// Builds the per-rank op: a clone on local types; when a reduction loop is
 /// split, each result is all-reduced over its axes (upstream has no partial
 /// state to defer it to).
-LogicalResult partitionXF(Operation *op, const OpSpec &spec,
-                          ArrayRef<Sharding> operandShardings,
-                          ArrayRef<Sharding> resultShardings,
-                          IRMapping &partitionMap,
-                          SymbolTableCollection &symbolTable,
-                          OpBuilder &builder) {
+LogicalResult partitionXF(Operation *op, const OpSpec &spec, ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings, IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) {
   ShardingArray axes = loopAxes(spec, operandShardings, resultShardings);
   SmallVector<GridAxis> reductionAxes;
   std::optional<ReductionKind> kind;
   FlatSymbolRefAttr gridSym;
-  for (const Sharding &s : llvm::concat<const Sharding>(operandShardings,
-                                                        resultShardings))
+  for (const Sharding &s : llvm::concat<const Sharding>(operandShardings, resultShardings))
     if (s && !gridSym)
       gridSym = s.getGridAttr();
   GridOp grid = shard::getGridOrNull(op, gridSym, symbolTable);
@@ -461,21 +449,17 @@ LogicalResult partitionXF(Operation *op, const OpSpec &spec,
   }
   if (!reductionAxes.empty()) {
     if (auto linear = dyn_cast<LinearOp>(op); linear && linear.getBias())
-      return op->emitOpError(
-          "cannot partition: a row-parallel xf.linear (in-features sharded) "
-          "with a bias would add the bias on every rank before the "
-          "all_reduce; split the bias off or keep the in-features replicated");
+      return op->emitOpError("cannot partition: a row-parallel xf.linear (in-features sharded) "
+                             "with a bias would add the bias on every rank before the "
+                             "all_reduce; split the bias off or keep the in-features replicated");
   }
 
   Operation *clone = builder.clone(*op, partitionMap);
-  for (auto [result, sharding] :
-       llvm::zip_equal(clone->getResults(), resultShardings)) {
+  for (auto [result, sharding] : llvm::zip_equal(clone->getResults(), resultShardings)) {
     if (!sharding)
       continue;
-    result.setType(shard::shardType(
-        result.getType(),
-        shard::getGridOrNull(op, sharding.getGridAttr(), symbolTable),
-        sharding));
+    result.setType(
+        shard::shardType(result.getType(), shard::getGridOrNull(op, sharding.getGridAttr(), symbolTable), sharding));
   }
 
   // Attention's head counts are attributes: a feature split over n ranks
@@ -488,8 +472,7 @@ LogicalResult partitionXF(Operation *op, const OpSpec &spec,
     if (n == 1)
       return;
     attn.setNumHeadsAttr(builder.getI64IntegerAttr(attn.getNumHeads() / n));
-    attn.setNumKvHeadsAttr(
-        builder.getI64IntegerAttr(attn.getNumKvHeads() / n));
+    attn.setNumKvHeadsAttr(builder.getI64IntegerAttr(attn.getNumKvHeads() / n));
   };
   if (auto attn = dyn_cast<AttentionOp>(clone))
     localHeads(attn);
@@ -498,9 +481,7 @@ LogicalResult partitionXF(Operation *op, const OpSpec &spec,
 
   if (!reductionAxes.empty() && grid) {
     for (auto [orig, local] : llvm::zip(op->getResults(), clone->getResults())) {
-      Value reduced = shard::AllReduceOp::create(builder, op->getLoc(), local,
-                                                 grid.getSymName(),
-                                                 reductionAxes, *kind);
+      Value reduced = shard::AllReduceOp::create(builder, op->getLoc(), local, grid.getSymName(), reductionAxes, *kind);
       partitionMap.map(orig, reduced);
     }
   }
@@ -511,13 +492,19 @@ LogicalResult partitionXF(Operation *op, const OpSpec &spec,
 // The models
 //===----------------------------------------------------------------------===//
 
-/// An xf op described by its loop nest (getSpec).
+/// An xf op described by its loop nest: `spec`, or `elementwise` for an op
+/// with the Elementwise trait.
 template <typename Op>
-struct StructuredModel
-    : public shard::ShardingInterface::ExternalModel<StructuredModel<Op>, Op> {
+struct StructuredModel : public shard::ShardingInterface::ExternalModel<StructuredModel<Op>, Op> {
+  static OpSpec getSpec(Operation *op) {
+    if constexpr (Op::template hasTrait<OpTrait::Elementwise>())
+      return elementwise(op);
+    else
+      return spec(cast<Op>(op));
+  }
+
   SmallVector<IteratorType> getLoopIteratorTypes(Operation *op) const {
-    return llvm::map_to_vector(getSpec(op).loops,
-                               [](const Loop &l) { return l.type; });
+    return llvm::map_to_vector(getSpec(op).loops, [](const Loop &l) { return l.type; });
   }
 
   SmallVector<ReductionKind> getReductionLoopIteratorKinds(Operation *op) const {
@@ -528,23 +515,18 @@ struct StructuredModel
     return res;
   }
 
-  SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
-    return getSpec(op).maps(op->getContext());
-  }
+  SmallVector<AffineMap> getIndexingMaps(Operation *op) const { return getSpec(op).maps(op->getContext()); }
 
   /// Upstream's default, then every split that breaks a loop's granule is
   /// dropped: the op then asks for that dimension replicated.
-  FailureOr<ShardingOption>
-  getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
-                    ArrayRef<Sharding> resultShardings) const {
-    FailureOr<ShardingOption> option = shard::detail::defaultGetShardingOption(
-        op, operandShardings, resultShardings);
+  FailureOr<ShardingOption> getShardingOption(Operation *op, ArrayRef<Sharding> operandShardings,
+                                              ArrayRef<Sharding> resultShardings) const {
+    FailureOr<ShardingOption> option = shard::detail::defaultGetShardingOption(op, operandShardings, resultShardings);
     if (failed(option) || option->empty || !option->grid)
       return option;
-    OpSpec spec = getSpec(op);
-    auto grid =
-        SymbolTable::lookupNearestSymbolFrom<GridOp>(op, option->grid);
-    for (auto [loop, axes] : llvm::zip(spec.loops, option->shardingArray)) {
+    OpSpec opSpec = getSpec(op);
+    auto grid = SymbolTable::lookupNearestSymbolFrom<GridOp>(op, option->grid);
+    for (auto [loop, axes] : llvm::zip(opSpec.loops, option->shardingArray)) {
       if (!loop.granule || axes.empty())
         continue;
       std::optional<int64_t> n = grid ? splitCount(grid, axes) : std::nullopt;
@@ -555,34 +537,24 @@ struct StructuredModel
     return option;
   }
 
-  LogicalResult partition(Operation *op, ArrayRef<Value> /*partitionedOperands*/,
-                          ArrayRef<Sharding> operandShardings,
-                          ArrayRef<Sharding> resultShardings,
-                          IRMapping &partitionMap,
-                          SymbolTableCollection &symbolTable,
-                          OpBuilder &builder) const {
-    return partitionXF(op, getSpec(op), operandShardings, resultShardings,
-                       partitionMap, symbolTable, builder);
+  LogicalResult partition(Operation *op, ArrayRef<Value> /*partitionedOperands*/, ArrayRef<Sharding> operandShardings,
+                          ArrayRef<Sharding> resultShardings, IRMapping &partitionMap,
+                          SymbolTableCollection &symbolTable, OpBuilder &builder) const {
+    return partitionXF(op, getSpec(op), operandShardings, resultShardings, partitionMap, symbolTable, builder);
   }
 };
 
 /// xf.layer: a call whose callee upstream propagation does not enter (it
 /// works on one function body at a time). The only faithful answer without
 /// looking into the callee: every operand and result replicated.
-struct LayerModel
-    : public shard::ShardingInterface::ExternalModel<LayerModel, LayerOp> {
-  SmallVector<IteratorType> getLoopIteratorTypes(Operation *) const {
-    return {};
-  }
+struct LayerModel : public shard::ShardingInterface::ExternalModel<LayerModel, LayerOp> {
+  SmallVector<IteratorType> getLoopIteratorTypes(Operation *) const { return {}; }
   SmallVector<AffineMap> getIndexingMaps(Operation *op) const {
-    return SmallVector<AffineMap>(op->getNumOperands() + op->getNumResults(),
-                                  AffineMap::get(op->getContext()));
+    return SmallVector<AffineMap>(op->getNumOperands() + op->getNumResults(), AffineMap::get(op->getContext()));
   }
-  FailureOr<ShardingOption>
-  getShardingOption(Operation *, ArrayRef<Sharding> operandShardings,
-                    ArrayRef<Sharding> resultShardings) const {
-    for (const Sharding &s : llvm::concat<const Sharding>(operandShardings,
-                                                          resultShardings))
+  FailureOr<ShardingOption> getShardingOption(Operation *, ArrayRef<Sharding> operandShardings,
+                                              ArrayRef<Sharding> resultShardings) const {
+    for (const Sharding &s : llvm::concat<const Sharding>(operandShardings, resultShardings))
       if (s)
         return ShardingOption(ShardingArray{}, s.getGridAttr());
     return ShardingOption::makeEmpty();
@@ -592,40 +564,30 @@ struct LayerModel
 
 /// Optimizer-step ops have no tensor operands or results: nothing to shard,
 /// but propagation rejects any op without the interface.
-template <typename Op>
-struct NoTensorModel
-    : public shard::ShardingInterface::ExternalModel<NoTensorModel<Op>, Op> {
-  FailureOr<ShardingOption> getShardingOption(Operation *, ArrayRef<Sharding>,
-                                              ArrayRef<Sharding>) const {
+template <typename Op> struct NoTensorModel : public shard::ShardingInterface::ExternalModel<NoTensorModel<Op>, Op> {
+  FailureOr<ShardingOption> getShardingOption(Operation *, ArrayRef<Sharding>, ArrayRef<Sharding>) const {
     return ShardingOption::makeEmpty();
   }
 };
 
-template <typename... Ops>
-void attachStructured(MLIRContext *ctx) {
+template <typename... Ops> void attachStructured(MLIRContext *ctx) {
   (Ops::template attachInterface<StructuredModel<Ops>>(*ctx), ...);
 }
 
-template <typename... Ops>
-void attachNoTensor(MLIRContext *ctx) {
+template <typename... Ops> void attachNoTensor(MLIRContext *ctx) {
   (Ops::template attachInterface<NoTensorModel<Ops>>(*ctx), ...);
 }
 
 } // namespace
 
-void llcdist::xf::registerShardingInterfaceExternalModels(
-    DialectRegistry &registry) {
+void llcdist::xf::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, XFDialect *) {
-    attachStructured<
-        ParamOp, AccumulateGradOp, AddOp, GeluTanhOp, SwiGLUOp, GeluTanhGradOp,
-        SwiGLUGradOp, RopeOp, RopeGradOp, LayerNormOp, RMSNormOp,
-        LayerNormGradInputOp, RMSNormGradInputOp, LayerNormGradParamsOp,
-        RMSNormGradWeightOp, LinearOp, LinearGradInputOp, LinearGradWeightOp,
-        LinearGradBiasOp, EmbeddingOp, EmbeddingGradOp, AddPositionEmbeddingOp,
-        AddPositionEmbeddingGradOp, AttentionOp, AttentionGradOp,
-        CrossEntropyOp, CrossEntropyGradOp, SplitOp, ConcatOp>(ctx);
+    attachStructured<ParamOp, AccumulateGradOp, AddOp, GeluTanhOp, SwiGLUOp, GeluTanhGradOp, SwiGLUGradOp, RopeOp,
+                     RopeGradOp, LayerNormOp, RMSNormOp, LayerNormGradInputOp, RMSNormGradInputOp,
+                     LayerNormGradParamsOp, RMSNormGradWeightOp, LinearOp, LinearGradInputOp, LinearGradWeightOp,
+                     LinearGradBiasOp, EmbeddingOp, EmbeddingGradOp, AddPositionEmbeddingOp, AddPositionEmbeddingGradOp,
+                     AttentionOp, AttentionGradOp, CrossEntropyOp, CrossEntropyGradOp, SplitOp, ConcatOp>(ctx);
     LayerOp::attachInterface<LayerModel>(*ctx);
-    attachNoTensor<ClipGradNormOp, AdamWOp, SGDOp, AllReduceGradsOp,
-                   AllReduceLossOp>(ctx);
+    attachNoTensor<ClipGradNormOp, AdamWOp, SGDOp, AllReduceGradsOp, AllReduceLossOp>(ctx);
   });
 }

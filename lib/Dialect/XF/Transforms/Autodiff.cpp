@@ -14,7 +14,6 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/MapVector.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 #define DEBUG_TYPE "llcdist-autodiff"
 
@@ -28,59 +27,15 @@ using namespace llcdist::xf;
 
 namespace {
 
-RankedTensorType f32Tensor(MLIRContext *ctx, ArrayRef<int64_t> dims) {
-  return RankedTensorType::get(dims, Float32Type::get(ctx));
-}
-
-int64_t rows(Value v) {
-  auto t = cast<RankedTensorType>(v.getType());
-  int64_t n = 1;
-  for (int64_t d : t.getShape().drop_back())
-    n *= d;
-  return n;
-}
-
 /// Gives norms and attention their statistics result (what their backward
-/// reads), replacing each such op in `fn` by one that yields it.
+/// reads: DifferentiableOpInterface::buildWithSavedStatistics), replacing
+/// each such op in `fn` by one that yields it.
 void addStatistics(func::FuncOp fn) {
-  SmallVector<Operation *> ops;
-  fn.walk([&](Operation *op) {
-    if (isa<LayerNormOp, RMSNormOp, AttentionOp>(op))
-      ops.push_back(op);
-  });
-  MLIRContext *ctx = fn.getContext();
-  for (Operation *op : ops) {
+  SmallVector<DifferentiableOpInterface> ops;
+  fn.walk([&](DifferentiableOpInterface op) { ops.push_back(op); });
+  for (DifferentiableOpInterface op : ops) {
     OpBuilder b(op);
-    Operation *repl =
-        llvm::TypeSwitch<Operation *, Operation *>(op)
-            .Case([&](LayerNormOp ln) -> Operation * {
-              if (ln.getStats())
-                return nullptr;
-              return LayerNormOp::create(
-                  b, ln.getLoc(), ln.getResult().getType(),
-                  f32Tensor(ctx, {2, rows(ln.getInput())}), ln.getInput(),
-                  ln.getWeight(), ln.getBias(), ln.getEpsAttr());
-            })
-            .Case([&](RMSNormOp rn) -> Operation * {
-              if (rn.getStats())
-                return nullptr;
-              return RMSNormOp::create(b, rn.getLoc(), rn.getResult().getType(),
-                                       f32Tensor(ctx, {rows(rn.getInput())}),
-                                       rn.getInput(), rn.getWeight(),
-                                       rn.getEpsAttr());
-            })
-            .Case([&](AttentionOp at) -> Operation * {
-              if (at.getLse())
-                return nullptr;
-              auto q = cast<RankedTensorType>(at.getQ().getType());
-              return AttentionOp::create(
-                  b, at.getLoc(), at.getResult().getType(),
-                  f32Tensor(ctx, {q.getDimSize(0), at.getNumHeads(),
-                                  q.getDimSize(1)}),
-                  at.getQ(), at.getK(), at.getV(), at.getNumHeadsAttr(),
-                  at.getNumKvHeadsAttr(), at.getHeadDimAttr());
-            })
-            .Default([](Operation *) { return nullptr; });
+    Operation *repl = op.buildWithSavedStatistics(b);
     if (!repl)
       continue;
     op->getResult(0).replaceAllUsesWith(repl->getResult(0));
@@ -130,9 +85,8 @@ public:
       if (!lossScale)
         return ce.emitOpError("autodiff: the loss is not the value returned "
                               "by the entry function");
-      Value d = CrossEntropyGradOp::create(
-          b, ce.getLoc(), ce.getLogits().getType(), fwd(ce.getLogits()),
-          fwd(ce.getTargets()), b.getF64FloatAttr(*lossScale), ce.getRealVocabAttr());
+      Value d = CrossEntropyGradOp::create(b, ce.getLoc(), ce.getLogits().getType(), fwd(ce.getLogits()),
+                                           fwd(ce.getTargets()), b.getF64FloatAttr(*lossScale), ce.getRealVocabAttr());
       addGrad(ce.getLogits(), d);
       return success();
     }
@@ -157,20 +111,17 @@ public:
   LogicalResult differentiateLayer(LayerOp l, ArrayRef<Value> dys) {
     auto bwd = backwardBodies.lookup(l.getCallee());
     if (!bwd)
-      return l.emitOpError("autodiff: no backward body for @")
-             << l.getCallee();
+      return l.emitOpError("autodiff: no backward body for @") << l.getCallee();
     SmallVector<Value> args;
     for (unsigned i = 0, e = numPrimary(l); i < e; ++i) {
       if (!dys[i])
-        return l.emitOpError("autodiff: layer result #")
-               << i << " has no gradient";
+        return l.emitOpError("autodiff: layer result #") << i << " has no gradient";
       args.push_back(dys[i]);
     }
     for (Value saved : l.getResults().drop_front(numPrimary(l)))
       args.push_back(fwd(saved));
     auto call = LayerOp::create(b, l.getLoc(), bwd.getFunctionType().getResults(),
-                                FlatSymbolRefAttr::get(bwd.getSymNameAttr()),
-                                l.getIndexAttr(), args);
+                                FlatSymbolRefAttr::get(bwd.getSymNameAttr()), l.getIndexAttr(), args);
     for (auto [operand, g] : llvm::zip(l.getOperands(), call.getResults()))
       addGrad(operand, g);
     return success();
@@ -201,8 +152,7 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
     if (!entry)
       return signalPassFailure();
     if (entry->hasAttr("xf.train_step")) {
-      entry.emitError("autodiff: @") << entry.getSymName()
-                                     << " is already a training step";
+      entry.emitError("autodiff: @") << entry.getSymName() << " is already a training step";
       return signalPassFailure();
     }
     if (!entry.getBody().hasOneBlock()) {
@@ -235,8 +185,8 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
     for (LayerOp l : calls) {
       auto body = bodies.lookup(l.getCallee());
       OpBuilder b(l);
-      auto nl = LayerOp::create(b, l.getLoc(), body.getFunctionType().getResults(),
-                                l.getCalleeAttr(), l.getIndexAttr(), l.getOperands());
+      auto nl = LayerOp::create(b, l.getLoc(), body.getFunctionType().getResults(), l.getCalleeAttr(), l.getIndexAttr(),
+                                l.getOperands());
       nl->setAttr("xf.num_outputs", b.getI64IntegerAttr(l.getNumResults()));
       for (auto [o, n] : llvm::zip(l.getResults(), nl.getResults()))
         o.replaceAllUsesWith(n);
@@ -256,11 +206,11 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
     for (Operation &op : block.without_terminator())
       fwdOps.push_back(&op);
     OpBuilder b(ret);
-    GradEmitter emit(b, [](Value v) { return v; }, backward);
+    GradEmitter emit(
+        b, [](Value v) { return v; }, backward);
     auto ce = ret.getOperand(0).getDefiningOp<CrossEntropyOp>();
-    emit.lossScale = 1.0 / double(cast<RankedTensorType>(ce.getTargets().getType())
-                                      .getNumElements() *
-                                  microbatches(module));
+    emit.lossScale =
+        1.0 / double(cast<RankedTensorType>(ce.getTargets().getType()).getNumElements() * microbatches(module));
     if (failed(emit.run(fwdOps)))
       return signalPassFailure();
     entry.setSymName("train_step");
@@ -286,9 +236,8 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
 
     OpBuilder mb(body);
     mb.setInsertionPointAfter(body);
-    auto bwd = func::FuncOp::create(
-        mb, body.getLoc(), (body.getSymName() + "_bwd").str(),
-        mb.getFunctionType(ft.getResults(), {}));
+    auto bwd = func::FuncOp::create(mb, body.getLoc(), (body.getSymName() + "_bwd").str(),
+                                    mb.getFunctionType(ft.getResults(), {}));
     bwd.setPrivate();
     bwd->setAttr(kLayerBodyAttr, mb.getUnitAttr());
     bwd->setAttr("xf.backward_of", FlatSymbolRefAttr::get(body.getSymNameAttr()));
@@ -326,13 +275,11 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
     for (BlockArgument a : block.getArguments()) {
       Value g = emit.gradOf(a);
       if (!g)
-        return body.emitError("autodiff: layer input #")
-               << a.getArgNumber() << " gets no gradient";
+        return body.emitError("autodiff: layer input #") << a.getArgNumber() << " gets no gradient";
       dxs.push_back(g);
     }
     func::ReturnOp::create(b, body.getLoc(), dxs);
-    bwd.setFunctionType(b.getFunctionType(bb->getArgumentTypes(),
-                                          ValueRange(dxs).getTypes()));
+    bwd.setFunctionType(b.getFunctionType(bb->getArgumentTypes(), ValueRange(dxs).getTypes()));
 
     // The forward body returns its outputs, then the saved values.
     SmallVector<Value> results(ret.getOperands());
@@ -340,8 +287,7 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
     OpBuilder rb(ret);
     func::ReturnOp::create(rb, ret.getLoc(), results);
     ret.erase();
-    body.setFunctionType(rb.getFunctionType(ft.getInputs(),
-                                            ValueRange(results).getTypes()));
+    body.setFunctionType(rb.getFunctionType(ft.getInputs(), ValueRange(results).getTypes()));
     return bwd;
   }
 };

@@ -3,18 +3,22 @@
 // Sharding propagation and partitioning for the dp axis. A value's sharding
 // is which of its dimensions is split over dp (the batch dimension) or
 // whether it is a partial sum over dp (a contraction over that dimension).
-// Rules are per op kind, written once here; layer bodies are propagated once
-// per body (every call must agree).
+// The rule of each op is read from its loop nest (batchLoop); layer bodies
+// are propagated once per body (every call must agree). Tensor parallelism
+// (TensorParallel.cpp) runs first.
 //
 //===----------------------------------------------------------------------===//
-#include "TensorParallel.h"
 #include "PartitionUtils.h"
+#include "TensorParallel.h"
 
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Dialect/XF/IR/XFOps.h"
 #include "llcdist/Dialect/XF/Transforms/Passes.h"
 
+#include "llcdist/Dialect/XF/IR/XFShardingInterface.h"
+
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/Dialect/Shard/Interfaces/ShardingInterface.h"
 #include "mlir/IR/Builders.h"
 
 #define DEBUG_TYPE "llcdist-partition"
@@ -32,17 +36,44 @@ namespace {
 struct Sharding {
   enum Kind { Replicated, Split, Partial } kind = Replicated;
   int64_t dim = 0; // the split dimension, for Split
-  bool operator==(const Sharding &o) const {
-    return kind == o.kind && (kind != Split || dim == o.dim);
-  }
+  bool operator==(const Sharding &o) const { return kind == o.kind && (kind != Split || dim == o.dim); }
 };
 
-/// Ops whose results sum over the batch dimension: partial over dp when it
-/// is split.
-bool contractsBatch(Operation *op) {
-  return isa<LinearGradWeightOp, LinearGradBiasOp, LayerNormGradParamsOp,
-             RMSNormGradWeightOp, EmbeddingGradOp, AddPositionEmbeddingGradOp,
-             CrossEntropyOp>(op);
+/// The dp rule of an op, read from its loop nest (its ShardingInterface
+/// model, lib/Dialect/XF/IR/XFShardingInterface.cpp): the loop that indexes
+/// the split (batch) dimension of its first dp-split operand. A reduction
+/// loop makes every result a partial sum over dp (a weight gradient, the
+/// loss); a parallel one splits each result on the dimension it indexes
+/// (the batch, or the batch-major rows of a norm's statistics).
+struct BatchLoop {
+  bool reduction = false;
+  /// Per result: the dimension the batch loop indexes (parallel loops).
+  SmallVector<int64_t> resultDims;
+};
+
+/// nullopt for an op without a loop nest (the tp collectives and bias_add,
+/// which keep the batch first) or whose batch operand dimension is not a
+/// loop of its own.
+std::optional<BatchLoop> batchLoop(Operation *op, unsigned operand, int64_t dim) {
+  auto nest = dyn_cast<shard::ShardingInterface>(op);
+  if (!nest)
+    return std::nullopt;
+  SmallVector<AffineMap> maps = nest.getIndexingMaps();
+  SmallVector<utils::IteratorType> loops = nest.getLoopIteratorTypes();
+  auto d = dyn_cast<AffineDimExpr>(maps[operand].getResult(dim));
+  if (!d)
+    return std::nullopt;
+  BatchLoop b;
+  b.reduction = loops[d.getPosition()] == utils::IteratorType::reduction;
+  for (unsigned r = 0; r < op->getNumResults(); ++r) {
+    AffineMap m = maps[op->getNumOperands() + r];
+    int64_t at = -1;
+    for (unsigned i = 0; i < m.getNumResults(); ++i)
+      if (m.getResult(i) == d)
+        at = i;
+    b.resultDims.push_back(at);
+  }
+  return b;
 }
 
 class Propagation {
@@ -72,8 +103,8 @@ private:
     }
     if (partial) {
       // Only sums of partial sums stay partial; nothing else may consume one.
-      if (auto add = dyn_cast<AddOp>(op); add && of(add.getLhs()).kind == Sharding::Partial &&
-                                          of(add.getRhs()).kind == Sharding::Partial) {
+      if (auto add = dyn_cast<AddOp>(op);
+          add && of(add.getLhs()).kind == Sharding::Partial && of(add.getRhs()).kind == Sharding::Partial) {
         set(add.getResult(), {Sharding::Partial});
         return success();
       }
@@ -84,23 +115,27 @@ private:
     }
     if (!split)
       return success(); // parameters and what is computed from them only
-    for (Value r : op->getResults()) {
-      if (contractsBatch(op)) {
+    unsigned first = 0;
+    while (of(op->getOperand(first)).kind != Sharding::Split)
+      ++first;
+    std::optional<BatchLoop> batch = batchLoop(op, first, of(op->getOperand(first)).dim);
+    for (auto [i, r] : llvm::enumerate(op->getResults())) {
+      if (!batch)
+        set(r, {Sharding::Split, 0}); // the batch dimension
+      else if (batch->reduction)
         set(r, {Sharding::Partial});
-      } else if (isa<LayerNormOp>(op) && r == cast<LayerNormOp>(op).getStats()) {
-        set(r, {Sharding::Split, 1}); // [2, rows], rows batch-major
-      } else {
-        set(r, {Sharding::Split, 0}); // the batch (or batch-major rows) dimension
-      }
+      else if (batch->resultDims[i] >= 0)
+        set(r, {Sharding::Split, batch->resultDims[i]});
+      else
+        return op->emitOpError("llcdist-partition: result ")
+               << i << " has no batch dimension, but the op's batch loop is parallel";
     }
     return success();
   }
 
   LogicalResult visitLayer(LayerOp call) {
-    return llcdist::xf::detail::propagateLayer(call, symbols, state, bodyArgs,
-                                  [&](Block &b) { return propagate(b); });
+    return llcdist::xf::detail::propagateLayer(call, symbols, state, bodyArgs, [&](Block &b) { return propagate(b); });
   }
-
 
   SymbolTable symbols;
   llvm::DenseMap<Value, Sharding> state;
@@ -109,6 +144,13 @@ private:
 
 struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
   using PartitionBase::PartitionBase;
+
+  void getDependentDialects(DialectRegistry &registry) const override {
+    PartitionBase::getDependentDialects(registry);
+    registerTensorParallelModels(registry); // every xf op's tp rule
+    // Every xf op's loop nest: data parallelism's rule (batchLoop).
+    registerShardingInterfaceExternalModels(registry);
+  }
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -142,10 +184,8 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
     }
 
     Builder attrs(module.getContext());
-    module->setAttr("xf.partition",
-                    attrs.getDictionaryAttr(
-                        {attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(dp)),
-                         attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(tp))}));
+    module->setAttr("xf.partition", attrs.getDictionaryAttr({attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(dp)),
+                                                             attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(tp))}));
     // Tensor parallelism first: it inserts the tp collectives, whose batch
     // dimension the dp propagation below then splits like any other op's.
     if (tp > 1 && failed(partitionTensorParallel(module, tp, sequenceParallel)))
@@ -164,8 +204,7 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
     // over dp would be wrong.
     WalkResult grads = module.walk([&](AccumulateGradOp acc) {
       if (prop.of(acc.getGrad()).kind != Sharding::Partial) {
-        acc.emitOpError("llcdist-partition: gradient of '")
-            << acc.getName() << "' is not a partial sum over dp";
+        acc.emitOpError("llcdist-partition: gradient of '") << acc.getName() << "' is not a partial sum over dp";
         return WalkResult::interrupt();
       }
       return WalkResult::advance();
@@ -192,17 +231,14 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
 
     // 3. The collectives: once per step, before the update.
     OpBuilder ob = OpBuilder::atBlockBegin(&opt.getBody().front());
-    AllReduceGradsOp::create(
-        ob, opt.getLoc(), "dp", "sum",
-        "every weight gradient contracts over the batch dimension, which is "
-        "sharded on dp: each rank holds a partial sum (already scaled by the "
-        "global token count)",
-        stringifyCollectiveOrigin(CollectiveOrigin::DataParallelGradients),
-        /*params=*/ArrayAttr(), /*group_size=*/IntegerAttr());
-    AllReduceLossOp::create(
-        ob, opt.getLoc(), "dp",
-        "each dp rank's loss is the mean over its own tokens",
-        stringifyCollectiveOrigin(CollectiveOrigin::Loss));
+    AllReduceGradsOp::create(ob, opt.getLoc(), "dp", "sum",
+                             "every weight gradient contracts over the batch dimension, which is "
+                             "sharded on dp: each rank holds a partial sum (already scaled by the "
+                             "global token count)",
+                             stringifyCollectiveOrigin(CollectiveOrigin::DataParallelGradients),
+                             /*params=*/ArrayAttr(), /*group_size=*/IntegerAttr());
+    AllReduceLossOp::create(ob, opt.getLoc(), "dp", "each dp rank's loss is the mean over its own tokens",
+                            stringifyCollectiveOrigin(CollectiveOrigin::Loss));
   }
 };
 } // namespace

@@ -8,8 +8,7 @@ namespace llcdist::xf {
 /// Partitions the training step over the tp axis of size `tp` (see
 /// TensorParallel.cpp), with Megatron's sequence parallelism when asked;
 /// part of llcdist-partition.
-mlir::LogicalResult partitionTensorParallel(mlir::ModuleOp module, int64_t tp,
-                                            bool sequenceParallel);
+mlir::LogicalResult partitionTensorParallel(mlir::ModuleOp module, int64_t tp, bool sequenceParallel);
 } // namespace llcdist::xf
 
 #endif

@@ -23,6 +23,15 @@ def XF_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
       "::mlir::LogicalResult", "buildBackward",
       (ins "::mlir::OpBuilder &":$b, "::llcdist::xf::GradientSink &":$grads,
            "::llvm::ArrayRef<::mlir::Value>":$dys)>,
+    InterfaceMethod<[{
+        Before the backward is built: a copy of the op, at the builder's
+        insertion point, that also yields what its backward reads (a norm's
+        statistics, attention's log-sum-exp), or null when the op has nothing
+        to add or yields it already. llcdist-autodiff replaces the op's first
+        result by the copy's and erases the op.
+      }],
+      "::mlir::Operation *", "buildWithSavedStatistics", (ins "::mlir::OpBuilder &":$b),
+      [{}], [{ return nullptr; }]>,
   ];
 }
 

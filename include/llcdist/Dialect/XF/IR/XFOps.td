@@ -125,7 +125,7 @@ def XF_RopeOp : XF_Op<"rope", [Pure, DeclareOpInterfaceMethods<XF_Differentiable
 // Norms, linear, activations
 //===----------------------------------------------------------------------===//
 
-def XF_LayerNormOp : XF_Op<"layer_norm", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, AllTypesMatch<["input", "result"]>]> {
+def XF_LayerNormOp : XF_Op<"layer_norm", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface, ["buildWithSavedStatistics"]>, AllTypesMatch<["input", "result"]>]> {
   let summary = "LayerNorm over the last dimension (biased variance)";
   let description = [{
     `(x - mean) / sqrt(var + eps) * weight + bias` over the last dim H, as
@@ -141,7 +141,7 @@ def XF_LayerNormOp : XF_Op<"layer_norm", [Pure, DeclareOpInterfaceMethods<XF_Dif
   let hasVerifier = 1;
 }
 
-def XF_RMSNormOp : XF_Op<"rms_norm", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, AllTypesMatch<["input", "result"]>]> {
+def XF_RMSNormOp : XF_Op<"rms_norm", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface, ["buildWithSavedStatistics"]>, AllTypesMatch<["input", "result"]>]> {
   let summary = "RMSNorm over the last dimension (Llama)";
   let description = [{
     `weight * x * rsqrt(mean(x^2) + eps)` over the last dim H, as Hugging
@@ -190,7 +190,7 @@ def XF_SplitOp : XF_Op<"split", [Pure, DeclareOpInterfaceMethods<XF_Differentiab
   let hasVerifier = 1;
 }
 
-def XF_AttentionOp : XF_Op<"attention", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
+def XF_AttentionOp : XF_Op<"attention", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface, ["buildWithSavedStatistics"]>]> {
   let summary = "causal scaled-dot-product self-attention (MHA, GQA, MQA)";
   let description = [{
     q [B, S, num_heads*head_dim]; k, v [B, S, num_kv_heads*head_dim];
@@ -208,7 +208,7 @@ def XF_AttentionOp : XF_Op<"attention", [Pure, DeclareOpInterfaceMethods<XF_Diff
   let hasVerifier = 1;
 }
 
-def XF_GeluTanhOp : XF_Op<"gelu_tanh", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType]> {
+def XF_GeluTanhOp : XF_Op<"gelu_tanh", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType, Elementwise]> {
   let summary = "GELU, tanh approximation (Hugging Face gelu_new)";
   let description = [{
     `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, element-wise.
@@ -218,7 +218,7 @@ def XF_GeluTanhOp : XF_Op<"gelu_tanh", [Pure, DeclareOpInterfaceMethods<XF_Diffe
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
-def XF_SwiGLUOp : XF_Op<"swiglu", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType]> {
+def XF_SwiGLUOp : XF_Op<"swiglu", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType, Elementwise]> {
   let summary = "SwiGLU gate: silu(gate) * up (Llama MLP)";
   let description = [{ `silu(gate) * up` element-wise, `silu(x) = x sigmoid(x)`. }];
   let arguments = (ins XF_FloatTensor:$gate, XF_FloatTensor:$up);
@@ -226,7 +226,7 @@ def XF_SwiGLUOp : XF_Op<"swiglu", [Pure, DeclareOpInterfaceMethods<XF_Differenti
   let assemblyFormat = "$gate `,` $up attr-dict `:` type($result)";
 }
 
-def XF_AddOp : XF_Op<"add", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, Commutative, SameOperandsAndResultType]> {
+def XF_AddOp : XF_Op<"add", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, Commutative, SameOperandsAndResultType, Elementwise]> {
   let summary = "element-wise addition (the residual connection)";
   let description = [{ `lhs + rhs`, both of the result's type. }];
   let arguments = (ins XF_FloatTensor:$lhs, XF_FloatTensor:$rhs);

@@ -125,7 +125,7 @@ def XF_AttentionGradOp : XF_GradOp<"attention_grad", [
 }
 
 def XF_GeluTanhGradOp : XF_GradOp<"gelu_tanh_grad",
-    [AllTypesMatch<["dy", "input", "result"]>]> {
+    [AllTypesMatch<["dy", "input", "result"]>, Elementwise]> {
   let summary = "dX of xf.gelu_tanh";
   let description = [{ `dy * gelu_tanh'(input)`. }];
   let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input);
@@ -133,7 +133,7 @@ def XF_GeluTanhGradOp : XF_GradOp<"gelu_tanh_grad",
 }
 
 def XF_SwiGLUGradOp : XF_GradOp<"swiglu_grad",
-    [AllTypesMatch<["dy", "gate", "up", "dgate", "dup"]>]> {
+    [AllTypesMatch<["dy", "gate", "up", "dgate", "dup"]>, Elementwise]> {
   let summary = "d(gate) and d(up) of xf.swiglu";
   let description = [{ `dgate = dy * up * silu'(gate)`, `dup = dy * silu(gate)`. }];
   let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$gate, XF_FloatTensor:$up);

@@ -20,8 +20,7 @@ using ForwardPipelineOptions = AttachMeshOptions;
 
 /// Builds the pipeline `llc-dist compile --emit xf` runs after import:
 /// cse, llcdist-attach-mesh, llcdist-model-stats.
-void buildForwardPipeline(mlir::OpPassManager &pm,
-                          const ForwardPipelineOptions &options);
+void buildForwardPipeline(mlir::OpPassManager &pm, const ForwardPipelineOptions &options);
 
 #define GEN_PASS_REGISTRATION
 #include "llcdist/Dialect/XF/Transforms/Passes.h.inc"
@@ -29,6 +28,11 @@ void buildForwardPipeline(mlir::OpPassManager &pm,
 /// Registers the xf passes (registerXFPasses) and the textual pipeline
 /// `llcdist-forward`.
 void registerXFPassesAndPipelines();
+
+/// Attaches the TensorParallelOpInterface models (each xf op's tensor-parallel
+/// rule, llcdist/Dialect/XF/Transforms/TensorParallelInterface.h) to the xf
+/// ops when the xf dialect is loaded; llcdist-partition declares them too.
+void registerTensorParallelModels(mlir::DialectRegistry &registry);
 
 } // namespace llcdist::xf
 

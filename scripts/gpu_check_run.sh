@@ -10,7 +10,8 @@
 # lines starting "  | "), and exits non-zero when a check failed. Without a usable GPU it prints a
 # single "FAIL gpu: ..." line and exits 1. The checks, in order, each under a timeout and all within
 # --budget seconds (default 345; what no longer fits is SKIPped, never half-run):
-#   kernels       every CUDA kernel and backend piece against the CPU (llcdist_cuda_tests)
+#   kernels       every CUDA kernel and backend piece against the CPU, and the backend conformance
+#                 suite's cases on the CUDA backend (llcdist_cuda_tests)
 #   golden        each plan of DIR/golden.json on the GPU against the CPU backend's losses and gradient
 #                 norms recorded at prepare time (scripts/gpu_golden.py suite)
 #   torch         the bf16 plans beside PyTorch autocast on the same model and data, and PyTorch f32

@@ -136,31 +136,8 @@ TEST_F(RecordedStepTrainTest, TheSecondStepIsRecordedAndTheRunSaysHow) {
   EXPECT_NE(res.stepExecutionLine.find("--check-async"), std::string::npos) << res.stepExecutionLine;
 }
 
-// A replayed step reads the step's learning rate, step count and batches as they are at that step:
-// with a rate that changes every step, the recorded run and the op-by-op one end on the same bits.
-TEST_F(RecordedStepTrainTest, ReplayedStepsTrainToTheOpByOpBits) {
-  testing::PlanBuilder b = testing::oneLayerPlan(16, 8, 4, 1, 2);
-  b.manifest["lr_schedule"] = {
-      {"kind", "cosine"}, {"max_lr", 2e-2}, {"min_lr", 1e-3}, {"warmup_steps", 2}, {"total_steps", 6}};
-  const std::string plan = planDir(b);
-  RunOptions o = options(plan, 6);
-  std::map<std::string, std::vector<float>> params[2];
-  std::vector<double> losses[2];
-  for (int record = 0; record < 2; ++record) {
-    o.recordSteps = record == 1;
-    o.saveParams = path(record ? "recorded.safetensors" : "op-by-op.safetensors");
-    RunResult res;
-    const Status st = run(o, &res);
-    ASSERT_TRUE(st.isOk()) << st.toString();
-    EXPECT_EQ(res.stepExecution, record ? "replayed" : "op by op");
-    for (const StepRecord& s : res.steps) losses[record].push_back(s.loss);
-    params[record] = readAll(o.saveParams);
-  }
-  EXPECT_EQ(losses[0], losses[1]);
-  ASSERT_EQ(params[0].size(), 2u);
-  for (const auto& [name, v] : params[0])
-    EXPECT_EQ(std::memcmp(v.data(), params[1].at(name).data(), v.size() * sizeof(float)), 0) << name;
-}
+// That replayed steps train to the op-by-op run's bits is the backend conformance suite's
+// (runtime/test/conformance/TrainConformanceTest.cpp), on every backend.
 
 // The interpreter directly: the list is made at the second step, its kernel launches are the step's
 // (each op once, its bf16 conversions none here), and a data error of a later step still names its op.

@@ -1,0 +1,742 @@
+// The op cases of the backend conformance suite: every op kind once (several for ops with variants)
+// through the interpreter on the backend under test, against a direct call of its CPU kernel on the
+// same data. All buffers (inputs included) must match: bit for bit on the CPU, so a mis-wired
+// argument role fails here; within the backend's tolerance elsewhere. The bf16 run stores every
+// float buffer in bf16: the op must equal the f32 kernel on those values with every float result
+// rounded to bf16 (bf16 storage, fp32 arithmetic).
+#include "OpCases.h"
+
+#include "PlanTestUtil.h"
+#include "TestUtil.h"
+
+#include "llcdist/runtime/Bf16.h"
+#include "llcdist/runtime/Interpreter.h"
+#include "llcdist/runtime/Kernels.h"
+#include "llcdist/runtime/Plan.h"
+
+#include <cstring>
+#include <functional>
+#include <set>
+
+namespace llcdist::rt {
+namespace {
+
+using testing::json;
+namespace sc = schema;
+
+struct Host {
+  std::map<std::string, std::vector<std::vector<float>>> f;
+  std::map<std::string, std::vector<std::vector<int32_t>>> i;
+  std::map<std::string, std::vector<std::vector<double>>> d;  // f64 roles (always f64, also under bf16)
+  bool bf16 = false;  // the run stores every float buffer in bf16 (a fused op's reference rounds its
+                      // intermediates as the unfused ops stored them)
+  void roundIfBf16(std::vector<float>& v) const {
+    if (bf16)
+      for (float& x : v) x = roundToBf16(x);
+  }
+  float* F(const std::string& role, size_t k = 0) { return f.at(role).at(k).data(); }
+  int32_t* I(const std::string& role) { return i.at(role).at(0).data(); }
+  double* D(const std::string& role) { return d.at(role).at(0).data(); }
+};
+
+struct Case {
+  std::string op;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> roles;  // role -> element count of each buffer
+  json attrs;
+  std::function<void(Host&)> ref;
+  int32_t idRange = 8;
+  std::set<std::string> positive = {};
+  std::string optimizer = "adamw";
+  int64_t tp = 1;                       // mesh.tp of the plan (no communicator: only ops without collectives when > 1)
+  int rank = 0;                         // the rank the interpreter runs
+  std::set<std::string> f32Roles = {};  // roles whose buffers stay f32 in the bf16 run (classifier's dw_acc)
+};
+
+constexpr int64_t kStep = 2;  // optimizer t = 3
+constexpr double kLr = 0.01;
+constexpr int64_t kMicro = 1;
+
+Status fillBatch(int64_t step, int64_t micro, int32_t* ids, int32_t* targets, int64_t B, int64_t S) {
+  for (int64_t k = 0; k < B * S; ++k) ids[k] = int32_t(k + 1), targets[k] = int32_t(100 + k + 10 * step + micro);
+  return Status::ok();
+}
+
+// The classifier op's kernel on the host copies (M 5, K 4, N 6, chunk 2, scale 0.5, grad_scale 0.1).
+void classifierReference(Host& h, WeightLayout layout, bool accumulate, int64_t realVocab) {
+  ClassifierParams p;
+  p.linear = {5, 4, 6, layout, accumulate};
+  p.chunk = 2;
+  p.scale = 0.5;
+  p.gradScale = 0.1;
+  p.realVocab = realVocab;
+  ClassifierArrays a;
+  a.x = h.F("x");
+  a.w = h.F("w");
+  a.targets = h.I("targets");
+  a.logits = h.F("logits");
+  a.dx = h.F("dx");
+  a.dw = h.F("dw");
+  a.dwAcc = h.f.count("dw_acc") ? h.F("dw_acc") : nullptr;
+  a.bf16Logits = h.bf16;
+  double total = 0;
+  ASSERT_TRUE(classifierForwardBackward(a, p, &total).isOk());
+  h.F("loss")[0] += float(0.5 * (total / 5.0));
+}
+
+std::vector<Case> cases() {
+  const RopeConfig llama3{500000.0f, true, 8.0f, 1.0f, 4.0f, 16};
+  return {
+      {"load_microbatch",
+       {{"ids", {6}}, {"targets", {6}}},
+       {{"B", 2}, {"S", 3}},
+       [](Host& h) { fillBatch(kStep, kMicro, h.I("ids"), h.I("targets"), 2, 3).isOk(); }},
+      {"zero",
+       {{"x", {5, 7}}},
+       json::object(),
+       [](Host& h) {
+         for (auto& v : h.f["x"]) std::fill(v.begin(), v.end(), 0.0f);
+       }},
+      {"embedding_fwd",
+       {{"ids", {4}}, {"table", {24}}, {"out", {12}}},
+       {{"M", 4}, {"V", 8}, {"H", 3}},
+       [](Host& h) { ASSERT_TRUE(embeddingForward(h.I("ids"), h.F("table"), h.F("out"), 4, 8, 3).isOk()); }},
+      {"embedding_bwd_weight",
+       {{"ids", {4}}, {"dout", {12}}, {"dtable", {24}}},
+       {{"M", 4}, {"V", 8}, {"H", 3}, {"accumulate", true}},
+       [](Host& h) { ASSERT_TRUE(embeddingBackward(h.I("ids"), h.F("dout"), h.F("dtable"), 4, 8, 3, true).isOk()); }},
+      // Vocabulary-parallel embedding on tp = 2, rank 1: table rows are global ids [4, 8); ids in [0, 8).
+      {"embedding_fwd",
+       {{"ids", {4}}, {"table", {12}}, {"out", {12}}},
+       {{"M", 4}, {"V", 4}, {"H", 3}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(embeddingForward(h.I("ids"), h.F("table"), h.F("out"), 4, 4, 3, {1, 2}).isOk());
+       },
+       8,
+       {},
+       "adamw",
+       2,
+       1},
+      {"embedding_bwd_weight",
+       {{"ids", {6}}, {"dout", {18}}, {"dtable", {12}}},
+       {{"M", 6}, {"V", 4}, {"H", 3}, {"accumulate", true}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(embeddingBackward(h.I("ids"), h.F("dout"), h.F("dtable"), 6, 4, 3, true, {1, 2}).isOk());
+       },
+       8,
+       {},
+       "adamw",
+       2,
+       1},
+      {"pos_embedding_fwd",
+       {{"x", {24}}, {"wpe", {20}}, {"y", {24}}},
+       {{"B", 2}, {"S", 3}, {"H", 4}, {"P", 5}},
+       [](Host& h) { ASSERT_TRUE(positionEmbeddingForward(h.F("x"), h.F("wpe"), h.F("y"), 2, 3, 4, 5).isOk()); }},
+      {"pos_embedding_bwd_weight",
+       {{"dy", {24}}, {"dwpe", {20}}},
+       {{"B", 2}, {"S", 3}, {"H", 4}, {"P", 5}, {"accumulate", false}},
+       [](Host& h) { ASSERT_TRUE(positionEmbeddingBackwardWeight(h.F("dy"), h.F("dwpe"), 2, 3, 4, 5, false).isOk()); }},
+      // Sequence-parallel position embedding on tp = 2, rank 1: S = 2 local positions [2, 4) of wpe [5, 4].
+      {"pos_embedding_fwd",
+       {{"x", {16}}, {"wpe", {20}}, {"y", {16}}},
+       {{"B", 2}, {"S", 2}, {"H", 4}, {"P", 5}, {"shard_axis", "tp"}},
+       [](Host& h) { ASSERT_TRUE(positionEmbeddingForward(h.F("x"), h.F("wpe"), h.F("y"), 2, 2, 4, 5, 2).isOk()); },
+       8,
+       {},
+       "adamw",
+       2,
+       1},
+      {"pos_embedding_bwd_weight",
+       {{"dy", {16}}, {"dwpe", {20}}},
+       {{"B", 2}, {"S", 2}, {"H", 4}, {"P", 5}, {"accumulate", true}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(positionEmbeddingBackwardWeight(h.F("dy"), h.F("dwpe"), 2, 2, 4, 5, true, 2).isOk());
+       },
+       8,
+       {},
+       "adamw",
+       2,
+       1},
+      // Over a single-rank axis: posBegin 0, the unsharded kernel.
+      {"pos_embedding_bwd_weight",
+       {{"dy", {24}}, {"dwpe", {20}}},
+       {{"B", 2}, {"S", 3}, {"H", 4}, {"P", 5}, {"accumulate", false}, {"shard_axis", "dp"}},
+       [](Host& h) { ASSERT_TRUE(positionEmbeddingBackwardWeight(h.F("dy"), h.F("dwpe"), 2, 3, 4, 5, false).isOk()); }},
+      {"layer_norm_fwd",
+       {{"x", {12}}, {"gamma", {4}}, {"beta", {4}}, {"y", {12}}, {"mean", {3}}, {"rstd", {3}}},
+       {{"M", 3}, {"H", 4}, {"eps", 1e-5}},
+       [](Host& h) {
+         layerNormForward(h.F("x"), h.F("gamma"), h.F("beta"), h.F("y"), h.F("mean"), h.F("rstd"), 3, 4, 1e-5f);
+       }},
+      {"layer_norm_bwd_input",
+       {{"dy", {12}}, {"x", {12}}, {"gamma", {4}}, {"mean", {3}}, {"rstd", {3}}, {"dx", {12}}},
+       {{"M", 3}, {"H", 4}},
+       [](Host& h) {
+         layerNormBackwardInput(h.F("dy"), h.F("x"), h.F("gamma"), h.F("mean"), h.F("rstd"), h.F("dx"), 3, 4);
+       }},
+      {"layer_norm_bwd_weight",
+       {{"dy", {12}}, {"x", {12}}, {"mean", {3}}, {"rstd", {3}}, {"dgamma", {4}}, {"dbeta", {4}}},
+       {{"M", 3}, {"H", 4}, {"accumulate", true}},
+       [](Host& h) {
+         layerNormBackwardWeight(h.F("dy"), h.F("x"), h.F("mean"), h.F("rstd"), h.F("dgamma"), h.F("dbeta"), 3, 4,
+                                 true);
+       }},
+      {"rms_norm_fwd",
+       {{"x", {12}}, {"weight", {4}}, {"y", {12}}, {"rstd", {3}}},
+       {{"M", 3}, {"H", 4}, {"eps", 1e-6}},
+       [](Host& h) { rmsNormForward(h.F("x"), h.F("weight"), h.F("y"), h.F("rstd"), 3, 4, 1e-6f); }},
+      {"rms_norm_bwd_input",
+       {{"dy", {12}}, {"x", {12}}, {"weight", {4}}, {"rstd", {3}}, {"dx", {12}}},
+       {{"M", 3}, {"H", 4}},
+       [](Host& h) { rmsNormBackwardInput(h.F("dy"), h.F("x"), h.F("weight"), h.F("rstd"), h.F("dx"), 3, 4); }},
+      {"rms_norm_bwd_weight",
+       {{"dy", {12}}, {"x", {12}}, {"rstd", {3}}, {"dweight", {4}}},
+       {{"M", 3}, {"H", 4}, {"accumulate", true}},
+       [](Host& h) { rmsNormBackwardWeight(h.F("dy"), h.F("x"), h.F("rstd"), h.F("dweight"), 3, 4, true); }},
+      {"linear_fwd",
+       {{"x", {12}}, {"w", {20}}, {"bias", {5}}, {"y", {15}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "in_out"}},
+       [](Host& h) { linearForward(h.F("x"), h.F("w"), h.F("bias"), h.F("y"), 3, 4, 5, WeightLayout::kInOut); }},
+      {"linear_fwd",
+       {{"x", {12}}, {"w", {20}}, {"y", {15}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "out_in"}},
+       [](Host& h) { linearForward(h.F("x"), h.F("w"), nullptr, h.F("y"), 3, 4, 5, WeightLayout::kOutIn); }},
+      // With gelu / gelu_x (llcdist-plan-fuse-epilogues): the GEMM, its output rounded as stored, then the
+      // GELU's forward / backward.
+      {"linear_fwd",
+       {{"x", {12}}, {"w", {20}}, {"bias", {5}}, {"y", {15}}, {"gelu", {15}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "out_in"}},
+       [](Host& h) {
+         linearForward(h.F("x"), h.F("w"), h.F("bias"), h.F("y"), 3, 4, 5, WeightLayout::kOutIn);
+         h.roundIfBf16(h.f["y"][0]);
+         geluTanhForward(h.F("y"), h.F("gelu"), 15);
+       }},
+      {"linear_bwd_input",
+       {{"dy", {15}}, {"w", {20}}, {"gelu_x", {12}}, {"dx", {12}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "in_out"}, {"accumulate", false}},
+       [](Host& h) {
+         std::vector<float> dAct(12);
+         linearBackwardInput(h.F("dy"), h.F("w"), dAct.data(), 3, 4, 5, WeightLayout::kInOut, false);
+         h.roundIfBf16(dAct);
+         geluTanhBackward(dAct.data(), h.F("gelu_x"), h.F("dx"), 12);
+       }},
+      {"linear_bwd_input",
+       {{"dy", {15}}, {"w", {20}}, {"dx", {12}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "out_in"}, {"accumulate", true}},
+       [](Host& h) { linearBackwardInput(h.F("dy"), h.F("w"), h.F("dx"), 3, 4, 5, WeightLayout::kOutIn, true); }},
+      {"linear_bwd_weight",
+       {{"dy", {15}}, {"x", {12}}, {"dw", {20}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "in_out"}, {"accumulate", true}},
+       [](Host& h) { linearBackwardWeight(h.F("dy"), h.F("x"), h.F("dw"), 3, 4, 5, WeightLayout::kInOut, true); }},
+      // With db (llcdist-plan-fuse-epilogues): linear_bwd_bias of the same dy, accumulated as dw is.
+      {"linear_bwd_weight",
+       {{"dy", {15}}, {"x", {12}}, {"dw", {20}}, {"db", {5}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "out_in"}, {"accumulate", true}},
+       [](Host& h) {
+         linearBackwardWeight(h.F("dy"), h.F("x"), h.F("dw"), 3, 4, 5, WeightLayout::kOutIn, true);
+         linearBackwardBias(h.F("dy"), h.F("db"), 3, 5, true);
+       }},
+      {"linear_bwd_weight",
+       {{"dy", {15}}, {"x", {12}}, {"dw", {20}}, {"db", {5}}},
+       {{"M", 3}, {"K", 4}, {"N", 5}, {"layout", "in_out"}, {"accumulate", false}},
+       [](Host& h) {
+         linearBackwardWeight(h.F("dy"), h.F("x"), h.F("dw"), 3, 4, 5, WeightLayout::kInOut, false);
+         linearBackwardBias(h.F("dy"), h.F("db"), 3, 5, false);
+       }},
+      {"linear_bwd_bias",
+       {{"dy", {15}}, {"db", {5}}},
+       {{"M", 3}, {"N", 5}, {"accumulate", true}},
+       [](Host& h) { linearBackwardBias(h.F("dy"), h.F("db"), 3, 5, true); }},
+      {"bias_add",
+       {{"y", {15}}, {"bias", {5}}},
+       {{"M", 3}, {"N", 5}},
+       [](Host& h) { biasAddForward(h.F("y"), h.F("bias"), 3, 5); }},
+      {"split_fwd",
+       {{"x", {12}}, {"outs", {6, 2, 4}}},
+       {{"rows", 2}, {"sizes", {3, 1, 2}}},
+       [](Host& h) {
+         for (int r = 0; r < 2; ++r) {
+           std::memcpy(h.F("outs", 0) + r * 3, h.F("x") + r * 6, 12);
+           std::memcpy(h.F("outs", 1) + r * 1, h.F("x") + r * 6 + 3, 4);
+           std::memcpy(h.F("outs", 2) + r * 2, h.F("x") + r * 6 + 4, 8);
+         }
+       }},
+      {"split_bwd",
+       {{"douts", {6, 2, 4}}, {"dx", {12}}},
+       {{"rows", 2}, {"sizes", {3, 1, 2}}},
+       [](Host& h) {
+         for (int r = 0; r < 2; ++r) {
+           std::memcpy(h.F("dx") + r * 6, h.F("douts", 0) + r * 3, 12);
+           std::memcpy(h.F("dx") + r * 6 + 3, h.F("douts", 1) + r * 1, 4);
+           std::memcpy(h.F("dx") + r * 6 + 4, h.F("douts", 2) + r * 2, 8);
+         }
+       }},
+      {"rope_fwd",
+       {{"x", {24}}, {"y", {24}}},
+       {{"B", 1}, {"S", 3}, {"n", 2}, {"hd", 4}, {"theta", 10000.0}},
+       [](Host& h) {
+         auto t = makeRopeTable(RopeConfig{}, 4, 0, 3).value();
+         ASSERT_TRUE(ropeForward(t, h.F("x"), h.F("y"), 1, 3, 2, 4).isOk());
+       }},
+      {"rope_bwd",
+       {{"dy", {24}}, {"dx", {24}}},
+       {{"B", 1},
+        {"S", 3},
+        {"n", 2},
+        {"hd", 4},
+        {"theta", 500000.0},
+        {"llama3", true},
+        {"factor", 8.0},
+        {"low_freq_factor", 1.0},
+        {"high_freq_factor", 4.0},
+        {"original_max_position_embeddings", 16}},
+       [llama3](Host& h) {
+         auto t = makeRopeTable(llama3, 4, 0, 3).value();
+         ASSERT_TRUE(ropeBackward(t, h.F("dy"), h.F("dx"), 1, 3, 2, 4).isOk());
+       }},
+      {"attention_fwd",
+       {{"q", {24}}, {"k", {12}}, {"v", {12}}, {"out", {24}}, {"lse", {6}}},
+       {{"B", 1}, {"S", 3}, {"nh", 2}, {"nkv", 1}, {"hd", 4}},
+       [](Host& h) {
+         ASSERT_TRUE(attentionForward({1, 3, 2, 1, 4}, h.F("q"), h.F("k"), h.F("v"), h.F("out"), h.F("lse")).isOk());
+       }},
+      {"attention_bwd",
+       {{"dout", {24}},
+        {"q", {24}},
+        {"k", {12}},
+        {"v", {12}},
+        {"out", {24}},
+        {"lse", {6}},
+        {"dq", {24}},
+        {"dk", {12}},
+        {"dv", {12}}},
+       {{"B", 1}, {"S", 3}, {"nh", 2}, {"nkv", 1}, {"hd", 4}},
+       [](Host& h) {
+         ASSERT_TRUE(attentionBackward({1, 3, 2, 1, 4}, h.F("dout"), h.F("q"), h.F("k"), h.F("v"), h.F("out"),
+                                       h.F("lse"), h.F("dq"), h.F("dk"), h.F("dv"))
+                         .isOk());
+       }},
+      {"gelu_tanh_fwd", {{"x", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { geluTanhForward(h.F("x"), h.F("y"), 6); }},
+      {"gelu_tanh_bwd",
+       {{"dy", {6}}, {"x", {6}}, {"dx", {6}}},
+       {{"n", 6}},
+       [](Host& h) { geluTanhBackward(h.F("dy"), h.F("x"), h.F("dx"), 6); }},
+      {"swiglu_fwd",
+       {{"gate", {6}}, {"up", {6}}, {"y", {6}}},
+       {{"n", 6}},
+       [](Host& h) { swigluForward(h.F("gate"), h.F("up"), h.F("y"), 6); }},
+      {"swiglu_bwd",
+       {{"dy", {6}}, {"gate", {6}}, {"up", {6}}, {"dgate", {6}}, {"dup", {6}}},
+       {{"n", 6}},
+       [](Host& h) { swigluBackward(h.F("dy"), h.F("gate"), h.F("up"), h.F("dgate"), h.F("dup"), 6); }},
+      {"add",
+       {{"a", {6}}, {"b", {6}}, {"y", {6}}},
+       {{"n", 6}},
+       [](Host& h) { addForward(h.F("a"), h.F("b"), h.F("y"), 6); }},
+      {"accumulate", {{"x", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { accumulateInto(h.F("x"), h.F("y"), 6); }},
+      {"copy", {{"x", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
+      // Same dtype on both sides here (f32 -> f32, or bf16 -> bf16 in the bf16 run): a copy. Conversions:
+      // Bf16Test.CastOpConvertsBetweenDtypes.
+      {"cast", {{"x", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
+      {"cross_entropy_fwd",
+       {{"logits", {15}}, {"targets", {3}}, {"loss", {1}}},
+       {{"M", 3}, {"V", 5}, {"scale", 0.5}},
+       [](Host& h) {
+         double mean = 0;
+         ASSERT_TRUE(crossEntropyForward(h.F("logits"), h.I("targets"), nullptr, &mean, 3, 5).isOk());
+         h.F("loss")[0] += float(0.5 * mean);
+       },
+       5},
+      {"cross_entropy_bwd",
+       {{"logits", {15}}, {"targets", {3}}, {"dlogits", {15}}},
+       {{"M", 3}, {"V", 5}, {"scale", 0.1}},
+       [](Host& h) {
+         ASSERT_TRUE(crossEntropyBackward(h.F("logits"), h.I("targets"), h.F("dlogits"), 3, 5, 0.1f).isOk());
+       },
+       5},
+      // Vocabulary-parallel cross entropy over a single-rank axis: the local steps of the decomposition
+      // (the plan's all-reduces between them are collectives, not part of any kernel).
+      {"cross_entropy_max",
+       {{"logits", {15}}, {"targets", {3}}, {"row_max", {3}}},
+       {{"M", 3}, {"V", 5}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(crossEntropyShardMax(h.F("logits"), h.I("targets"), h.D("row_max"), 3, 5, {0, 1}).isOk());
+       },
+       5},
+      {"cross_entropy_sums",
+       {{"logits", {15}}, {"targets", {3}}, {"row_max", {3}}, {"row_sums", {6}}},
+       {{"M", 3}, {"V", 5}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(crossEntropyShardSums(h.F("logits"), h.I("targets"), h.D("row_max"), h.D("row_sums"), 3, 5, {0, 1})
+                         .isOk());
+       },
+       5},
+      {"cross_entropy_fwd",
+       {{"logits", {15}}, {"targets", {3}}, {"loss", {1}}, {"row_max", {3}}, {"row_sums", {6}}},
+       {{"M", 3}, {"V", 5}, {"scale", 0.5}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         double mean = 0;
+         ASSERT_TRUE(crossEntropyForwardVocabParallel(h.D("row_max"), h.D("row_sums"), &mean, 3).isOk());
+         h.F("loss")[0] += float(0.5 * mean);
+       },
+       5,
+       {"row_sums"}},
+      {"cross_entropy_bwd",
+       {{"logits", {15}}, {"targets", {3}}, {"dlogits", {15}}, {"row_max", {3}}, {"row_sums", {6}}},
+       {{"M", 3}, {"V", 5}, {"scale", 0.1}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(crossEntropyBackwardVocabParallel(h.F("logits"), h.I("targets"), h.D("row_max"), h.D("row_sums"),
+                                                       h.F("dlogits"), 3, 5, 0.1f, {0, 1})
+                         .isOk());
+       },
+       5,
+       {"row_sums"}},
+      // The fused classifier (llcdist-plan-fuse-classifier): M = 5 rows in chunks of 2 (the last one short),
+      // N = 6 columns of which 5 are real; straight onto dw, and through the f32 dw_acc.
+      {"classifier",
+       {{"x", {20}}, {"w", {24}}, {"targets", {5}}, {"loss", {1}}, {"logits", {12}}, {"dx", {20}}, {"dw", {24}}},
+       {{"M", 5},
+        {"K", 4},
+        {"N", 6},
+        {"layout", "out_in"},
+        {"accumulate", true},
+        {"chunk", 2},
+        {"scale", 0.5},
+        {"grad_scale", 0.1}},
+       [](Host& h) { classifierReference(h, WeightLayout::kOutIn, true, 0); },
+       6},
+      {"classifier",
+       {{"x", {20}},
+        {"w", {24}},
+        {"targets", {5}},
+        {"loss", {1}},
+        {"logits", {12}},
+        {"dx", {20}},
+        {"dw", {24}},
+        {"dw_acc", {24}}},
+       {{"M", 5},
+        {"K", 4},
+        {"N", 6},
+        {"layout", "in_out"},
+        {"accumulate", false},
+        {"chunk", 2},
+        {"scale", 0.5},
+        {"grad_scale", 0.1}},
+       [](Host& h) { classifierReference(h, WeightLayout::kInOut, false, 0); },
+       6,
+       {},
+       "adamw",
+       1,
+       0,
+       {"dw_acc"}},
+      {"grad_norm",
+       {{"grads", {5, 7}}, {"norm", {1}}},
+       {{"max_norm", 0.5}},
+       [](Host& h) {
+         h.F("norm")[0] = float(clipGradNorm({{h.F("grads", 0), 5}, {h.F("grads", 1), 7}}, 0.5));
+       }},
+      // The split norm's local steps: the partial squared norm (replica shards counted on member 0 of
+      // each replica group; rank 0 is), then the norm of the (here not reduced) total and the clip.
+      {"grad_norm_sq",
+       {{"grads", {5, 7}}, {"replica_shards", {3}}, {"add", {1}}, {"sq", {1}}},
+       {{"replicas", 2}, {"replica_axis", "tp"}},
+       [](Host& h) {
+         h.D("sq")[0] = gradNormPartial({{h.F("grads", 0), 5}, {h.F("grads", 1), 7}}, {{h.F("replica_shards"), 3}},
+                                        true, h.D("add")[0]);
+       },
+       8,
+       {"add"},
+       "adamw",
+       /*tp=*/2},
+      {"grad_norm_clip",
+       {{"sq", {1}}, {"grads", {5, 7}}, {"norm", {1}}},
+       {{"max_norm", 0.5}},
+       [](Host& h) {
+         h.F("norm")[0] = float(gradNormFinish(h.D("sq")[0], 0.5, {}));
+         const float coef = clipCoefficient(std::sqrt(h.D("sq")[0]), 0.5);
+         if (coef < 1.0f)
+           for (auto& g : h.f["grads"]) scaleInPlace(g.data(), int64_t(g.size()), coef);
+       },
+       8,
+       {"sq"}},
+      // Collectives over single-rank groups (the plan's mesh is 1×1×1): all_reduce is the identity,
+      // all_gather and reduce_scatter copy x to y.
+      {"all_reduce", {{"x", {5, 3}}}, {{"axis", "dp"}, {"op", "avg"}}, [](Host&) {}},
+      {"all_gather",
+       {{"x", {6}}, {"y", {6}}},
+       {{"axis", "tp"}, {"outer", 2}, {"inner", 3}},
+       [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
+      {"reduce_scatter",
+       {{"x", {6}}, {"y", {6}}},
+       {{"axis", "dp"}, {"outer", 3}, {"inner", 2}, {"op", "sum"}},
+       [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
+      // ZeRO's shard_slice on tp = 2, rank 1: y [2, 3] = columns [3, 6) of each row of x [2, 6].
+      {"shard_slice",
+       {{"x", {12}}, {"y", {6}}},
+       {{"axis", "tp"}, {"outer", 2}, {"inner", 3}},
+       [](Host& h) {
+         for (int o = 0; o < 2; ++o) std::memcpy(h.F("y") + o * 3, h.F("x") + o * 6 + 3, 12);
+       },
+       8,
+       {},
+       "adamw",
+       2,
+       1},
+      {"adamw",
+       {{"param", {5}}, {"grad", {5}}, {"m", {5}}, {"v", {5}}},
+       {{"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}},
+       [](Host& h) {
+         AdamWConfig c{kLr, 0.9, 0.95, 1e-8, 0.1};
+         ASSERT_TRUE(adamwStep(h.F("param"), h.F("grad"), h.F("m"), h.F("v"), 5, kStep + 1, c).isOk());
+       },
+       8,
+       {"v"}},
+      {"sgd",
+       {{"param", {5}}, {"grad", {5}}, {"momentum_buf", {5}}},
+       {{"momentum", 0.9}, {"weight_decay", 0.01}},
+       [](Host& h) {
+         SgdConfig c;
+         c.lr = kLr;
+         c.momentum = 0.9;
+         c.weightDecay = 0.01;
+         ASSERT_TRUE(sgdStep(h.F("param"), h.F("grad"), h.F("momentum_buf"), 5, kStep + 1, c).isOk());
+       },
+       8,
+       {},
+       "sgd"},
+      // The _multi forms: each tensor's update as the single op's (two tensors of different sizes).
+      {"adamw_multi",
+       {{"params", {5, 3}}, {"grads", {5, 3}}, {"m", {5, 3}}, {"v", {5, 3}}},
+       {{"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}},
+       [](Host& h) {
+         AdamWConfig c{kLr, 0.9, 0.95, 1e-8, 0.1};
+         for (size_t k = 0; k < 2; ++k)
+           ASSERT_TRUE(
+               adamwStep(h.F("params", k), h.F("grads", k), h.F("m", k), h.F("v", k), k == 0 ? 5 : 3, kStep + 1, c)
+                   .isOk());
+       },
+       8,
+       {"v"}},
+      {"sgd_multi",
+       {{"params", {5, 3}}, {"grads", {5, 3}}, {"momentum_bufs", {5, 3}}},
+       {{"momentum", 0.9}, {"weight_decay", 0.01}},
+       [](Host& h) {
+         SgdConfig c;
+         c.lr = kLr;
+         c.momentum = 0.9;
+         c.weightDecay = 0.01;
+         for (size_t k = 0; k < 2; ++k)
+           ASSERT_TRUE(sgdStep(h.F("params", k), h.F("grads", k), h.F("momentum_bufs", k), k == 0 ? 5 : 3, kStep + 1, c)
+                           .isOk());
+       },
+       8,
+       {},
+       "sgd"},
+      // The fused norms (llcdist-plan-fuse-norm): the unfused kernels in turn, each intermediate rounded as
+      // its unfused buffer stored it.
+      {"add_layer_norm_fwd",
+       {{"a", {12}},
+        {"b", {12}},
+        {"sum", {12}},
+        {"gamma", {4}},
+        {"beta", {4}},
+        {"y", {12}},
+        {"mean", {3}},
+        {"rstd", {3}}},
+       {{"M", 3}, {"H", 4}, {"eps", 1e-5}},
+       [](Host& h) {
+         addForward(h.F("a"), h.F("b"), h.F("sum"), 12);
+         h.roundIfBf16(h.f["sum"][0]);
+         layerNormForward(h.F("sum"), h.F("gamma"), h.F("beta"), h.F("y"), h.F("mean"), h.F("rstd"), 3, 4, 1e-5f);
+       }},
+      {"add_rms_norm_fwd",
+       {{"a", {12}}, {"b", {12}}, {"sum", {12}}, {"weight", {4}}, {"y", {12}}, {"rstd", {3}}},
+       {{"M", 3}, {"H", 4}, {"eps", 1e-6}},
+       [](Host& h) {
+         addForward(h.F("a"), h.F("b"), h.F("sum"), 12);
+         h.roundIfBf16(h.f["sum"][0]);
+         rmsNormForward(h.F("sum"), h.F("weight"), h.F("y"), h.F("rstd"), 3, 4, 1e-6f);
+       }},
+      {"layer_norm_bwd",
+       {{"dy", {12}},
+        {"x", {12}},
+        {"gamma", {4}},
+        {"mean", {3}},
+        {"rstd", {3}},
+        {"dresidual", {12}},
+        {"dx", {12}},
+        {"dgamma", {4}},
+        {"dbeta", {4}}},
+       {{"M", 3}, {"H", 4}, {"accumulate", true}},
+       [](Host& h) {
+         layerNormBackwardWeight(h.F("dy"), h.F("x"), h.F("mean"), h.F("rstd"), h.F("dgamma"), h.F("dbeta"), 3, 4,
+                                 true);
+         std::vector<float> dxIn(12);
+         layerNormBackwardInput(h.F("dy"), h.F("x"), h.F("gamma"), h.F("mean"), h.F("rstd"), dxIn.data(), 3, 4);
+         h.roundIfBf16(dxIn);
+         addForward(h.F("dresidual"), dxIn.data(), h.F("dx"), 12);
+       }},
+      {"layer_norm_bwd",
+       {{"dy", {12}},
+        {"x", {12}},
+        {"gamma", {4}},
+        {"mean", {3}},
+        {"rstd", {3}},
+        {"dx", {12}},
+        {"dgamma", {4}},
+        {"dbeta", {4}}},
+       {{"M", 3}, {"H", 4}, {"accumulate", false}},
+       [](Host& h) {
+         layerNormBackwardWeight(h.F("dy"), h.F("x"), h.F("mean"), h.F("rstd"), h.F("dgamma"), h.F("dbeta"), 3, 4,
+                                 false);
+         layerNormBackwardInput(h.F("dy"), h.F("x"), h.F("gamma"), h.F("mean"), h.F("rstd"), h.F("dx"), 3, 4);
+       }},
+      {"rms_norm_bwd",
+       {{"dy", {12}}, {"x", {12}}, {"weight", {4}}, {"rstd", {3}}, {"dresidual", {12}}, {"dx", {12}}, {"dweight", {4}}},
+       {{"M", 3}, {"H", 4}, {"accumulate", true}},
+       [](Host& h) {
+         rmsNormBackwardWeight(h.F("dy"), h.F("x"), h.F("rstd"), h.F("dweight"), 3, 4, true);
+         std::vector<float> dxIn(12);
+         rmsNormBackwardInput(h.F("dy"), h.F("x"), h.F("weight"), h.F("rstd"), dxIn.data(), 3, 4);
+         h.roundIfBf16(dxIn);
+         addForward(h.F("dresidual"), dxIn.data(), h.F("dx"), 12);
+       }},
+      {"cast_multi",
+       {{"x", {6, 4}}, {"y", {6, 4}}},
+       json::object(),
+       [](Host& h) {
+         std::memcpy(h.F("y", 0), h.F("x", 0), 24);
+         std::memcpy(h.F("y", 1), h.F("x", 1), 16);
+       }},
+  };
+}
+
+// bf16: every float buffer is bf16 (host values rounded to bf16 first); the op must equal the f32 kernel
+// on those values with every float result rounded to bf16 (bf16 storage, fp32 arithmetic), bit for bit.
+// Elementwise within `tol` of the CPU reference (the first few misses are reported).
+template <typename T>
+void expectWithin(const T* got, const T* want, size_t n, const conformance::Tolerance& tol, const std::string& role,
+                  size_t k) {
+  int misses = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!tol.within(double(got[i]), double(want[i])) && misses++ < 4)
+      ADD_FAILURE() << "role " << role << "[" << k << "][" << i << "]: " << got[i] << " vs the CPU's " << want[i]
+                    << " (atol " << tol.atol << ", rtol " << tol.rtol << ")";
+}
+
+void runCase(const Case& c, uint32_t seed, bool bf16, const conformance::BackendUnderTest& under) {
+  SCOPED_TRACE(c.op + (bf16 ? " (bf16 buffers)" : "") + " on " + under.name);
+  const auto kind = sc::parseOpKind(c.op);
+  ASSERT_TRUE(kind.has_value());
+  testing::PlanBuilder b(/*vocab=*/8, /*seqLen=*/3, /*microBatch=*/2, /*microbatches=*/2, c.optimizer);
+  json args = json::object();
+  Host host;
+  host.bf16 = bf16;
+  std::vector<std::tuple<int64_t, std::string, size_t, bool, bool>> bufs;  // id, role, k, is i32, is f64
+  for (const auto& [role, counts] : c.roles) {
+    const int ai = sc::argIndex(*kind, role);
+    ASSERT_GE(ai, 0) << role;
+    const sc::ArgSpec& spec = sc::opSpec(*kind).args[size_t(ai)];
+    const bool i32 = spec.type == sc::ArgType::kI32, f64 = spec.type == sc::ArgType::kF64;
+    json ids = json::array();
+    for (size_t k = 0; k < counts.size(); ++k) {
+      const bool bf16Buffer = bf16 && !c.f32Roles.count(role);
+      const int64_t id = b.buffer(role + std::to_string(k), "activation", {counts[k]},
+                                  i32          ? "i32"
+                                  : f64        ? "f64"
+                                  : bf16Buffer ? "bf16"
+                                               : "f32");
+      ids.push_back(id);
+      bufs.emplace_back(id, role, k, i32, f64);
+      if (f64) {
+        std::vector<double> v;
+        for (float x : testing::randn(counts[k], seed++)) v.push_back(c.positive.count(role) ? std::abs(double(x)) : x);
+        host.d[role].push_back(std::move(v));
+      } else if (i32) {
+        host.i[role].push_back(testing::randIds(counts[k], c.idRange, seed++));
+      } else {
+        std::vector<float> v = testing::randn(counts[k], seed++);
+        if (c.positive.count(role))
+          for (float& x : v) x = std::abs(x);
+        if (bf16Buffer)
+          for (float& x : v) x = roundToBf16(x);
+        host.f[role].push_back(std::move(v));
+      }
+    }
+    args[role] = sc::isListArity(spec.arity) ? ids : ids[0];
+  }
+  if (c.tp > 1) {
+    b.manifest["mesh"]["tp"] = c.tp;
+    json ranks = json::array();
+    for (int64_t r = 0; r < c.tp; ++r) ranks.push_back(r);
+    b.manifest["programs"][0]["ranks"] = ranks;
+  }
+  b.op("s", c.op, args, c.attrs, "test-loc");
+  b.action("s", kMicro);
+
+  Plan plan;
+  auto m = parseManifest(b.manifest.dump(), "manifest.json");
+  ASSERT_TRUE(m.isOk()) << m.status().message();
+  plan.manifest = m.value();
+  auto p = parseProgram(b.program.dump(), "program-0.json", plan.manifest);
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  plan.programs.push_back(std::move(p).value());
+  auto backend = under.make(c.rank);
+  ASSERT_TRUE(backend.isOk()) << backend.status().message();
+  auto interp = Interpreter::create(plan, 0, **backend, c.rank);
+  ASSERT_TRUE(interp.isOk()) << interp.status().message();
+  for (const auto& [id, role, k, i32, f64] : bufs)
+    ASSERT_TRUE((f64   ? (*interp)->writeBuffer(id, host.d[role][k].data())
+                 : i32 ? (*interp)->writeBuffer(id, host.i[role][k].data())
+                       : (*interp)->writeF32(id, host.f[role][k].data()))
+                    .isOk());
+  Status s = (*interp)->runSubroutine(0, kStep, kMicro, kLr, fillBatch);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  c.ref(host);
+  if (bf16) {
+    for (auto& [role, vs] : host.f)
+      if (!c.f32Roles.count(role))
+        for (auto& v : vs)
+          for (float& x : v) x = roundToBf16(x);
+    for (const auto& [id, role, k, i32, f64] : bufs) {
+      if (i32 || f64) continue;
+      const std::vector<float> got = (*interp)->readF32(id).value();
+      if (under.bf16.bitwise())
+        EXPECT_EQ(std::memcmp(got.data(), host.f[role][k].data(), got.size() * 4), 0)
+            << "role " << role << "[" << k << "] ";
+      else
+        expectWithin(got.data(), host.f[role][k].data(), got.size(), under.bf16, role, k);
+    }
+    return;
+  }
+  for (const auto& [id, role, k, i32, f64] : bufs) {
+    const BufferDesc& d = plan.programs[0].buffers[size_t(id)];
+    std::vector<char> got(size_t(d.bytes));
+    ASSERT_TRUE((*interp)->readBuffer(id, got.data()).isOk());
+    const void* want = f64   ? (const void*)host.d[role][k].data()
+                       : i32 ? (const void*)host.i[role][k].data()
+                             : host.f[role][k].data();
+    if (i32 || under.f32.bitwise())
+      EXPECT_EQ(std::memcmp(got.data(), want, got.size()), 0) << "role " << role << "[" << k << "]";
+    else if (f64)
+      expectWithin(reinterpret_cast<const double*>(got.data()), host.d[role][k].data(), got.size() / 8, under.f32, role,
+                   k);
+    else
+      expectWithin(reinterpret_cast<const float*>(got.data()), host.f[role][k].data(), got.size() / 4, under.f32, role,
+                   k);
+  }
+}
+
+}  // namespace
+
+std::set<std::string> conformance::runEveryOpCase(const BackendUnderTest& backend, bool bf16) {
+  std::set<std::string> covered;
+  uint32_t seed = 1;
+  for (const Case& c : cases()) {
+    runCase(c, seed, bf16, backend);
+    seed += 100;
+    covered.insert(c.op);
+  }
+  return covered;
+}
+
+}  // namespace llcdist::rt

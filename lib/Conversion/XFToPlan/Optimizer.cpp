@@ -15,191 +15,58 @@ using namespace llcdist;
 using namespace llcdist::xf;
 using namespace llcdist::xftoplan;
 
-FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuilder &pb,
-                                                    ParamBuffers &params, const StepInfo &step,
-                                                    const OptimizerScope &scope) {
-  OpBuilder &b = pb.b;
-  auto kernel = [&](StringRef name, ArrayRef<NamedAttribute> args,
-                    ArrayRef<NamedAttribute> attrs, Location loc) {
+namespace {
+/// The optimizer function's ops, one method each, into the builder's
+/// optimizer subroutine.
+class OptimizerLowering {
+public:
+  OptimizerLowering(ProgramBuilder &pb, ParamBuffers &params, const StepInfo &step, const OptimizerScope &scope)
+      : pb(pb), b(pb.b), params(params), step(step), scope(scope) {
+    for (const std::string &name : params.order())
+      updateGrad[name] = params[name].grad;
+  }
+
+  FailureOr<OptimizerChoice> run(func::FuncOp fn);
+
+private:
+  void gradientReduction(AllReduceGradsOp ar);
+  void lossAverage(AllReduceLossOp ar);
+  LogicalResult gradNorm(ClipGradNormOp clip);
+  void allReduceSq(Buf sq, StringRef over, const Twine &why, Location loc);
+  void updates(Operation *op, AdamWOp adamw, SGDOp sgd);
+
+  plan::KernelOp kernel(StringRef name, ArrayRef<NamedAttribute> args, ArrayRef<NamedAttribute> attrs, Location loc) {
     return pb.kernel(name, args, attrs, loc);
-  };
-  auto arg = [&](StringRef role, Attribute buf) { return pb.arg(role, buf); };
-  auto i64 = [&](StringRef n, int64_t v) { return pb.i64(n, v); };
-  auto f64 = [&](StringRef n, double v) { return pb.f64(n, v); };
-  auto str = [&](StringRef n, StringRef v) { return pb.str(n, v); };
+  }
+  NamedAttribute arg(StringRef role, Attribute buf) { return pb.arg(role, buf); }
+  NamedAttribute i64(StringRef n, int64_t v) { return pb.i64(n, v); }
+  NamedAttribute f64(StringRef n, double v) { return pb.f64(n, v); }
+  NamedAttribute str(StringRef n, StringRef v) { return pb.str(n, v); }
+
+  ProgramBuilder &pb;
+  OpBuilder &b;
+  ParamBuffers &params;
+  const StepInfo &step;
+  const OptimizerScope &scope;
   OptimizerChoice choice;
-  pb.current = pb.optimizer;
-  // The gradient each update reads.
+  /// The gradient each update reads.
   llvm::StringMap<Buf> updateGrad;
-  for (const std::string &name : params.order())
-    updateGrad[name] = params[name].grad;
+};
+
+FailureOr<OptimizerChoice> OptimizerLowering::run(func::FuncOp fn) {
+  pb.current = pb.optimizer;
   for (Operation &op : fn.getBody().front().without_terminator()) {
     if (auto ar = dyn_cast<AllReduceGradsOp>(op)) {
-      SmallVector<Attribute> covered;
-      for (const std::string &name : params.order())
-        if (ar.covers(name) && scope.updates(name))
-          covered.push_back(updateGrad[name]);
-      if (covered.empty())
-        continue;
-      SmallVector<NamedAttribute> attrs{str("axis", ar.getAxis()), str("op", ar.getReduction())};
-      if (auto g = ar.getGroupSize()) // over sub-groups of the axis (kv-head replicas)
-        attrs.push_back(i64("group_size", int64_t(*g)));
-      plan::KernelOp k = kernel("all_reduce", {arg("x", b.getArrayAttr(covered))}, attrs,
-                                NameLoc::get(ar.getReasonAttr(), op.getLoc()));
-      k->setAttr("plan.payload",
-                 b.getStringAttr(ar.getGroupSize() ? "kv-replica gradients"
-                                 : ar.getParams()  ? "sequence-parallel gradients"
-                                                   : "gradients"));
-      plan::setCollectiveOrigin(k, ar);
-      continue;
-    }
-    if (auto ar = dyn_cast<AllReduceLossOp>(op)) {
-      if (!scope.loss)
-        continue; // a pipeline stage before the last has no loss
-      plan::KernelOp k = kernel("all_reduce", {arg("x", b.getArrayAttr({scope.loss}))},
-                                {str("axis", ar.getAxis()), str("op", "avg")},
-                                NameLoc::get(ar.getReasonAttr(), op.getLoc()));
-      k->setAttr("plan.payload", b.getStringAttr("loss"));
-      plan::setCollectiveOrigin(k, ar);
-      continue;
-    }
-    if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
-      choice.gradClip = clip.getMaxNorm().convertToDouble();
-      // Replicated gradients count once; split ones once per shard (summed
-      // over their axis); replicated shards (kv heads) once per shard, on
-      // the first of its replicas.
-      SmallVector<Attribute> replicated, sharded, replicaShards;
-      StringAttr axis;
-      int64_t replicas = 0;
-      for (const std::string &name : params.order()) {
-        ParamInfo &p = params[name];
-        if (!scope.updates(name))
-          continue; // counted on its home stage
-        if (p.sharding) {
-          axis = p.sharding.getAs<StringAttr>("axis");
-          if (auto r = p.sharding.getAs<IntegerAttr>("replicas")) {
-            if (replicas && replicas != r.getInt())
-              return op.emitOpError("llcdist-lower-to-plan: sharded parameters with ")
-                     << replicas << " and " << r.getInt()
-                     << " replicas per shard; grad_norm counts one replica count";
-            replicas = r.getInt();
-            replicaShards.push_back(updateGrad[name]);
-          } else {
-            sharded.push_back(updateGrad[name]);
-          }
-        } else {
-          replicated.push_back(updateGrad[name]);
-        }
-      }
-      bool split = !sharded.empty() || !replicaShards.empty();
-      if (!split && !scope.pipelined) { // every gradient whole here: one local kernel
-        kernel("grad_norm",
-               {arg("norm", scope.gradNorm), arg("grads", b.getArrayAttr(replicated))},
-               {f64("max_norm", choice.gradClip)}, op.getLoc());
-        continue;
-      }
-      // Kernels never communicate: f64 partial squared norms, all-reduced
-      // by the plan, in the order the sums are defined (the split gradients
-      // over their axis, the replicated ones added, then the stages).
-      auto allReduceSq = [&](Buf sq, StringRef over, const Twine &why) {
-        plan::KernelOp k =
-            kernel("all_reduce", {arg("x", b.getArrayAttr({sq}))},
-                   {str("axis", over), str("op", "sum")},
-                   NameLoc::get(b.getStringAttr(why), op.getLoc()));
-        k->setAttr("plan.payload", b.getStringAttr("grad norm"));
-        plan::setCollectiveOrigin(k, CollectiveOrigin::GradNorm);
-      };
-      Buf total;
-      if (split) {
-        total = pb.newBuffer("grad_norm.sharded_sq", "scratch", pb.f64Type({1}));
-        SmallVector<NamedAttribute> args{arg("sq", total)}, attrs;
-        if (!sharded.empty())
-          args.push_back(arg("grads", b.getArrayAttr(sharded)));
-        if (!replicaShards.empty()) {
-          args.push_back(arg("replica_shards", b.getArrayAttr(replicaShards)));
-          attrs.push_back(i64("replicas", replicas));
-          attrs.push_back(b.getNamedAttr("replica_axis", axis));
-        }
-        kernel("grad_norm_sq", args, attrs, op.getLoc());
-        allReduceSq(total, axis.getValue(),
-                    "grad_norm: the split gradients' squared norm over " + axis.getValue());
-      }
-      if (!replicated.empty() || !split) {
-        Buf sq = pb.newBuffer("grad_norm.sq", "scratch", pb.f64Type({1}));
-        SmallVector<NamedAttribute> args{arg("sq", sq)};
-        if (!replicated.empty())
-          args.push_back(arg("grads", b.getArrayAttr(replicated)));
-        if (split)
-          args.push_back(arg("add", total));
-        kernel("grad_norm_sq", args, {}, op.getLoc());
-        total = sq;
-      }
-      // Each stage holds other parameters (pipeline): the norm sums over pp
-      // (under ZeRO llcdist-plan-zero adds dp before it).
-      if (scope.pipelined)
-        allReduceSq(total, "pp", "grad_norm: every stage's squared norm over pp");
-      SmallVector<Attribute> clipped(replicated);
-      clipped.append(sharded.begin(), sharded.end());
-      clipped.append(replicaShards.begin(), replicaShards.end());
-      SmallVector<NamedAttribute> args{arg("sq", total), arg("norm", scope.gradNorm)};
-      if (!clipped.empty())
-        args.push_back(arg("grads", b.getArrayAttr(clipped)));
-      kernel("grad_norm_clip", args, {f64("max_norm", choice.gradClip)}, op.getLoc());
-      continue;
-    }
-    auto adamw = dyn_cast<AdamWOp>(op);
-    auto sgd = dyn_cast<SGDOp>(op);
-    if (!adamw && !sgd)
+      gradientReduction(ar);
+    } else if (auto ar = dyn_cast<AllReduceLossOp>(op)) {
+      lossAverage(ar);
+    } else if (auto clip = dyn_cast<ClipGradNormOp>(op)) {
+      if (failed(gradNorm(clip)))
+        return failure();
+    } else if (isa<AdamWOp, SGDOp>(op)) {
+      updates(&op, dyn_cast<AdamWOp>(op), dyn_cast<SGDOp>(op));
+    } else {
       return op.emitOpError("llcdist-lower-to-plan: unexpected op in the optimizer step");
-    double wd = adamw ? adamw.getWeightDecay().convertToDouble()
-                      : sgd.getWeightDecay().convertToDouble();
-    choice.attrs =
-        adamw ? b.getDictionaryAttr({str("kind", "adamw"),
-                                     f64("beta1", adamw.getBeta1().convertToDouble()),
-                                     f64("beta2", adamw.getBeta2().convertToDouble()),
-                                     f64("eps", adamw.getEps().convertToDouble()),
-                                     f64("weight_decay", wd)})
-              : b.getDictionaryAttr({str("kind", "sgd"),
-                                     f64("momentum", sgd.getMomentum().convertToDouble()),
-                                     f64("weight_decay", wd)});
-    for (const std::string &name : params.order()) {
-      ParamInfo &p = params[name];
-      bool decays = p.type.getRank() >= 2 && !p.isTable;
-      SmallVector<Attribute> state;
-      Location loc = NameLoc::get(b.getStringAttr(name), op.getLoc());
-      // What the update writes: the parameter (llcdist-plan-zero makes it,
-      // or a slice of it, and the state the dp block under ZeRO).
-      Buf target = p.value, grad = updateGrad[name];
-      // f32, the master's type.
-      RankedTensorType stateType = ProgramBuilder::withF32(p.type);
-      if (!scope.updates(name)) {
-        // A replica: its home stage updates it and sends the new value.
-      } else if (adamw) {
-        Buf m = pb.newBuffer(name + ".exp_avg", "optimizer_state", stateType);
-        Buf v = pb.newBuffer(name + ".exp_avg_sq", "optimizer_state", stateType);
-        state = {m, v};
-        kernel("adamw",
-               {arg("param", target), arg("grad", grad), arg("m", m), arg("v", v)},
-               {f64("beta1", adamw.getBeta1().convertToDouble()),
-                f64("beta2", adamw.getBeta2().convertToDouble()),
-                f64("eps", adamw.getEps().convertToDouble()),
-                f64("weight_decay", decays ? wd : 0.0)},
-               loc);
-      } else {
-        double mom = sgd.getMomentum().convertToDouble();
-        SmallVector<NamedAttribute> args{arg("param", target), arg("grad", grad)};
-        if (mom != 0) {
-          Buf buf = pb.newBuffer(name + ".momentum_buffer", "optimizer_state", stateType);
-          state = {buf};
-          args.push_back(arg("momentum_buf", buf));
-        }
-        kernel("sgd", args, {f64("momentum", mom), f64("weight_decay", decays ? wd : 0.0)},
-               loc);
-      }
-      std::optional<int64_t> replica;
-      if (!scope.updates(name))
-        replica = scope.replicaOf->at(name);
-      emitParam(pb, step, name, p, state, decays, replica, loc);
     }
   }
   if (!choice.attrs)
@@ -208,3 +75,169 @@ FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuil
   return choice;
 }
 
+/// The all-reduce of the gradients this program updates that `ar` covers.
+void OptimizerLowering::gradientReduction(AllReduceGradsOp ar) {
+  SmallVector<Attribute> covered;
+  for (const std::string &name : params.order())
+    if (ar.covers(name) && scope.updates(name))
+      covered.push_back(updateGrad[name]);
+  if (covered.empty())
+    return;
+  SmallVector<NamedAttribute> attrs{str("axis", ar.getAxis()), str("op", ar.getReduction())};
+  if (auto g = ar.getGroupSize()) // over sub-groups of the axis (kv-head replicas)
+    attrs.push_back(i64("group_size", int64_t(*g)));
+  plan::KernelOp k =
+      kernel("all_reduce", {arg("x", b.getArrayAttr(covered))}, attrs, NameLoc::get(ar.getReasonAttr(), ar.getLoc()));
+  k->setAttr("plan.payload", b.getStringAttr(ar.getGroupSize() ? "kv-replica gradients"
+                                             : ar.getParams()  ? "sequence-parallel gradients"
+                                                               : "gradients"));
+  plan::setCollectiveOrigin(k, ar);
+}
+
+/// The loss's average (a pipeline stage before the last has no loss).
+void OptimizerLowering::lossAverage(AllReduceLossOp ar) {
+  if (!scope.loss)
+    return;
+  plan::KernelOp k =
+      kernel("all_reduce", {arg("x", b.getArrayAttr({scope.loss}))}, {str("axis", ar.getAxis()), str("op", "avg")},
+             NameLoc::get(ar.getReasonAttr(), ar.getLoc()));
+  k->setAttr("plan.payload", b.getStringAttr("loss"));
+  plan::setCollectiveOrigin(k, ar);
+}
+
+/// An f64 partial squared norm all-reduced over `over` (kernels never
+/// communicate).
+void OptimizerLowering::allReduceSq(Buf sq, StringRef over, const Twine &why, Location loc) {
+  plan::KernelOp k = kernel("all_reduce", {arg("x", b.getArrayAttr({sq}))}, {str("axis", over), str("op", "sum")},
+                            NameLoc::get(b.getStringAttr(why), loc));
+  k->setAttr("plan.payload", b.getStringAttr("grad norm"));
+  plan::setCollectiveOrigin(k, CollectiveOrigin::GradNorm);
+}
+
+/// The global gradient norm and the clipping. Replicated gradients count
+/// once; split ones once per shard (summed over their axis); replicated
+/// shards (kv heads) once per shard, on the first of its replicas.
+LogicalResult OptimizerLowering::gradNorm(ClipGradNormOp clip) {
+  Location loc = clip.getLoc();
+  choice.gradClip = clip.getMaxNorm().convertToDouble();
+  SmallVector<Attribute> replicated, sharded, replicaShards;
+  StringAttr axis;
+  int64_t replicas = 0;
+  for (const std::string &name : params.order()) {
+    ParamInfo &p = params[name];
+    if (!scope.updates(name))
+      continue; // counted on its home stage
+    if (!p.sharding) {
+      replicated.push_back(updateGrad[name]);
+      continue;
+    }
+    axis = p.sharding.getAs<StringAttr>("axis");
+    auto r = p.sharding.getAs<IntegerAttr>("replicas");
+    if (!r) {
+      sharded.push_back(updateGrad[name]);
+      continue;
+    }
+    if (replicas && replicas != r.getInt())
+      return clip.emitOpError("llcdist-lower-to-plan: sharded parameters with ")
+             << replicas << " and " << r.getInt() << " replicas per shard; grad_norm counts one replica count";
+    replicas = r.getInt();
+    replicaShards.push_back(updateGrad[name]);
+  }
+  bool split = !sharded.empty() || !replicaShards.empty();
+  if (!split && !scope.pipelined) { // every gradient whole here: one local kernel
+    kernel("grad_norm", {arg("norm", scope.gradNorm), arg("grads", b.getArrayAttr(replicated))},
+           {f64("max_norm", choice.gradClip)}, loc);
+    return success();
+  }
+  // f64 partial squared norms, all-reduced by the plan, in the order the
+  // sums are defined (the split gradients over their axis, the replicated
+  // ones added, then the stages).
+  Buf total;
+  if (split) {
+    total = pb.newBuffer("grad_norm.sharded_sq", "scratch", pb.f64Type({1}));
+    SmallVector<NamedAttribute> args{arg("sq", total)}, attrs;
+    if (!sharded.empty())
+      args.push_back(arg("grads", b.getArrayAttr(sharded)));
+    if (!replicaShards.empty()) {
+      args.push_back(arg("replica_shards", b.getArrayAttr(replicaShards)));
+      attrs.push_back(i64("replicas", replicas));
+      attrs.push_back(b.getNamedAttr("replica_axis", axis));
+    }
+    kernel("grad_norm_sq", args, attrs, loc);
+    allReduceSq(total, axis.getValue(), "grad_norm: the split gradients' squared norm over " + axis.getValue(), loc);
+  }
+  if (!replicated.empty() || !split) {
+    Buf sq = pb.newBuffer("grad_norm.sq", "scratch", pb.f64Type({1}));
+    SmallVector<NamedAttribute> args{arg("sq", sq)};
+    if (!replicated.empty())
+      args.push_back(arg("grads", b.getArrayAttr(replicated)));
+    if (split)
+      args.push_back(arg("add", total));
+    kernel("grad_norm_sq", args, {}, loc);
+    total = sq;
+  }
+  // Each stage holds other parameters (pipeline): the norm sums over pp
+  // (under ZeRO llcdist-plan-zero adds dp before it).
+  if (scope.pipelined)
+    allReduceSq(total, "pp", "grad_norm: every stage's squared norm over pp", loc);
+  SmallVector<Attribute> clipped(replicated);
+  clipped.append(sharded.begin(), sharded.end());
+  clipped.append(replicaShards.begin(), replicaShards.end());
+  SmallVector<NamedAttribute> args{arg("sq", total), arg("norm", scope.gradNorm)};
+  if (!clipped.empty())
+    args.push_back(arg("grads", b.getArrayAttr(clipped)));
+  kernel("grad_norm_clip", args, {f64("max_norm", choice.gradClip)}, loc);
+  return success();
+}
+
+/// One AdamW or SGD update per parameter this program updates, with its
+/// state buffers, and every parameter's plan.param.
+void OptimizerLowering::updates(Operation *op, AdamWOp adamw, SGDOp sgd) {
+  double wd = adamw ? adamw.getWeightDecay().convertToDouble() : sgd.getWeightDecay().convertToDouble();
+  choice.attrs = adamw ? b.getDictionaryAttr({str("kind", "adamw"), f64("beta1", adamw.getBeta1().convertToDouble()),
+                                              f64("beta2", adamw.getBeta2().convertToDouble()),
+                                              f64("eps", adamw.getEps().convertToDouble()), f64("weight_decay", wd)})
+                       : b.getDictionaryAttr({str("kind", "sgd"), f64("momentum", sgd.getMomentum().convertToDouble()),
+                                              f64("weight_decay", wd)});
+  for (const std::string &name : params.order()) {
+    ParamInfo &p = params[name];
+    bool decays = p.type.getRank() >= 2 && !p.isTable;
+    SmallVector<Attribute> state;
+    Location loc = NameLoc::get(b.getStringAttr(name), op->getLoc());
+    // What the update writes: the parameter (llcdist-plan-zero makes it,
+    // or a slice of it, and the state the dp block under ZeRO).
+    Buf target = p.value, grad = updateGrad[name];
+    // f32, the master's type.
+    RankedTensorType stateType = ProgramBuilder::withF32(p.type);
+    if (!scope.updates(name)) {
+      // A replica: its home stage updates it and sends the new value.
+    } else if (adamw) {
+      Buf m = pb.newBuffer(name + ".exp_avg", "optimizer_state", stateType);
+      Buf v = pb.newBuffer(name + ".exp_avg_sq", "optimizer_state", stateType);
+      state = {m, v};
+      kernel("adamw", {arg("param", target), arg("grad", grad), arg("m", m), arg("v", v)},
+             {f64("beta1", adamw.getBeta1().convertToDouble()), f64("beta2", adamw.getBeta2().convertToDouble()),
+              f64("eps", adamw.getEps().convertToDouble()), f64("weight_decay", decays ? wd : 0.0)},
+             loc);
+    } else {
+      double mom = sgd.getMomentum().convertToDouble();
+      SmallVector<NamedAttribute> args{arg("param", target), arg("grad", grad)};
+      if (mom != 0) {
+        Buf buf = pb.newBuffer(name + ".momentum_buffer", "optimizer_state", stateType);
+        state = {buf};
+        args.push_back(arg("momentum_buf", buf));
+      }
+      kernel("sgd", args, {f64("momentum", mom), f64("weight_decay", decays ? wd : 0.0)}, loc);
+    }
+    std::optional<int64_t> replica;
+    if (!scope.updates(name))
+      replica = scope.replicaOf->at(name);
+    emitParam(pb, step, name, p, state, decays, replica, loc);
+  }
+}
+} // namespace
+
+FailureOr<OptimizerChoice> xftoplan::lowerOptimizer(func::FuncOp fn, ProgramBuilder &pb, ParamBuffers &params,
+                                                    const StepInfo &step, const OptimizerScope &scope) {
+  return OptimizerLowering(pb, params, step, scope).run(fn);
+}

@@ -43,66 +43,16 @@ const std::set<std::string> kNotDifferentiable = {
     // llcdist-partition and the tensor-parallel passes, after autodiff.
     "xf.all_reduce_grads", "xf.all_reduce_loss", "xf.all_reduce", "xf.all_gather", "xf.reduce_scatter", "xf.bias_add"};
 
-TEST(XFInterfaces, EveryOpIsDifferentiableOrListed) {
-  mlir::DialectRegistry registry;
-  registerAllDialects(registry);
-  mlir::MLIRContext ctx(registry);
-  ctx.getOrLoadDialect<xf::XFDialect>();
-  int xfOps = 0, differentiable = 0;
-  std::set<std::string> seen;
-  for (mlir::RegisteredOperationName name : ctx.getRegisteredOperations()) {
-    if (name.getDialectNamespace() != "xf")
-      continue;
-    ++xfOps;
-    std::string op = name.getStringRef().str();
-    seen.insert(op);
-    bool rule = name.hasInterface<xf::DifferentiableOpInterface>();
-    differentiable += rule;
-    EXPECT_NE(rule, kNotDifferentiable.count(op) == 1)
-        << op
-        << (rule ? " has a backward rule but is listed as not differentiable"
-                 : " has no backward rule: implement DifferentiableOpInterface "
-                   "(lib/Dialect/XF/IR/XFAutodiff.cpp) or list it here");
-  }
-  // The list names real ops only (a renamed op would otherwise hide here).
-  for (const std::string &op : kNotDifferentiable)
-    EXPECT_TRUE(seen.count(op)) << op << " is listed but is not an xf op";
-  EXPECT_EQ(differentiable, 11) << "of " << xfOps << " xf ops";
-}
-
-/// xf ops with no sharding model: they exist only after partitioning (the
-/// collectives it inserts, and bias_add, which tp creates). The optimizer's
-/// ops and the step's collectives have one (no tensor to split).
-const std::set<std::string> kNoShardingModel = {"xf.all_reduce", "xf.all_gather", "xf.reduce_scatter", "xf.bias_add"};
-
-TEST(XFInterfaces, EveryTensorOpHasAShardingModel) {
-  mlir::DialectRegistry registry;
-  registerAllDialects(registry);
-  mlir::MLIRContext ctx(registry);
-  ctx.loadAllAvailableDialects();
-  for (mlir::RegisteredOperationName name : ctx.getRegisteredOperations()) {
-    if (name.getDialectNamespace() != "xf")
-      continue;
-    std::string op = name.getStringRef().str();
-    bool model = name.hasInterface<mlir::shard::ShardingInterface>();
-    EXPECT_NE(model, kNoShardingModel.count(op) == 1)
-        << op
-        << (model ? " has a sharding model but is listed without one"
-                  : " has no sharding model: add it to getSpec and "
-                    "registerShardingInterfaceExternalModels "
-                    "(lib/Dialect/XF/IR/XFShardingInterface.cpp) or list it here");
-  }
-}
-
 /// The xf ops of the optimizer step: llcdist-lower-to-plan lowers the
 /// optimizer function as a whole (lib/Conversion/XFToPlan/Optimizer.cpp) and
 /// tensor parallelism never propagates through it.
 const std::set<std::string> kOptimizerStepOps = {"xf.clip_grad_norm", "xf.adamw", "xf.sgd", "xf.all_reduce_grads",
                                                  "xf.all_reduce_loss"};
 
-/// The registered xf ops, with the dialect and every model loaded as the
-/// tools load them.
-template <typename Check> void forEachXFOp(Check check) {
+/// Calls `check` on every registered xf op, with the dialect and every model
+/// loaded as the tools load them; each name in `listed` must be an xf op (a
+/// renamed op would otherwise hide in a list).
+template <typename Check> void forEachXFOp(const std::set<std::string> &listed, Check check) {
   mlir::DialectRegistry registry;
   registerAllDialects(registry);
   mlir::MLIRContext ctx(registry);
@@ -114,13 +64,47 @@ template <typename Check> void forEachXFOp(Check check) {
       check(name);
     }
   ASSERT_GT(seen.size(), 30u);
-  for (const std::string &op : kOptimizerStepOps)
+  for (const std::string &op : listed)
     EXPECT_TRUE(seen.count(op)) << op << " is listed but is not an xf op";
+}
+
+TEST(XFInterfaces, EveryOpIsDifferentiableOrListed) {
+  int xfOps = 0, differentiable = 0;
+  forEachXFOp(kNotDifferentiable, [&](mlir::RegisteredOperationName name) {
+    ++xfOps;
+    std::string op = name.getStringRef().str();
+    bool rule = name.hasInterface<xf::DifferentiableOpInterface>();
+    differentiable += rule;
+    EXPECT_NE(rule, kNotDifferentiable.count(op) == 1)
+        << op
+        << (rule ? " has a backward rule but is listed as not differentiable"
+                 : " has no backward rule: implement DifferentiableOpInterface "
+                   "(lib/Dialect/XF/IR/XFAutodiff.cpp) or list it here");
+  });
+  EXPECT_EQ(differentiable, 11) << "of " << xfOps << " xf ops";
+}
+
+/// xf ops with no sharding model: they exist only after partitioning (the
+/// collectives it inserts, and bias_add, which tp creates). The optimizer's
+/// ops and the step's collectives have one (no tensor to split).
+const std::set<std::string> kNoShardingModel = {"xf.all_reduce", "xf.all_gather", "xf.reduce_scatter", "xf.bias_add"};
+
+TEST(XFInterfaces, EveryTensorOpHasAShardingModel) {
+  forEachXFOp(kNoShardingModel, [&](mlir::RegisteredOperationName name) {
+    std::string op = name.getStringRef().str();
+    bool model = name.hasInterface<mlir::shard::ShardingInterface>();
+    EXPECT_NE(model, kNoShardingModel.count(op) == 1)
+        << op
+        << (model ? " has a sharding model but is listed without one"
+                  : " has no sharding model: give it a spec(Op) (none for an Elementwise op) and a name in "
+                    "registerShardingInterfaceExternalModels (lib/Dialect/XF/IR/XFShardingInterface.cpp), or "
+                    "list it here");
+  });
 }
 
 TEST(XFInterfaces, EveryStepOpHasAPlanLowering) {
   int models = 0;
-  forEachXFOp([&](mlir::RegisteredOperationName name) {
+  forEachXFOp(kOptimizerStepOps, [&](mlir::RegisteredOperationName name) {
     std::string op = name.getStringRef().str();
     bool model = name.hasInterface<xftoplan::PlanLoweringOpInterface>();
     models += model;
@@ -135,7 +119,7 @@ TEST(XFInterfaces, EveryStepOpHasAPlanLowering) {
 
 TEST(XFInterfaces, EveryStepOpHasATensorParallelRuleOrIsElementwise) {
   int elementwiseOnly = 0;
-  forEachXFOp([&](mlir::RegisteredOperationName name) {
+  forEachXFOp(kOptimizerStepOps, [&](mlir::RegisteredOperationName name) {
     std::string op = name.getStringRef().str();
     bool model = name.hasInterface<xf::TensorParallelOpInterface>();
     bool elementwise = name.hasTrait<mlir::OpTrait::Elementwise>();

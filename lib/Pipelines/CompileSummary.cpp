@@ -28,8 +28,7 @@ FailureOr<xf::ModelStats> llcdist::recordedModelStats(ModuleOp m) {
   s.parameters = d.getAs<IntegerAttr>("parameters").getInt();
   s.layers = d.getAs<IntegerAttr>("layers").getInt();
   s.linearFlopsPerToken = double(d.getAs<IntegerAttr>("linear_flops_per_token").getInt());
-  s.attentionFlopsPerToken =
-      double(d.getAs<IntegerAttr>("attention_flops_per_token").getInt());
+  s.attentionFlopsPerToken = double(d.getAs<IntegerAttr>("attention_flops_per_token").getInt());
   if (auto model = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr))
     if (auto sl = model.getAs<IntegerAttr>("seq_len"))
       s.seqLen = sl.getInt();
@@ -48,10 +47,8 @@ std::vector<GradBucket> llcdist::gradBucketsOf(ModuleOp m) {
   for (auto program : m.getOps<plan::ProgramOp>())
     if (auto buckets = program->getAttrOfType<ArrayAttr>(plan::kGradBucketsAttr))
       for (auto d : buckets.getAsRange<DictionaryAttr>())
-        out.push_back({d.getAs<StringAttr>("collective").str(),
-                       d.getAs<IntegerAttr>("grads").getInt(),
-                       d.getAs<IntegerAttr>("elements").getInt(),
-                       d.getAs<IntegerAttr>("bytes").getInt(),
+        out.push_back({d.getAs<StringAttr>("collective").str(), d.getAs<IntegerAttr>("grads").getInt(),
+                       d.getAs<IntegerAttr>("elements").getInt(), d.getAs<IntegerAttr>("bytes").getInt(),
                        d.get("every_microbatch") != nullptr, program.getSymName().str(),
                        d.getAs<StringAttr>("subroutine").str()});
   return out;
@@ -63,10 +60,8 @@ std::vector<FsdpPrefetch> llcdist::fsdpPrefetchOf(ModuleOp m) {
     if (auto subs = program->getAttrOfType<ArrayAttr>(plan::kFsdpPrefetchAttr))
       for (auto d : subs.getAsRange<DictionaryAttr>())
         out.push_back({program.getSymName().str(), d.getAs<StringAttr>("subroutine").str(),
-                       d.getAs<IntegerAttr>("units").getInt(),
-                       d.getAs<IntegerAttr>("gathers").getInt(),
-                       d.getAs<IntegerAttr>("prefetched").getInt(),
-                       d.getAs<IntegerAttr>("bytes").getInt()});
+                       d.getAs<IntegerAttr>("units").getInt(), d.getAs<IntegerAttr>("gathers").getInt(),
+                       d.getAs<IntegerAttr>("prefetched").getInt(), d.getAs<IntegerAttr>("bytes").getInt()});
   return out;
 }
 
@@ -75,8 +70,7 @@ std::vector<ParamGatherOverlap> llcdist::paramGatherOverlapOf(ModuleOp m) {
   for (auto program : m.getOps<plan::ProgramOp>())
     if (auto d = program->getAttrOfType<DictionaryAttr>(plan::kParamGatherOverlapAttr))
       out.push_back({program.getSymName().str(), d.getAs<StringAttr>("subroutine").str(),
-                     d.getAs<IntegerAttr>("gathers").getInt(),
-                     d.getAs<IntegerAttr>("bytes").getInt()});
+                     d.getAs<IntegerAttr>("gathers").getInt(), d.getAs<IntegerAttr>("bytes").getInt()});
   return out;
 }
 
@@ -106,6 +100,18 @@ std::vector<TpCommOverlap> llcdist::tpCommOverlapOf(ModuleOp m) {
   return out;
 }
 
+std::optional<P2PScatterGather> llcdist::p2pScatterGatherOf(ModuleOp m) {
+  std::optional<P2PScatterGather> out;
+  for (auto program : m.getOps<plan::ProgramOp>())
+    if (auto d = program->getAttrOfType<DictionaryAttr>(plan::kP2PScatterGatherAttr)) {
+      if (!out)
+        out.emplace();
+      out->sends += d.getAs<IntegerAttr>("sends").getInt();
+      out->recvs += d.getAs<IntegerAttr>("recvs").getInt();
+    }
+  return out;
+}
+
 std::vector<FusedKernels> llcdist::fusedOf(ModuleOp m) {
   std::vector<FusedKernels> out;
   for (auto program : m.getOps<plan::ProgramOp>())
@@ -113,9 +119,8 @@ std::vector<FusedKernels> llcdist::fusedOf(ModuleOp m) {
       for (auto d : fused.getAsRange<DictionaryAttr>()) {
         FusedKernels key{d.getAs<StringAttr>("pass").str(), d.getAs<StringAttr>("from").str(),
                          d.getAs<StringAttr>("to").str()};
-        auto it = llvm::find_if(out, [&](const FusedKernels &f) {
-          return f.pass == key.pass && f.from == key.from && f.to == key.to;
-        });
+        auto it = llvm::find_if(
+            out, [&](const FusedKernels &f) { return f.pass == key.pass && f.from == key.from && f.to == key.to; });
         if (it == out.end()) { // after the pass's other patterns (one summary line a pass)
           auto last = llvm::find_if(llvm::reverse(out), [&](const FusedKernels &f) { return f.pass == key.pass; });
           it = out.insert(last == out.rend() ? out.end() : last.base(), key);
@@ -200,10 +205,7 @@ json CompileSummary::toJson() const {
   if (!paramGatherOverlap.empty()) {
     json progs = json::array();
     for (const ParamGatherOverlap &o : paramGatherOverlap)
-      progs.push_back({{"program", o.program},
-                       {"waited_in", o.waitedIn},
-                       {"gathers", o.gathers},
-                       {"bytes", o.bytes}});
+      progs.push_back({{"program", o.program}, {"waited_in", o.waitedIn}, {"gathers", o.gathers}, {"bytes", o.bytes}});
     j["param_gather_overlap"] = std::move(progs);
   }
   if (!paramGatherSynchronous.empty())
@@ -211,12 +213,12 @@ json CompileSummary::toJson() const {
   if (!tpCommOverlap.empty()) {
     json o = json::object();
     for (const TpCommOverlap &t : tpCommOverlap)
-      o[t.collective] = {{"started", t.started},
-                         {"overlapped", t.overlapped},
-                         {"kernels", t.kernels},
-                         {"gemms", t.gemms}};
+      o[t.collective] = {
+          {"started", t.started}, {"overlapped", t.overlapped}, {"kernels", t.kernels}, {"gemms", t.gemms}};
     j["tp_comm_overlap"] = std::move(o);
   }
+  if (p2pScatterGather)
+    j["p2p_scatter_gather"] = {{"sends", p2pScatterGather->sends}, {"recvs", p2pScatterGather->recvs}};
   if (memory) {
     json mem = memory->toJson();
     for (auto &[k, v] : mem.items())
@@ -226,26 +228,22 @@ json CompileSummary::toJson() const {
 }
 
 void CompileSummary::print(llvm::raw_ostream &os) const {
-  os << fmt::format("llc-dist: compiled {} for mesh {} ({} ranks) in {:.1f} ms\n", model,
-                    mesh.str(), mesh.worldSize(), compileMs);
-  os << fmt::format("  parameters {} | layers {} | training FLOPs/token {}\n",
-                    groupDigits(stats.parameters), stats.layers,
-                    sci(stats.trainingFlopsPerToken()));
+  os << fmt::format("llc-dist: compiled {} for mesh {} ({} ranks) in {:.1f} ms\n", model, mesh.str(), mesh.worldSize(),
+                    compileMs);
+  os << fmt::format("  parameters {} | layers {} | training FLOPs/token {}\n", groupDigits(stats.parameters),
+                    stats.layers, sci(stats.trainingFlopsPerToken()));
   if (const std::optional<VocabPadding> &pad = vocabPadding)
     os << fmt::format("  vocabulary {} padded to {} rows (a multiple of {}: "
                       "--make-vocab-size-divisible-by {}{}); the loss masks the {} "
                       "padding columns, safetensors keep {}\n",
-                      groupDigits(pad->vocab), groupDigits(pad->padded), pad->multiple,
-                      vocabDivisibleBy,
-                      pad->multiple != vocabDivisibleBy
-                          ? fmt::format(" × tp {}", pad->multiple / vocabDivisibleBy)
-                          : std::string(),
+                      groupDigits(pad->vocab), groupDigits(pad->padded), pad->multiple, vocabDivisibleBy,
+                      pad->multiple != vocabDivisibleBy ? fmt::format(" × tp {}", pad->multiple / vocabDivisibleBy)
+                                                        : std::string(),
                       pad->padded - pad->vocab, groupDigits(pad->vocab));
   if (shape)
     os << fmt::format("  seq len {} | micro-batch {} | global batch {} "
                       "({} microbatches) | dtype {}\n",
-                      shape->seqLen, shape->microBatch, shape->globalBatch,
-                      shape->microbatches(mesh.dp), shape->dtype);
+                      shape->seqLen, shape->microBatch, shape->globalBatch, shape->microbatches(mesh.dp), shape->dtype);
   if (plan) {
     std::string ops;
     for (int64_t n : plan->opsPerStepPerProgram)
@@ -261,8 +259,7 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
     std::string what;
     for (; i < fused.size() && fused[i].pass == pass; ++i)
       what += fmt::format("{}{} {} into {} {}", what.empty() ? "" : ", ", fused[i].ops,
-                          fused[i].from.find(' ') == std::string::npos ? fused[i].from
-                                                                        : "(" + fused[i].from + ")",
+                          fused[i].from.find(' ') == std::string::npos ? fused[i].from : "(" + fused[i].from + ")",
                           fused[i].into, fused[i].to);
     const std::string flag = StringRef(pass).starts_with("llcdist-plan-")
                                  ? "--no-" + pass.substr(std::string("llcdist-plan-").size())
@@ -275,24 +272,27 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
     pipeline->print(os, output != "-" ? output + "/schedule.trace.json" : "");
   if (comm)
     comm->print(os, mesh, topology ? &*topology : nullptr);
+  if (p2pScatterGather)
+    os << fmt::format("  pipeline sends of 1/tp (--scatter-gather-p2p): {} send kernel{} after a shard_slice over tp, "
+                      "{} recv kernel{} followed by an all_gather over tp\n",
+                      p2pScatterGather->sends, p2pScatterGather->sends == 1 ? "" : "s", p2pScatterGather->recvs,
+                      p2pScatterGather->recvs == 1 ? "" : "s");
   if (!gradBuckets.empty()) {
     os << fmt::format("  overlap (--grad-bucket-size {}): {} gradient bucket{} reduced over dp "
                       "({}) on queue comm during {} backward, each as soon "
                       "as its gradients are complete:\n",
-                      groupDigits(gradBucketSize), gradBuckets.size(),
-                      gradBuckets.size() == 1 ? "" : "s", gradBuckets.front().collective,
-                      gradBuckets.front().everyMicrobatch ? "every microbatch's"
-                                                          : "the last microbatch's");
+                      groupDigits(gradBucketSize), gradBuckets.size(), gradBuckets.size() == 1 ? "" : "s",
+                      gradBuckets.front().collective,
+                      gradBuckets.front().everyMicrobatch ? "every microbatch's" : "the last microbatch's");
     // Where each starts, once buckets come from several subroutines (a
     // pipeline's stages and chunks).
     const bool where = llvm::any_of(gradBuckets, [&](const GradBucket &b) {
-      return b.program != gradBuckets.front().program ||
-             b.subroutine != gradBuckets.front().subroutine;
+      return b.program != gradBuckets.front().program || b.subroutine != gradBuckets.front().subroutine;
     });
     for (auto [i, b] : llvm::enumerate(gradBuckets))
       os << fmt::format("    bucket {}{}: {} gradients, {} params, {} B\n", i,
-                        where ? " (" + b.program + " " + b.subroutine + ")" : "", b.grads,
-                        groupDigits(b.elements), groupDigits(b.bytes));
+                        where ? " (" + b.program + " " + b.subroutine + ")" : "", b.grads, groupDigits(b.elements),
+                        groupDigits(b.bytes));
   }
   if (!fsdpPrefetch.empty()) {
     os << fmt::format("  overlap (--fsdp-prefetch {}): ZeRO-3 parameter all-gathers on queue "
@@ -300,17 +300,15 @@ void CompileSummary::print(llvm::raw_ostream &os) const {
                       fsdpPrefetchUnits, fsdpPrefetchUnits, fsdpPrefetchUnits == 1 ? "" : "s");
     for (const FsdpPrefetch &f : fsdpPrefetch)
       os << fmt::format("    {}{}: {} units, {} gathers ({} before their unit begins), {} B\n",
-                        fsdpPrefetch.front().program == fsdpPrefetch.back().program
-                            ? ""
-                            : f.program + " ",
+                        fsdpPrefetch.front().program == fsdpPrefetch.back().program ? "" : f.program + " ",
                         f.subroutine, f.units, f.gathers, f.prefetched, groupDigits(f.bytes));
   }
   for (const ParamGatherOverlap &o : paramGatherOverlap)
     os << fmt::format("  overlap (--overlap-param-gather){}: {} updated parameter all-gathers "
                       "({} B) started on queue comm in step_begin, each waited before its first "
                       "use in {}\n",
-                      paramGatherOverlap.size() == 1 ? "" : " " + o.program, o.gathers,
-                      groupDigits(o.bytes), o.waitedIn);
+                      paramGatherOverlap.size() == 1 ? "" : " " + o.program, o.gathers, groupDigits(o.bytes),
+                      o.waitedIn);
   for (const std::string &program : paramGatherSynchronous)
     os << fmt::format("  overlap (--overlap-param-gather) {}: not overlapped, its parameter "
                       "gathers stay synchronous (the stage holds a tied parameter's replica or "

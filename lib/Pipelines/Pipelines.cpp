@@ -22,6 +22,12 @@ std::optional<std::string> llcdist::overlapOptionsError(const TrainingPipelineOp
   if (o.overlapP2P && o.mesh.pp == 1)
     return std::string("--overlap-p2p overlaps the pipeline's sends and receives: it needs pp > 1 "
                        "in --mesh");
+  if (o.scatterGatherP2P && (o.mesh.pp == 1 || o.mesh.tp == 1))
+    return std::string("--scatter-gather-p2p slices the pipeline's sends over tp: it needs pp > 1 and tp > 1 "
+                       "in --mesh");
+  if (o.scatterGatherP2P && o.sequenceParallel)
+    return std::string("--scatter-gather-p2p and --sequence-parallel: under sequence parallelism each tp rank "
+                       "sends its own 1/tp of the sequence already; leave --scatter-gather-p2p off");
   if (o.fsdpPrefetch < 0)
     return "--fsdp-prefetch must be a unit count >= 0 (0: off), got " + std::to_string(o.fsdpPrefetch);
   if (o.fsdpPrefetch > 0 && o.zero != 3)
@@ -120,6 +126,9 @@ const Step kSteps[] = {
      [](const Options &) { return plan::createPlanOverlapParamGather(); }},
     {"llcdist-plan-sp-overlap", "--tp-comm-overlap", true, [](const Options &o) { return o.tpCommOverlap; },
      [](const Options &) { return plan::createPlanSPOverlap(); }},
+    {"llcdist-plan-p2p-scatter-gather", "--scatter-gather-p2p", true,
+     [](const Options &o) { return o.scatterGatherP2P; },
+     [](const Options &) { return plan::createPlanP2PScatterGather(); }},
     {"llcdist-plan-p2p-overlap", "--overlap-p2p", true, [](const Options &o) { return o.overlapP2P; },
      [](const Options &) { return plan::createPlanP2POverlap(); }},
     // Fusion, after every pass that rewrites or moves the per-parameter ops
@@ -234,6 +243,9 @@ static void bindTrainingPipelineOptions(TextualPipelineOptions<TrainingPipelineO
   o.bind("overlap-p2p", f.overlapP2P,
          "under pp, overlap the pipeline sends and recvs with the kernels of their "
          "action (llcdist-plan-p2p-overlap)");
+  o.bind("scatter-gather-p2p", f.scatterGatherP2P,
+         "under tp and pp, send 1/tp of each pipeline tensor and all-gather it over "
+         "tp on the receiving stage (llcdist-plan-p2p-scatter-gather)");
   o.bind("fuse-norm", f.fuseNorm,
          "the residual add with the norm after it, and a norm's backward kernels "
          "with the residual's add, one kernel each (llcdist-plan-fuse-norm)");

@@ -104,6 +104,11 @@ void checkOverlapFlags(TrainingPipelineOptions &train, const MeshSpec &mesh, con
     throw UsageError{"--grad-bucket-size does not support --grad-reduce-dtype f32 under --dtype bf16 "
                      "yet (the runtime runs a started reduction only in the buffers' dtype): drop one "
                      "of them"};
+  // Nor a started send or recv of bf16 buffers (the runtime moves bf16 pipeline tensors through its f32
+  // staging area, which a transfer in flight cannot keep).
+  if (train.overlapP2P && shape.dtype == "bf16")
+    throw UsageError{"--overlap-p2p does not support --dtype bf16 yet (the runtime sends a bf16 pipeline "
+                     "tensor through f32 staging, which a send in flight cannot keep): drop --overlap-p2p"};
 }
 
 /// The optimizer flags' ranges (torch.optim's own checks), refused before
@@ -303,6 +308,8 @@ std::optional<int> CompileCommand::parse(Args &args) {
       train.tpCommOverlap = true;
     else if (a == "--overlap-p2p")
       train.overlapP2P = true;
+    else if (a == "--scatter-gather-p2p")
+      train.scatterGatherP2P = true;
     else if (a == "--no-fuse-optimizer")
       train.fuseOptimizer = false;
     else if (a == "--no-fuse-norm")
@@ -576,6 +583,7 @@ int CompileCommand::report(CompileSummary &summary) {
     if (train.overlapParamGather)
       summary.paramGatherSynchronous = programsWithoutParamGatherOverlap(*lm->module);
     summary.tpCommOverlap = tpCommOverlapOf(*lm->module);
+    summary.p2pScatterGather = p2pScatterGatherOf(*lm->module);
     summary.fused = fusedOf(*lm->module);
   }
   std::optional<cost::PlanSimResult> predicted;

@@ -155,6 +155,13 @@ OVERLAP (asynchronous plans)
                          gradients) running while it is in flight; a receive
                          waited just before its first reader
                          (llcdist-plan-p2p-overlap). Default off.
+  --scatter-gather-p2p   tp > 1 and pp > 1, without --sequence-parallel: each
+                         tp rank sends its 1/tp slice of a pipeline tensor and
+                         the receiving stage all-gathers it over tp
+                         (Megatron-LM's scatter/gather of pipeline tensors):
+                         tp times fewer bytes between stages, one all-gather
+                         over tp per receive; the same values
+                         (llcdist-plan-p2p-scatter-gather). Default off.
   --no-fuse-norm         keep the residual add and the norm after it, and a
                          norm's weight gradient, input gradient and the
                          residual's add, as separate kernels (default:

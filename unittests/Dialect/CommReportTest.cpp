@@ -8,11 +8,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Analysis/CommReport.h"
+#include "../CompileForTest.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/Frontend/ImportXF.h"
 #include "llcdist/InitAll.h"
 #include "llcdist/Pipelines/Pipelines.h"
-#include "../CompileForTest.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
@@ -25,14 +25,10 @@
 using namespace llcdist;
 
 namespace {
-plan::CommReport compileAndReport(const std::string &model, int64_t dp,
-                                  int64_t microbatches, int64_t *params,
-                                  int64_t tp = 1, ModelConfig *config = nullptr,
-                                  int64_t gradBucketSize = 0) {
+plan::CommReport compileAndReport(const std::string &model, int64_t dp, int64_t microbatches, int64_t *params,
+                                  int64_t tp = 1, ModelConfig *config = nullptr, int64_t gradBucketSize = 0) {
   ModelConfig cfg;
-  EXPECT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/" +
-                                   model + ".json",
-                               cfg));
+  EXPECT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/" + model + ".json", cfg));
   *params = cfg.numParameters();
   if (config)
     *config = cfg;
@@ -78,8 +74,7 @@ TEST(CommReport, DataParallelGradientsMatchTheAnalyticVolume) {
         // Once per step whatever the microbatch count (DDP's no_sync).
         EXPECT_EQ(g.callsPerStep, 1) << "microbatches " << mb;
         EXPECT_EQ(g.payloadBytes, 4 * params) << model;
-        EXPECT_DOUBLE_EQ(g.ringBytesPerStep(),
-                         2.0 * double(dp - 1) / double(dp) * 4.0 * double(params));
+        EXPECT_DOUBLE_EQ(g.ringBytesPerStep(), 2.0 * double(dp - 1) / double(dp) * 4.0 * double(params));
         EXPECT_EQ(l.payload, "loss");
         EXPECT_EQ(l.payloadBytes, 4);
       }
@@ -93,8 +88,7 @@ TEST(CommReport, BytesByQueueShowWhatBucketsMoved) {
   plan::CommReport sync = compileAndReport("tiny-gpt2", 2, 2, &params);
   ASSERT_EQ(sync.ringBytesPerStepByQueue().size(), 1u);
   EXPECT_EQ(sync.ringBytesPerStepByQueue()[0].first, "compute");
-  plan::CommReport async =
-      compileAndReport("tiny-gpt2", 2, 2, &params, 1, nullptr, /*gradBucketSize=*/50'000);
+  plan::CommReport async = compileAndReport("tiny-gpt2", 2, 2, &params, 1, nullptr, /*gradBucketSize=*/50'000);
   auto byQueue = async.ringBytesPerStepByQueue();
   ASSERT_EQ(byQueue.size(), 2u);
   const double ring = 2.0 * (2 - 1) / 2; // 2(n-1)/n at dp = 2
@@ -110,9 +104,7 @@ TEST(CommReport, BytesByQueueShowWhatBucketsMoved) {
   async.print(os, MeshSpec{2, 1, 1}, nullptr);
   EXPECT_NE(text.find("ring B/step by queue:"), std::string::npos) << text;
   EXPECT_NE(text.find(" compute 4 (exposed)"), std::string::npos) << text;
-  EXPECT_NE(text.find(" comm " + std::to_string(int64_t(grads)) + " (may overlap compute)"),
-            std::string::npos)
-      << text;
+  EXPECT_NE(text.find(" comm " + std::to_string(int64_t(grads)) + " (may overlap compute)"), std::string::npos) << text;
   for (const auto &j : async.toJson(MeshSpec{2, 1, 1}, nullptr))
     EXPECT_EQ(j["queue"], j["payload"] == "gradients" ? "comm" : "compute") << j.dump();
 }
@@ -136,8 +128,7 @@ TEST(CommReport, TensorParallelActivationsMatchMegatron) {
           EXPECT_EQ(e.axis, "tp");
           // The f64 partial reductions of the loss and the norm (kernels never
           // communicate) are not Megatron's activation all-reduces.
-          if (e.origin == xf::CollectiveOrigin::VocabParallelLoss ||
-              e.origin == xf::CollectiveOrigin::GradNorm)
+          if (e.origin == xf::CollectiveOrigin::VocabParallelLoss || e.origin == xf::CollectiveOrigin::GradNorm)
             continue;
           EXPECT_EQ(e.payload, "activations");
           EXPECT_EQ(e.payloadBytes, 4 * b * s * h) << e.reason;
@@ -146,8 +137,7 @@ TEST(CommReport, TensorParallelActivationsMatchMegatron) {
         }
         EXPECT_EQ(calls, (4 * L + 2) * mb) << model << " tp=" << tp;
         double n = double(tp);
-        EXPECT_DOUBLE_EQ(ring,
-                         double((4 * L + 2) * mb) * 2 * (n - 1) / n * 4.0 * double(b * s * h));
+        EXPECT_DOUBLE_EQ(ring, double((4 * L + 2) * mb) * 2 * (n - 1) / n * 4.0 * double(b * s * h));
       }
 }
 
@@ -165,8 +155,7 @@ plan::CommReport reportOf(const Compiled &c) {
   return mlir::succeeded(r) ? *r : plan::CommReport{};
 }
 
-std::string printed(const plan::CommReport &r, const MeshSpec &mesh,
-                    const Topology *topo = nullptr) {
+std::string printed(const plan::CommReport &r, const MeshSpec &mesh, const Topology *topo = nullptr) {
   std::string s;
   llvm::raw_string_ostream os(s);
   r.print(os, mesh, topo);
@@ -245,6 +234,29 @@ TEST(CommReport, AnalyticVolumeOfPipelineSends) {
   EXPECT_EQ(sends, 2); // activations forward, their gradients backward
 }
 
+// --scatter-gather-p2p: each pipeline send carries this tp rank's 1/tp of
+// b·s·h, and each recv is followed by an all-gather over tp of the whole.
+TEST(CommReport, AnalyticVolumeOfScatterGatherPipelineSends) {
+  const int64_t b = 1, s = 16, tp = 2;
+  TrainingPipelineOptions opt = meshOptions(1, tp, 2);
+  opt.scatterGatherP2P = true;
+  Compiled c = compileForTest("tiny-llama", opt, shapeForTest(s, b, 4));
+  plan::CommReport r = reportOf(c);
+  int64_t sends = 0, gathers = 0;
+  for (const plan::CollectiveEntry &e : r.entries) {
+    const bool gather = e.kind == "all_gather" && e.origin == xf::CollectiveOrigin::Pipeline;
+    if (e.kind != "send" && !gather)
+      continue;
+    (gather ? gathers : sends) += 1;
+    EXPECT_DOUBLE_EQ(e.analytic.payloadBytes, 4.0 * double(b * s * c.config.hidden) / (gather ? 1 : tp)) << e.kind;
+    EXPECT_EQ(e.payloadBytes * (gather ? 1 : tp), 4 * b * s * c.config.hidden) << e.kind;
+    EXPECT_TRUE(e.analytic.matches(e)) << e.kind << ": " << e.analytic.formula;
+    EXPECT_EQ(e.callsPerStep, 4); // one per microbatch
+  }
+  EXPECT_EQ(sends, 2);
+  EXPECT_EQ(gathers, 2);
+}
+
 // A counted volume that differs from the formula is reported, not hidden.
 TEST(CommReport, MismatchIsPrinted) {
   plan::CommReport r;
@@ -287,8 +299,7 @@ TEST(CommReport, JsonAndLinkEstimate) {
     const bool across = e.axis == "dp";
     EXPECT_EQ(j[i]["crosses_nodes"].get<bool>(), across) << e.axis;
     const double gbs = across ? 10 : 100;
-    EXPECT_DOUBLE_EQ(j[i]["estimated_ms_per_step"].get<double>(),
-                     e.ringBytesPerStep() / (gbs * 1e9) * 1e3);
+    EXPECT_DOUBLE_EQ(j[i]["estimated_ms_per_step"].get<double>(), e.ringBytesPerStep() / (gbs * 1e9) * 1e3);
     EXPECT_FALSE(j[i].contains("stage")); // one program
   }
   EXPECT_FALSE(r.toJson(mesh, nullptr)[0].contains("crosses_nodes"));
@@ -316,7 +327,7 @@ TEST(CommReport, CollectivesCarryTheirOrigin) {
   EXPECT_EQ(calls[CollectiveOrigin::VocabParallelEmbedding], mb);
   EXPECT_EQ(calls[CollectiveOrigin::DataParallelGradients], 1);
   EXPECT_EQ(calls[CollectiveOrigin::Loss], 1);
-  EXPECT_EQ(calls[CollectiveOrigin::VocabParallelLoss], 2 * 2 * mb);  // max and sums, fwd and bwd
+  EXPECT_EQ(calls[CollectiveOrigin::VocabParallelLoss], 2 * 2 * mb); // max and sums, fwd and bwd
   EXPECT_EQ(calls[CollectiveOrigin::GradNorm], 1);
   EXPECT_EQ(calls.size(), 7u);
   // Kernels that are no collective have none.
@@ -364,8 +375,7 @@ TEST(CommReport, FormulaFollowsTheOriginNotTheReason) {
   EXPECT_NE(a.formula.find("input gradients"), std::string::npos) << a.formula;
   e.origin = xf::CollectiveOrigin::RowParallel;
   e.reason = "anything";
-  EXPECT_NE(plan::analyticVolume(e, r, r.facts).formula.find("attention and MLP outputs"),
-            std::string::npos);
+  EXPECT_NE(plan::analyticVolume(e, r, r.facts).formula.find("attention and MLP outputs"), std::string::npos);
   e.origin.reset(); // no kind: no formula
   EXPECT_FALSE(plan::analyticVolume(e, r, r.facts).known());
 }
@@ -379,11 +389,10 @@ TEST(CommReport, EveryCollectiveHasAnOrigin) {
     bool sp;
     const char *dtype;
   };
-  for (const Config &cfg : {Config{"tiny-llama", 2, 2, 1, 1, false, "f32"},
-                            Config{"tiny-llama", 2, 1, 2, 2, false, "bf16"},
-                            Config{"tiny-gpt2", 2, 1, 2, 3, false, "f32"},
-                            Config{"tiny-llama", 1, 2, 2, 0, true, "bf16"},
-                            Config{"tiny-llama", 1, 4, 1, 0, false, "f32"}}) {
+  for (const Config &cfg :
+       {Config{"tiny-llama", 2, 2, 1, 1, false, "f32"}, Config{"tiny-llama", 2, 1, 2, 2, false, "bf16"},
+        Config{"tiny-gpt2", 2, 1, 2, 3, false, "f32"}, Config{"tiny-llama", 1, 2, 2, 0, true, "bf16"},
+        Config{"tiny-llama", 1, 4, 1, 0, false, "f32"}}) {
     TrainingPipelineOptions o = meshOptions(cfg.dp, cfg.tp, cfg.pp);
     o.zero = cfg.zero;
     o.sequenceParallel = cfg.sp;
@@ -392,12 +401,10 @@ TEST(CommReport, EveryCollectiveHasAnOrigin) {
     int64_t collectives = 0;
     c.module->walk([&](plan::KernelOp k) {
       llvm::StringRef kind = k.getKernel();
-      if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter" &&
-          kind != "send" && kind != "recv")
+      if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter" && kind != "send" && kind != "recv")
         return;
       ++collectives;
-      EXPECT_TRUE(plan::collectiveOrigin(k))
-          << cfg.model << " " << kind.str() << " without plan.origin";
+      EXPECT_TRUE(plan::collectiveOrigin(k)) << cfg.model << " " << kind.str() << " without plan.origin";
     });
     EXPECT_GT(collectives, 0);
   }

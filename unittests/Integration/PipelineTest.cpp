@@ -6,7 +6,8 @@
 //   pp = 2 and pp = 4 with GPipe, 1F1B and ZB-H1 (8 microbatches);
 //   pp = 2 interleaved with v = 2 (4 model chunks of one layer), and pp = 4
 //   with v = 2 on 8-layer variants (unittests/Integration/Inputs/);
-//   dp = 2, tp = 2, pp = 2 (1F1B; also with sequence parallelism).
+//   dp = 2, tp = 2, pp = 2 (1F1B; also with sequence parallelism, and with
+//   the pipeline's sends sliced over tp, --scatter-gather-p2p).
 // Also: the bubble of the schedule read back from the emitted programs equals
 // the analytic formulas, and the emitted programs carry the schedule.
 //
@@ -26,11 +27,11 @@ struct PipelineConfig {
   std::string schedule = "1f1b";
   int64_t virtualStages = 1;
   bool sequenceParallel = false;
+  bool scatterGather = false; ///< --scatter-gather-p2p
   std::string name() const {
-    return "dp" + std::to_string(dp) + "-tp" + std::to_string(tp) + "-pp" +
-           std::to_string(pp) + "-" + schedule +
-           (virtualStages > 1 ? "-v" + std::to_string(virtualStages) : "") +
-           (sequenceParallel ? "-sp" : "");
+    return "dp" + std::to_string(dp) + "-tp" + std::to_string(tp) + "-pp" + std::to_string(pp) + "-" + schedule +
+           (virtualStages > 1 ? "-v" + std::to_string(virtualStages) : "") + (sequenceParallel ? "-sp" : "") +
+           (scatterGather ? "-sg" : "");
   }
 };
 
@@ -42,6 +43,7 @@ Trained train(const std::string &model, const PipelineConfig &c, const std::stri
   opt.pipelineSchedule = c.schedule;
   opt.virtualStages = c.virtualStages;
   opt.sequenceParallel = c.sequenceParallel;
+  opt.scatterGatherP2P = c.scatterGather;
   // One sequence per microbatch: 8 / dp microbatches flow through the pipe.
   return test::trainPlan(model, opt, 1, c.name() + "-" + optimizer);
 }
@@ -57,6 +59,7 @@ void golden(const std::string &model, const std::string &optimizer) {
   configs.push_back({1, 1, 2, "interleaved", 2});
   configs.push_back({2, 2, 2, "1f1b"});
   configs.push_back({2, 2, 2, "1f1b", 1, /*sequenceParallel=*/true});
+  configs.push_back({2, 2, 2, "1f1b", 1, false, /*scatterGather=*/true});
   for (const PipelineConfig &c : configs)
     test::expectSame(ref, train(model, c, optimizer), model + " " + optimizer + " " + c.name(),
                      test::goldenTolerance(optimizer));
@@ -65,8 +68,7 @@ void golden(const std::string &model, const std::string &optimizer) {
 // Interleaving on pp = 4 needs 8 model chunks of a layer each: the tiny
 // models with 8 layers (test inputs), v = 2, 8 microbatches.
 void goldenInterleaved4(const std::string &model, const std::string &optimizer) {
-  std::string path = std::string(LLCDIST_SOURCE_DIR) + "/unittests/Integration/Inputs/" + model +
-                     "-8l.json";
+  std::string path = std::string(LLCDIST_SOURCE_DIR) + "/unittests/Integration/Inputs/" + model + "-8l.json";
   Trained ref = test::trainPlan(path, test::goldenOptions(optimizer), 8, "pp4-il-ref-" + optimizer);
   PipelineConfig c{1, 1, 4, "interleaved", 2};
   TrainingPipelineOptions opt = test::goldenOptions(optimizer);
@@ -77,6 +79,21 @@ void goldenInterleaved4(const std::string &model, const std::string &optimizer) 
                    model + "-8l " + optimizer + " " + c.name(), test::goldenTolerance(optimizer));
 }
 } // namespace
+
+// --scatter-gather-p2p moves the same bytes in a different way (each tp rank
+// sends 1/tp, the receivers all-gather): it trains to the whole sends' bits,
+// interleaved and zero-bubble schedules included.
+TEST(Pipeline, ScatterGatherSendsTrainToTheWholeSendsBits) {
+  for (const char *model : {"tiny-gpt2", "tiny-llama"})
+    for (PipelineConfig c : {PipelineConfig{1, 2, 2, "interleaved", 2}, PipelineConfig{1, 2, 2, "zb-h1"}}) {
+      SCOPED_TRACE(std::string(model) + " " + c.name());
+      const Trained whole = train(model, c, "adamw");
+      c.scatterGather = true;
+      const Trained sliced = train(model, c, "adamw");
+      ASSERT_EQ(whole.losses.size(), 3u);
+      test::expectSameBits(whole, sliced);
+    }
+}
 
 TEST(Pipeline, Interleaved4StagesTinyGPT2) { goldenInterleaved4("tiny-gpt2", "sgd"); }
 TEST(Pipeline, Interleaved4StagesTinyLlama) { goldenInterleaved4("tiny-llama", "adamw"); }
@@ -126,10 +143,14 @@ TEST(Pipeline, EmittedBubbleEqualsAnalytic) {
     double expected;
   };
   std::vector<Case> cases = {
-      {{1, 1, 2, "gpipe"}, 4, 1.0 / 4},       {{1, 1, 4, "gpipe"}, 8, 3.0 / 8},
-      {{1, 1, 2, "1f1b"}, 8, 1.0 / 8},        {{1, 1, 4, "1f1b"}, 4, 3.0 / 4},
-      {{1, 1, 4, "1f1b"}, 12, 3.0 / 12},      {{1, 1, 2, "interleaved", 2}, 4, 1.0 / 8},
-      {{1, 1, 2, "interleaved", 2}, 6, 1.0 / 12}, {{1, 1, 4, "zb-h1"}, 8, 3.0 * 1 / (8 * 3)},
+      {{1, 1, 2, "gpipe"}, 4, 1.0 / 4},
+      {{1, 1, 4, "gpipe"}, 8, 3.0 / 8},
+      {{1, 1, 2, "1f1b"}, 8, 1.0 / 8},
+      {{1, 1, 4, "1f1b"}, 4, 3.0 / 4},
+      {{1, 1, 4, "1f1b"}, 12, 3.0 / 12},
+      {{1, 1, 2, "interleaved", 2}, 4, 1.0 / 8},
+      {{1, 1, 2, "interleaved", 2}, 6, 1.0 / 12},
+      {{1, 1, 4, "zb-h1"}, 8, 3.0 * 1 / (8 * 3)},
       {{2, 1, 2, "1f1b"}, 4, 1.0 / 4},
   };
   for (const Case &k : cases) {
@@ -143,9 +164,7 @@ TEST(Pipeline, EmittedBubbleEqualsAnalytic) {
         EXPECT_NEAR(st.bubbleOverIdeal, k.expected, 1e-9) << what;
     // Every (microbatch, chunk) runs F and B (and W) exactly once per stage.
     for (const auto &actions : r.emitted.perStage)
-      EXPECT_EQ(int64_t(actions.size()),
-                k.m * k.config.virtualStages * (k.config.schedule == "zb-h1" ? 3 : 2))
-          << what;
+      EXPECT_EQ(int64_t(actions.size()), k.m * k.config.virtualStages * (k.config.schedule == "zb-h1" ? 3 : 2)) << what;
   }
 }
 

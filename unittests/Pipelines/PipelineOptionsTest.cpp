@@ -172,6 +172,13 @@ TEST(TrainingPipelineOptions, RulesBetweenOptions) {
   EXPECT_EQ(overlap([](auto &o) { o.tpCommOverlap = o.sequenceParallel = true; }), "");
   EXPECT_NE(overlap([](auto &o) { o.overlapP2P = true; }).find("pp > 1"), std::string::npos);
   EXPECT_EQ(overlap([](auto &o) { o.overlapP2P = true, o.mesh.pp = 2; }), "");
+  EXPECT_NE(overlap([](auto &o) { o.scatterGatherP2P = true, o.mesh.pp = 2; }).find("tp > 1"), std::string::npos);
+  EXPECT_NE(overlap([](auto &o) { o.scatterGatherP2P = true, o.mesh.tp = 2; }).find("pp > 1"), std::string::npos);
+  EXPECT_NE(overlap([](auto &o) {
+              o.scatterGatherP2P = o.sequenceParallel = true, o.mesh.tp = o.mesh.pp = 2;
+            }).find("--sequence-parallel"),
+            std::string::npos);
+  EXPECT_EQ(overlap([](auto &o) { o.scatterGatherP2P = true, o.mesh.tp = o.mesh.pp = 2; }), "");
   EXPECT_NE(overlap([](auto &o) { o.fsdpPrefetch = 1; }).find("--zero 3"), std::string::npos);
   EXPECT_EQ(overlap([](auto &o) { o.fsdpPrefetch = 1, o.zero = 3; }), "");
   EXPECT_NE(overlap([](auto &o) { o.fsdpPrefetch = -1; }).find(">= 0"), std::string::npos);
@@ -239,6 +246,8 @@ TEST(TrainingPipelineOptions, TheHelpListsEveryPassThePipelineBuilds) {
   sets[3].zero = 3;
   sets[3].fsdpPrefetch = 1;
   sets[3].overlapP2P = true;
+  sets[3].mesh.tp = 2;
+  sets[3].scatterGatherP2P = true;
   sets[4].fuseNorm = sets[4].fuseEpilogues = sets[4].ceGradInPlace = sets[4].fuseClassifier = false;
   sets[4].packedQkv = sets[4].fuseEmbedding = sets[4].fuseOptimizer = sets[4].verifyPlan = false;
   for (const TrainingPipelineOptions &o : sets) {

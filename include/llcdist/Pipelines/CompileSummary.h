@@ -88,6 +88,14 @@ struct TpCommOverlap {
 };
 std::vector<TpCommOverlap> tpCommOverlapOf(mlir::ModuleOp module);
 
+/// The pipeline transfers llcdist-plan-p2p-scatter-gather sliced over tp
+/// (plan::kP2PScatterGatherAttr), summed over the programs; nullopt when it
+/// did not run.
+struct P2PScatterGather {
+  int64_t sends = 0, recvs = 0;
+};
+std::optional<P2PScatterGather> p2pScatterGatherOf(mlir::ModuleOp module);
+
 /// What the fusion passes fused (plan::kFusedAttr), summed over every
 /// program, in pass order: `ops` kernels of the pattern `from` became `into`
 /// kernels `to`.
@@ -125,8 +133,9 @@ struct CompileSummary {
   /// With --overlap-param-gather: the programs the pass left synchronous (a
   /// stage holding a tied parameter's replica or sending its value).
   std::vector<std::string> paramGatherSynchronous;
-  std::vector<TpCommOverlap> tpCommOverlap; ///< --tp-comm-overlap (empty: off)
-  std::vector<FusedKernels> fused; ///< the fusion passes (empty: none fused)
+  std::vector<TpCommOverlap> tpCommOverlap;         ///< --tp-comm-overlap (empty: off)
+  std::optional<P2PScatterGather> p2pScatterGather; ///< --scatter-gather-p2p
+  std::vector<FusedKernels> fused;                  ///< the fusion passes (empty: none fused)
 
   nlohmann::ordered_json toJson() const;
   void print(llvm::raw_ostream &os) const;

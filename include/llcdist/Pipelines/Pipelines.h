@@ -51,6 +51,11 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions, xf::PartitionOptions, 
   /// with the kernels of their action independent of them
   /// (llcdist-plan-p2p-overlap, Megatron-LM's overlap_p2p_comm).
   bool overlapP2P = false;
+  /// Under tp and pp without sequence parallelism: each tp rank sends its
+  /// 1/tp slice of a stage's activation, the receivers all-gather over tp
+  /// (llcdist-plan-p2p-scatter-gather, Megatron-LM's scatter/gather of
+  /// pipeline tensors).
+  bool scatterGatherP2P = false;
   /// The forward pipeline's (llcdist-attach-mesh's) mesh.
   xf::ForwardPipelineOptions mesh;
   /// Under tp: keep the embeddings and the LM head whole instead of

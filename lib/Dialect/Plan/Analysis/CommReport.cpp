@@ -1,5 +1,6 @@
 //===- CommReport.cpp - communication volume of a plan --------------------===//
 #include "llcdist/Dialect/Plan/Analysis/CommReport.h"
+#include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/Dialect/XF/IR/XFDialect.h"
 #include "llcdist/Support/ReportFormat.h"
@@ -28,9 +29,7 @@ static llvm::StringMap<int64_t> meshAxisSizes(ModuleOp module) {
 
 double CollectiveEntry::ringBytesPerStep() const {
   double n = double(groupSize);
-  double factor = kind == "all_reduce" ? 2 * (n - 1) / n
-                  : kind == "send"     ? 1.0
-                                       : (n - 1) / n;
+  double factor = kind == "all_reduce" ? 2 * (n - 1) / n : kind == "send" ? 1.0 : (n - 1) / n;
   return factor * double(payloadBytes) * double(callsPerStep);
 }
 
@@ -67,8 +66,7 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
     for (auto sub : program.getBody().front().getOps<SubroutineOp>())
       for (auto k : sub.getBody().front().getOps<KernelOp>()) {
         StringRef kind = k.getKernel();
-        if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter" &&
-            kind != "send")
+        if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter" && kind != "send")
           continue;
         CollectiveEntry e;
         e.kind = kind.str();
@@ -106,9 +104,9 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
         // One entry per (stage, kind, axis, payload, reason, queue): a collective
         // repeated per layer is one line with its calls summed.
         auto same = llvm::find_if(report.entries, [&](const CollectiveEntry &o) {
-          return o.stage == e.stage && o.kind == e.kind && o.axis == e.axis &&
-                 o.payload == e.payload && o.reason == e.reason && o.origin == e.origin &&
-                 o.payloadBytes == e.payloadBytes && o.dtype == e.dtype && o.queue == e.queue;
+          return o.stage == e.stage && o.kind == e.kind && o.axis == e.axis && o.payload == e.payload &&
+                 o.reason == e.reason && o.origin == e.origin && o.payloadBytes == e.payloadBytes &&
+                 o.dtype == e.dtype && o.queue == e.queue;
         });
         if (same != report.entries.end())
           same->callsPerStep += e.callsPerStep;
@@ -135,6 +133,8 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
     f.vocabParallel |= k.getKernel() == "cross_entropy_fwd" && k.getParams().get("shard_axis");
     // Sequence parallelism reduce-scatters activations (ZeRO's are gradients).
     f.sequenceParallel |= k.getKernel() == "reduce_scatter" && movesTpActivations(k, k.getKernel());
+    auto origin = k->getAttrOfType<StringAttr>(kOriginAttr);
+    f.scatterGatherP2P |= k.getKernel() == "all_gather" && origin && origin.getValue() == "pipeline";
   });
   auto rc = m->getAttrOfType<StringAttr>("xf.recompute");
   f.fullRecompute = rc && rc.getValue() == "full";
@@ -162,8 +162,7 @@ bool AnalyticVolume::matches(const CollectiveEntry &e) const {
   return double(e.payloadBytes) == payloadBytes && (calls < 0 || calls == e.callsPerStep);
 }
 
-AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const CommReport &r,
-                                             const CommFacts &f) {
+AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const CommReport &r, const CommFacts &f) {
   int64_t localParams = e.stage >= 0 ? r.localParametersPerStage[e.stage] : r.localParameters;
   using xf::CollectiveOrigin;
   if (e.origin == CollectiveOrigin::Zero)
@@ -172,14 +171,11 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
   // a bf16 plan's --grad-reduce-dtype f32).
   const bool bf16Elements = e.dtype == "bf16";
   if (e.payload == "gradients")
-    return bf16Elements
-               ? AnalyticVolume{"2·Ψ (bf16 gradients of this rank's parameters)",
-                                2.0 * double(localParams), 1}
-           : f.bf16 ? AnalyticVolume{"4·Ψ (bf16 gradients of this rank's parameters, "
-                                     "reduced in f32)",
+    return bf16Elements ? AnalyticVolume{"2·Ψ (bf16 gradients of this rank's parameters)", 2.0 * double(localParams), 1}
+           : f.bf16     ? AnalyticVolume{"4·Ψ (bf16 gradients of this rank's parameters, "
+                                         "reduced in f32)",
                                      4.0 * double(localParams), 1}
-                    : AnalyticVolume{"4·Ψ (fp32 gradients of this rank's parameters)",
-                                     4.0 * double(localParams), 1};
+                    : AnalyticVolume{"4·Ψ (fp32 gradients of this rank's parameters)", 4.0 * double(localParams), 1};
   if (e.payload == "loss")
     return {"4 (one f32)", 4.0, 1};
   if (e.payload == "grad norm")
@@ -190,8 +186,7 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
       return {}; // per-stage layer counts: no prediction
     const int64_t h = (*f.bshLM)[2], L = (*f.bshLM)[3], d = f.headDim;
     const double el = bf16Elements ? 2.0 : 4.0;
-    return {std::string("2·L·d_head·") + (f.kvBias ? "(h + 1)" : "h") + "·" +
-                (bf16Elements ? "2" : "4") +
+    return {std::string("2·L·d_head·") + (f.kvBias ? "(h + 1)" : "h") + "·" + (bf16Elements ? "2" : "4") +
                 " (k and v gradients of this rank's kv head)",
             el * 2.0 * double(L * d * (h + (f.kvBias ? 1 : 0))), 1};
   }
@@ -204,19 +199,23 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
                 ", forward and backward per microbatch",
             (sums ? 16.0 : 8.0) * double(b * s), 2 * M};
   }
-  if ((e.payload != "activations" && e.kind != "send") || !f.bshLM)
+  const bool pipelineGather = e.kind == "all_gather" && e.origin == CollectiveOrigin::Pipeline;
+  if ((e.payload != "activations" && e.kind != "send" && !pipelineGather) || !f.bshLM)
     return {};
   auto [b, s, h, L, M] = *f.bshLM;
   // Activations travel in the plan's activation dtype: bf16 (2 bytes) or f32.
   const std::string el = f.bf16 ? "2" : "4";
   double bsh = (f.bf16 ? 2.0 : 4.0) * double(b * s * h);
+  if (pipelineGather) // --scatter-gather-p2p: the slices the tp ranks received
+    return {"b·s·h·" + el + ", the received 1/tp slices gathered over tp", bsh, -1};
   if (e.kind == "send") {
     // Pipeline borders: the residual stream of one microbatch; under
     // sequence parallelism only this rank's slice of the sequence travels.
     if (e.payload == "activations" || e.payload == "activation gradients")
-      return {f.sequenceParallel ? "b·s·h·" + el + " / tp (the sequence-parallel slice)"
-                                 : "b·s·h·" + el,
-              f.sequenceParallel ? bsh / double(f.tp) : bsh, -1};
+      return {f.sequenceParallel   ? "b·s·h·" + el + " / tp (the sequence-parallel slice)"
+              : f.scatterGatherP2P ? "b·s·h·" + el + " / tp (this tp rank's slice: --scatter-gather-p2p)"
+                                   : "b·s·h·" + el,
+              f.sequenceParallel || f.scatterGatherP2P ? bsh / double(f.tp) : bsh, -1};
     return {};
   }
   if (e.stage >= 0) // per-stage layer counts: payloads only
@@ -226,17 +225,15 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
                 (f.fullRecompute ? std::string(", twice (full recompute)") : std::string()),
             bsh, L < 0 ? -1 : 2 * L * M * (f.fullRecompute ? 2 : 1)};
   if (e.origin == CollectiveOrigin::ColumnParallel)
-    return {f.vocabParallel
-                ? "b·s·h·" + el + ", 2 per layer + the LM head, per microbatch (input gradients)"
-                : "b·s·h·" + el + ", 2 per layer per microbatch (input gradients)",
+    return {f.vocabParallel ? "b·s·h·" + el + ", 2 per layer + the LM head, per microbatch (input gradients)"
+                            : "b·s·h·" + el + ", 2 per layer per microbatch (input gradients)",
             bsh, L < 0 ? -1 : (2 * L + (f.vocabParallel ? 1 : 0)) * M};
   if (e.origin == CollectiveOrigin::VocabParallelEmbedding)
     return {"b·s·h·" + el + ", once per microbatch", bsh, M};
   return {};
 }
 
-LinkEstimate llcdist::plan::estimateLink(const CollectiveEntry &e, const MeshSpec &mesh,
-                                         const Topology &topo) {
+LinkEstimate llcdist::plan::estimateLink(const CollectiveEntry &e, const MeshSpec &mesh, const Topology &topo) {
   LinkEstimate l;
   l.crossesNodes = axisCrossesNodes(mesh, e.axis, topo);
   l.gbs = l.crossesNodes ? topo.interNodeGBs : topo.intraNodeGBs;
@@ -284,8 +281,7 @@ json CommReport::toJson(const MeshSpec &mesh, const Topology *topo) const {
   return list;
 }
 
-void CommReport::print(llvm::raw_ostream &os, const MeshSpec &mesh,
-                       const Topology *topo) const {
+void CommReport::print(llvm::raw_ostream &os, const MeshSpec &mesh, const Topology *topo) const {
   if (entries.empty()) {
     os << "  collectives: none (one rank)\n";
     return;
@@ -297,22 +293,19 @@ void CommReport::print(llvm::raw_ostream &os, const MeshSpec &mesh,
                       "{:g} GB/s per GPU inside a node, {:g} GB/s between nodes ({} NICs x "
                       "{:g} GB/s / {} GPUs)\n",
                       topo->name, world, nodes, nodes == 1 ? "" : "s", topo->gpusPerNode,
-                      last < topo->gpusPerNode ? fmt::format(", the last using {}", last) : "",
-                      mesh.rankOrderStr(), topo->intraNodeGBs, topo->interNodeGBs,
-                      topo->nicsPerNode, topo->nicGBs, topo->gpusPerNode);
+                      last < topo->gpusPerNode ? fmt::format(", the last using {}", last) : "", mesh.rankOrderStr(),
+                      topo->intraNodeGBs, topo->interNodeGBs, topo->nicsPerNode, topo->nicGBs, topo->gpusPerNode);
   }
   os << "  collectives per step, per rank (ring algorithms: all-reduce sends "
         "2(n-1)/n of the payload):\n";
   bool staged = entries.front().stage >= 0;
-  os << fmt::format("    {}{:<11} {:<4} {:>3} {:>6} {:>14} {:>16}  {}\n",
-                    staged ? "stage " : "", "kind", "axis", "n", "calls", "payload B",
-                    "ring B/step", "analytic payload");
+  os << fmt::format("    {}{:<11} {:<4} {:>3} {:>6} {:>14} {:>16}  {}\n", staged ? "stage " : "", "kind", "axis", "n",
+                    "calls", "payload B", "ring B/step", "analytic payload");
   for (const CollectiveEntry &e : entries) {
     const AnalyticVolume &a = e.analytic;
     os << fmt::format("    {}{:<11} {:<4} {:>3} {:>6} {:>14} {:>16.0f}  {}{}\n",
-                      staged ? fmt::format("{:>5} ", e.stage) : "", e.kind, e.axis,
-                      e.groupSize, e.callsPerStep, groupDigits(e.payloadBytes),
-                      e.ringBytesPerStep(), a.formula,
+                      staged ? fmt::format("{:>5} ", e.stage) : "", e.kind, e.axis, e.groupSize, e.callsPerStep,
+                      groupDigits(e.payloadBytes), e.ringBytesPerStep(), a.formula,
                       a.formula.empty() ? "" : (a.matches(e) ? " = same" : " ≠ MISMATCH"));
     if (topo) {
       LinkEstimate l = estimateLink(e, mesh, *topo);
@@ -331,8 +324,7 @@ void CommReport::print(llvm::raw_ostream &os, const MeshSpec &mesh,
   }
 }
 
-std::vector<std::vector<std::string>>
-llcdist::plan::communicatorAxesPerProgram(ModuleOp module) {
+std::vector<std::vector<std::string>> llcdist::plan::communicatorAxesPerProgram(ModuleOp module) {
   llvm::StringMap<int64_t> axisSize = meshAxisSizes(module);
   std::vector<std::vector<std::string>> out;
   for (auto program : module.getOps<ProgramOp>()) {

@@ -43,6 +43,9 @@ struct CommFacts {
   bool bf16 = false;          ///< mixed precision: bf16 gradients and activations
   bool vocabParallel = false; ///< a vocabulary-parallel LM head and loss
   bool sequenceParallel = false;
+  /// llcdist-plan-p2p-scatter-gather ran: pipeline sends carry 1/tp, and an
+  /// all_gather over tp (plan.origin "pipeline") follows each recv.
+  bool scatterGatherP2P = false;
   bool fullRecompute = false;
   int64_t tp = 1;
   /// From xf.model: micro-batch, sequence, hidden size, layers, microbatches.
@@ -116,13 +119,11 @@ CommFacts computeCommFacts(mlir::ModuleOp module);
 
 /// The analytic volume of `e`, an entry of `report`, or one without a
 /// formula (ZeRO's per-parameter blocks; per-stage layer counts).
-AnalyticVolume analyticVolume(const CollectiveEntry &e, const CommReport &report,
-                              const CommFacts &facts);
+AnalyticVolume analyticVolume(const CollectiveEntry &e, const CommReport &report, const CommFacts &facts);
 
 /// The link `e`'s group uses on `topology` with `mesh`'s rank order, and the
 /// time of its ring bytes per step at that link's bandwidth.
-LinkEstimate estimateLink(const CollectiveEntry &e, const MeshSpec &mesh,
-                          const Topology &topology);
+LinkEstimate estimateLink(const CollectiveEntry &e, const MeshSpec &mesh, const Topology &topology);
 
 /// Reads the collectives (and pipeline sends) of the module's plan.program
 /// ops, one per pipeline stage; the group sizes come from plan.manifest's

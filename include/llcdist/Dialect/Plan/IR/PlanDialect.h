@@ -80,6 +80,10 @@ constexpr const char kTpCommOverlapAttr[] = "plan.tp_comm_overlap";
 /// Program attribute (llcdist-plan-p2p-overlap): {started, overlapped,
 /// kernels} over its pipeline sends and recvs. Not in the JSON.
 constexpr const char kP2POverlapAttr[] = "plan.p2p_overlap";
+/// Program attribute (llcdist-plan-p2p-scatter-gather): {sends, recvs} it
+/// sliced over tp (each send of 1/tp, each recv all-gathered), for the
+/// compile summary. Not in the JSON.
+constexpr const char kP2PScatterGatherAttr[] = "plan.p2p_scatter_gather";
 
 /// Whether `kernel` names a communication op (all_reduce, all_gather,
 /// reduce_scatter, send, recv): the ops that may carry a token or be issued

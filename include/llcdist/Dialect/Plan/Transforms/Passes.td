@@ -210,6 +210,36 @@ def PlanSPOverlap : Pass<"llcdist-plan-sp-overlap", "llcdist::plan::ProgramOp"> 
   }];
 }
 
+def PlanP2PScatterGather : Pass<"llcdist-plan-p2p-scatter-gather", "llcdist::plan::ProgramOp"> {
+  let summary = "pipeline sends of 1/tp, all-gathered over tp by the receivers";
+  let description = [{
+    Megatron-LM's scatter/gather of pipeline tensors (Narayanan et al. 2021,
+    section 4.1). Under tensor parallelism without sequence parallelism the tp
+    ranks of a stage hold the same activation (and activation gradient) at
+    the stage's boundary, and each sends all of it. Here every pipeline `send`
+    (plan.origin "pipeline", synchronous) sends its rank's 1/tp slice, cut by
+    a `shard_slice` over tp before it, and every pipeline `recv` receives
+    such a slice and is followed by an `all_gather` over tp into the buffer
+    it received before: the inter-stage bytes shrink by tp, and the gather
+    runs on the tp group's (intra-node) links. No value changes. A transfer
+    whose element count tp does not divide stays whole (on both sides). An
+    error under sequence parallelism (the tp ranks hold different slices of
+    the sequence there, and send 1/tp already). The program gets
+    `plan.p2p_scatter_gather` ({sends, recvs}) for the compile summary. Runs
+    before llcdist-plan-p2p-overlap, which then starts the smaller sends and
+    recvs; `llc-dist compile --scatter-gather-p2p`.
+
+    Before: `plan.kernel "send" {x = @h} {axis = "pp", peer = 1 : i64, tag = 0 : i64}`
+    After (tp = 2, @h of 64 elements):
+    ```mlir
+    plan.kernel "shard_slice" {x = @h, y = @h_slice} {axis = "tp", inner = 32 : i64, outer = 1 : i64}
+    plan.kernel "send" {x = @h_slice} {axis = "pp", peer = 1 : i64, tag = 0 : i64}
+    ```
+    and on the receiving stage `recv {y = @h_slice}` then
+    `all_gather {x = @h_slice, y = @h} {axis = "tp", inner = 32 : i64, outer = 1 : i64}`.
+  }];
+}
+
 def PlanP2POverlap : Pass<"llcdist-plan-p2p-overlap", "llcdist::plan::ProgramOp"> {
   let summary = "overlap pipeline sends and receives with the kernels of their action";
   let description = [{

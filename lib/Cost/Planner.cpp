@@ -45,14 +45,11 @@ std::vector<int64_t> divisorsOf(int64_t n) {
 }
 
 /// The NCCL communicators a rank of `c` joins: one per axis of size > 1.
-int64_t communicatorsOf(const ParallelConfig &c) {
-  return int64_t(c.dp > 1) + int64_t(c.tp > 1) + int64_t(c.pp > 1);
-}
+int64_t communicatorsOf(const ParallelConfig &c) { return int64_t(c.dp > 1) + int64_t(c.tp > 1) + int64_t(c.pp > 1); }
 
 /// The families a configuration belongs to: its mesh and one per knob that
 /// applies to it (-1: none).
-enum FamilySlot { kMesh, kMb, kSchedule, kVirtual, kZero, kBucket, kPrefetch, kRecompute, kSp,
-                  kSlots };
+enum FamilySlot { kMesh, kMb, kSchedule, kVirtual, kZero, kBucket, kPrefetch, kRecompute, kSp, kSlots };
 using FamilyIdx = std::array<int, kSlots>;
 
 struct FamilyAcc {
@@ -123,9 +120,8 @@ Candidate makeCandidate(const Hardware &hw, const Workload &w, const ParallelCon
 }
 
 std::string memoryText(const MemoryEstimate &m, int64_t reserve) {
-  return strf("params %.1f + grads %.1f + optimizer %.1f + activations %.1f + reserve %.1f GiB",
-              gib(double(m.params)), gib(double(m.grads)), gib(double(m.optimizer)),
-              gib(double(m.activations)), gib(double(reserve)));
+  return strf("params %.1f + grads %.1f + optimizer %.1f + activations %.1f + reserve %.1f GiB", gib(double(m.params)),
+              gib(double(m.grads)), gib(double(m.optimizer)), gib(double(m.activations)), gib(double(reserve)));
 }
 
 /// Fills `f`'s reason against the winner `win` (f.best set).
@@ -160,8 +156,8 @@ void explainSlower(const Hardware &hw, const Candidate &win, FamilyReport &f) {
   if (std::fabs(f.slowerPercent) < 0.05)
     reason = LossReason::Tie;
   f.reason = reason;
-  std::string head = strf("slower by %.1f %% (%.4g s vs the winner's %.4g s per step)",
-                          f.slowerPercent, bp.stepSeconds, wp.stepSeconds);
+  std::string head = strf("slower by %.1f %% (%.4g s vs the winner's %.4g s per step)", f.slowerPercent, bp.stepSeconds,
+                          wp.stepSeconds);
   switch (reason) {
   case LossReason::Tie:
     f.why = strf("ties with the winner (%.4g s vs %.4g s per step): the model prices this the "
@@ -180,16 +176,13 @@ void explainSlower(const Hardware &hw, const Candidate &win, FamilyReport &f) {
     f.why = head + strf(": communication-bound %s: exposed %s communication %.4g s, %.1f %% "
                         "of its step (the winner's %s: %.4g s)",
                         f.commCrossesNodes ? "across nodes" : "inside a node", axis.c_str(), e,
-                        100 * e / bp.stepSeconds, axis.c_str(),
-                        ws.exposed.count(axis) ? ws.exposed.at(axis) : 0.0);
+                        100 * e / bp.stepSeconds, axis.c_str(), ws.exposed.count(axis) ? ws.exposed.at(axis) : 0.0);
     if (f.commCrossesNodes)
-      f.why += strf(" — its %s groups span nodes of %lld GPUs", axis.c_str(),
-                    (long long)hw.topology.gpusPerNode);
+      f.why += strf(" — its %s groups span nodes of %lld GPUs", axis.c_str(), (long long)hw.topology.gpusPerNode);
     break;
   }
   case LossReason::Optimizer:
-    f.why = head + strf(": its optimizer step takes %.4g s (the winner's: %.4g s)", bs.optimizer,
-                        ws.optimizer);
+    f.why = head + strf(": its optimizer step takes %.4g s (the winner's: %.4g s)", bs.optimizer, ws.optimizer);
     break;
   default: {
     f.why = head + strf(": more compute on its busiest stage: %.4g s vs %.4g s (HFU %.1f %%, "
@@ -197,8 +190,7 @@ void explainSlower(const Hardware &hw, const Candidate &win, FamilyReport &f) {
                         bs.compute, ws.compute, 100 * bp.hfu, 100 * bp.mfu);
     if (b.config.recompute != win.config.recompute && b.config.recompute != "none")
       f.why += strf("; recompute %s runs %s again", b.config.recompute.c_str(),
-                    b.config.recompute == "full" ? "every layer's forward"
-                                                 : "the core attention");
+                    b.config.recompute == "full" ? "every layer's forward" : "the core attention");
     break;
   }
   }
@@ -206,9 +198,7 @@ void explainSlower(const Hardware &hw, const Candidate &win, FamilyReport &f) {
 
 } // namespace
 
-int64_t cost::autoGradBucket(int64_t dp) {
-  return std::max<int64_t>(40000000, 1000000 * dp);
-}
+int64_t cost::autoGradBucket(int64_t dp) { return std::max<int64_t>(40000000, 1000000 * dp); }
 
 const char *cost::lossReasonName(LossReason r) {
   switch (r) {
@@ -234,8 +224,7 @@ double Candidate::bubbleShare() const {
   return prediction.stepSeconds > 0 ? prediction.bubbleSeconds / prediction.stepSeconds : 0;
 }
 double Candidate::exposedCommShare() const {
-  return prediction.stepSeconds > 0 ? prediction.exposedCommSeconds() / prediction.stepSeconds
-                                    : 0;
+  return prediction.stepSeconds > 0 ? prediction.exposedCommSeconds() / prediction.stepSeconds : 0;
 }
 
 //===----------------------------------------------------------------------===//
@@ -245,9 +234,7 @@ double Candidate::exposedCommShare() const {
 std::optional<std::string> cost::parseFix(const std::string &spec, PlannerOptions &opts) {
   std::stringstream ss(spec);
   std::string item;
-  auto bad = [&](const std::string &what) {
-    return std::optional<std::string>("--fix '" + spec + "': " + what);
-  };
+  auto bad = [&](const std::string &what) { return std::optional<std::string>("--fix '" + spec + "': " + what); };
   if (spec.empty())
     return bad("expected KNOB=VALUE[,KNOB=VALUE...], e.g. tp=8,pp=16");
   while (std::getline(ss, item, ',')) {
@@ -300,7 +287,8 @@ std::optional<std::string> cost::parseFix(const std::string &spec, PlannerOption
         err = bad("sp must be on or off, got '" + v + "'");
       opts.sequenceParallel = v == "on" || v == "true";
     } else {
-      err = bad("unknown knob '" + k + "' (knobs: dp, tp, pp, v, mb, zero, recompute, schedule, "
+      err = bad("unknown knob '" + k +
+                "' (knobs: dp, tp, pp, v, mb, zero, recompute, schedule, "
                 "sp, bucket, prefetch)");
     }
     if (err)
@@ -322,19 +310,18 @@ std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOp
     return why(strf("--seq-len %lld exceeds %s's max_position_embeddings (%lld): use a shorter "
                     "sequence",
                     (long long)w.seqLen, w.model.name.c_str(), (long long)w.model.maxPositions));
-  for (auto [name, v] : {std::pair<const char *, const std::optional<int64_t> &>{"dp", o.dp},
-                         {"tp", o.tp},
-                         {"pp", o.pp}})
+  for (auto [name, v] :
+       {std::pair<const char *, const std::optional<int64_t> &>{"dp", o.dp}, {"tp", o.tp}, {"pp", o.pp}})
     if (v && n % *v)
-      return why(strf("--fix %s=%lld does not divide --gpus %lld: dp x tp x pp must be the GPUs",
-                      name, (long long)*v, (long long)n));
+      return why(strf("--fix %s=%lld does not divide --gpus %lld: dp x tp x pp must be the GPUs", name, (long long)*v,
+                      (long long)n));
   int64_t fixedProduct = o.dp.value_or(1) * o.tp.value_or(1) * o.pp.value_or(1);
   if (n % fixedProduct || (o.dp && o.tp && o.pp && fixedProduct != n))
     return why(strf("--fix dp x tp x pp = %lld %s --gpus %lld", (long long)fixedProduct,
                     n % fixedProduct ? "does not divide" : "is not", (long long)n));
   if (o.pp && *o.pp > w.model.layers)
-    return why(strf("--fix pp=%lld exceeds %s's %lld layers", (long long)*o.pp,
-                    w.model.name.c_str(), (long long)w.model.layers));
+    return why(strf("--fix pp=%lld exceeds %s's %lld layers", (long long)*o.pp, w.model.name.c_str(),
+                    (long long)w.model.layers));
   bool dpOne = o.dp && *o.dp == 1, ppOne = o.pp && *o.pp == 1, tpOne = o.tp && *o.tp == 1;
   if (n == 1)
     dpOne = ppOne = tpOne = true;
@@ -343,8 +330,7 @@ std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOp
   if (o.gradBucket && *o.gradBucket != 0 && dpOne)
     return why("--fix bucket overlaps the dp all-reduce, but dp is 1");
   if (o.fsdpPrefetch && *o.fsdpPrefetch > 0 && o.zero && *o.zero != 3)
-    return why("--fix prefetch needs zero=3 (FSDP), but zero=" + std::to_string(*o.zero) +
-               " is fixed");
+    return why("--fix prefetch needs zero=3 (FSDP), but zero=" + std::to_string(*o.zero) + " is fixed");
   if (o.fsdpPrefetch && *o.fsdpPrefetch > 0 && dpOne)
     return why("--fix prefetch needs zero=3 over dp > 1, but dp is 1");
   if (o.schedule && *o.schedule != "1f1b" && ppOne)
@@ -361,8 +347,8 @@ std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOp
   if (o.sequenceParallel && *o.sequenceParallel && tpOne)
     return why("--fix sp=on needs tp > 1, but tp is 1");
   if (o.microBatch && w.globalBatch % *o.microBatch)
-    return why(strf("--fix mb=%lld does not divide --global-batch %lld", (long long)*o.microBatch,
-                    (long long)w.globalBatch));
+    return why(
+        strf("--fix mb=%lld does not divide --global-batch %lld", (long long)*o.microBatch, (long long)w.globalBatch));
   if (o.maxMicroBatch < 1 || o.maxVirtualStages < 1 || o.top < 1 || o.maxTp < 0 || o.maxPp < 0)
     return why("the planner's bounds (max micro-batch, max virtual stages, --top) must be >= 1");
   return std::nullopt;
@@ -372,8 +358,8 @@ std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOp
 // The search
 //===----------------------------------------------------------------------===//
 
-std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w,
-                                      const PlannerOptions &opts, PlanResult &out) {
+std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w, const PlannerOptions &opts,
+                                      PlanResult &out) {
   if (auto err = checkOptions(w, opts))
     return err;
   auto t0 = std::chrono::steady_clock::now();
@@ -411,9 +397,8 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w,
   }
   out.meshes = int64_t(meshes.size());
   if (meshes.empty())
-    return strf("no dp x tp x pp = %lld with tp <= %lld and pp <= %lld%s", (long long)n,
-                (long long)maxTp, (long long)maxPp,
-                opts.tp || opts.pp || opts.dp ? " and the --fix degrees" : "");
+    return strf("no dp x tp x pp = %lld with tp <= %lld and pp <= %lld%s", (long long)n, (long long)maxTp,
+                (long long)maxPp, opts.tp || opts.pp || opts.dp ? " and the --fix degrees" : "");
 
   // Knob values searched.
   std::vector<int64_t> mbs;
@@ -528,8 +513,7 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w,
           ++out.duplicates;
           return;
         }
-      auto at = std::upper_bound(best.begin(), best.end(), step,
-                                 [](double s, const Ranked &r) { return s < r.step; });
+      auto at = std::upper_bound(best.begin(), best.end(), step, [](double s, const Ranked &r) { return s < r.step; });
       best.insert(at, Ranked{step, mem.total(), c, fams});
       if (best.size() > keep)
         best.pop_back();
@@ -580,9 +564,7 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w,
               continue;
             if (opts.gradBucket && (*opts.gradBucket != 0) != bool(b))
               continue;
-            c.gradBucket = b ? (opts.gradBucket && *opts.gradBucket > 0 ? *opts.gradBucket
-                                                                        : autoGradBucket(m.dp))
-                             : 0;
+            c.gradBucket = b ? (opts.gradBucket && *opts.gradBucket > 0 ? *opts.gradBucket : autoGradBucket(m.dp)) : 0;
             fams[kBucket] = m.dp > 1 ? bucketFam[size_t(b)] : -1;
             for (int pf = 0; pf < 2; ++pf) {
               if (pf && z != 3)
@@ -600,6 +582,8 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w,
                   if (opts.sequenceParallel && *opts.sequenceParallel != bool(sp))
                     continue;
                   c.sequenceParallel = sp;
+                  // Megatron-LM's scatter/gather of pipeline tensors wherever it applies.
+                  c.scatterGatherP2P = m.tp > 1 && m.pp > 1 && !sp;
                   fams[kSp] = m.tp > 1 ? spFam[size_t(sp)] : -1;
                   evaluate();
                 }
@@ -624,8 +608,8 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w,
     return std::string("the --fix knobs leave no configuration to evaluate (e.g. a schedule "
                        "with pp=1, or sp with tp=1)");
   if (out.feasible == 0 && out.prunedMemory == 0)
-    return strf("none of the %lld configurations of dp x tp x pp = %lld compiles; e.g. %s",
-                (long long)out.evaluated, (long long)n, firstDiv.c_str());
+    return strf("none of the %lld configurations of dp x tp x pp = %lld compiles; e.g. %s", (long long)out.evaluated,
+                (long long)n, firstDiv.c_str());
   out.firstDivisibility = firstDiv;
   if (out.feasible == 0) {
     out.closest = closest;
@@ -643,8 +627,7 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w,
     winnerFams = best.front().fams;
   for (size_t i = 0; i < accs.size(); ++i) {
     const FamilyAcc &a = accs[i];
-    if (a.members == 0 || std::find(winnerFams.begin(), winnerFams.end(), int(i)) !=
-                              winnerFams.end())
+    if (a.members == 0 || std::find(winnerFams.begin(), winnerFams.end(), int(i)) != winnerFams.end())
       continue;
     FamilyReport f;
     f.kind = a.kind;
@@ -665,9 +648,8 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w,
       f.oomGiB = gib(double(a.closestExcess));
       f.why = strf("out of memory by %.2f GiB: its closest member (%s) needs %.2f GiB of %.2f GiB "
                    "(%s)",
-                   f.oomGiB, a.closest.str().c_str(),
-                   gib(double(f.closestMemory.total() + f.closestReserve)), gib(double(capacity)),
-                   memoryText(f.closestMemory, f.closestReserve).c_str());
+                   f.oomGiB, a.closest.str().c_str(), gib(double(f.closestMemory.total() + f.closestReserve)),
+                   gib(double(capacity)), memoryText(f.closestMemory, f.closestReserve).c_str());
     } else {
       f.reason = LossReason::Divisibility;
       f.divisibility = a.divReason;
@@ -683,45 +665,39 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w,
     StepParts s = partsOf(p);
     out.winnerWhy.push_back(strf("%s: %.4g s per step, %s tokens/s, MFU %.1f %% (HFU %.1f %%), "
                                  "bound by %s",
-                                 win.config.str().c_str(), p.stepSeconds,
-                                 fmtTokens(p.tokensPerSecond).c_str(), 100 * p.mfu, 100 * p.hfu,
-                                 p.bound.c_str()));
+                                 win.config.str().c_str(), p.stepSeconds, fmtTokens(p.tokensPerSecond).c_str(),
+                                 100 * p.mfu, 100 * p.hfu, p.bound.c_str()));
     if (best.size() > 1)
       out.winnerWhy.push_back(strf("faster than the runner-up (%s, %.4g s) by %.1f %%; %lld of "
                                    "%lld configurations fit",
-                                   best[1].config.str().c_str(), best[1].step,
-                                   (best[1].step / p.stepSeconds - 1) * 100,
+                                   best[1].config.str().c_str(), best[1].step, (best[1].step / p.stepSeconds - 1) * 100,
                                    (long long)out.feasible, (long long)out.evaluated));
     else
-      out.winnerWhy.push_back(strf("the only one of %lld configurations that compiles and fits",
-                                   (long long)out.evaluated));
+      out.winnerWhy.push_back(
+          strf("the only one of %lld configurations that compiles and fits", (long long)out.evaluated));
     out.winnerWhy.push_back(strf("its step: compute %.4g s, bubble %.4g s (%.1f %%), exposed "
                                  "communication %.4g s (tp %.4g, dp %.4g, pp %.4g), optimizer "
                                  "%.4g s",
-                                 s.compute, s.bubble, 100 * win.bubbleShare(),
-                                 p.exposedCommSeconds(), exposedOf(p, "tp"), exposedOf(p, "dp"),
-                                 exposedOf(p, "pp"), s.optimizer));
+                                 s.compute, s.bubble, 100 * win.bubbleShare(), p.exposedCommSeconds(),
+                                 exposedOf(p, "tp"), exposedOf(p, "dp"), exposedOf(p, "pp"), s.optimizer));
     out.winnerWhy.push_back(strf("memory: %.2f GiB of %.2f GiB per rank (%s), %.2f GiB to spare",
                                  gib(double(win.memoryBytes())), gib(double(capacity)),
                                  memoryText(p.memory, win.reserveBytes).c_str(),
                                  gib(double(capacity - win.memoryBytes()))));
     if (win.config.tp > 1)
-      out.winnerWhy.push_back(
-          axisCrosses(hw, win.config, "tp")
-              ? strf("its tp=%lld groups span nodes of %lld GPUs", (long long)win.config.tp,
-                     (long long)hw.topology.gpusPerNode)
-              : strf("its tp=%lld groups stay inside a node of %lld GPUs (NVLink)",
-                     (long long)win.config.tp, (long long)hw.topology.gpusPerNode));
+      out.winnerWhy.push_back(axisCrosses(hw, win.config, "tp")
+                                  ? strf("its tp=%lld groups span nodes of %lld GPUs", (long long)win.config.tp,
+                                         (long long)hw.topology.gpusPerNode)
+                                  : strf("its tp=%lld groups stay inside a node of %lld GPUs (NVLink)",
+                                         (long long)win.config.tp, (long long)hw.topology.gpusPerNode));
     // The closest mesh family.
     const FamilyReport *next = nullptr;
     for (const FamilyReport &f : out.families)
       if (f.kind == "mesh" && f.best && (!next || f.slowerPercent < next->slowerPercent))
         next = &f;
     if (next)
-      out.winnerWhy.push_back(strf("the best other mesh, %s, is %s", next->key.c_str(),
-                                   next->why.c_str()));
+      out.winnerWhy.push_back(strf("the best other mesh, %s, is %s", next->key.c_str(), next->why.c_str()));
   }
-  out.searchSeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.searchSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return std::nullopt;
 }

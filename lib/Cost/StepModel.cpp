@@ -34,6 +34,8 @@ std::string ParallelConfig::compileFlags() const {
   }
   if (sequenceParallel)
     os << " --sequence-parallel";
+  if (scatterGatherP2P)
+    os << " --scatter-gather-p2p";
   if (recompute != "none")
     os << " --recompute " << recompute;
   if (zero)
@@ -56,6 +58,8 @@ std::string ParallelConfig::str() const {
   os << " mb=" << microBatch;
   if (sequenceParallel)
     os << " sp";
+  if (scatterGatherP2P)
+    os << " sg";
   if (recompute != "none")
     os << " recompute=" << recompute;
   if (zero)
@@ -73,8 +77,7 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
   if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.microBatch < 1 || c.virtualStages < 1)
     return why("every degree and the micro-batch must be >= 1");
   if (m.heads % c.tp)
-    return why("tp=" + std::to_string(c.tp) + " does not divide num_heads=" +
-               std::to_string(m.heads));
+    return why("tp=" + std::to_string(c.tp) + " does not divide num_heads=" + std::to_string(m.heads));
   if (m.kvHeads % c.tp && c.tp % m.kvHeads)
     return why("tp and num_kv_heads do not divide one another");
   if (c.tp > m.kvHeads && c.recompute == "selective")
@@ -90,11 +93,12 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
     return why("a schedule needs pp > 1");
   if (c.virtualStages > 1 && c.schedule != "interleaved")
     return why("virtual stages need the interleaved schedule");
-  if (c.schedule == "interleaved" &&
-      (c.virtualStages < 2 || c.microbatches(w.globalBatch) % c.pp))
+  if (c.schedule == "interleaved" && (c.virtualStages < 2 || c.microbatches(w.globalBatch) % c.pp))
     return why("interleaved needs v >= 2 and microbatches a multiple of pp");
   if (c.sequenceParallel && (c.tp == 1 || w.seqLen % c.tp))
     return why("sequence parallelism needs tp > 1 dividing the sequence");
+  if (c.scatterGatherP2P && (c.tp == 1 || c.pp == 1 || c.sequenceParallel))
+    return why("scatter/gather pipeline sends need tp > 1 and pp > 1 without sequence parallelism");
   if (c.zero < 0 || c.zero > 3 || (c.zero && c.dp == 1))
     return why("ZeRO needs dp > 1");
   if (c.gradBucket && c.dp == 1)
@@ -138,15 +142,14 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   const Precision p = w.precision;
   const double b = double(bytesOf(p));
   const LayerShape s = layerShape(w.model, c.tp);
-  const int64_t T = c.microBatch * w.seqLen;             // tokens of the microbatch
+  const int64_t T = c.microBatch * w.seqLen;            // tokens of the microbatch
   const int64_t Ts = c.sequenceParallel ? T / c.tp : T; // the norms' and residuals' tokens
   LayerTimes t;
   auto gemm = [&](int64_t n, int64_t k) { return gemmSeconds(hw, T, n, k, p); };
   auto mem = [&](double elems) { return memorySeconds(hw, elems * b); };
   double fwdGemm, bwdGemm;
   if (s.llama) {
-    fwdGemm = gemm(s.q, s.h) + 2 * gemm(s.kv, s.h) + gemm(s.h, s.q) + 2 * gemm(s.inter, s.h) +
-              gemm(s.h, s.inter);
+    fwdGemm = gemm(s.q, s.h) + 2 * gemm(s.kv, s.h) + gemm(s.h, s.q) + 2 * gemm(s.inter, s.h) + gemm(s.h, s.inter);
   } else {
     fwdGemm = gemm(3 * s.q, s.h) + gemm(s.h, s.q) + gemm(s.inter, s.h) + gemm(s.h, s.inter);
   }
@@ -214,8 +217,7 @@ std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) 
   const ModelConfig &m = w.model;
   LayerShape s = layerShape(m, 1);
   double H = double(m.hidden);
-  double matmul = s.llama ? H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H +
-                                3 * H * double(s.inter)
+  double matmul = s.llama ? H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * double(s.inter)
                           : H * 3 * double(s.q) + double(s.q) * H + 2 * H * double(s.inter);
   double fwd = 2 * matmul + 4.0 * double(w.seqLen) * double(m.heads) * double(s.hd);
   double layer = (full ? 4 : 3) * fwd;
@@ -227,8 +229,8 @@ std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) 
     int64_t parts, layers, seq, vocab;
     bool full;
     bool operator==(const Key &o) const {
-      return model == o.model && parts == o.parts && layers == o.layers && seq == o.seq &&
-             vocab == o.vocab && full == o.full;
+      return model == o.model && parts == o.parts && layers == o.layers && seq == o.seq && vocab == o.vocab &&
+             full == o.full;
     }
   };
   thread_local std::vector<std::pair<Key, std::vector<int64_t>>> cache;
@@ -269,8 +271,7 @@ std::vector<int64_t> stageLayers(const Workload &w, const ParallelConfig &c) {
     out[0] = w.model.layers;
     return out;
   }
-  std::vector<int64_t> sizes =
-      balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
+  std::vector<int64_t> sizes = balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
   for (size_t i = 0; i < sizes.size(); ++i)
     out[i % size_t(c.pp)] += sizes[i];
   return out;
@@ -290,16 +291,15 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
   ParamCounts pc;
   double H = double(m.hidden);
   if (s.llama) {
-    pc.layer = 2 * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H +
-               3 * H * double(s.inter);
+    pc.layer = 2 * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * double(s.inter);
     if (m.attentionBias)
       pc.layer += double(s.q + 2 * s.kv) + H;
     if (m.mlpBias)
       pc.layer += 2 * double(s.inter) + H;
     pc.finalNorm = H;
   } else {
-    pc.layer = 4 * H + H * 3 * double(s.q) + 3 * double(s.q) + double(s.q) * H + H +
-               H * double(s.inter) + double(s.inter) + double(s.inter) * H + H;
+    pc.layer = 4 * H + H * 3 * double(s.q) + 3 * double(s.q) + double(s.q) * H + H + H * double(s.inter) +
+               double(s.inter) + double(s.inter) * H + H;
     pc.finalNorm = 2 * H;
     pc.positions = double(m.maxPositions) * H;
   }
@@ -353,13 +353,11 @@ StepFlops cost::stepFlops(const Workload &w, const std::string &recompute) {
   double H = double(m.hidden);
   double matmulPerToken; // multiply-adds per token per layer
   if (s.llama)
-    matmulPerToken = H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H +
-                     3 * H * double(s.inter);
+    matmulPerToken = H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * double(s.inter);
   else
     matmulPerToken = H * 3 * double(s.q) + double(s.q) * H + 2 * H * double(s.inter);
   double layerFwd = 2 * T * matmulPerToken;
-  double attnFwd = 4 * double(w.globalBatch) * double(w.seqLen) * double(w.seqLen) *
-                   double(m.heads) * double(s.hd);
+  double attnFwd = 4 * double(w.globalBatch) * double(w.seqLen) * double(w.seqLen) * double(m.heads) * double(s.hd);
   double headFwd = 2 * T * H * double(m.vocab);
   StepFlops f;
   f.model = 3 * (double(m.layers) * (layerFwd + attnFwd) + headFwd);
@@ -408,14 +406,13 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
     } else {
       // The core attention's output and log-sum-exp, unless selective
       // recomputation runs it again.
-      double attnKeep =
-          c.recompute == "selective" ? 0 : T * double(s.q) * b + T * double(s.nh) * 4;
+      double attnKeep = c.recompute == "selective" ? 0 : T * double(s.q) * b + T * double(s.nh) * 4;
       if (s.llama) // x, norm out (x2); q, k, v; gate, up, swiglu out; rstd (x2)
-        perLayer = 4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep +
-                   3 * T * double(s.inter) * b + 2 * Ts * 4;
+        perLayer = 4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep + 3 * T * double(s.inter) * b +
+                   2 * Ts * 4;
       else // x, norm out (x2); qkv; fc1 out, gelu out; mean, rstd (x2)
-        perLayer = 4 * Ts * double(s.h) * b + T * 3 * double(s.q) * b + attnKeep +
-                   2 * T * double(s.inter) * b + 4 * Ts * 4;
+        perLayer =
+            4 * Ts * double(s.h) * b + T * 3 * double(s.q) * b + attnKeep + 2 * T * double(s.inter) * b + 4 * Ts * 4;
     }
     // Microbatches in flight on this stage at its peak.
     double inFlight;
@@ -424,8 +421,7 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
     else if (c.schedule == "gpipe")
       inFlight = double(mbs);
     else if (c.schedule == "interleaved")
-      inFlight = std::min<double>(double(mbs), double(c.pp - stage) +
-                                                   double(c.pp - 1) / double(c.virtualStages));
+      inFlight = std::min<double>(double(mbs), double(c.pp - stage) + double(c.pp - 1) / double(c.virtualStages));
     else
       inFlight = std::min<double>(double(mbs), double(c.pp - stage));
     double stash = inFlight * double(layers[size_t(stage)]) * perLayer;
@@ -438,8 +434,8 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
     double transient = 4 * T * double(s.h) * b + 3 * T * double(std::max(s.inter, s.q)) * b;
     if (stage == c.pp - 1) {
       const double logitBuffers = c.pp > 1 && c.schedule == "zb-h1" ? 2 : 1;
-      transient = std::max(transient, logitBuffers * T * double(w.paddedVocab(c.tp) / c.tp) * b +
-                                          2 * T * double(s.h) * b);
+      transient =
+          std::max(transient, logitBuffers * T * double(w.paddedVocab(c.tp) / c.tp) * b + 2 * T * double(s.h) * b);
     }
     if (c.zero == 3) // the largest unit gathered whole: a layer or the embedding
       transient += 2 * std::max(pc.layer, pc.vocabMatrix) * valueB;
@@ -466,28 +462,23 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   LayerTimes lt = layerTimes(hw, w, c);
 
   // One microbatch of each layer: forward, backward, recomputation.
-  double recomputeFwd = c.recompute == "full" ? lt.fwd + lt.tpFwd
-                        : c.recompute == "selective" ? lt.attnFwd
-                                                     : 0;
+  double recomputeFwd = c.recompute == "full" ? lt.fwd + lt.tpFwd : c.recompute == "selective" ? lt.attnFwd : 0;
   double layerF = lt.fwd + lt.tpFwd;
   double layerB = lt.bwdInput + lt.bwdWeight + lt.tpBwd + recomputeFwd;
   // The embedding (first chunk) and the LM head + loss (last chunk).
   double embF = memorySeconds(hw, 2.0 * double(T) * double(m.hidden) * b);
   double embB = memorySeconds(hw, 2.0 * double(T) * double(m.hidden) * b);
-  double headF = gemmSeconds(hw, T, Vp, m.hidden, p) +
-                 memorySeconds(hw, 3.0 * double(T) * double(Vp) * b);
-  double headB = 2 * gemmSeconds(hw, T, Vp, m.hidden, p) +
-                 memorySeconds(hw, 3.0 * double(T) * double(Vp) * b);
+  double headF = gemmSeconds(hw, T, Vp, m.hidden, p) + memorySeconds(hw, 3.0 * double(T) * double(Vp) * b);
+  double headB = 2 * gemmSeconds(hw, T, Vp, m.hidden, p) + memorySeconds(hw, 3.0 * double(T) * double(Vp) * b);
   double tpHead = 0;
   if (c.tp > 1) {
     Group g = axisGroup(c.mesh(), "tp", hw.topology);
     double bytes = double(T) * double(m.hidden) * b;
     // The embedding's all-reduce (or reduce-scatter) and the head's input
     // gathered under SP, each way; the vocabulary-parallel loss's row stats.
-    tpHead = 2 * collectiveSeconds(hw, c.sequenceParallel ? Collective::ReduceScatter
-                                                           : Collective::AllReduce,
-                                   bytes, g) +
-             4 * collectiveSeconds(hw, Collective::AllReduce, 16.0 * double(T), g);
+    tpHead =
+        2 * collectiveSeconds(hw, c.sequenceParallel ? Collective::ReduceScatter : Collective::AllReduce, bytes, g) +
+        4 * collectiveSeconds(hw, Collective::AllReduce, 16.0 * double(T), g);
   }
   // The stages' layers: the compiler's default layout.
   const std::vector<int64_t> layers = stageLayers(w, c);
@@ -507,12 +498,11 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   if (c.pp > 1) {
     double bytes = double(T) * double(m.hidden) * b / (c.sequenceParallel ? double(c.tp) : 1.0);
     bool cross = axisGroup(c.mesh(), "pp", hw.topology).crossesNodes();
-    if (w.scatterGatherP2P && !c.sequenceParallel && c.tp > 1) {
+    if ((w.scatterGatherP2P || c.scatterGatherP2P) && !c.sequenceParallel && c.tp > 1) {
       // Megatron-LM's scatter/gather optimization: each tp rank sends its
       // 1/tp of the (replicated) activation, the receivers all-gather it.
       Group g = axisGroup(c.mesh(), "tp", hw.topology);
-      p2p = p2pSeconds(hw, bytes / double(c.tp), cross) +
-            collectiveSeconds(hw, Collective::AllGather, bytes, g);
+      p2p = p2pSeconds(hw, bytes / double(c.tp), cross) + collectiveSeconds(hw, Collective::AllGather, bytes, g);
     } else {
       p2p = p2pSeconds(hw, bytes, cross);
     }
@@ -546,8 +536,7 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
     // (126 layers in 96 chunks: 1 or 2 each) stretch them by the largest
     // chunk over the mean one.
     if (c.virtualStages > 1) {
-      std::vector<int64_t> sizes =
-          balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
+      std::vector<int64_t> sizes = balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
       double largest = double(*std::max_element(sizes.begin(), sizes.end()));
       ratio *= largest * double(sizes.size()) / double(m.layers);
     }
@@ -556,9 +545,9 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   }
   out.computeSeconds = busy;
   out.bubbleSeconds = bubble;
-  out.comm["tp"].total = double(mbs) * double(maxLayers) *
-                             (lt.tpFwd + lt.tpBwd + (c.recompute == "full" ? lt.tpFwd : 0)) +
-                         double(mbs) * tpHead;
+  out.comm["tp"].total =
+      double(mbs) * double(maxLayers) * (lt.tpFwd + lt.tpBwd + (c.recompute == "full" ? lt.tpFwd : 0)) +
+      double(mbs) * tpHead;
   out.comm["tp"].exposed = out.comm["tp"].total;
   out.comm["pp"].total = double(mbs) * p2pPerMicrobatch + 2.0 * double(c.pp - 1) * p2p;
   out.comm["pp"].exposed = out.comm["pp"].total;
@@ -592,8 +581,7 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
     };
     const double agStep = many(Collective::AllGather, gradBytes, tensors);
     if (c.zero == 0) {
-      double buckets =
-          c.gradBucket ? std::min(tensors, std::ceil(rankParams / double(c.gradBucket))) : 1;
+      double buckets = c.gradBucket ? std::min(tensors, std::ceil(rankParams / double(c.gradBucket))) : 1;
       dpTotal = many(Collective::AllReduce, gradBytes, buckets);
       dpExposed = dpTotal - (c.gradBucket ? hiddenBy(dpTotal, buckets) : 0);
     } else if (c.zero == 1) {
@@ -617,8 +605,7 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
         dpTotal += ag;
         double agLayer = agStep / layersHere;
         dpExposed += c.fsdpPrefetch ? double(mbs) * layersHere *
-                                          (std::max(0.0, agLayer - layerF) +
-                                           std::max(0.0, agLayer - layerB))
+                                          (std::max(0.0, agLayer - layerF) + std::max(0.0, agLayer - layerB))
                                     : ag;
       }
     }
@@ -640,12 +627,11 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   out.hfu = f.hardware / (gpus * peak * out.stepSeconds);
 
   // What bounds it: the largest of the non-compute shares.
-  std::vector<std::pair<double, std::string>> parts = {
-      {bubble, "bubble"},
-      {out.comm["tp"].exposed, "tp communication"},
-      {dpExposed, "dp communication"},
-      {out.comm["pp"].exposed, "pp communication"},
-      {out.optimizerSeconds, "optimizer"}};
+  std::vector<std::pair<double, std::string>> parts = {{bubble, "bubble"},
+                                                       {out.comm["tp"].exposed, "tp communication"},
+                                                       {dpExposed, "dp communication"},
+                                                       {out.comm["pp"].exposed, "pp communication"},
+                                                       {out.optimizerSeconds, "optimizer"}};
   auto worst = std::max_element(parts.begin(), parts.end());
   out.bound = worst->first > 0.15 * out.stepSeconds ? worst->second : "compute";
   return out;

@@ -21,6 +21,7 @@ PlannedCompile llcdist::plannedCompile(const cost::Workload &w, const cost::Para
   t.pipelineSchedule = c.schedule;
   t.virtualStages = c.virtualStages;
   t.sequenceParallel = c.sequenceParallel;
+  t.scatterGatherP2P = c.scatterGatherP2P;
   t.gradBucketSize = c.gradBucket;
   t.fsdpPrefetch = c.fsdpPrefetch;
   return p;

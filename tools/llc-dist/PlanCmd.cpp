@@ -40,7 +40,8 @@ divisor of N up to 2 nodes' GPUs, pp up to the layers), interleaved's
 virtual stages, the micro-batch, ZeRO 0-3, recompute none/selective/full,
 the pipeline schedule (gpipe, 1f1b, interleaved, zb-h1), sequence
 parallelism under tp, gradient buckets (off / Megatron's auto size) and FSDP
-prefetch under ZeRO-3 — drops those that do not compile (divisibility) or do
+prefetch under ZeRO-3; under tp and pp without sequence parallelism the
+pipeline's sends are always scatter/gather (--scatter-gather-p2p) — drops those that do not compile (divisibility) or do
 not fit the device's memory (the analytic estimate plus the device's
 reserve), ranks the rest by the analytic step model, then compiles the top
 ones with the real compiler and simulates them (llc-dist simulate), printing

@@ -7,8 +7,8 @@
 // mapping one knob at a time.
 //
 //===----------------------------------------------------------------------===//
-#include "llcdist/Cost/FrameworkConfig.h"
 #include "llcdist/Cost/Planner.h"
+#include "llcdist/Cost/FrameworkConfig.h"
 
 #include <gtest/gtest.h>
 
@@ -59,9 +59,7 @@ const FamilyReport *family(const PlanResult &r, const std::string &key) {
   return nullptr;
 }
 
-int64_t communicators(const ParallelConfig &c) {
-  return int64_t(c.dp > 1) + int64_t(c.tp > 1) + int64_t(c.pp > 1);
-}
+int64_t communicators(const ParallelConfig &c) { return int64_t(c.dp > 1) + int64_t(c.tp > 1) + int64_t(c.pp > 1); }
 
 } // namespace
 
@@ -98,8 +96,8 @@ TEST(Planner, EvaluatedIsTheProductOfTheKnobs) {
   Workload w = workload(llama8b(), 64, 1024);
   PlannerOptions o;
   o.gpus = 16;
-  o.maxMicroBatch = 4;     // 1, 2, 4
-  o.maxVirtualStages = 3;  // 2, 3
+  o.maxMicroBatch = 4;    // 1, 2, 4
+  o.maxVirtualStages = 3; // 2, 3
   PlanResult r = planOrFail(hw, w, o);
   int64_t want = 0;
   for (int64_t tp = 1; tp <= 16; tp *= 2)
@@ -157,11 +155,11 @@ TEST(Planner, WinnerIsTheBruteForceFastest) {
                     c.fsdpPrefetch = pf;
                     c.recompute = rc;
                     c.sequenceParallel = sp;
+                    c.scatterGatherP2P = tp > 1 && pp > 1 && !sp; // wherever it applies
                     ++evaluated;
                     if (checkConfig(w, c))
                       continue;
-                    if (estimateMemory(w, c).total() +
-                            hw.device.reserve.bytes(cap, communicators(c)) > cap)
+                    if (estimateMemory(w, c).total() + hw.device.reserve.bytes(cap, communicators(c)) > cap)
                       continue;
                     ++fits;
                     fastest = std::min(fastest, predictStep(hw, w, c).stepSeconds);
@@ -193,6 +191,29 @@ TEST(Planner, FixRestrictsTheSearch) {
   }
   for (const FamilyReport &f : r.families)
     EXPECT_NE(f.key, "recompute=none");
+}
+
+// Under tp and pp without SP the planner prices and compiles Megatron-LM's
+// scatter/gather pipeline sends: 1/tp per send plus an all-gather over tp,
+// faster than whole sends over the inter-node links.
+TEST(Planner, ScatterGatherWhereverItApplies) {
+  Hardware hw = hardware();
+  Workload w = workload(llama8b(), 64, 2048);
+  PlannerOptions o;
+  o.gpus = 32;
+  ASSERT_FALSE(parseFix("tp=8,pp=4,sp=off,recompute=selective", o));
+  PlanResult r = planOrFail(hw, w, o);
+  ASSERT_FALSE(r.top.empty());
+  for (const Candidate &k : r.top) {
+    EXPECT_TRUE(k.config.scatterGatherP2P) << k.config.str();
+    EXPECT_NE(k.config.compileFlags().find("--scatter-gather-p2p"), std::string::npos);
+    ParallelConfig whole = k.config;
+    whole.scatterGatherP2P = false;
+    EXPECT_LT(k.prediction.stepSeconds, predictStep(hw, w, whole).stepSeconds) << k.config.str();
+  }
+  ParallelConfig sp = r.top.front().config;
+  sp.sequenceParallel = true;
+  EXPECT_TRUE(checkConfig(w, sp)) << "scatter/gather with sequence parallelism";
 }
 
 //===----------------------------------------------------------------------===//
@@ -235,9 +256,9 @@ TEST(Planner, MemoryPruningSaysByHowMuch) {
   ASSERT_TRUE(r.closest);
   ParallelConfig c;
   c.dp = 8;
-  double want = double(estimateMemory(w, c).total() +
-                       hw.device.reserve.bytes(hw.device.memoryBytes, 1) - hw.device.memoryBytes) /
-                kGiB;
+  double want =
+      double(estimateMemory(w, c).total() + hw.device.reserve.bytes(hw.device.memoryBytes, 1) - hw.device.memoryBytes) /
+      kGiB;
   EXPECT_GT(want, 100); // 70B x 16 bytes over 80 GiB
   EXPECT_NEAR(r.closestOomGiB, want, 1e-9);
 
@@ -265,8 +286,8 @@ TEST(Planner, MemoryPruningSaysByHowMuch) {
             if (!checkConfig(w32, k))
               least = std::min(least, double(estimateMemory(w32, k).total()));
           }
-  double excess = (least + double(hw.device.reserve.bytes(hw.device.memoryBytes, 2)) -
-                   double(hw.device.memoryBytes)) / kGiB;
+  double excess =
+      (least + double(hw.device.reserve.bytes(hw.device.memoryBytes, 2)) - double(hw.device.memoryBytes)) / kGiB;
   EXPECT_GT(excess, 0);
   char text[64];
   std::snprintf(text, sizeof text, "out of memory by %.2f GiB", excess);
@@ -344,8 +365,7 @@ TEST(Planner, WinnerExplanationHasItsNumbers) {
   for (const FamilyReport &f : r.families)
     if (f.best) {
       EXPECT_GE(f.best->prediction.stepSeconds, win.prediction.stepSeconds) << f.key;
-      EXPECT_NEAR(f.slowerPercent,
-                  (f.best->prediction.stepSeconds / win.prediction.stepSeconds - 1) * 100, 1e-9);
+      EXPECT_NEAR(f.slowerPercent, (f.best->prediction.stepSeconds / win.prediction.stepSeconds - 1) * 100, 1e-9);
     }
 }
 
@@ -442,18 +462,16 @@ TEST(Planner, JsonHasEveryCounterAndSection) {
   f.stepSeconds = 0.9;
   r.exact.push_back(f);
   nlohmann::ordered_json j = r.toJson();
-  for (const char *k : {"meshes", "evaluated", "pruned_divisibility", "pruned_memory", "feasible",
-                        "duplicates", "search_seconds", "configs_per_second", "exact_seconds"})
+  for (const char *k : {"meshes", "evaluated", "pruned_divisibility", "pruned_memory", "feasible", "duplicates",
+                        "search_seconds", "configs_per_second", "exact_seconds"})
     EXPECT_TRUE(j["counters"].contains(k)) << k;
   EXPECT_EQ(j["counters"]["evaluated"], r.evaluated);
   ASSERT_EQ(j["top"].size(), 3u);
-  for (const char *k : {"rank", "config", "step_seconds", "tokens_per_second", "mfu", "hfu",
-                        "bubble_seconds", "bubble_share", "exposed_comm_seconds",
-                        "exposed_comm_share", "comm", "memory", "bound"})
+  for (const char *k : {"rank", "config", "step_seconds", "tokens_per_second", "mfu", "hfu", "bubble_seconds",
+                        "bubble_share", "exposed_comm_seconds", "exposed_comm_share", "comm", "memory", "bound"})
     EXPECT_TRUE(j["top"][0].contains(k)) << k;
-  for (const char *k : {"dp", "tp", "pp", "virtual_stages", "micro_batch", "microbatches", "zero",
-                        "recompute", "schedule", "sequence_parallel", "grad_bucket_size",
-                        "fsdp_prefetch", "compile_flags"})
+  for (const char *k : {"dp", "tp", "pp", "virtual_stages", "micro_batch", "microbatches", "zero", "recompute",
+                        "schedule", "sequence_parallel", "grad_bucket_size", "fsdp_prefetch", "compile_flags"})
     EXPECT_TRUE(j["top"][0]["config"].contains(k)) << k;
   EXPECT_EQ(j["top"][0]["memory"]["total"], r.top[0].memoryBytes());
   EXPECT_TRUE(j["winner"].contains("why"));
@@ -670,9 +688,8 @@ TEST(FrameworkConfig, Dtype) {
 TEST(FrameworkConfig, Model) {
   Mapped m;
   FrameworkArgs a = m.args();
-  for (const char *f : {"--num-layers 32", "--hidden-size 4096", "--ffn-hidden-size 14336",
-                        "--num-attention-heads 32", "--group-query-attention",
-                        "--num-query-groups 8", "--swiglu", "--normalization RMSNorm",
+  for (const char *f : {"--num-layers 32", "--hidden-size 4096", "--ffn-hidden-size 14336", "--num-attention-heads 32",
+                        "--group-query-attention", "--num-query-groups 8", "--swiglu", "--normalization RMSNorm",
                         "--position-embedding-type rope", "--untie-embeddings-and-output-weights"})
     EXPECT_TRUE(hasFlag(a.megatron, f)) << f;
   m.w.model.layers = 16;
@@ -684,9 +701,9 @@ TEST(FrameworkConfig, Model) {
 
 TEST(FrameworkConfig, EveryRowIsTested) {
   // A row added to the table without a test above fails here.
-  std::set<std::string> tested = {"model", "seq-len", "dp", "tp", "pp", "schedule",
-                                  "micro-batch", "global-batch", "sequence-parallel",
-                                  "recompute", "zero", "grad-bucket", "fsdp-prefetch", "dtype"};
+  std::set<std::string> tested = {
+      "model",        "seq-len",           "dp",        "tp",   "pp",          "schedule",      "micro-batch",
+      "global-batch", "sequence-parallel", "recompute", "zero", "grad-bucket", "fsdp-prefetch", "dtype"};
   std::set<std::string> rows;
   for (const KnobMapping &k : knobMappings())
     rows.insert(k.knob);

@@ -50,17 +50,19 @@ struct Workload {
 /// One point of the planner's search: the knobs of `llc-dist compile`.
 struct ParallelConfig {
   int64_t dp = 1, tp = 1, pp = 1;
-  int64_t virtualStages = 1; ///< model chunks per stage (interleaved only)
-  int64_t microBatch = 1;    ///< sequences per microbatch per dp rank
-  int zero = 0;              ///< ZeRO stage 0-3 over dp
+  int64_t virtualStages = 1;      ///< model chunks per stage (interleaved only)
+  int64_t microBatch = 1;         ///< sequences per microbatch per dp rank
+  int zero = 0;                   ///< ZeRO stage 0-3 over dp
   std::string recompute = "none"; ///< none | selective | full
   std::string schedule = "1f1b";  ///< gpipe | 1f1b | interleaved | zb-h1 (pp > 1)
   bool sequenceParallel = false;  ///< under tp
-  int64_t gradBucket = 0;    ///< --grad-bucket-size in parameters (0: off)
-  int64_t fsdpPrefetch = 0;  ///< --fsdp-prefetch (zero 3)
-  int64_t microbatches(int64_t globalBatch) const {
-    return globalBatch / (microBatch * dp);
-  }
+  /// --scatter-gather-p2p: under tp and pp without SP, each tp rank sends
+  /// 1/tp of a pipeline tensor, the receivers all-gather it over tp (the
+  /// planner picks it wherever it applies, as Megatron-LM does).
+  bool scatterGatherP2P = false;
+  int64_t gradBucket = 0;   ///< --grad-bucket-size in parameters (0: off)
+  int64_t fsdpPrefetch = 0; ///< --fsdp-prefetch (zero 3)
+  int64_t microbatches(int64_t globalBatch) const { return globalBatch / (microBatch * dp); }
   /// The mesh (Megatron's rank order tp,dp,pp, the compiler's default).
   MeshSpec mesh() const {
     MeshSpec m;
@@ -80,12 +82,12 @@ std::optional<std::string> checkConfig(const Workload &w, const ParallelConfig &
 
 /// Per-rank memory of the largest stage, by kind (bytes).
 struct MemoryEstimate {
-  int64_t params = 0;     ///< the parameters the rank holds (with bf16 copies)
+  int64_t params = 0; ///< the parameters the rank holds (with bf16 copies)
   int64_t grads = 0;
-  int64_t optimizer = 0;  ///< Adam moments and f32 master weights
+  int64_t optimizer = 0;   ///< Adam moments and f32 master weights
   int64_t activations = 0; ///< at the peak: stashed microbatches + one layer's transients
   int64_t total() const { return params + grads + optimizer + activations; }
-  int64_t stage = 0;      ///< which stage it is
+  int64_t stage = 0; ///< which stage it is
 };
 MemoryEstimate estimateMemory(const Workload &w, const ParallelConfig &c);
 
@@ -110,7 +112,7 @@ struct AxisComm {
 struct StepPrediction {
   double stepSeconds = 0;
   double tokensPerSecond = 0;
-  double mfu = 0, hfu = 0;  ///< model / hardware FLOPs over (GPUs × peak × step)
+  double mfu = 0, hfu = 0;   ///< model / hardware FLOPs over (GPUs × peak × step)
   double computeSeconds = 0; ///< the busiest stage's compute (all microbatches)
   double bubbleSeconds = 0;  ///< idle time of the pipeline (analytic)
   double optimizerSeconds = 0;

@@ -319,30 +319,32 @@ struct PlanGradBucketsPass : public llcdist::plan::impl::PlanGradBucketsBase<Pla
         grads.push_back(g);
       }
     }
-    llvm::DenseSet<StringAttr> gradSet(grads.begin(), grads.end());
-    KernelOp first = reduce ? reduce : scatters.front();
-    StringRef collective = reduce ? "all_reduce" : "reduce_scatter";
 
     // The backward: which gradients overlap, and the subroutines that finish them.
     Writers w;
-    if (!findWriters(body, symbols, first, grads, w) || w.writers.empty())
+    if (!findWriters(body, symbols, reduce ? reduce : scatters.front(), grads, w) || w.writers.empty())
       return;
-    llvm::DenseMap<StringAttr, SubroutineOp> &writerOf = w.writerOf;
-    llvm::DenseSet<StringAttr> &synchronous = w.synchronous;
-    SmallVector<ActionOp> &actions = w.actions;
+    Bucketing bucketing(program, symbols, bucketSize, reduce, scatters, scatterOf, grads, w);
+    for (auto [backward, last] : w.writers)
+      bucketing.overlapLastBackward(backward, last);
+    bucketing.waitInOptimizer();
+    bucketing.record();
+  }
 
-    MLIRContext *ctx = program.getContext();
-    OpBuilder b(ctx);
-    struct Bucket {
-      SmallVector<Attribute> grads;
-      int64_t elements = 0, bytes = 0, readyAt = -1;
-      StringAttr subroutine; // the clone that starts it
-    };
-    SmallVector<Bucket> buckets; // all writers', in token order
-    int64_t tokens = overlap::firstFreeToken(program);
-    const int64_t firstToken = tokens;
-    llvm::DenseMap<Operation *, int64_t> tokenOf; // ZeRO-1: the scatter's token
-    for (auto [backward, last] : w.writers) {
+  /// The buckets of one program: made per backward subroutine that finishes
+  /// gradients, started in its last microbatch's clone, waited in the
+  /// optimizer.
+  class Bucketing {
+  public:
+    Bucketing(ProgramOp program, SymbolTable &symbols, int64_t bucketSize, KernelOp reduce, ArrayRef<KernelOp> scatters,
+              const llvm::DenseMap<StringAttr, KernelOp> &scatterOf, ArrayRef<StringAttr> grads, const Writers &w)
+        : program(program), symbols(symbols), b(program.getContext()), bucketSize(bucketSize), reduce(reduce),
+          scatters(scatters), scatterOf(scatterOf), grads(grads), w(w), tokens(overlap::firstFreeToken(program)),
+          firstToken(tokens) {}
+
+    /// `backward`'s last microbatch (action `last`) runs a clone of it that
+    /// starts each bucket's reduction as soon as its gradients are final.
+    void overlapLastBackward(SubroutineOp backward, ActionOp last) {
       // 1. The last microbatch's backward: a clone, run by its action only.
       std::string name = (backward.getSymName() + "_last").str();
       while (symbols.lookup(name))
@@ -352,14 +354,72 @@ struct PlanGradBucketsPass : public llcdist::plan::impl::PlanGradBucketsBase<Pla
       clone.setSymName(name);
       symbols.insert(clone);
       last.setSubroutine(clone.getSymName());
+      SmallVector<KernelOp> kernels(clone.getBody().front().getOps<KernelOp>());
+      const size_t firstBucket = buckets.size();
+      fillBuckets(backward, clone, kernels);
+      startBuckets(clone, kernels, firstBucket);
+      if (llvm::none_of(w.actions, [&](ActionOp a) { return a.getSubroutine() == backward.getSymName(); }))
+        symbols.erase(backward); // one microbatch: the clone is the whole backward
+    }
 
-      // 2. When each of its gradients is final: its last write in the clone.
+    /// 5. The optimizer waits where it reduced: for every bucket at the
+    /// all_reduce (which keeps the synchronous gradients, if any), for each
+    /// scatter's token at that scatter.
+    void waitInOptimizer() {
+      auto wait = [&](KernelOp at, int64_t token) {
+        b.setInsertionPoint(at);
+        overlap::createWait(b, at.getLoc(), token);
+      };
+      if (!reduce) {
+        for (KernelOp rs : scatters)
+          if (auto it = tokenOf.find(rs); it != tokenOf.end()) {
+            wait(rs, it->second);
+            rs.erase();
+          }
+        return;
+      }
+      for (int64_t t = firstToken; t < tokens; ++t)
+        wait(reduce, t);
+      SmallVector<Attribute> kept;
+      for (StringAttr g : grads)
+        if (w.synchronous.contains(g))
+          kept.push_back(FlatSymbolRefAttr::get(g));
+      if (kept.empty())
+        reduce.erase();
+      else
+        reduce.setArgsAttr(b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(kept))}));
+    }
+
+    /// 6. The comm queue, and the report.
+    void record() {
+      overlap::addQueue(program, "comm");
+      StringRef collective = reduce ? "all_reduce" : "reduce_scatter";
+      SmallVector<Attribute> report;
+      for (const Bucket &bk : buckets)
+        report.push_back(b.getDictionaryAttr({b.getNamedAttr("collective", b.getStringAttr(collective)),
+                                              b.getNamedAttr("grads", b.getI64IntegerAttr(int64_t(bk.grads.size()))),
+                                              b.getNamedAttr("elements", b.getI64IntegerAttr(bk.elements)),
+                                              b.getNamedAttr("bytes", b.getI64IntegerAttr(bk.bytes)),
+                                              b.getNamedAttr("subroutine", bk.subroutine)}));
+      program->setAttr(kGradBucketsAttr, ArrayAttr::get(program.getContext(), report));
+    }
+
+  private:
+    struct Bucket {
+      SmallVector<Attribute> grads;
+      int64_t elements = 0, bytes = 0, readyAt = -1;
+      StringAttr subroutine; // the clone that starts it
+    };
+
+    /// 2. When each of `backward`'s gradients is final: its last write in
+    /// the clone; 3. buckets in that order, each closed at bucket-size
+    /// elements.
+    void fillBuckets(SubroutineOp backward, SubroutineOp clone, SmallVectorImpl<KernelOp> &kernels) {
       SmallVector<StringAttr> ready;
       for (StringAttr g : grads)
-        if (!synchronous.contains(g) && writerOf.lookup(g) == backward)
+        if (!w.synchronous.contains(g) && w.writerOf.lookup(g) == backward)
           ready.push_back(g);
       llvm::DenseSet<StringAttr> mine(ready.begin(), ready.end());
-      SmallVector<KernelOp> kernels(clone.getBody().front().getOps<KernelOp>());
       llvm::DenseMap<StringAttr, int64_t> lastWrite;
       for (auto [i, k] : llvm::enumerate(kernels))
         for (NamedAttribute arg : k.getArgs()) {
@@ -375,8 +435,6 @@ struct PlanGradBucketsPass : public llcdist::plan::impl::PlanGradBucketsBase<Pla
         }
       llvm::stable_sort(
           ready, [&](StringAttr x, StringAttr y) { return lastWrite.lookup_or(x, -1) < lastWrite.lookup_or(y, -1); });
-
-      // 3. Buckets in that order, each closed at bucket-size elements.
       const size_t firstBucket = buckets.size();
       for (StringAttr g : ready) {
         if (buckets.size() == firstBucket || buckets.back().elements >= bucketSize)
@@ -389,12 +447,14 @@ struct PlanGradBucketsPass : public llcdist::plan::impl::PlanGradBucketsBase<Pla
         bk.readyAt = std::max(bk.readyAt, lastWrite.lookup_or(g, -1));
         bk.subroutine = clone.getSymNameAttr();
       }
+    }
 
-      // 4. Each bucket's reduction started after its last gradient write (a
-      // bucket ready before the clone's first kernel starts it), with the
-      // synchronous one's parameters, provenance and location: one
-      // all_reduce of the bucket's gradients, or (ZeRO-1) each gradient's
-      // reduce_scatter, one token each.
+    /// 4. Each bucket's reduction started after its last gradient write (a
+    /// bucket ready before the clone's first kernel starts it), with the
+    /// synchronous one's parameters, provenance and location: one
+    /// all_reduce of the bucket's gradients, or (ZeRO-1) each gradient's
+    /// reduce_scatter, one token each.
+    void startBuckets(SubroutineOp clone, SmallVectorImpl<KernelOp> &kernels, size_t firstBucket) {
       Block &cloneBody = clone.getBody().front();
       Operation *previous = nullptr;
       int64_t previousAt = -2;
@@ -427,47 +487,21 @@ struct PlanGradBucketsPass : public llcdist::plan::impl::PlanGradBucketsBase<Pla
           op->setAttr(a.getName(), a.getValue());
         start(op);
       }
-      if (llvm::none_of(actions, [&](ActionOp a) { return a.getSubroutine() == backward.getSymName(); })) {
-        symbols.erase(backward); // one microbatch: the clone is the whole backward
-      }
     }
 
-    // 5. The optimizer waits where it reduced: for every bucket at the
-    // all_reduce (which keeps the synchronous gradients, if any), for each
-    // scatter's token at that scatter.
-    auto wait = [&](KernelOp at, int64_t token) {
-      b.setInsertionPoint(at);
-      overlap::createWait(b, at.getLoc(), token);
-    };
-    if (reduce) {
-      for (int64_t t = firstToken; t < tokens; ++t)
-        wait(reduce, t);
-      SmallVector<Attribute> kept;
-      for (StringAttr g : grads)
-        if (synchronous.contains(g))
-          kept.push_back(FlatSymbolRefAttr::get(g));
-      if (kept.empty())
-        reduce.erase();
-      else
-        reduce.setArgsAttr(b.getDictionaryAttr({b.getNamedAttr("x", b.getArrayAttr(kept))}));
-    } else {
-      for (KernelOp rs : scatters)
-        if (auto it = tokenOf.find(rs); it != tokenOf.end()) {
-          wait(rs, it->second);
-          rs.erase();
-        }
-    }
-
-    // 6. The comm queue, and the report.
-    overlap::addQueue(program, "comm");
-    SmallVector<Attribute> report;
-    for (const Bucket &bk : buckets)
-      report.push_back(b.getDictionaryAttr({b.getNamedAttr("collective", b.getStringAttr(collective)),
-                                            b.getNamedAttr("grads", b.getI64IntegerAttr(int64_t(bk.grads.size()))),
-                                            b.getNamedAttr("elements", b.getI64IntegerAttr(bk.elements)),
-                                            b.getNamedAttr("bytes", b.getI64IntegerAttr(bk.bytes)),
-                                            b.getNamedAttr("subroutine", bk.subroutine)}));
-    program->setAttr(kGradBucketsAttr, ArrayAttr::get(ctx, report));
-  }
+    ProgramOp program;
+    SymbolTable &symbols;
+    OpBuilder b;
+    const int64_t bucketSize;
+    KernelOp reduce;
+    ArrayRef<KernelOp> scatters;
+    const llvm::DenseMap<StringAttr, KernelOp> &scatterOf;
+    ArrayRef<StringAttr> grads;
+    const Writers &w;
+    SmallVector<Bucket> buckets; // all writers', in token order
+    int64_t tokens;
+    const int64_t firstToken;
+    llvm::DenseMap<Operation *, int64_t> tokenOf; // ZeRO-1: the scatter's token
+  };
 };
 } // namespace

@@ -57,7 +57,61 @@ DictionaryAttr replaced(KernelOp k, Attribute from, Attribute to) {
   return remapKernelArgs(k, [&](Attribute a) { return a == from ? to : Attribute(); });
 }
 
+/// An f32 ZeRO update: value → shard (`slice`), `update`, shard → value
+/// (`gather`).
+struct F32Update {
+  ParamOp param;
+  KernelOp slice, update, gather;
+};
+
+/// The f32 updates of `params` in `optimizer`, checked for every parameter
+/// before anything changes; nullopt where a parameter's update is not this
+/// shape (another reader or writer of the whole value). Mixed precision's
+/// (the value already the f32 master's block) are not listed.
+std::optional<SmallVector<F32Update>> findF32Updates(ArrayRef<ParamOp> params, SubroutineOp optimizer) {
+  SmallVector<F32Update> f32;
+  for (ParamOp p : params) {
+    auto z = p->getAttrOfType<DictionaryAttr>("zero");
+    if (auto block = z.getAs<BoolAttr>("value_block"); block && block.getValue())
+      continue;
+    StringAttr value = p.getValueAttr().getAttr();
+    F32Update u{p, {}, {}, {}};
+    for (auto k : optimizer.getBody().front().getOps<KernelOp>()) {
+      if (!overlap::referencesBuffer(k, value))
+        continue;
+      if (k.getKernel() == "shard_slice" && !u.slice)
+        u.slice = k;
+      else if (isZeroGather(k) && u.slice && !u.gather)
+        u.gather = k;
+      else
+        return std::nullopt;
+    }
+    if (!u.slice != !u.gather)
+      return std::nullopt;
+    if (!u.slice)
+      continue; // mixed precision: the master is the block already
+    StringAttr shard = u.slice.getArgs().getAs<FlatSymbolRefAttr>("y").getAttr();
+    for (auto k : optimizer.getBody().front().getOps<KernelOp>())
+      if (k != u.slice && k != u.gather && overlap::referencesBuffer(k, shard)) {
+        if (u.update || (k.getKernel() != "adamw" && k.getKernel() != "sgd"))
+          return std::nullopt;
+        u.update = k;
+      }
+    if (!u.update)
+      return std::nullopt;
+    f32.push_back(u);
+  }
+  return f32;
+}
+
 struct PlanOverlapParamGatherPass : public llcdist::plan::impl::PlanOverlapParamGatherBase<PlanOverlapParamGatherPass> {
+  /// A gather started in step_begin: the whole buffer it writes, its token.
+  struct Started {
+    KernelOp gather;
+    StringAttr whole;
+    int64_t token;
+  };
+
   void runOnOperation() override {
     ProgramOp program = getOperation();
     Block &body = program.getBody().front();
@@ -93,59 +147,35 @@ struct PlanOverlapParamGatherPass : public llcdist::plan::impl::PlanOverlapParam
 
     // 1. The f32 updates: value → shard, update, shard → value, rewritten
     // to the master block updated in place and a whole copy step_begin
-    // gathers. Checked for every parameter before anything changes.
-    struct F32Update {
-      ParamOp param;
-      KernelOp slice, update, gather;
-    };
-    SmallVector<F32Update> f32;
-    for (ParamOp p : params) {
-      // Mixed precision: the value is the f32 master's block already, which
-      // the update writes in place; step_begin casts and gathers it.
-      auto z = p->getAttrOfType<DictionaryAttr>("zero");
-      if (auto block = z.getAs<BoolAttr>("value_block"); block && block.getValue())
-        continue;
-      StringAttr value = p.getValueAttr().getAttr();
-      F32Update u{p, {}, {}, {}};
-      for (auto k : optimizer.getBody().front().getOps<KernelOp>()) {
-        if (!overlap::referencesBuffer(k, value))
-          continue;
-        if (k.getKernel() == "shard_slice" && !u.slice)
-          u.slice = k;
-        else if (isZeroGather(k) && u.slice && !u.gather)
-          u.gather = k;
-        else
-          return; // another reader or writer of the whole value: unknown shape
-      }
-      if (!u.slice != !u.gather)
-        return;
-      if (!u.slice)
-        continue; // mixed precision: the master is the block already
-      StringAttr shard = u.slice.getArgs().getAs<FlatSymbolRefAttr>("y").getAttr();
-      for (auto k : optimizer.getBody().front().getOps<KernelOp>())
-        if (k != u.slice && k != u.gather && overlap::referencesBuffer(k, shard)) {
-          if (u.update || (k.getKernel() != "adamw" && k.getKernel() != "sgd"))
-            return;
-          u.update = k;
-        }
-      if (!u.update)
-        return;
-      f32.push_back(u);
-    }
-
-    MLIRContext *ctx = program.getContext();
-    OpBuilder b(ctx);
-    NewBuffers fresh(program);
+    // gathers.
+    std::optional<SmallVector<F32Update>> f32 = findF32Updates(params, optimizer);
+    if (!f32)
+      return; // not this pass's shape
+    OpBuilder b(program.getContext());
+    rewriteF32Updates(program, symbols, *f32, stepBegin, optimizer, b);
+    // 2. Every gather in step_begin (f32's new ones, mixed precision's into
+    // the bf16 working copy) starts on the comm queue.
     int64_t token = overlap::firstFreeToken(program);
-    // (gather started in step_begin, the whole buffer it writes, its token)
-    struct Started {
-      KernelOp gather;
-      StringAttr whole;
-      int64_t token;
-    };
     SmallVector<Started> started;
+    for (auto k : stepBegin.getBody().front().getOps<KernelOp>())
+      if (isZeroGather(k)) {
+        started.push_back({k, k.getArgs().getAs<FlatSymbolRefAttr>("y").getAttr(), token});
+        overlap::start(k, "comm", token++);
+      }
+    if (started.empty())
+      return;
+    waitAtFirstReaders(program, symbols, started, actions, steps, optimizer, b);
+  }
+
+  /// Rewrites each f32 update to update the master block in place (the
+  /// value becomes the block), the steps reading a whole copy that
+  /// step_begin gathers from it, first, in parameter order.
+  static void rewriteF32Updates(ProgramOp program, SymbolTable &symbols, ArrayRef<F32Update> f32,
+                                SubroutineOp stepBegin, SubroutineOp optimizer, OpBuilder &b) {
+    Block &body = program.getBody().front();
+    NewBuffers fresh(program);
     SmallVector<KernelOp> f32Gathers;
-    for (F32Update &u : f32) {
+    for (F32Update u : f32) {
       ParamOp p = u.param;
       FlatSymbolRefAttr value = p.getValueAttr();
       auto valueBuf = symbols.lookup<BufferOp>(value.getAttr());
@@ -167,9 +197,7 @@ struct PlanOverlapParamGatherPass : public llcdist::plan::impl::PlanOverlapParam
       u.update.setArgsAttr(replaced(u.update, shard, value));
       NamedAttrList zero(p->getAttrOfType<DictionaryAttr>("zero"));
       zero.set("value_block", b.getBoolAttr(true));
-      p->setAttr("zero", zero.getDictionary(ctx));
-      // step_begin gathers the blocks into the whole copy: first, in
-      // parameter order.
+      p->setAttr("zero", zero.getDictionary(program.getContext()));
       if (f32Gathers.empty())
         b.setInsertionPointToStart(&stepBegin.getBody().front());
       else
@@ -181,26 +209,22 @@ struct PlanOverlapParamGatherPass : public llcdist::plan::impl::PlanOverlapParam
       u.gather.erase();
       shardBuf.erase();
     }
-    // 2. Every gather in step_begin (f32's new ones, mixed precision's into
-    // the bf16 working copy) starts on the comm queue.
-    for (auto k : stepBegin.getBody().front().getOps<KernelOp>())
-      if (isZeroGather(k)) {
-        started.push_back({k, k.getArgs().getAs<FlatSymbolRefAttr>("y").getAttr(), token});
-        overlap::start(k, "comm", token++);
-      }
-    if (started.empty())
-      return;
+  }
 
-    // 3. Each gathered parameter's first reader in the step: the first
-    // action whose subroutine reads it (a pipeline stage's first forward of
-    // the parameter's chunk). That action gets a clone of its subroutine of
-    // its own, which waits for the gather just before the first read. A
-    // parameter no microbatch reads is waited at the optimizer's start.
+  /// 3. Each gathered parameter's first reader in the step: the first
+  /// action whose subroutine reads it (a pipeline stage's first forward of
+  /// the parameter's chunk). That action gets a clone of its subroutine of
+  /// its own, which waits for the gather just before the first read. A
+  /// parameter no microbatch reads is waited at the optimizer's start. Then
+  /// the comm queue and the report.
+  static void waitAtFirstReaders(ProgramOp program, SymbolTable &symbols, ArrayRef<Started> started,
+                                 ArrayRef<ActionOp> actions, ArrayRef<ActionOp> steps, SubroutineOp optimizer,
+                                 OpBuilder &b) {
     // action -> (the subroutine it ran, its clone)
     llvm::MapVector<Operation *, std::pair<std::string, SubroutineOp>> cloneOf;
     SmallVector<std::string> waitedIn;
     int64_t bytes = 0;
-    for (Started &s : started) {
+    for (Started s : started) {
       ActionOp reader;
       for (ActionOp a : steps)
         if (llvm::any_of(symbols.lookup<SubroutineOp>(a.getSubroutine()).getBody().front().getOps<KernelOp>(),
@@ -247,7 +271,6 @@ struct PlanOverlapParamGatherPass : public llcdist::plan::impl::PlanOverlapParam
       if (llvm::none_of(actions, [&](ActionOp a) { return a.getSubroutine() == original; }))
         symbols.erase(symbols.lookup(original));
     }
-
     overlap::addQueue(program, "comm");
     program->setAttr(kParamGatherOverlapAttr,
                      b.getDictionaryAttr({b.getNamedAttr("gathers", b.getI64IntegerAttr(int64_t(started.size()))),

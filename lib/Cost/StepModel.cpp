@@ -450,6 +450,128 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   return predictStep(hw, w, c, estimateMemory(w, c));
 }
 
+namespace {
+/// One pipeline send between stages (of one microbatch's activation or its
+/// gradient), synchronous on compute (no --overlap-p2p in the search);
+/// with scatter/gather, 1/tp of it plus the receivers' all-gather over tp.
+double pipelineSendSeconds(const Hardware &hw, const Workload &w, const ParallelConfig &c, int64_t T, double b) {
+  if (c.pp == 1)
+    return 0;
+  double bytes = double(T) * double(w.model.hidden) * b / (c.sequenceParallel ? double(c.tp) : 1.0);
+  bool cross = axisGroup(c.mesh(), "pp", hw.topology).crossesNodes();
+  if ((w.scatterGatherP2P || c.scatterGatherP2P) && !c.sequenceParallel && c.tp > 1) {
+    // Megatron-LM's scatter/gather optimization: each tp rank sends its
+    // 1/tp of the (replicated) activation, the receivers all-gather it.
+    Group g = axisGroup(c.mesh(), "tp", hw.topology);
+    return p2pSeconds(hw, bytes / double(c.tp), cross) + collectiveSeconds(hw, Collective::AllGather, bytes, g);
+  }
+  return p2pSeconds(hw, bytes, cross);
+}
+
+/// The schedule's bubble over its ideal (busy) time, pp > 1.
+double bubbleOverIdeal(const Workload &w, const ParallelConfig &c, const LayerTimes &lt, int64_t mbs, double fShare,
+                       double layerTotal) {
+  const ModelConfig &m = w.model;
+  schedule::ScheduleOptions so;
+  so.stages = c.pp;
+  so.microbatches = mbs;
+  so.virtualStages = c.virtualStages;
+  so.kind = c.schedule == "gpipe"         ? schedule::ScheduleKind::GPipe
+            : c.schedule == "interleaved" ? schedule::ScheduleKind::Interleaved1F1B
+            : c.schedule == "zb-h1"       ? schedule::ScheduleKind::ZBH1
+                                          : schedule::ScheduleKind::OneFOneB;
+  schedule::CostModel cm;
+  cm.forward = fShare;
+  if (so.kind == schedule::ScheduleKind::ZBH1) {
+    double wShare = lt.bwdWeight / layerTotal;
+    cm.backward = 1 - fShare - wShare;
+    cm.weight = wShare;
+  } else {
+    cm.backward = 1 - fShare;
+    cm.weight = 0;
+  }
+  double ratio = schedule::analyticBubbleOverIdeal(so, cm);
+  // Interleaved: the fill and drain run chunk by chunk, so uneven chunks
+  // (126 layers in 96 chunks: 1 or 2 each) stretch them by the largest
+  // chunk over the mean one.
+  if (c.virtualStages > 1) {
+    std::vector<int64_t> sizes = balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
+    double largest = double(*std::max_element(sizes.begin(), sizes.end()));
+    ratio *= largest * double(sizes.size()) / double(m.layers);
+  }
+  return ratio;
+}
+
+/// dp's communication over the step, in all and exposed: gradients and
+/// (ZeRO) parameters of the busiest stage's rank.
+std::pair<double, double> dataParallelSeconds(const Hardware &hw, const ParallelConfig &c, double rankParams,
+                                              int64_t maxTensors, int64_t maxLayers, double layerF, double layerB,
+                                              int64_t mbs, double b) {
+  double dpTotal = 0, dpExposed = 0;
+  // As the compiler emits them (docs/cost-model.md): ZeRO's collectives
+  // one per parameter tensor (each paying the ring's latency), ZeRO-0's one
+  // flat all-reduce, or one per bucket.
+  Group g = axisGroup(c.mesh(), "dp", hw.topology);
+  const double gradBytes = rankParams * b;
+  const double tensors = double(maxTensors);
+  const double layersHere = double(maxLayers);
+  // `n` collectives of `bytes` in all.
+  auto many = [&](Collective k, double bytes, double n) {
+    return collectiveSeconds(hw, k, bytes, g) + (n - 1) * collectiveLatency(hw, k, g);
+  };
+  // What the last microbatch's backward can hide (the buckets start as
+  // their gradients complete; the last bucket is exposed).
+  const double lastBackward = layersHere * layerB;
+  auto hiddenBy = [&](double comm, double n) {
+    return std::max(0.0, std::min(comm * (1 - 1 / std::max(n, 1.0)), lastBackward));
+  };
+  const double agStep = many(Collective::AllGather, gradBytes, tensors);
+  if (c.zero == 0) {
+    double buckets = c.gradBucket ? std::min(tensors, std::ceil(rankParams / double(c.gradBucket))) : 1;
+    dpTotal = many(Collective::AllReduce, gradBytes, buckets);
+    dpExposed = dpTotal - (c.gradBucket ? hiddenBy(dpTotal, buckets) : 0);
+  } else if (c.zero == 1) {
+    double rs = many(Collective::ReduceScatter, gradBytes, tensors);
+    dpTotal = rs + agStep; // the updated parameters gathered at the step's start
+    dpExposed = dpTotal - (c.gradBucket ? hiddenBy(rs, tensors) : 0);
+  } else {
+    // ZeRO-2/3: every microbatch reduce-scatters every gradient in its
+    // backward, synchronously.
+    double rs = double(mbs) * many(Collective::ReduceScatter, gradBytes, tensors);
+    dpTotal = rs;
+    dpExposed = rs;
+    if (c.zero == 2) {
+      dpTotal += agStep;
+      dpExposed += agStep;
+    } else {
+      // ZeRO-3: every parameter gathered per microbatch in the forward and
+      // again in the backward; with prefetch on the comm queue, a layer's
+      // gathers hide under the previous layer's compute where they fit.
+      double ag = 2 * double(mbs) * agStep;
+      dpTotal += ag;
+      double agLayer = agStep / layersHere;
+      dpExposed += c.fsdpPrefetch
+                       ? double(mbs) * layersHere * (std::max(0.0, agLayer - layerF) + std::max(0.0, agLayer - layerB))
+                       : ag;
+    }
+  }
+
+  return {dpTotal, dpExposed};
+}
+
+/// What bounds the step: the largest of the non-compute shares, where it is
+/// over 15 % of the step.
+std::string boundOf(const StepPrediction &out, double bubble, double dpExposed) {
+  std::vector<std::pair<double, std::string>> parts = {{bubble, "bubble"},
+                                                       {out.comm.at("tp").exposed, "tp communication"},
+                                                       {dpExposed, "dp communication"},
+                                                       {out.comm.at("pp").exposed, "pp communication"},
+                                                       {out.optimizerSeconds, "optimizer"}};
+  auto worst = std::max_element(parts.begin(), parts.end());
+  return worst->first > 0.15 * out.stepSeconds ? worst->second : "compute";
+}
+} // namespace
+
 StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const ParallelConfig &c,
                                  const MemoryEstimate &memory) {
   const ModelConfig &m = w.model;
@@ -492,57 +614,14 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   double layerTotal = layerF + layerB;
   double fShare = layerF / layerTotal;
 
-  // pp: one send per chunk boundary per microbatch each way; sends are
-  // synchronous on compute (no --overlap-p2p in the search).
-  double p2p = 0;
-  if (c.pp > 1) {
-    double bytes = double(T) * double(m.hidden) * b / (c.sequenceParallel ? double(c.tp) : 1.0);
-    bool cross = axisGroup(c.mesh(), "pp", hw.topology).crossesNodes();
-    if ((w.scatterGatherP2P || c.scatterGatherP2P) && !c.sequenceParallel && c.tp > 1) {
-      // Megatron-LM's scatter/gather optimization: each tp rank sends its
-      // 1/tp of the (replicated) activation, the receivers all-gather it.
-      Group g = axisGroup(c.mesh(), "tp", hw.topology);
-      p2p = p2pSeconds(hw, bytes / double(c.tp), cross) + collectiveSeconds(hw, Collective::AllGather, bytes, g);
-    } else {
-      p2p = p2pSeconds(hw, bytes, cross);
-    }
-  }
+  const double p2p = pipelineSendSeconds(hw, w, c, T, b);
   double p2pPerMicrobatch = c.pp > 1 ? 2.0 * double(c.virtualStages) * p2p : 0;
 
   // Compute of the busiest stage over the step, and the bubble.
   double busy = double(mbs) * (maxStage + p2pPerMicrobatch);
   double bubble = 0;
-  if (c.pp > 1) {
-    schedule::ScheduleOptions so;
-    so.stages = c.pp;
-    so.microbatches = mbs;
-    so.virtualStages = c.virtualStages;
-    so.kind = c.schedule == "gpipe"         ? schedule::ScheduleKind::GPipe
-              : c.schedule == "interleaved" ? schedule::ScheduleKind::Interleaved1F1B
-              : c.schedule == "zb-h1"       ? schedule::ScheduleKind::ZBH1
-                                            : schedule::ScheduleKind::OneFOneB;
-    schedule::CostModel cm;
-    cm.forward = fShare;
-    if (so.kind == schedule::ScheduleKind::ZBH1) {
-      double wShare = lt.bwdWeight / layerTotal;
-      cm.backward = 1 - fShare - wShare;
-      cm.weight = wShare;
-    } else {
-      cm.backward = 1 - fShare;
-      cm.weight = 0;
-    }
-    double ratio = schedule::analyticBubbleOverIdeal(so, cm);
-    // Interleaved: the fill and drain run chunk by chunk, so uneven chunks
-    // (126 layers in 96 chunks: 1 or 2 each) stretch them by the largest
-    // chunk over the mean one.
-    if (c.virtualStages > 1) {
-      std::vector<int64_t> sizes = balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
-      double largest = double(*std::max_element(sizes.begin(), sizes.end()));
-      ratio *= largest * double(sizes.size()) / double(m.layers);
-    }
-    // Every fill/drain hop also waits for the boundary's p2p.
-    bubble = ratio * busy + 2.0 * double(c.pp - 1) * p2p;
-  }
+  if (c.pp > 1) // every fill/drain hop also waits for the boundary's p2p
+    bubble = bubbleOverIdeal(w, c, lt, mbs, fShare, layerTotal) * busy + 2.0 * double(c.pp - 1) * p2p;
   out.computeSeconds = busy;
   out.bubbleSeconds = bubble;
   out.comm["tp"].total =
@@ -560,56 +639,9 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
     rankParams = std::max(rankParams, stageParams(w, c, st, layers[size_t(st)]));
     maxTensors = std::max(maxTensors, stageTensors(w, c, st, layers[size_t(st)]));
   }
-  double dpTotal = 0, dpExposed = 0;
-  if (c.dp > 1) {
-    // As the compiler emits them (docs/cost-model.md): ZeRO's collectives
-    // one per parameter tensor (each paying the ring's latency), ZeRO-0's one
-    // flat all-reduce, or one per bucket.
-    Group g = axisGroup(c.mesh(), "dp", hw.topology);
-    const double gradBytes = rankParams * b;
-    const double tensors = double(maxTensors);
-    const double layersHere = double(maxLayers);
-    // `n` collectives of `bytes` in all.
-    auto many = [&](Collective k, double bytes, double n) {
-      return collectiveSeconds(hw, k, bytes, g) + (n - 1) * collectiveLatency(hw, k, g);
-    };
-    // What the last microbatch's backward can hide (the buckets start as
-    // their gradients complete; the last bucket is exposed).
-    const double lastBackward = layersHere * layerB;
-    auto hiddenBy = [&](double comm, double n) {
-      return std::max(0.0, std::min(comm * (1 - 1 / std::max(n, 1.0)), lastBackward));
-    };
-    const double agStep = many(Collective::AllGather, gradBytes, tensors);
-    if (c.zero == 0) {
-      double buckets = c.gradBucket ? std::min(tensors, std::ceil(rankParams / double(c.gradBucket))) : 1;
-      dpTotal = many(Collective::AllReduce, gradBytes, buckets);
-      dpExposed = dpTotal - (c.gradBucket ? hiddenBy(dpTotal, buckets) : 0);
-    } else if (c.zero == 1) {
-      double rs = many(Collective::ReduceScatter, gradBytes, tensors);
-      dpTotal = rs + agStep; // the updated parameters gathered at the step's start
-      dpExposed = dpTotal - (c.gradBucket ? hiddenBy(rs, tensors) : 0);
-    } else {
-      // ZeRO-2/3: every microbatch reduce-scatters every gradient in its
-      // backward, synchronously.
-      double rs = double(mbs) * many(Collective::ReduceScatter, gradBytes, tensors);
-      dpTotal = rs;
-      dpExposed = rs;
-      if (c.zero == 2) {
-        dpTotal += agStep;
-        dpExposed += agStep;
-      } else {
-        // ZeRO-3: every parameter gathered per microbatch in the forward and
-        // again in the backward; with prefetch on the comm queue, a layer's
-        // gathers hide under the previous layer's compute where they fit.
-        double ag = 2 * double(mbs) * agStep;
-        dpTotal += ag;
-        double agLayer = agStep / layersHere;
-        dpExposed += c.fsdpPrefetch ? double(mbs) * layersHere *
-                                          (std::max(0.0, agLayer - layerF) + std::max(0.0, agLayer - layerB))
-                                    : ag;
-      }
-    }
-  }
+  const auto [dpTotal, dpExposed] =
+      c.dp > 1 ? dataParallelSeconds(hw, c, rankParams, maxTensors, maxLayers, layerF, layerB, mbs, b)
+               : std::pair<double, double>{0, 0};
   out.comm["dp"].total = dpTotal;
   out.comm["dp"].exposed = dpExposed;
 
@@ -626,13 +658,6 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   out.mfu = f.model / (gpus * peak * out.stepSeconds);
   out.hfu = f.hardware / (gpus * peak * out.stepSeconds);
 
-  // What bounds it: the largest of the non-compute shares.
-  std::vector<std::pair<double, std::string>> parts = {{bubble, "bubble"},
-                                                       {out.comm["tp"].exposed, "tp communication"},
-                                                       {dpExposed, "dp communication"},
-                                                       {out.comm["pp"].exposed, "pp communication"},
-                                                       {out.optimizerSeconds, "optimizer"}};
-  auto worst = std::max_element(parts.begin(), parts.end());
-  out.bound = worst->first > 0.15 * out.stepSeconds ? worst->second : "compute";
+  out.bound = boundOf(out, bubble, dpExposed);
   return out;
 }

@@ -71,6 +71,10 @@ struct PlanP2PScatterGatherPass : public plan::impl::PlanP2PScatterGatherBase<Pl
       if (isPipelineTransfer(k))
         transfers.push_back(k);
     });
+    // One slice per buffer: a buffer sent to several chunks, or received in
+    // several subroutines (a backward and its last microbatch's clone),
+    // shares it.
+    llvm::DenseMap<Attribute, plan::BufferOp> sliceOf;
     for (plan::KernelOp k : transfers) {
       const bool send = k.getKernel() == "send";
       StringRef role = send ? "x" : "y";
@@ -83,12 +87,15 @@ struct PlanP2PScatterGatherPass : public plan::impl::PlanP2PScatterGatherBase<Pl
       if (n % tp != 0)
         continue; // both sides see the same size and keep the whole transfer
       // The slice: one tp rank's n/tp elements, with the buffer's microbatch slots.
-      OpBuilder bb(buf);
-      bb.setInsertionPointAfter(buf);
-      plan::BufferOp slice = newBuffers.create(bb, buf.getLoc(), RankedTensorType::get({n / tp}, type.getElementType()),
-                                               (buf.getName() + ":tp-slice").str(), "activation");
-      if (Attribute slots = buf->getAttr(plan::kSlotsAttr))
-        slice->setAttr(plan::kSlotsAttr, slots);
+      plan::BufferOp &slice = sliceOf[ref];
+      if (!slice) {
+        OpBuilder bb(buf);
+        bb.setInsertionPointAfter(buf);
+        slice = newBuffers.create(bb, buf.getLoc(), RankedTensorType::get({n / tp}, type.getElementType()),
+                                  (buf.getName() + ":tp-slice").str(), "activation");
+        if (Attribute slots = buf->getAttr(plan::kSlotsAttr))
+          slice->setAttr(plan::kSlotsAttr, slots);
+      }
       auto sliceRef = FlatSymbolRefAttr::get(slice.getSymNameAttr());
       OpBuilder b(k);
       DictionaryAttr params = b.getDictionaryAttr({b.getNamedAttr("axis", b.getStringAttr("tp")),

@@ -59,6 +59,38 @@ module {
 
 // -----
 
+// A buffer received in two subroutines (a backward and its last
+// microbatch's clone, llcdist-plan-grad-buckets) and sent to two chunks
+// keeps one slice each.
+// CHECK-LABEL: plan.program @shared
+// CHECK-SAME: plan.p2p_scatter_gather = {recvs = 2 : i64, sends = 2 : i64}
+// CHECK-COUNT-2: name = "{{dy|h}}:tp-slice"
+// CHECK-NOT: :tp-slice
+// CHECK: plan.subroutine
+module {
+  shard.grid @mesh(shape = 1x2x2)
+  plan.program @shared {
+    plan.buffer @h : tensor<8xf32> {kind = "activation", name = "h"}
+    plan.buffer @dy : tensor<8xf32> {kind = "activation", name = "dy"}
+    plan.subroutine @forward {
+      plan.kernel "send" {x = @h} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {plan.origin = "pipeline"}
+      plan.kernel "send" {x = @h} {axis = "pp", peer = 1 : i64, tag = 2 : i64} {plan.origin = "pipeline"}
+    }
+    plan.subroutine @backward {
+      plan.kernel "recv" {y = @dy} {axis = "pp", peer = 1 : i64, tag = 1 : i64} {plan.origin = "pipeline"}
+    }
+    plan.subroutine @backward_last {
+      plan.kernel "recv" {y = @dy} {axis = "pp", peer = 1 : i64, tag = 1 : i64} {plan.origin = "pipeline"}
+    }
+    plan.schedule {
+      plan.action @forward microbatch 0
+      plan.action @backward_last microbatch 0
+    }
+  }
+}
+
+// -----
+
 // Under sequence parallelism a stage's tp ranks hold different slices of the
 // sequence: refused.
 module {

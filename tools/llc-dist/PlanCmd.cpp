@@ -182,10 +182,20 @@ json frameworksJson(const cost::FrameworkArgs &a) {
 
 } // namespace
 
-int llcdist::cli::runPlan(Args &args) {
+namespace {
+/// What `llc-dist plan` was asked, its flags checked (a UsageError names the
+/// flag); `help` when --help was given.
+struct PlanRequest {
   std::string model, device, topology, dtype = "bf16", format = "text", as, keepDir;
   int64_t gpus = 0, globalBatch = 0, globalTokens = 0, seqLen = 0, top = 5, exactK = -1, maxTp = 0, maxMb = 8, maxV = 8;
   std::vector<std::string> fixes;
+  bool help = false;
+};
+
+PlanRequest parsePlanArgs(Args &args) {
+  PlanRequest r;
+  auto &[model, device, topology, dtype, format, as, keepDir, gpus, globalBatch, globalTokens, seqLen, top, exactK,
+         maxTp, maxMb, maxV, fixes, help] = r;
   ValueFlags flags;
   flags.add("--gpus", &gpus)
       .add("--device", &device)
@@ -205,8 +215,8 @@ int llcdist::cli::runPlan(Args &args) {
   while (!args.empty()) {
     std::string a = args.next();
     if (a == "--help" || a == "-h") {
-      llvm::outs() << kPlanHelp;
-      return 0;
+      help = true;
+      return r;
     }
     if (auto v = args.value(a, "--fix"))
       fixes.push_back(*v);
@@ -250,13 +260,76 @@ int llcdist::cli::runPlan(Args &args) {
   if (exactK < 0)
     exactK = top;
 
+  return r;
+}
+
+/// The plan's output: Megatron-LM flags or a DeepSpeed config (--as), the
+/// JSON (--format json), or the report.
+int printPlan(const PlanRequest &req, const cost::Workload &w, const cost::Hardware &hw,
+              const cost::PlanResult &result) {
+  const std::string &model = req.model, &topology = req.topology, &dtype = req.dtype, &format = req.format,
+                    &as = req.as;
+  const int64_t gpus = req.gpus, globalBatch = w.globalBatch, seqLen = w.seqLen;
+  // The winner: the simulation's fastest when it ran, else the analytic one.
+  bool bySimulation = false;
+  const size_t winner = winnerOf(result, &bySimulation);
+  cost::FrameworkArgs fw = cost::frameworkArgs(w, result.top[winner].config);
+
+  if (as == "megatron" && format == "text") {
+    llvm::outs() << cost::megatronCommand(fw);
+    return 0;
+  }
+  if (as == "deepspeed" && format == "text") {
+    for (const std::string &n : fw.deepspeedNotes)
+      llvm::errs() << "llc-dist plan: note: " << n << "\n";
+    llvm::outs() << cost::deepspeedText(fw);
+    return 0;
+  }
+  if (format == "json") {
+    json j;
+    j["model"] = model;
+    j["device"] = hw.device.id;
+    j["topology"] = topology;
+    j["topology_name"] = hw.topology.name;
+    j["dtype"] = dtype;
+    json body = result.toJson();
+    for (auto &[k, v] : body.items())
+      j[k] = v;
+    j["winner_rank"] = winner + 1;
+    j["winner_by"] = bySimulation ? "simulation" : "analytic";
+    j["frameworks"] = frameworksJson(fw);
+    llvm::outs() << j.dump(2) << "\n";
+    return 0;
+  }
+  std::ostringstream os;
+  os << "llc-dist plan: " << w.model.name << " on " << gpus << " x " << hw.device.id << " (" << hw.topology.name << ", "
+     << hw.topology.gpusPerNode << " GPUs per node), " << globalBatch << " x " << seqLen << " tokens per step, "
+     << dtype << "\n";
+  result.print(os);
+  os << "\nthe " << (bySimulation ? "simulated" : "analytic") << " winner, #" << winner + 1
+     << ", as Megatron-LM flags (--as megatron; --as deepspeed for "
+     << "a DeepSpeed config):\n"
+     << cost::megatronCommand(fw);
+  llvm::outs() << os.str();
+  return 0;
+}
+} // namespace
+
+int llcdist::cli::runPlan(Args &args) {
+  const PlanRequest req = parsePlanArgs(args);
+  if (req.help) {
+    llvm::outs() << kPlanHelp;
+    return 0;
+  }
+  const std::string &model = req.model, &device = req.device, &topology = req.topology, &dtype = req.dtype;
+  const int64_t gpus = req.gpus, globalBatch = req.globalBatch, seqLen = req.seqLen;
   cost::PlannerOptions opts;
   opts.gpus = gpus;
-  opts.top = top;
-  opts.maxTp = maxTp;
-  opts.maxMicroBatch = maxMb;
-  opts.maxVirtualStages = maxV;
-  for (const std::string &f : fixes)
+  opts.top = req.top;
+  opts.maxTp = req.maxTp;
+  opts.maxMicroBatch = req.maxMb;
+  opts.maxVirtualStages = req.maxV;
+  for (const std::string &f : req.fixes)
     if (auto err = cost::parseFix(f, opts))
       throw UsageError{*err};
 
@@ -310,49 +383,8 @@ int llcdist::cli::runPlan(Args &args) {
   }
 
   // The exact check of the top: compiled and simulated.
-  if (!exactCheck(model, w, hw, exactK, keepDir, result))
+  if (!exactCheck(model, w, hw, req.exactK, req.keepDir, result))
     return kExitError;
 
-  // The winner: the simulation's fastest when it ran, else the analytic one.
-  bool bySimulation = false;
-  const size_t winner = winnerOf(result, &bySimulation);
-  cost::FrameworkArgs fw = cost::frameworkArgs(w, result.top[winner].config);
-
-  if (as == "megatron" && format == "text") {
-    llvm::outs() << cost::megatronCommand(fw);
-    return 0;
-  }
-  if (as == "deepspeed" && format == "text") {
-    for (const std::string &n : fw.deepspeedNotes)
-      llvm::errs() << "llc-dist plan: note: " << n << "\n";
-    llvm::outs() << cost::deepspeedText(fw);
-    return 0;
-  }
-  if (format == "json") {
-    json j;
-    j["model"] = model;
-    j["device"] = hw.device.id;
-    j["topology"] = topology;
-    j["topology_name"] = hw.topology.name;
-    j["dtype"] = dtype;
-    json body = result.toJson();
-    for (auto &[k, v] : body.items())
-      j[k] = v;
-    j["winner_rank"] = winner + 1;
-    j["winner_by"] = bySimulation ? "simulation" : "analytic";
-    j["frameworks"] = frameworksJson(fw);
-    llvm::outs() << j.dump(2) << "\n";
-    return 0;
-  }
-  std::ostringstream os;
-  os << "llc-dist plan: " << w.model.name << " on " << gpus << " x " << hw.device.id << " (" << hw.topology.name << ", "
-     << hw.topology.gpusPerNode << " GPUs per node), " << globalBatch << " x " << seqLen << " tokens per step, "
-     << dtype << "\n";
-  result.print(os);
-  os << "\nthe " << (bySimulation ? "simulated" : "analytic") << " winner, #" << winner + 1
-     << ", as Megatron-LM flags (--as megatron; --as deepspeed for "
-     << "a DeepSpeed config):\n"
-     << cost::megatronCommand(fw);
-  llvm::outs() << os.str();
-  return 0;
+  return printPlan(req, w, hw, result);
 }

@@ -75,8 +75,7 @@ namespace schema = llcdist::rt::schema;
 namespace {
 bool persistent(BufferOp buf) {
   StringRef k = buf.getKind();
-  return k == "param" || k == "grad" || k == "optimizer_state" || k == "input" ||
-         k == "metric";
+  return k == "param" || k == "grad" || k == "optimizer_state" || k == "input" || k == "metric";
 }
 
 /// The program's buffers numbered in order, so the liveness below works on
@@ -85,11 +84,11 @@ bool persistent(BufferOp buf) {
 /// `firstInstance[i] + k`.
 struct Buffers {
   SmallVector<BufferOp> ops;
-  SmallVector<int64_t> bytes;         // getNumBytes, once
-  SmallVector<int64_t> instances;     // kSlotsAttr, or 1 (0 counts as 1)
-  SmallVector<char> slotted;          // has kSlotsAttr: an action's slot picks
+  SmallVector<int64_t> bytes;     // getNumBytes, once
+  SmallVector<int64_t> instances; // kSlotsAttr, or 1 (0 counts as 1)
+  SmallVector<char> slotted;      // has kSlotsAttr: an action's slot picks
   SmallVector<uint32_t> firstInstance;
-  SmallVector<char> persistent;       // placed for the whole step: no segments
+  SmallVector<char> persistent; // placed for the whole step: no segments
   uint32_t numInstances = 0;
   // Keyed by the uniqued symbol name (pointer hashing); looked up once per
   // kernel argument of each subroutine, never per action.
@@ -165,8 +164,8 @@ struct SubroutineSummary {
         return std::nullopt; // not a buffer: nothing to place
       return it->second;
     };
-    if (kind && (*kind == schema::OpKind::kAllGather ||
-                 *kind == schema::OpKind::kReduceScatter || *kind == schema::OpKind::kRecv))
+    if (kind && (*kind == schema::OpKind::kAllGather || *kind == schema::OpKind::kReduceScatter ||
+                 *kind == schema::OpKind::kRecv))
       if (auto out = k.getArgs().getAs<FlatSymbolRefAttr>("y"))
         if (auto i = lookup(out))
           communication.push_back(*i);
@@ -176,10 +175,10 @@ struct SubroutineSummary {
     for (NamedAttribute arg : k.getArgs()) {
       bool reads = true, overwrites = false;
       if (kind) {
-        int idx = schema::argIndex(*kind, std::string_view(arg.getName().data(),
-                                                           arg.getName().size()));
+        int idx = schema::argIndex(*kind, std::string_view(arg.getName().data(), arg.getName().size()));
         if (idx >= 0) {
-          const schema::ArgAccess acc = schema::effectiveAccess(*kind, size_t(idx), !accumulate || accumulate.getValue());
+          const schema::ArgAccess acc =
+              schema::effectiveAccess(*kind, size_t(idx), !accumulate || accumulate.getValue());
           overwrites = acc == schema::ArgAccess::kWrite;
           reads = !overwrites;
         }
@@ -220,7 +219,7 @@ struct Liveness {
   std::vector<SmallVector<Segment, 2>> segments; // per instance
   SmallVector<char> communication;               // per buffer
   int64_t numKernels = 0;
-  llvm::StringMap<SubroutineSummary> summaries;  // by subroutine name
+  llvm::StringMap<SubroutineSummary> summaries; // by subroutine name
 
   /// The number of kernels an action of subroutine `sub` runs.
   int64_t kernelsOf(StringRef sub) const {
@@ -286,8 +285,7 @@ struct Liveness {
             ++t;
             continue;
           }
-          for (const SubroutineSummary::Access &a :
-               ArrayRef(summary.accesses).slice(k.firstAccess, k.numAccesses))
+          for (const SubroutineSummary::Access &a : ArrayRef(summary.accesses).slice(k.firstAccess, k.numAccesses))
             if (std::optional<uint32_t> inst = access(a, slot, t); inst && k.token >= 0)
               inFlight[k.token].push_back(*inst);
           ++t;
@@ -305,8 +303,8 @@ struct Liveness {
 /// action), every slotted buffer touched by the subroutines of one chunk
 /// only, that chunk's buffers all with its number of slots, and every slot
 /// of the chunk running the chunk's subroutines in slot 0's order.
-std::optional<SlotPattern> slotPattern(Block &body, const Buffers &buffers,
-                                       const Liveness &live, ArrayRef<ActionSpan> spans) {
+std::optional<SlotPattern> slotPattern(Block &body, const Buffers &buffers, const Liveness &live,
+                                       ArrayRef<ActionSpan> spans) {
   if (!live.tokens.empty())
     return std::nullopt;
   SlotPattern p;
@@ -349,8 +347,7 @@ std::optional<SlotPattern> slotPattern(Block &body, const Buffers &buffers,
   std::map<std::pair<int64_t, int64_t>, int64_t> seen; // (chunk, slot) -> actions so far
   for (auto [a, span] : llvm::enumerate(spans)) {
     p.place.push_back(seen[{span.chunk, span.slot}]++);
-    if (span.chunk < 0 || span.chunk >= int64_t(p.actions.size()) ||
-        p.actions[size_t(span.chunk)].empty())
+    if (span.chunk < 0 || span.chunk >= int64_t(p.actions.size()) || p.actions[size_t(span.chunk)].empty())
       continue;
     auto &bySlot = p.actions[size_t(span.chunk)];
     if (span.slot < 0 || span.slot >= int64_t(bySlot.size()))
@@ -371,51 +368,80 @@ std::optional<SlotPattern> slotPattern(Block &body, const Buffers &buffers,
   return p;
 }
 
-struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPass> {
-  using PlanMemoryBase::PlanMemoryBase;
-  void runOnOperation() override {
-    ProgramOp program = getOperation();
-    Block &body = program.getBody().front();
-    Builder b(program.getContext());
-
+/// One program's placement (the pass's steps, in order): live segments,
+/// the persistent buffers, the transient ones best-fit (slot blocks by
+/// pattern), the offsets written, the breakdown recorded.
+class ProgramMemory {
+public:
+  ProgramMemory(ProgramOp program, bool slotsAlike, bool checkAlike)
+      : program(program), body(program.getBody().front()), b(program.getContext()), buffers(body), live(body, buffers),
+        checkAlike(checkAlike) {
     // 1. Live segments over the step (per subroutine once, then per action).
-    const Buffers buffers(body);
-    Liveness live(body, buffers);
     // Instances of slotted buffers (plan::kSlotsAttr), by symbol name.
-    llvm::DenseMap<StringAttr, int64_t> slotsOf;
     for (BufferOp buf : buffers.ops)
       if (auto n = buf->getAttrOfType<IntegerAttr>(kSlotsAttr))
         slotsOf[buf.getSymNameAttr()] = n.getInt();
-
     // Each action's kernels in that numbering, and its chunk.
-    std::vector<ActionSpan> actionSpans;
     for (auto sched : body.getOps<ScheduleOp>())
       for (auto action : sched.getBody().front().getOps<ActionOp>()) {
         int64_t first = actionSpans.empty() ? 0 : actionSpans.back().last + 1;
         auto chunk = action->getAttrOfType<IntegerAttr>("pipeline.chunk");
         auto slot = action->getAttrOfType<IntegerAttr>(kSlotAttr);
-        actionSpans.push_back({first,
-                               first + live.kernelsOf(action.getSubroutine()) - 1,
-                               chunk ? chunk.getInt() : -1, slot ? slot.getInt() : 0});
+        actionSpans.push_back({first, first + live.kernelsOf(action.getSubroutine()) - 1, chunk ? chunk.getInt() : -1,
+                               slot ? slot.getInt() : 0});
       }
     // Where the slots are alike, slot 0 stands for the others (SlotPattern).
-    const std::optional<SlotPattern> pattern =
-        slotsAlike ? slotPattern(body, buffers, live, actionSpans) : std::nullopt;
+    pattern = slotsAlike ? slotPattern(body, buffers, live, actionSpans) : std::nullopt;
     live.replay(body, buffers, pattern.has_value());
-    const int64_t t = live.numKernels;
-    llvm::DenseMap<StringAttr, BufferOp> bufferOf;
+    t = live.numKernels;
     for (auto buf : body.getOps<BufferOp>())
       bufferOf[buf.getSymNameAttr()] = buf;
+  }
 
+  LogicalResult run() {
+    placePersistent();
+    measureLivePeak();
+    // 3. Slotted instances by pattern (SlotLayout), then every item —
+    // unslotted and per-instance buffers, chunk workspace, slot blocks —
+    // best-fit in order of first use (placeTransient).
+    // Slot blocks hold what a microbatch frees during its backward until
+    // the block's last buffer dies, and equal blocks leave holes that small
+    // buffers would fill. Where that costs more than kBlockSlack over the
+    // live peak, per-instance placement (exact, but O(microbatches ×
+    // buffers) in the plan and its checks) is tried too, and the smaller
+    // arena wins.
+    Placement placed = place(/*byPattern=*/true);
+    if (mismatch) {
+      program.emitError("llcdist-plan-memory: the slots worked out from slot 0 differ from "
+                        "every slot's: ")
+          << *mismatch;
+      return failure();
+    }
+    if (!placed.layout.inBlock.empty() && double(placed.peak) > (1 + kBlockSlack) * double(livePeak)) {
+      Placement exact = place(/*byPattern=*/false);
+      if (exact.peak < placed.peak)
+        placed = std::move(exact);
+    }
+    writeOffsets(placed);
+    recordBreakdown();
+    return success();
+  }
+
+private:
+  struct Placement {
+    SlotLayout layout;
+    std::vector<Item> items; // in order of first use
+    std::vector<int64_t> offsets;
+    int64_t peak = 0;
+  };
+
+  /// 2. Persistent state first, one after another (a slotted buffer's
+  /// instances side by side); recorded by kind. The transient instances are
+  /// collected for later.
+  void placePersistent() {
     // 2. Persistent state first, one after another (a slotted buffer's
     // instances side by side); recorded by kind.
     int64_t offset = 0;
-    std::map<std::string, int64_t> byKind;
-    // Per slotted buffer, its instances' offsets (-1: not yet placed).
-    llvm::DenseMap<StringAttr, SmallVector<int64_t, 4>> slotOffsets;
-    // Every transient instance; with `pattern`, a slotted buffer's slot 0
-    // stands for all its slots (Transient::patternChunk).
-    std::vector<Transient> byFirstUse;
     for (uint32_t i = 0; i < buffers.size(); ++i) {
       BufferOp buf = buffers.ops[i];
       StringAttr name = buf.getSymNameAttr();
@@ -424,8 +450,7 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       const int64_t alignedBytes = aligned(buffers.bytes[i]);
       if (!persistent(buf))
         for (int64_t k = 0; k < instances; ++k)
-          if (ArrayRef<Segment> segs = live.segments[buffers.firstInstance[i] + k];
-              !segs.empty()) {
+          if (ArrayRef<Segment> segs = live.segments[buffers.firstInstance[i] + k]; !segs.empty()) {
             Transient &tr = byFirstUse.emplace_back(Transient{buf, k, segs, alignedBytes});
             tr.index = i;
             placed = true;
@@ -447,37 +472,38 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       auto cls = buf->getAttrOfType<StringAttr>("memory_class");
       byKind[cls ? cls.str() : buf.getKind().str()] += instances * buf.getNumBytes();
     }
-    int64_t base = offset;
+    base = offset;
+  }
 
-    // Calls `f(tr, slot, segment)` for every segment of every transient
-    // instance (with the pattern, each slot's of a slotted buffer).
-    auto forEachSegment = [&](auto f) {
-      // A slot-0 segment's ends as (place of the action, kernels after its start).
-      SmallVector<std::array<int64_t, 4>, 4> ends;
-      for (const Transient &tr : byFirstUse) {
-        if (tr.patternChunk < 0) {
-          for (const Segment &s : tr.segs)
-            f(tr, tr.slot, s);
-          continue;
-        }
-        ends.clear();
-        for (const Segment &s : tr.segs) {
-          int64_t a = pattern->actionAt[s.first], e = pattern->actionAt[s.last];
-          ends.push_back({pattern->place[a], s.first - actionSpans[a].first, pattern->place[e],
-                          s.last - actionSpans[e].first});
-        }
-        const auto &bySlot = pattern->actions[size_t(tr.patternChunk)];
-        for (auto [k, acts] : llvm::enumerate(bySlot))
-          for (const auto &[pf, of, pl, ol] : ends)
-            f(tr, int64_t(k),
-              Segment{actionSpans[acts[pf]].first + of, actionSpans[acts[pl]].first + ol});
+  /// Calls `f(tr, slot, segment)` for every segment of every transient
+  /// instance (with the pattern, each slot's of a slotted buffer).
+  template <typename F> void forEachSegment(F f) const {
+    // A slot-0 segment's ends as (place of the action, kernels after its start).
+    SmallVector<std::array<int64_t, 4>, 4> ends;
+    for (const Transient &tr : byFirstUse) {
+      if (tr.patternChunk < 0) {
+        for (const Segment &s : tr.segs)
+          f(tr, tr.slot, s);
+        continue;
       }
-    };
-    // The most bytes live at once over the transient instances (the lower
-    // bound of any placement), and the first kernel where it is reached
-    // (liveBytesPeak over every instance).
+      ends.clear();
+      for (const Segment &s : tr.segs) {
+        int64_t a = pattern->actionAt[s.first], e = pattern->actionAt[s.last];
+        ends.push_back(
+            {pattern->place[a], s.first - actionSpans[a].first, pattern->place[e], s.last - actionSpans[e].first});
+      }
+      const auto &bySlot = pattern->actions[size_t(tr.patternChunk)];
+      for (auto [k, acts] : llvm::enumerate(bySlot))
+        for (const auto &[pf, of, pl, ol] : ends)
+          f(tr, int64_t(k), Segment{actionSpans[acts[pf]].first + of, actionSpans[acts[pl]].first + ol});
+    }
+  }
+
+  /// The most bytes live at once over the transient instances (the lower
+  /// bound of any placement), and the first kernel where it is reached
+  /// (liveBytesPeak over every instance).
+  void measureLivePeak() {
     sortByFirstUse(byFirstUse, t);
-    int64_t livePeak = 0, peakAt = 0;
     {
       std::vector<int64_t> delta(t + 1, 0);
       forEachSegment([&](const Transient &tr, int64_t, Segment s) {
@@ -491,132 +517,107 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
           peakAt = int64_t(k);
         }
     }
-    // With `pattern`: every instance as one of its own (the pattern's slots
-    // worked out), in order of first use, for per-instance placement.
-    std::deque<SmallVector<Segment, 2>> expandedSegs;
-    auto everyInstance = [&] {
-      // In the order layoutSlots' callers build it (buffer, then slot),
-      // then by first use.
-      std::vector<Transient> all;
-      std::vector<SmallVector<const Transient *, 1>> own(buffers.size());
-      for (const Transient &tr : byFirstUse)
-        own[size_t(tr.index)].push_back(&tr);
-      for (uint32_t i = 0; i < buffers.size(); ++i)
-        for (const Transient *tr : own[i]) {
-          if (tr->patternChunk < 0) {
-            all.push_back(*tr);
-            continue;
-          }
-          for (int64_t k = 0; k < pattern->slots(tr->patternChunk); ++k) {
-            Transient inst = *tr;
-            inst.slot = k;
-            inst.patternChunk = -1;
-            if (k > 0)
-              inst.segs = expandedSegs.emplace_back(pattern->map(tr->patternChunk, k, tr->segs));
-            all.push_back(inst);
-          }
+  }
+
+  /// With `pattern`: every instance as one of its own (the pattern's slots
+  /// worked out), in order of first use, for per-instance placement.
+  std::vector<Transient> everyInstance() {
+    // In the order layoutSlots' callers build it (buffer, then slot),
+    // then by first use.
+    std::vector<Transient> all;
+    std::vector<SmallVector<const Transient *, 1>> own(buffers.size());
+    for (const Transient &tr : byFirstUse)
+      own[size_t(tr.index)].push_back(&tr);
+    for (uint32_t i = 0; i < buffers.size(); ++i)
+      for (const Transient *tr : own[i]) {
+        if (tr->patternChunk < 0) {
+          all.push_back(*tr);
+          continue;
         }
-      sortByFirstUse(all, t);
-      return all;
-    };
+        for (int64_t k = 0; k < pattern->slots(tr->patternChunk); ++k) {
+          Transient inst = *tr;
+          inst.slot = k;
+          inst.patternChunk = -1;
+          if (k > 0)
+            inst.segs = expandedSegs.emplace_back(pattern->map(tr->patternChunk, k, tr->segs));
+          all.push_back(inst);
+        }
+      }
+    sortByFirstUse(all, t);
+    return all;
+  }
 
-    // check-slots-alike: where `alike` (the pattern's layout, or none: per
-    // instance) differs from layoutSlots' on every instance, what differs.
-    std::optional<std::string> mismatch;
-    auto differ = [&](const std::optional<SlotLayout> &alike,
-                      const std::vector<Transient> &all) -> std::optional<std::string> {
-      SlotLayout ref = layoutSlots(all, slotsOf, actionSpans, t, /*byPattern=*/true);
-      if (!alike)
-        return ref.inBlock.empty() ? std::nullopt
-                                   : std::optional<std::string>("the pattern fell back to "
-                                                                "per-instance placement");
-      if (alike->items.size() != ref.items.size())
-        return "items: " + std::to_string(alike->items.size()) + " vs " +
-               std::to_string(ref.items.size());
-      for (auto [i, x] : llvm::enumerate(alike->items)) {
-        const Item &y = ref.items[i];
-        bool same = x.buf == y.buf && x.slot == y.slot && x.bytes == y.bytes &&
-                    x.block == y.block && x.segs.size() == y.segs.size();
-        for (size_t k = 0; same && k < x.segs.size(); ++k)
-          same = x.segs[k].first == y.segs[k].first && x.segs[k].last == y.segs[k].last;
-        if (!same)
-          return "item " + std::to_string(i) + " (block " + std::to_string(x.block) + " slot " +
-                 std::to_string(x.slot) + ")";
-      }
-      if (alike->inBlock.size() != ref.inBlock.size())
-        return std::string("the buffers in blocks");
-      for (const auto &[name, in] : alike->inBlock) {
-        auto it = ref.inBlock.find(name);
-        if (it == ref.inBlock.end() || it->second.block != in.block ||
-            it->second.offset != in.offset || it->second.shared != in.shared)
-          return "buffer " + name.str() + "'s place in its block";
-      }
-      std::vector<ArrayRef<Segment>> segs;
-      std::vector<int64_t> bytes;
-      for (const Transient &tr : all) {
-        segs.push_back(tr.segs);
-        bytes.push_back(tr.bytes);
-      }
-      if (liveBytesPeak(t, segs, bytes) != std::make_pair(livePeak, peakAt))
-        return std::string("the live peak");
-      return std::nullopt;
-    };
+  /// check-slots-alike: where `alike` (the pattern's layout, or none: per
+  /// instance) differs from layoutSlots' on every instance, what differs.
+  std::optional<std::string> differ(const std::optional<SlotLayout> &alike, const std::vector<Transient> &all) {
+    SlotLayout ref = layoutSlots(all, slotsOf, actionSpans, t, /*byPattern=*/true);
+    if (!alike)
+      return ref.inBlock.empty() ? std::nullopt
+                                 : std::optional<std::string>("the pattern fell back to "
+                                                              "per-instance placement");
+    if (alike->items.size() != ref.items.size())
+      return "items: " + std::to_string(alike->items.size()) + " vs " + std::to_string(ref.items.size());
+    for (auto [i, x] : llvm::enumerate(alike->items)) {
+      const Item &y = ref.items[i];
+      bool same = x.buf == y.buf && x.slot == y.slot && x.bytes == y.bytes && x.block == y.block &&
+                  x.segs.size() == y.segs.size();
+      for (size_t k = 0; same && k < x.segs.size(); ++k)
+        same = x.segs[k].first == y.segs[k].first && x.segs[k].last == y.segs[k].last;
+      if (!same)
+        return "item " + std::to_string(i) + " (block " + std::to_string(x.block) + " slot " + std::to_string(x.slot) +
+               ")";
+    }
+    if (alike->inBlock.size() != ref.inBlock.size())
+      return std::string("the buffers in blocks");
+    for (const auto &[name, in] : alike->inBlock) {
+      auto it = ref.inBlock.find(name);
+      if (it == ref.inBlock.end() || it->second.block != in.block || it->second.offset != in.offset ||
+          it->second.shared != in.shared)
+        return "buffer " + name.str() + "'s place in its block";
+    }
+    std::vector<ArrayRef<Segment>> segs;
+    std::vector<int64_t> bytes;
+    for (const Transient &tr : all) {
+      segs.push_back(tr.segs);
+      bytes.push_back(tr.bytes);
+    }
+    if (liveBytesPeak(t, segs, bytes) != std::make_pair(livePeak, peakAt))
+      return std::string("the live peak");
+    return std::nullopt;
+  }
 
-    // 3. Slotted instances by pattern (SlotLayout), then every item —
-    // unslotted and per-instance buffers, chunk workspace, slot blocks —
-    // best-fit in order of first use (placeTransient).
-    struct Placement {
-      SlotLayout layout;
-      std::vector<Item> items; // in order of first use
-      std::vector<int64_t> offsets;
-      int64_t peak = 0;
-    };
-    auto place = [&](bool byPattern) {
-      Placement p;
-      std::optional<SlotLayout> alike;
-      if (pattern && byPattern)
-        alike = layoutSlotsAlike(byFirstUse, slotsOf, *pattern, t);
-      if (checkSlotsAlike && pattern && byPattern)
-        if (std::optional<std::string> why = differ(alike, everyInstance()))
-          mismatch = why;
-      if (alike)
-        p.layout = std::move(*alike);
-      else if (pattern)
-        p.layout = layoutSlots(everyInstance(), slotsOf, actionSpans, t, /*byPattern=*/false);
-      else
-        p.layout = layoutSlots(byFirstUse, slotsOf, actionSpans, t, byPattern);
-      p.items = p.layout.items;
-      sortByFirstUse(p.items, t);
-      std::vector<ArrayRef<Segment>> lifetimes;
-      std::vector<int64_t> sizes;
-      for (const Item &it : p.items) {
-        lifetimes.push_back(it.segs);
-        sizes.push_back(it.bytes);
-      }
-      p.offsets = placeTransient(lifetimes, sizes, liveBytesPeak(t, lifetimes, sizes).first);
-      for (auto [i, it] : llvm::enumerate(p.items))
-        p.peak = std::max(p.peak, p.offsets[i] + it.bytes);
-      return p;
-    };
-    // Slot blocks hold what a microbatch frees during its backward until
-    // the block's last buffer dies, and equal blocks leave holes that small
-    // buffers would fill. Where that costs more than kBlockSlack over the
-    // live peak, per-instance placement (exact, but O(microbatches ×
-    // buffers) in the plan and its checks) is tried too, and the smaller
-    // arena wins.
-    Placement placed = place(/*byPattern=*/true);
-    if (mismatch) {
-      program.emitError("llcdist-plan-memory: the slots worked out from slot 0 differ from "
-                        "every slot's: ")
-          << *mismatch;
-      return signalPassFailure();
+  Placement place(bool byPattern) {
+    Placement p;
+    std::optional<SlotLayout> alike;
+    if (pattern && byPattern)
+      alike = layoutSlotsAlike(byFirstUse, slotsOf, *pattern, t);
+    if (checkAlike && pattern && byPattern)
+      if (std::optional<std::string> why = differ(alike, everyInstance()))
+        mismatch = why;
+    if (alike)
+      p.layout = std::move(*alike);
+    else if (pattern)
+      p.layout = layoutSlots(everyInstance(), slotsOf, actionSpans, t, /*byPattern=*/false);
+    else
+      p.layout = layoutSlots(byFirstUse, slotsOf, actionSpans, t, byPattern);
+    p.items = p.layout.items;
+    sortByFirstUse(p.items, t);
+    std::vector<ArrayRef<Segment>> lifetimes;
+    std::vector<int64_t> sizes;
+    for (const Item &it : p.items) {
+      lifetimes.push_back(it.segs);
+      sizes.push_back(it.bytes);
     }
-    if (!placed.layout.inBlock.empty() &&
-        double(placed.peak) > (1 + kBlockSlack) * double(livePeak)) {
-      Placement exact = place(/*byPattern=*/false);
-      if (exact.peak < placed.peak)
-        placed = std::move(exact);
-    }
+    p.offsets = placeTransient(lifetimes, sizes, liveBytesPeak(t, lifetimes, sizes).first);
+    for (auto [i, it] : llvm::enumerate(p.items))
+      p.peak = std::max(p.peak, p.offsets[i] + it.bytes);
+    return p;
+  }
+
+  /// Each item's offset: a buffer's (instance's, or all instances' for a
+  /// workspace buffer) or a slot block's base; a slot block's buffers at
+  /// the block's base plus their place in it.
+  void writeOffsets(Placement &placed) {
     SlotLayout &layout = placed.layout;
     std::vector<Item> &items = placed.items;
     std::vector<int64_t> &offsets = placed.offsets;
@@ -647,8 +648,7 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     for (const auto &[name, placed] : layout.inBlock) {
       auto &so = slotOffsets[name];
       for (int64_t k = 0; k < int64_t(so.size()); ++k)
-        if (auto it = blockBase.find({placed.block, placed.shared ? -1 : k});
-            it != blockBase.end())
+        if (auto it = blockBase.find({placed.block, placed.shared ? -1 : k}); it != blockBase.end())
           so[k] = it->second + placed.offset;
       if (so[0] >= 0)
         bufferOf.lookup(name).setOffsetAttr(b.getI64IntegerAttr(so[0]));
@@ -661,21 +661,25 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
       if (it == slotOffsets.end())
         continue;
       if (!buf.getOffset())
-        buf.setOffsetAttr(b.getI64IntegerAttr(
-            *llvm::find_if(it->second, [](int64_t o) { return o >= 0; })));
+        buf.setOffsetAttr(b.getI64IntegerAttr(*llvm::find_if(it->second, [](int64_t o) { return o >= 0; })));
       for (int64_t &o : it->second)
         if (o < 0)
           o = *buf.getOffset();
       buf->setAttr(kSlotOffsetsAttr, b.getDenseI64ArrayAttr(it->second));
     }
+    transientPeak = peak;
+  }
+
+  /// The arena and the breakdown the compile report prints (llc-dist
+  /// compile; issue #6).
+  void recordBreakdown() {
+    const int64_t peak = transientPeak;
     // What is live at that moment: activations, communication buffers, and
     // workspace (the other scratch buffers).
     int64_t atPeak[3] = {0, 0, 0};
     forEachSegment([&](const Transient &tr, int64_t, Segment seg) {
       if (seg.first <= peakAt && peakAt <= seg.last) {
-        int cls = live.communication[size_t(tr.index)] ? 1
-                  : tr.buf.getKind() == "scratch"       ? 2
-                                                        : 0;
+        int cls = live.communication[size_t(tr.index)] ? 1 : tr.buf.getKind() == "scratch" ? 2 : 0;
         atPeak[cls] += tr.bytes;
       }
     });
@@ -697,6 +701,35 @@ struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPas
     memory.push_back(b.getNamedAttr("peak_communication", b.getI64IntegerAttr(atPeak[1])));
     memory.push_back(b.getNamedAttr("peak_workspace", b.getI64IntegerAttr(atPeak[2])));
     program->setAttr("plan.memory", b.getDictionaryAttr(memory));
+  }
+
+  ProgramOp program;
+  Block &body;
+  Builder b;
+  const Buffers buffers;
+  Liveness live;
+  const bool checkAlike;
+  llvm::DenseMap<StringAttr, int64_t> slotsOf;
+  std::vector<ActionSpan> actionSpans;
+  std::optional<SlotPattern> pattern;
+  int64_t t = 0;
+  llvm::DenseMap<StringAttr, BufferOp> bufferOf;
+  std::map<std::string, int64_t> byKind;
+  /// Per slotted buffer, its instances' offsets (-1: not yet placed).
+  llvm::DenseMap<StringAttr, SmallVector<int64_t, 4>> slotOffsets;
+  /// Every transient instance; with `pattern`, a slotted buffer's slot 0
+  /// stands for all its slots (Transient::patternChunk).
+  std::vector<Transient> byFirstUse;
+  int64_t base = 0, livePeak = 0, peakAt = 0, transientPeak = 0;
+  std::deque<SmallVector<Segment, 2>> expandedSegs;
+  std::optional<std::string> mismatch;
+};
+
+struct PlanMemoryPass : public llcdist::plan::impl::PlanMemoryBase<PlanMemoryPass> {
+  using PlanMemoryBase::PlanMemoryBase;
+  void runOnOperation() override {
+    if (failed(ProgramMemory(getOperation(), slotsAlike, checkSlotsAlike).run()))
+      signalPassFailure();
   }
 };
 } // namespace

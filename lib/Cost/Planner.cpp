@@ -358,30 +358,13 @@ std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOp
 // The search
 //===----------------------------------------------------------------------===//
 
-std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w, const PlannerOptions &opts,
-                                      PlanResult &out) {
-  if (auto err = checkOptions(w, opts))
-    return err;
-  auto t0 = std::chrono::steady_clock::now();
-  out = PlanResult();
-  const int64_t n = opts.gpus;
-  out.gpus = n;
-  out.globalBatch = w.globalBatch;
-  out.seqLen = w.seqLen;
-  out.capacityBytes = hw.device.memoryBytes;
-  out.gpusPerNode = hw.topology.gpusPerNode;
-  const int64_t capacity = hw.device.memoryBytes;
-  const int64_t maxTp = opts.maxTp > 0 ? opts.maxTp : 2 * hw.topology.gpusPerNode;
-  const int64_t maxPp = opts.maxPp > 0 ? opts.maxPp : w.model.layers;
-  // The reserve by communicator count (0..3): computed once.
-  std::array<int64_t, 4> reserve;
-  for (int64_t k = 0; k < 4; ++k)
-    reserve[size_t(k)] = hw.device.reserve.bytes(capacity, k);
-
-  // Meshes: tp a divisor of the GPUs, pp a divisor of the rest, dp what is left.
-  struct Mesh {
-    int64_t dp, tp, pp;
-  };
+namespace {
+/// The meshes of `n` GPUs: tp a divisor of the GPUs, pp a divisor of the
+/// rest, dp what is left (within the bounds and --fix).
+struct Mesh {
+  int64_t dp, tp, pp;
+};
+std::vector<Mesh> meshesOf(int64_t n, int64_t maxTp, int64_t maxPp, const PlannerOptions &opts) {
   std::vector<Mesh> meshes;
   for (int64_t tp : divisorsOf(n)) {
     if (opts.tp ? tp != *opts.tp : tp > maxTp)
@@ -395,73 +378,88 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w, con
       meshes.push_back({dp, tp, pp});
     }
   }
-  out.meshes = int64_t(meshes.size());
-  if (meshes.empty())
-    return strf("no dp x tp x pp = %lld with tp <= %lld and pp <= %lld%s", (long long)n, (long long)maxTp,
-                (long long)maxPp, opts.tp || opts.pp || opts.dp ? " and the --fix degrees" : "");
+  return meshes;
+}
 
-  // Knob values searched.
-  std::vector<int64_t> mbs;
-  if (opts.microBatch)
-    mbs = {*opts.microBatch};
-  else
-    for (int64_t mb = 1; mb <= opts.maxMicroBatch; mb *= 2)
-      mbs.push_back(mb);
-  std::vector<int> zeros;
-  for (int z = 0; z <= 3; ++z)
-    if (!opts.zero || *opts.zero == z)
-      zeros.push_back(z);
-  std::vector<int> recomputes;
-  for (int r = 0; r < 3; ++r)
-    if (!opts.recompute || *opts.recompute == kRecomputes[r])
-      recomputes.push_back(r);
+/// The exhaustive search: every configuration of every mesh evaluated
+/// (checkConfig, the memory estimate, the step model), the best kept in
+/// order, each family (mesh, knob value) accumulating its members' fates.
+class Search {
+public:
+  Search(const Hardware &hw, const Workload &w, const PlannerOptions &opts, PlanResult &out, std::vector<Mesh> meshes)
+      : hw(hw), w(w), opts(opts), out(out), meshes(std::move(meshes)), capacity(hw.device.memoryBytes),
+        keep(size_t(std::max<int64_t>(opts.top, 2))), knobs{accs, {}} {
+    // The reserve by communicator count (0..3): computed once.
+    for (int64_t k = 0; k < 4; ++k)
+      reserve[size_t(k)] = hw.device.reserve.bytes(capacity, k);
+    // Knob values searched.
+    if (opts.microBatch)
+      mbs = {*opts.microBatch};
+    else
+      for (int64_t mb = 1; mb <= opts.maxMicroBatch; mb *= 2)
+        mbs.push_back(mb);
+    for (int z = 0; z <= 3; ++z)
+      if (!opts.zero || *opts.zero == z)
+        zeros.push_back(z);
+    for (int r = 0; r < 3; ++r)
+      if (!opts.recompute || *opts.recompute == kRecomputes[r])
+        recomputes.push_back(r);
+    makeFamilies();
+    best.reserve(keep + 1);
+  }
+
+  void run(std::chrono::steady_clock::time_point t0) {
+    lastReport = t0;
+    for (size_t mi = 0; mi < meshes.size(); ++mi)
+      searchMesh(mi);
+    if (opts.progress)
+      opts.progress(int64_t(meshes.size()), int64_t(meshes.size()), out.evaluated);
+  }
 
   std::vector<FamilyAcc> accs;
-  accs.reserve(meshes.size() + 64);
-  for (const Mesh &m : meshes) {
-    FamilyAcc a;
-    a.kind = "mesh";
-    a.key = strf("dp=%lld,tp=%lld,pp=%lld", (long long)m.dp, (long long)m.tp, (long long)m.pp);
-    accs.push_back(std::move(a));
-  }
-  KnobFamilies knobs{accs, {}};
-  // Created in a fixed order so the report's order does not depend on the search's.
-  std::vector<int> mbFam, zeroFam(4), recFam(3), schedFam(4), spFam(2), bucketFam(2), prefFam(2);
-  for (int64_t mb : mbs)
-    mbFam.push_back(knobs.get(kMb, mb, "mb", std::to_string(mb)));
-  for (int s = 0; s < 4; ++s)
-    schedFam[size_t(s)] = knobs.get(kSchedule, s, "schedule", kSchedules[s]);
-  std::vector<int> vFam(size_t(opts.maxVirtualStages + 1), -1);
-  for (int64_t v = 2; v <= opts.maxVirtualStages; ++v)
-    vFam[size_t(v)] = knobs.get(kVirtual, v, "v", std::to_string(v));
-  for (int z = 0; z < 4; ++z)
-    zeroFam[size_t(z)] = knobs.get(kZero, z, "zero", std::to_string(z));
-  for (int b = 0; b < 2; ++b)
-    bucketFam[size_t(b)] = knobs.get(kBucket, b, "bucket", b ? "auto" : "off");
-  for (int p = 0; p < 2; ++p)
-    prefFam[size_t(p)] = knobs.get(kPrefetch, p, "prefetch", std::to_string(p));
-  for (int r = 0; r < 3; ++r)
-    recFam[size_t(r)] = knobs.get(kRecompute, r, "recompute", kRecomputes[r]);
-  for (int s = 0; s < 2; ++s)
-    spFam[size_t(s)] = knobs.get(kSp, s, "sp", s ? "on" : "off");
-  // A fixed virtual-stage count beyond the default bound.
-  if (opts.virtualStages && *opts.virtualStages > opts.maxVirtualStages) {
-    vFam.resize(size_t(*opts.virtualStages + 1), -1);
-    vFam[size_t(*opts.virtualStages)] =
-        knobs.get(kVirtual, *opts.virtualStages, "v", std::to_string(*opts.virtualStages));
-  }
-
-  const size_t keep = size_t(std::max<int64_t>(opts.top, 2));
   std::vector<Ranked> best; // sorted, at most `keep`
-  best.reserve(keep + 1);
   int64_t closestExcess = std::numeric_limits<int64_t>::max();
   ParallelConfig closest;
   std::string firstDiv;
+  std::array<int64_t, 4> reserve;
 
-  ParallelConfig c;
-  FamilyIdx fams;
-  auto lastReport = t0;
-  auto evaluate = [&]() {
+private:
+  /// The families, created in a fixed order so the report's order does not
+  /// depend on the search's.
+  void makeFamilies() {
+    accs.reserve(meshes.size() + 64);
+    for (const Mesh &m : meshes) {
+      FamilyAcc a;
+      a.kind = "mesh";
+      a.key = strf("dp=%lld,tp=%lld,pp=%lld", (long long)m.dp, (long long)m.tp, (long long)m.pp);
+      accs.push_back(std::move(a));
+    }
+    for (int64_t mb : mbs)
+      mbFam.push_back(knobs.get(kMb, mb, "mb", std::to_string(mb)));
+    for (int s = 0; s < 4; ++s)
+      schedFam[size_t(s)] = knobs.get(kSchedule, s, "schedule", kSchedules[s]);
+    vFam.assign(size_t(opts.maxVirtualStages + 1), -1);
+    for (int64_t v = 2; v <= opts.maxVirtualStages; ++v)
+      vFam[size_t(v)] = knobs.get(kVirtual, v, "v", std::to_string(v));
+    for (int z = 0; z < 4; ++z)
+      zeroFam[size_t(z)] = knobs.get(kZero, z, "zero", std::to_string(z));
+    for (int b = 0; b < 2; ++b)
+      bucketFam[size_t(b)] = knobs.get(kBucket, b, "bucket", b ? "auto" : "off");
+    for (int p = 0; p < 2; ++p)
+      prefFam[size_t(p)] = knobs.get(kPrefetch, p, "prefetch", std::to_string(p));
+    for (int r = 0; r < 3; ++r)
+      recFam[size_t(r)] = knobs.get(kRecompute, r, "recompute", kRecomputes[r]);
+    for (int s = 0; s < 2; ++s)
+      spFam[size_t(s)] = knobs.get(kSp, s, "sp", s ? "on" : "off");
+    // A fixed virtual-stage count beyond the default bound.
+    if (opts.virtualStages && *opts.virtualStages > opts.maxVirtualStages) {
+      vFam.resize(size_t(*opts.virtualStages + 1), -1);
+      vFam[size_t(*opts.virtualStages)] =
+          knobs.get(kVirtual, *opts.virtualStages, "v", std::to_string(*opts.virtualStages));
+    }
+  }
+
+  void evaluate() {
     ++out.evaluated;
     std::optional<std::string> bad = checkConfig(w, c);
     if (bad) {
@@ -518,9 +516,10 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w, con
       if (best.size() > keep)
         best.pop_back();
     }
-  };
+  }
 
-  for (size_t mi = 0; mi < meshes.size(); ++mi) {
+  /// Every configuration of mesh `mi`.
+  void searchMesh(size_t mi) {
     const Mesh &m = meshes[mi];
     c.dp = m.dp, c.tp = m.tp, c.pp = m.pp;
     fams.fill(-1);
@@ -601,26 +600,31 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w, con
       }
     }
   }
-  if (opts.progress)
-    opts.progress(int64_t(meshes.size()), int64_t(meshes.size()), out.evaluated);
 
-  if (out.evaluated == 0)
-    return std::string("the --fix knobs leave no configuration to evaluate (e.g. a schedule "
-                       "with pp=1, or sp with tp=1)");
-  if (out.feasible == 0 && out.prunedMemory == 0)
-    return strf("none of the %lld configurations of dp x tp x pp = %lld compiles; e.g. %s", (long long)out.evaluated,
-                (long long)n, firstDiv.c_str());
-  out.firstDivisibility = firstDiv;
-  if (out.feasible == 0) {
-    out.closest = closest;
-    out.closestOomGiB = gib(double(closestExcess));
-  }
+  const Hardware &hw;
+  const Workload &w;
+  const PlannerOptions &opts;
+  PlanResult &out;
+  const std::vector<Mesh> meshes;
+  const int64_t capacity;
+  const size_t keep;
+  KnobFamilies knobs;
+  std::vector<int64_t> mbs;
+  std::vector<int> zeros, recomputes;
+  std::vector<int> mbFam, zeroFam = std::vector<int>(4), recFam = std::vector<int>(3), schedFam = std::vector<int>(4),
+                          spFam = std::vector<int>(2), bucketFam = std::vector<int>(2), prefFam = std::vector<int>(2),
+                          vFam;
+  ParallelConfig c;
+  FamilyIdx fams;
+  std::chrono::steady_clock::time_point lastReport;
+};
 
-  // The survivors, priced again in full.
-  for (const Ranked &r : best)
-    if (int64_t(out.top.size()) < opts.top)
-      out.top.push_back(makeCandidate(hw, w, r.config));
-  // The families that do not hold the winner.
+/// The families that do not hold the winner, each with its best member and
+/// why it lost (slower, out of memory, or no member compiles).
+void reportFamilies(const Hardware &hw, const Workload &w, const Search &s, int64_t capacity, PlanResult &out) {
+  const std::vector<FamilyAcc> &accs = s.accs;
+  const std::vector<Ranked> &best = s.best;
+  const std::array<int64_t, 4> &reserve = s.reserve;
   FamilyIdx winnerFams;
   winnerFams.fill(-1);
   if (!best.empty())
@@ -657,8 +661,11 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w, con
     }
     out.families.push_back(std::move(f));
   }
+}
 
-  // Why the winner wins.
+/// Why the winner wins: its step and memory, the runner-up, its tp groups,
+/// the best other mesh.
+void explainWinner(const Hardware &hw, const std::vector<Ranked> &best, int64_t capacity, PlanResult &out) {
   if (!out.top.empty()) {
     const Candidate &win = out.top.front();
     const StepPrediction &p = win.prediction;
@@ -698,6 +705,48 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w, con
     if (next)
       out.winnerWhy.push_back(strf("the best other mesh, %s, is %s", next->key.c_str(), next->why.c_str()));
   }
+}
+} // namespace
+
+std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w, const PlannerOptions &opts,
+                                      PlanResult &out) {
+  if (auto err = checkOptions(w, opts))
+    return err;
+  auto t0 = std::chrono::steady_clock::now();
+  out = PlanResult();
+  const int64_t n = opts.gpus;
+  out.gpus = n;
+  out.globalBatch = w.globalBatch;
+  out.seqLen = w.seqLen;
+  out.capacityBytes = hw.device.memoryBytes;
+  out.gpusPerNode = hw.topology.gpusPerNode;
+  const int64_t capacity = hw.device.memoryBytes;
+  const int64_t maxTp = opts.maxTp > 0 ? opts.maxTp : 2 * hw.topology.gpusPerNode;
+  const int64_t maxPp = opts.maxPp > 0 ? opts.maxPp : w.model.layers;
+  std::vector<Mesh> meshes = meshesOf(n, maxTp, maxPp, opts);
+  out.meshes = int64_t(meshes.size());
+  if (meshes.empty())
+    return strf("no dp x tp x pp = %lld with tp <= %lld and pp <= %lld%s", (long long)n, (long long)maxTp,
+                (long long)maxPp, opts.tp || opts.pp || opts.dp ? " and the --fix degrees" : "");
+  Search search(hw, w, opts, out, std::move(meshes));
+  search.run(t0);
+  if (out.evaluated == 0)
+    return std::string("the --fix knobs leave no configuration to evaluate (e.g. a schedule "
+                       "with pp=1, or sp with tp=1)");
+  if (out.feasible == 0 && out.prunedMemory == 0)
+    return strf("none of the %lld configurations of dp x tp x pp = %lld compiles; e.g. %s", (long long)out.evaluated,
+                (long long)n, search.firstDiv.c_str());
+  out.firstDivisibility = search.firstDiv;
+  if (out.feasible == 0) {
+    out.closest = search.closest;
+    out.closestOomGiB = gib(double(search.closestExcess));
+  }
+  // The survivors, priced again in full.
+  for (const Ranked &r : search.best)
+    if (int64_t(out.top.size()) < opts.top)
+      out.top.push_back(makeCandidate(hw, w, r.config));
+  reportFamilies(hw, w, search, capacity, out);
+  explainWinner(hw, search.best, capacity, out);
   out.searchSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return std::nullopt;
 }

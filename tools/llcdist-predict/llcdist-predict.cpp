@@ -105,6 +105,8 @@ int main(int argc, char **argv) {
         c.sequenceParallel = get<bool>(cj, "sequence_parallel", false);
         c.gradBucket = get<int64_t>(cj, "grad_bucket", 0);
         c.fsdpPrefetch = get<int64_t>(cj, "fsdp_prefetch", 0);
+        // A scatter/gather row's configurations compile so where it applies (the flags say it).
+        c.scatterGatherP2P = w.scatterGatherP2P && c.tp > 1 && c.pp > 1 && !c.sequenceParallel;
         ++tried;
         if (checkConfig(w, c))
           continue;

@@ -582,7 +582,7 @@ private:
                     continue;
                   c.sequenceParallel = sp;
                   // Megatron-LM's scatter/gather of pipeline tensors wherever it applies.
-                  c.scatterGatherP2P = m.tp > 1 && m.pp > 1 && !sp;
+                  c.scatterGatherP2P = c.scatterGatherApplies();
                   fams[kSp] = m.tp > 1 ? spFam[size_t(sp)] : -1;
                   evaluate();
                 }

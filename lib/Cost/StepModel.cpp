@@ -97,7 +97,7 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
     return why("interleaved needs v >= 2 and microbatches a multiple of pp");
   if (c.sequenceParallel && (c.tp == 1 || w.seqLen % c.tp))
     return why("sequence parallelism needs tp > 1 dividing the sequence");
-  if (c.scatterGatherP2P && (c.tp == 1 || c.pp == 1 || c.sequenceParallel))
+  if (c.scatterGatherP2P && !c.scatterGatherApplies())
     return why("scatter/gather pipeline sends need tp > 1 and pp > 1 without sequence parallelism");
   if (c.zero < 0 || c.zero > 3 || (c.zero && c.dp == 1))
     return why("ZeRO needs dp > 1");
@@ -459,7 +459,7 @@ double pipelineSendSeconds(const Hardware &hw, const Workload &w, const Parallel
     return 0;
   double bytes = double(T) * double(w.model.hidden) * b / (c.sequenceParallel ? double(c.tp) : 1.0);
   bool cross = axisGroup(c.mesh(), "pp", hw.topology).crossesNodes();
-  if ((w.scatterGatherP2P || c.scatterGatherP2P) && !c.sequenceParallel && c.tp > 1) {
+  if ((w.scatterGatherP2P || c.scatterGatherP2P) && c.scatterGatherApplies()) {
     // Megatron-LM's scatter/gather optimization: each tp rank sends its
     // 1/tp of the (replicated) activation, the receivers all-gather it.
     Group g = axisGroup(c.mesh(), "tp", hw.topology);

@@ -39,11 +39,11 @@ uint32_t bitsOf(float f) {
 TEST(Bf16Test, RoundToNearestEvenEdgeCases) {
   const float ulp = std::ldexp(1.0f, -7);  // bf16 spacing in [1, 2): 8 significand bits
   EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
-  EXPECT_EQ(floatToBf16(1.0f + ulp / 2), 0x3f80);                            // tie, even below: down
-  EXPECT_EQ(floatToBf16(1.0f + 3 * ulp / 2), 0x3f82);                        // tie, odd below: up to even
-  EXPECT_EQ(floatToBf16(1.0f + ulp / 2 + std::ldexp(1.0f, -20)), 0x3f81);    // just above the tie: up
-  EXPECT_EQ(floatToBf16(1.0f + ulp / 2 - std::ldexp(1.0f, -20)), 0x3f80);    // just below: down
-  EXPECT_EQ(floatToBf16(-(1.0f + ulp / 2)), 0xbf80);                         // the sign does not matter
+  EXPECT_EQ(floatToBf16(1.0f + ulp / 2), 0x3f80);                          // tie, even below: down
+  EXPECT_EQ(floatToBf16(1.0f + 3 * ulp / 2), 0x3f82);                      // tie, odd below: up to even
+  EXPECT_EQ(floatToBf16(1.0f + ulp / 2 + std::ldexp(1.0f, -20)), 0x3f81);  // just above the tie: up
+  EXPECT_EQ(floatToBf16(1.0f + ulp / 2 - std::ldexp(1.0f, -20)), 0x3f80);  // just below: down
+  EXPECT_EQ(floatToBf16(-(1.0f + ulp / 2)), 0xbf80);                       // the sign does not matter
   EXPECT_EQ(floatToBf16(-(1.0f + 3 * ulp / 2)), 0xbf82);
   EXPECT_EQ(floatToBf16(0.0f), 0x0000);
   EXPECT_EQ(floatToBf16(-0.0f), 0x8000);
@@ -95,12 +95,12 @@ void expectError(const PlanBuilder& b, const std::vector<std::string>& parts) {
 
 TEST(Bf16Test, CastOpConvertsBetweenDtypes) {
   PlanBuilder b(8, 2, 1, 1);
-  const int64_t a = b.buffer("a", "activation", {6});               // f32 source
-  const int64_t h = b.buffer("h", "activation", {6}, "bf16");       // f32 -> bf16
-  const int64_t f = b.buffer("f", "activation", {6});               // bf16 -> f32
-  const int64_t h2 = b.buffer("h2", "activation", {6}, "bf16");     // bf16 -> bf16
-  const int64_t f2 = b.buffer("f2", "activation", {6});             // f32 -> f32
-  const int64_t z = b.buffer("z", "activation", {6}, "bf16");       // zeroed (zero handles bf16)
+  const int64_t a = b.buffer("a", "activation", {6});            // f32 source
+  const int64_t h = b.buffer("h", "activation", {6}, "bf16");    // f32 -> bf16
+  const int64_t f = b.buffer("f", "activation", {6});            // bf16 -> f32
+  const int64_t h2 = b.buffer("h2", "activation", {6}, "bf16");  // bf16 -> bf16
+  const int64_t f2 = b.buffer("f2", "activation", {6});          // f32 -> f32
+  const int64_t z = b.buffer("z", "activation", {6}, "bf16");    // zeroed (zero handles bf16)
   b.op("s", "cast", {{"x", a}, {"y", h}}, {{"n", 6}});
   b.op("s", "cast", {{"x", h}, {"y", f}}, {{"n", 6}});
   b.op("s", "cast", {{"x", h}, {"y", h2}}, {{"n", 6}});
@@ -124,10 +124,10 @@ TEST(Bf16Test, CastOpConvertsBetweenDtypes) {
   ASSERT_TRUE((*in)->readBuffer(z, zv.data()).isOk());
   const std::vector<float> fv = (*in)->readF32(f).value(), f2v = (*in)->readF32(f2).value();
   for (size_t i = 0; i < 6; ++i) {
-    EXPECT_EQ(hv[i], floatToBf16(av[i])) << i;               // rounded to nearest even
-    EXPECT_EQ(bitsOf(fv[i]), uint32_t(hv[i]) << 16) << i;    // widened exactly
-    EXPECT_EQ(h2v[i], hv[i]) << i;                           // copied
-    EXPECT_EQ(bitsOf(f2v[i]), bitsOf(av[i])) << i;           // copied
+    EXPECT_EQ(hv[i], floatToBf16(av[i])) << i;             // rounded to nearest even
+    EXPECT_EQ(bitsOf(fv[i]), uint32_t(hv[i]) << 16) << i;  // widened exactly
+    EXPECT_EQ(h2v[i], hv[i]) << i;                         // copied
+    EXPECT_EQ(bitsOf(f2v[i]), bitsOf(av[i])) << i;         // copied
     EXPECT_EQ(zv[i], 0) << i;
   }
   EXPECT_EQ(hv[0], 0x3f80);
@@ -190,7 +190,8 @@ TEST(Bf16Test, LoaderChecksDtypes) {
   // Param dtypes: f32 or bf16, the value buffer of that dtype, the grad a float buffer.
   b = base();
   b.manifest["params"][0]["dtype"] = "f16";
-  expectError(b, {"manifest.json: params[0].dtype", "unsupported parameter dtype \"f16\" (expected \"f32\", \"bf16\")"});
+  expectError(b,
+              {"manifest.json: params[0].dtype", "unsupported parameter dtype \"f16\" (expected \"f32\", \"bf16\")"});
   b = base();
   b.manifest["model"]["dtype"] = "i32";
   expectError(b, {"manifest.json: model.dtype", "unsupported dtype \"i32\""});
@@ -221,8 +222,8 @@ TEST(Bf16Test, CollectivesOnBf16BuffersReduceInF32AndRoundOnce) {
   b.manifest["batch"]["global_batch"] = 2;
   b.manifest["programs"][0]["ranks"] = {0, 1};
   const int64_t x = b.buffer("x", "activation", {4}, "bf16");
-  const int64_t g = b.buffer("g", "activation", {8});              // all_gather into f32
-  const int64_t gh = b.buffer("gh", "activation", {8}, "bf16");    // reduce_scatter source
+  const int64_t g = b.buffer("g", "activation", {8});            // all_gather into f32
+  const int64_t gh = b.buffer("gh", "activation", {8}, "bf16");  // reduce_scatter source
   const int64_t rs = b.buffer("rs", "activation", {4}, "bf16");
   b.op("s", "all_reduce", {{"x", {x}}}, {{"axis", "dp"}, {"op", "sum"}});
   b.op("s", "all_gather", {{"x", x}, {"y", g}}, {{"axis", "dp"}, {"outer", 1}, {"inner", 4}});
@@ -396,9 +397,10 @@ PlanBuilder lmPlan(int64_t V, int64_t H, int64_t T, int64_t B, int64_t microbatc
 }
 
 class Bf16TrainTest : public testing::TrainFixture {
-protected:
+ protected:
   Bf16TrainTest() : TrainFixture(11) {}
-  std::string repeatingTokens(int64_t count, int period) {
+  // Tokens in [0, period), not in a plain cycle (TrainFixture::repeatingTokens is one).
+  std::string mixedTokens(int64_t count, int period) {
     std::vector<uint16_t> t(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) t[size_t(i)] = uint16_t((i * 7 + i / period) % period);
     const std::string p = path("tokens.bin");
@@ -409,7 +411,7 @@ protected:
 
 TEST_F(Bf16TrainTest, Bf16AndMixedPrecisionPlansTrackTheF32Plan) {
   constexpr int64_t V = 32, H = 16, T = 8, B = 2, MB = 2, kSteps = 30;
-  const std::string data = repeatingTokens(4096, 16);
+  const std::string data = mixedTokens(4096, 16);
   std::map<Precision, RunResult> res;
   for (Precision prec : {Precision::kF32, Precision::kBf16, Precision::kMixed}) {
     const std::string name = prec == Precision::kF32 ? "f32" : prec == Precision::kBf16 ? "bf16" : "mixed";

@@ -6,17 +6,19 @@
 #include "llcdist/runtime/Plan.h"
 #include "llcdist/runtime/PlanSchema.h"
 #include "llcdist/runtime/Safetensors.h"
+#include "llcdist/runtime/TokenData.h"
 #include "llcdist/runtime/Train.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
 namespace llcdist::rt::testing {
 
@@ -25,12 +27,16 @@ namespace fs = std::filesystem;
 
 // A fresh temporary directory per test, removed at the end.
 class TempDirTest : public ::testing::Test {
-protected:
+ protected:
   fs::path dir;
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir = fs::temp_directory_path() /
-          ("llcdist_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
+    // A parameterized test's names hold '/' ("Backends/Suite", "Case/cpu"): one directory, not a tree
+    // TearDown would leave the top of.
+    std::string name =
+        "llcdist_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid());
+    std::replace(name.begin(), name.end(), '/', '-');
+    dir = fs::temp_directory_path() / name;
     fs::remove_all(dir);
     fs::create_directories(dir);
   }
@@ -49,14 +55,19 @@ struct PlanBuilder {
   json program;
   int64_t arena = 0;
 
-  PlanBuilder(int64_t vocab, int64_t seqLen, int64_t microBatch, int64_t microbatches, std::string optimizer = "adamw") {
+  PlanBuilder(int64_t vocab, int64_t seqLen, int64_t microBatch, int64_t microbatches,
+              std::string optimizer = "adamw") {
     manifest = {
         {"format", "llc-dist-plan"},
         {"version", 1},
         {"features", json::array()},
         {"model", {{"name", "test"}, {"architecture", "Test"}, {"vocab_size", vocab}, {"dtype", "f32"}}},
-        {"batch", {{"seq_len", seqLen}, {"micro_batch", microBatch}, {"microbatches", microbatches}, {"dp", 1},
-                   {"global_batch", microBatch * microbatches}}},
+        {"batch",
+         {{"seq_len", seqLen},
+          {"micro_batch", microBatch},
+          {"microbatches", microbatches},
+          {"dp", 1},
+          {"global_batch", microBatch * microbatches}}},
         {"mesh", {{"dp", 1}, {"tp", 1}, {"pp", 1}}},
         {"lr_schedule", {{"kind", "constant"}, {"max_lr", 1e-2}}},
         {"grad_clip", 1.0},
@@ -64,11 +75,16 @@ struct PlanBuilder {
         {"programs", json::array({{{"file", "program-0.json"}, {"ranks", {0}}}})},
     };
     if (optimizer == "adamw")
-      manifest["optimizer"] = {{"kind", "adamw"}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}};
+      manifest["optimizer"] = {
+          {"kind", "adamw"}, {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1}};
     else
       manifest["optimizer"] = {{"kind", "sgd"}, {"momentum", 0.9}, {"weight_decay", 0.0}};
-    program = {{"format", "llc-dist-program"}, {"version", 1},           {"arena_bytes", 0},
-               {"buffers", json::array()},     {"subroutines", json::array()}, {"actions", json::array()}};
+    program = {{"format", "llc-dist-program"},
+               {"version", 1},
+               {"arena_bytes", 0},
+               {"buffers", json::array()},
+               {"subroutines", json::array()},
+               {"actions", json::array()}};
   }
 
   int64_t buffer(const std::string& name, const std::string& kind, std::vector<int64_t> shape,
@@ -78,8 +94,13 @@ struct PlanBuilder {
     const auto type = schema::parseElemType(dtype);
     const int64_t bytes = n * (type ? schema::elemTypeSize(*type) : 4);
     const int64_t id = int64_t(program["buffers"].size());
-    program["buffers"].push_back({{"id", id}, {"name", name}, {"kind", kind}, {"dtype", dtype}, {"shape", shape},
-                                  {"offset", arena}, {"bytes", bytes}});
+    program["buffers"].push_back({{"id", id},
+                                  {"name", name},
+                                  {"kind", kind},
+                                  {"dtype", dtype},
+                                  {"shape", shape},
+                                  {"offset", arena},
+                                  {"bytes", bytes}});
     arena += (bytes + 63) / 64 * 64;
     program["arena_bytes"] = arena;
     return id;
@@ -104,8 +125,13 @@ struct PlanBuilder {
   }
   void param(const std::string& name, std::vector<int64_t> shape, int64_t buf, int64_t grad, json init, bool wd,
              const std::string& dtype = "f32") {
-    manifest["params"].push_back({{"name", name}, {"shape", shape}, {"dtype", dtype}, {"buffer", buf},
-                                  {"grad", grad}, {"init", init}, {"weight_decay", wd}});
+    manifest["params"].push_back({{"name", name},
+                                  {"shape", shape},
+                                  {"dtype", dtype},
+                                  {"buffer", buf},
+                                  {"grad", grad},
+                                  {"init", init},
+                                  {"weight_decay", wd}});
   }
   void write(const fs::path& dir) const {
     writeText((dir / "manifest.json").string(), manifest.dump(2));
@@ -168,7 +194,7 @@ inline PlanBuilder oneLayerPlan(int64_t V, int64_t H, int64_t T, int64_t B, int6
 
 // Runs plans written by PlanBuilder through runTraining, with the test's seed.
 class TrainFixture : public TempDirTest {
-protected:
+ protected:
   explicit TrainFixture(uint64_t seed) : seed_(seed) {}
   std::string planDir(const PlanBuilder& b, const std::string& name = "plan") {
     const fs::path d = dir / name;
@@ -188,6 +214,15 @@ protected:
     std::ostringstream progress;
     return runTraining(o, progress, res);
   }
+  // A token file (llm.c's format) of `count` tokens repeating 0, 1, ..., period-1: a pattern the
+  // one-layer plans learn in a few dozen steps.
+  std::string repeatingTokens(int64_t count, int period) {
+    std::vector<uint16_t> t(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) t[size_t(i)] = uint16_t(i % period);
+    const std::string p = path("tokens.bin");
+    EXPECT_TRUE(writeTokenFile(p, t.data(), count).isOk());
+    return p;
+  }
   static std::map<std::string, std::vector<float>> readAll(const std::string& file) {
     std::map<std::string, std::vector<float>> out;
     auto r = SafetensorsReader::open(file);
@@ -197,7 +232,7 @@ protected:
     return out;
   }
 
-private:
+ private:
   uint64_t seed_;
 };
 
@@ -215,8 +250,7 @@ inline StatusOr<Plan> parsePlan(const PlanBuilder& b, bool validateParameters) {
 // Runs `steps` steps of a single-rank plan (parsePlan) through an interpreter on the CPU backend and
 // returns its memory measurement (none before the first step); `allocated` gets the backend's peak
 // allocation.
-inline std::optional<MemoryStats> measureMemory(const PlanBuilder& b, int steps = 1,
-                                                int64_t* allocated = nullptr,
+inline std::optional<MemoryStats> measureMemory(const PlanBuilder& b, int steps = 1, int64_t* allocated = nullptr,
                                                 bool validateParameters = false) {
   auto plan = parsePlan(b, validateParameters);
   EXPECT_TRUE(plan.isOk()) << plan.status().message();

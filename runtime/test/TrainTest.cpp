@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
 namespace llcdist::rt {
 namespace {
@@ -20,16 +20,8 @@ using testing::oneLayerPlan;
 namespace fs = std::filesystem;
 
 class TrainTest : public testing::TrainFixture {
-protected:
+ protected:
   TrainTest() : TrainFixture(7) {}
-  // A token file repeating 0, 1, ..., period-1.
-  std::string repeatingTokens(int64_t count, int period) {
-    std::vector<uint16_t> t(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) t[size_t(i)] = uint16_t(i % period);
-    const std::string p = path("tokens.bin");
-    EXPECT_TRUE(writeTokenFile(p, t.data(), count).isOk());
-    return p;
-  }
 };
 
 TEST_F(TrainTest, LossStartsAtLnVAndFalls) {
@@ -136,9 +128,8 @@ TEST_F(TrainTest, InitFromThenSaveRoundTripsExactly) {
   std::vector<float> wte = testing::randn(V * H, 1), lm = testing::randn(V * H, 2);
   wte[3] = -0.0f;
   wte[5] = 1e-40f;  // a denormal survives too
-  ASSERT_TRUE(writeSafetensors(path("in.safetensors"),
-                               {{"transformer.wte.weight", DType::kF32, {V, H}, wte.data()},
-                                {"lm_head.weight", DType::kF32, {V, H}, lm.data()}})
+  ASSERT_TRUE(writeSafetensors(path("in.safetensors"), {{"transformer.wte.weight", DType::kF32, {V, H}, wte.data()},
+                                                        {"lm_head.weight", DType::kF32, {V, H}, lm.data()}})
                   .isOk());
   RunOptions o = options(plan, 0);
   o.initFrom = path("in.safetensors");
@@ -155,7 +146,7 @@ TEST_F(TrainTest, InitFromThenSaveRoundTripsExactly) {
   std::vector<uint16_t> wteB(wte.size()), lmB(lm.size());
   for (size_t i = 0; i < wte.size(); ++i) wteB[i] = floatToBf16(wte[i]), lmB[i] = floatToBf16(lm[i]);
   ASSERT_TRUE(writeSafetensors(path("bf16.safetensors"), {{"transformer.wte.weight", DType::kBF16, {V, H}, wteB.data()},
-                                                           {"lm_head.weight", DType::kBF16, {V, H}, lmB.data()}})
+                                                          {"lm_head.weight", DType::kBF16, {V, H}, lmB.data()}})
                   .isOk());
   o.initFrom = path("bf16.safetensors");
   ASSERT_TRUE(run(o).isOk());
@@ -174,16 +165,18 @@ TEST_F(TrainTest, InitFromErrorsNameFileAndTensor) {
     ASSERT_FALSE(s.isOk());
     for (const std::string& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << s.message();
   };
-  ASSERT_TRUE(writeSafetensors(path("missing.safetensors"), {{"lm_head.weight", DType::kF32, {V, H}, w.data()}}).isOk());
+  ASSERT_TRUE(
+      writeSafetensors(path("missing.safetensors"), {{"lm_head.weight", DType::kF32, {V, H}, w.data()}}).isOk());
   expectError(path("missing.safetensors"), {"missing.safetensors", "'transformer.wte.weight'", "missing"});
   ASSERT_TRUE(writeSafetensors(path("shape.safetensors"), {{"lm_head.weight", DType::kF32, {V, H + 1}, wrong.data()},
-                                                            {"transformer.wte.weight", DType::kF32, {V, H}, w.data()}})
+                                                           {"transformer.wte.weight", DType::kF32, {V, H}, w.data()}})
                   .isOk());
   expectError(path("shape.safetensors"), {"shape.safetensors", "'lm_head.weight'", "[16, 9]", "[16, 8]"});
-  ASSERT_TRUE(writeSafetensors(path("extra.safetensors"), {{"lm_head.weight", DType::kF32, {V, H}, w.data()},
-                                                            {"transformer.wte.weight", DType::kF32, {V, H}, w.data()},
-                                                            {"transformer.h.0.attn.bias", DType::kF32, {V, H}, w.data()}})
-                  .isOk());
+  ASSERT_TRUE(
+      writeSafetensors(path("extra.safetensors"), {{"lm_head.weight", DType::kF32, {V, H}, w.data()},
+                                                   {"transformer.wte.weight", DType::kF32, {V, H}, w.data()},
+                                                   {"transformer.h.0.attn.bias", DType::kF32, {V, H}, w.data()}})
+          .isOk());
   expectError(path("extra.safetensors"), {"extra.safetensors", "'transformer.h.0.attn.bias'", "not parameters"});
   // Truncated: a valid file cut short.
   fs::copy_file(path("extra.safetensors"), path("trunc.safetensors"));

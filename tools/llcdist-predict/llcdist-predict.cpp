@@ -35,9 +35,7 @@ int fail(const std::string &msg) {
   return 1;
 }
 
-template <typename T> T get(const json &j, const char *k, T dflt) {
-  return j.contains(k) ? j[k].get<T>() : dflt;
-}
+template <typename T> T get(const json &j, const char *k, T dflt) { return j.contains(k) ? j[k].get<T>() : dflt; }
 } // namespace
 
 int main(int argc, char **argv) {
@@ -56,8 +54,7 @@ int main(int argc, char **argv) {
   }
   try {
     Hardware hw;
-    if (auto e = loadHardware(req.at("device").get<std::string>(),
-                              req.at("topology").get<std::string>(), hw))
+    if (auto e = loadHardware(req.at("device").get<std::string>(), req.at("topology").get<std::string>(), hw))
       return fail(*e);
     if (req.contains("fitted")) {
       const json &f = req["fitted"];
@@ -65,8 +62,8 @@ int main(int argc, char **argv) {
       dc.gemmEfficiency = get<double>(f, "gemm_efficiency", dc.gemmEfficiency);
       dc.gemmKneeGflop = get<double>(f, "gemm_knee_gflop", dc.gemmKneeGflop);
       dc.memoryEfficiency = get<double>(f, "memory_efficiency", dc.memoryEfficiency);
-      if (!(dc.gemmEfficiency > 0 && dc.gemmEfficiency <= 1 && dc.gemmKneeGflop >= 0 &&
-            dc.memoryEfficiency > 0 && dc.memoryEfficiency <= 1))
+      if (!(dc.gemmEfficiency > 0 && dc.gemmEfficiency <= 1 && dc.gemmKneeGflop >= 0 && dc.memoryEfficiency > 0 &&
+            dc.memoryEfficiency <= 1))
         return fail("fitted: values out of range");
     }
     json rows = json::array();
@@ -76,8 +73,7 @@ int main(int argc, char **argv) {
         return fail(e->message);
       w.globalBatch = row.at("global_batch").get<int64_t>();
       w.seqLen = row.at("seq_len").get<int64_t>();
-      w.precision = get<std::string>(row, "dtype", "bf16") == "f32" ? Precision::F32
-                                                                     : Precision::BF16;
+      w.precision = get<std::string>(row, "dtype", "bf16") == "f32" ? Precision::F32 : Precision::BF16;
       std::string attn = get<std::string>(row, "attention", "flash");
       if (attn != "flash" && attn != "unfused")
         return fail("rows[].attention: flash or unfused, got '" + attn + "'");
@@ -106,7 +102,7 @@ int main(int argc, char **argv) {
         c.gradBucket = get<int64_t>(cj, "grad_bucket", 0);
         c.fsdpPrefetch = get<int64_t>(cj, "fsdp_prefetch", 0);
         // A scatter/gather row's configurations compile so where it applies (the flags say it).
-        c.scatterGatherP2P = w.scatterGatherP2P && c.tp > 1 && c.pp > 1 && !c.sequenceParallel;
+        c.scatterGatherP2P = w.scatterGatherP2P && c.scatterGatherApplies();
         ++tried;
         if (checkConfig(w, c))
           continue;
@@ -131,11 +127,12 @@ int main(int argc, char **argv) {
                   {"optimizer_s", p.optimizerSeconds},
                   {"comm", comm},
                   {"memory_bytes", p.memory.total()},
-                  {"memory", {{"stage", p.memory.stage},
-                              {"param", p.memory.params},
-                              {"grad", p.memory.grads},
-                              {"optimizer_state", p.memory.optimizer},
-                              {"activations", p.memory.activations}}},
+                  {"memory",
+                   {{"stage", p.memory.stage},
+                    {"param", p.memory.params},
+                    {"grad", p.memory.grads},
+                    {"optimizer_state", p.memory.optimizer},
+                    {"activations", p.memory.activations}}},
                   {"bound", p.bound}};
         }
       }

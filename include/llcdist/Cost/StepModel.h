@@ -60,6 +60,9 @@ struct ParallelConfig {
   /// 1/tp of a pipeline tensor, the receivers all-gather it over tp (the
   /// planner picks it wherever it applies, as Megatron-LM does).
   bool scatterGatherP2P = false;
+  /// Where scatter/gather pipeline sends apply: the tp ranks of a stage hold
+  /// the same activation (tp > 1 without SP) and there are stages (pp > 1).
+  bool scatterGatherApplies() const { return tp > 1 && pp > 1 && !sequenceParallel; }
   int64_t gradBucket = 0;   ///< --grad-bucket-size in parameters (0: off)
   int64_t fsdpPrefetch = 0; ///< --fsdp-prefetch (zero 3)
   int64_t microbatches(int64_t globalBatch) const { return globalBatch / (microBatch * dp); }

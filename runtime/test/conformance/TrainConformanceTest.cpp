@@ -5,52 +5,25 @@
 
 #include "../PlanTestUtil.h"
 
-#include "llcdist/runtime/Safetensors.h"
-#include "llcdist/runtime/TokenData.h"
-
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <sstream>
-
-#include <unistd.h>
 
 namespace llcdist::rt::conformance {
 namespace {
 
-namespace fs = std::filesystem;
-
-class TrainConformance : public BackendConformance {
+class TrainConformance : public testing::TrainFixture, public ::testing::WithParamInterface<BackendUnderTest> {
  protected:
+  TrainConformance() : TrainFixture(11) {}
   void SetUp() override {
-    BackendConformance::SetUp();
-    if (IsSkipped()) return;
-    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();  // "Case/cuda"
-    for (char& c : name)
-      if (c == '/') c = '-';
-    dir = fs::path(::testing::TempDir()) / ("llcdist-conformance-" + name + "-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    TrainFixture::SetUp();
+    if (!backend().unavailable.empty()) GTEST_SKIP() << backend().name << ": " << backend().unavailable;
   }
-  void TearDown() override {
-    if (!dir.empty()) fs::remove_all(dir);
-  }
-  std::string path(const std::string& name) const { return (dir / name).string(); }
+  const BackendUnderTest& backend() const { return GetParam(); }
 
-  // The plan `b` written under `name`, with a token file repeating 0..period-1.
-  RunOptions options(const testing::PlanBuilder& b, int64_t steps, int period = 16) {
-    const fs::path planDir = dir / "plan";
-    fs::create_directories(planDir);
-    b.write(planDir);
-    std::vector<uint16_t> tokens(4096);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t(i % size_t(period));
-    EXPECT_TRUE(writeTokenFile(path("tokens.bin"), tokens.data(), int64_t(tokens.size())).isOk());
-    RunOptions o;
-    o.planDir = planDir.string();
-    o.steps = steps;
-    o.quiet = true;
-    o.seed = 11;
-    o.data = path("tokens.bin");
+  // The plan `b` for `steps` steps on tokens repeating 0..15.
+  RunOptions optionsFor(const testing::PlanBuilder& b, int64_t steps) {
+    RunOptions o = options(planDir(b), steps);
+    o.data = repeatingTokens(4096, 16);
     return o;
   }
 
@@ -60,24 +33,19 @@ class TrainConformance : public BackendConformance {
     o.backend = factory;
     o.saveParams = path(save);
     RunResult res;
-    std::ostringstream progress;
-    const Status st = runTraining(o, progress, &res);
+    const Status st = run(o, &res);
     ASSERT_TRUE(st.isOk()) << st.toString();
     for (const StepRecord& s : res.steps) losses->push_back(s.loss);
-    auto reader = SafetensorsReader::open(o.saveParams);
-    ASSERT_TRUE(reader.isOk()) << reader.status().message();
-    for (const TensorInfo& t : reader->tensors()) (*params)[t.name] = reader->readF32(t.name).value();
+    *params = readAll(o.saveParams);
     if (result) *result = res;
   }
-
-  fs::path dir;
 };
 
 // Loss and parameters against the CPU's run: the same bits on the CPU; on another backend within a
 // training tolerance (its kernels sum in another order, and 40 AdamW steps carry the differences on).
 TEST_P(TrainConformance, LossStartsAtLnVFallsAndMatchesTheCpu) {
   const int64_t V = 32;
-  const RunOptions o = options(testing::oneLayerPlan(V, 16, 8, 2, 2), 40);
+  const RunOptions o = optionsFor(testing::oneLayerPlan(V, 16, 8, 2, 2), 40);
   std::vector<double> losses, cpuLosses;
   std::map<std::string, std::vector<float>> params, cpuParams;
   train(o, backend().factory, "params.safetensors", &losses, &params);
@@ -106,7 +74,7 @@ TEST_P(TrainConformance, RecordedStepsTrainToTheOpByOpBits) {
   testing::PlanBuilder b = testing::oneLayerPlan(16, 8, 4, 1, 2);
   b.manifest["lr_schedule"] = {
       {"kind", "cosine"}, {"max_lr", 2e-2}, {"min_lr", 1e-3}, {"warmup_steps", 2}, {"total_steps", 6}};
-  RunOptions o = options(b, 6);
+  RunOptions o = optionsFor(b, 6);
   std::map<std::string, std::vector<float>> params[2];
   std::vector<double> losses[2];
   for (int record = 0; record < 2; ++record) {

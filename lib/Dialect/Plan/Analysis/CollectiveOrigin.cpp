@@ -1,5 +1,6 @@
 //===- CollectiveOrigin.cpp - why a plan collective exists ----------------===//
 #include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 
@@ -13,8 +14,7 @@ std::optional<xf::CollectiveOrigin> plan::collectiveOrigin(Operation *kernel) {
 }
 
 void plan::setCollectiveOrigin(Operation *kernel, xf::CollectiveOrigin origin) {
-  kernel->setAttr(kOriginAttr,
-                  StringAttr::get(kernel->getContext(), xf::stringifyCollectiveOrigin(origin)));
+  kernel->setAttr(kOriginAttr, StringAttr::get(kernel->getContext(), xf::stringifyCollectiveOrigin(origin)));
 }
 
 bool plan::reducesGradients(Operation *kernel, StringRef kind) {
@@ -50,7 +50,12 @@ bool plan::movesTpActivations(Operation *kernel, StringRef kind) {
 void plan::setCollectiveOrigin(Operation *kernel, Operation *xfCollective) {
   // The xf collectives' verifiers guarantee a known kind.
   auto origin = xfCollective->getAttrOfType<StringAttr>("origin");
-  assert(origin && xf::symbolizeCollectiveOrigin(origin.getValue()) &&
-         "an xf collective without a valid origin");
+  assert(origin && xf::symbolizeCollectiveOrigin(origin.getValue()) && "an xf collective without a valid origin");
   kernel->setAttr(kOriginAttr, origin);
+}
+
+bool plan::isSyncPipelineTransfer(Operation *kernel) {
+  auto k = dyn_cast<KernelOp>(kernel);
+  return k && (k.getKernel() == "send" || k.getKernel() == "recv") &&
+         collectiveOrigin(k) == xf::CollectiveOrigin::Pipeline && !k->hasAttr(kTokenAttr);
 }

@@ -133,8 +133,7 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
     f.vocabParallel |= k.getKernel() == "cross_entropy_fwd" && k.getParams().get("shard_axis");
     // Sequence parallelism reduce-scatters activations (ZeRO's are gradients).
     f.sequenceParallel |= k.getKernel() == "reduce_scatter" && movesTpActivations(k, k.getKernel());
-    auto origin = k->getAttrOfType<StringAttr>(kOriginAttr);
-    f.scatterGatherP2P |= k.getKernel() == "all_gather" && origin && origin.getValue() == "pipeline";
+    f.scatterGatherP2P |= k.getKernel() == "all_gather" && collectiveOrigin(k) == xf::CollectiveOrigin::Pipeline;
   });
   auto rc = m->getAttrOfType<StringAttr>("xf.recompute");
   f.fullRecompute = rc && rc.getValue() == "full";

@@ -39,15 +39,8 @@ using namespace mlir;
 using namespace llcdist::plan;
 
 namespace {
-/// A pipeline transfer between stages (llcdist-lower-to-plan's, synchronous).
-bool isCandidate(KernelOp k) {
-  auto origin = k->getAttrOfType<StringAttr>(kOriginAttr);
-  return (k.getKernel() == "send" || k.getKernel() == "recv") && origin &&
-         origin.getValue() == "pipeline" && !k->hasAttr(kTokenAttr);
-}
 
-struct PlanP2POverlapPass
-    : public llcdist::plan::impl::PlanP2POverlapBase<PlanP2POverlapPass> {
+struct PlanP2POverlapPass : public llcdist::plan::impl::PlanP2POverlapBase<PlanP2POverlapPass> {
   using PlanP2POverlapBase::PlanP2POverlapBase;
 
   void runOnOperation() override {
@@ -58,10 +51,9 @@ struct PlanP2POverlapPass
       Block &block = sub.getBody().front();
       SmallVector<KernelOp> transfers;
       for (KernelOp k : block.getOps<KernelOp>())
-        if (isCandidate(k))
+        if (isSyncPipelineTransfer(k))
           transfers.push_back(k);
-      for (const Window &w :
-           overlapInBlock(block, transfers, nextToken, /*crossOtherStarts=*/false)) {
+      for (const Window &w : overlapInBlock(block, transfers, nextToken, /*crossOtherStarts=*/false)) {
         ++started;
         overlapped += w.kernels > 0;
         kernels += w.kernels;
@@ -72,10 +64,9 @@ struct PlanP2POverlapPass
     overlap::addQueue(program, "comm");
     OpBuilder b(program.getContext());
     program->setAttr(kP2POverlapAttr,
-                     b.getDictionaryAttr(
-                         {b.getNamedAttr("started", b.getI64IntegerAttr(started)),
-                          b.getNamedAttr("overlapped", b.getI64IntegerAttr(overlapped)),
-                          b.getNamedAttr("kernels", b.getI64IntegerAttr(kernels))}));
+                     b.getDictionaryAttr({b.getNamedAttr("started", b.getI64IntegerAttr(started)),
+                                          b.getNamedAttr("overlapped", b.getI64IntegerAttr(overlapped)),
+                                          b.getNamedAttr("kernels", b.getI64IntegerAttr(kernels))}));
   }
 };
 } // namespace

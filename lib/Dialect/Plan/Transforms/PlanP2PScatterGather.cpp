@@ -30,14 +30,6 @@ using namespace llcdist;
 
 namespace {
 
-/// A pipeline send or recv of an activation or its gradient (not a tied
-/// parameter's), synchronous.
-bool isPipelineTransfer(plan::KernelOp k) {
-  auto origin = k->getAttrOfType<StringAttr>(plan::kOriginAttr);
-  return (k.getKernel() == "send" || k.getKernel() == "recv") && origin && origin.getValue() == "pipeline" &&
-         !k->hasAttr("token");
-}
-
 struct PlanP2PScatterGatherPass : public plan::impl::PlanP2PScatterGatherBase<PlanP2PScatterGatherPass> {
   using PlanP2PScatterGatherBase::PlanP2PScatterGatherBase;
 
@@ -53,8 +45,8 @@ struct PlanP2PScatterGatherPass : public plan::impl::PlanP2PScatterGatherBase<Pl
     // the sequence at its boundary: slicing them again and gathering would
     // mix them. (Their sends are 1/tp already.)
     WalkResult seq = program.walk([&](plan::KernelOp k) {
-      auto origin = k->getAttrOfType<StringAttr>(plan::kOriginAttr);
-      return origin && origin.getValue() == "sequence_parallel" ? WalkResult::interrupt() : WalkResult::advance();
+      return plan::collectiveOrigin(k) == xf::CollectiveOrigin::SequenceParallel ? WalkResult::interrupt()
+                                                                                 : WalkResult::advance();
     });
     if (seq.wasInterrupted()) {
       program.emitError("llcdist-plan-p2p-scatter-gather: the pipeline's sends are sliced over tp only where "
@@ -68,7 +60,7 @@ struct PlanP2PScatterGatherPass : public plan::impl::PlanP2PScatterGatherBase<Pl
     int64_t sends = 0, recvs = 0;
     SmallVector<plan::KernelOp> transfers;
     program.walk([&](plan::KernelOp k) {
-      if (isPipelineTransfer(k))
+      if (plan::isSyncPipelineTransfer(k))
         transfers.push_back(k);
     });
     // One slice per buffer: a buffer sent to several chunks, or received in
@@ -117,7 +109,7 @@ struct PlanP2PScatterGatherPass : public plan::impl::PlanP2PScatterGatherBase<Pl
           "all_gather", b.getDictionaryAttr({b.getNamedAttr("x", sliceRef), b.getNamedAttr("y", ref)}), params);
       if (Attribute payload = k->getAttr("plan.payload"))
         gather->setAttr("plan.payload", payload);
-      gather->setAttr(plan::kOriginAttr, k->getAttr(plan::kOriginAttr));
+      plan::setCollectiveOrigin(gather, xf::CollectiveOrigin::Pipeline);
       ++recvs;
     }
     if (sends + recvs) {

@@ -41,6 +41,10 @@ bool reducesGradients(mlir::Operation *kernel, llvm::StringRef kind);
 /// all-gathers and the reduce-scatters that end a row- or column-parallel
 /// layer or the vocabulary-parallel embedding under it.
 bool movesTpActivations(mlir::Operation *kernel, llvm::StringRef kind);
+/// Whether `kernel` is a synchronous pipeline transfer: a send or recv of an
+/// activation or its gradient between stages (origin Pipeline, not a tied
+/// parameter's) without a token (not started by an overlap pass yet).
+bool isSyncPipelineTransfer(mlir::Operation *kernel);
 
 } // namespace llcdist::plan
 

@@ -129,7 +129,7 @@ def to_params(x):
 
 def evaluate(exe, rows, paths, fitted):
     workloads = [{"model": paths[i], "global_batch": r["global_batch"], "seq_len": SEQ,
-                  "dtype": "bf16", "attention": "unfused", "p2p": "scatter_gather",
+                  "dtype": "bf16", "attention": "unfused", "fusion": "none", "p2p": "megatron",
                   "configs": candidate_configs(r)} for i, r in enumerate(rows)]
     preds = predict(exe, "a100-80gb", "dgx-a100", workloads, fitted)
     result = []

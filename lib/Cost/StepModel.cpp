@@ -9,6 +9,7 @@
 #include "llcdist/Cost/StepModel.h"
 
 #include "llcdist/Schedule/Simulator.h"
+#include "llcdist/Support/ClassifierChunk.h"
 
 #include <algorithm>
 #include <cmath>
@@ -134,6 +135,7 @@ LayerShape layerShape(const ModelConfig &m, int64_t tp) {
 /// Times of one layer for one microbatch on one rank (seconds).
 struct LayerTimes {
   double fwd = 0, bwdInput = 0, bwdWeight = 0; ///< compute only
+  double recomputeFwd = 0;                     ///< the forward again, under full recomputation
   double attnFwd = 0;                          ///< the core attention's forward
   double tpFwd = 0, tpBwd = 0;                 ///< tp collectives (synchronous)
 };
@@ -171,20 +173,35 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   }
   const double hS = double(Ts) * double(s.h);
   // Memory-bound ops, elements moved (reads + writes) as the compiler's
-  // argument buffers count them: two norms (x, y), two residual adds
-  // (a, b, y), rope (q and k: x, y) or biases, the MLP activation.
-  double fwdMem = 0, bwdMem = 0;
-  fwdMem += 2 * mem(2 * hS) + 2 * mem(3 * hS);
-  bwdMem += 2 * (mem(3 * hS) + mem(2 * hS)) + 2 * mem(3 * hS); // norm dx, dw; adds
+  // argument buffers count them. The residual stream: two norms (x, y) and
+  // two residual adds (a, b, y) forward, each norm's dx (dy, x, dx) and dw
+  // (dy, x) and the residual gradients' adds backward; fused (Fusion::Plan),
+  // each add with the norm after it (a, b → sum, y) and each norm's
+  // backward with the residual gradient (dy, dresidual, x → dx). A fully
+  // recomputed layer starts at its first norm (its input's add is the
+  // previous layer's) and ends at its last add (the next norm is the next
+  // layer's): one norm, one fused pair, one add.
+  const bool fused = w.fusion == Workload::Fusion::Plan;
+  const double residualFwd = fused ? 2 * mem(4 * hS) : 2 * mem(2 * hS) + 2 * mem(3 * hS);
+  const double residualRecompute = fused ? mem(2 * hS) + mem(4 * hS) + mem(3 * hS) : residualFwd;
+  const double residualBwd = fused ? 2 * mem(4 * hS) : 2 * (mem(3 * hS) + mem(2 * hS)) + 2 * mem(3 * hS);
+  // The rest: rope (q and k: x, y), SwiGLU and the input gradients' sums
+  // (Llama); GPT's GELU, biases and bias gradients, which the fused plan
+  // runs in the GEMMs' epilogues but for the row-parallel linears' biases
+  // under tp (added after the reduction: y, in place).
+  double modelFwd = 0, modelBwd = 0;
   if (s.llama) {
-    fwdMem += mem(2.0 * T * (s.q + s.kv)) + mem(3.0 * T * s.inter);
-    bwdMem += mem(2.0 * T * (s.q + s.kv)) + mem(5.0 * T * s.inter) + 2 * mem(2.0 * T * s.h);
+    modelFwd = mem(2.0 * T * (s.q + s.kv)) + mem(3.0 * T * s.inter);
+    modelBwd = mem(2.0 * T * (s.q + s.kv)) + mem(5.0 * T * s.inter) + 2 * mem(2.0 * T * s.h);
+  } else if (fused) {
+    modelFwd = c.tp > 1 ? 2 * mem(hS) : 0;
   } else {
-    fwdMem += mem(2.0 * T * s.inter) + mem(2.0 * T * s.h);
-    bwdMem += mem(3.0 * T * s.inter) + 2 * mem(2.0 * T * s.h);
+    modelFwd = mem(2.0 * T * s.inter) + mem(2.0 * T * s.h);
+    modelBwd = mem(3.0 * T * s.inter) + 2 * mem(2.0 * T * s.h);
   }
-  t.fwd = fwdGemm + t.attnFwd + fwdMem;
-  t.bwdInput = bwdGemm + attnBwd + bwdMem;
+  t.fwd = fwdGemm + t.attnFwd + residualFwd + modelFwd;
+  t.recomputeFwd = fwdGemm + t.attnFwd + residualRecompute + modelFwd;
+  t.bwdInput = bwdGemm + attnBwd + residualBwd + modelBwd;
   t.bwdWeight = bwdGemm;
   // tp on the [T, h] activations, as the compiler emits it (Megatron's):
   // two all-reduces each way; under SP two all-gathers and two
@@ -451,21 +468,47 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
 }
 
 namespace {
-/// One pipeline send between stages (of one microbatch's activation or its
-/// gradient), synchronous on compute (no --overlap-p2p in the search);
-/// with scatter/gather, 1/tp of it plus the receivers' all-gather over tp.
-double pipelineSendSeconds(const Hardware &hw, const Workload &w, const ParallelConfig &c, int64_t T, double b) {
-  if (c.pp == 1)
-    return 0;
-  double bytes = double(T) * double(w.model.hidden) * b / (c.sequenceParallel ? double(c.tp) : 1.0);
-  bool cross = axisGroup(c.mesh(), "pp", hw.topology).crossesNodes();
-  if ((w.scatterGatherP2P || c.scatterGatherP2P) && c.scatterGatherApplies()) {
-    // Megatron-LM's scatter/gather optimization: each tp rank sends its
-    // 1/tp of the (replicated) activation, the receivers all-gather it.
-    Group g = axisGroup(c.mesh(), "tp", hw.topology);
-    return p2pSeconds(hw, bytes / double(c.tp), cross) + collectiveSeconds(hw, Collective::AllGather, bytes, g);
+/// One stage's pipeline transfers, synchronous on compute (no --overlap-p2p
+/// in the search): an activation's (or its gradient's) trip to the next
+/// stage is one `send` and, under scatter/gather, the receivers' `gather`.
+struct PipelineSends {
+  double send = 0, gather = 0;
+  int64_t pp = 1, virtualStages = 1;
+  bool megatron = false; ///< Workload::scatterGatherP2P
+  /// One hop (the fill's and the drain's).
+  double hop() const { return send + gather; }
+  /// What stage `st`'s transfers occupy of its timeline per microbatch.
+  /// Megatron-LM posts a stage's send of one direction with its receive of
+  /// the other (batch_isend_irecv): one transfer each way per chunk.
+  /// llc-dist's plans run `send` and `recv` as two synchronous ops, so a
+  /// stage is busy for both: per chunk it receives and sends the activation
+  /// and its gradient (but for the model's first chunk, on stage 0, and its
+  /// last, on the last stage), and all-gathers what it receives.
+  double perMicrobatch(int64_t st) const {
+    if (pp == 1)
+      return 0;
+    const double v = double(virtualStages);
+    if (megatron)
+      return 2 * v * hop();
+    const double ends = double(st == 0) + double(st == pp - 1);
+    return (4 * v - 2 * ends) * send + (2 * v - ends) * gather;
   }
-  return p2pSeconds(hw, bytes, cross);
+};
+
+PipelineSends pipelineSends(const Hardware &hw, const Workload &w, const ParallelConfig &c, int64_t T, double b) {
+  PipelineSends out;
+  out.pp = c.pp, out.virtualStages = c.virtualStages, out.megatron = w.scatterGatherP2P;
+  if (c.pp == 1)
+    return out;
+  const double bytes = double(T) * double(w.model.hidden) * b / (c.sequenceParallel ? double(c.tp) : 1.0);
+  const bool cross = axisGroup(c.mesh(), "pp", hw.topology).crossesNodes();
+  // Scatter/gather: each tp rank sends its 1/tp of the (replicated)
+  // activation, the receivers all-gather it.
+  const bool scatterGather = (w.scatterGatherP2P || c.scatterGatherP2P) && c.scatterGatherApplies();
+  out.send = p2pSeconds(hw, scatterGather ? bytes / double(c.tp) : bytes, cross);
+  if (scatterGather)
+    out.gather = collectiveSeconds(hw, Collective::AllGather, bytes, axisGroup(c.mesh(), "tp", hw.topology));
+  return out;
 }
 
 /// The schedule's bubble over its ideal (busy) time, pp > 1.
@@ -584,7 +627,9 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   LayerTimes lt = layerTimes(hw, w, c);
 
   // One microbatch of each layer: forward, backward, recomputation.
-  double recomputeFwd = c.recompute == "full" ? lt.fwd + lt.tpFwd : c.recompute == "selective" ? lt.attnFwd : 0;
+  double recomputeFwd = c.recompute == "full"        ? lt.recomputeFwd + lt.tpFwd
+                        : c.recompute == "selective" ? lt.attnFwd
+                                                     : 0;
   double layerF = lt.fwd + lt.tpFwd;
   double layerB = lt.bwdInput + lt.bwdWeight + lt.tpBwd + recomputeFwd;
   // The embedding (first chunk) and the LM head + loss (last chunk).
@@ -592,6 +637,15 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   double embB = memorySeconds(hw, 2.0 * double(T) * double(m.hidden) * b);
   double headF = gemmSeconds(hw, T, Vp, m.hidden, p) + memorySeconds(hw, 3.0 * double(T) * double(Vp) * b);
   double headB = 2 * gemmSeconds(hw, T, Vp, m.hidden, p) + memorySeconds(hw, 3.0 * double(T) * double(Vp) * b);
+  if (w.fusion == Workload::Fusion::Plan && c.tp == 1) {
+    // llcdist-plan-fuse-classifier: the head's three GEMMs chunk by chunk
+    // and four passes over each chunk's logits, in the backward.
+    const int64_t chunk = classifierChunkRows(T, Vp, int64_t(b));
+    headF = 0;
+    headB = memorySeconds(hw, 4.0 * double(T) * double(Vp) * b);
+    for (int64_t r = 0; r < T; r += chunk)
+      headB += 3 * gemmSeconds(hw, std::min(chunk, T - r), Vp, m.hidden, p);
+  }
   double tpHead = 0;
   if (c.tp > 1) {
     Group g = axisGroup(c.mesh(), "tp", hw.topology);
@@ -603,22 +657,23 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
         4 * collectiveSeconds(hw, Collective::AllReduce, 16.0 * double(T), g);
   }
   // The stages' layers: the compiler's default layout.
+  // Per microbatch, each stage's compute and pipeline transfers.
   const std::vector<int64_t> layers = stageLayers(w, c);
+  const PipelineSends sends = pipelineSends(hw, w, c, T, b);
   std::vector<double> stageCost(static_cast<size_t>(c.pp), 0);
   for (int64_t st = 0; st < c.pp; ++st)
-    stageCost[size_t(st)] = double(layers[size_t(st)]) * (layerF + layerB);
+    stageCost[size_t(st)] = double(layers[size_t(st)]) * (layerF + layerB) + sends.perMicrobatch(st);
   stageCost.front() += embF + embB;
   stageCost.back() += headF + headB + tpHead;
-  double maxStage = *std::max_element(stageCost.begin(), stageCost.end());
+  const int64_t busiest = std::max_element(stageCost.begin(), stageCost.end()) - stageCost.begin();
+  const double maxStage = stageCost[size_t(busiest)];
   int64_t maxLayers = *std::max_element(layers.begin(), layers.end());
   double layerTotal = layerF + layerB;
   double fShare = layerF / layerTotal;
-
-  const double p2p = pipelineSendSeconds(hw, w, c, T, b);
-  double p2pPerMicrobatch = c.pp > 1 ? 2.0 * double(c.virtualStages) * p2p : 0;
+  const double p2p = sends.hop(), p2pPerMicrobatch = sends.perMicrobatch(busiest);
 
   // Compute of the busiest stage over the step, and the bubble.
-  double busy = double(mbs) * (maxStage + p2pPerMicrobatch);
+  double busy = double(mbs) * maxStage;
   double bubble = 0;
   if (c.pp > 1) // every fill/drain hop also waits for the boundary's p2p
     bubble = bubbleOverIdeal(w, c, lt, mbs, fShare, layerTotal) * busy + 2.0 * double(c.pp - 1) * p2p;

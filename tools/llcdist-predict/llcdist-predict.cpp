@@ -11,7 +11,8 @@
 //   {"device": "a100-80gb", "topology": "dgx-a100",
 //    "fitted": {"gemm_efficiency": 0.8, "gemm_knee_gflop": 20, "memory_efficiency": 0.8},
 //    "rows": [{"model": "models/gpt2.json", "global_batch": 512, "seq_len": 2048,
-//              "dtype": "bf16", "attention": "flash", "p2p": "full", "memory_filter": true,
+//              "dtype": "bf16", "attention": "flash", "fusion": "plan", "p2p": "full",
+//              "memory_filter": true,
 //              "configs": [{"dp": 32, "tp": 1, "pp": 1, "micro_batch": 1,
 //                           "virtual_stages": 1, "schedule": "1f1b", "zero": 0,
 //                           "recompute": "full", "sequence_parallel": false,
@@ -78,10 +79,17 @@ int main(int argc, char **argv) {
       if (attn != "flash" && attn != "unfused")
         return fail("rows[].attention: flash or unfused, got '" + attn + "'");
       w.attention = attn == "unfused" ? Workload::Attention::Unfused : Workload::Attention::Flash;
+      std::string fusion = get<std::string>(row, "fusion", "plan");
+      if (fusion != "plan" && fusion != "none")
+        return fail("rows[].fusion: plan or none, got '" + fusion + "'");
+      w.fusion = fusion == "none" ? Workload::Fusion::None : Workload::Fusion::Plan;
+      // The pipeline's transport: llc-dist's plan with whole sends ("full")
+      // or compiled --scatter-gather-p2p ("scatter_gather"), or Megatron-LM's
+      // ("megatron": scatter/gather, each send posted with a receive).
       std::string p2p = get<std::string>(row, "p2p", "full");
-      if (p2p != "full" && p2p != "scatter_gather")
-        return fail("rows[].p2p: full or scatter_gather, got '" + p2p + "'");
-      w.scatterGatherP2P = p2p == "scatter_gather";
+      if (p2p != "full" && p2p != "scatter_gather" && p2p != "megatron")
+        return fail("rows[].p2p: full, scatter_gather or megatron, got '" + p2p + "'");
+      w.scatterGatherP2P = p2p == "megatron";
       // A published run fit its machine whatever our memory model says of
       // llc-dist's plan for it: "memory_filter": false keeps every config.
       bool memoryFilter = get<bool>(row, "memory_filter", true);
@@ -102,7 +110,7 @@ int main(int argc, char **argv) {
         c.gradBucket = get<int64_t>(cj, "grad_bucket", 0);
         c.fsdpPrefetch = get<int64_t>(cj, "fsdp_prefetch", 0);
         // A scatter/gather row's configurations compile so where it applies (the flags say it).
-        c.scatterGatherP2P = w.scatterGatherP2P && c.scatterGatherApplies();
+        c.scatterGatherP2P = p2p != "full" && c.scatterGatherApplies();
         ++tried;
         if (checkConfig(w, c))
           continue;

@@ -36,11 +36,22 @@ struct Workload {
   /// S×S score matrix, the fused scale-mask-softmax and the attention
   /// dropout memory-bound on it (docs/cost-model.md).
   enum class Attention { Flash, Unfused } attention = Attention::Flash;
-  /// Megatron-LM's scatter/gather optimization of pipeline sends without SP
-  /// (Narayanan et al. SC21, §4.1): each tp rank sends 1/tp of the activation
-  /// and the receiving stage all-gathers it over NVLink. llc-dist's plans
-  /// send the whole activation from every tp rank (false); the runs of the
-  /// calibration and validation sets used it (true).
+  /// Which memory-bound kernels are one. `Plan`: the compiler's default
+  /// fusion passes (llcdist-plan-fuse-*: each residual add with the norm
+  /// after it, the norm's backward with the residual gradient's add, the
+  /// bias, GELU and bias gradient in the GEMMs' epilogues, the LM head and
+  /// loss as one chunked classifier where the vocabulary is not split).
+  /// `None`: every kernel apart, as the calibration set (Megatron-LM) is
+  /// priced (docs/cost-model.md).
+  enum class Fusion { Plan, None } fusion = Fusion::Plan;
+  /// Megatron-LM's pipeline transport, which the runs of the calibration and
+  /// validation sets used: the scatter/gather optimization without SP
+  /// (Narayanan et al. SC21, §4.1: each tp rank sends 1/tp of the activation
+  /// and the receiving stage all-gathers it over NVLink), and a stage's send
+  /// posted with its receive of the other direction (batch_isend_irecv), so
+  /// the two transfers occupy it once. llc-dist's plans (false) run `send`
+  /// and `recv` as two synchronous ops, whole activations unless compiled
+  /// --scatter-gather-p2p (ParallelConfig::scatterGatherP2P).
   bool scatterGatherP2P = false;
   /// The vocabulary the plan holds: padded to a multiple of 128 × tp
   /// (Megatron's --make-vocab-size-divisible-by, the compiler's default).

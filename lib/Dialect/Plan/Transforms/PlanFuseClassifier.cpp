@@ -37,6 +37,7 @@
 
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
+#include "llcdist/Support/ClassifierChunk.h"
 
 #include "Fusion.h"
 #include "KernelAccess.h"
@@ -63,17 +64,6 @@ namespace {
 using plan::argOf;
 using plan::intParamOf;
 using plan::isSyncKernel;
-
-/// The rows per chunk when the pass option leaves it to the pass: as many as
-/// keep the chunk's logits within 128 MiB, a multiple of 128 from 128 on, at
-/// least 1, at most M.
-int64_t autoChunkRows(int64_t M, int64_t N, int64_t elemBytes) {
-  constexpr int64_t kBudget = int64_t(128) << 20;
-  int64_t rows = std::max<int64_t>(1, kBudget / std::max<int64_t>(1, N * elemBytes));
-  if (rows >= 128)
-    rows -= rows % 128;
-  return std::min(rows, M);
-}
 
 /// One logits buffer's kernels: the forward pair per forward subroutine, the
 /// backward triple per backward subroutine.
@@ -318,7 +308,7 @@ struct PlanFuseClassifierPass : public plan::impl::PlanFuseClassifierBase<PlanFu
     const int64_t M = intParamOf(f0.linear, "M"), K = intParamOf(f0.linear, "K"), N = intParamOf(f0.linear, "N");
     Type elem = logitsBuf.getTensorType().getElementType();
     const int64_t elemBytes = std::max<int64_t>(1, int64_t(elem.getIntOrFloatBitWidth() / 8));
-    const int64_t chunk = chunkRows > 0 ? std::min<int64_t>(chunkRows, M) : autoChunkRows(M, N, elemBytes);
+    const int64_t chunk = chunkRows > 0 ? std::min<int64_t>(chunkRows, M) : classifierChunkRows(M, N, elemBytes);
 
     auto newBuffer = [&](StringRef name, RankedTensorType type) {
       b.setInsertionPoint(logitsBuf);

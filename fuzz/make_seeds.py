@@ -3,7 +3,7 @@
 (docs/fuzzing.md); standard library only.
 
   python3 fuzz/make_seeds.py                     safetensors and token-file seeds, dictionaries
-  python3 fuzz/make_seeds.py build/bin/llc-dist  ... and the plan seeds, compiled with it
+  python3 fuzz/make_seeds.py build/bin/llc-dist  ... and the plan and xf-module seeds, compiled with it
 
 Safetensors (https://github.com/huggingface/safetensors) and llm.c token files
 (runtime/include/llcdist/runtime/TokenData.h) are written byte by byte. A plan seed is a compiled
@@ -117,6 +117,25 @@ def plan_seeds(llc_dist):
                   compact(os.path.join(out, "program-0.json")))
 
 
+# xf_module seeds: the tiny models' forward graph (`compile --emit xf`) for each mesh, the mesh on the
+# first line as xf_module_fuzzer.cpp reads it.
+XF_SEEDS = [("tiny-gpt2", "dp=1,tp=1,pp=1"), ("tiny-llama", "dp=1,tp=1,pp=1"),
+            ("tiny-gpt2", "dp=2,tp=1,pp=1"), ("tiny-llama", "dp=1,tp=2,pp=1"),
+            ("tiny-llama", "dp=1,tp=1,pp=2"), ("tiny-gpt2", "dp=1,tp=2,pp=2")]
+
+
+def xf_seeds(llc_dist):
+    with tempfile.TemporaryDirectory() as tmp:
+        for model, mesh in XF_SEEDS:
+            out = os.path.join(tmp, "xf.mlir")
+            # Run from the repository root, so the locations name models/<model>.json.
+            subprocess.run([llc_dist, "compile", "models/%s.json" % model, "--mesh", mesh, "--emit", "xf",
+                            "--quiet", "-o", out], check=True, cwd=ROOT)
+            with open(out, "rb") as f:
+                write("xf_module", "%s-%s.mlir" % (model, mesh.replace(",", "-").replace("=", "")),
+                      ("// mesh %s\n" % mesh).encode() + f.read())
+
+
 ROOT = os.path.join(HERE, "..")
 # target -> (the sources whose literals it gets, whether its input is JSON)
 DICTS = {
@@ -130,6 +149,7 @@ DICTS = {
     "mesh_spec": (["lib/Support/MeshSpec.cpp"], False),
     "cli_flags": (["tools/llc-dist/Cli.h"], False),
     "run_command": (["runtime/src/cli/RunCommandLine.cpp"], False),
+    "xf_module": (["include/llcdist/Dialect/XF/IR/*.td"], False),
 }
 JSON_TOKENS = ["{", "}", "[", "]", ":", ",", "\"\"", "null", "true", "false", "{}", "[]"]
 NUMBERS = ["0", "-0", "1", "-1", "2", "0.5", "1e-300", "5e-324", "1e300", "1e400", "-1e300",
@@ -143,6 +163,11 @@ EXTRA = {
                   "GiB", "MiB", "inf", "nan", "0x1p4", "e"],
     "run_command": ["\n", "=", "env=", "cuda", "cpu", "on", "off", "synthetic", ",", "0,1", "1e6", "inf",
                     "nan", "-1", "1024", "16777216"],
+    "xf_module": ["xf.", "tensor<", "x", "f32>", "bf16>", "i64", ": i64", " = ", "loc(", "#loc", "%", "@",
+                  "{", "}", "(", ")", "<", ">", "[", "]", ",", "// mesh dp=2,tp=2,pp=2\n", "shape = ",
+                  "hidden_size", "num_layers", "vocab_size", "seq_len", "micro_batch", "num_heads",
+                  "num_kv_heads", "intermediate_size", "head_dim", "max_positions", "func.func", "return",
+                  "shard.grid", "dense<", "\n"],
     "byte_size": ["TiB", "GiB", "MiB", "KiB", "TB", "GB", "MB", "KB", "B", ".", "e", "e-", "e+",
                   "inf", "nan", "0x", "p", " ", "-"],
 }
@@ -186,6 +211,8 @@ def main(argv):
     if len(argv) > 1:
         shutil.rmtree(os.path.join(CORPUS, "plan"), ignore_errors=True)
         plan_seeds(argv[1])
+        shutil.rmtree(os.path.join(CORPUS, "xf_module"), ignore_errors=True)
+        xf_seeds(argv[1])
     return 0
 
 

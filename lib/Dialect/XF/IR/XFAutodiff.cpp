@@ -53,8 +53,8 @@ Operation *AttentionOp::buildWithSavedStatistics(OpBuilder &b) {
     return nullptr;
   auto q = cast<RankedTensorType>(getQ().getType());
   return AttentionOp::create(b, getLoc(), getResult().getType(),
-                             f32Tensor(getContext(), {q.getDimSize(0), getNumHeads(), q.getDimSize(1)}), getQ(), getK(),
-                             getV(), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr());
+                             f32Tensor(getContext(), {q.getDimSize(0), int64_t(getNumHeads()), q.getDimSize(1)}),
+                             getQ(), getK(), getV(), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr());
 }
 
 //===----------------------------------------------------------------------===//

@@ -263,7 +263,8 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
       mapped[v] = m;
       return m;
     };
-    GradEmitter emit(b, fwd, {});
+    const llvm::DenseMap<StringRef, func::FuncOp> noBackwardBodies; // outlives `emit`, which keeps a reference
+    GradEmitter emit(b, fwd, noBackwardBodies);
     for (auto [r, arg] : llvm::zip(ret.getOperands(), bb->getArguments()))
       emit.seed(r, arg);
     SmallVector<Operation *> ops;

@@ -9,13 +9,19 @@ replication and the 405B plan with 16 pipeline stages; then 48 more on the tiny
 models (gradient accumulation, the overlaps and buckets, each fusion off).
 
 usage: scripts/plan-diff.py --base OLD/llc-dist [--new build/bin/llc-dist] [--keep DIR]
-                            [--strip-op-attr NAME ...]
+                            [--strip-op-attr NAME ...] [--base-sub FROM=TO ...]
 
 --strip-op-attr NAME (repeatable): a change that adds an op attribute on purpose
 (e.g. a collective's `dtype`) changes the program files that carry it; with this
 option a differing program-N.json is compared again as JSON with attrs.NAME
 removed from every op of both sides, and reported "same modulo attrs NAME" when
 nothing else differs.
+
+--base-sub FROM=TO (repeatable): a change of the format's spelling (an op renamed, the
+version raised) rewrites the base side's files, text FROM replaced by TO in every
+file, before they are compared, e.g. the plan format's version 2:
+  --base-sub '"op": "zero"="op": "fill_zero"' --base-sub '"version": 1="version": 2'
+(the '=' that splits them is the first one followed by FROM's first character).
 
 Build the old binary from the commit before the change, e.g.
   git worktree add /tmp/base REV && cmake -S /tmp/base -B /tmp/base/build -G Ninja \\
@@ -104,6 +110,30 @@ def compile_one(exe, model, args, out, emit):
     return r.returncode, r.stderr
 
 
+def apply_base_subs(path, subs):
+    """Rewrites the file `path`, or every file under the directory `path`, with the (FROM, TO)
+    text substitutions."""
+    paths = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs] if os.path.isdir(path) else [path]
+    for p in paths:
+        with open(p, encoding="utf-8") as fh:
+            text = fh.read()
+        new = text
+        for a, b in subs:
+            new = new.replace(a, b)
+        if new != text:
+            with open(p, "w", encoding="utf-8") as fh:
+                fh.write(new)
+
+
+def parse_sub(spec):
+    """'FROM=TO' split at the '=' that begins TO: the first '=' after which the text is the
+    same kind of token as FROM's start (both quoted JSON or both not)."""
+    for i, ch in enumerate(spec):
+        if ch == "=" and i > 0 and spec[i + 1:i + 2] == spec[0:1]:
+            return spec[:i], spec[i + 1:]
+    sys.exit(f"plan-diff.py: --base-sub {spec!r}: expected FROM=TO")
+
+
 def same_tree(a, b):
     """Files that differ (or exist on one side only) between directories a and b."""
     diffs = []
@@ -149,7 +179,10 @@ def main():
     ap.add_argument("--keep", help="keep the plans under this directory")
     ap.add_argument("--strip-op-attr", action="append", default=[], metavar="NAME",
                     help="compare differing programs again without this op attribute")
+    ap.add_argument("--base-sub", action="append", default=[], metavar="FROM=TO",
+                    help="replace text FROM by TO in the base side's files before comparing")
     args = ap.parse_args()
+    subs = [parse_sub(x) for x in args.base_sub]
     for exe in (args.base, args.new):
         if not os.access(exe, os.X_OK):
             sys.exit(f"plan-diff.py: {exe} is not an executable")
@@ -165,6 +198,8 @@ def main():
                 rc, err = compile_one(exe, model, flags, out, emit)
                 outs.append((rc, err, out))
             (rb, eb, ob), (rn, en, on) = outs
+            if subs and rb == 0:
+                apply_base_subs(ob, subs)
             if rb != 0 or rn != 0:
                 same = rb == rn and eb == en
                 print(f"{'same' if same else 'DIFF'}  {name}: exit {rb} / {rn}"

@@ -100,7 +100,7 @@ Status parseId(const Doc& doc, const json& v, const std::string& path, const Pro
                                std::to_string(int64_t(prog.buffers.size()) - 1) + ")");
   const BufferDesc& b = prog.buffers[size_t(*id)];
   // Float roles take f32 or bf16 (bf16 storage, fp32 arithmetic); ids and targets i32; f64 only the
-  // partial reductions (f64 roles and all_reduce's x); `zero` anything.
+  // partial reductions (f64 roles and all_reduce's x); `fill_zero` anything.
   const bool isF64 = b.dtype == sc::ElemType::kF64;
   bool ok = false;
   const char* needs = "";

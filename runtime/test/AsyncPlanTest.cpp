@@ -247,7 +247,7 @@ TEST_F(AsyncTrainTest, CheckingModeReportsAnOverwrittenInPlaceBuffer) {
   // A zero of the in-flight lm_head gradient between its start and its wait.
   PlanBuilder p = dataParallel(true);
   json& opt = p.ops("optimizer");
-  opt.insert(opt.begin() + 3, op("zero", {{"x", {kDlm}}}));
+  opt.insert(opt.begin() + 3, op("fill_zero", {{"x", {kDlm}}}));
   std::vector<uint64_t> loss;
   const Status s = train(p, "overwrite", true, &loss, nullptr);
   ASSERT_FALSE(s.isOk());

@@ -105,7 +105,7 @@ TEST(Bf16Test, CastOpConvertsBetweenDtypes) {
   b.op("s", "cast", {{"x", h}, {"y", f}}, {{"n", 6}});
   b.op("s", "cast", {{"x", h}, {"y", h2}}, {{"n", 6}});
   b.op("s", "cast", {{"x", a}, {"y", f2}}, {{"n", 6}});
-  b.op("s", "zero", {{"x", {z}}});
+  b.op("s", "fill_zero", {{"x", {z}}});
   b.action("s");
   auto plan = parse(b);
   ASSERT_TRUE(plan.isOk()) << plan.status().message();
@@ -360,7 +360,7 @@ PlanBuilder lmPlan(int64_t V, int64_t H, int64_t T, int64_t B, int64_t microbatc
   p.param("transformer.wte.weight", {V, H}, wte, dwte, {{"kind", "normal"}, {"std", 0.02}}, false, par);
   p.param("lm_head.weight", {V, H}, lm, dlm, {{"kind", "normal"}, {"std", 0.02}}, true, par);
   const double mb = double(microbatches);
-  p.op("step_begin", "zero", {{"x", {loss, dwte, dlm}}});
+  p.op("step_begin", "fill_zero", {{"x", {loss, dwte, dlm}}});
   auto castCopies = [&](const std::string& sub) {  // bf16 copies of the f32 masters
     p.op(sub, "cast", {{"x", wte}, {"y", wteUse}}, {{"n", V * H}});
     p.op(sub, "cast", {{"x", lm}, {"y", lmUse}}, {{"n", V * H}});

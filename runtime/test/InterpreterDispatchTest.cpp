@@ -26,7 +26,7 @@ TEST(InterpreterDispatchTest, KernelErrorsNameOpAndLoc) {
   testing::PlanBuilder b(8, 3, 2, 2);
   const int64_t ids = b.buffer("ids", "input", {4}, "i32"), table = b.buffer("t", "param", {24}),
                 out = b.buffer("o", "activation", {16});
-  b.op("s", "zero", {{"x", json::array({out})}});
+  b.op("s", "fill_zero", {{"x", json::array({out})}});
   b.op("s", "embedding_fwd", {{"ids", ids}, {"table", table}, {"out", out}}, {{"M", 4}, {"V", 6}, {"H", 4}}, "h.0.wte");
   b.action("s");
   Plan plan;

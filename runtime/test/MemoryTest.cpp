@@ -48,10 +48,10 @@ PlanBuilder handPlan() {
   const int64_t d = p.buffer("d", "activation", {40});
   p.buffer("unused", "activation", {64});
   const int64_t e = p.buffer("e", "activation", {16});
-  p.op("first", "zero", {{"x", {a}}});
+  p.op("first", "fill_zero", {{"x", {a}}});
   p.op("first", "add", {{"a", a}, {"b", w}, {"y", c}}, {{"n", 16}});
   p.op("first", "cast", {{"x", c}, {"y", b}}, {{"n", 16}});
-  p.op("second", "zero", {{"x", {d}}});
+  p.op("second", "fill_zero", {{"x", {d}}});
   p.op("second", "accumulate", {{"x", b}, {"y", e}}, {{"n", 16}});
   p.op("second", "add", {{"a", b}, {"b", a}, {"y", a}}, {{"n", 16}});
   p.action("first");
@@ -101,7 +101,7 @@ TEST(MemoryTest, AccumulateFalseOverwritesInsteadOfReading) {
   const int64_t big = p.buffer("big", "activation", {64});
   const int64_t db = p.buffer("db", "activation", {4});
   p.buffer("loss", "metric", {1});
-  p.op("s", "zero", {{"x", {big, x}}});
+  p.op("s", "fill_zero", {{"x", {big, x}}});
   p.op("s", "linear_bwd_bias", {{"dy", x}, {"db", db}}, {{"M", 2}, {"N", 4}, {"accumulate", false}});
   p.op("s", "linear_bwd_bias", {{"dy", x}, {"db", db}}, {{"M", 2}, {"N", 4}, {"accumulate", true}});
   p.action("s");
@@ -126,10 +126,10 @@ TEST(MemoryTest, EachValueIsItsOwnLifetime) {
   const int64_t z = p.buffer("z", "activation", {16});
   const int64_t big = p.buffer("big", "scratch", {64});
   p.buffer("loss", "metric", {1});
-  p.op("fwd", "zero", {{"x", {x}}});
-  p.op("bwd", "zero", {{"x", {z}}});
+  p.op("fwd", "fill_zero", {{"x", {x}}});
+  p.op("bwd", "fill_zero", {{"x", {z}}});
   p.op("bwd", "accumulate", {{"x", x}, {"y", z}}, {{"n", 16}});
-  p.op("mid", "zero", {{"x", {big}}});
+  p.op("mid", "fill_zero", {{"x", {big}}});
   for (const char* a : {"fwd", "bwd", "mid", "fwd", "bwd"}) p.action(a);
   const auto m = measureMemory(p);
   ASSERT_TRUE(m.has_value());

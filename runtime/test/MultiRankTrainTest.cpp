@@ -141,7 +141,7 @@ testing::PlanBuilder shardedPlan(int64_t dp, int64_t tp, bool shard, const std::
     p.manifest["params"][0]["sharding"] = {{"axis", "tp"}, {"dim", 0}};
     p.manifest["params"][1]["sharding"] = {{"axis", "tp"}, {"dim", 1}, {"blocks", 3}};
   }
-  p.op("step_begin", "zero", {{"x", {loss}}});
+  p.op("step_begin", "fill_zero", {{"x", {loss}}});
   p.action("step_begin");
   return p;
 }

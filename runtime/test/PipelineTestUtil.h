@@ -116,7 +116,7 @@ inline PlanBuilder tinyLmSingle(const TinyLm& c) {
   json grads = c.tied ? json{wte.grad, w1.grad} : json{wte.grad, w1.grad, lm.grad};
   json zero = grads;
   zero.insert(zero.begin(), loss);
-  p.op("step_begin", "zero", {{"x", zero}});
+  p.op("step_begin", "fill_zero", {{"x", zero}});
   p.op("forward", "load_microbatch", {{"ids", ids}, {"targets", tgt}}, {{"B", c.B}, {"S", c.T}});
   p.op("forward", "embedding_fwd", {{"ids", ids}, {"table", wte.value}, {"out", h}}, {{"M", M}, {"V", V}, {"H", H}});
   p.op("forward", "linear_fwd", {{"x", h}, {"w", w1.value}, {"y", h2}}, {{"M", M}, {"K", H}, {"N", H}, {"layout", "out_in"}});
@@ -179,7 +179,7 @@ inline MultiProgramPlan tinyLmPipeline(const TinyLm& c) {
   const int64_t dh = s0.buffer("dh", "activation", {M, H}), dh2 = s0.buffer("dh2", "activation", {M, H});
   const int64_t gn0 = s0.buffer("grad_norm", "metric", {});
   const int64_t peerGrad = c.tied ? s0.buffer("grad.wte.from_stage1", "scratch", {V, H}) : -1;
-  s0.op("step_begin", "zero", {{"x", {wte.grad, w1.grad}}});
+  s0.op("step_begin", "fill_zero", {{"x", {wte.grad, w1.grad}}});
   s0.op("forward", "load_microbatch", {{"ids", ids}, {"targets", tgt}}, {{"B", c.B}, {"S", c.T}});
   s0.op("forward", "embedding_fwd", {{"ids", ids}, {"table", wte.value}, {"out", h}}, {{"M", M}, {"V", V}, {"H", H}});
   s0.op("forward", "linear_fwd", {{"x", h}, {"w", w1.value}, {"y", h2}}, {{"M", M}, {"K", H}, {"N", H}, {"layout", "out_in"}});
@@ -209,7 +209,7 @@ inline MultiProgramPlan tinyLmPipeline(const TinyLm& c) {
   const int64_t x = s1.buffer("h2", "activation", {M, H}), dx = s1.buffer("dh2", "activation", {M, H});
   const int64_t logits = s1.buffer("logits", "activation", {M, V});
   const int64_t loss = s1.buffer("loss", "metric", {1}), gn1 = s1.buffer("grad_norm", "metric", {});
-  s1.op("step_begin", "zero", {{"x", {loss, lm.grad}}});
+  s1.op("step_begin", "fill_zero", {{"x", {loss, lm.grad}}});
   s1.op("forward", "load_microbatch", {{"ids", ids}, {"targets", tgt}}, {{"B", c.B}, {"S", c.T}});
   s1.ops("forward").push_back(detail::p2p("recv", "y", x, 0, 0));
   s1.op("forward", "linear_fwd", {{"x", x}, {"w", lm.value}, {"y", logits}}, {{"M", M}, {"K", H}, {"N", V}, {"layout", "out_in"}});

@@ -124,8 +124,11 @@ TEST_F(PlanLoaderTest, EveryPrefixAndByteFlipFailsCleanly) {
 TEST_F(PlanLoaderTest, HeaderErrors) {
   expectError([](auto& b) { b.manifest["format"] = "llc-dist-program"; },
               {"manifest.json", "format", "expected \"llc-dist-plan\"", "wrong file"});
-  expectError([](auto& b) { b.manifest["version"] = 2; },
-              {"manifest.json", "version", "unsupported version 2", "supports version 1"});
+  expectError([](auto& b) { b.manifest["version"] = 3; },
+              {"manifest.json", "version", "unsupported version 3", "supports version 2"});
+  // Version 1 named the fill op `zero`: such a plan is refused before its ops are read.
+  expectError([](auto& b) { b.manifest["version"] = 1; },
+              {"manifest.json", "version", "unsupported version 1", "supports version 2", "recompile the plan"});
   expectError([](auto& b) { b.program["version"] = 0; }, {"program-0.json", "version", "unsupported version 0"});
   expectError([](auto& b) { b.manifest["features"] = {"zero3", "fp8"}; },
               {"manifest.json", "features[0]", "unknown feature \"zero3\""});

@@ -59,7 +59,7 @@ struct PlanBuilder {
               std::string optimizer = "adamw") {
     manifest = {
         {"format", "llc-dist-plan"},
-        {"version", 1},
+        {"version", schema::kPlanVersion},
         {"features", json::array()},
         {"model", {{"name", "test"}, {"architecture", "Test"}, {"vocab_size", vocab}, {"dtype", "f32"}}},
         {"batch",
@@ -80,7 +80,7 @@ struct PlanBuilder {
     else
       manifest["optimizer"] = {{"kind", "sgd"}, {"momentum", 0.9}, {"weight_decay", 0.0}};
     program = {{"format", "llc-dist-program"},
-               {"version", 1},
+               {"version", schema::kPlanVersion},
                {"arena_bytes", 0},
                {"buffers", json::array()},
                {"subroutines", json::array()},
@@ -163,7 +163,7 @@ inline PlanBuilder oneLayerPlan(int64_t V, int64_t H, int64_t T, int64_t B, int6
   p.param("transformer.wte.weight", {V, H}, wte, dwte, {{"kind", "normal"}, {"std", initStd}}, false);
   p.param("lm_head.weight", {V, H}, lm, dlm, {{"kind", "normal"}, {"std", initStd}}, true);
   const double mb = double(microbatches);
-  p.op("step_begin", "zero", {{"x", {loss, dwte, dlm}}});
+  p.op("step_begin", "fill_zero", {{"x", {loss, dwte, dlm}}});
   p.op("forward", "load_microbatch", {{"ids", ids}, {"targets", tgt}}, {{"B", B}, {"S", T}});
   p.op("forward", "embedding_fwd", {{"ids", ids}, {"table", wte}, {"out", h}}, {{"M", M}, {"V", V}, {"H", H}}, "wte");
   p.op("forward", "linear_fwd", {{"x", h}, {"w", lm}, {"y", logits}},

@@ -299,7 +299,7 @@ PlanBuilder zeroInSlot1(int n, std::initializer_list<std::pair<int, int>> moves)
   for (auto [from, to] : moves)
     b.program["buffers"][size_t(ids[size_t(to)])]["slot_offsets"][1] =
         b.program["buffers"][size_t(ids[size_t(from)])]["slot_offsets"][1];
-  b.op("clear", "zero", {{"x", ids}});
+  b.op("clear", "fill_zero", {{"x", ids}});
   b.action("clear");
   b.program["actions"].back()["slot"] = 1;
   return b;
@@ -310,7 +310,7 @@ TEST(SlotCheckTest, FirstOverlappingPairInArgumentOrderForShortAndLongArgLists) 
   // the pair (x[1], x[4]), the first in argument order, though (x[2], x[3]) comes first in the arena.
   const std::string expected =
       "program-0.json: subroutines[4].ops[0].args.x[4]: buffer 19 (\"c4\") overlaps subroutines[4].ops[0].args.x[1] "
-      "(buffer 16, \"c1\") in the arena, and op \"zero\" does not allow that alias (in slot 1)";
+      "(buffer 16, \"c1\") in the arena, and op \"fill_zero\" does not allow that alias (in slot 1)";
   for (int n : {5, 17}) {
     EXPECT_EQ(loadError(zeroInSlot1(n, {})), "(loads)") << n << " arguments";
     EXPECT_EQ(loadError(zeroInSlot1(n, {{4, 1}, {2, 3}})), expected) << n << " arguments";

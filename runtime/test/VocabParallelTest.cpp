@@ -174,7 +174,7 @@ testing::PlanBuilder vocabPlan(const Mesh2& mesh, int64_t M, int64_t V, int64_t 
   p.buffer("row_max", "scratch", {M}, "f64");
   p.buffer("row_sums", "scratch", {2 * M}, "f64");
   const json stats = {{"M", M}, {"V", V}, {"shard_axis", "tp"}};
-  p.op("s", "zero", {{"x", {kLoss}}});
+  p.op("s", "fill_zero", {{"x", {kLoss}}});
   p.op("s", "embedding_fwd", {{"ids", kIds}, {"table", kTable}, {"out", kEmb}},
        {{"M", M}, {"V", V}, {"H", H}, {"shard_axis", "tp"}}, "wte");
   p.op("s", "all_reduce", {{"x", {kEmb}}}, {{"axis", "tp"}, {"op", "sum"}});
@@ -567,7 +567,7 @@ testing::PlanBuilder megatronOneLayer(int64_t tp, int64_t V, int64_t H, int64_t 
     return attrs;
   };
   const double nm = double(micro);
-  p.op("step_begin", "zero", {{"x", {loss, dwte, dlm, db}}});
+  p.op("step_begin", "fill_zero", {{"x", {loss, dwte, dlm, db}}});
   p.op("forward", "load_microbatch", {{"ids", ids}, {"targets", tgt}}, {{"B", B}, {"S", T}});
   p.op("forward", "embedding_fwd", {{"ids", ids}, {"table", wte}, {"out", h}}, shard({{"M", M}, {"V", Vl}, {"H", H}}));
   if (sharded) p.op("forward", "all_reduce", {{"x", {h}}}, {{"axis", "tp"}, {"op", "sum"}});

@@ -86,7 +86,7 @@ inline PlanBuilder zeroParamsPlan(const ZeroParamsConfig& c) {
     ++i;
   }
   const int64_t loss = p.buffer("loss", "metric", {1});
-  p.op("step_begin", "zero", {{"x", {loss}}});
+  p.op("step_begin", "fill_zero", {{"x", {loss}}});
   p.action("step_begin");
   return p;
 }
@@ -138,7 +138,7 @@ inline PlanBuilder zeroOneLayerPlan(int64_t stage, int64_t dp, int64_t B, int64_
     p.op(sub, "all_gather", {{"x", x}, {"y", y}}, {{"axis", "dp"}, {"outer", 1}, {"inner", blockN}});
   };
   const double mb = double(M);
-  p.op("step_begin", "zero", {{"x", {loss, wte.grad, lm.grad}}});
+  p.op("step_begin", "fill_zero", {{"x", {loss, wte.grad, lm.grad}}});
   p.op("forward", "load_microbatch", {{"ids", ids}, {"targets", tgt}}, {{"B", B}, {"S", T}});
   if (stage >= 3) {
     gather("forward", wte.value, wte.use);

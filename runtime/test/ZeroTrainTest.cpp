@@ -189,7 +189,7 @@ testing::PlanBuilder divergingPlan(int64_t stage, int64_t dp, int64_t tp, const 
   p.param("w", {4, 4}, w, dw, {{"kind", "normal"}, {"std", 1.0}}, true);
   p.manifest["params"][0]["zero"] = {{"axis", "dp"}, {"stage", stage}};
   p.param("src", {n * heldN}, src, dsrc, {{"kind", "normal"}, {"std", 1.0}}, false);
-  p.op("step_begin", "zero", {{"x", {loss}}});
+  p.op("step_begin", "fill_zero", {{"x", {loss}}});
   p.op("step_begin", "shard_slice", {{"x", src}, {"y", w}}, {{"axis", axis}, {"outer", 1}, {"inner", heldN}});
   p.action("step_begin");
   return p;
@@ -243,8 +243,8 @@ testing::MultiProgramPlan zeroPipelinePlan() {
   const auto wte0 = pair(s0, "wte", {8, 4}), w1 = pair(s0, "w1", {2, 4});
   const auto wte1 = pair(s1, "wte", {8, 4}), lm = pair(s1, "lm", {8, 4});
   const int64_t loss = s1.buffer("loss", "metric", {1});
-  s0.op("step_begin", "zero", {{"x", {wte0.second}}});
-  s1.op("step_begin", "zero", {{"x", {loss}}});
+  s0.op("step_begin", "fill_zero", {{"x", {wte0.second}}});
+  s1.op("step_begin", "fill_zero", {{"x", {loss}}});
   s0.action("step_begin");
   s1.action("step_begin");
   auto param = [](const std::string& name, std::vector<int64_t> shape, json placements) {
@@ -272,7 +272,7 @@ TEST_F(ZeroTrainTest, PipelinePlacementsHoldTheirBlocks) {
     const int64_t v = r.buffer(name, "param", shape), g = r.buffer(std::string(name) + ".grad", "grad", shape);
     r.param(name, shape, v, g, {{"kind", "normal"}, {"std", 0.5}}, false);
   }
-  r.op("step_begin", "zero", {{"x", {r.buffer("loss", "metric", {1})}}});
+  r.op("step_begin", "fill_zero", {{"x", {r.buffer("loss", "metric", {1})}}});
   r.action("step_begin");
   const std::string ref = saveAfter(planDir(r, "ref"), 0);
   ASSERT_FALSE(ref.empty());

@@ -52,5 +52,5 @@ void ParamBuffers::emitStepBegin(Location loc, Buf loss) {
     zeroed.push_back(params[name].grad);
   if (loss)
     zeroed.push_back(loss);
-  pb.kernel("zero", {pb.arg("x", b.getArrayAttr(zeroed))}, {}, loc);
+  pb.kernel("fill_zero", {pb.arg("x", b.getArrayAttr(zeroed))}, {}, loc);
 }

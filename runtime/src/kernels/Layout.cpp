@@ -1,4 +1,4 @@
-// The layout family's CPU kernels: zero (any dtype), split_fwd / split_bwd (column blocks of a row-
+// The layout family's CPU kernels: fill_zero (any dtype), split_fwd / split_bwd (column blocks of a row-
 // major matrix) and shard_slice (ZeRO: this rank's block of every row; no communication).
 #include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
@@ -15,7 +15,7 @@ namespace {
 using P = LayoutParams;
 using Ctx = CpuKernelContext;
 
-Status zero(const KernelCall& c, const P&, const Ctx&) {
+Status fillZero(const KernelCall& c, const P&, const Ctx&) {
   const size_t x = c.role("x");
   for (size_t k = 0; k < c.args[x].size(); ++k)
     std::memset(c.args[x][k], 0, size_t(c.argElems[x][k] * schema::elemTypeSize(c.type(x, k))));
@@ -64,7 +64,7 @@ Status shardSlice(const KernelCall& c, const P& p, const Ctx&) {
 // ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
 void registerCpuLayoutKernels(CpuKernelTable& t) {
   using K = schema::OpKind;
-  addCpuKernel<P>(t, K::kZero, zero);
+  addCpuKernel<P>(t, K::kFillZero, fillZero);
   addCpuKernel<P>(t, K::kSplitFwd, split);
   addCpuKernel<P>(t, K::kSplitBwd, split);
   addCpuKernel<P>(t, K::kShardSlice, shardSlice);

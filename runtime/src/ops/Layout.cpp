@@ -1,4 +1,4 @@
-// Family "layout": ops that move or clear data without arithmetic: zero, split_fwd / split_bwd, and
+// Family "layout": ops that move or clear data without arithmetic: fill_zero, split_fwd / split_bwd, and
 // shard_slice (ZeRO plans: this rank's block of a replicated buffer, no communication).
 #include "OpDefs.h"
 
@@ -8,8 +8,8 @@ namespace {
 namespace sc = schema;
 using K = sc::OpKind;
 
-Status checkZero(const OpChecker&) { return Status::ok(); }
-StatusOr<OpParams> bindZero(const BindContext&) { return OpParams(LayoutParams{}); }
+Status checkFillZero(const OpChecker&) { return Status::ok(); }
+StatusOr<OpParams> bindFillZero(const BindContext&) { return OpParams(LayoutParams{}); }
 
 // x [rows, Σsizes] <-> parts [rows, sizes[p]].
 Status checkSplit(const OpChecker& c) {
@@ -63,7 +63,7 @@ StatusOr<OpParams> bindShardSlice(const BindContext& b) {
 }  // namespace
 
 void registerLayoutOps(OpDefTable& t) {
-  t.add(K::kZero, {"layout", checkZero, bindZero});
+  t.add(K::kFillZero, {"layout", checkFillZero, bindFillZero});
   t.add(K::kSplitFwd, {"layout", checkSplit, bindSplit});
   t.add(K::kSplitBwd, {"layout", checkSplit, bindSplit});
   t.add(K::kShardSlice, {"layout", checkShardSlice, bindShardSlice});

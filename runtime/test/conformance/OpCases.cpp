@@ -90,7 +90,7 @@ std::vector<Case> cases() {
        {{"ids", {6}}, {"targets", {6}}},
        {{"B", 2}, {"S", 3}},
        [](Host& h) { fillBatch(kStep, kMicro, h.I("ids"), h.I("targets"), 2, 3).isOk(); }},
-      {"zero",
+      {"fill_zero",
        {{"x", {5, 7}}},
        json::object(),
        [](Host& h) {

@@ -85,7 +85,7 @@ protected:
 TEST(CudaLayoutKernels, ZeroClearsEveryDtype) {
   LLCDIST_REQUIRE_GPU();
   std::vector<double> f64s = {1.5, -2.0, 3.25, 7.0, -0.5};
-  KernelCase(K::kZero, LayoutParams{})
+  KernelCase(K::kFillZero, LayoutParams{})
       .f32("x", randomF32(37, 1))
       .bf16("x", randomF32(13, 2))
       .i32("x", randomI32(9, 3, 1, 100))

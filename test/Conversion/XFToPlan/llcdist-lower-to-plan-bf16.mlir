@@ -27,7 +27,7 @@
 // CHECK-NEXT: plan.kernel "cast" {x = @[[WTE]], y = @[[WTE16]]} {n = 128 : i64}
 // CHECK-NEXT: plan.kernel "cast" {x = @[[G]], y = @[[G16]]} {n = 8 : i64}
 // CHECK-NEXT: plan.kernel "cast" {x = @[[W]], y = @[[W16]]} {n = 64 : i64}
-// CHECK-NEXT: plan.kernel "zero"
+// CHECK-NEXT: plan.kernel "fill_zero"
 // CHECK-NEXT: {{^ +}}}{{$}}
 // CHECK: plan.subroutine @forward {
 // CHECK: plan.kernel "embedding_fwd" {ids = @{{b[0-9]+}}, out = @[[EMB]], table = @[[WTE16]]}
@@ -67,7 +67,7 @@ module attributes {xf.model = {microbatches = 2 : i64, name = "bf16-masters", ar
 // CHECK-DAG: plan.buffer @[[WTE:b[0-9]+]] : tensor<16x8xf32> {kind = "param", name = "wte"}
 // CHECK-NOT: bf16
 // CHECK: plan.subroutine @step_begin {
-// CHECK-NEXT: plan.kernel "zero"
+// CHECK-NEXT: plan.kernel "fill_zero"
 // CHECK-NEXT: {{^ +}}}{{$}}
 // CHECK: plan.kernel "embedding_fwd" {{.*}}table = @[[WTE]]}
 module attributes {xf.model = {microbatches = 1 : i64, name = "f32-no-masters"}} {

@@ -54,7 +54,7 @@
 // CHECK-DAG: plan.buffer @[[RWTE:b[0-9]+]] : tensor<16x8xf32> {kind = "param", name = "wte"}
 // CHECK-DAG: plan.buffer @[[RWTEG:b[0-9]+]] : tensor<16x8xf32> {kind = "grad", name = "wte.grad"}
 // CHECK-DAG: plan.param "wte" value @[[RWTE]] grad @[[RWTEG]] state [] {init = {kind = "normal", std = 2.000000e-02 : f64}, pipeline.replica_of = 0 : i64, weight_decay = false}
-// CHECK: plan.kernel "zero" {x = [{{.*}}@[[LOSS]]]} {}
+// CHECK: plan.kernel "fill_zero" {x = [{{.*}}@[[LOSS]]]} {}
 // The last stage reads the labels: it loads its microbatch too.
 // CHECK: plan.subroutine @forward_v1 {
 // CHECK-NEXT: plan.kernel "load_microbatch"

@@ -192,7 +192,7 @@ module attributes {xf.model = {microbatches = 1 : i64, name = "zero-padded-rows"
 // Z1: plan.subroutine @step_begin {
 // Z1-NEXT: plan.kernel "cast" {x = @[[MASTER]], y = @[[BLOCK]]} {n = 64 : i64}
 // Z1-NEXT: plan.kernel "all_gather" {x = @[[BLOCK]], y = @[[COPY]]} {axis = "dp", inner = 64 : i64, outer = 1 : i64} {plan.origin = "zero", plan.payload = "parameters"}
-// Z1-NEXT: plan.kernel "zero"
+// Z1-NEXT: plan.kernel "fill_zero"
 // Z1: plan.subroutine @optimizer {
 // Z1-NOT: shard_slice
 // Z1: plan.kernel "adamw" {grad = @{{b[0-9]+}}, m = @{{b[0-9]+}}, param = @[[MASTER]],
@@ -209,7 +209,7 @@ module attributes {xf.model = {microbatches = 1 : i64, name = "zero-padded-rows"
 // Z3-DAG: plan.param "wte" value @[[MASTER]] {{.*}}zero = {axis = "dp", stage = 3 : i64}}
 // Z3: plan.subroutine @step_begin {
 // Z3-NEXT: plan.kernel "cast" {x = @[[MASTER]], y = @[[COPY]]} {n = 64 : i64}
-// Z3-NEXT: plan.kernel "zero"
+// Z3-NEXT: plan.kernel "fill_zero"
 // Z3: plan.subroutine @forward {
 // Z3: plan.kernel "all_gather" {x = @[[COPY]], y = @{{b[0-9]+}}} {axis = "dp", inner = 64 : i64, outer = 1 : i64}
 // KEEP-LABEL: name = "zero-bf16"

@@ -20,7 +20,7 @@
 // CHECK-DAG: plan.param "h.0.w" value @[[W0]] grad @[[W0G]] state [@{{.+}}, @{{.+}}] {init = {kind = "normal", std = 2.000000e-02 : f64}, weight_decay = true}
 
 // CHECK: plan.subroutine @step_begin {
-// CHECK-NEXT: plan.kernel "zero" {x = [@{{.+}}, @{{.+}}, @[[LOSS]]]} {}
+// CHECK-NEXT: plan.kernel "fill_zero" {x = [@{{.+}}, @{{.+}}, @[[LOSS]]]} {}
 // CHECK: plan.subroutine @forward {
 // CHECK-NEXT: plan.kernel "load_microbatch" {ids = @[[IDS]], targets = @{{.+}}} {B = 2 : i64, S = 4 : i64}
 // CHECK-NEXT: plan.kernel "embedding_fwd" {ids = @[[IDS]], out = @{{.+}}, table = @[[WTE]]} {H = 8 : i64, M = 8 : i64, V = 16 : i64}

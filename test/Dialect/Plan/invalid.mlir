@@ -78,8 +78,8 @@ plan.program @p {
 plan.program @p {
   plan.buffer @b0 : tensor<4xf32> {kind = "activation", name = "x"}
   plan.subroutine @s {
-    // expected-error @+1 {{argument 'x' of 'zero' must be a list of buffers}}
-    plan.kernel "zero" {x = @b0} {}
+    // expected-error @+1 {{argument 'x' of 'fill_zero' must be a list of buffers}}
+    plan.kernel "fill_zero" {x = @b0} {}
   }
 }
 

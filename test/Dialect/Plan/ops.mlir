@@ -12,9 +12,9 @@ plan.program @stage0 attributes {arena_bytes = 512 : i64} {
   // CHECK: plan.param "wte" value @b2 grad @b3 state [] {init = {kind = "normal", std = 2.000000e-02 : f64}, weight_decay = false}
   plan.param "wte" value @b2 grad @b3 state [] {init = {kind = "normal", std = 0.02 : f64}, weight_decay = false}
   // CHECK: plan.subroutine @step_begin {
-  // CHECK-NEXT: plan.kernel "zero" {x = [@b3, @b4]} {}
+  // CHECK-NEXT: plan.kernel "fill_zero" {x = [@b3, @b4]} {}
   plan.subroutine @step_begin {
-    plan.kernel "zero" {x = [@b3, @b4]} {}
+    plan.kernel "fill_zero" {x = [@b3, @b4]} {}
   }
   plan.subroutine @forward {
     // CHECK: plan.kernel "load_microbatch" {ids = @b0, targets = @b1} {B = 2 : i64, S = 4 : i64}

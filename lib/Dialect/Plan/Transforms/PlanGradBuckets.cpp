@@ -222,7 +222,7 @@ struct PlanGradBucketsPass : public llcdist::plan::impl::PlanGradBucketsBase<Pla
   };
   static bool findWriters(Block &body, SymbolTable &symbols, KernelOp first, ArrayRef<StringAttr> grads, Writers &w) {
     // The backward: per gradient, the one subroutine that references it
-    // (step_begin's `zero` aside) and writes it — a pipeline's chunk, or
+    // (step_begin's `fill_zero` aside) and writes it — a pipeline's chunk, or
     // under ZB-H1 a chunk's weight-gradient part. A gradient some other
     // subroutine touches too (a tied parameter's, which the optimizer
     // accumulates from another stage before reducing it) stays synchronous.
@@ -238,7 +238,7 @@ struct PlanGradBucketsPass : public llcdist::plan::impl::PlanGradBucketsBase<Pla
     llvm::DenseSet<StringAttr> written;
     for (auto sub : body.getOps<SubroutineOp>())
       for (KernelOp k : sub.getBody().front().getOps<KernelOp>()) {
-        if (k.getKernel() == "zero" && sub.getSymName() == "step_begin")
+        if (k.getKernel() == "fill_zero" && sub.getSymName() == "step_begin")
           continue;
         if (sub == optimizer && !beforeReduction.contains(k))
           continue; // the reduction and what follows it

@@ -31,7 +31,7 @@ struct StepValues {
 };
 
 struct KernelCall {
-  schema::OpKind kind = schema::OpKind::kZero;
+  schema::OpKind kind = schema::OpKind::kFillZero;
   // args[i][k]: device address of the k-th buffer of role kOpSpecs[kind].args[i] (empty when an
   // optional role is absent); argElems[i][k] its element count.
   std::vector<std::vector<void*>> args;
@@ -40,7 +40,7 @@ struct KernelCall {
   // f32 for float roles and i32 for i32 roles). A float role is f32 or bf16 as the chosen kernel
   // variant takes it (KernelVariant.h): the interpreter converts a bf16 buffer to an f32 temporary
   // only for a variant that takes the role as f32 only (every CPU kernel), so kernels that take bf16
-  // read the dtype of each float argument from here, as `zero` and `cast` always have.
+  // read the dtype of each float argument from here, as `fill_zero` and `cast` always have.
   std::vector<std::vector<schema::ElemType>> argTypes;
   // storedTypes[i][k]: the dtype of the buffer in the arena (may be left empty: as argTypes). It differs
   // from argTypes where the interpreter converts a bf16 buffer to an f32 temporary; a fused op rounds an

@@ -175,7 +175,7 @@ struct BufferDesc {
 using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
 
 struct Op {
-  schema::OpKind kind = schema::OpKind::kZero;
+  schema::OpKind kind = schema::OpKind::kFillZero;
   // args[i] holds the buffer ids of role kOpSpecs[kind].args[i]: one id (kOne), zero or one id
   // (kOptional), one or more ids (kList), none or more (kOptionalList).
   std::vector<std::vector<int64_t>> args;

@@ -17,8 +17,9 @@ namespace llcdist::rt::schema {
 inline constexpr std::string_view kPlanFormat = "llc-dist-plan";        // manifest.json "format"
 inline constexpr std::string_view kProgramFormat = "llc-dist-program";  // program-N.json "format"
 inline constexpr std::string_view kManifestFile = "manifest.json";
-inline constexpr int64_t kPlanVersion = 1;            // the version this runtime writes and reads
-inline constexpr int64_t kMinSupportedVersion = 1;    // oldest version the loader accepts
+// Version 2 (2026-12-05): the fill op `zero` is `fill_zero` (in the format "zero" means ZeRO).
+inline constexpr int64_t kPlanVersion = 2;            // the version this runtime writes and reads
+inline constexpr int64_t kMinSupportedVersion = 2;    // oldest version the loader accepts
 inline constexpr int64_t kArenaAlignment = 64;        // every buffer offset is a multiple of this
 // Optional features a plan may list in "features"; a plan naming any feature not in this list is
 // refused.
@@ -148,7 +149,7 @@ constexpr std::optional<ElemType> parseElemType(std::string_view s) {
 // Ops. Each op: {"op": name, "args": {role: id | [ids]}, "attrs": {...}, "loc": "..."}.
 // ---------------------------------------------------------------------------------------------------
 enum class OpKind {
-  kLoadMicrobatch, kZero,
+  kLoadMicrobatch, kFillZero,
   kEmbeddingFwd, kEmbeddingBwdWeight, kPosEmbeddingFwd, kPosEmbeddingBwdWeight,
   kLayerNormFwd, kLayerNormBwdInput, kLayerNormBwdWeight,
   kRmsNormFwd, kRmsNormBwdInput, kRmsNormBwdWeight,
@@ -176,7 +177,7 @@ constexpr bool isOptionalArity(ArgArity a) { return a == ArgArity::kOptional || 
 // kF32: a float role: the buffer is f32 or bf16 (bf16 arguments are converted to f32 temporaries
 // around a kernel variant that takes the role as f32 only: KernelVariant.h; `cast` converts itself); kI32: i32 only (ids, targets);
 // kF64: f64 only (the partial reductions of grad_norm_sq and cross_entropy_max / _sums); kF32OrF64: a
-// float role that also takes f64 (all_reduce's x); kAny: any dtype (`zero`).
+// float role that also takes f64 (all_reduce's x); kAny: any dtype (`fill_zero`).
 enum class ArgType { kF32, kI32, kF64, kF32OrF64, kAny };
 // Whether a role of type t gets the bf16 -> f32 staging of float roles.
 constexpr bool isFloatRole(ArgType t) { return t == ArgType::kF32 || t == ArgType::kF32OrF64; }
@@ -226,7 +227,7 @@ constexpr auto Int = AttrType::kInt, Flt = AttrType::kFloat, Bool = AttrType::kB
 
 inline constexpr A kLoadArgs[] = {{"ids", One, I, W}, {"targets", One, I, W}};
 inline constexpr T kLoadAttrs[] = {{"B", Int}, {"S", Int}};
-inline constexpr A kZeroArgs[] = {{"x", List, Any, W}};
+inline constexpr A kFillZeroArgs[] = {{"x", List, Any, W}};
 // `wpe` (optional, with attrs S and P): the learned position embedding added in the same op, out[b, s] =
 // table[ids[b, s]] + wpe[s] for the M = B·S rows (llcdist-plan-fuse-embedding); `dwpe` likewise its
 // gradient from the same dout, accumulated as dtable is. Never with shard_axis.
@@ -425,7 +426,7 @@ constexpr OpSpec op(OpKind k, std::string_view name, const A (&a)[NA]) {
 // Indexed by OpKind.
 inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kLoadMicrobatch, "load_microbatch", detail::kLoadArgs, detail::kLoadAttrs),
-    detail::op(OpKind::kZero, "zero", detail::kZeroArgs),
+    detail::op(OpKind::kFillZero, "fill_zero", detail::kFillZeroArgs),
     detail::op(OpKind::kEmbeddingFwd, "embedding_fwd", detail::kEmbFwdArgs, detail::kEmbFwdAttrs),
     detail::op(OpKind::kEmbeddingBwdWeight, "embedding_bwd_weight", detail::kEmbBwdArgs, detail::kEmbBwdAttrs),
     detail::op(OpKind::kPosEmbeddingFwd, "pos_embedding_fwd", detail::kPosFwdArgs, detail::kPosFwdAttrs),
@@ -512,12 +513,12 @@ constexpr bool isPointToPoint(OpKind k) { return k == OpKind::kSend || k == OpKi
 // (started asynchronously) or run on a queue other than "compute" (feature "async").
 constexpr bool communicates(OpKind k) { return isCollective(k) || isPointToPoint(k); }
 // True for the ops whose kernels read and write bf16 buffers themselves on every backend (`cast`,
-// `cast_multi`, `zero`, and load_microbatch, which has no float role). For every other op the backend's kernel
+// `cast_multi`, `fill_zero`, and load_microbatch, which has no float role). For every other op the backend's kernel
 // variant says which roles it takes in bf16 (KernelVariant.h); the runtime converts each other bf16
 // argument of a float role to an f32 temporary before the op (roles read or read-written), runs the op,
 // and rounds every written temporary back (roles written or read-written).
 constexpr bool handlesBf16Itself(OpKind k) {
-  return k == OpKind::kCast || k == OpKind::kCastMulti || k == OpKind::kZero || k == OpKind::kLoadMicrobatch;
+  return k == OpKind::kCast || k == OpKind::kCastMulti || k == OpKind::kFillZero || k == OpKind::kLoadMicrobatch;
 }
 // The optimizer updates (adamw, sgd and their _multi forms): they get the step's learning rate and
 // t = step + 1 (KernelCall::lr, t).

@@ -117,7 +117,7 @@ KernelVariantInfo withFits(KernelVariantInfo v, std::string (*fits)(const Kernel
 std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> t;
   auto set = [&](K k, std::vector<KernelVariantInfo> v) { t[size_t(k)] = std::move(v); };
-  set(K::kZero, {own({})});  // any dtype (PlanSchema: kAny)
+  set(K::kFillZero, {own({})});  // any dtype (PlanSchema: kAny)
   set(K::kCast, {own({"x", "y"})});
   set(K::kEmbeddingFwd, {own({"table", "out", "wpe"})});
   set(K::kEmbeddingBwdWeight, {own({"dout", "dtable", "dwpe"})});

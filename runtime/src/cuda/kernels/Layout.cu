@@ -1,4 +1,4 @@
-// The layout family's CUDA kernels (the CPU reference: src/kernels/Layout.cpp): zero (any dtype, a
+// The layout family's CUDA kernels (the CPU reference: src/kernels/Layout.cpp): fill_zero (any dtype, a
 // memset per buffer), split_fwd / split_bwd (column blocks of a row-major matrix, one copy kernel per
 // part) and shard_slice (ZeRO: this rank's block of every row, zero past `total`); and their
 // kernel-table entries. split and shard_slice copy elements of one dtype (f32 or bf16: their variant
@@ -52,7 +52,7 @@ bool bf16Args(const KernelCall& c, const char* role) { return c.type(c.role(role
 using P = LayoutParams;
 using Ctx = CudaKernelContext;
 
-Status zero(const KernelCall& c, const P&, const Ctx& ctx) {
+Status fillZero(const KernelCall& c, const P&, const Ctx& ctx) {
   const size_t x = c.role("x");
   for (size_t k = 0; k < c.args[x].size(); ++k) {
     const int64_t bytes = c.argElems[x][k] * schema::elemTypeSize(c.type(x, k));
@@ -113,7 +113,7 @@ Status shardSlice(const KernelCall& c, const P& p, const Ctx& ctx) {
 // ---- CUDA kernel-table entries (CudaKernels.h) -----------------------------------------------------
 void registerCudaLayoutKernels(CudaKernelTable& t) {
   using K = schema::OpKind;
-  addCudaKernel<P>(t, K::kZero, zero);
+  addCudaKernel<P>(t, K::kFillZero, fillZero);
   addCudaKernel<P>(t, K::kSplitFwd, split);
   addCudaKernel<P>(t, K::kSplitBwd, split);
   addCudaKernel<P>(t, K::kShardSlice, shardSlice);

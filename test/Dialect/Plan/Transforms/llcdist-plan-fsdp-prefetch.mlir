@@ -71,7 +71,7 @@ plan.program @fsdp {
   plan.param "h.0.b" value @b0 grad @b0.grad state [] {init = {kind = "zeros"}, weight_decay = false, zero = {axis = "dp", stage = 3 : i64}}
   plan.param "h.1.w" value @w1 grad @w1.grad state [] {init = {kind = "zeros"}, weight_decay = false, zero = {axis = "dp", stage = 3 : i64}}
   plan.subroutine @step_begin {
-    plan.kernel "zero" {x = [@emb.grad, @w0.grad, @b0.grad, @w1.grad]} {}
+    plan.kernel "fill_zero" {x = [@emb.grad, @w0.grad, @b0.grad, @w1.grad]} {}
   }
   plan.subroutine @forward {
     plan.kernel "all_gather" {x = @emb, y = @emb_g} {axis = "dp", inner = 8 : i64, outer = 1 : i64} {plan.origin = "zero"}
@@ -109,7 +109,7 @@ plan.program @plain {
   plan.buffer @wg : tensor<8xf32> {kind = "activation", name = "wg"}
   plan.param "h.0.w" value @w grad @g state [] {init = {kind = "zeros"}, weight_decay = false}
   plan.subroutine @step_begin {
-    plan.kernel "zero" {x = [@g]} {}
+    plan.kernel "fill_zero" {x = [@g]} {}
   }
   plan.subroutine @forward {
     plan.kernel "all_gather" {x = @w, y = @wg} {axis = "dp", inner = 4 : i64, outer = 1 : i64} {plan.origin = "zero"}

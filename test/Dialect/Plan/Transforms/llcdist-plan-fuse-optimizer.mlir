@@ -11,7 +11,7 @@
 // CHECK-SAME: plan.fused = [{from = "cast", into = 1 : i64, ops = 3 : i64, pass = "llcdist-plan-fuse-optimizer", to = "cast_multi"}, {from = "adamw", into = 1 : i64, ops = 2 : i64, pass = "llcdist-plan-fuse-optimizer", to = "adamw_multi"}]
 // CHECK: plan.subroutine @step_begin {
 // CHECK-NEXT: plan.kernel "cast_multi" {x = [@w0, @n0, @w1], y = [@c0, @cn0, @c1]} {}
-// CHECK-NEXT: plan.kernel "zero"
+// CHECK-NEXT: plan.kernel "fill_zero"
 // CHECK-NEXT: {{^ *}}}
 // CHECK: plan.subroutine @optimizer {
 // CHECK-NEXT: plan.kernel "grad_norm"
@@ -45,7 +45,7 @@ plan.program @adamw {
     plan.kernel "cast" {x = @w0, y = @c0} {n = 8 : i64}
     plan.kernel "cast" {x = @n0, y = @cn0} {n = 4 : i64}
     plan.kernel "cast" {x = @w1, y = @c1} {n = 16 : i64}
-    plan.kernel "zero" {x = [@g0, @gn0, @g1]} {}
+    plan.kernel "fill_zero" {x = [@g0, @gn0, @g1]} {}
   }
   plan.subroutine @optimizer {
     plan.kernel "grad_norm" {grads = [@g0, @gn0, @g1], norm = @norm} {max_norm = 1.0 : f64}

@@ -50,7 +50,7 @@ plan.program @dp {
   plan.param "w1" value @w1 grad @g1 state [] {init = {kind = "zeros"}, weight_decay = false}
   plan.param "w2" value @w2 grad @g2 state [] {init = {kind = "zeros"}, weight_decay = false}
   plan.subroutine @step_begin {
-    plan.kernel "zero" {x = [@g0, @g1, @g2, @loss]} {}
+    plan.kernel "fill_zero" {x = [@g0, @g1, @g2, @loss]} {}
   }
   plan.subroutine @backward {
     plan.kernel "accumulate" {x = @d2, y = @g2} {n = 32 : i64}
@@ -149,7 +149,7 @@ plan.program @chunks {
   plan.param "w2" value @w2 grad @g2 state [] {init = {kind = "zeros"}, weight_decay = false}
   plan.param "wt" value @wt grad @gt state [] {init = {kind = "zeros"}, weight_decay = false}
   plan.subroutine @step_begin {
-    plan.kernel "zero" {x = [@g0, @g2, @gt]} {}
+    plan.kernel "fill_zero" {x = [@g0, @g2, @gt]} {}
   }
   plan.subroutine @backward_v0 {
     plan.kernel "accumulate" {x = @d0, y = @gt} {n = 32 : i64}
@@ -287,7 +287,7 @@ plan.program @zero2 {
   plan.param "w1" value @w1 grad @g1 state [] {init = {kind = "zeros"}, local_shape = array<i64: 16>, weight_decay = false, zero = {axis = "dp", stage = 2 : i64}}
   plan.param "w2" value @w2 grad @g2 state [] {init = {kind = "zeros"}, local_shape = array<i64: 32>, weight_decay = false, zero = {axis = "dp", stage = 2 : i64}}
   plan.subroutine @step_begin {
-    plan.kernel "zero" {x = [@g0, @g1, @g2]} {}
+    plan.kernel "fill_zero" {x = [@g0, @g1, @g2]} {}
   }
   plan.subroutine @backward {
     plan.kernel "reduce_scatter" {x = @c0, y = @p0} {axis = "dp", inner = 16 : i64, op = "sum", outer = 1 : i64} {plan.origin = "zero"}

@@ -16,7 +16,7 @@
 // CHECK: plan.param "w" {{.*}}zero = {axis = "dp", stage = 1 : i64, value_block = true}}
 // CHECK: plan.subroutine @step_begin {
 // CHECK-NEXT: plan.kernel "all_gather" {x = @w, y = @b10} {axis = "dp", inner = 2 : i64, outer = 1 : i64} {plan.origin = "zero", queue = "comm", token = 0 : i64}
-// CHECK-NEXT: plan.kernel "zero"
+// CHECK-NEXT: plan.kernel "fill_zero"
 // CHECK: plan.subroutine @forward {
 // CHECK-NEXT: plan.kernel "copy" {x = @a, y = @a2}
 // CHECK-NEXT: plan.kernel "copy" {x = @b10, y = @a}
@@ -43,7 +43,7 @@ plan.program @z1 {
   plan.buffer @b9 : tensor<2xf32> {kind = "scratch", name = "w.shard"}
   plan.param "w" value @w grad @g state [] {init = {kind = "zeros"}, local_shape = array<i64: 4>, weight_decay = false, zero = {axis = "dp", stage = 1 : i64}}
   plan.subroutine @step_begin {
-    plan.kernel "zero" {x = [@g]} {}
+    plan.kernel "fill_zero" {x = [@g]} {}
   }
   plan.subroutine @forward {
     plan.kernel "copy" {x = @a, y = @a2} {n = 4 : i64}

@@ -105,12 +105,12 @@ plan.program @apart {
     plan.kernel "split_fwd" {x = @x3, outs = [@q3, @k3, @v3]} {rows = 8 : i64, sizes = [8, 20, 20]}
     plan.kernel "attention_fwd" {q = @q3, k = @k3, v = @v3, out = @o3, lse = @lse3} {B = 2 : i64, S = 4 : i64, nh = 1 : i64, nkv = 1 : i64, hd = 8 : i64}
     plan.kernel "split_fwd" {x = @x4, outs = [@q4, @k4, @v4]} {rows = 8 : i64, sizes = [16, 16, 16]}
-    plan.kernel "zero" {x = [@x4]} {}
+    plan.kernel "fill_zero" {x = [@x4]} {}
     plan.kernel "attention_fwd" {q = @q4, k = @k4, v = @v4, out = @o, lse = @lse} {B = 2 : i64, S = 4 : i64, nh = 2 : i64, nkv = 2 : i64, hd = 8 : i64}
   }
   plan.subroutine @backward {
     plan.kernel "attention_bwd" {dout = @do, q = @q1, k = @k1, v = @v1, out = @o, lse = @lse, dq = @dq, dk = @dk, dv = @dv} {B = 2 : i64, S = 4 : i64, nh = 2 : i64, nkv = 2 : i64, hd = 8 : i64}
-    plan.kernel "zero" {x = [@g1]} {}
+    plan.kernel "fill_zero" {x = [@g1]} {}
     plan.kernel "split_bwd" {douts = [@dq, @dk, @dv], dx = @g1} {rows = 8 : i64, sizes = [16, 16, 16]}
     plan.kernel "attention_bwd" {dout = @do, q = @q1, k = @k1, v = @v1, out = @o, lse = @lse, dq = @dq2, dk = @dk2, dv = @dv2} {B = 2 : i64, S = 4 : i64, nh = 2 : i64, nkv = 2 : i64, hd = 8 : i64}
     plan.kernel "split_bwd" {douts = [@dq2, @dk2, @dv2], dx = @g2} {rows = 8 : i64, sizes = [16, 16, 16]}

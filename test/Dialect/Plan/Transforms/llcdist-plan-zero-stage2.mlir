@@ -72,7 +72,7 @@ module {
     plan.param "g" value @b2 grad @b3 state [] {init = {kind = "ones"}, weight_decay = false}
     plan.param "bb" value @b4 grad @b5 state [] {init = {kind = "zeros"}, weight_decay = false}
     plan.subroutine @step_begin {
-      plan.kernel "zero" {x = [@b1, @b3, @b5]} {}
+      plan.kernel "fill_zero" {x = [@b1, @b3, @b5]} {}
     }
     plan.subroutine @backward {
       plan.kernel "linear_bwd_weight" {dw = @b1, dy = @b6, x = @b0} {K = 2 : i64, M = 4 : i64, N = 4 : i64, accumulate = true, layout = "out_in"} loc("model.layers.0.w"("m.mlir":1:1))
@@ -136,7 +136,7 @@ module {
     plan.buffer @b8 : tensor<1xf64> {kind = "scratch", name = "grad_norm.sq"}
     plan.subroutine @step_begin {
       plan.kernel "cast" {x = @b0, y = @b1} {n = 8 : i64}
-      plan.kernel "zero" {x = [@b2]} {}
+      plan.kernel "fill_zero" {x = [@b2]} {}
     }
     plan.subroutine @backward {
       plan.kernel "embedding_bwd_weight" {dout = @b3, dtable = @b2, ids = @b3} {H = 2 : i64, M = 4 : i64, V = 4 : i64, accumulate = true}

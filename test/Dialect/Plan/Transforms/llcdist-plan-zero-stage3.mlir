@@ -62,7 +62,7 @@ module {
     plan.param "w" value @b0 grad @b1 state [@b5, @b6] {init = {kind = "normal", std = 2.0e-02 : f64}, weight_decay = true}
     plan.buffer @b7 : tensor<1xf64> {kind = "scratch", name = "grad_norm.sq"}
     plan.subroutine @step_begin {
-      plan.kernel "zero" {x = [@b1]} {}
+      plan.kernel "fill_zero" {x = [@b1]} {}
     }
     plan.subroutine @forward {
       plan.kernel "copy" {x = @b0, y = @b2} {n = 8 : i64} {plan.param_scopes = [{loc = #read, param = "w", slot = "v0s0/"}]}
@@ -114,7 +114,7 @@ module {
     plan.param "w" value @b0 grad @b2 state [] {init = {kind = "normal", std = 2.0e-02 : f64}, weight_decay = true}
     plan.subroutine @step_begin {
       plan.kernel "cast" {x = @b0, y = @b1} {n = 8 : i64}
-      plan.kernel "zero" {x = [@b2]} {}
+      plan.kernel "fill_zero" {x = [@b2]} {}
     }
     plan.subroutine @forward {
       plan.kernel "copy" {x = @b1, y = @b3} {n = 8 : i64} {plan.param_scopes = [{loc = loc("w"("m.mlir":1:1)), param = "w", slot = ""}]}

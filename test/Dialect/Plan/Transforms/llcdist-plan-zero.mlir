@@ -68,7 +68,7 @@ module {
     plan.buffer @b8 : tensor<3xf32> {kind = "optimizer_state", name = "n.exp_avg_sq"}
     plan.param "n" value @b2 grad @b3 state [@b7, @b8] {init = {kind = "ones"}, weight_decay = false}
     plan.subroutine @step_begin {
-      plan.kernel "zero" {x = [@b1, @b3]} {}
+      plan.kernel "fill_zero" {x = [@b1, @b3]} {}
     }
     plan.subroutine @backward {
       plan.kernel "accumulate" {x = @b0, y = @b1} {n = 8 : i64}
@@ -107,7 +107,7 @@ module {
 // CHECK-NEXT: plan.subroutine @step_begin {
 // CHECK-NEXT: plan.kernel "cast" {x = @b0, y = @[[BLK]]} {n = 4 : i64}
 // CHECK-NEXT: plan.kernel "all_gather" {x = @[[BLK]], y = @b1} {axis = "dp", inner = 4 : i64, outer = 1 : i64} {plan.origin = "zero", plan.payload = "parameters"}
-// CHECK-NEXT: plan.kernel "zero"
+// CHECK-NEXT: plan.kernel "fill_zero"
 // CHECK: plan.subroutine @optimizer {
 // CHECK-NEXT: plan.kernel "reduce_scatter" {x = @b2, y = @[[GS]]}
 // CHECK-NEXT: plan.kernel "adamw" {grad = @[[GS]], m = @b3, param = @b0, v = @b4}
@@ -123,7 +123,7 @@ module {
     plan.param "w" value @b0 grad @b2 state [@b3, @b4] {init = {kind = "normal", std = 2.0e-02 : f64}, weight_decay = true}
     plan.subroutine @step_begin {
       plan.kernel "cast" {x = @b0, y = @b1} {n = 8 : i64}
-      plan.kernel "zero" {x = [@b2]} {}
+      plan.kernel "fill_zero" {x = [@b2]} {}
     }
     plan.subroutine @optimizer {
       plan.kernel "all_reduce" {x = [@b2]} {axis = "dp", op = "sum"} {plan.origin = "dp_gradients", plan.payload = "gradients"}
@@ -173,7 +173,7 @@ module {
     plan.param "w" value @b2 grad @b3 state [] {init = {kind = "normal", std = 2.0e-02 : f64}, weight_decay = true}
     plan.buffer @b5 : tensor<1xf64> {kind = "scratch", name = "grad_norm.sq"}
     plan.subroutine @step_begin {
-      plan.kernel "zero" {x = [@b1, @b3]} {}
+      plan.kernel "fill_zero" {x = [@b1, @b3]} {}
     }
     plan.subroutine @optimizer {
       plan.kernel "send" {x = @b1} {axis = "pp", peer = 1 : i64, tag = 0 : i64} {plan.payload = "tied parameter"}

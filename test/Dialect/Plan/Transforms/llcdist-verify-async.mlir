@@ -116,7 +116,7 @@ plan.program @alias attributes {arena_bytes = 128 : i64, queues = ["compute", "c
   plan.buffer @h : tensor<4xf32> {kind = "activation", name = "h", offset = 64 : i64}
   plan.buffer @s : tensor<8xf32> {kind = "activation", name = "s", offset = 64 : i64}
   plan.subroutine @s0 {
-    plan.kernel "zero" {x = [@g]} {}
+    plan.kernel "fill_zero" {x = [@g]} {}
     // expected-note @+1 {{the in-flight op started here}}
     plan.kernel "all_reduce" {x = [@s]} {axis = "dp", op = "sum"} {queue = "comm", token = 7 : i64}
     // expected-error @+1 {{race: subroutine @s0 kernel 2 'copy' in action 0 writes a buffer that the in-flight subroutine @s0 kernel 1 'all_reduce' in action 0 (token 7) accesses, before its wait}}

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -234,6 +235,39 @@ TEST(AddingAnOpDocTest, NamedFilesExist) {
     EXPECT_TRUE(std::filesystem::exists(std::string(LLCDIST_SOURCE_DIR) + "/" + word)) << word;
   }
   EXPECT_GE(named, 20u);
+}
+
+// The page's scratch op (docs/adding-an-op/silu.patch: a new elementwise op on both sides, which
+// scripts/check-adding-an-op.sh builds and tests) touches exactly the files the page's "A new
+// elementwise op, file by file" section lists, and still applies to this tree.
+TEST(AddingAnOpDocTest, TheScratchOpPatchTouchesTheFilesThePageCounts) {
+  const std::string doc = readDoc();
+  const std::string head = "## A new elementwise op, file by file";
+  const size_t at = doc.find(head);
+  ASSERT_NE(at, std::string::npos) << "docs/adding-an-op.md has no section '" << head << "'";
+  const size_t end = doc.find("\n## ", at + head.size());
+  std::set<std::string> listed;
+  std::istringstream section(doc.substr(at, end == std::string::npos ? std::string::npos : end - at));
+  for (std::string line; std::getline(section, line);)
+    if (line.rfind("- `", 0) == 0) listed.insert(line.substr(3, line.find('`', 3) - 3));
+
+  const std::string patchPath = std::string(LLCDIST_SOURCE_DIR) + "/docs/adding-an-op/silu.patch";
+  std::ifstream patch(patchPath);
+  ASSERT_TRUE(patch.good()) << patchPath;
+  std::set<std::string> touched;
+  for (std::string line; std::getline(patch, line);)
+    if (line.rfind("diff --git a/", 0) == 0) touched.insert(line.substr(13, line.find(" b/") - 13));
+  EXPECT_EQ(listed, touched) << "the page's list and the patch's files differ";
+  EXPECT_GE(touched.size(), 10u);
+
+  // Applicable to the tree as it is (git apply works outside a repository too).
+  if (std::system("git --version >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no git: the patch's applicability is not checked";
+  const std::string cmd =
+      "cd '" + std::string(LLCDIST_SOURCE_DIR) + "' && git apply --check '" + patchPath + "' 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0)
+      << "docs/adding-an-op/silu.patch no longer applies: apply it with git apply -3, resolve, write git diff "
+         "to it again and rerun scripts/check-adding-an-op.sh";
 }
 
 }  // namespace

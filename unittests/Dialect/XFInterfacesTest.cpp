@@ -129,7 +129,7 @@ TEST(XFInterfaces, EveryStepOpHasATensorParallelRuleOrIsElementwise) {
         << (model || elementwise ? " has a tensor-parallel rule but is an optimizer-step op"
                                  : " has no tensor-parallel rule: give it the Elementwise trait (its "
                                    "operands split alike) or write its rule in "
-                                   "lib/Dialect/XF/Transforms/TensorParallel.cpp");
+                                   "lib/Dialect/XF/Transforms/TensorParallelRules.cpp");
   });
   // gelu_tanh, swiglu and their gradients; add has a rule of its own (a
   // sum of partial sums stays partial).

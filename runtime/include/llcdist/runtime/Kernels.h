@@ -144,6 +144,25 @@ Status attentionBackward(const AttentionShape& shape, const QkvLayout& in, const
                          const float* dout, const float* q, const float* k, const float* v, const float* out,
                          const float* lse, float* dq, float* dk, float* dv);
 
+// Context parallelism's ring attention (AttentionBlock.cpp): Sq query rows at global positions
+// [qStart, qStart + Sq) against Sk key/value rows at [kvStart, kvStart + Sk), causal by position (key
+// position <= query position). q, out [B,Sq,nh,hd], k, v [B,Sk,nkv,hd] contiguous; lse [B,nh,Sq].
+struct AttentionBlock {
+  int64_t B = 0, Sq = 0, Sk = 0, nh = 0, nkv = 0, hd = 0;
+  int64_t qStart = 0, kvStart = 0;
+};
+// The softmax over this block's visible keys only; a row that sees none gets out 0 and lse -inf.
+Status attentionBlockForward(const AttentionBlock& block, const float* q, const float* k, const float* v,
+                             float* out, float* lse);
+// (out, lse) := the attention over both blocks' keys, from two partial results over disjoint keys:
+// lse = log(e^lse + e^lseB), out = e^(lse_old - lse)·out + e^(lseB - lse)·outB (a -inf side is none).
+void attentionMerge(int64_t B, int64_t Sq, int64_t nh, int64_t hd, float* out, float* lse, const float* outB,
+                    const float* lseB);
+// This block's share of the backward, given the final out and lse of the query rows (over every key):
+// dq [B,Sq,nh,hd], dk, dv [B,Sk,nkv,hd] are ADDED to (each ring step adds its contribution).
+Status attentionBlockBackward(const AttentionBlock& block, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse, float* dq, float* dk, float* dv);
+
 // ---------------------------------------------------------------------------------------------------
 // Elementwise (Activation.cpp). All of length n; y may alias an input.
 // ---------------------------------------------------------------------------------------------------

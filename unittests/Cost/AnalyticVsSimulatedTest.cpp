@@ -45,6 +45,24 @@ ParallelConfig cfg(int64_t dp, int64_t tp, int64_t pp, const char *schedule = "1
   c.fsdpPrefetch = prefetch, c.microBatch = mb;
   return c;
 }
+
+/// An empty directory of its own under the system's temporary directory.
+fs::path freshTempDir(const std::string &prefix) {
+  fs::path dir = fs::temp_directory_path() / (prefix + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+/// A GPT-2-architecture Hugging Face config of the validation rows' kind (4h MLP, vocabulary 51200,
+/// 2048 positions) at `path`; returns the path.
+std::string writeGptConfig(const fs::path &path, int64_t hidden, int64_t heads, int64_t layers) {
+  std::ofstream f(path);
+  f << R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": )" << hidden << R"(, "n_head": )"
+    << heads << R"(, "n_layer": )" << layers
+    << R"(, "n_positions": 2048, "n_ctx": 2048, "n_inner": null, "vocab_size": 51200, "layer_norm_epsilon": 1e-5})";
+  return path.string();
+}
 } // namespace
 
 TEST(AnalyticVsSimulated, AgreeOnSampledConfigurations) {
@@ -100,16 +118,8 @@ TEST(AnalyticVsSimulated, AgreeOnSampledConfigurations) {
 // 61.1 s vs simulated 60.0 s (1.7 %) with whole sends, and 52.1 s vs 51.9 s
 // (0.2 %) with llc-dist's plan compiled --scatter-gather-p2p.
 TEST(AnalyticVsSimulated, TheValidationRowsGapIsThePipelineSendsScatterGather) {
-  fs::path dir = fs::temp_directory_path() / ("llcdist-avs530." + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string modelPath = (dir / "gpt-530b.json").string();
-  {
-    std::ofstream f(modelPath);
-    f << R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 20480,
-             "n_head": 128, "n_layer": 105, "n_positions": 2048, "n_ctx": 2048, "n_inner": null,
-             "vocab_size": 51200, "layer_norm_epsilon": 1e-5})";
-  }
+  const fs::path dir = freshTempDir("llcdist-avs530.");
+  const std::string modelPath = writeGptConfig(dir / "gpt-530b.json", 20480, 128, 105);
   Workload w;
   ASSERT_FALSE(loadModelConfig(modelPath, w.model));
   w.globalBatch = 280, w.seqLen = 2048;
@@ -156,16 +166,8 @@ TEST(AnalyticVsSimulated, TheValidationRowsGapIsThePipelineSendsScatterGather) {
 // validation rows' shape, four layers: the norms, epilogues and the
 // recomputed forward's kernels) and Llama at tp 1 (the chunked classifier).
 TEST(AnalyticVsSimulated, FusionsArePricedAsCompiled) {
-  fs::path dir = fs::temp_directory_path() / ("llcdist-avsfuse." + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string gptPath = (dir / "gpt-22b-4l.json").string();
-  {
-    std::ofstream f(gptPath);
-    f << R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 6144,
-             "n_head": 64, "n_layer": 4, "n_positions": 2048, "n_ctx": 2048, "n_inner": null,
-             "vocab_size": 51200, "layer_norm_epsilon": 1e-5})";
-  }
+  const fs::path dir = freshTempDir("llcdist-avsfuse.");
+  const std::string gptPath = writeGptConfig(dir / "gpt-22b-4l.json", 6144, 64, 4);
   struct FuseCase {
     std::string model;
     int64_t global;

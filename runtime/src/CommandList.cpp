@@ -109,14 +109,14 @@ StatusOr<CollectiveHandle> CommandRecorder::reduceScatterAsync(Stream s, const v
       [=](Backend& b) { return b.reduceScatterAsync(s, in, out, outer, inner, total, dtype, op, channel); });
 }
 
-StatusOr<CollectiveHandle> CommandRecorder::sendAsync(Stream s, const float* x, int64_t count, int peer, int64_t tag,
-                                                      int64_t microbatch) {
-  return addHandle([=](Backend& b) { return b.sendAsync(s, x, count, peer, tag, microbatch); });
+StatusOr<CollectiveHandle> CommandRecorder::sendAsync(Stream s, const void* x, int64_t count, CommDType dtype, int peer,
+                                                      int64_t tag, int64_t microbatch) {
+  return addHandle([=](Backend& b) { return b.sendAsync(s, x, count, dtype, peer, tag, microbatch); });
 }
 
-StatusOr<CollectiveHandle> CommandRecorder::recvAsync(Stream s, float* y, int64_t count, int peer, int64_t tag,
-                                                      int64_t microbatch) {
-  return addHandle([=](Backend& b) { return b.recvAsync(s, y, count, peer, tag, microbatch); });
+StatusOr<CollectiveHandle> CommandRecorder::recvAsync(Stream s, void* y, int64_t count, CommDType dtype, int peer,
+                                                      int64_t tag, int64_t microbatch) {
+  return addHandle([=](Backend& b) { return b.recvAsync(s, y, count, dtype, peer, tag, microbatch); });
 }
 
 Status CommandRecorder::waitCollective(Stream s, CollectiveHandle h) {

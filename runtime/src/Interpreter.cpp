@@ -14,10 +14,11 @@ namespace llcdist::rt {
 namespace sc = schema;
 
 namespace {
-// Ops that take bf16 buffers as they are (no f32 staging): zero, cast, load_microbatch, and the
-// collectives with dtype "bf16" (reduced in bf16 on the buffers themselves).
+// Ops that take bf16 buffers as they are (no f32 staging): fill_zero, cast, load_microbatch, the
+// collectives with dtype "bf16" (reduced in bf16 on the buffers themselves) and send / recv (which move
+// a buffer as it is stored).
 bool handlesBf16Itself(const Op& op) {
-  return sc::handlesBf16Itself(op.kind) || ops::commDType(op) == CommDType::kBF16;
+  return sc::handlesBf16Itself(op.kind) || sc::isPointToPoint(op.kind) || ops::commDType(op) == CommDType::kBF16;
 }
 }  // namespace
 

@@ -11,6 +11,13 @@ namespace llcdist::rt {
 
 namespace sc = schema;
 
+namespace {
+// The element type a send or recv moves: its buffer's.
+CommDType p2pDType(const KernelCall& c) {
+  return c.type(0, 0) == sc::ElemType::kBF16 ? CommDType::kBF16 : CommDType::kF32;
+}
+}  // namespace
+
 Status Interpreter::issueCommunication(const BoundOp& b, size_t queue, int64_t microbatch, size_t subroutine,
                                        int64_t step, std::vector<CollectiveHandle>* handles) {
   const KernelCall& c = b.call;
@@ -52,9 +59,12 @@ Status Interpreter::issueCommunication(const BoundOp& b, size_t queue, int64_t m
         : c.kind == K::kReduceScatter
             ? backend_->reduceScatterAsync(stream, c.args[0][0], c.args[1][0], p->outer, p->inner, p->total, p->dtype,
                                            p->reduceOp, b.channel)
-        : c.kind == K::kSend ? backend_->sendAsync(stream, c.f(0), c.argElems[0][0], p->peer, p->tag, microbatch)
-        : c.kind == K::kRecv ? backend_->recvAsync(stream, c.f(0), c.argElems[0][0], p->peer, p->tag, microbatch)
-                             : StatusOr<CollectiveHandle>(Status::internal("not a communication op"));
+        // send / recv move the buffer as it is stored (a bf16 buffer as bf16).
+        : c.kind == K::kSend
+            ? backend_->sendAsync(stream, c.args[0][0], c.argElems[0][0], p2pDType(c), p->peer, p->tag, microbatch)
+        : c.kind == K::kRecv
+            ? backend_->recvAsync(stream, c.args[0][0], c.argElems[0][0], p2pDType(c), p->peer, p->tag, microbatch)
+            : StatusOr<CollectiveHandle>(Status::internal("not a communication op"));
     if (!h.isOk()) return h.status();
     handles->push_back(h.value());
   }

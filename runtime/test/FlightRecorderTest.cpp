@@ -68,8 +68,10 @@ TEST_F(FlightRecorderTest, NumbersCallsPerChannelAndPairsSendsWithReceives) {
     float x[3] = {1, 2, 3};
     for (int k = 0; k < 2; ++k)
       EXPECT_TRUE(recording->allReduce(r, {0, 1}, x, 3, CommDType::kF32, ReduceOp::kSum).isOk());
-    if (r == 0) EXPECT_TRUE(recording->send(0, 1, x, 3, 9, 1).isOk());
-    else EXPECT_TRUE(recording->recv(1, 0, x, 3, 9, 1).isOk());
+    if (r == 0)
+      EXPECT_TRUE(recording->send(0, 1, x, 3, 9, 1).isOk());
+    else
+      EXPECT_TRUE(recording->recv(1, 0, x, 3, 9, 1).isOk());
   };
   std::thread t(rank, 1);
   rank(0);
@@ -129,7 +131,8 @@ TEST_F(FlightRecorderTest, DiagnoseNamesTheRankThatNeverCame) {
   auto comm = inProcess(4, 0.3);
   FlightRecorder rec(info(4), {0, 1, 2, 3}, 100);
   auto recording = makeRecordingCommunicator(*comm, rec);
-  const std::string prog = "program-0.json", sub = "backward", loc = "grads are partial sums over dp @ wte @ m.json:1:1";
+  const std::string prog = "program-0.json", sub = "backward",
+                    loc = "grads are partial sums over dp @ wte @ m.json:1:1";
   std::vector<std::thread> threads;
   for (int r = 0; r < 4; ++r)
     threads.emplace_back([&, r] {
@@ -158,10 +161,10 @@ TEST_F(FlightRecorderTest, DiagnoseNamesTheRankThatNeverCame) {
   EXPECT_EQ(b["reason"], "grads are partial sums over dp");
   EXPECT_EQ(b["where"], "wte @ m.json:1:1");
   const std::string text = diagnoseText(*set);
-  for (const char* part : {"rank 3 never reached all_reduce #1 on group 0,1,2,3 (axis dp) in step 1",
-                           "waiting there: ranks 0, 1, 2", "why the compiler put it there: grads are partial sums over dp",
-                           "program-0.json subroutine 'backward' op 11", "rank 3 is in no communication call",
-                           "root cause: rank 3"})
+  for (const char* part :
+       {"rank 3 never reached all_reduce #1 on group 0,1,2,3 (axis dp) in step 1", "waiting there: ranks 0, 1, 2",
+        "why the compiler put it there: grads are partial sums over dp", "program-0.json subroutine 'backward' op 11",
+        "rank 3 is in no communication call", "root cause: rank 3"})
     EXPECT_NE(text.find(part), std::string::npos) << part << " in:\n" << text;
   // Without rank 3's dump, it is still the root cause: it left none.
   set->dumps.pop_back();
@@ -181,12 +184,15 @@ TEST_F(FlightRecorderTest, TheWatchdogFiresOnACallPastTheTimeout) {
       while (!aborted) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       return Status::aborted("aborted");
     }
-    Status allGather(int, const std::vector<int>&, const void*, void*, int64_t, int64_t, CommDType) override { return {}; }
-    Status reduceScatter(int, const std::vector<int>&, const void*, void*, int64_t, int64_t, CommDType, ReduceOp) override {
+    Status allGather(int, const std::vector<int>&, const void*, void*, int64_t, int64_t, CommDType) override {
       return {};
     }
-    Status send(int, int, const float*, int64_t, int64_t, int64_t) override { return {}; }
-    Status recv(int, int, float*, int64_t, int64_t, int64_t) override { return {}; }
+    Status reduceScatter(int, const std::vector<int>&, const void*, void*, int64_t, int64_t, CommDType,
+                         ReduceOp) override {
+      return {};
+    }
+    Status send(int, int, const void*, int64_t, CommDType, int64_t, int64_t) override { return {}; }
+    Status recv(int, int, void*, int64_t, CommDType, int64_t, int64_t) override { return {}; }
     void abort(const Status&) override { aborted = true; }
     Status abortReason() const override { return aborted ? Status::aborted("aborted") : Status::ok(); }
   } stuck;
@@ -236,7 +242,10 @@ TEST_F(FlightRecorderTest, MalformedDumpsAreRejectedNamingTheField) {
       {[](json& j) { j["world_size"] = 1e30; }, "field 'world_size': must be an integer"},
       {[](json& j) { j["mesh"]["dp"] = 3; }, "field 'mesh': dp·tp·pp is not world_size"},
       {[](json& j) { j["records"][0]["state"] = "lost"; }, "field 'records[0].state'"},
-      {[](json& j) { j["records"][0]["group"] = json::array({0, 7}); }, "field 'records[0].group'"},
+      {[](json& j) {
+         j["records"][0]["group"] = json::array({0, 7});
+       },
+       "field 'records[0].group'"},
       {[](json& j) { j["records"][0]["op"] = "broadcast"; }, "field 'records[0].op'"},
       {[](json& j) { j["records"][0].erase("seq"); }, "field 'records[0].seq': missing"},
       {[](json& j) { j["records"] = 3; }, "field 'records'"},
@@ -258,8 +267,8 @@ TEST_F(FlightRecorderTest, MalformedDumpsAreRejectedNamingTheField) {
 
 TEST_F(FlightRecorderTest, ADirectoryIsReadForItsNewestRun) {
   const std::string flight = (dir / "flight").string();
-  for (const auto& [id, ranks] : std::vector<std::pair<std::string, std::vector<int>>>{
-           {"0123456789abcdef-100", {0, 1}}, {"0123456789abcdef-200", {1}}}) {
+  for (const auto& [id, ranks] : std::vector<std::pair<std::string, std::vector<int>>>{{"0123456789abcdef-100", {0, 1}},
+                                                                                       {"0123456789abcdef-200", {1}}}) {
     FlightRecorder rec(info(2, id), ranks, 4);
     ASSERT_TRUE(rec.dump(flight, "test").isOk());
   }
@@ -280,7 +289,7 @@ TEST_F(FlightRecorderTest, ADirectoryIsReadForItsNewestRun) {
 // communication call of step 1, the grads' all_reduce: the run fails, every rank's dump is written
 // and the diagnosis names rank 2 and that op, with the provenance the plan gave it.
 class FlightTrainTest : public testing::TrainFixture {
-protected:
+ protected:
   FlightTrainTest() : TrainFixture(5) {}
 };
 

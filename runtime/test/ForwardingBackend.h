@@ -14,7 +14,7 @@
 namespace llcdist::rt::testing {
 
 class ForwardingBackend : public Backend {
-public:
+ public:
   explicit ForwardingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
   std::string name() const override { return inner_->name(); }
   Status allocateArena(int64_t b) override { return inner_->allocateArena(b); }
@@ -28,10 +28,14 @@ public:
   Status recordEvent(Stream s, Event e) override { return inner_->recordEvent(s, e); }
   Status waitEvent(Stream s, Event e) override { return inner_->waitEvent(s, e); }
   Status synchronize() override { return inner_->synchronize(); }
-  Status copyToDevice(Stream s, int64_t o, const void* p, int64_t b) override { return inner_->copyToDevice(s, o, p, b); }
+  Status copyToDevice(Stream s, int64_t o, const void* p, int64_t b) override {
+    return inner_->copyToDevice(s, o, p, b);
+  }
   Status copyToHost(Stream s, void* p, int64_t o, int64_t b) override { return inner_->copyToHost(s, p, o, b); }
   Status fillZero(Stream s, int64_t o, int64_t b) override { return inner_->fillZero(s, o, b); }
-  Status copyHostInput(Stream s, void* d, const void* p, int64_t b) override { return inner_->copyHostInput(s, d, p, b); }
+  Status copyHostInput(Stream s, void* d, const void* p, int64_t b) override {
+    return inner_->copyHostInput(s, d, p, b);
+  }
   bool canCaptureGraph(std::string* why) const override { return inner_->canCaptureGraph(why); }
   Status beginGraphCapture() override { return inner_->beginGraphCapture(); }
   StatusOr<int> endGraphCapture() override { return inner_->endGraphCapture(); }
@@ -61,16 +65,18 @@ public:
                                                 CommDType d, ReduceOp op, Channel c) override {
     return inner_->reduceScatterAsync(s, i, o, a, b, t, d, op, c);
   }
-  StatusOr<CollectiveHandle> sendAsync(Stream s, const float* x, int64_t n, int p, int64_t t, int64_t m) override {
-    return inner_->sendAsync(s, x, n, p, t, m);
+  StatusOr<CollectiveHandle> sendAsync(Stream s, const void* x, int64_t n, CommDType d, int p, int64_t t,
+                                       int64_t m) override {
+    return inner_->sendAsync(s, x, n, d, p, t, m);
   }
-  StatusOr<CollectiveHandle> recvAsync(Stream s, float* y, int64_t n, int p, int64_t t, int64_t m) override {
-    return inner_->recvAsync(s, y, n, p, t, m);
+  StatusOr<CollectiveHandle> recvAsync(Stream s, void* y, int64_t n, CommDType d, int p, int64_t t,
+                                       int64_t m) override {
+    return inner_->recvAsync(s, y, n, d, p, t, m);
   }
   Status waitCollective(Stream s, CollectiveHandle h) override { return inner_->waitCollective(s, h); }
   bool collectiveDone(CollectiveHandle h) override { return inner_->collectiveDone(h); }
 
-protected:
+ protected:
   std::unique_ptr<Backend> inner_;
 };
 

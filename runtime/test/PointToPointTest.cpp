@@ -4,8 +4,8 @@
 #include "PipelineTestUtil.h"
 #include "TestUtil.h"
 
-#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Communicator.h"
+#include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Mesh.h"
 
@@ -72,6 +72,24 @@ TEST(PointToPointTest, SendsAreBufferedAndFifoPerPair) {
   EXPECT_TRUE(comm->abortReason().isOk());
 }
 
+// A bf16 message moves the 2-byte elements as they are (the bits of a bf16 buffer, not f32 values), and
+// the dtype is part of the match: a bf16 send does not match an f32 recv of the same count.
+TEST(PointToPointTest, Bf16MessagesMoveTwoBytesAnElementAndTheirDtypeIsMatched) {
+  auto comm = makeComm(Mesh::make(1, 1, 2));
+  const std::vector<uint16_t> x = {0x3f80, 0xc02d, 0x7f7f, 0x0001, 0x8000};  // 1, -2.7, max, denormal, -0
+  ASSERT_TRUE(comm->send(0, 1, x.data(), 5, CommDType::kBF16, 4, 2).isOk());
+  std::vector<uint16_t> y(6, 0xffff);
+  ASSERT_TRUE(comm->recv(1, 0, y.data(), 5, CommDType::kBF16, 4, 2).isOk());
+  EXPECT_EQ(std::vector<uint16_t>(y.begin(), y.begin() + 5), x);
+  EXPECT_EQ(y[5], 0xffff);  // 10 bytes written, no more
+  ASSERT_TRUE(comm->send(0, 1, x.data(), 4, CommDType::kBF16, 5, 2).isOk());
+  std::vector<float> f(4);
+  const Status s = comm->recv(1, 0, f.data(), 4, CommDType::kF32, 5, 2);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("sent (count 4 bf16, tag 5, microbatch 2)"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("expects (count 4, tag 5, microbatch 2)"), std::string::npos) << s.message();
+}
+
 // Many messages in both directions between threads, the receivers sometimes ahead of the senders and
 // sometimes behind: every message arrives in order with its data.
 TEST(PointToPointTest, ManyMessagesBothDirections) {
@@ -94,7 +112,8 @@ TEST(PointToPointTest, ManyMessagesBothDirections) {
             return Status::internal("rank " + std::to_string(r) + " message " + std::to_string(j) + " has wrong data");
       }
     }
-    if (kMessages % 2 == 0) LLCDIST_RETURN_IF_ERROR(comm->recv(r, peer, buf.data(), 8, (kMessages - 1) % 3, (kMessages - 1) % 5));
+    if (kMessages % 2 == 0)
+      LLCDIST_RETURN_IF_ERROR(comm->recv(r, peer, buf.data(), 8, (kMessages - 1) % 3, (kMessages - 1) % 5));
     return Status::ok();
   });
   for (size_t r = 0; r < s.size(); ++r) EXPECT_TRUE(s[r].isOk()) << r << ": " << s[r].message();
@@ -114,10 +133,10 @@ TEST(PointToPointTest, MismatchNamesBothSides) {
     ASSERT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
     const std::string want = "(count " + std::to_string(c.count) + ", tag " + std::to_string(c.tag) + ", microbatch " +
                              std::to_string(c.microbatch) + ")";
-    for (const std::string& part : {std::string("send/recv mismatch"), std::string("from rank 0 to rank 1"),
-                                    std::string("rank 0 sent (count 4, tag 1, microbatch 0)"),
-                                    std::string("rank 1's recv("), std::string("from rank 0 on axis pp"),
-                                    "expects " + want})
+    for (const std::string& part :
+         {std::string("send/recv mismatch"), std::string("from rank 0 to rank 1"),
+          std::string("rank 0 sent (count 4, tag 1, microbatch 0)"), std::string("rank 1's recv("),
+          std::string("from rank 0 on axis pp"), "expects " + want})
       EXPECT_TRUE(contains(s, part)) << part << " in: " << s.message();
     EXPECT_FALSE(comm->abortReason().isOk());
     EXPECT_EQ(comm->send(0, 1, x.data(), 4, 1, 0).code(), StatusCode::kAborted);
@@ -285,8 +304,9 @@ TEST(PointToPointTest, InterpretersExchangeWithTheirStagePeer) {
   ASSERT_TRUE(in[0]->runSubroutine(1, 0, 1, 0.0, data).isOk());
   st = in[1]->runSubroutine(1, 0, 0, 0.0, data);
   ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
-  for (const char* part : {"program-1.json: subroutine 'forward' op 1 (recv)", "rank 1 sent (count 256, tag 0, microbatch 1)",
-                           "rank 3's recv(256 f32, tag 0, microbatch 0) from rank 1 on axis pp"})
+  for (const char* part :
+       {"program-1.json: subroutine 'forward' op 1 (recv)", "rank 1 sent (count 256, tag 0, microbatch 1)",
+        "rank 3's recv(256 f32, tag 0, microbatch 0) from rank 1 on axis pp"})
     EXPECT_TRUE(contains(st, part)) << part << " in: " << st.message();
 }
 

@@ -104,11 +104,6 @@ void checkOverlapFlags(TrainingPipelineOptions &train, const MeshSpec &mesh, con
     throw UsageError{"--grad-bucket-size does not support --grad-reduce-dtype f32 under --dtype bf16 "
                      "yet (the runtime runs a started reduction only in the buffers' dtype): drop one "
                      "of them"};
-  // Nor a started send or recv of bf16 buffers (the runtime moves bf16 pipeline tensors through its f32
-  // staging area, which a transfer in flight cannot keep).
-  if (train.overlapP2P && shape.dtype == "bf16")
-    throw UsageError{"--overlap-p2p does not support --dtype bf16 yet (the runtime sends a bf16 pipeline "
-                     "tensor through f32 staging, which a send in flight cannot keep): drop --overlap-p2p"};
 }
 
 /// The optimizer flags' ranges (torch.optim's own checks), refused before

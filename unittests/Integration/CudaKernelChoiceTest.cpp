@@ -81,10 +81,12 @@ public:
                                                         rt::CommDType, rt::ReduceOp, rt::Channel) override {
     return unused();
   }
-  rt::StatusOr<rt::CollectiveHandle> sendAsync(rt::Stream, const float *, int64_t, int, int64_t, int64_t) override {
+  rt::StatusOr<rt::CollectiveHandle> sendAsync(rt::Stream, const void *, int64_t, rt::CommDType, int, int64_t,
+                                               int64_t) override {
     return unused();
   }
-  rt::StatusOr<rt::CollectiveHandle> recvAsync(rt::Stream, float *, int64_t, int, int64_t, int64_t) override {
+  rt::StatusOr<rt::CollectiveHandle> recvAsync(rt::Stream, void *, int64_t, rt::CommDType, int, int64_t,
+                                               int64_t) override {
     return unused();
   }
   rt::Status waitCollective(rt::Stream, rt::CollectiveHandle) override { return unused(); }

@@ -30,7 +30,7 @@ StatusOr<int64_t> parseCount(const std::string& key, const std::string& v) {
 }
 
 class Faulty final : public FaultCommunicator {
-public:
+ public:
   Faulty(Communicator& inner, const FaultSpec& spec) : inner_(inner), spec_(spec) {}
 
   void beginStep(int rank, int64_t step) override {
@@ -49,23 +49,24 @@ public:
     LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "all_gather"));
     return inner_.allGather(rank, group, x, y, outer, inner, dtype);
   }
-  Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer,
-                       int64_t inner, CommDType dtype, ReduceOp op) override {
+  Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer, int64_t inner,
+                       CommDType dtype, ReduceOp op) override {
     LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "reduce_scatter"));
     return inner_.reduceScatter(rank, group, x, y, outer, inner, dtype, op);
   }
-  Status send(int rank, int peer, const float* x, int64_t count, int64_t tag, int64_t microbatch) override {
+  Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
+              int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "send to rank " + std::to_string(peer)));
-    return inner_.send(rank, peer, x, count, tag, microbatch);
+    return inner_.send(rank, peer, x, count, dtype, tag, microbatch);
   }
-  Status recv(int rank, int peer, float* y, int64_t count, int64_t tag, int64_t microbatch) override {
+  Status recv(int rank, int peer, void* y, int64_t count, CommDType dtype, int64_t tag, int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "recv from rank " + std::to_string(peer)));
-    return inner_.recv(rank, peer, y, count, tag, microbatch);
+    return inner_.recv(rank, peer, y, count, dtype, tag, microbatch);
   }
   void abort(const Status& reason) override { inner_.abort(reason); }
   Status abortReason() const override { return inner_.abortReason(); }
 
-private:
+ private:
   Status maybeFault(int rank, const std::string& what) {
     if (rank != spec_.rank || step_.load() != spec_.step) return Status::ok();
     if (calls_.fetch_add(1) != spec_.op) return Status::ok();
@@ -76,7 +77,8 @@ private:
                  static_cast<long long>(spec_.step), static_cast<long long>(spec_.op), what.c_str(), kind);
     std::fflush(stderr);
     switch (spec_.kind) {
-      case FaultSpec::Kind::kExit: std::_Exit(3);
+      case FaultSpec::Kind::kExit:
+        std::_Exit(3);
       case FaultSpec::Kind::kStall:
         // Until the job ends: a process of one rank is killed by the launcher (MPI_Abort); a rank
         // that is a thread ends when the others have aborted the communicator.
@@ -119,10 +121,14 @@ StatusOr<FaultSpec> parseFaultSpec(const std::string& text) {
     LLCDIST_ASSIGN_OR_RETURN(f.op, parseCount("op", kv["op"]));
   }
   const std::string& kind = kv["kind"];
-  if (kind == "exit") f.kind = FaultSpec::Kind::kExit;
-  else if (kind == "stall") f.kind = FaultSpec::Kind::kStall;
-  else if (kind == "delay") f.kind = FaultSpec::Kind::kDelay;
-  else return bad("kind must be exit, stall or delay, got '" + kind + "'");
+  if (kind == "exit")
+    f.kind = FaultSpec::Kind::kExit;
+  else if (kind == "stall")
+    f.kind = FaultSpec::Kind::kStall;
+  else if (kind == "delay")
+    f.kind = FaultSpec::Kind::kDelay;
+  else
+    return bad("kind must be exit, stall or delay, got '" + kind + "'");
   if (kv.count("seconds")) {
     if (f.kind != FaultSpec::Kind::kDelay) return bad("seconds is for kind:delay");
     char* end = nullptr;

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -16,8 +18,6 @@
 #include <iostream>
 #include <map>
 #include <sstream>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace llcdist::rt {
 
@@ -44,8 +44,8 @@ const char* commRecordStateName(CommRecord::State s) {
 
 struct FlightRecorder::Ring {
   mutable std::mutex mu;
-  std::vector<CommRecord> slots;  // record id k at slots[k % capacity]
-  int64_t next = 0;               // the next record's id
+  std::vector<CommRecord> slots;       // record id k at slots[k % capacity]
+  int64_t next = 0;                    // the next record's id
   std::map<std::string, int64_t> seq;  // per channel: the next call's number
 };
 
@@ -223,7 +223,7 @@ std::string groupChannel(const std::vector<int>& group) {
 std::string p2pChannel(int from, int to) { return "p2p " + std::to_string(from) + "->" + std::to_string(to); }
 
 class Recording final : public Communicator {
-public:
+ public:
   Recording(Communicator& inner, FlightRecorder& rec) : inner_(inner), rec_(rec) {}
   int worldSize() const override { return inner_.worldSize(); }
 
@@ -238,25 +238,26 @@ public:
     return run(rank, collective("all_gather", group, outer * inner, dtype),
                [&] { return inner_.allGather(rank, group, x, y, outer, inner, dtype); });
   }
-  Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer,
-                       int64_t inner, CommDType dtype, ReduceOp op) override {
+  Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer, int64_t inner,
+                       CommDType dtype, ReduceOp op) override {
     // count: the input's elements (n · outer · inner)
     CommRecord r = collective("reduce_scatter", group, outer * inner * int64_t(group.size()), dtype);
     r.reduceOp = comm::opName(op);
     return run(rank, std::move(r), [&] { return inner_.reduceScatter(rank, group, x, y, outer, inner, dtype, op); });
   }
-  Status send(int rank, int peer, const float* x, int64_t count, int64_t tag, int64_t microbatch) override {
-    return run(rank, p2p("send", rank, peer, peer, count, tag, microbatch),
-               [&] { return inner_.send(rank, peer, x, count, tag, microbatch); });
+  Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
+              int64_t microbatch) override {
+    return run(rank, p2p("send", rank, peer, peer, count, dtype, tag, microbatch),
+               [&] { return inner_.send(rank, peer, x, count, dtype, tag, microbatch); });
   }
-  Status recv(int rank, int peer, float* y, int64_t count, int64_t tag, int64_t microbatch) override {
-    return run(rank, p2p("recv", peer, rank, peer, count, tag, microbatch),
-               [&] { return inner_.recv(rank, peer, y, count, tag, microbatch); });
+  Status recv(int rank, int peer, void* y, int64_t count, CommDType dtype, int64_t tag, int64_t microbatch) override {
+    return run(rank, p2p("recv", peer, rank, peer, count, dtype, tag, microbatch),
+               [&] { return inner_.recv(rank, peer, y, count, dtype, tag, microbatch); });
   }
   void abort(const Status& reason) override { inner_.abort(reason); }
   Status abortReason() const override { return inner_.abortReason(); }
 
-private:
+ private:
   static CommRecord collective(const char* op, const std::vector<int>& group, int64_t count, CommDType dtype) {
     CommRecord r;
     r.op = op;
@@ -268,15 +269,16 @@ private:
     return r;
   }
   // A message from rank `from` to rank `to`; `peer` is the caller's other rank.
-  static CommRecord p2p(const char* op, int from, int to, int peer, int64_t count, int64_t tag, int64_t microbatch) {
+  static CommRecord p2p(const char* op, int from, int to, int peer, int64_t count, CommDType dtype, int64_t tag,
+                        int64_t microbatch) {
     CommRecord r;
     r.op = op;
     r.channel = p2pChannel(from, to);
     r.group = {from, to};
     r.peer = peer;
     r.count = count;
-    r.bytes = count * 4;
-    r.dtype = "f32";
+    r.bytes = count * commDTypeSize(dtype);
+    r.dtype = commDTypeName(dtype);
     r.tag = tag;
     r.microbatch = microbatch;
     return r;
@@ -359,7 +361,8 @@ void Watchdog::fire(const std::string& reason) {
   if (others > 0) e << " (" << answered << " of the " << others << " other ranks dumped too)";
   e << "; the diagnosis (llc-dist diagnose " << opts_.dir << "):\n";
   StatusOr<FlightSet> set = loadFlightDir(opts_.dir);
-  if (!set.isOk()) e << "  " << set.status().toString() << "\n";
+  if (!set.isOk())
+    e << "  " << set.status().toString() << "\n";
   else {
     std::istringstream text(diagnoseText(*set));
     for (std::string line; std::getline(text, line);) e << "  " << line << "\n";

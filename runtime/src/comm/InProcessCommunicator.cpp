@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -45,7 +46,8 @@ struct GroupState {
 // One buffered send: its data and what the receiver must match.
 struct Message {
   int64_t count = 0, tag = 0, microbatch = -1;
-  std::vector<float> data;
+  CommDType dtype = CommDType::kF32;
+  std::vector<std::byte> data;
 };
 
 // The queue of one ordered pair (sender, receiver), with counters for diagnostics.
@@ -95,7 +97,7 @@ void runReduceScatter(Instance& inst, const Request& r) {
 }
 
 class InProcessCommunicator final : public Communicator {
-public:
+ public:
   explicit InProcessCommunicator(const InProcessCommunicatorOptions& o) : opts_(o) {}
 
   int worldSize() const override { return opts_.worldSize; }
@@ -118,8 +120,8 @@ public:
     r.inner = inner;
     return run(rank, group, x, y, r);
   }
-  Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer,
-                       int64_t inner, CommDType dtype, ReduceOp op) override {
+  Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer, int64_t inner,
+                       CommDType dtype, ReduceOp op) override {
     Request r;
     r.kind = Kind::kReduceScatter;
     r.dtype = dtype;
@@ -129,14 +131,19 @@ public:
     return run(rank, group, x, y, r);
   }
 
-  Status send(int rank, int peer, const float* x, int64_t count, int64_t tag, int64_t microbatch) override {
-    const std::string what = p2pWhat(true, rank, peer, count, tag, microbatch);
+  Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
+              int64_t microbatch) override {
+    const std::string what = p2pWhat(true, rank, peer, count, dtype, tag, microbatch);
     LLCDIST_RETURN_IF_ERROR(checkP2P(rank, peer, count, what));
     Message m;
     m.count = count;
+    m.dtype = dtype;
     m.tag = tag;
     m.microbatch = microbatch;
-    if (count > 0) m.data.assign(x, x + count);  // eager: the caller may reuse x at once
+    if (count > 0) {  // eager: the caller may reuse x at once
+      const auto* bytes = static_cast<const std::byte*>(x);
+      m.data.assign(bytes, bytes + count * commDTypeSize(dtype));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_) return abortedError(what);
     Channel& ch = channels_[{rank, peer}];
@@ -146,8 +153,8 @@ public:
     return Status::ok();
   }
 
-  Status recv(int rank, int peer, float* y, int64_t count, int64_t tag, int64_t microbatch) override {
-    const std::string what = p2pWhat(false, rank, peer, count, tag, microbatch);
+  Status recv(int rank, int peer, void* y, int64_t count, CommDType dtype, int64_t tag, int64_t microbatch) override {
+    const std::string what = p2pWhat(false, rank, peer, count, dtype, tag, microbatch);
     LLCDIST_RETURN_IF_ERROR(checkP2P(rank, peer, count, what));
     std::unique_lock<std::mutex> lock(mu_);
     Channel& ch = channels_[{peer, rank}];  // std::map: the reference stays valid while others insert
@@ -163,12 +170,12 @@ public:
     }
     if (aborted_) return abortedError(what);
     const Message& head = ch.queue.front();
-    if (head.count != count || head.tag != tag || head.microbatch != microbatch) {
+    if (head.count != count || head.dtype != dtype || head.tag != tag || head.microbatch != microbatch) {
       Status s = Status::invalidArgument(
           "send/recv mismatch in message " + std::to_string(ch.received) + " from rank " + std::to_string(peer) +
           " to rank " + std::to_string(rank) + ": rank " + std::to_string(peer) + " sent " +
-          triple(head.count, head.tag, head.microbatch) + " but rank " + std::to_string(rank) + "'s " + what +
-          " expects " + triple(count, tag, microbatch) +
+          triple(head.count, head.dtype, head.tag, head.microbatch) + " but rank " + std::to_string(rank) + "'s " +
+          what + " expects " + triple(count, dtype, tag, microbatch) +
           " (messages are matched in order per pair of ranks; tags are checked, never used to reorder)");
       abortLocked(Status(s).withRank(rank));
       return s;
@@ -177,7 +184,7 @@ public:
     ch.queue.pop_front();
     ++ch.received;
     lock.unlock();
-    if (count > 0) std::memcpy(y, m.data.data(), size_t(count) * sizeof(float));
+    if (count > 0) std::memcpy(y, m.data.data(), m.data.size());
     return Status::ok();
   }
 
@@ -190,7 +197,7 @@ public:
     return reason_;
   }
 
-private:
+ private:
   void abortLocked(const Status& reason) {
     if (aborted_) return;
     aborted_ = true;
@@ -210,9 +217,10 @@ private:
   }
 
   // "send(4 f32, tag 1, microbatch 0) to rank 1 on axis pp" / "recv(...) from rank 0 on axis pp".
-  std::string p2pWhat(bool isSend, int rank, int peer, int64_t count, int64_t tag, int64_t microbatch) const {
-    std::string s = std::string(isSend ? "send(" : "recv(") + std::to_string(count) + " f32, tag " +
-                    std::to_string(tag) + ", microbatch " + std::to_string(microbatch) + ") " +
+  std::string p2pWhat(bool isSend, int rank, int peer, int64_t count, CommDType dtype, int64_t tag,
+                      int64_t microbatch) const {
+    std::string s = std::string(isSend ? "send(" : "recv(") + std::to_string(count) + " " + commDTypeName(dtype) +
+                    ", tag " + std::to_string(tag) + ", microbatch " + std::to_string(microbatch) + ") " +
                     (isSend ? "to" : "from") + " rank " + std::to_string(peer);
     if (opts_.mesh)
       if (auto a = opts_.mesh->axisBetween(rank, peer)) s += " on axis " + std::string(meshAxisName(*a));
@@ -224,7 +232,9 @@ private:
       if (r < 0 || r >= opts_.worldSize)
         return Status::invalidArgument(what + ": rank " + std::to_string(r) + " is outside the world of " +
                                        std::to_string(opts_.worldSize) + " ranks");
-    if (rank == peer) return Status::invalidArgument(what + ": rank " + std::to_string(rank) + " cannot send to or receive from itself");
+    if (rank == peer)
+      return Status::invalidArgument(what + ": rank " + std::to_string(rank) +
+                                     " cannot send to or receive from itself");
     if (count < 0) return Status::invalidArgument(what + ": negative count");
     return Status::ok();
   }
@@ -238,10 +248,12 @@ private:
         return Status::invalidArgument(what + ": rank " + std::to_string(group[i]) + " is outside the world of " +
                                        std::to_string(opts_.worldSize) + " ranks");
       for (size_t j = 0; j < i; ++j)
-        if (group[j] == group[i]) return Status::invalidArgument(what + ": rank " + std::to_string(group[i]) + " appears twice");
+        if (group[j] == group[i])
+          return Status::invalidArgument(what + ": rank " + std::to_string(group[i]) + " appears twice");
       if (group[i] == rank) *member = int(i);
     }
-    if (*member < 0) return Status::invalidArgument(what + ": the calling rank " + std::to_string(rank) + " is not a member");
+    if (*member < 0)
+      return Status::invalidArgument(what + ": the calling rank " + std::to_string(rank) + " is not a member");
     if (r.count < 0 || r.outer < 0 || r.inner < 0) return Status::invalidArgument(what + ": negative size");
     return Status::ok();
   }
@@ -271,10 +283,10 @@ private:
       // Last to arrive: check the calls match, then compute for everybody outside the lock.
       for (size_t m = 0; m < n; ++m)
         if (!(inst.requests[m] == inst.requests[0])) {
-          inst.result = Status::invalidArgument(
-              "collective mismatch in call " + std::to_string(seq) + " on group " + rankList(group) + ": rank " +
-              std::to_string(group[0]) + " called " + inst.requests[0].describe() + " but rank " +
-              std::to_string(group[m]) + " called " + inst.requests[m].describe());
+          inst.result = Status::invalidArgument("collective mismatch in call " + std::to_string(seq) + " on group " +
+                                                rankList(group) + ": rank " + std::to_string(group[0]) + " called " +
+                                                inst.requests[0].describe() + " but rank " + std::to_string(group[m]) +
+                                                " called " + inst.requests[m].describe());
           break;
         }
       if (inst.result.isOk()) {
@@ -322,13 +334,15 @@ private:
     std::string arrived, missing;
     for (size_t m = 0; m < group.size(); ++m) {
       const std::string who = "rank " + std::to_string(group[m]) + " (member " + std::to_string(m) + ")";
-      if (inst.arrived[m]) arrived += (arrived.empty() ? "" : ", ") + who;
+      if (inst.arrived[m])
+        arrived += (arrived.empty() ? "" : ", ") + who;
       else
-        missing += (missing.empty() ? "" : ", ") + who + " after " + std::to_string(gs.calls[m]) + " call(s) on this group";
+        missing +=
+            (missing.empty() ? "" : ", ") + who + " after " + std::to_string(gs.calls[m]) + " call(s) on this group";
     }
     return Status::deadlineExceeded(what + ", call " + std::to_string(seq) + " on this group: timed out after " +
-                                    secondsStr(opts_.timeout) +
-                                    " s waiting for the group; arrived: " + arrived + "; missing: " + missing +
+                                    secondsStr(opts_.timeout) + " s waiting for the group; arrived: " + arrived +
+                                    "; missing: " + missing +
                                     " (a rank skipped or reordered a collective, or is stuck)");
   }
 
@@ -337,17 +351,31 @@ private:
     switch (r.kind) {
       case Kind::kAllReduce:
         switch (r.dtype) {
-          case CommDType::kF32: runAllReduce<float>(inst, r); return;
-          case CommDType::kF64: runAllReduce<double>(inst, r); return;
-          case CommDType::kBF16: runAllReduce<uint16_t>(inst, r); return;
+          case CommDType::kF32:
+            runAllReduce<float>(inst, r);
+            return;
+          case CommDType::kF64:
+            runAllReduce<double>(inst, r);
+            return;
+          case CommDType::kBF16:
+            runAllReduce<uint16_t>(inst, r);
+            return;
         }
         return;
-      case Kind::kAllGather: runAllGather(inst, r); return;
+      case Kind::kAllGather:
+        runAllGather(inst, r);
+        return;
       case Kind::kReduceScatter:
         switch (r.dtype) {
-          case CommDType::kF32: runReduceScatter<float>(inst, r); return;
-          case CommDType::kF64: runReduceScatter<double>(inst, r); return;
-          case CommDType::kBF16: runReduceScatter<uint16_t>(inst, r); return;
+          case CommDType::kF32:
+            runReduceScatter<float>(inst, r);
+            return;
+          case CommDType::kF64:
+            runReduceScatter<double>(inst, r);
+            return;
+          case CommDType::kBF16:
+            runReduceScatter<uint16_t>(inst, r);
+            return;
         }
         return;
     }

@@ -44,7 +44,7 @@ bool sameRequest(const Header& a, const Header& b) { return a.group == b.group &
 
 // A point-to-point message's triple, ahead of its data.
 struct P2PHeader {
-  int64_t magic, count, tag, microbatch;
+  int64_t magic, count, tag, microbatch, dtype;  // dtype: the CommDType's value
 };
 
 int64_t groupHash(const std::vector<int>& g) {
@@ -59,7 +59,7 @@ int64_t groupHash(const std::vector<int>& g) {
 // Between polls: a few yields, then sleeps that double up to 1 ms, so that waiting ranks leave the
 // cores to the ranks that compute (tests run 8 processes on 2 cores) without adding much latency.
 class Backoff {
-public:
+ public:
   void pause() {
     if (++polls_ < 64) {
       std::this_thread::yield();
@@ -69,13 +69,13 @@ public:
     sleep_ = std::min(sleep_ * 2, std::chrono::microseconds(1000));
   }
 
-private:
+ private:
   int polls_ = 0;
   std::chrono::microseconds sleep_{10};
 };
 
 class MpiCommunicator final : public Communicator {
-public:
+ public:
   explicit MpiCommunicator(const MpiCommunicatorOptions& o) : opts_(o), k_(std::max(o.ranksPerProcess, 1)) {
     // One duplicate of MPI_COMM_WORLD per (sender slot, receiver slot): with k ranks per process,
     // a message's communicator, source process and tag say which rank sent it to which.
@@ -116,12 +116,19 @@ public:
     r.kind = Kind::kAllReduce, r.dtype = dtype, r.op = op, r.count = count;
     const size_t bytes = size_t(count * commDTypeSize(dtype));
     std::vector<std::vector<std::byte>> from;
-    LLCDIST_RETURN_IF_ERROR(exchange(rank, group, r, [&](size_t) { return std::make_pair(buf, bytes); }, bytes, from));
+    LLCDIST_RETURN_IF_ERROR(exchange(
+        rank, group, r, [&](size_t) { return std::make_pair(buf, bytes); }, bytes, from));
     const size_t me = memberOf(rank, group);
     switch (dtype) {
-      case CommDType::kF32: reduceMembers<float>(from, me, buf, buf, count, op); break;
-      case CommDType::kF64: reduceMembers<double>(from, me, buf, buf, count, op); break;
-      case CommDType::kBF16: reduceMembers<uint16_t>(from, me, buf, buf, count, op); break;
+      case CommDType::kF32:
+        reduceMembers<float>(from, me, buf, buf, count, op);
+        break;
+      case CommDType::kF64:
+        reduceMembers<double>(from, me, buf, buf, count, op);
+        break;
+      case CommDType::kBF16:
+        reduceMembers<uint16_t>(from, me, buf, buf, count, op);
+        break;
     }
     return Status::ok();
   }
@@ -133,7 +140,8 @@ public:
     const int64_t el = commDTypeSize(dtype);
     const size_t bytes = size_t(outer * inner * el);
     std::vector<std::vector<std::byte>> from;
-    LLCDIST_RETURN_IF_ERROR(exchange(rank, group, r, [&](size_t) { return std::make_pair(x, bytes); }, bytes, from));
+    LLCDIST_RETURN_IF_ERROR(exchange(
+        rank, group, r, [&](size_t) { return std::make_pair(x, bytes); }, bytes, from));
     const size_t me = memberOf(rank, group), n = group.size();
     // y may alias x: x's rows first into this member's slot of `from`.
     from[me].assign(static_cast<const std::byte*>(x), static_cast<const std::byte*>(x) + bytes);
@@ -145,8 +153,8 @@ public:
     return Status::ok();
   }
 
-  Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer,
-                       int64_t inner, CommDType dtype, ReduceOp op) override {
+  Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer, int64_t inner,
+                       CommDType dtype, ReduceOp op) override {
     Request r;
     r.kind = Kind::kReduceScatter, r.dtype = dtype, r.op = op, r.outer = outer, r.inner = inner;
     const int64_t el = commDTypeSize(dtype);
@@ -160,25 +168,32 @@ public:
         std::memcpy(blocks[j].data() + o * part, in + o * row + int64_t(j) * part, size_t(part));
     std::vector<std::vector<std::byte>> from;
     LLCDIST_RETURN_IF_ERROR(exchange(
-        rank, group, r, [&](size_t j) { return std::make_pair<const void*>(blocks[j].data(), bytes); }, bytes,
-        from));
+        rank, group, r, [&](size_t j) { return std::make_pair<const void*>(blocks[j].data(), bytes); }, bytes, from));
     const size_t me = memberOf(rank, group);
     const int64_t cnt = outer * inner;
     switch (dtype) {
-      case CommDType::kF32: reduceMembers<float>(from, me, blocks[me].data(), y, cnt, op); break;
-      case CommDType::kF64: reduceMembers<double>(from, me, blocks[me].data(), y, cnt, op); break;
-      case CommDType::kBF16: reduceMembers<uint16_t>(from, me, blocks[me].data(), y, cnt, op); break;
+      case CommDType::kF32:
+        reduceMembers<float>(from, me, blocks[me].data(), y, cnt, op);
+        break;
+      case CommDType::kF64:
+        reduceMembers<double>(from, me, blocks[me].data(), y, cnt, op);
+        break;
+      case CommDType::kBF16:
+        reduceMembers<uint16_t>(from, me, blocks[me].data(), y, cnt, op);
+        break;
     }
     return Status::ok();
   }
 
-  Status send(int rank, int peer, const float* x, int64_t count, int64_t tag, int64_t microbatch) override {
+  Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
+              int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(checkP2P(rank, peer, "send", count));
     PendingSend s;
-    P2PHeader h{kMagic, count, tag, microbatch};
-    s.data.resize(sizeof h + size_t(count) * sizeof(float));
+    P2PHeader h{kMagic, count, tag, microbatch, int64_t(dtype)};
+    const size_t bytes = size_t(count * commDTypeSize(dtype));
+    s.data.resize(sizeof h + bytes);
     std::memcpy(s.data.data(), &h, sizeof h);
-    if (count > 0) std::memcpy(s.data.data() + sizeof h, x, size_t(count) * sizeof(float));
+    if (count > 0) std::memcpy(s.data.data() + sizeof h, x, bytes);
     std::lock_guard<std::mutex> lock(sendsMu_);
     reapSends();
     sends_.push_back(std::move(s));
@@ -187,7 +202,7 @@ public:
     return Status::ok();
   }
 
-  Status recv(int rank, int peer, float* y, int64_t count, int64_t tag, int64_t microbatch) override {
+  Status recv(int rank, int peer, void* y, int64_t count, CommDType dtype, int64_t tag, int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(checkP2P(rank, peer, "recv", count));
     std::vector<std::byte> msg;
     const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
@@ -197,7 +212,7 @@ public:
       if (takeMessage(peer, rank, kP2PTag, msg)) break;
       if (std::chrono::steady_clock::now() > deadline) {
         Status err = Status::deadlineExceeded(
-            "recv " + triple(count, tag, microbatch) + " on rank " + std::to_string(rank) + " from rank " +
+            "recv " + triple(count, dtype, tag, microbatch) + " on rank " + std::to_string(rank) + " from rank " +
             std::to_string(peer) + axisPhrase(rank, peer) + ": no message within " + secondsStr(opts_.timeout) + " s");
         abort(err);
         return err;
@@ -209,13 +224,18 @@ public:
     if (msg.size() < sizeof h || h.magic != kMagic)
       return fail(Status::invalidArgument("recv on rank " + std::to_string(rank) + " from rank " +
                                           std::to_string(peer) + ": not a point-to-point message"));
-    if (h.count != count || h.tag != tag || h.microbatch != microbatch ||
-        msg.size() != sizeof h + size_t(count) * sizeof(float))
-      return fail(Status::invalidArgument(
-          "send/recv mismatch: rank " + std::to_string(rank) + " receives " + triple(count, tag, microbatch) +
-          " from rank " + std::to_string(peer) + " but rank " + std::to_string(peer) + " sent " +
-          triple(h.count, h.tag, h.microbatch)));
-    if (count > 0) std::memcpy(y, msg.data() + sizeof h, size_t(count) * sizeof(float));
+    const size_t bytes = size_t(count * commDTypeSize(dtype));
+    if (h.count != count || h.dtype != int64_t(dtype) || h.tag != tag || h.microbatch != microbatch ||
+        msg.size() != sizeof h + bytes) {
+      const CommDType sent = h.dtype == int64_t(CommDType::kBF16)  ? CommDType::kBF16
+                             : h.dtype == int64_t(CommDType::kF64) ? CommDType::kF64
+                                                                   : CommDType::kF32;
+      return fail(Status::invalidArgument("send/recv mismatch: rank " + std::to_string(rank) + " receives " +
+                                          triple(count, dtype, tag, microbatch) + " from rank " + std::to_string(peer) +
+                                          " but rank " + std::to_string(peer) + " sent " +
+                                          triple(h.count, sent, h.tag, h.microbatch)));
+    }
+    if (count > 0) std::memcpy(y, msg.data() + sizeof h, bytes);
     return Status::ok();
   }
 
@@ -231,7 +251,7 @@ public:
     return reason_;
   }
 
-private:
+ private:
   struct PendingSend {
     std::vector<std::byte> data;
     MPI_Request request = MPI_REQUEST_NULL;
@@ -271,8 +291,8 @@ private:
     LLCDIST_RETURN_IF_ERROR(checkRank(rank));
     if (peer < 0 || peer >= size_ || peer == rank)
       return Status::invalidArgument(std::string(what) + " on rank " + std::to_string(rank) + ": peer " +
-                                     std::to_string(peer) + " is not another rank of the " +
-                                     std::to_string(size_) + "-rank world");
+                                     std::to_string(peer) + " is not another rank of the " + std::to_string(size_) +
+                                     "-rank world");
     if (count < 0 || uint64_t(count) * sizeof(float) + sizeof(P2PHeader) > uint64_t(INT32_MAX))
       return Status::invalidArgument(std::string(what) + " on rank " + std::to_string(rank) + ": count " +
                                      std::to_string(count) + " out of range for one MPI message");
@@ -326,8 +346,8 @@ private:
         return Status::invalidArgument(r.describe() + " on " + rankList(group) + ": rank " + std::to_string(m) +
                                        " is outside the " + std::to_string(size_) + "-rank world");
     if (bytes + sizeof(Header) > size_t(INT32_MAX))
-      return Status::invalidArgument(r.describe() + " on " + rankList(group) +
-                                     ": too large for one MPI message (" + std::to_string(bytes) + " bytes)");
+      return Status::invalidArgument(r.describe() + " on " + rankList(group) + ": too large for one MPI message (" +
+                                     std::to_string(bytes) + " bytes)");
     if (Status a = abortReason(); !a.isOk()) return Status::aborted(a.message());
     std::lock_guard<std::mutex> serial(groupMutex(rank, group));
     const int64_t gh = groupHash(group);
@@ -390,14 +410,14 @@ private:
     }
     for (size_t j = 1; j < n; ++j)
       if (heads[j].magic != kMagic || heads[0].magic != kMagic || !sameRequest(heads[j], heads[0]))
-        return giveUp(Status::invalidArgument(
-            "collective mismatch on " + groupPhrase(group) + ": rank " + std::to_string(group[0]) + " calls " +
-            requestOf(heads[0]).describe() + " but rank " + std::to_string(group[j]) + " calls " +
-            requestOf(heads[j]).describe()));
+        return giveUp(Status::invalidArgument("collective mismatch on " + groupPhrase(group) + ": rank " +
+                                              std::to_string(group[0]) + " calls " + requestOf(heads[0]).describe() +
+                                              " but rank " + std::to_string(group[j]) + " calls " +
+                                              requestOf(heads[j]).describe()));
     for (size_t j = 0; j < n; ++j)
       if (j != me && from[j].size() != sizeof(Header) + bytes)
-        return giveUp(Status::internal("a collective message of " + std::to_string(from[j].size()) +
-                                       " bytes where " + std::to_string(sizeof(Header) + bytes) + " were due"));
+        return giveUp(Status::internal("a collective message of " + std::to_string(from[j].size()) + " bytes where " +
+                                       std::to_string(sizeof(Header) + bytes) + " were due"));
     for (size_t j = 0; j < n; ++j)
       if (j != me) from[j].erase(from[j].begin(), from[j].begin() + sizeof(Header));
     // Our sends are done once every member has its message; wait for MPI to release the buffers.
@@ -430,7 +450,7 @@ private:
   }
 
   MpiCommunicatorOptions opts_;
-  int k_ = 1;                   // ranks per process: process p runs ranks [p·k, p·k + k)
+  int k_ = 1;                    // ranks per process: process p runs ranks [p·k, p·k + k)
   std::vector<MPI_Comm> comms_;  // by (sender slot, receiver slot): commFor
   int process_ = 0, processes_ = 1, size_ = 1, tagUb_ = 32767;
   std::mutex sendsMu_;
@@ -445,7 +465,7 @@ private:
 // The flight recorder's dump requests (FlightRecorder.h): on a duplicate of MPI_COMM_WORLD of their
 // own, a request (tag 1, the reason's bytes) to every other process and an answer (tag 2, empty) back.
 class MpiDumpPeers final : public DumpPeers {
-public:
+ public:
   MpiDumpPeers() {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_rank(comm_, &rank_);
@@ -503,7 +523,7 @@ public:
     answerLocked();
   }
 
-private:
+ private:
   static constexpr int kRequest = 1, kAnswer = 2;
   bool takeRequest(std::string* reason) {
     int flag = 0;

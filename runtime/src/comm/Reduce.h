@@ -8,8 +8,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -19,16 +19,21 @@ namespace llcdist::rt::comm {
 enum class Kind { kAllReduce, kAllGather, kReduceScatter };
 inline const char* kindName(Kind k) {
   switch (k) {
-    case Kind::kAllReduce: return "all_reduce";
-    case Kind::kAllGather: return "all_gather";
-    case Kind::kReduceScatter: return "reduce_scatter";
+    case Kind::kAllReduce:
+      return "all_reduce";
+    case Kind::kAllGather:
+      return "all_gather";
+    case Kind::kReduceScatter:
+      return "reduce_scatter";
   }
   return "?";
 }
 // "(count 4, tag 1, microbatch 0)": a point-to-point message's triple.
-inline std::string triple(int64_t count, int64_t tag, int64_t microbatch) {
-  return "(count " + std::to_string(count) + ", tag " + std::to_string(tag) + ", microbatch " +
-         std::to_string(microbatch) + ")";
+// A point-to-point message's match: "(count C, tag T, microbatch M)", the dtype after the count when
+// it is not f32 ("(count C bf16, ...").
+inline std::string triple(int64_t count, CommDType dtype, int64_t tag, int64_t microbatch) {
+  return "(count " + std::to_string(count) + (dtype == CommDType::kF32 ? "" : " " + std::string(commDTypeName(dtype))) +
+         ", tag " + std::to_string(tag) + ", microbatch " + std::to_string(microbatch) + ")";
 }
 
 // "[0, 1, 2]".
@@ -47,9 +52,12 @@ inline std::string secondsStr(std::chrono::milliseconds t) {
 
 inline const char* opName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMax:
+      return "max";
   }
   return "?";
 }
@@ -61,8 +69,7 @@ struct Request {
   ReduceOp op = ReduceOp::kSum;
   int64_t count = 0, outer = 0, inner = 0;  // all_reduce: count; the others: outer, inner
   bool operator==(const Request& o) const {
-    return kind == o.kind && dtype == o.dtype && op == o.op && count == o.count && outer == o.outer &&
-           inner == o.inner;
+    return kind == o.kind && dtype == o.dtype && op == o.op && count == o.count && outer == o.outer && inner == o.inner;
   }
   std::string describe() const {
     std::string s = kindName(kind);
@@ -99,12 +106,11 @@ void reduceInto(T* acc, const std::vector<const T*>& src, int64_t count, int64_t
 // bf16 elements (NCCL's bf16 reduction): every partial sum rounded to bf16, in member order; avg
 // scales the bf16 sum by 1/n (in f32, rounded once more); max is exact.
 inline void reduceInto(uint16_t* acc, const std::vector<const uint16_t*>& src, int64_t count, int64_t srcOffset,
-                ReduceOp op) {
+                       ReduceOp op) {
   std::memcpy(acc, src[0] + srcOffset, size_t(count) * 2);
   for (size_t m = 1; m < src.size(); ++m) {
     const uint16_t* s = src[m] + srcOffset;
-    for (int64_t i = 0; i < count; ++i)
-      acc[i] = floatToBf16(reduceOne(bf16ToFloat(acc[i]), bf16ToFloat(s[i]), op));
+    for (int64_t i = 0; i < count; ++i) acc[i] = floatToBf16(reduceOne(bf16ToFloat(acc[i]), bf16ToFloat(s[i]), op));
   }
   if (op == ReduceOp::kAvg) {
     const float scale = 1.0f / float(src.size());

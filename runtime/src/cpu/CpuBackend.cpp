@@ -340,19 +340,21 @@ class CpuBackend final : public Backend {
       return Status::ok();
     });
   }
-  StatusOr<CollectiveHandle> sendAsync(Stream s, const float* x, int64_t count, int peer, int64_t tag,
+  StatusOr<CollectiveHandle> sendAsync(Stream s, const void* x, int64_t count, CommDType dtype, int peer, int64_t tag,
                                        int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     if (!opts_.communicator) return noPeer("send to", peer);
-    return collective(s, {-1, peer},
-                      [=, this] { return opts_.communicator->send(opts_.rank, peer, x, count, tag, microbatch); });
+    return collective(s, {-1, peer}, [=, this] {
+      return opts_.communicator->send(opts_.rank, peer, x, count, dtype, tag, microbatch);
+    });
   }
-  StatusOr<CollectiveHandle> recvAsync(Stream s, float* y, int64_t count, int peer, int64_t tag,
+  StatusOr<CollectiveHandle> recvAsync(Stream s, void* y, int64_t count, CommDType dtype, int peer, int64_t tag,
                                        int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));
     if (!opts_.communicator) return noPeer("receive from", peer);
-    return collective(s, {-2, peer},
-                      [=, this] { return opts_.communicator->recv(opts_.rank, peer, y, count, tag, microbatch); });
+    return collective(s, {-2, peer}, [=, this] {
+      return opts_.communicator->recv(opts_.rank, peer, y, count, dtype, tag, microbatch);
+    });
   }
   // A handle of the default stream completed when it was issued; one of a worker stream is waited
   // for here (the host blocks for the default stream; a worker stream gets an item that blocks) and

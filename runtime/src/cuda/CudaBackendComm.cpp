@@ -155,14 +155,14 @@ StatusOr<CollectiveHandle> CudaBackend::reduceScatterAsync(Stream s, const void*
   return done(Status::ok());
 }
 
-StatusOr<CollectiveHandle> CudaBackend::sendAsync(Stream s, const float* x, int64_t count, int peer, int64_t tag,
-                                                  int64_t microbatch) {
-  return p2p(true, s, const_cast<float*>(x), count, peer, tag, microbatch);
+StatusOr<CollectiveHandle> CudaBackend::sendAsync(Stream s, const void* x, int64_t count, CommDType dtype, int peer,
+                                                  int64_t tag, int64_t microbatch) {
+  return p2p(true, s, const_cast<void*>(x), count, dtype, peer, tag, microbatch);
 }
 
-StatusOr<CollectiveHandle> CudaBackend::recvAsync(Stream s, float* y, int64_t count, int peer, int64_t tag,
-                                                  int64_t microbatch) {
-  return p2p(false, s, y, count, peer, tag, microbatch);
+StatusOr<CollectiveHandle> CudaBackend::recvAsync(Stream s, void* y, int64_t count, CommDType dtype, int peer,
+                                                  int64_t tag, int64_t microbatch) {
+  return p2p(false, s, y, count, dtype, peer, tag, microbatch);
 }
 
 Status CudaBackend::waitCollective(Stream s, CollectiveHandle h) {
@@ -212,8 +212,8 @@ StatusOr<CollectiveHandle> CudaBackend::recordHandle(cudaStream_t st) {
   return CollectiveHandle{id};
 }
 
-StatusOr<CollectiveHandle> CudaBackend::p2p(bool send, Stream s, float* ptr, int64_t count, int peer, int64_t tag,
-                                            int64_t microbatch) {
+StatusOr<CollectiveHandle> CudaBackend::p2p(bool send, Stream s, void* ptr, int64_t count, CommDType dtype, int peer,
+                                            int64_t tag, int64_t microbatch) {
   LLCDIST_RETURN_IF_ERROR(device());
   if (s.id < 0 || s.id >= int(streams_.size()))
     return Status::invalidArgument("cuda backend: unknown stream " + std::to_string(s.id));
@@ -226,19 +226,18 @@ StatusOr<CollectiveHandle> CudaBackend::p2p(bool send, Stream s, float* ptr, int
     pendingStream_ = s.id;
     const int64_t id = nextHandle_++;
     handles_[id] = Handle{};  // its event is set when the group is issued
-    pending_.push_back(PendingP2p{send, ptr, count, peer, id});
+    pending_.push_back(PendingP2p{send, ptr, count, dtype, peer, id});
     return CollectiveHandle{id};
   }
   cudaStream_t st = streams_[size_t(s.id)];
   LLCDIST_RETURN_IF_ERROR(flushP2p());
-  const int64_t bytes = count * int64_t(sizeof(float));
-  LLCDIST_ASSIGN_OR_RETURN(void* host, hostBuffer(0, bytes));
-  float* h = static_cast<float*>(host);
+  const int64_t bytes = count * commDTypeSize(dtype);
+  LLCDIST_ASSIGN_OR_RETURN(void* h, hostBuffer(0, bytes));
   if (send) {
     LLCDIST_RETURN_IF_ERROR(toHost(st, h, ptr, bytes));
-    return done(opts_.communicator->send(opts_.rank, peer, h, count, tag, microbatch));
+    return done(opts_.communicator->send(opts_.rank, peer, h, count, dtype, tag, microbatch));
   }
-  const Status got = opts_.communicator->recv(opts_.rank, peer, h, count, tag, microbatch);
+  const Status got = opts_.communicator->recv(opts_.rank, peer, h, count, dtype, tag, microbatch);
   if (got.isOk()) LLCDIST_RETURN_IF_ERROR(toDevice(st, ptr, h, bytes));
   return done(got);
 }
@@ -251,8 +250,8 @@ Status CudaBackend::flushP2p() {
   cudaStream_t st = streams_[size_t(pendingStream_)];
   LLCDIST_NCCL_TRY(ncclGroupStart(), opts_.rank);
   for (const PendingP2p& p : calls) {
-    const ncclResult_t r = p.send ? ncclSend(p.ptr, size_t(p.count), ncclFloat32, p.peer, world_, st)
-                                  : ncclRecv(p.ptr, size_t(p.count), ncclFloat32, p.peer, world_, st);
+    const ncclResult_t r = p.send ? ncclSend(p.ptr, size_t(p.count), ncclType(p.dtype), p.peer, world_, st)
+                                  : ncclRecv(p.ptr, size_t(p.count), ncclType(p.dtype), p.peer, world_, st);
     if (r != ncclSuccess) {
       ncclGroupEnd();
       return ncclError(r, p.send ? "ncclSend" : "ncclRecv", __FILE__, __LINE__, opts_.rank);

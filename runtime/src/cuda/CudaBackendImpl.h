@@ -208,9 +208,9 @@ class CudaBackend final : public Backend {
   StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const void* in, void* out, int64_t outer, int64_t inner,
                                                 int64_t total, CommDType dtype, ReduceOp op, Channel ch) override;
 
-  StatusOr<CollectiveHandle> sendAsync(Stream s, const float* x, int64_t count, int peer, int64_t tag,
+  StatusOr<CollectiveHandle> sendAsync(Stream s, const void* x, int64_t count, CommDType dtype, int peer, int64_t tag,
                                        int64_t microbatch) override;
-  StatusOr<CollectiveHandle> recvAsync(Stream s, float* y, int64_t count, int peer, int64_t tag,
+  StatusOr<CollectiveHandle> recvAsync(Stream s, void* y, int64_t count, CommDType dtype, int peer, int64_t tag,
                                        int64_t microbatch) override;
 
   Status waitCollective(Stream s, CollectiveHandle h) override;
@@ -234,8 +234,9 @@ class CudaBackend final : public Backend {
   };
   struct PendingP2p {
     bool send;
-    float* ptr;
+    void* ptr;
     int64_t count;
+    CommDType dtype;
     int peer;
     int64_t handle;
   };
@@ -283,7 +284,7 @@ class CudaBackend final : public Backend {
   CollectiveHandle done(Status st);
   StatusOr<CollectiveHandle> recordHandle(cudaStream_t st);
 
-  StatusOr<CollectiveHandle> p2p(bool send, Stream s, float* ptr, int64_t count, int peer, int64_t tag,
+  StatusOr<CollectiveHandle> p2p(bool send, Stream s, void* ptr, int64_t count, CommDType dtype, int peer, int64_t tag,
                                  int64_t microbatch);
 
   // Issues the pending point-to-point calls as one NCCL group on their stream.
@@ -327,9 +328,9 @@ class CudaBackend final : public Backend {
   std::vector<PendingP2p> pending_;
   int pendingStream_ = 0;
   HostBuf hostBufs_[2];
-  std::vector<float*> stagingAreas_;  // allocateStaging
-  std::vector<void*> hostInputs_;       // allocateHostInput: pinned
-  std::vector<Graph> graphs_;           // endGraphCapture, by id
+  std::vector<float*> stagingAreas_;     // allocateStaging
+  std::vector<void*> hostInputs_;        // allocateHostInput: pinned
+  std::vector<Graph> graphs_;            // endGraphCapture, by id
   std::vector<cudaEvent_t> joinEvents_;  // per stream: its join into a capture
   int64_t stagingBytes_ = 0;
 #if LLCDIST_HAVE_NCCL

@@ -53,7 +53,7 @@ struct Channel {
 };
 
 class Backend {
-public:
+ public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
@@ -167,24 +167,32 @@ public:
   // in [outer, inner], out [outer, total]: out[o, m·inner + k] = in_m[o, k] (n = |group|) for
   // m·inner + k < total <= n·inner (total < n·inner: ZeRO's padded blocks, the padding is dropped).
   virtual StatusOr<CollectiveHandle> allGatherAsync(Stream stream, const void* in, void* out, int64_t outer,
-                                                    int64_t inner, int64_t total, CommDType dtype,
-                                                    Channel channel) = 0;
+                                                    int64_t inner, int64_t total, CommDType dtype, Channel channel) = 0;
   // in [outer, total], out [outer, inner]: out[o, k] = reduce_m in_m[o, c·inner + k], c this rank's
   // member index, with in_m[o, j] = 0 for total <= j < n·inner (the padding of ZeRO's blocks).
   virtual StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const void* in, void* out, int64_t outer,
                                                         int64_t inner, int64_t total, CommDType dtype, ReduceOp op,
                                                         Channel channel) = 0;
   // f32.
-  StatusOr<CollectiveHandle> allReduceAsync(Stream stream, float* buffer, int64_t count, ReduceOp op,
-                                            Channel channel) {
+  StatusOr<CollectiveHandle> allReduceAsync(Stream stream, float* buffer, int64_t count, ReduceOp op, Channel channel) {
     return allReduceAsync(stream, buffer, count, CommDType::kF32, op, channel);
   }
-  // Point-to-point (send / recv ops): `count` f32 elements to / from global rank `peer`, with the op's
-  // tag and the action's microbatch (-1 when none); matching as in Communicator.h.
-  virtual StatusOr<CollectiveHandle> sendAsync(Stream stream, const float* x, int64_t count, int peer, int64_t tag,
-                                               int64_t microbatch) = 0;
-  virtual StatusOr<CollectiveHandle> recvAsync(Stream stream, float* y, int64_t count, int peer, int64_t tag,
-                                               int64_t microbatch) = 0;
+  // Point-to-point (send / recv ops): `count` elements of `dtype` (the buffer's: a bf16 buffer moves as
+  // bf16, never through f32 staging) to / from global rank `peer`, with the op's tag and the action's
+  // microbatch (-1 when none); matching as in Communicator.h.
+  virtual StatusOr<CollectiveHandle> sendAsync(Stream stream, const void* x, int64_t count, CommDType dtype, int peer,
+                                               int64_t tag, int64_t microbatch) = 0;
+  virtual StatusOr<CollectiveHandle> recvAsync(Stream stream, void* y, int64_t count, CommDType dtype, int peer,
+                                               int64_t tag, int64_t microbatch) = 0;
+  // f32.
+  StatusOr<CollectiveHandle> sendAsync(Stream stream, const float* x, int64_t count, int peer, int64_t tag,
+                                       int64_t microbatch) {
+    return sendAsync(stream, x, count, CommDType::kF32, peer, tag, microbatch);
+  }
+  StatusOr<CollectiveHandle> recvAsync(Stream stream, float* y, int64_t count, int peer, int64_t tag,
+                                       int64_t microbatch) {
+    return recvAsync(stream, y, count, CommDType::kF32, peer, tag, microbatch);
+  }
   // Later work on `stream` waits for the collective (or send / recv) to complete; on the default
   // stream the host blocks and gets its error. Each handle is waited for once.
   virtual Status waitCollective(Stream stream, CollectiveHandle handle) = 0;
@@ -192,7 +200,7 @@ public:
   // complete). The timeline records a wait only when it blocked.
   virtual bool collectiveDone(CollectiveHandle handle) = 0;
 
-private:
+ private:
   std::vector<int64_t> hostMarks_;  // the default markTime's clock readings
 };
 

@@ -24,10 +24,11 @@
 // many calls each missing member has made on the group; the timeout also aborts the communicator.
 //
 // Point-to-point (the send/recv ops of pipeline plans, docs/plan-format.md "Pipeline plans"): messages
-// travel per ordered pair (sender, receiver) in FIFO order and carry (count, tag, microbatch). Sends are
+// travel per ordered pair (sender, receiver) in FIFO order and carry (count, dtype, tag, microbatch): a
+// bf16 buffer moves as bf16, 2 bytes an element (dtype is part of the match). Sends are
 // eager (buffered): send copies the data into the pair's channel and returns at once, whether or not the
 // receiver is waiting. recv blocks until the pair's channel has a message, then checks that the head
-// message carries exactly the receiver's (count, tag, microbatch): otherwise it is an InvalidArgument
+// message carries exactly the receiver's (count, dtype, tag, microbatch): otherwise it is an InvalidArgument
 // error for the receiver naming both ranks, both triples and the recv (the message stays queued and the
 // communicator is aborted, as for a collective mismatch). Tags are checked, never used to reorder. A
 // recv that waits longer than the timeout fails with DeadlineExceeded naming the peer rank, the axis
@@ -56,7 +57,7 @@ constexpr const char* commDTypeName(CommDType t) {
 }
 
 class Communicator {
-public:
+ public:
   virtual ~Communicator() = default;
   virtual int worldSize() const = 0;
 
@@ -70,10 +71,18 @@ public:
                                int64_t inner, CommDType dtype, ReduceOp op) = 0;
 
   // Point-to-point: `rank` is the caller, `peer` the other rank (in [0, worldSize), != rank); `count`
-  // f32 elements; `microbatch` is the calling action's microbatch (-1 when it has none). send returns as
-  // soon as x is copied; recv fills y[count] from the matching send (see above).
-  virtual Status send(int rank, int peer, const float* x, int64_t count, int64_t tag, int64_t microbatch) = 0;
-  virtual Status recv(int rank, int peer, float* y, int64_t count, int64_t tag, int64_t microbatch) = 0;
+  // elements of `dtype`; `microbatch` is the calling action's microbatch (-1 when it has none). send
+  // returns as soon as x is copied; recv fills y[count] from the matching send (see above).
+  virtual Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
+                      int64_t microbatch) = 0;
+  virtual Status recv(int rank, int peer, void* y, int64_t count, CommDType dtype, int64_t tag, int64_t microbatch) = 0;
+  // f32.
+  Status send(int rank, int peer, const float* x, int64_t count, int64_t tag, int64_t microbatch) {
+    return send(rank, peer, x, count, CommDType::kF32, tag, microbatch);
+  }
+  Status recv(int rank, int peer, float* y, int64_t count, int64_t tag, int64_t microbatch) {
+    return recv(rank, peer, y, count, CommDType::kF32, tag, microbatch);
+  }
 
   // Fails all pending and later collectives and receives (see above). Thread-safe; the first reason is kept.
   virtual void abort(const Status& reason) = 0;

@@ -350,33 +350,13 @@ class InProcessCommunicator final : public Communicator {
     const Request& r = inst.requests[0];
     switch (r.kind) {
       case Kind::kAllReduce:
-        switch (r.dtype) {
-          case CommDType::kF32:
-            runAllReduce<float>(inst, r);
-            return;
-          case CommDType::kF64:
-            runAllReduce<double>(inst, r);
-            return;
-          case CommDType::kBF16:
-            runAllReduce<uint16_t>(inst, r);
-            return;
-        }
+        withElementType(r.dtype, [&](auto e) { runAllReduce<decltype(e)>(inst, r); });
         return;
       case Kind::kAllGather:
         runAllGather(inst, r);
         return;
       case Kind::kReduceScatter:
-        switch (r.dtype) {
-          case CommDType::kF32:
-            runReduceScatter<float>(inst, r);
-            return;
-          case CommDType::kF64:
-            runReduceScatter<double>(inst, r);
-            return;
-          case CommDType::kBF16:
-            runReduceScatter<uint16_t>(inst, r);
-            return;
-        }
+        withElementType(r.dtype, [&](auto e) { runReduceScatter<decltype(e)>(inst, r); });
         return;
     }
   }

@@ -119,17 +119,7 @@ class MpiCommunicator final : public Communicator {
     LLCDIST_RETURN_IF_ERROR(exchange(
         rank, group, r, [&](size_t) { return std::make_pair(buf, bytes); }, bytes, from));
     const size_t me = memberOf(rank, group);
-    switch (dtype) {
-      case CommDType::kF32:
-        reduceMembers<float>(from, me, buf, buf, count, op);
-        break;
-      case CommDType::kF64:
-        reduceMembers<double>(from, me, buf, buf, count, op);
-        break;
-      case CommDType::kBF16:
-        reduceMembers<uint16_t>(from, me, buf, buf, count, op);
-        break;
-    }
+    withElementType(dtype, [&](auto e) { reduceMembers<decltype(e)>(from, me, buf, buf, count, op); });
     return Status::ok();
   }
 
@@ -171,17 +161,7 @@ class MpiCommunicator final : public Communicator {
         rank, group, r, [&](size_t j) { return std::make_pair<const void*>(blocks[j].data(), bytes); }, bytes, from));
     const size_t me = memberOf(rank, group);
     const int64_t cnt = outer * inner;
-    switch (dtype) {
-      case CommDType::kF32:
-        reduceMembers<float>(from, me, blocks[me].data(), y, cnt, op);
-        break;
-      case CommDType::kF64:
-        reduceMembers<double>(from, me, blocks[me].data(), y, cnt, op);
-        break;
-      case CommDType::kBF16:
-        reduceMembers<uint16_t>(from, me, blocks[me].data(), y, cnt, op);
-        break;
-    }
+    withElementType(dtype, [&](auto e) { reduceMembers<decltype(e)>(from, me, blocks[me].data(), y, cnt, op); });
     return Status::ok();
   }
 

@@ -28,12 +28,28 @@ inline const char* kindName(Kind k) {
   }
   return "?";
 }
-// "(count 4, tag 1, microbatch 0)": a point-to-point message's triple.
 // A point-to-point message's match: "(count C, tag T, microbatch M)", the dtype after the count when
 // it is not f32 ("(count C bf16, ...").
 inline std::string triple(int64_t count, CommDType dtype, int64_t tag, int64_t microbatch) {
   return "(count " + std::to_string(count) + (dtype == CommDType::kF32 ? "" : " " + std::string(commDTypeName(dtype))) +
          ", tag " + std::to_string(tag) + ", microbatch " + std::to_string(microbatch) + ")";
+}
+
+// Calls f with a value of the element type `dtype` is reduced in: float, double, or uint16_t holding
+// bf16 bits (the type argument of reduceMembers and of the in-process communicator's reductions).
+template <typename F>
+void withElementType(CommDType dtype, F&& f) {
+  switch (dtype) {
+    case CommDType::kF32:
+      f(float{});
+      return;
+    case CommDType::kF64:
+      f(double{});
+      return;
+    case CommDType::kBF16:
+      f(uint16_t{});
+      return;
+  }
 }
 
 // "[0, 1, 2]".

@@ -74,6 +74,24 @@ Segment hullOf(ArrayRef<ArrayRef<Segment>> segs) {
       h = {std::min(h.first, seg.first), std::max(h.last, seg.last)};
   return h;
 }
+
+/// Where a slotted buffer's segments run, segment by segment: `local` while
+/// each begins and ends in one action, `chunk` the model chunk of all their
+/// actions (-2: none yet; -3: several). add() is false for a segment end
+/// outside every action (`actionOf` gives -1).
+struct SegmentReach {
+  bool local = true;
+  int64_t chunk = -2;
+  template <typename ActionOf> bool add(const Segment &s, ActionOf actionOf, ArrayRef<ActionSpan> spans) {
+    int64_t a = actionOf(s.first), e = actionOf(s.last);
+    if (a < 0 || e < 0)
+      return false;
+    local &= a == e;
+    for (int64_t c : {spans[a].chunk, spans[e].chunk})
+      chunk = chunk == -2 || chunk == c ? c : -3;
+    return true;
+  }
+};
 } // namespace
 
 namespace {
@@ -152,18 +170,14 @@ private:
     }
     for (auto &[name, insts] : slotted) {
       BufferOp buf = insts.front()->buf;
-      bool local = true;
-      int64_t chunk = -2;
+      SegmentReach reach;
+      auto action = [this](int64_t time) { return actionOf(time); };
       for (const Transient *tr : insts)
-        for (const Segment &s : tr->segs) {
-          int64_t a = actionOf(s.first), e = actionOf(s.last);
-          if (a < 0 || e < 0)
+        for (const Segment &s : tr->segs)
+          if (!reach.add(s, action, spans))
             return false;
-          local &= a == e;
-          for (int64_t c : {spans[a].chunk, spans[e].chunk})
-            chunk = chunk == -2 || chunk == c ? c : -3;
-        }
-      if (local) {
+      const int64_t chunk = reach.chunk;
+      if (reach.local) {
         SmallVector<Segment, 2> all;
         for (const Transient *tr : insts)
           all.append(tr->segs.begin(), tr->segs.end());
@@ -363,19 +377,15 @@ private:
     });
     for (const Slotted &s : slotted) {
       const Transient &tr = *s.tr;
-      bool local = true;
-      int64_t chunk = -2;
-      for (const Segment &seg : tr.segs) {
-        int64_t a = actionOf(seg.first), e = actionOf(seg.last);
-        if (a < 0 || e < 0)
+      SegmentReach reach;
+      auto action = [this](int64_t time) { return actionOf(time); };
+      for (const Segment &seg : tr.segs)
+        if (!reach.add(seg, action, spans))
           return false;
-        local &= a == e;
-        for (int64_t c : {spans[a].chunk, spans[e].chunk})
-          chunk = chunk == -2 || chunk == c ? c : -3;
-      }
+      const int64_t chunk = reach.chunk;
       if (chunk != s.chunk)
         return false;
-      if (!local) {
+      if (!reach.local) {
         chunks[chunk].push_back(&tr);
         continue;
       }

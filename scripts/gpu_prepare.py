@@ -55,6 +55,9 @@ GOLDEN = [
     ("llama-pp2-1f1b", "tiny-llama", "--mesh pp=2 --schedule 1f1b --seq-len 64 --global-batch 8"),
     ("llama-dp2-zero3", "tiny-llama", "--mesh dp=2 --zero 3 --seq-len 64 --global-batch 4"),
     ("llama-dp2-tp2-pp2-sp", "tiny-llama", "--mesh dp=2,tp=2,pp=2 --sequence-parallel --seq-len 64 --global-batch 8"),
+    # Context parallelism (issue #32): the all-to-alls on the GPU, virtual ranks.
+    ("gpt2-cp2", "tiny-gpt2", "--mesh cp=2 --seq-len 64 --global-batch 4"),
+    ("llama-dp2-cp2-tp2-sp", "tiny-llama", "--mesh dp=2,cp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
 ]
 GOLDEN_STEPS = 3
 # The PyTorch comparison's plans: one rank, 2 microbatches of 4 x 64 tokens, AdamW with decay on
@@ -185,7 +188,7 @@ def main():
         return {"name": name, "model": model, "dtype": dt, "plan": f"plans/golden/{name}",
                 "ref": f"ref/{name}.jsonl", "steps": steps, "rtol": GOLDEN_RTOL[dt],
                 "grad_norm": "median" if name.startswith("parity-") else "every-step",
-                "ranks": m.get("dp", 1) * m.get("tp", 1) * m.get("pp", 1),
+                "ranks": m.get("dp", 1) * m.get("tp", 1) * m.get("pp", 1) * m.get("cp", 1),
                 "compile_flags": " ".join(flags),
                 "run_flags": ["--data", "DIR/" + DATA, "--seed", str(SEED)]}
 

@@ -83,6 +83,8 @@ const char *cost::collectiveName(Collective c) {
     return "all_gather";
   case Collective::ReduceScatter:
     return "reduce_scatter";
+  case Collective::AllToAll:
+    return "all_to_all";
   }
   return "?";
 }
@@ -96,7 +98,7 @@ Group cost::axisGroup(const MeshSpec &mesh, const std::string &axis, const Topol
   }
   int64_t firstNode = -1, onFirst = 0;
   for (int64_t i = 0; i < g.size; ++i) {
-    int64_t r = mesh.rank(axis == "dp" ? i : 0, axis == "tp" ? i : 0, axis == "pp" ? i : 0);
+    int64_t r = mesh.rank(axis == "dp" ? i : 0, axis == "tp" ? i : 0, axis == "pp" ? i : 0, axis == "cp" ? i : 0);
     int64_t node = r / topo.gpusPerNode;
     if (firstNode < 0)
       firstNode = node;

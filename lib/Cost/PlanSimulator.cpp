@@ -46,9 +46,11 @@ MeshSpec meshSpecOf(const rt::Manifest &m) {
   s.dp = m.meshDp;
   s.tp = m.meshTp;
   s.pp = m.meshPp;
+  s.cp = m.meshCp;
   s.rankOrder.clear();
   for (rt::MeshAxis a : m.rankOrder)
-    s.rankOrder.push_back(std::string(rt::meshAxisName(a)));
+    if (a != rt::MeshAxis::kCp || s.cp > 1) // a mesh without cp names three axes
+      s.rankOrder.push_back(std::string(rt::meshAxisName(a)));
   return s;
 }
 
@@ -147,10 +149,16 @@ OpCost cost::planOpCost(const Hardware &hw, const rt::Manifest &manifest,
   }
   case OpKind::kAllReduce:
   case OpKind::kAllGather:
-  case OpKind::kReduceScatter: {
+  case OpKind::kReduceScatter:
+  case OpKind::kAllToAll: {
     c.rule = OpCostRule::Collective;
     c.axis = op.stringAttr("axis");
     Group g = group(c.axis);
+    if (op.kind == OpKind::kAllToAll) { // each rank's x, (n-1)/n of it leaving
+      c.bytes = commBytes(op, buffer(program, op.arg("x")));
+      c.seconds = collectiveSeconds(hw, Collective::AllToAll, c.bytes, g);
+      return c;
+    }
     if (op.kind == OpKind::kAllReduce) {
       for (int64_t id : op.argList("x")) { // one collective per buffer
         double bytes = commBytes(op, buffer(program, id));

@@ -135,6 +135,8 @@ json CompileSummary::toJson() const {
   json j;
   j["model"] = model;
   j["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}};
+  if (mesh.cp > 1)
+    j["mesh"]["cp"] = mesh.cp;
   j["world_size"] = mesh.worldSize();
   if (shape) {
     j["seq_len"] = shape->seqLen;

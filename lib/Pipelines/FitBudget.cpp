@@ -117,7 +117,7 @@ bool llcdist::compileInMemory(const std::string &model, const TrainingShape &sha
     return false;
   }
   PassManager pm(&ctx, ModuleOp::getOperationName());
-  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.rankOrderStr()};
+  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.rankOrderStr()};
   train.verifyPlan = false;
   {
     // Building a pipeline registers pass options (llvm::cl): one at a time.

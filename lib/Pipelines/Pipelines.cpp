@@ -203,6 +203,8 @@ static void bindTrainingPipelineOptions(TextualPipelineOptions<TrainingPipelineO
   o.bind("dp", f.mesh.dp, "data-parallel degree");
   o.bind("tp", f.mesh.tp, "tensor-parallel degree");
   o.bind("pp", f.mesh.pp, "pipeline-parallel degree");
+  o.bind("cp", f.mesh.cp, "context-parallel degree");
+  o.bind("cp-impl", f.cpImpl, "context parallelism's attention: all-to-all (Ulysses)");
   o.bind("rank-order", f.mesh.rankOrder, "fastest- to slowest-varying axes");
   o.bind("optimizer", f.optimizer, "adamw | sgd");
   o.bind("lr-schedule", f.lrSchedule, "constant | cosine");

@@ -15,18 +15,18 @@ constexpr int64_t kMaxMeshWorldSize = int64_t(1) << 24;
 } // namespace
 
 std::string MeshSpec::str() const {
-  return "dp=" + std::to_string(dp) + ",tp=" + std::to_string(tp) +
-         ",pp=" + std::to_string(pp);
+  return "dp=" + std::to_string(dp) + ",tp=" + std::to_string(tp) + ",pp=" + std::to_string(pp) +
+         (cp > 1 ? ",cp=" + std::to_string(cp) : std::string());
 }
 
 int64_t MeshSpec::size(const std::string &axis) const {
-  return axis == "dp" ? dp : axis == "tp" ? tp : pp;
+  return axis == "dp" ? dp : axis == "tp" ? tp : axis == "cp" ? cp : pp;
 }
 
-int64_t MeshSpec::rank(int64_t dpc, int64_t tpc, int64_t ppc) const {
+int64_t MeshSpec::rank(int64_t dpc, int64_t tpc, int64_t ppc, int64_t cpc) const {
   int64_t r = 0, stride = 1;
   for (const std::string &a : rankOrder) {
-    r += (a == "dp" ? dpc : a == "tp" ? tpc : ppc) * stride;
+    r += (a == "dp" ? dpc : a == "tp" ? tpc : a == "cp" ? cpc : ppc) * stride;
     stride *= size(a);
   }
   return r;
@@ -53,10 +53,16 @@ std::optional<std::string> llcdist::parseRankOrder(std::string_view spec,
   auto has = [&](const char *a) {
     return std::count(axes.begin(), axes.end(), a) == 1;
   };
-  if (axes.size() != 3 || !has("dp") || !has("tp") || !has("pp"))
+  bool three = axes.size() == 3 && has("dp") && has("tp") && has("pp");
+  bool four = axes.size() == 4 && has("dp") && has("tp") && has("pp") && has("cp");
+  if (out.cp > 1 && !four)
+    return "invalid --rank-order '" + std::string(spec) + "': the mesh has cp=" + std::to_string(out.cp) +
+           ", so the order must be a permutation of dp, tp, pp, cp, "
+           "fastest-varying first (Megatron's default is tp,cp,dp,pp)";
+  if (!three && !four)
     return "invalid --rank-order '" + std::string(spec) +
-           "': expected a permutation of dp, tp, pp, fastest-varying first "
-           "(Megatron's default is tp,dp,pp)";
+           "': expected a permutation of dp, tp, pp (and cp), fastest-varying "
+           "first (Megatron's default is tp,dp,pp)";
   out.rankOrder = axes;
   return std::nullopt;
 }
@@ -65,10 +71,10 @@ std::optional<std::string> llcdist::parseMeshSpec(std::string_view spec,
                                                   MeshSpec &out) {
   auto fail = [&](const std::string &why) {
     return "invalid --mesh '" + std::string(spec) + "': " + why +
-           " (expected e.g. dp=2,tp=4,pp=1 with axes dp, tp, pp)";
+           " (expected e.g. dp=2,tp=4,pp=1 with axes dp, tp, pp, cp)";
   };
   MeshSpec m;
-  bool seen[3] = {false, false, false};
+  bool seen[4] = {false, false, false, false};
   if (spec.empty())
     return fail("empty");
   size_t pos = 0;
@@ -81,7 +87,7 @@ std::optional<std::string> llcdist::parseMeshSpec(std::string_view spec,
     if (eq == std::string_view::npos)
       return fail("'" + std::string(item) + "' is not AXIS=DEGREE");
     std::string_view axis = item.substr(0, eq), value = item.substr(eq + 1);
-    int idx = axis == "dp" ? 0 : axis == "tp" ? 1 : axis == "pp" ? 2 : -1;
+    int idx = axis == "dp" ? 0 : axis == "tp" ? 1 : axis == "pp" ? 2 : axis == "cp" ? 3 : -1;
     if (idx < 0)
       return fail("unknown axis '" + std::string(axis) + "'");
     if (seen[idx])
@@ -97,14 +103,16 @@ std::optional<std::string> llcdist::parseMeshSpec(std::string_view spec,
     if (v > kMaxMeshWorldSize)
       return fail("degree of " + std::string(axis) + " must be at most " +
                   std::to_string(kMaxMeshWorldSize));
-    (idx == 0 ? m.dp : idx == 1 ? m.tp : m.pp) = v;
+    (idx == 0 ? m.dp : idx == 1 ? m.tp : idx == 2 ? m.pp : m.cp) = v;
     pos = end + 1;
   }
-  // Each degree is at most 2^24, so dp × tp cannot overflow, nor × pp once
-  // dp × tp is at most 2^24.
-  if (m.dp * m.tp > kMaxMeshWorldSize || m.dp * m.tp * m.pp > kMaxMeshWorldSize)
-    return fail("world size dp × tp × pp must be at most " +
-                std::to_string(kMaxMeshWorldSize));
+  // Each degree is at most 2^24, so no partial product below overflows once
+  // the one before it is at most 2^24.
+  if (m.dp * m.tp > kMaxMeshWorldSize || m.dp * m.tp * m.pp > kMaxMeshWorldSize ||
+      m.dp * m.tp * m.pp * m.cp > kMaxMeshWorldSize)
+    return fail("world size dp × tp × pp × cp must be at most " + std::to_string(kMaxMeshWorldSize));
+  if (m.cp > 1) // Megatron's order: tp innermost, then cp, dp, pp
+    m.rankOrder = {"tp", "cp", "dp", "pp"};
   out = m;
   return std::nullopt;
 }

@@ -109,12 +109,13 @@ bool llcdist::axisCrossesNodes(const MeshSpec &mesh, const std::string &axis,
                                const Topology &topo) {
   for (int64_t d = 0; d < mesh.dp; ++d)
     for (int64_t t = 0; t < mesh.tp; ++t)
-      for (int64_t p = 0; p < mesh.pp; ++p) {
-        int64_t r = mesh.rank(d, t, p);
-        int64_t first = mesh.rank(axis == "dp" ? 0 : d, axis == "tp" ? 0 : t,
-                                  axis == "pp" ? 0 : p);
-        if (r / topo.gpusPerNode != first / topo.gpusPerNode)
-          return true;
-      }
+      for (int64_t p = 0; p < mesh.pp; ++p)
+        for (int64_t c = 0; c < mesh.cp; ++c) {
+          int64_t r = mesh.rank(d, t, p, c);
+          int64_t first =
+              mesh.rank(axis == "dp" ? 0 : d, axis == "tp" ? 0 : t, axis == "pp" ? 0 : p, axis == "cp" ? 0 : c);
+          if (r / topo.gpusPerNode != first / topo.gpusPerNode)
+            return true;
+        }
   return false;
 }

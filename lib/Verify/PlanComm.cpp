@@ -88,16 +88,17 @@ std::vector<OpEvent> opEventsOf(const rt::Program &prog, const rt::Subroutine &s
       break;
     }
     case schema::OpKind::kAllGather:
-    case schema::OpKind::kReduceScatter: {
+    case schema::OpKind::kReduceScatter:
+    case schema::OpKind::kAllToAll: {
       auto axis = axisOf();
       if (!axis)
         break;
       const rt::BufferDesc &x = prog.buffers[op.arg("x")];
       ev.kind = EventKind::Collective;
       ev.axis = *axis;
-      ev.collective = op.kind == schema::OpKind::kAllGather
-                          ? Name("all_gather")
-                          : Name("reduce_scatter." + op.stringAttr("op"));
+      ev.collective = op.kind == schema::OpKind::kAllGather  ? Name("all_gather")
+                      : op.kind == schema::OpKind::kAllToAll ? Name("all_to_all")
+                                                             : Name("reduce_scatter." + op.stringAttr("op"));
       ev.count = x.numel();
       ev.dtype = collectiveDtype(op, x);
       out.push_back(ev);
@@ -220,11 +221,11 @@ struct Origins {
 } // namespace
 
 namespace {
-/// `full` with dp and tp capped at `maxAxis` (0: uncapped).
+/// `full` with dp, tp and cp capped at `maxAxis` (0: uncapped).
 rt::Mesh cappedMesh(const rt::Mesh &full, int64_t maxAxis) {
   rt::Mesh mesh = full;
   if (maxAxis > 0)
-    for (rt::MeshAxis a : {rt::MeshAxis::kDp, rt::MeshAxis::kTp})
+    for (rt::MeshAxis a : {rt::MeshAxis::kDp, rt::MeshAxis::kTp, rt::MeshAxis::kCp})
       mesh.size[size_t(a)] = std::min(mesh.size[size_t(a)], maxAxis);
   return mesh;
 }
@@ -233,7 +234,7 @@ rt::Mesh cappedMesh(const rt::Mesh &full, int64_t maxAxis) {
 /// rank with its coordinates, or none where a coordinate is past the cap.
 std::optional<int64_t> rankIn(const rt::Mesh &full, const rt::Mesh &mesh, int64_t r) {
   int64_t small = 0;
-  for (rt::MeshAxis a : {rt::MeshAxis::kDp, rt::MeshAxis::kTp, rt::MeshAxis::kPp}) {
+  for (rt::MeshAxis a : {rt::MeshAxis::kDp, rt::MeshAxis::kTp, rt::MeshAxis::kPp, rt::MeshAxis::kCp}) {
     const int64_t c = full.coord(r, a);
     if (c >= mesh.axisSize(a))
       return std::nullopt;
@@ -336,7 +337,8 @@ std::optional<std::string> llcdist::verify::whyReplicasDiffer(const rt::Plan &pl
       if (r >= 0 && r < mesh.worldSize())
         programOf[size_t(r)] = int64_t(pi);
   for (int64_t r = 0; r < mesh.worldSize(); ++r) {
-    int64_t first = mesh.withCoord(mesh.withCoord(r, rt::MeshAxis::kDp, 0), rt::MeshAxis::kTp, 0);
+    int64_t first = mesh.withCoord(mesh.withCoord(mesh.withCoord(r, rt::MeshAxis::kDp, 0), rt::MeshAxis::kTp, 0),
+                                   rt::MeshAxis::kCp, 0);
     if (programOf[size_t(r)] != programOf[size_t(first)])
       return "rank " + std::to_string(r) + " runs program " +
              std::to_string(programOf[size_t(r)]) + " but rank " + std::to_string(first) +

@@ -100,12 +100,15 @@ StatusOr<CheckpointManifest> parseCheckpointManifest(const std::string& text, co
   LLCDIST_RETURN_IF_ERROR(doc.integer(model, "model", "vocab_size", &m.vocabSize, 1, int64_t(1) << 31));
   LLCDIST_RETURN_IF_ERROR(doc.string(model, "model", "fingerprint", &m.modelFingerprint));
   const json& mesh = root.at("mesh");
-  LLCDIST_RETURN_IF_ERROR(doc.keys(mesh, "mesh", {"dp", "tp", "pp"}));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(mesh, "mesh", {"dp", "tp", "pp"}, {"cp"}));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "dp", &m.meshDp, 1, kMaxCheckpointRanks));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "tp", &m.meshTp, 1, kMaxCheckpointRanks));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "pp", &m.meshPp, 1, kMaxCheckpointRanks));
-  if (m.meshDp * m.meshTp > kMaxCheckpointRanks / m.meshPp) return doc.error("mesh", "more than 2^20 ranks");
-  const int64_t world = m.meshDp * m.meshTp * m.meshPp;
+  if (mesh.contains("cp")) LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "cp", &m.meshCp, 1, kMaxCheckpointRanks));
+  if (m.meshDp * m.meshTp > kMaxCheckpointRanks / m.meshPp ||
+      m.meshDp * m.meshTp * m.meshPp > kMaxCheckpointRanks / m.meshCp)
+    return doc.error("mesh", "more than 2^20 ranks");
+  const int64_t world = m.meshDp * m.meshTp * m.meshPp * m.meshCp;
   LLCDIST_RETURN_IF_ERROR(doc.string(root, "", "plan_fingerprint", &m.planFingerprint));
   LLCDIST_RETURN_IF_ERROR(doc.string(root, "", "optimizer", &m.optimizer));
   if (m.optimizer != "adamw" && m.optimizer != "sgd")
@@ -183,6 +186,7 @@ std::string checkpointManifestText(const CheckpointManifest& m) {
                    {"vocab_size", m.vocabSize},
                    {"fingerprint", m.modelFingerprint}};
   root["mesh"] = {{"dp", m.meshDp}, {"tp", m.meshTp}, {"pp", m.meshPp}};
+  if (m.meshCp > 1) root["mesh"]["cp"] = m.meshCp;  // absent: 1 (checkpoints without cp read as before)
   root["plan_fingerprint"] = m.planFingerprint;
   root["optimizer"] = m.optimizer;
   root["model_config"] = m.modelConfig;

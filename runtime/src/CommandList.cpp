@@ -109,6 +109,12 @@ StatusOr<CollectiveHandle> CommandRecorder::reduceScatterAsync(Stream s, const v
       [=](Backend& b) { return b.reduceScatterAsync(s, in, out, outer, inner, total, dtype, op, channel); });
 }
 
+StatusOr<CollectiveHandle> CommandRecorder::allToAllAsync(Stream s, const void* x, void* y, int64_t outer, int64_t mid,
+                                                          int64_t inner, int xRankDim, CommDType dtype,
+                                                          Channel channel) {
+  return addHandle([=](Backend& b) { return b.allToAllAsync(s, x, y, outer, mid, inner, xRankDim, dtype, channel); });
+}
+
 StatusOr<CollectiveHandle> CommandRecorder::sendAsync(Stream s, const void* x, int64_t count, CommDType dtype, int peer,
                                                       int64_t tag, int64_t microbatch) {
   return addHandle([=](Backend& b) { return b.sendAsync(s, x, count, dtype, peer, tag, microbatch); });

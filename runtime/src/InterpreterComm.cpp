@@ -54,8 +54,10 @@ Status Interpreter::issueCommunication(const BoundOp& b, size_t queue, int64_t m
     }
   } else {
     StatusOr<CollectiveHandle> h =
-        c.kind == K::kAllGather ? backend_->allGatherAsync(stream, c.args[0][0], c.args[1][0], p->outer, p->inner,
-                                                           p->total, p->dtype, b.channel)
+        c.kind == K::kAllGather  ? backend_->allGatherAsync(stream, c.args[0][0], c.args[1][0], p->outer, p->inner,
+                                                            p->total, p->dtype, b.channel)
+        : c.kind == K::kAllToAll ? backend_->allToAllAsync(stream, c.args[0][0], c.args[1][0], p->outer, p->mid,
+                                                           p->inner, p->xRankDim, p->dtype, b.channel)
         : c.kind == K::kReduceScatter
             ? backend_->reduceScatterAsync(stream, c.args[0][0], c.args[1][0], p->outer, p->inner, p->total, p->dtype,
                                            p->reduceOp, b.channel)

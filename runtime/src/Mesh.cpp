@@ -15,10 +15,28 @@ std::optional<MeshAxis> parseMeshAxis(std::string_view name) {
   return std::nullopt;
 }
 
-Mesh Mesh::make(int64_t dp, int64_t tp, int64_t pp) {
+Mesh Mesh::make(int64_t dp, int64_t tp, int64_t pp, int64_t cp) {
   Mesh m;
-  m.size = {dp, tp, pp};
+  m.size = {dp, tp, pp, cp};
   return m;
+}
+
+bool Mesh::setOrder(const std::vector<MeshAxis>& axes) {
+  if (axes.size() != kNumMeshAxes && axes.size() != kNumMeshAxes - 1) return false;
+  std::array<bool, kNumMeshAxes> seen{};
+  std::array<MeshAxis, kNumMeshAxes> o = {};
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const size_t a = size_t(axes[i]);
+    if (a >= kNumMeshAxes || seen[a]) return false;
+    seen[a] = true;
+    o[i] = axes[i];
+  }
+  if (axes.size() == kNumMeshAxes - 1) {
+    if (seen[size_t(MeshAxis::kCp)]) return false;  // three names: dp, tp, pp
+    o[kNumMeshAxes - 1] = MeshAxis::kCp;
+  }
+  order = o;
+  return true;
 }
 
 int64_t Mesh::stride(MeshAxis a) const {
@@ -47,7 +65,7 @@ std::vector<int> Mesh::subGroup(int64_t rank, MeshAxis axis, int64_t size) const
 
 std::optional<MeshAxis> Mesh::axisOfGroup(const std::vector<int>& g) const {
   if (g.size() < 2) return std::nullopt;
-  for (MeshAxis a : {MeshAxis::kDp, MeshAxis::kTp, MeshAxis::kPp})
+  for (MeshAxis a : kAllAxes)
     if (axisSize(a) == int64_t(g.size()) && g[0] >= 0 && g[0] < worldSize() && group(g[0], a) == g) return a;
   return std::nullopt;
 }
@@ -55,7 +73,7 @@ std::optional<MeshAxis> Mesh::axisOfGroup(const std::vector<int>& g) const {
 std::optional<MeshAxis> Mesh::axisBetween(int64_t a, int64_t b) const {
   if (a < 0 || b < 0 || a >= worldSize() || b >= worldSize()) return std::nullopt;
   std::optional<MeshAxis> found;
-  for (MeshAxis ax : {MeshAxis::kDp, MeshAxis::kTp, MeshAxis::kPp}) {
+  for (MeshAxis ax : kAllAxes) {
     if (coord(a, ax) == coord(b, ax)) continue;
     if (found) return std::nullopt;
     found = ax;
@@ -64,9 +82,17 @@ std::optional<MeshAxis> Mesh::axisBetween(int64_t a, int64_t b) const {
 }
 
 std::string Mesh::describe() const {
-  std::string s = "dp=" + std::to_string(size[0]) + " tp=" + std::to_string(size[1]) + " pp=" +
-                  std::to_string(size[2]) + ", rank_order [";
-  for (size_t i = 0; i < 3; ++i) s += (i ? ", " : "") + std::string(meshAxisName(order[i]));
+  // cp is named only when it is > 1, so a mesh without context parallelism reads as before.
+  const bool cp = axisSize(MeshAxis::kCp) > 1;
+  std::string s = "dp=" + std::to_string(size[0]) + " tp=" + std::to_string(size[1]) +
+                  " pp=" + std::to_string(size[2]) + (cp ? " cp=" + std::to_string(size[3]) : std::string()) +
+                  ", rank_order [";
+  bool first = true;
+  for (MeshAxis a : order) {
+    if (a == MeshAxis::kCp && !cp) continue;
+    s += (first ? "" : ", ") + std::string(meshAxisName(a));
+    first = false;
+  }
   return s + "]";
 }
 

@@ -209,13 +209,20 @@ Status parseParam(const Doc& doc, const json& p, const std::string& path, const 
   return Status::ok();
 }
 
-// mesh.rank_order: a permutation of the three axis names, fastest-varying first.
-Status parseRankOrder(const Doc& doc, const json& v, std::array<MeshAxis, 3>* out) {
+// mesh.rank_order: a permutation of the three axis names dp, tp, pp (cp then the slowest axis) or of
+// all four, fastest-varying first. `cp` is mesh.cp: a three-name order with cp > 1 is refused (it would
+// place the context-parallel axis silently).
+Status parseRankOrder(const Doc& doc, const json& v, int64_t cp, std::array<MeshAxis, kNumMeshAxes>* out) {
   const std::string path = "mesh.rank_order";
-  const std::string expect = "a permutation of " + listNames(sc::kMeshAxes) + " (fastest-varying axis first)";
-  if (!v.is_array() || v.size() != 3) return doc.error(path, "expected " + expect + ", got " + planjson::describe(v));
-  bool seen[3] = {false, false, false};
-  for (size_t i = 0; i < 3; ++i) {
+  const std::array<std::string_view, 3> three = {sc::kMeshAxes[0], sc::kMeshAxes[1], sc::kMeshAxes[2]};
+  const std::string expect = cp > 1 ? "a permutation of " + listNames(sc::kMeshAxes) + " (fastest-varying axis first)"
+                                    : "a permutation of " + listNames(three) + " or of " + listNames(sc::kMeshAxes) +
+                                          " (fastest-varying axis first)";
+  if (!v.is_array() || (v.size() != 3 && v.size() != 4))
+    return doc.error(path, "expected " + expect + ", got " + planjson::describe(v));
+  std::vector<MeshAxis> axes;
+  bool seen[kNumMeshAxes] = {false, false, false, false};
+  for (size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_string())
       return doc.error(index(path, i),
                        "expected an axis name (" + listNames(sc::kMeshAxes) + "), got " + planjson::describe(v[i]));
@@ -225,9 +232,22 @@ Status parseRankOrder(const Doc& doc, const json& v, std::array<MeshAxis, 3>* ou
                        "unknown axis \"" + v[i].get<std::string>() + "\" (expected " + listNames(sc::kMeshAxes) + ")");
     if (seen[size_t(*a)])
       return doc.error(index(path, i), "axis \"" + v[i].get<std::string>() + "\" appears twice; expected " + expect);
+    if (v.size() == 3 && *a == MeshAxis::kCp)
+      return doc.error(index(path, i),
+                       "a rank_order of three axes lists dp, tp and pp (cp is then the slowest "
+                       "axis); list all four axes to place cp, expected " +
+                           expect);
     seen[size_t(*a)] = true;
-    (*out)[i] = *a;
+    axes.push_back(*a);
   }
+  if (v.size() == 3 && cp > 1)
+    return doc.error(path, "mesh.cp = " + std::to_string(cp) +
+                               " needs a rank_order that lists cp too: expected a permutation of " +
+                               listNames(sc::kMeshAxes) + " (fastest-varying axis first), e.g. " +
+                               listNames(sc::kDefaultRankOrderWithCp) + ", got " + planjson::describe(v));
+  Mesh grid;
+  if (!grid.setOrder(axes)) return doc.error(path, "expected " + expect + ", got " + planjson::describe(v));
+  *out = grid.order;
   return Status::ok();
 }
 
@@ -413,8 +433,10 @@ Status parsePrograms(const Doc& doc, const json& programs, Manifest* manifest) {
   }
   for (size_t r = 0; r < owner.size(); ++r)
     if (owner[r] < 0)
-      return doc.error("programs", "no program runs rank " + std::to_string(r) +
-                                       " (world size dp × tp × pp = " + std::to_string(m.worldSize()) + ")");
+      return doc.error("programs",
+                       "no program runs rank " + std::to_string(r) +
+                           (m.meshCp > 1 ? " (world size dp × tp × pp × cp = " : " (world size dp × tp × pp = ") +
+                           std::to_string(m.worldSize()) + ")");
   return Status::ok();
 }
 
@@ -480,19 +502,32 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
                          std::to_string(m.globalBatch));
 
   const json& mesh = root.at("mesh");
-  LLCDIST_RETURN_IF_ERROR(doc.keys(mesh, "mesh", {"dp", "tp", "pp"}, {"rank_order"}));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(mesh, "mesh", {"dp", "tp", "pp"}, {"cp", "rank_order"}));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "dp", &m.meshDp, 1, 1 << 24));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "tp", &m.meshTp, 1, 1 << 24));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "pp", &m.meshPp, 1, 1 << 24));
+  if (mesh.contains("cp")) LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "cp", &m.meshCp, 1, sc::kMaxMeshAxisSize));
   if (m.meshDp != m.dataParallel)
     return doc.error("batch.dp",
                      "must equal mesh.dp (" + std::to_string(m.meshDp) + "), got " + std::to_string(m.dataParallel));
-  if (m.worldSize() > (int64_t(1) << 24)) return doc.error("mesh", "world size dp × tp × pp is too large");
+  // (each factor <= 2^24, so dp·tp·pp fits; the product with cp is checked stepwise)
+  int64_t world = m.meshDp * m.meshTp * m.meshPp;
+  if (world > sc::kMaxMeshAxisSize || mulOverflow(world, m.meshCp, &world) || world > sc::kMaxMeshAxisSize)
+    return doc.error(
+        "mesh", m.meshCp > 1 ? "world size dp × tp × pp × cp is too large" : "world size dp × tp × pp is too large");
   if (m.meshPp != 1 && !m.hasFeature(sc::kPipelineFeature))
     return doc.error(
         "mesh.pp", "pp > 1 needs the feature \"pipeline\" (pipeline parallelism with pp = " + std::to_string(m.meshPp) +
                        "; without it a plan is SPMD: every rank runs programs[0])");
-  if (mesh.contains("rank_order")) LLCDIST_RETURN_IF_ERROR(parseRankOrder(doc, mesh.at("rank_order"), &m.rankOrder));
+  if (m.meshCp != 1 && !m.hasFeature(sc::kContextParallelFeature))
+    return doc.error("mesh.cp", "cp > 1 needs the feature \"context_parallel\" (context parallelism with cp = " +
+                                    std::to_string(m.meshCp) + ")");
+  if (m.seqLen % m.meshCp != 0)
+    return doc.error("batch.seq_len", "the global sequence length " + std::to_string(m.seqLen) +
+                                          " must be divisible by mesh.cp = " + std::to_string(m.meshCp) +
+                                          " (each cp rank holds seq_len / cp positions of every sample)");
+  if (mesh.contains("rank_order"))
+    LLCDIST_RETURN_IF_ERROR(parseRankOrder(doc, mesh.at("rank_order"), m.meshCp, &m.rankOrder));
 
   LLCDIST_RETURN_IF_ERROR(parseOptimizer(doc, root.at("optimizer"), &m.optimizer));
   LLCDIST_RETURN_IF_ERROR(parseLrSchedule(doc, root.at("lr_schedule"), &m.lrSchedule));

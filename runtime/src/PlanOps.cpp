@@ -334,8 +334,10 @@ Status parseAsyncFields(const Doc& doc, const json& j, const std::string& path, 
   if (hasToken) {
     LLCDIST_RETURN_IF_ERROR(doc.integer(j, path, "token", &out->token, 0));
     if (!sc::communicates(out->kind) && out->kind != sc::OpKind::kWait)
-      return doc.error(key(path, "token"), "op \"" + opName + "\" cannot be started asynchronously (only "
-                                               "all_reduce, all_gather, reduce_scatter, send and recv take a token)");
+      return doc.error(key(path, "token"),
+                       "op \"" + opName +
+                           "\" cannot be started asynchronously (only "
+                           "all_reduce, all_gather, reduce_scatter, all_to_all, send and recv take a token)");
   }
   return Status::ok();
 }

@@ -39,7 +39,7 @@ std::unique_ptr<Communicator> makeComm(const Mesh& mesh, std::chrono::millisecon
 
 Mesh meshOf(int64_t dp, int64_t tp, std::array<MeshAxis, 3> order = {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp}) {
   Mesh m = Mesh::make(dp, tp, 1);
-  m.order = order;
+  m.setOrder({order.begin(), order.end()});
   return m;
 }
 

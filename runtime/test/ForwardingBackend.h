@@ -65,6 +65,10 @@ class ForwardingBackend : public Backend {
                                                 CommDType d, ReduceOp op, Channel c) override {
     return inner_->reduceScatterAsync(s, i, o, a, b, t, d, op, c);
   }
+  StatusOr<CollectiveHandle> allToAllAsync(Stream s, const void* x, void* y, int64_t o, int64_t m, int64_t i, int r,
+                                           CommDType d, Channel c) override {
+    return inner_->allToAllAsync(s, x, y, o, m, i, r, d, c);
+  }
   StatusOr<CollectiveHandle> sendAsync(Stream s, const void* x, int64_t n, CommDType d, int p, int64_t t,
                                        int64_t m) override {
     return inner_->sendAsync(s, x, n, d, p, t, m);

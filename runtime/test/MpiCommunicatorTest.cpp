@@ -133,6 +133,29 @@ TEST(MpiCommunicator, AllGatherAndReduceScatterLayouts) {
   EXPECT_EQ(0, std::memcmp(wantS.data(), gotS.data(), gotS.size() * 4));
 }
 
+// allToAll: block m of every member's send to member m, bit for bit the in-process result, f32 and bf16.
+TEST(MpiCommunicator, AllToAllExchangesBlocks) {
+  auto comm = mpiComm();
+  const int me = worldRank(), n = worldSize();
+  const int64_t count = 7;
+  for (CommDType dtype : {CommDType::kF32, CommDType::kBF16}) {
+    const int64_t el = commDTypeSize(dtype);
+    auto call = [&](Communicator& c, int r, std::vector<uint8_t>& recv) {
+      std::vector<uint8_t> send(size_t(n * count * el));
+      for (size_t i = 0; i < send.size(); ++i) send[i] = uint8_t(r * 31 + int(i));
+      recv.assign(send.size(), 0xee);
+      return c.allToAll(r, world(), send.data(), recv.data(), count, dtype);
+    };
+    std::vector<uint8_t> want = inProcessReference<std::vector<uint8_t>>(call), got;
+    ASSERT_TRUE(call(*comm, me, got).isOk());
+    EXPECT_EQ(want, got);
+    // recv block m = member m's send block `me`
+    for (int m = 0; m < n; ++m)
+      for (int64_t b = 0; b < count * el; ++b)
+        ASSERT_EQ(got[size_t(m * count * el + b)], uint8_t(m * 31 + int(me * count * el + b)));
+  }
+}
+
 // Messages of one pair arrive in order and carry their triple; a receive that expects another tag
 // is an error naming both.
 TEST(MpiCommunicator, SendsArriveInOrderAndTriplesAreChecked) {

@@ -275,8 +275,15 @@ TEST_F(PlanLoaderTest, MultiRankMeshAndPrograms) {
               {"manifest.json", "mesh.rank_order", "permutation"});
   expectError(mesh([](auto& b) { b.manifest["mesh"]["rank_order"] = {"tp", "dp", "tp"}; }),
               {"manifest.json", "mesh.rank_order[2]", "twice"});
-  expectError(mesh([](auto& b) { b.manifest["mesh"]["rank_order"] = {"tp", "dp", "cp"}; }),
-              {"mesh.rank_order[2]", "unknown axis \"cp\""});
+  expectError(mesh([](auto& b) {
+                b.manifest["mesh"]["rank_order"] = {"tp", "dp", "ep"};
+              }),
+              {"mesh.rank_order[2]", "unknown axis \"ep\""});
+  // cp is an axis now (context parallelism), but a three-name order lists dp, tp and pp.
+  expectError(mesh([](auto& b) {
+                b.manifest["mesh"]["rank_order"] = {"tp", "dp", "cp"};
+              }),
+              {"mesh.rank_order[2]", "three axes lists dp, tp and pp"});
   expectError(mesh([](auto& b) { b.manifest["mesh"]["rank_order"] = "tp,dp,pp"; }), {"mesh.rank_order", "permutation"});
   expectError(mesh([](auto& b) { b.manifest["mesh"]["ep"] = 1; }), {"mesh.ep", "unknown field"});
   expectError([](auto& b) {
@@ -646,7 +653,8 @@ TEST_F(PlanLoaderTest, PosEmbeddingShardAxisErrors) {
   const std::string pf = "subroutines[1].ops[4]", pb = "subroutines[2].ops[4]";
   expectError(withPos(8, "xp", nullptr), {"program-0.json", pf + ".attrs.shard_axis", "unknown mesh axis \"xp\""});
   expectError(withPos(8, nullptr, ""), {pb + ".attrs.shard_axis", "unknown mesh axis"});
-  expectError(withPos(8, nullptr, "sp"), {pb + ".attrs.shard_axis", "unknown mesh axis \"sp\"", "\"dp\", \"tp\" or \"pp\""});
+  expectError(withPos(8, nullptr, "sp"),
+              {pb + ".attrs.shard_axis", "unknown mesh axis \"sp\"", "\"dp\", \"tp\", \"pp\" or \"cp\""});
   expectError(withPos(8, 2, nullptr), {pf + ".attrs.shard_axis", "expected a string"});
   expectError(withPos(8, nullptr, json::array({"tp"})), {pb + ".attrs.shard_axis", "expected a string"});
   // tp = 2 with S = 8: the positions [0, 16) do not fit in P = 12 (nor the unsharded rule S <= P = 7).

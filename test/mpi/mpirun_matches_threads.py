@@ -41,7 +41,7 @@ def fail(msg):
     sys.exit(f"{name}: FAIL: {msg}")
 
 
-COMMUNICATION = ("all_reduce", "all_gather", "reduce_scatter", "send", "recv")
+COMMUNICATION = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv")
 
 
 def nth_call(plan, rank, k):
@@ -74,7 +74,7 @@ with tempfile.TemporaryDirectory() as d:
     if rc:
         fail(f"compile: {err}")
     world = json.load(open(os.path.join(plan, "manifest.json")))["mesh"]
-    world = world["dp"] * world["tp"] * world["pp"]
+    world = world["dp"] * world["tp"] * world["pp"] * world.get("cp", 1)
     def expect_failure(cmd, what, want):
         """`cmd` must fail (within the timeout: nothing hangs) with `want` in its errors."""
         rc, out, err = run(cmd, timeout=120)

@@ -212,6 +212,7 @@ private:
   std::string model, output, emit = "plan", format = "text", dumpDir, reshardText = "true", gradBucketText = "0";
   BudgetFlags budgetFlags;
   MeshSpec mesh;
+  std::optional<std::string> rankOrderArg; // --rank-order, checked against --mesh after both are read
   TrainingPipelineOptions train;
   std::optional<Topology> topology;
   std::string topologyArg; // --topology as given: with --device, the plan is simulated
@@ -255,6 +256,7 @@ std::optional<int> CompileCommand::parse(Args &args) {
       .add("--momentum", &train.momentum)
       .add("--grad-clip", &train.gradClip)
       .add("--schedule", &train.pipelineSchedule)
+      .add("--cp-impl", &train.cpImpl)
       .add("--virtual-stages", &train.virtualStages, 1, 4096)
       .add("--pp-layout", &train.ppLayout)
       .add("--recompute", &train.recompute)
@@ -278,10 +280,8 @@ std::optional<int> CompileCommand::parse(Args &args) {
       return 0;
     }
     if (auto v = args.value(a, "--mesh")) {
-      std::vector<std::string> order = mesh.rankOrder;
       if (auto err = parseMeshSpec(*v, mesh))
         throw UsageError{*err};
-      mesh.rankOrder = order;
     } else if (auto v = args.value(a, "--topology")) {
       Topology t;
       if (auto err = loadTopology(cost::topologyPath(*v), t)) {
@@ -291,8 +291,7 @@ std::optional<int> CompileCommand::parse(Args &args) {
       topology = t;
       topologyArg = *v;
     } else if (auto v = args.value(a, "--rank-order")) {
-      if (auto err = parseRankOrder(*v, mesh))
-        throw UsageError{*err};
+      rankOrderArg = *v; // checked against the mesh once both are read
     } else if (compileFlags.match(args, a))
       continue;
     else if (a == "--overlap-param-gather")
@@ -379,7 +378,13 @@ std::optional<int> CompileCommand::check() {
   train.reshardAfterForward = reshardText == "true";
   if (!train.reshardAfterForward && train.zero != 3)
     throw UsageError{"--reshard-after-forward false only applies to --zero 3 (FSDP)"};
-  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.rankOrderStr()}; // the overlap rules read it
+  if (rankOrderArg)
+    if (auto err = parseRankOrder(*rankOrderArg, mesh))
+      throw UsageError{*err};
+  if (train.cpImpl != "all-to-all")
+    throw UsageError{"--cp-impl must be all-to-all (DeepSpeed-Ulysses; ring attention is not implemented yet), got '" +
+                     train.cpImpl + "'"};
+  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.rankOrderStr()}; // the overlap rules read it
   checkOverlapFlags(train, mesh, shape, gradBucketText);
   if (train.recompute != "none" && train.recompute != "selective" && train.recompute != "full" &&
       train.recompute != "auto")

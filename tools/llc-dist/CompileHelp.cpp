@@ -17,7 +17,14 @@ namespace {
 
 // Every flag of the compile command, after the pass list (which the pipeline builder describes).
 const char *const kCompileFlags = R"(SHAPES
-  --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1)
+  --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1);
+                         cp=N is context parallelism: each rank holds 1/N of
+                         every sequence (rank order then tp,cp,dp,pp)
+  --cp-impl all-to-all   context parallelism's attention (default all-to-all,
+                         DeepSpeed-Ulysses / Megatron's --cp-comm-type a2a):
+                         q, k, v exchanged from the sequence split to 1/cp of
+                         the heads before attention and back after it; cp
+                         must divide the kv heads per tp rank
   --sequence-parallel    Megatron's sequence parallelism under tp: norms,
                          residuals and biases on a slice of the sequence;
                          all-gather / reduce-scatter replace all-reduces

@@ -35,12 +35,12 @@ OPTIONS
                          the one to fix; later ones are often its echoes)
   --all-ranks            simulate every rank. By default, where every rank of
                          a stage runs one program and sends only along pp,
-                         one dp x tp replica of the pipeline is simulated and
-                         stands for all (docs/plan-verifier.md "Replicas");
-                         otherwise, or to name the ranks of a problem, the
-                         mesh with dp and tp capped at 4 (it asks every
-                         question the full one does; rank numbers in
-                         messages are then the smaller mesh's)
+                         one dp x tp (x cp) replica of the pipeline is
+                         simulated and stands for all (docs/plan-verifier.md
+                         "Replicas"); otherwise, or to name the ranks of a
+                         problem, the mesh with dp, tp and cp capped at 4 (it
+                         asks every question the full one does; rank numbers
+                         in messages are then the smaller mesh's)
   --format text|json     output format (default text)
 )";
 
@@ -84,14 +84,15 @@ int llcdist::cli::runVerify(Args &args) {
   switch (r.check) {
   case verify::PlanCheck::Replica:
     if (man.worldSize() > man.meshPp)
-      how = fmt::format(" (checked on one dp x tp replica of the pp={} pipeline, which stands "
+      how = fmt::format(" (checked on one dp x tp{} replica of the pp={} pipeline, which stands "
                         "for all {}: every rank of a stage runs its program and sends only "
                         "along pp; --all-ranks simulates every rank)",
-                        man.meshPp, man.worldSize());
+                        man.meshCp > 1 ? " x cp" : "", man.meshPp, man.worldSize());
     break;
   case verify::PlanCheck::SubMesh:
-    how = fmt::format(" (checked on the dp={},tp={},pp={} sub-mesh; --all-ranks checks all {})",
+    how = fmt::format(" (checked on the dp={},tp={},pp={}{} sub-mesh; --all-ranks checks all {})",
                       std::min(man.meshDp, maxAxis), std::min(man.meshTp, maxAxis), man.meshPp,
+                      man.meshCp > 1 ? ",cp=" + std::to_string(std::min(man.meshCp, maxAxis)) : std::string(),
                       man.worldSize());
     break;
   case verify::PlanCheck::AllRanks:

@@ -70,7 +70,38 @@ TEST(MeshSpec, WorldSizeBound) {
   EXPECT_NE(err->find("degree of pp must be at most 16777216"), std::string::npos) << *err;
   err = parseMeshSpec("dp=4096,tp=4096,pp=2", m);
   ASSERT_TRUE(err);
-  EXPECT_NE(err->find("world size dp × tp × pp must be at most 16777216"), std::string::npos)
-      << *err;
+  EXPECT_NE(err->find("world size dp × tp × pp × cp must be at most 16777216"), std::string::npos) << *err;
   EXPECT_EQ(m.worldSize(), 16777216); // unchanged by a refused spec
+  err = parseMeshSpec("dp=4096,tp=64,pp=64,cp=2", m);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("world size dp × tp × pp × cp must be at most 16777216"), std::string::npos) << *err;
+}
+
+// Context parallelism (issue #32): a fourth axis, after tp in Megatron's
+// order; a mesh without cp keeps its three-axis order and text.
+TEST(MeshSpec, ContextParallelAxis) {
+  MeshSpec m;
+  ASSERT_FALSE(parseMeshSpec("dp=2,cp=4,tp=2", m));
+  EXPECT_EQ(m.cp, 4);
+  EXPECT_EQ(m.worldSize(), 16);
+  EXPECT_EQ(m.str(), "dp=2,tp=2,pp=1,cp=4");
+  EXPECT_EQ(m.rankOrderStr(), "tp,cp,dp,pp");
+  // tp fastest, then cp, then dp.
+  EXPECT_EQ(m.rank(0, 1, 0, 0), 1);
+  EXPECT_EQ(m.rank(0, 0, 0, 1), 2);
+  EXPECT_EQ(m.rank(1, 0, 0, 0), 8);
+  EXPECT_EQ(m.rank(1, 1, 0, 3), 8 + 3 * 2 + 1);
+  // With cp the order must name it.
+  auto err = parseRankOrder("tp,dp,pp", m);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("the mesh has cp=4, so the order must be a permutation of dp, tp, pp, cp"), std::string::npos)
+      << *err;
+  ASSERT_FALSE(parseRankOrder("cp,tp,dp,pp", m));
+  EXPECT_EQ(m.rank(0, 1, 0, 0), 4);
+  EXPECT_EQ(m.rank(0, 0, 0, 1), 1);
+  // cp = 1: the mesh as before.
+  ASSERT_FALSE(parseMeshSpec("dp=2,tp=2", m));
+  EXPECT_EQ(m.str(), "dp=2,tp=2,pp=1");
+  EXPECT_EQ(m.rankOrderStr(), "tp,dp,pp");
+  EXPECT_TRUE(parseMeshSpec("dp=2,cp=0", m));
 }

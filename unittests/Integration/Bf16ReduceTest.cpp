@@ -27,6 +27,8 @@
 using namespace llcdist;
 
 namespace {
+using test::deviation;
+using test::Deviation;
 using test::Trained;
 
 Trained trainBf16(const std::string &model, int64_t dp, int64_t tp, const std::string &reduceDtype) {
@@ -36,33 +38,6 @@ Trained trainBf16(const std::string &model, int64_t dp, int64_t tp, const std::s
   opt.gradReduceDtype = reduceDtype;
   std::string tag = "bf16-reduce-" + reduceDtype + "-dp" + std::to_string(dp) + "-tp" + std::to_string(tp);
   return test::trainPlan(model, opt, 8 / dp, tag, "bf16");
-}
-
-struct Deviation {
-  double lossRel = 0, paramAbs = 0;
-  bool identical = true;
-};
-
-Deviation deviation(const Trained &ref, const Trained &got) {
-  Deviation d;
-  EXPECT_EQ(ref.losses.size(), got.losses.size());
-  for (size_t i = 0; i < ref.losses.size() && i < got.losses.size(); ++i) {
-    d.lossRel = std::max(d.lossRel, std::fabs(got.losses[i] - ref.losses[i]) / std::fabs(ref.losses[i]));
-    d.identical &= got.losses[i] == ref.losses[i];
-  }
-  EXPECT_EQ(ref.params.size(), got.params.size());
-  for (const auto &[name, a] : ref.params) {
-    auto it = got.params.find(name);
-    if (it == got.params.end() || it->second.size() != a.size()) {
-      ADD_FAILURE() << "parameter " << name << " missing or resized";
-      continue;
-    }
-    for (size_t i = 0; i < a.size(); ++i) {
-      d.paramAbs = std::max(d.paramAbs, std::fabs(double(a[i]) - double(it->second[i])));
-      d.identical &= a[i] == it->second[i];
-    }
-  }
-  return d;
 }
 
 void golden(const std::string &model) {

@@ -2,7 +2,7 @@
 //
 // Issue #16's acceptance: a run checkpointed at step 3 and resumed from it is
 // bitwise the uninterrupted run (losses and final parameters) on the same
-// plan, for dp, tp + SP, pp under each schedule, ZeRO 1/2/3 and bf16; and
+// plan, for dp, tp + SP, pp under each schedule, ZeRO 1/2/3, bf16 and cp; and
 // resumed on a plan for another mesh (the params and the AdamW state
 // resharded) it continues within the golden rule's tolerance of the
 // same-mesh continuation.
@@ -31,7 +31,14 @@ struct Config {
   int64_t zero = 0;
   std::string dtype = "f32";
   std::string model = "tiny-gpt2";
+  int64_t cp = 1;
 };
+
+/// `c` with context parallelism of `cp`.
+Config withCp(Config c, int64_t cp) {
+  c.cp = cp;
+  return c;
+}
 
 std::string modelPath(const std::string &model) {
   if (model.find("-8l") != std::string::npos)
@@ -44,6 +51,7 @@ std::string compile(const Config &c) {
   opt.mesh.dp = c.dp;
   opt.mesh.tp = c.tp;
   opt.mesh.pp = c.pp;
+  opt.mesh.cp = c.cp;
   opt.pipelineSchedule = c.schedule;
   opt.virtualStages = c.virtualStages;
   opt.sequenceParallel = c.sequenceParallel;
@@ -129,6 +137,7 @@ TEST(Checkpoint, ResumeOnTheSamePlanIsBitwiseTheUninterruptedRun) {
       {"zero2-dp2", 2, 1, 1, 2, "1f1b", 1, false, 2},
       {"zero3-dp2", 2, 1, 1, 2, "1f1b", 1, false, 3},
       {"bf16-dp2", 2, 1, 1, 2, "1f1b", 1, false, 0, "bf16"},
+      withCp({"cp2-dp2", 2, 1, 1, 2}, 2),
   };
   for (const Config &c : configs) {
     SCOPED_TRACE(c.name);
@@ -166,6 +175,14 @@ TEST(Checkpoint, ReshardDp4ToDp2Tp2AndBack) {
   const Config dp4{"dp4", 4, 1, 1, 2}, dp2tp2{"dp2-tp2", 2, 2, 1, 2};
   expectReshard(dp4, dp2tp2);
   expectReshard(dp2tp2, dp4);
+}
+
+// Context parallelism (issue #32): the parameters and optimizer state are
+// replicated over cp, so a cp=2 checkpoint resumes at cp=1 and cp=4.
+TEST(Checkpoint, ReshardCp2ToCp1AndCp4) {
+  const Config cp2 = withCp({"cp2-dp2", 2, 1, 1, 2}, 2);
+  expectReshard(cp2, {"cp1-dp2", 2, 1, 1, 2});
+  expectReshard(cp2, withCp({"cp4", 1, 1, 1, 8}, 4));
 }
 
 TEST(Checkpoint, ReshardZero3Dp4ToPlainDp2) {

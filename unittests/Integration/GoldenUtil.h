@@ -218,6 +218,35 @@ inline void expectSame(const Trained &ref, const Trained &got, const std::string
                                     << tol.slack;
 }
 
+/// How far a bf16 run is from another: the largest relative loss and
+/// absolute parameter differences, and whether every bit is the same.
+struct Deviation {
+  double lossRel = 0, paramAbs = 0;
+  bool identical = true;
+};
+
+inline Deviation deviation(const Trained &ref, const Trained &got) {
+  Deviation d;
+  EXPECT_EQ(ref.losses.size(), got.losses.size());
+  for (size_t i = 0; i < ref.losses.size() && i < got.losses.size(); ++i) {
+    d.lossRel = std::max(d.lossRel, std::fabs(got.losses[i] - ref.losses[i]) / std::fabs(ref.losses[i]));
+    d.identical &= got.losses[i] == ref.losses[i];
+  }
+  EXPECT_EQ(ref.params.size(), got.params.size());
+  for (const auto &[name, a] : ref.params) {
+    auto it = got.params.find(name);
+    if (it == got.params.end() || it->second.size() != a.size()) {
+      ADD_FAILURE() << "parameter " << name << " missing or resized";
+      continue;
+    }
+    for (size_t i = 0; i < a.size(); ++i) {
+      d.paramAbs = std::max(d.paramAbs, std::fabs(double(a[i]) - double(it->second[i])));
+      d.identical &= a[i] == it->second[i];
+    }
+  }
+  return d;
+}
+
 } // namespace llcdist::test
 
 #endif

@@ -59,16 +59,17 @@ TEST(Memory, RecomputeTinyLlamaAdamW) { goldenRecompute("tiny-llama", "adamw"); 
 
 namespace {
 /// Bytes of layer 1's activation buffers that the forward writes and the
-/// backward reads (one microbatch, one device): what the layer keeps for
-/// its backward.
-int64_t savedBytesOfLayer1(const std::string &recompute) {
+/// backward reads (one microbatch, one device or one rank of a cp group):
+/// what the layer keeps for its backward.
+int64_t savedBytesOfLayer1(const std::string &recompute, int64_t cp = 1) {
   TrainingShape shape;
   shape.seqLen = 16;
   shape.microBatch = 2;
   shape.globalBatch = 2;
   TrainingPipelineOptions opt;
   opt.recompute = recompute;
-  std::string dir = test::compilePlan("tiny-llama", shape, opt, "saved-" + recompute);
+  opt.mesh.cp = cp;
+  std::string dir = test::compilePlan("tiny-llama", shape, opt, "saved-" + recompute + "-cp" + std::to_string(cp));
   EXPECT_FALSE(dir.empty());
   auto plan = rt::loadPlan(dir);
   EXPECT_TRUE(plan.isOk()) << plan.status().toString();
@@ -114,6 +115,21 @@ TEST(Memory, SavedActivationsPerLayerMatchTheAnalyticCount) {
   EXPECT_EQ(savedBytesOfLayer1("none"), none);
   EXPECT_EQ(savedBytesOfLayer1("selective"), none - (b * s * h + b * a * s) * f32);
   EXPECT_EQ(savedBytesOfLayer1("full"), b * s * h * f32);
+}
+
+// Context parallelism (issue #32): with everything else fixed, each rank of
+// a cp group keeps exactly 1/cp of those bytes. Every token-wise activation
+// holds s/cp tokens; the attention core's (q and k after RoPE, v, the
+// output, the log-sum-exp) hold the whole sequence but a/cp heads.
+TEST(Memory, SavedActivationsPerRankScaleAsOneOverCp) {
+  const int64_t b = 2, s = 16, h = 64, hkv = 32, i = 128, a = 8, f32 = 4;
+  const int64_t none = (6 * b * s * h + 2 * b * s * hkv + 3 * b * s * i + 2 * b * s + b * a * s) * f32;
+  const int64_t selective = none - (b * s * h + b * a * s) * f32;
+  for (int64_t cp : {1, 2, 4}) {
+    EXPECT_EQ(savedBytesOfLayer1("none", cp), none / cp) << "cp=" << cp;
+    EXPECT_EQ(savedBytesOfLayer1("selective", cp), selective / cp) << "cp=" << cp;
+    EXPECT_EQ(savedBytesOfLayer1("full", cp), b * s * h * f32 / cp) << "cp=" << cp;
+  }
 }
 
 // The arena (the plan's peak) shrinks with recomputation, with a longer

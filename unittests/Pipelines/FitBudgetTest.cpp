@@ -115,7 +115,7 @@ TEST(FitBudget, HintsAreTheirConfigurationsCompiled) {
     const MemoryHint &h = hints[i];
     ASSERT_TRUE(h.compiled) << h.flags << ": " << h.failure;
     TrainingPipelineOptions o = h.train;
-    o.mesh = {h.mesh.dp, h.mesh.tp, h.mesh.pp, h.mesh.rankOrderStr()};
+    o.mesh = {h.mesh.dp, h.mesh.tp, h.mesh.pp, h.mesh.cp, h.mesh.rankOrderStr()};
     Compiled alone = compileForTest("tiny-llama", o, base.shape);
     ASSERT_TRUE(alone.module) << h.flags;
     EXPECT_EQ(h.peak, peakArena(*alone.module)) << h.flags;

@@ -71,7 +71,7 @@ double memorySeconds(const Hardware &hw, double bytes);
 /// The launch overhead of one kernel.
 double launchSeconds(const Hardware &hw);
 
-enum class Collective { AllReduce, AllGather, ReduceScatter };
+enum class Collective { AllReduce, AllGather, ReduceScatter, AllToAll };
 const char *collectiveName(Collective c);
 
 /// A communicator: `size` ranks, `perNode` of them on each node they occupy

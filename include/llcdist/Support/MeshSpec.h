@@ -10,25 +10,30 @@
 
 namespace llcdist {
 
-/// A device mesh over the axes dp, tp and pp (unnamed axes are 1).
+/// A device mesh over the axes dp, tp, pp and cp (context parallelism;
+/// unnamed axes are 1). A mesh without cp (cp = 1) is the three-axis mesh it
+/// always was: its rank order names dp, tp and pp only.
 struct MeshSpec {
-  int64_t dp = 1, tp = 1, pp = 1;
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1;
   /// Axes from fastest- to slowest-varying in the rank number; Megatron's
   /// default keeps tensor-parallel groups on consecutive ranks (one node).
+  /// With cp > 1 it names cp too (Megatron's order: tp, cp, dp, pp).
   std::vector<std::string> rankOrder = {"tp", "dp", "pp"};
-  int64_t worldSize() const { return dp * tp * pp; }
+  int64_t worldSize() const { return dp * tp * pp * cp; }
   int64_t size(const std::string &axis) const;
-  /// The rank with coordinates {dp, tp, pp}.
-  int64_t rank(int64_t dpc, int64_t tpc, int64_t ppc) const;
-  std::string str() const;          ///< "dp=2,tp=4,pp=1"
+  /// The rank with coordinates {dp, tp, pp, cp}.
+  int64_t rank(int64_t dpc, int64_t tpc, int64_t ppc, int64_t cpc = 0) const;
+  std::string str() const;          ///< "dp=2,tp=4,pp=1" (",cp=2" when cp > 1)
   std::string rankOrderStr() const; ///< "tp,dp,pp"
 };
 
 /// Parses "dp=2,tp=4" (any order, each axis at most once, degrees >= 1).
+/// With cp > 1 the rank order becomes Megatron's tp,cp,dp,pp.
 /// On failure returns a message that quotes the spec and says the fix.
 std::optional<std::string> parseMeshSpec(std::string_view spec, MeshSpec &out);
 
-/// Parses "tp,dp,pp" (a permutation of the three axes) into out.rankOrder.
+/// Parses "tp,dp,pp" (a permutation of dp, tp, pp — and cp, which it must
+/// name when out.cp > 1) into out.rankOrder.
 std::optional<std::string> parseRankOrder(std::string_view spec, MeshSpec &out);
 
 } // namespace llcdist

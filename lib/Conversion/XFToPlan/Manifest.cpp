@@ -62,18 +62,22 @@ DictionaryAttr xftoplan::buildManifest(ModuleOp module, const StepInfo &step,
   auto model = module->getAttrOfType<DictionaryAttr>(kModelAttr);
   auto get = [&](StringRef k) -> Attribute { return model ? model.get(k) : Attribute(); };
   auto ids = cast<RankedTensorType>(entry.getArgument(0).getType());
-  int64_t dp = 1, tp = 1, pp = 1;
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1;
   ArrayAttr rankOrder = b.getStrArrayAttr({"tp", "dp", "pp"}); // Megatron's
   if (auto grid = module.lookupSymbol<shard::GridOp>("mesh")) {
     auto shape = grid.getShape();
-    if (shape.size() == 3)
+    if (shape.size() >= 3)
       dp = shape[0], tp = shape[1], pp = shape[2];
+    if (shape.size() == 4)
+      cp = shape[3];
     if (auto order = grid->getAttrOfType<ArrayAttr>("xf.rank_order"))
       rankOrder = order;
   }
   // After llcdist-partition the ids are one dp rank's: the micro-batch.
   int64_t microBatch = module->hasAttr("xf.partition") ? ids.getDimSize(0)
                                                         : ids.getDimSize(0) / dp;
+  // The global sequence: after llcdist-partition the ids hold cp's slice.
+  int64_t seqLen = module->hasAttr("xf.partition") ? ids.getDimSize(1) * cp : ids.getDimSize(1);
   SmallVector<NamedAttribute> modelAttrs{
       b.getNamedAttr("name", get("name") ? get("name") : b.getStringAttr("model")),
       b.getNamedAttr("architecture", get("architecture") ? get("architecture") : b.getStringAttr("")),
@@ -86,18 +90,21 @@ DictionaryAttr xftoplan::buildManifest(ModuleOp module, const StepInfo &step,
     modelAttrs[2] = b.getNamedAttr("vocab_size", pad.get("vocab_size"));
     modelAttrs.push_back(b.getNamedAttr("padded_vocab_size", pad.get("padded_vocab_size")));
   }
+  // A mesh without cp is written as it always was (dp, tp, pp).
+  SmallVector<NamedAttribute> meshAttrs{i64("dp", dp), i64("tp", tp), i64("pp", pp),
+                                        b.getNamedAttr("rank_order", rankOrder)};
+  if (cp > 1)
+    meshAttrs.push_back(i64("cp", cp));
   SmallVector<NamedAttribute> m{
       b.getNamedAttr("model", b.getDictionaryAttr(modelAttrs)),
-      b.getNamedAttr("batch",
-                     b.getDictionaryAttr({
-                         i64("seq_len", ids.getDimSize(1)),
-                         i64("micro_batch", microBatch),
-                         i64("microbatches", step.microbatches),
-                         i64("dp", dp),
-                         i64("global_batch", microBatch * step.microbatches * dp),
-                     })),
-      b.getNamedAttr("mesh", b.getDictionaryAttr({i64("dp", dp), i64("tp", tp), i64("pp", pp),
-                                                  b.getNamedAttr("rank_order", rankOrder)})),
+      b.getNamedAttr("batch", b.getDictionaryAttr({
+                                  i64("seq_len", seqLen),
+                                  i64("micro_batch", microBatch),
+                                  i64("microbatches", step.microbatches),
+                                  i64("dp", dp),
+                                  i64("global_batch", microBatch * step.microbatches * dp),
+                              })),
+      b.getNamedAttr("mesh", b.getDictionaryAttr(meshAttrs)),
       b.getNamedAttr("optimizer", optimizer.attrs),
       f64("grad_clip", optimizer.gradClip),
   };

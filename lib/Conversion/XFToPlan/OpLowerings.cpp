@@ -431,6 +431,35 @@ template <> LogicalResult OpLowering::lower<ReduceScatterOp>(Operation *op, Scop
   return lower<AllGatherOp>(op, s, part, loc); // one rule for both
 }
 
+template <> LogicalResult OpLowering::lower<AllToAllOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  // The runtime's view (docs/plan-format.md "all_to_all"): x [outer, mid, n,
+  // inner] -> y [outer, n, mid, inner] when the split dimension follows the
+  // gathered one (sequence -> heads, x_rank_dim 2), the inverse otherwise.
+  auto a2a = cast<AllToAllOp>(op);
+  auto x = cast<RankedTensorType>(a2a.getInput().getType());
+  auto y = cast<RankedTensorType>(a2a.getResult().getType());
+  int64_t split = a2a.getSplitDim(), concat = a2a.getConcatDim();
+  int64_t n = y.getDimSize(concat) / x.getDimSize(concat);
+  auto prod = [&](int64_t from, int64_t to) {
+    int64_t p = 1;
+    for (int64_t i = from; i < to; ++i)
+      p *= x.getDimSize(i);
+    return p;
+  };
+  bool toHeads = concat < split;
+  int64_t outer = toHeads ? prod(0, concat) : prod(0, split);
+  int64_t mid = toHeads ? prod(concat, split) : prod(split, concat) / n;
+  int64_t inner = toHeads ? prod(split, x.getRank()) / n : prod(concat, x.getRank());
+  Buf out = def(s, a2a.getResult(), op);
+  plan::KernelOp k = kernel("all_to_all", {arg("x", use(s, a2a.getInput())), arg("y", out)},
+                            {b.getNamedAttr("axis", a2a.getAxisAttr()), i64("outer", outer), i64("mid", mid),
+                             i64("inner", inner), i64("x_rank_dim", toHeads ? 2 : 1)},
+                            NameLoc::get(a2a.getReasonAttr(), loc));
+  k->setAttr("plan.payload", b.getStringAttr("activations"));
+  plan::setCollectiveOrigin(k, op);
+  return success();
+}
+
 template <> LogicalResult OpLowering::lower<BiasAddOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
   auto ba = cast<BiasAddOp>(op);
   Buf y = use(s, ba.getInput());
@@ -478,6 +507,6 @@ void llcdist::xftoplan::registerPlanLoweringModels(DialectRegistry &registry) {
                        LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
                        AddPositionEmbeddingGradOp, LayerNormGradInputOp, LayerNormGradParamsOp, RMSNormGradInputOp,
                        RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp, SwiGLUGradOp, ConcatOp,
-                       AllReduceOp, AllGatherOp, ReduceScatterOp, BiasAddOp, AccumulateGradOp>(ctx);
+                       AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp, AccumulateGradOp>(ctx);
   });
 }

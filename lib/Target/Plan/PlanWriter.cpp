@@ -287,15 +287,22 @@ FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
   // The runtime's mesh: rank <-> coordinates (docs/plan-format.md "Multi-rank plans").
   const json &meshJson = manifest["mesh"];
   rt::Mesh mesh = rt::Mesh::make(meshJson.value("dp", int64_t(1)), meshJson.value("tp", int64_t(1)),
-                                 meshJson.value("pp", int64_t(1)));
-  if (meshJson.contains("rank_order"))
-    for (auto [i, name] : llvm::enumerate(meshJson["rank_order"].get<std::vector<std::string>>()))
-      if (auto axis = rt::parseMeshAxis(name); axis && i < mesh.order.size())
-        mesh.order[i] = *axis;
+                                 meshJson.value("pp", int64_t(1)), meshJson.value("cp", int64_t(1)));
+  if (meshJson.contains("rank_order")) {
+    // Three names (a mesh without cp) leave cp, of size 1, slowest.
+    std::vector<rt::MeshAxis> order;
+    for (const std::string &name : meshJson["rank_order"].get<std::vector<std::string>>())
+      if (auto axis = rt::parseMeshAxis(name))
+        order.push_back(*axis);
+    if (!mesh.setOrder(order))
+      return mlir::emitError(module.getLoc(), "the manifest's mesh.rank_order is not a permutation of the mesh's axes");
+  }
   const int64_t world = mesh.worldSize(), pp = mesh.axisSize(rt::MeshAxis::kPp);
   bool pipeline = pp > 1;
   if (pipeline)
     manifest["features"].push_back("pipeline");
+  if (mesh.axisSize(rt::MeshAxis::kCp) > 1)
+    manifest["features"].push_back(std::string(schema::kContextParallelFeature));
   if (!pipeline && programs.size() != 1)
     return mlir::emitError(module.getLoc(), "expected one plan.program without a "
                                             "pipeline, found ")

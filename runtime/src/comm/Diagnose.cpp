@@ -64,7 +64,8 @@ StatusOr<CommRecord> parseRecord(const Reader& rd, const json& j, const std::str
   LLCDIST_ASSIGN_OR_RETURN(r.channel, rd.string(j, "channel", path));
   LLCDIST_ASSIGN_OR_RETURN(r.seq, rd.integer(j, "seq", path, 0, kBig));
   LLCDIST_ASSIGN_OR_RETURN(r.op, rd.string(j, "op", path));
-  if (r.op != "all_reduce" && r.op != "all_gather" && r.op != "reduce_scatter" && r.op != "send" && r.op != "recv")
+  if (r.op != "all_reduce" && r.op != "all_gather" && r.op != "reduce_scatter" && r.op != "all_to_all" &&
+      r.op != "send" && r.op != "recv")
     return rd.bad(path + "op", "unknown operation '" + r.op + "'");
   auto g = j.find("group");
   if (g == j.end() || !g->is_array() || g->empty() || g->size() > size_t(worldSize))
@@ -332,22 +333,29 @@ StatusOr<FlightDump> parseFlightDump(const std::string& text, const std::string&
   f.rank = int(rank);
   auto mesh = j.find("mesh");
   if (mesh == j.end() || !mesh->is_object()) return rd.bad("mesh", "missing or not an object");
-  int64_t sizes[3];
-  for (int a = 0; a < 3; ++a) {
+  int64_t sizes[kNumMeshAxes] = {1, 1, 1, 1};
+  for (size_t a = 0; a < kNumMeshAxes; ++a) {
     const std::string axis(meshAxisName(MeshAxis(a)));
-    LLCDIST_ASSIGN_OR_RETURN(sizes[a], rd.integer(*mesh, axis, "mesh.", 1, kMaxRanks));
+    // cp: written only when > 1
+    LLCDIST_ASSIGN_OR_RETURN(sizes[a], rd.integer(*mesh, axis, "mesh.", 1, kMaxRanks, MeshAxis(a) != MeshAxis::kCp, 1));
   }
-  if (sizes[0] * sizes[1] * sizes[2] != world) return rd.bad("mesh", "dp·tp·pp is not world_size");
-  f.mesh = Mesh::make(sizes[0], sizes[1], sizes[2]);
+  const bool cp = sizes[3] > 1;
+  int64_t product = 1;  // stepwise: four factors of up to 2^20 would overflow
+  for (int64_t size : sizes) product = product > world ? product : product * size;
+  if (product != world) return rd.bad("mesh", cp ? "dp·tp·pp·cp is not world_size" : "dp·tp·pp is not world_size");
+  f.mesh = Mesh::make(sizes[0], sizes[1], sizes[2], sizes[3]);
   auto order = mesh->find("rank_order");
-  if (order == mesh->end() || !order->is_array() || order->size() != 3)
-    return rd.bad("mesh.rank_order", "must list the three axes");
-  std::set<MeshAxis> seen;
-  for (size_t i = 0; i < 3; ++i) {
+  const size_t axes = cp ? kNumMeshAxes : kNumMeshAxes - 1;
+  if (order == mesh->end() || !order->is_array() || order->size() != axes)
+    return rd.bad("mesh.rank_order", cp ? "must list the four axes" : "must list the three axes");
+  std::vector<MeshAxis> listed;
+  for (size_t i = 0; i < axes; ++i) {
     std::optional<MeshAxis> a = (*order)[i].is_string() ? parseMeshAxis((*order)[i].get<std::string>()) : std::nullopt;
-    if (!a || !seen.insert(*a).second) return rd.bad("mesh.rank_order", "must list dp, tp and pp once each");
-    f.mesh.order[i] = *a;
+    if (a) listed.push_back(*a);
   }
+  if (listed.size() != axes || !f.mesh.setOrder(listed))
+    return rd.bad("mesh.rank_order",
+                  cp ? "must list dp, tp, pp and cp once each" : "must list dp, tp and pp once each");
   LLCDIST_ASSIGN_OR_RETURN(f.plan, rd.string(j, "plan", "", false));
   LLCDIST_ASSIGN_OR_RETURN(f.host, rd.string(j, "host", "", false));
   LLCDIST_ASSIGN_OR_RETURN(f.reason, rd.string(j, "reason", "", false));

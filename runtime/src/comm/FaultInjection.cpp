@@ -54,6 +54,11 @@ class Faulty final : public FaultCommunicator {
     LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "reduce_scatter"));
     return inner_.reduceScatter(rank, group, x, y, outer, inner, dtype, op);
   }
+  Status allToAll(int rank, const std::vector<int>& group, const void* send, void* recv, int64_t count,
+                  CommDType dtype) override {
+    LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "all_to_all"));
+    return inner_.allToAll(rank, group, send, recv, count, dtype);
+  }
   Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
               int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "send to rank " + std::to_string(peer)));

@@ -173,12 +173,16 @@ std::string FlightRecorder::dumpJson(int rank, const std::string& reason) const 
   }
   j["rank"] = rank;
   j["world_size"] = info_.worldSize;
+  // cp and its place in the order only when cp > 1 (a dump without context parallelism reads as before).
+  const bool cp = info_.mesh.axisSize(MeshAxis::kCp) > 1;
+  nlohmann::ordered_json order = nlohmann::ordered_json::array();
+  for (MeshAxis a : info_.mesh.order)
+    if (a != MeshAxis::kCp || cp) order.push_back(std::string(meshAxisName(a)));
   j["mesh"] = {{"dp", info_.mesh.axisSize(MeshAxis::kDp)},
                {"tp", info_.mesh.axisSize(MeshAxis::kTp)},
                {"pp", info_.mesh.axisSize(MeshAxis::kPp)},
-               {"rank_order",
-                {std::string(meshAxisName(info_.mesh.order[0])), std::string(meshAxisName(info_.mesh.order[1])),
-                 std::string(meshAxisName(info_.mesh.order[2]))}}};
+               {"rank_order", order}};
+  if (cp) j["mesh"]["cp"] = info_.mesh.axisSize(MeshAxis::kCp);
   j["plan"] = info_.planDir;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -244,6 +248,12 @@ class Recording final : public Communicator {
     CommRecord r = collective("reduce_scatter", group, outer * inner * int64_t(group.size()), dtype);
     r.reduceOp = comm::opName(op);
     return run(rank, std::move(r), [&] { return inner_.reduceScatter(rank, group, x, y, outer, inner, dtype, op); });
+  }
+  Status allToAll(int rank, const std::vector<int>& group, const void* send, void* recv, int64_t count,
+                  CommDType dtype) override {
+    // count: the input's elements (n blocks of `count`)
+    return run(rank, collective("all_to_all", group, count * int64_t(group.size()), dtype),
+               [&] { return inner_.allToAll(rank, group, send, recv, count, dtype); });
   }
   Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
               int64_t microbatch) override {

@@ -81,6 +81,19 @@ void runAllGather(Instance& inst, const Request& r) {
   }
 }
 
+// Block c of member m's input into block m of member c's output (byte copies), through temporaries as
+// an output may alias some member's input.
+void runAllToAll(Instance& inst, const Request& r) {
+  const size_t n = inst.in.size();
+  const size_t block = size_t(r.count * commDTypeSize(r.dtype));
+  if (block == 0) return;
+  std::vector<std::vector<std::byte>> results(n, std::vector<std::byte>(n * block));
+  for (size_t c = 0; c < n; ++c)
+    for (size_t m = 0; m < n; ++m)
+      std::memcpy(results[c].data() + m * block, static_cast<const std::byte*>(inst.in[m]) + c * block, block);
+  for (size_t c = 0; c < n; ++c) std::memcpy(inst.out[c], results[c].data(), n * block);
+}
+
 template <typename T>
 void runReduceScatter(Instance& inst, const Request& r) {
   const size_t n = inst.in.size();
@@ -129,6 +142,15 @@ class InProcessCommunicator final : public Communicator {
     r.outer = outer;
     r.inner = inner;
     return run(rank, group, x, y, r);
+  }
+
+  Status allToAll(int rank, const std::vector<int>& group, const void* send, void* recv, int64_t count,
+                  CommDType dtype) override {
+    Request r;
+    r.kind = Kind::kAllToAll;
+    r.dtype = dtype;
+    r.count = count;
+    return run(rank, group, send, recv, r);
   }
 
   Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
@@ -357,6 +379,9 @@ class InProcessCommunicator final : public Communicator {
         return;
       case Kind::kReduceScatter:
         withElementType(r.dtype, [&](auto e) { runReduceScatter<decltype(e)>(inst, r); });
+        return;
+      case Kind::kAllToAll:
+        runAllToAll(inst, r);
         return;
     }
   }

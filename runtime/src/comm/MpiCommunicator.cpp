@@ -165,6 +165,26 @@ class MpiCommunicator final : public Communicator {
     return Status::ok();
   }
 
+  // Block j of `send` to member j over the same per-member messages as the other collectives (a rank's
+  // group has no MPI communicator of its own, and one process may run several ranks: MPI_Alltoall does
+  // not fit), this member's own block copied.
+  Status allToAll(int rank, const std::vector<int>& group, const void* send, void* recv, int64_t count,
+                  CommDType dtype) override {
+    Request r;
+    r.kind = Kind::kAllToAll, r.dtype = dtype, r.count = count;
+    const size_t bytes = size_t(count * commDTypeSize(dtype));
+    const auto* in = static_cast<const std::byte*>(send);
+    std::vector<std::vector<std::byte>> from;
+    LLCDIST_RETURN_IF_ERROR(exchange(
+        rank, group, r, [&](size_t j) { return std::make_pair<const void*>(in + j * bytes, bytes); }, bytes, from));
+    const size_t me = memberOf(rank, group), n = group.size();
+    from[me].assign(in + me * bytes, in + (me + 1) * bytes);
+    auto* out = static_cast<std::byte*>(recv);
+    for (size_t m = 0; m < n; ++m)
+      if (bytes > 0) std::memcpy(out + m * bytes, from[m].data(), bytes);
+    return Status::ok();
+  }
+
   Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
               int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(checkP2P(rank, peer, "send", count));

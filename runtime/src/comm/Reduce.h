@@ -16,7 +16,7 @@
 
 namespace llcdist::rt::comm {
 
-enum class Kind { kAllReduce, kAllGather, kReduceScatter };
+enum class Kind { kAllReduce, kAllGather, kReduceScatter, kAllToAll };
 inline const char* kindName(Kind k) {
   switch (k) {
     case Kind::kAllReduce:
@@ -25,6 +25,8 @@ inline const char* kindName(Kind k) {
       return "all_gather";
     case Kind::kReduceScatter:
       return "reduce_scatter";
+    case Kind::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }
@@ -83,7 +85,7 @@ struct Request {
   Kind kind = Kind::kAllReduce;
   CommDType dtype = CommDType::kF32;
   ReduceOp op = ReduceOp::kSum;
-  int64_t count = 0, outer = 0, inner = 0;  // all_reduce: count; the others: outer, inner
+  int64_t count = 0, outer = 0, inner = 0;  // all_reduce: count; all_to_all: count (a block); the others: outer, inner
   bool operator==(const Request& o) const {
     return kind == o.kind && dtype == o.dtype && op == o.op && count == o.count && outer == o.outer && inner == o.inner;
   }
@@ -91,6 +93,8 @@ struct Request {
     std::string s = kindName(kind);
     if (kind == Kind::kAllReduce)
       s += "(" + std::string(opName(op)) + ", " + std::to_string(count) + " " + commDTypeName(dtype) + ")";
+    else if (kind == Kind::kAllToAll)
+      s += "(" + std::to_string(count) + " " + commDTypeName(dtype) + " per member)";
     else  // f32, the common case, unnamed (as before dtypes)
       s += "(outer " + std::to_string(outer) + ", inner " + std::to_string(inner) +
            (kind == Kind::kReduceScatter ? ", " + std::string(opName(op)) : std::string()) +

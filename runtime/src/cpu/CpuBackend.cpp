@@ -319,6 +319,37 @@ class CpuBackend final : public Backend {
       return Status::ok();
     });
   }
+  // Packs x's blocks on the host, the communicator's all-to-all, unpacks into y (Backend.h); a side that
+  // already is the contiguous blocks is used as it is.
+  StatusOr<CollectiveHandle> allToAllAsync(Stream s, const void* x, void* y, int64_t outer, int64_t mid, int64_t inner,
+                                           int xRankDim, CommDType dtype, Channel channel) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    LLCDIST_ASSIGN_OR_RETURN(const std::vector<int>* g, groupOf(channel));
+    const std::vector<int> group = *g;
+    if (xRankDim != 1 && xRankDim != 2)
+      return Status::invalidArgument("cpu backend: all-to-all x_rank_dim " + std::to_string(xRankDim) +
+                                     " (expected 1 or 2)");
+    return collective(s, group, [=, this]() -> Status {
+      const int64_t n = int64_t(group.size()), el = commDTypeSize(dtype), block = outer * mid * inner;
+      const bool xBlocks = allToAllIsBlocks(outer, mid, xRankDim), yBlocks = allToAllIsBlocks(outer, mid, 3 - xRankDim);
+      std::vector<std::byte> sendScratch(xBlocks ? 0 : size_t(n * block * el));
+      std::vector<std::byte> recvScratch(yBlocks ? 0 : size_t(n * block * el));
+      const void* send = x;
+      if (!xBlocks) {
+        runStridedCopies(allToAllCopies(n, outer, mid, inner, xRankDim, el, true), x, sendScratch.data());
+        send = sendScratch.data();
+      }
+      void* recv = yBlocks ? y : recvScratch.data();
+      if (opts_.communicator) {
+        LLCDIST_RETURN_IF_ERROR(opts_.communicator->allToAll(opts_.rank, group, send, recv, block, dtype));
+      } else {
+        LLCDIST_RETURN_IF_ERROR(checkGroup(group, "all-to-all"));
+        if (block > 0) std::memmove(recv, send, size_t(block * el));
+      }
+      if (!yBlocks) runStridedCopies(allToAllCopies(n, outer, mid, inner, 3 - xRankDim, el, false), recv, y);
+      return Status::ok();
+    });
+  }
   StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const void* in, void* out, int64_t outer, int64_t inner,
                                                 int64_t total, CommDType dtype, ReduceOp op, Channel channel) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));

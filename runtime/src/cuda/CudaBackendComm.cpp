@@ -155,6 +155,68 @@ StatusOr<CollectiveHandle> CudaBackend::reduceScatterAsync(Stream s, const void*
   return done(Status::ok());
 }
 
+// all_to_all: x's blocks packed contiguously with one cudaMemcpy2DAsync per member (none when x already
+// is the blocks), one NCCL group of a send and a receive per member on the channel's communicator
+// (member index = NCCL rank: the split's key), the received blocks unpacked into y the same way; without
+// NCCL staged through the host communicator, packed and unpacked on the host as the CPU backend does.
+StatusOr<CollectiveHandle> CudaBackend::allToAllAsync(Stream s, const void* x, void* y, int64_t outer, int64_t mid,
+                                                      int64_t inner, int xRankDim, CommDType dtype, Channel ch) {
+  LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
+  LLCDIST_ASSIGN_OR_RETURN(Chan * c, channel(ch));
+  if (xRankDim != 1 && xRankDim != 2)
+    return Status::invalidArgument("cuda backend: all-to-all x_rank_dim " + std::to_string(xRankDim) +
+                                   " (expected 1 or 2)");
+  const int yRankDim = 3 - xRankDim;
+  const int64_t n = int64_t(c->group.size()), eb = elemBytes(dtype), block = outer * mid * inner;
+  const int64_t bytes = n * block * eb;
+  if (bytes == 0) return done(Status::ok());
+  if (n == 1) {  // one member: both layouts are [outer, mid, inner]
+    LLCDIST_CUDA_TRY(cudaMemcpyAsync(y, x, size_t(bytes), cudaMemcpyDeviceToDevice, st), opts_.rank);
+    return done(Status::ok());
+  }
+#if LLCDIST_HAVE_NCCL
+  if (nccl()) {
+    auto copy2d = [&](const std::vector<StridedCopy>& copies, const void* src, void* dst) -> Status {
+      for (const StridedCopy& k : copies)
+        LLCDIST_CUDA_TRY(cudaMemcpy2DAsync(static_cast<std::byte*>(dst) + k.dstOffset, size_t(k.dstPitch),
+                                           static_cast<const std::byte*>(src) + k.srcOffset, size_t(k.srcPitch),
+                                           size_t(k.width), size_t(k.rows), cudaMemcpyDeviceToDevice, st),
+                         opts_.rank);
+      return Status::ok();
+    };
+    const bool xBlocks = allToAllIsBlocks(outer, mid, xRankDim), yBlocks = allToAllIsBlocks(outer, mid, yRankDim);
+    std::byte* area = nullptr;
+    if (!xBlocks || !yBlocks) {
+      LLCDIST_ASSIGN_OR_RETURN(void* scratch, scratch_[size_t(s.id)]->get(2 * bytes));
+      area = static_cast<std::byte*>(scratch);
+    }
+    const std::byte* send = xBlocks ? static_cast<const std::byte*>(x) : area;
+    std::byte* recv = yBlocks ? static_cast<std::byte*>(y) : area + bytes;
+    if (!xBlocks) LLCDIST_RETURN_IF_ERROR(copy2d(allToAllCopies(n, outer, mid, inner, xRankDim, eb, true), x, area));
+    LLCDIST_NCCL_TRY(ncclGroupStart(), opts_.rank);
+    for (int64_t j = 0; j < n; ++j) {
+      LLCDIST_NCCL_TRY(ncclSend(send + j * block * eb, size_t(block), ncclType(dtype), int(j), c->comm, st),
+                       opts_.rank);
+      LLCDIST_NCCL_TRY(ncclRecv(recv + j * block * eb, size_t(block), ncclType(dtype), int(j), c->comm, st),
+                       opts_.rank);
+    }
+    LLCDIST_NCCL_TRY(ncclGroupEnd(), opts_.rank);
+    if (!yBlocks) LLCDIST_RETURN_IF_ERROR(copy2d(allToAllCopies(n, outer, mid, inner, yRankDim, eb, false), recv, y));
+    return recordHandle(st);
+  }
+#endif
+  // Staged: x to the host as it is, packed into the second buffer, exchanged back into the first,
+  // unpacked into the second, which goes to y.
+  LLCDIST_ASSIGN_OR_RETURN(void* h0, hostBuffer(0, bytes));
+  LLCDIST_ASSIGN_OR_RETURN(void* h1, hostBuffer(1, bytes));
+  LLCDIST_RETURN_IF_ERROR(toHost(st, h0, x, bytes));
+  runStridedCopies(allToAllCopies(n, outer, mid, inner, xRankDim, eb, true), h0, h1);
+  LLCDIST_RETURN_IF_ERROR(opts_.communicator->allToAll(opts_.rank, c->group, h1, h0, block, dtype));
+  runStridedCopies(allToAllCopies(n, outer, mid, inner, yRankDim, eb, false), h0, h1);
+  LLCDIST_RETURN_IF_ERROR(toDevice(st, y, h1, bytes));
+  return done(Status::ok());
+}
+
 StatusOr<CollectiveHandle> CudaBackend::sendAsync(Stream s, const void* x, int64_t count, CommDType dtype, int peer,
                                                   int64_t tag, int64_t microbatch) {
   return p2p(true, s, const_cast<void*>(x), count, dtype, peer, tag, microbatch);

@@ -208,6 +208,9 @@ class CudaBackend final : public Backend {
   StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const void* in, void* out, int64_t outer, int64_t inner,
                                                 int64_t total, CommDType dtype, ReduceOp op, Channel ch) override;
 
+  StatusOr<CollectiveHandle> allToAllAsync(Stream s, const void* x, void* y, int64_t outer, int64_t mid, int64_t inner,
+                                           int xRankDim, CommDType dtype, Channel ch) override;
+
   StatusOr<CollectiveHandle> sendAsync(Stream s, const void* x, int64_t count, CommDType dtype, int peer, int64_t tag,
                                        int64_t microbatch) override;
   StatusOr<CollectiveHandle> recvAsync(Stream s, void* y, int64_t count, CommDType dtype, int peer, int64_t tag,

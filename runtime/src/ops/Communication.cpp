@@ -1,6 +1,6 @@
-// Family "communication": the collectives all_reduce, all_gather, reduce_scatter and the pipeline's
-// point-to-point send / recv, and the wait of asynchronous plans. They have no kernel: the interpreter runs them through the backend's
-// collective and point-to-point calls (Backend.h) on the groups and peers bound here.
+// Family "communication": the collectives all_reduce, all_gather, reduce_scatter, all_to_all and the pipeline's
+// point-to-point send / recv, and the wait of asynchronous plans. They have no kernel: the interpreter runs them
+// through the backend's collective and point-to-point calls (Backend.h) on the groups and peers bound here.
 #include "OpDefs.h"
 
 #include <algorithm>
@@ -62,7 +62,24 @@ Status checkGatherScatter(const OpChecker& c) {
   return checkCommDType(c);
 }
 
-// all_reduce (over its `group_size` sub-group when given), all_gather, reduce_scatter.
+// all_to_all (context parallelism): outer, mid, inner >= 1 (the schema), x_rank_dim 1 or 2, x and y each
+// outer·mid·n·inner elements (checked without overflow: a product past int64 matches no buffer).
+Status checkAllToAll(const OpChecker& c) {
+  int64_t n = 0;
+  LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
+  const int64_t rankDim = c.I("x_rank_dim");
+  if (rankDim != 1 && rankDim != 2)
+    return c.attrError("x_rank_dim",
+                       "expected 1 (x is [outer, n, mid, inner], y [outer, mid, n, inner]) or 2 (x is "
+                       "[outer, mid, n, inner], y [outer, n, mid, inner]), got " +
+                           std::to_string(rankDim));
+  const int64_t total = OpChecker::prod({c.I("outer"), c.I("mid"), n, c.I("inner")});
+  LLCDIST_RETURN_IF_ERROR(c.count("x", total, "outer×mid×n×inner (n = " + std::to_string(n) + ")"));
+  LLCDIST_RETURN_IF_ERROR(c.count("y", total, "outer×mid×n×inner (n = " + std::to_string(n) + ")"));
+  return checkCommDType(c);
+}
+
+// all_reduce (over its `group_size` sub-group when given), all_gather, reduce_scatter, all_to_all.
 StatusOr<OpParams> bindCollective(const BindContext& b) {
   const Op& op = b.op;
   CommunicationParams p;
@@ -74,6 +91,8 @@ StatusOr<OpParams> bindCollective(const BindContext& b) {
   p.outer = op.intAttr("outer");
   p.inner = op.intAttr("inner");
   p.total = op.intAttr("total", int64_t(p.group.size()) * p.inner);  // absent: the unpadded n·inner
+  p.mid = op.intAttr("mid", 0);
+  p.xRankDim = int(op.intAttr("x_rank_dim", 0));
   p.dtype = commDType(op);
   return OpParams(std::move(p));
 }
@@ -121,6 +140,7 @@ void registerCommunicationOps(OpDefTable& t) {
   t.add(K::kAllReduce, {"communication", checkAllReduce, bindCollective});
   t.add(K::kAllGather, {"communication", checkGatherScatter, bindCollective});
   t.add(K::kReduceScatter, {"communication", checkGatherScatter, bindCollective});
+  t.add(K::kAllToAll, {"communication", checkAllToAll, bindCollective});
   t.add(K::kSend, {"communication", checkPointToPoint, bindPointToPoint});
   t.add(K::kRecv, {"communication", checkPointToPoint, bindPointToPoint});
   t.add(K::kWait, {"communication", checkWait, bindWait});

@@ -111,7 +111,7 @@ Status OpChecker::wholeSide(const char* role, int64_t n, int64_t outer, int64_t 
 Status OpChecker::axisSize(int64_t* n) const {
   const std::string axis = op_.stringAttr("axis");
   auto a = parseMeshAxis(axis);
-  if (!a) return attrError("axis", "unknown mesh axis \"" + axis + "\" (expected \"dp\", \"tp\" or \"pp\")");
+  if (!a) return attrError("axis", "unknown mesh axis \"" + axis + "\" (expected \"dp\", \"tp\", \"pp\" or \"cp\")");
   if (n) *n = manifest_.mesh().axisSize(*a);
   return Status::ok();
 }
@@ -121,7 +121,7 @@ Status OpChecker::shardAxis() const {
   if (!op_.attrs.count(attr)) return Status::ok();
   const std::string axis = op_.stringAttr(attr);
   if (!parseMeshAxis(axis))
-    return attrError(attr.c_str(), "unknown mesh axis \"" + axis + "\" (expected \"dp\", \"tp\" or \"pp\")");
+    return attrError(attr.c_str(), "unknown mesh axis \"" + axis + "\" (expected \"dp\", \"tp\", \"pp\" or \"cp\")");
   return Status::ok();
 }
 

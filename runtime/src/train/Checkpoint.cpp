@@ -264,9 +264,9 @@ std::string describeCheckpoint(const CheckpointReader& c, bool asJson) {
     << m.seqLen << ")\n"
     << "  model " << m.modelName << " (" << m.architecture << ", vocabulary " << m.vocabSize << ", fingerprint "
     << m.modelFingerprint << "): " << params << " parameter tensors, " << values << " parameters\n"
-    << "  saved by mesh dp=" << m.meshDp << " tp=" << m.meshTp << " pp=" << m.meshPp << " (plan " << m.planFingerprint
-    << "), optimizer " << m.optimizer << ", lr schedule " << m.lrSchedule << " over " << m.lrTotalSteps
-    << " steps\n"
+    << "  saved by mesh dp=" << m.meshDp << " tp=" << m.meshTp << " pp=" << m.meshPp
+    << (m.meshCp > 1 ? " cp=" + std::to_string(m.meshCp) : std::string()) << " (plan " << m.planFingerprint
+    << "), optimizer " << m.optimizer << ", lr schedule " << m.lrSchedule << " over " << m.lrTotalSteps << " steps\n"
     << "  data " << m.data << " (seed " << m.seed << ", shuffle " << (m.shuffle ? "on" : "off") << ")\n"
     << "  " << m.tensors.size() << " tensors in " << m.files.size() << " files, " << bytes << " bytes"
     << (m.modelConfig ? "; model-config.json present" : "; no model-config.json (export needs --config)") << "\n";

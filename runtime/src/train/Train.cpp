@@ -292,6 +292,7 @@ CheckpointManifest checkpointDescription(const RunOptions& opts, const Manifest&
   runDesc.meshDp = m.meshDp;
   runDesc.meshTp = m.meshTp;
   runDesc.meshPp = m.meshPp;
+  runDesc.meshCp = m.meshCp;
   runDesc.planFingerprint = hex16(planHash);
   runDesc.optimizer = m.optimizer.kind == OptimizerDesc::Kind::kAdamW ? "adamw" : "sgd";
   return runDesc;
@@ -729,7 +730,7 @@ Status runTrainingOn(const RunOptions& opts, std::ostream& progress, RunResult* 
       LLCDIST_RETURN_IF_ERROR(train::loadRankState(*resumeFrom, m, states[size_t(r)], interp));
     else
       LLCDIST_RETURN_IF_ERROR(train::initParams(m, interp, opts.seed, opts.initFrom));
-    const MicrobatchSource data = dataFor(mesh.coord(r, MeshAxis::kDp));
+    const MicrobatchSource data = dataFor(mesh.coord(r, MeshAxis::kDp), mesh.coord(r, MeshAxis::kCp));
     for (int64_t step = firstStep; step < opts.steps; ++step) {
       StepRecord rec;
       rec.step = step;

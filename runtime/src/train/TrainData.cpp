@@ -1,5 +1,5 @@
 // Data sources for training: llm.c token files through BatchSampler, or synthetic tokens; one source
-// per data-parallel coordinate. See Train.h.
+// per (data-parallel, context-parallel) coordinate. See Train.h.
 #include "TrainParts.h"
 
 #include "llcdist/runtime/Rng.h"
@@ -11,23 +11,31 @@ namespace llcdist::rt::train {
 
 StatusOr<DataSourceFactory> makeDataSources(const Manifest& m, const std::string& data, bool shuffle, uint64_t seed) {
   const int64_t B = m.microBatch, T = m.seqLen, V = m.vocabSize, G = m.globalBatch, dp = m.dataParallel;
-  auto checkShape = [B, T](int64_t b, int64_t s) {
-    if (b != B || s != T)
+  const int64_t cp = m.meshCp;
+  // Context parallelism: each rank loads its chunk of T / cp positions of every sample.
+  auto checkShape = [B, T, cp](int64_t b, int64_t s) {
+    if (b != B || s != T / cp)
       return Status::internal("load_microbatch asked for [" + std::to_string(b) + ", " + std::to_string(s) +
-                              "], the manifest's batch is [" + std::to_string(B) + ", " + std::to_string(T) + "]");
+                              "], the manifest's batch is [" + std::to_string(B) + ", " + std::to_string(T) + "]" +
+                              (cp > 1 ? " over cp = " + std::to_string(cp) + ": [" + std::to_string(B) + ", " +
+                                            std::to_string(T / cp) + "] a rank"
+                                      : std::string()));
     return Status::ok();
   };
   if (data == "synthetic") {
     const uint64_t key = streamKey(seed, "llcdist.synthetic");
-    return DataSourceFactory([=](int64_t dpRank) {
+    return DataSourceFactory([=](int64_t dpRank, int64_t cpRank) {
+      const SequenceChunk chunk = contextParallelChunk(T, cp, cpRank);
       return MicrobatchSource([=](int64_t step, int64_t micro, int32_t* ids, int32_t* targets, int64_t b, int64_t s) {
         LLCDIST_RETURN_IF_ERROR(checkShape(b, s));
+        const int64_t S = chunk.count;
         for (int64_t i = 0; i < B; ++i) {
           const int64_t sample = step * G + (micro * dp + dpRank) * B + i;
-          for (int64_t t = 0; t <= T; ++t) {
+          // Token t of the sample's T + 1 (inputs 0..T-1, targets 1..T): the chunk's inputs and targets.
+          for (int64_t t = chunk.begin; t <= chunk.begin + S; ++t) {
             const int32_t tok = int32_t(random64(key, uint64_t(sample), uint64_t(t)) % uint64_t(V));
-            if (t < T) ids[i * T + t] = tok;
-            if (t > 0) targets[i * T + t - 1] = tok;
+            if (t < chunk.begin + S) ids[i * S + t - chunk.begin] = tok;
+            if (t > chunk.begin) targets[i * S + t - 1 - chunk.begin] = tok;
           }
         }
         return Status::ok();
@@ -52,10 +60,11 @@ StatusOr<DataSourceFactory> makeDataSources(const Manifest& m, const std::string
   auto shared = std::make_shared<const TokenFile>(std::move(file));
   LLCDIST_ASSIGN_OR_RETURN(BatchSampler sampler, BatchSampler::create(shared, cfg));
   auto sp = std::make_shared<BatchSampler>(std::move(sampler));
-  return DataSourceFactory([=](int64_t dpRank) {
+  return DataSourceFactory([=](int64_t dpRank, int64_t cpRank) {
+    const SequenceChunk chunk = contextParallelChunk(T, cp, cpRank);
     return MicrobatchSource([=](int64_t step, int64_t micro, int32_t* ids, int32_t* targets, int64_t b, int64_t s) {
       LLCDIST_RETURN_IF_ERROR(checkShape(b, s));
-      return sp->microbatch(step, micro, dpRank, ids, targets);
+      return sp->microbatchChunk(step, micro, dpRank, chunk, ids, targets);
     });
   });
 }

@@ -132,8 +132,14 @@ Status loadRankState(const CheckpointReader& checkpoint, const Manifest& manifes
                      const std::vector<StateTensor>& states, Interpreter& interp);
 
 // Data: a factory of per-rank microbatch sources ("synthetic" or an llm.c token file, loaded and
-// checked once); the source for data-parallel coordinate dpRank reads that rank's samples.
-using DataSourceFactory = std::function<MicrobatchSource(int64_t dpRank)>;
+// checked once); the source for data-parallel coordinate dpRank reads that rank's samples, and of each
+// the positions of context-parallel coordinate cpRank (contextParallelChunk; all of them when cp = 1).
+struct DataSourceFactory {
+  DataSourceFactory() = default;
+  explicit DataSourceFactory(std::function<MicrobatchSource(int64_t dpRank, int64_t cpRank)> f) : make(std::move(f)) {}
+  MicrobatchSource operator()(int64_t dpRank, int64_t cpRank = 0) const { return make(dpRank, cpRank); }
+  std::function<MicrobatchSource(int64_t dpRank, int64_t cpRank)> make;
+};
 StatusOr<DataSourceFactory> makeDataSources(const Manifest& manifest, const std::string& data, bool shuffle,
                                             uint64_t seed);
 

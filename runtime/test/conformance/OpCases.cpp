@@ -469,6 +469,11 @@ std::vector<Case> cases() {
        {{"x", {6}}, {"y", {6}}},
        {{"axis", "dp"}, {"outer", 3}, {"inner", 2}, {"op", "sum"}},
        [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 24); }},
+      // all_to_all over a single-rank group (n = 1): both layouts are [outer, mid, inner], a copy.
+      {"all_to_all",
+       {{"x", {12}}, {"y", {12}}},
+       {{"axis", "cp"}, {"outer", 2}, {"mid", 3}, {"inner", 2}, {"x_rank_dim", 2}},
+       [](Host& h) { std::memcpy(h.F("y"), h.F("x"), 48); }},
       // ZeRO's shard_slice on tp = 2, rank 1: y [2, 3] = columns [3, 6) of each row of x [2, 6].
       {"shard_slice",
        {{"x", {12}}, {"y", {6}}},

@@ -587,3 +587,27 @@ module attributes {xf.model = {global_batch = -4 : i64}} {
 // expected-error @+1 {{'xf.model' must be a dictionary on the builtin.module, got "gpt2" on 'builtin.module'}}
 module attributes {xf.model = "gpt2"} {
 }
+
+// -----
+
+func.func @all_to_all_same_dims(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{split_dim 1 and concat_dim 1 must be two different dimensions}}
+  %h = xf.all_to_all %x {axis = "cp", concat_dim = 1 : i64, origin = "context_parallel", reason = "r", split_dim = 1 : i64} : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @all_to_all_unbalanced(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{is not 'tensor<2x4x8xf32>' split along dim 2 and gathered along dim 1 over the same members}}
+  %h = xf.all_to_all %x {axis = "cp", concat_dim = 1 : i64, origin = "context_parallel", reason = "r", split_dim = 2 : i64} : (tensor<2x4x8xf32>) -> tensor<2x8x2xf32>
+  return
+}
+
+// -----
+
+func.func @all_to_all_axis(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{axis must be dp, tp, pp or cp, got 'ep'}}
+  %h = xf.all_to_all %x {axis = "ep", concat_dim = 1 : i64, origin = "context_parallel", reason = "r", split_dim = 2 : i64} : (tensor<2x4x8xf32>) -> tensor<2x8x4xf32>
+  return
+}

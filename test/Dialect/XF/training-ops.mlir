@@ -61,6 +61,11 @@ func.func @collectives(%x: tensor<2x4x8xf32>) {
   %s = xf.reduce_scatter %x {axis = "tp", dim = 1 : i64, origin = "row_parallel", reason = "r"} : (tensor<2x4x8xf32>) -> tensor<2x2x8xf32>
   // CHECK: xf.all_gather %{{.+}} {axis = "tp", dim = 1 : i64, origin = "sequence_parallel", reason = "r"}
   %g = xf.all_gather %s {axis = "tp", dim = 1 : i64, origin = "sequence_parallel", reason = "r"} : (tensor<2x2x8xf32>) -> tensor<2x4x8xf32>
+  // Context parallelism's all-to-all: the sequence split to the heads split and back.
+  // CHECK: xf.all_to_all %{{.+}} {axis = "cp", concat_dim = 1 : i64, origin = "context_parallel", reason = "r", split_dim = 2 : i64} : (tensor<2x4x8xf32>) -> tensor<2x8x4xf32>
+  %h = xf.all_to_all %x {axis = "cp", concat_dim = 1 : i64, origin = "context_parallel", reason = "r", split_dim = 2 : i64} : (tensor<2x4x8xf32>) -> tensor<2x8x4xf32>
+  // CHECK: xf.all_to_all %{{.+}} {axis = "cp", concat_dim = 2 : i64, origin = "context_parallel", reason = "r", split_dim = 1 : i64} : (tensor<2x8x4xf32>) -> tensor<2x4x8xf32>
+  %q = xf.all_to_all %h {axis = "cp", concat_dim = 2 : i64, origin = "context_parallel", reason = "r", split_dim = 1 : i64} : (tensor<2x8x4xf32>) -> tensor<2x4x8xf32>
   // CHECK: xf.all_reduce_grads {axis = "dp", origin = "dp_gradients", reason = "r", reduction = "sum"}
   xf.all_reduce_grads {axis = "dp", origin = "dp_gradients", reason = "r", reduction = "sum"}
   // CHECK: xf.all_reduce_loss {axis = "dp", origin = "loss", reason = "r"}

@@ -18,7 +18,7 @@ using json = nlohmann::ordered_json;
 
 /// The mesh's axis sizes from the manifest (1 for an axis it does not give).
 static llvm::StringMap<int64_t> meshAxisSizes(ModuleOp module) {
-  llvm::StringMap<int64_t> axisSize{{"dp", 1}, {"tp", 1}, {"pp", 1}};
+  llvm::StringMap<int64_t> axisSize{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"cp", 1}};
   if (auto m = module->getAttrOfType<DictionaryAttr>(kManifestAttr))
     if (auto mesh = m.getAs<DictionaryAttr>("mesh"))
       for (auto &[axis, size] : axisSize)
@@ -66,7 +66,8 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
     for (auto sub : program.getBody().front().getOps<SubroutineOp>())
       for (auto k : sub.getBody().front().getOps<KernelOp>()) {
         StringRef kind = k.getKernel();
-        if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter" && kind != "send")
+        if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter" && kind != "all_to_all" &&
+            kind != "send")
           continue;
         CollectiveEntry e;
         e.kind = kind.str();
@@ -128,6 +129,9 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
     if (auto mesh = man.getAs<DictionaryAttr>("mesh"))
       if (auto tp = mesh.getAs<IntegerAttr>("tp"))
         f.tp = tp.getInt();
+    if (auto mesh = man.getAs<DictionaryAttr>("mesh"))
+      if (auto cp = mesh.getAs<IntegerAttr>("cp"))
+        f.cp = cp.getInt();
   }
   m.walk([&](KernelOp k) {
     f.vocabParallel |= k.getKernel() == "cross_entropy_fwd" && k.getParams().get("shard_axis");
@@ -152,6 +156,10 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
       f.bshLM = bsh;
     if (auto hd = model.getAs<IntegerAttr>("head_dim"))
       f.headDim = hd.getInt();
+    if (auto nh = model.getAs<IntegerAttr>("num_heads"))
+      f.numHeads = nh.getInt();
+    if (auto nkv = model.getAs<IntegerAttr>("num_kv_heads"))
+      f.numKvHeads = nkv.getInt();
   }
   m.walk([&](ParamOp p) { f.kvBias |= p.getName().ends_with("self_attn.k_proj.bias"); });
   return f;
@@ -160,6 +168,48 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
 bool AnalyticVolume::matches(const CollectiveEntry &e) const {
   return double(e.payloadBytes) == payloadBytes && (calls < 0 || calls == e.callsPerStep);
 }
+
+namespace {
+/// Context parallelism's all-to-alls (Ulysses): each moves one attention
+/// operand of this rank, b·(s/cp)·(heads·d_head / tp) elements: q, out and
+/// their gradients with the query heads, k, v and theirs with the kv heads.
+/// Per layer and microbatch, to the heads: q, k, v forward and dout
+/// backward; back to the sequence: out forward and dq, dk, dv backward;
+/// full recomputation repeats the forward's.
+AnalyticVolume contextParallelVolume(const CollectiveEntry &e, const CommFacts &f) {
+  if (!f.bshLM || f.numHeads == 0 || f.headDim == 0)
+    return {};
+  auto [b, s, h, L, M] = *f.bshLM;
+  const int64_t nkv = f.numKvHeads ? f.numKvHeads : f.numHeads;
+  const double el = f.bf16 ? 2.0 : 4.0;
+  const std::string els = f.bf16 ? "2" : "4";
+  const double tokens = double(b) * double(s) / double(f.cp);
+  const double qBytes = el * tokens * double(f.numHeads * f.headDim) / double(f.tp);
+  const double kvBytes = el * tokens * double(nkv * f.headDim) / double(f.tp);
+  const bool toHeads = llvm::StringRef(e.reason).contains("attention needs the whole sequence");
+  const bool kv = double(e.payloadBytes) == kvBytes && kvBytes != qBytes;
+  const bool mha = kvBytes == qBytes;
+  // Calls per layer per microbatch with these bytes and this direction. The
+  // backward exchanges the saved attention output once more: o_proj's weight
+  // gradient reads it by the sequence (the attention's gradient by the heads).
+  int64_t calls = toHeads ? (mha ? 4 : 2) : (mha ? 5 : kv ? 2 : 3);
+  const int64_t again = f.fullRecompute ? (toHeads ? (mha ? 3 : (kv ? 2 : 1)) : (kv ? 0 : 1)) : 0;
+  calls += again;
+  std::string what = kv ? "b·(s/cp)·n_kv·d_head·" + els + " / tp" : "b·(s/cp)·n_heads·d_head·" + els + " / tp";
+  std::string which = toHeads ? (mha  ? "q, k, v forward, dout backward"
+                                 : kv ? "k, v forward"
+                                      : "q forward, dout backward")
+                              : (mha  ? "out forward, out again, dq, dk, dv backward"
+                                 : kv ? "dk, dv backward"
+                                      : "out forward, out again and dq backward");
+  if (again > 0)
+    which += "; the forward's again (full recompute)";
+  if (e.stage >= 0)
+    L = -1; // per-stage layer counts: payloads only
+  return {what + ", " + std::to_string(calls) + " per layer per microbatch (" + which + ")", kv ? kvBytes : qBytes,
+          L < 0 ? -1 : calls * L * M};
+}
+} // namespace
 
 AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const CommReport &r, const CommFacts &f) {
   int64_t localParams = e.stage >= 0 ? r.localParametersPerStage[e.stage] : r.localParameters;
@@ -198,6 +248,8 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
                 ", forward and backward per microbatch",
             (sums ? 16.0 : 8.0) * double(b * s), 2 * M};
   }
+  if (e.kind == "all_to_all" && e.origin == CollectiveOrigin::ContextParallel)
+    return contextParallelVolume(e, f);
   const bool pipelineGather = e.kind == "all_gather" && e.origin == CollectiveOrigin::Pipeline;
   if ((e.payload != "activations" && e.kind != "send" && !pipelineGather) || !f.bshLM)
     return {};

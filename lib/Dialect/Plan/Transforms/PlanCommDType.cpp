@@ -27,7 +27,7 @@ using namespace llcdist;
 namespace {
 
 bool isCollective(StringRef kind) {
-  return kind == "all_reduce" || kind == "all_gather" || kind == "reduce_scatter";
+  return kind == "all_reduce" || kind == "all_gather" || kind == "reduce_scatter" || kind == "all_to_all";
 }
 
 /// A reduction of gradients (data parallelism's and ZeRO's, kv-head

@@ -37,7 +37,7 @@ struct PlanP2PScatterGatherPass : public plan::impl::PlanP2PScatterGatherBase<Pl
     plan::ProgramOp program = getOperation();
     int64_t tp = 1;
     if (auto module = program->getParentOfType<ModuleOp>())
-      if (auto grid = module.lookupSymbol<shard::GridOp>("mesh"); grid && grid.getShape().size() == 3)
+      if (auto grid = module.lookupSymbol<shard::GridOp>("mesh"); grid && grid.getShape().size() >= 3)
         tp = grid.getShape()[1];
     if (tp < 2)
       return; // every rank of a stage sends its own activation already

@@ -13,8 +13,8 @@ SmallVector<int64_t> weightShape(WeightLayout layout, int64_t k, int64_t n) {
 }
 
 LogicalResult checkAxis(Operation *op, StringRef axis) {
-  if (axis != "dp" && axis != "tp" && axis != "pp")
-    return op->emitOpError("axis must be dp, tp or pp, got '") << axis << "'";
+  if (axis != "dp" && axis != "tp" && axis != "pp" && axis != "cp")
+    return op->emitOpError("axis must be dp, tp, pp or cp, got '") << axis << "'";
   return success();
 }
 
@@ -165,4 +165,25 @@ LogicalResult ReduceScatterOp::verify() {
   if (failed(checkAxis(*this, getAxis())))
     return failure();
   return checkGathered(*this, getResult(), getInput(), getDimAttr().getInt());
+}
+
+LogicalResult AllToAllOp::verify() {
+  if (failed(checkAxis(*this, getAxis())))
+    return failure();
+  auto in = rt(getInput()), out = rt(getResult());
+  int64_t split = getSplitDim(), concat = getConcatDim();
+  if (in.getRank() != out.getRank() || split < 0 || split >= in.getRank() || concat < 0 || concat >= in.getRank() ||
+      split == concat)
+    return emitOpError("split_dim ") << split << " and concat_dim " << concat << " must be two different dimensions of "
+                                     << in << " and " << out;
+  // n = out[concat] / in[concat] = in[split] / out[split], every other dim equal.
+  int64_t inC = in.getDimSize(concat), outS = out.getDimSize(split);
+  bool ok = inC > 0 && outS > 0 && out.getDimSize(concat) % inC == 0 && in.getDimSize(split) % outS == 0 &&
+            out.getDimSize(concat) / inC == in.getDimSize(split) / outS;
+  for (int64_t d = 0; ok && d < in.getRank(); ++d)
+    ok = d == split || d == concat || in.getDimSize(d) == out.getDimSize(d);
+  if (!ok)
+    return emitOpError("the result ") << out << " is not " << in << " split along dim " << split
+                                      << " and gathered along dim " << concat << " over the same members";
+  return sameElementType(*this, {getInput(), getResult()});
 }

@@ -30,42 +30,54 @@ struct AttachMeshPass
     dp_ = dp;
     tp_ = tp;
     pp_ = pp;
-    if (dp_ < 1 || tp_ < 1 || pp_ < 1) {
-      module.emitError("mesh degrees must be >= 1, got dp=")
-          << dp_ << " tp=" << tp_ << " pp=" << pp_;
+    cp_ = cp;
+    if (dp_ < 1 || tp_ < 1 || pp_ < 1 || cp_ < 1) {
+      module.emitError("mesh degrees must be >= 1, got dp=") << dp_ << " tp=" << tp_ << " pp=" << pp_ << " cp=" << cp_;
       return signalPassFailure();
     }
     OpBuilder b(module.getContext());
     SmallVector<StringRef> order;
     StringRef(rankOrder).split(order, ',');
     auto count = [&](StringRef a) { return llvm::count(order, a); };
-    if (order.size() != 3 || count("dp") != 1 || count("tp") != 1 || count("pp") != 1) {
-      module.emitError("rank-order '")
-          << rankOrder << "' is not a permutation of dp, tp, pp";
+    bool three = order.size() == 3 && count("dp") == 1 && count("tp") == 1 && count("pp") == 1;
+    bool four = order.size() == 4 && count("dp") == 1 && count("tp") == 1 && count("pp") == 1 && count("cp") == 1;
+    if (!three && !four) {
+      module.emitError("rank-order '") << rankOrder << "' is not a permutation of dp, tp, pp (and cp)";
       return signalPassFailure();
     }
-    ArrayAttr axes = b.getStrArrayAttr({"dp", "tp", "pp"});
+    // A mesh without cp keeps the three-axis grid it always had; with cp > 1
+    // a three-axis order takes cp right after tp (Megatron: tp, cp, dp, pp).
+    if (cp_ == 1 && four)
+      llvm::erase(order, "cp");
+    if (cp_ > 1 && three)
+      order.insert(llvm::find(order, "tp") + 1, "cp");
+    SmallVector<StringRef> names{"dp", "tp", "pp"};
+    SmallVector<int64_t> shape{dp_, tp_, pp_};
+    if (cp_ > 1) {
+      names.push_back("cp");
+      shape.push_back(cp_);
+    }
+    ArrayAttr axes = b.getStrArrayAttr(names);
     ArrayAttr orderAttr = b.getStrArrayAttr(order);
     // Idempotent: the output of `llc-dist compile --emit xf` already declares
     // the mesh it was attached for. The same mesh is accepted as is, so that
     // file compiles again; any other is an error naming both.
     Operation *old = module.lookupSymbol("mesh");
-    if (old && failed(checkExistingMesh(old, axes, orderAttr)))
+    if (old && failed(checkExistingMesh(old, orderAttr)))
       return signalPassFailure();
     if (failed(checkDivisibility(module)))
       return signalPassFailure();
     if (old)
       return;
     b.setInsertionPointToStart(module.getBody());
-    auto grid = shard::GridOp::create(b, module.getLoc(), "mesh",
-                                      ArrayRef<int64_t>{dp_, tp_, pp_});
+    auto grid = shard::GridOp::create(b, module.getLoc(), "mesh", ArrayRef<int64_t>(shape));
     grid->setAttr("xf.mesh_axes", axes);
     grid->setAttr("xf.rank_order", orderAttr);
   }
 
-  /// An existing @mesh must be the grid this pass would create.
-  LogicalResult checkExistingMesh(Operation *old, ArrayAttr axes,
-                                  ArrayAttr order) {
+  /// An existing @mesh must be the grid this pass would create (the same
+  /// degrees; cp named exactly when cp > 1).
+  LogicalResult checkExistingMesh(Operation *old, ArrayAttr order) {
     // "tp,dp,pp" for a rank order (a non-string entry shows as "?").
     auto joined = [](ArrayAttr names) {
       return llvm::join(llvm::map_range(names,
@@ -75,16 +87,23 @@ struct AttachMeshPass
                                         }),
                         ",");
     };
-    std::string want = llvm::formatv("dp={0},tp={1},pp={2}", dp_, tp_, pp_);
+    auto meshStr = [](ArrayRef<int64_t> s) {
+      std::string m = llvm::formatv("dp={0},tp={1},pp={2}", s[0], s[1], s[2]);
+      return s.size() == 4 ? m + ",cp=" + std::to_string(s[3]) : m;
+    };
+    std::string want = meshStr(cp_ > 1 ? ArrayRef<int64_t>{dp_, tp_, pp_, cp_} : ArrayRef<int64_t>{dp_, tp_, pp_});
     auto grid = dyn_cast<shard::GridOp>(old);
-    if (!grid || grid->getAttr("xf.mesh_axes") != axes ||
-        grid.getShape().size() != 3)
+    auto oldAxes = grid ? grid->getAttrOfType<ArrayAttr>("xf.mesh_axes") : ArrayAttr();
+    bool known = oldAxes &&
+                 (oldAxes == gridAxes(old->getContext(), false) || oldAxes == gridAxes(old->getContext(), true)) &&
+                 grid.getShape().size() == oldAxes.size();
+    if (!known)
       return old->emitError("a symbol named @mesh already exists and is not "
-                            "the dp x tp x pp grid llcdist-attach-mesh "
+                            "the dp x tp x pp (x cp) grid llcdist-attach-mesh "
                             "declares (shard.grid with xf.mesh_axes = "
-                            "[\"dp\", \"tp\", \"pp\"]); rename or remove it");
-    ArrayRef<int64_t> s = grid.getShape();
-    std::string have = llvm::formatv("dp={0},tp={1},pp={2}", s[0], s[1], s[2]);
+                            "[\"dp\", \"tp\", \"pp\"] or [\"dp\", \"tp\", \"pp\", \"cp\"]); rename or "
+                            "remove it");
+    std::string have = meshStr(grid.getShape());
     if (have != want)
       return old->emitError("the module already declares mesh ")
              << have << " but mesh " << want
@@ -130,11 +149,16 @@ struct AttachMeshPass
     if (!ok)
       return failure();
     if (entry.getNumArguments() > 0)
-      if (auto ids = dyn_cast<RankedTensorType>(entry.getArgument(0).getType()))
+      if (auto ids = dyn_cast<RankedTensorType>(entry.getArgument(0).getType())) {
         if (ids.getRank() >= 1 && ids.getDimSize(0) % dp_ != 0)
           return entry.emitError("dp=")
                  << dp_ << " does not divide the batch of "
                  << ids.getDimSize(0) << " sequences";
+        if (cp_ > 1 && (ids.getRank() < 2 || ids.getDimSize(1) % cp_ != 0))
+          return entry.emitError("cp=") << cp_ << " does not divide the sequence of "
+                                        << (ids.getRank() < 2 ? 0 : ids.getDimSize(1))
+                                        << " tokens; choose --seq-len a multiple of cp";
+      }
     int64_t layers = 0;
     entry.walk([&](LayerOp) { ++layers; });
     if (pp_ > 1 && pp_ > layers)
@@ -144,6 +168,12 @@ struct AttachMeshPass
     return success();
   }
 
-  int64_t dp_ = 1, tp_ = 1, pp_ = 1;
+  /// The grid's axis names: dp, tp, pp (and cp).
+  static ArrayAttr gridAxes(MLIRContext *ctx, bool withCp) {
+    Builder b(ctx);
+    return withCp ? b.getStrArrayAttr({"dp", "tp", "pp", "cp"}) : b.getStrArrayAttr({"dp", "tp", "pp"});
+  }
+
+  int64_t dp_ = 1, tp_ = 1, pp_ = 1, cp_ = 1;
 };
 } // namespace

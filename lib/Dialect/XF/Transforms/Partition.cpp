@@ -8,6 +8,7 @@
 // (TensorParallel.cpp) runs first.
 //
 //===----------------------------------------------------------------------===//
+#include "ContextParallel.h"
 #include "PartitionUtils.h"
 #include "TensorParallel.h"
 
@@ -30,6 +31,8 @@ namespace llcdist::xf {
 
 using namespace mlir;
 using namespace llcdist::xf;
+using llcdist::xf::detail::BatchLoop;
+using llcdist::xf::detail::batchLoop;
 
 namespace {
 /// How a value is distributed over the dp axis.
@@ -38,43 +41,6 @@ struct Sharding {
   int64_t dim = 0; // the split dimension, for Split
   bool operator==(const Sharding &o) const { return kind == o.kind && (kind != Split || dim == o.dim); }
 };
-
-/// The dp rule of an op, read from its loop nest (its ShardingInterface
-/// model, lib/Dialect/XF/IR/XFShardingInterface.cpp): the loop that indexes
-/// the split (batch) dimension of its first dp-split operand. A reduction
-/// loop makes every result a partial sum over dp (a weight gradient, the
-/// loss); a parallel one splits each result on the dimension it indexes
-/// (the batch, or the batch-major rows of a norm's statistics).
-struct BatchLoop {
-  bool reduction = false;
-  /// Per result: the dimension the batch loop indexes (parallel loops).
-  SmallVector<int64_t> resultDims;
-};
-
-/// nullopt for an op without a loop nest (the tp collectives and bias_add,
-/// which keep the batch first) or whose batch operand dimension is not a
-/// loop of its own.
-std::optional<BatchLoop> batchLoop(Operation *op, unsigned operand, int64_t dim) {
-  auto nest = dyn_cast<shard::ShardingInterface>(op);
-  if (!nest)
-    return std::nullopt;
-  SmallVector<AffineMap> maps = nest.getIndexingMaps();
-  SmallVector<utils::IteratorType> loops = nest.getLoopIteratorTypes();
-  auto d = dyn_cast<AffineDimExpr>(maps[operand].getResult(dim));
-  if (!d)
-    return std::nullopt;
-  BatchLoop b;
-  b.reduction = loops[d.getPosition()] == utils::IteratorType::reduction;
-  for (unsigned r = 0; r < op->getNumResults(); ++r) {
-    AffineMap m = maps[op->getNumOperands() + r];
-    int64_t at = -1;
-    for (unsigned i = 0; i < m.getNumResults(); ++i)
-      if (m.getResult(i) == d)
-        at = i;
-    b.resultDims.push_back(at);
-  }
-  return b;
-}
 
 class Propagation {
 public:
@@ -158,18 +124,18 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
     if (!grid)
       return; // no mesh: one device
     ArrayRef<int64_t> shape = grid.getShape();
-    if (shape.size() != 3) {
-      grid.emitError("llcdist-partition: expected a (dp, tp, pp) grid");
+    if (shape.size() != 3 && shape.size() != 4) {
+      grid.emitError("llcdist-partition: expected a (dp, tp, pp) or (dp, tp, pp, cp) grid");
       return signalPassFailure();
     }
-    int64_t dp = shape[0], tp = shape[1], pp = shape[2];
+    int64_t dp = shape[0], tp = shape[1], pp = shape[2], cp = shape.size() == 4 ? shape[3] : 1;
     (void)pp; // pipeline stages are MPMD: llcdist-pipeline-split cuts them
     if (sequenceParallel && tp == 1) {
       grid.emitError("llcdist-partition: sequence parallelism splits the "
                      "tensor-parallel region's sequence over tp; it needs tp > 1");
       return signalPassFailure();
     }
-    if (dp == 1 && tp == 1)
+    if (dp == 1 && tp == 1 && cp == 1)
       return;
     func::FuncOp entry = getTrainStep(module, "llcdist-partition");
     if (!entry)
@@ -184,11 +150,18 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
     }
 
     Builder attrs(module.getContext());
-    module->setAttr("xf.partition", attrs.getDictionaryAttr({attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(dp)),
-                                                             attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(tp))}));
+    SmallVector<NamedAttribute> degrees{attrs.getNamedAttr("dp", attrs.getI64IntegerAttr(dp)),
+                                        attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(tp))};
+    if (cp > 1)
+      degrees.push_back(attrs.getNamedAttr("cp", attrs.getI64IntegerAttr(cp)));
+    module->setAttr("xf.partition", attrs.getDictionaryAttr(degrees));
     // Tensor parallelism first: it inserts the tp collectives, whose batch
-    // dimension the dp propagation below then splits like any other op's.
+    // dimension the dp propagation below then splits like any other op's;
+    // then context parallelism splits the sequence (and inserts its
+    // all-to-alls, which keep the batch first too).
     if (tp > 1 && failed(partitionTensorParallel(module, tp, sequenceParallel)))
+      return signalPassFailure();
+    if (cp > 1 && failed(partitionContextParallel(module, cp, cpImpl)))
       return signalPassFailure();
     if (dp == 1)
       return;

@@ -4,9 +4,51 @@
 
 #include "llcdist/Dialect/XF/IR/XFOps.h"
 
+#include "mlir/Dialect/Shard/Interfaces/ShardingInterface.h"
 #include "mlir/IR/SymbolTable.h"
 
+#include <optional>
+
 namespace llcdist::xf::detail {
+
+/// The rule of an op for a split dimension of one operand, read from its
+/// loop nest (its ShardingInterface model,
+/// lib/Dialect/XF/IR/XFShardingInterface.cpp): the loop that indexes that
+/// dimension. A reduction loop makes every result a partial sum (a weight
+/// gradient, the loss); a parallel one splits each result on the dimension
+/// it indexes (the batch, the sequence, or the rows of a norm's statistics).
+/// Data parallelism asks it for the batch, context parallelism for the
+/// sequence.
+struct BatchLoop {
+  bool reduction = false;
+  /// Per result: the dimension the loop indexes (-1: none).
+  llvm::SmallVector<int64_t> resultDims;
+};
+
+/// nullopt for an op without a loop nest (the collectives and bias_add,
+/// which keep their dimensions) or whose operand dimension is not a loop of
+/// its own.
+inline std::optional<BatchLoop> batchLoop(mlir::Operation *op, unsigned operand, int64_t dim) {
+  auto nest = mlir::dyn_cast<mlir::shard::ShardingInterface>(op);
+  if (!nest)
+    return std::nullopt;
+  llvm::SmallVector<mlir::AffineMap> maps = nest.getIndexingMaps();
+  llvm::SmallVector<mlir::utils::IteratorType> loops = nest.getLoopIteratorTypes();
+  auto d = mlir::dyn_cast<mlir::AffineDimExpr>(maps[operand].getResult(dim));
+  if (!d)
+    return std::nullopt;
+  BatchLoop b;
+  b.reduction = loops[d.getPosition()] == mlir::utils::IteratorType::reduction;
+  for (unsigned r = 0; r < op->getNumResults(); ++r) {
+    mlir::AffineMap m = maps[op->getNumOperands() + r];
+    int64_t at = -1;
+    for (unsigned i = 0; i < m.getNumResults(); ++i)
+      if (m.getResult(i) == d)
+        at = i;
+    b.resultDims.push_back(at);
+  }
+  return b;
+}
 
 /// Propagates shardings (of any state type S) through a layer call: the
 /// callee body is propagated once, by `propagateBlock`, with the call's

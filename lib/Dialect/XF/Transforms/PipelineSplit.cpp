@@ -125,7 +125,7 @@ struct PipelineSplitPass : public llcdist::xf::impl::PipelineSplitBase<PipelineS
   void runOnOperation() override {
     ModuleOp module = getOperation();
     auto grid = module.lookupSymbol<shard::GridOp>("mesh");
-    int64_t pp = grid && grid.getShape().size() == 3 ? grid.getShape()[2] : 1;
+    int64_t pp = grid && grid.getShape().size() >= 3 ? grid.getShape()[2] : 1;
     // An unknown schedule is an error whatever pp is.
     auto kind = llcdist::schedule::parseScheduleKind(schedule);
     if (!kind) {

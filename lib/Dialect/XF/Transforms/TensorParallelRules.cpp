@@ -45,6 +45,16 @@ template <> LogicalResult TensorParallelPropagation::rule<ReduceScatterOp>(Opera
   return rule<AllReduceOp>(op); // one rule for both
 }
 
+// Context parallelism's all-to-all runs after tensor parallelism (it is
+// inserted on tp-local values); in hand-written IR it may only move values
+// that tp leaves whole.
+template <> LogicalResult TensorParallelPropagation::rule<AllToAllOp>(Operation *op) {
+  if (of(op->getOperand(0)).kind != TP::R)
+    return op->emitOpError("llcdist-partition: an all-to-all of a value split over tp; context parallelism "
+                           "is partitioned after tensor parallelism, on the tp-local values");
+  return success();
+}
+
 template <> LogicalResult TensorParallelPropagation::rule<BiasAddOp>(Operation *op) {
   auto ba = cast<BiasAddOp>(op);
   state[ba.getResult()] = of(ba.getInput());
@@ -383,11 +393,11 @@ template <typename... Ops> void attachTensorParallel(MLIRContext *ctx) {
 
 void llcdist::xf::registerTensorParallelModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, XFDialect *) {
-    attachTensorParallel<ParamOp, LayerOp, AllReduceOp, AllGatherOp, ReduceScatterOp, BiasAddOp, LinearOp, SplitOp,
-                         ConcatOp, RopeOp, RopeGradOp, AddOp, AttentionOp, AttentionGradOp, LayerNormOp, RMSNormOp,
-                         LayerNormGradInputOp, RMSNormGradInputOp, LayerNormGradParamsOp, RMSNormGradWeightOp,
-                         LinearGradBiasOp, AddPositionEmbeddingOp, AddPositionEmbeddingGradOp, EmbeddingOp,
-                         EmbeddingGradOp, CrossEntropyOp, CrossEntropyGradOp, LinearGradWeightOp, LinearGradInputOp,
-                         AccumulateGradOp>(ctx);
+    attachTensorParallel<ParamOp, LayerOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp, LinearOp,
+                         SplitOp, ConcatOp, RopeOp, RopeGradOp, AddOp, AttentionOp, AttentionGradOp, LayerNormOp,
+                         RMSNormOp, LayerNormGradInputOp, RMSNormGradInputOp, LayerNormGradParamsOp,
+                         RMSNormGradWeightOp, LinearGradBiasOp, AddPositionEmbeddingOp, AddPositionEmbeddingGradOp,
+                         EmbeddingOp, EmbeddingGradOp, CrossEntropyOp, CrossEntropyGradOp, LinearGradWeightOp,
+                         LinearGradInputOp, AccumulateGradOp>(ctx);
   });
 }

@@ -52,6 +52,27 @@ struct Channel {
   int id = -1;
 };
 
+// all_to_all's rearrangement (Backend::allToAllAsync), shared by the backends: one strided copy per
+// member j between the op's tensor, [outer, mid, n, inner] (rank dimension 2) or [outer, n, mid, inner]
+// (rank dimension 1), and n contiguous blocks of outer·mid·inner elements (block j holds the tensor's
+// index j of its rank dimension, in (outer, mid, inner) order). `rows` rows of `width` bytes, src rows
+// `srcPitch` bytes apart from byte `srcOffset`, dst rows `dstPitch` apart from `dstOffset` (a
+// cudaMemcpy2DAsync each on the GPU).
+struct StridedCopy {
+  int64_t srcOffset = 0, dstOffset = 0, rows = 0, width = 0, srcPitch = 0, dstPitch = 0;
+};
+// pack: tensor -> blocks (x's side: rankDim = xRankDim); otherwise blocks -> tensor (y's side: rankDim =
+// 3 - xRankDim).
+std::vector<StridedCopy> allToAllCopies(int64_t n, int64_t outer, int64_t mid, int64_t inner, int rankDim,
+                                        int64_t elemBytes, bool pack);
+// Whether the tensor of that side already is the n contiguous blocks (no copy needed): outer = 1 and
+// either rank dimension 1 or mid = 1.
+constexpr bool allToAllIsBlocks(int64_t outer, int64_t mid, int rankDim) {
+  return outer == 1 && (rankDim == 1 || mid == 1);
+}
+// Runs the copies on host memory.
+void runStridedCopies(const std::vector<StridedCopy>& copies, const void* src, void* dst);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -173,6 +194,15 @@ class Backend {
   virtual StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const void* in, void* out, int64_t outer,
                                                         int64_t inner, int64_t total, CommDType dtype, ReduceOp op,
                                                         Channel channel) = 0;
+  // all_to_all (context parallelism, Ulysses): x and y hold outer·mid·n·inner elements (n = |group|).
+  // xRankDim 2: x is [outer, mid, n, inner] and y [outer, n, mid, inner]; xRankDim 1: x is [outer, n,
+  // mid, inner] and y [outer, mid, n, inner]. The block of x at index j of its rank dimension
+  // (outer·mid·inner elements) goes to member j; the block from member i lands at index i of y's rank
+  // dimension (this member's own block is copied). x and y do not overlap. A backend packs x's blocks
+  // contiguously (allToAllCopies below), runs the communicator's (or NCCL's) all-to-all and unpacks
+  // into y. Default: an InvalidArgument error (a backend without it cannot run context-parallel plans).
+  virtual StatusOr<CollectiveHandle> allToAllAsync(Stream stream, const void* x, void* y, int64_t outer, int64_t mid,
+                                                   int64_t inner, int xRankDim, CommDType dtype, Channel channel);
   // f32.
   StatusOr<CollectiveHandle> allReduceAsync(Stream stream, float* buffer, int64_t count, ReduceOp op, Channel channel) {
     return allReduceAsync(stream, buffer, count, CommDType::kF32, op, channel);

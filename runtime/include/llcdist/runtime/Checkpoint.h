@@ -74,7 +74,7 @@ struct CheckpointManifest {
   std::string modelName, architecture;
   std::string modelFingerprint;  // the params' names and Hugging Face shapes, the vocabulary
   int64_t vocabSize = 0;
-  int64_t meshDp = 1, meshTp = 1, meshPp = 1;
+  int64_t meshDp = 1, meshTp = 1, meshPp = 1, meshCp = 1;  // mesh.cp: written only when > 1
   std::string planFingerprint;   // of the saving plan's manifest.json
   std::string optimizer;         // "adamw" or "sgd"
   bool modelConfig = false;      // model-config.json is in the directory

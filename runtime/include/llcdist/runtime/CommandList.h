@@ -106,6 +106,8 @@ class CommandRecorder final : public Backend {
                                             int64_t total, CommDType dtype, Channel channel) override;
   StatusOr<CollectiveHandle> reduceScatterAsync(Stream stream, const void* in, void* out, int64_t outer, int64_t inner,
                                                 int64_t total, CommDType dtype, ReduceOp op, Channel channel) override;
+  StatusOr<CollectiveHandle> allToAllAsync(Stream stream, const void* x, void* y, int64_t outer, int64_t mid,
+                                           int64_t inner, int xRankDim, CommDType dtype, Channel channel) override;
   StatusOr<CollectiveHandle> sendAsync(Stream stream, const void* x, int64_t count, CommDType dtype, int peer,
                                        int64_t tag, int64_t microbatch) override;
   StatusOr<CollectiveHandle> recvAsync(Stream stream, void* y, int64_t count, CommDType dtype, int peer, int64_t tag,

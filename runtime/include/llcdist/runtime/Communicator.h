@@ -16,6 +16,9 @@
 //   allGather:     y[o, m·inner + k] = x_m[o, k]                   (x [outer, inner], y [outer, n·inner])
 //   reduceScatter: y[o, k] = reduce_m x_m[o, c·inner + k]           (x [outer, n·inner], y [outer, inner],
 //                                                                    c this rank's member index)
+//   allToAll:      recv[m, k] = send_m[c, k]                         (send, recv [n, count]: block m of
+//                                                                    send goes to member m, block m of recv
+//                                                                    comes from member m; a copy of elements)
 //
 // Failure: abort(reason) makes every pending and later collective of every rank return an Aborted
 // error naming the reason (the first abort wins), so one failing rank never leaves the others
@@ -69,6 +72,12 @@ class Communicator {
                            int64_t inner, CommDType dtype) = 0;
   virtual Status reduceScatter(int rank, const std::vector<int>& group, const void* x, void* y, int64_t outer,
                                int64_t inner, CommDType dtype, ReduceOp op) = 0;
+  // Equal contiguous blocks of `count` elements of `dtype` (context parallelism's all_to_all): send and
+  // recv hold n = |group| blocks; block m of send goes to member m and block m of recv comes from member
+  // m (this member's own block is copied). send and recv must not overlap. Every communicator of the
+  // runtime has it; the default (a communicator written before it) is an InvalidArgument error.
+  virtual Status allToAll(int rank, const std::vector<int>& group, const void* send, void* recv, int64_t count,
+                          CommDType dtype);
 
   // Point-to-point: `rank` is the caller, `peer` the other rank (in [0, worldSize), != rank); `count`
   // elements of `dtype`; `microbatch` is the calling action's microbatch (-1 when it has none). send

@@ -87,7 +87,7 @@ struct CommRecord {
   int64_t id = 0;  // the rank's call number (all channels)
   std::string channel;
   int64_t seq = 0;
-  std::string op;  // all_reduce, all_gather, reduce_scatter, send, recv
+  std::string op;          // all_reduce, all_gather, reduce_scatter, all_to_all, send, recv
   std::vector<int> group;  // a collective's members; a send/recv: {sender, receiver}
   int peer = -1;           // send/recv: the other rank
   int64_t count = 0, bytes = 0;

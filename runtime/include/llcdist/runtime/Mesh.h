@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,17 +16,29 @@
 
 namespace llcdist::rt {
 
-enum class MeshAxis { kDp = 0, kTp = 1, kPp = 2 };  // indices into schema::kMeshAxes
+// Indices into schema::kMeshAxes. kCp: context parallelism (the sequence split over ranks, Ulysses).
+enum class MeshAxis { kDp = 0, kTp = 1, kPp = 2, kCp = 3 };
+inline constexpr size_t kNumMeshAxes = 4;
 std::string_view meshAxisName(MeshAxis a);
 std::optional<MeshAxis> parseMeshAxis(std::string_view name);
 
 struct Mesh {
-  std::array<int64_t, 3> size = {1, 1, 1};                                 // indexed by MeshAxis
-  std::array<MeshAxis, 3> order = {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp};  // fastest first
+  std::array<int64_t, kNumMeshAxes> size = {1, 1, 1, 1};  // indexed by MeshAxis
+  // Fastest first; a permutation of all four axes (an axis of size 1 may sit anywhere).
+  std::array<MeshAxis, kNumMeshAxes> order = kDefaultOrder;
+  // Megatron's order: tp, cp, dp, pp (with cp = 1 the same ranks as tp, dp, pp).
+  static constexpr std::array<MeshAxis, kNumMeshAxes> kDefaultOrder = {MeshAxis::kTp, MeshAxis::kCp, MeshAxis::kDp,
+                                                                       MeshAxis::kPp};
+  // The four axes in MeshAxis order (dp, tp, pp, cp), for loops over every axis.
+  static constexpr std::array<MeshAxis, kNumMeshAxes> kAllAxes = {MeshAxis::kDp, MeshAxis::kTp, MeshAxis::kPp,
+                                                                  MeshAxis::kCp};
 
-  static Mesh make(int64_t dp, int64_t tp, int64_t pp);  // default (Megatron) order
+  static Mesh make(int64_t dp, int64_t tp, int64_t pp, int64_t cp = 1);  // default (Megatron) order
+  // `order` from a rank_order of the three axes dp, tp, pp (cp then the slowest axis) or of all four;
+  // false (order unchanged) when `axes` is no such permutation.
+  bool setOrder(const std::vector<MeshAxis>& axes);
   int64_t axisSize(MeshAxis a) const { return size[size_t(a)]; }
-  int64_t worldSize() const { return size[0] * size[1] * size[2]; }
+  int64_t worldSize() const { return size[0] * size[1] * size[2] * size[3]; }
   int64_t stride(MeshAxis a) const;
   int64_t coord(int64_t rank, MeshAxis a) const { return rank / stride(a) % axisSize(a); }
   // Global ranks of `rank`'s group on `axis`, in member order (rank is at index coord(rank, axis)).
@@ -41,7 +54,8 @@ struct Mesh {
   // The one axis on which ranks a and b (both in the world) differ; nullopt when they differ on none or
   // on several.
   std::optional<MeshAxis> axisBetween(int64_t a, int64_t b) const;
-  // "dp=2 tp=2 pp=1, rank_order [tp, dp, pp]".
+  // "dp=2 tp=2 pp=1, rank_order [tp, dp, pp]"; with cp > 1 "dp=2 tp=2 pp=1 cp=2, rank_order [tp, cp, dp,
+  // pp]" (cp is named only when it is > 1, and then the order lists it).
   std::string describe() const;
 };
 

@@ -149,7 +149,7 @@ struct OptimizerParams {
   // adamw / sgd.
   double beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0, momentum = 0;
 };
-// all_reduce, all_gather, reduce_scatter, send, recv (family "communication"): run through the
+// all_reduce, all_gather, reduce_scatter, all_to_all, send, recv (family "communication"): run through the
 // backend's collectives and point-to-point calls, not as kernel launches.
 struct CommunicationParams {
   // Collectives: the global ranks of the op's `axis` group (or all_reduce's `group_size` sub-group) in
@@ -158,6 +158,10 @@ struct CommunicationParams {
   std::vector<int> group;
   ReduceOp reduceOp = ReduceOp::kSum;
   int64_t outer = 0, inner = 0, total = 0;
+  // all_to_all: x is [outer, mid, n, inner] (xRankDim 2) or [outer, n, mid, inner] (xRankDim 1), y the
+  // other of the two (Backend::allToAllAsync).
+  int64_t mid = 0;
+  int xRankDim = 0;
   // The attr `dtype`: f32 (default; bf16 buffers run through f32 staging) or bf16 (on the buffers).
   CommDType dtype = CommDType::kF32;
   // send / recv: the peer's global rank (this rank with coordinate `peer` on `axis`) and the tag.

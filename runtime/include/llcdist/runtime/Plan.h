@@ -131,8 +131,10 @@ struct Manifest {
   // model.padded_vocab_size (feature "vocab_padding"; > vocabSize), 0 without padding.
   int64_t paddedVocabSize = 0;
   int64_t seqLen = 0, microBatch = 0, microbatches = 0, dataParallel = 0, globalBatch = 0;
-  int64_t meshDp = 1, meshTp = 1, meshPp = 1;
-  std::array<MeshAxis, 3> rankOrder = {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp};  // fastest first
+  // mesh.cp (feature "context_parallel"; absent: 1).
+  int64_t meshDp = 1, meshTp = 1, meshPp = 1, meshCp = 1;
+  // Fastest first, all four axes: a three-name mesh.rank_order gets cp appended (the slowest axis).
+  std::array<MeshAxis, kNumMeshAxes> rankOrder = Mesh::kDefaultOrder;
   OptimizerDesc optimizer;
   LrSchedule lrSchedule;  // totalSteps 0 = "the run's --steps" (resolved by the caller)
   double gradClip = 0.0;
@@ -145,12 +147,12 @@ struct Manifest {
   // One program without the feature "pipeline" (every rank runs it); with it, one program per pipeline
   // stage: programs[i] runs exactly the ranks whose pp coordinate is i.
   std::vector<ProgramRef> programs;
-  int64_t worldSize() const { return meshDp * meshTp * meshPp; }
+  int64_t worldSize() const { return meshDp * meshTp * meshPp * meshCp; }
   bool hasFeature(std::string_view name) const;
   // The index of the program whose ranks contain `rank`, or -1.
   int64_t programOfRank(int64_t rank) const;
   Mesh mesh() const {
-    Mesh m = Mesh::make(meshDp, meshTp, meshPp);
+    Mesh m = Mesh::make(meshDp, meshTp, meshPp, meshCp);
     m.order = rankOrder;
     return m;
   }

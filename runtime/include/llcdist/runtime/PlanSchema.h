@@ -32,12 +32,15 @@ inline constexpr int64_t kArenaAlignment = 64;        // every buffer offset is 
 //               model.padded_vocab_size, params[].vocab_padded, cross_entropy_* attr real_vocab.
 //   "async":    asynchronous communication (docs/plan-format.md "Asynchronous plans"): program
 //               "queues", op fields "queue" and "token", the wait op.
+//   "context_parallel": context parallelism, Ulysses-style (docs/plan-format.md "Context parallelism"):
+//               mesh.cp may be > 1, each rank holds T/cp positions of every sample, the all_to_all op.
 inline constexpr std::string_view kPipelineFeature = "pipeline";
 inline constexpr std::string_view kZeroFeature = "zero";
 inline constexpr std::string_view kVocabPaddingFeature = "vocab_padding";
 inline constexpr std::string_view kAsyncFeature = "async";
-inline constexpr std::array<std::string_view, 4> kKnownFeatures = {kPipelineFeature, kZeroFeature,
-                                                                   kVocabPaddingFeature, kAsyncFeature};
+inline constexpr std::string_view kContextParallelFeature = "context_parallel";
+inline constexpr std::array<std::string_view, 5> kKnownFeatures = {kPipelineFeature, kZeroFeature, kVocabPaddingFeature,
+                                                                   kAsyncFeature, kContextParallelFeature};
 // Asynchronous plans: the first queue of every program (kernels and load_microbatch run on it; a
 // program without "queues" has only it).
 inline constexpr std::string_view kComputeQueue = "compute";
@@ -59,10 +62,17 @@ inline constexpr std::array<std::string_view, 2> kWeightLayouts = {"out_in", "in
 // ---------------------------------------------------------------------------------------------------
 // The device mesh (docs/plan-format.md "Multi-rank plans").
 // ---------------------------------------------------------------------------------------------------
-// Axis names, as in manifest.mesh, collective attrs `axis` and params[].sharding.axis.
-inline constexpr std::array<std::string_view, 3> kMeshAxes = {"dp", "tp", "pp"};
-// manifest.mesh.rank_order default (fastest-varying axis first): Megatron's order.
+// Axis names, as in manifest.mesh, collective attrs `axis` and params[].sharding.axis (indexed by
+// MeshAxis). "cp" (context parallelism, feature "context_parallel") is optional in manifest.mesh (absent:
+// 1).
+inline constexpr std::array<std::string_view, 4> kMeshAxes = {"dp", "tp", "pp", "cp"};
+// manifest.mesh.rank_order default (fastest-varying axis first): Megatron's order. A plan's rank_order
+// lists dp, tp and pp (cp is then the slowest axis, which needs cp = 1) or all four axes.
 inline constexpr std::array<std::string_view, 3> kDefaultRankOrder = {"tp", "dp", "pp"};
+// With context parallelism: Megatron's tp, cp, dp, pp (the same ranks as kDefaultRankOrder when cp = 1).
+inline constexpr std::array<std::string_view, 4> kDefaultRankOrderWithCp = {"tp", "cp", "dp", "pp"};
+// The largest mesh.cp (and world size).
+inline constexpr int64_t kMaxMeshAxisSize = int64_t(1) << 24;
 // The optional attr of embedding_fwd / embedding_bwd_weight / cross_entropy_fwd / cross_entropy_bwd that
 // makes them vocabulary-parallel over one mesh axis (the op's V is then the local vocabulary slice), and
 // of pos_embedding_fwd / pos_embedding_bwd_weight that makes them sequence-parallel (the op's S is then
@@ -95,9 +105,9 @@ constexpr bool ropeScalingValid(double factor, double lowFreqFactor, double high
 inline constexpr std::array<std::string_view, 3> kReduceOpNames = {"sum", "avg", "max"};
 // reduce_scatter supports only these in this version.
 inline constexpr std::array<std::string_view, 1> kReduceScatterOpNames = {"sum"};
-// The optional attr `dtype` of all_reduce / all_gather / reduce_scatter (docs/plan-format.md "Collective
-// dtypes"): the collective's element type, its arithmetic and what it moves. "f32" (the default) runs
-// it in f32 (bf16 buffers converted in and rounded out once); "bf16" runs it on the bf16 buffers
+// The optional attr `dtype` of all_reduce / all_gather / reduce_scatter / all_to_all (docs/plan-format.md
+// "Collective dtypes"): the collective's element type, its arithmetic and what it moves. "f32" (the
+// default) runs it in f32 (bf16 buffers converted in and rounded out once); "bf16" runs it on the bf16 buffers
 // themselves (2-byte elements, every partial sum rounded to bf16 as NCCL does) and needs every buffer
 // of the op to be bf16.
 inline constexpr std::string_view kCommDTypeAttr = "dtype";
@@ -159,7 +169,7 @@ enum class OpKind {
   kCrossEntropyFwd, kCrossEntropyBwd, kCrossEntropyMax, kCrossEntropySums,
   kGradNorm, kGradNormSq, kGradNormClip, kAdamW, kSgd,
   kAllReduce, kAllGather, kReduceScatter,
-  kSend, kRecv,
+  kSend, kRecv, kAllToAll,
   kCast,
   kShardSlice,
   kAdamWMulti, kSgdMulti, kCastMulti,
@@ -374,6 +384,12 @@ inline constexpr T kAllGatherAttrs[] = {
     {"axis", Str}, {"outer", Int}, {"inner", Int}, {"total", Int, false}, {"dtype", Str, false}};
 inline constexpr T kReduceScatterAttrs[] = {
     {"axis", Str}, {"outer", Int}, {"inner", Int}, {"op", Str}, {"total", Int, false}, {"dtype", Str, false}};
+// all_to_all (context parallelism, Ulysses): with n the size of `axis`, x and y hold O·M·n·I elements.
+// x_rank_dim 2: x is [O, M, n, I] and y is [O, n, M, I]; x_rank_dim 1: x is [O, n, M, I] and y is
+// [O, M, n, I]. Block j of x's rank dimension (O·M·I elements) goes to member j; the block from member
+// i lands at index i of y's rank dimension (a rank keeps its own block). x and y never overlap.
+inline constexpr T kAllToAllAttrs[] = {{"axis", Str},  {"outer", Int},      {"mid", Int},
+                                       {"inner", Int}, {"x_rank_dim", Int}, {"dtype", Str, false}};
 // Point-to-point (pipeline plans): the peer is the rank with this rank's coordinates except `peer` on
 // `axis`; `tag` is checked against the matching op's, never used to reorder (FIFO per ordered pair).
 inline constexpr A kSendArgs[] = {{"x", One, F, R}};
@@ -470,6 +486,7 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kReduceScatter, "reduce_scatter", detail::kGatherArgs, detail::kReduceScatterAttrs),
     detail::op(OpKind::kSend, "send", detail::kSendArgs, detail::kP2PAttrs),
     detail::op(OpKind::kRecv, "recv", detail::kRecvArgs, detail::kP2PAttrs),
+    detail::op(OpKind::kAllToAll, "all_to_all", detail::kGatherArgs, detail::kAllToAllAttrs),
     detail::op(OpKind::kCast, "cast", detail::kCastArgs, detail::kNAttrs),
     detail::op(OpKind::kShardSlice, "shard_slice", detail::kShardSliceArgs, detail::kShardSliceAttrs),
     detail::op(OpKind::kAdamWMulti, "adamw_multi", detail::kAdamMultiArgs, detail::kAdamAttrs),
@@ -500,10 +517,10 @@ constexpr std::optional<OpKind> parseOpKind(std::string_view s) {
     if (spec.name == s) return spec.kind;
   return std::nullopt;
 }
-// True for the collective ops (all_reduce, all_gather, reduce_scatter): executed through the
-// backend's collectives, not as kernel launches.
+// True for the collective ops (all_reduce, all_gather, reduce_scatter, all_to_all): executed through
+// the backend's collectives, not as kernel launches.
 constexpr bool isCollective(OpKind k) {
-  return k == OpKind::kAllReduce || k == OpKind::kAllGather || k == OpKind::kReduceScatter;
+  return k == OpKind::kAllReduce || k == OpKind::kAllGather || k == OpKind::kReduceScatter || k == OpKind::kAllToAll;
 }
 // (shard_slice is not one: it reads this rank's own buffer only, a kernel launch.)
 // True for the point-to-point ops (send, recv) of pipeline plans: executed through the backend's

@@ -44,6 +44,15 @@ private:
   std::vector<uint16_t> tokens_;
 };
 
+// Context parallelism (docs/plan-format.md "Context parallelism"): the rank with cp coordinate c of cp
+// holds, of each of its samples, the input positions [c·T/cp, (c+1)·T/cp) of the sample's T inputs and
+// the targets at the same positions (T the global sequence length, a multiple of cp), so the cp ranks
+// hold the sample in contiguous chunks, in cp order. cp = 1: the whole sample, [0, T).
+struct SequenceChunk {
+  int64_t begin = 0, count = 0;  // positions [begin, begin + count)
+};
+SequenceChunk contextParallelChunk(int64_t T, int64_t cp, int64_t c);
+
 struct BatchConfig {
   int64_t B = 1;             // sequences per microbatch
   int64_t T = 1;             // sequence length
@@ -69,6 +78,10 @@ public:
   int64_t sampleStart(int64_t s) const;
   // inputs[B,T] and targets[B,T] (int32 token ids) of one microbatch.
   Status microbatch(int64_t step, int64_t micro, int64_t dpRank, int32_t* inputs, int32_t* targets) const;
+  // Positions [chunk.begin, chunk.begin + chunk.count) of each sample of that microbatch: inputs and
+  // targets [B, chunk.count] (context parallelism: contextParallelChunk).
+  Status microbatchChunk(int64_t step, int64_t micro, int64_t dpRank, SequenceChunk chunk, int32_t* inputs,
+                         int32_t* targets) const;
 
 private:
   std::shared_ptr<const TokenFile> file_;

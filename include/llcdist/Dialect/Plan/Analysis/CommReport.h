@@ -47,10 +47,12 @@ struct CommFacts {
   /// all_gather over tp (plan.origin "pipeline") follows each recv.
   bool scatterGatherP2P = false;
   bool fullRecompute = false;
-  int64_t tp = 1;
+  int64_t tp = 1, cp = 1;
   /// From xf.model: micro-batch, sequence, hidden size, layers, microbatches.
   std::optional<std::array<int64_t, 5>> bshLM;
   int64_t headDim = 0;
+  /// From xf.model: query and kv heads (0: not given).
+  int64_t numHeads = 0, numKvHeads = 0;
   bool kvBias = false; ///< the k and v projections have biases
 };
 
@@ -63,8 +65,8 @@ struct LinkEstimate {
 /// The collectives of the program with one kind, axis, payload and reason
 /// (e.g. every layer's row-parallel output all-reduce), over one step.
 struct CollectiveEntry {
-  std::string kind;   ///< all_reduce, all_gather, reduce_scatter
-  std::string axis;   ///< dp, tp, pp
+  std::string kind;   ///< all_reduce, all_gather, reduce_scatter, all_to_all, send
+  std::string axis;   ///< dp, tp, pp, cp
   std::string reason; ///< provenance: why the partitioner needed it
   /// The same as a kind (plan.origin): what the analytic formula is keyed on.
   std::optional<xf::CollectiveOrigin> origin;

@@ -251,7 +251,10 @@ def XF_CollectiveOrigin : I32EnumAttr<"CollectiveOrigin",
       I32EnumAttrCase<"GradNorm", 10, "grad_norm">,
       // The vocabulary-parallel cross entropy's f64 row statistics (max,
       // then Σ exp and the target logit) over the vocabulary shards.
-      I32EnumAttrCase<"VocabParallelLoss", 11, "vocab_parallel_loss">
+      I32EnumAttrCase<"VocabParallelLoss", 11, "vocab_parallel_loss">,
+      // Context parallelism: attention's all-to-alls (sequence <-> heads)
+      // and the partial sums over the sequence split on cp.
+      I32EnumAttrCase<"ContextParallel", 12, "context_parallel">
     ]> {
   let cppNamespace = "::llcdist::xf";
   // Stored as a string attribute (readable in the IR), checked against the enum.
@@ -263,7 +266,7 @@ def XF_CollectiveOriginAttr : ConfinedAttr<StrAttr, [AttrConstraint<
           "::llvm::cast<::mlir::StringAttr>($_self).getValue()).has_value()">,
     "that names a collective origin (row_parallel, column_parallel, vocab_parallel_embedding, "
     "sequence_parallel, dp_gradients, kv_replica, loss, zero, pipeline, tied_parameter, grad_norm, "
-    "vocab_parallel_loss)">]>;
+    "vocab_parallel_loss, context_parallel)">]>;
 
 def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "all-reduce every parameter's gradient over a mesh axis";
@@ -364,6 +367,29 @@ def XF_ReduceScatterOp : XF_Op<"reduce_scatter"> {
   }];
   let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, I64Attr:$dim, StrAttr:$reason,
                        XF_CollectiveOriginAttr:$origin);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_AllToAllOp : XF_Op<"all_to_all"> {
+  let summary = "exchange blocks over a mesh axis: split one dimension, gather another";
+  let description = [{
+    Over the n members of `axis`: `split_dim` of `input` is cut into n equal
+    blocks, block j goes to member j, and `result` concatenates the blocks
+    received along `concat_dim`, in member order. Context parallelism's
+    all-to-all (DeepSpeed-Ulysses) inserted by `llcdist-partition`: from the
+    sequence split on cp to the heads split on cp before attention
+    (split_dim = 2, the heads' features; concat_dim = 1, the sequence) and
+    back after it (split_dim = 1, concat_dim = 2). Its own inverse with the
+    two dimensions swapped, which is its backward.
+
+    ```mlir
+    %y = xf.all_to_all %x {axis = "cp", split_dim = 2 : i64, concat_dim = 1 : i64, origin = "context_parallel", reason = "..."} : (tensor<2x4x64xf32>) -> tensor<2x8x32xf32>
+    ```
+  }];
+  let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, I64Attr:$split_dim, I64Attr:$concat_dim,
+                       StrAttr:$reason, XF_CollectiveOriginAttr:$origin);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

@@ -8,11 +8,13 @@ def AttachMesh : Pass<"llcdist-attach-mesh", "mlir::ModuleOp"> {
   let summary = "declare the device mesh and check that it divides the model";
   let description = [{
     Adds the device mesh as an upstream `shard.grid @mesh` with axes
-    (dp, tp, pp), recorded by name in the grid's `xf.mesh_axes` attribute,
+    (dp, tp, pp), and cp when cp > 1 (context parallelism), recorded by name
+    in the grid's `xf.mesh_axes` attribute,
     and checks that the mesh divides the model: tp must divide every
     attention's num_heads; kv heads must be divisible by tp or divide it
     (kv heads then replicate);
-    dp must divide the batch; pp must not exceed the number of layers.
+    dp must divide the batch; cp must divide the sequence; pp must not
+    exceed the number of layers.
     A mesh that does not divide the model is a located error that names the
     quantity and the fix.
 
@@ -32,8 +34,10 @@ def AttachMesh : Pass<"llcdist-attach-mesh", "mlir::ModuleOp"> {
     Option<"dp", "dp", "int64_t", "1", "data-parallel degree">,
     Option<"tp", "tp", "int64_t", "1", "tensor-parallel degree">,
     Option<"pp", "pp", "int64_t", "1", "pipeline-parallel degree">,
+    Option<"cp", "cp", "int64_t", "1", "context-parallel degree (the sequence split over cp)">,
     Option<"rankOrder", "rank-order", "std::string", "\"tp,dp,pp\"",
-           "axes from fastest- to slowest-varying in the rank number (Megatron: tp,dp,pp)">,
+           "axes from fastest- to slowest-varying in the rank number (Megatron: tp,dp,pp; "
+           "with cp > 1 a three-axis order gets cp right after tp: tp,cp,dp,pp)">,
   ];
   let dependentDialects = ["mlir::shard::ShardDialect"];
 }
@@ -130,6 +134,9 @@ def Partition : Pass<"llcdist-partition", "mlir::ModuleOp"> {
   let options = [
     Option<"sequenceParallel", "sequence-parallel", "bool", "false",
            "Megatron's sequence parallelism in the tensor-parallel region">,
+    Option<"cpImpl", "cp-impl", "std::string", "\"all-to-all\"",
+           "context parallelism's attention under cp > 1: all-to-all (Ulysses: "
+           "sequence to heads before attention and back after)">,
   ];
   let summary = "SPMD partitioning of the training step over the mesh (data parallelism)";
   let description = [{
@@ -150,8 +157,13 @@ def Partition : Pass<"llcdist-partition", "mlir::ModuleOp"> {
     replicate each kv head on the tp / kv ranks whose query heads use it
     (`xf.sharding` gains `replicas`) and sum those k/v projections'
     gradients over that sub-group of tp (`xf.all_reduce_grads` with
-    `group_size`). The pp axis is not a sharding: it is left to
-    llcdist-pipeline-split.
+    `group_size`). Under cp > 1 context parallelism runs between the two
+    (ContextParallel.cpp): the sequence of the ids and labels is split on cp
+    and propagated like the batch; the attention core (rope, attention and
+    their gradients) runs on the whole sequence and 1/cp of the heads, its
+    operands exchanged by `xf.all_to_all` (`cp-impl` all-to-all, Ulysses);
+    the gradients are summed and the loss averaged over cp once per step.
+    The pp axis is not a sharding: it is left to llcdist-pipeline-split.
 
     Before (dp = 2, global batch 4):
     ```mlir

@@ -1,0 +1,299 @@
+//===- ContextParallel.cpp - context parallelism over cp -------------------===//
+//
+// Context parallelism (issue #32) splits every sample's sequence over the cp
+// axis: rank c of a cp group holds tokens [c·S/cp, (c+1)·S/cp) of each of its
+// sequences (the runtime's data loader follows, docs/plan-format.md). Every
+// op that acts on tokens one by one — embeddings, norms, linears, the MLP,
+// the loss — runs on the local tokens unchanged, so the propagation is data
+// parallelism's on the sequence dimension (the ops' loop nests, batchLoop):
+// a contraction over the tokens (a weight gradient, the loss's mean) is a
+// partial result over cp, summed once per step (`xf.all_reduce_grads` over
+// cp) or averaged (`xf.all_reduce_loss`). Learned positions start at the
+// rank's first token (the op's `xf.seq_parallel_axis`).
+//
+// Attention is the one op that mixes tokens. With `impl` all-to-all
+// (DeepSpeed-Ulysses, Megatron's --cp-comm-type a2a) the ops of the attention
+// core — rope, attention and their gradients — run on the whole sequence and
+// 1/cp of the heads: a sequence-split operand is exchanged by `xf.all_to_all`
+// (split the features into cp head groups, gather the sequence), and a
+// head-split value is exchanged back where any other op reads it. The
+// all-to-all's result also replaces the value in a layer body's returns, so
+// the backward reads the head-split q, k, v, out and lse that the forward
+// saved rather than exchanging them again: four all-to-alls per layer
+// forward (q, k, v in, out back) and four backward (dout in; dq, dk, dv back).
+//
+//===----------------------------------------------------------------------===//
+#include "ContextParallel.h"
+#include "PartitionUtils.h"
+
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+#include "llcdist/Dialect/XF/IR/XFOps.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace llcdist::xf;
+using llcdist::xf::detail::batchLoop;
+
+namespace {
+/// How a value is distributed over cp.
+struct CP {
+  enum Kind { None, Seq, Heads, Partial } kind = None;
+  int64_t dim = 0; // the split dimension, for Seq and Heads
+  bool operator==(const CP &o) const { return kind == o.kind && ((kind != Seq && kind != Heads) || dim == o.dim); }
+  bool operator!=(const CP &o) const { return !(*this == o); }
+  static CP seq(int64_t d) { return {Seq, d}; }
+  static CP heads(int64_t d) { return {Heads, d}; }
+};
+
+/// The ops of the attention core: the whole sequence, 1/cp of the heads.
+bool isHeadOp(Operation *op) { return isa<RopeOp, RopeGradOp, AttentionOp, AttentionGradOp>(op); }
+
+constexpr llvm::StringLiteral kToHeads = "context parallelism (all-to-all): attention needs the whole sequence; "
+                                         "each cp rank takes 1/cp of the heads";
+constexpr llvm::StringLiteral kToSeq = "context parallelism (all-to-all): back from the attention's heads to "
+                                       "this rank's slice of the sequence";
+
+class ContextParallelPropagation {
+public:
+  ContextParallelPropagation(ModuleOp module, int64_t cp) : module(module), cp(cp), symbols(module) {}
+
+  LogicalResult run() {
+    func::FuncOp entry = getTrainStep(module, "llcdist-partition");
+    if (!entry)
+      return failure();
+    for (BlockArgument a : entry.getArguments()) // token ids and labels [B, S]
+      state[a] = CP::seq(1);
+    if (failed(propagate(entry.getBody().front())) || failed(checkGradients()) || failed(applyTypes()))
+      return failure();
+    addReductions();
+    return success();
+  }
+
+private:
+  CP of(Value v) const { return state.lookup(v); }
+
+  LogicalResult propagate(Block &block) {
+    for (Operation &op : llvm::make_early_inc_range(block.without_terminator()))
+      if (failed(visit(&op)))
+        return failure();
+    return success();
+  }
+
+  LogicalResult visit(Operation *op) {
+    if (auto call = dyn_cast<LayerOp>(op))
+      return llcdist::xf::detail::propagateLayer(call, symbols, state, bodyArgs,
+                                                 [&](Block &b) { return propagate(b); });
+    if (isHeadOp(op))
+      return visitHeadOp(op);
+    for (OpOperand &use : op->getOpOperands())
+      if (of(use.get()).kind == CP::Heads)
+        use.set(toSeq(use.get()));
+    if (failed(checkPartialOperands(op)))
+      return failure();
+    if (isa<AddOp>(op) && of(op->getOperand(0)).kind == CP::Partial) {
+      state[op->getResult(0)] = {CP::Partial}; // a sum of partial sums (checked above)
+      return success();
+    }
+    auto first = llvm::find_if(op->getOperands(), [&](Value v) { return of(v).kind == CP::Seq; });
+    if (first == op->operand_end())
+      return success(); // parameters and what is computed from them only
+    if (failed(positions(op)))
+      return failure();
+    if (isa<AddPositionEmbeddingGradOp>(op)) { // this rank's rows of the table only
+      state[op->getResult(0)] = {CP::Partial};
+      return success();
+    }
+    unsigned index = first - op->operand_begin();
+    int64_t dim = of(*first).dim;
+    std::optional<llcdist::xf::detail::BatchLoop> loop = batchLoop(op, index, dim);
+    for (auto [i, r] : llvm::enumerate(op->getResults())) {
+      if (!loop) {
+        state[r] = CP::seq(dim); // collectives and bias_add keep their dimensions
+      } else if (loop->reduction) {
+        state[r] = {CP::Partial};
+      } else if (loop->resultDims[i] >= 0) {
+        state[r] = CP::seq(loop->resultDims[i]);
+      } else {
+        // A norm's statistics: rows flattened from the leading dims, indexed
+        // by the first row loop only. The local rows are this rank's tokens.
+        std::optional<llcdist::xf::detail::BatchLoop> rows = batchLoop(op, index, 0);
+        if (!rows || rows->reduction || rows->resultDims[i] < 0)
+          return op->emitOpError("llcdist-partition: result ")
+                 << i << " has no sequence dimension, but the op's sequence loop is parallel";
+        state[r] = CP::seq(rows->resultDims[i]);
+      }
+    }
+    return success();
+  }
+
+  /// Only sums of partial sums and gradient accumulation read partial sums.
+  LogicalResult checkPartialOperands(Operation *op) {
+    bool partial = llvm::any_of(op->getOperands(), [&](Value v) { return of(v).kind == CP::Partial; });
+    if (!partial || isa<AccumulateGradOp>(op))
+      return success();
+    if (isa<AddOp>(op) && llvm::all_of(op->getOperands(), [&](Value v) { return of(v).kind == CP::Partial; }))
+      return success();
+    return op->emitOpError("llcdist-partition: consumes a partial sum over cp; an all-reduce would be needed here");
+  }
+
+  /// Learned positions of a sequence slice start at the rank's first token.
+  LogicalResult positions(Operation *op) {
+    if (!isa<AddPositionEmbeddingOp, AddPositionEmbeddingGradOp>(op))
+      return success();
+    if (op->hasAttr("xf.seq_parallel_axis"))
+      return op->emitOpError("llcdist-partition: learned positions under both sequence parallelism and "
+                             "context parallelism are not supported yet; use one of them (or a model with "
+                             "rotary positions)");
+    op->setAttr("xf.seq_parallel_axis", StringAttr::get(op->getContext(), "cp"));
+    return success();
+  }
+
+  LogicalResult visitHeadOp(Operation *op) {
+    for (OpOperand &use : op->getOpOperands()) {
+      CP s = of(use.get());
+      if (s.kind == CP::Seq && s.dim == 1)
+        use.set(toHeads(use.get()));
+      else if (s.kind != CP::Heads)
+        return op->emitOpError("llcdist-partition: the attention core reads an operand that is not a "
+                               "sequence-split activation [B, S, F] under cp");
+    }
+    for (Value r : op->getResults()) // lse [B, heads, S]; every other [B, S, heads·hd]
+      state[r] = CP::heads(isa<AttentionOp>(op) && r == op->getResult(1) ? 1 : 2);
+    if (auto at = dyn_cast<AttentionOp>(op))
+      return localHeads(at);
+    if (auto at = dyn_cast<AttentionGradOp>(op))
+      return localHeads(at);
+    return success();
+  }
+
+  /// num_heads and num_kv_heads (already per tp rank) over cp: each cp rank
+  /// takes whole kv groups.
+  template <typename AttnOp> LogicalResult localHeads(AttnOp op) {
+    int64_t nh = op.getNumHeads(), nkv = op.getNumKvHeads();
+    if (nh % cp != 0 || nkv % cp != 0)
+      return op.emitOpError("llcdist-partition: cp=")
+             << cp << " (all-to-all) must divide the attention's heads on each rank: num_heads=" << nh
+             << " and num_kv_heads=" << nkv
+             << " (after tp); each cp rank takes whole kv groups. Choose cp dividing num_kv_heads / tp";
+    heads.push_back({op, nh / cp, nkv / cp});
+    return success();
+  }
+
+  /// The all-to-all of `v` (sequence-split, [B, S, F]) to the head split,
+  /// once per value, right after its definition; it also replaces v in its
+  /// layer body's returns (what the backward reads).
+  Value toHeads(Value v) {
+    Value &h = headsOf[v];
+    if (h)
+      return h;
+    OpBuilder b = after(v);
+    h = AllToAllOp::create(b, v.getLoc(), v.getType(), v, "cp", 2, 1, kToHeads,
+                           stringifyCollectiveOrigin(CollectiveOrigin::ContextParallel))
+            .getResult();
+    state[h] = CP::heads(2);
+    v.replaceUsesWithIf(h, [&](OpOperand &u) {
+      return isa<func::ReturnOp>(u.getOwner()) && u.getOwner()->getParentOp()->hasAttr("xf.layer_body");
+    });
+    return h;
+  }
+
+  /// The all-to-all of a head-split `v` back to the sequence split, once.
+  Value toSeq(Value v) {
+    Value &s = seqOf[v];
+    if (s)
+      return s;
+    OpBuilder b = after(v);
+    s = AllToAllOp::create(b, v.getLoc(), v.getType(), v, "cp", 1, 2, kToSeq,
+                           stringifyCollectiveOrigin(CollectiveOrigin::ContextParallel))
+            .getResult();
+    state[s] = CP::seq(1);
+    return s;
+  }
+
+  static OpBuilder after(Value v) {
+    OpBuilder b(v.getContext());
+    if (Operation *def = v.getDefiningOp())
+      b.setInsertionPointAfter(def);
+    else
+      b.setInsertionPointToStart(cast<BlockArgument>(v).getOwner());
+    return b;
+  }
+
+  /// Every parameter gradient sums over all tokens: a partial sum over cp.
+  LogicalResult checkGradients() {
+    WalkResult r = module.walk([&](AccumulateGradOp acc) {
+      if (of(acc.getGrad()).kind != CP::Partial) {
+        acc.emitOpError("llcdist-partition: gradient of '") << acc.getName() << "' is not a partial sum over cp";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    return failure(r.wasInterrupted());
+  }
+
+  LogicalResult applyTypes() {
+    for (auto &[value, s] : state) {
+      if (s.kind != CP::Seq && s.kind != CP::Heads)
+        continue;
+      Value v = value;
+      auto t = cast<RankedTensorType>(v.getType());
+      SmallVector<int64_t> dims(t.getShape());
+      if (s.dim >= int64_t(dims.size()) || dims[s.dim] % cp != 0)
+        return emitError(v.getLoc(), "llcdist-partition: cp=")
+               << cp << " does not divide dimension " << s.dim << " of " << t
+               << (s.kind == CP::Heads ? " (the heads)" : " (the sequence)");
+      dims[s.dim] /= cp;
+      v.setType(RankedTensorType::get(dims, t.getElementType()));
+    }
+    Builder b(module.getContext());
+    for (auto &[op, nh, nkv] : heads) {
+      op->setAttr("num_heads", b.getI64IntegerAttr(nh));
+      op->setAttr("num_kv_heads", b.getI64IntegerAttr(nkv));
+    }
+    llcdist::xf::detail::refreshFunctionTypes(module);
+    return success();
+  }
+
+  /// Once per step, before the update: the gradients summed over cp (they
+  /// are already scaled by the global token count) and the loss averaged.
+  void addReductions() {
+    func::FuncOp opt;
+    for (auto fn : module.getOps<func::FuncOp>())
+      if (fn->hasAttr("xf.optimizer"))
+        opt = fn;
+    if (!opt)
+      return;
+    OpBuilder ob = OpBuilder::atBlockBegin(&opt.getBody().front());
+    AllReduceGradsOp::create(ob, opt.getLoc(), "cp", "sum",
+                             "context parallelism: every weight gradient sums over the tokens, which are "
+                             "split on cp: each rank holds a partial sum (already scaled by the global "
+                             "token count)",
+                             stringifyCollectiveOrigin(CollectiveOrigin::ContextParallel),
+                             /*params=*/ArrayAttr(), /*group_size=*/IntegerAttr());
+    AllReduceLossOp::create(ob, opt.getLoc(), "cp",
+                            "each cp rank's loss is the mean over its own slice of the sequence",
+                            stringifyCollectiveOrigin(CollectiveOrigin::Loss));
+  }
+
+  struct LocalHeads {
+    Operation *op;
+    int64_t nh, nkv;
+  };
+
+  ModuleOp module;
+  int64_t cp;
+  SymbolTable symbols;
+  llvm::DenseMap<Value, CP> state;
+  llvm::DenseMap<Operation *, SmallVector<CP>> bodyArgs;
+  llvm::DenseMap<Value, Value> headsOf, seqOf;
+  SmallVector<LocalHeads> heads;
+};
+} // namespace
+
+LogicalResult llcdist::xf::partitionContextParallel(ModuleOp module, int64_t cp, const std::string &impl) {
+  if (impl != "all-to-all")
+    return module.emitError("llcdist-partition: --cp-impl '")
+           << impl << "' is not known; the implemented one is all-to-all (ring attention is next)";
+  return ContextParallelPropagation(module, cp).run();
+}

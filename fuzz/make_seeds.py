@@ -89,6 +89,7 @@ PLANS = [
      ["--mesh", "tp=2", "--sequence-parallel", "--tp-comm-overlap"]),
     ("gpt2-tp2-vocab-padded", "tiny-gpt2.json", 1,
      ["--mesh", "tp=2", "--make-vocab-size-divisible-by", "100"]),
+    ("llama-dp2-cp2", "tiny-llama.json", 1, ["--mesh", "dp=2,cp=2"]),
     ("llama-sgd-cosine", "tiny-llama.json", 1,
      ["--optimizer", "sgd", "--momentum", "0.9", "--lr-schedule", "cosine", "--warmup", "2",
       "--grad-clip", "1.0"]),
@@ -121,7 +122,8 @@ def plan_seeds(llc_dist):
 # first line as xf_module_fuzzer.cpp reads it.
 XF_SEEDS = [("tiny-gpt2", "dp=1,tp=1,pp=1"), ("tiny-llama", "dp=1,tp=1,pp=1"),
             ("tiny-gpt2", "dp=2,tp=1,pp=1"), ("tiny-llama", "dp=1,tp=2,pp=1"),
-            ("tiny-llama", "dp=1,tp=1,pp=2"), ("tiny-gpt2", "dp=1,tp=2,pp=2")]
+            ("tiny-llama", "dp=1,tp=1,pp=2"), ("tiny-gpt2", "dp=1,tp=2,pp=2"),
+            ("tiny-llama", "dp=1,tp=1,pp=1,cp=2")]
 
 
 def xf_seeds(llc_dist):
@@ -157,9 +159,9 @@ NUMBERS = ["0", "-0", "1", "-1", "2", "0.5", "1e-300", "5e-324", "1e300", "1e400
            "9007199254740993", "9223372036854775807", "9223372036854775808", "-9223372036854775808",
            "18446744073709551615", "18446744073709551616"]
 EXTRA = {
-    "mesh_spec": ["dp=", "tp=", "pp=", "=", ","],
+    "mesh_spec": ["dp=", "tp=", "pp=", "cp=", "=", ","],
     "cli_flags": ["\n", "=", "--mesh", "--rank-order", "--steps", "--seq-len", "--micro-batch",
-                  "--lr", "--weight-decay", "--device", "--memory-budget", "dp=", "tp=", "pp=",
+                  "--lr", "--weight-decay", "--device", "--memory-budget", "dp=", "tp=", "pp=", "cp=",
                   "GiB", "MiB", "inf", "nan", "0x1p4", "e"],
     "run_command": ["\n", "=", "env=", "cuda", "cpu", "on", "off", "synthetic", ",", "0,1", "1e6", "inf",
                     "nan", "-1", "1024", "16777216"],

@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   llcdist::MeshSpec mesh;
   if (!llcdist::parseMeshSpec(spec, mesh)) {
     (void)mesh.worldSize();
-    (void)mesh.rank(mesh.dp - 1, mesh.tp - 1, mesh.pp - 1);
+    (void)mesh.rank(mesh.dp - 1, mesh.tp - 1, mesh.pp - 1, mesh.cp - 1);
     (void)mesh.str();
   }
   llcdist::MeshSpec ordered;

@@ -185,30 +185,32 @@ private:
   /// layer body's returns (what the backward reads).
   Value toHeads(Value v) {
     Value &h = headsOf[v];
-    if (h)
-      return h;
-    OpBuilder b = after(v);
-    h = AllToAllOp::create(b, v.getLoc(), v.getType(), v, "cp", 2, 1, kToHeads,
-                           stringifyCollectiveOrigin(CollectiveOrigin::ContextParallel))
-            .getResult();
-    state[h] = CP::heads(2);
-    v.replaceUsesWithIf(h, [&](OpOperand &u) {
-      return isa<func::ReturnOp>(u.getOwner()) && u.getOwner()->getParentOp()->hasAttr("xf.layer_body");
-    });
+    if (!h) {
+      h = exchange(v, /*splitDim=*/2, /*concatDim=*/1, kToHeads, CP::heads(2));
+      v.replaceUsesWithIf(h, [&](OpOperand &u) {
+        return isa<func::ReturnOp>(u.getOwner()) && u.getOwner()->getParentOp()->hasAttr("xf.layer_body");
+      });
+    }
     return h;
   }
 
   /// The all-to-all of a head-split `v` back to the sequence split, once.
   Value toSeq(Value v) {
     Value &s = seqOf[v];
-    if (s)
-      return s;
-    OpBuilder b = after(v);
-    s = AllToAllOp::create(b, v.getLoc(), v.getType(), v, "cp", 1, 2, kToSeq,
-                           stringifyCollectiveOrigin(CollectiveOrigin::ContextParallel))
-            .getResult();
-    state[s] = CP::seq(1);
+    if (!s)
+      s = exchange(v, /*splitDim=*/1, /*concatDim=*/2, kToSeq, CP::seq(1));
     return s;
+  }
+
+  /// An xf.all_to_all of `v` over cp right after its definition, its result
+  /// in state `to` (global types: applyTypes makes both sides local).
+  Value exchange(Value v, int64_t splitDim, int64_t concatDim, StringRef reason, CP to) {
+    OpBuilder b = after(v);
+    Value r = AllToAllOp::create(b, v.getLoc(), v.getType(), v, "cp", splitDim, concatDim, reason,
+                                 stringifyCollectiveOrigin(CollectiveOrigin::ContextParallel))
+                  .getResult();
+    state[r] = to;
+    return r;
   }
 
   static OpBuilder after(Value v) {

@@ -111,8 +111,10 @@ def plan_seeds(llc_dist):
             with open(model_path, "w") as f:
                 json.dump(config, f, indent=2)
             out = os.path.join(tmp, name)
-            subprocess.run([llc_dist, "compile", model_path, "--seq-len", "8", "--quiet", "-o", out]
-                           + flags, check=True)
+            # Compiled from inside the temporary directory by a relative name, so the plan's
+            # locations never hold the directory's random name (the seeds stay deterministic).
+            subprocess.run([os.path.abspath(llc_dist), "compile", name + ".json", "--seq-len", "8", "--quiet",
+                            "-o", out] + flags, check=True, cwd=tmp)
             write("plan", name + ".plan",
                   compact(os.path.join(out, "manifest.json")) + b"\0" +
                   compact(os.path.join(out, "program-0.json")))

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
 
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Frontend/InitPolicy.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -62,17 +63,11 @@ DictionaryAttr xftoplan::buildManifest(ModuleOp module, const StepInfo &step,
   auto model = module->getAttrOfType<DictionaryAttr>(kModelAttr);
   auto get = [&](StringRef k) -> Attribute { return model ? model.get(k) : Attribute(); };
   auto ids = cast<RankedTensorType>(entry.getArgument(0).getType());
-  int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  const auto [dp, tp, pp, cp] = xf::meshDegrees(module).value_or(xf::MeshDegrees{});
   ArrayAttr rankOrder = b.getStrArrayAttr({"tp", "dp", "pp"}); // Megatron's
-  if (auto grid = module.lookupSymbol<shard::GridOp>("mesh")) {
-    auto shape = grid.getShape();
-    if (shape.size() >= 3)
-      dp = shape[0], tp = shape[1], pp = shape[2];
-    if (shape.size() == 4)
-      cp = shape[3];
+  if (auto grid = module.lookupSymbol<shard::GridOp>("mesh"))
     if (auto order = grid->getAttrOfType<ArrayAttr>("xf.rank_order"))
       rankOrder = order;
-  }
   // After llcdist-partition the ids are one dp rank's: the micro-batch.
   int64_t microBatch = module->hasAttr("xf.partition") ? ids.getDimSize(0)
                                                         : ids.getDimSize(0) / dp;

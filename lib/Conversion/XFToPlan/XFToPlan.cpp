@@ -33,9 +33,7 @@ FailureOr<StepInfo> xftoplan::analyzeStep(ModuleOp module, bool recordParamScope
     return step.entry.emitError("llcdist-lower-to-plan: run llcdist-autodiff first "
                                 "(@")
            << step.entry.getSymName() << " is not a training step)";
-  for (auto fn : module.getOps<func::FuncOp>())
-    if (fn->hasAttr("xf.optimizer"))
-      step.optimizerFn = fn;
+  step.optimizerFn = xf::getOptimizerStep(module);
   if (!step.optimizerFn)
     return module.emitError("llcdist-lower-to-plan: run llcdist-add-optimizer "
                             "first (no function is marked xf.optimizer)");

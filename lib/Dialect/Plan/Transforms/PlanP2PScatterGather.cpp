@@ -14,10 +14,10 @@
 #include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 
 #include "KernelArgs.h"
 
-#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 
 namespace llcdist::plan {
@@ -37,8 +37,7 @@ struct PlanP2PScatterGatherPass : public plan::impl::PlanP2PScatterGatherBase<Pl
     plan::ProgramOp program = getOperation();
     int64_t tp = 1;
     if (auto module = program->getParentOfType<ModuleOp>())
-      if (auto grid = module.lookupSymbol<shard::GridOp>("mesh"); grid && grid.getShape().size() >= 3)
-        tp = grid.getShape()[1];
+      tp = xf::meshDegrees(module).value_or(xf::MeshDegrees{}).tp;
     if (tp < 2)
       return; // every rank of a stage sends its own activation already
     // Under sequence parallelism a stage's tp ranks hold different slices of

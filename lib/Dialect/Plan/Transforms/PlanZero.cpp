@@ -29,8 +29,8 @@
 #include "llcdist/Dialect/Plan/Transforms/Passes.h"
 
 #include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 
-#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
@@ -603,9 +603,7 @@ struct PlanZeroPass : public plan::impl::PlanZeroBase<PlanZeroPass> {
       module.emitError("llcdist-plan-zero: stage ") << stage << " is not 1, 2 or 3";
       return signalPassFailure();
     }
-    int64_t dp = 1;
-    if (auto grid = module.lookupSymbol<shard::GridOp>("mesh"))
-      dp = grid.getShape()[0];
+    int64_t dp = xf::meshDegrees(module).value_or(xf::MeshDegrees{}).dp;
     if (dp < 2) {
       module.emitError("llcdist-plan-zero: stage ")
           << stage << " shards over dp, but the mesh has dp=1 (use --mesh dp=N with N > 1)";

@@ -2,6 +2,7 @@
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Dialect/XF/IR/XFOps.h"
 
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/StringMap.h"
 
 using namespace mlir;
@@ -28,6 +29,24 @@ int64_t llcdist::xf::backwardStart(Block &trainStep) {
     if (isa<CrossEntropyGradOp>(op))
       return i;
   return -1;
+}
+
+func::FuncOp llcdist::xf::getOptimizerStep(ModuleOp module) {
+  func::FuncOp opt;
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (fn->hasAttr("xf.optimizer"))
+      opt = fn;
+  return opt;
+}
+
+std::optional<MeshDegrees> llcdist::xf::meshDegrees(ModuleOp module) {
+  auto grid = module.lookupSymbol<shard::GridOp>("mesh");
+  if (!grid)
+    return std::nullopt;
+  ArrayRef<int64_t> s = grid.getShape();
+  if (s.size() != 3 && s.size() != 4)
+    return std::nullopt;
+  return MeshDegrees{s[0], s[1], s[2], s.size() == 4 ? s[3] : 1};
 }
 
 func::FuncOp llcdist::xf::getTrainStep(ModuleOp module, llvm::StringRef pass) {

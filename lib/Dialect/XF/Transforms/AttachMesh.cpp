@@ -51,13 +51,10 @@ struct AttachMeshPass
       llvm::erase(order, "cp");
     if (cp_ > 1 && three)
       order.insert(llvm::find(order, "tp") + 1, "cp");
-    SmallVector<StringRef> names{"dp", "tp", "pp"};
     SmallVector<int64_t> shape{dp_, tp_, pp_};
-    if (cp_ > 1) {
-      names.push_back("cp");
+    if (cp_ > 1)
       shape.push_back(cp_);
-    }
-    ArrayAttr axes = b.getStrArrayAttr(names);
+    ArrayAttr axes = gridAxes(module.getContext(), cp_ > 1);
     ArrayAttr orderAttr = b.getStrArrayAttr(order);
     // Idempotent: the output of `llc-dist compile --emit xf` already declares
     // the mesh it was attached for. The same mesh is accepted as is, so that

@@ -224,14 +224,7 @@ private:
 
   /// Every parameter gradient sums over all tokens: a partial sum over cp.
   LogicalResult checkGradients() {
-    WalkResult r = module.walk([&](AccumulateGradOp acc) {
-      if (of(acc.getGrad()).kind != CP::Partial) {
-        acc.emitOpError("llcdist-partition: gradient of '") << acc.getName() << "' is not a partial sum over cp";
-        return WalkResult::interrupt();
-      }
-      return WalkResult::advance();
-    });
-    return failure(r.wasInterrupted());
+    return llcdist::xf::detail::checkPartialGradients(module, "cp", [&](Value g) { return of(g).kind == CP::Partial; });
   }
 
   LogicalResult applyTypes() {
@@ -260,22 +253,13 @@ private:
   /// Once per step, before the update: the gradients summed over cp (they
   /// are already scaled by the global token count) and the loss averaged.
   void addReductions() {
-    func::FuncOp opt;
-    for (auto fn : module.getOps<func::FuncOp>())
-      if (fn->hasAttr("xf.optimizer"))
-        opt = fn;
-    if (!opt)
-      return;
-    OpBuilder ob = OpBuilder::atBlockBegin(&opt.getBody().front());
-    AllReduceGradsOp::create(ob, opt.getLoc(), "cp", "sum",
-                             "context parallelism: every weight gradient sums over the tokens, which are "
-                             "split on cp: each rank holds a partial sum (already scaled by the global "
-                             "token count)",
-                             stringifyCollectiveOrigin(CollectiveOrigin::ContextParallel),
-                             /*params=*/ArrayAttr(), /*group_size=*/IntegerAttr());
-    AllReduceLossOp::create(ob, opt.getLoc(), "cp",
-                            "each cp rank's loss is the mean over its own slice of the sequence",
-                            stringifyCollectiveOrigin(CollectiveOrigin::Loss));
+    if (func::FuncOp opt = getOptimizerStep(module))
+      llcdist::xf::detail::reduceOncePerStep(opt, "cp",
+                                             "context parallelism: every weight gradient sums over the tokens, "
+                                             "which are split on cp: each rank holds a partial sum (already "
+                                             "scaled by the global token count)",
+                                             CollectiveOrigin::ContextParallel,
+                                             "each cp rank's loss is the mean over its own slice of the sequence");
   }
 
   struct LocalHeads {

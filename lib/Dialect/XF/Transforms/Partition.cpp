@@ -123,13 +123,13 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
     auto grid = module.lookupSymbol<shard::GridOp>("mesh");
     if (!grid)
       return; // no mesh: one device
-    ArrayRef<int64_t> shape = grid.getShape();
-    if (shape.size() != 3 && shape.size() != 4) {
+    std::optional<MeshDegrees> mesh = meshDegrees(module);
+    if (!mesh) {
       grid.emitError("llcdist-partition: expected a (dp, tp, pp) or (dp, tp, pp, cp) grid");
       return signalPassFailure();
     }
-    int64_t dp = shape[0], tp = shape[1], pp = shape[2], cp = shape.size() == 4 ? shape[3] : 1;
-    (void)pp; // pipeline stages are MPMD: llcdist-pipeline-split cuts them
+    // pp is not a sharding: stages are MPMD, llcdist-pipeline-split cuts them.
+    const int64_t dp = mesh->dp, tp = mesh->tp, cp = mesh->cp;
     if (sequenceParallel && tp == 1) {
       grid.emitError("llcdist-partition: sequence parallelism splits the "
                      "tensor-parallel region's sequence over tp; it needs tp > 1");
@@ -140,10 +140,7 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
     func::FuncOp entry = getTrainStep(module, "llcdist-partition");
     if (!entry)
       return signalPassFailure();
-    func::FuncOp opt;
-    for (auto fn : module.getOps<func::FuncOp>())
-      if (fn->hasAttr("xf.optimizer"))
-        opt = fn;
+    func::FuncOp opt = getOptimizerStep(module);
     if (!opt) {
       module.emitError("llcdist-partition: run llcdist-add-optimizer first");
       return signalPassFailure();
@@ -173,16 +170,8 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
     if (failed(prop.propagate(entry.getBody().front())))
       return signalPassFailure();
 
-    // Every parameter gradient must be a partial sum over dp, or summing it
-    // over dp would be wrong.
-    WalkResult grads = module.walk([&](AccumulateGradOp acc) {
-      if (prop.of(acc.getGrad()).kind != Sharding::Partial) {
-        acc.emitOpError("llcdist-partition: gradient of '") << acc.getName() << "' is not a partial sum over dp";
-        return WalkResult::interrupt();
-      }
-      return WalkResult::advance();
-    });
-    if (grads.wasInterrupted())
+    if (failed(llcdist::xf::detail::checkPartialGradients(
+            module, "dp", [&](Value g) { return prop.of(g).kind == Sharding::Partial; })))
       return signalPassFailure();
 
     // 2. Local types: split dimensions divided by dp.
@@ -203,15 +192,12 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
     llcdist::xf::detail::refreshFunctionTypes(module);
 
     // 3. The collectives: once per step, before the update.
-    OpBuilder ob = OpBuilder::atBlockBegin(&opt.getBody().front());
-    AllReduceGradsOp::create(ob, opt.getLoc(), "dp", "sum",
-                             "every weight gradient contracts over the batch dimension, which is "
-                             "sharded on dp: each rank holds a partial sum (already scaled by the "
-                             "global token count)",
-                             stringifyCollectiveOrigin(CollectiveOrigin::DataParallelGradients),
-                             /*params=*/ArrayAttr(), /*group_size=*/IntegerAttr());
-    AllReduceLossOp::create(ob, opt.getLoc(), "dp", "each dp rank's loss is the mean over its own tokens",
-                            stringifyCollectiveOrigin(CollectiveOrigin::Loss));
+    llcdist::xf::detail::reduceOncePerStep(opt, "dp",
+                                           "every weight gradient contracts over the batch dimension, which is "
+                                           "sharded on dp: each rank holds a partial sum (already scaled by the "
+                                           "global token count)",
+                                           CollectiveOrigin::DataParallelGradients,
+                                           "each dp rank's loss is the mean over its own tokens");
   }
 };
 } // namespace

@@ -5,6 +5,7 @@
 #include "llcdist/Dialect/XF/IR/XFOps.h"
 
 #include "mlir/Dialect/Shard/Interfaces/ShardingInterface.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 
 #include <optional>
@@ -79,6 +80,32 @@ propagateLayer(LayerOp call, mlir::SymbolTable &symbols,
   for (auto [r, v] : llvm::zip(call.getResults(), ret.getOperands()))
     state[r] = state.lookup(v);
   return mlir::success();
+}
+
+/// Every parameter gradient (each xf.accumulate_grad's) must be a partial sum
+/// over `axis` (`isPartial(value)`), or summing it over the axis would be
+/// wrong: the first that is not is an error naming it.
+template <typename IsPartial>
+mlir::LogicalResult checkPartialGradients(mlir::ModuleOp module, llvm::StringRef axis, IsPartial isPartial) {
+  mlir::WalkResult r = module.walk([&](AccumulateGradOp acc) {
+    if (isPartial(acc.getGrad()))
+      return mlir::WalkResult::advance();
+    acc.emitOpError("llcdist-partition: gradient of '") << acc.getName() << "' is not a partial sum over " << axis;
+    return mlir::WalkResult::interrupt();
+  });
+  return mlir::failure(r.wasInterrupted());
+}
+
+/// At the start of the optimizer step `opt`, once per step after every
+/// microbatch: every gradient summed over `axis` (already scaled by the
+/// global token count) and the step's loss averaged over it, each with its
+/// provenance.
+inline void reduceOncePerStep(mlir::func::FuncOp opt, llvm::StringRef axis, llvm::StringRef gradReason,
+                              CollectiveOrigin gradOrigin, llvm::StringRef lossReason) {
+  mlir::OpBuilder b = mlir::OpBuilder::atBlockBegin(&opt.getBody().front());
+  AllReduceGradsOp::create(b, opt.getLoc(), axis, "sum", gradReason, stringifyCollectiveOrigin(gradOrigin),
+                           /*params=*/mlir::ArrayAttr(), /*group_size=*/mlir::IntegerAttr());
+  AllReduceLossOp::create(b, opt.getLoc(), axis, lossReason, stringifyCollectiveOrigin(CollectiveOrigin::Loss));
 }
 
 /// Gives every function of `module` the type of its (retyped) block

@@ -12,7 +12,6 @@
 #include "llcdist/Dialect/XF/Transforms/Passes.h"
 #include "llcdist/Schedule/Schedule.h"
 
-#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 
 #include <limits>
@@ -124,8 +123,7 @@ struct PipelineSplitPass : public llcdist::xf::impl::PipelineSplitBase<PipelineS
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    auto grid = module.lookupSymbol<shard::GridOp>("mesh");
-    int64_t pp = grid && grid.getShape().size() >= 3 ? grid.getShape()[2] : 1;
+    int64_t pp = meshDegrees(module).value_or(MeshDegrees{}).pp;
     // An unknown schedule is an error whatever pp is.
     auto kind = llcdist::schedule::parseScheduleKind(schedule);
     if (!kind) {

@@ -127,10 +127,7 @@ LogicalResult TensorParallelPropagation::replicateKvHeads() {
 }
 
 void TensorParallelPropagation::reduceKvReplicaGrads() {
-  func::FuncOp opt;
-  for (auto fn : module.getOps<func::FuncOp>())
-    if (fn->hasAttr("xf.optimizer"))
-      opt = fn;
+  func::FuncOp opt = getOptimizerStep(module);
   if (!opt || kvReplicaGrads.empty())
     return;
   OpBuilder b = OpBuilder::atBlockBegin(&opt.getBody().front());
@@ -238,10 +235,7 @@ LogicalResult TensorParallelPropagation::checkSequenceParallelEntry() {
 }
 
 LogicalResult TensorParallelPropagation::finishSequenceParallel() {
-  func::FuncOp opt;
-  for (auto fn : module.getOps<func::FuncOp>())
-    if (fn->hasAttr("xf.optimizer"))
-      opt = fn;
+  func::FuncOp opt = getOptimizerStep(module);
   if (!opt || tpPartialGrads.empty())
     return success();
   OpBuilder b = OpBuilder::atBlockBegin(&opt.getBody().front());

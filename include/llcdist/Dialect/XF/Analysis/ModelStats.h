@@ -6,6 +6,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include <cstdint>
+#include <optional>
 
 namespace llcdist::xf {
 
@@ -39,6 +40,19 @@ int64_t backwardStart(mlir::Block &trainStep);
 /// The entry function when it is a training step (llcdist-autodiff ran), or
 /// null with an error naming `pass`: "<pass>: run llcdist-autodiff first".
 mlir::func::FuncOp getTrainStep(mlir::ModuleOp module, llvm::StringRef pass);
+
+/// The function marked xf.optimizer (llcdist-add-optimizer's step; the last
+/// one where several are), or null. No diagnostic: callers say what is missing.
+mlir::func::FuncOp getOptimizerStep(mlir::ModuleOp module);
+
+/// The degrees of the module's @mesh, llcdist-attach-mesh's dp x tp x pp
+/// grid (x cp when cp > 1).
+struct MeshDegrees {
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+};
+/// nullopt when the module has no @mesh, or one that is not a 3- or 4-axis
+/// shard.grid (every degree is then 1 for a caller that takes the default).
+std::optional<MeshDegrees> meshDegrees(mlir::ModuleOp module);
 
 /// Counts parameters and FLOPs of `module`'s entry function, following its
 /// xf.layer calls. Fails (with a diagnostic) when there is no entry function

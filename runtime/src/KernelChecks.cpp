@@ -26,6 +26,13 @@ Status checkPositionRange(int64_t S, int64_t P, int64_t begin) {
   return Status::ok();
 }
 
+Status checkPositionRuns(int64_t S, int64_t P, const PositionRuns& pos) {
+  const int64_t n1 = pos.firstRows(S);
+  if (n1 == S) return checkPositionRange(S, P, pos.first);  // one run
+  if (n1 > 0) LLCDIST_RETURN_IF_ERROR(checkPositionRange(n1, P, pos.first));
+  return checkPositionRange(S - n1, P, pos.second);
+}
+
 Status checkRopeTable(const RopeTable& t, int64_t S, int64_t hd) {
   if (t.seqLen != S || t.headDim != hd)
     return Status::invalidArgument("rope: table is for S=" + std::to_string(t.seqLen) +
@@ -94,6 +101,14 @@ Status checkAttentionElems(const KernelCall& c, const AttentionParams& p) {
     LLCDIST_RETURN_IF_ERROR(qkv(p.packedGrad, "dqkv", {"dq", "dk", "dv"}));
   }
   return checkArgElems(c, "lse", p.B * p.nh * p.S);
+}
+
+Status checkAttentionBlockElems(const KernelCall& c, const AttentionParams& p) {
+  const int64_t qElems = p.B * p.S * p.nh * p.hd, kvElems = p.B * p.S * p.nkv * p.hd, rows = p.B * p.nh * p.S;
+  for (const char* role : {"q", "out", "dout", "dq", "out_b"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, qElems));
+  for (const char* role : {"k", "v", "dk", "dv"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, kvElems));
+  for (const char* role : {"lse", "lse_b"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, role, rows));
+  return Status::ok();
 }
 
 StatusOr<int64_t> checkShardSlice(const KernelCall& c, const LayoutParams& p) {

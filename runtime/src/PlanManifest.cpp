@@ -251,6 +251,25 @@ Status parseRankOrder(const Doc& doc, const json& v, int64_t cp, std::array<Mesh
   return Status::ok();
 }
 
+// mesh.cp_layout (optional; after mesh.cp and batch.seq_len): a known layout, and load_balanced only
+// when every cp rank gets two equal halves (seq_len divisible by 2·cp).
+Status parseCpLayout(const Doc& doc, const json& mesh, Manifest* m) {
+  if (!mesh.contains("cp_layout")) return Status::ok();
+  std::string name;
+  LLCDIST_RETURN_IF_ERROR(doc.string(mesh, "mesh", "cp_layout", &name));
+  const std::optional<sc::CpLayout> layout = sc::parseCpLayout(name);
+  if (!layout)
+    return doc.error("mesh.cp_layout",
+                     "unknown layout \"" + name + "\" (expected " + listNames(sc::kCpLayoutNames) + ")");
+  if (*layout == sc::CpLayout::kLoadBalanced && m->seqLen % (2 * m->meshCp) != 0)
+    return doc.error("mesh.cp_layout",
+                     "load_balanced needs batch.seq_len divisible by 2·cp = " + std::to_string(2 * m->meshCp) +
+                         ", got seq_len " + std::to_string(m->seqLen) +
+                         " (each cp rank holds two chunks of seq_len / (2·cp))");
+  m->cpLayout = *layout;
+  return Status::ok();
+}
+
 Status parseOptimizer(const Doc& doc, const json& o, OptimizerDesc* out) {
   const std::string path = "optimizer";
   LLCDIST_RETURN_IF_ERROR(doc.object(o, path));
@@ -502,7 +521,7 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
                          std::to_string(m.globalBatch));
 
   const json& mesh = root.at("mesh");
-  LLCDIST_RETURN_IF_ERROR(doc.keys(mesh, "mesh", {"dp", "tp", "pp"}, {"cp", "rank_order"}));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(mesh, "mesh", {"dp", "tp", "pp"}, {"cp", "rank_order", "cp_layout"}));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "dp", &m.meshDp, 1, 1 << 24));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "tp", &m.meshTp, 1, 1 << 24));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "pp", &m.meshPp, 1, 1 << 24));
@@ -528,6 +547,7 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
                                           " (each cp rank holds seq_len / cp positions of every sample)");
   if (mesh.contains("rank_order"))
     LLCDIST_RETURN_IF_ERROR(parseRankOrder(doc, mesh.at("rank_order"), m.meshCp, &m.rankOrder));
+  LLCDIST_RETURN_IF_ERROR(parseCpLayout(doc, mesh, &m));
 
   LLCDIST_RETURN_IF_ERROR(parseOptimizer(doc, root.at("optimizer"), &m.optimizer));
   LLCDIST_RETURN_IF_ERROR(parseLrSchedule(doc, root.at("lr_schedule"), &m.lrSchedule));

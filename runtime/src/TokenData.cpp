@@ -127,34 +127,30 @@ int64_t BatchSampler::sampleStart(int64_t s) const {
   return index * cfg_.T;
 }
 
-SequenceChunk contextParallelChunk(int64_t T, int64_t cp, int64_t c) {
-  const int64_t count = cp > 0 ? T / cp : T;
-  return SequenceChunk{c * count, count};
-}
-
 Status BatchSampler::microbatch(int64_t step, int64_t micro, int64_t dpRank, int32_t* inputs,
                                 int32_t* targets) const {
-  return microbatchChunk(step, micro, dpRank, SequenceChunk{0, cfg_.T}, inputs, targets);
+  return microbatchChunk(step, micro, dpRank, PositionRuns{}, cfg_.T, inputs, targets);
 }
 
-Status BatchSampler::microbatchChunk(int64_t step, int64_t micro, int64_t dpRank, SequenceChunk chunk, int32_t* inputs,
-                                     int32_t* targets) const {
+Status BatchSampler::microbatchChunk(int64_t step, int64_t micro, int64_t dpRank, const PositionRuns& positions,
+                                     int64_t S, int32_t* inputs, int32_t* targets) const {
   if (step < 0 || micro < 0 || micro >= cfg_.microbatches || dpRank < 0 || dpRank >= cfg_.dp)
     return Status::outOfRange("batch sampler: step " + std::to_string(step) + ", microbatch " +
                               std::to_string(micro) + ", dp rank " + std::to_string(dpRank) +
                               " is outside the configuration (M=" + std::to_string(cfg_.microbatches) +
                               ", dp=" + std::to_string(cfg_.dp) + ")");
-  if (chunk.begin < 0 || chunk.count < 0 || chunk.begin > cfg_.T - chunk.count)
-    return Status::outOfRange("batch sampler: positions [" + std::to_string(chunk.begin) + ", " +
-                              std::to_string(chunk.begin + chunk.count) + ") are outside the sequence of " +
-                              std::to_string(cfg_.T));
+  if (S < 0 || (S > 0 && (positions.minAt(S) < 0 || positions.maxAt(S) >= cfg_.T)))
+    return Status::outOfRange("batch sampler: " + std::to_string(S) + " rows at positions " +
+                              (S > 0 ? std::to_string(positions.minAt(S)) + ".." + std::to_string(positions.maxAt(S))
+                                     : std::string("(none)")) +
+                              " are outside the sequence of " + std::to_string(cfg_.T));
   const uint16_t* tok = file_->tokens().data();
-  const int64_t S = chunk.count;
   for (int64_t i = 0; i < cfg_.B; ++i) {
-    const uint16_t* src = tok + sampleStart(globalSample(step, micro, dpRank, i)) + chunk.begin;
+    const uint16_t* src = tok + sampleStart(globalSample(step, micro, dpRank, i));
     for (int64_t t = 0; t < S; ++t) {
-      inputs[i * S + t] = src[t];
-      targets[i * S + t] = src[t + 1];
+      const int64_t pos = positions.at(t);
+      inputs[i * S + t] = src[pos];
+      targets[i * S + t] = src[pos + 1];
     }
   }
   return Status::ok();

@@ -344,14 +344,38 @@ TEST(AllToAllTest, AttrErrors) {
 
 // ---- the data layout -------------------------------------------------------------------------------------
 
-TEST(ContextParallelDataTest, ChunkOfACoordinateIsTheFormula) {
+TEST(ContextParallelDataTest, PositionsOfACoordinateAreTheFormula) {
   for (int64_t T : {4, 12, 32})
     for (int64_t cp : {1, 2, 4})
       for (int64_t c = 0; c < cp; ++c) {
-        const SequenceChunk k = contextParallelChunk(T, cp, c);
-        EXPECT_EQ(k.begin, c * T / cp);
-        EXPECT_EQ(k.begin + k.count, (c + 1) * T / cp);
+        const PositionRuns k = contextParallelPositions(T, cp, c, CpLayout::kContiguous);
+        for (int64_t s = 0; s < T / cp; ++s) EXPECT_EQ(k.at(s), c * T / cp + s);
+        EXPECT_EQ(k.minAt(T / cp), c * T / cp);
+        EXPECT_EQ(k.maxAt(T / cp), (c + 1) * T / cp - 1);
       }
+}
+
+// Load-balanced: chunks c and 2·cp − 1 − c of 2·cp, in that order; the members' rows tile the sample.
+TEST(ContextParallelDataTest, LoadBalancedPositionsAreMegatronsChunks) {
+  for (int64_t T : {4, 16, 24})
+    for (int64_t cp : {1, 2})
+      for (int64_t c = 0; c < cp; ++c) {
+        const int64_t h = T / (2 * cp);
+        const PositionRuns k = contextParallelPositions(T, cp, c, CpLayout::kLoadBalanced);
+        for (int64_t s = 0; s < h; ++s) {
+          EXPECT_EQ(k.at(s), c * h + s);
+          EXPECT_EQ(k.at(h + s), (2 * cp - 1 - c) * h + s);
+        }
+        EXPECT_EQ(k.minAt(2 * h), c * h);
+        EXPECT_EQ(k.maxAt(2 * h), (2 * cp - c) * h - 1);
+      }
+  std::vector<int> seen(32, 0);
+  for (int64_t c = 0; c < 4; ++c) {
+    const PositionRuns k = contextParallelPositions(32, 4, c, CpLayout::kLoadBalanced);
+    for (int64_t s = 0; s < 8; ++s) ++seen[size_t(k.at(s))];
+  }
+  EXPECT_EQ(seen, std::vector<int>(32, 1));
+  EXPECT_EQ(contextParallelPositions(32, 4, 1, CpLayout::kLoadBalanced).at(5), 4 * 6 + 1);  // chunk 6, row 1
 }
 
 // The cp ranks of a dp coordinate hold their samples in contiguous chunks: together the whole
@@ -371,30 +395,45 @@ TEST_F(ContextParallelSamplerTest, ChunksTileTheMicrobatch) {
   auto sampler = BatchSampler::create(file, cfg);
   ASSERT_TRUE(sampler.isOk()) << sampler.status().message();
   const int64_t B = cfg.B, T = cfg.T;
-  for (int64_t cp : {2, 3, 4})
-    for (int64_t dpRank = 0; dpRank < cfg.dp; ++dpRank)
-      for (int64_t micro = 0; micro < cfg.microbatches; ++micro) {
-        std::vector<int32_t> ids(static_cast<size_t>(B * T)), targets(static_cast<size_t>(B * T));
-        ASSERT_TRUE(sampler->microbatch(1, micro, dpRank, ids.data(), targets.data()).isOk());
-        for (int64_t c = 0; c < cp; ++c) {
-          const int64_t S = T / cp;
-          std::vector<int32_t> ci(static_cast<size_t>(B * S)), ct(static_cast<size_t>(B * S));
-          ASSERT_TRUE(
-              sampler->microbatchChunk(1, micro, dpRank, contextParallelChunk(T, cp, c), ci.data(), ct.data()).isOk());
-          for (int64_t i = 0; i < B; ++i) {
-            const uint16_t* sample = toks.data() + sampler->sampleStart(sampler->globalSample(1, micro, dpRank, i));
-            for (int64_t s = 0; s < S; ++s) {
-              const int64_t pos = c * T / cp + s;  // the contract: positions [c·T/cp, (c+1)·T/cp)
-              ASSERT_EQ(ci[size_t(i * S + s)], ids[size_t(i * T + pos)]);
-              ASSERT_EQ(ct[size_t(i * S + s)], targets[size_t(i * T + pos)]);
-              ASSERT_EQ(ci[size_t(i * S + s)], sample[pos]);
-              ASSERT_EQ(ct[size_t(i * S + s)], sample[pos + 1]);
+  // The contract's positions, written out: contiguous [c·T/cp, (c+1)·T/cp); load-balanced chunks c and
+  // 2·cp − 1 − c of h = T/(2·cp).
+  auto position = [T](CpLayout layout, int64_t cp, int64_t c, int64_t s) {
+    if (layout == CpLayout::kContiguous) return c * T / cp + s;
+    const int64_t h = T / (2 * cp);
+    return s < h ? c * h + s : (2 * cp - 1 - c) * h + (s - h);
+  };
+  for (CpLayout layout : {CpLayout::kContiguous, CpLayout::kLoadBalanced})
+    for (int64_t cp : {2, 3, 4}) {
+      if (layout == CpLayout::kLoadBalanced && T % (2 * cp) != 0) continue;
+      for (int64_t dpRank = 0; dpRank < cfg.dp; ++dpRank)
+        for (int64_t micro = 0; micro < cfg.microbatches; ++micro) {
+          SCOPED_TRACE(std::string(schema::cpLayoutName(layout)) + " cp " + std::to_string(cp));
+          std::vector<int32_t> ids(static_cast<size_t>(B * T)), targets(static_cast<size_t>(B * T));
+          ASSERT_TRUE(sampler->microbatch(1, micro, dpRank, ids.data(), targets.data()).isOk());
+          for (int64_t c = 0; c < cp; ++c) {
+            const int64_t S = T / cp;
+            std::vector<int32_t> ci(static_cast<size_t>(B * S)), ct(static_cast<size_t>(B * S));
+            ASSERT_TRUE(sampler
+                            ->microbatchChunk(1, micro, dpRank, contextParallelPositions(T, cp, c, layout), S,
+                                              ci.data(), ct.data())
+                            .isOk());
+            for (int64_t i = 0; i < B; ++i) {
+              const uint16_t* sample = toks.data() + sampler->sampleStart(sampler->globalSample(1, micro, dpRank, i));
+              for (int64_t s = 0; s < S; ++s) {
+                const int64_t pos = position(layout, cp, c, s);
+                ASSERT_EQ(ci[size_t(i * S + s)], ids[size_t(i * T + pos)]);
+                ASSERT_EQ(ct[size_t(i * S + s)], targets[size_t(i * T + pos)]);
+                ASSERT_EQ(ci[size_t(i * S + s)], sample[pos]);
+                ASSERT_EQ(ct[size_t(i * S + s)], sample[pos + 1]);
+              }
             }
           }
         }
-      }
-  std::vector<int32_t> a(4), b(4);
-  EXPECT_FALSE(sampler->microbatchChunk(0, 0, 0, SequenceChunk{10, 4}, a.data(), b.data()).isOk());
+    }
+  std::vector<int32_t> a(size_t(B * 4)), b(size_t(B * 4));
+  EXPECT_FALSE(sampler->microbatchChunk(0, 0, 0, PositionRuns::from(10), 4, a.data(), b.data()).isOk());
+  EXPECT_FALSE(sampler->microbatchChunk(0, 0, 0, PositionRuns{0, 2, 11}, 4, a.data(), b.data()).isOk());
+  EXPECT_TRUE(sampler->microbatchChunk(0, 0, 0, PositionRuns{0, 2, 10}, 4, a.data(), b.data()).isOk());
 }
 
 }  // namespace

@@ -226,7 +226,25 @@ TEST_F(PipelinePlanTest, SendRecvAndStageAxisErrors) {
   expectError([&](auto& p) { send(p)["attrs"]["peer"] = 1.5; }, {"attrs.peer", "expected an integer"});
   expectError([&](auto& p) { send(p)["attrs"].erase("tag"); }, {"attrs.tag", "missing attribute \"tag\" of op \"send\""});
   expectError([&](auto& p) { send(p)["attrs"]["microbatch"] = 0; },
-              {"program-0.json", "subroutines[1].ops[3].attrs.microbatch", "unknown attribute", "axis, peer, tag"});
+              {"program-0.json", "subroutines[1].ops[3].attrs.microbatch", "unknown attribute",
+               "axis, peer (optional), shift (optional), tag"});
+  // A ring shift instead of a peer: exactly one of the two, 1 <= shift <= n − 1.
+  expectError([&](auto& p) { send(p)["attrs"]["shift"] = 1; },
+              {"subroutines[1].ops[3].attrs.shift", "either peer or shift, not both"});
+  expectError([&](auto& p) { send(p)["attrs"].erase("peer"); },
+              {"subroutines[1].ops[3].attrs.peer", "required", "ring shift (shift)"});
+  expectError(
+      [&](auto& p) {
+        send(p)["attrs"].erase("peer");
+        send(p)["attrs"]["shift"] = 2;
+      },
+      {"subroutines[1].ops[3].attrs.shift", "shift 2 is out of range", "\"pp\" has size 2", "shifts 1..1"});
+  expectError(
+      [&](auto& p) {
+        send(p)["attrs"].erase("peer");
+        send(p)["attrs"]["shift"] = 0;
+      },
+      {"subroutines[1].ops[3].attrs.shift"});
   expectError([&](auto& p) { recv(p)["attrs"]["axis"] = "ep"; }, {"attrs.axis", "unknown mesh axis \"ep\""});
   expectError([&](auto& p) { recv(p)["args"] = {{"y", kS1Ids}}; }, {"subroutines[1].ops[1].args.y", "i32", "needs f32"});
   expectError([&](auto& p) { recv(p)["args"] = {{"x", 5}}; }, {"args.x", "unknown role for op \"recv\""});

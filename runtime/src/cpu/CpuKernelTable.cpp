@@ -16,6 +16,7 @@ const CpuKernelTable& cpuKernelTable() {
     registerCpuLinearKernels(t);
     registerCpuRopeKernels(t);
     registerCpuAttentionKernels(t);
+    registerCpuAttentionBlockKernels(t);
     registerCpuLossKernels(t);
     registerCpuOptimizerKernels(t);
     return t;

@@ -16,6 +16,7 @@ const CudaKernelTable& cudaKernelTable() {
     registerCudaLinearKernels(t);
     registerCudaRopeKernels(t);
     registerCudaAttentionKernels(t);
+    registerCudaAttentionBlockKernels(t);
     registerCudaLossKernels(t);
     registerCudaOptimizerKernels(t);
     return t;

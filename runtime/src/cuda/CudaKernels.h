@@ -126,6 +126,7 @@ void registerCudaNormKernels(CudaKernelTable& table);         // Norm.cu: layer_
 void registerCudaLinearKernels(CudaKernelTable& table);       // Linear.cu: linear_*, bias_add (cuBLASLt)
 void registerCudaRopeKernels(CudaKernelTable& table);         // Rope.cu: rope_*
 void registerCudaAttentionKernels(CudaKernelTable& table);    // Attention.cu: attention_*
+void registerCudaAttentionBlockKernels(CudaKernelTable& table);  // AttentionBlock.cu: ring attention
 void registerCudaLossKernels(CudaKernelTable& table);         // Loss.cu: cross_entropy_*
 void registerCudaOptimizerKernels(CudaKernelTable& table);    // Optimizer.cu: grad_norm*, adamw, sgd
 

@@ -8,6 +8,8 @@
 #include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
+#include "CpuKernels.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -23,14 +25,28 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 Status checkBlock(const AttentionBlock& a) {
   LLCDIST_RETURN_IF_ERROR(checkAttentionShape(a.B, std::max<int64_t>(a.Sq, a.Sk), a.nh, a.nkv, a.hd));
   if (a.Sq <= 0 || a.Sk <= 0) return Status::invalidArgument("attention block: Sq and Sk must be positive");
-  if (a.qStart < 0 || a.kvStart < 0)
-    return Status::invalidArgument("attention block: qStart and kvStart must be positions (>= 0)");
+  const PositionRuns q = a.qPositions(), kv = a.kvPositions();
+  if (q.minAt(a.Sq) < 0 || kv.minAt(a.Sk) < 0 || a.qSplit < 0 || a.kvSplit < 0)
+    return Status::invalidArgument(
+        "attention block: the rows' positions (qStart, kvStart, qStart2, kvStart2) and "
+        "the splits must be >= 0");
+  const int64_t n1 = kv.firstRows(a.Sk);
+  if (n1 > 0 && n1 < a.Sk && a.kvStart2 < a.kvStart + n1)
+    return Status::invalidArgument("attention block: the key rows' second run starts at " + std::to_string(a.kvStart2) +
+                                   ", inside the first [" + std::to_string(a.kvStart) + ", " +
+                                   std::to_string(a.kvStart + n1) + ") (key positions must increase)");
   return Status::ok();
 }
 
-// The keys query row i sees: [0, visibleKeys) (key position kvStart + j <= query position qStart + i).
-int64_t visibleKeys(const AttentionBlock& a, int64_t i) {
-  return std::clamp<int64_t>(a.qStart + i - a.kvStart + 1, 0, a.Sk);
+// The query rows' visible key counts (attentionBlockVisibleKeys), and whether any row sees a key.
+std::vector<int64_t> visibleKeyCounts(const AttentionBlock& a, bool* any) {
+  std::vector<int64_t> n(size_t(a.Sq));
+  *any = false;
+  for (int64_t i = 0; i < a.Sq; ++i) {
+    n[size_t(i)] = attentionBlockVisibleKeys(a, i);
+    *any = *any || n[size_t(i)] > 0;
+  }
+  return n;
 }
 
 // One (batch, query head): where it starts in q/out ([B,Sq,nh,hd]) and in k/v ([B,Sk,nkv,hd]).
@@ -50,9 +66,30 @@ void blockScores(const AttentionBlock& a, const BlockHead& v, const float* q, co
 
 }  // namespace
 
+AttentionBlock attentionBlock(const AttentionShape& s, const PositionRuns& q, const PositionRuns& kv) {
+  return AttentionBlock{s.B, s.S, s.S, s.nh, s.nkv, s.hd, q.first, kv.first, q.split, q.second, kv.split, kv.second};
+}
+
+// Per run of the key rows: the keys at or before the query's position (a prefix of each run, and of
+// the block since the second run follows the first).
+int64_t attentionBlockVisibleKeys(const AttentionBlock& a, int64_t i) {
+  const int64_t pos = a.qPositions().at(i);
+  const int64_t n1 = a.kvPositions().firstRows(a.Sk);
+  const int64_t c1 = std::clamp<int64_t>(pos - a.kvStart + 1, 0, n1);
+  if (c1 < n1) return c1;
+  return n1 + std::clamp<int64_t>(pos - a.kvStart2 + 1, 0, a.Sk - n1);
+}
+
 Status attentionBlockForward(const AttentionBlock& a, const float* q, const float* k, const float* v, float* out,
                              float* lse) {
   LLCDIST_RETURN_IF_ERROR(checkBlock(a));
+  bool any = false;
+  const std::vector<int64_t> visible = visibleKeyCounts(a, &any);
+  if (!any) {  // no query row sees a key of this block: the empty result, no arithmetic
+    std::fill_n(out, a.B * a.Sq * a.nh * a.hd, 0.0f);
+    std::fill_n(lse, a.B * a.nh * a.Sq, kNegInf);
+    return Status::ok();
+  }
   const float scale = attentionScale(a.hd);
   std::vector<float> p(size_t(a.Sq * a.Sk));
   for (int64_t b = 0; b < a.B; ++b)
@@ -62,7 +99,7 @@ Status attentionBlockForward(const AttentionBlock& a, const float* q, const floa
       float* lseRow = lse + (b * a.nh + h) * a.Sq;
       for (int64_t i = 0; i < a.Sq; ++i) {
         float* row = p.data() + i * a.Sk;
-        const int64_t n = visibleKeys(a, i);
+        const int64_t n = visible[size_t(i)];
         if (n == 0) {  // a row that sees no key of this block: nothing to merge
           std::fill(row, row + a.Sk, 0.0f);
           lseRow[i] = kNegInf;
@@ -112,6 +149,9 @@ void attentionMerge(int64_t B, int64_t Sq, int64_t nh, int64_t hd, float* out, f
 Status attentionBlockBackward(const AttentionBlock& a, const float* dout, const float* q, const float* k,
                               const float* v, const float* out, const float* lse, float* dq, float* dk, float* dv) {
   LLCDIST_RETURN_IF_ERROR(checkBlock(a));
+  bool any = false;
+  const std::vector<int64_t> visible = visibleKeyCounts(a, &any);
+  if (!any) return Status::ok();  // no query row sees a key of this block: nothing to add
   const float scale = attentionScale(a.hd);
   const int64_t Sq = a.Sq, Sk = a.Sk, hd = a.hd;
   std::vector<float> p(size_t(Sq * Sk)), dp(size_t(Sq * Sk));
@@ -122,7 +162,7 @@ Status attentionBlockBackward(const AttentionBlock& a, const float* dout, const 
       blockScores(a, hv, q, k, scale, p.data());
       for (int64_t i = 0; i < Sq; ++i) {
         float* row = p.data() + i * Sk;
-        const int64_t n = lseRow[i] == kNegInf ? 0 : visibleKeys(a, i);
+        const int64_t n = lseRow[i] == kNegInf ? 0 : visible[size_t(i)];
         for (int64_t j = 0; j < n; ++j) row[j] = std::exp(row[j] - lseRow[i]);
         std::fill(row + n, row + Sk, 0.0f);
       }
@@ -147,6 +187,34 @@ Status attentionBlockBackward(const AttentionBlock& a, const float* dout, const 
                   1.0f, dv + hv.kvOff, hv.kvStride);
     }
   return Status::ok();
+}
+
+// ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
+
+namespace {
+AttentionBlock blockOf(const AttentionParams& p) {
+  return attentionBlock({p.B, p.S, p.nh, p.nkv, p.hd}, p.qPos, p.kvPos);
+}
+}  // namespace
+
+void registerCpuAttentionBlockKernels(CpuKernelTable& t) {
+  using K = schema::OpKind;
+  using P = AttentionParams;
+  using Ctx = CpuKernelContext;
+  addCpuKernel<P>(t, K::kAttentionBlockFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    LLCDIST_RETURN_IF_ERROR(checkAttentionBlockElems(c, p));
+    return attentionBlockForward(blockOf(p), c.F("q"), c.F("k"), c.F("v"), c.F("out"), c.F("lse"));
+  });
+  addCpuKernel<P>(t, K::kAttentionBlockBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    LLCDIST_RETURN_IF_ERROR(checkAttentionBlockElems(c, p));
+    return attentionBlockBackward(blockOf(p), c.F("dout"), c.F("q"), c.F("k"), c.F("v"), c.F("out"), c.F("lse"),
+                                  c.F("dq"), c.F("dk"), c.F("dv"));
+  });
+  addCpuKernel<P>(t, K::kAttentionMerge, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
+    LLCDIST_RETURN_IF_ERROR(checkAttentionBlockElems(c, p));
+    attentionMerge(p.B, p.S, p.nh, p.hd, c.F("out"), c.F("lse"), c.F("out_b"), c.F("lse_b"));
+    return Status::ok();
+  });
 }
 
 }  // namespace llcdist::rt

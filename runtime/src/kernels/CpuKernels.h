@@ -15,6 +15,7 @@ void registerCpuNormKernels(CpuKernelTable& table);         // Norm.cpp: layer_n
 void registerCpuLinearKernels(CpuKernelTable& table);       // Linear.cpp: linear_*, bias_add
 void registerCpuRopeKernels(CpuKernelTable& table);         // Rope.cpp: rope_*
 void registerCpuAttentionKernels(CpuKernelTable& table);    // Attention.cpp: attention_*
+void registerCpuAttentionBlockKernels(CpuKernelTable& table);  // AttentionBlock.cpp: ring attention
 void registerCpuLossKernels(CpuKernelTable& table);         // Loss.cpp: cross_entropy_*
 void registerCpuOptimizerKernels(CpuKernelTable& table);    // Optimizer.cpp: grad_norm, adamw, sgd
 

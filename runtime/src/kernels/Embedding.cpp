@@ -56,26 +56,26 @@ Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, i
 }
 
 Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int64_t B, int64_t S, int64_t H, int64_t P,
-                                int64_t posBegin) {
-  LLCDIST_RETURN_IF_ERROR(checkPositionRange(S, P, posBegin));
-  const float* w = wpe + posBegin * H;
+                                const PositionRuns& pos) {
+  LLCDIST_RETURN_IF_ERROR(checkPositionRuns(S, P, pos));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < S; ++s) {
       const int64_t off = (b * S + s) * H;
-      for (int64_t h = 0; h < H; ++h) y[off + h] = x[off + h] + w[s * H + h];
+      const float* w = wpe + pos.at(s) * H;
+      for (int64_t h = 0; h < H; ++h) y[off + h] = x[off + h] + w[h];
     }
   return Status::ok();
 }
 
 Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, int64_t S, int64_t H, int64_t P,
-                                       bool accumulate, int64_t posBegin) {
-  LLCDIST_RETURN_IF_ERROR(checkPositionRange(S, P, posBegin));
+                                       bool accumulate, const PositionRuns& pos) {
+  LLCDIST_RETURN_IF_ERROR(checkPositionRuns(S, P, pos));
   if (!accumulate) std::fill_n(dwpe, P * H, 0.0f);
-  float* w = dwpe + posBegin * H;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t s = 0; s < S; ++s) {
       const float* d = dy + (b * S + s) * H;
-      for (int64_t h = 0; h < H; ++h) w[s * H + h] += d[h];
+      float* w = dwpe + pos.at(s) * H;
+      for (int64_t h = 0; h < H; ++h) w[h] += d[h];
     }
   return Status::ok();
 }
@@ -100,10 +100,10 @@ void registerCpuEmbeddingKernels(CpuKernelTable& t) {
     return embeddingBackward(c.I("ids"), c.F("dout"), c.F("dtable"), p.M, p.V, p.H, p.accumulate, p.vocabShard);
   });
   addCpuKernel<P>(t, K::kPosEmbeddingFwd, [](const KernelCall& c, const P& p, const Ctx&) {
-    return positionEmbeddingForward(c.F("x"), c.F("wpe"), c.F("y"), p.B, p.S, p.H, p.P, p.posBegin);
+    return positionEmbeddingForward(c.F("x"), c.F("wpe"), c.F("y"), p.B, p.S, p.H, p.P, p.positions());
   });
   addCpuKernel<P>(t, K::kPosEmbeddingBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {
-    return positionEmbeddingBackwardWeight(c.F("dy"), c.F("dwpe"), p.B, p.S, p.H, p.P, p.accumulate, p.posBegin);
+    return positionEmbeddingBackwardWeight(c.F("dy"), c.F("dwpe"), p.B, p.S, p.H, p.P, p.accumulate, p.positions());
   });
 }
 

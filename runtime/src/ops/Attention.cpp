@@ -1,6 +1,8 @@
 // Family "attention": attention_fwd / attention_bwd (causal self-attention with GQA, the log-sum-exp
 // saved for the backward), reading q, k, v from three buffers or one packed qkv, and writing dq, dk, dv
-// to three or one packed dqkv.
+// to three or one packed dqkv; and ring attention's attention_block_fwd / _bwd (one step of the ring:
+// this rank's query rows against member (c − step) mod n's key/value rows, by global position) and
+// attention_merge (context parallelism, docs/plan-format.md "Context parallelism").
 #include "OpDefs.h"
 
 namespace llcdist::rt::ops {
@@ -43,11 +45,62 @@ StatusOr<OpParams> bindAttention(const BindContext& b) {
   return OpParams(p);
 }
 
+// attention_block_fwd / _bwd: the shape's counts, `axis` a mesh axis, `step` < its size, and S rows a
+// member under the axis's layout.
+Status checkAttentionBlock(const OpChecker& c) {
+  const int64_t B = c.I("B"), S = c.I("S"), nh = c.I("nh"), nkv = c.I("nkv"), hd = c.I("hd");
+  if (nh % nkv != 0)
+    return c.attrError("nkv", "nh = " + std::to_string(nh) + " is not a multiple of nkv = " + std::to_string(nkv));
+  int64_t n = 0;
+  LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
+  if (c.I("step") >= n)
+    return c.attrError("step", "step " + std::to_string(c.I("step")) + " is out of range: axis \"" +
+                                   c.op().stringAttr("axis") + "\" has size " + std::to_string(n) + " (steps 0.." +
+                                   std::to_string(n - 1) + ")");
+  LLCDIST_RETURN_IF_ERROR(c.axisRows(c.op().stringAttr("axis"), S));
+  for (const char* r : {"q", "out", "dout", "dq"})
+    LLCDIST_RETURN_IF_ERROR(c.count(r, OpChecker::prod({B, S, nh, hd}), "B×S×nh×hd"));
+  for (const char* r : {"k", "v", "dk", "dv"})
+    LLCDIST_RETURN_IF_ERROR(c.count(r, OpChecker::prod({B, S, nkv, hd}), "B×S×nkv×hd"));
+  return c.count("lse", OpChecker::prod({B, nh, S}), "B×nh×S");
+}
+// The query rows are this rank's (coordinate c on `axis`), the key/value rows member (c − step) mod n's.
+StatusOr<OpParams> bindAttentionBlock(const BindContext& b) {
+  const Op& op = b.op;
+  AttentionParams p{op.intAttr("B"), op.intAttr("S"), op.intAttr("nh"), op.intAttr("nkv"), op.intAttr("hd")};
+  LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis("axis", "axis"));
+  const int64_t n = b.mesh.axisSize(axis), c = b.mesh.coord(b.rank, axis), step = op.intAttr("step");
+  if (step < 0 || step >= n) return Status::internal("step " + std::to_string(step) + " out of range for its axis");
+  p.qPos = axisRowPositions(b.manifest, axis, c, p.S);
+  p.kvPos = axisRowPositions(b.manifest, axis, ((c - step) % n + n) % n, p.S);
+  return OpParams(p);
+}
+
+Status checkAttentionMerge(const OpChecker& c) {
+  const int64_t B = c.I("B"), S = c.I("S"), nh = c.I("nh"), hd = c.I("hd");
+  for (const char* r : {"out", "out_b"})
+    LLCDIST_RETURN_IF_ERROR(c.count(r, OpChecker::prod({B, S, nh, hd}), "B×S×nh×hd"));
+  for (const char* r : {"lse", "lse_b"}) LLCDIST_RETURN_IF_ERROR(c.count(r, OpChecker::prod({B, nh, S}), "B×nh×S"));
+  return Status::ok();
+}
+StatusOr<OpParams> bindAttentionMerge(const BindContext& b) {
+  const Op& op = b.op;
+  AttentionParams p;
+  p.B = op.intAttr("B");
+  p.S = op.intAttr("S");
+  p.nh = op.intAttr("nh");
+  p.hd = op.intAttr("hd");
+  return OpParams(p);
+}
+
 }  // namespace
 
 void registerAttentionOps(OpDefTable& t) {
   t.add(K::kAttentionFwd, {"attention", checkAttention, bindAttention});
   t.add(K::kAttentionBwd, {"attention", checkAttention, bindAttention});
+  t.add(K::kAttentionBlockFwd, {"attention", checkAttentionBlock, bindAttentionBlock});
+  t.add(K::kAttentionBlockBwd, {"attention", checkAttentionBlock, bindAttentionBlock});
+  t.add(K::kAttentionMerge, {"attention", checkAttentionMerge, bindAttentionMerge});
 }
 
 }  // namespace llcdist::rt::ops

@@ -97,22 +97,45 @@ StatusOr<OpParams> bindCollective(const BindContext& b) {
   return OpParams(std::move(p));
 }
 
+// Exactly one of `peer` (a coordinate of the axis) and `shift` (a ring's step: 1 <= shift <= n − 1).
 Status checkPointToPoint(const OpChecker& c) {
   int64_t n = 0;
   LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
+  const Op& op = c.op();
+  const bool hasPeer = op.attrs.count("peer") != 0, hasShift = op.attrs.count("shift") != 0;
+  if (hasPeer == hasShift)
+    return c.attrError(hasPeer ? "shift" : "peer",
+                       std::string(hasPeer ? "name either peer or shift, not both"
+                                           : "required: name the peer's coordinate (peer) or a ring shift (shift)"));
+  const std::string range = "axis \"" + op.stringAttr("axis") + "\" has size " + std::to_string(n);
+  if (hasShift) {
+    const int64_t shift = c.I("shift");
+    if (shift > n - 1)
+      return c.attrError("shift", "shift " + std::to_string(shift) + " is out of range: " + range + " (shifts 1.." +
+                                      std::to_string(n - 1) + ")");
+    return Status::ok();
+  }
   const int64_t peer = c.I("peer");
   if (peer >= n)
-    return c.attrError("peer", "peer " + std::to_string(peer) + " is out of range: axis \"" + c.op().stringAttr("axis") +
-                                   "\" has size " + std::to_string(n) + " (coordinates 0.." + std::to_string(n - 1) + ")");
+    return c.attrError("peer", "peer " + std::to_string(peer) + " is out of range: " + range + " (coordinates 0.." +
+                                   std::to_string(n - 1) + ")");
   return Status::ok();
 }
 
-// The peer: this rank with coordinate `peer` on `axis` (the loader checked peer < axis size).
+// The peer's coordinate on `axis`: `peer`, or with `shift` (c + shift) mod n (the loader checked both).
+int64_t peerCoordinate(const BindContext& b, MeshAxis axis) {
+  const Op& op = b.op;
+  if (!op.attrs.count("shift")) return op.intAttr("peer", -1);
+  const int64_t n = b.mesh.axisSize(axis);
+  return (b.mesh.coord(b.rank, axis) + op.intAttr("shift")) % n;
+}
+
+// The peer: this rank with the peer's coordinate on `axis`.
 StatusOr<OpParams> bindPointToPoint(const BindContext& b) {
   const Op& op = b.op;
   const std::string name = op.stringAttr("axis");
   LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis("axis", "axis"));
-  const int64_t peer = op.intAttr("peer", -1);
+  const int64_t peer = peerCoordinate(b, axis);
   if (peer < 0 || peer >= b.mesh.axisSize(axis))
     return Status::internal("peer " + std::to_string(peer) + " out of range for axis " + name);
   if (peer == b.mesh.coord(b.rank, axis))

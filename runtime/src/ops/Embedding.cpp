@@ -3,6 +3,8 @@
 // sequence-parallel with attr `shard_axis`).
 #include "OpDefs.h"
 
+#include <algorithm>
+
 namespace llcdist::rt::ops {
 namespace {
 
@@ -72,14 +74,20 @@ Status checkPosEmbedding(const OpChecker& c) {
   LLCDIST_RETURN_IF_ERROR(positionsFit(c, S, P));
   LLCDIST_RETURN_IF_ERROR(c.shardAxis());
   if (op.attrs.count(std::string(sc::kShardAxisAttr))) {
-    // Sequence-parallel: the last member holds positions [(n-1)·S, n·S), which must fit in P.
+    // Sequence-parallel: every member's positions must fit in P; the largest is the last member's last
+    // (contiguous) or the first member's last (cp's load-balanced layout): S·n − 1 either way.
     const std::string axis = op.stringAttr(std::string(sc::kShardAxisAttr));
-    const int64_t n = c.manifest().mesh().axisSize(*parseMeshAxis(axis));
+    LLCDIST_RETURN_IF_ERROR(c.axisRows(axis, S));
+    const MeshAxis a = *parseMeshAxis(axis);
+    const int64_t n = c.manifest().mesh().axisSize(a);
     const int64_t global = OpChecker::prod({S, n});
-    if (global < 0 || global > P)
+    const int64_t needed = global < 0 ? -1
+                                      : 1 + std::max(axisRowPositions(c.manifest(), a, 0, S).maxAt(S),
+                                                     axisRowPositions(c.manifest(), a, n - 1, S).maxAt(S));
+    if (needed < 0 || needed > P)
       return c.attrError("S", "S = " + std::to_string(S) + " positions on each of the " + std::to_string(n) +
                                   " members of shard_axis \"" + axis +
-                                  "\" need S·n = " + (global < 0 ? std::string("(overflow)") : std::to_string(global)) +
+                                  "\" need S·n = " + (needed < 0 ? std::string("(overflow)") : std::to_string(needed)) +
                                   " positions, more than the position table size P = " + std::to_string(P));
   }
   const bool fwd = op.kind == K::kPosEmbeddingFwd;
@@ -94,9 +102,12 @@ StatusOr<OpParams> bindPosEmbedding(const BindContext& b) {
   p.H = b.op.intAttr("H");
   p.P = b.op.intAttr("P");
   p.accumulate = b.op.boolAttr("accumulate");
-  if (b.op.attrs.count(std::string(sc::kShardAxisAttr))) {  // sequence-parallel: positions [c·S, (c+1)·S)
+  if (b.op.attrs.count(std::string(sc::kShardAxisAttr))) {  // sequence-parallel: this rank's rows' positions
     LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis(std::string(sc::kShardAxisAttr), "shard_axis"));
-    p.posBegin = b.mesh.coord(b.rank, axis) * p.S;
+    const PositionRuns pos = axisRowPositions(b.manifest, axis, b.mesh.coord(b.rank, axis), p.S);
+    p.posBegin = pos.first;
+    p.posSplit = pos.split;
+    p.posBegin2 = pos.second;
   }
   return OpParams(std::move(p));
 }

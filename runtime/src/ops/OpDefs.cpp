@@ -125,6 +125,19 @@ Status OpChecker::shardAxis() const {
   return Status::ok();
 }
 
+Status OpChecker::axisRows(const std::string& axisName, int64_t S) const {
+  if (parseMeshAxis(axisName) != MeshAxis::kCp || manifest_.cpLayout != sc::CpLayout::kLoadBalanced || S % 2 == 0)
+    return Status::ok();
+  return attrError("S", "mesh.cp_layout \"load_balanced\" gives each cp rank two runs of S/2 rows, but S = " +
+                            std::to_string(S) + " is odd");
+}
+
+PositionRuns axisRowPositions(const Manifest& manifest, MeshAxis axis, int64_t coord, int64_t S) {
+  if (axis != MeshAxis::kCp) return {coord * S, S, 0};
+  const int64_t n = manifest.mesh().axisSize(axis);
+  return contextParallelPositions(S * n, n, coord, manifest.cpLayout);
+}
+
 // ---- BindContext -------------------------------------------------------------------------------------
 StatusOr<MeshAxis> BindContext::axis(const std::string& attr, const char* what) const {
   const std::string name = op.stringAttr(attr);

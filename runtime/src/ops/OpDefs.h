@@ -50,6 +50,10 @@ public:
   // attrs.shard_axis, when present, names a mesh axis (any size: an axis of size 1 makes the op the
   // unsharded one). Vocabulary-parallel embedding / cross entropy, sequence-parallel position embedding.
   Status shardAxis() const;
+  // The S rows of each member of mesh axis `axisName` (a known name) at their positions
+  // (axisRowPositions): on cp under mesh.cp_layout "load_balanced" S must be even (two runs of S/2),
+  // an error at attrs.S otherwise.
+  Status axisRows(const std::string& axisName, int64_t S) const;
   // The element count of buffer `id`.
   int64_t numel(int64_t id) const { return prog_.buffers[size_t(id)].numel(); }
   const BufferDesc& buffer(int64_t id) const { return prog_.buffers[size_t(id)]; }
@@ -75,6 +79,11 @@ struct BindContext {
   // "unknown <what> \"name\"").
   StatusOr<MeshAxis> axis(const std::string& attr, const char* what) const;
 };
+
+// The global positions of the S rows that coordinate `coord` of `axis` holds (Positions.h): on cp the
+// manifest's mesh.cp_layout over a sequence of S·n (n the axis size), on any other axis
+// [coord·S, (coord+1)·S). Position embeddings, RoPE and ring attention with an axis.
+PositionRuns axisRowPositions(const Manifest& manifest, MeshAxis axis, int64_t coord, int64_t S);
 
 struct OpDef {
   std::string_view family;  // the kernel family ("norm", ...): src/ops/<Family>.cpp, docs/adding-an-op.md

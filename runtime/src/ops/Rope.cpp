@@ -1,7 +1,8 @@
 // Family "rope": rope_fwd / rope_bwd (HF Llama rotate_half), and the cos/sin table every backend's
 // kernel reads: inv_freq and the angles are computed in fp32 with transformers' operation order, so
 // tables match HF's to within the last-ulp differences of the math library. The binder builds the
-// table once per op.
+// table once per op, for the rows' positions: 0..S-1, or with attr shard_axis this rank's rows of a
+// sequence split over that axis (axisRowPositions: cp's mesh.cp_layout on cp).
 #include "OpDefs.h"
 
 #include <charconv>
@@ -56,20 +57,19 @@ StatusOr<std::vector<float>> ropeInvFreq(const RopeConfig& cfg, int64_t headDim)
   return inv;
 }
 
-StatusOr<RopeTable> makeRopeTable(const RopeConfig& cfg, int64_t headDim, int64_t posBegin, int64_t S) {
-  if (posBegin < 0 || S < 0)
-    return Status::invalidArgument("rope: negative position range");
+StatusOr<RopeTable> makeRopeTable(const RopeConfig& cfg, int64_t headDim, const PositionRuns& positions, int64_t S) {
+  if (S < 0 || (S > 0 && positions.minAt(S) < 0)) return Status::invalidArgument("rope: negative position range");
   LLCDIST_ASSIGN_OR_RETURN(std::vector<float> inv, ropeInvFreq(cfg, headDim));
   const int64_t half = headDim / 2;
   RopeTable t;
-  t.posBegin = posBegin;
+  t.positions = positions;
   t.seqLen = S;
   t.headDim = headDim;
   t.cos.resize(S * headDim);
   t.sin.resize(S * headDim);
   for (int64_t s = 0; s < S; ++s)
     for (int64_t i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(posBegin + s) * inv[i];  // fp32, as HF's matmul
+      const float angle = static_cast<float>(positions.at(s)) * inv[i];  // fp32, as HF's matmul
       const float c = std::cos(angle), sn = std::sin(angle);
       t.cos[s * headDim + i] = t.cos[s * headDim + half + i] = c;
       t.sin[s * headDim + i] = t.sin[s * headDim + half + i] = sn;
@@ -94,6 +94,9 @@ Status checkRope(const OpChecker& c) {
     if (llama3 && !has) return c.attrError(a, "required when llama3 is true");
     if (!llama3 && has) return c.attrError(a, "only allowed when llama3 is true");
   }
+  LLCDIST_RETURN_IF_ERROR(c.shardAxis());
+  if (op.attrs.count(std::string(schema::kShardAxisAttr)))
+    LLCDIST_RETURN_IF_ERROR(c.axisRows(op.stringAttr(std::string(schema::kShardAxisAttr)), c.I("S")));
   const int64_t e = OpChecker::prod({c.I("B"), c.I("S"), c.I("n"), hd});
   for (const char* r : {"x", "y", "dy", "dx"}) LLCDIST_RETURN_IF_ERROR(c.count(r, e, "B×S×n×hd"));
   return Status::ok();
@@ -115,7 +118,12 @@ StatusOr<OpParams> bindRope(const BindContext& b) {
     cfg.highFreqFactor = float(op.floatAttr("high_freq_factor"));
     cfg.originalMaxPositionEmbeddings = op.intAttr("original_max_position_embeddings");
   }
-  LLCDIST_ASSIGN_OR_RETURN(RopeTable table, makeRopeTable(cfg, p.hd, 0, p.S));
+  PositionRuns positions;  // 0..S-1; with shard_axis this rank's rows' positions on that axis
+  if (op.attrs.count(std::string(schema::kShardAxisAttr))) {
+    LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis(std::string(schema::kShardAxisAttr), "shard_axis"));
+    positions = axisRowPositions(b.manifest, axis, b.mesh.coord(b.rank, axis), p.S);
+  }
+  LLCDIST_ASSIGN_OR_RETURN(RopeTable table, makeRopeTable(cfg, p.hd, positions, p.S));
   p.table = std::make_shared<const RopeTable>(std::move(table));
   return OpParams(std::move(p));
 }

@@ -12,7 +12,8 @@ namespace llcdist::rt::train {
 StatusOr<DataSourceFactory> makeDataSources(const Manifest& m, const std::string& data, bool shuffle, uint64_t seed) {
   const int64_t B = m.microBatch, T = m.seqLen, V = m.vocabSize, G = m.globalBatch, dp = m.dataParallel;
   const int64_t cp = m.meshCp;
-  // Context parallelism: each rank loads its chunk of T / cp positions of every sample.
+  const CpLayout layout = m.cpLayout;
+  // Context parallelism: each rank loads its T / cp positions of every sample (mesh.cp_layout's).
   auto checkShape = [B, T, cp](int64_t b, int64_t s) {
     if (b != B || s != T / cp)
       return Status::internal("load_microbatch asked for [" + std::to_string(b) + ", " + std::to_string(s) +
@@ -25,17 +26,19 @@ StatusOr<DataSourceFactory> makeDataSources(const Manifest& m, const std::string
   if (data == "synthetic") {
     const uint64_t key = streamKey(seed, "llcdist.synthetic");
     return DataSourceFactory([=](int64_t dpRank, int64_t cpRank) {
-      const SequenceChunk chunk = contextParallelChunk(T, cp, cpRank);
+      const PositionRuns rows = contextParallelPositions(T, cp, cpRank, layout);
       return MicrobatchSource([=](int64_t step, int64_t micro, int32_t* ids, int32_t* targets, int64_t b, int64_t s) {
         LLCDIST_RETURN_IF_ERROR(checkShape(b, s));
-        const int64_t S = chunk.count;
+        // Token t of the sample's T + 1 (inputs 0..T-1, targets 1..T): row r's input is token pos(r),
+        // its target token pos(r) + 1.
+        auto token = [&](int64_t sample, int64_t t) {
+          return int32_t(random64(key, uint64_t(sample), uint64_t(t)) % uint64_t(V));
+        };
         for (int64_t i = 0; i < B; ++i) {
           const int64_t sample = step * G + (micro * dp + dpRank) * B + i;
-          // Token t of the sample's T + 1 (inputs 0..T-1, targets 1..T): the chunk's inputs and targets.
-          for (int64_t t = chunk.begin; t <= chunk.begin + S; ++t) {
-            const int32_t tok = int32_t(random64(key, uint64_t(sample), uint64_t(t)) % uint64_t(V));
-            if (t < chunk.begin + S) ids[i * S + t - chunk.begin] = tok;
-            if (t > chunk.begin) targets[i * S + t - 1 - chunk.begin] = tok;
+          for (int64_t r = 0; r < s; ++r) {
+            ids[i * s + r] = token(sample, rows.at(r));
+            targets[i * s + r] = token(sample, rows.at(r) + 1);
           }
         }
         return Status::ok();
@@ -61,10 +64,10 @@ StatusOr<DataSourceFactory> makeDataSources(const Manifest& m, const std::string
   LLCDIST_ASSIGN_OR_RETURN(BatchSampler sampler, BatchSampler::create(shared, cfg));
   auto sp = std::make_shared<BatchSampler>(std::move(sampler));
   return DataSourceFactory([=](int64_t dpRank, int64_t cpRank) {
-    const SequenceChunk chunk = contextParallelChunk(T, cp, cpRank);
+    const PositionRuns rows = contextParallelPositions(T, cp, cpRank, layout);
     return MicrobatchSource([=](int64_t step, int64_t micro, int32_t* ids, int32_t* targets, int64_t b, int64_t s) {
       LLCDIST_RETURN_IF_ERROR(checkShape(b, s));
-      return sp->microbatchChunk(step, micro, dpRank, chunk, ids, targets);
+      return sp->microbatchChunk(step, micro, dpRank, rows, s, ids, targets);
     });
   });
 }

@@ -133,7 +133,8 @@ Status loadRankState(const CheckpointReader& checkpoint, const Manifest& manifes
 
 // Data: a factory of per-rank microbatch sources ("synthetic" or an llm.c token file, loaded and
 // checked once); the source for data-parallel coordinate dpRank reads that rank's samples, and of each
-// the positions of context-parallel coordinate cpRank (contextParallelChunk; all of them when cp = 1).
+// the positions of context-parallel coordinate cpRank (contextParallelPositions under mesh.cp_layout;
+// all of them when cp = 1).
 struct DataSourceFactory {
   DataSourceFactory() = default;
   explicit DataSourceFactory(std::function<MicrobatchSource(int64_t dpRank, int64_t cpRank)> f) : make(std::move(f)) {}

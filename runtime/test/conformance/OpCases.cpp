@@ -277,6 +277,19 @@ std::vector<Case> cases() {
          auto t = makeRopeTable(RopeConfig{}, 4, 0, 3).value();
          ASSERT_TRUE(ropeForward(t, h.F("x"), h.F("y"), 1, 3, 2, 4).isOk());
        }},
+      // A sequence split over tp = 2, rank 1: rows at positions [3, 6).
+      {"rope_fwd",
+       {{"x", {24}}, {"y", {24}}},
+       {{"B", 1}, {"S", 3}, {"n", 2}, {"hd", 4}, {"theta", 10000.0}, {"shard_axis", "tp"}},
+       [](Host& h) {
+         auto t = makeRopeTable(RopeConfig{}, 4, 3, 3).value();
+         ASSERT_TRUE(ropeForward(t, h.F("x"), h.F("y"), 1, 3, 2, 4).isOk());
+       },
+       8,
+       {},
+       "adamw",
+       2,
+       1},
       {"rope_bwd",
        {{"dy", {24}}, {"dx", {24}}},
        {{"B", 1},
@@ -315,6 +328,46 @@ std::vector<Case> cases() {
                                        h.F("lse"), h.F("dq"), h.F("dk"), h.F("dv"))
                          .isOk());
        }},
+      // Ring attention on tp = 2, rank 1 (rows [3, 6)): step 0 is the causal diagonal block, step 1 the
+      // block of member 0's rows [0, 3), all visible.
+      {"attention_block_fwd",
+       {{"q", {24}}, {"k", {12}}, {"v", {12}}, {"out", {24}}, {"lse", {6}}},
+       {{"B", 1}, {"S", 3}, {"nh", 2}, {"nkv", 1}, {"hd", 4}, {"axis", "tp"}, {"step", 0}},
+       [](Host& h) {
+         const AttentionBlock blk{1, 3, 3, 2, 1, 4, 3, 3};
+         ASSERT_TRUE(attentionBlockForward(blk, h.F("q"), h.F("k"), h.F("v"), h.F("out"), h.F("lse")).isOk());
+       },
+       8,
+       {},
+       "adamw",
+       2,
+       1},
+      {"attention_block_bwd",
+       {{"dout", {24}},
+        {"q", {24}},
+        {"k", {12}},
+        {"v", {12}},
+        {"out", {24}},
+        {"lse", {6}},
+        {"dq", {24}},
+        {"dk", {12}},
+        {"dv", {12}}},
+       {{"B", 1}, {"S", 3}, {"nh", 2}, {"nkv", 1}, {"hd", 4}, {"axis", "tp"}, {"step", 1}},
+       [](Host& h) {
+         const AttentionBlock blk{1, 3, 3, 2, 1, 4, 3, 0};
+         ASSERT_TRUE(attentionBlockBackward(blk, h.F("dout"), h.F("q"), h.F("k"), h.F("v"), h.F("out"), h.F("lse"),
+                                            h.F("dq"), h.F("dk"), h.F("dv"))
+                         .isOk());
+       },
+       8,
+       {},
+       "adamw",
+       2,
+       1},
+      {"attention_merge",
+       {{"out", {24}}, {"lse", {6}}, {"out_b", {24}}, {"lse_b", {6}}},
+       {{"B", 1}, {"S", 3}, {"nh", 2}, {"hd", 4}},
+       [](Host& h) { attentionMerge(1, 3, 2, 4, h.F("out"), h.F("lse"), h.F("out_b"), h.F("lse_b")); }},
       {"gelu_tanh_fwd", {{"x", {6}}, {"y", {6}}}, {{"n", 6}}, [](Host& h) { geluTanhForward(h.F("x"), h.F("y"), 6); }},
       {"gelu_tanh_bwd",
        {{"dy", {6}}, {"x", {6}}, {"dx", {6}}},

@@ -40,13 +40,15 @@
 // dtype), and every collective is waited for on the default stream before the next op. Kernels never
 // communicate. Ops with attr `shard_axis` (vocabulary-parallel embedding and cross entropy) get the
 // rank's vocabulary slice (EmbeddingParams / LossParams::vocabShard); position embeddings with
-// `shard_axis` (sequence parallelism) get EmbeddingParams::posBegin = c·S, c the rank's coordinate on
-// that axis. grad_norm_sq with `replica_axis` gets the rank's member index there
+// `shard_axis` (sequence parallelism) get the positions of the rank's rows (EmbeddingParams::posBegin,
+// posSplit, posBegin2: c·S + s, c the rank's coordinate on that axis, or cp's mesh.cp_layout on cp), and
+// rope ops with `shard_axis` a table for those positions. grad_norm_sq with `replica_axis` gets the rank's member index there
 // (OptimizerParams::member).
 // shard_slice (ZeRO plans) is a kernel launch (no communication) that gets the rank's group on `axis`
 // and its member index there (LayoutParams::member); bf16 arguments are handled as for every float op.
-// Pipeline plans: send / recv resolve their peer once, at bind time: the global rank with this rank's
-// coordinates except `peer` on `axis` (Mesh::withCoord); a peer equal to the rank's own coordinate is a
+// Pipeline plans (and ring attention): send / recv resolve their peer once, at bind time: the global rank
+// with this rank's coordinates except `peer` on `axis`, or with `shift` (c + shift) mod n there
+// (Mesh::withCoord); a peer equal to the rank's own coordinate is a
 // bind error naming the op. At run time they call the backend's sendAsync / recvAsync with the op's tag
 // and the running action's microbatch (-1 when it has none), and wait for them on the default stream.
 // The data source is per rank: the caller binds the rank's dp coordinate into it (Train.h).

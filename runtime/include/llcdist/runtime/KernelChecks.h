@@ -17,6 +17,8 @@ namespace llcdist::rt {
 Status checkVocabShard(const VocabShard& shard);
 // Positions [begin, begin + S) of a position table with P rows.
 Status checkPositionRange(int64_t S, int64_t P, int64_t begin);
+// The positions of S rows (one run or two: PositionRuns) in a position table with P rows.
+Status checkPositionRuns(int64_t S, int64_t P, const PositionRuns& positions);
 // A RoPE table built for S positions of head dim hd.
 Status checkRopeTable(const RopeTable& table, int64_t S, int64_t hd);
 // Attention sizes: all positive, nh a multiple of nkv.
@@ -40,6 +42,10 @@ AttentionArgs attentionArgs(const KernelCall& call, const AttentionParams& p);
 // Every buffer of an attention call holds what its layout addresses: q, k, v (or qkv), out, lse and, in
 // the backward, dout and dq, dk, dv (or dqkv).
 Status checkAttentionElems(const KernelCall& call, const AttentionParams& p);
+// Every buffer of a ring-attention call (attention_block_fwd / _bwd, attention_merge) holds what its
+// shape addresses: [B,S,nh,hd] for q, out, dout, dq, out_b; [B,S,nkv,hd] for k, v, dk, dv; [B,nh,S] for
+// lse, lse_b.
+Status checkAttentionBlockElems(const KernelCall& call, const AttentionParams& p);
 // shard_slice's member, padding and buffer sizes; the elements of a row of x (total) when they agree.
 StatusOr<int64_t> checkShardSlice(const KernelCall& call, const LayoutParams& p);
 

@@ -64,16 +64,26 @@ Status embeddingForward(const int32_t* ids, const float* table, float* out, int6
 Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V,
                          int64_t H, bool accumulate, const VocabShard& shard = {});
 
-// GPT-2 learned positions: y[B,S,H] = x[B,S,H] + wpe[posBegin + s,:] (wpe [P,H]). x/y hold the sequence
-// positions [posBegin, posBegin + S); posBegin is 0 unless sequence-parallel (then c·S, c the rank's
-// coordinate on the op's shard_axis). Requires 0 <= posBegin and posBegin + S <= P (an error otherwise).
-// y may alias x. The input gradient is the identity (dx = dy), so there is no backward-input function.
-Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int64_t B, int64_t S,
-                                int64_t H, int64_t P, int64_t posBegin = 0);
-// dwpe[posBegin + s,:] (+)= sum over b of dy[b,s,:] for s < S (b in order 0..B-1); with accumulate=false
-// every other row of dwpe ([0, posBegin) and [posBegin + S, P)) is zeroed. Same range rule as forward.
-Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, int64_t S, int64_t H,
-                                       int64_t P, bool accumulate, int64_t posBegin = 0);
+// GPT-2 learned positions: y[B,S,H] = x[B,S,H] + wpe[pos.at(s),:] (wpe [P,H]). Row s of x/y is at
+// sequence position pos.at(s) (Positions.h): s unless sequence-parallel (then c·S + s, c the rank's
+// coordinate on the op's shard_axis, or context parallelism's layout on cp: two runs). Requires every
+// position in [0, P) (an error otherwise). y may alias x. The input gradient is the identity (dx = dy),
+// so there is no backward-input function.
+Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int64_t B, int64_t S, int64_t H, int64_t P,
+                                const PositionRuns& pos);
+// dwpe[pos.at(s),:] (+)= sum over b of dy[b,s,:] for s < S (b in order 0..B-1); with accumulate=false
+// every other row of dwpe is zeroed. The rows' positions are distinct. Same range rule as forward.
+Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, int64_t S, int64_t H, int64_t P,
+                                       bool accumulate, const PositionRuns& pos);
+// One run of positions [posBegin, posBegin + S).
+inline Status positionEmbeddingForward(const float* x, const float* wpe, float* y, int64_t B, int64_t S, int64_t H,
+                                       int64_t P, int64_t posBegin = 0) {
+  return positionEmbeddingForward(x, wpe, y, B, S, H, P, PositionRuns::from(posBegin));
+}
+inline Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int64_t B, int64_t S, int64_t H, int64_t P,
+                                              bool accumulate, int64_t posBegin = 0) {
+  return positionEmbeddingBackwardWeight(dy, dwpe, B, S, H, P, accumulate, PositionRuns::from(posBegin));
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Normalization (Norm.cpp). x, y [M,H] normalized over the last dim H.
@@ -144,13 +154,23 @@ Status attentionBackward(const AttentionShape& shape, const QkvLayout& in, const
                          const float* dout, const float* q, const float* k, const float* v, const float* out,
                          const float* lse, float* dq, float* dk, float* dv);
 
-// Context parallelism's ring attention (AttentionBlock.cpp): Sq query rows at global positions
-// [qStart, qStart + Sq) against Sk key/value rows at [kvStart, kvStart + Sk), causal by position (key
-// position <= query position). q, out [B,Sq,nh,hd], k, v [B,Sk,nkv,hd] contiguous; lse [B,nh,Sq].
+// Context parallelism's ring attention (AttentionBlock.cpp): Sq query rows against Sk key/value rows,
+// causal by global position (key position <= query position). Query row i is at qStart + i below
+// qSplit and at qStart2 + (i − qSplit) from it; key row j likewise with kvStart, kvSplit, kvStart2 (the
+// load-balanced layout's two runs; the default split is one run). The key positions increase with j
+// (kvStart2 >= kvStart + kvSplit), so the keys a query row sees are a prefix of the block's rows.
+// q, out [B,Sq,nh,hd], k, v [B,Sk,nkv,hd] contiguous; lse [B,nh,Sq].
 struct AttentionBlock {
   int64_t B = 0, Sq = 0, Sk = 0, nh = 0, nkv = 0, hd = 0;
   int64_t qStart = 0, kvStart = 0;
+  int64_t qSplit = PositionRuns::kNoSplit, qStart2 = 0, kvSplit = PositionRuns::kNoSplit, kvStart2 = 0;
+  PositionRuns qPositions() const { return {qStart, qSplit, qStart2}; }
+  PositionRuns kvPositions() const { return {kvStart, kvSplit, kvStart2}; }
 };
+// The block of S query rows at qPos against S key/value rows at kvPos.
+AttentionBlock attentionBlock(const AttentionShape& shape, const PositionRuns& qPos, const PositionRuns& kvPos);
+// The number of keys query row i sees: keys [0, n) of the block.
+int64_t attentionBlockVisibleKeys(const AttentionBlock& block, int64_t i);
 // The softmax over this block's visible keys only; a row that sees none gets out 0 and lse -inf.
 Status attentionBlockForward(const AttentionBlock& block, const float* q, const float* k, const float* v,
                              float* out, float* lse);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "llcdist/runtime/Communicator.h"
+#include "llcdist/runtime/Positions.h"
 #include "llcdist/runtime/Status.h"
 
 #include <cstdint>
@@ -46,14 +47,19 @@ struct RopeConfig {
 // _compute_llama3_parameters when cfg.llama3): inv_freq[i] = 1 / theta^(2i/hd). hd must be even.
 StatusOr<std::vector<float>> ropeInvFreq(const RopeConfig& cfg, int64_t headDim);
 
-// cos/sin tables for positions [posBegin, posBegin + S): cos[S,hd], sin[S,hd] with
-// angle(s,i) = float(pos) * inv_freq[i] in fp32 (as HF does) and emb = cat(freqs, freqs). Part of the
-// op's definition, computed on the host for every backend (src/ops/Rope.cpp).
+// cos/sin tables for S rows at positions `positions` (row s at positions.at(s)): cos[S,hd], sin[S,hd]
+// with angle(s,i) = float(pos) * inv_freq[i] in fp32 (as HF does) and emb = cat(freqs, freqs). Part of
+// the op's definition, computed on the host for every backend (src/ops/Rope.cpp).
 struct RopeTable {
-  int64_t posBegin = 0, seqLen = 0, headDim = 0;
+  PositionRuns positions{};
+  int64_t seqLen = 0, headDim = 0;
   std::vector<float> cos, sin;
 };
-StatusOr<RopeTable> makeRopeTable(const RopeConfig& cfg, int64_t headDim, int64_t posBegin, int64_t S);
+StatusOr<RopeTable> makeRopeTable(const RopeConfig& cfg, int64_t headDim, const PositionRuns& positions, int64_t S);
+// Positions [posBegin, posBegin + S).
+inline StatusOr<RopeTable> makeRopeTable(const RopeConfig& cfg, int64_t headDim, int64_t posBegin, int64_t S) {
+  return makeRopeTable(cfg, headDim, PositionRuns::from(posBegin), S);
+}
 
 // ---- The families' parameters (names as in PlanSchema's op table) -----------------------------------
 
@@ -81,9 +87,12 @@ struct EmbeddingParams {
   bool accumulate = false;
   // Vocabulary-parallel embedding (attr `shard_axis`): this rank's slice of the vocabulary.
   VocabShard vocabShard;
-  // Sequence-parallel position embedding (attr `shard_axis`): the first global position of this rank's
-  // S positions, c·S with c its coordinate on the axis; 0 without shard_axis.
-  int64_t posBegin = 0;
+  // Sequence-parallel position embedding (attr `shard_axis`): the global positions of this rank's S
+  // rows, posBegin + s below posSplit and posBegin2 + (s − posSplit) from it (PositionRuns): c·S + s
+  // with c its coordinate on the axis, or on cp the layout's (contextParallelPositions); 0..S-1
+  // without shard_axis.
+  int64_t posBegin = 0, posSplit = PositionRuns::kNoSplit, posBegin2 = 0;
+  PositionRuns positions() const { return {posBegin, posSplit, posBegin2}; }
 };
 // layer_norm_*, rms_norm_* (family "norm").
 struct NormParams {
@@ -97,17 +106,20 @@ struct LinearParams {
   WeightLayout layout = WeightLayout::kOutIn;
   bool accumulate = false;
 };
-// rope_fwd / rope_bwd (family "rope"): the table for positions 0..S-1, built once at bind time and
-// shared by copies of the call.
+// rope_fwd / rope_bwd (family "rope"): the table for the rows' positions (0..S-1 without attr
+// shard_axis), built once at bind time and shared by copies of the call.
 struct RopeParams {
   int64_t B = 0, S = 0, n = 0, hd = 0;
   std::shared_ptr<const RopeTable> table;
 };
 // attention_fwd / attention_bwd (family "attention"). packedQkv: q, k, v are read from the one `qkv`
 // buffer; packedGrad: the backward writes dq, dk, dv into the one `dqkv` (PlanSchema.h).
+// attention_block_fwd / _bwd (ring attention): the global positions of the S query rows (this rank's)
+// and of the S key/value rows (member (c − step) mod n's); attention_merge uses B, S, nh, hd only.
 struct AttentionParams {
   int64_t B = 0, S = 0, nh = 0, nkv = 0, hd = 0;
   bool packedQkv = false, packedGrad = false;
+  PositionRuns qPos{}, kvPos{};
 };
 // Where the rows of q, k and v (or of dq, dk, dv) lie, in elements: the offsets of their first rows from
 // the buffer each role names, and the row strides (one row = one token's heads). Separate buffers: all

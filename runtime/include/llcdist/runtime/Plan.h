@@ -17,6 +17,7 @@
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/Mesh.h"
 #include "llcdist/runtime/PlanSchema.h"
+#include "llcdist/runtime/Positions.h"
 #include "llcdist/runtime/Status.h"
 
 #include <nlohmann/json_fwd.hpp>
@@ -133,6 +134,8 @@ struct Manifest {
   int64_t seqLen = 0, microBatch = 0, microbatches = 0, dataParallel = 0, globalBatch = 0;
   // mesh.cp (feature "context_parallel"; absent: 1).
   int64_t meshDp = 1, meshTp = 1, meshPp = 1, meshCp = 1;
+  // mesh.cp_layout (absent: contiguous): the positions each cp rank holds (Positions.h).
+  schema::CpLayout cpLayout = schema::CpLayout::kContiguous;
   // Fastest first, all four axes: a three-name mesh.rank_order gets cp appended (the slowest axis).
   std::array<MeshAxis, kNumMeshAxes> rankOrder = Mesh::kDefaultOrder;
   OptimizerDesc optimizer;

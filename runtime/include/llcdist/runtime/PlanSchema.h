@@ -32,8 +32,9 @@ inline constexpr int64_t kArenaAlignment = 64;        // every buffer offset is 
 //               model.padded_vocab_size, params[].vocab_padded, cross_entropy_* attr real_vocab.
 //   "async":    asynchronous communication (docs/plan-format.md "Asynchronous plans"): program
 //               "queues", op fields "queue" and "token", the wait op.
-//   "context_parallel": context parallelism, Ulysses-style (docs/plan-format.md "Context parallelism"):
-//               mesh.cp may be > 1, each rank holds T/cp positions of every sample, the all_to_all op.
+//   "context_parallel": context parallelism (docs/plan-format.md "Context parallelism"): mesh.cp may be
+//               > 1, each rank holds T/cp positions of every sample (mesh.cp_layout), Ulysses' all_to_all
+//               op or ring attention's attention_block_fwd / _bwd and attention_merge.
 inline constexpr std::string_view kPipelineFeature = "pipeline";
 inline constexpr std::string_view kZeroFeature = "zero";
 inline constexpr std::string_view kVocabPaddingFeature = "vocab_padding";
@@ -73,10 +74,24 @@ inline constexpr std::array<std::string_view, 3> kDefaultRankOrder = {"tp", "dp"
 inline constexpr std::array<std::string_view, 4> kDefaultRankOrderWithCp = {"tp", "cp", "dp", "pp"};
 // The largest mesh.cp (and world size).
 inline constexpr int64_t kMaxMeshAxisSize = int64_t(1) << 24;
+// manifest.mesh.cp_layout (optional; absent: contiguous): which positions of each sample a cp rank
+// holds (docs/plan-format.md "Context parallelism"). Contiguous: coordinate c holds [c·L, (c+1)·L),
+// L = T/cp. Load-balanced (Megatron's causal load balancing; needs T divisible by 2·cp): the sample is
+// cut into 2·cp chunks of h = T/(2·cp) and coordinate c holds chunks c and 2·cp−1−c, in that order.
+// Indexed by CpLayout (Positions.h: contextParallelPositions).
+enum class CpLayout { kContiguous, kLoadBalanced };
+inline constexpr std::array<std::string_view, 2> kCpLayoutNames = {"contiguous", "load_balanced"};
+constexpr std::string_view cpLayoutName(CpLayout l) { return kCpLayoutNames[size_t(l)]; }
+constexpr std::optional<CpLayout> parseCpLayout(std::string_view s) {
+  for (size_t i = 0; i < kCpLayoutNames.size(); ++i)
+    if (kCpLayoutNames[i] == s) return CpLayout(i);
+  return std::nullopt;
+}
 // The optional attr of embedding_fwd / embedding_bwd_weight / cross_entropy_fwd / cross_entropy_bwd that
 // makes them vocabulary-parallel over one mesh axis (the op's V is then the local vocabulary slice), and
-// of pos_embedding_fwd / pos_embedding_bwd_weight that makes them sequence-parallel (the op's S is then
-// the local sequence length; the rank holds positions [c·S, (c+1)·S)).
+// of pos_embedding_fwd / pos_embedding_bwd_weight and rope_fwd / rope_bwd that makes them
+// sequence-parallel (the op's S is then the local sequence length; the rank holds positions
+// [c·S, (c+1)·S), or on cp those of mesh.cp_layout).
 inline constexpr std::string_view kShardAxisAttr = "shard_axis";
 // The optional int attr of cross_entropy_fwd / cross_entropy_bwd under vocabulary padding (feature
 // "vocab_padding"): the real vocabulary; global logit columns at or above it are padding, outside the
@@ -172,6 +187,7 @@ enum class OpKind {
   kSend, kRecv, kAllToAll,
   kCast,
   kShardSlice,
+  kAttentionBlockFwd, kAttentionBlockBwd, kAttentionMerge,
   kAdamWMulti, kSgdMulti, kCastMulti,
   kAddLayerNormFwd, kAddRmsNormFwd, kLayerNormBwd, kRmsNormBwd,
   kClassifier,
@@ -252,7 +268,8 @@ inline constexpr T kEmbBwdAttrs[] = {{"M", Int},        {"V", Int},        {"H",
                                      {"shard_axis", Str, false}};
 inline constexpr A kPosFwdArgs[] = {{"x", One, F, R}, {"wpe", One, F, R}, {"y", One, F, W, "x"}};
 // `shard_axis` (optional): sequence parallelism; S is the local sequence length and the rank holds
-// positions [c·S, (c+1)·S), c its coordinate on the axis (see plan-format.md).
+// positions [c·S, (c+1)·S), c its coordinate on the axis, or on "cp" the positions of
+// manifest.mesh.cp_layout (see plan-format.md).
 inline constexpr T kPosFwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}, {"shard_axis", Str, false}};
 inline constexpr A kPosBwdArgs[] = {{"dy", One, F, R}, {"dwpe", One, F, RW}};
 inline constexpr T kPosBwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}, {"accumulate", Bool},
@@ -292,12 +309,15 @@ inline constexpr A kSplitBwdArgs[] = {{"douts", List, F, R}, {"dx", One, F, W}};
 inline constexpr T kSplitAttrs[] = {{"rows", Int}, {"sizes", Ints}};
 inline constexpr A kRopeFwdArgs[] = {{"x", One, F, R}, {"y", One, F, W, "x"}};
 inline constexpr A kRopeBwdArgs[] = {{"dy", One, F, R}, {"dx", One, F, W, "dy"}};
+// `shard_axis` (optional): the S rows are this rank's rows of a sequence split over that axis, at the
+// positions pos_embedding_fwd's shard_axis gives them (cp: manifest.mesh.cp_layout); absent: 0..S-1.
 inline constexpr T kRopeAttrs[] = {{"B", Int},          {"S", Int},
                                    {"n", Int},          {"hd", Int},
                                    {"theta", Flt},      {"llama3", Bool, false},
                                    {"factor", Flt, false}, {"low_freq_factor", Flt, false},
                                    {"high_freq_factor", Flt, false},
-                                   {"original_max_position_embeddings", Int, false}};
+                                   {"original_max_position_embeddings", Int, false},
+                                   {"shard_axis", Str, false}};
 // q, k, v, or `qkv`: the three packed in one [B,S,nh+2·nkv,hd] buffer, q's heads, then k's, then v's
 // (the QKV GEMM's output; llcdist-plan-packed-qkv). The backward writes dq, dk, dv, or `dqkv` packed
 // the same way. Exactly one form each (src/ops/Attention.cpp).
@@ -308,6 +328,22 @@ inline constexpr A kAttnBwdArgs[] = {{"dout", One, F, R}, {"q", Opt, F, R},   {"
                                      {"v", Opt, F, R},    {"qkv", Opt, F, R}, {"out", One, F, R},
                                      {"lse", One, F, R},  {"dq", Opt, F, W},  {"dk", Opt, F, W},
                                      {"dv", Opt, F, W},   {"dqkv", Opt, F, W}};
+// Ring attention (context parallelism, docs/plan-format.md "Context parallelism"): one step of the ring.
+// q, out [B,S,nh,hd] are this rank's S rows (coordinate c on `axis`); k, v [B,S,nkv,hd] are the rows of
+// member (c − step) mod n; causal by global position; lse [B,nh,S] (−inf for a row that sees no key of
+// the block, whose out is 0). The backward reads the final out and lse (over all keys) and ADDS this
+// block's share to dq, dk, dv. attention_merge: (out, lse) := the merge of two partial results over
+// disjoint keys by their log-sum-exp.
+inline constexpr A kAttnBlockFwdArgs[] = {
+    {"q", One, F, R}, {"k", One, F, R}, {"v", One, F, R}, {"out", One, F, W}, {"lse", One, F, W}};
+inline constexpr A kAttnBlockBwdArgs[] = {{"dout", One, F, R}, {"q", One, F, R},   {"k", One, F, R},
+                                          {"v", One, F, R},    {"out", One, F, R}, {"lse", One, F, R},
+                                          {"dq", One, F, RW},  {"dk", One, F, RW}, {"dv", One, F, RW}};
+inline constexpr T kAttnBlockAttrs[] = {{"B", Int},  {"S", Int},    {"nh", Int},  {"nkv", Int},
+                                        {"hd", Int}, {"axis", Str}, {"step", Idx}};
+inline constexpr A kAttnMergeArgs[] = {
+    {"out", One, F, RW}, {"lse", One, F, RW}, {"out_b", One, F, R}, {"lse_b", One, F, R}};
+inline constexpr T kAttnMergeAttrs[] = {{"B", Int}, {"S", Int}, {"nh", Int}, {"hd", Int}};
 inline constexpr T kNAttrs[] = {{"n", Int}};
 inline constexpr A kGeluFwdArgs[] = {{"x", One, F, R}, {"y", One, F, W, "x"}};
 inline constexpr A kGeluBwdArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"dx", One, F, W, "dy|x"}};
@@ -390,11 +426,13 @@ inline constexpr T kReduceScatterAttrs[] = {
 // i lands at index i of y's rank dimension (a rank keeps its own block). x and y never overlap.
 inline constexpr T kAllToAllAttrs[] = {{"axis", Str},  {"outer", Int},      {"mid", Int},
                                        {"inner", Int}, {"x_rank_dim", Int}, {"dtype", Str, false}};
-// Point-to-point (pipeline plans): the peer is the rank with this rank's coordinates except `peer` on
-// `axis`; `tag` is checked against the matching op's, never used to reorder (FIFO per ordered pair).
+// Point-to-point (pipeline plans, ring attention): the peer is the rank with this rank's coordinates
+// except on `axis`, where it has coordinate `peer`, or with `shift` (a ring) (c + shift) mod n, c this
+// rank's coordinate and n the axis size, 1 <= shift <= n − 1; exactly one of peer and shift. `tag` is
+// checked against the matching op's, never used to reorder (FIFO per ordered pair).
 inline constexpr A kSendArgs[] = {{"x", One, F, R}};
 inline constexpr A kRecvArgs[] = {{"y", One, F, W}};
-inline constexpr T kP2PAttrs[] = {{"axis", Str}, {"peer", Idx}, {"tag", Idx}};
+inline constexpr T kP2PAttrs[] = {{"axis", Str}, {"peer", Idx, false}, {"shift", Int, false}, {"tag", Idx}};
 // shard_slice (ZeRO plans): x is [outer, n·inner], y is [outer, inner]: y[o, k] = x[o, c·inner + k], c this
 // rank's member index on `axis` (n its size). No communication; x and y never overlap. With `total`
 // (padded blocks, as for all_gather) x is [outer, total] and y's elements past it are zero.
@@ -489,6 +527,9 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kAllToAll, "all_to_all", detail::kGatherArgs, detail::kAllToAllAttrs),
     detail::op(OpKind::kCast, "cast", detail::kCastArgs, detail::kNAttrs),
     detail::op(OpKind::kShardSlice, "shard_slice", detail::kShardSliceArgs, detail::kShardSliceAttrs),
+    detail::op(OpKind::kAttentionBlockFwd, "attention_block_fwd", detail::kAttnBlockFwdArgs, detail::kAttnBlockAttrs),
+    detail::op(OpKind::kAttentionBlockBwd, "attention_block_bwd", detail::kAttnBlockBwdArgs, detail::kAttnBlockAttrs),
+    detail::op(OpKind::kAttentionMerge, "attention_merge", detail::kAttnMergeArgs, detail::kAttnMergeAttrs),
     detail::op(OpKind::kAdamWMulti, "adamw_multi", detail::kAdamMultiArgs, detail::kAdamAttrs),
     detail::op(OpKind::kSgdMulti, "sgd_multi", detail::kSgdMultiArgs, detail::kSgdAttrs),
     detail::op(OpKind::kCastMulti, "cast_multi", detail::kCastMultiArgs),

@@ -14,6 +14,7 @@
 //                O(1) memory and time per lookup, identical on every rank).
 #pragma once
 
+#include "llcdist/runtime/Positions.h"
 #include "llcdist/runtime/Status.h"
 
 #include <cstdint>
@@ -45,13 +46,9 @@ private:
 };
 
 // Context parallelism (docs/plan-format.md "Context parallelism"): the rank with cp coordinate c of cp
-// holds, of each of its samples, the input positions [c·T/cp, (c+1)·T/cp) of the sample's T inputs and
-// the targets at the same positions (T the global sequence length, a multiple of cp), so the cp ranks
-// hold the sample in contiguous chunks, in cp order. cp = 1: the whole sample, [0, T).
-struct SequenceChunk {
-  int64_t begin = 0, count = 0;  // positions [begin, begin + count)
-};
-SequenceChunk contextParallelChunk(int64_t T, int64_t cp, int64_t c);
+// holds, of each of its samples, the inputs at the T/cp positions contextParallelPositions(T, cp, c,
+// manifest.mesh.cp_layout) gives its rows (Positions.h) and the targets at the same positions (T the
+// global sequence length), so the cp ranks hold every sample exactly once. cp = 1: the whole sample.
 
 struct BatchConfig {
   int64_t B = 1;             // sequences per microbatch
@@ -78,10 +75,11 @@ public:
   int64_t sampleStart(int64_t s) const;
   // inputs[B,T] and targets[B,T] (int32 token ids) of one microbatch.
   Status microbatch(int64_t step, int64_t micro, int64_t dpRank, int32_t* inputs, int32_t* targets) const;
-  // Positions [chunk.begin, chunk.begin + chunk.count) of each sample of that microbatch: inputs and
-  // targets [B, chunk.count] (context parallelism: contextParallelChunk).
-  Status microbatchChunk(int64_t step, int64_t micro, int64_t dpRank, SequenceChunk chunk, int32_t* inputs,
-                         int32_t* targets) const;
+  // S rows of each sample of that microbatch, row s at position positions.at(s) of the sample: inputs
+  // and targets [B, S] (context parallelism: contextParallelPositions). Every position must lie in
+  // [0, T) (OutOfRange otherwise).
+  Status microbatchChunk(int64_t step, int64_t micro, int64_t dpRank, const PositionRuns& positions, int64_t S,
+                         int32_t* inputs, int32_t* targets) const;
 
 private:
   std::shared_ptr<const TokenFile> file_;

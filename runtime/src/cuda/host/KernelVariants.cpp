@@ -165,6 +165,10 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kAdamWMulti, {own({"params", "grads"})});
   set(K::kSgdMulti, {own({"params", "grads"})});
   set(K::kCastMulti, {own({"x", "y"})});
+  // Ring attention's own f32 kernels (a bf16 plan converts).
+  set(K::kAttentionBlockFwd, {own({})});
+  set(K::kAttentionBlockBwd, {own({})});
+  set(K::kAttentionMerge, {own({})});
   return t;
 }
 

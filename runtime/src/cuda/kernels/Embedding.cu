@@ -80,20 +80,31 @@ __global__ void embeddingRunsKernel(const uint32_t* keys, const int32_t* rows, F
   }
 }
 
-// y[b, s, h] = x[b, s, h] + wpe[posBegin + s, h] (y may alias x).
+// The position of row s (PositionRuns::at): first + s below split, second + (s − split) from it.
+struct RowPositions {
+  int64_t first, split, second;
+};
+__device__ __forceinline__ int64_t positionOf(const RowPositions& p, int64_t s) {
+  return s < p.split ? p.first + s : p.second + (s - p.split);
+}
+RowPositions rowPositions(const EmbeddingParams& p) { return {p.posBegin, p.posSplit, p.posBegin2}; }
+
+// y[b, s, h] = x[b, s, h] + wpe[pos(s), h] (y may alias x).
 __global__ void posEmbeddingFwdKernel(FloatRef x, FloatRef wpe, FloatRef y, int64_t B, int64_t S, int64_t H,
-                                      int64_t posBegin) {
+                                      RowPositions pos) {
   LLCDIST_GRID_STRIDE(i, B * S * H) {
     const int64_t bs = i / H, h = i - bs * H;
     const int64_t s = bs % S;
-    y.set(i, x[i] + wpe[(posBegin + s) * H + h]);
+    y.set(i, x[i] + wpe[positionOf(pos, s) * H + h]);
   }
 }
 
-// dwpe[posBegin + s, h] += dy[b, s, h] for b = 0..B-1 in order (the CPU's order); one thread per (s, h).
-__global__ void posEmbeddingBwdKernel(FloatRef dy, FloatRef dwpe, int64_t B, int64_t S, int64_t H, int64_t posBegin) {
+// dwpe[pos(s), h] += dy[b, s, h] for b = 0..B-1 in order (the CPU's order); one thread per (s, h) (the
+// rows' positions are distinct).
+__global__ void posEmbeddingBwdKernel(FloatRef dy, FloatRef dwpe, int64_t B, int64_t S, int64_t H, RowPositions pos) {
   LLCDIST_GRID_STRIDE(i, S * H) {
-    const int64_t at = posBegin * H + i;
+    const int64_t s = i / H;
+    const int64_t at = positionOf(pos, s) * H + (i - s * H);
     float acc = dwpe[at];
     for (int64_t b = 0; b < B; ++b) acc += dy[b * S * H + i];
     dwpe.set(at, acc);
@@ -160,11 +171,11 @@ Status embeddingBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
 }
 
 Status posEmbeddingFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
-  LLCDIST_RETURN_IF_ERROR(checkPositionRange(p.S, p.P, p.posBegin));
+  LLCDIST_RETURN_IF_ERROR(checkPositionRuns(p.S, p.P, p.positions()));
   const int64_t n = p.B * p.S * p.H;
   if (n == 0) return Status::ok();
-  posEmbeddingFwdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "x"), floatRef(c, "wpe"),
-                                                                           floatRef(c, "y"), p.B, p.S, p.H, p.posBegin);
+  posEmbeddingFwdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(
+      floatRef(c, "x"), floatRef(c, "wpe"), floatRef(c, "y"), p.B, p.S, p.H, rowPositions(p));
   return LLCDIST_CUDA_LAUNCHED("pos_embedding_fwd", ctx.rank);
 }
 
@@ -173,14 +184,14 @@ Status posEmbeddingBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
 }
 
 Status posEmbeddingBwdOf(const FloatRef& dy, const FloatRef& dwpe, const P& p, const Ctx& ctx) {
-  LLCDIST_RETURN_IF_ERROR(checkPositionRange(p.S, p.P, p.posBegin));
-  // accumulate=false: every row is zeroed first, so rows outside [posBegin, posBegin + S) end at 0 and
-  // the rows inside sum from 0 (the CPU's fill then add).
+  LLCDIST_RETURN_IF_ERROR(checkPositionRuns(p.S, p.P, p.positions()));
+  // accumulate=false: every row is zeroed first, so rows at no position of the call end at 0 and the
+  // others sum from 0 (the CPU's fill then add).
   if (!p.accumulate && p.P * p.H > 0)
     LLCDIST_CUDA_TRY(cudaMemsetAsync(dwpe.p, 0, size_t(p.P * p.H) * (dwpe.bf16 ? 2 : 4), ctx.stream), ctx.rank);
   const int64_t n = p.S * p.H;
   if (n == 0) return Status::ok();
-  posEmbeddingBwdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(dy, dwpe, p.B, p.S, p.H, p.posBegin);
+  posEmbeddingBwdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(dy, dwpe, p.B, p.S, p.H, rowPositions(p));
   return LLCDIST_CUDA_LAUNCHED("pos_embedding_bwd_weight", ctx.rank);
 }
 

@@ -55,9 +55,11 @@ GOLDEN = [
     ("llama-pp2-1f1b", "tiny-llama", "--mesh pp=2 --schedule 1f1b --seq-len 64 --global-batch 8"),
     ("llama-dp2-zero3", "tiny-llama", "--mesh dp=2 --zero 3 --seq-len 64 --global-batch 4"),
     ("llama-dp2-tp2-pp2-sp", "tiny-llama", "--mesh dp=2,tp=2,pp=2 --sequence-parallel --seq-len 64 --global-batch 8"),
-    # Context parallelism (issue #32): the all-to-alls on the GPU, virtual ranks.
+    # Context parallelism (issue #32) on the GPU, virtual ranks: the ring (the default: block
+    # attention, merge, ring sends) and the all-to-alls.
     ("gpt2-cp2", "tiny-gpt2", "--mesh cp=2 --seq-len 64 --global-batch 4"),
-    ("llama-dp2-cp2-tp2-sp", "tiny-llama", "--mesh dp=2,cp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
+    ("llama-dp2-cp2-tp2-sp", "tiny-llama",
+     "--mesh dp=2,cp=2,tp=2 --cp-impl all-to-all --sequence-parallel --seq-len 64 --global-batch 4"),
 ]
 GOLDEN_STEPS = 3
 # The PyTorch comparison's plans: one rank, 2 microbatches of 4 x 64 tokens, AdamW with decay on

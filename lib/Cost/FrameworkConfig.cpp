@@ -71,9 +71,9 @@ void renderSeqLen(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
 }
 
 void renderDp(const Workload &, const ParallelConfig &c, FrameworkArgs &a) {
-  // Neither framework takes dp: it is the world size over tp × pp.
-  std::string launch = "launch on " + num(c.dp * c.tp * c.pp) + " GPUs: dp = world / (tp x pp) = " +
-                       num(c.dp);
+  // Neither framework takes dp: it is the world size over tp × pp (× cp).
+  std::string launch =
+      "launch on " + num(c.gpus()) + " GPUs: dp = world / (tp x pp" + (c.cp > 1 ? " x cp" : "") + ") = " + num(c.dp);
   a.megatronNotes.push_back(launch);
   a.deepspeedNotes.push_back(launch);
 }
@@ -91,6 +91,19 @@ void renderPp(const Workload &, const ParallelConfig &c, FrameworkArgs &a) {
   flag(a, "--pipeline-model-parallel-size", num(c.pp));
   if (c.pp > 1)
     a.deepspeed["pipeline"]["stages"] = c.pp; // PipelineModule(num_stages=...)
+}
+
+void renderCp(const Workload &, const ParallelConfig &c, FrameworkArgs &a) {
+  if (c.cp == 1)
+    return;
+  flag(a, "--context-parallel-size", num(c.cp));
+  // Megatron-Core's names: p2p is the ring (load-balanced causal chunks,
+  // as llc-dist's), a2a Ulysses.
+  flag(a, "--cp-comm-type", c.cpImpl == "ring" ? "p2p" : "a2a");
+  a.deepspeed["sequence_parallel_size"] = c.cp;
+  if (c.cpImpl == "ring")
+    a.deepspeedNotes.push_back("cp ring: DeepSpeed's sequence_parallel_size is Ulysses (all-to-all); it has no "
+                               "ring attention");
 }
 
 void renderSchedule(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
@@ -218,26 +231,25 @@ const std::vector<KnobMapping> &cost::knobMappings() {
        "--make-vocab-size-divisible-by 128",
        "(the model is code)", renderModel},
       {"seq-len", "--seq-len", "--seq-length", "(the data loader's)", renderSeqLen},
-      {"dp", "--mesh dp=N", "(world size / (tp x pp))", "(world size / (tp x pp))", renderDp},
-      {"tp", "--mesh tp=N", "--tensor-model-parallel-size N", "tensor_parallel.autotp_size",
-       renderTp},
+      {"dp", "--mesh dp=N", "(world size / (tp x pp x cp))", "(world size / (tp x pp x cp))", renderDp},
+      {"tp", "--mesh tp=N", "--tensor-model-parallel-size N", "tensor_parallel.autotp_size", renderTp},
       {"pp", "--mesh pp=N", "--pipeline-model-parallel-size N", "pipeline.stages", renderPp},
+      {"cp", "--mesh cp=N --cp-impl ring|all-to-all", "--context-parallel-size N --cp-comm-type p2p|a2a",
+       "sequence_parallel_size (Ulysses; a note for the ring)", renderCp},
       {"schedule", "--schedule S --virtual-stages V",
        "interleaved: --num-layers-per-virtual-pipeline-stage L/(pp*V) (or "
        "--virtual-pipeline-model-parallel-size V); 1f1b: default; gpipe, zb-h1: a note",
        "1f1b only (a note otherwise)", renderSchedule},
-      {"micro-batch", "--micro-batch", "--micro-batch-size", "train_micro_batch_size_per_gpu",
-       renderMicroBatch},
-      {"global-batch", "--global-batch", "--global-batch-size",
-       "train_batch_size, gradient_accumulation_steps", renderGlobalBatch},
-      {"sequence-parallel", "--sequence-parallel", "--sequence-parallel", "(a note)",
-       renderSequenceParallel},
-      {"recompute", "--recompute", "--recompute-granularity selective|full (full: "
+      {"micro-batch", "--micro-batch", "--micro-batch-size", "train_micro_batch_size_per_gpu", renderMicroBatch},
+      {"global-batch", "--global-batch", "--global-batch-size", "train_batch_size, gradient_accumulation_steps",
+       renderGlobalBatch},
+      {"sequence-parallel", "--sequence-parallel", "--sequence-parallel", "(a note)", renderSequenceParallel},
+      {"recompute", "--recompute",
+       "--recompute-granularity selective|full (full: "
        "--recompute-method uniform --recompute-num-layers 1)",
-       "full: activation_checkpointing, pipeline.activation_checkpoint_interval 1",
-       renderRecompute},
-      {"zero", "--zero", "1, 2: --use-distributed-optimizer; 3: --use-torch-fsdp2",
-       "zero_optimization.stage", renderZero},
+       "full: activation_checkpointing, pipeline.activation_checkpoint_interval 1", renderRecompute},
+      {"zero", "--zero", "1, 2: --use-distributed-optimizer; 3: --use-torch-fsdp2", "zero_optimization.stage",
+       renderZero},
       {"grad-bucket", "--grad-bucket-size", "--overlap-grad-reduce [--ddp-bucket-size N]",
        "zero_optimization.overlap_comm, reduce_bucket_size", renderGradBucket},
       {"fsdp-prefetch", "--fsdp-prefetch", "(FSDP2's default: one layer; a note otherwise)",

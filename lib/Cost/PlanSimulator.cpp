@@ -41,6 +41,18 @@ const char *cost::opCostRuleName(OpCostRule r) {
 
 namespace {
 
+/// The rank a send or recv of `rank` talks to: coordinate `peer` on its
+/// axis, or the member `shift` after the rank's own (a ring).
+int64_t peerRank(const rt::Mesh &mesh, int64_t rank, const rt::Op &op) {
+  auto axis = rt::parseMeshAxis(op.stringAttr("axis"));
+  if (!axis)
+    return rank;
+  if (!op.attrs.count("shift"))
+    return mesh.withCoord(rank, *axis, op.intAttr("peer"));
+  int64_t n = mesh.axisSize(*axis);
+  return mesh.withCoord(rank, *axis, (mesh.coord(rank, *axis) + op.intAttr("shift")) % n);
+}
+
 MeshSpec meshSpecOf(const rt::Manifest &m) {
   MeshSpec s;
   s.dp = m.meshDp;
@@ -88,7 +100,8 @@ double commBytes(const rt::Op &op, const rt::BufferDesc &b) {
 //     linear_bwd_weight
 //   classifier                                Gemm        Σ_chunks 3·gemmSeconds(rows, N, K, p)
 //                                                         + memorySeconds(4 passes over the logits)
-//   attention_fwd / attention_bwd             Attention   attentionSeconds(B, S, nh, hd, bwd, p)
+//   attention_fwd / attention_bwd,            Attention   attentionSeconds(B, S, nh, hd, bwd, p)
+//     attention_block_fwd / _bwd (per step)
 //   all_reduce                                Collective  Σ_x collectiveSeconds(AR, bytes(x), G)
 //   all_gather                                Collective  collectiveSeconds(AG, bytes(y), G)
 //   reduce_scatter                            Collective  collectiveSeconds(RS, bytes(x), G)
@@ -138,10 +151,14 @@ OpCost cost::planOpCost(const Hardware &hw, const rt::Manifest &manifest,
     return c;
   }
   case OpKind::kAttentionFwd:
-  case OpKind::kAttentionBwd: {
+  case OpKind::kAttentionBwd:
+  case OpKind::kAttentionBlockFwd:
+  case OpKind::kAttentionBlockBwd: {
+    // A ring step's block: the load-balanced layout makes every step's
+    // visible share of its S x S scores one half, as the causal diagonal's.
     int64_t b = op.intAttr("B"), s = op.intAttr("S"), nh = op.intAttr("nh"),
             hd = op.intAttr("hd");
-    bool bwd = op.kind == OpKind::kAttentionBwd;
+    bool bwd = op.kind == OpKind::kAttentionBwd || op.kind == OpKind::kAttentionBlockBwd;
     c.rule = OpCostRule::Attention;
     c.flops = (bwd ? 8.0 : 4.0) * double(b) * double(s) * double(s) * double(nh) * double(hd);
     c.seconds = attentionSeconds(hw, b, s, nh, hd, bwd, precisionOf(program, op));
@@ -178,9 +195,7 @@ OpCost cost::planOpCost(const Hardware &hw, const rt::Manifest &manifest,
     c.rule = OpCostRule::P2P;
     c.axis = op.stringAttr("axis");
     c.bytes = double(buffer(program, op.arg(op.kind == OpKind::kSend ? "x" : "y")).bytes);
-    rt::Mesh mesh = manifest.mesh();
-    auto axis = rt::parseMeshAxis(c.axis);
-    int64_t peer = axis ? mesh.withCoord(rank, *axis, op.intAttr("peer")) : rank;
+    int64_t peer = peerRank(manifest.mesh(), rank, op);
     int64_t perNode = std::max<int64_t>(1, hw.topology.gpusPerNode);
     c.seconds = p2pSeconds(hw, c.bytes, rank / perNode != peer / perNode);
     return c;
@@ -541,9 +556,7 @@ std::optional<std::string> StepSimulation::run(const SimOptions &options, PlanSi
         e.microbatch = act.microbatch;
         e.cost = c[j];
         if (rt::schema::isPointToPoint(e.op->kind)) {
-          auto axis = rt::parseMeshAxis(e.op->stringAttr("axis"));
-          int64_t peer = axis ? mesh.withCoord(s.rank, *axis, e.op->intAttr("peer")) : s.rank;
-          e.peerStage = man.programOfRank(peer);
+          e.peerStage = man.programOfRank(peerRank(mesh, s.rank, *e.op));
         }
         s.ops.push_back(e);
       }

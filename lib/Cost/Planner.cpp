@@ -31,6 +31,7 @@ using namespace llcdist::cost::detail;
 
 const char *const kSchedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 const char *const kRecomputes[] = {"none", "selective", "full"};
+const char *const kCpImpls[] = {"ring", "all-to-all"};
 
 std::vector<int64_t> divisorsOf(int64_t n) {
   std::vector<int64_t> d;
@@ -45,11 +46,13 @@ std::vector<int64_t> divisorsOf(int64_t n) {
 }
 
 /// The NCCL communicators a rank of `c` joins: one per axis of size > 1.
-int64_t communicatorsOf(const ParallelConfig &c) { return int64_t(c.dp > 1) + int64_t(c.tp > 1) + int64_t(c.pp > 1); }
+int64_t communicatorsOf(const ParallelConfig &c) {
+  return int64_t(c.dp > 1) + int64_t(c.tp > 1) + int64_t(c.pp > 1) + int64_t(c.cp > 1);
+}
 
 /// The families a configuration belongs to: its mesh and one per knob that
 /// applies to it (-1: none).
-enum FamilySlot { kMesh, kMb, kSchedule, kVirtual, kZero, kBucket, kPrefetch, kRecompute, kSp, kSlots };
+enum FamilySlot { kMesh, kMb, kSchedule, kVirtual, kZero, kBucket, kPrefetch, kRecompute, kSp, kCpImpl, kSlots };
 using FamilyIdx = std::array<int, kSlots>;
 
 struct FamilyAcc {
@@ -228,133 +231,6 @@ double Candidate::exposedCommShare() const {
 }
 
 //===----------------------------------------------------------------------===//
-// Options
-//===----------------------------------------------------------------------===//
-
-std::optional<std::string> cost::parseFix(const std::string &spec, PlannerOptions &opts) {
-  std::stringstream ss(spec);
-  std::string item;
-  auto bad = [&](const std::string &what) { return std::optional<std::string>("--fix '" + spec + "': " + what); };
-  if (spec.empty())
-    return bad("expected KNOB=VALUE[,KNOB=VALUE...], e.g. tp=8,pp=16");
-  while (std::getline(ss, item, ',')) {
-    size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-      return bad("'" + item + "' is not KNOB=VALUE (e.g. tp=8)");
-    std::string k = item.substr(0, eq), v = item.substr(eq + 1);
-    auto integer = [&](std::optional<int64_t> &dst, int64_t min) -> std::optional<std::string> {
-      char *end = nullptr;
-      long long x = std::strtoll(v.c_str(), &end, 10);
-      if (*end != '\0' || x < min)
-        return bad(k + " must be an integer >= " + std::to_string(min) + ", got '" + v + "'");
-      if (dst && *dst != x)
-        return bad(k + " is fixed twice (" + std::to_string(*dst) + " and " + v + ")");
-      dst = x;
-      return std::nullopt;
-    };
-    std::optional<std::string> err;
-    if (k == "dp")
-      err = integer(opts.dp, 1);
-    else if (k == "tp")
-      err = integer(opts.tp, 1);
-    else if (k == "pp")
-      err = integer(opts.pp, 1);
-    else if (k == "v" || k == "virtual-stages")
-      err = integer(opts.virtualStages, 1);
-    else if (k == "mb" || k == "micro-batch")
-      err = integer(opts.microBatch, 1);
-    else if (k == "zero") {
-      err = integer(opts.zero, 0);
-      if (!err && *opts.zero > 3)
-        err = bad("zero must be 0, 1, 2 or 3, got '" + v + "'");
-    } else if (k == "prefetch" || k == "fsdp-prefetch")
-      err = integer(opts.fsdpPrefetch, 0);
-    else if (k == "bucket" || k == "grad-bucket-size") {
-      if (v == "auto" || v == "off") {
-        opts.gradBucket = v == "auto" ? -1 : 0;
-      } else
-        err = integer(opts.gradBucket, 0);
-    } else if (k == "recompute") {
-      if (v != "none" && v != "selective" && v != "full")
-        err = bad("recompute must be none, selective or full, got '" + v + "'");
-      opts.recompute = v;
-    } else if (k == "schedule") {
-      if (v != "gpipe" && v != "1f1b" && v != "interleaved" && v != "zb-h1")
-        err = bad("schedule must be gpipe, 1f1b, interleaved or zb-h1, got '" + v + "'");
-      opts.schedule = v;
-    } else if (k == "sp" || k == "sequence-parallel") {
-      if (v != "on" && v != "off" && v != "true" && v != "false")
-        err = bad("sp must be on or off, got '" + v + "'");
-      opts.sequenceParallel = v == "on" || v == "true";
-    } else {
-      err = bad("unknown knob '" + k +
-                "' (knobs: dp, tp, pp, v, mb, zero, recompute, schedule, "
-                "sp, bucket, prefetch)");
-    }
-    if (err)
-      return err;
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOptions &o) {
-  auto why = [](const std::string &s) { return std::optional<std::string>(s); };
-  const int64_t n = o.gpus;
-  if (n < 1)
-    return why("--gpus must be >= 1, got " + std::to_string(n));
-  if (w.globalBatch < 1)
-    return why("--global-batch must be >= 1 sequences, got " + std::to_string(w.globalBatch));
-  if (w.seqLen < 1)
-    return why("--seq-len must be >= 1, got " + std::to_string(w.seqLen));
-  if (w.model.maxPositions > 0 && w.seqLen > w.model.maxPositions)
-    return why(strf("--seq-len %lld exceeds %s's max_position_embeddings (%lld): use a shorter "
-                    "sequence",
-                    (long long)w.seqLen, w.model.name.c_str(), (long long)w.model.maxPositions));
-  for (auto [name, v] :
-       {std::pair<const char *, const std::optional<int64_t> &>{"dp", o.dp}, {"tp", o.tp}, {"pp", o.pp}})
-    if (v && n % *v)
-      return why(strf("--fix %s=%lld does not divide --gpus %lld: dp x tp x pp must be the GPUs", name, (long long)*v,
-                      (long long)n));
-  int64_t fixedProduct = o.dp.value_or(1) * o.tp.value_or(1) * o.pp.value_or(1);
-  if (n % fixedProduct || (o.dp && o.tp && o.pp && fixedProduct != n))
-    return why(strf("--fix dp x tp x pp = %lld %s --gpus %lld", (long long)fixedProduct,
-                    n % fixedProduct ? "does not divide" : "is not", (long long)n));
-  if (o.pp && *o.pp > w.model.layers)
-    return why(strf("--fix pp=%lld exceeds %s's %lld layers", (long long)*o.pp, w.model.name.c_str(),
-                    (long long)w.model.layers));
-  bool dpOne = o.dp && *o.dp == 1, ppOne = o.pp && *o.pp == 1, tpOne = o.tp && *o.tp == 1;
-  if (n == 1)
-    dpOne = ppOne = tpOne = true;
-  if (o.zero && *o.zero > 0 && dpOne)
-    return why("--fix zero=" + std::to_string(*o.zero) + " shards over dp, but dp is 1");
-  if (o.gradBucket && *o.gradBucket != 0 && dpOne)
-    return why("--fix bucket overlaps the dp all-reduce, but dp is 1");
-  if (o.fsdpPrefetch && *o.fsdpPrefetch > 0 && o.zero && *o.zero != 3)
-    return why("--fix prefetch needs zero=3 (FSDP), but zero=" + std::to_string(*o.zero) + " is fixed");
-  if (o.fsdpPrefetch && *o.fsdpPrefetch > 0 && dpOne)
-    return why("--fix prefetch needs zero=3 over dp > 1, but dp is 1");
-  if (o.schedule && *o.schedule != "1f1b" && ppOne)
-    return why("--fix schedule=" + *o.schedule + " needs a pipeline, but pp is 1");
-  if (o.virtualStages && *o.virtualStages > 1) {
-    if (ppOne)
-      return why("--fix v needs a pipeline, but pp is 1");
-    if (o.schedule && *o.schedule != "interleaved")
-      return why("--fix v=" + std::to_string(*o.virtualStages) +
-                 " needs schedule=interleaved, but schedule=" + *o.schedule + " is fixed");
-  }
-  if (o.schedule && *o.schedule == "interleaved" && o.virtualStages && *o.virtualStages < 2)
-    return why("--fix schedule=interleaved needs v >= 2, but v=1 is fixed");
-  if (o.sequenceParallel && *o.sequenceParallel && tpOne)
-    return why("--fix sp=on needs tp > 1, but tp is 1");
-  if (o.microBatch && w.globalBatch % *o.microBatch)
-    return why(
-        strf("--fix mb=%lld does not divide --global-batch %lld", (long long)*o.microBatch, (long long)w.globalBatch));
-  if (o.maxMicroBatch < 1 || o.maxVirtualStages < 1 || o.top < 1 || o.maxTp < 0 || o.maxPp < 0)
-    return why("the planner's bounds (max micro-batch, max virtual stages, --top) must be >= 1");
-  return std::nullopt;
-}
-
-//===----------------------------------------------------------------------===//
 // The search
 //===----------------------------------------------------------------------===//
 
@@ -362,9 +238,9 @@ namespace {
 /// The meshes of `n` GPUs: tp a divisor of the GPUs, pp a divisor of the
 /// rest, dp what is left (within the bounds and --fix).
 struct Mesh {
-  int64_t dp, tp, pp;
+  int64_t dp, tp, pp, cp;
 };
-std::vector<Mesh> meshesOf(int64_t n, int64_t maxTp, int64_t maxPp, const PlannerOptions &opts) {
+std::vector<Mesh> meshesOf(int64_t n, int64_t maxTp, int64_t maxPp, int64_t maxCp, const PlannerOptions &opts) {
   std::vector<Mesh> meshes;
   for (int64_t tp : divisorsOf(n)) {
     if (opts.tp ? tp != *opts.tp : tp > maxTp)
@@ -372,10 +248,14 @@ std::vector<Mesh> meshesOf(int64_t n, int64_t maxTp, int64_t maxPp, const Planne
     for (int64_t pp : divisorsOf(n / tp)) {
       if (opts.pp ? pp != *opts.pp : pp > maxPp)
         continue;
-      int64_t dp = n / tp / pp;
-      if (opts.dp && dp != *opts.dp)
-        continue;
-      meshes.push_back({dp, tp, pp});
+      for (int64_t cp : divisorsOf(n / tp / pp)) {
+        if (opts.cp ? cp != *opts.cp : cp > maxCp)
+          continue;
+        int64_t dp = n / tp / pp / cp;
+        if (opts.dp && dp != *opts.dp)
+          continue;
+        meshes.push_back({dp, tp, pp, cp});
+      }
     }
   }
   return meshes;
@@ -389,8 +269,8 @@ public:
   Search(const Hardware &hw, const Workload &w, const PlannerOptions &opts, PlanResult &out, std::vector<Mesh> meshes)
       : hw(hw), w(w), opts(opts), out(out), meshes(std::move(meshes)), capacity(hw.device.memoryBytes),
         keep(size_t(std::max<int64_t>(opts.top, 2))), knobs{accs, {}} {
-    // The reserve by communicator count (0..3): computed once.
-    for (int64_t k = 0; k < 4; ++k)
+    // The reserve by communicator count (0..4): computed once.
+    for (int64_t k = 0; k < 5; ++k)
       reserve[size_t(k)] = hw.device.reserve.bytes(capacity, k);
     // Knob values searched.
     if (opts.microBatch)
@@ -421,7 +301,7 @@ public:
   int64_t closestExcess = std::numeric_limits<int64_t>::max();
   ParallelConfig closest;
   std::string firstDiv;
-  std::array<int64_t, 4> reserve;
+  std::array<int64_t, 5> reserve;
 
 private:
   /// The families, created in a fixed order so the report's order does not
@@ -432,6 +312,8 @@ private:
       FamilyAcc a;
       a.kind = "mesh";
       a.key = strf("dp=%lld,tp=%lld,pp=%lld", (long long)m.dp, (long long)m.tp, (long long)m.pp);
+      if (m.cp > 1)
+        a.key += strf(",cp=%lld", (long long)m.cp);
       accs.push_back(std::move(a));
     }
     for (int64_t mb : mbs)
@@ -451,6 +333,8 @@ private:
       recFam[size_t(r)] = knobs.get(kRecompute, r, "recompute", kRecomputes[r]);
     for (int s = 0; s < 2; ++s)
       spFam[size_t(s)] = knobs.get(kSp, s, "sp", s ? "on" : "off");
+    for (int i = 0; i < 2; ++i)
+      cpImplFam[size_t(i)] = knobs.get(kCpImpl, i, "cp-impl", kCpImpls[i]);
     // A fixed virtual-stage count beyond the default bound.
     if (opts.virtualStages && *opts.virtualStages > opts.maxVirtualStages) {
       vFam.resize(size_t(*opts.virtualStages + 1), -1);
@@ -521,9 +405,22 @@ private:
   /// Every configuration of mesh `mi`.
   void searchMesh(size_t mi) {
     const Mesh &m = meshes[mi];
-    c.dp = m.dp, c.tp = m.tp, c.pp = m.pp;
+    c.dp = m.dp, c.tp = m.tp, c.pp = m.pp, c.cp = m.cp;
     fams.fill(-1);
     fams[kMesh] = int(mi);
+    for (int i = 0; i < 2; ++i) {
+      if (i > 0 && m.cp == 1)
+        break;
+      if (m.cp > 1 && opts.cpImpl && *opts.cpImpl != kCpImpls[i])
+        continue;
+      c.cpImpl = kCpImpls[i];
+      fams[kCpImpl] = m.cp > 1 ? cpImplFam[size_t(i)] : -1;
+      searchKnobs(mi, m);
+    }
+  }
+
+  /// Every configuration of mesh `mi` with the cp implementation set.
+  void searchKnobs(size_t mi, const Mesh &m) {
     // (schedule, v) pairs of this mesh.
     std::vector<std::pair<int, int64_t>> scheds;
     if (m.pp == 1) {
@@ -613,7 +510,7 @@ private:
   std::vector<int> zeros, recomputes;
   std::vector<int> mbFam, zeroFam = std::vector<int>(4), recFam = std::vector<int>(3), schedFam = std::vector<int>(4),
                           spFam = std::vector<int>(2), bucketFam = std::vector<int>(2), prefFam = std::vector<int>(2),
-                          vFam;
+                          cpImplFam = std::vector<int>(2), vFam;
   ParallelConfig c;
   FamilyIdx fams;
   std::chrono::steady_clock::time_point lastReport;
@@ -624,7 +521,7 @@ private:
 void reportFamilies(const Hardware &hw, const Workload &w, const Search &s, int64_t capacity, PlanResult &out) {
   const std::vector<FamilyAcc> &accs = s.accs;
   const std::vector<Ranked> &best = s.best;
-  const std::array<int64_t, 4> &reserve = s.reserve;
+  const std::array<int64_t, 5> &reserve = s.reserve;
   FamilyIdx winnerFams;
   winnerFams.fill(-1);
   if (!best.empty())
@@ -663,6 +560,34 @@ void reportFamilies(const Hardware &hw, const Workload &w, const Search &s, int6
   }
 }
 
+/// Why the winner splits the sequence: what a rank holds, its cp groups, and
+/// what the meshes without cp came to (out of memory, or slower).
+void explainContextParallel(const Hardware &hw, const Candidate &win, PlanResult &out) {
+  const ParallelConfig &c = win.config;
+  out.winnerWhy.push_back(strf("cp=%lld (%s) gives each rank %lld of every %lld-token sequence, so its activations "
+                               "are %.2f GiB; its cp groups %s",
+                               (long long)c.cp, c.cpImpl.c_str(), (long long)(out.seqLen / c.cp), (long long)out.seqLen,
+                               gib(double(win.prediction.memory.activations)),
+                               axisCrosses(hw, c, "cp") ? "span nodes" : "stay inside a node"));
+  const FamilyReport *fastest = nullptr, *closest = nullptr;
+  for (const FamilyReport &f : out.families) {
+    if (f.kind != "mesh" || f.key.find(",cp=") != std::string::npos)
+      continue;
+    if (f.best && (!fastest || f.slowerPercent < fastest->slowerPercent))
+      fastest = &f;
+    if (!f.best && f.closest && (!closest || f.oomGiB < closest->oomGiB))
+      closest = &f;
+  }
+  if (fastest)
+    out.winnerWhy.push_back(
+        strf("without context parallelism the best mesh, %s, is %s", fastest->key.c_str(), fastest->why.c_str()));
+  else if (closest)
+    out.winnerWhy.push_back(strf("without context parallelism nothing fits: the closest, %s, is out of memory by "
+                                 "%.2f GiB (%s)",
+                                 closest->closest->str().c_str(), closest->oomGiB,
+                                 memoryText(closest->closestMemory, closest->closestReserve).c_str()));
+}
+
 /// Why the winner wins: its step and memory, the runner-up, its tp groups,
 /// the best other mesh.
 void explainWinner(const Hardware &hw, const std::vector<Ranked> &best, int64_t capacity, PlanResult &out) {
@@ -683,10 +608,11 @@ void explainWinner(const Hardware &hw, const std::vector<Ranked> &best, int64_t 
       out.winnerWhy.push_back(
           strf("the only one of %lld configurations that compiles and fits", (long long)out.evaluated));
     out.winnerWhy.push_back(strf("its step: compute %.4g s, bubble %.4g s (%.1f %%), exposed "
-                                 "communication %.4g s (tp %.4g, dp %.4g, pp %.4g), optimizer "
+                                 "communication %.4g s (tp %.4g, dp %.4g, pp %.4g%s), optimizer "
                                  "%.4g s",
                                  s.compute, s.bubble, 100 * win.bubbleShare(), p.exposedCommSeconds(),
-                                 exposedOf(p, "tp"), exposedOf(p, "dp"), exposedOf(p, "pp"), s.optimizer));
+                                 exposedOf(p, "tp"), exposedOf(p, "dp"), exposedOf(p, "pp"),
+                                 win.config.cp > 1 ? strf(", cp %.4g", exposedOf(p, "cp")).c_str() : "", s.optimizer));
     out.winnerWhy.push_back(strf("memory: %.2f GiB of %.2f GiB per rank (%s), %.2f GiB to spare",
                                  gib(double(win.memoryBytes())), gib(double(capacity)),
                                  memoryText(p.memory, win.reserveBytes).c_str(),
@@ -697,6 +623,8 @@ void explainWinner(const Hardware &hw, const std::vector<Ranked> &best, int64_t 
                                          (long long)hw.topology.gpusPerNode)
                                   : strf("its tp=%lld groups stay inside a node of %lld GPUs (NVLink)",
                                          (long long)win.config.tp, (long long)hw.topology.gpusPerNode));
+    if (win.config.cp > 1)
+      explainContextParallel(hw, win, out);
     // The closest mesh family.
     const FamilyReport *next = nullptr;
     for (const FamilyReport &f : out.families)
@@ -723,11 +651,13 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w, con
   const int64_t capacity = hw.device.memoryBytes;
   const int64_t maxTp = opts.maxTp > 0 ? opts.maxTp : 2 * hw.topology.gpusPerNode;
   const int64_t maxPp = opts.maxPp > 0 ? opts.maxPp : w.model.layers;
-  std::vector<Mesh> meshes = meshesOf(n, maxTp, maxPp, opts);
+  const int64_t maxCp = maxContextParallel(w, opts);
+  std::vector<Mesh> meshes = meshesOf(n, maxTp, maxPp, maxCp, opts);
   out.meshes = int64_t(meshes.size());
   if (meshes.empty())
-    return strf("no dp x tp x pp = %lld with tp <= %lld and pp <= %lld%s", (long long)n, (long long)maxTp,
-                (long long)maxPp, opts.tp || opts.pp || opts.dp ? " and the --fix degrees" : "");
+    return strf("no dp x tp x pp x cp = %lld with tp <= %lld, pp <= %lld and cp <= %lld%s", (long long)n,
+                (long long)maxTp, (long long)maxPp, (long long)maxCp,
+                opts.tp || opts.pp || opts.dp || opts.cp ? " and the --fix degrees" : "");
   Search search(hw, w, opts, out, std::move(meshes));
   search.run(t0);
   if (out.evaluated == 0)

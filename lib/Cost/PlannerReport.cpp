@@ -42,6 +42,8 @@ json cost::configJson(const ParallelConfig &c, int64_t globalBatch) {
   j["dp"] = c.dp;
   j["tp"] = c.tp;
   j["pp"] = c.pp;
+  j["cp"] = c.cp;
+  j["cp_impl"] = c.cp > 1 ? json(c.cpImpl) : json(nullptr);
   j["virtual_stages"] = c.virtualStages;
   j["micro_batch"] = c.microBatch;
   j["microbatches"] = c.microbatches(globalBatch);

@@ -14,102 +14,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <sstream>
 #include <vector>
 
 using namespace llcdist;
 using namespace llcdist::cost;
-
-int64_t Workload::paddedVocab(int64_t tp) const {
-  int64_t m = 128 * tp;
-  return (model.vocab + m - 1) / m * m;
-}
-
-std::string ParallelConfig::compileFlags() const {
-  std::ostringstream os;
-  os << "--mesh dp=" << dp << ",tp=" << tp << ",pp=" << pp << " --micro-batch " << microBatch;
-  if (pp > 1) {
-    os << " --schedule " << schedule;
-    if (virtualStages > 1)
-      os << " --virtual-stages " << virtualStages;
-  }
-  if (sequenceParallel)
-    os << " --sequence-parallel";
-  if (scatterGatherP2P)
-    os << " --scatter-gather-p2p";
-  if (recompute != "none")
-    os << " --recompute " << recompute;
-  if (zero)
-    os << " --zero " << zero;
-  if (gradBucket)
-    os << " --grad-bucket-size " << gradBucket;
-  if (fsdpPrefetch)
-    os << " --fsdp-prefetch " << fsdpPrefetch;
-  return os.str();
-}
-
-std::string ParallelConfig::str() const {
-  std::ostringstream os;
-  os << "dp=" << dp << ",tp=" << tp << ",pp=" << pp;
-  if (pp > 1) {
-    os << " " << schedule;
-    if (virtualStages > 1)
-      os << " v=" << virtualStages;
-  }
-  os << " mb=" << microBatch;
-  if (sequenceParallel)
-    os << " sp";
-  if (scatterGatherP2P)
-    os << " sg";
-  if (recompute != "none")
-    os << " recompute=" << recompute;
-  if (zero)
-    os << " zero=" << zero;
-  if (gradBucket)
-    os << " buckets";
-  if (fsdpPrefetch)
-    os << " prefetch=" << fsdpPrefetch;
-  return os.str();
-}
-
-std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelConfig &c) {
-  const ModelConfig &m = w.model;
-  auto why = [](const std::string &s) { return std::optional<std::string>(s); };
-  if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.microBatch < 1 || c.virtualStages < 1)
-    return why("every degree and the micro-batch must be >= 1");
-  if (m.heads % c.tp)
-    return why("tp=" + std::to_string(c.tp) + " does not divide num_heads=" + std::to_string(m.heads));
-  if (m.kvHeads % c.tp && c.tp % m.kvHeads)
-    return why("tp and num_kv_heads do not divide one another");
-  if (c.tp > m.kvHeads && c.recompute == "selective")
-    return why("tp > num_kv_heads replicates kv heads, which the compiler does not combine "
-               "with selective recomputation");
-  if (m.intermediate % c.tp)
-    return why("tp does not divide the MLP's intermediate size");
-  if (w.globalBatch % (c.microBatch * c.dp))
-    return why("micro-batch x dp does not divide the global batch");
-  if (c.pp * c.virtualStages > m.layers)
-    return why("pp x virtual stages exceeds the layers");
-  if (c.pp == 1 && (c.virtualStages > 1 || c.schedule != "1f1b"))
-    return why("a schedule needs pp > 1");
-  if (c.virtualStages > 1 && c.schedule != "interleaved")
-    return why("virtual stages need the interleaved schedule");
-  if (c.schedule == "interleaved" && (c.virtualStages < 2 || c.microbatches(w.globalBatch) % c.pp))
-    return why("interleaved needs v >= 2 and microbatches a multiple of pp");
-  if (c.sequenceParallel && (c.tp == 1 || w.seqLen % c.tp))
-    return why("sequence parallelism needs tp > 1 dividing the sequence");
-  if (c.scatterGatherP2P && !c.scatterGatherApplies())
-    return why("scatter/gather pipeline sends need tp > 1 and pp > 1 without sequence parallelism");
-  if (c.zero < 0 || c.zero > 3 || (c.zero && c.dp == 1))
-    return why("ZeRO needs dp > 1");
-  if (c.gradBucket && c.dp == 1)
-    return why("gradient buckets need dp > 1");
-  if (c.fsdpPrefetch && c.zero != 3)
-    return why("FSDP prefetch needs zero 3");
-  if (c.zero == 3 && c.pp > 1)
-    return why("ZeRO-3 with pipeline parallelism is not searched");
-  return std::nullopt;
-}
 
 namespace {
 
@@ -138,13 +46,54 @@ struct LayerTimes {
   double recomputeFwd = 0;                     ///< the forward again, under full recomputation
   double attnFwd = 0;                          ///< the core attention's forward
   double tpFwd = 0, tpBwd = 0;                 ///< tp collectives (synchronous)
+  /// Context parallelism's attention communication: in all, and what the
+  /// block attention it overlaps does not hide.
+  double cpFwd = 0, cpBwd = 0, cpFwdExposed = 0, cpBwdExposed = 0;
 };
+
+/// Context parallelism's attention on one rank, one layer, one microbatch
+/// of T local tokens: the compute (attnFwd, attnBwd) and the communication.
+/// Ring (RingAttention.cpp): cp blocks of T x T scores, each half visible
+/// (the load-balanced layout), so cp times the causal attention of T
+/// tokens; each of the cp - 1 k/v transfers (k and v forward; k, v and the
+/// running dk, dv backward) starts before the previous block's attention
+/// and hides under it, but dk and dv wait for the block that adds to them,
+/// and the last trip home. All-to-all: the whole sequence and nh / cp heads;
+/// q, k, v and out forward, dout, dq, dk, dv and out again backward
+/// (synchronous).
+void contextParallelAttention(const Hardware &hw, const Workload &w, const ParallelConfig &c, const LayerShape &s,
+                              int64_t T, LayerTimes &t, double &attnBwd) {
+  const Precision p = w.precision;
+  const double b = double(bytesOf(p));
+  const int64_t S = w.seqLen / c.cp, cp = c.cp;
+  const double qBytes = double(T) * double(s.q) * b, kvBytes = double(T) * double(s.kv) * b;
+  if (c.cpImpl == "ring") {
+    const double blockF = attentionSeconds(hw, c.microBatch, S, s.nh, s.hd, false, p);
+    const double blockB = attentionSeconds(hw, c.microBatch, S, s.nh, s.hd, true, p);
+    t.attnFwd = double(cp) * blockF;
+    attnBwd = double(cp) * blockB;
+    const bool cross = axisGroup(c.mesh(), "cp", hw.topology).crossesNodes();
+    const double kv = p2pSeconds(hw, kvBytes, cross);
+    t.cpFwd = 2 * double(cp - 1) * kv;
+    t.cpFwdExposed = double(cp - 1) * std::max(0.0, 2 * kv - blockF);
+    t.cpBwd = 2 * double(cp - 1) * kv + 2 * double(cp) * kv;
+    t.cpBwdExposed = double(cp - 1) * (std::max(0.0, 2 * kv - blockB) + 2 * kv) + 2 * kv;
+    return;
+  }
+  t.attnFwd = attentionSeconds(hw, c.microBatch, w.seqLen, s.nh / cp, s.hd, false, p);
+  attnBwd = attentionSeconds(hw, c.microBatch, w.seqLen, s.nh / cp, s.hd, true, p);
+  const Group g = axisGroup(c.mesh(), "cp", hw.topology);
+  const double q = collectiveSeconds(hw, Collective::AllToAll, qBytes, g);
+  const double kv = collectiveSeconds(hw, Collective::AllToAll, kvBytes, g);
+  t.cpFwd = t.cpFwdExposed = 2 * q + 2 * kv;
+  t.cpBwd = t.cpBwdExposed = 3 * q + 2 * kv;
+}
 
 LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfig &c) {
   const Precision p = w.precision;
   const double b = double(bytesOf(p));
   const LayerShape s = layerShape(w.model, c.tp);
-  const int64_t T = c.microBatch * w.seqLen;            // tokens of the microbatch
+  const int64_t T = c.microBatch * w.seqLen / c.cp;     // the rank's tokens of the microbatch
   const int64_t Ts = c.sequenceParallel ? T / c.tp : T; // the norms' and residuals' tokens
   LayerTimes t;
   auto gemm = [&](int64_t n, int64_t k) { return gemmSeconds(hw, T, n, k, p); };
@@ -157,7 +106,9 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   }
   bwdGemm = fwdGemm; // dX and dW: each runs the forward's shapes once
   double attnBwd;
-  if (w.attention == Workload::Attention::Flash) {
+  if (c.cp > 1) {
+    contextParallelAttention(hw, w, c, s, T, t, attnBwd);
+  } else if (w.attention == Workload::Attention::Flash) {
     t.attnFwd = attentionSeconds(hw, c.microBatch, w.seqLen, s.nh, s.hd, false, p);
     attnBwd = attentionSeconds(hw, c.microBatch, w.seqLen, s.nh, s.hd, true, p);
   } else {
@@ -415,7 +366,7 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
     e.optimizer = int64_t(params * optB / (c.zero >= 1 ? dp : 1));
     // Activations stashed per layer per microbatch for the backward (T
     // tokens; the norms' and residuals' on T/tp under SP; docs/cost-model.md).
-    const double T = double(c.microBatch) * double(w.seqLen);
+    const double T = double(c.microBatch) * double(w.seqLen) / double(c.cp); // the rank's tokens
     const double Ts = c.sequenceParallel ? T / double(c.tp) : T;
     double perLayer;
     if (c.recompute == "full") {
@@ -609,6 +560,7 @@ std::string boundOf(const StepPrediction &out, double bubble, double dpExposed) 
                                                        {out.comm.at("tp").exposed, "tp communication"},
                                                        {dpExposed, "dp communication"},
                                                        {out.comm.at("pp").exposed, "pp communication"},
+                                                       {out.comm.at("cp").exposed, "cp communication"},
                                                        {out.optimizerSeconds, "optimizer"}};
   auto worst = std::max_element(parts.begin(), parts.end());
   return worst->first > 0.15 * out.stepSeconds ? worst->second : "compute";
@@ -621,17 +573,18 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   const Precision p = w.precision;
   const double b = double(bytesOf(p));
   const int64_t mbs = c.microbatches(w.globalBatch);
-  const int64_t T = c.microBatch * w.seqLen;
+  const int64_t T = c.microBatch * w.seqLen / c.cp; // the rank's tokens
   const int64_t Vp = w.paddedVocab(c.tp) / c.tp;
   StepPrediction out;
   LayerTimes lt = layerTimes(hw, w, c);
 
-  // One microbatch of each layer: forward, backward, recomputation.
-  double recomputeFwd = c.recompute == "full"        ? lt.recomputeFwd + lt.tpFwd
-                        : c.recompute == "selective" ? lt.attnFwd
+  // One microbatch of each layer: forward, backward, recomputation (the
+  // forward's cp communication again under full recomputation).
+  double recomputeFwd = c.recompute == "full"        ? lt.recomputeFwd + lt.tpFwd + lt.cpFwdExposed
+                        : c.recompute == "selective" ? lt.attnFwd + lt.cpFwdExposed
                                                      : 0;
-  double layerF = lt.fwd + lt.tpFwd;
-  double layerB = lt.bwdInput + lt.bwdWeight + lt.tpBwd + recomputeFwd;
+  double layerF = lt.fwd + lt.tpFwd + lt.cpFwdExposed;
+  double layerB = lt.bwdInput + lt.bwdWeight + lt.tpBwd + lt.cpBwdExposed + recomputeFwd;
   // The embedding (first chunk) and the LM head + loss (last chunk).
   double embF = memorySeconds(hw, 2.0 * double(T) * double(m.hidden) * b);
   double embB = memorySeconds(hw, 2.0 * double(T) * double(m.hidden) * b);
@@ -685,6 +638,9 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   out.comm["tp"].exposed = out.comm["tp"].total;
   out.comm["pp"].total = double(mbs) * p2pPerMicrobatch + 2.0 * double(c.pp - 1) * p2p;
   out.comm["pp"].exposed = out.comm["pp"].total;
+  const double cpAgain = c.recompute != "none" ? 1 : 0;
+  out.comm["cp"].total = double(mbs) * double(maxLayers) * (lt.cpFwd * (1 + cpAgain) + lt.cpBwd);
+  out.comm["cp"].exposed = double(mbs) * double(maxLayers) * (lt.cpFwdExposed * (1 + cpAgain) + lt.cpBwdExposed);
 
   // dp: gradients and (ZeRO) parameters of the busiest stage's rank.
   out.memory = memory;
@@ -699,16 +655,24 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
                : std::pair<double, double>{0, 0};
   out.comm["dp"].total = dpTotal;
   out.comm["dp"].exposed = dpExposed;
+  // cp: every gradient is a partial sum over the rank's tokens, all-reduced
+  // over cp once per step (after dp's: the compiler's separate collective).
+  double cpGrads = 0;
+  if (c.cp > 1) {
+    cpGrads = collectiveSeconds(hw, Collective::AllReduce, rankParams * b, axisGroup(c.mesh(), "cp", hw.topology));
+    out.comm["cp"].total += cpGrads;
+    out.comm["cp"].exposed += cpGrads;
+  }
 
   // The optimizer: Adam over the rank's shard, the bf16 casts, the norm.
   double shardParams = rankParams / (c.zero >= 1 ? double(c.dp) : 1.0);
   out.optimizerSeconds = memorySeconds(hw, shardParams * (w.precision == Precision::BF16 ? 30 : 32));
 
-  out.stepSeconds = busy + bubble + dpExposed + out.optimizerSeconds;
+  out.stepSeconds = busy + bubble + dpExposed + cpGrads + out.optimizerSeconds;
   double tokens = double(w.globalBatch) * double(w.seqLen);
   out.tokensPerSecond = tokens / out.stepSeconds;
   StepFlops f = stepFlops(w, c.recompute);
-  double gpus = double(c.dp * c.tp * c.pp);
+  double gpus = double(c.gpus());
   double peak = peakFlops(hw, p);
   out.mfu = f.model / (gpus * peak * out.stepSeconds);
   out.hfu = f.hardware / (gpus * peak * out.stepSeconds);

@@ -131,6 +131,9 @@ const Step kSteps[] = {
      [](const Options &) { return plan::createPlanP2PScatterGather(); }},
     {"llcdist-plan-p2p-overlap", "--overlap-p2p", true, [](const Options &o) { return o.overlapP2P; },
      [](const Options &) { return plan::createPlanP2POverlap(); }},
+    {"llcdist-plan-cp-ring-overlap", "cp ring, unless --no-cp-ring-overlap", true,
+     [](const Options &o) { return o.mesh.cp > 1 && o.cpImpl == "ring" && o.cpRingOverlap; },
+     [](const Options &) { return plan::createPlanCpRingOverlap(); }},
     // Fusion, after every pass that rewrites or moves the per-parameter ops
     // and the kernels around the communication.
     {"llcdist-plan-fuse-norm", "unless --no-fuse-norm", true, [](const Options &o) { return o.fuseNorm; },
@@ -204,7 +207,7 @@ static void bindTrainingPipelineOptions(TextualPipelineOptions<TrainingPipelineO
   o.bind("tp", f.mesh.tp, "tensor-parallel degree");
   o.bind("pp", f.mesh.pp, "pipeline-parallel degree");
   o.bind("cp", f.mesh.cp, "context-parallel degree");
-  o.bind("cp-impl", f.cpImpl, "context parallelism's attention: all-to-all (Ulysses)");
+  o.bind("cp-impl", f.cpImpl, "context parallelism's attention: ring | all-to-all (Ulysses)");
   o.bind("rank-order", f.mesh.rankOrder, "fastest- to slowest-varying axes");
   o.bind("optimizer", f.optimizer, "adamw | sgd");
   o.bind("lr-schedule", f.lrSchedule, "constant | cosine");
@@ -248,6 +251,8 @@ static void bindTrainingPipelineOptions(TextualPipelineOptions<TrainingPipelineO
   o.bind("scatter-gather-p2p", f.scatterGatherP2P,
          "under tp and pp, send 1/tp of each pipeline tensor and all-gather it over "
          "tp on the receiving stage (llcdist-plan-p2p-scatter-gather)");
+  o.bind("cp-ring-overlap", f.cpRingOverlap,
+         "start ring attention's transfers early and wait late (llcdist-plan-cp-ring-overlap)");
   o.bind("fuse-norm", f.fuseNorm,
          "the residual add with the norm after it, and a norm's backward kernels "
          "with the residual's add, one kernel each (llcdist-plan-fuse-norm)");

@@ -24,5 +24,7 @@ PlannedCompile llcdist::plannedCompile(const cost::Workload &w, const cost::Para
   t.scatterGatherP2P = c.scatterGatherP2P;
   t.gradBucketSize = c.gradBucket;
   t.fsdpPrefetch = c.fsdpPrefetch;
+  if (c.cp > 1)
+    t.cpImpl = c.cpImpl;
   return p;
 }

@@ -31,8 +31,12 @@ struct OpEvent {
   rt::MeshAxis axis = rt::MeshAxis::kDp;
   /// Collectives: all_reduce's group_size (0: the whole axis).
   int64_t groupSize = 0;
-  /// Send/recv: the peer's coordinate on `axis`, and the op's tag.
+  /// Send/recv: the peer's coordinate on `axis`, and the op's tag; with
+  /// `relative`, peer is an offset from the rank's coordinate instead (a
+  /// ring's shift, kept signed so a mesh cut to fewer members keeps the
+  /// ring: shift n - 1 is -1).
   int64_t peer = 0, tag = 0;
+  bool relative = false;
   Name collective;
   int64_t count = 0;
   Name dtype;
@@ -51,9 +55,10 @@ Name collectiveDtype(const rt::Op &op, const rt::BufferDesc &b) {
 
 /// The communicating ops of `sub` on `mesh`, in op order. Collectives on an
 /// axis of one rank are left out (nothing to wait for), and so are send/recv
-/// ops the loader refuses (an unknown axis, a peer outside it).
-std::vector<OpEvent> opEventsOf(const rt::Program &prog, const rt::Subroutine &sub,
-                                const rt::Mesh &mesh) {
+/// ops the loader refuses (an unknown axis, a peer outside it). `full` is
+/// the plan's mesh (a ring's shift is relative to its axis sizes).
+std::vector<OpEvent> opEventsOf(const rt::Program &prog, const rt::Subroutine &sub, const rt::Mesh &mesh,
+                                const rt::Mesh &full) {
   std::vector<OpEvent> out;
   for (size_t oi = 0; oi < sub.ops.size(); ++oi) {
     const rt::Op &op = sub.ops[oi];
@@ -109,9 +114,15 @@ std::vector<OpEvent> opEventsOf(const rt::Program &prog, const rt::Subroutine &s
       auto axis = rt::parseMeshAxis(op.stringAttr("axis"));
       if (!axis)
         break; // the loader refuses this
-      ev.peer = op.intAttr("peer");
-      if (ev.peer < 0 || ev.peer >= mesh.axisSize(*axis))
+      const int64_t n = full.axisSize(*axis);
+      ev.relative = op.attrs.count("shift") != 0;
+      ev.peer = ev.relative ? op.intAttr("shift") : op.intAttr("peer");
+      if (ev.relative ? ev.peer < 1 || ev.peer >= n : ev.peer < 0 || ev.peer >= mesh.axisSize(*axis))
         break; // the loader refuses this
+      if (ev.relative && mesh.axisSize(*axis) <= 1)
+        break; // a ring of one rank (the replica's): nothing to wait for
+      if (ev.relative && 2 * ev.peer > n)
+        ev.peer -= n;
       const rt::BufferDesc &b =
           prog.buffers[op.arg(op.kind == schema::OpKind::kSend ? "x" : "y")];
       ev.kind = op.kind == schema::OpKind::kSend ? EventKind::Send : EventKind::Recv;
@@ -168,7 +179,9 @@ std::vector<CommEvent> rankEventsOf(const std::vector<OpEvent> &ops, int64_t ran
       e.collective = op.collective;
       e.group = groups.get(rank, op.axis, op.groupSize);
     } else {
-      e.peer = mesh.withCoord(rank, op.axis, op.peer);
+      const int64_t n = mesh.axisSize(op.axis);
+      e.peer = op.relative ? mesh.withCoord(rank, op.axis, ((mesh.coord(rank, op.axis) + op.peer) % n + n) % n)
+                           : mesh.withCoord(rank, op.axis, op.peer);
     }
     out.push_back(std::move(e));
   }
@@ -256,7 +269,7 @@ int64_t eventCount(const rt::Plan &plan, const rt::Mesh &mesh) {
       ranks += rankIn(full, mesh, r).has_value();
     std::vector<int64_t> perSub;
     for (const rt::Subroutine &sub : prog.subroutines)
-      perSub.push_back(int64_t(opEventsOf(prog, sub, mesh).size()));
+      perSub.push_back(int64_t(opEventsOf(prog, sub, mesh, full).size()));
     int64_t perRank = 0;
     for (const rt::Action &action : prog.actions)
       perRank += perSub[size_t(action.subroutine)];
@@ -290,7 +303,7 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
     ref.file = prog.file;
     ref.actions = prog.actions;
     for (const rt::Subroutine &sub : prog.subroutines) {
-      subOps.push_back(opEventsOf(prog, sub, mesh));
+      subOps.push_back(opEventsOf(prog, sub, mesh, full));
       Origins::SubroutineRef &subRef = ref.subroutines.emplace_back();
       subRef.name = sub.name;
       for (const OpEvent &ev : subOps.back()) {
@@ -328,6 +341,52 @@ CommPlan llcdist::verify::commPlanOf(const rt::Plan &plan, int64_t maxAxis) {
   return out;
 }
 
+namespace {
+/// Whether a subroutine's ring transfers (send / recv with `shift`, along
+/// an axis other than pp) pair up within any replica of the ranks that run
+/// it: every member of the axis runs the same ops, so member c's k-th send
+/// with shift s (to c + s) meets member c + s's k-th recv with shift n - s
+/// (from c), and it does without waiting iff each such recv comes after its
+/// send in the program, with the same count, dtype and tag. Then, as for a
+/// collective along dp or tp, the whole axis completes the ring iff one
+/// member does, and the replica may leave the ring out.
+std::optional<std::string> whyRingsDiffer(const rt::Program &prog, const rt::Subroutine &sub, const rt::Mesh &mesh) {
+  struct Transfer {
+    size_t op;
+    int64_t count, tag;
+    schema::ElemType dtype;
+  };
+  // (axis, shift of the send) -> its sends, and the recvs that pair with them.
+  std::map<std::pair<int, int64_t>, std::pair<std::vector<Transfer>, std::vector<Transfer>>> rings;
+  for (size_t oi = 0; oi < sub.ops.size(); ++oi) {
+    const rt::Op &op = sub.ops[oi];
+    if (!schema::isPointToPoint(op.kind) || !op.attrs.count("shift"))
+      continue;
+    auto axis = rt::parseMeshAxis(op.stringAttr("axis"));
+    if (!axis)
+      continue; // the loader refuses this
+    const int64_t n = mesh.axisSize(*axis), shift = op.intAttr("shift");
+    const bool send = op.kind == schema::OpKind::kSend;
+    const rt::BufferDesc &b = prog.buffers[op.arg(send ? "x" : "y")];
+    auto &ring = rings[{int(*axis), send ? shift : n - shift}];
+    (send ? ring.first : ring.second).push_back({oi, b.numel(), op.intAttr("tag"), b.dtype});
+  }
+  for (const auto &[key, ring] : rings) {
+    const auto &[sends, recvs] = ring;
+    if (sends.size() != recvs.size())
+      return std::to_string(sends.size()) + " ring sends with shift " + std::to_string(key.second) + " but " +
+             std::to_string(recvs.size()) + " recvs that pair with them";
+    for (size_t k = 0; k < sends.size(); ++k) {
+      const Transfer &s = sends[k], &r = recvs[k];
+      if (r.op < s.op || r.count != s.count || r.tag != s.tag || r.dtype != s.dtype)
+        return "ring recv op " + std::to_string(r.op) + " does not pair with send op " + std::to_string(s.op) +
+               " (the order, the count, the tag or the dtype)";
+    }
+  }
+  return std::nullopt;
+}
+} // namespace
+
 std::optional<std::string> llcdist::verify::whyReplicasDiffer(const rt::Plan &plan) {
   const rt::Manifest &man = plan.manifest;
   const rt::Mesh mesh = man.mesh();
@@ -345,15 +404,17 @@ std::optional<std::string> llcdist::verify::whyReplicasDiffer(const rt::Plan &pl
              " of its stage runs program " + std::to_string(programOf[size_t(first)]);
   }
   for (const rt::Program &prog : plan.programs)
-    for (const rt::Subroutine &sub : prog.subroutines)
+    for (const rt::Subroutine &sub : prog.subroutines) {
       for (size_t oi = 0; oi < sub.ops.size(); ++oi) {
         const rt::Op &op = sub.ops[oi];
-        if (schema::isPointToPoint(op.kind) &&
+        if (schema::isPointToPoint(op.kind) && !op.attrs.count("shift") &&
             rt::parseMeshAxis(op.stringAttr("axis")) != rt::MeshAxis::kPp)
-          return prog.file + " " + sub.name + " op " + std::to_string(oi) + " " +
-                 std::string(schema::opName(op.kind)) + " is along " +
-                 op.stringAttr("axis") + ", not pp";
+          return prog.file + " " + sub.name + " op " + std::to_string(oi) + " " + std::string(schema::opName(op.kind)) +
+                 " is along " + op.stringAttr("axis") + ", not pp";
       }
+      if (auto why = whyRingsDiffer(prog, sub, mesh))
+        return prog.file + " " + sub.name + ": " + *why;
+    }
   return std::nullopt;
 }
 

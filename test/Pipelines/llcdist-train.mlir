@@ -13,7 +13,7 @@
 // DEFAULT-NEXT: llcdist-autodiff,
 // DEFAULT-NEXT: llcdist-recompute{mode=none},
 // DEFAULT-NEXT: llcdist-add-optimizer{beta1=9.000000e-01 beta2=9.990000e-01 eps=1.000000e-08 grad-clip=0.000000e+00 lr=1.000000e-03 lr-schedule=constant min-lr=0.000000e+00 momentum=0.000000e+00 optimizer=adamw total-steps=0 warmup=0 weight-decay=-1.000000e+00},
-// DEFAULT-NEXT: llcdist-partition{cp-impl=all-to-all sequence-parallel=false},
+// DEFAULT-NEXT: llcdist-partition{cp-impl=ring sequence-parallel=false},
 // DEFAULT-NEXT: llcdist-pipeline-split{layout= schedule=1f1b virtual-stages=1},
 // DEFAULT-NEXT: llcdist-lower-to-plan{record-param-scopes=false},
 // DEFAULT-NEXT: llcdist-plan-comm-dtype{grad-reduce-dtype=bf16},
@@ -44,7 +44,7 @@
 // TP: llcdist-pad-vocab{multiple=256},
 // TP: llcdist-add-optimizer
 // TP-NEXT: llcdist-megatron-tp,
-// TP-NEXT: llcdist-partition{cp-impl=all-to-all sequence-parallel=false},
+// TP-NEXT: llcdist-partition{cp-impl=ring sequence-parallel=false},
 
 // tp-replicate-embeddings adds the strategy variant after Megatron's and
 // drops tp from the vocabulary multiple; make-vocab-size-divisible-by sets it.
@@ -71,7 +71,7 @@
 // The rest: one pass each.
 // RUN: not llc-dist-opt %s --llcdist-train="sequence-parallel=true" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=SP
 // SP-LABEL: Pass Manager
-// SP: llcdist-partition{cp-impl=all-to-all sequence-parallel=true},
+// SP: llcdist-partition{cp-impl=ring sequence-parallel=true},
 // RUN: not llc-dist-opt %s --llcdist-train="schedule=interleaved virtual-stages=2 pp-layout=3,1" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=PIPE
 // PIPE-LABEL: Pass Manager
 // PIPE: llcdist-pipeline-split{layout=3,1 schedule=interleaved virtual-stages=2},

@@ -308,6 +308,8 @@ std::optional<int> CompileCommand::parse(Args &args) {
       train.fuseOptimizer = false;
     else if (a == "--no-fuse-norm")
       train.fuseNorm = false;
+    else if (a == "--no-cp-ring-overlap")
+      train.cpRingOverlap = false;
     else if (a == "--no-fuse-epilogues")
       train.fuseEpilogues = false;
     else if (a == "--no-ce-grad-in-place")
@@ -381,9 +383,8 @@ std::optional<int> CompileCommand::check() {
   if (rankOrderArg)
     if (auto err = parseRankOrder(*rankOrderArg, mesh))
       throw UsageError{*err};
-  if (train.cpImpl != "all-to-all")
-    throw UsageError{"--cp-impl must be all-to-all (DeepSpeed-Ulysses; ring attention is not implemented yet), got '" +
-                     train.cpImpl + "'"};
+  if (train.cpImpl != "all-to-all" && train.cpImpl != "ring")
+    throw UsageError{"--cp-impl must be ring or all-to-all, got '" + train.cpImpl + "'"};
   train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.rankOrderStr()}; // the overlap rules read it
   checkOverlapFlags(train, mesh, shape, gradBucketText);
   if (train.recompute != "none" && train.recompute != "selective" && train.recompute != "full" &&

@@ -20,11 +20,15 @@ const char *const kCompileFlags = R"(SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1);
                          cp=N is context parallelism: each rank holds 1/N of
                          every sequence (rank order then tp,cp,dp,pp)
-  --cp-impl all-to-all   context parallelism's attention (default all-to-all,
-                         DeepSpeed-Ulysses / Megatron's --cp-comm-type a2a):
-                         q, k, v exchanged from the sequence split to 1/cp of
-                         the heads before attention and back after it; cp
-                         must divide the kv heads per tp rank
+  --cp-impl IMPL         context parallelism's attention (default ring):
+                         ring (Megatron's --cp-comm-type p2p): k and v pass
+                         around the cp ranks, each block merged by its
+                         log-sum-exp; ranks hold load-balanced causal chunks
+                         (the sequence a multiple of 2*cp). all-to-all
+                         (DeepSpeed-Ulysses, --cp-comm-type a2a): q, k, v
+                         exchanged from the sequence split to 1/cp of the
+                         heads and back; cp must divide the kv heads per tp
+                         rank
   --sequence-parallel    Megatron's sequence parallelism under tp: norms,
                          residuals and biases on a slice of the sequence;
                          all-gather / reduce-scatter replace all-reduces
@@ -169,6 +173,9 @@ OVERLAP (asynchronous plans)
                          tp times fewer bytes between stages, one all-gather
                          over tp per receive; the same values
                          (llcdist-plan-p2p-scatter-gather). Default off.
+  --no-cp-ring-overlap   ring attention's transfers synchronous (default: each
+                         next k/v block in flight during the current block's
+                         attention, llcdist-plan-cp-ring-overlap)
   --no-fuse-norm         keep the residual add and the norm after it, and a
                          norm's weight gradient, input gradient and the
                          residual's add, as separate kernels (default:

@@ -35,8 +35,10 @@ const char *const llcdist::cli::kPlanHelp =
     R"HELP(llc-dist plan MODEL --gpus N --device D --topology T --global-batch B --seq-len S [options]
 
 Chooses how to train MODEL (a Hugging Face config.json) on N GPUs: searches
-every configuration of llc-dist compile's knobs — dp x tp x pp = N (tp a
-divisor of N up to 2 nodes' GPUs, pp up to the layers), interleaved's
+every configuration of llc-dist compile's knobs — dp x tp x pp x cp = N (tp a
+divisor of N up to 2 nodes' GPUs, pp up to the layers, cp up to seq-len /
+8192 with the ring or all-to-all attention: context parallelism only for
+long sequences), interleaved's
 virtual stages, the micro-batch, ZeRO 0-3, recompute none/selective/full,
 the pipeline schedule (gpipe, 1f1b, interleaved, zb-h1), sequence
 parallelism under tp, gradient buckets (off / Megatron's auto size) and FSDP
@@ -51,7 +53,7 @@ mesh, and by each knob's value), its best member and why it lost.
 docs/cost-model.md, "Choosing a configuration (llc-dist plan)".
 
 OPTIONS
-  --gpus N               GPUs to use (dp x tp x pp = N)
+  --gpus N               GPUs to use (dp x tp x pp x cp = N)
   --device NAME|FILE     the accelerator (devices/: h100-80gb, a100-80gb, ...)
   --topology NAME|FILE   the cluster (topologies/: dgx-h100, dgx-a100, dgx-h200)
   --global-batch B       sequences per step
@@ -62,7 +64,8 @@ OPTIONS
   --top K                configurations in the table (default 5)
   --exact K              how many of them to compile and simulate (default: all
                          of the top; 0: none)
-  --fix KNOB=V[,..]      search only that value (repeatable): dp, tp, pp, v
+  --fix KNOB=V[,..]      search only that value (repeatable): dp, tp, pp, cp,
+                         cp-impl (ring|all-to-all), v
                          (virtual stages), mb (micro-batch), zero, recompute,
                          schedule, sp (on|off), bucket (off|auto|N), prefetch
   --max-tp N             the largest tp searched (default 2 x GPUs per node)

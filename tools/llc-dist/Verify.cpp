@@ -34,7 +34,8 @@ OPTIONS
   --max-errors N         report up to N problems (default 1: the first is
                          the one to fix; later ones are often its echoes)
   --all-ranks            simulate every rank. By default, where every rank of
-                         a stage runs one program and sends only along pp,
+                         a stage runs one program and sends only along pp
+                         (or around its cp ring, sends and recvs paired),
                          one dp x tp (x cp) replica of the pipeline is
                          simulated and stands for all (docs/plan-verifier.md
                          "Replicas"); otherwise, or to name the ranks of a
@@ -86,8 +87,9 @@ int llcdist::cli::runVerify(Args &args) {
     if (man.worldSize() > man.meshPp)
       how = fmt::format(" (checked on one dp x tp{} replica of the pp={} pipeline, which stands "
                         "for all {}: every rank of a stage runs its program and sends only "
-                        "along pp; --all-ranks simulates every rank)",
-                        man.meshCp > 1 ? " x cp" : "", man.meshPp, man.worldSize());
+                        "along pp{}; --all-ranks simulates every rank)",
+                        man.meshCp > 1 ? " x cp" : "", man.meshPp, man.worldSize(),
+                        man.meshCp > 1 ? " or around its cp ring, each recv after the send it pairs with" : "");
     break;
   case verify::PlanCheck::SubMesh:
     how = fmt::format(" (checked on the dp={},tp={},pp={}{} sub-mesh; --all-ranks checks all {})",

@@ -101,6 +101,8 @@ int main(int argc, char **argv) {
         c.dp = get<int64_t>(cj, "dp", 1);
         c.tp = get<int64_t>(cj, "tp", 1);
         c.pp = get<int64_t>(cj, "pp", 1);
+        c.cp = get<int64_t>(cj, "cp", 1);
+        c.cpImpl = get<std::string>(cj, "cp_impl", "ring");
         c.microBatch = get<int64_t>(cj, "micro_batch", 1);
         c.virtualStages = get<int64_t>(cj, "virtual_stages", 1);
         c.schedule = get<std::string>(cj, "schedule", "1f1b");
@@ -115,7 +117,7 @@ int main(int argc, char **argv) {
         if (checkConfig(w, c))
           continue;
         StepPrediction p = predictStep(hw, w, c);
-        int64_t reserve = hw.device.reserve.bytes(hw.device.memoryBytes, 3);
+        int64_t reserve = hw.device.reserve.bytes(hw.device.memoryBytes, 3 + int64_t(c.cp > 1));
         if (memoryFilter && p.memory.total() + reserve > hw.device.memoryBytes)
           continue;
         ++fit;

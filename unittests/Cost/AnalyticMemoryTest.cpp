@@ -28,6 +28,8 @@ struct Sample {
   bool sp;
   const char *schedule;
   int64_t v;
+  int64_t cp = 1;
+  const char *cpImpl = "ring";
 };
 
 const Sample kSamples[] = {
@@ -38,16 +40,22 @@ const Sample kSamples[] = {
     {"llama3.2-1b", 4, 1, 1, 512, 1, 8, "bf16", 3, "none", false, "1f1b", 1},
     {"gpt2-medium", 2, 2, 2, 256, 1, 8, "bf16", 1, "selective", true, "interleaved", 2},
     {"llama3.2-1b", 2, 2, 2, 256, 1, 8, "bf16", 0, "none", false, "zb-h1", 1},
+    // Context parallelism: the rank's 1/cp of every sequence (issue #32).
+    {"llama3.2-1b", 1, 2, 2, 1024, 1, 8, "bf16", 0, "none", true, "1f1b", 1, 2, "ring"},
+    {"llama3.2-1b", 2, 1, 1, 4096, 1, 8, "bf16", 1, "selective", false, "1f1b", 1, 4, "ring"},
+    {"gpt2", 1, 2, 1, 1024, 2, 8, "bf16", 0, "none", false, "1f1b", 1, 2, "all-to-all"},
 };
 } // namespace
 
 TEST(AnalyticMemory, MatchesTheCompilersPlan) {
   for (const Sample &s : kSamples) {
-    std::string what = std::string(s.model) + " dp=" + std::to_string(s.dp) +
-                       " tp=" + std::to_string(s.tp) + " pp=" + std::to_string(s.pp) + " " +
-                       s.dtype + " zero=" + std::to_string(s.zero) + " " + s.recompute +
-                       (s.sp ? " sp " : " ") + s.schedule;
+    std::string what = std::string(s.model) + " dp=" + std::to_string(s.dp) + " tp=" + std::to_string(s.tp) +
+                       " pp=" + std::to_string(s.pp) + " " + s.dtype + " zero=" + std::to_string(s.zero) + " " +
+                       s.recompute + (s.sp ? " sp " : " ") + s.schedule + " cp=" + std::to_string(s.cp) + " " +
+                       s.cpImpl;
     TrainingPipelineOptions o = meshOptions(s.dp, s.tp, s.pp);
+    o.mesh.cp = s.cp;
+    o.cpImpl = s.cpImpl;
     o.zero = s.zero;
     o.recompute = s.recompute;
     o.sequenceParallel = s.sp;
@@ -65,6 +73,7 @@ TEST(AnalyticMemory, MatchesTheCompilersPlan) {
     w.precision = std::string(s.dtype) == "bf16" ? cost::Precision::BF16 : cost::Precision::F32;
     cost::ParallelConfig pc;
     pc.dp = s.dp, pc.tp = s.tp, pc.pp = s.pp, pc.microBatch = s.mb, pc.zero = s.zero;
+    pc.cp = s.cp, pc.cpImpl = s.cpImpl;
     pc.recompute = s.recompute, pc.sequenceParallel = s.sp;
     pc.schedule = s.pp > 1 ? s.schedule : "1f1b", pc.virtualStages = s.v;
     ASSERT_FALSE(cost::checkConfig(w, pc)) << what << ": " << *cost::checkConfig(w, pc);

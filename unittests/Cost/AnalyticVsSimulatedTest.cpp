@@ -6,7 +6,7 @@
 // the two agree: here the same configurations, compiled by the real
 // compiler and simulated op by op, against predictStep, across dp (ZeRO 0-3,
 // buckets, prefetch), tp (with and without SP), pp (all four schedules,
-// interleaving) and recomputation. The tolerance is 5 %, and 15 % for
+// interleaving), cp (ring and all-to-all) and recomputation. The tolerance is 5 %, and 15 % for
 // ZeRO-3: the analytic model hides each prefetched all-gather under a
 // layer's compute, while in the plan it also queues behind the synchronous
 // reduce-scatters on the same communicator (measured: 14 % short on
@@ -46,6 +46,12 @@ ParallelConfig cfg(int64_t dp, int64_t tp, int64_t pp, const char *schedule = "1
   return c;
 }
 
+/// `c` with context parallelism of `cp` by `impl` (issue #32).
+ParallelConfig withCp(ParallelConfig c, int64_t cp, const char *impl) {
+  c.cp = cp, c.cpImpl = impl;
+  return c;
+}
+
 /// An empty directory of its own under the system's temporary directory.
 fs::path freshTempDir(const std::string &prefix) {
   fs::path dir = fs::temp_directory_path() / (prefix + std::to_string(::getpid()));
@@ -78,6 +84,10 @@ TEST(AnalyticVsSimulated, AgreeOnSampledConfigurations) {
       {"llama3-70b", "a100-80gb", "dgx-a100", 2048, 64, cfg(1, 8, 8, "zb-h1", 1, false, "full"), 0.05},
       {"gpt3-175b", "a100-80gb", "dgx-a100", 2048, 64, cfg(1, 8, 8, "gpipe", 1, false, "full"), 0.05},
       {"gpt3-175b", "a100-80gb", "dgx-a100", 2048, 64, cfg(1, 8, 8, "interleaved", 3, false, "full"), 0.05},
+      // Context parallelism: the ring (its transfers under the previous block's attention) and
+      // the all-to-alls (measured: both 2 % short).
+      {"llama3-8b", "h100-80gb", "dgx-h100", 8192, 16, withCp(cfg(2, 4, 1, "1f1b", 1, true), 2, "ring"), 0.05},
+      {"llama3-8b", "h100-80gb", "dgx-h100", 8192, 16, withCp(cfg(2, 4, 1, "1f1b", 1, true), 2, "all-to-all"), 0.05},
   };
   for (const Case &k : cases) {
     Workload w;

@@ -2,7 +2,8 @@
 //
 // Issue #32: a plan whose sequence is split over cp (each rank 1/cp of every
 // sample's tokens; attention by DeepSpeed-Ulysses' all-to-all, sequence to
-// heads and back) reproduces the single-device plan: tiny GPT-2 (learned
+// heads and back, or by the ring, k and v passed around the cp ranks, which
+// hold load-balanced causal chunks) reproduces the single-device plan: tiny GPT-2 (learned
 // positions, 4 heads) and tiny Llama (RoPE, GQA 8/4 heads) at cp 2 and 4,
 // and composed with dp, with gradient accumulation, with tp (and sequence
 // parallelism), with pp under 1F1B and interleaved, with ZeRO and with full
@@ -31,6 +32,7 @@ struct CpCase {
   int64_t virtualStages = 1;
   int64_t zero = 0;
   std::string recompute = "none";
+  std::string impl = "all-to-all";
 
   // Chained setters: CpCase::of(2).withDp(2).withMicroBatch(4).
   static CpCase of(int64_t cp) {
@@ -62,6 +64,9 @@ struct CpCase {
   CpCase withRecompute(const std::string &v) const {
     return set([&](CpCase &c) { c.recompute = v; });
   }
+  CpCase ring() const {
+    return set([&](CpCase &c) { c.impl = "ring"; });
+  }
   template <typename F> CpCase set(F f) const {
     CpCase c = *this;
     f(c);
@@ -69,8 +74,9 @@ struct CpCase {
   }
 
   std::string tag() const {
-    std::string t = "cp" + std::to_string(cp) + "-dp" + std::to_string(dp) + "-tp" + std::to_string(tp) + "-pp" +
-                    std::to_string(pp) + "-mb" + std::to_string(microBatch);
+    std::string t = std::string(impl == "ring" ? "ring-" : "") + "cp" + std::to_string(cp) + "-dp" +
+                    std::to_string(dp) + "-tp" + std::to_string(tp) + "-pp" + std::to_string(pp) + "-mb" +
+                    std::to_string(microBatch);
     if (sequenceParallel)
       t += "-sp";
     if (pp > 1)
@@ -94,6 +100,7 @@ TrainingPipelineOptions optionsFor(const CpCase &c, const std::string &optimizer
   opt.virtualStages = c.virtualStages;
   opt.zero = c.zero;
   opt.recompute = c.recompute;
+  opt.cpImpl = c.impl;
   return opt;
 }
 
@@ -147,6 +154,36 @@ TEST(ContextParallel, TinyLlamaAdamW) {
   golden("tiny-llama", "adamw", {CpCase::of(2), CpCase::of(4), CpCase::of(2).withTp(2).withSequenceParallel()});
 }
 
+/// Ring attention (--cp-impl ring): the same compositions, ZeRO-3 for
+/// ZeRO-1, and cp = 8 on 16 tokens (chunks of one token; all-to-all cannot
+/// split GPT-2's 4 heads 8 ways).
+std::vector<CpCase> ringCases() {
+  std::vector<CpCase> cases;
+  for (const CpCase &c : commonCases())
+    cases.push_back((c.zero ? c.withZero(3) : c).ring());
+  return cases;
+}
+
+TEST(ContextParallelRing, TinyGPT2SGD) {
+  std::vector<CpCase> cases = ringCases();
+  cases.push_back(CpCase::of(2).withTp(2).ring());
+  cases.push_back(CpCase::of(8).ring());
+  golden("tiny-gpt2", "sgd", cases);
+}
+
+TEST(ContextParallelRing, TinyGPT2AdamW) { golden("tiny-gpt2", "adamw", {CpCase::of(2).ring(), CpCase::of(4).ring()}); }
+
+TEST(ContextParallelRing, TinyLlamaSGD) {
+  std::vector<CpCase> cases = ringCases();
+  cases.push_back(CpCase::of(2).withTp(2).withSequenceParallel().ring());
+  cases.push_back(CpCase::of(4).withTp(2).ring()); // 2 kv heads per tp rank: all-to-all cannot take cp 4
+  golden("tiny-llama", "sgd", cases);
+}
+
+TEST(ContextParallelRing, TinyLlamaAdamW) {
+  golden("tiny-llama", "adamw", {CpCase::of(2).ring(), CpCase::of(4).ring()});
+}
+
 /// bf16 (mixed precision): cp reorders the weight-gradient sums (each rank's
 /// tokens, then the sum over cp, with a bf16 rounding per partial sum) and the
 /// all-to-alls move bf16 activations unchanged, so the single-device bf16 run
@@ -170,6 +207,10 @@ void goldenBf16(const std::string &model, const std::vector<CpCase> &cases) {
 TEST(ContextParallel, Bf16TinyGPT2) { goldenBf16("tiny-gpt2", {CpCase::of(2), CpCase::of(4)}); }
 TEST(ContextParallel, Bf16TinyLlama) {
   goldenBf16("tiny-llama", {CpCase::of(2), CpCase::of(2).withDp(2).withMicroBatch(4)});
+}
+TEST(ContextParallelRing, Bf16) {
+  goldenBf16("tiny-gpt2", {CpCase::of(2).ring(), CpCase::of(4).ring()});
+  goldenBf16("tiny-llama", {CpCase::of(2).ring()});
 }
 
 /// Compiles `model` for `c` and returns the diagnostics it failed with
@@ -202,6 +243,10 @@ TEST(ContextParallel, MeshesTheModelCannotTakeAreRefused) {
   // Learned positions under two sequence splits at once.
   std::string sp = compileError("tiny-gpt2", CpCase::of(2).withTp(2).withSequenceParallel());
   EXPECT_NE(sp.find("not supported yet"), std::string::npos) << sp;
+  // The ring's load-balanced chunks: 2·cp must divide the sequence.
+  std::string lb = compileError("tiny-llama", CpCase::of(16).ring());
+  EXPECT_NE(lb.find("cp=16 (ring) cuts the sequence of 16 tokens into 2*cp=32 load-balanced chunks"), std::string::npos)
+      << lb;
   // And what compiles does not complain.
   EXPECT_EQ(compileError("tiny-llama", CpCase::of(2).withTp(2).withSequenceParallel()), "");
 }

@@ -61,7 +61,7 @@ namespace {
 /// Bytes of layer 1's activation buffers that the forward writes and the
 /// backward reads (one microbatch, one device or one rank of a cp group):
 /// what the layer keeps for its backward.
-int64_t savedBytesOfLayer1(const std::string &recompute, int64_t cp = 1) {
+int64_t savedBytesOfLayer1(const std::string &recompute, int64_t cp = 1, const std::string &cpImpl = "all-to-all") {
   TrainingShape shape;
   shape.seqLen = 16;
   shape.microBatch = 2;
@@ -69,7 +69,9 @@ int64_t savedBytesOfLayer1(const std::string &recompute, int64_t cp = 1) {
   TrainingPipelineOptions opt;
   opt.recompute = recompute;
   opt.mesh.cp = cp;
-  std::string dir = test::compilePlan("tiny-llama", shape, opt, "saved-" + recompute + "-cp" + std::to_string(cp));
+  opt.cpImpl = cpImpl;
+  std::string dir =
+      test::compilePlan("tiny-llama", shape, opt, "saved-" + recompute + "-cp" + std::to_string(cp) + "-" + cpImpl);
   EXPECT_FALSE(dir.empty());
   auto plan = rt::loadPlan(dir);
   EXPECT_TRUE(plan.isOk()) << plan.status().toString();
@@ -120,16 +122,20 @@ TEST(Memory, SavedActivationsPerLayerMatchTheAnalyticCount) {
 // Context parallelism (issue #32): with everything else fixed, each rank of
 // a cp group keeps exactly 1/cp of those bytes. Every token-wise activation
 // holds s/cp tokens; the attention core's (q and k after RoPE, v, the
-// output, the log-sum-exp) hold the whole sequence but a/cp heads.
+// output, the log-sum-exp) hold the whole sequence but a/cp heads under
+// all-to-all, and the rank's s/cp tokens and all heads under the ring
+// (whose k/v blocks in transit are scratch, live only during attention).
 TEST(Memory, SavedActivationsPerRankScaleAsOneOverCp) {
   const int64_t b = 2, s = 16, h = 64, hkv = 32, i = 128, a = 8, f32 = 4;
   const int64_t none = (6 * b * s * h + 2 * b * s * hkv + 3 * b * s * i + 2 * b * s + b * a * s) * f32;
   const int64_t selective = none - (b * s * h + b * a * s) * f32;
-  for (int64_t cp : {1, 2, 4}) {
-    EXPECT_EQ(savedBytesOfLayer1("none", cp), none / cp) << "cp=" << cp;
-    EXPECT_EQ(savedBytesOfLayer1("selective", cp), selective / cp) << "cp=" << cp;
-    EXPECT_EQ(savedBytesOfLayer1("full", cp), b * s * h * f32 / cp) << "cp=" << cp;
-  }
+  for (const char *impl : {"all-to-all", "ring"})
+    for (int64_t cp : {1, 2, 4}) {
+      EXPECT_EQ(savedBytesOfLayer1("none", cp, impl), none / cp) << impl << " cp=" << cp;
+      EXPECT_EQ(savedBytesOfLayer1("selective", cp, impl), selective / cp) << impl << " cp=" << cp;
+      EXPECT_EQ(savedBytesOfLayer1("full", cp, impl), b * s * h * f32 / cp) << impl << " cp=" << cp;
+    }
+  EXPECT_EQ(savedBytesOfLayer1("none", 8, "ring"), none / 8); // one token per chunk
 }
 
 // The arena (the plan's peak) shrinks with recomputation, with a longer

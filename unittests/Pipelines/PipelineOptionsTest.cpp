@@ -232,7 +232,8 @@ TEST(TrainingPipelineOptions, TheHelpListsEveryPassThePipelineBuilds) {
   const std::vector<std::string> listed = trainingPipelinePasses();
   const std::string described = describeTrainingPipeline();
   std::set<std::string> built;
-  std::vector<TrainingPipelineOptions> sets(5);
+  std::vector<TrainingPipelineOptions> sets(6);
+  sets[5].mesh.cp = 2; // ring attention (the default cp-impl) and its overlap
   sets[1].mesh.tp = 2;
   sets[1].replicateEmbeddings = true;
   sets[1].sequenceParallel = true;

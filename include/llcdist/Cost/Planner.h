@@ -57,8 +57,14 @@ struct PlannerOptions {
   /// How many of the best survive the search (the table's rows).
   int64_t top = 5;
 
+  /// cp is a divisor of GPUs / (tp·pp) up to this (0: seq_len / 8192, so
+  /// each cp rank holds at least 8K tokens: context parallelism is searched
+  /// only when the sequence is long, as Llama 3's 128K stage used cp = 16).
+  int64_t maxCp = 0;
+
   // --fix: nullopt = searched.
-  std::optional<int64_t> dp, tp, pp, virtualStages, microBatch, zero, fsdpPrefetch;
+  std::optional<int64_t> dp, tp, pp, cp, virtualStages, microBatch, zero, fsdpPrefetch;
+  std::optional<std::string> cpImpl;
   /// --fix bucket=0|auto|N: -1 stands for auto (autoGradBucket(dp)).
   std::optional<int64_t> gradBucket;
   std::optional<std::string> recompute, schedule;
@@ -70,11 +76,15 @@ struct PlannerOptions {
 };
 
 /// Parses one --fix list ("tp=8,pp=16", "recompute=full,sp=on",
-/// "bucket=auto") into `opts`. Knobs: dp, tp, pp, v (virtual-stages), mb
+/// "bucket=auto") into `opts`. Knobs: dp, tp, pp, cp, cp-impl, v (virtual-stages), mb
 /// (micro-batch), zero, recompute, schedule, sp (sequence-parallel),
 /// bucket (grad-bucket-size), prefetch (fsdp-prefetch). The message names
 /// the knob and the values it takes.
 std::optional<std::string> parseFix(const std::string &spec, PlannerOptions &opts);
+
+/// The largest cp the search takes on `w`: opts.maxCp, else seq_len / 8192
+/// (at least 1).
+int64_t maxContextParallel(const Workload &w, const PlannerOptions &opts);
 
 /// Why `opts` describe no search on `w` (GPUs < 1, a fixed degree that does
 /// not divide the GPUs, fixed knobs that contradict one another or the GPUs:

@@ -61,6 +61,12 @@ struct Workload {
 /// One point of the planner's search: the knobs of `llc-dist compile`.
 struct ParallelConfig {
   int64_t dp = 1, tp = 1, pp = 1;
+  /// Context parallelism: each rank of a cp group holds 1/cp of every
+  /// sequence; attention by `cpImpl`, ring (k/v blocks passed around the
+  /// group, each step's transfer under the previous block's attention) or
+  /// all-to-all (Ulysses: the sequence split swapped for the heads').
+  int64_t cp = 1;
+  std::string cpImpl = "ring";
   int64_t virtualStages = 1;      ///< model chunks per stage (interleaved only)
   int64_t microBatch = 1;         ///< sequences per microbatch per dp rank
   int zero = 0;                   ///< ZeRO stage 0-3 over dp
@@ -77,12 +83,16 @@ struct ParallelConfig {
   int64_t gradBucket = 0;   ///< --grad-bucket-size in parameters (0: off)
   int64_t fsdpPrefetch = 0; ///< --fsdp-prefetch (zero 3)
   int64_t microbatches(int64_t globalBatch) const { return globalBatch / (microBatch * dp); }
-  /// The mesh (Megatron's rank order tp,dp,pp, the compiler's default).
+  /// The mesh (Megatron's rank order tp,dp,pp, or tp,cp,dp,pp: the
+  /// compiler's default).
   MeshSpec mesh() const {
     MeshSpec m;
-    m.dp = dp, m.tp = tp, m.pp = pp;
+    m.dp = dp, m.tp = tp, m.pp = pp, m.cp = cp;
+    if (cp > 1)
+      m.rankOrder = {"tp", "cp", "dp", "pp"};
     return m;
   }
+  int64_t gpus() const { return dp * tp * pp * cp; }
   /// The `llc-dist compile` flags that build this configuration.
   std::string compileFlags() const;
   /// "dp=..,tp=..,pp=.. v=.. mb=.. zero=.. recompute=.. ..." for reports.
@@ -117,7 +127,7 @@ struct StepFlops {
 };
 StepFlops stepFlops(const Workload &w, const std::string &recompute);
 
-/// Time per mesh axis ("dp", "tp", "pp"): what the step spends communicating
+/// Time per mesh axis ("dp", "tp", "pp", "cp"): what the step spends communicating
 /// on it, and how much of that is hidden under compute.
 struct AxisComm {
   double total = 0, exposed = 0;

@@ -81,6 +81,9 @@ struct TrainingPipelineOptions : xf::AddOptimizerOptions, xf::PartitionOptions, 
   /// (both gradients and the residual's add) one kernel
   /// (llcdist-plan-fuse-norm; off: the unfused kernels).
   bool fuseNorm = true;
+  /// Context parallelism's ring: transfers in flight during the block's
+  /// attention (llcdist-plan-cp-ring-overlap; off: the synchronous ring).
+  bool cpRingOverlap = true;
   /// A linear layer's bias gradient in its weight-gradient GEMM's epilogue,
   /// the GELU after a linear in its GEMMs' (llcdist-plan-fuse-epilogues; off:
   /// linear_bwd_bias and gelu_tanh_fwd / _bwd apart).

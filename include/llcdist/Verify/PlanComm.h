@@ -48,9 +48,12 @@ namespace llcdist::verify {
 /// O(pp) programs' events instead of O(world).
 CommPlan commPlanOf(const rt::Plan &plan, int64_t maxAxis = 0);
 
-/// Why the dp × tp replicas of the plan's pipeline might not communicate
-/// alike, or nullopt when they do: every rank runs the program of the rank
-/// of its stage with dp = tp = 0, and every send/recv is along pp. Then one
+/// Why the dp × tp (× cp) replicas of the plan's pipeline might not
+/// communicate alike, or nullopt when they do: every rank runs the program of
+/// the rank of its stage with dp = tp = cp = 0, and every send/recv is along
+/// pp, or is a ring transfer (`shift`) whose sends and recvs pair up in each
+/// subroutine (each recv after its send, same count, dtype and tag: then the
+/// ring completes on every member as a collective does). Then one
 /// replica (the pp ranks with dp = tp = 0, commPlanOf(plan, 1)) stands for
 /// the whole mesh:
 ///  - every replica is a copy of it (the same programs at the same stages,

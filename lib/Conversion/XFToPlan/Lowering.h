@@ -289,6 +289,16 @@ private:
   /// `attrs` plus real_vocab when the loss masks vocabulary padding.
   llvm::SmallVector<mlir::NamedAttribute> withRealVocab(std::optional<uint64_t> real,
                                                         llvm::SmallVector<mlir::NamedAttribute> attrs);
+  /// Context parallelism's ring attention (RingAttention.cpp): the kernels
+  /// of an attention (gradient) marked xf.cp_ring, results into the buffers
+  /// given.
+  mlir::LogicalResult ringAttentionForward(xf::AttentionOp at, Scope &s, Buf out, Buf lse, mlir::Location loc);
+  mlir::LogicalResult ringAttentionBackward(xf::AttentionGradOp g, Scope &s, Buf dq, Buf dk, Buf dv,
+                                            mlir::Location loc);
+  /// `send` x to the next member of cp and `recv` y from the previous one.
+  void ringShift(Buf x, Buf y, int64_t n, int64_t tag, mlir::StringRef payload, mlir::Location loc);
+  llvm::SmallVector<mlir::NamedAttribute> ringBlockAttrs(mlir::Value q, int64_t nh, int64_t nkv, int64_t hd,
+                                                         int64_t step);
   /// rope_fwd / rope_bwd attributes for x [B, S, n·hd].
   llvm::SmallVector<mlir::NamedAttribute> ropeAttrs(mlir::Value x, int64_t hd, llvm::APFloat theta,
                                                     mlir::DictionaryAttr scaling);

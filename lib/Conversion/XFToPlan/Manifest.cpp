@@ -90,6 +90,9 @@ DictionaryAttr xftoplan::buildManifest(ModuleOp module, const StepInfo &step,
                                         b.getNamedAttr("rank_order", rankOrder)};
   if (cp > 1)
     meshAttrs.push_back(i64("cp", cp));
+  // Ring attention's load-balanced chunks (llcdist-partition, --cp-impl ring).
+  if (auto layout = module->getAttrOfType<StringAttr>("xf.cp_layout"))
+    meshAttrs.push_back(b.getNamedAttr("cp_layout", layout));
   SmallVector<NamedAttribute> m{
       b.getNamedAttr("model", b.getDictionaryAttr(modelAttrs)),
       b.getNamedAttr("batch", b.getDictionaryAttr({

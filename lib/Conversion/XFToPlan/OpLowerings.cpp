@@ -141,7 +141,7 @@ template <> LogicalResult OpLowering::lower<RopeOp>(Operation *op, Scope &s, Bac
   auto r = cast<RopeOp>(op);
   Buf y = def(s, r.getResult(), op);
   kernel("rope_fwd", {arg("x", use(s, r.getInput())), arg("y", y)},
-         ropeAttrs(r.getInput(), r.getHeadDim(), r.getTheta(), r.getScalingAttr()), loc);
+         withShardAxis(op, ropeAttrs(r.getInput(), r.getHeadDim(), r.getTheta(), r.getScalingAttr())), loc);
   return success();
 }
 
@@ -152,6 +152,8 @@ template <> LogicalResult OpLowering::lower<AttentionOp>(Operation *op, Scope &s
   Buf lse = newBuffer(label(op, s) + ".lse", "activation", f32({B, int64_t(at.getNumHeads()), S}));
   if (at.getLse())
     s.bufs[at.getLse()] = {lse};
+  if (op->hasAttr("xf.cp_ring"))
+    return ringAttentionForward(at, s, out, lse, loc);
   kernel("attention_fwd",
          {arg("q", use(s, at.getQ())), arg("k", use(s, at.getK())), arg("v", use(s, at.getV())), arg("out", out),
           arg("lse", lse)},
@@ -336,7 +338,7 @@ template <> LogicalResult OpLowering::lower<RopeGradOp>(Operation *op, Scope &s,
   auto r = cast<RopeGradOp>(op);
   Buf dx = def(s, r.getResult(), op);
   kernel("rope_bwd", {arg("dy", use(s, r.getDy())), arg("dx", dx)},
-         ropeAttrs(r.getDy(), r.getHeadDim(), r.getTheta(), r.getScalingAttr()), loc);
+         withShardAxis(op, ropeAttrs(r.getDy(), r.getHeadDim(), r.getTheta(), r.getScalingAttr())), loc);
   return success();
 }
 
@@ -345,6 +347,8 @@ template <> LogicalResult OpLowering::lower<AttentionGradOp>(Operation *op, Scop
   Buf dq = def(s, g.getDq(), op, ".dq");
   Buf dk = def(s, g.getDk(), op, ".dk");
   Buf dv = def(s, g.getDv(), op, ".dv");
+  if (op->hasAttr("xf.cp_ring"))
+    return ringAttentionBackward(g, s, dq, dk, dv, loc);
   kernel("attention_bwd",
          {arg("dout", use(s, g.getDout())), arg("q", use(s, g.getQ())), arg("k", use(s, g.getK())),
           arg("v", use(s, g.getV())), arg("out", use(s, g.getOut())), arg("lse", use(s, g.getLse())), arg("dq", dq),

@@ -209,6 +209,31 @@ AnalyticVolume contextParallelVolume(const CollectiveEntry &e, const CommFacts &
   return {what + ", " + std::to_string(calls) + " per layer per microbatch (" + which + ")", kv ? kvBytes : qBytes,
           L < 0 ? -1 : calls * L * M};
 }
+
+/// Context parallelism's ring (p2p): each send moves one k, v, dk or dv
+/// block of this rank, b·(s/cp)·n_kv·d_head / tp elements. Per layer and
+/// microbatch, k and v pass cp − 1 times in the forward and again in the
+/// backward (full recomputation repeats the forward's); dk and dv pass
+/// cp − 1 times with them and once more home.
+AnalyticVolume ringVolume(const CollectiveEntry &e, const CommFacts &f) {
+  if (!f.bshLM || f.numHeads == 0 || f.headDim == 0)
+    return {};
+  auto [b, s, h, L, M] = *f.bshLM;
+  const int64_t nkv = f.numKvHeads ? f.numKvHeads : f.numHeads, cp = f.cp;
+  const std::string els = f.bf16 ? "2" : "4";
+  const double kvBytes =
+      (f.bf16 ? 2.0 : 4.0) * double(b) * double(s) / double(cp) * double(nkv * f.headDim) / double(f.tp);
+  const bool grads = e.payload == "activation gradients";
+  const int64_t calls = grads ? 2 * cp : (f.fullRecompute ? 6 : 4) * (cp - 1);
+  std::string which = grads ? "dk, dv: cp − 1 steps and home" : "k, v: cp − 1 steps forward and backward";
+  if (!grads && f.fullRecompute)
+    which += ", and the forward's again (full recompute)";
+  if (e.stage >= 0)
+    L = -1; // per-stage layer counts: payloads only
+  return {"b·(s/cp)·n_kv·d_head·" + els + " / tp, " + std::to_string(calls) + " per layer per microbatch (" + which +
+              ")",
+          kvBytes, L < 0 ? -1 : calls * L * M};
+}
 } // namespace
 
 AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const CommReport &r, const CommFacts &f) {
@@ -250,6 +275,8 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
   }
   if (e.kind == "all_to_all" && e.origin == CollectiveOrigin::ContextParallel)
     return contextParallelVolume(e, f);
+  if (e.kind == "send" && e.origin == CollectiveOrigin::ContextParallel)
+    return ringVolume(e, f);
   const bool pipelineGather = e.kind == "all_gather" && e.origin == CollectiveOrigin::Pipeline;
   if ((e.payload != "activations" && e.kind != "send" && !pipelineGather) || !f.bshLM)
     return {};

@@ -97,3 +97,29 @@ SmallVector<Window> llcdist::plan::overlapInBlock(Block &block, ArrayRef<KernelO
   }
   return windows;
 }
+
+int64_t llcdist::plan::overlapSelected(ProgramOp program, llvm::function_ref<bool(KernelOp)> select,
+                                       bool crossOtherStarts, StringRef countsAttr) {
+  int64_t nextToken = overlap::firstFreeToken(program);
+  int64_t started = 0, overlapped = 0, kernels = 0;
+  for (auto sub : program.getBody().front().getOps<SubroutineOp>()) {
+    Block &block = sub.getBody().front();
+    SmallVector<KernelOp> ops;
+    for (KernelOp k : block.getOps<KernelOp>())
+      if (select(k))
+        ops.push_back(k);
+    for (const Window &w : overlapInBlock(block, ops, nextToken, crossOtherStarts)) {
+      ++started;
+      overlapped += w.kernels > 0;
+      kernels += w.kernels;
+    }
+  }
+  if (started == 0)
+    return 0;
+  overlap::addQueue(program, "comm");
+  OpBuilder b(program.getContext());
+  program->setAttr(countsAttr, b.getDictionaryAttr({b.getNamedAttr("started", b.getI64IntegerAttr(started)),
+                                                    b.getNamedAttr("overlapped", b.getI64IntegerAttr(overlapped)),
+                                                    b.getNamedAttr("kernels", b.getI64IntegerAttr(kernels))}));
+  return started;
+}

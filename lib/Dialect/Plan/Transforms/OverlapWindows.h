@@ -39,6 +39,13 @@ struct Window {
 llvm::SmallVector<Window> overlapInBlock(mlir::Block &block, llvm::ArrayRef<KernelOp> ops,
                                          int64_t &nextToken, bool crossOtherStarts);
 
+/// Starts every op `select` picks in each subroutine of `program`
+/// (overlapInBlock, tokens after the program's), and records on the program
+/// `countsAttr` = {started, overlapped, kernels} and the comm queue; nothing
+/// when it picks none. Returns how many it started.
+int64_t overlapSelected(ProgramOp program, llvm::function_ref<bool(KernelOp)> select, bool crossOtherStarts,
+                        llvm::StringRef countsAttr);
+
 } // namespace llcdist::plan
 
 #endif

@@ -44,29 +44,7 @@ struct PlanP2POverlapPass : public llcdist::plan::impl::PlanP2POverlapBase<PlanP
   using PlanP2POverlapBase::PlanP2POverlapBase;
 
   void runOnOperation() override {
-    ProgramOp program = getOperation();
-    int64_t nextToken = overlap::firstFreeToken(program);
-    int64_t started = 0, overlapped = 0, kernels = 0;
-    for (auto sub : program.getBody().front().getOps<SubroutineOp>()) {
-      Block &block = sub.getBody().front();
-      SmallVector<KernelOp> transfers;
-      for (KernelOp k : block.getOps<KernelOp>())
-        if (isSyncPipelineTransfer(k))
-          transfers.push_back(k);
-      for (const Window &w : overlapInBlock(block, transfers, nextToken, /*crossOtherStarts=*/false)) {
-        ++started;
-        overlapped += w.kernels > 0;
-        kernels += w.kernels;
-      }
-    }
-    if (started == 0)
-      return; // no pipeline
-    overlap::addQueue(program, "comm");
-    OpBuilder b(program.getContext());
-    program->setAttr(kP2POverlapAttr,
-                     b.getDictionaryAttr({b.getNamedAttr("started", b.getI64IntegerAttr(started)),
-                                          b.getNamedAttr("overlapped", b.getI64IntegerAttr(overlapped)),
-                                          b.getNamedAttr("kernels", b.getI64IntegerAttr(kernels))}));
+    overlapSelected(getOperation(), isSyncPipelineTransfer, /*crossOtherStarts=*/false, kP2POverlapAttr);
   }
 };
 } // namespace

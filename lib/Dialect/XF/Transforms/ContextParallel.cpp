@@ -22,6 +22,16 @@
 // saved rather than exchanging them again: four all-to-alls per layer
 // forward (q, k, v in, out back) and four backward (dout in; dq, dk, dv back).
 //
+// With `impl` ring (Megatron's --cp-comm-type p2p, the default) every op
+// stays on the rank's tokens and all heads: rope takes the positions of the
+// rank's tokens (`xf.seq_parallel_axis` cp), and attention and its gradient
+// get `xf.cp_ring` (the cp size), which llcdist-lower-to-plan expands into
+// the ring: k and v travel around the cp group, each step's block attention
+// merged by its log-sum-exp, and the backward's dk and dv travel with them
+// back to their owner. The rank holds Megatron's load-balanced causal
+// chunks (module attr `xf.cp_layout` "load_balanced": chunks c and 2·cp−1−c
+// of 2·cp), so every rank does the same attention work.
+//
 //===----------------------------------------------------------------------===//
 #include "ContextParallel.h"
 #include "PartitionUtils.h"
@@ -56,11 +66,14 @@ constexpr llvm::StringLiteral kToSeq = "context parallelism (all-to-all): back f
 
 class ContextParallelPropagation {
 public:
-  ContextParallelPropagation(ModuleOp module, int64_t cp) : module(module), cp(cp), symbols(module) {}
+  ContextParallelPropagation(ModuleOp module, int64_t cp, bool ring)
+      : module(module), cp(cp), ring(ring), symbols(module) {}
 
   LogicalResult run() {
     func::FuncOp entry = getTrainStep(module, "llcdist-partition");
     if (!entry)
+      return failure();
+    if (ring && failed(checkRingLayout(entry)))
       return failure();
     for (BlockArgument a : entry.getArguments()) // token ids and labels [B, S]
       state[a] = CP::seq(1);
@@ -85,7 +98,7 @@ private:
       return llcdist::xf::detail::propagateLayer(call, symbols, state, bodyArgs,
                                                  [&](Block &b) { return propagate(b); });
     if (isHeadOp(op))
-      return visitHeadOp(op);
+      return ring ? visitRingOp(op) : visitHeadOp(op);
     for (OpOperand &use : op->getOpOperands())
       if (of(use.get()).kind == CP::Heads)
         use.set(toSeq(use.get()));
@@ -146,6 +159,36 @@ private:
                              "context parallelism are not supported yet; use one of them (or a model with "
                              "rotary positions)");
     op->setAttr("xf.seq_parallel_axis", StringAttr::get(op->getContext(), "cp"));
+    return success();
+  }
+
+  /// Ring: the load-balanced layout cuts each sequence into 2·cp chunks.
+  LogicalResult checkRingLayout(func::FuncOp entry) {
+    int64_t seq = cast<RankedTensorType>(entry.getArgument(0).getType()).getDimSize(1);
+    if (seq % (2 * cp) != 0)
+      return emitError(entry.getLoc(), "llcdist-partition: cp=")
+             << cp << " (ring) cuts the sequence of " << seq << " tokens into 2*cp=" << 2 * cp
+             << " load-balanced chunks, which does not divide it; choose --seq-len a multiple of " << 2 * cp
+             << " (or --cp-impl all-to-all)";
+    module->setAttr("xf.cp_layout", StringAttr::get(module.getContext(), "load_balanced"));
+    return success();
+  }
+
+  /// Ring: the attention core stays on the rank's tokens ([B, S, F], lse
+  /// [B, heads, S]); rope takes their positions, attention the ring.
+  LogicalResult visitRingOp(Operation *op) {
+    auto seqDim = [&](Value v) { return isa<AttentionGradOp>(op) && v == op->getOperand(5) ? 2 : 1; };
+    for (Value v : op->getOperands())
+      if (of(v) != CP::seq(seqDim(v)))
+        return op->emitOpError("llcdist-partition: the attention core reads an operand that is not a "
+                               "sequence-split activation under cp (ring)");
+    for (Value r : op->getResults())
+      state[r] = CP::seq(isa<AttentionOp>(op) && r == op->getResult(1) ? 2 : 1);
+    MLIRContext *ctx = op->getContext();
+    if (isa<RopeOp, RopeGradOp>(op))
+      op->setAttr("xf.seq_parallel_axis", StringAttr::get(ctx, "cp"));
+    else
+      op->setAttr("xf.cp_ring", IntegerAttr::get(IntegerType::get(ctx, 64), cp));
     return success();
   }
 
@@ -269,6 +312,7 @@ private:
 
   ModuleOp module;
   int64_t cp;
+  bool ring;
   SymbolTable symbols;
   llvm::DenseMap<Value, CP> state;
   llvm::DenseMap<Operation *, SmallVector<CP>> bodyArgs;
@@ -278,8 +322,7 @@ private:
 } // namespace
 
 LogicalResult llcdist::xf::partitionContextParallel(ModuleOp module, int64_t cp, const std::string &impl) {
-  if (impl != "all-to-all")
-    return module.emitError("llcdist-partition: --cp-impl '")
-           << impl << "' is not known; the implemented one is all-to-all (ring attention is next)";
-  return ContextParallelPropagation(module, cp).run();
+  if (impl != "all-to-all" && impl != "ring")
+    return module.emitError("llcdist-partition: --cp-impl '") << impl << "' is not known; use ring or all-to-all";
+  return ContextParallelPropagation(module, cp, impl == "ring").run();
 }

@@ -80,6 +80,8 @@ constexpr const char kTpCommOverlapAttr[] = "plan.tp_comm_overlap";
 /// Program attribute (llcdist-plan-p2p-overlap): {started, overlapped,
 /// kernels} over its pipeline sends and recvs. Not in the JSON.
 constexpr const char kP2POverlapAttr[] = "plan.p2p_overlap";
+/// llcdist-plan-cp-ring-overlap's counts ({started, overlapped, kernels}).
+constexpr const char kCpRingOverlapAttr[] = "plan.cp_ring_overlap";
 /// Program attribute (llcdist-plan-p2p-scatter-gather): {sends, recvs} it
 /// sliced over tp (each send of 1/tp, each recv all-gathered), for the
 /// compile summary. Not in the JSON.

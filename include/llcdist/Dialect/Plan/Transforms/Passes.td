@@ -263,6 +263,27 @@ def PlanP2POverlap : Pass<"llcdist-plan-p2p-overlap", "llcdist::plan::ProgramOp"
   }];
 }
 
+def PlanCpRingOverlap : Pass<"llcdist-plan-cp-ring-overlap", "llcdist::plan::ProgramOp"> {
+  let summary = "overlap ring attention's k/v transfers with the current block's attention";
+  let description = [{
+    Context parallelism's ring (--cp-impl ring; Megatron's p2p context
+    parallelism): every ring `send` and `recv` (plan.origin
+    "context_parallel", synchronous) is started on queue "comm" with a fresh
+    token. A start moves up past the kernels it does not depend on, so the
+    next k/v block's transfer begins as soon as the block it forwards has
+    arrived, before the current block's attention; a wait moves down to the
+    first kernel that touches its buffer, past the other ring transfers'
+    starts whose buffers it does not share (k and v, dk and dv in flight
+    together). Starts keep the ring's synchronous order. The program gets
+    `queues = ["compute", "comm"]` and `plan.cp_ring_overlap` ({started,
+    overlapped, kernels}). Runs before llcdist-plan-memory; on by default
+    (`llc-dist compile --no-cp-ring-overlap`: the synchronous ring).
+
+    Before: `send {x = @k} {axis = "cp", shift = 1}`, `recv {y = @k1} {axis = "cp", shift = 1}`, `attention_block_fwd {k = @k1, ...}`
+    After: `send {x = @k} {queue = "comm", token = 0}`, `recv {y = @k1} {queue = "comm", token = 1}`, `wait {token = 0}`, `wait {token = 1}`, `attention_block_fwd {k = @k1, ...}`
+  }];
+}
+
 def VerifyAsync : Pass<"llcdist-verify-async", "llcdist::plan::ProgramOp"> {
   let summary = "check a program's tokens and in-flight buffers (asynchronous plans)";
   let description = [{

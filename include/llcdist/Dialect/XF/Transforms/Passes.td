@@ -134,9 +134,10 @@ def Partition : Pass<"llcdist-partition", "mlir::ModuleOp"> {
   let options = [
     Option<"sequenceParallel", "sequence-parallel", "bool", "false",
            "Megatron's sequence parallelism in the tensor-parallel region">,
-    Option<"cpImpl", "cp-impl", "std::string", "\"all-to-all\"",
-           "context parallelism's attention under cp > 1: all-to-all (Ulysses: "
-           "sequence to heads before attention and back after)">,
+    Option<"cpImpl", "cp-impl", "std::string", "\"ring\"",
+           "context parallelism's attention under cp > 1: ring (the default, k "
+           "and v around the cp ranks, load-balanced causal chunks) or "
+           "all-to-all (Ulysses: sequence to heads before attention and back after)">,
   ];
   let summary = "SPMD partitioning of the training step over the mesh (data parallelism)";
   let description = [{
@@ -161,7 +162,9 @@ def Partition : Pass<"llcdist-partition", "mlir::ModuleOp"> {
     (ContextParallel.cpp): the sequence of the ids and labels is split on cp
     and propagated like the batch; the attention core (rope, attention and
     their gradients) runs on the whole sequence and 1/cp of the heads, its
-    operands exchanged by `xf.all_to_all` (`cp-impl` all-to-all, Ulysses);
+    operands exchanged by `xf.all_to_all` (`cp-impl` all-to-all, Ulysses),
+    or it stays on the rank's tokens with attention marked `xf.cp_ring`
+    (`cp-impl` ring; the lowering emits the ring);
     the gradients are summed and the loss averaged over cp once per step.
     The pp axis is not a sharding: it is left to llcdist-pipeline-split.
 

@@ -286,8 +286,7 @@ std::vector<int64_t> placeBySweep(ArrayRef<ArrayRef<Segment>> lifetimes,
 constexpr size_t kPairMatrixLimit = 4096;
 
 /// Every pair of buffers with overlapping segments (each buffer's list
-/// without repeats; sorted where there are more than kPairMatrixLimit
-/// buffers), or nothing when there are more than `budget` pairs: a sweep
+/// without repeats, in no particular order), or nothing when there are more than `budget` pairs: a sweep
 /// over the segments in order of first kernel, each paired with the
 /// segments still live, so the cost is the pairs found.
 std::optional<std::vector<std::vector<uint32_t>>>
@@ -326,11 +325,12 @@ conflicts(ArrayRef<ArrayRef<Segment>> lifetimes, size_t budget) {
     }
     live.push_back(k);
   }
-  if (seen.empty())
-    for (auto &l : adj) {
-      llvm::sort(l);
-      l.erase(std::unique(l.begin(), l.end()), l.end());
+  if (seen.empty()) { // drop repeats in one pass per list (placeBySize reads a list in any order)
+    std::vector<uint32_t> stamp(n, std::numeric_limits<uint32_t>::max());
+    for (auto [i, l] : llvm::enumerate(adj)) {
+      llvm::erase_if(l, [&, i = uint32_t(i)](uint32_t j) { return std::exchange(stamp[j], i) == i; });
     }
+  }
   return adj;
 }
 

@@ -41,16 +41,12 @@ const char *cost::opCostRuleName(OpCostRule r) {
 
 namespace {
 
-/// The rank a send or recv of `rank` talks to: coordinate `peer` on its
-/// axis, or the member `shift` after the rank's own (a ring).
+/// The rank a send or recv of `rank` talks to (rt::Op::peerCoordinate).
 int64_t peerRank(const rt::Mesh &mesh, int64_t rank, const rt::Op &op) {
   auto axis = rt::parseMeshAxis(op.stringAttr("axis"));
   if (!axis)
     return rank;
-  if (!op.attrs.count("shift"))
-    return mesh.withCoord(rank, *axis, op.intAttr("peer"));
-  int64_t n = mesh.axisSize(*axis);
-  return mesh.withCoord(rank, *axis, (mesh.coord(rank, *axis) + op.intAttr("shift")) % n);
+  return mesh.withCoord(rank, *axis, op.peerCoordinate(mesh.coord(rank, *axis), mesh.axisSize(*axis)));
 }
 
 MeshSpec meshSpecOf(const rt::Manifest &m) {

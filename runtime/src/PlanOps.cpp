@@ -43,6 +43,11 @@ std::vector<int64_t> Op::intListAttr(const std::string& name) const {
   if (auto* v = std::get_if<std::vector<int64_t>>(&it->second)) return *v;
   return {};
 }
+int64_t Op::peerCoordinate(int64_t coord, int64_t size) const {
+  if (!attrs.count("shift")) return intAttr("peer", -1);
+  return (coord + intAttr("shift")) % size;
+}
+
 int64_t Op::arg(std::string_view role) const {
   const int i = schema::argIndex(kind, role);
   if (i < 0 || size_t(i) >= args.size() || args[size_t(i)].empty()) return -1;

@@ -122,20 +122,12 @@ Status checkPointToPoint(const OpChecker& c) {
   return Status::ok();
 }
 
-// The peer's coordinate on `axis`: `peer`, or with `shift` (c + shift) mod n (the loader checked both).
-int64_t peerCoordinate(const BindContext& b, MeshAxis axis) {
-  const Op& op = b.op;
-  if (!op.attrs.count("shift")) return op.intAttr("peer", -1);
-  const int64_t n = b.mesh.axisSize(axis);
-  return (b.mesh.coord(b.rank, axis) + op.intAttr("shift")) % n;
-}
-
 // The peer: this rank with the peer's coordinate on `axis`.
 StatusOr<OpParams> bindPointToPoint(const BindContext& b) {
   const Op& op = b.op;
   const std::string name = op.stringAttr("axis");
   LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis("axis", "axis"));
-  const int64_t peer = peerCoordinate(b, axis);
+  const int64_t peer = op.peerCoordinate(b.mesh.coord(b.rank, axis), b.mesh.axisSize(axis));
   if (peer < 0 || peer >= b.mesh.axisSize(axis))
     return Status::internal("peer " + std::to_string(peer) + " out of range for axis " + name);
   if (peer == b.mesh.coord(b.rank, axis))

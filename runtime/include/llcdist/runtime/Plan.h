@@ -206,6 +206,9 @@ struct Op {
   // except that a read-write role of an op with attr `accumulate` false is write-only (it is
   // overwritten, not added into).
   schema::ArgAccess access(size_t role) const;
+  // send / recv: the peer's coordinate on `axis` for a rank at coordinate `coord` of an axis of
+  // `size` members: attr `peer`, or with `shift` (a ring's step) (coord + shift) mod size.
+  int64_t peerCoordinate(int64_t coord, int64_t size) const;
 };
 
 struct Subroutine {

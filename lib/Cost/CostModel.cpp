@@ -96,9 +96,22 @@ Group cost::axisGroup(const MeshSpec &mesh, const std::string &axis, const Topol
     g.perNode = 1;
     return g;
   }
+  // One axis, or several joined by '+' ("dp+cp"): member i's coordinates
+  // are i's mixed-radix digits over them.
+  const std::string names = "+" + axis + "+";
+  auto on = [&](const char *a) { return names.find("+" + std::string(a) + "+") != std::string::npos; };
+  const bool dp = on("dp"), tp = on("tp"), pp = on("pp"), cp = on("cp");
   int64_t firstNode = -1, onFirst = 0;
   for (int64_t i = 0; i < g.size; ++i) {
-    int64_t r = mesh.rank(axis == "dp" ? i : 0, axis == "tp" ? i : 0, axis == "pp" ? i : 0, axis == "cp" ? i : 0);
+    int64_t rest = i;
+    auto digit = [&](bool named, int64_t n) {
+      int64_t c = named ? rest % n : 0;
+      rest = named ? rest / n : rest;
+      return c;
+    };
+    const int64_t dpc = digit(dp, mesh.dp), tpc = digit(tp, mesh.tp), ppc = digit(pp, mesh.pp),
+                  cpc = digit(cp, mesh.cp);
+    int64_t r = mesh.rank(dpc, tpc, ppc, cpc);
     int64_t node = r / topo.gpusPerNode;
     if (firstNode < 0)
       firstNode = node;

@@ -189,7 +189,7 @@ void renderGradBucket(const Workload &, const ParallelConfig &c, FrameworkArgs &
   bool on = c.gradBucket > 0;
   if (on) {
     flag(a, "--overlap-grad-reduce");
-    if (c.gradBucket != autoGradBucket(c.dp)) // Megatron-LM's default is the auto size
+    if (c.gradBucket != autoGradBucket(c.dataParallelGroup())) // Megatron-LM's default is the auto size
       flag(a, "--ddp-bucket-size", num(c.gradBucket));
   }
   a.deepspeed["zero_optimization"]["overlap_comm"] = on;

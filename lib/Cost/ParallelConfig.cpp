@@ -123,10 +123,10 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
     return why("sequence parallelism needs tp > 1 dividing the sequence");
   if (c.scatterGatherP2P && !c.scatterGatherApplies())
     return why("scatter/gather pipeline sends need tp > 1 and pp > 1 without sequence parallelism");
-  if (c.zero < 0 || c.zero > 3 || (c.zero && c.dp == 1))
-    return why("ZeRO needs dp > 1");
-  if (c.gradBucket && c.dp == 1)
-    return why("gradient buckets need dp > 1");
+  if (c.zero < 0 || c.zero > 3 || (c.zero && c.dataParallelGroup() == 1))
+    return why("ZeRO needs dp × cp > 1");
+  if (c.gradBucket && c.dataParallelGroup() == 1)
+    return why("gradient buckets need dp × cp > 1");
   if (c.fsdpPrefetch && c.zero != 3)
     return why("FSDP prefetch needs zero 3");
   if (c.zero == 3 && c.pp > 1)

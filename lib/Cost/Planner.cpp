@@ -239,6 +239,7 @@ namespace {
 /// rest, dp what is left (within the bounds and --fix).
 struct Mesh {
   int64_t dp, tp, pp, cp;
+  int64_t dataParallelGroup() const { return dp * cp; } ///< ZeRO's and the buckets' group
 };
 std::vector<Mesh> meshesOf(int64_t n, int64_t maxTp, int64_t maxPp, int64_t maxCp, const PlannerOptions &opts) {
   std::vector<Mesh> meshes;
@@ -451,17 +452,19 @@ private:
         fams[kSchedule] = s < 0 ? -1 : schedFam[size_t(s)];
         fams[kVirtual] = v > 1 ? vFam[size_t(v)] : -1;
         for (int z : zeros) {
-          if (z > 0 && m.dp == 1)
+          if (z > 0 && m.dataParallelGroup() == 1)
             continue;
           c.zero = z;
           fams[kZero] = zeroFam[size_t(z)];
           for (int b = 0; b < 2; ++b) {
-            if (b && m.dp == 1)
+            if (b && m.dataParallelGroup() == 1)
               continue;
             if (opts.gradBucket && (*opts.gradBucket != 0) != bool(b))
               continue;
-            c.gradBucket = b ? (opts.gradBucket && *opts.gradBucket > 0 ? *opts.gradBucket : autoGradBucket(m.dp)) : 0;
-            fams[kBucket] = m.dp > 1 ? bucketFam[size_t(b)] : -1;
+            c.gradBucket =
+                b ? (opts.gradBucket && *opts.gradBucket > 0 ? *opts.gradBucket : autoGradBucket(m.dataParallelGroup()))
+                  : 0;
+            fams[kBucket] = m.dataParallelGroup() > 1 ? bucketFam[size_t(b)] : -1;
             for (int pf = 0; pf < 2; ++pf) {
               if (pf && z != 3)
                 continue;

@@ -130,13 +130,15 @@ std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOp
   bool dpOne = o.dp && *o.dp == 1, ppOne = o.pp && *o.pp == 1, tpOne = o.tp && *o.tp == 1;
   if (n == 1)
     dpOne = ppOne = tpOne = true;
-  if (o.zero && *o.zero > 0 && dpOne)
+  // ZeRO and the buckets act on the data-parallel group dp × cp.
+  const bool groupOne = dpOne && !(o.cp && *o.cp > 1);
+  if (o.zero && *o.zero > 0 && groupOne)
     return why("--fix zero=" + std::to_string(*o.zero) + " shards over dp, but dp is 1");
-  if (o.gradBucket && *o.gradBucket != 0 && dpOne)
+  if (o.gradBucket && *o.gradBucket != 0 && groupOne)
     return why("--fix bucket overlaps the dp all-reduce, but dp is 1");
   if (o.fsdpPrefetch && *o.fsdpPrefetch > 0 && o.zero && *o.zero != 3)
     return why("--fix prefetch needs zero=3 (FSDP), but zero=" + std::to_string(*o.zero) + " is fixed");
-  if (o.fsdpPrefetch && *o.fsdpPrefetch > 0 && dpOne)
+  if (o.fsdpPrefetch && *o.fsdpPrefetch > 0 && groupOne)
     return why("--fix prefetch needs zero=3 over dp > 1, but dp is 1");
   if (o.schedule && *o.schedule != "1f1b" && ppOne)
     return why("--fix schedule=" + *o.schedule + " needs a pipeline, but pp is 1");

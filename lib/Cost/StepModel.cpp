@@ -357,9 +357,10 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
     double params = stageParams(w, c, stage, layers[size_t(stage)]);
     MemoryEstimate e;
     e.stage = stage;
-    const double dp = double(c.dp);
+    const double dp = double(c.dataParallelGroup());
     // Persistent: value (bf16 copy or f32), gradient, optimizer state
-    // (bf16: f32 master + m + v; f32: m + v), sharded by ZeRO's stage.
+    // (bf16: f32 master + m + v; f32: m + v), sharded by ZeRO's stage over
+    // the data-parallel group dp × cp.
     const double valueB = bf16 ? 2 : 4, gradB = bf16 ? 2 : 4, optB = bf16 ? 12 : 8;
     e.params = int64_t(params * valueB / (c.zero >= 3 ? dp : 1));
     e.grads = int64_t(params * gradB / (c.zero >= 2 ? dp : 1));
@@ -496,7 +497,8 @@ double bubbleOverIdeal(const Workload &w, const ParallelConfig &c, const LayerTi
   return ratio;
 }
 
-/// dp's communication over the step, in all and exposed: gradients and
+/// The data-parallel group's communication over the step (dp, or dp × cp
+/// under context parallelism: one group), in all and exposed: gradients and
 /// (ZeRO) parameters of the busiest stage's rank.
 std::pair<double, double> dataParallelSeconds(const Hardware &hw, const ParallelConfig &c, double rankParams,
                                               int64_t maxTensors, int64_t maxLayers, double layerF, double layerB,
@@ -505,7 +507,7 @@ std::pair<double, double> dataParallelSeconds(const Hardware &hw, const Parallel
   // As the compiler emits them (docs/cost-model.md): ZeRO's collectives
   // one per parameter tensor (each paying the ring's latency), ZeRO-0's one
   // flat all-reduce, or one per bucket.
-  Group g = axisGroup(c.mesh(), "dp", hw.topology);
+  Group g = axisGroup(c.mesh(), c.gradientAxis(), hw.topology);
   const double gradBytes = rankParams * b;
   const double tensors = double(maxTensors);
   const double layersHere = double(maxLayers);
@@ -650,25 +652,19 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
     rankParams = std::max(rankParams, stageParams(w, c, st, layers[size_t(st)]));
     maxTensors = std::max(maxTensors, stageTensors(w, c, st, layers[size_t(st)]));
   }
+  // Under cp every gradient is a partial sum over the rank's tokens too: one
+  // reduction over the group dp × cp (the compiler's "dp+cp"), reported as dp.
   const auto [dpTotal, dpExposed] =
-      c.dp > 1 ? dataParallelSeconds(hw, c, rankParams, maxTensors, maxLayers, layerF, layerB, mbs, b)
-               : std::pair<double, double>{0, 0};
+      c.dataParallelGroup() > 1 ? dataParallelSeconds(hw, c, rankParams, maxTensors, maxLayers, layerF, layerB, mbs, b)
+                                : std::pair<double, double>{0, 0};
   out.comm["dp"].total = dpTotal;
   out.comm["dp"].exposed = dpExposed;
-  // cp: every gradient is a partial sum over the rank's tokens, all-reduced
-  // over cp once per step (after dp's: the compiler's separate collective).
-  double cpGrads = 0;
-  if (c.cp > 1) {
-    cpGrads = collectiveSeconds(hw, Collective::AllReduce, rankParams * b, axisGroup(c.mesh(), "cp", hw.topology));
-    out.comm["cp"].total += cpGrads;
-    out.comm["cp"].exposed += cpGrads;
-  }
 
   // The optimizer: Adam over the rank's shard, the bf16 casts, the norm.
-  double shardParams = rankParams / (c.zero >= 1 ? double(c.dp) : 1.0);
+  double shardParams = rankParams / (c.zero >= 1 ? double(c.dataParallelGroup()) : 1.0);
   out.optimizerSeconds = memorySeconds(hw, shardParams * (w.precision == Precision::BF16 ? 30 : 32));
 
-  out.stepSeconds = busy + bubble + dpExposed + cpGrads + out.optimizerSeconds;
+  out.stepSeconds = busy + bubble + dpExposed + out.optimizerSeconds;
   double tokens = double(w.globalBatch) * double(w.seqLen);
   out.tokensPerSecond = tokens / out.stepSeconds;
   StepFlops f = stepFlops(w, c.recompute);

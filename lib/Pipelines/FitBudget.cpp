@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -168,26 +169,30 @@ std::vector<MemoryHint> llcdist::memoryHints(const std::string &model,
     add("--recompute selective", 1, [](MemoryHint &h) { h.train.recompute = "selective"; });
   if (train.recompute != "full")
     add("--recompute full", 4, [](MemoryHint &h) { h.train.recompute = "full"; });
-  if (mesh.dp > 1)
+  if (mesh.dp * mesh.cp > 1) // ZeRO shards over the data-parallel group dp × cp
     for (int64_t z = train.zero + 1; z <= 3; ++z)
       add(fmt::format("--zero {}", z), 0, [z](MemoryHint &h) {
         h.train.zero = z;
         h.train.reshardAfterForward = true;
       });
-  auto reshape = [&](const char *axis) {
+  auto reshape = [&](const std::string &axis) {
     MeshSpec m = mesh;
-    int64_t &deg = std::string(axis) == "tp" ? m.tp : m.pp;
+    int64_t &deg = axis == "tp" ? m.tp : axis == "cp" ? m.cp : m.pp;
     deg *= 2;
+    if (axis == "cp" && mesh.cp == 1) { // the rank order names cp: next to tp (Megatron's tp,cp,dp,pp)
+      auto tp = std::find(m.rankOrder.begin(), m.rankOrder.end(), "tp");
+      m.rankOrder.insert(tp == m.rankOrder.end() ? m.rankOrder.begin() : tp + 1, "cp");
+    }
     bool same = mesh.dp % 2 == 0;
     if (same)
       m.dp /= 2;
-    add("--mesh " + m.str(), std::string(axis) == "tp" ? 2 : 3, [&](MemoryHint &h) {
+    add("--mesh " + m.str(), axis == "pp" ? 3 : 2, [&](MemoryHint &h) {
       h.mesh = m;
       h.note = same ? fmt::format("(same {} GPUs)", mesh.worldSize())
                     : fmt::format("({} GPUs)", m.worldSize());
       if (std::string(axis) == "pp")
         h.train.ppLayout.clear(); // balanced over the new stages
-      if (h.mesh.dp == 1) {
+      if (h.mesh.dp * h.mesh.cp == 1) {
         h.train.zero = 0; // nothing to shard over
         h.train.reshardAfterForward = true;
       }
@@ -195,6 +200,10 @@ std::vector<MemoryHint> llcdist::memoryHints(const std::string &model,
   };
   reshape("tp");
   reshape("pp");
+  // Long sequences: context parallelism splits every activation (attention's
+  // too) over cp. The ring's load balancing needs the sequence in 2·cp chunks.
+  if ((mesh.cp > 1 || shape.seqLen >= kLongSequence) && shape.seqLen % (4 * mesh.cp) == 0)
+    reshape("cp");
 
   // Each hint is a whole compilation: run them side by side.
   unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
@@ -213,14 +222,14 @@ std::vector<MemoryHint> llcdist::memoryHints(const std::string &model,
   runAll(hints);
   // When no single change fits, the strongest combination of them.
   bool anyFits = llvm::any_of(hints, [](const MemoryHint &h) { return h.fits; });
-  if (!anyFits && (train.recompute != "full" || (mesh.dp > 1 && train.zero < 3))) {
+  if (!anyFits && (train.recompute != "full" || (mesh.dp * mesh.cp > 1 && train.zero < 3))) {
     std::vector<MemoryHint> combo(1);
     MemoryHint &h = combo[0];
     h.mesh = mesh;
     h.train = train;
     h.train.recompute = "full";
     std::string flags = "--recompute full";
-    if (mesh.dp > 1) {
+    if (mesh.dp * mesh.cp > 1) {
       h.train.zero = 3;
       h.train.reshardAfterForward = true;
       flags = "--zero 3 " + flags;

@@ -20,6 +20,8 @@ std::string MeshSpec::str() const {
 }
 
 int64_t MeshSpec::size(const std::string &axis) const {
+  if (size_t plus = axis.find('+'); plus != std::string::npos) // a set of axes: their product group
+    return size(axis.substr(0, plus)) * size(axis.substr(plus + 1));
   return axis == "dp" ? dp : axis == "tp" ? tp : axis == "cp" ? cp : pp;
 }
 

@@ -28,8 +28,11 @@ namespace {
 /// peer and the action the tag.
 struct OpEvent {
   EventKind kind = EventKind::Send;
+  /// Send/recv: the peer's axis.
   rt::MeshAxis axis = rt::MeshAxis::kDp;
-  /// Collectives: all_reduce's group_size (0: the whole axis).
+  /// Collectives: the group's axes (one, or several: "dp+cp"), and
+  /// all_reduce's group_size (0: the whole group).
+  rt::AxisSet axes;
   int64_t groupSize = 0;
   /// Send/recv: the peer's coordinate on `axis`, and the op's tag; with
   /// `relative`, peer is an offset from the rank's coordinate instead (a
@@ -64,10 +67,10 @@ std::vector<OpEvent> opEventsOf(const rt::Program &prog, const rt::Subroutine &s
     const rt::Op &op = sub.ops[oi];
     if (!schema::isCollective(op.kind) && !schema::isPointToPoint(op.kind))
       continue;
-    auto axisOf = [&]() -> std::optional<rt::MeshAxis> {
+    auto axisOf = [&]() -> std::optional<rt::AxisSet> {
       if (!op.attrs.count("axis"))
         return std::nullopt;
-      auto a = rt::parseMeshAxis(op.stringAttr("axis"));
+      auto a = rt::parseAxisSet(op.stringAttr("axis"));
       if (!a || mesh.axisSize(*a) <= 1)
         return std::nullopt;
       return a;
@@ -80,7 +83,7 @@ std::vector<OpEvent> opEventsOf(const rt::Program &prog, const rt::Subroutine &s
       if (!axis)
         break;
       ev.kind = EventKind::Collective;
-      ev.axis = *axis;
+      ev.axes = *axis;
       // A sub-group of the axis (kv-head replicas); on a mesh cut to maxAxis
       // members one larger than the axis is the whole axis.
       ev.groupSize = op.attrs.count("group_size") ? op.intAttr("group_size") : 0;
@@ -100,7 +103,7 @@ std::vector<OpEvent> opEventsOf(const rt::Program &prog, const rt::Subroutine &s
         break;
       const rt::BufferDesc &x = prog.buffers[op.arg("x")];
       ev.kind = EventKind::Collective;
-      ev.axis = *axis;
+      ev.axes = *axis;
       ev.collective = op.kind == schema::OpKind::kAllGather  ? Name("all_gather")
                       : op.kind == schema::OpKind::kAllToAll ? Name("all_to_all")
                                                              : Name("reduce_scatter." + op.stringAttr("op"));
@@ -147,7 +150,7 @@ public:
 
   /// The ranks of `rank`'s group on `axis` (with `groupSize` > 0 its
   /// sub-group of that many consecutive members), sorted.
-  Group get(int64_t rank, rt::MeshAxis axis, int64_t groupSize) {
+  Group get(int64_t rank, rt::AxisSet axis, int64_t groupSize) {
     std::vector<int> g = mesh.subGroup(rank, axis, groupSize);
     std::vector<int64_t> members(g.begin(), g.end());
     std::sort(members.begin(), members.end());
@@ -177,7 +180,7 @@ std::vector<CommEvent> rankEventsOf(const std::vector<OpEvent> &ops, int64_t ran
     e.dtype = op.dtype;
     if (op.kind == EventKind::Collective) {
       e.collective = op.collective;
-      e.group = groups.get(rank, op.axis, op.groupSize);
+      e.group = groups.get(rank, op.axes, op.groupSize);
     } else {
       const int64_t n = mesh.axisSize(op.axis);
       e.peer = op.relative ? mesh.withCoord(rank, op.axis, ((mesh.coord(rank, op.axis) + op.peer) % n + n) % n)

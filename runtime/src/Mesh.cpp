@@ -15,6 +15,49 @@ std::optional<MeshAxis> parseMeshAxis(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<MeshAxis> AxisSet::single() const {
+  for (MeshAxis a : Mesh::kAllAxes)
+    if (bits == of(a).bits) return a;
+  return std::nullopt;
+}
+
+std::optional<AxisSet> parseAxisSet(std::string_view name) {
+  AxisSet s;
+  while (true) {
+    const size_t plus = name.find('+');
+    auto a = parseMeshAxis(name.substr(0, plus));
+    if (!a || s.has(*a)) return std::nullopt;
+    s.bits |= AxisSet::of(*a).bits;
+    if (plus == std::string_view::npos) return s;
+    name.remove_prefix(plus + 1);
+  }
+}
+
+std::string axisSetName(AxisSet s) {
+  std::string name;
+  for (MeshAxis a : Mesh::kAllAxes)
+    if (s.has(a)) name += (name.empty() ? "" : "+") + std::string(meshAxisName(a));
+  return name;
+}
+
+std::string axisSetError(std::string_view name) {
+  if (parseAxisSet(name)) return "";
+  const std::string whole(name), in = name.find('+') == std::string_view::npos ? "" : " in \"" + whole + "\"";
+  const std::string expected = " (expected " + std::string(kAxisSetForms) + ")";
+  AxisSet seen;
+  while (true) {
+    const size_t plus = name.find('+');
+    const std::string_view part = name.substr(0, plus);
+    auto a = parseMeshAxis(part);
+    if (part.empty()) return "empty mesh axis name" + (in.empty() ? " \"\"" : in) + expected;
+    if (!a) return "unknown mesh axis \"" + std::string(part) + "\"" + in + expected;
+    if (seen.has(*a)) return "mesh axis \"" + std::string(part) + "\" is named twice" + in + expected;
+    seen.bits |= AxisSet::of(*a).bits;
+    if (plus == std::string_view::npos) return "invalid mesh axes \"" + whole + "\"" + expected;  // not reached
+    name.remove_prefix(plus + 1);
+  }
+}
+
 Mesh Mesh::make(int64_t dp, int64_t tp, int64_t pp, int64_t cp) {
   Mesh m;
   m.size = {dp, tp, pp, cp};
@@ -56,10 +99,50 @@ std::vector<int> Mesh::group(int64_t rank, MeshAxis axis) const {
 }
 
 std::vector<int> Mesh::subGroup(int64_t rank, MeshAxis axis, int64_t size) const {
-  std::vector<int> g = group(rank, axis);
+  return subGroup(rank, AxisSet::of(axis), size);
+}
+
+int64_t Mesh::axisSize(AxisSet s) const {
+  int64_t n = 1;
+  for (MeshAxis a : kAllAxes)
+    if (s.has(a)) n *= axisSize(a);
+  return n;
+}
+
+int64_t Mesh::coord(int64_t rank, AxisSet s) const {
+  int64_t c = 0, radix = 1;
+  for (MeshAxis a : order)  // fastest first: the member index grows with the global rank
+    if (s.has(a)) {
+      c += coord(rank, a) * radix;
+      radix *= axisSize(a);
+    }
+  return c;
+}
+
+std::vector<int> Mesh::group(int64_t rank, AxisSet s) const {
+  if (auto a = s.single()) return group(rank, *a);
+  int64_t base = rank;
+  for (MeshAxis a : kAllAxes)
+    if (s.has(a)) base -= coord(rank, a) * stride(a);
+  std::vector<int> g;
+  const int64_t n = axisSize(s);
+  for (int64_t m = 0; m < n; ++m) {  // m's mixed-radix digits over the set's axes, fastest first
+    int64_t r = base, rest = m;
+    for (MeshAxis a : order)
+      if (s.has(a)) {
+        r += rest % axisSize(a) * stride(a);
+        rest /= axisSize(a);
+      }
+    g.push_back(int(r));
+  }
+  return g;
+}
+
+std::vector<int> Mesh::subGroup(int64_t rank, AxisSet s, int64_t size) const {
+  std::vector<int> g = group(rank, s);
   const int64_t n = int64_t(g.size());
   if (size <= 0 || size >= n || n % size != 0) return g;
-  const int64_t first = coord(rank, axis) / size * size;
+  const int64_t first = coord(rank, s) / size * size;
   return std::vector<int>(g.begin() + first, g.begin() + first + size);
 }
 
@@ -67,6 +150,19 @@ std::optional<MeshAxis> Mesh::axisOfGroup(const std::vector<int>& g) const {
   if (g.size() < 2) return std::nullopt;
   for (MeshAxis a : kAllAxes)
     if (axisSize(a) == int64_t(g.size()) && g[0] >= 0 && g[0] < worldSize() && group(g[0], a) == g) return a;
+  return std::nullopt;
+}
+
+std::optional<AxisSet> Mesh::axisSetOfGroup(const std::vector<int>& g) const {
+  if (auto a = axisOfGroup(g)) return AxisSet::of(*a);
+  if (g.size() < 2 || g[0] < 0 || g[0] >= worldSize()) return std::nullopt;
+  // Sets of k = 2, 3, 4 axes: the smallest that fits has no axis of size 1, so it is the only one of its k.
+  constexpr unsigned kAll = (1u << kNumMeshAxes) - 1;
+  for (int k = 2; k <= int(kNumMeshAxes); ++k)
+    for (unsigned bits = 1; bits <= kAll; ++bits) {
+      const AxisSet s{bits};
+      if (__builtin_popcount(bits) == k && axisSize(s) == int64_t(g.size()) && group(g[0], s) == g) return s;
+    }
   return std::nullopt;
 }
 

@@ -396,7 +396,7 @@ Status validateParams(const Manifest& manifest, const Program& program, size_t p
                          " but under ZeRO stage " + std::to_string(p.zero->stage) + " the " +
                          (isGrad ? "gradient" : "value buffer") + " holds " +
                          (block ? "this rank's block of " + local + ": shape " + str(wantShape) +
-                                      " (dim 0 divided by " + std::string(meshAxisName(p.zero->axis)) + ")"
+                                      " (dim 0 divided by " + axisSetName(p.zero->axis) + ")"
                                 : "the whole of " + local + ": shape " + str(wantShape)));
         }
         if (p.sharding)

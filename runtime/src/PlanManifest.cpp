@@ -63,23 +63,26 @@ Status parseSharding(const Doc& doc, const json& s, const std::string& path, con
   return Status::ok();
 }
 
-// params[i].zero (feature "zero"; the mesh and the param's `sharding` are already parsed): axis and
-// stage; the local shape's first dimension splits evenly over the axis, or else `block_rows` must say
-// ceil(rows / n) (padded blocks). Sets out->zero and out->blockShape.
+// params[i].zero (feature "zero"; the mesh and the param's `sharding` are already parsed): axis (one
+// mesh axis or a set, "dp+cp") and stage; the local shape's first dimension splits evenly over the
+// axis's n members, or else `block_rows` must say ceil(rows / n) (padded blocks). Sets out->zero and
+// out->blockShape.
 Status parseZero(const Doc& doc, const json& z, const std::string& path, const Manifest& m, ParamDesc* out) {
   if (!m.hasFeature(sc::kZeroFeature))
     return doc.error(path, "a param with \"zero\" needs the feature \"zero\" in \"features\" (ZeRO plans)");
   LLCDIST_RETURN_IF_ERROR(doc.keys(z, path, {"axis", "stage"}, {"value_block", "block_rows"}));
   std::string axis;
   LLCDIST_RETURN_IF_ERROR(doc.string(z, path, "axis", &axis));
-  auto a = parseMeshAxis(axis);
-  if (!a)
-    return doc.error(key(path, "axis"), "unknown axis \"" + axis + "\" (expected " + listNames(sc::kMeshAxes) + ")");
-  if (out->sharding && out->sharding->axis == *a)
-    return doc.error(key(path, "axis"), "\"" + out->name + "\" is sharded over " + axis +
-                                            " already (params[].sharding); its ZeRO blocks need another axis");
+  auto a = parseAxisSet(axis);
+  if (!a) return doc.error(key(path, "axis"), axisSetError(axis));
+  if (out->sharding && a->has(out->sharding->axis))
+    return doc.error(key(path, "axis"), "\"" + out->name + "\" is sharded over " +
+                                            std::string(meshAxisName(out->sharding->axis)) +
+                                            " already (params[].sharding); its ZeRO blocks need another axis" +
+                                            (a->single() ? "" : " (\"" + axis + "\" contains it)"));
   ParamZero zero;
   zero.axis = *a;
+  const std::string axisName = axisSetName(zero.axis);  // "dp", "dp+cp"
   LLCDIST_RETURN_IF_ERROR(doc.integer(z, path, "stage", &zero.stage, sc::kMinZeroStage, sc::kMaxZeroStage));
   if (z.contains("value_block")) LLCDIST_RETURN_IF_ERROR(doc.boolean(z, path, "value_block", &zero.valueBlock));
   if (out->localShape.empty()) return doc.error(path, "a scalar parameter cannot be split by ZeRO");
@@ -91,15 +94,15 @@ Status parseZero(const Doc& doc, const json& z, const std::string& path, const M
   if (z.contains("block_rows")) {
     LLCDIST_RETURN_IF_ERROR(doc.integer(z, path, "block_rows", &zero.blockRows, 1));
     if (rows % n == 0)
-      return doc.error(key(path, "block_rows"), what + ", divisible by " + axis + " = " + std::to_string(n) +
+      return doc.error(key(path, "block_rows"), what + ", divisible by " + axisName + " = " + std::to_string(n) +
                                                     ": its blocks need no padding (remove \"block_rows\")");
     if (zero.blockRows != padded)
       return doc.error(key(path, "block_rows"), "is " + std::to_string(zero.blockRows) + " but " + what + " over " +
-                                                    axis + " = " + std::to_string(n) + " pads to blocks of ceil(" +
+                                                    axisName + " = " + std::to_string(n) + " pads to blocks of ceil(" +
                                                     std::to_string(rows) + " / " + std::to_string(n) +
                                                     ") = " + std::to_string(padded) + " rows");
   } else if (rows % n != 0) {
-    return doc.error(path, what + ", not divisible by " + axis + " = " + std::to_string(n) +
+    return doc.error(path, what + ", not divisible by " + axisName + " = " + std::to_string(n) +
                                " (ZeRO splits it into equal row blocks; padded blocks of ceil(" + std::to_string(rows) +
                                " / " + std::to_string(n) + ") = " + std::to_string(padded) +
                                " rows need \"block_rows\": " + std::to_string(padded) + ")");
@@ -366,17 +369,19 @@ Status checkPlacements(const Doc& doc, const Manifest& m) {
                                                  " program(s))");
       // Every program holding a split param holds all its pieces: the first coordinate on `axis` that
       // none of the program's ranks has, if any.
-      auto missing = [&](MeshAxis axis) -> std::optional<int64_t> {
+      // A set of axes ("dp+cp", ZeRO) counts its member index (Mesh::coord on the set).
+      auto missing = [&](AxisSet axis) -> std::optional<int64_t> {
         std::vector<bool> member(size_t(mesh.axisSize(axis)), false);
         for (int64_t r : m.programs[size_t(pl.program)].ranks) member[size_t(mesh.coord(r, axis))] = true;
         for (size_t c = 0; c < member.size(); ++c)
           if (!member[c]) return int64_t(c);
         return std::nullopt;
       };
-      auto missingError = [&](const char* field, MeshAxis axis, int64_t c, const std::string& how, const char* pieces) {
-        return doc.error(key(path, field), "\"" + p.name + "\" is " + how + " " + std::string(meshAxisName(axis)) +
-                                               " but programs[" + std::to_string(pl.program) + "] has no rank with " +
-                                               std::string(meshAxisName(axis)) + " coordinate " + std::to_string(c) +
+      auto missingError = [&](const char* field, AxisSet axis, int64_t c, const std::string& how, const char* pieces) {
+        const std::string name = axisSetName(axis);
+        return doc.error(key(path, field), "\"" + p.name + "\" is " + how + " " + name + " but programs[" +
+                                               std::to_string(pl.program) + "] has no rank with " + name +
+                                               (axis.single() ? " coordinate " : " member index ") + std::to_string(c) +
                                                " (placements[" + std::to_string(k) +
                                                "]): every program holding the param must hold all its " + pieces);
       };
@@ -384,8 +389,8 @@ Status checkPlacements(const Doc& doc, const Manifest& m) {
         if (auto c = missing(p.zero->axis))
           return missingError("zero", p.zero->axis, *c, "split by ZeRO over", "blocks");
       if (p.sharding)
-        if (auto c = missing(p.sharding->axis))
-          return missingError("sharding", p.sharding->axis, *c, "sharded over", "shards");
+        if (auto c = missing(AxisSet::of(p.sharding->axis)))
+          return missingError("sharding", AxisSet::of(p.sharding->axis), *c, "sharded over", "shards");
     }
   }
   return Status::ok();

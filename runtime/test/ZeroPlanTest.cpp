@@ -63,7 +63,7 @@ TEST_F(ZeroPlanTest, EveryStageLoadsWithItsShapes) {
       EXPECT_TRUE(m.hasFeature("zero"));
       const ParamDesc& qkv = m.params[1];
       ASSERT_TRUE(qkv.zero.has_value());
-      EXPECT_EQ(qkv.zero->axis, MeshAxis::kDp);
+      EXPECT_EQ(qkv.zero->axis, AxisSet::of(MeshAxis::kDp));
       EXPECT_EQ(qkv.zero->stage, stage);
       EXPECT_EQ(qkv.localShape, (std::vector<int64_t>{4, 12 / tp}));
       EXPECT_EQ(qkv.blockShape, (std::vector<int64_t>{4 / dp, 12 / tp}));
@@ -85,7 +85,7 @@ TEST_F(ZeroPlanTest, ZeroParamErrors) {
   expectError(setZero(4, {{"axis", "dp"}, {"stage", 4}}), {"params[4].zero.stage", "in [1, 3]", "got 4"});
   expectError(setZero(4, {{"axis", "dp"}, {"stage", "3"}}), {"params[4].zero.stage", "expected an integer"});
   expectError(setZero(4, {{"axis", "dp"}}), {"params[4].zero.stage", "missing"});
-  expectError(setZero(4, {{"axis", "ep"}, {"stage", 3}}), {"params[4].zero.axis", "unknown axis \"ep\""});
+  expectError(setZero(4, {{"axis", "ep"}, {"stage", 3}}), {"params[4].zero.axis", "unknown mesh axis \"ep\""});
   expectError(setZero(4, {{"axis", "dp"}, {"stage", 3}, {"offload", true}}), {"params[4].zero.offload", "unknown field"});
   expectError(setZero(4, json::array({"dp", 3})), {"params[4].zero", "expected an object"});
   // ZeRO over the axis the param is already sharded on would leave blocks on no rank.
@@ -173,6 +173,51 @@ TEST_F(ZeroPlanTest, PipelinePlacementsHoldEveryBlock) {
   ASSERT_FALSE(s.isOk());
   for (const char* part : {"manifest.json", "params[1].zero", "programs[0] has no rank with pp coordinate 1"})
     EXPECT_NE(s.message().find(part), std::string::npos) << part << " in: " << s.message();
+  // Over the set dp+pp the member index is dp + 2·pp: stage 0's ranks hold members 0 and 1 only.
+  p.manifest["params"][1]["zero"] = {{"axis", "dp+pp"}, {"stage", 1}};
+  p.write(dir);
+  s = loadPlan(dir.string()).status();
+  ASSERT_FALSE(s.isOk());
+  for (const char* part :
+       {"params[1].zero", "split by ZeRO over dp+pp", "programs[0] has no rank with dp+pp member index 2"})
+    EXPECT_NE(s.message().find(part), std::string::npos) << part << " in: " << s.message();
+}
+
+// ZeRO over the set dp+cp (dp = 2, tp = 2, cp = 2): n = dp·cp = 4 blocks, the messages name the set.
+TEST_F(ZeroPlanTest, ZeroOverDpCpSplitsOverTheSet) {
+  const testing::PlanBuilder cp2 = testing::zeroParamsPlan({2, 2, 3, true, {}, false, 2});
+  cp2.write(dir);
+  auto plan = loadPlan(dir.string());
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  const ParamDesc& qkv = plan->manifest.params[1];
+  ASSERT_TRUE(qkv.zero.has_value());
+  EXPECT_EQ(qkv.zero->axis, parseAxisSet("dp+cp"));
+  EXPECT_EQ(plan->manifest.mesh().axisSize(qkv.zero->axis), 4);
+  EXPECT_EQ(qkv.blockShape, (std::vector<int64_t>{1, 6}));                       // local [4, 6] over 4 members
+  EXPECT_EQ(plan->manifest.params[4].blockShape, (std::vector<int64_t>{4, 4}));  // lm_head [16, 4]
+  auto setZero = [](int i, json zero) {
+    return [i, zero](testing::PlanBuilder& b) { b.manifest["params"][i]["zero"] = zero; };
+  };
+  {
+    testing::PlanBuilder b = cp2;  // either spelling of the set
+    setZero(4, {{"axis", "cp+dp"}, {"stage", 3}})(b);
+    Status st = load(b);
+    EXPECT_TRUE(st.isOk()) << st.message();
+  }
+  expectError(cp2, setZero(4, {{"axis", "dp+dp"}, {"stage", 3}}),
+              {"params[4].zero.axis", R"(mesh axis "dp" is named twice in "dp+dp")", "several joined by '+'"});
+  expectError(cp2, setZero(4, {{"axis", "dp+ep"}, {"stage", 3}}), {"params[4].zero.axis", R"(unknown mesh axis "ep")"});
+  // wte is sharded over tp: a set with tp would leave blocks on no rank.
+  expectError(cp2, setZero(0, {{"axis", "tp+cp"}, {"stage", 3}}),
+              {"params[0].zero.axis", "sharded over tp", R"("tp+cp" contains it)"});
+  // The ln bias [6] does not split over 4 members; its block's rows are ceil(6 / 4) = 2.
+  expectError(cp2, [](testing::PlanBuilder& b) { b.manifest["params"][2]["shape"] = {6}; },
+              {"params[2].zero", "has size 6", "not divisible by dp+cp = 4", "\"block_rows\": 2"});
+  expectError(cp2,
+              [](testing::PlanBuilder& b) {
+                setShape(b, kLm, {8, 4});
+              },
+              {"params[4].buffer", "ZeRO stage 3", "[4, 4]", "dim 0 divided by dp+cp"});
 }
 
 TEST_F(ZeroPlanTest, ShardSliceErrors) {

@@ -2,7 +2,8 @@
 // with and without a tp `sharding`), and a one-layer LM trained with ZeRO stage 1, 2 or 3 over dp the way
 // the compiler lowers it (reduce_scatter of the gradients, the norm over the blocks with an all_reduce
 // over dp, AdamW on blocks, shard_slice + all_gather for stages 1/2, all_gather of the param blocks before use for
-// stage 3).
+// stage 3). With cp > 1 both are context-parallel and ZeRO (and every data-parallel collective) runs over
+// the set "dp+cp", Megatron's data-parallel group under context parallelism.
 #pragma once
 
 #include "PlanTestUtil.h"
@@ -12,16 +13,25 @@
 
 namespace llcdist::rt::testing {
 
-inline void setMesh(PlanBuilder& p, int64_t dp, int64_t tp, const std::vector<std::string>& order = {}) {
+// cp > 1: mesh.cp and the feature "context_parallel" (an `order` then names all four axes).
+inline void setMesh(PlanBuilder& p, int64_t dp, int64_t tp, const std::vector<std::string>& order = {},
+                    int64_t cp = 1) {
   const int64_t B = p.manifest["batch"]["micro_batch"], M = p.manifest["batch"]["microbatches"];
   p.manifest["batch"]["dp"] = dp;
   p.manifest["batch"]["global_batch"] = B * M * dp;
   p.manifest["mesh"] = {{"dp", dp}, {"tp", tp}, {"pp", 1}};
+  if (cp > 1) {
+    p.manifest["mesh"]["cp"] = cp;
+    p.manifest["features"].push_back("context_parallel");
+  }
   if (!order.empty()) p.manifest["mesh"]["rank_order"] = order;
   json ranks = json::array();
-  for (int64_t r = 0; r < dp * tp; ++r) ranks.push_back(r);
+  for (int64_t r = 0; r < dp * tp * cp; ++r) ranks.push_back(r);
   p.manifest["programs"][0]["ranks"] = ranks;
 }
+
+// The ZeRO axis of the helpers' plans: dp, or with context parallelism the set dp+cp.
+inline std::string zeroAxis(int64_t cp) { return cp > 1 ? "dp+cp" : "dp"; }
 
 // The params of zeroParamsPlan: name, HF shape, the tp sharding (when sharded), init std, whether the
 // param gets a "zero" (wpe stays plain: a plan may mix both).
@@ -56,9 +66,10 @@ struct ZeroParamsConfig {
   bool shard = false;   // shard wte and c_attn over tp
   std::vector<std::string> order = {};
   bool padded = false;  // zeroTestParams(shard, padded)
+  int64_t cp = 1;       // > 1: ZeRO over "dp+cp" (dp·cp blocks)
 };
 
-// Shapes a ZeRO param's buffers have: the local shard (L), and the block (L with dim 0 / dp).
+// Shapes a ZeRO param's buffers have: the local shard (L), and the block (L with dim 0 / dp·cp).
 inline std::vector<int64_t> localShapeOf(const ZeroTestParam& p, int64_t tp) {
   std::vector<int64_t> s = p.shape;
   if (!p.sharding.is_null()) s[size_t(p.sharding["dim"].get<int64_t>())] /= tp;
@@ -69,20 +80,21 @@ inline std::vector<int64_t> localShapeOf(const ZeroTestParam& p, int64_t tp) {
 // step that only zeroes the loss (so a run checks every replica at --save-params and changes nothing).
 inline PlanBuilder zeroParamsPlan(const ZeroParamsConfig& c) {
   PlanBuilder p(16, 4, 1, 1);
-  setMesh(p, c.dp, c.tp, c.order);
   if (c.stage > 0) p.manifest["features"] = {"zero"};
+  setMesh(p, c.dp, c.tp, c.order, c.cp);
+  const int64_t n = c.dp * c.cp;  // the ZeRO group's members
   int64_t i = 0;
   for (const ZeroTestParam& zp : zeroTestParams(c.shard, c.padded)) {
     const std::vector<int64_t> local = localShapeOf(zp, c.tp);
     std::vector<int64_t> block = local;
     const bool zero = zp.zero && c.stage > 0;
-    if (zero) block[0] = (block[0] + c.dp - 1) / c.dp;  // padded when dp does not divide the rows
+    if (zero) block[0] = (block[0] + n - 1) / n;  // padded when n does not divide the rows
     const int64_t buf = p.buffer(zp.name, "param", zero && c.stage >= 3 ? block : local);
     const int64_t grad = p.buffer(zp.name + ".grad", "grad", zero && c.stage >= 2 ? block : local);
     p.param(zp.name, zp.shape, buf, grad, {{"kind", "normal"}, {"std", zp.std}}, zp.shape.size() > 1);
     if (!zp.sharding.is_null()) p.manifest["params"][size_t(i)]["sharding"] = zp.sharding;
-    if (zero) p.manifest["params"][size_t(i)]["zero"] = {{"axis", "dp"}, {"stage", c.stage}};
-    if (zero && local[0] % c.dp != 0) p.manifest["params"][size_t(i)]["zero"]["block_rows"] = block[0];
+    if (zero) p.manifest["params"][size_t(i)]["zero"] = {{"axis", zeroAxis(c.cp)}, {"stage", c.stage}};
+    if (zero && local[0] % n != 0) p.manifest["params"][size_t(i)]["zero"]["block_rows"] = block[0];
     ++i;
   }
   const int64_t loss = p.buffer("loss", "metric", {1});
@@ -101,14 +113,16 @@ inline PlanBuilder zeroParamsPlan(const ZeroParamsConfig& c) {
 //    the forward uses them (the backward uses the same gathered copies).
 // The reduce-scatters sum, so the cross entropy backward scales by 1/(B·T·M·dp) (the average over dp);
 // the loss metric is averaged over dp. The norm counts the blocks once each: grad_norm_sq of the blocks,
-// all_reduce (f64) over dp, grad_norm_clip.
-inline PlanBuilder zeroOneLayerPlan(int64_t stage, int64_t dp, int64_t B, int64_t M) {
-  const int64_t V = 32, H = 16, T = 8, N = B * T;
+// all_reduce (f64) over dp, grad_norm_clip. With cp > 1 each rank holds T/cp positions of its samples
+// (a per-token model: no attention) and "dp" above reads "dp+cp" (dp·cp blocks).
+inline PlanBuilder zeroOneLayerPlan(int64_t stage, int64_t dp, int64_t B, int64_t M, int64_t cp = 1) {
+  const int64_t V = 32, H = 16, T = 8, S = T / cp, N = B * S, n = dp * cp;
+  const std::string axis = zeroAxis(cp);
   PlanBuilder p(V, T, B, M);
-  setMesh(p, dp, 1);
   p.manifest["features"] = {"zero"};
-  const std::vector<int64_t> full = {V, H}, block = {V / dp, H};
-  const int64_t blockN = V / dp * H;
+  setMesh(p, dp, 1, {}, cp);
+  const std::vector<int64_t> full = {V, H}, block = {V / n, H};
+  const int64_t blockN = V / n * H;
   struct W {
     int64_t value, grad, m, v, use, mb, part, shard, gshard;
   };
@@ -126,20 +140,20 @@ inline PlanBuilder zeroOneLayerPlan(int64_t stage, int64_t dp, int64_t B, int64_
     return w;
   };
   const W wte = weight("transformer.wte.weight"), lm = weight("lm_head.weight");
-  const int64_t ids = p.buffer("ids", "input", {B, T}, "i32"), tgt = p.buffer("targets", "input", {B, T}, "i32");
+  const int64_t ids = p.buffer("ids", "input", {B, S}, "i32"), tgt = p.buffer("targets", "input", {B, S}, "i32");
   const int64_t h = p.buffer("h", "activation", {N, H}), dh = p.buffer("dh", "activation", {N, H});
   const int64_t logits = p.buffer("logits", "activation", {N, V});
   const int64_t loss = p.buffer("loss", "metric", {1}), gn = p.buffer("grad_norm", "metric", {});
-  const json zero = {{"axis", "dp"}, {"stage", stage}};
+  const json zero = {{"axis", axis}, {"stage", stage}};
   p.param("transformer.wte.weight", full, wte.value, wte.grad, {{"kind", "normal"}, {"std", 0.02}}, false);
   p.param("lm_head.weight", full, lm.value, lm.grad, {{"kind", "normal"}, {"std", 0.02}}, true);
   for (json& prm : p.manifest["params"]) prm["zero"] = zero;
   auto gather = [&](const std::string& sub, int64_t x, int64_t y) {
-    p.op(sub, "all_gather", {{"x", x}, {"y", y}}, {{"axis", "dp"}, {"outer", 1}, {"inner", blockN}});
+    p.op(sub, "all_gather", {{"x", x}, {"y", y}}, {{"axis", axis}, {"outer", 1}, {"inner", blockN}});
   };
   const double mb = double(M);
   p.op("step_begin", "fill_zero", {{"x", {loss, wte.grad, lm.grad}}});
-  p.op("forward", "load_microbatch", {{"ids", ids}, {"targets", tgt}}, {{"B", B}, {"S", T}});
+  p.op("forward", "load_microbatch", {{"ids", ids}, {"targets", tgt}}, {{"B", B}, {"S", S}});
   if (stage >= 3) {
     gather("forward", wte.value, wte.use);
     gather("forward", lm.value, lm.use);
@@ -150,7 +164,7 @@ inline PlanBuilder zeroOneLayerPlan(int64_t stage, int64_t dp, int64_t B, int64_
   p.op("forward", "cross_entropy_fwd", {{"logits", logits}, {"targets", tgt}, {"loss", loss}},
        {{"M", N}, {"V", V}, {"scale", 1.0 / mb}});
   p.op("backward", "cross_entropy_bwd", {{"logits", logits}, {"targets", tgt}, {"dlogits", logits}},
-       {{"M", N}, {"V", V}, {"scale", 1.0 / (double(N) * mb * double(dp))}});
+       {{"M", N}, {"V", V}, {"scale", 1.0 / (double(N) * mb * double(n))}});
   const bool perMb = stage >= 2;
   p.op("backward", "linear_bwd_weight", {{"dy", logits}, {"x", h}, {"dw", perMb ? lm.mb : lm.grad}},
        {{"M", N}, {"K", H}, {"N", V}, {"layout", "out_in"}, {"accumulate", !perMb}});
@@ -161,21 +175,21 @@ inline PlanBuilder zeroOneLayerPlan(int64_t stage, int64_t dp, int64_t B, int64_
   if (perMb)
     for (const W* w : {&lm, &wte}) {
       p.op("backward", "reduce_scatter", {{"x", w->mb}, {"y", w->part}},
-           {{"axis", "dp"}, {"outer", 1}, {"inner", blockN}, {"op", "sum"}});
+           {{"axis", axis}, {"outer", 1}, {"inner", blockN}, {"op", "sum"}});
       p.op("backward", "accumulate", {{"x", w->part}, {"y", w->grad}}, {{"n", blockN}});
     }
-  p.op("optimizer", "all_reduce", {{"x", {loss}}}, {{"axis", "dp"}, {"op", "avg"}});
+  p.op("optimizer", "all_reduce", {{"x", {loss}}}, {{"axis", axis}, {"op", "avg"}});
   if (stage == 1)
     for (const W* w : {&wte, &lm})
       p.op("optimizer", "reduce_scatter", {{"x", w->grad}, {"y", w->gshard}},
-           {{"axis", "dp"}, {"outer", 1}, {"inner", blockN}, {"op", "sum"}});
+           {{"axis", axis}, {"outer", 1}, {"inner", blockN}, {"op", "sum"}});
   const int64_t sq = p.buffer("grad_norm.sq", "scratch", {1}, "f64");
   p.op("optimizer", "grad_norm_sq", {{"grads", {wte.gshard, lm.gshard}}, {"sq", sq}});
-  p.op("optimizer", "all_reduce", {{"x", {sq}}}, {{"axis", "dp"}, {"op", "sum"}});
+  p.op("optimizer", "all_reduce", {{"x", {sq}}}, {{"axis", axis}, {"op", "sum"}});
   p.op("optimizer", "grad_norm_clip", {{"sq", sq}, {"grads", {wte.gshard, lm.gshard}}, {"norm", gn}}, {{"max_norm", 1.0}});
   for (const auto& [w, wd] : {std::pair{&wte, 0.0}, std::pair{&lm, 0.1}}) {
     if (stage <= 2)
-      p.op("optimizer", "shard_slice", {{"x", w->value}, {"y", w->shard}}, {{"axis", "dp"}, {"outer", 1}, {"inner", blockN}});
+      p.op("optimizer", "shard_slice", {{"x", w->value}, {"y", w->shard}}, {{"axis", axis}, {"outer", 1}, {"inner", blockN}});
     p.op("optimizer", "adamw", {{"param", w->shard}, {"grad", w->gshard}, {"m", w->m}, {"v", w->v}},
          {{"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", wd}});
     if (stage <= 2) gather("optimizer", w->shard, w->value);

@@ -4,7 +4,8 @@
 // --save-params (0 steps) gives back the input bit for bit, for every stage on dp = 2 and 4 and dp × tp;
 // replicas of one block (and, for stages 1/2, every dp rank's whole copy) must agree bitwise; pipeline
 // placements hold the blocks of each copy; and the one-layer LM trained with ZeRO 1, 2 or 3 over dp
-// matches the single-rank plan of the same global batch.
+// matches the single-rank plan of the same global batch. ZeRO over the set dp+cp (context parallelism)
+// likewise, and its checkpoints resume on other meshes.
 #include "PipelineTestUtil.h"
 #include "TestUtil.h"
 #include "ZeroTestUtil.h"
@@ -66,23 +67,43 @@ struct Layout {
   bool shard;
   std::vector<std::string> order;
   bool padded = false;  // zeroTestParams' padded shapes: some blocks end in padding
+  int64_t cp = 1;       // > 1: ZeRO over "dp+cp"
   std::string name() const {
     return "dp" + std::to_string(dp) + "tp" + std::to_string(tp) + (shard ? "s" : "") + (order.empty() ? "" : "o") +
-           (padded ? "p" : "");
+           (padded ? "p" : "") + (cp > 1 ? "cp" + std::to_string(cp) : "");
   }
 };
 const std::vector<Layout>& layouts() {
-  static const std::vector<Layout> l = {{2, 1, false, {}},  {4, 1, false, {}},       {2, 2, true, {}},
-                                        {2, 2, true, {"dp", "tp", "pp"}}, {2, 2, false, {}},
-                                        {2, 1, false, {}, true}, {4, 1, false, {}, true}, {4, 2, true, {}, true}};
+  static const std::vector<Layout> l = {{2, 1, false, {}},
+                                        {4, 1, false, {}},
+                                        {2, 2, true, {}},
+                                        {2, 2, true, {"dp", "tp", "pp"}},
+                                        {2, 2, false, {}},
+                                        {2, 1, false, {}, true},
+                                        {4, 1, false, {}, true},
+                                        {4, 2, true, {}, true},
+                                        // ZeRO over dp+cp: the default order (tp, cp, dp, pp), dp fastest, padded
+                                        // blocks, and dp = 1 (the set is then the cp group).
+                                        {2, 2, true, {}, false, 2},
+                                        {2, 2, true, {"dp", "cp", "tp", "pp"}, false, 2},
+                                        {2, 1, false, {}, true, 2},
+                                        {1, 1, false, {}, false, 2}};
   return l;
+}
+
+// The ZeRO block of `rank`: its index among the ranks with its tp coordinate (pp = 1 here), in rank order
+// (the dp group, or the dp+cp one), counted here from the single-axis coordinates.
+int64_t zeroMemberOf(const Mesh& mesh, int rank) {
+  int64_t c = 0;
+  for (int q = 0; q < rank; ++q) c += mesh.coord(q, MeshAxis::kTp) == mesh.coord(rank, MeshAxis::kTp);
+  return c;
 }
 
 TEST_F(ZeroTrainTest, InitOfABlockIsTheUnshardedParamByGlobalIndex) {
   for (int64_t stage : {1, 2, 3})
     for (const Layout& l : layouts()) {
       SCOPED_TRACE("stage " + std::to_string(stage) + " " + l.name());
-      const testing::PlanBuilder b = testing::zeroParamsPlan({l.dp, l.tp, stage, l.shard, l.order, l.padded});
+      const testing::PlanBuilder b = testing::zeroParamsPlan({l.dp, l.tp, stage, l.shard, l.order, l.padded, l.cp});
       const fs::path d = dir / ("s" + std::to_string(stage) + l.name());
       fs::create_directories(d);
       b.write(d);
@@ -96,7 +117,10 @@ TEST_F(ZeroTrainTest, InitOfABlockIsTheUnshardedParamByGlobalIndex) {
         auto interp = Interpreter::create(*plan, 0, *backend, r);
         ASSERT_TRUE(interp.isOk()) << interp.status().message();
         ASSERT_TRUE(train::initParams(m, **interp, kSeed, "").isOk());
-        const int64_t tpMember = mesh.coord(r, MeshAxis::kTp), dpMember = mesh.coord(r, MeshAxis::kDp);
+        const int64_t tpMember = mesh.coord(r, MeshAxis::kTp), zeroMember = zeroMemberOf(mesh, r), n = l.dp * l.cp;
+        if (l.cp > 1) {
+          EXPECT_EQ(zeroMember, mesh.coord(r, *parseAxisSet("dp+cp")));
+        }
         for (size_t i = 0; i < params.size(); ++i) {
           const testing::ZeroTestParam& p = params[i];
           int64_t numel = 1;
@@ -106,11 +130,11 @@ TEST_F(ZeroTrainTest, InitOfABlockIsTheUnshardedParamByGlobalIndex) {
           const std::vector<float> got = (*interp)->readF32(m.params[i].buffer).value();
           int64_t local = 1;
           for (int64_t s : testing::localShapeOf(p, l.tp)) local *= s;
-          const bool block = p.zero && stage == 3;  // the value buffer holds dp member c's rows only
-          // A block has ceil(rows / dp) rows; those past the local tensor's last row are zero padding.
-          const int64_t rows = testing::localShapeOf(p, l.tp)[0], blockN = (rows + l.dp - 1) / l.dp * (local / rows);
+          const bool block = p.zero && stage == 3;  // the value buffer holds member c's rows only
+          // A block has ceil(rows / n) rows; those past the local tensor's last row are zero padding.
+          const int64_t rows = testing::localShapeOf(p, l.tp)[0], blockN = (rows + n - 1) / n * (local / rows);
           ASSERT_EQ(int64_t(got.size()), block ? blockN : local) << p.name;
-          const int64_t first = block ? dpMember * blockN : 0;
+          const int64_t first = block ? zeroMember * blockN : 0;
           const int64_t pm = p.sharding.is_null() ? 0 : tpMember;
           for (size_t e = 0; e < got.size(); ++e) {
             if (first + int64_t(e) >= local) {
@@ -152,7 +176,7 @@ TEST_F(ZeroTrainTest, SaveGathersBlocksAndInitFromRoundTrips) {
       for (const Layout& l : layouts()) {
         if (l.padded != padded) continue;
         SCOPED_TRACE("stage " + std::to_string(stage) + " " + l.name());
-        const std::string plan = planDir(testing::zeroParamsPlan({l.dp, l.tp, stage, l.shard, l.order, l.padded}),
+        const std::string plan = planDir(testing::zeroParamsPlan({l.dp, l.tp, stage, l.shard, l.order, l.padded, l.cp}),
                                          "s" + std::to_string(stage) + l.name());
         // Init by global index: the gathered file is the unsharded plan's, byte for byte; after a step too
         // (the step only zeroes the loss; the save checks every replica of every block).
@@ -290,8 +314,9 @@ TEST_F(ZeroTrainTest, PipelinePlacementsHoldTheirBlocks) {
   EXPECT_EQ(saveAfter(d.string(), 0, path("in.safetensors")), bytes(path("in.safetensors")));
 }
 
-// The one-layer LM with ZeRO stage 1, 2 or 3 over dp trains like the single-rank plan of the same global
-// batch (8 sequences per step): losses, grad norms and the gathered params within 1e-5.
+// The one-layer LM with ZeRO stage 1, 2 or 3 over dp, or over dp+cp (cp = 2: each rank holds half of
+// every sample's positions), trains like the single-rank plan of the same global batch (8 sequences per
+// step): losses, grad norms and the gathered params within 1e-5.
 TEST_F(ZeroTrainTest, ZeroPlansTrainLikeTheSingleRankPlan) {
   const int64_t B = 2, G = 4;  // microbatches of the single-rank plan
   RunResult want;
@@ -302,10 +327,11 @@ TEST_F(ZeroTrainTest, ZeroPlansTrainLikeTheSingleRankPlan) {
     ASSERT_TRUE(s.isOk()) << s.message();
   }
   const auto ref = readAll(path("ref.safetensors"));
-  for (auto [stage, dp] : {std::pair{3, 2}, std::pair{1, 2}, std::pair{2, 2}, std::pair{3, 4}}) {
-    SCOPED_TRACE("ZeRO-" + std::to_string(stage) + " dp " + std::to_string(dp));
-    const std::string name = "z" + std::to_string(stage) + "dp" + std::to_string(dp);
-    RunOptions o = options(planDir(testing::zeroOneLayerPlan(stage, dp, B, G / dp), name), 3);
+  for (auto [stage, dp, cp] : {std::tuple{3, 2, 1}, std::tuple{1, 2, 1}, std::tuple{2, 2, 1}, std::tuple{3, 4, 1},
+                               std::tuple{3, 2, 2}, std::tuple{1, 2, 2}, std::tuple{2, 1, 2}}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(stage) + " dp " + std::to_string(dp) + " cp " + std::to_string(cp));
+    const std::string name = "z" + std::to_string(stage) + "dp" + std::to_string(dp) + "cp" + std::to_string(cp);
+    RunOptions o = options(planDir(testing::zeroOneLayerPlan(stage, dp, B, G / dp, cp), name), 3);
     o.saveParams = path(name + ".safetensors");
     RunResult got;
     Status s = run(o, &got);
@@ -327,6 +353,64 @@ TEST_F(ZeroTrainTest, ZeroPlansTrainLikeTheSingleRankPlan) {
       EXPECT_LT(worst, 1e-5) << pname;
     }
   }
+}
+
+// A checkpoint of a ZeRO-over-dp+cp run (dp = 2, cp = 2: blocks of the dp+cp member index) resumes like
+// one over dp: on the same plan bitwise the uninterrupted run, and on ZeRO-3 over dp = 4 and on one rank
+// within 1e-5 of it; a single-rank checkpoint resumes on the dp+cp plan alike.
+TEST_F(ZeroTrainTest, DpCpCheckpointsResumeOnOtherMeshes) {
+  const int64_t B = 2, G = 4;
+  const std::string dpcp = planDir(testing::zeroOneLayerPlan(3, 2, B, G / 2, 2), "dpcp");
+  const std::string dp4 = planDir(testing::zeroOneLayerPlan(3, 4, B, G / 4), "dp4");
+  const std::string single = planDir(testing::oneLayerPlan(32, 16, 8, B, G), "single");
+  // Runs `plan` to step 3, from `resume` when given (saving a checkpoint after step 2 when `save`).
+  auto runTo3 = [&](const std::string& plan, const std::string& name, const std::string& resume, bool save,
+                    RunResult* res) {
+    RunOptions o = options(plan, 3);
+    o.saveParams = path(name + ".safetensors");
+    o.resume = resume;
+    if (save) {
+      o.checkpointDir = path(name + ".ckpt");
+      o.checkpointEvery = 2;
+    }
+    Status s = run(o, res);
+    EXPECT_TRUE(s.isOk()) << name << ": " << s.message();
+    return o.saveParams;
+  };
+  auto expectClose = [&](const std::string& file, const std::string& ref, double tol) {
+    const auto got = readAll(file), want = readAll(ref);
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [pname, w] : want) {
+      const std::vector<float>& v = got.at(pname);
+      ASSERT_EQ(v.size(), w.size());
+      double worst = 0;
+      for (size_t i = 0; i < v.size(); ++i)
+        worst = std::max(worst, std::abs(double(v[i]) - w[i]) / std::max(1e-2, std::abs(double(w[i]))));
+      EXPECT_LT(worst, tol) << pname << " in " << file;
+    }
+  };
+  RunResult full, single3;
+  const std::string fullFile = runTo3(dpcp, "dpcp", "", true, &full);
+  const std::string singleFile = runTo3(single, "single", "", true, &single3);
+  ASSERT_TRUE(fs::exists(path("dpcp.ckpt")));
+  ASSERT_EQ(full.steps.size(), 3u);
+  for (auto [plan, name] : {std::pair{dpcp, "same"}, std::pair{dp4, "dp4"}, std::pair{single, "one"}}) {
+    SCOPED_TRACE(name);
+    RunResult r;
+    const std::string file = runTo3(plan, name, path("dpcp.ckpt"), false, &r);
+    ASSERT_EQ(r.steps.size(), 1u);  // step 3 only
+    if (std::string(name) == "same") {
+      EXPECT_EQ(bytes(file), bytes(fullFile));
+      EXPECT_EQ(r.steps[0].loss, full.steps[2].loss);
+    } else {
+      expectClose(file, fullFile, 1e-5);
+      EXPECT_NEAR(r.steps[0].loss, full.steps[2].loss, 1e-5 * std::abs(full.steps[2].loss));
+    }
+  }
+  RunResult r;
+  expectClose(runTo3(dpcp, "fromOne", path("single.ckpt"), false, &r), singleFile, 1e-5);
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_NEAR(r.steps[0].loss, single3.steps[2].loss, 1e-5 * std::abs(single3.steps[2].loss));
 }
 
 }  // namespace

@@ -118,7 +118,8 @@ void golden(const std::string &model, const std::string &optimizer, const std::v
 }
 
 /// cp alone, with dp, with gradient accumulation, with pp (1F1B and
-/// interleaved), with ZeRO-1 and with full recomputation.
+/// interleaved), with ZeRO-1 over the data-parallel group dp × cp (and over
+/// cp alone) and with full recomputation.
 std::vector<CpCase> commonCases() {
   std::vector<CpCase> cases;
   cases.push_back(CpCase::of(2));
@@ -128,6 +129,7 @@ std::vector<CpCase> commonCases() {
   cases.push_back(CpCase::of(2).withPp(2).withMicroBatch(2));
   cases.push_back(CpCase::of(2).withPp(2).withMicroBatch(2).withInterleaved(2));
   cases.push_back(CpCase::of(2).withDp(2).withMicroBatch(4).withZero(1));
+  cases.push_back(CpCase::of(2).withZero(1)); // dp = 1: ZeRO shards over cp
   cases.push_back(CpCase::of(2).withRecompute("full"));
   return cases;
 }
@@ -180,8 +182,12 @@ TEST(ContextParallelRing, TinyLlamaSGD) {
   golden("tiny-llama", "sgd", cases);
 }
 
+/// AdamW's state sharded by ZeRO over dp × cp (stages 1 and 2) and over cp
+/// alone.
 TEST(ContextParallelRing, TinyLlamaAdamW) {
-  golden("tiny-llama", "adamw", {CpCase::of(2).ring(), CpCase::of(4).ring()});
+  golden("tiny-llama", "adamw",
+         {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2).withDp(2).withMicroBatch(4).withZero(1).ring(),
+          CpCase::of(2).withDp(2).withMicroBatch(4).withZero(2).ring(), CpCase::of(4).withZero(1).ring()});
 }
 
 /// bf16 (mixed precision): cp reorders the weight-gradient sums (each rank's

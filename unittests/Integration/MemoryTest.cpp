@@ -213,6 +213,55 @@ TEST(Memory, ZeroModelStateMatchesThePaper) {
     }
 }
 
+// Under context parallelism the data-parallel group is dp × cp (Megatron's):
+// ZeRO shards the model state over N_d = dp·cp ranks, so the paper's counts
+// hold with that N_d — dp=1 cp=2, dp=2 cp=2 and dp=1 cp=4 — and the gradient
+// reduction is one collective over that group ("dp+cp", or "cp" alone).
+TEST(Memory, ZeroShardsOverDpTimesCp) {
+  const int64_t psi = 180800;
+  struct Mesh {
+    int64_t dp, cp;
+  };
+  for (Mesh mesh : {Mesh{1, 2}, Mesh{2, 2}, Mesh{1, 4}})
+    for (int64_t stage : {1, 2, 3}) {
+      mlir::MLIRContext ctx(registry());
+      TrainingShape shape;
+      shape.seqLen = 16;
+      shape.microBatch = 1;
+      shape.globalBatch = mesh.dp;
+      shape.dtype = "bf16";
+      TrainingPipelineOptions opt;
+      opt.mesh.dp = mesh.dp;
+      opt.mesh.cp = mesh.cp;
+      opt.zero = stage;
+      const int64_t nd = mesh.dp * mesh.cp;
+      std::string what =
+          "dp=" + std::to_string(mesh.dp) + " cp=" + std::to_string(mesh.cp) + " stage " + std::to_string(stage);
+      auto m = compileModule(ctx, "tiny-llama", shape, opt);
+      ASSERT_TRUE(m) << what;
+      auto mem = plannedMemory(*m);
+      ASSERT_EQ(mem.size(), 1u);
+      EXPECT_EQ(mem[0]["param"], stage >= 3 ? 2 * psi / nd : 2 * psi) << what;
+      EXPECT_EQ(mem[0]["grad"], stage >= 2 ? 2 * psi / nd : 2 * psi) << what;
+      EXPECT_EQ(mem[0]["optimizer_state"], 12 * psi / nd) << what;
+      // The gradients' reduce-scatters and the parameters' gathers run on
+      // the whole group, and nothing else reduces gradients over dp or cp.
+      const std::string group = mesh.dp > 1 ? "dp+cp" : "cp";
+      int64_t onGroup = 0;
+      m->walk([&](plan::KernelOp k) {
+        auto axis = k.getParams().getAs<mlir::StringAttr>("axis");
+        if (!axis ||
+            (k.getKernel() != "reduce_scatter" && k.getKernel() != "all_gather" && k.getKernel() != "all_reduce"))
+          return;
+        if (k.getKernel() != "all_reduce")
+          EXPECT_EQ(axis.getValue(), group) << what << ": " << k.getKernel().str();
+        onGroup += axis.getValue() == group;
+        EXPECT_NE(axis.getValue(), "dp") << what;
+      });
+      EXPECT_GT(onGroup, 0) << what;
+    }
+}
+
 // Every ZeRO stage reproduces the single-device run: dp ∈ {2, 4}, alone and
 // with tp = 2, with pp = 2 (1F1B; GPT-2's tied embedding's blocks travel
 // between the first and last stage), and dp × tp × pp; fp32, SGD (strict)

@@ -81,7 +81,8 @@ struct Group {
   int64_t perNode = 1;
   bool crossesNodes() const { return perNode < size; }
 };
-/// The group of `axis` under `mesh`'s rank order on `topo`'s nodes (ranks
+/// The group of `axis` (one axis, or several joined by '+': "dp+cp") under
+/// `mesh`'s rank order on `topo`'s nodes (ranks
 /// fill nodes in rank order). Every group of an axis has the same shape
 /// when the node size divides or is a multiple of the axis' stride; this
 /// returns the group of rank 0's coordinates on the other axes.

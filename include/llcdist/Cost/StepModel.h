@@ -69,7 +69,7 @@ struct ParallelConfig {
   std::string cpImpl = "ring";
   int64_t virtualStages = 1;      ///< model chunks per stage (interleaved only)
   int64_t microBatch = 1;         ///< sequences per microbatch per dp rank
-  int zero = 0;                   ///< ZeRO stage 0-3 over dp
+  int zero = 0;                   ///< ZeRO stage 0-3 over dp × cp
   std::string recompute = "none"; ///< none | selective | full
   std::string schedule = "1f1b";  ///< gpipe | 1f1b | interleaved | zb-h1 (pp > 1)
   bool sequenceParallel = false;  ///< under tp
@@ -93,6 +93,11 @@ struct ParallelConfig {
     return m;
   }
   int64_t gpus() const { return dp * tp * pp * cp; }
+  /// The data-parallel group (Megatron's dp × cp): its size, and its axes as
+  /// the compiler names them ("dp+cp", "cp" or "dp"). Gradients reduce over
+  /// it in one collective and ZeRO shards over it.
+  int64_t dataParallelGroup() const { return dp * cp; }
+  std::string gradientAxis() const { return dp > 1 && cp > 1 ? "dp+cp" : cp > 1 ? "cp" : "dp"; }
   /// The `llc-dist compile` flags that build this configuration.
   std::string compileFlags() const;
   /// "dp=..,tp=..,pp=.. v=.. mb=.. zero=.. recompute=.. ..." for reports.

@@ -81,9 +81,8 @@ struct MemoryHint {
   /// collectives overlap the step), 1 selective recompute (the core attention
   /// again: a few percent of the FLOPs), 2 more tp (activation all-reduces on
   /// the critical path of every layer), 3 more pipeline stages (a larger
-  /// bubble), 4 full recompute (one more forward per layer, ~+33 % FLOPs),
-  /// 5 combinations; within a class, by the compiled plan's communication per
-  /// rank per step.
+  /// bubble; more cp is class 2 too: its ring runs under the attention), 4 full recompute (one more forward per layer,
+  /// ~+33 % FLOPs), 5 combinations; within a class, by the compiled plan's communication per rank per step.
   int costClass = 0;
   // Results.
   bool compiled = false;
@@ -95,11 +94,16 @@ struct MemoryHint {
 
 /// The changes worth trying on a plan of `model` (with `shape`, `mesh` and
 /// `train`) that does not fit `budget`: the stronger recomputation modes, the
-/// higher ZeRO stages (dp > 1), twice the tp and twice the pp (taking the
-/// GPUs from dp when it is even, else asking for twice the GPUs), and, when
+/// higher ZeRO stages (dp × cp > 1), twice the tp, twice the pp and, for a
+/// sequence of kLongSequence tokens or more (or cp > 1 already), twice the cp
+/// (taking the GPUs from dp when it is even, else asking for twice the GPUs), and, when
 /// none fits alone, the strongest combination — each compiled in a context
 /// of its own, in parallel, nothing printed or written, and ordered fastest
 /// first (MemoryHint::costClass).
+/// Where the memory hints start offering context parallelism (Megatron's
+/// guidance: sequences of 8K tokens and more).
+inline constexpr int64_t kLongSequence = 8192;
+
 std::vector<MemoryHint> memoryHints(const std::string &model, const TrainingShape &shape,
                                     const MeshSpec &mesh, const TrainingPipelineOptions &train,
                                     const plan::MemoryBudget &budget);

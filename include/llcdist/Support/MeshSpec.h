@@ -20,6 +20,7 @@ struct MeshSpec {
   /// With cp > 1 it names cp too (Megatron's order: tp, cp, dp, pp).
   std::vector<std::string> rankOrder = {"tp", "dp", "pp"};
   int64_t worldSize() const { return dp * tp * pp * cp; }
+  /// One axis' degree, or a set's joined by '+' ("dp+cp": the product).
   int64_t size(const std::string &axis) const;
   /// The rank with coordinates {dp, tp, pp, cp}.
   int64_t rank(int64_t dpc, int64_t tpc, int64_t ppc, int64_t cpc = 0) const;

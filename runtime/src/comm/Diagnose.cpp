@@ -254,11 +254,11 @@ std::string axisOf(const FlightSet& set, const CommRecord& r) {
     std::optional<MeshAxis> a = set.mesh.axisBetween(r.group[0], r.group[1]);
     return a ? std::string(meshAxisName(*a)) : "";
   }
-  std::optional<MeshAxis> a = r.group.size() >= 2 ? set.mesh.axisOfGroup(r.group) : std::nullopt;
-  return a ? std::string(meshAxisName(*a)) : "";
+  std::optional<AxisSet> a = r.group.size() >= 2 ? set.mesh.axisSetOfGroup(r.group) : std::nullopt;
+  return a ? axisSetName(*a) : "";
 }
 
-// "all_reduce #5 on group 0,1,2,3 (axis tp)" / "send #2 of p2p 1->3 (axis pp)".
+// "all_reduce #5 on group 0,1,2,3 (axis tp)" / "... (axis dp+cp)" / "send #2 of p2p 1->3 (axis pp)".
 std::string opName(const FlightSet& set, const CommRecord& r, int64_t seq) {
   const std::string axis = axisOf(set, r);
   std::string s = r.op + " #" + std::to_string(seq) + (r.op == "send" || r.op == "recv" ? " of " : " on ") + r.channel;

@@ -230,11 +230,11 @@ class InProcessCommunicator final : public Communicator {
     return Status::aborted(what + ": abandoned because another rank failed: " + reason_.message());
   }
 
-  // "all_reduce(sum, 4 f32) on axis dp, group [0, 2]".
+  // "all_reduce(sum, 4 f32) on axis dp, group [0, 2]"; a group over several axes "on axis dp+cp, ...".
   std::string where(const Request& r, const std::vector<int>& group) const {
     std::string s = r.describe() + " on ";
     if (opts_.mesh)
-      if (auto a = opts_.mesh->axisOfGroup(group)) s += "axis " + std::string(meshAxisName(*a)) + ", ";
+      if (auto a = opts_.mesh->axisSetOfGroup(group)) s += "axis " + axisSetName(*a) + ", ";
     return s + "group " + rankList(group);
   }
 

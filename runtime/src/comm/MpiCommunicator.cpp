@@ -265,7 +265,7 @@ class MpiCommunicator final : public Communicator {
   std::string groupPhrase(const std::vector<int>& group) const {
     std::string s = "group " + rankList(group);
     if (opts_.mesh)
-      if (auto axis = opts_.mesh->axisOfGroup(group)) s += " (axis " + std::string(meshAxisName(*axis)) + ")";
+      if (auto axis = opts_.mesh->axisSetOfGroup(group)) s += " (axis " + axisSetName(*axis) + ")";
     return s;
   }
   Status fail(Status err) {

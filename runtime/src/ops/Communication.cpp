@@ -38,7 +38,7 @@ Status checkCommDType(const OpChecker& c) {
 Status checkAllReduce(const OpChecker& c) {
   const Op& op = c.op();
   int64_t n = 0;
-  LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
+  LLCDIST_RETURN_IF_ERROR(c.axisSetSize(&n));
   if (op.attrs.count("group_size") && n % c.I("group_size") != 0)
     return c.attrError("group_size", "sub-groups of " + std::to_string(c.I("group_size")) +
                                          " members do not divide axis \"" + op.stringAttr("axis") + "\" of size " +
@@ -52,7 +52,7 @@ Status checkAllReduce(const OpChecker& c) {
 Status checkGatherScatter(const OpChecker& c) {
   const Op& op = c.op();
   int64_t n = 0;
-  LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
+  LLCDIST_RETURN_IF_ERROR(c.axisSetSize(&n));
   const int64_t outer = c.I("outer"), inner = c.I("inner");
   const bool gather = op.kind == K::kAllGather;
   if (!gather && op.stringAttr("op") != "sum")
@@ -66,7 +66,7 @@ Status checkGatherScatter(const OpChecker& c) {
 // outer·mid·n·inner elements (checked without overflow: a product past int64 matches no buffer).
 Status checkAllToAll(const OpChecker& c) {
   int64_t n = 0;
-  LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
+  LLCDIST_RETURN_IF_ERROR(c.axisSetSize(&n));
   const int64_t rankDim = c.I("x_rank_dim");
   if (rankDim != 1 && rankDim != 2)
     return c.attrError("x_rank_dim",
@@ -79,11 +79,12 @@ Status checkAllToAll(const OpChecker& c) {
   return checkCommDType(c);
 }
 
-// all_reduce (over its `group_size` sub-group when given), all_gather, reduce_scatter, all_to_all.
+// all_reduce (over its `group_size` sub-group when given), all_gather, reduce_scatter, all_to_all: the
+// group of this rank on `axis`, one axis or a set ("dp+cp": members in global rank order).
 StatusOr<OpParams> bindCollective(const BindContext& b) {
   const Op& op = b.op;
   CommunicationParams p;
-  LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis("axis", "axis"));
+  LLCDIST_ASSIGN_OR_RETURN(AxisSet axis, b.axisSet("axis", "axis"));
   p.group = op.attrs.count("group_size") ? b.mesh.subGroup(b.rank, axis, op.intAttr("group_size"))
                                          : b.mesh.group(b.rank, axis);
   const std::string reduce = op.stringAttr("op");
@@ -97,7 +98,8 @@ StatusOr<OpParams> bindCollective(const BindContext& b) {
   return OpParams(std::move(p));
 }
 
-// Exactly one of `peer` (a coordinate of the axis) and `shift` (a ring's step: 1 <= shift <= n − 1).
+// `axis` a single mesh axis (a set is an error); exactly one of `peer` (a coordinate of the axis) and
+// `shift` (a ring's step: 1 <= shift <= n − 1).
 Status checkPointToPoint(const OpChecker& c) {
   int64_t n = 0;
   LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));

@@ -41,16 +41,17 @@ StatusOr<OpParams> bindSplit(const BindContext& b) {
   return OpParams(std::move(p));
 }
 
-// ZeRO: this rank's block out of a replicated buffer; x [outer, n·inner], y [outer, inner].
+// ZeRO: this rank's block out of a replicated buffer; x [outer, n·inner], y [outer, inner]. `axis` is
+// the ZeRO axis: one axis or a set ("dp+cp"), n the product of their sizes, the block the member index.
 Status checkShardSlice(const OpChecker& c) {
   int64_t n = 0;
-  LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
+  LLCDIST_RETURN_IF_ERROR(c.axisSetSize(&n));
   const int64_t outer = c.I("outer"), inner = c.I("inner");
   LLCDIST_RETURN_IF_ERROR(c.count("y", OpChecker::prod({outer, inner}), "outer×inner"));
   return c.wholeSide("x", n, outer, inner);
 }
 StatusOr<OpParams> bindShardSlice(const BindContext& b) {
-  LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis("axis", "axis"));
+  LLCDIST_ASSIGN_OR_RETURN(AxisSet axis, b.axisSet("axis", "axis"));
   LayoutParams p;
   p.members = b.mesh.axisSize(axis);
   p.member = b.mesh.coord(b.rank, axis);

@@ -108,21 +108,39 @@ Status OpChecker::wholeSide(const char* role, int64_t n, int64_t outer, int64_t 
   return count(role, prod({outer, total}), "outer×total");
 }
 
+Status OpChecker::singleAxis(const char* attr, MeshAxis* axis) const {
+  const std::string name = op_.stringAttr(attr);
+  const auto a = parseMeshAxis(name);
+  if (a) {
+    if (axis) *axis = *a;
+    return Status::ok();
+  }
+  const std::string axes = R"("dp", "tp", "pp" or "cp")";
+  if (name.find('+') != std::string::npos)  // "dp+cp": only the collectives' and shard_slice's axis
+    return attrError(attr, std::string(attr) + " \"" + name + "\" names a set of mesh axes, but " +
+                               std::string(sc::opName(op_.kind)) + "'s " + attr + " needs a single axis (" + axes +
+                               ")");
+  return attrError(attr, "unknown mesh axis \"" + name + "\" (expected " + axes + ")");
+}
+
 Status OpChecker::axisSize(int64_t* n) const {
-  const std::string axis = op_.stringAttr("axis");
-  auto a = parseMeshAxis(axis);
-  if (!a) return attrError("axis", "unknown mesh axis \"" + axis + "\" (expected \"dp\", \"tp\", \"pp\" or \"cp\")");
-  if (n) *n = manifest_.mesh().axisSize(*a);
+  MeshAxis a{};
+  LLCDIST_RETURN_IF_ERROR(singleAxis("axis", &a));
+  if (n) *n = manifest_.mesh().axisSize(a);
+  return Status::ok();
+}
+
+Status OpChecker::axisSetSize(int64_t* n) const {
+  const std::string name = op_.stringAttr("axis");
+  const auto s = parseAxisSet(name);
+  if (!s) return attrError("axis", axisSetError(name));
+  if (n) *n = manifest_.mesh().axisSize(*s);
   return Status::ok();
 }
 
 Status OpChecker::shardAxis() const {
   const std::string attr(sc::kShardAxisAttr);
-  if (!op_.attrs.count(attr)) return Status::ok();
-  const std::string axis = op_.stringAttr(attr);
-  if (!parseMeshAxis(axis))
-    return attrError(attr.c_str(), "unknown mesh axis \"" + axis + "\" (expected \"dp\", \"tp\", \"pp\" or \"cp\")");
-  return Status::ok();
+  return op_.attrs.count(attr) ? singleAxis(attr.c_str()) : Status::ok();
 }
 
 Status OpChecker::axisRows(const std::string& axisName, int64_t S) const {
@@ -144,6 +162,13 @@ StatusOr<MeshAxis> BindContext::axis(const std::string& attr, const char* what) 
   auto a = parseMeshAxis(name);
   if (!a) return Status::internal(std::string("unknown ") + what + " \"" + name + "\"");
   return *a;
+}
+
+StatusOr<AxisSet> BindContext::axisSet(const std::string& attr, const char* what) const {
+  const std::string name = op.stringAttr(attr);
+  auto s = parseAxisSet(name);
+  if (!s) return Status::internal(std::string("unknown ") + what + " \"" + name + "\"");
+  return *s;
 }
 
 }  // namespace llcdist::rt::ops

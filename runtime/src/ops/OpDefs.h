@@ -45,9 +45,16 @@ public:
   // The whole side of all_gather / reduce_scatter / shard_slice: outer×n×inner elements, or with
   // attrs.total (ZeRO's padded blocks) outer×total, total at most n×inner.
   Status wholeSide(const char* role, int64_t n, int64_t outer, int64_t inner) const;
-  // attrs.axis names a mesh axis; *n (when not null) gets its size from the manifest.
+  // attrs.`attr` names one mesh axis; *axis (when not null) gets it. A set of axes ("dp+cp") is an error
+  // at the attr saying the op's `attr` needs a single axis.
+  Status singleAxis(const char* attr, MeshAxis* axis = nullptr) const;
+  // attrs.axis names one mesh axis (send / recv, the ring attention ops); *n (when not null) gets its
+  // size from the manifest.
   Status axisSize(int64_t* n) const;
-  // attrs.shard_axis, when present, names a mesh axis (any size: an axis of size 1 makes the op the
+  // attrs.axis names one mesh axis or a set of several joined by '+' ("dp+cp": the collectives and
+  // shard_slice); *n (when not null) gets the product of their sizes.
+  Status axisSetSize(int64_t* n) const;
+  // attrs.shard_axis, when present, names one mesh axis (any size: an axis of size 1 makes the op the
   // unsharded one). Vocabulary-parallel embedding / cross entropy, sequence-parallel position embedding.
   Status shardAxis() const;
   // The S rows of each member of mesh axis `axisName` (a known name) at their positions
@@ -78,6 +85,8 @@ struct BindContext {
   // The mesh axis named by `attr` (the loader checked it; an unknown name is an Internal error
   // "unknown <what> \"name\"").
   StatusOr<MeshAxis> axis(const std::string& attr, const char* what) const;
+  // The same for an attr that may name a set of axes ("dp+cp").
+  StatusOr<AxisSet> axisSet(const std::string& attr, const char* what) const;
 };
 
 // The global positions of the S rows that coordinate `coord` of `axis` holds (Positions.h): on cp the

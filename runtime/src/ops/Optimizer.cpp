@@ -26,10 +26,9 @@ Status checkGradNormSq(const OpChecker& c) {
   }
   if (shards) {
     const std::string name = op.stringAttr("replica_axis");
-    auto axis = parseMeshAxis(name);
-    if (!axis)
-      return c.attrError("replica_axis", "unknown mesh axis \"" + name + "\" (expected \"dp\", \"tp\" or \"pp\")");
-    const int64_t n = c.manifest().mesh().axisSize(*axis);
+    MeshAxis axis{};
+    LLCDIST_RETURN_IF_ERROR(c.singleAxis("replica_axis", &axis));
+    const int64_t n = c.manifest().mesh().axisSize(axis);
     if (n % c.I("replicas") != 0)
       return c.attrError("replicas", std::to_string(c.I("replicas")) + " does not divide the size " +
                                          std::to_string(n) + " of axis \"" + name + "\"");

@@ -28,7 +28,6 @@ bool plan::reducesGradients(Operation *kernel, StringRef kind) {
   case CollectiveOrigin::Zero: // its reduce-scatters (its all-gathers move parameters)
     return true;
   case CollectiveOrigin::SequenceParallel: // its all-reduces (its all-gathers move activations)
-  case CollectiveOrigin::ContextParallel:  // its all-reduces (its all-to-alls move activations)
     return kind == "all_reduce";
   default:
     return false;

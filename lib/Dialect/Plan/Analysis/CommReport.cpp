@@ -9,6 +9,7 @@
 
 #include "llvm/ADT/StringMap.h"
 
+#include <algorithm>
 #include <set>
 
 using namespace mlir;
@@ -73,7 +74,15 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
         e.kind = kind.str();
         e.stage = stage;
         e.axis = k.getParams().getAs<StringAttr>("axis").str();
-        e.groupSize = kind == "send" ? 2 : axisSize.lookup(e.axis);
+        e.groupSize = 1;
+        if (kind == "send")
+          e.groupSize = 2;
+        else // one axis or several joined by '+' ("dp+cp"): the product
+          for (StringRef rest = e.axis; !rest.empty();) {
+            auto [a, tail] = rest.split('+');
+            e.groupSize *= axisSize.lookup(a);
+            rest = tail;
+          }
         if (auto g = k.getParams().getAs<IntegerAttr>("group_size")) // a sub-group of the axis
           e.groupSize = g.getInt();
         e.callsPerStep = runs.lookup(sub.getSymName());
@@ -377,13 +386,16 @@ void CommReport::print(llvm::raw_ostream &os, const MeshSpec &mesh, const Topolo
   os << "  collectives per step, per rank (ring algorithms: all-reduce sends "
         "2(n-1)/n of the payload):\n";
   bool staged = entries.front().stage >= 0;
-  os << fmt::format("    {}{:<11} {:<4} {:>3} {:>6} {:>14} {:>16}  {}\n", staged ? "stage " : "", "kind", "axis", "n",
-                    "calls", "payload B", "ring B/step", "analytic payload");
+  size_t axisWidth = 4; // wider for an axis set ("dp+cp")
+  for (const CollectiveEntry &e : entries)
+    axisWidth = std::max(axisWidth, e.axis.size());
+  os << fmt::format("    {}{:<11} {:<{}} {:>3} {:>6} {:>14} {:>16}  {}\n", staged ? "stage " : "", "kind", "axis",
+                    axisWidth, "n", "calls", "payload B", "ring B/step", "analytic payload");
   for (const CollectiveEntry &e : entries) {
     const AnalyticVolume &a = e.analytic;
-    os << fmt::format("    {}{:<11} {:<4} {:>3} {:>6} {:>14} {:>16.0f}  {}{}\n",
-                      staged ? fmt::format("{:>5} ", e.stage) : "", e.kind, e.axis, e.groupSize, e.callsPerStep,
-                      groupDigits(e.payloadBytes), e.ringBytesPerStep(), a.formula,
+    os << fmt::format("    {}{:<11} {:<{}} {:>3} {:>6} {:>14} {:>16.0f}  {}{}\n",
+                      staged ? fmt::format("{:>5} ", e.stage) : "", e.kind, e.axis, axisWidth, e.groupSize,
+                      e.callsPerStep, groupDigits(e.payloadBytes), e.ringBytesPerStep(), a.formula,
                       a.formula.empty() ? "" : (a.matches(e) ? " = same" : " ≠ MISMATCH"));
     if (topo) {
       LinkEstimate l = estimateLink(e, mesh, *topo);

@@ -53,7 +53,7 @@ KernelOp findGradientAllReduce(ProgramOp program) {
     auto origin = k->getAttrOfType<StringAttr>(kOriginAttr);
     auto axis = k.getParams().getAs<StringAttr>("axis");
     if (k.getKernel() == "all_reduce" && origin && origin.getValue() == "dp_gradients" && axis &&
-        axis.getValue() == "dp" && !k->hasAttr(kTokenAttr)) {
+        !k->hasAttr(kTokenAttr)) {
       found = k;
       return WalkResult::interrupt();
     }
@@ -72,7 +72,7 @@ SmallVector<KernelOp> findGradientReduceScatters(ProgramOp program, SymbolTable 
     auto axis = k.getParams().getAs<StringAttr>("axis");
     auto x = k.getArgs().getAs<FlatSymbolRefAttr>("x");
     if (k.getKernel() != "reduce_scatter" || !origin || origin.getValue() != "zero" || !axis ||
-        axis.getValue() != "dp" || k->hasAttr(kTokenAttr) || !x)
+        k->hasAttr(kTokenAttr) || !x)
       return;
     auto buf = symbols.lookup<BufferOp>(x.getAttr());
     if (buf && buf.getKind() == "grad") // ZeRO-2's reduce the microbatch's part

@@ -1,7 +1,9 @@
 //===- PlanZero.cpp - ZeRO over dp as a plan→plan rewrite -----------------===//
 //
 // llcdist-plan-zero: ZeRO over dp on a plan lowered without it. Each dp rank
-// owns one row block of every parameter (ceil(rows / dp) rows, the last
+// (each rank of the data-parallel group dp × cp, axis "dp+cp", under context
+// parallelism, as in Megatron: the gradient all-reduce's group) owns one row
+// block of every parameter (ceil(rows / dp) rows, the last
 // blocks zero-padded): it receives only that block of the summed gradient
 // (stage 1: a reduce-scatter where the plan all-reduced; stage 2: each
 // contribution reduce-scattered into a gradient block where the backward
@@ -67,11 +69,13 @@ struct Param {
   bool replica = false;
 };
 
-/// Rewrites one plan.program; `dp` is the mesh's.
+/// Rewrites one plan.program; `dp` is the size of the data-parallel group
+/// `axis` ("dp", or "dp+cp" / "cp" under context parallelism).
 class ProgramZero {
 public:
-  ProgramZero(plan::ProgramOp program, int64_t stage, bool reshardAfterForward, int64_t dp)
-      : program(program), stage(stage), reshardAfterForward(reshardAfterForward), dp(dp), b(program.getContext()) {}
+  ProgramZero(plan::ProgramOp program, int64_t stage, bool reshardAfterForward, StringRef axis, int64_t dp)
+      : program(program), stage(stage), reshardAfterForward(reshardAfterForward), dp(dp), b(program.getContext()),
+        axis(b.getStringAttr(axis)) {}
 
   LogicalResult run();
 
@@ -124,6 +128,8 @@ private:
   bool reshardAfterForward;
   int64_t dp;
   OpBuilder b;
+  /// The data-parallel group's axis ("dp", "dp+cp", "cp").
+  StringAttr axis;
   Block *body = nullptr;
   plan::SubroutineOp stepBegin, optimizer;
   Operation *firstSubroutine = nullptr;
@@ -165,8 +171,7 @@ plan::KernelOp ProgramZero::kernel(StringRef name, ArrayRef<NamedAttribute> args
 }
 
 SmallVector<NamedAttribute> ProgramZero::blockAttrs(const Param &p) {
-  SmallVector<NamedAttribute> attrs{b.getNamedAttr("axis", b.getStringAttr("dp")),
-                                    b.getNamedAttr("outer", b.getI64IntegerAttr(1)),
+  SmallVector<NamedAttribute> attrs{b.getNamedAttr("axis", axis), b.getNamedAttr("outer", b.getI64IntegerAttr(1)),
                                     b.getNamedAttr("inner", b.getI64IntegerAttr(p.shardType.getNumElements()))};
   if (p.type.getNumElements() != p.shardType.getNumElements() * dp)
     attrs.push_back(b.getNamedAttr("total", b.getI64IntegerAttr(p.type.getNumElements())));
@@ -300,7 +305,7 @@ LogicalResult ProgramZero::rewriteSteps() {
     auto it = paramOfGrad.find(a);
     return it == paramOfGrad.end() ? nullptr : &params[it->second];
   };
-  auto reason = b.getStringAttr("ZeRO: reduce-scatter the gradient into its dp shard");
+  auto reason = b.getStringAttr("ZeRO: reduce-scatter the gradient into its " + axis.getValue() + " shard");
   // `full` (one contribution, whole) reduce-scattered over dp into a part
   // of the block, added to the gradient's block; after `after`.
   auto reduceInto = [&](Operation *&declared, Buf full, Param &p, Location loc) {
@@ -463,12 +468,11 @@ void ProgramZero::sumNormOverDp() {
   // dp all-reduce before its pp all-reduce (or before its clip).
   auto *body = &optimizer.getBody().front();
   auto dpAllReduce = [&](Attribute sq, Location loc) {
-    plan::KernelOp k =
-        kernel("all_reduce", {b.getNamedAttr("x", b.getArrayAttr({sq}))},
-               {b.getNamedAttr("axis", b.getStringAttr("dp")), b.getNamedAttr("op", b.getStringAttr("sum"))},
-               NameLoc::get(b.getStringAttr("grad_norm: the gradient blocks' squared "
-                                            "norm over dp (ZeRO)"),
-                            loc));
+    plan::KernelOp k = kernel(
+        "all_reduce", {b.getNamedAttr("x", b.getArrayAttr({sq}))},
+        {b.getNamedAttr("axis", axis), b.getNamedAttr("op", b.getStringAttr("sum"))},
+        NameLoc::get(
+            b.getStringAttr("grad_norm: the gradient blocks' squared norm over " + axis.getValue() + " (ZeRO)"), loc));
     k->setAttr("plan.payload", b.getStringAttr("grad norm"));
     plan::setCollectiveOrigin(k, xf::CollectiveOrigin::GradNorm);
   };
@@ -566,8 +570,7 @@ void ProgramZero::annotateParams() {
     // The tensor's shape on this rank before the blocks (the writer's
     // `shape` when there is no tp `sharding`).
     p.op->setAttr("local_shape", b.getDenseI64ArrayAttr(p.type.getShape()));
-    SmallVector<NamedAttribute> z{b.getNamedAttr("axis", b.getStringAttr("dp")),
-                                  b.getNamedAttr("stage", b.getI64IntegerAttr(stage))};
+    SmallVector<NamedAttribute> z{b.getNamedAttr("axis", axis), b.getNamedAttr("stage", b.getI64IntegerAttr(stage))};
     if (mixed && stage < 3) // the f32 master is this rank's block
       z.push_back(b.getNamedAttr("value_block", b.getBoolAttr(true)));
     // dp does not divide the rows: the last blocks are zero padding.
@@ -603,14 +606,17 @@ struct PlanZeroPass : public plan::impl::PlanZeroBase<PlanZeroPass> {
       module.emitError("llcdist-plan-zero: stage ") << stage << " is not 1, 2 or 3";
       return signalPassFailure();
     }
-    int64_t dp = xf::meshDegrees(module).value_or(xf::MeshDegrees{}).dp;
+    // The data-parallel group: dp, or dp × cp under context parallelism.
+    xf::MeshDegrees mesh = xf::meshDegrees(module).value_or(xf::MeshDegrees{});
+    const std::string axis = mesh.gradientAxis();
+    const int64_t dp = mesh.size(axis);
     if (dp < 2) {
       module.emitError("llcdist-plan-zero: stage ")
           << stage << " shards over dp, but the mesh has dp=1 (use --mesh dp=N with N > 1)";
       return signalPassFailure();
     }
     for (auto program : module.getOps<plan::ProgramOp>())
-      if (failed(ProgramZero(program, stage, reshardAfterForward, dp).run()))
+      if (failed(ProgramZero(program, stage, reshardAfterForward, axis, dp).run()))
         return signalPassFailure();
   }
 };

@@ -39,6 +39,18 @@ func::FuncOp llcdist::xf::getOptimizerStep(ModuleOp module) {
   return opt;
 }
 
+int64_t MeshDegrees::size(llvm::StringRef axis) const {
+  auto [first, rest] = axis.split('+');
+  int64_t n = first == "dp" ? dp : first == "tp" ? tp : first == "pp" ? pp : first == "cp" ? cp : 0;
+  return rest.empty() ? n : n * size(rest);
+}
+
+std::string MeshDegrees::gradientAxis() const {
+  if (dp > 1 && cp > 1)
+    return "dp+cp";
+  return cp > 1 ? "cp" : "dp";
+}
+
 std::optional<MeshDegrees> llcdist::xf::meshDegrees(ModuleOp module) {
   auto grid = module.lookupSymbol<shard::GridOp>("mesh");
   if (!grid)

@@ -12,9 +12,25 @@ SmallVector<int64_t> weightShape(WeightLayout layout, int64_t k, int64_t n) {
                                        : SmallVector<int64_t>{k, n};
 }
 
+/// One mesh axis.
 LogicalResult checkAxis(Operation *op, StringRef axis) {
   if (axis != "dp" && axis != "tp" && axis != "pp" && axis != "cp")
     return op->emitOpError("axis must be dp, tp, pp or cp, got '") << axis << "'";
+  return success();
+}
+
+/// One mesh axis or several joined by '+' (a reduction over their product
+/// group, "dp+cp"), each at most once.
+LogicalResult checkAxisSet(Operation *op, StringRef axes) {
+  SmallVector<StringRef> names;
+  axes.split(names, '+');
+  for (auto [i, name] : llvm::enumerate(names)) {
+    if (name != "dp" && name != "tp" && name != "pp" && name != "cp")
+      return op->emitOpError("axis must be dp, tp, pp or cp, or several joined by '+' (\"dp+cp\"), got '")
+             << axes << "'";
+    if (llvm::is_contained(ArrayRef(names).take_front(i), name))
+      return op->emitOpError("axis '") << axes << "' names " << name << " twice";
+  }
   return success();
 }
 
@@ -133,10 +149,10 @@ LogicalResult AllReduceGradsOp::verify() {
     return emitOpError("reduction must be sum or avg, got '") << getReduction() << "'";
   if (auto g = getGroupSize(); g && *g < 2)
     return emitOpError("group_size must be >= 2 (absent: the whole axis), got ") << *g;
-  return checkAxis(*this, getAxis());
+  return checkAxisSet(*this, getAxis());
 }
 
-LogicalResult AllReduceLossOp::verify() { return checkAxis(*this, getAxis()); }
+LogicalResult AllReduceLossOp::verify() { return checkAxisSet(*this, getAxis()); }
 
 LogicalResult AllReduceOp::verify() { return checkAxis(*this, getAxis()); }
 

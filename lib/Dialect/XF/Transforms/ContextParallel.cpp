@@ -7,9 +7,11 @@
 // the loss — runs on the local tokens unchanged, so the propagation is data
 // parallelism's on the sequence dimension (the ops' loop nests, batchLoop):
 // a contraction over the tokens (a weight gradient, the loss's mean) is a
-// partial result over cp, summed once per step (`xf.all_reduce_grads` over
-// cp) or averaged (`xf.all_reduce_loss`). Learned positions start at the
-// rank's first token (the op's `xf.seq_parallel_axis`).
+// partial result over cp, summed once per step or averaged with the dp
+// partials, over Megatron's data-parallel group dp × cp (`xf.all_reduce_grads`
+// and `xf.all_reduce_loss` over "dp+cp", which llcdist-partition adds; ZeRO
+// then shards over the same group). Learned positions start at the rank's
+// first token (the op's `xf.seq_parallel_axis`).
 //
 // Attention is the one op that mixes tokens. With `impl` all-to-all
 // (DeepSpeed-Ulysses, Megatron's --cp-comm-type a2a) the ops of the attention
@@ -79,7 +81,6 @@ public:
       state[a] = CP::seq(1);
     if (failed(propagate(entry.getBody().front())) || failed(checkGradients()) || failed(applyTypes()))
       return failure();
-    addReductions();
     return success();
   }
 
@@ -291,18 +292,6 @@ private:
     }
     llcdist::xf::detail::refreshFunctionTypes(module);
     return success();
-  }
-
-  /// Once per step, before the update: the gradients summed over cp (they
-  /// are already scaled by the global token count) and the loss averaged.
-  void addReductions() {
-    if (func::FuncOp opt = getOptimizerStep(module))
-      llcdist::xf::detail::reduceOncePerStep(opt, "cp",
-                                             "context parallelism: every weight gradient sums over the tokens, "
-                                             "which are split on cp: each rank holds a partial sum (already "
-                                             "scaled by the global token count)",
-                                             CollectiveOrigin::ContextParallel,
-                                             "each cp rank's loss is the mean over its own slice of the sequence");
   }
 
   struct LocalHeads {

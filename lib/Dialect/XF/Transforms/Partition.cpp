@@ -108,6 +108,49 @@ private:
   llvm::DenseMap<Operation *, SmallVector<Sharding>> bodyArgs;
 };
 
+/// Data parallelism: token ids and labels split on their batch dimension,
+/// propagated through the step; every split dimension divided by dp.
+LogicalResult partitionDataParallel(ModuleOp module, func::FuncOp entry, int64_t dp) {
+  // 1. Propagate: token ids and labels are split on their batch dimension.
+  Propagation prop(module);
+  for (BlockArgument a : entry.getArguments())
+    prop.set(a, {Sharding::Split, 0});
+  if (failed(prop.propagate(entry.getBody().front())))
+    return failure();
+  if (failed(llcdist::xf::detail::checkPartialGradients(module, "dp",
+                                                        [&](Value g) { return prop.of(g).kind == Sharding::Partial; })))
+    return failure();
+
+  // 2. Local types: split dimensions divided by dp.
+  for (auto &[value, s] : prop.all()) {
+    if (s.kind != Sharding::Split)
+      continue;
+    Value v = value;
+    auto t = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> dims(t.getShape());
+    if (dims[s.dim] % dp != 0)
+      return emitError(v.getLoc(), "llcdist-partition: dimension ")
+             << s.dim << " of " << t << " is not divisible by dp=" << dp;
+    dims[s.dim] /= dp;
+    v.setType(RankedTensorType::get(dims, t.getElementType()));
+  }
+  llcdist::xf::detail::refreshFunctionTypes(module);
+  return success();
+}
+
+/// Why the gradients reduce over the data-parallel group (dp, cp or both).
+std::string gradientReason(int64_t dp, int64_t cp) {
+  if (cp == 1)
+    return "every weight gradient contracts over the batch dimension, which is sharded on dp: each rank holds a "
+           "partial sum (already scaled by the global token count)";
+  if (dp == 1)
+    return "context parallelism: every weight gradient sums over the tokens, which are split on cp: each rank "
+           "holds a partial sum (already scaled by the global token count)";
+  return "the data-parallel group dp × cp (Megatron's): every weight gradient sums over the batch, sharded on dp, "
+         "and the sequence, split on cp: each rank holds a partial sum (already scaled by the global token "
+         "count), reduced in one collective";
+}
+
 struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
   using PartitionBase::PartitionBase;
 
@@ -160,44 +203,19 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
       return signalPassFailure();
     if (cp > 1 && failed(partitionContextParallel(module, cp, cpImpl)))
       return signalPassFailure();
-    if (dp == 1)
-      return;
-
-    // 1. Propagate: token ids and labels are split on their batch dimension.
-    Propagation prop(module);
-    for (BlockArgument a : entry.getArguments())
-      prop.set(a, {Sharding::Split, 0});
-    if (failed(prop.propagate(entry.getBody().front())))
+    if (dp > 1 && failed(partitionDataParallel(module, entry, dp)))
       return signalPassFailure();
-
-    if (failed(llcdist::xf::detail::checkPartialGradients(
-            module, "dp", [&](Value g) { return prop.of(g).kind == Sharding::Partial; })))
-      return signalPassFailure();
-
-    // 2. Local types: split dimensions divided by dp.
-    for (auto &[value, s] : prop.all()) {
-      if (s.kind != Sharding::Split)
-        continue;
-      Value v = value;
-      auto t = cast<RankedTensorType>(v.getType());
-      SmallVector<int64_t> dims(t.getShape());
-      if (dims[s.dim] % dp != 0) {
-        emitError(v.getLoc(), "llcdist-partition: dimension ")
-            << s.dim << " of " << t << " is not divisible by dp=" << dp;
-        return signalPassFailure();
-      }
-      dims[s.dim] /= dp;
-      v.setType(RankedTensorType::get(dims, t.getElementType()));
-    }
-    llcdist::xf::detail::refreshFunctionTypes(module);
-
-    // 3. The collectives: once per step, before the update.
-    llcdist::xf::detail::reduceOncePerStep(opt, "dp",
-                                           "every weight gradient contracts over the batch dimension, which is "
-                                           "sharded on dp: each rank holds a partial sum (already scaled by the "
-                                           "global token count)",
-                                           CollectiveOrigin::DataParallelGradients,
-                                           "each dp rank's loss is the mean over its own tokens");
+    // 3. The collectives: once per step, before the update, over the
+    // data-parallel group (Megatron's dp × cp: with context parallelism a
+    // weight gradient is a partial sum over both).
+    if (dp > 1 || cp > 1)
+      llcdist::xf::detail::reduceOncePerStep(opt, mesh->gradientAxis(), gradientReason(dp, cp),
+                                             CollectiveOrigin::DataParallelGradients,
+                                             dp > 1 && cp > 1 ? "each dp × cp rank's loss is the mean over its own "
+                                                                "tokens (its samples' slice of the sequence)"
+                                             : dp > 1         ? "each dp rank's loss is the mean over its own tokens"
+                                                              : "each cp rank's loss is the mean over its own slice of "
+                                                                "the sequence");
   }
 };
 } // namespace

@@ -101,7 +101,7 @@ class Communicator {
 
 struct InProcessCommunicatorOptions {
   int worldSize = 1;
-  // Names the axis of a group in error messages ("axis dp"); optional.
+  // Names the axis of a group in error messages ("axis dp", "axis dp+cp": Mesh::axisSetOfGroup); optional.
   std::optional<Mesh> mesh;
   // How long a member waits for the rest of its group (a receiver for its message) before the
   // DeadlineExceeded error.

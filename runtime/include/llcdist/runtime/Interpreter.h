@@ -32,12 +32,13 @@
 // why. A replayed op's error reads as the op-by-op one: "step N, action a: <program>: subroutine ...".
 //
 // Multi-rank plans: the interpreter runs one rank (`rank`, its global rank in the manifest's mesh).
-// Collective ops (all_reduce, all_gather, reduce_scatter) act on the group of `rank` on the op's `axis`
-// (Mesh::group; all_reduce's `group_size` sub-group). create() makes one backend channel per distinct
-// group of the program's collectives (Backend::createChannel), once, and each collective runs on its
-// group's channel (docs/plan-format.md "Channels"); all_reduce issues one backend all-reduce per buffer
-// of `x`, in list order (an f64 buffer, a kernel's partial reduction, in f64; the others in the op's
-// dtype), and every collective is waited for on the default stream before the next op. Kernels never
+// Collective ops (all_reduce, all_gather, reduce_scatter, all_to_all) act on the group of `rank` on the
+// op's `axis`, one axis or a set such as "dp+cp" (Mesh::group; all_reduce's `group_size` sub-group).
+// create() makes one backend channel per distinct group of the program's collectives
+// (Backend::createChannel), once, and each collective runs on its group's channel (docs/plan-format.md
+// "Channels"); all_reduce issues one backend all-reduce per buffer of `x`, in list order (an f64
+// buffer, a kernel's partial reduction, in f64; the others in the op's dtype), and every collective
+// is waited for on the default stream before the next op. Kernels never
 // communicate. Ops with attr `shard_axis` (vocabulary-parallel embedding and cross entropy) get the
 // rank's vocabulary slice (EmbeddingParams / LossParams::vocabShard); position embeddings with
 // `shard_axis` (sequence parallelism) get the positions of the rank's rows (EmbeddingParams::posBegin,

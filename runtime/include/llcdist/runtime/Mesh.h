@@ -1,9 +1,12 @@
 // The device mesh of a multi-rank plan (docs/plan-format.md "Multi-rank plans"): axis sizes, the rank
-// order, rank <-> coordinates, and the group of a collective on one axis.
+// order, rank <-> coordinates, and the group of a collective on one axis or on a set of axes ("dp+cp").
 //
 // Rank r has coordinate c[a] on axis a with r = Σ_a c[a]·stride[a]; the first axis of `order` varies
 // fastest (stride 1), stride[next] = stride[prev]·size[prev]. The group of rank r on axis a is every
 // rank that shares r's coordinates on the other axes, ordered by the coordinate on a (the member index).
+// The group on a set of axes (Megatron's data-parallel group under context parallelism is dp × cp) is
+// every rank that shares r's coordinates on the axes outside the set, ordered by global rank: the member
+// index is the mixed-radix number of the set's coordinates, the set's fastest axis (in `order`) first.
 #pragma once
 
 #include <array>
@@ -21,6 +24,27 @@ enum class MeshAxis { kDp = 0, kTp = 1, kPp = 2, kCp = 3 };
 inline constexpr size_t kNumMeshAxes = 4;
 std::string_view meshAxisName(MeshAxis a);
 std::optional<MeshAxis> parseMeshAxis(std::string_view name);
+
+// A set of mesh axes, the group of one collective: "dp", or several names joined by '+' ("dp+cp").
+struct AxisSet {
+  unsigned bits = 0;  // bit MeshAxis
+  static AxisSet of(MeshAxis a) { return AxisSet{1u << unsigned(a)}; }
+  bool has(MeshAxis a) const { return (bits >> unsigned(a)) & 1u; }
+  bool empty() const { return bits == 0; }
+  // The one axis of a single-axis set; nullopt for an empty set or several axes.
+  std::optional<MeshAxis> single() const;
+  bool operator==(const AxisSet& o) const { return bits == o.bits; }
+  bool operator!=(const AxisSet& o) const { return bits != o.bits; }
+};
+// "dp", "dp+cp" (any order); nullopt for an empty name, an unknown one or an axis named twice.
+std::optional<AxisSet> parseAxisSet(std::string_view name);
+// The set's names in MeshAxis order (dp, tp, pp, cp) joined by '+': "dp+cp".
+std::string axisSetName(AxisSet s);
+// The forms parseAxisSet accepts, for error messages.
+inline constexpr std::string_view kAxisSetForms = R"("dp", "tp", "pp", "cp", or several joined by '+', e.g. "dp+cp")";
+// Why parseAxisSet refuses `name`, then the accepted forms: `unknown mesh axis "xx" in "dp+xx" (expected
+// ...)`, `mesh axis "dp" is named twice in "dp+dp" (expected ...)`; empty when it parses.
+std::string axisSetError(std::string_view name);
 
 struct Mesh {
   std::array<int64_t, kNumMeshAxes> size = {1, 1, 1, 1};  // indexed by MeshAxis
@@ -46,9 +70,19 @@ struct Mesh {
   // The sub-group of `size` consecutive members of that group that holds `rank` (all_reduce's
   // group_size: kv-head replicas); the whole group when `size` is not a proper divisor of the axis.
   std::vector<int> subGroup(int64_t rank, MeshAxis axis, int64_t size) const;
+  // The same on a set of axes: the product of their sizes; `rank`'s member index (its position in its
+  // group); the group (global ranks in member order); the sub-group of `size` consecutive members.
+  int64_t axisSize(AxisSet s) const;
+  int64_t coord(int64_t rank, AxisSet s) const;
+  std::vector<int> group(int64_t rank, AxisSet s) const;
+  std::vector<int> subGroup(int64_t rank, AxisSet s, int64_t size) const;
   // The axis along which `group` (>= 2 ranks) varies with every other coordinate fixed and members
   // in coordinate order; nullopt when it is no such group.
   std::optional<MeshAxis> axisOfGroup(const std::vector<int>& group) const;
+  // The set of axes whose group (Mesh::group on a set) `group` (>= 2 ranks) is, members in that order:
+  // a single axis when one fits (axisOfGroup), else the smallest set of two or more axes ("dp+cp");
+  // nullopt when it is no such group (e.g. a group_size sub-group). Names groups in messages.
+  std::optional<AxisSet> axisSetOfGroup(const std::vector<int>& group) const;
   // The rank with `rank`'s coordinates except coordinate `c` on `axis` (the peer of a send/recv).
   int64_t withCoord(int64_t rank, MeshAxis axis, int64_t c) const { return rank + (c - coord(rank, axis)) * stride(axis); }
   // The one axis on which ranks a and b (both in the world) differ; nullopt when they differ on none or

@@ -48,7 +48,7 @@ int mpiWorldSize();
 [[noreturn]] void abortMpiJob(int exitCode);
 
 struct MpiCommunicatorOptions {
-  // Names the axis of a group in error messages; optional.
+  // Names the axis of a group in error messages ("axis dp+cp": Mesh::axisSetOfGroup); optional.
   std::optional<Mesh> mesh;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // Ranks per process (--ranks-per-process): process p runs ranks [p·k, p·k + k), as threads; the

@@ -164,9 +164,9 @@ struct OptimizerParams {
 // all_reduce, all_gather, reduce_scatter, all_to_all, send, recv (family "communication"): run through the
 // backend's collectives and point-to-point calls, not as kernel launches.
 struct CommunicationParams {
-  // Collectives: the global ranks of the op's `axis` group (or all_reduce's `group_size` sub-group) in
-  // member order, the reduction, and all_gather / reduce_scatter's outer, inner and whole-side sizes
-  // (total: n·inner, or the attr `total` of ZeRO's padded blocks).
+  // Collectives: the global ranks of the op's `axis` group (one axis or a set: "dp+cp"; or all_reduce's
+  // `group_size` sub-group) in member order, the reduction, and all_gather / reduce_scatter's outer,
+  // inner and whole-side sizes (total: n·inner, or the attr `total` of ZeRO's padded blocks).
   std::vector<int> group;
   ReduceOp reduceOp = ReduceOp::kSum;
   int64_t outer = 0, inner = 0, total = 0;

@@ -54,13 +54,15 @@ struct ParamSharding {
 // params[].zero (feature "zero"; docs/plan-format.md "ZeRO plans"): the param's LOCAL tensor (its shape
 // after `sharding`) is split along its first dimension into n equal row blocks over the `axis` group's n
 // members; member c owns block c, the contiguous local elements [c·E/n, (c+1)·E/n) (E = local numel).
+// `axis` is one mesh axis or a set ("dp+cp": Megatron's data-parallel group under context parallelism):
+// n = Mesh::axisSize(axis), c = Mesh::coord(rank, axis), the member index in global rank order.
 // When n does not divide the rows, each block has blockRows = ceil(rows / n) rows (the plan says so):
 // block c holds the local elements [c·b, min((c+1)·b, E)) (b = blockRows · E / rows) followed by zero
 // padding, which no kernel, save or gradient norm ever sees as data.
 // Stage 1: buffer and grad hold the whole local tensor (only the optimizer state is per block); stage
 // 2: the grad holds the block; stage 3: buffer and grad both hold the block.
 struct ParamZero {
-  MeshAxis axis = MeshAxis::kDp;
+  AxisSet axis = AxisSet::of(MeshAxis::kDp);
   int64_t stage = 1;  // 1, 2 or 3
   // Stages 1 and 2: the value buffer holds the block too (`"value_block": true`): the f32 master of a
   // mixed-precision plan, whose bf16 working copy is whole. Stage 3 always holds the block.

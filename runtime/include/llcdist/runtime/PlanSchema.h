@@ -65,7 +65,8 @@ inline constexpr std::array<std::string_view, 2> kWeightLayouts = {"out_in", "in
 // ---------------------------------------------------------------------------------------------------
 // Axis names, as in manifest.mesh, collective attrs `axis` and params[].sharding.axis (indexed by
 // MeshAxis). "cp" (context parallelism, feature "context_parallel") is optional in manifest.mesh (absent:
-// 1).
+// 1). The collectives' and shard_slice's `axis` and params[].zero.axis may name a set of axes joined by
+// '+' ("dp+cp": parseAxisSet, Mesh.h); every other axis attr names one.
 inline constexpr std::array<std::string_view, 4> kMeshAxes = {"dp", "tp", "pp", "cp"};
 // manifest.mesh.rank_order default (fastest-varying axis first): Megatron's order. A plan's rank_order
 // lists dp, tp and pp (cp is then the slowest axis, which needs cp = 1) or all four axes.
@@ -406,6 +407,8 @@ inline constexpr A kAdamArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"
 inline constexpr T kAdamAttrs[] = {{"beta1", Flt}, {"beta2", Flt}, {"eps", Flt}, {"weight_decay", Flt}};
 inline constexpr A kSgdArgs[] = {{"param", One, F, RW}, {"grad", One, F, R}, {"momentum_buf", Opt, F, RW}};
 inline constexpr T kSgdAttrs[] = {{"momentum", Flt}, {"weight_decay", Flt}};
+// The collectives' `axis`: one mesh axis or a set ("dp+cp"; n the product of the sizes, members in global
+// rank order).
 // `group_size` (optional): the `axis` group's n members form n / group_size sub-groups of group_size
 // consecutive members, and each reduces over its own (kv-head replicas); absent: the whole group.
 // x: f32 / bf16, or f64 (the partial reductions of grad_norm_sq and cross_entropy_max / _sums: an f64
@@ -434,8 +437,9 @@ inline constexpr A kSendArgs[] = {{"x", One, F, R}};
 inline constexpr A kRecvArgs[] = {{"y", One, F, W}};
 inline constexpr T kP2PAttrs[] = {{"axis", Str}, {"peer", Idx, false}, {"shift", Int, false}, {"tag", Idx}};
 // shard_slice (ZeRO plans): x is [outer, n·inner], y is [outer, inner]: y[o, k] = x[o, c·inner + k], c this
-// rank's member index on `axis` (n its size). No communication; x and y never overlap. With `total`
-// (padded blocks, as for all_gather) x is [outer, total] and y's elements past it are zero.
+// rank's member index on `axis` (n its size; a set as for the collectives). No communication; x and y
+// never overlap. With `total` (padded blocks, as for all_gather) x is [outer, total] and y's elements
+// past it are zero.
 inline constexpr A kShardSliceArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
 inline constexpr T kShardSliceAttrs[] = {{"axis", Str}, {"outer", Int}, {"inner", Int}, {"total", Int, false}};
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace llcdist::xf {
 
@@ -49,6 +50,13 @@ mlir::func::FuncOp getOptimizerStep(mlir::ModuleOp module);
 /// grid (x cp when cp > 1).
 struct MeshDegrees {
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  /// The size of `axis`: one mesh axis, or several joined by '+' (their
+  /// product: "dp+cp"); 0 for a name that is no axis.
+  int64_t size(llvm::StringRef axis) const;
+  /// The data-parallel group, over which gradients reduce and ZeRO shards:
+  /// dp and cp (Megatron's dp × cp group under context parallelism), those
+  /// of size > 1 ("dp+cp", "dp" or "cp"); "dp" when both are 1.
+  std::string gradientAxis() const;
 };
 /// nullopt when the module has no @mesh, or one that is not a 3- or 4-axis
 /// shard.grid (every degree is then 1 for a caller that takes the default).

@@ -273,7 +273,10 @@ def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, Mem
   let description = [{
     Inserted by `llcdist-partition` at the start of the optimizer step when the
     gradients are partial sums over `axis` (data parallelism: the batch
-    dimension of every weight-gradient contraction is sharded on dp). Summed
+    dimension of every weight-gradient contraction is sharded on dp). `axis`
+    may name several axes joined by '+', one reduction over their product
+    group: under context parallelism the data-parallel group is "dp+cp", as
+    in Megatron (the sequence is split on cp too). Summed
     once per step, after all microbatches, as DDP does with no_sync.
     `reason` is the provenance the compile report and the runtime show, and
     `origin` its kind (dp_gradients, kv_replica, sequence_parallel).

@@ -22,19 +22,6 @@ void flag(FrameworkArgs &a, const std::string &name, const std::string &value = 
   a.megatron.push_back(value.empty() ? name : name + " " + value);
 }
 
-/// The parameters of one transformer layer (whole, before tp).
-int64_t layerParams(const ModelConfig &m) {
-  int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
-  if (m.arch == Arch::GPT2)
-    return 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H);
-  int64_t n = 2 * H + H * q + 2 * H * kv + q * H + 3 * H * I;
-  if (m.attentionBias)
-    n += q + 2 * kv + H;
-  if (m.mlpBias)
-    n += 2 * I + H;
-  return n;
-}
-
 void renderModel(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
   const ModelConfig &m = w.model;
   flag(a, "--num-layers", num(m.layers));
@@ -48,15 +35,17 @@ void renderModel(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
   if (m.headDim * m.heads != m.hidden)
     flag(a, "--kv-channels", num(m.headDim));
   flag(a, "--max-position-embeddings", num(m.maxPositions));
-  if (m.arch == Arch::Llama) {
+  if (llamaLayout(m.arch)) {
     flag(a, "--position-embedding-type", "rope");
     std::ostringstream theta;
     theta << m.ropeTheta;
     flag(a, "--rotary-base", theta.str());
     flag(a, "--normalization", "RMSNorm");
     flag(a, "--swiglu");
-    if (!m.attentionBias && !m.mlpBias)
+    if (!m.outputBias && !m.mlpBias)
       flag(a, "--disable-bias-linear");
+    if (m.qkvBias && !m.outputBias) // Qwen2: Megatron-LM's separate switch for q, k, v
+      flag(a, "--add-qkv-bias");
     if (m.ropeScaling)
       a.megatronNotes.push_back("rope_scaling (llama3): Megatron-LM's --use-rope-scaling");
   }
@@ -201,8 +190,7 @@ void renderFsdpPrefetch(const Workload &w, const ParallelConfig &c, FrameworkArg
   if (c.zero != 3)
     return;
   // Prefetch N layers: N layers' parameters (elements, as DeepSpeed counts).
-  a.deepspeed["zero_optimization"]["stage3_prefetch_bucket_size"] =
-      c.fsdpPrefetch * layerParams(w.model) / c.tp;
+  a.deepspeed["zero_optimization"]["stage3_prefetch_bucket_size"] = c.fsdpPrefetch * w.model.layerParameters() / c.tp;
   if (c.fsdpPrefetch == 0)
     a.megatronNotes.push_back("fsdp prefetch 0: FSDP2 prefetches the next layer by default; "
                               "Megatron-LM has no flag to turn it off");

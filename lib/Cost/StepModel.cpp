@@ -29,7 +29,7 @@ struct LayerShape {
 
 LayerShape layerShape(const ModelConfig &m, int64_t tp) {
   LayerShape s;
-  s.llama = m.arch == Arch::Llama;
+  s.llama = llamaLayout(m.arch);
   s.h = m.hidden;
   s.hd = m.headDim ? m.headDim : m.hidden / m.heads;
   s.nh = m.heads / tp;
@@ -260,8 +260,10 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
   double H = double(m.hidden);
   if (s.llama) {
     pc.layer = 2 * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * double(s.inter);
-    if (m.attentionBias)
-      pc.layer += double(s.q + 2 * s.kv) + H;
+    if (m.qkvBias)
+      pc.layer += double(s.q + 2 * s.kv);
+    if (m.outputBias)
+      pc.layer += H;
     if (m.mlpBias)
       pc.layer += 2 * double(s.inter) + H;
     pc.finalNorm = H;
@@ -296,12 +298,7 @@ double stageParams(const Workload &w, const ParallelConfig &c, int64_t stage, in
 /// one per tensor).
 int64_t stageTensors(const Workload &w, const ParallelConfig &c, int64_t stage, int64_t layers) {
   const ModelConfig &m = w.model;
-  int64_t perLayer;
-  if (m.arch == Arch::Llama)
-    perLayer = 9 + (m.attentionBias ? 4 : 0) + (m.mlpBias ? 3 : 0);
-  else
-    perLayer = 12;
-  int64_t n = layers * perLayer;
+  int64_t n = layers * m.layerTensors();
   if (stage == 0)
     n += m.arch == Arch::GPT2 ? 2 : 1;
   if (stage == c.pp - 1) {

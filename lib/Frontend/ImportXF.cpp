@@ -158,16 +158,16 @@ private:
     };
     auto o = WeightLayout::OutIn;
     Value h = rms("input_layernorm", x);
-    Value qv = linear(p + "self_attn.q_proj", h, H, q, m.attentionBias, o);
-    Value kv_ = linear(p + "self_attn.k_proj", h, H, kv, m.attentionBias, o);
-    Value vv = linear(p + "self_attn.v_proj", h, H, kv, m.attentionBias, o);
+    Value qv = linear(p + "self_attn.q_proj", h, H, q, m.qkvBias, o);
+    Value kv_ = linear(p + "self_attn.k_proj", h, H, kv, m.qkvBias, o);
+    Value vv = linear(p + "self_attn.v_proj", h, H, kv, m.qkvBias, o);
     Value qr = rope(qv);
     Value kr = rope(kv_);
     Value a = AttentionOp::create(b, loc(p + "self_attn", {"num_heads", "num_kv_heads"}), act(q),
                                   /*lse=*/Type(), qr, kr, vv, m.heads,
                                   m.kvHeads, m.headDim)
                   .getResult();
-    Value out = linear(p + "self_attn.o_proj", a, q, H, m.attentionBias, o);
+    Value out = linear(p + "self_attn.o_proj", a, q, H, m.outputBias, o);
     x = AddOp::create(b, loc(p + "self_attn"), x, out);
     h = rms("post_attention_layernorm", x);
     Value gate = linear(p + "mlp.gate_proj", h, H, I, m.mlpBias, o);

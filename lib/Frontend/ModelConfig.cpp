@@ -15,33 +15,37 @@
 using namespace llcdist;
 using json = nlohmann::json;
 
-const char *llcdist::archName(Arch a) {
-  return a == Arch::GPT2 ? "gpt2" : "llama";
-}
+const char *llcdist::archName(Arch a) { return a == Arch::GPT2 ? "gpt2" : a == Arch::Llama ? "llama" : "qwen2"; }
 const char *llcdist::hfArchitecture(Arch a) {
-  return a == Arch::GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM";
+  return a == Arch::GPT2 ? "GPT2LMHeadModel" : a == Arch::Llama ? "LlamaForCausalLM" : "Qwen2ForCausalLM";
 }
 
 namespace {
 /// The architecture's parameter formula, in T: int64_t for numParameters(),
 /// double for the bound parseModelConfig checks first (no overflow there).
-template <typename T> T parameterCount(const ModelConfig &c) {
-  T H = c.hidden, V = c.vocab, L = c.layers, I = c.intermediate;
+template <typename T> T layerCount(const ModelConfig &c) {
+  T H = c.hidden, I = c.intermediate;
   T q = T(c.heads) * T(c.headDim), kv = T(c.kvHeads) * T(c.headDim);
-  T n = V * H + (c.tieEmbeddings ? 0 : V * H);
-  if (c.arch == Arch::GPT2) {
-    n += T(c.maxPositions) * H + 2 * H; // wpe, ln_f
-    T layer = 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H +
-              (H * I + I) + (I * H + H);
-    return n + L * layer;
-  }
-  n += H; // model.norm
+  if (c.arch == Arch::GPT2)
+    return 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H);
   T layer = 2 * H + H * q + 2 * H * kv + q * H + 3 * H * I;
-  if (c.attentionBias)
-    layer += q + 2 * kv + H;
+  if (c.qkvBias)
+    layer += q + 2 * kv;
+  if (c.outputBias)
+    layer += H;
   if (c.mlpBias)
     layer += 2 * I + H;
-  return n + L * layer;
+  return layer;
+}
+
+template <typename T> T parameterCount(const ModelConfig &c) {
+  T H = c.hidden, V = c.vocab, L = c.layers;
+  T n = V * H + (c.tieEmbeddings ? 0 : V * H);
+  if (c.arch == Arch::GPT2)
+    n += T(c.maxPositions) * H + 2 * H; // wpe, ln_f
+  else
+    n += H; // model.norm
+  return n + L * layerCount<T>(c);
 }
 
 /// Far above any published model (GPT-3: 2^37.3, Llama 3.1 405B: 2^38.6),
@@ -51,6 +55,12 @@ constexpr double kMaxParameters = double(int64_t(1) << 50);
 } // namespace
 
 int64_t ModelConfig::numParameters() const { return parameterCount<int64_t>(*this); }
+int64_t ModelConfig::layerParameters() const { return layerCount<int64_t>(*this); }
+int64_t ModelConfig::layerTensors() const {
+  if (arch == Arch::GPT2)
+    return 12;
+  return 9 + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 3 : 0);
+}
 
 namespace {
 /// Thrown inside this file only; converted to ConfigError at the API.
@@ -227,10 +237,11 @@ Arch detectArch(FieldReader &r, const json &obj) {
         return Arch::GPT2;
       if (name == "LlamaForCausalLM")
         return Arch::Llama;
+      if (name == "Qwen2ForCausalLM")
+        return Arch::Qwen2;
     }
     r.fail("architectures",
-           "unsupported architecture " + a.dump() +
-               "; supported: GPT2LMHeadModel, LlamaForCausalLM");
+           "unsupported architecture " + a.dump() + "; supported: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM");
   }
   if (obj.contains("model_type")) {
     const json &t = obj.at("model_type");
@@ -238,8 +249,9 @@ Arch detectArch(FieldReader &r, const json &obj) {
       return Arch::GPT2;
     if (t == "llama")
       return Arch::Llama;
-    r.fail("model_type", "unsupported model_type " + t.dump() +
-                             "; supported: \"gpt2\", \"llama\"");
+    if (t == "qwen2")
+      return Arch::Qwen2;
+    r.fail("model_type", "unsupported model_type " + t.dump() + "; supported: \"gpt2\", \"llama\", \"qwen2\"");
   }
   throw Failure{r.where("") + "missing field 'architectures' (e.g. "
                               "[\"LlamaForCausalLM\"]) or 'model_type'"};
@@ -269,21 +281,28 @@ void parseGPT2(FieldReader &r, ModelConfig &c) {
                                  "is supported");
   if (r.boolean("scale_attn_by_inverse_layer_idx", false))
     r.fail("scale_attn_by_inverse_layer_idx", "only false is supported");
-  c.attentionBias = c.mlpBias = true;
+  c.qkvBias = c.outputBias = c.mlpBias = true;
   r.ignore({"n_ctx", "attn_pdrop", "embd_pdrop", "resid_pdrop",
             "summary_activation", "summary_first_dropout",
             "summary_proj_to_labels", "summary_type", "summary_use_proj",
             "task_specific_params", "reorder_and_upcast_attn", "output_past"});
 }
 
+/// Llama's fields, and Qwen2's (LlamaForCausalLM's layer with biases on q,
+/// k and v only; transformers' Qwen2Config has no head_dim, attention_bias,
+/// mlp_bias or pretraining_tp; its sliding window is off unless
+/// use_sliding_window, which is refused).
 void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
+  const bool qwen2 = c.arch == Arch::Qwen2;
   c.vocab = r.positiveInt("vocab_size");
   c.hidden = r.positiveInt("hidden_size");
   c.intermediate = r.positiveInt("intermediate_size");
   c.layers = r.positiveInt("num_hidden_layers");
   c.heads = r.positiveInt("num_attention_heads");
   c.kvHeads = r.positiveInt("num_key_value_heads", c.heads);
-  c.maxPositions = r.positiveInt("max_position_embeddings", 2048);
+  c.maxPositions = r.positiveInt("max_position_embeddings", qwen2 ? 32768 : 2048);
+  if (qwen2 && r.has("head_dim"))
+    r.fail("head_dim", "is not a field of Qwen2's config (head_dim is hidden_size / num_attention_heads); remove it");
   if (!r.has("head_dim") && c.hidden % c.heads != 0)
     r.fail("num_attention_heads",
            "num_attention_heads=" + std::to_string(c.heads) +
@@ -306,17 +325,30 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
     r.fail("rope_theta", std::string(llcdist::rt::schema::kRopeThetaRule) +
                              ", got " + obj.at("rope_theta").dump());
   c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
-  c.attentionBias = r.boolean("attention_bias", false);
-  c.mlpBias = r.boolean("mlp_bias", false);
   std::string act = r.string("hidden_act", "silu");
   if (act != "silu")
     r.fail("hidden_act", "unsupported activation '" + act +
                              "'; Llama's MLP is SwiGLU (\"silu\")");
+  r.ignore({"attention_dropout"});
+  if (qwen2) {
+    c.qkvBias = true;
+    c.outputBias = c.mlpBias = false;
+    if (r.boolean("use_sliding_window", false))
+      r.fail("use_sliding_window", "sliding-window attention is not implemented; only false (full causal "
+                                   "attention, Qwen2's default) is supported");
+    r.ignore({"sliding_window", "max_window_layers"}); // only read with use_sliding_window
+    if (r.has("rope_scaling"))
+      r.fail("rope_scaling", "must be null for Qwen2 (its YaRN scaling is not implemented)");
+    r.ignore({"rope_scaling"});
+    return;
+  }
+  c.qkvBias = c.outputBias = r.boolean("attention_bias", false);
+  c.mlpBias = r.boolean("mlp_bias", false);
   if (r.has("pretraining_tp") &&
       !(obj.at("pretraining_tp").is_number_integer() &&
         obj.at("pretraining_tp").get<int64_t>() == 1))
     r.fail("pretraining_tp", "only 1 is supported (it changes numerics only)");
-  r.ignore({"pretraining_tp", "attention_dropout"});
+  r.ignore({"pretraining_tp"});
   if (r.has("rope_scaling")) {
     const json &s = r.get("rope_scaling");
     if (!s.is_object())

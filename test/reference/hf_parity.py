@@ -1,6 +1,12 @@
 #!/usr/bin/env python3
 """Independent reference: re-run a compiled plan's training in PyTorch.
 
+With --transformers the forward pass is Hugging Face transformers' own model
+(AutoModelForCausalLM.from_config, eager attention, float32, run on the
+parameters through functional_call), so a family is checked
+against the library itself (Qwen2ForCausalLM); otherwise it is the
+re-implementation below.
+
 The models below are written from Hugging Face transformers' modeling_gpt2.py
 and modeling_llama.py (GPT-2: pre-LN blocks, Conv1D [in, out] weights, fused
 c_attn, gelu_new, learned positions, tied head; Llama: RMSNorm in f32,
@@ -13,6 +19,7 @@ wrote. Exit 0 on agreement, 1 with a report otherwise.
 
 usage: hf_parity.py CONFIG.json PLAN_DIR DATA.bin INIT.safetensors \
                     FINAL.safetensors LOG.jsonl [--loss-rtol R] [--param-atol A]
+                    [--transformers]
 """
 import argparse
 import json
@@ -156,6 +163,10 @@ def hf_shapes(cfg):
     nh = cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads", nh)
     hd = cfg.get("head_dim", H // nh)
+    # Qwen2: biases on q, k and v only; Llama: attention_bias (q, k, v, o), mlp_bias.
+    qwen2 = "Qwen2ForCausalLM" in cfg.get("architectures", [])
+    qkv_bias, o_bias = qwen2 or cfg.get("attention_bias"), cfg.get("attention_bias")
+    mlp_bias = cfg.get("mlp_bias")
     out = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H]}
     if not cfg.get("tie_word_embeddings"):
         out["lm_head.weight"] = [V, H]
@@ -166,7 +177,41 @@ def hf_shapes(cfg):
                     p + "self_attn.v_proj.weight": [nkv * hd, H], p + "self_attn.o_proj.weight": [H, nh * hd],
                     p + "mlp.gate_proj.weight": [I, H], p + "mlp.up_proj.weight": [I, H],
                     p + "mlp.down_proj.weight": [H, I]})
+        if qkv_bias:
+            out.update({p + "self_attn.q_proj.bias": [nh * hd], p + "self_attn.k_proj.bias": [nkv * hd],
+                        p + "self_attn.v_proj.bias": [nkv * hd]})
+        if o_bias:
+            out[p + "self_attn.o_proj.bias"] = [H]
+        if mlp_bias:
+            out.update({p + "mlp.gate_proj.bias": [I], p + "mlp.up_proj.bias": [I], p + "mlp.down_proj.bias": [H]})
     return out
+
+
+def transformers_loss(config_path):
+    """The loss of transformers' own model for the config's architecture,
+    evaluated on the parameter dict P (tied weights given once, as saved)."""
+    import transformers
+    cfg = transformers.AutoConfig.from_pretrained(config_path)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
+                                                          torch_dtype=torch.float32).eval()
+    print(f"transformers {transformers.__version__}: {type(model).__name__}")
+
+    tied = cfg.tie_word_embeddings
+    try:
+        from torch.func import functional_call
+    except ImportError:  # torch < 2.0
+        from torch.nn.utils.stateless import functional_call
+
+    def loss(P, _cfg, ids, targets):
+        # A tied head is the embedding's tensor itself (one leaf, one gradient).
+        params = dict(P)
+        if tied and "lm_head.weight" not in params:
+            params["lm_head.weight"] = params["model.embed_tokens.weight"]
+        out = functional_call(model, params, (ids,), {"use_cache": False})
+        logits = out.logits
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+    return loss
 
 
 def check_hf_layout(cfg, tensors, path):
@@ -195,11 +240,20 @@ def main():
         ap.add_argument(a)
     ap.add_argument("--loss-rtol", type=float, default=1e-5)
     ap.add_argument("--param-atol", type=float, default=1e-5)
+    ap.add_argument("--transformers", action="store_true",
+                    help="the forward pass of transformers' own model, not the re-implementation")
     args = ap.parse_args()
     cfg = json.load(open(args.config))
     man = json.load(open(args.plan + "/manifest.json"))
     log = [json.loads(line) for line in open(args.log)]
-    loss_fn = gpt2_loss if "GPT2LMHeadModel" in cfg.get("architectures", []) else llama_loss
+    if args.transformers:
+        loss_fn = transformers_loss(args.config)
+    elif "GPT2LMHeadModel" in cfg.get("architectures", []):
+        loss_fn = gpt2_loss
+    elif "LlamaForCausalLM" in cfg.get("architectures", []):
+        loss_fn = llama_loss
+    else:
+        sys.exit(f"{args.config}: no re-implementation of {cfg.get('architectures')}; use --transformers")
 
     init = read_safetensors(args.init)
     ok = check_hf_layout(cfg, init, args.init)
@@ -229,15 +283,19 @@ def main():
             g["lr"] = lr_at(sched, step)
         opt.zero_grad()
         total = 0.0
-        for j in range(M):
+        # The global batch's G samples (every dp rank's microbatches: sample
+        # g = (j·dp + r)·Bm + i is read by dp rank r), Bm at a time: the
+        # step's loss is their mean however the ranks split them.
+        chunks = G // Bm
+        for j in range(chunks):
             rows = []
             for i in range(Bm):
                 s = (step * G + j * Bm + i) % samples
                 rows.append(tokens[s * T: s * T + T + 1])
             batch = torch.stack(rows)
             loss = loss_fn(P, cfg, batch[:, :-1], batch[:, 1:])
-            (loss / M).backward()
-            total += loss.item() / M
+            (loss / chunks).backward()
+            total += loss.item() / chunks
         norm = torch.nn.utils.clip_grad_norm_(list(P.values()), man["grad_clip"] or float("inf"))
         rel = abs(total - rec["loss"]) / abs(total)
         print(f"step {step}: torch loss {total:.7f} llc-dist {rec['loss']:.7f} rel {rel:.2e} "

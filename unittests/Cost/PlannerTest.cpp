@@ -845,6 +845,15 @@ TEST(FrameworkConfig, Model) {
   a = m.args();
   EXPECT_TRUE(hasFlag(a.megatron, "--num-layers 16"));
   EXPECT_FALSE(hasFlag(a.megatron, "--group-query-attention"));
+  EXPECT_FALSE(hasFlag(a.megatron, "--add-qkv-bias"));
+  // Qwen2: Llama's flags, with the q, k, v biases and no other.
+  ModelConfig qwen;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/qwen2-7b.json", qwen));
+  m.w.model = qwen;
+  a = m.args();
+  for (const char *f : {"--swiglu", "--normalization RMSNorm", "--rotary-base 1e+06", "--disable-bias-linear",
+                        "--add-qkv-bias", "--num-query-groups 4", "--untie-embeddings-and-output-weights"})
+    EXPECT_TRUE(hasFlag(a.megatron, f)) << f;
 }
 
 TEST(FrameworkConfig, EveryRowIsTested) {

@@ -40,6 +40,11 @@ TEST(ModelConfig, PublishedParameterCounts) {
       {"llama3-8b", 8030261248},
       {"llama3.2-1b", 1235814400}, // tied embeddings (bench/gpu_step.py)
       {"llama3.1-405b", 405853388800},
+      // Qwen2 (the safetensors index's total_size / 2 bytes): biases on q,
+      // k and v only; the small sizes tie the embeddings.
+      {"qwen2-0.5b", 494032768},
+      {"qwen2-1.5b", 1543714304},
+      {"qwen2-7b", 7615616512},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -57,6 +62,41 @@ TEST(ModelConfig, GPT2Fields) {
   EXPECT_EQ(c.maxPositions, 1024);
   EXPECT_TRUE(c.tieEmbeddings);
   EXPECT_DOUBLE_EQ(c.normEps, 1e-5);
+}
+
+TEST(ModelConfig, Qwen2Fields) {
+  ModelConfig c = load("qwen2-7b");
+  EXPECT_EQ(c.arch, Arch::Qwen2);
+  EXPECT_EQ(c.heads, 28);
+  EXPECT_EQ(c.kvHeads, 4);
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_TRUE(c.qkvBias);
+  EXPECT_FALSE(c.outputBias);
+  EXPECT_FALSE(c.mlpBias);
+  EXPECT_FALSE(c.tieEmbeddings);
+  EXPECT_DOUBLE_EQ(c.ropeTheta, 1e6);
+  EXPECT_TRUE(load("qwen2-0.5b").tieEmbeddings);
+  EXPECT_EQ(c.layerTensors(), 12); // 2 norms, q k v o, 3 MLP, 3 biases
+}
+
+// What Qwen2's config may not say: a sliding window (not implemented), a
+// rope_scaling, a head_dim (not a Qwen2Config field), Llama's bias switches.
+TEST(ModelConfig, Qwen2RefusesWhatItCannotTrain) {
+  const std::string head = R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 8, "num_hidden_layers": 2, "num_key_value_heads": 2, "vocab_size": 128, )";
+  ModelConfig c;
+  EXPECT_FALSE(parseModelConfig(head + R"("use_sliding_window": false, "sliding_window": 64})", "ok.json", c));
+  EXPECT_EQ(c.maxPositions, 32768); // Qwen2Config's default
+  EXPECT_NE(parseError(head + R"("use_sliding_window": true})").find("field 'use_sliding_window': sliding-window"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"("rope_scaling": {"type": "yarn", "factor": 4}})").find("field 'rope_scaling'"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"("head_dim": 8})").find("field 'head_dim': is not a field of Qwen2"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"("attention_bias": true})")
+                .find("field 'attention_bias': unknown field for "
+                      "Qwen2ForCausalLM"),
+            std::string::npos);
 }
 
 TEST(ModelConfig, LlamaFields) {

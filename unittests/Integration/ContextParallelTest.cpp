@@ -190,6 +190,14 @@ TEST(ContextParallelRing, TinyLlamaAdamW) {
           CpCase::of(2).withDp(2).withMicroBatch(4).withZero(2).ring(), CpCase::of(4).withZero(1).ring()});
 }
 
+/// Qwen2 (q, k, v biases; tied; 2 kv heads): both implementations, with dp
+/// and ZeRO over dp × cp, and with tp + SP.
+TEST(ContextParallelRing, TinyQwen2SGD) {
+  golden("tiny-qwen2", "sgd",
+         {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2).withDp(2).withMicroBatch(4).withZero(1).ring(),
+          CpCase::of(2).withTp(2).withSequenceParallel().ring(), CpCase::of(2)});
+}
+
 /// bf16 (mixed precision): cp reorders the weight-gradient sums (each rank's
 /// tokens, then the sum over cp, with a bf16 rounding per partial sum) and the
 /// all-to-alls move bf16 activations unchanged, so the single-device bf16 run

@@ -1,7 +1,7 @@
 //===- ParallelTest.cpp - the golden rule for data and tensor parallelism -===//
 //
-// Every parallel plan reproduces the single-device plan: for tiny GPT-2 and
-// tiny Llama, (dp, tp) ∈ {(2,1), (4,1), (1,2), (1,4), (2,2), (2,4)} with the
+// Every parallel plan reproduces the single-device plan: for tiny GPT-2,
+// tiny Llama and tiny Qwen2, (dp, tp) ∈ {(2,1), (4,1), (1,2), (1,4), (2,2), (2,4)} with the
 // same global batch (with and without gradient accumulation, with and without
 // sequence parallelism where tp > 1) gives the
 // single-device losses and parameters (gathered from their shards) after 3
@@ -60,6 +60,10 @@ TEST(Parallel, TinyGPT2SGD) { golden("tiny-gpt2", "sgd"); }
 TEST(Parallel, TinyGPT2AdamW) { golden("tiny-gpt2", "adamw"); }
 TEST(Parallel, TinyLlamaSGD) { golden("tiny-llama", "sgd"); }
 TEST(Parallel, TinyLlamaAdamW) { golden("tiny-llama", "adamw"); }
+// Qwen2: biases on q, k, v (column-parallel, split with their heads), tied
+// embeddings; tp = 4 replicates its 2 kv heads (and their biases).
+TEST(Parallel, TinyQwen2SGD) { golden("tiny-qwen2", "sgd"); }
+TEST(Parallel, TinyQwen2AdamW) { golden("tiny-qwen2", "adamw"); }
 
 // The strategy variant of docs/writing-a-sharding-pass.md
 // (llcdist-tp-replicate-embeddings) is held to the same golden rule.

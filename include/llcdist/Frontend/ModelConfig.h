@@ -1,7 +1,7 @@
 //===- ModelConfig.h - Hugging Face config.json front end ------*- C++ -*-===//
 //
 // MLIR-free: parses and validates a Hugging Face config.json of a
-// GPT2LMHeadModel or a LlamaForCausalLM into one flat description of a
+// GPT2LMHeadModel, LlamaForCausalLM or Qwen2ForCausalLM into one flat description of a
 // decoder-only transformer. Errors name the file, the line and column of the
 // field, the field, and what to do.
 //
@@ -17,9 +17,12 @@
 
 namespace llcdist {
 
-enum class Arch { GPT2, Llama };
-const char *archName(Arch a);          ///< "gpt2" / "llama"
-const char *hfArchitecture(Arch a);    ///< "GPT2LMHeadModel" / "LlamaForCausalLM"
+enum class Arch { GPT2, Llama, Qwen2 };
+const char *archName(Arch a);       ///< "gpt2" / "llama" / "qwen2"
+const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / "Qwen2ForCausalLM"
+/// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, SwiGLU, the
+/// model.layers.{i} names), which Qwen2 shares (it adds q, k, v biases).
+inline bool llamaLayout(Arch a) { return a != Arch::GPT2; }
 
 /// Hugging Face's `rope_scaling` with rope_type "llama3" (Llama 3.1+).
 struct RopeScaling {
@@ -34,10 +37,13 @@ struct ModelConfig {
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kvHeads = 0,
           headDim = 0, intermediate = 0, maxPositions = 0;
   double normEps = 1e-5;
-  double ropeTheta = 10000.0;         ///< Llama only
+  double ropeTheta = 10000.0; ///< Llama and Qwen2
   std::optional<RopeScaling> ropeScaling;
   bool tieEmbeddings = true;
-  bool attentionBias = true;          ///< GPT-2: always; Llama: attention_bias
+  /// Biases on the q, k and v projections (GPT-2: always; Llama:
+  /// attention_bias; Qwen2: always) and on the output projection (GPT-2:
+  /// always; Llama: attention_bias; Qwen2: never).
+  bool qkvBias = true, outputBias = true;
   bool mlpBias = true;                ///< GPT-2: always; Llama: mlp_bias
   /// Where the fields that shape the graph are, by the role they play (the
   /// xf.model keys: num_heads, num_kv_heads, num_layers, vocab_size,
@@ -54,6 +60,9 @@ struct ModelConfig {
   /// Parameter count from the architecture's formula (unique tensors: a tied
   /// embedding counts once). The compiler's count from the IR must agree.
   int64_t numParameters() const;
+  /// One decoder layer's parameters, and its parameter tensors.
+  int64_t layerParameters() const;
+  int64_t layerTensors() const;
 };
 
 /// A failed parse or check: `message` already reads

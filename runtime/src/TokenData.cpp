@@ -3,6 +3,7 @@
 
 #include "llcdist/runtime/Rng.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -18,15 +19,14 @@ Status fileError(const std::string& path, Status s) { return std::move(s).withCo
 
 constexpr int64_t kHeaderBytes = kTokenHeaderInts * 4;
 
-}  // namespace
-
-Status writeTokenFile(const std::string& path, const uint16_t* tokens, int64_t count) {
+// The header of `version` and `count` tokens of `width` bytes each, written through a temporary.
+Status writeTokens(const std::string& path, const void* tokens, int64_t count, int32_t version, int64_t width) {
   if (count < 0 || count > INT32_MAX)
     return fileError(path, Status::invalidArgument("token count " + std::to_string(count) +
                                                    " does not fit the int32 header field"));
   std::vector<int32_t> header(kTokenHeaderInts, 0);
   header[0] = kTokenFileMagic;
-  header[1] = kTokenFileVersion;
+  header[1] = version;
   header[2] = int32_t(count);
   static std::atomic<uint64_t> counter{0};
   const std::string tmp =
@@ -35,7 +35,7 @@ Status writeTokenFile(const std::string& path, const uint16_t* tokens, int64_t c
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (out) {
       out.write(reinterpret_cast<const char*>(header.data()), kHeaderBytes);
-      if (count > 0) out.write(reinterpret_cast<const char*>(tokens), std::streamsize(count * 2));
+      if (count > 0) out.write(static_cast<const char*>(tokens), std::streamsize(count * width));
       out.flush();
     }
     if (!out) {
@@ -54,6 +54,16 @@ Status writeTokenFile(const std::string& path, const uint16_t* tokens, int64_t c
   return Status::ok();
 }
 
+}  // namespace
+
+Status writeTokenFile(const std::string& path, const uint16_t* tokens, int64_t count) {
+  return writeTokens(path, tokens, count, kTokenFileVersion, 2);
+}
+
+Status writeTokenFile(const std::string& path, const uint32_t* tokens, int64_t count) {
+  return writeTokens(path, tokens, count, kTokenFileVersionWide, 4);
+}
+
 StatusOr<TokenFile> TokenFile::open(const std::string& path) {
   std::error_code ec;
   const uint64_t size = fs::file_size(path, ec);
@@ -68,20 +78,28 @@ StatusOr<TokenFile> TokenFile::open(const std::string& path) {
   if (header[0] != kTokenFileMagic)
     return fileError(path, Status::dataLoss("bad magic " + std::to_string(header[0]) + " (expected " +
                                             std::to_string(kTokenFileMagic) + ")"));
-  if (header[1] != kTokenFileVersion)
-    return fileError(path, Status::dataLoss("unsupported version " + std::to_string(header[1]) +
-                                            " (expected " + std::to_string(kTokenFileVersion) + ")"));
-  const int64_t count = header[2];
+  if (header[1] != kTokenFileVersion && header[1] != kTokenFileVersionWide)
+    return fileError(path, Status::dataLoss("unsupported version " + std::to_string(header[1]) + " (expected " +
+                                            std::to_string(kTokenFileVersion) + ": uint16 tokens, or " +
+                                            std::to_string(kTokenFileVersionWide) + ": uint32 tokens)"));
+  const int64_t count = header[2], width = header[1] == kTokenFileVersionWide ? 4 : 2;
   const uint64_t payload = size - uint64_t(kHeaderBytes);
-  if (count < 0 || uint64_t(count) * 2 != payload)
+  if (count < 0 || uint64_t(count) * uint64_t(width) != payload)
     return fileError(path, Status::dataLoss("header says " + std::to_string(count) + " tokens (" +
-                                            std::to_string(count * 2) + " bytes) but the file has " +
+                                            std::to_string(count * width) + " bytes) but the file has " +
                                             std::to_string(payload) + " bytes of tokens"));
   TokenFile f;
   f.path_ = path;
   f.tokens_.resize(count);
-  if (count > 0 && !in.read(reinterpret_cast<char*>(f.tokens_.data()), std::streamsize(payload)))
+  if (width == 4) {
+    if (count > 0 && !in.read(reinterpret_cast<char*>(f.tokens_.data()), std::streamsize(payload)))
+      return fileError(path, Status::ioError("read failed"));
+    return f;
+  }
+  std::vector<uint16_t> narrow(static_cast<size_t>(count));
+  if (count > 0 && !in.read(reinterpret_cast<char*>(narrow.data()), std::streamsize(payload)))
     return fileError(path, Status::ioError("read failed"));
+  std::copy(narrow.begin(), narrow.end(), f.tokens_.begin());
   return f;
 }
 
@@ -144,13 +162,13 @@ Status BatchSampler::microbatchChunk(int64_t step, int64_t micro, int64_t dpRank
                               (S > 0 ? std::to_string(positions.minAt(S)) + ".." + std::to_string(positions.maxAt(S))
                                      : std::string("(none)")) +
                               " are outside the sequence of " + std::to_string(cfg_.T));
-  const uint16_t* tok = file_->tokens().data();
+  const uint32_t* tok = file_->tokens().data();
   for (int64_t i = 0; i < cfg_.B; ++i) {
-    const uint16_t* src = tok + sampleStart(globalSample(step, micro, dpRank, i));
+    const uint32_t* src = tok + sampleStart(globalSample(step, micro, dpRank, i));
     for (int64_t t = 0; t < S; ++t) {
       const int64_t pos = positions.at(t);
-      inputs[i * S + t] = src[pos];
-      targets[i * S + t] = src[pos + 1];
+      inputs[i * S + t] = int32_t(src[pos]);
+      targets[i * S + t] = int32_t(src[pos + 1]);
     }
   }
   return Status::ok();

@@ -79,9 +79,30 @@ TEST_F(TokenDataTest, WriteReadRoundTrip) {
   EXPECT_EQ(fs::file_size(p), 1024u + 2 * t.size());
   auto f = TokenFile::open(p);
   ASSERT_TRUE(f.isOk()) << f.status().message();
-  EXPECT_EQ(f->tokens(), t);
+  EXPECT_EQ(f->tokens(), std::vector<uint32_t>(t.begin(), t.end()));
   EXPECT_EQ(f->size(), 6);
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);  // no temp left
+}
+
+// Version 2: uint32 tokens, for vocabularies past 65,536 ids (Qwen2's 151,936), sampled as version 1's.
+TEST_F(TokenDataTest, WideTokensRoundTripAndSample) {
+  std::vector<uint32_t> t(40);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = uint32_t(151000 + i);
+  t[3] = 65536;
+  const std::string p = (dir / "wide.bin").string();
+  ASSERT_TRUE(writeTokenFile(p, t.data(), int64_t(t.size())).isOk());
+  EXPECT_EQ(fs::file_size(p), 1024u + 4 * t.size());
+  auto f = TokenFile::open(p);
+  ASSERT_TRUE(f.isOk()) << f.status().message();
+  EXPECT_EQ(f->tokens(), t);
+  auto s = BatchSampler::create(std::make_shared<const TokenFile>(std::move(f).value()), {2, 8, 1, 1});
+  ASSERT_TRUE(s.isOk());
+  std::vector<int32_t> in(16), tg(16);
+  ASSERT_TRUE(s->microbatch(0, 0, 0, in.data(), tg.data()).isOk());
+  for (int64_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(uint32_t(in[i]), t[i]) << i;
+    EXPECT_EQ(uint32_t(tg[i]), t[i + 1]) << i;
+  }
 }
 
 TEST_F(TokenDataTest, SequentialOrderIsLlmcAndIndependentOfBMdp) {
@@ -166,7 +187,10 @@ TEST_F(TokenDataTest, ShuffleIsASeededPermutationPerEpoch) {
 TEST_F(TokenDataTest, MalformedFilesAreRejected) {
   expectError(writeRaw("short", std::vector<int32_t>(10, 0), 0), "40 bytes, shorter than the 1024-byte header");
   expectError(writeRaw("magic", header(12345, 1, 0), 0), "bad magic 12345 (expected 20240520)");
-  expectError(writeRaw("version", header(kTokenFileMagic, 2, 0), 0), "unsupported version 2");
+  expectError(writeRaw("version", header(kTokenFileMagic, 3, 0), 0),
+              "unsupported version 3 (expected 1: uint16 tokens, or 2: uint32 tokens)");
+  expectError(writeRaw("wide-count", header(kTokenFileMagic, 2, 5), 10),
+              "header says 5 tokens (20 bytes) but the file has 10 bytes of tokens");
   expectError(writeRaw("count", header(kTokenFileMagic, 1, 5), 8),
               "header says 5 tokens (10 bytes) but the file has 8 bytes of tokens");
   expectError(writeRaw("negative", header(kTokenFileMagic, 1, -1), 0), "header says -1 tokens");

@@ -46,7 +46,7 @@ StatusOr<DataSourceFactory> makeDataSources(const Manifest& m, const std::string
     });
   }
   LLCDIST_ASSIGN_OR_RETURN(TokenFile file, TokenFile::open(data));
-  const std::vector<uint16_t>& toks = file.tokens();
+  const std::vector<uint32_t>& toks = file.tokens();
   for (size_t p = 0; p < toks.size(); ++p)
     if (int64_t(toks[p]) >= V)
       return Status::invalidArgument("token " + std::to_string(toks[p]) + " at position " + std::to_string(p) +

@@ -1,7 +1,8 @@
 // Token files in llm.c's format and the batch sampler that defines the data order.
 //
-// File: 256 little-endian int32 header words — [0] magic 20240520, [1] version 1, [2] token count —
-// then `count` uint16 tokens.
+// File: 256 little-endian int32 header words — [0] magic 20240520, [1] version, [2] token count —
+// then `count` tokens: uint16 in version 1 (llm.c's), uint32 in version 2 (llc-dist's, for vocabularies
+// past 65,536 ids: Llama 3's 128,256, Qwen2's 151,936; scripts/prepare_data.py writes it only then).
 //
 // Order (design.md §4). A step has G = B·M·dp sequences of T tokens (B micro-batch size, M
 // microbatches, dp data-parallel ranks). Global sample s = k·G + g of step k reads the T+1 tokens
@@ -25,24 +26,27 @@
 namespace llcdist::rt {
 
 inline constexpr int32_t kTokenFileMagic = 20240520;
-inline constexpr int32_t kTokenFileVersion = 1;
+inline constexpr int32_t kTokenFileVersion = 1;      // uint16 tokens (llm.c)
+inline constexpr int32_t kTokenFileVersionWide = 2;  // uint32 tokens
 inline constexpr int64_t kTokenHeaderInts = 256;
 
-// Writes a token file (via a temporary and a rename: no partial output on failure).
+// Writes a token file (via a temporary and a rename: no partial output on failure): version 1 from
+// uint16 tokens, version 2 from uint32 ones.
 Status writeTokenFile(const std::string& path, const uint16_t* tokens, int64_t count);
+Status writeTokenFile(const std::string& path, const uint32_t* tokens, int64_t count);
 
 class TokenFile {
 public:
-  // Reads the whole file; checks size >= header, magic, version, and that the token count matches
-  // the file size. Errors name the file.
+  // Reads the whole file; checks size >= header, magic, version (1 or 2), and that the token count
+  // matches the file size. Errors name the file.
   static StatusOr<TokenFile> open(const std::string& path);
   const std::string& path() const { return path_; }
-  const std::vector<uint16_t>& tokens() const { return tokens_; }
+  const std::vector<uint32_t>& tokens() const { return tokens_; }
   int64_t size() const { return int64_t(tokens_.size()); }
 
 private:
   std::string path_;
-  std::vector<uint16_t> tokens_;
+  std::vector<uint32_t> tokens_;
 };
 
 // Context parallelism (docs/plan-format.md "Context parallelism"): the rank with cp coordinate c of cp

@@ -48,6 +48,10 @@ void renderModel(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
       flag(a, "--add-qkv-bias");
     if (m.ropeScaling)
       a.megatronNotes.push_back("rope_scaling (llama3): Megatron-LM's --use-rope-scaling");
+    if (m.slidingWindow > 0 && m.slidingWindow + 1 < w.seqLen) // the band matters at this length
+      a.megatronNotes.push_back("sliding_window " + num(m.slidingWindow) + ": Megatron-LM's --window-size " +
+                                num(m.slidingWindow) + " 0 (each query sees the " + num(m.slidingWindow) +
+                                " tokens before it and itself)");
   }
   if (!m.tieEmbeddings)
     flag(a, "--untie-embeddings-and-output-weights");

@@ -1,8 +1,10 @@
 //===- ImportXF.cpp - model config -> xf forward graph --------------------===//
 //
 // Mirrors Hugging Face transformers' GPT2LMHeadModel and LlamaForCausalLM
-// forward passes op for op; parameter names and layouts are theirs, so a
-// safetensors checkpoint maps onto the graph without conversion.
+// forward passes op for op (Qwen2ForCausalLM and MistralForCausalLM share
+// Llama's layer, with q/k/v biases and a sliding window); parameter names and
+// layouts are theirs, so a safetensors checkpoint maps onto the graph without
+// conversion.
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Frontend/ImportXF.h"
@@ -122,9 +124,8 @@ private:
     auto split = SplitOp::create(
         b, loc(p + "attn"), TypeRange{act(H), act(H), act(H)}, qkv);
     Value a = AttentionOp::create(b, loc(p + "attn", {"num_heads", "num_kv_heads"}), act(H), /*lse=*/Type(),
-                                  split.getResult(0), split.getResult(1),
-                                  split.getResult(2), m.heads, m.heads,
-                                  m.headDim)
+                                  split.getResult(0), split.getResult(1), split.getResult(2), m.heads, m.heads,
+                                  m.headDim, /*window=*/IntegerAttr())
                   .getResult();
     Value o = linear(p + "attn.c_proj", a, H, H, true, WeightLayout::InOut);
     x = AddOp::create(b, loc(p + "attn"), x, o);
@@ -163,9 +164,13 @@ private:
     Value vv = linear(p + "self_attn.v_proj", h, H, kv, m.qkvBias, o);
     Value qr = rope(qv);
     Value kr = rope(kv_);
+    // Mistral's sliding window W: transformers 4.40 (and Mistral's reference
+    // code) let query i see keys i-W..i, W + 1 of them: xf.attention's
+    // `window`. Where that covers the sequence it masks nothing (plain causal).
+    const int64_t keys = m.slidingWindow + 1;
+    IntegerAttr window = m.slidingWindow > 0 && keys < S ? b.getI64IntegerAttr(keys) : IntegerAttr();
     Value a = AttentionOp::create(b, loc(p + "self_attn", {"num_heads", "num_kv_heads"}), act(q),
-                                  /*lse=*/Type(), qr, kr, vv, m.heads,
-                                  m.kvHeads, m.headDim)
+                                  /*lse=*/Type(), qr, kr, vv, m.heads, m.kvHeads, m.headDim, window)
                   .getResult();
     Value out = linear(p + "self_attn.o_proj", a, q, H, m.outputBias, o);
     x = AddOp::create(b, loc(p + "self_attn"), x, out);

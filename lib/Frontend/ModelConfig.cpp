@@ -15,10 +15,20 @@
 using namespace llcdist;
 using json = nlohmann::json;
 
-const char *llcdist::archName(Arch a) { return a == Arch::GPT2 ? "gpt2" : a == Arch::Llama ? "llama" : "qwen2"; }
-const char *llcdist::hfArchitecture(Arch a) {
-  return a == Arch::GPT2 ? "GPT2LMHeadModel" : a == Arch::Llama ? "LlamaForCausalLM" : "Qwen2ForCausalLM";
-}
+namespace {
+/// Every family: Arch, its model_type and its transformers class.
+struct ArchNames {
+  Arch arch;
+  const char *name, *hf;
+};
+constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
+                                {Arch::Llama, "llama", "LlamaForCausalLM"},
+                                {Arch::Qwen2, "qwen2", "Qwen2ForCausalLM"},
+                                {Arch::Mistral, "mistral", "MistralForCausalLM"}};
+} // namespace
+
+const char *llcdist::archName(Arch a) { return kArchs[int(a)].name; }
+const char *llcdist::hfArchitecture(Arch a) { return kArchs[int(a)].hf; }
 
 namespace {
 /// The architecture's parameter formula, in T: int64_t for numParameters(),
@@ -232,26 +242,24 @@ Arch detectArch(FieldReader &r, const json &obj) {
     const json &a = obj.at("architectures");
     if (!a.is_array() || a.empty())
       r.fail("architectures", "must be a non-empty array of class names");
-    for (const json &name : a) {
-      if (name == "GPT2LMHeadModel")
-        return Arch::GPT2;
-      if (name == "LlamaForCausalLM")
-        return Arch::Llama;
-      if (name == "Qwen2ForCausalLM")
-        return Arch::Qwen2;
+    std::string supported;
+    for (const ArchNames &k : kArchs) {
+      for (const json &name : a)
+        if (name == k.hf)
+          return k.arch;
+      supported += std::string(supported.empty() ? "" : ", ") + k.hf;
     }
-    r.fail("architectures",
-           "unsupported architecture " + a.dump() + "; supported: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM");
+    r.fail("architectures", "unsupported architecture " + a.dump() + "; supported: " + supported);
   }
   if (obj.contains("model_type")) {
     const json &t = obj.at("model_type");
-    if (t == "gpt2")
-      return Arch::GPT2;
-    if (t == "llama")
-      return Arch::Llama;
-    if (t == "qwen2")
-      return Arch::Qwen2;
-    r.fail("model_type", "unsupported model_type " + t.dump() + "; supported: \"gpt2\", \"llama\", \"qwen2\"");
+    std::string supported;
+    for (const ArchNames &k : kArchs) {
+      if (t == k.name)
+        return k.arch;
+      supported += std::string(supported.empty() ? "" : ", ") + "\"" + k.name + "\"";
+    }
+    r.fail("model_type", "unsupported model_type " + t.dump() + "; supported: " + supported);
   }
   throw Failure{r.where("") + "missing field 'architectures' (e.g. "
                               "[\"LlamaForCausalLM\"]) or 'model_type'"};
@@ -288,21 +296,23 @@ void parseGPT2(FieldReader &r, ModelConfig &c) {
             "task_specific_params", "reorder_and_upcast_attn", "output_past"});
 }
 
-/// Llama's fields, and Qwen2's (LlamaForCausalLM's layer with biases on q,
-/// k and v only; transformers' Qwen2Config has no head_dim, attention_bias,
+/// Llama's fields, Qwen2's (LlamaForCausalLM's layer with biases on q, k
+/// and v only; transformers' Qwen2Config has no head_dim, attention_bias,
 /// mlp_bias or pretraining_tp; its sliding window is off unless
-/// use_sliding_window, which is refused).
+/// use_sliding_window, which is refused) and Mistral's (Llama's layer without
+/// biases and with sliding_window; MistralConfig 4.40 has no head_dim either).
 void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
-  const bool qwen2 = c.arch == Arch::Qwen2;
+  const bool qwen2 = c.arch == Arch::Qwen2, mistral = c.arch == Arch::Mistral;
   c.vocab = r.positiveInt("vocab_size");
   c.hidden = r.positiveInt("hidden_size");
   c.intermediate = r.positiveInt("intermediate_size");
   c.layers = r.positiveInt("num_hidden_layers");
   c.heads = r.positiveInt("num_attention_heads");
   c.kvHeads = r.positiveInt("num_key_value_heads", c.heads);
-  c.maxPositions = r.positiveInt("max_position_embeddings", qwen2 ? 32768 : 2048);
-  if (qwen2 && r.has("head_dim"))
-    r.fail("head_dim", "is not a field of Qwen2's config (head_dim is hidden_size / num_attention_heads); remove it");
+  c.maxPositions = r.positiveInt("max_position_embeddings", qwen2 ? 32768 : mistral ? 131072 : 2048);
+  if ((qwen2 || mistral) && r.has("head_dim"))
+    r.fail("head_dim", std::string("is not a field of ") + hfArchitecture(c.arch) +
+                           "'s config in transformers 4.40 (head_dim is hidden_size / num_attention_heads); remove it");
   if (!r.has("head_dim") && c.hidden % c.heads != 0)
     r.fail("num_attention_heads",
            "num_attention_heads=" + std::to_string(c.heads) +
@@ -330,6 +340,18 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
     r.fail("hidden_act", "unsupported activation '" + act +
                              "'; Llama's MLP is SwiGLU (\"silu\")");
   r.ignore({"attention_dropout"});
+  if (mistral) {
+    c.qkvBias = c.outputBias = c.mlpBias = false;
+    // MistralConfig's default window is 4096; null is plain causal attention.
+    if (obj.contains("sliding_window") && obj.at("sliding_window").is_null())
+      r.ignore({"sliding_window"});
+    else
+      c.slidingWindow = r.positiveInt("sliding_window", 4096);
+    if (r.has("rope_scaling"))
+      r.fail("rope_scaling", "must be null for Mistral (no scaling is implemented for it)");
+    r.ignore({"rope_scaling"});
+    return;
+  }
   if (qwen2) {
     c.qkvBias = true;
     c.outputBias = c.mlpBias = false;

@@ -50,6 +50,13 @@ Status checkAttentionShape(int64_t B, int64_t S, int64_t nh, int64_t nkv, int64_
   return Status::ok();
 }
 
+Status checkAttentionWindow(int64_t window) {
+  if (window < 0)
+    return Status::invalidArgument("attention: window " + std::to_string(window) +
+                                   " must be >= 1 (a sliding window) or 0 (none: plain causal)");
+  return Status::ok();
+}
+
 Status checkArgElems(const KernelCall& c, std::string_view role, int64_t need) {
   const size_t r = c.role(role);
   if (r >= c.argElems.size() || c.argElems[r].empty()) return Status::ok();

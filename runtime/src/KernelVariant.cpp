@@ -1,5 +1,6 @@
 // The choice among a backend's kernel variants (KernelVariant.h).
 #include "llcdist/runtime/KernelVariant.h"
+#include "llcdist/runtime/Kernels.h"
 
 #include <string>
 
@@ -132,7 +133,8 @@ double kernelFlops(const KernelCall& call) {
     case K::kAttentionFwd:
     case K::kAttentionBwd:
       if (const AttentionParams* p = call.paramsAs<AttentionParams>()) {
-        const double fwd = 2.0 * double(p->B) * double(p->nh) * double(p->S) * double(p->S) * double(p->hd);
+        // 4·hd per visible score pair (two products), S²/2 pairs causal, fewer with a window.
+        const double fwd = 4.0 * double(p->B) * double(p->nh) * attentionScorePairs(p->S, p->window) * double(p->hd);
         return call.kind == K::kAttentionFwd ? fwd : 2.5 * fwd;
       }
       return 0;

@@ -4,11 +4,14 @@
 // layouts, with cuDNN's semantics (query head h reads kv head h / (nh/nkv), dK and dV summed over the
 // query heads of a group, Stats = natural-log lse), equals the CPU reference kernels (Kernels.h) on the
 // same buffers. What cuDNN is handed is exactly such a description, so this proves the mapping without a
-// GPU. Also the graph cache key (every field distinguishes), the support reasons, the element counts,
-// the pointer check and the FLOP convention.
+// GPU. The same with a sliding window (AttentionParams::window) against the mask the frontend builds from
+// the diagonal band's left bound (col + left_bound > row, with right bound 0: row >= col). Also the graph
+// cache key (every field distinguishes), the support reasons, the element counts, the pointer check, the
+// FLOP convention, and the backend's choice of cuDNN for a windowed attention (KernelVariants.h).
 #include "llcdist/runtime/Kernels.h"
 
 #include "cuda/host/AttentionPlan.h"
+#include "cuda/host/KernelVariants.h"
 
 #include <gtest/gtest.h>
 
@@ -35,8 +38,10 @@ using T = AttentionTensor;
   } while (0)
 
 AttentionProblem problem(int64_t B, int64_t S, int64_t nh, int64_t nkv, int64_t hd, bool backward = false,
-                         bool deterministic = false) {
-  return attentionProblem(AttentionParams{B, S, nh, nkv, hd}, backward, deterministic);
+                         bool deterministic = false, int64_t window = 0) {
+  AttentionParams params{B, S, nh, nkv, hd};
+  params.window = window;
+  return attentionProblem(params, backward, deterministic);
 }
 
 std::vector<float> random(int64_t n, uint32_t seed) {
@@ -86,6 +91,20 @@ TEST(AttentionPlanProblemTest, FromParams) {
             schema::ElemType::kF32);
 }
 
+// The window is the problem's (cuDNN's left bound); one >= S masks nothing and is dropped, so the problem
+// (and its graph) is the plain causal one.
+TEST(AttentionPlanProblemTest, WindowFromParams) {
+  EXPECT_EQ(problem(2, 16, 4, 2, 64, false, false, 3).window, 3);
+  EXPECT_EQ(problem(2, 16, 4, 2, 64, true, true, 15).window, 15);
+  EXPECT_EQ(problem(2, 16, 4, 2, 64).window, 0);
+  for (int64_t w : {16, 17, 4096}) {
+    EXPECT_EQ(problem(2, 16, 4, 2, 64, true, false, w).window, 0) << w;
+    EXPECT_TRUE(attentionKey(problem(2, 16, 4, 2, 64, true, false, w)) == attentionKey(problem(2, 16, 4, 2, 64, true)));
+  }
+  EXPECT_CONTAINS(describeAttention(problem(1, 8192, 32, 8, 128, false, false, 4096)), "causal window=4096");
+  EXPECT_EQ(describeAttention(problem(1, 8, 2, 1, 8)).find("window"), std::string::npos);
+}
+
 TEST(AttentionPlanProblemTest, DescriptionNamesEveryField) {
   const std::string d = describeAttention(problem(4, 2048, 32, 8, 64, true, true));
   for (const char* part : {"backward", "B=4", "S=2048", "nh=32", "nkv=8", "hd=64", "bf16", "causal", "scale=0.125",
@@ -120,6 +139,7 @@ TEST(AttentionPlanKeyTest, EveryFieldDistinguishesKeys) {
       [](AttentionProblem& p) { p.dtype = schema::ElemType::kF32; },
       [](AttentionProblem& p) { p.packedQkv = true; },
       [](AttentionProblem& p) { p.packedGrad = true; },
+      [](AttentionProblem& p) { p.window = 3; },
   };
   const AttentionKey k0 = attentionKey(base);
   std::set<AttentionKey> ordered{k0};
@@ -156,11 +176,20 @@ const Shape kShapes[] = {
 
 class AttentionPlanLayoutTest : public ::testing::TestWithParam<Shape> {
 protected:
-  AttentionProblem p(bool backward = false) const {
+  AttentionProblem p(bool backward = false, int64_t window = 0) const {
     const Shape& s = GetParam();
-    return problem(s.B, s.S, s.nh, s.nkv, s.hd, backward);
+    return problem(s.B, s.S, s.nh, s.nkv, s.hd, backward, false, window);
   }
 };
+
+// The mask cuDNN applies to score (row i, column j), as the frontend 1.32 builds it
+// (utils/attn_score_modifiers.h, sliding_window_mask, diagonal aligned top-left): the right bound 0 keeps
+// row + 0 >= column, the left bound L (when set: the problem's window) keeps column + L > row.
+bool cudnnKeeps(const AttentionProblem& p, int64_t i, int64_t j) {
+  return i + 0 >= j && (p.window == 0 || j + p.window > i);
+}
+// The windows the layout tests run: none, one key, and one shorter than every shape's S.
+constexpr int64_t kWindows[] = {0, 1, 3};
 
 // Element (b, h, s, d) of each buffer sits where the strides say: q-shaped [B,S,nh,hd] and kv-shaped
 // [B,S,nkv,hd] row-major, Stats [B,nh,S]; and the layout addresses every element of the buffer exactly
@@ -241,96 +270,104 @@ TEST_P(AttentionPlanLayoutTest, PackedStridesAddressOnePackedBuffer) {
 // An attention forward computed only through the layouts with cuDNN's semantics (double precision,
 // two passes) equals Kernels.h's attentionForward on our buffers: out and lse (natural log).
 TEST_P(AttentionPlanLayoutTest, ForwardThroughLayoutsMatchesCpuKernel) {
-  const AttentionProblem pr = p();
-  const Shape& s = GetParam();
-  const std::vector<float> q = random(attentionElems(pr, T::kQ), 1), k = random(attentionElems(pr, T::kK), 2),
-                           v = random(attentionElems(pr, T::kV), 3);
-  std::vector<float> out(size_t(attentionElems(pr, T::kO))), lse(size_t(attentionElems(pr, T::kStats)));
-  ASSERT_TRUE(attentionForward(AttentionShape{s.B, s.S, s.nh, s.nkv, s.hd}, q.data(), k.data(), v.data(), out.data(),
-                               lse.data())
-                  .isOk());
+  for (int64_t window : kWindows) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    const AttentionProblem pr = p(false, window);
+    const Shape& s = GetParam();
+    const std::vector<float> q = random(attentionElems(pr, T::kQ), 1), k = random(attentionElems(pr, T::kK), 2),
+                             v = random(attentionElems(pr, T::kV), 3);
+    std::vector<float> out(size_t(attentionElems(pr, T::kO))), lse(size_t(attentionElems(pr, T::kStats)));
+    ASSERT_TRUE(attentionForward(AttentionShape{s.B, s.S, s.nh, s.nkv, s.hd, window}, q.data(), k.data(), v.data(),
+                                 out.data(), lse.data())
+                    .isOk());
 
-  const AttentionLayout Lq = attentionLayout(pr, T::kQ), Lk = attentionLayout(pr, T::kK),
-                        Lv = attentionLayout(pr, T::kV), Lo = attentionLayout(pr, T::kO),
-                        Ls = attentionLayout(pr, T::kStats);
-  std::vector<float> refOut(out.size(), std::numeric_limits<float>::quiet_NaN()), refLse(lse.size(), refOut[0]);
-  const int64_t group = s.nh / s.nkv;
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.nh; ++h) {
-      const int64_t g = h / group;  // cuDNN's GQA: query head h reads kv head h / (h_q / h_k)
-      for (int64_t i = 0; i < s.S; ++i) {
-        std::vector<double> score(size_t(i + 1));
-        double m = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {  // top-left causal: keys j <= i
-          double dot = 0;
-          for (int64_t d = 0; d < s.hd; ++d) dot += double(q[at(Lq, b, h, i, d)]) * double(k[at(Lk, b, g, j, d)]);
-          score[size_t(j)] = double(pr.scale) * dot;
-          m = std::max(m, score[size_t(j)]);
-        }
-        double sum = 0;
-        for (double x : score) sum += std::exp(x - m);
-        const double l = m + std::log(sum);
-        refLse[at(Ls, b, h, i, 0)] = float(l);
-        for (int64_t d = 0; d < s.hd; ++d) {
-          double o = 0;
-          for (int64_t j = 0; j <= i; ++j) o += std::exp(score[size_t(j)] - l) * double(v[at(Lv, b, g, j, d)]);
-          refOut[at(Lo, b, h, i, d)] = float(o);
+    const AttentionLayout Lq = attentionLayout(pr, T::kQ), Lk = attentionLayout(pr, T::kK),
+                          Lv = attentionLayout(pr, T::kV), Lo = attentionLayout(pr, T::kO),
+                          Ls = attentionLayout(pr, T::kStats);
+    std::vector<float> refOut(out.size(), std::numeric_limits<float>::quiet_NaN()), refLse(lse.size(), refOut[0]);
+    const int64_t group = s.nh / s.nkv;
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.nh; ++h) {
+        const int64_t g = h / group;  // cuDNN's GQA: query head h reads kv head h / (h_q / h_k)
+        for (int64_t i = 0; i < s.S; ++i) {
+          std::vector<double> score(size_t(s.S), -INFINITY);  // masked scores stay -inf
+          double m = -INFINITY;
+          for (int64_t j = 0; j < s.S; ++j) {
+            if (!cudnnKeeps(pr, i, j)) continue;
+            double dot = 0;
+            for (int64_t d = 0; d < s.hd; ++d) dot += double(q[at(Lq, b, h, i, d)]) * double(k[at(Lk, b, g, j, d)]);
+            score[size_t(j)] = double(pr.scale) * dot;
+            m = std::max(m, score[size_t(j)]);
+          }
+          double sum = 0;
+          for (double x : score) sum += std::exp(x - m);
+          const double l = m + std::log(sum);
+          refLse[at(Ls, b, h, i, 0)] = float(l);
+          for (int64_t d = 0; d < s.hd; ++d) {
+            double o = 0;
+            for (int64_t j = 0; j < s.S; ++j) o += std::exp(score[size_t(j)] - l) * double(v[at(Lv, b, g, j, d)]);
+            refOut[at(Lo, b, h, i, d)] = float(o);
+          }
         }
       }
-    }
-  expectClose(refOut, out, 1e-5, 1e-5, "O");
-  expectClose(refLse, lse, 1e-5, 1e-5, "Stats");
+    expectClose(refOut, out, 1e-5, 1e-5, "O");
+    expectClose(refLse, lse, 1e-5, 1e-5, "Stats");
+  }
 }
 
 // The backward likewise: dQ, dK, dV through the layouts (P = exp(score - lse), dS = P·(dP - rowsum(dO·O)),
 // dK and dV summed over the query heads of a kv group) equal Kernels.h's attentionBackward.
 TEST_P(AttentionPlanLayoutTest, BackwardThroughLayoutsMatchesCpuKernel) {
-  const AttentionProblem pr = p(true);
-  const Shape& s = GetParam();
-  const AttentionShape shape{s.B, s.S, s.nh, s.nkv, s.hd};
-  const std::vector<float> q = random(attentionElems(pr, T::kQ), 4), k = random(attentionElems(pr, T::kK), 5),
-                           v = random(attentionElems(pr, T::kV), 6), dout = random(attentionElems(pr, T::kDO), 7);
-  std::vector<float> out(size_t(attentionElems(pr, T::kO))), lse(size_t(attentionElems(pr, T::kStats)));
-  ASSERT_TRUE(attentionForward(shape, q.data(), k.data(), v.data(), out.data(), lse.data()).isOk());
-  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
-  ASSERT_TRUE(attentionBackward(shape, dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(),
-                                dk.data(), dv.data())
-                  .isOk());
+  for (int64_t window : kWindows) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    const AttentionProblem pr = p(true, window);
+    const Shape& s = GetParam();
+    const AttentionShape shape{s.B, s.S, s.nh, s.nkv, s.hd, window};
+    const std::vector<float> q = random(attentionElems(pr, T::kQ), 4), k = random(attentionElems(pr, T::kK), 5),
+                             v = random(attentionElems(pr, T::kV), 6), dout = random(attentionElems(pr, T::kDO), 7);
+    std::vector<float> out(size_t(attentionElems(pr, T::kO))), lse(size_t(attentionElems(pr, T::kStats)));
+    ASSERT_TRUE(attentionForward(shape, q.data(), k.data(), v.data(), out.data(), lse.data()).isOk());
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+    ASSERT_TRUE(attentionBackward(shape, dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(),
+                                  dk.data(), dv.data())
+                    .isOk());
 
-  const AttentionLayout Lq = attentionLayout(pr, T::kQ), Lk = attentionLayout(pr, T::kK),
-                        Lv = attentionLayout(pr, T::kV), Lo = attentionLayout(pr, T::kO),
-                        Ls = attentionLayout(pr, T::kStats), Ldo = attentionLayout(pr, T::kDO),
-                        Ldq = attentionLayout(pr, T::kDQ), Ldk = attentionLayout(pr, T::kDK),
-                        Ldv = attentionLayout(pr, T::kDV);
-  std::vector<double> rq(dq.size(), 0.0), rk(dk.size(), 0.0), rv(dv.size(), 0.0);
-  const int64_t group = s.nh / s.nkv;
-  const double scale = pr.scale;
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.nh; ++h) {
-      const int64_t g = h / group;
-      for (int64_t i = 0; i < s.S; ++i) {
-        double D = 0;
-        for (int64_t d = 0; d < s.hd; ++d) D += double(dout[at(Ldo, b, h, i, d)]) * double(out[at(Lo, b, h, i, d)]);
-        const double l = lse[at(Ls, b, h, i, 0)];
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0, dp = 0;
-          for (int64_t d = 0; d < s.hd; ++d) {
-            dot += double(q[at(Lq, b, h, i, d)]) * double(k[at(Lk, b, g, j, d)]);
-            dp += double(dout[at(Ldo, b, h, i, d)]) * double(v[at(Lv, b, g, j, d)]);
-          }
-          const double P = std::exp(scale * dot - l), dS = P * (dp - D);
-          for (int64_t d = 0; d < s.hd; ++d) {
-            rq[at(Ldq, b, h, i, d)] += scale * dS * double(k[at(Lk, b, g, j, d)]);
-            rk[at(Ldk, b, g, j, d)] += scale * dS * double(q[at(Lq, b, h, i, d)]);
-            rv[at(Ldv, b, g, j, d)] += P * double(dout[at(Ldo, b, h, i, d)]);
+    const AttentionLayout Lq = attentionLayout(pr, T::kQ), Lk = attentionLayout(pr, T::kK),
+                          Lv = attentionLayout(pr, T::kV), Lo = attentionLayout(pr, T::kO),
+                          Ls = attentionLayout(pr, T::kStats), Ldo = attentionLayout(pr, T::kDO),
+                          Ldq = attentionLayout(pr, T::kDQ), Ldk = attentionLayout(pr, T::kDK),
+                          Ldv = attentionLayout(pr, T::kDV);
+    std::vector<double> rq(dq.size(), 0.0), rk(dk.size(), 0.0), rv(dv.size(), 0.0);
+    const int64_t group = s.nh / s.nkv;
+    const double scale = pr.scale;
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.nh; ++h) {
+        const int64_t g = h / group;
+        for (int64_t i = 0; i < s.S; ++i) {
+          double D = 0;
+          for (int64_t d = 0; d < s.hd; ++d) D += double(dout[at(Ldo, b, h, i, d)]) * double(out[at(Lo, b, h, i, d)]);
+          const double l = lse[at(Ls, b, h, i, 0)];
+          for (int64_t j = 0; j < s.S; ++j) {
+            if (!cudnnKeeps(pr, i, j)) continue;
+            double dot = 0, dp = 0;
+            for (int64_t d = 0; d < s.hd; ++d) {
+              dot += double(q[at(Lq, b, h, i, d)]) * double(k[at(Lk, b, g, j, d)]);
+              dp += double(dout[at(Ldo, b, h, i, d)]) * double(v[at(Lv, b, g, j, d)]);
+            }
+            const double P = std::exp(scale * dot - l), dS = P * (dp - D);
+            for (int64_t d = 0; d < s.hd; ++d) {
+              rq[at(Ldq, b, h, i, d)] += scale * dS * double(k[at(Lk, b, g, j, d)]);
+              rk[at(Ldk, b, g, j, d)] += scale * dS * double(q[at(Lq, b, h, i, d)]);
+              rv[at(Ldv, b, g, j, d)] += P * double(dout[at(Ldo, b, h, i, d)]);
+            }
           }
         }
       }
-    }
-  const auto f = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
-  expectClose(f(rq), dq, 2e-5, 2e-5, "dQ");
-  expectClose(f(rk), dk, 2e-5, 2e-5, "dK");
-  expectClose(f(rv), dv, 2e-5, 2e-5, "dV");
+    const auto f = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+    expectClose(f(rq), dq, 2e-5, 2e-5, "dQ");
+    expectClose(f(rk), dk, 2e-5, 2e-5, "dK");
+    expectClose(f(rv), dv, 2e-5, 2e-5, "dV");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AttentionPlan, AttentionPlanLayoutTest, ::testing::ValuesIn(kShapes));
@@ -402,6 +439,69 @@ TEST(AttentionPlanSupportTest, ReasonsName) {
   EXPECT_CONTAINS(reason(problem(1, 1, 2, 2, 64, true)), "S = 1");
 }
 
+// A sliding window is cuDNN's diagonal band left bound: supported wherever the causal problem is (the
+// frontend refuses a left bound only when <= 0, or with a bottom-right diagonal or s_q > s_kv, which these
+// problems never have); a negative window or one past cuDNN's int is refused by name.
+TEST(AttentionPlanSupportTest, WindowedProblemsAreSupported) {
+  for (bool backward : {false, true})
+    for (int64_t window : {1, 3, 64, 4095})
+      for (CudnnTarget t : {kH200, CudnnTarget{90, 91400}, CudnnTarget{80, 91900}, CudnnTarget{100, 92300}}) {
+        const AttentionProblem pr = problem(2, 4096, 32, 8, 128, backward, false, window);
+        EXPECT_EQ(pr.window, window);
+        EXPECT_EQ(reason(pr, t), "") << describeAttention(pr) << " on sm " << t.smVersion;
+      }
+  AttentionProblem negative = problem(1, 64, 2, 2, 64);
+  negative.window = -1;
+  EXPECT_CONTAINS(reason(negative), "window -1");
+  AttentionProblem huge = problem(1, 64, 2, 2, 64);
+  huge.window = int64_t(1) << 31;
+  EXPECT_CONTAINS(reason(huge), "int diagonal band left bound");
+  // The other limits still apply.
+  EXPECT_CONTAINS(reason(problem(1, 64, 2, 2, 60, false, false, 8)), "not a multiple of 8");
+}
+
+// The backend's choice (cudaKernelVariants: "cudnn" first, then "own"): a windowed bf16 attention goes
+// to cuDNN where it is usable, as the causal one does; without cuDNN the own kernel (which takes f32)
+// runs it with the bf16 arguments converted.
+TEST(AttentionPlanSupportTest, TheBackendChoosesCudnnForAWindowedAttention) {
+  using K = schema::OpKind;
+  using E = schema::ElemType;
+  AttentionParams params{2, 512, 8, 2, 64};
+  params.window = 128;
+  for (K kind : {K::kAttentionFwd, K::kAttentionBwd}) {
+    SCOPED_TRACE(schema::opName(kind));
+    KernelCall c;
+    c.kind = kind;
+    c.params = params;
+    const schema::OpSpec& spec = schema::opSpec(kind);
+    c.args.resize(spec.numArgs);
+    c.argElems.resize(spec.numArgs);
+    c.argTypes.resize(spec.numArgs);
+    for (const char* role : {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"}) {
+      const int r = schema::argIndex(kind, role);
+      if (r < 0) continue;
+      c.args[size_t(r)] = {nullptr};
+      c.argElems[size_t(r)] = {1 << 22};
+      c.argTypes[size_t(r)] = {std::string(role) == "lse" ? E::kF32 : E::kBF16};
+    }
+    std::vector<const KernelVariantInfo*> variants;
+    for (const KernelVariantInfo& v : cudaKernelVariants(kind)) variants.push_back(&v);
+    KernelSelectOptions o;
+    o.cudnn = true;
+    o.smVersion = 90;
+    o.cudnnVersion = 91900;
+    StatusOr<KernelChoice> got = chooseKernelVariant(c, variants, o);
+    ASSERT_TRUE(got.isOk()) << got.status().toString();
+    EXPECT_EQ(got->name, kCudnnVariant);
+    EXPECT_EQ(got->converted, 0);
+    o.cudnn = false;
+    got = chooseKernelVariant(c, variants, o);
+    ASSERT_TRUE(got.isOk()) << got.status().toString();
+    EXPECT_EQ(got->name, kOwnVariant);
+    EXPECT_GT(got->converted, 0);
+  }
+}
+
 TEST(AttentionPlanSupportTest, HeadDimLimitsDependOnDeviceAndVersion) {
   // Forward: 256 on Hopper; on Ampere only from cuDNN 9.10 on.
   EXPECT_EQ(reason(problem(1, 64, 2, 2, 256), {90, 90900}), "");
@@ -442,6 +542,11 @@ TEST(AttentionPlanFlopsTest, FlashAttentionConvention) {
   EXPECT_EQ(attentionBackwardFlops(problem(8, 1024, 12, 12, 64, true)), 2.5 * 12884901888.0);
   // GQA does not change the count: the work is per query head.
   EXPECT_EQ(attentionForwardFlops(problem(4, 2048, 32, 8, 64)), attentionForwardFlops(problem(4, 2048, 32, 32, 64)));
+  // A window W < S drops the (S − W)²/2 pairs it masks from the causal S²/2: 4·1·1·(1024² − 768²)/2·64.
+  EXPECT_EQ(attentionForwardFlops(problem(1, 1024, 1, 1, 64, false, false, 256)),
+            4.0 * (1024.0 * 1024.0 - 768.0 * 768.0) / 2.0 * 64.0);
+  EXPECT_EQ(attentionForwardFlops(problem(1, 1024, 1, 1, 64, false, false, 1024)),
+            attentionForwardFlops(problem(1, 1024, 1, 1, 64)));
 }
 
 }  // namespace

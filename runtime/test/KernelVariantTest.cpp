@@ -196,6 +196,10 @@ TEST(KernelVariantChoice, FlopsOfGemmsAndAttention) {
   const double fwd = 4.0 * 2 * 4 * 16 * 16 * 8 / 2;  // FlashAttention's causal count
   EXPECT_EQ(kernelFlops(probe(K::kAttentionFwd, {}, a)), fwd);
   EXPECT_EQ(kernelFlops(probe(K::kAttentionBwd, {}, a)), 2.5 * fwd);
+  a.window = 4;  // Mistral's sliding window: the causal half less the (S − 4)²/2 pairs it masks
+  EXPECT_EQ(kernelFlops(probe(K::kAttentionFwd, {}, a)), 4.0 * 2 * 4 * (16 * 16 - 12 * 12) / 2 * 8);
+  a.window = 16;  // a window >= S masks nothing
+  EXPECT_EQ(kernelFlops(probe(K::kAttentionFwd, {}, a)), fwd);
   ClassifierParams cl;
   cl.linear = l;
   cl.chunk = 2;

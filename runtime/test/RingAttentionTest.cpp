@@ -347,6 +347,7 @@ TEST_F(RingDataTest, SourcesReadTheLayoutsPositions) {
 
 struct RingShape {
   int64_t n, B, T, nh, nkv, hd;
+  int64_t window = 0;  // the blocks' attr `window` (Mistral's sliding window); 0: absent
   int64_t S() const { return T / n; }
 };
 
@@ -388,6 +389,7 @@ PlanBuilder ringPlan(const RingShape& r, CpLayout layout, RingBuffers* ids) {
   auto attrs = [&](int64_t step) {
     json a = shape;
     a["step"] = step;
+    if (r.window > 0) a["window"] = r.window;
     return a;
   };
   auto kAt = [&](int64_t step) { return step == 0 ? x.k : x.kr[step % 2]; };
@@ -465,13 +467,15 @@ void runRanks(const PlanBuilder& b, int world, const std::function<Status(int, I
   for (int r = 0; r < world; ++r) EXPECT_TRUE(st[size_t(r)].isOk()) << "rank " << r << ": " << st[size_t(r)].message();
 }
 
-class RingInterpreterTest : public ::testing::TestWithParam<std::tuple<int64_t, CpLayout>> {};
+// Also with attr `window` 3 on the blocks (wider than the load-balanced layout's chunks of 2 positions,
+// narrower than a rank's rows): the windowed whole-sequence kernels' results.
+class RingInterpreterTest : public ::testing::TestWithParam<std::tuple<int64_t, CpLayout, int64_t>> {};
 
 TEST_P(RingInterpreterTest, TheRingIsTheWholeSequencesAttention) {
-  const auto [n, layout] = GetParam();
-  const RingShape r{n, 2, 4 * n, 4, 2, 8};
+  const auto [n, layout, window] = GetParam();
+  const RingShape r{n, 2, 4 * n, 4, 2, 8, window};
   const int64_t T = r.T, S = r.S(), qw = r.nh * r.hd, kw = r.nkv * r.hd;
-  const AttentionShape whole{r.B, T, r.nh, r.nkv, r.hd};
+  const AttentionShape whole{r.B, T, r.nh, r.nkv, r.hd, window};
   const std::vector<float> q = randn(r.B * T * qw, 51), k = randn(r.B * T * kw, 52), v = randn(r.B * T * kw, 53),
                            dout = randn(r.B * T * qw, 54);
   std::vector<float> out(q.size()), lse(size_t(r.B * r.nh * T)), dq(q.size()), dk(k.size()), dv(v.size());
@@ -513,10 +517,13 @@ TEST_P(RingInterpreterTest, TheRingIsTheWholeSequencesAttention) {
 
 INSTANTIATE_TEST_SUITE_P(CpAndLayouts, RingInterpreterTest,
                          ::testing::Combine(::testing::Values(int64_t(2), int64_t(4)),
-                                            ::testing::Values(CpLayout::kContiguous, CpLayout::kLoadBalanced)),
+                                            ::testing::Values(CpLayout::kContiguous, CpLayout::kLoadBalanced),
+                                            ::testing::Values(int64_t(0), int64_t(3))),
                          [](const auto& info) {
+                           const int64_t window = std::get<2>(info.param);
                            return "cp" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  layoutName(std::get<1>(info.param));
+                                  layoutName(std::get<1>(info.param)) +
+                                  (window > 0 ? "_window" + std::to_string(window) : "");
                          });
 
 }  // namespace

@@ -49,7 +49,8 @@ COMMANDS
   info MODEL      parameter count, layers and training FLOPs per token
   help [COMMAND]  show help (also: llc-dist COMMAND --help)
 
-MODEL is a Hugging Face config.json (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM),
+MODEL is a Hugging Face config.json (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM,
+MistralForCausalLM),
 e.g. models/llama3-8b.json, or a .mlir file in the xf dialect.
 
 OPTIONS

@@ -45,6 +45,7 @@ TEST(ModelConfig, PublishedParameterCounts) {
       {"qwen2-0.5b", 494032768},
       {"qwen2-1.5b", 1543714304},
       {"qwen2-7b", 7615616512},
+      {"mistral-7b", 7241732096}, // Mistral-7B-v0.1
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -96,6 +97,26 @@ TEST(ModelConfig, Qwen2RefusesWhatItCannotTrain) {
   EXPECT_NE(parseError(head + R"("attention_bias": true})")
                 .find("field 'attention_bias': unknown field for "
                       "Qwen2ForCausalLM"),
+            std::string::npos);
+}
+
+TEST(ModelConfig, MistralFields) {
+  ModelConfig c = load("mistral-7b");
+  EXPECT_EQ(c.arch, Arch::Mistral);
+  EXPECT_EQ(c.slidingWindow, 4096);
+  EXPECT_EQ(c.kvHeads, 8);
+  EXPECT_FALSE(c.qkvBias || c.outputBias || c.mlpBias);
+  EXPECT_EQ(std::string(hfArchitecture(c.arch)), "MistralForCausalLM");
+  const std::string head = R"({"architectures": ["MistralForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 8, "num_hidden_layers": 2, "num_key_value_heads": 2, "vocab_size": 128)";
+  ModelConfig d;
+  ASSERT_FALSE(parseModelConfig(head + R"(, "sliding_window": null})", "null.json", d));
+  EXPECT_EQ(d.slidingWindow, 0); // plain causal
+  ASSERT_FALSE(parseModelConfig(head + "}", "default.json", d));
+  EXPECT_EQ(d.slidingWindow, 4096); // MistralConfig's default
+  EXPECT_NE(parseError(head + R"(, "sliding_window": 0})").find("field 'sliding_window': must be a positive integer"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "attention_bias": true})").find("unknown field for MistralForCausalLM"),
             std::string::npos);
 }
 

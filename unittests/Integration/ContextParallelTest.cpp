@@ -198,6 +198,15 @@ TEST(ContextParallelRing, TinyQwen2SGD) {
           CpCase::of(2).withTp(2).withSequenceParallel().ring(), CpCase::of(2)});
 }
 
+/// Mistral's window of 8 (9 keys) over 16 tokens: the ring's blocks mask by global
+/// position, so the band crosses chunk borders (cp = 2: chunks of 4; cp = 4:
+/// of 2); all-to-all runs the windowed attention on the whole sequence.
+TEST(ContextParallelRing, TinyMistralSGD) {
+  golden("tiny-mistral", "sgd",
+         {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2).withDp(2).withMicroBatch(4).withZero(1).ring(),
+          CpCase::of(2)});
+}
+
 /// bf16 (mixed precision): cp reorders the weight-gradient sums (each rank's
 /// tokens, then the sum over cp, with a bf16 rounding per partial sum) and the
 /// all-to-alls move bf16 activations unchanged, so the single-device bf16 run

@@ -64,6 +64,9 @@ TEST(Parallel, TinyLlamaAdamW) { golden("tiny-llama", "adamw"); }
 // embeddings; tp = 4 replicates its 2 kv heads (and their biases).
 TEST(Parallel, TinyQwen2SGD) { golden("tiny-qwen2", "sgd"); }
 TEST(Parallel, TinyQwen2AdamW) { golden("tiny-qwen2", "adamw"); }
+// Mistral: a sliding window of 8 (9 keys) over the golden runs' 16 (tp = 4
+// replicates its 2 kv heads).
+TEST(Parallel, TinyMistralSGD) { golden("tiny-mistral", "sgd"); }
 
 // The strategy variant of docs/writing-a-sharding-pass.md
 // (llcdist-tp-replicate-embeddings) is held to the same golden rule.

@@ -1,9 +1,9 @@
 //===- ModelConfig.h - Hugging Face config.json front end ------*- C++ -*-===//
 //
 // MLIR-free: parses and validates a Hugging Face config.json of a
-// GPT2LMHeadModel, LlamaForCausalLM or Qwen2ForCausalLM into one flat description of a
-// decoder-only transformer. Errors name the file, the line and column of the
-// field, the field, and what to do.
+// GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM
+// into one flat description of a decoder-only transformer. Errors name the
+// file, the line and column of the field, the field, and what to do.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LLCDIST_FRONTEND_MODELCONFIG_H
@@ -17,11 +17,12 @@
 
 namespace llcdist {
 
-enum class Arch { GPT2, Llama, Qwen2 };
-const char *archName(Arch a);       ///< "gpt2" / "llama" / "qwen2"
-const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / "Qwen2ForCausalLM"
+enum class Arch { GPT2, Llama, Qwen2, Mistral };
+const char *archName(Arch a);       ///< "gpt2" / "llama" / "qwen2" / "mistral"
+const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, SwiGLU, the
-/// model.layers.{i} names), which Qwen2 shares (it adds q, k, v biases).
+/// model.layers.{i} names), which Qwen2 (with q, k, v biases) and Mistral
+/// (with a sliding attention window) share.
 inline bool llamaLayout(Arch a) { return a != Arch::GPT2; }
 
 /// Hugging Face's `rope_scaling` with rope_type "llama3" (Llama 3.1+).
@@ -44,6 +45,9 @@ struct ModelConfig {
   /// attention_bias; Qwen2: always) and on the output projection (GPT-2:
   /// always; Llama: attention_bias; Qwen2: never).
   bool qkvBias = true, outputBias = true;
+  /// Mistral's sliding_window W: query i sees keys i-W..i (transformers
+  /// 4.40's mask: W + 1 keys, itself included); 0: plain causal attention.
+  int64_t slidingWindow = 0;
   bool mlpBias = true;                ///< GPT-2: always; Llama: mlp_bias
   /// Where the fields that shape the graph are, by the role they play (the
   /// xf.model keys: num_heads, num_kv_heads, num_layers, vocab_size,

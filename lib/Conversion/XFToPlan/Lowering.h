@@ -275,6 +275,13 @@ private:
   std::string label(mlir::Operation *op, Scope &s);
   Buf def(Scope &s, mlir::Value v, mlir::Operation *op, mlir::StringRef suffix = "");
   mlir::NamedAttribute layout(xf::WeightLayout l);
+  /// `attrs` plus an attention's `window` (Mistral's sliding window), if any.
+  llvm::SmallVector<mlir::NamedAttribute> withWindow(std::optional<uint64_t> window,
+                                                     llvm::SmallVector<mlir::NamedAttribute> attrs) {
+    if (window)
+      attrs.push_back(i64("window", int64_t(*window)));
+    return attrs;
+  }
   /// `attrs` plus shard_axis when the op is vocabulary- or sequence-parallel.
   llvm::SmallVector<mlir::NamedAttribute> withShardAxis(mlir::Operation *op,
                                                         llvm::SmallVector<mlir::NamedAttribute> attrs);
@@ -297,8 +304,8 @@ private:
                                             mlir::Location loc);
   /// `send` x to the next member of cp and `recv` y from the previous one.
   void ringShift(Buf x, Buf y, int64_t n, int64_t tag, mlir::StringRef payload, mlir::Location loc);
-  llvm::SmallVector<mlir::NamedAttribute> ringBlockAttrs(mlir::Value q, int64_t nh, int64_t nkv, int64_t hd,
-                                                         int64_t step);
+  llvm::SmallVector<mlir::NamedAttribute> ringBlockAttrs(std::optional<uint64_t> window, mlir::Value q, int64_t nh,
+                                                         int64_t nkv, int64_t hd, int64_t step);
   /// rope_fwd / rope_bwd attributes for x [B, S, n·hd].
   llvm::SmallVector<mlir::NamedAttribute> ropeAttrs(mlir::Value x, int64_t hd, llvm::APFloat theta,
                                                     mlir::DictionaryAttr scaling);

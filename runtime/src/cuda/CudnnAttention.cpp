@@ -5,7 +5,8 @@
 // A graph per AttentionKey, built at prepare() the way the frontend's samples and llm.c's cudnn_att.cpp
 // build theirs: bf16 I/O with f32 intermediates and compute; Q, K, V (and O, dO, dQ, dK, dV) described
 // in place by the dims and strides of AttentionPlan.h (no copies, GQA by fewer K/V heads); the causal mask
-// as a diagonal band with right bound 0 aligned top-left (key j <= query i); the scale baked into the graph
+// as a diagonal band with right bound 0 aligned top-left (key j <= query i), with a sliding window W also
+// left bound W (the frontend keeps column + W > row: key j > i − W); the scale baked into the graph
 // as a value (it is part of the key); Stats f32 [b,h,s,1]; plans from heuristics mode A. Each tensor has
 // a fixed uid (its AttentionTensor + 1), so a step's variant pack is nine pointers by uid.
 #include "cuda/CudnnAttention.h"
@@ -233,6 +234,7 @@ private:
           .set_attn_scale(p.scale)
           .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
           .set_diagonal_band_right_bound(0);
+      if (p.window > 0) options.set_diagonal_band_left_bound(int(p.window));  // key j > query i − window
       auto [o, stats] = graph->sdpa(q, k, v, options);
       if (!o || !stats) return Status::internal("Graph::sdpa returned no O or Stats tensor");
       output(o, p, T::kO);
@@ -246,6 +248,7 @@ private:
           .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
           .set_diagonal_band_right_bound(0)
           .set_deterministic_algorithm(p.deterministic);
+      if (p.window > 0) options.set_diagonal_band_left_bound(int(p.window));
       auto [dQ, dK, dV] = graph->sdpa_backward(q, k, v, o, dO, stats, options);
       if (!dQ || !dK || !dV) return Status::internal("Graph::sdpa_backward returned no dQ, dK or dV tensor");
       output(dQ, p, T::kDQ);

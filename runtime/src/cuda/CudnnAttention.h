@@ -9,7 +9,8 @@
 // cudnnAttentionUsable says why and create() fails, so the backend compiles and links either way.
 //
 // The contract (AttentionPlan.h): q, out, dout, dq [B,S,nh,hd] bf16; k, v, dk, dv [B,S,nkv,hd] bf16;
-// lse [B,nh,S] f32, the natural-log log-sum-exp of each causal-masked row of scale·q·kᵀ. dq, dk, dv are
+// lse [B,nh,S] f32, the natural-log log-sum-exp of each causal-masked row of scale·q·kᵀ (with the
+// problem's sliding window, if any, masked too: AttentionProblem::window). dq, dk, dv are
 // overwritten (dk, dv summed over the query heads of a kv group). Every pointer 16-byte aligned.
 //
 // Life cycle: one CudnnAttention per backend (rank), created on the rank's current device. prepare(p) at

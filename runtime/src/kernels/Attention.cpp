@@ -4,7 +4,9 @@
 // nh·hd resp. nkv·hd, or (nh+2·nkv)·hd when they are packed in one buffer), so no transposes or copies
 // are materialized. Backward recomputes the probabilities from
 // the saved log-sum-exp (FlashAttention's recipe) and sums dk/dv over the heads of a group in head
-// order, which keeps it deterministic.
+// order, which keeps it deterministic. A sliding window (AttentionShape::window) masks the keys before
+// each row's first (attentionFirstKey) as the causal mask masks those after it: the softmax loops run
+// over the row's keys only, so without a window (or with one >= S) the arithmetic is the causal one.
 #include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
@@ -21,7 +23,10 @@
 namespace llcdist::rt {
 namespace {
 
-Status checkShape(const AttentionShape& s) { return checkAttentionShape(s.B, s.S, s.nh, s.nkv, s.hd); }
+Status checkShape(const AttentionShape& s) {
+  LLCDIST_RETURN_IF_ERROR(checkAttentionShape(s.B, s.S, s.nh, s.nkv, s.hd));
+  return checkAttentionWindow(s.window);
+}
 
 // Where one (batch, query head) slice starts in each tensor, and the row strides: q, dq by their layouts,
 // out, dout contiguous [B,S,nh,hd], its kv head g = h / (nh/nkv) in k, v and dk, dv.
@@ -77,15 +82,17 @@ Status attentionForward(const AttentionShape& s, const QkvLayout& in, const floa
       float* lseRow = lse + (b * s.nh + h) * S;
       for (int64_t i = 0; i < S; ++i) {
         float* row = p.data() + i * S;
+        const int64_t j0 = attentionFirstKey(i, s.window);  // 0 without a window
         float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j]);
+        for (int64_t j = j0; j <= i; ++j) mx = std::max(mx, row[j]);
         double sum = 0.0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = j0; j <= i; ++j) {
           row[j] = std::exp(row[j] - mx);
           sum += row[j];
         }
         const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+        for (int64_t j = j0; j <= i; ++j) row[j] *= inv;
+        std::fill(row, row + j0, 0.0f);         // the window
         std::fill(row + i + 1, row + S, 0.0f);  // causal mask
         lseRow[i] = mx + static_cast<float>(std::log(sum));
       }
@@ -114,7 +121,9 @@ Status attentionBackward(const AttentionShape& s, const QkvLayout& in, const Qkv
       scores(s, hv, q, k, scale, p.data());
       for (int64_t i = 0; i < S; ++i) {
         float* row = p.data() + i * S;
-        for (int64_t j = 0; j <= i; ++j) row[j] = std::exp(row[j] - lseRow[i]);
+        const int64_t j0 = attentionFirstKey(i, s.window);
+        for (int64_t j = j0; j <= i; ++j) row[j] = std::exp(row[j] - lseRow[i]);
+        std::fill(row, row + j0, 0.0f);
         std::fill(row + i + 1, row + S, 0.0f);
       }
       // dP = dO · Vᵀ
@@ -128,7 +137,9 @@ Status attentionBackward(const AttentionShape& s, const QkvLayout& in, const Qkv
         for (int64_t c = 0; c < hd; ++c) D += double(o[c]) * d[c];
         const float Df = static_cast<float>(D);
         float* row = dp.data() + i * S;
-        for (int64_t j = 0; j <= i; ++j) row[j] = p[i * S + j] * (row[j] - Df);
+        const int64_t j0 = attentionFirstKey(i, s.window);
+        for (int64_t j = j0; j <= i; ++j) row[j] = p[i * S + j] * (row[j] - Df);
+        std::fill(row, row + j0, 0.0f);
         std::fill(row + i + 1, row + S, 0.0f);
       }
       // dQ = scale · dS · K;  dK += scale · dSᵀ · Q;  dV += Pᵀ · dO
@@ -151,12 +162,13 @@ void registerCpuAttentionKernels(CpuKernelTable& t) {
   addCpuKernel<P>(t, K::kAttentionFwd, [](const KernelCall& c, const P& p, const Ctx&) {
     LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
     const AttentionArgs a = attentionArgs(c, p);
-    return attentionForward({p.B, p.S, p.nh, p.nkv, p.hd}, a.in, a.qF(), a.kF(), a.vF(), c.F("out"), c.F("lse"));
+    return attentionForward({p.B, p.S, p.nh, p.nkv, p.hd, p.window}, a.in, a.qF(), a.kF(), a.vF(), c.F("out"),
+                            c.F("lse"));
   });
   addCpuKernel<P>(t, K::kAttentionBwd, [](const KernelCall& c, const P& p, const Ctx&) {
     LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
     const AttentionArgs a = attentionArgs(c, p);
-    return attentionBackward({p.B, p.S, p.nh, p.nkv, p.hd}, a.in, a.grad, c.F("dout"), a.qF(), a.kF(), a.vF(),
+    return attentionBackward({p.B, p.S, p.nh, p.nkv, p.hd, p.window}, a.in, a.grad, c.F("dout"), a.qF(), a.kF(), a.vF(),
                              c.F("out"), c.F("lse"), a.dqF(), a.dkF(), a.dvF());
   });
 }

@@ -5,6 +5,8 @@
 // Per (batch, query head) the [Sq, Sk] score block is one cblas_sgemm, as attentionForward's; the
 // backward recomputes the probabilities from the final log-sum-exp of each query row (over every key
 // of the sequence), so the blocks' contributions to dq, dk and dv add up to the whole attention's.
+// A sliding window (AttentionBlock::window) narrows each row's visible keys to a range of the block's
+// rows (attentionBlockKeyRange); without one the range is the prefix [0, n), the arithmetic unchanged.
 #include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
@@ -24,6 +26,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 Status checkBlock(const AttentionBlock& a) {
   LLCDIST_RETURN_IF_ERROR(checkAttentionShape(a.B, std::max<int64_t>(a.Sq, a.Sk), a.nh, a.nkv, a.hd));
+  LLCDIST_RETURN_IF_ERROR(checkAttentionWindow(a.window));
   if (a.Sq <= 0 || a.Sk <= 0) return Status::invalidArgument("attention block: Sq and Sk must be positive");
   const PositionRuns q = a.qPositions(), kv = a.kvPositions();
   if (q.minAt(a.Sq) < 0 || kv.minAt(a.Sk) < 0 || a.qSplit < 0 || a.kvSplit < 0)
@@ -38,15 +41,24 @@ Status checkBlock(const AttentionBlock& a) {
   return Status::ok();
 }
 
-// The query rows' visible key counts (attentionBlockVisibleKeys), and whether any row sees a key.
-std::vector<int64_t> visibleKeyCounts(const AttentionBlock& a, bool* any) {
-  std::vector<int64_t> n(size_t(a.Sq));
+// The query rows' visible keys (attentionBlockKeyRange), and whether any row sees a key.
+std::vector<AttentionKeyRange> visibleKeyRanges(const AttentionBlock& a, bool* any) {
+  std::vector<AttentionKeyRange> n(size_t(a.Sq));
   *any = false;
   for (int64_t i = 0; i < a.Sq; ++i) {
-    n[size_t(i)] = attentionBlockVisibleKeys(a, i);
-    *any = *any || n[size_t(i)] > 0;
+    n[size_t(i)] = attentionBlockKeyRange(a, i);
+    *any = *any || n[size_t(i)].end > n[size_t(i)].begin;
   }
   return n;
+}
+
+// The keys of the block at positions <= pos: a prefix of its rows (each run is increasing and the
+// second follows the first), counted per run.
+int64_t keysAtOrBefore(const AttentionBlock& a, int64_t pos) {
+  const int64_t n1 = a.kvPositions().firstRows(a.Sk);
+  const int64_t c1 = std::clamp<int64_t>(pos - a.kvStart + 1, 0, n1);
+  if (c1 < n1) return c1;
+  return n1 + std::clamp<int64_t>(pos - a.kvStart2 + 1, 0, a.Sk - n1);
 }
 
 // One (batch, query head): where it starts in q/out ([B,Sq,nh,hd]) and in k/v ([B,Sk,nkv,hd]).
@@ -67,24 +79,28 @@ void blockScores(const AttentionBlock& a, const BlockHead& v, const float* q, co
 }  // namespace
 
 AttentionBlock attentionBlock(const AttentionShape& s, const PositionRuns& q, const PositionRuns& kv) {
-  return AttentionBlock{s.B, s.S, s.S, s.nh, s.nkv, s.hd, q.first, kv.first, q.split, q.second, kv.split, kv.second};
+  return AttentionBlock{s.B,      s.S,     s.S,      s.nh,     s.nkv,     s.hd,    q.first,
+                        kv.first, q.split, q.second, kv.split, kv.second, s.window};
 }
 
-// Per run of the key rows: the keys at or before the query's position (a prefix of each run, and of
-// the block since the second run follows the first).
-int64_t attentionBlockVisibleKeys(const AttentionBlock& a, int64_t i) {
+// The keys at or before the query's position, less those at or before its position − window (a key
+// is visible iff pos − window < kpos <= pos; positions are >= 0, so a window > pos masks none).
+AttentionKeyRange attentionBlockKeyRange(const AttentionBlock& a, int64_t i) {
   const int64_t pos = a.qPositions().at(i);
-  const int64_t n1 = a.kvPositions().firstRows(a.Sk);
-  const int64_t c1 = std::clamp<int64_t>(pos - a.kvStart + 1, 0, n1);
-  if (c1 < n1) return c1;
-  return n1 + std::clamp<int64_t>(pos - a.kvStart2 + 1, 0, a.Sk - n1);
+  const int64_t end = keysAtOrBefore(a, pos);
+  return {a.window > 0 && a.window <= pos ? keysAtOrBefore(a, pos - a.window) : 0, end};
+}
+
+int64_t attentionBlockVisibleKeys(const AttentionBlock& a, int64_t i) {
+  const AttentionKeyRange r = attentionBlockKeyRange(a, i);
+  return r.end - r.begin;
 }
 
 Status attentionBlockForward(const AttentionBlock& a, const float* q, const float* k, const float* v, float* out,
                              float* lse) {
   LLCDIST_RETURN_IF_ERROR(checkBlock(a));
   bool any = false;
-  const std::vector<int64_t> visible = visibleKeyCounts(a, &any);
+  const std::vector<AttentionKeyRange> visible = visibleKeyRanges(a, &any);
   if (!any) {  // no query row sees a key of this block: the empty result, no arithmetic
     std::fill_n(out, a.B * a.Sq * a.nh * a.hd, 0.0f);
     std::fill_n(lse, a.B * a.nh * a.Sq, kNegInf);
@@ -99,21 +115,22 @@ Status attentionBlockForward(const AttentionBlock& a, const float* q, const floa
       float* lseRow = lse + (b * a.nh + h) * a.Sq;
       for (int64_t i = 0; i < a.Sq; ++i) {
         float* row = p.data() + i * a.Sk;
-        const int64_t n = visible[size_t(i)];
-        if (n == 0) {  // a row that sees no key of this block: nothing to merge
+        const int64_t j0 = visible[size_t(i)].begin, n = visible[size_t(i)].end;
+        if (n <= j0) {  // a row that sees no key of this block: nothing to merge
           std::fill(row, row + a.Sk, 0.0f);
           lseRow[i] = kNegInf;
           continue;
         }
         float mx = kNegInf;
-        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+        for (int64_t j = j0; j < n; ++j) mx = std::max(mx, row[j]);
         double sum = 0.0;
-        for (int64_t j = 0; j < n; ++j) {
+        for (int64_t j = j0; j < n; ++j) {
           row[j] = std::exp(row[j] - mx);
           sum += row[j];
         }
         const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+        for (int64_t j = j0; j < n; ++j) row[j] *= inv;
+        std::fill(row, row + j0, 0.0f);
         std::fill(row + n, row + a.Sk, 0.0f);
         lseRow[i] = mx + static_cast<float>(std::log(sum));
       }
@@ -150,7 +167,7 @@ Status attentionBlockBackward(const AttentionBlock& a, const float* dout, const 
                               const float* v, const float* out, const float* lse, float* dq, float* dk, float* dv) {
   LLCDIST_RETURN_IF_ERROR(checkBlock(a));
   bool any = false;
-  const std::vector<int64_t> visible = visibleKeyCounts(a, &any);
+  const std::vector<AttentionKeyRange> visible = visibleKeyRanges(a, &any);
   if (!any) return Status::ok();  // no query row sees a key of this block: nothing to add
   const float scale = attentionScale(a.hd);
   const int64_t Sq = a.Sq, Sk = a.Sk, hd = a.hd;
@@ -162,8 +179,10 @@ Status attentionBlockBackward(const AttentionBlock& a, const float* dout, const 
       blockScores(a, hv, q, k, scale, p.data());
       for (int64_t i = 0; i < Sq; ++i) {
         float* row = p.data() + i * Sk;
-        const int64_t n = lseRow[i] == kNegInf ? 0 : visible[size_t(i)];
-        for (int64_t j = 0; j < n; ++j) row[j] = std::exp(row[j] - lseRow[i]);
+        const int64_t j0 = visible[size_t(i)].begin;
+        const int64_t n = lseRow[i] == kNegInf ? j0 : std::max(j0, visible[size_t(i)].end);
+        for (int64_t j = j0; j < n; ++j) row[j] = std::exp(row[j] - lseRow[i]);
+        std::fill(row, row + j0, 0.0f);
         std::fill(row + n, row + Sk, 0.0f);
       }
       // dP = dO · Vᵀ; dS = P ∘ (dP - D), D_i = dO_i · O_i with the final O (the whole row's softmax).
@@ -193,7 +212,7 @@ Status attentionBlockBackward(const AttentionBlock& a, const float* dout, const 
 
 namespace {
 AttentionBlock blockOf(const AttentionParams& p) {
-  return attentionBlock({p.B, p.S, p.nh, p.nkv, p.hd}, p.qPos, p.kvPos);
+  return attentionBlock({p.B, p.S, p.nh, p.nkv, p.hd, p.window}, p.qPos, p.kvPos);
 }
 }  // namespace
 

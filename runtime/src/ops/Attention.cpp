@@ -2,7 +2,9 @@
 // saved for the backward), reading q, k, v from three buffers or one packed qkv, and writing dq, dk, dv
 // to three or one packed dqkv; and ring attention's attention_block_fwd / _bwd (one step of the ring:
 // this rank's query rows against member (c − step) mod n's key/value rows, by global position) and
-// attention_merge (context parallelism, docs/plan-format.md "Context parallelism").
+// attention_merge (context parallelism, docs/plan-format.md "Context parallelism"). The four attention
+// ops take Mistral's sliding `window` (optional, an integer >= 1: the schema's check), bound as
+// AttentionParams::window (0 when absent).
 #include "OpDefs.h"
 
 namespace llcdist::rt::ops {
@@ -42,6 +44,7 @@ StatusOr<OpParams> bindAttention(const BindContext& b) {
   AttentionParams p{op.intAttr("B"), op.intAttr("S"), op.intAttr("nh"), op.intAttr("nkv"), op.intAttr("hd")};
   p.packedQkv = op.arg("qkv") >= 0;
   p.packedGrad = op.arg("dqkv") >= 0;
+  p.window = op.intAttr(std::string(schema::kWindowAttr));  // 0 when absent: plain causal
   return OpParams(p);
 }
 
@@ -73,6 +76,7 @@ StatusOr<OpParams> bindAttentionBlock(const BindContext& b) {
   if (step < 0 || step >= n) return Status::internal("step " + std::to_string(step) + " out of range for its axis");
   p.qPos = axisRowPositions(b.manifest, axis, c, p.S);
   p.kvPos = axisRowPositions(b.manifest, axis, ((c - step) % n + n) % n, p.S);
+  p.window = op.intAttr(std::string(schema::kWindowAttr));
   return OpParams(p);
 }
 

@@ -1,7 +1,8 @@
 // The CUDA kernels of the linear, attention and loss families (src/cuda/kernels/{Linear,Attention,
 // Loss}.cu) against the CPU reference kernels on the same inputs (KernelHarness.h), every op kind:
 // both weight layouts, accumulate on and off, with and without bias, odd sizes; causal GQA / MHA / MQA
-// attention over one and several tiles and head dims 16..256; cross entropy plain, padded
+// attention over one and several tiles and head dims 16..256, and with Mistral's sliding window (windows
+// of one key, inside a tile, across tiles, >= S: then the causal bits); cross entropy plain, padded
 // (real_vocab) and vocabulary-parallel. Plus what the harness cannot show: a target outside the
 // vocabulary sets the device error (and leaves the loss alone), synchronous shape errors, and bitwise
 // repeatability. Every test skips without a CUDA device.
@@ -154,9 +155,12 @@ INSTANTIATE_TEST_SUITE_P(AllCases, CudaLinearTest, ::testing::ValuesIn(linearCas
 
 struct AttentionCase {
   int64_t B, S, nh, nkv, hd;
+  int64_t window = 0;  // the sliding window (attr `window`); 0: plain causal
+  AttentionShape shape() const { return {B, S, nh, nkv, hd, window}; }
 };
 void PrintTo(const AttentionCase& c, std::ostream* os) {
   *os << "B" << c.B << "_S" << c.S << "_nh" << c.nh << "_nkv" << c.nkv << "_hd" << c.hd;
+  if (c.window > 0) *os << "_window" << c.window;
 }
 AttentionParams attentionParams(const AttentionCase& c) {
   AttentionParams p;
@@ -165,6 +169,7 @@ AttentionParams attentionParams(const AttentionCase& c) {
   p.nh = c.nh;
   p.nkv = c.nkv;
   p.hd = c.hd;
+  p.window = c.window;
   return p;
 }
 
@@ -192,8 +197,7 @@ TEST_P(CudaAttentionTest, Backward) {
   LLCDIST_REQUIRE_GPU();
   // The saved tensors as the forward makes them (the CPU's: both backends then read identical inputs).
   std::vector<float> out(static_cast<size_t>(qElems)), lse(static_cast<size_t>(rows));
-  ASSERT_TRUE(attentionForward({c.B, c.S, c.nh, c.nkv, c.hd}, q.data(), k.data(), v.data(), out.data(), lse.data())
-                  .isOk());
+  ASSERT_TRUE(attentionForward(c.shape(), q.data(), k.data(), v.data(), out.data(), lse.data()).isOk());
   KernelCase(K::kAttentionBwd, attentionParams(c))
       .f32("dout", randomF32(qElems, 26))
       .f32("q", q)
@@ -227,8 +231,7 @@ TEST_P(CudaAttentionTest, PackedQkvAndGradients) {
       .f32("lse", randomF32(rows, 25))
       .expectMatch(tol(), tol());
   std::vector<float> out(static_cast<size_t>(qElems)), lse(static_cast<size_t>(rows));
-  ASSERT_TRUE(attentionForward({c.B, c.S, c.nh, c.nkv, c.hd}, q.data(), k.data(), v.data(), out.data(), lse.data())
-                  .isOk());
+  ASSERT_TRUE(attentionForward(c.shape(), q.data(), k.data(), v.data(), out.data(), lse.data()).isOk());
   p.packedGrad = true;
   KernelCase(K::kAttentionBwd, p)
       .f32("dout", randomF32(qElems, 26))
@@ -248,6 +251,21 @@ INSTANTIATE_TEST_SUITE_P(AllCases, CudaAttentionTest,
                                            AttentionCase{1, 1, 2, 1, 8},     // a single position
                                            AttentionCase{1, 37, 2, 1, 128},  //
                                            AttentionCase{1, 21, 2, 2, 256}));  // the largest head dim
+
+// Mistral's sliding window: the CPU test's shape (GQA nh 4, nkv 2, S 16) with windows 1, 3, 16 (= S) and
+// 100; over several key and query tiles (S 70, 100: the tiles before a block's first window skipped,
+// the query tiles past its last key's window too), windows inside a tile, of a tile, across tiles.
+INSTANTIATE_TEST_SUITE_P(Windowed, CudaAttentionTest,
+                         ::testing::Values(AttentionCase{2, 16, 4, 2, 8, 1},      //
+                                           AttentionCase{2, 16, 4, 2, 8, 3},      //
+                                           AttentionCase{2, 16, 4, 2, 8, 16},     // = S: causal
+                                           AttentionCase{2, 16, 4, 2, 8, 100},    // > S: causal
+                                           AttentionCase{1, 70, 4, 2, 64, 5},     // inside a tile
+                                           AttentionCase{1, 70, 4, 2, 64, 32},    // one tile
+                                           AttentionCase{1, 70, 4, 2, 64, 45},    // across tiles
+                                           AttentionCase{2, 100, 4, 1, 32, 40},   // MQA, across tiles
+                                           AttentionCase{1, 37, 2, 1, 128, 1},    // the diagonal only
+                                           AttentionCase{1, 21, 2, 2, 256, 7}));  // the largest head dim
 
 TEST(CudaAttentionErrorTest, RejectsHeadDimsPastTheLimit) {
   LLCDIST_REQUIRE_GPU();
@@ -572,6 +590,58 @@ TEST(CudaRepeatabilityTest, AttentionBackward) {
     bufs[roleOf(kind, r)].push_back(
         hostBuf(std::vector<float>(size_t(std::string(r) == "dq" ? qElems : kvElems), 0.0f), schema::ElemType::kF32));
   expectRepeatable(kind, attentionParams(c), bufs);
+}
+
+// A window >= S masks nothing: the own kernel runs the causal tiles in the causal order, so the forward
+// and backward give the causal bits.
+TEST(CudaAttentionWindowTest, AWindowOfAtLeastSIsTheCausalAttentionBitForBit) {
+  LLCDIST_REQUIRE_GPU();
+  const AttentionCase causal{1, 70, 4, 2, 64};
+  const int64_t qElems = causal.B * causal.S * causal.nh * causal.hd,
+                kvElems = causal.B * causal.S * causal.nkv * causal.hd, rows = causal.B * causal.nh * causal.S;
+  const std::vector<float> q = randomF32(qElems, 81), k = randomF32(kvElems, 82), v = randomF32(kvElems, 83);
+  std::vector<float> out(static_cast<size_t>(qElems)), lse(static_cast<size_t>(rows));
+  ASSERT_TRUE(attentionForward(causal.shape(), q.data(), k.data(), v.data(), out.data(), lse.data()).isOk());
+  const auto forward = [&](const AttentionCase& c) {
+    const K kind = K::kAttentionFwd;
+    auto bufs = noBufs(kind);
+    bufs[roleOf(kind, "q")].push_back(hostBuf(q, schema::ElemType::kF32));
+    bufs[roleOf(kind, "k")].push_back(hostBuf(k, schema::ElemType::kF32));
+    bufs[roleOf(kind, "v")].push_back(hostBuf(v, schema::ElemType::kF32));
+    bufs[roleOf(kind, "out")].push_back(hostBuf(std::vector<float>(size_t(qElems), 0.0f), schema::ElemType::kF32));
+    bufs[roleOf(kind, "lse")].push_back(hostBuf(std::vector<float>(size_t(rows), 0.0f), schema::ElemType::kF32));
+    const DeviceRun run = runOnDevice(kind, attentionParams(c), bufs);
+    EXPECT_TRUE(run.status.isOk()) << run.status.toString();
+    return bufs;
+  };
+  const auto backward = [&](const AttentionCase& c) {
+    const K kind = K::kAttentionBwd;
+    auto bufs = noBufs(kind);
+    bufs[roleOf(kind, "dout")].push_back(hostBuf(randomF32(qElems, 84), schema::ElemType::kF32));
+    bufs[roleOf(kind, "q")].push_back(hostBuf(q, schema::ElemType::kF32));
+    bufs[roleOf(kind, "k")].push_back(hostBuf(k, schema::ElemType::kF32));
+    bufs[roleOf(kind, "v")].push_back(hostBuf(v, schema::ElemType::kF32));
+    bufs[roleOf(kind, "out")].push_back(hostBuf(out, schema::ElemType::kF32));
+    bufs[roleOf(kind, "lse")].push_back(hostBuf(lse, schema::ElemType::kF32));
+    for (const char* r : {"dq", "dk", "dv"})
+      bufs[roleOf(kind, r)].push_back(
+          hostBuf(std::vector<float>(size_t(std::string(r) == "dq" ? qElems : kvElems), 0.0f), schema::ElemType::kF32));
+    const DeviceRun run = runOnDevice(kind, attentionParams(c), bufs);
+    EXPECT_TRUE(run.status.isOk()) << run.status.toString();
+    return bufs;
+  };
+  const auto fwd0 = forward(causal), bwd0 = backward(causal);
+  for (int64_t window : {int64_t(70), int64_t(71), int64_t(1) << 40}) {
+    AttentionCase w = causal;
+    w.window = window;
+    const auto fwd = forward(w), bwd = backward(w);
+    for (const char* r : {"out", "lse"})
+      EXPECT_TRUE(fwd[roleOf(K::kAttentionFwd, r)][0].bytes == fwd0[roleOf(K::kAttentionFwd, r)][0].bytes)
+          << r << " with window " << window;
+    for (const char* r : {"dq", "dk", "dv"})
+      EXPECT_TRUE(bwd[roleOf(K::kAttentionBwd, r)][0].bytes == bwd0[roleOf(K::kAttentionBwd, r)][0].bytes)
+          << r << " with window " << window;
+  }
 }
 
 TEST(CudaRepeatabilityTest, LinearBackwardWeightAndBias) {

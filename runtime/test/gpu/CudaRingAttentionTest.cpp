@@ -1,7 +1,9 @@
 // Ring attention's CUDA kernels (src/cuda/kernels/AttentionBlock.cu) against the CPU's
 // (src/kernels/AttentionBlock.cpp) on the same inputs: every step of a cp = 4 ring for the first and
 // the last member, both layouts (the load-balanced one's two runs of positions on both sides: rows that
-// see none, part or all of a block's keys), grouped-query heads; and attention_merge with −inf sides.
+// see none, part or all of a block's keys), grouped-query heads, causal and with Mistral's sliding window
+// (inside the load-balanced layout's chunks of 8, across them, wider than a rank's rows); and
+// attention_merge with −inf sides.
 #include "KernelHarness.h"
 
 #include "llcdist/runtime/Kernels.h"
@@ -21,11 +23,12 @@ using K = schema::OpKind;
 constexpr int64_t kN = 4, kT = 64, kS = kT / kN, kB = 2, kNh = 4, kNkv = 2, kHd = 40;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// The block of step `step` on member c of the ring.
-AttentionParams blockParams(CpLayout layout, int64_t c, int64_t step) {
+// The block of step `step` on member c of the ring (attr window: 0 none).
+AttentionParams blockParams(CpLayout layout, int64_t c, int64_t step, int64_t window) {
   AttentionParams p{kB, kS, kNh, kNkv, kHd};
   p.qPos = contextParallelPositions(kT, kN, c, layout);
   p.kvPos = contextParallelPositions(kT, kN, (c - step + kN) % kN, layout);
+  p.window = window;
   return p;
 }
 
@@ -34,37 +37,38 @@ TEST(CudaRingAttentionTest, EveryStepsBlockMatchesTheCpu) {
   const int64_t qElems = kB * kS * kNh * kHd, kvElems = kB * kS * kNkv * kHd, rows = kB * kNh * kS;
   const std::vector<float> q = randomF32(qElems, 61), k = randomF32(kvElems, 62), v = randomF32(kvElems, 63),
                            dout = randomF32(qElems, 64);
-  for (CpLayout layout : {CpLayout::kContiguous, CpLayout::kLoadBalanced})
-    for (int64_t c : {int64_t(0), kN - 1})
-      for (int64_t step = 0; step < kN; ++step) {
-        SCOPED_TRACE(std::string(schema::cpLayoutName(layout)) + " member " + std::to_string(c) + " step " +
-                     std::to_string(step));
-        const AttentionParams p = blockParams(layout, c, step);
-        KernelCase(K::kAttentionBlockFwd, p)
-            .f32("q", q)
-            .f32("k", k)
-            .f32("v", v)
-            .f32("out", randomF32(qElems, 65))
-            .f32("lse", randomF32(rows, 66))
-            .expectMatch(1e-4, 1e-4);
-        // The backward from this block's own (out, lse) as the CPU computes them (rows that see no key:
-        // lse −inf, nothing added), onto nonzero gradients (the block's share is added).
-        std::vector<float> out(static_cast<size_t>(qElems)), lse(static_cast<size_t>(rows));
-        ASSERT_TRUE(attentionBlockForward(attentionBlock({kB, kS, kNh, kNkv, kHd}, p.qPos, p.kvPos), q.data(), k.data(),
-                                          v.data(), out.data(), lse.data())
-                        .isOk());
-        KernelCase(K::kAttentionBlockBwd, p)
-            .f32("dout", dout)
-            .f32("q", q)
-            .f32("k", k)
-            .f32("v", v)
-            .f32("out", out)
-            .f32("lse", lse)
-            .f32("dq", randomF32(qElems, 67))
-            .f32("dk", randomF32(kvElems, 68))
-            .f32("dv", randomF32(kvElems, 69))
-            .expectMatch(1e-4, 1e-4);
-      }
+  for (int64_t window : {0, 3, 8, 20, 40})
+    for (CpLayout layout : {CpLayout::kContiguous, CpLayout::kLoadBalanced})
+      for (int64_t c : {int64_t(0), kN - 1})
+        for (int64_t step = 0; step < kN; ++step) {
+          SCOPED_TRACE(std::string(schema::cpLayoutName(layout)) + " member " + std::to_string(c) + " step " +
+                       std::to_string(step) + " window " + std::to_string(window));
+          const AttentionParams p = blockParams(layout, c, step, window);
+          KernelCase(K::kAttentionBlockFwd, p)
+              .f32("q", q)
+              .f32("k", k)
+              .f32("v", v)
+              .f32("out", randomF32(qElems, 65))
+              .f32("lse", randomF32(rows, 66))
+              .expectMatch(1e-4, 1e-4);
+          // The backward from this block's own (out, lse) as the CPU computes them (rows that see no key:
+          // lse −inf, nothing added), onto nonzero gradients (the block's share is added).
+          std::vector<float> out(static_cast<size_t>(qElems)), lse(static_cast<size_t>(rows));
+          ASSERT_TRUE(attentionBlockForward(attentionBlock({kB, kS, kNh, kNkv, kHd, window}, p.qPos, p.kvPos), q.data(),
+                                            k.data(), v.data(), out.data(), lse.data())
+                          .isOk());
+          KernelCase(K::kAttentionBlockBwd, p)
+              .f32("dout", dout)
+              .f32("q", q)
+              .f32("k", k)
+              .f32("v", v)
+              .f32("out", out)
+              .f32("lse", lse)
+              .f32("dq", randomF32(qElems, 67))
+              .f32("dk", randomF32(kvElems, 68))
+              .f32("dv", randomF32(kvElems, 69))
+              .expectMatch(1e-4, 1e-4);
+        }
 }
 
 TEST(CudaRingAttentionTest, MergeMatchesTheCpu) {

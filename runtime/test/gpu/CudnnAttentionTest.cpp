@@ -2,7 +2,9 @@
 // attentionForward / attentionBackward) on seeded bf16 inputs: the reference runs in f32 on the bf16
 // values (exactly representable), cuDNN on the bf16 buffers themselves, reading our [B,S,nh,hd] /
 // [B,S,nkv,hd] layouts through strides. Shapes: MHA, GQA (nh=8, nkv=2), MQA, head dims 64 and 128,
-// sequence lengths that are not multiples of 64, B > 1. Plus: the deterministic backward repeats bit for
+// sequence lengths that are not multiples of 64, B > 1; and Mistral's sliding window (cuDNN's diagonal band
+// left bound: AttentionPlan.h), windows of one key, inside a 64-row tile, across tiles, against the
+// CPU reference with the same window. Plus: the deterministic backward repeats bit for
 // bit, graphs are cached per problem, and bad calls are errors, not crashes. Every test skips (one line)
 // without a CUDA device ("no CUDA device") or when cudnnAttentionUsable is false (a build without the
 // cuDNN frontend, an old GPU).
@@ -109,9 +111,17 @@ void expectClose(const std::vector<float>& got, const std::vector<float>& want, 
 
 struct Shape {
   int64_t B, S, nh, nkv, hd;
+  int64_t window = 0;  // the sliding window; 0: plain causal
+  AttentionParams params(bool packed = false) const {
+    AttentionParams p{B, S, nh, nkv, hd, packed, packed};
+    p.window = window;
+    return p;
+  }
+  AttentionShape shape() const { return {B, S, nh, nkv, hd, window}; }
 };
 void PrintTo(const Shape& s, std::ostream* os) {
   *os << "B" << s.B << "_S" << s.S << "_nh" << s.nh << "_nkv" << s.nkv << "_hd" << s.hd;
+  if (s.window > 0) *os << "_window" << s.window;
 }
 
 // Everything one shape needs on the device: inputs, outputs, one workspace for both graphs.
@@ -124,7 +134,7 @@ struct AttentionRun {
   cudaStream_t stream = nullptr;
 
   AttentionRun(const Shape& s, bool deterministic) {
-    const AttentionParams params{s.B, s.S, s.nh, s.nkv, s.hd};
+    const AttentionParams params = s.params();
     fwd = attentionProblem(params, false, false);
     bwd = attentionProblem(params, true, deterministic);
     q = randomBf16(attentionElems(fwd, T::kQ), 11);
@@ -190,7 +200,7 @@ TEST_P(CudnnAttentionTest, ForwardAndBackwardMatchCpuReference) {
   ASSERT_TRUE(b.isOk()) << b.toString();
   ASSERT_EQ(cudaStreamSynchronize(run.stream), cudaSuccess);
 
-  const AttentionShape shape{s.B, s.S, s.nh, s.nkv, s.hd};
+  const AttentionShape shape = s.shape();
   std::vector<float> out(run.q.f32.size()), lse(size_t(attentionElems(run.fwd, T::kStats)));
   ASSERT_TRUE(attentionForward(shape, run.q.f32.data(), run.k.f32.data(), run.v.f32.data(), out.data(), lse.data())
                   .isOk());
@@ -246,7 +256,7 @@ TEST_P(CudnnAttentionTest, PackedQkvMatchesCpuReference) {
   const Shape& s = GetParam();
   std::unique_ptr<CudnnAttention> att = makeAttention();
   ASSERT_NE(att, nullptr);
-  const AttentionParams params{s.B, s.S, s.nh, s.nkv, s.hd, true, true};
+  const AttentionParams params = s.params(/*packed=*/true);
   const AttentionProblem fwd = attentionProblem(params, false, false), bwd = attentionProblem(params, true, false);
   ASSERT_TRUE(fwd.packedQkv && bwd.packedQkv && bwd.packedGrad);
   const QkvLayout L = qkvLayout(s.nh, s.nkv, s.hd, true);
@@ -281,7 +291,7 @@ TEST_P(CudnnAttentionTest, PackedQkvMatchesCpuReference) {
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaStreamDestroy(stream);
 
-  const AttentionShape shape{s.B, s.S, s.nh, s.nkv, s.hd};
+  const AttentionShape shape = s.shape();
   std::vector<float> out(size_t(rows * qRow)), lse(size_t(s.B * s.nh * s.S));
   ASSERT_TRUE(attentionForward(shape, q.f32.data(), k.f32.data(), v.f32.data(), out.data(), lse.data()).isOk());
   std::vector<float> dq(q.f32.size()), dk(k.f32.size()), dv(v.f32.size());
@@ -309,6 +319,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttentionTest,
                                            Shape{3, 77, 8, 2, 64},     // GQA, B = 3, S odd
                                            Shape{1, 256, 2, 2, 128})); // MHA, hd 128
 
+INSTANTIATE_TEST_SUITE_P(Windowed, CudnnAttentionTest,
+                         ::testing::Values(Shape{2, 128, 4, 4, 64, 1},     // the diagonal only
+                                           Shape{2, 200, 8, 2, 128, 16},   // GQA, inside a tile
+                                           Shape{1, 96, 8, 1, 64, 64},     // MQA, one tile
+                                           Shape{3, 77, 8, 2, 64, 40},     // S odd, across tiles
+                                           Shape{1, 256, 2, 2, 128, 100},  // across tiles
+                                           Shape{2, 64, 4, 2, 64, 64}));   // = S: the causal problem
+
 TEST(CudnnAttentionCacheTest, GraphsAreBuiltOncePerProblem) {
   LLCDIST_REQUIRE_CUDNN_ATTENTION();
   std::unique_ptr<CudnnAttention> att = makeAttention();
@@ -322,6 +340,14 @@ TEST(CudnnAttentionCacheTest, GraphsAreBuiltOncePerProblem) {
   ASSERT_TRUE(att->prepare(attentionProblem(params, true, true)).isOk());
   ASSERT_TRUE(att->prepare(attentionProblem(params, true, true)).isOk());
   EXPECT_EQ(att->cachedGraphs(), 3);
+  // A sliding window is another graph (the band's left bound); one >= S is the causal problem's.
+  AttentionParams windowed = params;
+  windowed.window = 16;
+  ASSERT_TRUE(att->prepare(attentionProblem(windowed, false, false)).isOk());
+  EXPECT_EQ(att->cachedGraphs(), 4);
+  windowed.window = 64;
+  ASSERT_TRUE(att->prepare(attentionProblem(windowed, false, false)).isOk());
+  EXPECT_EQ(att->cachedGraphs(), 4);
 }
 
 TEST(CudnnAttentionErrorTest, BadCallsAreErrors) {

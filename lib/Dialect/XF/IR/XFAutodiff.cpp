@@ -54,7 +54,8 @@ Operation *AttentionOp::buildWithSavedStatistics(OpBuilder &b) {
   auto q = cast<RankedTensorType>(getQ().getType());
   return AttentionOp::create(b, getLoc(), getResult().getType(),
                              f32Tensor(getContext(), {q.getDimSize(0), int64_t(getNumHeads()), q.getDimSize(1)}),
-                             getQ(), getK(), getV(), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr());
+                             getQ(), getK(), getV(), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr(),
+                             getWindowAttr());
 }
 
 //===----------------------------------------------------------------------===//
@@ -119,7 +120,8 @@ LogicalResult RopeOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<
 LogicalResult AttentionOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   auto g = AttentionGradOp::create(b, getLoc(), getQ().getType(), getK().getType(), getV().getType(), dys[0],
                                    grads.fwd(getQ()), grads.fwd(getK()), grads.fwd(getV()), grads.fwd(getResult()),
-                                   grads.fwd(getLse()), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr());
+                                   grads.fwd(getLse()), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr(),
+                                   getWindowAttr());
   grads.addGrad(getQ(), g.getDq());
   grads.addGrad(getK(), g.getDk());
   grads.addGrad(getV(), g.getDv());

@@ -71,9 +71,8 @@ LogicalResult recomputeAttention(ModuleOp module) {
           !isa<BlockArgument>(g.getV()))
         continue; // already recomputed, or not a saved attention
       OpBuilder b = OpBuilder::atBlockBegin(&fn.getBody().front());
-      auto att = AttentionOp::create(b, g.getLoc(), out.getType(), lse.getType(), g.getQ(),
-                                     g.getK(), g.getV(), g.getNumHeadsAttr(),
-                                     g.getNumKvHeadsAttr(), g.getHeadDimAttr());
+      auto att = AttentionOp::create(b, g.getLoc(), out.getType(), lse.getType(), g.getQ(), g.getK(), g.getV(),
+                                     g.getNumHeadsAttr(), g.getNumKvHeadsAttr(), g.getHeadDimAttr(), g.getWindowAttr());
       att->setAttr("xf.recomputed", b.getUnitAttr());
       out.replaceAllUsesWith(att.getResult());
       lse.replaceAllUsesWith(att.getLse());

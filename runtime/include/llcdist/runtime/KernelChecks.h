@@ -23,6 +23,8 @@ Status checkPositionRuns(int64_t S, int64_t P, const PositionRuns& positions);
 Status checkRopeTable(const RopeTable& table, int64_t S, int64_t hd);
 // Attention sizes: all positive, nh a multiple of nkv.
 Status checkAttentionShape(int64_t B, int64_t S, int64_t nh, int64_t nkv, int64_t hd);
+// An attention's sliding window: >= 1, or 0 for none (plain causal).
+Status checkAttentionWindow(int64_t window);
 // The first buffer of `role` holds at least `need` elements (an absent role passes).
 Status checkArgElems(const KernelCall& call, std::string_view role, int64_t need);
 // The q, k, v (and dq, dk, dv) of an attention call: their layouts (QkvLayout: separate buffers or one

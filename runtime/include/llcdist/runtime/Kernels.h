@@ -129,12 +129,24 @@ Status ropeBackward(const RopeTable& table, const float* dy, float* dx, int64_t 
 // q [B,S,nh,hd]; k, v [B,S,nkv,hd] with nh % nkv == 0; query head h reads kv head h / (nh/nkv) (HF
 // repeat_kv; nkv == nh is MHA, nkv == 1 is MQA). scores = q·kᵀ/sqrt(hd), causal mask (key position <=
 // query position), softmax in fp32, out = P·v, out [B,S,nh,hd].
+// window > 0: Mistral's sliding window, key j visible to query i iff j <= i and i − j < window (each
+// row's keys [max(0, i − window + 1), i]); 0: plain causal. A window >= S masks nothing more, and the
+// result is the plain causal one bit for bit (the kernels' arithmetic is the same).
 // Saved for backward: lse [B,nh,S] (the log-sum-exp of each masked score row, B·nh·S floats) plus the
 // inputs q, k, v and the output; backward recomputes P = exp(scores - lse), so no S×S tensor is kept.
 // Temporary workspace: S·S floats (forward), 2·S·S floats (backward).
 struct AttentionShape {
   int64_t B = 0, S = 0, nh = 0, nkv = 0, hd = 0;
+  int64_t window = 0;  // >= 1: the sliding window; 0: none; < 0 is an InvalidArgument error
 };
+// The first key query position i sees under `window` (0: none): max(0, i − window + 1).
+inline int64_t attentionFirstKey(int64_t i, int64_t window) { return window > 0 && i >= window ? i - window + 1 : 0; }
+// The score pairs (query, key) the FLOP convention counts per (batch, head): S²/2 for causal attention
+// (FlashAttention's benchmarks, not the exact S(S+1)/2), less the (S − window)²/2 pairs a window < S masks.
+inline double attentionScorePairs(int64_t S, int64_t window) {
+  const double s = double(S), cut = window > 0 && window < S ? double(S - window) : 0.0;
+  return (s * s - cut * cut) / 2.0;
+}
 // The softmax scale every attention kernel uses (CPU, CUDA, cuDNN): 1/sqrt(hd) in double, rounded to
 // f32 once, so all see one value.
 inline float attentionScale(int64_t hd) { return static_cast<float>(1.0 / std::sqrt(double(hd))); }
@@ -155,21 +167,28 @@ Status attentionBackward(const AttentionShape& shape, const QkvLayout& in, const
                          const float* lse, float* dq, float* dk, float* dv);
 
 // Context parallelism's ring attention (AttentionBlock.cpp): Sq query rows against Sk key/value rows,
-// causal by global position (key position <= query position). Query row i is at qStart + i below
-// qSplit and at qStart2 + (i − qSplit) from it; key row j likewise with kvStart, kvSplit, kvStart2 (the
-// load-balanced layout's two runs; the default split is one run). The key positions increase with j
-// (kvStart2 >= kvStart + kvSplit), so the keys a query row sees are a prefix of the block's rows.
-// q, out [B,Sq,nh,hd], k, v [B,Sk,nkv,hd] contiguous; lse [B,nh,Sq].
+// causal by global position (key position <= query position; with window > 0 also query position −
+// key position < window, Mistral's sliding window as AttentionShape's). Query row i is at qStart + i
+// below qSplit and at qStart2 + (i − qSplit) from it; key row j likewise with kvStart, kvSplit, kvStart2
+// (the load-balanced layout's two runs; the default split is one run). The key positions increase with
+// j (kvStart2 >= kvStart + kvSplit), so the keys a query row sees are a range of the block's rows (a
+// prefix without a window). q, out [B,Sq,nh,hd], k, v [B,Sk,nkv,hd] contiguous; lse [B,nh,Sq].
 struct AttentionBlock {
   int64_t B = 0, Sq = 0, Sk = 0, nh = 0, nkv = 0, hd = 0;
   int64_t qStart = 0, kvStart = 0;
   int64_t qSplit = PositionRuns::kNoSplit, qStart2 = 0, kvSplit = PositionRuns::kNoSplit, kvStart2 = 0;
+  int64_t window = 0;  // >= 1: the sliding window over global positions; 0: none
   PositionRuns qPositions() const { return {qStart, qSplit, qStart2}; }
   PositionRuns kvPositions() const { return {kvStart, kvSplit, kvStart2}; }
 };
-// The block of S query rows at qPos against S key/value rows at kvPos.
+// The block of S query rows at qPos against S key/value rows at kvPos (the shape's window too).
 AttentionBlock attentionBlock(const AttentionShape& shape, const PositionRuns& qPos, const PositionRuns& kvPos);
-// The number of keys query row i sees: keys [0, n) of the block.
+// The keys query row i sees: block rows [begin, end) (begin 0 without a window; empty: begin == end).
+struct AttentionKeyRange {
+  int64_t begin = 0, end = 0;
+};
+AttentionKeyRange attentionBlockKeyRange(const AttentionBlock& block, int64_t i);
+// The number of keys query row i sees (end − begin of its range).
 int64_t attentionBlockVisibleKeys(const AttentionBlock& block, int64_t i);
 // The softmax over this block's visible keys only; a row that sees none gets out 0 and lse -inf.
 Status attentionBlockForward(const AttentionBlock& block, const float* q, const float* k, const float* v,

@@ -116,10 +116,13 @@ struct RopeParams {
 // buffer; packedGrad: the backward writes dq, dk, dv into the one `dqkv` (PlanSchema.h).
 // attention_block_fwd / _bwd (ring attention): the global positions of the S query rows (this rank's)
 // and of the S key/value rows (member (c − step) mod n's); attention_merge uses B, S, nh, hd only.
+// window: attr `window` (sliding window: key j visible to query i iff j <= i and i − j < window, by
+// global position on the ring's blocks); 0 when absent (plain causal).
 struct AttentionParams {
   int64_t B = 0, S = 0, nh = 0, nkv = 0, hd = 0;
   bool packedQkv = false, packedGrad = false;
   PositionRuns qPos{}, kvPos{};
+  int64_t window = 0;
 };
 // Where the rows of q, k and v (or of dq, dk, dv) lie, in elements: the offsets of their first rows from
 // the buffer each role names, and the row strides (one row = one token's heads). Separate buffers: all

@@ -98,6 +98,10 @@ inline constexpr std::string_view kShardAxisAttr = "shard_axis";
 // "vocab_padding"): the real vocabulary; global logit columns at or above it are padding, outside the
 // softmax and with zero gradient.
 inline constexpr std::string_view kRealVocabAttr = "real_vocab";
+// The optional int attr (>= 1) of attention_fwd / attention_bwd / attention_block_fwd / attention_block_bwd
+// for Mistral's sliding window (config sliding_window): key position j is visible to query position i
+// iff j <= i and i − j < window. Absent: plain causal attention.
+inline constexpr std::string_view kWindowAttr = "window";
 // rope_fwd / rope_bwd attr `theta` (a model's rope_theta): the runtime computes RoPE's frequencies in
 // fp32, as transformers does, so theta must convert to a normal positive fp32 value (a double subnormal
 // such as 5e-324 becomes 0, one above FLT_MAX becomes inf). The runtime checks plans against this rule
@@ -322,26 +326,30 @@ inline constexpr T kRopeAttrs[] = {{"B", Int},          {"S", Int},
 // q, k, v, or `qkv`: the three packed in one [B,S,nh+2·nkv,hd] buffer, q's heads, then k's, then v's
 // (the QKV GEMM's output; llcdist-plan-packed-qkv). The backward writes dq, dk, dv, or `dqkv` packed
 // the same way. Exactly one form each (src/ops/Attention.cpp).
+// `window` (optional; Mistral's sliding window): key j is visible to query i iff j <= i and i − j < window
+// (transformers masks j <= i − sliding_window); absent: plain causal (j <= i). On the ring's blocks the
+// same by global position.
 inline constexpr A kAttnFwdArgs[] = {{"q", Opt, F, R},   {"k", Opt, F, R},  {"v", Opt, F, R}, {"qkv", Opt, F, R},
                                      {"out", One, F, W}, {"lse", One, F, W}};
-inline constexpr T kAttnAttrs[] = {{"B", Int}, {"S", Int}, {"nh", Int}, {"nkv", Int}, {"hd", Int}};
+inline constexpr T kAttnAttrs[] = {{"B", Int},   {"S", Int},  {"nh", Int},
+                                   {"nkv", Int}, {"hd", Int}, {"window", Int, false}};
 inline constexpr A kAttnBwdArgs[] = {{"dout", One, F, R}, {"q", Opt, F, R},   {"k", Opt, F, R},
                                      {"v", Opt, F, R},    {"qkv", Opt, F, R}, {"out", One, F, R},
                                      {"lse", One, F, R},  {"dq", Opt, F, W},  {"dk", Opt, F, W},
                                      {"dv", Opt, F, W},   {"dqkv", Opt, F, W}};
 // Ring attention (context parallelism, docs/plan-format.md "Context parallelism"): one step of the ring.
 // q, out [B,S,nh,hd] are this rank's S rows (coordinate c on `axis`); k, v [B,S,nkv,hd] are the rows of
-// member (c − step) mod n; causal by global position; lse [B,nh,S] (−inf for a row that sees no key of
-// the block, whose out is 0). The backward reads the final out and lse (over all keys) and ADDS this
-// block's share to dq, dk, dv. attention_merge: (out, lse) := the merge of two partial results over
-// disjoint keys by their log-sum-exp.
+// member (c − step) mod n; causal by global position (with `window`: also qpos − kpos < window); lse
+// [B,nh,S] (−inf for a row that sees no key of the block, whose out is 0). The backward reads the final out and lse
+// (over all keys) and ADDS this block's share to dq, dk, dv. attention_merge: (out, lse) := the merge of two partial
+// results over disjoint keys by their log-sum-exp.
 inline constexpr A kAttnBlockFwdArgs[] = {
     {"q", One, F, R}, {"k", One, F, R}, {"v", One, F, R}, {"out", One, F, W}, {"lse", One, F, W}};
 inline constexpr A kAttnBlockBwdArgs[] = {{"dout", One, F, R}, {"q", One, F, R},   {"k", One, F, R},
                                           {"v", One, F, R},    {"out", One, F, R}, {"lse", One, F, R},
                                           {"dq", One, F, RW},  {"dk", One, F, RW}, {"dv", One, F, RW}};
-inline constexpr T kAttnBlockAttrs[] = {{"B", Int},  {"S", Int},    {"nh", Int},  {"nkv", Int},
-                                        {"hd", Int}, {"axis", Str}, {"step", Idx}};
+inline constexpr T kAttnBlockAttrs[] = {{"B", Int},  {"S", Int},    {"nh", Int},   {"nkv", Int},
+                                        {"hd", Int}, {"axis", Str}, {"step", Idx}, {"window", Int, false}};
 inline constexpr A kAttnMergeArgs[] = {
     {"out", One, F, RW}, {"lse", One, F, RW}, {"out_b", One, F, R}, {"lse_b", One, F, R}};
 inline constexpr T kAttnMergeAttrs[] = {{"B", Int}, {"S", Int}, {"nh", Int}, {"hd", Int}};

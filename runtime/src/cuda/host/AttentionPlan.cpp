@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <tuple>
 
@@ -21,7 +22,7 @@ uint32_t bitsOf(float f) {
 
 auto keyTuple(const AttentionKey& k) {
   return std::make_tuple(k.B, k.S, k.nh, k.nkv, k.hd, k.backward, k.deterministic, k.scaleBits, int(k.dtype),
-                         k.packedQkv, k.packedGrad);
+                         k.packedQkv, k.packedGrad, k.window);
 }
 
 bool isGradient(AttentionTensor t) {
@@ -56,13 +57,16 @@ AttentionProblem attentionProblem(const AttentionParams& p, bool backward, bool 
   a.dtype = dtype;
   a.packedQkv = p.packedQkv;
   a.packedGrad = backward && p.packedGrad;
+  a.window = p.window >= p.S ? 0 : p.window;  // a window >= S masks nothing: the causal problem
   return a;
 }
 
 std::string describeAttention(const AttentionProblem& p) {
   std::ostringstream os;
   os << "attention " << (p.backward ? "backward" : "forward") << " B=" << p.B << " S=" << p.S << " nh=" << p.nh
-     << " nkv=" << p.nkv << " hd=" << p.hd << " " << schema::elemTypeName(p.dtype) << " causal scale=" << p.scale;
+     << " nkv=" << p.nkv << " hd=" << p.hd << " " << schema::elemTypeName(p.dtype) << " causal";
+  if (p.window != 0) os << " window=" << p.window;
+  os << " scale=" << p.scale;
   if (p.deterministic) os << " deterministic";
   if (p.packedQkv) os << " packed-qkv";
   if (p.packedGrad) os << " packed-dqkv";
@@ -85,6 +89,7 @@ AttentionKey attentionKey(const AttentionProblem& p) {
   k.dtype = p.dtype;
   k.packedQkv = p.packedQkv;
   k.packedGrad = p.packedGrad;
+  k.window = p.window;
   return k;
 }
 
@@ -92,7 +97,7 @@ size_t AttentionKeyHash::operator()(const AttentionKey& k) const {
   // boost::hash_combine's mixing over every field.
   size_t h = 0;
   const auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
-  for (int64_t v : {k.B, k.S, k.nh, k.nkv, k.hd}) mix(std::hash<int64_t>()(v));
+  for (int64_t v : {k.B, k.S, k.nh, k.nkv, k.hd, k.window}) mix(std::hash<int64_t>()(v));
   mix(size_t(k.backward) | size_t(k.deterministic) << 1 | size_t(k.packedQkv) << 2 | size_t(k.packedGrad) << 3);
   mix(std::hash<uint32_t>()(k.scaleBits));
   mix(size_t(k.dtype));
@@ -161,6 +166,9 @@ std::string cudnnAttentionUnsupportedReason(const AttentionProblem& p, const Cud
   if (p.nh % p.nkv != 0)
     return "num_heads " + std::to_string(p.nh) + " is not a multiple of num_kv_heads " + std::to_string(p.nkv);
   if (!std::isfinite(p.scale) || p.scale <= 0.0f) return "the softmax scale must be finite and positive";
+  if (p.window < 0) return "window " + std::to_string(p.window) + " must be >= 1 (a sliding window) or 0 (none)";
+  if (p.window > std::numeric_limits<int32_t>::max())
+    return "window " + std::to_string(p.window) + " does not fit cuDNN's int diagonal band left bound";
   if (p.dtype != schema::ElemType::kBF16)
     return "cuDNN SDPA takes bf16 (or fp16) tensors, not " + std::string(schema::elemTypeName(p.dtype));
   if (target.smVersion < 80)
@@ -204,7 +212,7 @@ Status checkAttentionPointer(AttentionTensor t, const void* p) {
 }
 
 double attentionForwardFlops(const AttentionProblem& p) {
-  return 4.0 * double(p.B) * double(p.nh) * double(p.S) * double(p.S) * double(p.hd) / 2.0;
+  return 4.0 * double(p.B) * double(p.nh) * attentionScorePairs(p.S, p.window) * double(p.hd);
 }
 double attentionBackwardFlops(const AttentionProblem& p) { return 2.5 * attentionForwardFlops(p); }
 

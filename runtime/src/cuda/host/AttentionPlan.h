@@ -15,7 +15,10 @@
 //
 // Numerics (what cuDNN computes, the contract of Kernels.h): scores = scale·q·kᵀ with scale =
 // 1/sqrt(hd) rounded to f32 as the CPU reference rounds it, the causal mask keeps keys j <= query i
-// (cuDNN's top-left diagonal, right bound 0), softmax in f32, out = P·v rounded to bf16. cuDNN's Stats
+// (cuDNN's top-left diagonal, right bound 0), and with a sliding window W (AttentionParams::window) also
+// i − j < W: cuDNN's diagonal band left bound W (set_diagonal_band_left_bound; the frontend's
+// sliding_window_mask keeps, top-left aligned, the scores with column + left_bound > row, i.e. j > i − W,
+// utils/attn_score_modifiers.h), softmax in f32, out = P·v rounded to bf16. cuDNN's Stats
 // output is the natural-log log-sum-exp of each masked, scaled score row (max + ln Σ exp(s - max); the
 // frontend converts to base 2 only when asked, set_stats_use_log2, which we never ask), exactly our lse:
 // the backward recomputes P = exp(score - lse).
@@ -45,16 +48,20 @@ struct AttentionProblem {
   // Q, K, V read from one packed [B,S,nh+2·nkv,hd] buffer (attention's `qkv`), and the backward's dQ, dK,
   // dV written into one (`dqkv`): their rows are (nh+2·nkv)·hd apart (QkvLayout, OpParams.h).
   bool packedQkv = false, packedGrad = false;
+  // The sliding window (key j visible to query i iff j <= i and i − j < window): cuDNN's diagonal band
+  // left bound. 0: none (plain causal); attentionProblem drops a window >= S (it masks nothing).
+  int64_t window = 0;
 };
 
 // The problem of an attention op: its shape, scale 1/sqrt(hd) rounded as the CPU reference does
-// (src/kernels/Attention.cpp), dtype bf16, packed as the op's roles are. `deterministic` and packedGrad are
-// kept for the backward only; a forward problem has both false, so forward graphs are shared.
+// (src/kernels/Attention.cpp), dtype bf16, packed as the op's roles are, its window (0 when absent or
+// >= S, so such a problem is the plain causal one and shares its graph). `deterministic` and packedGrad
+// are kept for the backward only; a forward problem has both false, so forward graphs are shared.
 AttentionProblem attentionProblem(const AttentionParams& p, bool backward, bool deterministic,
                                   schema::ElemType dtype = schema::ElemType::kBF16);
 
-// "attention backward B=4 S=2048 nh=32 nkv=8 hd=64 bf16 causal scale=0.125 deterministic": for errors
-// and logs.
+// "attention backward B=4 S=2048 nh=32 nkv=8 hd=64 bf16 causal window=4096 scale=0.125 deterministic"
+// (window only when set): for errors and logs.
 std::string describeAttention(const AttentionProblem& p);
 
 // The graph cache key: every field of the problem that changes the graph (the scale by its bits, so
@@ -65,6 +72,7 @@ struct AttentionKey {
   uint32_t scaleBits = 0;
   schema::ElemType dtype = schema::ElemType::kBF16;
   bool packedQkv = false, packedGrad = false;
+  int64_t window = 0;
 
   bool operator<(const AttentionKey& o) const;
   bool operator==(const AttentionKey& o) const;
@@ -114,6 +122,8 @@ struct CudnnTarget {
 // library (cudnn-frontend 1.32: node/sdpa_support_surface.h for the bf16 forward,
 // node/scaled_dot_product_flash_attention.h for the backward) plus the head-dim ceiling cuDNN documents:
 //  - B, S, nh, nkv, hd >= 1, nh a multiple of nkv, a finite positive scale, dtype bf16;
+//  - window 0 or in [1, 2^31 − 1] (the frontend's left bound is an int; the frontend refuses a left
+//    bound <= 0, and takes one with the top-left causal mask and s_q = s_kv on every version);
 //  - compute capability 8.0 or newer, cuDNN 9 (a build against 9.x headers);
 //  - not cuDNN 9.10.0 / 9.10.1 (the frontend refuses both directions: known bugs);
 //  - hd a multiple of 8 (16-byte rows: also what makes every stride 16-byte aligned) and hd <= 256;
@@ -133,7 +143,8 @@ Status checkAttentionPointer(AttentionTensor t, const void* p);
 
 // FLOPs by FlashAttention's benchmark convention (benchmarks/benchmark_flash_attention.py): forward
 // 4·B·nh·S²·hd (the two GEMMs q·kᵀ and P·v, 2·S²·hd each per head) halved for the causal mask
-// (S²/2, not the exact S(S+1)/2), backward 2.5× the forward (five GEMMs of which one recomputes the
+// (S²/2, not the exact S(S+1)/2; with a window W < S less the (S − W)²/2 masked pairs:
+// attentionScorePairs, Kernels.h), backward 2.5× the forward (five GEMMs of which one recomputes the
 // scores). What the benchmarks' TFLOP/s divide by.
 double attentionForwardFlops(const AttentionProblem& p);
 double attentionBackwardFlops(const AttentionProblem& p);

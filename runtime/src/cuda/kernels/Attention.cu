@@ -19,6 +19,10 @@
 //    (3) dK, dV: a block per (b, kv head g, tile of W key rows), warp w owns key row j and walks the
 //    query heads of g in order and, for each, the query tiles from j on: dv_j = Σ P_ij dO_i,
 //    dk_j = scale·Σ dS_ij q_i. Each of dq, dk, dv is written once (overwritten), no accumulation.
+// A sliding window (AttentionParams::window, Mistral's: key j visible to query i iff j <= i and
+// i − j < window; 0: none) masks a lane's key (or query) as the causal mask does, and the loops skip the
+// tiles wholly outside every row's window of the block: the tiles a row runs, and the order of its sums
+// over them, are those of plain causal attention when there is no window (or one >= S).
 // Head dims up to kMaxHd = 256 (8 output columns per lane); larger is an InvalidArgument error. This
 // own kernel computes in f32 on f32 buffers (variant "own"); bf16 plans run cuDNN's fused attention
 // (variant "cudnn", registered first: CudnnAttention.h), which reads and writes bf16 q, k, v, out
@@ -45,6 +49,7 @@ struct Shape {
   int64_t B, S, nh, nkv, hd;
   int64_t group;  // nh / nkv: query heads per kv head
   float scale;    // 1/sqrt(hd), as the CPU rounds it
+  int64_t window;  // the sliding window (>= 1), or 0: none
   // Row strides in elements (QkvLayout): q and k, v as read; dq and dk, dv as written (packed in one
   // qkv / dqkv buffer or separate). out and dout are always [B,S,nh,hd].
   int64_t qRow, kvRow, dqRow, dkvRow;
@@ -69,6 +74,25 @@ __device__ __forceinline__ int64_t dkvIndex(const Shape& s, int64_t b, int64_t j
 }
 __device__ __forceinline__ int64_t rowIndex(const Shape& s, int64_t b, int64_t h, int64_t i) {  // lse, D
   return (b * s.nh + h) * s.S + i;
+}
+
+// Key j is inside query i's window (the causal side, j <= i, is checked apart).
+__device__ __forceinline__ bool inWindow(const Shape& s, int64_t i, int64_t j) {
+  return s.window == 0 || i - j < s.window;
+}
+// Some key of the tile [j0, j0 + kTile) is visible to query i: j0 <= i and the tile reaches i's window.
+__device__ __forceinline__ bool keyTileVisible(const Shape& s, int64_t i, int64_t j0) {
+  return j0 <= i && inWindow(s, i, j0 + kTile - 1);
+}
+// The first key tile a block of query rows [firstRow, ...] needs: the one holding firstRow's first key.
+__device__ __forceinline__ int64_t firstKeyTile(const Shape& s, int64_t firstRow) {
+  if (s.window == 0 || firstRow < s.window) return 0;
+  return (firstRow - s.window + 1) / kTile * kTile;
+}
+// One past the last query row that sees a key of [.., lastKey]: S without a window.
+__device__ __forceinline__ int64_t queryEnd(const Shape& s, int64_t lastKey) {
+  if (s.window == 0 || lastKey + s.window >= s.S) return s.S;
+  return lastKey + s.window;
 }
 
 // Xor-butterfly reductions: every lane ends with the same bits.
@@ -132,18 +156,18 @@ __global__ void attentionForwardKernel(Shape s, const float* q, const float* k, 
   float m = -INFINITY, l = 0.0f;
   const auto kvRow = [&](int64_t j) { return kvIndex(s, b, j, g); };
 
-  for (int64_t j0 = 0; j0 <= lastRow; j0 += kTile) {
-    const bool runs = active && j0 <= i;  // warp-uniform
-    __syncthreads();                      // the previous V tile is consumed; q rows are written
+  for (int64_t j0 = firstKeyTile(s, firstRow); j0 <= lastRow; j0 += kTile) {
+    const bool runs = active && keyTileVisible(s, i, j0);  // warp-uniform
+    __syncthreads();                                       // the previous V tile is consumed; q rows are written
     loadTile(kv, stride, k, j0, s.S, hd, kvRow);
     __syncthreads();
-    float score = -INFINITY;  // masked: key after the query (or past S)
-    if (runs && j0 + lane <= i) score = dot(qrow, kv + lane * stride, hd) * s.scale;
+    float score = -INFINITY;  // masked: key after the query (or past S), or before its window
+    if (runs && j0 + lane <= i && inWindow(s, i, j0 + lane)) score = dot(qrow, kv + lane * stride, hd) * s.scale;
     __syncthreads();  // the K tile is consumed
     loadTile(kv, stride, v, j0, s.S, hd, kvRow);
     __syncthreads();
     if (runs) {
-      const float mNew = fmaxf(m, warpMax(score));  // finite: lane 0's key j0 <= i
+      const float mNew = fmaxf(m, warpMax(score));  // finite: the tile has a visible key (keyTileVisible)
       const float corr = expf(m - mNew);           // 0 on the first tile (m = -inf)
       const float p = score == -INFINITY ? 0.0f : expf(score - mNew);
       l = l * corr + warpSum(p);
@@ -219,15 +243,15 @@ __global__ void attentionBackwardQueryKernel(Shape s, const float* dout, const f
   for (int r = 0; r < kMaxPerLane; ++r) acc[r] = 0.0f;
   const auto kvRow = [&](int64_t j) { return kvIndex(s, b, j, g); };
 
-  for (int64_t j0 = 0; j0 <= lastRow; j0 += kTile) {
-    const bool runs = active && j0 <= i;
+  for (int64_t j0 = firstKeyTile(s, firstRow); j0 <= lastRow; j0 += kTile) {
+    const bool runs = active && keyTileVisible(s, i, j0);
     __syncthreads();  // the previous tiles are consumed; q / dO rows are written
     loadTile(kt, stride, k, j0, s.S, hd, kvRow);
     loadTile(vt, stride, v, j0, s.S, hd, kvRow);
     __syncthreads();
     if (runs) {
       float dS = 0.0f;
-      if (j0 + lane <= i) {
+      if (j0 + lane <= i && inWindow(s, i, j0 + lane)) {
         const float score = dot(qrow, kt + lane * stride, hd) * s.scale;
         const float p = expf(score - lseI);
         const float dp = dot(dorow, vt + lane * stride, hd);
@@ -282,9 +306,12 @@ __global__ void attentionBackwardKeyValueKernel(Shape s, const float* dout, cons
     const int64_t h = g * s.group + hh;
     const auto qRow = [&](int64_t i) { return qIndex(s, b, i, h); };
     const auto oRow = [&](int64_t i) { return oIndex(s, b, i, h); };
-    // Queries i >= j: the tiles from the block's first key row on (rows before a warp's own key masked).
-    for (int64_t i0 = firstRow; i0 < s.S; i0 += kTile) {
-      const bool runs = active && i0 + kTile > j;  // warp-uniform: some row of the tile is >= j
+    // Queries i >= j: the tiles from the block's first key row on (rows before a warp's own key masked),
+    // up to the last query whose window reaches the block's last key.
+    const int64_t iEnd = queryEnd(s, firstRow + warps - 1);
+    for (int64_t i0 = firstRow; i0 < iEnd; i0 += kTile) {
+      // warp-uniform: some row of the tile is >= j and inside the window of key j
+      const bool runs = active && i0 + kTile > j && inWindow(s, i0, j);
       __syncthreads();  // the previous tiles are consumed; k / v rows are written
       loadTile(qt, stride, q, i0, s.S, hd, qRow);
       loadTile(dOtile, stride, dout, i0, s.S, hd, oRow);
@@ -292,7 +319,7 @@ __global__ void attentionBackwardKeyValueKernel(Shape s, const float* dout, cons
       if (runs) {
         const int64_t i = i0 + lane;
         float p = 0.0f, dS = 0.0f;
-        if (i < s.S && i >= j) {
+        if (i < s.S && i >= j && inWindow(s, i, j)) {
           const float score = dot(qt + lane * stride, krow, hd) * s.scale;
           p = expf(score - lse[rowIndex(s, b, h, i)]);
           const float dp = dot(dOtile + lane * stride, vrow, hd);
@@ -327,6 +354,7 @@ __global__ void attentionBackwardKeyValueKernel(Shape s, const float* dout, cons
 // The CPU's checks (checkAttentionShape) plus this implementation's head-dim limit and grid size.
 Status checkShape(const AttentionParams& p) {
   LLCDIST_RETURN_IF_ERROR(checkAttentionShape(p.B, p.S, p.nh, p.nkv, p.hd));
+  LLCDIST_RETURN_IF_ERROR(checkAttentionWindow(p.window));
   if (p.hd > kMaxHd)
     return Status::invalidArgument("attention: head dim " + std::to_string(p.hd) +
                                    " is larger than the CUDA kernels' limit " + std::to_string(kMaxHd));
@@ -342,6 +370,7 @@ Shape shapeOf(const AttentionParams& p) {
   s.hd = p.hd;
   s.group = p.nh / p.nkv;
   s.scale = attentionScale(p.hd);
+  s.window = p.window >= p.S ? 0 : p.window;  // a window >= S masks nothing: plain causal, the same tiles
   const QkvLayout in = qkvLayout(p.nh, p.nkv, p.hd, p.packedQkv), grad = qkvLayout(p.nh, p.nkv, p.hd, p.packedGrad);
   s.qRow = in.qRow;
   s.kvRow = in.kvRow;

@@ -7,7 +7,9 @@
 // lane d owning head dims d, d + 32, ... (head dims up to kMaxHd); every sum in a fixed order (the keys
 // or queries in order, xor-butterfly reductions over the lanes), no atomics, so a run repeats bit for
 // bit. The keys a query row sees are a prefix of the block's rows (the key positions increase), as on
-// the CPU.
+// the CPU; with a sliding window (AttentionParams::window: also query position − key position < window)
+// a range of them, [begin, end), the loops running over it alone (begin 0 without a window: the same
+// arithmetic).
 //  - forward: a warp per (b, h, query row i), an online softmax over the row's visible keys; a row
 //    that sees none gets out = 0 and lse = −inf.
 //  - backward: D_i = Σ dO·O (double) per query row into scratch; then a warp per query row for dq and a
@@ -39,6 +41,7 @@ struct Block {
   int64_t B, S, nh, nkv, hd, group;
   float scale;
   Runs q, kv;
+  int64_t window;  // the sliding window (>= 1), or 0: none
 };
 
 __device__ __forceinline__ int64_t positionOf(const Runs& r, int64_t s) {
@@ -46,16 +49,22 @@ __device__ __forceinline__ int64_t positionOf(const Runs& r, int64_t s) {
 }
 // Key row j is visible to query row i.
 __device__ __forceinline__ bool visible(const Block& s, int64_t i, int64_t j) {
-  return positionOf(s.kv, j) <= positionOf(s.q, i);
+  const int64_t q = positionOf(s.q, i), k = positionOf(s.kv, j);
+  return k <= q && (s.window == 0 || q - k < s.window);
 }
 __device__ __forceinline__ int64_t clampTo(int64_t x, int64_t hi) { return x < 0 ? 0 : x > hi ? hi : x; }
-// The keys query row i sees: [0, n) (attentionBlockVisibleKeys: a prefix, counted per run).
-__device__ int64_t visibleKeys(const Block& s, int64_t i) {
-  const int64_t pos = positionOf(s.q, i);
+// The keys at positions <= pos: a prefix of the block's rows, counted per run.
+__device__ int64_t keysAtOrBefore(const Block& s, int64_t pos) {
   const int64_t n1 = clampTo(s.kv.split, s.S);
   const int64_t c1 = clampTo(pos - s.kv.first + 1, n1);
   if (c1 < n1) return c1;
   return n1 + clampTo(pos - s.kv.second + 1, s.S - n1);
+}
+// The keys query row i sees: rows [*begin, end) (attentionBlockKeyRange; begin 0 without a window).
+__device__ int64_t visibleKeys(const Block& s, int64_t i, int64_t* begin) {
+  const int64_t pos = positionOf(s.q, i);
+  *begin = s.window > 0 && s.window <= pos ? keysAtOrBefore(s, pos - s.window) : 0;
+  return keysAtOrBefore(s, pos);
 }
 
 __device__ __forceinline__ int64_t qIndex(const Block& s, int64_t b, int64_t i, int64_t h) {  // q, out, dout, dq
@@ -92,12 +101,14 @@ __global__ void blockForwardKernel(Block s, const float* q, const float* k, cons
   const int lane = threadIdx.x % 32, hd = int(s.hd);
   for (int64_t row = warpId(); row < s.B * s.nh * s.S; row += warpCount()) {
     const int64_t i = row % s.S, bh = row / s.S, h = bh % s.nh, b = bh / s.nh, g = h / s.group;
-    const int64_t n = visibleKeys(s, i);
+    int64_t j0 = 0;
+    const int64_t n = visibleKeys(s, i, &j0);
+    const bool sees = n > j0;
     const float* qi = q + qIndex(s, b, i, h);
     float o[kMaxPerLane];
     for (int r = 0; r < kMaxPerLane; ++r) o[r] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = j0; j < n; ++j) {
       const float score = warpDot(qi, k + kvIndex(s, b, j, g), hd, lane) * s.scale;
       const float mNew = fmaxf(m, score);
       const float corr = expf(m - mNew), p = expf(score - mNew);  // corr 0 on the first key (m = -inf)
@@ -109,12 +120,12 @@ __global__ void blockForwardKernel(Block s, const float* q, const float* k, cons
       }
       m = mNew;
     }
-    const float inv = n > 0 ? 1.0f / l : 0.0f;
+    const float inv = sees ? 1.0f / l : 0.0f;
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
       if (d < hd) out[qIndex(s, b, i, h) + d] = o[r] * inv;
     }
-    if (lane == 0) lse[rowIndex(s, b, h, i)] = n > 0 ? m + logf(l) : -INFINITY;
+    if (lane == 0) lse[rowIndex(s, b, h, i)] = sees ? m + logf(l) : -INFINITY;
   }
 }
 
@@ -150,12 +161,14 @@ __global__ void blockQueryGradKernel(Block s, const float* dout, const float* q,
   for (int64_t row = warpId(); row < s.B * s.nh * s.S; row += warpCount()) {
     const int64_t i = row % s.S, bh = row / s.S, h = bh % s.nh, b = bh / s.nh, g = h / s.group;
     const float lseI = lse[rowIndex(s, b, h, i)], dI = D[rowIndex(s, b, h, i)];
-    const int64_t n = lseI == -INFINITY ? 0 : visibleKeys(s, i);
+    int64_t j0 = 0;
+    const int64_t end = visibleKeys(s, i, &j0);
+    const int64_t n = lseI == -INFINITY || end < j0 ? j0 : end;
     const float* qi = q + qIndex(s, b, i, h);
     const float* doi = dout + qIndex(s, b, i, h);
     float acc[kMaxPerLane];
     for (int r = 0; r < kMaxPerLane; ++r) acc[r] = 0.0f;
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = j0; j < n; ++j) {
       const float* kj = k + kvIndex(s, b, j, g);
       const Grad gr = gradAt(s, qi, doi, kj, v + kvIndex(s, b, j, g), lseI, dI, lane);
       for (int r = 0; r < kMaxPerLane; ++r) {
@@ -163,7 +176,7 @@ __global__ void blockQueryGradKernel(Block s, const float* dout, const float* q,
         if (d < hd) acc[r] += gr.dS * kj[d];
       }
     }
-    if (n == 0) continue;
+    if (n == j0) continue;
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
       if (d < hd) dq[qIndex(s, b, i, h) + d] += s.scale * acc[r];
@@ -235,6 +248,7 @@ __global__ void mergeKernel(int64_t B, int64_t S, int64_t nh, int64_t hd, float*
 
 Status checkBlockShape(const char* what, const AttentionParams& p) {
   LLCDIST_RETURN_IF_ERROR(checkAttentionShape(p.B, p.S, p.nh, p.nkv, p.hd));
+  LLCDIST_RETURN_IF_ERROR(checkAttentionWindow(p.window));
   if (p.hd > kMaxHd)
     return Status::invalidArgument(std::string(what) + ": head dim " + std::to_string(p.hd) +
                                    " is larger than the CUDA kernels' limit " + std::to_string(kMaxHd));
@@ -250,7 +264,8 @@ Block blockOf(const AttentionParams& p) {
                p.nh / p.nkv,
                attentionScale(p.hd),
                Runs{p.qPos.first, p.qPos.split, p.qPos.second},
-               Runs{p.kvPos.first, p.kvPos.split, p.kvPos.second}};
+               Runs{p.kvPos.first, p.kvPos.split, p.kvPos.second},
+               p.window};
 }
 
 // Blocks of kWarpsPerBlock warps, one warp per row (grid-stride past gridFor's cap).

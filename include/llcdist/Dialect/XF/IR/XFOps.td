@@ -196,13 +196,16 @@ def XF_AttentionOp : XF_Op<"attention", [Pure, DeclareOpInterfaceMethods<XF_Diff
     q [B, S, num_heads*head_dim]; k, v [B, S, num_kv_heads*head_dim];
     num_heads % num_kv_heads == 0, and query head h reads kv head
     h / (num_heads / num_kv_heads) (Hugging Face `repeat_kv`). Scores are
-    scaled by 1/sqrt(head_dim), masked causally, soft-maxed in f32.
-    Result [B, S, num_heads*head_dim]. In a training step the op also
+    scaled by 1/sqrt(head_dim), masked causally, soft-maxed in f32. With
+    `window` (Mistral's sliding window) query position i sees only keys j
+    with i - window < j <= i. Result [B, S, num_heads*head_dim]. In a
+    training step the op also
     yields `lse` (f32 [B, num_heads, S]: each score row's log-sum-exp), from
     which its backward recomputes the probabilities.
   }];
   let arguments = (ins XF_FloatTensor:$q, XF_FloatTensor:$k, XF_FloatTensor:$v,
-                       I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim);
+                       I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$window);
   let results = (outs XF_FloatTensor:$result, Optional<F32Tensor>:$lse);
   let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

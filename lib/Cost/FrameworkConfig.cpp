@@ -41,7 +41,15 @@ void renderModel(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
     theta << m.ropeTheta;
     flag(a, "--rotary-base", theta.str());
     flag(a, "--normalization", "RMSNorm");
-    flag(a, "--swiglu");
+    if (m.gatedGelu) // Gemma
+      a.megatronNotes.push_back("GeGLU (tanh GELU gate): Megatron-LM's --swiglu with the gated activation set to "
+                                "gelu in the model spec (no command-line flag)");
+    else
+      flag(a, "--swiglu");
+    if (m.normWeightOffset != 0)
+      a.megatronNotes.push_back("RMSNorm scaled by (1 + w): Megatron-LM's --apply-layernorm-1p (zero-centered gamma)");
+    if (m.scaleEmbeddings)
+      a.megatronNotes.push_back("embeddings multiplied by sqrt(hidden_size): no Megatron-LM flag (Gemma's model spec)");
     if (!m.outputBias && !m.mlpBias)
       flag(a, "--disable-bias-linear");
     if (m.qkvBias && !m.outputBias) // Qwen2: Megatron-LM's separate switch for q, k, v
@@ -52,6 +60,16 @@ void renderModel(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
       a.megatronNotes.push_back("sliding_window " + num(m.slidingWindow) + ": Megatron-LM's --window-size " +
                                 num(m.slidingWindow) + " 0 (each query sees the " + num(m.slidingWindow) +
                                 " tokens before it and itself)");
+  }
+  if (m.arch == Arch::Phi) {
+    flag(a, "--position-embedding-type", "rope");
+    std::ostringstream theta, percent;
+    theta << m.ropeTheta;
+    flag(a, "--rotary-base", theta.str());
+    percent << double(m.rotaryDim) / double(m.headDim);
+    flag(a, "--rotary-percent", percent.str());
+    a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (x + attn(ln x) + mlp(ln x)): no "
+                              "Megatron-LM flag; the LM head's bias: none either");
   }
   if (!m.tieEmbeddings)
     flag(a, "--untie-embeddings-and-output-weights");

@@ -102,7 +102,7 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   if (s.llama) {
     fwdGemm = gemm(s.q, s.h) + 2 * gemm(s.kv, s.h) + gemm(s.h, s.q) + 2 * gemm(s.inter, s.h) + gemm(s.h, s.inter);
   } else {
-    fwdGemm = gemm(3 * s.q, s.h) + gemm(s.h, s.q) + gemm(s.inter, s.h) + gemm(s.h, s.inter);
+    fwdGemm = gemm(s.q + 2 * s.kv, s.h) + gemm(s.h, s.q) + gemm(s.inter, s.h) + gemm(s.h, s.inter);
   }
   bwdGemm = fwdGemm; // dX and dW: each runs the forward's shapes once
   double attnBwd;
@@ -186,7 +186,7 @@ std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) 
   LayerShape s = layerShape(m, 1);
   double H = double(m.hidden);
   double matmul = s.llama ? H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * double(s.inter)
-                          : H * 3 * double(s.q) + double(s.q) * H + 2 * H * double(s.inter);
+                          : H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
   double fwd = 2 * matmul + 4.0 * double(w.seqLen) * double(m.heads) * double(s.hd);
   double layer = (full ? 4 : 3) * fwd;
   // The head: the LM head over the padded vocabulary (the pass runs after
@@ -267,6 +267,11 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     if (m.mlpBias)
       pc.layer += 2 * double(s.inter) + H;
     pc.finalNorm = H;
+  } else if (m.arch == Arch::Phi) { // one LayerNorm; biases on q, k, v, dense, fc1, fc2
+    const double qkv = double(s.q + 2 * s.kv);
+    pc.layer =
+        2 * H + H * qkv + qkv + double(s.q) * H + H + H * double(s.inter) + double(s.inter) + double(s.inter) * H + H;
+    pc.finalNorm = 2 * H;
   } else {
     pc.layer = 4 * H + H * 3 * double(s.q) + 3 * double(s.q) + double(s.q) * H + H + H * double(s.inter) +
                double(s.inter) + double(s.inter) * H + H;
@@ -274,6 +279,8 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.positions = double(m.maxPositions) * H;
   }
   pc.vocabMatrix = double(w.paddedVocab(tp)) / double(tp) * H;
+  if (m.lmHeadBias) // Phi's, split over the vocabulary like the head
+    pc.finalNorm += double(w.paddedVocab(tp)) / double(tp);
   pc.tied = m.tieEmbeddings;
   return pc;
 }
@@ -302,8 +309,10 @@ int64_t stageTensors(const Workload &w, const ParallelConfig &c, int64_t stage, 
   if (stage == 0)
     n += m.arch == Arch::GPT2 ? 2 : 1;
   if (stage == c.pp - 1) {
-    n += m.arch == Arch::GPT2 ? 2 : 1;
+    n += m.arch == Arch::GPT2 || m.arch == Arch::Phi ? 2 : 1; // the final norm
     if (!m.tieEmbeddings || c.pp > 1)
+      n += 1;
+    if (m.lmHeadBias)
       n += 1;
   }
   return n;
@@ -320,7 +329,7 @@ StepFlops cost::stepFlops(const Workload &w, const std::string &recompute) {
   if (s.llama)
     matmulPerToken = H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * double(s.inter);
   else
-    matmulPerToken = H * 3 * double(s.q) + double(s.q) * H + 2 * H * double(s.inter);
+    matmulPerToken = H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
   double layerFwd = 2 * T * matmulPerToken;
   double attnFwd = 4 * double(w.globalBatch) * double(w.seqLen) * double(w.seqLen) * double(m.heads) * double(s.hd);
   double headFwd = 2 * T * H * double(m.vocab);

@@ -1,8 +1,9 @@
 //===- ImportXF.cpp - model config -> xf forward graph --------------------===//
 //
-// Mirrors Hugging Face transformers' GPT2LMHeadModel and LlamaForCausalLM
-// forward passes op for op (Qwen2ForCausalLM and MistralForCausalLM share
-// Llama's layer, with q/k/v biases and a sliding window); parameter names and
+// Mirrors Hugging Face transformers' GPT2LMHeadModel, LlamaForCausalLM and
+// PhiForCausalLM forward passes op for op (Qwen2ForCausalLM,
+// MistralForCausalLM and GemmaForCausalLM share Llama's layer, with q/k/v
+// biases, a sliding window, GeGLU and (1 + w) norms); parameter names and
 // layouts are theirs, so a safetensors checkpoint maps onto the graph without
 // conversion.
 //
@@ -13,6 +14,8 @@
 #include "llcdist/Frontend/ModelConfig.h"
 
 #include "mlir/IR/Builders.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace llcdist;
@@ -39,7 +42,7 @@ public:
     OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc, StringRef(m.name));
     (*module)->setAttr(kModelAttr, describe());
     b.setInsertionPointToEnd(module->getBody());
-    func::FuncOp layer = m.arch == Arch::GPT2 ? gpt2Block() : llamaBlock();
+    func::FuncOp layer = m.arch == Arch::GPT2 ? gpt2Block() : m.arch == Arch::Phi ? phiBlock() : llamaBlock();
     b.setInsertionPointToEnd(module->getBody());
     forward(layer);
     return module;
@@ -138,48 +141,85 @@ private:
     return fn;
   }
 
-  func::FuncOp llamaBlock() {
-    func::FuncOp fn;
-    Value x = beginLayer(fn, "llama_decoder_layer");
-    const std::string p = "model.layers.{i}.";
-    int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim,
-            kv = m.kvHeads * m.headDim;
-    auto rms = [&](const std::string &n, Value v) {
-      return RMSNormOp::create(b, loc(p + n), v.getType(), /*stats=*/Type(), v,
-                               param(p + n + ".weight", {H}),
-                               b.getF64FloatAttr(m.normEps))
-          .getResult();
-    };
-    auto rope = [&](Value v) {
-      return RopeOp::create(b, loc(p + "self_attn.rotary_emb"), v.getType(), v,
-                            b.getI64IntegerAttr(m.headDim),
-                            b.getF64FloatAttr(m.ropeTheta),
-                            ropeScaling())
-          .getResult();
-    };
-    auto o = WeightLayout::OutIn;
-    Value h = rms("input_layernorm", x);
-    Value qv = linear(p + "self_attn.q_proj", h, H, q, m.qkvBias, o);
-    Value kv_ = linear(p + "self_attn.k_proj", h, H, kv, m.qkvBias, o);
-    Value vv = linear(p + "self_attn.v_proj", h, H, kv, m.qkvBias, o);
-    Value qr = rope(qv);
-    Value kr = rope(kv_);
+  /// RMSNorm `name` (parameter name.weight) of `x`; Gemma's scales by
+  /// (1 + w).
+  Value rmsNorm(const std::string &name, Value x) {
+    FloatAttr offset = m.normWeightOffset != 0 ? b.getF64FloatAttr(m.normWeightOffset) : FloatAttr();
+    return RMSNormOp::create(b, loc(name), x.getType(), /*stats=*/Type(), x, param(name + ".weight", {m.hidden}),
+                             b.getF64FloatAttr(m.normEps), offset)
+        .getResult();
+  }
+
+  /// Rotary embeddings on q or k of layer prefix `p` (Phi's on the first
+  /// rotaryDim dims of each head).
+  Value rope(const std::string &p, Value v) {
+    IntegerAttr rotary = m.rotaryDim && m.rotaryDim != m.headDim ? b.getI64IntegerAttr(m.rotaryDim) : IntegerAttr();
+    return RopeOp::create(b, loc(p + "self_attn.rotary_emb"), v.getType(), v, b.getI64IntegerAttr(m.headDim),
+                          b.getF64FloatAttr(m.ropeTheta), ropeScaling(), rotary)
+        .getResult();
+  }
+
+  /// Causal attention of layer prefix `p` over q [B, S, nh·hd] and k, v.
+  Value attention(const std::string &p, Value q, Value k, Value v) {
     // Mistral's sliding window W: transformers 4.40 (and Mistral's reference
     // code) let query i see keys i-W..i, W + 1 of them: xf.attention's
     // `window`. Where that covers the sequence it masks nothing (plain causal).
     const int64_t keys = m.slidingWindow + 1;
     IntegerAttr window = m.slidingWindow > 0 && keys < S ? b.getI64IntegerAttr(keys) : IntegerAttr();
-    Value a = AttentionOp::create(b, loc(p + "self_attn", {"num_heads", "num_kv_heads"}), act(q),
-                                  /*lse=*/Type(), qr, kr, vv, m.heads, m.kvHeads, m.headDim, window)
-                  .getResult();
+    return AttentionOp::create(b, loc(p + "self_attn", {"num_heads", "num_kv_heads"}), act(m.heads * m.headDim),
+                               /*lse=*/Type(), q, k, v, m.heads, m.kvHeads, m.headDim, window)
+        .getResult();
+  }
+
+  func::FuncOp llamaBlock() {
+    func::FuncOp fn;
+    Value x = beginLayer(fn, "llama_decoder_layer");
+    const std::string p = "model.layers.{i}.";
+    int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
+    auto o = WeightLayout::OutIn;
+    Value h = rmsNorm(p + "input_layernorm", x);
+    Value qv = linear(p + "self_attn.q_proj", h, H, q, m.qkvBias, o);
+    Value kv_ = linear(p + "self_attn.k_proj", h, H, kv, m.qkvBias, o);
+    Value vv = linear(p + "self_attn.v_proj", h, H, kv, m.qkvBias, o);
+    Value qr = rope(p, qv); // separate statements: the ops appear in a fixed order
+    Value kr = rope(p, kv_);
+    Value a = attention(p, qr, kr, vv);
     Value out = linear(p + "self_attn.o_proj", a, q, H, m.outputBias, o);
     x = AddOp::create(b, loc(p + "self_attn"), x, out);
-    h = rms("post_attention_layernorm", x);
+    h = rmsNorm(p + "post_attention_layernorm", x);
     Value gate = linear(p + "mlp.gate_proj", h, H, I, m.mlpBias, o);
     Value up = linear(p + "mlp.up_proj", h, H, I, m.mlpBias, o);
-    Value s = SwiGLUOp::create(b, loc(p + "mlp"), gate, up);
+    // Gemma's GeGLU: the tanh GELU in SwiGLU's place.
+    StringAttr activation = m.gatedGelu ? b.getStringAttr("gelu_tanh") : StringAttr();
+    Value s = SwiGLUOp::create(b, loc(p + "mlp"), gate, up, activation);
     Value d = linear(p + "mlp.down_proj", s, I, H, m.mlpBias, o);
     x = AddOp::create(b, loc(p + "mlp"), x, d);
+    func::ReturnOp::create(b, loc(p), x);
+    return fn;
+  }
+
+  /// PhiDecoderLayer: one LayerNorm feeding attention and the MLP side by
+  /// side, (attn(ln x) + mlp(ln x)) + x in transformers' order; biases on
+  /// every projection.
+  func::FuncOp phiBlock() {
+    func::FuncOp fn;
+    Value x = beginLayer(fn, "phi_decoder_layer");
+    const std::string p = "model.layers.{i}.";
+    int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
+    auto o = WeightLayout::OutIn;
+    Value h = layerNorm(p + "input_layernorm", x);
+    Value qv = linear(p + "self_attn.q_proj", h, H, q, true, o);
+    Value kv_ = linear(p + "self_attn.k_proj", h, H, kv, true, o);
+    Value vv = linear(p + "self_attn.v_proj", h, H, kv, true, o);
+    Value qr = rope(p, qv); // separate statements: the ops appear in a fixed order
+    Value kr = rope(p, kv_);
+    Value a = attention(p, qr, kr, vv);
+    Value attnOut = linear(p + "self_attn.dense", a, q, H, true, o);
+    Value f = linear(p + "mlp.fc1", h, H, I, true, o);
+    Value g = GeluTanhOp::create(b, loc(p + "mlp"), f);
+    Value mlpOut = linear(p + "mlp.fc2", g, I, H, true, o);
+    Value sum = AddOp::create(b, loc(p + "mlp"), attnOut, mlpOut);
+    x = AddOp::create(b, loc(p), sum, x);
     func::ReturnOp::create(b, loc(p), x);
     return fn;
   }
@@ -212,7 +252,9 @@ private:
     bool gpt2 = m.arch == Arch::GPT2;
     std::string embName = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
     Value emb = param(embName, {V, H});
-    Value x = EmbeddingOp::create(b, loc(embName, {"vocab_size"}), act(H), fn.getArgument(0), emb);
+    // Gemma: the embeddings times sqrt(hidden_size).
+    FloatAttr scale = m.scaleEmbeddings ? b.getF64FloatAttr(std::sqrt(double(H))) : FloatAttr();
+    Value x = EmbeddingOp::create(b, loc(embName, {"vocab_size"}), act(H), fn.getArgument(0), emb, scale);
     if (gpt2)
       x = AddPositionEmbeddingOp::create(
           b, loc("transformer.wpe", {"max_positions"}), act(H), x,
@@ -223,14 +265,13 @@ private:
               .getResult(0);
     if (gpt2)
       x = layerNorm("transformer.ln_f", x);
+    else if (m.arch == Arch::Phi)
+      x = layerNorm("model.final_layernorm", x);
     else
-      x = RMSNormOp::create(b, loc("model.norm"), x.getType(), /*stats=*/Type(),
-                            x, param("model.norm.weight", {H}),
-                            b.getF64FloatAttr(m.normEps))
-              .getResult();
+      x = rmsNorm("model.norm", x);
     Value head = m.tieEmbeddings ? emb : param("lm_head.weight", {V, H});
-    Value logits = LinearOp::create(b, loc("lm_head"), act(V),
-                                    WeightLayout::OutIn, x, head, Value());
+    Value headBias = m.lmHeadBias ? param("lm_head.bias", {V}) : Value();
+    Value logits = LinearOp::create(b, loc("lm_head"), act(V), WeightLayout::OutIn, x, head, headBias);
     Value loss = CrossEntropyOp::create(b, loc("loss"), lossTy, logits,
                                         fn.getArgument(1), /*real_vocab=*/nullptr);
     func::ReturnOp::create(b, loc("forward"), loss);

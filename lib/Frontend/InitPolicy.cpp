@@ -7,8 +7,9 @@ using namespace llcdist;
 
 InitSpec llcdist::initPolicy(std::string_view architecture, std::string_view paramName,
                              int64_t numLayers, ParamRole role) {
+  // GemmaRMSNorm scales by (1 + w): transformers starts w at zero.
   if (role.normWeight)
-    return {InitSpec::Kind::Ones, 0};
+    return {architecture == "GemmaForCausalLM" ? InitSpec::Kind::Zeros : InitSpec::Kind::Ones, 0};
   if (role.rank1)
     return {InitSpec::Kind::Zeros, 0};
   double std = 0.02; // Hugging Face's initializer_range default

@@ -21,10 +21,10 @@ struct ArchNames {
   Arch arch;
   const char *name, *hf;
 };
-constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
-                                {Arch::Llama, "llama", "LlamaForCausalLM"},
-                                {Arch::Qwen2, "qwen2", "Qwen2ForCausalLM"},
-                                {Arch::Mistral, "mistral", "MistralForCausalLM"}};
+constexpr ArchNames kArchs[] = {
+    {Arch::GPT2, "gpt2", "GPT2LMHeadModel"},    {Arch::Llama, "llama", "LlamaForCausalLM"},
+    {Arch::Qwen2, "qwen2", "Qwen2ForCausalLM"}, {Arch::Mistral, "mistral", "MistralForCausalLM"},
+    {Arch::Gemma, "gemma", "GemmaForCausalLM"}, {Arch::Phi, "phi", "PhiForCausalLM"}};
 } // namespace
 
 const char *llcdist::archName(Arch a) { return kArchs[int(a)].name; }
@@ -38,6 +38,8 @@ template <typename T> T layerCount(const ModelConfig &c) {
   T q = T(c.heads) * T(c.headDim), kv = T(c.kvHeads) * T(c.headDim);
   if (c.arch == Arch::GPT2)
     return 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H);
+  if (c.arch == Arch::Phi) // one LayerNorm; q, k, v, dense, fc1, fc2, all with biases
+    return 2 * H + (H * q + q) + 2 * (H * kv + kv) + (q * H + H) + (H * I + I) + (I * H + H);
   T layer = 2 * H + H * q + 2 * H * kv + q * H + 3 * H * I;
   if (c.qkvBias)
     layer += q + 2 * kv;
@@ -53,8 +55,12 @@ template <typename T> T parameterCount(const ModelConfig &c) {
   T n = V * H + (c.tieEmbeddings ? 0 : V * H);
   if (c.arch == Arch::GPT2)
     n += T(c.maxPositions) * H + 2 * H; // wpe, ln_f
+  else if (c.arch == Arch::Phi)
+    n += 2 * H; // model.final_layernorm
   else
     n += H; // model.norm
+  if (c.lmHeadBias)
+    n += V;
   return n + L * layerCount<T>(c);
 }
 
@@ -69,6 +75,8 @@ int64_t ModelConfig::layerParameters() const { return layerCount<int64_t>(*this)
 int64_t ModelConfig::layerTensors() const {
   if (arch == Arch::GPT2)
     return 12;
+  if (arch == Arch::Phi)
+    return 14;
   return 9 + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 3 : 0);
 }
 
@@ -302,23 +310,23 @@ void parseGPT2(FieldReader &r, ModelConfig &c) {
 /// use_sliding_window, which is refused) and Mistral's (Llama's layer without
 /// biases and with sliding_window; MistralConfig 4.40 has no head_dim either).
 void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
-  const bool qwen2 = c.arch == Arch::Qwen2, mistral = c.arch == Arch::Mistral;
+  const bool qwen2 = c.arch == Arch::Qwen2, mistral = c.arch == Arch::Mistral, gemma = c.arch == Arch::Gemma;
   c.vocab = r.positiveInt("vocab_size");
   c.hidden = r.positiveInt("hidden_size");
   c.intermediate = r.positiveInt("intermediate_size");
   c.layers = r.positiveInt("num_hidden_layers");
   c.heads = r.positiveInt("num_attention_heads");
   c.kvHeads = r.positiveInt("num_key_value_heads", c.heads);
-  c.maxPositions = r.positiveInt("max_position_embeddings", qwen2 ? 32768 : mistral ? 131072 : 2048);
+  c.maxPositions = r.positiveInt("max_position_embeddings", qwen2 ? 32768 : mistral ? 131072 : gemma ? 8192 : 2048);
   if ((qwen2 || mistral) && r.has("head_dim"))
     r.fail("head_dim", std::string("is not a field of ") + hfArchitecture(c.arch) +
                            "'s config in transformers 4.40 (head_dim is hidden_size / num_attention_heads); remove it");
-  if (!r.has("head_dim") && c.hidden % c.heads != 0)
+  if (!r.has("head_dim") && !gemma && c.hidden % c.heads != 0)
     r.fail("num_attention_heads",
            "num_attention_heads=" + std::to_string(c.heads) +
                " does not divide hidden_size=" + std::to_string(c.hidden) +
                "; fix it or give head_dim explicitly");
-  c.headDim = r.positiveInt("head_dim", c.hidden / c.heads);
+  c.headDim = r.positiveInt("head_dim", gemma ? 256 : c.hidden / c.heads); // GemmaConfig's default: 256
   if (c.headDim % 2 != 0)
     r.fail("head_dim", "must be even for rotary embeddings, got " +
                            std::to_string(c.headDim));
@@ -334,12 +342,28 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
   if (!llcdist::rt::schema::ropeThetaInRange(c.ropeTheta))
     r.fail("rope_theta", std::string(llcdist::rt::schema::kRopeThetaRule) +
                              ", got " + obj.at("rope_theta").dump());
-  c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", gemma);
+  r.ignore({"attention_dropout"});
+  if (gemma) {
+    // transformers 4.40's GemmaMLP: hidden_activation, else the tanh GELU
+    // whatever hidden_act says (it warns that exact GELU was a mistake).
+    r.string("hidden_act", "gelu_pytorch_tanh");
+    std::string act = r.string("hidden_activation", "gelu_pytorch_tanh");
+    if (act != "gelu_pytorch_tanh" && act != "gelu_new")
+      r.fail("hidden_activation",
+             "unsupported activation '" + act + "'; Gemma's MLP is GeGLU with the tanh GELU (\"gelu_pytorch_tanh\")");
+    c.gatedGelu = c.scaleEmbeddings = true;
+    c.normWeightOffset = 1; // GemmaRMSNorm: x · rstd · (1 + w)
+    c.qkvBias = c.outputBias = r.boolean("attention_bias", false);
+    c.mlpBias = false;
+    if (r.has("rope_scaling"))
+      r.fail("rope_scaling", "must be null for Gemma (GemmaConfig has no rope scaling)");
+    r.ignore({"rope_scaling"});
+    return;
+  }
   std::string act = r.string("hidden_act", "silu");
   if (act != "silu")
-    r.fail("hidden_act", "unsupported activation '" + act +
-                             "'; Llama's MLP is SwiGLU (\"silu\")");
-  r.ignore({"attention_dropout"});
+    r.fail("hidden_act", "unsupported activation '" + act + "'; Llama's MLP is SwiGLU (\"silu\")");
   if (mistral) {
     c.qkvBias = c.outputBias = c.mlpBias = false;
     // MistralConfig's default window is 4096; null is plain causal attention.
@@ -405,6 +429,50 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
     r.ignore({"rope_scaling"});
   }
 }
+
+/// Phi's fields (transformers 4.40's PhiConfig): one LayerNorm feeding
+/// attention and MLP side by side, biases everywhere (lm_head too), rotary
+/// embeddings on the first partial_rotary_factor of each head.
+void parsePhi(FieldReader &r, ModelConfig &c, const json &obj) {
+  c.vocab = r.positiveInt("vocab_size", 51200);
+  c.hidden = r.positiveInt("hidden_size", 2048);
+  c.intermediate = r.positiveInt("intermediate_size", 8192);
+  c.layers = r.positiveInt("num_hidden_layers", 24);
+  c.heads = r.positiveInt("num_attention_heads", 32);
+  c.kvHeads = r.positiveInt("num_key_value_heads", c.heads);
+  c.maxPositions = r.positiveInt("max_position_embeddings", 2048);
+  if (c.hidden % c.heads != 0)
+    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
+                                      " does not divide hidden_size=" + std::to_string(c.hidden));
+  if (c.heads % c.kvHeads != 0)
+    r.fail("num_key_value_heads", "num_key_value_heads=" + std::to_string(c.kvHeads) +
+                                      " does not divide num_attention_heads=" + std::to_string(c.heads));
+  c.headDim = c.hidden / c.heads;
+  double factor = r.positiveFloat("partial_rotary_factor", 0.5);
+  if (factor > 1)
+    r.fail("partial_rotary_factor", "must be in (0, 1], got " + obj.at("partial_rotary_factor").dump());
+  // PhiAttention: int(partial_rotary_factor * head_dim) dims rotate.
+  c.rotaryDim = int64_t(factor * double(c.headDim));
+  if (c.rotaryDim < 2 || c.rotaryDim % 2 != 0)
+    r.fail("partial_rotary_factor", "gives int(" + obj.value("partial_rotary_factor", json(0.5)).dump() + " * " +
+                                        std::to_string(c.headDim) + ") = " + std::to_string(c.rotaryDim) +
+                                        " rotary dims per head; they must be even and at least 2");
+  c.normEps = r.positiveFloat("layer_norm_eps", 1e-5);
+  c.ropeTheta = r.positiveFloat("rope_theta", 10000.0);
+  if (!llcdist::rt::schema::ropeThetaInRange(c.ropeTheta))
+    r.fail("rope_theta", std::string(llcdist::rt::schema::kRopeThetaRule) + ", got " + obj.at("rope_theta").dump());
+  if (r.has("rope_scaling"))
+    r.fail("rope_scaling", "must be null for Phi (its linear and dynamic scalings are not implemented)");
+  if (r.boolean("qk_layernorm", false))
+    r.fail("qk_layernorm", "only false (Phi-2's) is supported");
+  std::string act = r.string("hidden_act", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    r.fail("hidden_act", "unsupported activation '" + act + "'; llc-dist implements Phi's tanh GELU (\"gelu_new\")");
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
+  c.qkvBias = c.outputBias = c.mlpBias = c.lmHeadBias = true;
+  c.parallelBlock = true;
+  r.ignore({"rope_scaling", "resid_pdrop", "embd_pdrop", "attention_dropout"});
+}
 } // namespace
 
 std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
@@ -445,6 +513,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     r.ignore(kMetadataFields);
     if (c.arch == Arch::GPT2)
       parseGPT2(r, c);
+    else if (c.arch == Arch::Phi)
+      parsePhi(r, c, obj);
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));

@@ -33,7 +33,24 @@ Status checkPositionRuns(int64_t S, int64_t P, const PositionRuns& pos) {
   return checkPositionRange(S - n1, P, pos.second);
 }
 
-Status checkRopeTable(const RopeTable& t, int64_t S, int64_t hd) {
+Status checkRotaryDim(int64_t rotaryDim, int64_t hd) {
+  if (rotaryDim == 0) return Status::ok();
+  if (rotaryDim < 2 || rotaryDim % 2 != 0 || rotaryDim > hd)
+    return Status::invalidArgument("rope: rotary_dim " + std::to_string(rotaryDim) +
+                                   " must be even and in [2, hd = " + std::to_string(hd) + "]");
+  return Status::ok();
+}
+
+Status checkRopeTable(const RopeTable& t, int64_t S, int64_t hd, int64_t rotaryDim) {
+  LLCDIST_RETURN_IF_ERROR(checkRotaryDim(rotaryDim, hd));
+  if (rotaryDim != 0 && rotaryDim != hd) {
+    if (t.seqLen != S || t.headDim != rotaryDim)
+      return Status::invalidArgument("rope: table is for S=" + std::to_string(t.seqLen) + ", rotary_dim=" +
+                                     std::to_string(t.headDim) + " but the tensor has S=" + std::to_string(S) +
+                                     ", rotary_dim=" + std::to_string(rotaryDim) + " (head_dim " +
+                                     std::to_string(hd) + ")");
+    return Status::ok();
+  }
   if (t.seqLen != S || t.headDim != hd)
     return Status::invalidArgument("rope: table is for S=" + std::to_string(t.seqLen) +
                                    ", head_dim=" + std::to_string(t.headDim) +

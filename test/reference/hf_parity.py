@@ -159,6 +159,9 @@ def hf_shapes(cfg):
                         p + "mlp.c_fc.weight": [H, inner], p + "mlp.c_fc.bias": [inner],
                         p + "mlp.c_proj.weight": [inner, H], p + "mlp.c_proj.bias": [H]})
         return out
+    arch = cfg.get("architectures", [""])[0]
+    if arch in ("GemmaForCausalLM", "PhiForCausalLM"):
+        return transformers_shapes(cfg)
     H, V, L, I = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
     nh = cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads", nh)
@@ -184,6 +187,18 @@ def hf_shapes(cfg):
             out[p + "self_attn.o_proj.bias"] = [H]
         if mlp_bias:
             out.update({p + "mlp.gate_proj.bias": [I], p + "mlp.up_proj.bias": [I], p + "mlp.down_proj.bias": [H]})
+    return out
+
+
+def transformers_shapes(cfg):
+    """The state_dict of transformers' own model for the config (the
+    families this file does not re-implement), a tied head once."""
+    import transformers
+    config = transformers.AutoConfig.for_model(**cfg)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    out = {n: list(t.shape) for n, t in model.state_dict().items()}
+    if config.tie_word_embeddings:
+        out.pop("lm_head.weight", None)
     return out
 
 

@@ -26,12 +26,16 @@ def main():
     torch.manual_seed(args.seed)
     cfg = transformers.AutoConfig.from_pretrained(args.config)
     model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
-    # Random biases too (the library initializes them to zero), so a bias
-    # that is dropped or misplaced on the way in changes the loss.
+    # Random biases too (the library initializes them to zero), and norm
+    # weights off their constant start (Gemma's are zero: it scales by
+    # 1 + w), so a bias or norm weight that is dropped or misplaced on the
+    # way in changes the loss.
     with torch.no_grad():
         for name, t in model.named_parameters():
             if name.endswith(".bias"):
                 t.normal_(0.0, 0.02)
+            elif "norm" in name and name.endswith(".weight"):
+                t.add_(torch.randn_like(t) * 0.02)
     model.save_pretrained(args.out, safe_serialization=True)
     n = sum(t.numel() for t in model.parameters())
     print(f"transformers {transformers.__version__}: saved {type(model).__name__} ({n} parameters) to {args.out}")

@@ -50,7 +50,7 @@ COMMANDS
   help [COMMAND]  show help (also: llc-dist COMMAND --help)
 
 MODEL is a Hugging Face config.json (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM,
-MistralForCausalLM),
+MistralForCausalLM, GemmaForCausalLM, PhiForCausalLM),
 e.g. models/llama3-8b.json, or a .mlir file in the xf dialect.
 
 OPTIONS

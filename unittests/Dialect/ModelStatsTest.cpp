@@ -45,13 +45,16 @@ TEST(ModelStats, PublishedParameterCounts) {
   EXPECT_EQ(importAndCount("llama3.1-405b").stats.parameters, 405853388800);
   EXPECT_EQ(importAndCount("qwen2-7b").stats.parameters, 7615616512);
   EXPECT_EQ(importAndCount("mistral-7b").stats.parameters, 7241732096);
+  EXPECT_EQ(importAndCount("gemma-7b").stats.parameters, 8537680896);
+  EXPECT_EQ(importAndCount("phi-2").stats.parameters, 2779683840);
 }
 
 // Every shipped model: the IR's count agrees with the architecture formula.
 TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
-  for (const char *name : {"tiny-gpt2", "tiny-llama", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt3-175b",
-                           "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-405b",
-                           "tiny-qwen2", "qwen2-0.5b", "qwen2-1.5b", "qwen2-7b", "tiny-mistral", "mistral-7b"}) {
+  for (const char *name : {"tiny-gpt2",     "tiny-llama", "gpt2",       "gpt2-medium", "gpt2-large", "gpt2-xl",
+                           "gpt3-175b",     "llama2-7b",  "llama2-13b", "llama2-70b",  "llama3-8b",  "llama3-70b",
+                           "llama3.1-405b", "tiny-qwen2", "qwen2-0.5b", "qwen2-1.5b",  "qwen2-7b",   "tiny-mistral",
+                           "mistral-7b",    "tiny-gemma", "gemma-2b",   "gemma-7b",    "tiny-phi",   "phi-2"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

@@ -46,6 +46,11 @@ TEST(ModelConfig, PublishedParameterCounts) {
       {"qwen2-1.5b", 1543714304},
       {"qwen2-7b", 7615616512},
       {"mistral-7b", 7241732096}, // Mistral-7B-v0.1
+      // Gemma (tied, head_dim 256) and Phi-2 (biases everywhere, the LM
+      // head's too): the model cards' safetensors totals.
+      {"gemma-2b", 2506172416},
+      {"gemma-7b", 8537680896},
+      {"phi-2", 2779683840},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -117,6 +122,62 @@ TEST(ModelConfig, MistralFields) {
   EXPECT_NE(parseError(head + R"(, "sliding_window": 0})").find("field 'sliding_window': must be a positive integer"),
             std::string::npos);
   EXPECT_NE(parseError(head + R"(, "attention_bias": true})").find("unknown field for MistralForCausalLM"),
+            std::string::npos);
+}
+
+TEST(ModelConfig, GemmaFields) {
+  ModelConfig c = load("gemma-2b");
+  EXPECT_EQ(c.arch, Arch::Gemma);
+  EXPECT_EQ(c.headDim, 256); // not hidden / heads = 256 by chance: gemma-7b's is 3072 / 16 = 192
+  EXPECT_EQ(load("gemma-7b").headDim, 256);
+  EXPECT_EQ(c.kvHeads, 1);
+  EXPECT_TRUE(c.tieEmbeddings && c.gatedGelu && c.scaleEmbeddings);
+  EXPECT_EQ(c.normWeightOffset, 1.0);
+  EXPECT_FALSE(c.qkvBias || c.outputBias || c.mlpBias);
+  EXPECT_TRUE(llamaLayout(c.arch));
+  const std::string head = R"({"architectures": ["GemmaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 1, "vocab_size": 128)";
+  ModelConfig d;
+  ASSERT_FALSE(parseModelConfig(head + "}", "default.json", d));
+  EXPECT_EQ(d.headDim, 256); // GemmaConfig's default, whatever hidden / heads is
+  EXPECT_EQ(d.maxPositions, 8192);
+  // hidden_act is what transformers 4.40 ignores (it warns and uses the tanh
+  // GELU unless hidden_activation says otherwise).
+  ASSERT_FALSE(parseModelConfig(head + R"(, "hidden_act": "gelu"})", "act.json", d));
+  EXPECT_TRUE(d.gatedGelu);
+  EXPECT_NE(parseError(head + R"(, "hidden_activation": "gelu"})").find("field 'hidden_activation': unsupported"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})")
+                .find("field 'rope_scaling': must be null for Gemma"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "mlp_bias": true})").find("unknown field for GemmaForCausalLM"), std::string::npos);
+}
+
+TEST(ModelConfig, PhiFields) {
+  ModelConfig c = load("phi-2");
+  EXPECT_EQ(c.arch, Arch::Phi);
+  EXPECT_EQ(c.headDim, 80);
+  EXPECT_EQ(c.rotaryDim, 32); // int(0.4 * 80)
+  EXPECT_TRUE(c.parallelBlock && c.lmHeadBias && c.qkvBias && c.outputBias && c.mlpBias);
+  EXPECT_FALSE(c.tieEmbeddings);
+  EXPECT_FALSE(llamaLayout(c.arch));
+  EXPECT_TRUE(rotaryPositions(c.arch));
+  EXPECT_EQ(c.layerTensors(), 14);
+  const std::string head = R"({"architectures": ["PhiForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128)";
+  ModelConfig d;
+  ASSERT_FALSE(parseModelConfig(head + "}", "default.json", d));
+  EXPECT_EQ(d.rotaryDim, 8); // PhiConfig's default factor 0.5 of 16
+  EXPECT_EQ(d.kvHeads, 4);
+  EXPECT_NE(parseError(head + R"(, "partial_rotary_factor": 0.2})")
+                .find("field 'partial_rotary_factor': gives int(0.2 * 16) = 3 rotary dims per head; they must be even"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "partial_rotary_factor": 0.1})").find("int(0.1 * 16) = 1"), std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "partial_rotary_factor": 1.5})").find("must be in (0, 1]"), std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "qk_layernorm": true})").find("field 'qk_layernorm': only false"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "hidden_act": "relu"})").find("field 'hidden_act': unsupported"), std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "rms_norm_eps": 1e-6})").find("unknown field for PhiForCausalLM"),
             std::string::npos);
 }
 

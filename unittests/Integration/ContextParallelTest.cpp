@@ -207,6 +207,14 @@ TEST(ContextParallelRing, TinyMistralSGD) {
           CpCase::of(2)});
 }
 
+/// Phi's partial rotary at the global positions of cp's chunks; Gemma's
+/// head_dim wider than hidden / heads through the ring and the all-to-all
+/// (one kv head: all-to-all needs kv heads divisible by cp, so ring only).
+TEST(ContextParallelRing, TinyPhiSGD) {
+  golden("tiny-phi", "sgd", {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2), CpCase::of(4)});
+}
+TEST(ContextParallelRing, TinyGemmaSGD) { golden("tiny-gemma", "sgd", {CpCase::of(2).ring(), CpCase::of(4).ring()}); }
+
 /// bf16 (mixed precision): cp reorders the weight-gradient sums (each rank's
 /// tokens, then the sum over cp, with a bf16 rounding per partial sum) and the
 /// all-to-alls move bf16 activations unchanged, so the single-device bf16 run

@@ -67,6 +67,14 @@ TEST(Parallel, TinyQwen2AdamW) { golden("tiny-qwen2", "adamw"); }
 // Mistral: a sliding window of 8 (9 keys) over the golden runs' 16 (tp = 4
 // replicates its 2 kv heads).
 TEST(Parallel, TinyMistralSGD) { golden("tiny-mistral", "sgd"); }
+// Gemma: GeGLU, (1 + w) norms, scaled embeddings, head_dim 32 over hidden 64
+// (q is wider than the residual stream), one kv head (replicated for tp > 1).
+TEST(Parallel, TinyGemmaSGD) { golden("tiny-gemma", "sgd"); }
+// Phi: attention and MLP side by side on one LayerNorm (under sequence
+// parallelism both read its gathered output), partial rotary, biases
+// everywhere: the two row-parallel outputs are reduced, biased and summed.
+TEST(Parallel, TinyPhiSGD) { golden("tiny-phi", "sgd"); }
+TEST(Parallel, TinyPhiAdamW) { golden("tiny-phi", "adamw"); }
 
 // The strategy variant of docs/writing-a-sharding-pass.md
 // (llcdist-tp-replicate-embeddings) is held to the same golden rule.

@@ -1,8 +1,8 @@
 //===- ModelConfig.h - Hugging Face config.json front end ------*- C++ -*-===//
 //
 // MLIR-free: parses and validates a Hugging Face config.json of a
-// GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM
-// into one flat description of a decoder-only transformer. Errors name the
+// GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
+// GemmaForCausalLM or PhiForCausalLM into one flat description of a decoder-only transformer. Errors name the
 // file, the line and column of the field, the field, and what to do.
 //
 //===----------------------------------------------------------------------===//
@@ -17,13 +17,16 @@
 
 namespace llcdist {
 
-enum class Arch { GPT2, Llama, Qwen2, Mistral };
-const char *archName(Arch a);       ///< "gpt2" / "llama" / "qwen2" / "mistral"
+enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi };
+const char *archName(Arch a);       ///< "gpt2" / "llama" / "qwen2" / "mistral" / "gemma" / "phi"
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
-/// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, SwiGLU, the
-/// model.layers.{i} names), which Qwen2 (with q, k, v biases) and Mistral
-/// (with a sliding attention window) share.
-inline bool llamaLayout(Arch a) { return a != Arch::GPT2; }
+/// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
+/// the model.layers.{i} names), which Qwen2 (with q, k, v biases), Mistral
+/// (with a sliding attention window) and Gemma (GeGLU, (1 + w) norms, scaled
+/// embeddings) share. GPT-2 and Phi have LayerNorms and a two-matrix MLP.
+inline bool llamaLayout(Arch a) { return a != Arch::GPT2 && a != Arch::Phi; }
+/// Rotary position embeddings (every family but GPT-2's learned positions).
+inline bool rotaryPositions(Arch a) { return a != Arch::GPT2; }
 
 /// Hugging Face's `rope_scaling` with rope_type "llama3" (Llama 3.1+).
 struct RopeScaling {
@@ -49,6 +52,19 @@ struct ModelConfig {
   /// 4.40's mask: W + 1 keys, itself included); 0: plain causal attention.
   int64_t slidingWindow = 0;
   bool mlpBias = true;                ///< GPT-2: always; Llama: mlp_bias
+  /// Phi's partial rotary: the first rotaryDim dims of each head rotate
+  /// (partial_rotary_factor · head_dim); 0: all of them.
+  int64_t rotaryDim = 0;
+  /// Phi: attention and MLP side by side on one LayerNorm,
+  /// x + attn(ln x) + mlp(ln x).
+  bool parallelBlock = false;
+  bool lmHeadBias = false; ///< Phi: lm_head has a bias
+  /// Gemma: RMSNorm scales by (1 + w), the embeddings are multiplied by
+  /// sqrt(hidden_size), and the gated MLP's activation is the tanh GELU
+  /// (GeGLU) instead of SiLU (SwiGLU).
+  double normWeightOffset = 0;
+  bool scaleEmbeddings = false;
+  bool gatedGelu = false;
   /// Where the fields that shape the graph are, by the role they play (the
   /// xf.model keys: num_heads, num_kv_heads, num_layers, vocab_size,
   /// max_positions, hidden_size) -> the config key and its {line, column}

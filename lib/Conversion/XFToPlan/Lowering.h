@@ -282,6 +282,28 @@ private:
       attrs.push_back(i64("window", int64_t(*window)));
     return attrs;
   }
+  /// `attrs` plus the plan attribute `name` = an optional xf attribute's
+  /// value, where the xf op has one (plans of ops without it stay as they
+  /// were): rope's rotary_dim, rms_norm's weight_offset, the embedding's
+  /// scale, the gated MLP's activation.
+  llvm::SmallVector<mlir::NamedAttribute> withOptional(mlir::StringRef name, std::optional<uint64_t> v,
+                                                       llvm::SmallVector<mlir::NamedAttribute> attrs) {
+    if (v)
+      attrs.push_back(i64(name, int64_t(*v)));
+    return attrs;
+  }
+  llvm::SmallVector<mlir::NamedAttribute> withOptional(mlir::StringRef name, std::optional<llvm::APFloat> v,
+                                                       llvm::SmallVector<mlir::NamedAttribute> attrs) {
+    if (v)
+      attrs.push_back(f64(name, v->convertToDouble()));
+    return attrs;
+  }
+  llvm::SmallVector<mlir::NamedAttribute> withOptional(mlir::StringRef name, std::optional<mlir::StringRef> v,
+                                                       llvm::SmallVector<mlir::NamedAttribute> attrs) {
+    if (v)
+      attrs.push_back(b.getNamedAttr(name, b.getStringAttr(*v)));
+    return attrs;
+  }
   /// `attrs` plus shard_axis when the op is vocabulary- or sequence-parallel.
   llvm::SmallVector<mlir::NamedAttribute> withShardAxis(mlir::Operation *op,
                                                         llvm::SmallVector<mlir::NamedAttribute> attrs);

@@ -66,10 +66,11 @@ template <> LogicalResult OpLowering::lower<LayerOp>(Operation *op, Scope &s, Ba
 template <> LogicalResult OpLowering::lower<EmbeddingOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
   auto e = cast<EmbeddingOp>(op);
   Buf out = def(s, e.getResult(), op);
-  kernel(
-      "embedding_fwd", {arg("ids", use(s, e.getIds())), arg("table", use(s, e.getTable())), arg("out", out)},
-      withShardAxis(op, {i64("M", numel(e.getIds())), i64("V", dim(e.getTable(), 0)), i64("H", dim(e.getTable(), 1))}),
-      loc);
+  kernel("embedding_fwd", {arg("ids", use(s, e.getIds())), arg("table", use(s, e.getTable())), arg("out", out)},
+         withShardAxis(op, withOptional("scale", e.getScale(),
+                                        {i64("M", numel(e.getIds())), i64("V", dim(e.getTable(), 0)),
+                                         i64("H", dim(e.getTable(), 1))})),
+         loc);
   return success();
 }
 
@@ -108,7 +109,9 @@ template <> LogicalResult OpLowering::lower<RMSNormOp>(Operation *op, Scope &s, 
     s.bufs[rn.getStats()] = {rstd};
   kernel("rms_norm_fwd",
          {arg("x", use(s, rn.getInput())), arg("weight", use(s, rn.getWeight())), arg("y", y), arg("rstd", rstd)},
-         {i64("M", rows), i64("H", lastDim(rn.getInput())), f64("eps", rn.getEps().convertToDouble())}, loc);
+         withOptional("weight_offset", rn.getWeightOffset(),
+                      {i64("M", rows), i64("H", lastDim(rn.getInput())), f64("eps", rn.getEps().convertToDouble())}),
+         loc);
   return success();
 }
 
@@ -141,7 +144,9 @@ template <> LogicalResult OpLowering::lower<RopeOp>(Operation *op, Scope &s, Bac
   auto r = cast<RopeOp>(op);
   Buf y = def(s, r.getResult(), op);
   kernel("rope_fwd", {arg("x", use(s, r.getInput())), arg("y", y)},
-         withShardAxis(op, ropeAttrs(r.getInput(), r.getHeadDim(), r.getTheta(), r.getScalingAttr())), loc);
+         withShardAxis(op, withOptional("rotary_dim", r.getRotaryDim(),
+                                        ropeAttrs(r.getInput(), r.getHeadDim(), r.getTheta(), r.getScalingAttr()))),
+         loc);
   return success();
 }
 
@@ -174,7 +179,7 @@ template <> LogicalResult OpLowering::lower<SwiGLUOp>(Operation *op, Scope &s, B
   auto g = cast<SwiGLUOp>(op);
   Buf y = def(s, g.getResult(), op);
   kernel("swiglu_fwd", {arg("gate", use(s, g.getGate())), arg("up", use(s, g.getUp())), arg("y", y)},
-         {i64("n", numel(g.getGate()))}, loc);
+         withOptional("act", g.getActivation(), {i64("n", numel(g.getGate()))}), loc);
   return success();
 }
 
@@ -263,8 +268,9 @@ template <> LogicalResult OpLowering::lower<EmbeddingGradOp>(Operation *op, Scop
   auto g = cast<EmbeddingGradOp>(op);
   auto [dt, acc] = gradTarget(s, g.getResult(), op);
   kernel("embedding_bwd_weight", {arg("ids", use(s, g.getIds())), arg("dout", use(s, g.getDy())), arg("dtable", dt)},
-         withShardAxis(op, {i64("M", numel(g.getIds())), i64("V", dim(g.getResult(), 0)),
-                            i64("H", dim(g.getResult(), 1)), flag("accumulate", acc)}),
+         withShardAxis(op, withOptional("scale", g.getScale(),
+                                        {i64("M", numel(g.getIds())), i64("V", dim(g.getResult(), 0)),
+                                         i64("H", dim(g.getResult(), 1)), flag("accumulate", acc)})),
          loc);
   return success();
 }
@@ -317,7 +323,9 @@ template <> LogicalResult OpLowering::lower<RMSNormGradInputOp>(Operation *op, S
   kernel("rms_norm_bwd_input",
          {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())), arg("weight", use(s, g.getWeight())),
           arg("rstd", use(s, g.getStats())), arg("dx", dx)},
-         {i64("M", numel(g.getDy()) / lastDim(g.getDy())), i64("H", lastDim(g.getDy()))}, loc);
+         withOptional("weight_offset", g.getWeightOffset(),
+                      {i64("M", numel(g.getDy()) / lastDim(g.getDy())), i64("H", lastDim(g.getDy()))}),
+         loc);
   return success();
 }
 
@@ -338,7 +346,9 @@ template <> LogicalResult OpLowering::lower<RopeGradOp>(Operation *op, Scope &s,
   auto r = cast<RopeGradOp>(op);
   Buf dx = def(s, r.getResult(), op);
   kernel("rope_bwd", {arg("dy", use(s, r.getDy())), arg("dx", dx)},
-         withShardAxis(op, ropeAttrs(r.getDy(), r.getHeadDim(), r.getTheta(), r.getScalingAttr())), loc);
+         withShardAxis(op, withOptional("rotary_dim", r.getRotaryDim(),
+                                        ropeAttrs(r.getDy(), r.getHeadDim(), r.getTheta(), r.getScalingAttr()))),
+         loc);
   return success();
 }
 
@@ -374,7 +384,7 @@ template <> LogicalResult OpLowering::lower<SwiGLUGradOp>(Operation *op, Scope &
   kernel("swiglu_bwd",
          {arg("dy", use(s, g.getDy())), arg("gate", use(s, g.getGate())), arg("up", use(s, g.getUp())),
           arg("dgate", dg), arg("dup", du)},
-         {i64("n", numel(g.getDy()))}, loc);
+         withOptional("act", g.getActivation(), {i64("n", numel(g.getDy()))}), loc);
   return success();
 }
 

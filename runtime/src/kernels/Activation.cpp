@@ -1,5 +1,6 @@
-// The elementwise family's CPU kernels: GELU (tanh approximation, HF "gelu_new"), SwiGLU, residual add,
-// gradient fan-in; and its table entries (also copy and cast).
+// The elementwise family's CPU kernels: GELU (tanh approximation, HF "gelu_new"), SwiGLU (and GeGLU, its
+// gelu_tanh gate: swiglu_*'s attr `act`), residual add, gradient fan-in; and its table entries (also
+// copy and cast).
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
@@ -15,21 +16,23 @@ constexpr float kGeluCoef = 0.044715f;
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float silu(float x) { return x / (1.0f + std::exp(-x)); }  // torch's silu kernel
+
+// gelu_tanh and its derivative: the one definition of gelu_tanh_fwd / _bwd and of GeGLU's gate.
+float geluTanh(float v) { return 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kGeluCoef * (v * v * v)))); }
+float geluTanhDerivative(float v) {
+  const float t = std::tanh(kSqrt2OverPi * (v + kGeluCoef * (v * v * v)));
+  const float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoef * v * v);
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner;
+}
 }  // namespace
 
 void geluTanhForward(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kGeluCoef * (v * v * v))));
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = geluTanh(x[i]);
 }
 
 void geluTanhBackward(const float* dy, const float* x, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float t = std::tanh(kSqrt2OverPi * (v + kGeluCoef * (v * v * v)));
-    const float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoef * v * v);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
+    dx[i] = dy[i] * geluTanhDerivative(x[i]);
   }
 }
 
@@ -44,6 +47,21 @@ void swigluBackward(const float* dy, const float* gate, const float* up, float* 
     const float sg = sigmoid(g);
     dgate[i] = d * u * sg * (1.0f + g * (1.0f - sg));
     dup[i] = d * silu(g);
+  }
+}
+
+void swigluForward(const float* gate, const float* up, float* y, int64_t n, GluActivation act) {
+  if (act == GluActivation::kSilu) return swigluForward(gate, up, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = geluTanh(gate[i]) * up[i];
+}
+
+void swigluBackward(const float* dy, const float* gate, const float* up, float* dgate, float* dup, int64_t n,
+                    GluActivation act) {
+  if (act == GluActivation::kSilu) return swigluBackward(dy, gate, up, dgate, dup, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i], u = up[i], d = dy[i];  // read before dgate or dup (which may be dy) is written
+    dgate[i] = (d * u) * geluTanhDerivative(g);       // gelu_tanh_bwd of d·u
+    dup[i] = d * geluTanh(g);
   }
 }
 
@@ -86,11 +104,11 @@ void registerCpuElementwiseKernels(CpuKernelTable& t) {
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kSwigluFwd, [](const KernelCall& c, const P& p, const Ctx&) {
-    swigluForward(c.F("gate"), c.F("up"), c.F("y"), p.n);
+    swigluForward(c.F("gate"), c.F("up"), c.F("y"), p.n, p.act);
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kSwigluBwd, [](const KernelCall& c, const P& p, const Ctx&) {
-    swigluBackward(c.F("dy"), c.F("gate"), c.F("up"), c.F("dgate"), c.F("dup"), p.n);
+    swigluBackward(c.F("dy"), c.F("gate"), c.F("up"), c.F("dgate"), c.F("dup"), p.n, p.act);
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kAdd, [](const KernelCall& c, const P& p, const Ctx&) {

@@ -27,21 +27,26 @@ Status checkIds(const int32_t* ids, int64_t M, int64_t V, const VocabShard& shar
 }  // namespace
 
 Status embeddingForward(const int32_t* ids, const float* table, float* out, int64_t M, int64_t V, int64_t H,
-                        const VocabShard& shard) {
+                        const VocabShard& shard, float scale) {
   LLCDIST_RETURN_IF_ERROR(checkIds(ids, M, V, shard));
   const int64_t begin = shard.index * V;
   for (int64_t m = 0; m < M; ++m) {
     const int64_t local = int64_t(ids[m]) - begin;
-    if (local >= 0 && local < V)
+    if (local >= 0 && local < V && scale == 1.0f) {
       std::copy_n(table + local * H, H, out + m * H);
-    else
+    } else if (local >= 0 && local < V) {
+      const float* row = table + local * H;
+      float* o = out + m * H;
+      for (int64_t h = 0; h < H; ++h) o[h] = row[h] * scale;  // Gemma: embeds * normalizer
+    } else {
       std::fill_n(out + m * H, H, 0.0f);  // another shard's row: this shard contributes 0
+    }
   }
   return Status::ok();
 }
 
 Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V, int64_t H,
-                         bool accumulate, const VocabShard& shard) {
+                         bool accumulate, const VocabShard& shard, float scale) {
   LLCDIST_RETURN_IF_ERROR(checkIds(ids, M, V, shard));
   if (!accumulate) std::fill_n(dtable, V * H, 0.0f);
   const int64_t begin = shard.index * V;
@@ -50,7 +55,14 @@ Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, i
     if (local < 0 || local >= V) continue;  // another shard's row
     float* row = dtable + local * H;
     const float* d = dout + m * H;
-    for (int64_t h = 0; h < H; ++h) row[h] += d[h];
+    if (scale == 1.0f) {
+      for (int64_t h = 0; h < H; ++h) row[h] += d[h];
+    } else {
+      for (int64_t h = 0; h < H; ++h) {
+        const float g = scale * d[h];  // the product rounded first: the gradient of out = row·scale
+        row[h] += g;
+      }
+    }
   }
   return Status::ok();
 }
@@ -88,16 +100,26 @@ void registerCpuEmbeddingKernels(CpuKernelTable& t) {
   using Ctx = CpuKernelContext;
   // With wpe / dwpe (llcdist-plan-fuse-embedding): the unfused ops' arithmetic one after the other, the
   // position embedding added to out in place (its rows are the table's, exact in out's dtype).
-  addCpuKernel<P>(t, K::kEmbeddingFwd, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
-    LLCDIST_RETURN_IF_ERROR(embeddingForward(c.I("ids"), c.F("table"), c.F("out"), p.M, p.V, p.H, p.vocabShard));
+  // A scale with wpe / dwpe is refused at plan load (src/ops/Embedding.cpp), and here for a call bound
+  // otherwise.
+  const auto scaleWithPositions = [](const char* what) {
+    return Status::invalidArgument(std::string(what) + ": scale cannot be combined with the fused position embedding");
+  };
+  addCpuKernel<P>(t, K::kEmbeddingFwd, [scaleWithPositions](const KernelCall& c, const P& p, const Ctx&) -> Status {
+    if (c.F("wpe") && p.scale != 1.0) return scaleWithPositions("embedding_fwd");
+    LLCDIST_RETURN_IF_ERROR(
+        embeddingForward(c.I("ids"), c.F("table"), c.F("out"), p.M, p.V, p.H, p.vocabShard, float(p.scale)));
     if (!c.F("wpe")) return Status::ok();
     return positionEmbeddingForward(c.F("out"), c.F("wpe"), c.F("out"), p.B, p.S, p.H, p.P, 0);
   });
-  addCpuKernel<P>(t, K::kEmbeddingBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) -> Status {
+  addCpuKernel<P>(t, K::kEmbeddingBwdWeight,
+                  [scaleWithPositions](const KernelCall& c, const P& p, const Ctx&) -> Status {
+    if (c.F("dwpe") && p.scale != 1.0) return scaleWithPositions("embedding_bwd_weight");
     if (c.F("dwpe"))
       LLCDIST_RETURN_IF_ERROR(
           positionEmbeddingBackwardWeight(c.F("dout"), c.F("dwpe"), p.B, p.S, p.H, p.P, p.accumulate, 0));
-    return embeddingBackward(c.I("ids"), c.F("dout"), c.F("dtable"), p.M, p.V, p.H, p.accumulate, p.vocabShard);
+    return embeddingBackward(c.I("ids"), c.F("dout"), c.F("dtable"), p.M, p.V, p.H, p.accumulate, p.vocabShard,
+                             float(p.scale));
   });
   addCpuKernel<P>(t, K::kPosEmbeddingFwd, [](const KernelCall& c, const P& p, const Ctx&) {
     return positionEmbeddingForward(c.F("x"), c.F("wpe"), c.F("y"), p.B, p.S, p.H, p.P, p.positions());

@@ -1,4 +1,5 @@
-// LayerNorm (torch nn.LayerNorm) and RMSNorm (HF LlamaRMSNorm). See Kernels.h for the contract.
+// LayerNorm (torch nn.LayerNorm) and RMSNorm (HF LlamaRMSNorm; GemmaRMSNorm's (1 + weight) with the
+// weight offset). See Kernels.h for the contract.
 // Row statistics are accumulated in double; the saved mean/rstd are fp32.
 #include "llcdist/runtime/Kernels.h"
 
@@ -77,31 +78,33 @@ void layerNormBackwardWeight(const float* dy, const float* x, const float* mean,
 }
 
 void rmsNormForward(const float* x, const float* weight, float* y, float* rstd, int64_t M, int64_t H,
-                    float eps) {
+                    float eps, float weightOffset) {
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * H;
     double ss = 0.0;
     for (int64_t h = 0; h < H; ++h) ss += double(xr[h]) * xr[h];
     const float rs = static_cast<float>(1.0 / std::sqrt(ss / double(H) + double(eps)));
     float* yr = y + m * H;
-    for (int64_t h = 0; h < H; ++h) yr[h] = weight[h] * (xr[h] * rs);  // HF: weight * (x * rsqrt)
+    // HF: weight * (x * rsqrt); Gemma: (x * rsqrt) * (1 + weight), the same f32 product
+    for (int64_t h = 0; h < H; ++h) yr[h] = rmsNormWeight(weight[h], weightOffset) * (xr[h] * rs);
     rstd[m] = rs;
   }
 }
 
 void rmsNormBackwardInput(const float* dy, const float* x, const float* weight, const float* rstd,
-                          float* dx, int64_t M, int64_t H, const float* dresidual, bool roundBf16) {
-  // dx = rstd · (g - xhat·mean(g·xhat)) with g = dy·weight, xhat = x·rstd.
+                          float* dx, int64_t M, int64_t H, const float* dresidual, bool roundBf16, float weightOffset) {
+  // dx = rstd · (g - xhat·mean(g·xhat)) with g = dy·w, xhat = x·rstd, w = weightOffset + weight.
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * H;
     const float* dyr = dy + m * H;
     double sumGX = 0.0;
-    for (int64_t h = 0; h < H; ++h) sumGX += double(dyr[h]) * weight[h] * (xr[h] * rstd[m]);
+    for (int64_t h = 0; h < H; ++h)
+      sumGX += double(dyr[h]) * rmsNormWeight(weight[h], weightOffset) * (xr[h] * rstd[m]);
     const float meanGX = static_cast<float>(sumGX / double(H));
     float* dxr = dx + m * H;
     for (int64_t h = 0; h < H; ++h)
-      dxr[h] = withResidual(rstd[m] * (dyr[h] * weight[h] - (xr[h] * rstd[m]) * meanGX), dresidual, m * H + h,
-                            roundBf16);
+      dxr[h] = withResidual(rstd[m] * (dyr[h] * rmsNormWeight(weight[h], weightOffset) - (xr[h] * rstd[m]) * meanGX),
+                            dresidual, m * H + h, roundBf16);
   }
 }
 
@@ -145,11 +148,12 @@ void registerCpuNormKernels(CpuKernelTable& t) {
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kRmsNormFwd, [](const KernelCall& c, const P& p, const Ctx&) {
-    rmsNormForward(c.F("x"), c.F("weight"), c.F("y"), c.F("rstd"), p.M, p.H, float(p.eps));
+    rmsNormForward(c.F("x"), c.F("weight"), c.F("y"), c.F("rstd"), p.M, p.H, float(p.eps), float(p.weightOffset));
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kRmsNormBwdInput, [](const KernelCall& c, const P& p, const Ctx&) {
-    rmsNormBackwardInput(c.F("dy"), c.F("x"), c.F("weight"), c.F("rstd"), c.F("dx"), p.M, p.H);
+    rmsNormBackwardInput(c.F("dy"), c.F("x"), c.F("weight"), c.F("rstd"), c.F("dx"), p.M, p.H, nullptr, false,
+                         float(p.weightOffset));
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kRmsNormBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {
@@ -165,7 +169,7 @@ void registerCpuNormKernels(CpuKernelTable& t) {
   });
   addCpuKernel<P>(t, K::kAddRmsNormFwd, [](const KernelCall& c, const P& p, const Ctx&) {
     float* sum = addAsStored(c, p);
-    rmsNormForward(sum, c.F("weight"), c.F("y"), c.F("rstd"), p.M, p.H, float(p.eps));
+    rmsNormForward(sum, c.F("weight"), c.F("y"), c.F("rstd"), p.M, p.H, float(p.eps), float(p.weightOffset));
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kLayerNormBwd, [](const KernelCall& c, const P& p, const Ctx&) {
@@ -178,7 +182,7 @@ void registerCpuNormKernels(CpuKernelTable& t) {
   addCpuKernel<P>(t, K::kRmsNormBwd, [](const KernelCall& c, const P& p, const Ctx&) {
     rmsNormBackwardWeight(c.F("dy"), c.F("x"), c.F("rstd"), c.F("dweight"), p.M, p.H, p.accumulate);
     rmsNormBackwardInput(c.F("dy"), c.F("x"), c.F("weight"), c.F("rstd"), c.F("dx"), p.M, p.H, c.F("dresidual"),
-                         c.storedBf16("dx"));
+                         c.storedBf16("dx"), float(p.weightOffset));
     return Status::ok();
   });
 }

@@ -1,8 +1,10 @@
 // Family "elementwise": ops over n elements in every role: gelu_tanh_fwd / gelu_tanh_bwd,
 // swiglu_fwd / swiglu_bwd, add, accumulate, copy, cast; and cast_multi, a cast of each pair of a list. A new elementwise op registers here
-// (docs/adding-an-op.md).
+// (docs/adding-an-op.md). swiglu_*'s optional `act` (the gate's activation: "silu", the default, or
+// "gelu_tanh", Gemma's GeGLU) binds as ElementwiseParams::act.
 #include "OpDefs.h"
 
+#include <optional>
 #include <vector>
 
 namespace llcdist::rt::ops {
@@ -10,8 +12,36 @@ namespace {
 
 using K = schema::OpKind;
 
-Status checkElementwise(const OpChecker& c) { return c.everyRole(c.I("n"), "n"); }
-StatusOr<OpParams> bindElementwise(const BindContext& b) { return OpParams(ElementwiseParams{b.op.intAttr("n")}); }
+namespace sc = schema;
+
+// attrs.act (only swiglu_*'s schema has it): one of kGluActNames; nullopt for another string.
+std::optional<GluActivation> gluActivation(const Op& op) {
+  const std::string name(sc::kGluActAttr);
+  if (!op.attrs.count(name)) return GluActivation::kSilu;
+  const std::string act = op.stringAttr(name);
+  for (size_t i = 0; i < sc::kGluActNames.size(); ++i)
+    if (sc::kGluActNames[i] == act) return GluActivation(i);
+  return std::nullopt;
+}
+
+Status checkElementwise(const OpChecker& c) {
+  if (!gluActivation(c.op())) {
+    std::string valid;
+    for (std::string_view n : sc::kGluActNames)
+      valid += std::string(valid.empty() ? "" : " or ") + "\"" + std::string(n) + "\"";
+    return c.attrError(sc::kGluActAttr.data(), std::string(sc::opName(c.op().kind)) + ": unknown activation \"" +
+                                                   c.op().stringAttr(std::string(sc::kGluActAttr)) + "\" (expected " +
+                                                   valid + ")");
+  }
+  return c.everyRole(c.I("n"), "n");
+}
+StatusOr<OpParams> bindElementwise(const BindContext& b) {
+  ElementwiseParams p{b.op.intAttr("n")};
+  const std::optional<GluActivation> act = gluActivation(b.op);
+  if (!act) return Status::internal(std::string(sc::opName(b.op.kind)) + ": unknown activation (the loader checks it)");
+  p.act = *act;
+  return OpParams(p);
+}
 
 // cast_multi: x and y list one buffer per tensor, y[k] of x[k]'s size.
 Status checkCastMulti(const OpChecker& c) {

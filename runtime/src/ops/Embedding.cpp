@@ -1,9 +1,12 @@
 // Family "embedding": embedding_fwd / embedding_bwd_weight (token embedding, vocabulary-parallel with
 // attr `shard_axis`) and pos_embedding_fwd / pos_embedding_bwd_weight (GPT-2's learned positions,
-// sequence-parallel with attr `shard_axis`).
+// sequence-parallel with attr `shard_axis`). embedding_*'s optional `scale` (Gemma's multiplier of the
+// gathered rows, and of their gradient) binds as EmbeddingParams::scale.
 #include "OpDefs.h"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 
 namespace llcdist::rt::ops {
 namespace {
@@ -37,11 +40,32 @@ Status checkFusedPositions(const OpChecker& c, const char* role) {
   return c.count(role, OpChecker::prod({P, c.I("H")}), "P×H");
 }
 
+// attrs.scale: finite and non-zero as the fp32 value the kernels multiply by, and never with the fused
+// position embedding (its rows are added unscaled after the gather: a different function).
+Status checkEmbeddingScale(const OpChecker& c, const char* positionRole) {
+  const Op& op = c.op();
+  const std::string name(sc::kEmbeddingScaleAttr);
+  if (!op.attrs.count(name)) return Status::ok();
+  const double v = op.floatAttr(name);
+  const std::string opName(sc::opName(op.kind));
+  if (!std::isfinite(float(v)) || float(v) == 0.0f) {
+    std::ostringstream msg;
+    msg << opName << ": scale must be a finite, non-zero fp32 number, got " << v;
+    return c.attrError(sc::kEmbeddingScaleAttr.data(), msg.str());
+  }
+  if (op.arg(positionRole) >= 0)
+    return c.attrError(sc::kEmbeddingScaleAttr.data(),
+                       opName + ": scale cannot be combined with the fused position embedding (args." + positionRole +
+                           "); scale the token embedding in a plan without llcdist-plan-fuse-embedding");
+  return Status::ok();
+}
+
 Status checkEmbedding(const OpChecker& c) {
   const int64_t M = c.I("M"), V = c.I("V"), H = c.I("H");
   const bool fwd = c.op().kind == K::kEmbeddingFwd;
   LLCDIST_RETURN_IF_ERROR(c.shardAxis());
   LLCDIST_RETURN_IF_ERROR(checkFusedPositions(c, fwd ? "wpe" : "dwpe"));
+  LLCDIST_RETURN_IF_ERROR(checkEmbeddingScale(c, fwd ? "wpe" : "dwpe"));
   LLCDIST_RETURN_IF_ERROR(c.count("ids", M, "M"));
   if (fwd) {
     LLCDIST_RETURN_IF_ERROR(c.count("table", OpChecker::prod({V, H}), "V×H"));
@@ -56,6 +80,7 @@ StatusOr<OpParams> bindEmbedding(const BindContext& b) {
   p.V = b.op.intAttr("V");
   p.H = b.op.intAttr("H");
   p.accumulate = b.op.boolAttr("accumulate");
+  p.scale = b.op.floatAttr(std::string(sc::kEmbeddingScaleAttr), 1.0);  // absent: the rows as they are
   if (b.op.attrs.count("S")) {  // the fused position embedding: M = B·S rows
     p.S = b.op.intAttr("S");
     p.P = b.op.intAttr("P");

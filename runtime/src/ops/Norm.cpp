@@ -1,13 +1,18 @@
 // Family "norm": layer_norm_fwd / _bwd_input / _bwd_weight (torch LayerNorm) and rms_norm_fwd /
 // _bwd_input / _bwd_weight (HF LlamaRMSNorm), over rows of H; and the fused forms of
 // llcdist-plan-fuse-norm: add_layer_norm_fwd / add_rms_norm_fwd (the residual add and the norm) and
-// layer_norm_bwd / rms_norm_bwd (both gradients, and the residual's add).
+// layer_norm_bwd / rms_norm_bwd (both gradients, and the residual's add). The RMS norms' optional
+// `weight_offset` (Gemma: the weight used is weight_offset + w) binds as NormParams::weightOffset.
 #include "OpDefs.h"
+
+#include <cmath>
+#include <sstream>
 
 namespace llcdist::rt::ops {
 namespace {
 
-using K = schema::OpKind;
+namespace sc = schema;
+using K = sc::OpKind;
 
 // Roles absent from an op are skipped by count(), so one checker serves the ten ops.
 Status checkNorm(const OpChecker& c) {
@@ -16,10 +21,23 @@ Status checkNorm(const OpChecker& c) {
   for (const char* r : {"mean", "rstd"}) LLCDIST_RETURN_IF_ERROR(c.count(r, M, "M"));
   for (const char* r : {"gamma", "beta", "weight", "dgamma", "dbeta", "dweight"})
     LLCDIST_RETURN_IF_ERROR(c.count(r, H, "H"));
+  // weight_offset (only the RMS norms' schemas have it): a finite JSON number (the schema), and finite
+  // as the fp32 value the kernels add (1e39 is not).
+  const std::string offset(sc::kWeightOffsetAttr);
+  if (c.op().attrs.count(offset)) {
+    const double v = c.op().floatAttr(offset);
+    if (!std::isfinite(float(v))) {
+      std::ostringstream msg;
+      msg << sc::opName(c.op().kind) << ": weight_offset must be a finite fp32 number, got " << v;
+      return c.attrError(sc::kWeightOffsetAttr.data(), msg.str());
+    }
+  }
   return Status::ok();
 }
 StatusOr<OpParams> bindNorm(const BindContext& b) {
-  return OpParams(NormParams{b.op.intAttr("M"), b.op.intAttr("H"), b.op.floatAttr("eps"), b.op.boolAttr("accumulate")});
+  NormParams p{b.op.intAttr("M"), b.op.intAttr("H"), b.op.floatAttr("eps"), b.op.boolAttr("accumulate")};
+  p.weightOffset = b.op.floatAttr(std::string(sc::kWeightOffsetAttr), 0.0);  // absent: the weight itself
+  return OpParams(p);
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 // kernel reads: inv_freq and the angles are computed in fp32 with transformers' operation order, so
 // tables match HF's to within the last-ulp differences of the math library. The binder builds the
 // table once per op, for the rows' positions: 0..S-1, or with attr shard_axis this rank's rows of a
-// sequence split over that axis (axisRowPositions: cp's mesh.cp_layout on cp).
+// sequence split over that axis (axisRowPositions: cp's mesh.cp_layout on cp). With attr rotary_dim
+// (Phi's partial rotary embedding) the table is built for rotary_dim (inv_freq over rotary_dim, llama3
+// scaling too) and the kernels rotate each head's first rotary_dim dims only.
 #include "OpDefs.h"
+#include "llcdist/runtime/KernelChecks.h"
 
 #include <charconv>
 #include <cmath>
@@ -86,6 +89,13 @@ Status checkRope(const OpChecker& c) {
   const Op& op = c.op();
   const int64_t hd = c.I("hd");
   if (hd % 2 != 0) return c.attrError("hd", "the head dimension must be even, got " + std::to_string(hd));
+  if (op.attrs.count(std::string(schema::kRotaryDimAttr))) {
+    const int64_t rd = op.intAttr(std::string(schema::kRotaryDimAttr));
+    if (rd % 2 != 0 || rd < 2 || rd > hd)
+      return c.attrError(schema::kRotaryDimAttr.data(),
+                         std::string(schema::opName(op.kind)) + ": rotary_dim must be even and in [2, hd = " +
+                             std::to_string(hd) + "] (the rotated dims of each head), got " + std::to_string(rd));
+  }
   if (const double theta = op.floatAttr("theta"); !schema::ropeThetaInRange(theta))
     return c.attrError("theta", std::string(schema::kRopeThetaRule) + ", got " + formatNumber(theta));
   const bool llama3 = op.boolAttr("llama3");
@@ -109,6 +119,7 @@ StatusOr<OpParams> bindRope(const BindContext& b) {
   p.S = op.intAttr("S");
   p.n = op.intAttr("n");
   p.hd = op.intAttr("hd");
+  p.rotaryDim = op.intAttr(std::string(schema::kRotaryDimAttr), p.hd);  // absent: every dim rotates
   RopeConfig cfg;
   cfg.theta = float(op.floatAttr("theta"));
   cfg.llama3 = op.boolAttr("llama3");
@@ -123,7 +134,8 @@ StatusOr<OpParams> bindRope(const BindContext& b) {
     LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis(std::string(schema::kShardAxisAttr), "shard_axis"));
     positions = axisRowPositions(b.manifest, axis, b.mesh.coord(b.rank, axis), p.S);
   }
-  LLCDIST_ASSIGN_OR_RETURN(RopeTable table, makeRopeTable(cfg, p.hd, positions, p.S));
+  LLCDIST_RETURN_IF_ERROR(checkRotaryDim(p.rotaryDim, p.hd));
+  LLCDIST_ASSIGN_OR_RETURN(RopeTable table, makeRopeTable(cfg, p.rotaryDim, positions, p.S));
   p.table = std::make_shared<const RopeTable>(std::move(table));
   return OpParams(std::move(p));
 }

@@ -306,6 +306,124 @@ TEST(CudaBf16Kernels, Rope) {
       .expectMatch(kBf16Atol, kBf16Rtol);
 }
 
+// The model families' optional attrs on bf16 buffers: rope's rotary_dim (Phi), the RMS norms'
+// weight_offset (Gemma), the embedding's scale (Gemma: exact, a product rounded once) and swiglu's act
+// "gelu_tanh" (GeGLU).
+TEST(CudaBf16Kernels, FamilyAttrs) {
+  LLCDIST_REQUIRE_GPU();
+  for (auto [hd, rd] : {std::pair<int64_t, int64_t>{16, 8}, {80, 32}, {10, 6}}) {
+    SCOPED_TRACE("hd " + std::to_string(hd) + ", rotary_dim " + std::to_string(rd));
+    RopeParams p;
+    p.B = 2;
+    p.S = 9;
+    p.n = 3;
+    p.hd = hd;
+    p.rotaryDim = rd;
+    StatusOr<RopeTable> table = makeRopeTable(RopeConfig{}, rd, 0, p.S);
+    ASSERT_TRUE(table.isOk());
+    p.table = std::make_shared<RopeTable>(std::move(table).value());
+    const int64_t n = p.B * p.S * p.n * p.hd;
+    KernelCase(K::kRopeFwd, p)
+        .bf16("x", randomF32(n, 84))
+        .bf16("y", randomF32(n, 85))
+        .expectMatch(kBf16Atol, kBf16Rtol);
+    KernelCase(K::kRopeBwd, p)
+        .bf16("dy", randomF32(n, 86))
+        .bf16("dx", randomF32(n, 87))
+        .expectMatch(kBf16Atol, kBf16Rtol);
+  }
+  for (auto [M, H] : {std::pair<int64_t, int64_t>{67, 96}, {5, 1031}}) {
+    SCOPED_TRACE("M " + std::to_string(M) + ", H " + std::to_string(H));
+    NormParams p = norm(M, H);
+    p.weightOffset = 1.0;
+    std::vector<float> x = randomF32(M * H, 110, -2, 3), rstd(static_cast<size_t>(M));
+    for (int64_t m = 0; m < M; ++m) {  // the bf16 x's own rstd, as a forward saved it
+      double ss = 0;
+      for (int64_t h = 0; h < H; ++h) {
+        const double v = bf16ToFloat(floatToBf16(x[size_t(m * H + h)]));
+        ss += v * v;
+      }
+      rstd[size_t(m)] = float(1.0 / std::sqrt(ss / double(H) + 1e-5));
+    }
+    KernelCase(K::kRmsNormFwd, p)
+        .bf16("x", x)
+        .bf16("weight", randomF32(H, 111))
+        .bf16("y", randomF32(M * H, 112))
+        .f32("rstd", rstd)
+        .expectMatch(kF32Atol, kBf16Rtol);
+    KernelCase(K::kAddRmsNormFwd, p)
+        .bf16("a", randomF32(M * H, 113, -2, 3))
+        .bf16("b", randomF32(M * H, 114))
+        .bf16("sum", randomF32(M * H, 115))
+        .bf16("weight", randomF32(H, 116))
+        .bf16("y", randomF32(M * H, 117))
+        .f32("rstd", randomF32(M, 118))
+        .expectMatch(kF32Atol, kBf16Rtol);
+    KernelCase(K::kRmsNormBwdInput, p)
+        .bf16("dy", randomF32(M * H, 119))
+        .bf16("x", x)
+        .bf16("weight", randomF32(H, 120))
+        .f32("rstd", rstd)
+        .bf16("dx", randomF32(M * H, 121))
+        .expectMatch(1e-4, kBf16Rtol);
+    for (bool residual : {false, true}) {
+      KernelCase rms(K::kRmsNormBwd, p);
+      rms.bf16("dy", randomF32(M * H, 122))
+          .bf16("x", x)
+          .bf16("weight", randomF32(H, 123))
+          .f32("rstd", rstd)
+          .bf16("dx", randomF32(M * H, 124))
+          .bf16("dweight", randomF32(H, 125));
+      if (residual) rms.bf16("dresidual", randomF32(M * H, 126));
+      rms.expectMatch(1e-4, kBf16Rtol);
+    }
+  }
+  {
+    const int64_t H = 72;
+    EmbeddingParams p = embedding(33, 11, H, false);
+    p.scale = double(bf16ToFloat(floatToBf16(float(std::sqrt(double(H))))));  // the normalizer in bf16, as Gemma's
+    KernelCase(K::kEmbeddingFwd, p)
+        .i32("ids", randomI32(33, 127, 0, 10))
+        .bf16("table", randomF32(11 * H, 128))
+        .bf16("out", randomF32(33 * H, 129))
+        .expectMatch(0, 0);
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+      EmbeddingParams b = embedding(4096, 7, H, accumulate);
+      b.scale = p.scale;
+      KernelCase(K::kEmbeddingBwdWeight, b)
+          .i32("ids", randomI32(4096, 130, 0, 6))
+          .bf16("dout", randomF32(4096 * H, 131))
+          .bf16("dtable", randomF32(7 * H, 132))
+          .expectMatch(0, 0);
+      EmbeddingParams sharded = embedding(500, 5, H, accumulate, VocabShard{1, 3});
+      sharded.scale = p.scale;
+      KernelCase(K::kEmbeddingBwdWeight, sharded)
+          .i32("ids", randomI32(500, 133, 0, 14))
+          .bf16("dout", randomF32(500 * H, 134))
+          .f32("dtable", randomF32(5 * H, 135))
+          .expectMatch(0, 0);
+    }
+  }
+  for (int64_t n : {int64_t(4096), int64_t(1001)}) {  // the 8-wide path and the scalar one
+    SCOPED_TRACE("swiglu gelu_tanh, n " + std::to_string(n));
+    ElementwiseParams p = elems(n);
+    p.act = GluActivation::kGeluTanh;
+    KernelCase(K::kSwigluFwd, p)
+        .bf16("gate", randomF32(n, 136, -6, 6))
+        .bf16("up", randomF32(n, 137))
+        .bf16("y", randomF32(n, 138))
+        .expectMatch(kBf16Atol, kBf16Rtol);
+    KernelCase(K::kSwigluBwd, p)
+        .bf16("dy", randomF32(n, 139))
+        .bf16("gate", randomF32(n, 140, -6, 6))
+        .bf16("up", randomF32(n, 141))
+        .bf16("dgate", randomF32(n, 142))
+        .bf16("dup", randomF32(n, 143))
+        .expectMatch(kBf16Atol, kBf16Rtol);
+  }
+}
+
 LinearParams linear(int64_t M, int64_t K, int64_t N, WeightLayout layout, bool accumulate) {
   LinearParams p;
   p.M = M;

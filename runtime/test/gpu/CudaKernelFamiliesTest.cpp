@@ -8,6 +8,7 @@
 
 #include "llcdist/runtime/OpParams.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -593,6 +594,151 @@ TEST(CudaRopeKernels, ForwardAndBackward) {
           .f32("dx", randomF32(e, 163))
           .expectMatch(kAtol, kRtol);
     }
+}
+
+// ---- the model families' optional attrs ------------------------------------------------------------
+// rope's rotary_dim (Phi), the RMS norms' weight_offset (Gemma), the embedding's scale (Gemma) and
+// swiglu's act "gelu_tanh" (GeGLU): the CUDA kernels against the CPU's with each attr set (bf16:
+// CudaBf16KernelsTest).
+
+RopeParams partialRope(int64_t B, int64_t S, int64_t n, int64_t hd, int64_t rotaryDim, const RopeConfig& cfg) {
+  RopeParams p;
+  p.B = B;
+  p.S = S;
+  p.n = n;
+  p.hd = hd;
+  p.rotaryDim = rotaryDim;
+  p.table = std::make_shared<const RopeTable>(makeRopeTable(cfg, rotaryDim, 0, S).value());
+  return p;
+}
+
+TEST(CudaRopeKernels, PartialRotaryDim) {
+  LLCDIST_REQUIRE_GPU();
+  RopeConfig llama3;
+  llama3.theta = 500000.0f;
+  llama3.llama3 = true;
+  llama3.originalMaxPositionEmbeddings = 4;
+  const int64_t B = 2, S = 5, n = 3;
+  struct Dims {
+    int64_t hd, rd;
+  };
+  for (Dims d : {Dims{10, 4}, Dims{10, 6}, Dims{8, 2}, Dims{80, 32}})  // Phi-2: hd 80, rotary_dim 32
+    for (const RopeConfig& cfg : {RopeConfig{}, llama3}) {
+      SCOPED_TRACE("hd " + std::to_string(d.hd) + ", rotary_dim " + std::to_string(d.rd) +
+                   (cfg.llama3 ? ", llama3" : ""));
+      const int64_t e = B * S * n * d.hd;
+      KernelCase(K::kRopeFwd, partialRope(B, S, n, d.hd, d.rd, cfg))
+          .f32("x", randomF32(e, 164))
+          .f32("y", randomF32(e, 165))
+          .expectMatch(kAtol, kRtol);
+      KernelCase(K::kRopeBwd, partialRope(B, S, n, d.hd, d.rd, cfg))
+          .f32("dy", randomF32(e, 166))
+          .f32("dx", randomF32(e, 167))
+          .expectMatch(kAtol, kRtol);
+    }
+}
+
+TEST(CudaNormKernels, RmsNormWeightOffset) {
+  LLCDIST_REQUIRE_GPU();
+  for (NormShape s : kNormShapes)
+    for (double offset : {1.0, -0.5}) {
+      SCOPED_TRACE(shapeName(s) + ", weight_offset " + std::to_string(offset));
+      NormParams p = norm(s.M, s.H);
+      p.weightOffset = offset;
+      KernelCase(K::kRmsNormFwd, p)
+          .f32("x", randomF32(s.M * s.H, 170, -2, 3))
+          .f32("weight", randomF32(s.H, 171))
+          .f32("y", randomF32(s.M * s.H, 172))
+          .f32("rstd", randomF32(s.M, 173))
+          .expectMatch(kAtol, kRtol);
+      KernelCase(K::kAddRmsNormFwd, p)
+          .f32("a", randomF32(s.M * s.H, 174, -2, 3))
+          .f32("b", randomF32(s.M * s.H, 175))
+          .f32("sum", randomF32(s.M * s.H, 176))
+          .f32("weight", randomF32(s.H, 177))
+          .f32("y", randomF32(s.M * s.H, 178))
+          .f32("rstd", randomF32(s.M, 179))
+          .expectMatch(kAtol, kRtol);
+      KernelCase(K::kRmsNormBwdInput, p)
+          .f32("dy", randomF32(s.M * s.H, 180))
+          .f32("x", randomF32(s.M * s.H, 181, -2, 3))
+          .f32("weight", randomF32(s.H, 182))
+          .f32("rstd", randomF32(s.M, 183, 0.5, 2))
+          .f32("dx", randomF32(s.M * s.H, 184))
+          .expectMatch(kAtol, kRtol);
+      for (bool residual : {false, true}) {
+        p.accumulate = residual;  // both settings of the weight gradient's accumulate
+        KernelCase rms(K::kRmsNormBwd, p);
+        rms.f32("dy", randomF32(s.M * s.H, 185))
+            .f32("x", randomF32(s.M * s.H, 186, -2, 3))
+            .f32("weight", randomF32(s.H, 187))
+            .f32("rstd", randomF32(s.M, 188, 0.5, 2))
+            .f32("dx", randomF32(s.M * s.H, 189))
+            .f32("dweight", randomF32(s.H, 190));
+        if (residual) rms.f32("dresidual", randomF32(s.M * s.H, 191));
+        rms.expectMatch(kAtol, kRtol);
+      }
+    }
+}
+
+// The scaled gather and scatter-add (Gemma's sqrt(hidden)): the CPU's products and sums in its order,
+// the same bits.
+TEST(CudaEmbeddingKernels, Scaled) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t M = 29, V = 5, H = 37;
+  const double scale = double(float(std::sqrt(37.0)));
+  for (int64_t count : {1, 3})
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(std::string(accumulate ? "accumulate" : "overwrite") + ", " + std::to_string(count) + " shards");
+      EmbeddingParams p = embedding(M, V, H, accumulate, VocabShard{count - 1, count});
+      p.scale = scale;
+      KernelCase(K::kEmbeddingFwd, p)
+          .i32("ids", randomI32(M, 192, 0, int32_t(count * V - 1)))
+          .f32("table", randomF32(V * H, 193))
+          .f32("out", randomF32(M * H, 194))
+          .expectMatch(0, 0);
+      KernelCase(K::kEmbeddingBwdWeight, p)
+          .i32("ids", randomI32(M, 195, 0, int32_t(count * V - 1)))
+          .f32("dout", randomF32(M * H, 196))
+          .f32("dtable", randomF32(V * H, 197))
+          .expectMatch(0, 0);
+    }
+}
+
+// A scale with the fused position embedding is refused at plan load; a call bound so anyway is refused
+// before launching.
+TEST_F(CudaDirectCall, ScaledEmbeddingWithFusedPositionsIsRefused) {
+  LLCDIST_REQUIRE_GPU();
+  EmbeddingParams p = embedding(4, 3, 5, false);
+  p.S = 4;
+  p.P = 4;
+  p.scale = 2.0;
+  void* ids = device(std::vector<int32_t>{0, 1, 2, 0});
+  void* table = device(randomF32(15, 206));
+  void* out = device(randomF32(20, 207));
+  void* wpe = device(randomF32(20, 208));
+  const Status st = run(call(K::kEmbeddingFwd, p, {ids, table, out, wpe}, {4, 15, 20, 20}));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.toString();
+  EXPECT_EQ(deviceError(), kDeviceOk);
+}
+
+TEST(CudaElementwiseKernels, SwigluGeluTanhGate) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t n = 1001;
+  ElementwiseParams p = elems(n);
+  p.act = GluActivation::kGeluTanh;
+  KernelCase(K::kSwigluFwd, p)
+      .f32("gate", randomF32(n, 198, -6, 6))
+      .f32("up", randomF32(n, 199))
+      .f32("y", randomF32(n, 200))
+      .expectMatch(kAtol, kRtol);
+  KernelCase(K::kSwigluBwd, p)
+      .f32("dy", randomF32(n, 201))
+      .f32("gate", randomF32(n, 202, -6, 6))
+      .f32("up", randomF32(n, 203))
+      .f32("dgate", randomF32(n, 204))
+      .f32("dup", randomF32(n, 205))
+      .expectMatch(kAtol, kRtol);
 }
 
 // ---- optimizer ------------------------------------------------------------------------------------

@@ -154,6 +154,70 @@ func.func @rope_odd(%x: tensor<2x8x63xf32>) {
 
 // -----
 
+func.func @rope_rotary_dim_odd(%x: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{rotary_dim must be even and in [2, head_dim = 16], got 5}}
+  %r = xf.rope %x {head_dim = 16 : i64, theta = 10000.0 : f64, rotary_dim = 5 : i64} : tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_rotary_dim_wide(%x: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{rotary_dim must be even and in [2, head_dim = 16], got 18}}
+  %r = xf.rope %x {head_dim = 16 : i64, theta = 10000.0 : f64, rotary_dim = 18 : i64} : tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @rope_grad_rotary_dim(%x: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{rotary_dim must be even and in [2, head_dim = 16], got 0}}
+  %r = xf.rope_grad %x {head_dim = 16 : i64, theta = 10000.0 : f64, rotary_dim = 0 : i64} : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @swiglu_activation(%g: tensor<2x8x64xf32>, %u: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{activation must be "silu" (SwiGLU) or "gelu_tanh" (GeGLU), got "relu"}}
+  %r = xf.swiglu %g, %u {activation = "relu"} : tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @swiglu_grad_activation(%d: tensor<2x8x64xf32>, %g: tensor<2x8x64xf32>, %u: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{activation must be "silu" (SwiGLU) or "gelu_tanh" (GeGLU), got "gelu"}}
+  %r:2 = xf.swiglu_grad %d, %g, %u {activation = "gelu"} : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<2x8x64xf32>) -> (tensor<2x8x64xf32>, tensor<2x8x64xf32>)
+  return
+}
+
+// -----
+
+func.func @embedding_scale_zero(%ids: tensor<2x8xi32>, %t: tensor<256x64xf32>) {
+  // expected-error @+1 {{scale must be finite and non-zero, got 0}}
+  %e = xf.embedding %ids, %t {scale = 0.0 : f64} : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_grad_scale_inf(%ids: tensor<2x8xi32>, %d: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{scale must be finite and non-zero, got INF}}
+  %e = xf.embedding_grad %ids, %d {scale = 0x7FF0000000000000 : f64} : (tensor<2x8xi32>, tensor<2x8x64xf32>) -> tensor<256x64xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_weight_offset(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>) {
+  // expected-error @+1 {{weight_offset must be finite, got nan}}
+  %y = xf.rms_norm %x, %w {eps = 1.0e-06 : f64, weight_offset = 0x7FF8000000000000 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
 func.func @rope_multiple(%x: tensor<2x8x60xf32>) {
   // expected-error @+1 {{last dimension 60 is not a multiple of head_dim 16}}
   %r = xf.rope %x {head_dim = 16 : i64, theta = 10000.0 : f64} : tensor<2x8x60xf32>

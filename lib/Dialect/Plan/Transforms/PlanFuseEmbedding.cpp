@@ -46,9 +46,10 @@ using plan::intParamOf;
 using plan::isSyncKernel;
 
 /// Whether the token embedding `emb` (M rows of H) and the position
-/// embedding `pos` (B×S rows of H) cover the same rows, neither sharded.
+/// embedding `pos` (B×S rows of H) cover the same rows, neither sharded
+/// and the token embedding not scaled (the fused kernel adds wpe unscaled).
 bool sameRows(plan::KernelOp emb, plan::KernelOp pos) {
-  return !emb.getParams().get("shard_axis") && !pos.getParams().get("shard_axis") &&
+  return !emb.getParams().get("shard_axis") && !pos.getParams().get("shard_axis") && !emb.getParams().get("scale") &&
          intParamOf(emb, "H") == intParamOf(pos, "H") &&
          intParamOf(emb, "M") == intParamOf(pos, "B") * intParamOf(pos, "S") && intParamOf(pos, "S") > 0;
 }

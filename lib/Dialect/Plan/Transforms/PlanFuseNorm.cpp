@@ -235,7 +235,12 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
       for (NamedAttribute a : g.weight.getArgs())
         if (!g.input.getArgs().get(a.getName()))
           args.push_back(a);
-      build(b, at, g.kinds.bwd, args, g.weight.getParams(), g.input.getLoc());
+      // The weight gradient's params (M, H, accumulate) and the input
+      // gradient's weight_offset (Gemma's (1 + w)), if any.
+      NamedAttrList params(g.weight.getParams());
+      if (Attribute offset = g.input.getParams().get("weight_offset"))
+        params.set("weight_offset", offset);
+      build(b, at, g.kinds.bwd, args, params.getDictionary(b.getContext()), g.input.getLoc());
       fused.add((g.kinds.bwdWeight + " + " + g.kinds.bwdInput + (withResidual ? " + add" : "")).str(), g.kinds.bwd,
                 withResidual ? 3 : 2);
       for (plan::KernelOp m : members)

@@ -45,7 +45,7 @@ Operation *RMSNormOp::buildWithSavedStatistics(OpBuilder &b) {
   if (getStats())
     return nullptr;
   return RMSNormOp::create(b, getLoc(), getResult().getType(), f32Tensor(getContext(), {rows(getInput())}), getInput(),
-                           getWeight(), getEpsAttr());
+                           getWeight(), getEpsAttr(), getWeightOffsetAttr());
 }
 
 Operation *AttentionOp::buildWithSavedStatistics(OpBuilder &b) {
@@ -63,7 +63,8 @@ Operation *AttentionOp::buildWithSavedStatistics(OpBuilder &b) {
 //===----------------------------------------------------------------------===//
 
 LogicalResult EmbeddingOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
-  grads.addGrad(getTable(), EmbeddingGradOp::create(b, getLoc(), getTable().getType(), grads.fwd(getIds()), dys[0]));
+  grads.addGrad(getTable(), EmbeddingGradOp::create(b, getLoc(), getTable().getType(), grads.fwd(getIds()), dys[0],
+                                                    getScaleAttr()));
   return success();
 }
 
@@ -85,7 +86,9 @@ LogicalResult LayerNormOp::buildBackward(OpBuilder &b, GradientSink &grads, Arra
 LogicalResult RMSNormOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   Value dy = dys[0], x = grads.fwd(getInput()), st = grads.fwd(getStats());
   grads.addGrad(getWeight(), RMSNormGradWeightOp::create(b, getLoc(), getWeight().getType(), dy, x, st));
-  grads.addGrad(getInput(), RMSNormGradInputOp::create(b, getLoc(), x.getType(), dy, x, grads.fwd(getWeight()), st));
+  // d(c + w)/dw = 1: the weight's gradient does not see the offset.
+  grads.addGrad(getInput(), RMSNormGradInputOp::create(b, getLoc(), x.getType(), dy, x, grads.fwd(getWeight()), st,
+                                                       getWeightOffsetAttr()));
   return success();
 }
 
@@ -112,8 +115,8 @@ LogicalResult SplitOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef
 }
 
 LogicalResult RopeOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
-  grads.addGrad(getInput(),
-                RopeGradOp::create(b, getLoc(), getType(), dys[0], getHeadDimAttr(), getThetaAttr(), getScalingAttr()));
+  grads.addGrad(getInput(), RopeGradOp::create(b, getLoc(), getType(), dys[0], getHeadDimAttr(), getThetaAttr(),
+                                               getScalingAttr(), getRotaryDimAttr()));
   return success();
 }
 
@@ -134,7 +137,8 @@ LogicalResult GeluTanhOp::buildBackward(OpBuilder &b, GradientSink &grads, Array
 }
 
 LogicalResult SwiGLUOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
-  auto g = SwiGLUGradOp::create(b, getLoc(), getType(), getType(), dys[0], grads.fwd(getGate()), grads.fwd(getUp()));
+  auto g = SwiGLUGradOp::create(b, getLoc(), getType(), getType(), dys[0], grads.fwd(getGate()), grads.fwd(getUp()),
+                                getActivationAttr());
   grads.addGrad(getGate(), g.getDgate());
   grads.addGrad(getUp(), g.getDup());
   return success();

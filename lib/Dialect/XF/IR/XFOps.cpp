@@ -70,7 +70,19 @@ LogicalResult LayerOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 // Embeddings and rope
 //===----------------------------------------------------------------------===//
 
+LogicalResult llcdist::xf::detail::checkFiniteAttr(Operation *op, StringRef name, std::optional<APFloat> v,
+                                                   bool nonZero) {
+  if (!v)
+    return success();
+  double d = v->convertToDouble();
+  if (std::isfinite(d) && (!nonZero || d != 0.0))
+    return success();
+  return op->emitOpError() << name << " must be finite" << (nonZero ? " and non-zero" : "") << ", got " << d;
+}
+
 LogicalResult EmbeddingOp::verify() {
+  if (failed(checkFiniteAttr(*this, "scale", getScale(), /*nonZero=*/true)))
+    return failure();
   auto ids = rt(getIds()), table = rt(getTable()), res = rt(getResult());
   if (table.getRank() != 2)
     return emitOpError("table must be [vocab, hidden], got ") << table;
@@ -107,6 +119,24 @@ LogicalResult llcdist::xf::detail::checkRopeTheta(Operation *op, double theta) {
          << ", got " << theta;
 }
 
+LogicalResult llcdist::xf::detail::checkRotaryDim(Operation *op, std::optional<uint64_t> rotaryDim, int64_t headDim) {
+  if (!rotaryDim)
+    return success();
+  int64_t r = int64_t(*rotaryDim);
+  if (r < 2 || r % 2 != 0 || r > headDim)
+    return op->emitOpError("rotary_dim must be even and in [2, head_dim = ") << headDim << "], got " << r;
+  return success();
+}
+
+LogicalResult llcdist::xf::detail::checkGatedActivation(Operation *op, std::optional<StringRef> activation) {
+  if (!activation || *activation == "silu" || *activation == "gelu_tanh")
+    return success();
+  return op->emitOpError("activation must be \"silu\" (SwiGLU) or \"gelu_tanh\" (GeGLU), got \"")
+         << *activation << "\"";
+}
+
+LogicalResult SwiGLUOp::verify() { return detail::checkGatedActivation(*this, getActivation()); }
+
 LogicalResult RopeOp::verify() {
   auto in = rt(getInput());
   int64_t hd = getHeadDim();
@@ -119,6 +149,8 @@ LogicalResult RopeOp::verify() {
     return emitOpError("last dimension ")
            << in.getDimSize(2) << " is not a multiple of head_dim " << hd;
   if (failed(checkRopeTheta(*this, getTheta().convertToDouble())))
+    return failure();
+  if (failed(detail::checkRotaryDim(*this, getRotaryDim(), hd)))
     return failure();
   if (auto s = getScalingAttr()) {
     auto type = s.getAs<StringAttr>("rope_type");
@@ -154,6 +186,8 @@ LogicalResult LayerNormOp::verify() {
 }
 
 LogicalResult RMSNormOp::verify() {
+  if (failed(checkFiniteAttr(*this, "weight_offset", getWeightOffset(), /*nonZero=*/false)))
+    return failure();
   if (failed(checkNorm(*this, getInput(), {getWeight()}, {"weight"},
                        getEps().convertToDouble(), getResult())))
     return failure();

@@ -72,6 +72,8 @@ LogicalResult LinearGradBiasOp::verify() {
 }
 
 LogicalResult EmbeddingGradOp::verify() {
+  if (failed(checkFiniteAttr(*this, "scale", getScale(), /*nonZero=*/true)))
+    return failure();
   auto ids = rt(getIds()), dy = rt(getDy()), res = rt(getResult());
   if (dy.getShape().drop_back() != ids.getShape())
     return emitOpError("dy must be ids' shape + [hidden], got ") << dy;
@@ -83,8 +85,12 @@ LogicalResult EmbeddingGradOp::verify() {
 
 LogicalResult RopeGradOp::verify() {
   // The forward's theta, which the runtime's rope_bwd checks like rope_fwd's.
+  if (failed(checkRotaryDim(*this, getRotaryDim(), getHeadDim())))
+    return failure();
   return checkRopeTheta(*this, getTheta().convertToDouble());
 }
+
+LogicalResult SwiGLUGradOp::verify() { return checkGatedActivation(*this, getActivation()); }
 
 LogicalResult AddPositionEmbeddingGradOp::verify() {
   auto dy = rt(getDy()), res = rt(getResult());

@@ -49,6 +49,12 @@ inline LogicalResult checkNorm(Operation *op, Value input, ValueRange vecs,
 /// (rt::schema::kRopeThetaRule; defined in XFOps.cpp, the one file here that
 /// includes the runtime's schema).
 LogicalResult checkRopeTheta(Operation *op, double theta);
+/// xf.rope's and xf.rope_grad's optional rotary_dim: even, in [2, head_dim].
+LogicalResult checkRotaryDim(Operation *op, std::optional<uint64_t> rotaryDim, int64_t headDim);
+/// xf.swiglu's and xf.swiglu_grad's optional activation: "silu" or "gelu_tanh".
+LogicalResult checkGatedActivation(Operation *op, std::optional<StringRef> activation);
+/// An optional f64 attribute that must be finite (and, with `nonZero`, not 0).
+LogicalResult checkFiniteAttr(Operation *op, StringRef name, std::optional<APFloat> v, bool nonZero);
 
 /// Rows of a [..., H] tensor: the product of its leading dimensions.
 inline int64_t numRows(Value v) {

@@ -19,8 +19,11 @@ Status checkVocabShard(const VocabShard& shard);
 Status checkPositionRange(int64_t S, int64_t P, int64_t begin);
 // The positions of S rows (one run or two: PositionRuns) in a position table with P rows.
 Status checkPositionRuns(int64_t S, int64_t P, const PositionRuns& positions);
-// A RoPE table built for S positions of head dim hd.
-Status checkRopeTable(const RopeTable& table, int64_t S, int64_t hd);
+// A partial rotary width (attr `rotary_dim`): even, 2 <= rotaryDim <= hd; 0 means hd.
+Status checkRotaryDim(int64_t rotaryDim, int64_t hd);
+// A RoPE table built for S positions of head dim hd, or of the rotated width rotaryDim (0: hd) when it
+// rotates part of each head (checkRotaryDim).
+Status checkRopeTable(const RopeTable& table, int64_t S, int64_t hd, int64_t rotaryDim = 0);
 // Attention sizes: all positive, nh a multiple of nkv.
 Status checkAttentionShape(int64_t B, int64_t S, int64_t nh, int64_t nkv, int64_t hd);
 // An attention's sliding window: >= 1, or 0 for none (plain causal).

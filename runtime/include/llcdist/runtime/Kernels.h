@@ -56,13 +56,16 @@ void biasAddForward(float* y, const float* bias, int64_t M, int64_t N);
 // Vocabulary-parallel (shard.count > 1): table holds global rows [c·V, (c+1)·V), c = shard.index; an id
 // in that range reads its local row, an id elsewhere in [0, V·count) gives a zero row (the plan sums
 // the partial outputs over the shards), an id outside [0, V·count) is an error.
+// scale (Gemma's embedding multiplier, attr `scale`): out = table[ids[m], :]·scale in f32 (another
+// shard's row stays 0); 1 is the plain gather (the row copied).
 Status embeddingForward(const int32_t* ids, const float* table, float* out, int64_t M, int64_t V,
-                        int64_t H, const VocabShard& shard = {});
+                        int64_t H, const VocabShard& shard = {}, float scale = 1.0f);
 // dtable[V,H] (+)= scatter-add of dout[M,H] rows at ids, in order m = 0..M-1. With accumulate=false the
 // whole table gradient is zeroed first (rows not referenced get 0). Vocabulary-parallel: only the ids
 // of this shard's range scatter (into their local rows); ids outside [0, V·count) are an error.
+// scale: each row adds scale·dout[m, :] (the f32 product, then the f32 sum); 1 adds dout itself.
 Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V,
-                         int64_t H, bool accumulate, const VocabShard& shard = {});
+                         int64_t H, bool accumulate, const VocabShard& shard = {}, float scale = 1.0f);
 
 // GPT-2 learned positions: y[B,S,H] = x[B,S,H] + wpe[pos.at(s),:] (wpe [P,H]). Row s of x/y is at
 // sequence position pos.at(s) (Positions.h): s unless sequence-parallel (then c·S + s, c the rank's
@@ -102,11 +105,19 @@ void layerNormBackwardWeight(const float* dy, const float* x, const float* mean,
                              float* dgamma, float* dbeta, int64_t M, int64_t H, bool accumulate);
 
 // HF LlamaRMSNorm: y = weight * (x * rsqrt(mean(x²) + eps)). Saves rstd[M] for backward.
+// weightOffset (Gemma's RMSNorm, attr `weight_offset`): the weight is (weightOffset + weight[h]) in
+// f32, y = (x·rstd)·(1 + w) as GemmaRMSNorm computes it; 0 uses weight[h] itself.
 void rmsNormForward(const float* x, const float* weight, float* y, float* rstd, int64_t M, int64_t H,
-                    float eps);
-// `dresidual`, `roundBf16`: as layerNormBackwardInput's.
+                    float eps, float weightOffset = 0.0f);
+// `dresidual`, `roundBf16`: as layerNormBackwardInput's; `weightOffset` as rmsNormForward's (the input
+// gradient through weightOffset + weight).
 void rmsNormBackwardInput(const float* dy, const float* x, const float* weight, const float* rstd,
-                          float* dx, int64_t M, int64_t H, const float* dresidual = nullptr, bool roundBf16 = false);
+                          float* dx, int64_t M, int64_t H, const float* dresidual = nullptr, bool roundBf16 = false,
+                          float weightOffset = 0.0f);
+// The RMS norm's weight as the kernels use it: weightOffset + w in f32, or w itself when the offset
+// is 0 (so a plan without the attr keeps its bits, a −0 weight included).
+inline float rmsNormWeight(float w, float weightOffset) { return weightOffset == 0.0f ? w : weightOffset + w; }
+// The weight gradient is the same with or without an offset (d(offset + w)/dw = 1).
 void rmsNormBackwardWeight(const float* dy, const float* x, const float* rstd, float* dweight, int64_t M,
                            int64_t H, bool accumulate);
 
@@ -117,11 +128,16 @@ void rmsNormBackwardWeight(const float* dy, const float* x, const float* rstd, f
 // the core (src/ops/Rope.cpp) for every backend.
 // y[B,S,n,hd] = x*cos + rotate_half(x)*sin, rotate_half(x) = cat(-x[hd/2:], x[:hd/2]); row s of the
 // table is used for sequence index s. y may alias x. table.seqLen must equal S, table.headDim hd.
+// rotaryDim (Phi's partial rotary embedding, attr `rotary_dim`; 0 = hd): only each head's first
+// rotaryDim dims rotate, rotate_half within them (pairs i and i + rotaryDim/2), over a table built for
+// rotaryDim (table.headDim == rotaryDim); dims [rotaryDim, hd) are copied (y = x there). Even,
+// 2 <= rotaryDim <= hd (checkRotaryDim).
 Status ropeForward(const RopeTable& table, const float* x, float* y, int64_t B, int64_t S, int64_t n,
-                   int64_t hd);
-// dx = Rᵀ dy (the rotation by -angle). dx may alias dy.
+                   int64_t hd, int64_t rotaryDim = 0);
+// dx = Rᵀ dy (the rotation by -angle); with rotaryDim < hd the pass-through dims' gradient is dy's.
+// dx may alias dy.
 Status ropeBackward(const RopeTable& table, const float* dy, float* dx, int64_t B, int64_t S, int64_t n,
-                    int64_t hd);
+                    int64_t hd, int64_t rotaryDim = 0);
 
 // ---------------------------------------------------------------------------------------------------
 // Causal self-attention (Attention.cpp).
@@ -212,6 +228,12 @@ void geluTanhBackward(const float* dy, const float* x, float* dx, int64_t n);
 void swigluForward(const float* gate, const float* up, float* y, int64_t n);
 void swigluBackward(const float* dy, const float* gate, const float* up, float* dgate, float* dup,
                     int64_t n);
+// The gated unit with the gate's activation `act` (swiglu_*'s attr `act`): y = act(gate)·up, dgate =
+// (dy·up)·act'(gate), dup = dy·act(gate). kSilu is swigluForward / swigluBackward above; kGeluTanh
+// (GeGLU) uses gelu_tanh_fwd's function and gelu_tanh_bwd's derivative (geluTanhForward's math).
+void swigluForward(const float* gate, const float* up, float* y, int64_t n, GluActivation act);
+void swigluBackward(const float* dy, const float* gate, const float* up, float* dgate, float* dup, int64_t n,
+                    GluActivation act);
 // Residual add y = a + b (the backward of a residual add is a fan-out of dy: no kernel needed).
 void addForward(const float* a, const float* b, float* y, int64_t n);
 // y += x (gradient fan-in).

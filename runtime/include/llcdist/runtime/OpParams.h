@@ -49,7 +49,9 @@ StatusOr<std::vector<float>> ropeInvFreq(const RopeConfig& cfg, int64_t headDim)
 
 // cos/sin tables for S rows at positions `positions` (row s at positions.at(s)): cos[S,hd], sin[S,hd]
 // with angle(s,i) = float(pos) * inv_freq[i] in fp32 (as HF does) and emb = cat(freqs, freqs). Part of
-// the op's definition, computed on the host for every backend (src/ops/Rope.cpp).
+// the op's definition, computed on the host for every backend (src/ops/Rope.cpp). headDim is the width
+// the table rotates: the head dim, or a partial rotary_dim (Phi: ropeInvFreq and the table built for
+// rotary_dim instead of hd, the kernels rotating each head's first headDim dims only).
 struct RopeTable {
   PositionRuns positions{};
   int64_t seqLen = 0, headDim = 0;
@@ -76,9 +78,14 @@ struct LayoutParams {
   // `total`: ZeRO's padded blocks, y's elements past it are zero).
   int64_t members = 1, member = 0, outer = 0, inner = 0, total = 0;
 };
+// The gate activation of swiglu_fwd / swiglu_bwd (attr `act`, PlanSchema.h kGluActAttr; indexed as
+// schema::kGluActNames): silu (SwiGLU, the default) or gelu_tanh (GeGLU: gelu_tanh_fwd's function).
+enum class GluActivation { kSilu, kGeluTanh };
 // gelu_tanh_*, swiglu_*, add, accumulate, copy, cast (family "elementwise"): every buffer has n elements.
+// act: swiglu_*'s attr `act` (kSilu when absent; the other ops ignore it).
 struct ElementwiseParams {
   int64_t n = 0;
+  GluActivation act = GluActivation::kSilu;
 };
 // embedding_fwd / embedding_bwd_weight, pos_embedding_fwd / pos_embedding_bwd_weight (family "embedding").
 struct EmbeddingParams {
@@ -87,6 +94,9 @@ struct EmbeddingParams {
   bool accumulate = false;
   // Vocabulary-parallel embedding (attr `shard_axis`): this rank's slice of the vocabulary.
   VocabShard vocabShard;
+  // embedding_*'s attr `scale` (Gemma's sqrt(hidden) multiplier, kEmbeddingScaleAttr): out =
+  // table[id]·float(scale), dtable[id] += float(scale)·dout; 1 when absent (a plain gather / scatter-add).
+  double scale = 1.0;
   // Sequence-parallel position embedding (attr `shard_axis`): the global positions of this rank's S
   // rows, posBegin + s below posSplit and posBegin2 + (s − posSplit) from it (PositionRuns): c·S + s
   // with c its coordinate on the axis, or on cp the layout's (contextParallelPositions); 0..S-1
@@ -95,10 +105,13 @@ struct EmbeddingParams {
   PositionRuns positions() const { return {posBegin, posSplit, posBegin2}; }
 };
 // layer_norm_*, rms_norm_* (family "norm").
+// weightOffset: the RMS norms' attr `weight_offset` (Gemma: y = x·rstd·(weightOffset + w), the input
+// gradient through (weightOffset + w); kWeightOffsetAttr); 0 when absent (the weight as it is).
 struct NormParams {
   int64_t M = 0, H = 0;
   double eps = 0;
   bool accumulate = false;
+  double weightOffset = 0;
 };
 // linear_*, bias_add (family "linear").
 struct LinearParams {
@@ -107,10 +120,13 @@ struct LinearParams {
   bool accumulate = false;
 };
 // rope_fwd / rope_bwd (family "rope"): the table for the rows' positions (0..S-1 without attr
-// shard_axis), built once at bind time and shared by copies of the call.
+// shard_axis), built once at bind time and shared by copies of the call. rotaryDim: attr `rotary_dim`
+// (Phi's partial rotary embedding, kRotaryDimAttr): the first rotaryDim dims of each head rotate, the
+// rest pass through, and the table is built for rotaryDim; 0 means hd (every dim rotates).
 struct RopeParams {
   int64_t B = 0, S = 0, n = 0, hd = 0;
   std::shared_ptr<const RopeTable> table;
+  int64_t rotaryDim = 0;
 };
 // attention_fwd / attention_bwd (family "attention"). packedQkv: q, k, v are read from the one `qkv`
 // buffer; packedGrad: the backward writes dq, dk, dv into the one `dqkv` (PlanSchema.h).

@@ -102,6 +102,27 @@ inline constexpr std::string_view kRealVocabAttr = "real_vocab";
 // for Mistral's sliding window (config sliding_window): key position j is visible to query position i
 // iff j <= i and i − j < window. Absent: plain causal attention.
 inline constexpr std::string_view kWindowAttr = "window";
+// The optional int attr of rope_fwd / rope_bwd for a partial rotary embedding (Phi's
+// partial_rotary_factor: PhiRotaryEmbedding(dim=rotary_ndims)): only the first rotary_dim dims of each
+// head rotate (rotate_half within them: pairs j and j + rotary_dim/2), with inv_freq[j] =
+// 1/theta^(2j/rotary_dim), j < rotary_dim/2 (the table built for rotary_dim); dims [rotary_dim, hd) pass
+// through unchanged. Even, 2 <= rotary_dim <= hd. Absent: rotary_dim = hd (every dim rotates).
+inline constexpr std::string_view kRotaryDimAttr = "rotary_dim";
+// The optional float attr of rms_norm_fwd / add_rms_norm_fwd / rms_norm_bwd_input / rms_norm_bwd for
+// Gemma's RMSNorm: y = x·rstd·(weight_offset + w), the offset added to the weight in fp32 (Gemma:
+// `output * (1.0 + self.weight.float())`); the input gradient uses (weight_offset + w), the weight
+// gradient is unchanged (rms_norm_bwd_weight has no such attr). Finite as an fp32 value. Absent: 0.
+inline constexpr std::string_view kWeightOffsetAttr = "weight_offset";
+// The optional float attr of embedding_fwd / embedding_bwd_weight for Gemma's scaled embedding
+// (`normalizer = torch.tensor(hidden_size**0.5, dtype)`): out = table[id]·float(scale), dtable[id] +=
+// float(scale)·dout. The plan gives the multiplier as the model's dtype rounds it. Finite and non-zero
+// as an fp32 value; never with the fused position embedding (wpe / dwpe). Absent: 1.
+inline constexpr std::string_view kEmbeddingScaleAttr = "scale";
+// The optional string attr of swiglu_fwd / swiglu_bwd: the gate's activation act in y = act(gate)·up.
+// "silu" (the default: SwiGLU, Llama) or "gelu_tanh" (GeGLU, Gemma: gelu_tanh_fwd's function, torch's
+// gelu(approximate="tanh")). Indexed by GluActivation (OpParams.h).
+inline constexpr std::string_view kGluActAttr = "act";
+inline constexpr std::array<std::string_view, 2> kGluActNames = {"silu", "gelu_tanh"};
 // rope_fwd / rope_bwd attr `theta` (a model's rope_theta): the runtime computes RoPE's frequencies in
 // fp32, as transformers does, so theta must convert to a normal positive fp32 value (a double subnormal
 // such as 5e-324 becomes 0, one above FLT_MAX becomes inf). The runtime checks plans against this rule
@@ -264,13 +285,15 @@ inline constexpr A kFillZeroArgs[] = {{"x", List, Any, W}};
 // gradient from the same dout, accumulated as dtable is. Never with shard_axis.
 inline constexpr A kEmbFwdArgs[] = {{"ids", One, I, R}, {"table", One, F, R}, {"out", One, F, W}, {"wpe", Opt, F, R}};
 // `shard_axis` (optional): vocabulary-parallel table; V is the local row count (see plan-format.md).
-inline constexpr T kEmbFwdAttrs[] = {{"M", Int},      {"V", Int},          {"H", Int},
-                                     {"S", Int, false}, {"P", Int, false}, {"shard_axis", Str, false}};
+// `scale` (optional, kEmbeddingScaleAttr): Gemma's embedding multiplier, never with wpe / dwpe.
+inline constexpr T kEmbFwdAttrs[] = {{"M", Int},        {"V", Int},        {"H", Int},
+                                     {"S", Int, false}, {"P", Int, false}, {"shard_axis", Str, false},
+                                     {"scale", Flt, false}};
 inline constexpr A kEmbBwdArgs[] = {{"ids", One, I, R}, {"dout", One, F, R}, {"dtable", One, F, RW},
                                     {"dwpe", Opt, F, RW}};
 inline constexpr T kEmbBwdAttrs[] = {{"M", Int},        {"V", Int},        {"H", Int},
                                      {"accumulate", Bool}, {"S", Int, false}, {"P", Int, false},
-                                     {"shard_axis", Str, false}};
+                                     {"shard_axis", Str, false}, {"scale", Flt, false}};
 inline constexpr A kPosFwdArgs[] = {{"x", One, F, R}, {"wpe", One, F, R}, {"y", One, F, W, "x"}};
 // `shard_axis` (optional): sequence parallelism; S is the local sequence length and the rank holds
 // positions [c·S, (c+1)·S), c its coordinate on the axis, or on "cp" the positions of
@@ -282,6 +305,11 @@ inline constexpr T kPosBwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", I
 inline constexpr A kLnFwdArgs[] = {{"x", One, F, R},    {"gamma", One, F, R}, {"beta", One, F, R},
                                    {"y", One, F, W},    {"mean", One, F, W},  {"rstd", One, F, W}};
 inline constexpr T kNormFwdAttrs[] = {{"M", Int}, {"H", Int}, {"eps", Flt}};
+// The RMS norms' optional `weight_offset` (Gemma: y = x·rstd·(weight_offset + w); kWeightOffsetAttr):
+// rms_norm_fwd / add_rms_norm_fwd, rms_norm_bwd_input and the fused rms_norm_bwd (its input gradient).
+inline constexpr T kRmsFwdAttrs[] = {{"M", Int}, {"H", Int}, {"eps", Flt}, {"weight_offset", Flt, false}};
+inline constexpr T kRmsBwdInAttrs[] = {{"M", Int}, {"H", Int}, {"weight_offset", Flt, false}};
+inline constexpr T kRmsBwdAttrs[] = {{"M", Int}, {"H", Int}, {"accumulate", Bool}, {"weight_offset", Flt, false}};
 inline constexpr A kLnBwdInArgs[] = {{"dy", One, F, R},   {"x", One, F, R},    {"gamma", One, F, R},
                                      {"mean", One, F, R}, {"rstd", One, F, R}, {"dx", One, F, W}};
 inline constexpr T kMHAttrs[] = {{"M", Int}, {"H", Int}};
@@ -316,13 +344,15 @@ inline constexpr A kRopeFwdArgs[] = {{"x", One, F, R}, {"y", One, F, W, "x"}};
 inline constexpr A kRopeBwdArgs[] = {{"dy", One, F, R}, {"dx", One, F, W, "dy"}};
 // `shard_axis` (optional): the S rows are this rank's rows of a sequence split over that axis, at the
 // positions pos_embedding_fwd's shard_axis gives them (cp: manifest.mesh.cp_layout); absent: 0..S-1.
+// `rotary_dim` (optional, kRotaryDimAttr): Phi's partial rotary embedding; absent: hd.
 inline constexpr T kRopeAttrs[] = {{"B", Int},          {"S", Int},
                                    {"n", Int},          {"hd", Int},
                                    {"theta", Flt},      {"llama3", Bool, false},
                                    {"factor", Flt, false}, {"low_freq_factor", Flt, false},
                                    {"high_freq_factor", Flt, false},
                                    {"original_max_position_embeddings", Int, false},
-                                   {"shard_axis", Str, false}};
+                                   {"shard_axis", Str, false},
+                                   {"rotary_dim", Int, false}};
 // q, k, v, or `qkv`: the three packed in one [B,S,nh+2·nkv,hd] buffer, q's heads, then k's, then v's
 // (the QKV GEMM's output; llcdist-plan-packed-qkv). The backward writes dq, dk, dv, or `dqkv` packed
 // the same way. Exactly one form each (src/ops/Attention.cpp).
@@ -359,6 +389,8 @@ inline constexpr A kGeluBwdArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"dx",
 inline constexpr A kSwiFwdArgs[] = {{"gate", One, F, R}, {"up", One, F, R}, {"y", One, F, W, "gate|up"}};
 inline constexpr A kSwiBwdArgs[] = {{"dy", One, F, R}, {"gate", One, F, R}, {"up", One, F, R},
                                     {"dgate", One, F, W, "dy"}, {"dup", One, F, W, "dy"}};
+// `act` (optional, kGluActAttr): the gate's activation, "silu" (default) or "gelu_tanh" (GeGLU).
+inline constexpr T kSwiAttrs[] = {{"n", Int}, {"act", Str, false}};
 inline constexpr A kAddArgs[] = {{"a", One, F, R}, {"b", One, F, R}, {"y", One, F, W, "a|b"}};
 inline constexpr A kAccArgs[] = {{"x", One, F, R}, {"y", One, F, RW}};
 inline constexpr A kCopyArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
@@ -501,8 +533,8 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kLayerNormFwd, "layer_norm_fwd", detail::kLnFwdArgs, detail::kNormFwdAttrs),
     detail::op(OpKind::kLayerNormBwdInput, "layer_norm_bwd_input", detail::kLnBwdInArgs, detail::kMHAttrs),
     detail::op(OpKind::kLayerNormBwdWeight, "layer_norm_bwd_weight", detail::kLnBwdWArgs, detail::kMHAccAttrs),
-    detail::op(OpKind::kRmsNormFwd, "rms_norm_fwd", detail::kRmsFwdArgs, detail::kNormFwdAttrs),
-    detail::op(OpKind::kRmsNormBwdInput, "rms_norm_bwd_input", detail::kRmsBwdInArgs, detail::kMHAttrs),
+    detail::op(OpKind::kRmsNormFwd, "rms_norm_fwd", detail::kRmsFwdArgs, detail::kRmsFwdAttrs),
+    detail::op(OpKind::kRmsNormBwdInput, "rms_norm_bwd_input", detail::kRmsBwdInArgs, detail::kRmsBwdInAttrs),
     detail::op(OpKind::kRmsNormBwdWeight, "rms_norm_bwd_weight", detail::kRmsBwdWArgs, detail::kMHAccAttrs),
     detail::op(OpKind::kLinearFwd, "linear_fwd", detail::kLinFwdArgs, detail::kLinFwdAttrs),
     detail::op(OpKind::kLinearBwdInput, "linear_bwd_input", detail::kLinBwdInArgs, detail::kLinBwdAttrs),
@@ -517,8 +549,8 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kAttentionBwd, "attention_bwd", detail::kAttnBwdArgs, detail::kAttnAttrs),
     detail::op(OpKind::kGeluTanhFwd, "gelu_tanh_fwd", detail::kGeluFwdArgs, detail::kNAttrs),
     detail::op(OpKind::kGeluTanhBwd, "gelu_tanh_bwd", detail::kGeluBwdArgs, detail::kNAttrs),
-    detail::op(OpKind::kSwigluFwd, "swiglu_fwd", detail::kSwiFwdArgs, detail::kNAttrs),
-    detail::op(OpKind::kSwigluBwd, "swiglu_bwd", detail::kSwiBwdArgs, detail::kNAttrs),
+    detail::op(OpKind::kSwigluFwd, "swiglu_fwd", detail::kSwiFwdArgs, detail::kSwiAttrs),
+    detail::op(OpKind::kSwigluBwd, "swiglu_bwd", detail::kSwiBwdArgs, detail::kSwiAttrs),
     detail::op(OpKind::kAdd, "add", detail::kAddArgs, detail::kNAttrs),
     detail::op(OpKind::kAccumulate, "accumulate", detail::kAccArgs, detail::kNAttrs),
     detail::op(OpKind::kCopy, "copy", detail::kCopyArgs, detail::kNAttrs),
@@ -546,9 +578,9 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kSgdMulti, "sgd_multi", detail::kSgdMultiArgs, detail::kSgdAttrs),
     detail::op(OpKind::kCastMulti, "cast_multi", detail::kCastMultiArgs),
     detail::op(OpKind::kAddLayerNormFwd, "add_layer_norm_fwd", detail::kAddLnFwdArgs, detail::kNormFwdAttrs),
-    detail::op(OpKind::kAddRmsNormFwd, "add_rms_norm_fwd", detail::kAddRmsFwdArgs, detail::kNormFwdAttrs),
+    detail::op(OpKind::kAddRmsNormFwd, "add_rms_norm_fwd", detail::kAddRmsFwdArgs, detail::kRmsFwdAttrs),
     detail::op(OpKind::kLayerNormBwd, "layer_norm_bwd", detail::kLnBwdArgs, detail::kMHAccAttrs),
-    detail::op(OpKind::kRmsNormBwd, "rms_norm_bwd", detail::kRmsBwdArgs, detail::kMHAccAttrs),
+    detail::op(OpKind::kRmsNormBwd, "rms_norm_bwd", detail::kRmsBwdArgs, detail::kRmsBwdAttrs),
     detail::op(OpKind::kClassifier, "classifier", detail::kClassifierArgs, detail::kClassifierAttrs),
     // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
     OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},

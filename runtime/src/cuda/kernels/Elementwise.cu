@@ -1,5 +1,6 @@
 // The elementwise family's CUDA kernels (the CPU reference: src/kernels/Activation.cpp): GELU (tanh
-// approximation, HF "gelu_new") forward and backward, SwiGLU forward and backward, residual add,
+// approximation, HF "gelu_new") forward and backward, SwiGLU forward and backward (and GeGLU, swiglu_*'s
+// attr act "gelu_tanh": the GELU maps on the gate), residual add,
 // gradient fan-in (accumulate), copy, and cast between f32 and bf16 (round to nearest even, bit for bit
 // as Bf16.h); and their kernel-table entries.
 //
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace llcdist::rt::cuda {
@@ -58,6 +60,39 @@ struct SwigluBwd {  // in: dy, gate, up; out: dgate, dup
     out[0] = d * u * sg * (1.0f + g * (1.0f - sg));
     out[1] = d * siluf(g);
   }
+};
+// GeGLU (swiglu_*'s act "gelu_tanh", Gemma): GeluFwd / GeluBwd on the gate, the one gelu_tanh definition.
+struct GegluFwd {  // in: gate, up
+  static constexpr int kIn = 2, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const {
+    float g;
+    GeluFwd{}(in, &g);
+    out[0] = g * in[1];
+  }
+};
+struct GegluBwd {  // in: dy, gate, up; out: dgate = gelu_tanh_bwd(dy·up, gate), dup = dy·gelu_tanh(gate)
+  static constexpr int kIn = 3, kOut = 2;
+  __device__ void operator()(const float* in, float* out) const {
+    const float dyUp[2] = {in[0] * in[2], in[1]};
+    GeluBwd{}(dyUp, &out[0]);
+    float g;
+    GeluFwd{}(in + 1, &g);
+    out[1] = in[0] * g;
+  }
+};
+// The map an op's entry runs when its gate activation is gelu_tanh (ElementwiseParams::act): the GLU
+// maps' GeGLU form; F itself for every other map (their ops have no attr act).
+template <class F>
+struct GeluTanhGate {
+  using type = F;
+};
+template <>
+struct GeluTanhGate<SwigluFwd> {
+  using type = GegluFwd;
+};
+template <>
+struct GeluTanhGate<SwigluBwd> {
+  using type = GegluBwd;
 };
 struct Add {  // in: a, b
   static constexpr int kIn = 2, kOut = 1;
@@ -185,7 +220,8 @@ StatusOr<CastTable> castTable(const KernelCall& c, const Ctx& ctx) {
   return t;
 }
 
-// The entry of op `kind`, the map F from the named input roles to the named output roles.
+// The entry of op `kind`, the map F from the named input roles to the named output roles (swiglu_*:
+// GeluTanhGate<F> where the call's act is gelu_tanh).
 template <class F>
 CudaKernel mapEntry(schema::OpKind kind, std::initializer_list<const char*> ins, std::initializer_list<const char*> outs) {
   std::vector<std::string> in(ins.begin(), ins.end()), out(outs.begin(), outs.end());
@@ -195,6 +231,10 @@ CudaKernel mapEntry(schema::OpKind kind, std::initializer_list<const char*> ins,
     Refs<F::kOut> y;
     for (int j = 0; j < F::kIn; ++j) a.r[j] = floatRef(c, in[size_t(j)]);
     for (int j = 0; j < F::kOut; ++j) y.r[j] = floatRef(c, out[size_t(j)]);
+    using G = typename GeluTanhGate<F>::type;
+    if constexpr (!std::is_same_v<G, F>) {
+      if (p.act == GluActivation::kGeluTanh) return runMap<G>(what, a, y, p.n, ctx);
+    }
     return runMap<F>(what, a, y, p.n, ctx);
   });
 }

@@ -11,6 +11,11 @@
 // To do that in parallel, the (local id, m) pairs are sorted by id with CUB's radix sort, which is
 // stable (equal ids keep increasing m); then one block per run of equal ids adds that id's rows, a
 // thread per column. Ids of another shard's rows sort last and are skipped.
+//
+// Attr `scale` (Gemma's embedding multiplier; EmbeddingParams::scale, never with wpe): the forward writes
+// the gathered value times float(scale) and the gradient adds float(scale)·dout, the product rounded
+// to f32 before the sum (__fmul_rn: no fused multiply-add), as the CPU computes them; 1 is the plain
+// gather and scatter-add.
 #include "llcdist/runtime/KernelChecks.h"
 #include "cuda/CudaKernels.h"
 #include "cuda/kernels/FloatRef.cuh"
@@ -33,7 +38,7 @@ constexpr int kColumnThreads = 256;  // threads of a block that adds one id's ro
 // position embedding, S > 0, never sharded): + wpe[m % S, h], in f32 on the table's value, rounded once
 // (the unfused pair's bits: the gathered row is exact in out's dtype).
 __global__ void embeddingFwdKernel(const int32_t* ids, FloatRef table, FloatRef out, FloatRef wpe, int64_t M, int64_t V,
-                                   int64_t H, int64_t S, int64_t begin, int64_t global, int* deviceError) {
+                                   int64_t H, int64_t S, int64_t begin, int64_t global, int* deviceError, float scale) {
   LLCDIST_GRID_STRIDE(i, M * H) {
     const int64_t m = i / H, h = i - m * H;
     const int64_t id = ids[m];
@@ -43,7 +48,8 @@ __global__ void embeddingFwdKernel(const int32_t* ids, FloatRef table, FloatRef 
       continue;
     }
     const int64_t local = id - begin;
-    const float row = local >= 0 && local < V ? table[local * H + h] : 0.0f;  // another shard's row: this shard adds 0
+    float row = local >= 0 && local < V ? table[local * H + h] : 0.0f;  // another shard's row: this shard adds 0
+    if (scale != 1.0f) row = __fmul_rn(row, scale);
     out.set(i, wpe.p ? row + wpe[(m % S) * H + h] : row);
   }
 }
@@ -68,13 +74,17 @@ __global__ void embeddingKeysKernel(const int32_t* ids, uint32_t* keys, int32_t*
 // Block i (grid-stride): when sorted position i starts a run of equal keys (and the key is a row of this
 // shard), dtable[key, h] += dout[rows[j], h] for the run's j in order, for every column h.
 __global__ void embeddingRunsKernel(const uint32_t* keys, const int32_t* rows, FloatRef dout, FloatRef dtable,
-                                    int64_t M, int64_t V, int64_t H) {
+                                    int64_t M, int64_t V, int64_t H, float scale) {
   for (int64_t i = blockIdx.x; i < M; i += gridDim.x) {
     const uint32_t key = keys[i];
     if (int64_t(key) >= V || (i > 0 && keys[i - 1] == key)) continue;  // block-uniform
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
       float acc = dtable[int64_t(key) * H + h];
-      for (int64_t j = i; j < M && keys[j] == key; ++j) acc += dout[int64_t(rows[j]) * H + h];
+      if (scale == 1.0f) {
+        for (int64_t j = i; j < M && keys[j] == key; ++j) acc += dout[int64_t(rows[j]) * H + h];
+      } else {
+        for (int64_t j = i; j < M && keys[j] == key; ++j) acc += __fmul_rn(scale, dout[int64_t(rows[j]) * H + h]);
+      }
       dtable.set(int64_t(key) * H + h, acc);
     }
   }
@@ -117,15 +127,24 @@ __global__ void posEmbeddingBwdKernel(FloatRef dy, FloatRef dwpe, int64_t B, int
 using P = EmbeddingParams;
 using Ctx = CudaKernelContext;
 
+// A scale with the fused position embedding is refused at plan load (src/ops/Embedding.cpp); a call
+// bound otherwise is refused here too, before anything is launched.
+Status checkScale(const char* what, const P& p, bool fusedPositions) {
+  if (fusedPositions && p.scale != 1.0)
+    return Status::invalidArgument(std::string(what) + ": scale cannot be combined with the fused position embedding");
+  return Status::ok();
+}
+
 Status embeddingFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
   LLCDIST_RETURN_IF_ERROR(checkVocabShard(p.vocabShard));
   const int64_t n = p.M * p.H;
   if (n == 0) return Status::ok();
   const FloatRef wpe = floatRef(c, "wpe");
+  LLCDIST_RETURN_IF_ERROR(checkScale("embedding_fwd", p, wpe.p != nullptr));
   if (wpe.p) LLCDIST_RETURN_IF_ERROR(checkPositionRange(p.S, p.P, 0));
   embeddingFwdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(
       c.I("ids"), floatRef(c, "table"), floatRef(c, "out"), wpe, p.M, p.V, p.H, p.S, p.vocabShard.index * p.V,
-      p.V * p.vocabShard.count, ctx.deviceError);
+      p.V * p.vocabShard.count, ctx.deviceError, float(p.scale));
   return LLCDIST_CUDA_LAUNCHED("embedding_fwd", ctx.rank);
 }
 
@@ -133,6 +152,7 @@ Status posEmbeddingBwdOf(const FloatRef& dy, const FloatRef& dwpe, const P& p, c
 
 Status embeddingBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
   LLCDIST_RETURN_IF_ERROR(checkVocabShard(p.vocabShard));
+  LLCDIST_RETURN_IF_ERROR(checkScale("embedding_bwd_weight", p, floatRef(c, "dwpe").p != nullptr));
   if (const FloatRef dwpe = floatRef(c, "dwpe"); dwpe.p)  // the fused position embedding's gradient first
     LLCDIST_RETURN_IF_ERROR(posEmbeddingBwdOf(floatRef(c, "dout"), dwpe, p, ctx));
   const FloatRef dtable = floatRef(c, "dtable");
@@ -166,7 +186,7 @@ Status embeddingBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
                                                    ctx.stream),
                    ctx.rank);
   embeddingRunsKernel<<<gridFor(p.M, 1), kColumnThreads, 0, ctx.stream>>>(keys, rows, floatRef(c, "dout"), dtable,
-                                                                         p.M, p.V, p.H);
+                                                                         p.M, p.V, p.H, float(p.scale));
   return LLCDIST_CUDA_LAUNCHED("embedding_bwd_weight", ctx.rank);
 }
 

@@ -124,10 +124,15 @@ __global__ void layerNormWeightPartials(FloatRef dy, FloatRef x, const float* me
 }
 
 // ---- RMSNorm --------------------------------------------------------------------------------------
-// x, weight, y, dy, dx are f32 or bf16; rstd f32.
+// x, weight, y, dy, dx are f32 or bf16; rstd f32. weightOffset (Gemma's RMSNorm, attr weight_offset):
+// the weight used is weightOffset + w in f32, w itself when the offset is 0 (the CPU's rmsNormWeight).
+
+__device__ __forceinline__ float rmsWeight(float w, float weightOffset) {
+  return weightOffset == 0.0f ? w : weightOffset + w;
+}
 
 __global__ void rmsNormFwdKernel(FloatRef x, FloatRef weight, FloatRef y, float* rstd, int64_t M, int64_t H,
-                                 float eps, FloatRef a, FloatRef b) {
+                                 float eps, FloatRef a, FloatRef b, float weightOffset) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     const FloatRef xr = x.at(m * H);
     addRow(a, b, xr, m, H);
@@ -139,25 +144,28 @@ __global__ void rmsNormFwdKernel(FloatRef x, FloatRef weight, FloatRef y, float*
     ss = blockSum(ss);
     const float rs = static_cast<float>(1.0 / sqrt(ss / double(H) + double(eps)));
     const FloatRef yr = y.at(m * H);
-    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) yr.set(h, weight[h] * (xr[h] * rs));  // HF: weight * (x * rsqrt)
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x)
+      yr.set(h, rmsWeight(weight[h], weightOffset) * (xr[h] * rs));  // HF: weight * (x * rsqrt)
     if (threadIdx.x == 0) rstd[m] = rs;
   }
 }
 
 // dx = rstd · (g - xhat·mean(g·xhat)) with g = dy·weight, xhat = x·rstd.
 __global__ void rmsNormBwdInputKernel(FloatRef dy, FloatRef x, FloatRef weight, const float* rstd, FloatRef dx,
-                                      int64_t M, int64_t H, FloatRef dresidual, bool roundBf16) {
+                                      int64_t M, int64_t H, FloatRef dresidual, bool roundBf16, float weightOffset) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     const FloatRef xr = x.at(m * H);
     const FloatRef dyr = dy.at(m * H);
     const float rs = rstd[m];
     double sumGX = 0.0;
-    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) sumGX += double(dyr[h]) * weight[h] * (xr[h] * rs);
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x)
+      sumGX += double(dyr[h]) * rmsWeight(weight[h], weightOffset) * (xr[h] * rs);
     sumGX = blockSum(sumGX);
     const float meanGX = static_cast<float>(sumGX / double(H));
     const FloatRef dxr = dx.at(m * H);
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x)
-      dxr.set(h, withResidual(rs * (dyr[h] * weight[h] - (xr[h] * rs) * meanGX), dresidual, m * H + h, roundBf16));
+      dxr.set(h, withResidual(rs * (dyr[h] * rmsWeight(weight[h], weightOffset) - (xr[h] * rs) * meanGX), dresidual,
+                              m * H + h, roundBf16));
   }
 }
 
@@ -260,7 +268,7 @@ Status rmsNormFwdOf(const KernelCall& c, const P& p, const Ctx& ctx, const char*
   if (p.M == 0) return Status::ok();
   rmsNormFwdKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(floatRef(c, x), floatRef(c, "weight"),
                                                                    floatRef(c, "y"), c.F("rstd"), p.M, p.H,
-                                                                   float(p.eps), a, b);
+                                                                   float(p.eps), a, b, float(p.weightOffset));
   return LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank);
 }
 Status rmsNormFwd(const KernelCall& c, const P& p, const Ctx& ctx) { return rmsNormFwdOf(c, p, ctx, "x", {}, {}); }
@@ -272,7 +280,7 @@ Status rmsNormBwdInput(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (p.M == 0) return Status::ok();
   rmsNormBwdInputKernel<<<rowBlocks(p.M), kRowThreads, 0, ctx.stream>>>(
       floatRef(c, "dy"), floatRef(c, "x"), floatRef(c, "weight"), c.F("rstd"), floatRef(c, "dx"), p.M, p.H,
-      floatRef(c, "dresidual"), c.storedBf16("dx"));
+      floatRef(c, "dresidual"), c.storedBf16("dx"), float(p.weightOffset));
   return LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank);
 }
 

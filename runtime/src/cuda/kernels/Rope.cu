@@ -4,7 +4,9 @@
 // (b, s, head, i < hd/2) reads x[i] and x[half + i] before writing both, so y may alias x. The cos /
 // sin table (RopeParams, built on the host at bind time) is read from its device copy
 // (CudaKernelContext::tables, uploaded once per table). x and y are f32 or bf16 (FloatRef.cuh): the
-// rotation is computed in f32 and rounded once.
+// rotation is computed in f32 and rounded once. With a partial rotary width rd < hd (attr rotary_dim,
+// Phi) only each head's first rd dims rotate, over a table rd wide, and a thread per pass-through
+// element (b, s, head, rd <= d < hd) copies it (rounded once to y's dtype, as the CPU's staged path).
 #include "llcdist/runtime/KernelChecks.h"
 #include "cuda/CudaKernels.h"
 #include "cuda/kernels/FloatRef.cuh"
@@ -16,17 +18,25 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// sign = +1: y = x*cos + rotate_half(x)*sin; sign = -1: the transpose. cos / sin are [S, hd].
+// sign = +1: y = x*cos + rotate_half(x)*sin; sign = -1: the transpose. cos / sin are [S, rd]: the first
+// rd dims of each head of hd rotate (rd == hd: all), and the rest are copied. Work item j of a row:
+// j < rd/2 the pair (j, j + rd/2), else the pass-through dim rd + (j − rd/2).
 __global__ void rotateKernel(const float* cosT, const float* sinT, FloatRef x, FloatRef y, int64_t B, int64_t S,
-                             int64_t n, int64_t hd, float sign) {
-  const int64_t half = hd / 2;
-  const int64_t pairs = B * S * n * half;
-  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < pairs; j += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = j % half, row = j / half;  // row = (b·S + s)·n + head
-    const int64_t s = (row / n) % S;
+                             int64_t n, int64_t hd, int64_t rd, float sign) {
+  const int64_t half = rd / 2;
+  const int64_t perRow = half + (hd - rd);
+  const int64_t items = B * S * n * perRow;
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < items; j += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = j % perRow, row = j / perRow;  // row = (b·S + s)·n + head
     const int64_t off = row * hd;
-    const float* c = cosT + s * hd;
-    const float* sn = sinT + s * hd;
+    if (i >= half) {  // a pass-through dim (y may be x: the same element read, then written)
+      const int64_t d = rd + (i - half);
+      y.set(off + d, x[off + d]);
+      continue;
+    }
+    const int64_t s = (row / n) % S;
+    const float* c = cosT + s * rd;
+    const float* sn = sinT + s * rd;
     const float lo = x[off + i], hi = x[off + half + i];
     y.set(off + i, lo * c[i] + (-hi) * (sign * sn[i]));
     y.set(off + half + i, hi * c[half + i] + lo * (sign * sn[half + i]));
@@ -41,19 +51,20 @@ Status rope(const KernelCall& c, const P& p, const Ctx& ctx) {
   const bool fwd = c.kind == schema::OpKind::kRopeFwd;
   const char* what = fwd ? "rope_fwd" : "rope_bwd";
   if (!p.table) return Status::internal(std::string(what) + " without a rope table");
-  LLCDIST_RETURN_IF_ERROR(checkRopeTable(*p.table, p.S, p.hd));
-  const int64_t pairs = p.B * p.S * p.n * (p.hd / 2);
-  if (pairs == 0) return Status::ok();
-  const int64_t count = p.S * p.hd;
+  LLCDIST_RETURN_IF_ERROR(checkRopeTable(*p.table, p.S, p.hd, p.rotaryDim));
+  const int64_t rd = p.rotaryDim == 0 ? p.hd : p.rotaryDim;
+  const int64_t items = p.B * p.S * p.n * (rd / 2 + (p.hd - rd));
+  if (items == 0) return Status::ok();
+  const int64_t count = p.S * rd;
   if (int64_t(p.table->cos.size()) != count || int64_t(p.table->sin.size()) != count)
     return Status::internal(std::string(what) + ": the rope table holds " + std::to_string(p.table->cos.size()) +
-                            " cos and " + std::to_string(p.table->sin.size()) + " sin values, expected S×hd = " +
+                            " cos and " + std::to_string(p.table->sin.size()) + " sin values, expected S×rotary_dim = " +
                             std::to_string(count));
   if (!ctx.tables) return Status::internal(std::string(what) + " without device tables");
   LLCDIST_ASSIGN_OR_RETURN(const float* cosT, ctx.tables->upload(p.table->cos.data(), count));
   LLCDIST_ASSIGN_OR_RETURN(const float* sinT, ctx.tables->upload(p.table->sin.data(), count));
-  rotateKernel<<<gridFor(pairs, kThreads), kThreads, 0, ctx.stream>>>(
-      cosT, sinT, floatRef(c, fwd ? "x" : "dy"), floatRef(c, fwd ? "y" : "dx"), p.B, p.S, p.n, p.hd,
+  rotateKernel<<<gridFor(items, kThreads), kThreads, 0, ctx.stream>>>(
+      cosT, sinT, floatRef(c, fwd ? "x" : "dy"), floatRef(c, fwd ? "y" : "dx"), p.B, p.S, p.n, p.hd, rd,
       fwd ? 1.0f : -1.0f);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }

@@ -76,14 +76,15 @@ def XF_LayerOp : XF_Op<"layer", [
 def XF_EmbeddingOp : XF_Op<"embedding", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
   let summary = "token embedding lookup";
   let description = [{
-    `result[b, s, :] = table[ids[b, s], :]`; ids [B, S], table [V, H],
-    result [B, S, H].
+    `result[b, s, :] = table[ids[b, s], :] * scale`; ids [B, S], table
+    [V, H], result [B, S, H]. The optional `scale` (absent: 1) is Gemma's
+    sqrt(hidden_size).
 
     ```mlir
     %x = xf.embedding %ids, %wte : (tensor<2x32xi32>, tensor<256x64xf32>) -> tensor<2x32x64xf32>
     ```
   }];
-  let arguments = (ins XF_IdTensor:$ids, XF_FloatTensor:$table);
+  let arguments = (ins XF_IdTensor:$ids, XF_FloatTensor:$table, OptionalAttr<F64Attr>:$scale);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$ids `,` $table attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -109,13 +110,17 @@ def XF_RopeOp : XF_Op<"rope", [Pure, DeclareOpInterfaceMethods<XF_Differentiable
     Hugging Face Llama (`rotate_half`). The optional `scaling` dictionary is
     Hugging Face's `rope_scaling` (rope_type "llama3": factor,
     low_freq_factor, high_freq_factor, original_max_position_embeddings).
+    The optional `rotary_dim` r (absent: head_dim; Phi's partial rotary)
+    rotates only the first r dims of each head, with frequencies
+    `theta^(-2j/r)`; the others pass through.
 
     ```mlir
     %q2 = xf.rope %q {head_dim = 16 : i64, theta = 10000.0 : f64} : tensor<2x32x64xf32>
     ```
   }];
   let arguments = (ins XF_FloatTensor:$input, I64Attr:$head_dim, F64Attr:$theta,
-                       OptionalAttr<DictionaryAttr>:$scaling);
+                       OptionalAttr<DictionaryAttr>:$scaling,
+                       OptionalAttr<I64Attr>:$rotary_dim);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -145,10 +150,13 @@ def XF_RMSNormOp : XF_Op<"rms_norm", [Pure, DeclareOpInterfaceMethods<XF_Differe
   let summary = "RMSNorm over the last dimension (Llama)";
   let description = [{
     `weight * x * rsqrt(mean(x^2) + eps)` over the last dim H, as Hugging
-    Face `LlamaRMSNorm`; weight is [H]. In a training step the op also
-    yields `stats` (f32 [rows]: each row's rsqrt), which its backward reads.
+    Face `LlamaRMSNorm`; weight is [H]. The optional `weight_offset` c
+    (absent: 0) scales by `(c + weight)` instead: Gemma's `(1 + w)`. In a
+    training step the op also yields `stats` (f32 [rows]: each row's
+    rsqrt), which its backward reads.
   }];
-  let arguments = (ins XF_FloatTensor:$input, XF_FloatTensor:$weight, F64Attr:$eps);
+  let arguments = (ins XF_FloatTensor:$input, XF_FloatTensor:$weight, F64Attr:$eps,
+                       OptionalAttr<F64Attr>:$weight_offset);
   let results = (outs XF_FloatTensor:$result, Optional<F32Tensor>:$stats);
   let assemblyFormat = "$input `,` $weight attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -222,11 +230,16 @@ def XF_GeluTanhOp : XF_Op<"gelu_tanh", [Pure, DeclareOpInterfaceMethods<XF_Diffe
 }
 
 def XF_SwiGLUOp : XF_Op<"swiglu", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType, Elementwise]> {
-  let summary = "SwiGLU gate: silu(gate) * up (Llama MLP)";
-  let description = [{ `silu(gate) * up` element-wise, `silu(x) = x sigmoid(x)`. }];
-  let arguments = (ins XF_FloatTensor:$gate, XF_FloatTensor:$up);
+  let summary = "gated MLP activation: act(gate) * up (SwiGLU; GeGLU)";
+  let description = [{
+    `act(gate) * up` element-wise. `activation` absent or "silu": SwiGLU
+    (Llama), `silu(x) = x sigmoid(x)`; "gelu_tanh": GeGLU (Gemma) with the
+    tanh GELU of xf.gelu_tanh.
+  }];
+  let arguments = (ins XF_FloatTensor:$gate, XF_FloatTensor:$up, OptionalAttr<StrAttr>:$activation);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$gate `,` $up attr-dict `:` type($result)";
+  let hasVerifier = 1;
 }
 
 def XF_AddOp : XF_Op<"add", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, Commutative, SameOperandsAndResultType, Elementwise]> {

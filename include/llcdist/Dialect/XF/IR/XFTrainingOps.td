@@ -51,7 +51,7 @@ def XF_LinearGradBiasOp : XF_GradOp<"linear_grad_bias"> {
 def XF_EmbeddingGradOp : XF_GradOp<"embedding_grad"> {
   let summary = "dTable of xf.embedding: scatter-add of dy rows at ids";
   let description = [{ `ids` [B, S], `dy` [B, S, H]; result [V, H]. }];
-  let arguments = (ins XF_IdTensor:$ids, XF_FloatTensor:$dy);
+  let arguments = (ins XF_IdTensor:$ids, XF_FloatTensor:$dy, OptionalAttr<F64Attr>:$scale);
   let results = (outs XF_FloatTensor:$result);
   let hasVerifier = 1;
 }
@@ -87,9 +87,13 @@ def XF_LayerNormGradParamsOp : XF_GradOp<"layer_norm_grad_params",
 def XF_RMSNormGradInputOp : XF_GradOp<"rms_norm_grad_input",
     [AllTypesMatch<["dy", "input", "result"]>]> {
   let summary = "dX of xf.rms_norm";
-  let description = [{ Reads the forward's `stats` (rsqrt per row). }];
+  let description = [{
+    Reads the forward's `stats` (rsqrt per row); the forward's
+    `weight_offset`, if any, added to the weight.
+  }];
   let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input,
-                       XF_FloatTensor:$weight, F32Tensor:$stats);
+                       XF_FloatTensor:$weight, F32Tensor:$stats,
+                       OptionalAttr<F64Attr>:$weight_offset);
   let results = (outs XF_FloatTensor:$result);
 }
 
@@ -105,7 +109,8 @@ def XF_RopeGradOp : XF_GradOp<"rope_grad", [AllTypesMatch<["dy", "result"]>]> {
   let summary = "dX of xf.rope: the inverse rotation";
   let description = [{ Same attributes as the forward xf.rope. }];
   let arguments = (ins XF_FloatTensor:$dy, I64Attr:$head_dim, F64Attr:$theta,
-                       OptionalAttr<DictionaryAttr>:$scaling);
+                       OptionalAttr<DictionaryAttr>:$scaling,
+                       OptionalAttr<I64Attr>:$rotary_dim);
   let results = (outs XF_FloatTensor:$result);
   let hasVerifier = 1;
 }
@@ -136,9 +141,14 @@ def XF_GeluTanhGradOp : XF_GradOp<"gelu_tanh_grad",
 def XF_SwiGLUGradOp : XF_GradOp<"swiglu_grad",
     [AllTypesMatch<["dy", "gate", "up", "dgate", "dup"]>, Elementwise]> {
   let summary = "d(gate) and d(up) of xf.swiglu";
-  let description = [{ `dgate = dy * up * silu'(gate)`, `dup = dy * silu(gate)`. }];
-  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$gate, XF_FloatTensor:$up);
+  let description = [{
+    `dgate = dy * up * act'(gate)`, `dup = dy * act(gate)`, act the
+    forward's `activation` (absent: silu).
+  }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$gate, XF_FloatTensor:$up,
+                       OptionalAttr<StrAttr>:$activation);
   let results = (outs XF_FloatTensor:$dgate, XF_FloatTensor:$dup);
+  let hasVerifier = 1;
 }
 
 def XF_ConcatOp : XF_GradOp<"concat"> {

@@ -82,8 +82,9 @@ std::optional<std::string> checkContextParallel(const Workload &w, const Paralle
       return why("the ring's 2*cp load-balanced chunks do not divide the sequence");
   } else if (c.cpImpl == "all-to-all") {
     const int64_t kvPerRank = m.kvHeads >= c.tp ? m.kvHeads / c.tp : 1;
-    if (w.seqLen % c.cp || (m.heads / c.tp) % c.cp || kvPerRank % c.cp)
-      return why("all-to-all needs cp dividing the sequence and the heads and kv heads per tp rank");
+    if (w.seqLen % c.cp || (m.heads / c.tp) % c.cp || (kvPerRank % c.cp && c.cp % kvPerRank))
+      return why("all-to-all needs cp dividing the sequence and the heads per tp rank, and dividing the kv heads "
+                 "per tp rank or a multiple of them (replicated)");
   } else {
     return why("cp-impl must be ring or all-to-all");
   }

@@ -66,7 +66,9 @@ void contextParallelAttention(const Hardware &hw, const Workload &w, const Paral
   const Precision p = w.precision;
   const double b = double(bytesOf(p));
   const int64_t S = w.seqLen / c.cp, cp = c.cp;
-  const double qBytes = double(T) * double(s.q) * b, kvBytes = double(T) * double(s.kv) * b;
+  // All-to-all replicates kv heads that cp does not divide: cp of them move.
+  const double kvWidth = c.cpImpl == "ring" ? double(s.kv) : std::max(double(s.kv), double(cp * s.hd));
+  const double qBytes = double(T) * double(s.q) * b, kvBytes = double(T) * kvWidth * b;
   if (c.cpImpl == "ring") {
     const double blockF = attentionSeconds(hw, c.microBatch, S, s.nh, s.hd, false, p);
     const double blockB = attentionSeconds(hw, c.microBatch, S, s.nh, s.hd, true, p);

@@ -27,8 +27,9 @@ const char *const kCompileFlags = R"(SHAPES
                          (the sequence a multiple of 2*cp). all-to-all
                          (DeepSpeed-Ulysses, --cp-comm-type a2a): q, k, v
                          exchanged from the sequence split to 1/cp of the
-                         heads and back; cp must divide the kv heads per tp
-                         rank
+                         heads and back; cp must divide the heads per tp rank
+                         and divide the kv heads per tp rank or be a multiple
+                         of them (each kv head then replicated, as tp does)
   --sequence-parallel    Megatron's sequence parallelism under tp: norms,
                          residuals and biases on a slice of the sequence;
                          all-gather / reduce-scatter replace all-reduces

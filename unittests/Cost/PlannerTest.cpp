@@ -495,9 +495,20 @@ TEST(StepModel, ContextParallelSplitsTheTokens) {
   EXPECT_LT(p2.computeSeconds, 0.6 * p1.computeSeconds);
   ParallelConfig a2a = two;
   a2a.cpImpl = "all-to-all";
-  EXPECT_TRUE(checkConfig(w, a2a)); // 32 heads / tp 8 = 4 per rank; 8 kv heads / 8 = 1: not 2
-  a2a.tp = 4;                       // 2 kv heads per rank
+  // 32 heads / tp 8 = 4 per rank; 8 kv heads / 8 = 1, replicated over cp 2.
   EXPECT_FALSE(checkConfig(w, a2a)) << *checkConfig(w, a2a);
+  a2a.tp = 4; // 2 kv heads per rank
+  EXPECT_FALSE(checkConfig(w, a2a)) << *checkConfig(w, a2a);
+  a2a.tp = 8;
+  a2a.cp = 8; // 4 heads per rank do not split 8 ways
+  EXPECT_TRUE(checkConfig(w, a2a));
+  // The replicated k and v move cp heads each: more all-to-all traffic than
+  // one kv head per rank would.
+  ParallelConfig a2a4 = a2a, ring4 = a2a;
+  a2a4.cp = ring4.cp = 4;
+  ring4.cpImpl = "ring";
+  EXPECT_FALSE(checkConfig(w, a2a4)) << *checkConfig(w, a2a4);
+  EXPECT_GT(predictStep(hw, w, a2a4).comm.at("cp").total, 0);
 }
 
 TEST(Planner, ParseFixRefusesWhatItDoesNotKnow) {

@@ -149,6 +149,10 @@ TEST(ContextParallel, TinyLlamaSGD) {
   cases.push_back(CpCase::of(2).withTp(2));
   cases.push_back(CpCase::of(2).withTp(2).withSequenceParallel());
   cases.push_back(CpCase::of(2).withDp(2).withTp(2).withMicroBatch(4).withSequenceParallel());
+  // kv heads replicated for all-to-all: 2 per tp rank over cp 4, 4 over cp 8.
+  cases.push_back(CpCase::of(4).withTp(2));
+  cases.push_back(CpCase::of(4).withTp(2).withSequenceParallel());
+  cases.push_back(CpCase::of(8));
   golden("tiny-llama", "sgd", cases);
 }
 
@@ -178,7 +182,7 @@ TEST(ContextParallelRing, TinyGPT2AdamW) { golden("tiny-gpt2", "adamw", {CpCase:
 TEST(ContextParallelRing, TinyLlamaSGD) {
   std::vector<CpCase> cases = ringCases();
   cases.push_back(CpCase::of(2).withTp(2).withSequenceParallel().ring());
-  cases.push_back(CpCase::of(4).withTp(2).ring()); // 2 kv heads per tp rank: all-to-all cannot take cp 4
+  cases.push_back(CpCase::of(4).withTp(2).ring()); // 2 kv heads per tp rank (all-to-all replicates them)
   golden("tiny-llama", "sgd", cases);
 }
 
@@ -204,16 +208,19 @@ TEST(ContextParallelRing, TinyQwen2SGD) {
 TEST(ContextParallelRing, TinyMistralSGD) {
   golden("tiny-mistral", "sgd",
          {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2).withDp(2).withMicroBatch(4).withZero(1).ring(),
-          CpCase::of(2)});
+          CpCase::of(2), CpCase::of(4)});
 }
 
 /// Phi's partial rotary at the global positions of cp's chunks; Gemma's
-/// head_dim wider than hidden / heads through the ring and the all-to-all
-/// (one kv head: all-to-all needs kv heads divisible by cp, so ring only).
+/// head_dim wider than hidden / heads through the ring and the all-to-all.
 TEST(ContextParallelRing, TinyPhiSGD) {
   golden("tiny-phi", "sgd", {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2), CpCase::of(4)});
 }
-TEST(ContextParallelRing, TinyGemmaSGD) { golden("tiny-gemma", "sgd", {CpCase::of(2).ring(), CpCase::of(4).ring()}); }
+/// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
+/// it around.
+TEST(ContextParallelRing, TinyGemmaSGD) {
+  golden("tiny-gemma", "sgd", {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2), CpCase::of(4)});
+}
 
 /// bf16 (mixed precision): cp reorders the weight-gradient sums (each rank's
 /// tokens, then the sum over cp, with a bf16 rounding per partial sum) and the
@@ -267,10 +274,13 @@ TEST(ContextParallel, MeshesTheModelCannotTakeAreRefused) {
             std::string::npos);
   // 4 heads do not split into 8 head groups.
   std::string heads = compileError("tiny-gpt2", CpCase::of(8));
-  EXPECT_NE(heads.find("cp=8 (all-to-all) must divide the attention's heads"), std::string::npos) << heads;
-  // tp 2 leaves 2 kv heads per rank: cp 4 cannot split them.
-  std::string kv = compileError("tiny-llama", CpCase::of(4).withTp(2));
-  EXPECT_NE(kv.find("num_kv_heads=2"), std::string::npos) << kv;
+  EXPECT_NE(heads.find("cp=8 (all-to-all) gives each cp rank 1/cp of the attention's heads: it must divide "
+                       "num_heads=4"),
+            std::string::npos)
+      << heads;
+  // tp 2 leaves 4 heads and 2 kv heads per rank: cp 8 cannot split the heads.
+  std::string kv = compileError("tiny-llama", CpCase::of(8).withTp(2));
+  EXPECT_NE(kv.find("num_heads=4 and either divide num_kv_heads=2 or be a multiple of it"), std::string::npos) << kv;
   // Learned positions under two sequence splits at once.
   std::string sp = compileError("tiny-gpt2", CpCase::of(2).withTp(2).withSequenceParallel());
   EXPECT_NE(sp.find("not supported yet"), std::string::npos) << sp;
@@ -278,7 +288,9 @@ TEST(ContextParallel, MeshesTheModelCannotTakeAreRefused) {
   std::string lb = compileError("tiny-llama", CpCase::of(16).ring());
   EXPECT_NE(lb.find("cp=16 (ring) cuts the sequence of 16 tokens into 2*cp=32 load-balanced chunks"), std::string::npos)
       << lb;
-  // And what compiles does not complain.
+  // And what compiles does not complain (cp 4 over 2 kv heads per tp rank:
+  // each replicated twice).
   EXPECT_EQ(compileError("tiny-llama", CpCase::of(2).withTp(2).withSequenceParallel()), "");
+  EXPECT_EQ(compileError("tiny-llama", CpCase::of(4).withTp(2)), "");
 }
 } // namespace

@@ -23,6 +23,12 @@
 // the backward reads the head-split q, k, v, out and lse that the forward
 // saved rather than exchanging them again: four all-to-alls per layer
 // forward (q, k, v in, out back) and four backward (dout in; dq, dk, dv back).
+// Each cp rank takes whole kv groups: where cp does not divide the kv heads
+// (per tp rank) but is a multiple of them, k and v are replicated as tp
+// replicates them: each kv head is repeated cp/kv times (xf.split, then
+// xf.concat in repeat order) before its all-to-all, so rank c receives the kv
+// head of its query heads, c·kv/cp; on the way back the replicas' gradients
+// are summed (xf.split, xf.add, xf.concat).
 //
 // With `impl` ring (Megatron's --cp-comm-type p2p, the default) every op
 // stays on the rank's tokens and all heads: rope takes the positions of the
@@ -42,6 +48,7 @@
 #include "llcdist/Dialect/XF/IR/XFOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
 
 using namespace mlir;
 using namespace llcdist::xf;
@@ -75,6 +82,8 @@ public:
     func::FuncOp entry = getTrainStep(module, "llcdist-partition");
     if (!entry)
       return failure();
+    if (!ring && failed(planKvReplicas()))
+      return failure();
     if (ring && failed(checkRingLayout(entry)))
       return failure();
     for (BlockArgument a : entry.getArguments()) // token ids and labels [B, S]
@@ -96,8 +105,7 @@ private:
 
   LogicalResult visit(Operation *op) {
     if (auto call = dyn_cast<LayerOp>(op))
-      return llcdist::xf::detail::propagateLayer(call, symbols, state, bodyArgs,
-                                                 [&](Block &b) { return propagate(b); });
+      return visitLayer(call);
     if (isHeadOp(op))
       return ring ? visitRingOp(op) : visitHeadOp(op);
     for (OpOperand &use : op->getOpOperands())
@@ -204,6 +212,14 @@ private:
     }
     for (Value r : op->getResults()) // lse [B, heads, S]; every other [B, S, heads·hd]
       state[r] = CP::heads(isa<AttentionOp>(op) && r == op->getResult(1) ? 1 : 2);
+    // Replicated kv heads: rope carries them through; every dk and dv holds
+    // the replicas' gradients.
+    if (isa<RopeOp, RopeGradOp>(op) && replicated.contains(op->getOperand(0)))
+      markReplicated(op->getResult(0));
+    if (auto g = dyn_cast<AttentionGradOp>(op); g && kvReplicas > 1) {
+      markReplicated(g.getDk());
+      markReplicated(g.getDv());
+    }
     if (auto at = dyn_cast<AttentionOp>(op))
       return localHeads(at);
     if (auto at = dyn_cast<AttentionGradOp>(op))
@@ -215,13 +231,124 @@ private:
   /// takes whole kv groups.
   template <typename AttnOp> LogicalResult localHeads(AttnOp op) {
     int64_t nh = op.getNumHeads(), nkv = op.getNumKvHeads();
-    if (nh % cp != 0 || nkv % cp != 0)
-      return op.emitOpError("llcdist-partition: cp=")
-             << cp << " (all-to-all) must divide the attention's heads on each rank: num_heads=" << nh
-             << " and num_kv_heads=" << nkv
-             << " (after tp); each cp rank takes whole kv groups. Choose cp dividing num_kv_heads / tp";
-    heads.push_back({op, nh / cp, nkv / cp});
+    if (nkv != kvHeads || int64_t(op.getHeadDim()) != headDim)
+      return op.emitOpError("llcdist-partition: every attention under cp (all-to-all) must have the same kv "
+                            "heads and head_dim");
+    heads.push_back({op, nh / cp, kvReplicas > 1 ? 1 : nkv / cp});
     return success();
+  }
+
+  /// All-to-all: each cp rank takes nh/cp query heads and their kv group, so
+  /// cp divides the heads (per tp rank) and either divides the kv heads or is
+  /// a multiple of them (then each kv head is replicated cp/kv times).
+  LogicalResult planKvReplicas() {
+    AttentionOp first;
+    module.walk([&](AttentionOp a) {
+      if (!first)
+        first = a;
+    });
+    if (!first)
+      return success();
+    const int64_t nh = first.getNumHeads(), nkv = first.getNumKvHeads();
+    kvHeads = nkv;
+    headDim = first.getHeadDim();
+    if (nh % cp == 0 && (nkv % cp == 0 || cp % nkv == 0)) {
+      kvReplicas = nkv % cp == 0 ? 1 : cp / nkv;
+      return success();
+    }
+    return first.emitOpError("llcdist-partition: cp=")
+           << cp << " (all-to-all) gives each cp rank 1/cp of the attention's heads: it must divide num_heads=" << nh
+           << " and either divide num_kv_heads=" << nkv
+           << " or be a multiple of it (kv heads replicated), per tp rank; choose such a cp (or --cp-impl ring)";
+  }
+
+  /// The kv heads of `v` [B, S, kv·hd] (sequence-split) repeated in place,
+  /// each kvReplicas times: [B, S, cp·hd], head j' holding kv head
+  /// j'/kvReplicas.
+  Value repeatKvHeads(Value v) {
+    OpBuilder b = after(v);
+    auto t = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> dims(t.getShape());
+    dims.back() = headDim;
+    auto headTy = RankedTensorType::get(dims, t.getElementType());
+    SmallVector<Value> parts{v};
+    if (kvHeads > 1) {
+      auto split = SplitOp::create(b, v.getLoc(), SmallVector<Type>(size_t(kvHeads), headTy), v);
+      parts.assign(split.getResults().begin(), split.getResults().end());
+    }
+    SmallVector<Value> repeated;
+    for (Value p : parts) {
+      state[p] = CP::seq(1);
+      repeated.append(size_t(kvReplicas), p);
+    }
+    dims.back() = cp * headDim;
+    Value r = ConcatOp::create(b, v.getLoc(), RankedTensorType::get(dims, t.getElementType()), repeated);
+    state[r] = CP::seq(1);
+    return r;
+  }
+
+  /// The inverse's gradient: `v` [B, S, cp·hd] (sequence-split) holds the
+  /// replicas' gradients; their sums per kv head, [B, S, kv·hd].
+  Value sumKvReplicas(Value v) {
+    OpBuilder b = after(v);
+    auto t = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> dims(t.getShape());
+    dims.back() = headDim;
+    auto headTy = RankedTensorType::get(dims, t.getElementType());
+    auto split = SplitOp::create(b, v.getLoc(), SmallVector<Type>(size_t(cp), headTy), v);
+    SmallVector<Value> sums;
+    for (int64_t j = 0; j < kvHeads; ++j) {
+      Value sum = split.getResult(unsigned(j * kvReplicas));
+      state[sum] = CP::seq(1);
+      for (int64_t r = 1; r < kvReplicas; ++r) {
+        Value next = split.getResult(unsigned(j * kvReplicas + r));
+        state[next] = CP::seq(1);
+        sum = AddOp::create(b, v.getLoc(), sum, next);
+        state[sum] = CP::seq(1);
+      }
+      sums.push_back(sum);
+    }
+    if (sums.size() == 1)
+      return sums.front();
+    dims.back() = kvHeads * headDim;
+    Value r = ConcatOp::create(b, v.getLoc(), RankedTensorType::get(dims, t.getElementType()), sums);
+    state[r] = CP::seq(1);
+    return r;
+  }
+
+  /// `v` holds replicated kv heads (or their gradients): its whole (global)
+  /// width is cp heads, of which each rank holds one.
+  void markReplicated(Value v) {
+    if (!replicated.insert(v).second)
+      return;
+    auto t = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> dims(t.getShape());
+    dims.back() = cp * headDim;
+    v.setType(RankedTensorType::get(dims, t.getElementType()));
+  }
+
+  /// A layer call: replicated kv heads flow in through its body's arguments
+  /// (the forward's saved k and v) and out through its results.
+  LogicalResult visitLayer(LayerOp call) {
+    auto body = symbols.lookup<func::FuncOp>(call.getCallee());
+    for (auto [operand, arg] : llvm::zip(call.getOperands(), body.getArguments()))
+      if (replicated.contains(operand))
+        markReplicated(arg);
+    if (failed(llcdist::xf::detail::propagateLayer(call, symbols, state, bodyArgs,
+                                                   [&](Block &b) { return propagate(b); })))
+      return failure();
+    auto ret = cast<func::ReturnOp>(body.getBody().front().getTerminator());
+    for (auto [r, v] : llvm::zip(call.getResults(), ret.getOperands()))
+      if (replicated.contains(v))
+        markReplicated(r);
+    return success();
+  }
+
+  /// Whether `v` (sequence-split, about to take the head split) is a k or v
+  /// to replicate: its width is the kv heads' (the queries' differs, as cp
+  /// divides the heads but not the kv heads).
+  bool isReplicatedKv(Value v) const {
+    return kvReplicas > 1 && cast<RankedTensorType>(v.getType()).getShape().back() == kvHeads * headDim;
   }
 
   /// The all-to-all of `v` (sequence-split, [B, S, F]) to the head split,
@@ -230,7 +357,10 @@ private:
   Value toHeads(Value v) {
     Value &h = headsOf[v];
     if (!h) {
-      h = exchange(v, /*splitDim=*/2, /*concatDim=*/1, kToHeads, CP::heads(2));
+      const bool kv = isReplicatedKv(v);
+      h = exchange(kv ? repeatKvHeads(v) : v, /*splitDim=*/2, /*concatDim=*/1, kToHeads, CP::heads(2));
+      if (kv)
+        replicated.insert(h); // its type is the concat's already
       v.replaceUsesWithIf(h, [&](OpOperand &u) {
         return isa<func::ReturnOp>(u.getOwner()) && u.getOwner()->getParentOp()->hasAttr("xf.layer_body");
       });
@@ -241,8 +371,11 @@ private:
   /// The all-to-all of a head-split `v` back to the sequence split, once.
   Value toSeq(Value v) {
     Value &s = seqOf[v];
-    if (!s)
+    if (!s) {
       s = exchange(v, /*splitDim=*/1, /*concatDim=*/2, kToSeq, CP::seq(1));
+      if (replicated.contains(v))
+        s = sumKvReplicas(s);
+    }
     return s;
   }
 
@@ -307,6 +440,11 @@ private:
   llvm::DenseMap<Operation *, SmallVector<CP>> bodyArgs;
   llvm::DenseMap<Value, Value> headsOf, seqOf;
   SmallVector<LocalHeads> heads;
+  /// All-to-all with replicated kv heads (kvReplicas > 1): the attention's
+  /// kv heads and head_dim per tp rank, and the head-split values that hold
+  /// replicas (k, v, dk, dv and their ropes).
+  int64_t kvReplicas = 1, kvHeads = 0, headDim = 0;
+  llvm::DenseSet<Value> replicated;
 };
 } // namespace
 

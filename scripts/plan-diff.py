@@ -5,7 +5,8 @@ A refactor of the compiler must not change what it emits. This compiles every
 configuration below with both binaries and compares the plan directories file by
 file (and the `--emit xf` text of a few): every schedule, ZeRO stage, recompute
 mode, bf16, SP, tied and untied embeddings, padded vocabularies, kv-head
-replication and the 405B plan with 16 pipeline stages; then 48 more on the tiny
+replication, context parallelism (ring and all-to-all), Qwen2 and the 405B plan with 16
+pipeline stages; then 48 more on the tiny
 models (gradient accumulation, the overlaps and buckets, each fusion off).
 
 usage: scripts/plan-diff.py --base OLD/llc-dist [--new build/bin/llc-dist] [--keep DIR]
@@ -67,6 +68,15 @@ CONFIGS = [
     ("llama3-8b-tp8-pp4-zbh1", "llama3-8b",
      "--mesh tp=8,pp=4 --schedule zb-h1 --global-batch 8 --seq-len 1024"),
     ("llama3.1-405b-pp16", "llama3.1-405b", "--mesh dp=2,tp=8,pp=16 --global-batch 64 --seq-len 1024"),
+    # Context parallelism: ring and all-to-all, composed with dp (the dp+cp
+    # group, ZeRO over it), tp + SP and pp; and the Qwen2 family.
+    ("tiny-llama-cp2-ring", "tiny-llama", "--mesh cp=2 --seq-len 64"),
+    ("tiny-llama-cp2-a2a", "tiny-llama", "--mesh cp=2 --cp-impl all-to-all --seq-len 64"),
+    ("tiny-llama-dp2-cp2-zero1", "tiny-llama", "--mesh dp=2,cp=2 --zero 1 --global-batch 4 --seq-len 64"),
+    ("tiny-llama-cp2-tp2-sp", "tiny-llama", "--mesh cp=2,tp=2 --sequence-parallel --seq-len 64"),
+    ("tiny-llama-cp2-pp2", "tiny-llama", "--mesh cp=2,pp=2 --global-batch 4 --seq-len 64"),
+    ("tiny-gpt2-cp2-a2a-bf16", "tiny-gpt2", "--mesh cp=2 --cp-impl all-to-all --dtype bf16 --seq-len 32"),
+    ("tiny-qwen2-dp2-tp2", "tiny-qwen2", "--mesh dp=2,tp=2 --seq-len 32"),
 ]
 # 48 more: both tiny models over gradient accumulation (1, 2 and 8
 # microbatches), f32 and bf16, every schedule, ZeRO, SP, recomputation, the

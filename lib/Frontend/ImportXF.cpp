@@ -171,19 +171,29 @@ private:
         .getResult();
   }
 
+  /// Layer prefix `p`'s q, k and v projections of `h` (with biases when
+  /// `bias`), rotary embeddings on q and k, and causal attention:
+  /// [B, S, heads·head_dim], before the output projection.
+  Value selfAttention(const std::string &p, Value h, bool bias) {
+    int64_t H = m.hidden, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
+    auto o = WeightLayout::OutIn;
+    // Separate statements: the ops appear in a fixed order.
+    Value qv = linear(p + "self_attn.q_proj", h, H, q, bias, o);
+    Value kv_ = linear(p + "self_attn.k_proj", h, H, kv, bias, o);
+    Value vv = linear(p + "self_attn.v_proj", h, H, kv, bias, o);
+    Value qr = rope(p, qv);
+    Value kr = rope(p, kv_);
+    return attention(p, qr, kr, vv);
+  }
+
   func::FuncOp llamaBlock() {
     func::FuncOp fn;
     Value x = beginLayer(fn, "llama_decoder_layer");
     const std::string p = "model.layers.{i}.";
-    int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
+    int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim;
     auto o = WeightLayout::OutIn;
     Value h = rmsNorm(p + "input_layernorm", x);
-    Value qv = linear(p + "self_attn.q_proj", h, H, q, m.qkvBias, o);
-    Value kv_ = linear(p + "self_attn.k_proj", h, H, kv, m.qkvBias, o);
-    Value vv = linear(p + "self_attn.v_proj", h, H, kv, m.qkvBias, o);
-    Value qr = rope(p, qv); // separate statements: the ops appear in a fixed order
-    Value kr = rope(p, kv_);
-    Value a = attention(p, qr, kr, vv);
+    Value a = selfAttention(p, h, m.qkvBias);
     Value out = linear(p + "self_attn.o_proj", a, q, H, m.outputBias, o);
     x = AddOp::create(b, loc(p + "self_attn"), x, out);
     h = rmsNorm(p + "post_attention_layernorm", x);
@@ -205,15 +215,10 @@ private:
     func::FuncOp fn;
     Value x = beginLayer(fn, "phi_decoder_layer");
     const std::string p = "model.layers.{i}.";
-    int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
+    int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim;
     auto o = WeightLayout::OutIn;
     Value h = layerNorm(p + "input_layernorm", x);
-    Value qv = linear(p + "self_attn.q_proj", h, H, q, true, o);
-    Value kv_ = linear(p + "self_attn.k_proj", h, H, kv, true, o);
-    Value vv = linear(p + "self_attn.v_proj", h, H, kv, true, o);
-    Value qr = rope(p, qv); // separate statements: the ops appear in a fixed order
-    Value kr = rope(p, kv_);
-    Value a = attention(p, qr, kr, vv);
+    Value a = selfAttention(p, h, /*bias=*/true);
     Value attnOut = linear(p + "self_attn.dense", a, q, H, true, o);
     Value f = linear(p + "mlp.fc1", h, H, I, true, o);
     Value g = GeluTanhOp::create(b, loc(p + "mlp"), f);

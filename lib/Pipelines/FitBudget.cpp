@@ -169,7 +169,7 @@ std::vector<MemoryHint> llcdist::memoryHints(const std::string &model,
     add("--recompute selective", 1, [](MemoryHint &h) { h.train.recompute = "selective"; });
   if (train.recompute != "full")
     add("--recompute full", 4, [](MemoryHint &h) { h.train.recompute = "full"; });
-  if (mesh.dp * mesh.cp > 1) // ZeRO shards over the data-parallel group dp × cp
+  if (mesh.dataParallelGroup() > 1) // ZeRO shards over the data-parallel group dp × cp
     for (int64_t z = train.zero + 1; z <= 3; ++z)
       add(fmt::format("--zero {}", z), 0, [z](MemoryHint &h) {
         h.train.zero = z;
@@ -192,7 +192,7 @@ std::vector<MemoryHint> llcdist::memoryHints(const std::string &model,
                     : fmt::format("({} GPUs)", m.worldSize());
       if (std::string(axis) == "pp")
         h.train.ppLayout.clear(); // balanced over the new stages
-      if (h.mesh.dp * h.mesh.cp == 1) {
+      if (h.mesh.dataParallelGroup() == 1) {
         h.train.zero = 0; // nothing to shard over
         h.train.reshardAfterForward = true;
       }
@@ -222,14 +222,14 @@ std::vector<MemoryHint> llcdist::memoryHints(const std::string &model,
   runAll(hints);
   // When no single change fits, the strongest combination of them.
   bool anyFits = llvm::any_of(hints, [](const MemoryHint &h) { return h.fits; });
-  if (!anyFits && (train.recompute != "full" || (mesh.dp * mesh.cp > 1 && train.zero < 3))) {
+  if (!anyFits && (train.recompute != "full" || (mesh.dataParallelGroup() > 1 && train.zero < 3))) {
     std::vector<MemoryHint> combo(1);
     MemoryHint &h = combo[0];
     h.mesh = mesh;
     h.train = train;
     h.train.recompute = "full";
     std::string flags = "--recompute full";
-    if (mesh.dp * mesh.cp > 1) {
+    if (mesh.dataParallelGroup() > 1) {
       h.train.zero = 3;
       h.train.reshardAfterForward = true;
       flags = "--zero 3 " + flags;

@@ -20,9 +20,9 @@ std::string MeshSpec::str() const {
 }
 
 int64_t MeshSpec::size(const std::string &axis) const {
-  if (size_t plus = axis.find('+'); plus != std::string::npos) // a set of axes: their product group
-    return size(axis.substr(0, plus)) * size(axis.substr(plus + 1));
-  return axis == "dp" ? dp : axis == "tp" ? tp : axis == "cp" ? cp : pp;
+  return axisSetSize(axis, [&](std::string_view a) -> int64_t {
+    return a == "dp" ? dp : a == "tp" ? tp : a == "pp" ? pp : a == "cp" ? cp : 0;
+  });
 }
 
 int64_t MeshSpec::rank(int64_t dpc, int64_t tpc, int64_t ppc, int64_t cpc) const {

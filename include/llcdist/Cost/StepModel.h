@@ -97,7 +97,7 @@ struct ParallelConfig {
   /// the compiler names them ("dp+cp", "cp" or "dp"). Gradients reduce over
   /// it in one collective and ZeRO shards over it.
   int64_t dataParallelGroup() const { return dp * cp; }
-  std::string gradientAxis() const { return dp > 1 && cp > 1 ? "dp+cp" : cp > 1 ? "cp" : "dp"; }
+  std::string gradientAxis() const { return dataParallelAxis(dp, cp); }
   /// The `llc-dist compile` flags that build this configuration.
   std::string compileFlags() const;
   /// "dp=..,tp=..,pp=.. v=.. mb=.. zero=.. recompute=.. ..." for reports.

@@ -10,6 +10,29 @@
 
 namespace llcdist {
 
+/// The size of an axis set: one mesh axis ("tp") or several joined by '+'
+/// ("dp+cp", their product group), `degreeOf(name)` giving each axis' degree
+/// (0 for a name that is no axis). The one reading of the names the mesh,
+/// the xf mesh degrees and the compile report share.
+template <typename DegreeOf> int64_t axisSetSize(std::string_view set, DegreeOf degreeOf) {
+  int64_t n = 1;
+  for (size_t start = 0;;) {
+    size_t plus = set.find('+', start);
+    n *= int64_t(degreeOf(set.substr(start, plus == std::string_view::npos ? plus : plus - start)));
+    if (plus == std::string_view::npos)
+      return n;
+    start = plus + 1;
+  }
+}
+
+/// The data-parallel group's axes as the compiler names them: gradients
+/// reduce over it in one collective and ZeRO shards over it. Under context
+/// parallelism it is dp × cp (Megatron's): "dp+cp", "cp" when dp is 1;
+/// otherwise "dp" (also when both are 1).
+inline std::string dataParallelAxis(int64_t dp, int64_t cp) {
+  return dp > 1 && cp > 1 ? "dp+cp" : cp > 1 ? "cp" : "dp";
+}
+
 /// A device mesh over the axes dp, tp, pp and cp (context parallelism;
 /// unnamed axes are 1). A mesh without cp (cp = 1) is the three-axis mesh it
 /// always was: its rank order names dp, tp and pp only.
@@ -20,6 +43,9 @@ struct MeshSpec {
   /// With cp > 1 it names cp too (Megatron's order: tp, cp, dp, pp).
   std::vector<std::string> rankOrder = {"tp", "dp", "pp"};
   int64_t worldSize() const { return dp * tp * pp * cp; }
+  /// The data-parallel group's size (dp × cp) and axes (dataParallelAxis).
+  int64_t dataParallelGroup() const { return dp * cp; }
+  std::string gradientAxis() const { return dataParallelAxis(dp, cp); }
   /// One axis' degree, or a set's joined by '+' ("dp+cp": the product).
   int64_t size(const std::string &axis) const;
   /// The rank with coordinates {dp, tp, pp, cp}.

@@ -3,6 +3,7 @@
 #include "llcdist/Dialect/Plan/Analysis/CollectiveOrigin.h"
 #include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "llcdist/Dialect/XF/IR/XFDialect.h"
+#include "llcdist/Support/MeshSpec.h"
 #include "llcdist/Support/ReportFormat.h"
 
 #include "mlir/IR/SymbolTable.h"
@@ -78,11 +79,7 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
         if (kind == "send")
           e.groupSize = 2;
         else // one axis or several joined by '+' ("dp+cp"): the product
-          for (StringRef rest = e.axis; !rest.empty();) {
-            auto [a, tail] = rest.split('+');
-            e.groupSize *= axisSize.lookup(a);
-            rest = tail;
-          }
+          e.groupSize = axisSetSize(e.axis, [&](std::string_view a) { return axisSize.lookup(StringRef(a)); });
         if (auto g = k.getParams().getAs<IntegerAttr>("group_size")) // a sub-group of the axis
           e.groupSize = g.getInt();
         e.callsPerStep = runs.lookup(sub.getSymName());

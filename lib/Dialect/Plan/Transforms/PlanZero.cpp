@@ -69,13 +69,13 @@ struct Param {
   bool replica = false;
 };
 
-/// Rewrites one plan.program; `dp` is the size of the data-parallel group
+/// Rewrites one plan.program; `groupSize` is the size of the data-parallel group
 /// `axis` ("dp", or "dp+cp" / "cp" under context parallelism).
 class ProgramZero {
 public:
-  ProgramZero(plan::ProgramOp program, int64_t stage, bool reshardAfterForward, StringRef axis, int64_t dp)
-      : program(program), stage(stage), reshardAfterForward(reshardAfterForward), dp(dp), b(program.getContext()),
-        axis(b.getStringAttr(axis)) {}
+  ProgramZero(plan::ProgramOp program, int64_t stage, bool reshardAfterForward, StringRef axis, int64_t groupSize)
+      : program(program), stage(stage), reshardAfterForward(reshardAfterForward), groupSize(groupSize),
+        b(program.getContext()), axis(b.getStringAttr(axis)) {}
 
   LogicalResult run();
 
@@ -126,7 +126,7 @@ private:
   /// ZeRO-3: each scope gathers again (FSDP's reshard_after_forward), or
   /// the backward reads its slot's forward copy.
   bool reshardAfterForward;
-  int64_t dp;
+  int64_t groupSize;
   OpBuilder b;
   /// The data-parallel group's axis ("dp", "dp+cp", "cp").
   StringAttr axis;
@@ -173,7 +173,7 @@ plan::KernelOp ProgramZero::kernel(StringRef name, ArrayRef<NamedAttribute> args
 SmallVector<NamedAttribute> ProgramZero::blockAttrs(const Param &p) {
   SmallVector<NamedAttribute> attrs{b.getNamedAttr("axis", axis), b.getNamedAttr("outer", b.getI64IntegerAttr(1)),
                                     b.getNamedAttr("inner", b.getI64IntegerAttr(p.shardType.getNumElements()))};
-  if (p.type.getNumElements() != p.shardType.getNumElements() * dp)
+  if (p.type.getNumElements() != p.shardType.getNumElements() * groupSize)
     attrs.push_back(b.getNamedAttr("total", b.getI64IntegerAttr(p.type.getNumElements())));
   return attrs;
 }
@@ -224,7 +224,7 @@ LogicalResult ProgramZero::collect() {
     }
     info.type = info.working.getTensorType();
     SmallVector<int64_t> dims(info.type.getShape());
-    dims[0] = llvm::divideCeil(dims[0], dp);
+    dims[0] = llvm::divideCeil(dims[0], groupSize);
     info.shardType = RankedTensorType::get(dims, info.type.getElementType());
     params.push_back(info);
   }
@@ -574,7 +574,7 @@ void ProgramZero::annotateParams() {
     if (mixed && stage < 3) // the f32 master is this rank's block
       z.push_back(b.getNamedAttr("value_block", b.getBoolAttr(true)));
     // dp does not divide the rows: the last blocks are zero padding.
-    if (p.shardType.getDimSize(0) * dp != p.type.getDimSize(0))
+    if (p.shardType.getDimSize(0) * groupSize != p.type.getDimSize(0))
       z.push_back(b.getNamedAttr("block_rows", b.getI64IntegerAttr(p.shardType.getDimSize(0))));
     p.op->setAttr("zero", b.getDictionaryAttr(z));
   }
@@ -609,14 +609,14 @@ struct PlanZeroPass : public plan::impl::PlanZeroBase<PlanZeroPass> {
     // The data-parallel group: dp, or dp × cp under context parallelism.
     xf::MeshDegrees mesh = xf::meshDegrees(module).value_or(xf::MeshDegrees{});
     const std::string axis = mesh.gradientAxis();
-    const int64_t dp = mesh.size(axis);
-    if (dp < 2) {
+    const int64_t groupSize = mesh.size(axis);
+    if (groupSize < 2) {
       module.emitError("llcdist-plan-zero: stage ")
           << stage << " shards over dp, but the mesh has dp=1 (use --mesh dp=N with N > 1)";
       return signalPassFailure();
     }
     for (auto program : module.getOps<plan::ProgramOp>())
-      if (failed(ProgramZero(program, stage, reshardAfterForward, axis, dp).run()))
+      if (failed(ProgramZero(program, stage, reshardAfterForward, axis, groupSize).run()))
         return signalPassFailure();
   }
 };

@@ -1,6 +1,7 @@
 //===- ModelStats.cpp - parameter and FLOP counts from xf IR --------------===//
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 #include "llcdist/Dialect/XF/IR/XFOps.h"
+#include "llcdist/Support/MeshSpec.h"
 
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/StringMap.h"
@@ -40,16 +41,12 @@ func::FuncOp llcdist::xf::getOptimizerStep(ModuleOp module) {
 }
 
 int64_t MeshDegrees::size(llvm::StringRef axis) const {
-  auto [first, rest] = axis.split('+');
-  int64_t n = first == "dp" ? dp : first == "tp" ? tp : first == "pp" ? pp : first == "cp" ? cp : 0;
-  return rest.empty() ? n : n * size(rest);
+  return axisSetSize(std::string_view(axis), [&](std::string_view a) -> int64_t {
+    return a == "dp" ? dp : a == "tp" ? tp : a == "pp" ? pp : a == "cp" ? cp : 0;
+  });
 }
 
-std::string MeshDegrees::gradientAxis() const {
-  if (dp > 1 && cp > 1)
-    return "dp+cp";
-  return cp > 1 ? "cp" : "dp";
-}
+std::string MeshDegrees::gradientAxis() const { return dataParallelAxis(dp, cp); }
 
 std::optional<MeshDegrees> llcdist::xf::meshDegrees(ModuleOp module) {
   auto grid = module.lookupSymbol<shard::GridOp>("mesh");

@@ -267,13 +267,9 @@ private:
   /// j'/kvReplicas.
   Value repeatKvHeads(Value v) {
     OpBuilder b = after(v);
-    auto t = cast<RankedTensorType>(v.getType());
-    SmallVector<int64_t> dims(t.getShape());
-    dims.back() = headDim;
-    auto headTy = RankedTensorType::get(dims, t.getElementType());
     SmallVector<Value> parts{v};
     if (kvHeads > 1) {
-      auto split = SplitOp::create(b, v.getLoc(), SmallVector<Type>(size_t(kvHeads), headTy), v);
+      auto split = SplitOp::create(b, v.getLoc(), SmallVector<Type>(size_t(kvHeads), headsType(v, 1)), v);
       parts.assign(split.getResults().begin(), split.getResults().end());
     }
     SmallVector<Value> repeated;
@@ -281,21 +277,24 @@ private:
       state[p] = CP::seq(1);
       repeated.append(size_t(kvReplicas), p);
     }
-    dims.back() = cp * headDim;
-    Value r = ConcatOp::create(b, v.getLoc(), RankedTensorType::get(dims, t.getElementType()), repeated);
+    Value r = ConcatOp::create(b, v.getLoc(), headsType(v, cp), repeated);
     state[r] = CP::seq(1);
     return r;
+  }
+
+  /// `v`'s type [..., n·head_dim]: n heads wide.
+  RankedTensorType headsType(Value v, int64_t n) const {
+    auto t = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> dims(t.getShape());
+    dims.back() = n * headDim;
+    return RankedTensorType::get(dims, t.getElementType());
   }
 
   /// The inverse's gradient: `v` [B, S, cp·hd] (sequence-split) holds the
   /// replicas' gradients; their sums per kv head, [B, S, kv·hd].
   Value sumKvReplicas(Value v) {
     OpBuilder b = after(v);
-    auto t = cast<RankedTensorType>(v.getType());
-    SmallVector<int64_t> dims(t.getShape());
-    dims.back() = headDim;
-    auto headTy = RankedTensorType::get(dims, t.getElementType());
-    auto split = SplitOp::create(b, v.getLoc(), SmallVector<Type>(size_t(cp), headTy), v);
+    auto split = SplitOp::create(b, v.getLoc(), SmallVector<Type>(size_t(cp), headsType(v, 1)), v);
     SmallVector<Value> sums;
     for (int64_t j = 0; j < kvHeads; ++j) {
       Value sum = split.getResult(unsigned(j * kvReplicas));
@@ -310,8 +309,7 @@ private:
     }
     if (sums.size() == 1)
       return sums.front();
-    dims.back() = kvHeads * headDim;
-    Value r = ConcatOp::create(b, v.getLoc(), RankedTensorType::get(dims, t.getElementType()), sums);
+    Value r = ConcatOp::create(b, v.getLoc(), headsType(v, kvHeads), sums);
     state[r] = CP::seq(1);
     return r;
   }
@@ -319,12 +317,8 @@ private:
   /// `v` holds replicated kv heads (or their gradients): its whole (global)
   /// width is cp heads, of which each rank holds one.
   void markReplicated(Value v) {
-    if (!replicated.insert(v).second)
-      return;
-    auto t = cast<RankedTensorType>(v.getType());
-    SmallVector<int64_t> dims(t.getShape());
-    dims.back() = cp * headDim;
-    v.setType(RankedTensorType::get(dims, t.getElementType()));
+    if (replicated.insert(v).second)
+      v.setType(headsType(v, cp));
   }
 
   /// A layer call: replicated kv heads flow in through its body's arguments

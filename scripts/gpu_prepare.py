@@ -60,6 +60,14 @@ GOLDEN = [
     ("gpt2-cp2", "tiny-gpt2", "--mesh cp=2 --seq-len 64 --global-batch 4"),
     ("llama-dp2-cp2-tp2-sp", "tiny-llama",
      "--mesh dp=2,cp=2,tp=2 --cp-impl all-to-all --sequence-parallel --seq-len 64 --global-batch 4"),
+    # The families (issue #33): Mistral's sliding window (own f32 kernel, cuDNN's band in bf16; on the
+    # ring's blocks too), Gemma's (1 + w) norms, scaled embeddings and GeGLU (and its one kv head
+    # replicated by all-to-all), Phi's partial rotary, parallel block and LM-head bias.
+    ("mistral-1rank", "tiny-mistral", "--seq-len 64 --global-batch 4"),
+    ("mistral-cp2-ring", "tiny-mistral", "--mesh cp=2 --seq-len 64 --global-batch 4"),
+    ("gemma-tp2", "tiny-gemma", "--mesh tp=2 --seq-len 64 --global-batch 4"),
+    ("gemma-cp4-a2a", "tiny-gemma", "--mesh cp=4 --cp-impl all-to-all --seq-len 64 --global-batch 4"),
+    ("phi-dp2-tp2-sp", "tiny-phi", "--mesh dp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
 ]
 GOLDEN_STEPS = 3
 # The PyTorch comparison's plans: one rank, 2 microbatches of 4 x 64 tokens, AdamW with decay on
@@ -222,7 +230,7 @@ def main():
         os.remove(os.path.join(out, "params", f"{name}-f32.safetensors"))
 
     # The benchmark plans and their FLOPs per token.
-    models = ["tiny-gpt2", "tiny-llama"]
+    models = sorted({model for _, model, _ in GOLDEN} | {model for _, model in PARITY})
     cases = {} if args.no_bench else (gpu_step.parse_cases(args.bench_cases) if args.bench_cases else gpu_step.CASES)
     if cases:
         t0 = time.time()

@@ -6,6 +6,7 @@
 // merged out and lse, add up to attentionBackward's dq, dk and dv. The same with a rank's two chunks in
 // one block of two runs of positions (AttentionBlock's qSplit / kvSplit: the plan's layout, Positions.h):
 // every rank's whole ring for cp 2 and 4, contiguous and load-balanced, grouped-query heads.
+#include "PositionRowsUtil.h"
 #include "TestUtil.h"
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/Positions.h"
@@ -43,30 +44,9 @@ void addRows(std::vector<double>& t, const std::vector<float>& part, int64_t B, 
     for (int64_t i = 0; i < n * width; ++i) t[size_t((b * S + start) * width + i)] += part[size_t(b * n * width + i)];
 }
 
-// The S rows at positions `pos` of every batch of a [B, T, width] tensor.
-std::vector<float> rowsAt(const std::vector<float>& t, int64_t B, int64_t T, int64_t width, const PositionRuns& pos,
-                          int64_t S) {
-  std::vector<float> out;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s)
-      out.insert(out.end(), t.begin() + (b * T + pos.at(s)) * width, t.begin() + (b * T + pos.at(s) + 1) * width);
-  return out;
-}
-// The S columns at `pos` of every (batch, head) row of a [B, heads, T] tensor (lse).
-std::vector<float> colsAt(const std::vector<float>& t, int64_t BH, int64_t T, const PositionRuns& pos, int64_t S) {
-  std::vector<float> out;
-  for (int64_t r = 0; r < BH; ++r)
-    for (int64_t s = 0; s < S; ++s) out.push_back(t[size_t(r * T + pos.at(s))]);
-  return out;
-}
-// Adds `part` ([B, S, width]) into the rows at `pos` of `t` ([B, T, width]).
-void addRowsAt(std::vector<double>& t, const std::vector<float>& part, int64_t B, int64_t T, int64_t width,
-               const PositionRuns& pos, int64_t S) {
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t i = 0; i < width; ++i)
-        t[size_t((b * T + pos.at(s)) * width + i)] += part[size_t((b * S + s) * width + i)];
-}
+using testing::addRowsAt;
+using testing::colsAt;
+using testing::rowsAt;
 
 struct Ring {
   AttentionShape s;

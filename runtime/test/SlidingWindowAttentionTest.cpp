@@ -12,6 +12,7 @@
 //  - the plan: `window` loads and binds (absent: 0), 0, −1, a string or a float is refused naming
 //    attrs.window, and an interpreter runs attention_fwd / _bwd with the window through the kernel table.
 #include "PlanTestUtil.h"
+#include "PositionRowsUtil.h"
 #include "TestUtil.h"
 
 #include "llcdist/runtime/CpuBackend.h"
@@ -206,30 +207,9 @@ TEST(WindowedAttentionErrors, ANegativeWindowIsRefused) {
 
 // ---- the ring's blocks ---------------------------------------------------------------------------------
 
-// The S rows at positions `pos` of every batch of a [B, T, width] tensor.
-std::vector<float> rowsAt(const std::vector<float>& t, int64_t B, int64_t T, int64_t width, const PositionRuns& pos,
-                          int64_t S) {
-  std::vector<float> out;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s)
-      out.insert(out.end(), t.begin() + (b * T + pos.at(s)) * width, t.begin() + (b * T + pos.at(s) + 1) * width);
-  return out;
-}
-// The S columns at `pos` of every (batch, head) row of a [B, heads, T] tensor (lse).
-std::vector<float> colsAt(const std::vector<float>& t, int64_t BH, int64_t T, const PositionRuns& pos, int64_t S) {
-  std::vector<float> out;
-  for (int64_t r = 0; r < BH; ++r)
-    for (int64_t s = 0; s < S; ++s) out.push_back(t[size_t(r * T + pos.at(s))]);
-  return out;
-}
-// Adds `part` ([B, S, width]) into the rows at `pos` of `t` ([B, T, width]).
-void addRowsAt(std::vector<double>& t, const std::vector<float>& part, int64_t B, int64_t T, int64_t width,
-               const PositionRuns& pos, int64_t S) {
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t i = 0; i < width; ++i)
-        t[size_t((b * T + pos.at(s)) * width + i)] += part[size_t((b * S + s) * width + i)];
-}
+using testing::addRowsAt;
+using testing::colsAt;
+using testing::rowsAt;
 
 // cp, the layout, the window. Chunks of 4 positions: T = 2·cp·4 (load-balanced: rank c holds chunks c and
 // 2·cp − 1 − c).

@@ -505,6 +505,22 @@ std::vector<std::vector<HostBuf>> noBufs(schema::OpKind kind) {
 }
 size_t roleOf(schema::OpKind kind, std::string_view role) { return size_t(schema::argIndex(kind, role)); }
 
+// attention_bwd's buffers: dout, q, k, v and the forward's out and lse (f32), dq, dk, dv zeroed.
+std::vector<std::vector<HostBuf>> attentionBackwardBufs(const std::vector<float>& dout, const std::vector<float>& q,
+                                                       const std::vector<float>& k, const std::vector<float>& v,
+                                                       const std::vector<float>& out, const std::vector<float>& lse,
+                                                       int64_t kvElems) {
+  const schema::OpKind kind = schema::OpKind::kAttentionBwd;
+  auto bufs = noBufs(kind);
+  const std::pair<const char*, const std::vector<float>*> in[] = {{"dout", &dout}, {"q", &q}, {"k", &k},
+                                                                  {"v", &v},       {"out", &out}, {"lse", &lse}};
+  for (const auto& [role, data] : in) bufs[roleOf(kind, role)].push_back(hostBuf(*data, schema::ElemType::kF32));
+  for (const char* r : {"dq", "dk", "dv"})
+    bufs[roleOf(kind, r)].push_back(hostBuf(
+        std::vector<float>(std::string(r) == "dq" ? q.size() : size_t(kvElems), 0.0f), schema::ElemType::kF32));
+  return bufs;
+}
+
 TEST(CudaLossErrorTest, TargetOutsideTheVocabularySetsTheDeviceError) {
   LLCDIST_REQUIRE_GPU();
   const int64_t M = 4, V = 10;
@@ -578,18 +594,8 @@ TEST(CudaRepeatabilityTest, AttentionBackward) {
   std::vector<float> out(static_cast<size_t>(qElems)), lse(static_cast<size_t>(rows));
   ASSERT_TRUE(attentionForward({c.B, c.S, c.nh, c.nkv, c.hd}, q.data(), k.data(), v.data(), out.data(), lse.data())
                   .isOk());
-  const K kind = K::kAttentionBwd;
-  auto bufs = noBufs(kind);
-  bufs[roleOf(kind, "dout")].push_back(hostBuf(randomF32(qElems, 64), schema::ElemType::kF32));
-  bufs[roleOf(kind, "q")].push_back(hostBuf(q, schema::ElemType::kF32));
-  bufs[roleOf(kind, "k")].push_back(hostBuf(k, schema::ElemType::kF32));
-  bufs[roleOf(kind, "v")].push_back(hostBuf(v, schema::ElemType::kF32));
-  bufs[roleOf(kind, "out")].push_back(hostBuf(out, schema::ElemType::kF32));
-  bufs[roleOf(kind, "lse")].push_back(hostBuf(lse, schema::ElemType::kF32));
-  for (const char* r : {"dq", "dk", "dv"})
-    bufs[roleOf(kind, r)].push_back(
-        hostBuf(std::vector<float>(size_t(std::string(r) == "dq" ? qElems : kvElems), 0.0f), schema::ElemType::kF32));
-  expectRepeatable(kind, attentionParams(c), bufs);
+  expectRepeatable(K::kAttentionBwd, attentionParams(c),
+                   attentionBackwardBufs(randomF32(qElems, 64), q, k, v, out, lse, kvElems));
 }
 
 // A window >= S masks nothing: the own kernel runs the causal tiles in the causal order, so the forward
@@ -616,16 +622,7 @@ TEST(CudaAttentionWindowTest, AWindowOfAtLeastSIsTheCausalAttentionBitForBit) {
   };
   const auto backward = [&](const AttentionCase& c) {
     const K kind = K::kAttentionBwd;
-    auto bufs = noBufs(kind);
-    bufs[roleOf(kind, "dout")].push_back(hostBuf(randomF32(qElems, 84), schema::ElemType::kF32));
-    bufs[roleOf(kind, "q")].push_back(hostBuf(q, schema::ElemType::kF32));
-    bufs[roleOf(kind, "k")].push_back(hostBuf(k, schema::ElemType::kF32));
-    bufs[roleOf(kind, "v")].push_back(hostBuf(v, schema::ElemType::kF32));
-    bufs[roleOf(kind, "out")].push_back(hostBuf(out, schema::ElemType::kF32));
-    bufs[roleOf(kind, "lse")].push_back(hostBuf(lse, schema::ElemType::kF32));
-    for (const char* r : {"dq", "dk", "dv"})
-      bufs[roleOf(kind, r)].push_back(
-          hostBuf(std::vector<float>(size_t(std::string(r) == "dq" ? qElems : kvElems), 0.0f), schema::ElemType::kF32));
+    auto bufs = attentionBackwardBufs(randomF32(qElems, 84), q, k, v, out, lse, kvElems);
     const DeviceRun run = runOnDevice(kind, attentionParams(c), bufs);
     EXPECT_TRUE(run.status.isOk()) << run.status.toString();
     return bufs;

@@ -564,22 +564,31 @@ TEST(CudaNormKernels, RmsNormBackwardWeight) {
 
 // ---- rope -----------------------------------------------------------------------------------------
 
-RopeParams rope(int64_t B, int64_t S, int64_t n, int64_t hd, const RopeConfig& cfg) {
+// rope_fwd / rope_bwd params; rotaryDim 0: every dim of each head rotates (else Phi's first
+// rotaryDim, the table built over them).
+RopeParams rope(int64_t B, int64_t S, int64_t n, int64_t hd, const RopeConfig& cfg, int64_t rotaryDim = 0) {
   RopeParams p;
   p.B = B;
   p.S = S;
   p.n = n;
   p.hd = hd;
-  p.table = std::make_shared<const RopeTable>(makeRopeTable(cfg, hd, 0, S).value());
+  p.rotaryDim = rotaryDim;
+  p.table = std::make_shared<const RopeTable>(makeRopeTable(cfg, rotaryDim ? rotaryDim : hd, 0, S).value());
   return p;
+}
+
+// Llama 3's rope_scaling over a short original context (so the scaling bands cut the frequencies).
+RopeConfig llama3Rope() {
+  RopeConfig c;
+  c.theta = 500000.0f;
+  c.llama3 = true;
+  c.originalMaxPositionEmbeddings = 4;
+  return c;
 }
 
 TEST(CudaRopeKernels, ForwardAndBackward) {
   LLCDIST_REQUIRE_GPU();
-  RopeConfig llama3;
-  llama3.theta = 500000.0f;
-  llama3.llama3 = true;
-  llama3.originalMaxPositionEmbeddings = 4;
+  const RopeConfig llama3 = llama3Rope();
   const int64_t B = 2, S = 5, n = 3;
   for (int64_t hd : {6, 8})  // hd / 2 odd and even
     for (const RopeConfig& cfg : {RopeConfig{}, llama3}) {
@@ -601,23 +610,9 @@ TEST(CudaRopeKernels, ForwardAndBackward) {
 // swiglu's act "gelu_tanh" (GeGLU): the CUDA kernels against the CPU's with each attr set (bf16:
 // CudaBf16KernelsTest).
 
-RopeParams partialRope(int64_t B, int64_t S, int64_t n, int64_t hd, int64_t rotaryDim, const RopeConfig& cfg) {
-  RopeParams p;
-  p.B = B;
-  p.S = S;
-  p.n = n;
-  p.hd = hd;
-  p.rotaryDim = rotaryDim;
-  p.table = std::make_shared<const RopeTable>(makeRopeTable(cfg, rotaryDim, 0, S).value());
-  return p;
-}
-
 TEST(CudaRopeKernels, PartialRotaryDim) {
   LLCDIST_REQUIRE_GPU();
-  RopeConfig llama3;
-  llama3.theta = 500000.0f;
-  llama3.llama3 = true;
-  llama3.originalMaxPositionEmbeddings = 4;
+  const RopeConfig llama3 = llama3Rope();
   const int64_t B = 2, S = 5, n = 3;
   struct Dims {
     int64_t hd, rd;
@@ -627,11 +622,11 @@ TEST(CudaRopeKernels, PartialRotaryDim) {
       SCOPED_TRACE("hd " + std::to_string(d.hd) + ", rotary_dim " + std::to_string(d.rd) +
                    (cfg.llama3 ? ", llama3" : ""));
       const int64_t e = B * S * n * d.hd;
-      KernelCase(K::kRopeFwd, partialRope(B, S, n, d.hd, d.rd, cfg))
+      KernelCase(K::kRopeFwd, rope(B, S, n, d.hd, cfg, d.rd))
           .f32("x", randomF32(e, 164))
           .f32("y", randomF32(e, 165))
           .expectMatch(kAtol, kRtol);
-      KernelCase(K::kRopeBwd, partialRope(B, S, n, d.hd, d.rd, cfg))
+      KernelCase(K::kRopeBwd, rope(B, S, n, d.hd, cfg, d.rd))
           .f32("dy", randomF32(e, 166))
           .f32("dx", randomF32(e, 167))
           .expectMatch(kAtol, kRtol);

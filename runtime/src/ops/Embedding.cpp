@@ -3,6 +3,7 @@
 // sequence-parallel with attr `shard_axis`). embedding_*'s optional `scale` (Gemma's multiplier of the
 // gathered rows, and of their gradient) binds as EmbeddingParams::scale.
 #include "OpDefs.h"
+#include "llcdist/runtime/FloatAttrRules.h"
 
 #include <algorithm>
 #include <cmath>
@@ -48,9 +49,9 @@ Status checkEmbeddingScale(const OpChecker& c, const char* positionRole) {
   if (!op.attrs.count(name)) return Status::ok();
   const double v = op.floatAttr(name);
   const std::string opName(sc::opName(op.kind));
-  if (!std::isfinite(float(v)) || float(v) == 0.0f) {
+  if (!sc::embeddingScaleValid(v)) {
     std::ostringstream msg;
-    msg << opName << ": scale must be a finite, non-zero fp32 number, got " << v;
+    msg << opName << ": scale " << sc::kEmbeddingScaleRule << ", got " << v;
     return c.attrError(sc::kEmbeddingScaleAttr.data(), msg.str());
   }
   if (op.arg(positionRole) >= 0)

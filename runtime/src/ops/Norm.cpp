@@ -4,6 +4,7 @@
 // layer_norm_bwd / rms_norm_bwd (both gradients, and the residual's add). The RMS norms' optional
 // `weight_offset` (Gemma: the weight used is weight_offset + w) binds as NormParams::weightOffset.
 #include "OpDefs.h"
+#include "llcdist/runtime/FloatAttrRules.h"
 
 #include <cmath>
 #include <sstream>
@@ -26,9 +27,9 @@ Status checkNorm(const OpChecker& c) {
   const std::string offset(sc::kWeightOffsetAttr);
   if (c.op().attrs.count(offset)) {
     const double v = c.op().floatAttr(offset);
-    if (!std::isfinite(float(v))) {
+    if (!sc::weightOffsetValid(v)) {
       std::ostringstream msg;
-      msg << sc::opName(c.op().kind) << ": weight_offset must be a finite fp32 number, got " << v;
+      msg << sc::opName(c.op().kind) << ": weight_offset " << sc::kWeightOffsetRule << ", got " << v;
       return c.attrError(sc::kWeightOffsetAttr.data(), msg.str());
     }
   }

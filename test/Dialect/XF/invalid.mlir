@@ -195,7 +195,7 @@ func.func @swiglu_grad_activation(%d: tensor<2x8x64xf32>, %g: tensor<2x8x64xf32>
 // -----
 
 func.func @embedding_scale_zero(%ids: tensor<2x8xi32>, %t: tensor<256x64xf32>) {
-  // expected-error @+1 {{scale must be finite and non-zero, got 0}}
+  // expected-error @+1 {{scale must be a finite, non-zero fp32 number, got 0}}
   %e = xf.embedding %ids, %t {scale = 0.0 : f64} : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xf32>
   return
 }
@@ -203,15 +203,24 @@ func.func @embedding_scale_zero(%ids: tensor<2x8xi32>, %t: tensor<256x64xf32>) {
 // -----
 
 func.func @embedding_grad_scale_inf(%ids: tensor<2x8xi32>, %d: tensor<2x8x64xf32>) {
-  // expected-error @+1 {{scale must be finite and non-zero, got INF}}
+  // expected-error @+1 {{scale must be a finite, non-zero fp32 number, got INF}}
   %e = xf.embedding_grad %ids, %d {scale = 0x7FF0000000000000 : f64} : (tensor<2x8xi32>, tensor<2x8x64xf32>) -> tensor<256x64xf32>
   return
 }
 
 // -----
 
+// Finite as a double, not as the fp32 the kernels use: the runtime's rule (FloatAttrRules.h).
+func.func @rms_norm_weight_offset_fp32(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>) {
+  // expected-error @+1 {{weight_offset must be a finite fp32 number, got 1.000000e+39}}
+  %y = xf.rms_norm %x, %w {eps = 1.0e-06 : f64, weight_offset = 1.0e39 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
 func.func @rms_norm_weight_offset(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>) {
-  // expected-error @+1 {{weight_offset must be finite, got nan}}
+  // expected-error @+1 {{weight_offset must be a finite fp32 number, got nan}}
   %y = xf.rms_norm %x, %w {eps = 1.0e-06 : f64, weight_offset = 0x7FF8000000000000 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
   return
 }

@@ -5,7 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/XF/IR/XFOps.h"
-#include "llcdist/runtime/PlanSchema.h" // header-only: the runtime's rope_theta rule
+#include "llcdist/runtime/FloatAttrRules.h" // header-only: the runtime's weight_offset and scale rules
+#include "llcdist/runtime/PlanSchema.h"     // header-only: the runtime's rope_theta rule
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -70,18 +71,21 @@ LogicalResult LayerOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 // Embeddings and rope
 //===----------------------------------------------------------------------===//
 
-LogicalResult llcdist::xf::detail::checkFiniteAttr(Operation *op, StringRef name, std::optional<APFloat> v,
-                                                   bool nonZero) {
+LogicalResult llcdist::xf::detail::checkFloatAttr(Operation *op, FloatAttrRule rule, std::optional<APFloat> v) {
+  namespace sc = llcdist::rt::schema;
   if (!v)
     return success();
-  double d = v->convertToDouble();
-  if (std::isfinite(d) && (!nonZero || d != 0.0))
+  const double d = v->convertToDouble();
+  const bool scale = rule == FloatAttrRule::EmbeddingScale;
+  if (scale ? sc::embeddingScaleValid(d) : sc::weightOffsetValid(d))
     return success();
-  return op->emitOpError() << name << " must be finite" << (nonZero ? " and non-zero" : "") << ", got " << d;
+  std::string_view what = scale ? sc::kEmbeddingScaleRule : sc::kWeightOffsetRule;
+  return op->emitOpError() << (scale ? "scale " : "weight_offset ") << StringRef(what.data(), what.size()) << ", got "
+                           << d;
 }
 
 LogicalResult EmbeddingOp::verify() {
-  if (failed(checkFiniteAttr(*this, "scale", getScale(), /*nonZero=*/true)))
+  if (failed(checkFloatAttr(*this, FloatAttrRule::EmbeddingScale, getScale())))
     return failure();
   auto ids = rt(getIds()), table = rt(getTable()), res = rt(getResult());
   if (table.getRank() != 2)
@@ -186,7 +190,7 @@ LogicalResult LayerNormOp::verify() {
 }
 
 LogicalResult RMSNormOp::verify() {
-  if (failed(checkFiniteAttr(*this, "weight_offset", getWeightOffset(), /*nonZero=*/false)))
+  if (failed(checkFloatAttr(*this, FloatAttrRule::WeightOffset, getWeightOffset())))
     return failure();
   if (failed(checkNorm(*this, getInput(), {getWeight()}, {"weight"},
                        getEps().convertToDouble(), getResult())))

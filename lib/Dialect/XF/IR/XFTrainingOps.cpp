@@ -72,7 +72,7 @@ LogicalResult LinearGradBiasOp::verify() {
 }
 
 LogicalResult EmbeddingGradOp::verify() {
-  if (failed(checkFiniteAttr(*this, "scale", getScale(), /*nonZero=*/true)))
+  if (failed(checkFloatAttr(*this, FloatAttrRule::EmbeddingScale, getScale())))
     return failure();
   auto ids = rt(getIds()), dy = rt(getDy()), res = rt(getResult());
   if (dy.getShape().drop_back() != ids.getShape())

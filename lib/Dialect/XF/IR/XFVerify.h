@@ -53,8 +53,11 @@ LogicalResult checkRopeTheta(Operation *op, double theta);
 LogicalResult checkRotaryDim(Operation *op, std::optional<uint64_t> rotaryDim, int64_t headDim);
 /// xf.swiglu's and xf.swiglu_grad's optional activation: "silu" or "gelu_tanh".
 LogicalResult checkGatedActivation(Operation *op, std::optional<StringRef> activation);
-/// An optional f64 attribute that must be finite (and, with `nonZero`, not 0).
-LogicalResult checkFiniteAttr(Operation *op, StringRef name, std::optional<APFloat> v, bool nonZero);
+/// xf.rms_norm's weight_offset and xf.embedding's (and its gradient's)
+/// scale against the runtime's rules (rt::schema, FloatAttrRules.h): the
+/// kernels use them as fp32 numbers.
+enum class FloatAttrRule { WeightOffset, EmbeddingScale };
+LogicalResult checkFloatAttr(Operation *op, FloatAttrRule rule, std::optional<APFloat> v);
 
 /// Rows of a [..., H] tensor: the product of its leading dimensions.
 inline int64_t numRows(Value v) {

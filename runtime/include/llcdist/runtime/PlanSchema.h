@@ -111,12 +111,13 @@ inline constexpr std::string_view kRotaryDimAttr = "rotary_dim";
 // The optional float attr of rms_norm_fwd / add_rms_norm_fwd / rms_norm_bwd_input / rms_norm_bwd for
 // Gemma's RMSNorm: y = x·rstd·(weight_offset + w), the offset added to the weight in fp32 (Gemma:
 // `output * (1.0 + self.weight.float())`); the input gradient uses (weight_offset + w), the weight
-// gradient is unchanged (rms_norm_bwd_weight has no such attr). Finite as an fp32 value. Absent: 0.
+// gradient is unchanged (rms_norm_bwd_weight has no such attr). Finite as an fp32 value (weightOffsetValid,
+// FloatAttrRules.h: the compiler's xf.rms_norm checks the same rule). Absent: 0.
 inline constexpr std::string_view kWeightOffsetAttr = "weight_offset";
 // The optional float attr of embedding_fwd / embedding_bwd_weight for Gemma's scaled embedding
 // (`normalizer = torch.tensor(hidden_size**0.5, dtype)`): out = table[id]·float(scale), dtable[id] +=
 // float(scale)·dout. The plan gives the multiplier as the model's dtype rounds it. Finite and non-zero
-// as an fp32 value; never with the fused position embedding (wpe / dwpe). Absent: 1.
+// as an fp32 value (embeddingScaleValid, FloatAttrRules.h, also xf.embedding's rule); never with the fused position embedding (wpe / dwpe). Absent: 1.
 inline constexpr std::string_view kEmbeddingScaleAttr = "scale";
 // The optional string attr of swiglu_fwd / swiglu_bwd: the gate's activation act in y = act(gate)·up.
 // "silu" (the default: SwiGLU, Llama) or "gelu_tanh" (GeGLU, Gemma: gelu_tanh_fwd's function, torch's

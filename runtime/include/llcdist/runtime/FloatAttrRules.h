@@ -1,0 +1,29 @@
+// The rules for the float op attributes whose value the kernels use as an fp32 number (Gemma's
+// rms-norm `weight_offset` and embedding `scale`, PlanSchema.h). One definition: the runtime checks
+// plans against it (src/ops/Norm.cpp, src/ops/Embedding.cpp) and the compiler checks xf.rms_norm and
+// xf.embedding (lib/Dialect/XF/IR/XFOps.cpp), so a plan llc-dist writes is one the runtime loads.
+// Header-only and MLIR-free.
+#pragma once
+
+#include <cfloat>
+#include <string_view>
+
+namespace llcdist::rt::schema {
+
+// `v` rounds to a finite fp32 value: in [-FLT_MAX, FLT_MAX] (NaN is not).
+constexpr bool finiteAsF32(double v) { return v >= -double(FLT_MAX) && v <= double(FLT_MAX); }
+// `v` rounds to a non-zero fp32 value: its magnitude above half the smallest subnormal.
+constexpr bool nonZeroAsF32(double v) { return v > double(FLT_TRUE_MIN) / 2 || v < -double(FLT_TRUE_MIN) / 2; }
+
+// rms_norm's weight_offset: any value finite as fp32.
+constexpr bool weightOffsetValid(double v) { return finiteAsF32(v); }
+inline constexpr std::string_view kWeightOffsetRule = "must be a finite fp32 number";
+// embedding's scale: finite and non-zero as fp32.
+constexpr bool embeddingScaleValid(double v) { return finiteAsF32(v) && nonZeroAsF32(v); }
+inline constexpr std::string_view kEmbeddingScaleRule = "must be a finite, non-zero fp32 number";
+
+static_assert(weightOffsetValid(1.0) && !weightOffsetValid(1e39) && !weightOffsetValid(-1e39));
+static_assert(embeddingScaleValid(45.25) && !embeddingScaleValid(1e-50) && !embeddingScaleValid(0.0) &&
+              embeddingScaleValid(double(FLT_TRUE_MIN)));
+
+}  // namespace llcdist::rt::schema

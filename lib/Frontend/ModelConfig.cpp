@@ -304,6 +304,31 @@ void parseGPT2(FieldReader &r, ModelConfig &c) {
             "task_specific_params", "reorder_and_upcast_attn", "output_past"});
 }
 
+/// rope_theta, under the runtime's own rule (PlanSchema.h), so no config
+/// compiles to a plan the runtime refuses (5e-324 is a positive double but
+/// 0 in fp32).
+void readRopeTheta(FieldReader &r, ModelConfig &c, const json &obj) {
+  c.ropeTheta = r.positiveFloat("rope_theta", 10000.0);
+  if (!llcdist::rt::schema::ropeThetaInRange(c.ropeTheta))
+    r.fail("rope_theta", std::string(llcdist::rt::schema::kRopeThetaRule) + ", got " + obj.at("rope_theta").dump());
+}
+
+/// Every query head's group has a kv head: num_key_value_heads divides
+/// num_attention_heads.
+void checkKvHeads(FieldReader &r, const ModelConfig &c) {
+  if (c.heads % c.kvHeads != 0)
+    r.fail("num_key_value_heads", "num_key_value_heads=" + std::to_string(c.kvHeads) +
+                                      " does not divide num_attention_heads=" + std::to_string(c.heads));
+}
+
+/// A family whose rope_scaling llc-dist does not implement: null or absent
+/// only; `why` ends the message ("must be null for Qwen2 (...)").
+void refuseRopeScaling(FieldReader &r, const std::string &why) {
+  if (r.has("rope_scaling"))
+    r.fail("rope_scaling", "must be null for " + why);
+  r.ignore({"rope_scaling"});
+}
+
 /// Llama's fields, Qwen2's (LlamaForCausalLM's layer with biases on q, k
 /// and v only; transformers' Qwen2Config has no head_dim, attention_bias,
 /// mlp_bias or pretraining_tp; its sliding window is off unless
@@ -330,18 +355,9 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
   if (c.headDim % 2 != 0)
     r.fail("head_dim", "must be even for rotary embeddings, got " +
                            std::to_string(c.headDim));
-  if (c.heads % c.kvHeads != 0)
-    r.fail("num_key_value_heads",
-           "num_key_value_heads=" + std::to_string(c.kvHeads) +
-               " does not divide num_attention_heads=" +
-               std::to_string(c.heads));
+  checkKvHeads(r, c);
   c.normEps = r.positiveFloat("rms_norm_eps", 1e-6);
-  c.ropeTheta = r.positiveFloat("rope_theta", 10000.0);
-  // The runtime's own rule (PlanSchema.h), so no config compiles to a plan
-  // the runtime refuses (5e-324 is a positive double but 0 in fp32).
-  if (!llcdist::rt::schema::ropeThetaInRange(c.ropeTheta))
-    r.fail("rope_theta", std::string(llcdist::rt::schema::kRopeThetaRule) +
-                             ", got " + obj.at("rope_theta").dump());
+  readRopeTheta(r, c, obj);
   c.tieEmbeddings = r.boolean("tie_word_embeddings", gemma);
   r.ignore({"attention_dropout"});
   if (gemma) {
@@ -356,9 +372,7 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
     c.normWeightOffset = 1; // GemmaRMSNorm: x · rstd · (1 + w)
     c.qkvBias = c.outputBias = r.boolean("attention_bias", false);
     c.mlpBias = false;
-    if (r.has("rope_scaling"))
-      r.fail("rope_scaling", "must be null for Gemma (GemmaConfig has no rope scaling)");
-    r.ignore({"rope_scaling"});
+    refuseRopeScaling(r, "Gemma (GemmaConfig has no rope scaling)");
     return;
   }
   std::string act = r.string("hidden_act", "silu");
@@ -371,9 +385,7 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
       r.ignore({"sliding_window"});
     else
       c.slidingWindow = r.positiveInt("sliding_window", 4096);
-    if (r.has("rope_scaling"))
-      r.fail("rope_scaling", "must be null for Mistral (no scaling is implemented for it)");
-    r.ignore({"rope_scaling"});
+    refuseRopeScaling(r, "Mistral (no scaling is implemented for it)");
     return;
   }
   if (qwen2) {
@@ -383,9 +395,7 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
       r.fail("use_sliding_window", "sliding-window attention is not implemented; only false (full causal "
                                    "attention, Qwen2's default) is supported");
     r.ignore({"sliding_window", "max_window_layers"}); // only read with use_sliding_window
-    if (r.has("rope_scaling"))
-      r.fail("rope_scaling", "must be null for Qwen2 (its YaRN scaling is not implemented)");
-    r.ignore({"rope_scaling"});
+    refuseRopeScaling(r, "Qwen2 (its YaRN scaling is not implemented)");
     return;
   }
   c.qkvBias = c.outputBias = r.boolean("attention_bias", false);
@@ -444,9 +454,7 @@ void parsePhi(FieldReader &r, ModelConfig &c, const json &obj) {
   if (c.hidden % c.heads != 0)
     r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
                                       " does not divide hidden_size=" + std::to_string(c.hidden));
-  if (c.heads % c.kvHeads != 0)
-    r.fail("num_key_value_heads", "num_key_value_heads=" + std::to_string(c.kvHeads) +
-                                      " does not divide num_attention_heads=" + std::to_string(c.heads));
+  checkKvHeads(r, c);
   c.headDim = c.hidden / c.heads;
   double factor = r.positiveFloat("partial_rotary_factor", 0.5);
   if (factor > 1)
@@ -458,11 +466,8 @@ void parsePhi(FieldReader &r, ModelConfig &c, const json &obj) {
                                         std::to_string(c.headDim) + ") = " + std::to_string(c.rotaryDim) +
                                         " rotary dims per head; they must be even and at least 2");
   c.normEps = r.positiveFloat("layer_norm_eps", 1e-5);
-  c.ropeTheta = r.positiveFloat("rope_theta", 10000.0);
-  if (!llcdist::rt::schema::ropeThetaInRange(c.ropeTheta))
-    r.fail("rope_theta", std::string(llcdist::rt::schema::kRopeThetaRule) + ", got " + obj.at("rope_theta").dump());
-  if (r.has("rope_scaling"))
-    r.fail("rope_scaling", "must be null for Phi (its linear and dynamic scalings are not implemented)");
+  readRopeTheta(r, c, obj);
+  refuseRopeScaling(r, "Phi (its linear and dynamic scalings are not implemented)");
   if (r.boolean("qk_layernorm", false))
     r.fail("qk_layernorm", "only false (Phi-2's) is supported");
   std::string act = r.string("hidden_act", "gelu_new");
@@ -470,8 +475,7 @@ void parsePhi(FieldReader &r, ModelConfig &c, const json &obj) {
     r.fail("hidden_act", "unsupported activation '" + act + "'; llc-dist implements Phi's tanh GELU (\"gelu_new\")");
   c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
   c.qkvBias = c.outputBias = c.mlpBias = c.lmHeadBias = true;
-  c.parallelBlock = true;
-  r.ignore({"rope_scaling", "resid_pdrop", "embd_pdrop", "attention_dropout"});
+  r.ignore({"resid_pdrop", "embd_pdrop", "attention_dropout"});
 }
 } // namespace
 

@@ -158,10 +158,9 @@ TEST(ModelConfig, PhiFields) {
   EXPECT_EQ(c.arch, Arch::Phi);
   EXPECT_EQ(c.headDim, 80);
   EXPECT_EQ(c.rotaryDim, 32); // int(0.4 * 80)
-  EXPECT_TRUE(c.parallelBlock && c.lmHeadBias && c.qkvBias && c.outputBias && c.mlpBias);
+  EXPECT_TRUE(c.lmHeadBias && c.qkvBias && c.outputBias && c.mlpBias);
   EXPECT_FALSE(c.tieEmbeddings);
   EXPECT_FALSE(llamaLayout(c.arch));
-  EXPECT_TRUE(rotaryPositions(c.arch));
   EXPECT_EQ(c.layerTensors(), 14);
   const std::string head = R"({"architectures": ["PhiForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
     "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128)";

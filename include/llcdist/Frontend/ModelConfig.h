@@ -2,8 +2,10 @@
 //
 // MLIR-free: parses and validates a Hugging Face config.json of a
 // GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
-// GemmaForCausalLM or PhiForCausalLM into one flat description of a decoder-only transformer. Errors name the
-// file, the line and column of the field, the field, and what to do.
+// GemmaForCausalLM or PhiForCausalLM into one flat description of a
+// decoder-only transformer (Phi's parallel attention/MLP block is its
+// architecture's: ImportXF's phiBlock). Errors name the file, the line and
+// column of the field, the field, and what to do.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LLCDIST_FRONTEND_MODELCONFIG_H
@@ -25,8 +27,6 @@ const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" 
 /// (with a sliding attention window) and Gemma (GeGLU, (1 + w) norms, scaled
 /// embeddings) share. GPT-2 and Phi have LayerNorms and a two-matrix MLP.
 inline bool llamaLayout(Arch a) { return a != Arch::GPT2 && a != Arch::Phi; }
-/// Rotary position embeddings (every family but GPT-2's learned positions).
-inline bool rotaryPositions(Arch a) { return a != Arch::GPT2; }
 
 /// Hugging Face's `rope_scaling` with rope_type "llama3" (Llama 3.1+).
 struct RopeScaling {
@@ -55,9 +55,6 @@ struct ModelConfig {
   /// Phi's partial rotary: the first rotaryDim dims of each head rotate
   /// (partial_rotary_factor · head_dim); 0: all of them.
   int64_t rotaryDim = 0;
-  /// Phi: attention and MLP side by side on one LayerNorm,
-  /// x + attn(ln x) + mlp(ln x).
-  bool parallelBlock = false;
   bool lmHeadBias = false; ///< Phi: lm_head has a bias
   /// Gemma: RMSNorm scales by (1 + w), the embeddings are multiplied by
   /// sqrt(hidden_size), and the gated MLP's activation is the tanh GELU

@@ -275,17 +275,10 @@ private:
   std::string label(mlir::Operation *op, Scope &s);
   Buf def(Scope &s, mlir::Value v, mlir::Operation *op, mlir::StringRef suffix = "");
   mlir::NamedAttribute layout(xf::WeightLayout l);
-  /// `attrs` plus an attention's `window` (Mistral's sliding window), if any.
-  llvm::SmallVector<mlir::NamedAttribute> withWindow(std::optional<uint64_t> window,
-                                                     llvm::SmallVector<mlir::NamedAttribute> attrs) {
-    if (window)
-      attrs.push_back(i64("window", int64_t(*window)));
-    return attrs;
-  }
   /// `attrs` plus the plan attribute `name` = an optional xf attribute's
   /// value, where the xf op has one (plans of ops without it stay as they
-  /// were): rope's rotary_dim, rms_norm's weight_offset, the embedding's
-  /// scale, the gated MLP's activation.
+  /// were): attention's window, rope's rotary_dim, rms_norm's
+  /// weight_offset, the embedding's scale, the gated MLP's activation.
   llvm::SmallVector<mlir::NamedAttribute> withOptional(mlir::StringRef name, std::optional<uint64_t> v,
                                                        llvm::SmallVector<mlir::NamedAttribute> attrs) {
     if (v)

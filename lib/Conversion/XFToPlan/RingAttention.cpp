@@ -62,8 +62,9 @@ RingSlots ringSlots(const BufferFactory &make, const std::string &name, StringRe
 
 SmallVector<NamedAttribute> OpLowering::ringBlockAttrs(std::optional<uint64_t> window, Value q, int64_t nh, int64_t nkv,
                                                        int64_t hd, int64_t step) {
-  return withWindow(window, {i64("B", dim(q, 0)), i64("S", dim(q, 1)), i64("nh", nh), i64("nkv", nkv), i64("hd", hd),
-                             str("axis", "cp"), i64("step", step)});
+  return withOptional("window", window,
+                      {i64("B", dim(q, 0)), i64("S", dim(q, 1)), i64("nh", nh), i64("nkv", nkv), i64("hd", hd),
+                       str("axis", "cp"), i64("step", step)});
 }
 
 LogicalResult OpLowering::ringAttentionForward(AttentionOp at, Scope &s, Buf out, Buf lse, Location loc) {

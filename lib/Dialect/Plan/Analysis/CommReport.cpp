@@ -75,11 +75,9 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
         e.kind = kind.str();
         e.stage = stage;
         e.axis = k.getParams().getAs<StringAttr>("axis").str();
-        e.groupSize = 1;
-        if (kind == "send")
-          e.groupSize = 2;
-        else // one axis or several joined by '+' ("dp+cp"): the product
-          e.groupSize = axisSetSize(e.axis, [&](std::string_view a) { return axisSize.lookup(StringRef(a)); });
+        // A send's pair, or one axis or several joined by '+' ("dp+cp"): the product.
+        e.groupSize =
+            kind == "send" ? 2 : axisSetSize(e.axis, [&](std::string_view a) { return axisSize.lookup(StringRef(a)); });
         if (auto g = k.getParams().getAs<IntegerAttr>("group_size")) // a sub-group of the axis
           e.groupSize = g.getInt();
         e.callsPerStep = runs.lookup(sub.getSymName());

@@ -706,6 +706,61 @@ TEST_F(PlanLoaderTest, ShardedParamErrors) {
   expectError(fixOps(shardWte({{"axis", "tp"}, {"dim", 0}, {"blocks", 0}}, {16, 16})), {"params[0].sharding.blocks", ">= 1"});
 }
 
+// The moe family (forward op 4): every role's element count from the attrs, k <= E, ids in i32 buffers.
+TEST_F(PlanLoaderTest, MoeOpErrors) {
+  const std::string at = "subroutines[1].ops[4]";
+  // moe_route of the 16 tokens over E = 4 experts, k each: logits [16, 4], weights and experts [16, k].
+  auto route = [](int64_t k, int64_t logits) {
+    return [=](testing::PlanBuilder& b) {
+      const int64_t l = b.buffer("router.logits", "activation", {logits});
+      const int64_t w = b.buffer("router.weights", "activation", {16, k});
+      const int64_t e = b.buffer("router.experts", "activation", {16, k}, "i32");
+      b.op("forward", "moe_route", {{"logits", l}, {"weights", w}, {"experts", e}},
+           {{"T", 16}, {"E", 4}, {"k", k}, {"normalize", true}});
+    };
+  };
+  // grouped_linear_fwd of N = 32 rows, K = 16, O = 8 over E = 4 experts: w [4, 8, 16].
+  auto grouped = [](int64_t w, const char* sizesType) {
+    return [=](testing::PlanBuilder& b) {
+      const int64_t x = b.buffer("experts.x", "activation", {32, 16});
+      const int64_t wb = b.buffer("experts.w", "param", {w});
+      const int64_t sizes = b.buffer("experts.sizes", "activation", {4}, sizesType);
+      const int64_t y = b.buffer("experts.y", "activation", {32, 8});
+      b.op("forward", "grouped_linear_fwd", {{"x", x}, {"w", wb}, {"group_sizes", sizes}, {"y", y}},
+           {{"N", 32}, {"K", 16}, {"O", 8}, {"E", 4}});
+    };
+  };
+  using Mutate = std::function<void(testing::PlanBuilder&)>;
+  for (const Mutate& valid : {Mutate(route(2, 64)), Mutate(route(4, 64)), Mutate(grouped(512, "i32"))}) {
+    testing::PlanBuilder b = base;
+    valid(b);
+    Status s = load(b);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+  expectError(route(5, 64), {at + ".attrs.k", "moe_route: k = 5 experts per token exceeds E = 4 experts"});
+  expectError(route(2, 60), {at + ".args.logits", "expected T×E = 64"});
+  expectError(grouped(256, "i32"), {at + ".args.w", "expected E×O×K = 512"});
+  expectError(grouped(512, "f32"), {at + ".args.group_sizes", "is f32", "needs i32"});
+  // moe_unpermute: xp [T·k, H] = [32, 16] for T 16, k 2, H 16; the optional weights [T, k] when given.
+  auto unpermute = [](int64_t xp, int64_t weights) {
+    return [=](testing::PlanBuilder& b) {
+      json args = {{"xp", b.buffer("moe.xp", "activation", {xp})},
+                   {"slots", b.buffer("moe.slots", "activation", {32}, "i32")},
+                   {"y", kH}};
+      if (weights) args["weights"] = b.buffer("moe.weights", "activation", {weights});
+      b.op("forward", "moe_unpermute", args, {{"T", 16}, {"H", 16}, {"k", 2}});
+    };
+  };
+  {
+    testing::PlanBuilder b = base;
+    unpermute(512, 0)(b);
+    Status s = load(b);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+  expectError(unpermute(256, 32), {at + ".args.xp", "expected T×k×H = 512"});
+  expectError(unpermute(512, 16), {at + ".args.weights", "expected T×k = 32"});
+}
+
 }  // namespace
 }  // namespace llcdist::rt
 

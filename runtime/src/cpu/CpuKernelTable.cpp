@@ -19,6 +19,7 @@ const CpuKernelTable& cpuKernelTable() {
     registerCpuAttentionBlockKernels(t);
     registerCpuLossKernels(t);
     registerCpuOptimizerKernels(t);
+    registerCpuMoeKernels(t);
     return t;
   }();
   return table;

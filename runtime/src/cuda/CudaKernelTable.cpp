@@ -19,6 +19,7 @@ const CudaKernelTable& cudaKernelTable() {
     registerCudaAttentionBlockKernels(t);
     registerCudaLossKernels(t);
     registerCudaOptimizerKernels(t);
+    registerCudaMoeKernels(t);
     return t;
   }();
   return table;

@@ -129,6 +129,7 @@ void registerCudaAttentionKernels(CudaKernelTable& table);    // Attention.cu: a
 void registerCudaAttentionBlockKernels(CudaKernelTable& table);  // AttentionBlock.cu: ring attention
 void registerCudaLossKernels(CudaKernelTable& table);         // Loss.cu: cross_entropy_*
 void registerCudaOptimizerKernels(CudaKernelTable& table);    // Optimizer.cu: grad_norm*, adamw, sgd
+void registerCudaMoeKernels(CudaKernelTable& table);          // Moe.cu: moe_*, grouped_linear_*, sigmoid_gate_*
 
 // The CUDA backend's kernel table: an entry for exactly the kinds with launchesKernel(kind), checked
 // at backend creation.

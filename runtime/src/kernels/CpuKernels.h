@@ -18,5 +18,6 @@ void registerCpuAttentionKernels(CpuKernelTable& table);    // Attention.cpp: at
 void registerCpuAttentionBlockKernels(CpuKernelTable& table);  // AttentionBlock.cpp: ring attention
 void registerCpuLossKernels(CpuKernelTable& table);         // Loss.cpp: cross_entropy_*
 void registerCpuOptimizerKernels(CpuKernelTable& table);    // Optimizer.cpp: grad_norm, adamw, sgd
+void registerCpuMoeKernels(CpuKernelTable& table);          // Moe.cpp: moe_*, grouped_linear_*, sigmoid_gate_*
 
 }  // namespace llcdist::rt

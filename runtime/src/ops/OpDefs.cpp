@@ -22,6 +22,7 @@ const OpDefTable& opDefs() {
     registerLossOps(t);
     registerOptimizerOps(t);
     registerCommunicationOps(t);
+    registerMoeOps(t);
     return t;
   }();
   return table;

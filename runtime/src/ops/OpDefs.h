@@ -122,5 +122,6 @@ void registerAttentionOps(OpDefTable& table);      // attention_*
 void registerLossOps(OpDefTable& table);           // cross_entropy_*
 void registerOptimizerOps(OpDefTable& table);      // grad_norm, adamw, sgd
 void registerCommunicationOps(OpDefTable& table);  // all_reduce, all_gather, reduce_scatter, send, recv, wait
+void registerMoeOps(OpDefTable& table);            // moe_*, grouped_linear_*, sigmoid_gate_*
 
 }  // namespace llcdist::rt::ops

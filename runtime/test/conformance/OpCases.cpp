@@ -50,6 +50,10 @@ struct Case {
   int64_t tp = 1;                       // mesh.tp of the plan (no communicator: only ops without collectives when > 1)
   int rank = 0;                         // the rank the interpreter runs
   std::set<std::string> f32Roles = {};  // roles whose buffers stay f32 in the bf16 run (classifier's dw_acc)
+  // Overwrites some of the seeded inputs (the moe ops' ids, slots and group sizes, which random ids would
+  // not make valid, and logits whose top-k no rounding can flip); float values set here are then rounded
+  // as the bf16 run stores them.
+  std::function<void(Host&)> init = {};
 };
 
 constexpr int64_t kStep = 2;  // optimizer t = 3
@@ -81,6 +85,108 @@ void classifierReference(Host& h, WeightLayout layout, bool accumulate, int64_t 
   double total = 0;
   ASSERT_TRUE(classifierForwardBackward(a, p, &total).isOk());
   h.F("loss")[0] += float(0.5 * (total / 5.0));
+}
+
+// The moe cases (T 4, H 3, E 4, k 2; the grouped GEMMs N 7, K 3, O 2, E 3).
+MoeParams moeParams(bool normalize) { return MoeParams{4, 3, 4, 2, 0, 0, 0, normalize, false}; }
+MoeParams groupedParams(bool accumulate) { return MoeParams{0, 0, 3, 0, 7, 3, 2, false, accumulate}; }
+// Logits [4, 4] whose rows are permutations of values 0.75 apart (exact in bf16): no rounding on any
+// backend reorders them, so the top-k is the same everywhere.
+void moeLogits(Host& h) {
+  const float levels[4] = {-1.0f, -0.25f, 0.5f, 1.25f};
+  const int order[4][4] = {{2, 0, 3, 1}, {0, 1, 2, 3}, {3, 2, 1, 0}, {1, 3, 0, 2}};
+  for (int t = 0; t < 4; ++t)
+    for (int e = 0; e < 4; ++e) h.F("logits")[t * 4 + e] = levels[order[t][e]];
+}
+// The slots of moe_unpermute / _bwd: a permutation of the 8 assignment rows, as moe_permute writes them.
+void moeSlots(Host& h) {
+  const int32_t slots[8] = {5, 0, 7, 2, 1, 6, 3, 4};
+  std::copy(slots, slots + 8, h.i.at("slots").at(0).begin());
+}
+// group_sizes of the grouped GEMMs: expert 1 empty, row 6 past the groups.
+void moeGroups(Host& h) {
+  const int32_t sizes[3] = {4, 0, 2};
+  std::copy(sizes, sizes + 3, h.i.at("group_sizes").at(0).begin());
+}
+
+std::vector<Case> moeCases() {
+  std::vector<Case> c;
+  for (bool normalize : {true, false}) {
+    json attrs = {{"T", 4}, {"E", 4}, {"k", 2}, {"normalize", normalize}};
+    c.push_back({"moe_route", {{"logits", {16}}, {"weights", {8}}, {"experts", {8}}}, attrs, [normalize](Host& h) {
+                   moeRouteForward(h.F("logits"), h.F("weights"), h.I("experts"), moeParams(normalize));
+                 }});
+    c.back().init = moeLogits;
+    c.push_back({"moe_route_bwd",
+                 {{"logits", {16}}, {"experts", {8}}, {"dweights", {8}}, {"dlogits", {16}}},
+                 attrs,
+                 [normalize](Host& h) {
+                   moeRouteBackward(h.F("logits"), h.I("experts"), h.F("dweights"), h.F("dlogits"),
+                                    moeParams(normalize));
+                 }});
+    c.back().init = [](Host& h) {  // the experts moe_route selects
+      moeLogits(h);
+      std::vector<float> w(8);
+      moeRouteForward(h.F("logits"), w.data(), h.I("experts"), moeParams(true));
+    };
+  }
+  // Random expert ids in [0, 3): expert 3's group is empty.
+  c.push_back({"moe_permute",
+               {{"x", {12}}, {"experts", {8}}, {"xp", {24}}, {"slots", {8}}, {"group_sizes", {4}}},
+               {{"T", 4}, {"H", 3}, {"E", 4}, {"k", 2}},
+               [](Host& h) {
+                 moePermute(h.F("x"), h.I("experts"), h.F("xp"), h.I("slots"), h.I("group_sizes"), moeParams(false));
+               },
+               3});
+  const json tokens = {{"T", 4}, {"H", 3}, {"k", 2}};
+  c.push_back({"moe_unpermute", {{"xp", {24}}, {"slots", {8}}, {"weights", {8}}, {"y", {12}}}, tokens, [](Host& h) {
+                 moeUnpermute(h.F("xp"), h.I("slots"), h.F("weights"), h.F("y"), moeParams(false));
+               }});
+  c.back().init = moeSlots;
+  c.push_back({"moe_unpermute", {{"xp", {24}}, {"slots", {8}}, {"y", {12}}}, tokens, [](Host& h) {
+                 moeUnpermute(h.F("xp"), h.I("slots"), nullptr, h.F("y"), moeParams(false));
+               }});
+  c.back().init = moeSlots;
+  c.push_back({"moe_unpermute_bwd",
+               {{"dy", {12}}, {"xp", {24}}, {"slots", {8}}, {"weights", {8}}, {"dxp", {24}}, {"dweights", {8}}},
+               tokens,
+               [](Host& h) {
+                 moeUnpermuteBackward(h.F("dy"), h.F("xp"), h.I("slots"), h.F("weights"), h.F("dxp"), h.F("dweights"),
+                                      moeParams(false));
+               }});
+  c.back().init = moeSlots;
+  const json gemm = {{"N", 7}, {"K", 3}, {"O", 2}, {"E", 3}};
+  c.push_back({"grouped_linear_fwd", {{"x", {21}}, {"w", {18}}, {"group_sizes", {3}}, {"y", {14}}}, gemm, [](Host& h) {
+                 groupedLinearForward(h.F("x"), h.F("w"), h.I("group_sizes"), h.F("y"), groupedParams(false));
+               }});
+  c.back().init = moeGroups;
+  c.push_back(
+      {"grouped_linear_bwd_input", {{"dy", {14}}, {"w", {18}}, {"group_sizes", {3}}, {"dx", {21}}}, gemm, [](Host& h) {
+         groupedLinearBackwardInput(h.F("dy"), h.F("w"), h.I("group_sizes"), h.F("dx"), groupedParams(false));
+       }});
+  c.back().init = moeGroups;
+  for (bool accumulate : {true, false}) {
+    json attrs = gemm;
+    attrs["accumulate"] = accumulate;
+    c.push_back({"grouped_linear_bwd_weight",
+                 {{"dy", {14}}, {"x", {21}}, {"group_sizes", {3}}, {"dw", {18}}},
+                 attrs,
+                 [accumulate](Host& h) {
+                   groupedLinearBackwardWeight(h.F("dy"), h.F("x"), h.I("group_sizes"), h.F("dw"),
+                                               groupedParams(accumulate));
+                 }});
+    c.back().init = moeGroups;
+  }
+  c.push_back({"sigmoid_gate_fwd", {{"gate", {4}}, {"x", {12}}, {"y", {12}}}, {{"T", 4}, {"H", 3}}, [](Host& h) {
+                 sigmoidGateForward(h.F("gate"), h.F("x"), h.F("y"), moeParams(false));
+               }});
+  c.push_back({"sigmoid_gate_bwd",
+               {{"dy", {12}}, {"gate", {4}}, {"x", {12}}, {"dgate", {4}}, {"dx", {12}}},
+               {{"T", 4}, {"H", 3}},
+               [](Host& h) {
+                 sigmoidGateBackward(h.F("dy"), h.F("gate"), h.F("x"), h.F("dgate"), h.F("dx"), moeParams(false));
+               }});
+  return c;
 }
 
 std::vector<Case> cases() {
@@ -722,6 +828,12 @@ void runCase(const Case& c, uint32_t seed, bool bf16, const conformance::Backend
     }
     args[role] = sc::isListArity(spec.arity) ? ids : ids[0];
   }
+  if (c.init) {
+    c.init(host);
+    for (auto& [role, vs] : host.f)
+      if (!c.f32Roles.count(role))
+        for (auto& v : vs) host.roundIfBf16(v);
+  }
   if (c.tp > 1) {
     b.manifest["mesh"]["tp"] = c.tp;
     json ranks = json::array();
@@ -789,7 +901,9 @@ void runCase(const Case& c, uint32_t seed, bool bf16, const conformance::Backend
 std::set<std::string> conformance::runEveryOpCase(const BackendUnderTest& backend, bool bf16) {
   std::set<std::string> covered;
   uint32_t seed = 1;
-  for (const Case& c : cases()) {
+  std::vector<Case> all = cases();
+  for (Case& c : moeCases()) all.push_back(std::move(c));
+  for (const Case& c : all) {
     runCase(c, seed, bf16, backend);
     seed += 100;
     covered.insert(c.op);

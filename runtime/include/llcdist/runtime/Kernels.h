@@ -368,4 +368,53 @@ struct LrSchedule {
 };
 double learningRate(const LrSchedule& schedule, int64_t step);
 
+// ---------------------------------------------------------------------------------------------------
+// Mixture of experts (Moe.cpp; family "moe", docs/plan-format.md "Mixture of experts"): HF Mixtral /
+// Qwen2-MoE's sparse block as a router, a permutation of the tokens into expert-major rows, the experts'
+// grouped GEMMs and the weighted sum back. Sizes from MoeParams (OpParams.h): T tokens, H hidden, E
+// experts, k experts per token; the grouped GEMMs' N rows, K inputs, O outputs. Expert ids, slots and
+// group sizes are i32 data: a value out of range is a producer's bug, which the kernels guard (nothing is
+// read or written out of bounds; what they compute then is stated per kernel), not an error.
+// ---------------------------------------------------------------------------------------------------
+// logits [T,E] -> experts [T,k], weights [T,k]: p = softmax(logits[t]) in fp32 (max subtracted, Σ exp in
+// double); experts[t, 0..k) the k largest p in descending order, ties to the lower expert index
+// (torch.topk); weights[t, j] = p[experts[t, j]], divided by their sum over j (double) when p.normalize.
+void moeRouteForward(const float* logits, float* weights, int32_t* experts, const MoeParams& p);
+// dlogits [T,E] from dweights [T,k], the selection constant: normalize, w_j = softmax of the selected
+// logits: dl[e_j] = w_j·(dw_j − Σ_j' w_j'·dw_j'), 0 elsewhere; else dl[e] = p[e]·(g[e] − Σ_j p[e_j]·dw_j),
+// g[e] = Σ of dw_j over the j with e_j = e. An expert id outside [0,E) contributes nothing.
+void moeRouteBackward(const float* logits, const int32_t* experts, const float* dweights, float* dlogits,
+                      const MoeParams& p);
+// x [T,H], experts [T,k] -> xp [T·k,H], slots [T,k], groupSizes [E]: slots[t,j] = the row of assignment
+// (t,j) in expert-major order (by expert, then t, then j), xp[slots[t,j]] = x[t], groupSizes[e] = the
+// assignments to e. An assignment to an id outside [0,E) is counted in no group and takes a row after
+// every valid one (in (t,j) order), so slots stays a permutation of [0, T·k).
+void moePermute(const float* x, const int32_t* experts, float* xp, int32_t* slots, int32_t* groupSizes,
+                const MoeParams& p);
+// y[t] = Σ_{j=0..k-1} weights[t,j]·xp[slots[t,j]] (f32, in j order; weights null: 1). xp [T·k,H]. A slot
+// outside [0, T·k) adds nothing.
+void moeUnpermute(const float* xp, const int32_t* slots, const float* weights, float* y, const MoeParams& p);
+// dxp[slots[t,j]] = weights[t,j]·dy[t] (rows no slot names: 0; a row named twice: the sum), dweights[t,j] =
+// Σ_h dy[t,h]·xp[slots[t,j],h] (double). A slot outside [0, T·k): dweights 0, nothing written.
+void moeUnpermuteBackward(const float* dy, const float* xp, const int32_t* slots, const float* weights, float* dxp,
+                          float* dweights, const MoeParams& p);
+// Grouped GEMMs over consecutive row groups: expert e owns rows [off_e, off_e + n_e) of x [N,K] / y [N,O],
+// off_e = Σ_{e'<e} n_e', n_e = groupSizes[e] clamped to [0, N − off_e] (a negative size is 0, the sizes are
+// cut at N); w [E,O,K], each expert's weight out_in. Rows from Σ n_e on are 0 in y / dx. One cblas_sgemm
+// per non-empty group.
+// y_rows = x_rows·w[e]ᵀ.
+void groupedLinearForward(const float* x, const float* w, const int32_t* groupSizes, float* y, const MoeParams& p);
+// dx_rows = dy_rows·w[e].
+void groupedLinearBackwardInput(const float* dy, const float* w, const int32_t* groupSizes, float* dx,
+                                const MoeParams& p);
+// dw[e] = dy_rowsᵀ·x_rows, added onto dw with p.accumulate; an expert without rows gets 0 (unchanged
+// when accumulating).
+void groupedLinearBackwardWeight(const float* dy, const float* x, const int32_t* groupSizes, float* dw,
+                                 const MoeParams& p);
+// Qwen2-MoE's shared-expert gate: y[t,h] = s_t·x[t,h], s_t = sigmoid(gate[t]) in f32. y may alias x.
+void sigmoidGateForward(const float* gate, const float* x, float* y, const MoeParams& p);
+// dx[t,h] = s_t·dy[t,h]; dgate[t] = s_t·(1 − s_t)·Σ_h dy[t,h]·x[t,h] (double). dx may alias dy.
+void sigmoidGateBackward(const float* dy, const float* gate, const float* x, float* dgate, float* dx,
+                         const MoeParams& p);
+
 }  // namespace llcdist::rt

@@ -218,6 +218,9 @@ enum class OpKind {
   kAdamWMulti, kSgdMulti, kCastMulti,
   kAddLayerNormFwd, kAddRmsNormFwd, kLayerNormBwd, kRmsNormBwd,
   kClassifier,
+  kMoeRoute, kMoeRouteBwd, kMoePermute, kMoeUnpermute, kMoeUnpermuteBwd,
+  kGroupedLinearFwd, kGroupedLinearBwdInput, kGroupedLinearBwdWeight,
+  kSigmoidGateFwd, kSigmoidGateBwd,
   kWait,
 };
 inline constexpr size_t kNumOpKinds = size_t(OpKind::kWait) + 1;
@@ -512,6 +515,45 @@ inline constexpr A kRmsBwdArgs[] = {{"dy", One, F, R},        {"x", One, F, R},
                                     {"dresidual", Opt, F, R}, {"dx", One, F, W, "dresidual"},
                                     {"dweight", One, F, RW}};
 
+// Mixture of experts (family "moe"; docs/plan-format.md "Mixture of experts"). T tokens (rows), H hidden,
+// E experts, k experts per token (top_k), N = T·k assignment rows.
+//   moe_route: p = softmax(logits[t]) in fp32; experts[t, 0..k) the k largest p, descending, ties to the
+//     lower expert index; weights[t, j] = p[experts[t, j]], divided by their sum over j when `normalize`.
+//   moe_route_bwd: dlogits from dweights through that function (the selection is constant).
+//   moe_permute: slots[t, j] = the row of assignment (t, j) in expert-major order (sorted by expert, then
+//     t, then j); group_sizes[e] = assignments to e; xp[slots[t, j]] = x[t].
+//   moe_unpermute: y[t] = sum over j = 0..k-1 of weights[t, j]·xp[slots[t, j]] (weights absent: 1).
+//   moe_unpermute_bwd: dxp[slots[t, j]] = weights[t, j]·dy[t]; dweights[t, j] = dy[t]·xp[slots[t, j]].
+//   grouped_linear_*: the rows [off_e, off_e + group_sizes[e]) (off_e = sizes of experts before e) are
+//     y = x·w[e]ᵀ (w [E, O, K], each expert's weight out_in); rows at or past the sum of the sizes are
+//     zero in y / dx and read by nothing; dw[e] = dy[rows of e]ᵀ·x[rows of e] (+= with accumulate).
+//   sigmoid_gate_fwd / _bwd (Qwen2-MoE's shared expert gate): y[t] = sigmoid(gate[t])·x[t];
+//     dx[t] = sigmoid(gate[t])·dy[t], dgate[t] = sigmoid'(gate[t])·(dy[t]·x[t]).
+inline constexpr A kMoeRouteArgs[] = {{"logits", One, F, R}, {"weights", One, F, W}, {"experts", One, I, W}};
+inline constexpr A kMoeRouteBwdArgs[] = {{"logits", One, F, R}, {"experts", One, I, R}, {"dweights", One, F, R},
+                                         {"dlogits", One, F, W}};
+inline constexpr T kMoeRouteAttrs[] = {{"T", Int}, {"E", Int}, {"k", Int}, {"normalize", Bool}};
+inline constexpr A kMoePermuteArgs[] = {{"x", One, F, R}, {"experts", One, I, R}, {"xp", One, F, W},
+                                        {"slots", One, I, W}, {"group_sizes", One, I, W}};
+inline constexpr T kMoePermuteAttrs[] = {{"T", Int}, {"H", Int}, {"E", Int}, {"k", Int}};
+inline constexpr A kMoeUnpermuteArgs[] = {{"xp", One, F, R}, {"slots", One, I, R}, {"weights", Opt, F, R},
+                                          {"y", One, F, W}};
+inline constexpr A kMoeUnpermuteBwdArgs[] = {{"dy", One, F, R},      {"xp", One, F, R},  {"slots", One, I, R},
+                                             {"weights", One, F, R}, {"dxp", One, F, W}, {"dweights", One, F, W}};
+inline constexpr T kMoeUnpermuteAttrs[] = {{"T", Int}, {"H", Int}, {"k", Int}};
+inline constexpr A kGroupedFwdArgs[] = {{"x", One, F, R}, {"w", One, F, R}, {"group_sizes", One, I, R},
+                                        {"y", One, F, W}};
+inline constexpr A kGroupedBwdInArgs[] = {{"dy", One, F, R}, {"w", One, F, R}, {"group_sizes", One, I, R},
+                                          {"dx", One, F, W}};
+inline constexpr A kGroupedBwdWArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"group_sizes", One, I, R},
+                                         {"dw", One, F, RW}};
+inline constexpr T kGroupedAttrs[] = {{"N", Int}, {"K", Int}, {"O", Int}, {"E", Int}};
+inline constexpr T kGroupedBwdWAttrs[] = {{"N", Int}, {"K", Int}, {"O", Int}, {"E", Int}, {"accumulate", Bool}};
+inline constexpr A kSigmoidGateFwdArgs[] = {{"gate", One, F, R}, {"x", One, F, R}, {"y", One, F, W, "x"}};
+inline constexpr A kSigmoidGateBwdArgs[] = {{"dy", One, F, R},    {"gate", One, F, R},     {"x", One, F, R},
+                                            {"dgate", One, F, W}, {"dx", One, F, W, "dy"}};
+inline constexpr T kSigmoidGateAttrs[] = {{"T", Int}, {"H", Int}};
+
 template <size_t NA, size_t NT>
 constexpr OpSpec op(OpKind k, std::string_view name, const A (&a)[NA], const T (&t)[NT]) {
   return {k, name, a, NA, t, NT};
@@ -583,6 +625,19 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kLayerNormBwd, "layer_norm_bwd", detail::kLnBwdArgs, detail::kMHAccAttrs),
     detail::op(OpKind::kRmsNormBwd, "rms_norm_bwd", detail::kRmsBwdArgs, detail::kRmsBwdAttrs),
     detail::op(OpKind::kClassifier, "classifier", detail::kClassifierArgs, detail::kClassifierAttrs),
+    detail::op(OpKind::kMoeRoute, "moe_route", detail::kMoeRouteArgs, detail::kMoeRouteAttrs),
+    detail::op(OpKind::kMoeRouteBwd, "moe_route_bwd", detail::kMoeRouteBwdArgs, detail::kMoeRouteAttrs),
+    detail::op(OpKind::kMoePermute, "moe_permute", detail::kMoePermuteArgs, detail::kMoePermuteAttrs),
+    detail::op(OpKind::kMoeUnpermute, "moe_unpermute", detail::kMoeUnpermuteArgs, detail::kMoeUnpermuteAttrs),
+    detail::op(OpKind::kMoeUnpermuteBwd, "moe_unpermute_bwd", detail::kMoeUnpermuteBwdArgs,
+               detail::kMoeUnpermuteAttrs),
+    detail::op(OpKind::kGroupedLinearFwd, "grouped_linear_fwd", detail::kGroupedFwdArgs, detail::kGroupedAttrs),
+    detail::op(OpKind::kGroupedLinearBwdInput, "grouped_linear_bwd_input", detail::kGroupedBwdInArgs,
+               detail::kGroupedAttrs),
+    detail::op(OpKind::kGroupedLinearBwdWeight, "grouped_linear_bwd_weight", detail::kGroupedBwdWArgs,
+               detail::kGroupedBwdWAttrs),
+    detail::op(OpKind::kSigmoidGateFwd, "sigmoid_gate_fwd", detail::kSigmoidGateFwdArgs, detail::kSigmoidGateAttrs),
+    detail::op(OpKind::kSigmoidGateBwd, "sigmoid_gate_bwd", detail::kSigmoidGateBwdArgs, detail::kSigmoidGateAttrs),
     // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
     OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},
 }};

@@ -169,6 +169,17 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kAttentionBlockFwd, {own({})});
   set(K::kAttentionBlockBwd, {own({})});
   set(K::kAttentionMerge, {own({})});
+  // Mixture of experts: experts, slots and group_sizes are i32.
+  set(K::kMoeRoute, {own({"logits", "weights"})});
+  set(K::kMoeRouteBwd, {own({"logits", "dweights", "dlogits"})});
+  set(K::kMoePermute, {own({"x", "xp"})});
+  set(K::kMoeUnpermute, {own({"xp", "weights", "y"})});
+  set(K::kMoeUnpermuteBwd, {own({"dy", "xp", "weights", "dxp", "dweights"})});
+  set(K::kGroupedLinearFwd, {own({"x", "w", "y"})});
+  set(K::kGroupedLinearBwdInput, {own({"dy", "w", "dx"})});
+  set(K::kGroupedLinearBwdWeight, {own({"dy", "x", "dw"})});
+  set(K::kSigmoidGateFwd, {own({"gate", "x", "y"})});
+  set(K::kSigmoidGateBwd, {own({"dy", "gate", "x", "dgate", "dx"})});
   return t;
 }
 

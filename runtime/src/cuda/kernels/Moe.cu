@@ -1,0 +1,645 @@
+// The moe family's CUDA kernels (the CPU reference: src/kernels/Moe.cpp; semantics: PlanSchema.h
+// "Mixture of experts") and their kernel-table entries. Every float role is f32 or bf16 (FloatRef.cuh),
+// computed in f32 (f64 for long dot products), each written value rounded once; experts, slots and
+// group_sizes are i32. Deterministic: no atomics; reductions in a fixed order.
+//  - moe_route / _bwd: one warp per token. The softmax's max and sum (f64) are warp reductions; the
+//    j-th pick is the best (p, expert) after the (j-1)-th in the order p descending, expert ascending
+//    (so ties go to the lower index, and the picks need no set of their own); a NaN p orders as -inf,
+//    so the picks are always k distinct experts in range.
+//  - moe_permute: a stable counting sort as CUB's radix sort of (expert, assignment) pairs, stable, so
+//    equal experts keep (t, j) order: sorted position i is the slot of assignment vals[i]. group_sizes
+//    by binary search of the sorted keys. An expert id outside [0, E) sorts last, gets slot -1 and no
+//    row, and is reported (kDeviceIdOutOfRange); xp rows past the valid assignments are zero.
+//  - moe_unpermute / _bwd: a thread per (t, h) sums its k rows in j order; the backward's dweights are
+//    block dot products, dxp one thread per (row, h) through the inverse of slots (rows of no slot: 0).
+//    A slot outside [0, T·k) is skipped and reported.
+//  - grouped_linear_*: the group sizes stay on the device (moe_permute wrote them): one thread turns
+//    them into clamped row offsets and row-tile starts; the forward / input-gradient GEMM runs 32×32
+//    output tiles that never cross an expert (a tile finds its expert by binary search of the tile
+//    starts), rows past the sizes' sum are zeroed; the weight gradient runs a 32×32 tile of dw[e] per
+//    block, summing the expert's rows in order. Sizes are clamped to [0, rows left]: bad sizes never
+//    read or write out of bounds.
+//  - sigmoid_gate_fwd: elementwise (y may alias x); _bwd: a block per row (dx may alias dy: each thread
+//    writes only elements it read before the block's sum).
+#include "llcdist/runtime/KernelChecks.h"
+#include "cuda/CudaKernels.h"
+#include "cuda/kernels/FloatRef.cuh"
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include <cstdint>
+#include <string>
+
+namespace llcdist::rt::cuda {
+namespace {
+
+constexpr int kThreads = 256;             // elementwise grids
+constexpr int kWarp = 32;
+constexpr int kRowThreads = 256;          // a row's block: a power of two (blockSum's tree)
+constexpr int64_t kMaxRowBlocks = 65535;  // row blocks in flight; each loops over rows
+constexpr int kTile = 32;                 // grouped GEMM tiles: kTile × kTile outputs, kTile-deep steps
+constexpr int kTileRowsPerPass = kRowThreads / kTile;  // a tile's rows one pass of the block covers
+
+#define LLCDIST_GRID_STRIDE(i, n) \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+__device__ __forceinline__ void reportBadId(int* deviceError) {
+  if (deviceError) *deviceError = kDeviceIdOutOfRange;
+}
+
+// The sum of every thread's v over the block (blockDim.x == kRowThreads), in a fixed tree order; every
+// thread must call it (it synchronizes) and gets the sum.
+__device__ double blockSum(double v) {
+  __shared__ double buf[kRowThreads];
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kRowThreads / 2; s > 0; s >>= 1) {
+    if (int(threadIdx.x) < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  const double sum = buf[0];
+  __syncthreads();  // every thread has read buf[0] before the next call overwrites it
+  return sum;
+}
+
+// ---- moe_route / moe_route_bwd ---------------------------------------------------------------------
+// Butterfly reductions: every lane ends with the same value (f32 / f64 addition is commutative).
+
+__device__ __forceinline__ float warpMax(float v) {
+  for (int s = kWarp / 2; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, s));
+  return v;
+}
+__device__ __forceinline__ double warpSum(double v) {
+  for (int s = kWarp / 2; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
+  return v;
+}
+
+// One token's softmax: p[e] = exp(l[e] - max) / sum.
+struct Softmax {
+  float max, sum;
+};
+__device__ Softmax softmaxOf(FloatRef l, int64_t E, int lane) {
+  float m = -INFINITY;
+  for (int64_t e = lane; e < E; e += kWarp) m = fmaxf(m, l[e]);
+  m = warpMax(m);
+  double s = 0.0;
+  for (int64_t e = lane; e < E; e += kWarp) s += double(expf(l[e] - m));
+  return {m, float(warpSum(s))};
+}
+__device__ __forceinline__ float probOf(FloatRef l, int64_t e, const Softmax& sm) {
+  return expf(l[e] - sm.max) / sm.sum;
+}
+
+// The selection order: (p, e) before (q, f) when p > q, or p == q and e < f; a NaN p orders as -inf.
+__device__ __forceinline__ float orderKey(float p) { return isnan(p) ? -INFINITY : p; }
+__device__ __forceinline__ bool before(float p, int64_t e, float q, int64_t f) { return p > q || (p == q && e < f); }
+
+// The first (p, e) after (prevKey, prevE) in the selection order, over the warp (every lane gets it;
+// e == E: none is left).
+__device__ void nextPick(FloatRef l, int64_t E, const Softmax& sm, int lane, float prevKey, int64_t prevE,
+                         float& bestKey, int64_t& best) {
+  bestKey = -INFINITY;
+  best = E;
+  for (int64_t e = lane; e < E; e += kWarp) {
+    const float key = orderKey(probOf(l, e, sm));
+    if (before(prevKey, prevE, key, e) && before(key, e, bestKey, best)) {
+      bestKey = key;
+      best = e;
+    }
+  }
+  for (int s = kWarp / 2; s > 0; s >>= 1) {
+    const float k2 = __shfl_xor_sync(0xffffffffu, bestKey, s);
+    const int64_t e2 = __shfl_xor_sync(0xffffffffu, best, s);
+    if (before(k2, e2, bestKey, best)) {
+      bestKey = k2;
+      best = e2;
+    }
+  }
+}
+
+// experts[t, j] = the j-th pick; weights[t, j] = its p (over the picks' sum, in j order, with normalize).
+// Lane 0 writes, and with normalize reads its own experts back for the second pass.
+__global__ void moeRouteKernel(FloatRef logits, FloatRef weights, int32_t* experts, int64_t T, int64_t E, int64_t k,
+                               bool normalize) {
+  const int lane = int(threadIdx.x) % kWarp;
+  const int64_t warpsPerBlock = blockDim.x / kWarp;
+  for (int64_t t = int64_t(blockIdx.x) * warpsPerBlock + threadIdx.x / kWarp; t < T; t += gridDim.x * warpsPerBlock) {
+    const FloatRef l = logits.at(t * E);
+    const Softmax sm = softmaxOf(l, E, lane);
+    float key = INFINITY, total = 0.0f;
+    int64_t e = -1;
+    for (int64_t j = 0; j < k; ++j) {
+      nextPick(l, E, sm, lane, key, e, key, e);
+      const float p = e < E ? probOf(l, e, sm) : 0.0f;  // e == E only with k > E (refused on the host)
+      total += p;
+      if (lane == 0) {
+        experts[t * k + j] = int32_t(e);
+        if (!normalize) weights.set(t * k + j, p);
+      }
+    }
+    if (!normalize || lane != 0) continue;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t ej = experts[t * k + j];
+      weights.set(t * k + j, (ej < E ? probOf(l, ej, sm) : 0.0f) / total);
+    }
+  }
+}
+
+// dlogits through moe_route with its picks fixed. normalize: w = the picks' softmax, dl[e_j] = w_j (dw_j
+// - Σ w·dw), 0 elsewhere; else dl[e] = p[e] (g[e] - Σ_j p[e_j] dw_j), g[e] = dw_j where e == e_j. A pick
+// outside [0, E) is skipped (and reported).
+__global__ void moeRouteBwdKernel(FloatRef logits, const int32_t* experts, FloatRef dweights, FloatRef dlogits,
+                                  int64_t T, int64_t E, int64_t k, bool normalize, int* deviceError) {
+  const int lane = int(threadIdx.x) % kWarp;
+  const int64_t warpsPerBlock = blockDim.x / kWarp;
+  for (int64_t t = int64_t(blockIdx.x) * warpsPerBlock + threadIdx.x / kWarp; t < T; t += gridDim.x * warpsPerBlock) {
+    const FloatRef l = logits.at(t * E);
+    const Softmax sm = softmaxOf(l, E, lane);
+    const int32_t* ex = experts + t * k;
+    const FloatRef dw = dweights.at(t * k);
+    float picked = 0.0f;  // Σ_j p[e_j] (normalize's denominator)
+    for (int64_t j = 0; j < k; ++j)
+      if (ex[j] >= 0 && ex[j] < E) picked += probOf(l, ex[j], sm);
+    float dot = 0.0f;  // Σ_j w_j dw_j
+    for (int64_t j = 0; j < k; ++j) {
+      if (ex[j] < 0 || ex[j] >= E) {
+        if (lane == 0) reportBadId(deviceError);
+        continue;
+      }
+      const float p = probOf(l, ex[j], sm);
+      dot += (normalize ? p / picked : p) * dw[j];
+    }
+    for (int64_t e = lane; e < E; e += kWarp) {
+      float g = 0.0f;
+      bool isPick = false;
+      for (int64_t j = 0; j < k; ++j)
+        if (ex[j] == e) {
+          g += dw[j];
+          isPick = true;
+        }
+      const float p = probOf(l, e, sm), w = normalize ? p / picked : p;
+      dlogits.set(t * E + e, normalize && !isPick ? 0.0f : w * (g - dot));
+    }
+  }
+}
+
+// ---- moe_permute -----------------------------------------------------------------------------------
+
+// The sort's input: key n = experts[n], or E (sorts last) for an id outside [0, E); value n = n.
+__global__ void permuteKeysKernel(const int32_t* experts, uint32_t* keys, int32_t* vals, int64_t N, int64_t E,
+                                  int* deviceError) {
+  LLCDIST_GRID_STRIDE(n, N) {
+    const int64_t e = experts[n];
+    if (e < 0 || e >= E) reportBadId(deviceError);
+    keys[n] = uint32_t(e < 0 || e >= E ? E : e);
+    vals[n] = int32_t(n);
+  }
+}
+
+// slots[vals[i]] = i for a valid key, -1 (no row) otherwise.
+__global__ void permuteSlotsKernel(const uint32_t* keys, const int32_t* vals, int32_t* slots, int64_t N, int64_t E) {
+  LLCDIST_GRID_STRIDE(i, N) slots[vals[i]] = int64_t(keys[i]) < E ? int32_t(i) : -1;
+}
+
+// The first i with keys[i] >= key (keys sorted).
+__device__ int64_t lowerBound(const uint32_t* keys, int64_t N, uint32_t key) {
+  int64_t lo = 0, hi = N;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (keys[mid] < key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+__global__ void permuteSizesKernel(const uint32_t* keys, int32_t* sizes, int64_t N, int64_t E) {
+  LLCDIST_GRID_STRIDE(e, E) sizes[e] = int32_t(lowerBound(keys, N, uint32_t(e + 1)) - lowerBound(keys, N, uint32_t(e)));
+}
+
+// xp[i, h] = x[vals[i] / k, h] for a valid key, 0 past the valid assignments.
+__global__ void permuteRowsKernel(FloatRef x, const uint32_t* keys, const int32_t* vals, FloatRef xp, int64_t N,
+                                  int64_t H, int64_t E, int64_t k) {
+  LLCDIST_GRID_STRIDE(i, N * H) {
+    const int64_t row = i / H, h = i - row * H;
+    xp.set(i, int64_t(keys[row]) < E ? x[(vals[row] / k) * H + h] : 0.0f);
+  }
+}
+
+// ---- moe_unpermute / moe_unpermute_bwd -------------------------------------------------------------
+
+// y[t, h] = Σ_j w[t, j]·xp[slots[t, j], h] in j order (weights absent: 1); N = T·k rows of xp.
+__global__ void unpermuteKernel(FloatRef xp, const int32_t* slots, FloatRef weights, FloatRef y, int64_t T, int64_t H,
+                                int64_t k, int* deviceError) {
+  const int64_t N = T * k;
+  LLCDIST_GRID_STRIDE(i, T * H) {
+    const int64_t t = i / H, h = i - t * H;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t s = slots[t * k + j];
+      if (s < 0 || s >= N) {
+        if (h == 0) reportBadId(deviceError);
+        continue;
+      }
+      const float v = xp[s * H + h];
+      acc += weights ? weights[t * k + j] * v : v;
+    }
+    y.set(i, acc);
+  }
+}
+
+// Block per assignment n = (t, j): dweights[n] = dy[t]·xp[slots[n]] (f64 sum); inverse[slots[n]] = n.
+__global__ void unpermuteBwdDotKernel(FloatRef dy, FloatRef xp, const int32_t* slots, FloatRef dweights,
+                                      int32_t* inverse, int64_t N, int64_t H, int64_t k, int* deviceError) {
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const int64_t s = slots[n];
+    if (s < 0 || s >= N) {  // block-uniform
+      if (threadIdx.x == 0) {
+        reportBadId(deviceError);
+        dweights.set(n, 0.0f);
+      }
+      continue;
+    }
+    const FloatRef dyr = dy.at((n / k) * H), xr = xp.at(s * H);
+    double sum = 0.0;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) sum += double(dyr[h]) * xr[h];
+    sum = blockSum(sum);
+    if (threadIdx.x == 0) {
+      dweights.set(n, float(sum));
+      inverse[s] = int32_t(n);
+    }
+  }
+}
+
+// dxp[r, h] = w[n]·dy[n / k, h] for the assignment n of row r (inverse[r]), 0 for a row of none.
+__global__ void unpermuteBwdRowsKernel(FloatRef dy, FloatRef weights, const int32_t* inverse, FloatRef dxp, int64_t N,
+                                       int64_t H, int64_t k) {
+  LLCDIST_GRID_STRIDE(i, N * H) {
+    const int64_t r = i / H, h = i - r * H;
+    const int64_t n = inverse[r];
+    dxp.set(i, n < 0 ? 0.0f : weights[n] * dy[(n / k) * H + h]);
+  }
+}
+
+// ---- grouped_linear_* ------------------------------------------------------------------------------
+
+// off[e] = Σ_{e' < e} sizes, each size clamped to [0, N - off[e]] (so off[E] <= N); tileStart[e] = Σ_{e' < e}
+// ceil(size / kTile), the row tiles of the experts before e. One thread: E is small.
+__global__ void groupOffsetsKernel(const int32_t* sizes, int64_t E, int64_t N, int64_t* off, int64_t* tileStart) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  int64_t rows = 0, tiles = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    off[e] = rows;
+    tileStart[e] = tiles;
+    int64_t s = sizes[e];
+    s = s < 0 ? 0 : (s > N - rows ? N - rows : s);
+    rows += s;
+    tiles += (s + kTile - 1) / kTile;
+  }
+  off[E] = rows;
+  tileStart[E] = tiles;
+}
+
+// The row tiles' GEMM: for the rows [off[e], off[e+1]) of expert e, out[n, c] = Σ_r a[n, r]·B_e(c, r), with
+// B_e(c, r) = b[e·bE + c·bc + r·br] (forward: w[e] as [O, K], c = o, r = k; input gradient: c = k, r = o).
+// Block (tile, column tile); thread (ty, tx) computes columns c0 + tx of the rows ty + kTileRowsPerPass·i.
+__global__ void groupedRowsGemmKernel(FloatRef a, FloatRef b, FloatRef out, const int64_t* off,
+                                      const int64_t* tileStart, int64_t E, int64_t C, int64_t R, int64_t bE,
+                                      int64_t bc, int64_t br) {
+  __shared__ float as[kTile][kTile + 1];  // [row][r]
+  __shared__ float bs[kTile][kTile + 1];  // [c][r]
+  const int64_t tile = blockIdx.x;
+  if (tile >= tileStart[E]) return;  // block-uniform: past the experts' tiles
+  int64_t lo = 0, hi = E - 1;        // the last e with tileStart[e] <= tile (an empty expert has no tiles)
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (tileStart[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int64_t e = lo;
+  const int64_t row0 = off[e] + (tile - tileStart[e]) * kTile, rowEnd = off[e + 1];
+  const int64_t c0 = int64_t(blockIdx.y) * kTile;
+  const int tx = int(threadIdx.x) % kTile, ty = int(threadIdx.x) / kTile;
+  const FloatRef be = b.at(e * bE);
+  float acc[kTile / kTileRowsPerPass] = {};
+  for (int64_t r0 = 0; r0 < R; r0 += kTile) {
+    for (int i = 0; i < kTile / kTileRowsPerPass; ++i) {
+      const int q = ty + kTileRowsPerPass * i;
+      const int64_t n = row0 + q, r = r0 + tx;
+      as[q][tx] = n < rowEnd && r < R ? a[n * R + r] : 0.0f;
+      // bs[c][r] from B's contiguous index, whichever it is (coalesced loads).
+      const int cq = br == 1 ? q : tx, rq = br == 1 ? tx : q;
+      const int64_t c = c0 + cq, rr = r0 + rq;
+      bs[cq][rq] = c < C && rr < R ? be[c * bc + rr * br] : 0.0f;
+    }
+    __syncthreads();
+    for (int r = 0; r < kTile; ++r)
+      for (int i = 0; i < kTile / kTileRowsPerPass; ++i) acc[i] += as[ty + kTileRowsPerPass * i][r] * bs[tx][r];
+    __syncthreads();
+  }
+  for (int i = 0; i < kTile / kTileRowsPerPass; ++i) {
+    const int64_t n = row0 + ty + kTileRowsPerPass * i, c = c0 + tx;
+    if (n < rowEnd && c < C) out.set(n * C + c, acc[i]);
+  }
+}
+
+// out[n, c] = 0 for the rows n >= off[E] (past the sizes' sum).
+__global__ void zeroTailRowsKernel(FloatRef out, const int64_t* off, int64_t E, int64_t N, int64_t C) {
+  const int64_t first = off[E];
+  LLCDIST_GRID_STRIDE(i, (N - first) * C) out.set(first * C + i, 0.0f);
+}
+
+// dw[e, o, k] (+)= Σ over expert e's rows n, in order, of dy[n, o]·x[n, k]. Block (k tile, o tile, e);
+// thread (ty, tx) computes k = k0 + tx for o = o0 + ty + kTileRowsPerPass·i. With accumulate an expert of
+// no rows keeps dw[e] as it is; without, it is zero.
+__global__ void groupedWeightGemmKernel(FloatRef dy, FloatRef x, FloatRef dw, const int64_t* off, int64_t K, int64_t O,
+                                        bool accumulate) {
+  __shared__ float dys[kTile][kTile + 1];  // [row][o]
+  __shared__ float xs[kTile][kTile + 1];   // [row][k]
+  const int64_t e = blockIdx.z, k0 = int64_t(blockIdx.x) * kTile, o0 = int64_t(blockIdx.y) * kTile;
+  const int64_t begin = off[e], end = off[e + 1];
+  if (accumulate && begin == end) return;  // block-uniform
+  const int tx = int(threadIdx.x) % kTile, ty = int(threadIdx.x) / kTile;
+  float acc[kTile / kTileRowsPerPass] = {};
+  for (int64_t n0 = begin; n0 < end; n0 += kTile) {
+    for (int i = 0; i < kTile / kTileRowsPerPass; ++i) {
+      const int q = ty + kTileRowsPerPass * i;
+      const int64_t n = n0 + q;
+      dys[q][tx] = n < end && o0 + tx < O ? dy[n * O + o0 + tx] : 0.0f;
+      xs[q][tx] = n < end && k0 + tx < K ? x[n * K + k0 + tx] : 0.0f;
+    }
+    __syncthreads();
+    for (int r = 0; r < kTile; ++r)
+      for (int i = 0; i < kTile / kTileRowsPerPass; ++i) acc[i] += dys[r][ty + kTileRowsPerPass * i] * xs[r][tx];
+    __syncthreads();
+  }
+  for (int i = 0; i < kTile / kTileRowsPerPass; ++i) {
+    const int64_t o = o0 + ty + kTileRowsPerPass * i, k = k0 + tx;
+    if (o >= O || k >= K) continue;
+    const int64_t at = (e * O + o) * K + k;
+    dw.set(at, accumulate ? dw[at] + acc[i] : acc[i]);
+  }
+}
+
+// ---- sigmoid_gate_fwd / _bwd -----------------------------------------------------------------------
+
+__device__ __forceinline__ float sigmoidOf(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+// y[t, h] = sigmoid(gate[t])·x[t, h] (y may alias x).
+__global__ void sigmoidGateFwdKernel(FloatRef gate, FloatRef x, FloatRef y, int64_t T, int64_t H) {
+  LLCDIST_GRID_STRIDE(i, T * H) y.set(i, sigmoidOf(gate[i / H]) * x[i]);
+}
+
+// Block per row t: dgate[t] = s(1 - s)·Σ_h dy·x (f64 sum), dx = s·dy (dx may alias dy: each thread
+// writes the elements it read before blockSum's barrier).
+__global__ void sigmoidGateBwdKernel(FloatRef dy, FloatRef gate, FloatRef x, FloatRef dgate, FloatRef dx, int64_t T,
+                                     int64_t H) {
+  for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
+    const FloatRef dyr = dy.at(t * H), xr = x.at(t * H), dxr = dx.at(t * H);
+    double sum = 0.0;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) sum += double(dyr[h]) * xr[h];
+    sum = blockSum(sum);
+    const float s = sigmoidOf(gate[t]);
+    if (threadIdx.x == 0) dgate.set(t, s * (1.0f - s) * float(sum));
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) dxr.set(h, s * dyr[h]);
+  }
+}
+
+#undef LLCDIST_GRID_STRIDE
+
+using P = MoeParams;
+using Ctx = CudaKernelContext;
+
+unsigned rowBlocks(int64_t rows) { return unsigned(rows < 1 ? 1 : (rows > kMaxRowBlocks ? kMaxRowBlocks : rows)); }
+
+std::string sizeError(const char* what, const std::string& why) { return std::string(what) + ": " + why; }
+
+// Sizes every kernel of the family needs: non-negative, and T·k rows addressable by i32 slots.
+Status checkSizes(const char* what, const P& p) {
+  for (int64_t v : {p.T, p.H, p.E, p.k, p.N, p.K, p.O})
+    if (v < 0) return Status::invalidArgument(sizeError(what, "a negative size"));
+  if (p.T * p.k > INT32_MAX || p.E >= INT32_MAX || p.N > INT32_MAX)
+    return Status::invalidArgument(sizeError(what, "T·k = " + std::to_string(p.T * p.k) + " rows or E = " +
+                                                       std::to_string(p.E) + " experts do not fit i32 ids"));
+  return Status::ok();
+}
+
+Status moeRoute(const KernelCall& c, const P& p, const Ctx& ctx) {
+  const bool fwd = c.kind == schema::OpKind::kMoeRoute;
+  const char* what = fwd ? "moe_route" : "moe_route_bwd";
+  LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
+  if (p.k < 1 || p.k > p.E)
+    return Status::invalidArgument(sizeError(what, "k = " + std::to_string(p.k) + " outside [1, E = " +
+                                                       std::to_string(p.E) + "]"));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "logits", p.T * p.E));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "experts", p.T * p.k));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, fwd ? "weights" : "dweights", p.T * p.k));
+  if (!fwd) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dlogits", p.T * p.E));
+  if (p.T == 0) return Status::ok();
+  const int64_t warpsPerBlock = kThreads / kWarp;
+  const unsigned blocks = gridFor(p.T, int(warpsPerBlock));
+  if (fwd)
+    moeRouteKernel<<<blocks, kThreads, 0, ctx.stream>>>(floatRef(c, "logits"), floatRef(c, "weights"), c.I("experts"),
+                                                        p.T, p.E, p.k, p.normalize);
+  else
+    moeRouteBwdKernel<<<blocks, kThreads, 0, ctx.stream>>>(floatRef(c, "logits"), c.I("experts"),
+                                                           floatRef(c, "dweights"), floatRef(c, "dlogits"), p.T, p.E,
+                                                           p.k, p.normalize, ctx.deviceError);
+  return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
+}
+
+Status moePermute(const KernelCall& c, const P& p, const Ctx& ctx) {
+  const char* what = "moe_permute";
+  LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
+  const int64_t N = p.T * p.k;
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "x", p.T * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "experts", N));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "xp", N * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "slots", N));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "group_sizes", p.E));
+  int32_t* sizes = c.I("group_sizes");
+  if (N == 0) {
+    if (p.E > 0) LLCDIST_CUDA_TRY(cudaMemsetAsync(sizes, 0, size_t(p.E) * 4, ctx.stream), ctx.rank);
+    return Status::ok();
+  }
+  if (!ctx.scratch) return Status::internal("moe_permute: no device scratch in the CUDA kernel context");
+  // Scratch: keys and values in, sorted, then CUB's temporary storage.
+  int endBit = 1;
+  while (endBit < 32 && (int64_t(1) << endBit) <= p.E) ++endBit;  // keys are in [0, E]
+  size_t tempBytes = 0;
+  LLCDIST_CUDA_TRY(
+      cub::DeviceRadixSort::SortPairs(nullptr, tempBytes, static_cast<const uint32_t*>(nullptr),
+                                      static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                      static_cast<int32_t*>(nullptr), int(N), 0, endBit, ctx.stream),
+      ctx.rank);
+  const int64_t arrayBytes = (N * 4 + 255) / 256 * 256;
+  LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(4 * arrayBytes + int64_t(tempBytes)));
+  char* base = static_cast<char*>(scratch);
+  uint32_t* keysIn = reinterpret_cast<uint32_t*>(base);
+  int32_t* valsIn = reinterpret_cast<int32_t*>(base + arrayBytes);
+  uint32_t* keys = reinterpret_cast<uint32_t*>(base + 2 * arrayBytes);
+  int32_t* vals = reinterpret_cast<int32_t*>(base + 3 * arrayBytes);
+  permuteKeysKernel<<<gridFor(N, kThreads), kThreads, 0, ctx.stream>>>(c.I("experts"), keysIn, valsIn, N, p.E,
+                                                                       ctx.deviceError);
+  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_permute (keys)", ctx.rank));
+  LLCDIST_CUDA_TRY(cub::DeviceRadixSort::SortPairs(base + 4 * arrayBytes, tempBytes, keysIn, keys, valsIn, vals, int(N),
+                                                   0, endBit, ctx.stream),
+                   ctx.rank);
+  permuteSlotsKernel<<<gridFor(N, kThreads), kThreads, 0, ctx.stream>>>(keys, vals, c.I("slots"), N, p.E);
+  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_permute (slots)", ctx.rank));
+  if (p.E > 0) {
+    permuteSizesKernel<<<gridFor(p.E, kThreads), kThreads, 0, ctx.stream>>>(keys, sizes, N, p.E);
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_permute (group sizes)", ctx.rank));
+  }
+  if (p.H == 0) return Status::ok();
+  permuteRowsKernel<<<gridFor(N * p.H, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "x"), keys, vals,
+                                                                            floatRef(c, "xp"), N, p.H, p.E, p.k);
+  return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
+}
+
+Status moeUnpermute(const KernelCall& c, const P& p, const Ctx& ctx) {
+  const char* what = "moe_unpermute";
+  LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
+  const int64_t N = p.T * p.k;
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "xp", N * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "slots", N));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "weights", N));  // an absent weights passes
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "y", p.T * p.H));
+  if (p.T * p.H == 0) return Status::ok();
+  unpermuteKernel<<<gridFor(p.T * p.H, kThreads), kThreads, 0, ctx.stream>>>(
+      floatRef(c, "xp"), c.I("slots"), floatRef(c, "weights"), floatRef(c, "y"), p.T, p.H, p.k, ctx.deviceError);
+  return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
+}
+
+Status moeUnpermuteBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
+  const char* what = "moe_unpermute_bwd";
+  LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
+  const int64_t N = p.T * p.k;
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dy", p.T * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "xp", N * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "slots", N));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "weights", N));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dxp", N * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dweights", N));
+  if (N == 0) return Status::ok();
+  if (!ctx.scratch) return Status::internal("moe_unpermute_bwd: no device scratch in the CUDA kernel context");
+  LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(N * 4));
+  int32_t* inverse = static_cast<int32_t*>(scratch);
+  LLCDIST_CUDA_TRY(cudaMemsetAsync(inverse, 0xff, size_t(N) * 4, ctx.stream), ctx.rank);  // -1: no assignment
+  unpermuteBwdDotKernel<<<rowBlocks(N), kRowThreads, 0, ctx.stream>>>(floatRef(c, "dy"), floatRef(c, "xp"),
+                                                                      c.I("slots"), floatRef(c, "dweights"), inverse,
+                                                                      N, p.H, p.k, ctx.deviceError);
+  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_unpermute_bwd (dweights)", ctx.rank));
+  if (p.H == 0) return Status::ok();
+  unpermuteBwdRowsKernel<<<gridFor(N * p.H, kThreads), kThreads, 0, ctx.stream>>>(
+      floatRef(c, "dy"), floatRef(c, "weights"), inverse, floatRef(c, "dxp"), N, p.H, p.k);
+  return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
+}
+
+// The clamped row offsets and row-tile starts of the experts (groupOffsetsKernel) in scratch: off, then
+// tileStart, E + 1 each.
+StatusOr<int64_t*> groupOffsets(const KernelCall& c, const P& p, const Ctx& ctx, const char* what) {
+  if (!ctx.scratch) return Status::internal(std::string(what) + ": no device scratch in the CUDA kernel context");
+  LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(2 * (p.E + 1) * int64_t(sizeof(int64_t))));
+  int64_t* off = static_cast<int64_t*>(scratch);
+  groupOffsetsKernel<<<1, 1, 0, ctx.stream>>>(c.I("group_sizes"), p.E, p.N, off, off + p.E + 1);
+  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED((std::string(what) + " (offsets)").c_str(), ctx.rank));
+  return off;
+}
+
+Status checkGrouped(const KernelCall& c, const P& p, const char* what) {
+  LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
+  if (p.E > 65535) return Status::invalidArgument(sizeError(what, "more than 65535 experts"));
+  const int64_t C = c.kind == schema::OpKind::kGroupedLinearBwdInput ? p.K : p.O;  // the row GEMMs' columns
+  if ((C + kTile - 1) / kTile > 65535) return Status::invalidArgument(sizeError(what, "too many output columns"));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "group_sizes", p.E));
+  if (c.kind == schema::OpKind::kGroupedLinearBwdWeight) {
+    if ((p.O + kTile - 1) / kTile > 65535) return Status::invalidArgument(sizeError(what, "too many outputs O"));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dy", p.N * p.O));
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "x", p.N * p.K));
+    return checkArgElems(c, "dw", p.E * p.O * p.K);
+  }
+  const bool fwd = c.kind == schema::OpKind::kGroupedLinearFwd;
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, fwd ? "x" : "dy", p.N * (fwd ? p.K : p.O)));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "w", p.E * p.O * p.K));
+  return checkArgElems(c, fwd ? "y" : "dx", p.N * (fwd ? p.O : p.K));
+}
+
+// grouped_linear_fwd (y = x·w[e]ᵀ: columns o, reduce over k) and _bwd_input (dx = dy·w[e]: columns k,
+// reduce over o), then the rows past the sizes' sum zeroed.
+Status groupedRows(const KernelCall& c, const P& p, const Ctx& ctx) {
+  const bool fwd = c.kind == schema::OpKind::kGroupedLinearFwd;
+  const char* what = fwd ? "grouped_linear_fwd" : "grouped_linear_bwd_input";
+  LLCDIST_RETURN_IF_ERROR(checkGrouped(c, p, what));
+  const int64_t C = fwd ? p.O : p.K, R = fwd ? p.K : p.O;
+  if (p.N * C == 0) return Status::ok();
+  const FloatRef out = floatRef(c, fwd ? "y" : "dx");
+  if (p.E == 0) {  // no experts: every row is past the sizes' sum
+    LLCDIST_CUDA_TRY(cudaMemsetAsync(out.p, 0, size_t(p.N * C) * (out.bf16 ? 2 : 4), ctx.stream), ctx.rank);
+    return Status::ok();
+  }
+  LLCDIST_ASSIGN_OR_RETURN(int64_t* off, groupOffsets(c, p, ctx, what));
+  const int64_t* tileStart = off + p.E + 1;
+  const dim3 grid(unsigned((p.N + kTile - 1) / kTile + p.E), unsigned((C + kTile - 1) / kTile));
+  groupedRowsGemmKernel<<<grid, kRowThreads, 0, ctx.stream>>>(floatRef(c, fwd ? "x" : "dy"), floatRef(c, "w"), out,
+                                                              off, tileStart, p.E, C, R, p.O * p.K, fwd ? p.K : 1,
+                                                              fwd ? 1 : p.K);
+  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
+  zeroTailRowsKernel<<<gridFor(p.N * C, kThreads), kThreads, 0, ctx.stream>>>(out, off, p.E, p.N, C);
+  return LLCDIST_CUDA_LAUNCHED((std::string(what) + " (tail rows)").c_str(), ctx.rank);
+}
+
+Status groupedWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
+  const char* what = "grouped_linear_bwd_weight";
+  LLCDIST_RETURN_IF_ERROR(checkGrouped(c, p, what));
+  if (p.E * p.O * p.K == 0) return Status::ok();
+  LLCDIST_ASSIGN_OR_RETURN(int64_t* off, groupOffsets(c, p, ctx, what));
+  const dim3 grid(unsigned((p.K + kTile - 1) / kTile), unsigned((p.O + kTile - 1) / kTile), unsigned(p.E));
+  groupedWeightGemmKernel<<<grid, kRowThreads, 0, ctx.stream>>>(floatRef(c, "dy"), floatRef(c, "x"),
+                                                                floatRef(c, "dw"), off, p.K, p.O, p.accumulate);
+  return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
+}
+
+Status sigmoidGate(const KernelCall& c, const P& p, const Ctx& ctx) {
+  const bool fwd = c.kind == schema::OpKind::kSigmoidGateFwd;
+  const char* what = fwd ? "sigmoid_gate_fwd" : "sigmoid_gate_bwd";
+  LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "gate", p.T));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "x", p.T * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, fwd ? "y" : "dy", p.T * p.H));
+  if (!fwd) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dx", p.T * p.H));
+  if (!fwd) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dgate", p.T));
+  if (p.T == 0) return Status::ok();
+  if (fwd) {
+    if (p.H == 0) return Status::ok();
+    sigmoidGateFwdKernel<<<gridFor(p.T * p.H, kThreads), kThreads, 0, ctx.stream>>>(
+        floatRef(c, "gate"), floatRef(c, "x"), floatRef(c, "y"), p.T, p.H);
+  } else {
+    sigmoidGateBwdKernel<<<rowBlocks(p.T), kRowThreads, 0, ctx.stream>>>(floatRef(c, "dy"), floatRef(c, "gate"),
+                                                                         floatRef(c, "x"), floatRef(c, "dgate"),
+                                                                         floatRef(c, "dx"), p.T, p.H);
+  }
+  return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
+}
+
+}  // namespace
+
+// ---- CUDA kernel-table entries (CudaKernels.h) -----------------------------------------------------
+void registerCudaMoeKernels(CudaKernelTable& t) {
+  using K = schema::OpKind;
+  addCudaKernel<P>(t, K::kMoeRoute, moeRoute);
+  addCudaKernel<P>(t, K::kMoeRouteBwd, moeRoute);
+  addCudaKernel<P>(t, K::kMoePermute, moePermute);
+  addCudaKernel<P>(t, K::kMoeUnpermute, moeUnpermute);
+  addCudaKernel<P>(t, K::kMoeUnpermuteBwd, moeUnpermuteBwd);
+  addCudaKernel<P>(t, K::kGroupedLinearFwd, groupedRows);
+  addCudaKernel<P>(t, K::kGroupedLinearBwdInput, groupedRows);
+  addCudaKernel<P>(t, K::kGroupedLinearBwdWeight, groupedWeight);
+  addCudaKernel<P>(t, K::kSigmoidGateFwd, sigmoidGate);
+  addCudaKernel<P>(t, K::kSigmoidGateBwd, sigmoidGate);
+}
+
+}  // namespace llcdist::rt::cuda

@@ -1,0 +1,270 @@
+// Mixture of experts (HF Mixtral / Qwen2-MoE): the router, the permutation into expert-major rows and back,
+// the experts' grouped GEMMs (cblas_sgemm per group) and the shared expert's sigmoid gate. See Kernels.h for
+// the contract; ids, slots and group sizes out of range are guarded, never an error.
+#include "llcdist/runtime/Kernels.h"
+
+#include "CpuKernels.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace llcdist::rt {
+namespace {
+
+// p = softmax(x[0..E)) in fp32: the max subtracted, Σ exp in double.
+void softmaxRow(const float* x, float* p, int64_t E) {
+  const float mx = *std::max_element(x, x + E);
+  double sum = 0.0;
+  for (int64_t e = 0; e < E; ++e) sum += std::exp(double(x[e] - mx));
+  for (int64_t e = 0; e < E; ++e) p[e] = static_cast<float>(std::exp(double(x[e] - mx)) / sum);
+}
+
+bool validExpert(int32_t e, int64_t E) { return e >= 0 && e < E; }
+
+// The k largest of p[0..E) in descending order, ties to the lower index: a selection that compares with >
+// only, so a NaN never breaks it (the picks stay distinct and in range).
+void topK(const float* p, int32_t* experts, std::vector<char>& taken, int64_t E, int64_t k) {
+  std::fill(taken.begin(), taken.end(), 0);
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < E; ++e)
+      if (!taken[size_t(e)] && (best < 0 || p[e] > p[best])) best = e;
+    taken[size_t(best)] = 1;
+    experts[j] = int32_t(best);
+  }
+}
+
+// The expert groups' row ranges: n_e clamped to [0, N − off_e].
+struct Group {
+  int64_t off = 0, rows = 0;
+};
+std::vector<Group> groups(const int32_t* sizes, int64_t E, int64_t N) {
+  std::vector<Group> g(static_cast<size_t>(E));
+  int64_t off = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = std::clamp<int64_t>(sizes[e], 0, N - off);
+    g[size_t(e)] = {off, n};
+    off += n;
+  }
+  return g;
+}
+int64_t groupedRows(const std::vector<Group>& g) { return g.empty() ? 0 : g.back().off + g.back().rows; }
+
+}  // namespace
+
+void moeRouteForward(const float* logits, float* weights, int32_t* experts, const MoeParams& p) {
+  std::vector<float> prob(size_t(p.E));
+  std::vector<char> taken(size_t(p.E));
+  for (int64_t t = 0; t < p.T; ++t) {
+    softmaxRow(logits + t * p.E, prob.data(), p.E);
+    int32_t* ex = experts + t * p.k;
+    float* w = weights + t * p.k;
+    topK(prob.data(), ex, taken, p.E, p.k);
+    double sum = 0.0;
+    for (int64_t j = 0; j < p.k; ++j) sum += prob[size_t(ex[j])];
+    for (int64_t j = 0; j < p.k; ++j)
+      w[j] = p.normalize ? static_cast<float>(double(prob[size_t(ex[j])]) / sum) : prob[size_t(ex[j])];
+  }
+}
+
+void moeRouteBackward(const float* logits, const int32_t* experts, const float* dweights, float* dlogits,
+                      const MoeParams& p) {
+  std::vector<float> prob(size_t(p.E));
+  std::vector<double> g(size_t(p.E));
+  for (int64_t t = 0; t < p.T; ++t) {
+    softmaxRow(logits + t * p.E, prob.data(), p.E);
+    const int32_t* ex = experts + t * p.k;
+    const float* dw = dweights + t * p.k;
+    float* dl = dlogits + t * p.E;
+    std::fill(g.begin(), g.end(), 0.0);
+    double selected = 0.0, inner = 0.0;  // Σ_j p[e_j], Σ_j p[e_j]·dw_j
+    for (int64_t j = 0; j < p.k; ++j) {
+      if (!validExpert(ex[j], p.E)) continue;
+      g[size_t(ex[j])] += dw[j];
+      selected += prob[size_t(ex[j])];
+      inner += double(prob[size_t(ex[j])]) * dw[j];
+    }
+    if (p.normalize) {  // w_j = p[e_j] / selected: dl[e_j] = w_j·(dw_j − Σ w_j'·dw_j'), 0 elsewhere
+      std::fill(dl, dl + p.E, 0.0f);
+      for (int64_t j = 0; j < p.k; ++j)
+        if (validExpert(ex[j], p.E)) {
+          const size_t e = size_t(ex[j]);
+          dl[e] = static_cast<float>(prob[e] / selected * (g[e] - inner / selected));
+        }
+    } else {
+      for (int64_t e = 0; e < p.E; ++e) dl[e] = static_cast<float>(prob[size_t(e)] * (g[size_t(e)] - inner));
+    }
+  }
+}
+
+void moePermute(const float* x, const int32_t* experts, float* xp, int32_t* slots, int32_t* groupSizes,
+                const MoeParams& p) {
+  const int64_t N = p.T * p.k;
+  std::vector<int64_t> next(size_t(p.E) + 1, 0);  // next[e]: the next row of expert e; next[E]: of the invalid
+  for (int64_t i = 0; i < N; ++i)
+    if (validExpert(experts[i], p.E)) ++next[size_t(experts[i]) + 1];
+  for (int64_t e = 0; e < p.E; ++e) groupSizes[e] = int32_t(next[size_t(e) + 1]);
+  for (int64_t e = 1; e <= p.E; ++e) next[size_t(e)] += next[size_t(e) - 1];  // exclusive prefix sums
+  int64_t invalid = next[size_t(p.E)];
+  for (int64_t i = 0; i < N; ++i) {  // i = t·k + j: t, then j order within each expert
+    const int64_t row = validExpert(experts[i], p.E) ? next[size_t(experts[i])]++ : invalid++;
+    slots[i] = int32_t(row);
+    std::memcpy(xp + row * p.H, x + (i / p.k) * p.H, size_t(p.H) * sizeof(float));
+  }
+}
+
+void moeUnpermute(const float* xp, const int32_t* slots, const float* weights, float* y, const MoeParams& p) {
+  const int64_t N = p.T * p.k;
+  for (int64_t t = 0; t < p.T; ++t) {
+    float* yt = y + t * p.H;
+    std::fill(yt, yt + p.H, 0.0f);
+    for (int64_t j = 0; j < p.k; ++j) {
+      const int64_t slot = slots[t * p.k + j];
+      if (slot < 0 || slot >= N) continue;
+      const float w = weights ? weights[t * p.k + j] : 1.0f;
+      const float* row = xp + slot * p.H;
+      for (int64_t h = 0; h < p.H; ++h) yt[h] += w * row[h];
+    }
+  }
+}
+
+void moeUnpermuteBackward(const float* dy, const float* xp, const int32_t* slots, const float* weights, float* dxp,
+                          float* dweights, const MoeParams& p) {
+  const int64_t N = p.T * p.k;
+  std::vector<char> hit(size_t(N), 0);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t slot = slots[i];
+    const float* d = dy + (i / p.k) * p.H;
+    if (slot < 0 || slot >= N) {
+      dweights[i] = 0.0f;
+      continue;
+    }
+    float* dx = dxp + slot * p.H;
+    const float* row = xp + slot * p.H;
+    const float w = weights[i];
+    const bool first = !hit[size_t(slot)];  // a permutation writes each row once: w·dy itself
+    double s = 0.0;
+    for (int64_t h = 0; h < p.H; ++h) {
+      s += double(d[h]) * row[h];
+      dx[h] = first ? w * d[h] : dx[h] + w * d[h];
+    }
+    hit[size_t(slot)] = 1;
+    dweights[i] = static_cast<float>(s);
+  }
+  for (int64_t r = 0; r < N; ++r)
+    if (!hit[size_t(r)]) std::fill(dxp + r * p.H, dxp + (r + 1) * p.H, 0.0f);
+}
+
+void groupedLinearForward(const float* x, const float* w, const int32_t* groupSizes, float* y, const MoeParams& p) {
+  const std::vector<Group> g = groups(groupSizes, p.E, p.N);
+  for (int64_t e = 0; e < p.E; ++e) {
+    const Group& r = g[size_t(e)];
+    if (r.rows == 0) continue;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r.rows, p.O, p.K, 1.0f, x + r.off * p.K, p.K,
+                w + e * p.O * p.K, p.K, 0.0f, y + r.off * p.O, p.O);
+  }
+  std::fill(y + groupedRows(g) * p.O, y + p.N * p.O, 0.0f);
+}
+
+void groupedLinearBackwardInput(const float* dy, const float* w, const int32_t* groupSizes, float* dx,
+                                const MoeParams& p) {
+  const std::vector<Group> g = groups(groupSizes, p.E, p.N);
+  for (int64_t e = 0; e < p.E; ++e) {
+    const Group& r = g[size_t(e)];
+    if (r.rows == 0) continue;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r.rows, p.K, p.O, 1.0f, dy + r.off * p.O, p.O,
+                w + e * p.O * p.K, p.K, 0.0f, dx + r.off * p.K, p.K);
+  }
+  std::fill(dx + groupedRows(g) * p.K, dx + p.N * p.K, 0.0f);
+}
+
+void groupedLinearBackwardWeight(const float* dy, const float* x, const int32_t* groupSizes, float* dw,
+                                 const MoeParams& p) {
+  const std::vector<Group> g = groups(groupSizes, p.E, p.N);
+  for (int64_t e = 0; e < p.E; ++e) {
+    const Group& r = g[size_t(e)];
+    float* dwe = dw + e * p.O * p.K;
+    if (r.rows == 0) {
+      if (!p.accumulate) std::fill(dwe, dwe + p.O * p.K, 0.0f);
+      continue;
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, p.O, p.K, r.rows, 1.0f, dy + r.off * p.O, p.O, x + r.off * p.K,
+                p.K, p.accumulate ? 1.0f : 0.0f, dwe, p.K);
+  }
+}
+
+namespace {
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+}  // namespace
+
+void sigmoidGateForward(const float* gate, const float* x, float* y, const MoeParams& p) {
+  for (int64_t t = 0; t < p.T; ++t) {
+    const float s = sigmoid(gate[t]);
+    for (int64_t h = 0; h < p.H; ++h) y[t * p.H + h] = s * x[t * p.H + h];
+  }
+}
+
+void sigmoidGateBackward(const float* dy, const float* gate, const float* x, float* dgate, float* dx,
+                         const MoeParams& p) {
+  for (int64_t t = 0; t < p.T; ++t) {
+    const float s = sigmoid(gate[t]);
+    double dot = 0.0;  // before dx, which may be dy, is written
+    for (int64_t h = 0; h < p.H; ++h) dot += double(dy[t * p.H + h]) * x[t * p.H + h];
+    dgate[t] = static_cast<float>(double(s) * (1.0 - double(s)) * dot);
+    for (int64_t h = 0; h < p.H; ++h) dx[t * p.H + h] = s * dy[t * p.H + h];
+  }
+}
+
+// ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
+
+void registerCpuMoeKernels(CpuKernelTable& t) {
+  using K = schema::OpKind;
+  using P = MoeParams;
+  using Ctx = CpuKernelContext;
+  addCpuKernel<P>(t, K::kMoeRoute, [](const KernelCall& c, const P& p, const Ctx&) {
+    moeRouteForward(c.F("logits"), c.F("weights"), c.I("experts"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kMoeRouteBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    moeRouteBackward(c.F("logits"), c.I("experts"), c.F("dweights"), c.F("dlogits"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kMoePermute, [](const KernelCall& c, const P& p, const Ctx&) {
+    moePermute(c.F("x"), c.I("experts"), c.F("xp"), c.I("slots"), c.I("group_sizes"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kMoeUnpermute, [](const KernelCall& c, const P& p, const Ctx&) {
+    moeUnpermute(c.F("xp"), c.I("slots"), c.F("weights"), c.F("y"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kMoeUnpermuteBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    moeUnpermuteBackward(c.F("dy"), c.F("xp"), c.I("slots"), c.F("weights"), c.F("dxp"), c.F("dweights"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kGroupedLinearFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    groupedLinearForward(c.F("x"), c.F("w"), c.I("group_sizes"), c.F("y"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kGroupedLinearBwdInput, [](const KernelCall& c, const P& p, const Ctx&) {
+    groupedLinearBackwardInput(c.F("dy"), c.F("w"), c.I("group_sizes"), c.F("dx"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kGroupedLinearBwdWeight, [](const KernelCall& c, const P& p, const Ctx&) {
+    groupedLinearBackwardWeight(c.F("dy"), c.F("x"), c.I("group_sizes"), c.F("dw"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kSigmoidGateFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    sigmoidGateForward(c.F("gate"), c.F("x"), c.F("y"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kSigmoidGateBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    sigmoidGateBackward(c.F("dy"), c.F("gate"), c.F("x"), c.F("dgate"), c.F("dx"), p);
+    return Status::ok();
+  });
+}
+
+}  // namespace llcdist::rt

@@ -1,0 +1,101 @@
+// Family "moe" (PlanSchema.h "Mixture of experts"; docs/plan-format.md): the router (moe_route / _bwd), the
+// permutation into expert-major rows and back (moe_permute, moe_unpermute / _bwd), the experts' grouped
+// GEMMs (grouped_linear_*) and Qwen2-MoE's shared-expert gate (sigmoid_gate_*). The checker derives every
+// role's element count from the attrs; the i32 contents (expert ids, slots, group sizes) are data, which
+// the kernels guard (docs/plan-format.md).
+#include "OpDefs.h"
+
+#include <limits>
+
+namespace llcdist::rt::ops {
+namespace {
+
+using K = schema::OpKind;
+constexpr auto prod = OpChecker::prod;
+constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
+
+// top_k picks k distinct experts of E.
+Status checkTopK(const OpChecker& c) {
+  const int64_t E = c.I("E"), k = c.I("k");
+  if (k > E)
+    return c.attrError("k", std::string(schema::opName(c.op().kind)) + ": k = " + std::to_string(k) +
+                                " experts per token exceeds E = " + std::to_string(E) + " experts");
+  if (E > kI32Max) return c.attrError("E", "E = " + std::to_string(E) + " does not fit an i32 expert id");
+  return Status::ok();
+}
+
+Status checkRoute(const OpChecker& c) {
+  LLCDIST_RETURN_IF_ERROR(checkTopK(c));
+  const int64_t T = c.I("T"), E = c.I("E"), k = c.I("k");
+  for (const char* r : {"logits", "dlogits"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, E}), "T×E"));
+  for (const char* r : {"weights", "experts", "dweights"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, k}), "T×k"));
+  return Status::ok();
+}
+
+Status checkPermute(const OpChecker& c) {
+  LLCDIST_RETURN_IF_ERROR(checkTopK(c));
+  const int64_t T = c.I("T"), H = c.I("H"), E = c.I("E"), k = c.I("k");
+  const int64_t N = prod({T, k});
+  if (N < 0 || N > kI32Max)
+    return c.attrError("k", "T×k = " + (N < 0 ? std::string("(overflow)") : std::to_string(N)) +
+                                " assignment rows do not fit an i32 slot");
+  LLCDIST_RETURN_IF_ERROR(c.count("x", prod({T, H}), "T×H"));
+  LLCDIST_RETURN_IF_ERROR(c.count("experts", N, "T×k"));
+  LLCDIST_RETURN_IF_ERROR(c.count("xp", prod({T, k, H}), "T×k×H"));
+  LLCDIST_RETURN_IF_ERROR(c.count("slots", N, "T×k"));
+  return c.count("group_sizes", E, "E");
+}
+
+// moe_unpermute / _bwd: xp, dxp [T·k, H]; slots, weights, dweights [T, k]; y, dy [T, H].
+Status checkUnpermute(const OpChecker& c) {
+  const int64_t T = c.I("T"), H = c.I("H"), k = c.I("k");
+  for (const char* r : {"xp", "dxp"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, k, H}), "T×k×H"));
+  for (const char* r : {"slots", "weights", "dweights"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, k}), "T×k"));
+  for (const char* r : {"y", "dy"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, H}), "T×H"));
+  return Status::ok();
+}
+
+// grouped_linear_*: x, dx [N, K]; y, dy [N, O]; w, dw [E, O, K]; group_sizes [E].
+Status checkGrouped(const OpChecker& c) {
+  const int64_t N = c.I("N"), K_ = c.I("K"), O = c.I("O"), E = c.I("E");
+  for (const char* r : {"x", "dx"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({N, K_}), "N×K"));
+  for (const char* r : {"y", "dy"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({N, O}), "N×O"));
+  for (const char* r : {"w", "dw"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({E, O, K_}), "E×O×K"));
+  return c.count("group_sizes", E, "E");
+}
+
+// sigmoid_gate_*: gate, dgate [T]; x, y, dy, dx [T, H].
+Status checkSigmoidGate(const OpChecker& c) {
+  const int64_t T = c.I("T"), H = c.I("H");
+  for (const char* r : {"gate", "dgate"}) LLCDIST_RETURN_IF_ERROR(c.count(r, T, "T"));
+  for (const char* r : {"x", "y", "dy", "dx"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, H}), "T×H"));
+  return Status::ok();
+}
+
+// Every kind's attrs into MoeParams (an attr the kind lacks stays 0 / false).
+StatusOr<OpParams> bindMoe(const BindContext& b) {
+  MoeParams p;
+  p.T = b.op.intAttr("T");
+  p.H = b.op.intAttr("H");
+  p.E = b.op.intAttr("E");
+  p.k = b.op.intAttr("k");
+  p.N = b.op.intAttr("N");
+  p.K = b.op.intAttr("K");
+  p.O = b.op.intAttr("O");
+  p.normalize = b.op.boolAttr("normalize");
+  p.accumulate = b.op.boolAttr("accumulate");
+  return OpParams(p);
+}
+
+}  // namespace
+
+void registerMoeOps(OpDefTable& t) {
+  for (K k : {K::kMoeRoute, K::kMoeRouteBwd}) t.add(k, {"moe", checkRoute, bindMoe});
+  t.add(K::kMoePermute, {"moe", checkPermute, bindMoe});
+  for (K k : {K::kMoeUnpermute, K::kMoeUnpermuteBwd}) t.add(k, {"moe", checkUnpermute, bindMoe});
+  for (K k : {K::kGroupedLinearFwd, K::kGroupedLinearBwdInput, K::kGroupedLinearBwdWeight})
+    t.add(k, {"moe", checkGrouped, bindMoe});
+  for (K k : {K::kSigmoidGateFwd, K::kSigmoidGateBwd}) t.add(k, {"moe", checkSigmoidGate, bindMoe});
+}
+
+}  // namespace llcdist::rt::ops

@@ -1,0 +1,377 @@
+// The mixture-of-experts kernels (Moe.cpp): each forward against a reference written here in double from
+// the definitions (HF Mixtral / Qwen2-MoE: softmax, torch.topk, optional renormalisation; expert-major
+// rows; per-expert out_in GEMMs; the shared expert's sigmoid gate), each backward against central
+// differences of its forward; ties, k = 1 and k = E, empty groups, rows past the groups, ids out of range.
+#include "TestUtil.h"
+#include "llcdist/runtime/Kernels.h"
+
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+
+namespace llcdist::rt {
+namespace {
+using testing::checkGradient;
+using testing::dot;
+using testing::expectAllClose;
+using testing::randIds;
+using testing::randn;
+
+MoeParams route(int64_t T, int64_t E, int64_t k, bool normalize) {
+  MoeParams p;
+  p.T = T, p.E = E, p.k = k, p.normalize = normalize;
+  return p;
+}
+MoeParams tokens(int64_t T, int64_t H, int64_t E, int64_t k) {
+  MoeParams p;
+  p.T = T, p.H = H, p.E = E, p.k = k;
+  return p;
+}
+MoeParams grouped(int64_t N, int64_t K, int64_t O, int64_t E, bool accumulate = false) {
+  MoeParams p;
+  p.N = N, p.K = K, p.O = O, p.E = E, p.accumulate = accumulate;
+  return p;
+}
+
+// ---- moe_route ----------------------------------------------------------------------------------------
+
+// The reference router in double: softmax, the k largest in descending order (ties to the lower index),
+// optionally renormalised.
+void routeReference(const std::vector<float>& logits, const MoeParams& p, std::vector<int32_t>& experts,
+                    std::vector<double>& weights) {
+  experts.assign(size_t(p.T * p.k), -1);
+  weights.assign(size_t(p.T * p.k), 0.0);
+  for (int64_t t = 0; t < p.T; ++t) {
+    std::vector<double> prob(size_t(p.E));
+    double mx = -1e300, sum = 0.0;
+    for (int64_t e = 0; e < p.E; ++e) mx = std::max(mx, double(logits[size_t(t * p.E + e)]));
+    for (int64_t e = 0; e < p.E; ++e) sum += prob[size_t(e)] = std::exp(double(logits[size_t(t * p.E + e)]) - mx);
+    for (double& v : prob) v /= sum;
+    std::vector<int32_t> order(size_t(p.E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return prob[size_t(a)] > prob[size_t(b)]; });
+    double selected = 0.0;
+    for (int64_t j = 0; j < p.k; ++j) selected += prob[size_t(order[size_t(j)])];
+    for (int64_t j = 0; j < p.k; ++j) {
+      experts[size_t(t * p.k + j)] = order[size_t(j)];
+      weights[size_t(t * p.k + j)] = prob[size_t(order[size_t(j)])] / (p.normalize ? selected : 1.0);
+    }
+  }
+}
+
+// Logits on a grid of 0.3: distinct values far apart (no rounding can reorder them), equal values exactly
+// equal (ties).
+std::vector<float> gridLogits(int64_t n, int32_t levels, uint32_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  const std::vector<int32_t> ids = randIds(n, levels, seed);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.3f * float(ids[i]) - 0.6f;
+  return v;
+}
+
+TEST(MoeRouteTest, ForwardMatchesSoftmaxTopK) {
+  for (const auto& [E, k, levels] : {std::tuple{6, 2, 4}, {6, 1, 3}, {6, 6, 4}, {8, 3, 20}, {4, 4, 2}})
+    for (bool normalize : {false, true}) {
+      SCOPED_TRACE("E " + std::to_string(E) + " k " + std::to_string(k) + (normalize ? " normalize" : ""));
+      const MoeParams p = route(7, E, k, normalize);
+      const std::vector<float> logits = gridLogits(p.T * p.E, levels, uint32_t(E * 10 + k));
+      std::vector<float> weights(size_t(p.T * p.k));
+      std::vector<int32_t> experts(size_t(p.T * p.k));
+      moeRouteForward(logits.data(), weights.data(), experts.data(), p);
+      std::vector<int32_t> wantExperts;
+      std::vector<double> wantWeights;
+      routeReference(logits, p, wantExperts, wantWeights);
+      EXPECT_EQ(experts, wantExperts);
+      expectAllClose(weights, wantWeights, 1e-7, 1e-6, "weights");
+    }
+}
+
+TEST(MoeRouteTest, TiesGoToTheLowerExpertInDescendingOrder) {
+  // Row 0: experts 1, 2 and 4 tie for the largest; row 1: all equal; row 2: a strict order.
+  const std::vector<float> logits = {1, 3, 3, 0, 3, /**/ 2, 2, 2, 2, 2, /**/ -1, 0.5f, 4, -3, 2};
+  const MoeParams p = route(3, 5, 3, true);
+  std::vector<float> weights(9);
+  std::vector<int32_t> experts(9);
+  moeRouteForward(logits.data(), weights.data(), experts.data(), p);
+  EXPECT_EQ(experts, (std::vector<int32_t>{1, 2, 4, 0, 1, 2, 2, 4, 1}));
+  for (int64_t j = 0; j < 6; ++j) EXPECT_FLOAT_EQ(weights[size_t(j)], 1.0f / 3.0f) << j;  // equal p, normalised
+  EXPECT_GT(weights[6], weights[7]);
+  EXPECT_GT(weights[7], weights[8]);
+  // k = E without normalize: the weights are the whole softmax, summing to 1.
+  const MoeParams all = route(1, 5, 5, false);
+  std::vector<float> w5(5);
+  std::vector<int32_t> e5(5);
+  moeRouteForward(logits.data() + 10, w5.data(), e5.data(), all);
+  EXPECT_EQ(e5, (std::vector<int32_t>{2, 4, 1, 0, 3}));
+  EXPECT_NEAR(std::accumulate(w5.begin(), w5.end(), 0.0), 1.0, 1e-6);
+}
+
+TEST(MoeRouteTest, BackwardMatchesFiniteDifferences) {
+  for (const auto& [E, k] : {std::pair{6, 2}, {6, 1}, {5, 5}, {8, 3}})
+    for (bool normalize : {false, true}) {
+      SCOPED_TRACE("E " + std::to_string(E) + " k " + std::to_string(k) + (normalize ? " normalize" : ""));
+      const MoeParams p = route(4, E, k, normalize);
+      // Each row a permutation of 0..E-1 spaced 0.4 apart, plus small noise: a selection no step of 1e-2 flips.
+      std::vector<float> logits(size_t(p.T * p.E));
+      const std::vector<float> noise = randn(p.T * p.E, uint32_t(E + k), 0.03f);
+      for (int64_t t = 0; t < p.T; ++t) {
+        std::vector<int32_t> perm(static_cast<size_t>(E));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::rotate(perm.begin(), perm.begin() + (t * 3) % E, perm.end());
+        if (t % 2) std::reverse(perm.begin(), perm.end());
+        for (int64_t e = 0; e < E; ++e)
+          logits[size_t(t * E + e)] = 0.4f * float(perm[size_t(e)]) + noise[size_t(t * E + e)];
+      }
+      const std::vector<float> dw = randn(p.T * p.k, uint32_t(7 + E));
+      std::vector<float> weights(size_t(p.T * p.k)), dlogits(size_t(p.T * p.E), 99.0f);
+      std::vector<int32_t> experts(size_t(p.T * p.k));
+      moeRouteForward(logits.data(), weights.data(), experts.data(), p);
+      const std::vector<int32_t> selection = experts;
+      moeRouteBackward(logits.data(), experts.data(), dw.data(), dlogits.data(), p);
+      checkGradient(
+          logits, dlogits,
+          [&] {
+            moeRouteForward(logits.data(), weights.data(), experts.data(), p);
+            EXPECT_EQ(experts, selection);
+            return dot(dw, weights);
+          },
+          "dlogits");
+    }
+}
+
+TEST(MoeRouteTest, BackwardIgnoresExpertIdsOutOfRange) {
+  const MoeParams p = route(1, 4, 2, true);
+  const std::vector<float> logits = {0.5f, -1.0f, 2.0f, 0.0f}, dw = {1.0f, 2.0f};
+  const std::vector<int32_t> experts = {2, 7};  // 7 is a producer's bug: only expert 2 is selected
+  std::vector<float> dl(4, 99.0f);
+  moeRouteBackward(logits.data(), experts.data(), dw.data(), dl.data(), p);
+  for (float v : dl) EXPECT_EQ(v, 0.0f);  // one selected expert: its normalised weight is constant 1
+}
+
+// ---- moe_permute / moe_unpermute ------------------------------------------------------------------------
+
+// The reference permutation: the assignments (t, j) sorted by (expert, t, j).
+void permuteReference(const std::vector<int32_t>& experts, const MoeParams& p, std::vector<int32_t>& slots,
+                      std::vector<int32_t>& sizes) {
+  std::vector<std::tuple<int32_t, int64_t, int64_t>> order;
+  for (int64_t t = 0; t < p.T; ++t)
+    for (int64_t j = 0; j < p.k; ++j) order.emplace_back(experts[size_t(t * p.k + j)], t, j);
+  std::sort(order.begin(), order.end());
+  slots.assign(size_t(p.T * p.k), -1);
+  sizes.assign(size_t(p.E), 0);
+  for (size_t r = 0; r < order.size(); ++r) {
+    const auto& [e, t, j] = order[r];
+    slots[size_t(t * p.k + j)] = int32_t(r);
+    ++sizes[size_t(e)];
+  }
+}
+
+TEST(MoePermuteTest, ExpertMajorRowsAndGroupSizes) {
+  for (const auto& [E, k] : {std::pair{5, 2}, {4, 1}, {3, 3}}) {
+    SCOPED_TRACE("E " + std::to_string(E) + " k " + std::to_string(k));
+    const MoeParams p = tokens(6, 4, E, k);
+    std::vector<int32_t> experts = randIds(p.T * p.k, int32_t(E - 1), uint32_t(E * 7 + k));  // expert E-1 empty
+    experts[0] = 0;
+    const std::vector<float> x = randn(p.T * p.H, 3);
+    std::vector<float> xp(size_t(p.T * p.k * p.H), 99.0f);
+    std::vector<int32_t> slots(size_t(p.T * p.k)), sizes(size_t(p.E), 99);
+    moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), p);
+    std::vector<int32_t> wantSlots, wantSizes;
+    permuteReference(experts, p, wantSlots, wantSizes);
+    EXPECT_EQ(slots, wantSlots);
+    EXPECT_EQ(sizes, wantSizes);
+    EXPECT_EQ(sizes[size_t(E - 1)], 0);
+    for (int64_t i = 0; i < p.T * p.k; ++i)
+      for (int64_t h = 0; h < p.H; ++h)
+        EXPECT_EQ(xp[size_t(wantSlots[size_t(i)] * p.H + h)], x[size_t((i / p.k) * p.H + h)]);
+  }
+}
+
+TEST(MoePermuteTest, ExpertIdsOutOfRangeTakeTheLastRows) {
+  const MoeParams p = tokens(3, 2, 3, 2);
+  const std::vector<int32_t> experts = {1, -1, 0, 3, 1, 0};  // -1 and 3 are outside [0, 3)
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  std::vector<float> xp(size_t(6 * 2 + 2), 99.0f);  // a guard row past the end
+  std::vector<int32_t> slots(6), sizes(3);
+  moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), p);
+  EXPECT_EQ(sizes, (std::vector<int32_t>{2, 2, 0}));
+  EXPECT_EQ(slots, (std::vector<int32_t>{2, 4, 0, 5, 3, 1}));
+  EXPECT_EQ(xp, (std::vector<float>{3, 4, 5, 6, 1, 2, 5, 6, 1, 2, 3, 4, 99, 99}));
+}
+
+TEST(MoeUnpermuteTest, WeightedSumOverTheTokensSlots) {
+  const MoeParams p = tokens(5, 3, 4, 2);
+  const std::vector<int32_t> experts = randIds(p.T * p.k, 4, 11);
+  std::vector<int32_t> slots, sizes;
+  permuteReference(experts, p, slots, sizes);
+  const std::vector<float> xp = randn(p.T * p.k * p.H, 12), w = randn(p.T * p.k, 13);
+  for (bool weighted : {true, false}) {
+    std::vector<float> y(size_t(p.T * p.H), 99.0f);
+    moeUnpermute(xp.data(), slots.data(), weighted ? w.data() : nullptr, y.data(), p);
+    std::vector<double> ref(size_t(p.T * p.H), 0.0);
+    for (int64_t t = 0; t < p.T; ++t)
+      for (int64_t j = 0; j < p.k; ++j)
+        for (int64_t h = 0; h < p.H; ++h)
+          ref[size_t(t * p.H + h)] +=
+              (weighted ? double(w[size_t(t * p.k + j)]) : 1.0) * xp[size_t(slots[size_t(t * p.k + j)] * p.H + h)];
+    expectAllClose(y, ref, 1e-6, 1e-6, weighted ? "y" : "y (no weights)");
+  }
+  // A slot out of range adds nothing.
+  std::vector<int32_t> bad = slots;
+  bad[1] = int32_t(p.T * p.k);
+  bad[2] = -1;
+  std::vector<float> y(size_t(p.T * p.H)), yGood(size_t(p.T * p.H));
+  moeUnpermute(xp.data(), bad.data(), nullptr, y.data(), p);
+  std::vector<float> zeroW(w.size(), 1.0f);
+  zeroW[1] = zeroW[2] = 0.0f;
+  moeUnpermute(xp.data(), slots.data(), zeroW.data(), yGood.data(), p);
+  EXPECT_EQ(y, yGood);
+}
+
+TEST(MoeUnpermuteTest, BackwardMatchesFiniteDifferences) {
+  for (int64_t k : {1, 2, 4}) {
+    SCOPED_TRACE("k " + std::to_string(k));
+    const MoeParams p = tokens(4, 3, 4, k);
+    std::vector<int32_t> slots, sizes;
+    permuteReference(randIds(p.T * p.k, 4, uint32_t(20 + k)), p, slots, sizes);
+    std::vector<float> xp = randn(p.T * p.k * p.H, 21), w = randn(p.T * p.k, 22);
+    const std::vector<float> dy = randn(p.T * p.H, 23);
+    std::vector<float> dxp(xp.size(), 99.0f), dw(w.size(), 99.0f);
+    moeUnpermuteBackward(dy.data(), xp.data(), slots.data(), w.data(), dxp.data(), dw.data(), p);
+    const auto loss = [&] {
+      std::vector<float> y(size_t(p.T * p.H));
+      moeUnpermute(xp.data(), slots.data(), w.data(), y.data(), p);
+      return dot(dy, y);
+    };
+    checkGradient(xp, dxp, loss, "dxp");
+    checkGradient(w, dw, loss, "dweights");
+  }
+}
+
+TEST(MoeUnpermuteTest, BackwardZeroesRowsNoSlotNames) {
+  const MoeParams p = tokens(2, 2, 2, 2);
+  const std::vector<int32_t> slots = {3, -1, 0, 9};  // rows 1 and 2 unnamed; -1 and 9 out of range
+  const std::vector<float> xp = {1, 2, 3, 4, 5, 6, 7, 8}, w = {2, 3, 4, 5}, dy = {1, -1, 0.5f, 2};
+  std::vector<float> dxp(8 + 2, 99.0f), dw(4, 99.0f);
+  moeUnpermuteBackward(dy.data(), xp.data(), slots.data(), w.data(), dxp.data(), dw.data(), p);
+  EXPECT_EQ(dxp, (std::vector<float>{2, 8, 0, 0, 0, 0, 2, -2, 99, 99}));
+  EXPECT_EQ(dw, (std::vector<float>{7 - 8, 0, 0.5f + 4, 0}));
+}
+
+// ---- grouped_linear ------------------------------------------------------------------------------------
+
+// The reference: expert e's rows (sizes clamped as the contract says) times w[e]ᵀ, the rest 0.
+std::vector<double> groupedReference(const std::vector<float>& x, const std::vector<float>& w,
+                                     const std::vector<int32_t>& sizes, const MoeParams& p) {
+  std::vector<double> y(size_t(p.N * p.O), 0.0);
+  int64_t row = 0;
+  for (int64_t e = 0; e < p.E; ++e)
+    for (int64_t r = 0; r < sizes[size_t(e)] && row < p.N; ++r, ++row)
+      for (int64_t o = 0; o < p.O; ++o)
+        for (int64_t c = 0; c < p.K; ++c)
+          y[size_t(row * p.O + o)] += double(x[size_t(row * p.K + c)]) * w[size_t((e * p.O + o) * p.K + c)];
+  return y;
+}
+
+TEST(GroupedLinearTest, ForwardMatchesPerExpertGemms) {
+  const MoeParams p = grouped(10, 4, 3, 4);
+  const std::vector<float> x = randn(p.N * p.K, 31), w = randn(p.E * p.O * p.K, 32);
+  // An empty expert and a row past Σ sizes; sizes past N (cut at N); a negative size (0).
+  for (const std::vector<int32_t>& sizes :
+       {std::vector<int32_t>{3, 0, 5, 1}, {2, 3, 4, 1}, {4, -2, 9, 5}, {0, 0, 0, 0}}) {
+    std::vector<float> y(size_t(p.N * p.O + 3), 99.0f);  // 3 guard elements
+    groupedLinearForward(x.data(), w.data(), sizes.data(), y.data(), p);
+    EXPECT_EQ(std::vector<float>(y.end() - 3, y.end()), std::vector<float>(3, 99.0f));
+    y.resize(size_t(p.N * p.O));
+    expectAllClose(y, groupedReference(x, w, sizes, p), 1e-5, 1e-5, "y");
+  }
+}
+
+TEST(GroupedLinearTest, BackwardMatchesFiniteDifferences) {
+  const MoeParams p = grouped(9, 4, 3, 4);
+  const std::vector<int32_t> sizes = {3, 0, 4, 1};  // expert 1 empty, row 8 past the groups
+  std::vector<float> x = randn(p.N * p.K, 41), w = randn(p.E * p.O * p.K, 42, 0.5f);
+  const std::vector<float> dy = randn(p.N * p.O, 43);
+  std::vector<float> dx(x.size(), 99.0f), dw(w.size(), 99.0f);
+  groupedLinearBackwardInput(dy.data(), w.data(), sizes.data(), dx.data(), p);
+  groupedLinearBackwardWeight(dy.data(), x.data(), sizes.data(), dw.data(), p);
+  for (int64_t i = 8 * p.K; i < 9 * p.K; ++i) EXPECT_EQ(dx[size_t(i)], 0.0f);
+  for (int64_t i = p.O * p.K; i < 2 * p.O * p.K; ++i) EXPECT_EQ(dw[size_t(i)], 0.0f);
+  const auto loss = [&] {
+    std::vector<float> y(size_t(p.N * p.O));
+    groupedLinearForward(x.data(), w.data(), sizes.data(), y.data(), p);
+    return dot(dy, y);
+  };
+  checkGradient(x, dx, loss, "dx");
+  checkGradient(w, dw, loss, "dw");
+}
+
+TEST(GroupedLinearTest, AccumulateAddsAndLeavesEmptyExpertsAlone) {
+  MoeParams p = grouped(8, 3, 2, 3);
+  const std::vector<int32_t> sizes = {5, 0, 3};
+  const std::vector<float> x = randn(p.N * p.K, 51), dy = randn(p.N * p.O, 52), before = randn(p.E * p.O * p.K, 53);
+  std::vector<float> fresh(before.size(), 99.0f), dw = before;
+  groupedLinearBackwardWeight(dy.data(), x.data(), sizes.data(), fresh.data(), p);
+  p.accumulate = true;
+  groupedLinearBackwardWeight(dy.data(), x.data(), sizes.data(), dw.data(), p);
+  std::vector<double> want(before.size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = double(before[i]) + fresh[i];
+  expectAllClose(dw, want, 1e-6, 1e-6, "dw");
+  for (int64_t i = p.O * p.K; i < 2 * p.O * p.K; ++i) EXPECT_EQ(dw[size_t(i)], before[size_t(i)]);
+}
+
+// ---- the block: route, permute, grouped GEMM, unpermute --------------------------------------------------
+
+TEST(MoeBlockTest, PermutedGroupedGemmEqualsTheDenseMixture) {
+  const int64_t T = 6, H = 5, E = 4, k = 2, O = 3;
+  const std::vector<float> logits = randn(T * E, 61), x = randn(T * H, 62), w = randn(E * O * H, 63);
+  std::vector<float> weights(T * k), xp(T * k * H), yp(T * k * O), y(T * O);
+  std::vector<int32_t> experts(T * k), slots(T * k), sizes(E);
+  moeRouteForward(logits.data(), weights.data(), experts.data(), route(T, E, k, true));
+  moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), tokens(T, H, E, k));
+  groupedLinearForward(xp.data(), w.data(), sizes.data(), yp.data(), grouped(T * k, H, O, E));
+  moeUnpermute(yp.data(), slots.data(), weights.data(), y.data(), tokens(T, O, E, k));
+  std::vector<double> ref(T * O, 0.0);  // HF's loop: Σ_j w_j · expert_{e_j}(x[t])
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t o = 0; o < O; ++o) {
+        double s = 0.0;
+        for (int64_t h = 0; h < H; ++h) s += double(x[t * H + h]) * w[(experts[t * k + j] * O + o) * H + h];
+        ref[t * O + o] += weights[t * k + j] * s;
+      }
+  expectAllClose(y, ref, 1e-5, 1e-5, "y");
+}
+
+// ---- sigmoid_gate --------------------------------------------------------------------------------------
+
+TEST(SigmoidGateTest, ForwardAndBackward) {
+  const MoeParams p = tokens(5, 4, 1, 1);
+  std::vector<float> gate = randn(p.T, 71, 2.0f), x = randn(p.T * p.H, 72);
+  const std::vector<float> dy = randn(p.T * p.H, 73);
+  std::vector<float> y(x.size());
+  sigmoidGateForward(gate.data(), x.data(), y.data(), p);
+  std::vector<double> ref(x.size());
+  for (int64_t t = 0; t < p.T; ++t)
+    for (int64_t h = 0; h < p.H; ++h) ref[t * p.H + h] = x[t * p.H + h] / (1.0 + std::exp(-double(gate[t])));
+  expectAllClose(y, ref, 1e-6, 1e-6, "y");
+  std::vector<float> inPlace = x;  // y may alias x
+  sigmoidGateForward(gate.data(), inPlace.data(), inPlace.data(), p);
+  EXPECT_EQ(inPlace, y);
+
+  std::vector<float> dgate(p.T, 99.0f), dx(x.size(), 99.0f);
+  sigmoidGateBackward(dy.data(), gate.data(), x.data(), dgate.data(), dx.data(), p);
+  const auto loss = [&] {
+    std::vector<float> out(x.size());
+    sigmoidGateForward(gate.data(), x.data(), out.data(), p);
+    return dot(dy, out);
+  };
+  checkGradient(gate, dgate, loss, "dgate");
+  checkGradient(x, dx, loss, "dx");
+  std::vector<float> dyInPlace = dy, dgate2(p.T);  // dx may alias dy
+  sigmoidGateBackward(dyInPlace.data(), gate.data(), x.data(), dgate2.data(), dyInPlace.data(), p);
+  EXPECT_EQ(dyInPlace, dx);
+  EXPECT_EQ(dgate2, dgate);
+}
+
+}  // namespace
+}  // namespace llcdist::rt

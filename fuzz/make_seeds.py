@@ -93,6 +93,7 @@ PLANS = [
     ("llama-sgd-cosine", "tiny-llama.json", 1,
      ["--optimizer", "sgd", "--momentum", "0.9", "--lr-schedule", "cosine", "--warmup", "2",
       "--grad-clip", "1.0"]),
+    ("mixtral-dp2", "tiny-mixtral.json", 1, ["--mesh", "dp=2"]),
 ]
 
 
@@ -125,7 +126,7 @@ def plan_seeds(llc_dist):
 XF_SEEDS = [("tiny-gpt2", "dp=1,tp=1,pp=1"), ("tiny-llama", "dp=1,tp=1,pp=1"),
             ("tiny-gpt2", "dp=2,tp=1,pp=1"), ("tiny-llama", "dp=1,tp=2,pp=1"),
             ("tiny-llama", "dp=1,tp=1,pp=2"), ("tiny-gpt2", "dp=1,tp=2,pp=2"),
-            ("tiny-llama", "dp=1,tp=1,pp=1,cp=2")]
+            ("tiny-llama", "dp=1,tp=1,pp=1,cp=2"), ("tiny-qwen2-moe", "dp=1,tp=1,pp=1")]
 
 
 def xf_seeds(llc_dist):

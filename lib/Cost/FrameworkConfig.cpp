@@ -22,6 +22,29 @@ void flag(FrameworkArgs &a, const std::string &name, const std::string &value = 
   a.megatron.push_back(value.empty() ? name : name + " " + value);
 }
 
+void renderMoe(const ModelConfig &m, FrameworkArgs &a) {
+  // Megatron-Core's MoE layer, dropless (no --moe-expert-capacity-factor) and without the auxiliary loss
+  // (llc-dist refuses output_router_logits so far); the experts whole on every rank (no expert parallelism).
+  const MoeConfig &e = *m.moe;
+  flag(a, "--num-experts", num(e.experts));
+  flag(a, "--moe-router-topk", num(e.topK));
+  flag(a, "--moe-ffn-hidden-size", num(e.intermediate));
+  if (e.sharedIntermediate) {
+    flag(a, "--moe-shared-expert-intermediate-size", num(e.sharedIntermediate));
+    a.megatronNotes.push_back("the shared expert scaled by sigmoid(shared_expert_gate(x)) (Qwen2-MoE): Megatron-"
+                              "Core's shared-expert gate (set in the model spec, no command-line flag)");
+  }
+  // Softmax over every expert then top-k, weights not renormalized (Qwen2-MoE's norm_topk_prob false);
+  // Megatron's default (top-k logits, then their softmax) is Mixtral's renormalized top-k.
+  if (!e.normalizeTopK)
+    flag(a, "--moe-router-pre-softmax");
+  flag(a, "--moe-router-load-balancing-type", "none");
+  flag(a, "--moe-aux-loss-coeff", "0");
+  flag(a, "--moe-grouped-gemm");
+  flag(a, "--moe-token-dispatcher-type", "alltoall");
+  flag(a, "--expert-model-parallel-size", "1");
+}
+
 void renderModel(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
   const ModelConfig &m = w.model;
   flag(a, "--num-layers", num(m.layers));
@@ -71,6 +94,8 @@ void renderModel(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
     a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (x + attn(ln x) + mlp(ln x)): no "
                               "Megatron-LM flag; the LM head's bias: none either");
   }
+  if (m.moe)
+    renderMoe(m, a);
   if (!m.tieEmbeddings)
     flag(a, "--untie-embeddings-and-output-weights");
   // The compiler's default vocabulary padding (Megatron-LM's own default).
@@ -237,8 +262,9 @@ const std::vector<KnobMapping> &cost::knobMappings() {
        "--num-layers --hidden-size --ffn-hidden-size --num-attention-heads "
        "[--group-query-attention --num-query-groups] --max-position-embeddings [llama: "
        "--position-embedding-type rope --rotary-base --normalization RMSNorm --swiglu "
-       "--disable-bias-linear] [--untie-embeddings-and-output-weights] "
-       "--make-vocab-size-divisible-by 128",
+       "--disable-bias-linear] [mixture of experts: --num-experts --moe-router-topk --moe-ffn-hidden-size "
+       "[--moe-shared-expert-intermediate-size] [--moe-router-pre-softmax] --moe-grouped-gemm ...] "
+       "[--untie-embeddings-and-output-weights] --make-vocab-size-divisible-by 128",
        "(the model is code)", renderModel},
       {"seq-len", "--seq-len", "--seq-length", "(the data loader's)", renderSeqLen},
       {"dp", "--mesh dp=N", "(world size / (tp x pp x cp))", "(world size / (tp x pp x cp))", renderDp},

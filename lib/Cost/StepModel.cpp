@@ -37,6 +37,11 @@ LayerShape layerShape(const ModelConfig &m, int64_t tp) {
   s.q = s.nh * s.hd;
   s.kv = s.nkv * s.hd;
   s.inter = m.intermediate / tp;
+  // A mixture of experts computes top_k experts per token (and Qwen2-MoE's
+  // shared expert): that many MLP columns, whole on every tp rank (tp splits
+  // attention only; the shared expert is Megatron-split).
+  if (m.moe)
+    s.inter = m.moe->topK * m.moe->intermediate + m.moe->sharedIntermediate / tp;
   return s;
 }
 

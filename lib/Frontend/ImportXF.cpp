@@ -3,7 +3,9 @@
 // Mirrors Hugging Face transformers' GPT2LMHeadModel, LlamaForCausalLM and
 // PhiForCausalLM forward passes op for op (Qwen2ForCausalLM,
 // MistralForCausalLM and GemmaForCausalLM share Llama's layer, with q/k/v
-// biases, a sliding window, GeGLU and (1 + w) norms); parameter names and
+// biases, a sliding window, GeGLU and (1 + w) norms; MixtralForCausalLM and
+// Qwen2MoeForCausalLM put a sparse mixture of experts in its MLP's place);
+// parameter names and
 // layouts are theirs, so a safetensors checkpoint maps onto the graph without
 // conversion.
 //
@@ -186,23 +188,66 @@ private:
     return attention(p, qr, kr, vv);
   }
 
-  func::FuncOp llamaBlock() {
-    func::FuncOp fn;
-    Value x = beginLayer(fn, "llama_decoder_layer");
-    const std::string p = "model.layers.{i}.";
-    int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim;
+  /// The gated MLP under `prefix` ("model.layers.{i}.mlp."): gate_proj,
+  /// up_proj, SwiGLU (Gemma: GeGLU), down_proj.
+  Value gatedMlp(const std::string &prefix, Value h, int64_t I, bool bias) {
+    int64_t H = m.hidden;
     auto o = WeightLayout::OutIn;
-    Value h = rmsNorm(p + "input_layernorm", x);
-    Value a = selfAttention(p, h, m.qkvBias);
-    Value out = linear(p + "self_attn.o_proj", a, q, H, m.outputBias, o);
-    x = AddOp::create(b, loc(p + "self_attn"), x, out);
-    h = rmsNorm(p + "post_attention_layernorm", x);
-    Value gate = linear(p + "mlp.gate_proj", h, H, I, m.mlpBias, o);
-    Value up = linear(p + "mlp.up_proj", h, H, I, m.mlpBias, o);
+    Value gate = linear(prefix + "gate_proj", h, H, I, bias, o);
+    Value up = linear(prefix + "up_proj", h, H, I, bias, o);
     // Gemma's GeGLU: the tanh GELU in SwiGLU's place.
     StringAttr activation = m.gatedGelu ? b.getStringAttr("gelu_tanh") : StringAttr();
-    Value s = SwiGLUOp::create(b, loc(p + "mlp"), gate, up, activation);
-    Value d = linear(p + "mlp.down_proj", s, I, H, m.mlpBias, o);
+    Value s = SwiGLUOp::create(b, loc(prefix.substr(0, prefix.size() - 1)), gate, up, activation);
+    return linear(prefix + "down_proj", s, I, H, bias, o);
+  }
+
+  /// The sparse mixture of experts of layer prefix `p` (transformers'
+  /// MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock): the router, softmax and
+  /// top-k, each token's rows grouped by expert, the experts' SwiGLU MLPs as
+  /// grouped GEMMs over stacked weights (Hugging Face's experts.{e}.*), the
+  /// weighted sum back per token; Qwen2-MoE adds its shared expert, gated by
+  /// sigmoid(shared_expert_gate(h)).
+  Value moeBlock(const std::string &p, Value h) {
+    const MoeConfig &e = *m.moe;
+    const bool mixtral = m.arch == Arch::Mixtral;
+    const std::string blk = p + (mixtral ? "block_sparse_moe." : "mlp.");
+    const int64_t H = m.hidden, E = e.experts, k = e.topK, I = e.intermediate, N = B * S * k;
+    auto ids = [&](ArrayRef<int64_t> dims) { return RankedTensorType::get(dims, b.getI32Type()); };
+    Value logits = linear(blk + "gate", h, H, E, /*bias=*/false, WeightLayout::OutIn);
+    auto route = MoeRouteOp::create(b, loc(blk + "gate"), t({B, S, k}), ids({B, S, k}), logits, b.getI64IntegerAttr(k),
+                                    e.normalizeTopK ? b.getUnitAttr() : UnitAttr());
+    auto rows =
+        MoePermuteOp::create(b, loc(blk + "experts"), t({N, H}), ids({B, S, k}), ids({E}), h, route.getExperts());
+    auto expertLinear = [&](const char *name, Value x, int64_t out, int64_t in) {
+      std::string w = blk + "experts.{e}." + name + ".weight";
+      return GroupedLinearOp::create(b, loc(blk + "experts"), t({N, out}), x, param(w, {E, out, in}),
+                                     rows.getGroupSizes())
+          .getResult();
+    };
+    Value gate = expertLinear(mixtral ? "w1" : "gate_proj", rows.getResult(), I, H);
+    Value up = expertLinear(mixtral ? "w3" : "up_proj", rows.getResult(), I, H);
+    Value swiglu = SwiGLUOp::create(b, loc(blk + "experts"), gate, up, StringAttr());
+    Value down = expertLinear(mixtral ? "w2" : "down_proj", swiglu, H, I);
+    Value routed = MoeUnpermuteOp::create(b, loc(blk + "experts"), act(H), down, rows.getSlots(), route.getWeights());
+    if (!e.sharedIntermediate)
+      return routed;
+    Value shared = gatedMlp(blk + "shared_expert.", h, e.sharedIntermediate, /*bias=*/false);
+    Value g = linear(blk + "shared_expert_gate", h, H, 1, /*bias=*/false, WeightLayout::OutIn);
+    Value gated = SigmoidGateOp::create(b, loc(blk + "shared_expert_gate"), act(H), g, shared);
+    return AddOp::create(b, loc(blk), routed, gated);
+  }
+
+  func::FuncOp llamaBlock() {
+    func::FuncOp fn;
+    Value x = beginLayer(fn, m.moe ? "moe_decoder_layer" : "llama_decoder_layer");
+    const std::string p = "model.layers.{i}.";
+    int64_t H = m.hidden, q = m.heads * m.headDim;
+    Value h = rmsNorm(p + "input_layernorm", x);
+    Value a = selfAttention(p, h, m.qkvBias);
+    Value out = linear(p + "self_attn.o_proj", a, q, H, m.outputBias, WeightLayout::OutIn);
+    x = AddOp::create(b, loc(p + "self_attn"), x, out);
+    h = rmsNorm(p + "post_attention_layernorm", x);
+    Value d = m.moe ? moeBlock(p, h) : gatedMlp(p + "mlp.", h, m.intermediate, m.mlpBias);
     x = AddOp::create(b, loc(p + "mlp"), x, d);
     func::ReturnOp::create(b, loc(p), x);
     return fn;
@@ -298,6 +343,10 @@ private:
     i64("intermediate_size", m.intermediate);
     i64("max_positions", m.maxPositions);
     a.push_back(b.getNamedAttr("tie_word_embeddings", b.getBoolAttr(m.tieEmbeddings)));
+    if (m.moe) {
+      i64("num_experts", m.moe->experts);
+      i64("experts_per_token", m.moe->topK);
+    }
     i64("seq_len", S);
     i64("micro_batch", shape.microBatch);
     i64("global_batch", shape.globalBatch);

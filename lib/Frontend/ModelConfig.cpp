@@ -22,9 +22,10 @@ struct ArchNames {
   const char *name, *hf;
 };
 constexpr ArchNames kArchs[] = {
-    {Arch::GPT2, "gpt2", "GPT2LMHeadModel"},    {Arch::Llama, "llama", "LlamaForCausalLM"},
-    {Arch::Qwen2, "qwen2", "Qwen2ForCausalLM"}, {Arch::Mistral, "mistral", "MistralForCausalLM"},
-    {Arch::Gemma, "gemma", "GemmaForCausalLM"}, {Arch::Phi, "phi", "PhiForCausalLM"}};
+    {Arch::GPT2, "gpt2", "GPT2LMHeadModel"},          {Arch::Llama, "llama", "LlamaForCausalLM"},
+    {Arch::Qwen2, "qwen2", "Qwen2ForCausalLM"},       {Arch::Mistral, "mistral", "MistralForCausalLM"},
+    {Arch::Gemma, "gemma", "GemmaForCausalLM"},       {Arch::Phi, "phi", "PhiForCausalLM"},
+    {Arch::Mixtral, "mixtral", "MixtralForCausalLM"}, {Arch::Qwen2Moe, "qwen2_moe", "Qwen2MoeForCausalLM"}};
 } // namespace
 
 const char *llcdist::archName(Arch a) { return kArchs[int(a)].name; }
@@ -33,24 +34,39 @@ const char *llcdist::hfArchitecture(Arch a) { return kArchs[int(a)].hf; }
 namespace {
 /// The architecture's parameter formula, in T: int64_t for numParameters(),
 /// double for the bound parseModelConfig checks first (no overflow there).
-template <typename T> T layerCount(const ModelConfig &c) {
+/// One layer's MLP: the gated MLP, or the mixture of experts (the router,
+/// `experts` of the experts, Qwen2-MoE's shared expert and its gate).
+template <typename T> T mlpCount(const ModelConfig &c, T experts) {
+  T H = c.hidden;
+  if (!c.moe)
+    return 3 * H * T(c.intermediate) + (c.mlpBias ? 2 * T(c.intermediate) + H : 0);
+  const MoeConfig &e = *c.moe;
+  T n = T(e.experts) * H + experts * 3 * H * T(e.intermediate);
+  if (e.sharedIntermediate)
+    n += 3 * H * T(e.sharedIntermediate) + H;
+  return n;
+}
+
+/// The architecture's parameter formula, in T: int64_t for numParameters(),
+/// double for the bound parseModelConfig checks first (no overflow there).
+/// `active`: a mixture of experts counts top_k experts.
+template <typename T> T layerCount(const ModelConfig &c, bool active = false) {
   T H = c.hidden, I = c.intermediate;
   T q = T(c.heads) * T(c.headDim), kv = T(c.kvHeads) * T(c.headDim);
   if (c.arch == Arch::GPT2)
     return 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H);
   if (c.arch == Arch::Phi) // one LayerNorm; q, k, v, dense, fc1, fc2, all with biases
     return 2 * H + (H * q + q) + 2 * (H * kv + kv) + (q * H + H) + (H * I + I) + (I * H + H);
-  T layer = 2 * H + H * q + 2 * H * kv + q * H + 3 * H * I;
+  T layer = 2 * H + H * q + 2 * H * kv + q * H;
+  layer += mlpCount<T>(c, c.moe ? T(active ? c.moe->topK : c.moe->experts) : T(0));
   if (c.qkvBias)
     layer += q + 2 * kv;
   if (c.outputBias)
     layer += H;
-  if (c.mlpBias)
-    layer += 2 * I + H;
   return layer;
 }
 
-template <typename T> T parameterCount(const ModelConfig &c) {
+template <typename T> T parameterCount(const ModelConfig &c, bool active = false) {
   T H = c.hidden, V = c.vocab, L = c.layers;
   T n = V * H + (c.tieEmbeddings ? 0 : V * H);
   if (c.arch == Arch::GPT2)
@@ -61,7 +77,7 @@ template <typename T> T parameterCount(const ModelConfig &c) {
     n += H; // model.norm
   if (c.lmHeadBias)
     n += V;
-  return n + L * layerCount<T>(c);
+  return n + L * layerCount<T>(c, active);
 }
 
 /// Far above any published model (GPT-3: 2^37.3, Llama 3.1 405B: 2^38.6),
@@ -71,13 +87,17 @@ constexpr double kMaxParameters = double(int64_t(1) << 50);
 } // namespace
 
 int64_t ModelConfig::numParameters() const { return parameterCount<int64_t>(*this); }
+int64_t ModelConfig::activeParameters() const { return parameterCount<int64_t>(*this, /*active=*/true); }
 int64_t ModelConfig::layerParameters() const { return layerCount<int64_t>(*this); }
 int64_t ModelConfig::layerTensors() const {
   if (arch == Arch::GPT2)
     return 12;
   if (arch == Arch::Phi)
     return 14;
-  return 9 + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 3 : 0);
+  // Two norms, q k v o, and the gated MLP's three matrices or the router,
+  // three stacked expert weights and the shared expert with its gate.
+  int64_t mlp = moe ? 4 + (moe->sharedIntermediate ? 4 : 0) : 3 + (mlpBias ? 3 : 0);
+  return 6 + mlp + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0);
 }
 
 namespace {
@@ -164,14 +184,25 @@ public:
   }
 
   static int64_t maxFor(const std::string &key) {
-    static const std::map<std::string, int64_t> bounds = {
-        {"n_layer", 1 << 16},         {"num_hidden_layers", 1 << 16},
-        {"n_embd", 1 << 18},          {"hidden_size", 1 << 18},
-        {"n_inner", 1 << 20},         {"intermediate_size", 1 << 20},
-        {"n_head", 1 << 14},          {"num_attention_heads", 1 << 14},
-        {"num_key_value_heads", 1 << 14}, {"head_dim", 1 << 14},
-        {"vocab_size", 1 << 27},      {"n_positions", 1 << 24},
-        {"max_position_embeddings", 1 << 24}};
+    static const std::map<std::string, int64_t> bounds = {{"n_layer", 1 << 16},
+                                                          {"num_hidden_layers", 1 << 16},
+                                                          {"n_embd", 1 << 18},
+                                                          {"hidden_size", 1 << 18},
+                                                          {"n_inner", 1 << 20},
+                                                          {"intermediate_size", 1 << 20},
+                                                          {"n_head", 1 << 14},
+                                                          {"num_attention_heads", 1 << 14},
+                                                          {"num_key_value_heads", 1 << 14},
+                                                          {"head_dim", 1 << 14},
+                                                          {"vocab_size", 1 << 27},
+                                                          {"n_positions", 1 << 24},
+                                                          {"max_position_embeddings", 1 << 24},
+                                                          {"num_local_experts", 1 << 16},
+                                                          {"num_experts", 1 << 16},
+                                                          {"num_experts_per_tok", 1 << 16},
+                                                          {"moe_intermediate_size", 1 << 20},
+                                                          {"shared_expert_intermediate_size", 1 << 20},
+                                                          {"decoder_sparse_step", 1 << 16}};
     auto it = bounds.find(key);
     return it == bounds.end() ? (int64_t(1) << 40) : it->second;
   }
@@ -307,8 +338,8 @@ void parseGPT2(FieldReader &r, ModelConfig &c) {
 /// rope_theta, under the runtime's own rule (PlanSchema.h), so no config
 /// compiles to a plan the runtime refuses (5e-324 is a positive double but
 /// 0 in fp32).
-void readRopeTheta(FieldReader &r, ModelConfig &c, const json &obj) {
-  c.ropeTheta = r.positiveFloat("rope_theta", 10000.0);
+void readRopeTheta(FieldReader &r, ModelConfig &c, const json &obj, double dflt = 10000.0) {
+  c.ropeTheta = r.positiveFloat("rope_theta", dflt);
   if (!llcdist::rt::schema::ropeThetaInRange(c.ropeTheta))
     r.fail("rope_theta", std::string(llcdist::rt::schema::kRopeThetaRule) + ", got " + obj.at("rope_theta").dump());
 }
@@ -329,13 +360,55 @@ void refuseRopeScaling(FieldReader &r, const std::string &why) {
   r.ignore({"rope_scaling"});
 }
 
+/// The mixture-of-experts fields of MixtralConfig and Qwen2MoeConfig
+/// (transformers 4.40). What llc-dist does not build yet is refused by name.
+void parseMoe(FieldReader &r, ModelConfig &c, const json &obj) {
+  MoeConfig e;
+  const bool qwen = c.arch == Arch::Qwen2Moe;
+  const char *expertsKey = qwen ? "num_experts" : "num_local_experts";
+  e.experts = r.positiveInt(expertsKey, qwen ? 60 : 8);
+  e.topK = r.positiveInt("num_experts_per_tok", qwen ? 4 : 2);
+  if (e.topK > e.experts)
+    r.fail("num_experts_per_tok", "num_experts_per_tok=" + std::to_string(e.topK) + " is more than the " +
+                                      std::to_string(e.experts) + " experts (" + expertsKey + ")");
+  e.intermediate = qwen ? r.positiveInt("moe_intermediate_size", 1408) : c.intermediate;
+  if (qwen) {
+    e.sharedIntermediate = r.positiveInt("shared_expert_intermediate_size", 5632);
+    e.normalizeTopK = r.boolean("norm_topk_prob", false);
+    // Qwen2MoeDecoderLayer: layer i is sparse iff (i + 1) % decoder_sparse_step == 0.
+    if (r.positiveInt("decoder_sparse_step", 1) != 1)
+      r.fail("decoder_sparse_step", "only 1 (every layer a mixture of experts, Qwen1.5-MoE's) is supported; "
+                                    "layers alternating dense and sparse MLPs are not built yet");
+    if (r.has("mlp_only_layers") && !(obj.at("mlp_only_layers").is_array() && obj.at("mlp_only_layers").empty()))
+      r.fail("mlp_only_layers", "only [] is supported (every layer a mixture of experts)");
+    r.ignore({"mlp_only_layers"});
+  } else {
+    const json *jitter = r.has("router_jitter_noise") ? &r.get("router_jitter_noise") : nullptr;
+    if (jitter && !(jitter->is_number() && jitter->get<double>() == 0))
+      r.fail("router_jitter_noise", "must be 0: jitter multiplies the router's input by random noise in "
+                                    "training, and llc-dist's steps are deterministic");
+    r.ignore({"router_jitter_noise"});
+  }
+  if (r.boolean("output_router_logits", false))
+    r.fail("output_router_logits", "only false is supported: the load-balancing auxiliary loss (which true adds "
+                                   "to the loss) is not built yet");
+  const json *coef = r.has("router_aux_loss_coef") ? &r.get("router_aux_loss_coef") : nullptr;
+  if (coef && !(coef->is_number() && coef->get<double>() >= 0))
+    r.fail("router_aux_loss_coef", "must be a number >= 0, got " + coef->dump());
+  r.ignore({"router_aux_loss_coef"});
+  c.moe = e;
+}
+
 /// Llama's fields, Qwen2's (LlamaForCausalLM's layer with biases on q, k
 /// and v only; transformers' Qwen2Config has no head_dim, attention_bias,
 /// mlp_bias or pretraining_tp; its sliding window is off unless
 /// use_sliding_window, which is refused) and Mistral's (Llama's layer without
 /// biases and with sliding_window; MistralConfig 4.40 has no head_dim either).
 void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
-  const bool qwen2 = c.arch == Arch::Qwen2, mistral = c.arch == Arch::Mistral, gemma = c.arch == Arch::Gemma;
+  // Mixtral has Mistral's attention and Qwen2-MoE Qwen2's.
+  const bool mixtral = c.arch == Arch::Mixtral;
+  const bool qwen2 = c.arch == Arch::Qwen2 || c.arch == Arch::Qwen2Moe, mistral = c.arch == Arch::Mistral || mixtral,
+             gemma = c.arch == Arch::Gemma;
   c.vocab = r.positiveInt("vocab_size");
   c.hidden = r.positiveInt("hidden_size");
   c.intermediate = r.positiveInt("intermediate_size");
@@ -356,9 +429,11 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
     r.fail("head_dim", "must be even for rotary embeddings, got " +
                            std::to_string(c.headDim));
   checkKvHeads(r, c);
-  c.normEps = r.positiveFloat("rms_norm_eps", 1e-6);
-  readRopeTheta(r, c, obj);
+  c.normEps = r.positiveFloat("rms_norm_eps", mixtral ? 1e-5 : 1e-6);
+  readRopeTheta(r, c, obj, mixtral ? 1e6 : 10000.0);
   c.tieEmbeddings = r.boolean("tie_word_embeddings", gemma);
+  if (c.arch == Arch::Mixtral || c.arch == Arch::Qwen2Moe)
+    parseMoe(r, c, obj);
   r.ignore({"attention_dropout"});
   if (gemma) {
     // transformers 4.40's GemmaMLP: hidden_activation, else the tanh GELU
@@ -380,8 +455,10 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
     r.fail("hidden_act", "unsupported activation '" + act + "'; Llama's MLP is SwiGLU (\"silu\")");
   if (mistral) {
     c.qkvBias = c.outputBias = c.mlpBias = false;
-    // MistralConfig's default window is 4096; null is plain causal attention.
-    if (obj.contains("sliding_window") && obj.at("sliding_window").is_null())
+    // MistralConfig's default window is 4096 (MixtralConfig's None); null is
+    // plain causal attention.
+    if ((obj.contains("sliding_window") && obj.at("sliding_window").is_null()) ||
+        (mixtral && !obj.contains("sliding_window")))
       r.ignore({"sliding_window"});
     else
       c.slidingWindow = r.positiveInt("sliding_window", 4096);

@@ -38,6 +38,11 @@ json ModelInfo::toJson() const {
     // The padded rows of a plan at tp=1 with the default divisor (128).
     j["padded_vocab_size_tp1"] = (c.vocab + 127) / 128 * 128;
     j["tie_word_embeddings"] = c.tieEmbeddings;
+    if (c.moe) {
+      j["num_experts"] = c.moe->experts;
+      j["experts_per_token"] = c.moe->topK;
+      j["active_parameters"] = c.activeParameters();
+    }
   }
   json s = modelStatsJson(stats);
   for (auto &[k, v] : s.items())
@@ -51,6 +56,12 @@ void ModelInfo::print(llvm::raw_ostream &os) const {
     os << fmt::format(" ({})", hfArchitecture(config->arch));
   os << "\n";
   os << fmt::format("parameters        {}\n", groupDigits(stats.parameters));
+  if (config && config->moe)
+    os << fmt::format(
+        "                  {} active: {} experts per token of {} (expert FFN {}{})\n",
+        groupDigits(config->activeParameters()), config->moe->topK, config->moe->experts, config->moe->intermediate,
+        config->moe->sharedIntermediate ? fmt::format(", shared expert {}", config->moe->sharedIntermediate)
+                                        : std::string());
   os << fmt::format("layers            {}\n", stats.layers);
   if (config) {
     const ModelConfig &c = *config;

@@ -160,7 +160,7 @@ def hf_shapes(cfg):
                         p + "mlp.c_proj.weight": [inner, H], p + "mlp.c_proj.bias": [H]})
         return out
     arch = cfg.get("architectures", [""])[0]
-    if arch in ("GemmaForCausalLM", "PhiForCausalLM"):
+    if arch in ("GemmaForCausalLM", "PhiForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM"):
         return transformers_shapes(cfg)
     H, V, L, I = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
     nh = cfg["num_attention_heads"]
@@ -277,7 +277,12 @@ def main():
         print(f"vocabulary {man['model']['vocab_size']} padded to {pad} in the plan; "
               f"the files hold {cfg['vocab_size']} rows")
     P = {k: v.requires_grad_(True) for k, v in init.items()}
-    decay = {p["name"]: p["weight_decay"] for p in man["params"]}
+    # A mixture of experts' stacked weight ("experts.{e}.w1.weight", [E, ...])
+    # is one Hugging Face tensor per expert in the files.
+    decay = {}
+    for p in man["params"]:
+        names = [p["name"].replace("{e}", str(e)) for e in range(p["shape"][0])] if "{e}" in p["name"] else [p["name"]]
+        decay.update({n: p["weight_decay"] for n in names})
     groups = [{"params": [P[n] for n in P if decay[n]], "weight_decay": man["optimizer"]["weight_decay"]},
               {"params": [P[n] for n in P if not decay[n]], "weight_decay": 0.0}]
     o, sched = man["optimizer"], dict(man["lr_schedule"])

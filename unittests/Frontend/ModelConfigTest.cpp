@@ -352,3 +352,94 @@ TEST(ModelConfig, FieldPositionsByRole) {
   EXPECT_EQ(c.where("num_layers"), "m.json:6:3: ");
   EXPECT_EQ(c.where("max_positions"), "m.json: ");
 }
+
+// The mixtures of experts: total parameters as the safetensors indexes give
+// them (total_size / 2 bytes) and the active ones (top_k experts per token),
+// from the formula. Mixtral-8x7B: "46.7B total, 12.9B active"; Qwen1.5-MoE-
+// A2.7B: 14.3B total, "2.7B activated".
+TEST(ModelConfig, MixtureOfExpertsParameterCounts) {
+  ModelConfig mixtral = load("mixtral-8x7b");
+  EXPECT_EQ(mixtral.numParameters(), 46702792704);
+  EXPECT_EQ(mixtral.activeParameters(), 12879925248);
+  ModelConfig qwen = load("qwen1.5-moe-a2.7b");
+  EXPECT_EQ(qwen.numParameters(), 14315784192);
+  EXPECT_EQ(qwen.activeParameters(), 2689173504);
+  // A dense model: every parameter is active.
+  EXPECT_EQ(load("llama3-8b").activeParameters(), load("llama3-8b").numParameters());
+  // The tiny ones, by hand: tiny-mixtral's layer is 2·64 (norms) + 10,240
+  // (q, k, v, o) + 4·64 (router) + 4 experts · 3·64·96; two of them active.
+  ModelConfig tiny = load("tiny-mixtral");
+  EXPECT_EQ(tiny.layerParameters(), 128 + 10240 + 256 + 4 * 3 * 64 * 96);
+  EXPECT_EQ(tiny.numParameters(), 2 * 256 * 64 + 64 + 4 * tiny.layerParameters());
+  EXPECT_EQ(tiny.activeParameters(), 2 * 256 * 64 + 64 + 4 * (128 + 10240 + 256 + 2 * 3 * 64 * 96));
+  // Router, three stacked expert weights, norms, q k v o; Qwen2-MoE adds the
+  // q, k, v biases and the shared expert (three matrices and its gate).
+  EXPECT_EQ(tiny.layerTensors(), 10);
+  EXPECT_EQ(load("tiny-qwen2-moe").layerTensors(), 17);
+}
+
+TEST(ModelConfig, MixtureOfExpertsFields) {
+  ModelConfig m = load("mixtral-8x7b");
+  EXPECT_EQ(m.arch, Arch::Mixtral);
+  EXPECT_EQ(std::string(hfArchitecture(m.arch)), "MixtralForCausalLM");
+  ASSERT_TRUE(m.moe);
+  EXPECT_EQ(m.moe->experts, 8);
+  EXPECT_EQ(m.moe->topK, 2);
+  EXPECT_EQ(m.moe->intermediate, 14336); // Mixtral's intermediate_size is each expert's
+  EXPECT_EQ(m.moe->sharedIntermediate, 0);
+  EXPECT_TRUE(m.moe->normalizeTopK);
+  EXPECT_EQ(m.slidingWindow, 0); // null
+  EXPECT_FALSE(m.qkvBias);
+  EXPECT_TRUE(llamaLayout(m.arch));
+  ModelConfig q = load("qwen1.5-moe-a2.7b");
+  EXPECT_EQ(q.arch, Arch::Qwen2Moe);
+  ASSERT_TRUE(q.moe);
+  EXPECT_EQ(q.moe->experts, 60);
+  EXPECT_EQ(q.moe->topK, 4);
+  EXPECT_EQ(q.moe->intermediate, 1408);
+  EXPECT_EQ(q.moe->sharedIntermediate, 5632);
+  EXPECT_FALSE(q.moe->normalizeTopK);
+  EXPECT_TRUE(q.qkvBias);
+  EXPECT_FALSE(q.outputBias);
+  EXPECT_FALSE(load("llama3-8b").moe);
+  // MixtralConfig's defaults: rope_theta 1e6, rms_norm_eps 1e-5, no window.
+  ModelConfig d;
+  ASSERT_FALSE(parseModelConfig(R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 128})",
+                                "m.json", d));
+  EXPECT_DOUBLE_EQ(d.ropeTheta, 1e6);
+  EXPECT_DOUBLE_EQ(d.normEps, 1e-5);
+  EXPECT_EQ(d.slidingWindow, 0);
+  EXPECT_EQ(d.moe->experts, 8);
+  EXPECT_EQ(d.moe->topK, 2);
+}
+
+// What llc-dist does not build yet is refused by name, with the fix.
+TEST(ModelConfig, MixtureOfExpertsRefusals) {
+  const std::string mixtral = R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 128)";
+  const std::string qwen = R"({"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 128)";
+  EXPECT_NE(parseError(mixtral + R"(, "num_local_experts": 4, "num_experts_per_tok": 5})")
+                .find("field 'num_experts_per_tok': num_experts_per_tok=5 is more than the 4 experts"),
+            std::string::npos);
+  EXPECT_NE(parseError(mixtral + R"(, "output_router_logits": true})")
+                .find("field 'output_router_logits': only false is supported"),
+            std::string::npos);
+  EXPECT_NE(parseError(mixtral + R"(, "router_jitter_noise": 0.01})").find("field 'router_jitter_noise': must be 0"),
+            std::string::npos);
+  EXPECT_NE(parseError(mixtral + R"(, "router_aux_loss_coef": -1})")
+                .find("field 'router_aux_loss_coef': must be a number >= 0"),
+            std::string::npos);
+  EXPECT_NE(parseError(qwen + R"(, "decoder_sparse_step": 2})").find("field 'decoder_sparse_step': only 1"),
+            std::string::npos);
+  EXPECT_NE(parseError(qwen + R"(, "mlp_only_layers": [0]})").find("field 'mlp_only_layers': only []"),
+            std::string::npos);
+  EXPECT_NE(parseError(qwen + R"(, "num_experts": 0})").find("field 'num_experts': must be a positive integer"),
+            std::string::npos);
+  // Each family's own field names: Mixtral has no num_experts.
+  EXPECT_NE(parseError(mixtral + R"(, "num_experts": 8})").find("unknown field for MixtralForCausalLM"),
+            std::string::npos);
+  ModelConfig ok;
+  EXPECT_FALSE(parseModelConfig(qwen + R"(, "mlp_only_layers": [], "decoder_sparse_step": 1})", "q.json", ok));
+}

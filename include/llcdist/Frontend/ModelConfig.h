@@ -2,8 +2,9 @@
 //
 // MLIR-free: parses and validates a Hugging Face config.json of a
 // GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
-// GemmaForCausalLM or PhiForCausalLM into one flat description of a
-// decoder-only transformer (Phi's parallel attention/MLP block is its
+// GemmaForCausalLM, PhiForCausalLM, MixtralForCausalLM or
+// Qwen2MoeForCausalLM into one flat description of a decoder-only
+// transformer (Phi's parallel attention/MLP block is its
 // architecture's: ImportXF's phiBlock). Errors name the file, the line and
 // column of the field, the field, and what to do.
 //
@@ -19,19 +20,34 @@
 
 namespace llcdist {
 
-enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi };
+enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi, Mixtral, Qwen2Moe };
 const char *archName(Arch a);       ///< "gpt2" / "llama" / "qwen2" / "mistral" / "gemma" / "phi"
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
 /// the model.layers.{i} names), which Qwen2 (with q, k, v biases), Mistral
 /// (with a sliding attention window) and Gemma (GeGLU, (1 + w) norms, scaled
-/// embeddings) share. GPT-2 and Phi have LayerNorms and a two-matrix MLP.
+/// embeddings) share, and so do the mixtures of experts (Mixtral: Mistral's
+/// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place.
+/// GPT-2 and Phi have LayerNorms and a two-matrix MLP.
 inline bool llamaLayout(Arch a) { return a != Arch::GPT2 && a != Arch::Phi; }
 
 /// Hugging Face's `rope_scaling` with rope_type "llama3" (Llama 3.1+).
 struct RopeScaling {
   double factor = 1, lowFreqFactor = 1, highFreqFactor = 1;
   int64_t originalMaxPositions = 0;
+};
+
+/// A sparse mixture-of-experts MLP (Mixtral's MixtralSparseMoeBlock,
+/// Qwen2-MoE's Qwen2MoeSparseMoeBlock): a router [experts, hidden] (HF
+/// `gate`), softmax, the top `topK` experts of each token, each expert a
+/// SwiGLU MLP of `intermediate`; Qwen2-MoE adds a shared expert (a SwiGLU
+/// MLP of `sharedIntermediate`) scaled by sigmoid(shared_expert_gate(x)).
+struct MoeConfig {
+  int64_t experts = 0, topK = 0, intermediate = 0;
+  int64_t sharedIntermediate = 0; ///< 0: no shared expert (Mixtral)
+  /// The top-k weights divided by their sum (Mixtral: always; Qwen2-MoE:
+  /// norm_topk_prob).
+  bool normalizeTopK = true;
 };
 
 struct ModelConfig {
@@ -62,6 +78,8 @@ struct ModelConfig {
   double normWeightOffset = 0;
   bool scaleEmbeddings = false;
   bool gatedGelu = false;
+  /// Every layer's MLP is this mixture of experts (Mixtral, Qwen2-MoE).
+  std::optional<MoeConfig> moe;
   /// Where the fields that shape the graph are, by the role they play (the
   /// xf.model keys: num_heads, num_kv_heads, num_layers, vocab_size,
   /// max_positions, hidden_size) -> the config key and its {line, column}
@@ -77,7 +95,12 @@ struct ModelConfig {
   /// Parameter count from the architecture's formula (unique tensors: a tied
   /// embedding counts once). The compiler's count from the IR must agree.
   int64_t numParameters() const;
-  /// One decoder layer's parameters, and its parameter tensors.
+  /// The parameters one token's forward reads: a mixture of experts counts
+  /// topK of its experts (Mixtral-8x7B: 12.9 B of 46.7 B); else
+  /// numParameters().
+  int64_t activeParameters() const;
+  /// One decoder layer's parameters, and its parameter tensors (an expert
+  /// weight stacks the experts' tensors: one tensor).
   int64_t layerParameters() const;
   int64_t layerTensors() const;
 };

@@ -405,6 +405,139 @@ template <> LogicalResult OpLowering::lower<ConcatOp>(Operation *op, Scope &s, B
 }
 
 //===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Tokens and experts of a router's [..., E] logits.
+std::pair<int64_t, int64_t> tokensAndExperts(Value logits) {
+  int64_t e = lastDim(logits);
+  return {numel(logits) / e, e};
+}
+} // namespace
+
+template <> LogicalResult OpLowering::lower<MoeRouteOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto r = cast<MoeRouteOp>(op);
+  auto [T, E] = tokensAndExperts(r.getLogits());
+  Buf w = def(s, r.getWeights(), op, ".weights");
+  Buf e = def(s, r.getExperts(), op, ".experts");
+  kernel("moe_route", {arg("logits", use(s, r.getLogits())), arg("weights", w), arg("experts", e)},
+         {i64("T", T), i64("E", E), i64("k", r.getTopK()), flag("normalize", r.getNormalize())}, loc);
+  return success();
+}
+
+template <> LogicalResult OpLowering::lower<MoePermuteOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto p = cast<MoePermuteOp>(op);
+  Buf xp = def(s, p.getResult(), op);
+  Buf slots = def(s, p.getSlots(), op, ".slots");
+  Buf sizes = def(s, p.getGroupSizes(), op, ".group_sizes");
+  kernel("moe_permute",
+         {arg("x", use(s, p.getInput())), arg("experts", use(s, p.getExperts())), arg("xp", xp), arg("slots", slots),
+          arg("group_sizes", sizes)},
+         {i64("T", numel(p.getInput()) / lastDim(p.getInput())), i64("H", lastDim(p.getInput())),
+          i64("E", numel(p.getGroupSizes())), i64("k", lastDim(p.getExperts()))},
+         loc);
+  return success();
+}
+
+template <> LogicalResult OpLowering::lower<MoeUnpermuteOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto u = cast<MoeUnpermuteOp>(op);
+  Buf y = def(s, u.getResult(), op);
+  SmallVector<NamedAttribute> args{arg("xp", use(s, u.getInput())), arg("slots", use(s, u.getSlots())), arg("y", y)};
+  if (u.getWeights())
+    args.push_back(arg("weights", use(s, u.getWeights())));
+  kernel("moe_unpermute", args,
+         {i64("T", numel(u.getSlots()) / lastDim(u.getSlots())), i64("H", lastDim(u.getInput())),
+          i64("k", lastDim(u.getSlots()))},
+         loc);
+  return success();
+}
+
+template <> LogicalResult OpLowering::lower<GroupedLinearOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto g = cast<GroupedLinearOp>(op);
+  Buf y = def(s, g.getResult(), op);
+  kernel("grouped_linear_fwd",
+         {arg("x", use(s, g.getInput())), arg("w", use(s, g.getWeight())),
+          arg("group_sizes", use(s, g.getGroupSizes())), arg("y", y)},
+         {i64("N", dim(g.getInput(), 0)), i64("K", dim(g.getInput(), 1)), i64("O", dim(g.getWeight(), 1)),
+          i64("E", dim(g.getWeight(), 0))},
+         loc);
+  return success();
+}
+
+template <> LogicalResult OpLowering::lower<SigmoidGateOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto g = cast<SigmoidGateOp>(op);
+  Buf y = def(s, g.getResult(), op);
+  kernel("sigmoid_gate_fwd", {arg("gate", use(s, g.getGate())), arg("x", use(s, g.getInput())), arg("y", y)},
+         {i64("T", numel(g.getGate())), i64("H", lastDim(g.getInput()))}, loc);
+  return success();
+}
+
+template <> LogicalResult OpLowering::lower<MoeRouteGradOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto g = cast<MoeRouteGradOp>(op);
+  auto [T, E] = tokensAndExperts(g.getLogits());
+  Buf d = def(s, g.getResult(), op);
+  kernel("moe_route_bwd",
+         {arg("logits", use(s, g.getLogits())), arg("experts", use(s, g.getExperts())),
+          arg("dweights", use(s, g.getDweights())), arg("dlogits", d)},
+         {i64("T", T), i64("E", E), i64("k", lastDim(g.getExperts())), flag("normalize", g.getNormalize())}, loc);
+  return success();
+}
+
+template <> LogicalResult OpLowering::lower<MoeUnpermuteGradOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto g = cast<MoeUnpermuteGradOp>(op);
+  Buf dxp = def(s, g.getDinput(), op, ".dinput");
+  Buf dw = def(s, g.getDweights(), op, ".dweights");
+  kernel("moe_unpermute_bwd",
+         {arg("dy", use(s, g.getDy())), arg("xp", use(s, g.getInput())), arg("slots", use(s, g.getSlots())),
+          arg("weights", use(s, g.getWeights())), arg("dxp", dxp), arg("dweights", dw)},
+         {i64("T", numel(g.getSlots()) / lastDim(g.getSlots())), i64("H", lastDim(g.getInput())),
+          i64("k", lastDim(g.getSlots()))},
+         loc);
+  return success();
+}
+
+template <>
+LogicalResult OpLowering::lower<GroupedLinearGradInputOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto g = cast<GroupedLinearGradInputOp>(op);
+  Buf dx = def(s, g.getResult(), op);
+  kernel("grouped_linear_bwd_input",
+         {arg("dy", use(s, g.getDy())), arg("w", use(s, g.getWeight())), arg("group_sizes", use(s, g.getGroupSizes())),
+          arg("dx", dx)},
+         {i64("N", dim(g.getDy(), 0)), i64("K", dim(g.getResult(), 1)), i64("O", dim(g.getDy(), 1)),
+          i64("E", dim(g.getWeight(), 0))},
+         loc);
+  return success();
+}
+
+namespace {
+template <> constexpr bool kWritesParameterGradients<GroupedLinearGradWeightOp> = true;
+} // namespace
+template <>
+LogicalResult OpLowering::lower<GroupedLinearGradWeightOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto g = cast<GroupedLinearGradWeightOp>(op);
+  auto [dw, acc] = gradTarget(s, g.getResult(), op);
+  kernel("grouped_linear_bwd_weight",
+         {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())), arg("group_sizes", use(s, g.getGroupSizes())),
+          arg("dw", dw)},
+         {i64("N", dim(g.getDy(), 0)), i64("K", dim(g.getInput(), 1)), i64("O", dim(g.getDy(), 1)),
+          i64("E", dim(g.getResult(), 0)), flag("accumulate", acc)},
+         loc);
+  return success();
+}
+
+template <> LogicalResult OpLowering::lower<SigmoidGateGradOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto g = cast<SigmoidGateGradOp>(op);
+  Buf dgate = def(s, g.getDgate(), op, ".dgate");
+  Buf dx = def(s, g.getDinput(), op, ".dinput");
+  kernel("sigmoid_gate_bwd",
+         {arg("dy", use(s, g.getDy())), arg("gate", use(s, g.getGate())), arg("x", use(s, g.getInput())),
+          arg("dgate", dgate), arg("dx", dx)},
+         {i64("T", numel(g.getGate())), i64("H", lastDim(g.getInput()))}, loc);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Collectives and what partitioning adds
 //===----------------------------------------------------------------------===//
 
@@ -523,6 +656,8 @@ void llcdist::xftoplan::registerPlanLoweringModels(DialectRegistry &registry) {
                        LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
                        AddPositionEmbeddingGradOp, LayerNormGradInputOp, LayerNormGradParamsOp, RMSNormGradInputOp,
                        RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp, SwiGLUGradOp, ConcatOp,
-                       AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp, AccumulateGradOp>(ctx);
+                       AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp, AccumulateGradOp, MoeRouteOp,
+                       MoePermuteOp, MoeUnpermuteOp, GroupedLinearOp, SigmoidGateOp, MoeRouteGradOp, MoeUnpermuteGradOp,
+                       GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateGradOp>(ctx);
   });
 }

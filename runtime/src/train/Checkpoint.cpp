@@ -299,7 +299,8 @@ Status exportHuggingFace(const CheckpointReader& c, const HfExportOptions& opts,
     if (t.state != "param") continue;
     LLCDIST_ASSIGN_OR_RETURN(std::vector<float> v, c.readGlobal(t.name));
     v.resize(size_t(numelOf(t.realShape)));  // the Hugging Face tensor: real rows only
-    params.push_back({t.param, t.realShape, std::move(v)});
+    for (const train::FileTensor& f : train::fileTensorsOf(t.param, t.realShape))  // stacked experts: one each
+      params.push_back({f.name, f.shape, std::vector<float>(v.begin() + f.offset, v.begin() + f.offset + f.numel)});
   }
   std::sort(params.begin(), params.end(), [](const Out& a, const Out& b) { return a.name < b.name; });
   std::vector<std::vector<size_t>> shards(1);

@@ -17,6 +17,22 @@ std::string shapeStr(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
+std::vector<FileTensor> fileTensorsOf(const std::string& name, const std::vector<int64_t>& shape) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const size_t at = name.find("{e}");
+  if (at == std::string::npos || shape.size() < 2) return {{name, shape, 0, numel}};
+  const std::vector<int64_t> each(shape.begin() + 1, shape.end());
+  const int64_t per = numel / shape[0];
+  std::vector<FileTensor> out;
+  for (int64_t e = 0; e < shape[0]; ++e) {
+    std::string n = name;
+    n.replace(at, 3, std::to_string(e));
+    out.push_back({std::move(n), each, e * per, per});
+  }
+  return out;
+}
+
 namespace {
 
 // What a rank's value buffer of param p holds: its shard index on p's sharding axis and the number of
@@ -48,28 +64,32 @@ void forEachHeld(const ParamDesc& p, const Holding& h, const std::function<void(
   forEachHeldRun(p, h.member, h.members, h.block, h.blocks, fn);
 }
 
+
 Status importParams(const Manifest& manifest, Interpreter& interp, const std::string& path) {
   LLCDIST_ASSIGN_OR_RETURN(SafetensorsReader reader, SafetensorsReader::open(path));
   auto fileErr = [&](Status s) { return std::move(s).withContext("--init-from file '" + path + "'"); };
   std::set<std::string> names;
   for (const ParamDesc& p : manifest.params) {
-    names.insert(p.name);
-    const TensorInfo* t = reader.find(p.name);
-    if (!t)
-      return fileErr(Status::notFound("tensor '" + p.name + "' (parameter of shape " + shapeStr(p.fileShape) +
-                                      ") is missing from the file"));
-    if (t->shape != p.fileShape)
-      return fileErr(Status::invalidArgument(
-          "tensor '" + p.name + "' has shape " + shapeStr(t->shape) + " but the plan's parameter has shape " +
-          shapeStr(p.fileShape) +
-          (p.vocabPadded ? " (the real vocabulary of " + std::to_string(manifest.vocabSize) + " rows; the plan pads it to " +
-                               std::to_string(manifest.paddedVocabSize) + ")"
-                         : std::string())));
+    const std::vector<FileTensor> files = fileTensorsOf(p.name, p.fileShape);
+    for (const FileTensor& f : files) {
+      names.insert(f.name);
+      const TensorInfo* t = reader.find(f.name);
+      if (!t)
+        return fileErr(Status::notFound("tensor '" + f.name + "' (parameter of shape " + shapeStr(f.shape) +
+                                        ") is missing from the file"));
+      if (t->shape != f.shape)
+        return fileErr(Status::invalidArgument(
+            "tensor '" + f.name + "' has shape " + shapeStr(t->shape) + " but the plan's parameter has shape " +
+            shapeStr(f.shape) +
+            (p.vocabPadded ? " (the real vocabulary of " + std::to_string(manifest.vocabSize) +
+                                 " rows; the plan pads it to " + std::to_string(manifest.paddedVocabSize) + ")"
+                           : std::string())));
+    }
     const ParamDesc::Placement* pl = p.placementIn(int64_t(interp.programIndex()));
     if (!pl) continue;  // no copy on this rank's program (another pipeline stage holds it)
     // The file holds the real rows (the global tensor's first fileNumel elements); padding rows are zero.
     std::vector<float> full(size_t(p.numel()), 0.0f);
-    LLCDIST_RETURN_IF_ERROR(reader.readF32(p.name, full.data(), p.fileNumel()));
+    for (const FileTensor& f : files) LLCDIST_RETURN_IF_ERROR(reader.readF32(f.name, full.data() + f.offset, f.numel));
     if (!p.sharding && !p.bufferHoldsBlock()) {
       LLCDIST_RETURN_IF_ERROR(interp.writeF32(pl->buffer, full.data()));
       continue;
@@ -284,7 +304,8 @@ Status saveParams(const Manifest& manifest, int world, const ParamRead& read, co
                                 (numBlocks > 1 ? " block " + std::to_string(int64_t(c) % numBlocks) : std::string()));
     full.resize(size_t(p.fileNumel()));  // vocabulary padding rows are not part of the HF tensor
     values.push_back(std::move(full));
-    tensors.push_back({p.name, DType::kF32, p.fileShape, values.back().data()});
+    for (const FileTensor& f : fileTensorsOf(p.name, p.fileShape))
+      tensors.push_back({f.name, DType::kF32, f.shape, values.back().data() + f.offset});
   }
   return writeSafetensors(path, std::move(tensors), {{"format", "pt"}});
 }

@@ -37,6 +37,17 @@ Status saveParams(const Manifest& manifest, int world, const ParamRead& read, co
 // "[2, 3]": a shape in messages.
 std::string shapeStr(const std::vector<int64_t>& shape);
 
+// The Hugging Face tensors of a param of (real) shape `shape`: one under its name, or, for a name holding
+// "{e}" (a mixture of experts' stacked weight, docs/plan-format.md "Mixture of experts"), one per expert along
+// the first dimension, "{e}" replaced by the expert's index (experts.{e}.w1.weight [E, O, K] is E tensors
+// experts.0.w1.weight ... each [O, K]). --init-from, --save-params and `export --hf` read and write these.
+struct FileTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0, numel = 0;  // elements of the param's real tensor
+};
+std::vector<FileTensor> fileTensorsOf(const std::string& name, const std::vector<int64_t>& shape);
+
 // For each contiguous run of param `p`'s local shard on member `member` of its sharding axis:
 // fn(localOffset, globalOffset, count) in elements. A replicated param is one run [0, numel).
 void forEachShardRun(const ParamDesc& p, int64_t member, int64_t axisSize,

@@ -684,3 +684,59 @@ func.func @all_to_all_axis(%x: tensor<2x4x8xf32>) {
   %h = xf.all_to_all %x {axis = "ep", concat_dim = 1 : i64, origin = "context_parallel", reason = "r", split_dim = 2 : i64} : (tensor<2x4x8xf32>) -> tensor<2x8x4xf32>
   return
 }
+
+// -----
+
+func.func @moe_route_top_k(%l: tensor<2x8x4xf32>) {
+  // expected-error @+1 {{top_k=5 is more than the 4 experts}}
+  %w, %e = xf.moe_route %l {top_k = 5 : i64} : tensor<2x8x4xf32> -> tensor<2x8x5xf32>, tensor<2x8x5xi32>
+  return
+}
+
+// -----
+
+func.func @moe_route_shapes(%l: tensor<2x8x4xf32>) {
+  // expected-error @+1 {{weights and experts must be the logits' shape with top_k=2 last}}
+  %w, %e = xf.moe_route %l {top_k = 2 : i64} : tensor<2x8x4xf32> -> tensor<2x8x3xf32>, tensor<2x8x2xi32>
+  return
+}
+
+// -----
+
+func.func @moe_permute_rows(%x: tensor<2x8x64xf32>, %e: tensor<2x8x2xi32>) {
+  // expected-error @+1 {{result must be [tokens·k = 32, H]}}
+  %r:3 = xf.moe_permute %x, %e : (tensor<2x8x64xf32>, tensor<2x8x2xi32>) -> (tensor<16x64xf32>, tensor<2x8x2xi32>, tensor<4xi32>)
+  return
+}
+
+// -----
+
+func.func @moe_unpermute_weights(%r: tensor<32x64xf32>, %s: tensor<2x8x2xi32>, %w: tensor<2x8x3xf32>) {
+  // expected-error @+1 {{weights must have the slots' shape}}
+  %y = xf.moe_unpermute %r, %s, %w : (tensor<32x64xf32>, tensor<2x8x2xi32>, tensor<2x8x3xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @grouped_linear_experts(%x: tensor<32x64xf32>, %w: tensor<4x16x64xf32>, %s: tensor<3xi32>) {
+  // expected-error @+1 {{expects input [N, K], weight [E, O, K] and group_sizes [E]}}
+  %y = xf.grouped_linear %x, %w, %s : (tensor<32x64xf32>, tensor<4x16x64xf32>, tensor<3xi32>) -> tensor<32x16xf32>
+  return
+}
+
+// -----
+
+func.func @sigmoid_gate_shape(%g: tensor<2x8x2xf32>, %x: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{expects gate [..., 1] and input [..., H] over the same tokens}}
+  %y = xf.sigmoid_gate %g, %x : (tensor<2x8x2xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @expert_param_rank() {
+  // expected-error @+1 {{along its first dimension, so it needs rank >= 2}}
+  %w = xf.param "experts.{e}.bias" : tensor<4xf32>
+  return
+}

@@ -81,3 +81,24 @@ func.func private @family_attrs(%ids: tensor<2x8xi32>, %t: tensor<256x64xf32>, %
   %g = xf.swiglu %q, %r {activation = "gelu_tanh"} : tensor<2x8x64xf32>
   return %g : tensor<2x8x64xf32>
 }
+
+// The mixture of experts (Mixtral, Qwen2-MoE): route, permute, the experts'
+// grouped GEMMs, the weighted sum back, Qwen2-MoE's gated shared expert.
+// CHECK-LABEL: func.func private @mixture_of_experts
+func.func private @mixture_of_experts(%x: tensor<2x8x64xf32>, %logits: tensor<2x8x4xf32>, %w: tensor<4x32x64xf32>, %w2: tensor<4x64x32xf32>, %g: tensor<2x8x1xf32>) -> tensor<2x8x64xf32> {
+  // CHECK: %[[W:[a-z_0-9]+]], %[[E:[a-z_0-9]+]] = xf.moe_route %{{.+}} {normalize, top_k = 2 : i64} : tensor<2x8x4xf32> -> tensor<2x8x2xf32>, tensor<2x8x2xi32>
+  %wt, %e = xf.moe_route %logits {top_k = 2 : i64, normalize} : tensor<2x8x4xf32> -> tensor<2x8x2xf32>, tensor<2x8x2xi32>
+  // CHECK: %[[R:[a-z_0-9]+]], %[[SL:[a-z_0-9]+]], %[[GS:[a-z_0-9]+]] = xf.moe_permute %{{.+}}, %[[E]] : (tensor<2x8x64xf32>, tensor<2x8x2xi32>) -> (tensor<32x64xf32>, tensor<2x8x2xi32>, tensor<4xi32>)
+  %rows, %slots, %sizes = xf.moe_permute %x, %e : (tensor<2x8x64xf32>, tensor<2x8x2xi32>) -> (tensor<32x64xf32>, tensor<2x8x2xi32>, tensor<4xi32>)
+  // CHECK: xf.grouped_linear %[[R]], %{{.+}}, %[[GS]] : (tensor<32x64xf32>, tensor<4x32x64xf32>, tensor<4xi32>) -> tensor<32x32xf32>
+  %h = xf.grouped_linear %rows, %w, %sizes : (tensor<32x64xf32>, tensor<4x32x64xf32>, tensor<4xi32>) -> tensor<32x32xf32>
+  %y = xf.grouped_linear %h, %w2, %sizes : (tensor<32x32xf32>, tensor<4x64x32xf32>, tensor<4xi32>) -> tensor<32x64xf32>
+  // CHECK: xf.moe_unpermute %{{.+}}, %[[SL]], %[[W]] : (tensor<32x64xf32>, tensor<2x8x2xi32>, tensor<2x8x2xf32>) -> tensor<2x8x64xf32>
+  %out = xf.moe_unpermute %y, %slots, %wt : (tensor<32x64xf32>, tensor<2x8x2xi32>, tensor<2x8x2xf32>) -> tensor<2x8x64xf32>
+  // CHECK: xf.moe_unpermute %{{.+}}, %[[SL]] : (tensor<32x64xf32>, tensor<2x8x2xi32>) -> tensor<2x8x64xf32>
+  %sum = xf.moe_unpermute %y, %slots : (tensor<32x64xf32>, tensor<2x8x2xi32>) -> tensor<2x8x64xf32>
+  // CHECK: xf.sigmoid_gate %{{.+}}, %{{.+}} : (tensor<2x8x1xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %s = xf.sigmoid_gate %g, %sum : (tensor<2x8x1xf32>, tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %r = xf.add %out, %s : tensor<2x8x64xf32>
+  return %r : tensor<2x8x64xf32>
+}

@@ -72,3 +72,20 @@ func.func @collectives(%x: tensor<2x4x8xf32>) {
   xf.all_reduce_loss {axis = "dp", origin = "loss", reason = "r"}
   return
 }
+
+// The mixture of experts' gradient ops.
+// CHECK-LABEL: func.func @moe_grads
+func.func @moe_grads(%x: tensor<2x4x16xf32>, %logits: tensor<2x4x4xf32>, %e: tensor<2x4x2xi32>, %w: tensor<2x4x2xf32>,
+                     %rows: tensor<16x16xf32>, %gw: tensor<4x16x8xf32>, %gs: tensor<4xi32>, %g: tensor<2x4x1xf32>) {
+  // CHECK: xf.moe_route_grad %{{.+}}, %{{.+}}, %{{.+}} {normalize} : (tensor<2x4x4xf32>, tensor<2x4x2xi32>, tensor<2x4x2xf32>) -> tensor<2x4x4xf32>
+  %dl = xf.moe_route_grad %logits, %e, %w {normalize} : (tensor<2x4x4xf32>, tensor<2x4x2xi32>, tensor<2x4x2xf32>) -> tensor<2x4x4xf32>
+  // CHECK: xf.moe_unpermute_grad
+  %du:2 = xf.moe_unpermute_grad %x, %rows, %e, %w : (tensor<2x4x16xf32>, tensor<16x16xf32>, tensor<2x4x2xi32>, tensor<2x4x2xf32>) -> (tensor<16x16xf32>, tensor<2x4x2xf32>)
+  // CHECK: xf.grouped_linear_grad_input
+  %gi = xf.grouped_linear_grad_input %rows, %gw, %gs : (tensor<16x16xf32>, tensor<4x16x8xf32>, tensor<4xi32>) -> tensor<16x8xf32>
+  // CHECK: xf.grouped_linear_grad_weight
+  %gd = xf.grouped_linear_grad_weight %rows, %gi, %gs : (tensor<16x16xf32>, tensor<16x8xf32>, tensor<4xi32>) -> tensor<4x16x8xf32>
+  // CHECK: xf.sigmoid_gate_grad
+  %sg:2 = xf.sigmoid_gate_grad %x, %g, %x : (tensor<2x4x16xf32>, tensor<2x4x1xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x1xf32>, tensor<2x4x16xf32>)
+  return
+}

@@ -73,6 +73,15 @@ double llcdist::xf::forwardFlopsPerToken(Operation *op) {
     auto out = cast<RankedTensorType>(lin.getResult().getType());
     return 2.0 * in.getShape().back() * out.getShape().back();
   }
+  if (auto g = dyn_cast<GroupedLinearOp>(op)) {
+    // Each token's k rows (xf.moe_permute's experts per token) each meet
+    // one expert's [O, K] weight: the active experts' FLOPs.
+    auto w = cast<RankedTensorType>(g.getWeight().getType());
+    int64_t k = 1;
+    if (auto perm = g.getGroupSizes().getDefiningOp<MoePermuteOp>())
+      k = cast<RankedTensorType>(perm.getExperts().getType()).getShape().back();
+    return 2.0 * double(k) * w.getDimSize(1) * w.getDimSize(2);
+  }
   if (auto att = dyn_cast<AttentionOp>(op)) {
     auto q = cast<RankedTensorType>(att.getQ().getType());
     return 4.0 * q.getDimSize(1) * att.getNumHeads() * att.getHeadDim();
@@ -89,7 +98,7 @@ struct LocalFlops {
 LocalFlops countLocalFlops(func::FuncOp fn) {
   LocalFlops f;
   fn.walk([&](Operation *op) {
-    (isa<LinearOp>(op) ? f.linear : f.attention) += forwardFlopsPerToken(op);
+    (isa<LinearOp, GroupedLinearOp>(op) ? f.linear : f.attention) += forwardFlopsPerToken(op);
   });
   return f;
 }

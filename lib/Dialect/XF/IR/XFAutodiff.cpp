@@ -149,3 +149,50 @@ LogicalResult AddOp::buildBackward(OpBuilder &, GradientSink &grads, ArrayRef<Va
   grads.addGrad(getRhs(), dys[0]);
   return success();
 }
+
+LogicalResult MoeRouteOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  // The experts (integers) carry no gradient; the router's comes through
+  // the weights, the selection held constant.
+  if (!dys[0])
+    return success();
+  grads.addGrad(getLogits(), MoeRouteGradOp::create(b, getLoc(), getLogits().getType(), grads.fwd(getLogits()),
+                                                    grads.fwd(getExperts()), dys[0], getNormalizeAttr()));
+  return success();
+}
+
+LogicalResult MoePermuteOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  // Each token's gradient: the sum of its rows' (an unweighted unpermute).
+  if (!dys[0])
+    return success();
+  grads.addGrad(getInput(), MoeUnpermuteOp::create(b, getLoc(), getInput().getType(), dys[0], grads.fwd(getSlots()),
+                                                   /*weights=*/Value()));
+  return success();
+}
+
+LogicalResult MoeUnpermuteOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  if (!getWeights())
+    return emitOpError("autodiff: an unweighted moe_unpermute (xf.moe_permute's backward) has no backward of its own");
+  auto g = MoeUnpermuteGradOp::create(b, getLoc(), getInput().getType(), getWeights().getType(), dys[0],
+                                      grads.fwd(getInput()), grads.fwd(getSlots()), grads.fwd(getWeights()));
+  grads.addGrad(getInput(), g.getDinput());
+  grads.addGrad(getWeights(), g.getDweights());
+  return success();
+}
+
+LogicalResult GroupedLinearOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  // dW first, then dX, as xf.linear.
+  Value dy = dys[0], sizes = grads.fwd(getGroupSizes());
+  grads.addGrad(getWeight(), GroupedLinearGradWeightOp::create(b, getLoc(), getWeight().getType(), dy,
+                                                               grads.fwd(getInput()), sizes));
+  grads.addGrad(getInput(),
+                GroupedLinearGradInputOp::create(b, getLoc(), getInput().getType(), dy, grads.fwd(getWeight()), sizes));
+  return success();
+}
+
+LogicalResult SigmoidGateOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  auto g = SigmoidGateGradOp::create(b, getLoc(), getGate().getType(), getInput().getType(), dys[0],
+                                     grads.fwd(getGate()), grads.fwd(getInput()));
+  grads.addGrad(getGate(), g.getDgate());
+  grads.addGrad(getInput(), g.getDinput());
+  return success();
+}

@@ -39,6 +39,11 @@ LogicalResult ParamOp::verify() {
     return emitOpError("parameter name must not be empty");
   if (!getType().hasStaticShape())
     return emitOpError("parameter must have a static shape, got ") << getType();
+  // A mixture of experts' stacked weight: one Hugging Face tensor per
+  // expert along the first dimension (experts.{e}.w1.weight).
+  if (name.contains("{e}") && getType().getRank() < 2)
+    return emitOpError("parameter '") << name << "' stacks one tensor per expert ('{e}') along its first dimension, "
+                                      << "so it needs rank >= 2, got " << getType();
   return checkParamName(*this, name);
 }
 
@@ -299,4 +304,87 @@ LogicalResult CrossEntropyOp::verify() {
              << logits.getShape().back() << "] (the logits' columns), got " << *real;
   }
   return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// `v`'s shape with its last dimension replaced by `last`.
+SmallVector<int64_t> withLast(RankedTensorType t, int64_t last) {
+  SmallVector<int64_t> d(t.getShape());
+  if (!d.empty())
+    d.back() = last;
+  return d;
+}
+
+/// The rows of a value whose leading dims are `lead`: their product.
+int64_t product(ArrayRef<int64_t> lead) {
+  int64_t n = 1;
+  for (int64_t d : lead)
+    n *= d;
+  return n;
+}
+} // namespace
+
+LogicalResult MoeRouteOp::verify() {
+  auto logits = rt(getLogits());
+  int64_t k = getTopK(), experts = logits.getRank() ? logits.getShape().back() : 0;
+  if (logits.getRank() < 2)
+    return emitOpError("logits must be [..., experts], got ") << logits;
+  if (k > experts)
+    return emitOpError("top_k=") << k << " is more than the " << experts << " experts (the logits' last dimension)";
+  SmallVector<int64_t> want = withLast(logits, k);
+  if (rt(getWeights()).getShape() != ArrayRef(want) || rt(getExperts()).getShape() != ArrayRef(want))
+    return emitOpError("weights and experts must be the logits' shape with top_k=")
+           << k << " last, got " << rt(getWeights()) << " and " << rt(getExperts());
+  return sameElementType(*this, {getLogits(), getWeights()});
+}
+
+LogicalResult MoePermuteOp::verify() {
+  auto in = rt(getInput()), experts = rt(getExperts()), res = rt(getResult());
+  if (in.getRank() < 2 || experts.getRank() != in.getRank() ||
+      in.getShape().drop_back() != experts.getShape().drop_back())
+    return emitOpError("expects input [..., H] and experts [..., k] over the same tokens; got ")
+           << in << " and " << experts;
+  int64_t rows = product(experts.getShape());
+  if (res.getRank() != 2 || res.getDimSize(0) != rows || res.getDimSize(1) != in.getShape().back())
+    return emitOpError("result must be [tokens·k = ") << rows << ", H], got " << res;
+  if (rt(getSlots()).getShape() != experts.getShape())
+    return emitOpError("slots must have the experts' shape ") << experts << ", got " << rt(getSlots());
+  if (rt(getGroupSizes()).getRank() != 1)
+    return emitOpError("group_sizes must be [experts], got ") << rt(getGroupSizes());
+  return sameElementType(*this, {getInput(), getResult()});
+}
+
+LogicalResult MoeUnpermuteOp::verify() {
+  auto in = rt(getInput()), slots = rt(getSlots()), res = rt(getResult());
+  if (in.getRank() != 2 || in.getDimSize(0) != product(slots.getShape()))
+    return emitOpError("input must be [tokens·k = ") << product(slots.getShape()) << ", H], got " << in;
+  if (res.getShape() != ArrayRef(withLast(slots, in.getDimSize(1))))
+    return emitOpError("result must be the slots' tokens × H, got ") << res << " for slots " << slots;
+  if (getWeights() && rt(getWeights()).getShape() != slots.getShape())
+    return emitOpError("weights must have the slots' shape ") << slots << ", got " << rt(getWeights());
+  return sameElementType(*this, {getInput(), getResult()});
+}
+
+LogicalResult GroupedLinearOp::verify() {
+  auto in = rt(getInput()), w = rt(getWeight()), sizes = rt(getGroupSizes()), res = rt(getResult());
+  if (in.getRank() != 2 || w.getRank() != 3 || sizes.getRank() != 1 || w.getDimSize(0) != sizes.getDimSize(0) ||
+      w.getDimSize(2) != in.getDimSize(1))
+    return emitOpError("expects input [N, K], weight [E, O, K] and group_sizes [E]; got ")
+           << in << ", " << w << " and " << sizes;
+  if (res.getRank() != 2 || res.getDimSize(0) != in.getDimSize(0) || res.getDimSize(1) != w.getDimSize(1))
+    return emitOpError("result must be [N, O] = [") << in.getDimSize(0) << ", " << w.getDimSize(1) << "], got " << res;
+  return sameElementType(*this, {getInput(), getWeight(), getResult()});
+}
+
+LogicalResult SigmoidGateOp::verify() {
+  auto gate = rt(getGate()), in = rt(getInput());
+  if (in.getRank() < 1 || gate.getShape() != ArrayRef(withLast(in, 1)) || rt(getResult()) != in)
+    return emitOpError("expects gate [..., 1] and input [..., H] over the same tokens, and a result of the input's "
+                       "type; got ")
+           << gate << " and " << in;
+  return sameElementType(*this, {getGate(), getInput()});
 }

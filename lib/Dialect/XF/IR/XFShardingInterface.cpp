@@ -387,6 +387,138 @@ OpSpec spec(SplitOp op) { return piecesSpec(op); }
 OpSpec spec(ConcatOp op) { return piecesSpec(op); }
 
 //===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+/// The token loops of an MoE op's [tokens..., d] values: the first (the
+/// batch) splits, the others are pinned, since the permuted rows [B·S·k, d]
+/// are laid out by the first one alone (a block of batches is a block of
+/// rows). Which rows go to which expert depends on the data: every expert,
+/// top-k and feature loop is pinned.
+SmallVector<unsigned> tokenLoops(OpSpec &s, int64_t leadRank, IteratorType type = IteratorType::parallel) {
+  SmallVector<unsigned> lead;
+  for (int64_t i = 0; i < leadRank; ++i)
+    lead.push_back(i == 0 ? s.add(type) : s.pinned(type));
+  return lead;
+}
+
+OpSpec spec(MoeRouteOp op) {
+  // logits (tokens, e) -> weights, experts (tokens, j).
+  OpSpec s;
+  auto lead = tokenLoops(s, rank(op.getLogits()) - 1);
+  unsigned e = s.pinned(), j = s.pinned();
+  s.map(lead, {e});
+  s.map(lead, {j});
+  s.map(lead, {j});
+  return s;
+}
+
+OpSpec spec(MoeRouteGradOp op) {
+  OpSpec s;
+  auto lead = tokenLoops(s, rank(op.getLogits()) - 1);
+  unsigned e = s.pinned(), j = s.pinned();
+  s.map(lead, {e});
+  s.map(lead, {j});
+  s.map(lead, {j});
+  s.map(lead, {e});
+  return s;
+}
+
+OpSpec spec(MoePermuteOp op) {
+  // input (tokens, h), experts (tokens, j) -> rows (batch, h), slots
+  // (tokens, j), group sizes (e).
+  OpSpec s;
+  auto lead = tokenLoops(s, rank(op.getInput()) - 1);
+  unsigned h = s.pinned(), j = s.pinned(), e = s.pinned();
+  s.map(lead, {h});
+  s.map(lead, {j});
+  s.map({lead.front(), h});
+  s.map(lead, {j});
+  s.map({e});
+  return s;
+}
+
+OpSpec spec(MoeUnpermuteOp op) {
+  // rows (batch, h), slots (tokens, j), weights (tokens, j) -> (tokens, h).
+  OpSpec s;
+  auto lead = tokenLoops(s, rank(op.getSlots()) - 1);
+  unsigned h = s.pinned(), j = s.pinned();
+  s.map({lead.front(), h});
+  s.map(lead, {j});
+  if (op.getWeights())
+    s.map(lead, {j});
+  s.map(lead, {h});
+  return s;
+}
+
+OpSpec spec(MoeUnpermuteGradOp op) {
+  // dy (tokens, h), rows (batch, h), slots, weights (tokens, j) -> drows
+  // (batch, h), dweights (tokens, j).
+  OpSpec s;
+  auto lead = tokenLoops(s, rank(op.getSlots()) - 1);
+  unsigned h = s.pinned(), j = s.pinned();
+  s.map(lead, {h});
+  s.map({lead.front(), h});
+  s.map(lead, {j});
+  s.map(lead, {j});
+  s.map({lead.front(), h});
+  s.map(lead, {j});
+  return s;
+}
+
+/// The grouped GEMMs: rows n (parallel, or the sum of the weight gradient),
+/// the experts, outputs and inputs pinned.
+OpSpec groupedSpec(bool gradWeight, bool gradInput) {
+  OpSpec s;
+  unsigned n = s.add(gradWeight ? IteratorType::reduction : IteratorType::parallel);
+  unsigned e = s.pinned(), o = s.pinned(), k = s.pinned();
+  if (gradWeight) { // dy (n, o), x (n, k), sizes (e) -> dw (e, o, k)
+    s.map({n, o});
+    s.map({n, k});
+    s.map({e});
+    s.map({e, o, k});
+  } else if (gradInput) { // dy (n, o), w (e, o, k), sizes (e) -> dx (n, k)
+    s.map({n, o});
+    s.map({e, o, k});
+    s.map({e});
+    s.map({n, k});
+  } else { // x (n, k), w (e, o, k), sizes (e) -> y (n, o)
+    s.map({n, k});
+    s.map({e, o, k});
+    s.map({e});
+    s.map({n, o});
+  }
+  return s;
+}
+OpSpec spec(GroupedLinearOp) { return groupedSpec(false, false); }
+OpSpec spec(GroupedLinearGradInputOp) { return groupedSpec(false, true); }
+OpSpec spec(GroupedLinearGradWeightOp) { return groupedSpec(true, false); }
+
+OpSpec spec(SigmoidGateOp op) {
+  // gate (tokens, 1), input (tokens, h) -> (tokens, h).
+  OpSpec s;
+  auto lead = tokenLoops(s, rank(op.getInput()) - 1);
+  unsigned one = s.pinned(), h = s.pinned();
+  s.map(lead, {one});
+  s.map(lead, {h});
+  s.map(lead, {h});
+  return s;
+}
+
+OpSpec spec(SigmoidGateGradOp op) {
+  // dy, gate, input -> dgate, dinput.
+  OpSpec s;
+  auto lead = tokenLoops(s, rank(op.getInput()) - 1);
+  unsigned one = s.pinned(), h = s.pinned();
+  s.map(lead, {h});
+  s.map(lead, {one});
+  s.map(lead, {h});
+  s.map(lead, {one});
+  s.map(lead, {h});
+  return s;
+}
+
+//===----------------------------------------------------------------------===//
 // Shared pieces of the models
 //===----------------------------------------------------------------------===//
 
@@ -586,7 +718,9 @@ void llcdist::xf::registerShardingInterfaceExternalModels(DialectRegistry &regis
                      RopeGradOp, LayerNormOp, RMSNormOp, LayerNormGradInputOp, RMSNormGradInputOp,
                      LayerNormGradParamsOp, RMSNormGradWeightOp, LinearOp, LinearGradInputOp, LinearGradWeightOp,
                      LinearGradBiasOp, EmbeddingOp, EmbeddingGradOp, AddPositionEmbeddingOp, AddPositionEmbeddingGradOp,
-                     AttentionOp, AttentionGradOp, CrossEntropyOp, CrossEntropyGradOp, SplitOp, ConcatOp>(ctx);
+                     AttentionOp, AttentionGradOp, CrossEntropyOp, CrossEntropyGradOp, SplitOp, ConcatOp, MoeRouteOp,
+                     MoeRouteGradOp, MoePermuteOp, MoeUnpermuteOp, MoeUnpermuteGradOp, GroupedLinearOp,
+                     GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp>(ctx);
     LayerOp::attachInterface<LayerModel>(*ctx);
     attachNoTensor<ClipGradNormOp, AdamWOp, SGDOp, AllReduceGradsOp, AllReduceLossOp>(ctx);
   });

@@ -43,9 +43,29 @@ struct MegatronTPPass : public llcdist::xf::impl::MegatronTPBase<MegatronTPPass>
       if (auto lin = dyn_cast<LinearOp>(op)) {
         bool outIn = lin.getLayout() == WeightLayout::OutIn;
         auto users = llvm::to_vector(lin->getUsers());
-        bool row = !users.empty() &&
-                   llvm::all_of(users, [](Operation *u) { return isa<AddOp>(u); }) &&
-                   lin->getParentOfType<func::FuncOp>()->hasAttr(kLayerBodyAttr);
+        // The mixture of experts runs whole on every rank: its router and
+        // Qwen2-MoE's shared-expert gate stay replicated. A linear whose
+        // output is gated (the shared expert's down projection) is a row-
+        // parallel one, as one feeding the residual add is. (A layer body
+        // also returns the values its backward reads: not consumers.)
+        Value out = lin.getResult();
+        auto consumers =
+            llvm::to_vector(llvm::make_filter_range(users, [](Operation *u) { return !isa<func::ReturnOp>(u); }));
+        auto gateOf = [&](Operation *u) {
+          auto g = dyn_cast<SigmoidGateOp>(u);
+          return g && g.getGate() == out;
+        };
+        auto gated = [&](Operation *u) {
+          auto g = dyn_cast<SigmoidGateOp>(u);
+          return g && g.getInput() == out;
+        };
+        if (!consumers.empty() &&
+            llvm::all_of(consumers, [&](Operation *u) { return isa<MoeRouteOp>(u) || gateOf(u); }))
+          return WalkResult::advance();
+        bool toResidual = !users.empty() && llvm::all_of(users, [](Operation *u) { return isa<AddOp>(u); });
+        bool toGate = llvm::any_of(consumers, gated) &&
+                      llvm::all_of(consumers, [&](Operation *u) { return isa<AddOp>(u) || gated(u); });
+        bool row = (toResidual || toGate) && lin->getParentOfType<func::FuncOp>()->hasAttr(kLayerBodyAttr);
         int64_t blocks = 1;
         if (users.size() == 1)
           if (auto sp = dyn_cast<SplitOp>(users.front())) {

@@ -92,6 +92,8 @@ private:
         set(r, {Sharding::Partial});
       else if (batch->resultDims[i] >= 0)
         set(r, {Sharding::Split, batch->resultDims[i]});
+      else if (cast<RankedTensorType>(r.getType()).getElementType().isInteger())
+        continue; // per-rank metadata of the rank's own tokens (xf.moe_permute's group sizes): kept whole, never summed
       else
         return op->emitOpError("llcdist-partition: result ")
                << i << " has no batch dimension, but the op's batch loop is parallel";

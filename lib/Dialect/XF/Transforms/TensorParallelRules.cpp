@@ -343,6 +343,45 @@ template <> LogicalResult TensorParallelPropagation::rule<LinearGradInputOp>(Ope
   return mismatch(g);
 }
 
+// The mixture of experts runs whole on every tp rank (tensor parallelism
+// splits attention and the dense MLPs only): every operand replicated, every
+// result replicated. A partial sum reaching it is reduced first, like any
+// consumer's.
+template <> LogicalResult TensorParallelPropagation::rule<MoeRouteOp>(Operation *op) {
+  for (Value v : op->getOperands())
+    if (of(v).kind != TP::R)
+      return op->emitOpError("llcdist-partition: the mixture-of-experts layer runs whole on every tp rank, so its "
+                             "operands must be replicated over tp (sequence parallelism does not reach into it yet)");
+  return success();
+}
+template <> LogicalResult TensorParallelPropagation::rule<MoeRouteGradOp>(Operation *op) {
+  return rule<MoeRouteOp>(op); // one rule for every MoE op
+}
+template <> LogicalResult TensorParallelPropagation::rule<MoePermuteOp>(Operation *op) {
+  return rule<MoeRouteOp>(op); // one rule for every MoE op
+}
+template <> LogicalResult TensorParallelPropagation::rule<MoeUnpermuteOp>(Operation *op) {
+  return rule<MoeRouteOp>(op); // one rule for every MoE op
+}
+template <> LogicalResult TensorParallelPropagation::rule<MoeUnpermuteGradOp>(Operation *op) {
+  return rule<MoeRouteOp>(op); // one rule for every MoE op
+}
+template <> LogicalResult TensorParallelPropagation::rule<GroupedLinearOp>(Operation *op) {
+  return rule<MoeRouteOp>(op); // one rule for every MoE op
+}
+template <> LogicalResult TensorParallelPropagation::rule<GroupedLinearGradInputOp>(Operation *op) {
+  return rule<MoeRouteOp>(op); // one rule for every MoE op
+}
+template <> LogicalResult TensorParallelPropagation::rule<GroupedLinearGradWeightOp>(Operation *op) {
+  return rule<MoeRouteOp>(op); // one rule for every MoE op
+}
+template <> LogicalResult TensorParallelPropagation::rule<SigmoidGateOp>(Operation *op) {
+  return rule<MoeRouteOp>(op); // one rule for every MoE op
+}
+template <> LogicalResult TensorParallelPropagation::rule<SigmoidGateGradOp>(Operation *op) {
+  return rule<MoeRouteOp>(op); // one rule for every MoE op
+}
+
 template <> LogicalResult TensorParallelPropagation::rule<AccumulateGradOp>(Operation *op) {
   auto acc = cast<AccumulateGradOp>(op);
   TP want = params.lookup(acc.getName()), got = of(acc.getGrad());
@@ -398,6 +437,8 @@ void llcdist::xf::registerTensorParallelModels(DialectRegistry &registry) {
                          RMSNormOp, LayerNormGradInputOp, RMSNormGradInputOp, LayerNormGradParamsOp,
                          RMSNormGradWeightOp, LinearGradBiasOp, AddPositionEmbeddingOp, AddPositionEmbeddingGradOp,
                          EmbeddingOp, EmbeddingGradOp, CrossEntropyOp, CrossEntropyGradOp, LinearGradWeightOp,
-                         LinearGradInputOp, AccumulateGradOp>(ctx);
+                         LinearGradInputOp, AccumulateGradOp, MoeRouteOp, MoeRouteGradOp, MoePermuteOp, MoeUnpermuteOp,
+                         MoeUnpermuteGradOp, GroupedLinearOp, GroupedLinearGradInputOp, GroupedLinearGradWeightOp,
+                         SigmoidGateOp, SigmoidGateGradOp>(ctx);
   });
 }

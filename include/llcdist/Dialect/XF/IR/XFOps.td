@@ -251,6 +251,86 @@ def XF_AddOp : XF_Op<"add", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOp
 }
 
 //===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+def XF_MoeRouteOp : XF_Op<"moe_route", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
+  let summary = "mixture-of-experts routing: softmax, top-k";
+  let description = [{
+    `logits` [B, S, E] (the router's output) -> `experts` [B, S, top_k]
+    (i32: each token's top_k experts by softmax probability, descending,
+    ties to the lower index) and `weights` [B, S, top_k] (their
+    probabilities, divided by their sum when `normalize`: Mixtral; Qwen2-MoE's
+    norm_topk_prob). The softmax is computed in f32, as Hugging Face does.
+
+    ```mlir
+    %w, %e = xf.moe_route %logits {top_k = 2 : i64, normalize} : tensor<2x32x8xf32> -> tensor<2x32x2xf32>, tensor<2x32x2xi32>
+    ```
+  }];
+  let arguments = (ins XF_FloatTensor:$logits, ConfinedAttr<I64Attr, [IntMinValue<1>]>:$top_k,
+                       UnitAttr:$normalize);
+  let results = (outs XF_FloatTensor:$weights, I32Tensor:$experts);
+  let assemblyFormat = "$logits attr-dict `:` type($logits) `->` type($weights) `,` type($experts)";
+  let hasVerifier = 1;
+}
+
+def XF_MoePermuteOp : XF_Op<"moe_permute", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
+  let summary = "copy each token's rows to its experts, grouped by expert";
+  let description = [{
+    `input` [B, S, H], `experts` [B, S, k] -> `result` [B·S·k, H]: the
+    assignments (token t, its j-th expert) in expert-major order (by expert,
+    then t, then j), each row a copy of token t; `slots` [B, S, k] (i32) the
+    row of each assignment; `group_sizes` [E] (i32) the rows of each expert,
+    E given by its type. The expert FFNs read the groups with
+    xf.grouped_linear; xf.moe_unpermute brings them back.
+  }];
+  let arguments = (ins XF_FloatTensor:$input, I32Tensor:$experts);
+  let results = (outs XF_FloatTensor:$result, I32Tensor:$slots, I32Tensor:$group_sizes);
+  let assemblyFormat = "$input `,` $experts attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_MoeUnpermuteOp : XF_Op<"moe_unpermute", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
+  let summary = "sum each token's expert rows, weighted";
+  let description = [{
+    `input` [N, H] (N = B·S·k, xf.moe_permute's order), `slots` [B, S, k],
+    optional `weights` [B, S, k] -> `result` [B, S, H] with
+    `result[t] = sum_j weights[t, j] · input[slots[t, j]]` (weights absent:
+    1; the backward of xf.moe_permute).
+  }];
+  let arguments = (ins XF_FloatTensor:$input, I32Tensor:$slots, Optional<XF_FloatTensor>:$weights);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $slots (`,` $weights^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_GroupedLinearOp : XF_Op<"grouped_linear", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
+  let summary = "one linear per expert over consecutive row groups (grouped GEMM)";
+  let description = [{
+    `input` [N, K], `weight` [E, O, K] (expert e's nn.Linear weight,
+    out_in), `group_sizes` [E] (i32) -> `result` [N, O]: the rows of group e
+    (after the rows of groups 0..e-1) times weight[e]ᵀ; rows past the sum of
+    the sizes are zero.
+  }];
+  let arguments = (ins XF_FloatTensor:$input, XF_FloatTensor:$weight, I32Tensor:$group_sizes);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $weight `,` $group_sizes attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_SigmoidGateOp : XF_Op<"sigmoid_gate", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
+  let summary = "sigmoid(gate) · input (Qwen2-MoE's shared-expert gate)";
+  let description = [{
+    `gate` [B, S, 1], `input` [B, S, H] -> `sigmoid(gate) * input`, the gate
+    broadcast over H.
+  }];
+  let arguments = (ins XF_FloatTensor:$gate, XF_FloatTensor:$input);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$gate `,` $input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Loss
 //===----------------------------------------------------------------------===//
 

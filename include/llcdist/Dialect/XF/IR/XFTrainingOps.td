@@ -159,6 +159,50 @@ def XF_ConcatOp : XF_GradOp<"concat"> {
   let hasVerifier = 1;
 }
 
+def XF_MoeRouteGradOp : XF_GradOp<"moe_route_grad", [AllTypesMatch<["logits", "result"]>]> {
+  let summary = "dLogits of xf.moe_route (the selection held constant)";
+  let description = [{
+    From `dweights` [B, S, k]: with `normalize` the weights are a softmax over
+    the selected logits, dl[e_j] = w_j (dw_j - sum w dw); without, through the
+    whole softmax, dl[e] = p[e] (g[e] - sum_j p[e_j] dw_j), g[e_j] = dw_j.
+  }];
+  let arguments = (ins XF_FloatTensor:$logits, I32Tensor:$experts, XF_FloatTensor:$dweights, UnitAttr:$normalize);
+  let results = (outs XF_FloatTensor:$result);
+}
+
+def XF_MoeUnpermuteGradOp : XF_GradOp<"moe_unpermute_grad"> {
+  let summary = "dInput and dWeights of a weighted xf.moe_unpermute";
+  let description = [{
+    `dinput[slots[t, j]] = weights[t, j] · dy[t]`,
+    `dweights[t, j] = dy[t] · input[slots[t, j]]`.
+  }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input, I32Tensor:$slots, XF_FloatTensor:$weights);
+  let results = (outs XF_FloatTensor:$dinput, XF_FloatTensor:$dweights);
+}
+
+def XF_GroupedLinearGradInputOp : XF_GradOp<"grouped_linear_grad_input"> {
+  let summary = "dX of xf.grouped_linear: each group's dy · weight[e]";
+  let description = [{ `dy` [N, O], `weight` [E, O, K]; result [N, K]. }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$weight, I32Tensor:$group_sizes);
+  let results = (outs XF_FloatTensor:$result);
+}
+
+def XF_GroupedLinearGradWeightOp : XF_GradOp<"grouped_linear_grad_weight"> {
+  let summary = "dW of xf.grouped_linear: dW[e] = dy[rows of e]ᵀ · x[rows of e]";
+  let description = [{ `dy` [N, O], `input` [N, K]; result [E, O, K]. }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input, I32Tensor:$group_sizes);
+  let results = (outs XF_FloatTensor:$result);
+}
+
+def XF_SigmoidGateGradOp : XF_GradOp<"sigmoid_gate_grad"> {
+  let summary = "dGate and dInput of xf.sigmoid_gate";
+  let description = [{
+    `dinput = sigmoid(gate) · dy`, `dgate = sigmoid'(gate) · sum_h dy · input`.
+  }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$gate, XF_FloatTensor:$input);
+  let results = (outs XF_FloatTensor:$dgate, XF_FloatTensor:$dinput);
+}
+
 def XF_CrossEntropyGradOp : XF_GradOp<"cross_entropy_grad",
     [AllTypesMatch<["logits", "result"]>]> {
   let summary = "dLogits of the loss: (softmax(logits) - onehot(targets)) · scale";

@@ -395,76 +395,41 @@ OpSpec spec(ConcatOp op) { return piecesSpec(op); }
 /// are laid out by the first one alone (a block of batches is a block of
 /// rows). Which rows go to which expert depends on the data: every expert,
 /// top-k and feature loop is pinned.
-SmallVector<unsigned> tokenLoops(OpSpec &s, int64_t leadRank, IteratorType type = IteratorType::parallel) {
+SmallVector<unsigned> tokenLoops(OpSpec &s, int64_t leadRank) {
   SmallVector<unsigned> lead;
   for (int64_t i = 0; i < leadRank; ++i)
-    lead.push_back(i == 0 ? s.add(type) : s.pinned(type));
+    lead.push_back(i == 0 ? s.add() : s.pinned());
   return lead;
 }
 
-OpSpec spec(MoeRouteOp op) {
-  // logits (tokens, e) -> weights, experts (tokens, j).
+/// A per-token MoE op: the token loops, then pinned loops a, b (and c when
+/// used), and each operand, then each result, laid out as one letter of
+/// `layout`: 'a' / 'b' = (tokens..., a / b), 'A' = the permuted rows
+/// (batch, a), 'c' = (c) alone (the group sizes).
+OpSpec tokenwise(int64_t leadRank, StringRef layout) {
   OpSpec s;
-  auto lead = tokenLoops(s, rank(op.getLogits()) - 1);
-  unsigned e = s.pinned(), j = s.pinned();
-  s.map(lead, {e});
-  s.map(lead, {j});
-  s.map(lead, {j});
+  auto lead = tokenLoops(s, leadRank);
+  unsigned a = s.pinned(), b = s.pinned(), c = layout.contains('c') ? s.pinned() : 0;
+  for (char v : layout) {
+    if (v == 'A')
+      s.map({lead.front(), a});
+    else if (v == 'c')
+      s.map({c});
+    else
+      s.map(lead, {v == 'a' ? a : b});
+  }
   return s;
 }
 
-OpSpec spec(MoeRouteGradOp op) {
-  OpSpec s;
-  auto lead = tokenLoops(s, rank(op.getLogits()) - 1);
-  unsigned e = s.pinned(), j = s.pinned();
-  s.map(lead, {e});
-  s.map(lead, {j});
-  s.map(lead, {j});
-  s.map(lead, {e});
-  return s;
-}
-
-OpSpec spec(MoePermuteOp op) {
-  // input (tokens, h), experts (tokens, j) -> rows (batch, h), slots
-  // (tokens, j), group sizes (e).
-  OpSpec s;
-  auto lead = tokenLoops(s, rank(op.getInput()) - 1);
-  unsigned h = s.pinned(), j = s.pinned(), e = s.pinned();
-  s.map(lead, {h});
-  s.map(lead, {j});
-  s.map({lead.front(), h});
-  s.map(lead, {j});
-  s.map({e});
-  return s;
-}
-
-OpSpec spec(MoeUnpermuteOp op) {
-  // rows (batch, h), slots (tokens, j), weights (tokens, j) -> (tokens, h).
-  OpSpec s;
-  auto lead = tokenLoops(s, rank(op.getSlots()) - 1);
-  unsigned h = s.pinned(), j = s.pinned();
-  s.map({lead.front(), h});
-  s.map(lead, {j});
-  if (op.getWeights())
-    s.map(lead, {j});
-  s.map(lead, {h});
-  return s;
-}
-
-OpSpec spec(MoeUnpermuteGradOp op) {
-  // dy (tokens, h), rows (batch, h), slots, weights (tokens, j) -> drows
-  // (batch, h), dweights (tokens, j).
-  OpSpec s;
-  auto lead = tokenLoops(s, rank(op.getSlots()) - 1);
-  unsigned h = s.pinned(), j = s.pinned();
-  s.map(lead, {h});
-  s.map({lead.front(), h});
-  s.map(lead, {j});
-  s.map(lead, {j});
-  s.map({lead.front(), h});
-  s.map(lead, {j});
-  return s;
-}
+// a: experts (the logits' last dim), b: the top-k.
+OpSpec spec(MoeRouteOp op) { return tokenwise(rank(op.getLogits()) - 1, "abb"); }
+OpSpec spec(MoeRouteGradOp op) { return tokenwise(rank(op.getLogits()) - 1, "abba"); }
+// a: hidden, b: the top-k, c: experts. input, experts -> rows, slots, sizes.
+OpSpec spec(MoePermuteOp op) { return tokenwise(rank(op.getInput()) - 1, "abAbc"); }
+// rows, slots (, weights) -> (tokens, h).
+OpSpec spec(MoeUnpermuteOp op) { return tokenwise(rank(op.getSlots()) - 1, op.getWeights() ? "Abba" : "Aba"); }
+// dy, rows, slots, weights -> drows, dweights.
+OpSpec spec(MoeUnpermuteGradOp op) { return tokenwise(rank(op.getSlots()) - 1, "aAbbAb"); }
 
 /// The grouped GEMMs: rows n (parallel, or the sum of the weight gradient),
 /// the experts, outputs and inputs pinned.
@@ -494,29 +459,10 @@ OpSpec spec(GroupedLinearOp) { return groupedSpec(false, false); }
 OpSpec spec(GroupedLinearGradInputOp) { return groupedSpec(false, true); }
 OpSpec spec(GroupedLinearGradWeightOp) { return groupedSpec(true, false); }
 
-OpSpec spec(SigmoidGateOp op) {
-  // gate (tokens, 1), input (tokens, h) -> (tokens, h).
-  OpSpec s;
-  auto lead = tokenLoops(s, rank(op.getInput()) - 1);
-  unsigned one = s.pinned(), h = s.pinned();
-  s.map(lead, {one});
-  s.map(lead, {h});
-  s.map(lead, {h});
-  return s;
-}
-
-OpSpec spec(SigmoidGateGradOp op) {
-  // dy, gate, input -> dgate, dinput.
-  OpSpec s;
-  auto lead = tokenLoops(s, rank(op.getInput()) - 1);
-  unsigned one = s.pinned(), h = s.pinned();
-  s.map(lead, {h});
-  s.map(lead, {one});
-  s.map(lead, {h});
-  s.map(lead, {one});
-  s.map(lead, {h});
-  return s;
-}
+// a: hidden, b: the gate's one column. gate, input -> result; dy, gate,
+// input -> dgate, dinput.
+OpSpec spec(SigmoidGateOp op) { return tokenwise(rank(op.getInput()) - 1, "baa"); }
+OpSpec spec(SigmoidGateGradOp op) { return tokenwise(rank(op.getInput()) - 1, "ababa"); }
 
 //===----------------------------------------------------------------------===//
 // Shared pieces of the models

@@ -150,6 +150,9 @@ public:
   /// The rule of op kind `OpTy` (its TensorParallelOpInterface model calls
   /// it): one specialization per xf op in TensorParallelRules.cpp.
   template <typename OpTy> LogicalResult rule(Operation *op);
+  /// The rule of an op that runs whole on every tp rank (the mixture of
+  /// experts): every operand replicated, every result replicated.
+  LogicalResult replicatedOnly(Operation *op);
 
 private:
   /// The results split as `from`.

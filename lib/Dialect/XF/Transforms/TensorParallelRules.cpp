@@ -344,42 +344,14 @@ template <> LogicalResult TensorParallelPropagation::rule<LinearGradInputOp>(Ope
 }
 
 // The mixture of experts runs whole on every tp rank (tensor parallelism
-// splits attention and the dense MLPs only): every operand replicated, every
-// result replicated. A partial sum reaching it is reduced first, like any
-// consumer's.
-template <> LogicalResult TensorParallelPropagation::rule<MoeRouteOp>(Operation *op) {
+// splits attention and the dense MLPs only). A partial sum reaching it is
+// reduced first, like any consumer's.
+LogicalResult TensorParallelPropagation::replicatedOnly(Operation *op) {
   for (Value v : op->getOperands())
     if (of(v).kind != TP::R)
       return op->emitOpError("llcdist-partition: the mixture-of-experts layer runs whole on every tp rank, so its "
                              "operands must be replicated over tp (sequence parallelism does not reach into it yet)");
   return success();
-}
-template <> LogicalResult TensorParallelPropagation::rule<MoeRouteGradOp>(Operation *op) {
-  return rule<MoeRouteOp>(op); // one rule for every MoE op
-}
-template <> LogicalResult TensorParallelPropagation::rule<MoePermuteOp>(Operation *op) {
-  return rule<MoeRouteOp>(op); // one rule for every MoE op
-}
-template <> LogicalResult TensorParallelPropagation::rule<MoeUnpermuteOp>(Operation *op) {
-  return rule<MoeRouteOp>(op); // one rule for every MoE op
-}
-template <> LogicalResult TensorParallelPropagation::rule<MoeUnpermuteGradOp>(Operation *op) {
-  return rule<MoeRouteOp>(op); // one rule for every MoE op
-}
-template <> LogicalResult TensorParallelPropagation::rule<GroupedLinearOp>(Operation *op) {
-  return rule<MoeRouteOp>(op); // one rule for every MoE op
-}
-template <> LogicalResult TensorParallelPropagation::rule<GroupedLinearGradInputOp>(Operation *op) {
-  return rule<MoeRouteOp>(op); // one rule for every MoE op
-}
-template <> LogicalResult TensorParallelPropagation::rule<GroupedLinearGradWeightOp>(Operation *op) {
-  return rule<MoeRouteOp>(op); // one rule for every MoE op
-}
-template <> LogicalResult TensorParallelPropagation::rule<SigmoidGateOp>(Operation *op) {
-  return rule<MoeRouteOp>(op); // one rule for every MoE op
-}
-template <> LogicalResult TensorParallelPropagation::rule<SigmoidGateGradOp>(Operation *op) {
-  return rule<MoeRouteOp>(op); // one rule for every MoE op
 }
 
 template <> LogicalResult TensorParallelPropagation::rule<AccumulateGradOp>(Operation *op) {
@@ -428,6 +400,20 @@ struct TensorParallelModel : public TensorParallelOpInterface::ExternalModel<Ten
 template <typename... Ops> void attachTensorParallel(MLIRContext *ctx) {
   (Ops::template attachInterface<TensorParallelModel<Ops>>(*ctx), ...);
 }
+
+/// The ops that run whole on every tp rank share one rule
+/// (TensorParallelPropagation::replicatedOnly).
+template <typename OpTy>
+struct ReplicatedOnTpModel : public TensorParallelOpInterface::ExternalModel<ReplicatedOnTpModel<OpTy>, OpTy> {
+  LogicalResult propagateTensorParallel(Operation *op, TensorParallelPropagation &p) const {
+    return p.replicatedOnly(op);
+  }
+  bool runsOnSequenceSlice(Operation *) const { return false; }
+};
+
+template <typename... Ops> void attachReplicatedOnTp(MLIRContext *ctx) {
+  (Ops::template attachInterface<ReplicatedOnTpModel<Ops>>(*ctx), ...);
+}
 } // namespace
 
 void llcdist::xf::registerTensorParallelModels(DialectRegistry &registry) {
@@ -437,8 +423,8 @@ void llcdist::xf::registerTensorParallelModels(DialectRegistry &registry) {
                          RMSNormOp, LayerNormGradInputOp, RMSNormGradInputOp, LayerNormGradParamsOp,
                          RMSNormGradWeightOp, LinearGradBiasOp, AddPositionEmbeddingOp, AddPositionEmbeddingGradOp,
                          EmbeddingOp, EmbeddingGradOp, CrossEntropyOp, CrossEntropyGradOp, LinearGradWeightOp,
-                         LinearGradInputOp, AccumulateGradOp, MoeRouteOp, MoeRouteGradOp, MoePermuteOp, MoeUnpermuteOp,
-                         MoeUnpermuteGradOp, GroupedLinearOp, GroupedLinearGradInputOp, GroupedLinearGradWeightOp,
-                         SigmoidGateOp, SigmoidGateGradOp>(ctx);
+                         LinearGradInputOp, AccumulateGradOp>(ctx);
+    attachReplicatedOnTp<MoeRouteOp, MoeRouteGradOp, MoePermuteOp, MoeUnpermuteOp, MoeUnpermuteGradOp, GroupedLinearOp,
+                         GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp>(ctx);
   });
 }

@@ -220,6 +220,25 @@ TEST(AddingAnOpDocTest, FamilyTableListsEveryOpUnderItsFamily) {
   }
 }
 
+// The fuzzers link the runtime's core from their own list (fuzz/CMakeLists.txt's runtime inputs): every
+// family's core file must be on it, or the fuzz build fails to link (a new family, as the page says).
+TEST(AddingAnOpDocTest, TheFuzzersLinkEveryFamilysCore) {
+  std::ifstream in(std::string(LLCDIST_SOURCE_DIR) + "/fuzz/CMakeLists.txt");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string cmake = ss.str();
+  ASSERT_FALSE(cmake.empty()) << "fuzz/CMakeLists.txt not found under " << LLCDIST_SOURCE_DIR;
+  size_t cores = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(LLCDIST_SOURCE_DIR) + "/runtime/src/ops")) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() != ".cpp") continue;
+    ++cores;
+    EXPECT_NE(cmake.find("${RT}/ops/" + name), std::string::npos)
+        << "runtime/src/ops/" << name << " is not among fuzz/CMakeLists.txt's runtime inputs";
+  }
+  EXPECT_GE(cores, 10u);
+}
+
 // Every runtime/ or docs/ path the page names in backquotes exists (placeholders like <Family> aside).
 TEST(AddingAnOpDocTest, NamedFilesExist) {
   const std::string doc = readDoc();

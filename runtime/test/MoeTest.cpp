@@ -148,6 +148,121 @@ TEST(MoeRouteTest, BackwardIgnoresExpertIdsOutOfRange) {
   for (float v : dl) EXPECT_EQ(v, 0.0f);  // one selected expert: its normalised weight is constant 1
 }
 
+// ---- the load-balancing loss (moe_route's counts, moe_route_bwd's counts and loss) ------------------------
+
+// counts[e] = the assignments to e, counted here from the experts the forward picked.
+std::vector<float> countAssignments(const std::vector<int32_t>& experts, int64_t E) {
+  std::vector<float> n(size_t(E), 0.0f);
+  for (int32_t e : experts) n[size_t(e)] += 1.0f;
+  return n;
+}
+
+TEST(MoeAuxLossTest, ForwardCountsAssignments) {
+  for (bool accumulate : {true, false}) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+    MoeParams p = route(9, 6, 2, false);
+    p.accumulate = accumulate;
+    const std::vector<float> logits = gridLogits(p.T * p.E, 3, 17);  // three levels: many ties
+    std::vector<float> weights(size_t(p.T * p.k)), counts = {1, 0, 7, 2, 0, 3};
+    const std::vector<float> before = counts;
+    std::vector<int32_t> experts(size_t(p.T * p.k));
+    moeRouteForward(logits.data(), weights.data(), experts.data(), p, counts.data());
+    std::vector<float> want = countAssignments(experts, p.E);
+    for (size_t e = 0; e < want.size(); ++e) want[e] += accumulate ? before[e] : 0.0f;
+    EXPECT_EQ(counts, want);
+    EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), 0.0) - (accumulate ? 13.0 : 0.0), double(p.T * p.k));
+    std::vector<int32_t> plain(experts.size());
+    std::vector<float> plainWeights(weights.size());
+    moeRouteForward(logits.data(), plainWeights.data(), plain.data(), p);  // counts change nothing else
+    EXPECT_EQ(plain, experts);
+    EXPECT_EQ(plainWeights, weights);
+  }
+  // Ties: every logit equal, k = 2 of 4: every token picks experts 0 and 1.
+  MoeParams p = route(5, 4, 2, true);
+  const std::vector<float> flat(20, 0.5f);
+  std::vector<float> weights(10), counts(4, 99.0f);
+  std::vector<int32_t> experts(10);
+  moeRouteForward(flat.data(), weights.data(), experts.data(), p, counts.data());  // accumulate false
+  EXPECT_EQ(counts, (std::vector<float>{5, 5, 0, 0}));
+}
+
+// The aux loss in double: scale·Σ_e counts[e]·Σ_t softmax(logits[t])[e], counts constant.
+double auxLossReference(const std::vector<float>& logits, const std::vector<float>& counts, const MoeParams& p,
+                        double scale) {
+  double loss = 0.0;
+  for (int64_t t = 0; t < p.T; ++t) {
+    double mx = -1e300, sum = 0.0;
+    for (int64_t e = 0; e < p.E; ++e) mx = std::max(mx, double(logits[size_t(t * p.E + e)]));
+    for (int64_t e = 0; e < p.E; ++e) sum += std::exp(double(logits[size_t(t * p.E + e)]) - mx);
+    for (int64_t e = 0; e < p.E; ++e)
+      loss += scale * counts[size_t(e)] * std::exp(double(logits[size_t(t * p.E + e)]) - mx) / sum;
+  }
+  return loss;
+}
+
+// Router inputs for the aux tests: logits, the forward's experts and the step's counts (two layers' worth).
+struct AuxCase {
+  MoeParams p;
+  std::vector<float> logits, counts;
+  std::vector<int32_t> experts;
+};
+AuxCase auxCase(int64_t T, int64_t E, int64_t k, bool normalize, uint32_t seed) {
+  AuxCase c{route(T, E, k, normalize), randn(T * E, seed), {}, std::vector<int32_t>(size_t(T * k))};
+  std::vector<float> weights(size_t(T * k));
+  c.p.accumulate = false;
+  c.counts.assign(size_t(E), 0.0f);
+  moeRouteForward(c.logits.data(), weights.data(), c.experts.data(), c.p, c.counts.data());
+  c.p.accumulate = true;
+  const std::vector<float> other = randn(T * E, seed + 1);
+  std::vector<int32_t> otherExperts(c.experts.size());
+  moeRouteForward(other.data(), weights.data(), otherExperts.data(), c.p, c.counts.data());
+  return c;
+}
+
+TEST(MoeAuxLossTest, BackwardGradientMatchesFiniteDifferences) {
+  for (const auto& [E, k] : {std::pair{6, 2}, {4, 1}, {8, 8}})
+    for (bool normalize : {false, true}) {
+      SCOPED_TRACE("E " + std::to_string(E) + " k " + std::to_string(k) + (normalize ? " normalize" : ""));
+      AuxCase c = auxCase(5, E, k, normalize, uint32_t(31 + E + k));
+      c.p.auxScale = c.p.auxLossScale = 0.3;
+      const std::vector<float> dw(size_t(c.p.T * c.p.k), 0.0f);  // the aux term alone
+      std::vector<float> dlogits(size_t(c.p.T * c.p.E), 99.0f), loss = {0.0f};
+      moeRouteBackward(c.logits.data(), c.experts.data(), dw.data(), dlogits.data(), c.p, c.counts.data(), loss.data());
+      EXPECT_NEAR(loss[0], auxLossReference(c.logits, c.counts, c.p, 0.3), 1e-5 * std::abs(loss[0]));
+      checkGradient(
+          c.logits, dlogits, [&] { return auxLossReference(c.logits, c.counts, c.p, 0.3); }, "dlogits");
+    }
+}
+
+TEST(MoeAuxLossTest, BackwardAddsTheScaledTermAndAccumulatesTheLoss) {
+  for (bool normalize : {false, true}) {
+    SCOPED_TRACE(normalize ? "normalize" : "plain");
+    AuxCase c = auxCase(6, 5, 2, normalize, 77);
+    const std::vector<float> dw = randn(c.p.T * c.p.k, 78);
+    const size_t n = size_t(c.p.T * c.p.E);
+    // The router gradient alone, and the aux term alone with aux_scale == aux_loss_scale == 2.
+    std::vector<float> plain(n), auxOnly(n), both(n), zero(size_t(c.p.T * c.p.k), 0.0f), unitLoss = {0.0f};
+    moeRouteBackward(c.logits.data(), c.experts.data(), dw.data(), plain.data(), c.p);
+    MoeParams unit = c.p;
+    unit.auxScale = unit.auxLossScale = 2.0;
+    moeRouteBackward(c.logits.data(), c.experts.data(), zero.data(), auxOnly.data(), unit, c.counts.data(),
+                     unitLoss.data());
+    // aux_scale 0.5, aux_loss_scale 2: the gradient term is 0.5/2 of the loss's gradient; the loss adds onto 1.5.
+    c.p.auxScale = 0.5, c.p.auxLossScale = 2.0;
+    std::vector<float> loss = {1.5f};
+    moeRouteBackward(c.logits.data(), c.experts.data(), dw.data(), both.data(), c.p, c.counts.data(), loss.data());
+    std::vector<double> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = double(plain[i]) + 0.25 * auxOnly[i];
+    expectAllClose(both, want, 1e-6, 1e-5, "dlogits");
+    EXPECT_NEAR(loss[0], 1.5 + double(unitLoss[0]), 1e-5 * std::abs(loss[0]));
+    EXPECT_NEAR(unitLoss[0], auxLossReference(c.logits, c.counts, c.p, 2.0), 1e-5 * std::abs(unitLoss[0]));
+    // Counts without loss: the same gradient, nothing else written.
+    std::vector<float> noLoss(n);
+    moeRouteBackward(c.logits.data(), c.experts.data(), dw.data(), noLoss.data(), c.p, c.counts.data());
+    EXPECT_EQ(noLoss, both);
+  }
+}
+
 // ---- moe_permute / moe_unpermute ------------------------------------------------------------------------
 
 // The reference permutation: the assignments (t, j) sorted by (expert, t, j).

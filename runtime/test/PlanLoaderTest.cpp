@@ -761,6 +761,59 @@ TEST_F(PlanLoaderTest, MoeOpErrors) {
   expectError(unpermute(512, 16), {at + ".args.weights", "expected T×k = 32"});
 }
 
+// The load-balancing loss's roles: moe_route's counts [E]; moe_route_bwd's counts [E] with both scales,
+// loss [1] only with counts, the scales only with counts and finite as fp32.
+TEST_F(PlanLoaderTest, MoeAuxLossErrors) {
+  const std::string at = "subroutines[1].ops[4]";
+  auto routeCounts = [](int64_t counts) {
+    return [=](testing::PlanBuilder& b) {
+      const int64_t c = b.buffer("router.counts", "activation", {counts});
+      b.op("forward", "moe_route",
+           {{"logits", b.buffer("router.logits", "activation", {16, 4})},
+            {"weights", b.buffer("router.weights", "activation", {16, 2})},
+            {"experts", b.buffer("router.experts", "activation", {16, 2}, "i32")},
+            {"counts", c}},
+           {{"T", 16}, {"E", 4}, {"k", 2}, {"normalize", true}, {"accumulate", false}});
+    };
+  };
+  // moe_route_bwd: counts / loss element counts (0: absent) and its attrs beyond T, E, k, normalize.
+  auto routeBwd = [](int64_t counts, int64_t loss, json extra) {
+    return [=](testing::PlanBuilder& b) {
+      json args = {{"logits", b.buffer("router.logits", "activation", {16, 4})},
+                   {"experts", b.buffer("router.experts", "activation", {16, 2}, "i32")},
+                   {"dweights", b.buffer("router.dweights", "activation", {16, 2})},
+                   {"dlogits", b.buffer("router.dlogits", "activation", {16, 4})}};
+      if (counts) args["counts"] = b.buffer("router.counts", "activation", {counts});
+      if (loss) args["loss"] = b.buffer("router.aux_loss", "activation", {loss});
+      json attrs = {{"T", 16}, {"E", 4}, {"k", 2}, {"normalize", false}};
+      attrs.update(extra);
+      b.op("forward", "moe_route_bwd", args, attrs);
+    };
+  };
+  const json scales = {{"aux_scale", 0.01}, {"aux_loss_scale", 0.02}};
+  using Mutate = std::function<void(testing::PlanBuilder&)>;
+  for (const Mutate& valid : {Mutate(routeCounts(4)), Mutate(routeBwd(4, 1, scales)), Mutate(routeBwd(4, 0, scales)),
+                              Mutate(routeBwd(0, 0, json::object()))}) {
+    testing::PlanBuilder b = base;
+    valid(b);
+    Status s = load(b);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+  expectError(routeCounts(8), {at + ".args.counts", "expected E = 4"});
+  expectError(routeBwd(3, 1, scales), {at + ".args.counts", "expected E = 4"});
+  expectError(routeBwd(4, 2, scales), {at + ".args.loss", "expected 1 = 1"});
+  expectError(routeBwd(4, 1, {{"aux_loss_scale", 0.02}}),
+              {at + ".attrs.aux_scale", "attrs.aux_scale is required with args.counts"});
+  expectError(routeBwd(4, 0, {{"aux_scale", 0.02}}),
+              {at + ".attrs.aux_loss_scale", "attrs.aux_loss_scale is required with args.counts"});
+  expectError(routeBwd(0, 1, json::object()), {at + ".args.loss", "needs args.counts"});
+  expectError(routeBwd(0, 0, scales), {at + ".attrs.aux_scale", "needs args.counts"});
+  expectError(routeBwd(4, 1, {{"aux_scale", 1e39}, {"aux_loss_scale", 0.02}}),
+              {at + ".attrs.aux_scale", "must be a finite fp32 number"});
+  expectError(routeBwd(4, 1, {{"aux_scale", 0.01}, {"aux_loss_scale", -1e39}}),
+              {at + ".attrs.aux_loss_scale", "must be a finite fp32 number"});
+}
+
 }  // namespace
 }  // namespace llcdist::rt
 

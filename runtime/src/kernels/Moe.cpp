@@ -54,9 +54,29 @@ std::vector<Group> groups(const int32_t* sizes, int64_t E, int64_t N) {
 }
 int64_t groupedRows(const std::vector<Group>& g) { return g.empty() ? 0 : g.back().off + g.back().rows; }
 
+// counts[e] = (accumulate ? counts[e] : 0) + the assignments to e (exact integers in f32).
+void addAssignmentCounts(const int32_t* experts, float* counts, const MoeParams& p) {
+  std::vector<int64_t> n(size_t(p.E), 0);
+  for (int64_t i = 0; i < p.T * p.k; ++i)
+    if (validExpert(experts[i], p.E)) ++n[size_t(experts[i])];
+  for (int64_t e = 0; e < p.E; ++e)
+    counts[e] = static_cast<float>((p.accumulate ? double(counts[e]) : 0.0) + double(n[size_t(e)]));
+}
+
+// One token's load-balancing terms from its p: aux[e] = p[e]·(g[e] − Σ_e' p[e']·g[e']) with g = auxScale·counts
+// (double), and S[e] += p[e].
+void auxGradient(const float* prob, const float* counts, double* aux, double* S, const MoeParams& p) {
+  double pg = 0.0;  // Σ_e' p[e']·g[e']
+  for (int64_t e = 0; e < p.E; ++e) pg += double(prob[e]) * (p.auxScale * counts[e]);
+  for (int64_t e = 0; e < p.E; ++e) {
+    aux[e] = double(prob[e]) * (p.auxScale * counts[e] - pg);
+    S[e] += prob[e];
+  }
+}
+
 }  // namespace
 
-void moeRouteForward(const float* logits, float* weights, int32_t* experts, const MoeParams& p) {
+void moeRouteForward(const float* logits, float* weights, int32_t* experts, const MoeParams& p, float* counts) {
   std::vector<float> prob(size_t(p.E));
   std::vector<char> taken(size_t(p.E));
   for (int64_t t = 0; t < p.T; ++t) {
@@ -69,17 +89,19 @@ void moeRouteForward(const float* logits, float* weights, int32_t* experts, cons
     for (int64_t j = 0; j < p.k; ++j)
       w[j] = p.normalize ? static_cast<float>(double(prob[size_t(ex[j])]) / sum) : prob[size_t(ex[j])];
   }
+  if (counts) addAssignmentCounts(experts, counts, p);
 }
 
 void moeRouteBackward(const float* logits, const int32_t* experts, const float* dweights, float* dlogits,
-                      const MoeParams& p) {
+                      const MoeParams& p, const float* counts, float* loss) {
   std::vector<float> prob(size_t(p.E));
-  std::vector<double> g(size_t(p.E));
+  std::vector<double> g(size_t(p.E)), aux(size_t(p.E)), S(size_t(p.E), 0.0);
   for (int64_t t = 0; t < p.T; ++t) {
     softmaxRow(logits + t * p.E, prob.data(), p.E);
     const int32_t* ex = experts + t * p.k;
     const float* dw = dweights + t * p.k;
     float* dl = dlogits + t * p.E;
+    if (counts) auxGradient(prob.data(), counts, aux.data(), S.data(), p);  // else aux stays 0
     std::fill(g.begin(), g.end(), 0.0);
     double selected = 0.0, inner = 0.0;  // Σ_j p[e_j], Σ_j p[e_j]·dw_j
     for (int64_t j = 0; j < p.k; ++j) {
@@ -89,15 +111,21 @@ void moeRouteBackward(const float* logits, const int32_t* experts, const float* 
       inner += double(prob[size_t(ex[j])]) * dw[j];
     }
     if (p.normalize) {  // w_j = p[e_j] / selected: dl[e_j] = w_j·(dw_j − Σ w_j'·dw_j'), 0 elsewhere
-      std::fill(dl, dl + p.E, 0.0f);
+      for (int64_t e = 0; e < p.E; ++e) dl[e] = static_cast<float>(aux[size_t(e)]);
       for (int64_t j = 0; j < p.k; ++j)
         if (validExpert(ex[j], p.E)) {
           const size_t e = size_t(ex[j]);
-          dl[e] = static_cast<float>(prob[e] / selected * (g[e] - inner / selected));
+          dl[e] = static_cast<float>(prob[e] / selected * (g[e] - inner / selected) + aux[e]);
         }
     } else {
-      for (int64_t e = 0; e < p.E; ++e) dl[e] = static_cast<float>(prob[size_t(e)] * (g[size_t(e)] - inner));
+      for (int64_t e = 0; e < p.E; ++e)
+        dl[e] = static_cast<float>(prob[size_t(e)] * (g[size_t(e)] - inner) + aux[size_t(e)]);
     }
+  }
+  if (counts && loss) {
+    double dot = 0.0;  // Σ_e counts[e]·S[e]
+    for (int64_t e = 0; e < p.E; ++e) dot += double(counts[e]) * S[size_t(e)];
+    loss[0] = static_cast<float>(double(loss[0]) + p.auxLossScale * dot);
   }
 }
 
@@ -226,11 +254,11 @@ void registerCpuMoeKernels(CpuKernelTable& t) {
   using P = MoeParams;
   using Ctx = CpuKernelContext;
   addCpuKernel<P>(t, K::kMoeRoute, [](const KernelCall& c, const P& p, const Ctx&) {
-    moeRouteForward(c.F("logits"), c.F("weights"), c.I("experts"), p);
+    moeRouteForward(c.F("logits"), c.F("weights"), c.I("experts"), p, c.F("counts"));
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kMoeRouteBwd, [](const KernelCall& c, const P& p, const Ctx&) {
-    moeRouteBackward(c.F("logits"), c.I("experts"), c.F("dweights"), c.F("dlogits"), p);
+    moeRouteBackward(c.F("logits"), c.I("experts"), c.F("dweights"), c.F("dlogits"), p, c.F("counts"), c.F("loss"));
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kMoePermute, [](const KernelCall& c, const P& p, const Ctx&) {

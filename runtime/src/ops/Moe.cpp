@@ -4,8 +4,10 @@
 // role's element count from the attrs; the i32 contents (expert ids, slots, group sizes) are data, which
 // the kernels guard (docs/plan-format.md).
 #include "OpDefs.h"
+#include "llcdist/runtime/FloatAttrRules.h"
 
 #include <limits>
+#include <sstream>
 
 namespace llcdist::rt::ops {
 namespace {
@@ -24,12 +26,38 @@ Status checkTopK(const OpChecker& c) {
   return Status::ok();
 }
 
+// moe_route_bwd's load-balancing loss: counts needs aux_scale and aux_loss_scale (finite as fp32), loss
+// needs counts, and the attrs mean nothing without counts.
+Status checkAuxLoss(const OpChecker& c) {
+  const Op& op = c.op();
+  const bool counts = op.arg("counts") >= 0;
+  for (const char* a : {"aux_scale", "aux_loss_scale"}) {
+    if (!op.attrs.count(a)) {
+      if (counts) return c.attrError(a, std::string("moe_route_bwd: attrs.") + a + " is required with args.counts");
+      continue;
+    }
+    if (!counts)
+      return c.attrError(
+          a, std::string("moe_route_bwd: attrs.") + a + " is the load-balancing loss's scale: it needs args.counts");
+    if (const double v = op.floatAttr(a); !schema::finiteAsF32(v)) {
+      std::ostringstream msg;
+      msg << "moe_route_bwd: " << a << " must be a finite fp32 number, got " << v;
+      return c.attrError(a, msg.str());
+    }
+  }
+  if (op.arg("loss") >= 0 && !counts)
+    return c.argError("loss", "moe_route_bwd: args.loss (the load-balancing loss) needs args.counts");
+  return Status::ok();
+}
+
 Status checkRoute(const OpChecker& c) {
   LLCDIST_RETURN_IF_ERROR(checkTopK(c));
   const int64_t T = c.I("T"), E = c.I("E"), k = c.I("k");
   for (const char* r : {"logits", "dlogits"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, E}), "T×E"));
   for (const char* r : {"weights", "experts", "dweights"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, k}), "T×k"));
-  return Status::ok();
+  LLCDIST_RETURN_IF_ERROR(c.count("counts", E, "E"));
+  LLCDIST_RETURN_IF_ERROR(c.count("loss", 1, "1"));
+  return c.op().kind == K::kMoeRouteBwd ? checkAuxLoss(c) : Status::ok();
 }
 
 Status checkPermute(const OpChecker& c) {
@@ -83,7 +111,10 @@ StatusOr<OpParams> bindMoe(const BindContext& b) {
   p.K = b.op.intAttr("K");
   p.O = b.op.intAttr("O");
   p.normalize = b.op.boolAttr("normalize");
-  p.accumulate = b.op.boolAttr("accumulate");
+  // moe_route's counts accumulate unless told otherwise (PlanOps' rule for an absent accumulate attr).
+  p.accumulate = b.op.boolAttr("accumulate", b.op.kind == K::kMoeRoute);
+  p.auxScale = b.op.floatAttr("aux_scale");
+  p.auxLossScale = b.op.floatAttr("aux_loss_scale");
   return OpParams(p);
 }
 

@@ -109,6 +109,44 @@ void moeGroups(Host& h) {
   std::copy(sizes, sizes + 3, h.i.at("group_sizes").at(0).begin());
 }
 
+// The load-balancing loss's roles: moe_route's counts (summed onto, or overwritten without accumulate) and
+// moe_route_bwd's gradient term and loss from counts (integers, as the forward counts them).
+void moeAuxLossCases(std::vector<Case>& c) {
+  for (bool accumulate : {true, false}) {
+    json attrs = {{"T", 4}, {"E", 4}, {"k", 2}, {"normalize", true}, {"accumulate", accumulate}};
+    c.push_back({"moe_route",
+                 {{"logits", {16}}, {"weights", {8}}, {"experts", {8}}, {"counts", {4}}},
+                 attrs,
+                 [accumulate](Host& h) {
+                   MoeParams p = moeParams(true);
+                   p.accumulate = accumulate;
+                   moeRouteForward(h.F("logits"), h.F("weights"), h.I("experts"), p, h.F("counts"));
+                 }});
+    c.back().init = moeLogits;
+  }
+  // Without normalize with the loss; with normalize the gradient term alone (no loss).
+  for (bool normalize : {false, true}) {
+    json attrs = {
+        {"T", 4}, {"E", 4}, {"k", 2}, {"normalize", normalize}, {"aux_scale", 0.25}, {"aux_loss_scale", 0.125}};
+    std::vector<std::pair<std::string, std::vector<int64_t>>> roles = {
+        {"logits", {16}}, {"experts", {8}}, {"dweights", {8}}, {"dlogits", {16}}, {"counts", {4}}};
+    if (!normalize) roles.push_back({"loss", {1}});
+    c.push_back({"moe_route_bwd", roles, attrs, [normalize](Host& h) {
+                   MoeParams p = moeParams(normalize);
+                   p.auxScale = 0.25, p.auxLossScale = 0.125;
+                   moeRouteBackward(h.F("logits"), h.I("experts"), h.F("dweights"), h.F("dlogits"), p, h.F("counts"),
+                                    normalize ? nullptr : h.F("loss"));
+                 }});
+    c.back().init = [](Host& h) {
+      moeLogits(h);
+      std::vector<float> w(8);
+      moeRouteForward(h.F("logits"), w.data(), h.I("experts"), moeParams(true));
+      const float counts[4] = {5, 1, 8, 2};  // two layers' assignments
+      std::copy(counts, counts + 4, h.F("counts"));
+    };
+  }
+}
+
 std::vector<Case> moeCases() {
   std::vector<Case> c;
   for (bool normalize : {true, false}) {
@@ -130,6 +168,7 @@ std::vector<Case> moeCases() {
       moeRouteForward(h.F("logits"), w.data(), h.I("experts"), moeParams(true));
     };
   }
+  moeAuxLossCases(c);
   // Random expert ids in [0, 3): expert 3's group is empty.
   c.push_back({"moe_permute",
                {{"x", {12}}, {"experts", {8}}, {"xp", {24}}, {"slots", {8}}, {"group_sizes", {4}}},

@@ -3,7 +3,8 @@
 // (top-k with ties to the lower index: tokens whose logits are all equal or share the maximum),
 // normalize on and off; the permutation with experts of no assignment; grouped GEMMs with empty
 // experts, experts over several row tiles and rows past the sizes' sum, accumulate on and off; the
-// sigmoid gate. Plus what the harness cannot show: group sizes that overrun the rows stay in bounds.
+// sigmoid gate; the load-balancing loss's counts, gradient term and loss. Plus what the harness cannot
+// show: group sizes that overrun the rows stay in bounds.
 // Every test skips without a CUDA device.
 //
 // Inputs: logits are distinct multiples of 0.25 per token (exact in bf16, p ratios of e^0.25 apart),
@@ -122,6 +123,41 @@ TEST(CudaMoeKernels, RouteForwardAndBackward) {
         floats(bwd, bf16, "dweights", randomF32(s.T * s.k, 5));
         floats(bwd, bf16, "dlogits", randomF32(s.T * s.E, 6));  // overwritten
         bwd.expectMatch(atolFor(bf16, kAtol), rtolFor(bf16, kRtol));
+      }
+}
+
+// The load-balancing loss: moe_route's counts (accumulate on and off) and moe_route_bwd's gradient term
+// and loss (counts and loss f32, the logits f32 or bf16). counts are integers (exact); the gradient term
+// and the loss are f64 sums in another order than the CPU's.
+TEST(CudaMoeKernels, RouteLoadBalancingLoss) {
+  LLCDIST_REQUIRE_GPU();
+  for (bool bf16 : {false, true})
+    for (RouteShape s : {RouteShape{37, 9, 3}, RouteShape{300, 70, 4}, RouteShape{5, 8, 8}})
+      for (bool flag : {false, true}) {  // moe_route's accumulate; moe_route_bwd's normalize
+        SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + " T " + std::to_string(s.T) + " E " + std::to_string(s.E) +
+                     " k " + std::to_string(s.k) + (flag ? " flag" : ""));
+        std::vector<float> counts(size_t(s.E));
+        for (size_t e = 0; e < counts.size(); ++e) counts[e] = float((e * 7) % 11);
+        MoeParams p = moe(s.T, 0, s.E, s.k, true);
+        p.accumulate = flag;
+        const std::vector<float> logits = separatedLogits(s.T, s.E, 21);
+        KernelCase fwd(K::kMoeRoute, p);
+        floats(fwd, bf16, "logits", logits);
+        floats(fwd, bf16, "weights", randomF32(s.T * s.k, 22));  // overwritten
+        fwd.i32("experts", randomI32(s.T * s.k, 23, -5, 100));   // overwritten
+        fwd.f32("counts", counts);
+        fwd.expectMatch(atolFor(bf16, kAtol), rtolFor(bf16, kRtol));
+
+        p = moe(s.T, 0, s.E, s.k, flag);
+        p.auxScale = 0.03;
+        p.auxLossScale = 0.0625;
+        KernelCase bwd(K::kMoeRouteBwd, p);
+        floats(bwd, bf16, "logits", logits);
+        bwd.i32("experts", distinctExperts(s.T, s.E, s.k, 24));
+        floats(bwd, bf16, "dweights", randomF32(s.T * s.k, 25));
+        floats(bwd, bf16, "dlogits", randomF32(s.T * s.E, 26));  // overwritten
+        bwd.f32("counts", counts).f32("loss", {1.5f});
+        bwd.expectMatch(atolFor(bf16, kGemmAtol), rtolFor(bf16, kGemmRtol));
       }
 }
 

@@ -379,12 +379,18 @@ double learningRate(const LrSchedule& schedule, int64_t step);
 // logits [T,E] -> experts [T,k], weights [T,k]: p = softmax(logits[t]) in fp32 (max subtracted, Σ exp in
 // double); experts[t, 0..k) the k largest p in descending order, ties to the lower expert index
 // (torch.topk); weights[t, j] = p[experts[t, j]], divided by their sum over j (double) when p.normalize.
-void moeRouteForward(const float* logits, float* weights, int32_t* experts, const MoeParams& p);
+// counts [E] (optional, the load-balancing loss): counts[e] = (p.accumulate ? counts[e] : 0) + the number
+// of assignments (t, j) to e (an exact integer in f32).
+void moeRouteForward(const float* logits, float* weights, int32_t* experts, const MoeParams& p,
+                     float* counts = nullptr);
 // dlogits [T,E] from dweights [T,k], the selection constant: normalize, w_j = softmax of the selected
 // logits: dl[e_j] = w_j·(dw_j − Σ_j' w_j'·dw_j'), 0 elsewhere; else dl[e] = p[e]·(g[e] − Σ_j p[e_j]·dw_j),
 // g[e] = Σ of dw_j over the j with e_j = e. An expert id outside [0,E) contributes nothing.
+// counts [E] (optional): the load-balancing loss's gradient is added, dl[e] += p[e]·(a[e] − Σ_e' p[e']·a[e'])
+// with a = p.auxScale·counts (one rounding of the sum, double); loss [1] (optional, with counts) +=
+// p.auxLossScale·Σ_e counts[e]·S[e], S[e] = Σ_t p[t, e] (double).
 void moeRouteBackward(const float* logits, const int32_t* experts, const float* dweights, float* dlogits,
-                      const MoeParams& p);
+                      const MoeParams& p, const float* counts = nullptr, float* loss = nullptr);
 // x [T,H], experts [T,k] -> xp [T·k,H], slots [T,k], groupSizes [E]: slots[t,j] = the row of assignment
 // (t,j) in expert-major order (by expert, then t, then j), xp[slots[t,j]] = x[t], groupSizes[e] = the
 // assignments to e. An assignment to an id outside [0,E) is counted in no group and takes a row after

@@ -203,11 +203,13 @@ struct CommunicationParams {
 // moe_route / _bwd, moe_permute, moe_unpermute / _bwd, grouped_linear_*, sigmoid_gate_* (family "moe";
 // PlanSchema.h "Mixture of experts"): T tokens, H hidden, E experts, k experts per token; the grouped
 // GEMMs' N rows, K inputs and O outputs per expert. normalize: moe_route's attr; accumulate:
-// grouped_linear_bwd_weight's.
+// grouped_linear_bwd_weight's and moe_route's (its `counts`; absent: true). auxScale, auxLossScale:
+// moe_route_bwd's load-balancing loss (0 when absent).
 struct MoeParams {
   int64_t T = 0, H = 0, E = 0, k = 0;
   int64_t N = 0, K = 0, O = 0;
   bool normalize = false, accumulate = false;
+  double auxScale = 0, auxLossScale = 0;
 };
 
 using OpParams = std::variant<std::monostate, DataParams, LayoutParams, ElementwiseParams, EmbeddingParams,

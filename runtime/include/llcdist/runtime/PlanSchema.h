@@ -519,7 +519,13 @@ inline constexpr A kRmsBwdArgs[] = {{"dy", One, F, R},        {"x", One, F, R},
 // E experts, k experts per token (top_k), N = T·k assignment rows.
 //   moe_route: p = softmax(logits[t]) in fp32; experts[t, 0..k) the k largest p, descending, ties to the
 //     lower expert index; weights[t, j] = p[experts[t, j]], divided by their sum over j when `normalize`.
-//   moe_route_bwd: dlogits from dweights through that function (the selection is constant).
+//     Optional `counts` [E] (the load-balancing loss, Switch/transformers' load_balancing_loss_func):
+//     counts[e] = (accumulate ? counts[e] : 0) + the number of assignments (t, j) to e (attr `accumulate`).
+//   moe_route_bwd: dlogits from dweights through that function (the selection is constant). With the
+//     optional `counts` [E] (the step's assignments summed over every MoE layer of the microbatch, read)
+//     and `loss` [1] (read-written): p = softmax(logits[t]), S[e] = Σ_t p[t, e];
+//     dlogits[t, e] += p[t, e]·(g[e] − Σ_e' p[t, e']·g[e']) with g = aux_scale·counts, and
+//     loss += aux_loss_scale·Σ_e counts[e]·S[e] (attrs `aux_scale`, `aux_loss_scale`, both required then).
 //   moe_permute: slots[t, j] = the row of assignment (t, j) in expert-major order (sorted by expert, then
 //     t, then j); group_sizes[e] = assignments to e; xp[slots[t, j]] = x[t].
 //   moe_unpermute: y[t] = sum over j = 0..k-1 of weights[t, j]·xp[slots[t, j]] (weights absent: 1).
@@ -529,10 +535,14 @@ inline constexpr A kRmsBwdArgs[] = {{"dy", One, F, R},        {"x", One, F, R},
 //     zero in y / dx and read by nothing; dw[e] = dy[rows of e]ᵀ·x[rows of e] (+= with accumulate).
 //   sigmoid_gate_fwd / _bwd (Qwen2-MoE's shared expert gate): y[t] = sigmoid(gate[t])·x[t];
 //     dx[t] = sigmoid(gate[t])·dy[t], dgate[t] = sigmoid'(gate[t])·(dy[t]·x[t]).
-inline constexpr A kMoeRouteArgs[] = {{"logits", One, F, R}, {"weights", One, F, W}, {"experts", One, I, W}};
-inline constexpr A kMoeRouteBwdArgs[] = {{"logits", One, F, R}, {"experts", One, I, R}, {"dweights", One, F, R},
-                                         {"dlogits", One, F, W}};
-inline constexpr T kMoeRouteAttrs[] = {{"T", Int}, {"E", Int}, {"k", Int}, {"normalize", Bool}};
+inline constexpr A kMoeRouteArgs[] = {{"logits", One, F, R}, {"weights", One, F, W}, {"experts", One, I, W},
+                                      {"counts", Opt, F, RW}};
+inline constexpr A kMoeRouteBwdArgs[] = {{"logits", One, F, R},  {"experts", One, I, R}, {"dweights", One, F, R},
+                                         {"dlogits", One, F, W}, {"counts", Opt, F, R},  {"loss", Opt, F, RW}};
+inline constexpr T kMoeRouteAttrs[] = {{"T", Int}, {"E", Int}, {"k", Int}, {"normalize", Bool}, {"accumulate", Bool, false}};
+inline constexpr T kMoeRouteBwdAttrs[] = {{"T", Int},           {"E", Int},
+                                          {"k", Int},           {"normalize", Bool},
+                                          {"aux_scale", Flt, false}, {"aux_loss_scale", Flt, false}};
 inline constexpr A kMoePermuteArgs[] = {{"x", One, F, R}, {"experts", One, I, R}, {"xp", One, F, W},
                                         {"slots", One, I, W}, {"group_sizes", One, I, W}};
 inline constexpr T kMoePermuteAttrs[] = {{"T", Int}, {"H", Int}, {"E", Int}, {"k", Int}};
@@ -626,7 +636,7 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kRmsNormBwd, "rms_norm_bwd", detail::kRmsBwdArgs, detail::kRmsBwdAttrs),
     detail::op(OpKind::kClassifier, "classifier", detail::kClassifierArgs, detail::kClassifierAttrs),
     detail::op(OpKind::kMoeRoute, "moe_route", detail::kMoeRouteArgs, detail::kMoeRouteAttrs),
-    detail::op(OpKind::kMoeRouteBwd, "moe_route_bwd", detail::kMoeRouteBwdArgs, detail::kMoeRouteAttrs),
+    detail::op(OpKind::kMoeRouteBwd, "moe_route_bwd", detail::kMoeRouteBwdArgs, detail::kMoeRouteBwdAttrs),
     detail::op(OpKind::kMoePermute, "moe_permute", detail::kMoePermuteArgs, detail::kMoePermuteAttrs),
     detail::op(OpKind::kMoeUnpermute, "moe_unpermute", detail::kMoeUnpermuteArgs, detail::kMoeUnpermuteAttrs),
     detail::op(OpKind::kMoeUnpermuteBwd, "moe_unpermute_bwd", detail::kMoeUnpermuteBwdArgs,

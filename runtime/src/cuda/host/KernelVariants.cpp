@@ -169,7 +169,8 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kAttentionBlockFwd, {own({})});
   set(K::kAttentionBlockBwd, {own({})});
   set(K::kAttentionMerge, {own({})});
-  // Mixture of experts: experts, slots and group_sizes are i32.
+  // Mixture of experts: experts, slots and group_sizes are i32; the load-balancing loss's counts and loss
+  // (moe_route / _bwd) f32 only (a bf16 buffer converts: exact integers and one scalar).
   set(K::kMoeRoute, {own({"logits", "weights"})});
   set(K::kMoeRouteBwd, {own({"logits", "dweights", "dlogits"})});
   set(K::kMoePermute, {own({"x", "xp"})});

@@ -1,11 +1,16 @@
 // The moe family's CUDA kernels (the CPU reference: src/kernels/Moe.cpp; semantics: PlanSchema.h
 // "Mixture of experts") and their kernel-table entries. Every float role is f32 or bf16 (FloatRef.cuh),
 // computed in f32 (f64 for long dot products), each written value rounded once; experts, slots and
-// group_sizes are i32. Deterministic: no atomics; reductions in a fixed order.
+// group_sizes are i32; the load-balancing loss's counts and loss f32. Deterministic: no atomics;
+// reductions in a fixed order.
 //  - moe_route / _bwd: one warp per token. The softmax's max and sum (f64) are warp reductions; the
 //    j-th pick is the best (p, expert) after the (j-1)-th in the order p descending, expert ascending
 //    (so ties go to the lower index, and the picks need no set of their own); a NaN p orders as -inf,
 //    so the picks are always k distinct experts in range.
+//  - the load-balancing loss: moe_route's counts one block per expert (the block's count of its
+//    assignments, a fixed tree); moe_route_bwd's gradient term in the token's warp (Σ_e p·g a warp sum in
+//    f64), its loss from each token's softmax (max, sum) kept in scratch: S[e] = Σ_t p[t, e] one block per
+//    expert, then one block's Σ_e counts[e]·S[e] (f64, fixed trees; no float atomics).
 //  - moe_permute: a stable counting sort as CUB's radix sort of (expert, assignment) pairs, stable, so
 //    equal experts keep (t, j) order: sorted position i is the slot of assignment vals[i]. group_sizes
 //    by binary search of the sorted keys. An expert id outside [0, E) sorts last, gets slot -1 and no
@@ -145,16 +150,40 @@ __global__ void moeRouteKernel(FloatRef logits, FloatRef weights, int32_t* exper
   }
 }
 
+// counts[e] = (accumulate ? counts[e] : 0) + the assignments to e: a block per expert.
+__global__ void moeCountsKernel(const int32_t* experts, float* counts, int64_t N, int64_t E, bool accumulate) {
+  for (int64_t e = blockIdx.x; e < E; e += gridDim.x) {
+    double n = 0.0;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) n += experts[i] == e ? 1.0 : 0.0;
+    n = blockSum(n);
+    if (threadIdx.x == 0) counts[e] = float((accumulate ? double(counts[e]) : 0.0) + n);
+  }
+}
+
+// The load-balancing loss's terms in moe_route_bwd (counts null: none).
+struct AuxLoss {
+  const float* counts = nullptr;  // [E]
+  float scale = 0.0f;             // aux_scale: g = scale·counts
+  Softmax* stats = nullptr;       // [T]: each token's softmax, for the loss (null: no loss)
+};
+
 // dlogits through moe_route with its picks fixed. normalize: w = the picks' softmax, dl[e_j] = w_j (dw_j
 // - Σ w·dw), 0 elsewhere; else dl[e] = p[e] (g[e] - Σ_j p[e_j] dw_j), g[e] = dw_j where e == e_j. A pick
-// outside [0, E) is skipped (and reported).
+// outside [0, E) is skipped (and reported). With aux.counts, dl[e] += p[e] (a[e] - Σ_e' p[e'] a[e']),
+// a = aux.scale·counts.
 __global__ void moeRouteBwdKernel(FloatRef logits, const int32_t* experts, FloatRef dweights, FloatRef dlogits,
-                                  int64_t T, int64_t E, int64_t k, bool normalize, int* deviceError) {
+                                  int64_t T, int64_t E, int64_t k, bool normalize, AuxLoss aux, int* deviceError) {
   const int lane = int(threadIdx.x) % kWarp;
   const int64_t warpsPerBlock = blockDim.x / kWarp;
   for (int64_t t = int64_t(blockIdx.x) * warpsPerBlock + threadIdx.x / kWarp; t < T; t += gridDim.x * warpsPerBlock) {
     const FloatRef l = logits.at(t * E);
     const Softmax sm = softmaxOf(l, E, lane);
+    if (aux.stats && lane == 0) aux.stats[t] = sm;
+    double pa = 0.0;  // Σ_e p[e]·a[e]
+    if (aux.counts) {
+      for (int64_t e = lane; e < E; e += kWarp) pa += double(probOf(l, e, sm)) * (aux.scale * aux.counts[e]);
+      pa = warpSum(pa);
+    }
     const int32_t* ex = experts + t * k;
     const FloatRef dw = dweights.at(t * k);
     float picked = 0.0f;  // Σ_j p[e_j] (normalize's denominator)
@@ -178,9 +207,29 @@ __global__ void moeRouteBwdKernel(FloatRef logits, const int32_t* experts, Float
           isPick = true;
         }
       const float p = probOf(l, e, sm), w = normalize ? p / picked : p;
-      dlogits.set(t * E + e, normalize && !isPick ? 0.0f : w * (g - dot));
+      float v = normalize && !isPick ? 0.0f : w * (g - dot);
+      if (aux.counts) v += p * float(double(aux.scale * aux.counts[e]) - pa);
+      dlogits.set(t * E + e, v);
     }
   }
+}
+
+// S[e] = Σ_t p[t, e] from the tokens' softmax stats: a block per expert.
+__global__ void auxSumsKernel(FloatRef logits, const Softmax* stats, double* S, int64_t T, int64_t E) {
+  for (int64_t e = blockIdx.x; e < E; e += gridDim.x) {
+    double s = 0.0;
+    for (int64_t t = threadIdx.x; t < T; t += blockDim.x) s += double(probOf(logits.at(t * E), e, stats[t]));
+    s = blockSum(s);
+    if (threadIdx.x == 0) S[e] = s;
+  }
+}
+
+// loss[0] += scale·Σ_e counts[e]·S[e]: one block.
+__global__ void auxLossKernel(const float* counts, const double* S, float* loss, int64_t E, double scale) {
+  double s = 0.0;
+  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) s += double(counts[e]) * S[e];
+  s = blockSum(s);
+  if (threadIdx.x == 0) loss[0] = float(double(loss[0]) + scale * s);
 }
 
 // ---- moe_permute -----------------------------------------------------------------------------------
@@ -427,6 +476,47 @@ Status checkSizes(const char* what, const P& p) {
   return Status::ok();
 }
 
+// moe_route's counts after the picks.
+Status routeCounts(const KernelCall& c, const P& p, const Ctx& ctx) {
+  if (!c.F("counts") || p.E == 0) return Status::ok();
+  moeCountsKernel<<<rowBlocks(p.E), kRowThreads, 0, ctx.stream>>>(c.I("experts"), c.F("counts"), p.T * p.k, p.E,
+                                                                  p.accumulate);
+  return LLCDIST_CUDA_LAUNCHED("moe_route (counts)", ctx.rank);
+}
+
+// moe_route_bwd's loss after the gradient kernel wrote the stats: S, then the sum.
+Status routeAuxLoss(const KernelCall& c, const P& p, const Ctx& ctx, const Softmax* stats, double* S) {
+  if (p.E == 0) return Status::ok();
+  auxSumsKernel<<<rowBlocks(p.E), kRowThreads, 0, ctx.stream>>>(floatRef(c, "logits"), stats, S, p.T, p.E);
+  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_route_bwd (expert sums)", ctx.rank));
+  auxLossKernel<<<1, kRowThreads, 0, ctx.stream>>>(c.F("counts"), S, c.F("loss"), p.E, p.auxLossScale);
+  return LLCDIST_CUDA_LAUNCHED("moe_route_bwd (loss)", ctx.rank);
+}
+
+Status moeRouteBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
+  const char* what = "moe_route_bwd";
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dlogits", p.T * p.E));
+  AuxLoss aux;
+  aux.counts = c.F("counts");
+  aux.scale = float(p.auxScale);
+  double* S = nullptr;
+  const bool loss = aux.counts && c.F("loss");
+  if (loss) {
+    if (!ctx.scratch) return Status::internal("moe_route_bwd: no device scratch in the CUDA kernel context");
+    const int64_t statsBytes = (p.T * int64_t(sizeof(Softmax)) + 255) / 256 * 256;
+    LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(statsBytes + p.E * int64_t(sizeof(double))));
+    aux.stats = static_cast<Softmax*>(scratch);
+    S = reinterpret_cast<double*>(static_cast<char*>(scratch) + statsBytes);
+  }
+  if (p.T > 0) {
+    moeRouteBwdKernel<<<gridFor(p.T, kThreads / kWarp), kThreads, 0, ctx.stream>>>(
+        floatRef(c, "logits"), c.I("experts"), floatRef(c, "dweights"), floatRef(c, "dlogits"), p.T, p.E, p.k,
+        p.normalize, aux, ctx.deviceError);
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
+  }
+  return loss ? routeAuxLoss(c, p, ctx, aux.stats, S) : Status::ok();
+}
+
 Status moeRoute(const KernelCall& c, const P& p, const Ctx& ctx) {
   const bool fwd = c.kind == schema::OpKind::kMoeRoute;
   const char* what = fwd ? "moe_route" : "moe_route_bwd";
@@ -437,18 +527,17 @@ Status moeRoute(const KernelCall& c, const P& p, const Ctx& ctx) {
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "logits", p.T * p.E));
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "experts", p.T * p.k));
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, fwd ? "weights" : "dweights", p.T * p.k));
-  if (!fwd) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dlogits", p.T * p.E));
-  if (p.T == 0) return Status::ok();
-  const int64_t warpsPerBlock = kThreads / kWarp;
-  const unsigned blocks = gridFor(p.T, int(warpsPerBlock));
-  if (fwd)
-    moeRouteKernel<<<blocks, kThreads, 0, ctx.stream>>>(floatRef(c, "logits"), floatRef(c, "weights"), c.I("experts"),
-                                                        p.T, p.E, p.k, p.normalize);
-  else
-    moeRouteBwdKernel<<<blocks, kThreads, 0, ctx.stream>>>(floatRef(c, "logits"), c.I("experts"),
-                                                           floatRef(c, "dweights"), floatRef(c, "dlogits"), p.T, p.E,
-                                                           p.k, p.normalize, ctx.deviceError);
-  return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "counts", p.E));  // an absent counts passes
+  if (!fwd) {
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "loss", 1));
+    return moeRouteBwd(c, p, ctx);
+  }
+  if (p.T > 0) {
+    moeRouteKernel<<<gridFor(p.T, kThreads / kWarp), kThreads, 0, ctx.stream>>>(
+        floatRef(c, "logits"), floatRef(c, "weights"), c.I("experts"), p.T, p.E, p.k, p.normalize);
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
+  }
+  return routeCounts(c, p, ctx);  // T = 0: counts = (accumulate ? counts : 0)
 }
 
 Status moePermute(const KernelCall& c, const P& p, const Ctx& ctx) {

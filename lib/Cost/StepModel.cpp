@@ -39,7 +39,8 @@ LayerShape layerShape(const ModelConfig &m, int64_t tp) {
   s.inter = m.intermediate / tp;
   // A mixture of experts computes top_k experts per token (and Qwen2-MoE's
   // shared expert): that many MLP columns, whole on every tp rank (tp splits
-  // attention only; the shared expert is Megatron-split).
+  // attention only; the shared expert is Megatron-split). Its parameters are
+  // every expert's (paramCounts).
   if (m.moe)
     s.inter = m.moe->topK * m.moe->intermediate + m.moe->sharedIntermediate / tp;
   return s;
@@ -194,6 +195,8 @@ std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) 
   double H = double(m.hidden);
   double matmul = s.llama ? H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * double(s.inter)
                           : H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
+  if (m.moe) // the router and Qwen2-MoE's shared-expert gate, as llcdist-pipeline-split counts them
+    matmul += H * double(m.moe->experts) + (m.moe->sharedIntermediate ? H : 0);
   double fwd = 2 * matmul + 4.0 * double(w.seqLen) * double(m.heads) * double(s.hd);
   double layer = (full ? 4 : 3) * fwd;
   // The head: the LM head over the padded vocabulary (the pass runs after
@@ -266,7 +269,14 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
   ParamCounts pc;
   double H = double(m.hidden);
   if (s.llama) {
-    pc.layer = 2 * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * double(s.inter);
+    double mlp = 3 * H * double(s.inter);
+    if (m.moe) { // the router and every expert, whole on each tp rank; the shared expert split as an MLP
+      const MoeConfig &e = *m.moe;
+      mlp = double(e.experts) * H + double(e.experts) * 3 * H * double(e.intermediate);
+      if (e.sharedIntermediate)
+        mlp += 3 * H * double(e.sharedIntermediate / tp) + H;
+    }
+    pc.layer = 2 * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + mlp;
     if (m.qkvBias)
       pc.layer += double(s.q + 2 * s.kv);
     if (m.outputBias)

@@ -45,50 +45,69 @@ const Sample kSamples[] = {
     {"llama3.2-1b", 2, 1, 1, 4096, 1, 8, "bf16", 1, "selective", false, "1f1b", 1, 4, "ring"},
     {"gpt2", 1, 2, 1, 1024, 2, 8, "bf16", 0, "none", false, "1f1b", 1, 2, "all-to-all"},
 };
+
+// Mixtures of experts (issue #34): the model state (every expert's parameters on every rank, the
+// shared expert split over tp) byte for byte. Their activations and the pipeline split are not yet
+// calibrated against the compiler (the router's and permutation's buffers), nor ZeRO's padding of
+// Qwen2-MoE's one-row shared-expert gate, so only the state here, Qwen2-MoE without ZeRO.
+const Sample kMoeSamples[] = {
+    {"qwen1.5-moe-a2.7b", 2, 2, 1, 512, 1, 8, "bf16", 0, "none", false, "1f1b", 1},
+    {"mixtral-8x7b", 4, 1, 1, 256, 1, 8, "bf16", 3, "selective", false, "1f1b", 1},
+};
+
+/// Holds the analytic estimate of `s` to the compiler's plan: the model state byte for byte, and unless
+/// `stateOnly` the activations within 20 % and the arena within 5 %.
+void check(const Sample &s, bool stateOnly) {
+  std::string what = std::string(s.model) + " dp=" + std::to_string(s.dp) + " tp=" + std::to_string(s.tp) +
+                     " pp=" + std::to_string(s.pp) + " " + s.dtype + " zero=" + std::to_string(s.zero) + " " +
+                     s.recompute + (s.sp ? " sp " : " ") + s.schedule + " cp=" + std::to_string(s.cp) + " " + s.cpImpl;
+  TrainingPipelineOptions o = meshOptions(s.dp, s.tp, s.pp);
+  o.mesh.cp = s.cp;
+  o.cpImpl = s.cpImpl;
+  o.zero = s.zero;
+  o.recompute = s.recompute;
+  o.sequenceParallel = s.sp;
+  o.pipelineSchedule = s.schedule;
+  o.virtualStages = s.v;
+  Compiled c = compileForTest(s.model, o, shapeForTest(s.seq, s.mb, s.global, s.dtype));
+  ASSERT_TRUE(c.module) << what;
+  std::vector<plan::StageMemory> stages = plan::computeStageMemory(*c.module);
+  ASSERT_EQ(int64_t(stages.size()), s.pp) << what;
+
+  cost::Workload w;
+  w.model = c.config;
+  w.globalBatch = s.global;
+  w.seqLen = s.seq;
+  w.precision = std::string(s.dtype) == "bf16" ? cost::Precision::BF16 : cost::Precision::F32;
+  cost::ParallelConfig pc;
+  pc.dp = s.dp, pc.tp = s.tp, pc.pp = s.pp, pc.microBatch = s.mb, pc.zero = s.zero;
+  pc.cp = s.cp, pc.cpImpl = s.cpImpl;
+  pc.recompute = s.recompute, pc.sequenceParallel = s.sp;
+  pc.schedule = s.pp > 1 ? s.schedule : "1f1b", pc.virtualStages = s.v;
+  ASSERT_FALSE(cost::checkConfig(w, pc)) << what << ": " << *cost::checkConfig(w, pc);
+  cost::MemoryEstimate m = cost::estimateMemory(w, pc);
+  const plan::StageMemory &st = stages[size_t(m.stage)];
+  EXPECT_EQ(m.params, st.kind("param")) << what;
+  EXPECT_EQ(m.grads, st.kind("grad")) << what;
+  EXPECT_EQ(m.optimizer, st.kind("optimizer_state")) << what;
+  if (stateOnly)
+    return;
+  double act = double(st.arena - st.kind("param") - st.kind("grad") - st.kind("optimizer_state"));
+  EXPECT_NEAR(double(m.activations) / act, 1.0, 0.20) << what;
+  // The estimate's stage is the compiler's largest.
+  int64_t largest = 0;
+  for (const auto &x : stages)
+    largest = std::max(largest, x.arena);
+  EXPECT_NEAR(double(m.total()) / double(largest), 1.0, 0.05) << what;
+}
 } // namespace
 
 TEST(AnalyticMemory, MatchesTheCompilersPlan) {
-  for (const Sample &s : kSamples) {
-    std::string what = std::string(s.model) + " dp=" + std::to_string(s.dp) + " tp=" + std::to_string(s.tp) +
-                       " pp=" + std::to_string(s.pp) + " " + s.dtype + " zero=" + std::to_string(s.zero) + " " +
-                       s.recompute + (s.sp ? " sp " : " ") + s.schedule + " cp=" + std::to_string(s.cp) + " " +
-                       s.cpImpl;
-    TrainingPipelineOptions o = meshOptions(s.dp, s.tp, s.pp);
-    o.mesh.cp = s.cp;
-    o.cpImpl = s.cpImpl;
-    o.zero = s.zero;
-    o.recompute = s.recompute;
-    o.sequenceParallel = s.sp;
-    o.pipelineSchedule = s.schedule;
-    o.virtualStages = s.v;
-    Compiled c = compileForTest(s.model, o, shapeForTest(s.seq, s.mb, s.global, s.dtype));
-    ASSERT_TRUE(c.module) << what;
-    std::vector<plan::StageMemory> stages = plan::computeStageMemory(*c.module);
-    ASSERT_EQ(int64_t(stages.size()), s.pp) << what;
+  for (const Sample &s : kSamples)
+    check(s, /*stateOnly=*/false);
+}
 
-    cost::Workload w;
-    w.model = c.config;
-    w.globalBatch = s.global;
-    w.seqLen = s.seq;
-    w.precision = std::string(s.dtype) == "bf16" ? cost::Precision::BF16 : cost::Precision::F32;
-    cost::ParallelConfig pc;
-    pc.dp = s.dp, pc.tp = s.tp, pc.pp = s.pp, pc.microBatch = s.mb, pc.zero = s.zero;
-    pc.cp = s.cp, pc.cpImpl = s.cpImpl;
-    pc.recompute = s.recompute, pc.sequenceParallel = s.sp;
-    pc.schedule = s.pp > 1 ? s.schedule : "1f1b", pc.virtualStages = s.v;
-    ASSERT_FALSE(cost::checkConfig(w, pc)) << what << ": " << *cost::checkConfig(w, pc);
-    cost::MemoryEstimate m = cost::estimateMemory(w, pc);
-    const plan::StageMemory &st = stages[size_t(m.stage)];
-    EXPECT_EQ(m.params, st.kind("param")) << what;
-    EXPECT_EQ(m.grads, st.kind("grad")) << what;
-    EXPECT_EQ(m.optimizer, st.kind("optimizer_state")) << what;
-    double act = double(st.arena - st.kind("param") - st.kind("grad") -
-                        st.kind("optimizer_state"));
-    EXPECT_NEAR(double(m.activations) / act, 1.0, 0.20) << what;
-    // The estimate's stage is the compiler's largest.
-    int64_t largest = 0;
-    for (const auto &x : stages)
-      largest = std::max(largest, x.arena);
-    EXPECT_NEAR(double(m.total()) / double(largest), 1.0, 0.05) << what;
-  }
+TEST(AnalyticMemory, MixtureOfExpertsModelStateMatchesTheCompilersPlan) {
+  for (const Sample &s : kMoeSamples)
+    check(s, /*stateOnly=*/true);
 }

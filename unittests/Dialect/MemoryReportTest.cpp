@@ -8,12 +8,14 @@
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Dialect/Plan/Analysis/MemoryReport.h"
+#include "llcdist/Dialect/Plan/IR/PlanDialect.h"
 #include "../CompileForTest.h"
 
 #include "mlir/Parser/Parser.h"
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
 
 using namespace llcdist;
@@ -192,4 +194,40 @@ TEST(MemoryReport, JsonAndTable) {
 
   r.budget->capacity = r.stages[0].arena; // minus the reserve: too small
   EXPECT_FALSE(r.fits());
+}
+
+// A mixture of experts' buffers (docs/memory.md "Mixture of experts"):
+// dropless routing has static shapes, T·k rows whatever the router picks, so
+// each layer's expert buffers are the formula's bytes exactly. tiny-mixtral,
+// one microbatch of T = 2 × 32 tokens, f32: H 64, E 4, k 2, I 96.
+TEST(MemoryReport, MixtureOfExpertsBuffersAreTheFormula) {
+  Compiled c = compileForTest("tiny-mixtral", meshOptions(1), shapeForTest(32, 2, 2));
+  ASSERT_TRUE(c.module);
+  const int64_t T = 64, H = 64, E = 4, k = 2, I = 96, f = 4, i32 = 4;
+  // name (layer 0's) -> bytes by the formula
+  const std::map<std::string, int64_t> want = {
+      {"model.layers.0.block_sparse_moe.gate:moe_route.weights", T * k * f},
+      {"model.layers.0.block_sparse_moe.gate:moe_route.experts", T * k * i32},
+      {"model.layers.0.block_sparse_moe.experts:moe_permute", T * k * H * f},
+      {"model.layers.0.block_sparse_moe.experts:moe_permute.slots", T * k * i32},
+      {"model.layers.0.block_sparse_moe.experts:moe_permute.group_sizes", E * i32},
+      {"model.layers.0.block_sparse_moe.experts:grouped_linear", T * k * I * f},   // w1: the gate
+      {"model.layers.0.block_sparse_moe.experts:grouped_linear#1", T * k * I * f}, // w3: up
+      {"model.layers.0.block_sparse_moe.experts:swiglu", T * k * I * f},
+      {"model.layers.0.block_sparse_moe.experts:grouped_linear#2", T * k * H * f}, // w2: down
+      {"model.layers.0.block_sparse_moe.experts:moe_unpermute", T * H * f},
+  };
+  std::map<std::string, int64_t> got;
+  c.module->walk([&](plan::BufferOp b) {
+    auto t = mlir::cast<mlir::RankedTensorType>(b.getType());
+    int64_t bytes = t.getNumElements() * (t.getElementType().getIntOrFloatBitWidth() / 8);
+    got[b.getName().str()] = bytes;
+  });
+  for (const auto &[name, bytes] : want) {
+    ASSERT_TRUE(got.count(name)) << name << " is not a buffer of the plan";
+    EXPECT_EQ(got[name], bytes) << name;
+  }
+  // And the stacked expert weights: E·O·K each, three per layer.
+  EXPECT_EQ(got["model.layers.0.block_sparse_moe.experts.{e}.w1.weight"], E * I * H * f);
+  EXPECT_EQ(got["model.layers.0.block_sparse_moe.experts.{e}.w2.weight"], E * H * I * f);
 }

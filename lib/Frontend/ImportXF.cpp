@@ -214,8 +214,13 @@ private:
     const int64_t H = m.hidden, E = e.experts, k = e.topK, I = e.intermediate, N = B * S * k;
     auto ids = [&](ArrayRef<int64_t> dims) { return RankedTensorType::get(dims, b.getI32Type()); };
     Value logits = linear(blk + "gate", h, H, E, /*bias=*/false, WeightLayout::OutIn);
-    auto route = MoeRouteOp::create(b, loc(blk + "gate"), t({B, S, k}), ids({B, S, k}), logits, b.getI64IntegerAttr(k),
-                                    e.normalizeTopK ? b.getUnitAttr() : UnitAttr());
+    // transformers' output_router_logits: the load-balancing loss over
+    // every layer's router (each layer is sparse here).
+    FloatAttr auxCoef = e.auxLossCoef > 0 ? b.getF64FloatAttr(e.auxLossCoef) : FloatAttr();
+    IntegerAttr auxLayers = e.auxLossCoef > 0 ? b.getI64IntegerAttr(m.layers) : IntegerAttr();
+    auto route = MoeRouteOp::create(b, loc(blk + "gate", {"output_router_logits"}), t({B, S, k}), ids({B, S, k}),
+                                    logits, b.getI64IntegerAttr(k), e.normalizeTopK ? b.getUnitAttr() : UnitAttr(),
+                                    auxCoef, auxLayers);
     auto rows =
         MoePermuteOp::create(b, loc(blk + "experts"), t({N, H}), ids({B, S, k}), ids({E}), h, route.getExperts());
     auto expertLinear = [&](const char *name, Value x, int64_t out, int64_t in) {

@@ -389,13 +389,16 @@ void parseMoe(FieldReader &r, ModelConfig &c, const json &obj) {
                                     "training, and llc-dist's steps are deterministic");
     r.ignore({"router_jitter_noise"});
   }
-  if (r.boolean("output_router_logits", false))
-    r.fail("output_router_logits", "only false is supported: the load-balancing auxiliary loss (which true adds "
-                                   "to the loss) is not built yet");
+  // transformers adds router_aux_loss_coef × the load-balancing loss to the
+  // loss when output_router_logits (load_balancing_loss_func over every
+  // layer's router logits).
+  const bool auxLoss = r.boolean("output_router_logits", false);
   const json *coef = r.has("router_aux_loss_coef") ? &r.get("router_aux_loss_coef") : nullptr;
-  if (coef && !(coef->is_number() && coef->get<double>() >= 0))
-    r.fail("router_aux_loss_coef", "must be a number >= 0, got " + coef->dump());
+  if (coef && !(coef->is_number() && coef->get<double>() >= 0 && coef->get<double>() <= 1e6))
+    r.fail("router_aux_loss_coef", "must be a number in [0, 1e6], got " + coef->dump());
   r.ignore({"router_aux_loss_coef"});
+  if (auxLoss)
+    e.auxLossCoef = coef ? coef->get<double>() : 0.001; // both configs' default
   c.moe = e;
 }
 
@@ -616,7 +619,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
         {"num_layers", gpt2 ? "n_layer" : "num_hidden_layers"},
         {"vocab_size", "vocab_size"},
         {"max_positions", gpt2 ? "n_positions" : "max_position_embeddings"},
-        {"hidden_size", gpt2 ? "n_embd" : "hidden_size"}};
+        {"hidden_size", gpt2 ? "n_embd" : "hidden_size"},
+        {"output_router_logits", "output_router_logits"}}; // the MoE load-balancing loss
     for (const auto &[role, key] : roles) {
       size_t pos = keyOffset(text, key);
       if (pos == std::string_view::npos)

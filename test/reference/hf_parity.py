@@ -224,7 +224,12 @@ def transformers_loss(config_path):
             params["lm_head.weight"] = params["model.embed_tokens.weight"]
         out = functional_call(model, params, (ids,), {"use_cache": False})
         logits = out.logits
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        # A mixture of experts with output_router_logits: transformers adds
+        # router_aux_loss_coef × its load-balancing loss (over this batch).
+        if getattr(cfg, "output_router_logits", False):
+            loss = loss + cfg.router_aux_loss_coef * out.aux_loss
+        return loss
 
     return loss
 

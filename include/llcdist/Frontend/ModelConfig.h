@@ -48,6 +48,9 @@ struct MoeConfig {
   /// The top-k weights divided by their sum (Mixtral: always; Qwen2-MoE:
   /// norm_topk_prob).
   bool normalizeTopK = true;
+  /// The load-balancing auxiliary loss's coefficient (router_aux_loss_coef)
+  /// when output_router_logits adds it to the loss; 0: no auxiliary loss.
+  double auxLossCoef = 0;
 };
 
 struct ModelConfig {

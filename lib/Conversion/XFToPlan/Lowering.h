@@ -243,6 +243,10 @@ public:
 
   /// The loss (the last stage's, or the only program's; null elsewhere).
   Buf lossBuf;
+  /// The MoE load-balancing loss's assignment counts [E], summed over the
+  /// microbatch's routers (the first one written, the others added); each
+  /// router's backward reads the sum. Null until a router needs it.
+  Buf moeCounts;
 
   /// The rule of op kind `OpTy` (PlanLoweringOpInterface's model calls it):
   /// one specialization per xf op in OpLowerings.cpp, with `loc` the

@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
 
+#include "llcdist/Dialect/XF/Analysis/ModelStats.h"
+
 #include "llcdist/Conversion/Passes.h"
 
 using namespace mlir;
@@ -421,8 +423,20 @@ template <> LogicalResult OpLowering::lower<MoeRouteOp>(Operation *op, Scope &s,
   auto [T, E] = tokensAndExperts(r.getLogits());
   Buf w = def(s, r.getWeights(), op, ".weights");
   Buf e = def(s, r.getExperts(), op, ".experts");
-  kernel("moe_route", {arg("logits", use(s, r.getLogits())), arg("weights", w), arg("experts", e)},
-         {i64("T", T), i64("E", E), i64("k", r.getTopK()), flag("normalize", r.getNormalize())}, loc);
+  SmallVector<NamedAttribute> args{arg("logits", use(s, r.getLogits())), arg("weights", w), arg("experts", e)};
+  SmallVector<NamedAttribute> attrs{i64("T", T), i64("E", E), i64("k", r.getTopK()),
+                                    flag("normalize", r.getNormalize())};
+  // The load-balancing loss: the microbatch's first router writes the
+  // counts (the forward runs the layers in order, once per microbatch),
+  // every later one adds its own.
+  if (r.getAuxLossCoef()) {
+    bool first = !moeCounts;
+    if (first)
+      moeCounts = newBuffer("moe.counts", "activation", f32({E}));
+    args.push_back(arg("counts", moeCounts));
+    attrs.push_back(flag("accumulate", !first));
+  }
+  kernel("moe_route", args, attrs, loc);
   return success();
 }
 
@@ -477,10 +491,29 @@ template <> LogicalResult OpLowering::lower<MoeRouteGradOp>(Operation *op, Scope
   auto g = cast<MoeRouteGradOp>(op);
   auto [T, E] = tokensAndExperts(g.getLogits());
   Buf d = def(s, g.getResult(), op);
-  kernel("moe_route_bwd",
-         {arg("logits", use(s, g.getLogits())), arg("experts", use(s, g.getExperts())),
-          arg("dweights", use(s, g.getDweights())), arg("dlogits", d)},
-         {i64("T", T), i64("E", E), i64("k", lastDim(g.getExperts())), flag("normalize", g.getNormalize())}, loc);
+  SmallVector<NamedAttribute> args{arg("logits", use(s, g.getLogits())), arg("experts", use(s, g.getExperts())),
+                                   arg("dweights", use(s, g.getDweights())), arg("dlogits", d)};
+  SmallVector<NamedAttribute> attrs{i64("T", T), i64("E", E), i64("k", lastDim(g.getExperts())),
+                                    flag("normalize", g.getNormalize())};
+  if (g.getAuxLossCoef()) {
+    if (!moeCounts || !lossBuf)
+      return g.emitOpError("llcdist-lower-to-plan: the load-balancing loss needs the microbatch's routers and its "
+                           "loss in one program");
+    // transformers' load_balancing_loss_func over this rank's microbatch of
+    // T tokens (each dp rank's own, as transformers' per-batch loss): c·E /
+    // (L·T)² · Σ_e C_e·S_e, counted in the loss as the cross-entropy is (a
+    // mean over microbatches, then over dp); its gradient is that of the
+    // step's loss (also over dp).
+    const double L = double(*g.getAuxLossLayers()), tokens = double(T);
+    const double value = g.getAuxLossCoef()->convertToDouble() * double(E) / (L * L * tokens * tokens) /
+                         double(step.microbatches);
+    const int64_t dp = xf::meshDegrees(pb.module).value_or(xf::MeshDegrees{}).dp;
+    args.push_back(arg("counts", moeCounts));
+    args.push_back(arg("loss", lossBuf));
+    attrs.push_back(f64("aux_scale", value / double(dp)));
+    attrs.push_back(f64("aux_loss_scale", value));
+  }
+  kernel("moe_route_bwd", args, attrs, loc);
   return success();
 }
 

@@ -740,3 +740,19 @@ func.func @expert_param_rank() {
   %w = xf.param "experts.{e}.bias" : tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @moe_route_aux_pair(%l: tensor<2x8x4xf32>) {
+  // expected-error @+1 {{aux_loss_coef and aux_loss_layers go together}}
+  %w, %e = xf.moe_route %l {top_k = 2 : i64, aux_loss_coef = 0.01 : f64} : tensor<2x8x4xf32> -> tensor<2x8x2xf32>, tensor<2x8x2xi32>
+  return
+}
+
+// -----
+
+func.func @moe_route_aux_coef(%l: tensor<2x8x4xf32>) {
+  // expected-error @+1 {{aux_loss_coef must be in (0, 1e6]}}
+  %w, %e = xf.moe_route %l {top_k = 2 : i64, aux_loss_coef = -1.0 : f64, aux_loss_layers = 2 : i64} : tensor<2x8x4xf32> -> tensor<2x8x2xf32>, tensor<2x8x2xi32>
+  return
+}

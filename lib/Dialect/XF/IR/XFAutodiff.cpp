@@ -155,8 +155,10 @@ LogicalResult MoeRouteOp::buildBackward(OpBuilder &b, GradientSink &grads, Array
   // the weights, the selection held constant.
   if (!dys[0])
     return success();
-  grads.addGrad(getLogits(), MoeRouteGradOp::create(b, getLoc(), getLogits().getType(), grads.fwd(getLogits()),
-                                                    grads.fwd(getExperts()), dys[0], getNormalizeAttr()));
+  grads.addGrad(getLogits(),
+                MoeRouteGradOp::create(b, getLoc(), getLogits().getType(), grads.fwd(getLogits()),
+                                       grads.fwd(getExperts()), dys[0], getNormalizeAttr(), getAuxLossCoefAttr(),
+                                       getAuxLossLayersAttr()));
   return success();
 }
 

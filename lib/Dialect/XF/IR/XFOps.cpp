@@ -339,6 +339,10 @@ LogicalResult MoeRouteOp::verify() {
   if (rt(getWeights()).getShape() != ArrayRef(want) || rt(getExperts()).getShape() != ArrayRef(want))
     return emitOpError("weights and experts must be the logits' shape with top_k=")
            << k << " last, got " << rt(getWeights()) << " and " << rt(getExperts());
+  if (bool(getAuxLossCoef()) != bool(getAuxLossLayers()))
+    return emitOpError("aux_loss_coef and aux_loss_layers go together (the load-balancing loss)");
+  if (auto c = getAuxLossCoef(); c && !(c->convertToDouble() > 0 && c->convertToDouble() <= 1e6))
+    return emitOpError("aux_loss_coef must be in (0, 1e6], got ") << c->convertToDouble();
   return sameElementType(*this, {getLogits(), getWeights()});
 }
 

@@ -262,13 +262,19 @@ def XF_MoeRouteOp : XF_Op<"moe_route", [Pure, DeclareOpInterfaceMethods<XF_Diffe
     ties to the lower index) and `weights` [B, S, top_k] (their
     probabilities, divided by their sum when `normalize`: Mixtral; Qwen2-MoE's
     norm_topk_prob). The softmax is computed in f32, as Hugging Face does.
+    With `aux_loss_coef` c and `aux_loss_layers` L (transformers'
+    output_router_logits) the step's loss also has c times the load-balancing
+    loss of the microbatch: E / (L·T)² · Σ_e C_e·S_e, C_e the assignments to
+    expert e and S_e the sum of its probabilities over the T tokens of every
+    one of the L routers (load_balancing_loss_func).
 
     ```mlir
     %w, %e = xf.moe_route %logits {top_k = 2 : i64, normalize} : tensor<2x32x8xf32> -> tensor<2x32x2xf32>, tensor<2x32x2xi32>
     ```
   }];
   let arguments = (ins XF_FloatTensor:$logits, ConfinedAttr<I64Attr, [IntMinValue<1>]>:$top_k,
-                       UnitAttr:$normalize);
+                       UnitAttr:$normalize, OptionalAttr<F64Attr>:$aux_loss_coef,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$aux_loss_layers);
   let results = (outs XF_FloatTensor:$weights, I32Tensor:$experts);
   let assemblyFormat = "$logits attr-dict `:` type($logits) `->` type($weights) `,` type($experts)";
   let hasVerifier = 1;

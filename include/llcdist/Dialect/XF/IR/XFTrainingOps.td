@@ -165,8 +165,11 @@ def XF_MoeRouteGradOp : XF_GradOp<"moe_route_grad", [AllTypesMatch<["logits", "r
     From `dweights` [B, S, k]: with `normalize` the weights are a softmax over
     the selected logits, dl[e_j] = w_j (dw_j - sum w dw); without, through the
     whole softmax, dl[e] = p[e] (g[e] - sum_j p[e_j] dw_j), g[e_j] = dw_j.
+    With the forward's `aux_loss_coef` and `aux_loss_layers`, also the
+    load-balancing loss's gradient and its value (added to the step's loss).
   }];
-  let arguments = (ins XF_FloatTensor:$logits, I32Tensor:$experts, XF_FloatTensor:$dweights, UnitAttr:$normalize);
+  let arguments = (ins XF_FloatTensor:$logits, I32Tensor:$experts, XF_FloatTensor:$dweights, UnitAttr:$normalize,
+                       OptionalAttr<F64Attr>:$aux_loss_coef, OptionalAttr<I64Attr>:$aux_loss_layers);
   let results = (outs XF_FloatTensor:$result);
 }
 

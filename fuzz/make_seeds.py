@@ -94,6 +94,8 @@ PLANS = [
      ["--optimizer", "sgd", "--momentum", "0.9", "--lr-schedule", "cosine", "--warmup", "2",
       "--grad-clip", "1.0"]),
     ("mixtral-dp2", "tiny-mixtral.json", 1, ["--mesh", "dp=2"]),
+    ("mixtral-dp2-ep2", "tiny-mixtral.json", 1, ["--mesh", "dp=2,ep=2"]),
+    ("mixtral-capacity", "tiny-mixtral.json", 1, ["--moe-capacity-factor", "0.5"]),
 ]
 
 
@@ -126,7 +128,8 @@ def plan_seeds(llc_dist):
 XF_SEEDS = [("tiny-gpt2", "dp=1,tp=1,pp=1"), ("tiny-llama", "dp=1,tp=1,pp=1"),
             ("tiny-gpt2", "dp=2,tp=1,pp=1"), ("tiny-llama", "dp=1,tp=2,pp=1"),
             ("tiny-llama", "dp=1,tp=1,pp=2"), ("tiny-gpt2", "dp=1,tp=2,pp=2"),
-            ("tiny-llama", "dp=1,tp=1,pp=1,cp=2"), ("tiny-qwen2-moe", "dp=1,tp=1,pp=1")]
+            ("tiny-llama", "dp=1,tp=1,pp=1,cp=2"), ("tiny-qwen2-moe", "dp=1,tp=1,pp=1"),
+            ("tiny-mixtral", "dp=2,tp=1,pp=1,ep=2")]
 
 
 def xf_seeds(llc_dist):
@@ -162,9 +165,10 @@ NUMBERS = ["0", "-0", "1", "-1", "2", "0.5", "1e-300", "5e-324", "1e300", "1e400
            "9007199254740993", "9223372036854775807", "9223372036854775808", "-9223372036854775808",
            "18446744073709551615", "18446744073709551616"]
 EXTRA = {
-    "mesh_spec": ["dp=", "tp=", "pp=", "cp=", "=", ","],
+    "mesh_spec": ["dp=", "tp=", "pp=", "cp=", "ep=", "=", ","],
     "cli_flags": ["\n", "=", "--mesh", "--rank-order", "--steps", "--seq-len", "--micro-batch",
-                  "--lr", "--weight-decay", "--device", "--memory-budget", "dp=", "tp=", "pp=", "cp=",
+                  "--lr", "--weight-decay", "--device", "--memory-budget", "dp=", "tp=", "pp=", "cp=", "ep=",
+                  "--moe-capacity-factor",
                   "GiB", "MiB", "inf", "nan", "0x1p4", "e"],
     "run_command": ["\n", "=", "env=", "cuda", "cpu", "on", "off", "synthetic", ",", "0,1", "1e6", "inf",
                     "nan", "-1", "1024", "16777216"],

@@ -74,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!module || failed(verify(*module)))
     return 0;
   TrainingPipelineOptions train;
-  train.mesh = {mesh->dp, mesh->tp, mesh->pp, mesh->cp, mesh->rankOrderStr()};
+  train.mesh = {mesh->dp, mesh->tp, mesh->pp, mesh->cp, mesh->rankOrderStr(), mesh->ep};
   PlanJson verified; // the plan verifier's JSON, as compile keeps it for the plan's files
   train.verifiedPlan = &verified;
   PassManager pm(&ctx, ModuleOp::getOperationName());

@@ -109,8 +109,14 @@ Group cost::axisGroup(const MeshSpec &mesh, const std::string &axis, const Topol
       rest = named ? rest / n : rest;
       return c;
     };
-    const int64_t dpc = digit(dp, mesh.dp), tpc = digit(tp, mesh.tp), ppc = digit(pp, mesh.pp),
-                  cpc = digit(cp, mesh.cp);
+    int64_t dpc = digit(dp, mesh.dp);
+    const int64_t tpc = digit(tp, mesh.tp), ppc = digit(pp, mesh.pp), cpc = digit(cp, mesh.cp);
+    // Expert parallelism's groups (MeshSpec.h), drawn from dp: "ep" the ep
+    // consecutive dp coordinates of rank 0's ep group, "edp" every ep-th.
+    if (axis == "ep")
+      dpc = i;
+    else if (axis == "edp")
+      dpc = i * mesh.ep;
     int64_t r = mesh.rank(dpc, tpc, ppc, cpc);
     int64_t node = r / topo.gpusPerNode;
     if (firstNode < 0)

@@ -22,9 +22,11 @@ void flag(FrameworkArgs &a, const std::string &name, const std::string &value = 
   a.megatron.push_back(value.empty() ? name : name + " " + value);
 }
 
-void renderMoe(const ModelConfig &m, FrameworkArgs &a) {
-  // Megatron-Core's MoE layer, dropless (no --moe-expert-capacity-factor) and without the auxiliary loss
-  // (llc-dist refuses output_router_logits so far); the experts whole on every rank (no expert parallelism).
+void renderMoe(const ModelConfig &m, const ParallelConfig &c, FrameworkArgs &a) {
+  // Megatron-Core's MoE layer, dropless (no --moe-expert-capacity-factor: the planner plans dropless
+  // routing), with transformers' load-balancing loss where the config turns it on (output_router_logits);
+  // the experts split over ep ranks of the data-parallel group (Megatron's expert parallelism, drawn from
+  // dp as llc-dist's).
   const MoeConfig &e = *m.moe;
   flag(a, "--num-experts", num(e.experts));
   flag(a, "--moe-router-topk", num(e.topK));
@@ -38,14 +40,29 @@ void renderMoe(const ModelConfig &m, FrameworkArgs &a) {
   // Megatron's default (top-k logits, then their softmax) is Mixtral's renormalized top-k.
   if (!e.normalizeTopK)
     flag(a, "--moe-router-pre-softmax");
-  flag(a, "--moe-router-load-balancing-type", "none");
-  flag(a, "--moe-aux-loss-coeff", "0");
+  if (e.auxLossCoef > 0) {
+    flag(a, "--moe-router-load-balancing-type", "aux_loss");
+    std::ostringstream coef;
+    coef << e.auxLossCoef; // the shortest form: 0.02
+    flag(a, "--moe-aux-loss-coeff", coef.str());
+    a.megatronNotes.push_back("the load-balancing loss: transformers' (and llc-dist's) sums every layer's "
+                              "router statistics over the batch before the product; Megatron-Core's aux_loss "
+                              "is per layer and microbatch, averaged over the layers");
+  } else {
+    flag(a, "--moe-router-load-balancing-type", "none");
+    flag(a, "--moe-aux-loss-coeff", "0");
+  }
   flag(a, "--moe-grouped-gemm");
   flag(a, "--moe-token-dispatcher-type", "alltoall");
-  flag(a, "--expert-model-parallel-size", "1");
+  flag(a, "--expert-model-parallel-size", num(c.ep));
+  if (c.ep > 1)
+    a.deepspeedNotes.push_back("ep " + num(c.ep) +
+                               ": DeepSpeed's expert parallelism is the model's "
+                               "(deepspeed.moe.layer.MoE(..., ep_size=" +
+                               num(c.ep) + ")), no config field");
 }
 
-void renderModel(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
+void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   const ModelConfig &m = w.model;
   flag(a, "--num-layers", num(m.layers));
   flag(a, "--hidden-size", num(m.hidden));
@@ -95,7 +112,7 @@ void renderModel(const Workload &w, const ParallelConfig &, FrameworkArgs &a) {
                               "Megatron-LM flag; the LM head's bias: none either");
   }
   if (m.moe)
-    renderMoe(m, a);
+    renderMoe(m, c, a);
   if (!m.tieEmbeddings)
     flag(a, "--untie-embeddings-and-output-weights");
   // The compiler's default vocabulary padding (Megatron-LM's own default).
@@ -263,7 +280,8 @@ const std::vector<KnobMapping> &cost::knobMappings() {
        "[--group-query-attention --num-query-groups] --max-position-embeddings [llama: "
        "--position-embedding-type rope --rotary-base --normalization RMSNorm --swiglu "
        "--disable-bias-linear] [mixture of experts: --num-experts --moe-router-topk --moe-ffn-hidden-size "
-       "[--moe-shared-expert-intermediate-size] [--moe-router-pre-softmax] --moe-grouped-gemm ...] "
+       "[--moe-shared-expert-intermediate-size] [--moe-router-pre-softmax] --moe-grouped-gemm ... "
+       "--expert-model-parallel-size EP] "
        "[--untie-embeddings-and-output-weights] --make-vocab-size-divisible-by 128",
        "(the model is code)", renderModel},
       {"seq-len", "--seq-len", "--seq-length", "(the data loader's)", renderSeqLen},

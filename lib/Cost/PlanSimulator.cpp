@@ -55,6 +55,7 @@ MeshSpec meshSpecOf(const rt::Manifest &m) {
   s.tp = m.meshTp;
   s.pp = m.meshPp;
   s.cp = m.meshCp;
+  s.ep = m.meshEp; // expert parallelism: the "ep" and "edp" groups
   s.rankOrder.clear();
   for (rt::MeshAxis a : m.rankOrder)
     if (a != rt::MeshAxis::kCp || s.cp > 1) // a mesh without cp names three axes
@@ -63,6 +64,9 @@ MeshSpec meshSpecOf(const rt::Manifest &m) {
 }
 
 const rt::BufferDesc &buffer(const rt::Program &p, int64_t id) { return p.buffers[size_t(id)]; }
+
+/// Expert parallelism's exchange (docs/plan-format.md "all_to_all_v").
+bool isAllToAllV(const rt::Op &op) { return op.kind == rt::schema::OpKind::kAllToAllV; }
 
 /// BF16 when the op's first argument buffer is bf16 (the precision its GEMM
 /// or attention kernel runs in), else F32.
@@ -101,10 +105,14 @@ double commBytes(const rt::Op &op, const rt::BufferDesc &b) {
 //   all_reduce                                Collective  Σ_x collectiveSeconds(AR, bytes(x), G)
 //   all_gather                                Collective  collectiveSeconds(AG, bytes(y), G)
 //   reduce_scatter                            Collective  collectiveSeconds(RS, bytes(x), G)
+//   all_to_all_v                              Collective  collectiveSeconds(A2A, bytes(min(x, y)), G over ep):
+//                                                         the rank's own T·k rows (the volume is
+//                                                         data-dependent; the other buffer is the
+//                                                         worst case)
 //   send / recv                               P2P         p2pSeconds(bytes, peer on another node)
 //   load_microbatch                           Launch      launchSeconds
 //   wait                                      Free        0
-//   everything else                           Memory      memorySeconds(Σ bytes of its buffers)
+//   everything else (moe_chunk_transpose, ...) Memory     memorySeconds(Σ bytes of its buffers)
 //
 // p: BF16 when the first argument buffer is bf16; G: axisGroup(mesh, axis)
 // (group_size g: g members, at most as many per node).
@@ -205,6 +213,30 @@ OpCost cost::planOpCost(const Hardware &hw, const rt::Manifest &manifest,
     return c;
   default:
     break;
+  }
+  if (isAllToAllV(op)) {
+    // Expert parallelism's dispatch or combine over the ep group (its n
+    // members: send_splits holds n × c counts). The volume is data-dependent
+    // (the router's choices). What is fixed: the dispatch sends exactly its
+    // x (the rank's T·k token rows) and the combine receives exactly its y
+    // (the same rows home), and over the group every row sent is received,
+    // so a rank moves T·k rows on average either way; the other buffer is
+    // the worst case the static plan holds (C = ep·T·min(k, E/ep) rows,
+    // every token routed to this rank's experts), which only a skewed
+    // router fills. Priced: the smaller of x and y, (n−1)/n of it leaving
+    // the rank as for all_to_all (uniform routing, the step model's
+    // assumption); x alone would charge the combine its worst case (4× at
+    // Mixtral's ep = 8).
+    c.rule = OpCostRule::Collective;
+    c.axis = op.stringAttr("axis");
+    MeshSpec mesh = meshSpecOf(manifest);
+    const int64_t perMember = std::max<int64_t>(1, op.intAttr("c", 1));
+    mesh.ep = std::max<int64_t>(1, buffer(program, op.arg("send_splits")).numel() / perMember);
+    Group g = axisGroup(mesh, c.axis, hw.topology);
+    const rt::BufferDesc &x = buffer(program, op.arg("x")), &y = buffer(program, op.arg("y"));
+    c.bytes = commBytes(op, x.numel() <= y.numel() ? x : y);
+    c.seconds = collectiveSeconds(hw, Collective::AllToAll, c.bytes, g);
+    return c;
   }
   c.rule = OpCostRule::Memory;
   for (const std::vector<int64_t> &ids : op.args)

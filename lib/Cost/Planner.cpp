@@ -45,14 +45,18 @@ std::vector<int64_t> divisorsOf(int64_t n) {
   return d;
 }
 
-/// The NCCL communicators a rank of `c` joins: one per axis of size > 1.
+/// The NCCL communicators a rank of `c` joins: one per axis of size > 1;
+/// under expert parallelism also its ep group's and its shard's replicas'
+/// (edp, dp / ep > 1).
 int64_t communicatorsOf(const ParallelConfig &c) {
-  return int64_t(c.dp > 1) + int64_t(c.tp > 1) + int64_t(c.pp > 1) + int64_t(c.cp > 1);
+  return int64_t(c.dp > 1) + int64_t(c.tp > 1) + int64_t(c.pp > 1) + int64_t(c.cp > 1) + int64_t(c.ep > 1) +
+         int64_t(c.ep > 1 && c.dp / c.ep > 1);
 }
+constexpr size_t kMaxCommunicators = 6;
 
 /// The families a configuration belongs to: its mesh and one per knob that
 /// applies to it (-1: none).
-enum FamilySlot { kMesh, kMb, kSchedule, kVirtual, kZero, kBucket, kPrefetch, kRecompute, kSp, kCpImpl, kSlots };
+enum FamilySlot { kMesh, kMb, kSchedule, kVirtual, kZero, kBucket, kPrefetch, kRecompute, kSp, kCpImpl, kEp, kSlots };
 using FamilyIdx = std::array<int, kSlots>;
 
 struct FamilyAcc {
@@ -270,9 +274,9 @@ public:
   Search(const Hardware &hw, const Workload &w, const PlannerOptions &opts, PlanResult &out, std::vector<Mesh> meshes)
       : hw(hw), w(w), opts(opts), out(out), meshes(std::move(meshes)), capacity(hw.device.memoryBytes),
         keep(size_t(std::max<int64_t>(opts.top, 2))), knobs{accs, {}} {
-    // The reserve by communicator count (0..4): computed once.
-    for (int64_t k = 0; k < 5; ++k)
-      reserve[size_t(k)] = hw.device.reserve.bytes(capacity, k);
+    // The reserve by communicator count: computed once.
+    for (size_t k = 0; k <= kMaxCommunicators; ++k)
+      reserve[k] = hw.device.reserve.bytes(capacity, int64_t(k));
     // Knob values searched.
     if (opts.microBatch)
       mbs = {*opts.microBatch};
@@ -302,7 +306,7 @@ public:
   int64_t closestExcess = std::numeric_limits<int64_t>::max();
   ParallelConfig closest;
   std::string firstDiv;
-  std::array<int64_t, 5> reserve;
+  std::array<int64_t, kMaxCommunicators + 1> reserve;
 
 private:
   /// The families, created in a fixed order so the report's order does not
@@ -336,6 +340,12 @@ private:
       spFam[size_t(s)] = knobs.get(kSp, s, "sp", s ? "on" : "off");
     for (int i = 0; i < 2; ++i)
       cpImplFam[size_t(i)] = knobs.get(kCpImpl, i, "cp-impl", kCpImpls[i]);
+    // Expert parallelism's degrees (mixture-of-experts models): every
+    // divisor of the experts, each a family.
+    if (w.model.moe)
+      for (int64_t ep : divisorsOf(w.model.moe->experts))
+        if (!opts.ep || *opts.ep == ep)
+          epFam[ep] = knobs.get(kEp, ep, "ep", std::to_string(ep));
     // A fixed virtual-stage count beyond the default bound.
     if (opts.virtualStages && *opts.virtualStages > opts.maxVirtualStages) {
       vFam.resize(size_t(*opts.virtualStages + 1), -1);
@@ -416,7 +426,20 @@ private:
         continue;
       c.cpImpl = kCpImpls[i];
       fams[kCpImpl] = m.cp > 1 ? cpImplFam[size_t(i)] : -1;
-      searchKnobs(mi, m);
+      // Expert parallelism: ep among the divisors of dp that divide the
+      // experts (mixture-of-experts models only).
+      for (const auto &[ep, fam] : epFam) {
+        if (m.dp % ep)
+          continue;
+        c.ep = ep;
+        fams[kEp] = fam;
+        searchKnobs(mi, m);
+      }
+      if (epFam.empty()) {
+        c.ep = 1;
+        fams[kEp] = -1;
+        searchKnobs(mi, m);
+      }
     }
   }
 
@@ -452,7 +475,7 @@ private:
         fams[kSchedule] = s < 0 ? -1 : schedFam[size_t(s)];
         fams[kVirtual] = v > 1 ? vFam[size_t(v)] : -1;
         for (int z : zeros) {
-          if (z > 0 && m.dataParallelGroup() == 1)
+          if (z > 0 && (m.dataParallelGroup() == 1 || c.ep > 1)) // ZeRO: not with ep (the compiler's)
             continue;
           c.zero = z;
           fams[kZero] = zeroFam[size_t(z)];
@@ -514,6 +537,7 @@ private:
   std::vector<int> mbFam, zeroFam = std::vector<int>(4), recFam = std::vector<int>(3), schedFam = std::vector<int>(4),
                           spFam = std::vector<int>(2), bucketFam = std::vector<int>(2), prefFam = std::vector<int>(2),
                           cpImplFam = std::vector<int>(2), vFam;
+  std::map<int64_t, int> epFam; ///< ep -> its family (mixture-of-experts models)
   ParallelConfig c;
   FamilyIdx fams;
   std::chrono::steady_clock::time_point lastReport;
@@ -524,7 +548,7 @@ private:
 void reportFamilies(const Hardware &hw, const Workload &w, const Search &s, int64_t capacity, PlanResult &out) {
   const std::vector<FamilyAcc> &accs = s.accs;
   const std::vector<Ranked> &best = s.best;
-  const std::array<int64_t, 5> &reserve = s.reserve;
+  const auto &reserve = s.reserve;
   FamilyIdx winnerFams;
   winnerFams.fill(-1);
   if (!best.empty())
@@ -591,9 +615,62 @@ void explainContextParallel(const Hardware &hw, const Candidate &win, PlanResult
                                  memoryText(closest->closestMemory, closest->closestReserve).c_str()));
 }
 
+/// Why a mixture-of-experts winner takes its ep: what a rank holds of the
+/// experts, what its all-to-alls cost and where its ep groups sit, and what
+/// the other ep degrees came to. The step model prices the experts under
+/// uniform routing (no load imbalance).
+void explainExpertParallel(const Hardware &hw, const Workload &w, const Candidate &win, PlanResult &out) {
+  const ParallelConfig &c = win.config;
+  const MoeConfig &e = *w.model.moe;
+  const StepPrediction &p = win.prediction;
+  const MemoryEstimate &m = p.memory;
+  const double state = double(m.params + m.grads + m.optimizer);
+  if (c.ep > 1) {
+    ParallelConfig whole = c;
+    whole.ep = 1;
+    const MemoryEstimate w1 = estimateMemory(w, whole);
+    const int64_t T = c.microBatch * w.seqLen;
+    const int64_t rows = c.ep * T * std::min(e.topK, e.experts / c.ep);
+    const double a2a = exposedOf(p, "ep");
+    out.winnerWhy.push_back(
+        strf("ep=%lld: each rank holds %lld of every layer's %lld experts, so its model state is %.2f GiB (%.2f GiB "
+             "with every expert, ep=1); its experts' side holds the worst case of %lld rows per layer and microbatch "
+             "(ep x T x min(k, E/ep), vs T x k = %lld without ep): activations %.2f GiB (%.2f GiB at ep=1)",
+             (long long)c.ep, (long long)(e.experts / c.ep), (long long)e.experts, gib(state),
+             gib(double(w1.params + w1.grads + w1.optimizer)), (long long)rows, (long long)(T * e.topK),
+             gib(double(m.activations)), gib(double(w1.activations))));
+    out.winnerWhy.push_back(
+        strf("its dispatch and combine all-to-alls (%d per MoE layer and microbatch, %.1f MiB "
+             "each) take %.4g s of the step (%.1f %%), over ep groups that %s; expert "
+             "gradients all-reduce over dp/ep = %lld ranks, the rest over dp = %lld",
+             c.recompute == "full" ? 6 : 4,
+             double(T) * double(e.topK) * double(w.model.hidden) * double(bytesOf(w.precision)) / (1024.0 * 1024.0),
+             a2a, 100 * a2a / p.stepSeconds, axisCrosses(hw, c, "ep") ? "span nodes" : "stay inside a node (NVLink)",
+             (long long)(c.dp / c.ep), (long long)c.dp));
+  } else {
+    out.winnerWhy.push_back(strf("ep=1: every rank holds all %lld experts of every layer (model state %.2f GiB)",
+                                 (long long)e.experts, gib(state)));
+  }
+  out.winnerWhy.push_back(std::string("the experts' GEMMs are priced as the active experts' FLOPs on each rank's own "
+                                      "tokens and the all-to-alls as (ep-1)/ep of those rows leaving the rank: uniform "
+                                      "routing, no load imbalance") +
+                          (c.ep > 1 ? "; the SwiGLU and the row reorders between the expert GEMMs run on the static "
+                                      "worst-case rows"
+                                    : ""));
+  // The other ep degrees: the fastest that fits, or why none did.
+  const FamilyReport *other = nullptr;
+  for (const FamilyReport &f : out.families)
+    if (f.kind == "knob" && f.key.rfind("ep=", 0) == 0 &&
+        (!other || (f.best && (!other->best || f.slowerPercent < other->slowerPercent))))
+      other = &f;
+  if (other)
+    out.winnerWhy.push_back(strf("the best with %s is %s", other->key.c_str(), other->why.c_str()));
+}
+
 /// Why the winner wins: its step and memory, the runner-up, its tp groups,
 /// the best other mesh.
-void explainWinner(const Hardware &hw, const std::vector<Ranked> &best, int64_t capacity, PlanResult &out) {
+void explainWinner(const Hardware &hw, const Workload &w, const std::vector<Ranked> &best, int64_t capacity,
+                   PlanResult &out) {
   if (!out.top.empty()) {
     const Candidate &win = out.top.front();
     const StepPrediction &p = win.prediction;
@@ -611,11 +688,12 @@ void explainWinner(const Hardware &hw, const std::vector<Ranked> &best, int64_t 
       out.winnerWhy.push_back(
           strf("the only one of %lld configurations that compiles and fits", (long long)out.evaluated));
     out.winnerWhy.push_back(strf("its step: compute %.4g s, bubble %.4g s (%.1f %%), exposed "
-                                 "communication %.4g s (tp %.4g, dp %.4g, pp %.4g%s), optimizer "
+                                 "communication %.4g s (tp %.4g, dp %.4g, pp %.4g%s%s), optimizer "
                                  "%.4g s",
                                  s.compute, s.bubble, 100 * win.bubbleShare(), p.exposedCommSeconds(),
                                  exposedOf(p, "tp"), exposedOf(p, "dp"), exposedOf(p, "pp"),
-                                 win.config.cp > 1 ? strf(", cp %.4g", exposedOf(p, "cp")).c_str() : "", s.optimizer));
+                                 win.config.cp > 1 ? strf(", cp %.4g", exposedOf(p, "cp")).c_str() : "",
+                                 win.config.ep > 1 ? strf(", ep %.4g", exposedOf(p, "ep")).c_str() : "", s.optimizer));
     out.winnerWhy.push_back(strf("memory: %.2f GiB of %.2f GiB per rank (%s), %.2f GiB to spare",
                                  gib(double(win.memoryBytes())), gib(double(capacity)),
                                  memoryText(p.memory, win.reserveBytes).c_str(),
@@ -628,6 +706,8 @@ void explainWinner(const Hardware &hw, const std::vector<Ranked> &best, int64_t 
                                          (long long)win.config.tp, (long long)hw.topology.gpusPerNode));
     if (win.config.cp > 1)
       explainContextParallel(hw, win, out);
+    if (w.model.moe)
+      explainExpertParallel(hw, w, win, out);
     // The closest mesh family.
     const FamilyReport *next = nullptr;
     for (const FamilyReport &f : out.families)
@@ -679,7 +759,7 @@ std::optional<std::string> cost::plan(const Hardware &hw, const Workload &w, con
     if (int64_t(out.top.size()) < opts.top)
       out.top.push_back(makeCandidate(hw, w, r.config));
   reportFamilies(hw, w, search, capacity, out);
-  explainWinner(hw, search.best, capacity, out);
+  explainWinner(hw, w, search.best, capacity, out);
   out.searchSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return std::nullopt;
 }

@@ -50,6 +50,8 @@ std::optional<std::string> cost::parseFix(const std::string &spec, PlannerOption
       err = integer(opts.pp, 1);
     else if (k == "cp")
       err = integer(opts.cp, 1);
+    else if (k == "ep")
+      err = integer(opts.ep, 1);
     else if (k == "cp-impl") {
       if (v != "ring" && v != "all-to-all")
         err = bad("cp-impl must be ring or all-to-all, got '" + v + "'");
@@ -83,7 +85,7 @@ std::optional<std::string> cost::parseFix(const std::string &spec, PlannerOption
       opts.sequenceParallel = v == "on" || v == "true";
     } else {
       err = bad("unknown knob '" + k +
-                "' (knobs: dp, tp, pp, cp, cp-impl, v, mb, zero, recompute, schedule, "
+                "' (knobs: dp, tp, pp, cp, cp-impl, ep, v, mb, zero, recompute, schedule, "
                 "sp, bucket, prefetch)");
     }
     if (err)
@@ -151,6 +153,23 @@ std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOp
   }
   if (o.schedule && *o.schedule == "interleaved" && o.virtualStages && *o.virtualStages < 2)
     return why("--fix schedule=interleaved needs v >= 2, but v=1 is fixed");
+  if (o.ep && *o.ep > 1) { // expert parallelism: the compiler's refusals (ParallelConfig.cpp)
+    const std::string ep = "--fix ep=" + std::to_string(*o.ep);
+    if (!w.model.moe)
+      return why(ep + " splits a mixture-of-experts model's experts, but " + w.model.name + " has none");
+    if (w.model.moe->experts % *o.ep)
+      return why(strf("%s does not divide %s's %lld experts", ep.c_str(), w.model.name.c_str(),
+                      (long long)w.model.moe->experts));
+    if (n % *o.ep || (o.dp && *o.dp % *o.ep))
+      return why(ep + " must divide dp" + (o.dp ? "=" + std::to_string(*o.dp) : std::string(" (and so --gpus)")) +
+                 ": expert-parallel ranks are drawn from the data-parallel group");
+    if (o.zero && *o.zero > 0)
+      return why(ep + " and zero=" + std::to_string(*o.zero) +
+                 ": ZeRO does not shard the experts over their own replicas (edp) yet");
+    if (o.cp && *o.cp > 1)
+      return why(ep + " and cp=" + std::to_string(*o.cp) +
+                 ": context parallelism does not reach into a mixture-of-experts layer yet");
+  }
   if (o.sequenceParallel && *o.sequenceParallel && tpOne)
     return why("--fix sp=on needs tp > 1, but tp is 1");
   if (o.microBatch && w.globalBatch % *o.microBatch)

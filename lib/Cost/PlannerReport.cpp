@@ -44,6 +44,8 @@ json cost::configJson(const ParallelConfig &c, int64_t globalBatch) {
   j["pp"] = c.pp;
   j["cp"] = c.cp;
   j["cp_impl"] = c.cp > 1 ? json(c.cpImpl) : json(nullptr);
+  if (c.ep > 1) // expert parallelism (mixture of experts)
+    j["ep"] = c.ep;
   j["virtual_stages"] = c.virtualStages;
   j["micro_batch"] = c.microBatch;
   j["microbatches"] = c.microbatches(globalBatch);

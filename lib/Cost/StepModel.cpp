@@ -27,6 +27,23 @@ struct LayerShape {
   bool llama;
 };
 
+/// Expert parallelism: the rows the experts' side of a mixture-of-experts
+/// layer holds per token of the rank (ExpertParallel.cpp): the worst case
+/// C = ep · T · min(k, E/ep) rows for T tokens, where the plan without ep
+/// holds the dropless T·k.
+int64_t expertRowsPerToken(const ModelConfig &m, int64_t ep) {
+  const MoeConfig &e = *m.moe;
+  return ep > 1 ? ep * std::min(e.topK, e.experts / ep) : e.topK;
+}
+
+/// The MLP width whose activations a rank holds per token: the layer's
+/// (LayerShape::inter), with the experts' rows at the worst case under ep.
+int64_t activationInter(const ModelConfig &m, const LayerShape &s, int64_t tp, int64_t ep) {
+  if (!m.moe || ep == 1)
+    return s.inter;
+  return expertRowsPerToken(m, ep) * m.moe->intermediate + m.moe->sharedIntermediate / tp;
+}
+
 LayerShape layerShape(const ModelConfig &m, int64_t tp) {
   LayerShape s;
   s.llama = llamaLayout(m.arch);
@@ -52,6 +69,7 @@ struct LayerTimes {
   double recomputeFwd = 0;                     ///< the forward again, under full recomputation
   double attnFwd = 0;                          ///< the core attention's forward
   double tpFwd = 0, tpBwd = 0;                 ///< tp collectives (synchronous)
+  double epFwd = 0, epBwd = 0;                 ///< ep's dispatch and combine (synchronous)
   /// Context parallelism's attention communication: in all, and what the
   /// block attention it overlaps does not hide.
   double cpFwd = 0, cpBwd = 0, cpFwdExposed = 0, cpBwdExposed = 0;
@@ -148,10 +166,20 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   // (Llama); GPT's GELU, biases and bias gradients, which the fused plan
   // runs in the GEMMs' epilogues but for the row-parallel linears' biases
   // under tp (added after the reduction: y, in place).
+  // Under expert parallelism the SwiGLU between the expert GEMMs runs on the
+  // experts' static rows, the worst case C (activationInter), and each
+  // dispatch and combine reorders them (moe_chunk_transpose: [C, H] read
+  // and written, as the simulator prices it), two forward, two backward.
   double modelFwd = 0, modelBwd = 0;
+  const double inter = double(activationInter(w.model, s, c.tp, c.ep));
   if (s.llama) {
-    modelFwd = mem(2.0 * T * (s.q + s.kv)) + mem(3.0 * T * s.inter);
-    modelBwd = mem(2.0 * T * (s.q + s.kv)) + mem(5.0 * T * s.inter) + 2 * mem(2.0 * T * s.h);
+    modelFwd = mem(2.0 * T * (s.q + s.kv)) + mem(3.0 * T * inter);
+    modelBwd = mem(2.0 * T * (s.q + s.kv)) + mem(5.0 * T * inter) + 2 * mem(2.0 * T * s.h);
+    if (w.model.moe && c.ep > 1) {
+      const double transpose = mem(2.0 * T * double(expertRowsPerToken(w.model, c.ep)) * s.h);
+      modelFwd += 2 * transpose;
+      modelBwd += 2 * transpose;
+    }
   } else if (fused) {
     modelFwd = c.tp > 1 ? 2 * mem(hS) : 0;
   } else {
@@ -180,6 +208,20 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
       t.tpFwd = 2 * ar;
       t.tpBwd = 2 * ar;
     }
+  }
+  // Expert parallelism (ExpertParallel.cpp): forward, the dispatch of the
+  // rank's T·k token rows to the ep members holding their experts and the
+  // combine of the experts' outputs back; backward, the output gradient out
+  // and the input gradient back: four all-to-alls of T·k·H each, every one
+  // sending (ep−1)/ep of its rows off the rank under uniform routing (the
+  // real volume is data-dependent; the experts' compute is the active
+  // experts' on the rank's own T tokens: no load imbalance).
+  if (c.ep > 1) {
+    const Group g = axisGroup(c.mesh(), "ep", hw.topology);
+    const double bytes = double(T) * double(w.model.moe->topK) * double(s.h) * b;
+    const double a2a = collectiveSeconds(hw, Collective::AllToAll, bytes, g);
+    t.epFwd = 2 * a2a;
+    t.epBwd = 2 * a2a;
   }
   return t;
 }
@@ -260,7 +302,11 @@ std::vector<int64_t> stageLayers(const Workload &w, const ParallelConfig &c) {
 /// the final norm and an untied LM head.
 struct ParamCounts {
   double layer = 0, vocabMatrix = 0, positions = 0, finalNorm = 0;
+  /// Of `layer`: the stacked experts' weights (the part ep splits).
+  double experts = 0;
   bool tied = true;
+  /// A layer's parameters on a rank of an ep group (ep = 1: `layer`).
+  double layerOn(int64_t ep) const { return ep > 1 ? layer - experts + experts / double(ep) : layer; }
 };
 
 ParamCounts paramCounts(const Workload &w, int64_t tp) {
@@ -272,7 +318,8 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     double mlp = 3 * H * double(s.inter);
     if (m.moe) { // the router and every expert, whole on each tp rank; the shared expert split as an MLP
       const MoeConfig &e = *m.moe;
-      mlp = double(e.experts) * H + double(e.experts) * 3 * H * double(e.intermediate);
+      pc.experts = double(e.experts) * 3 * H * double(e.intermediate);
+      mlp = double(e.experts) * H + pc.experts;
       if (e.sharedIntermediate)
         mlp += 3 * H * double(e.sharedIntermediate / tp) + H;
     }
@@ -306,7 +353,7 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
 /// before ZeRO).
 double stageParams(const Workload &w, const ParallelConfig &c, int64_t stage, int64_t layers) {
   ParamCounts pc = paramCounts(w, c.tp);
-  double n = double(layers) * pc.layer;
+  double n = double(layers) * pc.layerOn(c.ep);
   if (stage == 0)
     n += pc.vocabMatrix + pc.positions;
   if (stage == c.pp - 1) {
@@ -316,6 +363,11 @@ double stageParams(const Workload &w, const ParallelConfig &c, int64_t stage, in
       n += pc.vocabMatrix;
   }
   return n;
+}
+
+/// Of stageParams: the experts' (1/ep of every expert weight of its layers).
+double stageExpertParams(const Workload &w, const ParallelConfig &c, int64_t layers) {
+  return double(layers) * paramCounts(w, c.tp).experts / double(c.ep);
 }
 
 /// The parameter tensors one rank of `stage` holds (ZeRO's collectives run
@@ -375,6 +427,12 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
   const LayerShape s = layerShape(m, c.tp);
   const ParamCounts pc = paramCounts(w, c.tp);
   const std::vector<int64_t> layers = stageLayers(w, c);
+  // The MLP activations' width: the experts' side at its worst case under ep
+  // (C = ep·T·min(k, E/ep) rows where the plan without ep holds T·k).
+  const double inter = double(activationInter(m, s, c.tp, c.ep));
+  // ep > 1: the dispatched input rows the experts' GEMMs keep for their
+  // weight gradients (C·H a token of T·H; none apart without ep).
+  const double dispatched = m.moe && c.ep > 1 ? double(expertRowsPerToken(m, c.ep)) * double(s.h) * b : 0;
   MemoryEstimate best;
   for (int64_t stage = 0; stage < c.pp; ++stage) {
     double params = stageParams(w, c, stage, layers[size_t(stage)]);
@@ -400,8 +458,8 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
       // recomputation runs it again.
       double attnKeep = c.recompute == "selective" ? 0 : T * double(s.q) * b + T * double(s.nh) * 4;
       if (s.llama) // x, norm out (x2); q, k, v; gate, up, swiglu out; rstd (x2)
-        perLayer = 4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep + 3 * T * double(s.inter) * b +
-                   2 * Ts * 4;
+        perLayer = 4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep + 3 * T * inter * b +
+                   2 * Ts * 4 + T * dispatched;
       else // x, norm out (x2); qkv; fc1 out, gelu out; mean, rstd (x2)
         perLayer =
             4 * Ts * double(s.h) * b + T * 3 * double(s.q) * b + attnKeep + 2 * T * double(s.inter) * b + 4 * Ts * 4;
@@ -423,7 +481,7 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
     // them, llcdist-plan-ce-grad-in-place; apart under ZB-H1, whose W pass
     // reads it) and the head's input and its gradient. Under ZeRO-3 also the
     // largest unit's gathered parameters and gradients.
-    double transient = 4 * T * double(s.h) * b + 3 * T * double(std::max(s.inter, s.q)) * b;
+    double transient = 4 * T * double(s.h) * b + 3 * T * std::max(inter, double(s.q)) * b;
     if (stage == c.pp - 1) {
       const double logitBuffers = c.pp > 1 && c.schedule == "zb-h1" ? 2 : 1;
       transient =
@@ -521,16 +579,16 @@ double bubbleOverIdeal(const Workload &w, const ParallelConfig &c, const LayerTi
 }
 
 /// The data-parallel group's communication over the step (dp, or dp × cp
-/// under context parallelism: one group), in all and exposed: gradients and
-/// (ZeRO) parameters of the busiest stage's rank.
-std::pair<double, double> dataParallelSeconds(const Hardware &hw, const ParallelConfig &c, double rankParams,
-                                              int64_t maxTensors, int64_t maxLayers, double layerF, double layerB,
-                                              int64_t mbs, double b) {
+/// under context parallelism: one group; under expert parallelism called
+/// for the dense parameters over dp and the experts' over edp), in all and
+/// exposed: gradients and (ZeRO) parameters of the busiest stage's rank.
+std::pair<double, double> dataParallelSeconds(const Hardware &hw, const ParallelConfig &c, const Group &g,
+                                              double rankParams, int64_t maxTensors, int64_t maxLayers, double layerF,
+                                              double layerB, int64_t mbs, double b) {
   double dpTotal = 0, dpExposed = 0;
   // As the compiler emits them (docs/cost-model.md): ZeRO's collectives
   // one per parameter tensor (each paying the ring's latency), ZeRO-0's one
-  // flat all-reduce, or one per bucket.
-  Group g = axisGroup(c.mesh(), c.gradientAxis(), hw.topology);
+  // flat all-reduce, or one per bucket. `g`: the group they reduce over.
   const double gradBytes = rankParams * b;
   const double tensors = double(maxTensors);
   const double layersHere = double(maxLayers);
@@ -587,6 +645,8 @@ std::string boundOf(const StepPrediction &out, double bubble, double dpExposed) 
                                                        {out.comm.at("pp").exposed, "pp communication"},
                                                        {out.comm.at("cp").exposed, "cp communication"},
                                                        {out.optimizerSeconds, "optimizer"}};
+  if (out.comm.count("ep"))
+    parts.push_back({out.comm.at("ep").exposed, "ep communication"});
   auto worst = std::max_element(parts.begin(), parts.end());
   return worst->first > 0.15 * out.stepSeconds ? worst->second : "compute";
 }
@@ -610,6 +670,10 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
                                                      : 0;
   double layerF = lt.fwd + lt.tpFwd + lt.cpFwdExposed;
   double layerB = lt.bwdInput + lt.bwdWeight + lt.tpBwd + lt.cpBwdExposed + recomputeFwd;
+  if (c.ep > 1) { // the dispatch and combine, again under full recomputation
+    layerF += lt.epFwd;
+    layerB += lt.epBwd + (c.recompute == "full" ? lt.epFwd : 0);
+  }
   // The embedding (first chunk) and the LM head + loss (last chunk).
   double embF = memorySeconds(hw, 2.0 * double(T) * double(m.hidden) * b);
   double embB = memorySeconds(hw, 2.0 * double(T) * double(m.hidden) * b);
@@ -666,20 +730,44 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   const double cpAgain = c.recompute != "none" ? 1 : 0;
   out.comm["cp"].total = double(mbs) * double(maxLayers) * (lt.cpFwd * (1 + cpAgain) + lt.cpBwd);
   out.comm["cp"].exposed = double(mbs) * double(maxLayers) * (lt.cpFwdExposed * (1 + cpAgain) + lt.cpBwdExposed);
+  if (c.ep > 1) {
+    out.comm["ep"].total = double(mbs) * double(maxLayers) * (lt.epFwd * (c.recompute == "full" ? 2 : 1) + lt.epBwd);
+    out.comm["ep"].exposed = out.comm["ep"].total;
+  }
 
   // dp: gradients and (ZeRO) parameters of the busiest stage's rank.
   out.memory = memory;
-  double rankParams = 0;
+  double rankParams = 0, rankExperts = 0;
   int64_t maxTensors = 0;
   for (int64_t st = 0; st < c.pp; ++st) {
-    rankParams = std::max(rankParams, stageParams(w, c, st, layers[size_t(st)]));
+    const double here = stageParams(w, c, st, layers[size_t(st)]);
+    if (here > rankParams && c.ep > 1)
+      rankExperts = stageExpertParams(w, c, layers[size_t(st)]);
+    rankParams = std::max(rankParams, here);
     maxTensors = std::max(maxTensors, stageTensors(w, c, st, layers[size_t(st)]));
   }
   // Under cp every gradient is a partial sum over the rank's tokens too: one
   // reduction over the group dp × cp (the compiler's "dp+cp"), reported as dp.
-  const auto [dpTotal, dpExposed] =
-      c.dataParallelGroup() > 1 ? dataParallelSeconds(hw, c, rankParams, maxTensors, maxLayers, layerF, layerB, mbs, b)
-                                : std::pair<double, double>{0, 0};
+  auto [dpTotal, dpExposed] = c.dataParallelGroup() > 1 && c.ep == 1
+                                  ? dataParallelSeconds(hw, c, axisGroup(c.mesh(), c.gradientAxis(), hw.topology),
+                                                        rankParams, maxTensors, maxLayers, layerF, layerB, mbs, b)
+                                  : std::pair<double, double>{0, 0};
+  if (c.ep > 1) {
+    // Expert parallelism (no ZeRO): the experts' gradients, which sum the
+    // tokens of the whole ep group, all-reduce over their shard's dp / ep
+    // replicas ("edp"), the dense ones over dp; the last backward hides no
+    // more than it can of the two (buckets).
+    const int64_t expertTensors = 3 * maxLayers; // gate, up and down per layer
+    const auto [denseTotal, denseExposed] =
+        dataParallelSeconds(hw, c, axisGroup(c.mesh(), "dp", hw.topology), rankParams - rankExperts,
+                            maxTensors - expertTensors, maxLayers, layerF, layerB, mbs, b);
+    const auto [expertTotal, expertExposed] = dataParallelSeconds(
+        hw, c, axisGroup(c.mesh(), "edp", hw.topology), rankExperts, expertTensors, maxLayers, layerF, layerB, mbs, b);
+    dpTotal = denseTotal + expertTotal;
+    const double hidden =
+        std::min((denseTotal - denseExposed) + (expertTotal - expertExposed), double(maxLayers) * layerB);
+    dpExposed = dpTotal - hidden;
+  }
   out.comm["dp"].total = dpTotal;
   out.comm["dp"].exposed = dpExposed;
 

@@ -211,7 +211,7 @@ private:
     const MoeConfig &e = *m.moe;
     const bool mixtral = m.arch == Arch::Mixtral;
     const std::string blk = p + (mixtral ? "block_sparse_moe." : "mlp.");
-    const int64_t H = m.hidden, E = e.experts, k = e.topK, I = e.intermediate, N = B * S * k;
+    const int64_t H = m.hidden, E = e.experts, k = e.topK, I = e.intermediate;
     auto ids = [&](ArrayRef<int64_t> dims) { return RankedTensorType::get(dims, b.getI32Type()); };
     Value logits = linear(blk + "gate", h, H, E, /*bias=*/false, WeightLayout::OutIn);
     // transformers' output_router_logits: the load-balancing loss over
@@ -221,8 +221,12 @@ private:
     auto route = MoeRouteOp::create(b, loc(blk + "gate", {"output_router_logits"}), t({B, S, k}), ids({B, S, k}),
                                     logits, b.getI64IntegerAttr(k), e.normalizeTopK ? b.getUnitAttr() : UnitAttr(),
                                     auxCoef, auxLayers);
-    auto rows =
-        MoePermuteOp::create(b, loc(blk + "experts"), t({N, H}), ids({B, S, k}), ids({E}), h, route.getExperts());
+    // --moe-capacity-factor: each expert keeps at most C rows of a rank's
+    // tokens, E·C rows per data-parallel rank whatever the router picks.
+    const int64_t capacity = moeExpertCapacity(m, shape);
+    const int64_t N = capacity ? dp * E * capacity : B * S * k;
+    auto rows = MoePermuteOp::create(b, loc(blk + "experts"), t({N, H}), ids({B, S, k}), ids({E}), h,
+                                     route.getExperts(), capacity ? b.getI64IntegerAttr(capacity) : IntegerAttr());
     auto expertLinear = [&](const char *name, Value x, int64_t out, int64_t in) {
       std::string w = blk + "experts.{e}." + name + ".weight";
       return GroupedLinearOp::create(b, loc(blk + "experts"), t({N, out}), x, param(w, {E, out, in}),

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -689,5 +690,17 @@ llcdist::resolveTrainingShape(const ModelConfig &m, int64_t dp,
            ": raise --micro-batch or dp, or lower --global-batch";
   if (s.dtype != "f32" && s.dtype != "bf16" && s.dtype != "f16")
     return "--dtype '" + s.dtype + "' is not one of f32, bf16, f16";
+  if (s.moeCapacityFactor != 0 && !m.moe)
+    return "--moe-capacity-factor applies to a mixture-of-experts model; " + m.name + " has no experts";
+  if (s.moeCapacityFactor < 0 || !std::isfinite(s.moeCapacityFactor))
+    return "--moe-capacity-factor must be > 0 (0 or absent: dropless)";
   return std::nullopt;
+}
+
+int64_t llcdist::moeExpertCapacity(const ModelConfig &m, const TrainingShape &s) {
+  if (!m.moe || s.moeCapacityFactor <= 0)
+    return 0;
+  const int64_t T = s.microBatch * s.seqLen, k = m.moe->topK, E = m.moe->experts;
+  const double rows = std::ceil(s.moeCapacityFactor * double(T) * double(k) / double(E));
+  return std::max<int64_t>(1, std::min<int64_t>(T, int64_t(std::min(rows, double(T)))));
 }

@@ -137,6 +137,8 @@ json CompileSummary::toJson() const {
   j["mesh"] = {{"dp", mesh.dp}, {"tp", mesh.tp}, {"pp", mesh.pp}};
   if (mesh.cp > 1)
     j["mesh"]["cp"] = mesh.cp;
+  if (mesh.ep > 1)
+    j["mesh"]["ep"] = mesh.ep;
   j["world_size"] = mesh.worldSize();
   if (shape) {
     j["seq_len"] = shape->seqLen;

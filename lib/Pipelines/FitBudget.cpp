@@ -17,6 +17,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 using namespace mlir;
@@ -118,8 +119,12 @@ bool llcdist::compileInMemory(const std::string &model, const TrainingShape &sha
     return false;
   }
   PassManager pm(&ctx, ModuleOp::getOperationName());
-  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.rankOrderStr()};
+  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.rankOrderStr(), mesh.ep};
   train.verifyPlan = false;
+  if (std::optional<std::string> why = overlapOptionsError(train)) { // what llc-dist compile refuses
+    error = *why;
+    return false;
+  }
   {
     // Building a pipeline registers pass options (llvm::cl): one at a time.
     static std::mutex building;
@@ -169,7 +174,10 @@ std::vector<MemoryHint> llcdist::memoryHints(const std::string &model,
     add("--recompute selective", 1, [](MemoryHint &h) { h.train.recompute = "selective"; });
   if (train.recompute != "full")
     add("--recompute full", 4, [](MemoryHint &h) { h.train.recompute = "full"; });
-  if (mesh.dataParallelGroup() > 1) // ZeRO shards over the data-parallel group dp × cp
+  // ZeRO shards over the data-parallel group dp × cp (not yet with expert
+  // parallelism, which llc-dist compile refuses it with).
+  const bool zeroApplies = mesh.dataParallelGroup() > 1 && mesh.ep == 1;
+  if (zeroApplies)
     for (int64_t z = train.zero + 1; z <= 3; ++z)
       add(fmt::format("--zero {}", z), 0, [z](MemoryHint &h) {
         h.train.zero = z;
@@ -186,6 +194,7 @@ std::vector<MemoryHint> llcdist::memoryHints(const std::string &model,
     bool same = mesh.dp % 2 == 0;
     if (same)
       m.dp /= 2;
+    m.ep = std::gcd(mesh.ep, m.dp); // expert parallelism stays inside dp
     add("--mesh " + m.str(), axis == "pp" ? 3 : 2, [&](MemoryHint &h) {
       h.mesh = m;
       h.note = same ? fmt::format("(same {} GPUs)", mesh.worldSize())
@@ -222,19 +231,16 @@ std::vector<MemoryHint> llcdist::memoryHints(const std::string &model,
   runAll(hints);
   // When no single change fits, the strongest combination of them.
   bool anyFits = llvm::any_of(hints, [](const MemoryHint &h) { return h.fits; });
-  if (!anyFits && (train.recompute != "full" || (mesh.dataParallelGroup() > 1 && train.zero < 3))) {
+  // (Without ZeRO the combination is --recompute full alone, a hint above.)
+  if (!anyFits && zeroApplies && (train.recompute != "full" || train.zero < 3)) {
     std::vector<MemoryHint> combo(1);
     MemoryHint &h = combo[0];
     h.mesh = mesh;
     h.train = train;
     h.train.recompute = "full";
-    std::string flags = "--recompute full";
-    if (mesh.dataParallelGroup() > 1) {
-      h.train.zero = 3;
-      h.train.reshardAfterForward = true;
-      flags = "--zero 3 " + flags;
-    }
-    h.flags = flags;
+    h.train.zero = 3;
+    h.train.reshardAfterForward = true;
+    h.flags = "--zero 3 --recompute full";
     h.costClass = 5;
     runAll(combo);
     hints.push_back(h);

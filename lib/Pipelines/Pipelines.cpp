@@ -28,6 +28,10 @@ std::optional<std::string> llcdist::overlapOptionsError(const TrainingPipelineOp
   if (o.scatterGatherP2P && o.sequenceParallel)
     return std::string("--scatter-gather-p2p and --sequence-parallel: under sequence parallelism each tp rank "
                        "sends its own 1/tp of the sequence already; leave --scatter-gather-p2p off");
+  if (o.mesh.ep > 1 && o.zero != 0)
+    return "--zero " + std::to_string(o.zero) +
+           " with ep > 1 in --mesh: ZeRO does not shard the experts over their own replicas (edp) yet; "
+           "compile expert parallelism without --zero for now";
   if (o.fsdpPrefetch < 0)
     return "--fsdp-prefetch must be a unit count >= 0 (0: off), got " + std::to_string(o.fsdpPrefetch);
   if (o.fsdpPrefetch > 0 && o.zero != 3)
@@ -207,6 +211,7 @@ static void bindTrainingPipelineOptions(TextualPipelineOptions<TrainingPipelineO
   o.bind("tp", f.mesh.tp, "tensor-parallel degree");
   o.bind("pp", f.mesh.pp, "pipeline-parallel degree");
   o.bind("cp", f.mesh.cp, "context-parallel degree");
+  o.bind("ep", f.mesh.ep, "expert-parallel degree (drawn from dp)");
   o.bind("cp-impl", f.cpImpl, "context parallelism's attention: ring | all-to-all (Ulysses)");
   o.bind("rank-order", f.mesh.rankOrder, "fastest- to slowest-varying axes");
   o.bind("optimizer", f.optimizer, "adamw | sgd");

@@ -16,13 +16,12 @@ constexpr int64_t kMaxMeshWorldSize = int64_t(1) << 24;
 
 std::string MeshSpec::str() const {
   return "dp=" + std::to_string(dp) + ",tp=" + std::to_string(tp) + ",pp=" + std::to_string(pp) +
-         (cp > 1 ? ",cp=" + std::to_string(cp) : std::string());
+         (cp > 1 ? ",cp=" + std::to_string(cp) : std::string()) +
+         (ep > 1 ? ",ep=" + std::to_string(ep) : std::string());
 }
 
 int64_t MeshSpec::size(const std::string &axis) const {
-  return axisSetSize(axis, [&](std::string_view a) -> int64_t {
-    return a == "dp" ? dp : a == "tp" ? tp : a == "pp" ? pp : a == "cp" ? cp : 0;
-  });
+  return axisSetSize(axis, [&](std::string_view a) -> int64_t { return axisDegree(a, dp, tp, pp, cp, ep); });
 }
 
 int64_t MeshSpec::rank(int64_t dpc, int64_t tpc, int64_t ppc, int64_t cpc) const {
@@ -73,10 +72,10 @@ std::optional<std::string> llcdist::parseMeshSpec(std::string_view spec,
                                                   MeshSpec &out) {
   auto fail = [&](const std::string &why) {
     return "invalid --mesh '" + std::string(spec) + "': " + why +
-           " (expected e.g. dp=2,tp=4,pp=1 with axes dp, tp, pp, cp)";
+           " (expected e.g. dp=2,tp=4,pp=1 with axes dp, tp, pp, cp, and ep dividing dp)";
   };
   MeshSpec m;
-  bool seen[4] = {false, false, false, false};
+  bool seen[5] = {false, false, false, false, false};
   if (spec.empty())
     return fail("empty");
   size_t pos = 0;
@@ -89,7 +88,7 @@ std::optional<std::string> llcdist::parseMeshSpec(std::string_view spec,
     if (eq == std::string_view::npos)
       return fail("'" + std::string(item) + "' is not AXIS=DEGREE");
     std::string_view axis = item.substr(0, eq), value = item.substr(eq + 1);
-    int idx = axis == "dp" ? 0 : axis == "tp" ? 1 : axis == "pp" ? 2 : axis == "cp" ? 3 : -1;
+    int idx = axis == "dp" ? 0 : axis == "tp" ? 1 : axis == "pp" ? 2 : axis == "cp" ? 3 : axis == "ep" ? 4 : -1;
     if (idx < 0)
       return fail("unknown axis '" + std::string(axis) + "'");
     if (seen[idx])
@@ -105,7 +104,7 @@ std::optional<std::string> llcdist::parseMeshSpec(std::string_view spec,
     if (v > kMaxMeshWorldSize)
       return fail("degree of " + std::string(axis) + " must be at most " +
                   std::to_string(kMaxMeshWorldSize));
-    (idx == 0 ? m.dp : idx == 1 ? m.tp : idx == 2 ? m.pp : m.cp) = v;
+    (idx == 0 ? m.dp : idx == 1 ? m.tp : idx == 2 ? m.pp : idx == 3 ? m.cp : m.ep) = v;
     pos = end + 1;
   }
   // Each degree is at most 2^24, so no partial product below overflows once
@@ -113,6 +112,10 @@ std::optional<std::string> llcdist::parseMeshSpec(std::string_view spec,
   if (m.dp * m.tp > kMaxMeshWorldSize || m.dp * m.tp * m.pp > kMaxMeshWorldSize ||
       m.dp * m.tp * m.pp * m.cp > kMaxMeshWorldSize)
     return fail("world size dp × tp × pp × cp must be at most " + std::to_string(kMaxMeshWorldSize));
+  if (m.dp % m.ep != 0)
+    return fail("ep=" + std::to_string(m.ep) + " must divide dp=" + std::to_string(m.dp) +
+                ": expert-parallel ranks are drawn from the data-parallel group (Megatron's), so set dp to a "
+                "multiple of ep");
   if (m.cp > 1) // Megatron's order: tp innermost, then cp, dp, pp
     m.rankOrder = {"tp", "cp", "dp", "pp"};
   out = m;

@@ -97,16 +97,20 @@ std::vector<OpEvent> opEventsOf(const rt::Program &prog, const rt::Subroutine &s
     }
     case schema::OpKind::kAllGather:
     case schema::OpKind::kReduceScatter:
-    case schema::OpKind::kAllToAll: {
+    case schema::OpKind::kAllToAll:
+    case schema::OpKind::kAllToAllV: {
       auto axis = axisOf();
       if (!axis)
         break;
       const rt::BufferDesc &x = prog.buffers[op.arg("x")];
       ev.kind = EventKind::Collective;
       ev.axes = *axis;
-      ev.collective = op.kind == schema::OpKind::kAllGather  ? Name("all_gather")
-                      : op.kind == schema::OpKind::kAllToAll ? Name("all_to_all")
-                                                             : Name("reduce_scatter." + op.stringAttr("op"));
+      ev.collective = op.kind == schema::OpKind::kAllGather   ? Name("all_gather")
+                      : op.kind == schema::OpKind::kAllToAll  ? Name("all_to_all")
+                      : op.kind == schema::OpKind::kAllToAllV ? Name("all_to_all_v")
+                                                              : Name("reduce_scatter." + op.stringAttr("op"));
+      // all_to_all_v: x's rows, the most it sends (the members' counts are
+      // exchanged at run time; the static sizes must agree).
       ev.count = x.numel();
       ev.dtype = collectiveDtype(op, x);
       out.push_back(ev);
@@ -240,9 +244,18 @@ namespace {
 /// `full` with dp, tp and cp capped at `maxAxis` (0: uncapped).
 rt::Mesh cappedMesh(const rt::Mesh &full, int64_t maxAxis) {
   rt::Mesh mesh = full;
-  if (maxAxis > 0)
-    for (rt::MeshAxis a : {rt::MeshAxis::kDp, rt::MeshAxis::kTp, rt::MeshAxis::kCp})
-      mesh.size[size_t(a)] = std::min(mesh.size[size_t(a)], maxAxis);
+  if (maxAxis <= 0)
+    return mesh;
+  for (rt::MeshAxis a : {rt::MeshAxis::kDp, rt::MeshAxis::kTp, rt::MeshAxis::kCp})
+    mesh.size[size_t(a)] = std::min(mesh.size[size_t(a)], maxAxis);
+  // Expert parallelism's groups lie inside dp: a capped dp keeps whole ep
+  // groups (a multiple of ep, at least one group), except for the replica
+  // (maxAxis 1), whose one dp rank is an ep group of one.
+  const int64_t dp = full.axisSize(rt::MeshAxis::kDp);
+  if (maxAxis == 1)
+    mesh.ep = 1;
+  else if (full.ep > 1)
+    mesh.size[size_t(rt::MeshAxis::kDp)] = std::min(dp, std::max(full.ep, maxAxis / full.ep * full.ep));
   return mesh;
 }
 

@@ -4,6 +4,7 @@
 
 #include "llcdist/runtime/Timeline.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace llcdist::rt {
@@ -33,6 +34,96 @@ Status Communicator::allToAll(int rank, const std::vector<int>& group, const voi
 StatusOr<CollectiveHandle> Backend::allToAllAsync(Stream, const void*, void*, int64_t, int64_t, int64_t, int, CommDType,
                                                   Channel) {
   return Status::invalidArgument("the " + name() + " backend has no all_to_all");
+}
+
+StatusOr<CollectiveHandle> Backend::allToAllVAsync(Stream, const void*, int64_t, const int32_t*, void*, int64_t,
+                                                   int32_t*, int64_t, int64_t, CommDType, Channel) {
+  return Status::invalidArgument("the " + name() + " backend has no all_to_all_v");
+}
+
+Status checkSendSplits(int rank, const int32_t* sendSplits, int64_t n, int64_t chunks, int64_t xRows, int64_t* total) {
+  int64_t sum = 0;
+  for (int64_t k = 0; k < n * chunks; ++k) {
+    if (sendSplits[k] < 0)
+      return Status::invalidArgument("all_to_all_v on rank " + std::to_string(rank) + ": send_splits[" +
+                                     std::to_string(k) + "] (member " + std::to_string(k / chunks) + ", chunk " +
+                                     std::to_string(k % chunks) + ") is negative: " + std::to_string(sendSplits[k]));
+    sum += sendSplits[k];
+  }
+  if (sum > xRows)
+    return Status::invalidArgument("all_to_all_v on rank " + std::to_string(rank) + ": the send splits sum to " +
+                                   std::to_string(sum) + " rows but x holds " + std::to_string(xRows));
+  *total = sum;
+  return Status::ok();
+}
+
+Status checkRecvSplits(int rank, const int32_t* recvSplits, int64_t n, int64_t chunks, int64_t yRows, int64_t* total) {
+  int64_t sum = 0;
+  for (int64_t k = 0; k < n * chunks; ++k) {
+    if (recvSplits[k] < 0)
+      return Status::invalidArgument("all_to_all_v on rank " + std::to_string(rank) + ": received split " +
+                                     std::to_string(k) + " is negative: " + std::to_string(recvSplits[k]));
+    sum += recvSplits[k];
+  }
+  if (sum > yRows)
+    return Status::invalidArgument("all_to_all_v on rank " + std::to_string(rank) + " receives " + std::to_string(sum) +
+                                   " rows but y holds " + std::to_string(yRows) + ": the plan's capacity is too small");
+  *total = sum;
+  return Status::ok();
+}
+
+Status Communicator::allToAllV(int rank, const std::vector<int>& group, const void* x, int64_t xRows,
+                               const int32_t* sendSplits, void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks,
+                               int64_t rowElems, CommDType dtype) {
+  return allToAllVByBlocks(*this, rank, group, x, xRows, sendSplits, y, yRows, recvSplits, chunks, rowElems, dtype);
+}
+
+// The splits by allToAll (i32 moves as 4-byte f32 elements: a copy), the largest block of the call by
+// an f64 all-reduce max, then every block padded to it by allToAll, unpacked into y.
+Status allToAllVByBlocks(Communicator& comm, int rank, const std::vector<int>& group, const void* x, int64_t xRows,
+                         const int32_t* sendSplits, void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks,
+                         int64_t rowElems, CommDType dtype) {
+  const int64_t n = int64_t(group.size()), rowBytes = rowElems * commDTypeSize(dtype);
+  int64_t sent = 0, received = 0;
+  LLCDIST_RETURN_IF_ERROR(checkSendSplits(rank, sendSplits, n, chunks, xRows, &sent));
+  LLCDIST_RETURN_IF_ERROR(comm.allToAll(rank, group, sendSplits, recvSplits, chunks, CommDType::kF32));
+  LLCDIST_RETURN_IF_ERROR(checkRecvSplits(rank, recvSplits, n, chunks, yRows, &received));
+  std::vector<int64_t> sendRows(size_t(n), 0), recvRows(size_t(n), 0);
+  double largest = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < chunks; ++j) {
+      sendRows[size_t(i)] += sendSplits[i * chunks + j];
+      recvRows[size_t(i)] += recvSplits[i * chunks + j];
+    }
+    largest = std::max(largest, double(sendRows[size_t(i)]));
+  }
+  LLCDIST_RETURN_IF_ERROR(comm.allReduce(rank, group, &largest, 1, CommDType::kF64, ReduceOp::kMax));
+  const int64_t block = int64_t(largest) * rowBytes;
+  std::vector<std::byte> send(size_t(n * block)), recv(size_t(n * block));
+  const auto* in = static_cast<const std::byte*>(x);
+  for (int64_t i = 0, at = 0; i < n; at += sendRows[size_t(i)] * rowBytes, ++i)
+    if (sendRows[size_t(i)] > 0) std::memcpy(send.data() + i * block, in + at, size_t(sendRows[size_t(i)] * rowBytes));
+  if (block > 0)
+    LLCDIST_RETURN_IF_ERROR(comm.allToAll(rank, group, send.data(), recv.data(), int64_t(largest) * rowElems, dtype));
+  auto* out = static_cast<std::byte*>(y);
+  int64_t at = 0;
+  for (int64_t i = 0; i < n; at += recvRows[size_t(i)] * rowBytes, ++i)
+    if (recvRows[size_t(i)] > 0) std::memcpy(out + at, recv.data() + i * block, size_t(recvRows[size_t(i)] * rowBytes));
+  if (yRows > received) std::memset(out + received * rowBytes, 0, size_t((yRows - received) * rowBytes));
+  return Status::ok();
+}
+
+Status allToAllVSelf(int rank, const void* x, int64_t xRows, const int32_t* sendSplits, void* y, int64_t yRows,
+                     int32_t* recvSplits, int64_t chunks, int64_t rowElems, CommDType dtype) {
+  int64_t sent = 0, received = 0;
+  LLCDIST_RETURN_IF_ERROR(checkSendSplits(rank, sendSplits, 1, chunks, xRows, &sent));
+  if (recvSplits != sendSplits) std::memmove(recvSplits, sendSplits, size_t(chunks) * sizeof(int32_t));
+  LLCDIST_RETURN_IF_ERROR(checkRecvSplits(rank, recvSplits, 1, chunks, yRows, &received));
+  const int64_t rowBytes = rowElems * commDTypeSize(dtype);
+  if (received > 0) std::memmove(y, x, size_t(received * rowBytes));
+  if (yRows > received)
+    std::memset(static_cast<std::byte*>(y) + received * rowBytes, 0, size_t((yRows - received) * rowBytes));
+  return Status::ok();
 }
 
 std::vector<StridedCopy> allToAllCopies(int64_t n, int64_t outer, int64_t mid, int64_t inner, int rankDim,

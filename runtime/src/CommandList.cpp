@@ -115,6 +115,15 @@ StatusOr<CollectiveHandle> CommandRecorder::allToAllAsync(Stream s, const void* 
   return addHandle([=](Backend& b) { return b.allToAllAsync(s, x, y, outer, mid, inner, xRankDim, dtype, channel); });
 }
 
+StatusOr<CollectiveHandle> CommandRecorder::allToAllVAsync(Stream s, const void* x, int64_t xRows,
+                                                           const int32_t* sendSplits, void* y, int64_t yRows,
+                                                           int32_t* recvSplits, int64_t chunks, int64_t rowElems,
+                                                           CommDType dtype, Channel channel) {
+  return addHandle([=](Backend& b) {
+    return b.allToAllVAsync(s, x, xRows, sendSplits, y, yRows, recvSplits, chunks, rowElems, dtype, channel);
+  });
+}
+
 StatusOr<CollectiveHandle> CommandRecorder::sendAsync(Stream s, const void* x, int64_t count, CommDType dtype, int peer,
                                                       int64_t tag, int64_t microbatch) {
   return addHandle([=](Backend& b) { return b.sendAsync(s, x, count, dtype, peer, tag, microbatch); });

@@ -17,8 +17,10 @@ namespace {
 // Ops that take bf16 buffers as they are (no f32 staging): fill_zero, cast, load_microbatch, the
 // collectives with dtype "bf16" (reduced in bf16 on the buffers themselves) and send / recv (which move
 // a buffer as it is stored).
+// all_to_all_v copies rows (no arithmetic): its bf16 rows move as they are, attr dtype or not.
 bool handlesBf16Itself(const Op& op) {
-  return sc::handlesBf16Itself(op.kind) || sc::isPointToPoint(op.kind) || ops::commDType(op) == CommDType::kBF16;
+  return sc::handlesBf16Itself(op.kind) || sc::isPointToPoint(op.kind) || op.kind == sc::OpKind::kAllToAllV ||
+         ops::commDType(op) == CommDType::kBF16;
 }
 }  // namespace
 

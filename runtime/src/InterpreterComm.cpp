@@ -12,7 +12,9 @@ namespace llcdist::rt {
 namespace sc = schema;
 
 namespace {
-// The element type a send or recv moves: its buffer's.
+// The element type a send or recv moves: its buffer's. all_to_all_v's too (x's, which is y's; bound
+// without f32 temporaries): a copy of rows, bf16 rows as bf16 (2 bytes an element) with or without its
+// attr dtype "bf16".
 CommDType p2pDType(const KernelCall& c) {
   return c.type(0, 0) == sc::ElemType::kBF16 ? CommDType::kBF16 : CommDType::kF32;
 }
@@ -58,6 +60,11 @@ Status Interpreter::issueCommunication(const BoundOp& b, size_t queue, int64_t m
                                                             p->total, p->dtype, b.channel)
         : c.kind == K::kAllToAll ? backend_->allToAllAsync(stream, c.args[0][0], c.args[1][0], p->outer, p->mid,
                                                            p->inner, p->xRankDim, p->dtype, b.channel)
+        // all_to_all_v: x, send_splits, y, recv_splits (PlanSchema.h kAllToAllVArgs).
+        : c.kind == K::kAllToAllV
+            ? backend_->allToAllVAsync(stream, c.args[0][0], p->xRows, static_cast<const int32_t*>(c.args[1][0]),
+                                       c.args[2][0], p->yRows, static_cast<int32_t*>(c.args[3][0]), p->chunks,
+                                       p->rowElems, p2pDType(c), b.channel)
         : c.kind == K::kReduceScatter
             ? backend_->reduceScatterAsync(stream, c.args[0][0], c.args[1][0], p->outer, p->inner, p->total, p->dtype,
                                            p->reduceOp, b.channel)
@@ -102,8 +109,11 @@ Status Interpreter::runCommunication(const BoundOp& b, int64_t microbatch, size_
   LLCDIST_RETURN_IF_ERROR(orderAfterCompute(queue));
   // Synchronous: the next op waits for it (every plan without the feature takes this path on queue 0).
   std::vector<CollectiveHandle> handles;
-  LLCDIST_RETURN_IF_ERROR(issueCommunication(b, queue, microbatch, subroutine, step, &handles));
-  for (CollectiveHandle h : handles) LLCDIST_RETURN_IF_ERROR(backend_->waitCollective(streams_[0], h));
+  // all_to_all_v's run-time errors (its splits) name the axis too; the caller adds the op.
+  const std::string axis = b.call.kind == sc::OpKind::kAllToAllV ? "axis " + b.op->stringAttr("axis") : "";
+  const auto named = [&](Status s) { return axis.empty() ? s : std::move(s).withContext(axis); };
+  LLCDIST_RETURN_IF_ERROR(named(issueCommunication(b, queue, microbatch, subroutine, step, &handles)));
+  for (CollectiveHandle h : handles) LLCDIST_RETURN_IF_ERROR(named(backend_->waitCollective(streams_[0], h)));
   return Status::ok();
 }
 

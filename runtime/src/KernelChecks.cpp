@@ -146,4 +146,14 @@ StatusOr<int64_t> checkShardSlice(const KernelCall& c, const LayoutParams& p) {
   return total;
 }
 
+std::string moePermuteExpertError(int64_t token, int64_t id) {
+  return "moe_permute: token " + std::to_string(token) + " is routed to expert id " + std::to_string(id) +
+         ", outside [0, E)";
+}
+
+std::string moeSlotError(std::string_view op, int64_t token, int64_t slot) {
+  return std::string(op) + ": token " + std::to_string(token) + " has slot " + std::to_string(slot) +
+         ", outside [-1, N) (N the rows of xp; -1 a dropped assignment)";
+}
+
 }  // namespace llcdist::rt

@@ -126,6 +126,14 @@ double kernelFlops(const KernelCall& call) {
     case K::kLinearBwdWeight:
       if (const LinearParams* p = call.paramsAs<LinearParams>()) return 2.0 * double(p->M) * double(p->N) * double(p->K);
       return 0;
+    case K::kGroupedLinearFwd:
+    case K::kGroupedLinearBwdInput:
+    case K::kGroupedLinearBwdWeight:
+      // The experts' GEMMs over N rows (K inputs, O outputs): the worst case, every row of the buffer in
+      // some group. The rows really multiplied (Σ group_sizes) are data-dependent: fewer under a capacity
+      // or an uneven expert-parallel split; the plan only bounds them by N.
+      if (const MoeParams* p = call.paramsAs<MoeParams>()) return 2.0 * double(p->N) * double(p->K) * double(p->O);
+      return 0;
     case K::kClassifier:  // its three GEMMs
       if (const ClassifierParams* p = call.paramsAs<ClassifierParams>())
         return 6.0 * double(p->linear.M) * double(p->linear.N) * double(p->linear.K);

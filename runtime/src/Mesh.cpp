@@ -7,36 +7,44 @@
 
 namespace llcdist::rt {
 
-std::string_view meshAxisName(MeshAxis a) { return schema::kMeshAxes[size_t(a)]; }
+std::string_view meshAxisName(MeshAxis a) {
+  const size_t i = size_t(a);
+  return i < kNumMeshAxes ? schema::kMeshAxes[i] : schema::kDerivedMeshAxes[i - kNumMeshAxes];
+}
 
 std::optional<MeshAxis> parseMeshAxis(std::string_view name) {
   for (size_t i = 0; i < schema::kMeshAxes.size(); ++i)
     if (schema::kMeshAxes[i] == name) return MeshAxis(i);
+  for (size_t i = 0; i < schema::kDerivedMeshAxes.size(); ++i)
+    if (schema::kDerivedMeshAxes[i] == name) return MeshAxis(kNumMeshAxes + i);
   return std::nullopt;
 }
 
 std::optional<MeshAxis> AxisSet::single() const {
-  for (MeshAxis a : Mesh::kAllAxes)
-    if (bits == of(a).bits) return a;
+  for (size_t i = 0; i < kNumAllMeshAxes; ++i)
+    if (bits == of(MeshAxis(i)).bits) return MeshAxis(i);
   return std::nullopt;
 }
 
 std::optional<AxisSet> parseAxisSet(std::string_view name) {
   AxisSet s;
+  bool several = false, derived = false;
   while (true) {
     const size_t plus = name.find('+');
     auto a = parseMeshAxis(name.substr(0, plus));
     if (!a || s.has(*a)) return std::nullopt;
     s.bits |= AxisSet::of(*a).bits;
-    if (plus == std::string_view::npos) return s;
+    derived = derived || isDerivedAxis(*a);
+    if (plus == std::string_view::npos) return several && derived ? std::nullopt : std::optional<AxisSet>(s);
+    several = true;
     name.remove_prefix(plus + 1);
   }
 }
 
 std::string axisSetName(AxisSet s) {
   std::string name;
-  for (MeshAxis a : Mesh::kAllAxes)
-    if (s.has(a)) name += (name.empty() ? "" : "+") + std::string(meshAxisName(a));
+  for (size_t i = 0; i < kNumAllMeshAxes; ++i)
+    if (const MeshAxis a = MeshAxis(i); s.has(a)) name += (name.empty() ? "" : "+") + std::string(meshAxisName(a));
   return name;
 }
 
@@ -52,6 +60,9 @@ std::string axisSetError(std::string_view name) {
     if (part.empty()) return "empty mesh axis name" + (in.empty() ? " \"\"" : in) + expected;
     if (!a) return "unknown mesh axis \"" + std::string(part) + "\"" + in + expected;
     if (seen.has(*a)) return "mesh axis \"" + std::string(part) + "\" is named twice" + in + expected;
+    if (isDerivedAxis(*a))  // here only in a set of several (alone it parses)
+      return "the expert-parallel axis \"" + std::string(part) + "\" cannot be part of a set of axes" + in +
+             " (ep and edp are single axes inside dp)" + expected;
     seen.bits |= AxisSet::of(*a).bits;
     if (plus == std::string_view::npos) return "invalid mesh axes \"" + whole + "\"" + expected;  // not reached
     name.remove_prefix(plus + 1);
@@ -83,6 +94,8 @@ bool Mesh::setOrder(const std::vector<MeshAxis>& axes) {
 }
 
 int64_t Mesh::stride(MeshAxis a) const {
+  if (a == MeshAxis::kEp) return stride(MeshAxis::kDp);
+  if (a == MeshAxis::kEdp) return stride(MeshAxis::kDp) * ep;
   int64_t s = 1;
   for (MeshAxis o : order) {
     if (o == a) return s;
@@ -103,6 +116,7 @@ std::vector<int> Mesh::subGroup(int64_t rank, MeshAxis axis, int64_t size) const
 }
 
 int64_t Mesh::axisSize(AxisSet s) const {
+  if (auto a = s.single()) return axisSize(*a);
   int64_t n = 1;
   for (MeshAxis a : kAllAxes)
     if (s.has(a)) n *= axisSize(a);
@@ -110,6 +124,7 @@ int64_t Mesh::axisSize(AxisSet s) const {
 }
 
 int64_t Mesh::coord(int64_t rank, AxisSet s) const {
+  if (auto a = s.single()) return coord(rank, *a);
   int64_t c = 0, radix = 1;
   for (MeshAxis a : order)  // fastest first: the member index grows with the global rank
     if (s.has(a)) {
@@ -150,6 +165,9 @@ std::optional<MeshAxis> Mesh::axisOfGroup(const std::vector<int>& g) const {
   if (g.size() < 2) return std::nullopt;
   for (MeshAxis a : kAllAxes)
     if (axisSize(a) == int64_t(g.size()) && g[0] >= 0 && g[0] < worldSize() && group(g[0], a) == g) return a;
+  if (ep > 1)  // the derived axes, after the base ones (ep = dp names dp, edp with ep = 1 is dp)
+    for (MeshAxis a : {MeshAxis::kEp, MeshAxis::kEdp})
+      if (axisSize(a) == int64_t(g.size()) && g[0] >= 0 && g[0] < worldSize() && group(g[0], a) == g) return a;
   return std::nullopt;
 }
 
@@ -182,7 +200,7 @@ std::string Mesh::describe() const {
   const bool cp = axisSize(MeshAxis::kCp) > 1;
   std::string s = "dp=" + std::to_string(size[0]) + " tp=" + std::to_string(size[1]) +
                   " pp=" + std::to_string(size[2]) + (cp ? " cp=" + std::to_string(size[3]) : std::string()) +
-                  ", rank_order [";
+                  (ep > 1 ? " ep=" + std::to_string(ep) : std::string()) + ", rank_order [";
   bool first = true;
   for (MeshAxis a : order) {
     if (a == MeshAxis::kCp && !cp) continue;

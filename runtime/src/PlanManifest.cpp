@@ -36,7 +36,8 @@ Status parseSharding(const Doc& doc, const json& s, const std::string& path, con
   LLCDIST_RETURN_IF_ERROR(doc.string(s, path, "axis", &axis));
   auto a = parseMeshAxis(axis);
   if (!a)
-    return doc.error(key(path, "axis"), "unknown axis \"" + axis + "\" (expected " + listNames(sc::kMeshAxes) + ")");
+    return doc.error(key(path, "axis"), "unknown axis \"" + axis + "\" (expected " + listNames(sc::kMeshAxes) + ", " +
+                                            listNames(sc::kDerivedMeshAxes) + ")");
   ParamSharding sh;
   sh.axis = *a;
   const int64_t rank = int64_t(out->shape.size());
@@ -80,6 +81,13 @@ Status parseZero(const Doc& doc, const json& z, const std::string& path, const M
                                             std::string(meshAxisName(out->sharding->axis)) +
                                             " already (params[].sharding); its ZeRO blocks need another axis" +
                                             (a->single() ? "" : " (\"" + axis + "\" contains it)"));
+  // A shard of the ep axis is replicated over edp only: its ZeRO blocks cannot span dp, which mixes shards.
+  if (out->sharding && isDerivedAxis(out->sharding->axis) && a->has(MeshAxis::kDp))
+    return doc.error(key(path, "axis"), "\"" + out->name + "\" is sharded over " +
+                                            std::string(meshAxisName(out->sharding->axis)) +
+                                            ", inside dp: its ZeRO blocks need an axis without dp (its replicas " +
+                                            "are over " + (out->sharding->axis == MeshAxis::kEp ? "edp" : "ep") +
+                                            ")");
   ParamZero zero;
   zero.axis = *a;
   const std::string axisName = axisSetName(zero.axis);  // "dp", "dp+cp"
@@ -230,6 +238,10 @@ Status parseRankOrder(const Doc& doc, const json& v, int64_t cp, std::array<Mesh
       return doc.error(index(path, i),
                        "expected an axis name (" + listNames(sc::kMeshAxes) + "), got " + planjson::describe(v[i]));
     auto a = parseMeshAxis(v[i].get<std::string>());
+    if (a && isDerivedAxis(*a))
+      return doc.error(index(path, i), "\"" + v[i].get<std::string>() +
+                                           "\" is an expert-parallel axis inside dp, not a mesh axis of its own: the "
+                                           "rank order lists " + listNames(sc::kMeshAxes) + " only (ep sits in dp)");
     if (!a)
       return doc.error(index(path, i),
                        "unknown axis \"" + v[i].get<std::string>() + "\" (expected " + listNames(sc::kMeshAxes) + ")");
@@ -526,7 +538,7 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
                          std::to_string(m.globalBatch));
 
   const json& mesh = root.at("mesh");
-  LLCDIST_RETURN_IF_ERROR(doc.keys(mesh, "mesh", {"dp", "tp", "pp"}, {"cp", "rank_order", "cp_layout"}));
+  LLCDIST_RETURN_IF_ERROR(doc.keys(mesh, "mesh", {"dp", "tp", "pp"}, {"cp", "rank_order", "cp_layout", "ep"}));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "dp", &m.meshDp, 1, 1 << 24));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "tp", &m.meshTp, 1, 1 << 24));
   LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "pp", &m.meshPp, 1, 1 << 24));
@@ -550,6 +562,18 @@ StatusOr<Manifest> parseManifestJson(const Doc& doc, const json& root) {
     return doc.error("batch.seq_len", "the global sequence length " + std::to_string(m.seqLen) +
                                           " must be divisible by mesh.cp = " + std::to_string(m.meshCp) +
                                           " (each cp rank holds seq_len / cp positions of every sample)");
+  // mesh.ep (expert parallelism): a divisor of dp; > 1 only with the feature.
+  if (mesh.contains("ep")) {
+    LLCDIST_RETURN_IF_ERROR(doc.integer(mesh, "mesh", "ep", &m.meshEp, 1, sc::kMaxMeshAxisSize));
+    if (m.meshDp % m.meshEp != 0)
+      return doc.error("mesh.ep", "ep = " + std::to_string(m.meshEp) + " does not divide mesh.dp = " +
+                                      std::to_string(m.meshDp) +
+                                      " (the ep groups are drawn from the data-parallel group): choose an ep that "
+                                      "divides dp");
+    if (m.meshEp != 1 && !m.hasFeature(sc::kExpertParallelFeature))
+      return doc.error("mesh.ep", "ep > 1 needs the feature \"expert_parallel\" (expert parallelism with ep = " +
+                                      std::to_string(m.meshEp) + ")");
+  }
   if (mesh.contains("rank_order"))
     LLCDIST_RETURN_IF_ERROR(parseRankOrder(doc, mesh.at("rank_order"), m.meshCp, &m.rankOrder));
   LLCDIST_RETURN_IF_ERROR(parseCpLayout(doc, mesh, &m));

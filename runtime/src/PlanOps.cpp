@@ -141,7 +141,11 @@ Status parseArgs(const Doc& doc, const json& args, const std::string& path, cons
                               roleList(spec) + ")");
     }
     const json& v = args.at(role);
-    if (sc::isListArity(a.arity)) {
+    if (sc::isListArity(a.arity) && a.singleIdOk && !v.is_array()) {  // one id: a list of one
+      int64_t id = 0;
+      LLCDIST_RETURN_IF_ERROR(parseId(doc, v, p, prog, a, &id));
+      out->args[i].push_back(id);
+    } else if (sc::isListArity(a.arity)) {
       if (!v.is_array() || v.empty()) return doc.error(p, "expected a non-empty array of buffer ids, got " + planjson::describe(v));
       for (size_t k = 0; k < v.size(); ++k) {
         int64_t id = 0;

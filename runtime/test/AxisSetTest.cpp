@@ -61,13 +61,16 @@ TEST(AxisSetTest, ParseAndNameRoundTrip) {
 }
 
 TEST(AxisSetTest, RejectsEmptyUnknownAndRepeatedNames) {
-  for (const char* bad : {"", "+", "dp+", "+dp", "dp++cp", "dp+dp", "dp+cp+dp", "dp+xx", "DP", "dp cp", "dp,cp", "ep"})
+  for (const char* bad : {"", "+", "dp+", "+dp", "dp++cp", "dp+dp", "dp+cp+dp", "dp+xx", "DP", "dp cp", "dp,cp", "xp",
+                          "dp+ep", "edp+cp", "ep+edp"})
     EXPECT_FALSE(parseAxisSet(bad).has_value()) << bad;
   const std::string forms = R"(expected "dp", "tp", "pp", "cp", or several joined by '+', e.g. "dp+cp")";
   for (auto [name, why] :
        {std::pair{"dp+dp", R"(mesh axis "dp" is named twice in "dp+dp")"},
         std::pair{"cp+tp+cp", R"(mesh axis "cp" is named twice in "cp+tp+cp")"},
-        std::pair{"dp+xx", R"(unknown mesh axis "xx" in "dp+xx")"}, std::pair{"ep", R"(unknown mesh axis "ep")"},
+        std::pair{"dp+xx", R"(unknown mesh axis "xx" in "dp+xx")"}, std::pair{"xp", R"(unknown mesh axis "xp")"},
+        std::pair{"dp+ep", R"(the expert-parallel axis "ep" cannot be part of a set of axes in "dp+ep")"},
+        std::pair{"edp+cp", R"(the expert-parallel axis "edp" cannot be part of a set of axes in "edp+cp")"},
         std::pair{"dp+", R"(empty mesh axis name in "dp+")"}, std::pair{"", R"(empty mesh axis name "")"}}) {
     const std::string e = axisSetError(name);
     EXPECT_NE(e.find(why), std::string::npos) << e;

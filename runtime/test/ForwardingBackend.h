@@ -69,6 +69,10 @@ class ForwardingBackend : public Backend {
                                            CommDType d, Channel c) override {
     return inner_->allToAllAsync(s, x, y, o, m, i, r, d, c);
   }
+  StatusOr<CollectiveHandle> allToAllVAsync(Stream s, const void* x, int64_t xr, const int32_t* ss, void* y, int64_t yr,
+                                            int32_t* rs, int64_t k, int64_t w, CommDType d, Channel c) override {
+    return inner_->allToAllVAsync(s, x, xr, ss, y, yr, rs, k, w, d, c);
+  }
   StatusOr<CollectiveHandle> sendAsync(Stream s, const void* x, int64_t n, CommDType d, int p, int64_t t,
                                        int64_t m) override {
     return inner_->sendAsync(s, x, n, d, p, t, m);

@@ -204,6 +204,10 @@ TEST(KernelVariantChoice, FlopsOfGemmsAndAttention) {
   cl.linear = l;
   cl.chunk = 2;
   EXPECT_EQ(kernelFlops(probe(K::kClassifier, {}, cl)), 3 * 2.0 * 3 * 5 * 7);  // its three GEMMs
+  MoeParams g;  // grouped_linear_*: 2·N·K·O, N the rows attr (the worst case)
+  g.N = 11, g.K = 5, g.O = 7, g.E = 4;
+  for (K kind : {K::kGroupedLinearFwd, K::kGroupedLinearBwdInput, K::kGroupedLinearBwdWeight})
+    EXPECT_EQ(kernelFlops(probe(kind, {}, g)), 2.0 * 11 * 5 * 7) << schema::opName(kind);
   EXPECT_EQ(kernelFlops(probe(K::kAdd, {}, ElementwiseParams{10})), 0.0);
 }
 

@@ -1,12 +1,15 @@
 // The mixture-of-experts kernels (Moe.cpp): each forward against a reference written here in double from
 // the definitions (HF Mixtral / Qwen2-MoE: softmax, torch.topk, optional renormalisation; expert-major
 // rows; per-expert out_in GEMMs; the shared expert's sigmoid gate), each backward against central
-// differences of its forward; ties, k = 1 and k = E, empty groups, rows past the groups, ids out of range.
+// differences of its forward; ties, k = 1 and k = E, empty groups, rows past the groups, ids out of range;
+// moe_permute's capacity (token dropping) against a hand reference, unpermute with dropped slots.
 #include "TestUtil.h"
+#include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
 #include <algorithm>
 #include <numeric>
+#include <random>
 #include <tuple>
 
 namespace llcdist::rt {
@@ -290,7 +293,7 @@ TEST(MoePermuteTest, ExpertMajorRowsAndGroupSizes) {
     const std::vector<float> x = randn(p.T * p.H, 3);
     std::vector<float> xp(size_t(p.T * p.k * p.H), 99.0f);
     std::vector<int32_t> slots(size_t(p.T * p.k)), sizes(size_t(p.E), 99);
-    moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), p);
+    ASSERT_TRUE(moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), p).isOk());
     std::vector<int32_t> wantSlots, wantSizes;
     permuteReference(experts, p, wantSlots, wantSizes);
     EXPECT_EQ(slots, wantSlots);
@@ -302,16 +305,30 @@ TEST(MoePermuteTest, ExpertMajorRowsAndGroupSizes) {
   }
 }
 
-TEST(MoePermuteTest, ExpertIdsOutOfRangeTakeTheLastRows) {
-  const MoeParams p = tokens(3, 2, 3, 2);
-  const std::vector<int32_t> experts = {1, -1, 0, 3, 1, 0};  // -1 and 3 are outside [0, 3)
-  const std::vector<float> x = {1, 2, 3, 4, 5, 6};
-  std::vector<float> xp(size_t(6 * 2 + 2), 99.0f);  // a guard row past the end
-  std::vector<int32_t> slots(6), sizes(3);
-  moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), p);
-  EXPECT_EQ(sizes, (std::vector<int32_t>{2, 2, 0}));
-  EXPECT_EQ(slots, (std::vector<int32_t>{2, 4, 0, 5, 3, 1}));
-  EXPECT_EQ(xp, (std::vector<float>{3, 4, 5, 6, 1, 2, 5, 6, 1, 2, 3, 4, 99, 99}));
+// An expert id outside [0, E) is an error naming moe_permute, the (first) token and the id -- the CUDA
+// kernel's message too (moePermuteExpertError) -- and nothing is written.
+TEST(MoePermuteTest, ExpertIdsOutOfRangeAreAnError) {
+  for (const auto& [bad, token] : {std::pair{3, 1}, {-1, 0}, {7, 2}}) {
+    for (int64_t capacity : {0, 1}) {
+      MoeParams p = tokens(3, 2, 3, 2);
+      p.capacity = capacity;
+      std::vector<int32_t> experts = {1, 2, 0, 0, 1, 0};
+      experts[size_t(token * 2 + 1)] = bad;
+      const std::vector<float> x = {1, 2, 3, 4, 5, 6};
+      std::vector<float> xp(size_t(moePermuteRows(p) * 2), 99.0f);
+      std::vector<int32_t> slots(6, 99), sizes(3, 99);
+      const Status st = moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), p);
+      ASSERT_FALSE(st.isOk());
+      EXPECT_EQ(st.message(), moePermuteExpertError(token, bad));
+      EXPECT_NE(st.message().find("moe_permute: token " + std::to_string(token) + " is routed to expert id " +
+                                  std::to_string(bad)),
+                std::string::npos)
+          << st.message();
+      EXPECT_EQ(slots, std::vector<int32_t>(6, 99));
+      EXPECT_EQ(sizes, std::vector<int32_t>(3, 99));
+      EXPECT_EQ(xp, std::vector<float>(xp.size(), 99.0f));
+    }
+  }
 }
 
 TEST(MoeUnpermuteTest, WeightedSumOverTheTokensSlots) {
@@ -322,7 +339,7 @@ TEST(MoeUnpermuteTest, WeightedSumOverTheTokensSlots) {
   const std::vector<float> xp = randn(p.T * p.k * p.H, 12), w = randn(p.T * p.k, 13);
   for (bool weighted : {true, false}) {
     std::vector<float> y(size_t(p.T * p.H), 99.0f);
-    moeUnpermute(xp.data(), slots.data(), weighted ? w.data() : nullptr, y.data(), p);
+    ASSERT_TRUE(moeUnpermute(xp.data(), slots.data(), weighted ? w.data() : nullptr, y.data(), p).isOk());
     std::vector<double> ref(size_t(p.T * p.H), 0.0);
     for (int64_t t = 0; t < p.T; ++t)
       for (int64_t j = 0; j < p.k; ++j)
@@ -331,16 +348,44 @@ TEST(MoeUnpermuteTest, WeightedSumOverTheTokensSlots) {
               (weighted ? double(w[size_t(t * p.k + j)]) : 1.0) * xp[size_t(slots[size_t(t * p.k + j)] * p.H + h)];
     expectAllClose(y, ref, 1e-6, 1e-6, weighted ? "y" : "y (no weights)");
   }
-  // A slot out of range adds nothing.
-  std::vector<int32_t> bad = slots;
-  bad[1] = int32_t(p.T * p.k);
-  bad[2] = -1;
+  // A slot -1 (a dropped assignment) adds nothing.
+  std::vector<int32_t> dropped = slots;
+  dropped[1] = dropped[2] = -1;
   std::vector<float> y(size_t(p.T * p.H)), yGood(size_t(p.T * p.H));
-  moeUnpermute(xp.data(), bad.data(), nullptr, y.data(), p);
+  ASSERT_TRUE(moeUnpermute(xp.data(), dropped.data(), nullptr, y.data(), p).isOk());
   std::vector<float> zeroW(w.size(), 1.0f);
   zeroW[1] = zeroW[2] = 0.0f;
-  moeUnpermute(xp.data(), slots.data(), zeroW.data(), yGood.data(), p);
+  ASSERT_TRUE(moeUnpermute(xp.data(), slots.data(), zeroW.data(), yGood.data(), p).isOk());
   EXPECT_EQ(y, yGood);
+}
+
+// A slot < -1 or >= N (T·k, or attr N) is an error naming the op, the token and the slot; nothing is
+// written (forward and backward).
+TEST(MoeUnpermuteTest, SlotsOutOfRangeAreAnError) {
+  for (int64_t N : {0, 5}) {
+    MoeParams p = tokens(3, 2, 4, 2);
+    p.N = N;
+    const int64_t rows = moeUnpermuteRows(p);
+    for (const auto& [bad, token] : {std::pair{int32_t(rows), 1}, {-2, 2}, {1000, 0}}) {
+      SCOPED_TRACE("N " + std::to_string(rows) + " slot " + std::to_string(bad));
+      std::vector<int32_t> slots = {0, 1, 2, -1, 3, 4};
+      slots[size_t(token * 2)] = bad;
+      const std::vector<float> xp = randn(rows * p.H, 14), w = randn(6, 15), dy = randn(3 * p.H, 16);
+      std::vector<float> y(6, 99.0f), dxp(xp.size(), 99.0f), dw(6, 99.0f);
+      const Status fwd = moeUnpermute(xp.data(), slots.data(), w.data(), y.data(), p);
+      ASSERT_FALSE(fwd.isOk());
+      EXPECT_EQ(fwd.message(), moeSlotError("moe_unpermute", token, bad));
+      EXPECT_NE(fwd.message().find("moe_unpermute: token " + std::to_string(token) + " has slot " + std::to_string(bad)),
+                std::string::npos)
+          << fwd.message();
+      EXPECT_EQ(y, std::vector<float>(6, 99.0f));
+      const Status bwd = moeUnpermuteBackward(dy.data(), xp.data(), slots.data(), w.data(), dxp.data(), dw.data(), p);
+      ASSERT_FALSE(bwd.isOk());
+      EXPECT_EQ(bwd.message(), moeSlotError("moe_unpermute_bwd", token, bad));
+      EXPECT_EQ(dxp, std::vector<float>(xp.size(), 99.0f));
+      EXPECT_EQ(dw, std::vector<float>(6, 99.0f));
+    }
+  }
 }
 
 TEST(MoeUnpermuteTest, BackwardMatchesFiniteDifferences) {
@@ -352,10 +397,10 @@ TEST(MoeUnpermuteTest, BackwardMatchesFiniteDifferences) {
     std::vector<float> xp = randn(p.T * p.k * p.H, 21), w = randn(p.T * p.k, 22);
     const std::vector<float> dy = randn(p.T * p.H, 23);
     std::vector<float> dxp(xp.size(), 99.0f), dw(w.size(), 99.0f);
-    moeUnpermuteBackward(dy.data(), xp.data(), slots.data(), w.data(), dxp.data(), dw.data(), p);
+    ASSERT_TRUE(moeUnpermuteBackward(dy.data(), xp.data(), slots.data(), w.data(), dxp.data(), dw.data(), p).isOk());
     const auto loss = [&] {
       std::vector<float> y(size_t(p.T * p.H));
-      moeUnpermute(xp.data(), slots.data(), w.data(), y.data(), p);
+      EXPECT_TRUE(moeUnpermute(xp.data(), slots.data(), w.data(), y.data(), p).isOk());
       return dot(dy, y);
     };
     checkGradient(xp, dxp, loss, "dxp");
@@ -365,12 +410,191 @@ TEST(MoeUnpermuteTest, BackwardMatchesFiniteDifferences) {
 
 TEST(MoeUnpermuteTest, BackwardZeroesRowsNoSlotNames) {
   const MoeParams p = tokens(2, 2, 2, 2);
-  const std::vector<int32_t> slots = {3, -1, 0, 9};  // rows 1 and 2 unnamed; -1 and 9 out of range
+  const std::vector<int32_t> slots = {3, -1, 0, -1};  // rows 1 and 2 unnamed; two dropped assignments
   const std::vector<float> xp = {1, 2, 3, 4, 5, 6, 7, 8}, w = {2, 3, 4, 5}, dy = {1, -1, 0.5f, 2};
   std::vector<float> dxp(8 + 2, 99.0f), dw(4, 99.0f);
-  moeUnpermuteBackward(dy.data(), xp.data(), slots.data(), w.data(), dxp.data(), dw.data(), p);
+  ASSERT_TRUE(moeUnpermuteBackward(dy.data(), xp.data(), slots.data(), w.data(), dxp.data(), dw.data(), p).isOk());
   EXPECT_EQ(dxp, (std::vector<float>{2, 8, 0, 0, 0, 0, 2, -2, 99, 99}));
   EXPECT_EQ(dw, (std::vector<float>{7 - 8, 0, 0.5f + 4, 0}));
+}
+
+// ---- capacity (token dropping) ----------------------------------------------------------------------------
+
+// The hand reference of moe_permute under a capacity C (GShard / Switch, token order): the assignments
+// sorted by (expert, t, j); each expert keeps its first C, the kept ones numbered in that order (packed
+// rows in expert order); the others are dropped (slot -1).
+struct CapacityReference {
+  std::vector<int32_t> slots, sizes;
+  int64_t kept = 0, dropped = 0;
+};
+CapacityReference capacityReference(const std::vector<int32_t>& experts, const MoeParams& p, int64_t C) {
+  std::vector<std::tuple<int32_t, int64_t, int64_t>> order;
+  for (int64_t t = 0; t < p.T; ++t)
+    for (int64_t j = 0; j < p.k; ++j) order.emplace_back(experts[size_t(t * p.k + j)], t, j);
+  std::sort(order.begin(), order.end());
+  CapacityReference r;
+  r.slots.assign(size_t(p.T * p.k), -1);
+  r.sizes.assign(size_t(p.E), 0);
+  for (const auto& [e, t, j] : order) {
+    if (r.sizes[size_t(e)] == C) {
+      ++r.dropped;
+      continue;
+    }
+    ++r.sizes[size_t(e)];
+    r.slots[size_t(t * p.k + j)] = int32_t(r.kept++);
+  }
+  return r;
+}
+
+// Routing with heavy collisions: k distinct experts per token, low ids far more likely (e = E·u³).
+std::vector<int32_t> skewedExperts(int64_t T, int64_t E, int64_t k, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<int32_t> ex;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> picked;
+    while (int64_t(picked.size()) < k) {
+      const double v = u(gen);
+      const int32_t e = int32_t(std::min<int64_t>(E - 1, int64_t(double(E) * v * v * v)));
+      if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
+    }
+    ex.insert(ex.end(), picked.begin(), picked.end());
+  }
+  return ex;
+}
+
+MoeParams capacityTokens(int64_t T, int64_t H, int64_t E, int64_t k, int64_t C) {
+  MoeParams p = tokens(T, H, E, k);
+  p.capacity = C;
+  return p;
+}
+
+TEST(MoeCapacityTest, PermuteKeepsEachExpertsFirstAssignmentsInTokenOrder) {
+  const int64_t T = 29, H = 3, E = 5, k = 2;
+  const std::vector<int32_t> experts = skewedExperts(T, E, k, 81);
+  const std::vector<float> x = randn(T * H, 82);
+  std::vector<int32_t> dropless(size_t(T * k)), droplessSizes(static_cast<size_t>(E));
+  {
+    std::vector<float> xp(size_t(T * k * H));
+    ASSERT_TRUE(
+        moePermute(x.data(), experts.data(), xp.data(), dropless.data(), droplessSizes.data(), tokens(T, H, E, k))
+            .isOk());
+  }
+  const int64_t most = *std::max_element(droplessSizes.begin(), droplessSizes.end());
+  ASSERT_GT(most, 8);  // heavy collisions: the capacities below drop
+  for (int64_t C : {int64_t(1), int64_t(3), int64_t(8), most, most + 7}) {
+    SCOPED_TRACE("capacity " + std::to_string(C));
+    const MoeParams p = capacityTokens(T, H, E, k, C);
+    ASSERT_EQ(moePermuteRows(p), E * C);
+    std::vector<float> xp(size_t(E * C * H), 99.0f);
+    std::vector<int32_t> slots(size_t(T * k), 99), sizes(size_t(E), 99);
+    ASSERT_TRUE(moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), p).isOk());
+    const CapacityReference want = capacityReference(experts, p, C);
+    EXPECT_EQ(slots, want.slots);
+    EXPECT_EQ(sizes, want.sizes);
+    for (int64_t e = 0; e < E; ++e) EXPECT_EQ(sizes[size_t(e)], std::min<int64_t>(droplessSizes[size_t(e)], C));
+    EXPECT_EQ(want.dropped > 0, C < most);
+    if (C >= most) {
+      EXPECT_EQ(slots, dropless);  // nothing dropped: the dropless layout
+    }
+    // Which (t, j) are dropped: those past the first C of their expert in (t, j) order.
+    std::vector<int64_t> seen(size_t(E), 0);
+    for (int64_t i = 0; i < T * k; ++i) EXPECT_EQ(slots[size_t(i)] < 0, seen[size_t(experts[size_t(i)])]++ >= C) << i;
+    for (int64_t i = 0; i < T * k; ++i) {
+      if (slots[size_t(i)] < 0) continue;
+      for (int64_t h = 0; h < H; ++h)
+        EXPECT_EQ(xp[size_t(slots[size_t(i)] * H + h)], x[size_t((i / k) * H + h)]) << "assignment " << i;
+    }
+    for (int64_t r = want.kept * H; r < E * C * H; ++r) EXPECT_EQ(xp[size_t(r)], 0.0f) << "tail element " << r;
+  }
+}
+
+TEST(MoeCapacityTest, UnpermuteSkipsDroppedAssignments) {
+  const int64_t T = 17, H = 4, E = 4, k = 2, C = 3;
+  const std::vector<int32_t> experts = skewedExperts(T, E, k, 83);
+  MoeParams p = capacityTokens(T, H, E, k, C);
+  const CapacityReference ref = capacityReference(experts, p, C);
+  ASSERT_GT(ref.dropped, 0);
+  p.N = E * C;  // moe_unpermute's attr N
+  const std::vector<float> xp = randn(E * C * H, 84), w = randn(T * k, 85);
+  for (bool weighted : {true, false}) {
+    std::vector<float> y(size_t(T * H), 99.0f);
+    ASSERT_TRUE(moeUnpermute(xp.data(), ref.slots.data(), weighted ? w.data() : nullptr, y.data(), p).isOk());
+    std::vector<double> want(size_t(T * H), 0.0);
+    for (int64_t i = 0; i < T * k; ++i) {
+      if (ref.slots[size_t(i)] < 0) continue;
+      for (int64_t h = 0; h < H; ++h)
+        want[size_t((i / k) * H + h)] +=
+            (weighted ? double(w[size_t(i)]) : 1.0) * xp[size_t(ref.slots[size_t(i)] * H + h)];
+    }
+    expectAllClose(y, want, 1e-6, 1e-6, weighted ? "y" : "y (no weights)");
+  }
+  // A token whose every assignment is dropped gets 0.
+  std::vector<int32_t> allDropped = ref.slots;
+  allDropped[0] = allDropped[1] = -1;
+  std::vector<float> y(size_t(T * H), 99.0f);
+  ASSERT_TRUE(moeUnpermute(xp.data(), allDropped.data(), w.data(), y.data(), p).isOk());
+  for (int64_t h = 0; h < H; ++h) EXPECT_EQ(y[size_t(h)], 0.0f);
+}
+
+TEST(MoeCapacityTest, UnpermuteBackwardWithDrops) {
+  const int64_t T = 13, H = 3, E = 4, k = 2, C = 2;
+  const std::vector<int32_t> experts = skewedExperts(T, E, k, 86);
+  MoeParams p = capacityTokens(T, H, E, k, C);
+  const CapacityReference ref = capacityReference(experts, p, C);
+  ASSERT_GT(ref.dropped, 0);
+  p.N = E * C;
+  std::vector<float> xp = randn(E * C * H, 87), w = randn(T * k, 88);
+  const std::vector<float> dy = randn(T * H, 89);
+  std::vector<float> dxp(xp.size(), 99.0f), dw(w.size(), 99.0f);
+  ASSERT_TRUE(moeUnpermuteBackward(dy.data(), xp.data(), ref.slots.data(), w.data(), dxp.data(), dw.data(), p).isOk());
+  std::vector<char> named(size_t(E * C), 0);
+  for (int64_t i = 0; i < T * k; ++i) {
+    const int32_t s = ref.slots[size_t(i)];
+    if (s < 0) {
+      EXPECT_EQ(dw[size_t(i)], 0.0f) << "dropped assignment " << i;
+      continue;
+    }
+    named[size_t(s)] = 1;
+    double d = 0.0;
+    for (int64_t h = 0; h < H; ++h) {
+      d += double(dy[size_t((i / k) * H + h)]) * xp[size_t(s * H + h)];
+      EXPECT_FLOAT_EQ(dxp[size_t(s * H + h)], w[size_t(i)] * dy[size_t((i / k) * H + h)]);
+    }
+    EXPECT_NEAR(dw[size_t(i)], d, 1e-6);
+  }
+  for (int64_t r = 0; r < E * C; ++r) {
+    if (named[size_t(r)]) continue;
+    for (int64_t h = 0; h < H; ++h) EXPECT_EQ(dxp[size_t(r * H + h)], 0.0f) << "row " << r;
+  }
+  const auto loss = [&] {
+    std::vector<float> y(size_t(T * H));
+    EXPECT_TRUE(moeUnpermute(xp.data(), ref.slots.data(), w.data(), y.data(), p).isOk());
+    return dot(dy, y);
+  };
+  checkGradient(xp, dxp, loss, "dxp");
+  checkGradient(w, dw, loss, "dweights");
+}
+
+// permute under a capacity, identity experts, unpermute with N = E·C: each token gets Σ over its kept
+// assignments of w·x[t] (the dropped ones contribute nothing, as in GShard / Switch).
+TEST(MoeCapacityTest, PermuteThenUnpermuteSumsTheKeptAssignments) {
+  const int64_t T = 21, H = 2, E = 3, k = 2, C = 5;
+  const std::vector<int32_t> experts = skewedExperts(T, E, k, 90);
+  MoeParams p = capacityTokens(T, H, E, k, C);
+  const std::vector<float> x = randn(T * H, 91), w = randn(T * k, 92);
+  std::vector<float> xp(size_t(E * C * H)), y(size_t(T * H));
+  std::vector<int32_t> slots(static_cast<size_t>(T * k)), sizes(static_cast<size_t>(E));
+  ASSERT_TRUE(moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), p).isOk());
+  p.N = E * C;
+  ASSERT_TRUE(moeUnpermute(xp.data(), slots.data(), w.data(), y.data(), p).isOk());
+  const CapacityReference ref = capacityReference(experts, p, C);
+  ASSERT_GT(ref.dropped, 0);
+  std::vector<double> want(size_t(T * H), 0.0);
+  for (int64_t i = 0; i < T * k; ++i)
+    if (ref.slots[size_t(i)] >= 0)
+      for (int64_t h = 0; h < H; ++h) want[size_t((i / k) * H + h)] += double(w[size_t(i)]) * x[size_t((i / k) * H + h)];
+  expectAllClose(y, want, 1e-6, 1e-6, "y");
 }
 
 // ---- grouped_linear ------------------------------------------------------------------------------------
@@ -443,9 +667,9 @@ TEST(MoeBlockTest, PermutedGroupedGemmEqualsTheDenseMixture) {
   std::vector<float> weights(T * k), xp(T * k * H), yp(T * k * O), y(T * O);
   std::vector<int32_t> experts(T * k), slots(T * k), sizes(E);
   moeRouteForward(logits.data(), weights.data(), experts.data(), route(T, E, k, true));
-  moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), tokens(T, H, E, k));
+  ASSERT_TRUE(moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), tokens(T, H, E, k)).isOk());
   groupedLinearForward(xp.data(), w.data(), sizes.data(), yp.data(), grouped(T * k, H, O, E));
-  moeUnpermute(yp.data(), slots.data(), weights.data(), y.data(), tokens(T, O, E, k));
+  ASSERT_TRUE(moeUnpermute(yp.data(), slots.data(), weights.data(), y.data(), tokens(T, O, E, k)).isOk());
   std::vector<double> ref(T * O, 0.0);  // HF's loop: Σ_j w_j · expert_{e_j}(x[t])
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < k; ++j)

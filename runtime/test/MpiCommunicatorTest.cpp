@@ -156,6 +156,66 @@ TEST(MpiCommunicator, AllToAllExchangesBlocks) {
   }
 }
 
+// allToAllV (expert parallelism): splits with zeros (c = 3 chunks per member), then variable-size row
+// messages, f32 and bf16 rows; y and recv splits bit for bit the in-process result, the tail of y zero,
+// on the world and on pairs.
+TEST(MpiCommunicator, AllToAllVExchangesSplitsThenRows) {
+  auto comm = mpiComm();
+  const int me = worldRank();
+  const int64_t c = 3, H = 5;
+  for (const std::vector<int>& group : {world(), pairOf(me)})
+    for (CommDType dtype : {CommDType::kF32, CommDType::kBF16}) {
+      const int64_t n = int64_t(group.size()), el = commDTypeSize(dtype), rowBytes = H * el;
+      const int64_t xRows = n * c * 2, yRows = n * c * 2 + 3;  // every split <= 2: a spare tail in y
+      struct Out {
+        std::vector<uint8_t> y;
+        std::vector<int32_t> recv;
+      };
+      auto call = [&](Communicator& cm, int r, Out& out) {
+        std::vector<int32_t> send(size_t(n * c));
+        for (int64_t k = 0; k < n * c; ++k) send[size_t(k)] = int32_t((r * 7 + k * 3) % 3);  // 0, 1 or 2
+        std::vector<uint8_t> x(size_t(xRows * rowBytes));
+        for (size_t i = 0; i < x.size(); ++i) x[i] = uint8_t(r * 29 + int(i));
+        out.y.assign(size_t(yRows * rowBytes), 0xee);
+        out.recv.assign(size_t(n * c), -1);
+        return cm.allToAllV(r, group, x.data(), xRows, send.data(), out.y.data(), yRows, out.recv.data(), c, H,
+                            dtype);
+      };
+      // The reference: every world rank's call on its group (the groups partition the world) on the
+      // in-process communicator, one thread per rank.
+      InProcessCommunicatorOptions o;
+      o.worldSize = worldSize();
+      auto ref = makeInProcessCommunicator(o);
+      std::vector<Out> outs(static_cast<size_t>(worldSize()));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < worldSize(); ++r)
+        threads.emplace_back([&, r] {
+          std::vector<int> g = group == world() ? world() : pairOf(r);
+          auto callOn = [&](Communicator& cm, Out& out) {
+            const int64_t gn = int64_t(g.size());
+            std::vector<int32_t> send(size_t(gn * c));
+            for (int64_t k = 0; k < gn * c; ++k) send[size_t(k)] = int32_t((r * 7 + k * 3) % 3);
+            std::vector<uint8_t> x(size_t(gn * c * 2 * rowBytes));
+            for (size_t i = 0; i < x.size(); ++i) x[i] = uint8_t(r * 29 + int(i));
+            out.y.assign(size_t((gn * c * 2 + 3) * rowBytes), 0xee);
+            out.recv.assign(size_t(gn * c), -1);
+            return cm.allToAllV(r, g, x.data(), gn * c * 2, send.data(), out.y.data(), gn * c * 2 + 3,
+                                out.recv.data(), c, H, dtype);
+          };
+          EXPECT_TRUE(callOn(*ref, outs[size_t(r)]).isOk());
+        });
+      for (auto& t : threads) t.join();
+      Out got;
+      Status s = call(*comm, me, got);
+      ASSERT_TRUE(s.isOk()) << s.toString();
+      EXPECT_EQ(got.recv, outs[size_t(me)].recv);
+      EXPECT_EQ(got.y, outs[size_t(me)].y);
+      int64_t rows = 0;
+      for (int32_t v : got.recv) rows += v;
+      for (int64_t b = rows * rowBytes; b < yRows * rowBytes; ++b) ASSERT_EQ(got.y[size_t(b)], 0) << b;
+    }
+}
+
 // Messages of one pair arrive in order and carry their triple; a receive that expects another tag
 // is an error naming both.
 TEST(MpiCommunicator, SendsArriveInOrderAndTriplesAreChecked) {

@@ -245,7 +245,7 @@ TEST_F(PipelinePlanTest, SendRecvAndStageAxisErrors) {
         send(p)["attrs"]["shift"] = 0;
       },
       {"subroutines[1].ops[3].attrs.shift"});
-  expectError([&](auto& p) { recv(p)["attrs"]["axis"] = "ep"; }, {"attrs.axis", "unknown mesh axis \"ep\""});
+  expectError([&](auto& p) { recv(p)["attrs"]["axis"] = "xp"; }, {"attrs.axis", "unknown mesh axis \"xp\""});
   expectError([&](auto& p) { recv(p)["args"] = {{"y", kS1Ids}}; }, {"subroutines[1].ops[1].args.y", "i32", "needs f32"});
   expectError([&](auto& p) { recv(p)["args"] = {{"x", 5}}; }, {"args.x", "unknown role for op \"recv\""});
   // The stage norm (stage 1's optimizer ops 0..2: grad_norm_sq, all_reduce over pp, grad_norm_clip).

@@ -276,16 +276,21 @@ TEST_F(PlanLoaderTest, MultiRankMeshAndPrograms) {
   expectError(mesh([](auto& b) { b.manifest["mesh"]["rank_order"] = {"tp", "dp", "tp"}; }),
               {"manifest.json", "mesh.rank_order[2]", "twice"});
   expectError(mesh([](auto& b) {
+                b.manifest["mesh"]["rank_order"] = {"tp", "dp", "xp"};
+              }),
+              {"mesh.rank_order[2]", "unknown axis \"xp\""});
+  // ep / edp (expert parallelism) live inside dp: never in the rank order.
+  expectError(mesh([](auto& b) {
                 b.manifest["mesh"]["rank_order"] = {"tp", "dp", "ep"};
               }),
-              {"mesh.rank_order[2]", "unknown axis \"ep\""});
+              {"mesh.rank_order[2]", "\"ep\" is an expert-parallel axis inside dp"});
   // cp is an axis now (context parallelism), but a three-name order lists dp, tp and pp.
   expectError(mesh([](auto& b) {
                 b.manifest["mesh"]["rank_order"] = {"tp", "dp", "cp"};
               }),
               {"mesh.rank_order[2]", "three axes lists dp, tp and pp"});
   expectError(mesh([](auto& b) { b.manifest["mesh"]["rank_order"] = "tp,dp,pp"; }), {"mesh.rank_order", "permutation"});
-  expectError(mesh([](auto& b) { b.manifest["mesh"]["ep"] = 1; }), {"mesh.ep", "unknown field"});
+  expectError(mesh([](auto& b) { b.manifest["mesh"]["xp"] = 1; }), {"mesh.xp", "unknown field"});
   expectError([](auto& b) {
     b.manifest["mesh"]["pp"] = 2;
     b.manifest["programs"][0]["ranks"] = {0, 1};
@@ -320,8 +325,8 @@ TEST_F(PlanLoaderTest, CollectiveOpErrors) {
     ASSERT_TRUE(s.isOk()) << s.message();
   }
   const std::string where = "subroutines[3].ops[3]";
-  expectError(withOp(op("all_reduce", {{"x", {kDwte}}}, {{"axis", "ep"}, {"op", "sum"}})),
-              {"program-0.json", where + ".attrs.axis", "unknown mesh axis \"ep\""});
+  expectError(withOp(op("all_reduce", {{"x", {kDwte}}}, {{"axis", "xp"}, {"op", "sum"}})),
+              {"program-0.json", where + ".attrs.axis", "unknown mesh axis \"xp\""});
   expectError(withOp(op("all_reduce", {{"x", {kDwte}}}, {{"axis", "dp"}, {"op", "prod"}})),
               {where + ".attrs.op", "unknown reduction \"prod\""});
   expectError(withOp(op("all_reduce", {{"x", {kDwte}}}, {{"axis", "dp"}})), {where + ".attrs.op", "missing"});
@@ -654,7 +659,8 @@ TEST_F(PlanLoaderTest, PosEmbeddingShardAxisErrors) {
   expectError(withPos(8, "xp", nullptr), {"program-0.json", pf + ".attrs.shard_axis", "unknown mesh axis \"xp\""});
   expectError(withPos(8, nullptr, ""), {pb + ".attrs.shard_axis", "unknown mesh axis"});
   expectError(withPos(8, nullptr, "sp"),
-              {pb + ".attrs.shard_axis", "unknown mesh axis \"sp\"", "\"dp\", \"tp\", \"pp\" or \"cp\""});
+              {pb + ".attrs.shard_axis", "unknown mesh axis \"sp\"",
+               "\"dp\", \"tp\", \"pp\", \"cp\", \"ep\" or \"edp\""});
   expectError(withPos(8, 2, nullptr), {pf + ".attrs.shard_axis", "expected a string"});
   expectError(withPos(8, nullptr, json::array({"tp"})), {pb + ".attrs.shard_axis", "expected a string"});
   // tp = 2 with S = 8: the positions [0, 16) do not fit in P = 12 (nor the unsharded rule S <= P = 7).
@@ -700,7 +706,7 @@ TEST_F(PlanLoaderTest, ShardedParamErrors) {
   expectError(fixOps(shardWte({{"axis", "tp"}, {"dim", 2}}, {16, 16})), {"manifest.json", "params[0].sharding.dim", "in [0, 1]"});
   expectError(fixOps(shardWte({{"axis", "tp"}, {"dim", 0}, {"blocks", 3}}, {16, 16})),
               {"params[0].sharding", "not divisible by blocks × tp = 3 × 2"});
-  expectError(fixOps(shardWte({{"axis", "ep"}, {"dim", 0}}, {16, 16})), {"params[0].sharding.axis", "unknown axis"});
+  expectError(fixOps(shardWte({{"axis", "xp"}, {"dim", 0}}, {16, 16})), {"params[0].sharding.axis", "unknown axis"});
   expectError(fixOps(shardWte({{"axis", "tp"}}, {16, 16})), {"params[0].sharding.dim", "missing"});
   expectError(fixOps(shardWte({{"axis", "tp"}, {"dim", 0}, {"split", 2}}, {16, 16})), {"params[0].sharding.split", "unknown field"});
   expectError(fixOps(shardWte({{"axis", "tp"}, {"dim", 0}, {"blocks", 0}}, {16, 16})), {"params[0].sharding.blocks", ">= 1"});
@@ -759,6 +765,43 @@ TEST_F(PlanLoaderTest, MoeOpErrors) {
   }
   expectError(unpermute(256, 32), {at + ".args.xp", "expected T×k×H = 512"});
   expectError(unpermute(512, 16), {at + ".args.weights", "expected T×k = 32"});
+  // Token dropping: moe_permute's capacity C (>= 1) makes xp [E·C, H]; moe_unpermute's N makes xp [N, H].
+  auto permute = [](int64_t xp, json capacity) {
+    return [=](testing::PlanBuilder& b) {
+      json attrs = {{"T", 16}, {"H", 16}, {"E", 4}, {"k", 2}};
+      if (!capacity.is_null()) attrs["capacity"] = capacity;
+      b.op("forward", "moe_permute",
+           {{"x", kH},
+            {"experts", b.buffer("moe.experts", "activation", {32}, "i32")},
+            {"xp", b.buffer("moe.xp", "activation", {xp})},
+            {"slots", b.buffer("moe.slots", "activation", {32}, "i32")},
+            {"group_sizes", b.buffer("moe.sizes", "activation", {4}, "i32")}},
+           attrs);
+    };
+  };
+  auto unpermuteRows = [](int64_t xp, json N) {
+    return [=](testing::PlanBuilder& b) {
+      b.op("forward", "moe_unpermute",
+           {{"xp", b.buffer("moe.xp", "activation", {xp})},
+            {"slots", b.buffer("moe.slots", "activation", {32}, "i32")},
+            {"y", kH}},
+           {{"T", 16}, {"H", 16}, {"k", 2}, {"N", N}});
+    };
+  };
+  for (const Mutate& valid :
+       {Mutate(permute(512, json())), Mutate(permute(4 * 5 * 16, 5)), Mutate(permute(4 * 16, 1)),
+        Mutate(unpermuteRows(20 * 16, 20))}) {
+    testing::PlanBuilder b = base;
+    valid(b);
+    Status s = load(b);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  }
+  expectError(permute(512, 0), {at + ".attrs.capacity", ">= 1"});
+  expectError(permute(512, -3), {at + ".attrs.capacity", ">= 1"});
+  expectError(permute(512, 5), {at + ".args.xp", "expected E×capacity×H = 320"});
+  expectError(permute(320, json()), {at + ".args.xp", "expected T×k×H = 512"});
+  expectError(unpermuteRows(512, 20), {at + ".args.xp", "expected N×H = 320"});
+  expectError(unpermuteRows(320, 0), {at + ".attrs.N", ">= 1"});
 }
 
 // The load-balancing loss's roles: moe_route's counts [E]; moe_route_bwd's counts [E] with both scales,

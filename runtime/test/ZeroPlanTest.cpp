@@ -85,7 +85,7 @@ TEST_F(ZeroPlanTest, ZeroParamErrors) {
   expectError(setZero(4, {{"axis", "dp"}, {"stage", 4}}), {"params[4].zero.stage", "in [1, 3]", "got 4"});
   expectError(setZero(4, {{"axis", "dp"}, {"stage", "3"}}), {"params[4].zero.stage", "expected an integer"});
   expectError(setZero(4, {{"axis", "dp"}}), {"params[4].zero.stage", "missing"});
-  expectError(setZero(4, {{"axis", "ep"}, {"stage", 3}}), {"params[4].zero.axis", "unknown mesh axis \"ep\""});
+  expectError(setZero(4, {{"axis", "xp"}, {"stage", 3}}), {"params[4].zero.axis", "unknown mesh axis \"xp\""});
   expectError(setZero(4, {{"axis", "dp"}, {"stage", 3}, {"offload", true}}), {"params[4].zero.offload", "unknown field"});
   expectError(setZero(4, json::array({"dp", 3})), {"params[4].zero", "expected an object"});
   // ZeRO over the axis the param is already sharded on would leave blocks on no rank.
@@ -206,7 +206,10 @@ TEST_F(ZeroPlanTest, ZeroOverDpCpSplitsOverTheSet) {
   }
   expectError(cp2, setZero(4, {{"axis", "dp+dp"}, {"stage", 3}}),
               {"params[4].zero.axis", R"(mesh axis "dp" is named twice in "dp+dp")", "several joined by '+'"});
-  expectError(cp2, setZero(4, {{"axis", "dp+ep"}, {"stage", 3}}), {"params[4].zero.axis", R"(unknown mesh axis "ep")"});
+  expectError(cp2, setZero(4, {{"axis", "dp+xp"}, {"stage", 3}}), {"params[4].zero.axis", R"(unknown mesh axis "xp")"});
+  // ep / edp (expert parallelism) are single axes: never in a set.
+  expectError(cp2, setZero(4, {{"axis", "dp+ep"}, {"stage", 3}}),
+              {"params[4].zero.axis", R"(the expert-parallel axis "ep" cannot be part of a set of axes in "dp+ep")"});
   // wte is sharded over tp: a set with tp would leave blocks on no rank.
   expectError(cp2, setZero(0, {{"axis", "tp+cp"}, {"stage", 3}}),
               {"params[0].zero.axis", "sharded over tp", R"("tp+cp" contains it)"});

@@ -7,12 +7,12 @@
 // DEFAULT-LABEL: Pass Manager with 3 passes:
 // DEFAULT-NEXT: builtin.module(
 // DEFAULT-NEXT: cse,
-// DEFAULT-NEXT: llcdist-attach-mesh{cp=1 dp=1 pp=1 rank-order=tp,dp,pp tp=1},
+// DEFAULT-NEXT: llcdist-attach-mesh{cp=1 dp=1 ep=1 pp=1 rank-order=tp,dp,pp tp=1},
 // DEFAULT-NEXT: llcdist-model-stats
 // DEFAULT-NEXT: )
 // RUN: not llc-dist-opt %s --llcdist-forward="dp=2 tp=4 pp=8 rank-order=pp,dp,tp" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=MESH
 // MESH-LABEL: Pass Manager with 3 passes:
-// MESH: llcdist-attach-mesh{cp=1 dp=2 pp=8 rank-order=pp,dp,tp tp=4},
+// MESH: llcdist-attach-mesh{cp=1 dp=2 ep=1 pp=8 rank-order=pp,dp,tp tp=4},
 //
 // Bad values.
 // RUN: not llc-dist-opt %s --llcdist-forward="tp=0" 2>&1 | FileCheck %s --check-prefix=TP

@@ -7,7 +7,7 @@
 // DEFAULT-LABEL: Pass Manager with 13 passes:
 // DEFAULT-NEXT: builtin.module(
 // DEFAULT-NEXT: cse,
-// DEFAULT-NEXT: llcdist-attach-mesh{cp=1 dp=1 pp=1 rank-order=tp,dp,pp tp=1},
+// DEFAULT-NEXT: llcdist-attach-mesh{cp=1 dp=1 ep=1 pp=1 rank-order=tp,dp,pp tp=1},
 // DEFAULT-NEXT: llcdist-model-stats,
 // DEFAULT-NEXT: llcdist-pad-vocab{multiple=128},
 // DEFAULT-NEXT: llcdist-autodiff,
@@ -35,12 +35,12 @@
 // multiple and adds the Megatron strategy.
 // RUN: not llc-dist-opt %s --llcdist-train="dp=2 pp=4 rank-order=dp,tp,pp" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=MESH
 // MESH-LABEL: Pass Manager
-// MESH: llcdist-attach-mesh{cp=1 dp=2 pp=4 rank-order=dp,tp,pp tp=1},
+// MESH: llcdist-attach-mesh{cp=1 dp=2 ep=1 pp=4 rank-order=dp,tp,pp tp=1},
 // MESH: llcdist-pad-vocab{multiple=128},
 // MESH-NOT: llcdist-megatron-tp
 // RUN: not llc-dist-opt %s --llcdist-train="tp=2" --dump-pass-pipeline 2>&1 | FileCheck %s --check-prefix=TP
 // TP-LABEL: Pass Manager with 14 passes:
-// TP: llcdist-attach-mesh{cp=1 dp=1 pp=1 rank-order=tp,dp,pp tp=2},
+// TP: llcdist-attach-mesh{cp=1 dp=1 ep=1 pp=1 rank-order=tp,dp,pp tp=2},
 // TP: llcdist-pad-vocab{multiple=256},
 // TP: llcdist-add-optimizer
 // TP-NEXT: llcdist-megatron-tp,

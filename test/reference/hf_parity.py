@@ -234,6 +234,48 @@ def transformers_loss(config_path):
     return loss
 
 
+def drop_past_capacity(factor, dropped):
+    """Replaces transformers' sparse MoE forward (Mixtral's, Qwen2-MoE's)
+    with the same computation under a capacity, the policy llc-dist states
+    (docs/memory.md, --moe-capacity-factor): of the T tokens of one forward
+    (one rank's microbatch), each expert keeps at most
+    C = min(T, ceil(factor · T · k / E)) assignments, the first in token
+    order (token t, then its j-th choice); the others are dropped (no
+    contribution to the token's output). `dropped` collects the count of each
+    forward. An independent re-implementation: it shares no code with
+    llc-dist's kernels."""
+    import math
+    from transformers.models.mixtral import modeling_mixtral
+    from transformers.models.qwen2_moe import modeling_qwen2_moe
+
+    def forward(self, hidden_states):
+        batch, seq, hidden = hidden_states.shape
+        x = hidden_states.view(-1, hidden)
+        router_logits = self.gate(x)
+        probs = F.softmax(router_logits, dim=1, dtype=torch.float)
+        weights, chosen = torch.topk(probs, self.top_k, dim=-1)
+        if getattr(self, "norm_topk_prob", True):  # Mixtral always renormalizes
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        weights = weights.to(x.dtype)
+        T, E, k = x.shape[0], self.num_experts, self.top_k
+        cap = max(1, min(T, math.ceil(factor * T * k / E)))
+        out = torch.zeros_like(x)
+        lost = 0
+        for e in range(E):
+            tokens, picks = torch.where(chosen == e)  # row-major: token order, then choice
+            lost += max(0, len(tokens) - cap)
+            tokens, picks = tokens[:cap], picks[:cap]
+            if len(tokens):
+                out.index_add_(0, tokens, self.experts[e](x[tokens]) * weights[tokens, picks, None])
+        dropped.append(lost)
+        if getattr(self, "shared_expert", None) is not None:
+            out = out + F.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        return out.view(batch, seq, hidden), router_logits
+
+    modeling_mixtral.MixtralSparseMoeBlock.forward = forward
+    modeling_qwen2_moe.Qwen2MoeSparseMoeBlock.forward = forward
+
+
 def check_hf_layout(cfg, tensors, path):
     want = hf_shapes(cfg)
     got = {n: list(t.shape) for n, t in tensors.items()}
@@ -262,8 +304,13 @@ def main():
     ap.add_argument("--param-atol", type=float, default=1e-5)
     ap.add_argument("--transformers", action="store_true",
                     help="the forward pass of transformers' own model, not the re-implementation")
+    ap.add_argument("--capacity-factor", type=float, default=0.0,
+                    help="a mixture of experts under llc-dist's --moe-capacity-factor drop policy")
     args = ap.parse_args()
     cfg = json.load(open(args.config))
+    dropped = []
+    if args.capacity_factor > 0:
+        drop_past_capacity(args.capacity_factor, dropped)
     man = json.load(open(args.plan + "/manifest.json"))
     log = [json.loads(line) for line in open(args.log)]
     if args.transformers:
@@ -322,6 +369,10 @@ def main():
             (loss / chunks).backward()
             total += loss.item() / chunks
         norm = torch.nn.utils.clip_grad_norm_(list(P.values()), man["grad_clip"] or float("inf"))
+        if args.capacity_factor > 0:
+            print(f"step {step}: {sum(dropped)} expert assignments dropped past capacity "
+                  f"(factor {args.capacity_factor:g})")
+            dropped.clear()
         rel = abs(total - rec["loss"]) / abs(total)
         print(f"step {step}: torch loss {total:.7f} llc-dist {rec['loss']:.7f} rel {rel:.2e} "
               f"| grad norm torch {float(norm):.6f} llc-dist {rec['grad_norm']:.6f}")

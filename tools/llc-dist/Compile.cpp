@@ -242,6 +242,7 @@ std::optional<int> CompileCommand::parse(Args &args) {
       .add("--micro-batch", &shape.microBatch, 1, kMaxBatch)
       .add("--global-batch", &shape.globalBatch, 1, kMaxBatch)
       .add("--dtype", &shape.dtype)
+      .add("--moe-capacity-factor", &shape.moeCapacityFactor)
       .add("--emit", &emit)
       .add("--optimizer", &train.optimizer)
       .add("--lr-schedule", &train.lrSchedule)
@@ -385,7 +386,7 @@ std::optional<int> CompileCommand::check() {
       throw UsageError{*err};
   if (train.cpImpl != "all-to-all" && train.cpImpl != "ring")
     throw UsageError{"--cp-impl must be ring or all-to-all, got '" + train.cpImpl + "'"};
-  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.rankOrderStr()}; // the overlap rules read it
+  train.mesh = {mesh.dp, mesh.tp, mesh.pp, mesh.cp, mesh.rankOrderStr(), mesh.ep}; // the overlap rules read it
   checkOverlapFlags(train, mesh, shape, gradBucketText);
   if (train.recompute != "none" && train.recompute != "selective" && train.recompute != "full" &&
       train.recompute != "auto")

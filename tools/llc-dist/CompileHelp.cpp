@@ -20,6 +20,10 @@ const char *const kCompileFlags = R"(SHAPES
   --mesh SPEC            device mesh, e.g. dp=2,tp=4,pp=2 (default dp=1,tp=1,pp=1);
                          cp=N is context parallelism: each rank holds 1/N of
                          every sequence (rank order then tp,cp,dp,pp)
+                         ep=N is expert parallelism (mixture of experts): N
+                         consecutive dp ranks split each layer's experts and
+                         exchange the tokens' rows (all-to-all-v); N divides
+                         dp and the experts
   --cp-impl IMPL         context parallelism's attention (default ring):
                          ring (Megatron's --cp-comm-type p2p): k and v pass
                          around the cp ranks, each block merged by its
@@ -59,6 +63,13 @@ const char *const kCompileFlags = R"(SHAPES
                          activations; f32 master weights, Adam state, norm
                          statistics and loss (the runtime computes in f32);
                          f16 is xf-only (--emit xf)
+  --moe-capacity-factor F
+                         mixture of experts: each expert takes at most
+                         ceil(F * T * k / E) of a rank's T tokens per
+                         microbatch (GShard/Switch); later assignments, in
+                         token order, are dropped (no row, no output).
+                         Default: dropless (every assignment kept; the plan
+                         holds T*k rows per layer)
   --grad-reduce-dtype T  bf16 | f32 (default bf16): how a bf16 plan reduces
                          its bf16 gradients over dp (and ZeRO's, kv-head
                          replicas', SP's): bf16 as NCCL does (every partial

@@ -43,7 +43,9 @@ virtual stages, the micro-batch, ZeRO 0-3, recompute none/selective/full,
 the pipeline schedule (gpipe, 1f1b, interleaved, zb-h1), sequence
 parallelism under tp, gradient buckets (off / Megatron's auto size) and FSDP
 prefetch under ZeRO-3; under tp and pp without sequence parallelism the
-pipeline's sends are always scatter/gather (--scatter-gather-p2p) — drops those that do not compile (divisibility) or do
+pipeline's sends are always scatter/gather (--scatter-gather-p2p); for a
+mixture of experts ep too (the divisors of dp that divide the experts,
+without ZeRO) — drops those that do not compile (divisibility) or do
 not fit the device's memory (the analytic estimate plus the device's
 reserve), ranks the rest by the analytic step model, then compiles the top
 ones with the real compiler and simulates them (llc-dist simulate), printing
@@ -65,7 +67,7 @@ OPTIONS
   --exact K              how many of them to compile and simulate (default: all
                          of the top; 0: none)
   --fix KNOB=V[,..]      search only that value (repeatable): dp, tp, pp, cp,
-                         cp-impl (ring|all-to-all), v
+                         cp-impl (ring|all-to-all), ep (experts), v
                          (virtual stages), mb (micro-batch), zero, recompute,
                          schedule, sp (on|off), bucket (off|auto|N), prefetch
   --max-tp N             the largest tp searched (default 2 x GPUs per node)

@@ -103,6 +103,7 @@ int main(int argc, char **argv) {
         c.pp = get<int64_t>(cj, "pp", 1);
         c.cp = get<int64_t>(cj, "cp", 1);
         c.cpImpl = get<std::string>(cj, "cp_impl", "ring");
+        c.ep = get<int64_t>(cj, "ep", 1); // expert parallelism (mixtures of experts)
         c.microBatch = get<int64_t>(cj, "micro_batch", 1);
         c.virtualStages = get<int64_t>(cj, "virtual_stages", 1);
         c.schedule = get<std::string>(cj, "schedule", "1f1b");

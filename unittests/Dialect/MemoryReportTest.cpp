@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <numeric>
 
@@ -230,4 +231,72 @@ TEST(MemoryReport, MixtureOfExpertsBuffersAreTheFormula) {
   // And the stacked expert weights: E·O·K each, three per layer.
   EXPECT_EQ(got["model.layers.0.block_sparse_moe.experts.{e}.w1.weight"], E * I * H * f);
   EXPECT_EQ(got["model.layers.0.block_sparse_moe.experts.{e}.w2.weight"], E * H * I * f);
+}
+
+// The buffers of one layer's experts by name (layer 0's), in bytes.
+static std::map<std::string, int64_t> bufferBytes(mlir::ModuleOp module) {
+  std::map<std::string, int64_t> got;
+  module.walk([&](plan::BufferOp b) {
+    auto t = mlir::cast<mlir::RankedTensorType>(b.getType());
+    got[b.getName().str()] = t.getNumElements() * (t.getElementType().getIntOrFloatBitWidth() / 8);
+  });
+  return got;
+}
+
+// --moe-capacity-factor (docs/memory.md "Mixture of experts"): each expert's
+// rows are at most C = min(T, ceil(F·T·k/E)), so the permuted rows and every
+// expert buffer hold E·C rows whatever the router picks, at two factors
+// (one below the average load, one that keeps every assignment), against
+// the dropless T·k.
+TEST(MemoryReport, CapacityFactorBuffersAreTheFormula) {
+  const int64_t T = 64, H = 64, E = 4, k = 2, I = 96, f = 4;
+  for (double F : {0.5, 1.25}) {
+    TrainingShape shape = shapeForTest(32, 2, 2);
+    shape.moeCapacityFactor = F;
+    Compiled c = compileForTest("tiny-mixtral", meshOptions(1), shape);
+    ASSERT_TRUE(c.module);
+    const int64_t C = std::min<int64_t>(T, int64_t(std::ceil(F * T * k / E))), rows = E * C;
+    EXPECT_EQ(C, F == 0.5 ? 16 : 40);
+    std::map<std::string, int64_t> got = bufferBytes(*c.module);
+    const std::string x = "model.layers.0.block_sparse_moe.experts:";
+    EXPECT_EQ(got[x + "moe_permute"], rows * H * f) << F;
+    EXPECT_EQ(got[x + "moe_permute.slots"], T * k * 4) << F; // one slot per assignment, -1 if dropped
+    EXPECT_EQ(got[x + "grouped_linear"], rows * I * f) << F;
+    EXPECT_EQ(got[x + "swiglu"], rows * I * f) << F;
+    EXPECT_EQ(got[x + "grouped_linear#2"], rows * H * f) << F;
+    EXPECT_EQ(got[x + "moe_unpermute"], T * H * f) << F;
+  }
+}
+
+// Expert parallelism (docs/memory.md): dp = 2 with ep = 2, each rank 2 of
+// the 4 experts and its own T tokens; its experts' side holds the worst case
+// C = ep·T·min(k, E/ep) rows; the dispatch and the combine add their
+// by-member copies and the counts.
+TEST(MemoryReport, ExpertParallelBuffersAreTheFormula) {
+  TrainingPipelineOptions o = meshOptions(2);
+  o.mesh.ep = 2;
+  Compiled c = compileForTest("tiny-mixtral", o, shapeForTest(32, 2, 4));
+  ASSERT_TRUE(c.module);
+  const int64_t T = 64, H = 64, E = 4, k = 2, I = 96, P = 2, f = 4, i32 = 4;
+  const int64_t C = P * T * std::min(k, E / P);
+  EXPECT_EQ(C, 256);
+  std::map<std::string, int64_t> got = bufferBytes(*c.module);
+  const std::string x = "model.layers.0.block_sparse_moe.experts:";
+  // The rank's own rows, as without ep.
+  EXPECT_EQ(got[x + "moe_permute"], T * k * H * f);
+  // The dispatch: its rows by sending member (scratch), then by local
+  // expert; the counts per member and local expert; the local group sizes.
+  EXPECT_EQ(got[x + "moe_dispatch.by_source"], C * H * f);
+  EXPECT_EQ(got[x + "moe_dispatch"], C * H * f);
+  EXPECT_EQ(got[x + "moe_dispatch.recv_splits"], E * i32);
+  EXPECT_EQ(got[x + "moe_dispatch.local_sizes"], E / P * i32);
+  EXPECT_EQ(got[x + "grouped_linear"], C * I * f);
+  EXPECT_EQ(got[x + "swiglu"], C * I * f);
+  EXPECT_EQ(got[x + "grouped_linear#2"], C * H * f);
+  // The combine: by member again (scratch), home to the rank's own rows.
+  EXPECT_EQ(got[x + "moe_combine.by_source"], C * H * f);
+  EXPECT_EQ(got[x + "moe_combine.home_splits"], E * i32);
+  EXPECT_EQ(got[x + "moe_combine"], T * k * H * f);
+  // Each rank's experts: E/ep of the stacked weights.
+  EXPECT_EQ(got["model.layers.0.block_sparse_moe.experts.{e}.w1.weight"], E / P * I * H * f);
 }

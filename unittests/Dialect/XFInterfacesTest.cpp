@@ -43,8 +43,8 @@ const std::set<std::string> kNotDifferentiable = {
     "xf.clip_grad_norm", "xf.adamw", "xf.sgd",
     // llcdist-partition and the tensor-parallel passes, after autodiff.
     "xf.all_reduce_grads", "xf.all_reduce_loss", "xf.all_reduce", "xf.all_gather", "xf.reduce_scatter", "xf.bias_add",
-    // context parallelism, inside llcdist-partition.
-    "xf.all_to_all"};
+    // context parallelism and expert parallelism, inside llcdist-partition.
+    "xf.all_to_all", "xf.moe_dispatch", "xf.moe_combine"};
 
 /// The xf ops of the optimizer step: llcdist-lower-to-plan lowers the
 /// optimizer function as a whole (lib/Conversion/XFToPlan/Optimizer.cpp) and
@@ -90,8 +90,9 @@ TEST(XFInterfaces, EveryOpIsDifferentiableOrListed) {
 /// xf ops with no sharding model: they exist only after partitioning (the
 /// collectives it inserts, and bias_add, which tp creates). The optimizer's
 /// ops and the step's collectives have one (no tensor to split).
-const std::set<std::string> kNoShardingModel = {"xf.all_reduce", "xf.all_gather", "xf.reduce_scatter", "xf.all_to_all",
-                                                "xf.bias_add"};
+const std::set<std::string> kNoShardingModel = {"xf.all_reduce", "xf.all_gather", "xf.reduce_scatter",
+                                                "xf.all_to_all", "xf.bias_add",   "xf.moe_dispatch",
+                                                "xf.moe_combine"};
 
 TEST(XFInterfaces, EveryTensorOpHasAShardingModel) {
   forEachXFOp(kNoShardingModel, [&](mlir::RegisteredOperationName name) {
@@ -118,7 +119,7 @@ TEST(XFInterfaces, EveryStepOpHasAPlanLowering) {
                   : " has no plan lowering: write its rule and register it in "
                     "lib/Conversion/XFToPlan/OpLowerings.cpp");
   });
-  EXPECT_EQ(models, 45);
+  EXPECT_EQ(models, 47);
 }
 
 TEST(XFInterfaces, EveryStepOpHasATensorParallelRuleOrIsElementwise) {

@@ -553,6 +553,31 @@ TEST(PlanVerifier, RejectsLongerCycles) {
   }
 }
 
+// Expert parallelism (issue #34; Megatron #5749): with dp = 4 and ep = 2 the
+// ep groups are [0,1] and [2,3], the dp group all four. Ranks 0 and 1 issue
+// their ep all-to-all and the dp gradient all-reduce in different orders:
+// rank 0 waits in the all-to-all for rank 1, which waits in the all-reduce
+// for rank 0. The verifier names both collectives and both ranks; issued in
+// one order on every rank, the same events pass.
+TEST(PlanVerifier, RejectsExpertAllToAllAgainstDataParallelOrder) {
+  auto a2a = [](int64_t first) {
+    return CommEvent::coll("all_to_all_v", {first, first + 1}, 2048, "f32", "expert parallelism: dispatch");
+  };
+  auto grads = CommEvent::coll("all_reduce.sum", {0, 1, 2, 3}, 65536, "f32", "dp gradients");
+  CommPlan ok(4), swapped(4);
+  for (int64_t r = 0; r < 4; ++r) {
+    ok[r] = {a2a(r / 2 * 2), grads};
+    swapped[r] = r == 1 ? std::vector<CommEvent>{grads, a2a(0)} : ok[r];
+  }
+  EXPECT_TRUE(verifyCommPlan(ok).ok());
+  VerifyResult res = verifyCommPlan(swapped);
+  const VerifyError &e = onlyError(res);
+  EXPECT_EQ(e.kind, ErrorKind::CyclicWait);
+  EXPECT_EQ(e.message, "cyclic wait: rank 0 waits in all_to_all_v of 2048 f32 on group [0,1] at event 0 "
+                       "(expert parallelism: dispatch) for rank 1 while rank 1 waits in all_reduce.sum of 65536 "
+                       "f32 on group [0,1,2,3] at event 0 (dp gradients) for rank 0");
+}
+
 TEST(PlanVerifier, RejectsInvalidEvents) {
   CommPlan plan(2);
   plan[0].push_back(CommEvent::send(2, 1, "f32", "out"));

@@ -81,7 +81,8 @@ struct Group {
   int64_t perNode = 1;
   bool crossesNodes() const { return perNode < size; }
 };
-/// The group of `axis` (one axis, or several joined by '+': "dp+cp") under
+/// The group of `axis` (one axis, several joined by '+': "dp+cp", or expert
+/// parallelism's "ep" and "edp", drawn from dp: MeshSpec.h) under
 /// `mesh`'s rank order on `topo`'s nodes (ranks
 /// fill nodes in rank order). Every group of an axis has the same shape
 /// when the node size divides or is a multiple of the axis' stride; this

@@ -62,8 +62,10 @@ struct PlannerOptions {
   /// only when the sequence is long, as Llama 3's 128K stage used cp = 16).
   int64_t maxCp = 0;
 
-  // --fix: nullopt = searched.
-  std::optional<int64_t> dp, tp, pp, cp, virtualStages, microBatch, zero, fsdpPrefetch;
+  // --fix: nullopt = searched. ep (expert parallelism) is searched for
+  // mixture-of-experts models only: the divisors of dp that divide the
+  // experts, never with ZeRO.
+  std::optional<int64_t> dp, tp, pp, cp, ep, virtualStages, microBatch, zero, fsdpPrefetch;
   std::optional<std::string> cpImpl;
   /// --fix bucket=0|auto|N: -1 stands for auto (autoGradBucket(dp)).
   std::optional<int64_t> gradBucket;
@@ -76,7 +78,7 @@ struct PlannerOptions {
 };
 
 /// Parses one --fix list ("tp=8,pp=16", "recompute=full,sp=on",
-/// "bucket=auto") into `opts`. Knobs: dp, tp, pp, cp, cp-impl, v (virtual-stages), mb
+/// "bucket=auto") into `opts`. Knobs: dp, tp, pp, cp, cp-impl, ep, v (virtual-stages), mb
 /// (micro-batch), zero, recompute, schedule, sp (sequence-parallel),
 /// bucket (grad-bucket-size), prefetch (fsdp-prefetch). The message names
 /// the knob and the values it takes.
@@ -88,7 +90,8 @@ int64_t maxContextParallel(const Workload &w, const PlannerOptions &opts);
 
 /// Why `opts` describe no search on `w` (GPUs < 1, a fixed degree that does
 /// not divide the GPUs, fixed knobs that contradict one another or the GPUs:
-/// tp·pp·dp ≠ GPUs, ZeRO without dp, a schedule without pp, ...), or nullopt.
+/// tp·pp·dp ≠ GPUs, ZeRO without dp, a schedule without pp, ep without
+/// experts or with ZeRO, ...), or nullopt.
 std::optional<std::string> checkOptions(const Workload &w, const PlannerOptions &opts);
 
 /// Why a family lost to the winner (a structured kind; the sentence is
@@ -184,7 +187,7 @@ struct PlanResult {
   void print(std::ostream &os) const;
 };
 
-/// A ParallelConfig's knobs as JSON (dp, tp, pp, virtual_stages, micro_batch,
+/// A ParallelConfig's knobs as JSON (dp, tp, pp, [ep when > 1,] virtual_stages, micro_batch,
 /// microbatches of `globalBatch`, zero, recompute, schedule,
 /// sequence_parallel, grad_bucket_size, fsdp_prefetch, compile_flags).
 nlohmann::ordered_json configJson(const ParallelConfig &c, int64_t globalBatch);

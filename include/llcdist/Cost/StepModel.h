@@ -80,6 +80,12 @@ struct ParallelConfig {
   /// Where scatter/gather pipeline sends apply: the tp ranks of a stage hold
   /// the same activation (tp > 1 without SP) and there are stages (pp > 1).
   bool scatterGatherApplies() const { return tp > 1 && pp > 1 && !sequenceParallel; }
+  /// Expert parallelism (mixture-of-experts models only): each layer's
+  /// experts split over ep ranks drawn from dp (ep divides dp and the
+  /// experts; an ep group is ep consecutive dp ranks, MeshSpec.h). Expert
+  /// gradients reduce over the dp / ep replicas of a shard ("edp"), the rest
+  /// over dp. Not with ZeRO (the compiler refuses it).
+  int64_t ep = 1;
   int64_t gradBucket = 0;   ///< --grad-bucket-size in parameters (0: off)
   int64_t fsdpPrefetch = 0; ///< --fsdp-prefetch (zero 3)
   int64_t microbatches(int64_t globalBatch) const { return globalBatch / (microBatch * dp); }
@@ -87,7 +93,7 @@ struct ParallelConfig {
   /// compiler's default).
   MeshSpec mesh() const {
     MeshSpec m;
-    m.dp = dp, m.tp = tp, m.pp = pp, m.cp = cp;
+    m.dp = dp, m.tp = tp, m.pp = pp, m.cp = cp, m.ep = ep;
     if (cp > 1)
       m.rankOrder = {"tp", "cp", "dp", "pp"};
     return m;
@@ -132,7 +138,8 @@ struct StepFlops {
 };
 StepFlops stepFlops(const Workload &w, const std::string &recompute);
 
-/// Time per mesh axis ("dp", "tp", "pp", "cp"): what the step spends communicating
+/// Time per mesh axis ("dp", "tp", "pp", "cp"; "ep" with expert parallelism:
+/// the dispatch and combine all-to-alls): what the step spends communicating
 /// on it, and how much of that is hidden under compute.
 struct AxisComm {
   double total = 0, exposed = 0;

@@ -138,6 +138,10 @@ struct TrainingShape {
   int64_t microBatch = 1;  ///< sequences per microbatch per data-parallel rank
   int64_t globalBatch = 0; ///< sequences per step; 0: microBatch × dp
   std::string dtype = "f32"; ///< f32 | bf16 | f16
+  /// Mixture of experts: --moe-capacity-factor F (0: dropless, the
+  /// default). Each expert takes at most ceil(F · T · k / E) of a rank's T
+  /// tokens per microbatch; later assignments are dropped (docs/memory.md).
+  double moeCapacityFactor = 0;
 
   /// Microbatches per step: globalBatch / (microBatch × dp).
   int64_t microbatches(int64_t dp) const { return globalBatch / (microBatch * dp); }
@@ -145,6 +149,11 @@ struct TrainingShape {
 
 /// Fills the defaults of `shape` and checks it against the model and the
 /// data-parallel degree; returns a message naming the flag and the fix.
+///
+/// The capacity of each expert under --moe-capacity-factor (0 without
+/// one): the rows it takes of a rank's T tokens per microbatch, routed k at
+/// a time to E experts: min(T, ceil(F · T · k / E)), at least 1.
+int64_t moeExpertCapacity(const ModelConfig &model, const TrainingShape &shape);
 std::optional<std::string> resolveTrainingShape(const ModelConfig &model,
                                                 int64_t dp,
                                                 TrainingShape &shape);

@@ -25,6 +25,13 @@ template <typename DegreeOf> int64_t axisSetSize(std::string_view set, DegreeOf 
   }
 }
 
+/// The degree of the axis named `a` on a mesh of these degrees: dp, tp, pp,
+/// cp, ep, and edp (dp / ep, expert parallelism's replicas); 0 for a name
+/// that is no axis. MeshSpec::size and the xf mesh degrees read it.
+inline int64_t axisDegree(std::string_view a, int64_t dp, int64_t tp, int64_t pp, int64_t cp, int64_t ep) {
+  return a == "dp" ? dp : a == "tp" ? tp : a == "pp" ? pp : a == "cp" ? cp : a == "ep" ? ep : a == "edp" ? dp / ep : 0;
+}
+
 /// The data-parallel group's axes as the compiler names them: gradients
 /// reduce over it in one collective and ZeRO shards over it. Under context
 /// parallelism it is dp × cp (Megatron's): "dp+cp", "cp" when dp is 1;
@@ -36,25 +43,37 @@ inline std::string dataParallelAxis(int64_t dp, int64_t cp) {
 /// A device mesh over the axes dp, tp, pp and cp (context parallelism;
 /// unnamed axes are 1). A mesh without cp (cp = 1) is the three-axis mesh it
 /// always was: its rank order names dp, tp and pp only.
+///
+/// Expert parallelism (`ep`, mixture of experts) is no axis of its own: as
+/// in Megatron-LM its ranks are drawn from the data-parallel group. ep
+/// divides dp; the ep group of a rank is the ep consecutive members of its dp
+/// group that hold it (the experts are split over them), and the "edp"
+/// group (expert data parallelism) the dp / ep members with the same index
+/// in their ep group (the replicas of one expert shard, over which its
+/// gradients reduce). The rank order never names them.
 struct MeshSpec {
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;
   /// Axes from fastest- to slowest-varying in the rank number; Megatron's
   /// default keeps tensor-parallel groups on consecutive ranks (one node).
   /// With cp > 1 it names cp too (Megatron's order: tp, cp, dp, pp).
   std::vector<std::string> rankOrder = {"tp", "dp", "pp"};
+  /// Expert parallelism: a divisor of dp (see above); 1 without experts.
+  int64_t ep = 1;
   int64_t worldSize() const { return dp * tp * pp * cp; }
   /// The data-parallel group's size (dp × cp) and axes (dataParallelAxis).
   int64_t dataParallelGroup() const { return dp * cp; }
   std::string gradientAxis() const { return dataParallelAxis(dp, cp); }
-  /// One axis' degree, or a set's joined by '+' ("dp+cp": the product).
+  /// One axis' degree, or a set's joined by '+' ("dp+cp": the product);
+  /// also "ep" and "edp" (dp / ep).
   int64_t size(const std::string &axis) const;
   /// The rank with coordinates {dp, tp, pp, cp}.
   int64_t rank(int64_t dpc, int64_t tpc, int64_t ppc, int64_t cpc = 0) const;
-  std::string str() const;          ///< "dp=2,tp=4,pp=1" (",cp=2" when cp > 1)
+  std::string str() const;          ///< "dp=2,tp=4,pp=1" (",cp=2" when cp > 1, ",ep=2" when ep > 1)
   std::string rankOrderStr() const; ///< "tp,dp,pp"
 };
 
-/// Parses "dp=2,tp=4" (any order, each axis at most once, degrees >= 1).
+/// Parses "dp=2,tp=4" (any order, each axis at most once, degrees >= 1;
+/// "ep=2" must divide dp).
 /// With cp > 1 the rank order becomes Megatron's tp,cp,dp,pp.
 /// On failure returns a message that quotes the spec and says the fix.
 std::optional<std::string> parseMeshSpec(std::string_view spec, MeshSpec &out);

@@ -321,6 +321,12 @@ private:
   mlir::LogicalResult ringAttentionForward(xf::AttentionOp at, Scope &s, Buf out, Buf lse, mlir::Location loc);
   mlir::LogicalResult ringAttentionBackward(xf::AttentionGradOp g, Scope &s, Buf dq, Buf dk, Buf dv,
                                             mlir::Location loc);
+  /// moe_unpermute(_bwd)'s attributes for `rows` [N, H] and `slots` [.., k].
+  llvm::SmallVector<mlir::NamedAttribute> unpermuteAttrs(mlir::Value rows, mlir::Value slots);
+  /// Expert parallelism's all_to_all_v of `rows` (xf value x) into `out`
+  /// (xf value y), c chunks per member, for xf.moe_dispatch / moe_combine `op`.
+  void allToAllV(mlir::Operation *op, Buf rows, Buf sendSplits, Buf out, Buf recvSplits, int64_t c, mlir::Value x,
+                 mlir::Value y, mlir::Location loc);
   /// `send` x to the next member of cp and `recv` y from the previous one.
   void ringShift(Buf x, Buf y, int64_t n, int64_t tag, mlir::StringRef payload, mlir::Location loc);
   llvm::SmallVector<mlir::NamedAttribute> ringBlockAttrs(std::optional<uint64_t> window, mlir::Value q, int64_t nh,

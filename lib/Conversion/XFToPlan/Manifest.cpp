@@ -63,7 +63,7 @@ DictionaryAttr xftoplan::buildManifest(ModuleOp module, const StepInfo &step,
   auto model = module->getAttrOfType<DictionaryAttr>(kModelAttr);
   auto get = [&](StringRef k) -> Attribute { return model ? model.get(k) : Attribute(); };
   auto ids = cast<RankedTensorType>(entry.getArgument(0).getType());
-  const auto [dp, tp, pp, cp] = xf::meshDegrees(module).value_or(xf::MeshDegrees{});
+  const auto [dp, tp, pp, cp, ep] = xf::meshDegrees(module).value_or(xf::MeshDegrees{});
   ArrayAttr rankOrder = b.getStrArrayAttr({"tp", "dp", "pp"}); // Megatron's
   if (auto grid = module.lookupSymbol<shard::GridOp>("mesh"))
     if (auto order = grid->getAttrOfType<ArrayAttr>("xf.rank_order"))
@@ -90,6 +90,8 @@ DictionaryAttr xftoplan::buildManifest(ModuleOp module, const StepInfo &step,
                                         b.getNamedAttr("rank_order", rankOrder)};
   if (cp > 1)
     meshAttrs.push_back(i64("cp", cp));
+  if (ep > 1) // expert parallelism, drawn from dp
+    meshAttrs.push_back(i64("ep", ep));
   // Ring attention's load-balanced chunks (llcdist-partition, --cp-impl ring).
   if (auto layout = module->getAttrOfType<StringAttr>("xf.cp_layout"))
     meshAttrs.push_back(b.getNamedAttr("cp_layout", layout));

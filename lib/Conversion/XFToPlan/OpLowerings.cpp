@@ -448,10 +448,21 @@ template <> LogicalResult OpLowering::lower<MoePermuteOp>(Operation *op, Scope &
   kernel("moe_permute",
          {arg("x", use(s, p.getInput())), arg("experts", use(s, p.getExperts())), arg("xp", xp), arg("slots", slots),
           arg("group_sizes", sizes)},
-         {i64("T", numel(p.getInput()) / lastDim(p.getInput())), i64("H", lastDim(p.getInput())),
-          i64("E", numel(p.getGroupSizes())), i64("k", lastDim(p.getExperts()))},
+         withOptional("capacity", p.getCapacity(),
+                      {i64("T", numel(p.getInput()) / lastDim(p.getInput())), i64("H", lastDim(p.getInput())),
+                       i64("E", numel(p.getGroupSizes())), i64("k", lastDim(p.getExperts()))}),
          loc);
   return success();
+}
+
+/// moe_unpermute(_bwd)'s T, H, k, and N where the rows are not T·k (a
+/// capacity: experts·capacity rows, some slots dropped).
+SmallVector<NamedAttribute> OpLowering::unpermuteAttrs(Value rows, Value slots) {
+  const int64_t k = lastDim(slots), T = numel(slots) / k, N = dim(rows, 0);
+  SmallVector<NamedAttribute> attrs{i64("T", T), i64("H", lastDim(rows)), i64("k", k)};
+  if (N != T * k)
+    attrs.push_back(i64("N", N));
+  return attrs;
 }
 
 template <> LogicalResult OpLowering::lower<MoeUnpermuteOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
@@ -460,10 +471,7 @@ template <> LogicalResult OpLowering::lower<MoeUnpermuteOp>(Operation *op, Scope
   SmallVector<NamedAttribute> args{arg("xp", use(s, u.getInput())), arg("slots", use(s, u.getSlots())), arg("y", y)};
   if (u.getWeights())
     args.push_back(arg("weights", use(s, u.getWeights())));
-  kernel("moe_unpermute", args,
-         {i64("T", numel(u.getSlots()) / lastDim(u.getSlots())), i64("H", lastDim(u.getInput())),
-          i64("k", lastDim(u.getSlots()))},
-         loc);
+  kernel("moe_unpermute", args, unpermuteAttrs(u.getInput(), u.getSlots()), loc);
   return success();
 }
 
@@ -524,9 +532,7 @@ template <> LogicalResult OpLowering::lower<MoeUnpermuteGradOp>(Operation *op, S
   kernel("moe_unpermute_bwd",
          {arg("dy", use(s, g.getDy())), arg("xp", use(s, g.getInput())), arg("slots", use(s, g.getSlots())),
           arg("weights", use(s, g.getWeights())), arg("dxp", dxp), arg("dweights", dw)},
-         {i64("T", numel(g.getSlots()) / lastDim(g.getSlots())), i64("H", lastDim(g.getInput())),
-          i64("k", lastDim(g.getSlots()))},
-         loc);
+         unpermuteAttrs(g.getInput(), g.getSlots()), loc);
   return success();
 }
 
@@ -642,6 +648,52 @@ template <> LogicalResult OpLowering::lower<AllToAllOp>(Operation *op, Scope &s,
   return success();
 }
 
+/// Expert parallelism's exchange (docs/plan-format.md "all_to_all_v"):
+/// `rows` [Nx, H] go out in chunks of `sendSplits` (n members × c local
+/// experts), the received ones land in `out` [Ny, H] and their counts in
+/// `recvSplits`.
+void OpLowering::allToAllV(Operation *op, Buf rows, Buf sendSplits, Buf out, Buf recvSplits, int64_t c, Value x,
+                           Value y, Location loc) {
+  plan::KernelOp k = kernel(
+      "all_to_all_v", {arg("x", rows), arg("send_splits", sendSplits), arg("y", out), arg("recv_splits", recvSplits)},
+      {b.getNamedAttr("axis", op->getAttr("axis")), i64("c", c), i64("H", dim(x, 1)), i64("Nx", dim(x, 0)),
+       i64("Ny", dim(y, 0))},
+      NameLoc::get(op->getAttrOfType<StringAttr>("reason"), loc));
+  k->setAttr("plan.payload", b.getStringAttr("expert rows"));
+  plan::setCollectiveOrigin(k, op);
+}
+
+template <> LogicalResult OpLowering::lower<MoeDispatchOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  // all_to_all_v to the experts' members (rows by sending member, then local
+  // expert), then moe_chunk_transpose groups them by local expert.
+  auto d = cast<MoeDispatchOp>(op);
+  const int64_t c = numel(d.getLocalSizes()), n = numel(d.getRecvSplits()) / c;
+  Buf out = def(s, d.getResult(), op);
+  Buf splits = def(s, d.getRecvSplits(), op, ".recv_splits");
+  Buf sizes = def(s, d.getLocalSizes(), op, ".local_sizes");
+  Buf bySource = newBuffer(label(op, s) + ".by_source", "scratch", pb.bufferOp(out).getType());
+  allToAllV(op, use(s, d.getInput()), use(s, d.getGroupSizes()), bySource, splits, c, d.getInput(), d.getResult(), loc);
+  kernel("moe_chunk_transpose", {arg("x", bySource), arg("splits", splits), arg("y", out), arg("col_sizes", sizes)},
+         {i64("r", n), i64("c", c), i64("N", dim(d.getResult(), 0)), i64("H", dim(d.getResult(), 1))}, loc);
+  return success();
+}
+
+template <> LogicalResult OpLowering::lower<MoeCombineOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  // The dispatch backwards: by sending member again, then all_to_all_v home.
+  auto cb = cast<MoeCombineOp>(op);
+  const int64_t c = int64_t(cb.getLocalExperts()), n = numel(cb.getRecvSplits()) / c;
+  Buf out = def(s, cb.getResult(), op);
+  Buf splits = use(s, cb.getRecvSplits());
+  Buf bySource = newBuffer(label(op, s) + ".by_source", "scratch", pb.bufferOp(use(s, cb.getInput())).getType());
+  Buf homeSplits = newBuffer(label(op, s) + ".home_splits", "scratch", pb.bufferOp(splits).getType());
+  kernel("moe_chunk_transpose", {arg("x", use(s, cb.getInput())), arg("splits", splits), arg("y", bySource)},
+         {i64("r", n), i64("c", c), i64("N", dim(cb.getInput(), 0)), i64("H", dim(cb.getInput(), 1)),
+          flag("inverse", true)},
+         loc);
+  allToAllV(op, bySource, splits, out, homeSplits, c, cb.getInput(), cb.getResult(), loc);
+  return success();
+}
+
 template <> LogicalResult OpLowering::lower<BiasAddOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
   auto ba = cast<BiasAddOp>(op);
   Buf y = use(s, ba.getInput());
@@ -684,13 +736,13 @@ template <typename... Ops> void attachPlanLowering(MLIRContext *ctx) {
 
 void llcdist::xftoplan::registerPlanLoweringModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, xf::XFDialect *) {
-    attachPlanLowering<ParamOp, LayerOp, EmbeddingOp, AddPositionEmbeddingOp, LayerNormOp, RMSNormOp, LinearOp, SplitOp,
-                       RopeOp, AttentionOp, GeluTanhOp, SwiGLUOp, AddOp, CrossEntropyOp, CrossEntropyGradOp,
-                       LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
-                       AddPositionEmbeddingGradOp, LayerNormGradInputOp, LayerNormGradParamsOp, RMSNormGradInputOp,
-                       RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp, SwiGLUGradOp, ConcatOp,
-                       AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp, AccumulateGradOp, MoeRouteOp,
-                       MoePermuteOp, MoeUnpermuteOp, GroupedLinearOp, SigmoidGateOp, MoeRouteGradOp, MoeUnpermuteGradOp,
-                       GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateGradOp>(ctx);
+    attachPlanLowering<
+        ParamOp, LayerOp, EmbeddingOp, AddPositionEmbeddingOp, LayerNormOp, RMSNormOp, LinearOp, SplitOp, RopeOp,
+        AttentionOp, GeluTanhOp, SwiGLUOp, AddOp, CrossEntropyOp, CrossEntropyGradOp, LinearGradInputOp,
+        LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp, AddPositionEmbeddingGradOp, LayerNormGradInputOp,
+        LayerNormGradParamsOp, RMSNormGradInputOp, RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp,
+        SwiGLUGradOp, ConcatOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp, AccumulateGradOp,
+        MoeRouteOp, MoePermuteOp, MoeUnpermuteOp, GroupedLinearOp, SigmoidGateOp, MoeRouteGradOp, MoeUnpermuteGradOp,
+        GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateGradOp, MoeDispatchOp, MoeCombineOp>(ctx);
   });
 }

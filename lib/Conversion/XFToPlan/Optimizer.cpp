@@ -88,9 +88,10 @@ void OptimizerLowering::gradientReduction(AllReduceGradsOp ar) {
     attrs.push_back(i64("group_size", int64_t(*g)));
   plan::KernelOp k =
       kernel("all_reduce", {arg("x", b.getArrayAttr(covered))}, attrs, NameLoc::get(ar.getReasonAttr(), ar.getLoc()));
-  k->setAttr("plan.payload", b.getStringAttr(ar.getGroupSize() ? "kv-replica gradients"
-                                             : ar.getParams()  ? "sequence-parallel gradients"
-                                                               : "gradients"));
+  k->setAttr("plan.payload", b.getStringAttr(ar.getGroupSize()       ? "kv-replica gradients"
+                                             : ar.getAxis() == "edp" ? "expert gradients"
+                                             : ar.getParams()        ? "sequence-parallel gradients"
+                                                                     : "gradients"));
   plan::setCollectiveOrigin(k, ar);
 }
 
@@ -116,13 +117,19 @@ void OptimizerLowering::allReduceSq(Buf sq, StringRef over, const Twine &why, Lo
 
 /// The global gradient norm and the clipping. Replicated gradients count
 /// once; split ones once per shard (summed over their axis); replicated
-/// shards (kv heads) once per shard, on the first of its replicas.
+/// shards (kv heads) once per shard, on the first of its replicas. Each
+/// axis that splits gradients (tp, and ep for the experts) has its own
+/// partial sum, reduced over it, and added to the replicated ones'.
 LogicalResult OptimizerLowering::gradNorm(ClipGradNormOp clip) {
   Location loc = clip.getLoc();
   choice.gradClip = clip.getMaxNorm().convertToDouble();
-  SmallVector<Attribute> replicated, sharded, replicaShards;
-  StringAttr axis;
-  int64_t replicas = 0;
+  struct Split {
+    StringAttr axis;
+    SmallVector<Attribute> sharded, replicaShards;
+    int64_t replicas = 0;
+  };
+  SmallVector<Attribute> replicated;
+  SmallVector<Split> splits; // per axis, in parameter order
   for (const std::string &name : params.order()) {
     ParamInfo &p = params[name];
     if (!scope.updates(name))
@@ -131,19 +138,22 @@ LogicalResult OptimizerLowering::gradNorm(ClipGradNormOp clip) {
       replicated.push_back(updateGrad[name]);
       continue;
     }
-    axis = p.sharding.getAs<StringAttr>("axis");
+    auto axis = p.sharding.getAs<StringAttr>("axis");
+    auto sp = llvm::find_if(splits, [&](const Split &s) { return s.axis == axis; });
+    if (sp == splits.end())
+      sp = splits.insert(splits.end(), Split{axis, {}, {}, 0});
     auto r = p.sharding.getAs<IntegerAttr>("replicas");
     if (!r) {
-      sharded.push_back(updateGrad[name]);
+      sp->sharded.push_back(updateGrad[name]);
       continue;
     }
-    if (replicas && replicas != r.getInt())
+    if (sp->replicas && sp->replicas != r.getInt())
       return clip.emitOpError("llcdist-lower-to-plan: sharded parameters with ")
-             << replicas << " and " << r.getInt() << " replicas per shard; grad_norm counts one replica count";
-    replicas = r.getInt();
-    replicaShards.push_back(updateGrad[name]);
+             << sp->replicas << " and " << r.getInt() << " replicas per shard; grad_norm counts one replica count";
+    sp->replicas = r.getInt();
+    sp->replicaShards.push_back(updateGrad[name]);
   }
-  bool split = !sharded.empty() || !replicaShards.empty();
+  const bool split = !splits.empty();
   if (!split && !scope.pipelined) { // every gradient whole here: one local kernel
     kernel("grad_norm", {arg("norm", scope.gradNorm), arg("grads", b.getArrayAttr(replicated))},
            {f64("max_norm", choice.gradClip)}, loc);
@@ -152,27 +162,32 @@ LogicalResult OptimizerLowering::gradNorm(ClipGradNormOp clip) {
   // f64 partial squared norms, all-reduced by the plan, in the order the
   // sums are defined (the split gradients over their axis, the replicated
   // ones added, then the stages).
-  Buf total;
-  if (split) {
-    total = pb.newBuffer("grad_norm.sharded_sq", "scratch", pb.f64Type({1}));
-    SmallVector<NamedAttribute> args{arg("sq", total)}, attrs;
-    if (!sharded.empty())
-      args.push_back(arg("grads", b.getArrayAttr(sharded)));
-    if (!replicaShards.empty()) {
-      args.push_back(arg("replica_shards", b.getArrayAttr(replicaShards)));
-      attrs.push_back(i64("replicas", replicas));
-      attrs.push_back(b.getNamedAttr("replica_axis", axis));
+  SmallVector<Attribute> partials;
+  for (Split &sp : splits) {
+    Buf part =
+        pb.newBuffer(splits.size() == 1 ? std::string("grad_norm.sharded_sq") : "grad_norm.sharded_sq." + sp.axis.str(),
+                     "scratch", pb.f64Type({1}));
+    SmallVector<NamedAttribute> args{arg("sq", part)}, attrs;
+    if (!sp.sharded.empty())
+      args.push_back(arg("grads", b.getArrayAttr(sp.sharded)));
+    if (!sp.replicaShards.empty()) {
+      args.push_back(arg("replica_shards", b.getArrayAttr(sp.replicaShards)));
+      attrs.push_back(i64("replicas", sp.replicas));
+      attrs.push_back(b.getNamedAttr("replica_axis", sp.axis));
     }
     kernel("grad_norm_sq", args, attrs, loc);
-    allReduceSq(total, axis.getValue(), "grad_norm: the split gradients' squared norm over " + axis.getValue(), loc);
+    allReduceSq(part, sp.axis.getValue(), "grad_norm: the split gradients' squared norm over " + sp.axis.getValue(),
+                loc);
+    partials.push_back(part);
   }
-  if (!replicated.empty() || !split) {
+  Buf total = partials.size() == 1 ? cast<FlatSymbolRefAttr>(partials.front()) : Buf();
+  if (!replicated.empty() || partials.size() != 1) {
     Buf sq = pb.newBuffer("grad_norm.sq", "scratch", pb.f64Type({1}));
     SmallVector<NamedAttribute> args{arg("sq", sq)};
     if (!replicated.empty())
       args.push_back(arg("grads", b.getArrayAttr(replicated)));
-    if (split)
-      args.push_back(arg("add", total));
+    if (!partials.empty())
+      args.push_back(arg("add", b.getArrayAttr(partials)));
     kernel("grad_norm_sq", args, {}, loc);
     total = sq;
   }
@@ -181,8 +196,10 @@ LogicalResult OptimizerLowering::gradNorm(ClipGradNormOp clip) {
   if (scope.pipelined)
     allReduceSq(total, "pp", "grad_norm: every stage's squared norm over pp", loc);
   SmallVector<Attribute> clipped(replicated);
-  clipped.append(sharded.begin(), sharded.end());
-  clipped.append(replicaShards.begin(), replicaShards.end());
+  for (const Split &sp : splits) {
+    clipped.append(sp.sharded.begin(), sp.sharded.end());
+    clipped.append(sp.replicaShards.begin(), sp.replicaShards.end());
+  }
   SmallVector<NamedAttribute> args{arg("sq", total), arg("norm", scope.gradNorm)};
   if (!clipped.empty())
     args.push_back(arg("grads", b.getArrayAttr(clipped)));

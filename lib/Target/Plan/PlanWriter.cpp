@@ -288,6 +288,7 @@ FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
   const json &meshJson = manifest["mesh"];
   rt::Mesh mesh = rt::Mesh::make(meshJson.value("dp", int64_t(1)), meshJson.value("tp", int64_t(1)),
                                  meshJson.value("pp", int64_t(1)), meshJson.value("cp", int64_t(1)));
+  mesh.ep = meshJson.value("ep", int64_t(1));
   if (meshJson.contains("rank_order")) {
     // Three names (a mesh without cp) leave cp, of size 1, slowest.
     std::vector<rt::MeshAxis> order;
@@ -303,6 +304,8 @@ FailureOr<PlanJson> llcdist::buildPlanJson(ModuleOp module) {
     manifest["features"].push_back("pipeline");
   if (mesh.axisSize(rt::MeshAxis::kCp) > 1)
     manifest["features"].push_back(std::string(schema::kContextParallelFeature));
+  if (mesh.ep > 1)
+    manifest["features"].push_back(std::string(schema::kExpertParallelFeature));
   if (!pipeline && programs.size() != 1)
     return mlir::emitError(module.getLoc(), "expected one plan.program without a "
                                             "pipeline, found ")

@@ -65,7 +65,7 @@ StatusOr<CommRecord> parseRecord(const Reader& rd, const json& j, const std::str
   LLCDIST_ASSIGN_OR_RETURN(r.seq, rd.integer(j, "seq", path, 0, kBig));
   LLCDIST_ASSIGN_OR_RETURN(r.op, rd.string(j, "op", path));
   if (r.op != "all_reduce" && r.op != "all_gather" && r.op != "reduce_scatter" && r.op != "all_to_all" &&
-      r.op != "send" && r.op != "recv")
+      r.op != "all_to_all_v" && r.op != "send" && r.op != "recv")
     return rd.bad(path + "op", "unknown operation '" + r.op + "'");
   auto g = j.find("group");
   if (g == j.end() || !g->is_array() || g->empty() || g->size() > size_t(worldSize))
@@ -344,6 +344,10 @@ StatusOr<FlightDump> parseFlightDump(const std::string& text, const std::string&
   for (int64_t size : sizes) product = product > world ? product : product * size;
   if (product != world) return rd.bad("mesh", cp ? "dp·tp·pp·cp is not world_size" : "dp·tp·pp is not world_size");
   f.mesh = Mesh::make(sizes[0], sizes[1], sizes[2], sizes[3]);
+  // ep (expert parallelism): written only when > 1; names the ep / edp groups.
+  LLCDIST_ASSIGN_OR_RETURN(int64_t ep, rd.integer(*mesh, "ep", "mesh.", 1, kMaxRanks, false, 1));
+  if (sizes[0] % ep != 0) return rd.bad("mesh.ep", "must divide dp");
+  f.mesh.ep = ep;
   auto order = mesh->find("rank_order");
   const size_t axes = cp ? kNumMeshAxes : kNumMeshAxes - 1;
   if (order == mesh->end() || !order->is_array() || order->size() != axes)

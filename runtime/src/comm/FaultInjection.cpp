@@ -59,6 +59,12 @@ class Faulty final : public FaultCommunicator {
     LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "all_to_all"));
     return inner_.allToAll(rank, group, send, recv, count, dtype);
   }
+  Status allToAllV(int rank, const std::vector<int>& group, const void* x, int64_t xRows, const int32_t* sendSplits,
+                   void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks, int64_t rowElems,
+                   CommDType dtype) override {
+    LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "all_to_all_v"));
+    return inner_.allToAllV(rank, group, x, xRows, sendSplits, y, yRows, recvSplits, chunks, rowElems, dtype);
+  }
   Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
               int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(maybeFault(rank, "send to rank " + std::to_string(peer)));

@@ -183,6 +183,7 @@ std::string FlightRecorder::dumpJson(int rank, const std::string& reason) const 
                {"pp", info_.mesh.axisSize(MeshAxis::kPp)},
                {"rank_order", order}};
   if (cp) j["mesh"]["cp"] = info_.mesh.axisSize(MeshAxis::kCp);
+  if (info_.mesh.ep > 1) j["mesh"]["ep"] = info_.mesh.ep;  // expert parallelism: written only when > 1
   j["plan"] = info_.planDir;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -254,6 +255,14 @@ class Recording final : public Communicator {
     // count: the input's elements (n blocks of `count`)
     return run(rank, collective("all_to_all", group, count * int64_t(group.size()), dtype),
                [&] { return inner_.allToAll(rank, group, send, recv, count, dtype); });
+  }
+  Status allToAllV(int rank, const std::vector<int>& group, const void* x, int64_t xRows, const int32_t* sendSplits,
+                   void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks, int64_t rowElems,
+                   CommDType dtype) override {
+    // count: x's elements (the capacity; the rows sent vary per call)
+    return run(rank, collective("all_to_all_v", group, xRows * rowElems, dtype), [&] {
+      return inner_.allToAllV(rank, group, x, xRows, sendSplits, y, yRows, recvSplits, chunks, rowElems, dtype);
+    });
   }
   Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
               int64_t microbatch) override {

@@ -29,6 +29,7 @@ namespace {
 using namespace comm;
 
 struct Instance {
+  std::vector<int> group;
   std::vector<Request> requests;  // by member
   std::vector<const void*> in;
   std::vector<void*> out;
@@ -94,6 +95,49 @@ void runAllToAll(Instance& inst, const Request& r) {
   for (size_t c = 0; c < n; ++c) std::memcpy(inst.out[c], results[c].data(), n * block);
 }
 
+// all_to_all_v: every member's send splits checked (the first error is every member's), the received
+// splits computed and checked against each member's y, then the rows copied chunk by chunk and each
+// y's tail zeroed. Outputs never alias inputs of this member (the loader's rule) but the received
+// splits are all computed before any is written.
+Status runAllToAllV(Instance& inst, const Request& r) {
+  const int64_t n = int64_t(inst.in.size()), c = r.count, rowBytes = r.inner * commDTypeSize(r.dtype);
+  std::vector<int64_t> sent(static_cast<size_t>(n)), received(static_cast<size_t>(n));
+  for (int64_t m = 0; m < n; ++m)
+    LLCDIST_RETURN_IF_ERROR(checkSendSplits(inst.group[size_t(m)], inst.requests[size_t(m)].sendSplits, n, c,
+                                            inst.requests[size_t(m)].xRows, &sent[size_t(m)]));
+  std::vector<std::vector<int32_t>> recv(size_t(n), std::vector<int32_t>(size_t(n * c)));
+  for (int64_t me = 0; me < n; ++me)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < c; ++j)
+        recv[size_t(me)][size_t(i * c + j)] = inst.requests[size_t(i)].sendSplits[me * c + j];
+  for (int64_t me = 0; me < n; ++me)
+    LLCDIST_RETURN_IF_ERROR(checkRecvSplits(inst.group[size_t(me)], recv[size_t(me)].data(), n, c,
+                                            inst.requests[size_t(me)].yRows, &received[size_t(me)]));
+  // Row offsets of chunk (dest, j) in each sender's x: prefix sums in (dest, j) order.
+  std::vector<std::vector<int64_t>> from(size_t(n), std::vector<int64_t>(size_t(n * c) + 1, 0));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < n * c; ++k)
+      from[size_t(i)][size_t(k) + 1] = from[size_t(i)][size_t(k)] + inst.requests[size_t(i)].sendSplits[k];
+  for (int64_t me = 0; me < n; ++me) {
+    auto* y = static_cast<std::byte*>(inst.out[size_t(me)]);
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto* x = static_cast<const std::byte*>(inst.in[size_t(i)]);
+      for (int64_t j = 0; j < c; ++j) {
+        const int64_t rows = recv[size_t(me)][size_t(i * c + j)];
+        if (rows > 0)
+          std::memcpy(y + at * rowBytes, x + from[size_t(i)][size_t(me * c + j)] * rowBytes, size_t(rows * rowBytes));
+        at += rows;
+      }
+    }
+    const int64_t yRows = inst.requests[size_t(me)].yRows;
+    if (yRows > at) std::memset(y + at * rowBytes, 0, size_t((yRows - at) * rowBytes));
+  }
+  for (int64_t me = 0; me < n; ++me)
+    std::memcpy(inst.requests[size_t(me)].recvSplits, recv[size_t(me)].data(), size_t(n * c) * sizeof(int32_t));
+  return Status::ok();
+}
+
 template <typename T>
 void runReduceScatter(Instance& inst, const Request& r) {
   const size_t n = inst.in.size();
@@ -151,6 +195,24 @@ class InProcessCommunicator final : public Communicator {
     r.dtype = dtype;
     r.count = count;
     return run(rank, group, send, recv, r);
+  }
+
+  Status allToAllV(int rank, const std::vector<int>& group, const void* x, int64_t xRows, const int32_t* sendSplits,
+                   void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks, int64_t rowElems,
+                   CommDType dtype) override {
+    Request r;
+    r.kind = Kind::kAllToAllV;
+    r.dtype = dtype;
+    r.count = chunks;
+    r.inner = rowElems;
+    r.xRows = xRows;
+    r.yRows = yRows;
+    r.sendSplits = sendSplits;
+    r.recvSplits = recvSplits;
+    if (chunks < 1 || xRows < 0 || yRows < 0)
+      return Status::invalidArgument(where(r, group) + ": chunks " + std::to_string(chunks) + ", x rows " +
+                                     std::to_string(xRows) + ", y rows " + std::to_string(yRows));
+    return run(rank, group, x, y, r);
   }
 
   Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
@@ -292,6 +354,7 @@ class InProcessCommunicator final : public Communicator {
     const int64_t seq = gs.calls[size_t(member)]++;
     Instance& inst = gs.instances[seq];
     if (inst.arrived.empty()) {
+      inst.group = group;
       inst.requests.resize(n);
       inst.in.assign(n, nullptr);
       inst.out.assign(n, nullptr);
@@ -370,6 +433,10 @@ class InProcessCommunicator final : public Communicator {
 
   static void execute(Instance& inst) {
     const Request& r = inst.requests[0];
+    if (r.kind == Kind::kAllToAllV) {
+      inst.result = runAllToAllV(inst, r);
+      return;
+    }
     switch (r.kind) {
       case Kind::kAllReduce:
         withElementType(r.dtype, [&](auto e) { runAllReduce<decltype(e)>(inst, r); });
@@ -382,6 +449,8 @@ class InProcessCommunicator final : public Communicator {
         return;
       case Kind::kAllToAll:
         runAllToAll(inst, r);
+        return;
+      case Kind::kAllToAllV:  // above
         return;
     }
   }

@@ -185,6 +185,62 @@ class MpiCommunicator final : public Communicator {
     return Status::ok();
   }
 
+  // all_to_all_v: over the same per-member messages as allToAll (MPI_Alltoall / MPI_Alltoallv need a
+  // communicator per group and one rank per process, which this communicator does not have): first the
+  // splits (member j gets sendSplits[j·c .. j·c + c)), then each member's rows, variable-size messages
+  // whose sizes both sides know from the splits; this member's own rows copied. A member whose own
+  // splits are wrong (or whose y is too small for what the others send) returns its error before the
+  // rows and aborts this communicator (the others then fail at their timeout or abort, as for any
+  // rank-local failure).
+  Status allToAllV(int rank, const std::vector<int>& group, const void* x, int64_t xRows, const int32_t* sendSplits,
+                   void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks, int64_t rowElems,
+                   CommDType dtype) override {
+    Request r;
+    r.kind = Kind::kAllToAllV, r.dtype = dtype, r.count = chunks, r.inner = rowElems;
+    const size_t n = group.size(), me = memberOf(rank, group);
+    std::vector<std::vector<std::byte>> from;
+    if (me == n)  // exchange's error for a rank outside its group
+      return exchange(rank, group, r, [&](size_t) { return std::make_pair<const void*>(nullptr, size_t(0)); }, 0, from);
+    int64_t sent = 0, received = 0;
+    if (Status s = checkSendSplits(rank, sendSplits, int64_t(n), chunks, xRows, &sent); !s.isOk()) return fail(s);
+    const size_t splitBytes = size_t(chunks) * sizeof(int32_t);
+    const auto splitsTo = [&](size_t j) {
+      return std::make_pair<const void*>(sendSplits + j * size_t(chunks), splitBytes);
+    };
+    LLCDIST_RETURN_IF_ERROR(exchange(rank, group, r, splitsTo, splitBytes, from));
+    std::vector<int32_t> recv(n * size_t(chunks));
+    for (size_t m = 0; m < n; ++m)
+      std::memcpy(recv.data() + m * size_t(chunks), m == me ? static_cast<const void*>(sendSplits + me * size_t(chunks))
+                                                            : static_cast<const void*>(from[m].data()),
+                  splitBytes);
+    if (Status s = checkRecvSplits(rank, recv.data(), int64_t(n), chunks, yRows, &received); !s.isOk()) return fail(s);
+    const int64_t rowBytes = rowElems * commDTypeSize(dtype);
+    std::vector<size_t> sendAt(n + 1, 0), expected(n, 0);
+    size_t largest = 0;
+    for (size_t j = 0; j < n; ++j) {
+      int64_t rows = 0, in = 0;
+      for (size_t k = j * size_t(chunks); k < (j + 1) * size_t(chunks); ++k) rows += sendSplits[k], in += recv[k];
+      sendAt[j + 1] = sendAt[j] + size_t(rows * rowBytes);
+      expected[j] = size_t(in * rowBytes);
+      if (j != me) largest = std::max(largest, sendAt[j + 1] - sendAt[j]);
+    }
+    const auto* xb = static_cast<const std::byte*>(x);
+    const auto rowsTo = [&](size_t j) {
+      return std::make_pair<const void*>(xb + sendAt[j], sendAt[j + 1] - sendAt[j]);
+    };
+    LLCDIST_RETURN_IF_ERROR(exchange(rank, group, r, rowsTo, largest, from, &expected));
+    auto* out = static_cast<std::byte*>(y);
+    size_t at = 0;
+    for (size_t m = 0; m < n; ++m) {
+      const std::byte* src = m == me ? xb + sendAt[me] : from[m].data();
+      if (expected[m] > 0) std::memcpy(out + at, src, expected[m]);
+      at += expected[m];
+    }
+    if (int64_t(at) < yRows * rowBytes) std::memset(out + at, 0, size_t(yRows * rowBytes) - at);
+    std::memcpy(recvSplits, recv.data(), recv.size() * sizeof(int32_t));
+    return Status::ok();
+  }
+
   Status send(int rank, int peer, const void* x, int64_t count, CommDType dtype, int64_t tag,
               int64_t microbatch) override {
     LLCDIST_RETURN_IF_ERROR(checkP2P(rank, peer, "send", count));
@@ -332,10 +388,14 @@ class MpiCommunicator final : public Communicator {
   }
 
   // One collective call's messages: this member's request and `payload(j)` to every other member j,
-  // theirs back (`from[m]`: member m's payload, empty for this member); then the request check.
+  // theirs back (`from[m]`: member m's payload, empty for this member); then the request check. Every
+  // payload is `bytes` long, or with `expected` (all_to_all_v's rows) member m's is expected[m] bytes.
   template <typename Payload>
   Status exchange(int rank, const std::vector<int>& group, const Request& r, Payload payload, size_t bytes,
-                  std::vector<std::vector<std::byte>>& from) {
+                  std::vector<std::vector<std::byte>>& from, const std::vector<size_t>* expected = nullptr) {
+    if (expected)
+      for (size_t j = 0; j < expected->size() && j < group.size(); ++j)
+        if (group[j] != rank) bytes = std::max(bytes, (*expected)[j]);
     LLCDIST_RETURN_IF_ERROR(checkRank(rank));
     const size_t n = group.size(), me = memberOf(rank, group);
     if (me == n || std::count(group.begin(), group.end(), rank) != 1)
@@ -414,10 +474,12 @@ class MpiCommunicator final : public Communicator {
                                               std::to_string(group[0]) + " calls " + requestOf(heads[0]).describe() +
                                               " but rank " + std::to_string(group[j]) + " calls " +
                                               requestOf(heads[j]).describe()));
-    for (size_t j = 0; j < n; ++j)
-      if (j != me && from[j].size() != sizeof(Header) + bytes)
+    for (size_t j = 0; j < n; ++j) {
+      const size_t due = sizeof(Header) + (expected ? (*expected)[j] : bytes);
+      if (j != me && from[j].size() != due)
         return giveUp(Status::internal("a collective message of " + std::to_string(from[j].size()) + " bytes where " +
-                                       std::to_string(sizeof(Header) + bytes) + " were due"));
+                                       std::to_string(due) + " were due"));
+    }
     for (size_t j = 0; j < n; ++j)
       if (j != me) from[j].erase(from[j].begin(), from[j].begin() + sizeof(Header));
     // Our sends are done once every member has its message; wait for MPI to release the buffers.

@@ -16,7 +16,7 @@
 
 namespace llcdist::rt::comm {
 
-enum class Kind { kAllReduce, kAllGather, kReduceScatter, kAllToAll };
+enum class Kind { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kAllToAllV };
 inline const char* kindName(Kind k) {
   switch (k) {
     case Kind::kAllReduce:
@@ -27,6 +27,8 @@ inline const char* kindName(Kind k) {
       return "reduce_scatter";
     case Kind::kAllToAll:
       return "all_to_all";
+    case Kind::kAllToAllV:
+      return "all_to_all_v";
   }
   return "?";
 }
@@ -85,7 +87,13 @@ struct Request {
   Kind kind = Kind::kAllReduce;
   CommDType dtype = CommDType::kF32;
   ReduceOp op = ReduceOp::kSum;
-  int64_t count = 0, outer = 0, inner = 0;  // all_reduce: count; all_to_all: count (a block); the others: outer, inner
+  // all_reduce: count; all_to_all: count (a block); all_to_all_v: count (chunks per member), inner (row
+  // elements); the others: outer, inner
+  int64_t count = 0, outer = 0, inner = 0;
+  // all_to_all_v's own side of the call (not compared: each member's rows and splits).
+  int64_t xRows = 0, yRows = 0;
+  const int32_t* sendSplits = nullptr;
+  int32_t* recvSplits = nullptr;
   bool operator==(const Request& o) const {
     return kind == o.kind && dtype == o.dtype && op == o.op && count == o.count && outer == o.outer && inner == o.inner;
   }
@@ -95,6 +103,9 @@ struct Request {
       s += "(" + std::string(opName(op)) + ", " + std::to_string(count) + " " + commDTypeName(dtype) + ")";
     else if (kind == Kind::kAllToAll)
       s += "(" + std::to_string(count) + " " + commDTypeName(dtype) + " per member)";
+    else if (kind == Kind::kAllToAllV)
+      s += "(" + std::to_string(count) + " chunk" + (count == 1 ? "" : "s") + " per member, rows of " +
+           std::to_string(inner) + " " + commDTypeName(dtype) + ")";
     else  // f32, the common case, unnamed (as before dtypes)
       s += "(outer " + std::to_string(outer) + ", inner " + std::to_string(inner) +
            (kind == Kind::kReduceScatter ? ", " + std::string(opName(op)) : std::string()) +

@@ -350,6 +350,21 @@ class CpuBackend final : public Backend {
       return Status::ok();
     });
   }
+  // all_to_all_v: the communicator's, on the buffers as they are (host memory); a group of one copies.
+  StatusOr<CollectiveHandle> allToAllVAsync(Stream s, const void* x, int64_t xRows, const int32_t* sendSplits, void* y,
+                                            int64_t yRows, int32_t* recvSplits, int64_t chunks, int64_t rowElems,
+                                            CommDType dtype, Channel channel) override {
+    LLCDIST_RETURN_IF_ERROR(checkStream(s));
+    LLCDIST_ASSIGN_OR_RETURN(const std::vector<int>* g, groupOf(channel));
+    const std::vector<int> group = *g;
+    return collective(s, group, [=, this]() -> Status {
+      if (group.size() == 1)
+        return allToAllVSelf(opts_.rank, x, xRows, sendSplits, y, yRows, recvSplits, chunks, rowElems, dtype);
+      if (!opts_.communicator) return checkGroup(group, "all-to-all-v");
+      return opts_.communicator->allToAllV(opts_.rank, group, x, xRows, sendSplits, y, yRows, recvSplits, chunks,
+                                           rowElems, dtype);
+    });
+  }
   StatusOr<CollectiveHandle> reduceScatterAsync(Stream s, const void* in, void* out, int64_t outer, int64_t inner,
                                                 int64_t total, CommDType dtype, ReduceOp op, Channel channel) override {
     LLCDIST_RETURN_IF_ERROR(checkStream(s));

@@ -2,8 +2,24 @@
 // launches (the class: CudaBackendImpl.h; its collectives: CudaBackendComm.cpp), and making one.
 #include "CudaBackendImpl.h"
 
+#include "llcdist/runtime/KernelChecks.h"
+
 namespace llcdist::rt {
 namespace cuda {
+
+std::string describeDeviceError(int code, unsigned long long detail) {
+  const int64_t token = int64_t(detail >> 32);
+  const int64_t value = int64_t(int32_t(uint32_t(detail & 0xffffffffull)));
+  switch (code) {
+    case kDeviceIdOutOfRange: return "a token id outside the vocabulary";
+    case kDeviceTargetOutOfRange: return "a target outside the vocabulary";
+    case kDeviceSplitOutOfRange: return "a moe_chunk_transpose split that is negative or sums past N";
+    case kDeviceMoeExpertOutOfRange: return moePermuteExpertError(token, value);
+    case kDeviceMoeSlotOutOfRange: return moeSlotError("moe_unpermute", token, value);
+    case kDeviceMoeSlotBwdOutOfRange: return moeSlotError("moe_unpermute_bwd", token, value);
+    default: return "an invalid value";
+  }
+}
 
 Status CudaBackend::init() {
   LLCDIST_RETURN_IF_ERROR(checkCudaKernelTable());
@@ -15,8 +31,9 @@ Status CudaBackend::init() {
         "host communicator (run with one process per GPU after installing NCCL)");
 #endif
   LLCDIST_RETURN_IF_ERROR(addStream());  // the plan's default stream (0)
-  LLCDIST_CUDA_TRY(cudaMalloc(&deviceError_, sizeof(int)), opts_.rank);
-  LLCDIST_CUDA_TRY(cudaMemset(deviceError_, 0, sizeof(int)), opts_.rank);
+  // The code (an int) and, 8 bytes on, its detail (CudaKernelContext::deviceErrorDetail).
+  LLCDIST_CUDA_TRY(cudaMalloc(&deviceError_, kDeviceErrorBytes), opts_.rank);
+  LLCDIST_RETURN_IF_ERROR(resetDeviceError());
   LLCDIST_ASSIGN_OR_RETURN(gemm_, makeGemmRunner(opts_.rank));
   cudaDeviceProp prop{};
   LLCDIST_CUDA_TRY(cudaGetDeviceProperties(&prop, opts_.device), opts_.rank);
@@ -107,13 +124,18 @@ Status CudaBackend::synchronize() {
   int code = 0;
   LLCDIST_CUDA_TRY(cudaMemcpy(&code, deviceError_, sizeof(int), cudaMemcpyDeviceToHost), opts_.rank);
   if (code != kDeviceOk) {
-    LLCDIST_CUDA_TRY(cudaMemset(deviceError_, 0, sizeof(int)), opts_.rank);
-    return Status::invalidArgument(std::string(code == kDeviceIdOutOfRange       ? "a token id outside the vocabulary"
-                                               : code == kDeviceTargetOutOfRange ? "a target outside the vocabulary"
-                                                                                 : "an invalid value") +
-                                   " met by a kernel on rank " + std::to_string(opts_.rank) +
-                                   " (the CUDA kernels report it at the next synchronize)");
+    unsigned long long detail = ~0ull;
+    LLCDIST_CUDA_TRY(cudaMemcpy(&detail, deviceErrorDetail(), sizeof(detail), cudaMemcpyDeviceToHost), opts_.rank);
+    LLCDIST_RETURN_IF_ERROR(resetDeviceError());
+    return Status::invalidArgument(describeDeviceError(code, detail) + " met by a kernel on rank " +
+                                   std::to_string(opts_.rank) + " (the CUDA kernels report it at the next synchronize)");
   }
+  return Status::ok();
+}
+
+Status CudaBackend::resetDeviceError() {
+  LLCDIST_CUDA_TRY(cudaMemset(deviceError_, 0, sizeof(int)), opts_.rank);
+  LLCDIST_CUDA_TRY(cudaMemset(deviceErrorDetail(), 0xff, sizeof(unsigned long long)), opts_.rank);  // ~0: none
   return Status::ok();
 }
 
@@ -276,6 +298,7 @@ CudaKernelContext CudaBackend::context(Stream s, cudaStream_t st) {
   ctx.scratch = scratch_[size_t(s.id)].get();
   ctx.tables = &tables_;
   ctx.deviceError = deviceError_;
+  ctx.deviceErrorDetail = deviceErrorDetail();
   return ctx;
 }
 

@@ -217,6 +217,121 @@ StatusOr<CollectiveHandle> CudaBackend::allToAllAsync(Stream s, const void* x, v
   return done(Status::ok());
 }
 
+// all_to_all_v (expert parallelism). The row counts live on the device (the router computed them), and
+// NCCL's send / recv take host counts: the n·c splits are exchanged with one NCCL group of a send and a
+// receive per member (c i32 each), then the send and received splits are copied to a pinned host buffer
+// with ONE stream synchronization (the op's only host sync: every later call of the step queues behind it
+// as usual), checked (negative, Σ send > Nx, Σ recv > Ny: the call's error), and the rows go in a second
+// NCCL group of a send and a receive per member (sizes from the host splits; empty ones skipped), the
+// tail of y zeroed with cudaMemsetAsync. A group of one copies on the device; without NCCL the whole call
+// is staged through the host communicator (Communicator::allToAllV).
+StatusOr<CollectiveHandle> CudaBackend::allToAllVAsync(Stream s, const void* x, int64_t xRows,
+                                                       const int32_t* sendSplits, void* y, int64_t yRows,
+                                                       int32_t* recvSplits, int64_t chunks, int64_t rowElems,
+                                                       CommDType dtype, Channel ch) {
+  LLCDIST_ASSIGN_OR_RETURN(cudaStream_t st, enter(s));
+  LLCDIST_ASSIGN_OR_RETURN(Chan * c, channel(ch));
+  // The host reads the splits: a step with all_to_all_v is not captured into a device graph (the refused
+  // capture leaves the recorded step replayed call by call, Interpreter::recordStep).
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  LLCDIST_CUDA_TRY(cudaStreamIsCapturing(st, &capturing), opts_.rank);
+  if (capturing != cudaStreamCaptureStatusNone)
+    return Status::invalidArgument("all_to_all_v reads its splits on the host (one stream synchronization per "
+                                   "call), which a device graph cannot capture");
+  const int64_t n = int64_t(c->group.size()), rowBytes = rowElems * elemBytes(dtype);
+  const int64_t splitBytes = n * chunks * int64_t(sizeof(int32_t));
+  // The host copy of [send splits | received splits].
+  LLCDIST_ASSIGN_OR_RETURN(void* hs, hostBuffer(2, 2 * splitBytes));
+  int32_t* hostSend = static_cast<int32_t*>(hs);
+  int32_t* hostRecv = hostSend + n * chunks;
+  const bool staged = n > 1 && !(LLCDIST_HAVE_NCCL && nccl());
+  if (!staged) {
+    if (n == 1) {
+      LLCDIST_CUDA_TRY(cudaMemcpyAsync(recvSplits, sendSplits, size_t(splitBytes), cudaMemcpyDeviceToDevice, st),
+                       opts_.rank);
+    }
+#if LLCDIST_HAVE_NCCL
+    else {
+      LLCDIST_NCCL_TRY(ncclGroupStart(), opts_.rank);
+      for (int64_t j = 0; j < n; ++j) {
+        LLCDIST_NCCL_TRY(ncclSend(sendSplits + j * chunks, size_t(chunks), ncclInt32, int(j), c->comm, st), opts_.rank);
+        LLCDIST_NCCL_TRY(ncclRecv(recvSplits + j * chunks, size_t(chunks), ncclInt32, int(j), c->comm, st), opts_.rank);
+      }
+      LLCDIST_NCCL_TRY(ncclGroupEnd(), opts_.rank);
+    }
+#endif
+    LLCDIST_CUDA_TRY(cudaMemcpyAsync(hostSend, sendSplits, size_t(splitBytes), cudaMemcpyDeviceToHost, st), opts_.rank);
+    LLCDIST_CUDA_TRY(cudaMemcpyAsync(hostRecv, recvSplits, size_t(splitBytes), cudaMemcpyDeviceToHost, st), opts_.rank);
+    // The one host sync (above). Behind NCCL's exchange it polls this stream, as waitForNccl polls them all:
+    // an asynchronous NCCL error or a peer that never makes the matching call (the timeout) aborts the
+    // communicators rather than hanging here.
+#if LLCDIST_HAVE_NCCL
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts_.timeoutSeconds);
+    for (cudaError_t e = cudaStreamQuery(st); n > 1 && e != cudaSuccess; e = cudaStreamQuery(st)) {
+      if (e != cudaErrorNotReady) LLCDIST_CUDA_TRY(e, opts_.rank);
+      LLCDIST_RETURN_IF_ERROR(asyncError(c->comm));
+      if (std::chrono::steady_clock::now() > deadline) {
+        for (Chan& k : channels_)
+          if (k.comm) ncclCommAbort(k.comm), k.comm = nullptr;
+        if (world_) ncclCommAbort(world_), world_ = nullptr;
+        return Status::deadlineExceeded("rank " + std::to_string(opts_.rank) + ": all_to_all_v's split exchange did " +
+                                        "not finish within " + std::to_string(opts_.timeoutSeconds) +
+                                        " s (a peer is not making the matching call); the communicators were aborted");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+#endif
+    LLCDIST_CUDA_TRY(cudaStreamSynchronize(st), opts_.rank);
+    int64_t sent = 0, received = 0;
+    LLCDIST_RETURN_IF_ERROR(checkSendSplits(opts_.rank, hostSend, n, chunks, xRows, &sent));
+    LLCDIST_RETURN_IF_ERROR(checkRecvSplits(opts_.rank, hostRecv, n, chunks, yRows, &received));
+    auto* out = static_cast<std::byte*>(y);
+    const auto* in = static_cast<const std::byte*>(x);
+    if (n == 1) {
+      if (received > 0)
+        LLCDIST_CUDA_TRY(cudaMemcpyAsync(out, in, size_t(received * rowBytes), cudaMemcpyDeviceToDevice, st),
+                         opts_.rank);
+    }
+#if LLCDIST_HAVE_NCCL
+    else {
+      // Elements of the row blocks as NCCL counts them (bf16 / f32 / f64 rows move as they are).
+      LLCDIST_NCCL_TRY(ncclGroupStart(), opts_.rank);
+      int64_t sendAt = 0, recvAt = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t sendRows = 0, recvRows = 0;
+        for (int64_t k = 0; k < chunks; ++k) sendRows += hostSend[j * chunks + k], recvRows += hostRecv[j * chunks + k];
+        const size_t sendCount = size_t(sendRows * rowElems), recvCount = size_t(recvRows * rowElems);
+        if (sendRows > 0)
+          LLCDIST_NCCL_TRY(ncclSend(in + sendAt * rowBytes, sendCount, ncclType(dtype), int(j), c->comm, st),
+                           opts_.rank);
+        if (recvRows > 0)
+          LLCDIST_NCCL_TRY(ncclRecv(out + recvAt * rowBytes, recvCount, ncclType(dtype), int(j), c->comm, st),
+                           opts_.rank);
+        sendAt += sendRows;
+        recvAt += recvRows;
+      }
+      LLCDIST_NCCL_TRY(ncclGroupEnd(), opts_.rank);
+    }
+#endif
+    if (yRows > received)
+      LLCDIST_CUDA_TRY(cudaMemsetAsync(out + received * rowBytes, 0, size_t((yRows - received) * rowBytes), st),
+                       opts_.rank);
+    if (n == 1) return done(Status::ok());
+    return recordHandle(st);
+  }
+  // Staged: x and the send splits to the host, the host communicator's all_to_all_v, y and the received
+  // splits back.
+  LLCDIST_ASSIGN_OR_RETURN(void* hx, hostBuffer(0, xRows * rowBytes));
+  LLCDIST_ASSIGN_OR_RETURN(void* hy, hostBuffer(1, yRows * rowBytes));
+  LLCDIST_RETURN_IF_ERROR(toHost(st, hostSend, sendSplits, splitBytes));
+  LLCDIST_RETURN_IF_ERROR(toHost(st, hx, x, xRows * rowBytes));
+  LLCDIST_RETURN_IF_ERROR(opts_.communicator->allToAllV(opts_.rank, c->group, hx, xRows, hostSend, hy, yRows, hostRecv,
+                                                        chunks, rowElems, dtype));
+  LLCDIST_RETURN_IF_ERROR(toDevice(st, y, hy, yRows * rowBytes));
+  LLCDIST_RETURN_IF_ERROR(toDevice(st, recvSplits, hostRecv, splitBytes));
+  return done(Status::ok());
+}
+
 StatusOr<CollectiveHandle> CudaBackend::sendAsync(Stream s, const void* x, int64_t count, CommDType dtype, int peer,
                                                   int64_t tag, int64_t microbatch) {
   return p2p(true, s, const_cast<void*>(x), count, dtype, peer, tag, microbatch);

@@ -211,6 +211,10 @@ class CudaBackend final : public Backend {
   StatusOr<CollectiveHandle> allToAllAsync(Stream s, const void* x, void* y, int64_t outer, int64_t mid, int64_t inner,
                                            int xRankDim, CommDType dtype, Channel ch) override;
 
+  StatusOr<CollectiveHandle> allToAllVAsync(Stream s, const void* x, int64_t xRows, const int32_t* sendSplits, void* y,
+                                            int64_t yRows, int32_t* recvSplits, int64_t chunks, int64_t rowElems,
+                                            CommDType dtype, Channel ch) override;
+
   StatusOr<CollectiveHandle> sendAsync(Stream s, const void* x, int64_t count, CommDType dtype, int peer, int64_t tag,
                                        int64_t microbatch) override;
   StatusOr<CollectiveHandle> recvAsync(Stream s, void* y, int64_t count, CommDType dtype, int peer, int64_t tag,
@@ -279,7 +283,8 @@ class CudaBackend final : public Backend {
 
   Status hostFunc(cudaStream_t st, std::function<void()> fn);
 
-  // Staged collectives: pinned host buffers (two, for in and out), the copies synchronous.
+  // Staged collectives: pinned host buffers (two, for in and out; a third for all_to_all_v's splits),
+  // the copies synchronous.
   StatusOr<void*> hostBuffer(int which, int64_t bytes);
   Status toHost(cudaStream_t st, void* host, const void* dev, int64_t bytes);
   Status toDevice(cudaStream_t st, void* dev, const void* host, int64_t bytes);
@@ -308,7 +313,13 @@ class CudaBackend final : public Backend {
   CudaBackendOptions opts_;
   void* arena_ = nullptr;
   int64_t bytes_ = 0;
+  // The kernels' error code (an int) and, at byte 8, its detail (CudaKernelContext): one allocation.
+  static constexpr size_t kDeviceErrorBytes = 16;
   int* deviceError_ = nullptr;
+  unsigned long long* deviceErrorDetail() const {
+    return reinterpret_cast<unsigned long long*>(reinterpret_cast<char*>(deviceError_) + 8);
+  }
+  Status resetDeviceError();  // code 0, detail ~0
   std::vector<cudaStream_t> streams_;
   std::vector<std::unique_ptr<StreamScratch>> scratch_;
   std::vector<Staging> staging_;
@@ -330,7 +341,7 @@ class CudaBackend final : public Backend {
   int64_t nextHandle_ = 0;
   std::vector<PendingP2p> pending_;
   int pendingStream_ = 0;
-  HostBuf hostBufs_[2];
+  HostBuf hostBufs_[3];
   std::vector<float*> stagingAreas_;     // allocateStaging
   std::vector<void*> hostInputs_;        // allocateHostInput: pinned
   std::vector<Graph> graphs_;            // endGraphCapture, by id

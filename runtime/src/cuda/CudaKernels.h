@@ -66,9 +66,28 @@ struct CudaKernelContext {
   // cannot report synchronously (an embedding id or a target outside the vocabulary); the backend reads
   // it at synchronize() and turns it into an error naming the op. 0: no error.
   int* deviceError = nullptr;
+  // With the moe codes below: the first (token, value) met, as the kernels' atomicMin of
+  // (token << 32) | uint32(value) (the lowest token wins, deterministically); initially ~0. Null: none kept.
+  unsigned long long* deviceErrorDetail = nullptr;
 };
 // Codes a kernel stores into CudaKernelContext::deviceError.
-enum DeviceErrorCode : int { kDeviceOk = 0, kDeviceIdOutOfRange = 1, kDeviceTargetOutOfRange = 2 };
+// kDeviceSplitOutOfRange: moe_chunk_transpose's splits (a negative one, or a sum past N).
+// kDeviceMoeExpertOutOfRange: moe_permute's expert id outside [0, E); kDeviceMoeSlotOutOfRange /
+// kDeviceMoeSlotBwdOutOfRange: moe_unpermute's / moe_unpermute_bwd's slot outside [-1, N). These three
+// keep the token and the value in deviceErrorDetail.
+enum DeviceErrorCode : int {
+  kDeviceOk = 0,
+  kDeviceIdOutOfRange = 1,
+  kDeviceTargetOutOfRange = 2,
+  kDeviceSplitOutOfRange = 3,
+  kDeviceMoeExpertOutOfRange = 4,
+  kDeviceMoeSlotOutOfRange = 5,
+  kDeviceMoeSlotBwdOutOfRange = 6
+};
+// What a device error code (and its detail) means, as the backend's synchronize() words it: the moe codes
+// give the CPU kernels' message (KernelChecks.h: moePermuteExpertError, moeSlotError) for the detail's
+// token and value.
+std::string describeDeviceError(int code, unsigned long long detail);
 using CudaKernel = BackendKernel<CudaKernelContext>;
 // Called by Backend::prepare at bind time with the bound call (its variant chosen, arena addresses):
 // builds what the kernel will need (cuDNN's graphs) and returns the workspace bytes it needs (0: none).

@@ -1,6 +1,8 @@
 // Mixture of experts (HF Mixtral / Qwen2-MoE): the router, the permutation into expert-major rows and back,
 // the experts' grouped GEMMs (cblas_sgemm per group) and the shared expert's sigmoid gate. See Kernels.h for
-// the contract; ids, slots and group sizes out of range are guarded, never an error.
+// the contract; group sizes out of range are guarded, never an error; moe_permute's expert ids and
+// moe_unpermute's slots out of range are an error (KernelChecks.h's messages, the CUDA kernels' too).
+#include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
@@ -129,45 +131,72 @@ void moeRouteBackward(const float* logits, const int32_t* experts, const float* 
   }
 }
 
-void moePermute(const float* x, const int32_t* experts, float* xp, int32_t* slots, int32_t* groupSizes,
-                const MoeParams& p) {
-  const int64_t N = p.T * p.k;
-  std::vector<int64_t> next(size_t(p.E) + 1, 0);  // next[e]: the next row of expert e; next[E]: of the invalid
-  for (int64_t i = 0; i < N; ++i)
-    if (validExpert(experts[i], p.E)) ++next[size_t(experts[i]) + 1];
-  for (int64_t e = 0; e < p.E; ++e) groupSizes[e] = int32_t(next[size_t(e) + 1]);
-  for (int64_t e = 1; e <= p.E; ++e) next[size_t(e)] += next[size_t(e) - 1];  // exclusive prefix sums
-  int64_t invalid = next[size_t(p.E)];
+Status moePermute(const float* x, const int32_t* experts, float* xp, int32_t* slots, int32_t* groupSizes,
+                  const MoeParams& p) {
+  const int64_t N = p.T * p.k, rows = moePermuteRows(p);
+  const int64_t C = p.capacity > 0 ? p.capacity : N;  // dropless: no expert has more than T·k assignments
+  std::vector<int64_t> n(size_t(p.E), 0);              // n[e]: the assignments to e
+  for (int64_t i = 0; i < N; ++i) {
+    if (!validExpert(experts[i], p.E)) return Status::invalidArgument(moePermuteExpertError(i / p.k, experts[i]));
+    ++n[size_t(experts[i])];
+  }
+  std::vector<int64_t> next(size_t(p.E), 0), end(size_t(p.E), 0);  // expert e's next kept row, past its last
+  int64_t kept = 0;
+  for (int64_t e = 0; e < p.E; ++e) {
+    const int64_t size = std::min(n[size_t(e)], C);
+    groupSizes[e] = int32_t(size);
+    next[size_t(e)] = kept;
+    kept += size;
+    end[size_t(e)] = kept;
+  }
   for (int64_t i = 0; i < N; ++i) {  // i = t·k + j: t, then j order within each expert
-    const int64_t row = validExpert(experts[i], p.E) ? next[size_t(experts[i])]++ : invalid++;
+    const size_t e = size_t(experts[i]);
+    if (next[e] == end[e]) {  // over the capacity: dropped
+      slots[i] = -1;
+      continue;
+    }
+    const int64_t row = next[e]++;
     slots[i] = int32_t(row);
     std::memcpy(xp + row * p.H, x + (i / p.k) * p.H, size_t(p.H) * sizeof(float));
   }
+  std::fill(xp + kept * p.H, xp + rows * p.H, 0.0f);
+  return Status::ok();
 }
 
-void moeUnpermute(const float* xp, const int32_t* slots, const float* weights, float* y, const MoeParams& p) {
-  const int64_t N = p.T * p.k;
+namespace {
+// Every slot in [-1, rows): else the op's error naming the first bad token.
+Status checkSlots(const int32_t* slots, int64_t rows, const MoeParams& p, std::string_view op) {
+  for (int64_t i = 0; i < p.T * p.k; ++i)
+    if (slots[i] < -1 || slots[i] >= rows) return Status::invalidArgument(moeSlotError(op, i / p.k, slots[i]));
+  return Status::ok();
+}
+}  // namespace
+
+Status moeUnpermute(const float* xp, const int32_t* slots, const float* weights, float* y, const MoeParams& p) {
+  LLCDIST_RETURN_IF_ERROR(checkSlots(slots, moeUnpermuteRows(p), p, "moe_unpermute"));
   for (int64_t t = 0; t < p.T; ++t) {
     float* yt = y + t * p.H;
     std::fill(yt, yt + p.H, 0.0f);
     for (int64_t j = 0; j < p.k; ++j) {
       const int64_t slot = slots[t * p.k + j];
-      if (slot < 0 || slot >= N) continue;
+      if (slot < 0) continue;  // dropped
       const float w = weights ? weights[t * p.k + j] : 1.0f;
       const float* row = xp + slot * p.H;
       for (int64_t h = 0; h < p.H; ++h) yt[h] += w * row[h];
     }
   }
+  return Status::ok();
 }
 
-void moeUnpermuteBackward(const float* dy, const float* xp, const int32_t* slots, const float* weights, float* dxp,
-                          float* dweights, const MoeParams& p) {
-  const int64_t N = p.T * p.k;
-  std::vector<char> hit(size_t(N), 0);
+Status moeUnpermuteBackward(const float* dy, const float* xp, const int32_t* slots, const float* weights, float* dxp,
+                            float* dweights, const MoeParams& p) {
+  const int64_t N = p.T * p.k, rows = moeUnpermuteRows(p);
+  LLCDIST_RETURN_IF_ERROR(checkSlots(slots, rows, p, "moe_unpermute_bwd"));
+  std::vector<char> hit(size_t(rows), 0);
   for (int64_t i = 0; i < N; ++i) {
     const int64_t slot = slots[i];
     const float* d = dy + (i / p.k) * p.H;
-    if (slot < 0 || slot >= N) {
+    if (slot < 0) {  // dropped
       dweights[i] = 0.0f;
       continue;
     }
@@ -183,8 +212,9 @@ void moeUnpermuteBackward(const float* dy, const float* xp, const int32_t* slots
     hit[size_t(slot)] = 1;
     dweights[i] = static_cast<float>(s);
   }
-  for (int64_t r = 0; r < N; ++r)
+  for (int64_t r = 0; r < rows; ++r)
     if (!hit[size_t(r)]) std::fill(dxp + r * p.H, dxp + (r + 1) * p.H, 0.0f);
+  return Status::ok();
 }
 
 void groupedLinearForward(const float* x, const float* w, const int32_t* groupSizes, float* y, const MoeParams& p) {
@@ -247,6 +277,42 @@ void sigmoidGateBackward(const float* dy, const float* gate, const float* x, flo
   }
 }
 
+Status moeChunkTranspose(const float* x, const int32_t* splits, float* y, int32_t* colSizes, const MoeParams& p) {
+  const int64_t R = p.r, C = p.c, N = p.N, H = p.H;
+  int64_t total = 0;
+  for (int64_t k = 0; k < R * C; ++k) {
+    if (splits[k] < 0)
+      return Status::invalidArgument("moe_chunk_transpose: splits[" + std::to_string(k) + "] (chunk (" +
+                                     std::to_string(k / C) + ", " + std::to_string(k % C) +
+                                     ")) is negative: " + std::to_string(splits[k]));
+    total += splits[k];
+  }
+  if (total > N)
+    return Status::invalidArgument("moe_chunk_transpose: the splits sum to " + std::to_string(total) +
+                                   " rows but x and y hold N = " + std::to_string(N));
+  // Each chunk's first row in row-major and in column-major order.
+  std::vector<int64_t> rowMajor(size_t(R * C)), colMajor(size_t(R * C));
+  int64_t at = 0;
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < C; ++j) rowMajor[size_t(i * C + j)] = at, at += splits[i * C + j];
+  at = 0;
+  for (int64_t j = 0; j < C; ++j)
+    for (int64_t i = 0; i < R; ++i) colMajor[size_t(i * C + j)] = at, at += splits[i * C + j];
+  const std::vector<int64_t>& from = p.inverse ? colMajor : rowMajor;
+  const std::vector<int64_t>& to = p.inverse ? rowMajor : colMajor;
+  for (int64_t k = 0; k < R * C; ++k)
+    if (splits[k] > 0)
+      std::memcpy(y + to[size_t(k)] * H, x + from[size_t(k)] * H, size_t(splits[k] * H) * sizeof(float));
+  if (N > total) std::memset(y + total * H, 0, size_t((N - total) * H) * sizeof(float));
+  if (colSizes)
+    for (int64_t j = 0; j < C; ++j) {
+      int64_t s = 0;
+      for (int64_t i = 0; i < R; ++i) s += splits[i * C + j];
+      colSizes[j] = int32_t(s);
+    }
+  return Status::ok();
+}
+
 // ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
 
 void registerCpuMoeKernels(CpuKernelTable& t) {
@@ -262,16 +328,13 @@ void registerCpuMoeKernels(CpuKernelTable& t) {
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kMoePermute, [](const KernelCall& c, const P& p, const Ctx&) {
-    moePermute(c.F("x"), c.I("experts"), c.F("xp"), c.I("slots"), c.I("group_sizes"), p);
-    return Status::ok();
+    return moePermute(c.F("x"), c.I("experts"), c.F("xp"), c.I("slots"), c.I("group_sizes"), p);
   });
   addCpuKernel<P>(t, K::kMoeUnpermute, [](const KernelCall& c, const P& p, const Ctx&) {
-    moeUnpermute(c.F("xp"), c.I("slots"), c.F("weights"), c.F("y"), p);
-    return Status::ok();
+    return moeUnpermute(c.F("xp"), c.I("slots"), c.F("weights"), c.F("y"), p);
   });
   addCpuKernel<P>(t, K::kMoeUnpermuteBwd, [](const KernelCall& c, const P& p, const Ctx&) {
-    moeUnpermuteBackward(c.F("dy"), c.F("xp"), c.I("slots"), c.F("weights"), c.F("dxp"), c.F("dweights"), p);
-    return Status::ok();
+    return moeUnpermuteBackward(c.F("dy"), c.F("xp"), c.I("slots"), c.F("weights"), c.F("dxp"), c.F("dweights"), p);
   });
   addCpuKernel<P>(t, K::kGroupedLinearFwd, [](const KernelCall& c, const P& p, const Ctx&) {
     groupedLinearForward(c.F("x"), c.F("w"), c.I("group_sizes"), c.F("y"), p);
@@ -292,6 +355,9 @@ void registerCpuMoeKernels(CpuKernelTable& t) {
   addCpuKernel<P>(t, K::kSigmoidGateBwd, [](const KernelCall& c, const P& p, const Ctx&) {
     sigmoidGateBackward(c.F("dy"), c.F("gate"), c.F("x"), c.F("dgate"), c.F("dx"), p);
     return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kMoeChunkTranspose, [](const KernelCall& c, const P& p, const Ctx&) {
+    return moeChunkTranspose(c.F("x"), c.I("splits"), c.F("y"), c.I("col_sizes"), p);
   });
 }
 

@@ -124,9 +124,10 @@ Status gradNorm(const KernelCall& c, const OptimizerParams& p, const CpuKernelCo
 
 // grad_norm_sq: this rank's partial squared norm (f64), which the plan all-reduces.
 Status gradNormSq(const KernelCall& c, const OptimizerParams& p, const CpuKernelContext&) {
-  const double* add = c.D("add");
-  c.D("sq")[0] =
-      gradNormPartial(spans(c, "grads"), spans(c, "replica_shards"), p.member % p.replicas == 0, add ? add[0] : 0.0);
+  // grads, then replica_shards, then each `add` (f64 [1] partial sums) in list order.
+  double s = gradNormPartial(spans(c, "grads"), spans(c, "replica_shards"), p.member % p.replicas == 0, 0.0);
+  for (void* add : c.list("add")) s += static_cast<const double*>(add)[0];
+  c.D("sq")[0] = s;
   return Status::ok();
 }
 

@@ -1,6 +1,6 @@
-// Family "communication": the collectives all_reduce, all_gather, reduce_scatter, all_to_all and the pipeline's
-// point-to-point send / recv, and the wait of asynchronous plans. They have no kernel: the interpreter runs them
-// through the backend's collective and point-to-point calls (Backend.h) on the groups and peers bound here.
+// Family "communication": the collectives all_reduce, all_gather, reduce_scatter, all_to_all, all_to_all_v and
+// the pipeline's point-to-point send / recv, and the wait of asynchronous plans. They have no kernel: the
+// interpreter runs them through the backend's collective and point-to-point calls (Backend.h) on the groups and peers bound here.
 #include "OpDefs.h"
 
 #include <algorithm>
@@ -12,7 +12,7 @@ namespace sc = schema;
 using K = sc::OpKind;
 
 // attrs.dtype (optional): a known name, and "bf16" only on bf16 buffers (every role: the collective
-// then runs on them without f32 staging).
+// then runs on them without f32 staging; all_to_all_v's x and y, whatever its i32 splits).
 Status checkCommDType(const OpChecker& c) {
   const Op& op = c.op();
   if (!op.attrs.count(std::string(sc::kCommDTypeAttr))) return Status::ok();
@@ -23,6 +23,8 @@ Status checkCommDType(const OpChecker& c) {
   const sc::OpSpec& spec = sc::opSpec(op.kind);
   for (size_t r = 0; r < op.args.size() && r < spec.numArgs; ++r)
     for (size_t k = 0; k < op.args[r].size(); ++k) {
+      // all_to_all_v's splits are i32 counts, not data: only its rows (x, y) move in the dtype.
+      if (op.kind == K::kAllToAllV && spec.args[r].role != "x" && spec.args[r].role != "y") continue;
       const BufferDesc& b = c.buffer(op.args[r][k]);
       if (b.dtype != sc::ElemType::kBF16) {
         const std::string arg = "args." + std::string(spec.args[r].role) +
@@ -77,6 +79,40 @@ Status checkAllToAll(const OpChecker& c) {
   LLCDIST_RETURN_IF_ERROR(c.count("x", total, "outer×mid×n×inner (n = " + std::to_string(n) + ")"));
   LLCDIST_RETURN_IF_ERROR(c.count("y", total, "outer×mid×n×inner (n = " + std::to_string(n) + ")"));
   return checkCommDType(c);
+}
+
+// all_to_all_v (expert parallelism): `axis` a single axis (n its size), c, H, Nx, Ny >= 1 (the schema);
+// x Nx·H and y Ny·H elements of one float dtype, send_splits and recv_splits n·c i32 elements (x and y
+// never overlap: the loader's aliasing rule). The splits' values are checked when it runs.
+Status checkAllToAllV(const OpChecker& c) {
+  int64_t n = 0;
+  LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
+  const int64_t H = c.I("H"), chunks = c.I("c");
+  LLCDIST_RETURN_IF_ERROR(c.count("x", OpChecker::prod({c.I("Nx"), H}), "Nx×H"));
+  LLCDIST_RETURN_IF_ERROR(c.count("y", OpChecker::prod({c.I("Ny"), H}), "Ny×H"));
+  const std::string splits =
+      "n×c (n = " + std::to_string(n) + ", the size of axis \"" + c.op().stringAttr("axis") + "\")";
+  LLCDIST_RETURN_IF_ERROR(c.count("send_splits", OpChecker::prod({n, chunks}), splits));
+  LLCDIST_RETURN_IF_ERROR(c.count("recv_splits", OpChecker::prod({n, chunks}), splits));
+  const sc::ElemType xt = c.buffer(c.op().arg("x")).dtype, yt = c.buffer(c.op().arg("y")).dtype;
+  if (xt != yt)
+    return c.argError("y", "y is " + std::string(sc::elemTypeName(yt)) + " but x is " +
+                               std::string(sc::elemTypeName(xt)) + ": all_to_all_v moves rows as they are (one dtype)");
+  return checkCommDType(c);
+}
+
+// all_to_all_v: the group on its single axis, and its sizes.
+StatusOr<OpParams> bindAllToAllV(const BindContext& b) {
+  const Op& op = b.op;
+  CommunicationParams p;
+  LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis("axis", "axis"));
+  p.group = b.mesh.group(b.rank, axis);
+  p.chunks = op.intAttr("c");
+  p.rowElems = op.intAttr("H");
+  p.xRows = op.intAttr("Nx");
+  p.yRows = op.intAttr("Ny");
+  p.dtype = commDType(op);
+  return OpParams(std::move(p));
 }
 
 // all_reduce (over its `group_size` sub-group when given), all_gather, reduce_scatter, all_to_all: the
@@ -158,6 +194,7 @@ void registerCommunicationOps(OpDefTable& t) {
   t.add(K::kAllGather, {"communication", checkGatherScatter, bindCollective});
   t.add(K::kReduceScatter, {"communication", checkGatherScatter, bindCollective});
   t.add(K::kAllToAll, {"communication", checkAllToAll, bindCollective});
+  t.add(K::kAllToAllV, {"communication", checkAllToAllV, bindAllToAllV});
   t.add(K::kSend, {"communication", checkPointToPoint, bindPointToPoint});
   t.add(K::kRecv, {"communication", checkPointToPoint, bindPointToPoint});
   t.add(K::kWait, {"communication", checkWait, bindWait});

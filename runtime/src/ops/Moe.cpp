@@ -2,7 +2,8 @@
 // permutation into expert-major rows and back (moe_permute, moe_unpermute / _bwd), the experts' grouped
 // GEMMs (grouped_linear_*) and Qwen2-MoE's shared-expert gate (sigmoid_gate_*). The checker derives every
 // role's element count from the attrs; the i32 contents (expert ids, slots, group sizes) are data, which
-// the kernels guard (docs/plan-format.md).
+// the kernels guard (docs/plan-format.md). moe_chunk_transpose (expert parallelism) reorders the grid of
+// row chunks between all_to_all_v's source-major rows and the local experts' expert-major rows.
 #include "OpDefs.h"
 #include "llcdist/runtime/FloatAttrRules.h"
 
@@ -60,6 +61,9 @@ Status checkRoute(const OpChecker& c) {
   return c.op().kind == K::kMoeRouteBwd ? checkAuxLoss(c) : Status::ok();
 }
 
+// moe_permute: x [T, H]; experts, slots [T, k]; group_sizes [E]; xp [T·k, H], or [E·capacity, H] with the
+// optional attr `capacity` (>= 1: the schema's rule for an int attr; token dropping). Its rows and the
+// T·k assignments fit an i32 slot.
 Status checkPermute(const OpChecker& c) {
   LLCDIST_RETURN_IF_ERROR(checkTopK(c));
   const int64_t T = c.I("T"), H = c.I("H"), E = c.I("E"), k = c.I("k");
@@ -69,15 +73,30 @@ Status checkPermute(const OpChecker& c) {
                                 " assignment rows do not fit an i32 slot");
   LLCDIST_RETURN_IF_ERROR(c.count("x", prod({T, H}), "T×H"));
   LLCDIST_RETURN_IF_ERROR(c.count("experts", N, "T×k"));
-  LLCDIST_RETURN_IF_ERROR(c.count("xp", prod({T, k, H}), "T×k×H"));
+  if (c.op().attrs.count("capacity")) {
+    const int64_t rows = prod({E, c.I("capacity")});
+    if (rows < 0 || rows > kI32Max)
+      return c.attrError("capacity", "E×capacity = " + (rows < 0 ? std::string("(overflow)") : std::to_string(rows)) +
+                                         " rows of xp do not fit an i32 slot");
+    LLCDIST_RETURN_IF_ERROR(c.count("xp", prod({rows, H}), "E×capacity×H"));
+  } else {
+    LLCDIST_RETURN_IF_ERROR(c.count("xp", prod({T, k, H}), "T×k×H"));
+  }
   LLCDIST_RETURN_IF_ERROR(c.count("slots", N, "T×k"));
   return c.count("group_sizes", E, "E");
 }
 
-// moe_unpermute / _bwd: xp, dxp [T·k, H]; slots, weights, dweights [T, k]; y, dy [T, H].
+// moe_unpermute / _bwd: xp, dxp [N, H] (the optional attr N, >= 1; absent: T·k); slots, weights, dweights
+// [T, k]; y, dy [T, H]. N fits an i32 slot.
 Status checkUnpermute(const OpChecker& c) {
   const int64_t T = c.I("T"), H = c.I("H"), k = c.I("k");
-  for (const char* r : {"xp", "dxp"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, k, H}), "T×k×H"));
+  if (c.op().attrs.count("N")) {
+    const int64_t N = c.I("N");
+    if (N > kI32Max) return c.attrError("N", "N = " + std::to_string(N) + " rows do not fit an i32 slot");
+    for (const char* r : {"xp", "dxp"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({N, H}), "N×H"));
+  } else {
+    for (const char* r : {"xp", "dxp"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, k, H}), "T×k×H"));
+  }
   for (const char* r : {"slots", "weights", "dweights"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, k}), "T×k"));
   for (const char* r : {"y", "dy"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, H}), "T×H"));
   return Status::ok();
@@ -100,6 +119,20 @@ Status checkSigmoidGate(const OpChecker& c) {
   return Status::ok();
 }
 
+// moe_chunk_transpose: x, y [N, H] (one float dtype), splits [r·c], col_sizes [c]; N fits an i32 row.
+Status checkChunkTranspose(const OpChecker& c) {
+  const int64_t r = c.I("r"), cols = c.I("c"), N = c.I("N"), H = c.I("H");
+  if (N > kI32Max) return c.attrError("N", "N = " + std::to_string(N) + " rows do not fit an i32 split");
+  for (const char* role : {"x", "y"}) LLCDIST_RETURN_IF_ERROR(c.count(role, prod({N, H}), "N×H"));
+  LLCDIST_RETURN_IF_ERROR(c.count("splits", prod({r, cols}), "r×c"));
+  LLCDIST_RETURN_IF_ERROR(c.count("col_sizes", cols, "c"));
+  const schema::ElemType xt = c.buffer(c.op().arg("x")).dtype, yt = c.buffer(c.op().arg("y")).dtype;
+  if (xt != yt)
+    return c.argError("y", "y is " + std::string(schema::elemTypeName(yt)) + " but x is " +
+                               std::string(schema::elemTypeName(xt)) + ": moe_chunk_transpose moves rows as they are");
+  return Status::ok();
+}
+
 // Every kind's attrs into MoeParams (an attr the kind lacks stays 0 / false).
 StatusOr<OpParams> bindMoe(const BindContext& b) {
   MoeParams p;
@@ -115,6 +148,10 @@ StatusOr<OpParams> bindMoe(const BindContext& b) {
   p.accumulate = b.op.boolAttr("accumulate", b.op.kind == K::kMoeRoute);
   p.auxScale = b.op.floatAttr("aux_scale");
   p.auxLossScale = b.op.floatAttr("aux_loss_scale");
+  p.r = b.op.intAttr("r");
+  p.c = b.op.intAttr("c");
+  p.inverse = b.op.boolAttr("inverse");
+  p.capacity = b.op.intAttr("capacity");  // 0 when absent: dropless
   return OpParams(p);
 }
 
@@ -127,6 +164,7 @@ void registerMoeOps(OpDefTable& t) {
   for (K k : {K::kGroupedLinearFwd, K::kGroupedLinearBwdInput, K::kGroupedLinearBwdWeight})
     t.add(k, {"moe", checkGrouped, bindMoe});
   for (K k : {K::kSigmoidGateFwd, K::kSigmoidGateBwd}) t.add(k, {"moe", checkSigmoidGate, bindMoe});
+  t.add(K::kMoeChunkTranspose, {"moe", checkChunkTranspose, bindMoe});
 }
 
 }  // namespace llcdist::rt::ops

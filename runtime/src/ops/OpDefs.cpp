@@ -116,7 +116,7 @@ Status OpChecker::singleAxis(const char* attr, MeshAxis* axis) const {
     if (axis) *axis = *a;
     return Status::ok();
   }
-  const std::string axes = R"("dp", "tp", "pp" or "cp")";
+  const std::string axes = R"("dp", "tp", "pp", "cp", "ep" or "edp")";
   if (name.find('+') != std::string::npos)  // "dp+cp": only the collectives' and shard_slice's axis
     return attrError(attr, std::string(attr) + " \"" + name + "\" names a set of mesh axes, but " +
                                std::string(sc::opName(op_.kind)) + "'s " + attr + " needs a single axis (" + axes +

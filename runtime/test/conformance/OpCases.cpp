@@ -10,6 +10,7 @@
 #include "TestUtil.h"
 
 #include "llcdist/runtime/Bf16.h"
+#include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/Interpreter.h"
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/Plan.h"
@@ -103,6 +104,11 @@ void moeSlots(Host& h) {
   const int32_t slots[8] = {5, 0, 7, 2, 1, 6, 3, 4};
   std::copy(slots, slots + 8, h.i.at("slots").at(0).begin());
 }
+// Slots into 10 rows with two dropped assignments (-1) and rows no slot names (4, 6, 8).
+void moeDroppedSlots(Host& h) {
+  const int32_t slots[8] = {5, -1, 7, 2, 1, -1, 3, 9};
+  std::copy(slots, slots + 8, h.i.at("slots").at(0).begin());
+}
 // group_sizes of the grouped GEMMs: expert 1 empty, row 6 past the groups.
 void moeGroups(Host& h) {
   const int32_t sizes[3] = {4, 0, 2};
@@ -174,26 +180,62 @@ std::vector<Case> moeCases() {
                {{"x", {12}}, {"experts", {8}}, {"xp", {24}}, {"slots", {8}}, {"group_sizes", {4}}},
                {{"T", 4}, {"H", 3}, {"E", 4}, {"k", 2}},
                [](Host& h) {
-                 moePermute(h.F("x"), h.I("experts"), h.F("xp"), h.I("slots"), h.I("group_sizes"), moeParams(false));
+                 ASSERT_TRUE(
+                     moePermute(h.F("x"), h.I("experts"), h.F("xp"), h.I("slots"), h.I("group_sizes"), moeParams(false))
+                         .isOk());
                },
                3});
+  // With a capacity (token dropping): 8 assignments over experts [0, 3) at C = 2 or 1 drop some; xp has
+  // E·C rows, the tail past the kept ones zero.
+  for (int64_t capacity : {2, 1}) {
+    c.push_back({"moe_permute",
+                 {{"x", {12}}, {"experts", {8}}, {"xp", {4 * capacity * 3}}, {"slots", {8}}, {"group_sizes", {4}}},
+                 {{"T", 4}, {"H", 3}, {"E", 4}, {"k", 2}, {"capacity", capacity}},
+                 [capacity](Host& h) {
+                   MoeParams p = moeParams(false);
+                   p.capacity = capacity;
+                   ASSERT_TRUE(moePermute(h.F("x"), h.I("experts"), h.F("xp"), h.I("slots"), h.I("group_sizes"), p)
+                                   .isOk());
+                 },
+                 3});
+  }
   const json tokens = {{"T", 4}, {"H", 3}, {"k", 2}};
   c.push_back({"moe_unpermute", {{"xp", {24}}, {"slots", {8}}, {"weights", {8}}, {"y", {12}}}, tokens, [](Host& h) {
-                 moeUnpermute(h.F("xp"), h.I("slots"), h.F("weights"), h.F("y"), moeParams(false));
+                 ASSERT_TRUE(moeUnpermute(h.F("xp"), h.I("slots"), h.F("weights"), h.F("y"), moeParams(false)).isOk());
                }});
   c.back().init = moeSlots;
   c.push_back({"moe_unpermute", {{"xp", {24}}, {"slots", {8}}, {"y", {12}}}, tokens, [](Host& h) {
-                 moeUnpermute(h.F("xp"), h.I("slots"), nullptr, h.F("y"), moeParams(false));
+                 ASSERT_TRUE(moeUnpermute(h.F("xp"), h.I("slots"), nullptr, h.F("y"), moeParams(false)).isOk());
                }});
   c.back().init = moeSlots;
   c.push_back({"moe_unpermute_bwd",
                {{"dy", {12}}, {"xp", {24}}, {"slots", {8}}, {"weights", {8}}, {"dxp", {24}}, {"dweights", {8}}},
                tokens,
                [](Host& h) {
-                 moeUnpermuteBackward(h.F("dy"), h.F("xp"), h.I("slots"), h.F("weights"), h.F("dxp"), h.F("dweights"),
-                                      moeParams(false));
+                 ASSERT_TRUE(moeUnpermuteBackward(h.F("dy"), h.F("xp"), h.I("slots"), h.F("weights"), h.F("dxp"),
+                                                  h.F("dweights"), moeParams(false))
+                                 .isOk());
                }});
   c.back().init = moeSlots;
+  // With attr N (xp's rows under a capacity: 10 here) and dropped assignments (slot -1).
+  const json dropped = {{"T", 4}, {"H", 3}, {"k", 2}, {"N", 10}};
+  c.push_back({"moe_unpermute", {{"xp", {30}}, {"slots", {8}}, {"weights", {8}}, {"y", {12}}}, dropped, [](Host& h) {
+                 MoeParams p = moeParams(false);
+                 p.N = 10;
+                 ASSERT_TRUE(moeUnpermute(h.F("xp"), h.I("slots"), h.F("weights"), h.F("y"), p).isOk());
+               }});
+  c.back().init = moeDroppedSlots;
+  c.push_back({"moe_unpermute_bwd",
+               {{"dy", {12}}, {"xp", {30}}, {"slots", {8}}, {"weights", {8}}, {"dxp", {30}}, {"dweights", {8}}},
+               dropped,
+               [](Host& h) {
+                 MoeParams p = moeParams(false);
+                 p.N = 10;
+                 ASSERT_TRUE(moeUnpermuteBackward(h.F("dy"), h.F("xp"), h.I("slots"), h.F("weights"), h.F("dxp"),
+                                                  h.F("dweights"), p)
+                                 .isOk());
+               }});
+  c.back().init = moeDroppedSlots;
   const json gemm = {{"N", 7}, {"K", 3}, {"O", 2}, {"E", 3}};
   c.push_back({"grouped_linear_fwd", {{"x", {21}}, {"w", {18}}, {"group_sizes", {3}}, {"y", {14}}}, gemm, [](Host& h) {
                  groupedLinearForward(h.F("x"), h.F("w"), h.I("group_sizes"), h.F("y"), groupedParams(false));
@@ -225,6 +267,58 @@ std::vector<Case> moeCases() {
                [](Host& h) {
                  sigmoidGateBackward(h.F("dy"), h.F("gate"), h.F("x"), h.F("dgate"), h.F("dx"), moeParams(false));
                }});
+  // moe_chunk_transpose (expert parallelism): a 2 × 3 grid with empty chunks, 6 of N = 9 rows (the tail
+  // zero), both directions, with and without col_sizes.
+  for (bool inverse : {false, true}) {
+    c.push_back({"moe_chunk_transpose",
+                 {{"x", {18}}, {"splits", {6}}, {"y", {18}}, {"col_sizes", {3}}},
+                 {{"r", 2}, {"c", 3}, {"N", 9}, {"H", 2}, {"inverse", inverse}},
+                 [inverse](Host& h) {
+                   MoeParams p;
+                   p.r = 2, p.c = 3, p.N = 9, p.H = 2, p.inverse = inverse;
+                   ASSERT_TRUE(moeChunkTranspose(h.F("x"), h.I("splits"), h.F("y"), h.I("col_sizes"), p).isOk());
+                 }});
+    c.back().init = [](Host& h) {
+      const int32_t splits[6] = {1, 0, 2, 2, 1, 0};
+      std::copy(splits, splits + 6, h.i.at("splits").at(0).begin());
+    };
+  }
+  c.push_back({"moe_chunk_transpose",
+               {{"x", {8}}, {"splits", {4}}, {"y", {8}}},
+               {{"r", 4}, {"c", 1}, {"N", 4}, {"H", 2}},
+               [](Host& h) {
+                 MoeParams p;
+                 p.r = 4, p.c = 1, p.N = 4, p.H = 2;
+                 ASSERT_TRUE(moeChunkTranspose(h.F("x"), h.I("splits"), h.F("y"), nullptr, p).isOk());
+               }});
+  c.back().init = [](Host& h) {
+    const int32_t splits[4] = {0, 3, 0, 1};
+    std::copy(splits, splits + 4, h.i.at("splits").at(0).begin());
+  };
+  // all_to_all_v over a single-rank group (the ep axis of a 1×1×1 mesh: n = 1, c = 3 chunks): the
+  // splits come back as they are, y = x's first 5 rows, then zeros.
+  c.push_back({"all_to_all_v",
+               {{"x", {12}}, {"send_splits", {3}}, {"y", {14}}, {"recv_splits", {3}}},
+               {{"axis", "ep"}, {"c", 3}, {"H", 2}, {"Nx", 6}, {"Ny", 7}},
+               [](Host& h) {
+                 ASSERT_TRUE(allToAllVSelf(0, h.F("x"), 6, h.I("send_splits"), h.F("y"), 7, h.I("recv_splits"), 3, 2,
+                                           CommDType::kF32)
+                                 .isOk());
+               }});
+  c.back().init = [](Host& h) {
+    const int32_t splits[3] = {2, 0, 3};
+    std::copy(splits, splits + 3, h.i.at("send_splits").at(0).begin());
+  };
+  // grad_norm_sq's `add` as a list: summed after the gradients, in order.
+  c.push_back({"grad_norm_sq",
+               {{"grads", {5, 7}}, {"add", {1, 1}}, {"sq", {1}}},
+               json::object(),
+               [](Host& h) {
+                 h.D("sq")[0] = gradNormPartial({{h.F("grads", 0), 5}, {h.F("grads", 1), 7}}, {}, false, 0.0) +
+                                h.d.at("add").at(0)[0] + h.d.at("add").at(1)[0];
+               },
+               8,
+               {"add"}});
   return c;
 }
 

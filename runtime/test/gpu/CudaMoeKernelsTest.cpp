@@ -3,8 +3,10 @@
 // (top-k with ties to the lower index: tokens whose logits are all equal or share the maximum),
 // normalize on and off; the permutation with experts of no assignment; grouped GEMMs with empty
 // experts, experts over several row tiles and rows past the sizes' sum, accumulate on and off; the
-// sigmoid gate; the load-balancing loss's counts, gradient term and loss. Plus what the harness cannot
-// show: group sizes that overrun the rows stay in bounds.
+// sigmoid gate; the load-balancing loss's counts, gradient term and loss; moe_permute under a capacity
+// (token dropping, heavy collisions) and moe_unpermute / _bwd with dropped slots and N rows. Plus what
+// the harness cannot show: group sizes that overrun the rows stay in bounds; a bad expert id or slot
+// is reported with the CPU kernels' message.
 // Every test skips without a CUDA device.
 //
 // Inputs: logits are distinct multiples of 0.25 per token (exact in bf16, p ratios of e^0.25 apart),
@@ -14,6 +16,8 @@
 // computed bf16 values within one bf16 ulp (CudaBf16KernelsTest.cpp).
 #include "KernelHarness.h"
 
+#include "llcdist/runtime/KernelChecks.h"
+#include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/OpParams.h"
 
 #include <algorithm>
@@ -216,6 +220,180 @@ TEST(CudaMoeKernels, UnpermuteForwardAndBackward) {
     }
 }
 
+// Routing with heavy collisions: k distinct experts per token, low ids far more likely (e = E·u³).
+std::vector<int32_t> skewedExperts(int64_t T, int64_t E, int64_t k, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<int32_t> ex;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> picked;
+    while (int64_t(picked.size()) < k) {
+      const double v = u(gen);
+      const int32_t e = int32_t(std::min<int64_t>(E - 1, int64_t(double(E) * v * v * v)));
+      if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
+    }
+    ex.insert(ex.end(), picked.begin(), picked.end());
+  }
+  return ex;
+}
+
+// Token dropping: capacities that drop (1, 3) and one that keeps every assignment (40); xp's E·C rows
+// start as garbage (the rows past the kept ones must be zeroed); x in f32 or bf16.
+TEST(CudaMoeKernels, PermuteWithACapacityDropsAsTheCpu) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t T = 37, H = 33, E = 5, k = 2;
+  for (bool bf16 : {false, true})
+    for (int64_t C : {int64_t(1), int64_t(3), int64_t(40)}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + " capacity " + std::to_string(C));
+      MoeParams p = moe(T, H, E, k);
+      p.capacity = C;
+      KernelCase c(K::kMoePermute, p);
+      floats(c, bf16, "x", randomF32(T * H, 70));
+      c.i32("experts", skewedExperts(T, E, k, 71));
+      floats(c, bf16, "xp", randomF32(E * C * H, 72));  // overwritten
+      c.i32("slots", randomI32(T * k, 73, -3, 1000));
+      c.i32("group_sizes", randomI32(E, 74, -3, 1000));
+      c.expectMatch(0, 0);
+    }
+}
+
+// moe_unpermute / _bwd with attr N (more rows than T·k, as under a capacity) and dropped slots (-1):
+// rows no slot names are zero in dxp, dropped assignments get dweights 0.
+TEST(CudaMoeKernels, UnpermuteWithDroppedSlotsAndNRows) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t T = 19, H = 37, k = 2, N = 50;
+  std::vector<int32_t> slots = permutation(N, 75);
+  slots.resize(size_t(T * k));
+  for (size_t i = 0; i < slots.size(); i += 3) slots[i] = -1;
+  MoeParams p = moe(T, H, 0, k);
+  p.N = N;
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    for (bool weighted : {true, false}) {
+      KernelCase fwd(K::kMoeUnpermute, p);
+      floats(fwd, bf16, "xp", randomF32(N * H, 76));
+      fwd.i32("slots", slots);
+      if (weighted) floats(fwd, bf16, "weights", randomF32(T * k, 77, 0, 1));
+      floats(fwd, bf16, "y", randomF32(T * H, 78));  // overwritten
+      fwd.expectMatch(atolFor(bf16, kAtol), rtolFor(bf16, kRtol));
+    }
+    KernelCase bwd(K::kMoeUnpermuteBwd, p);
+    floats(bwd, bf16, "dy", randomF32(T * H, 79));
+    floats(bwd, bf16, "xp", randomF32(N * H, 80));
+    bwd.i32("slots", slots);
+    floats(bwd, bf16, "weights", randomF32(T * k, 81, 0, 1));
+    floats(bwd, bf16, "dxp", randomF32(N * H, 82));     // overwritten
+    floats(bwd, bf16, "dweights", randomF32(T * k, 83));  // overwritten
+    bwd.expectMatch(atolFor(bf16, kGemmAtol), rtolFor(bf16, kGemmRtol));
+  }
+}
+
+// A bad expert id (moe_permute) or slot (moe_unpermute / _bwd): the CPU kernel refuses it; the CUDA
+// kernel reports its code with the lowest bad token and its value, which the backend words exactly as
+// the CPU does (describeDeviceError).
+TEST(CudaMoeKernels, BadExpertIdsAndSlotsGiveTheCpuMessage) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t T = 7, H = 5, E = 4, k = 2;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<void*> dev;
+  auto upload = [&](const void* host, size_t bytes) {
+    void* ptr = nullptr;
+    EXPECT_EQ(cudaMalloc(&ptr, bytes < 16 ? 16 : bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    dev.push_back(ptr);
+    return ptr;
+  };
+  // The code (an int) and at byte 8 the detail, as the backend allocates them.
+  char* report = static_cast<char*>(upload(std::vector<char>(16, 0).data(), 16));
+  auto reset = [&] {
+    ASSERT_EQ(cudaMemset(report, 0, 8), cudaSuccess);
+    ASSERT_EQ(cudaMemset(report + 8, 0xff, 8), cudaSuccess);
+  };
+  // Runs `kind` on device copies of the role buffers; returns the code and the message of the report.
+  auto run = [&](K kind, const MoeParams& p, const std::vector<std::pair<const void*, int64_t>>& roles,
+                 int* code) -> std::string {
+    reset();
+    StreamScratch scratch(stream, 0);
+    CudaKernelContext ctx;
+    ctx.stream = stream;
+    ctx.scratch = &scratch;
+    ctx.deviceError = reinterpret_cast<int*>(report);
+    ctx.deviceErrorDetail = reinterpret_cast<unsigned long long*>(report + 8);
+    KernelCall c;
+    c.kind = kind;
+    c.params = p;
+    for (const auto& [host, elems] : roles) {
+      c.args.push_back({upload(host, size_t(elems) * 4)});
+      c.argElems.push_back({elems});
+    }
+    const Status st = (*cudaKernel(kind))(c, ctx);
+    EXPECT_TRUE(st.isOk()) << st.toString();
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    unsigned long long detail = 0;
+    EXPECT_EQ(cudaMemcpy(code, report, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(&detail, report + 8, sizeof(detail), cudaMemcpyDeviceToHost), cudaSuccess);
+    return describeDeviceError(*code, detail);
+  };
+  const std::vector<float> x = randomF32(T * H, 90), w = randomF32(T * k, 91), dy = randomF32(T * H, 92);
+  {
+    std::vector<int32_t> experts = distinctExperts(T, E, k, 93);
+    experts[size_t(5 * k + 1)] = -1;  // token 5
+    experts[size_t(3 * k)] = int32_t(E + 5);  // token 3: the lowest bad token
+    for (int64_t C : {int64_t(0), int64_t(2)}) {
+      MoeParams p = moe(T, H, E, k);
+      p.capacity = C;
+      const int64_t R = moePermuteRows(p);
+      std::vector<float> xp(size_t(R * H));
+      std::vector<int32_t> slots(static_cast<size_t>(T * k)), sizes(static_cast<size_t>(E));
+      const Status cpu = moePermute(x.data(), experts.data(), xp.data(), slots.data(), sizes.data(), p);
+      ASSERT_FALSE(cpu.isOk());
+      EXPECT_EQ(cpu.message(), moePermuteExpertError(3, E + 5));
+      int code = 0;
+      const std::string gpu = run(K::kMoePermute, p,
+                                  {{x.data(), T * H}, {experts.data(), T * k}, {xp.data(), R * H},
+                                   {slots.data(), T * k}, {sizes.data(), E}},
+                                  &code);
+      EXPECT_EQ(code, kDeviceMoeExpertOutOfRange);
+      EXPECT_EQ(gpu, cpu.message());
+    }
+  }
+  {
+    const int64_t N = 20;
+    std::vector<int32_t> slots = permutation(N, 94);
+    slots.resize(size_t(T * k));
+    slots[size_t(4 * k)] = int32_t(N);  // token 4
+    slots[size_t(2 * k + 1)] = -2;      // token 2: the lowest bad token
+    slots[size_t(1 * k)] = -1;          // dropped: fine
+    MoeParams p = moe(T, H, 0, k);
+    p.N = N;
+    const std::vector<float> xp = randomF32(N * H, 95);
+    std::vector<float> y(size_t(T * H)), dxp(size_t(N * H)), dw(size_t(T * k));
+    const Status cpuFwd = moeUnpermute(xp.data(), slots.data(), w.data(), y.data(), p);
+    ASSERT_FALSE(cpuFwd.isOk());
+    int code = 0;
+    EXPECT_EQ(run(K::kMoeUnpermute, p, {{xp.data(), N * H}, {slots.data(), T * k}, {w.data(), T * k}, {y.data(), T * H}},
+                  &code),
+              cpuFwd.message());
+    EXPECT_EQ(code, kDeviceMoeSlotOutOfRange);
+    const Status cpuBwd = moeUnpermuteBackward(dy.data(), xp.data(), slots.data(), w.data(), dxp.data(), dw.data(), p);
+    ASSERT_FALSE(cpuBwd.isOk());
+    EXPECT_EQ(run(K::kMoeUnpermuteBwd, p,
+                  {{dy.data(), T * H},
+                   {xp.data(), N * H},
+                   {slots.data(), T * k},
+                   {w.data(), T * k},
+                   {dxp.data(), N * H},
+                   {dw.data(), T * k}},
+                  &code),
+              cpuBwd.message());
+    EXPECT_EQ(code, kDeviceMoeSlotBwdOutOfRange);
+    EXPECT_EQ(cpuBwd.message(), moeSlotError("moe_unpermute_bwd", 2, -2));
+  }
+  for (void* ptr : dev) cudaFree(ptr);
+  cudaStreamDestroy(stream);
+}
+
 struct GroupedShape {
   int64_t K, O;
   std::vector<int32_t> sizes;  // N = their sum + tail
@@ -362,6 +540,36 @@ TEST(CudaMoeKernels, GroupSizesPastTheRowsStayInBounds) {
     }
   for (void* p : dev) cudaFree(p);
   cudaStreamDestroy(stream);
+}
+
+// moe_chunk_transpose (expert parallelism): random r × c grids with empty chunks (a third of the splits
+// 0), both directions, with and without col_sizes, rows past the sum zeroed (y starts as garbage); f32
+// and bf16 copies match the CPU reference exactly.
+TEST(CudaMoeKernels, ChunkTranspose) {
+  LLCDIST_REQUIRE_GPU();
+  std::mt19937 gen(70);
+  for (bool bf16 : {false, true})
+    for (auto [R, C] : {std::pair<int64_t, int64_t>{1, 1}, {2, 4}, {8, 2}, {5, 33}})
+      for (bool inverse : {false, true})
+        for (bool cols : {false, true}) {
+          SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + " r " + std::to_string(R) + " c " + std::to_string(C) +
+                       (inverse ? " inverse" : "") + (cols ? " col_sizes" : ""));
+          std::vector<int32_t> splits;
+          int64_t total = 0;
+          for (int64_t k = 0; k < R * C; ++k) {
+            splits.push_back(gen() % 3 == 0 ? 0 : int32_t(gen() % 7));
+            total += splits.back();
+          }
+          const int64_t H = 37, N = total + 5;
+          MoeParams p;
+          p.r = R, p.c = C, p.N = N, p.H = H, p.inverse = inverse;
+          KernelCase c(K::kMoeChunkTranspose, p);
+          floats(c, bf16, "x", randomF32(N * H, 71));
+          c.i32("splits", splits);
+          floats(c, bf16, "y", randomF32(N * H, 72));  // overwritten, the tail with zeros
+          if (cols) c.i32("col_sizes", std::vector<int32_t>(size_t(C), -1));
+          c.expectMatch(0.0, 0.0);
+        }
 }
 
 }  // namespace

@@ -680,8 +680,48 @@ func.func @all_to_all_unbalanced(%x: tensor<2x4x8xf32>) {
 // -----
 
 func.func @all_to_all_axis(%x: tensor<2x4x8xf32>) {
-  // expected-error @+1 {{axis must be dp, tp, pp or cp, got 'ep'}}
-  %h = xf.all_to_all %x {axis = "ep", concat_dim = 1 : i64, origin = "context_parallel", reason = "r", split_dim = 2 : i64} : (tensor<2x4x8xf32>) -> tensor<2x8x4xf32>
+  // expected-error @+1 {{axis must be dp, tp, pp, cp, ep or edp, got 'xp'}}
+  %h = xf.all_to_all %x {axis = "xp", concat_dim = 1 : i64, origin = "context_parallel", reason = "r", split_dim = 2 : i64} : (tensor<2x4x8xf32>) -> tensor<2x8x4xf32>
+  return
+}
+
+// -----
+
+func.func @moe_dispatch_axis(%x: tensor<8x4xf32>, %g: tensor<4xi32>) {
+  // expected-error @+1 {{axis must be ep, got 'dp'}}
+  %r, %s, %l = xf.moe_dispatch %x, %g {axis = "dp", origin = "expert_parallel", reason = "r"} : (tensor<8x4xf32>, tensor<4xi32>) -> (tensor<16x4xf32>, tensor<4xi32>, tensor<2xi32>)
+  return
+}
+
+// -----
+
+func.func @moe_dispatch_counts(%x: tensor<8x4xf32>, %g: tensor<4xi32>) {
+  // expected-error @+1 {{expects group_sizes and recv_splits [E] and local_sizes [E/n]}}
+  %r, %s, %l = xf.moe_dispatch %x, %g {axis = "ep", origin = "expert_parallel", reason = "r"} : (tensor<8x4xf32>, tensor<4xi32>) -> (tensor<16x4xf32>, tensor<4xi32>, tensor<3xi32>)
+  return
+}
+
+// -----
+
+func.func @moe_dispatch_rows(%x: tensor<8x4xf32>, %g: tensor<4xi32>) {
+  // expected-error @+1 {{expects rows [N, H] in and out with the same H}}
+  %r, %s, %l = xf.moe_dispatch %x, %g {axis = "ep", origin = "expert_parallel", reason = "r"} : (tensor<8x4xf32>, tensor<4xi32>) -> (tensor<16x8xf32>, tensor<4xi32>, tensor<2xi32>)
+  return
+}
+
+// -----
+
+func.func @moe_combine_experts(%x: tensor<16x4xf32>, %s: tensor<4xi32>) {
+  // expected-error @+1 {{expects recv_splits [E] with E a multiple of local_experts 3}}
+  %r = xf.moe_combine %x, %s {axis = "ep", local_experts = 3 : i64, origin = "expert_parallel", reason = "r"} : (tensor<16x4xf32>, tensor<4xi32>) -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+func.func @moe_permute_capacity(%x: tensor<2x4x8xf32>, %e: tensor<2x4x2xi32>) {
+  // expected-error @+1 {{with capacity 3 the result must be [n·experts·capacity, H]}}
+  %r, %s, %g = xf.moe_permute %x, %e {capacity = 3 : i64} : (tensor<2x4x8xf32>, tensor<2x4x2xi32>) -> (tensor<16x8xf32>, tensor<2x4x2xi32>, tensor<4xi32>)
   return
 }
 

@@ -20,12 +20,14 @@ using json = nlohmann::ordered_json;
 
 /// The mesh's axis sizes from the manifest (1 for an axis it does not give).
 static llvm::StringMap<int64_t> meshAxisSizes(ModuleOp module) {
-  llvm::StringMap<int64_t> axisSize{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"cp", 1}};
+  llvm::StringMap<int64_t> axisSize{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"cp", 1}, {"ep", 1}};
   if (auto m = module->getAttrOfType<DictionaryAttr>(kManifestAttr))
     if (auto mesh = m.getAs<DictionaryAttr>("mesh"))
       for (auto &[axis, size] : axisSize)
         if (auto v = mesh.getAs<IntegerAttr>(axis))
           size = v.getInt();
+  // Expert parallelism's groups, drawn from dp: ep and its replicas (edp).
+  axisSize["edp"] = axisSize["dp"] / std::max<int64_t>(1, axisSize["ep"]);
   return axisSize;
 }
 
@@ -57,19 +59,25 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
       for (auto a : sched.getBody().front().getOps<ActionOp>())
         ++runs[a.getSubroutine()];
     SymbolTable symbols(program); // lookups in O(1), not a walk of the buffers
-    int64_t params = 0;
+    int64_t params = 0, experts = 0;
     for (auto p : program.getBody().front().getOps<ParamOp>())
       if (p->hasAttr("pipeline.replica_of"))
         continue; // a tied parameter's copy: its home stage reduces and updates it
-      else if (auto buf = symbols.lookup<BufferOp>(p.getValueAttr().getValue()))
+      else if (auto buf = symbols.lookup<BufferOp>(p.getValueAttr().getValue())) {
         params += buf.getTensorType().getNumElements();
+        auto sh = p->getAttrOfType<DictionaryAttr>("sharding");
+        if (sh && sh.getAs<StringAttr>("axis") && sh.getAs<StringAttr>("axis").getValue() == "ep")
+          experts += buf.getTensorType().getNumElements();
+      }
     report.localParametersPerStage.push_back(params);
+    report.localExpertParametersPerStage.push_back(experts);
     report.localParameters = std::max(report.localParameters, params);
+    report.localExpertParameters = std::max(report.localExpertParameters, experts);
     for (auto sub : program.getBody().front().getOps<SubroutineOp>())
       for (auto k : sub.getBody().front().getOps<KernelOp>()) {
         StringRef kind = k.getKernel();
         if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter" && kind != "all_to_all" &&
-            kind != "send")
+            kind != "all_to_all_v" && kind != "send")
           continue;
         CollectiveEntry e;
         e.kind = kind.str();
@@ -88,7 +96,8 @@ FailureOr<CommReport> llcdist::plan::computeCommReport(ModuleOp module) {
         e.origin = collectiveOrigin(k);
         if (auto q = k->getAttrOfType<StringAttr>(kQueueAttr))
           e.queue = q.str();
-        // The payload: the reduced buffers, or the full (gathered) tensor.
+        // The payload: the reduced buffers, or the full (gathered) tensor;
+        // all_to_all_v's x is the most it sends (its rows, data-dependent).
         StringRef role = kind == "all_gather" ? "y" : "x";
         Attribute arg = k.getArgs().get(role);
         SmallVector<Attribute> bufs;
@@ -242,12 +251,21 @@ AnalyticVolume ringVolume(const CollectiveEntry &e, const CommFacts &f) {
 
 AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const CommReport &r, const CommFacts &f) {
   int64_t localParams = e.stage >= 0 ? r.localParametersPerStage[e.stage] : r.localParameters;
+  // Expert parallelism: the experts' gradients reduce over edp, the rest
+  // over dp.
+  const int64_t expertParams = e.stage >= 0 ? r.localExpertParametersPerStage[e.stage] : r.localExpertParameters;
   using xf::CollectiveOrigin;
   if (e.origin == CollectiveOrigin::Zero)
     return {}; // per-parameter blocks: the totals are in docs/memory.md
   // Gradients move in the collective's dtype: bf16, or f32 (an f32 plan, or
   // a bf16 plan's --grad-reduce-dtype f32).
   const bool bf16Elements = e.dtype == "bf16";
+  if (e.payload == "expert gradients")
+    return {std::string(bf16Elements ? "2" : "4") + "·Ψ_experts (gradients of this rank's experts)",
+            (bf16Elements ? 2.0 : 4.0) * double(expertParams), 1};
+  if (e.payload == "gradients" && expertParams > 0)
+    return {std::string(bf16Elements ? "2" : "4") + "·(Ψ − Ψ_experts) (gradients of this rank's non-expert parameters)",
+            (bf16Elements ? 2.0 : 4.0) * double(localParams - expertParams), 1};
   if (e.payload == "gradients")
     return bf16Elements ? AnalyticVolume{"2·Ψ (bf16 gradients of this rank's parameters)", 2.0 * double(localParams), 1}
            : f.bf16     ? AnalyticVolume{"4·Ψ (bf16 gradients of this rank's parameters, "
@@ -381,15 +399,17 @@ void CommReport::print(llvm::raw_ostream &os, const MeshSpec &mesh, const Topolo
   os << "  collectives per step, per rank (ring algorithms: all-reduce sends "
         "2(n-1)/n of the payload):\n";
   bool staged = entries.front().stage >= 0;
-  size_t axisWidth = 4; // wider for an axis set ("dp+cp")
-  for (const CollectiveEntry &e : entries)
+  size_t axisWidth = 4, kindWidth = 11; // wider for an axis set ("dp+cp"), all_to_all_v
+  for (const CollectiveEntry &e : entries) {
     axisWidth = std::max(axisWidth, e.axis.size());
-  os << fmt::format("    {}{:<11} {:<{}} {:>3} {:>6} {:>14} {:>16}  {}\n", staged ? "stage " : "", "kind", "axis",
-                    axisWidth, "n", "calls", "payload B", "ring B/step", "analytic payload");
+    kindWidth = std::max(kindWidth, e.kind.size());
+  }
+  os << fmt::format("    {}{:<{}} {:<{}} {:>3} {:>6} {:>14} {:>16}  {}\n", staged ? "stage " : "", "kind", kindWidth,
+                    "axis", axisWidth, "n", "calls", "payload B", "ring B/step", "analytic payload");
   for (const CollectiveEntry &e : entries) {
     const AnalyticVolume &a = e.analytic;
-    os << fmt::format("    {}{:<11} {:<{}} {:>3} {:>6} {:>14} {:>16.0f}  {}{}\n",
-                      staged ? fmt::format("{:>5} ", e.stage) : "", e.kind, e.axis, axisWidth, e.groupSize,
+    os << fmt::format("    {}{:<{}} {:<{}} {:>3} {:>6} {:>14} {:>16.0f}  {}{}\n",
+                      staged ? fmt::format("{:>5} ", e.stage) : "", e.kind, kindWidth, e.axis, axisWidth, e.groupSize,
                       e.callsPerStep, groupDigits(e.payloadBytes), e.ringBytesPerStep(), a.formula,
                       a.formula.empty() ? "" : (a.matches(e) ? " = same" : " ≠ MISMATCH"));
     if (topo) {

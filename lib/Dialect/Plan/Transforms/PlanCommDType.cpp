@@ -27,7 +27,8 @@ using namespace llcdist;
 namespace {
 
 bool isCollective(StringRef kind) {
-  return kind == "all_reduce" || kind == "all_gather" || kind == "reduce_scatter" || kind == "all_to_all";
+  return kind == "all_reduce" || kind == "all_gather" || kind == "reduce_scatter" || kind == "all_to_all" ||
+         kind == "all_to_all_v";
 }
 
 /// A reduction of gradients (data parallelism's and ZeRO's, kv-head
@@ -35,10 +36,13 @@ bool isCollective(StringRef kind) {
 /// plan.origin.
 bool isGradientReduction(plan::KernelOp k) { return plan::reducesGradients(k, k.getKernel()); }
 
-/// Whether every buffer `k` names (a role's buffer or list of buffers) is bf16.
+/// Whether every buffer `k` names (a role's buffer or list of buffers) is
+/// bf16; all_to_all_v's counts (send_splits, recv_splits: i32) aside.
 bool allBf16(plan::KernelOp k, SymbolTable &symbols) {
   bool any = false;
   for (NamedAttribute role : k.getArgs()) {
+    if (k.getKernel() == "all_to_all_v" && role.getName() != "x" && role.getName() != "y")
+      continue;
     SmallVector<Attribute> bufs;
     if (auto list = dyn_cast<ArrayAttr>(role.getValue()))
       bufs.append(list.begin(), list.end());

@@ -41,9 +41,8 @@ func::FuncOp llcdist::xf::getOptimizerStep(ModuleOp module) {
 }
 
 int64_t MeshDegrees::size(llvm::StringRef axis) const {
-  return axisSetSize(std::string_view(axis), [&](std::string_view a) -> int64_t {
-    return a == "dp" ? dp : a == "tp" ? tp : a == "pp" ? pp : a == "cp" ? cp : 0;
-  });
+  return axisSetSize(std::string_view(axis),
+                     [&](std::string_view a) -> int64_t { return axisDegree(a, dp, tp, pp, cp, ep); });
 }
 
 std::string MeshDegrees::gradientAxis() const { return dataParallelAxis(dp, cp); }
@@ -55,7 +54,8 @@ std::optional<MeshDegrees> llcdist::xf::meshDegrees(ModuleOp module) {
   ArrayRef<int64_t> s = grid.getShape();
   if (s.size() != 3 && s.size() != 4)
     return std::nullopt;
-  return MeshDegrees{s[0], s[1], s[2], s.size() == 4 ? s[3] : 1};
+  auto ep = grid->getAttrOfType<IntegerAttr>("xf.ep");
+  return MeshDegrees{s[0], s[1], s[2], s.size() == 4 ? s[3] : 1, ep && ep.getInt() > 0 ? ep.getInt() : 1};
 }
 
 func::FuncOp llcdist::xf::getTrainStep(ModuleOp module, llvm::StringRef pass) {

@@ -353,8 +353,15 @@ LogicalResult MoePermuteOp::verify() {
     return emitOpError("expects input [..., H] and experts [..., k] over the same tokens; got ")
            << in << " and " << experts;
   int64_t rows = product(experts.getShape());
-  if (res.getRank() != 2 || res.getDimSize(0) != rows || res.getDimSize(1) != in.getShape().back())
+  if (std::optional<uint64_t> cap = getCapacity()) {
+    // n blocks of E·capacity rows, one per data-parallel rank.
+    int64_t block = int64_t(*cap) * rt(getGroupSizes()).getDimSize(0);
+    if (*cap < 1 || res.getRank() != 2 || res.getDimSize(0) % block != 0 || res.getDimSize(1) != in.getShape().back())
+      return emitOpError("with capacity ")
+             << *cap << " the result must be [n·experts·capacity, H] (n = 1 per rank), got " << res;
+  } else if (res.getRank() != 2 || res.getDimSize(0) != rows || res.getDimSize(1) != in.getShape().back()) {
     return emitOpError("result must be [tokens·k = ") << rows << ", H], got " << res;
+  }
   if (rt(getSlots()).getShape() != experts.getShape())
     return emitOpError("slots must have the experts' shape ") << experts << ", got " << rt(getSlots());
   if (rt(getGroupSizes()).getRank() != 1)
@@ -364,8 +371,10 @@ LogicalResult MoePermuteOp::verify() {
 
 LogicalResult MoeUnpermuteOp::verify() {
   auto in = rt(getInput()), slots = rt(getSlots()), res = rt(getResult());
-  if (in.getRank() != 2 || in.getDimSize(0) != product(slots.getShape()))
-    return emitOpError("input must be [tokens·k = ") << product(slots.getShape()) << ", H], got " << in;
+  // xf.moe_permute's rows [N, H]: N = tokens·k dropless, experts·capacity
+  // per rank with a capacity (the slots say which rows are real).
+  if (in.getRank() != 2 || in.getDimSize(0) < 1)
+    return emitOpError("input must be rows [N, H], got ") << in;
   if (res.getShape() != ArrayRef(withLast(slots, in.getDimSize(1))))
     return emitOpError("result must be the slots' tokens × H, got ") << res << " for slots " << slots;
   if (getWeights() && rt(getWeights()).getShape() != slots.getShape())

@@ -12,16 +12,22 @@ SmallVector<int64_t> weightShape(WeightLayout layout, int64_t k, int64_t n) {
                                        : SmallVector<int64_t>{k, n};
 }
 
-/// One mesh axis.
+/// The groups of expert parallelism, drawn from dp (MeshSpec.h): never
+/// part of a set of axes.
+bool isExpertAxis(StringRef axis) { return axis == "ep" || axis == "edp"; }
+
+/// One mesh axis (or an expert-parallel group).
 LogicalResult checkAxis(Operation *op, StringRef axis) {
-  if (axis != "dp" && axis != "tp" && axis != "pp" && axis != "cp")
-    return op->emitOpError("axis must be dp, tp, pp or cp, got '") << axis << "'";
+  if (axis != "dp" && axis != "tp" && axis != "pp" && axis != "cp" && !isExpertAxis(axis))
+    return op->emitOpError("axis must be dp, tp, pp, cp, ep or edp, got '") << axis << "'";
   return success();
 }
 
 /// One mesh axis or several joined by '+' (a reduction over their product
-/// group, "dp+cp"), each at most once.
+/// group, "dp+cp"), each at most once; or "ep" / "edp" alone.
 LogicalResult checkAxisSet(Operation *op, StringRef axes) {
+  if (isExpertAxis(axes))
+    return success();
   SmallVector<StringRef> names;
   axes.split(names, '+');
   for (auto [i, name] : llvm::enumerate(names)) {
@@ -187,6 +193,38 @@ LogicalResult ReduceScatterOp::verify() {
   if (failed(checkAxis(*this, getAxis())))
     return failure();
   return checkGathered(*this, getResult(), getInput(), getDimAttr().getInt());
+}
+
+/// Rows [N, H]: two dimensions, H the same on both sides.
+LogicalResult sameRowWidth(Operation *op, RankedTensorType in, RankedTensorType out) {
+  if (in.getRank() != 2 || out.getRank() != 2 || in.getDimSize(1) != out.getDimSize(1))
+    return op->emitOpError("expects rows [N, H] in and out with the same H, got ") << in << " and " << out;
+  return success();
+}
+
+LogicalResult MoeDispatchOp::verify() {
+  if (getAxis() != "ep")
+    return emitOpError("axis must be ep, got '") << getAxis() << "'";
+  auto sizes = rt(getGroupSizes()), splits = rt(getRecvSplits()), local = rt(getLocalSizes());
+  if (sizes.getRank() != 1 || splits.getShape() != sizes.getShape() || local.getRank() != 1 ||
+      local.getDimSize(0) < 1 || sizes.getDimSize(0) % local.getDimSize(0) != 0)
+    return emitOpError("expects group_sizes and recv_splits [E] and local_sizes [E/n], got ")
+           << sizes << ", " << splits << " and " << local;
+  if (failed(sameRowWidth(*this, rt(getInput()), rt(getResult()))))
+    return failure();
+  return sameElementType(*this, {getInput(), getResult()});
+}
+
+LogicalResult MoeCombineOp::verify() {
+  if (getAxis() != "ep")
+    return emitOpError("axis must be ep, got '") << getAxis() << "'";
+  auto splits = rt(getRecvSplits());
+  if (splits.getRank() != 1 || getLocalExperts() < 1 || splits.getDimSize(0) % getLocalExperts() != 0)
+    return emitOpError("expects recv_splits [E] with E a multiple of local_experts ")
+           << getLocalExperts() << ", got " << splits;
+  if (failed(sameRowWidth(*this, rt(getInput()), rt(getResult()))))
+    return failure();
+  return sameElementType(*this, {getInput(), getResult()});
 }
 
 LogicalResult AllToAllOp::verify() {

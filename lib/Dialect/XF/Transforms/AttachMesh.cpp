@@ -31,8 +31,10 @@ struct AttachMeshPass
     tp_ = tp;
     pp_ = pp;
     cp_ = cp;
-    if (dp_ < 1 || tp_ < 1 || pp_ < 1 || cp_ < 1) {
-      module.emitError("mesh degrees must be >= 1, got dp=") << dp_ << " tp=" << tp_ << " pp=" << pp_ << " cp=" << cp_;
+    ep_ = ep;
+    if (dp_ < 1 || tp_ < 1 || pp_ < 1 || cp_ < 1 || ep_ < 1) {
+      module.emitError("mesh degrees must be >= 1, got dp=")
+          << dp_ << " tp=" << tp_ << " pp=" << pp_ << " cp=" << cp_ << " ep=" << ep_;
       return signalPassFailure();
     }
     OpBuilder b(module.getContext());
@@ -70,6 +72,8 @@ struct AttachMeshPass
     auto grid = shard::GridOp::create(b, module.getLoc(), "mesh", ArrayRef<int64_t>(shape));
     grid->setAttr("xf.mesh_axes", axes);
     grid->setAttr("xf.rank_order", orderAttr);
+    if (ep_ > 1)
+      grid->setAttr("xf.ep", b.getI64IntegerAttr(ep_));
   }
 
   /// An existing @mesh must be the grid this pass would create (the same
@@ -84,11 +88,11 @@ struct AttachMeshPass
                                         }),
                         ",");
     };
-    auto meshStr = [](ArrayRef<int64_t> s) {
+    auto meshStr = [](ArrayRef<int64_t> s, int64_t ep) {
       std::string m = llvm::formatv("dp={0},tp={1},pp={2}", s[0], s[1], s[2]);
-      return s.size() == 4 ? m + ",cp=" + std::to_string(s[3]) : m;
+      return (s.size() == 4 ? m + ",cp=" + std::to_string(s[3]) : m) + (ep > 1 ? ",ep=" + std::to_string(ep) : "");
     };
-    std::string want = meshStr(cp_ > 1 ? ArrayRef<int64_t>{dp_, tp_, pp_, cp_} : ArrayRef<int64_t>{dp_, tp_, pp_});
+    std::string want = meshStr(cp_ > 1 ? ArrayRef<int64_t>{dp_, tp_, pp_, cp_} : ArrayRef<int64_t>{dp_, tp_, pp_}, ep_);
     auto grid = dyn_cast<shard::GridOp>(old);
     auto oldAxes = grid ? grid->getAttrOfType<ArrayAttr>("xf.mesh_axes") : ArrayAttr();
     bool known = oldAxes &&
@@ -100,7 +104,8 @@ struct AttachMeshPass
                             "declares (shard.grid with xf.mesh_axes = "
                             "[\"dp\", \"tp\", \"pp\"] or [\"dp\", \"tp\", \"pp\", \"cp\"]); rename or "
                             "remove it");
-    std::string have = meshStr(grid.getShape());
+    auto oldEp = grid->getAttrOfType<IntegerAttr>("xf.ep");
+    std::string have = meshStr(grid.getShape(), oldEp ? oldEp.getInt() : 1);
     if (have != want)
       return old->emitError("the module already declares mesh ")
              << have << " but mesh " << want
@@ -156,6 +161,8 @@ struct AttachMeshPass
                                         << (ids.getRank() < 2 ? 0 : ids.getDimSize(1))
                                         << " tokens; choose --seq-len a multiple of cp";
       }
+    if (failed(checkExperts(module, entry)))
+      return failure();
     int64_t layers = 0;
     entry.walk([&](LayerOp) { ++layers; });
     if (pp_ > 1 && pp_ > layers)
@@ -165,12 +172,39 @@ struct AttachMeshPass
     return success();
   }
 
+  /// Expert parallelism splits every mixture-of-experts layer's experts
+  /// over ep ranks drawn from dp: ep divides dp and each layer's experts.
+  LogicalResult checkExperts(ModuleOp module, func::FuncOp entry) {
+    if (ep_ == 1)
+      return success();
+    if (dp_ % ep_ != 0)
+      return entry.emitError("ep=") << ep_ << " must divide dp=" << dp_
+                                    << ": expert-parallel ranks are drawn from the data-parallel group";
+    bool any = false;
+    WalkResult r = module.walk([&](MoePermuteOp perm) {
+      any = true;
+      int64_t experts = cast<RankedTensorType>(perm.getGroupSizes().getType()).getDimSize(0);
+      if (experts % ep_ == 0)
+        return WalkResult::advance();
+      emitError(configFieldLoc(perm, "num_local_experts"), "ep=")
+          << ep_ << " does not divide the " << experts << " experts; choose ep among the divisors of " << experts;
+      return WalkResult::interrupt();
+    });
+    if (r.wasInterrupted())
+      return failure();
+    if (!any)
+      return entry.emitError("ep=") << ep_
+                                    << " splits a mixture-of-experts model's experts, but this model has none; "
+                                       "leave ep out of --mesh";
+    return success();
+  }
+
   /// The grid's axis names: dp, tp, pp (and cp).
   static ArrayAttr gridAxes(MLIRContext *ctx, bool withCp) {
     Builder b(ctx);
     return withCp ? b.getStrArrayAttr({"dp", "tp", "pp", "cp"}) : b.getStrArrayAttr({"dp", "tp", "pp"});
   }
 
-  int64_t dp_ = 1, tp_ = 1, pp_ = 1, cp_ = 1;
+  int64_t dp_ = 1, tp_ = 1, pp_ = 1, cp_ = 1, ep_ = 1;
 };
 } // namespace

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "ContextParallel.h"
+#include "ExpertParallel.h"
 #include "PartitionUtils.h"
 #include "TensorParallel.h"
 
@@ -153,6 +154,19 @@ std::string gradientReason(int64_t dp, int64_t cp) {
          "count), reduced in one collective";
 }
 
+/// Expert parallelism: the experts' gradients reduce over the replicas of
+/// their shard (edp), right after every other gradient's dp all-reduce.
+void reduceExpertGradients(func::FuncOp opt, ArrayAttr params) {
+  OpBuilder b(opt.getContext());
+  b.setInsertionPointAfter(*opt.getBody().front().getOps<AllReduceGradsOp>().begin());
+  AllReduceGradsOp::create(b, opt.getLoc(), "edp", "sum",
+                           "expert parallelism: each rank holds its experts' gradient over the tokens of its ep group "
+                           "(already scaled by the global token count); the dp/ep ranks that hold the same experts "
+                           "(edp) sum it",
+                           stringifyCollectiveOrigin(CollectiveOrigin::DataParallelGradients), params,
+                           /*group_size=*/IntegerAttr(), /*exclude=*/ArrayAttr());
+}
+
 struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
   using PartitionBase::PartitionBase;
 
@@ -196,6 +210,8 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
                                         attrs.getNamedAttr("tp", attrs.getI64IntegerAttr(tp))};
     if (cp > 1)
       degrees.push_back(attrs.getNamedAttr("cp", attrs.getI64IntegerAttr(cp)));
+    if (mesh->ep > 1)
+      degrees.push_back(attrs.getNamedAttr("ep", attrs.getI64IntegerAttr(mesh->ep)));
     module->setAttr("xf.partition", attrs.getDictionaryAttr(degrees));
     // Tensor parallelism first: it inserts the tp collectives, whose batch
     // dimension the dp propagation below then splits like any other op's;
@@ -207,6 +223,10 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
       return signalPassFailure();
     if (dp > 1 && failed(partitionDataParallel(module, entry, dp)))
       return signalPassFailure();
+    // Expert parallelism last: its exchanges carry the rank's own rows.
+    SmallVector<Attribute> expertParams;
+    if (mesh->ep > 1 && failed(partitionExpertParallel(module, mesh->ep, expertParams)))
+      return signalPassFailure();
     // 3. The collectives: once per step, before the update, over the
     // data-parallel group (Megatron's dp × cp: with context parallelism a
     // weight gradient is a partial sum over both).
@@ -217,7 +237,10 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
                                                                 "tokens (its samples' slice of the sequence)"
                                              : dp > 1         ? "each dp rank's loss is the mean over its own tokens"
                                                               : "each cp rank's loss is the mean over its own slice of "
-                                                                "the sequence");
+                                                                "the sequence",
+                                             expertParams.empty() ? ArrayAttr() : attrs.getArrayAttr(expertParams));
+    if (!expertParams.empty() && dp / mesh->ep > 1)
+      reduceExpertGradients(opt, attrs.getArrayAttr(expertParams));
   }
 };
 } // namespace

@@ -97,14 +97,15 @@ mlir::LogicalResult checkPartialGradients(mlir::ModuleOp module, llvm::StringRef
 }
 
 /// At the start of the optimizer step `opt`, once per step after every
-/// microbatch: every gradient summed over `axis` (already scaled by the
-/// global token count) and the step's loss averaged over it, each with its
-/// provenance.
+/// microbatch: every gradient (but those named in `exclude`, when given)
+/// summed over `axis` (already scaled by the global token count) and the
+/// step's loss averaged over it, each with its provenance.
 inline void reduceOncePerStep(mlir::func::FuncOp opt, llvm::StringRef axis, llvm::StringRef gradReason,
-                              CollectiveOrigin gradOrigin, llvm::StringRef lossReason) {
+                              CollectiveOrigin gradOrigin, llvm::StringRef lossReason,
+                              mlir::ArrayAttr exclude = mlir::ArrayAttr()) {
   mlir::OpBuilder b = mlir::OpBuilder::atBlockBegin(&opt.getBody().front());
   AllReduceGradsOp::create(b, opt.getLoc(), axis, "sum", gradReason, stringifyCollectiveOrigin(gradOrigin),
-                           /*params=*/mlir::ArrayAttr(), /*group_size=*/mlir::IntegerAttr());
+                           /*params=*/mlir::ArrayAttr(), /*group_size=*/mlir::IntegerAttr(), exclude);
   AllReduceLossOp::create(b, opt.getLoc(), axis, lossReason, stringifyCollectiveOrigin(CollectiveOrigin::Loss));
 }
 

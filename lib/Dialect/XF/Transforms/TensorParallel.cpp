@@ -142,7 +142,7 @@ void TensorParallelPropagation::reduceKvReplicaGrads() {
                            "kv-head replication: the tp ranks sharing a kv head each hold its "
                            "projections' gradient summed over their own query heads only",
                            stringifyCollectiveOrigin(CollectiveOrigin::KvReplica), b.getStrArrayAttr(names),
-                           b.getI64IntegerAttr(replicas));
+                           b.getI64IntegerAttr(replicas), /*exclude=*/ArrayAttr());
 }
 
 LogicalResult TensorParallelPropagation::propagate(Block &block) {
@@ -247,7 +247,7 @@ LogicalResult TensorParallelPropagation::finishSequenceParallel() {
                            "sequence parallelism: these parameters act on each rank's slice of the "
                            "sequence, so their gradients are partial sums over tp",
                            stringifyCollectiveOrigin(CollectiveOrigin::SequenceParallel), b.getStrArrayAttr(names),
-                           /*group_size=*/IntegerAttr());
+                           /*group_size=*/IntegerAttr(), /*exclude=*/ArrayAttr());
   return success();
 }
 

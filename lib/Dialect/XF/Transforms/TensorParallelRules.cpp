@@ -425,6 +425,7 @@ void llcdist::xf::registerTensorParallelModels(DialectRegistry &registry) {
                          EmbeddingOp, EmbeddingGradOp, CrossEntropyOp, CrossEntropyGradOp, LinearGradWeightOp,
                          LinearGradInputOp, AccumulateGradOp>(ctx);
     attachReplicatedOnTp<MoeRouteOp, MoeRouteGradOp, MoePermuteOp, MoeUnpermuteOp, MoeUnpermuteGradOp, GroupedLinearOp,
-                         GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp>(ctx);
+                         GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp,
+                         MoeDispatchOp, MoeCombineOp>(ctx);
   });
 }

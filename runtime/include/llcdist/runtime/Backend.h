@@ -203,6 +203,15 @@ class Backend {
   // into y. Default: an InvalidArgument error (a backend without it cannot run context-parallel plans).
   virtual StatusOr<CollectiveHandle> allToAllAsync(Stream stream, const void* x, void* y, int64_t outer, int64_t mid,
                                                    int64_t inner, int xRankDim, CommDType dtype, Channel channel);
+  // all_to_all_v (expert parallelism; Communicator::allToAllV's semantics on backend memory): x [xRows,
+  // rowElems], y [yRows, rowElems] in elements of `dtype`, sendSplits / recvSplits the i32 [n·chunks]
+  // buffers of the op (backend memory). Its errors (a negative split, Σ send > xRows, Σ recv > yRows)
+  // are the call's or its handle's. Default: an InvalidArgument error (a backend without it cannot run
+  // expert-parallel plans).
+  virtual StatusOr<CollectiveHandle> allToAllVAsync(Stream stream, const void* x, int64_t xRows,
+                                                    const int32_t* sendSplits, void* y, int64_t yRows,
+                                                    int32_t* recvSplits, int64_t chunks, int64_t rowElems,
+                                                    CommDType dtype, Channel channel);
   // f32.
   StatusOr<CollectiveHandle> allReduceAsync(Stream stream, float* buffer, int64_t count, ReduceOp op, Channel channel) {
     return allReduceAsync(stream, buffer, count, CommDType::kF32, op, channel);

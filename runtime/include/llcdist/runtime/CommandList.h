@@ -108,6 +108,9 @@ class CommandRecorder final : public Backend {
                                                 int64_t total, CommDType dtype, ReduceOp op, Channel channel) override;
   StatusOr<CollectiveHandle> allToAllAsync(Stream stream, const void* x, void* y, int64_t outer, int64_t mid,
                                            int64_t inner, int xRankDim, CommDType dtype, Channel channel) override;
+  StatusOr<CollectiveHandle> allToAllVAsync(Stream stream, const void* x, int64_t xRows, const int32_t* sendSplits,
+                                            void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks,
+                                            int64_t rowElems, CommDType dtype, Channel channel) override;
   StatusOr<CollectiveHandle> sendAsync(Stream stream, const void* x, int64_t count, CommDType dtype, int peer,
                                        int64_t tag, int64_t microbatch) override;
   StatusOr<CollectiveHandle> recvAsync(Stream stream, void* y, int64_t count, CommDType dtype, int peer, int64_t tag,

@@ -19,6 +19,10 @@
 //   allToAll:      recv[m, k] = send_m[c, k]                         (send, recv [n, count]: block m of
 //                                                                    send goes to member m, block m of recv
 //                                                                    comes from member m; a copy of elements)
+//   allToAllV:     rows of `rowElems` elements in c variable-size chunks per member pair (all_to_all_v,
+//                  expert parallelism): recvSplits[m·c + j] = sendSplits_m[c'·c + j] (c' this member's
+//                  index), then y holds member 0's rows for this member, then member 1's, ..., and zeros
+//                  past them (see allToAllV below)
 //
 // Failure: abort(reason) makes every pending and later collective of every rank return an Aborted
 // error naming the reason (the first abort wins), so one failing rank never leaves the others
@@ -78,6 +82,19 @@ class Communicator {
   // runtime has it; the default (a communicator written before it) is an InvalidArgument error.
   virtual Status allToAll(int rank, const std::vector<int>& group, const void* send, void* recv, int64_t count,
                           CommDType dtype);
+  // all_to_all_v (expert parallelism; PlanSchema.h kAllToAllVArgs): x [xRows, rowElems] and y [yRows,
+  // rowElems] in elements of `dtype`; sendSplits and recvSplits [n·chunks] (n = |group|, host memory).
+  // This member (me) sends to member i the chunks sendSplits[i·chunks + j] rows, taken consecutively
+  // from row 0 of x in (i, j) order; recvSplits[i·chunks + j] = member i's sendSplits[me·chunks + j]; y
+  // gets member 0's rows for me, then member 1's, ..., from row 0, and every row past Σ recvSplits is
+  // zero. Errors (InvalidArgument, every member of the call gets one where the communicator sees all
+  // splits): a negative split, Σ sendSplits > xRows, Σ recvSplits > yRows. x and y must not overlap;
+  // every member passes the same chunks, rowElems and dtype (the request), xRows and yRows may differ.
+  // Default: allToAllVByBlocks below (the splits by allToAll, then the rows in blocks padded to the
+  // largest block of the call: an all_reduce max, then allToAll), for a communicator without its own.
+  virtual Status allToAllV(int rank, const std::vector<int>& group, const void* x, int64_t xRows,
+                           const int32_t* sendSplits, void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks,
+                           int64_t rowElems, CommDType dtype);
 
   // Point-to-point: `rank` is the caller, `peer` the other rank (in [0, worldSize), != rank); `count`
   // elements of `dtype`; `microbatch` is the calling action's microbatch (-1 when it has none). send
@@ -112,5 +129,20 @@ struct InProcessCommunicatorOptions {
 // computes it for the whole group (outside the lock) while the others wait. Point-to-point messages are
 // copied into per-pair queues held by this object.
 std::unique_ptr<Communicator> makeInProcessCommunicator(const InProcessCommunicatorOptions& options);
+
+// all_to_all_v's parts, shared by the communicators and the backends (Backend.cpp):
+// Checks this member's send splits (n·chunks of them, none negative, their sum <= xRows): an
+// InvalidArgument error naming the rank, the split or the sum and xRows; *total gets the sum.
+Status checkSendSplits(int rank, const int32_t* sendSplits, int64_t n, int64_t chunks, int64_t xRows, int64_t* total);
+// The sum of the received splits against y's rows: "rank R receives T rows but y holds Ny: the plan's
+// capacity is too small" (and a negative split, which a checked sender never sends).
+Status checkRecvSplits(int rank, const int32_t* recvSplits, int64_t n, int64_t chunks, int64_t yRows, int64_t* total);
+// allToAllV on top of allToAll and allReduce (Communicator::allToAllV's default).
+Status allToAllVByBlocks(Communicator& comm, int rank, const std::vector<int>& group, const void* x, int64_t xRows,
+                         const int32_t* sendSplits, void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks,
+                         int64_t rowElems, CommDType dtype);
+// A group of one member (host memory): recvSplits = sendSplits, y = x's rows then zeros, with both checks.
+Status allToAllVSelf(int rank, const void* x, int64_t xRows, const int32_t* sendSplits, void* y, int64_t yRows,
+                     int32_t* recvSplits, int64_t chunks, int64_t rowElems, CommDType dtype);
 
 }  // namespace llcdist::rt

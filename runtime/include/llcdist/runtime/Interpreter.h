@@ -61,8 +61,8 @@
 //
 // bf16 buffers (docs/plan-format.md "bf16 storage, fp32 arithmetic"): a kernel variant that takes a
 // role in bf16 gets the bf16 buffer as it is. Otherwise (every CPU kernel; communication ops except
-// zero, load_microbatch and the collectives of dtype "bf16", which get their bf16 buffers as they are
-// and reduce in bf16: "Collective dtypes") each bf16 argument of a float role is bound to an f32
+// zero, load_microbatch, all_to_all_v (a copy of rows) and the collectives of dtype "bf16", which get
+// their bf16 buffers as they are and reduce in bf16: "Collective dtypes") each bf16 argument of a float role is bound to an f32
 // temporary in the interpreter's staging area (backend memory, sized once at create() to the largest
 // need of one op; one temporary per distinct buffer of the op). Before the op the temporaries of roles it
 // reads (read, or read-write: Op::access) are filled from the arena (exact); after it, the temporaries of

@@ -9,6 +9,7 @@
 #include "llcdist/runtime/Status.h"
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace llcdist::rt {
@@ -53,5 +54,12 @@ Status checkAttentionElems(const KernelCall& call, const AttentionParams& p);
 Status checkAttentionBlockElems(const KernelCall& call, const AttentionParams& p);
 // shard_slice's member, padding and buffer sizes; the elements of a row of x (total) when they agree.
 StatusOr<int64_t> checkShardSlice(const KernelCall& call, const LayoutParams& p);
+
+// The moe family's data errors, one message for every backend (the CPU kernels return it; the CUDA
+// kernels report the first token and value on the device and the backend words it the same way at the
+// next synchronize). moe_permute: token `token` is routed to an expert id outside [0, E).
+std::string moePermuteExpertError(int64_t token, int64_t id);
+// moe_unpermute / moe_unpermute_bwd (`op`): token `token` has a slot outside [-1, N) (-1: dropped).
+std::string moeSlotError(std::string_view op, int64_t token, int64_t slot);
 
 }  // namespace llcdist::rt

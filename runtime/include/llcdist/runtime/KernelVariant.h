@@ -99,8 +99,10 @@ StatusOr<KernelChoice> chooseKernelVariant(const KernelCall& call, const std::ve
 // 2·M·N·K (linear_fwd, linear_bwd_input, linear_bwd_weight), causal attention forward 2·B·nh·S²·hd (the
 // two products over the causal half: 4·B·nh·S²·hd / 2; with a sliding window W < S the half less the
 // (S − W)²/2 masked pairs: attentionScorePairs), backward 2.5× the forward (FlashAttention's
-// convention: five products to the forward's two). 0 for every other op (memory-bound; the profile
-// gives their time only).
+// convention: five products to the forward's two), grouped_linear_fwd / _bwd_input / _bwd_weight
+// 2·N·K·O (N the rows attr: the worst case, every row in a group; the rows really multiplied, Σ
+// group_sizes, are data-dependent). 0 for every other op (memory-bound; the profile gives their time
+// only).
 double kernelFlops(const KernelCall& call);
 
 }  // namespace llcdist::rt

@@ -374,7 +374,8 @@ double learningRate(const LrSchedule& schedule, int64_t step);
 // grouped GEMMs and the weighted sum back. Sizes from MoeParams (OpParams.h): T tokens, H hidden, E
 // experts, k experts per token; the grouped GEMMs' N rows, K inputs, O outputs. Expert ids, slots and
 // group sizes are i32 data: a value out of range is a producer's bug, which the kernels guard (nothing is
-// read or written out of bounds; what they compute then is stated per kernel), not an error.
+// read or written out of bounds; what they compute then is stated per kernel); moe_permute's expert ids
+// and moe_unpermute's slots out of range are an error (the same message on every backend).
 // ---------------------------------------------------------------------------------------------------
 // logits [T,E] -> experts [T,k], weights [T,k]: p = softmax(logits[t]) in fp32 (max subtracted, Σ exp in
 // double); experts[t, 0..k) the k largest p in descending order, ties to the lower expert index
@@ -391,19 +392,23 @@ void moeRouteForward(const float* logits, float* weights, int32_t* experts, cons
 // p.auxLossScale·Σ_e counts[e]·S[e], S[e] = Σ_t p[t, e] (double).
 void moeRouteBackward(const float* logits, const int32_t* experts, const float* dweights, float* dlogits,
                       const MoeParams& p, const float* counts = nullptr, float* loss = nullptr);
-// x [T,H], experts [T,k] -> xp [T·k,H], slots [T,k], groupSizes [E]: slots[t,j] = the row of assignment
-// (t,j) in expert-major order (by expert, then t, then j), xp[slots[t,j]] = x[t], groupSizes[e] = the
-// assignments to e. An assignment to an id outside [0,E) is counted in no group and takes a row after
-// every valid one (in (t,j) order), so slots stays a permutation of [0, T·k).
-void moePermute(const float* x, const int32_t* experts, float* xp, int32_t* slots, int32_t* groupSizes,
-                const MoeParams& p);
-// y[t] = Σ_{j=0..k-1} weights[t,j]·xp[slots[t,j]] (f32, in j order; weights null: 1). xp [T·k,H]. A slot
-// outside [0, T·k) adds nothing.
-void moeUnpermute(const float* xp, const int32_t* slots, const float* weights, float* y, const MoeParams& p);
+// x [T,H], experts [T,k] -> xp [R,H], slots [T,k], groupSizes [E] (R = moePermuteRows: E·p.capacity
+// under a capacity, else T·k): the assignments (t,j) in expert-major order (by expert, then t, then j);
+// expert e keeps its first min(n_e, C) of them (C = p.capacity; 0: all, dropless), groupSizes[e] =
+// min(n_e, C), the kept rows packed from row 0 in expert order: slots[t,j] = the row of a kept
+// assignment, -1 for a dropped one; xp[slots[t,j]] = x[t]; rows of xp past Σ groupSizes are 0. An expert
+// id outside [0,E) is an error (moePermuteExpertError, naming the first such token; nothing written).
+Status moePermute(const float* x, const int32_t* experts, float* xp, int32_t* slots, int32_t* groupSizes,
+                  const MoeParams& p);
+// y[t] = Σ_{j=0..k-1} weights[t,j]·xp[slots[t,j]] (f32, in j order; weights null: 1). xp [R,H] (R =
+// moeUnpermuteRows: p.N, or T·k when 0). A slot -1 (dropped) adds nothing; one < -1 or >= R is an error
+// (moeSlotError, the first such token; nothing written).
+Status moeUnpermute(const float* xp, const int32_t* slots, const float* weights, float* y, const MoeParams& p);
 // dxp[slots[t,j]] = weights[t,j]·dy[t] (rows no slot names: 0; a row named twice: the sum), dweights[t,j] =
-// Σ_h dy[t,h]·xp[slots[t,j],h] (double). A slot outside [0, T·k): dweights 0, nothing written.
-void moeUnpermuteBackward(const float* dy, const float* xp, const int32_t* slots, const float* weights, float* dxp,
-                          float* dweights, const MoeParams& p);
+// Σ_h dy[t,h]·xp[slots[t,j],h] (double). xp, dxp [R,H] as moeUnpermute; a slot -1: dweights 0, no row
+// written; one < -1 or >= R is an error (moeSlotError; nothing written).
+Status moeUnpermuteBackward(const float* dy, const float* xp, const int32_t* slots, const float* weights, float* dxp,
+                            float* dweights, const MoeParams& p);
 // Grouped GEMMs over consecutive row groups: expert e owns rows [off_e, off_e + n_e) of x [N,K] / y [N,O],
 // off_e = Σ_{e'<e} n_e', n_e = groupSizes[e] clamped to [0, N − off_e] (a negative size is 0, the sizes are
 // cut at N); w [E,O,K], each expert's weight out_in. Rows from Σ n_e on are 0 in y / dx. One cblas_sgemm
@@ -422,5 +427,12 @@ void sigmoidGateForward(const float* gate, const float* x, float* y, const MoePa
 // dx[t,h] = s_t·dy[t,h]; dgate[t] = s_t·(1 − s_t)·Σ_h dy[t,h]·x[t,h] (double). dx may alias dy.
 void sigmoidGateBackward(const float* dy, const float* gate, const float* x, float* dgate, float* dx,
                          const MoeParams& p);
+// moe_chunk_transpose (expert parallelism): x, y [N,H]; splits [r·c], chunk (i, j) of splits[i·c + j]
+// rows. Not p.inverse: x holds the chunks row-major ((i, j) for i outer, j inner), y column-major (j
+// outer, i inner); p.inverse: the other way round. y's rows from Σ splits on are 0; colSizes [c]
+// (optional) gets Σ_i splits[i·c + j]. A negative split or Σ splits > N is an InvalidArgument error
+// (nothing written) here, the reference; the CUDA kernel, which keeps the splits on the device, clamps
+// instead (a negative split is 0, the chunks are cut at N).
+Status moeChunkTranspose(const float* x, const int32_t* splits, float* y, int32_t* colSizes, const MoeParams& p);
 
 }  // namespace llcdist::rt

@@ -7,6 +7,12 @@
 // The group on a set of axes (Megatron's data-parallel group under context parallelism is dp × cp) is
 // every rank that shares r's coordinates on the axes outside the set, ordered by global rank: the member
 // index is the mixed-radix number of the set's coordinates, the set's fastest axis (in `order`) first.
+//
+// Expert parallelism (`ep`, dividing dp; docs/plan-format.md "Expert parallelism") adds two derived axes
+// inside dp, never in `order`: kEp (stride(dp), size ep: coordinate d mod ep, d the dp coordinate) and
+// kEdp (stride(dp)·ep, size dp/ep: coordinate d / ep). Both satisfy r = base + coord·stride like a base
+// axis, so group, coord, withCoord and subGroup work on them unchanged; they are single axes only (never
+// in a set of several).
 #pragma once
 
 #include <array>
@@ -19,15 +25,18 @@
 
 namespace llcdist::rt {
 
-// Indices into schema::kMeshAxes. kCp: context parallelism (the sequence split over ranks, Ulysses).
-enum class MeshAxis { kDp = 0, kTp = 1, kPp = 2, kCp = 3 };
-inline constexpr size_t kNumMeshAxes = 4;
+// Indices into schema::kMeshAxes (the base axes), then schema::kDerivedMeshAxes (kEp, kEdp: expert
+// parallelism). kCp: context parallelism (the sequence split over ranks, Ulysses).
+enum class MeshAxis { kDp = 0, kTp = 1, kPp = 2, kCp = 3, kEp = 4, kEdp = 5 };
+inline constexpr size_t kNumMeshAxes = 4;  // the base axes (rank order, world size)
+inline constexpr size_t kNumAllMeshAxes = 6;  // with the derived ep, edp
+constexpr bool isDerivedAxis(MeshAxis a) { return a == MeshAxis::kEp || a == MeshAxis::kEdp; }
 std::string_view meshAxisName(MeshAxis a);
 std::optional<MeshAxis> parseMeshAxis(std::string_view name);
 
 // A set of mesh axes, the group of one collective: "dp", or several names joined by '+' ("dp+cp").
 struct AxisSet {
-  unsigned bits = 0;  // bit MeshAxis
+  unsigned bits = 0;  // bit MeshAxis (a derived axis only alone)
   static AxisSet of(MeshAxis a) { return AxisSet{1u << unsigned(a)}; }
   bool has(MeshAxis a) const { return (bits >> unsigned(a)) & 1u; }
   bool empty() const { return bits == 0; }
@@ -36,18 +45,22 @@ struct AxisSet {
   bool operator==(const AxisSet& o) const { return bits == o.bits; }
   bool operator!=(const AxisSet& o) const { return bits != o.bits; }
 };
-// "dp", "dp+cp" (any order); nullopt for an empty name, an unknown one or an axis named twice.
+// "dp", "dp+cp" (any order), "ep", "edp"; nullopt for an empty name, an unknown one, an axis named twice
+// or a derived axis (ep, edp) in a set of several.
 std::optional<AxisSet> parseAxisSet(std::string_view name);
 // The set's names in MeshAxis order (dp, tp, pp, cp) joined by '+': "dp+cp".
 std::string axisSetName(AxisSet s);
 // The forms parseAxisSet accepts, for error messages.
-inline constexpr std::string_view kAxisSetForms = R"("dp", "tp", "pp", "cp", or several joined by '+', e.g. "dp+cp")";
+inline constexpr std::string_view kAxisSetForms =
+    R"("dp", "tp", "pp", "cp", or several joined by '+', e.g. "dp+cp"; or "ep" or "edp" alone (expert parallelism))";
 // Why parseAxisSet refuses `name`, then the accepted forms: `unknown mesh axis "xx" in "dp+xx" (expected
 // ...)`, `mesh axis "dp" is named twice in "dp+dp" (expected ...)`; empty when it parses.
 std::string axisSetError(std::string_view name);
 
 struct Mesh {
-  std::array<int64_t, kNumMeshAxes> size = {1, 1, 1, 1};  // indexed by MeshAxis
+  std::array<int64_t, kNumMeshAxes> size = {1, 1, 1, 1};  // indexed by MeshAxis (the base axes)
+  // Expert parallelism: the ep groups' size, a divisor of size[dp] (manifest.mesh.ep; 1: none).
+  int64_t ep = 1;
   // Fastest first; a permutation of all four axes (an axis of size 1 may sit anywhere).
   std::array<MeshAxis, kNumMeshAxes> order = kDefaultOrder;
   // Megatron's order: tp, cp, dp, pp (with cp = 1 the same ranks as tp, dp, pp).
@@ -61,7 +74,9 @@ struct Mesh {
   // `order` from a rank_order of the three axes dp, tp, pp (cp then the slowest axis) or of all four;
   // false (order unchanged) when `axes` is no such permutation.
   bool setOrder(const std::vector<MeshAxis>& axes);
-  int64_t axisSize(MeshAxis a) const { return size[size_t(a)]; }
+  int64_t axisSize(MeshAxis a) const {
+    return a == MeshAxis::kEp ? ep : a == MeshAxis::kEdp ? size[size_t(MeshAxis::kDp)] / ep : size[size_t(a)];
+  }
   int64_t worldSize() const { return size[0] * size[1] * size[2] * size[3]; }
   int64_t stride(MeshAxis a) const;
   int64_t coord(int64_t rank, MeshAxis a) const { return rank / stride(a) % axisSize(a); }
@@ -89,7 +104,8 @@ struct Mesh {
   // on several.
   std::optional<MeshAxis> axisBetween(int64_t a, int64_t b) const;
   // "dp=2 tp=2 pp=1, rank_order [tp, dp, pp]"; with cp > 1 "dp=2 tp=2 pp=1 cp=2, rank_order [tp, cp, dp,
-  // pp]" (cp is named only when it is > 1, and then the order lists it).
+  // pp]" (cp is named only when it is > 1, and then the order lists it); with ep > 1 "dp=4 tp=1 pp=1
+  // ep=2, rank_order [...]" (ep after cp).
   std::string describe() const;
 };
 

@@ -193,6 +193,8 @@ struct CommunicationParams {
   // other of the two (Backend::allToAllAsync).
   int64_t mid = 0;
   int xRankDim = 0;
+  // all_to_all_v: c chunks per member, rows of H elements, x's Nx and y's Ny rows.
+  int64_t chunks = 0, rowElems = 0, xRows = 0, yRows = 0;
   // The attr `dtype`: f32 (default; bf16 buffers run through f32 staging) or bf16 (on the buffers).
   CommDType dtype = CommDType::kF32;
   // send / recv: the peer's global rank (this rank with coordinate `peer` on `axis`) and the tag.
@@ -205,12 +207,23 @@ struct CommunicationParams {
 // GEMMs' N rows, K inputs and O outputs per expert. normalize: moe_route's attr; accumulate:
 // grouped_linear_bwd_weight's and moe_route's (its `counts`; absent: true). auxScale, auxLossScale:
 // moe_route_bwd's load-balancing loss (0 when absent).
+// moe_chunk_transpose: the r × c grid of chunks (r, c), N rows of H (N, H), inverse.
 struct MoeParams {
   int64_t T = 0, H = 0, E = 0, k = 0;
   int64_t N = 0, K = 0, O = 0;
   bool normalize = false, accumulate = false;
   double auxScale = 0, auxLossScale = 0;
+  // (last: the aggregate initializers of the fields above stay as they are)
+  int64_t r = 0, c = 0;
+  bool inverse = false;
+  // moe_permute's attr `capacity` (0: absent, dropless). moe_unpermute / _bwd's optional rows of xp are N
+  // (0: absent, T·k).
+  int64_t capacity = 0;
 };
+// The rows of moe_permute's xp: E·capacity under a capacity, else T·k.
+inline int64_t moePermuteRows(const MoeParams& p) { return p.capacity > 0 ? p.E * p.capacity : p.T * p.k; }
+// The rows of moe_unpermute / _bwd's xp and dxp: N when given, else T·k.
+inline int64_t moeUnpermuteRows(const MoeParams& p) { return p.N > 0 ? p.N : p.T * p.k; }
 
 using OpParams = std::variant<std::monostate, DataParams, LayoutParams, ElementwiseParams, EmbeddingParams,
                               NormParams, LinearParams, RopeParams, AttentionParams, LossParams, OptimizerParams,

@@ -136,6 +136,9 @@ struct Manifest {
   int64_t seqLen = 0, microBatch = 0, microbatches = 0, dataParallel = 0, globalBatch = 0;
   // mesh.cp (feature "context_parallel"; absent: 1).
   int64_t meshDp = 1, meshTp = 1, meshPp = 1, meshCp = 1;
+  // mesh.ep (feature "expert_parallel"; absent: 1): a divisor of dp, the size of the derived axis "ep"
+  // (Mesh.h).
+  int64_t meshEp = 1;
   // mesh.cp_layout (absent: contiguous): the positions each cp rank holds (Positions.h).
   schema::CpLayout cpLayout = schema::CpLayout::kContiguous;
   // Fastest first, all four axes: a three-name mesh.rank_order gets cp appended (the slowest axis).
@@ -159,6 +162,7 @@ struct Manifest {
   Mesh mesh() const {
     Mesh m = Mesh::make(meshDp, meshTp, meshPp, meshCp);
     m.order = rankOrder;
+    m.ep = meshEp;
     return m;
   }
 };

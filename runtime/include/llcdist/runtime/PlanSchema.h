@@ -35,13 +35,18 @@ inline constexpr int64_t kArenaAlignment = 64;        // every buffer offset is 
 //   "context_parallel": context parallelism (docs/plan-format.md "Context parallelism"): mesh.cp may be
 //               > 1, each rank holds T/cp positions of every sample (mesh.cp_layout), Ulysses' all_to_all
 //               op or ring attention's attention_block_fwd / _bwd and attention_merge.
+//   "expert_parallel": expert parallelism (docs/plan-format.md "Expert parallelism"): mesh.ep may be > 1
+//               (ep ranks drawn from the data-parallel group), the derived axes "ep" and "edp", params
+//               sharded on "ep", the all_to_all_v op.
 inline constexpr std::string_view kPipelineFeature = "pipeline";
 inline constexpr std::string_view kZeroFeature = "zero";
 inline constexpr std::string_view kVocabPaddingFeature = "vocab_padding";
 inline constexpr std::string_view kAsyncFeature = "async";
 inline constexpr std::string_view kContextParallelFeature = "context_parallel";
-inline constexpr std::array<std::string_view, 5> kKnownFeatures = {kPipelineFeature, kZeroFeature, kVocabPaddingFeature,
-                                                                   kAsyncFeature, kContextParallelFeature};
+inline constexpr std::string_view kExpertParallelFeature = "expert_parallel";
+inline constexpr std::array<std::string_view, 6> kKnownFeatures = {kPipelineFeature,        kZeroFeature,
+                                                                   kVocabPaddingFeature,    kAsyncFeature,
+                                                                   kContextParallelFeature, kExpertParallelFeature};
 // Asynchronous plans: the first queue of every program (kernels and load_microbatch run on it; a
 // program without "queues" has only it).
 inline constexpr std::string_view kComputeQueue = "compute";
@@ -68,6 +73,14 @@ inline constexpr std::array<std::string_view, 2> kWeightLayouts = {"out_in", "in
 // 1). The collectives' and shard_slice's `axis` and params[].zero.axis may name a set of axes joined by
 // '+' ("dp+cp": parseAxisSet, Mesh.h); every other axis attr names one.
 inline constexpr std::array<std::string_view, 4> kMeshAxes = {"dp", "tp", "pp", "cp"};
+// Expert parallelism (feature "expert_parallel"; docs/plan-format.md "Expert parallelism"): manifest.mesh.ep
+// (optional, absent: 1; >= 1, divides mesh.dp) splits each data-parallel group into dp/ep groups of ep
+// consecutive members. Two derived axes (indexed by MeshAxis after the four of kMeshAxes) name a single
+// axis wherever one is accepted (collectives' `axis`, params[].sharding.axis, grad_norm_sq's
+// replica_axis), never inside a set ("dp+ep") nor in rank_order: "ep" (the ep members of this rank's
+// data-parallel group that hold it: dp coordinates [d/ep·ep, d/ep·ep + ep), member index d mod ep) and
+// "edp" (expert data parallel: the dp/ep members with the same d mod ep, member index d/ep).
+inline constexpr std::array<std::string_view, 2> kDerivedMeshAxes = {"ep", "edp"};
 // manifest.mesh.rank_order default (fastest-varying axis first): Megatron's order. A plan's rank_order
 // lists dp, tp and pp (cp is then the slowest axis, which needs cp = 1) or all four axes.
 inline constexpr std::array<std::string_view, 3> kDefaultRankOrder = {"tp", "dp", "pp"};
@@ -151,7 +164,8 @@ inline constexpr std::array<std::string_view, 1> kReduceScatterOpNames = {"sum"}
 // "Collective dtypes"): the collective's element type, its arithmetic and what it moves. "f32" (the
 // default) runs it in f32 (bf16 buffers converted in and rounded out once); "bf16" runs it on the bf16 buffers
 // themselves (2-byte elements, every partial sum rounded to bf16 as NCCL does) and needs every buffer
-// of the op to be bf16.
+// of the op to be bf16. all_to_all_v takes it too: "bf16" needs its x and y bf16 (its splits are i32
+// counts); a copy, it moves its rows in their own dtype with or without the attr.
 inline constexpr std::string_view kCommDTypeAttr = "dtype";
 inline constexpr std::array<std::string_view, 2> kCommDTypeNames = {"f32", "bf16"};
 
@@ -221,6 +235,7 @@ enum class OpKind {
   kMoeRoute, kMoeRouteBwd, kMoePermute, kMoeUnpermute, kMoeUnpermuteBwd,
   kGroupedLinearFwd, kGroupedLinearBwdInput, kGroupedLinearBwdWeight,
   kSigmoidGateFwd, kSigmoidGateBwd,
+  kAllToAllV, kMoeChunkTranspose,
   kWait,
 };
 inline constexpr size_t kNumOpKinds = size_t(OpKind::kWait) + 1;
@@ -250,6 +265,9 @@ struct ArgSpec {
   // (the role is summed onto only when accumulating: linear's dw, a norm's dweight). False for a role
   // the op always sums onto whatever `accumulate` says (the classifier's loss; its accumulate is dw's).
   bool governedByAccumulate = true;
+  // A list role that also accepts one buffer id in place of the array (read as a list of one): a role
+  // that became a list after plans were written with a single id (grad_norm_sq's `add`).
+  bool singleIdOk = false;
 };
 
 // kInt: a JSON integer >= 1; kIndex: a JSON integer >= 0 (peer coordinates, tags); kFloat: a finite
@@ -442,8 +460,10 @@ inline constexpr T kMaxNormAttrs[] = {{"max_norm", Flt}};
 // group: member index on `replica_axis` a multiple of `replicas`; kv-head replication) (+ add), summed
 // in double. The plan all-reduces partial sums between grad_norm_sq and grad_norm_clip (sharded
 // gradients over their axis, then each pipeline / ZeRO axis); no role present: sq = 0.
+// `add`: f64 [1] partial sums added at the end, in list order (grads, then replica_shards, then each add);
+// a list role that also loads from a single id (ArgSpec::singleIdOk: plans written before it was a list).
 inline constexpr A kGradNormSqArgs[] = {{"grads", OptList, F, R}, {"replica_shards", OptList, F, R},
-                                        {"add", Opt, D, R}, {"sq", One, D, W}};
+                                        {"add", OptList, D, R, {}, true, /*singleIdOk=*/true}, {"sq", One, D, W}};
 inline constexpr T kGradNormSqAttrs[] = {{"replicas", Int, false}, {"replica_axis", Str, false}};
 // grad_norm_clip: norm = sqrt(sq); with max_norm > 0 every buffer of `grads` is clipped in place.
 inline constexpr A kGradNormClipArgs[] = {{"sq", One, D, R}, {"grads", OptList, F, RW}, {"norm", One, F, W}};
@@ -473,6 +493,18 @@ inline constexpr T kReduceScatterAttrs[] = {
 // i lands at index i of y's rank dimension (a rank keeps its own block). x and y never overlap.
 inline constexpr T kAllToAllAttrs[] = {{"axis", Str},  {"outer", Int},      {"mid", Int},
                                        {"inner", Int}, {"x_rank_dim", Int}, {"dtype", Str, false}};
+// all_to_all_v (expert parallelism's token dispatch and combine): rows of H elements in variable-size
+// chunks. n the size of `axis` (one axis, "ep" in the compiler's plans), c chunks per member. This member
+// (me) sends to member i the c chunks of send_splits[i·c .. i·c + c) rows, taken consecutively from row 0
+// of x [Nx, H] in (i, j) order. The splits are exchanged first: recv_splits[i·c + j] = member i's
+// send_splits[me·c + j]; then y [Ny, H] holds the rows from member 0 (its chunks j = 0..c−1 in order),
+// then member 1's, ..., from row 0, and every row past Σ recv_splits is zero. Run-time errors: a negative
+// split, Σ send_splits > Nx, Σ recv_splits > Ny (the plan's capacity). x and y never overlap. Its own
+// backward (a second all_to_all_v with the first's recv_splits as send_splits). `dtype` as for the others.
+inline constexpr A kAllToAllVArgs[] = {
+    {"x", One, F, R}, {"send_splits", One, I, R}, {"y", One, F, W}, {"recv_splits", One, I, W}};
+inline constexpr T kAllToAllVAttrs[] = {{"axis", Str}, {"c", Int},  {"H", Int},
+                                        {"Nx", Int},   {"Ny", Int}, {"dtype", Str, false}};
 // Point-to-point (pipeline plans, ring attention): the peer is the rank with this rank's coordinates
 // except on `axis`, where it has coordinate `peer`, or with `shift` (a ring) (c + shift) mod n, c this
 // rank's coordinate and n the axis size, 1 <= shift <= n − 1; exactly one of peer and shift. `tag` is
@@ -527,9 +559,16 @@ inline constexpr A kRmsBwdArgs[] = {{"dy", One, F, R},        {"x", One, F, R},
 //     dlogits[t, e] += p[t, e]·(g[e] − Σ_e' p[t, e']·g[e']) with g = aux_scale·counts, and
 //     loss += aux_loss_scale·Σ_e counts[e]·S[e] (attrs `aux_scale`, `aux_loss_scale`, both required then).
 //   moe_permute: slots[t, j] = the row of assignment (t, j) in expert-major order (sorted by expert, then
-//     t, then j); group_sizes[e] = assignments to e; xp[slots[t, j]] = x[t].
+//     t, then j); group_sizes[e] = assignments to e; xp[slots[t, j]] = x[t]. Optional `capacity` C (>= 1;
+//     GShard / Switch token dropping): xp has E·C rows (absent: T·k); expert e keeps its first min(n_e, C)
+//     assignments in that order and drops the rest (slots -1); group_sizes[e] = min(n_e, C), the kept rows
+//     packed from row 0 in expert order; rows of xp past Σ group_sizes are 0. Run-time error: an expert id
+//     outside [0, E) (moePermuteExpertError, KernelChecks.h: CPU and CUDA give the same message).
 //   moe_unpermute: y[t] = sum over j = 0..k-1 of weights[t, j]·xp[slots[t, j]] (weights absent: 1).
 //   moe_unpermute_bwd: dxp[slots[t, j]] = weights[t, j]·dy[t]; dweights[t, j] = dy[t]·xp[slots[t, j]].
+//     Both: optional `N` (>= 1), the rows of xp / dxp (absent: T·k; moe_permute's E·C under a capacity);
+//     a slot -1 (a dropped assignment) adds nothing (dweights 0; dxp rows no slot names are 0); a slot
+//     < -1 or >= N is a run-time error (moeSlotError, KernelChecks.h).
 //   grouped_linear_*: the rows [off_e, off_e + group_sizes[e]) (off_e = sizes of experts before e) are
 //     y = x·w[e]ᵀ (w [E, O, K], each expert's weight out_in); rows at or past the sum of the sizes are
 //     zero in y / dx and read by nothing; dw[e] = dy[rows of e]ᵀ·x[rows of e] (+= with accumulate).
@@ -545,12 +584,12 @@ inline constexpr T kMoeRouteBwdAttrs[] = {{"T", Int},           {"E", Int},
                                           {"aux_scale", Flt, false}, {"aux_loss_scale", Flt, false}};
 inline constexpr A kMoePermuteArgs[] = {{"x", One, F, R}, {"experts", One, I, R}, {"xp", One, F, W},
                                         {"slots", One, I, W}, {"group_sizes", One, I, W}};
-inline constexpr T kMoePermuteAttrs[] = {{"T", Int}, {"H", Int}, {"E", Int}, {"k", Int}};
+inline constexpr T kMoePermuteAttrs[] = {{"T", Int}, {"H", Int}, {"E", Int}, {"k", Int}, {"capacity", Int, false}};
 inline constexpr A kMoeUnpermuteArgs[] = {{"xp", One, F, R}, {"slots", One, I, R}, {"weights", Opt, F, R},
                                           {"y", One, F, W}};
 inline constexpr A kMoeUnpermuteBwdArgs[] = {{"dy", One, F, R},      {"xp", One, F, R},  {"slots", One, I, R},
                                              {"weights", One, F, R}, {"dxp", One, F, W}, {"dweights", One, F, W}};
-inline constexpr T kMoeUnpermuteAttrs[] = {{"T", Int}, {"H", Int}, {"k", Int}};
+inline constexpr T kMoeUnpermuteAttrs[] = {{"T", Int}, {"H", Int}, {"k", Int}, {"N", Int, false}};
 inline constexpr A kGroupedFwdArgs[] = {{"x", One, F, R}, {"w", One, F, R}, {"group_sizes", One, I, R},
                                         {"y", One, F, W}};
 inline constexpr A kGroupedBwdInArgs[] = {{"dy", One, F, R}, {"w", One, F, R}, {"group_sizes", One, I, R},
@@ -563,6 +602,16 @@ inline constexpr A kSigmoidGateFwdArgs[] = {{"gate", One, F, R}, {"x", One, F, R
 inline constexpr A kSigmoidGateBwdArgs[] = {{"dy", One, F, R},    {"gate", One, F, R},     {"x", One, F, R},
                                             {"dgate", One, F, W}, {"dx", One, F, W, "dy"}};
 inline constexpr T kSigmoidGateAttrs[] = {{"T", Int}, {"H", Int}};
+// moe_chunk_transpose (expert parallelism: between the dispatch all_to_all_v's source-major rows and the
+// local experts' expert-major rows): an r × c grid of row chunks, chunk (i, j) of splits[i·c + j] rows.
+// Not inverse: x holds the chunks row-major ((0,0), (0,1), ..., (1,0), ...) from row 0, y the same chunks
+// column-major ((0,0), (1,0), ..., (0,1), ...); inverse: x column-major, y row-major. Rows of y past
+// Σ splits are zero. Optional col_sizes [c]: col_sizes[j] = Σ_i splits[i·c + j] (the local experts'
+// group sizes). Run-time errors: a negative split, Σ splits > N. x and y never overlap.
+inline constexpr A kMoeChunkTransposeArgs[] = {
+    {"x", One, F, R}, {"splits", One, I, R}, {"y", One, F, W}, {"col_sizes", Opt, I, W}};
+inline constexpr T kMoeChunkTransposeAttrs[] = {
+    {"r", Int}, {"c", Int}, {"N", Int}, {"H", Int}, {"inverse", Bool, false}};
 
 template <size_t NA, size_t NT>
 constexpr OpSpec op(OpKind k, std::string_view name, const A (&a)[NA], const T (&t)[NT]) {
@@ -648,6 +697,9 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
                detail::kGroupedBwdWAttrs),
     detail::op(OpKind::kSigmoidGateFwd, "sigmoid_gate_fwd", detail::kSigmoidGateFwdArgs, detail::kSigmoidGateAttrs),
     detail::op(OpKind::kSigmoidGateBwd, "sigmoid_gate_bwd", detail::kSigmoidGateBwdArgs, detail::kSigmoidGateAttrs),
+    detail::op(OpKind::kAllToAllV, "all_to_all_v", detail::kAllToAllVArgs, detail::kAllToAllVAttrs),
+    detail::op(OpKind::kMoeChunkTranspose, "moe_chunk_transpose", detail::kMoeChunkTransposeArgs,
+               detail::kMoeChunkTransposeAttrs),
     // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
     OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},
 }};
@@ -668,10 +720,11 @@ constexpr std::optional<OpKind> parseOpKind(std::string_view s) {
     if (spec.name == s) return spec.kind;
   return std::nullopt;
 }
-// True for the collective ops (all_reduce, all_gather, reduce_scatter, all_to_all): executed through
-// the backend's collectives, not as kernel launches.
+// True for the collective ops (all_reduce, all_gather, reduce_scatter, all_to_all, all_to_all_v): executed
+// through the backend's collectives, not as kernel launches.
 constexpr bool isCollective(OpKind k) {
-  return k == OpKind::kAllReduce || k == OpKind::kAllGather || k == OpKind::kReduceScatter || k == OpKind::kAllToAll;
+  return k == OpKind::kAllReduce || k == OpKind::kAllGather || k == OpKind::kReduceScatter ||
+         k == OpKind::kAllToAll || k == OpKind::kAllToAllV;
 }
 // (shard_slice is not one: it reads this rank's own buffer only, a kernel launch.)
 // True for the point-to-point ops (send, recv) of pipeline plans: executed through the backend's

@@ -181,6 +181,8 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kGroupedLinearBwdWeight, {own({"dy", "x", "dw"})});
   set(K::kSigmoidGateFwd, {own({"gate", "x", "y"})});
   set(K::kSigmoidGateBwd, {own({"dy", "gate", "x", "dgate", "dx"})});
+  // moe_chunk_transpose copies rows as they are: x and y in one dtype, f32 or bf16.
+  set(K::kMoeChunkTranspose, {withFits(own({"x", "y"}), sameDType)});
   return t;
 }
 

@@ -12,12 +12,17 @@
 //    f64), its loss from each token's softmax (max, sum) kept in scratch: S[e] = Σ_t p[t, e] one block per
 //    expert, then one block's Σ_e counts[e]·S[e] (f64, fixed trees; no float atomics).
 //  - moe_permute: a stable counting sort as CUB's radix sort of (expert, assignment) pairs, stable, so
-//    equal experts keep (t, j) order: sorted position i is the slot of assignment vals[i]. group_sizes
-//    by binary search of the sorted keys. An expert id outside [0, E) sorts last, gets slot -1 and no
-//    row, and is reported (kDeviceIdOutOfRange); xp rows past the valid assignments are zero.
+//    equal experts keep (t, j) order. One thread then finds each expert's first sorted position by
+//    binary search of the sorted keys, its kept rows min(n_e, C) (group_sizes; C = capacity, T·k
+//    without) and their first row (the kept rows' prefix sums); sorted position i of expert e is its
+//    rank r = i - start_e, kept (slot off_e + r) when r < C, else dropped (slot -1). xp a block per row:
+//    the row's expert by binary search of the offsets, its token from the sorted values; rows past the
+//    kept ones zero. An expert id outside [0, E) sorts last, gets slot -1 and no row, and is reported
+//    (kDeviceMoeExpertOutOfRange with the lowest such token and its id: the CPU's message).
 //  - moe_unpermute / _bwd: a thread per (t, h) sums its k rows in j order; the backward's dweights are
-//    block dot products, dxp one thread per (row, h) through the inverse of slots (rows of no slot: 0).
-//    A slot outside [0, T·k) is skipped and reported.
+//    block dot products, dxp one thread per (row, h) of the N rows through the inverse of slots (rows of
+//    no slot: 0). A slot -1 (dropped) adds nothing (dweights 0); one < -1 or >= N is skipped and reported
+//    (kDeviceMoeSlotOutOfRange / kDeviceMoeSlotBwdOutOfRange with the lowest such token and its slot).
 //  - grouped_linear_*: the group sizes stay on the device (moe_permute wrote them): one thread turns
 //    them into clamped row offsets and row-tile starts; the forward / input-gradient GEMM runs 32×32
 //    output tiles that never cross an expert (a tile finds its expert by binary search of the tile
@@ -26,6 +31,13 @@
 //    read or write out of bounds.
 //  - sigmoid_gate_fwd: elementwise (y may alias x); _bwd: a block per row (dx may alias dy: each thread
 //    writes only elements it read before the block's sum).
+//  - moe_chunk_transpose (expert parallelism): the splits stay on the device (no host sync): one thread
+//    clamps them (a negative split 0, reported; the sum cut at N, reported: kDeviceSplitOutOfRange) and
+//    writes each chunk's source and destination first row in y's chunk order, and col_sizes; then a
+//    block per row of y finds its chunk by binary search of the destination starts and copies the row
+//    (rows past the sum: zero). f32 or bf16 rows copied as they are.
+// long-file: one op family's kernels sharing the device report, block sums, tile constants and size checks;
+// the grouped GEMM (a third of it) leaves when cuBLASLt's grouped GEMM replaces it (issue #30).
 #include "llcdist/runtime/KernelChecks.h"
 #include "cuda/CudaKernels.h"
 #include "cuda/kernels/FloatRef.cuh"
@@ -50,6 +62,19 @@ constexpr int kTileRowsPerPass = kRowThreads / kTile;  // a tile's rows one pass
 
 __device__ __forceinline__ void reportBadId(int* deviceError) {
   if (deviceError) *deviceError = kDeviceIdOutOfRange;
+}
+
+// Where a moe kernel reports a bad value with its token (CudaKernelContext::deviceError / _Detail).
+struct DeviceReport {
+  int* error = nullptr;
+  unsigned long long* detail = nullptr;
+};
+DeviceReport deviceReport(const CudaKernelContext& ctx) { return {ctx.deviceError, ctx.deviceErrorDetail}; }
+// The lowest token's (token, value) wins the detail (an integer atomicMin: deterministic).
+__device__ __forceinline__ void reportMoe(const DeviceReport& r, int code, int64_t token, int64_t value) {
+  if (r.detail)
+    atomicMin(r.detail, (static_cast<unsigned long long>(token) << 32) | static_cast<uint32_t>(int32_t(value)));
+  if (r.error) *r.error = code;
 }
 
 // The sum of every thread's v over the block (blockDim.x == kRowThreads), in a fixed tree order; every
@@ -234,20 +259,16 @@ __global__ void auxLossKernel(const float* counts, const double* S, float* loss,
 
 // ---- moe_permute -----------------------------------------------------------------------------------
 
-// The sort's input: key n = experts[n], or E (sorts last) for an id outside [0, E); value n = n.
+// The sort's input: key n = experts[n], or E (sorts last) for an id outside [0, E), reported; value n = n.
 __global__ void permuteKeysKernel(const int32_t* experts, uint32_t* keys, int32_t* vals, int64_t N, int64_t E,
-                                  int* deviceError) {
+                                  int64_t k, DeviceReport report) {
   LLCDIST_GRID_STRIDE(n, N) {
     const int64_t e = experts[n];
-    if (e < 0 || e >= E) reportBadId(deviceError);
-    keys[n] = uint32_t(e < 0 || e >= E ? E : e);
+    const bool bad = e < 0 || e >= E;
+    if (bad) reportMoe(report, kDeviceMoeExpertOutOfRange, n / k, e);
+    keys[n] = uint32_t(bad ? E : e);
     vals[n] = int32_t(n);
   }
-}
-
-// slots[vals[i]] = i for a valid key, -1 (no row) otherwise.
-__global__ void permuteSlotsKernel(const uint32_t* keys, const int32_t* vals, int32_t* slots, int64_t N, int64_t E) {
-  LLCDIST_GRID_STRIDE(i, N) slots[vals[i]] = int64_t(keys[i]) < E ? int32_t(i) : -1;
 }
 
 // The first i with keys[i] >= key (keys sorted).
@@ -263,32 +284,72 @@ __device__ int64_t lowerBound(const uint32_t* keys, int64_t N, uint32_t key) {
   return lo;
 }
 
-__global__ void permuteSizesKernel(const uint32_t* keys, int32_t* sizes, int64_t N, int64_t E) {
-  LLCDIST_GRID_STRIDE(e, E) sizes[e] = int32_t(lowerBound(keys, N, uint32_t(e + 1)) - lowerBound(keys, N, uint32_t(e)));
+// One thread (E is small): start[e] = expert e's first sorted position; sizes[e] = its kept rows
+// min(n_e, C); off[e] = its first row (Σ of the kept rows before it), off[E] = the kept rows' sum.
+__global__ void permuteGroupsKernel(const uint32_t* keys, int64_t N, int64_t E, int64_t C, int64_t* start,
+                                    int64_t* off, int32_t* sizes) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  int64_t rows = 0, first = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t next = lowerBound(keys, N, uint32_t(e + 1)), n = next - first;
+    const int64_t kept = n < C ? n : C;
+    start[e] = first;
+    off[e] = rows;
+    sizes[e] = int32_t(kept);
+    rows += kept;
+    first = next;
+  }
+  off[E] = rows;
 }
 
-// xp[i, h] = x[vals[i] / k, h] for a valid key, 0 past the valid assignments.
-__global__ void permuteRowsKernel(FloatRef x, const uint32_t* keys, const int32_t* vals, FloatRef xp, int64_t N,
-                                  int64_t H, int64_t E, int64_t k) {
-  LLCDIST_GRID_STRIDE(i, N * H) {
-    const int64_t row = i / H, h = i - row * H;
-    xp.set(i, int64_t(keys[row]) < E ? x[(vals[row] / k) * H + h] : 0.0f);
+// slots[vals[i]] = off[e] + r for sorted position i of expert e at rank r = i - start[e] < C; -1 for a
+// dropped assignment (r >= C) or an id outside [0, E).
+__global__ void permuteSlotsKernel(const uint32_t* keys, const int32_t* vals, const int64_t* start, const int64_t* off,
+                                   int32_t* slots, int64_t N, int64_t E, int64_t C) {
+  LLCDIST_GRID_STRIDE(i, N) {
+    const int64_t e = keys[i];
+    int32_t slot = -1;
+    if (e < E && i - start[e] < C) slot = int32_t(off[e] + (i - start[e]));
+    slots[vals[i]] = slot;
+  }
+}
+
+// A block per row of xp (R rows, grid-stride): a kept row copies its token's x (its expert the last e
+// with off[e] <= row, its sorted position start[e] + row - off[e]); rows from off[E] on are zero.
+__global__ void permuteRowsKernel(FloatRef x, const int32_t* vals, const int64_t* start, const int64_t* off,
+                                  FloatRef xp, int64_t R, int64_t H, int64_t E, int64_t k) {
+  const int64_t kept = off[E];
+  for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {
+    if (row >= kept) {
+      for (int64_t h = threadIdx.x; h < H; h += blockDim.x) xp.set(row * H + h, 0.0f);
+      continue;
+    }
+    int64_t lo = 0, hi = E - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (off[mid] <= row)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const int64_t t = vals[start[lo] + (row - off[lo])] / k;
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) xp.set(row * H + h, x[t * H + h]);
   }
 }
 
 // ---- moe_unpermute / moe_unpermute_bwd -------------------------------------------------------------
 
-// y[t, h] = Σ_j w[t, j]·xp[slots[t, j], h] in j order (weights absent: 1); N = T·k rows of xp.
+// y[t, h] = Σ_j w[t, j]·xp[slots[t, j], h] in j order (weights absent: 1); R rows of xp. A slot -1 adds
+// nothing; one outside [-1, R) is skipped and reported.
 __global__ void unpermuteKernel(FloatRef xp, const int32_t* slots, FloatRef weights, FloatRef y, int64_t T, int64_t H,
-                                int64_t k, int* deviceError) {
-  const int64_t N = T * k;
+                                int64_t k, int64_t R, DeviceReport report) {
   LLCDIST_GRID_STRIDE(i, T * H) {
     const int64_t t = i / H, h = i - t * H;
     float acc = 0.0f;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t s = slots[t * k + j];
-      if (s < 0 || s >= N) {
-        if (h == 0) reportBadId(deviceError);
+      if (s < 0 || s >= R) {
+        if (s != -1 && h == 0) reportMoe(report, kDeviceMoeSlotOutOfRange, t, s);
         continue;
       }
       const float v = xp[s * H + h];
@@ -298,14 +359,16 @@ __global__ void unpermuteKernel(FloatRef xp, const int32_t* slots, FloatRef weig
   }
 }
 
-// Block per assignment n = (t, j): dweights[n] = dy[t]·xp[slots[n]] (f64 sum); inverse[slots[n]] = n.
+// Block per assignment n = (t, j) of A = T·k: dweights[n] = dy[t]·xp[slots[n]] (f64 sum); inverse[slots[n]]
+// = n. A slot -1: dweights 0; one outside [-1, R): dweights 0, reported.
 __global__ void unpermuteBwdDotKernel(FloatRef dy, FloatRef xp, const int32_t* slots, FloatRef dweights,
-                                      int32_t* inverse, int64_t N, int64_t H, int64_t k, int* deviceError) {
-  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+                                      int32_t* inverse, int64_t A, int64_t R, int64_t H, int64_t k,
+                                      DeviceReport report) {
+  for (int64_t n = blockIdx.x; n < A; n += gridDim.x) {
     const int64_t s = slots[n];
-    if (s < 0 || s >= N) {  // block-uniform
+    if (s < 0 || s >= R) {  // block-uniform
       if (threadIdx.x == 0) {
-        reportBadId(deviceError);
+        if (s != -1) reportMoe(report, kDeviceMoeSlotBwdOutOfRange, n / k, s);
         dweights.set(n, 0.0f);
       }
       continue;
@@ -321,10 +384,10 @@ __global__ void unpermuteBwdDotKernel(FloatRef dy, FloatRef xp, const int32_t* s
   }
 }
 
-// dxp[r, h] = w[n]·dy[n / k, h] for the assignment n of row r (inverse[r]), 0 for a row of none.
-__global__ void unpermuteBwdRowsKernel(FloatRef dy, FloatRef weights, const int32_t* inverse, FloatRef dxp, int64_t N,
+// dxp[r, h] = w[n]·dy[n / k, h] for the assignment n of row r (inverse[r]), 0 for a row of none; R rows.
+__global__ void unpermuteBwdRowsKernel(FloatRef dy, FloatRef weights, const int32_t* inverse, FloatRef dxp, int64_t R,
                                        int64_t H, int64_t k) {
-  LLCDIST_GRID_STRIDE(i, N * H) {
+  LLCDIST_GRID_STRIDE(i, R * H) {
     const int64_t r = i / H, h = i - r * H;
     const int64_t n = inverse[r];
     dxp.set(i, n < 0 ? 0.0f : weights[n] * dy[(n / k) * H + h]);
@@ -457,6 +520,74 @@ __global__ void sigmoidGateBwdKernel(FloatRef dy, FloatRef gate, FloatRef x, Flo
   }
 }
 
+// ---- moe_chunk_transpose -----------------------------------------------------------------------------
+
+// The r × c grid's chunks in y's order q (column-major when !inverse, row-major when inverse): dst[q] its
+// first row in y, src[q] in x (x holds them in the other order); dst[r·c] = the rows' sum. Splits clamped
+// (negative: 0; cut at N in x's order), either reported. colSizes[j] (when not null) = Σ_i of the clamped
+// splits. One thread: r·c is small (experts × ep members).
+__global__ void chunkOffsetsKernel(const int32_t* splits, int64_t R, int64_t C, int64_t N, bool inverse,
+                                   int64_t* dst, int64_t* src, int32_t* colSizes, int* deviceError) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const int64_t RC = R * C;
+  // x's order: row-major when !inverse. Pass 1: clamp in x's order, writing sizes into src (temporarily).
+  int64_t at = 0;
+  for (int64_t q = 0; q < RC; ++q) {
+    const int64_t i = inverse ? q % R : q / C, j = inverse ? q / R : q % C;  // x's q-th chunk
+    int64_t s = splits[i * C + j];
+    if (s < 0 || s > N - at) {
+      if (deviceError) *deviceError = kDeviceSplitOutOfRange;
+      s = s < 0 ? 0 : N - at;
+    }
+    src[i * C + j] = at;  // x's first row of chunk (i, j), indexed by grid position for now
+    dst[i * C + j] = s;   // its clamped size
+    at += s;
+  }
+  if (colSizes)
+    for (int64_t j = 0; j < C; ++j) {
+      int64_t sum = 0;
+      for (int64_t i = 0; i < R; ++i) sum += dst[i * C + j];
+      colSizes[j] = int32_t(sum);
+    }
+  // Pass 2: y's order. Each grid position's (x start, size) moves to index q of y's order, in place:
+  // gather into the tail first would need more scratch, so walk y's order with a temporary copy held in
+  // the upper half of dst / src (the caller gives 2·(r·c) + 1 slots each).
+  int64_t* size = dst + RC + 1;
+  int64_t* start = src + RC + 1;
+  for (int64_t k = 0; k < RC; ++k) size[k] = dst[k], start[k] = src[k];
+  int64_t y = 0;
+  for (int64_t q = 0; q < RC; ++q) {
+    const int64_t i = inverse ? q / C : q % R, j = inverse ? q % C : q / R;  // y's q-th chunk
+    dst[q] = y;
+    src[q] = start[i * C + j];
+    y += size[i * C + j];
+  }
+  dst[RC] = y;
+}
+
+// A block per row of y (grid-stride over rows): its chunk q is the last with dst[q] <= row; rows from
+// dst[r·c] on are zero.
+__global__ void chunkRowsKernel(FloatRef x, FloatRef y, const int64_t* dst, const int64_t* src, int64_t RC, int64_t N,
+                                int64_t H) {
+  const int64_t total = dst[RC];
+  for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+    if (row >= total) {
+      for (int64_t h = threadIdx.x; h < H; h += blockDim.x) y.set(row * H + h, 0.0f);
+      continue;
+    }
+    int64_t lo = 0, hi = RC - 1;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (dst[mid] <= row)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const int64_t from = src[lo] + (row - dst[lo]);
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) y.set(row * H + h, x[from * H + h]);
+  }
+}
+
 #undef LLCDIST_GRID_STRIDE
 
 using P = MoeParams;
@@ -466,13 +597,16 @@ unsigned rowBlocks(int64_t rows) { return unsigned(rows < 1 ? 1 : (rows > kMaxRo
 
 std::string sizeError(const char* what, const std::string& why) { return std::string(what) + ": " + why; }
 
-// Sizes every kernel of the family needs: non-negative, and T·k rows addressable by i32 slots.
+// Sizes every kernel of the family needs: non-negative, and T·k rows (E·capacity, N) addressable by i32
+// slots.
 Status checkSizes(const char* what, const P& p) {
-  for (int64_t v : {p.T, p.H, p.E, p.k, p.N, p.K, p.O})
+  for (int64_t v : {p.T, p.H, p.E, p.k, p.N, p.K, p.O, p.capacity})
     if (v < 0) return Status::invalidArgument(sizeError(what, "a negative size"));
-  if (p.T * p.k > INT32_MAX || p.E >= INT32_MAX || p.N > INT32_MAX)
-    return Status::invalidArgument(sizeError(what, "T·k = " + std::to_string(p.T * p.k) + " rows or E = " +
-                                                       std::to_string(p.E) + " experts do not fit i32 ids"));
+  if (p.T * p.k > INT32_MAX || p.E >= INT32_MAX || p.N > INT32_MAX || p.capacity > INT32_MAX ||
+      moePermuteRows(p) > INT32_MAX)
+    return Status::invalidArgument(sizeError(what, "T·k = " + std::to_string(p.T * p.k) + " rows, E = " +
+                                                       std::to_string(p.E) + " experts or E·capacity = " +
+                                                       std::to_string(moePermuteRows(p)) + " rows do not fit i32 ids"));
   return Status::ok();
 }
 
@@ -543,19 +677,23 @@ Status moeRoute(const KernelCall& c, const P& p, const Ctx& ctx) {
 Status moePermute(const KernelCall& c, const P& p, const Ctx& ctx) {
   const char* what = "moe_permute";
   LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
-  const int64_t N = p.T * p.k;
+  const int64_t N = p.T * p.k, R = moePermuteRows(p);
+  const int64_t C = p.capacity > 0 ? p.capacity : N;  // dropless: no expert has more than T·k assignments
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "x", p.T * p.H));
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "experts", N));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "xp", N * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "xp", R * p.H));
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "slots", N));
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "group_sizes", p.E));
   int32_t* sizes = c.I("group_sizes");
-  if (N == 0) {
+  if (N == 0) {  // no assignments: every group empty, every row of xp (E·capacity under a capacity) zero
     if (p.E > 0) LLCDIST_CUDA_TRY(cudaMemsetAsync(sizes, 0, size_t(p.E) * 4, ctx.stream), ctx.rank);
+    const FloatRef xp = floatRef(c, "xp");
+    if (R * p.H > 0)
+      LLCDIST_CUDA_TRY(cudaMemsetAsync(xp.p, 0, size_t(R * p.H) * (xp.bf16 ? 2 : 4), ctx.stream), ctx.rank);
     return Status::ok();
   }
   if (!ctx.scratch) return Status::internal("moe_permute: no device scratch in the CUDA kernel context");
-  // Scratch: keys and values in, sorted, then CUB's temporary storage.
+  // Scratch: keys and values in, sorted, CUB's temporary storage, then the experts' start and off.
   int endBit = 1;
   while (endBit < 32 && (int64_t(1) << endBit) <= p.E) ++endBit;  // keys are in [0, E]
   size_t tempBytes = 0;
@@ -564,67 +702,72 @@ Status moePermute(const KernelCall& c, const P& p, const Ctx& ctx) {
                                       static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
                                       static_cast<int32_t*>(nullptr), int(N), 0, endBit, ctx.stream),
       ctx.rank);
-  const int64_t arrayBytes = (N * 4 + 255) / 256 * 256;
-  LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(4 * arrayBytes + int64_t(tempBytes)));
+  const int64_t arrayBytes = (N * 4 + 255) / 256 * 256, tempAligned = (int64_t(tempBytes) + 255) / 256 * 256;
+  const int64_t groupBytes = (2 * p.E + 1) * int64_t(sizeof(int64_t));
+  LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(4 * arrayBytes + tempAligned + groupBytes));
   char* base = static_cast<char*>(scratch);
   uint32_t* keysIn = reinterpret_cast<uint32_t*>(base);
   int32_t* valsIn = reinterpret_cast<int32_t*>(base + arrayBytes);
   uint32_t* keys = reinterpret_cast<uint32_t*>(base + 2 * arrayBytes);
   int32_t* vals = reinterpret_cast<int32_t*>(base + 3 * arrayBytes);
-  permuteKeysKernel<<<gridFor(N, kThreads), kThreads, 0, ctx.stream>>>(c.I("experts"), keysIn, valsIn, N, p.E,
-                                                                       ctx.deviceError);
+  int64_t* start = reinterpret_cast<int64_t*>(base + 4 * arrayBytes + tempAligned);
+  int64_t* off = start + p.E;  // E + 1
+  permuteKeysKernel<<<gridFor(N, kThreads), kThreads, 0, ctx.stream>>>(c.I("experts"), keysIn, valsIn, N, p.E, p.k,
+                                                                       deviceReport(ctx));
   LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_permute (keys)", ctx.rank));
   LLCDIST_CUDA_TRY(cub::DeviceRadixSort::SortPairs(base + 4 * arrayBytes, tempBytes, keysIn, keys, valsIn, vals, int(N),
                                                    0, endBit, ctx.stream),
                    ctx.rank);
-  permuteSlotsKernel<<<gridFor(N, kThreads), kThreads, 0, ctx.stream>>>(keys, vals, c.I("slots"), N, p.E);
+  permuteGroupsKernel<<<1, 1, 0, ctx.stream>>>(keys, N, p.E, C, start, off, sizes);
+  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_permute (group sizes)", ctx.rank));
+  permuteSlotsKernel<<<gridFor(N, kThreads), kThreads, 0, ctx.stream>>>(keys, vals, start, off, c.I("slots"), N, p.E,
+                                                                        C);
   LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_permute (slots)", ctx.rank));
-  if (p.E > 0) {
-    permuteSizesKernel<<<gridFor(p.E, kThreads), kThreads, 0, ctx.stream>>>(keys, sizes, N, p.E);
-    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_permute (group sizes)", ctx.rank));
-  }
   if (p.H == 0) return Status::ok();
-  permuteRowsKernel<<<gridFor(N * p.H, kThreads), kThreads, 0, ctx.stream>>>(floatRef(c, "x"), keys, vals,
-                                                                            floatRef(c, "xp"), N, p.H, p.E, p.k);
+  permuteRowsKernel<<<rowBlocks(R), kRowThreads, 0, ctx.stream>>>(floatRef(c, "x"), vals, start, off,
+                                                                  floatRef(c, "xp"), R, p.H, p.E, p.k);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
 Status moeUnpermute(const KernelCall& c, const P& p, const Ctx& ctx) {
   const char* what = "moe_unpermute";
   LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
-  const int64_t N = p.T * p.k;
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "xp", N * p.H));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "slots", N));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "weights", N));  // an absent weights passes
+  const int64_t A = p.T * p.k, R = moeUnpermuteRows(p);
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "xp", R * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "slots", A));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "weights", A));  // an absent weights passes
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "y", p.T * p.H));
   if (p.T * p.H == 0) return Status::ok();
   unpermuteKernel<<<gridFor(p.T * p.H, kThreads), kThreads, 0, ctx.stream>>>(
-      floatRef(c, "xp"), c.I("slots"), floatRef(c, "weights"), floatRef(c, "y"), p.T, p.H, p.k, ctx.deviceError);
+      floatRef(c, "xp"), c.I("slots"), floatRef(c, "weights"), floatRef(c, "y"), p.T, p.H, p.k, R, deviceReport(ctx));
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
 Status moeUnpermuteBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
   const char* what = "moe_unpermute_bwd";
   LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
-  const int64_t N = p.T * p.k;
+  const int64_t A = p.T * p.k, R = moeUnpermuteRows(p);
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dy", p.T * p.H));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "xp", N * p.H));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "slots", N));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "weights", N));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dxp", N * p.H));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dweights", N));
-  if (N == 0) return Status::ok();
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "xp", R * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "slots", A));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "weights", A));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dxp", R * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dweights", A));
+  if (A == 0 && R * p.H == 0) return Status::ok();
   if (!ctx.scratch) return Status::internal("moe_unpermute_bwd: no device scratch in the CUDA kernel context");
-  LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(N * 4));
+  LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get((R > 0 ? R : 1) * 4));
   int32_t* inverse = static_cast<int32_t*>(scratch);
-  LLCDIST_CUDA_TRY(cudaMemsetAsync(inverse, 0xff, size_t(N) * 4, ctx.stream), ctx.rank);  // -1: no assignment
-  unpermuteBwdDotKernel<<<rowBlocks(N), kRowThreads, 0, ctx.stream>>>(floatRef(c, "dy"), floatRef(c, "xp"),
-                                                                      c.I("slots"), floatRef(c, "dweights"), inverse,
-                                                                      N, p.H, p.k, ctx.deviceError);
-  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_unpermute_bwd (dweights)", ctx.rank));
-  if (p.H == 0) return Status::ok();
-  unpermuteBwdRowsKernel<<<gridFor(N * p.H, kThreads), kThreads, 0, ctx.stream>>>(
-      floatRef(c, "dy"), floatRef(c, "weights"), inverse, floatRef(c, "dxp"), N, p.H, p.k);
+  if (R > 0)  // -1: no assignment
+    LLCDIST_CUDA_TRY(cudaMemsetAsync(inverse, 0xff, size_t(R) * 4, ctx.stream), ctx.rank);
+  if (A > 0) {
+    unpermuteBwdDotKernel<<<rowBlocks(A), kRowThreads, 0, ctx.stream>>>(floatRef(c, "dy"), floatRef(c, "xp"),
+                                                                        c.I("slots"), floatRef(c, "dweights"), inverse,
+                                                                        A, R, p.H, p.k, deviceReport(ctx));
+    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_unpermute_bwd (dweights)", ctx.rank));
+  }
+  if (R * p.H == 0) return Status::ok();
+  unpermuteBwdRowsKernel<<<gridFor(R * p.H, kThreads), kThreads, 0, ctx.stream>>>(
+      floatRef(c, "dy"), floatRef(c, "weights"), inverse, floatRef(c, "dxp"), R, p.H, p.k);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
@@ -714,6 +857,33 @@ Status sigmoidGate(const KernelCall& c, const P& p, const Ctx& ctx) {
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
+// moe_chunk_transpose: the offsets (one thread, into scratch), then the rows; no host sync. A bad split
+// is clamped and reported at the next synchronize (kDeviceSplitOutOfRange).
+Status moeChunkTranspose(const KernelCall& c, const P& p, const Ctx& ctx) {
+  const char* what = "moe_chunk_transpose";
+  if (p.r < 1 || p.c < 1 || p.N < 0 || p.H < 0 || p.N > INT32_MAX)
+    return Status::invalidArgument(sizeError(what, "r, c >= 1 and 0 <= N <= 2^31 - 1 rows"));
+  const int64_t RC = p.r * p.c;
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "splits", RC));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "x", p.N * p.H));
+  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "y", p.N * p.H));
+  int32_t* colSizes = c.I("col_sizes");
+  if (colSizes) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "col_sizes", p.c));
+  if (!ctx.scratch) return Status::internal(std::string(what) + ": no device scratch in the CUDA kernel context");
+  // dst and src: 2·RC + 1 slots each (chunkOffsetsKernel's temporaries in the upper halves).
+  const int64_t slots = 2 * RC + 1;
+  LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(2 * slots * int64_t(sizeof(int64_t))));
+  int64_t* dst = static_cast<int64_t*>(scratch);
+  int64_t* src = dst + slots;
+  chunkOffsetsKernel<<<1, 1, 0, ctx.stream>>>(c.I("splits"), p.r, p.c, p.N, p.inverse, dst, src, colSizes,
+                                              ctx.deviceError);
+  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_chunk_transpose (offsets)", ctx.rank));
+  if (p.N * p.H == 0) return Status::ok();
+  chunkRowsKernel<<<rowBlocks(p.N), kRowThreads, 0, ctx.stream>>>(floatRef(c, "x"), floatRef(c, "y"), dst, src, RC,
+                                                                  p.N, p.H);
+  return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
+}
+
 }  // namespace
 
 // ---- CUDA kernel-table entries (CudaKernels.h) -----------------------------------------------------
@@ -729,6 +899,7 @@ void registerCudaMoeKernels(CudaKernelTable& t) {
   addCudaKernel<P>(t, K::kGroupedLinearBwdWeight, groupedWeight);
   addCudaKernel<P>(t, K::kSigmoidGateFwd, sigmoidGate);
   addCudaKernel<P>(t, K::kSigmoidGateBwd, sigmoidGate);
+  addCudaKernel<P>(t, K::kMoeChunkTranspose, moeChunkTranspose);
 }
 
 }  // namespace llcdist::rt::cuda

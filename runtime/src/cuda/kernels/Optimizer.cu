@@ -89,12 +89,16 @@ __global__ void sumChunksPerTensor(const NormSlot* slots, int64_t numTensors, co
   }
 }
 
-// One thread: *out = (Σ sums[k] in order k = 0..count-1) + (add ? *add : 0), gradNormPartial's order.
-__global__ void sumInOrder(const double* sums, int64_t count, const double* add, double* out) {
+// One thread: *out = (Σ sums[k] in order k = 0..count-1) + *adds[0] + *adds[1] + ... (numAdds of them,
+// in order; none: + 0), the CPU kernel's order (grad_norm_sq's `add` list).
+__global__ void sumInOrder(const double* sums, int64_t count, const double* const* adds, int64_t numAdds,
+                           double* out) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   double s = 0.0;
   for (int64_t k = 0; k < count; ++k) s += sums[k];
-  *out = s + (add ? *add : 0.0);
+  s += 0.0;
+  for (int64_t k = 0; k < numAdds; ++k) s += *adds[k];
+  *out = s;
 }
 
 // One thread: *norm = float(sqrt(*sq)) and *coef = clipCoefficient(sqrt(*sq), maxNorm), i.e.
@@ -320,10 +324,17 @@ StatusOr<NormTable> normTable(const KernelCall& c, const P& p, const Ctx& ctx) {
 // The doubles of scratch sumOfSquares needs for the table: the tensors' sums and the chunks' partials.
 int64_t sumScratchDoubles(const NormTable& t) { return t.numTensors + t.numChunks; }
 
-// *out (device) = Σ over the table's tensors (in order) of Σ g², + *add when add is not null, in
-// double; `scratch` holds sumScratchDoubles(t) doubles (null when that is 0).
-Status sumOfSquares(const NormTable& t, const double* add, double* out, double* scratch, const Ctx& ctx,
+// *out (device) = Σ over the table's tensors (in order) of Σ g², + each of the `adds` (device f64
+// scalars) in order, in double; `scratch` holds sumScratchDoubles(t) doubles (null when that is 0).
+Status sumOfSquares(const NormTable& t, const std::vector<void*>& adds, double* out, double* scratch, const Ctx& ctx,
                     const char* what) {
+  const double* const* addTable = nullptr;
+  if (!adds.empty()) {  // the scalars' device addresses, uploaded as a table
+    std::string bytes(adds.size() * sizeof(void*), '\0');
+    std::memcpy(bytes.data(), adds.data(), bytes.size());
+    LLCDIST_ASSIGN_OR_RETURN(const void* dev, ctx.tables->uploadBytes(bytes));
+    addTable = static_cast<const double* const*>(dev);
+  }
   double* sums = scratch;
   double* partials = scratch ? scratch + t.numTensors : nullptr;
   if (t.numChunks > 0) {
@@ -336,7 +347,7 @@ Status sumOfSquares(const NormTable& t, const double* add, double* out, double* 
                                                                                     sums);
     LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
   }
-  sumInOrder<<<1, 1, 0, ctx.stream>>>(sums, t.numTensors, add, out);
+  sumInOrder<<<1, 1, 0, ctx.stream>>>(sums, t.numTensors, addTable, int64_t(adds.size()), out);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
@@ -355,7 +366,7 @@ Status gradNorm(const KernelCall& c, const P& p, const Ctx& ctx) {
   LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get((2 + sumScratchDoubles(grads)) * int64_t(sizeof(double))));
   double* sq = static_cast<double*>(scratch);
   float* coef = reinterpret_cast<float*>(sq + 1);
-  LLCDIST_RETURN_IF_ERROR(sumOfSquares(grads, nullptr, sq, sq + 2, ctx, "grad_norm"));
+  LLCDIST_RETURN_IF_ERROR(sumOfSquares(grads, {}, sq, sq + 2, ctx, "grad_norm"));
   normAndCoef<<<1, 1, 0, ctx.stream>>>(sq, p.maxNorm, c.F("norm"), coef);
   LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("grad_norm", ctx.rank));
   if (p.maxNorm > 0) return clip(grads, coef, ctx, "grad_norm");
@@ -363,7 +374,7 @@ Status gradNorm(const KernelCall& c, const P& p, const Ctx& ctx) {
 }
 
 // grad_norm_sq: this rank's partial squared norm (f64), which the plan all-reduces: `grads`, then
-// `replica_shards` on the first member of each replica group, then + add.
+// `replica_shards` on the first member of each replica group, then + each `add` in order.
 Status gradNormSq(const KernelCall& c, const P& p, const Ctx& ctx) {
   LLCDIST_ASSIGN_OR_RETURN(const NormTable ts, normTable(c, p, ctx));
   double* scratch = nullptr;
@@ -373,7 +384,7 @@ Status gradNormSq(const KernelCall& c, const P& p, const Ctx& ctx) {
     LLCDIST_ASSIGN_OR_RETURN(void* s, ctx.scratch->get(doubles * int64_t(sizeof(double))));
     scratch = static_cast<double*>(s);
   }
-  return sumOfSquares(ts, c.D("add"), c.D("sq"), scratch, ctx, "grad_norm_sq");
+  return sumOfSquares(ts, c.list("add"), c.D("sq"), scratch, ctx, "grad_norm_sq");
 }
 
 // grad_norm_clip: the norm of the all-reduced squared norm; clips `grads` in place when max_norm > 0.

@@ -100,6 +100,10 @@ struct CommReport {
   /// parameter's copy on another stage than its home is not counted).
   int64_t localParameters = 0;
   std::vector<int64_t> localParametersPerStage; ///< one entry per program
+  /// Of those, the experts' shards split over ep (expert parallelism: their
+  /// gradients reduce over edp, the rest over dp).
+  int64_t localExpertParameters = 0;
+  std::vector<int64_t> localExpertParametersPerStage;
   CommFacts facts;
   double ringBytesPerStep() const;
   /// Ring bytes per step and rank by queue, in first-use order: what runs

@@ -50,6 +50,9 @@ mlir::func::FuncOp getOptimizerStep(mlir::ModuleOp module);
 /// grid (x cp when cp > 1).
 struct MeshDegrees {
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  /// Expert parallelism: ep consecutive dp ranks split the experts (the
+  /// grid's `xf.ep`; MeshSpec's comment). size("ep"), size("edp") = dp / ep.
+  int64_t ep = 1;
   /// The size of `axis`: one mesh axis, or several joined by '+' (their
   /// product: "dp+cp"); 0 for a name that is no axis.
   int64_t size(llvm::StringRef axis) const;

@@ -289,8 +289,15 @@ def XF_MoePermuteOp : XF_Op<"moe_permute", [Pure, DeclareOpInterfaceMethods<XF_D
     row of each assignment; `group_sizes` [E] (i32) the rows of each expert,
     E given by its type. The expert FFNs read the groups with
     xf.grouped_linear; xf.moe_unpermute brings them back.
+
+    With `capacity` C (--moe-capacity-factor; absent: dropless) each expert
+    keeps the first C of its assignments in that order (the token-order
+    drop policy) and the rest are dropped: slot -1, no row, no contribution
+    to the token's output. `result` is then [n·E·C, H] (n blocks of E·C
+    rows, one per data-parallel rank: llcdist-partition leaves one), the
+    kept rows packed from row 0 and the rest zero.
   }];
-  let arguments = (ins XF_FloatTensor:$input, I32Tensor:$experts);
+  let arguments = (ins XF_FloatTensor:$input, I32Tensor:$experts, OptionalAttr<I64Attr>:$capacity);
   let results = (outs XF_FloatTensor:$result, I32Tensor:$slots, I32Tensor:$group_sizes);
   let assemblyFormat = "$input `,` $experts attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

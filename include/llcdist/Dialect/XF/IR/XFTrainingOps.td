@@ -312,7 +312,10 @@ def XF_CollectiveOrigin : I32EnumAttr<"CollectiveOrigin",
       I32EnumAttrCase<"VocabParallelLoss", 11, "vocab_parallel_loss">,
       // Context parallelism: attention's all-to-alls (sequence <-> heads)
       // and the partial sums over the sequence split on cp.
-      I32EnumAttrCase<"ContextParallel", 12, "context_parallel">
+      I32EnumAttrCase<"ContextParallel", 12, "context_parallel">,
+      // Expert parallelism: the tokens' rows sent to their experts' ranks
+      // and back (all-to-all-v over ep).
+      I32EnumAttrCase<"ExpertParallel", 13, "expert_parallel">
     ]> {
   let cppNamespace = "::llcdist::xf";
   // Stored as a string attribute (readable in the IR), checked against the enum.
@@ -324,7 +327,7 @@ def XF_CollectiveOriginAttr : ConfinedAttr<StrAttr, [AttrConstraint<
           "::llvm::cast<::mlir::StringAttr>($_self).getValue()).has_value()">,
     "that names a collective origin (row_parallel, column_parallel, vocab_parallel_embedding, "
     "sequence_parallel, dp_gradients, kv_replica, loss, zero, pipeline, tied_parameter, grad_norm, "
-    "vocab_parallel_loss, context_parallel)">]>;
+    "vocab_parallel_loss, context_parallel, expert_parallel)">]>;
 
 def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "all-reduce every parameter's gradient over a mesh axis";
@@ -341,6 +344,9 @@ def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, Mem
     `group_size` (optional) reduces over sub-groups of the axis instead: its
     n members split into n / group_size groups of group_size consecutive
     members (kv-head replication: the tp ranks that share a kv head).
+    `exclude` (optional) leaves the named parameters out: under expert
+    parallelism the experts' gradients reduce over "edp" and every other
+    over dp.
 
     ```mlir
     xf.all_reduce_grads {axis = "dp", origin = "dp_gradients", reduction = "sum", reason = "..."}
@@ -352,20 +358,24 @@ def XF_AllReduceGradsOp : XF_Op<"all_reduce_grads", [MemoryEffects<[MemRead, Mem
   let arguments = (ins StrAttr:$axis, StrAttr:$reduction, StrAttr:$reason,
                        XF_CollectiveOriginAttr:$origin,
                        OptionalAttr<StrArrayAttr>:$params,
-                       OptionalAttr<I64Attr>:$group_size);
+                       OptionalAttr<I64Attr>:$group_size,
+                       OptionalAttr<StrArrayAttr>:$exclude);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// True when this all-reduce covers the (instantiated) parameter `name`:
-    /// all of them when `params` is absent; `params` names may hold "{i}",
-    /// standing for any layer index.
+    /// all of them when `params` is absent, less those `exclude` names;
+    /// names may hold "{i}", standing for any layer index.
     bool covers(llvm::StringRef name) {
+      auto named = [&](mlir::ArrayAttr list) {
+        return llvm::any_of(list, [&](mlir::Attribute a) {
+          return matchesLayerName(mlir::cast<mlir::StringAttr>(a).getValue(), name);
+        });
+      };
+      if (std::optional<mlir::ArrayAttr> out = getExclude(); out && named(*out))
+        return false;
       std::optional<mlir::ArrayAttr> list = getParams();
-      if (!list)
-        return true;
-      return llvm::any_of(*list, [&](mlir::Attribute a) {
-        return matchesLayerName(mlir::cast<mlir::StringAttr>(a).getValue(), name);
-      });
+      return !list || named(*list);
     }
   }];
 }
@@ -453,6 +463,48 @@ def XF_AllToAllOp : XF_Op<"all_to_all"> {
                        StrAttr:$reason, XF_CollectiveOriginAttr:$origin);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_MoeDispatchOp : XF_Op<"moe_dispatch"> {
+  let summary = "send each token's expert rows to the ep rank of their expert (all-to-all-v)";
+  let description = [{
+    Expert parallelism (`llcdist-partition` with ep > 1): the n members of
+    `axis` (ep) each hold E/n consecutive experts, member m experts
+    [m·E/n, (m+1)·E/n). `input` [N, H] is this rank's rows in
+    xf.moe_permute's order (grouped by global expert, `group_sizes` [E]);
+    each group goes to its expert's member, the sizes exchanged first.
+    `result` [C, H] holds the rows every member sent here, grouped by local
+    expert and, within one, by sending member (each member's rows in their
+    order); `local_sizes` [E/n] the rows of each local expert (xf.grouped_linear's
+    group sizes); `recv_splits` [E] the rows received from member i for local
+    expert j at [i·E/n + j] (xf.moe_combine sends the rows back with them).
+    C is the worst case, every member's rows on this rank: rows past the
+    received ones are zero.
+
+    ```mlir
+    %rows, %splits, %sizes = xf.moe_dispatch %x, %group_sizes {axis = "ep", origin = "expert_parallel", reason = "..."} : (tensor<128x64xf32>, tensor<8xi32>) -> (tensor<256x64xf32>, tensor<8xi32>, tensor<4xi32>)
+    ```
+  }];
+  let arguments = (ins XF_FloatTensor:$input, I32Tensor:$group_sizes, StrAttr:$axis, StrAttr:$reason,
+                       XF_CollectiveOriginAttr:$origin);
+  let results = (outs XF_FloatTensor:$result, I32Tensor:$recv_splits, I32Tensor:$local_sizes);
+  let assemblyFormat = "$input `,` $group_sizes attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def XF_MoeCombineOp : XF_Op<"moe_combine"> {
+  let summary = "send the expert rows back to the ranks of their tokens (all-to-all-v)";
+  let description = [{
+    The inverse of xf.moe_dispatch: `input` [C, H] grouped by local expert
+    then sending member, `recv_splits` [E] the dispatch's, `local_experts`
+    E/n -> `result` [N, H], this rank's rows back in xf.moe_permute's order.
+    The backward of each is the other.
+  }];
+  let arguments = (ins XF_FloatTensor:$input, I32Tensor:$recv_splits, StrAttr:$axis, I64Attr:$local_experts,
+                       StrAttr:$reason, XF_CollectiveOriginAttr:$origin);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $recv_splits attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

@@ -14,7 +14,9 @@ def AttachMesh : Pass<"llcdist-attach-mesh", "mlir::ModuleOp"> {
     attention's num_heads; kv heads must be divisible by tp or divide it
     (kv heads then replicate);
     dp must divide the batch; cp must divide the sequence; pp must not
-    exceed the number of layers.
+    exceed the number of layers; ep (expert parallelism, drawn from dp:
+    recorded as the grid's `xf.ep` when > 1) must divide dp and every
+    mixture-of-experts layer's experts.
     A mesh that does not divide the model is a located error that names the
     quantity and the fix.
 
@@ -38,6 +40,8 @@ def AttachMesh : Pass<"llcdist-attach-mesh", "mlir::ModuleOp"> {
     Option<"rankOrder", "rank-order", "std::string", "\"tp,dp,pp\"",
            "axes from fastest- to slowest-varying in the rank number (Megatron: tp,dp,pp; "
            "with cp > 1 a three-axis order gets cp right after tp: tp,cp,dp,pp)">,
+    Option<"ep", "ep", "int64_t", "1",
+           "expert-parallel degree: a divisor of dp (the experts split over ep consecutive dp ranks)">,
   ];
   let dependentDialects = ["mlir::shard::ShardDialect"];
 }

@@ -1,0 +1,279 @@
+//===- ExpertParallelTest.cpp - expert parallelism in the cost model -----===//
+//
+// Issue #34 on the cost side: ParallelConfig's ep (its flags, text and the
+// compiler's refusals), the per-rank memory (the experts' state divided by
+// ep, the dense state not; the experts' rows at the compiler's worst case),
+// the dispatch and combine all-to-alls priced over the ep group (consecutive
+// dp ranks), the gradients split over edp and dp, the planner's search of ep
+// on Mixtral-8x7B and the Megatron-LM flag. Every expected figure is written
+// out here from the model's shapes (docs/cost-model.md, "Expert
+// parallelism"), not read back from the code.
+//
+//===----------------------------------------------------------------------===//
+#include "llcdist/Cost/FrameworkConfig.h"
+#include "llcdist/Cost/Planner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+using namespace llcdist;
+using namespace llcdist::cost;
+
+namespace {
+
+Hardware hardware() {
+  Hardware hw;
+  auto err = loadHardware("h100-80gb", "dgx-h100", hw);
+  EXPECT_FALSE(err) << *err;
+  return hw;
+}
+
+ModelConfig model(const char *name) {
+  ModelConfig m;
+  auto err = loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/" + name + ".json", m);
+  EXPECT_FALSE(err) << err->message;
+  return m;
+}
+
+Workload workload(const char *name, int64_t globalBatch = 256, int64_t seqLen = 4096) {
+  Workload w;
+  w.model = model(name);
+  w.globalBatch = globalBatch;
+  w.seqLen = seqLen;
+  w.precision = Precision::BF16;
+  return w;
+}
+
+ParallelConfig config(int64_t dp, int64_t ep, int64_t tp = 1, int64_t pp = 1) {
+  ParallelConfig c;
+  c.dp = dp, c.ep = ep, c.tp = tp, c.pp = pp;
+  if (pp > 1)
+    c.schedule = "1f1b";
+  return c;
+}
+
+std::string why(const Workload &w, const ParallelConfig &c) {
+  auto r = checkConfig(w, c);
+  return r ? *r : std::string("(accepted)");
+}
+
+// Mixtral-8x7B: 32 layers of 8 experts, each a SwiGLU MLP of 14336 over 4096.
+constexpr double kLayers = 32, kExperts = 8, kTopK = 2, kH = 4096, kI = 14336;
+constexpr double kExpertElements = kLayers * kExperts * 3 * kH * kI; // every layer's stacked experts
+
+} // namespace
+
+TEST(ExpertParallel, ConfigFlagsAndText) {
+  ParallelConfig c = config(8, 4);
+  EXPECT_EQ(c.mesh().ep, 4);
+  EXPECT_EQ(c.mesh().str(), "dp=8,tp=1,pp=1,ep=4");
+  EXPECT_EQ(c.compileFlags().rfind("--mesh dp=8,tp=1,pp=1,ep=4 --micro-batch 1", 0), 0u) << c.compileFlags();
+  EXPECT_EQ(c.str().rfind("dp=8,tp=1,pp=1,ep=4 mb=1", 0), 0u) << c.str();
+  EXPECT_EQ(configJson(c, 256)["ep"], 4);
+  // ep = 1 is not shown: the flags, text and JSON of every configuration
+  // without experts stay what they were.
+  c.ep = 1;
+  EXPECT_EQ(c.mesh().ep, 1);
+  EXPECT_EQ(c.compileFlags().find("ep="), std::string::npos);
+  EXPECT_EQ(c.str().find("ep="), std::string::npos);
+  EXPECT_FALSE(configJson(c, 256).contains("ep"));
+}
+
+TEST(ExpertParallel, ConfigIsCheckedAsTheCompilerDoes) {
+  const Workload mixtral = workload("mixtral-8x7b");
+  EXPECT_EQ(why(mixtral, config(8, 8)), "(accepted)");
+  EXPECT_EQ(why(mixtral, config(8, 2)), "(accepted)");
+  EXPECT_EQ(why(mixtral, config(4, 8)),
+            "ep=8 must divide dp=4: expert-parallel ranks are drawn from the data-parallel group");
+  EXPECT_EQ(why(mixtral, config(6, 3)), "ep=3 does not divide the 8 experts; choose ep among the divisors of 8");
+  ParallelConfig zero = config(8, 2);
+  zero.zero = 1;
+  EXPECT_EQ(why(mixtral, zero), "--zero 1 with ep > 1 in --mesh: ZeRO does not shard the experts over their own "
+                                "replicas (edp) yet; compile expert parallelism without --zero for now");
+  zero.ep = 1; // ZeRO without ep stays accepted
+  EXPECT_EQ(why(mixtral, zero), "(accepted)");
+  EXPECT_EQ(why(mixtral, config(8, 0)), "every degree and the micro-batch must be >= 1");
+  const Workload llama = workload("llama3-8b");
+  EXPECT_EQ(why(llama, config(8, 2)), "ep=2 splits a mixture-of-experts model's experts, but this model has none; "
+                                      "leave ep out of --mesh");
+  EXPECT_EQ(why(workload("qwen1.5-moe-a2.7b"), config(8, 8)),
+            "ep=8 does not divide the 60 experts; choose ep among the divisors of 60");
+  EXPECT_EQ(why(workload("qwen1.5-moe-a2.7b"), config(8, 4)), "(accepted)");
+  // The compiler's context parallelism does not reach into an MoE layer.
+  ParallelConfig cp = config(4, 1);
+  cp.cp = 2;
+  EXPECT_NE(why(workload("mixtral-8x7b", 256, 32768), cp).find("mixture-of-experts"), std::string::npos);
+}
+
+TEST(ExpertParallel, MemoryDividesTheExpertsOnly) {
+  const Workload w = workload("mixtral-8x7b");
+  const MemoryEstimate whole = estimateMemory(w, config(8, 1));
+  for (int64_t ep : {2, 4, 8}) {
+    SCOPED_TRACE("ep=" + std::to_string(ep));
+    const MemoryEstimate split = estimateMemory(w, config(8, ep));
+    // The experts' bf16 value, gradient and f32 master + Adam moments shrink
+    // to 1/ep; the dense parameters (attention, norms, routers, embedding,
+    // head) are what they were.
+    const double gone = kExpertElements * (1 - 1.0 / double(ep));
+    EXPECT_NEAR(double(whole.params - split.params), 2 * gone, 2);
+    EXPECT_NEAR(double(whole.grads - split.grads), 2 * gone, 2);
+    EXPECT_NEAR(double(whole.optimizer - split.optimizer), 12 * gone, 2);
+    EXPECT_NEAR(double(split.params) - 2 * kExpertElements / double(ep), double(whole.params) - 2 * kExpertElements, 2);
+    // The experts' side holds C = ep·T·min(k, E/ep) rows where ep = 1 holds
+    // T·k: their gate, up and SwiGLU outputs (3·I each) and the dispatched
+    // input (H) per layer, stashed; and the one layer's transient 3·I.
+    const double T = 4096, C = double(ep) * T * std::min(kTopK, kExperts / double(ep));
+    const double stash = kLayers * (3 * (C - T * kTopK) * kI * 2 + C * kH * 2);
+    const double transient = 3 * (C - T * kTopK) * kI * 2;
+    EXPECT_NEAR(double(split.activations - whole.activations), stash + transient, 4);
+  }
+}
+
+TEST(ExpertParallel, AllToAllsOnlyWithEpAndByTheirVolume) {
+  const Hardware hw = hardware();
+  Workload w = workload("mixtral-8x7b");
+  const StepPrediction none = predictStep(hw, w, config(8, 1));
+  EXPECT_EQ(none.comm.count("ep"), 0u);
+  const ParallelConfig c = config(8, 8);
+  const StepPrediction ep = predictStep(hw, w, c);
+  ASSERT_EQ(ep.comm.count("ep"), 1u);
+  // Per layer and microbatch: dispatch and combine forward, their gradients
+  // backward: four all-to-alls of the rank's T·k rows of H bf16, over the
+  // ep group (dp ranks 0-7 under tp=1: one node).
+  const Group g = axisGroup(c.mesh(), "ep", hw.topology);
+  EXPECT_EQ(g.size, 8);
+  EXPECT_FALSE(g.crossesNodes());
+  const double bytes = 4096 * kTopK * kH * 2;
+  const double a2a =
+      busFactor(Collective::AllToAll, 8) * bytes / busBandwidth(hw, g) + collectiveLatency(hw, Collective::AllToAll, g);
+  const double microbatches = 256 / 8;
+  EXPECT_NEAR(ep.comm.at("ep").total, microbatches * kLayers * 4 * a2a, 1e-9);
+  EXPECT_EQ(ep.comm.at("ep").exposed, ep.comm.at("ep").total);
+  // Full recomputation runs the forward's two again.
+  ParallelConfig full = c;
+  full.recompute = "full";
+  EXPECT_NEAR(predictStep(hw, w, full).comm.at("ep").total, microbatches * kLayers * 6 * a2a, 1e-9);
+  // Twice the tokens per microbatch: twice the bytes per all-to-all.
+  ParallelConfig mb2 = c;
+  mb2.microBatch = 2;
+  const double perMicrobatch = ep.comm.at("ep").total / microbatches;
+  EXPECT_GT(predictStep(hw, w, mb2).comm.at("ep").total / (microbatches / 2), 1.9 * perMicrobatch);
+  // An ep group that spans nodes (tp=2: dp ranks stride 2, eight of them on
+  // two nodes) is slower.
+  const StepPrediction spread = predictStep(hw, w, config(8, 8, 2, 1));
+  EXPECT_TRUE(axisGroup(config(8, 8, 2, 1).mesh(), "ep", hw.topology).crossesNodes());
+  EXPECT_GT(spread.comm.at("ep").total, ep.comm.at("ep").total);
+  // The expert compute is the active experts' either way (uniform routing):
+  // the model FLOPs (MFU × step) do not change with ep.
+  EXPECT_NEAR(ep.mfu * ep.stepSeconds, none.mfu * none.stepSeconds, 1e-12);
+}
+
+TEST(ExpertParallel, ExpertGradientsReduceOverEdp) {
+  const Hardware hw = hardware();
+  const Workload w = workload("mixtral-8x7b");
+  // dp=16, ep=8: the experts' gradients over edp = 2 ranks (0 and 8: two
+  // nodes), the dense ones over dp = 16.
+  const ParallelConfig c = config(16, 8);
+  const Group edp = axisGroup(c.mesh(), "edp", hw.topology), dp = axisGroup(c.mesh(), "dp", hw.topology);
+  EXPECT_EQ(edp.size, 2);
+  EXPECT_EQ(edp.perNode, 1);
+  EXPECT_EQ(dp.size, 16);
+  const MemoryEstimate m = estimateMemory(w, c);
+  const double experts = kExpertElements / 8, dense = double(m.params) / 2 - experts;
+  const double expected = collectiveSeconds(hw, Collective::AllReduce, 2 * dense, dp) +
+                          collectiveSeconds(hw, Collective::AllReduce, 2 * experts, edp);
+  EXPECT_NEAR(predictStep(hw, w, c).comm.at("dp").total, expected, 1e-3 * expected);
+  // ep = dp: every rank holds its own experts' only replica, nothing to
+  // reduce but the dense gradients.
+  const ParallelConfig all = config(8, 8);
+  const double dense8 = double(estimateMemory(w, all).params) / 2 - kExpertElements / 8;
+  const double only =
+      collectiveSeconds(hw, Collective::AllReduce, 2 * dense8, axisGroup(all.mesh(), "dp", hw.topology));
+  EXPECT_NEAR(predictStep(hw, w, all).comm.at("dp").total, only, 1e-3 * only);
+}
+
+TEST(ExpertParallel, PlannerSearchesEpOnMixtral) {
+  const Hardware hw = hardware();
+  const Workload w = workload("mixtral-8x7b");
+  PlannerOptions o;
+  o.gpus = 64;
+  PlanResult r;
+  ASSERT_FALSE(plan(hw, w, o, r));
+  ASSERT_FALSE(r.top.empty());
+  const Candidate &win = r.top.front();
+  EXPECT_LE(win.memoryBytes(), win.capacityBytes);
+  // Every ep degree that divides the 8 experts is a family; none of the
+  // kept configurations combines ep with ZeRO.
+  for (const char *key : {"ep=2", "ep=4", "ep=8"}) {
+    bool found = std::any_of(r.families.begin(), r.families.end(),
+                             [&](const FamilyReport &f) { return f.kind == "knob" && f.key == key; });
+    found |= win.config.ep == std::stoll(std::string(key).substr(3));
+    EXPECT_TRUE(found) << key;
+  }
+  for (const Candidate &k : r.top)
+    EXPECT_FALSE(k.config.ep > 1 && k.config.zero > 0) << k.config.str();
+  // The reasons name the ep choice and the routing assumption.
+  auto said = [&](const std::string &text) {
+    return std::any_of(r.winnerWhy.begin(), r.winnerWhy.end(),
+                       [&](const std::string &s) { return s.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(said("ep=" + std::to_string(win.config.ep) + ": ")) << r.winnerWhy.front();
+  EXPECT_TRUE(said("uniform routing, no load imbalance"));
+  // Fixed at ep=8: a fitting configuration, its experts one per rank.
+  ASSERT_FALSE(parseFix("ep=8", o));
+  PlanResult r8;
+  ASSERT_FALSE(plan(hw, w, o, r8));
+  ASSERT_FALSE(r8.top.empty());
+  const Candidate &w8 = r8.top.front();
+  EXPECT_EQ(w8.config.ep, 8);
+  EXPECT_EQ(w8.config.zero, 0);
+  EXPECT_LE(w8.memoryBytes(), w8.capacityBytes);
+  EXPECT_GT(w8.prediction.comm.at("ep").total, 0);
+  bool holds = std::any_of(r8.winnerWhy.begin(), r8.winnerWhy.end(), [](const std::string &s) {
+    return s.find("ep=8: each rank holds 1 of every layer's 8 experts") != std::string::npos;
+  });
+  EXPECT_TRUE(holds);
+  EXPECT_NE(w8.config.compileFlags().find(",ep=8 "), std::string::npos);
+}
+
+TEST(ExpertParallel, FixEpIsChecked) {
+  PlannerOptions o;
+  o.gpus = 64;
+  ASSERT_FALSE(parseFix("ep=4", o));
+  EXPECT_EQ(o.ep, 4);
+  auto refused = [&](const Workload &w, const PlannerOptions &opts) {
+    auto e = checkOptions(w, opts);
+    return e ? *e : std::string("(accepted)");
+  };
+  EXPECT_EQ(refused(workload("mixtral-8x7b"), o), "(accepted)");
+  EXPECT_NE(refused(workload("llama3-8b"), o).find("has none"), std::string::npos);
+  PlannerOptions three = o;
+  three.ep = 3;
+  EXPECT_NE(refused(workload("mixtral-8x7b"), three).find("8 experts"), std::string::npos)
+      << refused(workload("mixtral-8x7b"), three);
+  PlannerOptions zero = o;
+  zero.zero = 1;
+  EXPECT_NE(refused(workload("mixtral-8x7b"), zero).find("ZeRO"), std::string::npos);
+  PlannerOptions dp = o;
+  dp.dp = 2;
+  EXPECT_NE(refused(workload("mixtral-8x7b"), dp).find("must divide dp=2"), std::string::npos);
+  EXPECT_TRUE(parseFix("ep=0", o).has_value());
+}
+
+TEST(ExpertParallel, MegatronFlags) {
+  const Workload w = workload("mixtral-8x7b");
+  FrameworkArgs a = frameworkArgs(w, config(8, 8));
+  EXPECT_TRUE(hasFlag(a.megatron, "--expert-model-parallel-size 8"));
+  for (const char *f : {"--num-experts 8", "--moe-router-topk 2", "--moe-ffn-hidden-size 14336", "--moe-grouped-gemm",
+                        "--moe-token-dispatcher-type alltoall"})
+    EXPECT_TRUE(hasFlag(a.megatron, f)) << f;
+  EXPECT_TRUE(std::any_of(a.deepspeedNotes.begin(), a.deepspeedNotes.end(),
+                          [](const std::string &n) { return n.find("ep_size=8") != std::string::npos; }));
+  a = frameworkArgs(w, config(8, 1));
+  EXPECT_TRUE(hasFlag(a.megatron, "--expert-model-parallel-size 1"));
+  EXPECT_FALSE(hasFlag(a.megatron, "--expert-model-parallel-size 8"));
+  a = frameworkArgs(workload("llama3-8b"), config(8, 1));
+  EXPECT_FALSE(std::any_of(a.megatron.begin(), a.megatron.end(),
+                           [](const std::string &f) { return f.rfind("--expert-model-parallel-size", 0) == 0; }));
+}

@@ -4,6 +4,7 @@
 // differences of its forward; ties, k = 1 and k = E, empty groups, rows past the groups, ids out of range;
 // moe_permute's capacity (token dropping) against a hand reference, unpermute with dropped slots.
 #include "TestUtil.h"
+#include "MoeRoutingUtil.h"
 #include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
@@ -19,6 +20,7 @@ using testing::dot;
 using testing::expectAllClose;
 using testing::randIds;
 using testing::randn;
+using testing::skewedExperts;
 
 MoeParams route(int64_t T, int64_t E, int64_t k, bool normalize) {
   MoeParams p;
@@ -444,23 +446,6 @@ CapacityReference capacityReference(const std::vector<int32_t>& experts, const M
     r.slots[size_t(t * p.k + j)] = int32_t(r.kept++);
   }
   return r;
-}
-
-// Routing with heavy collisions: k distinct experts per token, low ids far more likely (e = E·u³).
-std::vector<int32_t> skewedExperts(int64_t T, int64_t E, int64_t k, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  std::vector<int32_t> ex;
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<int32_t> picked;
-    while (int64_t(picked.size()) < k) {
-      const double v = u(gen);
-      const int32_t e = int32_t(std::min<int64_t>(E - 1, int64_t(double(E) * v * v * v)));
-      if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
-    }
-    ex.insert(ex.end(), picked.begin(), picked.end());
-  }
-  return ex;
 }
 
 MoeParams capacityTokens(int64_t T, int64_t H, int64_t E, int64_t k, int64_t C) {

@@ -15,6 +15,7 @@
 // tolerances; dot products and GEMMs (f32 accumulation in another order than the CPU's) 1e-4 / 1e-4;
 // computed bf16 values within one bf16 ulp (CudaBf16KernelsTest.cpp).
 #include "KernelHarness.h"
+#include "../MoeRoutingUtil.h"
 
 #include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
@@ -31,6 +32,7 @@ namespace llcdist::rt::cuda::test {
 namespace {
 
 using K = schema::OpKind;
+using llcdist::rt::testing::skewedExperts;
 
 constexpr double kAtol = 1e-5, kRtol = 1e-4;          // f32 arithmetic
 constexpr double kGemmAtol = 1e-4, kGemmRtol = 1e-4;  // dot products and GEMMs
@@ -218,23 +220,6 @@ TEST(CudaMoeKernels, UnpermuteForwardAndBackward) {
       floats(bwd, bf16, "dweights", randomF32(N, 28));   // overwritten
       bwd.expectMatch(atolFor(bf16, kGemmAtol), rtolFor(bf16, kGemmRtol));
     }
-}
-
-// Routing with heavy collisions: k distinct experts per token, low ids far more likely (e = E·u³).
-std::vector<int32_t> skewedExperts(int64_t T, int64_t E, int64_t k, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  std::vector<int32_t> ex;
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<int32_t> picked;
-    while (int64_t(picked.size()) < k) {
-      const double v = u(gen);
-      const int32_t e = int32_t(std::min<int64_t>(E - 1, int64_t(double(E) * v * v * v)));
-      if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
-    }
-    ex.insert(ex.end(), picked.begin(), picked.end());
-  }
-  return ex;
 }
 
 // Token dropping: capacities that drop (1, 3) and one that keeps every assignment (40); xp's E·C rows

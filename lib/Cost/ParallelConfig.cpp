@@ -118,10 +118,6 @@ std::optional<std::string> checkExpertParallel(const Workload &w, const Parallel
   if (experts % c.ep)
     return why(ep + " does not divide the " + std::to_string(experts) + " experts; choose ep among the divisors of " +
                std::to_string(experts));
-  if (c.zero)
-    return why("--zero " + std::to_string(c.zero) +
-               " with ep > 1 in --mesh: ZeRO does not shard the experts over their own replicas (edp) yet; "
-               "compile expert parallelism without --zero for now");
   return std::nullopt;
 }
 } // namespace
@@ -135,6 +131,9 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
     return cpWhy;
   if (auto epWhy = checkExpertParallel(w, c))
     return epWhy;
+  if (m.moe && m.moe->auxLossCoef > 0 && c.pp > 1) // llcdist-pipeline-split's refusal
+    return why("the load-balancing loss (output_router_logits) sums the routers of every layer of a microbatch, "
+               "which pipeline stages do not share yet: pp must be 1");
   if (m.heads % c.tp)
     return why("tp=" + std::to_string(c.tp) + " does not divide num_heads=" + std::to_string(m.heads));
   if (m.kvHeads % c.tp && c.tp % m.kvHeads)

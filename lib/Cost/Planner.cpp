@@ -475,7 +475,7 @@ private:
         fams[kSchedule] = s < 0 ? -1 : schedFam[size_t(s)];
         fams[kVirtual] = v > 1 ? vFam[size_t(v)] : -1;
         for (int z : zeros) {
-          if (z > 0 && (m.dataParallelGroup() == 1 || c.ep > 1)) // ZeRO: not with ep (the compiler's)
+          if (z > 0 && m.dataParallelGroup() == 1)
             continue;
           c.zero = z;
           fams[kZero] = zeroFam[size_t(z)];
@@ -634,19 +634,20 @@ void explainExpertParallel(const Hardware &hw, const Workload &w, const Candidat
     const double a2a = exposedOf(p, "ep");
     out.winnerWhy.push_back(
         strf("ep=%lld: each rank holds %lld of every layer's %lld experts, so its model state is %.2f GiB (%.2f GiB "
-             "with every expert, ep=1); its experts' side holds the worst case of %lld rows per layer and microbatch "
+             "with every expert, ep=1%s); its experts' side holds the worst case of %lld rows per layer and microbatch "
              "(ep x T x min(k, E/ep), vs T x k = %lld without ep): activations %.2f GiB (%.2f GiB at ep=1)",
              (long long)c.ep, (long long)(e.experts / c.ep), (long long)e.experts, gib(state),
-             gib(double(w1.params + w1.grads + w1.optimizer)), (long long)rows, (long long)(T * e.topK),
-             gib(double(m.activations)), gib(double(w1.activations))));
+             gib(double(w1.params + w1.grads + w1.optimizer)),
+             c.zero ? ", where ZeRO splits every expert over dp instead of its shard over dp/ep" : "", (long long)rows,
+             (long long)(T * e.topK), gib(double(m.activations)), gib(double(w1.activations))));
     out.winnerWhy.push_back(
         strf("its dispatch and combine all-to-alls (%d per MoE layer and microbatch, %.1f MiB "
              "each) take %.4g s of the step (%.1f %%), over ep groups that %s; expert "
-             "gradients all-reduce over dp/ep = %lld ranks, the rest over dp = %lld",
+             "gradients %s over dp/ep = %lld ranks, the rest over dp = %lld",
              c.recompute == "full" ? 6 : 4,
              double(T) * double(e.topK) * double(w.model.hidden) * double(bytesOf(w.precision)) / (1024.0 * 1024.0),
              a2a, 100 * a2a / p.stepSeconds, axisCrosses(hw, c, "ep") ? "span nodes" : "stay inside a node (NVLink)",
-             (long long)(c.dp / c.ep), (long long)c.dp));
+             c.zero ? "reduce-scatter" : "all-reduce", (long long)(c.dp / c.ep), (long long)c.dp));
   } else {
     out.winnerWhy.push_back(strf("ep=1: every rank holds all %lld experts of every layer (model state %.2f GiB)",
                                  (long long)e.experts, gib(state)));

@@ -163,9 +163,6 @@ std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOp
     if (n % *o.ep || (o.dp && *o.dp % *o.ep))
       return why(ep + " must divide dp" + (o.dp ? "=" + std::to_string(*o.dp) : std::string(" (and so --gpus)")) +
                  ": expert-parallel ranks are drawn from the data-parallel group");
-    if (o.zero && *o.zero > 0)
-      return why(ep + " and zero=" + std::to_string(*o.zero) +
-                 ": ZeRO does not shard the experts over their own replicas (edp) yet");
     if (o.cp && *o.cp > 1)
       return why(ep + " and cp=" + std::to_string(*o.cp) +
                  ": context parallelism does not reach into a mixture-of-experts layer yet");

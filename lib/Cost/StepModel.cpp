@@ -370,6 +370,14 @@ double stageExpertParams(const Workload &w, const ParallelConfig &c, int64_t lay
   return double(layers) * paramCounts(w, c.tp).experts / double(c.ep);
 }
 
+/// What one rank keeps of its `params` (of which `experts` are its expert
+/// shards) once ZeRO splits them: the dense ones over the data-parallel
+/// group, the experts over their shard's replicas (edp = dp / ep: nothing
+/// apart when ep = dp), as llcdist-plan-zero splits them.
+double zeroBlock(const ParallelConfig &c, double params, double experts) {
+  return (params - experts) / double(c.dataParallelGroup()) + experts / double(c.dp / c.ep);
+}
+
 /// The parameter tensors one rank of `stage` holds (ZeRO's collectives run
 /// one per tensor).
 int64_t stageTensors(const Workload &w, const ParallelConfig &c, int64_t stage, int64_t layers) {
@@ -438,14 +446,14 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
     double params = stageParams(w, c, stage, layers[size_t(stage)]);
     MemoryEstimate e;
     e.stage = stage;
-    const double dp = double(c.dataParallelGroup());
     // Persistent: value (bf16 copy or f32), gradient, optimizer state
     // (bf16: f32 master + m + v; f32: m + v), sharded by ZeRO's stage over
-    // the data-parallel group dp × cp.
+    // the data-parallel group dp × cp (an expert shard over edp).
     const double valueB = bf16 ? 2 : 4, gradB = bf16 ? 2 : 4, optB = bf16 ? 12 : 8;
-    e.params = int64_t(params * valueB / (c.zero >= 3 ? dp : 1));
-    e.grads = int64_t(params * gradB / (c.zero >= 2 ? dp : 1));
-    e.optimizer = int64_t(params * optB / (c.zero >= 1 ? dp : 1));
+    const double block = zeroBlock(c, params, c.ep > 1 ? stageExpertParams(w, c, layers[size_t(stage)]) : 0);
+    e.params = int64_t((c.zero >= 3 ? block : params) * valueB);
+    e.grads = int64_t((c.zero >= 2 ? block : params) * gradB);
+    e.optimizer = int64_t((c.zero >= 1 ? block : params) * optB);
     // Activations stashed per layer per microbatch for the backward (T
     // tokens; the norms' and residuals' on T/tp under SP; docs/cost-model.md).
     const double T = double(c.microBatch) * double(w.seqLen) / double(c.cp); // the rank's tokens
@@ -753,10 +761,10 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
                                                         rankParams, maxTensors, maxLayers, layerF, layerB, mbs, b)
                                   : std::pair<double, double>{0, 0};
   if (c.ep > 1) {
-    // Expert parallelism (no ZeRO): the experts' gradients, which sum the
-    // tokens of the whole ep group, all-reduce over their shard's dp / ep
-    // replicas ("edp"), the dense ones over dp; the last backward hides no
-    // more than it can of the two (buckets).
+    // Expert parallelism: the experts' gradients, which sum the tokens of
+    // the whole ep group, reduce over their shard's dp / ep replicas
+    // ("edp"; ZeRO splits them there), the dense ones over dp; the last
+    // backward hides no more than it can of the two (buckets).
     const int64_t expertTensors = 3 * maxLayers; // gate, up and down per layer
     const auto [denseTotal, denseExposed] =
         dataParallelSeconds(hw, c, axisGroup(c.mesh(), "dp", hw.topology), rankParams - rankExperts,
@@ -772,7 +780,7 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   out.comm["dp"].exposed = dpExposed;
 
   // The optimizer: Adam over the rank's shard, the bf16 casts, the norm.
-  double shardParams = rankParams / (c.zero >= 1 ? double(c.dataParallelGroup()) : 1.0);
+  double shardParams = c.zero >= 1 ? zeroBlock(c, rankParams, rankExperts) : rankParams;
   out.optimizerSeconds = memorySeconds(hw, shardParams * (w.precision == Precision::BF16 ? 30 : 32));
 
   out.stepSeconds = busy + bubble + dpExposed + out.optimizerSeconds;

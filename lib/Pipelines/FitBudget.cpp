@@ -174,9 +174,9 @@ std::vector<MemoryHint> llcdist::memoryHints(const std::string &model,
     add("--recompute selective", 1, [](MemoryHint &h) { h.train.recompute = "selective"; });
   if (train.recompute != "full")
     add("--recompute full", 4, [](MemoryHint &h) { h.train.recompute = "full"; });
-  // ZeRO shards over the data-parallel group dp × cp (not yet with expert
-  // parallelism, which llc-dist compile refuses it with).
-  const bool zeroApplies = mesh.dataParallelGroup() > 1 && mesh.ep == 1;
+  // ZeRO shards over the data-parallel group dp × cp (an expert shard over
+  // its replicas, edp).
+  const bool zeroApplies = mesh.dataParallelGroup() > 1;
   if (zeroApplies)
     for (int64_t z = train.zero + 1; z <= 3; ++z)
       add(fmt::format("--zero {}", z), 0, [z](MemoryHint &h) {

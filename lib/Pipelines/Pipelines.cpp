@@ -28,10 +28,6 @@ std::optional<std::string> llcdist::overlapOptionsError(const TrainingPipelineOp
   if (o.scatterGatherP2P && o.sequenceParallel)
     return std::string("--scatter-gather-p2p and --sequence-parallel: under sequence parallelism each tp rank "
                        "sends its own 1/tp of the sequence already; leave --scatter-gather-p2p off");
-  if (o.mesh.ep > 1 && o.zero != 0)
-    return "--zero " + std::to_string(o.zero) +
-           " with ep > 1 in --mesh: ZeRO does not shard the experts over their own replicas (edp) yet; "
-           "compile expert parallelism without --zero for now";
   if (o.fsdpPrefetch < 0)
     return "--fsdp-prefetch must be a unit count >= 0 (0: off), got " + std::to_string(o.fsdpPrefetch);
   if (o.fsdpPrefetch > 0 && o.zero != 3)

@@ -88,15 +88,19 @@ TEST(Parallel, TinyQwen2MoeAdamW) { golden("tiny-qwen2-moe", "adamw", /*sequence
 // rank's tokens' rows exchanged with all_to_all_v), with expert replicas
 // (dp = 4, ep = 2: the experts' gradients reduced over edp), with tp, and
 // with gradient accumulation, reproduce the single-device run. Qwen2-MoE's
-// 8 experts at ep = 4 give each rank 2, fewer than its top-3.
+// 8 experts at ep = 4 give each rank 2, fewer than its top-3. Under ZeRO the
+// experts' blocks are over edp (dp = 4, ep = 2) or none (ep = dp), the rest
+// over dp.
 TEST(Parallel, ExpertParallel) {
   struct Case {
     const char *model, *optimizer;
-    int64_t dp, tp, ep;
+    int64_t dp, tp, ep, zero = 0;
   };
   for (const Case &c : {Case{"tiny-mixtral", "sgd", 2, 1, 2}, Case{"tiny-mixtral", "sgd", 4, 1, 2},
                         Case{"tiny-mixtral", "sgd", 4, 1, 4}, Case{"tiny-mixtral", "sgd", 2, 2, 2},
-                        Case{"tiny-qwen2-moe", "adamw", 4, 1, 4}, Case{"tiny-qwen2-moe", "adamw", 2, 2, 2}}) {
+                        Case{"tiny-qwen2-moe", "adamw", 4, 1, 4}, Case{"tiny-qwen2-moe", "adamw", 2, 2, 2},
+                        Case{"tiny-mixtral", "adamw", 4, 1, 2, 1}, Case{"tiny-qwen2-moe", "adamw", 4, 1, 2, 2},
+                        Case{"tiny-mixtral", "sgd", 4, 1, 4, 3}, Case{"tiny-qwen2-moe", "adamw", 2, 2, 2, 3}}) {
     Tolerance tol = test::goldenTolerance(c.optimizer);
     Trained ref = train(c.model, 1, 1, 8, c.optimizer);
     for (int64_t microBatch : {8 / c.dp, 4 / c.dp}) {
@@ -106,8 +110,9 @@ TEST(Parallel, ExpertParallel) {
       opt.mesh.dp = c.dp;
       opt.mesh.tp = c.tp;
       opt.mesh.ep = c.ep;
+      opt.zero = c.zero;
       std::string tag = "dp" + std::to_string(c.dp) + "-tp" + std::to_string(c.tp) + "-ep" + std::to_string(c.ep) +
-                        "-mb" + std::to_string(microBatch) + c.optimizer;
+                        "-z" + std::to_string(c.zero) + "-mb" + std::to_string(microBatch) + c.optimizer;
       expectSame(ref, test::trainPlan(c.model, opt, microBatch, tag), std::string(c.model) + " " + tag, tol);
     }
   }

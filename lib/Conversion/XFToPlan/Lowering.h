@@ -193,6 +193,9 @@ private:
 struct Scope {
   llvm::DenseMap<mlir::Value, llvm::SmallVector<Buf, 2>> bufs;
   int64_t layer = -1;
+  /// A layer call full recomputation added (`xf.recomputed`): its forward
+  /// runs a second time in the microbatch.
+  bool recomputed = false;
   /// Prepended to activation buffer names: a pipeline stage lowers each
   /// chunk once, its buffers with one instance per slot ("v1/").
   std::string prefix;

@@ -428,8 +428,9 @@ template <> LogicalResult OpLowering::lower<MoeRouteOp>(Operation *op, Scope &s,
                                     flag("normalize", r.getNormalize())};
   // The load-balancing loss: the microbatch's first router writes the
   // counts (the forward runs the layers in order, once per microbatch),
-  // every later one adds its own.
-  if (r.getAuxLossCoef()) {
+  // every later one adds its own; a router full recomputation runs again
+  // before its backward counts nothing (the counts are whole by then).
+  if (r.getAuxLossCoef() && !s.recomputed) {
     bool first = !moeCounts;
     if (first)
       moeCounts = newBuffer("moe.counts", "activation", f32({E}));

@@ -21,6 +21,12 @@
 // (step_begin's cast from the master); but where a scope begins is the
 // lowering's knowledge, which it records for stage 3 (record-param-scopes:
 // plan.param_scopes on the kernel there; removed here).
+//
+// Under expert parallelism an expert's shard (plan.param `sharding` over
+// ep) is replicated over edp only, the dp/ep ranks holding the same experts:
+// its blocks are over edp (none when ep = dp), and the gradient norm's ep
+// partial is no longer reduced over ep, since the dp sum of the blocks'
+// norms covers every shard's every block once.
 // New buffers are declared where llcdist-lower-to-plan declares them when
 // it builds the same plan itself, so buffer ids and arena offsets do not
 // depend on which of the two made the plan.
@@ -63,19 +69,22 @@ struct Param {
   plan::BufferOp working;
   /// step_begin's cast of the master into `working` (mixed precision only).
   plan::KernelOp cast;
-  /// The tensor on this rank before ZeRO, and its dp block.
+  /// The tensor on this rank before ZeRO, and its block.
   RankedTensorType type, shardType;
+  /// The group splitting it into blocks (the program's data-parallel group,
+  /// or edp for an expert shard) and its size.
+  StringAttr axis;
+  int64_t groupSize = 0;
   /// Updated on another pipeline stage (a tied replica): no update here.
   bool replica = false;
 };
 
-/// Rewrites one plan.program; `groupSize` is the size of the data-parallel group
-/// `axis` ("dp", or "dp+cp" / "cp" under context parallelism).
+/// Rewrites one plan.program of a module on `mesh`.
 class ProgramZero {
 public:
-  ProgramZero(plan::ProgramOp program, int64_t stage, bool reshardAfterForward, StringRef axis, int64_t groupSize)
-      : program(program), stage(stage), reshardAfterForward(reshardAfterForward), groupSize(groupSize),
-        b(program.getContext()), axis(b.getStringAttr(axis)) {}
+  ProgramZero(plan::ProgramOp program, int64_t stage, bool reshardAfterForward, const xf::MeshDegrees &mesh)
+      : program(program), stage(stage), reshardAfterForward(reshardAfterForward), mesh(mesh), b(program.getContext()),
+        axis(b.getStringAttr(mesh.gradientAxis())) {}
 
   LogicalResult run();
 
@@ -110,7 +119,7 @@ private:
   /// ZeRO-3: the parameter (and master) buffers hold the block.
   void shardParameters();
   /// grad_norm sums the blocks' squared norms over dp (an all_reduce of the
-  /// f64 partial sum).
+  /// f64 partial sum); an ep partial is no longer reduced over ep.
   void sumNormOverDp();
   /// The state is the block; an f32 update (stages 1, 2) slices its block
   /// and gathers it back.
@@ -126,7 +135,7 @@ private:
   /// ZeRO-3: each scope gathers again (FSDP's reshard_after_forward), or
   /// the backward reads its slot's forward copy.
   bool reshardAfterForward;
-  int64_t groupSize;
+  const xf::MeshDegrees &mesh;
   OpBuilder b;
   /// The data-parallel group's axis ("dp", "dp+cp", "cp").
   StringAttr axis;
@@ -171,9 +180,9 @@ plan::KernelOp ProgramZero::kernel(StringRef name, ArrayRef<NamedAttribute> args
 }
 
 SmallVector<NamedAttribute> ProgramZero::blockAttrs(const Param &p) {
-  SmallVector<NamedAttribute> attrs{b.getNamedAttr("axis", axis), b.getNamedAttr("outer", b.getI64IntegerAttr(1)),
+  SmallVector<NamedAttribute> attrs{b.getNamedAttr("axis", p.axis), b.getNamedAttr("outer", b.getI64IntegerAttr(1)),
                                     b.getNamedAttr("inner", b.getI64IntegerAttr(p.shardType.getNumElements()))};
-  if (p.type.getNumElements() != p.shardType.getNumElements() * groupSize)
+  if (p.type.getNumElements() != p.shardType.getNumElements() * p.groupSize)
     attrs.push_back(b.getNamedAttr("total", b.getI64IntegerAttr(p.type.getNumElements())));
   return attrs;
 }
@@ -213,6 +222,21 @@ LogicalResult ProgramZero::collect() {
       return p.emitOpError("llcdist-plan-zero: the parameter is already ZeRO-sharded");
     Param info;
     info.op = p;
+    info.axis = axis;
+    info.groupSize = mesh.size(axis);
+    auto sharding = p->getAttrOfType<DictionaryAttr>("sharding");
+    auto shardAxis = sharding ? sharding.getAs<StringAttr>("axis") : StringAttr();
+    if (shardAxis && shardAxis.getValue() == "ep") {
+      // An expert shard: its replicas are the edp ranks (none when ep = dp:
+      // each rank holds its experts alone, and nothing is split).
+      if (mesh.cp > 1)
+        return p.emitOpError("llcdist-plan-zero: an expert shard under context parallelism: its replicas "
+                             "span edp and cp, which ZeRO does not split over yet");
+      info.axis = b.getStringAttr("edp");
+      info.groupSize = mesh.size("edp");
+      if (info.groupSize < 2)
+        continue;
+    }
     info.value = buffers.lookup(p.getValue());
     info.grad = buffers.lookup(p.getGrad());
     info.replica = p->hasAttr("pipeline.replica_of");
@@ -224,7 +248,7 @@ LogicalResult ProgramZero::collect() {
     }
     info.type = info.working.getTensorType();
     SmallVector<int64_t> dims(info.type.getShape());
-    dims[0] = llvm::divideCeil(dims[0], groupSize);
+    dims[0] = llvm::divideCeil(dims[0], info.groupSize);
     info.shardType = RankedTensorType::get(dims, info.type.getElementType());
     params.push_back(info);
   }
@@ -305,7 +329,6 @@ LogicalResult ProgramZero::rewriteSteps() {
     auto it = paramOfGrad.find(a);
     return it == paramOfGrad.end() ? nullptr : &params[it->second];
   };
-  auto reason = b.getStringAttr("ZeRO: reduce-scatter the gradient into its " + axis.getValue() + " shard");
   // `full` (one contribution, whole) reduce-scattered over dp into a part
   // of the block, added to the gradient's block; after `after`.
   auto reduceInto = [&](Operation *&declared, Buf full, Param &p, Location loc) {
@@ -315,7 +338,9 @@ LogicalResult ProgramZero::rewriteSteps() {
     SmallVector<NamedAttribute> attrs = blockAttrs(p);
     attrs.push_back(b.getNamedAttr("op", b.getStringAttr("sum")));
     collective("reduce_scatter", {b.getNamedAttr("x", full), b.getNamedAttr("y", part)}, attrs,
-               NameLoc::get(reason, loc), "gradients");
+               NameLoc::get(
+                   b.getStringAttr("ZeRO: reduce-scatter the gradient into its " + p.axis.getValue() + " shard"), loc),
+               "gradients");
     kernel("accumulate", {b.getNamedAttr("x", part), b.getNamedAttr("y", p.op.getGradAttr())},
            {b.getNamedAttr("n", b.getI64IntegerAttr(p.shardType.getNumElements()))}, loc);
   };
@@ -477,6 +502,15 @@ void ProgramZero::sumNormOverDp() {
     plan::setCollectiveOrigin(k, xf::CollectiveOrigin::GradNorm);
   };
   for (auto k : llvm::make_early_inc_range(body->getOps<plan::KernelOp>())) {
+    // The experts' partial: ep is inside dp, whose sum below adds every ep
+    // shard's blocks (edp) once; summing it over ep first would count each
+    // shard ep times.
+    auto over = k.getParams().getAs<StringAttr>("axis");
+    if (k.getKernel() == "all_reduce" && over && over.getValue() == "ep" &&
+        plan::collectiveOrigin(k) == xf::CollectiveOrigin::GradNorm) {
+      k.erase();
+      continue;
+    }
     if (k.getKernel() == "grad_norm") {
       Buf sq = newBuffer(firstSubroutine, "grad_norm.sq", "scratch", RankedTensorType::get({1}, b.getF64Type()));
       b.setInsertionPoint(k);
@@ -570,11 +604,11 @@ void ProgramZero::annotateParams() {
     // The tensor's shape on this rank before the blocks (the writer's
     // `shape` when there is no tp `sharding`).
     p.op->setAttr("local_shape", b.getDenseI64ArrayAttr(p.type.getShape()));
-    SmallVector<NamedAttribute> z{b.getNamedAttr("axis", axis), b.getNamedAttr("stage", b.getI64IntegerAttr(stage))};
+    SmallVector<NamedAttribute> z{b.getNamedAttr("axis", p.axis), b.getNamedAttr("stage", b.getI64IntegerAttr(stage))};
     if (mixed && stage < 3) // the f32 master is this rank's block
       z.push_back(b.getNamedAttr("value_block", b.getBoolAttr(true)));
     // dp does not divide the rows: the last blocks are zero padding.
-    if (p.shardType.getDimSize(0) * groupSize != p.type.getDimSize(0))
+    if (p.shardType.getDimSize(0) * p.groupSize != p.type.getDimSize(0))
       z.push_back(b.getNamedAttr("block_rows", b.getI64IntegerAttr(p.shardType.getDimSize(0))));
     p.op->setAttr("zero", b.getDictionaryAttr(z));
   }
@@ -608,15 +642,13 @@ struct PlanZeroPass : public plan::impl::PlanZeroBase<PlanZeroPass> {
     }
     // The data-parallel group: dp, or dp × cp under context parallelism.
     xf::MeshDegrees mesh = xf::meshDegrees(module).value_or(xf::MeshDegrees{});
-    const std::string axis = mesh.gradientAxis();
-    const int64_t groupSize = mesh.size(axis);
-    if (groupSize < 2) {
+    if (mesh.size(mesh.gradientAxis()) < 2) {
       module.emitError("llcdist-plan-zero: stage ")
           << stage << " shards over dp, but the mesh has dp=1 (use --mesh dp=N with N > 1)";
       return signalPassFailure();
     }
     for (auto program : module.getOps<plan::ProgramOp>())
-      if (failed(ProgramZero(program, stage, reshardAfterForward, axis, groupSize).run()))
+      if (failed(ProgramZero(program, stage, reshardAfterForward, mesh).run()))
         return signalPassFailure();
   }
 };

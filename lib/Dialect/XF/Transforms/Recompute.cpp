@@ -97,20 +97,6 @@ struct RecomputePass : public llcdist::xf::impl::RecomputeBase<RecomputePass> {
     if (!entry)
       return signalPassFailure();
     SymbolTable symbols(module);
-    // Full recomputation runs each layer's router again, whose counts the
-    // load-balancing loss sums once per microbatch.
-    if (mode == "full") {
-      WalkResult aux = module.walk([](MoeRouteOp r) {
-        if (!r.getAuxLossCoef())
-          return WalkResult::advance();
-        r.emitOpError("llcdist-recompute: full recomputation would run this router twice per microbatch, and "
-                      "the load-balancing loss (output_router_logits) counts each router once; use --recompute "
-                      "selective or none");
-        return WalkResult::interrupt();
-      });
-      if (aux.wasInterrupted())
-        return signalPassFailure();
-    }
     if (failed(mode == "full" ? recomputeLayers(entry, symbols) : recomputeAttention(module)))
       return signalPassFailure();
     module->setAttr("xf.recompute", StringAttr::get(module.getContext(), mode));

@@ -72,6 +72,12 @@ GOLDEN = [
     # (Mixtral, top-2 renormalized), Qwen2-MoE's gated shared expert, with dp and tp.
     ("mixtral-1rank", "tiny-mixtral", "--seq-len 64 --global-batch 4"),
     ("qwen2-moe-dp2-tp2", "tiny-qwen2-moe", "--mesh dp=2,tp=2 --seq-len 64 --global-batch 4"),
+    # Expert parallelism: all_to_all_v between virtual ranks (staged through the host communicator
+    # without NCCL), moe_chunk_transpose, the experts' ZeRO blocks over edp; and a capacity factor
+    # that drops tokens (moe_permute's capacity, slot -1).
+    ("mixtral-dp4-ep2-zero1", "tiny-mixtral", "--mesh dp=4,ep=2 --zero 1 --seq-len 64 --global-batch 4"),
+    ("mixtral-dp2-ep2-capacity", "tiny-mixtral",
+     "--mesh dp=2,ep=2 --moe-capacity-factor 0.5 --seq-len 64 --global-batch 4"),
 ]
 GOLDEN_STEPS = 3
 # The PyTorch comparison's plans: one rank, 2 microbatches of 4 x 64 tokens, AdamW with decay on

@@ -22,11 +22,12 @@ void flag(FrameworkArgs &a, const std::string &name, const std::string &value = 
   a.megatron.push_back(value.empty() ? name : name + " " + value);
 }
 
-void renderMoe(const ModelConfig &m, const ParallelConfig &c, FrameworkArgs &a) {
-  // Megatron-Core's MoE layer, dropless (no --moe-expert-capacity-factor: the planner plans dropless
-  // routing), with transformers' load-balancing loss where the config turns it on (output_router_logits);
-  // the experts split over ep ranks of the data-parallel group (Megatron's expert parallelism, drawn from
-  // dp as llc-dist's).
+void renderMoe(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
+  const ModelConfig &m = w.model;
+  // Megatron-Core's MoE layer, dropless unless the workload has a capacity factor (then each expert's
+  // capacity and the position drop policy: the later assignments in token order go, as llc-dist's), with transformers'
+  // load-balancing loss where the config turns it on (output_router_logits); the experts split over ep ranks of the
+  // data-parallel group (Megatron's expert parallelism, drawn from dp as llc-dist's).
   const MoeConfig &e = *m.moe;
   flag(a, "--num-experts", num(e.experts));
   flag(a, "--moe-router-topk", num(e.topK));
@@ -51,6 +52,15 @@ void renderMoe(const ModelConfig &m, const ParallelConfig &c, FrameworkArgs &a) 
   } else {
     flag(a, "--moe-router-load-balancing-type", "none");
     flag(a, "--moe-aux-loss-coeff", "0");
+  }
+  if (w.moeCapacityFactor > 0) {
+    std::ostringstream factor;
+    factor << w.moeCapacityFactor;
+    flag(a, "--moe-expert-capacity-factor", factor.str());
+    flag(a, "--moe-token-drop-policy", "position");
+    a.deepspeedNotes.push_back("capacity factor " + factor.str() +
+                               ": DeepSpeed's is the model's (deepspeed.moe.layer.MoE(..., capacity_factor=" +
+                               factor.str() + ", drop_tokens=True)), no config field");
   }
   flag(a, "--moe-grouped-gemm");
   flag(a, "--moe-token-dispatcher-type", "alltoall");
@@ -112,7 +122,7 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
                               "Megatron-LM flag; the LM head's bias: none either");
   }
   if (m.moe)
-    renderMoe(m, c, a);
+    renderMoe(w, c, a);
   if (!m.tieEmbeddings)
     flag(a, "--untie-embeddings-and-output-weights");
   // The compiler's default vocabulary padding (Megatron-LM's own default).

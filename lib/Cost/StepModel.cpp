@@ -27,21 +27,40 @@ struct LayerShape {
   bool llama;
 };
 
-/// Expert parallelism: the rows the experts' side of a mixture-of-experts
-/// layer holds per token of the rank (ExpertParallel.cpp): the worst case
-/// C = ep · T · min(k, E/ep) rows for T tokens, where the plan without ep
-/// holds the dropless T·k.
-int64_t expertRowsPerToken(const ModelConfig &m, int64_t ep) {
-  const MoeConfig &e = *m.moe;
-  return ep > 1 ? ep * std::min(e.topK, e.experts / ep) : e.topK;
+/// The rows of a mixture-of-experts layer's experts per token of the rank
+/// (T = micro-batch × seq-len tokens). `held`: what the experts' side's
+/// static buffers hold (ExpertParallel.cpp): dropless, T·k without ep and
+/// the worst case C = ep·T·min(k, E/ep) under ep; with a capacity factor
+/// (moeExpertCapacity's C_e rows per expert) E·C_e without ep and at most
+/// that under ep. `active`: what the experts compute under uniform routing
+/// (T·k/E rows an expert): T·k, or E·C_e where the capacity drops tokens.
+struct ExpertRows {
+  double held, active;
+};
+ExpertRows expertRowsPerToken(const Workload &w, const ParallelConfig &c) {
+  const MoeConfig &e = *w.model.moe;
+  const double k = double(e.topK), E = double(e.experts);
+  ExpertRows r{c.ep > 1 ? double(c.ep) * std::min(k, E / double(c.ep)) : k, k};
+  TrainingShape shape;
+  shape.seqLen = w.seqLen;
+  shape.microBatch = c.microBatch;
+  shape.moeCapacityFactor = w.moeCapacityFactor;
+  if (const int64_t ce = moeExpertCapacity(w.model, shape)) {
+    const double capped = E * double(ce) / (double(c.microBatch) * double(w.seqLen));
+    r.held = c.ep > 1 ? std::min(r.held, capped) : capped;
+    r.active = std::min(r.active, capped);
+  }
+  return r;
 }
 
 /// The MLP width whose activations a rank holds per token: the layer's
-/// (LayerShape::inter), with the experts' rows at the worst case under ep.
-int64_t activationInter(const ModelConfig &m, const LayerShape &s, int64_t tp, int64_t ep) {
-  if (!m.moe || ep == 1)
-    return s.inter;
-  return expertRowsPerToken(m, ep) * m.moe->intermediate + m.moe->sharedIntermediate / tp;
+/// (LayerShape::inter), a mixture of experts' by the rows its experts'
+/// side holds.
+double activationInter(const Workload &w, const ParallelConfig &c, const LayerShape &s) {
+  const ModelConfig &m = w.model;
+  if (!m.moe)
+    return double(s.inter);
+  return expertRowsPerToken(w, c).held * double(m.moe->intermediate) + double(m.moe->sharedIntermediate / c.tp);
 }
 
 LayerShape layerShape(const ModelConfig &m, int64_t tp) {
@@ -118,7 +137,12 @@ void contextParallelAttention(const Hardware &hw, const Workload &w, const Paral
 LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfig &c) {
   const Precision p = w.precision;
   const double b = double(bytesOf(p));
-  const LayerShape s = layerShape(w.model, c.tp);
+  LayerShape s = layerShape(w.model, c.tp);
+  // The experts' GEMMs run on the rows they receive: under a capacity factor
+  // that drops tokens, fewer than T·k.
+  if (const MoeConfig *e = w.model.moe ? &*w.model.moe : nullptr)
+    s.inter =
+        int64_t(std::llround(expertRowsPerToken(w, c).active * double(e->intermediate))) + e->sharedIntermediate / c.tp;
   const int64_t T = c.microBatch * w.seqLen / c.cp;     // the rank's tokens of the microbatch
   const int64_t Ts = c.sequenceParallel ? T / c.tp : T; // the norms' and residuals' tokens
   LayerTimes t;
@@ -171,12 +195,12 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   // dispatch and combine reorders them (moe_chunk_transpose: [C, H] read
   // and written, as the simulator prices it), two forward, two backward.
   double modelFwd = 0, modelBwd = 0;
-  const double inter = double(activationInter(w.model, s, c.tp, c.ep));
+  const double inter = activationInter(w, c, s);
   if (s.llama) {
     modelFwd = mem(2.0 * T * (s.q + s.kv)) + mem(3.0 * T * inter);
     modelBwd = mem(2.0 * T * (s.q + s.kv)) + mem(5.0 * T * inter) + 2 * mem(2.0 * T * s.h);
     if (w.model.moe && c.ep > 1) {
-      const double transpose = mem(2.0 * T * double(expertRowsPerToken(w.model, c.ep)) * s.h);
+      const double transpose = mem(2.0 * T * expertRowsPerToken(w, c).held * s.h);
       modelFwd += 2 * transpose;
       modelBwd += 2 * transpose;
     }
@@ -210,15 +234,16 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
     }
   }
   // Expert parallelism (ExpertParallel.cpp): forward, the dispatch of the
-  // rank's T·k token rows to the ep members holding their experts and the
-  // combine of the experts' outputs back; backward, the output gradient out
-  // and the input gradient back: four all-to-alls of T·k·H each, every one
-  // sending (ep−1)/ep of its rows off the rank under uniform routing (the
-  // real volume is data-dependent; the experts' compute is the active
-  // experts' on the rank's own T tokens: no load imbalance).
+  // rank's T·k token rows (fewer where a capacity drops some) to the ep
+  // members holding their experts and the combine of the experts' outputs
+  // back; backward, the output gradient out and the input gradient back:
+  // four all-to-alls of T·k·H each, every one sending (ep−1)/ep of its rows
+  // off the rank under uniform routing (the real volume is data-dependent;
+  // the experts' compute is the active experts' on the rank's own T tokens:
+  // no load imbalance).
   if (c.ep > 1) {
     const Group g = axisGroup(c.mesh(), "ep", hw.topology);
-    const double bytes = double(T) * double(w.model.moe->topK) * double(s.h) * b;
+    const double bytes = double(T) * expertRowsPerToken(w, c).active * double(s.h) * b;
     const double a2a = collectiveSeconds(hw, Collective::AllToAll, bytes, g);
     t.epFwd = 2 * a2a;
     t.epBwd = 2 * a2a;
@@ -400,6 +425,11 @@ int64_t stageTensors(const Workload &w, const ParallelConfig &c, int64_t stage, 
 StepFlops cost::stepFlops(const Workload &w, const std::string &recompute) {
   const ModelConfig &m = w.model;
   LayerShape s = layerShape(m, 1);
+  // A capacity factor F < 1 keeps F of the experts' rows under uniform
+  // routing: the FLOPs computed (MFU counts what runs, as the step model).
+  if (m.moe && w.moeCapacityFactor > 0 && w.moeCapacityFactor < 1)
+    s.inter = int64_t(std::llround(w.moeCapacityFactor * double(m.moe->topK * m.moe->intermediate))) +
+              m.moe->sharedIntermediate;
   double T = double(w.globalBatch) * double(w.seqLen);
   double H = double(m.hidden);
   double matmulPerToken; // multiply-adds per token per layer
@@ -435,12 +465,13 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
   const LayerShape s = layerShape(m, c.tp);
   const ParamCounts pc = paramCounts(w, c.tp);
   const std::vector<int64_t> layers = stageLayers(w, c);
-  // The MLP activations' width: the experts' side at its worst case under ep
-  // (C = ep·T·min(k, E/ep) rows where the plan without ep holds T·k).
-  const double inter = double(activationInter(m, s, c.tp, c.ep));
+  // The MLP activations' width: the experts' side at its static rows (the
+  // worst case C = ep·T·min(k, E/ep) under ep where the plan without ep
+  // holds T·k; E·C_e under a capacity factor).
+  const double inter = activationInter(w, c, s);
   // ep > 1: the dispatched input rows the experts' GEMMs keep for their
   // weight gradients (C·H a token of T·H; none apart without ep).
-  const double dispatched = m.moe && c.ep > 1 ? double(expertRowsPerToken(m, c.ep)) * double(s.h) * b : 0;
+  const double dispatched = m.moe && c.ep > 1 ? expertRowsPerToken(w, c).held * double(s.h) * b : 0;
   MemoryEstimate best;
   for (int64_t stage = 0; stage < c.pp; ++stage) {
     double params = stageParams(w, c, stage, layers[size_t(stage)]);

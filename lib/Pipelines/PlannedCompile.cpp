@@ -14,6 +14,7 @@ PlannedCompile llcdist::plannedCompile(const cost::Workload &w, const cost::Para
   p.shape.microBatch = c.microBatch;
   p.shape.globalBatch = w.globalBatch;
   p.shape.dtype = w.precision == cost::Precision::BF16 ? "bf16" : "f32";
+  p.shape.moeCapacityFactor = w.moeCapacityFactor;
   p.mesh = c.mesh();
   TrainingPipelineOptions &t = p.options;
   t.zero = c.zero;

@@ -22,6 +22,7 @@
 #include "llvm/Support/FileSystem.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -44,8 +45,8 @@ the pipeline schedule (gpipe, 1f1b, interleaved, zb-h1), sequence
 parallelism under tp, gradient buckets (off / Megatron's auto size) and FSDP
 prefetch under ZeRO-3; under tp and pp without sequence parallelism the
 pipeline's sends are always scatter/gather (--scatter-gather-p2p); for a
-mixture of experts ep too (the divisors of dp that divide the experts,
-without ZeRO) — drops those that do not compile (divisibility) or do
+mixture of experts ep too (the divisors of dp that divide the experts;
+ZeRO splits an expert shard over its dp/ep replicas) — drops those that do not compile (divisibility) or do
 not fit the device's memory (the analytic estimate plus the device's
 reserve), ranks the rest by the analytic step model, then compiles the top
 ones with the real compiler and simulates them (llc-dist simulate), printing
@@ -62,6 +63,11 @@ OPTIONS
   --global-batch-tokens T
                          or tokens per step (a multiple of --seq-len)
   --seq-len S            tokens per sequence
+  --moe-capacity-factor F
+                         a mixture of experts' capacity factor, as llc-dist
+                         compile's (0 or absent: dropless): each expert keeps
+                         ceil(F x T x k / E) of a rank's T tokens; priced with
+                         uniform routing (F < 1 drops, and computes, fewer rows)
   --dtype bf16|f32       (default bf16)
   --top K                configurations in the table (default 5)
   --exact K              how many of them to compile and simulate (default: all
@@ -193,6 +199,7 @@ namespace {
 struct PlanRequest {
   std::string model, device, topology, dtype = "bf16", format = "text", as, keepDir;
   int64_t gpus = 0, globalBatch = 0, globalTokens = 0, seqLen = 0, top = 5, exactK = -1, maxTp = 0, maxMb = 8, maxV = 8;
+  double moeCapacityFactor = 0;
   std::vector<std::string> fixes;
   bool help = false;
 };
@@ -200,7 +207,7 @@ struct PlanRequest {
 PlanRequest parsePlanArgs(Args &args) {
   PlanRequest r;
   auto &[model, device, topology, dtype, format, as, keepDir, gpus, globalBatch, globalTokens, seqLen, top, exactK,
-         maxTp, maxMb, maxV, fixes, help] = r;
+         maxTp, maxMb, maxV, moeCapacityFactor, fixes, help] = r;
   ValueFlags flags;
   flags.add("--gpus", &gpus)
       .add("--device", &device)
@@ -208,6 +215,7 @@ PlanRequest parsePlanArgs(Args &args) {
       .add("--global-batch", &globalBatch)
       .add("--global-batch-tokens", &globalTokens)
       .add("--seq-len", &seqLen)
+      .add("--moe-capacity-factor", &moeCapacityFactor)
       .add("--dtype", &dtype)
       .add("--top", &top)
       .add("--exact", &exactK)
@@ -349,6 +357,13 @@ int llcdist::cli::runPlan(Args &args) {
   }
   w.globalBatch = globalBatch;
   w.seqLen = seqLen;
+  w.moeCapacityFactor = req.moeCapacityFactor;
+  // The compiler's checks of the flag (resolveTrainingShape's), before the search.
+  if (w.moeCapacityFactor != 0 && !w.model.moe)
+    throw UsageError{"--moe-capacity-factor applies to a mixture-of-experts model; " + w.model.name +
+                     " has no experts"};
+  if (w.moeCapacityFactor < 0 || !std::isfinite(w.moeCapacityFactor))
+    throw UsageError{"--moe-capacity-factor must be > 0 (0 or absent: dropless)"};
   w.precision = dtype == "bf16" ? cost::Precision::BF16 : cost::Precision::F32;
   cost::Hardware hw;
   if (auto err = cost::loadHardware(device, topology, hw)) {

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 using namespace llcdist;
 using namespace llcdist::cost;
@@ -166,6 +167,45 @@ TEST(ExpertParallel, ZeroSplitsExpertsOverTheirReplicas) {
   ep8.zero = ep1.zero = 1;
   EXPECT_NEAR(predictStep(hw, w, ep8).optimizerSeconds, predictStep(hw, w, ep1).optimizerSeconds,
               1e-6 * predictStep(hw, w, ep1).optimizerSeconds);
+}
+
+TEST(ExpertParallel, CapacityFactorBoundsTheRows) {
+  // --moe-capacity-factor F: each expert keeps C_e = ceil(F·T·k/E) of a
+  // rank's T tokens (moeExpertCapacity). At ep=8 the experts' side holds
+  // min(8·T·min(k, 1), E·C_e) rows: F = 1 gives E·ceil(T·2/8) = 2·T where
+  // dropless holds the worst case 8·T; their gate, up and SwiGLU outputs
+  // and the dispatched input shrink by the difference.
+  Workload w = workload("mixtral-8x7b");
+  const double T = 4096, dropless = 8 * T;
+  const MemoryEstimate worst = estimateMemory(w, config(8, 8));
+  w.moeCapacityFactor = 1.0;
+  const double capped = kExperts * std::ceil(1.0 * T * kTopK / kExperts);
+  const MemoryEstimate bounded = estimateMemory(w, config(8, 8));
+  const double stash = kLayers * (3 * (dropless - capped) * kI * 2 + (dropless - capped) * kH * 2);
+  const double transient = 3 * (dropless - capped) * kI * 2;
+  EXPECT_NEAR(double(worst.activations - bounded.activations), stash + transient, 4);
+  EXPECT_EQ(worst.params, bounded.params);
+  // F = 0.5 drops half the rows under uniform routing: the all-to-alls move
+  // half as many, and the experts compute half of their FLOPs.
+  const Hardware hw = hardware();
+  Workload half = workload("mixtral-8x7b");
+  half.moeCapacityFactor = 0.5;
+  const double g = 4096 * kTopK * kH * 2, gHalf = kExperts * std::ceil(0.5 * T * kTopK / kExperts) * kH * 2;
+  const ParallelConfig c = config(8, 8);
+  EXPECT_NEAR(predictStep(hw, half, c).comm.at("ep").total /
+                  predictStep(hw, workload("mixtral-8x7b"), c).comm.at("ep").total,
+              gHalf / g, 0.05);
+  const double expertFlops = 6 * kLayers * 3 * kH * kI * kTopK * 256 * 4096; // the dropless experts' share
+  EXPECT_NEAR(stepFlops(workload("mixtral-8x7b"), "none").model - stepFlops(half, "none").model, expertFlops / 2,
+              1e-6 * expertFlops);
+  // Megatron-LM's capacity flags, with the position drop policy
+  // (llc-dist's: the later assignments in token order go).
+  FrameworkArgs a = frameworkArgs(half, c);
+  EXPECT_TRUE(hasFlag(a.megatron, "--moe-expert-capacity-factor 0.5"));
+  EXPECT_TRUE(hasFlag(a.megatron, "--moe-token-drop-policy position"));
+  a = frameworkArgs(workload("mixtral-8x7b"), c);
+  EXPECT_FALSE(std::any_of(a.megatron.begin(), a.megatron.end(),
+                           [](const std::string &f) { return f.rfind("--moe-expert-capacity-factor", 0) == 0; }));
 }
 
 TEST(ExpertParallel, AllToAllsOnlyWithEpAndByTheirVolume) {

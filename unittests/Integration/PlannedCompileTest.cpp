@@ -75,4 +75,39 @@ TEST(PlannedCompile, IsTheCompilationOfThePrintedFlags) {
   }
 }
 
+// A mixture of experts under expert parallelism, ZeRO and the workload's
+// capacity factor (llc-dist plan --moe-capacity-factor): the same
+// compilation as `llc-dist compile` with the printed flags and the
+// workload's --moe-capacity-factor.
+TEST(PlannedCompile, CarriesTheCapacityFactor) {
+  const std::string model = std::string(LLCDIST_SOURCE_DIR) + "/models/tiny-mixtral.json";
+  cost::Workload w;
+  ASSERT_FALSE(loadModelConfig(model, w.model));
+  w.globalBatch = 8;
+  w.seqLen = 16;
+  w.moeCapacityFactor = 0.75;
+  cost::ParallelConfig c;
+  c.dp = 4, c.ep = 2, c.zero = 1;
+  const PlannedCompile p = plannedCompile(w, c);
+  EXPECT_EQ(p.shape.moeCapacityFactor, 0.75);
+  const fs::path base = fs::temp_directory_path() / ("llcdist-planned-moe-" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  std::string error;
+  bool written = false;
+  ASSERT_TRUE(compileInMemory(
+      model, p.shape, p.mesh, p.options,
+      [&](mlir::ModuleOp m) { written = mlir::succeeded(writePlanDirectory(m, (base / "planned").string())); }, error))
+      << error;
+  ASSERT_TRUE(written);
+  const std::string cmd = std::string(LLCDIST_TOOL) + " compile " + model + " " + c.compileFlags() +
+                          " --seq-len 16 --global-batch 8 --dtype bf16 --moe-capacity-factor 0.75 --quiet -o " +
+                          (base / "cli").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string program = slurp(base / "planned" / "program-0.json");
+  EXPECT_NE(program.find("\"capacity\""), std::string::npos) << "moe_permute without its capacity";
+  EXPECT_EQ(program, slurp(base / "cli" / "program-0.json"));
+  EXPECT_EQ(slurp(base / "planned" / "manifest.json"), slurp(base / "cli" / "manifest.json"));
+  fs::remove_all(base);
+}
+
 } // namespace

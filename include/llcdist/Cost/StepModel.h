@@ -53,6 +53,11 @@ struct Workload {
   /// and `recv` as two synchronous ops, whole activations unless compiled
   /// --scatter-gather-p2p (ParallelConfig::scatterGatherP2P).
   bool scatterGatherP2P = false;
+  /// Mixture of experts: --moe-capacity-factor F (0: dropless). Each
+  /// expert keeps at most C_e = ceil(F·T·k/E) of a rank's T tokens per
+  /// microbatch (moeExpertCapacity): the static rows, and under uniform
+  /// routing the computed ones where F < 1.
+  double moeCapacityFactor = 0;
   /// The vocabulary the plan holds: padded to a multiple of 128 × tp
   /// (Megatron's --make-vocab-size-divisible-by, the compiler's default).
   int64_t paddedVocab(int64_t tp) const;

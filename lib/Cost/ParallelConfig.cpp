@@ -134,6 +134,13 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
   if (m.moe && m.moe->auxLossCoef > 0 && c.pp > 1) // llcdist-pipeline-split's refusal
     return why("the load-balancing loss (output_router_logits) sums the routers of every layer of a microbatch, "
                "which pipeline stages do not share yet: pp must be 1");
+  // llcdist-partition's: under SP each tp rank routes its own slice of a microbatch's tokens.
+  if (m.moe && c.sequenceParallel && m.moe->auxLossCoef > 0)
+    return why("the load-balancing loss (output_router_logits) counts a microbatch's tokens, which sequence "
+               "parallelism splits over tp");
+  if (m.moe && c.sequenceParallel && w.moeCapacityFactor > 0)
+    return why("a capacity factor bounds each expert's rows of a rank's tokens, which sequence parallelism splits "
+               "over tp");
   if (m.heads % c.tp)
     return why("tp=" + std::to_string(c.tp) + " does not divide num_heads=" + std::to_string(m.heads));
   if (m.kvHeads % c.tp && c.tp % m.kvHeads)

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Cost/StepModel.h"
+#include "DataParallelTime.h"
 
 #include "llcdist/Schedule/Simulator.h"
 #include "llcdist/Support/ClassifierChunk.h"
@@ -18,6 +19,7 @@
 
 using namespace llcdist;
 using namespace llcdist::cost;
+using llcdist::cost::detail::dataParallelSeconds;
 
 namespace {
 
@@ -34,6 +36,9 @@ struct LayerShape {
 /// (moeExpertCapacity's C_e rows per expert) E·C_e without ep and at most
 /// that under ep. `active`: what the experts compute under uniform routing
 /// (T·k/E rows an expert): T·k, or E·C_e where the capacity drops tokens.
+/// Under sequence parallelism the experts run on the tp rank's own 1/tp of
+/// the tokens (TensorParallelPropagation::expertsOnSequenceSlice), else
+/// whole on every tp rank.
 struct ExpertRows {
   double held, active;
 };
@@ -49,6 +54,10 @@ ExpertRows expertRowsPerToken(const Workload &w, const ParallelConfig &c) {
     const double capped = E * double(ce) / (double(c.microBatch) * double(w.seqLen));
     r.held = c.ep > 1 ? std::min(r.held, capped) : capped;
     r.active = std::min(r.active, capped);
+  }
+  if (c.sequenceParallel) {
+    r.held /= double(c.tp);
+    r.active /= double(c.tp);
   }
   return r;
 }
@@ -615,64 +624,6 @@ double bubbleOverIdeal(const Workload &w, const ParallelConfig &c, const LayerTi
     ratio *= largest * double(sizes.size()) / double(m.layers);
   }
   return ratio;
-}
-
-/// The data-parallel group's communication over the step (dp, or dp × cp
-/// under context parallelism: one group; under expert parallelism called
-/// for the dense parameters over dp and the experts' over edp), in all and
-/// exposed: gradients and (ZeRO) parameters of the busiest stage's rank.
-std::pair<double, double> dataParallelSeconds(const Hardware &hw, const ParallelConfig &c, const Group &g,
-                                              double rankParams, int64_t maxTensors, int64_t maxLayers, double layerF,
-                                              double layerB, int64_t mbs, double b) {
-  double dpTotal = 0, dpExposed = 0;
-  // As the compiler emits them (docs/cost-model.md): ZeRO's collectives
-  // one per parameter tensor (each paying the ring's latency), ZeRO-0's one
-  // flat all-reduce, or one per bucket. `g`: the group they reduce over.
-  const double gradBytes = rankParams * b;
-  const double tensors = double(maxTensors);
-  const double layersHere = double(maxLayers);
-  // `n` collectives of `bytes` in all.
-  auto many = [&](Collective k, double bytes, double n) {
-    return collectiveSeconds(hw, k, bytes, g) + (n - 1) * collectiveLatency(hw, k, g);
-  };
-  // What the last microbatch's backward can hide (the buckets start as
-  // their gradients complete; the last bucket is exposed).
-  const double lastBackward = layersHere * layerB;
-  auto hiddenBy = [&](double comm, double n) {
-    return std::max(0.0, std::min(comm * (1 - 1 / std::max(n, 1.0)), lastBackward));
-  };
-  const double agStep = many(Collective::AllGather, gradBytes, tensors);
-  if (c.zero == 0) {
-    double buckets = c.gradBucket ? std::min(tensors, std::ceil(rankParams / double(c.gradBucket))) : 1;
-    dpTotal = many(Collective::AllReduce, gradBytes, buckets);
-    dpExposed = dpTotal - (c.gradBucket ? hiddenBy(dpTotal, buckets) : 0);
-  } else if (c.zero == 1) {
-    double rs = many(Collective::ReduceScatter, gradBytes, tensors);
-    dpTotal = rs + agStep; // the updated parameters gathered at the step's start
-    dpExposed = dpTotal - (c.gradBucket ? hiddenBy(rs, tensors) : 0);
-  } else {
-    // ZeRO-2/3: every microbatch reduce-scatters every gradient in its
-    // backward, synchronously.
-    double rs = double(mbs) * many(Collective::ReduceScatter, gradBytes, tensors);
-    dpTotal = rs;
-    dpExposed = rs;
-    if (c.zero == 2) {
-      dpTotal += agStep;
-      dpExposed += agStep;
-    } else {
-      // ZeRO-3: every parameter gathered per microbatch in the forward and
-      // again in the backward; with prefetch on the comm queue, a layer's
-      // gathers hide under the previous layer's compute where they fit.
-      double ag = 2 * double(mbs) * agStep;
-      dpTotal += ag;
-      double agLayer = agStep / layersHere;
-      dpExposed += c.fsdpPrefetch
-                       ? double(mbs) * layersHere * (std::max(0.0, agLayer - layerF) + std::max(0.0, agLayer - layerB))
-                       : ag;
-    }
-  }
-
-  return {dpTotal, dpExposed};
 }
 
 /// What bounds the step: the largest of the non-compute shares, where it is

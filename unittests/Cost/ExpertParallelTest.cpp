@@ -109,6 +109,15 @@ TEST(ExpertParallel, ConfigIsCheckedAsTheCompilerDoes) {
   ParallelConfig full = config(8, 2);
   full.recompute = "full";
   EXPECT_EQ(why(aux, full), "(accepted)");
+  // Sequence parallelism runs the experts on each tp rank's tokens: not with
+  // the loss or a capacity factor, which count a microbatch's.
+  ParallelConfig sp = config(4, 2, 2);
+  sp.sequenceParallel = true;
+  EXPECT_EQ(why(mixtral, sp), "(accepted)");
+  EXPECT_NE(why(aux, sp).find("sequence parallelism"), std::string::npos) << why(aux, sp);
+  Workload capped = mixtral;
+  capped.moeCapacityFactor = 1.0;
+  EXPECT_NE(why(capped, sp).find("sequence parallelism"), std::string::npos) << why(capped, sp);
   // The compiler's context parallelism does not reach into an MoE layer.
   ParallelConfig cp = config(4, 1);
   cp.cp = 2;
@@ -206,6 +215,22 @@ TEST(ExpertParallel, CapacityFactorBoundsTheRows) {
   a = frameworkArgs(workload("mixtral-8x7b"), c);
   EXPECT_FALSE(std::any_of(a.megatron.begin(), a.megatron.end(),
                            [](const std::string &f) { return f.rfind("--moe-expert-capacity-factor", 0) == 0; }));
+}
+
+TEST(ExpertParallel, SequenceParallelSplitsTheExpertsTokens) {
+  // Under SP each tp rank routes its own 1/tp of the tokens (no gather
+  // before the layer): the experts' gate, up and SwiGLU outputs (3·T·k·I
+  // per layer, stashed, and one layer's transient) are 1/tp of those
+  // without SP, where every tp rank runs the whole layer.
+  const Workload w = workload("mixtral-8x7b");
+  ParallelConfig whole = config(4, 1, 2), sp = whole;
+  sp.sequenceParallel = true;
+  const MemoryEstimate a = estimateMemory(w, whole), b = estimateMemory(w, sp);
+  const double T = 4096, experts = 3 * T * kTopK * kI * 2;
+  // SP also keeps the norms' and residuals' activations (4·T·H·2 and the
+  // two rstd per layer) on 1/tp of the tokens.
+  const double seq = kLayers * (4 * T * kH * 2 + 2 * T * 4) / 2;
+  EXPECT_NEAR(double(a.activations - b.activations), (kLayers + 1) * experts / 2 + seq, 1e3);
 }
 
 TEST(ExpertParallel, AllToAllsOnlyWithEpAndByTheirVolume) {

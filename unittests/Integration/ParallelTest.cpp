@@ -34,9 +34,8 @@ Trained train(const std::string &model, int64_t dp, int64_t tp,
 }
 
 // Tolerances: test::goldenTolerance (SGD strict; AdamW's sqrt(v) bound).
-/// `sequenceParallel`: also under Megatron's sequence parallelism where tp > 1
-/// (not for the mixtures of experts, which run whole on every tp rank).
-void golden(const std::string &model, const std::string &optimizer, bool sequenceParallel = true) {
+/// Also under Megatron's sequence parallelism where tp > 1.
+void golden(const std::string &model, const std::string &optimizer) {
   Tolerance tol = test::goldenTolerance(optimizer);
   Trained ref = train(model, 1, 1, 8, optimizer); // one device, one microbatch
   EXPECT_LT(ref.losses.back(), ref.losses.front()) << "the reference learns";
@@ -48,7 +47,7 @@ void golden(const std::string &model, const std::string &optimizer, bool sequenc
     expectSame(ref, train(model, dp, tp, full, optimizer), name, tol);
     expectSame(ref, train(model, dp, tp, full / 2, optimizer),
                name + " with 2 microbatches", tol);
-    if (tp > 1 && sequenceParallel) { // Megatron's sequence parallelism on top
+    if (tp > 1) { // Megatron's sequence parallelism on top
       expectSame(ref, train(model, dp, tp, full, optimizer, false, true),
                  name + " sequence-parallel", tol);
       expectSame(ref, train(model, dp, tp, full / 2, optimizer, false, true),
@@ -80,9 +79,11 @@ TEST(Parallel, TinyPhiAdamW) { golden("tiny-phi", "adamw"); }
 // The mixtures of experts: every token's experts whatever the rank holds its
 // tokens (dp: each rank routes its own, its group sizes its own; the expert
 // gradients reduced over dp), the experts whole on every tp rank (Qwen2-MoE's
-// shared expert split as an MLP and gated after its all-reduce).
-TEST(Parallel, TinyMixtralSGD) { golden("tiny-mixtral", "sgd", /*sequenceParallel=*/false); }
-TEST(Parallel, TinyQwen2MoeAdamW) { golden("tiny-qwen2-moe", "adamw", /*sequenceParallel=*/false); }
+// shared expert split as an MLP and gated after its all-reduce), and under
+// sequence parallelism on each tp rank's own slice of the tokens (the experts'
+// gradients then summed over tp).
+TEST(Parallel, TinyMixtralSGD) { golden("tiny-mixtral", "sgd"); }
+TEST(Parallel, TinyQwen2MoeAdamW) { golden("tiny-qwen2-moe", "adamw"); }
 
 // Expert parallelism: the experts split over ep ranks drawn from dp (each
 // rank's tokens' rows exchanged with all_to_all_v), with expert replicas
@@ -90,17 +91,21 @@ TEST(Parallel, TinyQwen2MoeAdamW) { golden("tiny-qwen2-moe", "adamw", /*sequence
 // with gradient accumulation, reproduce the single-device run. Qwen2-MoE's
 // 8 experts at ep = 4 give each rank 2, fewer than its top-3. Under ZeRO the
 // experts' blocks are over edp (dp = 4, ep = 2) or none (ep = dp), the rest
-// over dp.
+// over dp; under sequence parallelism each tp rank dispatches its own slice
+// of the tokens over its ep group.
 TEST(Parallel, ExpertParallel) {
   struct Case {
     const char *model, *optimizer;
     int64_t dp, tp, ep, zero = 0;
+    bool sequenceParallel = false;
   };
-  for (const Case &c : {Case{"tiny-mixtral", "sgd", 2, 1, 2}, Case{"tiny-mixtral", "sgd", 4, 1, 2},
-                        Case{"tiny-mixtral", "sgd", 4, 1, 4}, Case{"tiny-mixtral", "sgd", 2, 2, 2},
-                        Case{"tiny-qwen2-moe", "adamw", 4, 1, 4}, Case{"tiny-qwen2-moe", "adamw", 2, 2, 2},
-                        Case{"tiny-mixtral", "adamw", 4, 1, 2, 1}, Case{"tiny-qwen2-moe", "adamw", 4, 1, 2, 2},
-                        Case{"tiny-mixtral", "sgd", 4, 1, 4, 3}, Case{"tiny-qwen2-moe", "adamw", 2, 2, 2, 3}}) {
+  for (const Case &c :
+       {Case{"tiny-mixtral", "sgd", 2, 1, 2}, Case{"tiny-mixtral", "sgd", 4, 1, 2},
+        Case{"tiny-mixtral", "sgd", 4, 1, 4}, Case{"tiny-mixtral", "sgd", 2, 2, 2},
+        Case{"tiny-qwen2-moe", "adamw", 4, 1, 4}, Case{"tiny-qwen2-moe", "adamw", 2, 2, 2},
+        Case{"tiny-mixtral", "adamw", 4, 1, 2, 1}, Case{"tiny-qwen2-moe", "adamw", 4, 1, 2, 2},
+        Case{"tiny-mixtral", "sgd", 4, 1, 4, 3}, Case{"tiny-qwen2-moe", "adamw", 2, 2, 2, 3},
+        Case{"tiny-qwen2-moe", "adamw", 2, 2, 2, 1, true}, Case{"tiny-mixtral", "sgd", 2, 2, 2, 0, true}}) {
     Tolerance tol = test::goldenTolerance(c.optimizer);
     Trained ref = train(c.model, 1, 1, 8, c.optimizer);
     for (int64_t microBatch : {8 / c.dp, 4 / c.dp}) {
@@ -111,8 +116,10 @@ TEST(Parallel, ExpertParallel) {
       opt.mesh.tp = c.tp;
       opt.mesh.ep = c.ep;
       opt.zero = c.zero;
+      opt.sequenceParallel = c.sequenceParallel;
       std::string tag = "dp" + std::to_string(c.dp) + "-tp" + std::to_string(c.tp) + "-ep" + std::to_string(c.ep) +
-                        "-z" + std::to_string(c.zero) + "-mb" + std::to_string(microBatch) + c.optimizer;
+                        "-z" + std::to_string(c.zero) + (c.sequenceParallel ? "-sp" : "") + "-mb" +
+                        std::to_string(microBatch) + c.optimizer;
       expectSame(ref, test::trainPlan(c.model, opt, microBatch, tag), std::string(c.model) + " " + tag, tol);
     }
   }

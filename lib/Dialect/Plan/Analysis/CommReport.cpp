@@ -174,7 +174,13 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
     if (auto nkv = model.getAs<IntegerAttr>("num_kv_heads"))
       f.numKvHeads = nkv.getInt();
   }
-  m.walk([&](ParamOp p) { f.kvBias |= p.getName().ends_with("self_attn.k_proj.bias"); });
+  bool experts = false, shared = false;
+  m.walk([&](ParamOp p) {
+    f.kvBias |= p.getName().ends_with("self_attn.k_proj.bias");
+    experts |= p.getName().contains(".experts.{e}.");
+    shared |= p.getName().contains(".shared_expert.");
+  });
+  f.splitMlps = experts && !shared ? 0 : 1;
   return f;
 }
 
@@ -320,14 +326,19 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
   }
   if (e.stage >= 0) // per-stage layer counts: payloads only
     L = -1;
+  // Per layer: attention's, and the MLP's where tp splits one (a mixture of
+  // experts without a shared expert has none).
+  const int64_t perLayer = 1 + f.splitMlps;
+  const std::string layers = std::to_string(perLayer) + " per layer";
   if (e.origin == CollectiveOrigin::RowParallel) // full recomputation repeats the forward's
-    return {"b·s·h·" + el + ", 2 per layer per microbatch (attention and MLP outputs)" +
+    return {"b·s·h·" + el + ", " + layers + " per microbatch (" +
+                (f.splitMlps ? "attention and MLP outputs" : "attention outputs; the experts are not split") + ")" +
                 (f.fullRecompute ? std::string(", twice (full recompute)") : std::string()),
-            bsh, L < 0 ? -1 : 2 * L * M * (f.fullRecompute ? 2 : 1)};
+            bsh, L < 0 ? -1 : perLayer * L * M * (f.fullRecompute ? 2 : 1)};
   if (e.origin == CollectiveOrigin::ColumnParallel)
-    return {f.vocabParallel ? "b·s·h·" + el + ", 2 per layer + the LM head, per microbatch (input gradients)"
-                            : "b·s·h·" + el + ", 2 per layer per microbatch (input gradients)",
-            bsh, L < 0 ? -1 : (2 * L + (f.vocabParallel ? 1 : 0)) * M};
+    return {f.vocabParallel ? "b·s·h·" + el + ", " + layers + " + the LM head, per microbatch (input gradients)"
+                            : "b·s·h·" + el + ", " + layers + " per microbatch (input gradients)",
+            bsh, L < 0 ? -1 : (perLayer * L + (f.vocabParallel ? 1 : 0)) * M};
   if (e.origin == CollectiveOrigin::VocabParallelEmbedding)
     return {"b·s·h·" + el + ", once per microbatch", bsh, M};
   return {};

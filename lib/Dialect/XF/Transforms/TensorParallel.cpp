@@ -34,15 +34,33 @@ using llcdist::xf::detail::rank;
 using llcdist::xf::detail::TP;
 
 namespace {
-/// Ops of the sequence-parallel region (Korthikanti et al.): they run on a
-/// slice of the sequence when their activations are split on it
-/// (TensorParallelOpInterface::runsOnSequenceSlice).
-bool isSequenceRegion(Operation *op) {
-  auto rule = dyn_cast<TensorParallelOpInterface>(op);
-  return rule && rule.runsOnSequenceSlice();
+/// The mixture-of-experts ops that run whole on every tp rank without
+/// sequence parallelism (TensorParallelPropagation::replicatedOnly).
+bool isExpertOp(Operation *op) {
+  return isa<MoeRouteOp, MoeRouteGradOp, MoePermuteOp, MoeUnpermuteOp, MoeUnpermuteGradOp, GroupedLinearOp,
+             GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp>(op);
 }
-
 } // namespace
+
+bool TensorParallelPropagation::onSequenceSlice(Operation *op) const {
+  // The sequence-parallel region (Korthikanti et al.).
+  auto rule = dyn_cast<TensorParallelOpInterface>(op);
+  if (rule && rule.runsOnSequenceSlice())
+    return true;
+  if (!sp)
+    return false;
+  auto seq = [&](Value v) { return of(v).kind == TP::Seq; };
+  auto replicated = [&](Value v) { return of(v).kind == TP::R; };
+  if (isExpertOp(op))
+    return true;
+  if (auto l = dyn_cast<LinearOp>(op))
+    return replicated(l.getWeight()) && seq(l.getInput());
+  if (auto g = dyn_cast<LinearGradInputOp>(op))
+    return replicated(g.getWeight()) && seq(g.getDy());
+  if (auto g = dyn_cast<LinearGradWeightOp>(op))
+    return seq(g.getDy()) && seq(g.getInput());
+  return op->hasTrait<OpTrait::Elementwise>() && op->getNumOperands() > 0 && llvm::all_of(op->getOperands(), seq);
+}
 
 LogicalResult TensorParallelPropagation::run() {
   func::FuncOp entry = getEntryFunction(module);
@@ -165,17 +183,78 @@ void TensorParallelPropagation::markVocabParallel(Operation *op) {
   op->setAttr("xf.vocab_parallel_axis", StringAttr::get(op->getContext(), "tp"));
 }
 
+bool TensorParallelPropagation::deferWholeOperand(AddOp add) {
+  Value lhs = add.getLhs(), rhs = add.getRhs();
+  const bool lhsPartial = of(lhs).kind == TP::Partial;
+  if (lhsPartial == (of(rhs).kind == TP::Partial))
+    return false;
+  Value part = lhsPartial ? lhs : rhs, whole = lhsPartial ? rhs : lhs;
+  TP w = of(whole);
+  if ((w.kind != TP::R && w.kind != TP::Seq) || deferredWhole.count(part) || !part.hasOneUse() ||
+      !add.getResult().hasOneUse() || !isa<AddOp>(*add.getResult().user_begin()))
+    return false;
+  partial(add.getResult(), partialReason.lookup(part));
+  deferredWhole[add.getResult()] = whole;
+  return true;
+}
+
+bool TensorParallelPropagation::extendDeferredSum(AddOp add) {
+  Value lhs = add.getLhs(), rhs = add.getRhs();
+  const bool lhsDeferred = deferredWhole.count(lhs);
+  Value sum = lhsDeferred ? lhs : rhs, other = lhsDeferred ? rhs : lhs;
+  auto prev = sum.getDefiningOp<AddOp>();
+  if (!deferredWhole.count(sum) || deferredWhole.count(other) || of(other).kind != TP::Partial || !other.hasOneUse() ||
+      !prev)
+    return false;
+  // prev = whole + part: part + other first, the whole after.
+  Value whole = deferredWhole.lookup(sum);
+  Value part = prev.getLhs() == whole ? prev.getRhs() : prev.getLhs();
+  OpBuilder b(add);
+  auto partials = AddOp::create(b, add.getLoc(), part, other);
+  partial(partials.getResult(), partialReason.lookup(sum));
+  add->setOperands({whole, partials.getResult()});
+  deferredWhole.erase(sum);
+  state.erase(sum);
+  partialReason.erase(sum);
+  prev.erase();
+  partial(add.getResult(), partialReason.lookup(sum));
+  if (add.getResult().hasOneUse() && isa<AddOp>(*add.getResult().user_begin()))
+    deferredWhole[add.getResult()] = whole;
+  else
+    finishDeferredSum(add.getResult());
+  return true;
+}
+
+void TensorParallelPropagation::finishDeferredSum(Value sum) {
+  auto add = sum.getDefiningOp<AddOp>();
+  Value whole = deferredWhole.lookup(sum);
+  deferredWhole.erase(sum);
+  Value part = add.getLhs() == whole ? add.getRhs() : add.getLhs();
+  // Reduced as the whole operand is split: over the sequence, or whole.
+  if (of(whole).kind == TP::Seq)
+    reduceScatter(part);
+  else
+    allReduce(part, part.getDefiningOp(), partialReason.lookup(part));
+  state[sum] = of(whole);
+  partialReason.erase(sum);
+}
+
 void TensorParallelPropagation::reducePartialOperands(Operation *op) {
+  for (Value v : llvm::to_vector(op->getOperands()))
+    if (deferredWhole.count(v) && !(isa<AddOp>(op) && extendDeferredSum(cast<AddOp>(op))))
+      finishDeferredSum(v);
   bool sumOfPartials =
       isa<AddOp>(op) && llvm::all_of(op->getOperands(), [&](Value v) { return of(v).kind == TP::Partial; });
   if (sumOfPartials || isa<AllReduceOp, ReduceScatterOp>(op) || (sp && isa<AccumulateGradOp>(op)))
+    return;
+  if (auto add = dyn_cast<AddOp>(op); add && deferWholeOperand(add))
     return;
   for (Value v : llvm::to_vector(op->getOperands())) {
     if (of(v).kind != TP::Partial)
       continue;
     // With sequence parallelism an activation entering the sequence region
     // is reduce-scattered along the sequence instead of all-reduced.
-    if (sp && isSequenceRegion(op) && rank(v) == 3)
+    if (sp && onSequenceSlice(op) && rank(v) == 3)
       reduceScatter(v);
     else
       allReduce(v, v.getDefiningOp(), partialReason.lookup(v));
@@ -183,7 +262,7 @@ void TensorParallelPropagation::reducePartialOperands(Operation *op) {
 }
 
 void TensorParallelPropagation::gatherSequenceOperands(Operation *op) {
-  if (!sp || isSequenceRegion(op) || isa<AllGatherOp, ReduceScatterOp, AllReduceOp>(op))
+  if (!sp || onSequenceSlice(op) || isa<AllGatherOp, ReduceScatterOp, AllReduceOp>(op))
     return;
   for (OpOperand &use : op->getOpOperands()) {
     Value v = use.get();

@@ -130,9 +130,39 @@ private:
   /// Megatron); any other consumer gets it all-reduced first, once.
   void reducePartialOperands(Operation *op);
 
+  /// A whole value plus a partial sum whose only use is another add (Qwen2-
+  /// MoE's backward: the shared-expert gate's replicated input gradient,
+  /// then its up and gate projections' partial ones): the whole value joins
+  /// after the reduction, so the partial sums add up first and reduce once.
+  /// `add` = whole + partial, each of one use; false when it is not so.
+  bool deferWholeOperand(AddOp add);
+  /// The next add of a deferred sum: a partial sum joins the partial part
+  /// (a new add before `add`), the whole part stays deferred; false when
+  /// `add` is not such a sum.
+  bool extendDeferredSum(AddOp add);
+  /// A deferred sum's consumer needs it: the partial part reduced (all-
+  /// reduced, or reduce-scattered where the whole part is split on the
+  /// sequence), then the whole part added.
+  void finishDeferredSum(Value sum);
+
   /// A sequence-split operand of an op that needs the whole sequence is
   /// all-gathered (once per value; the sequence region keeps the slice).
   void gatherSequenceOperands(Operation *op);
+
+  /// The op runs on the rank's slice of the sequence: the sequence region
+  /// (TensorParallelOpInterface::runsOnSequenceSlice) and, under sequence
+  /// parallelism, the mixture of experts on each rank's own tokens (as
+  /// under dp): its ops, a linear with a replicated weight reading the
+  /// slice (the router, Qwen2-MoE's shared-expert gate) and its gradients,
+  /// and an elementwise op of sequence-split operands (the SwiGLU between
+  /// the experts' GEMMs).
+  bool onSequenceSlice(Operation *op) const;
+
+  /// Sequence parallelism's mixture of experts: every operand split on the
+  /// sequence (or replicated: the weights, the group sizes), the token and
+  /// row results split alike, the experts' weight gradients partial sums
+  /// over tp (finishSequenceParallel sums them).
+  LogicalResult expertsOnSequenceSlice(Operation *op);
 
   void reduceScatter(Value v);
 
@@ -184,6 +214,8 @@ private:
   llvm::StringMap<TP> params;
   llvm::DenseMap<Value, TP> state;
   llvm::DenseMap<Value, PartialSum> partialReason;
+  /// Deferred sums (deferWholeOperand): the add's result, its whole operand.
+  llvm::DenseMap<Value, Value> deferredWhole;
   llvm::DenseMap<Value, Value> gathered;
   llvm::StringSet<> tpPartialGrads;
   llvm::StringSet<> kvReplicaGrads; ///< replicated kv projections, by name

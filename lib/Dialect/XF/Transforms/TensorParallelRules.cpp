@@ -66,6 +66,10 @@ template <> LogicalResult TensorParallelPropagation::rule<LinearOp>(Operation *o
   TP x = of(lin.getInput()), w = of(lin.getWeight());
   bool outIn = lin.getLayout() == WeightLayout::OutIn;
   if (w.kind == TP::R) { // replicated: nothing to split
+    if (x.kind == TP::Seq) { // on the rank's tokens (onSequenceSlice: a router)
+      state[lin.getResult()] = x;
+      return success();
+    }
     if (x.kind != TP::R)
       return mismatch(lin);
     return success();
@@ -132,6 +136,8 @@ template <> LogicalResult TensorParallelPropagation::rule<RopeGradOp>(Operation 
 
 template <> LogicalResult TensorParallelPropagation::rule<AddOp>(Operation *op) {
   auto a = cast<AddOp>(op);
+  if (deferredWhole.count(a.getResult())) // a partial sum whose whole operand joins after its reduction
+    return success();
   TP l = of(a.getLhs()), r = of(a.getRhs());
   if (l.kind == TP::Partial && r.kind == TP::Partial) {
     partial(a.getResult(), partialReason.lookup(a.getLhs()));
@@ -311,6 +317,10 @@ template <> LogicalResult TensorParallelPropagation::rule<LinearGradWeightOp>(Op
   bool outIn = g.getLayout() == WeightLayout::OutIn;
   if (dy.kind == TP::R && x.kind == TP::R)
     return success();
+  if (dy.kind == TP::Seq && x.kind == TP::Seq) { // a replicated weight on the rank's tokens (a router)
+    partial(g.getResult(), "sequence parallelism", CollectiveOrigin::SequenceParallel);
+    return success();
+  }
   if (dy.kind == TP::Split && x.kind == TP::R) // column / vocab
     state[g.getResult()] = TP::split(outIn ? 0 : 1, dy.blocks, dy.replicas);
   else if (dy.kind == TP::R && x.kind == TP::Split) // row
@@ -326,6 +336,10 @@ template <> LogicalResult TensorParallelPropagation::rule<LinearGradInputOp>(Ope
   bool outIn = g.getLayout() == WeightLayout::OutIn;
   if (dy.kind == TP::R && w.kind == TP::R)
     return success();
+  if (dy.kind == TP::Seq && w.kind == TP::R) { // a replicated weight on the rank's tokens (a router)
+    state[g.getResult()] = dy;
+    return success();
+  }
   if (dy.kind == TP::R && w == TP::split(outIn ? 1 : 0)) { // row
     state[g.getResult()] = TP::split(lastDimOf(g.getResult()));
     return success();
@@ -345,12 +359,44 @@ template <> LogicalResult TensorParallelPropagation::rule<LinearGradInputOp>(Ope
 
 // The mixture of experts runs whole on every tp rank (tensor parallelism
 // splits attention and the dense MLPs only). A partial sum reaching it is
-// reduced first, like any consumer's.
+// reduced first, like any consumer's. Under sequence parallelism it runs on
+// each rank's own tokens instead (expertsOnSequenceSlice).
 LogicalResult TensorParallelPropagation::replicatedOnly(Operation *op) {
+  if (sp)
+    return expertsOnSequenceSlice(op);
   for (Value v : op->getOperands())
     if (of(v).kind != TP::R)
       return op->emitOpError("llcdist-partition: the mixture-of-experts layer runs whole on every tp rank, so its "
-                             "operands must be replicated over tp (sequence parallelism does not reach into it yet)");
+                             "operands must be replicated over tp");
+  return success();
+}
+
+LogicalResult TensorParallelPropagation::expertsOnSequenceSlice(Operation *op) {
+  // Both count a microbatch's tokens, which each rank now holds 1/tp of.
+  if (auto r = dyn_cast<MoeRouteOp>(op); r && r.getAuxLossCoef())
+    return op->emitOpError("llcdist-partition: the load-balancing loss (output_router_logits) counts the routes of "
+                           "a microbatch's tokens, which sequence parallelism splits over tp; compile without "
+                           "--sequence-parallel, or with output_router_logits false");
+  if (auto p = dyn_cast<MoePermuteOp>(op); p && p.getCapacity())
+    return op->emitOpError("llcdist-partition: --moe-capacity-factor bounds each expert's rows of a rank's tokens, "
+                           "which sequence parallelism splits over tp (a different drop policy); compile without "
+                           "--sequence-parallel or without a capacity factor");
+  bool tokens = false;
+  for (Value v : op->getOperands()) {
+    TP s = of(v);
+    tokens |= s.kind == TP::Seq;
+    if (s.kind != TP::Seq && s.kind != TP::R)
+      return mismatch(op);
+  }
+  if (!tokens)
+    return mismatch(op);
+  for (Value r : op->getResults()) {
+    if (isa<GroupedLinearGradWeightOp>(op)) // summed over this rank's tokens only
+      partial(r, "sequence parallelism", CollectiveOrigin::SequenceParallel);
+    else if (detail::rank(r) >= 2) // [batch, sequence, ...] tokens or [rows, ...] expert rows
+      state[r] = TP::seq(detail::rank(r) == 3 ? 1 : 0);
+    // (rank 1: the group sizes, each rank's own, as under dp)
+  }
   return success();
 }
 

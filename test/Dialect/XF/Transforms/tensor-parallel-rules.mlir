@@ -8,7 +8,8 @@
 // they are (16 intermediate features, 8 per rank). xf.linear's rule makes the
 // down projection's output a partial sum, all-reduced before the residual add
 // (xf.add's rule); in the backward, the gate and up input gradients are
-// partial sums, all-reduced where they join the residual's replicated one.
+// partial sums: the residual's replicated gradient, added to the first of
+// them, waits until they are summed and all-reduced once (deferWholeOperand).
 
 // CHECK-LABEL: func.func @train_step
 // CHECK: xf.param "gate" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 16, 8>}} : tensor<8x8xf32>
@@ -18,8 +19,11 @@
 // CHECK-NEXT: xf.add %{{.+}}, %[[R]] : tensor<2x4x8xf32>
 // CHECK: xf.swiglu_grad {{.+}} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>)
 // CHECK: %[[DU:.+]] = xf.linear_grad_input out_in %dup
-// CHECK-NEXT: %[[RU:.+]] = xf.all_reduce %[[DU]] {axis = "tp", origin = "column_parallel"
+// CHECK: %[[DG:.+]] = xf.linear_grad_input out_in %dgate
+// CHECK-NEXT: %[[SUM:.+]] = xf.add %[[DU]], %[[DG]] : tensor<2x4x8xf32>
+// CHECK-NEXT: %[[RU:.+]] = xf.all_reduce %[[SUM]] {axis = "tp", origin = "column_parallel"
 // CHECK-NEXT: xf.add %{{.+}}, %[[RU]] : tensor<2x4x8xf32>
+// CHECK-NOT: xf.all_reduce {{.*}}origin = "column_parallel"
 module attributes {xf.model = {microbatches = 1 : i64}} {
   shard.grid @mesh(shape = 1x2x1)
   func.func @forward(%ids: tensor<2x4xi32>, %t: tensor<2x4xi32>) -> tensor<f32> attributes {xf.entry} {

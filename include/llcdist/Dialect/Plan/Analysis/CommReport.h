@@ -54,6 +54,10 @@ struct CommFacts {
   /// From xf.model: query and kv heads (0: not given).
   int64_t numHeads = 0, numKvHeads = 0;
   bool kvBias = false; ///< the k and v projections have biases
+  /// The MLP's tp-split linears per layer: 1 (a dense MLP, or Qwen2-MoE's
+  /// shared expert), 0 where only experts remain (Mixtral: they run whole
+  /// on every tp rank, or on each rank's tokens under SP).
+  int64_t splitMlps = 1;
 };
 
 /// Which link a collective's group uses, and the ring time at its bandwidth.

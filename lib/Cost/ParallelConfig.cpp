@@ -83,9 +83,17 @@ std::optional<std::string> checkContextParallel(const Workload &w, const Paralle
     return std::nullopt;
   const ModelConfig &m = w.model;
   auto why = [](const std::string &s) { return std::optional<std::string>(s); };
-  if (m.moe) // ContextParallel.cpp
-    return why("context parallelism does not reach into a mixture-of-experts layer yet (issue #34); compile this "
-               "model without cp");
+  // A mixture of experts routes each cp rank's own tokens (ContextParallel.cpp), not with what counts a
+  // microbatch's, nor with ep (AttachMesh.cpp).
+  if (m.moe && c.ep > 1)
+    return why("ep=" + std::to_string(c.ep) + " with cp=" + std::to_string(c.cp) +
+               ": expert parallelism does not combine with context parallelism yet");
+  if (m.moe && m.moe->auxLossCoef > 0)
+    return why("the load-balancing loss (output_router_logits) counts a microbatch's tokens, which context "
+               "parallelism splits over cp");
+  if (m.moe && w.moeCapacityFactor > 0)
+    return why("a capacity factor bounds each expert's rows of a rank's tokens, which context parallelism splits "
+               "over cp");
   if (c.cpImpl == "ring") {
     if (w.seqLen % (2 * c.cp))
       return why("the ring's 2*cp load-balanced chunks do not divide the sequence");

@@ -165,7 +165,7 @@ std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOp
                  ": expert-parallel ranks are drawn from the data-parallel group");
     if (o.cp && *o.cp > 1)
       return why(ep + " and cp=" + std::to_string(*o.cp) +
-                 ": context parallelism does not reach into a mixture-of-experts layer yet");
+                 ": expert parallelism does not combine with context parallelism yet");
   }
   if (o.sequenceParallel && *o.sequenceParallel && tpOne)
     return why("--fix sp=on needs tp > 1, but tp is 1");

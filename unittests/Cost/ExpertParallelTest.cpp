@@ -118,10 +118,17 @@ TEST(ExpertParallel, ConfigIsCheckedAsTheCompilerDoes) {
   Workload capped = mixtral;
   capped.moeCapacityFactor = 1.0;
   EXPECT_NE(why(capped, sp).find("sequence parallelism"), std::string::npos) << why(capped, sp);
-  // The compiler's context parallelism does not reach into an MoE layer.
+  // Context parallelism routes each cp rank's own tokens: not with ep, the
+  // loss or a capacity factor.
   ParallelConfig cp = config(4, 1);
   cp.cp = 2;
-  EXPECT_NE(why(workload("mixtral-8x7b", 256, 32768), cp).find("mixture-of-experts"), std::string::npos);
+  Workload longer = workload("mixtral-8x7b", 256, 32768);
+  EXPECT_EQ(why(longer, cp), "(accepted)");
+  cp.ep = 2;
+  EXPECT_NE(why(longer, cp).find("does not combine with context parallelism"), std::string::npos) << why(longer, cp);
+  cp.ep = 1;
+  longer.model.moe->auxLossCoef = 0.02;
+  EXPECT_NE(why(longer, cp).find("context parallelism splits"), std::string::npos) << why(longer, cp);
 }
 
 TEST(ExpertParallel, MemoryDividesTheExpertsOnly) {

@@ -221,6 +221,16 @@ TEST(ContextParallelRing, TinyPhiSGD) {
 TEST(ContextParallelRing, TinyGemmaSGD) {
   golden("tiny-gemma", "sgd", {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2), CpCase::of(4)});
 }
+/// The mixtures of experts: each cp rank routes its own slice of the tokens
+/// (the ring's load-balanced chunks, all-to-all's contiguous ones), its
+/// permuted rows and group sizes its own; with dp and tp under SP.
+TEST(ContextParallelRing, TinyMixtralSGD) {
+  golden("tiny-mixtral", "sgd",
+         {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2), CpCase::of(2).withDp(2).withMicroBatch(4)});
+}
+TEST(ContextParallelRing, TinyQwen2MoeAdamW) {
+  golden("tiny-qwen2-moe", "adamw", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
+}
 
 /// bf16 (mixed precision): cp reorders the weight-gradient sums (each rank's
 /// tokens, then the sum over cp, with a bf16 rounding per partial sum) and the

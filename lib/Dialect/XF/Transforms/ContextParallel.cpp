@@ -122,11 +122,8 @@ private:
       return success(); // parameters and what is computed from them only
     if (failed(positions(op)))
       return failure();
-    // The permuted rows [B·S·k, H] flatten the batch and the sequence: a cp
-    // slice of them is not a slice of either dimension.
-    if (isa<MoePermuteOp>(op))
-      return op->emitOpError("llcdist-partition: context parallelism does not reach into a mixture-of-experts "
-                             "layer yet (issue #34); compile this model without cp");
+    if (isa<MoeRouteOp, MoePermuteOp, MoeUnpermuteOp>(op))
+      return visitExperts(op);
     if (isa<AddPositionEmbeddingGradOp>(op)) { // this rank's rows of the table only
       state[op->getResult(0)] = {CP::Partial};
       return success();
@@ -151,6 +148,35 @@ private:
         state[r] = CP::seq(rows->resultDims[i]);
       }
     }
+    return success();
+  }
+
+  /// The mixture of experts on each rank's own slice of the tokens, as under
+  /// dp: the permuted rows [B·S·k, H] are this rank's tokens' rows (split on
+  /// their first dimension like a batch), the group sizes its own; the
+  /// grouped GEMMs and the rest follow their loop nests (a weight gradient
+  /// sums the rank's rows: a partial sum over cp). The load-balancing loss
+  /// and a capacity factor count a microbatch's tokens: refused.
+  LogicalResult visitExperts(Operation *op) {
+    if (auto r = dyn_cast<MoeRouteOp>(op)) {
+      if (r.getAuxLossCoef())
+        return op->emitOpError("llcdist-partition: the load-balancing loss (output_router_logits) counts the routes "
+                               "of a microbatch's tokens, which context parallelism splits over cp; compile without "
+                               "cp, or with output_router_logits false");
+      state[r.getWeights()] = state[r.getExperts()] = of(r.getLogits());
+      return success();
+    }
+    if (auto p = dyn_cast<MoePermuteOp>(op)) {
+      if (p.getCapacity())
+        return op->emitOpError("llcdist-partition: --moe-capacity-factor bounds each expert's rows of a rank's "
+                               "tokens, which context parallelism splits over cp (a different drop policy); compile "
+                               "without cp or without a capacity factor");
+      state[p.getResult()] = CP::seq(0);
+      state[p.getSlots()] = of(p.getExperts());
+      return success();
+    }
+    auto u = cast<MoeUnpermuteOp>(op); // rows back to the rank's tokens
+    state[u.getResult()] = of(u.getSlots());
     return success();
   }
 

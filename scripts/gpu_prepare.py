@@ -78,6 +78,10 @@ GOLDEN = [
     ("mixtral-dp4-ep2-zero1", "tiny-mixtral", "--mesh dp=4,ep=2 --zero 1 --seq-len 64 --global-batch 4"),
     ("mixtral-dp2-ep2-capacity", "tiny-mixtral",
      "--mesh dp=2,ep=2 --moe-capacity-factor 0.5 --seq-len 64 --global-batch 4"),
+    # The experts on each rank's own slice of the tokens: sequence parallelism (Qwen2-MoE, its shared
+    # expert reduce-scattered) and context parallelism's ring (Mixtral).
+    ("qwen2-moe-tp2-sp", "tiny-qwen2-moe", "--mesh tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
+    ("mixtral-cp2-ring", "tiny-mixtral", "--mesh cp=2 --seq-len 64 --global-batch 4"),
 ]
 GOLDEN_STEPS = 3
 # The PyTorch comparison's plans: one rank, 2 microbatches of 4 x 64 tokens, AdamW with decay on

@@ -163,7 +163,9 @@ private:
         return op->emitOpError("llcdist-partition: the load-balancing loss (output_router_logits) counts the routes "
                                "of a microbatch's tokens, which context parallelism splits over cp; compile without "
                                "cp, or with output_router_logits false");
-      state[r.getWeights()] = state[r.getExperts()] = of(r.getLogits());
+      const CP tokens = of(r.getLogits());
+      state[r.getWeights()] = tokens;
+      state[r.getExperts()] = tokens;
       return success();
     }
     if (auto p = dyn_cast<MoePermuteOp>(op)) {

@@ -209,15 +209,16 @@ bool TensorParallelPropagation::extendDeferredSum(AddOp add) {
   // prev = whole + part: part + other first, the whole after.
   Value whole = deferredWhole.lookup(sum);
   Value part = prev.getLhs() == whole ? prev.getRhs() : prev.getLhs();
+  const PartialSum why = partialReason.lookup(sum);
   OpBuilder b(add);
   auto partials = AddOp::create(b, add.getLoc(), part, other);
-  partial(partials.getResult(), partialReason.lookup(sum));
+  partial(partials.getResult(), why);
   add->setOperands({whole, partials.getResult()});
   deferredWhole.erase(sum);
   state.erase(sum);
   partialReason.erase(sum);
   prev.erase();
-  partial(add.getResult(), partialReason.lookup(sum));
+  partial(add.getResult(), why);
   if (add.getResult().hasOneUse() && isa<AddOp>(*add.getResult().user_begin()))
     deferredWhole[add.getResult()] = whole;
   else

@@ -96,6 +96,8 @@ PLANS = [
     ("mixtral-dp2", "tiny-mixtral.json", 1, ["--mesh", "dp=2"]),
     ("mixtral-dp2-ep2", "tiny-mixtral.json", 1, ["--mesh", "dp=2,ep=2"]),
     ("mixtral-capacity", "tiny-mixtral.json", 1, ["--moe-capacity-factor", "0.5"]),
+    ("mixtral-dp4-ep2-zero1", "tiny-mixtral.json", 1, ["--mesh", "dp=4,ep=2", "--zero", "1", "--global-batch", "4"]),
+    ("qwen2-moe-tp2-sp", "tiny-qwen2-moe.json", 1, ["--mesh", "tp=2", "--sequence-parallel"]),
 ]
 
 
@@ -129,7 +131,7 @@ XF_SEEDS = [("tiny-gpt2", "dp=1,tp=1,pp=1"), ("tiny-llama", "dp=1,tp=1,pp=1"),
             ("tiny-gpt2", "dp=2,tp=1,pp=1"), ("tiny-llama", "dp=1,tp=2,pp=1"),
             ("tiny-llama", "dp=1,tp=1,pp=2"), ("tiny-gpt2", "dp=1,tp=2,pp=2"),
             ("tiny-llama", "dp=1,tp=1,pp=1,cp=2"), ("tiny-qwen2-moe", "dp=1,tp=1,pp=1"),
-            ("tiny-mixtral", "dp=2,tp=1,pp=1,ep=2")]
+            ("tiny-mixtral", "dp=2,tp=1,pp=1,ep=2"), ("tiny-mixtral", "dp=1,tp=1,pp=1,cp=2")]
 
 
 def xf_seeds(llc_dist):

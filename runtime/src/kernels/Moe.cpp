@@ -217,27 +217,30 @@ Status moeUnpermuteBackward(const float* dy, const float* xp, const int32_t* slo
   return Status::ok();
 }
 
-void groupedLinearForward(const float* x, const float* w, const int32_t* groupSizes, float* y, const MoeParams& p) {
+namespace {
+// Each expert's rows times its [O, K] weight, one GEMM per group: the forward x·Wᵀ ([rows, K] to
+// [rows, O]) or the input gradient dy·W ([rows, O] to [rows, K]); the rows past the groups are zero.
+void groupedRowsTimesWeight(const float* in, const float* w, const int32_t* groupSizes, float* out, const MoeParams& p,
+                            bool forward) {
+  const int64_t inWidth = forward ? p.K : p.O, outWidth = forward ? p.O : p.K;
   const std::vector<Group> g = groups(groupSizes, p.E, p.N);
   for (int64_t e = 0; e < p.E; ++e) {
     const Group& r = g[size_t(e)];
     if (r.rows == 0) continue;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r.rows, p.O, p.K, 1.0f, x + r.off * p.K, p.K,
-                w + e * p.O * p.K, p.K, 0.0f, y + r.off * p.O, p.O);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, forward ? CblasTrans : CblasNoTrans, r.rows, outWidth, inWidth, 1.0f,
+                in + r.off * inWidth, inWidth, w + e * p.O * p.K, p.K, 0.0f, out + r.off * outWidth, outWidth);
   }
-  std::fill(y + groupedRows(g) * p.O, y + p.N * p.O, 0.0f);
+  std::fill(out + groupedRows(g) * outWidth, out + p.N * outWidth, 0.0f);
+}
+}  // namespace
+
+void groupedLinearForward(const float* x, const float* w, const int32_t* groupSizes, float* y, const MoeParams& p) {
+  groupedRowsTimesWeight(x, w, groupSizes, y, p, /*forward=*/true);
 }
 
 void groupedLinearBackwardInput(const float* dy, const float* w, const int32_t* groupSizes, float* dx,
                                 const MoeParams& p) {
-  const std::vector<Group> g = groups(groupSizes, p.E, p.N);
-  for (int64_t e = 0; e < p.E; ++e) {
-    const Group& r = g[size_t(e)];
-    if (r.rows == 0) continue;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r.rows, p.K, p.O, 1.0f, dy + r.off * p.O, p.O,
-                w + e * p.O * p.K, p.K, 0.0f, dx + r.off * p.K, p.K);
-  }
-  std::fill(dx + groupedRows(g) * p.K, dx + p.N * p.K, 0.0f);
+  groupedRowsTimesWeight(dy, w, groupSizes, dx, p, /*forward=*/false);
 }
 
 void groupedLinearBackwardWeight(const float* dy, const float* x, const int32_t* groupSizes, float* dw,

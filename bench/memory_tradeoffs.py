@@ -12,15 +12,13 @@ cores, so only their ratios within one run mean anything.
 
 usage: bench/memory_tradeoffs.py [--build build] [--steps 4] [--rounds 3] [--json OUT]
 """
-import argparse
-import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
+
+from benchlib import ROOT, llc_dist, parser, run_steps, write_results
 
 BASE = ["--seq-len", "128", "--global-batch", "8"]
 VARIANTS = [
@@ -41,17 +39,12 @@ VARIANTS = [
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default=os.path.join(root, "build"))
+    ap = parser(__doc__, "memory-tradeoffs.json")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", default=os.path.join(root, "bench", "results", "memory-tradeoffs.json"))
     args = ap.parse_args()
-    exe = os.path.join(args.build, "bin", "llc-dist")
-    if not os.path.exists(exe):
-        sys.exit(f"memory_tradeoffs.py: {exe} not found; build first (scripts/build.sh)")
-    cfg = os.path.join(root, "models", "tiny-llama.json")
+    exe = llc_dist(args.build, "memory_tradeoffs.py")
+    cfg = os.path.join(ROOT, "models", "tiny-llama.json")
     tmp = tempfile.mkdtemp(prefix="llcdist-bench-mem-")
     rows = []
     try:
@@ -61,12 +54,7 @@ def main():
             rows.append({"variant": name, "flags": " ".join(flags), "plan": plan, "ms": []})
         for _ in range(args.rounds):
             for r in rows:
-                log = r["plan"] + ".jsonl"
-                if os.path.exists(log):
-                    os.remove(log)
-                subprocess.run([exe, "run", r["plan"], "--steps", str(args.steps), "--data",
-                                "synthetic", "--log-json", log, "--quiet"], check=True)
-                recs = [json.loads(line) for line in open(log)]
+                recs = run_steps(exe, r["plan"], args.steps)
                 tps = statistics.median(x["tokens_per_s"] for x in recs[1:])  # step 0 warms up
                 r["ms"].append(1e3 * 8 * 128 / tps)
                 mem = recs[-1]["memory"]
@@ -83,15 +71,9 @@ def main():
         r["time_ratio"] = r["ms_per_step"] / base["ms_per_step"]
         print(f"{r['variant']:<36} {r['arena'] / 2**20:>10.2f} {r['measured_live_peak'] / 2**20:>9.2f} "
               f"{r['memory_ratio']:>6.2f} {r['ms_per_step']:>9.1f} {r['time_ratio']:>7.2f}")
-    out = {"benchmark": "tiny-llama, global batch 8 x 128 tokens, CPU backend, synthetic data; "
-                        "largest rank's planned arena and measured live peak; median ms/step",
-           "steps": args.steps, "rounds": args.rounds, "machine": platform.platform(),
-           "cpus": os.cpu_count(), "results": rows}
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
-    print(f"wrote {args.json}")
+    write_results(args.json, {"benchmark": "tiny-llama, global batch 8 x 128 tokens, CPU backend, synthetic data; "
+                                            "largest rank's planned arena and measured live peak; median ms/step",
+                              "steps": args.steps, "rounds": args.rounds, "results": rows})
 
 
 if __name__ == "__main__":

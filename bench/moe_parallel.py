@@ -15,15 +15,14 @@ for --rounds rounds.
 
 usage: bench/moe_parallel.py [--build build] [--rounds 5] [--steps 4] [--json OUT]
 """
-import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
+
+from benchlib import ROOT, llc_dist, parser, run_steps, write_results
 
 SHAPE = {"hidden_size": 256, "intermediate_size": 512, "num_local_experts": 8, "num_experts_per_tok": 2,
          "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
@@ -52,19 +51,14 @@ def grouped_gemm_rows(plan):
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default=os.path.join(root, "build"))
+    ap = parser(__doc__, "moe-parallel.json")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--json", default=os.path.join(root, "bench", "results", "moe-parallel.json"))
     args = ap.parse_args()
-    exe = os.path.join(args.build, "bin", "llc-dist")
-    if not os.path.exists(exe):
-        sys.exit(f"moe_parallel.py: {exe} not found; build first (scripts/build.sh)")
+    exe = llc_dist(args.build, "moe_parallel.py")
     tmp = tempfile.mkdtemp(prefix="llcdist-moe-bench-")
     try:
-        config = json.load(open(os.path.join(root, "models", "tiny-mixtral.json")))
+        config = json.load(open(os.path.join(ROOT, "models", "tiny-mixtral.json")))
         config.update(SHAPE)
         model = os.path.join(tmp, "mixtral-bench.json")
         json.dump(config, open(model, "w"), indent=2)
@@ -78,10 +72,7 @@ def main():
                          "expert_gemm_mnk": grouped_gemm_rows(plan), "ms": []})
         for _ in range(args.rounds):  # round-robin: the machine's drift hits every row alike
             for r in rows:
-                log = r["plan"] + ".jsonl"
-                subprocess.run([exe, "run", r["plan"], "--steps", str(args.steps), "--data", "synthetic",
-                                "--log-json", log, "--quiet"], check=True)
-                recs = [json.loads(l) for l in open(log)][1:]  # step 0 warms up
+                recs = run_steps(exe, r["plan"], args.steps)[1:]  # step 0 warms up
                 r["ms"] += [1e3 * GLOBAL_BATCH * SEQ / x["tokens_per_s"] for x in recs]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -94,14 +85,10 @@ def main():
         r["step_ratio"] = r["ms_per_step"] / base["ms_per_step"]
         print(f"{r['config']:<12} {r['arena_mib']:>14.2f} {r['expert_gemm_mnk']:>20,} {r['expert_gemm_ratio']:>7.2f} "
               f"{r['ms_per_step']:>9.1f} {r['step_ratio']:>7.2f}")
-    out = {"benchmark": "MoE under tp, SP, dp and ep: llc-dist run, CPU backend, fp32, 2 in-process ranks",
-           "model": SHAPE, "seq_len": SEQ, "global_batch": GLOBAL_BATCH, "rounds": args.rounds,
-           "steps": args.steps, "machine": platform.platform(), "cpus": os.cpu_count(), "results": rows}
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
-    print(f"wrote {args.json}")
+    write_results(args.json, {"benchmark": "MoE under tp, SP, dp and ep: llc-dist run, CPU backend, fp32, 2 "
+                                            "in-process ranks", "model": SHAPE, "seq_len": SEQ,
+                              "global_batch": GLOBAL_BATCH, "rounds": args.rounds, "steps": args.steps,
+                              "results": rows})
 
 
 if __name__ == "__main__":

@@ -9,37 +9,31 @@ each model's ms/step as a ratio to tiny-gpt2's, measured in the same run.
 
 usage: bench/step_time.py [--build build] [--steps 6] [--json OUT] [--skip-gpt2]
 """
-import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
+
+from benchlib import ROOT, llc_dist, parser, write_results
 
 CASES = [("tiny-gpt2", 4, 64), ("tiny-llama", 4, 64), ("gpt2", 1, 128)]
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default=os.path.join(root, "build"))
+    ap = parser(__doc__, "step-time.json")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--skip-gpt2", action="store_true", help="only the tiny models")
-    ap.add_argument("--json", default=os.path.join(root, "bench", "results", "step-time.json"))
     args = ap.parse_args()
-    exe = os.path.join(args.build, "bin", "llc-dist")
-    if not os.path.exists(exe):
-        sys.exit(f"step_time.py: {exe} not found; build first (scripts/build.sh)")
+    exe = llc_dist(args.build, "step_time.py")
     tmp = tempfile.mkdtemp(prefix="llcdist-bench-")
     rows = []
     try:
         for model, mb, seq in CASES:
             if args.skip_gpt2 and model == "gpt2":
                 continue
-            cfg = os.path.join(root, "models", model + ".json")
+            cfg = os.path.join(ROOT, "models", model + ".json")
             info = json.loads(subprocess.run(
                 [exe, "info", cfg, "--seq-len", str(seq), "--format", "json"],
                 check=True, capture_output=True, text=True).stdout)
@@ -65,14 +59,8 @@ def main():
         print(f"{r['model']:<12} {str(r['micro_batch']) + 'x' + str(r['seq_len']):>8} "
               f"{r['parameters']:>12,} {r['ms_per_step']:>10.1f} {r['tokens_per_s']:>10.0f} "
               f"{r['gflops']:>8.2f} {r['ratio_to_tiny_gpt2']:>12.1f}")
-    out = {"benchmark": "llc-dist run, CPU backend, fp32, synthetic data, 1 BLAS thread",
-           "steps": args.steps, "machine": platform.platform(), "cpus": os.cpu_count(),
-           "results": rows}
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(out, f, indent=2)
-        f.write("\n")
-    print(f"wrote {args.json}")
+    write_results(args.json, {"benchmark": "llc-dist run, CPU backend, fp32, synthetic data, 1 BLAS thread",
+                              "steps": args.steps, "results": rows})
 
 
 if __name__ == "__main__":

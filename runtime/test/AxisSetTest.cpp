@@ -7,6 +7,7 @@
 // where one axis is needed (send / recv, shard_axis, replica_axis); "axis dp+cp" in the communicator's
 // timeout and in the flight diagnosis.
 #include "PlanTestUtil.h"
+#include "TestUtil.h"
 
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/CpuBackend.h"
@@ -26,13 +27,9 @@
 namespace llcdist::rt {
 namespace {
 
+using testing::expectParts;
 using testing::json;
 using testing::PlanBuilder;
-
-void expectParts(const Status& s, const std::vector<std::string>& parts) {
-  ASSERT_FALSE(s.isOk()) << "expected an error with: " << parts[0];
-  for (const std::string& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << p << " in: " << s.message();
-}
 
 // ---- parsing and naming ---------------------------------------------------------------------------------
 

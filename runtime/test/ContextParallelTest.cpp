@@ -5,6 +5,7 @@
 // buffers, the collective in f32 and in bf16) against index arithmetic written here, its round trip
 // and its attr errors; and the data layout of a (dp, cp) coordinate against the contract's formula.
 #include "PlanTestUtil.h"
+#include "TestUtil.h"
 
 #include "llcdist/runtime/Bf16.h"
 #include "llcdist/runtime/Communicator.h"
@@ -24,13 +25,9 @@
 namespace llcdist::rt {
 namespace {
 
+using testing::expectParts;
 using testing::json;
 using testing::PlanBuilder;
-
-void expectParts(const Status& s, std::initializer_list<const char*> parts) {
-  ASSERT_FALSE(s.isOk()) << "expected an error with: " << *parts.begin();
-  for (const char* p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << p << " in: " << s.message();
-}
 
 // ---- the mesh --------------------------------------------------------------------------------------------
 

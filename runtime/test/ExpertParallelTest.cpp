@@ -6,6 +6,7 @@
 // through interpreters (and all_to_all_v of bf16 rows, with and without dtype "bf16"), and params sharded
 // on "ep" (save, the replica check, file tensors).
 #include "PlanTestUtil.h"
+#include "TestUtil.h"
 
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/CpuBackend.h"
@@ -30,13 +31,9 @@
 namespace llcdist::rt {
 namespace {
 
+using testing::expectParts;
 using testing::json;
 using testing::PlanBuilder;
-
-void expectParts(const Status& s, const std::vector<std::string>& parts) {
-  ASSERT_FALSE(s.isOk()) << "expected an error with: " << parts[0];
-  for (const std::string& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << p << " in: " << s.message();
-}
 
 // ---- the mesh ---------------------------------------------------------------------------------------------
 
@@ -485,6 +482,29 @@ std::unique_ptr<Ranks> runRanks(const PlanBuilder& b, const std::function<Status
   return out;
 }
 
+// Rank q's all_to_all_v call in a plan test: its n·c send splits split(q, i, j) and its Nx rows of
+// H values x(q, row, h), receiving up to Ny rows.
+using SplitFn = std::function<int32_t(int, int64_t, int64_t)>;
+using RowFn = std::function<float(int, int64_t, int64_t)>;
+A2avRank planCall(int q, int64_t n, int64_t c, int64_t Nx, int64_t Ny, int64_t H, const SplitFn& split,
+                  const RowFn& xv) {
+  A2avRank call;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < c; ++j) call.send.push_back(split(q, i, j));
+  for (int64_t row = 0; row < Nx; ++row)
+    for (int64_t h = 0; h < H; ++h) call.x.push_back(xv(q, row, h));
+  call.xRows = Nx, call.yRows = Ny;
+  return call;
+}
+
+// The calls of rank r's ep group, in member order, for reference().
+std::vector<A2avRank> groupCalls(const Mesh& mesh, int r, int64_t n, int64_t c, int64_t Nx, int64_t Ny, int64_t H,
+                                 const SplitFn& split, const RowFn& xv) {
+  std::vector<A2avRank> calls;
+  for (int q : mesh.group(r, MeshAxis::kEp)) calls.push_back(planCall(q, n, c, Nx, Ny, H, split, xv));
+  return calls;
+}
+
 // The dispatch of expert parallelism on 8 ranks (dp=4, ep=2, tp=2): all_to_all_v over ep of rows in c = 2
 // chunks per member (two local experts), moe_chunk_transpose of the received [source member, expert] grid
 // into expert-major rows (col_sizes: the local experts' group sizes) and back, all_to_all_v back (the
@@ -513,31 +533,18 @@ TEST(ExpertParallelPlanTest, DispatchTransposeCombineOverEp) {
   auto split = [](int q, int64_t i, int64_t j) { return int32_t((q + i + j) % 3); };
   auto xv = [](int q, int64_t row, int64_t h) { return float(100 * q + 3 * row + h); };
   auto ranks = runRanks(b, [&](int q, Interpreter& it) -> Status {
-    std::vector<int32_t> s;
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < c; ++j) s.push_back(split(q, i, j));
-    std::vector<float> xb;
-    for (int64_t row = 0; row < Nx; ++row)
-      for (int64_t h = 0; h < H; ++h) xb.push_back(xv(q, row, h));
+    const A2avRank in = planCall(q, n, c, Nx, Ny, H, split, xv);
     const float arv[2] = {float(q), 1.0f};
-    LLCDIST_RETURN_IF_ERROR(it.writeBuffer(ss, s.data()));
+    LLCDIST_RETURN_IF_ERROR(it.writeBuffer(ss, in.send.data()));
     LLCDIST_RETURN_IF_ERROR(it.writeF32(ar, arv));
-    return it.writeF32(x, xb.data());
+    return it.writeF32(x, in.x.data());
   });
   ASSERT_TRUE(ranks);
   for (int r = 0; r < 8; ++r) ASSERT_TRUE(ranks->status[size_t(r)].isOk()) << ranks->status[size_t(r)].message();
   const Mesh mesh = ranks->plan.manifest.mesh();
   for (int r = 0; r < 8; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    const std::vector<int> g = mesh.group(r, MeshAxis::kEp);
-    std::vector<A2avRank> call(g.size());
-    for (size_t m = 0; m < g.size(); ++m) {
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < c; ++j) call[m].send.push_back(split(g[m], i, j));
-      for (int64_t row = 0; row < Nx; ++row)
-        for (int64_t h = 0; h < H; ++h) call[m].x.push_back(xv(g[m], row, h));
-      call[m].xRows = Nx, call[m].yRows = Ny;
-    }
+    const std::vector<A2avRank> call = groupCalls(mesh, r, n, c, Nx, Ny, H, split, xv);
     const size_t me = size_t(mesh.coord(r, MeshAxis::kEp));
     std::vector<float> wantY;
     std::vector<int32_t> wantRecv;
@@ -598,30 +605,17 @@ TEST(ExpertParallelPlanTest, AllToAllVMovesBf16Rows) {
     auto xv = [](int q, int64_t row, int64_t h) { return float(8 * q + 3 * row + h); };  // exact in bf16
     const float guardValues[4] = {-1, -2, -3, -4};
     auto ranks = runRanks(b, [&](int q, Interpreter& it) -> Status {
-      std::vector<int32_t> sp;
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < c; ++j) sp.push_back(split(q, i, j));
-      std::vector<float> xb;
-      for (int64_t row = 0; row < Nx; ++row)
-        for (int64_t h = 0; h < H; ++h) xb.push_back(xv(q, row, h));
-      LLCDIST_RETURN_IF_ERROR(it.writeBuffer(ss, sp.data()));
+      const A2avRank in = planCall(q, n, c, Nx, Ny, H, split, xv);
+      LLCDIST_RETURN_IF_ERROR(it.writeBuffer(ss, in.send.data()));
       LLCDIST_RETURN_IF_ERROR(it.writeF32(guard, guardValues));
-      return it.writeF32(x, xb.data());
+      return it.writeF32(x, in.x.data());
     });
     ASSERT_TRUE(ranks);
     for (int r = 0; r < 8; ++r) ASSERT_TRUE(ranks->status[size_t(r)].isOk()) << ranks->status[size_t(r)].message();
     const Mesh mesh = ranks->plan.manifest.mesh();
     for (int r = 0; r < 8; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r));
-      const std::vector<int> g = mesh.group(r, MeshAxis::kEp);
-      std::vector<A2avRank> call(g.size());
-      for (size_t m = 0; m < g.size(); ++m) {
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < c; ++j) call[m].send.push_back(split(g[m], i, j));
-        for (int64_t row = 0; row < Nx; ++row)
-          for (int64_t h = 0; h < H; ++h) call[m].x.push_back(xv(g[m], row, h));
-        call[m].xRows = Nx, call[m].yRows = Ny;
-      }
+      const std::vector<A2avRank> call = groupCalls(mesh, r, n, c, Nx, Ny, H, split, xv);
       std::vector<float> wantY;
       std::vector<int32_t> wantRecv;
       reference(call, size_t(mesh.coord(r, MeshAxis::kEp)), c, H, &wantY, &wantRecv);

@@ -30,6 +30,7 @@ namespace llcdist::rt {
 namespace {
 
 using testing::expectAllClose;
+using testing::expectParts;
 using testing::json;
 using testing::PlanBuilder;
 using testing::randn;
@@ -38,11 +39,6 @@ namespace sc = schema;
 constexpr CpLayout kLayouts[] = {CpLayout::kContiguous, CpLayout::kLoadBalanced};
 
 std::string layoutName(CpLayout l) { return std::string(sc::cpLayoutName(l)); }
-
-void expectParts(const Status& s, std::initializer_list<const char*> parts) {
-  ASSERT_FALSE(s.isOk()) << "expected an error with: " << *parts.begin();
-  for (const char* p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << p << " in: " << s.message();
-}
 
 // A plan's manifest over cp ranks (dp = tp = pp = 1), with mesh.cp_layout when `layout` is not empty.
 PlanBuilder cpPlan(int64_t cp, int64_t seqLen, const std::string& layout, int64_t microBatch = 1) {

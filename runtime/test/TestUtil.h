@@ -1,6 +1,8 @@
 // Helpers shared by the runtime tests: seeded random data and central-difference gradient checks.
 #pragma once
 
+#include "llcdist/runtime/Status.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,12 @@
 #include <vector>
 
 namespace llcdist::rt::testing {
+
+// `s` is an error whose message contains every one of `parts` (the file, the field, the fix...).
+inline void expectParts(const Status& s, const std::vector<std::string>& parts) {
+  ASSERT_FALSE(s.isOk()) << "expected an error with: " << parts[0];
+  for (const std::string& p : parts) EXPECT_NE(s.message().find(p), std::string::npos) << p << " in: " << s.message();
+}
 
 inline std::vector<float> randn(int64_t n, uint32_t seed, float stddev = 1.0f) {
   std::mt19937 gen(seed);

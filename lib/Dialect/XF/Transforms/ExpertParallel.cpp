@@ -107,10 +107,7 @@ private:
   bool onExperts(Value v) const { return state.lookup(v); }
 
   LogicalResult propagate(Block &block) {
-    for (Operation &op : llvm::make_early_inc_range(block.without_terminator()))
-      if (failed(visit(&op)))
-        return failure();
-    return success();
+    return llcdist::xf::detail::visitOps(block, [&](Operation *op) { return visit(op); });
   }
 
   LogicalResult visit(Operation *op) {

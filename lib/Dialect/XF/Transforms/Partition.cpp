@@ -48,10 +48,7 @@ public:
   Propagation(ModuleOp module) : symbols(module) {}
 
   LogicalResult propagate(Block &block) {
-    for (Operation &op : block.without_terminator())
-      if (failed(visit(&op)))
-        return failure();
-    return success();
+    return llcdist::xf::detail::visitOps(block, [&](Operation *op) { return visit(op); });
   }
 
   Sharding of(Value v) const { return state.lookup(v); }

@@ -51,6 +51,16 @@ inline std::optional<BatchLoop> batchLoop(mlir::Operation *op, unsigned operand,
   return b;
 }
 
+/// Visits every op of `block` but its terminator, in program order (a
+/// visit may erase or insert ops next to its own); stops at the first
+/// failure. Every propagation's loop over a function body or a layer body.
+template <typename Visit> mlir::LogicalResult visitOps(mlir::Block &block, Visit visit) {
+  for (mlir::Operation &op : llvm::make_early_inc_range(block.without_terminator()))
+    if (mlir::failed(visit(&op)))
+      return mlir::failure();
+  return mlir::success();
+}
+
 /// Propagates shardings (of any state type S) through a layer call: the
 /// callee body is propagated once, by `propagateBlock`, with the call's
 /// operand states on its arguments; every later call must pass the same

@@ -164,10 +164,7 @@ void TensorParallelPropagation::reduceKvReplicaGrads() {
 }
 
 LogicalResult TensorParallelPropagation::propagate(Block &block) {
-  for (Operation &op : llvm::make_early_inc_range(block.without_terminator()))
-    if (failed(visit(&op)))
-      return failure();
-  return success();
+  return llcdist::xf::detail::visitOps(block, [&](Operation *op) { return visit(op); });
 }
 
 Value TensorParallelPropagation::allReduce(Value v, Operation *after, const PartialSum &why) {

@@ -284,6 +284,20 @@ __device__ int64_t lowerBound(const uint32_t* keys, int64_t N, uint32_t key) {
   return lo;
 }
 
+// The last i in [0, n) with a[i] <= v (a non-decreasing, a[0] <= v): the chunk, expert or tile a row
+// (or tile) index v falls in, from its chunks' starting offsets a.
+__device__ int64_t lastAtMost(const int64_t* a, int64_t n, int64_t v) {
+  int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (a[mid] <= v)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 // One thread (E is small): start[e] = expert e's first sorted position; sizes[e] = its kept rows
 // min(n_e, C); off[e] = its first row (Σ of the kept rows before it), off[E] = the kept rows' sum.
 __global__ void permuteGroupsKernel(const uint32_t* keys, int64_t N, int64_t E, int64_t C, int64_t* start,
@@ -324,15 +338,8 @@ __global__ void permuteRowsKernel(FloatRef x, const int32_t* vals, const int64_t
       for (int64_t h = threadIdx.x; h < H; h += blockDim.x) xp.set(row * H + h, 0.0f);
       continue;
     }
-    int64_t lo = 0, hi = E - 1;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (off[mid] <= row)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const int64_t t = vals[start[lo] + (row - off[lo])] / k;
+    const int64_t e = lastAtMost(off, E, row);
+    const int64_t t = vals[start[e] + (row - off[e])] / k;
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) xp.set(row * H + h, x[t * H + h]);
   }
 }
@@ -423,15 +430,7 @@ __global__ void groupedRowsGemmKernel(FloatRef a, FloatRef b, FloatRef out, cons
   __shared__ float bs[kTile][kTile + 1];  // [c][r]
   const int64_t tile = blockIdx.x;
   if (tile >= tileStart[E]) return;  // block-uniform: past the experts' tiles
-  int64_t lo = 0, hi = E - 1;        // the last e with tileStart[e] <= tile (an empty expert has no tiles)
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (tileStart[mid] <= tile)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int64_t e = lo;
+  const int64_t e = lastAtMost(tileStart, E, tile);  // an empty expert has no tiles
   const int64_t row0 = off[e] + (tile - tileStart[e]) * kTile, rowEnd = off[e + 1];
   const int64_t c0 = int64_t(blockIdx.y) * kTile;
   const int tx = int(threadIdx.x) % kTile, ty = int(threadIdx.x) / kTile;
@@ -575,15 +574,8 @@ __global__ void chunkRowsKernel(FloatRef x, FloatRef y, const int64_t* dst, cons
       for (int64_t h = threadIdx.x; h < H; h += blockDim.x) y.set(row * H + h, 0.0f);
       continue;
     }
-    int64_t lo = 0, hi = RC - 1;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (dst[mid] <= row)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    const int64_t from = src[lo] + (row - dst[lo]);
+    const int64_t q = lastAtMost(dst, RC, row);
+    const int64_t from = src[q] + (row - dst[q]);
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) y.set(row * H + h, x[from * H + h]);
   }
 }

@@ -7,6 +7,7 @@
 // where one axis is needed (send / recv, shard_axis, replica_axis); "axis dp+cp" in the communicator's
 // timeout and in the flight diagnosis.
 #include "PlanTestUtil.h"
+#include "InProcessRanksUtil.h"
 #include "TestUtil.h"
 
 #include "llcdist/runtime/Communicator.h"
@@ -30,6 +31,7 @@ namespace {
 using testing::expectParts;
 using testing::json;
 using testing::PlanBuilder;
+using testing::runRanks;
 
 // ---- parsing and naming ---------------------------------------------------------------------------------
 
@@ -163,49 +165,6 @@ PlanBuilder meshPlan(const std::vector<std::string>& order = {}) {
   return b;
 }
 
-// Interpreters of every rank of a one-program plan on one in-process communicator.
-struct Ranks {
-  Plan plan;
-  std::unique_ptr<Communicator> comm;
-  std::vector<std::unique_ptr<Backend>> backends;
-  std::vector<std::unique_ptr<Interpreter>> in;
-};
-
-// Loads `b`, then on every rank (a thread each) writes its inputs (`write`) and runs subroutine 0.
-std::unique_ptr<Ranks> runRanks(const PlanBuilder& b, const std::function<Status(int, Interpreter&)>& write) {
-  auto out = std::make_unique<Ranks>();
-  auto plan = testing::parsePlan(b, false);
-  EXPECT_TRUE(plan.isOk()) << plan.status().message();
-  if (!plan.isOk()) return nullptr;
-  out->plan = std::move(plan).value();
-  const int world = int(out->plan.manifest.worldSize());
-  InProcessCommunicatorOptions co;
-  co.worldSize = world;
-  co.mesh = out->plan.manifest.mesh();
-  out->comm = makeInProcessCommunicator(co);
-  for (int r = 0; r < world; ++r) {
-    CpuBackendOptions bo;
-    bo.rank = r;
-    bo.communicator = out->comm.get();
-    out->backends.push_back(makeCpuBackend(bo));
-    auto i = Interpreter::create(out->plan, 0, *out->backends.back(), r);
-    EXPECT_TRUE(i.isOk()) << i.status().message();
-    if (!i.isOk()) return nullptr;
-    out->in.push_back(std::move(i).value());
-  }
-  std::vector<Status> st(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      Interpreter& it = *out->in[size_t(r)];
-      Status s = write(r, it);
-      st[size_t(r)] = s.isOk() ? it.runSubroutine(0, 0, -1, 0.0, nullptr) : s;
-    });
-  for (std::thread& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_TRUE(st[size_t(r)].isOk()) << "rank " << r << ": " << st[size_t(r)].message();
-  return out;
-}
-
 // Every collective over "dp+cp" (and shard_slice) on dp=2, tp=2, cp=2, under the default order and with dp
 // fastest. The dp+cp group of a rank is the ranks with its tp coordinate, in rank order (bruteGroup over the
 // single-axis coordinates), its member index c the rank's position there; inputs are small integers, so
@@ -254,6 +213,8 @@ TEST(AxisSetPlanTest, CollectivesOverDpCpActOnTheRanksSharingTheTpCoordinate) {
       return it.writeF32(a, ab.data());
     });
     ASSERT_TRUE(ranks);
+    for (int r = 0; r < 8; ++r)
+      ASSERT_TRUE(ranks->status[size_t(r)].isOk()) << "rank " << r << ": " << ranks->status[size_t(r)].message();
     const Mesh& mesh = ranks->plan.manifest.mesh();
     for (int r = 0; r < 8; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r));

@@ -6,6 +6,7 @@
 // through interpreters (and all_to_all_v of bf16 rows, with and without dtype "bf16"), and params sharded
 // on "ep" (save, the replica check, file tensors).
 #include "PlanTestUtil.h"
+#include "InProcessRanksUtil.h"
 #include "TestUtil.h"
 
 #include "llcdist/runtime/Communicator.h"
@@ -34,6 +35,7 @@ namespace {
 using testing::expectParts;
 using testing::json;
 using testing::PlanBuilder;
+using testing::runRanks;
 
 // ---- the mesh ---------------------------------------------------------------------------------------------
 
@@ -436,50 +438,6 @@ TEST(ExpertParallelPlanTest, GradNormSqAddsAList) {
   const int64_t sq = b.buffer("sq", "activation", {1}, "f64");
   b.op("s", "grad_norm_sq", {{"add", {a1, a}}, {"sq", sq}});
   expectParts(loadStatus(b), {"args.add[1]", "expected 1"});
-}
-
-// Interpreters of every rank of a one-program plan on one in-process communicator.
-struct Ranks {
-  Plan plan;
-  std::unique_ptr<Communicator> comm;
-  std::vector<std::unique_ptr<Backend>> backends;
-  std::vector<std::unique_ptr<Interpreter>> in;
-  std::vector<Status> status;
-};
-
-std::unique_ptr<Ranks> runRanks(const PlanBuilder& b, const std::function<Status(int, Interpreter&)>& write) {
-  auto out = std::make_unique<Ranks>();
-  auto plan = testing::parsePlan(b, false);
-  EXPECT_TRUE(plan.isOk()) << plan.status().message();
-  if (!plan.isOk()) return nullptr;
-  out->plan = std::move(plan).value();
-  const int world = int(out->plan.manifest.worldSize());
-  InProcessCommunicatorOptions co;
-  co.worldSize = world;
-  co.mesh = out->plan.manifest.mesh();
-  co.timeout = std::chrono::seconds(20);
-  out->comm = makeInProcessCommunicator(co);
-  for (int r = 0; r < world; ++r) {
-    CpuBackendOptions bo;
-    bo.rank = r;
-    bo.communicator = out->comm.get();
-    out->backends.push_back(makeCpuBackend(bo));
-    auto i = Interpreter::create(out->plan, 0, *out->backends.back(), r);
-    EXPECT_TRUE(i.isOk()) << i.status().message();
-    if (!i.isOk()) return nullptr;
-    out->in.push_back(std::move(i).value());
-  }
-  out->status.resize(size_t(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      Interpreter& it = *out->in[size_t(r)];
-      Status s = write(r, it);
-      out->status[size_t(r)] = s.isOk() ? it.runSubroutine(0, 0, -1, 0.0, nullptr) : s;
-      if (!out->status[size_t(r)].isOk()) out->comm->abort(out->status[size_t(r)]);
-    });
-  for (std::thread& t : threads) t.join();
-  return out;
 }
 
 // Rank q's all_to_all_v call in a plan test: its n·c send splits split(q, i, j) and its Nx rows of

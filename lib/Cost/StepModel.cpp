@@ -43,6 +43,8 @@ struct ExpertRows {
   double held, active;
 };
 ExpertRows expertRowsPerToken(const Workload &w, const ParallelConfig &c) {
+  if (!w.model.moe)
+    return {0, 0}; // a dense model
   const MoeConfig &e = *w.model.moe;
   const double k = double(e.topK), E = double(e.experts);
   ExpertRows r{c.ep > 1 ? double(c.ep) * std::min(k, E / double(c.ep)) : k, k};
@@ -65,11 +67,11 @@ ExpertRows expertRowsPerToken(const Workload &w, const ParallelConfig &c) {
 /// The MLP width whose activations a rank holds per token: the layer's
 /// (LayerShape::inter), a mixture of experts' by the rows its experts'
 /// side holds.
-double activationInter(const Workload &w, const ParallelConfig &c, const LayerShape &s) {
+double activationInter(const Workload &w, const ParallelConfig &c, const LayerShape &s, const ExpertRows &rows) {
   const ModelConfig &m = w.model;
   if (!m.moe)
     return double(s.inter);
-  return expertRowsPerToken(w, c).held * double(m.moe->intermediate) + double(m.moe->sharedIntermediate / c.tp);
+  return rows.held * double(m.moe->intermediate) + double(m.moe->sharedIntermediate / c.tp);
 }
 
 LayerShape layerShape(const ModelConfig &m, int64_t tp) {
@@ -147,11 +149,11 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   const Precision p = w.precision;
   const double b = double(bytesOf(p));
   LayerShape s = layerShape(w.model, c.tp);
+  const ExpertRows rows = expertRowsPerToken(w, c);
   // The experts' GEMMs run on the rows they receive: under a capacity factor
   // that drops tokens, fewer than T·k.
   if (const MoeConfig *e = w.model.moe ? &*w.model.moe : nullptr)
-    s.inter =
-        int64_t(std::llround(expertRowsPerToken(w, c).active * double(e->intermediate))) + e->sharedIntermediate / c.tp;
+    s.inter = int64_t(std::llround(rows.active * double(e->intermediate))) + e->sharedIntermediate / c.tp;
   const int64_t T = c.microBatch * w.seqLen / c.cp;     // the rank's tokens of the microbatch
   const int64_t Ts = c.sequenceParallel ? T / c.tp : T; // the norms' and residuals' tokens
   LayerTimes t;
@@ -204,12 +206,12 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   // dispatch and combine reorders them (moe_chunk_transpose: [C, H] read
   // and written, as the simulator prices it), two forward, two backward.
   double modelFwd = 0, modelBwd = 0;
-  const double inter = activationInter(w, c, s);
+  const double inter = activationInter(w, c, s, rows);
   if (s.llama) {
     modelFwd = mem(2.0 * T * (s.q + s.kv)) + mem(3.0 * T * inter);
     modelBwd = mem(2.0 * T * (s.q + s.kv)) + mem(5.0 * T * inter) + 2 * mem(2.0 * T * s.h);
     if (w.model.moe && c.ep > 1) {
-      const double transpose = mem(2.0 * T * expertRowsPerToken(w, c).held * s.h);
+      const double transpose = mem(2.0 * T * rows.held * s.h);
       modelFwd += 2 * transpose;
       modelBwd += 2 * transpose;
     }
@@ -252,7 +254,7 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   // no load imbalance).
   if (c.ep > 1) {
     const Group g = axisGroup(c.mesh(), "ep", hw.topology);
-    const double bytes = double(T) * expertRowsPerToken(w, c).active * double(s.h) * b;
+    const double bytes = double(T) * rows.active * double(s.h) * b;
     const double a2a = collectiveSeconds(hw, Collective::AllToAll, bytes, g);
     t.epFwd = 2 * a2a;
     t.epBwd = 2 * a2a;
@@ -477,10 +479,11 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
   // The MLP activations' width: the experts' side at its static rows (the
   // worst case C = ep·T·min(k, E/ep) under ep where the plan without ep
   // holds T·k; E·C_e under a capacity factor).
-  const double inter = activationInter(w, c, s);
+  const ExpertRows rows = expertRowsPerToken(w, c);
+  const double inter = activationInter(w, c, s, rows);
   // ep > 1: the dispatched input rows the experts' GEMMs keep for their
   // weight gradients (C·H a token of T·H; none apart without ep).
-  const double dispatched = m.moe && c.ep > 1 ? expertRowsPerToken(w, c).held * double(s.h) * b : 0;
+  const double dispatched = c.ep > 1 ? rows.held * double(s.h) * b : 0;
   MemoryEstimate best;
   for (int64_t stage = 0; stage < c.pp; ++stage) {
     double params = stageParams(w, c, stage, layers[size_t(stage)]);

@@ -139,9 +139,6 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
     return cpWhy;
   if (auto epWhy = checkExpertParallel(w, c))
     return epWhy;
-  if (m.moe && m.moe->auxLossCoef > 0 && c.pp > 1) // llcdist-pipeline-split's refusal
-    return why("the load-balancing loss (output_router_logits) sums the routers of every layer of a microbatch, "
-               "which pipeline stages do not share yet: pp must be 1");
   // llcdist-partition's: under SP each tp rank routes its own slice of a microbatch's tokens.
   if (m.moe && c.sequenceParallel && m.moe->auxLossCoef > 0)
     return why("the load-balancing loss (output_router_logits) counts a microbatch's tokens, which sequence "

@@ -106,13 +106,29 @@ private:
         .getResult();
   }
 
-  /// Opens a layer body `name(x) -> x`; returns its argument.
+  /// transformers' output_router_logits: the load-balancing loss over every
+  /// layer's router (each layer is sparse here).
+  bool auxLoss() const { return m.moe && m.moe->auxLossCoef > 0; }
+  /// The load-balancing statistics [E] the layers pass on (auxLoss()): the
+  /// assignments to each expert (i32) and the sums of its probabilities.
+  SmallVector<Type> routerStatsTypes() {
+    if (!auxLoss())
+      return {};
+    const int64_t E = m.moe->experts;
+    return {RankedTensorType::get({E}, b.getI32Type()), RankedTensorType::get({E}, b.getF32Type())};
+  }
+
+  /// Opens a layer body `name(x) -> x` (`name(x, counts, probs) -> (x,
+  /// counts, probs)` with auxLoss(): the routers' statistics so far);
+  /// returns its first argument.
   Value beginLayer(func::FuncOp &fn, StringRef name) {
-    auto ty = b.getFunctionType({act(m.hidden)}, {act(m.hidden)});
-    fn = func::FuncOp::create(b, loc(name), name, ty);
+    SmallVector<Type> io{act(m.hidden)};
+    llvm::append_range(io, routerStatsTypes());
+    fn = func::FuncOp::create(b, loc(name), name, b.getFunctionType(io, io));
     fn->setAttr(kLayerBodyAttr, b.getUnitAttr());
     fn.setPrivate();
     b.setInsertionPointToStart(fn.addEntryBlock());
+    routerStats.assign(fn.getArguments().begin() + 1, fn.getArguments().end());
     return fn.getArgument(0);
   }
 
@@ -214,13 +230,13 @@ private:
     const int64_t H = m.hidden, E = e.experts, k = e.topK, I = e.intermediate;
     auto ids = [&](ArrayRef<int64_t> dims) { return RankedTensorType::get(dims, b.getI32Type()); };
     Value logits = linear(blk + "gate", h, H, E, /*bias=*/false, WeightLayout::OutIn);
-    // transformers' output_router_logits: the load-balancing loss over
-    // every layer's router (each layer is sparse here).
-    FloatAttr auxCoef = e.auxLossCoef > 0 ? b.getF64FloatAttr(e.auxLossCoef) : FloatAttr();
-    IntegerAttr auxLayers = e.auxLossCoef > 0 ? b.getI64IntegerAttr(m.layers) : IntegerAttr();
-    auto route = MoeRouteOp::create(b, loc(blk + "gate", {"output_router_logits"}), t({B, S, k}), ids({B, S, k}),
-                                    logits, b.getI64IntegerAttr(k), e.normalizeTopK ? b.getUnitAttr() : UnitAttr(),
-                                    auxCoef, auxLayers);
+    auto route = MoeRouteOp::create(b, loc(blk + "gate"), t({B, S, k}), ids({B, S, k}), logits, b.getI64IntegerAttr(k),
+                                    e.normalizeTopK ? b.getUnitAttr() : UnitAttr());
+    if (auxLoss()) {
+      auto stats = MoeRouterStatsOp::create(b, loc(blk + "gate", {"output_router_logits"}), logits, route.getExperts(),
+                                            routerStats[0], routerStats[1]);
+      routerStats = {stats.getCountsOut(), stats.getProbsOut()};
+    }
     // --moe-capacity-factor: each expert keeps at most C rows of a rank's
     // tokens, E·C rows per data-parallel rank whatever the router picks.
     const int64_t capacity = moeExpertCapacity(m, shape);
@@ -258,7 +274,9 @@ private:
     h = rmsNorm(p + "post_attention_layernorm", x);
     Value d = m.moe ? moeBlock(p, h) : gatedMlp(p + "mlp.", h, m.intermediate, m.mlpBias);
     x = AddOp::create(b, loc(p + "mlp"), x, d);
-    func::ReturnOp::create(b, loc(p), x);
+    SmallVector<Value> outputs{x};
+    llvm::append_range(outputs, routerStats);
+    func::ReturnOp::create(b, loc(p), outputs);
     return fn;
   }
 
@@ -318,10 +336,18 @@ private:
       x = AddPositionEmbeddingOp::create(
           b, loc("transformer.wpe", {"max_positions"}), act(H), x,
           param("transformer.wpe.weight", {m.maxPositions, H}));
-    for (int64_t i = 0; i < m.layers; ++i)
-      x = LayerOp::create(b, loc("layer"), TypeRange{act(H)},
-                          layer.getSymName(), i, ValueRange{x})
-              .getResult(0);
+    // The load-balancing statistics start at zero and pass through every
+    // layer (with the activations, over pipeline stages too).
+    SmallVector<Value> stats;
+    for (Type t : routerStatsTypes())
+      stats.push_back(ZerosOp::create(b, loc("model.layers", {"output_router_logits"}), t));
+    for (int64_t i = 0; i < m.layers; ++i) {
+      SmallVector<Value> in{x};
+      llvm::append_range(in, stats);
+      auto call = LayerOp::create(b, loc("layer"), ValueRange(in).getTypes(), layer.getSymName(), i, in);
+      x = call.getResult(0);
+      stats.assign(call.getResults().begin() + 1, call.getResults().end());
+    }
     if (gpt2)
       x = layerNorm("transformer.ln_f", x);
     else if (m.arch == Arch::Phi)
@@ -333,6 +359,9 @@ private:
     Value logits = LinearOp::create(b, loc("lm_head"), act(V), WeightLayout::OutIn, x, head, headBias);
     Value loss = CrossEntropyOp::create(b, loc("loss"), lossTy, logits,
                                         fn.getArgument(1), /*real_vocab=*/nullptr);
+    if (auxLoss()) // transformers' loss + router_aux_loss_coef · load_balancing_loss_func
+      loss = MoeAuxLossOp::create(b, loc("loss", {"output_router_logits"}), lossTy, loss, stats[0], stats[1],
+                                  b.getF64FloatAttr(m.moe->auxLossCoef), b.getI64IntegerAttr(m.moe->topK));
     func::ReturnOp::create(b, loc("forward"), loss);
   }
 
@@ -372,6 +401,8 @@ private:
   int64_t B, S;
   const TrainingShape &shape;
   int64_t dp;
+  /// Inside a layer body with auxLoss(): the routers' statistics so far.
+  SmallVector<Value, 2> routerStats;
 };
 } // namespace
 

@@ -12,11 +12,20 @@ namespace llcdist::rt {
 namespace sc = schema;
 
 namespace {
-// The element type a send or recv moves: its buffer's. all_to_all_v's too (x's, which is y's; bound
-// without f32 temporaries): a copy of rows, bf16 rows as bf16 (2 bytes an element) with or without its
-// attr dtype "bf16".
+// The element type a send or recv moves: its buffer's (an i32 buffer's too: the load-balancing loss's
+// counts). all_to_all_v's too (x's, which is y's; bound without f32 temporaries): a copy of rows, bf16
+// rows as bf16 (2 bytes an element) with or without its attr dtype "bf16".
 CommDType p2pDType(const KernelCall& c) {
-  return c.type(0, 0) == sc::ElemType::kBF16 ? CommDType::kBF16 : CommDType::kF32;
+  switch (c.type(0, 0)) {
+    case sc::ElemType::kBF16:
+      return CommDType::kBF16;
+    case sc::ElemType::kI32:
+      return CommDType::kI32;
+    case sc::ElemType::kF64:
+      return CommDType::kF64;
+    default:
+      return CommDType::kF32;
+  }
 }
 }  // namespace
 

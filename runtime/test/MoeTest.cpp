@@ -1,5 +1,6 @@
 // The mixture-of-experts kernels (Moe.cpp): each forward against a reference written here in double from
-// the definitions (HF Mixtral / Qwen2-MoE: softmax, torch.topk, optional renormalisation; expert-major
+// the definitions (HF Mixtral / Qwen2-MoE: softmax, torch.topk, optional renormalisation, the
+// load-balancing loss as transformers writes it; expert-major
 // rows; per-expert out_in GEMMs; the shared expert's sigmoid gate), each backward against central
 // differences of its forward; ties, k = 1 and k = E, empty groups, rows past the groups, ids out of range;
 // moe_permute's capacity (token dropping) against a hand reference, unpermute with dropped slots.
@@ -153,119 +154,138 @@ TEST(MoeRouteTest, BackwardIgnoresExpertIdsOutOfRange) {
   for (float v : dl) EXPECT_EQ(v, 0.0f);  // one selected expert: its normalised weight is constant 1
 }
 
-// ---- the load-balancing loss (moe_route's counts, moe_route_bwd's counts and loss) ------------------------
+// ---- the load-balancing loss (moe_router_stats / _bwd, moe_aux_loss / _bwd) ------------------------------
 
-// counts[e] = the assignments to e, counted here from the experts the forward picked.
-std::vector<float> countAssignments(const std::vector<int32_t>& experts, int64_t E) {
-  std::vector<float> n(size_t(E), 0.0f);
-  for (int32_t e : experts) n[size_t(e)] += 1.0f;
-  return n;
-}
-
-TEST(MoeAuxLossTest, ForwardCountsAssignments) {
-  for (bool accumulate : {true, false}) {
-    SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
-    MoeParams p = route(9, 6, 2, false);
-    p.accumulate = accumulate;
-    const std::vector<float> logits = gridLogits(p.T * p.E, 3, 17);  // three levels: many ties
-    std::vector<float> weights(size_t(p.T * p.k)), counts = {1, 0, 7, 2, 0, 3};
-    const std::vector<float> before = counts;
-    std::vector<int32_t> experts(size_t(p.T * p.k));
-    moeRouteForward(logits.data(), weights.data(), experts.data(), p, counts.data());
-    std::vector<float> want = countAssignments(experts, p.E);
-    for (size_t e = 0; e < want.size(); ++e) want[e] += accumulate ? before[e] : 0.0f;
-    EXPECT_EQ(counts, want);
-    EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), 0.0) - (accumulate ? 13.0 : 0.0), double(p.T * p.k));
-    std::vector<int32_t> plain(experts.size());
-    std::vector<float> plainWeights(weights.size());
-    moeRouteForward(logits.data(), plainWeights.data(), plain.data(), p);  // counts change nothing else
-    EXPECT_EQ(plain, experts);
-    EXPECT_EQ(plainWeights, weights);
-  }
-  // Ties: every logit equal, k = 2 of 4: every token picks experts 0 and 1.
-  MoeParams p = route(5, 4, 2, true);
-  const std::vector<float> flat(20, 0.5f);
-  std::vector<float> weights(10), counts(4, 99.0f);
-  std::vector<int32_t> experts(10);
-  moeRouteForward(flat.data(), weights.data(), experts.data(), p, counts.data());  // accumulate false
-  EXPECT_EQ(counts, (std::vector<float>{5, 5, 0, 0}));
-}
-
-// The aux loss in double: scale·Σ_e counts[e]·Σ_t softmax(logits[t])[e], counts constant.
-double auxLossReference(const std::vector<float>& logits, const std::vector<float>& counts, const MoeParams& p,
-                        double scale) {
-  double loss = 0.0;
-  for (int64_t t = 0; t < p.T; ++t) {
+// softmax(logits[t])[e] in double.
+std::vector<double> probabilities(const std::vector<float>& logits, int64_t T, int64_t E) {
+  std::vector<double> prob(size_t(T * E));
+  for (int64_t t = 0; t < T; ++t) {
     double mx = -1e300, sum = 0.0;
-    for (int64_t e = 0; e < p.E; ++e) mx = std::max(mx, double(logits[size_t(t * p.E + e)]));
-    for (int64_t e = 0; e < p.E; ++e) sum += std::exp(double(logits[size_t(t * p.E + e)]) - mx);
-    for (int64_t e = 0; e < p.E; ++e)
-      loss += scale * counts[size_t(e)] * std::exp(double(logits[size_t(t * p.E + e)]) - mx) / sum;
+    for (int64_t e = 0; e < E; ++e) mx = std::max(mx, double(logits[size_t(t * E + e)]));
+    for (int64_t e = 0; e < E; ++e) sum += prob[size_t(t * E + e)] = std::exp(double(logits[size_t(t * E + e)]) - mx);
+    for (int64_t e = 0; e < E; ++e) prob[size_t(t * E + e)] /= sum;
   }
-  return loss;
+  return prob;
 }
 
-// Router inputs for the aux tests: logits, the forward's experts and the step's counts (two layers' worth).
-struct AuxCase {
-  MoeParams p;
-  std::vector<float> logits, counts;
-  std::vector<int32_t> experts;
-};
-AuxCase auxCase(int64_t T, int64_t E, int64_t k, bool normalize, uint32_t seed) {
-  AuxCase c{route(T, E, k, normalize), randn(T * E, seed), {}, std::vector<int32_t>(size_t(T * k))};
-  std::vector<float> weights(size_t(T * k));
-  c.p.accumulate = false;
-  c.counts.assign(size_t(E), 0.0f);
-  moeRouteForward(c.logits.data(), weights.data(), c.experts.data(), c.p, c.counts.data());
-  c.p.accumulate = true;
-  const std::vector<float> other = randn(T * E, seed + 1);
-  std::vector<int32_t> otherExperts(c.experts.size());
-  moeRouteForward(other.data(), weights.data(), otherExperts.data(), c.p, c.counts.data());
-  return c;
+TEST(MoeAuxLossTest, RouterStatsAddTheAssignmentsAndProbabilities) {
+  MoeParams p = route(9, 6, 2, false);
+  const std::vector<float> logits = gridLogits(p.T * p.E, 3, 17);  // three levels: many ties
+  std::vector<float> weights(size_t(p.T * p.k));
+  std::vector<int32_t> experts(size_t(p.T * p.k));
+  moeRouteForward(logits.data(), weights.data(), experts.data(), p);
+  experts[3] = 6;  // out of range (a producer's bug): counts nothing
+  const std::vector<int32_t> counts = {1, 0, 7, 2, 0, 3};
+  const std::vector<float> probs = {0.5f, 0.0f, 1.25f, 0.0f, 2.0f, 0.25f};
+  std::vector<int32_t> countsOut(6, -99);
+  std::vector<float> probsOut(6, -99.0f);
+  moeRouterStats(logits.data(), experts.data(), counts.data(), probs.data(), countsOut.data(), probsOut.data(), p);
+  std::vector<int32_t> wantCounts = counts;
+  for (size_t i = 0; i < experts.size(); ++i)
+    if (i != 3) ++wantCounts[size_t(experts[i])];
+  EXPECT_EQ(countsOut, wantCounts);
+  const std::vector<double> prob = probabilities(logits, p.T, p.E);
+  std::vector<double> wantProbs(probs.begin(), probs.end());
+  for (int64_t t = 0; t < p.T; ++t)
+    for (int64_t e = 0; e < p.E; ++e) wantProbs[size_t(e)] += prob[size_t(t * p.E + e)];
+  expectAllClose(probsOut, wantProbs, 1e-6, 1e-6, "probs_out");
 }
 
-TEST(MoeAuxLossTest, BackwardGradientMatchesFiniteDifferences) {
-  for (const auto& [E, k] : {std::pair{6, 2}, {4, 1}, {8, 8}})
-    for (bool normalize : {false, true}) {
-      SCOPED_TRACE("E " + std::to_string(E) + " k " + std::to_string(k) + (normalize ? " normalize" : ""));
-      AuxCase c = auxCase(5, E, k, normalize, uint32_t(31 + E + k));
-      c.p.auxScale = c.p.auxLossScale = 0.3;
-      const std::vector<float> dw(size_t(c.p.T * c.p.k), 0.0f);  // the aux term alone
-      std::vector<float> dlogits(size_t(c.p.T * c.p.E), 99.0f), loss = {0.0f};
-      moeRouteBackward(c.logits.data(), c.experts.data(), dw.data(), dlogits.data(), c.p, c.counts.data(), loss.data());
-      EXPECT_NEAR(loss[0], auxLossReference(c.logits, c.counts, c.p, 0.3), 1e-5 * std::abs(loss[0]));
-      checkGradient(
-          c.logits, dlogits, [&] { return auxLossReference(c.logits, c.counts, c.p, 0.3); }, "dlogits");
+TEST(MoeAuxLossTest, RouterStatsBackwardMatchesFiniteDifferences) {
+  for (int64_t E : {6, 1, 8}) {
+    SCOPED_TRACE("E " + std::to_string(E));
+    MoeParams p = route(5, E, 1, false);
+    std::vector<float> logits = randn(p.T * E, uint32_t(40 + E));
+    const std::vector<float> g = randn(E, uint32_t(50 + E));
+    std::vector<float> dlogits(size_t(p.T * E), 99.0f);
+    moeRouterStatsBackward(logits.data(), g.data(), dlogits.data(), p);
+    // Σ_e g[e]·probs_out[e] through the kernel's forward (its probabilities' sums).
+    const std::vector<int32_t> experts(size_t(p.T), 0), zeroCounts(size_t(E), 0);
+    const std::vector<float> zeroProbs(size_t(E), 0.0f);
+    checkGradient(
+        logits, dlogits,
+        [&] {
+          std::vector<int32_t> c(static_cast<size_t>(E));
+          std::vector<float> s(static_cast<size_t>(E));
+          moeRouterStats(logits.data(), experts.data(), zeroCounts.data(), zeroProbs.data(), c.data(), s.data(), p);
+          double v = 0.0;
+          for (int64_t e = 0; e < E; ++e) v += double(g[size_t(e)]) * s[size_t(e)];
+          return v;
+        },
+        "dlogits");
+  }
+}
+
+// transformers' load_balancing_loss_func over L routers' logits and picks, in double, as it writes it:
+// tokens_per_expert = the mean over the L·T tokens of each pick's one-hot, router_prob_per_expert = the
+// mean of the softmax; coef · E · Σ (tokens_per_expert · router_prob_per_expert).
+double loadBalancingLoss(const std::vector<std::vector<float>>& logits, const std::vector<std::vector<int32_t>>& experts,
+                         const MoeParams& p, double coef) {
+  const double tokens = double(logits.size()) * double(p.T);
+  std::vector<double> perExpert(size_t(p.E), 0.0), prob(size_t(p.E), 0.0);
+  for (size_t l = 0; l < logits.size(); ++l) {
+    for (int32_t e : experts[l]) perExpert[size_t(e)] += 1.0 / tokens;
+    const std::vector<double> pr = probabilities(logits[l], p.T, p.E);
+    for (int64_t t = 0; t < p.T; ++t)
+      for (int64_t e = 0; e < p.E; ++e) prob[size_t(e)] += pr[size_t(t * p.E + e)] / tokens;
+  }
+  double sum = 0.0;
+  for (int64_t e = 0; e < p.E; ++e) sum += perExpert[size_t(e)] * prob[size_t(e)];
+  return coef * double(p.E) * sum;
+}
+
+TEST(MoeAuxLossTest, TwoRoutersGiveTransformersLoss) {
+  for (const auto& [E, k] : {std::pair{6, 2}, {4, 1}, {8, 8}}) {
+    SCOPED_TRACE("E " + std::to_string(E) + " k " + std::to_string(k));
+    MoeParams p = route(7, E, k, true);
+    std::vector<std::vector<float>> logits;
+    std::vector<std::vector<int32_t>> experts;
+    std::vector<int32_t> counts(size_t(E), 0);
+    std::vector<float> probs(size_t(E), 0.0f);
+    for (uint32_t l = 0; l < 2; ++l) {  // two layers' routers, their statistics passed on
+      logits.push_back(randn(p.T * E, 60 + l + uint32_t(E)));
+      experts.emplace_back(size_t(p.T * k));
+      std::vector<float> w(size_t(p.T * k));
+      moeRouteForward(logits.back().data(), w.data(), experts.back().data(), p);
+      std::vector<int32_t> c(static_cast<size_t>(E));
+      std::vector<float> s(static_cast<size_t>(E));
+      moeRouterStats(logits.back().data(), experts.back().data(), counts.data(), probs.data(), c.data(), s.data(), p);
+      counts = c, probs = s;
     }
+    const double coef = 0.02;
+    MoeParams aux;
+    aux.E = E;
+    aux.scale = coef * double(E) * double(k) * double(k);  // the lowering's scale, one microbatch
+    std::vector<float> loss = {1.5f};
+    moeAuxLoss(counts.data(), probs.data(), loss.data(), aux);
+    const double want = loadBalancingLoss(logits, experts, p, coef);
+    EXPECT_NEAR(double(loss[0]) - 1.5, want, 1e-6 + 1e-5 * want);
+    // Its gradient w.r.t. the probabilities' sums (the loss is linear in them): scale·counts / N².
+    std::vector<float> dprobs(size_t(E), 99.0f);
+    moeAuxLossBackward(counts.data(), dprobs.data(), aux);
+    std::vector<float> sums = probs;
+    checkGradient(
+        sums, dprobs,
+        [&] {
+          std::vector<float> l = {0.0f};
+          moeAuxLoss(counts.data(), sums.data(), l.data(), aux);
+          return double(l[0]);
+        },
+        "dprobs");
+  }
 }
 
-TEST(MoeAuxLossTest, BackwardAddsTheScaledTermAndAccumulatesTheLoss) {
-  for (bool normalize : {false, true}) {
-    SCOPED_TRACE(normalize ? "normalize" : "plain");
-    AuxCase c = auxCase(6, 5, 2, normalize, 77);
-    const std::vector<float> dw = randn(c.p.T * c.p.k, 78);
-    const size_t n = size_t(c.p.T * c.p.E);
-    // The router gradient alone, and the aux term alone with aux_scale == aux_loss_scale == 2.
-    std::vector<float> plain(n), auxOnly(n), both(n), zero(size_t(c.p.T * c.p.k), 0.0f), unitLoss = {0.0f};
-    moeRouteBackward(c.logits.data(), c.experts.data(), dw.data(), plain.data(), c.p);
-    MoeParams unit = c.p;
-    unit.auxScale = unit.auxLossScale = 2.0;
-    moeRouteBackward(c.logits.data(), c.experts.data(), zero.data(), auxOnly.data(), unit, c.counts.data(),
-                     unitLoss.data());
-    // aux_scale 0.5, aux_loss_scale 2: the gradient term is 0.5/2 of the loss's gradient; the loss adds onto 1.5.
-    c.p.auxScale = 0.5, c.p.auxLossScale = 2.0;
-    std::vector<float> loss = {1.5f};
-    moeRouteBackward(c.logits.data(), c.experts.data(), dw.data(), both.data(), c.p, c.counts.data(), loss.data());
-    std::vector<double> want(n);
-    for (size_t i = 0; i < n; ++i) want[i] = double(plain[i]) + 0.25 * auxOnly[i];
-    expectAllClose(both, want, 1e-6, 1e-5, "dlogits");
-    EXPECT_NEAR(loss[0], 1.5 + double(unitLoss[0]), 1e-5 * std::abs(loss[0]));
-    EXPECT_NEAR(unitLoss[0], auxLossReference(c.logits, c.counts, c.p, 2.0), 1e-5 * std::abs(unitLoss[0]));
-    // Counts without loss: the same gradient, nothing else written.
-    std::vector<float> noLoss(n);
-    moeRouteBackward(c.logits.data(), c.experts.data(), dw.data(), noLoss.data(), c.p, c.counts.data());
-    EXPECT_EQ(noLoss, both);
-  }
+TEST(MoeAuxLossTest, NoAssignmentsAddNothing) {
+  MoeParams aux;
+  aux.E = 3;
+  aux.scale = 2.0;
+  const std::vector<int32_t> none(3, 0);
+  const std::vector<float> probs = {1.0f, 2.0f, 3.0f};
+  std::vector<float> loss = {0.75f}, dprobs(3, 99.0f);
+  moeAuxLoss(none.data(), probs.data(), loss.data(), aux);
+  moeAuxLossBackward(none.data(), dprobs.data(), aux);
+  EXPECT_EQ(loss[0], 0.75f);
+  EXPECT_EQ(dprobs, (std::vector<float>(3, 0.0f)));
 }
 
 // ---- moe_permute / moe_unpermute ------------------------------------------------------------------------

@@ -804,57 +804,60 @@ TEST_F(PlanLoaderTest, MoeOpErrors) {
   expectError(unpermuteRows(320, 0), {at + ".attrs.N", ">= 1"});
 }
 
-// The load-balancing loss's roles: moe_route's counts [E]; moe_route_bwd's counts [E] with both scales,
-// loss [1] only with counts, the scales only with counts and finite as fp32.
+// The load-balancing loss's kernels: the statistics [E] (counts i32), the router's logits [T, E] and
+// experts [T, k], the loss [1]; moe_aux_loss / _bwd's scale required and finite as fp32.
 TEST_F(PlanLoaderTest, MoeAuxLossErrors) {
   const std::string at = "subroutines[1].ops[4]";
-  auto routeCounts = [](int64_t counts) {
+  // moe_router_stats with E-element statistics of `stats` elements and `experts` rows of k = 2.
+  auto stats = [](int64_t statsElems, int64_t expertRows) {
     return [=](testing::PlanBuilder& b) {
-      const int64_t c = b.buffer("router.counts", "activation", {counts});
-      b.op("forward", "moe_route",
+      b.op("forward", "moe_router_stats",
            {{"logits", b.buffer("router.logits", "activation", {16, 4})},
-            {"weights", b.buffer("router.weights", "activation", {16, 2})},
-            {"experts", b.buffer("router.experts", "activation", {16, 2}, "i32")},
-            {"counts", c}},
-           {{"T", 16}, {"E", 4}, {"k", 2}, {"normalize", true}, {"accumulate", false}});
+            {"experts", b.buffer("router.experts", "activation", {expertRows, 2}, "i32")},
+            {"counts", b.buffer("stats.counts", "activation", {4}, "i32")},
+            {"probs", b.buffer("stats.probs", "activation", {4})},
+            {"counts_out", b.buffer("stats.counts_out", "activation", {statsElems}, "i32")},
+            {"probs_out", b.buffer("stats.probs_out", "activation", {4})}},
+           {{"T", 16}, {"E", 4}, {"k", 2}});
     };
   };
-  // moe_route_bwd: counts / loss element counts (0: absent) and its attrs beyond T, E, k, normalize.
-  auto routeBwd = [](int64_t counts, int64_t loss, json extra) {
+  auto statsBwd = [](int64_t dprobs) {
     return [=](testing::PlanBuilder& b) {
-      json args = {{"logits", b.buffer("router.logits", "activation", {16, 4})},
-                   {"experts", b.buffer("router.experts", "activation", {16, 2}, "i32")},
-                   {"dweights", b.buffer("router.dweights", "activation", {16, 2})},
-                   {"dlogits", b.buffer("router.dlogits", "activation", {16, 4})}};
-      if (counts) args["counts"] = b.buffer("router.counts", "activation", {counts});
-      if (loss) args["loss"] = b.buffer("router.aux_loss", "activation", {loss});
-      json attrs = {{"T", 16}, {"E", 4}, {"k", 2}, {"normalize", false}};
-      attrs.update(extra);
-      b.op("forward", "moe_route_bwd", args, attrs);
+      b.op("forward", "moe_router_stats_bwd",
+           {{"logits", b.buffer("router.logits", "activation", {16, 4})},
+            {"dprobs", b.buffer("stats.dprobs", "activation", {dprobs})},
+            {"dlogits", b.buffer("router.dlogits", "activation", {16, 4})}},
+           {{"T", 16}, {"E", 4}});
     };
   };
-  const json scales = {{"aux_scale", 0.01}, {"aux_loss_scale", 0.02}};
+  // moe_aux_loss (or _bwd) with loss elements `loss` and attrs `attrs`.
+  auto auxLoss = [](bool backward, int64_t loss, json attrs) {
+    return [=](testing::PlanBuilder& b) {
+      json args = {{"counts", b.buffer("stats.counts", "activation", {4}, "i32")}};
+      if (backward) {
+        args["dprobs"] = b.buffer("stats.dprobs", "activation", {4});
+      } else {
+        args["probs"] = b.buffer("stats.probs", "activation", {4});
+        args["loss"] = b.buffer("aux.loss", "metric", {loss});
+      }
+      b.op("forward", backward ? "moe_aux_loss_bwd" : "moe_aux_loss", args, attrs);
+    };
+  };
+  const json scaled = {{"E", 4}, {"scale", 0.32}};
   using Mutate = std::function<void(testing::PlanBuilder&)>;
-  for (const Mutate& valid : {Mutate(routeCounts(4)), Mutate(routeBwd(4, 1, scales)), Mutate(routeBwd(4, 0, scales)),
-                              Mutate(routeBwd(0, 0, json::object()))}) {
+  for (const Mutate& valid : {Mutate(stats(4, 16)), Mutate(statsBwd(4)), Mutate(auxLoss(false, 1, scaled)),
+                              Mutate(auxLoss(true, 1, scaled))}) {
     testing::PlanBuilder b = base;
     valid(b);
     Status s = load(b);
     EXPECT_TRUE(s.isOk()) << s.message();
   }
-  expectError(routeCounts(8), {at + ".args.counts", "expected E = 4"});
-  expectError(routeBwd(3, 1, scales), {at + ".args.counts", "expected E = 4"});
-  expectError(routeBwd(4, 2, scales), {at + ".args.loss", "expected 1 = 1"});
-  expectError(routeBwd(4, 1, {{"aux_loss_scale", 0.02}}),
-              {at + ".attrs.aux_scale", "attrs.aux_scale is required with args.counts"});
-  expectError(routeBwd(4, 0, {{"aux_scale", 0.02}}),
-              {at + ".attrs.aux_loss_scale", "attrs.aux_loss_scale is required with args.counts"});
-  expectError(routeBwd(0, 1, json::object()), {at + ".args.loss", "needs args.counts"});
-  expectError(routeBwd(0, 0, scales), {at + ".attrs.aux_scale", "needs args.counts"});
-  expectError(routeBwd(4, 1, {{"aux_scale", 1e39}, {"aux_loss_scale", 0.02}}),
-              {at + ".attrs.aux_scale", "must be a finite fp32 number"});
-  expectError(routeBwd(4, 1, {{"aux_scale", 0.01}, {"aux_loss_scale", -1e39}}),
-              {at + ".attrs.aux_loss_scale", "must be a finite fp32 number"});
+  expectError(stats(8, 16), {at + ".args.counts_out", "expected E = 4"});
+  expectError(stats(4, 15), {at + ".args.experts", "expected T×k = 32"});
+  expectError(statsBwd(3), {at + ".args.dprobs", "expected E = 4"});
+  expectError(auxLoss(false, 2, scaled), {at + ".args.loss", "expected 1 = 1"});
+  expectError(auxLoss(false, 1, {{"E", 4}}), {at + ".attrs.scale"});
+  expectError(auxLoss(true, 1, {{"E", 4}, {"scale", 1e39}}), {at + ".attrs.scale", "must be a finite fp32 number"});
 }
 
 }  // namespace

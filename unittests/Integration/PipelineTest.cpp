@@ -7,7 +7,10 @@
 //   pp = 2 interleaved with v = 2 (4 model chunks of one layer), and pp = 4
 //   with v = 2 on 8-layer variants (unittests/Integration/Inputs/);
 //   dp = 2, tp = 2, pp = 2 (1F1B; also with sequence parallelism, and with
-//   the pipeline's sends sliced over tp, --scatter-gather-p2p).
+//   the pipeline's sends sliced over tp, --scatter-gather-p2p);
+//   tiny Mixtral with the load-balancing loss (its statistics crossing the
+//   stages) under every schedule, against one device with the same
+//   microbatches.
 // Also: the bubble of the schedule read back from the emitted programs equals
 // the analytic formulas, and the emitted programs carry the schedule.
 //
@@ -78,7 +81,42 @@ void goldenInterleaved4(const std::string &model, const std::string &optimizer) 
   test::expectSame(ref, test::trainPlan(path, opt, 1, c.name() + "-" + optimizer),
                    model + "-8l " + optimizer + " " + c.name(), test::goldenTolerance(optimizer));
 }
+
+// The MoE load-balancing loss (tiny-mixtral with output_router_logits): its
+// statistics cross the stages with the activations and its gradient comes
+// back with theirs. The loss is per microbatch (transformers' per batch), so
+// the reference runs the same 8 microbatches of one sequence on one device;
+// tp (without sequence parallelism) keeps every token on every rank.
+void goldenLoadBalancing(const std::string &optimizer) {
+  const std::string path = std::string(LLCDIST_SOURCE_DIR) + "/unittests/Integration/Inputs/tiny-mixtral-aux.json";
+  Trained ref = test::trainPlan(path, test::goldenOptions(optimizer), 1, "pp-aux-ref-" + optimizer);
+  EXPECT_LT(ref.losses.back(), ref.losses.front()) << "the reference learns";
+  std::vector<PipelineConfig> configs;
+  for (const char *s : {"gpipe", "1f1b", "zb-h1"})
+    configs.push_back({1, 1, 2, s});
+  configs.push_back({1, 1, 4, "1f1b"});
+  configs.push_back({1, 1, 2, "interleaved", 2});
+  configs.push_back({1, 2, 2, "1f1b"});
+  configs.push_back({1, 2, 2, "1f1b", 1, false, /*scatterGather=*/true});
+  for (const PipelineConfig &c : configs)
+    test::expectSame(ref,
+                     test::trainPlan(
+                         path,
+                         [&] {
+                           TrainingPipelineOptions opt = test::goldenOptions(optimizer);
+                           opt.mesh.tp = c.tp;
+                           opt.mesh.pp = c.pp;
+                           opt.pipelineSchedule = c.schedule;
+                           opt.virtualStages = c.virtualStages;
+                           opt.scatterGatherP2P = c.scatterGather;
+                           return opt;
+                         }(),
+                         1, "aux-" + c.name() + "-" + optimizer),
+                     "tiny-mixtral-aux " + optimizer + " " + c.name(), test::goldenTolerance(optimizer));
+}
 } // namespace
+
+TEST(Pipeline, TinyMixtralLoadBalancingLoss) { goldenLoadBalancing("sgd"); }
 
 // --scatter-gather-p2p moves the same bytes in a different way (each tp rank
 // sends 1/tp, the receivers all-gather): it trains to the whole sends' bits,

@@ -204,7 +204,6 @@ LogicalResult OpLowering::lowerLayer(LayerOp call, Scope &s, BackwardPart part) 
   if (!slot) {
     slot = std::make_unique<Scope>();
     slot->layer = call.getIndexAttr().getInt();
-    slot->recomputed = call->hasAttr("xf.recomputed");
     slot->prefix = s.prefix;
     for (auto [a, operand] : llvm::zip(body.getArguments(), call.getOperands()))
       slot->bufs[a] = s.bufs.lookup(operand);

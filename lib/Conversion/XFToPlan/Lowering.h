@@ -9,7 +9,9 @@
 //                       working copies, gradients; step_begin
 //   LowerOps.cpp        xf ops to plan.kernel calls on a value→buffer map:
 //                       scopes, layer calls, the split backward, helpers
-//   OpLowerings.cpp     each xf op's rule (PlanLoweringOpInterface models)
+//   OpLowerings.cpp     each xf op's rule (PlanLoweringOpInterface models;
+//                       LoweringModels.h), the mixture of experts' in
+//                       MoeLowerings.cpp
 //   Optimizer.cpp       the optimizer step: gradient reductions, norm, updates
 //   Manifest.cpp        plan.param entries (with the init policy of
 //                       llcdist/Frontend/InitPolicy.h) and plan.manifest
@@ -193,9 +195,6 @@ private:
 struct Scope {
   llvm::DenseMap<mlir::Value, llvm::SmallVector<Buf, 2>> bufs;
   int64_t layer = -1;
-  /// A layer call full recomputation added (`xf.recomputed`): its forward
-  /// runs a second time in the microbatch.
-  bool recomputed = false;
   /// Prepended to activation buffer names: a pipeline stage lowers each
   /// chunk once, its buffers with one instance per slot ("v1/").
   std::string prefix;
@@ -246,10 +245,6 @@ public:
 
   /// The loss (the last stage's, or the only program's; null elsewhere).
   Buf lossBuf;
-  /// The MoE load-balancing loss's assignment counts [E], summed over the
-  /// microbatch's routers (the first one written, the others added); each
-  /// router's backward reads the sum. Null until a router needs it.
-  Buf moeCounts;
 
   /// The rule of op kind `OpTy` (PlanLoweringOpInterface's model calls it):
   /// one specialization per xf op in OpLowerings.cpp, with `loc` the

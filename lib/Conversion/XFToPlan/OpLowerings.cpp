@@ -5,10 +5,11 @@
 // the scope and emits its plan.kernel calls (LowerOps.cpp is the driver: the
 // scopes, layer calls, the split backward and the helpers the rules use). A
 // new op gets a rule here and a name in registerPlanLoweringModels
-// (docs/adding-an-op.md).
+// (docs/adding-an-op.md); the mixture of experts' are in MoeLowerings.cpp.
 //
 //===----------------------------------------------------------------------===//
 #include "Lowering.h"
+#include "LoweringModels.h"
 
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 
@@ -20,13 +21,6 @@ using namespace llcdist::xf;
 using namespace llcdist::xftoplan;
 
 #include "llcdist/Conversion/XFToPlan/PlanLoweringInterface.cpp.inc"
-
-/// Whether an op's kernel writes its results straight into the parameters'
-/// gradient buffers (PlanLoweringOpInterface::writesParameterGradients):
-/// true for the rules that ask gradTarget where their results go.
-namespace {
-template <typename OpTy> constexpr bool kWritesParameterGradients = false;
-} // namespace
 
 //===----------------------------------------------------------------------===//
 // Structure: parameters and layer calls
@@ -407,177 +401,6 @@ template <> LogicalResult OpLowering::lower<ConcatOp>(Operation *op, Scope &s, B
 }
 
 //===----------------------------------------------------------------------===//
-// Mixture of experts
-//===----------------------------------------------------------------------===//
-
-namespace {
-/// Tokens and experts of a router's [..., E] logits.
-std::pair<int64_t, int64_t> tokensAndExperts(Value logits) {
-  int64_t e = lastDim(logits);
-  return {numel(logits) / e, e};
-}
-} // namespace
-
-template <> LogicalResult OpLowering::lower<MoeRouteOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
-  auto r = cast<MoeRouteOp>(op);
-  auto [T, E] = tokensAndExperts(r.getLogits());
-  Buf w = def(s, r.getWeights(), op, ".weights");
-  Buf e = def(s, r.getExperts(), op, ".experts");
-  SmallVector<NamedAttribute> args{arg("logits", use(s, r.getLogits())), arg("weights", w), arg("experts", e)};
-  SmallVector<NamedAttribute> attrs{i64("T", T), i64("E", E), i64("k", r.getTopK()),
-                                    flag("normalize", r.getNormalize())};
-  // The load-balancing loss: the microbatch's first router writes the
-  // counts (the forward runs the layers in order, once per microbatch),
-  // every later one adds its own; a router full recomputation runs again
-  // before its backward counts nothing (the counts are whole by then).
-  if (r.getAuxLossCoef() && !s.recomputed) {
-    bool first = !moeCounts;
-    if (first)
-      moeCounts = newBuffer("moe.counts", "activation", f32({E}));
-    args.push_back(arg("counts", moeCounts));
-    attrs.push_back(flag("accumulate", !first));
-  }
-  kernel("moe_route", args, attrs, loc);
-  return success();
-}
-
-template <> LogicalResult OpLowering::lower<MoePermuteOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
-  auto p = cast<MoePermuteOp>(op);
-  Buf xp = def(s, p.getResult(), op);
-  Buf slots = def(s, p.getSlots(), op, ".slots");
-  Buf sizes = def(s, p.getGroupSizes(), op, ".group_sizes");
-  kernel("moe_permute",
-         {arg("x", use(s, p.getInput())), arg("experts", use(s, p.getExperts())), arg("xp", xp), arg("slots", slots),
-          arg("group_sizes", sizes)},
-         withOptional("capacity", p.getCapacity(),
-                      {i64("T", numel(p.getInput()) / lastDim(p.getInput())), i64("H", lastDim(p.getInput())),
-                       i64("E", numel(p.getGroupSizes())), i64("k", lastDim(p.getExperts()))}),
-         loc);
-  return success();
-}
-
-/// moe_unpermute(_bwd)'s T, H, k, and N where the rows are not T·k (a
-/// capacity: experts·capacity rows, some slots dropped).
-SmallVector<NamedAttribute> OpLowering::unpermuteAttrs(Value rows, Value slots) {
-  const int64_t k = lastDim(slots), T = numel(slots) / k, N = dim(rows, 0);
-  SmallVector<NamedAttribute> attrs{i64("T", T), i64("H", lastDim(rows)), i64("k", k)};
-  if (N != T * k)
-    attrs.push_back(i64("N", N));
-  return attrs;
-}
-
-template <> LogicalResult OpLowering::lower<MoeUnpermuteOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
-  auto u = cast<MoeUnpermuteOp>(op);
-  Buf y = def(s, u.getResult(), op);
-  SmallVector<NamedAttribute> args{arg("xp", use(s, u.getInput())), arg("slots", use(s, u.getSlots())), arg("y", y)};
-  if (u.getWeights())
-    args.push_back(arg("weights", use(s, u.getWeights())));
-  kernel("moe_unpermute", args, unpermuteAttrs(u.getInput(), u.getSlots()), loc);
-  return success();
-}
-
-template <> LogicalResult OpLowering::lower<GroupedLinearOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
-  auto g = cast<GroupedLinearOp>(op);
-  Buf y = def(s, g.getResult(), op);
-  kernel("grouped_linear_fwd",
-         {arg("x", use(s, g.getInput())), arg("w", use(s, g.getWeight())),
-          arg("group_sizes", use(s, g.getGroupSizes())), arg("y", y)},
-         {i64("N", dim(g.getInput(), 0)), i64("K", dim(g.getInput(), 1)), i64("O", dim(g.getWeight(), 1)),
-          i64("E", dim(g.getWeight(), 0))},
-         loc);
-  return success();
-}
-
-template <> LogicalResult OpLowering::lower<SigmoidGateOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
-  auto g = cast<SigmoidGateOp>(op);
-  Buf y = def(s, g.getResult(), op);
-  kernel("sigmoid_gate_fwd", {arg("gate", use(s, g.getGate())), arg("x", use(s, g.getInput())), arg("y", y)},
-         {i64("T", numel(g.getGate())), i64("H", lastDim(g.getInput()))}, loc);
-  return success();
-}
-
-template <> LogicalResult OpLowering::lower<MoeRouteGradOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
-  auto g = cast<MoeRouteGradOp>(op);
-  auto [T, E] = tokensAndExperts(g.getLogits());
-  Buf d = def(s, g.getResult(), op);
-  SmallVector<NamedAttribute> args{arg("logits", use(s, g.getLogits())), arg("experts", use(s, g.getExperts())),
-                                   arg("dweights", use(s, g.getDweights())), arg("dlogits", d)};
-  SmallVector<NamedAttribute> attrs{i64("T", T), i64("E", E), i64("k", lastDim(g.getExperts())),
-                                    flag("normalize", g.getNormalize())};
-  if (g.getAuxLossCoef()) {
-    if (!moeCounts || !lossBuf)
-      return g.emitOpError("llcdist-lower-to-plan: the load-balancing loss needs the microbatch's routers and its "
-                           "loss in one program");
-    // transformers' load_balancing_loss_func over this rank's microbatch of
-    // T tokens (each dp rank's own, as transformers' per-batch loss): c·E /
-    // (L·T)² · Σ_e C_e·S_e, counted in the loss as the cross-entropy is (a
-    // mean over microbatches, then over dp); its gradient is that of the
-    // step's loss (also over dp).
-    const double L = double(*g.getAuxLossLayers()), tokens = double(T);
-    const double value = g.getAuxLossCoef()->convertToDouble() * double(E) / (L * L * tokens * tokens) /
-                         double(step.microbatches);
-    const int64_t dp = xf::meshDegrees(pb.module).value_or(xf::MeshDegrees{}).dp;
-    args.push_back(arg("counts", moeCounts));
-    args.push_back(arg("loss", lossBuf));
-    attrs.push_back(f64("aux_scale", value / double(dp)));
-    attrs.push_back(f64("aux_loss_scale", value));
-  }
-  kernel("moe_route_bwd", args, attrs, loc);
-  return success();
-}
-
-template <> LogicalResult OpLowering::lower<MoeUnpermuteGradOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
-  auto g = cast<MoeUnpermuteGradOp>(op);
-  Buf dxp = def(s, g.getDinput(), op, ".dinput");
-  Buf dw = def(s, g.getDweights(), op, ".dweights");
-  kernel("moe_unpermute_bwd",
-         {arg("dy", use(s, g.getDy())), arg("xp", use(s, g.getInput())), arg("slots", use(s, g.getSlots())),
-          arg("weights", use(s, g.getWeights())), arg("dxp", dxp), arg("dweights", dw)},
-         unpermuteAttrs(g.getInput(), g.getSlots()), loc);
-  return success();
-}
-
-template <>
-LogicalResult OpLowering::lower<GroupedLinearGradInputOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
-  auto g = cast<GroupedLinearGradInputOp>(op);
-  Buf dx = def(s, g.getResult(), op);
-  kernel("grouped_linear_bwd_input",
-         {arg("dy", use(s, g.getDy())), arg("w", use(s, g.getWeight())), arg("group_sizes", use(s, g.getGroupSizes())),
-          arg("dx", dx)},
-         {i64("N", dim(g.getDy(), 0)), i64("K", dim(g.getResult(), 1)), i64("O", dim(g.getDy(), 1)),
-          i64("E", dim(g.getWeight(), 0))},
-         loc);
-  return success();
-}
-
-namespace {
-template <> constexpr bool kWritesParameterGradients<GroupedLinearGradWeightOp> = true;
-} // namespace
-template <>
-LogicalResult OpLowering::lower<GroupedLinearGradWeightOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
-  auto g = cast<GroupedLinearGradWeightOp>(op);
-  auto [dw, acc] = gradTarget(s, g.getResult(), op);
-  kernel("grouped_linear_bwd_weight",
-         {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())), arg("group_sizes", use(s, g.getGroupSizes())),
-          arg("dw", dw)},
-         {i64("N", dim(g.getDy(), 0)), i64("K", dim(g.getInput(), 1)), i64("O", dim(g.getDy(), 1)),
-          i64("E", dim(g.getResult(), 0)), flag("accumulate", acc)},
-         loc);
-  return success();
-}
-
-template <> LogicalResult OpLowering::lower<SigmoidGateGradOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
-  auto g = cast<SigmoidGateGradOp>(op);
-  Buf dgate = def(s, g.getDgate(), op, ".dgate");
-  Buf dx = def(s, g.getDinput(), op, ".dinput");
-  kernel("sigmoid_gate_bwd",
-         {arg("dy", use(s, g.getDy())), arg("gate", use(s, g.getGate())), arg("x", use(s, g.getInput())),
-          arg("dgate", dgate), arg("dx", dx)},
-         {i64("T", numel(g.getGate())), i64("H", lastDim(g.getInput()))}, loc);
-  return success();
-}
-
-//===----------------------------------------------------------------------===//
 // Collectives and what partitioning adds
 //===----------------------------------------------------------------------===//
 
@@ -721,29 +544,15 @@ template <> LogicalResult OpLowering::lower<AccumulateGradOp>(Operation *op, Sco
 // The models
 //===----------------------------------------------------------------------===//
 
-namespace {
-template <typename OpTy>
-struct PlanLoweringModel : public PlanLoweringOpInterface::ExternalModel<PlanLoweringModel<OpTy>, OpTy> {
-  LogicalResult lowerToPlan(Operation *op, OpLowering &lowering, Scope &scope, BackwardPart part) const {
-    return lowering.lower<OpTy>(op, scope, part, lowering.provenance(op, scope));
-  }
-  bool writesParameterGradients(Operation *) const { return kWritesParameterGradients<OpTy>; }
-};
-
-template <typename... Ops> void attachPlanLowering(MLIRContext *ctx) {
-  (Ops::template attachInterface<PlanLoweringModel<Ops>>(*ctx), ...);
-}
-} // namespace
-
 void llcdist::xftoplan::registerPlanLoweringModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, xf::XFDialect *) {
-    attachPlanLowering<
-        ParamOp, LayerOp, EmbeddingOp, AddPositionEmbeddingOp, LayerNormOp, RMSNormOp, LinearOp, SplitOp, RopeOp,
-        AttentionOp, GeluTanhOp, SwiGLUOp, AddOp, CrossEntropyOp, CrossEntropyGradOp, LinearGradInputOp,
-        LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp, AddPositionEmbeddingGradOp, LayerNormGradInputOp,
-        LayerNormGradParamsOp, RMSNormGradInputOp, RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp,
-        SwiGLUGradOp, ConcatOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp, AccumulateGradOp,
-        MoeRouteOp, MoePermuteOp, MoeUnpermuteOp, GroupedLinearOp, SigmoidGateOp, MoeRouteGradOp, MoeUnpermuteGradOp,
-        GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateGradOp, MoeDispatchOp, MoeCombineOp>(ctx);
+    attachPlanLowering<ParamOp, LayerOp, EmbeddingOp, AddPositionEmbeddingOp, LayerNormOp, RMSNormOp, LinearOp, SplitOp,
+                       RopeOp, AttentionOp, GeluTanhOp, SwiGLUOp, AddOp, CrossEntropyOp, CrossEntropyGradOp,
+                       LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
+                       AddPositionEmbeddingGradOp, LayerNormGradInputOp, LayerNormGradParamsOp, RMSNormGradInputOp,
+                       RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp, SwiGLUGradOp, ConcatOp,
+                       AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp, AccumulateGradOp,
+                       MoeDispatchOp, MoeCombineOp>(ctx);
+    attachMoePlanLowerings(ctx);
   });
 }

@@ -285,6 +285,7 @@ class MpiCommunicator final : public Communicator {
         msg.size() != sizeof h + bytes) {
       const CommDType sent = h.dtype == int64_t(CommDType::kBF16)  ? CommDType::kBF16
                              : h.dtype == int64_t(CommDType::kF64) ? CommDType::kF64
+                             : h.dtype == int64_t(CommDType::kI32) ? CommDType::kI32
                                                                    : CommDType::kF32;
       return fail(Status::invalidArgument("send/recv mismatch: rank " + std::to_string(rank) + " receives " +
                                           triple(count, dtype, tag, microbatch) + " from rank " + std::to_string(peer) +

@@ -53,6 +53,9 @@ void withElementType(CommDType dtype, F&& f) {
     case CommDType::kBF16:
       f(uint16_t{});
       return;
+    case CommDType::kI32:  // moved, never reduced (the plan reduces floats only)
+      f(int32_t{});
+      return;
   }
 }
 

@@ -58,6 +58,8 @@ inline ncclDataType_t ncclType(CommDType t) {
       return ncclFloat64;
     case CommDType::kBF16:
       return ncclBfloat16;
+    case CommDType::kI32:
+      return ncclInt32;
   }
   return ncclFloat32;
 }

@@ -20,6 +20,7 @@ const CudaKernelTable& cudaKernelTable() {
     registerCudaLossKernels(t);
     registerCudaOptimizerKernels(t);
     registerCudaMoeKernels(t);
+    registerCudaMoeRouterKernels(t);
     return t;
   }();
   return table;

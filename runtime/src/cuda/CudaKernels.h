@@ -149,6 +149,7 @@ void registerCudaAttentionBlockKernels(CudaKernelTable& table);  // AttentionBlo
 void registerCudaLossKernels(CudaKernelTable& table);         // Loss.cu: cross_entropy_*
 void registerCudaOptimizerKernels(CudaKernelTable& table);    // Optimizer.cu: grad_norm*, adamw, sgd
 void registerCudaMoeKernels(CudaKernelTable& table);          // Moe.cu: moe_*, grouped_linear_*, sigmoid_gate_*
+void registerCudaMoeRouterKernels(CudaKernelTable& table);    // MoeRouter.cu: moe_route*, moe_router_stats*, moe_aux_loss*
 
 // The CUDA backend's kernel table: an entry for exactly the kinds with launchesKernel(kind), checked
 // at backend creation.

@@ -56,29 +56,9 @@ std::vector<Group> groups(const int32_t* sizes, int64_t E, int64_t N) {
 }
 int64_t groupedRows(const std::vector<Group>& g) { return g.empty() ? 0 : g.back().off + g.back().rows; }
 
-// counts[e] = (accumulate ? counts[e] : 0) + the assignments to e (exact integers in f32).
-void addAssignmentCounts(const int32_t* experts, float* counts, const MoeParams& p) {
-  std::vector<int64_t> n(size_t(p.E), 0);
-  for (int64_t i = 0; i < p.T * p.k; ++i)
-    if (validExpert(experts[i], p.E)) ++n[size_t(experts[i])];
-  for (int64_t e = 0; e < p.E; ++e)
-    counts[e] = static_cast<float>((p.accumulate ? double(counts[e]) : 0.0) + double(n[size_t(e)]));
-}
-
-// One token's load-balancing terms from its p: aux[e] = p[e]·(g[e] − Σ_e' p[e']·g[e']) with g = auxScale·counts
-// (double), and S[e] += p[e].
-void auxGradient(const float* prob, const float* counts, double* aux, double* S, const MoeParams& p) {
-  double pg = 0.0;  // Σ_e' p[e']·g[e']
-  for (int64_t e = 0; e < p.E; ++e) pg += double(prob[e]) * (p.auxScale * counts[e]);
-  for (int64_t e = 0; e < p.E; ++e) {
-    aux[e] = double(prob[e]) * (p.auxScale * counts[e] - pg);
-    S[e] += prob[e];
-  }
-}
-
 }  // namespace
 
-void moeRouteForward(const float* logits, float* weights, int32_t* experts, const MoeParams& p, float* counts) {
+void moeRouteForward(const float* logits, float* weights, int32_t* experts, const MoeParams& p) {
   std::vector<float> prob(size_t(p.E));
   std::vector<char> taken(size_t(p.E));
   for (int64_t t = 0; t < p.T; ++t) {
@@ -91,19 +71,17 @@ void moeRouteForward(const float* logits, float* weights, int32_t* experts, cons
     for (int64_t j = 0; j < p.k; ++j)
       w[j] = p.normalize ? static_cast<float>(double(prob[size_t(ex[j])]) / sum) : prob[size_t(ex[j])];
   }
-  if (counts) addAssignmentCounts(experts, counts, p);
 }
 
 void moeRouteBackward(const float* logits, const int32_t* experts, const float* dweights, float* dlogits,
-                      const MoeParams& p, const float* counts, float* loss) {
+                      const MoeParams& p) {
   std::vector<float> prob(size_t(p.E));
-  std::vector<double> g(size_t(p.E)), aux(size_t(p.E)), S(size_t(p.E), 0.0);
+  std::vector<double> g(size_t(p.E));
   for (int64_t t = 0; t < p.T; ++t) {
     softmaxRow(logits + t * p.E, prob.data(), p.E);
     const int32_t* ex = experts + t * p.k;
     const float* dw = dweights + t * p.k;
     float* dl = dlogits + t * p.E;
-    if (counts) auxGradient(prob.data(), counts, aux.data(), S.data(), p);  // else aux stays 0
     std::fill(g.begin(), g.end(), 0.0);
     double selected = 0.0, inner = 0.0;  // Σ_j p[e_j], Σ_j p[e_j]·dw_j
     for (int64_t j = 0; j < p.k; ++j) {
@@ -113,22 +91,66 @@ void moeRouteBackward(const float* logits, const int32_t* experts, const float* 
       inner += double(prob[size_t(ex[j])]) * dw[j];
     }
     if (p.normalize) {  // w_j = p[e_j] / selected: dl[e_j] = w_j·(dw_j − Σ w_j'·dw_j'), 0 elsewhere
-      for (int64_t e = 0; e < p.E; ++e) dl[e] = static_cast<float>(aux[size_t(e)]);
+      std::fill(dl, dl + p.E, 0.0f);
       for (int64_t j = 0; j < p.k; ++j)
         if (validExpert(ex[j], p.E)) {
           const size_t e = size_t(ex[j]);
-          dl[e] = static_cast<float>(prob[e] / selected * (g[e] - inner / selected) + aux[e]);
+          dl[e] = static_cast<float>(prob[e] / selected * (g[e] - inner / selected));
         }
     } else {
-      for (int64_t e = 0; e < p.E; ++e)
-        dl[e] = static_cast<float>(prob[size_t(e)] * (g[size_t(e)] - inner) + aux[size_t(e)]);
+      for (int64_t e = 0; e < p.E; ++e) dl[e] = static_cast<float>(prob[size_t(e)] * (g[size_t(e)] - inner));
     }
   }
-  if (counts && loss) {
-    double dot = 0.0;  // Σ_e counts[e]·S[e]
-    for (int64_t e = 0; e < p.E; ++e) dot += double(counts[e]) * S[size_t(e)];
-    loss[0] = static_cast<float>(double(loss[0]) + p.auxLossScale * dot);
+}
+
+void moeRouterStats(const float* logits, const int32_t* experts, const int32_t* counts, const float* probs,
+                    int32_t* countsOut, float* probsOut, const MoeParams& p) {
+  std::vector<int64_t> n(size_t(p.E), 0);
+  for (int64_t i = 0; i < p.T * p.k; ++i)
+    if (validExpert(experts[i], p.E)) ++n[size_t(experts[i])];
+  std::vector<float> prob(size_t(p.E));
+  std::vector<double> S(size_t(p.E), 0.0);
+  for (int64_t t = 0; t < p.T; ++t) {
+    softmaxRow(logits + t * p.E, prob.data(), p.E);
+    for (int64_t e = 0; e < p.E; ++e) S[size_t(e)] += prob[size_t(e)];
   }
+  for (int64_t e = 0; e < p.E; ++e) {
+    countsOut[e] = int32_t(int64_t(counts[e]) + n[size_t(e)]);
+    probsOut[e] = static_cast<float>(double(probs[e]) + S[size_t(e)]);
+  }
+}
+
+void moeRouterStatsBackward(const float* logits, const float* dprobs, float* dlogits, const MoeParams& p) {
+  std::vector<float> prob(size_t(p.E));
+  for (int64_t t = 0; t < p.T; ++t) {
+    softmaxRow(logits + t * p.E, prob.data(), p.E);
+    double pg = 0.0;  // Σ_e p[e]·g[e]
+    for (int64_t e = 0; e < p.E; ++e) pg += double(prob[size_t(e)]) * dprobs[e];
+    for (int64_t e = 0; e < p.E; ++e)
+      dlogits[t * p.E + e] = static_cast<float>(double(prob[size_t(e)]) * (double(dprobs[e]) - pg));
+  }
+}
+
+namespace {
+// N = Σ_e counts[e]: every router's tokens, k assignments each.
+double assignments(const int32_t* counts, int64_t E) {
+  double n = 0.0;
+  for (int64_t e = 0; e < E; ++e) n += counts[e];
+  return n;
+}
+}  // namespace
+
+void moeAuxLoss(const int32_t* counts, const float* probs, float* loss, const MoeParams& p) {
+  const double n = assignments(counts, p.E);
+  if (n <= 0.0) return;
+  double dot = 0.0;  // Σ_e counts[e]·probs[e]
+  for (int64_t e = 0; e < p.E; ++e) dot += double(counts[e]) * probs[e];
+  loss[0] = static_cast<float>(double(loss[0]) + p.scale * dot / (n * n));
+}
+
+void moeAuxLossBackward(const int32_t* counts, float* dprobs, const MoeParams& p) {
+  const double n = assignments(counts, p.E);
+  for (int64_t e = 0; e < p.E; ++e) dprobs[e] = n > 0.0 ? static_cast<float>(p.scale * counts[e] / (n * n)) : 0.0f;
 }
 
 Status moePermute(const float* x, const int32_t* experts, float* xp, int32_t* slots, int32_t* groupSizes,
@@ -323,11 +345,27 @@ void registerCpuMoeKernels(CpuKernelTable& t) {
   using P = MoeParams;
   using Ctx = CpuKernelContext;
   addCpuKernel<P>(t, K::kMoeRoute, [](const KernelCall& c, const P& p, const Ctx&) {
-    moeRouteForward(c.F("logits"), c.F("weights"), c.I("experts"), p, c.F("counts"));
+    moeRouteForward(c.F("logits"), c.F("weights"), c.I("experts"), p);
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kMoeRouteBwd, [](const KernelCall& c, const P& p, const Ctx&) {
-    moeRouteBackward(c.F("logits"), c.I("experts"), c.F("dweights"), c.F("dlogits"), p, c.F("counts"), c.F("loss"));
+    moeRouteBackward(c.F("logits"), c.I("experts"), c.F("dweights"), c.F("dlogits"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kMoeRouterStats, [](const KernelCall& c, const P& p, const Ctx&) {
+    moeRouterStats(c.F("logits"), c.I("experts"), c.I("counts"), c.F("probs"), c.I("counts_out"), c.F("probs_out"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kMoeRouterStatsBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    moeRouterStatsBackward(c.F("logits"), c.F("dprobs"), c.F("dlogits"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kMoeAuxLoss, [](const KernelCall& c, const P& p, const Ctx&) {
+    moeAuxLoss(c.I("counts"), c.F("probs"), c.F("loss"), p);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kMoeAuxLossBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    moeAuxLossBackward(c.I("counts"), c.F("dprobs"), p);
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kMoePermute, [](const KernelCall& c, const P& p, const Ctx&) {

@@ -1,4 +1,5 @@
 // Family "moe" (PlanSchema.h "Mixture of experts"; docs/plan-format.md): the router (moe_route / _bwd), the
+// load-balancing loss (moe_router_stats / _bwd, moe_aux_loss / _bwd), the
 // permutation into expert-major rows and back (moe_permute, moe_unpermute / _bwd), the experts' grouped
 // GEMMs (grouped_linear_*) and Qwen2-MoE's shared-expert gate (sigmoid_gate_*). The checker derives every
 // role's element count from the attrs; the i32 contents (expert ids, slots, group sizes) are data, which
@@ -27,38 +28,36 @@ Status checkTopK(const OpChecker& c) {
   return Status::ok();
 }
 
-// moe_route_bwd's load-balancing loss: counts needs aux_scale and aux_loss_scale (finite as fp32), loss
-// needs counts, and the attrs mean nothing without counts.
-Status checkAuxLoss(const OpChecker& c) {
-  const Op& op = c.op();
-  const bool counts = op.arg("counts") >= 0;
-  for (const char* a : {"aux_scale", "aux_loss_scale"}) {
-    if (!op.attrs.count(a)) {
-      if (counts) return c.attrError(a, std::string("moe_route_bwd: attrs.") + a + " is required with args.counts");
-      continue;
-    }
-    if (!counts)
-      return c.attrError(
-          a, std::string("moe_route_bwd: attrs.") + a + " is the load-balancing loss's scale: it needs args.counts");
-    if (const double v = op.floatAttr(a); !schema::finiteAsF32(v)) {
-      std::ostringstream msg;
-      msg << "moe_route_bwd: " << a << " must be a finite fp32 number, got " << v;
-      return c.attrError(a, msg.str());
-    }
-  }
-  if (op.arg("loss") >= 0 && !counts)
-    return c.argError("loss", "moe_route_bwd: args.loss (the load-balancing loss) needs args.counts");
-  return Status::ok();
-}
-
 Status checkRoute(const OpChecker& c) {
   LLCDIST_RETURN_IF_ERROR(checkTopK(c));
   const int64_t T = c.I("T"), E = c.I("E"), k = c.I("k");
   for (const char* r : {"logits", "dlogits"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, E}), "T×E"));
   for (const char* r : {"weights", "experts", "dweights"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, k}), "T×k"));
-  LLCDIST_RETURN_IF_ERROR(c.count("counts", E, "E"));
+  return Status::ok();
+}
+
+// The load-balancing loss: moe_router_stats / _bwd read the router's logits [T, E] (and experts [T, k]); the
+// statistics (counts, probs and their outputs, dprobs) are [E]; moe_aux_loss / _bwd's scale is finite as
+// fp32, its loss [1].
+Status checkAuxLoss(const OpChecker& c) {
+  const K kind = c.op().kind;
+  const int64_t E = c.I("E");
+  if (kind == K::kMoeRouterStats) LLCDIST_RETURN_IF_ERROR(checkTopK(c));
+  if (kind == K::kMoeRouterStats || kind == K::kMoeRouterStatsBwd) {
+    const int64_t T = c.I("T");
+    for (const char* r : {"logits", "dlogits"}) LLCDIST_RETURN_IF_ERROR(c.count(r, prod({T, E}), "T×E"));
+    if (kind == K::kMoeRouterStats) LLCDIST_RETURN_IF_ERROR(c.count("experts", prod({T, c.I("k")}), "T×k"));
+  }
+  for (const char* r : {"counts", "probs", "counts_out", "probs_out", "dprobs"})
+    LLCDIST_RETURN_IF_ERROR(c.count(r, E, "E"));
   LLCDIST_RETURN_IF_ERROR(c.count("loss", 1, "1"));
-  return c.op().kind == K::kMoeRouteBwd ? checkAuxLoss(c) : Status::ok();
+  if (kind != K::kMoeAuxLoss && kind != K::kMoeAuxLossBwd) return Status::ok();
+  if (const double v = c.op().floatAttr("scale"); !schema::finiteAsF32(v)) {
+    std::ostringstream msg;
+    msg << schema::opName(kind) << ": scale must be a finite fp32 number, got " << v;
+    return c.attrError("scale", msg.str());
+  }
+  return Status::ok();
 }
 
 // moe_permute: x [T, H]; experts, slots [T, k]; group_sizes [E]; xp [T·k, H], or [E·capacity, H] with the
@@ -144,10 +143,8 @@ StatusOr<OpParams> bindMoe(const BindContext& b) {
   p.K = b.op.intAttr("K");
   p.O = b.op.intAttr("O");
   p.normalize = b.op.boolAttr("normalize");
-  // moe_route's counts accumulate unless told otherwise (PlanOps' rule for an absent accumulate attr).
-  p.accumulate = b.op.boolAttr("accumulate", b.op.kind == K::kMoeRoute);
-  p.auxScale = b.op.floatAttr("aux_scale");
-  p.auxLossScale = b.op.floatAttr("aux_loss_scale");
+  p.accumulate = b.op.boolAttr("accumulate");
+  p.scale = b.op.floatAttr("scale");
   p.r = b.op.intAttr("r");
   p.c = b.op.intAttr("c");
   p.inverse = b.op.boolAttr("inverse");
@@ -159,6 +156,8 @@ StatusOr<OpParams> bindMoe(const BindContext& b) {
 
 void registerMoeOps(OpDefTable& t) {
   for (K k : {K::kMoeRoute, K::kMoeRouteBwd}) t.add(k, {"moe", checkRoute, bindMoe});
+  for (K k : {K::kMoeRouterStats, K::kMoeRouterStatsBwd, K::kMoeAuxLoss, K::kMoeAuxLossBwd})
+    t.add(k, {"moe", checkAuxLoss, bindMoe});
   t.add(K::kMoePermute, {"moe", checkPermute, bindMoe});
   for (K k : {K::kMoeUnpermute, K::kMoeUnpermuteBwd}) t.add(k, {"moe", checkUnpermute, bindMoe});
   for (K k : {K::kGroupedLinearFwd, K::kGroupedLinearBwdInput, K::kGroupedLinearBwdWeight})

@@ -115,42 +115,33 @@ void moeGroups(Host& h) {
   std::copy(sizes, sizes + 3, h.i.at("group_sizes").at(0).begin());
 }
 
-// The load-balancing loss's roles: moe_route's counts (summed onto, or overwritten without accumulate) and
-// moe_route_bwd's gradient term and loss from counts (integers, as the forward counts them).
+// The load-balancing loss: a router's statistics added onto the layers' before (experts in [0, E)), their
+// gradient through the softmax, and the loss and its gradient from counts (two layers' assignments).
 void moeAuxLossCases(std::vector<Case>& c) {
-  for (bool accumulate : {true, false}) {
-    json attrs = {{"T", 4}, {"E", 4}, {"k", 2}, {"normalize", true}, {"accumulate", accumulate}};
-    c.push_back({"moe_route",
-                 {{"logits", {16}}, {"weights", {8}}, {"experts", {8}}, {"counts", {4}}},
-                 attrs,
-                 [accumulate](Host& h) {
-                   MoeParams p = moeParams(true);
-                   p.accumulate = accumulate;
-                   moeRouteForward(h.F("logits"), h.F("weights"), h.I("experts"), p, h.F("counts"));
-                 }});
-    c.back().init = moeLogits;
-  }
-  // Without normalize with the loss; with normalize the gradient term alone (no loss).
-  for (bool normalize : {false, true}) {
-    json attrs = {
-        {"T", 4}, {"E", 4}, {"k", 2}, {"normalize", normalize}, {"aux_scale", 0.25}, {"aux_loss_scale", 0.125}};
-    std::vector<std::pair<std::string, std::vector<int64_t>>> roles = {
-        {"logits", {16}}, {"experts", {8}}, {"dweights", {8}}, {"dlogits", {16}}, {"counts", {4}}};
-    if (!normalize) roles.push_back({"loss", {1}});
-    c.push_back({"moe_route_bwd", roles, attrs, [normalize](Host& h) {
-                   MoeParams p = moeParams(normalize);
-                   p.auxScale = 0.25, p.auxLossScale = 0.125;
-                   moeRouteBackward(h.F("logits"), h.I("experts"), h.F("dweights"), h.F("dlogits"), p, h.F("counts"),
-                                    normalize ? nullptr : h.F("loss"));
-                 }});
-    c.back().init = [](Host& h) {
-      moeLogits(h);
-      std::vector<float> w(8);
-      moeRouteForward(h.F("logits"), w.data(), h.I("experts"), moeParams(true));
-      const float counts[4] = {5, 1, 8, 2};  // two layers' assignments
-      std::copy(counts, counts + 4, h.F("counts"));
-    };
-  }
+  c.push_back({"moe_router_stats",
+               {{"logits", {16}}, {"experts", {8}}, {"counts", {4}}, {"probs", {4}}, {"counts_out", {4}},
+                {"probs_out", {4}}},
+               {{"T", 4}, {"E", 4}, {"k", 2}},
+               [](Host& h) {
+                 moeRouterStats(h.F("logits"), h.I("experts"), h.I("counts"), h.F("probs"), h.I("counts_out"),
+                                h.F("probs_out"), moeParams(false));
+               }});
+  c.back().idRange = 4;
+  c.push_back({"moe_router_stats_bwd", {{"logits", {16}}, {"dprobs", {4}}, {"dlogits", {16}}}, {{"T", 4}, {"E", 4}},
+               [](Host& h) { moeRouterStatsBackward(h.F("logits"), h.F("dprobs"), h.F("dlogits"), moeParams(false)); }});
+  MoeParams aux;
+  aux.E = 4;
+  aux.scale = 0.32;
+  auto twoLayers = [](Host& h) {
+    const int32_t counts[4] = {5, 1, 8, 2};
+    std::copy(counts, counts + 4, h.I("counts"));
+  };
+  c.push_back({"moe_aux_loss", {{"counts", {4}}, {"probs", {4}}, {"loss", {1}}}, {{"E", 4}, {"scale", 0.32}},
+               [aux](Host& h) { moeAuxLoss(h.I("counts"), h.F("probs"), h.F("loss"), aux); }});
+  c.back().init = twoLayers;
+  c.push_back({"moe_aux_loss_bwd", {{"counts", {4}}, {"dprobs", {4}}}, {{"E", 4}, {"scale", 0.32}},
+               [aux](Host& h) { moeAuxLossBackward(h.I("counts"), h.F("dprobs"), aux); }});
+  c.back().init = twoLayers;
 }
 
 std::vector<Case> moeCases() {

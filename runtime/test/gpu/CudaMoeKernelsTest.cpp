@@ -132,39 +132,44 @@ TEST(CudaMoeKernels, RouteForwardAndBackward) {
       }
 }
 
-// The load-balancing loss: moe_route's counts (accumulate on and off) and moe_route_bwd's gradient term
-// and loss (counts and loss f32, the logits f32 or bf16). counts are integers (exact); the gradient term
-// and the loss are f64 sums in another order than the CPU's.
+// The load-balancing loss: moe_router_stats (counts i32, exact; the probabilities' sums f64 in another
+// order than the CPU's), its gradient through the softmax, and moe_aux_loss / _bwd from two layers' counts.
 TEST(CudaMoeKernels, RouteLoadBalancingLoss) {
   LLCDIST_REQUIRE_GPU();
   for (bool bf16 : {false, true})
-    for (RouteShape s : {RouteShape{37, 9, 3}, RouteShape{300, 70, 4}, RouteShape{5, 8, 8}})
-      for (bool flag : {false, true}) {  // moe_route's accumulate; moe_route_bwd's normalize
-        SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + " T " + std::to_string(s.T) + " E " + std::to_string(s.E) +
-                     " k " + std::to_string(s.k) + (flag ? " flag" : ""));
-        std::vector<float> counts(size_t(s.E));
-        for (size_t e = 0; e < counts.size(); ++e) counts[e] = float((e * 7) % 11);
-        MoeParams p = moe(s.T, 0, s.E, s.k, true);
-        p.accumulate = flag;
-        const std::vector<float> logits = separatedLogits(s.T, s.E, 21);
-        KernelCase fwd(K::kMoeRoute, p);
-        floats(fwd, bf16, "logits", logits);
-        floats(fwd, bf16, "weights", randomF32(s.T * s.k, 22));  // overwritten
-        fwd.i32("experts", randomI32(s.T * s.k, 23, -5, 100));   // overwritten
-        fwd.f32("counts", counts);
-        fwd.expectMatch(atolFor(bf16, kAtol), rtolFor(bf16, kRtol));
+    for (RouteShape s : {RouteShape{37, 9, 3}, RouteShape{300, 70, 4}, RouteShape{5, 8, 8}}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + " T " + std::to_string(s.T) + " E " + std::to_string(s.E) +
+                   " k " + std::to_string(s.k));
+      std::vector<int32_t> counts(size_t(s.E));
+      for (size_t e = 0; e < counts.size(); ++e) counts[e] = int32_t((e * 7) % 11);
+      const std::vector<float> logits = separatedLogits(s.T, s.E, 21);
+      KernelCase stats(K::kMoeRouterStats, moe(s.T, 0, s.E, s.k, false));
+      floats(stats, bf16, "logits", logits);
+      stats.i32("experts", distinctExperts(s.T, s.E, s.k, 24));
+      stats.i32("counts", counts);
+      floats(stats, bf16, "probs", randomF32(s.E, 27));
+      stats.i32("counts_out", randomI32(s.E, 28, -5, 100));     // overwritten
+      floats(stats, bf16, "probs_out", randomF32(s.E, 29));     // overwritten
+      stats.expectMatch(atolFor(bf16, kGemmAtol), rtolFor(bf16, kGemmRtol));
 
-        p = moe(s.T, 0, s.E, s.k, flag);
-        p.auxScale = 0.03;
-        p.auxLossScale = 0.0625;
-        KernelCase bwd(K::kMoeRouteBwd, p);
-        floats(bwd, bf16, "logits", logits);
-        bwd.i32("experts", distinctExperts(s.T, s.E, s.k, 24));
-        floats(bwd, bf16, "dweights", randomF32(s.T * s.k, 25));
-        floats(bwd, bf16, "dlogits", randomF32(s.T * s.E, 26));  // overwritten
-        bwd.f32("counts", counts).f32("loss", {1.5f});
-        bwd.expectMatch(atolFor(bf16, kGemmAtol), rtolFor(bf16, kGemmRtol));
-      }
+      KernelCase bwd(K::kMoeRouterStatsBwd, moe(s.T, 0, s.E, s.k, false));
+      floats(bwd, bf16, "logits", logits);
+      floats(bwd, bf16, "dprobs", randomF32(s.E, 25));
+      floats(bwd, bf16, "dlogits", randomF32(s.T * s.E, 26));  // overwritten
+      bwd.expectMatch(atolFor(bf16, kGemmAtol), rtolFor(bf16, kGemmRtol));
+
+      MoeParams aux = moe(0, 0, s.E, 0, false);
+      aux.scale = 0.0625;
+      KernelCase loss(K::kMoeAuxLoss, aux);
+      loss.i32("counts", counts);
+      floats(loss, bf16, "probs", randomF32(s.E, 30));
+      loss.f32("loss", {1.5f});
+      loss.expectMatch(atolFor(bf16, kGemmAtol), rtolFor(bf16, kGemmRtol));
+      KernelCase dloss(K::kMoeAuxLossBwd, aux);
+      dloss.i32("counts", counts);
+      floats(dloss, bf16, "dprobs", randomF32(s.E, 31));  // overwritten
+      dloss.expectMatch(atolFor(bf16, kAtol), rtolFor(bf16, kRtol));
+    }
 }
 
 struct PermuteShape {

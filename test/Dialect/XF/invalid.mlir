@@ -783,16 +783,32 @@ func.func @expert_param_rank() {
 
 // -----
 
-func.func @moe_route_aux_pair(%l: tensor<2x8x4xf32>) {
-  // expected-error @+1 {{aux_loss_coef and aux_loss_layers go together}}
-  %w, %e = xf.moe_route %l {top_k = 2 : i64, aux_loss_coef = 0.01 : f64} : tensor<2x8x4xf32> -> tensor<2x8x2xf32>, tensor<2x8x2xi32>
+func.func @moe_router_stats_experts(%l: tensor<2x8x4xf32>, %e: tensor<2x8x2xi32>, %c: tensor<5xi32>, %s: tensor<4xf32>) {
+  // expected-error @+1 {{counts must be [4] (one per expert), got 'tensor<5xi32>'}}
+  %c1, %s1 = xf.moe_router_stats %l, %e, %c, %s : tensor<2x8x4xf32>, tensor<2x8x2xi32>, tensor<5xi32>, tensor<4xf32>
   return
 }
 
 // -----
 
-func.func @moe_route_aux_coef(%l: tensor<2x8x4xf32>) {
-  // expected-error @+1 {{aux_loss_coef must be in (0, 1e6]}}
-  %w, %e = xf.moe_route %l {top_k = 2 : i64, aux_loss_coef = -1.0 : f64, aux_loss_layers = 2 : i64} : tensor<2x8x4xf32> -> tensor<2x8x2xf32>, tensor<2x8x2xi32>
+func.func @moe_router_stats_tokens(%l: tensor<2x8x4xf32>, %e: tensor<2x4x2xi32>, %c: tensor<4xi32>, %s: tensor<4xf32>) {
+  // expected-error @+1 {{expects logits [..., E] and experts [..., k] over the same tokens}}
+  %c1, %s1 = xf.moe_router_stats %l, %e, %c, %s : tensor<2x8x4xf32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @moe_aux_loss_coef(%loss: tensor<f32>, %c: tensor<4xi32>, %s: tensor<4xf32>) {
+  // expected-error @+1 {{coef must be in (0, 1e6]}}
+  %t = xf.moe_aux_loss %loss, %c, %s {coef = -1.0 : f64, top_k = 2 : i64} : tensor<f32>, tensor<4xi32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @moe_aux_loss_probs(%loss: tensor<f32>, %c: tensor<4xi32>, %s: tensor<8xf32>) {
+  // expected-error @+1 {{probs must be [4] (one per expert), got 'tensor<8xf32>'}}
+  %t = xf.moe_aux_loss %loss, %c, %s {coef = 0.02 : f64, top_k = 2 : i64} : tensor<f32>, tensor<4xi32>, tensor<8xf32>
   return
 }

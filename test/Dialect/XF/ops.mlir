@@ -85,12 +85,19 @@ func.func private @family_attrs(%ids: tensor<2x8xi32>, %t: tensor<256x64xf32>, %
 // The mixture of experts (Mixtral, Qwen2-MoE): route, permute, the experts'
 // grouped GEMMs, the weighted sum back, Qwen2-MoE's gated shared expert.
 // CHECK-LABEL: func.func private @mixture_of_experts
-func.func private @mixture_of_experts(%x: tensor<2x8x64xf32>, %logits: tensor<2x8x4xf32>, %w: tensor<4x32x64xf32>, %w2: tensor<4x64x32xf32>, %g: tensor<2x8x1xf32>) -> tensor<2x8x64xf32> {
+func.func private @mixture_of_experts(%x: tensor<2x8x64xf32>, %logits: tensor<2x8x4xf32>, %w: tensor<4x32x64xf32>, %w2: tensor<4x64x32xf32>, %g: tensor<2x8x1xf32>, %ce: tensor<f32>) -> tensor<2x8x64xf32> {
   // CHECK: %[[W:[a-z_0-9]+]], %[[E:[a-z_0-9]+]] = xf.moe_route %{{.+}} {normalize, top_k = 2 : i64} : tensor<2x8x4xf32> -> tensor<2x8x2xf32>, tensor<2x8x2xi32>
   %wt, %e = xf.moe_route %logits {top_k = 2 : i64, normalize} : tensor<2x8x4xf32> -> tensor<2x8x2xf32>, tensor<2x8x2xi32>
-  // The load-balancing loss's coefficient and router count.
-  // CHECK: xf.moe_route %{{.+}} {aux_loss_coef = 2.000000e-02 : f64, aux_loss_layers = 4 : i64, top_k = 2 : i64}
-  %wa, %ea = xf.moe_route %logits {top_k = 2 : i64, aux_loss_coef = 0.02 : f64, aux_loss_layers = 4 : i64} : tensor<2x8x4xf32> -> tensor<2x8x2xf32>, tensor<2x8x2xi32>
+  // The load-balancing loss's statistics: zero before the first router,
+  // each router's added (what the layers pass on), the loss from the last.
+  // CHECK: %[[C0:[a-z_0-9]+]] = xf.zeros : tensor<4xi32>
+  // CHECK: %[[S0:[a-z_0-9]+]] = xf.zeros : tensor<4xf32>
+  // CHECK: %[[C1:[a-z_0-9]+]], %[[S1:[a-z_0-9]+]] = xf.moe_router_stats %{{.+}}, %[[E]], %[[C0]], %[[S0]] : tensor<2x8x4xf32>, tensor<2x8x2xi32>, tensor<4xi32>, tensor<4xf32>
+  // CHECK: xf.moe_aux_loss %{{.+}}, %[[C1]], %[[S1]] {coef = 2.000000e-02 : f64, top_k = 2 : i64} : tensor<f32>, tensor<4xi32>, tensor<4xf32>
+  %c0 = xf.zeros : tensor<4xi32>
+  %s0 = xf.zeros : tensor<4xf32>
+  %c1, %s1 = xf.moe_router_stats %logits, %e, %c0, %s0 : tensor<2x8x4xf32>, tensor<2x8x2xi32>, tensor<4xi32>, tensor<4xf32>
+  %total = xf.moe_aux_loss %ce, %c1, %s1 {coef = 0.02 : f64, top_k = 2 : i64} : tensor<f32>, tensor<4xi32>, tensor<4xf32>
   // CHECK: %[[R:[a-z_0-9]+]], %[[SL:[a-z_0-9]+]], %[[GS:[a-z_0-9]+]] = xf.moe_permute %{{.+}}, %[[E]] : (tensor<2x8x64xf32>, tensor<2x8x2xi32>) -> (tensor<32x64xf32>, tensor<2x8x2xi32>, tensor<4xi32>)
   %rows, %slots, %sizes = xf.moe_permute %x, %e : (tensor<2x8x64xf32>, tensor<2x8x2xi32>) -> (tensor<32x64xf32>, tensor<2x8x2xi32>, tensor<4xi32>)
   // CHECK: xf.grouped_linear %[[R]], %{{.+}}, %[[GS]] : (tensor<32x64xf32>, tensor<4x32x64xf32>, tensor<4xi32>) -> tensor<32x32xf32>

@@ -77,6 +77,9 @@ struct PlanP2PScatterGatherPass : public plan::impl::PlanP2PScatterGatherBase<Pl
       const int64_t n = type.getNumElements();
       if (n % tp != 0)
         continue; // both sides see the same size and keep the whole transfer
+      auto payload = k->getAttrOfType<StringAttr>("plan.payload");
+      if (payload && payload.getValue().starts_with("router statistics"))
+        continue; // [E] per microbatch (the MoE load-balancing loss's), i32 counts among them: kept whole
       // The slice: one tp rank's n/tp elements, with the buffer's microbatch slots.
       plan::BufferOp &slice = sliceOf[ref];
       if (!slice) {

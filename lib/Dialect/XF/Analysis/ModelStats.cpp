@@ -27,7 +27,7 @@ func::FuncOp llcdist::xf::getEntryFunction(ModuleOp module) {
 
 int64_t llcdist::xf::backwardStart(Block &trainStep) {
   for (auto [i, op] : llvm::enumerate(trainStep.without_terminator()))
-    if (isa<CrossEntropyGradOp>(op))
+    if (isa<CrossEntropyGradOp, MoeAuxLossGradOp>(op))
       return i;
   return -1;
 }

@@ -155,11 +155,25 @@ LogicalResult MoeRouteOp::buildBackward(OpBuilder &b, GradientSink &grads, Array
   // the weights, the selection held constant.
   if (!dys[0])
     return success();
-  grads.addGrad(getLogits(),
-                MoeRouteGradOp::create(b, getLoc(), getLogits().getType(), grads.fwd(getLogits()),
-                                       grads.fwd(getExperts()), dys[0], getNormalizeAttr(), getAuxLossCoefAttr(),
-                                       getAuxLossLayersAttr()));
+  grads.addGrad(getLogits(), MoeRouteGradOp::create(b, getLoc(), getLogits().getType(), grads.fwd(getLogits()),
+                                                    grads.fwd(getExperts()), dys[0], getNormalizeAttr()));
   return success();
+}
+
+LogicalResult MoeRouterStatsOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  // The counts (integers) carry no gradient; the probabilities' sums pass
+  // theirs on to the routers before (the sum's other term) and to this
+  // router's logits through the softmax.
+  if (!dys[1])
+    return success();
+  grads.addGrad(getProbs(), dys[1]);
+  grads.addGrad(getLogits(),
+                MoeRouterStatsGradOp::create(b, getLoc(), getLogits().getType(), grads.fwd(getLogits()), dys[1]));
+  return success();
+}
+
+LogicalResult ZerosOp::buildBackward(OpBuilder &, GradientSink &, ArrayRef<Value>) {
+  return success(); // a constant: its gradient goes nowhere
 }
 
 LogicalResult MoePermuteOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {

@@ -339,11 +339,59 @@ LogicalResult MoeRouteOp::verify() {
   if (rt(getWeights()).getShape() != ArrayRef(want) || rt(getExperts()).getShape() != ArrayRef(want))
     return emitOpError("weights and experts must be the logits' shape with top_k=")
            << k << " last, got " << rt(getWeights()) << " and " << rt(getExperts());
-  if (bool(getAuxLossCoef()) != bool(getAuxLossLayers()))
-    return emitOpError("aux_loss_coef and aux_loss_layers go together (the load-balancing loss)");
-  if (auto c = getAuxLossCoef(); c && !(c->convertToDouble() > 0 && c->convertToDouble() <= 1e6))
-    return emitOpError("aux_loss_coef must be in (0, 1e6], got ") << c->convertToDouble();
   return sameElementType(*this, {getLogits(), getWeights()});
+}
+
+namespace {
+/// The load-balancing statistics: [E] each, E `experts` when known (> 0).
+LogicalResult verifyExpertVector(Operation *op, StringRef name, Value v, int64_t experts) {
+  auto t = rt(v);
+  if (t.getRank() != 1 || (experts > 0 && t.getDimSize(0) != experts))
+    return op->emitOpError() << name << " must be [" << (experts > 0 ? std::to_string(experts) : std::string("E"))
+                             << "] (one per expert), got " << t;
+  return success();
+}
+
+/// The load-balancing loss's coefficient: transformers' router_aux_loss_coef.
+LogicalResult verifyAuxCoef(Operation *op, double coef) {
+  if (!(coef > 0 && coef <= 1e6))
+    return op->emitOpError("coef must be in (0, 1e6], got ") << coef;
+  return success();
+}
+} // namespace
+
+LogicalResult MoeRouterStatsOp::verify() {
+  auto logits = rt(getLogits()), experts = rt(getExperts());
+  if (logits.getRank() < 2 || experts.getRank() != logits.getRank() ||
+      logits.getShape().drop_back() != experts.getShape().drop_back())
+    return emitOpError("expects logits [..., E] and experts [..., k] over the same tokens; got ")
+           << logits << " and " << experts;
+  if (failed(verifyExpertVector(*this, "counts", getCounts(), logits.getShape().back())))
+    return failure();
+  return verifyExpertVector(*this, "probs", getProbs(), logits.getShape().back());
+}
+
+LogicalResult MoeRouterStatsGradOp::verify() {
+  auto logits = rt(getLogits());
+  if (logits.getRank() < 2)
+    return emitOpError("logits must be [..., E], got ") << logits;
+  return verifyExpertVector(*this, "dprobs", getDprobs(), logits.getShape().back());
+}
+
+LogicalResult MoeAuxLossOp::verify() {
+  if (failed(verifyExpertVector(*this, "counts", getCounts(), 0)) ||
+      failed(verifyExpertVector(*this, "probs", getProbs(), rt(getCounts()).getDimSize(0))))
+    return failure();
+  return verifyAuxCoef(*this, getCoef().convertToDouble());
+}
+
+LogicalResult MoeAuxLossGradOp::verify() {
+  if (failed(verifyExpertVector(*this, "counts", getCounts(), 0)) ||
+      failed(verifyExpertVector(*this, "result", getResult(), rt(getCounts()).getDimSize(0))))
+    return failure();
+  if (double s = getScale().convertToDouble(); !(s > 0 && s <= 1))
+    return emitOpError("scale must be in (0, 1] (1 / microbatches), got ") << s;
+  return verifyAuxCoef(*this, getCoef().convertToDouble());
 }
 
 LogicalResult MoePermuteOp::verify() {

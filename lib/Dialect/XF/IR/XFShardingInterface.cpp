@@ -431,6 +431,51 @@ OpSpec spec(MoeUnpermuteOp op) { return tokenwise(rank(op.getSlots()) - 1, op.ge
 // dy, rows, slots, weights -> drows, dweights.
 OpSpec spec(MoeUnpermuteGradOp op) { return tokenwise(rank(op.getSlots()) - 1, "aAbbAb"); }
 
+/// The load-balancing statistics: sums over the tokens (the first token
+/// loop a sum, the others pinned), per expert (pinned: the loss needs
+/// them all). logits, experts, counts, probs -> counts', probs'.
+OpSpec spec(MoeRouterStatsOp op) {
+  OpSpec s;
+  SmallVector<unsigned> lead;
+  for (int64_t i = 0, n = rank(op.getLogits()) - 1; i < n; ++i)
+    lead.push_back(i == 0 ? s.add(IteratorType::reduction) : s.pinned(IteratorType::reduction, ReductionKind::Sum));
+  unsigned e = s.pinned(), k = s.pinned();
+  s.map(lead, {e});
+  s.map(lead, {k});
+  for (int i = 0; i < 4; ++i)
+    s.map({e});
+  return s;
+}
+// logits, dprobs -> dlogits: per token, the experts pinned.
+OpSpec spec(MoeRouterStatsGradOp op) {
+  OpSpec s;
+  auto lead = tokenLoops(s, rank(op.getLogits()) - 1);
+  unsigned e = s.pinned();
+  s.map(lead, {e});
+  s.map({e});
+  s.map(lead, {e});
+  return s;
+}
+/// The load-balancing loss and its gradient read every expert's counts
+/// (their sum is the token count): the expert loop is pinned.
+OpSpec spec(MoeAuxLossOp) {
+  OpSpec s;
+  unsigned e = s.pinned(IteratorType::reduction, ReductionKind::Sum);
+  s.map({});
+  s.map({e});
+  s.map({e});
+  s.map({});
+  return s;
+}
+OpSpec spec(MoeAuxLossGradOp) {
+  OpSpec s;
+  unsigned e = s.pinned();
+  s.map({e});
+  s.map({e});
+  return s;
+}
+OpSpec spec(ZerosOp op) { return elementwise(op); }
+
 /// The grouped GEMMs: rows n (parallel, or the sum of the weight gradient),
 /// the experts, outputs and inputs pinned.
 OpSpec groupedSpec(bool gradWeight, bool gradInput) {
@@ -666,7 +711,8 @@ void llcdist::xf::registerShardingInterfaceExternalModels(DialectRegistry &regis
                      LinearGradBiasOp, EmbeddingOp, EmbeddingGradOp, AddPositionEmbeddingOp, AddPositionEmbeddingGradOp,
                      AttentionOp, AttentionGradOp, CrossEntropyOp, CrossEntropyGradOp, SplitOp, ConcatOp, MoeRouteOp,
                      MoeRouteGradOp, MoePermuteOp, MoeUnpermuteOp, MoeUnpermuteGradOp, GroupedLinearOp,
-                     GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp>(ctx);
+                     GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp,
+                     MoeRouterStatsOp, MoeRouterStatsGradOp, MoeAuxLossOp, MoeAuxLossGradOp, ZerosOp>(ctx);
     LayerOp::attachInterface<LayerModel>(*ctx);
     attachNoTensor<ClipGradNormOp, AdamWOp, SGDOp, AllReduceGradsOp, AllReduceLossOp>(ctx);
   });

@@ -27,6 +27,11 @@ using namespace llcdist::xf;
 
 namespace {
 
+/// Whether values of type `t` have gradients: float tensors do; integer ones
+/// (token ids, expert ids, the router's counts) do not, and layer bodies
+/// neither take nor return gradients for them.
+bool carriesGradient(Type t) { return isa<FloatType>(cast<ShapedType>(t).getElementType()); }
+
 /// Gives norms and attention their statistics result (what their backward
 /// reads: DifferentiableOpInterface::buildWithSavedStatistics), replacing
 /// each such op in `fn` by one that yields it.
@@ -67,7 +72,7 @@ public:
   /// Adds a gradient contribution to `v`: into its parameter's gradient when
   /// `v` is an xf.param, else summed into the gradient map.
   void addGrad(Value v, Value g) override {
-    if (!g || !isa<FloatType>(cast<ShapedType>(v.getType()).getElementType()))
+    if (!g || !carriesGradient(v.getType()))
       return;
     if (auto p = v.getDefiningOp<ParamOp>()) {
       AccumulateGradOp::create(b, p.getLoc(), p.getNameAttr(), g);
@@ -88,6 +93,15 @@ public:
       Value d = CrossEntropyGradOp::create(b, ce.getLoc(), ce.getLogits().getType(), fwd(ce.getLogits()),
                                            fwd(ce.getTargets()), b.getF64FloatAttr(*lossScale), ce.getRealVocabAttr());
       addGrad(ce.getLogits(), d);
+      return success();
+    }
+    if (auto aux = dyn_cast<MoeAuxLossOp>(op)) {
+      // The loss plus the load-balancing loss: the loss's gradient is the
+      // seed (its xf.cross_entropy's rule), the probabilities' sums get
+      // theirs here, scaled as the loss is over microbatches.
+      auto g = MoeAuxLossGradOp::create(b, aux.getLoc(), aux.getProbs().getType(), fwd(aux.getCounts()),
+                                        aux.getCoefAttr(), aux.getTopKAttr(), b.getF64FloatAttr(microbatchScale));
+      addGrad(aux.getProbs(), g);
       return success();
     }
     // Every other op: skip it when no result has a gradient.
@@ -114,6 +128,8 @@ public:
       return l.emitOpError("autodiff: no backward body for @") << l.getCallee();
     SmallVector<Value> args;
     for (unsigned i = 0, e = numPrimary(l); i < e; ++i) {
+      if (!carriesGradient(l.getResult(i).getType()))
+        continue;
       if (!dys[i])
         return l.emitOpError("autodiff: layer result #") << i << " has no gradient";
       args.push_back(dys[i]);
@@ -122,7 +138,9 @@ public:
       args.push_back(fwd(saved));
     auto call = LayerOp::create(b, l.getLoc(), bwd.getFunctionType().getResults(),
                                 FlatSymbolRefAttr::get(bwd.getSymNameAttr()), l.getIndexAttr(), args);
-    for (auto [operand, g] : llvm::zip(l.getOperands(), call.getResults()))
+    auto differentiable =
+        llvm::make_filter_range(l.getOperands(), [](Value v) { return carriesGradient(v.getType()); });
+    for (auto [operand, g] : llvm::zip(differentiable, call.getResults()))
       addGrad(operand, g);
     return success();
   }
@@ -136,7 +154,10 @@ public:
   }
 
 public:
+  /// The cross-entropy's gradient scale (1 / the step's tokens) and the
+  /// loss's over microbatches (1 / microbatches): entry functions only.
   std::optional<double> lossScale;
+  double microbatchScale = 1.0;
 
 private:
   OpBuilder &b;
@@ -197,9 +218,12 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
     addStatistics(entry);
     Block &block = entry.getBody().front();
     auto ret = cast<func::ReturnOp>(block.getTerminator());
-    if (ret.getNumOperands() != 1 || !ret.getOperand(0).getDefiningOp<CrossEntropyOp>()) {
+    auto ce = ret.getNumOperands() == 1 ? ret.getOperand(0).getDefiningOp<CrossEntropyOp>() : CrossEntropyOp();
+    if (auto aux = ret.getNumOperands() == 1 ? ret.getOperand(0).getDefiningOp<MoeAuxLossOp>() : MoeAuxLossOp())
+      ce = aux.getLoss().getDefiningOp<CrossEntropyOp>();
+    if (!ce) {
       entry.emitError("autodiff: the entry function must return the value of "
-                      "an xf.cross_entropy (the loss)");
+                      "an xf.cross_entropy (the loss), or of an xf.moe_aux_loss of one");
       return signalPassFailure();
     }
     SmallVector<Operation *> fwdOps;
@@ -208,9 +232,8 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
     OpBuilder b(ret);
     GradEmitter emit(
         b, [](Value v) { return v; }, backward);
-    auto ce = ret.getOperand(0).getDefiningOp<CrossEntropyOp>();
-    emit.lossScale =
-        1.0 / double(cast<RankedTensorType>(ce.getTargets().getType()).getNumElements() * microbatches(module));
+    emit.microbatchScale = 1.0 / double(microbatches(module));
+    emit.lossScale = emit.microbatchScale / double(cast<RankedTensorType>(ce.getTargets().getType()).getNumElements());
     if (failed(emit.run(fwdOps)))
       return signalPassFailure();
     entry.setSymName("train_step");
@@ -225,7 +248,8 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
   }
 
   /// Builds `@<body>_bwd(dy..., saved...) -> (dx...)` and makes `body`
-  /// return (y..., saved...).
+  /// return (y..., saved...); dy and dx only for the float outputs and
+  /// inputs (carriesGradient).
   FailureOr<func::FuncOp> buildBackwardBody(func::FuncOp body) {
     if (!body.getBody().hasOneBlock())
       return body.emitError("autodiff: a layer body must be one block");
@@ -236,8 +260,9 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
 
     OpBuilder mb(body);
     mb.setInsertionPointAfter(body);
-    auto bwd = func::FuncOp::create(mb, body.getLoc(), (body.getSymName() + "_bwd").str(),
-                                    mb.getFunctionType(ft.getResults(), {}));
+    auto dyTypes = llvm::to_vector(llvm::make_filter_range(ft.getResults(), carriesGradient));
+    auto bwd =
+        func::FuncOp::create(mb, body.getLoc(), (body.getSymName() + "_bwd").str(), mb.getFunctionType(dyTypes, {}));
     bwd.setPrivate();
     bwd->setAttr(kLayerBodyAttr, mb.getUnitAttr());
     bwd->setAttr("xf.backward_of", FlatSymbolRefAttr::get(body.getSymNameAttr()));
@@ -265,7 +290,8 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
     };
     const llvm::DenseMap<StringRef, func::FuncOp> noBackwardBodies; // outlives `emit`, which keeps a reference
     GradEmitter emit(b, fwd, noBackwardBodies);
-    for (auto [r, arg] : llvm::zip(ret.getOperands(), bb->getArguments()))
+    auto outputs = llvm::make_filter_range(ret.getOperands(), [](Value v) { return carriesGradient(v.getType()); });
+    for (auto [r, arg] : llvm::zip(outputs, bb->getArguments()))
       emit.seed(r, arg);
     SmallVector<Operation *> ops;
     for (Operation &op : block.without_terminator())
@@ -274,6 +300,8 @@ struct AutodiffPass : public llcdist::xf::impl::AutodiffBase<AutodiffPass> {
       return failure();
     SmallVector<Value> dxs;
     for (BlockArgument a : block.getArguments()) {
+      if (!carriesGradient(a.getType()))
+        continue;
       Value g = emit.gradOf(a);
       if (!g)
         return body.emitError("autodiff: layer input #") << a.getArgNumber() << " gets no gradient";

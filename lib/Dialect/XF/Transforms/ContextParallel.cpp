@@ -119,7 +119,7 @@ private:
       return success(); // parameters and what is computed from them only
     if (failed(positions(op)))
       return failure();
-    if (isa<MoeRouteOp, MoePermuteOp, MoeUnpermuteOp>(op))
+    if (isa<MoeRouteOp, MoeRouterStatsOp, MoePermuteOp, MoeUnpermuteOp>(op))
       return visitExperts(op);
     if (isa<AddPositionEmbeddingGradOp>(op)) { // this rank's rows of the table only
       state[op->getResult(0)] = {CP::Partial};
@@ -155,11 +155,11 @@ private:
   /// sums the rank's rows: a partial sum over cp). The load-balancing loss
   /// and a capacity factor count a microbatch's tokens: refused.
   LogicalResult visitExperts(Operation *op) {
+    if (isa<MoeRouterStatsOp>(op))
+      return op->emitOpError("llcdist-partition: the load-balancing loss (output_router_logits) counts the routes "
+                             "of a microbatch's tokens, which context parallelism splits over cp; compile without "
+                             "cp, or with output_router_logits false");
     if (auto r = dyn_cast<MoeRouteOp>(op)) {
-      if (r.getAuxLossCoef())
-        return op->emitOpError("llcdist-partition: the load-balancing loss (output_router_logits) counts the routes "
-                               "of a microbatch's tokens, which context parallelism splits over cp; compile without "
-                               "cp, or with output_router_logits false");
       const CP tokens = of(r.getLogits());
       state[r.getWeights()] = tokens;
       state[r.getExperts()] = tokens;

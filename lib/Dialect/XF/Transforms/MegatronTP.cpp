@@ -60,7 +60,7 @@ struct MegatronTPPass : public llcdist::xf::impl::MegatronTPBase<MegatronTPPass>
           return g && g.getInput() == out;
         };
         if (!consumers.empty() &&
-            llvm::all_of(consumers, [&](Operation *u) { return isa<MoeRouteOp>(u) || gateOf(u); }))
+            llvm::all_of(consumers, [&](Operation *u) { return isa<MoeRouteOp, MoeRouterStatsOp>(u) || gateOf(u); }))
           return WalkResult::advance();
         bool toResidual = !users.empty() && llvm::all_of(users, [](Operation *u) { return isa<AddOp>(u); });
         bool toGate = llvm::any_of(consumers, gated) &&

@@ -59,6 +59,15 @@ private:
   LogicalResult visit(Operation *op) {
     if (auto call = dyn_cast<LayerOp>(op))
       return visitLayer(call);
+    // The load-balancing loss of each rank's own tokens, as each DDP rank's
+    // transformers loss: the routers' statistics stay the rank's own (never
+    // summed), and the sum is the loss's, which the step averages over dp.
+    if (isa<MoeRouterStatsOp>(op))
+      return success();
+    if (auto aux = dyn_cast<MoeAuxLossOp>(op)) {
+      set(aux.getResult(), of(aux.getLoss()));
+      return success();
+    }
     bool split = false, partial = false;
     for (Value v : op->getOperands()) {
       Sharding s = of(v);

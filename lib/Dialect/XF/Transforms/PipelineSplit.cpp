@@ -141,18 +141,6 @@ struct PipelineSplitPass : public llcdist::xf::impl::PipelineSplitBase<PipelineS
     func::FuncOp entry = getTrainStep(module, "llcdist-pipeline-split");
     if (!entry)
       return signalPassFailure();
-    // The MoE load-balancing loss sums every layer's router counts of a
-    // microbatch before any backward reads them: not across stages yet.
-    WalkResult aux = module.walk([](MoeRouteOp r) {
-      if (!r.getAuxLossCoef())
-        return WalkResult::advance();
-      r.emitOpError("llcdist-pipeline-split: the load-balancing loss (output_router_logits) sums the routers of "
-                    "every layer of a microbatch, which pipeline stages do not share yet (issue #34); compile "
-                    "without pp, or with output_router_logits false");
-      return WalkResult::interrupt();
-    });
-    if (aux.wasInterrupted())
-      return signalPassFailure();
     SymbolTable symbols(module);
     auto model = module->getAttrOfType<DictionaryAttr>(kModelAttr);
     int64_t microbatches = 1;

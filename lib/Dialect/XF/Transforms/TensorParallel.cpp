@@ -37,8 +37,9 @@ namespace {
 /// The mixture-of-experts ops that run whole on every tp rank without
 /// sequence parallelism (TensorParallelPropagation::replicatedOnly).
 bool isExpertOp(Operation *op) {
-  return isa<MoeRouteOp, MoeRouteGradOp, MoePermuteOp, MoeUnpermuteOp, MoeUnpermuteGradOp, GroupedLinearOp,
-             GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp>(op);
+  return isa<MoeRouteOp, MoeRouteGradOp, MoeRouterStatsOp, MoeRouterStatsGradOp, MoePermuteOp, MoeUnpermuteOp,
+             MoeUnpermuteGradOp, GroupedLinearOp, GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateOp,
+             SigmoidGateGradOp>(op);
 }
 } // namespace
 

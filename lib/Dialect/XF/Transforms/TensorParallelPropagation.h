@@ -183,6 +183,10 @@ public:
   /// The rule of an op that runs whole on every tp rank (the mixture of
   /// experts): every operand replicated, every result replicated.
   LogicalResult replicatedOnly(Operation *op);
+  /// The rule of the load-balancing loss's whole-vector ops (xf.zeros,
+  /// xf.moe_aux_loss and its gradient): every operand replicated, with or
+  /// without sequence parallelism (they hold no tokens).
+  LogicalResult replicatedStatistics(Operation *op);
 
 private:
   /// The results split as `from`.

@@ -371,9 +371,17 @@ LogicalResult TensorParallelPropagation::replicatedOnly(Operation *op) {
   return success();
 }
 
+LogicalResult TensorParallelPropagation::replicatedStatistics(Operation *op) {
+  for (Value v : op->getOperands())
+    if (of(v).kind != TP::R)
+      return op->emitOpError("llcdist-partition: the load-balancing loss reads whole statistics on every tp rank, so "
+                             "its operands must be replicated over tp");
+  return success();
+}
+
 LogicalResult TensorParallelPropagation::expertsOnSequenceSlice(Operation *op) {
   // Both count a microbatch's tokens, which each rank now holds 1/tp of.
-  if (auto r = dyn_cast<MoeRouteOp>(op); r && r.getAuxLossCoef())
+  if (isa<MoeRouterStatsOp>(op))
     return op->emitOpError("llcdist-partition: the load-balancing loss (output_router_logits) counts the routes of "
                            "a microbatch's tokens, which sequence parallelism splits over tp; compile without "
                            "--sequence-parallel, or with output_router_logits false");
@@ -460,6 +468,16 @@ struct ReplicatedOnTpModel : public TensorParallelOpInterface::ExternalModel<Rep
 template <typename... Ops> void attachReplicatedOnTp(MLIRContext *ctx) {
   (Ops::template attachInterface<ReplicatedOnTpModel<Ops>>(*ctx), ...);
 }
+
+/// The load-balancing loss's whole-vector ops share one rule too
+/// (TensorParallelPropagation::replicatedStatistics).
+template <typename OpTy>
+struct StatisticsOnTpModel : public TensorParallelOpInterface::ExternalModel<StatisticsOnTpModel<OpTy>, OpTy> {
+  LogicalResult propagateTensorParallel(Operation *op, TensorParallelPropagation &p) const {
+    return p.replicatedStatistics(op);
+  }
+  bool runsOnSequenceSlice(Operation *) const { return false; }
+};
 } // namespace
 
 void llcdist::xf::registerTensorParallelModels(DialectRegistry &registry) {
@@ -470,8 +488,11 @@ void llcdist::xf::registerTensorParallelModels(DialectRegistry &registry) {
                          RMSNormGradWeightOp, LinearGradBiasOp, AddPositionEmbeddingOp, AddPositionEmbeddingGradOp,
                          EmbeddingOp, EmbeddingGradOp, CrossEntropyOp, CrossEntropyGradOp, LinearGradWeightOp,
                          LinearGradInputOp, AccumulateGradOp>(ctx);
-    attachReplicatedOnTp<MoeRouteOp, MoeRouteGradOp, MoePermuteOp, MoeUnpermuteOp, MoeUnpermuteGradOp, GroupedLinearOp,
-                         GroupedLinearGradInputOp, GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp,
-                         MoeDispatchOp, MoeCombineOp>(ctx);
+    attachReplicatedOnTp<MoeRouteOp, MoeRouteGradOp, MoeRouterStatsOp, MoeRouterStatsGradOp, MoePermuteOp,
+                         MoeUnpermuteOp, MoeUnpermuteGradOp, GroupedLinearOp, GroupedLinearGradInputOp,
+                         GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp, MoeDispatchOp, MoeCombineOp>(ctx);
+    ZerosOp::attachInterface<StatisticsOnTpModel<ZerosOp>>(*ctx);
+    MoeAuxLossOp::attachInterface<StatisticsOnTpModel<MoeAuxLossOp>>(*ctx);
+    MoeAuxLossGradOp::attachInterface<StatisticsOnTpModel<MoeAuxLossGradOp>>(*ctx);
   });
 }

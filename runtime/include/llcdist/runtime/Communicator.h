@@ -57,10 +57,12 @@ namespace llcdist::rt {
 
 enum class ReduceOp { kSum, kAvg, kMax };
 // The element type of a collective: its reduction arithmetic and its message elements.
-enum class CommDType { kF32, kF64, kBF16 };
+// kI32 moves (send / recv) but never reduces: the plan's integer buffers (the load-balancing loss's
+// counts crossing pipeline stages).
+enum class CommDType { kF32, kF64, kBF16, kI32 };
 constexpr int64_t commDTypeSize(CommDType t) { return t == CommDType::kF64 ? 8 : t == CommDType::kBF16 ? 2 : 4; }
 constexpr const char* commDTypeName(CommDType t) {
-  return t == CommDType::kF64 ? "f64" : t == CommDType::kBF16 ? "bf16" : "f32";
+  return t == CommDType::kF64 ? "f64" : t == CommDType::kBF16 ? "bf16" : t == CommDType::kI32 ? "i32" : "f32";
 }
 
 class Communicator {

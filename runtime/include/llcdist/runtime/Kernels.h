@@ -380,18 +380,23 @@ double learningRate(const LrSchedule& schedule, int64_t step);
 // logits [T,E] -> experts [T,k], weights [T,k]: p = softmax(logits[t]) in fp32 (max subtracted, Σ exp in
 // double); experts[t, 0..k) the k largest p in descending order, ties to the lower expert index
 // (torch.topk); weights[t, j] = p[experts[t, j]], divided by their sum over j (double) when p.normalize.
-// counts [E] (optional, the load-balancing loss): counts[e] = (p.accumulate ? counts[e] : 0) + the number
-// of assignments (t, j) to e (an exact integer in f32).
-void moeRouteForward(const float* logits, float* weights, int32_t* experts, const MoeParams& p,
-                     float* counts = nullptr);
+void moeRouteForward(const float* logits, float* weights, int32_t* experts, const MoeParams& p);
 // dlogits [T,E] from dweights [T,k], the selection constant: normalize, w_j = softmax of the selected
 // logits: dl[e_j] = w_j·(dw_j − Σ_j' w_j'·dw_j'), 0 elsewhere; else dl[e] = p[e]·(g[e] − Σ_j p[e_j]·dw_j),
 // g[e] = Σ of dw_j over the j with e_j = e. An expert id outside [0,E) contributes nothing.
-// counts [E] (optional): the load-balancing loss's gradient is added, dl[e] += p[e]·(a[e] − Σ_e' p[e']·a[e'])
-// with a = p.auxScale·counts (one rounding of the sum, double); loss [1] (optional, with counts) +=
-// p.auxLossScale·Σ_e counts[e]·S[e], S[e] = Σ_t p[t, e] (double).
 void moeRouteBackward(const float* logits, const int32_t* experts, const float* dweights, float* dlogits,
-                      const MoeParams& p, const float* counts = nullptr, float* loss = nullptr);
+                      const MoeParams& p);
+// The load-balancing loss (transformers' load_balancing_loss_func) from statistics [E] each MoE layer adds
+// to: countsOut[e] = counts[e] + the assignments (t, j) to e (an expert id outside [0,E) counts nothing);
+// probsOut[e] = probs[e] + Σ_t p[t, e] (p = softmax(logits[t]) as moeRouteForward's; the sum in double).
+void moeRouterStats(const float* logits, const int32_t* experts, const int32_t* counts, const float* probs,
+                    int32_t* countsOut, float* probsOut, const MoeParams& p);
+// dlogits[t, e] = p[t, e]·(g[e] − Σ_e' p[t, e']·g[e']), g = dprobs (the sum in double).
+void moeRouterStatsBackward(const float* logits, const float* dprobs, float* dlogits, const MoeParams& p);
+// loss[0] += p.scale·Σ_e counts[e]·probs[e] / N², N = Σ_e counts[e] (double); nothing when N <= 0.
+void moeAuxLoss(const int32_t* counts, const float* probs, float* loss, const MoeParams& p);
+// dprobs[e] = p.scale·counts[e] / N², N = Σ_e counts[e]; 0 when N <= 0.
+void moeAuxLossBackward(const int32_t* counts, float* dprobs, const MoeParams& p);
 // x [T,H], experts [T,k] -> xp [R,H], slots [T,k], groupSizes [E] (R = moePermuteRows: E·p.capacity
 // under a capacity, else T·k): the assignments (t,j) in expert-major order (by expert, then t, then j);
 // expert e keeps its first min(n_e, C) of them (C = p.capacity; 0: all, dropless), groupSizes[e] =

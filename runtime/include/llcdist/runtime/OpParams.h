@@ -212,7 +212,8 @@ struct MoeParams {
   int64_t T = 0, H = 0, E = 0, k = 0;
   int64_t N = 0, K = 0, O = 0;
   bool normalize = false, accumulate = false;
-  double auxScale = 0, auxLossScale = 0;
+  // moe_aux_loss / _bwd's `scale` (coef·E·k², over microbatches; the backward's also over dp).
+  double scale = 0;
   // (last: the aggregate initializers of the fields above stay as they are)
   int64_t r = 0, c = 0;
   bool inverse = false;

@@ -236,6 +236,7 @@ enum class OpKind {
   kGroupedLinearFwd, kGroupedLinearBwdInput, kGroupedLinearBwdWeight,
   kSigmoidGateFwd, kSigmoidGateBwd,
   kAllToAllV, kMoeChunkTranspose,
+  kMoeRouterStats, kMoeRouterStatsBwd, kMoeAuxLoss, kMoeAuxLossBwd,
   kWait,
 };
 inline constexpr size_t kNumOpKinds = size_t(OpKind::kWait) + 1;
@@ -509,8 +510,9 @@ inline constexpr T kAllToAllVAttrs[] = {{"axis", Str}, {"c", Int},  {"H", Int},
 // except on `axis`, where it has coordinate `peer`, or with `shift` (a ring) (c + shift) mod n, c this
 // rank's coordinate and n the axis size, 1 <= shift <= n − 1; exactly one of peer and shift. `tag` is
 // checked against the matching op's, never used to reorder (FIFO per ordered pair).
-inline constexpr A kSendArgs[] = {{"x", One, F, R}};
-inline constexpr A kRecvArgs[] = {{"y", One, F, W}};
+// send / recv move a buffer as it is stored: a float one, or i32 (the load-balancing loss's counts).
+inline constexpr A kSendArgs[] = {{"x", One, Any, R}};
+inline constexpr A kRecvArgs[] = {{"y", One, Any, W}};
 inline constexpr T kP2PAttrs[] = {{"axis", Str}, {"peer", Idx, false}, {"shift", Int, false}, {"tag", Idx}};
 // shard_slice (ZeRO plans): x is [outer, n·inner], y is [outer, inner]: y[o, k] = x[o, c·inner + k], c this
 // rank's member index on `axis` (n its size; a set as for the collectives). No communication; x and y
@@ -551,13 +553,15 @@ inline constexpr A kRmsBwdArgs[] = {{"dy", One, F, R},        {"x", One, F, R},
 // E experts, k experts per token (top_k), N = T·k assignment rows.
 //   moe_route: p = softmax(logits[t]) in fp32; experts[t, 0..k) the k largest p, descending, ties to the
 //     lower expert index; weights[t, j] = p[experts[t, j]], divided by their sum over j when `normalize`.
-//     Optional `counts` [E] (the load-balancing loss, Switch/transformers' load_balancing_loss_func):
-//     counts[e] = (accumulate ? counts[e] : 0) + the number of assignments (t, j) to e (attr `accumulate`).
-//   moe_route_bwd: dlogits from dweights through that function (the selection is constant). With the
-//     optional `counts` [E] (the step's assignments summed over every MoE layer of the microbatch, read)
-//     and `loss` [1] (read-written): p = softmax(logits[t]), S[e] = Σ_t p[t, e];
-//     dlogits[t, e] += p[t, e]·(g[e] − Σ_e' p[t, e']·g[e']) with g = aux_scale·counts, and
-//     loss += aux_loss_scale·Σ_e counts[e]·S[e] (attrs `aux_scale`, `aux_loss_scale`, both required then).
+//   moe_route_bwd: dlogits from dweights through that function (the selection is constant).
+//   The load-balancing loss (Switch / transformers' load_balancing_loss_func), as statistics [E] each
+//   MoE layer adds to and passes on (so pipeline stages send them with the activations):
+//   moe_router_stats: counts_out[e] = counts[e] + the assignments (t, j) to e (i32; an expert id outside
+//     [0, E) counts nothing); probs_out[e] = probs[e] + Σ_t p[t, e] (p = softmax(logits[t]) as moe_route's).
+//   moe_router_stats_bwd: dlogits[t, e] = p[t, e]·(g[e] − Σ_e' p[t, e']·g[e']), g = dprobs.
+//   moe_aux_loss: loss += scale·Σ_e counts[e]·probs[e] / N², N = Σ_e counts[e] (k·L·T: every router's
+//     tokens, k assignments each); nothing when N <= 0. scale = coef·E·k² / microbatches.
+//   moe_aux_loss_bwd: dprobs[e] = scale·counts[e] / N² (0 when N <= 0).
 //   moe_permute: slots[t, j] = the row of assignment (t, j) in expert-major order (sorted by expert, then
 //     t, then j); group_sizes[e] = assignments to e; xp[slots[t, j]] = x[t]. Optional `capacity` C (>= 1;
 //     GShard / Switch token dropping): xp has E·C rows (absent: T·k); expert e keeps its first min(n_e, C)
@@ -574,14 +578,18 @@ inline constexpr A kRmsBwdArgs[] = {{"dy", One, F, R},        {"x", One, F, R},
 //     zero in y / dx and read by nothing; dw[e] = dy[rows of e]ᵀ·x[rows of e] (+= with accumulate).
 //   sigmoid_gate_fwd / _bwd (Qwen2-MoE's shared expert gate): y[t] = sigmoid(gate[t])·x[t];
 //     dx[t] = sigmoid(gate[t])·dy[t], dgate[t] = sigmoid'(gate[t])·(dy[t]·x[t]).
-inline constexpr A kMoeRouteArgs[] = {{"logits", One, F, R}, {"weights", One, F, W}, {"experts", One, I, W},
-                                      {"counts", Opt, F, RW}};
-inline constexpr A kMoeRouteBwdArgs[] = {{"logits", One, F, R},  {"experts", One, I, R}, {"dweights", One, F, R},
-                                         {"dlogits", One, F, W}, {"counts", Opt, F, R},  {"loss", Opt, F, RW}};
-inline constexpr T kMoeRouteAttrs[] = {{"T", Int}, {"E", Int}, {"k", Int}, {"normalize", Bool}, {"accumulate", Bool, false}};
-inline constexpr T kMoeRouteBwdAttrs[] = {{"T", Int},           {"E", Int},
-                                          {"k", Int},           {"normalize", Bool},
-                                          {"aux_scale", Flt, false}, {"aux_loss_scale", Flt, false}};
+inline constexpr A kMoeRouteArgs[] = {{"logits", One, F, R}, {"weights", One, F, W}, {"experts", One, I, W}};
+inline constexpr A kMoeRouteBwdArgs[] = {{"logits", One, F, R}, {"experts", One, I, R}, {"dweights", One, F, R},
+                                         {"dlogits", One, F, W}};
+inline constexpr T kMoeRouteAttrs[] = {{"T", Int}, {"E", Int}, {"k", Int}, {"normalize", Bool}};
+inline constexpr A kMoeRouterStatsArgs[] = {{"logits", One, F, R}, {"experts", One, I, R},    {"counts", One, I, R},
+                                            {"probs", One, F, R},  {"counts_out", One, I, W}, {"probs_out", One, F, W}};
+inline constexpr T kMoeRouterStatsAttrs[] = {{"T", Int}, {"E", Int}, {"k", Int}};
+inline constexpr A kMoeRouterStatsBwdArgs[] = {{"logits", One, F, R}, {"dprobs", One, F, R}, {"dlogits", One, F, W}};
+inline constexpr T kMoeRouterStatsBwdAttrs[] = {{"T", Int}, {"E", Int}};
+inline constexpr A kMoeAuxLossArgs[] = {{"counts", One, I, R}, {"probs", One, F, R}, {"loss", One, F, RW}};
+inline constexpr A kMoeAuxLossBwdArgs[] = {{"counts", One, I, R}, {"dprobs", One, F, W}};
+inline constexpr T kMoeAuxLossAttrs[] = {{"E", Int}, {"scale", Flt}};
 inline constexpr A kMoePermuteArgs[] = {{"x", One, F, R}, {"experts", One, I, R}, {"xp", One, F, W},
                                         {"slots", One, I, W}, {"group_sizes", One, I, W}};
 inline constexpr T kMoePermuteAttrs[] = {{"T", Int}, {"H", Int}, {"E", Int}, {"k", Int}, {"capacity", Int, false}};
@@ -685,7 +693,7 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kRmsNormBwd, "rms_norm_bwd", detail::kRmsBwdArgs, detail::kRmsBwdAttrs),
     detail::op(OpKind::kClassifier, "classifier", detail::kClassifierArgs, detail::kClassifierAttrs),
     detail::op(OpKind::kMoeRoute, "moe_route", detail::kMoeRouteArgs, detail::kMoeRouteAttrs),
-    detail::op(OpKind::kMoeRouteBwd, "moe_route_bwd", detail::kMoeRouteBwdArgs, detail::kMoeRouteBwdAttrs),
+    detail::op(OpKind::kMoeRouteBwd, "moe_route_bwd", detail::kMoeRouteBwdArgs, detail::kMoeRouteAttrs),
     detail::op(OpKind::kMoePermute, "moe_permute", detail::kMoePermuteArgs, detail::kMoePermuteAttrs),
     detail::op(OpKind::kMoeUnpermute, "moe_unpermute", detail::kMoeUnpermuteArgs, detail::kMoeUnpermuteAttrs),
     detail::op(OpKind::kMoeUnpermuteBwd, "moe_unpermute_bwd", detail::kMoeUnpermuteBwdArgs,
@@ -700,6 +708,11 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kAllToAllV, "all_to_all_v", detail::kAllToAllVArgs, detail::kAllToAllVAttrs),
     detail::op(OpKind::kMoeChunkTranspose, "moe_chunk_transpose", detail::kMoeChunkTransposeArgs,
                detail::kMoeChunkTransposeAttrs),
+    detail::op(OpKind::kMoeRouterStats, "moe_router_stats", detail::kMoeRouterStatsArgs, detail::kMoeRouterStatsAttrs),
+    detail::op(OpKind::kMoeRouterStatsBwd, "moe_router_stats_bwd", detail::kMoeRouterStatsBwdArgs,
+               detail::kMoeRouterStatsBwdAttrs),
+    detail::op(OpKind::kMoeAuxLoss, "moe_aux_loss", detail::kMoeAuxLossArgs, detail::kMoeAuxLossAttrs),
+    detail::op(OpKind::kMoeAuxLossBwd, "moe_aux_loss_bwd", detail::kMoeAuxLossBwdArgs, detail::kMoeAuxLossAttrs),
     // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
     OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},
 }};

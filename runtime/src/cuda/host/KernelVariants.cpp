@@ -169,10 +169,14 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kAttentionBlockFwd, {own({})});
   set(K::kAttentionBlockBwd, {own({})});
   set(K::kAttentionMerge, {own({})});
-  // Mixture of experts: experts, slots and group_sizes are i32; the load-balancing loss's counts and loss
-  // (moe_route / _bwd) f32 only (a bf16 buffer converts: exact integers and one scalar).
+  // Mixture of experts: experts, slots, group_sizes and the load-balancing loss's counts are i32; its loss
+  // f32 only (a bf16 buffer converts: one scalar).
   set(K::kMoeRoute, {own({"logits", "weights"})});
   set(K::kMoeRouteBwd, {own({"logits", "dweights", "dlogits"})});
+  set(K::kMoeRouterStats, {own({"logits", "probs", "probs_out"})});
+  set(K::kMoeRouterStatsBwd, {own({"logits", "dprobs", "dlogits"})});
+  set(K::kMoeAuxLoss, {own({"probs"})});
+  set(K::kMoeAuxLossBwd, {own({"dprobs"})});
   set(K::kMoePermute, {own({"x", "xp"})});
   set(K::kMoeUnpermute, {own({"xp", "weights", "y"})});
   set(K::kMoeUnpermuteBwd, {own({"dy", "xp", "weights", "dxp", "dweights"})});

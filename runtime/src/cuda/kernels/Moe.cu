@@ -1,16 +1,8 @@
 // The moe family's CUDA kernels (the CPU reference: src/kernels/Moe.cpp; semantics: PlanSchema.h
-// "Mixture of experts") and their kernel-table entries. Every float role is f32 or bf16 (FloatRef.cuh),
-// computed in f32 (f64 for long dot products), each written value rounded once; experts, slots and
-// group_sizes are i32; the load-balancing loss's counts and loss f32. Deterministic: no atomics;
-// reductions in a fixed order.
-//  - moe_route / _bwd: one warp per token. The softmax's max and sum (f64) are warp reductions; the
-//    j-th pick is the best (p, expert) after the (j-1)-th in the order p descending, expert ascending
-//    (so ties go to the lower index, and the picks need no set of their own); a NaN p orders as -inf,
-//    so the picks are always k distinct experts in range.
-//  - the load-balancing loss: moe_route's counts one block per expert (the block's count of its
-//    assignments, a fixed tree); moe_route_bwd's gradient term in the token's warp (Σ_e p·g a warp sum in
-//    f64), its loss from each token's softmax (max, sum) kept in scratch: S[e] = Σ_t p[t, e] one block per
-//    expert, then one block's Σ_e counts[e]·S[e] (f64, fixed trees; no float atomics).
+// "Mixture of experts") and their kernel-table entries; the router's and the load-balancing loss's are in
+// MoeRouter.cu. Every float role is f32 or bf16 (FloatRef.cuh), computed in f32 (f64 for long dot
+// products), each written value rounded once; experts, slots and group_sizes are i32. Deterministic: no
+// float atomics; reductions in a fixed order.
 //  - moe_permute: a stable counting sort as CUB's radix sort of (expert, assignment) pairs, stable, so
 //    equal experts keep (t, j) order. One thread then finds each expert's first sorted position by
 //    binary search of the sorted keys, its kept rows min(n_e, C) (group_sizes; C = capacity, T·k
@@ -36,11 +28,7 @@
 //    writes each chunk's source and destination first row in y's chunk order, and col_sizes; then a
 //    block per row of y finds its chunk by binary search of the destination starts and copies the row
 //    (rows past the sum: zero). f32 or bf16 rows copied as they are.
-// long-file: one op family's kernels sharing the device report, block sums, tile constants and size checks;
-// the grouped GEMM (a third of it) leaves when cuBLASLt's grouped GEMM replaces it (issue #30).
-#include "llcdist/runtime/KernelChecks.h"
-#include "cuda/CudaKernels.h"
-#include "cuda/kernels/FloatRef.cuh"
+#include "cuda/kernels/MoeCommon.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -50,212 +38,11 @@
 namespace llcdist::rt::cuda {
 namespace {
 
-constexpr int kThreads = 256;             // elementwise grids
-constexpr int kWarp = 32;
-constexpr int kRowThreads = 256;          // a row's block: a power of two (blockSum's tree)
-constexpr int64_t kMaxRowBlocks = 65535;  // row blocks in flight; each loops over rows
 constexpr int kTile = 32;                 // grouped GEMM tiles: kTile × kTile outputs, kTile-deep steps
 constexpr int kTileRowsPerPass = kRowThreads / kTile;  // a tile's rows one pass of the block covers
 
 #define LLCDIST_GRID_STRIDE(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
-
-__device__ __forceinline__ void reportBadId(int* deviceError) {
-  if (deviceError) *deviceError = kDeviceIdOutOfRange;
-}
-
-// Where a moe kernel reports a bad value with its token (CudaKernelContext::deviceError / _Detail).
-struct DeviceReport {
-  int* error = nullptr;
-  unsigned long long* detail = nullptr;
-};
-DeviceReport deviceReport(const CudaKernelContext& ctx) { return {ctx.deviceError, ctx.deviceErrorDetail}; }
-// The lowest token's (token, value) wins the detail (an integer atomicMin: deterministic).
-__device__ __forceinline__ void reportMoe(const DeviceReport& r, int code, int64_t token, int64_t value) {
-  if (r.detail)
-    atomicMin(r.detail, (static_cast<unsigned long long>(token) << 32) | static_cast<uint32_t>(int32_t(value)));
-  if (r.error) *r.error = code;
-}
-
-// The sum of every thread's v over the block (blockDim.x == kRowThreads), in a fixed tree order; every
-// thread must call it (it synchronizes) and gets the sum.
-__device__ double blockSum(double v) {
-  __shared__ double buf[kRowThreads];
-  buf[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kRowThreads / 2; s > 0; s >>= 1) {
-    if (int(threadIdx.x) < s) buf[threadIdx.x] += buf[threadIdx.x + s];
-    __syncthreads();
-  }
-  const double sum = buf[0];
-  __syncthreads();  // every thread has read buf[0] before the next call overwrites it
-  return sum;
-}
-
-// ---- moe_route / moe_route_bwd ---------------------------------------------------------------------
-// Butterfly reductions: every lane ends with the same value (f32 / f64 addition is commutative).
-
-__device__ __forceinline__ float warpMax(float v) {
-  for (int s = kWarp / 2; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, s));
-  return v;
-}
-__device__ __forceinline__ double warpSum(double v) {
-  for (int s = kWarp / 2; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
-  return v;
-}
-
-// One token's softmax: p[e] = exp(l[e] - max) / sum.
-struct Softmax {
-  float max, sum;
-};
-__device__ Softmax softmaxOf(FloatRef l, int64_t E, int lane) {
-  float m = -INFINITY;
-  for (int64_t e = lane; e < E; e += kWarp) m = fmaxf(m, l[e]);
-  m = warpMax(m);
-  double s = 0.0;
-  for (int64_t e = lane; e < E; e += kWarp) s += double(expf(l[e] - m));
-  return {m, float(warpSum(s))};
-}
-__device__ __forceinline__ float probOf(FloatRef l, int64_t e, const Softmax& sm) {
-  return expf(l[e] - sm.max) / sm.sum;
-}
-
-// The selection order: (p, e) before (q, f) when p > q, or p == q and e < f; a NaN p orders as -inf.
-__device__ __forceinline__ float orderKey(float p) { return isnan(p) ? -INFINITY : p; }
-__device__ __forceinline__ bool before(float p, int64_t e, float q, int64_t f) { return p > q || (p == q && e < f); }
-
-// The first (p, e) after (prevKey, prevE) in the selection order, over the warp (every lane gets it;
-// e == E: none is left).
-__device__ void nextPick(FloatRef l, int64_t E, const Softmax& sm, int lane, float prevKey, int64_t prevE,
-                         float& bestKey, int64_t& best) {
-  bestKey = -INFINITY;
-  best = E;
-  for (int64_t e = lane; e < E; e += kWarp) {
-    const float key = orderKey(probOf(l, e, sm));
-    if (before(prevKey, prevE, key, e) && before(key, e, bestKey, best)) {
-      bestKey = key;
-      best = e;
-    }
-  }
-  for (int s = kWarp / 2; s > 0; s >>= 1) {
-    const float k2 = __shfl_xor_sync(0xffffffffu, bestKey, s);
-    const int64_t e2 = __shfl_xor_sync(0xffffffffu, best, s);
-    if (before(k2, e2, bestKey, best)) {
-      bestKey = k2;
-      best = e2;
-    }
-  }
-}
-
-// experts[t, j] = the j-th pick; weights[t, j] = its p (over the picks' sum, in j order, with normalize).
-// Lane 0 writes, and with normalize reads its own experts back for the second pass.
-__global__ void moeRouteKernel(FloatRef logits, FloatRef weights, int32_t* experts, int64_t T, int64_t E, int64_t k,
-                               bool normalize) {
-  const int lane = int(threadIdx.x) % kWarp;
-  const int64_t warpsPerBlock = blockDim.x / kWarp;
-  for (int64_t t = int64_t(blockIdx.x) * warpsPerBlock + threadIdx.x / kWarp; t < T; t += gridDim.x * warpsPerBlock) {
-    const FloatRef l = logits.at(t * E);
-    const Softmax sm = softmaxOf(l, E, lane);
-    float key = INFINITY, total = 0.0f;
-    int64_t e = -1;
-    for (int64_t j = 0; j < k; ++j) {
-      nextPick(l, E, sm, lane, key, e, key, e);
-      const float p = e < E ? probOf(l, e, sm) : 0.0f;  // e == E only with k > E (refused on the host)
-      total += p;
-      if (lane == 0) {
-        experts[t * k + j] = int32_t(e);
-        if (!normalize) weights.set(t * k + j, p);
-      }
-    }
-    if (!normalize || lane != 0) continue;
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t ej = experts[t * k + j];
-      weights.set(t * k + j, (ej < E ? probOf(l, ej, sm) : 0.0f) / total);
-    }
-  }
-}
-
-// counts[e] = (accumulate ? counts[e] : 0) + the assignments to e: a block per expert.
-__global__ void moeCountsKernel(const int32_t* experts, float* counts, int64_t N, int64_t E, bool accumulate) {
-  for (int64_t e = blockIdx.x; e < E; e += gridDim.x) {
-    double n = 0.0;
-    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) n += experts[i] == e ? 1.0 : 0.0;
-    n = blockSum(n);
-    if (threadIdx.x == 0) counts[e] = float((accumulate ? double(counts[e]) : 0.0) + n);
-  }
-}
-
-// The load-balancing loss's terms in moe_route_bwd (counts null: none).
-struct AuxLoss {
-  const float* counts = nullptr;  // [E]
-  float scale = 0.0f;             // aux_scale: g = scale·counts
-  Softmax* stats = nullptr;       // [T]: each token's softmax, for the loss (null: no loss)
-};
-
-// dlogits through moe_route with its picks fixed. normalize: w = the picks' softmax, dl[e_j] = w_j (dw_j
-// - Σ w·dw), 0 elsewhere; else dl[e] = p[e] (g[e] - Σ_j p[e_j] dw_j), g[e] = dw_j where e == e_j. A pick
-// outside [0, E) is skipped (and reported). With aux.counts, dl[e] += p[e] (a[e] - Σ_e' p[e'] a[e']),
-// a = aux.scale·counts.
-__global__ void moeRouteBwdKernel(FloatRef logits, const int32_t* experts, FloatRef dweights, FloatRef dlogits,
-                                  int64_t T, int64_t E, int64_t k, bool normalize, AuxLoss aux, int* deviceError) {
-  const int lane = int(threadIdx.x) % kWarp;
-  const int64_t warpsPerBlock = blockDim.x / kWarp;
-  for (int64_t t = int64_t(blockIdx.x) * warpsPerBlock + threadIdx.x / kWarp; t < T; t += gridDim.x * warpsPerBlock) {
-    const FloatRef l = logits.at(t * E);
-    const Softmax sm = softmaxOf(l, E, lane);
-    if (aux.stats && lane == 0) aux.stats[t] = sm;
-    double pa = 0.0;  // Σ_e p[e]·a[e]
-    if (aux.counts) {
-      for (int64_t e = lane; e < E; e += kWarp) pa += double(probOf(l, e, sm)) * (aux.scale * aux.counts[e]);
-      pa = warpSum(pa);
-    }
-    const int32_t* ex = experts + t * k;
-    const FloatRef dw = dweights.at(t * k);
-    float picked = 0.0f;  // Σ_j p[e_j] (normalize's denominator)
-    for (int64_t j = 0; j < k; ++j)
-      if (ex[j] >= 0 && ex[j] < E) picked += probOf(l, ex[j], sm);
-    float dot = 0.0f;  // Σ_j w_j dw_j
-    for (int64_t j = 0; j < k; ++j) {
-      if (ex[j] < 0 || ex[j] >= E) {
-        if (lane == 0) reportBadId(deviceError);
-        continue;
-      }
-      const float p = probOf(l, ex[j], sm);
-      dot += (normalize ? p / picked : p) * dw[j];
-    }
-    for (int64_t e = lane; e < E; e += kWarp) {
-      float g = 0.0f;
-      bool isPick = false;
-      for (int64_t j = 0; j < k; ++j)
-        if (ex[j] == e) {
-          g += dw[j];
-          isPick = true;
-        }
-      const float p = probOf(l, e, sm), w = normalize ? p / picked : p;
-      float v = normalize && !isPick ? 0.0f : w * (g - dot);
-      if (aux.counts) v += p * float(double(aux.scale * aux.counts[e]) - pa);
-      dlogits.set(t * E + e, v);
-    }
-  }
-}
-
-// S[e] = Σ_t p[t, e] from the tokens' softmax stats: a block per expert.
-__global__ void auxSumsKernel(FloatRef logits, const Softmax* stats, double* S, int64_t T, int64_t E) {
-  for (int64_t e = blockIdx.x; e < E; e += gridDim.x) {
-    double s = 0.0;
-    for (int64_t t = threadIdx.x; t < T; t += blockDim.x) s += double(probOf(logits.at(t * E), e, stats[t]));
-    s = blockSum(s);
-    if (threadIdx.x == 0) S[e] = s;
-  }
-}
-
-// loss[0] += scale·Σ_e counts[e]·S[e]: one block.
-__global__ void auxLossKernel(const float* counts, const double* S, float* loss, int64_t E, double scale) {
-  double s = 0.0;
-  for (int64_t e = threadIdx.x; e < E; e += blockDim.x) s += double(counts[e]) * S[e];
-  s = blockSum(s);
-  if (threadIdx.x == 0) loss[0] = float(double(loss[0]) + scale * s);
-}
 
 // ---- moe_permute -----------------------------------------------------------------------------------
 
@@ -582,90 +369,6 @@ __global__ void chunkRowsKernel(FloatRef x, FloatRef y, const int64_t* dst, cons
 
 #undef LLCDIST_GRID_STRIDE
 
-using P = MoeParams;
-using Ctx = CudaKernelContext;
-
-unsigned rowBlocks(int64_t rows) { return unsigned(rows < 1 ? 1 : (rows > kMaxRowBlocks ? kMaxRowBlocks : rows)); }
-
-std::string sizeError(const char* what, const std::string& why) { return std::string(what) + ": " + why; }
-
-// Sizes every kernel of the family needs: non-negative, and T·k rows (E·capacity, N) addressable by i32
-// slots.
-Status checkSizes(const char* what, const P& p) {
-  for (int64_t v : {p.T, p.H, p.E, p.k, p.N, p.K, p.O, p.capacity})
-    if (v < 0) return Status::invalidArgument(sizeError(what, "a negative size"));
-  if (p.T * p.k > INT32_MAX || p.E >= INT32_MAX || p.N > INT32_MAX || p.capacity > INT32_MAX ||
-      moePermuteRows(p) > INT32_MAX)
-    return Status::invalidArgument(sizeError(what, "T·k = " + std::to_string(p.T * p.k) + " rows, E = " +
-                                                       std::to_string(p.E) + " experts or E·capacity = " +
-                                                       std::to_string(moePermuteRows(p)) + " rows do not fit i32 ids"));
-  return Status::ok();
-}
-
-// moe_route's counts after the picks.
-Status routeCounts(const KernelCall& c, const P& p, const Ctx& ctx) {
-  if (!c.F("counts") || p.E == 0) return Status::ok();
-  moeCountsKernel<<<rowBlocks(p.E), kRowThreads, 0, ctx.stream>>>(c.I("experts"), c.F("counts"), p.T * p.k, p.E,
-                                                                  p.accumulate);
-  return LLCDIST_CUDA_LAUNCHED("moe_route (counts)", ctx.rank);
-}
-
-// moe_route_bwd's loss after the gradient kernel wrote the stats: S, then the sum.
-Status routeAuxLoss(const KernelCall& c, const P& p, const Ctx& ctx, const Softmax* stats, double* S) {
-  if (p.E == 0) return Status::ok();
-  auxSumsKernel<<<rowBlocks(p.E), kRowThreads, 0, ctx.stream>>>(floatRef(c, "logits"), stats, S, p.T, p.E);
-  LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_route_bwd (expert sums)", ctx.rank));
-  auxLossKernel<<<1, kRowThreads, 0, ctx.stream>>>(c.F("counts"), S, c.F("loss"), p.E, p.auxLossScale);
-  return LLCDIST_CUDA_LAUNCHED("moe_route_bwd (loss)", ctx.rank);
-}
-
-Status moeRouteBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
-  const char* what = "moe_route_bwd";
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dlogits", p.T * p.E));
-  AuxLoss aux;
-  aux.counts = c.F("counts");
-  aux.scale = float(p.auxScale);
-  double* S = nullptr;
-  const bool loss = aux.counts && c.F("loss");
-  if (loss) {
-    if (!ctx.scratch) return Status::internal("moe_route_bwd: no device scratch in the CUDA kernel context");
-    const int64_t statsBytes = (p.T * int64_t(sizeof(Softmax)) + 255) / 256 * 256;
-    LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(statsBytes + p.E * int64_t(sizeof(double))));
-    aux.stats = static_cast<Softmax*>(scratch);
-    S = reinterpret_cast<double*>(static_cast<char*>(scratch) + statsBytes);
-  }
-  if (p.T > 0) {
-    moeRouteBwdKernel<<<gridFor(p.T, kThreads / kWarp), kThreads, 0, ctx.stream>>>(
-        floatRef(c, "logits"), c.I("experts"), floatRef(c, "dweights"), floatRef(c, "dlogits"), p.T, p.E, p.k,
-        p.normalize, aux, ctx.deviceError);
-    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
-  }
-  return loss ? routeAuxLoss(c, p, ctx, aux.stats, S) : Status::ok();
-}
-
-Status moeRoute(const KernelCall& c, const P& p, const Ctx& ctx) {
-  const bool fwd = c.kind == schema::OpKind::kMoeRoute;
-  const char* what = fwd ? "moe_route" : "moe_route_bwd";
-  LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
-  if (p.k < 1 || p.k > p.E)
-    return Status::invalidArgument(sizeError(what, "k = " + std::to_string(p.k) + " outside [1, E = " +
-                                                       std::to_string(p.E) + "]"));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "logits", p.T * p.E));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "experts", p.T * p.k));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, fwd ? "weights" : "dweights", p.T * p.k));
-  LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "counts", p.E));  // an absent counts passes
-  if (!fwd) {
-    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "loss", 1));
-    return moeRouteBwd(c, p, ctx);
-  }
-  if (p.T > 0) {
-    moeRouteKernel<<<gridFor(p.T, kThreads / kWarp), kThreads, 0, ctx.stream>>>(
-        floatRef(c, "logits"), floatRef(c, "weights"), c.I("experts"), p.T, p.E, p.k, p.normalize);
-    LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
-  }
-  return routeCounts(c, p, ctx);  // T = 0: counts = (accumulate ? counts : 0)
-}
-
 Status moePermute(const KernelCall& c, const P& p, const Ctx& ctx) {
   const char* what = "moe_permute";
   LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
@@ -881,8 +584,6 @@ Status moeChunkTranspose(const KernelCall& c, const P& p, const Ctx& ctx) {
 // ---- CUDA kernel-table entries (CudaKernels.h) -----------------------------------------------------
 void registerCudaMoeKernels(CudaKernelTable& t) {
   using K = schema::OpKind;
-  addCudaKernel<P>(t, K::kMoeRoute, moeRoute);
-  addCudaKernel<P>(t, K::kMoeRouteBwd, moeRoute);
   addCudaKernel<P>(t, K::kMoePermute, moePermute);
   addCudaKernel<P>(t, K::kMoeUnpermute, moeUnpermute);
   addCudaKernel<P>(t, K::kMoeUnpermuteBwd, moeUnpermuteBwd);

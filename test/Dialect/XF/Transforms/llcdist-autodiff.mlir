@@ -99,3 +99,53 @@ func.func @train_step(%x: tensor<2x4xf32>, %t: tensor<2xi32>) -> tensor<f32> att
   %loss = xf.cross_entropy %x, %t : (tensor<2x4xf32>, tensor<2xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// The MoE load-balancing loss: the layers pass the statistics on (i32
+// counts, f32 probability sums), so the backward body takes gradients for
+// the float outputs only (dy, dprobs) and returns them for the float inputs
+// only (dx, dprobs_in: the probabilities' sum passes its gradient through);
+// the router's logits get the statistics' share too. The loss's gradient
+// reads the last layer's counts, scaled by 1 / microbatches.
+
+// CHECK-LABEL: func.func private @moe_bwd
+// CHECK-SAME: (%[[DY:[a-z0-9]+]]: tensor<2x4x8xf32>, %[[DS:[a-z0-9]+]]: tensor<4xf32>, %{{.+}}) -> (tensor<2x4x8xf32>, tensor<4xf32>)
+// CHECK: %[[DL:.+]] = xf.moe_router_stats_grad %{{.+}}, %[[DS]]
+// CHECK: return %{{.+}}, %[[DS]] : tensor<2x4x8xf32>, tensor<4xf32>
+
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[C0:.+]] = xf.zeros : tensor<4xi32>
+// CHECK: %[[S0:.+]] = xf.zeros : tensor<4xf32>
+// CHECK: %[[L:.+]]:{{[0-9]+}} = xf.layer @moe[0] (%{{.+}}, %[[C0]], %[[S0]]) {xf.num_outputs = 3 : i64}
+// CHECK: %[[CE:.+]] = xf.cross_entropy
+// CHECK: %[[TOTAL:.+]] = xf.moe_aux_loss %[[CE]], %[[L]]#1, %[[L]]#2
+// CHECK: %[[DSTAT:.+]] = xf.moe_aux_loss_grad %[[L]]#1 {coef = 2.000000e-02 : f64, scale = 5.000000e-01 : f64, top_k = 2 : i64}
+// CHECK: xf.cross_entropy_grad
+// CHECK: xf.layer @moe_bwd[0] (%{{.+}}, %[[DSTAT]], %{{.+}}) : {{.+}} -> (tensor<2x4x8xf32>, tensor<4xf32>)
+// CHECK: return %[[TOTAL]]
+module attributes {xf.model = {microbatches = 2 : i64}} {
+  func.func private @moe(%x: tensor<2x4x8xf32>, %c: tensor<4xi32>, %s: tensor<4xf32>) -> (tensor<2x4x8xf32>, tensor<4xi32>, tensor<4xf32>) attributes {xf.layer_body} {
+    %wg = xf.param "h.{i}.gate" : tensor<4x8xf32>
+    %logits = xf.linear out_in %x, %wg : (tensor<2x4x8xf32>, tensor<4x8xf32>) -> tensor<2x4x4xf32>
+    %w, %e = xf.moe_route %logits {top_k = 2 : i64, normalize} : tensor<2x4x4xf32> -> tensor<2x4x2xf32>, tensor<2x4x2xi32>
+    %c1, %s1 = xf.moe_router_stats %logits, %e, %c, %s : tensor<2x4x4xf32>, tensor<2x4x2xi32>, tensor<4xi32>, tensor<4xf32>
+    %rows, %slots, %sizes = xf.moe_permute %x, %e : (tensor<2x4x8xf32>, tensor<2x4x2xi32>) -> (tensor<16x8xf32>, tensor<2x4x2xi32>, tensor<4xi32>)
+    %we = xf.param "h.{i}.experts.{e}.w" : tensor<4x8x8xf32>
+    %h = xf.grouped_linear %rows, %we, %sizes : (tensor<16x8xf32>, tensor<4x8x8xf32>, tensor<4xi32>) -> tensor<16x8xf32>
+    %out = xf.moe_unpermute %h, %slots, %w : (tensor<16x8xf32>, tensor<2x4x2xi32>, tensor<2x4x2xf32>) -> tensor<2x4x8xf32>
+    %y = xf.add %x, %out : tensor<2x4x8xf32>
+    return %y, %c1, %s1 : tensor<2x4x8xf32>, tensor<4xi32>, tensor<4xf32>
+  }
+  func.func @forward(%ids: tensor<2x4xi32>, %t: tensor<2x4xi32>) -> tensor<f32> attributes {xf.entry} {
+    %wte = xf.param "wte" : tensor<16x8xf32>
+    %emb = xf.embedding %ids, %wte : (tensor<2x4xi32>, tensor<16x8xf32>) -> tensor<2x4x8xf32>
+    %c0 = xf.zeros : tensor<4xi32>
+    %s0 = xf.zeros : tensor<4xf32>
+    %l:3 = xf.layer @moe[0](%emb, %c0, %s0) : (tensor<2x4x8xf32>, tensor<4xi32>, tensor<4xf32>) -> (tensor<2x4x8xf32>, tensor<4xi32>, tensor<4xf32>)
+    %logits = xf.linear out_in %l#0, %wte : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+    %ce = xf.cross_entropy %logits, %t : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+    %loss = xf.moe_aux_loss %ce, %l#1, %l#2 {coef = 0.02 : f64, top_k = 2 : i64} : tensor<f32>, tensor<4xi32>, tensor<4xf32>
+    return %loss : tensor<f32>
+  }
+}

@@ -262,22 +262,77 @@ def XF_MoeRouteOp : XF_Op<"moe_route", [Pure, DeclareOpInterfaceMethods<XF_Diffe
     ties to the lower index) and `weights` [B, S, top_k] (their
     probabilities, divided by their sum when `normalize`: Mixtral; Qwen2-MoE's
     norm_topk_prob). The softmax is computed in f32, as Hugging Face does.
-    With `aux_loss_coef` c and `aux_loss_layers` L (transformers'
-    output_router_logits) the step's loss also has c times the load-balancing
-    loss of the microbatch: E / (L·T)² · Σ_e C_e·S_e, C_e the assignments to
-    expert e and S_e the sum of its probabilities over the T tokens of every
-    one of the L routers (load_balancing_loss_func).
+    The load-balancing loss reads the router through xf.moe_router_stats.
 
     ```mlir
     %w, %e = xf.moe_route %logits {top_k = 2 : i64, normalize} : tensor<2x32x8xf32> -> tensor<2x32x2xf32>, tensor<2x32x2xi32>
     ```
   }];
   let arguments = (ins XF_FloatTensor:$logits, ConfinedAttr<I64Attr, [IntMinValue<1>]>:$top_k,
-                       UnitAttr:$normalize, OptionalAttr<F64Attr>:$aux_loss_coef,
-                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$aux_loss_layers);
+                       UnitAttr:$normalize);
   let results = (outs XF_FloatTensor:$weights, I32Tensor:$experts);
   let assemblyFormat = "$logits attr-dict `:` type($logits) `->` type($weights) `,` type($experts)";
   let hasVerifier = 1;
+}
+
+def XF_MoeRouterStatsOp : XF_Op<"moe_router_stats", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>,
+                                                      AllTypesMatch<["counts", "counts_out"]>,
+                                                      AllTypesMatch<["probs", "probs_out"]>]> {
+  let summary = "a router's load-balancing statistics, added to the layers' before it";
+  let description = [{
+    `logits` [B, S, E] and `experts` [B, S, k] of one xf.moe_route; `counts`
+    [E] (i32) and `probs` [E] (f32) the statistics of the routers before it
+    (xf.zeros before the first) -> `counts_out[e] = counts[e] +` the
+    assignments to expert e, `probs_out[e] = probs[e] + Σ_t softmax(logits[t])[e]`
+    (f32). The layers pass them on like the residual stream, so a pipeline
+    stage sends them with its activations, and xf.moe_aux_loss reads the
+    last layer's: transformers' load_balancing_loss_func over every router
+    of the microbatch. The counts carry no gradient; `probs`' is `probs_out`'s.
+
+    ```mlir
+    %c1, %s1 = xf.moe_router_stats %logits, %experts, %c0, %s0 : tensor<2x32x8xf32>, tensor<2x32x2xi32>, tensor<8xi32>, tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins XF_FloatTensor:$logits, I32Tensor:$experts, I32Tensor:$counts, F32Tensor:$probs);
+  let results = (outs I32Tensor:$counts_out, F32Tensor:$probs_out);
+  let assemblyFormat = "$logits `,` $experts `,` $counts `,` $probs attr-dict `:` type($logits) `,` type($experts) "
+                       "`,` type($counts) `,` type($probs)";
+  let hasVerifier = 1;
+}
+
+def XF_MoeAuxLossOp : XF_Op<"moe_aux_loss", [Pure, AllTypesMatch<["loss", "result"]>]> {
+  let summary = "the step's loss plus the load-balancing loss";
+  let description = [{
+    `loss` (the cross-entropy), `counts` [E] and `probs` [E] (the last
+    xf.moe_router_stats': every router's of the microbatch) ->
+    `loss + coef · E / (L·T)² · Σ_e counts[e]·probs[e]`, L·T the tokens of
+    all L routers: `Σ_e counts[e] / top_k` (each token counts top_k
+    assignments), so nothing here changes when a partition changes the
+    tokens. transformers adds router_aux_loss_coef times this
+    (load_balancing_loss_func) when output_router_logits is set.
+    llcdist-autodiff differentiates it: the loss's gradient is the seed, the
+    probabilities' xf.moe_aux_loss_grad.
+
+    ```mlir
+    %total = xf.moe_aux_loss %ce, %counts, %probs {coef = 2.0e-02 : f64, top_k = 2 : i64} : tensor<f32>, tensor<8xi32>, tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins 0DTensorOf<[F32]>:$loss, I32Tensor:$counts, F32Tensor:$probs, F64Attr:$coef,
+                       ConfinedAttr<I64Attr, [IntMinValue<1>]>:$top_k);
+  let results = (outs 0DTensorOf<[F32]>:$result);
+  let assemblyFormat = "$loss `,` $counts `,` $probs attr-dict `:` type($loss) `,` type($counts) `,` type($probs)";
+  let hasVerifier = 1;
+}
+
+def XF_ZerosOp : XF_Op<"zeros", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
+  let summary = "a tensor of zeros (the load-balancing statistics before the first router)";
+  let description = [{
+    ```mlir
+    %c0 = xf.zeros : tensor<8xi32>
+    ```
+  }];
+  let results = (outs AnyTypeOf<[XF_FloatTensor, I32Tensor]>:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
 }
 
 def XF_MoePermuteOp : XF_Op<"moe_permute", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {

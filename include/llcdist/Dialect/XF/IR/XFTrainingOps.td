@@ -165,12 +165,33 @@ def XF_MoeRouteGradOp : XF_GradOp<"moe_route_grad", [AllTypesMatch<["logits", "r
     From `dweights` [B, S, k]: with `normalize` the weights are a softmax over
     the selected logits, dl[e_j] = w_j (dw_j - sum w dw); without, through the
     whole softmax, dl[e] = p[e] (g[e] - sum_j p[e_j] dw_j), g[e_j] = dw_j.
-    With the forward's `aux_loss_coef` and `aux_loss_layers`, also the
-    load-balancing loss's gradient and its value (added to the step's loss).
   }];
-  let arguments = (ins XF_FloatTensor:$logits, I32Tensor:$experts, XF_FloatTensor:$dweights, UnitAttr:$normalize,
-                       OptionalAttr<F64Attr>:$aux_loss_coef, OptionalAttr<I64Attr>:$aux_loss_layers);
+  let arguments = (ins XF_FloatTensor:$logits, I32Tensor:$experts, XF_FloatTensor:$dweights, UnitAttr:$normalize);
   let results = (outs XF_FloatTensor:$result);
+}
+
+def XF_MoeRouterStatsGradOp : XF_GradOp<"moe_router_stats_grad", [AllTypesMatch<["logits", "result"]>]> {
+  let summary = "dLogits of xf.moe_router_stats (through the probabilities' sums)";
+  let description = [{
+    `logits` [B, S, E], `dprobs` [E]: `dl[t, e] = p[t, e] · (g[e] - Σ_e' p[t, e'] g[e'])`,
+    p the token's softmax, g = dprobs.
+  }];
+  let arguments = (ins XF_FloatTensor:$logits, F32Tensor:$dprobs);
+  let results = (outs XF_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def XF_MoeAuxLossGradOp : XF_GradOp<"moe_aux_loss_grad"> {
+  let summary = "dProbs of xf.moe_aux_loss";
+  let description = [{
+    `counts` [E] -> `scale · coef · E · top_k² / N² · counts` (f32), N =
+    Σ_e counts[e]; `scale` the loss's (1 / microbatches, as the
+    cross-entropy's gradient is scaled).
+  }];
+  let arguments = (ins I32Tensor:$counts, F64Attr:$coef, ConfinedAttr<I64Attr, [IntMinValue<1>]>:$top_k,
+                       F64Attr:$scale);
+  let results = (outs F32Tensor:$result);
+  let hasVerifier = 1;
 }
 
 def XF_MoeUnpermuteGradOp : XF_GradOp<"moe_unpermute_grad"> {

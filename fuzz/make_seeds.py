@@ -98,6 +98,10 @@ PLANS = [
     ("mixtral-capacity", "tiny-mixtral.json", 1, ["--moe-capacity-factor", "0.5"]),
     ("mixtral-dp4-ep2-zero1", "tiny-mixtral.json", 1, ["--mesh", "dp=4,ep=2", "--zero", "1", "--global-batch", "4"]),
     ("qwen2-moe-tp2-sp", "tiny-qwen2-moe.json", 1, ["--mesh", "tp=2", "--sequence-parallel"]),
+    # The load-balancing loss: its statistics sent between stages (i32 counts), all-reduced over tp.
+    ("mixtral-aux-pp2", "tiny-mixtral.json", 2, ["--mesh", "pp=2"], {"output_router_logits": True}),
+    ("mixtral-aux-tp2-sp", "tiny-mixtral.json", 1, ["--mesh", "tp=2", "--sequence-parallel"],
+     {"output_router_logits": True}),
 ]
 
 
@@ -108,9 +112,10 @@ def compact(path):
 
 def plan_seeds(llc_dist):
     with tempfile.TemporaryDirectory() as tmp:
-        for name, model, layers, flags in PLANS:
+        for name, model, layers, flags, *overrides in PLANS:  # overrides: config fields set first
             with open(os.path.join(MODELS, model)) as f:
                 config = json.load(f)
+            config.update(*overrides)
             config["n_layer" if "n_layer" in config else "num_hidden_layers"] = layers
             model_path = os.path.join(tmp, name + ".json")
             with open(model_path, "w") as f:

@@ -83,14 +83,11 @@ std::optional<std::string> checkContextParallel(const Workload &w, const Paralle
     return std::nullopt;
   const ModelConfig &m = w.model;
   auto why = [](const std::string &s) { return std::optional<std::string>(s); };
-  // A mixture of experts routes each cp rank's own tokens (ContextParallel.cpp), not with what counts a
-  // microbatch's, nor with ep (AttachMesh.cpp).
+  // A mixture of experts routes each cp rank's own tokens (ContextParallel.cpp), not with a capacity,
+  // which counts a microbatch's, nor with ep (AttachMesh.cpp).
   if (m.moe && c.ep > 1)
     return why("ep=" + std::to_string(c.ep) + " with cp=" + std::to_string(c.cp) +
                ": expert parallelism does not combine with context parallelism yet");
-  if (m.moe && m.moe->auxLossCoef > 0)
-    return why("the load-balancing loss (output_router_logits) counts a microbatch's tokens, which context "
-               "parallelism splits over cp");
   if (m.moe && w.moeCapacityFactor > 0)
     return why("a capacity factor bounds each expert's rows of a rank's tokens, which context parallelism splits "
                "over cp");
@@ -140,9 +137,6 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
   if (auto epWhy = checkExpertParallel(w, c))
     return epWhy;
   // llcdist-partition's: under SP each tp rank routes its own slice of a microbatch's tokens.
-  if (m.moe && c.sequenceParallel && m.moe->auxLossCoef > 0)
-    return why("the load-balancing loss (output_router_logits) counts a microbatch's tokens, which sequence "
-               "parallelism splits over tp");
   if (m.moe && c.sequenceParallel && w.moeCapacityFactor > 0)
     return why("a capacity factor bounds each expert's rows of a rank's tokens, which sequence parallelism splits "
                "over tp");

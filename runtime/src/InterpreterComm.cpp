@@ -57,8 +57,10 @@ Status Interpreter::issueCommunication(const BoundOp& b, size_t queue, int64_t m
   if (c.kind == K::kAllReduce) {
     for (size_t k = 0; k < c.args[0].size(); ++k) {
       // An f64 buffer (a kernel's partial reduction: grad_norm_sq, cross_entropy_max / _sums) is reduced in
-      // f64; the others in the op's dtype.
-      const CommDType dtype = c.type(0, k) == sc::ElemType::kF64 ? CommDType::kF64 : p->dtype;
+      // f64, an i32 one (the load-balancing loss's counts) in i32; the others in the op's dtype.
+      const CommDType dtype = c.type(0, k) == sc::ElemType::kF64   ? CommDType::kF64
+                              : c.type(0, k) == sc::ElemType::kI32 ? CommDType::kI32
+                                                                    : p->dtype;
       LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->allReduceAsync(stream, c.args[0][k], c.argElems[0][k],
                                                                             dtype, p->reduceOp, b.channel));
       handles->push_back(h);

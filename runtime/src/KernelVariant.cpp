@@ -15,12 +15,12 @@ DTypeMask KernelVariantInfo::accepts(sc::OpKind kind, size_t role) const {
     case sc::ArgType::kF64: return dtypeBit(sc::ElemType::kF64);
     case sc::ArgType::kAny: return DTypeMask(0xff);
     case sc::ArgType::kF32:
-    case sc::ArgType::kF32OrF64: break;
+    case sc::ArgType::kReducible: break;
   }
   DTypeMask m = kTakesF32;
   for (const auto& [name, mask] : floatRoles)
     if (name == spec.role) m = mask;
-  if (spec.type == sc::ArgType::kF32OrF64) m |= dtypeBit(sc::ElemType::kF64);
+  if (spec.type == sc::ArgType::kReducible) m |= dtypeBit(sc::ElemType::kF64) | dtypeBit(sc::ElemType::kI32);
   return m;
 }
 

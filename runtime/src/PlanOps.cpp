@@ -105,7 +105,7 @@ Status parseId(const Doc& doc, const json& v, const std::string& path, const Pro
                                std::to_string(int64_t(prog.buffers.size()) - 1) + ")");
   const BufferDesc& b = prog.buffers[size_t(*id)];
   // Float roles take f32 or bf16 (bf16 storage, fp32 arithmetic); ids and targets i32; f64 only the
-  // partial reductions (f64 roles and all_reduce's x); `fill_zero` anything.
+  // partial reductions (f64 roles and all_reduce's x, which takes i32 too); `fill_zero` anything.
   const bool isF64 = b.dtype == sc::ElemType::kF64;
   bool ok = false;
   const char* needs = "";
@@ -114,7 +114,9 @@ Status parseId(const Doc& doc, const json& v, const std::string& path, const Pro
     case sc::ArgType::kF32: ok = sc::isFloatType(b.dtype), needs = "f32 or bf16"; break;
     case sc::ArgType::kI32: ok = b.dtype == sc::ElemType::kI32, needs = "i32"; break;
     case sc::ArgType::kF64: ok = isF64, needs = "f64"; break;
-    case sc::ArgType::kF32OrF64: ok = sc::isFloatType(b.dtype) || isF64, needs = "f32, bf16 or f64"; break;
+    case sc::ArgType::kReducible:
+      ok = sc::isFloatType(b.dtype) || isF64 || b.dtype == sc::ElemType::kI32, needs = "f32, bf16, f64 or i32";
+      break;
   }
   if (!ok)
     return doc.error(path, "buffer " + std::to_string(*id) + " (\"" + b.name + "\") is " +

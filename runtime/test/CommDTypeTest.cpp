@@ -1,7 +1,8 @@
 // Collectives of dtype bf16 (Communicator.h, docs/plan-format.md "Collective dtypes"): NCCL's bf16
 // reduction, each partial sum rounded to bf16 in member order, checked bit for bit against a reference
 // computed here independently of Bf16.h (exact sums in double, rounded to the nearest bf16 with ties to
-// even by rint); all_gather of 2-byte elements; the CPU backend's padded blocks in bf16.
+// even by rint); all_gather of 2-byte elements; the CPU backend's padded blocks in bf16; i32 sums and
+// messages.
 #include "TestUtil.h"
 
 #include "llcdist/runtime/Communicator.h"
@@ -157,6 +158,34 @@ TEST(CommDTypeTest, DTypeMismatchIsAnError) {
     EXPECT_NE(st.message().find("all_reduce(sum, 4 f32)"), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("all_reduce(sum, 4 bf16)"), std::string::npos) << st.message();
   }
+}
+
+// i32 buffers (the MoE load-balancing loss's counts): all_reduce sums them exactly, in i32 (values past
+// f32's 2^24 stay exact), and send / recv move them as i32, the dtype part of the message's match.
+TEST(CommDTypeTest, I32AllReduceSumsExactlyAndPointToPointMovesI32) {
+  const Mesh mesh = Mesh::make(3, 1, 1);
+  InProcessCommunicatorOptions o;
+  o.worldSize = 3;
+  o.mesh = mesh;
+  auto comm = makeInProcessCommunicator(o);
+  std::vector<std::vector<int32_t>> bufs = {{16777217, 0, -5}, {1, 7, 5}, {2, 100, 0}};
+  expectAllOk(onRanks(3, [&](int r) {
+    return comm->allReduce(r, mesh.group(r, MeshAxis::kDp), bufs[size_t(r)].data(), 3, CommDType::kI32,
+                           ReduceOp::kSum);
+  }));
+  for (const std::vector<int32_t>& b : bufs) EXPECT_EQ(b, (std::vector<int32_t>{16777220, 107, 0}));
+  std::vector<int32_t> sent = {3, -1, 40}, got(3, 0);
+  expectAllOk(onRanks(2, [&](int r) {
+    return r == 0 ? comm->send(0, 1, sent.data(), 3, CommDType::kI32, 7, 0)
+                  : comm->recv(1, 0, got.data(), 3, CommDType::kI32, 7, 0);
+  }));
+  EXPECT_EQ(got, sent);
+  std::vector<Status> s = onRanks(2, [&](int r) {
+    return r == 0 ? comm->send(0, 1, sent.data(), 3, CommDType::kI32, 8, 0)
+                  : comm->recv(1, 0, got.data(), 3, CommDType::kF32, 8, 0);
+  });
+  ASSERT_FALSE(s[1].isOk());
+  EXPECT_NE(s[1].message().find("i32"), std::string::npos) << s[1].message();
 }
 
 // The CPU backend's padded blocks (ZeRO's total < n·inner) with 2-byte elements.

@@ -332,7 +332,9 @@ TEST_F(PlanLoaderTest, CollectiveOpErrors) {
   expectError(withOp(op("all_reduce", {{"x", {kDwte}}}, {{"axis", "dp"}})), {where + ".attrs.op", "missing"});
   expectError(withOp(op("all_reduce", {{"x", {kDwte, kDwte}}}, {{"axis", "dp"}, {"op", "sum"}})),
               {where + ".args.x[1]", "overlaps"});
-  expectError(withOp(op("all_reduce", {{"x", {kIds}}}, {{"axis", "dp"}, {"op", "sum"}})), {where + ".args.x[0]", "i32"});
+  // An i32 buffer (the load-balancing loss's counts) is summed, never averaged.
+  expectError(withOp(op("all_reduce", {{"x", {kIds}}}, {{"axis", "dp"}, {"op", "avg"}})),
+              {where + ".args.x", "an i32 buffer is only summed (op \"sum\"), got \"avg\""});
   // h has 16·16 = 256 elements, logits 16·32 = 512.
   expectError(withOp(op("all_gather", {{"x", kH}, {"y", kLogits}}, {{"axis", "tp"}, {"outer", 16}, {"inner", 8}})),
               {where + ".args.x", "outer×inner = 128"});

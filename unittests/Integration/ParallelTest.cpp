@@ -125,6 +125,35 @@ TEST(Parallel, ExpertParallel) {
   }
 }
 
+// The MoE load-balancing loss (tiny-mixtral with output_router_logits) is
+// the microbatch's: with the same microbatch on one device, tp (the experts
+// whole on every rank), sequence parallelism (each tp rank's routers count
+// their own slice of the tokens; the statistics all-reduced over tp where
+// the loss reads them) and context parallelism (the same over cp, ring and
+// all-to-all) reproduce it.
+TEST(Parallel, TinyMixtralLoadBalancingLoss) {
+  const std::string path = std::string(LLCDIST_SOURCE_DIR) + "/unittests/Integration/Inputs/tiny-mixtral-aux.json";
+  const Tolerance tol = test::goldenTolerance("sgd");
+  Trained ref = test::trainPlan(path, test::goldenOptions("sgd"), 8, "aux-ref");
+  EXPECT_LT(ref.losses.back(), ref.losses.front()) << "the reference learns";
+  struct Case {
+    int64_t tp, cp;
+    bool sequenceParallel;
+    const char *cpImpl;
+  };
+  for (const Case &c : {Case{2, 1, false, "ring"}, Case{2, 1, true, "ring"}, Case{4, 1, true, "ring"},
+                        Case{1, 2, false, "ring"}, Case{1, 2, false, "all-to-all"}, Case{2, 2, true, "ring"}}) {
+    TrainingPipelineOptions opt = test::goldenOptions("sgd");
+    opt.mesh.tp = c.tp;
+    opt.mesh.cp = c.cp;
+    opt.sequenceParallel = c.sequenceParallel;
+    opt.cpImpl = c.cpImpl;
+    const std::string tag = "aux-tp" + std::to_string(c.tp) + "-cp" + std::to_string(c.cp) +
+                            (c.sequenceParallel ? "-sp" : "") + "-" + c.cpImpl;
+    expectSame(ref, test::trainPlan(path, opt, 8, tag), "tiny-mixtral-aux " + tag, tol);
+  }
+}
+
 // The strategy variant of docs/writing-a-sharding-pass.md
 // (llcdist-tp-replicate-embeddings) is held to the same golden rule.
 TEST(Parallel, ReplicatedEmbeddingsStrategy) {

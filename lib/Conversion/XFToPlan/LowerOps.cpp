@@ -195,6 +195,13 @@ LogicalResult OpLowering::lowerOp(Operation *op, Scope &s, BackwardPart part) {
   return success();
 }
 
+StringRef llcdist::xftoplan::activationPayload(Value v, bool forward) {
+  auto r = dyn_cast<OpResult>(v);
+  if (r && isa<LayerOp>(r.getOwner()) && r.getResultNumber() > 0)
+    return forward ? "router statistics" : "router statistics gradients";
+  return forward ? "activations" : "activation gradients";
+}
+
 LogicalResult OpLowering::lowerLayer(LayerOp call, Scope &s, BackwardPart part) {
   auto fn = symbols.lookup<func::FuncOp>(call.getCallee());
   if (!fn)

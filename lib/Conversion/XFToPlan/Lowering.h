@@ -191,6 +191,12 @@ private:
 // Op lowering (LowerOps.cpp)
 //===----------------------------------------------------------------------===//
 
+/// What an activation a collective or a pipeline transfer moves carries: a
+/// layer call's first result is the residual stream (or, backward, its
+/// gradient); its others are the MoE load-balancing loss's statistics the
+/// layers pass on (or their gradient).
+llvm::StringRef activationPayload(mlir::Value v, bool forward);
+
 /// Values' buffers within one instantiation of a function body.
 struct Scope {
   llvm::DenseMap<mlir::Value, llvm::SmallVector<Buf, 2>> bufs;

@@ -411,7 +411,7 @@ template <> LogicalResult OpLowering::lower<AllReduceOp>(Operation *op, Scope &s
   s.bufs[ar.getResult()] = {buf};
   plan::KernelOp k = kernel("all_reduce", {arg("x", b.getArrayAttr({buf}))},
                             {str("axis", ar.getAxis()), str("op", "sum")}, NameLoc::get(ar.getReasonAttr(), loc));
-  k->setAttr("plan.payload", b.getStringAttr("activations"));
+  k->setAttr("plan.payload", b.getStringAttr(activationPayload(ar.getInput(), /*forward=*/true)));
   plan::setCollectiveOrigin(k, ar);
   return success();
 }

@@ -204,16 +204,6 @@ LogicalResult StageLowering::lowerChunk(const sp::ChunkPlan &chunk) {
   return success();
 }
 
-/// What a value crossing chunks carries: a layer call's first result is the
-/// residual stream (or its gradient); its others are the MoE load-balancing
-/// loss's statistics the layers pass on (or their gradient).
-static StringRef payloadOf(Value v, bool forward) {
-  auto r = dyn_cast<OpResult>(v);
-  if (r && isa<LayerOp>(r.getOwner()) && r.getResultNumber() > 0)
-    return forward ? "router statistics" : "router statistics gradients";
-  return forward ? "activations" : "activation gradients";
-}
-
 /// Lowers the part `part` of chunk `vs`'s ops in [begin, end), with a recv
 /// before the first use of a value from another chunk and a send after the
 /// last op for each value another chunk reads.
@@ -244,7 +234,7 @@ LogicalResult StageLowering::lowerRange(Scope &sc, int64_t vs, int64_t begin, in
       pb.transfer("recv", buf, crossing->fromChunk % p, crossing->tag,
                   NameLoc::get(b.getStringAttr("pipeline: from chunk " + std::to_string(crossing->fromChunk)),
                                lowering.provenance(op, sc)),
-                  payloadOf(v, forward), xf::CollectiveOrigin::Pipeline);
+                  activationPayload(v, forward), xf::CollectiveOrigin::Pipeline);
     }
     if (failed(lowering.lowerOp(op, sc, part)))
       return failure();
@@ -257,7 +247,7 @@ LogicalResult StageLowering::lowerRange(Scope &sc, int64_t vs, int64_t begin, in
     for (int64_t reader : crossing->readers)
       pb.transfer("send", lowering.use(sc, v), reader % p, crossing->tag,
                   NameLoc::get(b.getStringAttr("pipeline: to chunk " + std::to_string(reader)), v.getLoc()),
-                  payloadOf(v, forward), xf::CollectiveOrigin::Pipeline);
+                  activationPayload(v, forward), xf::CollectiveOrigin::Pipeline);
   }
   return success();
 }

@@ -48,6 +48,10 @@ Status checkAllReduce(const OpChecker& c) {
   const std::string rop = op.stringAttr("op");
   if (std::find(sc::kReduceOpNames.begin(), sc::kReduceOpNames.end(), rop) == sc::kReduceOpNames.end())
     return c.attrError("op", "unknown reduction \"" + rop + "\" (expected \"sum\", \"avg\" or \"max\")");
+  // i32 buffers (the load-balancing loss's counts) sum exactly; an average or a max of them is no plan's.
+  const std::vector<int64_t>& xs = op.argList("x");
+  if (rop != "sum" && std::any_of(xs.begin(), xs.end(), [&](int64_t id) { return c.buffer(id).dtype == sc::ElemType::kI32; }))
+    return c.argError("x", "an i32 buffer is only summed (op \"sum\"), got \"" + rop + "\"");
   return checkCommDType(c);
 }
 

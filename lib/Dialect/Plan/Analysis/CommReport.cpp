@@ -173,6 +173,8 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
       f.numHeads = nh.getInt();
     if (auto nkv = model.getAs<IntegerAttr>("num_kv_heads"))
       f.numKvHeads = nkv.getInt();
+    if (auto e = model.getAs<IntegerAttr>("num_experts"))
+      f.experts = e.getInt();
   }
   bool experts = false, shared = false;
   m.walk([&](ParamOp p) {
@@ -280,6 +282,12 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
                     : AnalyticVolume{"4·Ψ (fp32 gradients of this rank's parameters)", 4.0 * double(localParams), 1};
   if (e.payload == "loss")
     return {"4 (one f32)", 4.0, 1};
+  if (e.payload == "router statistics" && e.kind == "all_reduce" && f.experts > 0 && f.bshLM)
+    // The load-balancing loss's statistics where each rank holds a slice of
+    // the tokens (SP, cp): counts (i32) and probability sums (f32), once
+    // per microbatch, where the loss reads them.
+    return {"E·4, 2 per microbatch (the load-balancing loss's counts and probability sums)", 4.0 * double(f.experts),
+            e.stage >= 0 ? -1 : 2 * (*f.bshLM)[4]};
   if (e.payload == "grad norm")
     return {"8 (one f64 squared norm)", 8.0, 1};
   if (e.payload == "kv-replica gradients") {

@@ -108,6 +108,12 @@ private:
     for (OpOperand &use : op->getOpOperands())
       if (of(use.get()).kind == CP::Heads)
         use.set(toSeq(use.get()));
+    if (isa<ZerosOp, MoeAuxLossOp>(op))
+      return visitStatistics(op);
+    if (auto ar = dyn_cast<AllReduceOp>(op); ar && of(ar.getInput()).kind == CP::Partial) {
+      state[ar.getResult()] = {CP::Partial}; // summed over another axis (tp): still a partial sum over cp
+      return success();
+    }
     if (failed(checkPartialOperands(op)))
       return failure();
     if (isa<AddOp>(op) && of(op->getOperand(0)).kind == CP::Partial) {
@@ -155,10 +161,11 @@ private:
   /// sums the rank's rows: a partial sum over cp). The load-balancing loss
   /// and a capacity factor count a microbatch's tokens: refused.
   LogicalResult visitExperts(Operation *op) {
-    if (isa<MoeRouterStatsOp>(op))
-      return op->emitOpError("llcdist-partition: the load-balancing loss (output_router_logits) counts the routes "
-                             "of a microbatch's tokens, which context parallelism splits over cp; compile without "
-                             "cp, or with output_router_logits false");
+    if (isa<MoeRouterStatsOp>(op)) { // this rank's tokens' statistics, added to the partial sums before
+      for (Value r : op->getResults())
+        state[r] = {CP::Partial};
+      return success();
+    }
     if (auto r = dyn_cast<MoeRouteOp>(op)) {
       const CP tokens = of(r.getLogits());
       state[r.getWeights()] = tokens;
@@ -182,11 +189,38 @@ private:
   /// Only sums of partial sums and gradient accumulation read partial sums.
   LogicalResult checkPartialOperands(Operation *op) {
     bool partial = llvm::any_of(op->getOperands(), [&](Value v) { return of(v).kind == CP::Partial; });
-    if (!partial || isa<AccumulateGradOp>(op))
+    if (!partial || isa<AccumulateGradOp, MoeRouterStatsOp>(op)) // (the statistics: visitStatistics)
       return success();
     if (isa<AddOp>(op) && llvm::all_of(op->getOperands(), [&](Value v) { return of(v).kind == CP::Partial; }))
       return success();
     return op->emitOpError("llcdist-partition: consumes a partial sum over cp; an all-reduce would be needed here");
+  }
+
+  /// The load-balancing loss's statistics [E]: each cp rank's routers count
+  /// and sum its own slice of the tokens (xf.zeros starts zero partial sums,
+  /// the layers pass them on); the loss reads the microbatch's, all-reduced
+  /// over cp once, and each rank adds the same loss to its own (the step's
+  /// loss is their mean over dp × cp).
+  LogicalResult visitStatistics(Operation *op) {
+    if (isa<ZerosOp>(op)) {
+      state[op->getResult(0)] = {CP::Partial};
+      return success();
+    }
+    auto aux = cast<MoeAuxLossOp>(op);
+    for (Value v : {aux.getCounts(), aux.getProbs()}) {
+      if (of(v).kind != CP::Partial)
+        continue;
+      OpBuilder b(aux->getContext());
+      b.setInsertionPointAfterValue(v);
+      auto ar = AllReduceOp::create(b, v.getLoc(), v, "cp",
+                                    "context parallelism: each cp rank's routers count the assignments and sum the "
+                                    "probabilities of its own slice of the tokens; the load-balancing loss reads the "
+                                    "microbatch's",
+                                    stringifyCollectiveOrigin(CollectiveOrigin::ContextParallel));
+      v.replaceAllUsesExcept(ar.getResult(), ar);
+    }
+    state[aux.getResult()] = of(aux.getLoss());
+    return success();
   }
 
   /// Learned positions of a sequence slice start at the rank's first token.

@@ -251,6 +251,11 @@ void TensorParallelPropagation::reducePartialOperands(Operation *op) {
   for (Value v : llvm::to_vector(op->getOperands())) {
     if (of(v).kind != TP::Partial)
       continue;
+    // The MoE load-balancing statistics [E] under sequence parallelism: each
+    // rank's routers add their own tokens' to them, the layers pass them on
+    // as partial sums, reduced once where the loss reads them.
+    if (isa<LayerOp, MoeRouterStatsOp>(op) && rank(v) == 1)
+      continue;
     // With sequence parallelism an activation entering the sequence region
     // is reduce-scattered along the sequence instead of all-reduced.
     if (sp && onSequenceSlice(op) && rank(v) == 3)

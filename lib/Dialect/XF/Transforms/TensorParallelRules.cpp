@@ -371,7 +371,19 @@ LogicalResult TensorParallelPropagation::replicatedOnly(Operation *op) {
   return success();
 }
 
+namespace {
+/// Why the load-balancing statistics are partial sums over tp under
+/// sequence parallelism.
+const char *kSequenceParallelStatistics = "sequence parallelism: each tp rank's routers count the assignments and sum "
+                                          "the probabilities of its own slice of the tokens; the load-balancing loss "
+                                          "reads the microbatch's";
+} // namespace
+
 LogicalResult TensorParallelPropagation::replicatedStatistics(Operation *op) {
+  if (sp && isa<ZerosOp>(op)) { // the statistics before the first router: zero partial sums
+    partial(op->getResult(0), kSequenceParallelStatistics, CollectiveOrigin::SequenceParallel);
+    return success();
+  }
   for (Value v : op->getOperands())
     if (of(v).kind != TP::R)
       return op->emitOpError("llcdist-partition: the load-balancing loss reads whole statistics on every tp rank, so "
@@ -380,11 +392,13 @@ LogicalResult TensorParallelPropagation::replicatedStatistics(Operation *op) {
 }
 
 LogicalResult TensorParallelPropagation::expertsOnSequenceSlice(Operation *op) {
-  // Both count a microbatch's tokens, which each rank now holds 1/tp of.
-  if (isa<MoeRouterStatsOp>(op))
-    return op->emitOpError("llcdist-partition: the load-balancing loss (output_router_logits) counts the routes of "
-                           "a microbatch's tokens, which sequence parallelism splits over tp; compile without "
-                           "--sequence-parallel, or with output_router_logits false");
+  // The statistics of this rank's tokens, added to the partial sums before.
+  if (auto s = dyn_cast<MoeRouterStatsOp>(op)) {
+    for (Value r : s->getResults())
+      partial(r, kSequenceParallelStatistics, CollectiveOrigin::SequenceParallel);
+    return success();
+  }
+  // A capacity counts a microbatch's tokens, which each rank now holds 1/tp of.
   if (auto p = dyn_cast<MoePermuteOp>(op); p && p.getCapacity())
     return op->emitOpError("llcdist-partition: --moe-capacity-factor bounds each expert's rows of a rank's tokens, "
                            "which sequence parallelism splits over tp (a different drop policy); compile without "

@@ -248,11 +248,12 @@ constexpr bool isListArity(ArgArity a) { return a == ArgArity::kList || a == Arg
 constexpr bool isOptionalArity(ArgArity a) { return a == ArgArity::kOptional || a == ArgArity::kOptionalList; }
 // kF32: a float role: the buffer is f32 or bf16 (bf16 arguments are converted to f32 temporaries
 // around a kernel variant that takes the role as f32 only: KernelVariant.h; `cast` converts itself); kI32: i32 only (ids, targets);
-// kF64: f64 only (the partial reductions of grad_norm_sq and cross_entropy_max / _sums); kF32OrF64: a
-// float role that also takes f64 (all_reduce's x); kAny: any dtype (`fill_zero`).
-enum class ArgType { kF32, kI32, kF64, kF32OrF64, kAny };
+// kF64: f64 only (the partial reductions of grad_norm_sq and cross_entropy_max / _sums); kReducible: a
+// float role that also takes f64 and i32 (all_reduce's x: i32 sums exactly, the load-balancing loss's
+// counts); kAny: any dtype (`fill_zero`).
+enum class ArgType { kF32, kI32, kF64, kReducible, kAny };
 // Whether a role of type t gets the bf16 -> f32 staging of float roles.
-constexpr bool isFloatRole(ArgType t) { return t == ArgType::kF32 || t == ArgType::kF32OrF64; }
+constexpr bool isFloatRole(ArgType t) { return t == ArgType::kF32 || t == ArgType::kReducible; }
 enum class ArgAccess { kRead, kWrite, kReadWrite };
 struct ArgSpec {
   std::string_view role;
@@ -294,7 +295,7 @@ using A = ArgSpec;
 using T = AttrSpec;
 constexpr auto One = ArgArity::kOne, Opt = ArgArity::kOptional, List = ArgArity::kList,
                OptList = ArgArity::kOptionalList;
-constexpr auto F = ArgType::kF32, I = ArgType::kI32, D = ArgType::kF64, FD = ArgType::kF32OrF64,
+constexpr auto F = ArgType::kF32, I = ArgType::kI32, D = ArgType::kF64, FDI = ArgType::kReducible,
                Any = ArgType::kAny;
 constexpr auto R = ArgAccess::kRead, W = ArgAccess::kWrite, RW = ArgAccess::kReadWrite;
 constexpr auto Int = AttrType::kInt, Flt = AttrType::kFloat, Bool = AttrType::kBool,
@@ -478,7 +479,7 @@ inline constexpr T kSgdAttrs[] = {{"momentum", Flt}, {"weight_decay", Flt}};
 // consecutive members, and each reduces over its own (kv-head replicas); absent: the whole group.
 // x: f32 / bf16, or f64 (the partial reductions of grad_norm_sq and cross_entropy_max / _sums: an f64
 // buffer is always reduced in f64).
-inline constexpr A kAllReduceArgs[] = {{"x", List, FD, RW}};
+inline constexpr A kAllReduceArgs[] = {{"x", List, FDI, RW}};
 inline constexpr T kAllReduceAttrs[] = {{"axis", Str}, {"op", Str}, {"group_size", Int, false}, {"dtype", Str, false}};
 inline constexpr A kGatherArgs[] = {{"x", One, F, R}, {"y", One, F, W}};
 // `total` (optional, ZeRO's padded blocks): the whole side holds only `total` <= n·inner elements per

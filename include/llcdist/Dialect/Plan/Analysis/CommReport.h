@@ -58,6 +58,8 @@ struct CommFacts {
   /// shared expert), 0 where only experts remain (Mixtral: they run whole
   /// on every tp rank, or on each rank's tokens under SP).
   int64_t splitMlps = 1;
+  /// From xf.model: a mixture of experts' experts (0: dense).
+  int64_t experts = 0;
 };
 
 /// Which link a collective's group uses, and the ring time at its bandwidth.

@@ -417,16 +417,17 @@ def XF_AllReduceOp : XF_Op<"all_reduce", [SameOperandsAndResultType]> {
   let description = [{
     Inserted by `llcdist-partition` after an op whose result is a partial sum
     over `axis`: a row-parallel linear's output, a column-parallel linear's
-    input gradient, a vocabulary-parallel embedding lookup. `reason` is the
-    provenance, `origin` its kind.
+    input gradient, a vocabulary-parallel embedding lookup, the MoE
+    load-balancing loss's statistics under sequence or context parallelism
+    (its counts i32). `reason` is the provenance, `origin` its kind.
 
     ```mlir
     %y = xf.all_reduce %p {axis = "tp", origin = "row_parallel", reason = "..."} : tensor<2x16x64xf32>
     ```
   }];
-  let arguments = (ins XF_FloatTensor:$input, StrAttr:$axis, StrAttr:$reason,
+  let arguments = (ins AnyTypeOf<[XF_FloatTensor, I32Tensor]>:$input, StrAttr:$axis, StrAttr:$reason,
                        XF_CollectiveOriginAttr:$origin);
-  let results = (outs XF_FloatTensor:$result);
+  let results = (outs AnyTypeOf<[XF_FloatTensor, I32Tensor]>:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
   let hasVerifier = 1;
 }

@@ -7,9 +7,9 @@ output_router_logits false and true:
   dp=2                  each rank's microbatches its own load-balancing loss
   pp=2 (1F1B)           the routers' statistics (counts i32 [E], probability sums f32 [E]) cross the
                         stage with the activations, their gradient back with the activations'
-For each: the ops the loss adds per rank and step (moe_router_stats / _bwd, moe_aux_loss / _bwd,
-fill_zero of the statistics, counted from the plan's subroutines times their runs), the point-to-point
-bytes per step (pipeline sends, read from the plan's send ops), the planned arena per rank, and the
+For each: the ops the loss adds per step over every program (moe_router_stats / _bwd, moe_aux_loss /
+_bwd: each subroutine's ops times the microbatches it runs for), the point-to-point bytes per step
+(pipeline sends, read from the plan's send ops), the planned arena of program 0, and the
 median ms/step of `llc-dist run` after a warm-up step, the rows run round-robin for --rounds rounds.
 
 usage: bench/moe_aux_loss.py [--build build] [--rounds 5] [--steps 4] [--json OUT]

@@ -82,6 +82,13 @@ GOLDEN = [
     # expert reduce-scattered) and context parallelism's ring (Mixtral).
     ("qwen2-moe-tp2-sp", "tiny-qwen2-moe", "--mesh tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
     ("mixtral-cp2-ring", "tiny-mixtral", "--mesh cp=2 --seq-len 64 --global-batch 4"),
+    # The load-balancing loss (output_router_logits; a model path under the repository): its
+    # statistics sent between pipeline stages (i32 counts too) and all-reduced over tp under SP;
+    # moe_router_stats / _bwd and moe_aux_loss / _bwd.
+    ("mixtral-aux-pp2", "unittests/Integration/Inputs/tiny-mixtral-aux",
+     "--mesh pp=2 --schedule 1f1b --seq-len 64 --global-batch 8"),
+    ("mixtral-aux-tp2-sp", "unittests/Integration/Inputs/tiny-mixtral-aux",
+     "--mesh tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
 ]
 GOLDEN_STEPS = 3
 # The PyTorch comparison's plans: one rank, 2 microbatches of 4 x 64 tokens, AdamW with decay on
@@ -108,6 +115,11 @@ COMPAT = re.compile(r"^(libstdc\+\+|libgcc_s|libz|liblzma|libzstd|liblz4|libbz2|
                     r"libffi|libtinfo|libedit|libxml2|libicu\w*|libcap|libgcrypt|libgpg-error|libcrypto|libssl|"
                     r"libnuma|libelf|libnl[-\w.]*)\.so")
 BINARIES = ["llcdist-run", "llcdist_cuda_tests", "llcdist_gpu_kernel_bench"]
+
+
+def model_config(model):
+    """A golden entry's config: models/MODEL.json, or MODEL.json under the repository when MODEL is a path."""
+    return os.path.join(ROOT, model + ".json") if "/" in model else os.path.join(ROOT, "models", model + ".json")
 
 
 def log(msg):
@@ -201,7 +213,7 @@ def main():
     def golden_one(e):
         name, model, flags, steps, dt = e
         plan = os.path.join(out, "plans", "golden", name)
-        run([llc, "compile", os.path.join(ROOT, "models", model + ".json"), *flags, "-o", plan, "--quiet"])
+        run([llc, "compile", model_config(model), *flags, "-o", plan, "--quiet"])
         run([runner, plan, *cpu_flag, "--steps", str(steps), "--data", data, "--seed", str(SEED),
              "--log-json", os.path.join(out, "ref", name + ".jsonl"), "--quiet"], env=env)
         if name.startswith("parity-"):
@@ -244,7 +256,8 @@ def main():
         os.remove(os.path.join(out, "params", f"{name}-f32.safetensors"))
 
     # The benchmark plans and their FLOPs per token.
-    models = sorted({model for _, model, _ in GOLDEN} | {model for _, model in PARITY})
+    # The shipped configs the package carries (a golden plan of a config elsewhere is compiled here).
+    models = sorted({model for _, model, _ in GOLDEN if "/" not in model} | {model for _, model in PARITY})
     cases = {} if args.no_bench else (gpu_step.parse_cases(args.bench_cases) if args.bench_cases else gpu_step.CASES)
     if cases:
         t0 = time.time()

@@ -330,6 +330,9 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
               : f.scatterGatherP2P ? "b·s·h·" + el + " / tp (this tp rank's slice: --scatter-gather-p2p)"
                                    : "b·s·h·" + el,
               f.sequenceParallel || f.scatterGatherP2P ? bsh / double(f.tp) : bsh, -1};
+    if (StringRef(e.payload).starts_with("router statistics") && f.experts > 0)
+      return {"E·4 (the load-balancing loss's counts or probability sums, or their gradient, per microbatch)",
+              4.0 * double(f.experts), -1};
     return {};
   }
   if (e.stage >= 0) // per-stage layer counts: payloads only

@@ -347,7 +347,19 @@ LogicalResult TensorParallelPropagation::visit(Operation *op) {
 }
 
 LogicalResult TensorParallelPropagation::visitLayer(LayerOp call) {
-  return llcdist::xf::detail::propagateLayer(call, symbols, state, bodyArgs, [&](Block &b) { return propagate(b); });
+  if (failed(
+          llcdist::xf::detail::propagateLayer(call, symbols, state, bodyArgs, [&](Block &b) { return propagate(b); })))
+    return failure();
+  // A partial sum a layer returns (the load-balancing statistics under
+  // sequence parallelism) keeps its reason: its all-reduce says why.
+  auto ret = cast<func::ReturnOp>(symbols.lookup<func::FuncOp>(call.getCallee()).getBody().front().getTerminator());
+  for (auto [r, v] : llvm::zip(call.getResults(), ret.getOperands()))
+    if (of(r).kind == TP::Partial)
+      if (auto it = partialReason.find(v); it != partialReason.end()) {
+        PartialSum why = it->second; // (inserting may move the map's entries)
+        partialReason[r] = std::move(why);
+      }
+  return success();
 }
 
 LogicalResult TensorParallelPropagation::applyTypes() {

@@ -1,6 +1,7 @@
 // bf16 storage, fp32 arithmetic (docs/plan-format.md "bf16 storage"): the conversions' rounding, the
 // `cast` op, the loader's dtype rules, bf16 collectives and send/recv, and training with bf16
 // activations and params, and with an f32 master + bf16 copy (mixed precision), against the f32 plan.
+#include "CommTestUtil.h"
 #include "PlanTestUtil.h"
 
 #include "llcdist/runtime/Bf16.h"
@@ -206,13 +207,7 @@ TEST(Bf16Test, LoaderChecksDtypes) {
 
 // ---- collectives and send / recv on bf16 buffers ---------------------------------------------------------
 
-std::vector<Status> onRanks(int world, const std::function<Status(int)>& fn) {
-  std::vector<Status> out(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { out[size_t(r)] = fn(r); });
-  for (std::thread& t : threads) t.join();
-  return out;
-}
+using testing::onRanks;
 
 // dp = 2: the members' bf16 values are summed in f32 in member order and the sum rounded once.
 TEST(Bf16Test, CollectivesOnBf16BuffersReduceInF32AndRoundOnce) {

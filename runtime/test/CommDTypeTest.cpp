@@ -4,6 +4,7 @@
 // even by rint); all_gather of 2-byte elements; the CPU backend's padded blocks in bf16; i32 sums and
 // messages.
 #include "TestUtil.h"
+#include "CommTestUtil.h"
 
 #include "llcdist/runtime/Communicator.h"
 #include "llcdist/runtime/CpuBackend.h"
@@ -17,18 +18,11 @@
 
 namespace llcdist::rt {
 namespace {
+using testing::expectAllOk;
+using testing::makeComm;
+using testing::onRanks;
 
-std::vector<Status> onRanks(int world, const std::function<Status(int)>& fn) {
-  std::vector<Status> out(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { out[size_t(r)] = fn(r); });
-  for (std::thread& t : threads) t.join();
-  return out;
-}
 
-void expectAllOk(const std::vector<Status>& s) {
-  for (size_t r = 0; r < s.size(); ++r) EXPECT_TRUE(s[r].isOk()) << "rank " << r << ": " << s[r].message();
-}
 
 // The reference: bf16 bits of the value nearest to v (finite, within bf16's normal range), ties to
 // even, computed from the bf16 grid itself: 8 significant bits, so the spacing at v is 2^(e - 7).
@@ -62,10 +56,7 @@ std::vector<uint16_t> bf16Inputs(int64_t n, uint32_t seed) {
 TEST(CommDTypeTest, Bf16AllReduceRoundsEveryPartialSumInMemberOrder) {
   ASSERT_EQ(std::fegetround(), FE_TONEAREST);
   const Mesh mesh = Mesh::make(4, 1, 1);
-  InProcessCommunicatorOptions o;
-  o.worldSize = 4;
-  o.mesh = mesh;
-  auto comm = makeInProcessCommunicator(o);
+  auto comm = makeComm(mesh);
   const int64_t count = 4096;
   std::vector<std::vector<uint16_t>> in(4);
   for (int r = 0; r < 4; ++r) in[size_t(r)] = bf16Inputs(count, 70 + r);
@@ -106,10 +97,7 @@ TEST(CommDTypeTest, Bf16AllReduceRoundsEveryPartialSumInMemberOrder) {
 TEST(CommDTypeTest, Bf16AllGatherAndReduceScatterMoveTwoByteElements) {
   const int n = 2;
   const Mesh mesh = Mesh::make(n, 1, 1);
-  InProcessCommunicatorOptions o;
-  o.worldSize = n;
-  o.mesh = mesh;
-  auto comm = makeInProcessCommunicator(o);
+  auto comm = makeComm(mesh);
   const int64_t outer = 3, inner = 5;
   std::vector<std::vector<uint16_t>> x(n), gathered(n), big(n), scattered(n);
   for (int r = 0; r < n; ++r) {
@@ -143,10 +131,7 @@ TEST(CommDTypeTest, Bf16AllGatherAndReduceScatterMoveTwoByteElements) {
 // Members that disagree on the dtype are a mismatch naming both calls.
 TEST(CommDTypeTest, DTypeMismatchIsAnError) {
   const Mesh mesh = Mesh::make(2, 1, 1);
-  InProcessCommunicatorOptions o;
-  o.worldSize = 2;
-  o.mesh = mesh;
-  auto comm = makeInProcessCommunicator(o);
+  auto comm = makeComm(mesh);
   std::vector<float> buf(4, 1.0f);
   std::vector<std::vector<float>> bufs(2, buf);
   std::vector<Status> s = onRanks(2, [&](int r) {
@@ -164,10 +149,7 @@ TEST(CommDTypeTest, DTypeMismatchIsAnError) {
 // f32's 2^24 stay exact), and send / recv move them as i32, the dtype part of the message's match.
 TEST(CommDTypeTest, I32AllReduceSumsExactlyAndPointToPointMovesI32) {
   const Mesh mesh = Mesh::make(3, 1, 1);
-  InProcessCommunicatorOptions o;
-  o.worldSize = 3;
-  o.mesh = mesh;
-  auto comm = makeInProcessCommunicator(o);
+  auto comm = makeComm(mesh);
   std::vector<std::vector<int32_t>> bufs = {{16777217, 0, -5}, {1, 7, 5}, {2, 100, 0}};
   expectAllOk(onRanks(3, [&](int r) {
     return comm->allReduce(r, mesh.group(r, MeshAxis::kDp), bufs[size_t(r)].data(), 3, CommDType::kI32,
@@ -192,10 +174,7 @@ TEST(CommDTypeTest, I32AllReduceSumsExactlyAndPointToPointMovesI32) {
 TEST(CommDTypeTest, CpuBackendPaddedBf16Blocks) {
   const int n = 2;
   const Mesh mesh = Mesh::make(n, 1, 1);
-  InProcessCommunicatorOptions o;
-  o.worldSize = n;
-  o.mesh = mesh;
-  auto comm = makeInProcessCommunicator(o);
+  auto comm = makeComm(mesh);
   std::vector<std::unique_ptr<Backend>> be;
   for (int r = 0; r < n; ++r) {
     CpuBackendOptions bo;

@@ -3,6 +3,7 @@
 // member gets the same bits, the member-order f32 sum); mismatched calls; the abort path (one failing
 // rank never leaves the others waiting) and the timeout diagnostic.
 #include "TestUtil.h"
+#include "CommTestUtil.h"
 
 #include "llcdist/runtime/CpuBackend.h"
 #include "llcdist/runtime/Communicator.h"
@@ -15,27 +16,12 @@
 
 namespace llcdist::rt {
 namespace {
+using testing::expectAllOk;
+using testing::makeComm;
+using testing::onRanks;
 
-// Runs fn(rank) on `world` threads; returns every rank's status.
-std::vector<Status> onRanks(int world, const std::function<Status(int)>& fn) {
-  std::vector<Status> out(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { out[size_t(r)] = fn(r); });
-  for (std::thread& t : threads) t.join();
-  return out;
-}
 
-void expectAllOk(const std::vector<Status>& s) {
-  for (size_t r = 0; r < s.size(); ++r) EXPECT_TRUE(s[r].isOk()) << "rank " << r << ": " << s[r].message();
-}
 
-std::unique_ptr<Communicator> makeComm(const Mesh& mesh, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  InProcessCommunicatorOptions o;
-  o.worldSize = int(mesh.worldSize());
-  o.mesh = mesh;
-  o.timeout = timeout;
-  return makeInProcessCommunicator(o);
-}
 
 Mesh meshOf(int64_t dp, int64_t tp, std::array<MeshAxis, 3> order = {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp}) {
   Mesh m = Mesh::make(dp, tp, 1);

@@ -2,6 +2,7 @@
 // ordered pair, (count, tag, microbatch) matching with an error naming both sides, the timeout and
 // abort paths; the CPU backend's sendAsync/recvAsync; the interpreter's peer resolution and bind error.
 #include "PipelineTestUtil.h"
+#include "CommTestUtil.h"
 #include "TestUtil.h"
 
 #include "llcdist/runtime/Communicator.h"
@@ -16,24 +17,12 @@
 
 namespace llcdist::rt {
 namespace {
+using testing::makeComm;
+using testing::onRanks;
 
 using testing::json;
 
-std::vector<Status> onRanks(int world, const std::function<Status(int)>& fn) {
-  std::vector<Status> out(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { out[size_t(r)] = fn(r); });
-  for (std::thread& t : threads) t.join();
-  return out;
-}
 
-std::unique_ptr<Communicator> makeComm(const Mesh& mesh, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  InProcessCommunicatorOptions o;
-  o.worldSize = int(mesh.worldSize());
-  o.mesh = mesh;
-  o.timeout = timeout;
-  return makeInProcessCommunicator(o);
-}
 
 bool contains(const Status& s, const std::string& part) { return s.message().find(part) != std::string::npos; }
 

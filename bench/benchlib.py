@@ -1,5 +1,5 @@
-"""What the CPU benchmarks share: their command line, the built llc-dist, a run's step records and
-the results file (bench/results/)."""
+"""What the CPU benchmarks share: their command line, the built llc-dist, a model config, a run's step
+records, the round-robin timing and the results file (bench/results/)."""
 import argparse
 import json
 import os
@@ -34,6 +34,25 @@ def run_steps(exe, plan, steps):
     subprocess.run([exe, "run", plan, "--steps", str(steps), "--data", "synthetic", "--log-json", log, "--quiet"],
                    check=True)
     return [json.loads(line) for line in open(log)]
+
+
+def model_config(base, path, fields):
+    """models/BASE.json with FIELDS set, written to PATH (a benchmark's model); returns PATH."""
+    with open(os.path.join(ROOT, "models", base + ".json")) as f:
+        config = json.load(f)
+    config.update(fields)
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+    return path
+
+
+def time_rounds(exe, rows, rounds, steps, tokens):
+    """Round-robin, so the machine's drift hits every row alike: per round, each row's plan (row["plan"])
+    runs STEPS steps, and the ms per step of every step after the first (the warm-up) of a step of
+    TOKENS tokens is appended to row["ms"]."""
+    for _ in range(rounds):
+        for r in rows:
+            r["ms"] += [1e3 * tokens / x["tokens_per_s"] for x in run_steps(exe, r["plan"], steps)[1:]]
 
 
 def write_results(path, out):

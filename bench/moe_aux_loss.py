@@ -21,12 +21,11 @@ import statistics
 import subprocess
 import tempfile
 
-from benchlib import ROOT, llc_dist, parser, run_steps, write_results
+import moe_parallel
+from benchlib import llc_dist, model_config, parser, time_rounds, write_results
 
-SHAPE = {"hidden_size": 256, "intermediate_size": 512, "num_local_experts": 8, "num_experts_per_tok": 2,
-         "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
-         "max_position_embeddings": 128}
-SEQ, GLOBAL_BATCH, MICRO_BATCH = 128, 8, 2
+SHAPE = dict(moe_parallel.SHAPE, num_hidden_layers=4)
+SEQ, GLOBAL_BATCH, MICRO_BATCH = moe_parallel.SEQ, 8, 2
 MESHES = [("dp=2", ["--mesh", "dp=2"]), ("pp=2", ["--mesh", "pp=2", "--schedule", "1f1b"])]
 AUX_OPS = ("moe_router_stats", "moe_router_stats_bwd", "moe_aux_loss", "moe_aux_loss_bwd")
 ELEM_BYTES = {"f32": 4, "i32": 4, "bf16": 2, "f64": 8}
@@ -66,10 +65,8 @@ def main():
     try:
         rows = []
         for aux in (False, True):
-            config = json.load(open(os.path.join(ROOT, "models", "tiny-mixtral.json")))
-            config.update(SHAPE, output_router_logits=aux)
-            model = os.path.join(tmp, "mixtral-aux-%d.json" % aux)
-            json.dump(config, open(model, "w"), indent=2)
+            model = model_config("tiny-mixtral", os.path.join(tmp, "mixtral-aux-%d.json" % aux),
+                                 dict(SHAPE, output_router_logits=aux))
             for label, flags in MESHES:
                 plan = os.path.join(tmp, "plan-%d" % len(rows))
                 subprocess.run([exe, "compile", model, "--seq-len", str(SEQ), "--global-batch", str(GLOBAL_BATCH),
@@ -79,10 +76,7 @@ def main():
                 rows.append({"config": label + (" + aux loss" if aux else ""), "flags": " ".join(flags),
                              "aux_loss": aux, "plan": plan, "arena_mib": arena / 2**20, "aux_ops_per_step": ops,
                              "p2p_bytes_per_step": sends, "ms": []})
-        for _ in range(args.rounds):  # round-robin: the machine's drift hits every row alike
-            for r in rows:
-                recs = run_steps(exe, r["plan"], args.steps)[1:]  # step 0 warms up
-                r["ms"] += [1e3 * GLOBAL_BATCH * SEQ / x["tokens_per_s"] for x in recs]
+        time_rounds(exe, rows, args.rounds, args.steps, GLOBAL_BATCH * SEQ)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{'config':<18} {'aux ops/step':>12} {'p2p bytes/step':>15} {'arena MiB/rank':>15} {'ms/step':>9} "

@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import tempfile
 
-from benchlib import ROOT, llc_dist, parser, run_steps, write_results
+from benchlib import llc_dist, model_config, parser, time_rounds, write_results
 
 SHAPE = {"hidden_size": 256, "intermediate_size": 512, "num_local_experts": 8, "num_experts_per_tok": 2,
          "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
@@ -58,10 +58,7 @@ def main():
     exe = llc_dist(args.build, "moe_parallel.py")
     tmp = tempfile.mkdtemp(prefix="llcdist-moe-bench-")
     try:
-        config = json.load(open(os.path.join(ROOT, "models", "tiny-mixtral.json")))
-        config.update(SHAPE)
-        model = os.path.join(tmp, "mixtral-bench.json")
-        json.dump(config, open(model, "w"), indent=2)
+        model = model_config("tiny-mixtral", os.path.join(tmp, "mixtral-bench.json"), SHAPE)
         rows = []
         for label, flags in ROWS:
             plan = os.path.join(tmp, "plan-%d" % len(rows))
@@ -70,10 +67,7 @@ def main():
             arena = json.load(open(os.path.join(plan, "program-0.json")))["arena_bytes"]
             rows.append({"config": label, "flags": " ".join(flags), "plan": plan, "arena_mib": arena / 2**20,
                          "expert_gemm_mnk": grouped_gemm_rows(plan), "ms": []})
-        for _ in range(args.rounds):  # round-robin: the machine's drift hits every row alike
-            for r in rows:
-                recs = run_steps(exe, r["plan"], args.steps)[1:]  # step 0 warms up
-                r["ms"] += [1e3 * GLOBAL_BATCH * SEQ / x["tokens_per_s"] for x in recs]
+        time_rounds(exe, rows, args.rounds, args.steps, GLOBAL_BATCH * SEQ)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     base = rows[0]

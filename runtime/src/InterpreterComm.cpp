@@ -12,11 +12,9 @@ namespace llcdist::rt {
 namespace sc = schema;
 
 namespace {
-// The element type a send or recv moves: its buffer's (an i32 buffer's too: the load-balancing loss's
-// counts). all_to_all_v's too (x's, which is y's; bound without f32 temporaries): a copy of rows, bf16
-// rows as bf16 (2 bytes an element) with or without its attr dtype "bf16".
-CommDType p2pDType(const KernelCall& c) {
-  switch (c.type(0, 0)) {
+// The element type of a buffer as it is stored.
+CommDType storedDType(sc::ElemType t) {
+  switch (t) {
     case sc::ElemType::kBF16:
       return CommDType::kBF16;
     case sc::ElemType::kI32:
@@ -27,6 +25,11 @@ CommDType p2pDType(const KernelCall& c) {
       return CommDType::kF32;
   }
 }
+
+// The element type a send or recv moves: its buffer's (an i32 buffer's too: the load-balancing loss's
+// counts). all_to_all_v's too (x's, which is y's; bound without f32 temporaries): a copy of rows, bf16
+// rows as bf16 (2 bytes an element) with or without its attr dtype "bf16".
+CommDType p2pDType(const KernelCall& c) { return storedDType(c.type(0, 0)); }
 }  // namespace
 
 Status Interpreter::issueCommunication(const BoundOp& b, size_t queue, int64_t microbatch, size_t subroutine,
@@ -58,9 +61,8 @@ Status Interpreter::issueCommunication(const BoundOp& b, size_t queue, int64_t m
     for (size_t k = 0; k < c.args[0].size(); ++k) {
       // An f64 buffer (a kernel's partial reduction: grad_norm_sq, cross_entropy_max / _sums) is reduced in
       // f64, an i32 one (the load-balancing loss's counts) in i32; the others in the op's dtype.
-      const CommDType dtype = c.type(0, k) == sc::ElemType::kF64   ? CommDType::kF64
-                              : c.type(0, k) == sc::ElemType::kI32 ? CommDType::kI32
-                                                                    : p->dtype;
+      const sc::ElemType t = c.type(0, k);
+      const CommDType dtype = t == sc::ElemType::kF64 || t == sc::ElemType::kI32 ? storedDType(t) : p->dtype;
       LLCDIST_ASSIGN_OR_RETURN(CollectiveHandle h, backend_->allReduceAsync(stream, c.args[0][k], c.argElems[0][k],
                                                                             dtype, p->reduceOp, b.channel));
       handles->push_back(h);

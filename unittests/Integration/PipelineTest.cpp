@@ -99,20 +99,8 @@ void goldenLoadBalancing(const std::string &optimizer) {
   configs.push_back({1, 2, 2, "1f1b"});
   configs.push_back({1, 2, 2, "1f1b", 1, false, /*scatterGather=*/true});
   for (const PipelineConfig &c : configs)
-    test::expectSame(ref,
-                     test::trainPlan(
-                         path,
-                         [&] {
-                           TrainingPipelineOptions opt = test::goldenOptions(optimizer);
-                           opt.mesh.tp = c.tp;
-                           opt.mesh.pp = c.pp;
-                           opt.pipelineSchedule = c.schedule;
-                           opt.virtualStages = c.virtualStages;
-                           opt.scatterGatherP2P = c.scatterGather;
-                           return opt;
-                         }(),
-                         1, "aux-" + c.name() + "-" + optimizer),
-                     "tiny-mixtral-aux " + optimizer + " " + c.name(), test::goldenTolerance(optimizer));
+    test::expectSame(ref, train(path, c, optimizer), "tiny-mixtral-aux " + optimizer + " " + c.name(),
+                     test::goldenTolerance(optimizer));
 }
 } // namespace
 

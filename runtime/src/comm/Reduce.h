@@ -53,7 +53,7 @@ void withElementType(CommDType dtype, F&& f) {
     case CommDType::kBF16:
       f(uint16_t{});
       return;
-    case CommDType::kI32:  // moved, never reduced (the plan reduces floats only)
+    case CommDType::kI32:  // summed exactly (the plan only sums i32 buffers)
       f(int32_t{});
       return;
   }

@@ -57,8 +57,8 @@ namespace llcdist::rt {
 
 enum class ReduceOp { kSum, kAvg, kMax };
 // The element type of a collective: its reduction arithmetic and its message elements.
-// kI32 moves (send / recv) but never reduces: the plan's integer buffers (the load-balancing loss's
-// counts crossing pipeline stages).
+// kI32: the plan's integer buffers (the load-balancing loss's counts): moved by send / recv across
+// pipeline stages, summed exactly by all_reduce (the plan sums them only: no avg, no max).
 enum class CommDType { kF32, kF64, kBF16, kI32 };
 constexpr int64_t commDTypeSize(CommDType t) { return t == CommDType::kF64 ? 8 : t == CommDType::kBF16 ? 2 : 4; }
 constexpr const char* commDTypeName(CommDType t) {

@@ -202,11 +202,10 @@ struct CommunicationParams {
   int64_t tag = 0;
 };
 
-// moe_route / _bwd, moe_permute, moe_unpermute / _bwd, grouped_linear_*, sigmoid_gate_* (family "moe";
-// PlanSchema.h "Mixture of experts"): T tokens, H hidden, E experts, k experts per token; the grouped
-// GEMMs' N rows, K inputs and O outputs per expert. normalize: moe_route's attr; accumulate:
-// grouped_linear_bwd_weight's and moe_route's (its `counts`; absent: true). auxScale, auxLossScale:
-// moe_route_bwd's load-balancing loss (0 when absent).
+// moe_route / _bwd, moe_router_stats / _bwd, moe_aux_loss / _bwd, moe_permute, moe_unpermute / _bwd,
+// grouped_linear_*, sigmoid_gate_* (family "moe"; PlanSchema.h "Mixture of experts"): T tokens, H hidden,
+// E experts, k experts per token; the grouped GEMMs' N rows, K inputs and O outputs per expert.
+// normalize: moe_route's attr; accumulate: grouped_linear_bwd_weight's.
 // moe_chunk_transpose: the r × c grid of chunks (r, c), N rows of H (N, H), inverse.
 struct MoeParams {
   int64_t T = 0, H = 0, E = 0, k = 0;

@@ -129,7 +129,8 @@ def simulate_row(args, exe, tmp, r, req, best):
             chosen = c
             break
     same = fit.predict(exe, r["device"], r["topology"],
-                       [dict(req, configs=[chosen], attention="flash", fusion="plan", p2p="scatter_gather")])[0]["best"]
+                       [dict(req, configs=[chosen], attention="flash", fusion="plan", p2p="scatter_gather",
+                             recomputation="read")])[0]["best"]
     plan = os.path.join(tmp, "plan-" + r["source"] + "-" + r["name"].replace(" ", "_"))
     llc = os.path.join(args.build, "bin", "llc-dist")
     subprocess.run([llc, "compile", req["model"], "--dtype", "bf16", "--seq-len", str(req["seq_len"]),
@@ -175,6 +176,8 @@ def main():
                    "attention": r["attention"], "fusion": "none", "configs": configs(r),
                    # Megatron-LM's scatter/gather pipeline sends (both papers' software).
                    "p2p": "megatron",
+                   # Megatron-LM's full recomputation reruns the layer's whole forward.
+                   "recomputation": "whole",
                    # The published run fit its GPUs: our memory model (of llc-dist's
                    # plans) does not get to rule its configuration out.
                    "memory_filter": False}

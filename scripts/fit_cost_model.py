@@ -130,7 +130,7 @@ def to_params(x):
 def evaluate(exe, rows, paths, fitted):
     workloads = [{"model": paths[i], "global_batch": r["global_batch"], "seq_len": SEQ,
                   "dtype": "bf16", "attention": "unfused", "fusion": "none", "p2p": "megatron",
-                  "configs": candidate_configs(r)} for i, r in enumerate(rows)]
+                  "recomputation": "whole", "configs": candidate_configs(r)} for i, r in enumerate(rows)]
     preds = predict(exe, "a100-80gb", "dgx-a100", workloads, fitted)
     result = []
     for r, p in zip(rows, preds):

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "llcdist/Cost/StepModel.h"
 #include "DataParallelTime.h"
+#include "PipelineSendTime.h"
 
 #include "llcdist/Schedule/Simulator.h"
 #include "llcdist/Support/ClassifierChunk.h"
@@ -20,6 +21,8 @@
 using namespace llcdist;
 using namespace llcdist::cost;
 using llcdist::cost::detail::dataParallelSeconds;
+using llcdist::cost::detail::PipelineSends;
+using llcdist::cost::detail::pipelineSends;
 
 namespace {
 
@@ -74,6 +77,27 @@ double activationInter(const Workload &w, const ParallelConfig &c, const LayerSh
   return rows.held * double(m.moe->intermediate) + double(m.moe->sharedIntermediate / c.tp);
 }
 
+/// What a fully recomputed layer leaves out (opsForUsedResults: it runs what
+/// its backward reads): the projections only the residual stream reads (the
+/// MLP's down projection, Phi's attention output projection too) with their
+/// tp reductions, and its last add. A mixture of experts' combine reads the
+/// experts' outputs: they run again. `macs` per token; `reductions` over tp.
+/// Nothing under Workload::Recomputation::Whole (Megatron's).
+struct RecomputeSkip {
+  double macs = 0;
+  int64_t reductions = 0;
+  bool lastAdd = false;
+};
+RecomputeSkip recomputeSkip(const Workload &w, const LayerShape &s) {
+  const ModelConfig &m = w.model;
+  if (w.recomputation == Workload::Recomputation::Whole)
+    return {};
+  if (m.moe)
+    return {0, 0, true};
+  double down = double(s.h) * double(s.inter);
+  return m.arch == Arch::Phi ? RecomputeSkip{down + double(s.h) * double(s.q), 2, true} : RecomputeSkip{down, 1, true};
+}
+
 LayerShape layerShape(const ModelConfig &m, int64_t tp) {
   LayerShape s;
   s.llama = llamaLayout(m.arch);
@@ -96,9 +120,10 @@ LayerShape layerShape(const ModelConfig &m, int64_t tp) {
 /// Times of one layer for one microbatch on one rank (seconds).
 struct LayerTimes {
   double fwd = 0, bwdInput = 0, bwdWeight = 0; ///< compute only
-  double recomputeFwd = 0;                     ///< the forward again, under full recomputation
+  double recomputeFwd = 0;                     ///< the forward again, under full recomputation (RecomputeSkip)
   double attnFwd = 0;                          ///< the core attention's forward
   double tpFwd = 0, tpBwd = 0;                 ///< tp collectives (synchronous)
+  double tpRecompute = 0;                      ///< the recomputed forward's (RecomputeSkip)
   double epFwd = 0, epBwd = 0;                 ///< ep's dispatch and combine (synchronous)
   /// Context parallelism's attention communication: in all, and what the
   /// block attention it overlaps does not hide.
@@ -191,11 +216,13 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   // each add with the norm after it (a, b → sum, y) and each norm's
   // backward with the residual gradient (dy, dresidual, x → dx). A fully
   // recomputed layer starts at its first norm (its input's add is the
-  // previous layer's) and ends at its last add (the next norm is the next
-  // layer's): one norm, one fused pair, one add.
+  // previous layer's) and ends at its last add unless it skips it
+  // (RecomputeSkip): one norm, one fused pair (, one add).
   const bool fused = w.fusion == Workload::Fusion::Plan;
+  const RecomputeSkip skip = recomputeSkip(w, s);
   const double residualFwd = fused ? 2 * mem(4 * hS) : 2 * mem(2 * hS) + 2 * mem(3 * hS);
-  const double residualRecompute = fused ? mem(2 * hS) + mem(4 * hS) + mem(3 * hS) : residualFwd;
+  const double residualRecompute =
+      (fused ? mem(2 * hS) + mem(4 * hS) + mem(3 * hS) : residualFwd) - (skip.lastAdd ? mem(3 * hS) : 0);
   const double residualBwd = fused ? 2 * mem(4 * hS) : 2 * (mem(3 * hS) + mem(2 * hS)) + 2 * mem(3 * hS);
   // The rest: rope (q and k: x, y), SwiGLU and the input gradients' sums
   // (Llama); GPT's GELU, biases and bias gradients, which the fused plan
@@ -222,7 +249,8 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
     modelBwd = mem(3.0 * T * s.inter) + 2 * mem(2.0 * T * s.h);
   }
   t.fwd = fwdGemm + t.attnFwd + residualFwd + modelFwd;
-  t.recomputeFwd = fwdGemm + t.attnFwd + residualRecompute + modelFwd;
+  const double skippedGemm = skip.macs > 0 ? gemm(s.h, s.inter) + (skip.reductions > 1 ? gemm(s.h, s.q) : 0) : 0;
+  t.recomputeFwd = fwdGemm - skippedGemm + t.attnFwd + residualRecompute + modelFwd;
   t.bwdInput = bwdGemm + attnBwd + residualBwd + modelBwd;
   t.bwdWeight = bwdGemm;
   // tp on the [T, h] activations, as the compiler emits it (Megatron's):
@@ -238,10 +266,12 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
       double rs = collectiveSeconds(hw, Collective::ReduceScatter, bytes, g);
       t.tpFwd = 2 * ag + 2 * rs;
       t.tpBwd = 4 * ag + 2 * rs;
+      t.tpRecompute = 2 * ag + double(2 - skip.reductions) * rs;
     } else {
       double ar = collectiveSeconds(hw, Collective::AllReduce, bytes, g);
       t.tpFwd = 2 * ar;
       t.tpBwd = 2 * ar;
+      t.tpRecompute = double(2 - skip.reductions) * ar;
     }
   }
   // Expert parallelism (ExpertParallel.cpp): forward, the dispatch of the
@@ -276,7 +306,7 @@ std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) 
   if (m.moe) // the router and Qwen2-MoE's shared-expert gate, as llcdist-pipeline-split counts them
     matmul += H * double(m.moe->experts) + (m.moe->sharedIntermediate ? H : 0);
   double fwd = 2 * matmul + 4.0 * double(w.seqLen) * double(m.heads) * double(s.hd);
-  double layer = (full ? 4 : 3) * fwd;
+  double layer = 3 * fwd + (full ? fwd - 2 * recomputeSkip(w, s).macs : 0);
   // The head: the LM head over the padded vocabulary (the pass runs after
   // llcdist-pad-vocab, whose tp is folded into the key below).
   double tail = 3 * 2 * H * double(w.paddedVocab(1));
@@ -455,7 +485,7 @@ StepFlops cost::stepFlops(const Workload &w, const std::string &recompute) {
   f.model = 3 * (double(m.layers) * (layerFwd + attnFwd) + headFwd);
   f.hardware = f.model;
   if (recompute == "full")
-    f.hardware += double(m.layers) * (layerFwd + attnFwd);
+    f.hardware += double(m.layers) * (layerFwd - 2 * T * recomputeSkip(w, s).macs + attnFwd);
   else if (recompute == "selective")
     f.hardware += double(m.layers) * attnFwd;
   return f;
@@ -552,49 +582,6 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
 }
 
 namespace {
-/// One stage's pipeline transfers, synchronous on compute (no --overlap-p2p
-/// in the search): an activation's (or its gradient's) trip to the next
-/// stage is one `send` and, under scatter/gather, the receivers' `gather`.
-struct PipelineSends {
-  double send = 0, gather = 0;
-  int64_t pp = 1, virtualStages = 1;
-  bool megatron = false; ///< Workload::scatterGatherP2P
-  /// One hop (the fill's and the drain's).
-  double hop() const { return send + gather; }
-  /// What stage `st`'s transfers occupy of its timeline per microbatch.
-  /// Megatron-LM posts a stage's send of one direction with its receive of
-  /// the other (batch_isend_irecv): one transfer each way per chunk.
-  /// llc-dist's plans run `send` and `recv` as two synchronous ops, so a
-  /// stage is busy for both: per chunk it receives and sends the activation
-  /// and its gradient (but for the model's first chunk, on stage 0, and its
-  /// last, on the last stage), and all-gathers what it receives.
-  double perMicrobatch(int64_t st) const {
-    if (pp == 1)
-      return 0;
-    const double v = double(virtualStages);
-    if (megatron)
-      return 2 * v * hop();
-    const double ends = double(st == 0) + double(st == pp - 1);
-    return (4 * v - 2 * ends) * send + (2 * v - ends) * gather;
-  }
-};
-
-PipelineSends pipelineSends(const Hardware &hw, const Workload &w, const ParallelConfig &c, int64_t T, double b) {
-  PipelineSends out;
-  out.pp = c.pp, out.virtualStages = c.virtualStages, out.megatron = w.scatterGatherP2P;
-  if (c.pp == 1)
-    return out;
-  const double bytes = double(T) * double(w.model.hidden) * b / (c.sequenceParallel ? double(c.tp) : 1.0);
-  const bool cross = axisGroup(c.mesh(), "pp", hw.topology).crossesNodes();
-  // Scatter/gather: each tp rank sends its 1/tp of the (replicated)
-  // activation, the receivers all-gather it.
-  const bool scatterGather = (w.scatterGatherP2P || c.scatterGatherP2P) && c.scatterGatherApplies();
-  out.send = p2pSeconds(hw, scatterGather ? bytes / double(c.tp) : bytes, cross);
-  if (scatterGather)
-    out.gather = collectiveSeconds(hw, Collective::AllGather, bytes, axisGroup(c.mesh(), "tp", hw.topology));
-  return out;
-}
-
 /// The schedule's bubble over its ideal (busy) time, pp > 1.
 double bubbleOverIdeal(const Workload &w, const ParallelConfig &c, const LayerTimes &lt, int64_t mbs, double fShare,
                        double layerTotal) {
@@ -658,7 +645,7 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
 
   // One microbatch of each layer: forward, backward, recomputation (the
   // forward's cp communication again under full recomputation).
-  double recomputeFwd = c.recompute == "full"        ? lt.recomputeFwd + lt.tpFwd + lt.cpFwdExposed
+  double recomputeFwd = c.recompute == "full"        ? lt.recomputeFwd + lt.tpRecompute + lt.cpFwdExposed
                         : c.recompute == "selective" ? lt.attnFwd + lt.cpFwdExposed
                                                      : 0;
   double layerF = lt.fwd + lt.tpFwd + lt.cpFwdExposed;
@@ -715,7 +702,7 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   out.computeSeconds = busy;
   out.bubbleSeconds = bubble;
   out.comm["tp"].total =
-      double(mbs) * double(maxLayers) * (lt.tpFwd + lt.tpBwd + (c.recompute == "full" ? lt.tpFwd : 0)) +
+      double(mbs) * double(maxLayers) * (lt.tpFwd + lt.tpBwd + (c.recompute == "full" ? lt.tpRecompute : 0)) +
       double(mbs) * tpHead;
   out.comm["tp"].exposed = out.comm["tp"].total;
   out.comm["pp"].total = double(mbs) * p2pPerMicrobatch + 2.0 * double(c.pp - 1) * p2p;

@@ -12,6 +12,7 @@
 //    "fitted": {"gemm_efficiency": 0.8, "gemm_knee_gflop": 20, "memory_efficiency": 0.8},
 //    "rows": [{"model": "models/gpt2.json", "global_batch": 512, "seq_len": 2048,
 //              "dtype": "bf16", "attention": "flash", "fusion": "plan", "p2p": "full",
+//              "recomputation": "read",
 //              "memory_filter": true,
 //              "configs": [{"dp": 32, "tp": 1, "pp": 1, "micro_batch": 1,
 //                           "virtual_stages": 1, "schedule": "1f1b", "zero": 0,
@@ -90,6 +91,12 @@ int main(int argc, char **argv) {
       if (p2p != "full" && p2p != "scatter_gather" && p2p != "megatron")
         return fail("rows[].p2p: full, scatter_gather or megatron, got '" + p2p + "'");
       w.scatterGatherP2P = p2p == "megatron";
+      // What full recomputation runs: "read" (llc-dist's plans: what the
+      // backward reads) or "whole" (Megatron-LM's: the layer's forward).
+      std::string rc = get<std::string>(row, "recomputation", "read");
+      if (rc != "read" && rc != "whole")
+        return fail("rows[].recomputation: read or whole, got '" + rc + "'");
+      w.recomputation = rc == "whole" ? Workload::Recomputation::Whole : Workload::Recomputation::Read;
       // A published run fit its machine whatever our memory model says of
       // llc-dist's plan for it: "memory_filter": false keeps every config.
       bool memoryFilter = get<bool>(row, "memory_filter", true);

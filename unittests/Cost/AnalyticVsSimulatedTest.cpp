@@ -125,8 +125,8 @@ TEST(AnalyticVsSimulated, AgreeOnSampledConfigurations) {
 // simulation prices llc-dist's plan, which by default sends the whole
 // activation from every tp rank, a send and a receive apart. Priced for the
 // same plan they agree within 3 % (issue #31's target): measured, analytic
-// 61.1 s vs simulated 60.0 s (1.7 %) with whole sends, and 52.1 s vs 51.9 s
-// (0.2 %) with llc-dist's plan compiled --scatter-gather-p2p.
+// 56.9 s vs simulated 55.9 s (1.8 %) with whole sends, and 47.9 s vs 47.9 s
+// (0.1 %) with llc-dist's plan compiled --scatter-gather-p2p.
 TEST(AnalyticVsSimulated, TheValidationRowsGapIsThePipelineSendsScatterGather) {
   const fs::path dir = freshTempDir("llcdist-avs530.");
   const std::string modelPath = writeGptConfig(dir / "gpt-530b.json", 20480, 128, 105);

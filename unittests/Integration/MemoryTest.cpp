@@ -56,6 +56,9 @@ void goldenRecompute(const std::string &model, const std::string &optimizer) {
 TEST(Memory, RecomputeTinyGPT2) { goldenRecompute("tiny-gpt2", "sgd"); }
 TEST(Memory, RecomputeTinyLlama) { goldenRecompute("tiny-llama", "sgd"); }
 TEST(Memory, RecomputeTinyLlamaAdamW) { goldenRecompute("tiny-llama", "adamw"); }
+// Phi's recomputed layer leaves out the most: both branches' projections
+// and their tp all-reduces (RecomputedLayerRunsOnlyWhatTheBackwardReads).
+TEST(Memory, RecomputeTinyPhi) { goldenRecompute("tiny-phi", "sgd"); }
 
 namespace {
 /// Bytes of layer 1's activation buffers that the forward writes and the
@@ -172,6 +175,57 @@ mlir::DialectRegistry &registry() {
   return r;
 }
 } // namespace
+
+// A fully recomputed layer runs only what its backward reads: the kernels
+// full recomputation adds to the step (over --recompute none, at tp = 2)
+// are each layer's forward without the projections whose outputs only the
+// residual stream adds, their all-reduces and the last add. Per layer, from
+// each architecture: GPT-2 runs 3 of its 4 linears again (not the MLP's
+// c_proj) and 1 of its 2 row-parallel all-reduces; Llama 6 of 7 (not
+// down_proj); Phi 4 of 6 and none of its 2 all-reduces (dense and fc2 only
+// add into the stream); Mixtral all 5 linears (q, k, v, o, the router), its
+// 3 grouped expert GEMMs and its attention's all-reduce, but not the
+// experts' weighted combine (its weight gradient reads the experts' rows,
+// not its output); Qwen2-MoE its 9 linears (the shared expert's 3 and gate
+// too: the gate's gradient reads the shared output) and both all-reduces,
+// but neither the combine nor the shared expert's sigmoid gating.
+TEST(Memory, RecomputedLayerRunsOnlyWhatTheBackwardReads) {
+  struct Case {
+    const char *model;
+    std::map<std::string, int64_t> perLayer; // kernels added per layer
+  };
+  const Case cases[] = {
+      {"tiny-gpt2", {{"linear_fwd", 3}, {"all_reduce", 1}, {"add", 0}}},
+      {"tiny-llama", {{"linear_fwd", 6}, {"all_reduce", 1}, {"add", 0}}},
+      {"tiny-phi", {{"linear_fwd", 4}, {"all_reduce", 0}, {"add", 0}, {"bias_add", 0}}},
+      {"tiny-mixtral",
+       {{"linear_fwd", 5}, {"grouped_linear_fwd", 3}, {"all_reduce", 1}, {"moe_unpermute", 0}, {"add", 0}}},
+      {"tiny-qwen2-moe",
+       {{"linear_fwd", 9}, {"all_reduce", 2}, {"moe_unpermute", 0}, {"sigmoid_gate_fwd", 0}, {"add", 0}}},
+  };
+  for (const Case &c : cases) {
+    std::map<std::string, int64_t> count[2];
+    int64_t layers = 0;
+    for (int full = 0; full < 2; ++full) {
+      mlir::MLIRContext ctx(registry());
+      TrainingShape shape;
+      shape.seqLen = 16;
+      shape.microBatch = 1;
+      shape.globalBatch = 1;
+      TrainingPipelineOptions opt;
+      opt.mesh.tp = 2;
+      opt.recompute = full ? "full" : "none";
+      auto m = compileModule(ctx, c.model, shape, opt);
+      ASSERT_TRUE(m) << c.model << " " << opt.recompute;
+      m->walk([&](plan::KernelOp k) { ++count[full][k.getKernel().str()]; });
+      auto model = (*m)->getAttrOfType<mlir::DictionaryAttr>(xf::kModelAttr);
+      layers = model.getAs<mlir::IntegerAttr>("num_layers").getInt();
+    }
+    ASSERT_GT(layers, 0);
+    for (const auto &[kernel, n] : c.perLayer)
+      EXPECT_EQ(count[1][kernel] - count[0][kernel], n * layers) << c.model << ": " << kernel;
+  }
+}
 
 // The model state per rank against the ZeRO paper (Rajbhandari et al., §3):
 // mixed-precision Adam holds 2Ψ of bf16 parameters, 2Ψ of bf16 gradients and

@@ -53,6 +53,12 @@ struct Workload {
   /// and `recv` as two synchronous ops, whole activations unless compiled
   /// --scatter-gather-p2p (ParallelConfig::scatterGatherP2P).
   bool scatterGatherP2P = false;
+  /// What full recomputation runs again. `Read`: what the backward reads, as
+  /// llc-dist's plans do (llcdist-lower-to-plan: not the projections only the
+  /// residual stream reads, their tp reductions, the layer's last add).
+  /// `Whole`: the layer's whole forward, as Megatron-LM's recomputation (the
+  /// calibration and validation runs) and torch.utils.checkpoint do.
+  enum class Recomputation { Read, Whole } recomputation = Recomputation::Read;
   /// Mixture of experts: --moe-capacity-factor F (0: dropless). Each
   /// expert keeps at most C_e = ceil(F·T·k/E) of a rank's T tokens per
   /// microbatch (moeExpertCapacity): the static rows, and under uniform

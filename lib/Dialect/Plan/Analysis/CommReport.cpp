@@ -152,6 +152,7 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
     f.sequenceParallel |= k.getKernel() == "reduce_scatter" && movesTpActivations(k, k.getKernel());
     f.scatterGatherP2P |= k.getKernel() == "all_gather" && collectiveOrigin(k) == xf::CollectiveOrigin::Pipeline;
   });
+  bool parallelBlock = false; // attention and MLP side by side (Phi)
   auto rc = m->getAttrOfType<StringAttr>("xf.recompute");
   f.fullRecompute = rc && rc.getValue() == "full";
   if (auto model = m->getAttrOfType<DictionaryAttr>(xf::kModelAttr)) {
@@ -175,6 +176,8 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
       f.numKvHeads = nkv.getInt();
     if (auto e = model.getAs<IntegerAttr>("num_experts"))
       f.experts = e.getInt();
+    auto arch = model.getAs<StringAttr>("architecture");
+    parallelBlock = arch && arch.getValue() == "PhiForCausalLM";
   }
   bool experts = false, shared = false;
   m.walk([&](ParamOp p) {
@@ -183,6 +186,7 @@ CommFacts llcdist::plan::computeCommFacts(ModuleOp m) {
     shared |= p.getName().contains(".shared_expert.");
   });
   f.splitMlps = experts && !shared ? 0 : 1;
+  f.recomputedRowParallel = parallelBlock ? 0 : 1 + (experts && shared ? 1 : 0);
   return f;
 }
 
@@ -341,11 +345,19 @@ AnalyticVolume llcdist::plan::analyticVolume(const CollectiveEntry &e, const Com
   // experts without a shared expert has none).
   const int64_t perLayer = 1 + f.splitMlps;
   const std::string layers = std::to_string(perLayer) + " per layer";
-  if (e.origin == CollectiveOrigin::RowParallel) // full recomputation repeats the forward's
+  if (e.origin == CollectiveOrigin::RowParallel) {
+    // Full recomputation repeats those of the forward's its backward reads.
+    const int64_t again = f.fullRecompute ? f.recomputedRowParallel : 0;
+    std::string recomputed;
+    if (f.fullRecompute)
+      recomputed = again == 0   ? ", none again (full recompute: only the residual stream reads them)"
+                   : again == 1 ? ", and the attention output's again (full recompute)"
+                                : ", and both again (full recompute)";
     return {"b·s·h·" + el + ", " + layers + " per microbatch (" +
                 (f.splitMlps ? "attention and MLP outputs" : "attention outputs; the experts are not split") + ")" +
-                (f.fullRecompute ? std::string(", twice (full recompute)") : std::string()),
-            bsh, L < 0 ? -1 : perLayer * L * M * (f.fullRecompute ? 2 : 1)};
+                recomputed,
+            bsh, L < 0 ? -1 : (perLayer + again) * L * M};
+  }
   if (e.origin == CollectiveOrigin::ColumnParallel)
     return {f.vocabParallel ? "b·s·h·" + el + ", " + layers + " + the LM head, per microbatch (input gradients)"
                             : "b·s·h·" + el + ", " + layers + " per microbatch (input gradients)",

@@ -105,6 +105,26 @@ LocalFlops countLocalFlops(func::FuncOp fn) {
 
 } // namespace
 
+llvm::DenseSet<Operation *> llcdist::xf::opsForUsedResults(Operation *call, func::FuncOp body) {
+  Block &block = body.getBody().front();
+  llvm::DenseSet<Operation *> live;
+  SmallVector<Operation *> work;
+  auto reach = [&](Value v) {
+    if (Operation *d = v.getDefiningOp(); d && d->getBlock() == &block && live.insert(d).second)
+      work.push_back(d);
+  };
+  for (Operation &op : block.without_terminator())
+    if (op.getNumResults() == 0 && live.insert(&op).second)
+      work.push_back(&op);
+  for (auto [r, v] : llvm::zip(call->getResults(), block.getTerminator()->getOperands()))
+    if (!r.use_empty())
+      reach(v);
+  while (!work.empty())
+    for (Value v : work.pop_back_val()->getOperands())
+      reach(v);
+  return live;
+}
+
 FailureOr<ModelStats> llcdist::xf::computeModelStats(ModuleOp module) {
   func::FuncOp entry = getEntryFunction(module);
   if (!entry)

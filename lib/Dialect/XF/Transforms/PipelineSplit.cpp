@@ -15,6 +15,7 @@
 #include "mlir/IR/Builders.h"
 
 #include <limits>
+#include <optional>
 
 #define DEBUG_TYPE "llcdist-pipeline-split"
 
@@ -28,12 +29,19 @@ using namespace llcdist::xf;
 
 namespace {
 /// Forward FLOPs of one op per token (ModelStats' count), a layer call's
-/// body summed; everything but linears and attention counts as free.
+/// body summed (a recomputed call's: what it runs); everything but linears
+/// and attention counts as free.
 double forwardFlops(Operation *op, SymbolTable &symbols) {
   if (auto call = dyn_cast<LayerOp>(op)) {
     double sum = 0;
-    if (auto fn = symbols.lookup<func::FuncOp>(call.getCallee()))
-      for (Operation &inner : fn.getBody().front().without_terminator())
+    auto fn = symbols.lookup<func::FuncOp>(call.getCallee());
+    if (!fn)
+      return sum;
+    std::optional<llvm::DenseSet<Operation *>> live;
+    if (call->hasAttr(kRecomputedAttr))
+      live = opsForUsedResults(call, fn);
+    for (Operation &inner : fn.getBody().front().without_terminator())
+      if (!live || live->contains(&inner))
         sum += forwardFlops(&inner, symbols);
     return sum;
   }
@@ -104,7 +112,7 @@ StepCosts measureStep(func::FuncOp entry, SymbolTable &symbols) {
       s.layerCost.push_back(3 * forwardFlops(op, symbols));
       continue;
     }
-    if (call && op->hasAttr("xf.recomputed")) {
+    if (call && op->hasAttr(kRecomputedAttr)) {
       // A layer's forward again before its backward (llcdist-recompute).
       int64_t layer = call.getIndexAttr().getInt();
       if (layer >= 0 && layer < int64_t(s.layerCost.size()))

@@ -48,7 +48,7 @@ LogicalResult recomputeLayers(func::FuncOp entry, SymbolTable &symbols) {
                              "backward call");
     OpBuilder b(bwd);
     Operation *copy = b.clone(*fwd.getOperation());
-    copy->setAttr("xf.recomputed", b.getUnitAttr());
+    copy->setAttr(kRecomputedAttr, b.getUnitAttr());
     for (OpOperand &use : bwd->getOpOperands())
       if (auto r = dyn_cast<OpResult>(use.get()); r && r.getOwner() == fwd.getOperation())
         use.set(copy->getResult(r.getResultNumber()));
@@ -73,7 +73,7 @@ LogicalResult recomputeAttention(ModuleOp module) {
       OpBuilder b = OpBuilder::atBlockBegin(&fn.getBody().front());
       auto att = AttentionOp::create(b, g.getLoc(), out.getType(), lse.getType(), g.getQ(), g.getK(), g.getV(),
                                      g.getNumHeadsAttr(), g.getNumKvHeadsAttr(), g.getHeadDimAttr(), g.getWindowAttr());
-      att->setAttr("xf.recomputed", b.getUnitAttr());
+      att->setAttr(kRecomputedAttr, b.getUnitAttr());
       out.replaceAllUsesWith(att.getResult());
       lse.replaceAllUsesWith(att.getLse());
     }

@@ -58,6 +58,12 @@ struct CommFacts {
   /// shared expert), 0 where only experts remain (Mixtral: they run whole
   /// on every tp rank, or on each rank's tokens under SP).
   int64_t splitMlps = 1;
+  /// The row-parallel reductions per layer a fully recomputed layer runs
+  /// again (it runs only what its backward reads): the attention output's
+  /// (the MLP's input adds it) and a Qwen2-MoE shared expert's (its gate's
+  /// gradient reads it), not a dense MLP's (only the residual stream reads
+  /// it), nor either of Phi's (both branches only add into the stream).
+  int64_t recomputedRowParallel = 1;
   /// From xf.model: a mixture of experts' experts (0: dense).
   int64_t experts = 0;
 };

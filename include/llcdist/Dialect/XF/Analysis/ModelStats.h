@@ -2,8 +2,9 @@
 #ifndef LLCDIST_DIALECT_XF_ANALYSIS_MODELSTATS_H
 #define LLCDIST_DIALECT_XF_ANALYSIS_MODELSTATS_H
 
-#include "mlir/IR/BuiltinOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <cstdint>
 #include <optional>
@@ -30,6 +31,18 @@ struct ModelStats {
 /// xf.linear, 4·S·heads·head_dim for an xf.attention (QKᵀ and PV over the
 /// full S), 0 for anything else.
 double forwardFlopsPerToken(mlir::Operation *op);
+
+/// Unit attribute llcdist-recompute puts on a layer's forward call run again
+/// before its backward (full recomputation) and on a recomputed attention.
+constexpr const char kRecomputedAttr[] = "xf.recomputed";
+
+/// The ops of `call`'s layer body `body` that a call computing only the
+/// call's used results runs: every op a used result depends on, and every op
+/// without results. A recomputed layer call (kRecomputedAttr) runs only
+/// these: its backward reads the saved activations, not the layer's output,
+/// so its last projection (with its reduction under tp) and residual add,
+/// and its routers' load-balancing statistics, are not run again.
+llvm::DenseSet<mlir::Operation *> opsForUsedResults(mlir::Operation *call, mlir::func::FuncOp body);
 
 /// The function marked xf.entry, or null (with an error emitted on `module`).
 mlir::func::FuncOp getEntryFunction(mlir::ModuleOp module);

@@ -100,7 +100,7 @@ Group cost::axisGroup(const MeshSpec &mesh, const std::string &axis, const Topol
   // are i's mixed-radix digits over them.
   const std::string names = "+" + axis + "+";
   auto on = [&](const char *a) { return names.find("+" + std::string(a) + "+") != std::string::npos; };
-  const bool dp = on("dp"), tp = on("tp"), pp = on("pp"), cp = on("cp");
+  const bool dp = on("dp"), tp = on("tp"), pp = on("pp"), cp = on("cp"), ep = on("ep"), edp = on("edp");
   int64_t firstNode = -1, onFirst = 0;
   for (int64_t i = 0; i < g.size; ++i) {
     int64_t rest = i;
@@ -109,14 +109,12 @@ Group cost::axisGroup(const MeshSpec &mesh, const std::string &axis, const Topol
       rest = named ? rest / n : rest;
       return c;
     };
-    int64_t dpc = digit(dp, mesh.dp);
-    const int64_t tpc = digit(tp, mesh.tp), ppc = digit(pp, mesh.pp), cpc = digit(cp, mesh.cp);
-    // Expert parallelism's groups (MeshSpec.h), drawn from dp: "ep" the ep
+    // Expert parallelism's axes (MeshSpec.h), parts of dp: "ep" the ep
     // consecutive dp coordinates of rank 0's ep group, "edp" every ep-th.
-    if (axis == "ep")
-      dpc = i;
-    else if (axis == "edp")
-      dpc = i * mesh.ep;
+    // (The members' order does not matter here: only which node each is on.)
+    const int64_t epc = digit(ep, mesh.ep), edpc = digit(edp, mesh.dp / mesh.ep);
+    const int64_t dpc = digit(dp, mesh.dp) + epc + edpc * mesh.ep;
+    const int64_t tpc = digit(tp, mesh.tp), ppc = digit(pp, mesh.pp), cpc = digit(cp, mesh.cp);
     int64_t r = mesh.rank(dpc, tpc, ppc, cpc);
     int64_t node = r / topo.gpusPerNode;
     if (firstNode < 0)

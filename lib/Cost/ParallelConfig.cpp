@@ -84,10 +84,7 @@ std::optional<std::string> checkContextParallel(const Workload &w, const Paralle
   const ModelConfig &m = w.model;
   auto why = [](const std::string &s) { return std::optional<std::string>(s); };
   // A mixture of experts routes each cp rank's own tokens (ContextParallel.cpp), not with a capacity,
-  // which counts a microbatch's, nor with ep (AttachMesh.cpp).
-  if (m.moe && c.ep > 1)
-    return why("ep=" + std::to_string(c.ep) + " with cp=" + std::to_string(c.cp) +
-               ": expert parallelism does not combine with context parallelism yet");
+  // which counts a microbatch's.
   if (m.moe && w.moeCapacityFactor > 0)
     return why("a capacity factor bounds each expert's rows of a rank's tokens, which context parallelism splits "
                "over cp");

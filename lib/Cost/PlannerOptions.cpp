@@ -163,9 +163,6 @@ std::optional<std::string> cost::checkOptions(const Workload &w, const PlannerOp
     if (n % *o.ep || (o.dp && *o.dp % *o.ep))
       return why(ep + " must divide dp" + (o.dp ? "=" + std::to_string(*o.dp) : std::string(" (and so --gpus)")) +
                  ": expert-parallel ranks are drawn from the data-parallel group");
-    if (o.cp && *o.cp > 1)
-      return why(ep + " and cp=" + std::to_string(*o.cp) +
-                 ": expert parallelism does not combine with context parallelism yet");
   }
   if (o.sequenceParallel && *o.sequenceParallel && tpOne)
     return why("--fix sp=on needs tp > 1, but tp is 1");

@@ -438,10 +438,10 @@ double stageExpertParams(const Workload &w, const ParallelConfig &c, int64_t lay
 
 /// What one rank keeps of its `params` (of which `experts` are its expert
 /// shards) once ZeRO splits them: the dense ones over the data-parallel
-/// group, the experts over their shard's replicas (edp = dp / ep: nothing
-/// apart when ep = dp), as llcdist-plan-zero splits them.
+/// group, the experts over their shard's replicas (edp = dp / ep, times cp:
+/// nothing apart when ep = dp and cp = 1), as llcdist-plan-zero splits them.
 double zeroBlock(const ParallelConfig &c, double params, double experts) {
-  return (params - experts) / double(c.dataParallelGroup()) + experts / double(c.dp / c.ep);
+  return (params - experts) / double(c.dataParallelGroup()) + experts / double(c.dp / c.ep * c.cp);
 }
 
 /// The parameter tensors one rank of `stage` holds (ZeRO's collectives run
@@ -735,14 +735,16 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   if (c.ep > 1) {
     // Expert parallelism: the experts' gradients, which sum the tokens of
     // the whole ep group, reduce over their shard's dp / ep replicas
-    // ("edp"; ZeRO splits them there), the dense ones over dp; the last
-    // backward hides no more than it can of the two (buckets).
+    // ("edp", with cp "edp+cp"; ZeRO splits them there), the dense ones over
+    // dp (dp+cp); the last backward hides no more than it can of the two
+    // (buckets).
     const int64_t expertTensors = 3 * maxLayers; // gate, up and down per layer
     const auto [denseTotal, denseExposed] =
-        dataParallelSeconds(hw, c, axisGroup(c.mesh(), "dp", hw.topology), rankParams - rankExperts,
+        dataParallelSeconds(hw, c, axisGroup(c.mesh(), c.gradientAxis(), hw.topology), rankParams - rankExperts,
                             maxTensors - expertTensors, maxLayers, layerF, layerB, mbs, b);
-    const auto [expertTotal, expertExposed] = dataParallelSeconds(
-        hw, c, axisGroup(c.mesh(), "edp", hw.topology), rankExperts, expertTensors, maxLayers, layerF, layerB, mbs, b);
+    const auto [expertTotal, expertExposed] =
+        dataParallelSeconds(hw, c, axisGroup(c.mesh(), c.cp > 1 ? "edp+cp" : "edp", hw.topology), rankExperts,
+                            expertTensors, maxLayers, layerF, layerB, mbs, b);
     dpTotal = denseTotal + expertTotal;
     const double hidden =
         std::min((denseTotal - denseExposed) + (expertTotal - expertExposed), double(maxLayers) * layerB);

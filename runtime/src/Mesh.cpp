@@ -26,17 +26,22 @@ std::optional<MeshAxis> AxisSet::single() const {
   return std::nullopt;
 }
 
+namespace {
+// A derived axis (ep, edp: parts of dp) combines with base axes other than dp, and not with the other.
+bool derivedAxesFit(AxisSet s) {
+  const bool derived = s.has(MeshAxis::kEp) || s.has(MeshAxis::kEdp);
+  return !derived || (!s.has(MeshAxis::kDp) && !(s.has(MeshAxis::kEp) && s.has(MeshAxis::kEdp)));
+}
+}  // namespace
+
 std::optional<AxisSet> parseAxisSet(std::string_view name) {
   AxisSet s;
-  bool several = false, derived = false;
   while (true) {
     const size_t plus = name.find('+');
     auto a = parseMeshAxis(name.substr(0, plus));
     if (!a || s.has(*a)) return std::nullopt;
     s.bits |= AxisSet::of(*a).bits;
-    derived = derived || isDerivedAxis(*a);
-    if (plus == std::string_view::npos) return several && derived ? std::nullopt : std::optional<AxisSet>(s);
-    several = true;
+    if (plus == std::string_view::npos) return derivedAxesFit(s) ? std::optional<AxisSet>(s) : std::nullopt;
     name.remove_prefix(plus + 1);
   }
 }
@@ -60,10 +65,10 @@ std::string axisSetError(std::string_view name) {
     if (part.empty()) return "empty mesh axis name" + (in.empty() ? " \"\"" : in) + expected;
     if (!a) return "unknown mesh axis \"" + std::string(part) + "\"" + in + expected;
     if (seen.has(*a)) return "mesh axis \"" + std::string(part) + "\" is named twice" + in + expected;
-    if (isDerivedAxis(*a))  // here only in a set of several (alone it parses)
-      return "the expert-parallel axis \"" + std::string(part) + "\" cannot be part of a set of axes" + in +
-             " (ep and edp are single axes inside dp)" + expected;
     seen.bits |= AxisSet::of(*a).bits;
+    if (!derivedAxesFit(seen))  // only in a set of several (alone every axis parses)
+      return "\"" + whole + "\" names dp twice: ep and edp are parts of dp (ep × edp = dp), so a set " +
+             "holds at most one of them, and not dp" + expected;
     if (plus == std::string_view::npos) return "invalid mesh axes \"" + whole + "\"" + expected;  // not reached
     name.remove_prefix(plus + 1);
   }
@@ -115,39 +120,51 @@ std::vector<int> Mesh::subGroup(int64_t rank, MeshAxis axis, int64_t size) const
   return subGroup(rank, AxisSet::of(axis), size);
 }
 
+std::vector<MeshAxis> Mesh::fastestFirst(AxisSet s) const {
+  // By stride, ties (axes of size 1) in `order`; a derived axis sits where dp does (ep below edp).
+  auto rankOf = [&](MeshAxis a) {
+    const MeshAxis base = isDerivedAxis(a) ? MeshAxis::kDp : a;
+    const size_t at = size_t(std::find(order.begin(), order.end(), base) - order.begin());
+    return std::make_pair(stride(a), 2 * at + (a == MeshAxis::kEdp ? 1 : 0));
+  };
+  std::vector<MeshAxis> axes;
+  for (size_t i = 0; i < kNumAllMeshAxes; ++i)
+    if (s.has(MeshAxis(i))) axes.push_back(MeshAxis(i));
+  std::sort(axes.begin(), axes.end(), [&](MeshAxis a, MeshAxis b) { return rankOf(a) < rankOf(b); });
+  return axes;
+}
+
 int64_t Mesh::axisSize(AxisSet s) const {
   if (auto a = s.single()) return axisSize(*a);
   int64_t n = 1;
-  for (MeshAxis a : kAllAxes)
-    if (s.has(a)) n *= axisSize(a);
+  for (size_t i = 0; i < kNumAllMeshAxes; ++i)
+    if (s.has(MeshAxis(i))) n *= axisSize(MeshAxis(i));
   return n;
 }
 
 int64_t Mesh::coord(int64_t rank, AxisSet s) const {
   if (auto a = s.single()) return coord(rank, *a);
   int64_t c = 0, radix = 1;
-  for (MeshAxis a : order)  // fastest first: the member index grows with the global rank
-    if (s.has(a)) {
-      c += coord(rank, a) * radix;
-      radix *= axisSize(a);
-    }
+  for (MeshAxis a : fastestFirst(s)) {  // the member index grows with the global rank
+    c += coord(rank, a) * radix;
+    radix *= axisSize(a);
+  }
   return c;
 }
 
 std::vector<int> Mesh::group(int64_t rank, AxisSet s) const {
   if (auto a = s.single()) return group(rank, *a);
+  const std::vector<MeshAxis> axes = fastestFirst(s);
   int64_t base = rank;
-  for (MeshAxis a : kAllAxes)
-    if (s.has(a)) base -= coord(rank, a) * stride(a);
+  for (MeshAxis a : axes) base -= coord(rank, a) * stride(a);
   std::vector<int> g;
   const int64_t n = axisSize(s);
   for (int64_t m = 0; m < n; ++m) {  // m's mixed-radix digits over the set's axes, fastest first
     int64_t r = base, rest = m;
-    for (MeshAxis a : order)
-      if (s.has(a)) {
-        r += rest % axisSize(a) * stride(a);
-        rest /= axisSize(a);
-      }
+    for (MeshAxis a : axes) {
+      r += rest % axisSize(a) * stride(a);
+      rest /= axisSize(a);
+    }
     g.push_back(int(r));
   }
   return g;
@@ -174,12 +191,14 @@ std::optional<MeshAxis> Mesh::axisOfGroup(const std::vector<int>& g) const {
 std::optional<AxisSet> Mesh::axisSetOfGroup(const std::vector<int>& g) const {
   if (auto a = axisOfGroup(g)) return AxisSet::of(*a);
   if (g.size() < 2 || g[0] < 0 || g[0] >= worldSize()) return std::nullopt;
-  // Sets of k = 2, 3, 4 axes: the smallest that fits has no axis of size 1, so it is the only one of its k.
-  constexpr unsigned kAll = (1u << kNumMeshAxes) - 1;
+  // Sets of k = 2, 3, 4 axes: the smallest that fits has no axis of size 1, so it is the only one of its k
+  // (the base axes first; with ep > 1 also those with a derived axis, e.g. edp+cp).
+  const unsigned all = (1u << (ep > 1 ? kNumAllMeshAxes : kNumMeshAxes)) - 1;
   for (int k = 2; k <= int(kNumMeshAxes); ++k)
-    for (unsigned bits = 1; bits <= kAll; ++bits) {
+    for (unsigned bits = 1; bits <= all; ++bits) {
       const AxisSet s{bits};
-      if (__builtin_popcount(bits) == k && axisSize(s) == int64_t(g.size()) && group(g[0], s) == g) return s;
+      if (__builtin_popcount(bits) == k && derivedAxesFit(s) && axisSize(s) == int64_t(g.size()) && group(g[0], s) == g)
+        return s;
     }
   return std::nullopt;
 }

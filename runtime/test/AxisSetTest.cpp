@@ -6,8 +6,8 @@
 // in-process communicator, against sums computed here; the loader's errors for bad sets and for a set
 // where one axis is needed (send / recv, shard_axis, replica_axis); "axis dp+cp" in the communicator's
 // timeout and in the flight diagnosis.
-#include "PlanTestUtil.h"
 #include "InProcessRanksUtil.h"
+#include "PlanTestUtil.h"
 #include "TestUtil.h"
 
 #include "llcdist/runtime/Communicator.h"
@@ -61,16 +61,16 @@ TEST(AxisSetTest, ParseAndNameRoundTrip) {
 
 TEST(AxisSetTest, RejectsEmptyUnknownAndRepeatedNames) {
   for (const char* bad : {"", "+", "dp+", "+dp", "dp++cp", "dp+dp", "dp+cp+dp", "dp+xx", "DP", "dp cp", "dp,cp", "xp",
-                          "dp+ep", "edp+cp", "ep+edp"})
+                          "dp+ep", "edp+dp", "ep+edp", "ep+edp+cp"})
     EXPECT_FALSE(parseAxisSet(bad).has_value()) << bad;
   const std::string forms = R"(expected "dp", "tp", "pp", "cp", or several joined by '+', e.g. "dp+cp")";
   for (auto [name, why] :
        {std::pair{"dp+dp", R"(mesh axis "dp" is named twice in "dp+dp")"},
         std::pair{"cp+tp+cp", R"(mesh axis "cp" is named twice in "cp+tp+cp")"},
         std::pair{"dp+xx", R"(unknown mesh axis "xx" in "dp+xx")"}, std::pair{"xp", R"(unknown mesh axis "xp")"},
-        std::pair{"dp+ep", R"(the expert-parallel axis "ep" cannot be part of a set of axes in "dp+ep")"},
-        std::pair{"edp+cp", R"(the expert-parallel axis "edp" cannot be part of a set of axes in "edp+cp")"},
-        std::pair{"dp+", R"(empty mesh axis name in "dp+")"}, std::pair{"", R"(empty mesh axis name "")"}}) {
+        std::pair{"dp+ep", R"("dp+ep" names dp twice: ep and edp are parts of dp (ep × edp = dp))"},
+        std::pair{"ep+edp", R"("ep+edp" names dp twice)"}, std::pair{"dp+", R"(empty mesh axis name in "dp+")"},
+        std::pair{"", R"(empty mesh axis name "")"}}) {
     const std::string e = axisSetError(name);
     EXPECT_NE(e.find(why), std::string::npos) << e;
     EXPECT_NE(e.find(forms), std::string::npos) << e;
@@ -89,6 +89,47 @@ std::vector<int> bruteGroup(const Mesh& m, int rank, AxisSet s) {
     if (same) g.push_back(q);
   }
   return g;
+}
+
+// A derived axis with base axes other than dp: the experts' data-parallel group under context
+// parallelism, edp+cp (and ep+cp), against the brute force on every rank, in two rank orders.
+TEST(AxisSetMeshTest, DerivedAxisWithContextParallelism) {
+  for (const char* name : {"edp+cp", "ep+cp", "edp+tp", "ep+cp+tp"}) {
+    const AxisSet s = *parseAxisSet(name);
+    EXPECT_EQ(axisSetError(name), "") << name;
+    EXPECT_EQ(*parseAxisSet(axisSetName(s)), s) << name;
+  }
+  // dp=4, ep=2, cp=2, tp=2, order tp, cp, dp, pp: rank = tp + 2·cp + 4·d; edp holds d mod 2, varies d / 2.
+  Mesh m = Mesh::make(4, 2, 1, 2);
+  m.ep = 2;
+  const AxisSet edpcp = *parseAxisSet("edp+cp"), epcp = *parseAxisSet("ep+cp");
+  EXPECT_EQ(m.axisSize(edpcp), 4);
+  EXPECT_EQ(m.group(0, edpcp), (std::vector<int>{0, 2, 8, 10}));  // d ∈ {0, 2}, cp ∈ {0, 1}, tp 0
+  EXPECT_EQ(m.group(5, edpcp), (std::vector<int>{5, 7, 13, 15}));
+  EXPECT_EQ(m.coord(10, edpcp), 3);
+  EXPECT_EQ(m.group(0, epcp), (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(m.axisSetOfGroup({0, 2, 8, 10}), edpcp);
+  for (int order = 0; order < 2; ++order) {
+    if (order == 1) {  // dp fastest: rank = d + 4·cp + 8·tp
+      ASSERT_TRUE(m.setOrder({MeshAxis::kDp, MeshAxis::kCp, MeshAxis::kTp, MeshAxis::kPp}));
+    }
+    for (const char* name : {"edp+cp", "ep+cp", "edp+tp", "ep+cp+tp"}) {
+      const AxisSet s = *parseAxisSet(name);
+      for (int r = 0; r < int(m.worldSize()); ++r) {
+        // The ranks equal to r outside the set, in rank order (dp's coordinate is ep's and edp's).
+        std::vector<int> want;
+        for (int q = 0; q < int(m.worldSize()); ++q) {
+          bool same = true;
+          for (MeshAxis a : {MeshAxis::kTp, MeshAxis::kPp, MeshAxis::kCp, MeshAxis::kEp, MeshAxis::kEdp})
+            if (!s.has(a) && m.coord(q, a) != m.coord(r, a)) same = false;
+          if (same) want.push_back(q);
+        }
+        const std::vector<int> g = m.group(r, s);
+        EXPECT_EQ(g, want) << name << " rank " << r << " order " << order;
+        EXPECT_EQ(g[size_t(m.coord(r, s))], r) << name << " rank " << r;
+      }
+    }
+  }
 }
 
 TEST(AxisSetMeshTest, DpCpGroupsOnTheDefaultOrderAndDpFastest) {

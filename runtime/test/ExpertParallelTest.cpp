@@ -73,8 +73,9 @@ TEST(ExpertParallelMeshTest, EpAndEdpGroupsListedByHand) {
   EXPECT_EQ(parseMeshAxis("edp"), MeshAxis::kEdp);
   EXPECT_EQ(parseAxisSet("ep"), AxisSet::of(MeshAxis::kEp));
   EXPECT_EQ(axisSetName(AxisSet::of(MeshAxis::kEdp)), "edp");
-  EXPECT_FALSE(parseAxisSet("dp+ep").has_value());
-  EXPECT_FALSE(parseAxisSet("edp+tp").has_value());
+  EXPECT_FALSE(parseAxisSet("dp+ep").has_value());   // ep is a part of dp
+  EXPECT_FALSE(parseAxisSet("ep+edp").has_value());  // the two parts make dp: name it
+  EXPECT_TRUE(parseAxisSet("edp+tp").has_value());   // with another base axis (AxisSetTest)
 
   // dp fastest (rank = d + 4·tp): ep {0,1},{2,3}; edp {0,2},{1,3}.
   ASSERT_TRUE(m.setOrder({MeshAxis::kDp, MeshAxis::kTp, MeshAxis::kPp}));

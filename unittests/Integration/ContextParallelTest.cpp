@@ -25,7 +25,7 @@ using test::Trained;
 
 /// One context-parallel configuration of the golden runs.
 struct CpCase {
-  int64_t cp = 2, dp = 1, tp = 1, pp = 1;
+  int64_t cp = 2, dp = 1, tp = 1, pp = 1, ep = 1;
   int64_t microBatch = 8; ///< of a global batch of 8 (per dp rank: 8 / dp for one microbatch)
   bool sequenceParallel = false;
   std::string schedule = "1f1b";
@@ -42,6 +42,9 @@ struct CpCase {
   }
   CpCase withDp(int64_t v) const {
     return set([&](CpCase &c) { c.dp = v; });
+  }
+  CpCase withEp(int64_t v) const {
+    return set([&](CpCase &c) { c.ep = v; });
   }
   CpCase withTp(int64_t v) const {
     return set([&](CpCase &c) { c.tp = v; });
@@ -79,6 +82,8 @@ struct CpCase {
                     std::to_string(microBatch);
     if (sequenceParallel)
       t += "-sp";
+    if (ep > 1)
+      t += "-ep" + std::to_string(ep);
     if (pp > 1)
       t += "-" + schedule + (virtualStages > 1 ? "-v" + std::to_string(virtualStages) : "");
     if (zero)
@@ -95,6 +100,7 @@ TrainingPipelineOptions optionsFor(const CpCase &c, const std::string &optimizer
   opt.mesh.tp = c.tp;
   opt.mesh.pp = c.pp;
   opt.mesh.cp = c.cp;
+  opt.mesh.ep = c.ep;
   opt.sequenceParallel = c.sequenceParallel;
   opt.pipelineSchedule = c.schedule;
   opt.virtualStages = c.virtualStages;
@@ -230,6 +236,22 @@ TEST(ContextParallelRing, TinyMixtralSGD) {
 }
 TEST(ContextParallelRing, TinyQwen2MoeAdamW) {
   golden("tiny-qwen2-moe", "adamw", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
+}
+/// Expert parallelism with context parallelism: each cp rank routes its own
+/// slice of the tokens and dispatches it over its ep group (ranks drawn from
+/// dp with its cp coordinate), so an expert's gradient sums over the ranks
+/// that hold it, dp/ep of them times cp ("edp+cp"; "cp" where ep = dp); under
+/// ZeRO its blocks are over that group too. Ring and all-to-all, with dp
+/// replicas of the experts (dp = 4, ep = 2), ZeRO-1 and ZeRO-3, tp under SP.
+TEST(ContextParallelRing, ExpertParallel) {
+  golden("tiny-mixtral", "sgd",
+         {CpCase::of(2).withDp(2).withEp(2).withMicroBatch(4).ring(),
+          CpCase::of(2).withDp(2).withEp(2).withMicroBatch(4),
+          CpCase::of(2).withDp(4).withEp(2).withMicroBatch(2).ring(),
+          CpCase::of(2).withDp(4).withEp(2).withMicroBatch(2).withZero(1)});
+  golden("tiny-qwen2-moe", "adamw",
+         {CpCase::of(2).withDp(2).withEp(2).withMicroBatch(4).withZero(3).ring(),
+          CpCase::of(2).withDp(2).withEp(2).withTp(2).withSequenceParallel().withMicroBatch(4)});
 }
 
 /// bf16 (mixed precision): cp reorders the weight-gradient sums (each rank's

@@ -88,10 +88,15 @@ void OptimizerLowering::gradientReduction(AllReduceGradsOp ar) {
     attrs.push_back(i64("group_size", int64_t(*g)));
   plan::KernelOp k =
       kernel("all_reduce", {arg("x", b.getArrayAttr(covered))}, attrs, NameLoc::get(ar.getReasonAttr(), ar.getLoc()));
-  k->setAttr("plan.payload", b.getStringAttr(ar.getGroupSize()       ? "kv-replica gradients"
-                                             : ar.getAxis() == "edp" ? "expert gradients"
-                                             : ar.getParams()        ? "sequence-parallel gradients"
-                                                                     : "gradients"));
+  // The experts' gradients (Partition.cpp's reduceExpertGradients) reduce
+  // over their replicas: edp, edp+cp, or cp where ep = dp; the
+  // sequence-parallel ones (the norms') over tp.
+  StringRef axis = ar.getAxis();
+  const bool experts = ar.getParams() && (axis == "edp" || axis == "edp+cp" || axis == "cp");
+  k->setAttr("plan.payload", b.getStringAttr(ar.getGroupSize() ? "kv-replica gradients"
+                                             : experts         ? "expert gradients"
+                                             : ar.getParams()  ? "sequence-parallel gradients"
+                                                               : "gradients"));
   plan::setCollectiveOrigin(k, ar);
 }
 

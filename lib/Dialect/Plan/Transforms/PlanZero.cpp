@@ -227,13 +227,12 @@ LogicalResult ProgramZero::collect() {
     auto sharding = p->getAttrOfType<DictionaryAttr>("sharding");
     auto shardAxis = sharding ? sharding.getAs<StringAttr>("axis") : StringAttr();
     if (shardAxis && shardAxis.getValue() == "ep") {
-      // An expert shard: its replicas are the edp ranks (none when ep = dp:
-      // each rank holds its experts alone, and nothing is split).
-      if (mesh.cp > 1)
-        return p.emitOpError("llcdist-plan-zero: an expert shard under context parallelism: its replicas "
-                             "span edp and cp, which ZeRO does not split over yet");
-      info.axis = b.getStringAttr("edp");
-      info.groupSize = mesh.size("edp");
+      // An expert shard: its replicas are the edp ranks, and the cp ranks
+      // under context parallelism (none when ep = dp and cp = 1: each rank
+      // holds its experts alone, and nothing is split).
+      const char *replicas = mesh.cp == 1 ? "edp" : mesh.size("edp") == 1 ? "cp" : "edp+cp";
+      info.axis = b.getStringAttr(replicas);
+      info.groupSize = mesh.size(replicas);
       if (info.groupSize < 2)
         continue;
     }

@@ -12,8 +12,7 @@ SmallVector<int64_t> weightShape(WeightLayout layout, int64_t k, int64_t n) {
                                        : SmallVector<int64_t>{k, n};
 }
 
-/// The groups of expert parallelism, drawn from dp (MeshSpec.h): never
-/// part of a set of axes.
+/// The groups of expert parallelism, parts of dp (MeshSpec.h).
 bool isExpertAxis(StringRef axis) { return axis == "ep" || axis == "edp"; }
 
 /// One mesh axis (or an expert-parallel group).
@@ -24,19 +23,22 @@ LogicalResult checkAxis(Operation *op, StringRef axis) {
 }
 
 /// One mesh axis or several joined by '+' (a reduction over their product
-/// group, "dp+cp"), each at most once; or "ep" / "edp" alone.
+/// group, "dp+cp"), each at most once; ep or edp alone or with axes other
+/// than dp ("edp+cp"), as they are parts of dp.
 LogicalResult checkAxisSet(Operation *op, StringRef axes) {
-  if (isExpertAxis(axes))
-    return success();
   SmallVector<StringRef> names;
   axes.split(names, '+');
+  int expert = 0;
   for (auto [i, name] : llvm::enumerate(names)) {
-    if (name != "dp" && name != "tp" && name != "pp" && name != "cp")
-      return op->emitOpError("axis must be dp, tp, pp or cp, or several joined by '+' (\"dp+cp\"), got '")
+    if (name != "dp" && name != "tp" && name != "pp" && name != "cp" && !isExpertAxis(name))
+      return op->emitOpError("axis must be dp, tp, pp, cp, ep or edp, or several joined by '+' (\"dp+cp\"), got '")
              << axes << "'";
     if (llvm::is_contained(ArrayRef(names).take_front(i), name))
       return op->emitOpError("axis '") << axes << "' names " << name << " twice";
+    expert += isExpertAxis(name);
   }
+  if (expert > 1 || (expert == 1 && llvm::is_contained(names, "dp")))
+    return op->emitOpError("axis '") << axes << "' names dp twice: ep and edp are parts of dp";
   return success();
 }
 

@@ -180,12 +180,6 @@ struct AttachMeshPass
     if (dp_ % ep_ != 0)
       return entry.emitError("ep=") << ep_ << " must divide dp=" << dp_
                                     << ": expert-parallel ranks are drawn from the data-parallel group";
-    // The experts' gradients would reduce over edp × cp (each cp rank routes
-    // its own slice of the tokens): not planned yet.
-    if (cp_ > 1)
-      return entry.emitError("ep=") << ep_ << " with cp=" << cp_
-                                    << ": expert parallelism does not combine with context parallelism yet; "
-                                       "leave one of them out of --mesh";
     bool any = false;
     WalkResult r = module.walk([&](MoePermuteOp perm) {
       any = true;

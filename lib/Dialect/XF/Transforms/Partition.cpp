@@ -161,14 +161,22 @@ std::string gradientReason(int64_t dp, int64_t cp) {
 }
 
 /// Expert parallelism: the experts' gradients reduce over the replicas of
-/// their shard (edp), right after every other gradient's dp all-reduce.
-void reduceExpertGradients(func::FuncOp opt, ArrayAttr params) {
+/// their shard (edp, and cp under context parallelism: each cp rank routes
+/// its own slice of the tokens), right after every other gradient's dp
+/// all-reduce.
+void reduceExpertGradients(func::FuncOp opt, ArrayAttr params, int64_t edp, int64_t cp) {
   OpBuilder b(opt.getContext());
   b.setInsertionPointAfter(*opt.getBody().front().getOps<AllReduceGradsOp>().begin());
-  AllReduceGradsOp::create(b, opt.getLoc(), "edp", "sum",
-                           "expert parallelism: each rank holds its experts' gradient over the tokens of its ep group "
-                           "(already scaled by the global token count); the dp/ep ranks that hold the same experts "
-                           "(edp) sum it",
+  const std::string held = "each rank holds its experts' gradient over the tokens of its ep group (already scaled "
+                           "by the global token count); ";
+  const char *axis = cp == 1 ? "edp" : edp == 1 ? "cp" : "edp+cp";
+  const std::string reason =
+      cp == 1    ? "expert parallelism: " + held + "the dp/ep ranks that hold the same experts (edp) sum it"
+      : edp == 1 ? "expert parallelism under context parallelism: " + held +
+                       "the cp ranks, which hold the same experts for other slices of the sequence, sum it"
+                 : "expert parallelism under context parallelism: " + held +
+                       "the ranks that hold the same experts, dp/ep of them times cp (edp × cp), sum it";
+  AllReduceGradsOp::create(b, opt.getLoc(), axis, "sum", reason,
                            stringifyCollectiveOrigin(CollectiveOrigin::DataParallelGradients), params,
                            /*group_size=*/IntegerAttr(), /*exclude=*/ArrayAttr());
 }
@@ -245,8 +253,8 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
                                                               : "each cp rank's loss is the mean over its own slice of "
                                                                 "the sequence",
                                              expertParams.empty() ? ArrayAttr() : attrs.getArrayAttr(expertParams));
-    if (!expertParams.empty() && dp / mesh->ep > 1)
-      reduceExpertGradients(opt, attrs.getArrayAttr(expertParams));
+    if (!expertParams.empty() && dp / mesh->ep * cp > 1)
+      reduceExpertGradients(opt, attrs.getArrayAttr(expertParams), dp / mesh->ep, cp);
   }
 };
 } // namespace

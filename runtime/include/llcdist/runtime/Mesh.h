@@ -11,8 +11,9 @@
 // Expert parallelism (`ep`, dividing dp; docs/plan-format.md "Expert parallelism") adds two derived axes
 // inside dp, never in `order`: kEp (stride(dp), size ep: coordinate d mod ep, d the dp coordinate) and
 // kEdp (stride(dp)·ep, size dp/ep: coordinate d / ep). Both satisfy r = base + coord·stride like a base
-// axis, so group, coord, withCoord and subGroup work on them unchanged; they are single axes only (never
-// in a set of several).
+// axis, so group, coord, withCoord and subGroup work on them unchanged. One of them may join base axes
+// other than dp in a set ("edp+cp": the experts' data-parallel group under context parallelism, the
+// ranks holding the same experts); a set's member index takes its axes by stride, fastest first.
 #pragma once
 
 #include <array>
@@ -28,7 +29,7 @@ namespace llcdist::rt {
 // Indices into schema::kMeshAxes (the base axes), then schema::kDerivedMeshAxes (kEp, kEdp: expert
 // parallelism). kCp: context parallelism (the sequence split over ranks, Ulysses).
 enum class MeshAxis { kDp = 0, kTp = 1, kPp = 2, kCp = 3, kEp = 4, kEdp = 5 };
-inline constexpr size_t kNumMeshAxes = 4;  // the base axes (rank order, world size)
+inline constexpr size_t kNumMeshAxes = 4;     // the base axes (rank order, world size)
 inline constexpr size_t kNumAllMeshAxes = 6;  // with the derived ep, edp
 constexpr bool isDerivedAxis(MeshAxis a) { return a == MeshAxis::kEp || a == MeshAxis::kEdp; }
 std::string_view meshAxisName(MeshAxis a);
@@ -36,7 +37,7 @@ std::optional<MeshAxis> parseMeshAxis(std::string_view name);
 
 // A set of mesh axes, the group of one collective: "dp", or several names joined by '+' ("dp+cp").
 struct AxisSet {
-  unsigned bits = 0;  // bit MeshAxis (a derived axis only alone)
+  unsigned bits = 0;  // bit MeshAxis (a derived axis never with dp or the other derived one)
   static AxisSet of(MeshAxis a) { return AxisSet{1u << unsigned(a)}; }
   bool has(MeshAxis a) const { return (bits >> unsigned(a)) & 1u; }
   bool empty() const { return bits == 0; }
@@ -45,14 +46,14 @@ struct AxisSet {
   bool operator==(const AxisSet& o) const { return bits == o.bits; }
   bool operator!=(const AxisSet& o) const { return bits != o.bits; }
 };
-// "dp", "dp+cp" (any order), "ep", "edp"; nullopt for an empty name, an unknown one, an axis named twice
-// or a derived axis (ep, edp) in a set of several.
+// "dp", "dp+cp" (any order), "ep", "edp", "edp+cp"; nullopt for an empty name, an unknown one, an axis
+// named twice, or a derived axis (ep, edp) in a set with dp or with the other derived axis.
 std::optional<AxisSet> parseAxisSet(std::string_view name);
 // The set's names in MeshAxis order (dp, tp, pp, cp) joined by '+': "dp+cp".
 std::string axisSetName(AxisSet s);
 // The forms parseAxisSet accepts, for error messages.
 inline constexpr std::string_view kAxisSetForms =
-    R"("dp", "tp", "pp", "cp", or several joined by '+', e.g. "dp+cp"; or "ep" or "edp" alone (expert parallelism))";
+    R"("dp", "tp", "pp", "cp", or several joined by '+', e.g. "dp+cp"; "ep" or "edp" (expert parallelism, parts of dp) alone or with axes other than dp, e.g. "edp+cp")";
 // Why parseAxisSet refuses `name`, then the accepted forms: `unknown mesh axis "xx" in "dp+xx" (expected
 // ...)`, `mesh axis "dp" is named twice in "dp+dp" (expected ...)`; empty when it parses.
 std::string axisSetError(std::string_view name);
@@ -88,6 +89,8 @@ struct Mesh {
   // The same on a set of axes: the product of their sizes; `rank`'s member index (its position in its
   // group); the group (global ranks in member order); the sub-group of `size` consecutive members.
   int64_t axisSize(AxisSet s) const;
+  // The set's axes by stride, fastest first (the digits of the member index, least significant first).
+  std::vector<MeshAxis> fastestFirst(AxisSet s) const;
   int64_t coord(int64_t rank, AxisSet s) const;
   std::vector<int> group(int64_t rank, AxisSet s) const;
   std::vector<int> subGroup(int64_t rank, AxisSet s, int64_t size) const;
@@ -99,7 +102,9 @@ struct Mesh {
   // nullopt when it is no such group (e.g. a group_size sub-group). Names groups in messages.
   std::optional<AxisSet> axisSetOfGroup(const std::vector<int>& group) const;
   // The rank with `rank`'s coordinates except coordinate `c` on `axis` (the peer of a send/recv).
-  int64_t withCoord(int64_t rank, MeshAxis axis, int64_t c) const { return rank + (c - coord(rank, axis)) * stride(axis); }
+  int64_t withCoord(int64_t rank, MeshAxis axis, int64_t c) const {
+    return rank + (c - coord(rank, axis)) * stride(axis);
+  }
   // The one axis on which ranks a and b (both in the world) differ; nullopt when they differ on none or
   // on several.
   std::optional<MeshAxis> axisBetween(int64_t a, int64_t b) const;

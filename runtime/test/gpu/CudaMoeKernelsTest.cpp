@@ -3,25 +3,29 @@
 // (top-k with ties to the lower index: tokens whose logits are all equal or share the maximum),
 // normalize on and off; the permutation with experts of no assignment; grouped GEMMs with empty
 // experts, experts over several row tiles and rows past the sizes' sum, accumulate on and off; the
-// sigmoid gate; the load-balancing loss's counts, gradient term and loss; moe_permute under a capacity
-// (token dropping, heavy collisions) and moe_unpermute / _bwd with dropped slots and N rows. Plus what
-// the harness cannot show: group sizes that overrun the rows stay in bounds; a bad expert id or slot
-// is reported with the CPU kernels' message.
+// sigmoid gate; the load-balancing loss's counts, gradient term and loss (and the loss of no
+// assignments); moe_permute under a capacity (token dropping, heavy collisions) and moe_unpermute / _bwd
+// with dropped slots and N rows, and the backward with slots that name a row more than once; routing
+// over logits with near-ties (one f32 ulp apart) and the backward with picks outside [0, E) (skipped,
+// as the CPU does, not reported). Plus what the harness cannot show: group sizes that overrun the rows
+// stay in bounds; a bad expert id or slot is reported with the CPU kernels' message.
 // Every test skips without a CUDA device.
 //
 // Inputs: logits are distinct multiples of 0.25 per token (exact in bf16, p ratios of e^0.25 apart),
-// so no rounding can change the top-k; i32 outputs (experts, slots, group_sizes) are compared with a
-// tolerance below 1, i.e. exactly. Copies (moe_permute's rows) match exactly; sums of k rows within f32
-// tolerances; dot products and GEMMs (f32 accumulation in another order than the CPU's) 1e-4 / 1e-4;
-// computed bf16 values within one bf16 ulp (CudaBf16KernelsTest.cpp).
-#include "KernelHarness.h"
+// so no rounding can change the top-k, except in the near-tie test, where the picks rest on the router
+// computing p as the CPU does; i32 outputs (experts, slots, group_sizes, counts) are compared exactly
+// (the harness). Copies (moe_permute's rows) match exactly; sums of k rows within f32 tolerances; dot
+// products and GEMMs (f32 accumulation in another order than the CPU's) 1e-4 / 1e-4; computed bf16
+// values within one bf16 ulp (CudaBf16KernelsTest.cpp).
 #include "../MoeRoutingUtil.h"
+#include "KernelHarness.h"
 
 #include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/OpParams.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -57,6 +61,15 @@ std::vector<int32_t> permutation(int64_t n, uint32_t seed) {
   return v;
 }
 
+// Multiples of 1/16 in [-1, 1]: exact in bf16; a dot product of H of them (multiples of 1/256, |Σ| <= H)
+// is exact in f32 and f64, so every order of summing it gives the same value.
+std::vector<float> sixteenths(int64_t n, uint32_t seed) {
+  const std::vector<int32_t> q = randomI32(n, seed, -16, 16);
+  std::vector<float> v(q.size());
+  for (size_t i = 0; i < q.size(); ++i) v[i] = float(q[i]) / 16.0f;
+  return v;
+}
+
 // Per token, the experts' logits are a permutation of 0.25·(0..E-1) - 1: distinct and exact in bf16.
 // Token 0's are all equal (every p ties: picks 0..k-1) and token 1's two largest are equal (the lower
 // index first).
@@ -71,6 +84,26 @@ std::vector<float> separatedLogits(int64_t T, int64_t E, uint32_t seed) {
   if (T > 1 && E > 2) {
     auto top = std::max_element(l.begin() + E, l.begin() + 2 * E);
     l[size_t(E + (top - (l.begin() + E) + 2) % E)] = *top;  // another expert ties with the maximum
+  }
+  return l;
+}
+
+// Per token, random logits in [-1, 1] with two near-ties, one f32 ulp (at most ~6e-8) apart: the two
+// largest (which is picked first) and the k-th and (k+1)-th largest (which is picked at all; k < E). The
+// later one is set next to the earlier, above it for some tokens and below for others, so the higher
+// and the lower index each win some. f32 only: bf16 cannot hold a gap this small.
+std::vector<float> nearTieLogits(int64_t T, int64_t E, int64_t k, uint32_t seed) {
+  std::vector<float> l = randomF32(T * E, seed);
+  for (int64_t t = 0; t < T && E > 1; ++t) {
+    float* row = l.data() + t * E;
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    auto nextTo = [&](int64_t from, int64_t to, bool above) {
+      row[order[size_t(to)]] = std::nextafter(row[order[size_t(from)]], above ? INFINITY : -INFINITY);
+    };
+    nextTo(0, 1, t % 2 == 0);
+    if (k > 1 && k < E) nextTo(k - 1, k, t % 4 < 2);
   }
   return l;
 }
@@ -132,6 +165,41 @@ TEST(CudaMoeKernels, RouteForwardAndBackward) {
       }
 }
 
+// Near-ties: the picks (experts, exact) and every other output match the CPU's; the backward runs on the
+// CPU's picks, then with picks outside [0, E) (-1, E, E + 7), which both kernels skip (no device error).
+TEST(CudaMoeKernels, RouteNearTiesPickAsTheCpu) {
+  LLCDIST_REQUIRE_GPU();
+  for (RouteShape s : {RouteShape{37, 9, 3}, RouteShape{19, 70, 4}, RouteShape{5, 8, 8}, RouteShape{3, 2, 1}})
+    for (bool normalize : {false, true}) {
+      SCOPED_TRACE("T " + std::to_string(s.T) + " E " + std::to_string(s.E) + " k " + std::to_string(s.k) +
+                   (normalize ? " normalize" : ""));
+      const MoeParams p = moe(s.T, 0, s.E, s.k, normalize);
+      const std::vector<float> logits = nearTieLogits(s.T, s.E, s.k, 40);
+      KernelCase fwd(K::kMoeRoute, p);
+      fwd.f32("logits", logits);
+      fwd.f32("weights", randomF32(s.T * s.k, 41));           // overwritten
+      fwd.i32("experts", randomI32(s.T * s.k, 42, -5, 100));  // overwritten
+      fwd.expectMatch(kAtol, kRtol);
+
+      std::vector<float> weights(size_t(s.T * s.k));
+      std::vector<int32_t> picks(size_t(s.T * s.k));
+      moeRouteForward(logits.data(), weights.data(), picks.data(), p);
+      std::vector<int32_t> badPicks = picks;
+      badPicks[0] = -1;
+      badPicks[size_t(s.T * s.k - 1)] = int32_t(s.E);
+      if (s.T > 2) badPicks[size_t(2 * s.k)] = int32_t(s.E + 7);
+      for (const std::vector<int32_t>* experts : {&picks, &badPicks}) {
+        SCOPED_TRACE(experts == &picks ? "the CPU's picks" : "picks outside [0, E)");
+        KernelCase bwd(K::kMoeRouteBwd, p);
+        bwd.f32("logits", logits);
+        bwd.i32("experts", *experts);
+        bwd.f32("dweights", randomF32(s.T * s.k, 43));
+        bwd.f32("dlogits", randomF32(s.T * s.E, 44));  // overwritten
+        bwd.expectMatch(kAtol, kRtol);
+      }
+    }
+}
+
 // The load-balancing loss: moe_router_stats (counts i32, exact; the probabilities' sums f64 in another
 // order than the CPU's), its gradient through the softmax, and moe_aux_loss / _bwd from two layers' counts.
 TEST(CudaMoeKernels, RouteLoadBalancingLoss) {
@@ -148,8 +216,8 @@ TEST(CudaMoeKernels, RouteLoadBalancingLoss) {
       stats.i32("experts", distinctExperts(s.T, s.E, s.k, 24));
       stats.i32("counts", counts);
       floats(stats, bf16, "probs", randomF32(s.E, 27));
-      stats.i32("counts_out", randomI32(s.E, 28, -5, 100));     // overwritten
-      floats(stats, bf16, "probs_out", randomF32(s.E, 29));     // overwritten
+      stats.i32("counts_out", randomI32(s.E, 28, -5, 100));  // overwritten
+      floats(stats, bf16, "probs_out", randomF32(s.E, 29));  // overwritten
       stats.expectMatch(atolFor(bf16, kGemmAtol), rtolFor(bf16, kGemmRtol));
 
       KernelCase bwd(K::kMoeRouterStatsBwd, moe(s.T, 0, s.E, s.k, false));
@@ -169,6 +237,28 @@ TEST(CudaMoeKernels, RouteLoadBalancingLoss) {
       dloss.i32("counts", counts);
       floats(dloss, bf16, "dprobs", randomF32(s.E, 31));  // overwritten
       dloss.expectMatch(atolFor(bf16, kAtol), rtolFor(bf16, kRtol));
+    }
+}
+
+// No assignments (every count 0, N = 0): moe_aux_loss leaves the loss as it is and _bwd writes dprobs 0,
+// as the CPU; E over one block's threads too.
+TEST(CudaMoeKernels, AuxLossOfNoAssignments) {
+  LLCDIST_REQUIRE_GPU();
+  for (bool bf16 : {false, true})
+    for (int64_t E : {int64_t(1), int64_t(9), int64_t(300)}) {
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "f32") + " E " + std::to_string(E));
+      MoeParams aux = moe(0, 0, E, 0, false);
+      aux.scale = 0.0625;
+      const std::vector<int32_t> counts(size_t(E), 0);
+      KernelCase loss(K::kMoeAuxLoss, aux);
+      loss.i32("counts", counts);
+      floats(loss, bf16, "probs", randomF32(E, 32));
+      loss.f32("loss", {1.5f});
+      loss.expectMatch(0, 0);
+      KernelCase dloss(K::kMoeAuxLossBwd, aux);
+      dloss.i32("counts", counts);
+      floats(dloss, bf16, "dprobs", randomF32(E, 33));  // overwritten with 0
+      dloss.expectMatch(0, 0);
     }
 }
 
@@ -272,9 +362,32 @@ TEST(CudaMoeKernels, UnpermuteWithDroppedSlotsAndNRows) {
     floats(bwd, bf16, "xp", randomF32(N * H, 80));
     bwd.i32("slots", slots);
     floats(bwd, bf16, "weights", randomF32(T * k, 81, 0, 1));
-    floats(bwd, bf16, "dxp", randomF32(N * H, 82));     // overwritten
+    floats(bwd, bf16, "dxp", randomF32(N * H, 82));       // overwritten
     floats(bwd, bf16, "dweights", randomF32(T * k, 83));  // overwritten
     bwd.expectMatch(atolFor(bf16, kGemmAtol), rtolFor(bf16, kGemmRtol));
+  }
+}
+
+// moe_unpermute_bwd with slots that name a row more than once (no permutation does; the CPU sums the
+// terms in assignment order): row 3 thrice (tokens 0, 1 and 3), row 7 twice, row 5 twice from one token,
+// a dropped assignment, rows of none. dxp must be the CPU's f32 sum bit for bit; dy and xp are sixteenths,
+// so the dweights' dot products are exact in any order and the whole call compares exactly.
+TEST(CudaMoeKernels, UnpermuteBackwardSumsRepeatedRowsAsTheCpu) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t T = 5, H = 37, k = 2, N = 12;
+  const std::vector<int32_t> slots = {3, 7, 3, -1, 0, 11, 7, 3, 5, 5};
+  MoeParams p = moe(T, H, 0, k);
+  p.N = N;
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    KernelCase bwd(K::kMoeUnpermuteBwd, p);
+    floats(bwd, bf16, "dy", sixteenths(T * H, 100));
+    floats(bwd, bf16, "xp", sixteenths(N * H, 101));
+    bwd.i32("slots", slots);
+    floats(bwd, bf16, "weights", randomF32(T * k, 102, 0, 1));
+    floats(bwd, bf16, "dxp", randomF32(N * H, 103));       // overwritten
+    floats(bwd, bf16, "dweights", randomF32(T * k, 104));  // overwritten
+    bwd.expectMatch(0, 0);
   }
 }
 
@@ -328,7 +441,7 @@ TEST(CudaMoeKernels, BadExpertIdsAndSlotsGiveTheCpuMessage) {
   const std::vector<float> x = randomF32(T * H, 90), w = randomF32(T * k, 91), dy = randomF32(T * H, 92);
   {
     std::vector<int32_t> experts = distinctExperts(T, E, k, 93);
-    experts[size_t(5 * k + 1)] = -1;  // token 5
+    experts[size_t(5 * k + 1)] = -1;          // token 5
     experts[size_t(3 * k)] = int32_t(E + 5);  // token 3: the lowest bad token
     for (int64_t C : {int64_t(0), int64_t(2)}) {
       MoeParams p = moe(T, H, E, k);
@@ -340,10 +453,10 @@ TEST(CudaMoeKernels, BadExpertIdsAndSlotsGiveTheCpuMessage) {
       ASSERT_FALSE(cpu.isOk());
       EXPECT_EQ(cpu.message(), moePermuteExpertError(3, E + 5));
       int code = 0;
-      const std::string gpu = run(K::kMoePermute, p,
-                                  {{x.data(), T * H}, {experts.data(), T * k}, {xp.data(), R * H},
-                                   {slots.data(), T * k}, {sizes.data(), E}},
-                                  &code);
+      const std::string gpu = run(
+          K::kMoePermute, p,
+          {{x.data(), T * H}, {experts.data(), T * k}, {xp.data(), R * H}, {slots.data(), T * k}, {sizes.data(), E}},
+          &code);
       EXPECT_EQ(code, kDeviceMoeExpertOutOfRange);
       EXPECT_EQ(gpu, cpu.message());
     }
@@ -362,8 +475,8 @@ TEST(CudaMoeKernels, BadExpertIdsAndSlotsGiveTheCpuMessage) {
     const Status cpuFwd = moeUnpermute(xp.data(), slots.data(), w.data(), y.data(), p);
     ASSERT_FALSE(cpuFwd.isOk());
     int code = 0;
-    EXPECT_EQ(run(K::kMoeUnpermute, p, {{xp.data(), N * H}, {slots.data(), T * k}, {w.data(), T * k}, {y.data(), T * H}},
-                  &code),
+    EXPECT_EQ(run(K::kMoeUnpermute, p,
+                  {{xp.data(), N * H}, {slots.data(), T * k}, {w.data(), T * k}, {y.data(), T * H}}, &code),
               cpuFwd.message());
     EXPECT_EQ(code, kDeviceMoeSlotOutOfRange);
     const Status cpuBwd = moeUnpermuteBackward(dy.data(), xp.data(), slots.data(), w.data(), dxp.data(), dw.data(), p);

@@ -1,12 +1,13 @@
 // The GPU kernel tests' harness: one KernelCall built from host data is run by the CPU reference
 // kernel (runCpuKernel) and by the CUDA backend's kernel-table entry on device copies of the same
-// inputs, and every written role is compared elementwise with llm.c's tolerance: |gpu - cpu| <=
-// atol + rtol·|cpu|. bf16 arguments: the GPU kernel takes them as they are (its variant reads bf16);
-// the CPU reference runs as the interpreter's staged path does (KernelVariant.h): each bf16 argument
-// of a float role converted to f32 exactly, the f32 kernel, each written one rounded back to bf16, so
-// both round at the same points and differ only by the order of f32 sums inside (a bf16 ulp, 2^-8
-// relative, where a rounding falls the other way). Tests skip (GTEST_SKIP, one line) when no CUDA device is present, so the suite
-// runs everywhere and checks something only on a GPU (scripts/test-gpu.sh).
+// inputs, and every written role is compared elementwise: float roles with llm.c's tolerance,
+// |gpu - cpu| <= atol + rtol·|cpu|; i32 roles (ids, slots, counts) exactly. bf16 arguments: the GPU
+// kernel takes them as they are (its variant reads bf16); the CPU reference runs as the interpreter's
+// staged path does (KernelVariant.h): each bf16 argument of a float role converted to f32 exactly, the
+// f32 kernel, each written one rounded back to bf16, so both round at the same points and differ only by
+// the order of f32 sums inside (a bf16 ulp, 2^-8 relative, where a rounding falls the other way). Tests
+// skip (GTEST_SKIP, one line) when no CUDA device is present, so the suite runs everywhere and checks
+// something only on a GPU (scripts/test-gpu.sh).
 #pragma once
 
 #include "llcdist/runtime/Bf16.h"
@@ -34,10 +35,10 @@ inline std::string noDeviceReason() {
   if (n == 0) return "no CUDA device";
   return "";
 }
-#define LLCDIST_REQUIRE_GPU()                                                     \
-  do {                                                                            \
+#define LLCDIST_REQUIRE_GPU()                                                        \
+  do {                                                                               \
     const std::string llcdist_reason_ = ::llcdist::rt::cuda::test::noDeviceReason(); \
-    if (!llcdist_reason_.empty()) GTEST_SKIP() << llcdist_reason_;                \
+    if (!llcdist_reason_.empty()) GTEST_SKIP() << llcdist_reason_;                   \
   } while (0)
 
 // Seeded inputs.
@@ -57,7 +58,7 @@ inline std::vector<int32_t> randomI32(int64_t n, uint32_t seed, int32_t lo, int3
 }
 
 class KernelCase {
-public:
+ public:
   KernelCase(schema::OpKind kind, OpParams params) : kind_(kind), params_(std::move(params)) {
     const schema::OpSpec& spec = schema::opSpec(kind);
     bufs_.resize(spec.numArgs);
@@ -96,7 +97,7 @@ public:
     }
   }
 
-private:
+ private:
   struct Buf {
     std::vector<std::byte> bytes;
     schema::ElemType type;
@@ -143,7 +144,8 @@ private:
         staged[r].push_back(convert);
         if (!convert) continue;
         std::vector<std::byte> f(size_t(b.elems) * 4);
-        convertBf16ToF32(reinterpret_cast<const uint16_t*>(b.bytes.data()), reinterpret_cast<float*>(f.data()), b.elems);
+        convertBf16ToF32(reinterpret_cast<const uint16_t*>(b.bytes.data()), reinterpret_cast<float*>(f.data()),
+                         b.elems);
         b.bytes = std::move(f);
         b.type = schema::ElemType::kF32;
       }
@@ -155,7 +157,8 @@ private:
         if (!staged[r][k]) continue;
         Buf& b = bufs[r][k];
         std::vector<std::byte> h(size_t(b.elems) * 2);
-        convertF32ToBf16(reinterpret_cast<const float*>(b.bytes.data()), reinterpret_cast<uint16_t*>(h.data()), b.elems);
+        convertF32ToBf16(reinterpret_cast<const float*>(b.bytes.data()), reinterpret_cast<uint16_t*>(h.data()),
+                         b.elems);
         b.bytes = std::move(h);
         b.type = schema::ElemType::kBF16;
       }
@@ -234,12 +237,18 @@ private:
     }
     return 0;
   }
+  // Float roles within atol + rtol·|cpu| (NaN matches NaN); i32 roles exactly.
   static void compare(std::string_view role, size_t k, const Buf& cpu, const Buf& gpu, double atol, double rtol) {
+    const bool exact = cpu.type == schema::ElemType::kI32;
     int64_t bad = 0;
     for (int64_t i = 0; i < cpu.elems; ++i) {
       const double c = at(cpu, i), g = at(gpu, i);
-      const bool ok = g == c || (std::isnan(c) && std::isnan(g)) || std::fabs(g - c) <= atol + rtol * std::fabs(c);
-      if (!ok && bad++ < 5)
+      const bool ok =
+          exact ? g == c : g == c || (std::isnan(c) && std::isnan(g)) || std::fabs(g - c) <= atol + rtol * std::fabs(c);
+      if (ok || bad++ >= 5) continue;
+      if (exact)
+        ADD_FAILURE() << role << "[" << k << "][" << i << "]: gpu " << g << " vs cpu " << c << " (i32: exact)";
+      else
         ADD_FAILURE() << role << "[" << k << "][" << i << "]: gpu " << g << " vs cpu " << c << " (atol " << atol
                       << ", rtol " << rtol << ")";
     }

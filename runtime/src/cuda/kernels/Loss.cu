@@ -25,6 +25,7 @@
 #include "cuda/CudaKernels.h"
 #include "cuda/Gemm.h"
 #include "cuda/host/GemmPlan.h"
+#include "cuda/kernels/BlockSum.cuh"
 #include "cuda/kernels/Elementwise.cuh"
 #include "cuda/kernels/FloatRef.cuh"
 #include "llcdist/runtime/KernelChecks.h"
@@ -37,6 +38,7 @@ namespace llcdist::rt::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // a power of two: the reduction trees halve it
+static_assert(kThreads == kBlockSumThreads, "a row's block is blockSum's block (BlockSum.cuh)");
 
 // The block's max of `v` (every thread passes one value; all threads get the result).
 __device__ float blockMax(float v, float* red) {
@@ -48,19 +50,6 @@ __device__ float blockMax(float v, float* red) {
   }
   const float r = red[0];
   __syncthreads();  // red is reused by the next reduction
-  return r;
-}
-
-// The block's sum of `v`, in a fixed tree.
-__device__ double blockSum(double v, double* red) {
-  red[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (int(threadIdx.x) < s) red[threadIdx.x] += red[threadIdx.x + s];
-    __syncthreads();
-  }
-  const double r = red[0];
-  __syncthreads();
   return r;
 }
 

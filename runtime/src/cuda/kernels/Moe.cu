@@ -2,7 +2,7 @@
 // "Mixture of experts") and their kernel-table entries; the router's and the load-balancing loss's are in
 // MoeRouter.cu. Every float role is f32 or bf16 (FloatRef.cuh), computed in f32 (f64 for long dot
 // products), each written value rounded once; experts, slots and group_sizes are i32. Deterministic: no
-// float atomics; reductions in a fixed order.
+// float atomics (integer ones only: counts and the lowest bad token); reductions in a fixed order.
 //  - moe_permute: a stable counting sort as CUB's radix sort of (expert, assignment) pairs, stable, so
 //    equal experts keep (t, j) order. One thread then finds each expert's first sorted position by
 //    binary search of the sorted keys, its kept rows min(n_e, C) (group_sizes; C = capacity, T·k
@@ -12,9 +12,11 @@
 //    kept ones zero. An expert id outside [0, E) sorts last, gets slot -1 and no row, and is reported
 //    (kDeviceMoeExpertOutOfRange with the lowest such token and its id: the CPU's message).
 //  - moe_unpermute / _bwd: a thread per (t, h) sums its k rows in j order; the backward's dweights are
-//    block dot products, dxp one thread per (row, h) of the N rows through the inverse of slots (rows of
-//    no slot: 0). A slot -1 (dropped) adds nothing (dweights 0); one < -1 or >= N is skipped and reported
-//    (kDeviceMoeSlotOutOfRange / kDeviceMoeSlotBwdOutOfRange with the lowest such token and its slot).
+//    block dot products, dxp one thread per (row, h) of the N rows through the inverse of slots and each
+//    row's count of slots naming it (rows of no slot: 0; a row of several slots, which no permutation
+//    gives: the CPU's f32 sum of their terms in assignment order). A slot -1 (dropped) adds nothing
+//    (dweights 0); one < -1 or >= N is skipped and reported (kDeviceMoeSlotOutOfRange /
+//    kDeviceMoeSlotBwdOutOfRange with the lowest such token and its slot).
 //  - grouped_linear_*: the group sizes stay on the device (moe_permute wrote them): one thread turns
 //    them into clamped row offsets and row-tile starts; the forward / input-gradient GEMM runs 32×32
 //    output tiles that never cross an expert (a tile finds its expert by binary search of the tile
@@ -38,7 +40,7 @@
 namespace llcdist::rt::cuda {
 namespace {
 
-constexpr int kTile = 32;                 // grouped GEMM tiles: kTile × kTile outputs, kTile-deep steps
+constexpr int kTile = 32;                              // grouped GEMM tiles: kTile × kTile outputs, kTile-deep steps
 constexpr int kTileRowsPerPass = kRowThreads / kTile;  // a tile's rows one pass of the block covers
 
 #define LLCDIST_GRID_STRIDE(i, n) \
@@ -87,8 +89,8 @@ __device__ int64_t lastAtMost(const int64_t* a, int64_t n, int64_t v) {
 
 // One thread (E is small): start[e] = expert e's first sorted position; sizes[e] = its kept rows
 // min(n_e, C); off[e] = its first row (Σ of the kept rows before it), off[E] = the kept rows' sum.
-__global__ void permuteGroupsKernel(const uint32_t* keys, int64_t N, int64_t E, int64_t C, int64_t* start,
-                                    int64_t* off, int32_t* sizes) {
+__global__ void permuteGroupsKernel(const uint32_t* keys, int64_t N, int64_t E, int64_t C, int64_t* start, int64_t* off,
+                                    int32_t* sizes) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   int64_t rows = 0, first = 0;
   for (int64_t e = 0; e < E; ++e) {
@@ -154,9 +156,10 @@ __global__ void unpermuteKernel(FloatRef xp, const int32_t* slots, FloatRef weig
 }
 
 // Block per assignment n = (t, j) of A = T·k: dweights[n] = dy[t]·xp[slots[n]] (f64 sum); inverse[slots[n]]
-// = n. A slot -1: dweights 0; one outside [-1, R): dweights 0, reported.
+// = n and hits[slots[n]] counts it (an integer atomic: the count is exact whatever the order; inverse is
+// read only for a row of one hit). A slot -1: dweights 0; one outside [-1, R): dweights 0, reported.
 __global__ void unpermuteBwdDotKernel(FloatRef dy, FloatRef xp, const int32_t* slots, FloatRef dweights,
-                                      int32_t* inverse, int64_t A, int64_t R, int64_t H, int64_t k,
+                                      int32_t* inverse, int32_t* hits, int64_t A, int64_t R, int64_t H, int64_t k,
                                       DeviceReport report) {
   for (int64_t n = blockIdx.x; n < A; n += gridDim.x) {
     const int64_t s = slots[n];
@@ -174,17 +177,37 @@ __global__ void unpermuteBwdDotKernel(FloatRef dy, FloatRef xp, const int32_t* s
     if (threadIdx.x == 0) {
       dweights.set(n, float(sum));
       inverse[s] = int32_t(n);
+      atomicAdd(hits + s, 1);
     }
   }
 }
 
-// dxp[r, h] = w[n]·dy[n / k, h] for the assignment n of row r (inverse[r]), 0 for a row of none; R rows.
-__global__ void unpermuteBwdRowsKernel(FloatRef dy, FloatRef weights, const int32_t* inverse, FloatRef dxp, int64_t R,
-                                       int64_t H, int64_t k) {
+// dxp[r, h] over the R rows, as the CPU: 0 for a row of no assignment; w[n]·dy[n / k, h] for the one
+// assignment n of a row (inverse[r]); for a row of several, the first term w·dy, then each next one added
+// in assignment order, dx + w·dy (f32, the product rounded before the sum: no FMA), over the A
+// assignments' slots.
+__global__ void unpermuteBwdRowsKernel(FloatRef dy, FloatRef weights, const int32_t* slots, const int32_t* inverse,
+                                       const int32_t* hits, FloatRef dxp, int64_t R, int64_t H, int64_t k, int64_t A) {
   LLCDIST_GRID_STRIDE(i, R * H) {
     const int64_t r = i / H, h = i - r * H;
-    const int64_t n = inverse[r];
-    dxp.set(i, n < 0 ? 0.0f : weights[n] * dy[(n / k) * H + h]);
+    const int32_t count = hits[r];
+    if (count == 0) {
+      dxp.set(i, 0.0f);
+      continue;
+    }
+    if (count == 1) {
+      const int64_t n = inverse[r];
+      dxp.set(i, weights[n] * dy[(n / k) * H + h]);
+      continue;
+    }
+    float acc = 0.0f;
+    bool first = true;
+    for (int64_t n = 0; n < A; ++n) {
+      if (slots[n] != r) continue;
+      acc = first ? weights[n] * dy[(n / k) * H + h] : __fadd_rn(acc, __fmul_rn(weights[n], dy[(n / k) * H + h]));
+      first = false;
+    }
+    dxp.set(i, acc);
   }
 }
 
@@ -211,12 +234,12 @@ __global__ void groupOffsetsKernel(const int32_t* sizes, int64_t E, int64_t N, i
 // B_e(c, r) = b[e·bE + c·bc + r·br] (forward: w[e] as [O, K], c = o, r = k; input gradient: c = k, r = o).
 // Block (tile, column tile); thread (ty, tx) computes columns c0 + tx of the rows ty + kTileRowsPerPass·i.
 __global__ void groupedRowsGemmKernel(FloatRef a, FloatRef b, FloatRef out, const int64_t* off,
-                                      const int64_t* tileStart, int64_t E, int64_t C, int64_t R, int64_t bE,
-                                      int64_t bc, int64_t br) {
+                                      const int64_t* tileStart, int64_t E, int64_t C, int64_t R, int64_t bE, int64_t bc,
+                                      int64_t br) {
   __shared__ float as[kTile][kTile + 1];  // [row][r]
   __shared__ float bs[kTile][kTile + 1];  // [c][r]
   const int64_t tile = blockIdx.x;
-  if (tile >= tileStart[E]) return;  // block-uniform: past the experts' tiles
+  if (tile >= tileStart[E]) return;                  // block-uniform: past the experts' tiles
   const int64_t e = lastAtMost(tileStart, E, tile);  // an empty expert has no tiles
   const int64_t row0 = off[e] + (tile - tileStart[e]) * kTile, rowEnd = off[e + 1];
   const int64_t c0 = int64_t(blockIdx.y) * kTile;
@@ -291,8 +314,8 @@ __global__ void sigmoidGateFwdKernel(FloatRef gate, FloatRef x, FloatRef y, int6
   LLCDIST_GRID_STRIDE(i, T * H) y.set(i, sigmoidOf(gate[i / H]) * x[i]);
 }
 
-// Block per row t: dgate[t] = s(1 - s)·Σ_h dy·x (f64 sum), dx = s·dy (dx may alias dy: each thread
-// writes the elements it read before blockSum's barrier).
+// Block per row t: dgate[t] = float(s·(1 - s)·Σ_h dy·x), the product and the sum in f64 as the CPU's, dx =
+// s·dy (dx may alias dy: each thread writes the elements it read before blockSum's barrier).
 __global__ void sigmoidGateBwdKernel(FloatRef dy, FloatRef gate, FloatRef x, FloatRef dgate, FloatRef dx, int64_t T,
                                      int64_t H) {
   for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
@@ -301,7 +324,7 @@ __global__ void sigmoidGateBwdKernel(FloatRef dy, FloatRef gate, FloatRef x, Flo
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) sum += double(dyr[h]) * xr[h];
     sum = blockSum(sum);
     const float s = sigmoidOf(gate[t]);
-    if (threadIdx.x == 0) dgate.set(t, s * (1.0f - s) * float(sum));
+    if (threadIdx.x == 0) dgate.set(t, float(double(s) * (1.0 - double(s)) * sum));
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) dxr.set(h, s * dyr[h]);
   }
 }
@@ -312,8 +335,8 @@ __global__ void sigmoidGateBwdKernel(FloatRef dy, FloatRef gate, FloatRef x, Flo
 // first row in y, src[q] in x (x holds them in the other order); dst[r·c] = the rows' sum. Splits clamped
 // (negative: 0; cut at N in x's order), either reported. colSizes[j] (when not null) = Σ_i of the clamped
 // splits. One thread: r·c is small (experts × ep members).
-__global__ void chunkOffsetsKernel(const int32_t* splits, int64_t R, int64_t C, int64_t N, bool inverse,
-                                   int64_t* dst, int64_t* src, int32_t* colSizes, int* deviceError) {
+__global__ void chunkOffsetsKernel(const int32_t* splits, int64_t R, int64_t C, int64_t N, bool inverse, int64_t* dst,
+                                   int64_t* src, int32_t* colSizes, int* deviceError) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   const int64_t RC = R * C;
   // x's order: row-major when !inverse. Pass 1: clamp in x's order, writing sizes into src (temporarily).
@@ -419,8 +442,8 @@ Status moePermute(const KernelCall& c, const P& p, const Ctx& ctx) {
                                                                         C);
   LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_permute (slots)", ctx.rank));
   if (p.H == 0) return Status::ok();
-  permuteRowsKernel<<<rowBlocks(R), kRowThreads, 0, ctx.stream>>>(floatRef(c, "x"), vals, start, off,
-                                                                  floatRef(c, "xp"), R, p.H, p.E, p.k);
+  permuteRowsKernel<<<rowBlocks(R), kRowThreads, 0, ctx.stream>>>(floatRef(c, "x"), vals, start, off, floatRef(c, "xp"),
+                                                                  R, p.H, p.E, p.k);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
@@ -450,19 +473,20 @@ Status moeUnpermuteBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "dweights", A));
   if (A == 0 && R * p.H == 0) return Status::ok();
   if (!ctx.scratch) return Status::internal("moe_unpermute_bwd: no device scratch in the CUDA kernel context");
-  LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get((R > 0 ? R : 1) * 4));
+  // Scratch: inverse, then hits, R each (inverse is read only where hits is 1, so it needs no fill).
+  LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get((R > 0 ? 2 * R : 1) * 4));
   int32_t* inverse = static_cast<int32_t*>(scratch);
-  if (R > 0)  // -1: no assignment
-    LLCDIST_CUDA_TRY(cudaMemsetAsync(inverse, 0xff, size_t(R) * 4, ctx.stream), ctx.rank);
+  int32_t* hits = inverse + R;
+  if (R > 0) LLCDIST_CUDA_TRY(cudaMemsetAsync(hits, 0, size_t(R) * 4, ctx.stream), ctx.rank);
   if (A > 0) {
     unpermuteBwdDotKernel<<<rowBlocks(A), kRowThreads, 0, ctx.stream>>>(floatRef(c, "dy"), floatRef(c, "xp"),
                                                                         c.I("slots"), floatRef(c, "dweights"), inverse,
-                                                                        A, R, p.H, p.k, deviceReport(ctx));
+                                                                        hits, A, R, p.H, p.k, deviceReport(ctx));
     LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_unpermute_bwd (dweights)", ctx.rank));
   }
   if (R * p.H == 0) return Status::ok();
   unpermuteBwdRowsKernel<<<gridFor(R * p.H, kThreads), kThreads, 0, ctx.stream>>>(
-      floatRef(c, "dy"), floatRef(c, "weights"), inverse, floatRef(c, "dxp"), R, p.H, p.k);
+      floatRef(c, "dy"), floatRef(c, "weights"), c.I("slots"), inverse, hits, floatRef(c, "dxp"), R, p.H, p.k, A);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
@@ -508,11 +532,11 @@ Status groupedRows(const KernelCall& c, const P& p, const Ctx& ctx) {
     LLCDIST_CUDA_TRY(cudaMemsetAsync(out.p, 0, size_t(p.N * C) * (out.bf16 ? 2 : 4), ctx.stream), ctx.rank);
     return Status::ok();
   }
-  LLCDIST_ASSIGN_OR_RETURN(int64_t* off, groupOffsets(c, p, ctx, what));
+  LLCDIST_ASSIGN_OR_RETURN(int64_t * off, groupOffsets(c, p, ctx, what));
   const int64_t* tileStart = off + p.E + 1;
   const dim3 grid(unsigned((p.N + kTile - 1) / kTile + p.E), unsigned((C + kTile - 1) / kTile));
-  groupedRowsGemmKernel<<<grid, kRowThreads, 0, ctx.stream>>>(floatRef(c, fwd ? "x" : "dy"), floatRef(c, "w"), out,
-                                                              off, tileStart, p.E, C, R, p.O * p.K, fwd ? p.K : 1,
+  groupedRowsGemmKernel<<<grid, kRowThreads, 0, ctx.stream>>>(floatRef(c, fwd ? "x" : "dy"), floatRef(c, "w"), out, off,
+                                                              tileStart, p.E, C, R, p.O * p.K, fwd ? p.K : 1,
                                                               fwd ? 1 : p.K);
   LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(what, ctx.rank));
   zeroTailRowsKernel<<<gridFor(p.N * C, kThreads), kThreads, 0, ctx.stream>>>(out, off, p.E, p.N, C);
@@ -523,10 +547,10 @@ Status groupedWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
   const char* what = "grouped_linear_bwd_weight";
   LLCDIST_RETURN_IF_ERROR(checkGrouped(c, p, what));
   if (p.E * p.O * p.K == 0) return Status::ok();
-  LLCDIST_ASSIGN_OR_RETURN(int64_t* off, groupOffsets(c, p, ctx, what));
+  LLCDIST_ASSIGN_OR_RETURN(int64_t * off, groupOffsets(c, p, ctx, what));
   const dim3 grid(unsigned((p.K + kTile - 1) / kTile), unsigned((p.O + kTile - 1) / kTile), unsigned(p.E));
-  groupedWeightGemmKernel<<<grid, kRowThreads, 0, ctx.stream>>>(floatRef(c, "dy"), floatRef(c, "x"),
-                                                                floatRef(c, "dw"), off, p.K, p.O, p.accumulate);
+  groupedWeightGemmKernel<<<grid, kRowThreads, 0, ctx.stream>>>(floatRef(c, "dy"), floatRef(c, "x"), floatRef(c, "dw"),
+                                                                off, p.K, p.O, p.accumulate);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
@@ -545,9 +569,8 @@ Status sigmoidGate(const KernelCall& c, const P& p, const Ctx& ctx) {
     sigmoidGateFwdKernel<<<gridFor(p.T * p.H, kThreads), kThreads, 0, ctx.stream>>>(
         floatRef(c, "gate"), floatRef(c, "x"), floatRef(c, "y"), p.T, p.H);
   } else {
-    sigmoidGateBwdKernel<<<rowBlocks(p.T), kRowThreads, 0, ctx.stream>>>(floatRef(c, "dy"), floatRef(c, "gate"),
-                                                                         floatRef(c, "x"), floatRef(c, "dgate"),
-                                                                         floatRef(c, "dx"), p.T, p.H);
+    sigmoidGateBwdKernel<<<rowBlocks(p.T), kRowThreads, 0, ctx.stream>>>(
+        floatRef(c, "dy"), floatRef(c, "gate"), floatRef(c, "x"), floatRef(c, "dgate"), floatRef(c, "dx"), p.T, p.H);
   }
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
@@ -574,8 +597,8 @@ Status moeChunkTranspose(const KernelCall& c, const P& p, const Ctx& ctx) {
                                               ctx.deviceError);
   LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_chunk_transpose (offsets)", ctx.rank));
   if (p.N * p.H == 0) return Status::ok();
-  chunkRowsKernel<<<rowBlocks(p.N), kRowThreads, 0, ctx.stream>>>(floatRef(c, "x"), floatRef(c, "y"), dst, src, RC,
-                                                                  p.N, p.H);
+  chunkRowsKernel<<<rowBlocks(p.N), kRowThreads, 0, ctx.stream>>>(floatRef(c, "x"), floatRef(c, "y"), dst, src, RC, p.N,
+                                                                  p.H);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 

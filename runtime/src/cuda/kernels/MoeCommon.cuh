@@ -1,13 +1,14 @@
 // What the moe family's CUDA files share (Moe.cu: permutation, grouped GEMMs, shared-expert gate, chunk
 // transpose; MoeRouter.cu: the router and the load-balancing loss): launch shapes, the device report of a
-// bad id, the fixed-order block sum and the family's size checks. Included by .cu files only; everything
-// is file-local (an anonymous namespace), as it was in one file.
+// bad value, the fixed-order block sum (BlockSum.cuh) and the family's size checks. Included by .cu files
+// only; everything is file-local (an anonymous namespace), as it was in one file.
 #ifndef LLCDIST_RUNTIME_SRC_CUDA_KERNELS_MOECOMMON_CUH
 #define LLCDIST_RUNTIME_SRC_CUDA_KERNELS_MOECOMMON_CUH
 
-#include "llcdist/runtime/KernelChecks.h"
 #include "cuda/CudaKernels.h"
+#include "cuda/kernels/BlockSum.cuh"
 #include "cuda/kernels/FloatRef.cuh"
+#include "llcdist/runtime/KernelChecks.h"
 
 #include <cstdint>
 #include <string>
@@ -15,14 +16,11 @@
 namespace llcdist::rt::cuda {
 namespace {
 
-constexpr int kThreads = 256;             // elementwise grids
+constexpr int kThreads = 256;  // elementwise grids
 constexpr int kWarp = 32;
 constexpr int kRowThreads = 256;          // a row's block: a power of two (blockSum's tree)
 constexpr int64_t kMaxRowBlocks = 65535;  // row blocks in flight; each loops over rows
-
-__device__ __forceinline__ void reportBadId(int* deviceError) {
-  if (deviceError) *deviceError = kDeviceIdOutOfRange;
-}
+static_assert(kRowThreads == kBlockSumThreads, "a row's block is blockSum's block (BlockSum.cuh)");
 
 // Where a moe kernel reports a bad value with its token (CudaKernelContext::deviceError / _Detail).
 struct DeviceReport {
@@ -35,21 +33,6 @@ __device__ __forceinline__ void reportMoe(const DeviceReport& r, int code, int64
   if (r.detail)
     atomicMin(r.detail, (static_cast<unsigned long long>(token) << 32) | static_cast<uint32_t>(int32_t(value)));
   if (r.error) *r.error = code;
-}
-
-// The sum of every thread's v over the block (blockDim.x == kRowThreads), in a fixed tree order; every
-// thread must call it (it synchronizes) and gets the sum.
-__device__ double blockSum(double v) {
-  __shared__ double buf[kRowThreads];
-  buf[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kRowThreads / 2; s > 0; s >>= 1) {
-    if (int(threadIdx.x) < s) buf[threadIdx.x] += buf[threadIdx.x + s];
-    __syncthreads();
-  }
-  const double sum = buf[0];
-  __syncthreads();  // every thread has read buf[0] before the next call overwrites it
-  return sum;
 }
 
 using P = MoeParams;
@@ -66,9 +49,9 @@ Status checkSizes(const char* what, const P& p) {
     if (v < 0) return Status::invalidArgument(sizeError(what, "a negative size"));
   if (p.T * p.k > INT32_MAX || p.E >= INT32_MAX || p.N > INT32_MAX || p.capacity > INT32_MAX ||
       moePermuteRows(p) > INT32_MAX)
-    return Status::invalidArgument(sizeError(what, "T·k = " + std::to_string(p.T * p.k) + " rows, E = " +
-                                                       std::to_string(p.E) + " experts or E·capacity = " +
-                                                       std::to_string(moePermuteRows(p)) + " rows do not fit i32 ids"));
+    return Status::invalidArgument(sizeError(
+        what, "T·k = " + std::to_string(p.T * p.k) + " rows, E = " + std::to_string(p.E) +
+                  " experts or E·capacity = " + std::to_string(moePermuteRows(p)) + " rows do not fit i32 ids"));
   return Status::ok();
 }
 

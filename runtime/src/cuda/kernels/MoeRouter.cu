@@ -1,12 +1,14 @@
 // The moe family's router kernels (the CPU reference: src/kernels/Moe.cpp; semantics: PlanSchema.h
 // "Mixture of experts"): moe_route / _bwd and the load-balancing loss's moe_router_stats / _bwd and
 // moe_aux_loss / _bwd, with their kernel-table entries. Float roles f32 or bf16 (FloatRef.cuh), computed
-// in f32 (f64 sums), each written value rounded once; experts and counts i32; the loss f32.
-// Deterministic: no float atomics; reductions in a fixed order.
-//  - moe_route / _bwd: one warp per token. The softmax's max and sum (f64) are warp reductions; the
-//    j-th pick is the best (p, expert) after the (j-1)-th in the order p descending, expert ascending
-//    (so ties go to the lower index, and the picks need no set of their own); a NaN p orders as -inf,
-//    so the picks are always k distinct experts in range.
+// in f32 and f64 where the CPU reference computes in f64, each written value rounded once; experts and
+// counts i32; the loss f32. Deterministic: no float atomics; reductions in a fixed order.
+//  - moe_route / _bwd: one warp per token. The softmax is the CPU's: the max in f32, Σ exp(double(x -
+//    max)) in f64 (warp reductions), p = float(exp(double(x - max)) / Σ); the j-th pick is the best (p,
+//    expert) after the (j-1)-th in the order p descending, expert ascending (so ties go to the lower
+//    index, and the picks need no set of their own); a NaN p orders as -inf, so the picks are always k
+//    distinct experts in range. The picks' sums (normalize, the backward's terms) are the CPU's f64
+//    expressions in j order; the backward skips a pick outside [0, E), as the CPU does.
 //  - moe_router_stats: counts_out one block per expert (the block's count of its assignments, a fixed
 //    tree); probs_out from each token's softmax (max, sum; a warp per token) kept in scratch, then
 //    Σ_t p[t, e] one block per expert. moe_router_stats_bwd: a warp per token (Σ_e p·g a warp sum in f64).
@@ -27,20 +29,23 @@ __device__ __forceinline__ double warpSum(double v) {
   return v;
 }
 
-// One token's softmax: p[e] = exp(l[e] - max) / sum.
+// One token's softmax as the CPU computes it (src/kernels/Moe.cpp softmaxRow): max in f32, sum =
+// Σ_e exp(double(l[e] - max)) in f64 (each lane's terms in e order, then the warp's fixed butterfly),
+// p[e] = float(exp(double(l[e] - max)) / sum).
 struct Softmax {
-  float max, sum;
+  float max;
+  double sum;
 };
 __device__ Softmax softmaxOf(FloatRef l, int64_t E, int lane) {
   float m = -INFINITY;
   for (int64_t e = lane; e < E; e += kWarp) m = fmaxf(m, l[e]);
   m = warpMax(m);
   double s = 0.0;
-  for (int64_t e = lane; e < E; e += kWarp) s += double(expf(l[e] - m));
-  return {m, float(warpSum(s))};
+  for (int64_t e = lane; e < E; e += kWarp) s += exp(double(l[e] - m));
+  return {m, warpSum(s)};
 }
 __device__ __forceinline__ float probOf(FloatRef l, int64_t e, const Softmax& sm) {
-  return expf(l[e] - sm.max) / sm.sum;
+  return float(exp(double(l[e] - sm.max)) / sm.sum);
 }
 
 // The selection order: (p, e) before (q, f) when p > q, or p == q and e < f; a NaN p orders as -inf.
@@ -70,8 +75,9 @@ __device__ void nextPick(FloatRef l, int64_t E, const Softmax& sm, int lane, flo
   }
 }
 
-// experts[t, j] = the j-th pick; weights[t, j] = its p (over the picks' sum, in j order, with normalize).
-// Lane 0 writes, and with normalize reads its own experts back for the second pass.
+// experts[t, j] = the j-th pick; weights[t, j] = its p, or with normalize float(double(p) / total), total
+// = Σ_j double(p_j) in j order (the CPU's). Lane 0 writes, and with normalize reads its own experts back
+// for the second pass.
 __global__ void moeRouteKernel(FloatRef logits, FloatRef weights, int32_t* experts, int64_t T, int64_t E, int64_t k,
                                bool normalize) {
   const int lane = int(threadIdx.x) % kWarp;
@@ -79,12 +85,13 @@ __global__ void moeRouteKernel(FloatRef logits, FloatRef weights, int32_t* exper
   for (int64_t t = int64_t(blockIdx.x) * warpsPerBlock + threadIdx.x / kWarp; t < T; t += gridDim.x * warpsPerBlock) {
     const FloatRef l = logits.at(t * E);
     const Softmax sm = softmaxOf(l, E, lane);
-    float key = INFINITY, total = 0.0f;
+    float key = INFINITY;
+    double total = 0.0;
     int64_t e = -1;
     for (int64_t j = 0; j < k; ++j) {
       nextPick(l, E, sm, lane, key, e, key, e);
       const float p = e < E ? probOf(l, e, sm) : 0.0f;  // e == E only with k > E (refused on the host)
-      total += p;
+      total += double(p);
       if (lane == 0) {
         experts[t * k + j] = int32_t(e);
         if (!normalize) weights.set(t * k + j, p);
@@ -93,16 +100,17 @@ __global__ void moeRouteKernel(FloatRef logits, FloatRef weights, int32_t* exper
     if (!normalize || lane != 0) continue;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t ej = experts[t * k + j];
-      weights.set(t * k + j, (ej < E ? probOf(l, ej, sm) : 0.0f) / total);
+      weights.set(t * k + j, float(double(ej < E ? probOf(l, ej, sm) : 0.0f) / total));
     }
   }
 }
 
-// dlogits through moe_route with its picks fixed. normalize: w = the picks' softmax, dl[e_j] = w_j (dw_j
-// - Σ w·dw), 0 elsewhere; else dl[e] = p[e] (g[e] - Σ_j p[e_j] dw_j), g[e] = dw_j where e == e_j. A pick
-// outside [0, E) is skipped (and reported).
+// dlogits through moe_route with its picks fixed, the CPU's f64 expressions: picked = Σ_j p[e_j], inner =
+// Σ_j p[e_j]·dw_j and g[e] = Σ_{j: e_j = e} dw_j, each in j order. normalize: dl[e] = float(p[e] / picked ·
+// (g[e] - inner / picked)) for a picked e, 0 elsewhere; else dl[e] = float(p[e]·(g[e] - inner)). A pick
+// outside [0, E) is skipped, as the CPU does.
 __global__ void moeRouteBwdKernel(FloatRef logits, const int32_t* experts, FloatRef dweights, FloatRef dlogits,
-                                  int64_t T, int64_t E, int64_t k, bool normalize, int* deviceError) {
+                                  int64_t T, int64_t E, int64_t k, bool normalize) {
   const int lane = int(threadIdx.x) % kWarp;
   const int64_t warpsPerBlock = blockDim.x / kWarp;
   for (int64_t t = int64_t(blockIdx.x) * warpsPerBlock + threadIdx.x / kWarp; t < T; t += gridDim.x * warpsPerBlock) {
@@ -110,28 +118,28 @@ __global__ void moeRouteBwdKernel(FloatRef logits, const int32_t* experts, Float
     const Softmax sm = softmaxOf(l, E, lane);
     const int32_t* ex = experts + t * k;
     const FloatRef dw = dweights.at(t * k);
-    float picked = 0.0f;  // Σ_j p[e_j] (normalize's denominator)
-    for (int64_t j = 0; j < k; ++j)
-      if (ex[j] >= 0 && ex[j] < E) picked += probOf(l, ex[j], sm);
-    float dot = 0.0f;  // Σ_j w_j dw_j
+    double picked = 0.0, inner = 0.0;  // Σ_j p[e_j], Σ_j p[e_j]·dw_j
     for (int64_t j = 0; j < k; ++j) {
-      if (ex[j] < 0 || ex[j] >= E) {
-        if (lane == 0) reportBadId(deviceError);
-        continue;
-      }
+      if (ex[j] < 0 || ex[j] >= E) continue;
       const float p = probOf(l, ex[j], sm);
-      dot += (normalize ? p / picked : p) * dw[j];
+      picked += double(p);
+      inner += double(p) * double(dw[j]);  // a product of two floats is exact in f64: an FMA gives the same sum
     }
     for (int64_t e = lane; e < E; e += kWarp) {
-      float g = 0.0f;
+      double g = 0.0;
       bool isPick = false;
       for (int64_t j = 0; j < k; ++j)
         if (ex[j] == e) {
-          g += dw[j];
+          g += double(dw[j]);
           isPick = true;
         }
-      const float p = probOf(l, e, sm), w = normalize ? p / picked : p;
-      dlogits.set(t * E + e, normalize && !isPick ? 0.0f : w * (g - dot));
+      const float p = probOf(l, e, sm);
+      float d = 0.0f;
+      if (!normalize)
+        d = float(double(p) * (g - inner));
+      else if (isPick)
+        d = float(double(p) / picked * (g - inner / picked));
+      dlogits.set(t * E + e, d);
     }
   }
 }
@@ -209,8 +217,8 @@ using Ctx = CudaKernelContext;
 Status checkRouter(const char* what, const P& p) {
   LLCDIST_RETURN_IF_ERROR(checkSizes(what, p));
   if (p.k < 1 || p.k > p.E)
-    return Status::invalidArgument(sizeError(what, "k = " + std::to_string(p.k) + " outside [1, E = " +
-                                                       std::to_string(p.E) + "]"));
+    return Status::invalidArgument(
+        sizeError(what, "k = " + std::to_string(p.k) + " outside [1, E = " + std::to_string(p.E) + "]"));
   return Status::ok();
 }
 
@@ -229,7 +237,7 @@ Status moeRoute(const KernelCall& c, const P& p, const Ctx& ctx) {
   else
     moeRouteBwdKernel<<<gridFor(p.T, kThreads / kWarp), kThreads, 0, ctx.stream>>>(
         floatRef(c, "logits"), c.I("experts"), floatRef(c, "dweights"), floatRef(c, "dlogits"), p.T, p.E, p.k,
-        p.normalize, ctx.deviceError);
+        p.normalize);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
@@ -238,17 +246,18 @@ Status moeRouterStats(const KernelCall& c, const P& p, const Ctx& ctx) {
   LLCDIST_RETURN_IF_ERROR(checkRouter(what, p));
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "logits", p.T * p.E));
   LLCDIST_RETURN_IF_ERROR(checkArgElems(c, "experts", p.T * p.k));
-  for (const char* r : {"counts", "probs", "counts_out", "probs_out"}) LLCDIST_RETURN_IF_ERROR(checkArgElems(c, r, p.E));
-  routerCountsKernel<<<rowBlocks(p.E), kRowThreads, 0, ctx.stream>>>(c.I("experts"), c.I("counts"),
-                                                                     c.I("counts_out"), p.T * p.k, p.E);
+  for (const char* r : {"counts", "probs", "counts_out", "probs_out"})
+    LLCDIST_RETURN_IF_ERROR(checkArgElems(c, r, p.E));
+  routerCountsKernel<<<rowBlocks(p.E), kRowThreads, 0, ctx.stream>>>(c.I("experts"), c.I("counts"), c.I("counts_out"),
+                                                                     p.T * p.k, p.E);
   LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_router_stats (counts)", ctx.rank));
   Softmax* stats = nullptr;
   if (p.T > 0) {
     if (!ctx.scratch) return Status::internal("moe_router_stats: no device scratch in the CUDA kernel context");
     LLCDIST_ASSIGN_OR_RETURN(void* scratch, ctx.scratch->get(p.T * int64_t(sizeof(Softmax))));
     stats = static_cast<Softmax*>(scratch);
-    tokenSoftmaxKernel<<<gridFor(p.T, kThreads / kWarp), kThreads, 0, ctx.stream>>>(floatRef(c, "logits"), stats,
-                                                                                    p.T, p.E);
+    tokenSoftmaxKernel<<<gridFor(p.T, kThreads / kWarp), kThreads, 0, ctx.stream>>>(floatRef(c, "logits"), stats, p.T,
+                                                                                    p.E);
     LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("moe_router_stats (softmax)", ctx.rank));
   }
   routerProbSumsKernel<<<rowBlocks(p.E), kRowThreads, 0, ctx.stream>>>(

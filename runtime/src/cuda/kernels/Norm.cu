@@ -9,6 +9,7 @@
 //    most kMaxChunks chunks and one thread per (chunk, h) sums its chunk's rows in order, in double,
 //    into scratch partials; then one thread per column h adds its chunks' partials in chunk order.
 #include "cuda/CudaKernels.h"
+#include "cuda/kernels/BlockSum.cuh"
 #include "cuda/kernels/FloatRef.cuh"
 
 #include <algorithm>
@@ -16,29 +17,16 @@
 namespace llcdist::rt::cuda {
 namespace {
 
-constexpr int kThreads = 256;           // elementwise grids
-constexpr int kRowThreads = 256;        // threads of a row's block: a power of two (blockSum's tree)
+constexpr int kThreads = 256;             // elementwise grids
+constexpr int kRowThreads = 256;          // threads of a row's block: a power of two (blockSum's tree)
 constexpr int64_t kMaxRowBlocks = 65535;  // row blocks in flight; each loops over rows m += gridDim.x
-constexpr int64_t kMinChunkRows = 32;   // weight gradients: rows a chunk sums at least ...
-constexpr int64_t kMaxChunks = 128;     // ... and at most this many chunks (bounds the scratch)
+constexpr int64_t kMinChunkRows = 32;     // weight gradients: rows a chunk sums at least ...
+constexpr int64_t kMaxChunks = 128;       // ... and at most this many chunks (bounds the scratch)
 
 #define LLCDIST_GRID_STRIDE(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
-// The sum of every thread's v over the block (blockDim.x == kRowThreads), in a fixed tree order; every
-// thread of the block must call it (it synchronizes) and gets the sum.
-__device__ double blockSum(double v) {
-  __shared__ double buf[kRowThreads];
-  buf[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kRowThreads / 2; s > 0; s >>= 1) {
-    if (int(threadIdx.x) < s) buf[threadIdx.x] += buf[threadIdx.x + s];
-    __syncthreads();
-  }
-  const double sum = buf[0];
-  __syncthreads();  // every thread has read buf[0] before the next call overwrites it
-  return sum;
-}
+static_assert(kRowThreads == kBlockSumThreads, "a row's block is blockSum's block (BlockSum.cuh)");
 
 // ---- LayerNorm ------------------------------------------------------------------------------------
 // x, gamma, beta, y, dy, dx are f32 or bf16 (FloatRef.cuh); mean and rstd f32.
@@ -131,8 +119,8 @@ __device__ __forceinline__ float rmsWeight(float w, float weightOffset) {
   return weightOffset == 0.0f ? w : weightOffset + w;
 }
 
-__global__ void rmsNormFwdKernel(FloatRef x, FloatRef weight, FloatRef y, float* rstd, int64_t M, int64_t H,
-                                 float eps, FloatRef a, FloatRef b, float weightOffset) {
+__global__ void rmsNormFwdKernel(FloatRef x, FloatRef weight, FloatRef y, float* rstd, int64_t M, int64_t H, float eps,
+                                 FloatRef a, FloatRef b, float weightOffset) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
     const FloatRef xr = x.at(m * H);
     addRow(a, b, xr, m, H);

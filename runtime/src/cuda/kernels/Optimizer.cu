@@ -14,6 +14,7 @@
 // each element's update the single op's (adamwAt / sgdAt). Gradients and parameters are f32 or bf16 (FloatRef.cuh: read
 // exactly, each written value rounded once); the optimizer state is f32.
 #include "cuda/CudaKernels.h"
+#include "cuda/kernels/BlockSum.cuh"
 #include "cuda/kernels/FloatRef.cuh"
 
 #include <cmath>
@@ -31,20 +32,7 @@ constexpr int kReduceThreads = 256;  // a reduction's block: a power of two (blo
 #define LLCDIST_GRID_STRIDE(i, n) \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
-// The sum of every thread's v over the block (blockDim.x == kReduceThreads), in a fixed tree order;
-// every thread of the block must call it (it synchronizes) and gets the sum.
-__device__ double blockSum(double v) {
-  __shared__ double buf[kReduceThreads];
-  buf[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kReduceThreads / 2; s > 0; s >>= 1) {
-    if (int(threadIdx.x) < s) buf[threadIdx.x] += buf[threadIdx.x + s];
-    __syncthreads();
-  }
-  const double sum = buf[0];
-  __syncthreads();  // every thread has read buf[0] before the next call overwrites it
-  return sum;
-}
+static_assert(kReduceThreads == kBlockSumThreads, "a reduction's block is blockSum's block (BlockSum.cuh)");
 
 // The gradient norm's table: the list's tensors and the chunks of kNormChunk elements they are cut
 // into (a tensor's chunks consecutive, tensors in list order), one byte string (NormSlot[T], then
@@ -91,8 +79,7 @@ __global__ void sumChunksPerTensor(const NormSlot* slots, int64_t numTensors, co
 
 // One thread: *out = (Σ sums[k] in order k = 0..count-1) + *adds[0] + *adds[1] + ... (numAdds of them,
 // in order; none: + 0), the CPU kernel's order (grad_norm_sq's `add` list).
-__global__ void sumInOrder(const double* sums, int64_t count, const double* const* adds, int64_t numAdds,
-                           double* out) {
+__global__ void sumInOrder(const double* sums, int64_t count, const double* const* adds, int64_t numAdds, double* out) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   double s = 0.0;
   for (int64_t k = 0; k < count; ++k) s += sums[k];

@@ -89,6 +89,10 @@ GOLDEN = [
      "--mesh pp=2 --schedule 1f1b --seq-len 64 --global-batch 8"),
     ("mixtral-aux-tp2-sp", "unittests/Integration/Inputs/tiny-mixtral-aux",
      "--mesh tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
+    # Expert parallelism with context parallelism's ring: each cp rank dispatches its slice over its
+    # ep group; the experts' gradients reduce over "cp" (ep = dp), the statistics over cp.
+    ("mixtral-aux-dp2-cp2-ep2", "unittests/Integration/Inputs/tiny-mixtral-aux",
+     "--mesh dp=2,cp=2,ep=2 --cp-impl ring --seq-len 64 --global-batch 4"),
 ]
 GOLDEN_STEPS = 3
 # The PyTorch comparison's plans: one rank, 2 microbatches of 4 x 64 tokens, AdamW with decay on

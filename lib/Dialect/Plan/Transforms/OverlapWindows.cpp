@@ -20,8 +20,10 @@ SmallVector<Window> llcdist::plan::overlapInBlock(Block &block, ArrayRef<KernelO
   // ones (they are no synchronous collectives any more).
   OpBuilder b(block.getParentOp()->getContext());
   llvm::DenseSet<Operation *> onComm;
+  llvm::DenseMap<int64_t, KernelOp> startOf; // token -> its op
   for (KernelOp c : ops) {
     c->setAttr(kQueueAttr, b.getStringAttr("comm"));
+    startOf[nextToken] = c;
     c->setAttr(kTokenAttr, b.getI64IntegerAttr(nextToken++));
     onComm.insert(c);
   }
@@ -34,8 +36,31 @@ SmallVector<Window> llcdist::plan::overlapInBlock(Block &block, ArrayRef<KernelO
     auto k = dyn_cast<KernelOp>(op);
     return k && !isCommunicationKernel(k.getKernel()) && !isWait(op);
   };
+  // The op whose token `w` (a wait) waits for, when it is one of `ops`.
+  auto waited = [&](Operation *w) -> KernelOp {
+    auto token = w->getAttrOfType<IntegerAttr>(kTokenAttr);
+    return token ? startOf.lookup(token.getInt()) : KernelOp();
+  };
   for (KernelOp c : ops) {
     KernelAccess ca = accessOf(c);
+    // 0. A wait right above c for an earlier start whose buffers c touches
+    // (a ring's recv into the buffer an earlier send sent) sank there past
+    // the kernels above it: it rises above those independent of the op it
+    // waits for, so that c can rise past them in 1 (that op started a
+    // window earlier). Waiting earlier only blocks sooner: never a race.
+    if (Operation *w = c->getPrevNode(); w && isWait(w))
+      if (KernelOp first = waited(w); first && dependent(accessOf(first), ca)) {
+        KernelAccess fa = accessOf(first);
+        Operation *above = w->getPrevNode();
+        while (above && isCompute(above) && !dependent(accessOf(cast<KernelOp>(above)), fa))
+          above = above->getPrevNode();
+        if (above != w->getPrevNode()) {
+          if (above)
+            w->moveAfter(above);
+          else
+            w->moveBefore(&block, block.begin());
+        }
+      }
     // 1. The start: up past the kernels since the last start or wait
     // (or synchronous collective); those independent of it and of every
     // kernel kept above it move below it, in their order.

@@ -35,7 +35,10 @@ struct Window {
 /// `crossOtherStarts`) the starts of the other `ops` whose buffers it does
 /// not share; anything else (a synchronous collective, a send or recv)
 /// bounds a window, so the order of the block's communication ops never
-/// changes. Returns each op's window.
+/// changes. A wait right above a start that writes the buffers of the op it
+/// waits for (a ring's recv into the buffer an earlier send read) first
+/// rises above the compute kernels independent of that op, so the start
+/// can rise past them. Returns each op's window.
 llvm::SmallVector<Window> overlapInBlock(mlir::Block &block, llvm::ArrayRef<KernelOp> ops,
                                          int64_t &nextToken, bool crossOtherStarts);
 

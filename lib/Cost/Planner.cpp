@@ -196,8 +196,9 @@ void explainSlower(const Hardware &hw, const Candidate &win, FamilyReport &f) {
                         "MFU %.1f %%)",
                         bs.compute, ws.compute, 100 * bp.hfu, 100 * bp.mfu);
     if (b.config.recompute != win.config.recompute && b.config.recompute != "none")
-      f.why += strf("; recompute %s runs %s again", b.config.recompute.c_str(),
-                    b.config.recompute == "full" ? "every layer's forward" : "the core attention");
+      f.why +=
+          strf("; recompute %s runs %s again", b.config.recompute.c_str(),
+               b.config.recompute == "full" ? "every layer's forward (what its backward reads)" : "the core attention");
     break;
   }
   }

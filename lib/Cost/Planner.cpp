@@ -50,7 +50,7 @@ std::vector<int64_t> divisorsOf(int64_t n) {
 /// (edp, dp / ep > 1; edp × cp under context parallelism).
 int64_t communicatorsOf(const ParallelConfig &c) {
   return int64_t(c.dp > 1) + int64_t(c.tp > 1) + int64_t(c.pp > 1) + int64_t(c.cp > 1) + int64_t(c.ep > 1) +
-         int64_t(c.ep > 1 && c.dp / c.ep * c.cp > 1);
+         int64_t(c.ep > 1 && c.expertDataParallelGroup() > 1);
 }
 constexpr size_t kMaxCommunicators = 6;
 
@@ -649,7 +649,7 @@ void explainExpertParallel(const Hardware &hw, const Workload &w, const Candidat
              double(T) * double(e.topK) * double(w.model.hidden) * double(bytesOf(w.precision)) / (1024.0 * 1024.0),
              a2a, 100 * a2a / p.stepSeconds, axisCrosses(hw, c, "ep") ? "span nodes" : "stay inside a node (NVLink)",
              c.zero ? "reduce-scatter" : "all-reduce", c.cp > 1 ? "dp/ep × cp" : "dp/ep",
-             (long long)(c.dp / c.ep * c.cp), c.cp > 1 ? "dp × cp" : "dp", (long long)c.dataParallelGroup()));
+             (long long)c.expertDataParallelGroup(), c.cp > 1 ? "dp × cp" : "dp", (long long)c.dataParallelGroup()));
   } else {
     out.winnerWhy.push_back(strf("ep=1: every rank holds all %lld experts of every layer (model state %.2f GiB)",
                                  (long long)e.experts, gib(state)));

@@ -81,21 +81,23 @@ double activationInter(const Workload &w, const ParallelConfig &c, const LayerSh
 /// its backward reads): the projections only the residual stream reads (the
 /// MLP's down projection, Phi's attention output projection too) with their
 /// tp reductions, and its last add. A mixture of experts' combine reads the
-/// experts' outputs: they run again. `macs` per token; `reductions` over tp.
-/// Nothing under Workload::Recomputation::Whole (Megatron's).
+/// experts' outputs: they run again. Nothing under
+/// Workload::Recomputation::Whole (Megatron's).
 struct RecomputeSkip {
-  double macs = 0;
-  int64_t reductions = 0;
-  bool lastAdd = false;
+  bool mlpOut = false, attnOut = false, lastAdd = false;
+  /// The skipped projections' multiply-adds per token of `s`'s layer.
+  double macs(const LayerShape &s) const {
+    return (mlpOut ? double(s.h) * double(s.inter) : 0) + (attnOut ? double(s.h) * double(s.q) : 0);
+  }
+  /// Their tp reductions (all-reduces, reduce-scatters under SP).
+  int64_t reductions() const { return int64_t(mlpOut) + int64_t(attnOut); }
 };
-RecomputeSkip recomputeSkip(const Workload &w, const LayerShape &s) {
-  const ModelConfig &m = w.model;
+RecomputeSkip recomputeSkip(const Workload &w) {
   if (w.recomputation == Workload::Recomputation::Whole)
     return {};
-  if (m.moe)
-    return {0, 0, true};
-  double down = double(s.h) * double(s.inter);
-  return m.arch == Arch::Phi ? RecomputeSkip{down + double(s.h) * double(s.q), 2, true} : RecomputeSkip{down, 1, true};
+  if (w.model.moe)
+    return {false, false, true};
+  return {true, w.model.arch == Arch::Phi, true};
 }
 
 LayerShape layerShape(const ModelConfig &m, int64_t tp) {
@@ -219,7 +221,7 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   // previous layer's) and ends at its last add unless it skips it
   // (RecomputeSkip): one norm, one fused pair (, one add).
   const bool fused = w.fusion == Workload::Fusion::Plan;
-  const RecomputeSkip skip = recomputeSkip(w, s);
+  const RecomputeSkip skip = recomputeSkip(w);
   const double residualFwd = fused ? 2 * mem(4 * hS) : 2 * mem(2 * hS) + 2 * mem(3 * hS);
   const double residualRecompute =
       (fused ? mem(2 * hS) + mem(4 * hS) + mem(3 * hS) : residualFwd) - (skip.lastAdd ? mem(3 * hS) : 0);
@@ -249,7 +251,7 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
     modelBwd = mem(3.0 * T * s.inter) + 2 * mem(2.0 * T * s.h);
   }
   t.fwd = fwdGemm + t.attnFwd + residualFwd + modelFwd;
-  const double skippedGemm = skip.macs > 0 ? gemm(s.h, s.inter) + (skip.reductions > 1 ? gemm(s.h, s.q) : 0) : 0;
+  const double skippedGemm = (skip.mlpOut ? gemm(s.h, s.inter) : 0) + (skip.attnOut ? gemm(s.h, s.q) : 0);
   t.recomputeFwd = fwdGemm - skippedGemm + t.attnFwd + residualRecompute + modelFwd;
   t.bwdInput = bwdGemm + attnBwd + residualBwd + modelBwd;
   t.bwdWeight = bwdGemm;
@@ -266,12 +268,12 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
       double rs = collectiveSeconds(hw, Collective::ReduceScatter, bytes, g);
       t.tpFwd = 2 * ag + 2 * rs;
       t.tpBwd = 4 * ag + 2 * rs;
-      t.tpRecompute = 2 * ag + double(2 - skip.reductions) * rs;
+      t.tpRecompute = 2 * ag + double(2 - skip.reductions()) * rs;
     } else {
       double ar = collectiveSeconds(hw, Collective::AllReduce, bytes, g);
       t.tpFwd = 2 * ar;
       t.tpBwd = 2 * ar;
-      t.tpRecompute = double(2 - skip.reductions) * ar;
+      t.tpRecompute = double(2 - skip.reductions()) * ar;
     }
   }
   // Expert parallelism (ExpertParallel.cpp): forward, the dispatch of the
@@ -306,7 +308,7 @@ std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) 
   if (m.moe) // the router and Qwen2-MoE's shared-expert gate, as llcdist-pipeline-split counts them
     matmul += H * double(m.moe->experts) + (m.moe->sharedIntermediate ? H : 0);
   double fwd = 2 * matmul + 4.0 * double(w.seqLen) * double(m.heads) * double(s.hd);
-  double layer = 3 * fwd + (full ? fwd - 2 * recomputeSkip(w, s).macs : 0);
+  double layer = 3 * fwd + (full ? fwd - 2 * recomputeSkip(w).macs(s) : 0);
   // The head: the LM head over the padded vocabulary (the pass runs after
   // llcdist-pad-vocab, whose tp is folded into the key below).
   double tail = 3 * 2 * H * double(w.paddedVocab(1));
@@ -441,7 +443,7 @@ double stageExpertParams(const Workload &w, const ParallelConfig &c, int64_t lay
 /// group, the experts over their shard's replicas (edp = dp / ep, times cp:
 /// nothing apart when ep = dp and cp = 1), as llcdist-plan-zero splits them.
 double zeroBlock(const ParallelConfig &c, double params, double experts) {
-  return (params - experts) / double(c.dataParallelGroup()) + experts / double(c.dp / c.ep * c.cp);
+  return (params - experts) / double(c.dataParallelGroup()) + experts / double(c.expertDataParallelGroup());
 }
 
 /// The parameter tensors one rank of `stage` holds (ZeRO's collectives run
@@ -485,7 +487,7 @@ StepFlops cost::stepFlops(const Workload &w, const std::string &recompute) {
   f.model = 3 * (double(m.layers) * (layerFwd + attnFwd) + headFwd);
   f.hardware = f.model;
   if (recompute == "full")
-    f.hardware += double(m.layers) * (layerFwd - 2 * T * recomputeSkip(w, s).macs + attnFwd);
+    f.hardware += double(m.layers) * (layerFwd - 2 * T * recomputeSkip(w).macs(s) + attnFwd);
   else if (recompute == "selective")
     f.hardware += double(m.layers) * attnFwd;
   return f;
@@ -743,8 +745,8 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
         dataParallelSeconds(hw, c, axisGroup(c.mesh(), c.gradientAxis(), hw.topology), rankParams - rankExperts,
                             maxTensors - expertTensors, maxLayers, layerF, layerB, mbs, b);
     const auto [expertTotal, expertExposed] =
-        dataParallelSeconds(hw, c, axisGroup(c.mesh(), c.cp > 1 ? "edp+cp" : "edp", hw.topology), rankExperts,
-                            expertTensors, maxLayers, layerF, layerB, mbs, b);
+        dataParallelSeconds(hw, c, axisGroup(c.mesh(), c.expertGradientAxis(), hw.topology), rankExperts, expertTensors,
+                            maxLayers, layerF, layerB, mbs, b);
     dpTotal = denseTotal + expertTotal;
     const double hidden =
         std::min((denseTotal - denseExposed) + (expertTotal - expertExposed), double(maxLayers) * layerB);

@@ -115,6 +115,11 @@ struct ParallelConfig {
   /// it in one collective and ZeRO shards over it.
   int64_t dataParallelGroup() const { return dp * cp; }
   std::string gradientAxis() const { return dataParallelAxis(dp, cp); }
+  /// Under expert parallelism the experts' data-parallel group, the ranks
+  /// holding one expert shard (dp / ep, times cp): its size and axes
+  /// ("edp", "edp+cp" or "cp"). The experts' gradients reduce over it.
+  int64_t expertDataParallelGroup() const { return dp / ep * cp; }
+  std::string expertGradientAxis() const { return expertDataParallelAxis(dp, ep, cp); }
   /// The `llc-dist compile` flags that build this configuration.
   std::string compileFlags() const;
   /// "dp=..,tp=..,pp=.. v=.. mb=.. zero=.. recompute=.. ..." for reports.

@@ -40,6 +40,15 @@ inline std::string dataParallelAxis(int64_t dp, int64_t cp) {
   return dp > 1 && cp > 1 ? "dp+cp" : cp > 1 ? "cp" : "dp";
 }
 
+/// The experts' data-parallel group's axes (expert parallelism, ep dividing
+/// dp): the ranks holding one expert shard, its dp / ep replicas ("edp") and
+/// under context parallelism every cp rank: "edp+cp", "cp" when ep = dp;
+/// otherwise "edp". An expert's gradient reduces over it and ZeRO shards it
+/// there.
+inline std::string expertDataParallelAxis(int64_t dp, int64_t ep, int64_t cp) {
+  return cp == 1 ? "edp" : dp / ep == 1 ? "cp" : "edp+cp";
+}
+
 /// A device mesh over the axes dp, tp, pp and cp (context parallelism;
 /// unnamed axes are 1). A mesh without cp (cp = 1) is the three-axis mesh it
 /// always was: its rank order names dp, tp and pp only.

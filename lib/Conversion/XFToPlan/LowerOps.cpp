@@ -10,8 +10,6 @@
 #include "Lowering.h"
 #include "llcdist/Dialect/XF/Analysis/ModelStats.h"
 
-#include <optional>
-
 using namespace mlir;
 using namespace llcdist;
 using namespace llcdist::xf;
@@ -222,9 +220,7 @@ LogicalResult OpLowering::lowerLayer(LayerOp call, Scope &s, BackwardPart part) 
   // A parameter only where this part reads it (under ZeRO-3 its reads
   // begin here: W's GEMMs read activations and gradients, never weights).
   // A recomputed call runs only what its backward reads.
-  std::optional<llvm::DenseSet<Operation *>> live;
-  if (call->hasAttr(kRecomputedAttr))
-    live = opsForUsedResults(call, fn);
+  const std::optional<llvm::DenseSet<Operation *>> live = opsRunBy(call, fn);
   auto inThisPart = [&](Operation *op) { return (!live || live->contains(op)) && inPart(op, part); };
   for (Operation &op : body.without_terminator())
     if (inThisPart(&op) || (isa<ParamOp>(op) && llvm::any_of(op.getUsers(), inThisPart)))

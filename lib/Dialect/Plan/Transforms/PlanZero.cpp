@@ -230,7 +230,7 @@ LogicalResult ProgramZero::collect() {
       // An expert shard: its replicas are the edp ranks, and the cp ranks
       // under context parallelism (none when ep = dp and cp = 1: each rank
       // holds its experts alone, and nothing is split).
-      const char *replicas = mesh.cp == 1 ? "edp" : mesh.size("edp") == 1 ? "cp" : "edp+cp";
+      const std::string replicas = mesh.expertGradientAxis();
       info.axis = b.getStringAttr(replicas);
       info.groupSize = mesh.size(replicas);
       if (info.groupSize < 2)

@@ -47,6 +47,8 @@ int64_t MeshDegrees::size(llvm::StringRef axis) const {
 
 std::string MeshDegrees::gradientAxis() const { return dataParallelAxis(dp, cp); }
 
+std::string MeshDegrees::expertGradientAxis() const { return expertDataParallelAxis(dp, ep, cp); }
+
 std::optional<MeshDegrees> llcdist::xf::meshDegrees(ModuleOp module) {
   auto grid = module.lookupSymbol<shard::GridOp>("mesh");
   if (!grid)
@@ -123,6 +125,12 @@ llvm::DenseSet<Operation *> llcdist::xf::opsForUsedResults(Operation *call, func
     for (Value v : work.pop_back_val()->getOperands())
       reach(v);
   return live;
+}
+
+std::optional<llvm::DenseSet<Operation *>> llcdist::xf::opsRunBy(Operation *call, func::FuncOp body) {
+  if (!call->hasAttr(kRecomputedAttr))
+    return std::nullopt;
+  return opsForUsedResults(call, body);
 }
 
 FailureOr<ModelStats> llcdist::xf::computeModelStats(ModuleOp module) {

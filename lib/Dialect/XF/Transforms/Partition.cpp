@@ -164,12 +164,13 @@ std::string gradientReason(int64_t dp, int64_t cp) {
 /// their shard (edp, and cp under context parallelism: each cp rank routes
 /// its own slice of the tokens), right after every other gradient's dp
 /// all-reduce.
-void reduceExpertGradients(func::FuncOp opt, ArrayAttr params, int64_t edp, int64_t cp) {
+void reduceExpertGradients(func::FuncOp opt, ArrayAttr params, const MeshDegrees &mesh) {
   OpBuilder b(opt.getContext());
   b.setInsertionPointAfter(*opt.getBody().front().getOps<AllReduceGradsOp>().begin());
   const std::string held = "each rank holds its experts' gradient over the tokens of its ep group (already scaled "
                            "by the global token count); ";
-  const char *axis = cp == 1 ? "edp" : edp == 1 ? "cp" : "edp+cp";
+  const int64_t edp = mesh.size("edp"), cp = mesh.cp;
+  const std::string axis = mesh.expertGradientAxis();
   const std::string reason =
       cp == 1    ? "expert parallelism: " + held + "the dp/ep ranks that hold the same experts (edp) sum it"
       : edp == 1 ? "expert parallelism under context parallelism: " + held +
@@ -253,8 +254,8 @@ struct PartitionPass : public llcdist::xf::impl::PartitionBase<PartitionPass> {
                                                               : "each cp rank's loss is the mean over its own slice of "
                                                                 "the sequence",
                                              expertParams.empty() ? ArrayAttr() : attrs.getArrayAttr(expertParams));
-    if (!expertParams.empty() && dp / mesh->ep * cp > 1)
-      reduceExpertGradients(opt, attrs.getArrayAttr(expertParams), dp / mesh->ep, cp);
+    if (!expertParams.empty() && mesh->size(mesh->expertGradientAxis()) > 1)
+      reduceExpertGradients(opt, attrs.getArrayAttr(expertParams), *mesh);
   }
 };
 } // namespace

@@ -15,7 +15,6 @@
 #include "mlir/IR/Builders.h"
 
 #include <limits>
-#include <optional>
 
 #define DEBUG_TYPE "llcdist-pipeline-split"
 
@@ -37,9 +36,7 @@ double forwardFlops(Operation *op, SymbolTable &symbols) {
     auto fn = symbols.lookup<func::FuncOp>(call.getCallee());
     if (!fn)
       return sum;
-    std::optional<llvm::DenseSet<Operation *>> live;
-    if (call->hasAttr(kRecomputedAttr))
-      live = opsForUsedResults(call, fn);
+    const std::optional<llvm::DenseSet<Operation *>> live = opsRunBy(call, fn);
     for (Operation &inner : fn.getBody().front().without_terminator())
       if (!live || live->contains(&inner))
         sum += forwardFlops(&inner, symbols);

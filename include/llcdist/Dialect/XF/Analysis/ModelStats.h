@@ -44,6 +44,10 @@ constexpr const char kRecomputedAttr[] = "xf.recomputed";
 /// and its routers' load-balancing statistics, are not run again.
 llvm::DenseSet<mlir::Operation *> opsForUsedResults(mlir::Operation *call, mlir::func::FuncOp body);
 
+/// The ops of `body` a layer call runs: opsForUsedResults for a recomputed
+/// call, nullopt (every op) for any other.
+std::optional<llvm::DenseSet<mlir::Operation *>> opsRunBy(mlir::Operation *call, mlir::func::FuncOp body);
+
 /// The function marked xf.entry, or null (with an error emitted on `module`).
 mlir::func::FuncOp getEntryFunction(mlir::ModuleOp module);
 
@@ -73,6 +77,9 @@ struct MeshDegrees {
   /// dp and cp (Megatron's dp × cp group under context parallelism), those
   /// of size > 1 ("dp+cp", "dp" or "cp"); "dp" when both are 1.
   std::string gradientAxis() const;
+  /// The experts' data-parallel group (expertDataParallelAxis): "edp",
+  /// "edp+cp" or "cp".
+  std::string expertGradientAxis() const;
 };
 /// nullopt when the module has no @mesh, or one that is not a 3- or 4-axis
 /// shard.grid (every degree is then 1 for a caller that takes the default).

@@ -167,6 +167,8 @@ Status Interpreter::startAsync(const BoundOp& b, size_t s, size_t i, int64_t ste
       }
       const std::vector<std::byte> poison = poisonBytes(buf);
       LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(streams_[0], at, poison.data(), buf.bytes));
+      // A device backend's copies complete later: the saved values and the poison must outlive them.
+      LLCDIST_RETURN_IF_ERROR(backend_->synchronize());
     }
     deferred_[queue].push_back(b.op->token);
   } else {
@@ -191,12 +193,14 @@ Status Interpreter::runDeferred(size_t queue, int64_t token) {
       const int64_t at = buf.offsetAt(b.slot);
       std::vector<std::byte> now(size_t(buf.bytes));
       LLCDIST_RETURN_IF_ERROR(backend_->copyToHost(streams_[0], now.data(), at, buf.bytes));
+      LLCDIST_RETURN_IF_ERROR(backend_->synchronize());  // `now` holds the copy
       if (now != poisonBytes(buf))
         return Status::invalidArgument("--check-async: buffer " + std::to_string(u.id) + " (\"" + buf.name +
                                        "\") was written while " + where(f.subroutine, f.opIndex) +
                                        " had it in flight (token " + std::to_string(t) + "): a missing or late wait");
       LLCDIST_RETURN_IF_ERROR(backend_->copyToDevice(streams_[0], at, f.saved[k++].data(), buf.bytes));
     }
+    LLCDIST_RETURN_IF_ERROR(backend_->synchronize());  // the restores have read f.saved
     f.saved.clear();
     f.deferred = false;
     LLCDIST_RETURN_IF_ERROR(issueCommunication(b, 0, f.microbatch, f.subroutine, f.step, &f.handles));

@@ -74,6 +74,17 @@ Status checkAttentionWindow(int64_t window) {
   return Status::ok();
 }
 
+Status checkAttentionBlockPositions(const PositionRuns& q, int64_t Sq, const PositionRuns& kv, int64_t Sk) {
+  if (q.minAt(Sq) < 0 || kv.minAt(Sk) < 0 || q.split < 0 || kv.split < 0)
+    return Status::invalidArgument("attention block: the rows' positions and the splits must be >= 0");
+  const int64_t n1 = kv.firstRows(Sk);
+  if (n1 > 0 && n1 < Sk && kv.second < kv.first + n1)
+    return Status::invalidArgument("attention block: the key rows' second run starts at " + std::to_string(kv.second) +
+                                   ", inside the first [" + std::to_string(kv.first) + ", " +
+                                   std::to_string(kv.first + n1) + ") (key positions must increase)");
+  return Status::ok();
+}
+
 Status checkArgElems(const KernelCall& c, std::string_view role, int64_t need) {
   const size_t r = c.role(role);
   if (r >= c.argElems.size() || c.argElems[r].empty()) return Status::ok();

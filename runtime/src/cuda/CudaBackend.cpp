@@ -405,6 +405,18 @@ Status CudaBackend::stagingUsed(Stream s) {
 }
 
 Status CudaBackend::hostFunc(cudaStream_t st, std::function<void()> fn) {
+  // Captured (a recorded step's host function): the graph calls it at every launch, so the backend
+  // keeps it; deleting it after the first call would leave the next launch a dangling pointer.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  LLCDIST_CUDA_TRY(cudaStreamIsCapturing(st, &capturing), opts_.rank);
+  if (capturing != cudaStreamCaptureStatusNone) {
+    capturedHostFuncs_.push_back(std::make_unique<std::function<void()>>(std::move(fn)));
+    LLCDIST_CUDA_TRY(
+        cudaLaunchHostFunc(
+            st, [](void* p) { (*static_cast<std::function<void()>*>(p))(); }, capturedHostFuncs_.back().get()),
+        opts_.rank);
+    return Status::ok();
+  }
   auto* heap = new std::function<void()>(std::move(fn));
   const cudaError_t e = cudaLaunchHostFunc(
       st,

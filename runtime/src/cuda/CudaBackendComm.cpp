@@ -195,10 +195,10 @@ StatusOr<CollectiveHandle> CudaBackend::allToAllAsync(Stream s, const void* x, v
     if (!xBlocks) LLCDIST_RETURN_IF_ERROR(copy2d(allToAllCopies(n, outer, mid, inner, xRankDim, eb, true), x, area));
     LLCDIST_NCCL_TRY(ncclGroupStart(), opts_.rank);
     for (int64_t j = 0; j < n; ++j) {
-      LLCDIST_NCCL_TRY(ncclSend(send + j * block * eb, size_t(block), ncclType(dtype), int(j), c->comm, st),
-                       opts_.rank);
-      LLCDIST_NCCL_TRY(ncclRecv(recv + j * block * eb, size_t(block), ncclType(dtype), int(j), c->comm, st),
-                       opts_.rank);
+      LLCDIST_NCCL_GROUP_TRY(ncclSend(send + j * block * eb, size_t(block), ncclType(dtype), int(j), c->comm, st),
+                             opts_.rank);
+      LLCDIST_NCCL_GROUP_TRY(ncclRecv(recv + j * block * eb, size_t(block), ncclType(dtype), int(j), c->comm, st),
+                             opts_.rank);
     }
     LLCDIST_NCCL_TRY(ncclGroupEnd(), opts_.rank);
     if (!yBlocks) LLCDIST_RETURN_IF_ERROR(copy2d(allToAllCopies(n, outer, mid, inner, yRankDim, eb, false), recv, y));
@@ -254,8 +254,10 @@ StatusOr<CollectiveHandle> CudaBackend::allToAllVAsync(Stream s, const void* x, 
     else {
       LLCDIST_NCCL_TRY(ncclGroupStart(), opts_.rank);
       for (int64_t j = 0; j < n; ++j) {
-        LLCDIST_NCCL_TRY(ncclSend(sendSplits + j * chunks, size_t(chunks), ncclInt32, int(j), c->comm, st), opts_.rank);
-        LLCDIST_NCCL_TRY(ncclRecv(recvSplits + j * chunks, size_t(chunks), ncclInt32, int(j), c->comm, st), opts_.rank);
+        LLCDIST_NCCL_GROUP_TRY(ncclSend(sendSplits + j * chunks, size_t(chunks), ncclInt32, int(j), c->comm, st),
+                               opts_.rank);
+        LLCDIST_NCCL_GROUP_TRY(ncclRecv(recvSplits + j * chunks, size_t(chunks), ncclInt32, int(j), c->comm, st),
+                               opts_.rank);
       }
       LLCDIST_NCCL_TRY(ncclGroupEnd(), opts_.rank);
     }
@@ -302,11 +304,11 @@ StatusOr<CollectiveHandle> CudaBackend::allToAllVAsync(Stream s, const void* x, 
         for (int64_t k = 0; k < chunks; ++k) sendRows += hostSend[j * chunks + k], recvRows += hostRecv[j * chunks + k];
         const size_t sendCount = size_t(sendRows * rowElems), recvCount = size_t(recvRows * rowElems);
         if (sendRows > 0)
-          LLCDIST_NCCL_TRY(ncclSend(in + sendAt * rowBytes, sendCount, ncclType(dtype), int(j), c->comm, st),
-                           opts_.rank);
+          LLCDIST_NCCL_GROUP_TRY(ncclSend(in + sendAt * rowBytes, sendCount, ncclType(dtype), int(j), c->comm, st),
+                                 opts_.rank);
         if (recvRows > 0)
-          LLCDIST_NCCL_TRY(ncclRecv(out + recvAt * rowBytes, recvCount, ncclType(dtype), int(j), c->comm, st),
-                           opts_.rank);
+          LLCDIST_NCCL_GROUP_TRY(ncclRecv(out + recvAt * rowBytes, recvCount, ncclType(dtype), int(j), c->comm, st),
+                                 opts_.rank);
         sendAt += sendRows;
         recvAt += recvRows;
       }
@@ -375,7 +377,7 @@ CollectiveHandle CudaBackend::done(Status st) {
   return CollectiveHandle{id};
 }
 
-StatusOr<CollectiveHandle> CudaBackend::recordHandle(cudaStream_t st) {
+StatusOr<cudaEvent_t> CudaBackend::handleEvent() {
   cudaEvent_t e = nullptr;
   if (!freeEvents_.empty()) {
     e = freeEvents_.back();
@@ -383,7 +385,15 @@ StatusOr<CollectiveHandle> CudaBackend::recordHandle(cudaStream_t st) {
   } else {
     LLCDIST_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), opts_.rank);
   }
-  LLCDIST_CUDA_TRY(cudaEventRecord(e, st), opts_.rank);
+  return e;
+}
+
+StatusOr<CollectiveHandle> CudaBackend::recordHandle(cudaStream_t st) {
+  LLCDIST_ASSIGN_OR_RETURN(cudaEvent_t e, handleEvent());
+  if (const cudaError_t r = cudaEventRecord(e, st); r != cudaSuccess) {
+    freeEvents_.push_back(e);
+    return cudaError(r, "cudaEventRecord(e, st)", __FILE__, __LINE__, opts_.rank);
+  }
   const int64_t id = nextHandle_++;
   handles_[id] = Handle{e, Status::ok()};
   return CollectiveHandle{id};
@@ -435,17 +445,12 @@ Status CudaBackend::flushP2p() {
     }
   }
   LLCDIST_NCCL_TRY(ncclGroupEnd(), opts_.rank);
-  cudaEvent_t e = nullptr;
-  LLCDIST_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), opts_.rank);
-  LLCDIST_CUDA_TRY(cudaEventRecord(e, st), opts_.rank);
-  // One event marks the group; every handle of it waits on it (the first wait releases the rest).
-  for (size_t i = 0; i < calls.size(); ++i) {
-    cudaEvent_t mine = e;
-    if (i > 0) {
-      LLCDIST_CUDA_TRY(cudaEventCreateWithFlags(&mine, cudaEventDisableTiming), opts_.rank);
-      LLCDIST_CUDA_TRY(cudaEventRecord(mine, st), opts_.rank);
-    }
-    handles_[calls[i].handle].event = mine;
+  // Every handle of the group gets an event recorded after it, taken from those the waits have
+  // released (waitCollective), so a pipeline's sends and receives do not create events step after step.
+  for (const PendingP2p& p : calls) {
+    LLCDIST_ASSIGN_OR_RETURN(cudaEvent_t e, handleEvent());
+    handles_[p.handle].event = e;  // owned by the handle from here (destroyed with it if never waited)
+    LLCDIST_CUDA_TRY(cudaEventRecord(e, st), opts_.rank);
   }
   return Status::ok();
 #else

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -48,6 +49,16 @@ inline Status ncclError(ncclResult_t r, const char* expr, const char* file, int 
     const ncclResult_t llcdist_nccl_r_ = (expr);                                                 \
     if (llcdist_nccl_r_ != ncclSuccess && llcdist_nccl_r_ != ncclInProgress)                     \
       return ::llcdist::rt::cuda::ncclError(llcdist_nccl_r_, #expr, __FILE__, __LINE__, (rank)); \
+  } while (0)
+// A call inside an open ncclGroupStart: on failure the group is ended first, so later NCCL calls of
+// this thread are not swallowed into a group that is never issued.
+#define LLCDIST_NCCL_GROUP_TRY(expr, rank)                                                       \
+  do {                                                                                           \
+    const ncclResult_t llcdist_nccl_r_ = (expr);                                                 \
+    if (llcdist_nccl_r_ != ncclSuccess && llcdist_nccl_r_ != ncclInProgress) {                   \
+      ncclGroupEnd();                                                                            \
+      return ::llcdist::rt::cuda::ncclError(llcdist_nccl_r_, #expr, __FILE__, __LINE__, (rank)); \
+    }                                                                                            \
   } while (0)
 
 inline ncclDataType_t ncclType(CommDType t) {
@@ -293,6 +304,8 @@ class CudaBackend final : public Backend {
 
   CollectiveHandle done(Status st);
   StatusOr<CollectiveHandle> recordHandle(cudaStream_t st);
+  // An event for a handle: one a wait has released (freeEvents_), or a new one.
+  StatusOr<cudaEvent_t> handleEvent();
 
   StatusOr<CollectiveHandle> p2p(bool send, Stream s, void* ptr, int64_t count, CommDType dtype, int peer, int64_t tag,
                                  int64_t microbatch);
@@ -348,6 +361,9 @@ class CudaBackend final : public Backend {
   std::vector<void*> hostInputs_;        // allocateHostInput: pinned
   std::vector<Graph> graphs_;            // endGraphCapture, by id
   std::vector<cudaEvent_t> joinEvents_;  // per stream: its join into a capture
+  // Host functions captured into a graph: a graph's host node runs at every launch, so each is kept
+  // (not deleted by its first run) until the backend, after its graphs, is destroyed.
+  std::vector<std::unique_ptr<std::function<void()>>> capturedHostFuncs_;
   int64_t stagingBytes_ = 0;
 #if LLCDIST_HAVE_NCCL
   ncclComm_t world_ = nullptr;

@@ -28,17 +28,7 @@ Status checkBlock(const AttentionBlock& a) {
   LLCDIST_RETURN_IF_ERROR(checkAttentionShape(a.B, std::max<int64_t>(a.Sq, a.Sk), a.nh, a.nkv, a.hd));
   LLCDIST_RETURN_IF_ERROR(checkAttentionWindow(a.window));
   if (a.Sq <= 0 || a.Sk <= 0) return Status::invalidArgument("attention block: Sq and Sk must be positive");
-  const PositionRuns q = a.qPositions(), kv = a.kvPositions();
-  if (q.minAt(a.Sq) < 0 || kv.minAt(a.Sk) < 0 || a.qSplit < 0 || a.kvSplit < 0)
-    return Status::invalidArgument(
-        "attention block: the rows' positions (qStart, kvStart, qStart2, kvStart2) and "
-        "the splits must be >= 0");
-  const int64_t n1 = kv.firstRows(a.Sk);
-  if (n1 > 0 && n1 < a.Sk && a.kvStart2 < a.kvStart + n1)
-    return Status::invalidArgument("attention block: the key rows' second run starts at " + std::to_string(a.kvStart2) +
-                                   ", inside the first [" + std::to_string(a.kvStart) + ", " +
-                                   std::to_string(a.kvStart + n1) + ") (key positions must increase)");
-  return Status::ok();
+  return checkAttentionBlockPositions(a.qPositions(), a.Sq, a.kvPositions(), a.Sk);
 }
 
 // The query rows' visible keys (attentionBlockKeyRange), and whether any row sees a key.

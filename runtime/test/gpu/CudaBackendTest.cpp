@@ -104,19 +104,46 @@ TEST(CudaBackendTest, ACapturedGraphReadsTheHostInputsAtEachLaunch) {
   StatusOr<int> graph = b->endGraphCapture();
   ASSERT_TRUE(graph.isOk()) << graph.status().toString();
   ASSERT_TRUE(b->copyToHost(Stream{0}, y.data(), 0, 16).isOk());
+  ASSERT_TRUE(b->synchronize().isOk());  // the copy reaches y on the stream
   EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 4), (std::vector<float>{0, 0, 0, 0})) << "captured, not run";
   for (int launch = 1; launch <= 2; ++launch) {
     for (int i = 0; i < 4; ++i) in[i] = float(10 * launch + i);
     ASSERT_TRUE(b->launchGraph(*graph).isOk());
     ASSERT_TRUE(b->synchronize().isOk());
     ASSERT_TRUE(b->copyToHost(Stream{0}, y.data(), 0, 16).isOk());
+    ASSERT_TRUE(b->synchronize().isOk());
     EXPECT_EQ(std::vector<float>(y.begin(), y.begin() + 4),
               (std::vector<float>{float(10 * launch), float(10 * launch + 1), float(10 * launch + 2),
                                   float(10 * launch + 3)}));
   }
   ASSERT_TRUE(b->copyToHost(Stream{0}, y.data(), 64, 32).isOk());
+  ASSERT_TRUE(b->synchronize().isOk());
   EXPECT_EQ(y, (std::vector<float>{0, 0, 0, 0, 1, 1, 1, 1}));
   EXPECT_FALSE(b->launchGraph(*graph + 1).isOk());
+}
+
+// A recorded host function (CommandList.h records them) captured into a graph runs at every launch of
+// the graph: the backend keeps it alive, it is not freed by its first run.
+TEST(CudaBackendTest, ACapturedHostFunctionRunsAtEveryLaunch) {
+  LLCDIST_REQUIRE_GPU();
+  std::unique_ptr<Backend> b = cudaBackend(0, nullptr);
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->allocateArena(4096).isOk());
+  std::atomic<int> calls{0};
+  CommandList list;
+  CommandRecorder rec(*b, list);
+  ASSERT_TRUE(rec.fillZero(Stream{0}, 0, 16).isOk());
+  ASSERT_TRUE(rec.launchHostFunc(Stream{0}, [&calls] { ++calls; }).isOk());
+  ASSERT_TRUE(b->beginGraphCapture().isOk());
+  ASSERT_TRUE(list.replay(*b, 0).isOk());
+  StatusOr<int> graph = b->endGraphCapture();
+  ASSERT_TRUE(graph.isOk()) << graph.status().toString();
+  EXPECT_EQ(calls.load(), 0) << "captured, not run";
+  for (int launch = 1; launch <= 3; ++launch) {
+    ASSERT_TRUE(b->launchGraph(*graph).isOk());
+    ASSERT_TRUE(b->synchronize().isOk());
+    EXPECT_EQ(calls.load(), launch);
+  }
 }
 
 // Two virtual ranks on one device: the staged collectives give the CPU backend's bits.

@@ -91,5 +91,30 @@ TEST(CudaRingAttentionTest, MergeMatchesTheCpu) {
       .expectMatch(1e-6, 1e-6);
 }
 
+// Key positions that do not increase (the second run inside the first) are the CPU's InvalidArgument, and
+// the CUDA kernels' too (their key ranges assume increasing positions), before anything is launched.
+TEST(CudaRingAttentionTest, KeyPositionsThatDoNotIncreaseAreAnError) {
+  LLCDIST_REQUIRE_GPU();
+  AttentionParams p{kB, kS, kNh, kNkv, kHd};
+  p.qPos = PositionRuns::from(kS);
+  p.kvPos = {10, kS / 2, 12};  // rows [0, 8) at 10.., rows [8, 16) at 12..: inside the first run
+  const AttentionBlock block = attentionBlock({kB, kS, kNh, kNkv, kHd, 0}, p.qPos, p.kvPos);
+  EXPECT_EQ(attentionBlockForward(block, nullptr, nullptr, nullptr, nullptr, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  for (K kind : {K::kAttentionBlockFwd, K::kAttentionBlockBwd}) {
+    const CudaKernel* kernel = cudaKernel(kind);
+    ASSERT_NE(kernel, nullptr);
+    KernelCall call;
+    call.kind = kind;
+    call.params = p;
+    call.args.resize(schema::opSpec(call.kind).numArgs);
+    call.argElems.resize(call.args.size());
+    CudaKernelContext ctx;  // nothing is launched: the checks come first
+    const Status s = (*kernel)(call, ctx);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.toString();
+    EXPECT_NE(s.message().find("key positions must increase"), std::string::npos) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace llcdist::rt::cuda::test

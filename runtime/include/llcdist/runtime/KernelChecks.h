@@ -29,6 +29,10 @@ Status checkRopeTable(const RopeTable& table, int64_t S, int64_t hd, int64_t rot
 Status checkAttentionShape(int64_t B, int64_t S, int64_t nh, int64_t nkv, int64_t hd);
 // An attention's sliding window: >= 1, or 0 for none (plain causal).
 Status checkAttentionWindow(int64_t window);
+// A ring-attention block's rows (Sq query rows at positions q, Sk key rows at kv): positions and splits
+// >= 0, and increasing key positions (the second run starts at or past the first's end), which the
+// kernels' key ranges assume.
+Status checkAttentionBlockPositions(const PositionRuns& q, int64_t Sq, const PositionRuns& kv, int64_t Sk);
 // The first buffer of `role` holds at least `need` elements (an absent role passes).
 Status checkArgElems(const KernelCall& call, std::string_view role, int64_t need);
 // The q, k, v (and dq, dk, dv) of an attention call: their layouts (QkvLayout: separate buffers or one

@@ -252,7 +252,7 @@ Status checkBlockShape(const char* what, const AttentionParams& p) {
   if (p.hd > kMaxHd)
     return Status::invalidArgument(std::string(what) + ": head dim " + std::to_string(p.hd) +
                                    " is larger than the CUDA kernels' limit " + std::to_string(kMaxHd));
-  return Status::ok();
+  return checkAttentionBlockPositions(p.qPos, p.S, p.kvPos, p.S);
 }
 
 Block blockOf(const AttentionParams& p) {

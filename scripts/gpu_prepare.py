@@ -58,6 +58,8 @@ GOLDEN = [
     # Context parallelism (issue #32) on the GPU, virtual ranks: the ring (the default: block
     # attention, merge, ring sends) and the all-to-alls.
     ("gpt2-cp2", "tiny-gpt2", "--mesh cp=2 --seq-len 64 --global-batch 4"),
+    # Learned positions under sequence parallelism inside each cp slice (shard_axis "tp+cp").
+    ("gpt2-cp2-tp2-sp", "tiny-gpt2", "--mesh cp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
     ("llama-dp2-cp2-tp2-sp", "tiny-llama",
      "--mesh dp=2,cp=2,tp=2 --cp-impl all-to-all --sequence-parallel --seq-len 64 --global-batch 4"),
     # The families (issue #33): Mistral's sliding window (own f32 kernel, cuDNN's band in bf16; on the

@@ -99,8 +99,6 @@ std::optional<std::string> checkContextParallel(const Workload &w, const Paralle
   } else {
     return why("cp-impl must be ring or all-to-all");
   }
-  if (m.arch == Arch::GPT2 && c.sequenceParallel)
-    return why("learned positions under both sequence and context parallelism are not supported");
   return std::nullopt;
 }
 

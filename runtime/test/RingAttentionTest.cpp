@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -157,6 +158,41 @@ TEST(RingBinderTest, RowsGetTheirLayoutsPositions) {
   expectRuns(std::get<RopeParams>(*dp).table->positions, PositionRuns::from(4), 4);
 }
 
+// shard_axis "tp+cp" (sequence parallelism inside context parallelism): tp coordinate t holds rows
+// [t·S, (t+1)·S) of its cp slice. tp = 3 over cp slices of 6 rows: under load balancing tp rank 1's
+// rows straddle the slice's two chunks.
+TEST(RingBinderTest, SequenceParallelRowsAreTpsPartOfTheCpSlice) {
+  constexpr int64_t cp = 2, tp = 3, S = 2, T = S * tp * cp;
+  for (CpLayout layout : kLayouts) {
+    Manifest m = cpManifest(cp, T, layout);
+    m.meshTp = tp;
+    std::vector<int64_t> seen;
+    for (int rank = 0; rank < cp * tp; ++rank) {
+      const int64_t t = rank % tp, c = rank / tp;  // rank order tp, cp, dp, pp
+      SCOPED_TRACE(layoutName(layout) + " rank " + std::to_string(rank));
+      for (const char* axes : {"tp+cp", "cp+tp"}) {
+        auto pos = bindWith(m, sc::OpKind::kPosEmbeddingBwdWeight,
+                            {{"B", int64_t(1)},
+                             {"S", S},
+                             {"H", int64_t(2)},
+                             {"P", T},
+                             {"accumulate", false},
+                             {"shard_axis", std::string(axes)}},
+                            rank);
+        ASSERT_TRUE(pos.isOk()) << pos.status().message();
+        const PositionRuns slice = contextParallelPositions(T, cp, c, layout);
+        const PositionRuns got = std::get<EmbeddingParams>(*pos).positions();
+        for (int64_t s = 0; s < S; ++s) EXPECT_EQ(got.at(s), slice.at(t * S + s)) << "row " << s;
+        if (axes[0] == 't')
+          for (int64_t s = 0; s < S; ++s) seen.push_back(got.at(s));
+      }
+    }
+    std::sort(seen.begin(), seen.end());  // every position once
+    ASSERT_EQ(seen.size(), size_t(T));
+    for (int64_t i = 0; i < T; ++i) EXPECT_EQ(seen[size_t(i)], i);
+  }
+}
+
 // send / recv with a ring shift: the peer is member (c + shift) mod n of the axis.
 TEST(RingBinderTest, ShiftNamesTheRingNeighbour) {
   Manifest m;
@@ -193,6 +229,23 @@ Status opError(const std::string& layout, const std::string& op, json args, json
   auto m = manifestOf(b);
   if (!m.isOk()) return m.status();
   return parseProgram(b.program.dump(), "program-0.json", *m).status();
+}
+
+// A position embedding's shard_axis is one axis or tp+cp; the table holds S·cp·tp positions.
+TEST(RingCheckerTest, PositionEmbeddingsSequenceAxes) {
+  const json args = {{"x", "x"}, {"wpe", "wpe"}, {"y", "y"}};
+  auto fwd = [&](json shardAxis, int64_t S, int64_t P) {
+    return opError("load_balanced", "pos_embedding_fwd", args,
+                   {{"B", 1}, {"S", S}, {"H", 2}, {"P", P}, {"shard_axis", shardAxis}},
+                   {{"x", 2 * S}, {"wpe", 2 * P}, {"y", 2 * S}});
+  };
+  expectParts(fwd("dp+cp", 4, 8), {"attrs.shard_axis", "\"dp+cp\"", "one mesh axis or \"tp+cp\""});
+  expectParts(fwd("xp+cp", 4, 8), {"attrs.shard_axis", "unknown mesh axis"});
+  // tp is 1 in this plan: n = cp = 2, and S·n = 8 fits P = 8, not P = 7.
+  EXPECT_TRUE(fwd("tp+cp", 4, 8).isOk());
+  expectParts(fwd("tp+cp", 4, 7), {"attrs.S", "need S·n = 8 positions", "P = 7"});
+  // Under load balancing the cp slice's S·tp rows are two runs: S = 3 at tp = 1 is odd.
+  expectParts(fwd("tp+cp", 3, 8), {"attrs.S", "is odd"});
 }
 
 TEST(RingCheckerTest, BlockMergeRopeAndShiftErrors) {

@@ -142,7 +142,10 @@ std::vector<CpCase> commonCases() {
 
 TEST(ContextParallel, TinyGPT2SGD) {
   std::vector<CpCase> cases = commonCases();
-  cases.push_back(CpCase::of(2).withTp(2)); // learned positions: tp without sequence parallelism
+  cases.push_back(CpCase::of(2).withTp(2));
+  // Learned positions under sequence parallelism too: tp's part of each cp slice ("tp+cp").
+  cases.push_back(CpCase::of(2).withTp(2).withSequenceParallel());
+  cases.push_back(CpCase::of(2).withDp(2).withTp(2).withMicroBatch(4).withSequenceParallel());
   golden("tiny-gpt2", "sgd", cases);
 }
 
@@ -179,6 +182,9 @@ std::vector<CpCase> ringCases() {
 TEST(ContextParallelRing, TinyGPT2SGD) {
   std::vector<CpCase> cases = ringCases();
   cases.push_back(CpCase::of(2).withTp(2).ring());
+  // Sequence parallelism inside each load-balanced cp slice: at cp 4 each tp rank holds one chunk.
+  cases.push_back(CpCase::of(2).withTp(2).withSequenceParallel().ring());
+  cases.push_back(CpCase::of(4).withTp(2).withSequenceParallel().ring());
   cases.push_back(CpCase::of(8).ring());
   golden("tiny-gpt2", "sgd", cases);
 }
@@ -279,7 +285,8 @@ TEST(ContextParallel, Bf16TinyLlama) {
   goldenBf16("tiny-llama", {CpCase::of(2), CpCase::of(2).withDp(2).withMicroBatch(4)});
 }
 TEST(ContextParallelRing, Bf16) {
-  goldenBf16("tiny-gpt2", {CpCase::of(2).ring(), CpCase::of(4).ring()});
+  goldenBf16("tiny-gpt2",
+             {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2).withTp(2).withSequenceParallel().ring()});
   goldenBf16("tiny-llama", {CpCase::of(2).ring()});
 }
 
@@ -313,9 +320,6 @@ TEST(ContextParallel, MeshesTheModelCannotTakeAreRefused) {
   // tp 2 leaves 4 heads and 2 kv heads per rank: cp 8 cannot split the heads.
   std::string kv = compileError("tiny-llama", CpCase::of(8).withTp(2));
   EXPECT_NE(kv.find("num_heads=4 and either divide num_kv_heads=2 or be a multiple of it"), std::string::npos) << kv;
-  // Learned positions under two sequence splits at once.
-  std::string sp = compileError("tiny-gpt2", CpCase::of(2).withTp(2).withSequenceParallel());
-  EXPECT_NE(sp.find("not supported yet"), std::string::npos) << sp;
   // The ring's load-balanced chunks: 2·cp must divide the sequence.
   std::string lb = compileError("tiny-llama", CpCase::of(16).ring());
   EXPECT_NE(lb.find("cp=16 (ring) cuts the sequence of 16 tokens into 2*cp=32 load-balanced chunks"), std::string::npos)
@@ -323,6 +327,7 @@ TEST(ContextParallel, MeshesTheModelCannotTakeAreRefused) {
   // And what compiles does not complain (cp 4 over 2 kv heads per tp rank:
   // each replicated twice).
   EXPECT_EQ(compileError("tiny-llama", CpCase::of(2).withTp(2).withSequenceParallel()), "");
+  EXPECT_EQ(compileError("tiny-gpt2", CpCase::of(2).withTp(2).withSequenceParallel()), "");
   EXPECT_EQ(compileError("tiny-llama", CpCase::of(4).withTp(2)), "");
 }
 } // namespace

@@ -1,7 +1,7 @@
 // Family "embedding": embedding_fwd / embedding_bwd_weight (token embedding, vocabulary-parallel with
 // attr `shard_axis`) and pos_embedding_fwd / pos_embedding_bwd_weight (GPT-2's learned positions,
-// sequence-parallel with attr `shard_axis`). embedding_*'s optional `scale` (Gemma's multiplier of the
-// gathered rows, and of their gradient) binds as EmbeddingParams::scale.
+// sequence-parallel with attr `shard_axis`: one axis, or tp+cp). embedding_*'s optional `scale` (Gemma's multiplier of
+// the gathered rows, and of their gradient) binds as EmbeddingParams::scale.
 #include "OpDefs.h"
 #include "llcdist/runtime/FloatAttrRules.h"
 
@@ -98,18 +98,24 @@ Status checkPosEmbedding(const OpChecker& c) {
   const Op& op = c.op();
   const int64_t B = c.I("B"), S = c.I("S"), H = c.I("H"), P = c.I("P");
   LLCDIST_RETURN_IF_ERROR(positionsFit(c, S, P));
-  LLCDIST_RETURN_IF_ERROR(c.shardAxis());
-  if (op.attrs.count(std::string(sc::kShardAxisAttr))) {
-    // Sequence-parallel: every member's positions must fit in P; the largest is the last member's last
-    // (contiguous) or the first member's last (cp's load-balanced layout): S·n − 1 either way.
-    const std::string axis = op.stringAttr(std::string(sc::kShardAxisAttr));
-    LLCDIST_RETURN_IF_ERROR(c.axisRows(axis, S));
-    const MeshAxis a = *parseMeshAxis(axis);
-    const int64_t n = c.manifest().mesh().axisSize(a);
-    const int64_t global = OpChecker::prod({S, n});
-    const int64_t needed = global < 0 ? -1
-                                      : 1 + std::max(axisRowPositions(c.manifest(), a, 0, S).maxAt(S),
-                                                     axisRowPositions(c.manifest(), a, n - 1, S).maxAt(S));
+  const std::string attr(sc::kShardAxisAttr);
+  if (op.attrs.count(attr)) {
+    // Sequence-parallel over one axis, or over tp inside each cp slice (tp+cp): the members' rows are
+    // the positions [0, S·n) in some order (n the members), which must fit in P.
+    const std::string axis = op.stringAttr(attr);
+    const auto axes = parseAxisSet(axis);
+    if (!axes)  // an unknown name
+      return axis.find('+') == std::string::npos ? c.shardAxis() : c.attrError(attr.c_str(), axisSetError(axis));
+    if (!isSequenceAxes(*axes))
+      return c.attrError(attr.c_str(),
+                         "shard_axis \"" + axis +
+                             "\" names a set of mesh axes; a position embedding's "
+                             "shard_axis is one mesh axis or \"tp+cp\" (sequence parallelism inside each cp slice)");
+    const Mesh& mesh = c.manifest().mesh();
+    const int64_t tp = axes->single() ? 1 : mesh.axisSize(MeshAxis::kTp);
+    LLCDIST_RETURN_IF_ERROR(c.axisRows(axes->single() ? axis : "cp", OpChecker::prod({S, tp})));
+    const int64_t n = mesh.axisSize(*axes);
+    const int64_t needed = OpChecker::prod({S, n});
     if (needed < 0 || needed > P)
       return c.attrError("S", "S = " + std::to_string(S) + " positions on each of the " + std::to_string(n) +
                                   " members of shard_axis \"" + axis +
@@ -129,8 +135,8 @@ StatusOr<OpParams> bindPosEmbedding(const BindContext& b) {
   p.P = b.op.intAttr("P");
   p.accumulate = b.op.boolAttr("accumulate");
   if (b.op.attrs.count(std::string(sc::kShardAxisAttr))) {  // sequence-parallel: this rank's rows' positions
-    LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis(std::string(sc::kShardAxisAttr), "shard_axis"));
-    const PositionRuns pos = axisRowPositions(b.manifest, axis, b.mesh.coord(b.rank, axis), p.S);
+    LLCDIST_ASSIGN_OR_RETURN(AxisSet axes, b.axisSet(std::string(sc::kShardAxisAttr), "shard_axis"));
+    const PositionRuns pos = sequenceRowPositions(b.manifest, b.mesh, axes, b.rank, p.S);
     p.posBegin = pos.first;
     p.posSplit = pos.split;
     p.posBegin2 = pos.second;

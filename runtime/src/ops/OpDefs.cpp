@@ -157,6 +157,25 @@ PositionRuns axisRowPositions(const Manifest& manifest, MeshAxis axis, int64_t c
   return contextParallelPositions(S * n, n, coord, manifest.cpLayout);
 }
 
+namespace {
+const AxisSet kTpCp{AxisSet::of(MeshAxis::kTp).bits | AxisSet::of(MeshAxis::kCp).bits};
+
+// Rows [off, ...) of `r`, numbered from 0.
+PositionRuns rowsFrom(const PositionRuns& r, int64_t off) {
+  if (off >= r.split) return PositionRuns::from(r.second + (off - r.split));
+  return {r.first + off, r.split - off, r.second};
+}
+}  // namespace
+
+bool isSequenceAxes(AxisSet axes) { return axes.single().has_value() || axes == kTpCp; }
+
+PositionRuns sequenceRowPositions(const Manifest& manifest, const Mesh& mesh, AxisSet axes, int64_t rank, int64_t S) {
+  if (auto a = axes.single()) return axisRowPositions(manifest, *a, mesh.coord(rank, *a), S);
+  const int64_t tp = mesh.axisSize(MeshAxis::kTp);
+  const PositionRuns slice = axisRowPositions(manifest, MeshAxis::kCp, mesh.coord(rank, MeshAxis::kCp), S * tp);
+  return rowsFrom(slice, mesh.coord(rank, MeshAxis::kTp) * S);
+}
+
 // ---- BindContext -------------------------------------------------------------------------------------
 StatusOr<MeshAxis> BindContext::axis(const std::string& attr, const char* what) const {
   const std::string name = op.stringAttr(attr);

@@ -93,6 +93,13 @@ struct BindContext {
 // manifest's mesh.cp_layout over a sequence of S·n (n the axis size), on any other axis
 // [coord·S, (coord+1)·S). Position embeddings, RoPE and ring attention with an axis.
 PositionRuns axisRowPositions(const Manifest& manifest, MeshAxis axis, int64_t coord, int64_t S);
+// The sequence axes a position embedding's shard_axis may name: one mesh axis, or tp+cp (sequence
+// parallelism inside a context-parallel slice: the sequence split over cp, each cp slice over tp).
+bool isSequenceAxes(AxisSet axes);
+// The global positions of the S rows `rank` holds of a sequence split over `axes` (isSequenceAxes): one
+// axis as axisRowPositions; tp+cp: rows [t·S, (t+1)·S) of the rank's cp slice of S·tp rows (mesh.cp_layout),
+// t its tp coordinate.
+PositionRuns sequenceRowPositions(const Manifest& manifest, const Mesh& mesh, AxisSet axes, int64_t rank, int64_t S);
 
 struct OpDef {
   std::string_view family;  // the kernel family ("norm", ...): src/ops/<Family>.cpp, docs/adding-an-op.md

@@ -223,15 +223,15 @@ private:
     return success();
   }
 
-  /// Learned positions of a sequence slice start at the rank's first token.
+  /// Learned positions of a sequence slice are the rank's tokens' (mesh.cp_layout); under sequence
+  /// parallelism too, tp's slice of them ("tp+cp": each cp slice split over tp).
   LogicalResult positions(Operation *op) {
     if (!isa<AddPositionEmbeddingOp, AddPositionEmbeddingGradOp>(op))
       return success();
-    if (op->hasAttr("xf.seq_parallel_axis"))
-      return op->emitOpError("llcdist-partition: learned positions under both sequence parallelism and "
-                             "context parallelism are not supported yet; use one of them (or a model with "
-                             "rotary positions)");
-    op->setAttr("xf.seq_parallel_axis", StringAttr::get(op->getContext(), "cp"));
+    auto sp = op->getAttrOfType<StringAttr>("xf.seq_parallel_axis");
+    if (sp && sp.getValue() != "tp")
+      return op->emitOpError("llcdist-partition: learned positions already split over ") << sp << " under cp";
+    op->setAttr("xf.seq_parallel_axis", StringAttr::get(op->getContext(), sp ? "tp+cp" : "cp"));
     return success();
   }
 

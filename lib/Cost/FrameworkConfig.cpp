@@ -32,6 +32,12 @@ void renderMoe(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   flag(a, "--num-experts", num(e.experts));
   flag(a, "--moe-router-topk", num(e.topK));
   flag(a, "--moe-ffn-hidden-size", num(e.intermediate));
+  if (!e.denseLayers.empty()) { // Qwen2-MoE's dense layers: 1 a mixture of experts, 0 a dense MLP (--ffn-hidden-size)
+    std::string freq = "[";
+    for (int64_t i = 0; i < m.layers; ++i)
+      freq += std::string(i ? "," : "") + (m.sparseLayer(i) ? "1" : "0");
+    flag(a, "--moe-layer-freq", freq + "]");
+  }
   if (e.sharedIntermediate) {
     flag(a, "--moe-shared-expert-intermediate-size", num(e.sharedIntermediate));
     a.megatronNotes.push_back("the shared expert scaled by sigmoid(shared_expert_gate(x)) (Qwen2-MoE): Megatron-"

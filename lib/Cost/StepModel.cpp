@@ -67,6 +67,21 @@ ExpertRows expertRowsPerToken(const Workload &w, const ParallelConfig &c) {
   return r;
 }
 
+/// A mixture of experts with dense layers (Qwen2-MoE's decoder_sparse_step,
+/// mlp_only_layers) is priced as its mean layer: f = sparse layers / layers
+/// of a sparse layer's compute, activations, parameters and ep traffic and
+/// 1 − f of a dense layer's (exact for the totals over the layers; a stage
+/// holding more sparse layers than the mean is underestimated). `sparse`
+/// where every layer is sparse.
+bool mixedLayers(const ModelConfig &m) { return m.moe && m.sparseLayers() < m.layers; }
+double meanLayer(const ModelConfig &m, double sparse, double dense) {
+  const double f = mixedLayers(m) ? double(m.sparseLayers()) / double(m.layers) : 1;
+  return mixedLayers(m) ? f * sparse + (1 - f) * dense : sparse;
+}
+int64_t meanLayerWidth(const ModelConfig &m, int64_t sparse, int64_t dense) {
+  return mixedLayers(m) ? int64_t(std::llround(meanLayer(m, double(sparse), double(dense)))) : sparse;
+}
+
 /// The MLP width whose activations a rank holds per token: the layer's
 /// (LayerShape::inter), a mixture of experts' by the rows its experts'
 /// side holds.
@@ -74,7 +89,8 @@ double activationInter(const Workload &w, const ParallelConfig &c, const LayerSh
   const ModelConfig &m = w.model;
   if (!m.moe)
     return double(s.inter);
-  return rows.held * double(m.moe->intermediate) + double(m.moe->sharedIntermediate / c.tp);
+  return meanLayer(m, rows.held * double(m.moe->intermediate) + double(m.moe->sharedIntermediate / c.tp),
+                   double(m.intermediate / c.tp));
 }
 
 /// What a fully recomputed layer leaves out (opsForUsedResults: it runs what
@@ -95,7 +111,7 @@ struct RecomputeSkip {
 RecomputeSkip recomputeSkip(const Workload &w) {
   if (w.recomputation == Workload::Recomputation::Whole)
     return {};
-  if (w.model.moe)
+  if (w.model.moe) // (a mixed model's dense layers do skip their down projection: priced as sparse ones)
     return {false, false, true};
   return {true, w.model.arch == Arch::Phi, true};
 }
@@ -115,7 +131,7 @@ LayerShape layerShape(const ModelConfig &m, int64_t tp) {
   // attention only; the shared expert is Megatron-split). Its parameters are
   // every expert's (paramCounts).
   if (m.moe)
-    s.inter = m.moe->topK * m.moe->intermediate + m.moe->sharedIntermediate / tp;
+    s.inter = meanLayerWidth(m, m.moe->topK * m.moe->intermediate + m.moe->sharedIntermediate / tp, s.inter);
   return s;
 }
 
@@ -180,7 +196,9 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
   // The experts' GEMMs run on the rows they receive: under a capacity factor
   // that drops tokens, fewer than T·k.
   if (const MoeConfig *e = w.model.moe ? &*w.model.moe : nullptr)
-    s.inter = int64_t(std::llround(rows.active * double(e->intermediate))) + e->sharedIntermediate / c.tp;
+    s.inter = meanLayerWidth(
+        w.model, int64_t(std::llround(rows.active * double(e->intermediate))) + e->sharedIntermediate / c.tp,
+        w.model.intermediate / c.tp);
   const int64_t T = c.microBatch * w.seqLen / c.cp;     // the rank's tokens of the microbatch
   const int64_t Ts = c.sequenceParallel ? T / c.tp : T; // the norms' and residuals' tokens
   LayerTimes t;
@@ -240,7 +258,7 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
     modelFwd = mem(2.0 * T * (s.q + s.kv)) + mem(3.0 * T * inter);
     modelBwd = mem(2.0 * T * (s.q + s.kv)) + mem(5.0 * T * inter) + 2 * mem(2.0 * T * s.h);
     if (w.model.moe && c.ep > 1) {
-      const double transpose = mem(2.0 * T * rows.held * s.h);
+      const double transpose = meanLayer(w.model, mem(2.0 * T * rows.held * s.h), 0);
       modelFwd += 2 * transpose;
       modelBwd += 2 * transpose;
     }
@@ -288,8 +306,8 @@ LayerTimes layerTimes(const Hardware &hw, const Workload &w, const ParallelConfi
     const Group g = axisGroup(c.mesh(), "ep", hw.topology);
     const double bytes = double(T) * rows.active * double(s.h) * b;
     const double a2a = collectiveSeconds(hw, Collective::AllToAll, bytes, g);
-    t.epFwd = 2 * a2a;
-    t.epBwd = 2 * a2a;
+    t.epFwd = meanLayer(w.model, 2 * a2a, 0);
+    t.epBwd = t.epFwd;
   }
   return t;
 }
@@ -306,7 +324,7 @@ std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) 
   double matmul = s.llama ? H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * double(s.inter)
                           : H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
   if (m.moe) // the router and Qwen2-MoE's shared-expert gate, as llcdist-pipeline-split counts them
-    matmul += H * double(m.moe->experts) + (m.moe->sharedIntermediate ? H : 0);
+    matmul += meanLayer(m, H * double(m.moe->experts) + (m.moe->sharedIntermediate ? H : 0), 0);
   double fwd = 2 * matmul + 4.0 * double(w.seqLen) * double(m.heads) * double(s.hd);
   double layer = 3 * fwd + (full ? fwd - 2 * recomputeSkip(w).macs(s) : 0);
   // The head: the LM head over the padded vocabulary (the pass runs after
@@ -386,10 +404,12 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     double mlp = 3 * H * double(s.inter);
     if (m.moe) { // the router and every expert, whole on each tp rank; the shared expert split as an MLP
       const MoeConfig &e = *m.moe;
-      pc.experts = double(e.experts) * 3 * H * double(e.intermediate);
-      mlp = double(e.experts) * H + pc.experts;
+      const double experts = double(e.experts) * 3 * H * double(e.intermediate);
+      double sparse = double(e.experts) * H + experts;
       if (e.sharedIntermediate)
-        mlp += 3 * H * double(e.sharedIntermediate / tp) + H;
+        sparse += 3 * H * double(e.sharedIntermediate / tp) + H;
+      pc.experts = meanLayer(m, experts, 0);
+      mlp = meanLayer(m, sparse, 3 * H * double(m.intermediate / tp));
     }
     pc.layer = 2 * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + mlp;
     if (m.qkvBias)
@@ -450,7 +470,9 @@ double zeroBlock(const ParallelConfig &c, double params, double experts) {
 /// one per tensor).
 int64_t stageTensors(const Workload &w, const ParallelConfig &c, int64_t stage, int64_t layers) {
   const ModelConfig &m = w.model;
-  int64_t n = layers * m.layerTensors();
+  int64_t n = mixedLayers(m) ? int64_t(std::llround(double(layers) * meanLayer(m, double(m.layerTensors(true)),
+                                                                               double(m.layerTensors(false)))))
+                             : layers * m.layerTensors();
   if (stage == 0)
     n += m.arch == Arch::GPT2 ? 2 : 1;
   if (stage == c.pp - 1) {
@@ -471,8 +493,10 @@ StepFlops cost::stepFlops(const Workload &w, const std::string &recompute) {
   // A capacity factor F < 1 keeps F of the experts' rows under uniform
   // routing: the FLOPs computed (MFU counts what runs, as the step model).
   if (m.moe && w.moeCapacityFactor > 0 && w.moeCapacityFactor < 1)
-    s.inter = int64_t(std::llround(w.moeCapacityFactor * double(m.moe->topK * m.moe->intermediate))) +
-              m.moe->sharedIntermediate;
+    s.inter = meanLayerWidth(m,
+                             int64_t(std::llround(w.moeCapacityFactor * double(m.moe->topK * m.moe->intermediate))) +
+                                 m.moe->sharedIntermediate,
+                             m.intermediate);
   double T = double(w.globalBatch) * double(w.seqLen);
   double H = double(m.hidden);
   double matmulPerToken; // multiply-adds per token per layer
@@ -515,7 +539,7 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
   const double inter = activationInter(w, c, s, rows);
   // ep > 1: the dispatched input rows the experts' GEMMs keep for their
   // weight gradients (C·H a token of T·H; none apart without ep).
-  const double dispatched = c.ep > 1 ? rows.held * double(s.h) * b : 0;
+  const double dispatched = c.ep > 1 ? meanLayer(m, rows.held * double(s.h) * b, 0) : 0;
   MemoryEstimate best;
   for (int64_t stage = 0; stage < c.pp; ++stage) {
     double params = stageParams(w, c, stage, layers[size_t(stage)]);

@@ -44,9 +44,21 @@ public:
     OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc, StringRef(m.name));
     (*module)->setAttr(kModelAttr, describe());
     b.setInsertionPointToEnd(module->getBody());
-    func::FuncOp layer = m.arch == Arch::GPT2 ? gpt2Block() : m.arch == Arch::Phi ? phiBlock() : llamaBlock();
+    // One body per kind of layer: Qwen2-MoE's dense layers (decoder_sparse_step,
+    // mlp_only_layers) call their own.
+    func::FuncOp sparse, dense;
+    if (m.arch == Arch::GPT2)
+      dense = gpt2Block();
+    else if (m.arch == Arch::Phi)
+      dense = phiBlock();
+    if (m.sparseLayers() > 0) {
+      sparse = llamaBlock(/*sparse=*/true);
+      b.setInsertionPointToEnd(module->getBody());
+    }
+    if (!dense && m.sparseLayers() < m.layers)
+      dense = llamaBlock(/*sparse=*/false);
     b.setInsertionPointToEnd(module->getBody());
-    forward(layer);
+    forward([&](int64_t i) { return m.sparseLayer(i) ? sparse : dense; });
     return module;
   }
 
@@ -106,8 +118,8 @@ private:
         .getResult();
   }
 
-  /// transformers' output_router_logits: the load-balancing loss over every
-  /// layer's router (each layer is sparse here).
+  /// transformers' output_router_logits: the load-balancing loss over the
+  /// sparse layers' routers (a dense layer passes the statistics on).
   bool auxLoss() const { return m.moe && m.moe->auxLossCoef > 0; }
   /// The load-balancing statistics [E] the layers pass on (auxLoss()): the
   /// assignments to each expert (i32) and the sums of its probabilities.
@@ -262,9 +274,11 @@ private:
     return AddOp::create(b, loc(blk), routed, gated);
   }
 
-  func::FuncOp llamaBlock() {
+  /// LlamaDecoderLayer, with the mixture of experts in the MLP's place when
+  /// `sparse`.
+  func::FuncOp llamaBlock(bool sparse) {
     func::FuncOp fn;
-    Value x = beginLayer(fn, m.moe ? "moe_decoder_layer" : "llama_decoder_layer");
+    Value x = beginLayer(fn, sparse ? "moe_decoder_layer" : "llama_decoder_layer");
     const std::string p = "model.layers.{i}.";
     int64_t H = m.hidden, q = m.heads * m.headDim;
     Value h = rmsNorm(p + "input_layernorm", x);
@@ -272,7 +286,7 @@ private:
     Value out = linear(p + "self_attn.o_proj", a, q, H, m.outputBias, WeightLayout::OutIn);
     x = AddOp::create(b, loc(p + "self_attn"), x, out);
     h = rmsNorm(p + "post_attention_layernorm", x);
-    Value d = m.moe ? moeBlock(p, h) : gatedMlp(p + "mlp.", h, m.intermediate, m.mlpBias);
+    Value d = sparse ? moeBlock(p, h) : gatedMlp(p + "mlp.", h, m.intermediate, m.mlpBias);
     x = AddOp::create(b, loc(p + "mlp"), x, d);
     SmallVector<Value> outputs{x};
     llvm::append_range(outputs, routerStats);
@@ -315,7 +329,9 @@ private:
     });
   }
 
-  void forward(func::FuncOp layer) {
+  /// The entry: the embeddings, layer i calling body `layer(i)`, the final
+  /// norm, the LM head and the loss.
+  void forward(llvm::function_ref<func::FuncOp(int64_t)> layer) {
     auto ids = RankedTensorType::get({B, S}, b.getI32Type());
     auto lossTy = RankedTensorType::get({}, b.getF32Type());
     auto fn = func::FuncOp::create(b, loc("forward", {"num_layers"}, /*fileFirst=*/true),
@@ -344,7 +360,7 @@ private:
     for (int64_t i = 0; i < m.layers; ++i) {
       SmallVector<Value> in{x};
       llvm::append_range(in, stats);
-      auto call = LayerOp::create(b, loc("layer"), ValueRange(in).getTypes(), layer.getSymName(), i, in);
+      auto call = LayerOp::create(b, loc("layer"), ValueRange(in).getTypes(), layer(i).getSymName(), i, in);
       x = call.getResult(0);
       stats.assign(call.getResults().begin() + 1, call.getResults().end());
     }

@@ -37,9 +37,9 @@ namespace {
 /// double for the bound parseModelConfig checks first (no overflow there).
 /// One layer's MLP: the gated MLP, or the mixture of experts (the router,
 /// `experts` of the experts, Qwen2-MoE's shared expert and its gate).
-template <typename T> T mlpCount(const ModelConfig &c, T experts) {
+template <typename T> T mlpCount(const ModelConfig &c, T experts, bool sparse) {
   T H = c.hidden;
-  if (!c.moe)
+  if (!c.moe || !sparse)
     return 3 * H * T(c.intermediate) + (c.mlpBias ? 2 * T(c.intermediate) + H : 0);
   const MoeConfig &e = *c.moe;
   T n = T(e.experts) * H + experts * 3 * H * T(e.intermediate);
@@ -50,8 +50,9 @@ template <typename T> T mlpCount(const ModelConfig &c, T experts) {
 
 /// The architecture's parameter formula, in T: int64_t for numParameters(),
 /// double for the bound parseModelConfig checks first (no overflow there).
-/// `active`: a mixture of experts counts top_k experts.
-template <typename T> T layerCount(const ModelConfig &c, bool active = false) {
+/// `active`: a mixture of experts counts top_k experts; `sparse`: the layer
+/// is one (else its MLP is dense).
+template <typename T> T layerCount(const ModelConfig &c, bool active, bool sparse) {
   T H = c.hidden, I = c.intermediate;
   T q = T(c.heads) * T(c.headDim), kv = T(c.kvHeads) * T(c.headDim);
   if (c.arch == Arch::GPT2)
@@ -59,7 +60,7 @@ template <typename T> T layerCount(const ModelConfig &c, bool active = false) {
   if (c.arch == Arch::Phi) // one LayerNorm; q, k, v, dense, fc1, fc2, all with biases
     return 2 * H + (H * q + q) + 2 * (H * kv + kv) + (q * H + H) + (H * I + I) + (I * H + H);
   T layer = 2 * H + H * q + 2 * H * kv + q * H;
-  layer += mlpCount<T>(c, c.moe ? T(active ? c.moe->topK : c.moe->experts) : T(0));
+  layer += mlpCount<T>(c, c.moe ? T(active ? c.moe->topK : c.moe->experts) : T(0), sparse);
   if (c.qkvBias)
     layer += q + 2 * kv;
   if (c.outputBias)
@@ -78,7 +79,8 @@ template <typename T> T parameterCount(const ModelConfig &c, bool active = false
     n += H; // model.norm
   if (c.lmHeadBias)
     n += V;
-  return n + L * layerCount<T>(c, active);
+  const T sparse = T(c.sparseLayers());
+  return n + sparse * layerCount<T>(c, active, true) + (L - sparse) * layerCount<T>(c, active, false);
 }
 
 /// Far above any published model (GPT-3: 2^37.3, Llama 3.1 405B: 2^38.6),
@@ -89,15 +91,17 @@ constexpr double kMaxParameters = double(int64_t(1) << 50);
 
 int64_t ModelConfig::numParameters() const { return parameterCount<int64_t>(*this); }
 int64_t ModelConfig::activeParameters() const { return parameterCount<int64_t>(*this, /*active=*/true); }
-int64_t ModelConfig::layerParameters() const { return layerCount<int64_t>(*this); }
-int64_t ModelConfig::layerTensors() const {
+int64_t ModelConfig::layerParameters(bool sparse) const {
+  return layerCount<int64_t>(*this, /*active=*/false, sparse && moe);
+}
+int64_t ModelConfig::layerTensors(bool sparse) const {
   if (arch == Arch::GPT2)
     return 12;
   if (arch == Arch::Phi)
     return 14;
   // Two norms, q k v o, and the gated MLP's three matrices or the router,
   // three stacked expert weights and the shared expert with its gate.
-  int64_t mlp = moe ? 4 + (moe->sharedIntermediate ? 4 : 0) : 3 + (mlpBias ? 3 : 0);
+  int64_t mlp = moe && sparse ? 4 + (moe->sharedIntermediate ? 4 : 0) : 3 + (mlpBias ? 3 : 0);
   return 6 + mlp + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0);
 }
 
@@ -376,13 +380,29 @@ void parseMoe(FieldReader &r, ModelConfig &c, const json &obj) {
   if (qwen) {
     e.sharedIntermediate = r.positiveInt("shared_expert_intermediate_size", 5632);
     e.normalizeTopK = r.boolean("norm_topk_prob", false);
-    // Qwen2MoeDecoderLayer: layer i is sparse iff (i + 1) % decoder_sparse_step == 0.
-    if (r.positiveInt("decoder_sparse_step", 1) != 1)
-      r.fail("decoder_sparse_step", "only 1 (every layer a mixture of experts, Qwen1.5-MoE's) is supported; "
-                                    "layers alternating dense and sparse MLPs are not built yet");
-    if (r.has("mlp_only_layers") && !(obj.at("mlp_only_layers").is_array() && obj.at("mlp_only_layers").empty()))
-      r.fail("mlp_only_layers", "only [] is supported (every layer a mixture of experts)");
+    // Qwen2MoeDecoderLayer: layer i is sparse iff it is not in mlp_only_layers
+    // and (i + 1) % decoder_sparse_step == 0; the others have a dense MLP.
+    const int64_t step = r.positiveInt("decoder_sparse_step", 1);
+    std::vector<bool> dense(size_t(c.layers), false);
+    if (r.has("mlp_only_layers")) {
+      const json &only = obj.at("mlp_only_layers");
+      if (!only.is_array())
+        r.fail("mlp_only_layers", "must be an array of layer indices, got " + only.dump());
+      for (const json &i : only) {
+        if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= c.layers)
+          r.fail("mlp_only_layers",
+                 "must hold layer indices in [0, num_hidden_layers=" + std::to_string(c.layers) + "), got " + i.dump());
+        dense[size_t(i.get<int64_t>())] = true;
+      }
+    }
     r.ignore({"mlp_only_layers"});
+    for (int64_t i = 0; i < c.layers; ++i)
+      if (dense[size_t(i)] || (i + 1) % step != 0)
+        e.denseLayers.push_back(i);
+    if (int64_t(e.denseLayers.size()) == c.layers)
+      r.fail(step > c.layers ? "decoder_sparse_step" : "mlp_only_layers",
+             "leaves no layer a mixture of experts (layer i is sparse iff it is not in mlp_only_layers and "
+             "(i + 1) % decoder_sparse_step == 0); a model without experts is a Qwen2ForCausalLM");
   } else {
     const json *jitter = r.has("router_jitter_noise") ? &r.get("router_jitter_noise") : nullptr;
     if (jitter && !(jitter->is_number() && jitter->get<double>() == 0))

@@ -190,12 +190,26 @@ def hf_shapes(cfg):
     return out
 
 
+def with_mlp_only_layers(model, config):
+    """Qwen2-MoE's mlp_only_layers (a dense MLP of intermediate_size in those
+    layers' place) as later transformers releases build it; 4.40.2's
+    Qwen2MoeDecoderLayer reads only decoder_sparse_step."""
+    only = getattr(config, "mlp_only_layers", None) or []
+    if type(model).__name__ != "Qwen2MoeForCausalLM" or not only:
+        return model
+    from transformers.models.qwen2_moe import modeling_qwen2_moe as q
+    for i in only:
+        if isinstance(model.model.layers[i].mlp, q.Qwen2MoeSparseMoeBlock):
+            model.model.layers[i].mlp = q.Qwen2MoeMLP(config, intermediate_size=config.intermediate_size)
+    return model
+
+
 def transformers_shapes(cfg):
     """The state_dict of transformers' own model for the config (the
     families this file does not re-implement), a tied head once."""
     import transformers
     config = transformers.AutoConfig.for_model(**cfg)
-    model = transformers.AutoModelForCausalLM.from_config(config)
+    model = with_mlp_only_layers(transformers.AutoModelForCausalLM.from_config(config), config)
     out = {n: list(t.shape) for n, t in model.state_dict().items()}
     if config.tie_word_embeddings:
         out.pop("lm_head.weight", None)
@@ -208,7 +222,8 @@ def transformers_loss(config_path):
     import transformers
     cfg = transformers.AutoConfig.from_pretrained(config_path)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
-                                                          torch_dtype=torch.float32).eval()
+                                                          torch_dtype=torch.float32)
+    model = with_mlp_only_layers(model, cfg).eval()
     print(f"transformers {transformers.__version__}: {type(model).__name__}")
 
     tied = cfg.tie_word_embeddings

@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 
 using namespace llcdist;
 using namespace llcdist::cost;
@@ -387,4 +389,46 @@ TEST(ExpertParallel, MegatronFlags) {
   a = frameworkArgs(workload("llama3-8b"), config(8, 1));
   EXPECT_FALSE(std::any_of(a.megatron.begin(), a.megatron.end(),
                            [](const std::string &f) { return f.rfind("--expert-model-parallel-size", 0) == 0; }));
+}
+
+// Qwen2-MoE with dense layers (decoder_sparse_step 2: 12 of Qwen1.5-MoE's 24
+// layers sparse, the others a SwiGLU MLP of intermediate_size): the step
+// model prices the mean layer, so the experts' FLOPs and ep's all-to-alls are
+// half the all-sparse model's, and Megatron-LM gets the layer pattern.
+TEST(ExpertParallel, DenseAndSparseLayersPriceTheMeanLayer) {
+  const Workload sparse = workload("qwen1.5-moe-a2.7b");
+  Workload mixed = sparse;
+  {
+    std::ifstream in(std::string(LLCDIST_SOURCE_DIR) + "/models/qwen1.5-moe-a2.7b.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string one = "\"decoder_sparse_step\": 1";
+    ASSERT_NE(text.find(one), std::string::npos);
+    text.replace(text.find(one), one.size(), "\"decoder_sparse_step\": 2");
+    auto err = parseModelConfig(text, "qwen-mixed.json", mixed.model);
+    ASSERT_FALSE(err) << err->message;
+  }
+  ASSERT_EQ(mixed.model.sparseLayers(), 12);
+  // Per token and layer a sparse MLP multiplies 3·H·(k·I_e + I_shared), a
+  // dense one 3·H·I; model FLOPs are 6 per multiply-add and token.
+  const double H = 2048, L = 24, T = 256.0 * 4096, k = 4, Ie = 1408, Ish = 5632, I = 5632;
+  const double dropped = 6 * T * (L / 2) * 3 * H * ((k * Ie + Ish) - I);
+  EXPECT_NEAR(stepFlops(sparse, "none").model - stepFlops(mixed, "none").model, dropped, 1e-9 * dropped);
+  const Hardware hw = hardware();
+  const ParallelConfig c = config(8, 4);
+  EXPECT_NEAR(predictStep(hw, mixed, c).comm.at("ep").total / predictStep(hw, sparse, c).comm.at("ep").total, 0.5,
+              1e-9);
+  // The parameters a rank holds: the 12 dense layers' MLPs in place of 12
+  // sparse ones (the router, 60 experts, the shared expert and its gate),
+  // whole at ep = 1 (bf16 values).
+  const ParallelConfig one = config(8, 1);
+  const double sparseMlp = 60 * H + 60 * 3 * H * Ie + 3 * H * Ish + H, denseMlp = 3 * H * I;
+  EXPECT_NEAR(double(estimateMemory(sparse, one).params - estimateMemory(mixed, one).params),
+              2 * (L / 2) * (sparseMlp - denseMlp), 8);
+  FrameworkArgs a = frameworkArgs(mixed, c);
+  std::string freq = "--moe-layer-freq [";
+  for (int i = 0; i < 24; ++i)
+    freq += std::string(i ? "," : "") + (i % 2 ? "1" : "0");
+  EXPECT_TRUE(hasFlag(a.megatron, freq + "]"));
+  EXPECT_FALSE(std::any_of(frameworkArgs(sparse, c).megatron.begin(), frameworkArgs(sparse, c).megatron.end(),
+                           [](const std::string &f) { return f.rfind("--moe-layer-freq", 0) == 0; }));
 }

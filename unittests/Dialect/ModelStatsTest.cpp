@@ -65,6 +65,16 @@ TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
   }
 }
 
+// Qwen2-MoE with dense layers (decoder_sparse_step 2): each kind of layer
+// calls its own body, and the IR's count is the formula's and transformers'
+// own (260,160 for this config, counted by Qwen2MoeForCausalLM 4.40.2).
+TEST(ModelStats, DenseAndSparseLayers) {
+  Imported r = importAndCount("../unittests/Integration/Inputs/tiny-qwen2-moe-mixed");
+  EXPECT_EQ(r.stats.parameters, r.config.numParameters());
+  EXPECT_EQ(r.stats.parameters, 260160);
+  EXPECT_EQ(r.stats.layers, 4);
+}
+
 // FLOPs against Megatron-LM's closed form for GPT (Narayanan et al. SC21,
 // eq. 3 without recomputation): per token 72·l·h²·(1 + s/(6h) + V/(12·l·h))
 // counts the same matmuls (QKV, proj, 4h MLP, the S×S attention, LM head).

@@ -438,9 +438,17 @@ TEST(ModelConfig, MixtureOfExpertsRefusals) {
   EXPECT_NE(parseError(mixtral + R"(, "router_aux_loss_coef": -1})")
                 .find("field 'router_aux_loss_coef': must be a number in [0, 1e6]"),
             std::string::npos);
-  EXPECT_NE(parseError(qwen + R"(, "decoder_sparse_step": 2})").find("field 'decoder_sparse_step': only 1"),
+  // Dense layers: mlp_only_layers holds layer indices, and some layer must stay sparse.
+  EXPECT_NE(parseError(qwen + R"(, "mlp_only_layers": [2]})")
+                .find("field 'mlp_only_layers': must hold layer indices in [0, num_hidden_layers=2), got 2"),
             std::string::npos);
-  EXPECT_NE(parseError(qwen + R"(, "mlp_only_layers": [0]})").find("field 'mlp_only_layers': only []"),
+  EXPECT_NE(parseError(qwen + R"(, "mlp_only_layers": 1})").find("field 'mlp_only_layers': must be an array"),
+            std::string::npos);
+  EXPECT_NE(parseError(qwen + R"(, "decoder_sparse_step": 3})")
+                .find("field 'decoder_sparse_step': leaves no layer a mixture of experts"),
+            std::string::npos);
+  EXPECT_NE(parseError(qwen + R"(, "decoder_sparse_step": 2, "mlp_only_layers": [1]})")
+                .find("field 'mlp_only_layers': leaves no layer a mixture of experts"),
             std::string::npos);
   EXPECT_NE(parseError(qwen + R"(, "num_experts": 0})").find("field 'num_experts': must be a positive integer"),
             std::string::npos);
@@ -449,4 +457,31 @@ TEST(ModelConfig, MixtureOfExpertsRefusals) {
             std::string::npos);
   ModelConfig ok;
   EXPECT_FALSE(parseModelConfig(qwen + R"(, "mlp_only_layers": [], "decoder_sparse_step": 1})", "q.json", ok));
+  EXPECT_TRUE(ok.moe->denseLayers.empty());
+  EXPECT_EQ(ok.sparseLayers(), 2);
+}
+
+// Qwen2MoeDecoderLayer's rule: layer i is sparse iff it is not in
+// mlp_only_layers and (i + 1) % decoder_sparse_step == 0; the dense layers'
+// MLPs have intermediate_size, and the parameter count follows.
+TEST(ModelConfig, Qwen2MoeDenseLayers) {
+  const std::string qwen = R"({"architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 96, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 32,
+    "num_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": 6, "num_attention_heads": 4,
+    "vocab_size": 128)";
+  ModelConfig all, mixed;
+  ASSERT_FALSE(parseModelConfig(qwen + "}", "q.json", all));
+  ASSERT_FALSE(parseModelConfig(qwen + R"(, "decoder_sparse_step": 2, "mlp_only_layers": [3, 0]})", "q.json", mixed));
+  EXPECT_EQ(mixed.moe->denseLayers, (std::vector<int64_t>{0, 2, 3, 4}));
+  EXPECT_EQ(mixed.sparseLayers(), 2);
+  EXPECT_TRUE(mixed.sparseLayer(1));
+  EXPECT_TRUE(mixed.sparseLayer(5));
+  EXPECT_FALSE(mixed.sparseLayer(3));
+  EXPECT_TRUE(all.sparseLayer(3));
+  // Four of six layers trade the router (4·64), four experts (4·3·64·16),
+  // the shared expert (3·64·32) and its gate (64) for a dense MLP (3·64·96).
+  const int64_t sparseMlp = 4 * 64 + 4 * 3 * 64 * 16 + 3 * 64 * 32 + 64, denseMlp = 3 * 64 * 96;
+  EXPECT_EQ(all.numParameters() - mixed.numParameters(), 4 * (sparseMlp - denseMlp));
+  // Active: top-2 of the 4 experts in the two sparse layers only.
+  EXPECT_EQ(all.activeParameters() - mixed.activeParameters(), 4 * (sparseMlp - 2 * 3 * 64 * 16 - denseMlp));
 }

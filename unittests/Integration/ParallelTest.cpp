@@ -154,6 +154,38 @@ TEST(Parallel, TinyMixtralLoadBalancingLoss) {
   }
 }
 
+// Dense and sparse layers mixed (Qwen2-MoE's decoder_sparse_step 2: layers 0
+// and 2 dense, 1 and 3 sparse, each kind its own layer body; the
+// load-balancing loss over the sparse layers' routers): every axis and
+// schedule reproduces the single device (microbatches of 2 sequences on every
+// rank, as the reference's: the load-balancing loss is the microbatch's).
+TEST(Parallel, TinyQwen2MoeDenseAndSparseLayers) {
+  const std::string path = std::string(LLCDIST_SOURCE_DIR) + "/unittests/Integration/Inputs/tiny-qwen2-moe-mixed.json";
+  const Tolerance tol = test::goldenTolerance("adamw");
+  Trained ref = test::trainPlan(path, test::goldenOptions("adamw"), 2, "mixed-ref");
+  EXPECT_LT(ref.losses.back(), ref.losses.front()) << "the reference learns";
+  struct Case {
+    const char *tag;
+    std::function<void(TrainingPipelineOptions &)> set;
+    int64_t microBatch = 2;
+  };
+  const Case cases[] = {
+      {"dp2-ep2-zero1", [](TrainingPipelineOptions &o) { o.mesh.dp = 2, o.mesh.ep = 2, o.zero = 1; }},
+      {"tp2-sp", [](TrainingPipelineOptions &o) { o.mesh.tp = 2, o.sequenceParallel = true; }},
+      {"cp2-ring", [](TrainingPipelineOptions &o) { o.mesh.cp = 2, o.cpImpl = "ring"; }},
+      {"pp2-interleaved",
+       [](TrainingPipelineOptions &o) { o.mesh.pp = 2, o.pipelineSchedule = "interleaved", o.virtualStages = 2; }},
+      {"pp2-zb-h1", [](TrainingPipelineOptions &o) { o.mesh.pp = 2, o.pipelineSchedule = "zb-h1"; }},
+      {"recompute-full", [](TrainingPipelineOptions &o) { o.recompute = "full"; }},
+  };
+  for (const Case &c : cases) {
+    TrainingPipelineOptions opt = test::goldenOptions("adamw");
+    c.set(opt);
+    expectSame(ref, test::trainPlan(path, opt, c.microBatch, std::string("mixed-") + c.tag),
+               std::string("tiny-qwen2-moe-mixed ") + c.tag, tol);
+  }
+}
+
 // The strategy variant of docs/writing-a-sharding-pass.md
 // (llcdist-tp-replicate-embeddings) is held to the same golden rule.
 TEST(Parallel, ReplicatedEmbeddingsStrategy) {

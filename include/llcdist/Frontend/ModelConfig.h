@@ -12,11 +12,13 @@
 #ifndef LLCDIST_FRONTEND_MODELCONFIG_H
 #define LLCDIST_FRONTEND_MODELCONFIG_H
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace llcdist {
 
@@ -44,6 +46,12 @@ struct RopeScaling {
 /// MLP of `sharedIntermediate`) scaled by sigmoid(shared_expert_gate(x)).
 struct MoeConfig {
   int64_t experts = 0, topK = 0, intermediate = 0;
+  /// The layers whose MLP is dense (Qwen2-MoE's Qwen2MoeMLP of the model's
+  /// intermediate_size): those in mlp_only_layers and those with
+  /// (i + 1) % decoder_sparse_step != 0, ascending; empty: every layer is
+  /// sparse (Mixtral, Qwen1.5-MoE).
+  std::vector<int64_t> denseLayers;
+  bool sparse(int64_t layer) const { return !std::binary_search(denseLayers.begin(), denseLayers.end(), layer); }
   int64_t sharedIntermediate = 0; ///< 0: no shared expert (Mixtral)
   /// The top-k weights divided by their sum (Mixtral: always; Qwen2-MoE:
   /// norm_topk_prob).
@@ -81,8 +89,12 @@ struct ModelConfig {
   double normWeightOffset = 0;
   bool scaleEmbeddings = false;
   bool gatedGelu = false;
-  /// Every layer's MLP is this mixture of experts (Mixtral, Qwen2-MoE).
+  /// The layers' MLPs are this mixture of experts (Mixtral, Qwen2-MoE), but
+  /// for moe->denseLayers.
   std::optional<MoeConfig> moe;
+  /// Whether layer i's MLP is the mixture of experts; the count of such layers.
+  bool sparseLayer(int64_t i) const { return moe && moe->sparse(i); }
+  int64_t sparseLayers() const { return moe ? layers - int64_t(moe->denseLayers.size()) : 0; }
   /// Where the fields that shape the graph are, by the role they play (the
   /// xf.model keys: num_heads, num_kv_heads, num_layers, vocab_size,
   /// max_positions, hidden_size) -> the config key and its {line, column}
@@ -103,9 +115,10 @@ struct ModelConfig {
   /// numParameters().
   int64_t activeParameters() const;
   /// One decoder layer's parameters, and its parameter tensors (an expert
-  /// weight stacks the experts' tensors: one tensor).
-  int64_t layerParameters() const;
-  int64_t layerTensors() const;
+  /// weight stacks the experts' tensors: one tensor); a sparse layer's where
+  /// the model has one (`sparse`), a dense layer's otherwise.
+  int64_t layerParameters(bool sparse = true) const;
+  int64_t layerTensors(bool sparse = true) const;
 };
 
 /// A failed parse or check: `message` already reads

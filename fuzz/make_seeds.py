@@ -102,6 +102,9 @@ PLANS = [
     ("mixtral-aux-pp2", "tiny-mixtral.json", 2, ["--mesh", "pp=2"], {"output_router_logits": True}),
     ("mixtral-aux-tp2-sp", "tiny-mixtral.json", 1, ["--mesh", "tp=2", "--sequence-parallel"],
      {"output_router_logits": True}),
+    # Learned positions under SP inside cp (shard_axis "tp+cp"); Qwen2-MoE's dense layer beside a sparse one.
+    ("gpt2-cp2-tp2-sp", "tiny-gpt2.json", 1, ["--mesh", "cp=2,tp=2", "--sequence-parallel"]),
+    ("qwen2-moe-mixed", "tiny-qwen2-moe.json", 2, [], {"decoder_sparse_step": 2, "output_router_logits": True}),
 ]
 
 

@@ -3,6 +3,7 @@
 #include "llcdist/Support/ReportFormat.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 using namespace llcdist;
 using json = nlohmann::ordered_json;
@@ -42,6 +43,7 @@ json ModelInfo::toJson() const {
       j["num_experts"] = c.moe->experts;
       j["experts_per_token"] = c.moe->topK;
       j["active_parameters"] = c.activeParameters();
+      j["dense_layers"] = c.moe->denseLayers; // Qwen2-MoE's decoder_sparse_step, mlp_only_layers
     }
   }
   json s = modelStatsJson(stats);
@@ -62,7 +64,11 @@ void ModelInfo::print(llvm::raw_ostream &os) const {
         groupDigits(config->activeParameters()), config->moe->topK, config->moe->experts, config->moe->intermediate,
         config->moe->sharedIntermediate ? fmt::format(", shared expert {}", config->moe->sharedIntermediate)
                                         : std::string());
-  os << fmt::format("layers            {}\n", stats.layers);
+  os << fmt::format("layers            {}", stats.layers);
+  if (config && config->moe && !config->moe->denseLayers.empty())
+    os << fmt::format(" ({} with a dense MLP: {})", config->moe->denseLayers.size(),
+                      fmt::join(config->moe->denseLayers, ", "));
+  os << "\n";
   if (config) {
     const ModelConfig &c = *config;
     os << fmt::format("hidden            {} (heads {}, kv heads {}, head_dim "

@@ -36,7 +36,7 @@ void renderMoe(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
     std::string freq = "[";
     for (int64_t i = 0; i < m.layers; ++i)
       freq += std::string(i ? "," : "") + (m.sparseLayer(i) ? "1" : "0");
-    flag(a, "--moe-layer-freq", freq + "]");
+    flag(a, "--moe-layer-freq", "'" + freq + "]'"); // quoted: a shell would glob [...]
   }
   if (e.sharedIntermediate) {
     flag(a, "--moe-shared-expert-intermediate-size", num(e.sharedIntermediate));

@@ -620,6 +620,13 @@ void explainContextParallel(const Hardware &hw, const Candidate &win, PlanResult
 /// experts, what its all-to-alls cost and where its ep groups sit, and what
 /// the other ep degrees came to. The step model prices the experts under
 /// uniform routing (no load imbalance).
+/// "layer", or where some layers are dense "sparse layer (12 of 24)".
+std::string sparseLayerWord(const ModelConfig &m) {
+  if (m.sparseLayers() == m.layers)
+    return "layer";
+  return strf("sparse layer (%lld of %lld)", (long long)m.sparseLayers(), (long long)m.layers);
+}
+
 void explainExpertParallel(const Hardware &hw, const Workload &w, const Candidate &win, PlanResult &out) {
   const ParallelConfig &c = win.config;
   const MoeConfig &e = *w.model.moe;
@@ -634,11 +641,11 @@ void explainExpertParallel(const Hardware &hw, const Workload &w, const Candidat
     const int64_t rows = c.ep * T * std::min(e.topK, e.experts / c.ep);
     const double a2a = exposedOf(p, "ep");
     out.winnerWhy.push_back(
-        strf("ep=%lld: each rank holds %lld of every layer's %lld experts, so its model state is %.2f GiB (%.2f GiB "
+        strf("ep=%lld: each rank holds %lld of every %s's %lld experts, so its model state is %.2f GiB (%.2f GiB "
              "with every expert, ep=1%s); its experts' side holds the worst case of %lld rows per layer and microbatch "
              "(ep x T x min(k, E/ep), vs T x k = %lld without ep): activations %.2f GiB (%.2f GiB at ep=1)",
-             (long long)c.ep, (long long)(e.experts / c.ep), (long long)e.experts, gib(state),
-             gib(double(w1.params + w1.grads + w1.optimizer)),
+             (long long)c.ep, (long long)(e.experts / c.ep), sparseLayerWord(w.model).c_str(), (long long)e.experts,
+             gib(state), gib(double(w1.params + w1.grads + w1.optimizer)),
              c.zero ? ", where ZeRO splits every expert over dp instead of its shard over dp/ep" : "", (long long)rows,
              (long long)(T * e.topK), gib(double(m.activations)), gib(double(w1.activations))));
     out.winnerWhy.push_back(
@@ -651,8 +658,8 @@ void explainExpertParallel(const Hardware &hw, const Workload &w, const Candidat
              c.zero ? "reduce-scatter" : "all-reduce", c.cp > 1 ? "dp/ep × cp" : "dp/ep",
              (long long)c.expertDataParallelGroup(), c.cp > 1 ? "dp × cp" : "dp", (long long)c.dataParallelGroup()));
   } else {
-    out.winnerWhy.push_back(strf("ep=1: every rank holds all %lld experts of every layer (model state %.2f GiB)",
-                                 (long long)e.experts, gib(state)));
+    out.winnerWhy.push_back(strf("ep=1: every rank holds all %lld experts of every %s (model state %.2f GiB)",
+                                 (long long)e.experts, sparseLayerWord(w.model).c_str(), gib(state)));
   }
   out.winnerWhy.push_back(std::string("the experts' GEMMs are priced as the active experts' FLOPs on each rank's own "
                                       "tokens and the all-to-alls as (ep-1)/ep of those rows leaving the rank: uniform "

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "llcdist/Cost/StepModel.h"
 #include "DataParallelTime.h"
+#include "LayerShape.h"
 #include "PipelineSendTime.h"
 
 #include "llcdist/Schedule/Simulator.h"
@@ -20,120 +21,12 @@
 
 using namespace llcdist;
 using namespace llcdist::cost;
+using namespace llcdist::cost::detail;
 using llcdist::cost::detail::dataParallelSeconds;
 using llcdist::cost::detail::PipelineSends;
 using llcdist::cost::detail::pipelineSends;
 
 namespace {
-
-/// The per-layer shapes on one tp rank.
-struct LayerShape {
-  int64_t h, q, kv, inter, nh, nkv, hd;
-  bool llama;
-};
-
-/// The rows of a mixture-of-experts layer's experts per token of the rank
-/// (T = micro-batch × seq-len tokens). `held`: what the experts' side's
-/// static buffers hold (ExpertParallel.cpp): dropless, T·k without ep and
-/// the worst case C = ep·T·min(k, E/ep) under ep; with a capacity factor
-/// (moeExpertCapacity's C_e rows per expert) E·C_e without ep and at most
-/// that under ep. `active`: what the experts compute under uniform routing
-/// (T·k/E rows an expert): T·k, or E·C_e where the capacity drops tokens.
-/// Under sequence parallelism the experts run on the tp rank's own 1/tp of
-/// the tokens (TensorParallelPropagation::expertsOnSequenceSlice), else
-/// whole on every tp rank.
-struct ExpertRows {
-  double held, active;
-};
-ExpertRows expertRowsPerToken(const Workload &w, const ParallelConfig &c) {
-  if (!w.model.moe)
-    return {0, 0}; // a dense model
-  const MoeConfig &e = *w.model.moe;
-  const double k = double(e.topK), E = double(e.experts);
-  ExpertRows r{c.ep > 1 ? double(c.ep) * std::min(k, E / double(c.ep)) : k, k};
-  TrainingShape shape;
-  shape.seqLen = w.seqLen;
-  shape.microBatch = c.microBatch;
-  shape.moeCapacityFactor = w.moeCapacityFactor;
-  if (const int64_t ce = moeExpertCapacity(w.model, shape)) {
-    const double capped = E * double(ce) / (double(c.microBatch) * double(w.seqLen));
-    r.held = c.ep > 1 ? std::min(r.held, capped) : capped;
-    r.active = std::min(r.active, capped);
-  }
-  if (c.sequenceParallel) {
-    r.held /= double(c.tp);
-    r.active /= double(c.tp);
-  }
-  return r;
-}
-
-/// A mixture of experts with dense layers (Qwen2-MoE's decoder_sparse_step,
-/// mlp_only_layers) is priced as its mean layer: f = sparse layers / layers
-/// of a sparse layer's compute, activations, parameters and ep traffic and
-/// 1 − f of a dense layer's (exact for the totals over the layers; a stage
-/// holding more sparse layers than the mean is underestimated). `sparse`
-/// where every layer is sparse.
-bool mixedLayers(const ModelConfig &m) { return m.moe && m.sparseLayers() < m.layers; }
-double meanLayer(const ModelConfig &m, double sparse, double dense) {
-  const double f = mixedLayers(m) ? double(m.sparseLayers()) / double(m.layers) : 1;
-  return mixedLayers(m) ? f * sparse + (1 - f) * dense : sparse;
-}
-int64_t meanLayerWidth(const ModelConfig &m, int64_t sparse, int64_t dense) {
-  return mixedLayers(m) ? int64_t(std::llround(meanLayer(m, double(sparse), double(dense)))) : sparse;
-}
-
-/// The MLP width whose activations a rank holds per token: the layer's
-/// (LayerShape::inter), a mixture of experts' by the rows its experts'
-/// side holds.
-double activationInter(const Workload &w, const ParallelConfig &c, const LayerShape &s, const ExpertRows &rows) {
-  const ModelConfig &m = w.model;
-  if (!m.moe)
-    return double(s.inter);
-  return meanLayer(m, rows.held * double(m.moe->intermediate) + double(m.moe->sharedIntermediate / c.tp),
-                   double(m.intermediate / c.tp));
-}
-
-/// What a fully recomputed layer leaves out (opsForUsedResults: it runs what
-/// its backward reads): the projections only the residual stream reads (the
-/// MLP's down projection, Phi's attention output projection too) with their
-/// tp reductions, and its last add. A mixture of experts' combine reads the
-/// experts' outputs: they run again. Nothing under
-/// Workload::Recomputation::Whole (Megatron's).
-struct RecomputeSkip {
-  bool mlpOut = false, attnOut = false, lastAdd = false;
-  /// The skipped projections' multiply-adds per token of `s`'s layer.
-  double macs(const LayerShape &s) const {
-    return (mlpOut ? double(s.h) * double(s.inter) : 0) + (attnOut ? double(s.h) * double(s.q) : 0);
-  }
-  /// Their tp reductions (all-reduces, reduce-scatters under SP).
-  int64_t reductions() const { return int64_t(mlpOut) + int64_t(attnOut); }
-};
-RecomputeSkip recomputeSkip(const Workload &w) {
-  if (w.recomputation == Workload::Recomputation::Whole)
-    return {};
-  if (w.model.moe) // (a mixed model's dense layers do skip their down projection: priced as sparse ones)
-    return {false, false, true};
-  return {true, w.model.arch == Arch::Phi, true};
-}
-
-LayerShape layerShape(const ModelConfig &m, int64_t tp) {
-  LayerShape s;
-  s.llama = llamaLayout(m.arch);
-  s.h = m.hidden;
-  s.hd = m.headDim ? m.headDim : m.hidden / m.heads;
-  s.nh = m.heads / tp;
-  s.nkv = m.kvHeads >= tp ? m.kvHeads / tp : 1; // replicated kv heads: one per rank
-  s.q = s.nh * s.hd;
-  s.kv = s.nkv * s.hd;
-  s.inter = m.intermediate / tp;
-  // A mixture of experts computes top_k experts per token (and Qwen2-MoE's
-  // shared expert): that many MLP columns, whole on every tp rank (tp splits
-  // attention only; the shared expert is Megatron-split). Its parameters are
-  // every expert's (paramCounts).
-  if (m.moe)
-    s.inter = meanLayerWidth(m, m.moe->topK * m.moe->intermediate + m.moe->sharedIntermediate / tp, s.inter);
-  return s;
-}
 
 /// Times of one layer for one microbatch on one rank (seconds).
 struct LayerTimes {
@@ -321,12 +214,24 @@ std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) 
   const ModelConfig &m = w.model;
   LayerShape s = layerShape(m, 1);
   double H = double(m.hidden);
-  double matmul = s.llama ? H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * double(s.inter)
-                          : H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
-  if (m.moe) // the router and Qwen2-MoE's shared-expert gate, as llcdist-pipeline-split counts them
-    matmul += meanLayer(m, H * double(m.moe->experts) + (m.moe->sharedIntermediate ? H : 0), 0);
-  double fwd = 2 * matmul + 4.0 * double(w.seqLen) * double(m.heads) * double(s.hd);
-  double layer = 3 * fwd + (full ? fwd - 2 * recomputeSkip(w).macs(s) : 0);
+  // One layer's training FLOPs per token; a mixed model's sparse and dense
+  // layers each their own (the width `inter` of its MLP).
+  auto layerCost = [&](bool sparse) {
+    const double inter = !mixedLayers(m) ? double(s.inter)
+                         : sparse        ? double(m.moe->topK * m.moe->intermediate + m.moe->sharedIntermediate)
+                                         : double(m.intermediate);
+    double matmul = s.llama ? H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * inter
+                            : H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * inter;
+    if (m.moe && sparse) // the router and Qwen2-MoE's shared-expert gate, as llcdist-pipeline-split counts them
+      matmul += H * double(m.moe->experts) + (m.moe->sharedIntermediate ? H : 0);
+    double fwd = 2 * matmul + 4.0 * double(w.seqLen) * double(m.heads) * double(s.hd);
+    return 3 * fwd + (full ? fwd - 2 * recomputeSkip(w).macs(s) : 0);
+  };
+  const double layer = layerCost(m.moe.has_value());
+  std::vector<double> before(size_t(m.layers) + 1, 0); // a mixed model's layers [0, i)
+  if (mixedLayers(m))
+    for (int64_t i = 0; i < m.layers; ++i)
+      before[size_t(i) + 1] = before[size_t(i)] + layerCost(m.sparseLayer(i));
   // The head: the LM head over the padded vocabulary (the pass runs after
   // llcdist-pad-vocab, whose tp is folded into the key below).
   double tail = 3 * 2 * H * double(w.paddedVocab(1));
@@ -345,7 +250,9 @@ std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) 
     if (k == key)
       return v;
   int64_t n = m.layers;
-  auto group = [&](int64_t a, int64_t b) { return double(b - a) * layer + (b == n ? tail : 0); };
+  auto group = [&](int64_t a, int64_t b) {
+    return (mixedLayers(m) ? before[size_t(b)] - before[size_t(a)] : double(b - a) * layer) + (b == n ? tail : 0);
+  };
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(size_t(parts + 1), std::vector<double>(size_t(n + 1), inf));
   std::vector<std::vector<int64_t>> cut(size_t(parts + 1), std::vector<int64_t>(size_t(n + 1), 0));
@@ -381,60 +288,6 @@ std::vector<int64_t> stageLayers(const Workload &w, const ParallelConfig &c) {
   for (size_t i = 0; i < sizes.size(); ++i)
     out[i % size_t(c.pp)] += sizes[i];
   return out;
-}
-
-/// Parameters one rank holds (element counts, before ZeRO): per layer, the
-/// token embedding (a vocabulary shard under tp), GPT-2's position table,
-/// the final norm and an untied LM head.
-struct ParamCounts {
-  double layer = 0, vocabMatrix = 0, positions = 0, finalNorm = 0;
-  /// Of `layer`: the stacked experts' weights (the part ep splits).
-  double experts = 0;
-  bool tied = true;
-  /// A layer's parameters on a rank of an ep group (ep = 1: `layer`).
-  double layerOn(int64_t ep) const { return ep > 1 ? layer - experts + experts / double(ep) : layer; }
-};
-
-ParamCounts paramCounts(const Workload &w, int64_t tp) {
-  const ModelConfig &m = w.model;
-  LayerShape s = layerShape(m, tp);
-  ParamCounts pc;
-  double H = double(m.hidden);
-  if (s.llama) {
-    double mlp = 3 * H * double(s.inter);
-    if (m.moe) { // the router and every expert, whole on each tp rank; the shared expert split as an MLP
-      const MoeConfig &e = *m.moe;
-      const double experts = double(e.experts) * 3 * H * double(e.intermediate);
-      double sparse = double(e.experts) * H + experts;
-      if (e.sharedIntermediate)
-        sparse += 3 * H * double(e.sharedIntermediate / tp) + H;
-      pc.experts = meanLayer(m, experts, 0);
-      mlp = meanLayer(m, sparse, 3 * H * double(m.intermediate / tp));
-    }
-    pc.layer = 2 * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + mlp;
-    if (m.qkvBias)
-      pc.layer += double(s.q + 2 * s.kv);
-    if (m.outputBias)
-      pc.layer += H;
-    if (m.mlpBias)
-      pc.layer += 2 * double(s.inter) + H;
-    pc.finalNorm = H;
-  } else if (m.arch == Arch::Phi) { // one LayerNorm; biases on q, k, v, dense, fc1, fc2
-    const double qkv = double(s.q + 2 * s.kv);
-    pc.layer =
-        2 * H + H * qkv + qkv + double(s.q) * H + H + H * double(s.inter) + double(s.inter) + double(s.inter) * H + H;
-    pc.finalNorm = 2 * H;
-  } else {
-    pc.layer = 4 * H + H * 3 * double(s.q) + 3 * double(s.q) + double(s.q) * H + H + H * double(s.inter) +
-               double(s.inter) + double(s.inter) * H + H;
-    pc.finalNorm = 2 * H;
-    pc.positions = double(m.maxPositions) * H;
-  }
-  pc.vocabMatrix = double(w.paddedVocab(tp)) / double(tp) * H;
-  if (m.lmHeadBias) // Phi's, split over the vocabulary like the head
-    pc.finalNorm += double(w.paddedVocab(tp)) / double(tp);
-  pc.tied = m.tieEmbeddings;
-  return pc;
 }
 
 /// The parameters of one rank of `stage` holding `layers` layers (elements,
@@ -536,7 +389,7 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
   // worst case C = ep·T·min(k, E/ep) under ep where the plan without ep
   // holds T·k; E·C_e under a capacity factor).
   const ExpertRows rows = expertRowsPerToken(w, c);
-  const double inter = activationInter(w, c, s, rows);
+  const double inter = activationInter(w, c, s, rows), interLargest = activationInter(w, c, s, rows, true);
   // ep > 1: the dispatched input rows the experts' GEMMs keep for their
   // weight gradients (C·H a token of T·H; none apart without ep).
   const double dispatched = c.ep > 1 ? meanLayer(m, rows.held * double(s.h) * b, 0) : 0;
@@ -588,14 +441,14 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
     // them, llcdist-plan-ce-grad-in-place; apart under ZB-H1, whose W pass
     // reads it) and the head's input and its gradient. Under ZeRO-3 also the
     // largest unit's gathered parameters and gradients.
-    double transient = 4 * T * double(s.h) * b + 3 * T * std::max(inter, double(s.q)) * b;
+    double transient = 4 * T * double(s.h) * b + 3 * T * std::max(interLargest, double(s.q)) * b;
     if (stage == c.pp - 1) {
       const double logitBuffers = c.pp > 1 && c.schedule == "zb-h1" ? 2 : 1;
       transient =
           std::max(transient, logitBuffers * T * double(w.paddedVocab(c.tp) / c.tp) * b + 2 * T * double(s.h) * b);
     }
     if (c.zero == 3) // the largest unit gathered whole: a layer or the embedding
-      transient += 2 * std::max(pc.layer, pc.vocabMatrix) * valueB;
+      transient += 2 * std::max(pc.largestLayer, pc.vocabMatrix) * valueB;
     e.activations = int64_t(stash + transient);
     if (e.total() > best.total())
       best = e;

@@ -1,0 +1,130 @@
+//===- LayerShape.cpp - what one layer of the step model is made of -------===//
+#include "LayerShape.h"
+
+#include "llcdist/Frontend/ModelConfig.h"
+
+#include <algorithm>
+#include <cmath>
+
+using namespace llcdist;
+using namespace llcdist::cost;
+
+namespace llcdist::cost::detail {
+
+ExpertRows expertRowsPerToken(const Workload &w, const ParallelConfig &c) {
+  if (!w.model.moe)
+    return {0, 0}; // a dense model
+  const MoeConfig &e = *w.model.moe;
+  const double k = double(e.topK), E = double(e.experts);
+  ExpertRows r{c.ep > 1 ? double(c.ep) * std::min(k, E / double(c.ep)) : k, k};
+  TrainingShape shape;
+  shape.seqLen = w.seqLen;
+  shape.microBatch = c.microBatch;
+  shape.moeCapacityFactor = w.moeCapacityFactor;
+  if (const int64_t ce = moeExpertCapacity(w.model, shape)) {
+    const double capped = E * double(ce) / (double(c.microBatch) * double(w.seqLen));
+    r.held = c.ep > 1 ? std::min(r.held, capped) : capped;
+    r.active = std::min(r.active, capped);
+  }
+  if (c.sequenceParallel) {
+    r.held /= double(c.tp);
+    r.active /= double(c.tp);
+  }
+  return r;
+}
+
+bool mixedLayers(const ModelConfig &m) { return m.moe && m.sparseLayers() < m.layers; }
+
+double meanLayer(const ModelConfig &m, double sparse, double dense) {
+  const double f = mixedLayers(m) ? double(m.sparseLayers()) / double(m.layers) : 1;
+  return mixedLayers(m) ? f * sparse + (1 - f) * dense : sparse;
+}
+
+int64_t meanLayerWidth(const ModelConfig &m, int64_t sparse, int64_t dense) {
+  return mixedLayers(m) ? int64_t(std::llround(meanLayer(m, double(sparse), double(dense)))) : sparse;
+}
+
+double activationInter(const Workload &w, const ParallelConfig &c, const LayerShape &s, const ExpertRows &rows,
+                       bool largest) {
+  const ModelConfig &m = w.model;
+  if (!m.moe)
+    return double(s.inter);
+  const double sparse = rows.held * double(m.moe->intermediate) + double(m.moe->sharedIntermediate / c.tp),
+               dense = double(m.intermediate / c.tp);
+  return largest && mixedLayers(m) ? std::max(sparse, dense) : meanLayer(m, sparse, dense);
+}
+
+RecomputeSkip recomputeSkip(const Workload &w) {
+  if (w.recomputation == Workload::Recomputation::Whole)
+    return {};
+  if (w.model.moe) // (a mixed model's dense layers do skip their down projection: priced as sparse ones)
+    return {false, false, true};
+  return {true, w.model.arch == Arch::Phi, true};
+}
+
+LayerShape layerShape(const ModelConfig &m, int64_t tp) {
+  LayerShape s;
+  s.llama = llamaLayout(m.arch);
+  s.h = m.hidden;
+  s.hd = m.headDim ? m.headDim : m.hidden / m.heads;
+  s.nh = m.heads / tp;
+  s.nkv = m.kvHeads >= tp ? m.kvHeads / tp : 1; // replicated kv heads: one per rank
+  s.q = s.nh * s.hd;
+  s.kv = s.nkv * s.hd;
+  s.inter = m.intermediate / tp;
+  // A mixture of experts computes top_k experts per token (and Qwen2-MoE's
+  // shared expert): that many MLP columns, whole on every tp rank (tp splits
+  // attention only; the shared expert is Megatron-split). Its parameters are
+  // every expert's (paramCounts).
+  if (m.moe)
+    s.inter = meanLayerWidth(m, m.moe->topK * m.moe->intermediate + m.moe->sharedIntermediate / tp, s.inter);
+  return s;
+}
+
+ParamCounts paramCounts(const Workload &w, int64_t tp) {
+  const ModelConfig &m = w.model;
+  LayerShape s = layerShape(m, tp);
+  ParamCounts pc;
+  double H = double(m.hidden);
+  if (s.llama) {
+    double mlp = 3 * H * double(s.inter), largestMlp = mlp;
+    if (m.moe) { // the router and every expert, whole on each tp rank; the shared expert split as an MLP
+      const MoeConfig &e = *m.moe;
+      const double experts = double(e.experts) * 3 * H * double(e.intermediate);
+      double sparse = double(e.experts) * H + experts;
+      if (e.sharedIntermediate)
+        sparse += 3 * H * double(e.sharedIntermediate / tp) + H;
+      pc.experts = meanLayer(m, experts, 0);
+      mlp = meanLayer(m, sparse, 3 * H * double(m.intermediate / tp));
+      largestMlp = std::max(sparse, mixedLayers(m) ? 3 * H * double(m.intermediate / tp) : sparse);
+    }
+    pc.layer = 2 * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + mlp;
+    if (m.qkvBias)
+      pc.layer += double(s.q + 2 * s.kv);
+    if (m.outputBias)
+      pc.layer += H;
+    if (m.mlpBias)
+      pc.layer += 2 * double(s.inter) + H;
+    pc.largestLayer = pc.layer - mlp + largestMlp;
+    pc.finalNorm = H;
+  } else if (m.arch == Arch::Phi) { // one LayerNorm; biases on q, k, v, dense, fc1, fc2
+    const double qkv = double(s.q + 2 * s.kv);
+    pc.layer =
+        2 * H + H * qkv + qkv + double(s.q) * H + H + H * double(s.inter) + double(s.inter) + double(s.inter) * H + H;
+    pc.finalNorm = 2 * H;
+  } else {
+    pc.layer = 4 * H + H * 3 * double(s.q) + 3 * double(s.q) + double(s.q) * H + H + H * double(s.inter) +
+               double(s.inter) + double(s.inter) * H + H;
+    pc.finalNorm = 2 * H;
+    pc.positions = double(m.maxPositions) * H;
+  }
+  pc.vocabMatrix = double(w.paddedVocab(tp)) / double(tp) * H;
+  if (m.lmHeadBias) // Phi's, split over the vocabulary like the head
+    pc.finalNorm += double(w.paddedVocab(tp)) / double(tp);
+  pc.tied = m.tieEmbeddings;
+  if (!mixedLayers(m))
+    pc.largestLayer = pc.layer;
+  return pc;
+}
+
+} // namespace llcdist::cost::detail

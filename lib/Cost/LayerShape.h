@@ -1,0 +1,95 @@
+//===- LayerShape.h - what one layer of the step model is made of --*- C++ -*-===//
+//
+// StepModel.cpp's per-layer inputs, apart: one layer's shapes on a tp rank,
+// its experts' rows, a mixed model's mean layer, what full recomputation
+// skips, and the parameters one rank holds.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LLCDIST_LIB_COST_LAYERSHAPE_H
+#define LLCDIST_LIB_COST_LAYERSHAPE_H
+
+#include "llcdist/Cost/StepModel.h"
+
+#include <cstdint>
+
+namespace llcdist::cost::detail {
+
+/// The per-layer shapes on one tp rank.
+struct LayerShape {
+  int64_t h, q, kv, inter, nh, nkv, hd;
+  bool llama;
+};
+
+/// The rows of a mixture-of-experts layer's experts per token of the rank
+/// (T = micro-batch × seq-len tokens). `held`: what the experts' side's
+/// static buffers hold (ExpertParallel.cpp): dropless, T·k without ep and
+/// the worst case C = ep·T·min(k, E/ep) under ep; with a capacity factor
+/// (moeExpertCapacity's C_e rows per expert) E·C_e without ep and at most
+/// that under ep. `active`: what the experts compute under uniform routing
+/// (T·k/E rows an expert): T·k, or E·C_e where the capacity drops tokens.
+/// Under sequence parallelism the experts run on the tp rank's own 1/tp of
+/// the tokens (TensorParallelPropagation::expertsOnSequenceSlice), else
+/// whole on every tp rank.
+struct ExpertRows {
+  double held, active;
+};
+
+ExpertRows expertRowsPerToken(const Workload &w, const ParallelConfig &c);
+
+/// A mixture of experts with dense layers (Qwen2-MoE's decoder_sparse_step,
+/// mlp_only_layers) is priced as its mean layer: f = sparse layers / layers
+/// of a sparse layer's compute, activations, parameters and ep traffic and
+/// 1 − f of a dense layer's (exact for the totals over the layers; a stage
+/// holding more sparse layers than the mean is underestimated). `sparse`
+/// where every layer is sparse.
+bool mixedLayers(const ModelConfig &m);
+double meanLayer(const ModelConfig &m, double sparse, double dense);
+int64_t meanLayerWidth(const ModelConfig &m, int64_t sparse, int64_t dense);
+
+/// The MLP width whose activations a rank holds per token: the layer's
+/// (LayerShape::inter), a mixture of experts' by the rows its experts'
+/// side holds.
+/// `largest`: the widest layer's (a mixed model's sparse or dense one) instead of the mean layer's.
+double activationInter(const Workload &w, const ParallelConfig &c, const LayerShape &s, const ExpertRows &rows,
+                       bool largest = false);
+
+/// What a fully recomputed layer leaves out (opsForUsedResults: it runs what
+/// its backward reads): the projections only the residual stream reads (the
+/// MLP's down projection, Phi's attention output projection too) with their
+/// tp reductions, and its last add. A mixture of experts' combine reads the
+/// experts' outputs: they run again. Nothing under
+/// Workload::Recomputation::Whole (Megatron's).
+struct RecomputeSkip {
+  bool mlpOut = false, attnOut = false, lastAdd = false;
+  /// The skipped projections' multiply-adds per token of `s`'s layer.
+  double macs(const LayerShape &s) const {
+    return (mlpOut ? double(s.h) * double(s.inter) : 0) + (attnOut ? double(s.h) * double(s.q) : 0);
+  }
+  /// Their tp reductions (all-reduces, reduce-scatters under SP).
+  int64_t reductions() const { return int64_t(mlpOut) + int64_t(attnOut); }
+};
+
+RecomputeSkip recomputeSkip(const Workload &w);
+
+LayerShape layerShape(const ModelConfig &m, int64_t tp);
+
+/// Parameters one rank holds (element counts, before ZeRO): per layer, the
+/// token embedding (a vocabulary shard under tp), GPT-2's position table,
+/// the final norm and an untied LM head.
+struct ParamCounts {
+  double layer = 0, vocabMatrix = 0, positions = 0, finalNorm = 0;
+  /// Of `layer`: the stacked experts' weights (the part ep splits).
+  double experts = 0;
+  /// The largest layer's parameters (`layer` but for a mixed model, whose
+  /// `layer` is the mean one: its sparse or dense layer's, whichever is larger).
+  double largestLayer = 0;
+  bool tied = true;
+  /// A layer's parameters on a rank of an ep group (ep = 1: `layer`).
+  double layerOn(int64_t ep) const { return ep > 1 ? layer - experts + experts / double(ep) : layer; }
+};
+
+ParamCounts paramCounts(const Workload &w, int64_t tp);
+
+} // namespace llcdist::cost::detail
+
+#endif // LLCDIST_LIB_COST_LAYERSHAPE_H

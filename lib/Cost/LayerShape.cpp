@@ -36,8 +36,10 @@ ExpertRows expertRowsPerToken(const Workload &w, const ParallelConfig &c) {
 bool mixedLayers(const ModelConfig &m) { return m.moe && m.sparseLayers() < m.layers; }
 
 double meanLayer(const ModelConfig &m, double sparse, double dense) {
-  const double f = mixedLayers(m) ? double(m.sparseLayers()) / double(m.layers) : 1;
-  return mixedLayers(m) ? f * sparse + (1 - f) * dense : sparse;
+  if (!mixedLayers(m))
+    return sparse;
+  const double f = double(m.sparseLayers()) / double(m.layers);
+  return f * sparse + (1 - f) * dense;
 }
 
 int64_t meanLayerWidth(const ModelConfig &m, int64_t sparse, int64_t dense) {
@@ -77,8 +79,12 @@ LayerShape layerShape(const ModelConfig &m, int64_t tp) {
   // attention only; the shared expert is Megatron-split). Its parameters are
   // every expert's (paramCounts).
   if (m.moe)
-    s.inter = meanLayerWidth(m, m.moe->topK * m.moe->intermediate + m.moe->sharedIntermediate / tp, s.inter);
+    s.inter = meanLayerWidth(m, sparseMlpWidth(m, tp), s.inter);
   return s;
+}
+
+int64_t sparseMlpWidth(const ModelConfig &m, int64_t tp) {
+  return m.moe->topK * m.moe->intermediate + m.moe->sharedIntermediate / tp;
 }
 
 ParamCounts paramCounts(const Workload &w, int64_t tp) {
@@ -94,9 +100,10 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
       double sparse = double(e.experts) * H + experts;
       if (e.sharedIntermediate)
         sparse += 3 * H * double(e.sharedIntermediate / tp) + H;
+      const double dense = 3 * H * double(m.intermediate / tp);
       pc.experts = meanLayer(m, experts, 0);
-      mlp = meanLayer(m, sparse, 3 * H * double(m.intermediate / tp));
-      largestMlp = std::max(sparse, mixedLayers(m) ? 3 * H * double(m.intermediate / tp) : sparse);
+      mlp = meanLayer(m, sparse, dense);
+      largestMlp = mixedLayers(m) ? std::max(sparse, dense) : sparse;
     }
     pc.layer = 2 * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + mlp;
     if (m.qkvBias)

@@ -72,6 +72,9 @@ struct RecomputeSkip {
 RecomputeSkip recomputeSkip(const Workload &w);
 
 LayerShape layerShape(const ModelConfig &m, int64_t tp);
+/// A sparse layer's MLP columns per token on a tp rank: top_k experts whole
+/// and Qwen2-MoE's shared expert split over tp (a model with experts only).
+int64_t sparseMlpWidth(const ModelConfig &m, int64_t tp);
 
 /// Parameters one rank holds (element counts, before ZeRO): per layer, the
 /// token embedding (a vocabulary shard under tp), GPT-2's position table,

@@ -218,7 +218,7 @@ std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) 
   // layers each their own (the width `inter` of its MLP).
   auto layerCost = [&](bool sparse) {
     const double inter = !mixedLayers(m) ? double(s.inter)
-                         : sparse        ? double(m.moe->topK * m.moe->intermediate + m.moe->sharedIntermediate)
+                         : sparse        ? double(sparseMlpWidth(m, 1))
                                          : double(m.intermediate);
     double matmul = s.llama ? H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + 3 * H * inter
                             : H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * inter;

@@ -91,9 +91,7 @@ constexpr double kMaxParameters = double(int64_t(1) << 50);
 
 int64_t ModelConfig::numParameters() const { return parameterCount<int64_t>(*this); }
 int64_t ModelConfig::activeParameters() const { return parameterCount<int64_t>(*this, /*active=*/true); }
-int64_t ModelConfig::layerParameters(bool sparse) const {
-  return layerCount<int64_t>(*this, /*active=*/false, sparse && moe);
-}
+int64_t ModelConfig::layerParameters() const { return layerCount<int64_t>(*this, /*active=*/false, moe.has_value()); }
 int64_t ModelConfig::layerTensors(bool sparse) const {
   if (arch == Arch::GPT2)
     return 12;

@@ -114,10 +114,11 @@ struct ModelConfig {
   /// topK of its experts (Mixtral-8x7B: 12.9 B of 46.7 B); else
   /// numParameters().
   int64_t activeParameters() const;
-  /// One decoder layer's parameters, and its parameter tensors (an expert
-  /// weight stacks the experts' tensors: one tensor); a sparse layer's where
-  /// the model has one (`sparse`), a dense layer's otherwise.
-  int64_t layerParameters(bool sparse = true) const;
+  /// One decoder layer's parameters (a sparse layer's where the model has
+  /// experts), and its parameter tensors (an expert weight stacks the
+  /// experts' tensors: one tensor): a sparse layer's where `sparse` and the
+  /// model has experts, a dense layer's otherwise.
+  int64_t layerParameters() const;
   int64_t layerTensors(bool sparse = true) const;
 };
 

@@ -139,9 +139,6 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
     return why("tp=" + std::to_string(c.tp) + " does not divide num_heads=" + std::to_string(m.heads));
   if (m.kvHeads % c.tp && c.tp % m.kvHeads)
     return why("tp and num_kv_heads do not divide one another");
-  if (c.tp > m.kvHeads && c.recompute == "selective")
-    return why("tp > num_kv_heads replicates kv heads, which the compiler does not combine "
-               "with selective recomputation");
   if (m.intermediate % c.tp)
     return why("tp does not divide the MLP's intermediate size");
   if (w.globalBatch % (c.microBatch * c.dp))

@@ -202,8 +202,8 @@ TEST(StepModel, ChecksDivisibility) {
   EXPECT_TRUE(checkConfig(w, c));
   c.microBatch = 1, c.virtualStages = 7; // 28 chunks > 24 layers
   EXPECT_TRUE(checkConfig(w, c));
-  // Replicated kv heads (tp > kv heads) compile, but not with selective
-  // recomputation (llcdist-partition refuses it).
+  // Replicated kv heads (tp > kv heads) compile, with selective
+  // recomputation too (KvReplication.RecomputeSGD).
   Workload gqa;
   gqa.model = gpt(1024, 24, 16);
   gqa.model.arch = Arch::Llama, gqa.model.kvHeads = 4, gqa.model.intermediate = 2816;
@@ -212,7 +212,7 @@ TEST(StepModel, ChecksDivisibility) {
   r.tp = 8;
   EXPECT_FALSE(checkConfig(gqa, r));
   r.recompute = "selective";
-  EXPECT_TRUE(checkConfig(gqa, r));
+  EXPECT_FALSE(checkConfig(gqa, r));
 }
 
 // The step time is the busiest stage's microbatches plus the schedule's

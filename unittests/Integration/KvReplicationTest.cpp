@@ -37,10 +37,11 @@ struct KvConfig {
   bool sequenceParallel = false;
   int64_t zero = 0;
   std::string schedule = "1f1b";
+  std::string recompute = "none";
   std::string name() const {
     return "dp" + std::to_string(dp) + "-tp" + std::to_string(tp) + "-pp" + std::to_string(pp) +
            (sequenceParallel ? "-sp" : "") + (zero ? "-zero" + std::to_string(zero) : "") +
-           (pp > 1 ? "-" + schedule : "");
+           (pp > 1 ? "-" + schedule : "") + (recompute != "none" ? "-recompute-" + recompute : "");
   }
 };
 
@@ -52,6 +53,7 @@ TrainingPipelineOptions optionsFor(const KvConfig &c, const std::string &optimiz
   opt.sequenceParallel = c.sequenceParallel;
   opt.zero = c.zero;
   opt.pipelineSchedule = c.schedule;
+  opt.recompute = c.recompute;
   return opt;
 }
 
@@ -87,6 +89,17 @@ TEST(KvReplication, ZeroAndZeroBubbleSGD) {
          {{2, 4, 1, false, 1}, {2, 4, 1, false, 2}, {2, 4, 1, true, 3}, {1, 4, 2, false, 0, "zb-h1"}},
          "sgd");
   golden("tiny-llama-gqa", {{2, 4, 1, false, 3}, {1, 4, 2, true, 0, "zb-h1"}}, "sgd");
+}
+// Recomputation: selective's copy of the attention reads the saved k and v
+// (it was refused at tp > kv heads before: the partitioner looked for their
+// projections there too), full recomputes the projections themselves.
+TEST(KvReplication, RecomputeSGD) {
+  golden("tiny-llama-gqa",
+         {{1, 4, 1, false, 0, "1f1b", "selective"},
+          {2, 4, 1, true, 0, "1f1b", "selective"},
+          {1, 4, 2, false, 0, "1f1b", "selective"},
+          {1, 4, 1, true, 0, "1f1b", "full"}},
+         "sgd");
 }
 TEST(KvReplication, MqaTp4AdamW) {
   golden("tiny-llama-mqa", {{1, 4, 1, false}, {1, 4, 2, true}, {2, 4, 1, false}}, "adamw");

@@ -108,7 +108,9 @@ LogicalResult TensorParallelPropagation::readStrategy() {
 LogicalResult TensorParallelPropagation::replicateKvHeads() {
   WalkResult r = module.walk([&](AttentionOp at) -> WalkResult {
     int64_t nkv = at.getNumKvHeads();
-    if (nkv >= tp)
+    // Selective recomputation's copy (llcdist-recompute) reads the forward's
+    // saved k and v: the forward's attention checks and marks their projections.
+    if (nkv >= tp || at->hasAttr(kRecomputedAttr))
       return WalkResult::advance();
     if (tp % nkv != 0) {
       at.emitOpError("llcdist-partition: tp=")

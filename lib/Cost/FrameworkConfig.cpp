@@ -91,11 +91,18 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   if (m.headDim * m.heads != m.hidden)
     flag(a, "--kv-channels", num(m.headDim));
   flag(a, "--max-position-embeddings", num(m.maxPositions));
-  if (llamaLayout(m.arch)) {
+  if (m.arch != Arch::GPT2) { // rotary embeddings (Phi's on part of each head)
     flag(a, "--position-embedding-type", "rope");
     std::ostringstream theta;
     theta << m.ropeTheta;
     flag(a, "--rotary-base", theta.str());
+    if (m.rotaryDim) {
+      std::ostringstream percent;
+      percent << double(m.rotaryDim) / double(m.headDim);
+      flag(a, "--rotary-percent", percent.str());
+    }
+  }
+  if (llamaLayout(m.arch)) {
     flag(a, "--normalization", "RMSNorm");
     if (m.gatedGelu) // Gemma
       a.megatronNotes.push_back("GeGLU (tanh GELU gate): Megatron-LM's --swiglu with the gated activation set to "
@@ -112,21 +119,20 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
       flag(a, "--add-qkv-bias");
     if (m.ropeScaling)
       a.megatronNotes.push_back("rope_scaling (llama3): Megatron-LM's --use-rope-scaling");
-    if (m.slidingWindow > 0 && m.slidingWindow + 1 < w.seqLen) // the band matters at this length
-      a.megatronNotes.push_back("sliding_window " + num(m.slidingWindow) + ": Megatron-LM's --window-size " +
-                                num(m.slidingWindow) + " 0 (each query sees the " + num(m.slidingWindow) +
-                                " tokens before it and itself)");
+  } else {
+    // GPT-2's, Phi's and StarCoder2's MLP: the tanh GELU (Megatron-LM's
+    // default is the exact one); LayerNorm is its default normalization.
+    flag(a, "--openai-gelu");
+    if (!m.outputBias && !m.mlpBias) // StarCoder2 without use_bias
+      flag(a, "--disable-bias-linear");
   }
-  if (m.arch == Arch::Phi) {
-    flag(a, "--position-embedding-type", "rope");
-    std::ostringstream theta, percent;
-    theta << m.ropeTheta;
-    flag(a, "--rotary-base", theta.str());
-    percent << double(m.rotaryDim) / double(m.headDim);
-    flag(a, "--rotary-percent", percent.str());
+  if (m.slidingWindow > 0 && m.slidingWindow + 1 < w.seqLen) // the band matters at this length
+    a.megatronNotes.push_back("sliding_window " + num(m.slidingWindow) + ": Megatron-LM's --window-size " +
+                              num(m.slidingWindow) + " 0 (each query sees the " + num(m.slidingWindow) +
+                              " tokens before it and itself)");
+  if (m.arch == Arch::Phi)
     a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (x + attn(ln x) + mlp(ln x)): no "
                               "Megatron-LM flag; the LM head's bias: none either");
-  }
   if (m.moe)
     renderMoe(w, c, a);
   if (!m.tieEmbeddings)
@@ -295,7 +301,8 @@ const std::vector<KnobMapping> &cost::knobMappings() {
        "--num-layers --hidden-size --ffn-hidden-size --num-attention-heads "
        "[--group-query-attention --num-query-groups] --max-position-embeddings [llama: "
        "--position-embedding-type rope --rotary-base --normalization RMSNorm --swiglu "
-       "--disable-bias-linear] [mixture of experts: --num-experts --moe-router-topk --moe-ffn-hidden-size "
+       "--disable-bias-linear] [GPT-2, Phi, StarCoder2: --openai-gelu] [mixture of experts: --num-experts "
+       "--moe-router-topk --moe-ffn-hidden-size "
        "[--moe-shared-expert-intermediate-size] [--moe-router-pre-softmax] --moe-grouped-gemm ... "
        "--expert-model-parallel-size EP] "
        "[--untie-embeddings-and-output-weights] --make-vocab-size-divisible-by 128",

@@ -114,6 +114,15 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
       pc.layer += 2 * double(s.inter) + H;
     pc.largestLayer = pc.layer - mlp + largestMlp;
     pc.finalNorm = H;
+  } else if (m.arch == Arch::Starcoder2) { // two LayerNorms; q, k, v, o, c_fc, c_proj and their biases
+    pc.layer = 4 * H + H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
+    if (m.qkvBias)
+      pc.layer += double(s.q + 2 * s.kv);
+    if (m.outputBias)
+      pc.layer += H;
+    if (m.mlpBias)
+      pc.layer += double(s.inter) + H;
+    pc.finalNorm = 2 * H;
   } else if (m.arch == Arch::Phi) { // one LayerNorm; biases on q, k, v, dense, fc1, fc2
     const double qkv = double(s.q + 2 * s.kv);
     pc.layer =

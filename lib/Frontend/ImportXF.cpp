@@ -4,7 +4,8 @@
 // PhiForCausalLM forward passes op for op (Qwen2ForCausalLM,
 // MistralForCausalLM and GemmaForCausalLM share Llama's layer, with q/k/v
 // biases, a sliding window, GeGLU and (1 + w) norms; MixtralForCausalLM and
-// Qwen2MoeForCausalLM put a sparse mixture of experts in its MLP's place);
+// Qwen2MoeForCausalLM put a sparse mixture of experts in its MLP's place;
+// Starcoder2ForCausalLM has Llama's attention in a GPT-style layer);
 // parameter names and
 // layouts are theirs, so a safetensors checkpoint maps onto the graph without
 // conversion.
@@ -51,6 +52,8 @@ public:
       dense = gpt2Block();
     else if (m.arch == Arch::Phi)
       dense = phiBlock();
+    else if (m.arch == Arch::Starcoder2)
+      dense = starcoder2Block();
     if (m.sparseLayers() > 0) {
       sparse = llamaBlock(/*sparse=*/true);
       b.setInsertionPointToEnd(module->getBody());
@@ -315,6 +318,28 @@ private:
     return fn;
   }
 
+  /// Starcoder2DecoderLayer: Llama's attention (GQA, rotary embeddings, the
+  /// sliding window) between LayerNorms, and a GPT-style MLP (c_fc, the tanh
+  /// GELU, c_proj); biases on every projection when use_bias.
+  func::FuncOp starcoder2Block() {
+    func::FuncOp fn;
+    Value x = beginLayer(fn, "starcoder2_decoder_layer");
+    const std::string p = "model.layers.{i}.";
+    int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim;
+    auto o = WeightLayout::OutIn;
+    Value h = layerNorm(p + "input_layernorm", x);
+    Value a = selfAttention(p, h, m.qkvBias);
+    Value out = linear(p + "self_attn.o_proj", a, q, H, m.outputBias, o);
+    x = AddOp::create(b, loc(p + "self_attn"), x, out);
+    h = layerNorm(p + "post_attention_layernorm", x);
+    Value f = linear(p + "mlp.c_fc", h, H, I, m.mlpBias, o);
+    Value g = GeluTanhOp::create(b, loc(p + "mlp"), f);
+    Value d = linear(p + "mlp.c_proj", g, I, H, m.mlpBias, o);
+    x = AddOp::create(b, loc(p + "mlp"), x, d);
+    func::ReturnOp::create(b, loc(p), x);
+    return fn;
+  }
+
   DictionaryAttr ropeScaling() {
     if (!m.ropeScaling)
       return {};
@@ -368,6 +393,8 @@ private:
       x = layerNorm("transformer.ln_f", x);
     else if (m.arch == Arch::Phi)
       x = layerNorm("model.final_layernorm", x);
+    else if (m.arch == Arch::Starcoder2)
+      x = layerNorm("model.norm", x);
     else
       x = rmsNorm("model.norm", x);
     Value head = m.tieEmbeddings ? emb : param("lm_head.weight", {V, H});

@@ -22,11 +22,15 @@ struct ArchNames {
   Arch arch;
   const char *name, *hf;
 };
-constexpr ArchNames kArchs[] = {
-    {Arch::GPT2, "gpt2", "GPT2LMHeadModel"},          {Arch::Llama, "llama", "LlamaForCausalLM"},
-    {Arch::Qwen2, "qwen2", "Qwen2ForCausalLM"},       {Arch::Mistral, "mistral", "MistralForCausalLM"},
-    {Arch::Gemma, "gemma", "GemmaForCausalLM"},       {Arch::Phi, "phi", "PhiForCausalLM"},
-    {Arch::Mixtral, "mixtral", "MixtralForCausalLM"}, {Arch::Qwen2Moe, "qwen2_moe", "Qwen2MoeForCausalLM"}};
+constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
+                                {Arch::Llama, "llama", "LlamaForCausalLM"},
+                                {Arch::Qwen2, "qwen2", "Qwen2ForCausalLM"},
+                                {Arch::Mistral, "mistral", "MistralForCausalLM"},
+                                {Arch::Gemma, "gemma", "GemmaForCausalLM"},
+                                {Arch::Phi, "phi", "PhiForCausalLM"},
+                                {Arch::Mixtral, "mixtral", "MixtralForCausalLM"},
+                                {Arch::Qwen2Moe, "qwen2_moe", "Qwen2MoeForCausalLM"},
+                                {Arch::Starcoder2, "starcoder2", "Starcoder2ForCausalLM"}};
 } // namespace
 
 const char *llcdist::archName(Arch a) { return kArchs[int(a)].name; }
@@ -59,6 +63,9 @@ template <typename T> T layerCount(const ModelConfig &c, bool active, bool spars
     return 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H);
   if (c.arch == Arch::Phi) // one LayerNorm; q, k, v, dense, fc1, fc2, all with biases
     return 2 * H + (H * q + q) + 2 * (H * kv + kv) + (q * H + H) + (H * I + I) + (I * H + H);
+  if (c.arch == Arch::Starcoder2) // two LayerNorms; q, k, v, o, c_fc, c_proj, biases when use_bias
+    return 4 * H + H * q + 2 * H * kv + q * H + 2 * H * I + (c.qkvBias ? q + 2 * kv : 0) + (c.outputBias ? H : 0) +
+           (c.mlpBias ? I + H : 0);
   T layer = 2 * H + H * q + 2 * H * kv + q * H;
   layer += mlpCount<T>(c, c.moe ? T(active ? c.moe->topK : c.moe->experts) : T(0), sparse);
   if (c.qkvBias)
@@ -73,8 +80,8 @@ template <typename T> T parameterCount(const ModelConfig &c, bool active = false
   T n = V * H + (c.tieEmbeddings ? 0 : V * H);
   if (c.arch == Arch::GPT2)
     n += T(c.maxPositions) * H + 2 * H; // wpe, ln_f
-  else if (c.arch == Arch::Phi)
-    n += 2 * H; // model.final_layernorm
+  else if (layerNorms(c.arch))
+    n += 2 * H; // Phi's model.final_layernorm, StarCoder2's model.norm
   else
     n += H; // model.norm
   if (c.lmHeadBias)
@@ -97,6 +104,8 @@ int64_t ModelConfig::layerTensors(bool sparse) const {
     return 12;
   if (arch == Arch::Phi)
     return 14;
+  if (arch == Arch::Starcoder2) // four norm tensors, six matrices, their biases
+    return 10 + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 2 : 0);
   // Two norms, q k v o, and the gated MLP's three matrices or the router,
   // three stacked expert weights and the shared expert with its gate.
   int64_t mlp = moe && sparse ? 4 + (moe->sharedIntermediate ? 4 : 0) : 3 + (mlpBias ? 3 : 0);
@@ -576,6 +585,49 @@ void parsePhi(FieldReader &r, ModelConfig &c, const json &obj) {
   c.qkvBias = c.outputBias = c.mlpBias = c.lmHeadBias = true;
   r.ignore({"resid_pdrop", "embd_pdrop", "attention_dropout"});
 }
+/// StarCoder2's fields (transformers 4.40's Starcoder2Config): Llama's
+/// attention (GQA, rotary embeddings, Mistral's sliding window) in a GPT-style
+/// layer: LayerNorms with biases, c_fc -> tanh GELU -> c_proj, biases on
+/// every projection when use_bias; the head tied by default.
+void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj) {
+  c.vocab = r.positiveInt("vocab_size", 49152);
+  c.hidden = r.positiveInt("hidden_size", 3072);
+  c.intermediate = r.positiveInt("intermediate_size", 12288);
+  c.layers = r.positiveInt("num_hidden_layers", 30);
+  c.heads = r.positiveInt("num_attention_heads", 24);
+  c.kvHeads = r.positiveInt("num_key_value_heads", 2);
+  c.maxPositions = r.positiveInt("max_position_embeddings", 4096);
+  if (r.has("head_dim"))
+    r.fail("head_dim", "is not a field of Starcoder2ForCausalLM's config in transformers 4.40 (head_dim is "
+                       "hidden_size / num_attention_heads); remove it");
+  if (c.hidden % c.heads != 0)
+    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
+                                      " does not divide hidden_size=" + std::to_string(c.hidden));
+  c.headDim = c.hidden / c.heads;
+  if (c.headDim % 2 != 0)
+    r.fail("num_attention_heads", "gives head_dim " + std::to_string(c.headDim) +
+                                      " (hidden_size / num_attention_heads), which must be even for rotary embeddings");
+  checkKvHeads(r, c);
+  c.normEps = r.positiveFloat("norm_epsilon", 1e-5);
+  readRopeTheta(r, c, obj);
+  refuseRopeScaling(r, "StarCoder2 (Starcoder2Config has no rope scaling)");
+  std::string act = r.string("hidden_act", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh" && act != "gelu_new")
+    r.fail("hidden_act",
+           "unsupported activation '" + act + "'; llc-dist implements StarCoder2's tanh GELU (\"gelu_pytorch_tanh\")");
+  // Starcoder2Config's default window is None: plain causal attention.
+  if (r.has("sliding_window"))
+    c.slidingWindow = r.positiveInt("sliding_window");
+  r.ignore({"sliding_window"});
+  c.qkvBias = c.outputBias = c.mlpBias = r.boolean("use_bias", true);
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
+  // Dropout (llc-dist trains without it, as every family here), and the
+  // fields bigcode's published configs carry that Starcoder2Config 4.40
+  // never reads (norm_type "layer_norm", mlp_type "default", a second
+  // layer_norm_epsilon: the model is built from norm_epsilon alone).
+  r.ignore(
+      {"attention_dropout", "residual_dropout", "embedding_dropout", "norm_type", "mlp_type", "layer_norm_epsilon"});
+}
 } // namespace
 
 std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
@@ -618,6 +670,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseGPT2(r, c);
     else if (c.arch == Arch::Phi)
       parsePhi(r, c, obj);
+    else if (c.arch == Arch::Starcoder2)
+      parseStarcoder2(r, c, obj);
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));

@@ -160,7 +160,8 @@ def hf_shapes(cfg):
                         p + "mlp.c_proj.weight": [inner, H], p + "mlp.c_proj.bias": [H]})
         return out
     arch = cfg.get("architectures", [""])[0]
-    if arch in ("GemmaForCausalLM", "PhiForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM"):
+    if arch in ("GemmaForCausalLM", "PhiForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM",
+                "Starcoder2ForCausalLM"):
         return transformers_shapes(cfg)
     H, V, L, I = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
     nh = cfg["num_attention_heads"]

@@ -44,6 +44,9 @@ const Sample kSamples[] = {
     {"llama3.2-1b", 1, 2, 2, 1024, 1, 8, "bf16", 0, "none", true, "1f1b", 1, 2, "ring"},
     {"llama3.2-1b", 2, 1, 1, 4096, 1, 8, "bf16", 1, "selective", false, "1f1b", 1, 4, "ring"},
     {"gpt2", 1, 2, 1, 1024, 2, 8, "bf16", 0, "none", false, "1f1b", 1, 2, "all-to-all"},
+    // StarCoder2: LayerNorms and biases around Llama's attention (GQA).
+    {"starcoder2-3b", 2, 2, 2, 512, 1, 8, "bf16", 1, "none", true, "1f1b", 1},
+    {"starcoder2-3b", 1, 4, 2, 1024, 1, 8, "bf16", 0, "selective", false, "interleaved", 3},
 };
 
 // Mixtures of experts (issue #34): the model state (every expert's parameters on every rank, the

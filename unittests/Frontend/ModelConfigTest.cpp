@@ -51,6 +51,12 @@ TEST(ModelConfig, PublishedParameterCounts) {
       {"gemma-2b", 2506172416},
       {"gemma-7b", 8537680896},
       {"phi-2", 2779683840},
+      // StarCoder2 (the model cards' 3.03B, 7.17B and 15.96B; transformers
+      // 4.40.2's Starcoder2ForCausalLM counts the same): 3B and 7B tie the
+      // head, 15B does not.
+      {"starcoder2-3b", 3030371328},
+      {"starcoder2-7b", 7173923840},
+      {"starcoder2-15b", 15957889024},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -177,6 +183,49 @@ TEST(ModelConfig, PhiFields) {
             std::string::npos);
   EXPECT_NE(parseError(head + R"(, "hidden_act": "relu"})").find("field 'hidden_act': unsupported"), std::string::npos);
   EXPECT_NE(parseError(head + R"(, "rms_norm_eps": 1e-6})").find("unknown field for PhiForCausalLM"),
+            std::string::npos);
+}
+
+TEST(ModelConfig, Starcoder2Fields) {
+  ModelConfig c = load("starcoder2-3b");
+  EXPECT_EQ(c.arch, Arch::Starcoder2);
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_EQ(c.kvHeads, 2);
+  EXPECT_EQ(c.slidingWindow, 4096);
+  EXPECT_DOUBLE_EQ(c.ropeTheta, 999999.4420358813);
+  EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias);
+  EXPECT_FALSE(c.lmHeadBias);
+  EXPECT_TRUE(c.tieEmbeddings);
+  EXPECT_FALSE(llamaLayout(c.arch));
+  EXPECT_TRUE(layerNorms(c.arch));
+  EXPECT_EQ(c.layerTensors(), 16); // transformers' Starcoder2DecoderLayer
+  EXPECT_FALSE(load("starcoder2-15b").tieEmbeddings);
+  const std::string head = R"({"architectures": ["Starcoder2ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128)";
+  ModelConfig d;
+  ASSERT_FALSE(parseModelConfig(head + "}", "default.json", d));
+  EXPECT_EQ(d.kvHeads, 2);       // Starcoder2Config's defaults: 2 kv heads,
+  EXPECT_EQ(d.slidingWindow, 0); // no window,
+  EXPECT_TRUE(d.tieEmbeddings);  // a tied head,
+  EXPECT_EQ(d.maxPositions, 4096);
+  ModelConfig nb;
+  ASSERT_FALSE(parseModelConfig(head + R"(, "use_bias": false, "sliding_window": null})", "nobias.json", nb));
+  EXPECT_FALSE(nb.qkvBias || nb.outputBias || nb.mlpBias);
+  EXPECT_EQ(nb.slidingWindow, 0);
+  EXPECT_EQ(nb.layerTensors(), 10);
+  EXPECT_EQ(d.numParameters() - nb.numParameters(), 2 * (64 + 2 * 32 + 64 + 128 + 64)); // the biases of 2 layers
+  EXPECT_NE(parseError(head + R"(, "hidden_act": "gelu"})").find("field 'hidden_act': unsupported activation 'gelu'"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "sliding_window": 0})").find("field 'sliding_window': must be a positive integer"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})")
+                .find("field 'rope_scaling': must be null for StarCoder2"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "head_dim": 16})").find("field 'head_dim': is not a field of Starcoder2ForCausalLM"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "num_key_value_heads": 3})").find("does not divide num_attention_heads=4"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "rms_norm_eps": 1e-6})").find("unknown field for Starcoder2ForCausalLM"),
             std::string::npos);
 }
 

@@ -228,6 +228,13 @@ TEST(ContextParallelRing, TinyMistralSGD) {
 TEST(ContextParallelRing, TinyPhiSGD) {
   golden("tiny-phi", "sgd", {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2), CpCase::of(4)});
 }
+/// StarCoder2's window (8, over 16 tokens) and LayerNorms with biases, at
+/// cp alone and with tp + SP (its 2 kv heads split over tp).
+TEST(ContextParallelRing, TinyStarcoder2SGD) {
+  golden("tiny-starcoder2", "sgd",
+         {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2),
+          CpCase::of(2).withTp(2).withSequenceParallel().ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
+}
 /// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
 /// it around.
 TEST(ContextParallelRing, TinyGemmaSGD) {

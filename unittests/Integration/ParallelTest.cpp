@@ -76,6 +76,10 @@ TEST(Parallel, TinyGemmaSGD) { golden("tiny-gemma", "sgd"); }
 // everywhere: the two row-parallel outputs are reduced, biased and summed.
 TEST(Parallel, TinyPhiSGD) { golden("tiny-phi", "sgd"); }
 TEST(Parallel, TinyPhiAdamW) { golden("tiny-phi", "adamw"); }
+// StarCoder2: Llama's attention (2 kv heads, replicated for tp = 4; the
+// window of 8) between LayerNorms with biases, a GPT-style MLP with biases,
+// a tied head.
+TEST(Parallel, TinyStarcoder2SGD) { golden("tiny-starcoder2", "sgd"); }
 // The mixtures of experts: every token's experts whatever the rank holds its
 // tokens (dp: each rank routes its own, its group sizes its own; the expert
 // gradients reduced over dp), the experts whole on every tp rank (Qwen2-MoE's

@@ -2,10 +2,11 @@
 //
 // MLIR-free: parses and validates a Hugging Face config.json of a
 // GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
-// GemmaForCausalLM, PhiForCausalLM, MixtralForCausalLM or
-// Qwen2MoeForCausalLM into one flat description of a decoder-only
-// transformer (Phi's parallel attention/MLP block is its
-// architecture's: ImportXF's phiBlock). Errors name the file, the line and
+// GemmaForCausalLM, PhiForCausalLM, MixtralForCausalLM,
+// Qwen2MoeForCausalLM or Starcoder2ForCausalLM into one flat description of
+// a decoder-only transformer (Phi's parallel attention/MLP block and
+// StarCoder2's layer are their architectures': ImportXF's phiBlock and
+// starcoder2Block). Errors name the file, the line and
 // column of the field, the field, and what to do.
 //
 //===----------------------------------------------------------------------===//
@@ -22,16 +23,19 @@
 
 namespace llcdist {
 
-enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi, Mixtral, Qwen2Moe };
-const char *archName(Arch a);       ///< "gpt2" / "llama" / "qwen2" / "mistral" / "gemma" / "phi"
+enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi, Mixtral, Qwen2Moe, Starcoder2 };
+const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
 /// the model.layers.{i} names), which Qwen2 (with q, k, v biases), Mistral
 /// (with a sliding attention window) and Gemma (GeGLU, (1 + w) norms, scaled
 /// embeddings) share, and so do the mixtures of experts (Mixtral: Mistral's
 /// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place.
-/// GPT-2 and Phi have LayerNorms and a two-matrix MLP.
-inline bool llamaLayout(Arch a) { return a != Arch::GPT2 && a != Arch::Phi; }
+/// GPT-2, Phi and StarCoder2 have LayerNorms and a two-matrix MLP.
+inline bool llamaLayout(Arch a) { return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2; }
+/// The norms are LayerNorms, with a weight and a bias (the final one too):
+/// every family that is not Llama-shaped.
+inline bool layerNorms(Arch a) { return !llamaLayout(a); }
 
 /// Hugging Face's `rope_scaling` with rope_type "llama3" (Llama 3.1+).
 struct RopeScaling {
@@ -72,13 +76,15 @@ struct ModelConfig {
   std::optional<RopeScaling> ropeScaling;
   bool tieEmbeddings = true;
   /// Biases on the q, k and v projections (GPT-2: always; Llama:
-  /// attention_bias; Qwen2: always) and on the output projection (GPT-2:
-  /// always; Llama: attention_bias; Qwen2: never).
+  /// attention_bias; Qwen2: always; StarCoder2: use_bias) and on the output
+  /// projection (GPT-2: always; Llama: attention_bias; Qwen2: never;
+  /// StarCoder2: use_bias).
   bool qkvBias = true, outputBias = true;
-  /// Mistral's sliding_window W: query i sees keys i-W..i (transformers
-  /// 4.40's mask: W + 1 keys, itself included); 0: plain causal attention.
+  /// Mistral's (and StarCoder2's) sliding_window W: query i sees keys
+  /// i-W..i (transformers 4.40's mask: W + 1 keys, itself included); 0:
+  /// plain causal attention.
   int64_t slidingWindow = 0;
-  bool mlpBias = true;                ///< GPT-2: always; Llama: mlp_bias
+  bool mlpBias = true; ///< GPT-2: always; Llama: mlp_bias; StarCoder2: use_bias
   /// Phi's partial rotary: the first rotaryDim dims of each head rotate
   /// (partial_rotary_factor · head_dim); 0: all of them.
   int64_t rotaryDim = 0;

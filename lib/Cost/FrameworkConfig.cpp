@@ -103,7 +103,8 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
     }
   }
   if (llamaLayout(m.arch)) {
-    flag(a, "--normalization", "RMSNorm");
+    if (!layerNorms(m.arch)) // StableLM's LayerNorm is Megatron-LM's default
+      flag(a, "--normalization", "RMSNorm");
     if (m.gatedGelu) // Gemma
       a.megatronNotes.push_back("GeGLU (tanh GELU gate): Megatron-LM's --swiglu with the gated activation set to "
                                 "gelu in the model spec (no command-line flag)");
@@ -133,6 +134,9 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   if (m.arch == Arch::Phi)
     a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (x + attn(ln x) + mlp(ln x)): no "
                               "Megatron-LM flag; the LM head's bias: none either");
+  if (m.parallelResidual)
+    a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (use_parallel_residual: x + attn(ln x) + "
+                              "mlp(ln x)): no Megatron-LM flag");
   if (m.moe)
     renderMoe(w, c, a);
   if (!m.tieEmbeddings)

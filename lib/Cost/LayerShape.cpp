@@ -61,7 +61,7 @@ RecomputeSkip recomputeSkip(const Workload &w) {
     return {};
   if (w.model.moe) // (a mixed model's dense layers do skip their down projection: priced as sparse ones)
     return {false, false, true};
-  return {true, w.model.arch == Arch::Phi, true};
+  return {true, w.model.arch == Arch::Phi || w.model.parallelResidual, true};
 }
 
 LayerShape layerShape(const ModelConfig &m, int64_t tp) {
@@ -105,7 +105,10 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
       mlp = meanLayer(m, sparse, dense);
       largestMlp = mixedLayers(m) ? std::max(sparse, dense) : sparse;
     }
-    pc.layer = 2 * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + mlp;
+    // RMSNorm weights, or StableLM's LayerNorms (weight and bias; one under
+    // use_parallel_residual).
+    const double norms = m.arch == Arch::StableLm ? (m.parallelResidual ? 2 : 4) * H : 2 * H;
+    pc.layer = norms + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + mlp;
     if (m.qkvBias)
       pc.layer += double(s.q + 2 * s.kv);
     if (m.outputBias)
@@ -113,7 +116,7 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     if (m.mlpBias)
       pc.layer += 2 * double(s.inter) + H;
     pc.largestLayer = pc.layer - mlp + largestMlp;
-    pc.finalNorm = H;
+    pc.finalNorm = layerNorms(m.arch) ? 2 * H : H;
   } else if (m.arch == Arch::Starcoder2) { // two LayerNorms; q, k, v, o, c_fc, c_proj and their biases
     pc.layer = 4 * H + H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
     if (m.qkvBias)

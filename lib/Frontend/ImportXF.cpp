@@ -5,7 +5,8 @@
 // MistralForCausalLM and GemmaForCausalLM share Llama's layer, with q/k/v
 // biases, a sliding window, GeGLU and (1 + w) norms; MixtralForCausalLM and
 // Qwen2MoeForCausalLM put a sparse mixture of experts in its MLP's place;
-// Starcoder2ForCausalLM has Llama's attention in a GPT-style layer);
+// Starcoder2ForCausalLM has Llama's attention in a GPT-style layer;
+// StableLmForCausalLM is Llama's layer with LayerNorms and partial rotary);
 // parameter names and
 // layouts are theirs, so a safetensors checkpoint maps onto the graph without
 // conversion.
@@ -54,6 +55,8 @@ public:
       dense = phiBlock();
     else if (m.arch == Arch::Starcoder2)
       dense = starcoder2Block();
+    else if (m.arch == Arch::StableLm)
+      dense = stablelmBlock();
     if (m.sparseLayers() > 0) {
       sparse = llamaBlock(/*sparse=*/true);
       b.setInsertionPointToEnd(module->getBody());
@@ -340,6 +343,27 @@ private:
     return fn;
   }
 
+  /// StableLmDecoderLayer: Llama's layer with LayerNorms (partial rotary
+  /// embeddings through rope()); with use_parallel_residual one LayerNorm
+  /// feeds attention and the MLP, (x + attn(ln x)) + mlp(ln x) in
+  /// transformers' order.
+  func::FuncOp stablelmBlock() {
+    func::FuncOp fn;
+    Value x = beginLayer(fn, "stablelm_decoder_layer");
+    const std::string p = "model.layers.{i}.";
+    int64_t H = m.hidden, q = m.heads * m.headDim;
+    Value h = layerNorm(p + "input_layernorm", x);
+    Value a = selfAttention(p, h, m.qkvBias);
+    Value out = linear(p + "self_attn.o_proj", a, q, H, /*bias=*/false, WeightLayout::OutIn);
+    x = AddOp::create(b, loc(p + "self_attn"), x, out);
+    if (!m.parallelResidual)
+      h = layerNorm(p + "post_attention_layernorm", x);
+    Value d = gatedMlp(p + "mlp.", h, m.intermediate, /*bias=*/false);
+    x = AddOp::create(b, loc(p + "mlp"), x, d);
+    func::ReturnOp::create(b, loc(p), x);
+    return fn;
+  }
+
   DictionaryAttr ropeScaling() {
     if (!m.ropeScaling)
       return {};
@@ -393,7 +417,7 @@ private:
       x = layerNorm("transformer.ln_f", x);
     else if (m.arch == Arch::Phi)
       x = layerNorm("model.final_layernorm", x);
-    else if (m.arch == Arch::Starcoder2)
+    else if (m.arch == Arch::Starcoder2 || m.arch == Arch::StableLm)
       x = layerNorm("model.norm", x);
     else
       x = rmsNorm("model.norm", x);

@@ -47,6 +47,9 @@ const Sample kSamples[] = {
     // StarCoder2: LayerNorms and biases around Llama's attention (GQA).
     {"starcoder2-3b", 2, 2, 2, 512, 1, 8, "bf16", 1, "none", true, "1f1b", 1},
     {"starcoder2-3b", 1, 4, 2, 1024, 1, 8, "bf16", 0, "selective", false, "interleaved", 3},
+    // StableLM: Llama's layer with LayerNorms.
+    {"stablelm-2-1_6b", 2, 2, 2, 512, 2, 16, "bf16", 1, "none", false, "1f1b", 1},
+    {"stablelm-2-1_6b", 2, 2, 1, 512, 1, 8, "bf16", 0, "full", true, "1f1b", 1},
 };
 
 // Mixtures of experts (issue #34): the model state (every expert's parameters on every rank, the

@@ -49,6 +49,7 @@ TEST(ModelStats, PublishedParameterCounts) {
   EXPECT_EQ(importAndCount("phi-2").stats.parameters, 2779683840);
   EXPECT_EQ(importAndCount("starcoder2-3b").stats.parameters, 3030371328);
   EXPECT_EQ(importAndCount("starcoder2-15b").stats.parameters, 15957889024);
+  EXPECT_EQ(importAndCount("stablelm-2-1_6b").stats.parameters, 1644515328);
   EXPECT_EQ(importAndCount("mixtral-8x7b").stats.parameters, 46702792704);
   EXPECT_EQ(importAndCount("qwen1.5-moe-a2.7b").stats.parameters, 14315784192);
 }
@@ -56,12 +57,18 @@ TEST(ModelStats, PublishedParameterCounts) {
 // Every shipped model: the IR's count agrees with the architecture formula.
 TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
   for (const char *name :
-       {"tiny-gpt2",     "tiny-llama",    "gpt2",           "gpt2-medium",       "gpt2-large",      "gpt2-xl",
-        "gpt3-175b",     "llama2-7b",     "llama2-13b",     "llama2-70b",        "llama3-8b",       "llama3-70b",
-        "llama3.1-405b", "tiny-qwen2",    "qwen2-0.5b",     "qwen2-1.5b",        "qwen2-7b",        "tiny-mistral",
-        "mistral-7b",    "tiny-gemma",    "gemma-2b",       "gemma-7b",          "tiny-phi",        "phi-2",
-        "tiny-mixtral",  "mixtral-8x7b",  "tiny-qwen2-moe", "qwen1.5-moe-a2.7b", "tiny-starcoder2", "starcoder2-3b",
-        "starcoder2-7b", "starcoder2-15b"}) {
+       {"tiny-gpt2",         "tiny-llama",       "gpt2",
+        "gpt2-medium",       "gpt2-large",       "gpt2-xl",
+        "gpt3-175b",         "llama2-7b",        "llama2-13b",
+        "llama2-70b",        "llama3-8b",        "llama3-70b",
+        "llama3.1-405b",     "tiny-qwen2",       "qwen2-0.5b",
+        "qwen2-1.5b",        "qwen2-7b",         "tiny-mistral",
+        "mistral-7b",        "tiny-gemma",       "gemma-2b",
+        "gemma-7b",          "tiny-phi",         "phi-2",
+        "tiny-mixtral",      "mixtral-8x7b",     "tiny-qwen2-moe",
+        "qwen1.5-moe-a2.7b", "tiny-starcoder2",  "starcoder2-3b",
+        "starcoder2-7b",     "starcoder2-15b",   "tiny-stablelm",
+        "stablelm-2-1_6b",   "stablelm-3b-4e1t", "../unittests/Integration/Inputs/tiny-stablelm-parallel"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

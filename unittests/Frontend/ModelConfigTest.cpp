@@ -57,6 +57,10 @@ TEST(ModelConfig, PublishedParameterCounts) {
       {"starcoder2-3b", 3030371328},
       {"starcoder2-7b", 7173923840},
       {"starcoder2-15b", 15957889024},
+      // StableLM (the model cards' 1,644,515,328 and 2,795,443,200): q, k, v
+      // biases in 2-1.6B only, LayerNorms, untied.
+      {"stablelm-2-1_6b", 1644515328},
+      {"stablelm-3b-4e1t", 2795443200},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -226,6 +230,40 @@ TEST(ModelConfig, Starcoder2Fields) {
   EXPECT_NE(parseError(head + R"(, "num_key_value_heads": 3})").find("does not divide num_attention_heads=4"),
             std::string::npos);
   EXPECT_NE(parseError(head + R"(, "rms_norm_eps": 1e-6})").find("unknown field for Starcoder2ForCausalLM"),
+            std::string::npos);
+}
+
+TEST(ModelConfig, StableLmFields) {
+  ModelConfig c = load("stablelm-2-1_6b");
+  EXPECT_EQ(c.arch, Arch::StableLm);
+  EXPECT_EQ(c.headDim, 64);
+  EXPECT_EQ(c.rotaryDim, 16); // int(0.25 * 64)
+  EXPECT_TRUE(c.qkvBias);
+  EXPECT_FALSE(c.outputBias || c.mlpBias || c.lmHeadBias || c.tieEmbeddings || c.parallelResidual);
+  EXPECT_TRUE(llamaLayout(c.arch)); // q, k, v, o and a gated MLP
+  EXPECT_TRUE(layerNorms(c.arch));  // with LayerNorms
+  EXPECT_EQ(c.layerTensors(), 14);  // transformers' StableLmDecoderLayer
+  EXPECT_EQ(load("stablelm-3b-4e1t").layerTensors(), 11);
+  const std::string head = R"({"architectures": ["StableLmForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 128)";
+  ModelConfig d, par;
+  ASSERT_FALSE(parseModelConfig(head + "}", "default.json", d));
+  EXPECT_EQ(d.rotaryDim, 4); // StableLmConfig's default factor 0.25 of 16
+  EXPECT_FALSE(d.qkvBias);
+  ASSERT_FALSE(parseModelConfig(head + R"(, "use_parallel_residual": true})", "parallel.json", par));
+  EXPECT_TRUE(par.parallelResidual);
+  EXPECT_EQ(par.layerTensors(), 9);                               // one LayerNorm
+  EXPECT_EQ(d.numParameters() - par.numParameters(), 2 * 2 * 64); // a LayerNorm's weight and bias in 2 layers
+  EXPECT_NE(parseError(head + R"(, "qk_layernorm": true})").find("field 'qk_layernorm': per-head LayerNorms"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "partial_rotary_factor": 0.2})").find("int(0.2 * 16) = 3 rotary dims per head"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "hidden_act": "gelu"})").find("field 'hidden_act': unsupported activation"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})")
+                .find("field 'rope_scaling': must be null for StableLM"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "use_bias": true})").find("unknown field for StableLmForCausalLM"),
             std::string::npos);
 }
 

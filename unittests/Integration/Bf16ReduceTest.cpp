@@ -75,3 +75,4 @@ TEST(Bf16Reduce, GoldenRuleTinyGemma) { golden("tiny-gemma"); }
 TEST(Bf16Reduce, GoldenRuleTinyPhi) { golden("tiny-phi"); }
 TEST(Bf16Reduce, GoldenRuleTinyMistral) { golden("tiny-mistral"); }
 TEST(Bf16Reduce, GoldenRuleTinyStarcoder2) { golden("tiny-starcoder2"); }
+TEST(Bf16Reduce, GoldenRuleTinyStableLm) { golden("tiny-stablelm"); }

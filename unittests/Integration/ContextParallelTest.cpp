@@ -235,6 +235,12 @@ TEST(ContextParallelRing, TinyStarcoder2SGD) {
          {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2),
           CpCase::of(2).withTp(2).withSequenceParallel().ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
 }
+/// StableLM's partial rotary at the global positions of cp's chunks, its
+/// LayerNorms under tp + SP.
+TEST(ContextParallelRing, TinyStableLmSGD) {
+  golden("tiny-stablelm", "sgd",
+         {CpCase::of(2).ring(), CpCase::of(2), CpCase::of(2).withTp(2).withSequenceParallel().ring()});
+}
 /// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
 /// it around.
 TEST(ContextParallelRing, TinyGemmaSGD) {

@@ -80,6 +80,14 @@ TEST(Parallel, TinyPhiAdamW) { golden("tiny-phi", "adamw"); }
 // window of 8) between LayerNorms with biases, a GPT-style MLP with biases,
 // a tied head.
 TEST(Parallel, TinyStarcoder2SGD) { golden("tiny-starcoder2", "sgd"); }
+// StableLM: Llama's layer with LayerNorms (weight and bias), partial rotary
+// (4 of 16 dims), q, k, v biases; with use_parallel_residual one LayerNorm
+// feeds attention and the MLP, x + attn + mlp: the two row-parallel outputs
+// add up before one reduction.
+TEST(Parallel, TinyStableLmSGD) { golden("tiny-stablelm", "sgd"); }
+TEST(Parallel, TinyStableLmParallelResidualAdamW) {
+  golden(std::string(LLCDIST_SOURCE_DIR) + "/unittests/Integration/Inputs/tiny-stablelm-parallel.json", "adamw");
+}
 // The mixtures of experts: every token's experts whatever the rank holds its
 // tokens (dp: each rank routes its own, its group sizes its own; the expert
 // gradients reduced over dp), the experts whole on every tp rank (Qwen2-MoE's

@@ -3,10 +3,10 @@
 // MLIR-free: parses and validates a Hugging Face config.json of a
 // GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
 // GemmaForCausalLM, PhiForCausalLM, MixtralForCausalLM,
-// Qwen2MoeForCausalLM or Starcoder2ForCausalLM into one flat description of
-// a decoder-only transformer (Phi's parallel attention/MLP block and
-// StarCoder2's layer are their architectures': ImportXF's phiBlock and
-// starcoder2Block). Errors name the file, the line and
+// Qwen2MoeForCausalLM, Starcoder2ForCausalLM or StableLmForCausalLM into one
+// flat description of a decoder-only transformer (Phi's parallel
+// attention/MLP block, StarCoder2's and StableLM's layers are their
+// architectures': ImportXF's phiBlock, starcoder2Block and stablelmBlock). Errors name the file, the line and
 // column of the field, the field, and what to do.
 //
 //===----------------------------------------------------------------------===//
@@ -23,19 +23,20 @@
 
 namespace llcdist {
 
-enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi, Mixtral, Qwen2Moe, Starcoder2 };
+enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi, Mixtral, Qwen2Moe, Starcoder2, StableLm };
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
 /// the model.layers.{i} names), which Qwen2 (with q, k, v biases), Mistral
 /// (with a sliding attention window) and Gemma (GeGLU, (1 + w) norms, scaled
 /// embeddings) share, and so do the mixtures of experts (Mixtral: Mistral's
-/// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place.
+/// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place,
+/// and so does StableLM (with LayerNorms and partial rotary embeddings).
 /// GPT-2, Phi and StarCoder2 have LayerNorms and a two-matrix MLP.
 inline bool llamaLayout(Arch a) { return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2; }
-/// The norms are LayerNorms, with a weight and a bias (the final one too):
-/// every family that is not Llama-shaped.
-inline bool layerNorms(Arch a) { return !llamaLayout(a); }
+/// The norms are LayerNorms, with a weight and a bias (the final one too),
+/// not RMSNorms.
+inline bool layerNorms(Arch a) { return !llamaLayout(a) || a == Arch::StableLm; }
 
 /// Hugging Face's `rope_scaling` with rope_type "llama3" (Llama 3.1+).
 struct RopeScaling {
@@ -85,10 +86,13 @@ struct ModelConfig {
   /// plain causal attention.
   int64_t slidingWindow = 0;
   bool mlpBias = true; ///< GPT-2: always; Llama: mlp_bias; StarCoder2: use_bias
-  /// Phi's partial rotary: the first rotaryDim dims of each head rotate
-  /// (partial_rotary_factor · head_dim); 0: all of them.
+  /// Phi's and StableLM's partial rotary: the first rotaryDim dims of each
+  /// head rotate (partial_rotary_factor · head_dim); 0: all of them.
   int64_t rotaryDim = 0;
   bool lmHeadBias = false; ///< Phi: lm_head has a bias
+  /// StableLM's use_parallel_residual: one LayerNorm feeds attention and the
+  /// MLP, x + attn(ln x) + mlp(ln x) (Phi's block is always so).
+  bool parallelResidual = false;
   /// Gemma: RMSNorm scales by (1 + w), the embeddings are multiplied by
   /// sqrt(hidden_size), and the gated MLP's activation is the tanh GELU
   /// (GeGLU) instead of SiLU (SwiGLU).

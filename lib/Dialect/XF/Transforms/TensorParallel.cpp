@@ -219,9 +219,10 @@ bool TensorParallelPropagation::extendDeferredSum(AddOp add) {
   partialReason.erase(sum);
   prev.erase();
   partial(add.getResult(), why);
-  if (add.getResult().hasOneUse() && isa<AddOp>(*add.getResult().user_begin()))
-    deferredWhole[add.getResult()] = whole;
-  else
+  deferredWhole[add.getResult()] = whole;
+  // The sum goes on into another add, or its consumer needs it now (the
+  // layer's last residual add, StableLM's parallel block: x + attn + mlp).
+  if (!add.getResult().hasOneUse() || !isa<AddOp>(*add.getResult().user_begin()))
     finishDeferredSum(add.getResult());
   return true;
 }

@@ -1,0 +1,373 @@
+//===- ModelFamilies.cpp - each family's config.json fields -----------------===//
+//
+// The fields of each transformers config class llc-dist builds (GPT2Config,
+// LlamaConfig and the Llama-shaped families', PhiConfig, StableLmConfig,
+// Starcoder2Config) into one ModelConfig. What llc-dist does not build is
+// refused by name.
+//
+//===----------------------------------------------------------------------===//
+#include "ConfigFields.h"
+
+#include "llcdist/runtime/PlanSchema.h" // header-only: the runtime's rule for rope_theta
+
+#include <string>
+
+using namespace llcdist;
+
+namespace llcdist::config {
+
+void parseGPT2(FieldReader &r, ModelConfig &c) {
+  c.vocab = r.positiveInt("vocab_size");
+  c.maxPositions = r.positiveInt("n_positions");
+  c.hidden = r.positiveInt("n_embd");
+  c.layers = r.positiveInt("n_layer");
+  c.heads = r.positiveInt("n_head");
+  c.kvHeads = c.heads;
+  if (c.hidden % c.heads != 0)
+    r.fail("n_head", "n_head=" + std::to_string(c.heads) + " does not divide n_embd=" + std::to_string(c.hidden));
+  c.headDim = c.hidden / c.heads;
+  c.intermediate = r.positiveInt("n_inner", 4 * c.hidden);
+  c.normEps = r.positiveFloat("layer_norm_epsilon", 1e-5);
+  std::string act = r.string("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    r.fail("activation_function",
+           "unsupported activation '" + act + "'; llc-dist implements GPT-2's tanh GELU (\"gelu_new\")");
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
+  if (!r.boolean("scale_attn_weights", true))
+    r.fail("scale_attn_weights", "only true (scores scaled by 1/sqrt(head_dim)) "
+                                 "is supported");
+  if (r.boolean("scale_attn_by_inverse_layer_idx", false))
+    r.fail("scale_attn_by_inverse_layer_idx", "only false is supported");
+  c.qkvBias = c.outputBias = c.mlpBias = true;
+  r.ignore({"n_ctx", "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_activation", "summary_first_dropout",
+            "summary_proj_to_labels", "summary_type", "summary_use_proj", "task_specific_params",
+            "reorder_and_upcast_attn", "output_past"});
+}
+
+namespace {
+
+/// rope_theta, under the runtime's own rule (PlanSchema.h), so no config
+/// compiles to a plan the runtime refuses (5e-324 is a positive double but
+/// 0 in fp32).
+void readRopeTheta(FieldReader &r, ModelConfig &c, const json &obj, double dflt = 10000.0) {
+  c.ropeTheta = r.positiveFloat("rope_theta", dflt);
+  if (!llcdist::rt::schema::ropeThetaInRange(c.ropeTheta))
+    r.fail("rope_theta", std::string(llcdist::rt::schema::kRopeThetaRule) + ", got " + obj.at("rope_theta").dump());
+}
+
+/// Every query head's group has a kv head: num_key_value_heads divides
+/// num_attention_heads.
+void checkKvHeads(FieldReader &r, const ModelConfig &c) {
+  if (c.heads % c.kvHeads != 0)
+    r.fail("num_key_value_heads", "num_key_value_heads=" + std::to_string(c.kvHeads) +
+                                      " does not divide num_attention_heads=" + std::to_string(c.heads));
+}
+
+/// A family whose rope_scaling llc-dist does not implement: null or absent
+/// only; `why` ends the message ("must be null for Qwen2 (...)").
+void refuseRopeScaling(FieldReader &r, const std::string &why) {
+  if (r.has("rope_scaling"))
+    r.fail("rope_scaling", "must be null for " + why);
+  r.ignore({"rope_scaling"});
+}
+
+/// The mixture-of-experts fields of MixtralConfig and Qwen2MoeConfig
+/// (transformers 4.40). What llc-dist does not build yet is refused by name.
+void parseMoe(FieldReader &r, ModelConfig &c, const json &obj) {
+  MoeConfig e;
+  const bool qwen = c.arch == Arch::Qwen2Moe;
+  const char *expertsKey = qwen ? "num_experts" : "num_local_experts";
+  e.experts = r.positiveInt(expertsKey, qwen ? 60 : 8);
+  e.topK = r.positiveInt("num_experts_per_tok", qwen ? 4 : 2);
+  if (e.topK > e.experts)
+    r.fail("num_experts_per_tok", "num_experts_per_tok=" + std::to_string(e.topK) + " is more than the " +
+                                      std::to_string(e.experts) + " experts (" + expertsKey + ")");
+  e.intermediate = qwen ? r.positiveInt("moe_intermediate_size", 1408) : c.intermediate;
+  if (qwen) {
+    e.sharedIntermediate = r.positiveInt("shared_expert_intermediate_size", 5632);
+    e.normalizeTopK = r.boolean("norm_topk_prob", false);
+    // Qwen2MoeDecoderLayer: layer i is sparse iff it is not in mlp_only_layers
+    // and (i + 1) % decoder_sparse_step == 0; the others have a dense MLP.
+    const int64_t step = r.positiveInt("decoder_sparse_step", 1);
+    std::vector<bool> dense(size_t(c.layers), false);
+    if (r.has("mlp_only_layers")) {
+      const json &only = obj.at("mlp_only_layers");
+      if (!only.is_array())
+        r.fail("mlp_only_layers", "must be an array of layer indices, got " + only.dump());
+      for (const json &i : only) {
+        if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= c.layers)
+          r.fail("mlp_only_layers",
+                 "must hold layer indices in [0, num_hidden_layers=" + std::to_string(c.layers) + "), got " + i.dump());
+        dense[size_t(i.get<int64_t>())] = true;
+      }
+    }
+    r.ignore({"mlp_only_layers"});
+    for (int64_t i = 0; i < c.layers; ++i)
+      if (dense[size_t(i)] || (i + 1) % step != 0)
+        e.denseLayers.push_back(i);
+    if (int64_t(e.denseLayers.size()) == c.layers)
+      r.fail(step > c.layers ? "decoder_sparse_step" : "mlp_only_layers",
+             "leaves no layer a mixture of experts (layer i is sparse iff it is not in mlp_only_layers and "
+             "(i + 1) % decoder_sparse_step == 0); a model without experts is a Qwen2ForCausalLM");
+  } else {
+    const json *jitter = r.has("router_jitter_noise") ? &r.get("router_jitter_noise") : nullptr;
+    if (jitter && !(jitter->is_number() && jitter->get<double>() == 0))
+      r.fail("router_jitter_noise", "must be 0: jitter multiplies the router's input by random noise in "
+                                    "training, and llc-dist's steps are deterministic");
+    r.ignore({"router_jitter_noise"});
+  }
+  // transformers adds router_aux_loss_coef × the load-balancing loss to the
+  // loss when output_router_logits (load_balancing_loss_func over every
+  // layer's router logits).
+  const bool auxLoss = r.boolean("output_router_logits", false);
+  const json *coef = r.has("router_aux_loss_coef") ? &r.get("router_aux_loss_coef") : nullptr;
+  if (coef && !(coef->is_number() && coef->get<double>() >= 0 && coef->get<double>() <= 1e6))
+    r.fail("router_aux_loss_coef", "must be a number in [0, 1e6], got " + coef->dump());
+  r.ignore({"router_aux_loss_coef"});
+  if (auxLoss)
+    e.auxLossCoef = coef ? coef->get<double>() : 0.001; // both configs' default
+  c.moe = e;
+}
+} // namespace
+
+/// Llama's fields, Qwen2's (LlamaForCausalLM's layer with biases on q, k
+/// and v only; transformers' Qwen2Config has no head_dim, attention_bias,
+/// mlp_bias or pretraining_tp; its sliding window is off unless
+/// use_sliding_window, which is refused) and Mistral's (Llama's layer without
+/// biases and with sliding_window; MistralConfig 4.40 has no head_dim either).
+void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
+  // Mixtral has Mistral's attention and Qwen2-MoE Qwen2's.
+  const bool mixtral = c.arch == Arch::Mixtral;
+  const bool qwen2 = c.arch == Arch::Qwen2 || c.arch == Arch::Qwen2Moe, mistral = c.arch == Arch::Mistral || mixtral,
+             gemma = c.arch == Arch::Gemma;
+  c.vocab = r.positiveInt("vocab_size");
+  c.hidden = r.positiveInt("hidden_size");
+  c.intermediate = r.positiveInt("intermediate_size");
+  c.layers = r.positiveInt("num_hidden_layers");
+  c.heads = r.positiveInt("num_attention_heads");
+  c.kvHeads = r.positiveInt("num_key_value_heads", c.heads);
+  c.maxPositions = r.positiveInt("max_position_embeddings", qwen2 ? 32768 : mistral ? 131072 : gemma ? 8192 : 2048);
+  if ((qwen2 || mistral) && r.has("head_dim"))
+    r.fail("head_dim", std::string("is not a field of ") + hfArchitecture(c.arch) +
+                           "'s config in transformers 4.40 (head_dim is hidden_size / num_attention_heads); remove it");
+  if (!r.has("head_dim") && !gemma && c.hidden % c.heads != 0)
+    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) + " does not divide hidden_size=" +
+                                      std::to_string(c.hidden) + "; fix it or give head_dim explicitly");
+  c.headDim = r.positiveInt("head_dim", gemma ? 256 : c.hidden / c.heads); // GemmaConfig's default: 256
+  if (c.headDim % 2 != 0)
+    r.fail("head_dim", "must be even for rotary embeddings, got " + std::to_string(c.headDim));
+  checkKvHeads(r, c);
+  c.normEps = r.positiveFloat("rms_norm_eps", mixtral ? 1e-5 : 1e-6);
+  readRopeTheta(r, c, obj, mixtral ? 1e6 : 10000.0);
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", gemma);
+  if (c.arch == Arch::Mixtral || c.arch == Arch::Qwen2Moe)
+    parseMoe(r, c, obj);
+  r.ignore({"attention_dropout"});
+  if (gemma) {
+    // transformers 4.40's GemmaMLP: hidden_activation, else the tanh GELU
+    // whatever hidden_act says (it warns that exact GELU was a mistake).
+    r.string("hidden_act", "gelu_pytorch_tanh");
+    std::string act = r.string("hidden_activation", "gelu_pytorch_tanh");
+    if (act != "gelu_pytorch_tanh" && act != "gelu_new")
+      r.fail("hidden_activation",
+             "unsupported activation '" + act + "'; Gemma's MLP is GeGLU with the tanh GELU (\"gelu_pytorch_tanh\")");
+    c.gatedGelu = c.scaleEmbeddings = true;
+    c.normWeightOffset = 1; // GemmaRMSNorm: x · rstd · (1 + w)
+    c.qkvBias = c.outputBias = r.boolean("attention_bias", false);
+    c.mlpBias = false;
+    refuseRopeScaling(r, "Gemma (GemmaConfig has no rope scaling)");
+    return;
+  }
+  std::string act = r.string("hidden_act", "silu");
+  if (act != "silu")
+    r.fail("hidden_act", "unsupported activation '" + act + "'; Llama's MLP is SwiGLU (\"silu\")");
+  if (mistral) {
+    c.qkvBias = c.outputBias = c.mlpBias = false;
+    // MistralConfig's default window is 4096 (MixtralConfig's None); null is
+    // plain causal attention.
+    if ((obj.contains("sliding_window") && obj.at("sliding_window").is_null()) ||
+        (mixtral && !obj.contains("sliding_window")))
+      r.ignore({"sliding_window"});
+    else
+      c.slidingWindow = r.positiveInt("sliding_window", 4096);
+    refuseRopeScaling(r, "Mistral (no scaling is implemented for it)");
+    return;
+  }
+  if (qwen2) {
+    c.qkvBias = true;
+    c.outputBias = c.mlpBias = false;
+    if (r.boolean("use_sliding_window", false))
+      r.fail("use_sliding_window", "sliding-window attention is not implemented; only false (full causal "
+                                   "attention, Qwen2's default) is supported");
+    r.ignore({"sliding_window", "max_window_layers"}); // only read with use_sliding_window
+    refuseRopeScaling(r, "Qwen2 (its YaRN scaling is not implemented)");
+    return;
+  }
+  c.qkvBias = c.outputBias = r.boolean("attention_bias", false);
+  c.mlpBias = r.boolean("mlp_bias", false);
+  if (r.has("pretraining_tp") &&
+      !(obj.at("pretraining_tp").is_number_integer() && obj.at("pretraining_tp").get<int64_t>() == 1))
+    r.fail("pretraining_tp", "only 1 is supported (it changes numerics only)");
+  r.ignore({"pretraining_tp"});
+  if (r.has("rope_scaling")) {
+    const json &s = r.get("rope_scaling");
+    if (!s.is_object())
+      r.fail("rope_scaling", "must be an object or null");
+    std::string type = s.value("rope_type", s.value("type", std::string()));
+    if (type != "llama3")
+      r.fail("rope_scaling", "unsupported rope_type '" + type + "'; only \"llama3\" is implemented");
+    RopeScaling rs;
+    auto num = [&](const char *k) {
+      if (!s.contains(k) || !s.at(k).is_number() || !(s.at(k).get<double>() > 0))
+        r.fail("rope_scaling", std::string("needs a positive number '") + k + "'");
+      return s.at(k).get<double>();
+    };
+    rs.factor = num("factor");
+    rs.lowFreqFactor = num("low_freq_factor");
+    rs.highFreqFactor = num("high_freq_factor");
+    // In max_position_embeddings' range before the cast (1e300 would be UB).
+    double original = num("original_max_position_embeddings");
+    if (!(original >= 1 && original <= double(r.maxFor("max_position_embeddings"))))
+      r.fail("rope_scaling", "'original_max_position_embeddings' must be in [1, " +
+                                 std::to_string(r.maxFor("max_position_embeddings")) + "], got " +
+                                 s.at("original_max_position_embeddings").dump());
+    rs.originalMaxPositions = static_cast<int64_t>(original);
+    if (!llcdist::rt::schema::ropeScalingValid(rs.factor, rs.lowFreqFactor, rs.highFreqFactor,
+                                               double(rs.originalMaxPositions)))
+      r.fail("rope_scaling", std::string(llcdist::rt::schema::kRopeScalingRule) + ", got factor " +
+                                 s.at("factor").dump() + ", low_freq_factor " + s.at("low_freq_factor").dump() +
+                                 ", high_freq_factor " + s.at("high_freq_factor").dump());
+    c.ropeScaling = rs;
+  } else {
+    r.ignore({"rope_scaling"});
+  }
+}
+
+namespace {
+
+/// partial_rotary_factor (PhiConfig's default 0.5, StableLmConfig's 0.25):
+/// int(factor * head_dim) dims of each head rotate, as PhiAttention and
+/// StableLmAttention cut them.
+void readPartialRotary(FieldReader &r, ModelConfig &c, const json &obj, double dflt) {
+  double factor = r.positiveFloat("partial_rotary_factor", dflt);
+  if (factor > 1)
+    r.fail("partial_rotary_factor", "must be in (0, 1], got " + obj.at("partial_rotary_factor").dump());
+  c.rotaryDim = int64_t(factor * double(c.headDim));
+  if (c.rotaryDim < 2 || c.rotaryDim % 2 != 0)
+    r.fail("partial_rotary_factor", "gives int(" + obj.value("partial_rotary_factor", json(dflt)).dump() + " * " +
+                                        std::to_string(c.headDim) + ") = " + std::to_string(c.rotaryDim) +
+                                        " rotary dims per head; they must be even and at least 2");
+}
+} // namespace
+
+/// Phi's fields (transformers 4.40's PhiConfig): one LayerNorm feeding
+/// attention and MLP side by side, biases everywhere (lm_head too), rotary
+/// embeddings on the first partial_rotary_factor of each head.
+void parsePhi(FieldReader &r, ModelConfig &c, const json &obj) {
+  c.vocab = r.positiveInt("vocab_size", 51200);
+  c.hidden = r.positiveInt("hidden_size", 2048);
+  c.intermediate = r.positiveInt("intermediate_size", 8192);
+  c.layers = r.positiveInt("num_hidden_layers", 24);
+  c.heads = r.positiveInt("num_attention_heads", 32);
+  c.kvHeads = r.positiveInt("num_key_value_heads", c.heads);
+  c.maxPositions = r.positiveInt("max_position_embeddings", 2048);
+  if (c.hidden % c.heads != 0)
+    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
+                                      " does not divide hidden_size=" + std::to_string(c.hidden));
+  checkKvHeads(r, c);
+  c.headDim = c.hidden / c.heads;
+  readPartialRotary(r, c, obj, 0.5);
+  c.normEps = r.positiveFloat("layer_norm_eps", 1e-5);
+  readRopeTheta(r, c, obj);
+  refuseRopeScaling(r, "Phi (its linear and dynamic scalings are not implemented)");
+  if (r.boolean("qk_layernorm", false))
+    r.fail("qk_layernorm", "only false (Phi-2's) is supported");
+  std::string act = r.string("hidden_act", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    r.fail("hidden_act", "unsupported activation '" + act + "'; llc-dist implements Phi's tanh GELU (\"gelu_new\")");
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
+  c.qkvBias = c.outputBias = c.mlpBias = c.lmHeadBias = true;
+  r.ignore({"resid_pdrop", "embd_pdrop", "attention_dropout"});
+}
+
+/// StableLM's fields (transformers 4.40's StableLmConfig): Llama's layer with
+/// LayerNorms (weight and bias), partial rotary embeddings, biases on q, k and
+/// v when use_qkv_bias; attention and MLP side by side on one LayerNorm when
+/// use_parallel_residual. Per-head q/k LayerNorms (qk_layernorm, StableLM 2
+/// 12B's) are refused.
+void parseStableLm(FieldReader &r, ModelConfig &c, const json &obj) {
+  c.vocab = r.positiveInt("vocab_size", 50304);
+  c.hidden = r.positiveInt("hidden_size", 2560);
+  c.intermediate = r.positiveInt("intermediate_size", 6912);
+  c.layers = r.positiveInt("num_hidden_layers", 32);
+  c.heads = r.positiveInt("num_attention_heads", 32);
+  c.kvHeads = r.positiveInt("num_key_value_heads", 32);
+  c.maxPositions = r.positiveInt("max_position_embeddings", 4096);
+  if (r.has("head_dim"))
+    r.fail("head_dim", "is not a field of StableLmForCausalLM's config in transformers 4.40 (head_dim is "
+                       "hidden_size / num_attention_heads); remove it");
+  if (c.hidden % c.heads != 0)
+    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
+                                      " does not divide hidden_size=" + std::to_string(c.hidden));
+  c.headDim = c.hidden / c.heads;
+  checkKvHeads(r, c);
+  readPartialRotary(r, c, obj, 0.25);
+  c.normEps = r.positiveFloat("layer_norm_eps", 1e-5);
+  readRopeTheta(r, c, obj);
+  refuseRopeScaling(r, "StableLM (its linear and dynamic scalings are not implemented)");
+  if (r.boolean("qk_layernorm", false))
+    r.fail("qk_layernorm", "per-head LayerNorms of q and k are not implemented; only false is supported");
+  std::string act = r.string("hidden_act", "silu");
+  if (act != "silu")
+    r.fail("hidden_act", "unsupported activation '" + act + "'; StableLM's MLP is SwiGLU (\"silu\")");
+  c.qkvBias = r.boolean("use_qkv_bias", false);
+  c.outputBias = c.mlpBias = false;
+  c.parallelResidual = r.boolean("use_parallel_residual", false);
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
+  r.ignore({"hidden_dropout", "attention_dropout"});
+}
+
+/// StarCoder2's fields (transformers 4.40's Starcoder2Config): Llama's
+/// attention (GQA, rotary embeddings, Mistral's sliding window) in a GPT-style
+/// layer: LayerNorms with biases, c_fc -> tanh GELU -> c_proj, biases on
+/// every projection when use_bias; the head tied by default.
+void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj) {
+  c.vocab = r.positiveInt("vocab_size", 49152);
+  c.hidden = r.positiveInt("hidden_size", 3072);
+  c.intermediate = r.positiveInt("intermediate_size", 12288);
+  c.layers = r.positiveInt("num_hidden_layers", 30);
+  c.heads = r.positiveInt("num_attention_heads", 24);
+  c.kvHeads = r.positiveInt("num_key_value_heads", 2);
+  c.maxPositions = r.positiveInt("max_position_embeddings", 4096);
+  if (r.has("head_dim"))
+    r.fail("head_dim", "is not a field of Starcoder2ForCausalLM's config in transformers 4.40 (head_dim is "
+                       "hidden_size / num_attention_heads); remove it");
+  if (c.hidden % c.heads != 0)
+    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
+                                      " does not divide hidden_size=" + std::to_string(c.hidden));
+  c.headDim = c.hidden / c.heads;
+  if (c.headDim % 2 != 0)
+    r.fail("num_attention_heads", "gives head_dim " + std::to_string(c.headDim) +
+                                      " (hidden_size / num_attention_heads), which must be even for rotary embeddings");
+  checkKvHeads(r, c);
+  c.normEps = r.positiveFloat("norm_epsilon", 1e-5);
+  readRopeTheta(r, c, obj);
+  refuseRopeScaling(r, "StarCoder2 (Starcoder2Config has no rope scaling)");
+  std::string act = r.string("hidden_act", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh" && act != "gelu_new")
+    r.fail("hidden_act",
+           "unsupported activation '" + act + "'; llc-dist implements StarCoder2's tanh GELU (\"gelu_pytorch_tanh\")");
+  // Starcoder2Config's default window is None: plain causal attention.
+  if (r.has("sliding_window"))
+    c.slidingWindow = r.positiveInt("sliding_window");
+  r.ignore({"sliding_window"});
+  c.qkvBias = c.outputBias = c.mlpBias = r.boolean("use_bias", true);
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
+  // Dropout (llc-dist trains without it, as every family here), and the
+  // fields bigcode's published configs carry that Starcoder2Config 4.40
+  // never reads (norm_type "layer_norm", mlp_type "default", a second
+  // layer_norm_epsilon: the model is built from norm_epsilon alone).
+  r.ignore(
+      {"attention_dropout", "residual_dropout", "embedding_dropout", "norm_type", "mlp_type", "layer_norm_epsilon"});
+}
+} // namespace llcdist::config

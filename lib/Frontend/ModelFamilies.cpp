@@ -258,24 +258,38 @@ void readPartialRotary(FieldReader &r, ModelConfig &c, const json &obj, double d
                                         std::to_string(c.headDim) + ") = " + std::to_string(c.rotaryDim) +
                                         " rotary dims per head; they must be even and at least 2");
 }
+
+/// The sizes of a family whose transformers 4.40 config has no head_dim
+/// (PhiConfig, StableLmConfig, Starcoder2Config: head_dim is hidden_size /
+/// num_attention_heads), each field's default the config class's.
+struct SizeDefaults {
+  int64_t vocab, hidden, intermediate, layers, heads, kvHeads, maxPositions;
+};
+void readSizes(FieldReader &r, ModelConfig &c, const SizeDefaults &d) {
+  c.vocab = r.positiveInt("vocab_size", d.vocab);
+  c.hidden = r.positiveInt("hidden_size", d.hidden);
+  c.intermediate = r.positiveInt("intermediate_size", d.intermediate);
+  c.layers = r.positiveInt("num_hidden_layers", d.layers);
+  c.heads = r.positiveInt("num_attention_heads", d.heads);
+  c.kvHeads = r.positiveInt("num_key_value_heads", d.kvHeads ? d.kvHeads : c.heads);
+  c.maxPositions = r.positiveInt("max_position_embeddings", d.maxPositions);
+  if (r.has("head_dim"))
+    r.fail("head_dim", std::string("is not a field of ") + hfArchitecture(c.arch) +
+                           "'s config in transformers 4.40 (head_dim is hidden_size / num_attention_heads); remove it");
+  if (c.hidden % c.heads != 0)
+    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
+                                      " does not divide hidden_size=" + std::to_string(c.hidden));
+  checkKvHeads(r, c);
+  c.headDim = c.hidden / c.heads;
+}
+
 } // namespace
 
 /// Phi's fields (transformers 4.40's PhiConfig): one LayerNorm feeding
 /// attention and MLP side by side, biases everywhere (lm_head too), rotary
 /// embeddings on the first partial_rotary_factor of each head.
 void parsePhi(FieldReader &r, ModelConfig &c, const json &obj) {
-  c.vocab = r.positiveInt("vocab_size", 51200);
-  c.hidden = r.positiveInt("hidden_size", 2048);
-  c.intermediate = r.positiveInt("intermediate_size", 8192);
-  c.layers = r.positiveInt("num_hidden_layers", 24);
-  c.heads = r.positiveInt("num_attention_heads", 32);
-  c.kvHeads = r.positiveInt("num_key_value_heads", c.heads);
-  c.maxPositions = r.positiveInt("max_position_embeddings", 2048);
-  if (c.hidden % c.heads != 0)
-    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
-                                      " does not divide hidden_size=" + std::to_string(c.hidden));
-  checkKvHeads(r, c);
-  c.headDim = c.hidden / c.heads;
+  readSizes(r, c, {51200, 2048, 8192, 24, 32, 0, 2048});
   readPartialRotary(r, c, obj, 0.5);
   c.normEps = r.positiveFloat("layer_norm_eps", 1e-5);
   readRopeTheta(r, c, obj);
@@ -296,21 +310,7 @@ void parsePhi(FieldReader &r, ModelConfig &c, const json &obj) {
 /// use_parallel_residual. Per-head q/k LayerNorms (qk_layernorm, StableLM 2
 /// 12B's) are refused.
 void parseStableLm(FieldReader &r, ModelConfig &c, const json &obj) {
-  c.vocab = r.positiveInt("vocab_size", 50304);
-  c.hidden = r.positiveInt("hidden_size", 2560);
-  c.intermediate = r.positiveInt("intermediate_size", 6912);
-  c.layers = r.positiveInt("num_hidden_layers", 32);
-  c.heads = r.positiveInt("num_attention_heads", 32);
-  c.kvHeads = r.positiveInt("num_key_value_heads", 32);
-  c.maxPositions = r.positiveInt("max_position_embeddings", 4096);
-  if (r.has("head_dim"))
-    r.fail("head_dim", "is not a field of StableLmForCausalLM's config in transformers 4.40 (head_dim is "
-                       "hidden_size / num_attention_heads); remove it");
-  if (c.hidden % c.heads != 0)
-    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
-                                      " does not divide hidden_size=" + std::to_string(c.hidden));
-  c.headDim = c.hidden / c.heads;
-  checkKvHeads(r, c);
+  readSizes(r, c, {50304, 2560, 6912, 32, 32, 32, 4096});
   readPartialRotary(r, c, obj, 0.25);
   c.normEps = r.positiveFloat("layer_norm_eps", 1e-5);
   readRopeTheta(r, c, obj);
@@ -332,24 +332,10 @@ void parseStableLm(FieldReader &r, ModelConfig &c, const json &obj) {
 /// layer: LayerNorms with biases, c_fc -> tanh GELU -> c_proj, biases on
 /// every projection when use_bias; the head tied by default.
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj) {
-  c.vocab = r.positiveInt("vocab_size", 49152);
-  c.hidden = r.positiveInt("hidden_size", 3072);
-  c.intermediate = r.positiveInt("intermediate_size", 12288);
-  c.layers = r.positiveInt("num_hidden_layers", 30);
-  c.heads = r.positiveInt("num_attention_heads", 24);
-  c.kvHeads = r.positiveInt("num_key_value_heads", 2);
-  c.maxPositions = r.positiveInt("max_position_embeddings", 4096);
-  if (r.has("head_dim"))
-    r.fail("head_dim", "is not a field of Starcoder2ForCausalLM's config in transformers 4.40 (head_dim is "
-                       "hidden_size / num_attention_heads); remove it");
-  if (c.hidden % c.heads != 0)
-    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
-                                      " does not divide hidden_size=" + std::to_string(c.hidden));
-  c.headDim = c.hidden / c.heads;
+  readSizes(r, c, {49152, 3072, 12288, 30, 24, 2, 4096});
   if (c.headDim % 2 != 0)
     r.fail("num_attention_heads", "gives head_dim " + std::to_string(c.headDim) +
                                       " (hidden_size / num_attention_heads), which must be even for rotary embeddings");
-  checkKvHeads(r, c);
   c.normEps = r.positiveFloat("norm_epsilon", 1e-5);
   readRopeTheta(r, c, obj);
   refuseRopeScaling(r, "StarCoder2 (Starcoder2Config has no rope scaling)");

@@ -93,7 +93,7 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
   ParamCounts pc;
   double H = double(m.hidden);
   if (s.llama) {
-    double mlp = 3 * H * double(s.inter), largestMlp = mlp;
+    double mlp = 3 * H * double(s.inter), largestMlp = mlp, sparseMlp = mlp, denseMlp = mlp;
     if (m.moe) { // the router and every expert, whole on each tp rank; the shared expert split as an MLP
       const MoeConfig &e = *m.moe;
       const double experts = double(e.experts) * 3 * H * double(e.intermediate);
@@ -102,8 +102,11 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
         sparse += 3 * H * double(e.sharedIntermediate / tp) + H;
       const double dense = 3 * H * double(m.intermediate / tp);
       pc.experts = meanLayer(m, experts, 0);
+      pc.sparseExperts = experts;
       mlp = meanLayer(m, sparse, dense);
       largestMlp = mixedLayers(m) ? std::max(sparse, dense) : sparse;
+      sparseMlp = sparse;
+      denseMlp = mixedLayers(m) ? dense : sparse;
     }
     // RMSNorm weights, or StableLM's LayerNorms (weight and bias; one under
     // use_parallel_residual).
@@ -116,6 +119,8 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     if (m.mlpBias)
       pc.layer += 2 * double(s.inter) + H;
     pc.largestLayer = pc.layer - mlp + largestMlp;
+    pc.sparseLayer = pc.layer - mlp + sparseMlp;
+    pc.denseLayer = pc.layer - mlp + denseMlp;
     pc.finalNorm = layerNorms(m.arch) ? 2 * H : H;
   } else if (m.arch == Arch::Starcoder2) { // two LayerNorms; q, k, v, o, c_fc, c_proj and their biases
     pc.layer = 4 * H + H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
@@ -141,8 +146,10 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
   if (m.lmHeadBias) // Phi's, split over the vocabulary like the head
     pc.finalNorm += double(w.paddedVocab(tp)) / double(tp);
   pc.tied = m.tieEmbeddings;
-  if (!mixedLayers(m))
-    pc.largestLayer = pc.layer;
+  if (!mixedLayers(m)) {
+    pc.largestLayer = pc.sparseLayer = pc.denseLayer = pc.layer;
+    pc.sparseExperts = pc.experts;
+  }
   return pc;
 }
 

@@ -39,9 +39,10 @@ ExpertRows expertRowsPerToken(const Workload &w, const ParallelConfig &c);
 /// A mixture of experts with dense layers (Qwen2-MoE's decoder_sparse_step,
 /// mlp_only_layers) is priced as its mean layer: f = sparse layers / layers
 /// of a sparse layer's compute, activations, parameters and ep traffic and
-/// 1 − f of a dense layer's (exact for the totals over the layers; a stage
-/// holding more sparse layers than the mean is underestimated). `sparse`
-/// where every layer is sparse.
+/// 1 − f of a dense layer's (exact for the totals over the layers; a stage's
+/// model state counts its own layers, ParamCounts::layerOn(ep, sparse); its
+/// activations are underestimated where it holds more sparse layers than the
+/// mean). `sparse` where every layer is sparse.
 bool mixedLayers(const ModelConfig &m);
 double meanLayer(const ModelConfig &m, double sparse, double dense);
 int64_t meanLayerWidth(const ModelConfig &m, int64_t sparse, int64_t dense);
@@ -87,8 +88,18 @@ struct ParamCounts {
   /// `layer` is the mean one: its sparse or dense layer's, whichever is larger).
   double largestLayer = 0;
   bool tied = true;
+  /// A mixture of experts' sparse layer and dense layer (Qwen2-MoE's
+  /// decoder_sparse_step, mlp_only_layers), and the sparse layer's experts:
+  /// exact where `layer` and `experts` are a mixed model's mean. A model
+  /// without dense layers has `layer` in both, one without experts no experts.
+  double sparseLayer = 0, denseLayer = 0, sparseExperts = 0;
   /// A layer's parameters on a rank of an ep group (ep = 1: `layer`).
   double layerOn(int64_t ep) const { return ep > 1 ? layer - experts + experts / double(ep) : layer; }
+  /// A sparse (or a dense) layer's on a rank of an ep group.
+  double layerOn(int64_t ep, bool sparse) const {
+    const double l = sparse ? sparseLayer : denseLayer, e = sparse ? sparseExperts : 0;
+    return ep > 1 ? l - e + e / double(ep) : l;
+  }
 };
 
 ParamCounts paramCounts(const Workload &w, int64_t tp);

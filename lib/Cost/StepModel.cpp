@@ -290,11 +290,31 @@ std::vector<int64_t> stageLayers(const Workload &w, const ParallelConfig &c) {
   return out;
 }
 
-/// The parameters of one rank of `stage` holding `layers` layers (elements,
-/// before ZeRO).
-double stageParams(const Workload &w, const ParallelConfig &c, int64_t stage, int64_t layers) {
+/// Of each stage's layers (stageLayers), the mixture of experts' sparse ones:
+/// the compiler's layout's chunks (stage i % pp holds chunk i) over the
+/// model's layers in order (0 for a model without experts).
+std::vector<int64_t> stageSparseLayers(const Workload &w, const ParallelConfig &c) {
+  const ModelConfig &m = w.model;
+  std::vector<int64_t> out(static_cast<size_t>(c.pp), 0);
+  if (!m.moe)
+    return out;
+  if (c.pp == 1) {
+    out[0] = m.sparseLayers();
+    return out;
+  }
+  int64_t layer = 0;
+  const std::vector<int64_t> sizes = balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
+  for (size_t i = 0; i < sizes.size(); ++i)
+    for (int64_t k = 0; k < sizes[i]; ++k, ++layer)
+      out[i % size_t(c.pp)] += m.sparseLayer(layer);
+  return out;
+}
+
+/// The parameters of one rank of `stage` holding `layers` layers of which
+/// `sparse` are a mixture of experts' sparse ones (elements, before ZeRO).
+double stageParams(const Workload &w, const ParallelConfig &c, int64_t stage, int64_t layers, int64_t sparse) {
   ParamCounts pc = paramCounts(w, c.tp);
-  double n = double(layers) * pc.layerOn(c.ep);
+  double n = double(sparse) * pc.layerOn(c.ep, true) + double(layers - sparse) * pc.layerOn(c.ep, false);
   if (stage == 0)
     n += pc.vocabMatrix + pc.positions;
   if (stage == c.pp - 1) {
@@ -306,9 +326,10 @@ double stageParams(const Workload &w, const ParallelConfig &c, int64_t stage, in
   return n;
 }
 
-/// Of stageParams: the experts' (1/ep of every expert weight of its layers).
-double stageExpertParams(const Workload &w, const ParallelConfig &c, int64_t layers) {
-  return double(layers) * paramCounts(w, c.tp).experts / double(c.ep);
+/// Of stageParams: the experts' (1/ep of every expert weight of its `sparse`
+/// layers).
+double stageExpertParams(const Workload &w, const ParallelConfig &c, int64_t sparse) {
+  return double(sparse) * paramCounts(w, c.tp).sparseExperts / double(c.ep);
 }
 
 /// What one rank keeps of its `params` (of which `experts` are its expert
@@ -320,12 +341,10 @@ double zeroBlock(const ParallelConfig &c, double params, double experts) {
 }
 
 /// The parameter tensors one rank of `stage` holds (ZeRO's collectives run
-/// one per tensor).
-int64_t stageTensors(const Workload &w, const ParallelConfig &c, int64_t stage, int64_t layers) {
+/// one per tensor): `sparse` of its `layers` a mixture of experts' sparse ones.
+int64_t stageTensors(const Workload &w, const ParallelConfig &c, int64_t stage, int64_t layers, int64_t sparse) {
   const ModelConfig &m = w.model;
-  int64_t n = mixedLayers(m) ? int64_t(std::llround(double(layers) * meanLayer(m, double(m.layerTensors(true)),
-                                                                               double(m.layerTensors(false)))))
-                             : layers * m.layerTensors();
+  int64_t n = sparse * m.layerTensors(true) + (layers - sparse) * m.layerTensors(false);
   if (stage == 0)
     n += m.arch == Arch::GPT2 ? 2 : 1;
   if (stage == c.pp - 1) {
@@ -384,7 +403,7 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
   const int64_t mbs = c.microbatches(w.globalBatch);
   const LayerShape s = layerShape(m, c.tp);
   const ParamCounts pc = paramCounts(w, c.tp);
-  const std::vector<int64_t> layers = stageLayers(w, c);
+  const std::vector<int64_t> layers = stageLayers(w, c), sparse = stageSparseLayers(w, c);
   // The MLP activations' width: the experts' side at its static rows (the
   // worst case C = ep·T·min(k, E/ep) under ep where the plan without ep
   // holds T·k; E·C_e under a capacity factor).
@@ -395,14 +414,14 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
   const double dispatched = c.ep > 1 ? meanLayer(m, rows.held * double(s.h) * b, 0) : 0;
   MemoryEstimate best;
   for (int64_t stage = 0; stage < c.pp; ++stage) {
-    double params = stageParams(w, c, stage, layers[size_t(stage)]);
+    double params = stageParams(w, c, stage, layers[size_t(stage)], sparse[size_t(stage)]);
     MemoryEstimate e;
     e.stage = stage;
     // Persistent: value (bf16 copy or f32), gradient, optimizer state
     // (bf16: f32 master + m + v; f32: m + v), sharded by ZeRO's stage over
     // the data-parallel group dp × cp (an expert shard over edp).
     const double valueB = bf16 ? 2 : 4, gradB = bf16 ? 2 : 4, optB = bf16 ? 12 : 8;
-    const double block = zeroBlock(c, params, c.ep > 1 ? stageExpertParams(w, c, layers[size_t(stage)]) : 0);
+    const double block = zeroBlock(c, params, c.ep > 1 ? stageExpertParams(w, c, sparse[size_t(stage)]) : 0);
     e.params = int64_t((c.zero >= 3 ? block : params) * valueB);
     e.grads = int64_t((c.zero >= 2 ? block : params) * gradB);
     e.optimizer = int64_t((c.zero >= 1 ? block : params) * optB);
@@ -420,9 +439,9 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
       if (s.llama) // x, norm out (x2); q, k, v; gate, up, swiglu out; rstd (x2)
         perLayer = 4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep + 3 * T * inter * b +
                    2 * Ts * 4 + T * dispatched;
-      else // x, norm out (x2); qkv; fc1 out, gelu out; mean, rstd (x2)
-        perLayer =
-            4 * Ts * double(s.h) * b + T * 3 * double(s.q) * b + attnKeep + 2 * T * double(s.inter) * b + 4 * Ts * 4;
+      else // x, norm out (x2); q, k, v (StarCoder2's k and v of its kv heads); fc1 out, gelu out; mean, rstd (x2)
+        perLayer = 4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep + 2 * T * double(s.inter) * b +
+                   4 * Ts * 4;
     }
     // Microbatches in flight on this stage at its peak.
     double inFlight;
@@ -559,7 +578,7 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   }
   // The stages' layers: the compiler's default layout.
   // Per microbatch, each stage's compute and pipeline transfers.
-  const std::vector<int64_t> layers = stageLayers(w, c);
+  const std::vector<int64_t> layers = stageLayers(w, c), sparse = stageSparseLayers(w, c);
   const PipelineSends sends = pipelineSends(hw, w, c, T, b);
   std::vector<double> stageCost(static_cast<size_t>(c.pp), 0);
   for (int64_t st = 0; st < c.pp; ++st)
@@ -599,11 +618,11 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   double rankParams = 0, rankExperts = 0;
   int64_t maxTensors = 0;
   for (int64_t st = 0; st < c.pp; ++st) {
-    const double here = stageParams(w, c, st, layers[size_t(st)]);
+    const double here = stageParams(w, c, st, layers[size_t(st)], sparse[size_t(st)]);
     if (here > rankParams && c.ep > 1)
-      rankExperts = stageExpertParams(w, c, layers[size_t(st)]);
+      rankExperts = stageExpertParams(w, c, sparse[size_t(st)]);
     rankParams = std::max(rankParams, here);
-    maxTensors = std::max(maxTensors, stageTensors(w, c, st, layers[size_t(st)]));
+    maxTensors = std::max(maxTensors, stageTensors(w, c, st, layers[size_t(st)], sparse[size_t(st)]));
   }
   // Under cp every gradient is a partial sum over the rank's tokens too: one
   // reduction over the group dp × cp (the compiler's "dp+cp"), reported as dp.

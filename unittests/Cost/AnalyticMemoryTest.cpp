@@ -59,6 +59,12 @@ const Sample kSamples[] = {
 const Sample kMoeSamples[] = {
     {"qwen1.5-moe-a2.7b", 2, 2, 1, 512, 1, 8, "bf16", 0, "none", false, "1f1b", 1},
     {"mixtral-8x7b", 4, 1, 1, 256, 1, 8, "bf16", 3, "selective", false, "1f1b", 1},
+    // Dense layers first (mlp_only_layers [0, 1]): each stage's own sparse and
+    // dense layers, not the mean layer (the busiest stage holds the experts).
+    {"../unittests/Integration/Inputs/tiny-qwen2-moe-dense-first", 1, 1, 2, 32, 1, 4, "f32", 0, "none", false, "1f1b",
+     1},
+    {"../unittests/Integration/Inputs/tiny-qwen2-moe-dense-first", 2, 2, 2, 32, 1, 4, "bf16", 0, "none", true,
+     "interleaved", 2},
 };
 
 /// Holds the analytic estimate of `s` to the compiler's plan: the model state byte for byte, and unless

@@ -101,17 +101,13 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
       if (e.sharedIntermediate)
         sparse += 3 * H * double(e.sharedIntermediate / tp) + H;
       const double dense = 3 * H * double(m.intermediate / tp);
-      pc.experts = meanLayer(m, experts, 0);
-      pc.sparseExperts = experts;
+      pc.experts = experts;
       mlp = meanLayer(m, sparse, dense);
       largestMlp = mixedLayers(m) ? std::max(sparse, dense) : sparse;
       sparseMlp = sparse;
       denseMlp = mixedLayers(m) ? dense : sparse;
     }
-    // RMSNorm weights, or StableLM's LayerNorms (weight and bias; one under
-    // use_parallel_residual).
-    const double norms = m.arch == Arch::StableLm ? (m.parallelResidual ? 2 : 4) * H : 2 * H;
-    pc.layer = norms + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + mlp;
+    pc.layer = double(m.normTensors()) * H + H * double(s.q) + 2 * H * double(s.kv) + double(s.q) * H + mlp;
     if (m.qkvBias)
       pc.layer += double(s.q + 2 * s.kv);
     if (m.outputBias)
@@ -146,10 +142,8 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
   if (m.lmHeadBias) // Phi's, split over the vocabulary like the head
     pc.finalNorm += double(w.paddedVocab(tp)) / double(tp);
   pc.tied = m.tieEmbeddings;
-  if (!mixedLayers(m)) {
+  if (!mixedLayers(m))
     pc.largestLayer = pc.sparseLayer = pc.denseLayer = pc.layer;
-    pc.sparseExperts = pc.experts;
-  }
   return pc;
 }
 

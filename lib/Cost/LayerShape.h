@@ -81,23 +81,21 @@ int64_t sparseMlpWidth(const ModelConfig &m, int64_t tp);
 /// token embedding (a vocabulary shard under tp), GPT-2's position table,
 /// the final norm and an untied LM head.
 struct ParamCounts {
+  /// `layer`: a mixed model's mean layer (Qwen2-MoE's decoder_sparse_step,
+  /// mlp_only_layers), else the layer.
   double layer = 0, vocabMatrix = 0, positions = 0, finalNorm = 0;
-  /// Of `layer`: the stacked experts' weights (the part ep splits).
+  /// A sparse layer's and a dense layer's parameters (a model without dense
+  /// layers, or without experts, has `layer` in both).
+  double sparseLayer = 0, denseLayer = 0;
+  /// Of a sparse layer: the stacked experts' weights (the part ep splits).
   double experts = 0;
-  /// The largest layer's parameters (`layer` but for a mixed model, whose
-  /// `layer` is the mean one: its sparse or dense layer's, whichever is larger).
+  /// The largest layer's parameters (`layer` but for a mixed model: its
+  /// sparse or dense layer's, whichever is larger).
   double largestLayer = 0;
   bool tied = true;
-  /// A mixture of experts' sparse layer and dense layer (Qwen2-MoE's
-  /// decoder_sparse_step, mlp_only_layers), and the sparse layer's experts:
-  /// exact where `layer` and `experts` are a mixed model's mean. A model
-  /// without dense layers has `layer` in both, one without experts no experts.
-  double sparseLayer = 0, denseLayer = 0, sparseExperts = 0;
-  /// A layer's parameters on a rank of an ep group (ep = 1: `layer`).
-  double layerOn(int64_t ep) const { return ep > 1 ? layer - experts + experts / double(ep) : layer; }
-  /// A sparse (or a dense) layer's on a rank of an ep group.
+  /// A sparse (or a dense) layer's parameters on a rank of an ep group.
   double layerOn(int64_t ep, bool sparse) const {
-    const double l = sparse ? sparseLayer : denseLayer, e = sparse ? sparseExperts : 0;
+    const double l = sparse ? sparseLayer : denseLayer, e = sparse ? experts : 0;
     return ep > 1 ? l - e + e / double(ep) : l;
   }
 };

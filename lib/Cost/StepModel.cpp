@@ -277,36 +277,23 @@ std::vector<int64_t> balanceLayers(const Workload &w, int64_t parts, bool full) 
   return sizes;
 }
 
-/// Layers each stage holds (its chunks s, s + pp, ...).
-std::vector<int64_t> stageLayers(const Workload &w, const ParallelConfig &c) {
-  std::vector<int64_t> out(static_cast<size_t>(c.pp), 0);
-  if (c.pp == 1) {
-    out[0] = w.model.layers;
-    return out;
-  }
-  std::vector<int64_t> sizes = balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
-  for (size_t i = 0; i < sizes.size(); ++i)
-    out[i % size_t(c.pp)] += sizes[i];
-  return out;
-}
-
-/// Of each stage's layers (stageLayers), the mixture of experts' sparse ones:
-/// the compiler's layout's chunks (stage i % pp holds chunk i) over the
-/// model's layers in order (0 for a model without experts).
-std::vector<int64_t> stageSparseLayers(const Workload &w, const ParallelConfig &c) {
+/// Layers each stage holds (its chunks s, s + pp, ... of the compiler's
+/// layout, over the model's layers in order), and of them a mixture of
+/// experts' sparse ones (none for a model without experts).
+struct StageLayers {
+  std::vector<int64_t> all, sparse;
+};
+StageLayers stageLayers(const Workload &w, const ParallelConfig &c) {
   const ModelConfig &m = w.model;
-  std::vector<int64_t> out(static_cast<size_t>(c.pp), 0);
-  if (!m.moe)
-    return out;
-  if (c.pp == 1) {
-    out[0] = m.sparseLayers();
-    return out;
-  }
+  StageLayers out{std::vector<int64_t>(size_t(c.pp), 0), std::vector<int64_t>(size_t(c.pp), 0)};
+  const std::vector<int64_t> sizes =
+      c.pp == 1 ? std::vector<int64_t>{m.layers} : balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
   int64_t layer = 0;
-  const std::vector<int64_t> sizes = balanceLayers(w, c.pp * c.virtualStages, c.recompute == "full");
-  for (size_t i = 0; i < sizes.size(); ++i)
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out.all[i % size_t(c.pp)] += sizes[i];
     for (int64_t k = 0; k < sizes[i]; ++k, ++layer)
-      out[i % size_t(c.pp)] += m.sparseLayer(layer);
+      out.sparse[i % size_t(c.pp)] += m.sparseLayer(layer);
+  }
   return out;
 }
 
@@ -329,7 +316,7 @@ double stageParams(const Workload &w, const ParallelConfig &c, int64_t stage, in
 /// Of stageParams: the experts' (1/ep of every expert weight of its `sparse`
 /// layers).
 double stageExpertParams(const Workload &w, const ParallelConfig &c, int64_t sparse) {
-  return double(sparse) * paramCounts(w, c.tp).sparseExperts / double(c.ep);
+  return double(sparse) * paramCounts(w, c.tp).experts / double(c.ep);
 }
 
 /// What one rank keeps of its `params` (of which `experts` are its expert
@@ -403,7 +390,8 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
   const int64_t mbs = c.microbatches(w.globalBatch);
   const LayerShape s = layerShape(m, c.tp);
   const ParamCounts pc = paramCounts(w, c.tp);
-  const std::vector<int64_t> layers = stageLayers(w, c), sparse = stageSparseLayers(w, c);
+  const StageLayers staged = stageLayers(w, c);
+  const std::vector<int64_t> &layers = staged.all, &sparse = staged.sparse;
   // The MLP activations' width: the experts' side at its static rows (the
   // worst case C = ep·T·min(k, E/ep) under ep where the plan without ep
   // holds T·k; E·C_e under a capacity factor).
@@ -578,7 +566,8 @@ StepPrediction cost::predictStep(const Hardware &hw, const Workload &w, const Pa
   }
   // The stages' layers: the compiler's default layout.
   // Per microbatch, each stage's compute and pipeline transfers.
-  const std::vector<int64_t> layers = stageLayers(w, c), sparse = stageSparseLayers(w, c);
+  const StageLayers staged = stageLayers(w, c);
+  const std::vector<int64_t> &layers = staged.all, &sparse = staged.sparse;
   const PipelineSends sends = pipelineSends(hw, w, c, T, b);
   std::vector<double> stageCost(static_cast<size_t>(c.pp), 0);
   for (int64_t st = 0; st < c.pp; ++st)

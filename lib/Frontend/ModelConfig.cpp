@@ -68,10 +68,7 @@ template <typename T> T layerCount(const ModelConfig &c, bool active, bool spars
   if (c.arch == Arch::Starcoder2) // two LayerNorms; q, k, v, o, c_fc, c_proj, biases when use_bias
     return 4 * H + H * q + 2 * H * kv + q * H + 2 * H * I + (c.qkvBias ? q + 2 * kv : 0) + (c.outputBias ? H : 0) +
            (c.mlpBias ? I + H : 0);
-  // RMSNorm weights, or StableLM's LayerNorms (weight and bias; one under
-  // use_parallel_residual).
-  T norms = c.arch == Arch::StableLm ? (c.parallelResidual ? 2 : 4) * H : 2 * H;
-  T layer = norms + H * q + 2 * H * kv + q * H;
+  T layer = T(c.normTensors()) * H + H * q + 2 * H * kv + q * H;
   layer += mlpCount<T>(c, c.moe ? T(active ? c.moe->topK : c.moe->experts) : T(0), sparse);
   if (c.qkvBias)
     layer += q + 2 * kv;
@@ -111,12 +108,16 @@ int64_t ModelConfig::layerTensors(bool sparse) const {
     return 14;
   if (arch == Arch::Starcoder2) // four norm tensors, six matrices, their biases
     return 10 + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 2 : 0);
-  // Two RMSNorms (StableLM: two LayerNorms, or one under use_parallel_residual:
-  // weight and bias each), q k v o, and the gated MLP's three matrices or the router,
+  // The norms, q k v o, and the gated MLP's three matrices or the router,
   // three stacked expert weights and the shared expert with its gate.
   int64_t mlp = moe && sparse ? 4 + (moe->sharedIntermediate ? 4 : 0) : 3 + (mlpBias ? 3 : 0);
-  const int64_t norms = arch == Arch::StableLm ? (parallelResidual ? 2 : 4) : 2;
-  return 4 + norms + mlp + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0);
+  return 4 + normTensors() + mlp + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0);
+}
+
+int64_t ModelConfig::normTensors() const {
+  if (arch == Arch::Phi || (arch == Arch::StableLm && parallelResidual))
+    return 2;
+  return layerNorms(arch) ? 4 : 2;
 }
 
 using namespace llcdist::config;

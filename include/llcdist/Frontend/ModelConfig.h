@@ -130,6 +130,11 @@ struct ModelConfig {
   /// model has experts, a dense layer's otherwise.
   int64_t layerParameters() const;
   int64_t layerTensors(bool sparse = true) const;
+  /// One layer's norm tensors, each of hidden_size elements: two RMSNorm
+  /// weights (the Llama-shaped families), two LayerNorms' weights and biases
+  /// (GPT-2, StarCoder2, StableLM), one LayerNorm's (Phi, StableLM under
+  /// use_parallel_residual).
+  int64_t normTensors() const;
 };
 
 /// A failed parse or check: `message` already reads

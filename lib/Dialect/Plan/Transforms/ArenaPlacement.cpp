@@ -334,16 +334,11 @@ conflicts(ArrayRef<ArrayRef<Segment>> lifetimes, size_t budget) {
   return adj;
 }
 
-/// Greedy by size (TFLite's and XLA's heap planners): largest buffer first
-/// (ties: first use), each at the lowest offset clear of the placed buffers
-/// it conflicts with.
-std::vector<int64_t> placeBySize(ArrayRef<ArrayRef<Segment>> lifetimes,
-                                 ArrayRef<int64_t> sizes,
-                                 const std::vector<std::vector<uint32_t>> &adj) {
-  size_t n = lifetimes.size();
-  std::vector<uint32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  llvm::stable_sort(order, [&](uint32_t x, uint32_t y) { return sizes[x] > sizes[y]; });
+/// Greedy in `order` (TFLite's and XLA's heap planners): each buffer at the
+/// lowest offset clear of the placed buffers it conflicts with.
+std::vector<int64_t> placeGreedy(ArrayRef<int64_t> sizes, const std::vector<std::vector<uint32_t>> &adj,
+                                 ArrayRef<uint32_t> order) {
+  size_t n = sizes.size();
   std::vector<int64_t> offsets(n, 0);
   std::vector<char> placed(n, 0);
   std::vector<Range> busy;
@@ -399,8 +394,26 @@ std::vector<int64_t> llcdist::plan::memory::placeTransient(ArrayRef<ArrayRef<Seg
   auto adj = conflicts(lifetimes, budget);
   if (!adj)
     return sweep;
-  std::vector<int64_t> bySize = placeBySize(lifetimes, sizes, *adj);
-  return peakOf(bySize) < peakOf(sweep) ? bySize : sweep;
+  // Largest first (ties: first use); then by bytes x kernels live, so
+  // long-lived buffers (a pipeline slot's activations) pack first and the
+  // short, large ones (a microbatch's whole gradient) take the holes their
+  // slot leaves (ties: size order).
+  std::vector<uint32_t> order(lifetimes.size());
+  std::iota(order.begin(), order.end(), 0);
+  llvm::stable_sort(order, [&](uint32_t x, uint32_t y) { return sizes[x] > sizes[y]; });
+  std::vector<int64_t> best = sweep;
+  auto consider = [&](std::vector<int64_t> offsets) {
+    if (peakOf(offsets) < peakOf(best))
+      best = std::move(offsets);
+  };
+  consider(placeGreedy(sizes, *adj, order));
+  std::vector<int64_t> area(lifetimes.size(), 0);
+  for (auto [i, l] : llvm::enumerate(lifetimes))
+    for (const Segment &s : l)
+      area[i] += sizes[i] * (s.last - s.first + 1);
+  llvm::stable_sort(order, [&](uint32_t x, uint32_t y) { return area[x] > area[y]; });
+  consider(placeGreedy(sizes, *adj, order));
+  return best;
 }
 
 /// The most bytes live at once over `lifetimes` (`sizes` bytes each) on a

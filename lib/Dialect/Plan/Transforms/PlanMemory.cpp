@@ -406,10 +406,12 @@ public:
     // best-fit in order of first use (placeTransient).
     // Slot blocks hold what a microbatch frees during its backward until
     // the block's last buffer dies, and equal blocks leave holes that small
-    // buffers would fill. Where that costs more than kBlockSlack over the
-    // live peak, per-instance placement (exact, but O(microbatches ×
-    // buffers) in the plan and its checks) is tried too, and the smaller
-    // arena wins.
+    // buffers would fill, and a chunk's workspace shares one instance that
+    // must avoid every slot's block. Where that costs more than kBlockSlack
+    // over the live peak, the blocks taking the workspace that fits in them
+    // (layoutSlots' adopt) and per-instance placement (exact, but
+    // O(microbatches × buffers) in the plan and its checks) are tried too,
+    // and the smallest arena wins (ties: blocks, per instance, adopt).
     Placement placed = place(/*byPattern=*/true);
     if (mismatch) {
       program.emitError("llcdist-plan-memory: the slots worked out from slot 0 differ from "
@@ -418,9 +420,17 @@ public:
       return failure();
     }
     if (!placed.layout.inBlock.empty() && double(placed.peak) > (1 + kBlockSlack) * double(livePeak)) {
+      Placement adopted = place(/*byPattern=*/true, /*adopt=*/true);
+      if (mismatch) {
+        program.emitError("llcdist-plan-memory: the slots worked out from slot 0 differ from "
+                          "every slot's (workspace in slot blocks): ")
+            << *mismatch;
+        return failure();
+      }
       Placement exact = place(/*byPattern=*/false);
-      if (exact.peak < placed.peak)
-        placed = std::move(exact);
+      for (Placement *other : {&exact, &adopted})
+        if (other->peak < placed.peak)
+          placed = std::move(*other);
     }
     writeOffsets(placed);
     recordBreakdown();
@@ -549,8 +559,9 @@ private:
 
   /// check-slots-alike: where `alike` (the pattern's layout, or none: per
   /// instance) differs from layoutSlots' on every instance, what differs.
-  std::optional<std::string> differ(const std::optional<SlotLayout> &alike, const std::vector<Transient> &all) {
-    SlotLayout ref = layoutSlots(all, slotsOf, actionSpans, t, /*byPattern=*/true);
+  std::optional<std::string> differ(const std::optional<SlotLayout> &alike, const std::vector<Transient> &all,
+                                    bool adopt) {
+    SlotLayout ref = layoutSlots(all, slotsOf, actionSpans, t, /*byPattern=*/true, adopt);
     if (!alike)
       return ref.inBlock.empty() ? std::nullopt
                                  : std::optional<std::string>("the pattern fell back to "
@@ -586,20 +597,20 @@ private:
     return std::nullopt;
   }
 
-  Placement place(bool byPattern) {
+  Placement place(bool byPattern, bool adopt = false) {
     Placement p;
     std::optional<SlotLayout> alike;
     if (pattern && byPattern)
-      alike = layoutSlotsAlike(byFirstUse, slotsOf, *pattern, t);
+      alike = layoutSlotsAlike(byFirstUse, slotsOf, *pattern, t, adopt);
     if (checkAlike && pattern && byPattern)
-      if (std::optional<std::string> why = differ(alike, everyInstance()))
+      if (std::optional<std::string> why = differ(alike, everyInstance(), adopt))
         mismatch = why;
     if (alike)
       p.layout = std::move(*alike);
     else if (pattern)
       p.layout = layoutSlots(everyInstance(), slotsOf, actionSpans, t, /*byPattern=*/false);
     else
-      p.layout = layoutSlots(byFirstUse, slotsOf, actionSpans, t, byPattern);
+      p.layout = layoutSlots(byFirstUse, slotsOf, actionSpans, t, byPattern, adopt);
     p.items = p.layout.items;
     sortByFirstUse(p.items, t);
     std::vector<ArrayRef<Segment>> lifetimes;

@@ -107,7 +107,14 @@ private:
   }
   /// A new buffer named `name` (with #1, #2, ... when repeated, as the
   /// lowering names them) declared after `after`.
-  Buf newScratchAfter(Operation *after, StringRef name, RankedTensorType type, StringRef kind = "scratch");
+  Buf newScratchAfter(Operation *after, StringRef name, RankedTensorType type, StringRef kind = "scratch",
+                      IntegerAttr slots = {});
+  /// The microbatch slots of a pipeline chunk's subroutine (those of the
+  /// chunk's buffers, plan::kSlotsAttr; none outside a chunk): the scratch
+  /// made for it gets an instance per slot, as the lowering gives the
+  /// chunk's own, so the memory plan may place each in its slot's block
+  /// where that slot's activations are already freed.
+  IntegerAttr chunkSlots(plan::SubroutineOp sub);
   /// Stage 1: the dp gradient all-reduce becomes per-parameter
   /// reduce-scatters whose blocks the optimizer reads (from stage 2 it
   /// goes).
@@ -116,6 +123,9 @@ private:
   /// read a parameter, and from stage 2 each gradient contribution
   /// reduce-scattered into the gradient's block.
   LogicalResult rewriteSteps();
+  /// Stage 2 on: every gradient, and what a tied parameter's home receives
+  /// from its replicas, is the block.
+  void shardGradients();
   /// ZeRO-3: the parameter (and master) buffers hold the block.
   void shardParameters();
   /// grad_norm sums the blocks' squared norms over dp (an all_reduce of the
@@ -167,11 +177,15 @@ plan::KernelOp ProgramZero::collective(StringRef name, ArrayRef<NamedAttribute> 
   return k;
 }
 
-Buf ProgramZero::newScratchAfter(Operation *after, StringRef name, RankedTensorType type, StringRef kind) {
+Buf ProgramZero::newScratchAfter(Operation *after, StringRef name, RankedTensorType type, StringRef kind,
+                                 IntegerAttr slots) {
   std::string unique = name.str();
   if (unsigned n = scratchNames[name]++)
     unique += "#" + std::to_string(n);
-  return newBuffer(after->getNextNode(), unique, kind, type);
+  Buf buf = newBuffer(after->getNextNode(), unique, kind, type);
+  if (slots)
+    buffers.lookup(buf.getValue())->setAttr(plan::kSlotsAttr, slots);
+  return buf;
 }
 
 plan::KernelOp ProgramZero::kernel(StringRef name, ArrayRef<NamedAttribute> args, ArrayRef<NamedAttribute> attrs,
@@ -329,10 +343,12 @@ LogicalResult ProgramZero::rewriteSteps() {
     return it == paramOfGrad.end() ? nullptr : &params[it->second];
   };
   // `full` (one contribution, whole) reduce-scattered over dp into a part
-  // of the block, added to the gradient's block; after `after`.
+  // of the block, added to the gradient's block; after `after`. The scratch
+  // has the subroutine's slots (chunkSlots).
+  IntegerAttr subSlots;
   auto reduceInto = [&](Operation *&declared, Buf full, Param &p, Location loc) {
     std::string name = p.op.getName().str();
-    Buf part = newScratchAfter(declared, name + ".grad_part", p.shardType);
+    Buf part = newScratchAfter(declared, name + ".grad_part", p.shardType, "scratch", subSlots);
     declared = buffers.lookup(part.getValue());
     SmallVector<NamedAttribute> attrs = blockAttrs(p);
     attrs.push_back(b.getNamedAttr("op", b.getStringAttr("sum")));
@@ -369,6 +385,7 @@ LogicalResult ProgramZero::rewriteSteps() {
   for (auto sub : body->getOps<plan::SubroutineOp>()) {
     if (sub == stepBegin || sub == optimizer)
       continue;
+    subSlots = chunkSlots(sub);
     for (auto k : llvm::make_early_inc_range(sub.getBody().front().getOps<plan::KernelOp>())) {
       if (auto scopes = k->getAttrOfType<ArrayAttr>(plan::kParamScopesAttr)) {
         k->removeAttr(plan::kParamScopesAttr);
@@ -384,12 +401,11 @@ LogicalResult ProgramZero::rewriteSteps() {
             for (Operation *own : {p->value.getOperation(), p->working.getOperation(), p->grad.getOperation()})
               if (!declared || declared->isBeforeInBlock(own))
                 declared = own;
-            full = newScratchAfter(declared, key + ".gathered", p->type, "activation");
-            declared = buffers.lookup(full.getValue());
             // A pipeline chunk's scope: one gathered copy per microbatch slot,
             // as for the chunk's other buffers.
-            if (auto slots = read.getAs<IntegerAttr>(plan::kSlotsAttr))
-              declared->setAttr(plan::kSlotsAttr, slots);
+            full = newScratchAfter(declared, key + ".gathered", p->type, "activation",
+                                   read.getAs<IntegerAttr>(plan::kSlotsAttr));
+            declared = buffers.lookup(full.getValue());
             gatheredBySlot[key] = full;
             collective(
                 "all_gather",
@@ -440,7 +456,7 @@ LogicalResult ProgramZero::rewriteSteps() {
       llvm::sort(written, [](auto &x, auto &y) { return x.first < y.first; });
       for (auto &[i, full] : written) {
         Param &p = params[i];
-        full = newScratchAfter(declared, p.op.getName().str() + ".grad_mb", p.type);
+        full = newScratchAfter(declared, p.op.getName().str() + ".grad_mb", p.type, "scratch", subSlots);
         declared = buffers.lookup(full.getValue());
         toFull[p.op.getGradAttr()] = full;
       }
@@ -453,12 +469,17 @@ LogicalResult ProgramZero::rewriteSteps() {
         reduceInto(declared, full, params[i], k.getLoc());
     }
   }
-  if (stage < 2)
-    return success();
+  return success();
+}
+
+void ProgramZero::shardGradients() {
+  llvm::DenseMap<Attribute, Param *> byGrad;
+  for (Param &p : params)
+    byGrad[p.op.getGradAttr()] = &p;
   // A tied parameter's home receives the replicas' gradients, as they hold
   // them: the block.
   for (auto k : optimizer.getBody().front().getOps<plan::KernelOp>()) {
-    Param *p = k.getKernel() == "accumulate" ? gradParam(k.getArgs().get("y")) : nullptr;
+    Param *p = k.getKernel() == "accumulate" ? byGrad.lookup(k.getArgs().get("y")) : nullptr;
     if (!p)
       continue;
     buffers.lookup(k.getArgs().getAs<FlatSymbolRefAttr>("x").getValue()).setTypeAttr(TypeAttr::get(p->shardType));
@@ -468,7 +489,17 @@ LogicalResult ProgramZero::rewriteSteps() {
   }
   for (Param &p : params)
     p.grad.setTypeAttr(TypeAttr::get(p.shardType));
-  return success();
+}
+
+IntegerAttr ProgramZero::chunkSlots(plan::SubroutineOp sub) {
+  IntegerAttr slots;
+  sub.walk([&](plan::KernelOp k) {
+    for (NamedAttribute a : k.getArgs())
+      if (auto ref = dyn_cast<FlatSymbolRefAttr>(a.getValue()))
+        if (plan::BufferOp buf = buffers.lookup(ref.getValue()); buf && !slots)
+          slots = buf->getAttrOfType<IntegerAttr>(plan::kSlotsAttr);
+  });
+  return slots;
 }
 
 void ProgramZero::shardParameters() {
@@ -618,6 +649,8 @@ LogicalResult ProgramZero::run() {
     return failure();
   if (failed(rewriteSteps()))
     return failure();
+  if (stage >= 2)
+    shardGradients();
   if (stage >= 3)
     shardParameters();
   reduceScatterGradients();

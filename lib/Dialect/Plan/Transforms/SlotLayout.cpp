@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <numeric>
 
 using namespace mlir;
 using namespace llcdist::plan;
@@ -92,6 +93,73 @@ struct SegmentReach {
     return true;
   }
 };
+
+/// The most slots of `chunk` in flight at once: those whose actions' hull
+/// (first to last kernel) covers a kernel.
+int64_t slotsInFlight(ArrayRef<ActionSpan> spans, int64_t chunk) {
+  std::map<int64_t, Segment> hull; // slot -> its actions' kernels
+  for (const ActionSpan &a : spans)
+    if (a.chunk == chunk) {
+      auto [it, fresh] = hull.try_emplace(a.slot, Segment{a.first, a.last});
+      it->second = {std::min(it->second.first, a.first), std::max(it->second.last, a.last)};
+    }
+  std::vector<std::pair<int64_t, int>> events;
+  for (auto &[slot, h] : hull) {
+    events.push_back({h.first, 1});
+    events.push_back({h.last + 1, -1});
+  }
+  llvm::sort(events);
+  int64_t now = 0, most = 0;
+  for (auto [t, d] : events)
+    most = std::max(most, now += d);
+  return most;
+}
+
+/// Which of a chunk's workspace buffers (`cands`: slot 0's segments, bytes
+/// and place in the program) go into its slot block instead (`adopt`):
+/// largest first (ties: by place), one whose bytes fit beside
+/// what the block holds at its times within the block's live peak goes in,
+/// and one that raises that peak by g goes in when the blocks in flight at
+/// once (`inFlight`) grow by less than its bytes (inFlight x g < bytes). `members` are the block's
+/// buffers (slot 0's segments and bytes). The indices into `cands`, ascending.
+std::vector<size_t> adoptedWorkspace(ArrayRef<ArrayRef<Segment>> members, ArrayRef<int64_t> memberBytes,
+                                     ArrayRef<ArrayRef<Segment>> cands, ArrayRef<int64_t> candBytes,
+                                     ArrayRef<int64_t> candIndex, int64_t inFlight) {
+  Segment span = hullOf(members);
+  Segment c = hullOf(cands);
+  span = {std::min(span.first, c.first), std::max(span.last, c.last)};
+  if (span.last < span.first)
+    return {};
+  // The bytes slot 0's block holds at each kernel of the span.
+  std::vector<int64_t> live(size_t(span.last - span.first + 2), 0);
+  for (auto [j, segs] : llvm::enumerate(members))
+    for (const Segment &s : segs) {
+      live[size_t(s.first - span.first)] += memberBytes[j];
+      live[size_t(s.last - span.first + 1)] -= memberBytes[j];
+    }
+  std::partial_sum(live.begin(), live.end(), live.begin());
+  int64_t peak = *std::max_element(live.begin(), live.end());
+  std::vector<size_t> order(cands.size()), adopted;
+  std::iota(order.begin(), order.end(), 0);
+  llvm::sort(order, [&](size_t x, size_t y) {
+    return std::make_pair(-candBytes[x], candIndex[x]) < std::make_pair(-candBytes[y], candIndex[y]);
+  });
+  for (size_t i : order) {
+    int64_t top = 0;
+    for (const Segment &s : cands[i])
+      for (int64_t k = s.first; k <= s.last; ++k)
+        top = std::max(top, live[size_t(k - span.first)] + candBytes[i]);
+    if (inFlight * std::max<int64_t>(top - peak, 0) >= candBytes[i])
+      continue;
+    for (const Segment &s : cands[i])
+      for (int64_t k = s.first; k <= s.last; ++k)
+        live[size_t(k - span.first)] += candBytes[i];
+    peak = std::max(peak, top);
+    adopted.push_back(i);
+  }
+  llvm::sort(adopted);
+  return adopted;
+}
 } // namespace
 
 namespace {
@@ -103,8 +171,8 @@ namespace {
 class SlotLayoutBuilder {
 public:
   SlotLayoutBuilder(ArrayRef<Transient> instances, const llvm::DenseMap<StringAttr, int64_t> &slotsOf,
-                    ArrayRef<ActionSpan> spans, int64_t kernels)
-      : instances(instances), slotsOf(slotsOf), spans(spans), kernels(kernels) {
+                    ArrayRef<ActionSpan> spans, int64_t kernels, bool adopt)
+      : instances(instances), slotsOf(slotsOf), spans(spans), kernels(kernels), adopt(adopt) {
     // The action of each kernel, looked up per segment end (the spans tile
     // the step in order, so this is the last span beginning at or before it).
     actionAt.assign(std::max<int64_t>(kernels, 0), -1);
@@ -127,7 +195,7 @@ public:
   }
 
   SlotLayout build() {
-    if (!classify() || !layOutChunks() || !layOutWorkspaces())
+    if (!classify() || !adoptWorkspace() || !layOutChunks() || !layOutWorkspaces())
       return perInstance();
     return std::move(out);
   }
@@ -189,12 +257,60 @@ private:
         for (const Segment &seg : all)
           if (actions.empty() || actions.back() != actionOf(seg.first))
             actions.push_back(actionOf(seg.first));
-        workspaces[actions].push_back({buf, std::move(all)});
+        workspaces[actions].push_back({buf, std::move(all), chunk});
         continue;
       }
       if (chunk < 0)
         return false;
       chunks[chunk].push_back(buf);
+    }
+    return true;
+  }
+
+  /// With `adopt`: the workspace buffers each chunk's slot block takes
+  /// (adoptedWorkspace) move into it, the block's buffers in order of first
+  /// use (ties: by place).
+  bool adoptWorkspace() {
+    if (!adopt)
+      return true;
+    auto slot0 = [&](BufferOp buf) -> ArrayRef<Segment> {
+      for (const Transient *tr : slotted[buf.getSymNameAttr()])
+        if (tr->slot == 0)
+          return tr->segs;
+      return {};
+    };
+    for (auto &[chunk, bufs] : chunks) {
+      const int64_t slots = slotsOf.lookup(bufs.front().getSymNameAttr());
+      std::vector<ArrayRef<Segment>> segs, candSegs;
+      std::vector<int64_t> bytes, candBytes, candIndex;
+      for (BufferOp buf : bufs) {
+        segs.push_back(slot0(buf));
+        bytes.push_back(aligned(buf.getNumBytes()));
+      }
+      std::vector<Workspace *> cands;
+      for (auto &[actions, members] : workspaces)
+        for (Workspace &m : members)
+          if (m.buf && m.chunk == chunk && slotsOf.lookup(m.buf.getSymNameAttr()) == slots && !slot0(m.buf).empty()) {
+            cands.push_back(&m);
+            candSegs.push_back(slot0(m.buf));
+            candBytes.push_back(aligned(m.buf.getNumBytes()));
+            candIndex.push_back(slotted[m.buf.getSymNameAttr()].front()->index);
+          }
+      for (size_t i : adoptedWorkspace(segs, bytes, candSegs, candBytes, candIndex, slotsInFlight(spans, chunk))) {
+        bufs.push_back(cands[i]->buf);
+        cands[i]->buf = BufferOp(); // taken
+      }
+      auto key = [&](BufferOp buf) {
+        int64_t first = std::numeric_limits<int64_t>::max();
+        for (const Transient *tr : slotted[buf.getSymNameAttr()])
+          first = std::min(first, tr->segs.front().first);
+        return std::make_pair(first, slotted[buf.getSymNameAttr()].front()->index);
+      };
+      llvm::stable_sort(bufs, [&](BufferOp x, BufferOp y) { return key(x) < key(y); });
+    }
+    for (auto it = workspaces.begin(); it != workspaces.end();) {
+      llvm::erase_if(it->second, [](const Workspace &m) { return !m.buf; });
+      it = it->second.empty() ? workspaces.erase(it) : std::next(it);
     }
     return true;
   }
@@ -296,12 +412,14 @@ private:
   struct Workspace {
     BufferOp buf;
     SmallVector<Segment, 2> segs; // sorted
+    int64_t chunk;
   };
 
   ArrayRef<Transient> instances;
   const llvm::DenseMap<StringAttr, int64_t> &slotsOf;
   ArrayRef<ActionSpan> spans;
   int64_t kernels;
+  bool adopt;
   std::vector<int64_t> actionAt, ordinal;
   SlotLayout out;
   llvm::MapVector<StringAttr, SmallVector<const Transient *, 4>> slotted;
@@ -333,8 +451,8 @@ private:
 /// instance is an item of its own.
 SlotLayout llcdist::plan::memory::layoutSlots(ArrayRef<Transient> instances,
                                               const llvm::DenseMap<StringAttr, int64_t> &slotsOf,
-                                              ArrayRef<ActionSpan> spans, int64_t kernels, bool byPattern) {
-  SlotLayoutBuilder builder(instances, slotsOf, spans, kernels);
+                                              ArrayRef<ActionSpan> spans, int64_t kernels, bool byPattern, bool adopt) {
+  SlotLayoutBuilder builder(instances, slotsOf, spans, kernels, adopt);
   return byPattern ? builder.build() : builder.perInstance();
 }
 
@@ -345,11 +463,12 @@ namespace {
 class SlotPatternLayout {
 public:
   SlotPatternLayout(ArrayRef<Transient> instances, const llvm::DenseMap<StringAttr, int64_t> &slotsOf,
-                    const SlotPattern &pattern, int64_t kernels)
-      : instances(instances), slotsOf(slotsOf), pattern(pattern), spans(pattern.spans), kernels(kernels) {}
+                    const SlotPattern &pattern, int64_t kernels, bool adopt)
+      : instances(instances), slotsOf(slotsOf), pattern(pattern), spans(pattern.spans), kernels(kernels), adopt(adopt) {
+  }
 
   std::optional<SlotLayout> build() {
-    if (!classify() || !layOutChunks() || !layOutWorkspaces())
+    if (!classify() || !adoptWorkspace() || !layOutChunks() || !layOutWorkspaces())
       return std::nullopt;
     return std::move(out);
   }
@@ -377,6 +496,7 @@ private:
     });
     for (const Slotted &s : slotted) {
       const Transient &tr = *s.tr;
+      firstOf[&tr] = s.first;
       SegmentReach reach;
       auto action = [this](int64_t time) { return actionOf(time); };
       for (const Segment &seg : tr.segs)
@@ -404,6 +524,42 @@ private:
           key.push_back(acts[size_t(p)]);
       llvm::sort(key);
       workspaces[key].push_back(std::move(w));
+    }
+    return true;
+  }
+
+  /// layoutSlots' adoptWorkspace, on slot 0.
+  bool adoptWorkspace() {
+    if (!adopt)
+      return true;
+    for (auto &[chunk, bufs] : chunks) {
+      const int64_t slots = slotsOf.lookup(bufs.front()->buf.getSymNameAttr());
+      std::vector<ArrayRef<Segment>> segs, candSegs;
+      std::vector<int64_t> bytes, candBytes, candIndex;
+      for (const Transient *tr : bufs) {
+        segs.push_back(tr->segs);
+        bytes.push_back(tr->bytes);
+      }
+      std::vector<Workspace *> cands;
+      for (auto &[actions, members] : workspaces)
+        for (Workspace &m : members)
+          if (m.tr && m.tr->patternChunk == chunk && slotsOf.lookup(m.tr->buf.getSymNameAttr()) == slots) {
+            cands.push_back(&m);
+            candSegs.push_back(m.tr->segs);
+            candBytes.push_back(m.tr->bytes);
+            candIndex.push_back(m.tr->index);
+          }
+      for (size_t i : adoptedWorkspace(segs, bytes, candSegs, candBytes, candIndex, slotsInFlight(spans, chunk))) {
+        bufs.push_back(cands[i]->tr);
+        cands[i]->tr = nullptr; // taken
+      }
+      llvm::stable_sort(bufs, [&](const Transient *x, const Transient *y) {
+        return std::make_pair(firstOf.lookup(x), x->index) < std::make_pair(firstOf.lookup(y), y->index);
+      });
+    }
+    for (auto it = workspaces.begin(); it != workspaces.end();) {
+      llvm::erase_if(it->second, [](const Workspace &m) { return !m.tr; });
+      it = it->second.empty() ? workspaces.erase(it) : std::next(it);
     }
     return true;
   }
@@ -537,6 +693,8 @@ private:
   const SlotPattern &pattern;
   ArrayRef<ActionSpan> spans;
   int64_t kernels;
+  bool adopt;
+  llvm::DenseMap<const Transient *, int64_t> firstOf; // over every slot
   SlotLayout out;
   std::vector<Slotted> slotted;
 };
@@ -547,6 +705,7 @@ private:
 // actions run) is the pattern's map.
 std::optional<SlotLayout> llcdist::plan::memory::layoutSlotsAlike(ArrayRef<Transient> instances,
                                                                   const llvm::DenseMap<StringAttr, int64_t> &slotsOf,
-                                                                  const SlotPattern &pattern, int64_t kernels) {
-  return SlotPatternLayout(instances, slotsOf, pattern, kernels).build();
+                                                                  const SlotPattern &pattern, int64_t kernels,
+                                                                  bool adopt) {
+  return SlotPatternLayout(instances, slotsOf, pattern, kernels, adopt).build();
 }

@@ -122,21 +122,25 @@ struct SlotLayout {
 ///    no single chunk, leaves the whole program to per-instance placement.
 /// So a buffer's instances sit at the block bases of its chunk plus one
 /// offset, which the plan writes once per chunk ("slot deltas").
+/// With `adopt`, a chunk's slot block also takes the chunk's workspace
+/// buffers that fit beside what the block holds at their times (largest
+/// first; one that raises the block's live peak by g where slots x g is
+/// under its bytes): a workspace live when its own slot's activations are
+/// freed (ZeRO's per-microbatch gradient at the end of a backward) then
+/// sits in those bytes, slot by slot, instead of beside every block.
 /// With `byPattern` false, or where the pattern does not hold, every
 /// instance is an item of its own.
-SlotLayout layoutSlots(llvm::ArrayRef<Transient> instances,
-                       const llvm::DenseMap<mlir::StringAttr, int64_t> &slotsOf,
-                       llvm::ArrayRef<ActionSpan> spans, int64_t kernels, bool byPattern);
+SlotLayout layoutSlots(llvm::ArrayRef<Transient> instances, const llvm::DenseMap<mlir::StringAttr, int64_t> &slotsOf,
+                       llvm::ArrayRef<ActionSpan> spans, int64_t kernels, bool byPattern, bool adopt = false);
 
 /// layoutSlots(all instances, byPattern = true) where the slots are alike:
 /// `instances` holds slot 0's instance of each slotted buffer (with its
 /// patternChunk) for all its slots, and the result is the same, computed
 /// once per chunk and per action place instead of once per slot. nullopt
 /// where layoutSlots would fall back to per-instance placement.
-std::optional<SlotLayout>
-layoutSlotsAlike(llvm::ArrayRef<Transient> instances,
-                 const llvm::DenseMap<mlir::StringAttr, int64_t> &slotsOf,
-                 const SlotPattern &pattern, int64_t kernels);
+std::optional<SlotLayout> layoutSlotsAlike(llvm::ArrayRef<Transient> instances,
+                                           const llvm::DenseMap<mlir::StringAttr, int64_t> &slotsOf,
+                                           const SlotPattern &pattern, int64_t kernels, bool adopt = false);
 
 } // namespace llcdist::plan::memory
 

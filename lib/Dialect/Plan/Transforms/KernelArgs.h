@@ -57,11 +57,16 @@ public:
   }
 
   /// Declares buffer `name` (`kind`: "scratch", "param", ...) of `type` at
-  /// `b`'s insertion point.
+  /// `b`'s insertion point; with `slots`, one instance per microbatch slot
+  /// of a pipeline chunk (kSlotsAttr: a buffer its subroutines use, as the
+  /// lowering gives the chunk's own).
   BufferOp create(mlir::OpBuilder &b, mlir::Location loc, mlir::RankedTensorType type, llvm::StringRef name,
-                  llvm::StringRef kind) {
-    return BufferOp::create(b, loc, b.getStringAttr("b" + std::to_string(next++)), mlir::TypeAttr::get(type),
-                            b.getStringAttr(name), b.getStringAttr(kind), mlir::IntegerAttr());
+                  llvm::StringRef kind, mlir::Attribute slots = {}) {
+    auto buf = BufferOp::create(b, loc, b.getStringAttr("b" + std::to_string(next++)), mlir::TypeAttr::get(type),
+                                b.getStringAttr(name), b.getStringAttr(kind), mlir::IntegerAttr());
+    if (slots)
+      buf->setAttr(kSlotsAttr, slots);
+    return buf;
   }
 
 private:

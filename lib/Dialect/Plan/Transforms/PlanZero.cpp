@@ -90,8 +90,9 @@ public:
 
 private:
   LogicalResult collect();
-  /// A new buffer (a fresh symbol b<N>) declared before `before`.
-  Buf newBuffer(Operation *before, StringRef name, StringRef kind, RankedTensorType type);
+  /// A new buffer (a fresh symbol b<N>) declared before `before`, with an
+  /// instance per slot where `slots` is given (a pipeline chunk's).
+  Buf newBuffer(Operation *before, StringRef name, StringRef kind, RankedTensorType type, IntegerAttr slots = {});
   plan::KernelOp kernel(StringRef name, ArrayRef<NamedAttribute> args, ArrayRef<NamedAttribute> attrs, Location loc);
   /// A ZeRO collective: `kernel` with the communication report's payload
   /// and origin.
@@ -161,10 +162,11 @@ private:
   llvm::StringMap<unsigned> scratchNames;
 };
 
-Buf ProgramZero::newBuffer(Operation *before, StringRef name, StringRef kind, RankedTensorType type) {
+Buf ProgramZero::newBuffer(Operation *before, StringRef name, StringRef kind, RankedTensorType type,
+                           IntegerAttr slots) {
   OpBuilder::InsertionGuard g(b);
   b.setInsertionPoint(before);
-  plan::BufferOp op = fresh->create(b, program.getLoc(), type, name, kind);
+  plan::BufferOp op = fresh->create(b, program.getLoc(), type, name, kind, slots);
   buffers[op.getSymName()] = op;
   return FlatSymbolRefAttr::get(op.getSymNameAttr());
 }
@@ -182,10 +184,7 @@ Buf ProgramZero::newScratchAfter(Operation *after, StringRef name, RankedTensorT
   std::string unique = name.str();
   if (unsigned n = scratchNames[name]++)
     unique += "#" + std::to_string(n);
-  Buf buf = newBuffer(after->getNextNode(), unique, kind, type);
-  if (slots)
-    buffers.lookup(buf.getValue())->setAttr(plan::kSlotsAttr, slots);
-  return buf;
+  return newBuffer(after->getNextNode(), unique, kind, type, slots);
 }
 
 plan::KernelOp ProgramZero::kernel(StringRef name, ArrayRef<NamedAttribute> args, ArrayRef<NamedAttribute> attrs,

@@ -46,14 +46,35 @@ int64_t meanLayerWidth(const ModelConfig &m, int64_t sparse, int64_t dense) {
   return mixedLayers(m) ? int64_t(std::llround(meanLayer(m, double(sparse), double(dense)))) : sparse;
 }
 
+double sparseActivationInter(const Workload &w, const ParallelConfig &c, const ExpertRows &rows) {
+  const MoeConfig &e = *w.model.moe;
+  return rows.held * double(e.intermediate) + double(e.sharedIntermediate / c.tp);
+}
+
 double activationInter(const Workload &w, const ParallelConfig &c, const LayerShape &s, const ExpertRows &rows,
                        bool largest) {
   const ModelConfig &m = w.model;
   if (!m.moe)
     return double(s.inter);
-  const double sparse = rows.held * double(m.moe->intermediate) + double(m.moe->sharedIntermediate / c.tp),
-               dense = double(m.intermediate / c.tp);
+  const double sparse = sparseActivationInter(w, c, rows), dense = double(m.intermediate / c.tp);
   return largest && mixedLayers(m) ? std::max(sparse, dense) : meanLayer(m, sparse, dense);
+}
+
+double moeStashPerToken(const Workload &w, const ParallelConfig &c, const ExpertRows &rows, double b) {
+  const MoeConfig &e = *w.model.moe;
+  const double H = double(w.model.hidden), E = double(e.experts), k = double(e.topK);
+  // The router: its logits over every expert, the top-k weights, and the
+  // chosen experts and their rows (i32), on the rank's tokens (T/tp under SP).
+  const double perToken = c.sequenceParallel ? 1 / double(c.tp) : 1;
+  double keep = perToken * (E * b + k * b + 2 * k * 4);
+  // The experts' rows (the held share of a token): their input, which the
+  // GEMMs' weight gradients read, and the down projection's output, which
+  // the weighted combine's gradient reads.
+  keep += 2 * rows.held * H * b;
+  // The shared expert's output and its gate's logit (Qwen2-MoE).
+  if (e.sharedIntermediate)
+    keep += perToken * (H * b + b);
+  return keep;
 }
 
 RecomputeSkip recomputeSkip(const Workload &w) {
@@ -93,7 +114,7 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
   ParamCounts pc;
   double H = double(m.hidden);
   if (s.llama) {
-    double mlp = 3 * H * double(s.inter), largestMlp = mlp, sparseMlp = mlp, denseMlp = mlp;
+    double mlp = 3 * H * double(s.inter), sparseMlp = mlp, denseMlp = mlp;
     if (m.moe) { // the router and every expert, whole on each tp rank; the shared expert split as an MLP
       const MoeConfig &e = *m.moe;
       const double experts = double(e.experts) * 3 * H * double(e.intermediate);
@@ -103,7 +124,6 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
       const double dense = 3 * H * double(m.intermediate / tp);
       pc.experts = experts;
       mlp = meanLayer(m, sparse, dense);
-      largestMlp = mixedLayers(m) ? std::max(sparse, dense) : sparse;
       sparseMlp = sparse;
       denseMlp = mixedLayers(m) ? dense : sparse;
     }
@@ -114,7 +134,6 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
       pc.layer += H;
     if (m.mlpBias)
       pc.layer += 2 * double(s.inter) + H;
-    pc.largestLayer = pc.layer - mlp + largestMlp;
     pc.sparseLayer = pc.layer - mlp + sparseMlp;
     pc.denseLayer = pc.layer - mlp + denseMlp;
     pc.finalNorm = layerNorms(m.arch) ? 2 * H : H;
@@ -138,12 +157,26 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.finalNorm = 2 * H;
     pc.positions = double(m.maxPositions) * H;
   }
+  // The widest tensor of a layer: GPT-2's fused c_attn, the others' q
+  // projection, the MLP's (a mixed model's dense layers'); a mixture of
+  // experts' router, shared expert and stacked experts.
+  const double attnWidth =
+      llamaLayout(m.arch) || m.arch == Arch::Starcoder2 || m.arch == Arch::Phi ? double(s.q) : 3 * double(s.q);
+  pc.largestTensor = H * std::max(attnWidth, double(m.intermediate / tp));
+  if (m.moe) {
+    pc.largestTensor =
+        std::max({pc.largestTensor, H * double(m.moe->experts), H * double(m.moe->sharedIntermediate / tp)});
+    if (!mixedLayers(m)) // no dense MLP
+      pc.largestTensor =
+          std::max({H * attnWidth, H * double(m.moe->experts), H * double(m.moe->sharedIntermediate / tp)});
+    pc.expertTensor = double(m.moe->experts) * double(m.moe->intermediate) * H;
+  }
   pc.vocabMatrix = double(w.paddedVocab(tp)) / double(tp) * H;
   if (m.lmHeadBias) // Phi's, split over the vocabulary like the head
     pc.finalNorm += double(w.paddedVocab(tp)) / double(tp);
   pc.tied = m.tieEmbeddings;
   if (!mixedLayers(m))
-    pc.largestLayer = pc.sparseLayer = pc.denseLayer = pc.layer;
+    pc.sparseLayer = pc.denseLayer = pc.layer;
   return pc;
 }
 

@@ -40,9 +40,9 @@ ExpertRows expertRowsPerToken(const Workload &w, const ParallelConfig &c);
 /// mlp_only_layers) is priced as its mean layer: f = sparse layers / layers
 /// of a sparse layer's compute, activations, parameters and ep traffic and
 /// 1 − f of a dense layer's (exact for the totals over the layers; a stage's
-/// model state counts its own layers, ParamCounts::layerOn(ep, sparse); its
-/// activations are underestimated where it holds more sparse layers than the
-/// mean). `sparse` where every layer is sparse.
+/// model state and stashed activations count its own sparse and dense
+/// layers: ParamCounts::layerOn(ep, sparse), estimateMemory). `sparse` where
+/// every layer is sparse.
 bool mixedLayers(const ModelConfig &m);
 double meanLayer(const ModelConfig &m, double sparse, double dense);
 int64_t meanLayerWidth(const ModelConfig &m, int64_t sparse, int64_t dense);
@@ -53,6 +53,13 @@ int64_t meanLayerWidth(const ModelConfig &m, int64_t sparse, int64_t dense);
 /// `largest`: the widest layer's (a mixed model's sparse or dense one) instead of the mean layer's.
 double activationInter(const Workload &w, const ParallelConfig &c, const LayerShape &s, const ExpertRows &rows,
                        bool largest = false);
+/// A sparse layer's: its experts' rows times their width, and the shared
+/// expert's (split over tp).
+double sparseActivationInter(const Workload &w, const ParallelConfig &c, const ExpertRows &rows);
+/// Bytes a sparse layer stashes per token beyond a dense layer's (at
+/// `b` bytes an element): the router's logits, top-k weights and routes,
+/// the experts' input and output rows, the shared expert's output and gate.
+double moeStashPerToken(const Workload &w, const ParallelConfig &c, const ExpertRows &rows, double b);
 
 /// What a fully recomputed layer leaves out (opsForUsedResults: it runs what
 /// its backward reads): the projections only the residual stream reads (the
@@ -89,9 +96,10 @@ struct ParamCounts {
   double sparseLayer = 0, denseLayer = 0;
   /// Of a sparse layer: the stacked experts' weights (the part ep splits).
   double experts = 0;
-  /// The largest layer's parameters (`layer` but for a mixed model: its
-  /// sparse or dense layer's, whichever is larger).
-  double largestLayer = 0;
+  /// A layer's largest tensor but the experts' (a projection or the MLP's
+  /// dense weight), and the experts' stacked projection ([E, I, H], whole
+  /// on every tp rank; ep holds E/ep of it).
+  double largestTensor = 0, expertTensor = 0;
   bool tied = true;
   /// A sparse (or a dense) layer's parameters on a rank of an ep group.
   double layerOn(int64_t ep, bool sparse) const {

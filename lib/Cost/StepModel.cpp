@@ -396,10 +396,8 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
   // worst case C = ep·T·min(k, E/ep) under ep where the plan without ep
   // holds T·k; E·C_e under a capacity factor).
   const ExpertRows rows = expertRowsPerToken(w, c);
-  const double inter = activationInter(w, c, s, rows), interLargest = activationInter(w, c, s, rows, true);
-  // ep > 1: the dispatched input rows the experts' GEMMs keep for their
-  // weight gradients (C·H a token of T·H; none apart without ep).
-  const double dispatched = c.ep > 1 ? meanLayer(m, rows.held * double(s.h) * b, 0) : 0;
+  const double interLargest = activationInter(w, c, s, rows, true);
+  const double denseInter = double(s.inter), sparseInter = m.moe ? sparseActivationInter(w, c, rows) : 0;
   MemoryEstimate best;
   for (int64_t stage = 0; stage < c.pp; ++stage) {
     double params = stageParams(w, c, stage, layers[size_t(stage)], sparse[size_t(stage)]);
@@ -417,20 +415,25 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
     // tokens; the norms' and residuals' on T/tp under SP; docs/cost-model.md).
     const double T = double(c.microBatch) * double(w.seqLen) / double(c.cp); // the rank's tokens
     const double Ts = c.sequenceParallel ? T / double(c.tp) : T;
-    double perLayer;
-    if (c.recompute == "full") {
-      perLayer = Ts * double(s.h) * b; // the layer's input only
-    } else {
+    // A layer's stash: a sparse one (`sparse`) holds its experts' rows.
+    auto perLayer = [&](bool sparse) {
+      if (c.recompute == "full")
+        return Ts * double(s.h) * b; // the layer's input only
       // The core attention's output and log-sum-exp, unless selective
       // recomputation runs it again.
       double attnKeep = c.recompute == "selective" ? 0 : T * double(s.q) * b + T * double(s.nh) * 4;
-      if (s.llama) // x, norm out (x2); q, k, v; gate, up, swiglu out; rstd (x2)
-        perLayer = 4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep + 3 * T * inter * b +
-                   2 * Ts * 4 + T * dispatched;
-      else // x, norm out (x2); q, k, v (StarCoder2's k and v of its kv heads); fc1 out, gelu out; mean, rstd (x2)
-        perLayer = 4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep + 2 * T * double(s.inter) * b +
-                   4 * Ts * 4;
-    }
+      if (!s.llama) // x, norm out (x2); q, k, v (StarCoder2's k and v of its kv heads); fc1 out, gelu out; mean, rstd
+                    // (x2)
+        return 4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep + 2 * T * double(s.inter) * b +
+               4 * Ts * 4;
+      // x, norm out (x2); q, k, v; gate, up, swiglu out; rstd (x2)
+      const double inter = sparse ? sparseInter : denseInter;
+      double keep =
+          4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep + 3 * T * inter * b + 2 * Ts * 4;
+      if (sparse) // the router's and experts' (moeStashPerToken)
+        keep += T * moeStashPerToken(w, c, rows, b);
+      return keep;
+    };
     // Microbatches in flight on this stage at its peak.
     double inFlight;
     if (c.pp == 1)
@@ -441,7 +444,8 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
       inFlight = std::min<double>(double(mbs), double(c.pp - stage) + double(c.pp - 1) / double(c.virtualStages));
     else
       inFlight = std::min<double>(double(mbs), double(c.pp - stage));
-    double stash = inFlight * double(layers[size_t(stage)]) * perLayer;
+    const int64_t sparseHere = sparse[size_t(stage)], denseHere = layers[size_t(stage)] - sparseHere;
+    double stash = inFlight * (double(sparseHere) * perLayer(true) + double(denseHere) * perLayer(false));
     // Transients: one layer's activations (the layer being recomputed or
     // backwarded) or, on the last stage, the LM head's, whichever is larger
     // (they are not live at once): the logits (their gradient written over
@@ -454,8 +458,15 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
       transient =
           std::max(transient, logitBuffers * T * double(w.paddedVocab(c.tp) / c.tp) * b + 2 * T * double(s.h) * b);
     }
-    if (c.zero == 3) // the largest unit gathered whole: a layer or the embedding
-      transient += 2 * std::max(pc.largestLayer, pc.vocabMatrix) * valueB;
+    // Under ZeRO-3 also the largest unit gathered whole, and beside it the
+    // largest whole gradient its backward writes before reduce-scattering
+    // it (each weight gradient is reduced right after its kernel): the
+    // embedding and its gradient, or a layer and its largest tensor's.
+    if (c.zero == 3) {
+      const double layer = std::max(pc.layerOn(c.ep, true), pc.layerOn(c.ep, false));
+      const double tensor = std::max(pc.largestTensor, pc.expertTensor / double(c.ep));
+      transient += std::max(2 * pc.vocabMatrix, layer + tensor) * valueB;
+    }
     e.activations = int64_t(stash + transient);
     if (e.total() > best.total())
       best = e;

@@ -153,10 +153,10 @@ TEST(ExpertParallel, MemoryDividesTheExpertsOnly) {
     EXPECT_NEAR(double(whole.optimizer - split.optimizer), 12 * gone, 2);
     EXPECT_NEAR(double(split.params) - 2 * kExpertElements / double(ep), double(whole.params) - 2 * kExpertElements, 2);
     // The experts' side holds C = ep·T·min(k, E/ep) rows where ep = 1 holds
-    // T·k: their gate, up and SwiGLU outputs (3·I each) and the dispatched
-    // input (H) per layer, stashed; and the one layer's transient 3·I.
+    // T·k: their gate, up and SwiGLU outputs (3·I each) and their input and
+    // output rows (2·H) per layer, stashed; and the one layer's transient 3·I.
     const double T = 4096, C = double(ep) * T * std::min(kTopK, kExperts / double(ep));
-    const double stash = kLayers * (3 * (C - T * kTopK) * kI * 2 + C * kH * 2);
+    const double stash = kLayers * (3 * (C - T * kTopK) * kI * 2 + 2 * (C - T * kTopK) * kH * 2);
     const double transient = 3 * (C - T * kTopK) * kI * 2;
     EXPECT_NEAR(double(split.activations - whole.activations), stash + transient, 4);
   }
@@ -197,14 +197,14 @@ TEST(ExpertParallel, CapacityFactorBoundsTheRows) {
   // rank's T tokens (moeExpertCapacity). At ep=8 the experts' side holds
   // min(8·T·min(k, 1), E·C_e) rows: F = 1 gives E·ceil(T·2/8) = 2·T where
   // dropless holds the worst case 8·T; their gate, up and SwiGLU outputs
-  // and the dispatched input shrink by the difference.
+  // and their input and output rows shrink by the difference.
   Workload w = workload("mixtral-8x7b");
   const double T = 4096, dropless = 8 * T;
   const MemoryEstimate worst = estimateMemory(w, config(8, 8));
   w.moeCapacityFactor = 1.0;
   const double capped = kExperts * std::ceil(1.0 * T * kTopK / kExperts);
   const MemoryEstimate bounded = estimateMemory(w, config(8, 8));
-  const double stash = kLayers * (3 * (dropless - capped) * kI * 2 + (dropless - capped) * kH * 2);
+  const double stash = kLayers * (3 * (dropless - capped) * kI * 2 + 2 * (dropless - capped) * kH * 2);
   const double transient = 3 * (dropless - capped) * kI * 2;
   EXPECT_NEAR(double(worst.activations - bounded.activations), stash + transient, 4);
   EXPECT_EQ(worst.params, bounded.params);
@@ -234,8 +234,10 @@ TEST(ExpertParallel, CapacityFactorBoundsTheRows) {
 TEST(ExpertParallel, SequenceParallelSplitsTheExpertsTokens) {
   // Under SP each tp rank routes its own 1/tp of the tokens (no gather
   // before the layer): the experts' gate, up and SwiGLU outputs (3·T·k·I
-  // per layer, stashed, and one layer's transient) are 1/tp of those
-  // without SP, where every tp rank runs the whole layer.
+  // per layer, stashed, and one layer's transient), their input and output
+  // rows (2·T·k·H) and the router's logits, weights and routes (E + k
+  // elements and 2·k i32 a token) are 1/tp of those without SP, where every
+  // tp rank runs the whole layer.
   const Workload w = workload("mixtral-8x7b");
   ParallelConfig whole = config(4, 1, 2), sp = whole;
   sp.sequenceParallel = true;
@@ -244,7 +246,8 @@ TEST(ExpertParallel, SequenceParallelSplitsTheExpertsTokens) {
   // SP also keeps the norms' and residuals' activations (4·T·H·2 and the
   // two rstd per layer) on 1/tp of the tokens.
   const double seq = kLayers * (4 * T * kH * 2 + 2 * T * 4) / 2;
-  EXPECT_NEAR(double(a.activations - b.activations), (kLayers + 1) * experts / 2 + seq, 1e3);
+  const double rowsAndRouter = kLayers * (2 * T * kTopK * kH * 2 + T * (kExperts * 2 + kTopK * 2 + 2 * kTopK * 4)) / 2;
+  EXPECT_NEAR(double(a.activations - b.activations), (kLayers + 1) * experts / 2 + seq + rowsAndRouter, 1e3);
 }
 
 TEST(ExpertParallel, AllToAllsOnlyWithEpAndByTheirVolume) {

@@ -78,26 +78,43 @@ Status Communicator::allToAllV(int rank, const std::vector<int>& group, const vo
   return allToAllVByBlocks(*this, rank, group, x, xRows, sendSplits, y, yRows, recvSplits, chunks, rowElems, dtype);
 }
 
-// The splits by allToAll (i32 moves as 4-byte f32 elements: a copy), the largest block of the call by
-// an f64 all-reduce max, then every block padded to it by allToAll, unpacked into y.
+// The splits by allToAll (i32 moves as 4-byte f32 elements: a copy), then one f64 all-reduce max of
+// the call's largest block and of which member's splits are wrong, then every block padded to it by
+// allToAll, unpacked into y. The checks' verdicts travel with the block size, so a wrong split fails
+// every member at once (its own error on the member whose splits they are, the same first one named on
+// the others), before any row moves: a member failing alone would leave the others waiting out the
+// timeout. Send splits are checked before receive capacities, each in member order, as in process.
 Status allToAllVByBlocks(Communicator& comm, int rank, const std::vector<int>& group, const void* x, int64_t xRows,
                          const int32_t* sendSplits, void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks,
                          int64_t rowElems, CommDType dtype) {
   const int64_t n = int64_t(group.size()), rowBytes = rowElems * commDTypeSize(dtype);
+  const int64_t me = int64_t(std::find(group.begin(), group.end(), rank) - group.begin());
   int64_t sent = 0, received = 0;
-  LLCDIST_RETURN_IF_ERROR(checkSendSplits(rank, sendSplits, n, chunks, xRows, &sent));
+  Status sendOk = checkSendSplits(rank, sendSplits, n, chunks, xRows, &sent);
   LLCDIST_RETURN_IF_ERROR(comm.allToAll(rank, group, sendSplits, recvSplits, chunks, CommDType::kF32));
-  LLCDIST_RETURN_IF_ERROR(checkRecvSplits(rank, recvSplits, n, chunks, yRows, &received));
+  Status recvOk = checkRecvSplits(rank, recvSplits, n, chunks, yRows, &received);
   std::vector<int64_t> sendRows(size_t(n), 0), recvRows(size_t(n), 0);
-  double largest = 0;
-  for (int64_t i = 0; i < n; ++i) {
+  // {the largest block, the first wrong member's verdict}: a member's wrong send splits count 2n − m,
+  // its too small y n − m (0: none), so the max is the first of the kind checked first.
+  double agreed[2] = {0, !sendOk.isOk() ? double(2 * n - me) : !recvOk.isOk() ? double(n - me) : 0};
+  for (int64_t i = 0; i < n && agreed[1] == 0; ++i) {
     for (int64_t j = 0; j < chunks; ++j) {
       sendRows[size_t(i)] += sendSplits[i * chunks + j];
       recvRows[size_t(i)] += recvSplits[i * chunks + j];
     }
-    largest = std::max(largest, double(sendRows[size_t(i)]));
+    agreed[0] = std::max(agreed[0], double(sendRows[size_t(i)]));
   }
-  LLCDIST_RETURN_IF_ERROR(comm.allReduce(rank, group, &largest, 1, CommDType::kF64, ReduceOp::kMax));
+  LLCDIST_RETURN_IF_ERROR(comm.allReduce(rank, group, agreed, 2, CommDType::kF64, ReduceOp::kMax));
+  if (const int64_t verdict = int64_t(agreed[1]); verdict > 0) {
+    const bool sends = verdict > n;
+    const int64_t m = sends ? 2 * n - verdict : n - verdict;
+    if (m == me) return sends ? sendOk : recvOk;
+    return Status::invalidArgument("all_to_all_v on rank " + std::to_string(rank) + ": rank " +
+                                   std::to_string(group[size_t(m)]) + "'s " +
+                                   (sends ? "send splits are wrong" : "y is too small for what it receives") +
+                                   " (its error says how); no rows moved");
+  }
+  const double largest = agreed[0];
   const int64_t block = int64_t(largest) * rowBytes;
   std::vector<std::byte> send(size_t(n * block)), recv(size_t(n * block));
   const auto* in = static_cast<const std::byte*>(x);

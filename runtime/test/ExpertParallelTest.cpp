@@ -152,7 +152,10 @@ std::vector<A2avRank> randomCall(size_t n, int64_t c, int64_t H, uint32_t seed, 
 
 using A2avFn = std::function<Status(Communicator&, int, const std::vector<int>&, A2avRank&)>;
 
-std::vector<Status> runA2av(std::vector<A2avRank>& ranks, int64_t c, int64_t H, const A2avFn& fn) {
+// With `abortOnError` a member's failure aborts the communicator, as a run does, so the others stop
+// waiting; without, they must fail on their own.
+std::vector<Status> runA2av(std::vector<A2avRank>& ranks, int64_t c, int64_t H, const A2avFn& fn,
+                            bool abortOnError = true) {
   const int n = int(ranks.size());
   InProcessCommunicatorOptions o;
   o.worldSize = n;
@@ -165,7 +168,7 @@ std::vector<Status> runA2av(std::vector<A2avRank>& ranks, int64_t c, int64_t H, 
   for (int m = 0; m < n; ++m)
     threads.emplace_back([&, m] {
       st[size_t(m)] = fn(*comm, m, group, ranks[size_t(m)]);
-      if (!st[size_t(m)].isOk()) comm->abort(st[size_t(m)]);  // as a run does: the others stop waiting
+      if (!st[size_t(m)].isOk() && abortOnError) comm->abort(st[size_t(m)]);
     });
   for (std::thread& t : threads) t.join();
   (void)c, (void)H;
@@ -235,6 +238,37 @@ TEST(AllToAllVTest, CapacityAndNegativeSplitErrors) {
     ranks[0].send.assign(ranks[0].send.size(), 1);
     std::vector<Status> st = runA2av(ranks, c, H, inProcess(c, H));
     expectParts(st[0], {"all_to_all_v on rank 0", "the send splits sum to 4 rows but x holds 0"});
+  }
+}
+
+// By blocks (NCCL's path): the checks' verdicts travel with the all-reduce of the block size, so a wrong
+// split fails every member at once, before any row moves, with no abort to stop the others: the member
+// whose splits are wrong gets its own error, the others one naming it (the first wrong sender before
+// the first too small y). A member failing alone would leave the others waiting out the 20 s timeout.
+TEST(AllToAllVTest, ByBlocksFailsEveryMemberTogether) {
+  const int64_t c = 2, H = 2;
+  for (int bad : {0, 1}) {
+    SCOPED_TRACE(bad == 0 ? "negative send split on member 3, y too small on member 1" : "y too small on member 1");
+    std::vector<A2avRank> ranks = randomCall(4, c, H, 11, 0);
+    ranks[0].send[1 * c] += 1;  // member 1 receives one row more than its y holds
+    ranks[0].xRows += 1;
+    ranks[0].x.resize(size_t(ranks[0].xRows * H), 0.0f);
+    if (bad == 0) ranks[3].send[1] = -1;
+    const std::vector<A2avRank> before = ranks;
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<Status> st = runA2av(ranks, c, H, byBlocks(c, H), /*abortOnError=*/false);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+    const int culprit = bad == 0 ? 3 : 1;
+    expectParts(st[size_t(culprit)], {bad == 0 ? "send_splits[1] (member 0, chunk 1) is negative: -1"
+                                               : "rank 1 receives " + std::to_string(ranks[1].yRows + 1) + " rows"});
+    for (int m = 0; m < 4; ++m) {
+      if (m == culprit) continue;
+      expectParts(st[size_t(m)], {"all_to_all_v on rank " + std::to_string(m) + ": rank " + std::to_string(culprit) +
+                                      (bad == 0 ? "'s send splits are wrong" : "'s y is too small"),
+                                  "no rows moved"});
+      // y untouched (its NaN poison), as is x.
+      EXPECT_EQ(std::memcmp(ranks[size_t(m)].y.data(), before[size_t(m)].y.data(), ranks[size_t(m)].y.size() * 4), 0);
+    }
   }
 }
 

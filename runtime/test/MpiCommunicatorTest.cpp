@@ -216,6 +216,34 @@ TEST(MpiCommunicator, AllToAllVExchangesSplitsThenRows) {
     }
 }
 
+// A wrong split fails allToAllV on every member of the group with the same error before any row moves,
+// not on its own member while the others wait out the timeout (30 s here): the last rank's send splits
+// exceed its x, then rank 0's y is too small for what it receives. Each case on a fresh communicator
+// (a failed collective aborts the one it ran on).
+TEST(MpiCommunicator, AllToAllVBadSplitsFailEveryMemberAtOnce) {
+  const int me = worldRank(), n = worldSize(), last = n - 1;
+  const int64_t c = 2, H = 3, rows = n * c;  // every split 1: each member sends and receives n·c rows
+  for (int bad : {0, 1}) {
+    SCOPED_TRACE(bad == 0 ? "send splits past x" : "y too small");
+    auto comm = mpiComm(std::chrono::seconds(30));
+    std::vector<int32_t> send(size_t(n * c), 1), recv(size_t(n * c), -1);
+    if (bad == 0 && me == last) send[0] = 1000;
+    const int64_t yRows = bad == 1 && me == 0 ? rows - 1 : rows;
+    std::vector<float> x(size_t(rows * H), float(me)), y(size_t(yRows * H), -1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    Status s =
+        comm->allToAllV(me, world(), x.data(), rows, send.data(), y.data(), yRows, recv.data(), c, H, CommDType::kF32);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_FALSE(s.isOk());
+    const std::string want = bad == 0 ? "all_to_all_v on rank " + std::to_string(last) + ": the send splits sum to"
+                                      : "all_to_all_v on rank 0 receives " + std::to_string(rows) + " rows but y holds";
+    EXPECT_NE(s.message().find(want), std::string::npos) << s.toString();
+    EXPECT_LT(seconds, 10.0) << "the members failed apart (the timeout) instead of together";
+    EXPECT_EQ(recv, std::vector<int32_t>(size_t(n * c), -1));  // nothing written
+    EXPECT_EQ(y, std::vector<float>(size_t(yRows * H), -1.0f));
+  }
+}
+
 // Messages of one pair arrive in order and carry their triple; a receive that expects another tag
 // is an error naming both.
 TEST(MpiCommunicator, SendsArriveInOrderAndTriplesAreChecked) {

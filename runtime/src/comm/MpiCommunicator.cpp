@@ -186,34 +186,51 @@ class MpiCommunicator final : public Communicator {
   }
 
   // all_to_all_v: over the same per-member messages as allToAll (MPI_Alltoall / MPI_Alltoallv need a
-  // communicator per group and one rank per process, which this communicator does not have): first the
-  // splits (member j gets sendSplits[j·c .. j·c + c)), then each member's rows, variable-size messages
-  // whose sizes both sides know from the splits; this member's own rows copied. A member whose own
-  // splits are wrong (or whose y is too small for what the others send) returns its error before the
-  // rows and aborts this communicator (the others then fail at their timeout or abort, as for any
-  // rank-local failure).
+  // communicator per group and one rank per process, which this communicator does not have): first every
+  // member's splits with its x's and y's rows, to every member, then each member's rows, variable-size
+  // messages whose sizes both sides know from the splits; this member's own rows copied. Every member
+  // checks every member's splits as the in-process communicator does (each sender's against its x, then
+  // each receiver's sum against its y, in member order), so a wrong split fails the call on every member
+  // with the same error at once, before any row moves, instead of one member failing and the others
+  // waiting out the timeout.
   Status allToAllV(int rank, const std::vector<int>& group, const void* x, int64_t xRows, const int32_t* sendSplits,
                    void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks, int64_t rowElems,
                    CommDType dtype) override {
     Request r;
     r.kind = Kind::kAllToAllV, r.dtype = dtype, r.count = chunks, r.inner = rowElems;
-    const size_t n = group.size(), me = memberOf(rank, group);
+    const size_t n = group.size(), me = memberOf(rank, group), c = size_t(chunks);
     std::vector<std::vector<std::byte>> from;
     if (me == n)  // exchange's error for a rank outside its group
       return exchange(rank, group, r, [&](size_t) { return std::make_pair<const void*>(nullptr, size_t(0)); }, 0, from);
-    int64_t sent = 0, received = 0;
-    if (Status s = checkSendSplits(rank, sendSplits, int64_t(n), chunks, xRows, &sent); !s.isOk()) return fail(s);
-    const size_t splitBytes = size_t(chunks) * sizeof(int32_t);
-    const auto splitsTo = [&](size_t j) {
-      return std::make_pair<const void*>(sendSplits + j * size_t(chunks), splitBytes);
-    };
-    LLCDIST_RETURN_IF_ERROR(exchange(rank, group, r, splitsTo, splitBytes, from));
-    std::vector<int32_t> recv(n * size_t(chunks));
+    // This member's splits, then its x's and y's rows.
+    const size_t splitBytes = n * c * sizeof(int32_t), msgBytes = splitBytes + 2 * sizeof(int64_t);
+    std::vector<std::byte> mine(msgBytes);
+    const int64_t rows[2] = {xRows, yRows};
+    std::memcpy(mine.data(), sendSplits, splitBytes);
+    std::memcpy(mine.data() + splitBytes, rows, sizeof rows);
+    LLCDIST_RETURN_IF_ERROR(exchange(
+        rank, group, r, [&](size_t) { return std::make_pair<const void*>(mine.data(), msgBytes); }, msgBytes, from));
+    from[me] = std::move(mine);
+    std::vector<int32_t> all(n * n * c);  // member m's send splits at m·n·c
+    std::vector<int64_t> xRowsOf(n), yRowsOf(n);
+    int64_t total = 0;
+    for (size_t m = 0; m < n; ++m) {
+      std::memcpy(all.data() + m * n * c, from[m].data(), splitBytes);
+      std::memcpy(&xRowsOf[m], from[m].data() + splitBytes, sizeof(int64_t));
+      std::memcpy(&yRowsOf[m], from[m].data() + splitBytes + sizeof(int64_t), sizeof(int64_t));
+    }
     for (size_t m = 0; m < n; ++m)
-      std::memcpy(recv.data() + m * size_t(chunks), m == me ? static_cast<const void*>(sendSplits + me * size_t(chunks))
-                                                            : static_cast<const void*>(from[m].data()),
-                  splitBytes);
-    if (Status s = checkRecvSplits(rank, recv.data(), int64_t(n), chunks, yRows, &received); !s.isOk()) return fail(s);
+      if (Status s = checkSendSplits(group[m], all.data() + m * n * c, int64_t(n), chunks, xRowsOf[m], &total);
+          !s.isOk())
+        return fail(s);
+    std::vector<int32_t> recv(n * c), theirs(n * c);
+    for (size_t m = 0; m < n; ++m) {  // member m receives column m of every sender's splits
+      for (size_t i = 0; i < n; ++i)
+        std::memcpy(theirs.data() + i * c, all.data() + i * n * c + m * c, c * sizeof(int32_t));
+      if (Status s = checkRecvSplits(group[m], theirs.data(), int64_t(n), chunks, yRowsOf[m], &total); !s.isOk())
+        return fail(s);
+      if (m == me) recv = theirs;
+    }
     const int64_t rowBytes = rowElems * commDTypeSize(dtype);
     std::vector<size_t> sendAt(n + 1, 0), expected(n, 0);
     size_t largest = 0;

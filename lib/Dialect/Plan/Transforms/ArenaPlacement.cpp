@@ -407,6 +407,8 @@ std::vector<int64_t> llcdist::plan::memory::placeTransient(ArrayRef<ArrayRef<Seg
       best = std::move(offsets);
   };
   consider(placeGreedy(sizes, *adj, order));
+  if (peakOf(best) <= livePeak)
+    return best;
   std::vector<int64_t> area(lifetimes.size(), 0);
   for (auto [i, l] : llvm::enumerate(lifetimes))
     for (const Segment &s : l)

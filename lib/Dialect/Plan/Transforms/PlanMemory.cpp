@@ -611,6 +611,10 @@ private:
       p.layout = layoutSlots(everyInstance(), slotsOf, actionSpans, t, /*byPattern=*/false);
     else
       p.layout = layoutSlots(byFirstUse, slotsOf, actionSpans, t, byPattern, adopt);
+    if (adopt && p.layout.adopted == 0) { // the blocks' layout again: nothing to place
+      p.peak = std::numeric_limits<int64_t>::max();
+      return p;
+    }
     p.items = p.layout.items;
     sortByFirstUse(p.items, t);
     std::vector<ArrayRef<Segment>> lifetimes;

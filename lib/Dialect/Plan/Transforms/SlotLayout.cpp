@@ -299,6 +299,7 @@ private:
       for (size_t i : adoptedWorkspace(segs, bytes, candSegs, candBytes, candIndex, slotsInFlight(spans, chunk))) {
         bufs.push_back(cands[i]->buf);
         cands[i]->buf = BufferOp(); // taken
+        ++out.adopted;
       }
       auto key = [&](BufferOp buf) {
         int64_t first = std::numeric_limits<int64_t>::max();
@@ -552,6 +553,7 @@ private:
       for (size_t i : adoptedWorkspace(segs, bytes, candSegs, candBytes, candIndex, slotsInFlight(spans, chunk))) {
         bufs.push_back(cands[i]->tr);
         cands[i]->tr = nullptr; // taken
+        ++out.adopted;
       }
       llvm::stable_sort(bufs, [&](const Transient *x, const Transient *y) {
         return std::make_pair(firstOf.lookup(x), x->index) < std::make_pair(firstOf.lookup(y), y->index);

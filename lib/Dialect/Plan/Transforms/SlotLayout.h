@@ -102,6 +102,8 @@ constexpr int64_t kWorkspaceBlocks = int64_t(1) << 32;
 constexpr double kBlockSlack = 0.02;
 
 struct SlotLayout {
+  /// With `adopt`: the workspace buffers the slot blocks took.
+  int64_t adopted = 0;
   std::vector<Item> items;
   llvm::MapVector<mlir::StringAttr, InBlock> inBlock;
   std::deque<llvm::SmallVector<Segment, 2>> storage; // merged segments the items point into

@@ -158,17 +158,15 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.positions = double(m.maxPositions) * H;
   }
   // The widest tensor of a layer: GPT-2's fused c_attn, the others' q
-  // projection, the MLP's (a mixed model's dense layers'); a mixture of
-  // experts' router, shared expert and stacked experts.
+  // projection, a dense MLP's (none where every layer has experts); a
+  // mixture of experts' router, shared expert and stacked experts.
   const double attnWidth =
       llamaLayout(m.arch) || m.arch == Arch::Starcoder2 || m.arch == Arch::Phi ? double(s.q) : 3 * double(s.q);
-  pc.largestTensor = H * std::max(attnWidth, double(m.intermediate / tp));
+  const double denseMlpWidth = m.moe && !mixedLayers(m) ? 0 : double(m.intermediate / tp);
+  pc.largestTensor = H * std::max(attnWidth, denseMlpWidth);
   if (m.moe) {
     pc.largestTensor =
         std::max({pc.largestTensor, H * double(m.moe->experts), H * double(m.moe->sharedIntermediate / tp)});
-    if (!mixedLayers(m)) // no dense MLP
-      pc.largestTensor =
-          std::max({H * attnWidth, H * double(m.moe->experts), H * double(m.moe->sharedIntermediate / tp)});
     pc.expertTensor = double(m.moe->experts) * double(m.moe->intermediate) * H;
   }
   pc.vocabMatrix = double(w.paddedVocab(tp)) / double(tp) * H;

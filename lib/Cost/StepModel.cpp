@@ -422,8 +422,9 @@ MemoryEstimate cost::estimateMemory(const Workload &w, const ParallelConfig &c) 
       // The core attention's output and log-sum-exp, unless selective
       // recomputation runs it again.
       double attnKeep = c.recompute == "selective" ? 0 : T * double(s.q) * b + T * double(s.nh) * 4;
-      if (!s.llama) // x, norm out (x2); q, k, v (StarCoder2's k and v of its kv heads); fc1 out, gelu out; mean, rstd
-                    // (x2)
+      // GPT-style: x, norm out (x2); q, k, v (StarCoder2's k and v of its kv
+      // heads); fc1 out, gelu out; mean, rstd (x2).
+      if (!s.llama)
         return 4 * Ts * double(s.h) * b + T * double(s.q + 2 * s.kv) * b + attnKeep + 2 * T * double(s.inter) * b +
                4 * Ts * 4;
       // x, norm out (x2); q, k, v; gate, up, swiglu out; rstd (x2)

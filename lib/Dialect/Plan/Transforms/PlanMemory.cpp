@@ -413,24 +413,18 @@ public:
     // O(microbatches × buffers) in the plan and its checks) are tried too,
     // and the smallest arena wins (ties: blocks, per instance, adopt).
     Placement placed = place(/*byPattern=*/true);
+    if (!mismatch && !placed.layout.inBlock.empty() && double(placed.peak) > (1 + kBlockSlack) * double(livePeak)) {
+      Placement adopted = place(/*byPattern=*/true, /*adopt=*/true);
+      Placement exact = place(/*byPattern=*/false);
+      for (Placement *other : {&exact, &adopted})
+        if (other->peak < placed.peak)
+          placed = std::move(*other);
+    }
     if (mismatch) {
       program.emitError("llcdist-plan-memory: the slots worked out from slot 0 differ from "
                         "every slot's: ")
           << *mismatch;
       return failure();
-    }
-    if (!placed.layout.inBlock.empty() && double(placed.peak) > (1 + kBlockSlack) * double(livePeak)) {
-      Placement adopted = place(/*byPattern=*/true, /*adopt=*/true);
-      if (mismatch) {
-        program.emitError("llcdist-plan-memory: the slots worked out from slot 0 differ from "
-                          "every slot's (workspace in slot blocks): ")
-            << *mismatch;
-        return failure();
-      }
-      Placement exact = place(/*byPattern=*/false);
-      for (Placement *other : {&exact, &adopted})
-        if (other->peak < placed.peak)
-          placed = std::move(*other);
     }
     writeOffsets(placed);
     recordBreakdown();
@@ -604,7 +598,7 @@ private:
       alike = layoutSlotsAlike(byFirstUse, slotsOf, *pattern, t, adopt);
     if (checkAlike && pattern && byPattern)
       if (std::optional<std::string> why = differ(alike, everyInstance(), adopt))
-        mismatch = why;
+        mismatch = adopt ? "(workspace in slot blocks) " + *why : *why;
     if (alike)
       p.layout = std::move(*alike);
     else if (pattern)

@@ -160,6 +160,15 @@ std::vector<size_t> adoptedWorkspace(ArrayRef<ArrayRef<Segment>> members, ArrayR
   llvm::sort(adopted);
   return adopted;
 }
+
+/// Drops the workspace buffers a slot block took (`taken`), and the groups
+/// left empty.
+template <typename Workspaces, typename Taken> void dropTaken(Workspaces &workspaces, Taken taken) {
+  for (auto it = workspaces.begin(); it != workspaces.end();) {
+    llvm::erase_if(it->second, taken);
+    it = it->second.empty() ? workspaces.erase(it) : std::next(it);
+  }
+}
 } // namespace
 
 namespace {
@@ -289,30 +298,34 @@ private:
       }
       std::vector<Workspace *> cands;
       for (auto &[actions, members] : workspaces)
-        for (Workspace &m : members)
-          if (m.buf && m.chunk == chunk && slotsOf.lookup(m.buf.getSymNameAttr()) == slots && !slot0(m.buf).empty()) {
+        for (Workspace &m : members) {
+          if (!m.buf || m.chunk != chunk || slotsOf.lookup(m.buf.getSymNameAttr()) != slots)
+            continue;
+          if (ArrayRef<Segment> s0 = slot0(m.buf); !s0.empty()) {
             cands.push_back(&m);
-            candSegs.push_back(slot0(m.buf));
+            candSegs.push_back(s0);
             candBytes.push_back(aligned(m.buf.getNumBytes()));
             candIndex.push_back(slotted[m.buf.getSymNameAttr()].front()->index);
           }
+        }
       for (size_t i : adoptedWorkspace(segs, bytes, candSegs, candBytes, candIndex, slotsInFlight(spans, chunk))) {
         bufs.push_back(cands[i]->buf);
         cands[i]->buf = BufferOp(); // taken
         ++out.adopted;
       }
-      auto key = [&](BufferOp buf) {
+      // By first use over every slot (ties: by place), as the pattern orders them.
+      llvm::DenseMap<StringAttr, std::pair<int64_t, int64_t>> key;
+      for (BufferOp buf : bufs) {
         int64_t first = std::numeric_limits<int64_t>::max();
         for (const Transient *tr : slotted[buf.getSymNameAttr()])
           first = std::min(first, tr->segs.front().first);
-        return std::make_pair(first, slotted[buf.getSymNameAttr()].front()->index);
-      };
-      llvm::stable_sort(bufs, [&](BufferOp x, BufferOp y) { return key(x) < key(y); });
+        key[buf.getSymNameAttr()] = {first, slotted[buf.getSymNameAttr()].front()->index};
+      }
+      llvm::stable_sort(bufs, [&](BufferOp x, BufferOp y) {
+        return key.lookup(x.getSymNameAttr()) < key.lookup(y.getSymNameAttr());
+      });
     }
-    for (auto it = workspaces.begin(); it != workspaces.end();) {
-      llvm::erase_if(it->second, [](const Workspace &m) { return !m.buf; });
-      it = it->second.empty() ? workspaces.erase(it) : std::next(it);
-    }
+    dropTaken(workspaces, [](const Workspace &m) { return !m.buf; });
     return true;
   }
 
@@ -559,10 +572,7 @@ private:
         return std::make_pair(firstOf.lookup(x), x->index) < std::make_pair(firstOf.lookup(y), y->index);
       });
     }
-    for (auto it = workspaces.begin(); it != workspaces.end();) {
-      llvm::erase_if(it->second, [](const Workspace &m) { return !m.tr; });
-      it = it->second.empty() ? workspaces.erase(it) : std::next(it);
-    }
+    dropTaken(workspaces, [](const Workspace &m) { return !m.tr; });
     return true;
   }
 

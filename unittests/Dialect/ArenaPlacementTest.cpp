@@ -6,7 +6,8 @@
 // one to four segments (a buffer that comes back, as an activation does in
 // every microbatch of a step that accumulates gradients), and the nested
 // lives of a deep model over several microbatches, which the sweep packs
-// exactly.
+// exactly, and microbatches in flight between one microbatch's large short
+// life and the next, which only the skyline packs exactly.
 //
 //===----------------------------------------------------------------------===//
 
@@ -114,6 +115,31 @@ TEST(ArenaPlacement, NestedLivesOverMicrobatchesPackExactly) {
     EXPECT_EQ(p.livePeak, layers * 4096);
     EXPECT_EQ(p.arena, p.livePeak);
   }
+}
+
+// Two microbatches in flight, each with two activations (a, b) that live
+// from its forward to its backward, and a large buffer of one kernel (its
+// logits, say) while the other's activations are live: microbatch 0's at
+// kernel 1, microbatch 1's at kernel 5 (the gpt2 interleaved last stage's
+// classifier chunk, reduced to these six buffers). The live peak is
+// 2a + big at kernels 1 and 5. Placed in any fixed order by size, by
+// bytes x kernels or by first use, both large buffers or microbatch 0's
+// activations go low first, and microbatch 1's activations, which meet
+// both, end up above everything: 2a over the peak (1.11x here). Packing
+// it exactly needs microbatch 1's activations where microbatch 0's large
+// buffer was: the skyline places next whatever can go lowest, and finds it.
+TEST(ArenaPlacement, LargeShortLivesBetweenMicrobatchesInFlightPackExactly) {
+  const int64_t a = 4096, big = 65536;
+  const std::vector<std::vector<Segment>> lives = {
+      {{0, 4}}, {{0, 3}}, // microbatch 0's activations
+      {{1, 1}},           // its large buffer
+      {{2, 7}}, {{2, 6}}, // microbatch 1's activations
+      {{5, 5}},           // its large buffer
+  };
+  const std::vector<int64_t> sizes = {a, a, big, a, a, big};
+  const Placed p = place(lives, sizes, 8);
+  EXPECT_EQ(p.livePeak, 2 * a + big);
+  EXPECT_EQ(p.arena, p.livePeak);
 }
 
 } // namespace

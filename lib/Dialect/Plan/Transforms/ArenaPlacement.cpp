@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <queue>
 #include <set>
 #include <tuple>
 
@@ -359,9 +360,56 @@ std::vector<int64_t> placeGreedy(ArrayRef<int64_t> sizes, const std::vector<std:
   }
   return offsets;
 }
+
+/// Bottom-left on a skyline: the unplaced buffer that can go lowest — on
+/// top of the highest placed buffer it conflicts with — goes there next
+/// (ties: the earlier in `order`). Offsets only rise, so no buffer waits
+/// for a hole below the others; the order is chosen as the packing grows,
+/// not fixed beforehand. Where long lives and large short ones interleave
+/// (a pipeline's microbatches in flight, and one microbatch's logits or
+/// whole gradient), a fixed order lifts a long life above the hole a
+/// short one will need, or the short one above them all; here each next
+/// buffer is the one that can go lowest. Each unplaced buffer waits in the
+/// queue once, under a floor that may have risen since (placing a buffer
+/// raises its neighbours' floors in O(1) each); one found out of date is
+/// queued again under its floor now. O(pairs + (n + requeued) log n).
+std::vector<int64_t> placeSkyline(ArrayRef<int64_t> sizes, const std::vector<std::vector<uint32_t>> &adj,
+                                  ArrayRef<uint32_t> order) {
+  const size_t n = sizes.size();
+  std::vector<uint32_t> rank(n);
+  for (auto [k, i] : llvm::enumerate(order))
+    rank[i] = uint32_t(k);
+  std::vector<int64_t> floor(n, 0), offsets(n, 0);
+  std::vector<char> placed(n, 0);
+  using Entry = std::pair<int64_t, uint32_t>; // (floor when queued, rank)
+  std::vector<Entry> queued;
+  for (uint32_t k = 0; k < n; ++k)
+    queued.push_back({0, k});
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> next(std::greater<Entry>(), std::move(queued));
+  while (!next.empty()) {
+    auto [at, r] = next.top();
+    next.pop();
+    const uint32_t i = order[r];
+    if (floor[i] > at) { // out of date: every other buffer's floor is at least `at`
+      next.push({floor[i], r});
+      continue;
+    }
+    placed[i] = 1;
+    offsets[i] = at;
+    const int64_t top = at + sizes[i];
+    for (uint32_t j : adj[i])
+      if (!placed[j])
+        floor[j] = std::max(floor[j], top);
+  }
+  return offsets;
+}
 } // namespace
 
 constexpr size_t kPairBudget = size_t(1) << 22;
+/// Past this many overlapping pairs, how far above the live peak the
+/// greedy orders may leave a placement before the skyline is tried too.
+constexpr size_t kSkylinePairs = size_t(1) << 18;
+constexpr double kSkylineSlack = 0.01;
 std::vector<int64_t> llcdist::plan::memory::placeTransient(ArrayRef<ArrayRef<Segment>> lifetimes,
                                     ArrayRef<int64_t> sizes, int64_t livePeak) {
   auto peakOf = [&](const std::vector<int64_t> &offsets) {
@@ -394,27 +442,51 @@ std::vector<int64_t> llcdist::plan::memory::placeTransient(ArrayRef<ArrayRef<Seg
   auto adj = conflicts(lifetimes, budget);
   if (!adj)
     return sweep;
-  // Largest first (ties: first use); then by bytes x kernels live, so
-  // long-lived buffers (a pipeline slot's activations) pack first and the
-  // short, large ones (a microbatch's whole gradient) take the holes their
-  // slot leaves (ties: size order).
+  // Greedy largest first (ties: first use), then by bytes x kernels live,
+  // so long-lived buffers (a pipeline slot's activations) pack first and
+  // the short, large ones (a microbatch's whole gradient) take the holes
+  // their slot leaves (ties: size order); then (past kSkylinePairs only
+  // where those miss the live peak by more than kSkylineSlack) the skyline
+  // in that order, in order
+  // of first use, and longest span first (ties: larger first). The first
+  // to reach the live peak ends the search.
   std::vector<uint32_t> order(lifetimes.size());
   std::iota(order.begin(), order.end(), 0);
   llvm::stable_sort(order, [&](uint32_t x, uint32_t y) { return sizes[x] > sizes[y]; });
-  std::vector<int64_t> best = sweep;
-  auto consider = [&](std::vector<int64_t> offsets) {
-    if (peakOf(offsets) < peakOf(best))
+  std::vector<int64_t> best = std::move(sweep);
+  int64_t bestPeak = peakOf(best);
+  auto reached = [&](std::vector<int64_t> offsets) {
+    if (int64_t p = peakOf(offsets); p < bestPeak) {
       best = std::move(offsets);
+      bestPeak = p;
+    }
+    return bestPeak <= livePeak;
   };
-  consider(placeGreedy(sizes, *adj, order));
-  if (peakOf(best) <= livePeak)
+  if (reached(placeGreedy(sizes, *adj, order)))
     return best;
   std::vector<int64_t> area(lifetimes.size(), 0);
   for (auto [i, l] : llvm::enumerate(lifetimes))
     for (const Segment &s : l)
       area[i] += sizes[i] * (s.last - s.first + 1);
   llvm::stable_sort(order, [&](uint32_t x, uint32_t y) { return area[x] > area[y]; });
-  consider(placeGreedy(sizes, *adj, order));
+  if (reached(placeGreedy(sizes, *adj, order)))
+    return best;
+  // The skyline costs a few times a greedy pass where most buffers
+  // conflict (a dense step's O(n^2) pairs, with each floor raised by most
+  // placements); the misses it mends are of several percent
+  // (docs/memory.md), so past kSkylinePairs it runs only beyond
+  // kSkylineSlack.
+  if ((pairs > kSkylinePairs && double(bestPeak) <= (1 + kSkylineSlack) * double(livePeak)) ||
+      reached(placeSkyline(sizes, *adj, order)))
+    return best;
+  std::iota(order.begin(), order.end(), 0);
+  if (reached(placeSkyline(sizes, *adj, order)))
+    return best;
+  auto span = [&](uint32_t i) { return lifetimes[i].back().last - lifetimes[i].front().first; };
+  llvm::stable_sort(order, [&](uint32_t x, uint32_t y) {
+    return std::make_pair(span(x), sizes[x]) > std::make_pair(span(y), sizes[y]);
+  });
+  reached(placeSkyline(sizes, *adj, order));
   return best;
 }
 

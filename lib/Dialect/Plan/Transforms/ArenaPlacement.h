@@ -3,7 +3,7 @@
 // llcdist-plan-memory's placement (docs/memory.md): buffers live in
 // segments of the step's kernel sequence, and two share bytes only when
 // none of their segments overlap. Best fit in order of first use, and
-// greedy orders where that misses the live peak.
+// greedy orders and a skyline where that misses the live peak.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LLCDIST_LIB_DIALECT_PLAN_TRANSFORMS_ARENAPLACEMENT_H
@@ -36,12 +36,15 @@ struct Segment {
 /// bytes only when none of their segments overlap: the best-fit sweep, and
 /// where it misses `livePeak` (the most bytes live at once) and the buffers
 /// conflict in at most kPairBudget pairs (the cost of listing them) also
-/// greedy by size and greedy by bytes x kernels live; the smallest arena
-/// wins (ties: in that order). None dominates: the sweep packs the nested
+/// greedy by size, greedy by bytes x kernels live, and bottom-left on a
+/// skyline (the buffer that can go lowest next) in three orders; the
+/// smallest arena wins (ties: in that order), and the first to reach the
+/// live peak ends the search. None dominates: the sweep packs the nested
 /// lives of a deep model exactly, size order does better where short and
-/// long lives interleave (ZB-H1's deferred weight gradients), and the
-/// long-lived first where large short lives fall between them (a
-/// microbatch's whole gradient between pipeline slots' activations).
+/// long lives interleave (ZB-H1's deferred weight gradients), the
+/// long-lived first where large short lives fall between them, and the
+/// skyline where microbatches in flight meet one microbatch's logits or
+/// whole gradient (docs/memory.md).
 std::vector<int64_t> placeTransient(llvm::ArrayRef<llvm::ArrayRef<Segment>> lifetimes,
                                     llvm::ArrayRef<int64_t> sizes, int64_t livePeak);
 

@@ -312,7 +312,9 @@ struct PlanFuseClassifierPass : public plan::impl::PlanFuseClassifierBase<PlanFu
 
     auto newBuffer = [&](StringRef name, RankedTensorType type) {
       b.setInsertionPoint(logitsBuf);
-      return FlatSymbolRefAttr::get(fresh.create(b, logitsBuf.getLoc(), type, name, "scratch").getSymNameAttr());
+      return FlatSymbolRefAttr::get(
+          fresh.create(b, logitsBuf.getLoc(), type, name, "scratch", logitsBuf->getAttr(plan::kSlotsAttr))
+              .getSymNameAttr());
     };
     Attribute chunkBuf = newBuffer((logitsBuf.getName() + ".chunk").str(), RankedTensorType::get({chunk, N}, elem));
     Attribute dwAcc;

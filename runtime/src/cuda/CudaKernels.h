@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,7 +41,10 @@ public:
 class DeviceTables {
 public:
   virtual ~DeviceTables() = default;
-  virtual StatusOr<const float*> upload(const float* host, int64_t count) = 0;
+  // A device copy of `count` floats at `host`, which `owner` keeps alive (the op's RopeTable): the
+  // first call with an address uploads it (synchronously), later calls return the same copy. The
+  // cache holds `owner` as long as the copy, so no other table can come to lie at that address.
+  virtual StatusOr<const float*> upload(const float* host, int64_t count, std::shared_ptr<const void> owner) = 0;
   // A device copy of `bytes` (a kernel's table of tensor addresses and sizes: the _multi ops), keyed by
   // its content: the first call with a content uploads it (synchronously; the kernels' bind-time
   // preparation makes that call, so a step only finds it), later calls return the same copy.

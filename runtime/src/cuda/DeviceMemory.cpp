@@ -35,7 +35,7 @@ StatusOr<void*> StreamScratch::get(int64_t bytes) {
 }
 
 TableCache::~TableCache() {
-  for (auto& [key, p] : copies_) cudaFree(p);
+  for (auto& [key, copy] : copies_) cudaFree(copy.device);
   for (auto& [key, p] : byContent_) cudaFree(p);
 }
 
@@ -55,10 +55,10 @@ StatusOr<const void*> TableCache::uploadBytes(const std::string& bytes) {
   return static_cast<const void*>(p);
 }
 
-StatusOr<const float*> TableCache::upload(const float* host, int64_t count) {
+StatusOr<const float*> TableCache::upload(const float* host, int64_t count, std::shared_ptr<const void> owner) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = copies_.find({host, count});
-  if (it != copies_.end()) return static_cast<const float*>(it->second);
+  if (it != copies_.end()) return static_cast<const float*>(it->second.device);
   float* p = nullptr;
   LLCDIST_CUDA_TRY(cudaMalloc(&p, size_t(count) * sizeof(float)), rank_);
   const cudaError_t e = cudaMemcpy(p, host, size_t(count) * sizeof(float), cudaMemcpyHostToDevice);
@@ -66,7 +66,7 @@ StatusOr<const float*> TableCache::upload(const float* host, int64_t count) {
     cudaFree(p);
     return cudaError(e, "cudaMemcpy(table)", __FILE__, __LINE__, rank_);
   }
-  copies_.emplace(std::make_pair(host, count), p);
+  copies_.emplace(std::make_pair(host, count), Copy{p, std::move(owner)});
   bytes_ += count * int64_t(sizeof(float));
   return static_cast<const float*>(p);
 }

@@ -6,6 +6,7 @@
 #include "CudaKernels.h"
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -29,21 +30,26 @@ private:
   int64_t bytes_ = 0;
 };
 
-// Device copies of host tables, uploaded synchronously the first time an address is seen.
+// Device copies of host tables, uploaded synchronously the first time an address is seen; each
+// copy holds its host table's owner, so an address cannot be reused by another table meanwhile.
 class TableCache final : public DeviceTables {
 public:
   explicit TableCache(int rank) : rank_(rank) {}
   ~TableCache() override;
   TableCache(const TableCache&) = delete;
   TableCache& operator=(const TableCache&) = delete;
-  StatusOr<const float*> upload(const float* host, int64_t count) override;
+  StatusOr<const float*> upload(const float* host, int64_t count, std::shared_ptr<const void> owner) override;
   StatusOr<const void*> uploadBytes(const std::string& bytes) override;
   int64_t bytes() const { return bytes_; }
 
 private:
   int rank_;
   std::mutex mu_;
-  std::map<std::pair<const float*, int64_t>, float*> copies_;
+  struct Copy {
+    float* device;
+    std::shared_ptr<const void> owner;  // keeps the host table (and so its address) alive
+  };
+  std::map<std::pair<const float*, int64_t>, Copy> copies_;
   std::map<std::string, void*> byContent_;
   int64_t bytes_ = 0;
 };

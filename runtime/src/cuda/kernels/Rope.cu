@@ -61,8 +61,8 @@ Status rope(const KernelCall& c, const P& p, const Ctx& ctx) {
                             " cos and " + std::to_string(p.table->sin.size()) + " sin values, expected S×rotary_dim = " +
                             std::to_string(count));
   if (!ctx.tables) return Status::internal(std::string(what) + " without device tables");
-  LLCDIST_ASSIGN_OR_RETURN(const float* cosT, ctx.tables->upload(p.table->cos.data(), count));
-  LLCDIST_ASSIGN_OR_RETURN(const float* sinT, ctx.tables->upload(p.table->sin.data(), count));
+  LLCDIST_ASSIGN_OR_RETURN(const float* cosT, ctx.tables->upload(p.table->cos.data(), count, p.table));
+  LLCDIST_ASSIGN_OR_RETURN(const float* sinT, ctx.tables->upload(p.table->sin.data(), count, p.table));
   rotateKernel<<<gridFor(items, kThreads), kThreads, 0, ctx.stream>>>(
       cosT, sinT, floatRef(c, fwd ? "x" : "dy"), floatRef(c, fwd ? "y" : "dx"), p.B, p.S, p.n, p.hd, rd,
       fwd ? 1.0f : -1.0f);

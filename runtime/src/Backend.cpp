@@ -72,6 +72,22 @@ Status checkRecvSplits(int rank, const int32_t* recvSplits, int64_t n, int64_t c
   return Status::ok();
 }
 
+Status checkEveryMembersSplits(const std::vector<int>& group, const int32_t* sends, const int64_t* xRows,
+                               const int64_t* yRows, int64_t chunks, size_t me, int32_t* recvSplits) {
+  const size_t n = group.size(), c = size_t(chunks);
+  int64_t total = 0;
+  for (size_t m = 0; m < n; ++m)
+    LLCDIST_RETURN_IF_ERROR(checkSendSplits(group[m], sends + m * n * c, int64_t(n), chunks, xRows[m], &total));
+  std::vector<int32_t> theirs(n * c), mine;
+  for (size_t m = 0; m < n; ++m) {  // member m receives column m of every sender's splits
+    for (size_t i = 0; i < n; ++i) std::memcpy(theirs.data() + i * c, sends + i * n * c + m * c, c * sizeof(int32_t));
+    LLCDIST_RETURN_IF_ERROR(checkRecvSplits(group[m], theirs.data(), int64_t(n), chunks, yRows[m], &total));
+    if (m == me) mine = theirs;
+  }
+  std::memcpy(recvSplits, mine.data(), mine.size() * sizeof(int32_t));
+  return Status::ok();
+}
+
 Status Communicator::allToAllV(int rank, const std::vector<int>& group, const void* x, int64_t xRows,
                                const int32_t* sendSplits, void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks,
                                int64_t rowElems, CommDType dtype) {

@@ -272,6 +272,62 @@ TEST(AllToAllVTest, ByBlocksFailsEveryMemberTogether) {
   }
 }
 
+// checkEveryMembersSplits (the MPI and NCCL all_to_all_v's check once every member's splits are gathered):
+// each member, checking the same table, reaches the same verdict: its received splits (column `me`, checked
+// against an independent transposition) on success, else the first wrong member's error (send splits in
+// member order before receive capacities), with recvSplits untouched.
+TEST(AllToAllVTest, EveryMemberChecksEveryMembersSplitsAlike) {
+  const std::vector<int> group = {4, 5, 6, 7};  // ranks, not member indices
+  const int64_t n = 4, c = 3;
+  std::mt19937 rng(5);
+  std::vector<int32_t> sends(size_t(n * n * c));
+  for (int32_t& v : sends) v = int32_t(rng() % 4);
+  std::vector<int64_t> xRows(static_cast<size_t>(n), 0), yRows(static_cast<size_t>(n), 0);
+  for (int64_t m = 0; m < n; ++m) {
+    for (int64_t k = 0; k < n * c; ++k) {
+      xRows[size_t(m)] += sends[size_t(m * n * c + k)];
+      yRows[size_t(k / c)] += sends[size_t(m * n * c + k)];  // what member k/c receives
+    }
+  }
+  for (size_t me = 0; me < size_t(n); ++me) {
+    std::vector<int32_t> recv(size_t(n * c), -1);
+    ASSERT_TRUE(checkEveryMembersSplits(group, sends.data(), xRows.data(), yRows.data(), c, me, recv.data()).isOk());
+    for (int64_t i = 0; i < n; ++i)  // from sender i: its splits to member `me`
+      for (int64_t k = 0; k < c; ++k)
+        EXPECT_EQ(recv[size_t(i * c + k)], sends[size_t(i * n * c + int64_t(me) * c + k)]) << "member " << me;
+  }
+  struct Case {
+    const char* what;
+    std::function<void(std::vector<int32_t>&, std::vector<int64_t>&, std::vector<int64_t>&)> breakIt;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"negative split on member 2", [](auto& s, auto&, auto&) { s[size_t(2 * n * c + 4)] = -1; },
+       "all_to_all_v on rank 6: send_splits[4] (member 1, chunk 1) is negative: -1"},
+      {"member 3 sends past its x", [&](auto&, auto& x, auto&) { x[3] -= 1; },
+       "all_to_all_v on rank 7: the send splits sum to " + std::to_string(xRows[3]) + " rows but x holds " +
+           std::to_string(xRows[3] - 1)},
+      {"member 1's y too small", [&](auto&, auto&, auto& y) { y[1] -= 1; },
+       "all_to_all_v on rank 5 receives " + std::to_string(yRows[1]) + " rows but y holds " +
+           std::to_string(yRows[1] - 1)},
+      {"both: the send splits' error first", [&](auto&, auto& x, auto& y) { y[0] -= 1, x[2] -= 1; },
+       "all_to_all_v on rank 6: the send splits sum to"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    std::vector<int32_t> s = sends;
+    std::vector<int64_t> x = xRows, y = yRows;
+    k.breakIt(s, x, y);
+    for (size_t me = 0; me < size_t(n); ++me) {
+      std::vector<int32_t> recv(size_t(n * c), -1);
+      Status st = checkEveryMembersSplits(group, s.data(), x.data(), y.data(), c, me, recv.data());
+      ASSERT_FALSE(st.isOk()) << "member " << me;
+      EXPECT_NE(st.message().find(k.error), std::string::npos) << "member " << me << ": " << st.toString();
+      EXPECT_EQ(recv, std::vector<int32_t>(size_t(n * c), -1)) << "member " << me << ": recvSplits written";
+    }
+  }
+}
+
 // ---- moe_chunk_transpose's CPU kernel -----------------------------------------------------------------
 
 // y built by hand: chunk (i, j) of splits[i·c + j] rows; the source walks x's order, the destination y's.

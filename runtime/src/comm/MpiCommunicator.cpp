@@ -213,24 +213,15 @@ class MpiCommunicator final : public Communicator {
     from[me] = std::move(mine);
     std::vector<int32_t> all(n * n * c);  // member m's send splits at m·n·c
     std::vector<int64_t> xRowsOf(n), yRowsOf(n);
-    int64_t total = 0;
     for (size_t m = 0; m < n; ++m) {
       std::memcpy(all.data() + m * n * c, from[m].data(), splitBytes);
       std::memcpy(&xRowsOf[m], from[m].data() + splitBytes, sizeof(int64_t));
       std::memcpy(&yRowsOf[m], from[m].data() + splitBytes + sizeof(int64_t), sizeof(int64_t));
     }
-    for (size_t m = 0; m < n; ++m)
-      if (Status s = checkSendSplits(group[m], all.data() + m * n * c, int64_t(n), chunks, xRowsOf[m], &total);
-          !s.isOk())
-        return fail(s);
-    std::vector<int32_t> recv(n * c), theirs(n * c);
-    for (size_t m = 0; m < n; ++m) {  // member m receives column m of every sender's splits
-      for (size_t i = 0; i < n; ++i)
-        std::memcpy(theirs.data() + i * c, all.data() + i * n * c + m * c, c * sizeof(int32_t));
-      if (Status s = checkRecvSplits(group[m], theirs.data(), int64_t(n), chunks, yRowsOf[m], &total); !s.isOk())
-        return fail(s);
-      if (m == me) recv = theirs;
-    }
+    std::vector<int32_t> recv(n * c);
+    if (Status s = checkEveryMembersSplits(group, all.data(), xRowsOf.data(), yRowsOf.data(), chunks, me, recv.data());
+        !s.isOk())
+      return fail(s);
     const int64_t rowBytes = rowElems * commDTypeSize(dtype);
     std::vector<size_t> sendAt(n + 1, 0), expected(n, 0);
     size_t largest = 0;

@@ -218,13 +218,14 @@ StatusOr<CollectiveHandle> CudaBackend::allToAllAsync(Stream s, const void* x, v
 }
 
 // all_to_all_v (expert parallelism). The row counts live on the device (the router computed them), and
-// NCCL's send / recv take host counts: the n·c splits are exchanged with one NCCL group of a send and a
-// receive per member (c i32 each), then the send and received splits are copied to a pinned host buffer
-// with ONE stream synchronization (the op's only host sync: every later call of the step queues behind it
-// as usual), checked (negative, Σ send > Nx, Σ recv > Ny: the call's error), and the rows go in a second
-// NCCL group of a send and a receive per member (sizes from the host splits; empty ones skipped), the
-// tail of y zeroed with cudaMemsetAsync. A group of one copies on the device; without NCCL the whole call
-// is staged through the host communicator (Communicator::allToAllV).
+// NCCL's send / recv take host counts: every member's x and y rows and send splits are gathered to every
+// member by one NCCL all-gather, copied to a pinned host buffer with ONE stream synchronization (the op's
+// only host sync: every later call of the step queues behind it as usual) and checked alike on every
+// member (agreeOnSplits: negative, Σ send > Nx, Σ recv > Ny; the first wrong member's error on all of
+// them, before any row moves), and the rows go in a NCCL group of a send and a receive per member (sizes
+// from the host splits; empty ones skipped), the tail of y zeroed with cudaMemsetAsync. A group of one
+// copies on the device; without NCCL the whole call is staged through the host communicator
+// (Communicator::allToAllV).
 StatusOr<CollectiveHandle> CudaBackend::allToAllVAsync(Stream s, const void* x, int64_t xRows,
                                                        const int32_t* sendSplits, void* y, int64_t yRows,
                                                        int32_t* recvSplits, int64_t chunks, int64_t rowElems,
@@ -240,53 +241,32 @@ StatusOr<CollectiveHandle> CudaBackend::allToAllVAsync(Stream s, const void* x, 
                                    "call), which a device graph cannot capture");
   const int64_t n = int64_t(c->group.size()), rowBytes = rowElems * elemBytes(dtype);
   const int64_t splitBytes = n * chunks * int64_t(sizeof(int32_t));
-  // The host copy of [send splits | received splits].
-  LLCDIST_ASSIGN_OR_RETURN(void* hs, hostBuffer(2, 2 * splitBytes));
-  int32_t* hostSend = static_cast<int32_t*>(hs);
-  int32_t* hostRecv = hostSend + n * chunks;
   const bool staged = n > 1 && !(LLCDIST_HAVE_NCCL && nccl());
   if (!staged) {
+    int32_t *hostSend = nullptr, *hostRecv = nullptr;
     if (n == 1) {
+      // The host copy of [send splits | received splits].
+      LLCDIST_ASSIGN_OR_RETURN(void* hs, hostBuffer(2, 2 * splitBytes));
+      hostSend = static_cast<int32_t*>(hs);
+      hostRecv = hostSend + chunks;
       LLCDIST_CUDA_TRY(cudaMemcpyAsync(recvSplits, sendSplits, size_t(splitBytes), cudaMemcpyDeviceToDevice, st),
                        opts_.rank);
+      LLCDIST_CUDA_TRY(cudaMemcpyAsync(hostSend, sendSplits, size_t(splitBytes), cudaMemcpyDeviceToHost, st),
+                       opts_.rank);
+      LLCDIST_CUDA_TRY(cudaStreamSynchronize(st), opts_.rank);
+      std::memcpy(hostRecv, hostSend, size_t(splitBytes));
+      int64_t total = 0;
+      LLCDIST_RETURN_IF_ERROR(checkSendSplits(opts_.rank, hostSend, 1, chunks, xRows, &total));
+      LLCDIST_RETURN_IF_ERROR(checkRecvSplits(opts_.rank, hostRecv, 1, chunks, yRows, &total));
     }
 #if LLCDIST_HAVE_NCCL
     else {
-      LLCDIST_NCCL_TRY(ncclGroupStart(), opts_.rank);
-      for (int64_t j = 0; j < n; ++j) {
-        LLCDIST_NCCL_GROUP_TRY(ncclSend(sendSplits + j * chunks, size_t(chunks), ncclInt32, int(j), c->comm, st),
-                               opts_.rank);
-        LLCDIST_NCCL_GROUP_TRY(ncclRecv(recvSplits + j * chunks, size_t(chunks), ncclInt32, int(j), c->comm, st),
-                               opts_.rank);
-      }
-      LLCDIST_NCCL_TRY(ncclGroupEnd(), opts_.rank);
+      LLCDIST_RETURN_IF_ERROR(
+          agreeOnSplits(c, s, st, sendSplits, recvSplits, xRows, yRows, chunks, &hostSend, &hostRecv));
     }
 #endif
-    LLCDIST_CUDA_TRY(cudaMemcpyAsync(hostSend, sendSplits, size_t(splitBytes), cudaMemcpyDeviceToHost, st), opts_.rank);
-    LLCDIST_CUDA_TRY(cudaMemcpyAsync(hostRecv, recvSplits, size_t(splitBytes), cudaMemcpyDeviceToHost, st), opts_.rank);
-    // The one host sync (above). Behind NCCL's exchange it polls this stream, as waitForNccl polls them all:
-    // an asynchronous NCCL error or a peer that never makes the matching call (the timeout) aborts the
-    // communicators rather than hanging here.
-#if LLCDIST_HAVE_NCCL
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts_.timeoutSeconds);
-    for (cudaError_t e = cudaStreamQuery(st); n > 1 && e != cudaSuccess; e = cudaStreamQuery(st)) {
-      if (e != cudaErrorNotReady) LLCDIST_CUDA_TRY(e, opts_.rank);
-      LLCDIST_RETURN_IF_ERROR(asyncError(c->comm));
-      if (std::chrono::steady_clock::now() > deadline) {
-        for (Chan& k : channels_)
-          if (k.comm) ncclCommAbort(k.comm), k.comm = nullptr;
-        if (world_) ncclCommAbort(world_), world_ = nullptr;
-        return Status::deadlineExceeded("rank " + std::to_string(opts_.rank) + ": all_to_all_v's split exchange did " +
-                                        "not finish within " + std::to_string(opts_.timeoutSeconds) +
-                                        " s (a peer is not making the matching call); the communicators were aborted");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-#endif
-    LLCDIST_CUDA_TRY(cudaStreamSynchronize(st), opts_.rank);
-    int64_t sent = 0, received = 0;
-    LLCDIST_RETURN_IF_ERROR(checkSendSplits(opts_.rank, hostSend, n, chunks, xRows, &sent));
-    LLCDIST_RETURN_IF_ERROR(checkRecvSplits(opts_.rank, hostRecv, n, chunks, yRows, &received));
+    int64_t received = 0;
+    for (int64_t k = 0; k < n * chunks; ++k) received += hostRecv[k];
     auto* out = static_cast<std::byte*>(y);
     const auto* in = static_cast<const std::byte*>(x);
     if (n == 1) {
@@ -323,6 +303,9 @@ StatusOr<CollectiveHandle> CudaBackend::allToAllVAsync(Stream s, const void* x, 
   }
   // Staged: x and the send splits to the host, the host communicator's all_to_all_v, y and the received
   // splits back.
+  LLCDIST_ASSIGN_OR_RETURN(void* hs, hostBuffer(2, 2 * splitBytes));
+  int32_t* hostSend = static_cast<int32_t*>(hs);
+  int32_t* hostRecv = hostSend + n * chunks;
   LLCDIST_ASSIGN_OR_RETURN(void* hx, hostBuffer(0, xRows * rowBytes));
   LLCDIST_ASSIGN_OR_RETURN(void* hy, hostBuffer(1, yRows * rowBytes));
   LLCDIST_RETURN_IF_ERROR(toHost(st, hostSend, sendSplits, splitBytes));
@@ -333,6 +316,70 @@ StatusOr<CollectiveHandle> CudaBackend::allToAllVAsync(Stream s, const void* x, 
   LLCDIST_RETURN_IF_ERROR(toDevice(st, recvSplits, hostRecv, splitBytes));
   return done(Status::ok());
 }
+
+#if LLCDIST_HAVE_NCCL
+Status CudaBackend::agreeOnSplits(Chan* c, Stream s, cudaStream_t st, const int32_t* sendSplits, int32_t* recvSplits,
+                                  int64_t xRows, int64_t yRows, int64_t chunks, int32_t** hostSend,
+                                  int32_t** hostRecv) {
+  const int64_t n = int64_t(c->group.size()), me = c->member;
+  // One member's record in i32 words: its x's and y's rows (two i64), then its n·chunks send splits.
+  const int64_t record = 4 + n * chunks, splitBytes = n * chunks * int64_t(sizeof(int32_t));
+  const int64_t tableBytes = n * record * int64_t(sizeof(int32_t));
+  // Pinned host: [this member's rows (4 words) | every member's record | this member's received splits].
+  LLCDIST_ASSIGN_OR_RETURN(void* hs, hostBuffer(2, 4 * int64_t(sizeof(int32_t)) + tableBytes + splitBytes));
+  int32_t* hostRows = static_cast<int32_t*>(hs);
+  int32_t* hostTable = hostRows + 4;
+  *hostRecv = hostTable + n * record;
+  *hostSend = hostTable + me * record + 4;
+  const int64_t rows[2] = {xRows, yRows};
+  std::memcpy(hostRows, rows, sizeof rows);
+  LLCDIST_ASSIGN_OR_RETURN(void* dev, scratch_[size_t(s.id)]->get(tableBytes));
+  int32_t* table = static_cast<int32_t*>(dev);
+  int32_t* mine = table + me * record;
+  LLCDIST_CUDA_TRY(cudaMemcpyAsync(mine, hostRows, sizeof rows, cudaMemcpyHostToDevice, st), opts_.rank);
+  LLCDIST_CUDA_TRY(cudaMemcpyAsync(mine + 4, sendSplits, size_t(splitBytes), cudaMemcpyDeviceToDevice, st), opts_.rank);
+  LLCDIST_NCCL_TRY(ncclAllGather(mine, table, size_t(record), ncclInt32, c->comm, st), opts_.rank);  // in place
+  LLCDIST_CUDA_TRY(cudaMemcpyAsync(hostTable, table, size_t(tableBytes), cudaMemcpyDeviceToHost, st), opts_.rank);
+  LLCDIST_RETURN_IF_ERROR(pollNccl(st, c->comm, "all_to_all_v's split exchange"));
+  LLCDIST_CUDA_TRY(cudaStreamSynchronize(st), opts_.rank);
+  std::vector<int32_t> sends(size_t(n * n * chunks));
+  std::vector<int64_t> xRowsOf(static_cast<size_t>(n)), yRowsOf(static_cast<size_t>(n));
+  for (int64_t m = 0; m < n; ++m) {
+    const int32_t* r = hostTable + m * record;
+    std::memcpy(&xRowsOf[size_t(m)], r, sizeof(int64_t));
+    std::memcpy(&yRowsOf[size_t(m)], r + 2, sizeof(int64_t));
+    std::memcpy(sends.data() + m * n * chunks, r + 4, size_t(splitBytes));
+  }
+  LLCDIST_RETURN_IF_ERROR(
+      checkEveryMembersSplits(c->group, sends.data(), xRowsOf.data(), yRowsOf.data(), chunks, size_t(me), *hostRecv));
+  // This member's received splits on the device: column `me` of every member's send splits.
+  const size_t width = size_t(chunks) * sizeof(int32_t);
+  LLCDIST_CUDA_TRY(cudaMemcpy2DAsync(recvSplits, width, table + 4 + me * chunks, size_t(record) * sizeof(int32_t),
+                                     width, size_t(n), cudaMemcpyDeviceToDevice, st),
+                   opts_.rank);
+  return Status::ok();
+}
+
+Status CudaBackend::abortOnTimeout(const std::string& what) {
+  for (Chan& c : channels_)
+    if (c.comm) ncclCommAbort(c.comm), c.comm = nullptr;
+  if (world_) ncclCommAbort(world_), world_ = nullptr;
+  return Status::deadlineExceeded("rank " + std::to_string(opts_.rank) + ": " + what + " did not finish within " +
+                                  std::to_string(opts_.timeoutSeconds) +
+                                  " s (a peer is not making the matching call); the communicators were aborted");
+}
+
+Status CudaBackend::pollNccl(cudaStream_t st, ncclComm_t comm, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts_.timeoutSeconds);
+  for (cudaError_t e = cudaStreamQuery(st); e != cudaSuccess; e = cudaStreamQuery(st)) {
+    if (e != cudaErrorNotReady) LLCDIST_CUDA_TRY(e, opts_.rank);
+    LLCDIST_RETURN_IF_ERROR(asyncError(comm));
+    if (std::chrono::steady_clock::now() > deadline) return abortOnTimeout(what);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return Status::ok();
+}
+#endif
 
 StatusOr<CollectiveHandle> CudaBackend::sendAsync(Stream s, const void* x, int64_t count, CommDType dtype, int peer,
                                                   int64_t tag, int64_t microbatch) {
@@ -473,14 +520,7 @@ Status CudaBackend::waitForNccl() {
     if (idle) return Status::ok();
     for (Chan& c : channels_) LLCDIST_RETURN_IF_ERROR(asyncError(c.comm));
     LLCDIST_RETURN_IF_ERROR(asyncError(world_));
-    if (std::chrono::steady_clock::now() > deadline) {
-      for (Chan& c : channels_)
-        if (c.comm) ncclCommAbort(c.comm), c.comm = nullptr;
-      if (world_) ncclCommAbort(world_), world_ = nullptr;
-      return Status::deadlineExceeded("rank " + std::to_string(opts_.rank) + ": NCCL work did not finish within " +
-                                      std::to_string(opts_.timeoutSeconds) +
-                                      " s (a peer is not making the matching call); the communicators were aborted");
-    }
+    if (std::chrono::steady_clock::now() > deadline) return abortOnTimeout("NCCL work");
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 #else

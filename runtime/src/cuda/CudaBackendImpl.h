@@ -318,6 +318,18 @@ class CudaBackend final : public Backend {
   Status waitForNccl();
 #if LLCDIST_HAVE_NCCL
   Status asyncError(ncclComm_t comm);
+  // all_to_all_v over NCCL, before any row moves: every member's [x rows, y rows | send splits] gathered
+  // to every member (one all-gather), copied to the host with the call's one synchronization, and checked
+  // alike on every member (checkEveryMembersSplits), so a wrong split fails the call on all of them at
+  // once. Leaves this member's send and received splits in hostSend / hostRecv and the received ones in
+  // recvSplits on the device.
+  Status agreeOnSplits(Chan* c, Stream s, cudaStream_t st, const int32_t* sendSplits, int32_t* recvSplits,
+                       int64_t xRows, int64_t yRows, int64_t chunks, int32_t** hostSend, int32_t** hostRecv);
+  // Polls `st` behind an NCCL call the host must wait for, as waitForNccl polls every stream: an
+  // asynchronous NCCL error, or the timeout (then every communicator is aborted; `what` names the call).
+  Status pollNccl(cudaStream_t st, ncclComm_t comm, const std::string& what);
+  // The timeout's end: every communicator aborted, and the error saying `what` did not finish.
+  Status abortOnTimeout(const std::string& what);
 #endif
 
   struct HostBuf {

@@ -139,6 +139,13 @@ Status checkSendSplits(int rank, const int32_t* sendSplits, int64_t n, int64_t c
 // The sum of the received splits against y's rows: "rank R receives T rows but y holds Ny: the plan's
 // capacity is too small" (and a negative split, which a checked sender never sends).
 Status checkRecvSplits(int rank, const int32_t* recvSplits, int64_t n, int64_t chunks, int64_t yRows, int64_t* total);
+// Every member's splits checked alike on every member (the MPI and NCCL all_to_all_v gather them all
+// first): member m's send splits at sends[m·n·chunks], its x's and y's rows at xRows[m], yRows[m]. Each
+// sender's splits against its x in member order, then each receiver's sum against its y: the first wrong
+// one's error, the same on every member, before any row moves. On success recvSplits (n·chunks) holds
+// member `me`'s received splits: column `me` of every sender's.
+Status checkEveryMembersSplits(const std::vector<int>& group, const int32_t* sends, const int64_t* xRows,
+                               const int64_t* yRows, int64_t chunks, size_t me, int32_t* recvSplits);
 // allToAllV on top of allToAll and allReduce (Communicator::allToAllV's default).
 Status allToAllVByBlocks(Communicator& comm, int rank, const std::vector<int>& group, const void* x, int64_t xRows,
                          const int32_t* sendSplits, void* y, int64_t yRows, int32_t* recvSplits, int64_t chunks,

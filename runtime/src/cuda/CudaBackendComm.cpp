@@ -254,10 +254,8 @@ StatusOr<CollectiveHandle> CudaBackend::allToAllVAsync(Stream s, const void* x, 
       LLCDIST_CUDA_TRY(cudaMemcpyAsync(hostSend, sendSplits, size_t(splitBytes), cudaMemcpyDeviceToHost, st),
                        opts_.rank);
       LLCDIST_CUDA_TRY(cudaStreamSynchronize(st), opts_.rank);
-      std::memcpy(hostRecv, hostSend, size_t(splitBytes));
-      int64_t total = 0;
-      LLCDIST_RETURN_IF_ERROR(checkSendSplits(opts_.rank, hostSend, 1, chunks, xRows, &total));
-      LLCDIST_RETURN_IF_ERROR(checkRecvSplits(opts_.rank, hostRecv, 1, chunks, yRows, &total));
+      // The check every group size shares: sends, then this member's column (= its sends) into hostRecv.
+      LLCDIST_RETURN_IF_ERROR(checkEveryMembersSplits({opts_.rank}, hostSend, &xRows, &yRows, chunks, 0, hostRecv));
     }
 #if LLCDIST_HAVE_NCCL
     else {

@@ -447,9 +447,9 @@ std::vector<int64_t> llcdist::plan::memory::placeTransient(ArrayRef<ArrayRef<Seg
   // the short, large ones (a microbatch's whole gradient) take the holes
   // their slot leaves (ties: size order); then (past kSkylinePairs only
   // where those miss the live peak by more than kSkylineSlack) the skyline
-  // in that order, in order
-  // of first use, and longest span first (ties: larger first). The first
-  // to reach the live peak ends the search.
+  // with three tie orders: that same bytes x kernels order, first use, and
+  // longest span first (ties: larger first). The first to reach the live
+  // peak ends the search.
   std::vector<uint32_t> order(lifetimes.size());
   std::iota(order.begin(), order.end(), 0);
   llvm::stable_sort(order, [&](uint32_t x, uint32_t y) { return sizes[x] > sizes[y]; });

@@ -70,6 +70,9 @@ GOLDEN = [
     ("gemma-tp2", "tiny-gemma", "--mesh tp=2 --seq-len 64 --global-batch 4"),
     ("gemma-cp4-a2a", "tiny-gemma", "--mesh cp=4 --cp-impl all-to-all --seq-len 64 --global-batch 4"),
     ("phi-dp2-tp2-sp", "tiny-phi", "--mesh dp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
+    # OLMo's LayerNorms without gamma and beta (layer_norm_fwd fused with its add, the input gradient
+    # alone), under sequence parallelism.
+    ("olmo-dp2-tp2-sp", "tiny-olmo", "--mesh dp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
     # Mixtures of experts (issue #34): routing, permutation, the grouped GEMMs and the weighted sum back
     # (Mixtral, top-2 renormalized), Qwen2-MoE's gated shared expert, with dp and tp.
     ("mixtral-1rank", "tiny-mixtral", "--seq-len 64 --global-batch 4"),

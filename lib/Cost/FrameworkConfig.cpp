@@ -112,6 +112,9 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
       flag(a, "--swiglu");
     if (m.normWeightOffset != 0)
       a.megatronNotes.push_back("RMSNorm scaled by (1 + w): Megatron-LM's --apply-layernorm-1p (zero-centered gamma)");
+    if (!m.normAffine) // OLMo
+      a.megatronNotes.push_back("LayerNorms without weight or bias (OLMo's): no Megatron-LM flag (its LayerNorm "
+                                "always has both; a model spec with a non-parametric norm)");
     if (m.scaleEmbeddings)
       a.megatronNotes.push_back("embeddings multiplied by sqrt(hidden_size): no Megatron-LM flag (Gemma's model spec)");
     if (!m.outputBias && !m.mlpBias)

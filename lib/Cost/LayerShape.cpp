@@ -136,7 +136,7 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
       pc.layer += 2 * double(s.inter) + H;
     pc.sparseLayer = pc.layer - mlp + sparseMlp;
     pc.denseLayer = pc.layer - mlp + denseMlp;
-    pc.finalNorm = layerNorms(m.arch) ? 2 * H : H;
+    pc.finalNorm = double(m.finalNormTensors()) * H; // OLMo's has none
   } else if (m.arch == Arch::Starcoder2) { // two LayerNorms; q, k, v, o, c_fc, c_proj and their biases
     pc.layer = 4 * H + H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
     if (m.qkvBias)

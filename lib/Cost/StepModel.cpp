@@ -335,7 +335,7 @@ int64_t stageTensors(const Workload &w, const ParallelConfig &c, int64_t stage, 
   if (stage == 0)
     n += m.arch == Arch::GPT2 ? 2 : 1;
   if (stage == c.pp - 1) {
-    n += layerNorms(m.arch) ? 2 : 1; // the final norm (a LayerNorm's weight and bias)
+    n += m.finalNormTensors(); // the final norm (a LayerNorm's weight and bias; OLMo's none)
     if (!m.tieEmbeddings || c.pp > 1)
       n += 1;
     if (m.lmHeadBias)

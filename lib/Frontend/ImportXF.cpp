@@ -6,7 +6,8 @@
 // biases, a sliding window, GeGLU and (1 + w) norms; MixtralForCausalLM and
 // Qwen2MoeForCausalLM put a sparse mixture of experts in its MLP's place;
 // Starcoder2ForCausalLM has Llama's attention in a GPT-style layer;
-// StableLmForCausalLM is Llama's layer with LayerNorms and partial rotary);
+// StableLmForCausalLM is Llama's layer with LayerNorms and partial rotary,
+// OlmoForCausalLM Llama's layer with LayerNorms that have no parameters);
 // parameter names and
 // layouts are theirs, so a safetensors checkpoint maps onto the graph without
 // conversion.
@@ -114,8 +115,13 @@ private:
     return LinearOp::create(b, loc(name), t(dims), layout, x, wv, bv);
   }
 
-  /// LayerNorm `name` (parameters name.weight, name.bias) of `x`.
+  /// LayerNorm `name` (parameters name.weight, name.bias; none for OLMo's
+  /// OlmoLayerNorm) of `x`.
   Value layerNorm(const std::string &name, Value x) {
+    if (!m.normAffine)
+      return LayerNormOp::create(b, loc(name), x.getType(), /*stats=*/Type(), x, /*weight=*/Value(),
+                                 /*bias=*/Value(), b.getF64FloatAttr(m.normEps))
+          .getResult();
     // Separate statements: the parameters appear in a fixed order.
     Value w = param(name + ".weight", {m.hidden});
     Value bias = param(name + ".bias", {m.hidden});
@@ -281,17 +287,22 @@ private:
   }
 
   /// LlamaDecoderLayer, with the mixture of experts in the MLP's place when
-  /// `sparse`.
+  /// `sparse` (OLMo's: with LayerNorms).
   func::FuncOp llamaBlock(bool sparse) {
     func::FuncOp fn;
-    Value x = beginLayer(fn, sparse ? "moe_decoder_layer" : "llama_decoder_layer");
+    Value x = beginLayer(fn, sparse                 ? "moe_decoder_layer"
+                             : m.arch == Arch::Olmo ? "olmo_decoder_layer"
+                                                    : "llama_decoder_layer");
     const std::string p = "model.layers.{i}.";
     int64_t H = m.hidden, q = m.heads * m.headDim;
-    Value h = rmsNorm(p + "input_layernorm", x);
+    auto norm = [&](const std::string &name, Value v) {
+      return layerNorms(m.arch) ? layerNorm(name, v) : rmsNorm(name, v);
+    };
+    Value h = norm(p + "input_layernorm", x);
     Value a = selfAttention(p, h, m.qkvBias);
     Value out = linear(p + "self_attn.o_proj", a, q, H, m.outputBias, WeightLayout::OutIn);
     x = AddOp::create(b, loc(p + "self_attn"), x, out);
-    h = rmsNorm(p + "post_attention_layernorm", x);
+    h = norm(p + "post_attention_layernorm", x);
     Value d = sparse ? moeBlock(p, h) : gatedMlp(p + "mlp.", h, m.intermediate, m.mlpBias);
     x = AddOp::create(b, loc(p + "mlp"), x, d);
     SmallVector<Value> outputs{x};
@@ -417,7 +428,7 @@ private:
       x = layerNorm("transformer.ln_f", x);
     else if (m.arch == Arch::Phi)
       x = layerNorm("model.final_layernorm", x);
-    else if (m.arch == Arch::Starcoder2 || m.arch == Arch::StableLm)
+    else if (layerNorms(m.arch)) // StarCoder2, StableLM, OLMo
       x = layerNorm("model.norm", x);
     else
       x = rmsNorm("model.norm", x);

@@ -32,7 +32,8 @@ constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
                                 {Arch::Mixtral, "mixtral", "MixtralForCausalLM"},
                                 {Arch::Qwen2Moe, "qwen2_moe", "Qwen2MoeForCausalLM"},
                                 {Arch::Starcoder2, "starcoder2", "Starcoder2ForCausalLM"},
-                                {Arch::StableLm, "stablelm", "StableLmForCausalLM"}};
+                                {Arch::StableLm, "stablelm", "StableLmForCausalLM"},
+                                {Arch::Olmo, "olmo", "OlmoForCausalLM"}};
 } // namespace
 
 const char *llcdist::archName(Arch a) { return kArchs[int(a)].name; }
@@ -82,10 +83,8 @@ template <typename T> T parameterCount(const ModelConfig &c, bool active = false
   T n = V * H + (c.tieEmbeddings ? 0 : V * H);
   if (c.arch == Arch::GPT2)
     n += T(c.maxPositions) * H + 2 * H; // wpe, ln_f
-  else if (layerNorms(c.arch))
-    n += 2 * H; // Phi's model.final_layernorm, StarCoder2's and StableLM's model.norm
   else
-    n += H; // model.norm
+    n += T(c.finalNormTensors()) * H; // model.norm (Phi: model.final_layernorm)
   if (c.lmHeadBias)
     n += V;
   const T sparse = T(c.sparseLayers());
@@ -115,9 +114,17 @@ int64_t ModelConfig::layerTensors(bool sparse) const {
 }
 
 int64_t ModelConfig::normTensors() const {
+  if (!normAffine)
+    return 0;
   if (arch == Arch::Phi || (arch == Arch::StableLm && parallelResidual))
     return 2;
   return layerNorms(arch) ? 4 : 2;
+}
+
+int64_t ModelConfig::finalNormTensors() const {
+  if (!normAffine)
+    return 0;
+  return layerNorms(arch) ? 2 : 1;
 }
 
 using namespace llcdist::config;
@@ -202,6 +209,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseStarcoder2(r, c, obj);
     else if (c.arch == Arch::StableLm)
       parseStableLm(r, c, obj);
+    else if (c.arch == Arch::Olmo)
+      parseOlmo(r, c, obj);
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));

@@ -2,7 +2,7 @@
 //
 // The fields of each transformers config class llc-dist builds (GPT2Config,
 // LlamaConfig and the Llama-shaped families', PhiConfig, StableLmConfig,
-// Starcoder2Config) into one ModelConfig. What llc-dist does not build is
+// OlmoConfig, Starcoder2Config) into one ModelConfig. What llc-dist does not build is
 // refused by name.
 //
 //===----------------------------------------------------------------------===//
@@ -325,6 +325,31 @@ void parseStableLm(FieldReader &r, ModelConfig &c, const json &obj) {
   c.parallelResidual = r.boolean("use_parallel_residual", false);
   c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
   r.ignore({"hidden_dropout", "attention_dropout"});
+}
+
+/// OLMo's fields (transformers 4.40's OlmoConfig): Llama's layer with
+/// LayerNorms that have no weight or bias (OlmoLayerNorm: eps 1e-5, no field),
+/// biases on q, k, v and o when attention_bias. clip_qkv (q, k and v clamped
+/// to [-c, c], OLMo-7B-0424's) is refused, and so is rope_scaling.
+void parseOlmo(FieldReader &r, ModelConfig &c, const json &obj) {
+  readSizes(r, c, {50304, 4096, 11008, 32, 32, 0, 2048});
+  if (c.headDim % 2 != 0)
+    r.fail("num_attention_heads", "gives head_dim " + std::to_string(c.headDim) +
+                                      " (hidden_size / num_attention_heads), which must be even for rotary embeddings");
+  c.normEps = 1e-5; // OlmoLayerNorm's, fixed
+  c.normAffine = false;
+  readRopeTheta(r, c, obj);
+  refuseRopeScaling(r, "OLMo (its linear and dynamic scalings are not implemented)");
+  if (r.has("clip_qkv")) // null: none
+    r.fail("clip_qkv", "clamping q, k and v is not implemented; only null (OLMo-1B's and OLMo-7B's) is supported");
+  r.ignore({"clip_qkv"});
+  std::string act = r.string("hidden_act", "silu");
+  if (act != "silu")
+    r.fail("hidden_act", "unsupported activation '" + act + "'; OLMo's MLP is SwiGLU (\"silu\")");
+  c.qkvBias = c.outputBias = r.boolean("attention_bias", false);
+  c.mlpBias = false;
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
+  r.ignore({"attention_dropout"});
 }
 
 /// StarCoder2's fields (transformers 4.40's Starcoder2Config): Llama's

@@ -8,6 +8,7 @@
 //  - embedding_fwd / embedding_bwd_weight `scale` (Gemma's sqrt(hidden) multiplier), vocabulary-parallel
 //    too.
 //  - swiglu_fwd / swiglu_bwd `act` "gelu_tanh" (Gemma's GeGLU).
+//  - layer_norm_fwd / add_layer_norm_fwd / layer_norm_bwd_input without gamma and beta (OLMo's LayerNorm).
 // Each against a reference written here in double from the formulas (nothing shared with the kernels),
 // forward and backward, the backward also against central differences of the forward; absent == the
 // explicit default, bit for bit, and == the kernel as it was before the attr (plans without it run the
@@ -488,6 +489,95 @@ TEST(WeightOffsetTest, BadValuesAreRefused) {
   const StatusOr<Plan> plan = loadPlan(p.builder);
   ASSERT_FALSE(plan.isOk());
   EXPECT_NE(plan.status().message().find("unknown attribute"), std::string::npos) << plan.status().message();
+}
+
+// ---- layer norms without gamma and beta (OLMo's OlmoLayerNorm) ----------------------------------------
+
+// In double: mu, r = 1/sqrt(var + eps), y = (x − mu)·r; for loss Σ dy·y: dx = r·(dy − mean(dy) −
+// xhat·mean(dy·xhat)).
+NormReference plainLayerNormReference(const std::vector<float>& x, const std::vector<float>& dy, double eps) {
+  NormReference r;
+  r.y.resize(x.size());
+  r.dx.resize(x.size());
+  r.rstd.resize(static_cast<size_t>(kNM));
+  for (int64_t m = 0; m < kNM; ++m) {
+    double mu = 0, var = 0, g = 0, gx = 0;
+    for (int64_t h = 0; h < kNH; ++h) mu += double(x[size_t(m * kNH + h)]);
+    mu /= double(kNH);
+    for (int64_t h = 0; h < kNH; ++h)
+      var += (double(x[size_t(m * kNH + h)]) - mu) * (double(x[size_t(m * kNH + h)]) - mu);
+    const double rs = 1.0 / std::sqrt(var / double(kNH) + eps);
+    r.rstd[size_t(m)] = rs;
+    for (int64_t h = 0; h < kNH; ++h) {
+      const size_t i = size_t(m * kNH + h);
+      r.y[i] = (double(x[i]) - mu) * rs;
+      g += double(dy[i]);
+      gx += double(dy[i]) * r.y[i];
+    }
+    for (int64_t h = 0; h < kNH; ++h) {
+      const size_t i = size_t(m * kNH + h);
+      r.dx[i] = rs * (double(dy[i]) - g / double(kNH) - r.y[i] * gx / double(kNH));
+    }
+  }
+  return r;
+}
+
+const json kLnPlainFwdRoles = {{"x", "x"}, {"y", "y"}, {"mean", "mean"}, {"rstd", "rstd"}};
+const json kAddLnPlainFwdRoles = {{"a", "a"}, {"b", "b"},       {"sum", "sum"},
+                                  {"y", "y"}, {"mean", "mean"}, {"rstd", "rstd"}};
+const json kLnPlainBwdInRoles = {{"dy", "dy"}, {"x", "x"}, {"mean", "mean"}, {"rstd", "rstd"}, {"dx", "dx"}};
+
+Buffers plainLayerNormBuffers(uint32_t seed) {
+  Buffers b = normBuffers(seed);
+  for (float& v : b.at("a").f) v += 2.0f;  // a non-zero mean
+  for (size_t i = 0; i < b.at("x").f.size(); ++i) b.at("x").f[i] = b.at("a").f[i] + b.at("b").f[i];
+  b["mean"] = f32({kNM}, std::vector<float>(static_cast<size_t>(kNM), 0.0f));
+  b["gamma"] = f32({kNH}, std::vector<float>(static_cast<size_t>(kNH), 1.0f));
+  b["beta"] = f32({kNH}, std::vector<float>(static_cast<size_t>(kNH), 0.0f));
+  return b;
+}
+
+// layer_norm_fwd, add_layer_norm_fwd and layer_norm_bwd_input without gamma (and beta): the reference
+// above, and the bits of the same ops given gamma 1 and beta 0.
+TEST(PlainLayerNormTest, EveryOpMatchesTheReferenceAndGammaOneBetaZero) {
+  Buffers bufs = plainLayerNormBuffers(61);
+  const NormReference ref = plainLayerNormReference(bufs.at("x").f, bufs.at("dy").f, 1e-5);
+  const json fwdAttrs = {{"M", kNM}, {"H", kNH}, {"eps", 1e-5}}, bwdAttrs = {{"M", kNM}, {"H", kNH}};
+  const auto fwd = runOnce("layer_norm_fwd", kLnPlainFwdRoles, fwdAttrs, bufs);
+  expectAllClose(fwd.at("y"), ref.y, 1e-5, 1e-5, "layer_norm_fwd y");
+  expectAllClose(fwd.at("rstd"), ref.rstd, 1e-6, 1e-5, "layer_norm_fwd rstd");
+  json affine = kLnPlainFwdRoles;
+  affine["gamma"] = "gamma";
+  affine["beta"] = "beta";
+  EXPECT_EQ(runOnce("layer_norm_fwd", affine, fwdAttrs, bufs).at("y"), fwd.at("y"));
+  const auto added = runOnce("add_layer_norm_fwd", kAddLnPlainFwdRoles, fwdAttrs, bufs);
+  EXPECT_EQ(added.at("y"), fwd.at("y"));  // the sum is the x above, exactly
+  bufs.at("mean").f = fwd.at("mean");     // the backward reads the forward's statistics
+  bufs.at("rstd").f = fwd.at("rstd");
+  const auto bwdIn = runOnce("layer_norm_bwd_input", kLnPlainBwdInRoles, bwdAttrs, bufs);
+  expectAllClose(bwdIn.at("dx"), ref.dx, 1e-5, 1e-4, "layer_norm_bwd_input dx");
+  json withGamma = kLnPlainBwdInRoles;
+  withGamma["gamma"] = "gamma";
+  EXPECT_EQ(runOnce("layer_norm_bwd_input", withGamma, bwdAttrs, bufs).at("dx"), bwdIn.at("dx"));
+  // Another gamma changes the result (the comparison can fail).
+  bufs.at("gamma").f[0] = 2.0f;
+  EXPECT_NE(runOnce("layer_norm_bwd_input", withGamma, bwdAttrs, bufs).at("dx"), bwdIn.at("dx"));
+}
+
+// gamma without beta (or beta without gamma) is neither LayerNorm: refused at load, naming the role.
+TEST(PlainLayerNormTest, GammaWithoutBetaIsRefused) {
+  const Buffers bufs = plainLayerNormBuffers(71);
+  const json attrs = {{"M", kNM}, {"H", kNH}, {"eps", 1e-5}};
+  for (const char* role : {"gamma", "beta"})
+    for (const char* op : {"layer_norm_fwd", "add_layer_norm_fwd"}) {
+      json roles = std::string(op) == "layer_norm_fwd" ? kLnPlainFwdRoles : kAddLnPlainFwdRoles;
+      roles[role] = role;
+      const StatusOr<Plan> plan = loadPlan(onePlan(op, roles, attrs, bufs).builder);
+      ASSERT_FALSE(plan.isOk()) << op << " with only " << role << " loaded";
+      const std::string& msg = plan.status().message();
+      EXPECT_NE(msg.find(std::string("args.") + role), std::string::npos) << msg;
+      EXPECT_NE(msg.find("gamma and beta come together"), std::string::npos) << msg;
+    }
 }
 
 // ---- embedding: scale ----------------------------------------------------------------------------------

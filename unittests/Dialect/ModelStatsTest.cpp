@@ -50,6 +50,8 @@ TEST(ModelStats, PublishedParameterCounts) {
   EXPECT_EQ(importAndCount("starcoder2-3b").stats.parameters, 3030371328);
   EXPECT_EQ(importAndCount("starcoder2-15b").stats.parameters, 15957889024);
   EXPECT_EQ(importAndCount("stablelm-2-1_6b").stats.parameters, 1644515328);
+  EXPECT_EQ(importAndCount("olmo-1b").stats.parameters, 1176764416);
+  EXPECT_EQ(importAndCount("olmo-7b").stats.parameters, 6888095744);
   EXPECT_EQ(importAndCount("mixtral-8x7b").stats.parameters, 46702792704);
   EXPECT_EQ(importAndCount("qwen1.5-moe-a2.7b").stats.parameters, 14315784192);
 }
@@ -68,7 +70,8 @@ TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
         "tiny-mixtral",      "mixtral-8x7b",     "tiny-qwen2-moe",
         "qwen1.5-moe-a2.7b", "tiny-starcoder2",  "starcoder2-3b",
         "starcoder2-7b",     "starcoder2-15b",   "tiny-stablelm",
-        "stablelm-2-1_6b",   "stablelm-3b-4e1t", "../unittests/Integration/Inputs/tiny-stablelm-parallel"}) {
+        "stablelm-2-1_6b",   "stablelm-3b-4e1t", "../unittests/Integration/Inputs/tiny-stablelm-parallel",
+        "tiny-olmo",         "olmo-1b",          "olmo-7b"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

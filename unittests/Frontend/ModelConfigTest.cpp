@@ -61,6 +61,11 @@ TEST(ModelConfig, PublishedParameterCounts) {
       // biases in 2-1.6B only, LayerNorms, untied.
       {"stablelm-2-1_6b", 1644515328},
       {"stablelm-3b-4e1t", 2795443200},
+      // OLMo (the model cards' 1.18B and 6.89B, transformers 4.40.2's
+      // OlmoForCausalLM counts the same): no norm parameters at all; 1B ties
+      // the head, 7B does not.
+      {"olmo-1b", 1176764416},
+      {"olmo-7b", 6888095744},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -264,6 +269,41 @@ TEST(ModelConfig, StableLmFields) {
                 .find("field 'rope_scaling': must be null for StableLM"),
             std::string::npos);
   EXPECT_NE(parseError(head + R"(, "use_bias": true})").find("unknown field for StableLmForCausalLM"),
+            std::string::npos);
+}
+
+// OLMo: Llama's layer with LayerNorms that have no weight or bias.
+TEST(ModelConfig, OlmoFields) {
+  ModelConfig c = load("olmo-7b");
+  EXPECT_EQ(c.arch, Arch::Olmo);
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_TRUE(llamaLayout(c.arch)); // q, k, v, o and a gated MLP
+  EXPECT_TRUE(layerNorms(c.arch));  // LayerNorms ...
+  EXPECT_FALSE(c.normAffine);       // ... without parameters
+  EXPECT_EQ(c.normTensors(), 0);
+  EXPECT_EQ(c.finalNormTensors(), 0);
+  EXPECT_DOUBLE_EQ(c.normEps, 1e-5); // OlmoLayerNorm's, fixed
+  EXPECT_FALSE(c.qkvBias || c.outputBias || c.mlpBias || c.tieEmbeddings);
+  EXPECT_EQ(c.layerTensors(), 7); // q, k, v, o, gate, up, down
+  EXPECT_TRUE(load("olmo-1b").tieEmbeddings);
+  const std::string head = R"({"architectures": ["OlmoForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128)";
+  ModelConfig d, bias;
+  ASSERT_FALSE(parseModelConfig(head + R"(, "clip_qkv": null})", "default.json", d));
+  EXPECT_EQ(d.kvHeads, 4); // OlmoConfig: num_key_value_heads defaults to the heads
+  ASSERT_FALSE(parseModelConfig(head + R"(, "attention_bias": true})", "bias.json", bias));
+  EXPECT_TRUE(bias.qkvBias && bias.outputBias && !bias.mlpBias);
+  EXPECT_EQ(bias.numParameters() - d.numParameters(), 2 * (3 * 64 + 64)); // q, k, v and o biases in 2 layers
+  EXPECT_NE(parseError(head + R"(, "clip_qkv": 8.0})").find("field 'clip_qkv': clamping q, k and v is not implemented"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "hidden_act": "gelu"})").find("field 'hidden_act': unsupported activation"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})")
+                .find("field 'rope_scaling': must be null for OLMo"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "layer_norm_eps": 1e-6})").find("unknown field for OlmoForCausalLM"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "head_dim": 16})").find("field 'head_dim': is not a field of OlmoForCausalLM"),
             std::string::npos);
 }
 

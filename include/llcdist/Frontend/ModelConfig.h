@@ -3,7 +3,8 @@
 // MLIR-free: parses and validates a Hugging Face config.json of a
 // GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
 // GemmaForCausalLM, PhiForCausalLM, MixtralForCausalLM,
-// Qwen2MoeForCausalLM, Starcoder2ForCausalLM or StableLmForCausalLM into one
+// Qwen2MoeForCausalLM, Starcoder2ForCausalLM, StableLmForCausalLM or
+// OlmoForCausalLM into one
 // flat description of a decoder-only transformer (Phi's parallel
 // attention/MLP block, StarCoder2's and StableLM's layers are their
 // architectures': ImportXF's phiBlock, starcoder2Block and stablelmBlock). Errors name the file, the line and
@@ -23,7 +24,7 @@
 
 namespace llcdist {
 
-enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi, Mixtral, Qwen2Moe, Starcoder2, StableLm };
+enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi, Mixtral, Qwen2Moe, Starcoder2, StableLm, Olmo };
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
@@ -31,12 +32,13 @@ const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" 
 /// (with a sliding attention window) and Gemma (GeGLU, (1 + w) norms, scaled
 /// embeddings) share, and so do the mixtures of experts (Mixtral: Mistral's
 /// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place,
-/// and so does StableLM (with LayerNorms and partial rotary embeddings).
+/// and so do StableLM (with LayerNorms and partial rotary embeddings) and
+/// OLMo (with LayerNorms that have no weight or bias).
 /// GPT-2, Phi and StarCoder2 have LayerNorms and a two-matrix MLP.
 inline bool llamaLayout(Arch a) { return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2; }
-/// The norms are LayerNorms, with a weight and a bias (the final one too),
-/// not RMSNorms.
-inline bool layerNorms(Arch a) { return !llamaLayout(a) || a == Arch::StableLm; }
+/// The norms are LayerNorms (the final one too), not RMSNorms: with a weight
+/// and a bias but OLMo's (ModelConfig::normAffine).
+inline bool layerNorms(Arch a) { return !llamaLayout(a) || a == Arch::StableLm || a == Arch::Olmo; }
 
 /// Hugging Face's `rope_scaling` with rope_type "llama3" (Llama 3.1+).
 struct RopeScaling {
@@ -73,6 +75,9 @@ struct ModelConfig {
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kvHeads = 0,
           headDim = 0, intermediate = 0, maxPositions = 0;
   double normEps = 1e-5;
+  /// The norms scale and shift by a learned weight and bias (RMSNorm: a
+  /// weight); false: OLMo's OlmoLayerNorm, with neither.
+  bool normAffine = true;
   double ropeTheta = 10000.0; ///< Llama and Qwen2
   std::optional<RopeScaling> ropeScaling;
   bool tieEmbeddings = true;
@@ -133,8 +138,11 @@ struct ModelConfig {
   /// One layer's norm tensors, each of hidden_size elements: two RMSNorm
   /// weights (the Llama-shaped families), two LayerNorms' weights and biases
   /// (GPT-2, StarCoder2, StableLM), one LayerNorm's (Phi, StableLM under
-  /// use_parallel_residual).
+  /// use_parallel_residual), none (OLMo).
   int64_t normTensors() const;
+  /// The final norm's tensors, each of hidden_size elements: a LayerNorm's
+  /// weight and bias, an RMSNorm's weight, none (OLMo).
+  int64_t finalNormTensors() const;
 };
 
 /// A failed parse or check: `message` already reads

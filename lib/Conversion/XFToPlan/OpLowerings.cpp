@@ -89,9 +89,11 @@ template <> LogicalResult OpLowering::lower<LayerNormOp>(Operation *op, Scope &s
   Buf rstd = newBuffer(label(op, s) + ".rstd", "activation", f32({rows}));
   if (ln.getStats())
     s.bufs[ln.getStats()] = {mean, rstd};
-  kernel("layer_norm_fwd",
-         {arg("x", use(s, ln.getInput())), arg("gamma", use(s, ln.getWeight())), arg("beta", use(s, ln.getBias())),
-          arg("y", y), arg("mean", mean), arg("rstd", rstd)},
+  SmallVector<NamedAttribute> args{arg("x", use(s, ln.getInput()))};
+  if (ln.getWeight()) // none: no affine transform (gamma 1, beta 0)
+    args.append({arg("gamma", use(s, ln.getWeight())), arg("beta", use(s, ln.getBias()))});
+  args.append({arg("y", y), arg("mean", mean), arg("rstd", rstd)});
+  kernel("layer_norm_fwd", args,
          {i64("M", rows), i64("H", lastDim(ln.getInput())), f64("eps", ln.getEps().convertToDouble())}, loc);
   return success();
 }
@@ -290,10 +292,12 @@ template <> LogicalResult OpLowering::lower<LayerNormGradInputOp>(Operation *op,
   auto g = cast<LayerNormGradInputOp>(op);
   auto st = s.bufs.lookup(g.getStats());
   Buf dx = def(s, g.getResult(), op);
-  kernel("layer_norm_bwd_input",
-         {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())), arg("gamma", use(s, g.getWeight())),
-          arg("mean", st[0]), arg("rstd", st[1]), arg("dx", dx)},
-         {i64("M", numel(g.getDy()) / lastDim(g.getDy())), i64("H", lastDim(g.getDy()))}, loc);
+  SmallVector<NamedAttribute> args{arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput()))};
+  if (g.getWeight())
+    args.push_back(arg("gamma", use(s, g.getWeight())));
+  args.append({arg("mean", st[0]), arg("rstd", st[1]), arg("dx", dx)});
+  kernel("layer_norm_bwd_input", args, {i64("M", numel(g.getDy()) / lastDim(g.getDy())), i64("H", lastDim(g.getDy()))},
+         loc);
   return success();
 }
 

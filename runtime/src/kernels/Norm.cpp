@@ -1,6 +1,6 @@
-// LayerNorm (torch nn.LayerNorm) and RMSNorm (HF LlamaRMSNorm; GemmaRMSNorm's (1 + weight) with the
-// weight offset). See Kernels.h for the contract.
-// Row statistics are accumulated in double; the saved mean/rstd are fp32.
+// LayerNorm (torch nn.LayerNorm, and without gamma and beta OLMo's non-parametric one) and RMSNorm (HF LlamaRMSNorm;
+// GemmaRMSNorm's (1 + weight) with the weight offset). See Kernels.h for the contract. Row statistics are accumulated
+// in double; the saved mean/rstd are fp32.
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
@@ -24,7 +24,10 @@ void layerNormForward(const float* x, const float* gamma, const float* beta, flo
     const float mu32 = static_cast<float>(mu);
     const float rs = static_cast<float>(1.0 / std::sqrt(var + double(eps)));
     float* yr = y + m * H;
-    for (int64_t h = 0; h < H; ++h) yr[h] = (xr[h] - mu32) * rs * gamma[h] + beta[h];
+    if (gamma)
+      for (int64_t h = 0; h < H; ++h) yr[h] = (xr[h] - mu32) * rs * gamma[h] + beta[h];
+    else  // no affine transform: gamma 1 and beta 0, the same bits
+      for (int64_t h = 0; h < H; ++h) yr[h] = (xr[h] - mu32) * rs;
     mean[m] = mu32;
     rstd[m] = rs;
   }
@@ -42,7 +45,12 @@ inline float withResidual(float v, const float* dresidual, int64_t i, bool round
 void layerNormBackwardInput(const float* dy, const float* x, const float* gamma, const float* mean,
                             const float* rstd, float* dx, int64_t M, int64_t H, const float* dresidual,
                             bool roundBf16) {
-  // dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma.
+  // dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma (dy where gamma is null: 1).
+  std::vector<float> ones;
+  if (!gamma) {
+    ones.assign(size_t(H), 1.0f);
+    gamma = ones.data();
+  }
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * H;
     const float* dyr = dy + m * H;

@@ -1,4 +1,5 @@
-// Family "norm": layer_norm_fwd / _bwd_input / _bwd_weight (torch LayerNorm) and rms_norm_fwd /
+// Family "norm": layer_norm_fwd / _bwd_input / _bwd_weight (torch LayerNorm; without gamma and beta
+// none: OLMo's non-parametric LayerNorm) and rms_norm_fwd /
 // _bwd_input / _bwd_weight (HF LlamaRMSNorm), over rows of H; and the fused forms of
 // llcdist-plan-fuse-norm: add_layer_norm_fwd / add_rms_norm_fwd (the residual add and the norm) and
 // layer_norm_bwd / rms_norm_bwd (both gradients, and the residual's add). The RMS norms' optional
@@ -22,6 +23,14 @@ Status checkNorm(const OpChecker& c) {
   for (const char* r : {"mean", "rstd"}) LLCDIST_RETURN_IF_ERROR(c.count(r, M, "M"));
   for (const char* r : {"gamma", "beta", "weight", "dgamma", "dbeta", "dweight"})
     LLCDIST_RETURN_IF_ERROR(c.count(r, H, "H"));
+  // A LayerNorm forward's gamma and beta: both (affine) or neither (gamma 1, beta 0).
+  const sc::OpSpec& spec = sc::opSpec(c.op().kind);
+  const int gamma = sc::argIndex(c.op().kind, "gamma"), beta = sc::argIndex(c.op().kind, "beta");
+  if (gamma >= 0 && beta >= 0 && spec.args[size_t(beta)].arity == sc::ArgArity::kOptional &&
+      c.op().args[size_t(gamma)].empty() != c.op().args[size_t(beta)].empty())
+    return c.argError(c.op().args[size_t(gamma)].empty() ? "beta" : "gamma",
+                      "gamma and beta come together (an affine LayerNorm) or not at all (none); give both or "
+                      "neither");
   // weight_offset (only the RMS norms' schemas have it): a finite JSON number (the schema), and finite
   // as the fp32 value the kernels add (1e39 is not).
   const std::string offset(sc::kWeightOffsetAttr);

@@ -403,6 +403,21 @@ std::vector<Case> cases() {
        [](Host& h) {
          layerNormBackwardInput(h.F("dy"), h.F("x"), h.F("gamma"), h.F("mean"), h.F("rstd"), h.F("dx"), 3, 4);
        }},
+      // Without gamma and beta (OLMo's LayerNorm): the reference given gamma 1 and beta 0.
+      {"layer_norm_fwd",
+       {{"x", {12}}, {"y", {12}}, {"mean", {3}}, {"rstd", {3}}},
+       {{"M", 3}, {"H", 4}, {"eps", 1e-5}},
+       [](Host& h) {
+         const std::vector<float> ones(4, 1.0f), zeros(4, 0.0f);
+         layerNormForward(h.F("x"), ones.data(), zeros.data(), h.F("y"), h.F("mean"), h.F("rstd"), 3, 4, 1e-5f);
+       }},
+      {"layer_norm_bwd_input",
+       {{"dy", {12}}, {"x", {12}}, {"mean", {3}}, {"rstd", {3}}, {"dx", {12}}},
+       {{"M", 3}, {"H", 4}},
+       [](Host& h) {
+         const std::vector<float> ones(4, 1.0f);
+         layerNormBackwardInput(h.F("dy"), h.F("x"), ones.data(), h.F("mean"), h.F("rstd"), h.F("dx"), 3, 4);
+       }},
       {"layer_norm_bwd_weight",
        {{"dy", {12}}, {"x", {12}}, {"mean", {3}}, {"rstd", {3}}, {"dgamma", {4}}, {"dbeta", {4}}},
        {{"M", 3}, {"H", 4}, {"accumulate", true}},
@@ -835,6 +850,15 @@ std::vector<Case> cases() {
          addForward(h.F("a"), h.F("b"), h.F("sum"), 12);
          h.roundIfBf16(h.f["sum"][0]);
          layerNormForward(h.F("sum"), h.F("gamma"), h.F("beta"), h.F("y"), h.F("mean"), h.F("rstd"), 3, 4, 1e-5f);
+       }},
+      {"add_layer_norm_fwd",
+       {{"a", {12}}, {"b", {12}}, {"sum", {12}}, {"y", {12}}, {"mean", {3}}, {"rstd", {3}}},
+       {{"M", 3}, {"H", 4}, {"eps", 1e-5}},
+       [](Host& h) {
+         addForward(h.F("a"), h.F("b"), h.F("sum"), 12);
+         h.roundIfBf16(h.f["sum"][0]);
+         const std::vector<float> ones(4, 1.0f), zeros(4, 0.0f);
+         layerNormForward(h.F("sum"), ones.data(), zeros.data(), h.F("y"), h.F("mean"), h.F("rstd"), 3, 4, 1e-5f);
        }},
       {"add_rms_norm_fwd",
        {{"a", {12}}, {"b", {12}}, {"sum", {12}}, {"weight", {4}}, {"y", {12}}, {"rstd", {3}}},

@@ -303,6 +303,22 @@ func.func @ln_bias(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %b: tensor<64x1xf
 
 // -----
 
+func.func @ln_weight_without_bias(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>) {
+  // expected-error @+1 {{has a weight but no bias: give both (an affine LayerNorm) or neither (none)}}
+  %y = "xf.layer_norm"(%x, %w) <{eps = 1.0e-5 : f64, operandSegmentSizes = array<i32: 1, 1, 0>}> : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @ln_bias_without_weight(%x: tensor<2x8x64xf32>, %b: tensor<64xf32>) {
+  // expected-error @+1 {{has a bias but no weight: give both (an affine LayerNorm) or neither (none)}}
+  %y = "xf.layer_norm"(%x, %b) <{eps = 1.0e-5 : f64, operandSegmentSizes = array<i32: 1, 0, 1>}> : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
 func.func @ln_eps(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %b: tensor<64xf32>) {
   // expected-error @+1 {{eps must be > 0, got 0}}
   %y = xf.layer_norm %x, %w, %b {eps = 0.0 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>

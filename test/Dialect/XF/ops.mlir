@@ -11,6 +11,9 @@ func.func private @block(%x: tensor<2x8x64xf32>) -> tensor<2x8x64xf32> attribute
   %b = xf.param "h.{i}.ln.bias" : tensor<64xf32>
   // CHECK: xf.layer_norm %{{.+}}, %[[G]], %{{.+}} {eps = 1.000000e-05 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
   %h = xf.layer_norm %x, %g, %b {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  // Without an affine transform (OLMo's LayerNorm): no weight, no bias.
+  // CHECK: xf.layer_norm %{{.+}} {eps = 1.000000e-05 : f64} : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
+  %h0 = xf.layer_norm %x {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
   // CHECK: xf.rms_norm %{{.+}}, %[[G]] {eps = 9.9999999999999995E-7 : f64}
   %r = xf.rms_norm %h, %g {eps = 1.0e-6 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
   %w = xf.param "h.{i}.attn.c_attn.weight" : tensor<64x128xf32>

@@ -18,6 +18,8 @@ func.func @grads(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x16xf32>, %w: tensor<8x16
   %dp = xf.add_position_embedding_grad %x : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
   // CHECK: xf.layer_norm_grad_input
   %a = xf.layer_norm_grad_input %x, %x, %g, %st : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<16xf32>, tensor<2x8xf32>) -> tensor<2x4x16xf32>
+  // CHECK: xf.layer_norm_grad_input %{{.+}}, %{{.+}}, %{{.+}} : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x8xf32>) -> tensor<2x4x16xf32>
+  %a0 = xf.layer_norm_grad_input %x, %x, %st : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x8xf32>) -> tensor<2x4x16xf32>
   // CHECK: xf.layer_norm_grad_params
   %b:2 = xf.layer_norm_grad_params %x, %x, %st : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x8xf32>) -> (tensor<16xf32>, tensor<16xf32>)
   // CHECK: xf.rms_norm_grad_input

@@ -186,9 +186,17 @@ LogicalResult RopeOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult LayerNormOp::verify() {
-  if (failed(checkNorm(*this, getInput(), {getWeight(), getBias()},
-                       {"weight", "bias"}, getEps().convertToDouble(),
-                       getResult())))
+  // Both (torch's elementwise_affine) or neither (OLMo's OlmoLayerNorm).
+  if (bool(getWeight()) != bool(getBias()))
+    return emitOpError("has a ") << (getWeight() ? "weight but no bias" : "bias but no weight")
+                                 << ": give both (an affine LayerNorm) or neither (none)";
+  SmallVector<Value, 2> vecs;
+  SmallVector<StringRef, 2> names;
+  if (getWeight()) {
+    vecs = {getWeight(), getBias()};
+    names = {"weight", "bias"};
+  }
+  if (failed(checkNorm(*this, getInput(), vecs, names, getEps().convertToDouble(), getResult())))
     return failure();
   int64_t rows = numRows(getInput());
   return checkShape(*this, getStats(), "stats", {2, rows});

@@ -238,7 +238,8 @@ OpSpec spec(RopeOp op) { return ropeSpec(op.getResult(), op.getHeadDim()); }
 OpSpec spec(RopeGradOp op) { return ropeSpec(op.getResult(), op.getHeadDim()); }
 
 OpSpec spec(LayerNormOp op) {
-  return normSpec(rank(op.getInput()), 1, 2, false, 1, static_cast<bool>(op.getStats()), true);
+  // input, weight and bias (none without an affine transform) -> result, stats
+  return normSpec(rank(op.getInput()), 1, op.getWeight() ? 2 : 0, false, 1, static_cast<bool>(op.getStats()), true);
 }
 
 OpSpec spec(RMSNormOp op) {
@@ -246,8 +247,8 @@ OpSpec spec(RMSNormOp op) {
 }
 
 OpSpec spec(LayerNormGradInputOp op) {
-  // dy, input, weight, stats -> dx
-  return normSpec(rank(op.getInput()), 2, 1, true, 1, false, true);
+  // dy, input, weight (if any), stats -> dx
+  return normSpec(rank(op.getInput()), 2, op.getWeight() ? 1 : 0, true, 1, false, true);
 }
 
 OpSpec spec(RMSNormGradInputOp op) { return normSpec(rank(op.getInput()), 2, 1, true, 1, false, false); }

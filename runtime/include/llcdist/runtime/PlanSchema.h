@@ -326,15 +326,17 @@ inline constexpr T kPosFwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", I
 inline constexpr A kPosBwdArgs[] = {{"dy", One, F, R}, {"dwpe", One, F, RW}};
 inline constexpr T kPosBwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}, {"accumulate", Bool},
                                      {"shard_axis", Str, false}};
-inline constexpr A kLnFwdArgs[] = {{"x", One, F, R},    {"gamma", One, F, R}, {"beta", One, F, R},
-                                   {"y", One, F, W},    {"mean", One, F, W},  {"rstd", One, F, W}};
+// LayerNorm's gamma and beta: both, or neither (no affine transform: gamma 1, beta 0; OLMo's
+// OlmoLayerNorm), in layer_norm_fwd, add_layer_norm_fwd and (gamma) layer_norm_bwd_input.
+inline constexpr A kLnFwdArgs[] = {{"x", One, F, R}, {"gamma", Opt, F, R}, {"beta", Opt, F, R},
+                                   {"y", One, F, W}, {"mean", One, F, W},  {"rstd", One, F, W}};
 inline constexpr T kNormFwdAttrs[] = {{"M", Int}, {"H", Int}, {"eps", Flt}};
 // The RMS norms' optional `weight_offset` (Gemma: y = x·rstd·(weight_offset + w); kWeightOffsetAttr):
 // rms_norm_fwd / add_rms_norm_fwd, rms_norm_bwd_input and the fused rms_norm_bwd (its input gradient).
 inline constexpr T kRmsFwdAttrs[] = {{"M", Int}, {"H", Int}, {"eps", Flt}, {"weight_offset", Flt, false}};
 inline constexpr T kRmsBwdInAttrs[] = {{"M", Int}, {"H", Int}, {"weight_offset", Flt, false}};
 inline constexpr T kRmsBwdAttrs[] = {{"M", Int}, {"H", Int}, {"accumulate", Bool}, {"weight_offset", Flt, false}};
-inline constexpr A kLnBwdInArgs[] = {{"dy", One, F, R},   {"x", One, F, R},    {"gamma", One, F, R},
+inline constexpr A kLnBwdInArgs[] = {{"dy", One, F, R},   {"x", One, F, R},    {"gamma", Opt, F, R},
                                      {"mean", One, F, R}, {"rstd", One, F, R}, {"dx", One, F, W}};
 inline constexpr T kMHAttrs[] = {{"M", Int}, {"H", Int}};
 inline constexpr A kLnBwdWArgs[] = {{"dy", One, F, R},   {"x", One, F, R},       {"mean", One, F, R},
@@ -538,7 +540,7 @@ inline constexpr A kCastMultiArgs[] = {{"x", List, F, R}, {"y", List, F, W}};
 // (the residual's add). Each intermediate the unfused ops stored is rounded as its buffer was (sum as
 // stored, the input gradient to dx's dtype): the same bits as the unfused ops.
 inline constexpr A kAddLnFwdArgs[] = {{"a", One, F, R},     {"b", One, F, R},    {"sum", One, F, W, "a|b"},
-                                      {"gamma", One, F, R}, {"beta", One, F, R}, {"y", One, F, W},
+                                      {"gamma", Opt, F, R}, {"beta", Opt, F, R}, {"y", One, F, W},
                                       {"mean", One, F, W},  {"rstd", One, F, W}};
 inline constexpr A kAddRmsFwdArgs[] = {{"a", One, F, R},      {"b", One, F, R}, {"sum", One, F, W, "a|b"},
                                        {"weight", One, F, R}, {"y", One, F, W}, {"rstd", One, F, W}};

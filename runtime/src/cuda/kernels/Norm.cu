@@ -53,7 +53,9 @@ __global__ void layerNormFwdKernel(FloatRef x, FloatRef gamma, FloatRef beta, Fl
     const float mu32 = static_cast<float>(mu);
     const float rs = static_cast<float>(1.0 / sqrt(var + double(eps)));
     const FloatRef yr = y.at(m * H);
-    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) yr.set(h, (xr[h] - mu32) * rs * gamma[h] + beta[h]);
+    // No gamma (and no beta): no affine transform, the CPU's same bits.
+    for (int64_t h = threadIdx.x; h < H; h += blockDim.x)
+      yr.set(h, gamma ? (xr[h] - mu32) * rs * gamma[h] + beta[h] : (xr[h] - mu32) * rs);
     if (threadIdx.x == 0) {
       mean[m] = mu32;
       rstd[m] = rs;
@@ -68,7 +70,8 @@ __device__ __forceinline__ float withResidual(float v, FloatRef dresidual, int64
   return dresidual[i] + (roundBf16 ? bf16BitsToFloat(floatToBf16Bits(v)) : v);
 }
 
-// dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma (plus dresidual: withResidual).
+// dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma, dy without gamma (plus dresidual:
+// withResidual).
 __global__ void layerNormBwdInputKernel(FloatRef dy, FloatRef x, FloatRef gamma, const float* mean, const float* rstd,
                                         FloatRef dx, int64_t M, int64_t H, FloatRef dresidual, bool roundBf16) {
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
@@ -77,7 +80,7 @@ __global__ void layerNormBwdInputKernel(FloatRef dy, FloatRef x, FloatRef gamma,
     const float mu = mean[m], rs = rstd[m];
     double sumG = 0.0, sumGX = 0.0;
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
-      const double g = double(dyr[h]) * gamma[h];
+      const double g = gamma ? double(dyr[h]) * gamma[h] : double(dyr[h]);
       sumG += g;
       sumGX += g * ((xr[h] - mu) * rs);
     }
@@ -88,7 +91,8 @@ __global__ void layerNormBwdInputKernel(FloatRef dy, FloatRef x, FloatRef gamma,
     const FloatRef dxr = dx.at(m * H);
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
       const float xhat = (xr[h] - mu) * rs;
-      dxr.set(h, withResidual(rs * (dyr[h] * gamma[h] - meanG - xhat * meanGX), dresidual, m * H + h, roundBf16));
+      const float gh = gamma ? dyr[h] * gamma[h] : dyr[h];
+      dxr.set(h, withResidual(rs * (gh - meanG - xhat * meanGX), dresidual, m * H + h, roundBf16));
     }
   }
 }

@@ -192,3 +192,47 @@ plan.program @kept attributes {queues = ["compute", "comm"]} {
     plan.action @two microbatch 0
   }
 }
+
+// -----
+
+// A LayerNorm without gamma and beta (OLMo's): the forward fuses as any
+// (add_layer_norm_fwd without them); the input gradient has no weight
+// gradient beside it, so it and the residual's add stay as they are.
+// CHECK-LABEL: plan.program @plain
+// CHECK-SAME: plan.fused = [{from = "add + layer_norm_fwd", into = 1 : i64, ops = 2 : i64, pass = "llcdist-plan-fuse-norm", to = "add_layer_norm_fwd"}]
+// CHECK: plan.subroutine @forward {
+// CHECK-NEXT: plan.kernel "add_layer_norm_fwd" {a = @r0, b = @br, mean = @mu, rstd = @rs, sum = @r1, y = @ln} {H = 4 : i64, M = 2 : i64, eps = 1.000000e-05 : f64}
+// CHECK-NEXT: plan.kernel "add" {a = @r1, b = @ln, y = @r2}
+// CHECK-NEXT: {{^ *}}}
+// CHECK: plan.subroutine @backward {
+// CHECK-NEXT: plan.kernel "layer_norm_bwd_input" {dx = @dxn, dy = @dln, mean = @mu, rstd = @rs, x = @r1} {H = 4 : i64, M = 2 : i64}
+// CHECK-NEXT: plan.kernel "add" {a = @dres, b = @dxn, y = @dr0}
+// CHECK-NEXT: {{^ *}}}
+// MEM-LABEL: plan.program @plain
+// MEM: arena_bytes
+plan.program @plain {
+  plan.buffer @r0 : tensor<2x4xf32> {kind = "activation", name = "r0"}
+  plan.buffer @br : tensor<2x4xf32> {kind = "activation", name = "branch"}
+  plan.buffer @r1 : tensor<2x4xf32> {kind = "activation", name = "r1"}
+  plan.buffer @ln : tensor<2x4xf32> {kind = "activation", name = "ln"}
+  plan.buffer @mu : tensor<2xf32> {kind = "activation", name = "ln.mean"}
+  plan.buffer @rs : tensor<2xf32> {kind = "activation", name = "ln.rstd"}
+  plan.buffer @r2 : tensor<2x4xf32> {kind = "activation", name = "r2"}
+  plan.buffer @dln : tensor<2x4xf32> {kind = "activation", name = "ln.grad"}
+  plan.buffer @dxn : tensor<2x4xf32> {kind = "activation", name = "ln.grad_input"}
+  plan.buffer @dres : tensor<2x4xf32> {kind = "activation", name = "r1.grad"}
+  plan.buffer @dr0 : tensor<2x4xf32> {kind = "activation", name = "r0.grad"}
+  plan.subroutine @forward {
+    plan.kernel "add" {a = @r0, b = @br, y = @r1} {n = 8 : i64}
+    plan.kernel "layer_norm_fwd" {x = @r1, y = @ln, mean = @mu, rstd = @rs} {M = 2 : i64, H = 4 : i64, eps = 1.0e-5 : f64}
+    plan.kernel "add" {a = @r1, b = @ln, y = @r2} {n = 8 : i64}
+  }
+  plan.subroutine @backward {
+    plan.kernel "layer_norm_bwd_input" {dy = @dln, x = @r1, mean = @mu, rstd = @rs, dx = @dxn} {M = 2 : i64, H = 4 : i64}
+    plan.kernel "add" {a = @dres, b = @dxn, y = @dr0} {n = 8 : i64}
+  }
+  plan.schedule {
+    plan.action @forward microbatch 0
+    plan.action @backward microbatch 0
+  }
+}

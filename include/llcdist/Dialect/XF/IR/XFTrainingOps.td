@@ -70,9 +70,12 @@ def XF_AddPositionEmbeddingGradOp : XF_GradOp<"add_position_embedding_grad"> {
 def XF_LayerNormGradInputOp : XF_GradOp<"layer_norm_grad_input",
     [AllTypesMatch<["dy", "input", "result"]>]> {
   let summary = "dX of xf.layer_norm";
-  let description = [{ Reads the forward's `stats` (mean, 1/std per row). }];
+  let description = [{
+    Reads the forward's `stats` (mean, 1/std per row); no `weight` where the
+    forward has no affine transform (a weight of ones).
+  }];
   let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input,
-                       XF_FloatTensor:$weight, F32Tensor:$stats);
+                       Optional<XF_FloatTensor>:$weight, F32Tensor:$stats);
   let results = (outs XF_FloatTensor:$result);
 }
 

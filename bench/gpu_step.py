@@ -8,7 +8,9 @@ and one microbatch (global batch = micro-batch):
   llc-dist         `llcdist-run PLAN --backend cuda --steps N --data synthetic --log-json`: the
                    median ms/step and tokens/s of the steps after --warmup (the log's tokens_per_s),
                    MFU = training FLOPs/token (`llc-dist info`) × tokens/s / the device's dense bf16
-                   peak (devices/h200.json), the peak device memory the runner logs;
+                   peak (the devices/ file of the GPU nvidia-smi names: h100-80gb.json for an H100,
+                   h200.json for an H200 and where it names none), the peak device memory the
+                   runner logs;
   pytorch-eager    the same model (bench/gpu/torch_model.py: Hugging Face's GPT-2 / Llama with
                    SDPA), batch and optimizer (torch.optim.AdamW(fused=True), the plan's
                    hyper-parameters and weight-decay groups, clip_grad_norm_) under
@@ -80,6 +82,30 @@ def tail(text, lines=12):
     if len(body) > lines:
         body = body[:3] + [f"... ({len(body) - lines} lines)"] + body[-(lines - 3):]
     return "".join(f"\n  | {l[:300]}" for l in body)
+
+
+def gpu_name():
+    """nvidia-smi's name of GPU 0 ("NVIDIA H100 80GB HBM3"), or "" without one."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30).stdout
+        return out.strip().splitlines()[0].strip() if out.strip() else ""
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return ""
+
+
+# nvidia-smi's name -> the devices/ file (the first match; an A100's memory decides which of two).
+DEVICE_FILES = [("H200", "h200.json"), ("H100", "h100-80gb.json"), ("A100-SXM4-40GB", "a100-40gb.json"),
+                ("A100 40GB", "a100-40gb.json"), ("A100", "a100-80gb.json")]
+
+
+def device_file_for(name, devices_dir):
+    """The devices/ file for GPU `name`: its peak prices MFU. H200 (the issue's card) where the name
+    matches none, or where the matching file is not in devices_dir."""
+    for key, file in DEVICE_FILES:
+        if key in name and os.path.exists(os.path.join(devices_dir, file)):
+            return os.path.join(devices_dir, file)
+    return os.path.join(devices_dir, "h200.json")
 
 
 class GpuMemory:
@@ -249,7 +275,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget", type=float, default=900, help="seconds for everything; later runs SKIP")
     ap.add_argument("--skip-compile", action="store_true", help="no torch.compile runs")
-    ap.add_argument("--device-file", default=None, help="default: devices/h200.json")
+    ap.add_argument("--device-file", default=None, help="default: the devices/ file of the GPU (device_file_for)")
     ap.add_argument("--json", default=None, help="default: bench/results/gpu-step.json in place")
     ap.add_argument("--backend", default="cuda", help="llc-dist's (cpu: the CPU smoke test of this script)")
     ap.add_argument("--torch-device", default="cuda", help="PyTorch's (cpu: the smoke test)")
@@ -285,7 +311,7 @@ def bench(args, tmp):
             cases[m] = (b["micro_batch"], b["seq_len"])
         configs = {m: os.path.join(d, "models", m + ".json") for m in models}
         infos = {m: json.load(open(os.path.join(d, "info", m + ".json"))) for m in models}
-        device_file = args.device_file or os.path.join(d, "devices", "h200.json")
+        device_file = args.device_file or device_file_for(gpu_name(), os.path.join(d, "devices"))
         out_json = args.json  # none unless asked
     else:  # in place: compile here
         cases = parse_cases(args.cases) if args.cases else dict(CASES)
@@ -305,9 +331,12 @@ def bench(args, tmp):
             except (subprocess.CalledProcessError, OSError) as e:
                 print(f"FAIL bench {m}: llc-dist compile / info: {e}{tail(getattr(e, 'stderr', ''))}")
                 return 1
-        device_file = args.device_file or os.path.join(ROOT, "devices", "h200.json")
+        device_file = args.device_file or device_file_for(gpu_name(), os.path.join(ROOT, "devices"))
         out_json = args.json or os.path.join(ROOT, "bench", "results", "gpu-step.json")
-    peak = json.load(open(device_file))["bf16_dense_tflops"] * 1e12
+    device = json.load(open(device_file))
+    peak = device["bf16_dense_tflops"] * 1e12
+    print(f"INFO bench device file: {os.path.basename(device_file)} ({device['name']}, "
+          f"{device['bf16_dense_tflops']} TFLOP/s dense bf16) for GPU {gpu_name() or 'none found'}", flush=True)
 
     # Order: what the targets need first (llc-dist and eager per model), torch.compile last.
     order = [(m, "llc-dist") for m in models[:1]] + [(models[0], "pytorch-eager")]

@@ -22,7 +22,7 @@ DIR layout:
   plans/golden/NAME/  plans/bench/{gpt2,llama3.2-1b}/
   ref/NAME.jsonl               the CPU backend's --log-json of each golden plan
   params/NAME.safetensors      the parity plans' initial parameters (--steps 0 --save-params)
-  models/ devices/h200.json info/MODEL.json data/corpus_train.bin
+  models/ devices/*.json info/MODEL.json data/corpus_train.bin
   scripts/ bench/              gpu_golden.py, gpu_env.py, gpu_gtest_lines.py; gpu_step.py, gpu/torch_*.py
 """
 import argparse
@@ -284,7 +284,10 @@ def main():
             f"({time.time() - t0:.1f} s)")
     for m in models:
         shutil.copy(os.path.join(ROOT, "models", m + ".json"), os.path.join(out, "models"))
-    shutil.copy(os.path.join(ROOT, "devices", "h200.json"), os.path.join(out, "devices"))
+    # Every device file: bench/gpu_step.py prices MFU with the one of the GPU it finds (H100 or H200).
+    for dev in sorted(os.listdir(os.path.join(ROOT, "devices"))):
+        if dev.endswith(".json"):
+            shutil.copy(os.path.join(ROOT, "devices", dev), os.path.join(out, "devices"))
 
     # Scripts.
     for rel in ("scripts/gpu_golden.py", "scripts/gpu_env.py", "scripts/gpu_gtest_lines.py", "bench/gpu_step.py",

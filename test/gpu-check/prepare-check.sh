@@ -100,12 +100,29 @@ else
   echo "note: no python3 with torch: the PyTorch comparison is not checked"
 fi
 
-# 5. the benchmark script end to end on tiny models (nothing timed that matters).
+# 5. the benchmark script's device file for the GPU nvidia-smi names (its MFU's peak), then the script
+# end to end on tiny models (nothing timed that matters).
+if python3 - "$root/bench" "$root/devices" <<'PY'
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from gpu_step import device_file_for
+want = {"NVIDIA H100 80GB HBM3": "h100-80gb.json", "NVIDIA H200": "h200.json",
+        "NVIDIA A100-SXM4-40GB": "a100-40gb.json", "NVIDIA A100-SXM4-80GB": "a100-80gb.json",
+        "Tesla V100-SXM2-32GB": "h200.json", "": "h200.json"}
+got = {n: os.path.basename(device_file_for(n, sys.argv[2])) for n in want}
+sys.exit(0 if got == want else f"device_file_for: {got}")
+PY
+then
+  echo "ok: bench/gpu_step.py prices an H100 with devices/h100-80gb.json and an H200 with h200.json"
+else
+  fail "bench/gpu_step.py's device file by GPU name"
+fi
 if [ -n "$torch_py" ] && [ -x "$build/bin/llc-dist" ]; then
   if "$torch_py" "$root/bench/gpu_step.py" --build "$build" --cases tiny-gpt2=2x32,tiny-llama=2x32 --steps 3 \
       --warmup 1 --backend cpu --torch-device cpu --skip-compile --json "$tmp/gpu-step.json" > "$tmp/bench.out" 2>&1 &&
       [ "$(grep -c '^INFO bench [^ ]* [a-z-]*: bf16 ' "$tmp/bench.out")" = 6 ] && [ "$(grep -c ' target: ' "$tmp/bench.out")" = 2 ] &&
-      [ "$(grep -c '^INFO bench [^ ]* graphs: ' "$tmp/bench.out")" = 2 ]; then
+      [ "$(grep -c '^INFO bench [^ ]* graphs: ' "$tmp/bench.out")" = 2 ] &&
+      grep -q '^INFO bench device file: h200.json' "$tmp/bench.out"; then
     echo "ok: bench/gpu_step.py runs end to end on the CPU"
   else
     fail "bench/gpu_step.py on the CPU:"; cat "$tmp/bench.out"

@@ -559,12 +559,20 @@ TEST(PlainLayerNormTest, EveryOpMatchesTheReferenceAndGammaOneBetaZero) {
   json withGamma = kLnPlainBwdInRoles;
   withGamma["gamma"] = "gamma";
   EXPECT_EQ(runOnce("layer_norm_bwd_input", withGamma, bwdAttrs, bufs).at("dx"), bwdIn.at("dx"));
+  // The fused backward without gamma, dgamma and dbeta: the input gradient, then dresidual + it.
+  json fusedRoles = kLnPlainBwdInRoles;
+  fusedRoles["dresidual"] = "dresidual";
+  const auto fused = runOnce("layer_norm_bwd", fusedRoles, withAttrs(bwdAttrs, {{"accumulate", false}}), bufs);
+  std::vector<float> want(bwdIn.at("dx").size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = bufs.at("dresidual").f[i] + bwdIn.at("dx")[i];
+  EXPECT_EQ(fused.at("dx"), want);
   // Another gamma changes the result (the comparison can fail).
   bufs.at("gamma").f[0] = 2.0f;
   EXPECT_NE(runOnce("layer_norm_bwd_input", withGamma, bwdAttrs, bufs).at("dx"), bwdIn.at("dx"));
 }
 
-// gamma without beta (or beta without gamma) is neither LayerNorm: refused at load, naming the role.
+// gamma without beta (or beta without gamma; in layer_norm_bwd, any of gamma, dgamma and dbeta without
+// the others) is neither LayerNorm: refused at load, naming the roles.
 TEST(PlainLayerNormTest, GammaWithoutBetaIsRefused) {
   const Buffers bufs = plainLayerNormBuffers(71);
   const json attrs = {{"M", kNM}, {"H", kNH}, {"eps", 1e-5}};
@@ -578,6 +586,19 @@ TEST(PlainLayerNormTest, GammaWithoutBetaIsRefused) {
       EXPECT_NE(msg.find(std::string("args.") + role), std::string::npos) << msg;
       EXPECT_NE(msg.find("gamma and beta come together"), std::string::npos) << msg;
     }
+  Buffers withGrads = bufs;
+  withGrads["dgamma"] = f32({kNH}, std::vector<float>(static_cast<size_t>(kNH), 0.0f));
+  withGrads["dbeta"] = f32({kNH}, std::vector<float>(static_cast<size_t>(kNH), 0.0f));
+  const json bwdAttrs = {{"M", kNM}, {"H", kNH}, {"accumulate", false}};
+  for (const json& extra : {json{{"gamma", "gamma"}}, json{{"dgamma", "dgamma"}, {"dbeta", "dbeta"}},
+                            json{{"gamma", "gamma"}, {"dgamma", "dgamma"}}}) {
+    json roles = kLnPlainBwdInRoles;
+    for (auto it = extra.begin(); it != extra.end(); ++it) roles[it.key()] = it.value();
+    const StatusOr<Plan> plan = loadPlan(onePlan("layer_norm_bwd", roles, bwdAttrs, withGrads).builder);
+    ASSERT_FALSE(plan.isOk()) << "layer_norm_bwd with " << extra.dump() << " loaded";
+    EXPECT_NE(plan.status().message().find("gamma, dgamma and dbeta come together"), std::string::npos)
+        << plan.status().message();
+  }
 }
 
 // ---- embedding: scale ----------------------------------------------------------------------------------

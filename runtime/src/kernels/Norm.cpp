@@ -181,8 +181,9 @@ void registerCpuNormKernels(CpuKernelTable& t) {
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kLayerNormBwd, [](const KernelCall& c, const P& p, const Ctx&) {
-    layerNormBackwardWeight(c.F("dy"), c.F("x"), c.F("mean"), c.F("rstd"), c.F("dgamma"), c.F("dbeta"), p.M, p.H,
-                            p.accumulate);
+    if (c.F("dgamma"))  // none: a LayerNorm without gamma and beta (the input gradient and the add only)
+      layerNormBackwardWeight(c.F("dy"), c.F("x"), c.F("mean"), c.F("rstd"), c.F("dgamma"), c.F("dbeta"), p.M, p.H,
+                              p.accumulate);
     layerNormBackwardInput(c.F("dy"), c.F("x"), c.F("gamma"), c.F("mean"), c.F("rstd"), c.F("dx"), p.M, p.H,
                            c.F("dresidual"), c.storedBf16("dx"));
     return Status::ok();

@@ -7,8 +7,11 @@
 #include "OpDefs.h"
 #include "llcdist/runtime/FloatAttrRules.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace llcdist::rt::ops {
 namespace {
@@ -23,14 +26,27 @@ Status checkNorm(const OpChecker& c) {
   for (const char* r : {"mean", "rstd"}) LLCDIST_RETURN_IF_ERROR(c.count(r, M, "M"));
   for (const char* r : {"gamma", "beta", "weight", "dgamma", "dbeta", "dweight"})
     LLCDIST_RETURN_IF_ERROR(c.count(r, H, "H"));
-  // A LayerNorm forward's gamma and beta: both (affine) or neither (gamma 1, beta 0).
+  // A LayerNorm's optional parameter roles come together (affine) or not at all (gamma 1, beta 0):
+  // gamma and beta in the forwards, gamma, dgamma and dbeta in layer_norm_bwd.
   const sc::OpSpec& spec = sc::opSpec(c.op().kind);
-  const int gamma = sc::argIndex(c.op().kind, "gamma"), beta = sc::argIndex(c.op().kind, "beta");
-  if (gamma >= 0 && beta >= 0 && spec.args[size_t(beta)].arity == sc::ArgArity::kOptional &&
-      c.op().args[size_t(gamma)].empty() != c.op().args[size_t(beta)].empty())
-    return c.argError(c.op().args[size_t(gamma)].empty() ? "beta" : "gamma",
-                      "gamma and beta come together (an affine LayerNorm) or not at all (none); give both or "
-                      "neither");
+  std::vector<const char*> present, absent;
+  for (const char* r : {"gamma", "beta", "dgamma", "dbeta"}) {
+    const int i = sc::argIndex(c.op().kind, r);
+    if (i >= 0 && spec.args[size_t(i)].arity == sc::ArgArity::kOptional)
+      (c.op().args[size_t(i)].empty() ? absent : present).push_back(r);
+  }
+  if (!present.empty() && !absent.empty()) {
+    std::vector<const char*> roles;  // in schema order: "gamma and beta", "gamma, dgamma and dbeta"
+    for (const char* r : {"gamma", "beta", "dgamma", "dbeta"})
+      if (std::count(present.begin(), present.end(), r) || std::count(absent.begin(), absent.end(), r))
+        roles.push_back(r);
+    std::string all;
+    for (size_t i = 0; i < roles.size(); ++i)
+      all += std::string(i == 0 ? "" : i + 1 == roles.size() ? " and " : ", ") + roles[i];
+    return c.argError(present.front(), std::string(sc::opName(c.op().kind)) + ": " + all +
+                                           " come together (an affine LayerNorm) or not at all (none); args." +
+                                           absent.front() + " is missing");
+  }
   // weight_offset (only the RMS norms' schemas have it): a finite JSON number (the schema), and finite
   // as the fp32 value the kernels add (1e39 is not).
   const std::string offset(sc::kWeightOffsetAttr);

@@ -851,6 +851,16 @@ std::vector<Case> cases() {
          h.roundIfBf16(h.f["sum"][0]);
          layerNormForward(h.F("sum"), h.F("gamma"), h.F("beta"), h.F("y"), h.F("mean"), h.F("rstd"), 3, 4, 1e-5f);
        }},
+      {"layer_norm_bwd",  // without gamma, dgamma and dbeta: the input gradient and the residual's add
+       {{"dy", {12}}, {"x", {12}}, {"mean", {3}}, {"rstd", {3}}, {"dresidual", {12}}, {"dx", {12}}},
+       {{"M", 3}, {"H", 4}, {"accumulate", false}},
+       [](Host& h) {
+         const std::vector<float> ones(4, 1.0f);
+         std::vector<float> dxIn(12);
+         layerNormBackwardInput(h.F("dy"), h.F("x"), ones.data(), h.F("mean"), h.F("rstd"), dxIn.data(), 3, 4);
+         h.roundIfBf16(dxIn);
+         addForward(h.F("dresidual"), dxIn.data(), h.F("dx"), 12);
+       }},
       {"add_layer_norm_fwd",
        {{"a", {12}}, {"b", {12}}, {"sum", {12}}, {"y", {12}}, {"mean", {3}}, {"rstd", {3}}},
        {{"M", 3}, {"H", 4}, {"eps", 1e-5}},

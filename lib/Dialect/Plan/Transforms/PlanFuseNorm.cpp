@@ -10,7 +10,9 @@
 //    rms_norm_bwd; when the next kernel is an `add` of the input gradient and
 //    another gradient (the residual's), and no other kernel of the program
 //    touches the input gradient, the add joins it (`dresidual`) and the
-//    input gradient's buffer goes.
+//    input gradient's buffer goes. A LayerNorm without gamma (OLMo's) has no
+//    weight gradient: its input gradient and that add become layer_norm_bwd
+//    without gamma, dgamma and dbeta.
 // Only synchronous compute kernels fuse, and the fused kernel stands where
 // one of them stood, the others moving to it across kernels independent of
 // them only (a wait: of the operation it waits for): the ZeRO-3 gathers and
@@ -117,8 +119,8 @@ bool samePair(plan::KernelOp w, plan::KernelOp in, const NormKinds &n) {
   return true;
 }
 
-/// A candidate backward fusion: the pair and the add that first reads the
-/// input gradient (or null).
+/// A candidate backward fusion: the pair (no weight gradient for a LayerNorm
+/// without gamma) and the add that first reads the input gradient (or null).
 struct BwdGroup {
   plan::KernelOp weight, input, add;
   NormKinds kinds;
@@ -140,6 +142,8 @@ Attribute residualOf(const plan::FusionBuffers &bufs, BwdGroup g) {
   const StringAttr residualName = cast<FlatSymbolRefAttr>(residual).getAttr(),
                    yName = cast<FlatSymbolRefAttr>(y).getAttr();
   for (plan::KernelOp k : {g.weight, g.input}) {
+    if (!k)
+      continue;
     plan::KernelAccess acc = plan::accessOf(k);
     if (acc.writes.contains(residualName) || acc.reads.contains(yName) || acc.writes.contains(yName))
       return {};
@@ -193,9 +197,10 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
           continue;
         const SmallVector<plan::KernelOp, 2> &candidates = weightsOf.lookup(argOf(in, "dy"));
         auto w = llvm::find_if(candidates, [&](plan::KernelOp k) { return samePair(k, in, *n); });
-        if (w == candidates.end())
+        const bool plain = n->layerNorm && !argOf(in, "gamma"); // no weight gradient to pair with
+        if (w == candidates.end() && !(plain && isSyncKernel(in, n->bwdInput)))
           continue;
-        groups.push_back(BwdGroup{*w, in, plan::nextReader(in, argOf(in, "dx")), *n});
+        groups.push_back(BwdGroup{plain ? plan::KernelOp() : *w, in, plan::nextReader(in, argOf(in, "dx")), *n});
       }
     });
     llvm::DenseMap<Attribute, int64_t> touches = plan::kernelsTouching(program), groupTouches;
@@ -208,9 +213,9 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
 
     for (auto [g, residual] : llvm::zip_equal(groups, residuals)) {
       Attribute dx = argOf(g.input, "dx");
-      SmallVector<plan::KernelOp> members{g.weight, g.input};
-      if (g.input->isBeforeInBlock(g.weight))
-        std::swap(members[0], members[1]);
+      SmallVector<plan::KernelOp> members{g.input};
+      if (g.weight)
+        members.insert(g.input->isBeforeInBlock(g.weight) ? members.end() : members.begin(), g.weight);
       plan::KernelOp at;
       bool withResidual = residual && touches[dx] == groupTouches[dx];
       if (withResidual) {
@@ -221,6 +226,10 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
           members.pop_back();
         }
       }
+      // Without a weight gradient only the add is worth joining: alone, the
+      // input gradient is one kernel already.
+      if (!g.weight && !withResidual)
+        continue;
       if (!at)
         at = plan::placement(members, accesses);
       if (!at)
@@ -232,17 +241,21 @@ struct PlanFuseNormPass : public plan::impl::PlanFuseNormBase<PlanFuseNormPass> 
       if (withResidual)
         args.push_back(b.getNamedAttr("dresidual", residual));
       args.push_back(b.getNamedAttr("dx", withResidual ? argOf(g.add, "y") : dx));
-      for (NamedAttribute a : g.weight.getArgs())
-        if (!g.input.getArgs().get(a.getName()))
-          args.push_back(a);
-      // The weight gradient's params (M, H, accumulate) and the input
-      // gradient's weight_offset (Gemma's (1 + w)), if any.
-      NamedAttrList params(g.weight.getParams());
+      if (g.weight)
+        for (NamedAttribute a : g.weight.getArgs())
+          if (!g.input.getArgs().get(a.getName()))
+            args.push_back(a);
+      // The weight gradient's params (M, H, accumulate; without one, the
+      // input gradient's and no accumulation) and the input gradient's
+      // weight_offset (Gemma's (1 + w)), if any.
+      NamedAttrList params(g.weight ? g.weight.getParams() : g.input.getParams());
+      if (!g.weight)
+        params.set("accumulate", b.getBoolAttr(false));
       if (Attribute offset = g.input.getParams().get("weight_offset"))
         params.set("weight_offset", offset);
       build(b, at, g.kinds.bwd, args, params.getDictionary(b.getContext()), g.input.getLoc());
-      fused.add((g.kinds.bwdWeight + " + " + g.kinds.bwdInput + (withResidual ? " + add" : "")).str(), g.kinds.bwd,
-                withResidual ? 3 : 2);
+      const std::string from = (g.weight ? (g.kinds.bwdWeight + " + ").str() : std::string()) + g.kinds.bwdInput.str();
+      fused.add(from + (withResidual ? " + add" : ""), g.kinds.bwd, int(members.size()));
       for (plan::KernelOp m : members)
         m.erase();
       if (withResidual) // the input gradient's buffer: no kernel names it any more

@@ -544,9 +544,12 @@ inline constexpr A kAddLnFwdArgs[] = {{"a", One, F, R},     {"b", One, F, R},   
                                       {"mean", One, F, W},  {"rstd", One, F, W}};
 inline constexpr A kAddRmsFwdArgs[] = {{"a", One, F, R},      {"b", One, F, R}, {"sum", One, F, W, "a|b"},
                                        {"weight", One, F, R}, {"y", One, F, W}, {"rstd", One, F, W}};
-inline constexpr A kLnBwdArgs[] = {{"dy", One, F, R},        {"x", One, F, R},          {"gamma", One, F, R},
-                                   {"mean", One, F, R},      {"rstd", One, F, R},       {"dresidual", Opt, F, R},
-                                   {"dx", One, F, W, "dresidual"}, {"dgamma", One, F, RW}, {"dbeta", One, F, RW}};
+// layer_norm_bwd's gamma, dgamma and dbeta: all three, or none (a LayerNorm without an affine transform:
+// the input gradient and the residual's add only).
+inline constexpr A kLnBwdArgs[] = {
+    {"dy", One, F, R},    {"x", One, F, R},         {"gamma", Opt, F, R},           {"mean", One, F, R},
+    {"rstd", One, F, R},  {"dresidual", Opt, F, R}, {"dx", One, F, W, "dresidual"}, {"dgamma", Opt, F, RW},
+    {"dbeta", Opt, F, RW}};
 inline constexpr A kRmsBwdArgs[] = {{"dy", One, F, R},        {"x", One, F, R},
                                     {"weight", One, F, R},    {"rstd", One, F, R},
                                     {"dresidual", Opt, F, R}, {"dx", One, F, W, "dresidual"},

@@ -252,7 +252,8 @@ Status layerNormBwdWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
 // layer_norm_bwd: the weight gradients first (they read dy and x, which dx may not overwrite: no alias),
 // then the input gradient with the residual.
 Status layerNormBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
-  LLCDIST_RETURN_IF_ERROR(layerNormBwdWeight(c, p, ctx));
+  if (floatRef(c, "dgamma"))  // none: a LayerNorm without gamma and beta (the input gradient and the add)
+    LLCDIST_RETURN_IF_ERROR(layerNormBwdWeight(c, p, ctx));
   return layerNormBwdInput(c, p, ctx);
 }
 

@@ -197,16 +197,17 @@ plan.program @kept attributes {queues = ["compute", "comm"]} {
 
 // A LayerNorm without gamma and beta (OLMo's): the forward fuses as any
 // (add_layer_norm_fwd without them); the input gradient has no weight
-// gradient beside it, so it and the residual's add stay as they are.
+// gradient beside it, and it joins the residual's add alone: layer_norm_bwd
+// without gamma, dgamma and dbeta (accumulate false), and @dxn goes.
 // CHECK-LABEL: plan.program @plain
-// CHECK-SAME: plan.fused = [{from = "add + layer_norm_fwd", into = 1 : i64, ops = 2 : i64, pass = "llcdist-plan-fuse-norm", to = "add_layer_norm_fwd"}]
+// CHECK-SAME: plan.fused = [{from = "add + layer_norm_fwd", into = 1 : i64, ops = 2 : i64, pass = "llcdist-plan-fuse-norm", to = "add_layer_norm_fwd"}, {from = "layer_norm_bwd_input + add", into = 1 : i64, ops = 2 : i64, pass = "llcdist-plan-fuse-norm", to = "layer_norm_bwd"}]
+// CHECK-NOT: plan.buffer @dxn
 // CHECK: plan.subroutine @forward {
 // CHECK-NEXT: plan.kernel "add_layer_norm_fwd" {a = @r0, b = @br, mean = @mu, rstd = @rs, sum = @r1, y = @ln} {H = 4 : i64, M = 2 : i64, eps = 1.000000e-05 : f64}
 // CHECK-NEXT: plan.kernel "add" {a = @r1, b = @ln, y = @r2}
 // CHECK-NEXT: {{^ *}}}
 // CHECK: plan.subroutine @backward {
-// CHECK-NEXT: plan.kernel "layer_norm_bwd_input" {dx = @dxn, dy = @dln, mean = @mu, rstd = @rs, x = @r1} {H = 4 : i64, M = 2 : i64}
-// CHECK-NEXT: plan.kernel "add" {a = @dres, b = @dxn, y = @dr0}
+// CHECK-NEXT: plan.kernel "layer_norm_bwd" {dresidual = @dres, dx = @dr0, dy = @dln, mean = @mu, rstd = @rs, x = @r1} {H = 4 : i64, M = 2 : i64, accumulate = false}
 // CHECK-NEXT: {{^ *}}}
 // MEM-LABEL: plan.program @plain
 // MEM: arena_bytes

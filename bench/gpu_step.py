@@ -295,6 +295,7 @@ def main():
 
 def bench(args, tmp):
     deadline = time.time() + args.budget
+    gpu_model = gpu_name()  # one nvidia-smi call: the device file and its INFO line
     if args.dir:
         d = os.path.abspath(args.dir)
         bench_dir = os.path.join(d, "plans", "bench")
@@ -311,7 +312,7 @@ def bench(args, tmp):
             cases[m] = (b["micro_batch"], b["seq_len"])
         configs = {m: os.path.join(d, "models", m + ".json") for m in models}
         infos = {m: json.load(open(os.path.join(d, "info", m + ".json"))) for m in models}
-        device_file = args.device_file or device_file_for(gpu_name(), os.path.join(d, "devices"))
+        device_file = args.device_file or device_file_for(gpu_model, os.path.join(d, "devices"))
         out_json = args.json  # none unless asked
     else:  # in place: compile here
         cases = parse_cases(args.cases) if args.cases else dict(CASES)
@@ -331,12 +332,12 @@ def bench(args, tmp):
             except (subprocess.CalledProcessError, OSError) as e:
                 print(f"FAIL bench {m}: llc-dist compile / info: {e}{tail(getattr(e, 'stderr', ''))}")
                 return 1
-        device_file = args.device_file or device_file_for(gpu_name(), os.path.join(ROOT, "devices"))
+        device_file = args.device_file or device_file_for(gpu_model, os.path.join(ROOT, "devices"))
         out_json = args.json or os.path.join(ROOT, "bench", "results", "gpu-step.json")
     device = json.load(open(device_file))
     peak = device["bf16_dense_tflops"] * 1e12
     print(f"INFO bench device file: {os.path.basename(device_file)} ({device['name']}, "
-          f"{device['bf16_dense_tflops']} TFLOP/s dense bf16) for GPU {gpu_name() or 'none found'}", flush=True)
+          f"{device['bf16_dense_tflops']} TFLOP/s dense bf16) for GPU {gpu_model or 'none found'}", flush=True)
 
     # Order: what the targets need first (llc-dist and eager per model), torch.compile last.
     order = [(m, "llc-dist") for m in models[:1]] + [(models[0], "pytorch-eager")]

@@ -45,18 +45,14 @@ inline float withResidual(float v, const float* dresidual, int64_t i, bool round
 void layerNormBackwardInput(const float* dy, const float* x, const float* gamma, const float* mean,
                             const float* rstd, float* dx, int64_t M, int64_t H, const float* dresidual,
                             bool roundBf16) {
-  // dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma (dy where gamma is null: 1).
-  std::vector<float> ones;
-  if (!gamma) {
-    ones.assign(size_t(H), 1.0f);
-    gamma = ones.data();
-  }
+  // dx = rstd · (g - mean(g) - xhat·mean(g·xhat)) with g = dy·gamma (dy·1 where gamma is null).
+  const auto gammaAt = [gamma](int64_t h) { return gamma ? gamma[h] : 1.0f; };
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * H;
     const float* dyr = dy + m * H;
     double sumG = 0.0, sumGX = 0.0;
     for (int64_t h = 0; h < H; ++h) {
-      const double g = double(dyr[h]) * gamma[h];
+      const double g = double(dyr[h]) * gammaAt(h);
       sumG += g;
       sumGX += g * ((xr[h] - mean[m]) * rstd[m]);
     }
@@ -65,7 +61,7 @@ void layerNormBackwardInput(const float* dy, const float* x, const float* gamma,
     float* dxr = dx + m * H;
     for (int64_t h = 0; h < H; ++h) {
       const float xhat = (xr[h] - mean[m]) * rstd[m];
-      dxr[h] = withResidual(rstd[m] * (dyr[h] * gamma[h] - meanG - xhat * meanGX), dresidual, m * H + h, roundBf16);
+      dxr[h] = withResidual(rstd[m] * (dyr[h] * gammaAt(h) - meanG - xhat * meanGX), dresidual, m * H + h, roundBf16);
     }
   }
 }

@@ -7,7 +7,6 @@
 #include "OpDefs.h"
 #include "llcdist/runtime/FloatAttrRules.h"
 
-#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -29,23 +28,22 @@ Status checkNorm(const OpChecker& c) {
   // A LayerNorm's optional parameter roles come together (affine) or not at all (gamma 1, beta 0):
   // gamma and beta in the forwards, gamma, dgamma and dbeta in layer_norm_bwd.
   const sc::OpSpec& spec = sc::opSpec(c.op().kind);
-  std::vector<const char*> present, absent;
+  std::vector<const char*> roles;  // the optional ones, in order: "gamma and beta", "gamma, dgamma and dbeta"
+  const char *present = nullptr, *missing = nullptr;  // the first of each
   for (const char* r : {"gamma", "beta", "dgamma", "dbeta"}) {
     const int i = sc::argIndex(c.op().kind, r);
-    if (i >= 0 && spec.args[size_t(i)].arity == sc::ArgArity::kOptional)
-      (c.op().args[size_t(i)].empty() ? absent : present).push_back(r);
+    if (i < 0 || spec.args[size_t(i)].arity != sc::ArgArity::kOptional) continue;
+    roles.push_back(r);
+    const char*& first = c.op().args[size_t(i)].empty() ? missing : present;
+    if (!first) first = r;
   }
-  if (!present.empty() && !absent.empty()) {
-    std::vector<const char*> roles;  // in schema order: "gamma and beta", "gamma, dgamma and dbeta"
-    for (const char* r : {"gamma", "beta", "dgamma", "dbeta"})
-      if (std::count(present.begin(), present.end(), r) || std::count(absent.begin(), absent.end(), r))
-        roles.push_back(r);
+  if (present && missing) {
     std::string all;
     for (size_t i = 0; i < roles.size(); ++i)
       all += std::string(i == 0 ? "" : i + 1 == roles.size() ? " and " : ", ") + roles[i];
-    return c.argError(present.front(), std::string(sc::opName(c.op().kind)) + ": " + all +
-                                           " come together (an affine LayerNorm) or not at all (none); args." +
-                                           absent.front() + " is missing");
+    return c.argError(present, std::string(sc::opName(c.op().kind)) + ": " + all +
+                                   " come together (an affine LayerNorm) or not at all (none); args." + missing +
+                                   " is missing");
   }
   // weight_offset (only the RMS norms' schemas have it): a finite JSON number (the schema), and finite
   // as the fp32 value the kernels add (1e39 is not).

@@ -125,8 +125,13 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
       a.megatronNotes.push_back("rope_scaling (llama3): Megatron-LM's --use-rope-scaling");
   } else {
     // GPT-2's, Phi's and StarCoder2's MLP: the tanh GELU (Megatron-LM's
-    // default is the exact one); LayerNorm is its default normalization.
-    flag(a, "--openai-gelu");
+    // default is the exact one, GPT-NeoX's); LayerNorm is its default
+    // normalization.
+    if (!m.geluExact)
+      flag(a, "--openai-gelu");
+    if (m.arch == Arch::GptNeoX && !m.outputBias) // attention_bias off, the MLP's biases on
+      a.megatronNotes.push_back("no biases on query_key_value and dense (attention_bias false) but on the MLP: no "
+                                "Megatron-LM flag (--disable-bias-linear drops both)");
     if (!m.outputBias && !m.mlpBias) // StarCoder2 without use_bias
       flag(a, "--disable-bias-linear");
   }
@@ -137,7 +142,11 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   if (m.arch == Arch::Phi)
     a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (x + attn(ln x) + mlp(ln x)): no "
                               "Megatron-LM flag; the LM head's bias: none either");
-  if (m.parallelResidual)
+  if (m.parallelResidual && m.arch == Arch::GptNeoX)
+    a.megatronNotes.push_back("attention and MLP in parallel, each on its own LayerNorm (use_parallel_residual: x + "
+                              "attn(ln1 x) + mlp(ln2 x)): no Megatron-LM flag (GPT-NeoX's own fork calls it "
+                              "gpt_j_residual)");
+  else if (m.parallelResidual)
     a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (use_parallel_residual: x + attn(ln x) + "
                               "mlp(ln x)): no Megatron-LM flag");
   if (m.moe)

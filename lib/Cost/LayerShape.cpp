@@ -137,7 +137,8 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.sparseLayer = pc.layer - mlp + sparseMlp;
     pc.denseLayer = pc.layer - mlp + denseMlp;
     pc.finalNorm = double(m.finalNormTensors()) * H; // OLMo's has none
-  } else if (m.arch == Arch::Starcoder2) { // two LayerNorms; q, k, v, o, c_fc, c_proj and their biases
+  } else if (m.arch == Arch::Starcoder2 || m.arch == Arch::GptNeoX) {
+    // Two LayerNorms; q, k, v (GPT-NeoX's fused), o, the MLP's two matrices, their biases.
     pc.layer = 4 * H + H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
     if (m.qkvBias)
       pc.layer += double(s.q + 2 * s.kv);

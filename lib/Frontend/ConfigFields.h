@@ -197,6 +197,7 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj);
 void parsePhi(FieldReader &r, ModelConfig &c, const json &obj);
 void parseStableLm(FieldReader &r, ModelConfig &c, const json &obj);
 void parseOlmo(FieldReader &r, ModelConfig &c, const json &obj);
+void parseGptNeoX(FieldReader &r, ModelConfig &c, const json &obj);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
 } // namespace llcdist::config
 

@@ -7,7 +7,9 @@
 // Qwen2MoeForCausalLM put a sparse mixture of experts in its MLP's place;
 // Starcoder2ForCausalLM has Llama's attention in a GPT-style layer;
 // StableLmForCausalLM is Llama's layer with LayerNorms and partial rotary,
-// OlmoForCausalLM Llama's layer with LayerNorms that have no parameters);
+// OlmoForCausalLM Llama's layer with LayerNorms that have no parameters;
+// GPTNeoXForCausalLM a GPT-style layer with q, k and v fused per head, partial
+// rotary embeddings, the exact GELU and a parallel residual);
 // parameter names and
 // layouts are theirs, so a safetensors checkpoint maps onto the graph without
 // conversion.
@@ -58,6 +60,8 @@ public:
       dense = starcoder2Block();
     else if (m.arch == Arch::StableLm)
       dense = stablelmBlock();
+    else if (m.arch == Arch::GptNeoX)
+      dense = gptNeoXBlock();
     if (m.sparseLayers() > 0) {
       sparse = llamaBlock(/*sparse=*/true);
       b.setInsertionPointToEnd(module->getBody());
@@ -193,22 +197,22 @@ private:
   }
 
   /// Rotary embeddings on q or k of layer prefix `p` (Phi's on the first
-  /// rotaryDim dims of each head).
-  Value rope(const std::string &p, Value v) {
+  /// rotaryDim dims of each head); `attn`: the attention module's name.
+  Value rope(const std::string &p, Value v, const char *attn = "self_attn") {
     IntegerAttr rotary = m.rotaryDim && m.rotaryDim != m.headDim ? b.getI64IntegerAttr(m.rotaryDim) : IntegerAttr();
-    return RopeOp::create(b, loc(p + "self_attn.rotary_emb"), v.getType(), v, b.getI64IntegerAttr(m.headDim),
+    return RopeOp::create(b, loc(p + attn + ".rotary_emb"), v.getType(), v, b.getI64IntegerAttr(m.headDim),
                           b.getF64FloatAttr(m.ropeTheta), ropeScaling(), rotary)
         .getResult();
   }
 
   /// Causal attention of layer prefix `p` over q [B, S, nh·hd] and k, v.
-  Value attention(const std::string &p, Value q, Value k, Value v) {
+  Value attention(const std::string &p, Value q, Value k, Value v, const char *attn = "self_attn") {
     // Mistral's sliding window W: transformers 4.40 (and Mistral's reference
     // code) let query i see keys i-W..i, W + 1 of them: xf.attention's
     // `window`. Where that covers the sequence it masks nothing (plain causal).
     const int64_t keys = m.slidingWindow + 1;
     IntegerAttr window = m.slidingWindow > 0 && keys < S ? b.getI64IntegerAttr(keys) : IntegerAttr();
-    return AttentionOp::create(b, loc(p + "self_attn", {"num_heads", "num_kv_heads"}), act(m.heads * m.headDim),
+    return AttentionOp::create(b, loc(p + attn, {"num_heads", "num_kv_heads"}), act(m.heads * m.headDim),
                                /*lse=*/Type(), q, k, v, m.heads, m.kvHeads, m.headDim, window)
         .getResult();
   }
@@ -375,6 +379,45 @@ private:
     return fn;
   }
 
+  /// GPTNeoXLayer: LayerNorms with biases; q, k and v from one GEMM whose
+  /// output holds each head's q, k and v side by side (a split in `heads`
+  /// groups, which tp splits in whole heads), rotary embeddings on part of
+  /// each head, the MLP's exact GELU (or tanh, by hidden_act). With
+  /// use_parallel_residual x + attn(ln1 x) + mlp(ln2 x), summed as
+  /// transformers does ((mlp + attn) + x); else sequential.
+  func::FuncOp gptNeoXBlock() {
+    func::FuncOp fn;
+    Value x = beginLayer(fn, "gpt_neox_layer");
+    const std::string p = "gpt_neox.layers.{i}.";
+    int64_t H = m.hidden, I = m.intermediate;
+    auto o = WeightLayout::OutIn;
+    Value h = layerNorm(p + "input_layernorm", x);
+    Value qkv = linear(p + "attention.query_key_value", h, H, 3 * H, m.qkvBias, o);
+    auto split = SplitOp::create(b, loc(p + "attention", {"num_heads"}), TypeRange{act(H), act(H), act(H)}, qkv,
+                                 b.getI64IntegerAttr(m.heads));
+    Value q = rope(p, split.getResult(0), "attention");
+    Value k = rope(p, split.getResult(1), "attention");
+    Value a = attention(p, q, k, split.getResult(2), "attention");
+    Value attnOut = linear(p + "attention.dense", a, H, H, m.outputBias, o);
+    auto mlp = [&](Value in) {
+      Value f = linear(p + "mlp.dense_h_to_4h", in, H, I, true, o);
+      Value g = m.geluExact ? GeluErfOp::create(b, loc(p + "mlp"), f).getResult()
+                            : GeluTanhOp::create(b, loc(p + "mlp"), f).getResult();
+      return linear(p + "mlp.dense_4h_to_h", g, I, H, true, o);
+    };
+    if (m.parallelResidual) {
+      Value mlpOut = mlp(layerNorm(p + "post_attention_layernorm", x));
+      Value sum = AddOp::create(b, loc(p + "mlp"), mlpOut, attnOut);
+      x = AddOp::create(b, loc(p), sum, x);
+    } else {
+      x = AddOp::create(b, loc(p + "attention"), attnOut, x);
+      Value mlpOut = mlp(layerNorm(p + "post_attention_layernorm", x));
+      x = AddOp::create(b, loc(p + "mlp"), mlpOut, x);
+    }
+    func::ReturnOp::create(b, loc(p), x);
+    return fn;
+  }
+
   DictionaryAttr ropeScaling() {
     if (!m.ropeScaling)
       return {};
@@ -402,8 +445,10 @@ private:
     fn.setArgAttr(1, "xf.name", b.getStringAttr("labels"));
     b.setInsertionPointToStart(fn.addEntryBlock());
     int64_t H = m.hidden, V = m.vocab;
-    bool gpt2 = m.arch == Arch::GPT2;
-    std::string embName = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+    bool gpt2 = m.arch == Arch::GPT2, neox = m.arch == Arch::GptNeoX;
+    std::string embName = gpt2   ? "transformer.wte.weight"
+                          : neox ? "gpt_neox.embed_in.weight"
+                                 : "model.embed_tokens.weight";
     Value emb = param(embName, {V, H});
     // Gemma: the embeddings times sqrt(hidden_size).
     FloatAttr scale = m.scaleEmbeddings ? b.getF64FloatAttr(std::sqrt(double(H))) : FloatAttr();
@@ -428,11 +473,13 @@ private:
       x = layerNorm("transformer.ln_f", x);
     else if (m.arch == Arch::Phi)
       x = layerNorm("model.final_layernorm", x);
+    else if (neox)
+      x = layerNorm("gpt_neox.final_layer_norm", x);
     else if (layerNorms(m.arch)) // StarCoder2, StableLM, OLMo
       x = layerNorm("model.norm", x);
     else
       x = rmsNorm("model.norm", x);
-    Value head = m.tieEmbeddings ? emb : param("lm_head.weight", {V, H});
+    Value head = m.tieEmbeddings ? emb : param(neox ? "embed_out.weight" : "lm_head.weight", {V, H});
     Value headBias = m.lmHeadBias ? param("lm_head.bias", {V}) : Value();
     Value logits = LinearOp::create(b, loc("lm_head"), act(V), WeightLayout::OutIn, x, head, headBias);
     Value loss = CrossEntropyOp::create(b, loc("loss"), lossTy, logits,

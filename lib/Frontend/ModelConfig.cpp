@@ -33,7 +33,8 @@ constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
                                 {Arch::Qwen2Moe, "qwen2_moe", "Qwen2MoeForCausalLM"},
                                 {Arch::Starcoder2, "starcoder2", "Starcoder2ForCausalLM"},
                                 {Arch::StableLm, "stablelm", "StableLmForCausalLM"},
-                                {Arch::Olmo, "olmo", "OlmoForCausalLM"}};
+                                {Arch::Olmo, "olmo", "OlmoForCausalLM"},
+                                {Arch::GptNeoX, "gpt_neox", "GPTNeoXForCausalLM"}};
 } // namespace
 
 const char *llcdist::archName(Arch a) { return kArchs[int(a)].name; }
@@ -66,7 +67,10 @@ template <typename T> T layerCount(const ModelConfig &c, bool active, bool spars
     return 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H);
   if (c.arch == Arch::Phi) // one LayerNorm; q, k, v, dense, fc1, fc2, all with biases
     return 2 * H + (H * q + q) + 2 * (H * kv + kv) + (q * H + H) + (H * I + I) + (I * H + H);
-  if (c.arch == Arch::Starcoder2) // two LayerNorms; q, k, v, o, c_fc, c_proj, biases when use_bias
+  // Two LayerNorms; q, k, v, o, c_fc, c_proj, biases when use_bias (GPT-NeoX:
+  // q, k and v fused in query_key_value, o is dense, the MLP's dense_h_to_4h
+  // and dense_4h_to_h with biases; attention biases when attention_bias).
+  if (c.arch == Arch::Starcoder2 || c.arch == Arch::GptNeoX)
     return 4 * H + H * q + 2 * H * kv + q * H + 2 * H * I + (c.qkvBias ? q + 2 * kv : 0) + (c.outputBias ? H : 0) +
            (c.mlpBias ? I + H : 0);
   T layer = T(c.normTensors()) * H + H * q + 2 * H * kv + q * H;
@@ -107,6 +111,8 @@ int64_t ModelConfig::layerTensors(bool sparse) const {
     return 14;
   if (arch == Arch::Starcoder2) // four norm tensors, six matrices, their biases
     return 10 + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 2 : 0);
+  if (arch == Arch::GptNeoX) // four norm tensors, four matrices (q, k, v fused), their biases
+    return 8 + (qkvBias ? 1 : 0) + (outputBias ? 1 : 0) + 2;
   // The norms, q k v o, and the gated MLP's three matrices or the router,
   // three stacked expert weights and the shared expert with its gate.
   int64_t mlp = moe && sparse ? 4 + (moe->sharedIntermediate ? 4 : 0) : 3 + (mlpBias ? 3 : 0);
@@ -211,6 +217,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseStableLm(r, c, obj);
     else if (c.arch == Arch::Olmo)
       parseOlmo(r, c, obj);
+    else if (c.arch == Arch::GptNeoX)
+      parseGptNeoX(r, c, obj);
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));

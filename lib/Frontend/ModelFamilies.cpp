@@ -2,7 +2,7 @@
 //
 // The fields of each transformers config class llc-dist builds (GPT2Config,
 // LlamaConfig and the Llama-shaped families', PhiConfig, StableLmConfig,
-// OlmoConfig, Starcoder2Config) into one ModelConfig. What llc-dist does not build is
+// OlmoConfig, Starcoder2Config, GPTNeoXConfig) into one ModelConfig. What llc-dist does not build is
 // refused by name.
 //
 //===----------------------------------------------------------------------===//
@@ -49,10 +49,11 @@ namespace {
 /// rope_theta, under the runtime's own rule (PlanSchema.h), so no config
 /// compiles to a plan the runtime refuses (5e-324 is a positive double but
 /// 0 in fp32).
-void readRopeTheta(FieldReader &r, ModelConfig &c, const json &obj, double dflt = 10000.0) {
-  c.ropeTheta = r.positiveFloat("rope_theta", dflt);
+void readRopeTheta(FieldReader &r, ModelConfig &c, const json &obj, double dflt = 10000.0,
+                   const char *key = "rope_theta") {
+  c.ropeTheta = r.positiveFloat(key, dflt);
   if (!llcdist::rt::schema::ropeThetaInRange(c.ropeTheta))
-    r.fail("rope_theta", std::string(llcdist::rt::schema::kRopeThetaRule) + ", got " + obj.at("rope_theta").dump());
+    r.fail(key, std::string(llcdist::rt::schema::kRopeThetaRule) + ", got " + obj.at(key).dump());
 }
 
 /// Every query head's group has a kv head: num_key_value_heads divides
@@ -245,18 +246,19 @@ void parseLlama(FieldReader &r, ModelConfig &c, const json &obj) {
 
 namespace {
 
-/// partial_rotary_factor (PhiConfig's default 0.5, StableLmConfig's 0.25):
-/// int(factor * head_dim) dims of each head rotate, as PhiAttention and
-/// StableLmAttention cut them.
-void readPartialRotary(FieldReader &r, ModelConfig &c, const json &obj, double dflt) {
-  double factor = r.positiveFloat("partial_rotary_factor", dflt);
+/// partial_rotary_factor (PhiConfig's default 0.5, StableLmConfig's 0.25;
+/// GPTNeoXConfig's rotary_pct, 0.25): int(factor * head_dim) dims of each
+/// head rotate, as PhiAttention, StableLmAttention and GPTNeoXAttention cut
+/// them.
+void readPartialRotary(FieldReader &r, ModelConfig &c, const json &obj, double dflt,
+                       const char *key = "partial_rotary_factor") {
+  double factor = r.positiveFloat(key, dflt);
   if (factor > 1)
-    r.fail("partial_rotary_factor", "must be in (0, 1], got " + obj.at("partial_rotary_factor").dump());
+    r.fail(key, "must be in (0, 1], got " + obj.at(key).dump());
   c.rotaryDim = int64_t(factor * double(c.headDim));
   if (c.rotaryDim < 2 || c.rotaryDim % 2 != 0)
-    r.fail("partial_rotary_factor", "gives int(" + obj.value("partial_rotary_factor", json(dflt)).dump() + " * " +
-                                        std::to_string(c.headDim) + ") = " + std::to_string(c.rotaryDim) +
-                                        " rotary dims per head; they must be even and at least 2");
+    r.fail(key, "gives int(" + obj.value(key, json(dflt)).dump() + " * " + std::to_string(c.headDim) +
+                    ") = " + std::to_string(c.rotaryDim) + " rotary dims per head; they must be even and at least 2");
 }
 
 /// The sizes of a family whose transformers 4.40 config has no head_dim
@@ -350,6 +352,38 @@ void parseOlmo(FieldReader &r, ModelConfig &c, const json &obj) {
   c.mlpBias = false;
   c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
   r.ignore({"attention_dropout"});
+}
+
+/// GPT-NeoX's fields (transformers 4.40's GPTNeoXConfig; Pythia, GPT-NeoX-20B):
+/// LayerNorms with biases, q, k and v fused per head in query_key_value, rotary
+/// embeddings on the first rotary_pct of each head (base rotary_emb_base),
+/// the exact GELU ("gelu"), attention and MLP side by side on two LayerNorms
+/// when use_parallel_residual (the default), biases on the attention's
+/// projections when attention_bias, on the MLP's always; an untied embed_out.
+void parseGptNeoX(FieldReader &r, ModelConfig &c, const json &obj) {
+  if (r.has("num_key_value_heads"))
+    r.fail("num_key_value_heads", "is not a field of GPTNeoXConfig (every head has its own k and v); remove it");
+  readSizes(r, c, {50432, 6144, 24576, 44, 64, 0, 2048});
+  readPartialRotary(r, c, obj, 0.25, "rotary_pct");
+  readRopeTheta(r, c, obj, 10000.0, "rotary_emb_base");
+  c.normEps = r.positiveFloat("layer_norm_eps", 1e-5);
+  refuseRopeScaling(r, "GPT-NeoX (its linear and dynamic scalings are not implemented)");
+  std::string act = r.string("hidden_act", "gelu");
+  // gelu_fast (GPT-NeoX-20B's) is the tanh GELU written as
+  // 0.5 x (1 + tanh(0.79788456 x (1 + 0.044715 x^2))): the same function.
+  if (act != "gelu" && act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
+    r.fail("hidden_act", "unsupported activation '" + act +
+                             "'; llc-dist implements the exact GELU (\"gelu\", Pythia's) and the tanh one "
+                             "(\"gelu_new\", \"gelu_fast\": GPT-NeoX-20B's)");
+  c.geluExact = act == "gelu";
+  c.parallelResidual = r.boolean("use_parallel_residual", true);
+  c.qkvBias = c.outputBias = r.boolean("attention_bias", true);
+  c.mlpBias = true;
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
+  // Dropout (llc-dist trains without it), under GPTNeoXConfig's names and the
+  // older ones EleutherAI's published configs carry.
+  r.ignore({"attention_dropout", "hidden_dropout", "classifier_dropout", "attention_probs_dropout_prob",
+            "hidden_dropout_prob"});
 }
 
 /// StarCoder2's fields (transformers 4.40's Starcoder2Config): Llama's

@@ -1,6 +1,8 @@
 #include "TestUtil.h"
 #include "llcdist/runtime/Kernels.h"
 
+#include <algorithm>
+
 namespace llcdist::rt {
 namespace {
 using testing::checkGradient;
@@ -29,6 +31,29 @@ TEST(GeluTest, BackwardMatchesFiniteDifferences) {
     geluTanhForward(x.data(), y.data(), N);
     return dot(dy, y);
   }, "dx");
+}
+
+TEST(GeluErfTest, ForwardMatchesTheDefinitionAndBackwardFiniteDifferences) {
+  std::vector<float> x = randn(N, 9, 3.0f), y(N), dy = randn(N, 10), dx(N);
+  geluErfForward(x.data(), y.data(), N);
+  std::vector<double> ref(N);
+  for (int64_t i = 0; i < N; ++i) ref[i] = 0.5 * double(x[i]) * std::erfc(-double(x[i]) / std::sqrt(2.0));
+  expectAllClose(y, ref, 1e-6, 1e-5, "gelu_erf");
+  // Not the tanh approximation: the two differ by up to ~5e-4 near |x| = 2.
+  std::vector<float> tanhY(N);
+  geluTanhForward(x.data(), tanhY.data(), N);
+  double most = 0;
+  for (int64_t i = 0; i < N; ++i) most = std::max(most, std::abs(double(tanhY[i]) - ref[i]));
+  EXPECT_GT(most, 1e-5);
+  geluErfBackward(dy.data(), x.data(), dx.data(), N);
+  checkGradient(
+      x, dx,
+      [&] {
+        std::vector<float> out(N);
+        geluErfForward(x.data(), out.data(), N);
+        return dot(dy, out);
+      },
+      "dx");
 }
 
 TEST(SwigluTest, ForwardAndBackward) {

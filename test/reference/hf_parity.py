@@ -161,7 +161,7 @@ def hf_shapes(cfg):
         return out
     arch = cfg.get("architectures", [""])[0]
     if arch in ("GemmaForCausalLM", "PhiForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM",
-                "Starcoder2ForCausalLM", "StableLmForCausalLM", "OlmoForCausalLM"):
+                "Starcoder2ForCausalLM", "StableLmForCausalLM", "OlmoForCausalLM", "GPTNeoXForCausalLM"):
         return transformers_shapes(cfg)
     H, V, L, I = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
     nh = cfg["num_attention_heads"]
@@ -213,8 +213,15 @@ def transformers_shapes(cfg):
     model = with_mlp_only_layers(transformers.AutoModelForCausalLM.from_config(config), config)
     out = {n: list(t.shape) for n, t in model.state_dict().items()}
     if config.tie_word_embeddings:
-        out.pop("lm_head.weight", None)
+        out.pop(embedding_names(model)[1], None)
     return out
+
+
+def embedding_names(model):
+    """The input embedding's and the head's weight names (Llama's
+    model.embed_tokens / lm_head, GPT-NeoX's gpt_neox.embed_in / embed_out)."""
+    names = {m: n for n, m in model.named_modules()}
+    return (names[model.get_input_embeddings()] + ".weight", names[model.get_output_embeddings()] + ".weight")
 
 
 def transformers_loss(config_path):
@@ -228,6 +235,7 @@ def transformers_loss(config_path):
     print(f"transformers {transformers.__version__}: {type(model).__name__}")
 
     tied = cfg.tie_word_embeddings
+    embed_name, head_name = embedding_names(model)
     try:
         from torch.func import functional_call
     except ImportError:  # torch < 2.0
@@ -236,8 +244,8 @@ def transformers_loss(config_path):
     def loss(P, _cfg, ids, targets):
         # A tied head is the embedding's tensor itself (one leaf, one gradient).
         params = dict(P)
-        if tied and "lm_head.weight" not in params:
-            params["lm_head.weight"] = params["model.embed_tokens.weight"]
+        if tied and head_name not in params:
+            params[head_name] = params[embed_name]
         out = functional_call(model, params, (ids,), {"use_cache": False})
         logits = out.logits
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))

@@ -66,6 +66,13 @@ TEST(ModelConfig, PublishedParameterCounts) {
       // the head, 7B does not.
       {"olmo-1b", 1176764416},
       {"olmo-7b", 6888095744},
+      // GPT-NeoX (the Pythia paper's totals, Biderman et al. 2023, Table 1;
+      // GPT-NeoX-20B's paper, 20,554,567,680; transformers 4.40.2's
+      // GPTNeoXForCausalLM counts the same): untied, biases everywhere.
+      {"pythia-160m", 162322944},
+      {"pythia-1b", 1011781632},
+      {"pythia-6.9b", 6857302016},
+      {"gpt-neox-20b", 20554567680},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -304,6 +311,55 @@ TEST(ModelConfig, OlmoFields) {
   EXPECT_NE(parseError(head + R"(, "layer_norm_eps": 1e-6})").find("unknown field for OlmoForCausalLM"),
             std::string::npos);
   EXPECT_NE(parseError(head + R"(, "head_dim": 16})").find("field 'head_dim': is not a field of OlmoForCausalLM"),
+            std::string::npos);
+}
+
+// GPT-NeoX: a GPT-style layer (two LayerNorms, a two-matrix MLP) with q, k
+// and v fused per head, partial rotary embeddings and the exact GELU.
+TEST(ModelConfig, GptNeoXFields) {
+  ModelConfig c = load("pythia-1b");
+  EXPECT_EQ(c.arch, Arch::GptNeoX);
+  EXPECT_STREQ(hfArchitecture(c.arch), "GPTNeoXForCausalLM");
+  EXPECT_STREQ(archName(c.arch), "gpt_neox");
+  EXPECT_EQ(c.headDim, 256);
+  EXPECT_EQ(c.kvHeads, 8);
+  EXPECT_EQ(c.rotaryDim, 64); // int(0.25 * 256)
+  EXPECT_FALSE(llamaLayout(c.arch));
+  EXPECT_TRUE(layerNorms(c.arch));
+  EXPECT_TRUE(c.geluExact && c.parallelResidual);
+  EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias && !c.tieEmbeddings);
+  EXPECT_EQ(c.normTensors(), 4); // two LayerNorms, parallel or not
+  EXPECT_EQ(c.layerTensors(), 12);
+  ModelConfig neox20b = load("gpt-neox-20b");
+  EXPECT_FALSE(neox20b.geluExact);       // "gelu_fast": the tanh GELU
+  EXPECT_TRUE(neox20b.parallelResidual); // GPTNeoXConfig's default
+  const std::string head = R"({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 64, "intermediate_size": 256,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128)";
+  ModelConfig d, plain;
+  ASSERT_FALSE(parseModelConfig(head + "}", "default.json", d));
+  EXPECT_EQ(d.rotaryDim, 4); // rotary_pct 0.25 of head_dim 16
+  EXPECT_DOUBLE_EQ(d.ropeTheta, 10000.0);
+  ASSERT_FALSE(parseModelConfig(head + R"(, "attention_bias": false, "use_parallel_residual": false,
+    "rotary_emb_base": 500000, "rotary_pct": 1.0})",
+                                "plain.json", plain));
+  EXPECT_FALSE(plain.qkvBias || plain.outputBias || plain.parallelResidual);
+  EXPECT_TRUE(plain.mlpBias);
+  EXPECT_EQ(plain.rotaryDim, 16);
+  EXPECT_DOUBLE_EQ(plain.ropeTheta, 500000.0);
+  EXPECT_EQ(d.numParameters() - plain.numParameters(), 2 * (3 * 64 + 64)); // query_key_value and dense biases
+  EXPECT_EQ(plain.layerTensors(), 10);
+  EXPECT_NE(parseError(head + R"(, "num_key_value_heads": 2})")
+                .find("field 'num_key_value_heads': is not a field of GPTNeoXConfig"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "hidden_act": "relu"})").find("field 'hidden_act': unsupported activation 'relu'"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "rotary_pct": 0.01})").find("field 'rotary_pct': gives int(0.01 * 16) = 0"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "rotary_emb_base": 0})").find("field 'rotary_emb_base'"), std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})")
+                .find("field 'rope_scaling': must be null for GPT-NeoX"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "rope_theta": 10000})").find("unknown field for GPTNeoXForCausalLM"),
             std::string::npos);
 }
 

@@ -241,6 +241,12 @@ TEST(ContextParallelRing, TinyStableLmSGD) {
   golden("tiny-stablelm", "sgd",
          {CpCase::of(2).ring(), CpCase::of(2), CpCase::of(2).withTp(2).withSequenceParallel().ring()});
 }
+/// GPT-NeoX's grouped QKV split on cp's chunks (the ring and the all-to-all),
+/// and under tp + SP (whole heads per tp rank).
+TEST(ContextParallelRing, TinyGptNeoXSGD) {
+  golden("tiny-gpt-neox", "sgd",
+         {CpCase::of(2).ring(), CpCase::of(2), CpCase::of(2).withTp(2).withSequenceParallel().ring()});
+}
 /// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
 /// it around.
 TEST(ContextParallelRing, TinyGemmaSGD) {

@@ -147,3 +147,6 @@ void checkGradients(const std::string &model, uint64_t seed) {
 
 TEST(GradCheck, TinyGPT2EveryParameter) { checkGradients("tiny-gpt2", 1); }
 TEST(GradCheck, TinyLlamaEveryParameter) { checkGradients("tiny-llama", 2); }
+// GPT-NeoX: the grouped QKV split's gradient (a grouped concat), the exact
+// GELU's, two LayerNorms of the same input under the parallel residual.
+TEST(GradCheck, TinyGptNeoXEveryParameter) { checkGradients("tiny-gpt-neox", 3); }

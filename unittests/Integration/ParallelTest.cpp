@@ -88,6 +88,10 @@ TEST(Parallel, TinyStableLmSGD) { golden("tiny-stablelm", "sgd"); }
 TEST(Parallel, TinyStableLmParallelResidualAdamW) {
   golden(std::string(LLCDIST_SOURCE_DIR) + "/unittests/Integration/Inputs/tiny-stablelm-parallel.json", "adamw");
 }
+// GPT-NeoX: q, k and v fused per head (tp = 4 keeps one head's q, k and v
+// per rank: a plain block of query_key_value's rows), the exact GELU, two
+// LayerNorms of the layer's input side by side (use_parallel_residual).
+TEST(Parallel, TinyGptNeoXSGD) { golden("tiny-gpt-neox", "sgd"); }
 // The mixtures of experts: every token's experts whatever the rank holds its
 // tokens (dp: each rank routes its own, its group sizes its own; the expert
 // gradients reduced over dp), the experts whole on every tp rank (Qwen2-MoE's

@@ -24,7 +24,7 @@
 
 namespace llcdist {
 
-enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi, Mixtral, Qwen2Moe, Starcoder2, StableLm, Olmo };
+enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi, Mixtral, Qwen2Moe, Starcoder2, StableLm, Olmo, GptNeoX };
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
@@ -34,8 +34,10 @@ const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" 
 /// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place,
 /// and so do StableLM (with LayerNorms and partial rotary embeddings) and
 /// OLMo (with LayerNorms that have no weight or bias).
-/// GPT-2, Phi and StarCoder2 have LayerNorms and a two-matrix MLP.
-inline bool llamaLayout(Arch a) { return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2; }
+/// GPT-2, Phi, StarCoder2 and GPT-NeoX have LayerNorms and a two-matrix MLP.
+inline bool llamaLayout(Arch a) {
+  return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2 && a != Arch::GptNeoX;
+}
 /// The norms are LayerNorms (the final one too), not RMSNorms: with a weight
 /// and a bias but OLMo's (ModelConfig::normAffine).
 inline bool layerNorms(Arch a) { return !llamaLayout(a) || a == Arch::StableLm || a == Arch::Olmo; }
@@ -95,9 +97,14 @@ struct ModelConfig {
   /// head rotate (partial_rotary_factor · head_dim); 0: all of them.
   int64_t rotaryDim = 0;
   bool lmHeadBias = false; ///< Phi: lm_head has a bias
-  /// StableLM's use_parallel_residual: one LayerNorm feeds attention and the
-  /// MLP, x + attn(ln x) + mlp(ln x) (Phi's block is always so).
+  /// use_parallel_residual: attention and the MLP both read the layer's
+  /// input, x + attn(ln x) + mlp(ln' x). StableLM's through one LayerNorm
+  /// (ln' = ln, as Phi's block always is); GPT-NeoX's through two
+  /// (input_layernorm and post_attention_layernorm).
   bool parallelResidual = false;
+  /// GPT-NeoX's hidden_act "gelu": the MLP's GELU is the exact one (erf),
+  /// not the tanh approximation ("gelu_new") the other GPT-style MLPs use.
+  bool geluExact = false;
   /// Gemma: RMSNorm scales by (1 + w), the embeddings are multiplied by
   /// sqrt(hidden_size), and the gated MLP's activation is the tanh GELU
   /// (GeGLU) instead of SiLU (SwiGLU).

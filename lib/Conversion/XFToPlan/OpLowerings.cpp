@@ -127,13 +127,16 @@ template <> LogicalResult OpLowering::lower<LinearOp>(Operation *op, Scope &s, B
 
 template <> LogicalResult OpLowering::lower<SplitOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
   auto sp = cast<SplitOp>(op);
+  // A grouped split is a split of rows × groups rows of a group's width.
+  const int64_t groups = sp.getGroups() ? int64_t(*sp.getGroups()) : 1;
   SmallVector<Attribute> outs, sizes;
   for (Value r : sp.getResults()) {
     outs.push_back(def(s, r, op));
-    sizes.push_back(b.getI64IntegerAttr(lastDim(r)));
+    sizes.push_back(b.getI64IntegerAttr(lastDim(r) / groups));
   }
   kernel("split_fwd", {arg("x", use(s, sp.getInput())), arg("outs", b.getArrayAttr(outs))},
-         {i64("rows", numel(sp.getInput()) / lastDim(sp.getInput())), b.getNamedAttr("sizes", b.getArrayAttr(sizes))},
+         {i64("rows", numel(sp.getInput()) / lastDim(sp.getInput()) * groups),
+          b.getNamedAttr("sizes", b.getArrayAttr(sizes))},
          loc);
   return success();
 }
@@ -171,6 +174,13 @@ template <> LogicalResult OpLowering::lower<GeluTanhOp>(Operation *op, Scope &s,
   auto g = cast<GeluTanhOp>(op);
   Buf y = def(s, g.getResult(), op);
   kernel("gelu_tanh_fwd", {arg("x", use(s, g.getInput())), arg("y", y)}, {i64("n", numel(g.getInput()))}, loc);
+  return success();
+}
+
+template <> LogicalResult OpLowering::lower<GeluErfOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto g = cast<GeluErfOp>(op);
+  Buf y = def(s, g.getResult(), op);
+  kernel("gelu_erf_fwd", {arg("x", use(s, g.getInput())), arg("y", y)}, {i64("n", numel(g.getInput()))}, loc);
   return success();
 }
 
@@ -379,6 +389,14 @@ template <> LogicalResult OpLowering::lower<GeluTanhGradOp>(Operation *op, Scope
   return success();
 }
 
+template <> LogicalResult OpLowering::lower<GeluErfGradOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto g = cast<GeluErfGradOp>(op);
+  Buf dx = def(s, g.getResult(), op);
+  kernel("gelu_erf_bwd", {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())), arg("dx", dx)},
+         {i64("n", numel(g.getDy()))}, loc);
+  return success();
+}
+
 template <> LogicalResult OpLowering::lower<SwiGLUGradOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
   auto g = cast<SwiGLUGradOp>(op);
   Buf dg = def(s, g.getDgate(), op, ".dgate");
@@ -392,14 +410,16 @@ template <> LogicalResult OpLowering::lower<SwiGLUGradOp>(Operation *op, Scope &
 
 template <> LogicalResult OpLowering::lower<ConcatOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
   auto c = cast<ConcatOp>(op);
+  const int64_t groups = c.getGroups() ? int64_t(*c.getGroups()) : 1; // as lower<SplitOp>
   SmallVector<Attribute> ins, sizes;
   for (Value v : c.getInputs()) {
     ins.push_back(use(s, v));
-    sizes.push_back(b.getI64IntegerAttr(lastDim(v)));
+    sizes.push_back(b.getI64IntegerAttr(lastDim(v) / groups));
   }
   Buf dx = def(s, c.getResult(), op);
   kernel("split_bwd", {arg("douts", b.getArrayAttr(ins)), arg("dx", dx)},
-         {i64("rows", numel(c.getResult()) / lastDim(c.getResult())), b.getNamedAttr("sizes", b.getArrayAttr(sizes))},
+         {i64("rows", numel(c.getResult()) / lastDim(c.getResult()) * groups),
+          b.getNamedAttr("sizes", b.getArrayAttr(sizes))},
          loc);
   return success();
 }
@@ -551,11 +571,11 @@ template <> LogicalResult OpLowering::lower<AccumulateGradOp>(Operation *op, Sco
 void llcdist::xftoplan::registerPlanLoweringModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, xf::XFDialect *) {
     attachPlanLowering<ParamOp, LayerOp, EmbeddingOp, AddPositionEmbeddingOp, LayerNormOp, RMSNormOp, LinearOp, SplitOp,
-                       RopeOp, AttentionOp, GeluTanhOp, SwiGLUOp, AddOp, CrossEntropyOp, CrossEntropyGradOp,
+                       RopeOp, AttentionOp, GeluTanhOp, GeluErfOp, SwiGLUOp, AddOp, CrossEntropyOp, CrossEntropyGradOp,
                        LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
                        AddPositionEmbeddingGradOp, LayerNormGradInputOp, LayerNormGradParamsOp, RMSNormGradInputOp,
-                       RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp, SwiGLUGradOp, ConcatOp,
-                       AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp, AccumulateGradOp,
+                       RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp, GeluErfGradOp, SwiGLUGradOp,
+                       ConcatOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp, AccumulateGradOp,
                        MoeDispatchOp, MoeCombineOp>(ctx);
     attachMoePlanLowerings(ctx);
   });

@@ -1,6 +1,6 @@
-// The elementwise family's CPU kernels: GELU (tanh approximation, HF "gelu_new"), SwiGLU (and GeGLU, its
-// gelu_tanh gate: swiglu_*'s attr `act`), residual add, gradient fan-in; and its table entries (also
-// copy and cast).
+// The elementwise family's CPU kernels: GELU (tanh approximation, HF "gelu_new"; exact, HF "gelu"), SwiGLU (and GeGLU,
+// its gelu_tanh gate: swiglu_*'s attr `act`), residual add, gradient fan-in; and its table entries (also copy and
+// cast).
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
@@ -24,6 +24,16 @@ float geluTanhDerivative(float v) {
   const float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoef * v * v);
   return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner;
 }
+
+// The exact GELU as torch's CPU kernel computes it: x·Φ(x), Φ(x) = 0.5·(1 + erf(x/√2)); its derivative
+// Φ(x) + x·φ(x), φ(x) = exp(-x²/2)/√(2π).
+constexpr float kSqrtHalf = 0.70710678118654752f;    // M_SQRT1_2
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // M_2_SQRTPI · M_SQRT1_2 · 0.5
+float geluErf(float v) { return v * 0.5f * (1.0f + std::erf(v * kSqrtHalf)); }
+float geluErfDerivative(float v) {
+  const float cdf = 0.5f * (1.0f + std::erf(v * kSqrtHalf));
+  return cdf + v * (kInvSqrt2Pi * std::exp(-0.5f * v * v));
+}
 }  // namespace
 
 void geluTanhForward(const float* x, float* y, int64_t n) {
@@ -34,6 +44,14 @@ void geluTanhBackward(const float* dy, const float* x, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     dx[i] = dy[i] * geluTanhDerivative(x[i]);
   }
+}
+
+void geluErfForward(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = geluErf(x[i]);
+}
+
+void geluErfBackward(const float* dy, const float* x, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * geluErfDerivative(x[i]);
 }
 
 void swigluForward(const float* gate, const float* up, float* y, int64_t n) {
@@ -101,6 +119,14 @@ void registerCpuElementwiseKernels(CpuKernelTable& t) {
   });
   addCpuKernel<P>(t, K::kGeluTanhBwd, [](const KernelCall& c, const P& p, const Ctx&) {
     geluTanhBackward(c.F("dy"), c.F("x"), c.F("dx"), p.n);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kGeluErfFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    geluErfForward(c.F("x"), c.F("y"), p.n);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kGeluErfBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    geluErfBackward(c.F("dy"), c.F("x"), c.F("dx"), p.n);
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kSwigluFwd, [](const KernelCall& c, const P& p, const Ctx&) {

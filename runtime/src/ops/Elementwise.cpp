@@ -1,7 +1,7 @@
-// Family "elementwise": ops over n elements in every role: gelu_tanh_fwd / gelu_tanh_bwd,
-// swiglu_fwd / swiglu_bwd, add, accumulate, copy, cast; and cast_multi, a cast of each pair of a list. A new elementwise op registers here
-// (docs/adding-an-op.md). swiglu_*'s optional `act` (the gate's activation: "silu", the default, or
-// "gelu_tanh", Gemma's GeGLU) binds as ElementwiseParams::act.
+// Family "elementwise": ops over n elements in every role: gelu_tanh_fwd / gelu_tanh_bwd, gelu_erf_fwd /
+// gelu_erf_bwd, swiglu_fwd / swiglu_bwd, add, accumulate, copy, cast; and cast_multi, a cast of each pair of a list. A
+// new elementwise op registers here (docs/adding-an-op.md). swiglu_*'s optional `act` (the gate's activation: "silu",
+// the default, or "gelu_tanh", Gemma's GeGLU) binds as ElementwiseParams::act.
 #include "OpDefs.h"
 
 #include <optional>
@@ -63,7 +63,7 @@ StatusOr<OpParams> bindCastMulti(const BindContext&) { return OpParams(Elementwi
 
 void registerElementwiseOps(OpDefTable& t) {
   for (K k : {K::kGeluTanhFwd, K::kGeluTanhBwd, K::kSwigluFwd, K::kSwigluBwd, K::kAdd, K::kAccumulate, K::kCopy,
-              K::kCast})
+              K::kCast, K::kGeluErfFwd, K::kGeluErfBwd})
     t.add(k, {"elementwise", checkElementwise, bindElementwise});
   t.add(K::kCastMulti, {"elementwise", checkCastMulti, bindCastMulti});
 }

@@ -120,7 +120,7 @@ CommDType commDType(const Op& op);
 // One per family, in src/ops/<Family>.cpp.
 void registerDataOps(OpDefTable& table);           // load_microbatch
 void registerLayoutOps(OpDefTable& table);         // zero, split_*, shard_slice
-void registerElementwiseOps(OpDefTable& table);    // gelu_tanh_*, swiglu_*, add, accumulate, copy, cast
+void registerElementwiseOps(OpDefTable& table);    // gelu_tanh_*, gelu_erf_*, swiglu_*, add, accumulate, copy, cast
 void registerEmbeddingOps(OpDefTable& table);      // embedding_*, pos_embedding_*
 void registerNormOps(OpDefTable& table);           // layer_norm_*, rms_norm_*
 void registerLinearOps(OpDefTable& table);         // linear_*, bias_add

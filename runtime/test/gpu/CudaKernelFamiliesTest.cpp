@@ -144,6 +144,20 @@ ElementwiseParams elems(int64_t n) {
   return p;
 }
 
+TEST(CudaElementwiseKernels, GeluErf) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t n = 1001;
+  KernelCase(K::kGeluErfFwd, elems(n))
+      .f32("x", randomF32(n, 25, -4, 4))
+      .f32("y", randomF32(n, 26))
+      .expectMatch(kAtol, kRtol);
+  KernelCase(K::kGeluErfBwd, elems(n))
+      .f32("dy", randomF32(n, 27))
+      .f32("x", randomF32(n, 28, -4, 4))
+      .f32("dx", randomF32(n, 29))
+      .expectMatch(kAtol, kRtol);
+}
+
 TEST(CudaElementwiseKernels, GeluTanh) {
   LLCDIST_REQUIRE_GPU();
   const int64_t n = 1001;

@@ -399,6 +399,30 @@ func.func @split_sum(%x: tensor<2x8x96xf32>) {
 
 // -----
 
+func.func @split_groups(%x: tensor<2x8x96xf32>) {
+  // expected-error @+1 {{the last dimension of result 'tensor<2x8x48xf32>' is not a multiple of groups = 5}}
+  %a, %b = xf.split %x {groups = 5 : i64} : tensor<2x8x96xf32> -> tensor<2x8x48xf32>, tensor<2x8x48xf32>
+  return
+}
+
+// -----
+
+func.func @split_no_groups(%x: tensor<2x8x96xf32>) {
+  // expected-error @+1 {{attribute 'groups' failed to satisfy constraint}}
+  %a, %b = xf.split %x {groups = 0 : i64} : tensor<2x8x96xf32> -> tensor<2x8x48xf32>, tensor<2x8x48xf32>
+  return
+}
+
+// -----
+
+func.func @concat_groups(%a: tensor<2x8xf32>, %b: tensor<2x4xf32>) {
+  // expected-error @+1 {{the last dimension of input 'tensor<2x4xf32>' is not a multiple of groups = 8}}
+  %c = xf.concat %a, %b {groups = 8 : i64} : (tensor<2x8xf32>, tensor<2x4xf32>) -> tensor<2x12xf32>
+  return
+}
+
+// -----
+
 func.func @split_prefix(%x: tensor<2x8x64xf32>) {
   // expected-error @+1 {{result 'tensor<2x4x32xf32>' differs from the input 'tensor<2x8x64xf32>' outside the last dimension}}
   %a, %b = xf.split %x : tensor<2x8x64xf32> -> tensor<2x8x32xf32>, tensor<2x4x32xf32>

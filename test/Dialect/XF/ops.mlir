@@ -22,6 +22,9 @@ func.func private @block(%x: tensor<2x8x64xf32>) -> tensor<2x8x64xf32> attribute
   %qkv = xf.linear in_out %r, %w, %wb : (tensor<2x8x64xf32>, tensor<64x128xf32>, tensor<128xf32>) -> tensor<2x8x128xf32>
   // CHECK: %[[S:.+]]:3 = xf.split %[[QKV]] : tensor<2x8x128xf32> -> tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>
   %q, %k, %v = xf.split %qkv : tensor<2x8x128xf32> -> tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>
+  // GPT-NeoX's layout: 4 groups (heads) of q, k and v side by side.
+  // CHECK: xf.split %[[QKV]] {groups = 4 : i64} : tensor<2x8x128xf32> -> tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x64xf32>
+  %gq, %gk, %gv = xf.split %qkv {groups = 4 : i64} : tensor<2x8x128xf32> -> tensor<2x8x32xf32>, tensor<2x8x32xf32>, tensor<2x8x64xf32>
   // CHECK: xf.rope %[[S]]#0 {head_dim = 16 : i64, theta = 1.000000e+04 : f64} : tensor<2x8x64xf32>
   %qr = xf.rope %q {head_dim = 16 : i64, theta = 10000.0 : f64} : tensor<2x8x64xf32>
   // CHECK: xf.rope %[[S]]#1 {head_dim = 16 : i64, scaling = {factor = 8.000000e+00 : f64, high_freq_factor = 4.000000e+00 : f64, low_freq_factor = 1.000000e+00 : f64, original_max_position_embeddings = 8.192000e+03 : f64, rope_type = "llama3"}, theta = 5.000000e+05 : f64}
@@ -33,8 +36,10 @@ func.func private @block(%x: tensor<2x8x64xf32>) -> tensor<2x8x64xf32> attribute
   %o = xf.linear out_in %a, %wo : (tensor<2x8x64xf32>, tensor<64x64xf32>) -> tensor<2x8x64xf32>
   // CHECK: xf.gelu_tanh %{{.+}} : tensor<2x8x64xf32>
   %gl = xf.gelu_tanh %o : tensor<2x8x64xf32>
+  // CHECK: xf.gelu_erf %{{.+}} : tensor<2x8x64xf32>
+  %ge = xf.gelu_erf %gl : tensor<2x8x64xf32>
   // CHECK: xf.swiglu %{{.+}}, %{{.+}} : tensor<2x8x64xf32>
-  %sw = xf.swiglu %gl, %o : tensor<2x8x64xf32>
+  %sw = xf.swiglu %ge, %o : tensor<2x8x64xf32>
   // CHECK: xf.add %{{.+}}, %{{.+}} : tensor<2x8x64xf32>
   %y = xf.add %x, %sw : tensor<2x8x64xf32>
   return %y : tensor<2x8x64xf32>

@@ -32,10 +32,14 @@ func.func @grads(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x16xf32>, %w: tensor<8x16
   %q:3 = xf.attention_grad %x, %x, %dy, %dy, %x, %lse {num_heads = 2 : i64, num_kv_heads = 1 : i64, head_dim = 8 : i64} : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf32>, tensor<2x2x4xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
   // CHECK: xf.gelu_tanh_grad
   %e = xf.gelu_tanh_grad %x, %x : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+  // CHECK: xf.gelu_erf_grad
+  %ee = xf.gelu_erf_grad %x, %x : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
   // CHECK: xf.swiglu_grad
   %f:2 = xf.swiglu_grad %x, %x, %x : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x16xf32>)
   // CHECK: xf.concat %{{.+}}, %{{.+}} : (tensor<2x4x8xf32>, tensor<2x4x16xf32>) -> tensor<2x4x24xf32>
   %cat = xf.concat %dy, %x : (tensor<2x4x8xf32>, tensor<2x4x16xf32>) -> tensor<2x4x24xf32>
+  // CHECK: xf.concat %{{.+}}, %{{.+}} {groups = 4 : i64} : (tensor<2x4x8xf32>, tensor<2x4x16xf32>) -> tensor<2x4x24xf32>
+  %gcat = xf.concat %dy, %x {groups = 4 : i64} : (tensor<2x4x8xf32>, tensor<2x4x16xf32>) -> tensor<2x4x24xf32>
   // CHECK: xf.cross_entropy_grad %{{.+}}, %{{.+}} {scale = 1.250000e-01 : f64}
   %dl = xf.cross_entropy_grad %x, %ids {scale = 0.125 : f64} : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<2x4x16xf32>
   // CHECK: xf.accumulate_grad "w", %{{.+}} : tensor<8x16xf32>

@@ -113,7 +113,7 @@ LogicalResult SplitOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef
     if (!d)
       return emitOpError("autodiff: result #")
              << cast<OpResult>(r).getResultNumber() << " of a split is unused; drop it from the graph";
-  grads.addGrad(getInput(), ConcatOp::create(b, getLoc(), getInput().getType(), dys));
+  grads.addGrad(getInput(), ConcatOp::create(b, getLoc(), getInput().getType(), dys, getGroupsAttr()));
   return success();
 }
 
@@ -136,6 +136,11 @@ LogicalResult AttentionOp::buildBackward(OpBuilder &b, GradientSink &grads, Arra
 
 LogicalResult GeluTanhOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   grads.addGrad(getInput(), GeluTanhGradOp::create(b, getLoc(), getType(), dys[0], grads.fwd(getInput())));
+  return success();
+}
+
+LogicalResult GeluErfOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  grads.addGrad(getInput(), GeluErfGradOp::create(b, getLoc(), getType(), dys[0], grads.fwd(getInput())));
   return success();
 }
 

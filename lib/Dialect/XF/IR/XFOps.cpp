@@ -252,6 +252,8 @@ LogicalResult SplitOp::verify() {
       return emitOpError("result ")
              << t << " differs from the input " << in
              << " outside the last dimension";
+    if (getGroups() && t.getShape().back() % int64_t(*getGroups()) != 0)
+      return emitOpError("the last dimension of result ") << t << " is not a multiple of groups = " << *getGroups();
     sum += t.getShape().back();
   }
   if (sum != in.getShape().back())

@@ -706,8 +706,8 @@ template <typename... Ops> void attachNoTensor(MLIRContext *ctx) {
 
 void llcdist::xf::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, XFDialect *) {
-    attachStructured<ParamOp, AccumulateGradOp, AddOp, GeluTanhOp, SwiGLUOp, GeluTanhGradOp, SwiGLUGradOp, RopeOp,
-                     RopeGradOp, LayerNormOp, RMSNormOp, LayerNormGradInputOp, RMSNormGradInputOp,
+    attachStructured<ParamOp, AccumulateGradOp, AddOp, GeluTanhOp, GeluErfOp, SwiGLUOp, GeluTanhGradOp, GeluErfGradOp,
+                     SwiGLUGradOp, RopeOp, RopeGradOp, LayerNormOp, RMSNormOp, LayerNormGradInputOp, RMSNormGradInputOp,
                      LayerNormGradParamsOp, RMSNormGradWeightOp, LinearOp, LinearGradInputOp, LinearGradWeightOp,
                      LinearGradBiasOp, EmbeddingOp, EmbeddingGradOp, AddPositionEmbeddingOp, AddPositionEmbeddingGradOp,
                      AttentionOp, AttentionGradOp, CrossEntropyOp, CrossEntropyGradOp, SplitOp, ConcatOp, MoeRouteOp,

@@ -122,6 +122,8 @@ LogicalResult ConcatOp::verify() {
         t.getShape().drop_back() != res.getShape().drop_back())
       return emitOpError("input ") << t << " differs from the result " << res
                                    << " outside the last dimension";
+    if (getGroups() && t.getShape().back() % int64_t(*getGroups()) != 0)
+      return emitOpError("the last dimension of input ") << t << " is not a multiple of groups = " << *getGroups();
     sum += t.getShape().back();
   }
   if (sum != res.getShape().back())

@@ -68,7 +68,8 @@ struct MegatronTPPass : public llcdist::xf::impl::MegatronTPBase<MegatronTPPass>
         bool row = (toResidual || toGate) && lin->getParentOfType<func::FuncOp>()->hasAttr(kLayerBodyAttr);
         int64_t blocks = 1;
         if (users.size() == 1)
-          if (auto sp = dyn_cast<SplitOp>(users.front())) {
+          if (auto sp = dyn_cast<SplitOp>(users.front()); sp && !sp.getGroups()) {
+            // (A grouped split's groups lie side by side: one block.)
             auto last = [](Value v) {
               return cast<RankedTensorType>(v.getType()).getShape().back();
             };

@@ -123,6 +123,16 @@ private:
     return mlir::success();
   }
 
+  /// A grouped xf.split or xf.concat on the rank's groups: groups over tp.
+  template <typename GroupedOp> LogicalResult localGroups(GroupedOp op) {
+    const int64_t g = int64_t(*op.getGroups());
+    if (g % tp != 0)
+      return op.emitOpError("llcdist-partition: tp=")
+             << tp << " must divide groups=" << g << " (each rank holds whole groups: heads, for a fused QKV)";
+    op.setGroupsAttr(mlir::Builder(op.getContext()).getI64IntegerAttr(g / tp));
+    return mlir::success();
+  }
+
   void markVocabParallel(Operation *op);
 
   /// A partial sum stays partial through sums of partial sums (a column

@@ -105,6 +105,15 @@ template <> LogicalResult TensorParallelPropagation::rule<SplitOp>(Operation *op
   TP x = of(sp.getInput());
   if (x.kind == TP::R)
     return same(sp.getInput(), sp.getResults());
+  if (sp.getGroups()) { // whole groups per rank: a block split of the input, of each piece too
+    if (x != TP::split(lastDimOf(sp.getInput())))
+      return mismatch(sp);
+    if (failed(localGroups(sp)))
+      return failure();
+    for (Value r : sp.getResults())
+      state[r] = TP::split(lastDimOf(r));
+    return success();
+  }
   if (x.kind != TP::Split || x.dim != lastDimOf(sp.getInput()) || x.blocks != int64_t(sp.getNumResults()) ||
       x.replicas != 1)
     return mismatch(sp);
@@ -122,6 +131,12 @@ template <> LogicalResult TensorParallelPropagation::rule<ConcatOp>(Operation *o
   for (Value v : c.getInputs())
     if (of(v) != TP::split(lastDimOf(v)))
       return mismatch(c);
+  if (c.getGroups()) { // the backward of a grouped split: whole groups per rank
+    if (failed(localGroups(c)))
+      return failure();
+    state[c.getResult()] = TP::split(lastDimOf(c.getResult()));
+    return success();
+  }
   state[c.getResult()] = TP::split(lastDimOf(c.getResult()), c.getInputs().size());
   return success();
 }

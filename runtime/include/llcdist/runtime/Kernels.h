@@ -225,6 +225,9 @@ Status attentionBlockBackward(const AttentionBlock& block, const float* dout, co
 // HF "gelu_new": 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))).
 void geluTanhForward(const float* x, float* y, int64_t n);
 void geluTanhBackward(const float* dy, const float* x, float* dx, int64_t n);
+// HF "gelu" (torch's exact GELU, GPT-NeoX / Pythia): 0.5·x·(1 + erf(x/√2)).
+void geluErfForward(const float* x, float* y, int64_t n);
+void geluErfBackward(const float* dy, const float* x, float* dx, int64_t n);
 // SwiGLU: y = silu(gate) * up, silu(g) = g·sigmoid(g). dgate/dup may alias dy.
 void swigluForward(const float* gate, const float* up, float* y, int64_t n);
 void swigluBackward(const float* dy, const float* gate, const float* up, float* dgate, float* dup,

@@ -81,7 +81,7 @@ struct LayoutParams {
 // The gate activation of swiglu_fwd / swiglu_bwd (attr `act`, PlanSchema.h kGluActAttr; indexed as
 // schema::kGluActNames): silu (SwiGLU, the default) or gelu_tanh (GeGLU: gelu_tanh_fwd's function).
 enum class GluActivation { kSilu, kGeluTanh };
-// gelu_tanh_*, swiglu_*, add, accumulate, copy, cast (family "elementwise"): every buffer has n elements.
+// gelu_tanh_*, gelu_erf_*, swiglu_*, add, accumulate, copy, cast (family "elementwise"): every buffer has n elements.
 // act: swiglu_*'s attr `act` (kSilu when absent; the other ops ignore it).
 struct ElementwiseParams {
   int64_t n = 0;

@@ -237,6 +237,7 @@ enum class OpKind {
   kSigmoidGateFwd, kSigmoidGateBwd,
   kAllToAllV, kMoeChunkTranspose,
   kMoeRouterStats, kMoeRouterStatsBwd, kMoeAuxLoss, kMoeAuxLossBwd,
+  kGeluErfFwd, kGeluErfBwd,
   kWait,
 };
 inline constexpr size_t kNumOpKinds = size_t(OpKind::kWait) + 1;
@@ -719,6 +720,8 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
                detail::kMoeRouterStatsBwdAttrs),
     detail::op(OpKind::kMoeAuxLoss, "moe_aux_loss", detail::kMoeAuxLossArgs, detail::kMoeAuxLossAttrs),
     detail::op(OpKind::kMoeAuxLossBwd, "moe_aux_loss_bwd", detail::kMoeAuxLossBwdArgs, detail::kMoeAuxLossAttrs),
+    detail::op(OpKind::kGeluErfFwd, "gelu_erf_fwd", detail::kGeluFwdArgs, detail::kNAttrs),
+    detail::op(OpKind::kGeluErfBwd, "gelu_erf_bwd", detail::kGeluBwdArgs, detail::kNAttrs),
     // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
     OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},
 }};

@@ -146,6 +146,8 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kAttentionBwd, {cudnnAttention({"dout", "q", "k", "v", "qkv", "out", "dq", "dk", "dv", "dqkv"}), own({})});
   set(K::kGeluTanhFwd, {own({"x", "y"})});
   set(K::kGeluTanhBwd, {own({"dy", "x", "dx"})});
+  set(K::kGeluErfFwd, {own({"x", "y"})});
+  set(K::kGeluErfBwd, {own({"dy", "x", "dx"})});
   set(K::kSwigluFwd, {own({"gate", "up", "y"})});
   set(K::kSwigluBwd, {own({"dy", "gate", "up", "dgate", "dup"})});
   set(K::kAdd, {own({"a", "b", "y"})});

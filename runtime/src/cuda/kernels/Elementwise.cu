@@ -27,6 +27,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;  // math.sqrt(2.0 / math.pi)
 constexpr float kGeluCoef = 0.044715f;
+constexpr float kSqrtHalf = 0.70710678118654752f;    // M_SQRT1_2
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;  // 1/√(2π)
 
 __device__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ float siluf(float x) { return x / (1.0f + expf(-x)); }  // torch's silu kernel
@@ -46,6 +48,21 @@ struct GeluBwd {  // in: dy, x
     const float t = tanhf(kSqrt2OverPi * (v + kGeluCoef * (v * v * v)));
     const float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoef * v * v);
     out[0] = d * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * dinner);
+  }
+};
+struct GeluErfFwd {  // torch's exact GELU: x·Φ(x)
+  static constexpr int kIn = 1, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const {
+    const float v = in[0];
+    out[0] = v * 0.5f * (1.0f + erff(v * kSqrtHalf));
+  }
+};
+struct GeluErfBwd {  // in: dy, x; Φ(x) + x·φ(x)
+  static constexpr int kIn = 2, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const {
+    const float v = in[1];
+    const float cdf = 0.5f * (1.0f + erff(v * kSqrtHalf));
+    out[0] = in[0] * (cdf + v * (kInvSqrt2Pi * expf(-0.5f * v * v)));
   }
 };
 struct SwigluFwd {  // in: gate, up
@@ -263,6 +280,8 @@ void registerCudaElementwiseKernels(CudaKernelTable& t) {
   const auto add = [&t](K kind, CudaKernel kernel) { t.append(kind, CudaKernelVariant{"own", std::move(kernel), nullptr}); };
   add(K::kGeluTanhFwd, mapEntry<GeluFwd>(K::kGeluTanhFwd, {"x"}, {"y"}));
   add(K::kGeluTanhBwd, mapEntry<GeluBwd>(K::kGeluTanhBwd, {"dy", "x"}, {"dx"}));
+  add(K::kGeluErfFwd, mapEntry<GeluErfFwd>(K::kGeluErfFwd, {"x"}, {"y"}));
+  add(K::kGeluErfBwd, mapEntry<GeluErfBwd>(K::kGeluErfBwd, {"dy", "x"}, {"dx"}));
   add(K::kSwigluFwd, mapEntry<SwigluFwd>(K::kSwigluFwd, {"gate", "up"}, {"y"}));
   add(K::kSwigluBwd, mapEntry<SwigluBwd>(K::kSwigluBwd, {"dy", "gate", "up"}, {"dgate", "dup"}));
   add(K::kAdd, mapEntry<Add>(K::kAdd, {"a", "b"}, {"y"}));

@@ -1,6 +1,7 @@
 // RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=LLAMA
 // RUN: llc-dist compile --emit xf %models/tiny-gpt2.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=GPT2
 // RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=8 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=GQA
+// RUN: llc-dist compile --emit xf %models/tiny-gpt-neox.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=NEOX
 
 // Megatron tensor parallelism, tp = 2, on tiny Llama (8 heads, 4 kv heads,
 // hidden 64, intermediate 128, vocab 256).
@@ -71,3 +72,13 @@
 // GQA: xf.attention_grad {{.+}} {head_dim = 8 : i64, num_heads = 1 : i64, num_kv_heads = 1 : i64}
 // GQA-LABEL: func.func @optimizer_step
 // GQA: xf.all_reduce_grads {axis = "tp", group_size = 2 : i64, origin = "kv_replica", params = ["model.layers.{i}.self_attn.k_proj.weight", "model.layers.{i}.self_attn.v_proj.weight"], reason = "kv-head replication: {{.+}}", reduction = "sum"}
+
+// GPT-NeoX: query_key_value holds each head's q, k and v side by side, so a
+// plain block of its rows (blocks = 1) is whole heads; the split in `heads`
+// groups keeps heads / tp of them per rank, and so does its backward concat.
+// NEOX: xf.param "gpt_neox.layers.{i}.attention.query_key_value.weight" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 192, 64>}} : tensor<96x64xf32>
+// NEOX: xf.param "gpt_neox.layers.{i}.attention.query_key_value.bias" {xf.sharding = {axis = "tp", blocks = 1 : i64, dim = 0 : i64, global_shape = array<i64: 192>}} : tensor<96xf32>
+// NEOX: xf.split %{{.+}} {groups = 2 : i64} : tensor<1x8x96xf32> -> tensor<1x8x32xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>
+// NEOX: xf.attention {{.+}} {head_dim = 16 : i64, num_heads = 2 : i64, num_kv_heads = 2 : i64}
+// NEOX: xf.gelu_erf %{{.+}} : tensor<1x8x128xf32>
+// NEOX: xf.concat %{{.+}}, %{{.+}}, %{{.+}} {groups = 2 : i64} : (tensor<1x8x32xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>) -> tensor<1x8x96xf32>

@@ -64,3 +64,25 @@ module attributes {xf.model = {microbatches = 1 : i64}} {
     return %loss : tensor<f32>
   }
 }
+
+// -----
+
+// A grouped split (GPT-NeoX's fused q, k, v: 3 heads of q, k and v side by
+// side) gives each tp rank whole groups: 3 heads over tp = 2 is refused.
+module attributes {xf.model = {microbatches = 1 : i64}} {
+  shard.grid @mesh(shape = 1x2x1)
+  func.func @forward(%ids: tensor<2x4xi32>, %t: tensor<2x4xi32>) -> tensor<f32> attributes {xf.entry} {
+    %wte = xf.param "wte" : tensor<16x8xf32>
+    %e = xf.embedding %ids, %wte : (tensor<2x4xi32>, tensor<16x8xf32>) -> tensor<2x4x8xf32>
+    %wqkv = xf.param "qkv" {xf.tp_split = {dim = 0 : i64, blocks = 1 : i64}} : tensor<18x8xf32>
+    %qkv = xf.linear out_in %e, %wqkv : (tensor<2x4x8xf32>, tensor<18x8xf32>) -> tensor<2x4x18xf32>
+    // expected-error @+1 {{llcdist-partition: tp=2 must divide groups=3 (each rank holds whole groups: heads, for a fused QKV)}}
+    %q, %k, %v = xf.split %qkv {groups = 3 : i64} : tensor<2x4x18xf32> -> tensor<2x4x6xf32>, tensor<2x4x6xf32>, tensor<2x4x6xf32>
+    %qk = xf.add %q, %k : tensor<2x4x6xf32>
+    %s = xf.add %qk, %v : tensor<2x4x6xf32>
+    %wd = xf.param "down" : tensor<16x6xf32>
+    %logits = xf.linear out_in %s, %wd : (tensor<2x4x6xf32>, tensor<16x6xf32>) -> tensor<2x4x16xf32>
+    %loss = xf.cross_entropy %logits, %t : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}

@@ -195,11 +195,18 @@ def XF_SplitOp : XF_Op<"split", [Pure, DeclareOpInterfaceMethods<XF_Differentiab
     Splits `input` [..., D] into pieces [..., sizes[i]] with sum(sizes) = D,
     e.g. GPT-2's fused `c_attn` output into q, k and v.
 
+    With `groups` G the last dimension is G groups laid side by side: the
+    input [..., D] reads as [..., G, D / G] and piece i is [..., G, sizes[i] /
+    G], flattened (GPT-NeoX's `query_key_value`: each head's q, k and v
+    together). Tensor parallelism then splits the input in G / tp whole
+    groups per rank, a plain block split.
+
     ```mlir
     %q, %k, %v = xf.split %qkv : tensor<2x32x192xf32> -> tensor<2x32x64xf32>, tensor<2x32x64xf32>, tensor<2x32x64xf32>
+    %q, %k, %v = xf.split %qkv {groups = 4 : i64} : tensor<2x32x192xf32> -> tensor<2x32x64xf32>, tensor<2x32x64xf32>, tensor<2x32x64xf32>
     ```
   }];
-  let arguments = (ins XF_FloatTensor:$input);
+  let arguments = (ins XF_FloatTensor:$input, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$groups);
   let results = (outs Variadic<XF_FloatTensor>:$results);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($results)";
   let hasVerifier = 1;
@@ -230,6 +237,16 @@ def XF_GeluTanhOp : XF_Op<"gelu_tanh", [Pure, DeclareOpInterfaceMethods<XF_Diffe
   let summary = "GELU, tanh approximation (Hugging Face gelu_new)";
   let description = [{
     `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, element-wise.
+  }];
+  let arguments = (ins XF_FloatTensor:$input);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def XF_GeluErfOp : XF_Op<"gelu_erf", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType, Elementwise]> {
+  let summary = "GELU, exact (Hugging Face gelu, torch's approximate='none')";
+  let description = [{
+    `0.5 x (1 + erf(x / sqrt(2)))`, element-wise (GPT-NeoX and Pythia).
   }];
   let arguments = (ins XF_FloatTensor:$input);
   let results = (outs XF_FloatTensor:$result);

@@ -141,6 +141,14 @@ def XF_GeluTanhGradOp : XF_GradOp<"gelu_tanh_grad",
   let results = (outs XF_FloatTensor:$result);
 }
 
+def XF_GeluErfGradOp : XF_GradOp<"gelu_erf_grad",
+    [AllTypesMatch<["dy", "input", "result"]>, Elementwise]> {
+  let summary = "dX of xf.gelu_erf";
+  let description = [{ `dy * (Phi(input) + input * phi(input))`, the normal CDF and density. }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input);
+  let results = (outs XF_FloatTensor:$result);
+}
+
 def XF_SwiGLUGradOp : XF_GradOp<"swiglu_grad",
     [AllTypesMatch<["dy", "gate", "up", "dgate", "dup"]>, Elementwise]> {
   let summary = "d(gate) and d(up) of xf.swiglu";
@@ -156,8 +164,12 @@ def XF_SwiGLUGradOp : XF_GradOp<"swiglu_grad",
 
 def XF_ConcatOp : XF_GradOp<"concat"> {
   let summary = "concatenate along the last dimension (the backward of xf.split)";
-  let description = [{ Inputs [..., d_i]; result [..., Σ d_i]. }];
-  let arguments = (ins Variadic<XF_FloatTensor>:$inputs);
+  let description = [{
+    Inputs [..., d_i]; result [..., Σ d_i]. With `groups` G (the backward of
+    a grouped xf.split) each input reads as [..., G, d_i / G] and the result
+    is [..., G, Σ d_i / G], flattened.
+  }];
+  let arguments = (ins Variadic<XF_FloatTensor>:$inputs, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$groups);
   let results = (outs XF_FloatTensor:$result);
   let hasVerifier = 1;
 }

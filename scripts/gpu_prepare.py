@@ -76,6 +76,7 @@ GOLDEN = [
     # GPT-NeoX's grouped QKV split (split_fwd / split_bwd over heads x tokens rows) and the exact GELU
     # (gelu_erf_fwd / _bwd), per-rank heads under tp.
     ("gpt-neox-tp2", "tiny-gpt-neox", "--mesh tp=2 --seq-len 64 --global-batch 4"),
+    ("falcon-dp2-tp2-sp", "tiny-falcon", "--mesh dp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
     # Mixtures of experts (issue #34): routing, permutation, the grouped GEMMs and the weighted sum back
     # (Mixtral, top-2 renormalized), Qwen2-MoE's gated shared expert, with dp and tp.
     ("mixtral-1rank", "tiny-mixtral", "--seq-len 64 --global-batch 4"),

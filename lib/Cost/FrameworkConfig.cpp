@@ -142,10 +142,10 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   if (m.arch == Arch::Phi)
     a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (x + attn(ln x) + mlp(ln x)): no "
                               "Megatron-LM flag; the LM head's bias: none either");
-  if (m.parallelResidual && m.arch == Arch::GptNeoX)
+  if (m.parallelResidual && m.parallelNorms)
     a.megatronNotes.push_back("attention and MLP in parallel, each on its own LayerNorm (use_parallel_residual: x + "
                               "attn(ln1 x) + mlp(ln2 x)): no Megatron-LM flag (GPT-NeoX's own fork calls it "
-                              "gpt_j_residual)");
+                              "gpt_j_residual; Falcon's new_decoder_architecture)");
   else if (m.parallelResidual)
     a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (use_parallel_residual: x + attn(ln x) + "
                               "mlp(ln x)): no Megatron-LM flag");

@@ -137,9 +137,10 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.sparseLayer = pc.layer - mlp + sparseMlp;
     pc.denseLayer = pc.layer - mlp + denseMlp;
     pc.finalNorm = double(m.finalNormTensors()) * H; // OLMo's has none
-  } else if (m.arch == Arch::Starcoder2 || m.arch == Arch::GptNeoX) {
-    // Two LayerNorms; q, k, v (GPT-NeoX's fused), o, the MLP's two matrices, their biases.
-    pc.layer = 4 * H + H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
+  } else if (m.arch == Arch::Starcoder2 || groupedQkv(m.arch)) {
+    // The LayerNorms (Falcon's parallel_attn: one); q, k, v (GPT-NeoX's and
+    // Falcon's fused), o, the MLP's two matrices, their biases.
+    pc.layer = double(m.normTensors()) * H + H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
     if (m.qkvBias)
       pc.layer += double(s.q + 2 * s.kv);
     if (m.outputBias)
@@ -162,7 +163,7 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
   // projection, a dense MLP's (none where every layer has experts); a
   // mixture of experts' router, shared expert and stacked experts.
   const double attnWidth =
-      llamaLayout(m.arch) || m.arch == Arch::Starcoder2 || m.arch == Arch::Phi ? double(s.q) : 3 * double(s.q);
+      m.arch == Arch::GPT2 || groupedQkv(m.arch) ? double(s.q + 2 * s.kv) : double(s.q); // fused: GPT-2's 3q
   const double denseMlpWidth = m.moe && !mixedLayers(m) ? 0 : double(m.intermediate / tp);
   pc.largestTensor = H * std::max(attnWidth, denseMlpWidth);
   if (m.moe) {

@@ -198,6 +198,7 @@ void parsePhi(FieldReader &r, ModelConfig &c, const json &obj);
 void parseStableLm(FieldReader &r, ModelConfig &c, const json &obj);
 void parseOlmo(FieldReader &r, ModelConfig &c, const json &obj);
 void parseGptNeoX(FieldReader &r, ModelConfig &c, const json &obj);
+void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
 } // namespace llcdist::config
 

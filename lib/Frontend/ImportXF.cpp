@@ -9,7 +9,8 @@
 // StableLmForCausalLM is Llama's layer with LayerNorms and partial rotary,
 // OlmoForCausalLM Llama's layer with LayerNorms that have no parameters;
 // GPTNeoXForCausalLM a GPT-style layer with q, k and v fused per head, partial
-// rotary embeddings, the exact GELU and a parallel residual);
+// rotary embeddings, the exact GELU and a parallel residual, and
+// FalconForCausalLM one with q, k and v fused per kv head);
 // parameter names and
 // layouts are theirs, so a safetensors checkpoint maps onto the graph without
 // conversion.
@@ -60,8 +61,8 @@ public:
       dense = starcoder2Block();
     else if (m.arch == Arch::StableLm)
       dense = stablelmBlock();
-    else if (m.arch == Arch::GptNeoX)
-      dense = gptNeoXBlock();
+    else if (groupedQkv(m.arch))
+      dense = groupedQkvBlock();
     if (m.sparseLayers() > 0) {
       sparse = llamaBlock(/*sparse=*/true);
       b.setInsertionPointToEnd(module->getBody());
@@ -379,39 +380,45 @@ private:
     return fn;
   }
 
-  /// GPTNeoXLayer: LayerNorms with biases; q, k and v from one GEMM whose
-  /// output holds each head's q, k and v side by side (a split in `heads`
-  /// groups, which tp splits in whole heads), rotary embeddings on part of
-  /// each head, the MLP's exact GELU (or tanh, by hidden_act). With
-  /// use_parallel_residual x + attn(ln1 x) + mlp(ln2 x), summed as
-  /// transformers does ((mlp + attn) + x); else sequential.
-  func::FuncOp gptNeoXBlock() {
+  /// A GPT-style layer with grouped QKV (groupedQkv): GPTNeoXLayer and
+  /// FalconDecoderLayer. LayerNorms with biases; q, k and v from one GEMM
+  /// whose output holds each kv head's query heads, k and v side by side (a
+  /// split in kv-head groups, which tp splits in whole groups), rotary
+  /// embeddings (GPT-NeoX: on part of each head), the MLP's exact GELU (or
+  /// tanh, by GPT-NeoX's hidden_act). Under the parallel residual x +
+  /// attn(ln1 x) + mlp(ln2 x) (one LayerNorm unless parallelNorms), summed
+  /// as transformers does ((mlp + attn) + x); else sequential.
+  func::FuncOp groupedQkvBlock() {
     func::FuncOp fn;
-    Value x = beginLayer(fn, "gpt_neox_layer");
-    const std::string p = "gpt_neox.layers.{i}.";
-    int64_t H = m.hidden, I = m.intermediate;
+    const bool neox = m.arch == Arch::GptNeoX;
+    Value x = beginLayer(fn, neox ? "gpt_neox_layer" : "falcon_decoder_layer");
+    const std::string p = neox ? "gpt_neox.layers.{i}." : "transformer.h.{i}.";
+    const char *attn = neox ? "attention" : "self_attention";
+    const std::string ln1 = neox ? "input_layernorm" : m.parallelNorms ? "ln_attn" : "input_layernorm";
+    const std::string ln2 = neox ? "post_attention_layernorm" : m.parallelNorms ? "ln_mlp" : "post_attention_layernorm";
+    int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
     auto o = WeightLayout::OutIn;
-    Value h = layerNorm(p + "input_layernorm", x);
-    Value qkv = linear(p + "attention.query_key_value", h, H, 3 * H, m.qkvBias, o);
-    auto split = SplitOp::create(b, loc(p + "attention", {"num_heads"}), TypeRange{act(H), act(H), act(H)}, qkv,
-                                 b.getI64IntegerAttr(m.heads));
-    Value q = rope(p, split.getResult(0), "attention");
-    Value k = rope(p, split.getResult(1), "attention");
-    Value a = attention(p, q, k, split.getResult(2), "attention");
-    Value attnOut = linear(p + "attention.dense", a, H, H, m.outputBias, o);
+    Value h = layerNorm(p + ln1, x);
+    Value qkv = linear(p + attn + ".query_key_value", h, H, q + 2 * kv, m.qkvBias, o);
+    auto split = SplitOp::create(b, loc(p + attn, {"num_kv_heads"}), TypeRange{act(q), act(kv), act(kv)}, qkv,
+                                 b.getI64IntegerAttr(m.kvHeads));
+    Value qr = rope(p, split.getResult(0), attn);
+    Value kr = rope(p, split.getResult(1), attn);
+    Value a = attention(p, qr, kr, split.getResult(2), attn);
+    Value attnOut = linear(p + attn + ".dense", a, q, H, m.outputBias, o);
     auto mlp = [&](Value in) {
-      Value f = linear(p + "mlp.dense_h_to_4h", in, H, I, true, o);
+      Value f = linear(p + "mlp.dense_h_to_4h", in, H, I, m.mlpBias, o);
       Value g = m.geluExact ? GeluErfOp::create(b, loc(p + "mlp"), f).getResult()
                             : GeluTanhOp::create(b, loc(p + "mlp"), f).getResult();
-      return linear(p + "mlp.dense_4h_to_h", g, I, H, true, o);
+      return linear(p + "mlp.dense_4h_to_h", g, I, H, m.mlpBias, o);
     };
     if (m.parallelResidual) {
-      Value mlpOut = mlp(layerNorm(p + "post_attention_layernorm", x));
+      Value mlpOut = mlp(m.parallelNorms ? layerNorm(p + ln2, x) : h);
       Value sum = AddOp::create(b, loc(p + "mlp"), mlpOut, attnOut);
       x = AddOp::create(b, loc(p), sum, x);
     } else {
-      x = AddOp::create(b, loc(p + "attention"), attnOut, x);
-      Value mlpOut = mlp(layerNorm(p + "post_attention_layernorm", x));
+      x = AddOp::create(b, loc(p + attn), attnOut, x);
+      Value mlpOut = mlp(layerNorm(p + ln2, x));
       x = AddOp::create(b, loc(p + "mlp"), mlpOut, x);
     }
     func::ReturnOp::create(b, loc(p), x);
@@ -445,10 +452,11 @@ private:
     fn.setArgAttr(1, "xf.name", b.getStringAttr("labels"));
     b.setInsertionPointToStart(fn.addEntryBlock());
     int64_t H = m.hidden, V = m.vocab;
-    bool gpt2 = m.arch == Arch::GPT2, neox = m.arch == Arch::GptNeoX;
-    std::string embName = gpt2   ? "transformer.wte.weight"
-                          : neox ? "gpt_neox.embed_in.weight"
-                                 : "model.embed_tokens.weight";
+    bool gpt2 = m.arch == Arch::GPT2, neox = m.arch == Arch::GptNeoX, falcon = m.arch == Arch::Falcon;
+    std::string embName = gpt2     ? "transformer.wte.weight"
+                          : neox   ? "gpt_neox.embed_in.weight"
+                          : falcon ? "transformer.word_embeddings.weight"
+                                   : "model.embed_tokens.weight";
     Value emb = param(embName, {V, H});
     // Gemma: the embeddings times sqrt(hidden_size).
     FloatAttr scale = m.scaleEmbeddings ? b.getF64FloatAttr(std::sqrt(double(H))) : FloatAttr();
@@ -469,7 +477,7 @@ private:
       x = call.getResult(0);
       stats.assign(call.getResults().begin() + 1, call.getResults().end());
     }
-    if (gpt2)
+    if (gpt2 || falcon)
       x = layerNorm("transformer.ln_f", x);
     else if (m.arch == Arch::Phi)
       x = layerNorm("model.final_layernorm", x);

@@ -34,7 +34,8 @@ constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
                                 {Arch::Starcoder2, "starcoder2", "Starcoder2ForCausalLM"},
                                 {Arch::StableLm, "stablelm", "StableLmForCausalLM"},
                                 {Arch::Olmo, "olmo", "OlmoForCausalLM"},
-                                {Arch::GptNeoX, "gpt_neox", "GPTNeoXForCausalLM"}};
+                                {Arch::GptNeoX, "gpt_neox", "GPTNeoXForCausalLM"},
+                                {Arch::Falcon, "falcon", "FalconForCausalLM"}};
 } // namespace
 
 const char *llcdist::archName(Arch a) { return kArchs[int(a)].name; }
@@ -69,10 +70,12 @@ template <typename T> T layerCount(const ModelConfig &c, bool active, bool spars
     return 2 * H + (H * q + q) + 2 * (H * kv + kv) + (q * H + H) + (H * I + I) + (I * H + H);
   // Two LayerNorms; q, k, v, o, c_fc, c_proj, biases when use_bias (GPT-NeoX:
   // q, k and v fused in query_key_value, o is dense, the MLP's dense_h_to_4h
-  // and dense_4h_to_h with biases; attention biases when attention_bias).
-  if (c.arch == Arch::Starcoder2 || c.arch == Arch::GptNeoX)
-    return 4 * H + H * q + 2 * H * kv + q * H + 2 * H * I + (c.qkvBias ? q + 2 * kv : 0) + (c.outputBias ? H : 0) +
-           (c.mlpBias ? I + H : 0);
+  // and dense_4h_to_h with biases; attention biases when attention_bias;
+  // Falcon: the same names, one LayerNorm under parallel_attn, biases when
+  // bias).
+  if (c.arch == Arch::Starcoder2 || c.arch == Arch::GptNeoX || c.arch == Arch::Falcon)
+    return T(c.normTensors()) * H + H * q + 2 * H * kv + q * H + 2 * H * I + (c.qkvBias ? q + 2 * kv : 0) +
+           (c.outputBias ? H : 0) + (c.mlpBias ? I + H : 0);
   T layer = T(c.normTensors()) * H + H * q + 2 * H * kv + q * H;
   layer += mlpCount<T>(c, c.moe ? T(active ? c.moe->topK : c.moe->experts) : T(0), sparse);
   if (c.qkvBias)
@@ -111,8 +114,8 @@ int64_t ModelConfig::layerTensors(bool sparse) const {
     return 14;
   if (arch == Arch::Starcoder2) // four norm tensors, six matrices, their biases
     return 10 + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 2 : 0);
-  if (arch == Arch::GptNeoX) // four norm tensors, four matrices (q, k, v fused), their biases
-    return 8 + (qkvBias ? 1 : 0) + (outputBias ? 1 : 0) + 2;
+  if (groupedQkv(arch)) // the norms, four matrices (q, k, v fused), their biases
+    return normTensors() + 4 + (qkvBias ? 1 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 2 : 0);
   // The norms, q k v o, and the gated MLP's three matrices or the router,
   // three stacked expert weights and the shared expert with its gate.
   int64_t mlp = moe && sparse ? 4 + (moe->sharedIntermediate ? 4 : 0) : 3 + (mlpBias ? 3 : 0);
@@ -122,7 +125,7 @@ int64_t ModelConfig::layerTensors(bool sparse) const {
 int64_t ModelConfig::normTensors() const {
   if (!normAffine)
     return 0;
-  if (arch == Arch::Phi || (arch == Arch::StableLm && parallelResidual))
+  if (arch == Arch::Phi || (parallelResidual && !parallelNorms))
     return 2;
   return layerNorms(arch) ? 4 : 2;
 }
@@ -219,6 +222,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseOlmo(r, c, obj);
     else if (c.arch == Arch::GptNeoX)
       parseGptNeoX(r, c, obj);
+    else if (c.arch == Arch::Falcon)
+      parseFalcon(r, c, obj);
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));
@@ -232,10 +237,13 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     // The fields later passes may blame (tp vs heads, pp vs layers, ...):
     // the importer gives the ops they shape a location at the field.
     bool gpt2 = c.arch == Arch::GPT2;
-    bool hasKv = !gpt2 && obj.contains("num_key_value_heads");
+    const char *kvKey = c.arch == Arch::Falcon ? "num_kv_heads" : "num_key_value_heads";
+    bool hasKv = !gpt2 && obj.contains(kvKey);
     const std::pair<const char *, std::string> roles[] = {
         {"num_heads", gpt2 ? "n_head" : "num_attention_heads"},
-        {"num_kv_heads", gpt2 ? "n_head" : hasKv ? "num_key_value_heads" : "num_attention_heads"},
+        {"num_kv_heads", gpt2    ? "n_head"
+                         : hasKv ? kvKey
+                                 : "num_attention_heads"},
         {"num_layers", gpt2 ? "n_layer" : "num_hidden_layers"},
         {"vocab_size", "vocab_size"},
         {"max_positions", gpt2 ? "n_positions" : "max_position_embeddings"},

@@ -2,7 +2,7 @@
 //
 // The fields of each transformers config class llc-dist builds (GPT2Config,
 // LlamaConfig and the Llama-shaped families', PhiConfig, StableLmConfig,
-// OlmoConfig, Starcoder2Config, GPTNeoXConfig) into one ModelConfig. What llc-dist does not build is
+// OlmoConfig, Starcoder2Config, GPTNeoXConfig, FalconConfig) into one ModelConfig. What llc-dist does not build is
 // refused by name.
 //
 //===----------------------------------------------------------------------===//
@@ -376,7 +376,7 @@ void parseGptNeoX(FieldReader &r, ModelConfig &c, const json &obj) {
                              "'; llc-dist implements the exact GELU (\"gelu\", Pythia's) and the tanh one "
                              "(\"gelu_new\", \"gelu_fast\": GPT-NeoX-20B's)");
   c.geluExact = act == "gelu";
-  c.parallelResidual = r.boolean("use_parallel_residual", true);
+  c.parallelResidual = c.parallelNorms = r.boolean("use_parallel_residual", true);
   c.qkvBias = c.outputBias = r.boolean("attention_bias", true);
   c.mlpBias = true;
   c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
@@ -384,6 +384,60 @@ void parseGptNeoX(FieldReader &r, ModelConfig &c, const json &obj) {
   // older ones EleutherAI's published configs carry.
   r.ignore({"attention_dropout", "hidden_dropout", "classifier_dropout", "attention_probs_dropout_prob",
             "hidden_dropout_prob"});
+}
+
+/// Falcon's fields (transformers 4.40's FalconConfig): LayerNorms with biases,
+/// one query_key_value GEMM whose output holds each kv head's query heads, k
+/// and v side by side, full rotary embeddings, the exact GELU, biases on
+/// every projection when bias. The layouts: new_decoder_architecture
+/// (num_kv_heads groups; attention and MLP side by side on ln_attn and
+/// ln_mlp), else multi_query (one k and v head after every q) or one group
+/// per head, attention and MLP side by side on one LayerNorm when
+/// parallel_attn. ALiBi and rope_scaling are refused.
+void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj) {
+  if (r.has("n_embed"))
+    r.fail("n_embed", "is FalconConfig's old name of hidden_size; write hidden_size");
+  const bool newArch = r.boolean("new_decoder_architecture", false);
+  const bool multiQuery = r.boolean("multi_query", true); // ignored under new_decoder_architecture
+  if (r.has("num_key_value_heads"))
+    r.fail("num_key_value_heads", "is not a field of FalconConfig (its name is num_kv_heads); rename it");
+  c.vocab = r.positiveInt("vocab_size", 65024);
+  c.hidden = r.positiveInt("hidden_size", 4544);
+  c.layers = r.positiveInt("num_hidden_layers", 32);
+  c.heads = r.positiveInt("num_attention_heads", 71);
+  c.maxPositions = r.positiveInt("max_position_embeddings", 2048);
+  if (c.hidden % c.heads != 0)
+    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
+                                      " does not divide hidden_size=" + std::to_string(c.hidden));
+  c.headDim = c.hidden / c.heads;
+  if (c.headDim % 2 != 0)
+    r.fail("num_attention_heads", "gives head_dim " + std::to_string(c.headDim) +
+                                      " (hidden_size / num_attention_heads), which must be even for rotary embeddings");
+  // FalconAttention's kv heads: num_kv_heads (default num_attention_heads)
+  // under new_decoder_architecture, else one (multi_query) or one per head.
+  const int64_t kv = r.positiveInt("num_kv_heads", c.heads);
+  c.kvHeads = newArch ? kv : multiQuery ? 1 : c.heads;
+  if (c.heads % c.kvHeads != 0)
+    r.fail("num_kv_heads", "num_kv_heads=" + std::to_string(c.kvHeads) +
+                               " does not divide num_attention_heads=" + std::to_string(c.heads));
+  c.intermediate = r.positiveInt("ffn_hidden_size", 4 * c.hidden);
+  c.normEps = r.positiveFloat("layer_norm_epsilon", 1e-5);
+  readRopeTheta(r, c, obj);
+  refuseRopeScaling(r, "Falcon (its linear and dynamic scalings are not implemented)");
+  if (r.boolean("alibi", false))
+    r.fail("alibi", "ALiBi position biases are not implemented; only false (rotary embeddings) is supported");
+  std::string act = r.string("activation", "gelu");
+  if (act != "gelu")
+    r.fail("activation", "unsupported activation '" + act + "'; llc-dist implements Falcon's exact GELU (\"gelu\")");
+  c.geluExact = true;
+  c.parallelResidual = newArch || r.boolean("parallel_attn", true);
+  c.parallelNorms = newArch;
+  c.qkvBias = c.outputBias = c.mlpBias = r.boolean("bias", false);
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
+  // Dropout (llc-dist trains without it), and a field TII's published
+  // configs carry that FalconConfig 4.40 never reads.
+  r.ignore({"hidden_dropout", "attention_dropout", "apply_residual_connection_post_layernorm", "num_kv_heads",
+            "multi_query", "parallel_attn"});
 }
 
 /// StarCoder2's fields (transformers 4.40's Starcoder2Config): Llama's

@@ -54,6 +54,7 @@ TEST(ModelStats, PublishedParameterCounts) {
   EXPECT_EQ(importAndCount("olmo-7b").stats.parameters, 6888095744);
   EXPECT_EQ(importAndCount("pythia-1b").stats.parameters, 1011781632);
   EXPECT_EQ(importAndCount("gpt-neox-20b").stats.parameters, 20554567680);
+  EXPECT_EQ(importAndCount("falcon-7b").stats.parameters, 6921720704);
   EXPECT_EQ(importAndCount("mixtral-8x7b").stats.parameters, 46702792704);
   EXPECT_EQ(importAndCount("qwen1.5-moe-a2.7b").stats.parameters, 14315784192);
 }
@@ -75,7 +76,8 @@ TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
         "stablelm-2-1_6b",   "stablelm-3b-4e1t", "../unittests/Integration/Inputs/tiny-stablelm-parallel",
         "tiny-olmo",         "olmo-1b",          "olmo-7b",
         "tiny-gpt-neox",     "pythia-160m",      "pythia-1b",
-        "pythia-6.9b",       "gpt-neox-20b"}) {
+        "pythia-6.9b",       "gpt-neox-20b",     "tiny-falcon",
+        "falcon-7b"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

@@ -73,6 +73,9 @@ TEST(ModelConfig, PublishedParameterCounts) {
       {"pythia-1b", 1011781632},
       {"pythia-6.9b", 6857302016},
       {"gpt-neox-20b", 20554567680},
+      // Falcon-7B (the safetensors' total_size / 2 bytes; transformers
+      // 4.40.2's FalconForCausalLM counts the same): multi_query, tied.
+      {"falcon-7b", 6921720704},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -360,6 +363,51 @@ TEST(ModelConfig, GptNeoXFields) {
                 .find("field 'rope_scaling': must be null for GPT-NeoX"),
             std::string::npos);
   EXPECT_NE(parseError(head + R"(, "rope_theta": 10000})").find("unknown field for GPTNeoXForCausalLM"),
+            std::string::npos);
+}
+
+// Falcon: q, k and v fused per kv head, in its three layouts.
+TEST(ModelConfig, FalconFields) {
+  ModelConfig c = load("falcon-7b");
+  EXPECT_EQ(c.arch, Arch::Falcon);
+  EXPECT_STREQ(hfArchitecture(c.arch), "FalconForCausalLM");
+  EXPECT_EQ(c.headDim, 64);
+  EXPECT_EQ(c.kvHeads, 1); // multi_query
+  EXPECT_EQ(c.intermediate, 4 * 4544);
+  EXPECT_TRUE(groupedQkv(c.arch) && !llamaLayout(c.arch) && layerNorms(c.arch));
+  EXPECT_TRUE(c.geluExact && c.parallelResidual && !c.parallelNorms && c.tieEmbeddings);
+  EXPECT_FALSE(c.qkvBias || c.outputBias || c.mlpBias);
+  EXPECT_EQ(c.rotaryDim, 0);     // every dim of each head
+  EXPECT_EQ(c.normTensors(), 2); // one LayerNorm under parallel_attn
+  EXPECT_EQ(c.layerTensors(), 6);
+  const std::string head = R"({"architectures": ["FalconForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+    "num_hidden_layers": 2, "vocab_size": 128)";
+  ModelConfig grouped, perHead, sequential;
+  ASSERT_FALSE(parseModelConfig(
+      head + R"(, "new_decoder_architecture": true, "num_kv_heads": 2, "ffn_hidden_size": 96})", "new.json", grouped));
+  EXPECT_EQ(grouped.kvHeads, 2);
+  EXPECT_EQ(grouped.intermediate, 96);
+  EXPECT_TRUE(grouped.parallelResidual && grouped.parallelNorms);
+  EXPECT_EQ(grouped.normTensors(), 4); // ln_attn and ln_mlp
+  ASSERT_FALSE(parseModelConfig(head + R"(, "multi_query": false, "num_kv_heads": 2})", "heads.json", perHead));
+  EXPECT_EQ(perHead.kvHeads, 4); // num_kv_heads is read only under new_decoder_architecture
+  ASSERT_FALSE(parseModelConfig(head + R"(, "parallel_attn": false, "bias": true})", "seq.json", sequential));
+  EXPECT_FALSE(sequential.parallelResidual);
+  EXPECT_EQ(sequential.normTensors(), 4);
+  EXPECT_TRUE(sequential.qkvBias && sequential.outputBias && sequential.mlpBias);
+  EXPECT_EQ(sequential.layerTensors(), 12);
+  EXPECT_NE(parseError(head + R"(, "alibi": true})").find("field 'alibi': ALiBi position biases are not implemented"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "activation": "relu"})").find("field 'activation': unsupported activation 'relu'"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "n_embed": 64})").find("field 'n_embed': is FalconConfig's old name"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "new_decoder_architecture": true, "num_kv_heads": 3})")
+                .find("field 'num_kv_heads': num_kv_heads=3 does not divide num_attention_heads=4"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "num_key_value_heads": 2})").find("its name is num_kv_heads"), std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})")
+                .find("field 'rope_scaling': must be null for Falcon"),
             std::string::npos);
 }
 

@@ -247,6 +247,12 @@ TEST(ContextParallelRing, TinyGptNeoXSGD) {
   golden("tiny-gpt-neox", "sgd",
          {CpCase::of(2).ring(), CpCase::of(2), CpCase::of(2).withTp(2).withSequenceParallel().ring()});
 }
+/// Falcon's q, k and v grouped per kv head (2 q heads each) on cp's chunks,
+/// and under tp + SP (one kv group per tp rank).
+TEST(ContextParallelRing, TinyFalconSGD) {
+  golden("tiny-falcon", "sgd",
+         {CpCase::of(2).ring(), CpCase::of(2), CpCase::of(2).withTp(2).withSequenceParallel().ring()});
+}
 /// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
 /// it around.
 TEST(ContextParallelRing, TinyGemmaSGD) {

@@ -150,3 +150,6 @@ TEST(GradCheck, TinyLlamaEveryParameter) { checkGradients("tiny-llama", 2); }
 // GPT-NeoX: the grouped QKV split's gradient (a grouped concat), the exact
 // GELU's, two LayerNorms of the same input under the parallel residual.
 TEST(GradCheck, TinyGptNeoXEveryParameter) { checkGradients("tiny-gpt-neox", 3); }
+// Falcon: the grouped split with unequal pieces (2 q heads, 1 k, 1 v per
+// group), attention and MLP on their own LayerNorms.
+TEST(GradCheck, TinyFalconEveryParameter) { checkGradients("tiny-falcon", 4); }

@@ -24,7 +24,21 @@
 
 namespace llcdist {
 
-enum class Arch { GPT2, Llama, Qwen2, Mistral, Gemma, Phi, Mixtral, Qwen2Moe, Starcoder2, StableLm, Olmo, GptNeoX };
+enum class Arch {
+  GPT2,
+  Llama,
+  Qwen2,
+  Mistral,
+  Gemma,
+  Phi,
+  Mixtral,
+  Qwen2Moe,
+  Starcoder2,
+  StableLm,
+  Olmo,
+  GptNeoX,
+  Falcon
+};
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
@@ -34,10 +48,15 @@ const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" 
 /// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place,
 /// and so do StableLM (with LayerNorms and partial rotary embeddings) and
 /// OLMo (with LayerNorms that have no weight or bias).
-/// GPT-2, Phi, StarCoder2 and GPT-NeoX have LayerNorms and a two-matrix MLP.
+/// GPT-2, Phi, StarCoder2, GPT-NeoX and Falcon have LayerNorms and a
+/// two-matrix MLP.
 inline bool llamaLayout(Arch a) {
-  return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2 && a != Arch::GptNeoX;
+  return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2 && a != Arch::GptNeoX && a != Arch::Falcon;
 }
+/// q, k and v come from one GEMM whose output holds, for each kv head, its
+/// query heads' q and its k and v side by side (GPT-NeoX: one query head per
+/// group; Falcon: num_heads / num_kv_heads, one group under multi_query).
+inline bool groupedQkv(Arch a) { return a == Arch::GptNeoX || a == Arch::Falcon; }
 /// The norms are LayerNorms (the final one too), not RMSNorms: with a weight
 /// and a bias but OLMo's (ModelConfig::normAffine).
 inline bool layerNorms(Arch a) { return !llamaLayout(a) || a == Arch::StableLm || a == Arch::Olmo; }
@@ -98,12 +117,16 @@ struct ModelConfig {
   int64_t rotaryDim = 0;
   bool lmHeadBias = false; ///< Phi: lm_head has a bias
   /// use_parallel_residual: attention and the MLP both read the layer's
-  /// input, x + attn(ln x) + mlp(ln' x). StableLM's through one LayerNorm
-  /// (ln' = ln, as Phi's block always is); GPT-NeoX's through two
-  /// (input_layernorm and post_attention_layernorm).
+  /// input, x + attn(ln x) + mlp(ln' x). StableLM's and Falcon's
+  /// parallel_attn through one LayerNorm (ln' = ln, as Phi's block always
+  /// is); with parallelNorms through two (GPT-NeoX's input_layernorm and
+  /// post_attention_layernorm, Falcon's new_decoder_architecture's ln_attn
+  /// and ln_mlp).
   bool parallelResidual = false;
-  /// GPT-NeoX's hidden_act "gelu": the MLP's GELU is the exact one (erf),
-  /// not the tanh approximation ("gelu_new") the other GPT-style MLPs use.
+  bool parallelNorms = false;
+  /// GPT-NeoX's hidden_act "gelu" (Falcon's activation): the MLP's GELU is
+  /// the exact one (erf), not the tanh approximation ("gelu_new") the other
+  /// GPT-style MLPs use.
   bool geluExact = false;
   /// Gemma: RMSNorm scales by (1 + w), the embeddings are multiplied by
   /// sqrt(hidden_size), and the gated MLP's activation is the tanh GELU
@@ -145,7 +168,7 @@ struct ModelConfig {
   /// One layer's norm tensors, each of hidden_size elements: two RMSNorm
   /// weights (the Llama-shaped families), two LayerNorms' weights and biases
   /// (GPT-2, StarCoder2, StableLM), one LayerNorm's (Phi, StableLM under
-  /// use_parallel_residual), none (OLMo).
+  /// use_parallel_residual, Falcon's parallel_attn), none (OLMo).
   int64_t normTensors() const;
   /// The final norm's tensors, each of hidden_size elements: a LayerNorm's
   /// weight and bias, an RMSNorm's weight, none (OLMo).

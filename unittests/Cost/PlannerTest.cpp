@@ -248,6 +248,26 @@ TEST(Planner, DivisibilityPrunesWholeMeshes) {
   EXPECT_NE(r.top.front().config.tp, 8);
 }
 
+// GPT-NeoX's and Falcon's fused q|k|v splits over tp in whole kv-head
+// groups: where Llama would replicate kv heads (tp a multiple of them), the
+// planner refuses the mesh as the compiler does, so it never proposes one
+// that does not compile.
+TEST(Planner, FusedQkvNeedsTpDividingTheKvHeads) {
+  ModelConfig falcon;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/tiny-falcon.json", falcon));
+  Workload w = workload(falcon, 8, 32);
+  ParallelConfig c;
+  c.tp = 2;
+  EXPECT_FALSE(checkConfig(w, c)) << "one kv group per rank";
+  c.tp = 4; // 4 query heads over 2 kv heads
+  std::optional<std::string> why = checkConfig(w, c);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("tp=4 does not divide num_kv_heads=2: a fused q|k|v"), std::string::npos) << *why;
+  ModelConfig llama = falcon; // the same sizes with separate k and v projections: replicated
+  llama.arch = Arch::Llama;
+  EXPECT_FALSE(checkConfig(workload(llama, 8, 32), c));
+}
+
 TEST(Planner, MemoryPruningSaysByHowMuch) {
   // llama3-70b on 8 GPUs with everything that saves memory off: nothing fits.
   Hardware hw = hardware();

@@ -144,32 +144,28 @@ ElementwiseParams elems(int64_t n) {
   return p;
 }
 
-TEST(CudaElementwiseKernels, GeluErf) {
-  LLCDIST_REQUIRE_GPU();
+// One activation's forward (x -> y) and backward (dy, x -> dx), seeds from `seed`.
+void expectActivationMatches(K fwd, K bwd, uint32_t seed) {
   const int64_t n = 1001;
-  KernelCase(K::kGeluErfFwd, elems(n))
-      .f32("x", randomF32(n, 25, -4, 4))
-      .f32("y", randomF32(n, 26))
+  KernelCase(fwd, elems(n))
+      .f32("x", randomF32(n, seed, -4, 4))
+      .f32("y", randomF32(n, seed + 1))
       .expectMatch(kAtol, kRtol);
-  KernelCase(K::kGeluErfBwd, elems(n))
-      .f32("dy", randomF32(n, 27))
-      .f32("x", randomF32(n, 28, -4, 4))
-      .f32("dx", randomF32(n, 29))
+  KernelCase(bwd, elems(n))
+      .f32("dy", randomF32(n, seed + 2))
+      .f32("x", randomF32(n, seed + 3, -4, 4))
+      .f32("dx", randomF32(n, seed + 4))
       .expectMatch(kAtol, kRtol);
 }
 
 TEST(CudaElementwiseKernels, GeluTanh) {
   LLCDIST_REQUIRE_GPU();
-  const int64_t n = 1001;
-  KernelCase(K::kGeluTanhFwd, elems(n))
-      .f32("x", randomF32(n, 20, -4, 4))
-      .f32("y", randomF32(n, 21))
-      .expectMatch(kAtol, kRtol);
-  KernelCase(K::kGeluTanhBwd, elems(n))
-      .f32("dy", randomF32(n, 22))
-      .f32("x", randomF32(n, 23, -4, 4))
-      .f32("dx", randomF32(n, 24))
-      .expectMatch(kAtol, kRtol);
+  expectActivationMatches(K::kGeluTanhFwd, K::kGeluTanhBwd, 20);
+}
+
+TEST(CudaElementwiseKernels, GeluErf) {
+  LLCDIST_REQUIRE_GPU();
+  expectActivationMatches(K::kGeluErfFwd, K::kGeluErfBwd, 25);
 }
 
 TEST(CudaElementwiseKernels, Swiglu) {

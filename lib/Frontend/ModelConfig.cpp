@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -36,6 +37,7 @@ constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
                                 {Arch::Olmo, "olmo", "OlmoForCausalLM"},
                                 {Arch::GptNeoX, "gpt_neox", "GPTNeoXForCausalLM"},
                                 {Arch::Falcon, "falcon", "FalconForCausalLM"}};
+static_assert(std::size(kArchs) == size_t(kNumArchs), "one kArchs row per Arch, in its order");
 } // namespace
 
 const char *llcdist::archName(Arch a) { return kArchs[int(a)].name; }

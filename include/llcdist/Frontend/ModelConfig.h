@@ -39,6 +39,9 @@ enum class Arch {
   GptNeoX,
   Falcon
 };
+/// How many families there are: a new one is appended to Arch (kArchs in
+/// ModelConfig.cpp is indexed by it; docs/adding-a-model.md).
+inline constexpr int kNumArchs = int(Arch::Falcon) + 1;
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,

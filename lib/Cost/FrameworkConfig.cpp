@@ -112,6 +112,8 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
       flag(a, "--swiglu");
     if (m.normWeightOffset != 0)
       a.megatronNotes.push_back("RMSNorm scaled by (1 + w): Megatron-LM's --apply-layernorm-1p (zero-centered gamma)");
+    if (m.clipQkv > 0) // OLMo-7B-0424
+      a.megatronNotes.push_back("q, k and v clamped to [-clip_qkv, clip_qkv] (OLMo's clip_qkv): no Megatron-LM flag");
     if (!m.normAffine) // OLMo
       a.megatronNotes.push_back("LayerNorms without weight or bias (OLMo's): no Megatron-LM flag (its LayerNorm "
                                 "always has both; a model spec with a non-parametric norm)");

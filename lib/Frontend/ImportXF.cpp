@@ -218,6 +218,14 @@ private:
         .getResult();
   }
 
+  /// OLMo's clip_qkv: projection `name`'s output `v` clamped to [-c, c]
+  /// (transformers' clamp_, before the rotary embeddings); else `v`.
+  Value clipQkv(const std::string &name, Value v) {
+    if (m.clipQkv <= 0)
+      return v;
+    return ClampOp::create(b, loc(name, {"clip_qkv"}), v, b.getF64FloatAttr(m.clipQkv)).getResult();
+  }
+
   /// Layer prefix `p`'s q, k and v projections of `h` (with biases when
   /// `bias`), rotary embeddings on q and k, and causal attention:
   /// [B, S, heads·head_dim], before the output projection.
@@ -225,9 +233,9 @@ private:
     int64_t H = m.hidden, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
     auto o = WeightLayout::OutIn;
     // Separate statements: the ops appear in a fixed order.
-    Value qv = linear(p + "self_attn.q_proj", h, H, q, bias, o);
-    Value kv_ = linear(p + "self_attn.k_proj", h, H, kv, bias, o);
-    Value vv = linear(p + "self_attn.v_proj", h, H, kv, bias, o);
+    Value qv = clipQkv(p + "self_attn.q_proj", linear(p + "self_attn.q_proj", h, H, q, bias, o));
+    Value kv_ = clipQkv(p + "self_attn.k_proj", linear(p + "self_attn.k_proj", h, H, kv, bias, o));
+    Value vv = clipQkv(p + "self_attn.v_proj", linear(p + "self_attn.v_proj", h, H, kv, bias, o));
     Value qr = rope(p, qv);
     Value kr = rope(p, kv_);
     return attention(p, qr, kr, vv);

@@ -250,7 +250,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
         {"vocab_size", "vocab_size"},
         {"max_positions", gpt2 ? "n_positions" : "max_position_embeddings"},
         {"hidden_size", gpt2 ? "n_embd" : "hidden_size"},
-        {"output_router_logits", "output_router_logits"}}; // the MoE load-balancing loss
+        {"output_router_logits", "output_router_logits"}, // the MoE load-balancing loss
+        {"clip_qkv", "clip_qkv"}};                        // OLMo's clamp of q, k and v
     for (const auto &[role, key] : roles) {
       size_t pos = keyOffset(text, key);
       if (pos == std::string_view::npos)

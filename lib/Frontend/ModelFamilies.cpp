@@ -8,7 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "ConfigFields.h"
 
-#include "llcdist/runtime/PlanSchema.h" // header-only: the runtime's rule for rope_theta
+#include "llcdist/runtime/FloatAttrRules.h" // header-only: the runtime's rule for clamp's limit
+#include "llcdist/runtime/PlanSchema.h"     // header-only: the runtime's rule for rope_theta
 
 #include <string>
 
@@ -331,8 +332,8 @@ void parseStableLm(FieldReader &r, ModelConfig &c, const json &obj) {
 
 /// OLMo's fields (transformers 4.40's OlmoConfig): Llama's layer with
 /// LayerNorms that have no weight or bias (OlmoLayerNorm: eps 1e-5, no field),
-/// biases on q, k, v and o when attention_bias. clip_qkv (q, k and v clamped
-/// to [-c, c], OLMo-7B-0424's) is refused, and so is rope_scaling.
+/// biases on q, k, v and o when attention_bias, q, k and v clamped to [-c, c]
+/// when clip_qkv (OLMo-7B-0424's); rope_scaling is refused.
 void parseOlmo(FieldReader &r, ModelConfig &c, const json &obj) {
   readSizes(r, c, {50304, 4096, 11008, 32, 32, 0, 2048});
   if (c.headDim % 2 != 0)
@@ -342,8 +343,11 @@ void parseOlmo(FieldReader &r, ModelConfig &c, const json &obj) {
   c.normAffine = false;
   readRopeTheta(r, c, obj);
   refuseRopeScaling(r, "OLMo (its linear and dynamic scalings are not implemented)");
-  if (r.has("clip_qkv")) // null: none
-    r.fail("clip_qkv", "clamping q, k and v is not implemented; only null (OLMo-1B's and OLMo-7B's) is supported");
+  if (r.has("clip_qkv")) { // null: none (OLMo-1B's and OLMo-7B's); OLMo-7B-0424's is 8
+    c.clipQkv = r.positiveFloat("clip_qkv", std::nullopt);
+    if (!llcdist::rt::schema::clampLimitValid(c.clipQkv))
+      r.fail("clip_qkv", std::string(llcdist::rt::schema::kClampLimitRule) + ", got " + obj.at("clip_qkv").dump());
+  }
   r.ignore({"clip_qkv"});
   std::string act = r.string("hidden_act", "silu");
   if (act != "silu")

@@ -56,6 +56,25 @@ TEST(GeluErfTest, ForwardMatchesTheDefinitionAndBackwardFiniteDifferences) {
       "dx");
 }
 
+// torch's clamp: the bound on both sides, the gradient passed where the
+// input lies within them (ends included), none where it was clamped.
+TEST(ClampTest, ForwardClampsAndBackwardPassesTheUnclampedOnly) {
+  std::vector<float> x = randn(N, 11, 2.0f), y(N), dy = randn(N, 12), dx(N);
+  x[0] = 0.5f, x[1] = -0.5f, x[2] = 0.25f;  // both bounds exactly, and one inside
+  clampForward(x.data(), y.data(), N, 0.5f);
+  int clamped = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const bool inside = x[i] >= -0.5f && x[i] <= 0.5f;
+    clamped += !inside;
+    EXPECT_EQ(y[i], inside ? x[i] : (x[i] > 0 ? 0.5f : -0.5f)) << i;
+  }
+  EXPECT_GT(clamped, N / 2);  // the test clamps most of the input
+  clampBackward(dy.data(), x.data(), dx.data(), N, 0.5f);
+  for (int64_t i = 0; i < N; ++i) EXPECT_EQ(dx[i], x[i] >= -0.5f && x[i] <= 0.5f ? dy[i] : 0.0f) << i;
+  EXPECT_EQ(dx[0], dy[0]);
+  EXPECT_EQ(dx[1], dy[1]);
+}
+
 TEST(SwigluTest, ForwardAndBackward) {
   std::vector<float> g = randn(N, 4, 2.0f), u = randn(N, 5), dy = randn(N, 6), y(N);
   swigluForward(g.data(), u.data(), y.data(), N);

@@ -304,7 +304,14 @@ TEST(ModelConfig, OlmoFields) {
   ASSERT_FALSE(parseModelConfig(head + R"(, "attention_bias": true})", "bias.json", bias));
   EXPECT_TRUE(bias.qkvBias && bias.outputBias && !bias.mlpBias);
   EXPECT_EQ(bias.numParameters() - d.numParameters(), 2 * (3 * 64 + 64)); // q, k, v and o biases in 2 layers
-  EXPECT_NE(parseError(head + R"(, "clip_qkv": 8.0})").find("field 'clip_qkv': clamping q, k and v is not implemented"),
+  EXPECT_EQ(d.clipQkv, 0);                                                // null: no clamp
+  ModelConfig clip;
+  ASSERT_FALSE(parseModelConfig(head + R"(, "clip_qkv": 8.0})", "clip.json", clip));
+  EXPECT_EQ(clip.clipQkv, 8.0);
+  EXPECT_EQ(clip.numParameters(), d.numParameters()); // a clamp has no parameters
+  EXPECT_NE(parseError(head + R"(, "clip_qkv": -1})").find("field 'clip_qkv'"), std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "clip_qkv": 1e39})")
+                .find("field 'clip_qkv': must be a positive fp32 number (finite, non-zero), got 1e+39"),
             std::string::npos);
   EXPECT_NE(parseError(head + R"(, "hidden_act": "gelu"})").find("field 'hidden_act': unsupported activation"),
             std::string::npos);

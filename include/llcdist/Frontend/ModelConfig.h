@@ -102,6 +102,9 @@ struct ModelConfig {
   /// The norms scale and shift by a learned weight and bias (RMSNorm: a
   /// weight); false: OLMo's OlmoLayerNorm, with neither.
   bool normAffine = true;
+  /// OLMo's clip_qkv c: the q, k and v projections' outputs clamped to
+  /// [-c, c] before the rotary embeddings; 0: none.
+  double clipQkv = 0;
   double ropeTheta = 10000.0; ///< Llama and Qwen2
   std::optional<RopeScaling> ropeScaling;
   bool tieEmbeddings = true;

@@ -184,6 +184,14 @@ template <> LogicalResult OpLowering::lower<GeluErfOp>(Operation *op, Scope &s, 
   return success();
 }
 
+template <> LogicalResult OpLowering::lower<ClampOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto c = cast<ClampOp>(op);
+  Buf y = def(s, c.getResult(), op);
+  kernel("clamp_fwd", {arg("x", use(s, c.getInput())), arg("y", y)},
+         {i64("n", numel(c.getInput())), f64("limit", c.getLimit().convertToDouble())}, loc);
+  return success();
+}
+
 template <> LogicalResult OpLowering::lower<SwiGLUOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
   auto g = cast<SwiGLUOp>(op);
   Buf y = def(s, g.getResult(), op);
@@ -397,6 +405,14 @@ template <> LogicalResult OpLowering::lower<GeluErfGradOp>(Operation *op, Scope 
   return success();
 }
 
+template <> LogicalResult OpLowering::lower<ClampGradOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto c = cast<ClampGradOp>(op);
+  Buf dx = def(s, c.getResult(), op);
+  kernel("clamp_bwd", {arg("dy", use(s, c.getDy())), arg("x", use(s, c.getInput())), arg("dx", dx)},
+         {i64("n", numel(c.getDy())), f64("limit", c.getLimit().convertToDouble())}, loc);
+  return success();
+}
+
 template <> LogicalResult OpLowering::lower<SwiGLUGradOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
   auto g = cast<SwiGLUGradOp>(op);
   Buf dg = def(s, g.getDgate(), op, ".dgate");
@@ -571,12 +587,12 @@ template <> LogicalResult OpLowering::lower<AccumulateGradOp>(Operation *op, Sco
 void llcdist::xftoplan::registerPlanLoweringModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, xf::XFDialect *) {
     attachPlanLowering<ParamOp, LayerOp, EmbeddingOp, AddPositionEmbeddingOp, LayerNormOp, RMSNormOp, LinearOp, SplitOp,
-                       RopeOp, AttentionOp, GeluTanhOp, GeluErfOp, SwiGLUOp, AddOp, CrossEntropyOp, CrossEntropyGradOp,
-                       LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
+                       RopeOp, AttentionOp, GeluTanhOp, GeluErfOp, ClampOp, SwiGLUOp, AddOp, CrossEntropyOp,
+                       CrossEntropyGradOp, LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
                        AddPositionEmbeddingGradOp, LayerNormGradInputOp, LayerNormGradParamsOp, RMSNormGradInputOp,
-                       RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp, GeluErfGradOp, SwiGLUGradOp,
-                       ConcatOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp, AccumulateGradOp,
-                       MoeDispatchOp, MoeCombineOp>(ctx);
+                       RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp, GeluErfGradOp, ClampGradOp,
+                       SwiGLUGradOp, ConcatOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp,
+                       AccumulateGradOp, MoeDispatchOp, MoeCombineOp>(ctx);
     attachMoePlanLowerings(ctx);
   });
 }

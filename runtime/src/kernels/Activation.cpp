@@ -6,6 +6,7 @@
 #include "CpuKernels.h"
 #include "llcdist/runtime/Bf16.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -52,6 +53,14 @@ void geluErfForward(const float* x, float* y, int64_t n) {
 
 void geluErfBackward(const float* dy, const float* x, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * geluErfDerivative(x[i]);
+}
+
+void clampForward(const float* x, float* y, int64_t n, float limit) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::min(std::max(x[i], -limit), limit);
+}
+
+void clampBackward(const float* dy, const float* x, float* dx, int64_t n, float limit) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = x[i] >= -limit && x[i] <= limit ? dy[i] : 0.0f;
 }
 
 void swigluForward(const float* gate, const float* up, float* y, int64_t n) {
@@ -127,6 +136,14 @@ void registerCpuElementwiseKernels(CpuKernelTable& t) {
   });
   addCpuKernel<P>(t, K::kGeluErfBwd, [](const KernelCall& c, const P& p, const Ctx&) {
     geluErfBackward(c.F("dy"), c.F("x"), c.F("dx"), p.n);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kClampFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    clampForward(c.F("x"), c.F("y"), p.n, p.limit);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kClampBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    clampBackward(c.F("dy"), c.F("x"), c.F("dx"), p.n, p.limit);
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kSwigluFwd, [](const KernelCall& c, const P& p, const Ctx&) {

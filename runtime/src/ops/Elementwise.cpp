@@ -1,8 +1,10 @@
 // Family "elementwise": ops over n elements in every role: gelu_tanh_fwd / gelu_tanh_bwd, gelu_erf_fwd /
-// gelu_erf_bwd, swiglu_fwd / swiglu_bwd, add, accumulate, copy, cast; and cast_multi, a cast of each pair of a list. A
-// new elementwise op registers here (docs/adding-an-op.md). swiglu_*'s optional `act` (the gate's activation: "silu",
-// the default, or "gelu_tanh", Gemma's GeGLU) binds as ElementwiseParams::act.
+// gelu_erf_bwd, clamp_fwd / clamp_bwd, swiglu_fwd / swiglu_bwd, add, accumulate, copy, cast; and cast_multi, a cast of
+// each pair of a list. A new elementwise op registers here (docs/adding-an-op.md). swiglu_*'s optional `act` (the
+// gate's activation: "silu", the default, or "gelu_tanh", Gemma's GeGLU) binds as ElementwiseParams::act.
 #include "OpDefs.h"
+
+#include "llcdist/runtime/FloatAttrRules.h"
 
 #include <optional>
 #include <vector>
@@ -43,6 +45,19 @@ StatusOr<OpParams> bindElementwise(const BindContext& b) {
   return OpParams(p);
 }
 
+// clamp_fwd / clamp_bwd: n elements in every role, a limit under FloatAttrRules.h's rule (the compiler's).
+Status checkClamp(const OpChecker& c) {
+  const double limit = c.op().floatAttr("limit");
+  if (!sc::clampLimitValid(limit))
+    return c.attrError("limit", std::string(sc::kClampLimitRule) + ", got " + std::to_string(limit));
+  return c.everyRole(c.I("n"), "n");
+}
+StatusOr<OpParams> bindClamp(const BindContext& b) {
+  ElementwiseParams p{b.op.intAttr("n")};
+  p.limit = float(b.op.floatAttr("limit"));
+  return OpParams(p);
+}
+
 // cast_multi: x and y list one buffer per tensor, y[k] of x[k]'s size.
 Status checkCastMulti(const OpChecker& c) {
   const std::vector<int64_t>& x = c.op().argList("x");
@@ -66,6 +81,7 @@ void registerElementwiseOps(OpDefTable& t) {
               K::kCast, K::kGeluErfFwd, K::kGeluErfBwd})
     t.add(k, {"elementwise", checkElementwise, bindElementwise});
   t.add(K::kCastMulti, {"elementwise", checkCastMulti, bindCastMulti});
+  for (K k : {K::kClampFwd, K::kClampBwd}) t.add(k, {"elementwise", checkClamp, bindClamp});
 }
 
 }  // namespace llcdist::rt::ops

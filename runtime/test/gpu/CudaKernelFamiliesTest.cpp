@@ -163,6 +163,19 @@ TEST(CudaElementwiseKernels, GeluTanh) {
   expectActivationMatches(K::kGeluTanhFwd, K::kGeluTanhBwd, 20);
 }
 
+TEST(CudaElementwiseKernels, Clamp) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t n = 1001;
+  ElementwiseParams p = elems(n);
+  p.limit = 0.5f;
+  KernelCase(K::kClampFwd, p).f32("x", randomF32(n, 30, -2, 2)).f32("y", randomF32(n, 31)).expectMatch(0, 0);
+  KernelCase(K::kClampBwd, p)
+      .f32("dy", randomF32(n, 32))
+      .f32("x", randomF32(n, 33, -2, 2))
+      .f32("dx", randomF32(n, 34))
+      .expectMatch(0, 0);
+}
+
 TEST(CudaElementwiseKernels, GeluErf) {
   LLCDIST_REQUIRE_GPU();
   expectActivationMatches(K::kGeluErfFwd, K::kGeluErfBwd, 25);

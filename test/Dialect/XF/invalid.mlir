@@ -399,6 +399,22 @@ func.func @split_sum(%x: tensor<2x8x96xf32>) {
 
 // -----
 
+func.func @clamp_limit(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{limit must be a positive fp32 number (finite, non-zero), got 1.000000e+39}}
+  %y = xf.clamp %x {limit = 1.0e39 : f64} : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @clamp_negative(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{limit must be a positive fp32 number (finite, non-zero), got -1.000000e+00}}
+  %y = xf.clamp_grad %x, %x {limit = -1.0 : f64} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
 func.func @split_groups(%x: tensor<2x8x96xf32>) {
   // expected-error @+1 {{the last dimension of result 'tensor<2x8x48xf32>' is not a multiple of groups = 5}}
   %a, %b = xf.split %x {groups = 5 : i64} : tensor<2x8x96xf32> -> tensor<2x8x48xf32>, tensor<2x8x48xf32>

@@ -37,7 +37,9 @@ func.func private @block(%x: tensor<2x8x64xf32>) -> tensor<2x8x64xf32> attribute
   // CHECK: xf.gelu_tanh %{{.+}} : tensor<2x8x64xf32>
   %gl = xf.gelu_tanh %o : tensor<2x8x64xf32>
   // CHECK: xf.gelu_erf %{{.+}} : tensor<2x8x64xf32>
-  %ge = xf.gelu_erf %gl : tensor<2x8x64xf32>
+  %ge0 = xf.gelu_erf %gl : tensor<2x8x64xf32>
+  // CHECK: xf.clamp %{{.+}} {limit = 8.000000e+00 : f64} : tensor<2x8x64xf32>
+  %ge = xf.clamp %ge0 {limit = 8.0 : f64} : tensor<2x8x64xf32>
   // CHECK: xf.swiglu %{{.+}}, %{{.+}} : tensor<2x8x64xf32>
   %sw = xf.swiglu %ge, %o : tensor<2x8x64xf32>
   // CHECK: xf.add %{{.+}}, %{{.+}} : tensor<2x8x64xf32>

@@ -34,6 +34,8 @@ func.func @grads(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x16xf32>, %w: tensor<8x16
   %e = xf.gelu_tanh_grad %x, %x : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
   // CHECK: xf.gelu_erf_grad
   %ee = xf.gelu_erf_grad %x, %x : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+  // CHECK: xf.clamp_grad {{.+}} {limit = 5.000000e-01 : f64}
+  %cg = xf.clamp_grad %x, %x {limit = 0.5 : f64} : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
   // CHECK: xf.swiglu_grad
   %f:2 = xf.swiglu_grad %x, %x, %x : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x16xf32>)
   // CHECK: xf.concat %{{.+}}, %{{.+}} : (tensor<2x4x8xf32>, tensor<2x4x16xf32>) -> tensor<2x4x24xf32>

@@ -144,6 +144,11 @@ LogicalResult GeluErfOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayR
   return success();
 }
 
+LogicalResult ClampOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  grads.addGrad(getInput(), ClampGradOp::create(b, getLoc(), getType(), dys[0], grads.fwd(getInput()), getLimitAttr()));
+  return success();
+}
+
 LogicalResult SwiGLUOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   auto g = SwiGLUGradOp::create(b, getLoc(), getType(), getType(), dys[0], grads.fwd(getGate()), grads.fwd(getUp()),
                                 getActivationAttr());

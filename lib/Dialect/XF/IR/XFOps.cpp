@@ -81,13 +81,21 @@ LogicalResult llcdist::xf::detail::checkFloatAttr(Operation *op, FloatAttrRule r
   if (!v)
     return success();
   const double d = v->convertToDouble();
-  const bool scale = rule == FloatAttrRule::EmbeddingScale;
-  if (scale ? sc::embeddingScaleValid(d) : sc::weightOffsetValid(d))
+  struct Rule {
+    bool (*valid)(double);
+    std::string_view what;
+    const char *attr;
+  };
+  const Rule r = rule == FloatAttrRule::EmbeddingScale ? Rule{sc::embeddingScaleValid, sc::kEmbeddingScaleRule, "scale"}
+                 : rule == FloatAttrRule::ClampLimit
+                     ? Rule{sc::clampLimitValid, sc::kClampLimitRule, "limit"}
+                     : Rule{sc::weightOffsetValid, sc::kWeightOffsetRule, "weight_offset"};
+  if (r.valid(d))
     return success();
-  std::string_view what = scale ? sc::kEmbeddingScaleRule : sc::kWeightOffsetRule;
-  return op->emitOpError() << (scale ? "scale " : "weight_offset ") << StringRef(what.data(), what.size()) << ", got "
-                           << d;
+  return op->emitOpError() << r.attr << " " << StringRef(r.what.data(), r.what.size()) << ", got " << d;
 }
+
+LogicalResult ClampOp::verify() { return checkFloatAttr(*this, FloatAttrRule::ClampLimit, getLimit()); }
 
 LogicalResult EmbeddingOp::verify() {
   if (failed(checkFloatAttr(*this, FloatAttrRule::EmbeddingScale, getScale())))

@@ -111,6 +111,8 @@ LogicalResult AddPositionEmbeddingGradOp::verify() {
   return sameElementType(*this, {getDy(), getResult()});
 }
 
+LogicalResult ClampGradOp::verify() { return checkFloatAttr(*this, FloatAttrRule::ClampLimit, getLimit()); }
+
 LogicalResult ConcatOp::verify() {
   if (getInputs().empty())
     return emitOpError("needs at least one input");

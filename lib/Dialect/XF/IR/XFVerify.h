@@ -53,10 +53,10 @@ LogicalResult checkRopeTheta(Operation *op, double theta);
 LogicalResult checkRotaryDim(Operation *op, std::optional<uint64_t> rotaryDim, int64_t headDim);
 /// xf.swiglu's and xf.swiglu_grad's optional activation: "silu" or "gelu_tanh".
 LogicalResult checkGatedActivation(Operation *op, std::optional<StringRef> activation);
-/// xf.rms_norm's weight_offset and xf.embedding's (and its gradient's)
-/// scale against the runtime's rules (rt::schema, FloatAttrRules.h): the
+/// xf.rms_norm's weight_offset, xf.embedding's (and its gradient's) scale
+/// and xf.clamp's (and its gradient's) limit against the runtime's rules (rt::schema, FloatAttrRules.h): the
 /// kernels use them as fp32 numbers.
-enum class FloatAttrRule { WeightOffset, EmbeddingScale };
+enum class FloatAttrRule { WeightOffset, EmbeddingScale, ClampLimit };
 LogicalResult checkFloatAttr(Operation *op, FloatAttrRule rule, std::optional<APFloat> v);
 
 /// Rows of a [..., H] tensor: the product of its leading dimensions.

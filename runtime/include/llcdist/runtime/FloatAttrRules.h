@@ -1,5 +1,5 @@
 // The rules for the float op attributes whose value the kernels use as an fp32 number (Gemma's
-// rms-norm `weight_offset` and embedding `scale`, PlanSchema.h). One definition: the runtime checks
+// rms-norm `weight_offset` and embedding `scale`, clamp's `limit`, PlanSchema.h). One definition: the runtime checks
 // plans against it (src/ops/Norm.cpp, src/ops/Embedding.cpp) and the compiler checks xf.rms_norm and
 // xf.embedding (lib/Dialect/XF/IR/XFOps.cpp), so a plan llc-dist writes is one the runtime loads.
 // Header-only and MLIR-free.
@@ -22,6 +22,12 @@ inline constexpr std::string_view kWeightOffsetRule = "must be a finite fp32 num
 constexpr bool embeddingScaleValid(double v) { return finiteAsF32(v) && nonZeroAsF32(v); }
 inline constexpr std::string_view kEmbeddingScaleRule = "must be a finite, non-zero fp32 number";
 
+// clamp's limit (OLMo's clip_qkv): positive, finite and non-zero as fp32.
+constexpr bool clampLimitValid(double v) { return v > 0 && finiteAsF32(v) && nonZeroAsF32(v); }
+inline constexpr std::string_view kClampLimitRule = "must be a positive fp32 number (finite, non-zero)";
+
+static_assert(clampLimitValid(8.0) && !clampLimitValid(0.0) && !clampLimitValid(-1.0) && !clampLimitValid(1e39) &&
+              !clampLimitValid(1e-50));
 static_assert(weightOffsetValid(1.0) && !weightOffsetValid(1e39) && !weightOffsetValid(-1e39));
 static_assert(embeddingScaleValid(45.25) && !embeddingScaleValid(1e-50) && !embeddingScaleValid(0.0) &&
               embeddingScaleValid(double(FLT_TRUE_MIN)));

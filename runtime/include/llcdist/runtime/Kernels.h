@@ -228,6 +228,9 @@ void geluTanhBackward(const float* dy, const float* x, float* dx, int64_t n);
 // HF "gelu" (torch's exact GELU, GPT-NeoX / Pythia): 0.5·x·(1 + erf(x/√2)).
 void geluErfForward(const float* x, float* y, int64_t n);
 void geluErfBackward(const float* dy, const float* x, float* dx, int64_t n);
+// clamp to [-limit, limit] (OLMo's clip_qkv); dx = dy where -limit <= x <= limit, else 0 (torch's clamp).
+void clampForward(const float* x, float* y, int64_t n, float limit);
+void clampBackward(const float* dy, const float* x, float* dx, int64_t n, float limit);
 // SwiGLU: y = silu(gate) * up, silu(g) = g·sigmoid(g). dgate/dup may alias dy.
 void swigluForward(const float* gate, const float* up, float* y, int64_t n);
 void swigluBackward(const float* dy, const float* gate, const float* up, float* dgate, float* dup,

@@ -238,6 +238,7 @@ enum class OpKind {
   kAllToAllV, kMoeChunkTranspose,
   kMoeRouterStats, kMoeRouterStatsBwd, kMoeAuxLoss, kMoeAuxLossBwd,
   kGeluErfFwd, kGeluErfBwd,
+  kClampFwd, kClampBwd,
   kWait,
 };
 inline constexpr size_t kNumOpKinds = size_t(OpKind::kWait) + 1;
@@ -413,6 +414,9 @@ inline constexpr T kAttnMergeAttrs[] = {{"B", Int}, {"S", Int}, {"nh", Int}, {"h
 inline constexpr T kNAttrs[] = {{"n", Int}};
 inline constexpr A kGeluFwdArgs[] = {{"x", One, F, R}, {"y", One, F, W, "x"}};
 inline constexpr A kGeluBwdArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"dx", One, F, W, "dy|x"}};
+// clamp_fwd / clamp_bwd (OLMo's clip_qkv): y = min(max(x, -limit), limit); dx = dy where -limit <= x <= limit
+// (both ends in, as torch's clamp passes its gradient), else 0.
+inline constexpr T kClampAttrs[] = {{"n", Int}, {"limit", Flt}};
 inline constexpr A kSwiFwdArgs[] = {{"gate", One, F, R}, {"up", One, F, R}, {"y", One, F, W, "gate|up"}};
 inline constexpr A kSwiBwdArgs[] = {{"dy", One, F, R}, {"gate", One, F, R}, {"up", One, F, R},
                                     {"dgate", One, F, W, "dy"}, {"dup", One, F, W, "dy"}};
@@ -722,6 +726,8 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kMoeAuxLossBwd, "moe_aux_loss_bwd", detail::kMoeAuxLossBwdArgs, detail::kMoeAuxLossAttrs),
     detail::op(OpKind::kGeluErfFwd, "gelu_erf_fwd", detail::kGeluFwdArgs, detail::kNAttrs),
     detail::op(OpKind::kGeluErfBwd, "gelu_erf_bwd", detail::kGeluBwdArgs, detail::kNAttrs),
+    detail::op(OpKind::kClampFwd, "clamp_fwd", detail::kGeluFwdArgs, detail::kClampAttrs),
+    detail::op(OpKind::kClampBwd, "clamp_bwd", detail::kGeluBwdArgs, detail::kClampAttrs),
     // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
     OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},
 }};

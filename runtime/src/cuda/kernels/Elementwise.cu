@@ -65,6 +65,18 @@ struct GeluErfBwd {  // in: dy, x; Φ(x) + x·φ(x)
     out[0] = in[0] * (cdf + v * (kInvSqrt2Pi * expf(-0.5f * v * v)));
   }
 };
+struct ClampFwd {  // OLMo's clip_qkv: the bound is the call's (ElementwiseParams::limit)
+  static constexpr int kIn = 1, kOut = 1;
+  float limit;
+  __device__ void operator()(const float* in, float* out) const { out[0] = fminf(fmaxf(in[0], -limit), limit); }
+};
+struct ClampBwd {  // in: dy, x; torch's clamp passes dy where -limit <= x <= limit
+  static constexpr int kIn = 2, kOut = 1;
+  float limit;
+  __device__ void operator()(const float* in, float* out) const {
+    out[0] = in[1] >= -limit && in[1] <= limit ? in[0] : 0.0f;
+  }
+};
 struct SwigluFwd {  // in: gate, up
   static constexpr int kIn = 2, kOut = 1;
   __device__ void operator()(const float* in, float* out) const { out[0] = siluf(in[0]) * in[1]; }
@@ -165,7 +177,7 @@ __global__ void mapBf16x8Kernel(F f, Refs<F::kIn> in, Refs<F::kOut> out, int64_t
 
 template <class F>
 Status runMap(const char* what, const Refs<F::kIn>& in, const Refs<F::kOut>& out, int64_t n,
-              const CudaKernelContext& ctx) {
+              const CudaKernelContext& ctx, const F& f = F{}) {
   if (n == 0) return Status::ok();
   bool packed = n % 8 == 0;
   for (int j = 0; j < F::kIn; ++j)
@@ -173,9 +185,9 @@ Status runMap(const char* what, const Refs<F::kIn>& in, const Refs<F::kOut>& out
   for (int j = 0; j < F::kOut; ++j)
     packed = packed && out.r[j].bf16 && reinterpret_cast<uintptr_t>(out.r[j].p) % 16 == 0;
   if (packed)
-    mapBf16x8Kernel<F><<<gridFor(n / 8, kThreads), kThreads, 0, ctx.stream>>>(F{}, in, out, n / 8);
+    mapBf16x8Kernel<F><<<gridFor(n / 8, kThreads), kThreads, 0, ctx.stream>>>(f, in, out, n / 8);
   else
-    mapKernel<F><<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(F{}, in, out, n);
+    mapKernel<F><<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(f, in, out, n);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 
@@ -252,7 +264,10 @@ CudaKernel mapEntry(schema::OpKind kind, std::initializer_list<const char*> ins,
     if constexpr (!std::is_same_v<G, F>) {
       if (p.act == GluActivation::kGeluTanh) return runMap<G>(what, a, y, p.n, ctx);
     }
-    return runMap<F>(what, a, y, p.n, ctx);
+    if constexpr (std::is_same_v<F, ClampFwd> || std::is_same_v<F, ClampBwd>)
+      return runMap<F>(what, a, y, p.n, ctx, F{p.limit});
+    else
+      return runMap<F>(what, a, y, p.n, ctx);
   });
 }
 
@@ -282,6 +297,8 @@ void registerCudaElementwiseKernels(CudaKernelTable& t) {
   add(K::kGeluTanhBwd, mapEntry<GeluBwd>(K::kGeluTanhBwd, {"dy", "x"}, {"dx"}));
   add(K::kGeluErfFwd, mapEntry<GeluErfFwd>(K::kGeluErfFwd, {"x"}, {"y"}));
   add(K::kGeluErfBwd, mapEntry<GeluErfBwd>(K::kGeluErfBwd, {"dy", "x"}, {"dx"}));
+  add(K::kClampFwd, mapEntry<ClampFwd>(K::kClampFwd, {"x"}, {"y"}));
+  add(K::kClampBwd, mapEntry<ClampBwd>(K::kClampBwd, {"dy", "x"}, {"dx"}));
   add(K::kSwigluFwd, mapEntry<SwigluFwd>(K::kSwigluFwd, {"gate", "up"}, {"y"}));
   add(K::kSwigluBwd, mapEntry<SwigluBwd>(K::kSwigluBwd, {"dy", "gate", "up"}, {"dgate", "dup"}));
   add(K::kAdd, mapEntry<Add>(K::kAdd, {"a", "b"}, {"y"}));

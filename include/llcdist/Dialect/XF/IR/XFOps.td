@@ -253,6 +253,17 @@ def XF_GeluErfOp : XF_Op<"gelu_erf", [Pure, DeclareOpInterfaceMethods<XF_Differe
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
+def XF_ClampOp : XF_Op<"clamp", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType, Elementwise]> {
+  let summary = "clamp to [-limit, limit] (OLMo's clip_qkv)";
+  let description = [{
+    `min(max(x, -limit), limit)`, element-wise; `limit` > 0.
+  }];
+  let arguments = (ins XF_FloatTensor:$input, F64Attr:$limit);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def XF_SwiGLUOp : XF_Op<"swiglu", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType, Elementwise]> {
   let summary = "gated MLP activation: act(gate) * up (SwiGLU; GeGLU)";
   let description = [{

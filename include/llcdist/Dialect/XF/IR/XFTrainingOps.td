@@ -149,6 +149,15 @@ def XF_GeluErfGradOp : XF_GradOp<"gelu_erf_grad",
   let results = (outs XF_FloatTensor:$result);
 }
 
+def XF_ClampGradOp : XF_GradOp<"clamp_grad",
+    [AllTypesMatch<["dy", "input", "result"]>, Elementwise]> {
+  let summary = "dX of xf.clamp";
+  let description = [{ `dy` where `-limit <= input <= limit` (torch's clamp passes both ends), else 0. }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input, F64Attr:$limit);
+  let results = (outs XF_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
 def XF_SwiGLUGradOp : XF_GradOp<"swiglu_grad",
     [AllTypesMatch<["dy", "gate", "up", "dgate", "dup"]>, Elementwise]> {
   let summary = "d(gate) and d(up) of xf.swiglu";

@@ -402,8 +402,9 @@ private:
     Value x = beginLayer(fn, neox ? "gpt_neox_layer" : "falcon_decoder_layer");
     const std::string p = neox ? "gpt_neox.layers.{i}." : "transformer.h.{i}.";
     const char *attn = neox ? "attention" : "self_attention";
-    const std::string ln1 = neox ? "input_layernorm" : m.parallelNorms ? "ln_attn" : "input_layernorm";
-    const std::string ln2 = neox ? "post_attention_layernorm" : m.parallelNorms ? "ln_mlp" : "post_attention_layernorm";
+    const bool falconNorms = !neox && m.parallelNorms; // new_decoder_architecture's names
+    const std::string ln1 = falconNorms ? "ln_attn" : "input_layernorm";
+    const std::string ln2 = falconNorms ? "ln_mlp" : "post_attention_layernorm";
     int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
     auto o = WeightLayout::OutIn;
     Value h = layerNorm(p + ln1, x);

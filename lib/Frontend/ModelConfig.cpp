@@ -75,7 +75,7 @@ template <typename T> T layerCount(const ModelConfig &c, bool active, bool spars
   // and dense_4h_to_h with biases; attention biases when attention_bias;
   // Falcon: the same names, one LayerNorm under parallel_attn, biases when
   // bias).
-  if (c.arch == Arch::Starcoder2 || c.arch == Arch::GptNeoX || c.arch == Arch::Falcon)
+  if (c.arch == Arch::Starcoder2 || groupedQkv(c.arch))
     return T(c.normTensors()) * H + H * q + 2 * H * kv + q * H + 2 * H * I + (c.qkvBias ? q + 2 * kv : 0) +
            (c.outputBias ? H : 0) + (c.mlpBias ? I + H : 0);
   T layer = T(c.normTensors()) * H + H * q + 2 * H * kv + q * H;

@@ -262,6 +262,22 @@ void readPartialRotary(FieldReader &r, ModelConfig &c, const json &obj, double d
                     ") = " + std::to_string(c.rotaryDim) + " rotary dims per head; they must be even and at least 2");
 }
 
+/// head_dim = hidden_size / num_attention_heads (a family whose config has no
+/// head_dim field), which the heads must divide.
+void headDimOfHidden(FieldReader &r, ModelConfig &c) {
+  if (c.hidden % c.heads != 0)
+    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
+                                      " does not divide hidden_size=" + std::to_string(c.hidden));
+  c.headDim = c.hidden / c.heads;
+}
+
+/// Rotary embeddings over whole heads rotate pairs of dims: head_dim even.
+void requireEvenHeadDim(FieldReader &r, const ModelConfig &c) {
+  if (c.headDim % 2 != 0)
+    r.fail("num_attention_heads", "gives head_dim " + std::to_string(c.headDim) +
+                                      " (hidden_size / num_attention_heads), which must be even for rotary embeddings");
+}
+
 /// The sizes of a family whose transformers 4.40 config has no head_dim
 /// (PhiConfig, StableLmConfig, Starcoder2Config: head_dim is hidden_size /
 /// num_attention_heads), each field's default the config class's.
@@ -279,11 +295,8 @@ void readSizes(FieldReader &r, ModelConfig &c, const SizeDefaults &d) {
   if (r.has("head_dim"))
     r.fail("head_dim", std::string("is not a field of ") + hfArchitecture(c.arch) +
                            "'s config in transformers 4.40 (head_dim is hidden_size / num_attention_heads); remove it");
-  if (c.hidden % c.heads != 0)
-    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
-                                      " does not divide hidden_size=" + std::to_string(c.hidden));
+  headDimOfHidden(r, c);
   checkKvHeads(r, c);
-  c.headDim = c.hidden / c.heads;
 }
 
 } // namespace
@@ -336,9 +349,7 @@ void parseStableLm(FieldReader &r, ModelConfig &c, const json &obj) {
 /// when clip_qkv (OLMo-7B-0424's); rope_scaling is refused.
 void parseOlmo(FieldReader &r, ModelConfig &c, const json &obj) {
   readSizes(r, c, {50304, 4096, 11008, 32, 32, 0, 2048});
-  if (c.headDim % 2 != 0)
-    r.fail("num_attention_heads", "gives head_dim " + std::to_string(c.headDim) +
-                                      " (hidden_size / num_attention_heads), which must be even for rotary embeddings");
+  requireEvenHeadDim(r, c);
   c.normEps = 1e-5; // OlmoLayerNorm's, fixed
   c.normAffine = false;
   readRopeTheta(r, c, obj);
@@ -410,13 +421,8 @@ void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj) {
   c.layers = r.positiveInt("num_hidden_layers", 32);
   c.heads = r.positiveInt("num_attention_heads", 71);
   c.maxPositions = r.positiveInt("max_position_embeddings", 2048);
-  if (c.hidden % c.heads != 0)
-    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
-                                      " does not divide hidden_size=" + std::to_string(c.hidden));
-  c.headDim = c.hidden / c.heads;
-  if (c.headDim % 2 != 0)
-    r.fail("num_attention_heads", "gives head_dim " + std::to_string(c.headDim) +
-                                      " (hidden_size / num_attention_heads), which must be even for rotary embeddings");
+  headDimOfHidden(r, c);
+  requireEvenHeadDim(r, c);
   // FalconAttention's kv heads: num_kv_heads (default num_attention_heads)
   // under new_decoder_architecture, else one (multi_query) or one per head.
   const int64_t kv = r.positiveInt("num_kv_heads", c.heads);
@@ -450,9 +456,7 @@ void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj) {
 /// every projection when use_bias; the head tied by default.
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj) {
   readSizes(r, c, {49152, 3072, 12288, 30, 24, 2, 4096});
-  if (c.headDim % 2 != 0)
-    r.fail("num_attention_heads", "gives head_dim " + std::to_string(c.headDim) +
-                                      " (hidden_size / num_attention_heads), which must be even for rotary embeddings");
+  requireEvenHeadDim(r, c);
   c.normEps = r.positiveFloat("norm_epsilon", 1e-5);
   readRopeTheta(r, c, obj);
   refuseRopeScaling(r, "StarCoder2 (Starcoder2Config has no rope scaling)");

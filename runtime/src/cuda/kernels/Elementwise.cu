@@ -19,6 +19,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace llcdist::rt::cuda {
@@ -68,11 +69,13 @@ struct GeluErfBwd {  // in: dy, x; Φ(x) + x·φ(x)
 struct ClampFwd {  // OLMo's clip_qkv: the bound is the call's (ElementwiseParams::limit)
   static constexpr int kIn = 1, kOut = 1;
   float limit;
+  static ClampFwd of(const ElementwiseParams& p) { return {p.limit}; }
   __device__ void operator()(const float* in, float* out) const { out[0] = fminf(fmaxf(in[0], -limit), limit); }
 };
 struct ClampBwd {  // in: dy, x; torch's clamp passes dy where -limit <= x <= limit
   static constexpr int kIn = 2, kOut = 1;
   float limit;
+  static ClampBwd of(const ElementwiseParams& p) { return {p.limit}; }
   __device__ void operator()(const float* in, float* out) const {
     out[0] = in[1] >= -limit && in[1] <= limit ? in[0] : 0.0f;
   }
@@ -249,6 +252,16 @@ StatusOr<CastTable> castTable(const KernelCall& c, const Ctx& ctx) {
   return t;
 }
 
+// The functor of a call: F::of(params) for a functor with state (clamp's limit), else F{}.
+template <class F, class = void>
+struct FunctorOf {
+  static F of(const P&) { return F{}; }
+};
+template <class F>
+struct FunctorOf<F, std::void_t<decltype(F::of(std::declval<const P&>()))>> {
+  static F of(const P& p) { return F::of(p); }
+};
+
 // The entry of op `kind`, the map F from the named input roles to the named output roles (swiglu_*:
 // GeluTanhGate<F> where the call's act is gelu_tanh).
 template <class F>
@@ -264,10 +277,7 @@ CudaKernel mapEntry(schema::OpKind kind, std::initializer_list<const char*> ins,
     if constexpr (!std::is_same_v<G, F>) {
       if (p.act == GluActivation::kGeluTanh) return runMap<G>(what, a, y, p.n, ctx);
     }
-    if constexpr (std::is_same_v<F, ClampFwd> || std::is_same_v<F, ClampBwd>)
-      return runMap<F>(what, a, y, p.n, ctx, F{p.limit});
-    else
-      return runMap<F>(what, a, y, p.n, ctx);
+    return runMap<F>(what, a, y, p.n, ctx, FunctorOf<F>::of(p));
   });
 }
 

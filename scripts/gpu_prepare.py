@@ -77,6 +77,9 @@ GOLDEN = [
     # (gelu_erf_fwd / _bwd), per-rank heads under tp.
     ("gpt-neox-tp2", "tiny-gpt-neox", "--mesh tp=2 --seq-len 64 --global-batch 4"),
     ("falcon-dp2-tp2-sp", "tiny-falcon", "--mesh dp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
+    # BLOOM's ALiBi (the own kernels: cuDNN's alibi mask is not a tp rank's slice of the slopes) by global
+    # position on the ring's blocks, each tp rank's heads' slopes (head_axis).
+    ("bloom-cp2-tp2-sp", "tiny-bloom", "--mesh cp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
     # Mixtures of experts (issue #34): routing, permutation, the grouped GEMMs and the weighted sum back
     # (Mixtral, top-2 renormalized), Qwen2-MoE's gated shared expert, with dp and tp.
     ("mixtral-1rank", "tiny-mixtral", "--seq-len 64 --global-batch 4"),

@@ -91,7 +91,9 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   if (m.headDim * m.heads != m.hidden)
     flag(a, "--kv-channels", num(m.headDim));
   flag(a, "--max-position-embeddings", num(m.maxPositions));
-  if (m.arch != Arch::GPT2) { // rotary embeddings (Phi's on part of each head)
+  if (m.alibi) { // BLOOM: no position embedding at all (ALiBi, in the note below)
+    flag(a, "--position-embedding-type", "none");
+  } else if (m.arch != Arch::GPT2) { // rotary embeddings (Phi's on part of each head)
     flag(a, "--position-embedding-type", "rope");
     std::ostringstream theta;
     theta << m.ropeTheta;
@@ -141,6 +143,10 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
     a.megatronNotes.push_back("sliding_window " + num(m.slidingWindow) + ": Megatron-LM's --window-size " +
                               num(m.slidingWindow) + " 0 (each query sees the " + num(m.slidingWindow) +
                               " tokens before it and itself)");
+  if (m.alibi) // BLOOM: trained with Megatron-DeepSpeed, whose flag Megatron-LM dropped
+    a.megatronNotes.push_back("ALiBi instead of position embeddings, and a LayerNorm on the embeddings (BLOOM's): no "
+                              "Megatron-LM flag (Megatron-DeepSpeed's --position-embedding-type alibi and "
+                              "--embed-layernorm)");
   if (m.arch == Arch::Phi)
     a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (x + attn(ln x) + mlp(ln x)): no "
                               "Megatron-LM flag; the LM head's bias: none either");

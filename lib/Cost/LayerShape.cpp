@@ -138,8 +138,9 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.denseLayer = pc.layer - mlp + denseMlp;
     pc.finalNorm = double(m.finalNormTensors()) * H; // OLMo's has none
   } else if (m.arch == Arch::Starcoder2 || groupedQkv(m.arch)) {
-    // The LayerNorms (Falcon's parallel_attn: one); q, k, v (GPT-NeoX's and
-    // Falcon's fused), o, the MLP's two matrices, their biases.
+    // The LayerNorms (Falcon's parallel_attn: one); q, k, v (GPT-NeoX's,
+    // Falcon's and BLOOM's fused), o, the MLP's two matrices, their biases;
+    // BLOOM's LayerNorm on the embeddings.
     pc.layer = double(m.normTensors()) * H + H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
     if (m.qkvBias)
       pc.layer += double(s.q + 2 * s.kv);
@@ -148,6 +149,8 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     if (m.mlpBias)
       pc.layer += double(s.inter) + H;
     pc.finalNorm = 2 * H;
+    if (m.embeddingNorm)
+      pc.embeddingExtras = 2 * H;
   } else if (m.arch == Arch::Phi) { // one LayerNorm; biases on q, k, v, dense, fc1, fc2
     const double qkv = double(s.q + 2 * s.kv);
     pc.layer =
@@ -157,7 +160,7 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.layer = 4 * H + H * 3 * double(s.q) + 3 * double(s.q) + double(s.q) * H + H + H * double(s.inter) +
                double(s.inter) + double(s.inter) * H + H;
     pc.finalNorm = 2 * H;
-    pc.positions = double(m.maxPositions) * H;
+    pc.embeddingExtras = double(m.maxPositions) * H;
   }
   // The widest tensor of a layer: GPT-2's fused c_attn, the others' q
   // projection, a dense MLP's (none where every layer has experts); a

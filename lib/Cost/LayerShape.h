@@ -85,12 +85,14 @@ LayerShape layerShape(const ModelConfig &m, int64_t tp);
 int64_t sparseMlpWidth(const ModelConfig &m, int64_t tp);
 
 /// Parameters one rank holds (element counts, before ZeRO): per layer, the
-/// token embedding (a vocabulary shard under tp), GPT-2's position table,
-/// the final norm and an untied LM head.
+/// token embedding (a vocabulary shard under tp), what the first stage holds
+/// beside it, the final norm and an untied LM head.
 struct ParamCounts {
   /// `layer`: a mixed model's mean layer (Qwen2-MoE's decoder_sparse_step,
-  /// mlp_only_layers), else the layer.
-  double layer = 0, vocabMatrix = 0, positions = 0, finalNorm = 0;
+  /// mlp_only_layers), else the layer. `embeddingExtras`: GPT-2's position
+  /// table, BLOOM's word_embeddings_layernorm (the first stage's, beside
+  /// the embedding).
+  double layer = 0, vocabMatrix = 0, embeddingExtras = 0, finalNorm = 0;
   /// A sparse layer's and a dense layer's parameters (a model without dense
   /// layers, or without experts, has `layer` in both).
   double sparseLayer = 0, denseLayer = 0;

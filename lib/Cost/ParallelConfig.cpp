@@ -92,6 +92,9 @@ std::optional<std::string> checkContextParallel(const Workload &w, const Paralle
     if (w.seqLen % (2 * c.cp))
       return why("the ring's 2*cp load-balanced chunks do not divide the sequence");
   } else if (c.cpImpl == "all-to-all") {
+    if (m.alibi) // ContextParallel.cpp's localHeads
+      return why("all-to-all gives each cp rank a slice of the heads, and ALiBi's slopes follow the heads: use the "
+                 "ring");
     const int64_t kvPerRank = m.kvHeads >= c.tp ? m.kvHeads / c.tp : 1;
     if (w.seqLen % c.cp || (m.heads / c.tp) % c.cp || (kvPerRank % c.cp && c.cp % kvPerRank))
       return why("all-to-all needs cp dividing the sequence and the heads per tp rank, and dividing the kv heads "
@@ -141,7 +144,7 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
     return why("tp and num_kv_heads do not divide one another");
   if (groupedQkv(m.arch) && m.kvHeads % c.tp) // TensorParallel.cpp's replicateKvHeads refuses it
     return why("tp=" + std::to_string(c.tp) + " does not divide num_kv_heads=" + std::to_string(m.kvHeads) +
-               ": a fused q|k|v (GPT-NeoX's, Falcon's query_key_value) cannot replicate kv heads");
+               ": a fused q|k|v (GPT-NeoX's, Falcon's, BLOOM's query_key_value) cannot replicate kv heads");
   if (m.intermediate % c.tp)
     return why("tp does not divide the MLP's intermediate size");
   if (w.globalBatch % (c.microBatch * c.dp))

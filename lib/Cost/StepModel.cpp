@@ -303,7 +303,7 @@ double stageParams(const Workload &w, const ParallelConfig &c, int64_t stage, in
   ParamCounts pc = paramCounts(w, c.tp);
   double n = double(sparse) * pc.layerOn(c.ep, true) + double(layers - sparse) * pc.layerOn(c.ep, false);
   if (stage == 0)
-    n += pc.vocabMatrix + pc.positions;
+    n += pc.vocabMatrix + pc.embeddingExtras;
   if (stage == c.pp - 1) {
     n += pc.finalNorm;
     // The LM head: untied, or the tied embedding's replica on a later stage.

@@ -199,6 +199,7 @@ void parseStableLm(FieldReader &r, ModelConfig &c, const json &obj);
 void parseOlmo(FieldReader &r, ModelConfig &c, const json &obj);
 void parseGptNeoX(FieldReader &r, ModelConfig &c, const json &obj);
 void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj);
+void parseBloom(FieldReader &r, ModelConfig &c);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
 } // namespace llcdist::config
 

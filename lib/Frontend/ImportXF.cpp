@@ -175,7 +175,7 @@ private:
         b, loc(p + "attn"), TypeRange{act(H), act(H), act(H)}, qkv);
     Value a = AttentionOp::create(b, loc(p + "attn", {"num_heads", "num_kv_heads"}), act(H), /*lse=*/Type(),
                                   split.getResult(0), split.getResult(1), split.getResult(2), m.heads, m.heads,
-                                  m.headDim, /*window=*/IntegerAttr())
+                                  m.headDim, /*window=*/IntegerAttr(), /*alibi_heads=*/IntegerAttr())
                   .getResult();
     Value o = linear(p + "attn.c_proj", a, H, H, true, WeightLayout::InOut);
     x = AddOp::create(b, loc(p + "attn"), x, o);
@@ -213,8 +213,10 @@ private:
     // `window`. Where that covers the sequence it masks nothing (plain causal).
     const int64_t keys = m.slidingWindow + 1;
     IntegerAttr window = m.slidingWindow > 0 && keys < S ? b.getI64IntegerAttr(keys) : IntegerAttr();
+    // BLOOM's ALiBi: the slopes of the model's heads.
+    IntegerAttr alibi = m.alibi ? b.getI64IntegerAttr(m.heads) : IntegerAttr();
     return AttentionOp::create(b, loc(p + attn, {"num_heads", "num_kv_heads"}), act(m.heads * m.headDim),
-                               /*lse=*/Type(), q, k, v, m.heads, m.kvHeads, m.headDim, window)
+                               /*lse=*/Type(), q, k, v, m.heads, m.kvHeads, m.headDim, window, alibi)
         .getResult();
   }
 
@@ -399,7 +401,7 @@ private:
   func::FuncOp groupedQkvBlock() {
     func::FuncOp fn;
     const bool neox = m.arch == Arch::GptNeoX;
-    Value x = beginLayer(fn, neox ? "gpt_neox_layer" : "falcon_decoder_layer");
+    Value x = beginLayer(fn, neox ? "gpt_neox_layer" : m.arch == Arch::Bloom ? "bloom_block" : "falcon_decoder_layer");
     const std::string p = neox ? "gpt_neox.layers.{i}." : "transformer.h.{i}.";
     const char *attn = neox ? "attention" : "self_attention";
     const bool falconNorms = !neox && m.parallelNorms; // new_decoder_architecture's names
@@ -411,8 +413,9 @@ private:
     Value qkv = linear(p + attn + ".query_key_value", h, H, q + 2 * kv, m.qkvBias, o);
     auto split = SplitOp::create(b, loc(p + attn, {"num_kv_heads"}), TypeRange{act(q), act(kv), act(kv)}, qkv,
                                  b.getI64IntegerAttr(m.kvHeads));
-    Value qr = rope(p, split.getResult(0), attn);
-    Value kr = rope(p, split.getResult(1), attn);
+    // BLOOM: ALiBi in the attention instead of rotary embeddings.
+    Value qr = m.alibi ? split.getResult(0) : rope(p, split.getResult(0), attn);
+    Value kr = m.alibi ? split.getResult(1) : rope(p, split.getResult(1), attn);
     Value a = attention(p, qr, kr, split.getResult(2), attn);
     Value attnOut = linear(p + attn + ".dense", a, q, H, m.outputBias, o);
     auto mlp = [&](Value in) {
@@ -461,7 +464,8 @@ private:
     fn.setArgAttr(1, "xf.name", b.getStringAttr("labels"));
     b.setInsertionPointToStart(fn.addEntryBlock());
     int64_t H = m.hidden, V = m.vocab;
-    bool gpt2 = m.arch == Arch::GPT2, neox = m.arch == Arch::GptNeoX, falcon = m.arch == Arch::Falcon;
+    bool gpt2 = m.arch == Arch::GPT2, neox = m.arch == Arch::GptNeoX;
+    bool falcon = m.arch == Arch::Falcon || m.arch == Arch::Bloom; // Falcon's names are BLOOM's
     std::string embName = gpt2     ? "transformer.wte.weight"
                           : neox   ? "gpt_neox.embed_in.weight"
                           : falcon ? "transformer.word_embeddings.weight"
@@ -470,6 +474,8 @@ private:
     // Gemma: the embeddings times sqrt(hidden_size).
     FloatAttr scale = m.scaleEmbeddings ? b.getF64FloatAttr(std::sqrt(double(H))) : FloatAttr();
     Value x = EmbeddingOp::create(b, loc(embName, {"vocab_size"}), act(H), fn.getArgument(0), emb, scale);
+    if (m.embeddingNorm) // BLOOM
+      x = layerNorm("transformer.word_embeddings_layernorm", x);
     if (gpt2)
       x = AddPositionEmbeddingOp::create(
           b, loc("transformer.wpe", {"max_positions"}), act(H), x,

@@ -36,7 +36,8 @@ constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
                                 {Arch::StableLm, "stablelm", "StableLmForCausalLM"},
                                 {Arch::Olmo, "olmo", "OlmoForCausalLM"},
                                 {Arch::GptNeoX, "gpt_neox", "GPTNeoXForCausalLM"},
-                                {Arch::Falcon, "falcon", "FalconForCausalLM"}};
+                                {Arch::Falcon, "falcon", "FalconForCausalLM"},
+                                {Arch::Bloom, "bloom", "BloomForCausalLM"}};
 static_assert(std::size(kArchs) == size_t(kNumArchs), "one kArchs row per Arch, in its order");
 } // namespace
 
@@ -74,7 +75,7 @@ template <typename T> T layerCount(const ModelConfig &c, bool active, bool spars
   // q, k and v fused in query_key_value, o is dense, the MLP's dense_h_to_4h
   // and dense_4h_to_h with biases; attention biases when attention_bias;
   // Falcon: the same names, one LayerNorm under parallel_attn, biases when
-  // bias).
+  // bias; BLOOM: Falcon's names, sequential, every bias).
   if (c.arch == Arch::Starcoder2 || groupedQkv(c.arch))
     return T(c.normTensors()) * H + H * q + 2 * H * kv + q * H + 2 * H * I + (c.qkvBias ? q + 2 * kv : 0) +
            (c.outputBias ? H : 0) + (c.mlpBias ? I + H : 0);
@@ -94,6 +95,8 @@ template <typename T> T parameterCount(const ModelConfig &c, bool active = false
     n += T(c.maxPositions) * H + 2 * H; // wpe, ln_f
   else
     n += T(c.finalNormTensors()) * H; // model.norm (Phi: model.final_layernorm)
+  if (c.embeddingNorm)
+    n += 2 * H; // BLOOM's word_embeddings_layernorm
   if (c.lmHeadBias)
     n += V;
   const T sparse = T(c.sparseLayers());
@@ -226,6 +229,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseGptNeoX(r, c, obj);
     else if (c.arch == Arch::Falcon)
       parseFalcon(r, c, obj);
+    else if (c.arch == Arch::Bloom)
+      parseBloom(r, c);
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));
@@ -238,15 +243,16 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     }
     // The fields later passes may blame (tp vs heads, pp vs layers, ...):
     // the importer gives the ops they shape a location at the field.
-    bool gpt2 = c.arch == Arch::GPT2;
+    // GPT-2's and BLOOM's names (n_head, n_layer: BloomConfig's own).
+    bool gpt2 = c.arch == Arch::GPT2, bloom = c.arch == Arch::Bloom;
     const char *kvKey = c.arch == Arch::Falcon ? "num_kv_heads" : "num_key_value_heads";
     bool hasKv = !gpt2 && obj.contains(kvKey);
     const std::pair<const char *, std::string> roles[] = {
-        {"num_heads", gpt2 ? "n_head" : "num_attention_heads"},
-        {"num_kv_heads", gpt2    ? "n_head"
-                         : hasKv ? kvKey
-                                 : "num_attention_heads"},
-        {"num_layers", gpt2 ? "n_layer" : "num_hidden_layers"},
+        {"num_heads", gpt2 || bloom ? "n_head" : "num_attention_heads"},
+        {"num_kv_heads", gpt2 || bloom ? "n_head"
+                         : hasKv       ? kvKey
+                                       : "num_attention_heads"},
+        {"num_layers", gpt2 || bloom ? "n_layer" : "num_hidden_layers"},
         {"vocab_size", "vocab_size"},
         {"max_positions", gpt2 ? "n_positions" : "max_position_embeddings"},
         {"hidden_size", gpt2 ? "n_embd" : "hidden_size"},

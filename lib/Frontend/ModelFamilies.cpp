@@ -435,7 +435,9 @@ void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj) {
   readRopeTheta(r, c, obj);
   refuseRopeScaling(r, "Falcon (its linear and dynamic scalings are not implemented)");
   if (r.boolean("alibi", false))
-    r.fail("alibi", "ALiBi position biases are not implemented; only false (rotary embeddings) is supported");
+    r.fail("alibi", "ALiBi position biases are not implemented for Falcon (Falcon-RW's bias is BLOOM's with the "
+                    "slopes rounded to bf16 and scaled by 1/sqrt(head_dim); BloomForCausalLM's is implemented); only "
+                    "false (rotary embeddings) is supported");
   std::string act = r.string("activation", "gelu");
   if (act != "gelu")
     r.fail("activation", "unsupported activation '" + act + "'; llc-dist implements Falcon's exact GELU (\"gelu\")");
@@ -448,6 +450,49 @@ void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj) {
   // configs carry that FalconConfig 4.40 never reads.
   r.ignore({"hidden_dropout", "attention_dropout", "apply_residual_connection_post_layernorm", "num_kv_heads",
             "multi_query", "parallel_attn"});
+}
+
+/// BLOOM's fields (transformers 4.40's BloomConfig): no position embedding
+/// but ALiBi, a LayerNorm on the embeddings (word_embeddings_layernorm), one
+/// query_key_value GEMM holding each head's q, k and v side by side (as
+/// GPT-NeoX), LayerNorms with biases, a sequential residual, the tanh GELU
+/// (bloom_gelu) on a 4·hidden MLP, biases everywhere, the head tied.
+void parseBloom(FieldReader &r, ModelConfig &c) {
+  if (r.has("n_embed"))
+    r.fail("n_embed", "is BloomConfig's old name of hidden_size; write hidden_size");
+  // BloomConfig's attribute_map: transformers also takes these names.
+  for (auto [alias, key] : {std::pair{"num_hidden_layers", "n_layer"}, {"num_attention_heads", "n_head"}})
+    if (r.has(alias))
+      r.fail(alias, std::string("is BloomConfig's alias of ") + key + "; write " + key);
+  c.vocab = r.positiveInt("vocab_size", 250880);
+  c.hidden = r.positiveInt("hidden_size", 64);
+  c.layers = r.positiveInt("n_layer", 2);
+  c.heads = c.kvHeads = r.positiveInt("n_head", 8);
+  if (c.hidden % c.heads != 0)
+    r.fail("n_head", "n_head=" + std::to_string(c.heads) + " does not divide hidden_size=" + std::to_string(c.hidden));
+  c.headDim = c.hidden / c.heads;
+  c.intermediate = 4 * c.hidden; // BloomMLP's dense_h_to_4h
+  // No learned positions, so no bound; BLOOM was trained on 2,048 tokens (the
+  // default --seq-len is min(this, 1024)).
+  c.maxPositions = 2048;
+  c.normEps = r.positiveFloat("layer_norm_epsilon", 1e-5);
+  if (r.boolean("apply_residual_connection_post_layernorm", false))
+    r.fail("apply_residual_connection_post_layernorm",
+           "a residual from the LayerNorm's output is not implemented; only false (BLOOM's published models) is "
+           "supported");
+  if (r.boolean("slow_but_exact", false))
+    r.fail("slow_but_exact", "the pretraining_tp slicing of the output projections is not implemented (it only "
+                             "reorders floating-point sums); set it to false");
+  c.alibi = c.embeddingNorm = true;
+  c.geluExact = false; // bloom_gelu_forward: the tanh approximation
+  c.qkvBias = c.outputBias = c.mlpBias = true;
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
+  // Dropout (llc-dist trains without it); pretraining_tp (read only with
+  // slow_but_exact); and the Megatron-DeepSpeed flags BigScience's published
+  // configs carry that BloomConfig 4.40 never reads (fused kernels, n_inner:
+  // the MLP is always 4·hidden, offset_alibi).
+  r.ignore({"hidden_dropout", "attention_dropout", "pretraining_tp", "attention_softmax_in_fp32", "bias_dropout_fusion",
+            "masked_softmax_fusion", "offset_alibi", "skip_bias_add", "skip_bias_add_qkv", "n_inner", "unk_token_id"});
 }
 
 /// StarCoder2's fields (transformers 4.40's Starcoder2Config): Llama's

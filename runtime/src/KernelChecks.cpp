@@ -74,6 +74,15 @@ Status checkAttentionWindow(int64_t window) {
   return Status::ok();
 }
 
+Status checkAttentionAlibi(const Alibi& alibi, int64_t nh) {
+  if (alibi.heads == 0 && alibi.head0 == 0) return Status::ok();
+  if (alibi.heads < 0 || alibi.head0 < 0 || alibi.head0 + nh > alibi.heads)
+    return Status::invalidArgument("attention: ALiBi heads [" + std::to_string(alibi.head0) + ", " +
+                                   std::to_string(alibi.head0 + nh) + ") are not a slice of its " +
+                                   std::to_string(alibi.heads) + " heads");
+  return Status::ok();
+}
+
 Status checkAttentionBlockPositions(const PositionRuns& q, int64_t Sq, const PositionRuns& kv, int64_t Sk) {
   if (q.minAt(Sq) < 0 || kv.minAt(Sk) < 0 || q.split < 0 || kv.split < 0)
     return Status::invalidArgument("attention block: the rows' positions and the splits must be >= 0");

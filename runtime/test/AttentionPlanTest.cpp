@@ -460,42 +460,68 @@ TEST(AttentionPlanSupportTest, WindowedProblemsAreSupported) {
   EXPECT_CONTAINS(reason(problem(1, 64, 2, 2, 60, false, false, 8)), "not a multiple of 8");
 }
 
-// The backend's choice (cudaKernelVariants: "cudnn" first, then "own"): a windowed bf16 attention goes
-// to cuDNN where it is usable, as the causal one does; without cuDNN the own kernel (which takes f32)
-// runs it with the bf16 arguments converted.
+// The backend's choice (cudaKernelVariants: "cudnn" first, then "own") of a bf16 attention op of `params`
+// on an H200 with cuDNN 9.19 or without cuDNN.
+StatusOr<KernelChoice> chooseFor(schema::OpKind kind, const AttentionParams& params, bool cudnn) {
+  using E = schema::ElemType;
+  KernelCall c;
+  c.kind = kind;
+  c.params = params;
+  const schema::OpSpec& spec = schema::opSpec(kind);
+  c.args.resize(spec.numArgs);
+  c.argElems.resize(spec.numArgs);
+  c.argTypes.resize(spec.numArgs);
+  for (const char* role : {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"}) {
+    const int r = schema::argIndex(kind, role);
+    if (r < 0) continue;
+    c.args[size_t(r)] = {nullptr};
+    c.argElems[size_t(r)] = {1 << 22};
+    c.argTypes[size_t(r)] = {std::string(role) == "lse" ? E::kF32 : E::kBF16};
+  }
+  std::vector<const KernelVariantInfo*> variants;
+  for (const KernelVariantInfo& v : cudaKernelVariants(kind)) variants.push_back(&v);
+  KernelSelectOptions o;
+  o.cudnn = cudnn;
+  o.smVersion = 90;
+  o.cudnnVersion = 91900;
+  return chooseKernelVariant(c, variants, o);
+}
+
+// A windowed bf16 attention goes to cuDNN where it is usable, as the causal one does; without cuDNN the
+// own kernel (which takes f32) runs it with the bf16 arguments converted.
 TEST(AttentionPlanSupportTest, TheBackendChoosesCudnnForAWindowedAttention) {
   using K = schema::OpKind;
-  using E = schema::ElemType;
   AttentionParams params{2, 512, 8, 2, 64};
   params.window = 128;
   for (K kind : {K::kAttentionFwd, K::kAttentionBwd}) {
     SCOPED_TRACE(schema::opName(kind));
-    KernelCall c;
-    c.kind = kind;
-    c.params = params;
-    const schema::OpSpec& spec = schema::opSpec(kind);
-    c.args.resize(spec.numArgs);
-    c.argElems.resize(spec.numArgs);
-    c.argTypes.resize(spec.numArgs);
-    for (const char* role : {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"}) {
-      const int r = schema::argIndex(kind, role);
-      if (r < 0) continue;
-      c.args[size_t(r)] = {nullptr};
-      c.argElems[size_t(r)] = {1 << 22};
-      c.argTypes[size_t(r)] = {std::string(role) == "lse" ? E::kF32 : E::kBF16};
-    }
-    std::vector<const KernelVariantInfo*> variants;
-    for (const KernelVariantInfo& v : cudaKernelVariants(kind)) variants.push_back(&v);
-    KernelSelectOptions o;
-    o.cudnn = true;
-    o.smVersion = 90;
-    o.cudnnVersion = 91900;
-    StatusOr<KernelChoice> got = chooseKernelVariant(c, variants, o);
+    StatusOr<KernelChoice> got = chooseFor(kind, params, true);
     ASSERT_TRUE(got.isOk()) << got.status().toString();
     EXPECT_EQ(got->name, kCudnnVariant);
     EXPECT_EQ(got->converted, 0);
-    o.cudnn = false;
-    got = chooseKernelVariant(c, variants, o);
+    got = chooseFor(kind, params, false);
+    ASSERT_TRUE(got.isOk()) << got.status().toString();
+    EXPECT_EQ(got->name, kOwnVariant);
+    EXPECT_GT(got->converted, 0);
+  }
+}
+
+// BLOOM's ALiBi: cuDNN's alibi mask derives the slopes from the graph's own heads, which a tp rank's slice
+// is not, so the problem is unsupported by name and the own kernel runs it, even where cuDNN is usable.
+TEST(AttentionPlanSupportTest, AlibiRunsTheOwnKernel) {
+  using K = schema::OpKind;
+  AttentionParams params{2, 512, 8, 8, 64};
+  params.alibi = Alibi{16, 8};
+  for (bool backward : {false, true}) {
+    const AttentionProblem pr = attentionProblem(params, backward, false);
+    EXPECT_TRUE(pr.alibi);
+    EXPECT_CONTAINS(reason(pr), "ALiBi");
+    EXPECT_CONTAINS(describeAttention(pr), " alibi");
+  }
+  EXPECT_FALSE(problem(2, 512, 8, 8, 64).alibi);
+  for (K kind : {K::kAttentionFwd, K::kAttentionBwd}) {
+    SCOPED_TRACE(schema::opName(kind));
+    const StatusOr<KernelChoice> got = chooseFor(kind, params, true);
     ASSERT_TRUE(got.isOk()) << got.status().toString();
     EXPECT_EQ(got->name, kOwnVariant);
     EXPECT_GT(got->converted, 0);

@@ -268,6 +268,23 @@ TEST(Planner, FusedQkvNeedsTpDividingTheKvHeads) {
   EXPECT_FALSE(checkConfig(workload(llama, 8, 32), c));
 }
 
+// BLOOM's ALiBi: all-to-all context parallelism is refused as the compiler
+// refuses it (ContextParallel.cpp), the ring taken; the --as megatron flags
+// say there is no position embedding and name Megatron-DeepSpeed's.
+TEST(Planner, AlibiTakesTheRingNotAllToAll) {
+  ModelConfig bloom;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/tiny-bloom.json", bloom));
+  Workload w = workload(bloom, 8, 32);
+  ParallelConfig c;
+  c.cp = 2;
+  c.cpImpl = "ring";
+  EXPECT_FALSE(checkConfig(w, c));
+  c.cpImpl = "all-to-all";
+  std::optional<std::string> why = checkConfig(w, c);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("ALiBi's slopes follow the heads: use the ring"), std::string::npos) << *why;
+}
+
 TEST(Planner, MemoryPruningSaysByHowMuch) {
   // llama3-70b on 8 GPUs with everything that saves memory off: nothing fits.
   Hardware hw = hardware();
@@ -885,6 +902,17 @@ TEST(FrameworkConfig, Model) {
   for (const char *f : {"--swiglu", "--normalization RMSNorm", "--rotary-base 1e+06", "--disable-bias-linear",
                         "--add-qkv-bias", "--num-query-groups 4", "--untie-embeddings-and-output-weights"})
     EXPECT_TRUE(hasFlag(a.megatron, f)) << f;
+  // BLOOM: no position embedding (ALiBi, in a note naming Megatron-DeepSpeed's flags), the tanh GELU,
+  // a tied head.
+  ModelConfig bloom;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/bloom-176b.json", bloom));
+  m.w.model = bloom;
+  a = m.args();
+  for (const char *f : {"--num-attention-heads 112", "--position-embedding-type none", "--openai-gelu"})
+    EXPECT_TRUE(hasFlag(a.megatron, f)) << f;
+  for (const char *f : {"--position-embedding-type rope", "--untie-embeddings-and-output-weights", "--swiglu"})
+    EXPECT_FALSE(hasFlag(a.megatron, f)) << f;
+  EXPECT_TRUE(hasNote(a.megatronNotes, "--position-embedding-type alibi and --embed-layernorm"));
 }
 
 TEST(FrameworkConfig, EveryRowIsTested) {

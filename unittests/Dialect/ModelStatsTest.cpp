@@ -55,6 +55,7 @@ TEST(ModelStats, PublishedParameterCounts) {
   EXPECT_EQ(importAndCount("pythia-1b").stats.parameters, 1011781632);
   EXPECT_EQ(importAndCount("gpt-neox-20b").stats.parameters, 20554567680);
   EXPECT_EQ(importAndCount("falcon-7b").stats.parameters, 6921720704);
+  EXPECT_EQ(importAndCount("bloom-176b").stats.parameters, 176247271424);
   EXPECT_EQ(importAndCount("mixtral-8x7b").stats.parameters, 46702792704);
   EXPECT_EQ(importAndCount("qwen1.5-moe-a2.7b").stats.parameters, 14315784192);
 }
@@ -77,7 +78,8 @@ TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
         "tiny-olmo",         "olmo-1b",          "olmo-7b",
         "tiny-gpt-neox",     "pythia-160m",      "pythia-1b",
         "pythia-6.9b",       "gpt-neox-20b",     "tiny-falcon",
-        "falcon-7b"}) {
+        "falcon-7b",         "tiny-bloom",       "bloom-560m",
+        "bloom-7b1",         "bloom-176b"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

@@ -76,6 +76,13 @@ TEST(ModelConfig, PublishedParameterCounts) {
       // Falcon-7B (the safetensors' total_size / 2 bytes; transformers
       // 4.40.2's FalconForCausalLM counts the same): multi_query, tied.
       {"falcon-7b", 6921720704},
+      // BLOOM (the model cards' 559,214,592, 7,069,016,064 and
+      // 176,247,271,424; transformers 4.40.2's BloomForCausalLM counts the
+      // same for 560m): tied, biases everywhere, a LayerNorm on the
+      // embeddings, no position table.
+      {"bloom-560m", 559214592},
+      {"bloom-7b1", 7069016064},
+      {"bloom-176b", 176247271424},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -415,6 +422,49 @@ TEST(ModelConfig, FalconFields) {
   EXPECT_NE(parseError(head + R"(, "num_key_value_heads": 2})").find("its name is num_kv_heads"), std::string::npos);
   EXPECT_NE(parseError(head + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})")
                 .find("field 'rope_scaling': must be null for Falcon"),
+            std::string::npos);
+}
+
+// BLOOM: GPT-NeoX's fused q|k|v per head, ALiBi, a LayerNorm on the
+// embeddings, BloomConfig's own names (n_head, n_layer).
+TEST(ModelConfig, BloomFields) {
+  ModelConfig c = load("bloom-176b");
+  EXPECT_EQ(c.arch, Arch::Bloom);
+  EXPECT_STREQ(hfArchitecture(c.arch), "BloomForCausalLM");
+  EXPECT_EQ(c.layers, 70);
+  EXPECT_EQ(c.heads, 112);
+  EXPECT_EQ(c.kvHeads, 112);
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_EQ(c.intermediate, 4 * 14336);
+  EXPECT_TRUE(groupedQkv(c.arch) && !llamaLayout(c.arch) && layerNorms(c.arch));
+  EXPECT_TRUE(c.alibi && c.embeddingNorm && c.tieEmbeddings);
+  EXPECT_FALSE(c.geluExact || c.parallelResidual); // bloom_gelu is the tanh one; sequential
+  EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias);
+  EXPECT_EQ(c.normTensors(), 4);
+  EXPECT_EQ(c.layerTensors(), 12);
+  // A diagnostic about the heads or the layers points at n_head's and n_layer's lines.
+  EXPECT_NE(c.where("num_heads"), c.path + ": ");
+  EXPECT_NE(c.where("num_layers"), c.path + ": ");
+  EXPECT_EQ(c.fieldPos.at("num_heads").key, "n_head");
+  EXPECT_EQ(c.fieldPos.at("num_layers").key, "n_layer");
+  const std::string head = R"({"architectures": ["BloomForCausalLM"], "hidden_size": 64, "n_head": 4,
+    "n_layer": 2, "vocab_size": 128)";
+  ModelConfig d;
+  ASSERT_FALSE(parseModelConfig(head + "}", "tiny.json", d));
+  EXPECT_EQ(d.headDim, 16);
+  EXPECT_EQ(d.maxPositions, 2048);
+  EXPECT_NE(parseError(head + R"(, "apply_residual_connection_post_layernorm": true})")
+                .find("field 'apply_residual_connection_post_layernorm': a residual from the LayerNorm's output"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "slow_but_exact": true})").find("field 'slow_but_exact'"), std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "n_embed": 64})").find("field 'n_embed': is BloomConfig's old name"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "num_attention_heads": 4})").find("BloomConfig's alias of n_head; write n_head"),
+            std::string::npos);
+  EXPECT_NE(parseError(R"({"architectures": ["BloomForCausalLM"], "hidden_size": 64, "n_head": 6})")
+                .find("field 'n_head': n_head=6 does not divide hidden_size=64"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "max_position_embeddings": 64})").find("unknown field for BloomForCausalLM"),
             std::string::npos);
 }
 

@@ -253,6 +253,12 @@ TEST(ContextParallelRing, TinyFalconSGD) {
   golden("tiny-falcon", "sgd",
          {CpCase::of(2).ring(), CpCase::of(2), CpCase::of(2).withTp(2).withSequenceParallel().ring()});
 }
+/// BLOOM's ALiBi by global position on the ring's load-balanced chunks (cp 2
+/// and 4), and its slopes per tp rank under tp + SP.
+TEST(ContextParallelRing, TinyBloomSGD) {
+  golden("tiny-bloom", "sgd",
+         {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2).withTp(2).withSequenceParallel().ring()});
+}
 /// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
 /// it around.
 TEST(ContextParallelRing, TinyGemmaSGD) {

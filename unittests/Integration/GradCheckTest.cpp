@@ -153,3 +153,6 @@ TEST(GradCheck, TinyGptNeoXEveryParameter) { checkGradients("tiny-gpt-neox", 3);
 // Falcon: the grouped split with unequal pieces (2 q heads, 1 k, 1 v per
 // group), attention and MLP on their own LayerNorms.
 TEST(GradCheck, TinyFalconEveryParameter) { checkGradients("tiny-falcon", 4); }
+// BLOOM: ALiBi's bias inside the attention's softmax, the LayerNorm on the
+// embeddings.
+TEST(GradCheck, TinyBloomEveryParameter) { checkGradients("tiny-bloom", 5); }

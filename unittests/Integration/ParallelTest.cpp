@@ -92,6 +92,13 @@ TEST(Parallel, TinyStableLmParallelResidualAdamW) {
 // per rank: a plain block of query_key_value's rows), the exact GELU, two
 // LayerNorms of the layer's input side by side (use_parallel_residual).
 TEST(Parallel, TinyGptNeoXSGD) { golden("tiny-gpt-neox", "sgd"); }
+// BLOOM: GPT-NeoX's fused q|k|v per head without rotary embeddings but ALiBi
+// over 12 heads (8 slopes of the power of two, 4 from the next): each tp
+// rank adds the slopes of its own heads (tp = 4: heads 6-8 cross from one
+// set to the other); a LayerNorm on the embeddings (under sequence
+// parallelism on each rank's slice of the tokens), the head tied.
+TEST(Parallel, TinyBloomSGD) { golden("tiny-bloom", "sgd"); }
+TEST(Parallel, TinyBloomAdamW) { golden("tiny-bloom", "adamw"); }
 // The mixtures of experts: every token's experts whatever the rank holds its
 // tokens (dp: each rank routes its own, its group sizes its own; the expert
 // gradients reduced over dp), the experts whole on every tp rank (Qwen2-MoE's

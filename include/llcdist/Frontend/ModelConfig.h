@@ -3,8 +3,9 @@
 // MLIR-free: parses and validates a Hugging Face config.json of a
 // GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
 // GemmaForCausalLM, PhiForCausalLM, MixtralForCausalLM,
-// Qwen2MoeForCausalLM, Starcoder2ForCausalLM, StableLmForCausalLM or
-// OlmoForCausalLM into one
+// Qwen2MoeForCausalLM, Starcoder2ForCausalLM, StableLmForCausalLM,
+// OlmoForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM or
+// BloomForCausalLM into one
 // flat description of a decoder-only transformer (Phi's parallel
 // attention/MLP block, StarCoder2's and StableLM's layers are their
 // architectures': ImportXF's phiBlock, starcoder2Block and stablelmBlock). Errors name the file, the line and
@@ -37,11 +38,12 @@ enum class Arch {
   StableLm,
   Olmo,
   GptNeoX,
-  Falcon
+  Falcon,
+  Bloom
 };
 /// How many families there are: a new one is appended to Arch (kArchs in
 /// ModelConfig.cpp is indexed by it; docs/adding-a-model.md).
-inline constexpr int kNumArchs = int(Arch::Falcon) + 1;
+inline constexpr int kNumArchs = int(Arch::Bloom) + 1;
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
@@ -51,15 +53,17 @@ const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" 
 /// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place,
 /// and so do StableLM (with LayerNorms and partial rotary embeddings) and
 /// OLMo (with LayerNorms that have no weight or bias).
-/// GPT-2, Phi, StarCoder2, GPT-NeoX and Falcon have LayerNorms and a
+/// GPT-2, Phi, StarCoder2, GPT-NeoX, Falcon and BLOOM have LayerNorms and a
 /// two-matrix MLP.
 inline bool llamaLayout(Arch a) {
-  return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2 && a != Arch::GptNeoX && a != Arch::Falcon;
+  return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2 && a != Arch::GptNeoX && a != Arch::Falcon &&
+         a != Arch::Bloom;
 }
 /// q, k and v come from one GEMM whose output holds, for each kv head, its
 /// query heads' q and its k and v side by side (GPT-NeoX: one query head per
-/// group; Falcon: num_heads / num_kv_heads, one group under multi_query).
-inline bool groupedQkv(Arch a) { return a == Arch::GptNeoX || a == Arch::Falcon; }
+/// group; Falcon: num_heads / num_kv_heads, one group under multi_query;
+/// BLOOM: one query head per group, as GPT-NeoX).
+inline bool groupedQkv(Arch a) { return a == Arch::GptNeoX || a == Arch::Falcon || a == Arch::Bloom; }
 /// The norms are LayerNorms (the final one too), not RMSNorms: with a weight
 /// and a bias but OLMo's (ModelConfig::normAffine).
 inline bool layerNorms(Arch a) { return !llamaLayout(a) || a == Arch::StableLm || a == Arch::Olmo; }
@@ -134,6 +138,12 @@ struct ModelConfig {
   /// the exact one (erf), not the tanh approximation ("gelu_new") the other
   /// GPT-style MLPs use.
   bool geluExact = false;
+  /// BLOOM's ALiBi: no position embedding; each attention score gets a
+  /// head's slope times (key − query position) (xf.attention alibi_heads).
+  bool alibi = false;
+  /// BLOOM's word_embeddings_layernorm: a LayerNorm (weight and bias) on
+  /// the embeddings before the first layer.
+  bool embeddingNorm = false;
   /// Gemma: RMSNorm scales by (1 + w), the embeddings are multiplied by
   /// sqrt(hidden_size), and the gated MLP's activation is the tanh GELU
   /// (GeGLU) instead of SiLU (SwiGLU).

@@ -60,6 +60,15 @@ NamedAttribute OpLowering::layout(WeightLayout l) {
   return str("layout", l == WeightLayout::OutIn ? "out_in" : "in_out");
 }
 
+SmallVector<NamedAttribute> OpLowering::withAttentionBias(Operation *op, SmallVector<NamedAttribute> attrs) {
+  for (StringRef name : {"window", "alibi_heads"})
+    if (auto v = op->getAttrOfType<IntegerAttr>(name))
+      attrs.push_back(i64(name, v.getInt()));
+  if (auto axis = op->getAttrOfType<StringAttr>(xf::kAlibiHeadAxisAttr))
+    attrs.push_back(b.getNamedAttr("head_axis", axis));
+  return attrs;
+}
+
 SmallVector<NamedAttribute> OpLowering::withShardAxis(Operation *op, SmallVector<NamedAttribute> attrs) {
   if (auto axis = op->getAttrOfType<StringAttr>("xf.vocab_parallel_axis"))
     attrs.push_back(b.getNamedAttr("shard_axis", axis));

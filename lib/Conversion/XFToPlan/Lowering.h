@@ -305,6 +305,10 @@ private:
       attrs.push_back(b.getNamedAttr(name, b.getStringAttr(*v)));
     return attrs;
   }
+  /// `attrs` plus an attention's masks and biases: `window`, `alibi_heads`
+  /// and `head_axis` (from xf.alibi_head_axis) where the op has them.
+  llvm::SmallVector<mlir::NamedAttribute> withAttentionBias(mlir::Operation *op,
+                                                            llvm::SmallVector<mlir::NamedAttribute> attrs);
   /// `attrs` plus shard_axis when the op is vocabulary- or sequence-parallel.
   llvm::SmallVector<mlir::NamedAttribute> withShardAxis(mlir::Operation *op,
                                                         llvm::SmallVector<mlir::NamedAttribute> attrs);
@@ -333,7 +337,7 @@ private:
                  mlir::Value y, mlir::Location loc);
   /// `send` x to the next member of cp and `recv` y from the previous one.
   void ringShift(Buf x, Buf y, int64_t n, int64_t tag, mlir::StringRef payload, mlir::Location loc);
-  llvm::SmallVector<mlir::NamedAttribute> ringBlockAttrs(std::optional<uint64_t> window, mlir::Value q, int64_t nh,
+  llvm::SmallVector<mlir::NamedAttribute> ringBlockAttrs(mlir::Operation *attention, mlir::Value q, int64_t nh,
                                                          int64_t nkv, int64_t hd, int64_t step);
   /// rope_fwd / rope_bwd attributes for x [B, S, n·hd].
   llvm::SmallVector<mlir::NamedAttribute> ropeAttrs(mlir::Value x, int64_t hd, llvm::APFloat theta,

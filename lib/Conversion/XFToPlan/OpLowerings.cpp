@@ -163,9 +163,8 @@ template <> LogicalResult OpLowering::lower<AttentionOp>(Operation *op, Scope &s
   kernel("attention_fwd",
          {arg("q", use(s, at.getQ())), arg("k", use(s, at.getK())), arg("v", use(s, at.getV())), arg("out", out),
           arg("lse", lse)},
-         withOptional("window", at.getWindow(),
-                      {i64("B", B), i64("S", S), i64("nh", at.getNumHeads()), i64("nkv", at.getNumKvHeads()),
-                       i64("hd", at.getHeadDim())}),
+         withAttentionBias(op, {i64("B", B), i64("S", S), i64("nh", at.getNumHeads()), i64("nkv", at.getNumKvHeads()),
+                                i64("hd", at.getHeadDim())}),
          loc);
   return success();
 }
@@ -382,9 +381,8 @@ template <> LogicalResult OpLowering::lower<AttentionGradOp>(Operation *op, Scop
          {arg("dout", use(s, g.getDout())), arg("q", use(s, g.getQ())), arg("k", use(s, g.getK())),
           arg("v", use(s, g.getV())), arg("out", use(s, g.getOut())), arg("lse", use(s, g.getLse())), arg("dq", dq),
           arg("dk", dk), arg("dv", dv)},
-         withOptional("window", g.getWindow(),
-                      {i64("B", dim(g.getQ(), 0)), i64("S", dim(g.getQ(), 1)), i64("nh", g.getNumHeads()),
-                       i64("nkv", g.getNumKvHeads()), i64("hd", g.getHeadDim())}),
+         withAttentionBias(op, {i64("B", dim(g.getQ(), 0)), i64("S", dim(g.getQ(), 1)), i64("nh", g.getNumHeads()),
+                                i64("nkv", g.getNumKvHeads()), i64("hd", g.getHeadDim())}),
          loc);
   return success();
 }

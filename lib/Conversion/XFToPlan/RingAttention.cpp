@@ -60,11 +60,10 @@ RingSlots ringSlots(const BufferFactory &make, const std::string &name, StringRe
 }
 } // namespace
 
-SmallVector<NamedAttribute> OpLowering::ringBlockAttrs(std::optional<uint64_t> window, Value q, int64_t nh, int64_t nkv,
+SmallVector<NamedAttribute> OpLowering::ringBlockAttrs(Operation *attention, Value q, int64_t nh, int64_t nkv,
                                                        int64_t hd, int64_t step) {
-  return withOptional("window", window,
-                      {i64("B", dim(q, 0)), i64("S", dim(q, 1)), i64("nh", nh), i64("nkv", nkv), i64("hd", hd),
-                       str("axis", "cp"), i64("step", step)});
+  return withAttentionBias(attention, {i64("B", dim(q, 0)), i64("S", dim(q, 1)), i64("nh", nh), i64("nkv", nkv),
+                                       i64("hd", hd), str("axis", "cp"), i64("step", step)});
 }
 
 LogicalResult OpLowering::ringAttentionForward(AttentionOp at, Scope &s, Buf out, Buf lse, Location loc) {
@@ -72,7 +71,7 @@ LogicalResult OpLowering::ringAttentionForward(AttentionOp at, Scope &s, Buf out
   const int64_t nh = at.getNumHeads(), nkv = at.getNumKvHeads(), hd = at.getHeadDim();
   Buf q = use(s, at.getQ()), k = use(s, at.getK()), v = use(s, at.getV());
   kernel("attention_block_fwd", {arg("q", q), arg("k", k), arg("v", v), arg("out", out), arg("lse", lse)},
-         ringBlockAttrs(at.getWindow(), at.getQ(), nh, nkv, hd, 0), loc);
+         ringBlockAttrs(at, at.getQ(), nh, nkv, hd, 0), loc);
   std::string name = label(at, s);
   BufferFactory scratch = [&](std::string n, Type t) { return newBuffer(std::move(n), "scratch", t); };
   RingSlots ks = ringSlots(scratch, name, "k", at.getK().getType(), n);
@@ -89,7 +88,7 @@ LogicalResult OpLowering::ringAttentionForward(AttentionOp at, Scope &s, Buf out
     curV = vs.at(j);
     kernel("attention_block_fwd",
            {arg("q", q), arg("k", curK), arg("v", curV), arg("out", blockOut), arg("lse", blockLse)},
-           ringBlockAttrs(at.getWindow(), at.getQ(), nh, nkv, hd, j), loc);
+           ringBlockAttrs(at, at.getQ(), nh, nkv, hd, j), loc);
     kernel("attention_merge", {arg("out", out), arg("lse", lse), arg("out_b", blockOut), arg("lse_b", blockLse)},
            mergeAttrs, loc);
   }
@@ -105,7 +104,7 @@ LogicalResult OpLowering::ringAttentionBackward(AttentionGradOp g, Scope &s, Buf
   auto block = [&](Buf kb, Buf vb, Buf dkb, Buf dvb, int64_t j) {
     SmallVector<NamedAttribute> args(fixed);
     args.append({arg("k", kb), arg("v", vb), arg("dk", dkb), arg("dv", dvb)});
-    kernel("attention_block_bwd", args, ringBlockAttrs(g.getWindow(), g.getQ(), nh, nkv, hd, j), loc);
+    kernel("attention_block_bwd", args, ringBlockAttrs(g, g.getQ(), nh, nkv, hd, j), loc);
   };
   kernel("fill_zero", {arg("x", b.getArrayAttr({dq, dk, dv}))}, {}, loc);
   block(k, v, dk, dv, 0);

@@ -7,6 +7,8 @@
 // order, which keeps it deterministic. A sliding window (AttentionShape::window) masks the keys before
 // each row's first (attentionFirstKey) as the causal mask masks those after it: the softmax loops run
 // over the row's keys only, so without a window (or with one >= S) the arithmetic is the causal one.
+// ALiBi (AttentionShape::alibi) adds its bias to the row's visible scores before the softmax, in the
+// forward and in the backward's recomputation alike.
 #include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
@@ -25,6 +27,7 @@ namespace {
 
 Status checkShape(const AttentionShape& s) {
   LLCDIST_RETURN_IF_ERROR(checkAttentionShape(s.B, s.S, s.nh, s.nkv, s.hd));
+  LLCDIST_RETURN_IF_ERROR(checkAttentionAlibi(s.alibi, s.nh));
   return checkAttentionWindow(s.window);
 }
 
@@ -55,6 +58,15 @@ void scores(const AttentionShape& s, const HeadView& v, const float* q, const fl
               v.kvStride, 0.0f, out, s.S);
 }
 
+// The scores of head h, with ALiBi's bias on each row's visible keys.
+void biasedScores(const AttentionShape& s, const HeadView& v, int64_t h, const float* q, const float* k, float scale,
+                  float* out) {
+  scores(s, v, q, k, scale, out);
+  if (!s.alibi.on()) return;
+  const float slope = alibiSlope(s.alibi.heads, s.alibi.head0 + h);
+  for (int64_t i = 0; i < s.S; ++i) addAlibiRow(slope, i, attentionFirstKey(i, s.window), i + 1, out + i * s.S);
+}
+
 QkvLayout separate(const AttentionShape& s) { return qkvLayout(s.nh, s.nkv, s.hd, false); }
 
 }  // namespace
@@ -78,7 +90,7 @@ Status attentionForward(const AttentionShape& s, const QkvLayout& in, const floa
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.nh; ++h) {
       const HeadView hv = headView(s, in, in, b, h);
-      scores(s, hv, q, k, scale, p.data());
+      biasedScores(s, hv, h, q, k, scale, p.data());
       float* lseRow = lse + (b * s.nh + h) * S;
       for (int64_t i = 0; i < S; ++i) {
         float* row = p.data() + i * S;
@@ -118,7 +130,7 @@ Status attentionBackward(const AttentionShape& s, const QkvLayout& in, const Qkv
     for (int64_t h = 0; h < s.nh; ++h) {
       const HeadView hv = headView(s, in, grad, b, h);
       const float* lseRow = lse + (b * s.nh + h) * S;
-      scores(s, hv, q, k, scale, p.data());
+      biasedScores(s, hv, h, q, k, scale, p.data());
       for (int64_t i = 0; i < S; ++i) {
         float* row = p.data() + i * S;
         const int64_t j0 = attentionFirstKey(i, s.window);
@@ -162,14 +174,13 @@ void registerCpuAttentionKernels(CpuKernelTable& t) {
   addCpuKernel<P>(t, K::kAttentionFwd, [](const KernelCall& c, const P& p, const Ctx&) {
     LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
     const AttentionArgs a = attentionArgs(c, p);
-    return attentionForward({p.B, p.S, p.nh, p.nkv, p.hd, p.window}, a.in, a.qF(), a.kF(), a.vF(), c.F("out"),
-                            c.F("lse"));
+    return attentionForward(attentionShape(p), a.in, a.qF(), a.kF(), a.vF(), c.F("out"), c.F("lse"));
   });
   addCpuKernel<P>(t, K::kAttentionBwd, [](const KernelCall& c, const P& p, const Ctx&) {
     LLCDIST_RETURN_IF_ERROR(checkAttentionElems(c, p));
     const AttentionArgs a = attentionArgs(c, p);
-    return attentionBackward({p.B, p.S, p.nh, p.nkv, p.hd, p.window}, a.in, a.grad, c.F("dout"), a.qF(), a.kF(), a.vF(),
-                             c.F("out"), c.F("lse"), a.dqF(), a.dkF(), a.dvF());
+    return attentionBackward(attentionShape(p), a.in, a.grad, c.F("dout"), a.qF(), a.kF(), a.vF(), c.F("out"),
+                             c.F("lse"), a.dqF(), a.dkF(), a.dvF());
   });
 }
 

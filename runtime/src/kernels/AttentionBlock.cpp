@@ -7,6 +7,7 @@
 // of the sequence), so the blocks' contributions to dq, dk and dv add up to the whole attention's.
 // A sliding window (AttentionBlock::window) narrows each row's visible keys to a range of the block's
 // rows (attentionBlockKeyRange); without one the range is the prefix [0, n), the arithmetic unchanged.
+// ALiBi's bias (AttentionBlock::alibi) is by global position, so the blocks add up to the whole row's.
 #include "llcdist/runtime/KernelChecks.h"
 #include "llcdist/runtime/Kernels.h"
 
@@ -27,6 +28,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 Status checkBlock(const AttentionBlock& a) {
   LLCDIST_RETURN_IF_ERROR(checkAttentionShape(a.B, std::max<int64_t>(a.Sq, a.Sk), a.nh, a.nkv, a.hd));
   LLCDIST_RETURN_IF_ERROR(checkAttentionWindow(a.window));
+  LLCDIST_RETURN_IF_ERROR(checkAttentionAlibi(a.alibi, a.nh));
   if (a.Sq <= 0 || a.Sk <= 0) return Status::invalidArgument("attention block: Sq and Sk must be positive");
   return checkAttentionBlockPositions(a.qPositions(), a.Sq, a.kvPositions(), a.Sk);
 }
@@ -66,11 +68,26 @@ void blockScores(const AttentionBlock& a, const BlockHead& v, const float* q, co
               v.kvStride, 0.0f, p, a.Sk);
 }
 
+// blockScores with ALiBi's bias slope · (key position − query position) on each row's visible keys.
+void biasedBlockScores(const AttentionBlock& a, const BlockHead& v, int64_t h, const float* q, const float* k,
+                       float scale, const std::vector<AttentionKeyRange>& visible, float* p) {
+  blockScores(a, v, q, k, scale, p);
+  if (!a.alibi.on()) return;
+  const float slope = alibiSlope(a.alibi.heads, a.alibi.head0 + h);
+  const PositionRuns qp = a.qPositions(), kp = a.kvPositions();
+  for (int64_t i = 0; i < a.Sq; ++i) {
+    const int64_t qpos = qp.at(i);
+    float* row = p + i * a.Sk;
+    for (int64_t j = visible[size_t(i)].begin; j < visible[size_t(i)].end; ++j)
+      row[j] += slope * static_cast<float>(kp.at(j) - qpos);
+  }
+}
+
 }  // namespace
 
 AttentionBlock attentionBlock(const AttentionShape& s, const PositionRuns& q, const PositionRuns& kv) {
-  return AttentionBlock{s.B,      s.S,     s.S,      s.nh,     s.nkv,     s.hd,    q.first,
-                        kv.first, q.split, q.second, kv.split, kv.second, s.window};
+  return AttentionBlock{s.B,      s.S,     s.S,      s.nh,     s.nkv,     s.hd,     q.first,
+                        kv.first, q.split, q.second, kv.split, kv.second, s.window, s.alibi};
 }
 
 // The keys at or before the query's position, less those at or before its position − window (a key
@@ -101,7 +118,7 @@ Status attentionBlockForward(const AttentionBlock& a, const float* q, const floa
   for (int64_t b = 0; b < a.B; ++b)
     for (int64_t h = 0; h < a.nh; ++h) {
       const BlockHead hv = blockHead(a, b, h);
-      blockScores(a, hv, q, k, scale, p.data());
+      biasedBlockScores(a, hv, h, q, k, scale, visible, p.data());
       float* lseRow = lse + (b * a.nh + h) * a.Sq;
       for (int64_t i = 0; i < a.Sq; ++i) {
         float* row = p.data() + i * a.Sk;
@@ -166,7 +183,7 @@ Status attentionBlockBackward(const AttentionBlock& a, const float* dout, const 
     for (int64_t h = 0; h < a.nh; ++h) {
       const BlockHead hv = blockHead(a, b, h);
       const float* lseRow = lse + (b * a.nh + h) * Sq;
-      blockScores(a, hv, q, k, scale, p.data());
+      biasedBlockScores(a, hv, h, q, k, scale, visible, p.data());
       for (int64_t i = 0; i < Sq; ++i) {
         float* row = p.data() + i * Sk;
         const int64_t j0 = visible[size_t(i)].begin;
@@ -201,9 +218,7 @@ Status attentionBlockBackward(const AttentionBlock& a, const float* dout, const 
 // ---- CPU kernel-table entries (CpuKernels.h) -------------------------------------------------------
 
 namespace {
-AttentionBlock blockOf(const AttentionParams& p) {
-  return attentionBlock({p.B, p.S, p.nh, p.nkv, p.hd, p.window}, p.qPos, p.kvPos);
-}
+AttentionBlock blockOf(const AttentionParams& p) { return attentionBlock(attentionShape(p), p.qPos, p.kvPos); }
 }  // namespace
 
 void registerCpuAttentionBlockKernels(CpuKernelTable& t) {

@@ -4,7 +4,8 @@
 // this rank's query rows against member (c − step) mod n's key/value rows, by global position) and
 // attention_merge (context parallelism, docs/plan-format.md "Context parallelism"). The four attention
 // ops take Mistral's sliding `window` (optional, an integer >= 1: the schema's check), bound as
-// AttentionParams::window (0 when absent).
+// AttentionParams::window (0 when absent), and BLOOM's ALiBi (`alibi_heads`, with `head_axis` under
+// tensor parallelism), bound as AttentionParams::alibi with the rank's first head.
 #include "OpDefs.h"
 
 namespace llcdist::rt::ops {
@@ -25,10 +26,44 @@ StatusOr<bool> packedForm(const OpChecker& c, const char* packed, std::initializ
                                   : "name " + list + " (all three) or the packed " + std::string(packed));
 }
 
+// alibi_heads / head_axis (PlanSchema.h: kAlibiHeadsAttr): head_axis only with alibi_heads, one mesh
+// axis, and the op's nh heads times its size (1 without it) are alibi_heads.
+Status checkAlibi(const OpChecker& c) {
+  const std::string heads(schema::kAlibiHeadsAttr), axisAttr(schema::kHeadAxisAttr);
+  const bool on = c.op().attrs.count(heads) != 0, split = c.op().attrs.count(axisAttr) != 0;
+  if (!on) {
+    if (split) return c.attrError(axisAttr.c_str(), "head_axis splits ALiBi's heads: it needs attrs.alibi_heads");
+    return Status::ok();
+  }
+  int64_t n = 1;
+  if (split) {
+    MeshAxis a{};
+    LLCDIST_RETURN_IF_ERROR(c.singleAxis(axisAttr.c_str(), &a));
+    n = c.manifest().mesh().axisSize(a);
+  }
+  const int64_t nh = c.I("nh");
+  if (OpChecker::prod({nh, n}) != c.I(heads.c_str()))
+    return c.attrError(heads.c_str(),
+                       "alibi_heads " + std::to_string(c.I(heads.c_str())) + " is not nh = " + std::to_string(nh) +
+                           (split ? " × the head_axis size " + std::to_string(n) : std::string(" (no head_axis)")));
+  return Status::ok();
+}
+// The rank's ALiBi heads: all alibi_heads, the op's nh of them from coordinate × nh on head_axis.
+StatusOr<Alibi> bindAlibi(const BindContext& b, int64_t nh) {
+  Alibi a;
+  a.heads = b.op.intAttr(std::string(schema::kAlibiHeadsAttr));  // 0 when absent: none
+  if (a.heads > 0 && b.op.attrs.count(std::string(schema::kHeadAxisAttr))) {
+    LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis(std::string(schema::kHeadAxisAttr), "head_axis"));
+    a.head0 = b.mesh.coord(b.rank, axis) * nh;
+  }
+  return a;
+}
+
 Status checkAttention(const OpChecker& c) {
   const int64_t B = c.I("B"), S = c.I("S"), nh = c.I("nh"), nkv = c.I("nkv"), hd = c.I("hd");
   if (nh % nkv != 0)
     return c.attrError("nkv", "nh = " + std::to_string(nh) + " is not a multiple of nkv = " + std::to_string(nkv));
+  LLCDIST_RETURN_IF_ERROR(checkAlibi(c));
   LLCDIST_RETURN_IF_ERROR(packedForm(c, "qkv", {"q", "k", "v"}).status());
   if (c.op().kind == K::kAttentionBwd) LLCDIST_RETURN_IF_ERROR(packedForm(c, "dqkv", {"dq", "dk", "dv"}).status());
   for (const char* r : {"q", "out", "dout", "dq"})
@@ -45,6 +80,7 @@ StatusOr<OpParams> bindAttention(const BindContext& b) {
   p.packedQkv = op.arg("qkv") >= 0;
   p.packedGrad = op.arg("dqkv") >= 0;
   p.window = op.intAttr(std::string(schema::kWindowAttr));  // 0 when absent: plain causal
+  LLCDIST_ASSIGN_OR_RETURN(p.alibi, bindAlibi(b, p.nh));
   return OpParams(p);
 }
 
@@ -54,6 +90,7 @@ Status checkAttentionBlock(const OpChecker& c) {
   const int64_t B = c.I("B"), S = c.I("S"), nh = c.I("nh"), nkv = c.I("nkv"), hd = c.I("hd");
   if (nh % nkv != 0)
     return c.attrError("nkv", "nh = " + std::to_string(nh) + " is not a multiple of nkv = " + std::to_string(nkv));
+  LLCDIST_RETURN_IF_ERROR(checkAlibi(c));
   int64_t n = 0;
   LLCDIST_RETURN_IF_ERROR(c.axisSize(&n));
   if (c.I("step") >= n)
@@ -77,6 +114,7 @@ StatusOr<OpParams> bindAttentionBlock(const BindContext& b) {
   p.qPos = axisRowPositions(b.manifest, axis, c, p.S);
   p.kvPos = axisRowPositions(b.manifest, axis, ((c - step) % n + n) % n, p.S);
   p.window = op.intAttr(std::string(schema::kWindowAttr));
+  LLCDIST_ASSIGN_OR_RETURN(p.alibi, bindAlibi(b, p.nh));
   return OpParams(p);
 }
 

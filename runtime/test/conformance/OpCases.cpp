@@ -573,6 +573,40 @@ std::vector<Case> cases() {
                                        h.F("lse"), h.F("dq"), h.F("dk"), h.F("dv"))
                          .isOk());
        }},
+      // BLOOM's ALiBi on tp = 2, rank 1: its 2 heads are heads 2 and 3 of alibi_heads 4 (head_axis tp).
+      {"attention_fwd",
+       {{"q", {24}}, {"k", {24}}, {"v", {24}}, {"out", {24}}, {"lse", {6}}},
+       {{"B", 1}, {"S", 3}, {"nh", 2}, {"nkv", 2}, {"hd", 4}, {"alibi_heads", 4}, {"head_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(
+             attentionForward({1, 3, 2, 2, 4, 0, {4, 2}}, h.F("q"), h.F("k"), h.F("v"), h.F("out"), h.F("lse")).isOk());
+       },
+       8,
+       {},
+       "adamw",
+       2,
+       1},
+      {"attention_bwd",
+       {{"dout", {24}},
+        {"q", {24}},
+        {"k", {24}},
+        {"v", {24}},
+        {"out", {24}},
+        {"lse", {6}},
+        {"dq", {24}},
+        {"dk", {24}},
+        {"dv", {24}}},
+       {{"B", 1}, {"S", 3}, {"nh", 2}, {"nkv", 2}, {"hd", 4}, {"alibi_heads", 4}, {"head_axis", "tp"}},
+       [](Host& h) {
+         ASSERT_TRUE(attentionBackward({1, 3, 2, 2, 4, 0, {4, 2}}, h.F("dout"), h.F("q"), h.F("k"), h.F("v"),
+                                       h.F("out"), h.F("lse"), h.F("dq"), h.F("dk"), h.F("dv"))
+                         .isOk());
+       },
+       8,
+       {},
+       "adamw",
+       2,
+       1},
       // Ring attention on tp = 2, rank 1 (rows [3, 6)): step 0 is the causal diagonal block, step 1 the
       // block of member 0's rows [0, 3), all visible.
       {"attention_block_fwd",

@@ -156,11 +156,13 @@ INSTANTIATE_TEST_SUITE_P(AllCases, CudaLinearTest, ::testing::ValuesIn(linearCas
 struct AttentionCase {
   int64_t B, S, nh, nkv, hd;
   int64_t window = 0;  // the sliding window (attr `window`); 0: plain causal
-  AttentionShape shape() const { return {B, S, nh, nkv, hd, window}; }
+  Alibi alibi{};       // BLOOM's ALiBi (attrs alibi_heads, head_axis); none by default
+  AttentionShape shape() const { return {B, S, nh, nkv, hd, window, alibi}; }
 };
 void PrintTo(const AttentionCase& c, std::ostream* os) {
   *os << "B" << c.B << "_S" << c.S << "_nh" << c.nh << "_nkv" << c.nkv << "_hd" << c.hd;
   if (c.window > 0) *os << "_window" << c.window;
+  if (c.alibi.on()) *os << "_alibi" << c.alibi.head0 << "of" << c.alibi.heads;
 }
 AttentionParams attentionParams(const AttentionCase& c) {
   AttentionParams p;
@@ -170,6 +172,7 @@ AttentionParams attentionParams(const AttentionCase& c) {
   p.nkv = c.nkv;
   p.hd = c.hd;
   p.window = c.window;
+  p.alibi = c.alibi;
   return p;
 }
 
@@ -266,6 +269,15 @@ INSTANTIATE_TEST_SUITE_P(Windowed, CudaAttentionTest,
                                            AttentionCase{2, 100, 4, 1, 32, 40},   // MQA, across tiles
                                            AttentionCase{1, 37, 2, 1, 128, 1},    // the diagonal only
                                            AttentionCase{1, 21, 2, 2, 256, 7}));  // the largest head dim
+
+// BLOOM's ALiBi (the own kernel: cuDNN is never chosen for it, AttentionPlanTest): all of a model's
+// heads, a tp rank's slice (heads 6..9 of 12: from the power of two's slopes into the others'), over
+// several tiles, with a sliding window, at the largest head dim.
+INSTANTIATE_TEST_SUITE_P(Alibi, CudaAttentionTest,
+                         ::testing::Values(AttentionCase{2, 16, 4, 2, 8, 0, {4, 0}},      //
+                                           AttentionCase{1, 70, 4, 2, 64, 0, {12, 6}},    // a slice
+                                           AttentionCase{2, 100, 4, 1, 32, 40, {8, 4}},   // + window
+                                           AttentionCase{1, 21, 2, 2, 256, 0, {2, 0}}));  //
 
 TEST(CudaAttentionErrorTest, RejectsHeadDimsPastTheLimit) {
   LLCDIST_REQUIRE_GPU();

@@ -2,7 +2,8 @@
 // (src/kernels/AttentionBlock.cpp) on the same inputs: every step of a cp = 4 ring for the first and
 // the last member, both layouts (the load-balanced one's two runs of positions on both sides: rows that
 // see none, part or all of a block's keys), grouped-query heads, causal and with Mistral's sliding window
-// (inside the load-balanced layout's chunks of 8, across them, wider than a rank's rows); and
+// (inside the load-balanced layout's chunks of 8, across them, wider than a rank's rows), and with
+// BLOOM's ALiBi by global position (the second half of 8 heads' slopes; with a window too); and
 // attention_merge with −inf sides.
 #include "KernelHarness.h"
 
@@ -23,12 +24,13 @@ using K = schema::OpKind;
 constexpr int64_t kN = 4, kT = 64, kS = kT / kN, kB = 2, kNh = 4, kNkv = 2, kHd = 40;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// The block of step `step` on member c of the ring (attr window: 0 none).
-AttentionParams blockParams(CpLayout layout, int64_t c, int64_t step, int64_t window) {
+// The block of step `step` on member c of the ring (attr window: 0 none; alibi: none by default).
+AttentionParams blockParams(CpLayout layout, int64_t c, int64_t step, int64_t window, Alibi alibi) {
   AttentionParams p{kB, kS, kNh, kNkv, kHd};
   p.qPos = contextParallelPositions(kT, kN, c, layout);
   p.kvPos = contextParallelPositions(kT, kN, (c - step + kN) % kN, layout);
   p.window = window;
+  p.alibi = alibi;
   return p;
 }
 
@@ -37,13 +39,20 @@ TEST(CudaRingAttentionTest, EveryStepsBlockMatchesTheCpu) {
   const int64_t qElems = kB * kS * kNh * kHd, kvElems = kB * kS * kNkv * kHd, rows = kB * kNh * kS;
   const std::vector<float> q = randomF32(qElems, 61), k = randomF32(kvElems, 62), v = randomF32(kvElems, 63),
                            dout = randomF32(qElems, 64);
-  for (int64_t window : {0, 3, 8, 20, 40})
+  struct Mask {
+    int64_t window;
+    Alibi alibi;
+  };
+  for (const Mask& mask :
+       {Mask{0, {}}, Mask{3, {}}, Mask{8, {}}, Mask{20, {}}, Mask{40, {}}, Mask{0, {8, 4}}, Mask{20, {8, 4}}})
     for (CpLayout layout : {CpLayout::kContiguous, CpLayout::kLoadBalanced})
       for (int64_t c : {int64_t(0), kN - 1})
         for (int64_t step = 0; step < kN; ++step) {
+          const int64_t window = mask.window;
           SCOPED_TRACE(std::string(schema::cpLayoutName(layout)) + " member " + std::to_string(c) + " step " +
-                       std::to_string(step) + " window " + std::to_string(window));
-          const AttentionParams p = blockParams(layout, c, step, window);
+                       std::to_string(step) + " window " + std::to_string(window) + " alibi heads " +
+                       std::to_string(mask.alibi.heads));
+          const AttentionParams p = blockParams(layout, c, step, window, mask.alibi);
           KernelCase(K::kAttentionBlockFwd, p)
               .f32("q", q)
               .f32("k", k)
@@ -54,8 +63,8 @@ TEST(CudaRingAttentionTest, EveryStepsBlockMatchesTheCpu) {
           // The backward from this block's own (out, lse) as the CPU computes them (rows that see no key:
           // lse −inf, nothing added), onto nonzero gradients (the block's share is added).
           std::vector<float> out(static_cast<size_t>(qElems)), lse(static_cast<size_t>(rows));
-          ASSERT_TRUE(attentionBlockForward(attentionBlock({kB, kS, kNh, kNkv, kHd, window}, p.qPos, p.kvPos), q.data(),
-                                            k.data(), v.data(), out.data(), lse.data())
+          ASSERT_TRUE(attentionBlockForward(attentionBlock(attentionShape(p), p.qPos, p.kvPos), q.data(), k.data(),
+                                            v.data(), out.data(), lse.data())
                           .isOk());
           KernelCase(K::kAttentionBlockBwd, p)
               .f32("dout", dout)

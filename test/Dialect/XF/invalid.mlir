@@ -463,6 +463,22 @@ func.func @attention_gqa(%q: tensor<2x8x64xf32>, %kv: tensor<2x8x48xf32>) {
 
 // -----
 
+func.func @attention_alibi_heads(%q: tensor<2x8x64xf32>, %kv: tensor<2x8x32xf32>) {
+  // expected-error @+1 {{alibi_heads 6 must be a multiple of num_heads 4 (the model's heads, of which the op holds a slice)}}
+  %a = xf.attention %q, %kv, %kv {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, alibi_heads = 6 : i64} : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_alibi_zero(%q: tensor<2x8x64xf32>, %kv: tensor<2x8x32xf32>) {
+  // expected-error @+1 {{attribute 'alibi_heads' failed to satisfy constraint}}
+  %a = xf.attention %q, %kv, %kv {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, alibi_heads = 0 : i64} : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
 func.func @attention_q(%q: tensor<2x8x64xf32>, %kv: tensor<2x8x32xf32>) {
   // expected-error @+1 {{q's last dimension must be num_heads*head_dim = 128, got 64}}
   %a = xf.attention %q, %kv, %kv {num_heads = 8 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x64xf32>

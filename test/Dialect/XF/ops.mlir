@@ -31,6 +31,9 @@ func.func private @block(%x: tensor<2x8x64xf32>) -> tensor<2x8x64xf32> attribute
   %kr = xf.rope %k {head_dim = 16 : i64, theta = 500000.0 : f64, scaling = {rope_type = "llama3", factor = 8.0 : f64, low_freq_factor = 1.0 : f64, high_freq_factor = 4.0 : f64, original_max_position_embeddings = 8192.0 : f64}} : tensor<2x8x32xf32>
   // CHECK: xf.attention %{{.+}}, %{{.+}}, %[[S]]#2 {head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64} : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x64xf32>
   %a = xf.attention %qr, %kr, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64} : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x64xf32>
+  // BLOOM's ALiBi: the slopes of 8 heads, of which the op holds 4.
+  // CHECK: xf.attention %{{.+}} {alibi_heads = 8 : i64, head_dim = 16 : i64, num_heads = 4 : i64, num_kv_heads = 2 : i64}
+  %ab = xf.attention %qr, %kr, %v {num_heads = 4 : i64, num_kv_heads = 2 : i64, head_dim = 16 : i64, alibi_heads = 8 : i64} : (tensor<2x8x64xf32>, tensor<2x8x32xf32>, tensor<2x8x32xf32>) -> tensor<2x8x64xf32>
   %wo = xf.param "h.{i}.attn.o_proj.weight" : tensor<64x64xf32>
   // CHECK: xf.linear out_in %{{.+}}, %{{.+}} : (tensor<2x8x64xf32>, tensor<64x64xf32>) -> tensor<2x8x64xf32>
   %o = xf.linear out_in %a, %wo : (tensor<2x8x64xf32>, tensor<64x64xf32>) -> tensor<2x8x64xf32>

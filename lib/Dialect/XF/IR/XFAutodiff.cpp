@@ -55,7 +55,7 @@ Operation *AttentionOp::buildWithSavedStatistics(OpBuilder &b) {
   return AttentionOp::create(b, getLoc(), getResult().getType(),
                              f32Tensor(getContext(), {q.getDimSize(0), int64_t(getNumHeads()), q.getDimSize(1)}),
                              getQ(), getK(), getV(), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr(),
-                             getWindowAttr());
+                             getWindowAttr(), getAlibiHeadsAttr());
 }
 
 //===----------------------------------------------------------------------===//
@@ -127,7 +127,7 @@ LogicalResult AttentionOp::buildBackward(OpBuilder &b, GradientSink &grads, Arra
   auto g = AttentionGradOp::create(b, getLoc(), getQ().getType(), getK().getType(), getV().getType(), dys[0],
                                    grads.fwd(getQ()), grads.fwd(getK()), grads.fwd(getV()), grads.fwd(getResult()),
                                    grads.fwd(getLse()), getNumHeadsAttr(), getNumKvHeadsAttr(), getHeadDimAttr(),
-                                   getWindowAttr());
+                                   getWindowAttr(), getAlibiHeadsAttr());
   grads.addGrad(getQ(), g.getDq());
   grads.addGrad(getK(), g.getDk());
   grads.addGrad(getV(), g.getDv());

@@ -283,6 +283,9 @@ LogicalResult AttentionOp::verify() {
   if (nh % nkv != 0)
     return emitOpError("num_kv_heads ")
            << nkv << " must divide num_heads " << nh;
+  if (auto alibi = getAlibiHeads(); alibi && int64_t(*alibi) % nh != 0)
+    return emitOpError("alibi_heads ") << *alibi << " must be a multiple of num_heads " << nh
+                                       << " (the model's heads, of which the op holds a slice)";
   auto q = rt(getQ()), k = rt(getK()), v = rt(getV());
   for (auto [t, name] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}}) {
     if (t.getRank() != 3)

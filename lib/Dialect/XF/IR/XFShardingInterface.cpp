@@ -578,6 +578,11 @@ LogicalResult partitionXF(Operation *op, const OpSpec &spec, ArrayRef<Sharding> 
                              "all_reduce; split the bias off or keep the in-features replicated");
   }
 
+  // ALiBi's slopes belong to the model's heads; a rank's slice needs the
+  // split axis's name, which llcdist-partition records (xf.alibi_head_axis).
+  if (op->hasAttr("alibi_heads") && grid && !axes[2].empty() && splitCount(grid, axes[2]) != 1)
+    return op->emitOpError("cannot partition: the heads of an attention with alibi_heads split over grid axes; "
+                           "use llcdist-partition, which gives each rank its slice of the slopes");
   Operation *clone = builder.clone(*op, partitionMap);
   for (auto [result, sharding] : llvm::zip_equal(clone->getResults(), resultShardings)) {
     if (!sharding)

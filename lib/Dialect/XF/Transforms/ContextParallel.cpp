@@ -298,6 +298,10 @@ private:
     if (nkv != kvHeads || int64_t(op.getHeadDim()) != headDim)
       return op.emitOpError("llcdist-partition: every attention under cp (all-to-all) must have the same kv "
                             "heads and head_dim");
+    if (op.getAlibiHeads())
+      return op.emitOpError("llcdist-partition: cp (all-to-all) with ALiBi (alibi_heads) is not supported: the "
+                            "heads a cp rank takes would need their slopes; use --cp-impl ring, which keeps every "
+                            "head and adds the bias by global position");
     heads.push_back({op, nh / cp, kvReplicas > 1 ? 1 : nkv / cp});
     return success();
   }

@@ -72,7 +72,8 @@ LogicalResult recomputeAttention(ModuleOp module) {
         continue; // already recomputed, or not a saved attention
       OpBuilder b = OpBuilder::atBlockBegin(&fn.getBody().front());
       auto att = AttentionOp::create(b, g.getLoc(), out.getType(), lse.getType(), g.getQ(), g.getK(), g.getV(),
-                                     g.getNumHeadsAttr(), g.getNumKvHeadsAttr(), g.getHeadDimAttr(), g.getWindowAttr());
+                                     g.getNumHeadsAttr(), g.getNumKvHeadsAttr(), g.getHeadDimAttr(), g.getWindowAttr(),
+                                     g.getAlibiHeadsAttr());
       att->setAttr(kRecomputedAttr, b.getUnitAttr());
       out.replaceAllUsesWith(att.getResult());
       lse.replaceAllUsesWith(att.getLse());

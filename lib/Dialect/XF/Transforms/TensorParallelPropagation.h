@@ -120,6 +120,10 @@ private:
     mlir::Builder b(op.getContext());
     op.setNumHeadsAttr(b.getI64IntegerAttr(nh / tp));
     op.setNumKvHeadsAttr(b.getI64IntegerAttr(nkv * replicas / tp));
+    // ALiBi's slopes are the model's heads': rank c holds heads
+    // [c·nh/tp, (c+1)·nh/tp) of alibi_heads.
+    if (op.getAlibiHeads())
+      op->setAttr(kAlibiHeadAxisAttr, b.getStringAttr("tp"));
     return mlir::success();
   }
 

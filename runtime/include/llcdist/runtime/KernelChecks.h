@@ -29,6 +29,9 @@ Status checkRopeTable(const RopeTable& table, int64_t S, int64_t hd, int64_t rot
 Status checkAttentionShape(int64_t B, int64_t S, int64_t nh, int64_t nkv, int64_t hd);
 // An attention's sliding window: >= 1, or 0 for none (plain causal).
 Status checkAttentionWindow(int64_t window);
+// ALiBi's heads (OpParams.h: Alibi): none (heads 0), or the op's nh heads a slice of them:
+// 0 <= head0 and head0 + nh <= heads.
+Status checkAttentionAlibi(const Alibi& alibi, int64_t nh);
 // A ring-attention block's rows (Sq query rows at positions q, Sk key rows at kv): positions and splits
 // >= 0, and increasing key positions (the second run starts at or past the first's end), which the
 // kernels' key ranges assume.

@@ -23,6 +23,13 @@
 #include <functional>
 #include <vector>
 
+// Functions the CUDA kernels call too (nvcc compiles them for the device as well).
+#if defined(__CUDACC__)
+#define LLCDIST_HOST_DEVICE __host__ __device__
+#else
+#define LLCDIST_HOST_DEVICE
+#endif
+
 namespace llcdist::rt {
 
 // ---------------------------------------------------------------------------------------------------
@@ -140,6 +147,17 @@ Status ropeForward(const RopeTable& table, const float* x, float* y, int64_t B, 
 Status ropeBackward(const RopeTable& table, const float* dy, float* dx, int64_t B, int64_t S, int64_t n,
                     int64_t hd, int64_t rotaryDim = 0);
 
+// The slope of head g (0-based) of n ALiBi heads, as transformers' build_alibi_tensor (BLOOM) defines
+// it: with p = the largest power of two <= n, heads g < p get 2^(−8(g+1)/p), the others
+// 2^(−4(2(g−p)+1)/p) (the odd powers of the base of 2p heads). Computed in double, rounded to f32 once,
+// so every kernel (CPU, CUDA) adds the same f32 slope. Requires 0 <= g < n.
+LLCDIST_HOST_DEVICE inline float alibiSlope(int64_t n, int64_t g) {
+  int64_t p = 1;
+  while (p * 2 <= n) p *= 2;
+  const double e = g < p ? -8.0 * double(g + 1) / double(p) : -4.0 * double(2 * (g - p) + 1) / double(p);
+  return static_cast<float>(exp2(e));
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Causal self-attention (Attention.cpp).
 // ---------------------------------------------------------------------------------------------------
@@ -149,13 +167,28 @@ Status ropeBackward(const RopeTable& table, const float* dy, float* dx, int64_t 
 // window > 0: Mistral's sliding window, key j visible to query i iff j <= i and i − j < window (each
 // row's keys [max(0, i − window + 1), i]); 0: plain causal. A window >= S masks nothing more, and the
 // result is the plain causal one bit for bit (the kernels' arithmetic is the same).
+// alibi (BLOOM's ALiBi, Press et al. 2022): every visible score gets slope_g · (j − i) added after
+// the scaling (key position j, query position i; by global position on the ring's blocks), g = the
+// op's head h + alibi.head0 among alibi.heads heads (a tp rank holds a slice of them). transformers'
+// build_alibi_tensor adds slope_g · j; the two differ by a constant per row, which the softmax
+// cancels. alibi.heads 0: none.
 // Saved for backward: lse [B,nh,S] (the log-sum-exp of each masked score row, B·nh·S floats) plus the
 // inputs q, k, v and the output; backward recomputes P = exp(scores - lse), so no S×S tensor is kept.
 // Temporary workspace: S·S floats (forward), 2·S·S floats (backward).
 struct AttentionShape {
   int64_t B = 0, S = 0, nh = 0, nkv = 0, hd = 0;
   int64_t window = 0;  // >= 1: the sliding window; 0: none; < 0 is an InvalidArgument error
+  Alibi alibi{};       // BLOOM's ALiBi bias; none by default
 };
+// The shape of an attention op's parameters (OpParams.h).
+inline AttentionShape attentionShape(const AttentionParams& p) {
+  return {p.B, p.S, p.nh, p.nkv, p.hd, p.window, p.alibi};
+}
+// Adds ALiBi's bias slope · (j − i) to the scores row[j] of query position i, keys j in [j0, j1) at
+// positions j (the whole-sequence kernels: block row = position).
+inline void addAlibiRow(float slope, int64_t i, int64_t j0, int64_t j1, float* row) {
+  for (int64_t j = j0; j < j1; ++j) row[j] += slope * static_cast<float>(j - i);
+}
 // The first key query position i sees under `window` (0: none): max(0, i − window + 1).
 inline int64_t attentionFirstKey(int64_t i, int64_t window) { return window > 0 && i >= window ? i - window + 1 : 0; }
 // The score pairs (query, key) the FLOP convention counts per (batch, head): S²/2 for causal attention
@@ -195,6 +228,7 @@ struct AttentionBlock {
   int64_t qStart = 0, kvStart = 0;
   int64_t qSplit = PositionRuns::kNoSplit, qStart2 = 0, kvSplit = PositionRuns::kNoSplit, kvStart2 = 0;
   int64_t window = 0;  // >= 1: the sliding window over global positions; 0: none
+  Alibi alibi{};       // ALiBi by global position (AttentionShape's)
   PositionRuns qPositions() const { return {qStart, qSplit, qStart2}; }
   PositionRuns kvPositions() const { return {kvStart, kvSplit, kvStart2}; }
 };

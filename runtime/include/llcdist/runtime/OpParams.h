@@ -129,17 +129,27 @@ struct RopeParams {
   std::shared_ptr<const RopeTable> table;
   int64_t rotaryDim = 0;
 };
+// ALiBi's heads: an attention op's head h is head head0 + h of the `heads` whose slopes ALiBi defines
+// (Kernels.h: alibiSlope). heads 0: no ALiBi.
+struct Alibi {
+  int64_t heads = 0, head0 = 0;
+  bool on() const { return heads > 0; }
+};
 // attention_fwd / attention_bwd (family "attention"). packedQkv: q, k, v are read from the one `qkv`
 // buffer; packedGrad: the backward writes dq, dk, dv into the one `dqkv` (PlanSchema.h).
 // attention_block_fwd / _bwd (ring attention): the global positions of the S query rows (this rank's)
 // and of the S key/value rows (member (c − step) mod n's); attention_merge uses B, S, nh, hd only.
 // window: attr `window` (sliding window: key j visible to query i iff j <= i and i − j < window, by
 // global position on the ring's blocks); 0 when absent (plain causal).
+// alibi: attr `alibi_heads` (BLOOM's ALiBi over that many heads; Kernels.h: alibiSlope) and, where the
+// heads are split over a mesh axis (attr `head_axis`, tensor parallelism), head0 = the rank's coordinate
+// on it × nh; none when absent.
 struct AttentionParams {
   int64_t B = 0, S = 0, nh = 0, nkv = 0, hd = 0;
   bool packedQkv = false, packedGrad = false;
   PositionRuns qPos{}, kvPos{};
   int64_t window = 0;
+  Alibi alibi{};
 };
 // Where the rows of q, k and v (or of dq, dk, dv) lie, in elements: the offsets of their first rows from
 // the buffer each role names, and the row strides (one row = one token's heads). Separate buffers: all

@@ -115,6 +115,13 @@ inline constexpr std::string_view kRealVocabAttr = "real_vocab";
 // for Mistral's sliding window (config sliding_window): key position j is visible to query position i
 // iff j <= i and i − j < window. Absent: plain causal attention.
 inline constexpr std::string_view kWindowAttr = "window";
+// The optional int attr (>= 1) of the same four ops for BLOOM's ALiBi: every visible score gets
+// slope_g · (key position − query position) added (Kernels.h: alibiSlope of head g of alibi_heads, as
+// transformers' build_alibi_tensor). With the optional str attr `head_axis` (tensor parallelism) the op's
+// nh heads are the rank's slice of them: heads [c·nh, (c+1)·nh) at coordinate c on that axis, and
+// nh × the axis size = alibi_heads; without it nh = alibi_heads.
+inline constexpr std::string_view kAlibiHeadsAttr = "alibi_heads";
+inline constexpr std::string_view kHeadAxisAttr = "head_axis";
 // The optional int attr of rope_fwd / rope_bwd for a partial rotary embedding (Phi's
 // partial_rotary_factor: PhiRotaryEmbedding(dim=rotary_ndims)): only the first rotary_dim dims of each
 // head rotate (rotate_half within them: pairs j and j + rotary_dim/2), with inv_freq[j] =
@@ -386,11 +393,17 @@ inline constexpr T kRopeAttrs[] = {{"B", Int},          {"S", Int},
 // the same way. Exactly one form each (src/ops/Attention.cpp).
 // `window` (optional; Mistral's sliding window): key j is visible to query i iff j <= i and i − j < window
 // (transformers masks j <= i − sliding_window); absent: plain causal (j <= i). On the ring's blocks the
-// same by global position.
+// same by global position. `alibi_heads` / `head_axis` (optional; BLOOM's ALiBi): kAlibiHeadsAttr.
 inline constexpr A kAttnFwdArgs[] = {{"q", Opt, F, R},   {"k", Opt, F, R},  {"v", Opt, F, R}, {"qkv", Opt, F, R},
                                      {"out", One, F, W}, {"lse", One, F, W}};
-inline constexpr T kAttnAttrs[] = {{"B", Int},   {"S", Int},  {"nh", Int},
-                                   {"nkv", Int}, {"hd", Int}, {"window", Int, false}};
+inline constexpr T kAttnAttrs[] = {{"B", Int},
+                                   {"S", Int},
+                                   {"nh", Int},
+                                   {"nkv", Int},
+                                   {"hd", Int},
+                                   {"window", Int, false},
+                                   {"alibi_heads", Int, false},
+                                   {"head_axis", Str, false}};
 inline constexpr A kAttnBwdArgs[] = {{"dout", One, F, R}, {"q", Opt, F, R},   {"k", Opt, F, R},
                                      {"v", Opt, F, R},    {"qkv", Opt, F, R}, {"out", One, F, R},
                                      {"lse", One, F, R},  {"dq", Opt, F, W},  {"dk", Opt, F, W},
@@ -406,8 +419,16 @@ inline constexpr A kAttnBlockFwdArgs[] = {
 inline constexpr A kAttnBlockBwdArgs[] = {{"dout", One, F, R}, {"q", One, F, R},   {"k", One, F, R},
                                           {"v", One, F, R},    {"out", One, F, R}, {"lse", One, F, R},
                                           {"dq", One, F, RW},  {"dk", One, F, RW}, {"dv", One, F, RW}};
-inline constexpr T kAttnBlockAttrs[] = {{"B", Int},  {"S", Int},    {"nh", Int},   {"nkv", Int},
-                                        {"hd", Int}, {"axis", Str}, {"step", Idx}, {"window", Int, false}};
+inline constexpr T kAttnBlockAttrs[] = {{"B", Int},
+                                        {"S", Int},
+                                        {"nh", Int},
+                                        {"nkv", Int},
+                                        {"hd", Int},
+                                        {"axis", Str},
+                                        {"step", Idx},
+                                        {"window", Int, false},
+                                        {"alibi_heads", Int, false},
+                                        {"head_axis", Str, false}};
 inline constexpr A kAttnMergeArgs[] = {
     {"out", One, F, RW}, {"lse", One, F, RW}, {"out_b", One, F, R}, {"lse_b", One, F, R}};
 inline constexpr T kAttnMergeAttrs[] = {{"B", Int}, {"S", Int}, {"nh", Int}, {"hd", Int}};

@@ -58,6 +58,7 @@ AttentionProblem attentionProblem(const AttentionParams& p, bool backward, bool 
   a.packedQkv = p.packedQkv;
   a.packedGrad = backward && p.packedGrad;
   a.window = p.window >= p.S ? 0 : p.window;  // a window >= S masks nothing: the causal problem
+  a.alibi = p.alibi.on();
   return a;
 }
 
@@ -66,6 +67,7 @@ std::string describeAttention(const AttentionProblem& p) {
   os << "attention " << (p.backward ? "backward" : "forward") << " B=" << p.B << " S=" << p.S << " nh=" << p.nh
      << " nkv=" << p.nkv << " hd=" << p.hd << " " << schema::elemTypeName(p.dtype) << " causal";
   if (p.window != 0) os << " window=" << p.window;
+  if (p.alibi) os << " alibi";
   os << " scale=" << p.scale;
   if (p.deterministic) os << " deterministic";
   if (p.packedQkv) os << " packed-qkv";
@@ -169,6 +171,9 @@ std::string cudnnAttentionUnsupportedReason(const AttentionProblem& p, const Cud
   if (p.window < 0) return "window " + std::to_string(p.window) + " must be >= 1 (a sliding window) or 0 (none)";
   if (p.window > std::numeric_limits<int32_t>::max())
     return "window " + std::to_string(p.window) + " does not fit cuDNN's int diagonal band left bound";
+  if (p.alibi)
+    return "ALiBi: cuDNN's alibi mask takes its slopes from the graph's head count, not the model's (a tp "
+           "rank holds a slice of the heads): the own kernel adds the bias";
   if (p.dtype != schema::ElemType::kBF16)
     return "cuDNN SDPA takes bf16 (or fp16) tensors, not " + std::string(schema::elemTypeName(p.dtype));
   if (target.smVersion < 80)

@@ -51,6 +51,10 @@ struct AttentionProblem {
   // The sliding window (key j visible to query i iff j <= i and i − j < window): cuDNN's diagonal band
   // left bound. 0: none (plain causal); attentionProblem drops a window >= S (it masks nothing).
   int64_t window = 0;
+  // BLOOM's ALiBi (AttentionParams::alibi): cuDNN's alibi mask derives its slopes from the graph's own
+  // head count, which is not a tensor-parallel rank's slice of the model's heads, so such a problem is
+  // unsupported here and runs the own kernel (cudnnAttentionUnsupportedReason says so).
+  bool alibi = false;
 };
 
 // The problem of an attention op: its shape, scale 1/sqrt(hd) rounded as the CPU reference does

@@ -22,7 +22,8 @@
 // A sliding window (AttentionParams::window, Mistral's: key j visible to query i iff j <= i and
 // i − j < window; 0: none) masks a lane's key (or query) as the causal mask does, and the loops skip the
 // tiles wholly outside every row's window of the block: the tiles a row runs, and the order of its sums
-// over them, are those of plain causal attention when there is no window (or one >= S).
+// over them, are those of plain causal attention when there is no window (or one >= S). ALiBi
+// (AttentionParams::alibi) adds its bias to each visible score (scoreOf), in all three kernels.
 // Head dims up to kMaxHd = 256 (8 output columns per lane); larger is an InvalidArgument error. This
 // own kernel computes in f32 on f32 buffers (variant "own"); bf16 plans run cuDNN's fused attention
 // (variant "cudnn", registered first: CudnnAttention.h), which reads and writes bf16 q, k, v, out
@@ -50,6 +51,7 @@ struct Shape {
   int64_t group;  // nh / nkv: query heads per kv head
   float scale;    // 1/sqrt(hd), as the CPU rounds it
   int64_t window;  // the sliding window (>= 1), or 0: none
+  Alibi alibi;     // ALiBi's heads (none: heads 0); query head h is head alibi.head0 + h of them
   // Row strides in elements (QkvLayout): q and k, v as read; dq and dk, dv as written (packed in one
   // qkv / dqkv buffer or separate). out and dout are always [B,S,nh,hd].
   int64_t qRow, kvRow, dqRow, dkvRow;
@@ -74,6 +76,16 @@ __device__ __forceinline__ int64_t dkvIndex(const Shape& s, int64_t b, int64_t j
 }
 __device__ __forceinline__ int64_t rowIndex(const Shape& s, int64_t b, int64_t h, int64_t i) {  // lse, D
   return (b * s.nh + h) * s.S + i;
+}
+
+// ALiBi's slope of query head h (Kernels.h: alibiSlope), 0 without ALiBi: computed once per head.
+__device__ __forceinline__ float slopeOf(const Shape& s, int64_t h) {
+  return s.alibi.heads == 0 ? 0.0f : alibiSlope(s.alibi.heads, s.alibi.head0 + h);
+}
+// The score of query i and key j: scale·q·k, plus ALiBi's slope · (j − i), added as the CPU adds it.
+__device__ __forceinline__ float scoreOf(const Shape& s, float slope, int64_t i, int64_t j, float qk) {
+  const float score = qk * s.scale;
+  return s.alibi.heads == 0 ? score : score + slope * static_cast<float>(j - i);
 }
 
 // Key j is inside query i's window (the causal side, j <= i, is checked apart).
@@ -154,6 +166,7 @@ __global__ void attentionForwardKernel(Shape s, const float* q, const float* k, 
   float o[kMaxPerLane];
   for (int r = 0; r < kMaxPerLane; ++r) o[r] = 0.0f;
   float m = -INFINITY, l = 0.0f;
+  const float slope = slopeOf(s, h);
   const auto kvRow = [&](int64_t j) { return kvIndex(s, b, j, g); };
 
   for (int64_t j0 = firstKeyTile(s, firstRow); j0 <= lastRow; j0 += kTile) {
@@ -162,7 +175,8 @@ __global__ void attentionForwardKernel(Shape s, const float* q, const float* k, 
     loadTile(kv, stride, k, j0, s.S, hd, kvRow);
     __syncthreads();
     float score = -INFINITY;  // masked: key after the query (or past S), or before its window
-    if (runs && j0 + lane <= i && inWindow(s, i, j0 + lane)) score = dot(qrow, kv + lane * stride, hd) * s.scale;
+    if (runs && j0 + lane <= i && inWindow(s, i, j0 + lane))
+      score = scoreOf(s, slope, i, j0 + lane, dot(qrow, kv + lane * stride, hd));
     __syncthreads();  // the K tile is consumed
     loadTile(kv, stride, v, j0, s.S, hd, kvRow);
     __syncthreads();
@@ -230,6 +244,7 @@ __global__ void attentionBackwardQueryKernel(Shape s, const float* dout, const f
   const int64_t i = firstRow + warp;
   const bool active = i < s.S;
 
+  const float slope = slopeOf(s, h);
   float lseI = 0.0f, dI = 0.0f;
   if (active) {
     for (int d = lane; d < hd; d += 32) {
@@ -252,7 +267,7 @@ __global__ void attentionBackwardQueryKernel(Shape s, const float* dout, const f
     if (runs) {
       float dS = 0.0f;
       if (j0 + lane <= i && inWindow(s, i, j0 + lane)) {
-        const float score = dot(qrow, kt + lane * stride, hd) * s.scale;
+        const float score = scoreOf(s, slope, i, j0 + lane, dot(qrow, kt + lane * stride, hd));
         const float p = expf(score - lseI);
         const float dp = dot(dorow, vt + lane * stride, hd);
         dS = p * (dp - dI);
@@ -304,6 +319,7 @@ __global__ void attentionBackwardKeyValueKernel(Shape s, const float* dout, cons
 
   for (int64_t hh = 0; hh < s.group; ++hh) {
     const int64_t h = g * s.group + hh;
+    const float slope = slopeOf(s, h);
     const auto qRow = [&](int64_t i) { return qIndex(s, b, i, h); };
     const auto oRow = [&](int64_t i) { return oIndex(s, b, i, h); };
     // Queries i >= j: the tiles from the block's first key row on (rows before a warp's own key masked),
@@ -320,7 +336,7 @@ __global__ void attentionBackwardKeyValueKernel(Shape s, const float* dout, cons
         const int64_t i = i0 + lane;
         float p = 0.0f, dS = 0.0f;
         if (i < s.S && i >= j && inWindow(s, i, j)) {
-          const float score = dot(qt + lane * stride, krow, hd) * s.scale;
+          const float score = scoreOf(s, slope, i, j, dot(qt + lane * stride, krow, hd));
           p = expf(score - lse[rowIndex(s, b, h, i)]);
           const float dp = dot(dOtile + lane * stride, vrow, hd);
           dS = p * (dp - D[rowIndex(s, b, h, i)]);
@@ -355,6 +371,7 @@ __global__ void attentionBackwardKeyValueKernel(Shape s, const float* dout, cons
 Status checkShape(const AttentionParams& p) {
   LLCDIST_RETURN_IF_ERROR(checkAttentionShape(p.B, p.S, p.nh, p.nkv, p.hd));
   LLCDIST_RETURN_IF_ERROR(checkAttentionWindow(p.window));
+  LLCDIST_RETURN_IF_ERROR(checkAttentionAlibi(p.alibi, p.nh));
   if (p.hd > kMaxHd)
     return Status::invalidArgument("attention: head dim " + std::to_string(p.hd) +
                                    " is larger than the CUDA kernels' limit " + std::to_string(kMaxHd));
@@ -371,6 +388,7 @@ Shape shapeOf(const AttentionParams& p) {
   s.group = p.nh / p.nkv;
   s.scale = attentionScale(p.hd);
   s.window = p.window >= p.S ? 0 : p.window;  // a window >= S masks nothing: plain causal, the same tiles
+  s.alibi = p.alibi;
   const QkvLayout in = qkvLayout(p.nh, p.nkv, p.hd, p.packedQkv), grad = qkvLayout(p.nh, p.nkv, p.hd, p.packedGrad);
   s.qRow = in.qRow;
   s.kvRow = in.kvRow;

@@ -9,7 +9,8 @@
 // bit. The keys a query row sees are a prefix of the block's rows (the key positions increase), as on
 // the CPU; with a sliding window (AttentionParams::window: also query position − key position < window)
 // a range of them, [begin, end), the loops running over it alone (begin 0 without a window: the same
-// arithmetic).
+// arithmetic). ALiBi (AttentionParams::alibi) adds its bias by global position to every score
+// (scoreOf), the forward's and the backward's recomputed ones alike.
 //  - forward: a warp per (b, h, query row i), an online softmax over the row's visible keys; a row
 //    that sees none gets out = 0 and lse = −inf.
 //  - backward: D_i = Σ dO·O (double) per query row into scratch; then a warp per query row for dq and a
@@ -42,6 +43,7 @@ struct Block {
   float scale;
   Runs q, kv;
   int64_t window;  // the sliding window (>= 1), or 0: none
+  Alibi alibi;     // ALiBi's heads (none: heads 0), by global position
 };
 
 __device__ __forceinline__ int64_t positionOf(const Runs& r, int64_t s) {
@@ -51,6 +53,14 @@ __device__ __forceinline__ int64_t positionOf(const Runs& r, int64_t s) {
 __device__ __forceinline__ bool visible(const Block& s, int64_t i, int64_t j) {
   const int64_t q = positionOf(s.q, i), k = positionOf(s.kv, j);
   return k <= q && (s.window == 0 || q - k < s.window);
+}
+// The score of query row i and key row j of head h: scale·q·k, plus ALiBi's slope · (key position −
+// query position) (Kernels.h: alibiSlope), as the CPU adds it.
+__device__ __forceinline__ float scoreOf(const Block& s, int64_t h, int64_t i, int64_t j, float qk) {
+  const float score = qk * s.scale;
+  if (s.alibi.heads == 0) return score;
+  const float slope = alibiSlope(s.alibi.heads, s.alibi.head0 + h);
+  return score + slope * static_cast<float>(positionOf(s.kv, j) - positionOf(s.q, i));
 }
 __device__ __forceinline__ int64_t clampTo(int64_t x, int64_t hi) { return x < 0 ? 0 : x > hi ? hi : x; }
 // The keys at positions <= pos: a prefix of the block's rows, counted per run.
@@ -109,7 +119,7 @@ __global__ void blockForwardKernel(Block s, const float* q, const float* k, cons
     for (int r = 0; r < kMaxPerLane; ++r) o[r] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     for (int64_t j = j0; j < n; ++j) {
-      const float score = warpDot(qi, k + kvIndex(s, b, j, g), hd, lane) * s.scale;
+      const float score = scoreOf(s, h, i, j, warpDot(qi, k + kvIndex(s, b, j, g), hd, lane));
       const float mNew = fmaxf(m, score);
       const float corr = expf(m - mNew), p = expf(score - mNew);  // corr 0 on the first key (m = -inf)
       l = l * corr + p;
@@ -148,9 +158,10 @@ __global__ void blockRowDotKernel(Block s, const float* out, const float* dout, 
 struct Grad {
   float p, dS;
 };
-__device__ __forceinline__ Grad gradAt(const Block& s, const float* qi, const float* doi, const float* kj,
-                                       const float* vj, float lseI, float dI, int lane) {
-  const float p = expf(warpDot(qi, kj, int(s.hd), lane) * s.scale - lseI);
+__device__ __forceinline__ Grad gradAt(const Block& s, int64_t h, int64_t i, int64_t j, const float* qi,
+                                       const float* doi, const float* kj, const float* vj, float lseI, float dI,
+                                       int lane) {
+  const float p = expf(scoreOf(s, h, i, j, warpDot(qi, kj, int(s.hd), lane)) - lseI);
   return {p, p * (warpDot(doi, vj, int(s.hd), lane) - dI)};
 }
 
@@ -170,7 +181,7 @@ __global__ void blockQueryGradKernel(Block s, const float* dout, const float* q,
     for (int r = 0; r < kMaxPerLane; ++r) acc[r] = 0.0f;
     for (int64_t j = j0; j < n; ++j) {
       const float* kj = k + kvIndex(s, b, j, g);
-      const Grad gr = gradAt(s, qi, doi, kj, v + kvIndex(s, b, j, g), lseI, dI, lane);
+      const Grad gr = gradAt(s, h, i, j, qi, doi, kj, v + kvIndex(s, b, j, g), lseI, dI, lane);
       for (int r = 0; r < kMaxPerLane; ++r) {
         const int d = lane + 32 * r;
         if (d < hd) acc[r] += gr.dS * kj[d];
@@ -201,7 +212,7 @@ __global__ void blockKeyValueGradKernel(Block s, const float* dout, const float*
         if (lseI == -INFINITY || !visible(s, i, j)) continue;  // warp-uniform
         const float* qi = q + qIndex(s, b, i, h);
         const float* doi = dout + qIndex(s, b, i, h);
-        const Grad gr = gradAt(s, qi, doi, kj, vj, lseI, D[rowIndex(s, b, h, i)], lane);
+        const Grad gr = gradAt(s, h, i, j, qi, doi, kj, vj, lseI, D[rowIndex(s, b, h, i)], lane);
         for (int r = 0; r < kMaxPerLane; ++r) {
           const int d = lane + 32 * r;
           if (d < hd) {
@@ -249,6 +260,7 @@ __global__ void mergeKernel(int64_t B, int64_t S, int64_t nh, int64_t hd, float*
 Status checkBlockShape(const char* what, const AttentionParams& p) {
   LLCDIST_RETURN_IF_ERROR(checkAttentionShape(p.B, p.S, p.nh, p.nkv, p.hd));
   LLCDIST_RETURN_IF_ERROR(checkAttentionWindow(p.window));
+  LLCDIST_RETURN_IF_ERROR(checkAttentionAlibi(p.alibi, p.nh));
   if (p.hd > kMaxHd)
     return Status::invalidArgument(std::string(what) + ": head dim " + std::to_string(p.hd) +
                                    " is larger than the CUDA kernels' limit " + std::to_string(kMaxHd));
@@ -265,7 +277,8 @@ Block blockOf(const AttentionParams& p) {
                attentionScale(p.hd),
                Runs{p.qPos.first, p.qPos.split, p.qPos.second},
                Runs{p.kvPos.first, p.kvPos.split, p.kvPos.second},
-               p.window};
+               p.window,
+               p.alibi};
 }
 
 // Blocks of kWarpsPerBlock warps, one warp per row (grid-stride past gridFor's cap).

@@ -2,6 +2,7 @@
 // RUN: llc-dist compile --emit xf %models/tiny-gpt2.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=GPT2
 // RUN: llc-dist compile --emit xf %models/tiny-llama.json --mesh tp=8 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=GQA
 // RUN: llc-dist compile --emit xf %models/tiny-gpt-neox.json --mesh tp=2 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=NEOX
+// RUN: llc-dist compile --emit xf %models/tiny-bloom.json --mesh tp=4 --seq-len 8 --quiet | llc-dist-opt --llcdist-autodiff --llcdist-add-optimizer --llcdist-megatron-tp --llcdist-partition | FileCheck %s --check-prefix=BLOOM
 
 // Megatron tensor parallelism, tp = 2, on tiny Llama (8 heads, 4 kv heads,
 // hidden 64, intermediate 128, vocab 256).
@@ -82,3 +83,11 @@
 // NEOX: xf.attention {{.+}} {head_dim = 16 : i64, num_heads = 2 : i64, num_kv_heads = 2 : i64}
 // NEOX: xf.gelu_erf %{{.+}} : tensor<1x8x128xf32>
 // NEOX: xf.concat %{{.+}}, %{{.+}}, %{{.+}} {groups = 2 : i64} : (tensor<1x8x32xf32>, tensor<1x8x32xf32>, tensor<1x8x32xf32>) -> tensor<1x8x96xf32>
+
+// On tiny BLOOM, ALiBi's slopes are the model's 12 heads'; each of the 4 tp ranks
+// holds 3 of them, and the partition names the axis that split them, so rank
+// c adds the slopes of heads [3c, 3c + 3) (forward, backward).
+// BLOOM-LABEL: func.func private @bloom_block(
+// BLOOM: xf.attention {{.+}} {alibi_heads = 12 : i64, head_dim = 8 : i64, num_heads = 3 : i64, num_kv_heads = 3 : i64, xf.alibi_head_axis = "tp"}
+// BLOOM-LABEL: func.func private @bloom_block_bwd(
+// BLOOM: xf.attention_grad {{.+}} {alibi_heads = 12 : i64, head_dim = 8 : i64, num_heads = 3 : i64, num_kv_heads = 3 : i64, xf.alibi_head_axis = "tp"}

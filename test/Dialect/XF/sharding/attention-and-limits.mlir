@@ -50,3 +50,18 @@ func.func @row_parallel_bias(%x: tensor<4x64xf32>) -> tensor<4x16xf32> {
   %y1 = shard.shard %y to %r annotate_for_users : tensor<4x16xf32>
   return %y1 : tensor<4x16xf32>
 }
+
+// -----
+
+// ALiBi's slopes belong to the model's heads: upstream's partition does not
+// know which axis split them, so it refuses rather than give every rank the
+// first heads' slopes (llcdist-partition records the axis).
+shard.grid @mesh(shape = 2x2x1)
+func.func @alibi_heads_split(%q: tensor<4x8x16xf32>) -> tensor<4x8x16xf32> {
+  %s = shard.sharding @mesh split_axes = [[0], [], [1]] : !shard.sharding
+  %qs = shard.shard %q to %s : tensor<4x8x16xf32>
+  // expected-error @+1 {{cannot partition: the heads of an attention with alibi_heads split over grid axes}}
+  %o = xf.attention %qs, %qs, %qs {num_heads = 4 : i64, num_kv_heads = 4 : i64, head_dim = 4 : i64, alibi_heads = 4 : i64} : (tensor<4x8x16xf32>, tensor<4x8x16xf32>, tensor<4x8x16xf32>) -> tensor<4x8x16xf32>
+  %o1 = shard.shard %o to %s annotate_for_users : tensor<4x8x16xf32>
+  return %o1 : tensor<4x8x16xf32>
+}

@@ -21,6 +21,10 @@ constexpr const char kModelAttr[] = "xf.model";
 /// frontend's kMaxMicrobatches: the passes build one accumulation per
 /// microbatch, so a hand-edited 2^63-1 would never finish compiling).
 constexpr int64_t kMaxModelMicrobatches = 65536;
+/// String attribute llcdist-partition sets on an xf.attention /
+/// xf.attention_grad with alibi_heads whose heads it split: the mesh axis
+/// ("tp"), so rank c's slopes are those of heads [c·nh, (c+1)·nh).
+constexpr const char kAlibiHeadAxisAttr[] = "xf.alibi_head_axis";
 /// Placeholder for the layer index in parameter names inside a layer body.
 constexpr const char kLayerPlaceholder[] = "{i}";
 

@@ -220,14 +220,20 @@ def XF_AttentionOp : XF_Op<"attention", [Pure, DeclareOpInterfaceMethods<XF_Diff
     h / (num_heads / num_kv_heads) (Hugging Face `repeat_kv`). Scores are
     scaled by 1/sqrt(head_dim), masked causally, soft-maxed in f32. With
     `window` (Mistral's sliding window) query position i sees only keys j
-    with i - window < j <= i. Result [B, S, num_heads*head_dim]. In a
-    training step the op also
+    with i - window < j <= i. With `alibi_heads` (BLOOM's ALiBi) every
+    score of query head h gets slope_h * (j - i) added, slope_h that of
+    head h among alibi_heads heads as transformers' build_alibi_tensor
+    defines it; alibi_heads is the model's head count, which tensor
+    parallelism keeps while num_heads becomes the rank's (the partition
+    then names the split axis in `xf.alibi_head_axis`). Result
+    [B, S, num_heads*head_dim]. In a training step the op also
     yields `lse` (f32 [B, num_heads, S]: each score row's log-sum-exp), from
     which its backward recomputes the probabilities.
   }];
   let arguments = (ins XF_FloatTensor:$q, XF_FloatTensor:$k, XF_FloatTensor:$v,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
-                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$window);
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$window,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$alibi_heads);
   let results = (outs XF_FloatTensor:$result, Optional<F32Tensor>:$lse);
   let assemblyFormat = "$q `,` $k `,` $v attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

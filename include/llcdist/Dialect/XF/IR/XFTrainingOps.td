@@ -124,12 +124,14 @@ def XF_AttentionGradOp : XF_GradOp<"attention_grad", [
   let summary = "dq, dk, dv of xf.attention";
   let description = [{
     Recomputes the probabilities from q, k and the forward's `lse`; dk and dv
-    sum over the query heads that share a kv head. `window`: the forward's.
+    sum over the query heads that share a kv head. `window` and
+    `alibi_heads`: the forward's.
   }];
   let arguments = (ins XF_FloatTensor:$dout, XF_FloatTensor:$q, XF_FloatTensor:$k,
                        XF_FloatTensor:$v, XF_FloatTensor:$out, F32Tensor:$lse,
                        I64Attr:$num_heads, I64Attr:$num_kv_heads, I64Attr:$head_dim,
-                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$window);
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$window,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<1>]>>:$alibi_heads);
   let results = (outs XF_FloatTensor:$dq, XF_FloatTensor:$dk, XF_FloatTensor:$dv);
 }
 

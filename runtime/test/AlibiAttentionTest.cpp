@@ -1,0 +1,345 @@
+// BLOOM's ALiBi (attrs `alibi_heads` / `head_axis` of attention_fwd / _bwd and attention_block_fwd /
+// _bwd; Kernels.h: Alibi, alibiSlope) on the CPU: every visible score gets slope_g · (j − i) added, g the
+// op's head plus the rank's first head among alibi_heads.
+//  - alibiSlope against transformers' build_alibi_tensor written here as it is written there (base
+//    2^(−2^−(log2 p − 3)) raised to 1..p, the odd powers of the base of 2p for the heads past p), for
+//    1..130 heads; the power-of-two slopes exactly.
+//  - attentionForward / attentionBackward against a brute force in double (the biased, masked softmax and
+//    its analytic backward, nothing shared with the kernels), GQA, separate and packed q, k, v, all heads
+//    and a rank's slice of twice as many (head0 = nh); without ALiBi the bits are the plain ones.
+//  - the ring's blocks: every rank's blocks merged give the biased whole-sequence attention, and the
+//    backward shares add up to its gradients (cp 2 and 4, both layouts).
+//  - the plan: alibi_heads and head_axis load and bind (head0 = the rank's tp coordinate × nh), and
+//    a head_axis without alibi_heads, an alibi_heads that is not nh × the axis size, a set of axes, are
+//    refused naming the attr.
+#include "PlanTestUtil.h"
+#include "PositionRowsUtil.h"
+#include "TestUtil.h"
+
+#include "llcdist/runtime/KernelChecks.h"
+#include "llcdist/runtime/Kernels.h"
+#include "llcdist/runtime/Plan.h"
+#include "llcdist/runtime/Positions.h"
+#include "ops/OpDefs.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace llcdist::rt {
+namespace {
+
+using testing::expectAllClose;
+using testing::json;
+using testing::randn;
+namespace sc = schema;
+
+constexpr int64_t kB = 2, kS = 16, kNh = 6, kNkv = 3, kHd = 8;
+
+// ---- the slopes -----------------------------------------------------------------------------------------
+
+// transformers 4.40's build_alibi_tensor (models/bloom/modeling_bloom.py), step by step in double.
+std::vector<double> transformersSlopes(int64_t n) {
+  const int64_t p = int64_t(1) << int64_t(std::floor(std::log2(double(n))));
+  const double base = std::pow(2.0, -std::pow(2.0, -(std::log2(double(p)) - 3)));
+  std::vector<double> s;
+  for (int64_t k = 1; k <= p; ++k) s.push_back(std::pow(base, double(k)));
+  if (p != n) {
+    const double extra = std::pow(2.0, -std::pow(2.0, -(std::log2(double(2 * p)) - 3)));
+    const int64_t rest = std::min(p, n - p);
+    for (int64_t k = 1; k < 1 + 2 * rest; k += 2) s.push_back(std::pow(extra, double(k)));
+  }
+  return s;
+}
+
+TEST(AlibiSlopeTest, TransformersSlopesForEveryHeadCount) {
+  for (int64_t n = 1; n <= 130; ++n) {
+    const std::vector<double> want = transformersSlopes(n);
+    ASSERT_EQ(int64_t(want.size()), n);
+    for (int64_t g = 0; g < n; ++g)
+      EXPECT_NEAR(double(alibiSlope(n, g)), want[size_t(g)], 1e-7 * want[size_t(g)]) << n << " heads, head " << g;
+  }
+  // 8 heads: 1/2 ... 1/256; 6 heads: 2^-2, 2^-4, 2^-6, 2^-8, then 2^-1, 2^-3 (the base of 8 heads, odd powers).
+  for (int64_t g = 0; g < 8; ++g) EXPECT_EQ(alibiSlope(8, g), std::ldexp(1.0f, -int(g + 1)));
+  const float six[] = {0.25f, 0.0625f, 0.015625f, 0.00390625f, 0.5f, 0.125f};
+  for (int64_t g = 0; g < 6; ++g) EXPECT_EQ(alibiSlope(6, g), six[g]) << g;
+}
+
+// ---- the brute force ------------------------------------------------------------------------------------
+
+struct Reference {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+// Per (b, h, i): the scores of keys j <= i plus slope(h) · (j − i), their softmax P, out = Σ P v, lse; then
+// dP = dO·v, dS = P ∘ (dP − Σ_j P dP), dq = scale·Σ dS k, dk += scale·dS q, dv += P dO.
+Reference bruteForce(const AttentionShape& s, const std::vector<float>& q, const std::vector<float>& k,
+                     const std::vector<float>& v, const std::vector<float>& dout) {
+  Reference r;
+  r.out.assign(size_t(s.B * s.S * s.nh * s.hd), 0.0);
+  r.dq = r.out;
+  r.lse.assign(size_t(s.B * s.nh * s.S), 0.0);
+  r.dk.assign(size_t(s.B * s.S * s.nkv * s.hd), 0.0);
+  r.dv = r.dk;
+  const double scale = 1.0 / std::sqrt(double(s.hd));
+  auto qi = [&](int64_t b, int64_t i, int64_t h) { return size_t(((b * s.S + i) * s.nh + h) * s.hd); };
+  auto kj = [&](int64_t b, int64_t j, int64_t g) { return size_t(((b * s.S + j) * s.nkv + g) * s.hd); };
+  const std::vector<double> slopes = s.alibi.on() ? transformersSlopes(s.alibi.heads) : std::vector<double>();
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.nh; ++h)
+      for (int64_t i = 0; i < s.S; ++i) {
+        const int64_t g = h / (s.nh / s.nkv);
+        const double slope = s.alibi.on() ? slopes[size_t(s.alibi.head0 + h)] : 0.0;
+        std::vector<double> p(size_t(i + 1)), dp(size_t(i + 1), 0.0);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          double d = 0;
+          for (int64_t c = 0; c < s.hd; ++c) d += double(q[qi(b, i, h) + c]) * double(k[kj(b, j, g) + c]);
+          p[size_t(j)] = scale * d + slope * double(j - i);
+          mx = std::max(mx, p[size_t(j)]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[size_t(j)] - mx);
+        r.lse[size_t((b * s.nh + h) * s.S + i)] = mx + std::log(sum);
+        double pdp = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          p[size_t(j)] = std::exp(p[size_t(j)] - mx) / sum;
+          for (int64_t c = 0; c < s.hd; ++c) {
+            r.out[qi(b, i, h) + c] += p[size_t(j)] * double(v[kj(b, j, g) + c]);
+            dp[size_t(j)] += double(dout[qi(b, i, h) + c]) * double(v[kj(b, j, g) + c]);
+          }
+          pdp += p[size_t(j)] * dp[size_t(j)];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double dS = p[size_t(j)] * (dp[size_t(j)] - pdp);
+          for (int64_t c = 0; c < s.hd; ++c) {
+            r.dq[qi(b, i, h) + c] += scale * dS * double(k[kj(b, j, g) + c]);
+            r.dk[kj(b, j, g) + c] += scale * dS * double(q[qi(b, i, h) + c]);
+            r.dv[kj(b, j, g) + c] += p[size_t(j)] * double(dout[qi(b, i, h) + c]);
+          }
+        }
+      }
+  return r;
+}
+
+// ---- attention_fwd / attention_bwd ----------------------------------------------------------------------
+
+struct Result {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+// The kernels' forward and backward, q, k, v (and dq, dk, dv) separate or packed in one buffer.
+Result runKernels(const AttentionShape& s, bool packed, const std::vector<float>& q, const std::vector<float>& k,
+                  const std::vector<float>& v, const std::vector<float>& dout) {
+  Result r;
+  r.out.assign(q.size(), 0.0f);
+  r.lse.assign(size_t(s.B * s.nh * s.S), 0.0f);
+  r.dq.assign(q.size(), 0.0f);
+  r.dk.assign(k.size(), 0.0f);
+  r.dv.assign(v.size(), 0.0f);
+  const QkvLayout L = qkvLayout(s.nh, s.nkv, s.hd, packed);
+  const int64_t rows = s.B * s.S, qw = s.nh * s.hd, kw = s.nkv * s.hd;
+  std::vector<float> qkv(size_t(rows * (L.qRow + (packed ? 0 : 2 * L.kvRow)))), dqkv(qkv.size());
+  // Separate: q, then k, then v one after the other in the buffer; packed: interleaved rows.
+  const int64_t kBase = packed ? L.kOffset : rows * qw, vBase = packed ? L.vOffset : rows * (qw + kw);
+  const int64_t qStride = L.qRow, kvStride = L.kvRow;
+  for (int64_t t = 0; t < rows; ++t) {
+    std::copy_n(q.data() + t * qw, qw, qkv.data() + t * qStride);
+    std::copy_n(k.data() + t * kw, kw, qkv.data() + kBase + t * kvStride);
+    std::copy_n(v.data() + t * kw, kw, qkv.data() + vBase + t * kvStride);
+  }
+  const float* in = qkv.data();
+  EXPECT_TRUE(attentionForward(s, L, in, in + kBase, in + vBase, r.out.data(), r.lse.data()).isOk());
+  EXPECT_TRUE(attentionBackward(s, L, L, dout.data(), in, in + kBase, in + vBase, r.out.data(), r.lse.data(),
+                                dqkv.data(), dqkv.data() + kBase, dqkv.data() + vBase)
+                  .isOk());
+  for (int64_t t = 0; t < rows; ++t) {
+    std::copy_n(dqkv.data() + t * qStride, qw, r.dq.data() + t * qw);
+    std::copy_n(dqkv.data() + kBase + t * kvStride, kw, r.dk.data() + t * kw);
+    std::copy_n(dqkv.data() + vBase + t * kvStride, kw, r.dv.data() + t * kw);
+  }
+  return r;
+}
+
+// Whether q, k, v are packed; the ALiBi heads: all nh (head0 0) or the second half of 2·nh.
+class AlibiAttentionTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {
+ protected:
+  const bool packed = std::get<0>(GetParam());
+  const bool slice = std::get<1>(GetParam());
+  const AttentionShape s{kB, kS, kNh, kNkv, kHd, 0, slice ? Alibi{2 * kNh, kNh} : Alibi{kNh, 0}};
+  const std::vector<float> q = randn(kB * kS * kNh * kHd, 61), k = randn(kB * kS * kNkv * kHd, 62),
+                           v = randn(kB * kS * kNkv * kHd, 63), dout = randn(kB * kS * kNh * kHd, 64);
+};
+
+TEST_P(AlibiAttentionTest, ForwardAndBackwardMatchTheBruteForce) {
+  const Result got = runKernels(s, packed, q, k, v, dout);
+  const Reference want = bruteForce(s, q, k, v, dout);
+  expectAllClose(got.out, want.out, 1e-5, 1e-5, "out");
+  expectAllClose(got.lse, want.lse, 1e-5, 1e-5, "lse");
+  expectAllClose(got.dq, want.dq, 1e-5, 1e-4, "dq");
+  expectAllClose(got.dk, want.dk, 1e-5, 1e-4, "dk");
+  expectAllClose(got.dv, want.dv, 1e-5, 1e-4, "dv");
+  // The bias changes the result (and the brute force without it is the plain kernels').
+  const Result plain = runKernels({kB, kS, kNh, kNkv, kHd}, packed, q, k, v, dout);
+  EXPECT_NE(got.out, plain.out);
+  expectAllClose(plain.out, bruteForce({kB, kS, kNh, kNkv, kHd}, q, k, v, dout).out, 1e-5, 1e-5, "plain out");
+}
+
+INSTANTIATE_TEST_SUITE_P(LayoutsAndSlices, AlibiAttentionTest, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "packed" : "separate") +
+                                  (std::get<1>(info.param) ? "_secondHalfOf12" : "_all6");
+                         });
+
+TEST(AlibiAttentionErrors, HeadsOutsideTheSlopesAreRefused) {
+  std::vector<float> buf(4096);
+  for (const Alibi& bad : {Alibi{4, 0}, Alibi{6, 1}, Alibi{12, -1}, Alibi{-6, 0}}) {
+    const Status f =
+        attentionForward({1, 4, kNh, kNkv, 4, 0, bad}, buf.data(), buf.data(), buf.data(), buf.data(), buf.data());
+    EXPECT_EQ(f.code(), StatusCode::kInvalidArgument) << bad.heads << " " << bad.head0;
+    EXPECT_NE(f.message().find("ALiBi heads"), std::string::npos) << f.message();
+  }
+  EXPECT_TRUE(checkAttentionAlibi(Alibi{12, 6}, kNh).isOk());
+  EXPECT_TRUE(checkAttentionAlibi(Alibi{}, kNh).isOk());
+}
+
+// ---- the ring's blocks ---------------------------------------------------------------------------------
+
+using testing::addRowsAt;
+using testing::colsAt;
+using testing::rowsAt;
+
+class AlibiRingTest : public ::testing::TestWithParam<std::tuple<int64_t, CpLayout>> {};
+
+// Chunks of 4 positions, T = 2·cp·4, the heads the second half of 12: the blocks carry the bias by
+// global position, so the ring is the whole sequence's attention, forward and backward.
+TEST_P(AlibiRingTest, BlocksAndMergeGiveTheBiasedAttentionAndItsGradients) {
+  const auto [n, layout] = GetParam();
+  const int64_t T = 8 * n, S = T / n, qw = kNh * kHd, kw = kNkv * kHd;
+  const Alibi alibi{2 * kNh, kNh};
+  const AttentionShape whole{kB, T, kNh, kNkv, kHd, 0, alibi}, local{kB, S, kNh, kNkv, kHd, 0, alibi};
+  const std::vector<float> q = randn(kB * T * qw, 71), k = randn(kB * T * kw, 72), v = randn(kB * T * kw, 73),
+                           dout = randn(kB * T * qw, 74);
+  std::vector<float> out(q.size()), lse(size_t(kB * kNh * T)), dq(q.size()), dk(k.size()), dv(v.size());
+  ASSERT_TRUE(attentionForward(whole, q.data(), k.data(), v.data(), out.data(), lse.data()).isOk());
+  ASSERT_TRUE(attentionBackward(whole, dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(),
+                                dk.data(), dv.data())
+                  .isOk());
+  expectAllClose(out, bruteForce(whole, q, k, v, dout).out, 1e-5, 1e-5, "whole out");
+  std::vector<double> ringDq(dq.size(), 0.0), ringDk(dk.size(), 0.0), ringDv(dv.size(), 0.0);
+  for (int64_t c = 0; c < n; ++c) {
+    SCOPED_TRACE("rank " + std::to_string(c));
+    const PositionRuns qPos = contextParallelPositions(T, n, c, layout);
+    const std::vector<float> qL = rowsAt(q, kB, T, qw, qPos, S), doL = rowsAt(dout, kB, T, qw, qPos, S);
+    std::vector<float> o(qL.size(), 0.0f), l(size_t(kB * kNh * S), -INFINITY);
+    for (int64_t step = 0; step < n; ++step) {
+      const PositionRuns kvPos = contextParallelPositions(T, n, (c - step + n) % n, layout);
+      const AttentionBlock blk = attentionBlock(local, qPos, kvPos);
+      ASSERT_EQ(blk.alibi.head0, kNh);
+      std::vector<float> ob(qL.size(), 7.0f), lb(l.size(), 7.0f);
+      ASSERT_TRUE(attentionBlockForward(blk, qL.data(), rowsAt(k, kB, T, kw, kvPos, S).data(),
+                                        rowsAt(v, kB, T, kw, kvPos, S).data(), ob.data(), lb.data())
+                      .isOk());
+      attentionMerge(kB, S, kNh, kHd, o.data(), l.data(), ob.data(), lb.data());
+    }
+    expectAllClose(o, rowsAt(out, kB, T, qw, qPos, S), 1e-5, 1e-5, "out");
+    expectAllClose(l, colsAt(lse, kB * kNh, T, qPos, S), 1e-5, 1e-5, "lse");
+    std::vector<float> dqL(qL.size(), 0.0f);
+    for (int64_t step = 0; step < n; ++step) {
+      const PositionRuns kvPos = contextParallelPositions(T, n, (c - step + n) % n, layout);
+      std::vector<float> dkB(size_t(kB * S * kw), 0.0f), dvB(dkB.size(), 0.0f);
+      ASSERT_TRUE(attentionBlockBackward(attentionBlock(local, qPos, kvPos), doL.data(), qL.data(),
+                                         rowsAt(k, kB, T, kw, kvPos, S).data(), rowsAt(v, kB, T, kw, kvPos, S).data(),
+                                         o.data(), l.data(), dqL.data(), dkB.data(), dvB.data())
+                      .isOk());
+      addRowsAt(ringDk, dkB, kB, T, kw, kvPos, S);
+      addRowsAt(ringDv, dvB, kB, T, kw, kvPos, S);
+    }
+    addRowsAt(ringDq, dqL, kB, T, qw, qPos, S);
+  }
+  expectAllClose(dq, ringDq, 1e-5, 1e-5, "dq");
+  expectAllClose(dk, ringDk, 1e-5, 1e-5, "dk");
+  expectAllClose(dv, ringDv, 1e-5, 1e-5, "dv");
+}
+
+INSTANTIATE_TEST_SUITE_P(CpLayouts, AlibiRingTest,
+                         ::testing::Combine(::testing::Values(int64_t(2), int64_t(4)),
+                                            ::testing::Values(CpLayout::kLoadBalanced, CpLayout::kContiguous)),
+                         [](const auto& info) {
+                           return "cp" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::string(sc::cpLayoutName(std::get<1>(info.param)));
+                         });
+
+// ---- the plan ------------------------------------------------------------------------------------------
+
+StatusOr<Plan> loadPlan(const testing::PlanBuilder& b) {
+  Plan plan;
+  LLCDIST_ASSIGN_OR_RETURN(plan.manifest, parseManifest(b.manifest.dump(), "manifest.json"));
+  LLCDIST_ASSIGN_OR_RETURN(Program prog, parseProgram(b.program.dump(), "program-0.json", plan.manifest));
+  plan.programs.push_back(std::move(prog));
+  return plan;
+}
+
+// One attention_fwd of 3 local heads (1 kv head) on a mesh of tp = `tp`, attrs plus `extra`.
+testing::PlanBuilder tpAttentionPlan(int64_t tp, const json& extra) {
+  testing::PlanBuilder b(16, 4, 1, 1);
+  b.manifest["mesh"]["tp"] = tp;
+  json ranks = json::array();
+  for (int64_t r = 0; r < tp; ++r) ranks.push_back(r);
+  b.manifest["programs"][0]["ranks"] = ranks;
+  const int64_t q = b.buffer("q", "activation", {4, 12}), k = b.buffer("k", "activation", {4, 4}),
+                v = b.buffer("v", "activation", {4, 4}), o = b.buffer("o", "activation", {4, 12}),
+                l = b.buffer("l", "activation", {3, 4});
+  json attrs = {{"B", 1}, {"S", 4}, {"nh", 3}, {"nkv", 1}, {"hd", 4}};
+  for (auto it = extra.begin(); it != extra.end(); ++it) attrs[it.key()] = it.value();
+  b.op("s", "attention_fwd", {{"q", q}, {"k", k}, {"v", v}, {"out", o}, {"lse", l}}, attrs);
+  b.action("s");
+  return b;
+}
+
+TEST(AlibiAttentionPlanTest, HeadsBindToTheRanksSlice) {
+  for (const auto& [tp, extra] :
+       {std::pair{int64_t(1), json::object()}, std::pair{int64_t(1), json{{"alibi_heads", 3}}},
+        std::pair{int64_t(2), json{{"alibi_heads", 6}, {"head_axis", "tp"}}}}) {
+    const StatusOr<Plan> p = loadPlan(tpAttentionPlan(tp, extra));
+    ASSERT_TRUE(p.isOk()) << extra.dump() << ": " << p.status().toString();
+    const Op& op = p->programs[0].subroutines[0].ops[0];
+    const Manifest& m = p->manifest;
+    for (int rank = 0; rank < tp; ++rank) {
+      const StatusOr<OpParams> bound = ops::opDefs().find(op.kind)->bind(ops::BindContext{op, m, m.mesh(), rank});
+      ASSERT_TRUE(bound.isOk()) << bound.status().toString();
+      const Alibi a = std::get<AttentionParams>(*bound).alibi;
+      EXPECT_EQ(a.heads, extra.empty() ? 0 : 3 * tp) << extra.dump();
+      EXPECT_EQ(a.head0, 3 * rank) << extra.dump() << " rank " << rank;
+    }
+  }
+}
+
+TEST(AlibiAttentionPlanTest, BadAttrsAreRefusedByName) {
+  struct Case {
+    int64_t tp;
+    json extra;
+    const char *attr, *says;
+  };
+  for (const Case& c :
+       {Case{1, {{"head_axis", "tp"}}, "attrs.head_axis", "needs attrs.alibi_heads"},
+        Case{2, {{"alibi_heads", 3}, {"head_axis", "tp"}}, "attrs.alibi_heads", "nh = 3 × the head_axis"},
+        Case{2, {{"alibi_heads", 6}}, "attrs.alibi_heads", "(no head_axis)"},
+        Case{2, {{"alibi_heads", 6}, {"head_axis", "dp+tp"}}, "attrs.head_axis", "single axis"},
+        Case{1, {{"alibi_heads", 0}}, "attrs.alibi_heads", ""},
+        Case{1, {{"alibi_heads", "3"}}, "attrs.alibi_heads", ""}}) {
+    const StatusOr<Plan> p = loadPlan(tpAttentionPlan(c.tp, c.extra));
+    ASSERT_FALSE(p.isOk()) << c.extra.dump() << " loaded";
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(p.status().message().find(c.attr), std::string::npos) << p.status().message();
+    EXPECT_NE(p.status().message().find(c.says), std::string::npos) << p.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace llcdist::rt

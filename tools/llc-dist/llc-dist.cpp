@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 #include "Cli.h"
 
+#include "llcdist/Frontend/ModelConfig.h"
+
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -49,8 +51,8 @@ COMMANDS
   info MODEL      parameter count, layers and training FLOPs per token
   help [COMMAND]  show help (also: llc-dist COMMAND --help)
 
-MODEL is a Hugging Face config.json (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM,
-MistralForCausalLM, GemmaForCausalLM, PhiForCausalLM),
+MODEL is a Hugging Face config.json of one of these classes:
+%FAMILIES%
 e.g. models/llama3-8b.json, or a .mlir file in the xf dialect.
 
 OPTIONS
@@ -60,6 +62,26 @@ OPTIONS
 Run `llc-dist-opt --help` to run single passes on .mlir files.
 )";
 
+/// kMainHelp with every family the frontend reads (ModelConfig.h's Arch, in
+/// its order), wrapped at 100 columns, in the place of %FAMILIES%.
+std::string mainHelp() {
+  std::string list, line = " ";
+  for (int a = 0; a < llcdist::kNumArchs; ++a) {
+    std::string name =
+        std::string(" ") + llcdist::hfArchitecture(llcdist::Arch(a)) + (a + 1 < llcdist::kNumArchs ? "," : "");
+    if (line.size() + name.size() > 100) {
+      list += line + "\n";
+      line = " ";
+    }
+    line += name;
+  }
+  list += line;
+  std::string help = kMainHelp;
+  const std::string marker = "%FAMILIES%";
+  help.replace(help.find(marker), marker.size(), list);
+  return help;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -67,12 +89,12 @@ int main(int argc, char **argv) {
   Args args(argv_);
   try {
     if (args.empty()) {
-      llvm::errs() << kMainHelp;
+      llvm::errs() << mainHelp();
       return kExitUsage;
     }
     std::string cmd = args.next();
     if (cmd == "--help" || cmd == "-h") {
-      llvm::outs() << kMainHelp;
+      llvm::outs() << mainHelp();
       return 0;
     }
     if (cmd == "help") {
@@ -85,7 +107,7 @@ int main(int argc, char **argv) {
                        : what == "simulate" ? kSimulateHelp
                        : what == "plan"     ? kPlanHelp
                        : what == "export"   ? kExportHelp
-                                            : kMainHelp);
+                                            : mainHelp());
       return 0;
     }
     if (cmd == "--version") {

@@ -93,7 +93,7 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   flag(a, "--max-position-embeddings", num(m.maxPositions));
   if (m.alibi) { // BLOOM: no position embedding at all (ALiBi, in the note below)
     flag(a, "--position-embedding-type", "none");
-  } else if (m.arch != Arch::GPT2) { // rotary embeddings (Phi's on part of each head)
+  } else if (!learnedPositions(m.arch)) { // rotary embeddings (Phi's on part of each head)
     flag(a, "--position-embedding-type", "rope");
     std::ostringstream theta;
     theta << m.ropeTheta;

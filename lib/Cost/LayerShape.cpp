@@ -139,8 +139,9 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.finalNorm = double(m.finalNormTensors()) * H; // OLMo's has none
   } else if (m.arch == Arch::Starcoder2 || groupedQkv(m.arch)) {
     // The LayerNorms (Falcon's parallel_attn: one); q, k, v (GPT-NeoX's,
-    // Falcon's and BLOOM's fused), o, the MLP's two matrices, their biases;
-    // BLOOM's LayerNorm on the embeddings.
+    // Falcon's, BLOOM's and GPTBigCode's fused), o, the MLP's two matrices,
+    // their biases; BLOOM's LayerNorm on the embeddings, GPTBigCode's
+    // position table.
     pc.layer = double(m.normTensors()) * H + H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
     if (m.qkvBias)
       pc.layer += double(s.q + 2 * s.kv);
@@ -151,6 +152,8 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.finalNorm = 2 * H;
     if (m.embeddingNorm)
       pc.embeddingExtras = 2 * H;
+    if (learnedPositions(m.arch)) // GPTBigCode's wpe
+      pc.embeddingExtras = double(m.maxPositions) * H;
   } else if (m.arch == Arch::Phi) { // one LayerNorm; biases on q, k, v, dense, fc1, fc2
     const double qkv = double(s.q + 2 * s.kv);
     pc.layer =

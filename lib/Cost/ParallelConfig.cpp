@@ -144,7 +144,7 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
     return why("tp and num_kv_heads do not divide one another");
   if (groupedQkv(m.arch) && m.kvHeads % c.tp) // TensorParallel.cpp's replicateKvHeads refuses it
     return why("tp=" + std::to_string(c.tp) + " does not divide num_kv_heads=" + std::to_string(m.kvHeads) +
-               ": a fused q|k|v (GPT-NeoX's, Falcon's, BLOOM's query_key_value) cannot replicate kv heads");
+               ": a fused q|k|v (query_key_value, GPTBigCode's c_attn) cannot replicate kv heads");
   if (m.intermediate % c.tp)
     return why("tp does not divide the MLP's intermediate size");
   if (w.globalBatch % (c.microBatch * c.dp))

@@ -332,8 +332,8 @@ double zeroBlock(const ParallelConfig &c, double params, double experts) {
 int64_t stageTensors(const Workload &w, const ParallelConfig &c, int64_t stage, int64_t layers, int64_t sparse) {
   const ModelConfig &m = w.model;
   int64_t n = sparse * m.layerTensors(true) + (layers - sparse) * m.layerTensors(false);
-  if (stage == 0)
-    n += m.arch == Arch::GPT2 ? 2 : 1;
+  if (stage == 0) // the embedding, a position table (GPT-2, GPTBigCode), BLOOM's embedding LayerNorm
+    n += 1 + (learnedPositions(m.arch) ? 1 : 0) + (m.embeddingNorm ? 2 : 0);
   if (stage == c.pp - 1) {
     n += m.finalNormTensors(); // the final norm (a LayerNorm's weight and bias; OLMo's none)
     if (!m.tieEmbeddings || c.pp > 1)

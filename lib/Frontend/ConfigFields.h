@@ -200,6 +200,7 @@ void parseOlmo(FieldReader &r, ModelConfig &c, const json &obj);
 void parseGptNeoX(FieldReader &r, ModelConfig &c, const json &obj);
 void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj);
 void parseBloom(FieldReader &r, ModelConfig &c);
+void parseGptBigCode(FieldReader &r, ModelConfig &c);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
 } // namespace llcdist::config
 

@@ -53,7 +53,7 @@ public:
     // One body per kind of layer: Qwen2-MoE's dense layers (decoder_sparse_step,
     // mlp_only_layers) call their own.
     func::FuncOp sparse, dense;
-    if (m.arch == Arch::GPT2)
+    if (m.arch == Arch::GPT2 || m.arch == Arch::GptBigCode)
       dense = gpt2Block();
     else if (m.arch == Arch::Phi)
       dense = phiBlock();
@@ -161,28 +161,35 @@ private:
     return fn.getArgument(0);
   }
 
+  /// GPT-2's layer (Conv1D layouts; c_attn [q | k | v]), and GPTBigCode's
+  /// (nn.Linear layouts; c_attn split in kv-head groups: every q head, the k
+  /// and the v head under multi_query, else each head's q, k and v).
   func::FuncOp gpt2Block() {
     func::FuncOp fn;
-    Value x = beginLayer(fn, "gpt2_block");
+    const bool bigcode = m.arch == Arch::GptBigCode;
+    Value x = beginLayer(fn, bigcode ? "gpt_bigcode_block" : "gpt2_block");
     const std::string p = "transformer.h.{i}.";
-    int64_t H = m.hidden, I = m.intermediate;
+    int64_t H = m.hidden, I = m.intermediate, kv = m.kvHeads * m.headDim;
+    const WeightLayout layout = bigcode ? WeightLayout::OutIn : WeightLayout::InOut;
     auto ln = [&](const std::string &n, Value v) {
       return layerNorm(p + n, v);
     };
     Value h = ln("ln_1", x);
-    Value qkv = linear(p + "attn.c_attn", h, H, 3 * H, true, WeightLayout::InOut);
-    auto split = SplitOp::create(
-        b, loc(p + "attn"), TypeRange{act(H), act(H), act(H)}, qkv);
+    Value qkv = linear(p + "attn.c_attn", h, H, H + 2 * kv, true, layout);
+    IntegerAttr groups = bigcode ? b.getI64IntegerAttr(m.kvHeads) : IntegerAttr();
+    auto split = SplitOp::create(b, bigcode ? loc(p + "attn", {"num_kv_heads"}) : loc(p + "attn"),
+                                 TypeRange{act(H), act(kv), act(kv)}, qkv, groups);
     Value a = AttentionOp::create(b, loc(p + "attn", {"num_heads", "num_kv_heads"}), act(H), /*lse=*/Type(),
-                                  split.getResult(0), split.getResult(1), split.getResult(2), m.heads, m.heads,
+                                  split.getResult(0), split.getResult(1), split.getResult(2), m.heads, m.kvHeads,
                                   m.headDim, /*window=*/IntegerAttr(), /*alibi_heads=*/IntegerAttr())
                   .getResult();
-    Value o = linear(p + "attn.c_proj", a, H, H, true, WeightLayout::InOut);
+    Value o = linear(p + "attn.c_proj", a, H, H, true, layout);
     x = AddOp::create(b, loc(p + "attn"), x, o);
     h = ln("ln_2", x);
-    Value f = linear(p + "mlp.c_fc", h, H, I, true, WeightLayout::InOut);
-    Value g = GeluTanhOp::create(b, loc(p + "mlp"), f);
-    Value d = linear(p + "mlp.c_proj", g, I, H, true, WeightLayout::InOut);
+    Value f = linear(p + "mlp.c_fc", h, H, I, true, layout);
+    Value g = m.geluExact ? GeluErfOp::create(b, loc(p + "mlp"), f).getResult()
+                          : GeluTanhOp::create(b, loc(p + "mlp"), f).getResult();
+    Value d = linear(p + "mlp.c_proj", g, I, H, true, layout);
     x = AddOp::create(b, loc(p + "mlp"), x, d);
     func::ReturnOp::create(b, loc(p), x);
     return fn;
@@ -464,7 +471,7 @@ private:
     fn.setArgAttr(1, "xf.name", b.getStringAttr("labels"));
     b.setInsertionPointToStart(fn.addEntryBlock());
     int64_t H = m.hidden, V = m.vocab;
-    bool gpt2 = m.arch == Arch::GPT2, neox = m.arch == Arch::GptNeoX;
+    bool gpt2 = learnedPositions(m.arch), neox = m.arch == Arch::GptNeoX; // GPT-2's names are GPTBigCode's
     bool falcon = m.arch == Arch::Falcon || m.arch == Arch::Bloom; // Falcon's names are BLOOM's
     std::string embName = gpt2     ? "transformer.wte.weight"
                           : neox   ? "gpt_neox.embed_in.weight"

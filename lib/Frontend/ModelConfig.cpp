@@ -37,7 +37,8 @@ constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
                                 {Arch::Olmo, "olmo", "OlmoForCausalLM"},
                                 {Arch::GptNeoX, "gpt_neox", "GPTNeoXForCausalLM"},
                                 {Arch::Falcon, "falcon", "FalconForCausalLM"},
-                                {Arch::Bloom, "bloom", "BloomForCausalLM"}};
+                                {Arch::Bloom, "bloom", "BloomForCausalLM"},
+                                {Arch::GptBigCode, "gpt_bigcode", "GPTBigCodeForCausalLM"}};
 static_assert(std::size(kArchs) == size_t(kNumArchs), "one kArchs row per Arch, in its order");
 } // namespace
 
@@ -69,6 +70,10 @@ template <typename T> T layerCount(const ModelConfig &c, bool active, bool spars
   T q = T(c.heads) * T(c.headDim), kv = T(c.kvHeads) * T(c.headDim);
   if (c.arch == Arch::GPT2)
     return 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H);
+  // GPTBigCode: GPT-2's layer, its c_attn q + 2 kv wide (one k and v head
+  // under multi_query), nn.Linear's layout (the counts are the same).
+  if (c.arch == Arch::GptBigCode)
+    return 2 * H + (H * (q + 2 * kv) + q + 2 * kv) + (q * H + H) + 2 * H + (H * I + I) + (I * H + H);
   if (c.arch == Arch::Phi) // one LayerNorm; q, k, v, dense, fc1, fc2, all with biases
     return 2 * H + (H * q + q) + 2 * (H * kv + kv) + (q * H + H) + (H * I + I) + (I * H + H);
   // Two LayerNorms; q, k, v, o, c_fc, c_proj, biases when use_bias (GPT-NeoX:
@@ -91,7 +96,7 @@ template <typename T> T layerCount(const ModelConfig &c, bool active, bool spars
 template <typename T> T parameterCount(const ModelConfig &c, bool active = false) {
   T H = c.hidden, V = c.vocab, L = c.layers;
   T n = V * H + (c.tieEmbeddings ? 0 : V * H);
-  if (c.arch == Arch::GPT2)
+  if (learnedPositions(c.arch))
     n += T(c.maxPositions) * H + 2 * H; // wpe, ln_f
   else
     n += T(c.finalNormTensors()) * H; // model.norm (Phi: model.final_layernorm)
@@ -113,7 +118,7 @@ int64_t ModelConfig::numParameters() const { return parameterCount<int64_t>(*thi
 int64_t ModelConfig::activeParameters() const { return parameterCount<int64_t>(*this, /*active=*/true); }
 int64_t ModelConfig::layerParameters() const { return layerCount<int64_t>(*this, /*active=*/false, moe.has_value()); }
 int64_t ModelConfig::layerTensors(bool sparse) const {
-  if (arch == Arch::GPT2)
+  if (arch == Arch::GPT2 || arch == Arch::GptBigCode)
     return 12;
   if (arch == Arch::Phi)
     return 14;
@@ -231,6 +236,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseFalcon(r, c, obj);
     else if (c.arch == Arch::Bloom)
       parseBloom(r, c);
+    else if (c.arch == Arch::GptBigCode)
+      parseGptBigCode(r, c);
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));
@@ -243,15 +250,17 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     }
     // The fields later passes may blame (tp vs heads, pp vs layers, ...):
     // the importer gives the ops they shape a location at the field.
-    // GPT-2's and BLOOM's names (n_head, n_layer: BloomConfig's own).
-    bool gpt2 = c.arch == Arch::GPT2, bloom = c.arch == Arch::Bloom;
+    // GPT-2's names (GPTBigCode's too), and BLOOM's (n_head, n_layer: BloomConfig's own).
+    bool gpt2 = c.arch == Arch::GPT2 || c.arch == Arch::GptBigCode, bloom = c.arch == Arch::Bloom;
     const char *kvKey = c.arch == Arch::Falcon ? "num_kv_heads" : "num_key_value_heads";
     bool hasKv = !gpt2 && obj.contains(kvKey);
+    bool bigcodeMq = c.arch == Arch::GptBigCode && obj.contains("multi_query");
     const std::pair<const char *, std::string> roles[] = {
         {"num_heads", gpt2 || bloom ? "n_head" : "num_attention_heads"},
-        {"num_kv_heads", gpt2 || bloom ? "n_head"
-                         : hasKv       ? kvKey
-                                       : "num_attention_heads"},
+        {"num_kv_heads", bigcodeMq       ? "multi_query" // GPTBigCode's one kv head
+                         : gpt2 || bloom ? "n_head"
+                         : hasKv         ? kvKey
+                                         : "num_attention_heads"},
         {"num_layers", gpt2 || bloom ? "n_layer" : "num_hidden_layers"},
         {"vocab_size", "vocab_size"},
         {"max_positions", gpt2 ? "n_positions" : "max_position_embeddings"},
@@ -299,7 +308,7 @@ llcdist::resolveTrainingShape(const ModelConfig &m, int64_t dp,
     s.seqLen = std::min<int64_t>(m.maxPositions, 1024);
   if (s.seqLen < 1)
     return "--seq-len must be >= 1";
-  if (m.arch == Arch::GPT2 && s.seqLen > m.maxPositions)
+  if (learnedPositions(m.arch) && s.seqLen > m.maxPositions)
     return m.where("max_positions") + "--seq-len " + std::to_string(s.seqLen) + " exceeds the " +
            std::to_string(m.maxPositions) + " learned positions of " + m.name +
            " (n_positions); use --seq-len <= " + std::to_string(m.maxPositions);

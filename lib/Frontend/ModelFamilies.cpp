@@ -45,6 +45,39 @@ void parseGPT2(FieldReader &r, ModelConfig &c) {
             "reorder_and_upcast_attn", "output_past"});
 }
 
+/// GPTBigCode's fields (transformers 4.40's GPTBigCodeConfig: StarCoder,
+/// SantaCoder): GPT-2's layer and learned positions with nn.Linear layouts,
+/// and c_attn holding every q head then one k and one v head under
+/// multi_query (the default), each head's q, k and v side by side otherwise;
+/// the activation by name (the tanh GELU by default, or the exact one).
+void parseGptBigCode(FieldReader &r, ModelConfig &c) {
+  c.vocab = r.positiveInt("vocab_size", 50257);
+  c.maxPositions = r.positiveInt("n_positions", 1024);
+  c.hidden = r.positiveInt("n_embd", 768);
+  c.layers = r.positiveInt("n_layer", 12);
+  c.heads = r.positiveInt("n_head", 12);
+  if (c.hidden % c.heads != 0)
+    r.fail("n_head", "n_head=" + std::to_string(c.heads) + " does not divide n_embd=" + std::to_string(c.hidden));
+  c.headDim = c.hidden / c.heads;
+  c.kvHeads = r.boolean("multi_query", true) ? 1 : c.heads;
+  c.intermediate = r.positiveInt("n_inner", 4 * c.hidden);
+  c.normEps = r.positiveFloat("layer_norm_epsilon", 1e-5);
+  std::string act = r.string("activation_function", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh" && act != "gelu_new" && act != "gelu")
+    r.fail("activation_function", "unsupported activation '" + act +
+                                      "'; llc-dist implements the tanh GELU (\"gelu_pytorch_tanh\", StarCoder's) and "
+                                      "the exact one (\"gelu\")");
+  c.geluExact = act == "gelu";
+  if (!r.boolean("scale_attn_weights", true))
+    r.fail("scale_attn_weights", "only true (scores scaled by 1/sqrt(head_dim)) is supported");
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
+  c.qkvBias = c.outputBias = c.mlpBias = true;
+  // Dropout; and the softmax's f32 upcast, with its rescaling by the layer
+  // index that keeps fp16 scores in range (the same scores: llc-dist's
+  // softmax is always f32).
+  r.ignore({"resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"});
+}
+
 namespace {
 
 /// rope_theta, under the runtime's own rule (PlanSchema.h), so no config

@@ -1,17 +1,18 @@
 // BLOOM's ALiBi (attrs `alibi_heads` / `head_axis` of attention_fwd / _bwd and attention_block_fwd /
 // _bwd; Kernels.h: Alibi, alibiSlope) on the CPU: every visible score gets slope_g · (j − i) added, g the
 // op's head plus the rank's first head among alibi_heads.
-//  - alibiSlope against transformers' build_alibi_tensor written here as it is written there (base
+//  - alibiSlope against transformers' build_alibi_tensor written as it is written there (base
 //    2^(−2^−(log2 p − 3)) raised to 1..p, the odd powers of the base of 2p for the heads past p), for
 //    1..130 heads; the power-of-two slopes exactly.
-//  - attentionForward / attentionBackward against a brute force in double (the biased, masked softmax and
-//    its analytic backward, nothing shared with the kernels), GQA, separate and packed q, k, v, all heads
-//    and a rank's slice of twice as many (head0 = nh); without ALiBi the bits are the plain ones.
+//  - attentionForward / attentionBackward against a brute force in double (AttentionReference.h: the
+//    biased, masked softmax and its analytic backward, nothing shared with the kernels), GQA, separate and packed q, k,
+//    v, all heads and a rank's slice of twice as many (head0 = nh); without ALiBi the bits are the plain ones.
 //  - the ring's blocks: every rank's blocks merged give the biased whole-sequence attention, and the
 //    backward shares add up to its gradients (cp 2 and 4, both layouts).
 //  - the plan: alibi_heads and head_axis load and bind (head0 = the rank's tp coordinate × nh), and
 //    a head_axis without alibi_heads, an alibi_heads that is not nh × the axis size, a set of axes, are
 //    refused naming the attr.
+#include "AttentionReference.h"
 #include "PlanTestUtil.h"
 #include "PositionRowsUtil.h"
 #include "TestUtil.h"
@@ -38,28 +39,19 @@ using testing::expectAllClose;
 using testing::json;
 using testing::randn;
 namespace sc = schema;
+using Reference = testing::AttentionReference;
+using Result = testing::AttentionResult;
+using testing::bruteForceAttention;
+using testing::runAttentionKernels;
+using testing::transformersAlibiSlopes;
 
 constexpr int64_t kB = 2, kS = 16, kNh = 6, kNkv = 3, kHd = 8;
 
 // ---- the slopes -----------------------------------------------------------------------------------------
 
-// transformers 4.40's build_alibi_tensor (models/bloom/modeling_bloom.py), step by step in double.
-std::vector<double> transformersSlopes(int64_t n) {
-  const int64_t p = int64_t(1) << int64_t(std::floor(std::log2(double(n))));
-  const double base = std::pow(2.0, -std::pow(2.0, -(std::log2(double(p)) - 3)));
-  std::vector<double> s;
-  for (int64_t k = 1; k <= p; ++k) s.push_back(std::pow(base, double(k)));
-  if (p != n) {
-    const double extra = std::pow(2.0, -std::pow(2.0, -(std::log2(double(2 * p)) - 3)));
-    const int64_t rest = std::min(p, n - p);
-    for (int64_t k = 1; k < 1 + 2 * rest; k += 2) s.push_back(std::pow(extra, double(k)));
-  }
-  return s;
-}
-
 TEST(AlibiSlopeTest, TransformersSlopesForEveryHeadCount) {
   for (int64_t n = 1; n <= 130; ++n) {
-    const std::vector<double> want = transformersSlopes(n);
+    const std::vector<double> want = transformersAlibiSlopes(n);
     ASSERT_EQ(int64_t(want.size()), n);
     for (int64_t g = 0; g < n; ++g)
       EXPECT_NEAR(double(alibiSlope(n, g)), want[size_t(g)], 1e-7 * want[size_t(g)]) << n << " heads, head " << g;
@@ -70,101 +62,7 @@ TEST(AlibiSlopeTest, TransformersSlopesForEveryHeadCount) {
   for (int64_t g = 0; g < 6; ++g) EXPECT_EQ(alibiSlope(6, g), six[g]) << g;
 }
 
-// ---- the brute force ------------------------------------------------------------------------------------
-
-struct Reference {
-  std::vector<double> out, lse, dq, dk, dv;
-};
-
-// Per (b, h, i): the scores of keys j <= i plus slope(h) · (j − i), their softmax P, out = Σ P v, lse; then
-// dP = dO·v, dS = P ∘ (dP − Σ_j P dP), dq = scale·Σ dS k, dk += scale·dS q, dv += P dO.
-Reference bruteForce(const AttentionShape& s, const std::vector<float>& q, const std::vector<float>& k,
-                     const std::vector<float>& v, const std::vector<float>& dout) {
-  Reference r;
-  r.out.assign(size_t(s.B * s.S * s.nh * s.hd), 0.0);
-  r.dq = r.out;
-  r.lse.assign(size_t(s.B * s.nh * s.S), 0.0);
-  r.dk.assign(size_t(s.B * s.S * s.nkv * s.hd), 0.0);
-  r.dv = r.dk;
-  const double scale = 1.0 / std::sqrt(double(s.hd));
-  auto qi = [&](int64_t b, int64_t i, int64_t h) { return size_t(((b * s.S + i) * s.nh + h) * s.hd); };
-  auto kj = [&](int64_t b, int64_t j, int64_t g) { return size_t(((b * s.S + j) * s.nkv + g) * s.hd); };
-  const std::vector<double> slopes = s.alibi.on() ? transformersSlopes(s.alibi.heads) : std::vector<double>();
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.nh; ++h)
-      for (int64_t i = 0; i < s.S; ++i) {
-        const int64_t g = h / (s.nh / s.nkv);
-        const double slope = s.alibi.on() ? slopes[size_t(s.alibi.head0 + h)] : 0.0;
-        std::vector<double> p(size_t(i + 1)), dp(size_t(i + 1), 0.0);
-        double mx = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
-          double d = 0;
-          for (int64_t c = 0; c < s.hd; ++c) d += double(q[qi(b, i, h) + c]) * double(k[kj(b, j, g) + c]);
-          p[size_t(j)] = scale * d + slope * double(j - i);
-          mx = std::max(mx, p[size_t(j)]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += std::exp(p[size_t(j)] - mx);
-        r.lse[size_t((b * s.nh + h) * s.S + i)] = mx + std::log(sum);
-        double pdp = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          p[size_t(j)] = std::exp(p[size_t(j)] - mx) / sum;
-          for (int64_t c = 0; c < s.hd; ++c) {
-            r.out[qi(b, i, h) + c] += p[size_t(j)] * double(v[kj(b, j, g) + c]);
-            dp[size_t(j)] += double(dout[qi(b, i, h) + c]) * double(v[kj(b, j, g) + c]);
-          }
-          pdp += p[size_t(j)] * dp[size_t(j)];
-        }
-        for (int64_t j = 0; j <= i; ++j) {
-          const double dS = p[size_t(j)] * (dp[size_t(j)] - pdp);
-          for (int64_t c = 0; c < s.hd; ++c) {
-            r.dq[qi(b, i, h) + c] += scale * dS * double(k[kj(b, j, g) + c]);
-            r.dk[kj(b, j, g) + c] += scale * dS * double(q[qi(b, i, h) + c]);
-            r.dv[kj(b, j, g) + c] += p[size_t(j)] * double(dout[qi(b, i, h) + c]);
-          }
-        }
-      }
-  return r;
-}
-
 // ---- attention_fwd / attention_bwd ----------------------------------------------------------------------
-
-struct Result {
-  std::vector<float> out, lse, dq, dk, dv;
-};
-
-// The kernels' forward and backward, q, k, v (and dq, dk, dv) separate or packed in one buffer.
-Result runKernels(const AttentionShape& s, bool packed, const std::vector<float>& q, const std::vector<float>& k,
-                  const std::vector<float>& v, const std::vector<float>& dout) {
-  Result r;
-  r.out.assign(q.size(), 0.0f);
-  r.lse.assign(size_t(s.B * s.nh * s.S), 0.0f);
-  r.dq.assign(q.size(), 0.0f);
-  r.dk.assign(k.size(), 0.0f);
-  r.dv.assign(v.size(), 0.0f);
-  const QkvLayout L = qkvLayout(s.nh, s.nkv, s.hd, packed);
-  const int64_t rows = s.B * s.S, qw = s.nh * s.hd, kw = s.nkv * s.hd;
-  std::vector<float> qkv(size_t(rows * (L.qRow + (packed ? 0 : 2 * L.kvRow)))), dqkv(qkv.size());
-  // Separate: q, then k, then v one after the other in the buffer; packed: interleaved rows.
-  const int64_t kBase = packed ? L.kOffset : rows * qw, vBase = packed ? L.vOffset : rows * (qw + kw);
-  const int64_t qStride = L.qRow, kvStride = L.kvRow;
-  for (int64_t t = 0; t < rows; ++t) {
-    std::copy_n(q.data() + t * qw, qw, qkv.data() + t * qStride);
-    std::copy_n(k.data() + t * kw, kw, qkv.data() + kBase + t * kvStride);
-    std::copy_n(v.data() + t * kw, kw, qkv.data() + vBase + t * kvStride);
-  }
-  const float* in = qkv.data();
-  EXPECT_TRUE(attentionForward(s, L, in, in + kBase, in + vBase, r.out.data(), r.lse.data()).isOk());
-  EXPECT_TRUE(attentionBackward(s, L, L, dout.data(), in, in + kBase, in + vBase, r.out.data(), r.lse.data(),
-                                dqkv.data(), dqkv.data() + kBase, dqkv.data() + vBase)
-                  .isOk());
-  for (int64_t t = 0; t < rows; ++t) {
-    std::copy_n(dqkv.data() + t * qStride, qw, r.dq.data() + t * qw);
-    std::copy_n(dqkv.data() + kBase + t * kvStride, kw, r.dk.data() + t * kw);
-    std::copy_n(dqkv.data() + vBase + t * kvStride, kw, r.dv.data() + t * kw);
-  }
-  return r;
-}
 
 // Whether q, k, v are packed; the ALiBi heads: all nh (head0 0) or the second half of 2·nh.
 class AlibiAttentionTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {
@@ -177,17 +75,17 @@ class AlibiAttentionTest : public ::testing::TestWithParam<std::tuple<bool, bool
 };
 
 TEST_P(AlibiAttentionTest, ForwardAndBackwardMatchTheBruteForce) {
-  const Result got = runKernels(s, packed, q, k, v, dout);
-  const Reference want = bruteForce(s, q, k, v, dout);
+  const Result got = runAttentionKernels(s, packed, q, k, v, dout);
+  const Reference want = bruteForceAttention(s, q, k, v, dout);
   expectAllClose(got.out, want.out, 1e-5, 1e-5, "out");
   expectAllClose(got.lse, want.lse, 1e-5, 1e-5, "lse");
   expectAllClose(got.dq, want.dq, 1e-5, 1e-4, "dq");
   expectAllClose(got.dk, want.dk, 1e-5, 1e-4, "dk");
   expectAllClose(got.dv, want.dv, 1e-5, 1e-4, "dv");
   // The bias changes the result (and the brute force without it is the plain kernels').
-  const Result plain = runKernels({kB, kS, kNh, kNkv, kHd}, packed, q, k, v, dout);
+  const Result plain = runAttentionKernels({kB, kS, kNh, kNkv, kHd}, packed, q, k, v, dout);
   EXPECT_NE(got.out, plain.out);
-  expectAllClose(plain.out, bruteForce({kB, kS, kNh, kNkv, kHd}, q, k, v, dout).out, 1e-5, 1e-5, "plain out");
+  expectAllClose(plain.out, bruteForceAttention({kB, kS, kNh, kNkv, kHd}, q, k, v, dout).out, 1e-5, 1e-5, "plain out");
 }
 
 INSTANTIATE_TEST_SUITE_P(LayoutsAndSlices, AlibiAttentionTest, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
@@ -230,7 +128,7 @@ TEST_P(AlibiRingTest, BlocksAndMergeGiveTheBiasedAttentionAndItsGradients) {
   ASSERT_TRUE(attentionBackward(whole, dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(),
                                 dk.data(), dv.data())
                   .isOk());
-  expectAllClose(out, bruteForce(whole, q, k, v, dout).out, 1e-5, 1e-5, "whole out");
+  expectAllClose(out, bruteForceAttention(whole, q, k, v, dout).out, 1e-5, 1e-5, "whole out");
   std::vector<double> ringDq(dq.size(), 0.0), ringDk(dk.size(), 0.0), ringDv(dv.size(), 0.0);
   for (int64_t c = 0; c < n; ++c) {
     SCOPED_TRACE("rank " + std::to_string(c));

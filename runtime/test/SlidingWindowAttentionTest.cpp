@@ -1,8 +1,8 @@
 // Mistral's sliding-window attention (attr `window` of attention_fwd / _bwd and attention_block_fwd /
 // _bwd; Kernels.h: AttentionShape::window, AttentionBlock::window) on the CPU: key j is visible to query
 // i iff j <= i and i − j < window (transformers 4.40's MistralForCausalLM masks j <= i − sliding_window).
-//  - attentionForward / attentionBackward against a brute force written here in double (the masked
-//    softmax and its analytic backward, nothing shared with the kernels), GQA nh = 4, nkv = 2, S = 16,
+//  - attentionForward / attentionBackward against a brute force in double (AttentionReference.h: the
+//    masked softmax and its analytic backward, nothing shared with the kernels), GQA nh = 4, nkv = 2, S = 16,
 //    windows 1, 3, 16 (= S) and 100, separate and packed q, k, v; a window >= S gives the plain causal
 //    bits.
 //  - the ring's blocks: every rank's ring (cp 2 and 4, Megatron's load-balanced chunks and the
@@ -11,6 +11,7 @@
 //    across chunks; the key range of every row is the brute-force visible set.
 //  - the plan: `window` loads and binds (absent: 0), 0, −1, a string or a float is refused naming
 //    attrs.window, and an interpreter runs attention_fwd / _bwd with the window through the kernel table.
+#include "AttentionReference.h"
 #include "PlanTestUtil.h"
 #include "PositionRowsUtil.h"
 #include "TestUtil.h"
@@ -44,110 +45,13 @@ namespace sc = schema;
 
 constexpr int64_t kB = 2, kS = 16, kNh = 4, kNkv = 2, kHd = 8;
 
-// ---- the brute force ------------------------------------------------------------------------------------
+// ---- the brute force and the kernels (AttentionReference.h) --------------------------------------------
 
-bool sees(int64_t i, int64_t j, int64_t window) { return j <= i && (window == 0 || i - j < window); }
-
-struct Reference {
-  std::vector<double> out, lse, dq, dk, dv;
-};
-
-// Per (b, h, i): the scores of the visible keys, their softmax P, out = Σ P v, lse = log Σ exp; then
-// dP = dO·v, dS = P ∘ (dP − Σ_j P dP), dq = scale·Σ dS k, dk += scale·dS q, dv += P dO (kv head h/(nh/nkv)).
-Reference bruteForce(const AttentionShape& s, const std::vector<float>& q, const std::vector<float>& k,
-                     const std::vector<float>& v, const std::vector<float>& dout) {
-  Reference r;
-  r.out.assign(size_t(s.B * s.S * s.nh * s.hd), 0.0);
-  r.dq = r.out;
-  r.lse.assign(size_t(s.B * s.nh * s.S), 0.0);
-  r.dk.assign(size_t(s.B * s.S * s.nkv * s.hd), 0.0);
-  r.dv = r.dk;
-  const double scale = 1.0 / std::sqrt(double(s.hd));
-  auto qi = [&](int64_t b, int64_t i, int64_t h) { return size_t(((b * s.S + i) * s.nh + h) * s.hd); };
-  auto kj = [&](int64_t b, int64_t j, int64_t g) { return size_t(((b * s.S + j) * s.nkv + g) * s.hd); };
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.nh; ++h)
-      for (int64_t i = 0; i < s.S; ++i) {
-        const int64_t g = h / (s.nh / s.nkv);
-        std::vector<double> p(size_t(s.S), 0.0), dp(size_t(s.S), 0.0);
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < s.S; ++j) {
-          if (!sees(i, j, s.window)) continue;
-          double d = 0;
-          for (int64_t c = 0; c < s.hd; ++c) d += double(q[qi(b, i, h) + c]) * double(k[kj(b, j, g) + c]);
-          p[size_t(j)] = scale * d;
-          mx = std::max(mx, p[size_t(j)]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < s.S; ++j)
-          if (sees(i, j, s.window)) sum += std::exp(p[size_t(j)] - mx);
-        r.lse[size_t((b * s.nh + h) * s.S + i)] = mx + std::log(sum);
-        double pdp = 0;
-        for (int64_t j = 0; j < s.S; ++j) {
-          if (!sees(i, j, s.window)) continue;
-          p[size_t(j)] = std::exp(p[size_t(j)] - mx) / sum;
-          for (int64_t c = 0; c < s.hd; ++c) {
-            r.out[qi(b, i, h) + c] += p[size_t(j)] * double(v[kj(b, j, g) + c]);
-            dp[size_t(j)] += double(dout[qi(b, i, h) + c]) * double(v[kj(b, j, g) + c]);
-          }
-          pdp += p[size_t(j)] * dp[size_t(j)];
-        }
-        for (int64_t j = 0; j < s.S; ++j) {
-          if (!sees(i, j, s.window)) continue;
-          const double dS = p[size_t(j)] * (dp[size_t(j)] - pdp);
-          for (int64_t c = 0; c < s.hd; ++c) {
-            r.dq[qi(b, i, h) + c] += scale * dS * double(k[kj(b, j, g) + c]);
-            r.dk[kj(b, j, g) + c] += scale * dS * double(q[qi(b, i, h) + c]);
-            r.dv[kj(b, j, g) + c] += p[size_t(j)] * double(dout[qi(b, i, h) + c]);
-          }
-        }
-      }
-  return r;
-}
-
-// ---- attention_fwd / attention_bwd ----------------------------------------------------------------------
-
-struct Result {
-  std::vector<float> out, lse, dq, dk, dv;
-};
-
-// The kernels' forward and backward, q, k, v (and dq, dk, dv) separate or packed in one buffer.
-Result runKernels(const AttentionShape& s, bool packed, const std::vector<float>& q, const std::vector<float>& k,
-                  const std::vector<float>& v, const std::vector<float>& dout) {
-  Result r;
-  r.out.assign(q.size(), 0.0f);
-  r.lse.assign(size_t(s.B * s.nh * s.S), 0.0f);
-  r.dq.assign(q.size(), 0.0f);
-  r.dk.assign(k.size(), 0.0f);
-  r.dv.assign(v.size(), 0.0f);
-  if (!packed) {
-    EXPECT_TRUE(attentionForward(s, q.data(), k.data(), v.data(), r.out.data(), r.lse.data()).isOk());
-    EXPECT_TRUE(attentionBackward(s, dout.data(), q.data(), k.data(), v.data(), r.out.data(), r.lse.data(), r.dq.data(),
-                                  r.dk.data(), r.dv.data())
-                    .isOk());
-    return r;
-  }
-  const QkvLayout L = qkvLayout(s.nh, s.nkv, s.hd, true);
-  const int64_t rows = s.B * s.S, qw = s.nh * s.hd, kw = s.nkv * s.hd;
-  std::vector<float> qkv(size_t(rows * L.qRow)), dqkv(qkv.size(), std::numeric_limits<float>::quiet_NaN());
-  for (int64_t t = 0; t < rows; ++t) {
-    std::copy_n(q.data() + t * qw, qw, qkv.data() + t * L.qRow + L.qOffset);
-    std::copy_n(k.data() + t * kw, kw, qkv.data() + t * L.qRow + L.kOffset);
-    std::copy_n(v.data() + t * kw, kw, qkv.data() + t * L.qRow + L.vOffset);
-  }
-  const float* in = qkv.data();
-  EXPECT_TRUE(
-      attentionForward(s, L, in + L.qOffset, in + L.kOffset, in + L.vOffset, r.out.data(), r.lse.data()).isOk());
-  EXPECT_TRUE(attentionBackward(s, L, L, dout.data(), in + L.qOffset, in + L.kOffset, in + L.vOffset, r.out.data(),
-                                r.lse.data(), dqkv.data() + L.qOffset, dqkv.data() + L.kOffset, dqkv.data() + L.vOffset)
-                  .isOk());
-  for (int64_t t = 0; t < rows; ++t) {
-    std::copy_n(dqkv.data() + t * L.qRow + L.qOffset, qw, r.dq.data() + t * qw);
-    std::copy_n(dqkv.data() + t * L.qRow + L.kOffset, kw, r.dk.data() + t * kw);
-    std::copy_n(dqkv.data() + t * L.qRow + L.vOffset, kw, r.dv.data() + t * kw);
-  }
-  return r;
-}
+using testing::sees;
+using Reference = testing::AttentionReference;
+using Result = testing::AttentionResult;
+using testing::bruteForceAttention;
+using testing::runAttentionKernels;
 
 class WindowedAttentionTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {
 protected:
@@ -159,8 +63,8 @@ protected:
 };
 
 TEST_P(WindowedAttentionTest, ForwardAndBackwardMatchTheBruteForce) {
-  const Result got = runKernels(s, packed, q, k, v, dout);
-  const Reference want = bruteForce(s, q, k, v, dout);
+  const Result got = runAttentionKernels(s, packed, q, k, v, dout);
+  const Reference want = bruteForceAttention(s, q, k, v, dout);
   expectAllClose(got.out, want.out, 1e-5, 1e-5, "out");
   expectAllClose(got.lse, want.lse, 1e-5, 1e-5, "lse");
   expectAllClose(got.dq, want.dq, 1e-5, 1e-4, "dq");
@@ -171,8 +75,8 @@ TEST_P(WindowedAttentionTest, ForwardAndBackwardMatchTheBruteForce) {
 // A window >= S masks nothing more than the causal mask: the plain causal bits. A smaller one changes
 // the result (every row past the window loses keys).
 TEST_P(WindowedAttentionTest, AWindowOfAtLeastSIsTheCausalAttentionBitForBit) {
-  const Result got = runKernels(s, packed, q, k, v, dout);
-  const Result causal = runKernels({kB, kS, kNh, kNkv, kHd}, packed, q, k, v, dout);
+  const Result got = runAttentionKernels(s, packed, q, k, v, dout);
+  const Result causal = runAttentionKernels({kB, kS, kNh, kNkv, kHd}, packed, q, k, v, dout);
   if (window >= kS) {
     EXPECT_EQ(got.out, causal.out);
     EXPECT_EQ(got.lse, causal.lse);
@@ -412,8 +316,8 @@ TEST(WindowedAttentionPlanTest, TheInterpreterRunsTheWindow) {
     ASSERT_TRUE((*it)->writeBuffer(ids.at(name), data->data()).isOk());
   const Status run = (*it)->runSubroutine(0, 0, -1, 0.0, nullptr);
   ASSERT_TRUE(run.isOk()) << run.toString();
-  const Result want = runKernels({kB, kS, kNh, kNkv, kHd, 3}, false, q, k, v, dout);
-  const Result causal = runKernels({kB, kS, kNh, kNkv, kHd}, false, q, k, v, dout);
+  const Result want = runAttentionKernels({kB, kS, kNh, kNkv, kHd, 3}, false, q, k, v, dout);
+  const Result causal = runAttentionKernels({kB, kS, kNh, kNkv, kHd}, false, q, k, v, dout);
   for (const auto& [name, ref] : {Named{"out", &want.out}, Named{"lse", &want.lse}, Named{"dq", &want.dq},
                                   Named{"dk", &want.dk}, Named{"dv", &want.dv}}) {
     const StatusOr<std::vector<float>> got = (*it)->readF32(ids.at(name));

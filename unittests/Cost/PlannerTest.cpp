@@ -913,6 +913,15 @@ TEST(FrameworkConfig, Model) {
   for (const char *f : {"--position-embedding-type rope", "--untie-embeddings-and-output-weights", "--swiglu"})
     EXPECT_FALSE(hasFlag(a.megatron, f)) << f;
   EXPECT_TRUE(hasNote(a.megatronNotes, "--position-embedding-type alibi and --embed-layernorm"));
+  // StarCoder (GPTBigCode): learned positions (Megatron-LM's default: no flag), one kv head, the tanh GELU.
+  ModelConfig starcoder;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/starcoder-15.5b.json", starcoder));
+  m.w.model = starcoder;
+  a = m.args();
+  for (const char *f :
+       {"--group-query-attention", "--num-query-groups 1", "--openai-gelu", "--max-position-embeddings 8192"})
+    EXPECT_TRUE(hasFlag(a.megatron, f)) << f;
+  EXPECT_FALSE(hasFlag(a.megatron, "--position-embedding-type rope"));
 }
 
 TEST(FrameworkConfig, EveryRowIsTested) {

@@ -56,30 +56,67 @@ TEST(ModelStats, PublishedParameterCounts) {
   EXPECT_EQ(importAndCount("gpt-neox-20b").stats.parameters, 20554567680);
   EXPECT_EQ(importAndCount("falcon-7b").stats.parameters, 6921720704);
   EXPECT_EQ(importAndCount("bloom-176b").stats.parameters, 176247271424);
+  EXPECT_EQ(importAndCount("starcoder-15.5b").stats.parameters, 15517456384);
   EXPECT_EQ(importAndCount("mixtral-8x7b").stats.parameters, 46702792704);
   EXPECT_EQ(importAndCount("qwen1.5-moe-a2.7b").stats.parameters, 14315784192);
 }
 
 // Every shipped model: the IR's count agrees with the architecture formula.
 TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
-  for (const char *name :
-       {"tiny-gpt2",         "tiny-llama",       "gpt2",
-        "gpt2-medium",       "gpt2-large",       "gpt2-xl",
-        "gpt3-175b",         "llama2-7b",        "llama2-13b",
-        "llama2-70b",        "llama3-8b",        "llama3-70b",
-        "llama3.1-405b",     "tiny-qwen2",       "qwen2-0.5b",
-        "qwen2-1.5b",        "qwen2-7b",         "tiny-mistral",
-        "mistral-7b",        "tiny-gemma",       "gemma-2b",
-        "gemma-7b",          "tiny-phi",         "phi-2",
-        "tiny-mixtral",      "mixtral-8x7b",     "tiny-qwen2-moe",
-        "qwen1.5-moe-a2.7b", "tiny-starcoder2",  "starcoder2-3b",
-        "starcoder2-7b",     "starcoder2-15b",   "tiny-stablelm",
-        "stablelm-2-1_6b",   "stablelm-3b-4e1t", "../unittests/Integration/Inputs/tiny-stablelm-parallel",
-        "tiny-olmo",         "olmo-1b",          "olmo-7b",
-        "tiny-gpt-neox",     "pythia-160m",      "pythia-1b",
-        "pythia-6.9b",       "gpt-neox-20b",     "tiny-falcon",
-        "falcon-7b",         "tiny-bloom",       "bloom-560m",
-        "bloom-7b1",         "bloom-176b"}) {
+  for (const char *name : {"tiny-gpt2",
+                           "tiny-llama",
+                           "gpt2",
+                           "gpt2-medium",
+                           "gpt2-large",
+                           "gpt2-xl",
+                           "gpt3-175b",
+                           "llama2-7b",
+                           "llama2-13b",
+                           "llama2-70b",
+                           "llama3-8b",
+                           "llama3-70b",
+                           "llama3.1-405b",
+                           "tiny-qwen2",
+                           "qwen2-0.5b",
+                           "qwen2-1.5b",
+                           "qwen2-7b",
+                           "tiny-mistral",
+                           "mistral-7b",
+                           "tiny-gemma",
+                           "gemma-2b",
+                           "gemma-7b",
+                           "tiny-phi",
+                           "phi-2",
+                           "tiny-mixtral",
+                           "mixtral-8x7b",
+                           "tiny-qwen2-moe",
+                           "qwen1.5-moe-a2.7b",
+                           "tiny-starcoder2",
+                           "starcoder2-3b",
+                           "starcoder2-7b",
+                           "starcoder2-15b",
+                           "tiny-stablelm",
+                           "stablelm-2-1_6b",
+                           "stablelm-3b-4e1t",
+                           "../unittests/Integration/Inputs/tiny-stablelm-parallel",
+                           "tiny-olmo",
+                           "olmo-1b",
+                           "olmo-7b",
+                           "tiny-gpt-neox",
+                           "pythia-160m",
+                           "pythia-1b",
+                           "pythia-6.9b",
+                           "gpt-neox-20b",
+                           "tiny-falcon",
+                           "falcon-7b",
+                           "tiny-bloom",
+                           "bloom-560m",
+                           "bloom-7b1",
+                           "bloom-176b",
+                           "tiny-gpt-bigcode",
+                           "../unittests/Integration/Inputs/tiny-gpt-bigcode-mha",
+                           "starcoder-15.5b",
+                           "starcoderbase-1b"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

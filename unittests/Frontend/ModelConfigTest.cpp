@@ -83,6 +83,10 @@ TEST(ModelConfig, PublishedParameterCounts) {
       {"bloom-560m", 559214592},
       {"bloom-7b1", 7069016064},
       {"bloom-176b", 176247271424},
+      // GPTBigCode (StarCoder's 15.5B, StarCoderBase-1B's 1.14B): GPT-2's
+      // layer with one k and one v head (multi_query), learned positions.
+      {"starcoder-15.5b", 15517456384},
+      {"starcoderbase-1b", 1137207296},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -466,6 +470,45 @@ TEST(ModelConfig, BloomFields) {
             std::string::npos);
   EXPECT_NE(parseError(head + R"(, "max_position_embeddings": 64})").find("unknown field for BloomForCausalLM"),
             std::string::npos);
+}
+
+// GPTBigCode: GPT-2's names and learned positions, nn.Linear layouts, c_attn
+// grouped by kv head (one group under multi_query).
+TEST(ModelConfig, GptBigCodeFields) {
+  ModelConfig c = load("starcoder-15.5b");
+  EXPECT_EQ(c.arch, Arch::GptBigCode);
+  EXPECT_STREQ(hfArchitecture(c.arch), "GPTBigCodeForCausalLM");
+  EXPECT_EQ(c.heads, 48);
+  EXPECT_EQ(c.kvHeads, 1); // multi_query
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_EQ(c.intermediate, 24576);
+  EXPECT_EQ(c.maxPositions, 8192);
+  EXPECT_TRUE(groupedQkv(c.arch) && learnedPositions(c.arch) && !llamaLayout(c.arch) && layerNorms(c.arch));
+  EXPECT_FALSE(c.geluExact || c.parallelResidual || c.alibi);
+  EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias && c.tieEmbeddings);
+  EXPECT_EQ(c.layerTensors(), 12);
+  EXPECT_EQ(c.fieldPos.at("num_kv_heads").key, "multi_query");
+  EXPECT_EQ(c.fieldPos.at("num_layers").key, "n_layer");
+  const std::string head = R"({"architectures": ["GPTBigCodeForCausalLM"], "n_embd": 64, "n_head": 4,
+    "n_layer": 2, "vocab_size": 128, "n_positions": 32)";
+  ModelConfig mha, exact;
+  ASSERT_FALSE(parseModelConfig(head + R"(, "multi_query": false})", "mha.json", mha));
+  EXPECT_EQ(mha.kvHeads, 4);
+  EXPECT_EQ(mha.intermediate, 256); // n_inner null: 4 * n_embd
+  ASSERT_FALSE(parseModelConfig(head + R"(, "activation_function": "gelu"})", "exact.json", exact));
+  EXPECT_TRUE(exact.geluExact);
+  EXPECT_NE(parseError(head + R"(, "activation_function": "relu"})")
+                .find("field 'activation_function': unsupported activation 'relu'"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "scale_attn_weights": false})").find("field 'scale_attn_weights': only true"),
+            std::string::npos);
+  EXPECT_NE(parseError(head + R"(, "num_key_value_heads": 1})").find("unknown field for GPTBigCodeForCausalLM"),
+            std::string::npos);
+  TrainingShape s;
+  s.seqLen = 33;
+  const std::optional<std::string> why = resolveTrainingShape(mha, 1, s);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("--seq-len 33 exceeds the 32 learned positions"), std::string::npos) << *why;
 }
 
 TEST(ModelConfig, LlamaFields) {

@@ -259,6 +259,12 @@ TEST(ContextParallelRing, TinyBloomSGD) {
   golden("tiny-bloom", "sgd",
          {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2).withTp(2).withSequenceParallel().ring()});
 }
+/// GPTBigCode's multi_query c_attn (every q head, then one k and one v head)
+/// with learned positions on cp's chunks: the ring passes its one kv head
+/// around, all-to-all replicates it.
+TEST(ContextParallelRing, TinyGptBigCodeSGD) {
+  golden("tiny-gpt-bigcode", "sgd", {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2)});
+}
 /// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
 /// it around.
 TEST(ContextParallelRing, TinyGemmaSGD) {

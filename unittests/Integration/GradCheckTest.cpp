@@ -156,3 +156,6 @@ TEST(GradCheck, TinyFalconEveryParameter) { checkGradients("tiny-falcon", 4); }
 // BLOOM: ALiBi's bias inside the attention's softmax, the LayerNorm on the
 // embeddings.
 TEST(GradCheck, TinyBloomEveryParameter) { checkGradients("tiny-bloom", 5); }
+// GPTBigCode: the grouped split of one group (all q heads, one k, one v),
+// MQA's k and v gradients summed over every query head, learned positions.
+TEST(GradCheck, TinyGptBigCodeEveryParameter) { checkGradients("tiny-gpt-bigcode", 6); }

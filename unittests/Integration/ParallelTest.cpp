@@ -99,6 +99,13 @@ TEST(Parallel, TinyGptNeoXSGD) { golden("tiny-gpt-neox", "sgd"); }
 // parallelism on each rank's slice of the tokens), the head tied.
 TEST(Parallel, TinyBloomSGD) { golden("tiny-bloom", "sgd"); }
 TEST(Parallel, TinyBloomAdamW) { golden("tiny-bloom", "adamw"); }
+// GPTBigCode without multi_query: GPT-2's layer and learned positions with
+// nn.Linear layouts and c_attn grouped per head (whole heads per tp rank).
+// (Its multi_query layout has one kv head, which a fused c_attn cannot
+// replicate over tp: ContextParallelTest and hf-gpt-bigcode.test run it.)
+TEST(Parallel, TinyGptBigCodeSGD) {
+  golden(std::string(LLCDIST_SOURCE_DIR) + "/unittests/Integration/Inputs/tiny-gpt-bigcode-mha.json", "sgd");
+}
 // The mixtures of experts: every token's experts whatever the rank holds its
 // tokens (dp: each rank routes its own, its group sizes its own; the expert
 // gradients reduced over dp), the experts whole on every tp rank (Qwen2-MoE's

@@ -4,8 +4,8 @@
 // GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
 // GemmaForCausalLM, PhiForCausalLM, MixtralForCausalLM,
 // Qwen2MoeForCausalLM, Starcoder2ForCausalLM, StableLmForCausalLM,
-// OlmoForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM or
-// BloomForCausalLM into one
+// OlmoForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM, BloomForCausalLM
+// or GPTBigCodeForCausalLM into one
 // flat description of a decoder-only transformer (Phi's parallel
 // attention/MLP block, StarCoder2's and StableLM's layers are their
 // architectures': ImportXF's phiBlock, starcoder2Block and stablelmBlock). Errors name the file, the line and
@@ -39,11 +39,12 @@ enum class Arch {
   Olmo,
   GptNeoX,
   Falcon,
-  Bloom
+  Bloom,
+  GptBigCode
 };
 /// How many families there are: a new one is appended to Arch (kArchs in
 /// ModelConfig.cpp is indexed by it; docs/adding-a-model.md).
-inline constexpr int kNumArchs = int(Arch::Bloom) + 1;
+inline constexpr int kNumArchs = int(Arch::GptBigCode) + 1;
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
@@ -53,17 +54,23 @@ const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" 
 /// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place,
 /// and so do StableLM (with LayerNorms and partial rotary embeddings) and
 /// OLMo (with LayerNorms that have no weight or bias).
-/// GPT-2, Phi, StarCoder2, GPT-NeoX, Falcon and BLOOM have LayerNorms and a
-/// two-matrix MLP.
+/// GPT-2, Phi, StarCoder2, GPT-NeoX, Falcon, BLOOM and GPTBigCode have
+/// LayerNorms and a two-matrix MLP.
 inline bool llamaLayout(Arch a) {
   return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2 && a != Arch::GptNeoX && a != Arch::Falcon &&
-         a != Arch::Bloom;
+         a != Arch::Bloom && a != Arch::GptBigCode;
 }
+/// A learned position table (transformer.wpe) added to the embeddings: GPT-2
+/// and GPTBigCode (StarCoder, SantaCoder); --seq-len is bounded by it.
+inline bool learnedPositions(Arch a) { return a == Arch::GPT2 || a == Arch::GptBigCode; }
 /// q, k and v come from one GEMM whose output holds, for each kv head, its
 /// query heads' q and its k and v side by side (GPT-NeoX: one query head per
 /// group; Falcon: num_heads / num_kv_heads, one group under multi_query;
-/// BLOOM: one query head per group, as GPT-NeoX).
-inline bool groupedQkv(Arch a) { return a == Arch::GptNeoX || a == Arch::Falcon || a == Arch::Bloom; }
+/// BLOOM: one query head per group, as GPT-NeoX; GPTBigCode: one group of
+/// every q head, the k and the v head under multi_query, else one per head).
+inline bool groupedQkv(Arch a) {
+  return a == Arch::GptNeoX || a == Arch::Falcon || a == Arch::Bloom || a == Arch::GptBigCode;
+}
 /// The norms are LayerNorms (the final one too), not RMSNorms: with a weight
 /// and a bias but OLMo's (ModelConfig::normAffine).
 inline bool layerNorms(Arch a) { return !llamaLayout(a) || a == Arch::StableLm || a == Arch::Olmo; }

@@ -106,11 +106,7 @@ TEST(AlibiAttentionErrors, HeadsOutsideTheSlopesAreRefused) {
   EXPECT_TRUE(checkAttentionAlibi(Alibi{}, kNh).isOk());
 }
 
-// ---- the ring's blocks ---------------------------------------------------------------------------------
-
-using testing::addRowsAt;
-using testing::colsAt;
-using testing::rowsAt;
+// ---- the ring's blocks (AttentionReference.h: expectRingIsTheWholeAttention) ---------------------------
 
 class AlibiRingTest : public ::testing::TestWithParam<std::tuple<int64_t, CpLayout>> {};
 
@@ -118,51 +114,14 @@ class AlibiRingTest : public ::testing::TestWithParam<std::tuple<int64_t, CpLayo
 // global position, so the ring is the whole sequence's attention, forward and backward.
 TEST_P(AlibiRingTest, BlocksAndMergeGiveTheBiasedAttentionAndItsGradients) {
   const auto [n, layout] = GetParam();
-  const int64_t T = 8 * n, S = T / n, qw = kNh * kHd, kw = kNkv * kHd;
-  const Alibi alibi{2 * kNh, kNh};
-  const AttentionShape whole{kB, T, kNh, kNkv, kHd, 0, alibi}, local{kB, S, kNh, kNkv, kHd, 0, alibi};
-  const std::vector<float> q = randn(kB * T * qw, 71), k = randn(kB * T * kw, 72), v = randn(kB * T * kw, 73),
-                           dout = randn(kB * T * qw, 74);
-  std::vector<float> out(q.size()), lse(size_t(kB * kNh * T)), dq(q.size()), dk(k.size()), dv(v.size());
-  ASSERT_TRUE(attentionForward(whole, q.data(), k.data(), v.data(), out.data(), lse.data()).isOk());
-  ASSERT_TRUE(attentionBackward(whole, dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(),
-                                dk.data(), dv.data())
-                  .isOk());
-  expectAllClose(out, bruteForceAttention(whole, q, k, v, dout).out, 1e-5, 1e-5, "whole out");
-  std::vector<double> ringDq(dq.size(), 0.0), ringDk(dk.size(), 0.0), ringDv(dv.size(), 0.0);
-  for (int64_t c = 0; c < n; ++c) {
-    SCOPED_TRACE("rank " + std::to_string(c));
-    const PositionRuns qPos = contextParallelPositions(T, n, c, layout);
-    const std::vector<float> qL = rowsAt(q, kB, T, qw, qPos, S), doL = rowsAt(dout, kB, T, qw, qPos, S);
-    std::vector<float> o(qL.size(), 0.0f), l(size_t(kB * kNh * S), -INFINITY);
-    for (int64_t step = 0; step < n; ++step) {
-      const PositionRuns kvPos = contextParallelPositions(T, n, (c - step + n) % n, layout);
-      const AttentionBlock blk = attentionBlock(local, qPos, kvPos);
-      ASSERT_EQ(blk.alibi.head0, kNh);
-      std::vector<float> ob(qL.size(), 7.0f), lb(l.size(), 7.0f);
-      ASSERT_TRUE(attentionBlockForward(blk, qL.data(), rowsAt(k, kB, T, kw, kvPos, S).data(),
-                                        rowsAt(v, kB, T, kw, kvPos, S).data(), ob.data(), lb.data())
-                      .isOk());
-      attentionMerge(kB, S, kNh, kHd, o.data(), l.data(), ob.data(), lb.data());
-    }
-    expectAllClose(o, rowsAt(out, kB, T, qw, qPos, S), 1e-5, 1e-5, "out");
-    expectAllClose(l, colsAt(lse, kB * kNh, T, qPos, S), 1e-5, 1e-5, "lse");
-    std::vector<float> dqL(qL.size(), 0.0f);
-    for (int64_t step = 0; step < n; ++step) {
-      const PositionRuns kvPos = contextParallelPositions(T, n, (c - step + n) % n, layout);
-      std::vector<float> dkB(size_t(kB * S * kw), 0.0f), dvB(dkB.size(), 0.0f);
-      ASSERT_TRUE(attentionBlockBackward(attentionBlock(local, qPos, kvPos), doL.data(), qL.data(),
-                                         rowsAt(k, kB, T, kw, kvPos, S).data(), rowsAt(v, kB, T, kw, kvPos, S).data(),
-                                         o.data(), l.data(), dqL.data(), dkB.data(), dvB.data())
-                      .isOk());
-      addRowsAt(ringDk, dkB, kB, T, kw, kvPos, S);
-      addRowsAt(ringDv, dvB, kB, T, kw, kvPos, S);
-    }
-    addRowsAt(ringDq, dqL, kB, T, qw, qPos, S);
-  }
-  expectAllClose(dq, ringDq, 1e-5, 1e-5, "dq");
-  expectAllClose(dk, ringDk, 1e-5, 1e-5, "dk");
-  expectAllClose(dv, ringDv, 1e-5, 1e-5, "dv");
+  const AttentionShape whole{kB, 8 * n, kNh, kNkv, kHd, 0, Alibi{2 * kNh, kNh}};
+  testing::expectRingIsTheWholeAttention(whole, n, layout, 71);
+  // The whole sequence's attention is the brute force's (so the ring is too).
+  const int64_t T = whole.S;
+  const std::vector<float> q = randn(kB * T * kNh * kHd, 71), k = randn(kB * T * kNkv * kHd, 72),
+                           v = randn(kB * T * kNkv * kHd, 73), dout = randn(kB * T * kNh * kHd, 74);
+  expectAllClose(runAttentionKernels(whole, false, q, k, v, dout).out, bruteForceAttention(whole, q, k, v, dout).out,
+                 1e-5, 1e-5, "whole out");
 }
 
 INSTANTIATE_TEST_SUITE_P(CpLayouts, AlibiRingTest,

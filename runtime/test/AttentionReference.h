@@ -4,7 +4,11 @@
 // the CPU kernels run on separate or packed q, k, v.
 #pragma once
 
+#include "PositionRowsUtil.h"
+#include "TestUtil.h"
+
 #include "llcdist/runtime/Kernels.h"
+#include "llcdist/runtime/Positions.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace llcdist::rt::testing {
@@ -136,6 +141,62 @@ inline AttentionResult runAttentionKernels(const AttentionShape& s, bool packed,
     std::copy_n(dqkv.data() + t * L.qRow + L.vOffset, kw, r.dv.data() + t * kw);
   }
   return r;
+}
+
+// Every rank's ring of cp n under `layout` over `whole`'s T rows (random q, k, v, dout from `seed`): the
+// blocks of each rank (attentionBlock of its S = T/n rows, the shape's window and ALiBi) merged by
+// attentionMerge give the whole sequence's out and lse, and their backward shares add up to its dq, dk,
+// dv. *emptyBlocks (when not null) gets the number of blocks in which no row saw a key.
+inline void expectRingIsTheWholeAttention(const AttentionShape& whole, int64_t n, CpLayout layout, uint32_t seed,
+                                          int64_t* emptyBlocks = nullptr) {
+  const int64_t B = whole.B, T = whole.S, S = T / n, nh = whole.nh, hd = whole.hd, qw = nh * hd, kw = whole.nkv * hd;
+  AttentionShape local = whole;
+  local.S = S;
+  const std::vector<float> q = randn(B * T * qw, seed), k = randn(B * T * kw, seed + 1),
+                           v = randn(B * T * kw, seed + 2), dout = randn(B * T * qw, seed + 3);
+  std::vector<float> out(q.size()), lse(size_t(B * nh * T)), dq(q.size()), dk(k.size()), dv(v.size());
+  ASSERT_TRUE(attentionForward(whole, q.data(), k.data(), v.data(), out.data(), lse.data()).isOk());
+  ASSERT_TRUE(attentionBackward(whole, dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(),
+                                dk.data(), dv.data())
+                  .isOk());
+  std::vector<double> ringDq(dq.size(), 0.0), ringDk(dk.size(), 0.0), ringDv(dv.size(), 0.0);
+  int64_t empty = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    SCOPED_TRACE("rank " + std::to_string(c));
+    const PositionRuns qPos = contextParallelPositions(T, n, c, layout);
+    const std::vector<float> qL = rowsAt(q, B, T, qw, qPos, S), doL = rowsAt(dout, B, T, qw, qPos, S);
+    std::vector<float> o(qL.size(), 0.0f), l(size_t(B * nh * S), -INFINITY);
+    for (int64_t step = 0; step < n; ++step) {
+      const PositionRuns kvPos = contextParallelPositions(T, n, (c - step + n) % n, layout);
+      const AttentionBlock blk = attentionBlock(local, qPos, kvPos);
+      ASSERT_EQ(blk.window, whole.window);
+      ASSERT_EQ(blk.alibi.head0, whole.alibi.head0);
+      std::vector<float> ob(qL.size(), 7.0f), lb(l.size(), 7.0f);
+      ASSERT_TRUE(attentionBlockForward(blk, qL.data(), rowsAt(k, B, T, kw, kvPos, S).data(),
+                                        rowsAt(v, B, T, kw, kvPos, S).data(), ob.data(), lb.data())
+                      .isOk());
+      empty += std::all_of(lb.begin(), lb.end(), [](float x) { return x == -INFINITY; });
+      attentionMerge(B, S, nh, hd, o.data(), l.data(), ob.data(), lb.data());
+    }
+    expectAllClose(o, rowsAt(out, B, T, qw, qPos, S), 1e-5, 1e-5, "out");
+    expectAllClose(l, colsAt(lse, B * nh, T, qPos, S), 1e-5, 1e-5, "lse");
+    std::vector<float> dqL(qL.size(), 0.0f);
+    for (int64_t step = 0; step < n; ++step) {
+      const PositionRuns kvPos = contextParallelPositions(T, n, (c - step + n) % n, layout);
+      std::vector<float> dkB(size_t(B * S * kw), 0.0f), dvB(dkB.size(), 0.0f);
+      ASSERT_TRUE(attentionBlockBackward(attentionBlock(local, qPos, kvPos), doL.data(), qL.data(),
+                                         rowsAt(k, B, T, kw, kvPos, S).data(), rowsAt(v, B, T, kw, kvPos, S).data(),
+                                         o.data(), l.data(), dqL.data(), dkB.data(), dvB.data())
+                      .isOk());
+      addRowsAt(ringDk, dkB, B, T, kw, kvPos, S);
+      addRowsAt(ringDv, dvB, B, T, kw, kvPos, S);
+    }
+    addRowsAt(ringDq, dqL, B, T, qw, qPos, S);
+  }
+  expectAllClose(dq, ringDq, 1e-5, 1e-5, "dq");
+  expectAllClose(dk, ringDk, 1e-5, 1e-5, "dk");
+  expectAllClose(dv, ringDv, 1e-5, 1e-5, "dv");
+  if (emptyBlocks) *emptyBlocks = empty;
 }
 
 }  // namespace llcdist::rt::testing

@@ -109,11 +109,7 @@ TEST(WindowedAttentionErrors, ANegativeWindowIsRefused) {
   EXPECT_NE(b.message().find("window -2"), std::string::npos) << b.message();
 }
 
-// ---- the ring's blocks ---------------------------------------------------------------------------------
-
-using testing::addRowsAt;
-using testing::colsAt;
-using testing::rowsAt;
+// ---- the ring's blocks (AttentionReference.h: expectRingIsTheWholeAttention) ---------------------------
 
 // cp, the layout, the window. Chunks of 4 positions: T = 2·cp·4 (load-balanced: rank c holds chunks c and
 // 2·cp − 1 − c).
@@ -122,51 +118,8 @@ class WindowedRingTest : public ::testing::TestWithParam<std::tuple<int64_t, CpL
 TEST_P(WindowedRingTest, BlocksAndMergeGiveTheWindowedAttentionAndItsGradients) {
   const auto [n, layout, window] = GetParam();
   constexpr int64_t kChunk = 4;
-  const int64_t T = 2 * n * kChunk, S = T / n, qw = kNh * kHd, kw = kNkv * kHd;
-  const AttentionShape whole{kB, T, kNh, kNkv, kHd, window}, local{kB, S, kNh, kNkv, kHd, window};
-  const std::vector<float> q = randn(kB * T * qw, 41), k = randn(kB * T * kw, 42), v = randn(kB * T * kw, 43),
-                           dout = randn(kB * T * qw, 44);
-  std::vector<float> out(q.size()), lse(size_t(kB * kNh * T)), dq(q.size()), dk(k.size()), dv(v.size());
-  ASSERT_TRUE(attentionForward(whole, q.data(), k.data(), v.data(), out.data(), lse.data()).isOk());
-  ASSERT_TRUE(attentionBackward(whole, dout.data(), q.data(), k.data(), v.data(), out.data(), lse.data(), dq.data(),
-                                dk.data(), dv.data())
-                  .isOk());
-  std::vector<double> ringDq(dq.size(), 0.0), ringDk(dk.size(), 0.0), ringDv(dv.size(), 0.0);
   int64_t emptyBlocks = 0;
-  for (int64_t c = 0; c < n; ++c) {
-    SCOPED_TRACE("rank " + std::to_string(c));
-    const PositionRuns qPos = contextParallelPositions(T, n, c, layout);
-    const std::vector<float> qL = rowsAt(q, kB, T, qw, qPos, S), doL = rowsAt(dout, kB, T, qw, qPos, S);
-    std::vector<float> o(qL.size(), 0.0f), l(size_t(kB * kNh * S), -INFINITY);
-    for (int64_t step = 0; step < n; ++step) {
-      const PositionRuns kvPos = contextParallelPositions(T, n, (c - step + n) % n, layout);
-      const AttentionBlock blk = attentionBlock(local, qPos, kvPos);
-      ASSERT_EQ(blk.window, window);
-      std::vector<float> ob(qL.size(), 7.0f), lb(l.size(), 7.0f);
-      ASSERT_TRUE(attentionBlockForward(blk, qL.data(), rowsAt(k, kB, T, kw, kvPos, S).data(),
-                                        rowsAt(v, kB, T, kw, kvPos, S).data(), ob.data(), lb.data())
-                      .isOk());
-      emptyBlocks += std::all_of(lb.begin(), lb.end(), [](float x) { return x == -INFINITY; });
-      attentionMerge(kB, S, kNh, kHd, o.data(), l.data(), ob.data(), lb.data());
-    }
-    expectAllClose(o, rowsAt(out, kB, T, qw, qPos, S), 1e-5, 1e-5, "out");
-    expectAllClose(l, colsAt(lse, kB * kNh, T, qPos, S), 1e-5, 1e-5, "lse");
-    std::vector<float> dqL(qL.size(), 0.0f);
-    for (int64_t step = 0; step < n; ++step) {
-      const PositionRuns kvPos = contextParallelPositions(T, n, (c - step + n) % n, layout);
-      std::vector<float> dkB(size_t(kB * S * kw), 0.0f), dvB(dkB.size(), 0.0f);
-      ASSERT_TRUE(attentionBlockBackward(attentionBlock(local, qPos, kvPos), doL.data(), qL.data(),
-                                         rowsAt(k, kB, T, kw, kvPos, S).data(), rowsAt(v, kB, T, kw, kvPos, S).data(),
-                                         o.data(), l.data(), dqL.data(), dkB.data(), dvB.data())
-                      .isOk());
-      addRowsAt(ringDk, dkB, kB, T, kw, kvPos, S);
-      addRowsAt(ringDv, dvB, kB, T, kw, kvPos, S);
-    }
-    addRowsAt(ringDq, dqL, kB, T, qw, qPos, S);
-  }
-  expectAllClose(dq, ringDq, 1e-5, 1e-5, "dq");
-  expectAllClose(dk, ringDk, 1e-5, 1e-5, "dk");
-  expectAllClose(dv, ringDv, 1e-5, 1e-5, "dv");
+  testing::expectRingIsTheWholeAttention({kB, 2 * n * kChunk, kNh, kNkv, kHd, window}, n, layout, 41, &emptyBlocks);
   // A window inside a chunk leaves some member's rows blind to another's (the empty result, merged
   // as nothing); the causal ring under the load-balanced layout has no such block.
   if (window < kChunk && n == 4) {

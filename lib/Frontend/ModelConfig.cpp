@@ -70,17 +70,14 @@ template <typename T> T layerCount(const ModelConfig &c, bool active, bool spars
   T q = T(c.heads) * T(c.headDim), kv = T(c.kvHeads) * T(c.headDim);
   if (c.arch == Arch::GPT2)
     return 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H);
-  // GPTBigCode: GPT-2's layer, its c_attn q + 2 kv wide (one k and v head
-  // under multi_query), nn.Linear's layout (the counts are the same).
-  if (c.arch == Arch::GptBigCode)
-    return 2 * H + (H * (q + 2 * kv) + q + 2 * kv) + (q * H + H) + 2 * H + (H * I + I) + (I * H + H);
   if (c.arch == Arch::Phi) // one LayerNorm; q, k, v, dense, fc1, fc2, all with biases
     return 2 * H + (H * q + q) + 2 * (H * kv + kv) + (q * H + H) + (H * I + I) + (I * H + H);
   // Two LayerNorms; q, k, v, o, c_fc, c_proj, biases when use_bias (GPT-NeoX:
   // q, k and v fused in query_key_value, o is dense, the MLP's dense_h_to_4h
   // and dense_4h_to_h with biases; attention biases when attention_bias;
   // Falcon: the same names, one LayerNorm under parallel_attn, biases when
-  // bias; BLOOM: Falcon's names, sequential, every bias).
+  // bias; BLOOM: Falcon's names, sequential, every bias; GPTBigCode:
+  // GPT-2's layer with c_attn q + 2 kv wide, every bias).
   if (c.arch == Arch::Starcoder2 || groupedQkv(c.arch))
     return T(c.normTensors()) * H + H * q + 2 * H * kv + q * H + 2 * H * I + (c.qkvBias ? q + 2 * kv : 0) +
            (c.outputBias ? H : 0) + (c.mlpBias ? I + H : 0);
@@ -118,7 +115,7 @@ int64_t ModelConfig::numParameters() const { return parameterCount<int64_t>(*thi
 int64_t ModelConfig::activeParameters() const { return parameterCount<int64_t>(*this, /*active=*/true); }
 int64_t ModelConfig::layerParameters() const { return layerCount<int64_t>(*this, /*active=*/false, moe.has_value()); }
 int64_t ModelConfig::layerTensors(bool sparse) const {
-  if (arch == Arch::GPT2 || arch == Arch::GptBigCode)
+  if (arch == Arch::GPT2)
     return 12;
   if (arch == Arch::Phi)
     return 14;

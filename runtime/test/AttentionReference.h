@@ -143,6 +143,21 @@ inline AttentionResult runAttentionKernels(const AttentionShape& s, bool packed,
   return r;
 }
 
+// The kernels' forward and backward (runAttentionKernels) against the brute force on the same inputs:
+// out and lse within 1e-5, the gradients within 1e-5 absolute or 1e-4 relative. Returns the kernels'.
+inline AttentionResult expectKernelsMatchTheBruteForce(const AttentionShape& s, bool packed,
+                                                       const std::vector<float>& q, const std::vector<float>& k,
+                                                       const std::vector<float>& v, const std::vector<float>& dout) {
+  const AttentionResult got = runAttentionKernels(s, packed, q, k, v, dout);
+  const AttentionReference want = bruteForceAttention(s, q, k, v, dout);
+  expectAllClose(got.out, want.out, 1e-5, 1e-5, "out");
+  expectAllClose(got.lse, want.lse, 1e-5, 1e-5, "lse");
+  expectAllClose(got.dq, want.dq, 1e-5, 1e-4, "dq");
+  expectAllClose(got.dk, want.dk, 1e-5, 1e-4, "dk");
+  expectAllClose(got.dv, want.dv, 1e-5, 1e-4, "dv");
+  return got;
+}
+
 // Every rank's ring of cp n under `layout` over `whole`'s T rows (random q, k, v, dout from `seed`): the
 // blocks of each rank (attentionBlock of its S = T/n rows, the shape's window and ALiBi) merged by
 // attentionMerge give the whole sequence's out and lse, and their backward shares add up to its dq, dk,

@@ -48,9 +48,7 @@ constexpr int64_t kB = 2, kS = 16, kNh = 4, kNkv = 2, kHd = 8;
 // ---- the brute force and the kernels (AttentionReference.h) --------------------------------------------
 
 using testing::sees;
-using Reference = testing::AttentionReference;
 using Result = testing::AttentionResult;
-using testing::bruteForceAttention;
 using testing::runAttentionKernels;
 
 class WindowedAttentionTest : public ::testing::TestWithParam<std::tuple<int64_t, bool>> {
@@ -63,13 +61,7 @@ protected:
 };
 
 TEST_P(WindowedAttentionTest, ForwardAndBackwardMatchTheBruteForce) {
-  const Result got = runAttentionKernels(s, packed, q, k, v, dout);
-  const Reference want = bruteForceAttention(s, q, k, v, dout);
-  expectAllClose(got.out, want.out, 1e-5, 1e-5, "out");
-  expectAllClose(got.lse, want.lse, 1e-5, 1e-5, "lse");
-  expectAllClose(got.dq, want.dq, 1e-5, 1e-4, "dq");
-  expectAllClose(got.dk, want.dk, 1e-5, 1e-4, "dk");
-  expectAllClose(got.dv, want.dv, 1e-5, 1e-4, "dv");
+  testing::expectKernelsMatchTheBruteForce(s, packed, q, k, v, dout);
 }
 
 // A window >= S masks nothing more than the causal mask: the plain causal bits. A smaller one changes

@@ -64,7 +64,8 @@ void biasedScores(const AttentionShape& s, const HeadView& v, int64_t h, const f
   scores(s, v, q, k, scale, out);
   if (!s.alibi.on()) return;
   const float slope = alibiSlope(s.alibi.heads, s.alibi.head0 + h);
-  for (int64_t i = 0; i < s.S; ++i) addAlibiRow(slope, i, attentionFirstKey(i, s.window), i + 1, out + i * s.S);
+  for (int64_t i = 0; i < s.S; ++i)  // the row's visible keys j (the window's first to i): slope · (j − i)
+    for (int64_t j = attentionFirstKey(i, s.window); j <= i; ++j) out[i * s.S + j] += slope * static_cast<float>(j - i);
 }
 
 QkvLayout separate(const AttentionShape& s) { return qkvLayout(s.nh, s.nkv, s.hd, false); }

@@ -184,11 +184,6 @@ struct AttentionShape {
 inline AttentionShape attentionShape(const AttentionParams& p) {
   return {p.B, p.S, p.nh, p.nkv, p.hd, p.window, p.alibi};
 }
-// Adds ALiBi's bias slope · (j − i) to the scores row[j] of query position i, keys j in [j0, j1) at
-// positions j (the whole-sequence kernels: block row = position).
-inline void addAlibiRow(float slope, int64_t i, int64_t j0, int64_t j1, float* row) {
-  for (int64_t j = j0; j < j1; ++j) row[j] += slope * static_cast<float>(j - i);
-}
 // The first key query position i sees under `window` (0: none): max(0, i − window + 1).
 inline int64_t attentionFirstKey(int64_t i, int64_t window) { return window > 0 && i >= window ? i - window + 1 : 0; }
 // The score pairs (query, key) the FLOP convention counts per (batch, head): S²/2 for causal attention

@@ -54,12 +54,15 @@ __device__ __forceinline__ bool visible(const Block& s, int64_t i, int64_t j) {
   const int64_t q = positionOf(s.q, i), k = positionOf(s.kv, j);
   return k <= q && (s.window == 0 || q - k < s.window);
 }
-// The score of query row i and key row j of head h: scale·q·k, plus ALiBi's slope · (key position −
-// query position) (Kernels.h: alibiSlope), as the CPU adds it.
-__device__ __forceinline__ float scoreOf(const Block& s, int64_t h, int64_t i, int64_t j, float qk) {
+// ALiBi's slope of query head h (Kernels.h: alibiSlope), 0 without ALiBi: computed once per head.
+__device__ __forceinline__ float slopeOf(const Block& s, int64_t h) {
+  return s.alibi.heads == 0 ? 0.0f : alibiSlope(s.alibi.heads, s.alibi.head0 + h);
+}
+// The score of query row i and key row j: scale·q·k, plus ALiBi's slope · (key position − query
+// position), as the CPU adds it.
+__device__ __forceinline__ float scoreOf(const Block& s, float slope, int64_t i, int64_t j, float qk) {
   const float score = qk * s.scale;
   if (s.alibi.heads == 0) return score;
-  const float slope = alibiSlope(s.alibi.heads, s.alibi.head0 + h);
   return score + slope * static_cast<float>(positionOf(s.kv, j) - positionOf(s.q, i));
 }
 __device__ __forceinline__ int64_t clampTo(int64_t x, int64_t hi) { return x < 0 ? 0 : x > hi ? hi : x; }
@@ -115,11 +118,12 @@ __global__ void blockForwardKernel(Block s, const float* q, const float* k, cons
     const int64_t n = visibleKeys(s, i, &j0);
     const bool sees = n > j0;
     const float* qi = q + qIndex(s, b, i, h);
+    const float slope = slopeOf(s, h);
     float o[kMaxPerLane];
     for (int r = 0; r < kMaxPerLane; ++r) o[r] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     for (int64_t j = j0; j < n; ++j) {
-      const float score = scoreOf(s, h, i, j, warpDot(qi, k + kvIndex(s, b, j, g), hd, lane));
+      const float score = scoreOf(s, slope, i, j, warpDot(qi, k + kvIndex(s, b, j, g), hd, lane));
       const float mNew = fmaxf(m, score);
       const float corr = expf(m - mNew), p = expf(score - mNew);  // corr 0 on the first key (m = -inf)
       l = l * corr + p;
@@ -158,10 +162,10 @@ __global__ void blockRowDotKernel(Block s, const float* out, const float* dout, 
 struct Grad {
   float p, dS;
 };
-__device__ __forceinline__ Grad gradAt(const Block& s, int64_t h, int64_t i, int64_t j, const float* qi,
+__device__ __forceinline__ Grad gradAt(const Block& s, float slope, int64_t i, int64_t j, const float* qi,
                                        const float* doi, const float* kj, const float* vj, float lseI, float dI,
                                        int lane) {
-  const float p = expf(scoreOf(s, h, i, j, warpDot(qi, kj, int(s.hd), lane)) - lseI);
+  const float p = expf(scoreOf(s, slope, i, j, warpDot(qi, kj, int(s.hd), lane)) - lseI);
   return {p, p * (warpDot(doi, vj, int(s.hd), lane) - dI)};
 }
 
@@ -172,6 +176,7 @@ __global__ void blockQueryGradKernel(Block s, const float* dout, const float* q,
   for (int64_t row = warpId(); row < s.B * s.nh * s.S; row += warpCount()) {
     const int64_t i = row % s.S, bh = row / s.S, h = bh % s.nh, b = bh / s.nh, g = h / s.group;
     const float lseI = lse[rowIndex(s, b, h, i)], dI = D[rowIndex(s, b, h, i)];
+    const float slope = slopeOf(s, h);
     int64_t j0 = 0;
     const int64_t end = visibleKeys(s, i, &j0);
     const int64_t n = lseI == -INFINITY || end < j0 ? j0 : end;
@@ -181,7 +186,7 @@ __global__ void blockQueryGradKernel(Block s, const float* dout, const float* q,
     for (int r = 0; r < kMaxPerLane; ++r) acc[r] = 0.0f;
     for (int64_t j = j0; j < n; ++j) {
       const float* kj = k + kvIndex(s, b, j, g);
-      const Grad gr = gradAt(s, h, i, j, qi, doi, kj, v + kvIndex(s, b, j, g), lseI, dI, lane);
+      const Grad gr = gradAt(s, slope, i, j, qi, doi, kj, v + kvIndex(s, b, j, g), lseI, dI, lane);
       for (int r = 0; r < kMaxPerLane; ++r) {
         const int d = lane + 32 * r;
         if (d < hd) acc[r] += gr.dS * kj[d];
@@ -206,13 +211,14 @@ __global__ void blockKeyValueGradKernel(Block s, const float* dout, const float*
     const float* vj = v + kvIndex(s, b, j, g);
     float accK[kMaxPerLane], accV[kMaxPerLane];
     for (int r = 0; r < kMaxPerLane; ++r) accK[r] = accV[r] = 0.0f;
-    for (int64_t h = g * s.group; h < (g + 1) * s.group; ++h)
+    for (int64_t h = g * s.group; h < (g + 1) * s.group; ++h) {
+      const float slope = slopeOf(s, h);
       for (int64_t i = 0; i < s.S; ++i) {
         const float lseI = lse[rowIndex(s, b, h, i)];
         if (lseI == -INFINITY || !visible(s, i, j)) continue;  // warp-uniform
         const float* qi = q + qIndex(s, b, i, h);
         const float* doi = dout + qIndex(s, b, i, h);
-        const Grad gr = gradAt(s, h, i, j, qi, doi, kj, vj, lseI, D[rowIndex(s, b, h, i)], lane);
+        const Grad gr = gradAt(s, slope, i, j, qi, doi, kj, vj, lseI, D[rowIndex(s, b, h, i)], lane);
         for (int r = 0; r < kMaxPerLane; ++r) {
           const int d = lane + 32 * r;
           if (d < hd) {
@@ -221,6 +227,7 @@ __global__ void blockKeyValueGradKernel(Block s, const float* dout, const float*
           }
         }
       }
+    }
     for (int r = 0; r < kMaxPerLane; ++r) {
       const int d = lane + 32 * r;
       if (d < hd) {

@@ -493,13 +493,14 @@ TEST(WeightOffsetTest, BadValuesAreRefused) {
 
 // ---- layer norms without gamma and beta (OLMo's OlmoLayerNorm) ----------------------------------------
 
-// In double: mu, r = 1/sqrt(var + eps), y = (x − mu)·r; for loss Σ dy·y: dx = r·(dy − mean(dy) −
-// xhat·mean(dy·xhat)).
-NormReference plainLayerNormReference(const std::vector<float>& x, const std::vector<float>& dy, double eps) {
-  NormReference r;
-  r.y.resize(x.size());
-  r.dx.resize(x.size());
-  r.rstd.resize(static_cast<size_t>(kNM));
+// In double, independently of the kernels: mu, r = 1/sqrt(var + eps), xhat = (x − mu)·r, y = xhat·gamma
+// (gamma empty: 1, OLMo's LayerNorm; no beta: MPT's, or beta 0); for loss Σ dy·y, with g = dy·gamma:
+// dx = r·(g − mean(g) − xhat·mean(g·xhat)) and dweight (dgamma) = Σ_m dy·xhat.
+NormReference layerNormReference(const std::vector<float>& x, const std::vector<float>& dy,
+                                 const std::vector<float>& gamma, double eps) {
+  NormReference r{std::vector<double>(x.size()), std::vector<double>(static_cast<size_t>(kNM)),
+                  std::vector<double>(x.size()), std::vector<double>(static_cast<size_t>(kNH), 0.0)};
+  const auto gammaAt = [&gamma](int64_t h) { return gamma.empty() ? 1.0 : double(gamma[size_t(h)]); };
   for (int64_t m = 0; m < kNM; ++m) {
     double mu = 0, var = 0, g = 0, gx = 0;
     for (int64_t h = 0; h < kNH; ++h) mu += double(x[size_t(m * kNH + h)]);
@@ -508,15 +509,18 @@ NormReference plainLayerNormReference(const std::vector<float>& x, const std::ve
       var += (double(x[size_t(m * kNH + h)]) - mu) * (double(x[size_t(m * kNH + h)]) - mu);
     const double rs = 1.0 / std::sqrt(var / double(kNH) + eps);
     r.rstd[size_t(m)] = rs;
+    std::vector<double> xhat(static_cast<size_t>(kNH));
     for (int64_t h = 0; h < kNH; ++h) {
       const size_t i = size_t(m * kNH + h);
-      r.y[i] = (double(x[i]) - mu) * rs;
-      g += double(dy[i]);
-      gx += double(dy[i]) * r.y[i];
+      xhat[size_t(h)] = (double(x[i]) - mu) * rs;
+      r.y[i] = xhat[size_t(h)] * gammaAt(h);
+      r.dweight[size_t(h)] += double(dy[i]) * xhat[size_t(h)];
+      g += double(dy[i]) * gammaAt(h);
+      gx += double(dy[i]) * gammaAt(h) * xhat[size_t(h)];
     }
     for (int64_t h = 0; h < kNH; ++h) {
       const size_t i = size_t(m * kNH + h);
-      r.dx[i] = rs * (double(dy[i]) - g / double(kNH) - r.y[i] * gx / double(kNH));
+      r.dx[i] = rs * (double(dy[i]) * gammaAt(h) - g / double(kNH) - xhat[size_t(h)] * gx / double(kNH));
     }
   }
   return r;
@@ -541,7 +545,7 @@ Buffers plainLayerNormBuffers(uint32_t seed) {
 // above, and the bits of the same ops given gamma 1 and beta 0.
 TEST(PlainLayerNormTest, EveryOpMatchesTheReferenceAndGammaOneBetaZero) {
   Buffers bufs = plainLayerNormBuffers(61);
-  const NormReference ref = plainLayerNormReference(bufs.at("x").f, bufs.at("dy").f, 1e-5);
+  const NormReference ref = layerNormReference(bufs.at("x").f, bufs.at("dy").f, {}, 1e-5);
   const json fwdAttrs = {{"M", kNM}, {"H", kNH}, {"eps", 1e-5}}, bwdAttrs = {{"M", kNM}, {"H", kNH}};
   const auto fwd = runOnce("layer_norm_fwd", kLnPlainFwdRoles, fwdAttrs, bufs);
   expectAllClose(fwd.at("y"), ref.y, 1e-5, 1e-5, "layer_norm_fwd y");
@@ -571,33 +575,79 @@ TEST(PlainLayerNormTest, EveryOpMatchesTheReferenceAndGammaOneBetaZero) {
   EXPECT_NE(runOnce("layer_norm_bwd_input", withGamma, bwdAttrs, bufs).at("dx"), bwdIn.at("dx"));
 }
 
-// gamma without beta (or beta without gamma; in layer_norm_bwd, any of gamma, dgamma and dbeta without
-// the others) is neither LayerNorm: refused at load, naming the roles.
-TEST(PlainLayerNormTest, GammaWithoutBetaIsRefused) {
+// ---- layer norms with gamma and no beta (torch's LayerNorm(bias=False), MPT's) -------------------------
+
+// layer_norm_fwd, add_layer_norm_fwd, layer_norm_bwd_weight and layer_norm_bwd with gamma and without
+// beta (dbeta): the reference above, and the bits of the same ops given beta 0 (and a dbeta).
+TEST(BiasFreeLayerNormTest, EveryOpMatchesTheReferenceAndBetaZero) {
+  Buffers bufs = plainLayerNormBuffers(83);
+  for (size_t h = 0; h < bufs.at("gamma").f.size(); ++h) bufs.at("gamma").f[h] = 0.5f + 0.125f * float(h % 7);
+  bufs["dgamma"] = f32({kNH}, std::vector<float>(static_cast<size_t>(kNH), 0.0f));
+  bufs["dbeta"] = f32({kNH}, std::vector<float>(static_cast<size_t>(kNH), 0.0f));
+  const NormReference ref = layerNormReference(bufs.at("x").f, bufs.at("dy").f, bufs.at("gamma").f, 1e-5);
+  const json fwdAttrs = {{"M", kNM}, {"H", kNH}, {"eps", 1e-5}};
+  const json bwdAttrs = {{"M", kNM}, {"H", kNH}, {"accumulate", false}};
+  json fwdRoles = kLnPlainFwdRoles;
+  fwdRoles["gamma"] = "gamma";
+  const auto fwd = runOnce("layer_norm_fwd", fwdRoles, fwdAttrs, bufs);
+  expectAllClose(fwd.at("y"), ref.y, 1e-5, 1e-5, "layer_norm_fwd y without beta");
+  json affine = fwdRoles;
+  affine["beta"] = "beta";
+  EXPECT_EQ(runOnce("layer_norm_fwd", affine, fwdAttrs, bufs).at("y"), fwd.at("y"));
+  json addRoles = kAddLnPlainFwdRoles;
+  addRoles["gamma"] = "gamma";
+  EXPECT_EQ(runOnce("add_layer_norm_fwd", addRoles, fwdAttrs, bufs).at("y"), fwd.at("y"));
+  bufs.at("mean").f = fwd.at("mean");  // the backward reads the forward's statistics
+  bufs.at("rstd").f = fwd.at("rstd");
+  const json wRoles = {{"dy", "dy"}, {"x", "x"}, {"mean", "mean"}, {"rstd", "rstd"}, {"dgamma", "dgamma"}};
+  const auto w = runOnce("layer_norm_bwd_weight", wRoles, bwdAttrs, bufs);
+  expectAllClose(w.at("dgamma"), ref.dweight, 1e-5, 1e-4, "layer_norm_bwd_weight dgamma without dbeta");
+  json wWithBeta = wRoles;
+  wWithBeta["dbeta"] = "dbeta";
+  EXPECT_EQ(runOnce("layer_norm_bwd_weight", wWithBeta, bwdAttrs, bufs).at("dgamma"), w.at("dgamma"));
+  json inRoles = kLnPlainBwdInRoles;
+  inRoles["gamma"] = "gamma";
+  const auto in = runOnce("layer_norm_bwd_input", inRoles, {{"M", kNM}, {"H", kNH}}, bufs);
+  expectAllClose(in.at("dx"), ref.dx, 1e-5, 1e-4, "layer_norm_bwd_input dx with gamma");
+  // The fused backward with gamma and dgamma and no dbeta: both gradients, then dresidual + dx.
+  json fusedRoles = inRoles;
+  fusedRoles["dgamma"] = "dgamma";
+  fusedRoles["dresidual"] = "dresidual";
+  const auto fused = runOnce("layer_norm_bwd", fusedRoles, bwdAttrs, bufs);
+  EXPECT_EQ(fused.at("dgamma"), w.at("dgamma"));
+  std::vector<float> want(in.at("dx").size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = bufs.at("dresidual").f[i] + in.at("dx")[i];
+  EXPECT_EQ(fused.at("dx"), want);
+}
+
+// beta without gamma is no LayerNorm; in layer_norm_bwd gamma and dgamma come together and dbeta needs
+// dgamma: refused at load, naming the roles.
+TEST(PlainLayerNormTest, BetaWithoutGammaIsRefused) {
   const Buffers bufs = plainLayerNormBuffers(71);
   const json attrs = {{"M", kNM}, {"H", kNH}, {"eps", 1e-5}};
-  for (const char* role : {"gamma", "beta"})
-    for (const char* op : {"layer_norm_fwd", "add_layer_norm_fwd"}) {
-      json roles = std::string(op) == "layer_norm_fwd" ? kLnPlainFwdRoles : kAddLnPlainFwdRoles;
-      roles[role] = role;
-      const StatusOr<Plan> plan = loadPlan(onePlan(op, roles, attrs, bufs).builder);
-      ASSERT_FALSE(plan.isOk()) << op << " with only " << role << " loaded";
-      const std::string& msg = plan.status().message();
-      EXPECT_NE(msg.find(std::string("args.") + role), std::string::npos) << msg;
-      EXPECT_NE(msg.find("gamma and beta come together"), std::string::npos) << msg;
-    }
+  for (const char* op : {"layer_norm_fwd", "add_layer_norm_fwd"}) {
+    json roles = std::string(op) == "layer_norm_fwd" ? kLnPlainFwdRoles : kAddLnPlainFwdRoles;
+    roles["beta"] = "beta";
+    const StatusOr<Plan> plan = loadPlan(onePlan(op, roles, attrs, bufs).builder);
+    ASSERT_FALSE(plan.isOk()) << op << " with only beta loaded";
+    const std::string& msg = plan.status().message();
+    EXPECT_NE(msg.find("args.beta"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("beta needs gamma"), std::string::npos) << msg;
+  }
   Buffers withGrads = bufs;
   withGrads["dgamma"] = f32({kNH}, std::vector<float>(static_cast<size_t>(kNH), 0.0f));
   withGrads["dbeta"] = f32({kNH}, std::vector<float>(static_cast<size_t>(kNH), 0.0f));
   const json bwdAttrs = {{"M", kNM}, {"H", kNH}, {"accumulate", false}};
-  for (const json& extra : {json{{"gamma", "gamma"}}, json{{"dgamma", "dgamma"}, {"dbeta", "dbeta"}},
-                            json{{"gamma", "gamma"}, {"dgamma", "dgamma"}}}) {
+  const std::pair<json, const char*> cases[] = {
+      {json{{"gamma", "gamma"}}, "gamma and dgamma come together"},
+      {json{{"dgamma", "dgamma"}, {"dbeta", "dbeta"}}, "gamma and dgamma come together"},
+      {json{{"dbeta", "dbeta"}}, "dbeta needs dgamma"}};
+  for (const auto& [extra, want] : cases) {
     json roles = kLnPlainBwdInRoles;
     for (auto it = extra.begin(); it != extra.end(); ++it) roles[it.key()] = it.value();
     const StatusOr<Plan> plan = loadPlan(onePlan("layer_norm_bwd", roles, bwdAttrs, withGrads).builder);
     ASSERT_FALSE(plan.isOk()) << "layer_norm_bwd with " << extra.dump() << " loaded";
-    EXPECT_NE(plan.status().message().find("gamma, dgamma and dbeta come together"), std::string::npos)
-        << plan.status().message();
+    EXPECT_NE(plan.status().message().find(want), std::string::npos) << plan.status().message();
   }
 }
 

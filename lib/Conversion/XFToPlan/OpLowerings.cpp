@@ -91,7 +91,9 @@ template <> LogicalResult OpLowering::lower<LayerNormOp>(Operation *op, Scope &s
     s.bufs[ln.getStats()] = {mean, rstd};
   SmallVector<NamedAttribute> args{arg("x", use(s, ln.getInput()))};
   if (ln.getWeight()) // none: no affine transform (gamma 1, beta 0)
-    args.append({arg("gamma", use(s, ln.getWeight())), arg("beta", use(s, ln.getBias()))});
+    args.push_back(arg("gamma", use(s, ln.getWeight())));
+  if (ln.getBias()) // none: no add (MPT's LayerNorm)
+    args.push_back(arg("beta", use(s, ln.getBias())));
   args.append({arg("y", y), arg("mean", mean), arg("rstd", rstd)});
   kernel("layer_norm_fwd", args,
          {i64("M", rows), i64("H", lastDim(ln.getInput())), f64("eps", ln.getEps().convertToDouble())}, loc);
@@ -326,11 +328,14 @@ LogicalResult OpLowering::lower<LayerNormGradParamsOp>(Operation *op, Scope &s, 
   auto g = cast<LayerNormGradParamsOp>(op);
   auto st = s.bufs.lookup(g.getStats());
   auto [dg, acc] = gradTarget(s, g.getDweight(), op);
-  auto [db, acc2] = gradTarget(s, g.getDbias(), op);
-  (void)acc2; // fused together or not at all (isFused checks both)
-  kernel("layer_norm_bwd_weight",
-         {arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())), arg("mean", st[0]), arg("rstd", st[1]),
-          arg("dgamma", dg), arg("dbeta", db)},
+  SmallVector<NamedAttribute> args{arg("dy", use(s, g.getDy())), arg("x", use(s, g.getInput())), arg("mean", st[0]),
+                                   arg("rstd", st[1]), arg("dgamma", dg)};
+  if (g.getDbias()) { // none: a LayerNorm without a bias (MPT's)
+    auto [db, acc2] = gradTarget(s, g.getDbias(), op);
+    (void)acc2; // fused together or not at all (isFused checks both)
+    args.push_back(arg("dbeta", db));
+  }
+  kernel("layer_norm_bwd_weight", args,
          {i64("M", numel(g.getDy()) / lastDim(g.getDy())), i64("H", lastDim(g.getDy())), flag("accumulate", acc)}, loc);
   return success();
 }

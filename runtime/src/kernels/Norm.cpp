@@ -1,6 +1,6 @@
-// LayerNorm (torch nn.LayerNorm, and without gamma and beta OLMo's non-parametric one) and RMSNorm (HF LlamaRMSNorm;
-// GemmaRMSNorm's (1 + weight) with the weight offset). See Kernels.h for the contract. Row statistics are accumulated
-// in double; the saved mean/rstd are fp32.
+// LayerNorm (torch nn.LayerNorm; without beta MPT's bias-free one; without gamma and beta OLMo's non-parametric one)
+// and RMSNorm (HF LlamaRMSNorm; GemmaRMSNorm's (1 + weight) with the weight offset). See Kernels.h for the contract.
+// Row statistics are accumulated in double; the saved mean/rstd are fp32.
 #include "llcdist/runtime/Kernels.h"
 
 #include "CpuKernels.h"
@@ -24,8 +24,10 @@ void layerNormForward(const float* x, const float* gamma, const float* beta, flo
     const float mu32 = static_cast<float>(mu);
     const float rs = static_cast<float>(1.0 / std::sqrt(var + double(eps)));
     float* yr = y + m * H;
-    if (gamma)
+    if (gamma && beta)
       for (int64_t h = 0; h < H; ++h) yr[h] = (xr[h] - mu32) * rs * gamma[h] + beta[h];
+    else if (gamma)  // no beta: torch's LayerNorm(bias=False), no add
+      for (int64_t h = 0; h < H; ++h) yr[h] = (xr[h] - mu32) * rs * gamma[h];
     else  // no affine transform: gamma 1 and beta 0, the same bits
       for (int64_t h = 0; h < H; ++h) yr[h] = (xr[h] - mu32) * rs;
     mean[m] = mu32;
@@ -77,7 +79,7 @@ void layerNormBackwardWeight(const float* dy, const float* x, const float* mean,
     }
   for (int64_t h = 0; h < H; ++h) {
     dgamma[h] = static_cast<float>(accumulate ? dgamma[h] + dg[h] : dg[h]);
-    dbeta[h] = static_cast<float>(accumulate ? dbeta[h] + db[h] : db[h]);
+    if (dbeta) dbeta[h] = static_cast<float>(accumulate ? dbeta[h] + db[h] : db[h]);  // null: no beta
   }
 }
 

@@ -1,5 +1,5 @@
-// Family "norm": layer_norm_fwd / _bwd_input / _bwd_weight (torch LayerNorm; without gamma and beta
-// none: OLMo's non-parametric LayerNorm) and rms_norm_fwd /
+// Family "norm": layer_norm_fwd / _bwd_input / _bwd_weight (torch LayerNorm; without beta MPT's
+// bias-free one; without gamma and beta OLMo's non-parametric LayerNorm) and rms_norm_fwd /
 // _bwd_input / _bwd_weight (HF LlamaRMSNorm), over rows of H; and the fused forms of
 // llcdist-plan-fuse-norm: add_layer_norm_fwd / add_rms_norm_fwd (the residual add and the norm) and
 // layer_norm_bwd / rms_norm_bwd (both gradients, and the residual's add). The RMS norms' optional
@@ -25,26 +25,24 @@ Status checkNorm(const OpChecker& c) {
   for (const char* r : {"mean", "rstd"}) LLCDIST_RETURN_IF_ERROR(c.count(r, M, "M"));
   for (const char* r : {"gamma", "beta", "weight", "dgamma", "dbeta", "dweight"})
     LLCDIST_RETURN_IF_ERROR(c.count(r, H, "H"));
-  // A LayerNorm's optional parameter roles come together (affine) or not at all (gamma 1, beta 0):
-  // gamma and beta in the forwards, gamma, dgamma and dbeta in layer_norm_bwd.
-  const sc::OpSpec& spec = sc::opSpec(c.op().kind);
-  std::vector<const char*> roles;  // the optional ones, in order: "gamma and beta", "gamma, dgamma and dbeta"
-  const char *present = nullptr, *missing = nullptr;  // the first of each
-  for (const char* r : {"gamma", "beta", "dgamma", "dbeta"}) {
+  // A LayerNorm's optional parameter roles: beta needs gamma (a LayerNorm without a bias has gamma alone,
+  // MPT's; one without an affine transform neither: gamma 1, beta 0); in layer_norm_bwd dgamma comes
+  // with gamma and dbeta needs dgamma.
+  const auto has = [&c](const char* r) {
     const int i = sc::argIndex(c.op().kind, r);
-    if (i < 0 || spec.args[size_t(i)].arity != sc::ArgArity::kOptional) continue;
-    roles.push_back(r);
-    const char*& first = c.op().args[size_t(i)].empty() ? missing : present;
-    if (!first) first = r;
-  }
-  if (present && missing) {
-    std::string all;
-    for (size_t i = 0; i < roles.size(); ++i)
-      all += std::string(i == 0 ? "" : i + 1 == roles.size() ? " and " : ", ") + roles[i];
-    return c.argError(present, std::string(sc::opName(c.op().kind)) + ": " + all +
-                                   " come together (an affine LayerNorm) or not at all (none); args." + missing +
-                                   " is missing");
-  }
+    return i >= 0 && !c.op().args[size_t(i)].empty();
+  };
+  const auto inSchema = [&c](const char* r) { return sc::argIndex(c.op().kind, r) >= 0; };
+  const std::string name(sc::opName(c.op().kind));
+  if (has("beta") && !has("gamma"))
+    return c.argError("beta", name +
+                                  ": beta needs gamma (an affine LayerNorm has both, one without a bias gamma "
+                                  "alone, one without an affine transform neither); args.gamma is missing");
+  if (inSchema("dgamma") && inSchema("gamma") && has("gamma") != has("dgamma"))
+    return c.argError(has("gamma") ? "gamma" : "dgamma",
+                      name + ": gamma and dgamma come together (a LayerNorm with a weight) or not at all; args." +
+                          (has("gamma") ? "dgamma" : "gamma") + " is missing");
+  if (has("dbeta") && !has("dgamma")) return c.argError("dbeta", name + ": dbeta needs dgamma; args.dgamma is missing");
   // weight_offset (only the RMS norms' schemas have it): a finite JSON number (the schema), and finite
   // as the fp32 value the kernels add (1e39 is not).
   const std::string offset(sc::kWeightOffsetAttr);

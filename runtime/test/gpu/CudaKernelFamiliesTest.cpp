@@ -498,19 +498,20 @@ const NormShape kNormShapes[] = {{5, 37}, {3, 1031}, {67, 37}};
 
 std::string shapeName(NormShape s) { return "M " + std::to_string(s.M) + ", H " + std::to_string(s.H); }
 
+// With beta, and without (MPT's LayerNorm: gamma alone).
 TEST(CudaNormKernels, LayerNormForward) {
   LLCDIST_REQUIRE_GPU();
-  for (NormShape s : kNormShapes) {
-    SCOPED_TRACE(shapeName(s));
-    KernelCase(K::kLayerNormFwd, norm(s.M, s.H))
-        .f32("x", randomF32(s.M * s.H, 100, -2, 3))
-        .f32("gamma", randomF32(s.H, 101))
-        .f32("beta", randomF32(s.H, 102))
-        .f32("y", randomF32(s.M * s.H, 103))
-        .f32("mean", randomF32(s.M, 104))
-        .f32("rstd", randomF32(s.M, 105))
-        .expectMatch(kAtol, kRtol);
-  }
+  for (NormShape s : kNormShapes)
+    for (bool beta : {true, false}) {
+      SCOPED_TRACE(shapeName(s) + (beta ? "" : ", no beta"));
+      KernelCase c(K::kLayerNormFwd, norm(s.M, s.H));
+      c.f32("x", randomF32(s.M * s.H, 100, -2, 3)).f32("gamma", randomF32(s.H, 101));
+      if (beta) c.f32("beta", randomF32(s.H, 102));
+      c.f32("y", randomF32(s.M * s.H, 103))
+          .f32("mean", randomF32(s.M, 104))
+          .f32("rstd", randomF32(s.M, 105))
+          .expectMatch(kAtol, kRtol);
+    }
 }
 
 TEST(CudaNormKernels, LayerNormBackwardInput) {
@@ -528,20 +529,22 @@ TEST(CudaNormKernels, LayerNormBackwardInput) {
   }
 }
 
+// With dbeta, and without (MPT's LayerNorm: dgamma alone).
 TEST(CudaNormKernels, LayerNormBackwardWeight) {
   LLCDIST_REQUIRE_GPU();
   for (NormShape s : kNormShapes)
-    for (bool accumulate : {false, true}) {
-      SCOPED_TRACE(shapeName(s) + (accumulate ? ", accumulate" : ", overwrite"));
-      KernelCase(K::kLayerNormBwdWeight, norm(s.M, s.H, accumulate))
-          .f32("dy", randomF32(s.M * s.H, 120))
-          .f32("x", randomF32(s.M * s.H, 121, -2, 3))
-          .f32("mean", randomF32(s.M, 122, -0.5, 0.5))
-          .f32("rstd", randomF32(s.M, 123, 0.5, 2))
-          .f32("dgamma", randomF32(s.H, 124))
-          .f32("dbeta", randomF32(s.H, 125))
-          .expectMatch(kAtol, kRtol);
-    }
+    for (bool accumulate : {false, true})
+      for (bool dbeta : {true, false}) {
+        SCOPED_TRACE(shapeName(s) + (accumulate ? ", accumulate" : ", overwrite") + (dbeta ? "" : ", no dbeta"));
+        KernelCase c(K::kLayerNormBwdWeight, norm(s.M, s.H, accumulate));
+        c.f32("dy", randomF32(s.M * s.H, 120))
+            .f32("x", randomF32(s.M * s.H, 121, -2, 3))
+            .f32("mean", randomF32(s.M, 122, -0.5, 0.5))
+            .f32("rstd", randomF32(s.M, 123, 0.5, 2))
+            .f32("dgamma", randomF32(s.H, 124));
+        if (dbeta) c.f32("dbeta", randomF32(s.H, 125));
+        c.expectMatch(kAtol, kRtol);
+      }
 }
 
 TEST(CudaNormKernels, RmsNormForward) {

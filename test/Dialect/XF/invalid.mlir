@@ -303,16 +303,16 @@ func.func @ln_bias(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %b: tensor<64x1xf
 
 // -----
 
-func.func @ln_weight_without_bias(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>) {
-  // expected-error @+1 {{has a weight but no bias: give both (an affine LayerNorm) or neither (none)}}
-  %y = "xf.layer_norm"(%x, %w) <{eps = 1.0e-5 : f64, operandSegmentSizes = array<i32: 1, 1, 0>}> : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+func.func @ln_weight_of_another_width(%x: tensor<2x8x64xf32>, %w: tensor<32xf32>) {
+  // expected-error @+1 {{weight must be tensor<64x...> (the input's last dimension), got 'tensor<32xf32>'}}
+  %y = xf.layer_norm %x, %w {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>, tensor<32xf32>) -> tensor<2x8x64xf32>
   return
 }
 
 // -----
 
 func.func @ln_bias_without_weight(%x: tensor<2x8x64xf32>, %b: tensor<64xf32>) {
-  // expected-error @+1 {{has a bias but no weight: give both (an affine LayerNorm) or neither (none)}}
+  // expected-error @+1 {{has a bias but no weight: give both (an affine LayerNorm), the weight alone (no bias) or neither (none)}}
   %y = "xf.layer_norm"(%x, %b) <{eps = 1.0e-5 : f64, operandSegmentSizes = array<i32: 1, 0, 1>}> : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
   return
 }

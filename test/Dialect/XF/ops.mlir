@@ -11,6 +11,9 @@ func.func private @block(%x: tensor<2x8x64xf32>) -> tensor<2x8x64xf32> attribute
   %b = xf.param "h.{i}.ln.bias" : tensor<64xf32>
   // CHECK: xf.layer_norm %{{.+}}, %[[G]], %{{.+}} {eps = 1.000000e-05 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
   %h = xf.layer_norm %x, %g, %b {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  // MPT's LayerNorm: the weight alone, no bias.
+  // CHECK: xf.layer_norm %{{.+}}, %[[G]] {eps = 1.000000e-05 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+  %hw = xf.layer_norm %x, %g {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
   // Without an affine transform (OLMo's LayerNorm): no weight, no bias.
   // CHECK: xf.layer_norm %{{.+}} {eps = 1.000000e-05 : f64} : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
   %h0 = xf.layer_norm %x {eps = 1.0e-5 : f64} : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>

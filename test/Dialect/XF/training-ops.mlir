@@ -22,6 +22,9 @@ func.func @grads(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x16xf32>, %w: tensor<8x16
   %a0 = xf.layer_norm_grad_input %x, %x, %st : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x8xf32>) -> tensor<2x4x16xf32>
   // CHECK: xf.layer_norm_grad_params
   %b:2 = xf.layer_norm_grad_params %x, %x, %st : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x8xf32>) -> (tensor<16xf32>, tensor<16xf32>)
+  // Without a bias (MPT's LayerNorm): dweight alone.
+  // CHECK: xf.layer_norm_grad_params %{{.+}}, %{{.+}}, %{{.+}} : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x8xf32>) -> tensor<16xf32>
+  %bw = xf.layer_norm_grad_params %x, %x, %st : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x8xf32>) -> tensor<16xf32>
   // CHECK: xf.rms_norm_grad_input
   %c = xf.rms_norm_grad_input %x, %x, %g, %rs : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<16xf32>, tensor<8xf32>) -> tensor<2x4x16xf32>
   // CHECK: xf.rms_norm_grad_weight

@@ -76,10 +76,12 @@ LogicalResult AddPositionEmbeddingOp::buildBackward(OpBuilder &b, GradientSink &
 
 LogicalResult LayerNormOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   Value dy = dys[0], x = grads.fwd(getInput()), st = grads.fwd(getStats());
-  if (getWeight()) { // without an affine transform there is no parameter
-    auto params = LayerNormGradParamsOp::create(b, getLoc(), getWeight().getType(), getBias().getType(), dy, x, st);
+  if (getWeight()) { // without an affine transform there is no parameter; MPT's has no bias
+    auto params = LayerNormGradParamsOp::create(b, getLoc(), getWeight().getType(),
+                                                getBias() ? getBias().getType() : Type(), dy, x, st);
     grads.addGrad(getWeight(), params.getDweight());
-    grads.addGrad(getBias(), params.getDbias());
+    if (getBias())
+      grads.addGrad(getBias(), params.getDbias());
   }
   Value w = getWeight() ? grads.fwd(getWeight()) : Value();
   grads.addGrad(getInput(), LayerNormGradInputOp::create(b, getLoc(), x.getType(), dy, x, w, st));

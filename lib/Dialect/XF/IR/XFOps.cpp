@@ -194,15 +194,20 @@ LogicalResult RopeOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult LayerNormOp::verify() {
-  // Both (torch's elementwise_affine) or neither (OLMo's OlmoLayerNorm).
-  if (bool(getWeight()) != bool(getBias()))
-    return emitOpError("has a ") << (getWeight() ? "weight but no bias" : "bias but no weight")
-                                 << ": give both (an affine LayerNorm) or neither (none)";
+  // Both (torch's elementwise_affine), the weight alone (LayerNorm(bias=False), MPT's) or neither
+  // (OLMo's OlmoLayerNorm).
+  if (getBias() && !getWeight())
+    return emitOpError("has a bias but no weight: give both (an affine LayerNorm), the weight alone (no bias) "
+                       "or neither (none)");
   SmallVector<Value, 2> vecs;
   SmallVector<StringRef, 2> names;
   if (getWeight()) {
-    vecs = {getWeight(), getBias()};
-    names = {"weight", "bias"};
+    vecs.push_back(getWeight());
+    names.push_back("weight");
+  }
+  if (getBias()) {
+    vecs.push_back(getBias());
+    names.push_back("bias");
   }
   if (failed(checkNorm(*this, getInput(), vecs, names, getEps().convertToDouble(), getResult())))
     return failure();

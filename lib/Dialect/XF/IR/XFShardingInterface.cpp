@@ -238,8 +238,9 @@ OpSpec spec(RopeOp op) { return ropeSpec(op.getResult(), op.getHeadDim()); }
 OpSpec spec(RopeGradOp op) { return ropeSpec(op.getResult(), op.getHeadDim()); }
 
 OpSpec spec(LayerNormOp op) {
-  // input, weight and bias (none without an affine transform) -> result, stats
-  return normSpec(rank(op.getInput()), 1, op.getWeight() ? 2 : 0, false, 1, static_cast<bool>(op.getStats()), true);
+  // input, weight and bias (none without an affine transform, no bias in MPT's) -> result, stats
+  return normSpec(rank(op.getInput()), 1, unsigned(bool(op.getWeight())) + unsigned(bool(op.getBias())), false, 1,
+                  static_cast<bool>(op.getStats()), true);
 }
 
 OpSpec spec(RMSNormOp op) {
@@ -253,7 +254,7 @@ OpSpec spec(LayerNormGradInputOp op) {
 
 OpSpec spec(RMSNormGradInputOp op) { return normSpec(rank(op.getInput()), 2, 1, true, 1, false, false); }
 
-OpSpec spec(LayerNormGradParamsOp op) { return normParamsSpec(rank(op.getInput()), 2, true); }
+OpSpec spec(LayerNormGradParamsOp op) { return normParamsSpec(rank(op.getInput()), op->getNumResults(), true); }
 
 OpSpec spec(RMSNormGradWeightOp op) { return normParamsSpec(rank(op.getInput()), 1, false); }
 

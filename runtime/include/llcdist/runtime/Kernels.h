@@ -99,8 +99,9 @@ inline Status positionEmbeddingBackwardWeight(const float* dy, float* dwpe, int6
 // Normalization (Norm.cpp). x, y [M,H] normalized over the last dim H.
 // ---------------------------------------------------------------------------------------------------
 // torch nn.LayerNorm: y = (x - mean) * rstd * gamma + beta, rstd = 1/sqrt(var + eps), biased variance.
-// Saves mean[M] and rstd[M] for backward (2·M floats). gamma and beta null: no affine transform
-// (gamma 1, beta 0; OLMo's LayerNorm), and layerNormBackwardInput's gamma likewise.
+// Saves mean[M] and rstd[M] for backward (2·M floats). beta null: no bias (torch's LayerNorm(bias=False),
+// MPT's); gamma and beta null: no affine transform (gamma 1, beta 0; OLMo's LayerNorm), and
+// layerNormBackwardInput's gamma likewise.
 void layerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                       float* rstd, int64_t M, int64_t H, float eps);
 // With `dresidual` (layer_norm_bwd's residual): dx = dresidual + the input gradient, the input gradient
@@ -108,7 +109,7 @@ void layerNormForward(const float* x, const float* gamma, const float* beta, flo
 void layerNormBackwardInput(const float* dy, const float* x, const float* gamma, const float* mean,
                             const float* rstd, float* dx, int64_t M, int64_t H, const float* dresidual = nullptr,
                             bool roundBf16 = false);
-// dgamma[H] = Σ_m dy·xhat, dbeta[H] = Σ_m dy.
+// dgamma[H] = Σ_m dy·xhat, dbeta[H] = Σ_m dy (dbeta null: a LayerNorm without beta).
 void layerNormBackwardWeight(const float* dy, const float* x, const float* mean, const float* rstd,
                              float* dgamma, float* dbeta, int64_t M, int64_t H, bool accumulate);
 

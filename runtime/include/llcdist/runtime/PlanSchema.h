@@ -335,8 +335,9 @@ inline constexpr T kPosFwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", I
 inline constexpr A kPosBwdArgs[] = {{"dy", One, F, R}, {"dwpe", One, F, RW}};
 inline constexpr T kPosBwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}, {"accumulate", Bool},
                                      {"shard_axis", Str, false}};
-// LayerNorm's gamma and beta: both, or neither (no affine transform: gamma 1, beta 0; OLMo's
-// OlmoLayerNorm), in layer_norm_fwd, add_layer_norm_fwd and (gamma) layer_norm_bwd_input.
+// LayerNorm's gamma and beta: both, gamma alone (no bias: torch's LayerNorm(bias=False), MPT's) or
+// neither (no affine transform: gamma 1, beta 0; OLMo's OlmoLayerNorm), in layer_norm_fwd,
+// add_layer_norm_fwd and (gamma) layer_norm_bwd_input; dbeta in the backwards with beta.
 inline constexpr A kLnFwdArgs[] = {{"x", One, F, R}, {"gamma", Opt, F, R}, {"beta", Opt, F, R},
                                    {"y", One, F, W}, {"mean", One, F, W},  {"rstd", One, F, W}};
 inline constexpr T kNormFwdAttrs[] = {{"M", Int}, {"H", Int}, {"eps", Flt}};
@@ -349,7 +350,7 @@ inline constexpr A kLnBwdInArgs[] = {{"dy", One, F, R},   {"x", One, F, R},    {
                                      {"mean", One, F, R}, {"rstd", One, F, R}, {"dx", One, F, W}};
 inline constexpr T kMHAttrs[] = {{"M", Int}, {"H", Int}};
 inline constexpr A kLnBwdWArgs[] = {{"dy", One, F, R},   {"x", One, F, R},       {"mean", One, F, R},
-                                    {"rstd", One, F, R}, {"dgamma", One, F, RW}, {"dbeta", One, F, RW}};
+                                    {"rstd", One, F, R}, {"dgamma", One, F, RW}, {"dbeta", Opt, F, RW}};
 inline constexpr T kMHAccAttrs[] = {{"M", Int}, {"H", Int}, {"accumulate", Bool}};
 inline constexpr A kRmsFwdArgs[] = {{"x", One, F, R}, {"weight", One, F, R}, {"y", One, F, W}, {"rstd", One, F, W}};
 inline constexpr A kRmsBwdInArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"weight", One, F, R},
@@ -570,8 +571,8 @@ inline constexpr A kAddLnFwdArgs[] = {{"a", One, F, R},     {"b", One, F, R},   
                                       {"mean", One, F, W},  {"rstd", One, F, W}};
 inline constexpr A kAddRmsFwdArgs[] = {{"a", One, F, R},      {"b", One, F, R}, {"sum", One, F, W, "a|b"},
                                        {"weight", One, F, R}, {"y", One, F, W}, {"rstd", One, F, W}};
-// layer_norm_bwd's gamma, dgamma and dbeta: all three, or none (a LayerNorm without an affine transform:
-// the input gradient and the residual's add only).
+// layer_norm_bwd's gamma, dgamma and dbeta: all three, gamma and dgamma (no beta), or none (a LayerNorm
+// without an affine transform: the input gradient and the residual's add only).
 inline constexpr A kLnBwdArgs[] = {
     {"dy", One, F, R},    {"x", One, F, R},         {"gamma", Opt, F, R},           {"mean", One, F, R},
     {"rstd", One, F, R},  {"dresidual", Opt, F, R}, {"dx", One, F, W, "dresidual"}, {"dgamma", Opt, F, RW},

@@ -53,9 +53,11 @@ __global__ void layerNormFwdKernel(FloatRef x, FloatRef gamma, FloatRef beta, Fl
     const float mu32 = static_cast<float>(mu);
     const float rs = static_cast<float>(1.0 / sqrt(var + double(eps)));
     const FloatRef yr = y.at(m * H);
-    // No gamma (and no beta): no affine transform, the CPU's same bits.
+    // No beta: no add (MPT's LayerNorm); no gamma (and no beta): no affine transform, the CPU's same bits.
     for (int64_t h = threadIdx.x; h < H; h += blockDim.x)
-      yr.set(h, gamma ? (xr[h] - mu32) * rs * gamma[h] + beta[h] : (xr[h] - mu32) * rs);
+      yr.set(h, gamma && beta ? (xr[h] - mu32) * rs * gamma[h] + beta[h]
+                : gamma       ? (xr[h] - mu32) * rs * gamma[h]
+                              : (xr[h] - mu32) * rs);
     if (threadIdx.x == 0) {
       mean[m] = mu32;
       rstd[m] = rs;
@@ -244,6 +246,7 @@ Status layerNormBwdWeight(const KernelCall& c, const P& p, const Ctx& ctx) {
   finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dgPart, ch.chunks, p.H, floatRef(c, "dgamma"),
                                                                      p.accumulate);
   LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank));
+  if (!floatRef(c, "dbeta")) return Status::ok();  // a LayerNorm without beta (MPT's)
   finishColumns<<<gridFor(p.H, kThreads), kThreads, 0, ctx.stream>>>(dbPart, ch.chunks, p.H, floatRef(c, "dbeta"),
                                                                      p.accumulate);
   return LLCDIST_CUDA_LAUNCHED(schema::opName(c.kind).data(), ctx.rank);

@@ -134,22 +134,24 @@ def XF_LayerNormOp : XF_Op<"layer_norm", [Pure, AttrSizedOperandSegments, Declar
   let summary = "LayerNorm over the last dimension (biased variance)";
   let description = [{
     `(x - mean) / sqrt(var + eps) * weight + bias` over the last dim H, as
-    torch `nn.LayerNorm`; weight and bias are [H]. Both absent: no affine
-    transform, `(x - mean) / sqrt(var + eps)` (torch's
-    `elementwise_affine=False`, OLMo's `OlmoLayerNorm`). In a training step
+    torch `nn.LayerNorm`; weight and bias are [H]. The bias absent: no add
+    (torch's `bias=False`, MPT's); both absent: no affine transform,
+    `(x - mean) / sqrt(var + eps)` (torch's `elementwise_affine=False`,
+    OLMo's `OlmoLayerNorm`). In a training step
     the op also yields `stats` (f32 [2, rows]: the mean and 1/std of each
     row, rows = product of the leading dims), which its backward reads;
     autodiff adds it.
 
     ```mlir
     %y = xf.layer_norm %x, %w, %b {eps = 1.0e-05 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+    %n = xf.layer_norm %x, %w {eps = 1.0e-05 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
     %z = xf.layer_norm %x {eps = 1.0e-05 : f64} : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
     ```
   }];
   let arguments = (ins XF_FloatTensor:$input, Optional<XF_FloatTensor>:$weight,
                        Optional<XF_FloatTensor>:$bias, F64Attr:$eps);
   let results = (outs XF_FloatTensor:$result, Optional<F32Tensor>:$stats);
-  let assemblyFormat = "$input (`,` $weight^ `,` $bias)? attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$input (`,` $weight^)? (`,` $bias^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

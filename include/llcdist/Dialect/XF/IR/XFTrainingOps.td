@@ -80,11 +80,13 @@ def XF_LayerNormGradInputOp : XF_GradOp<"layer_norm_grad_input",
 }
 
 def XF_LayerNormGradParamsOp : XF_GradOp<"layer_norm_grad_params",
-    [AllTypesMatch<["dy", "input"]>, AllTypesMatch<["dweight", "dbias"]>]> {
+    [AllTypesMatch<["dy", "input"]>]> {
   let summary = "dWeight and dBias of xf.layer_norm";
-  let description = [{ Both [H], summed over rows. }];
+  let description = [{
+    Both [H], summed over rows; dbias absent for a LayerNorm without a bias (MPT's).
+  }];
   let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input, F32Tensor:$stats);
-  let results = (outs XF_FloatTensor:$dweight, XF_FloatTensor:$dbias);
+  let results = (outs XF_FloatTensor:$dweight, Optional<XF_FloatTensor>:$dbias);
 }
 
 def XF_RMSNormGradInputOp : XF_GradOp<"rms_norm_grad_input",

@@ -82,6 +82,9 @@ GOLDEN = [
     ("bloom-cp2-tp2-sp", "tiny-bloom", "--mesh cp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
     # GPTBigCode's multi_query c_attn (one group: every q head, one k, one v) with learned positions.
     ("gpt-bigcode-dp2-pp2", "tiny-gpt-bigcode", "--mesh dp=2,pp=2 --schedule 1f1b --seq-len 64 --global-batch 8"),
+    # MPT's LayerNorms of gamma alone (layer_norm_fwd and its fused add without beta, the weight
+    # gradient without dbeta) and ALiBi per tp rank, under sequence parallelism.
+    ("mpt-dp2-tp2-sp", "tiny-mpt", "--mesh dp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
     # Mixtures of experts (issue #34): routing, permutation, the grouped GEMMs and the weighted sum back
     # (Mixtral, top-2 renormalized), Qwen2-MoE's gated shared expert, with dp and tp.
     ("mixtral-1rank", "tiny-mixtral", "--seq-len 64 --global-batch 4"),

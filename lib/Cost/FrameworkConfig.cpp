@@ -91,7 +91,7 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   if (m.headDim * m.heads != m.hidden)
     flag(a, "--kv-channels", num(m.headDim));
   flag(a, "--max-position-embeddings", num(m.maxPositions));
-  if (m.alibi) { // BLOOM: no position embedding at all (ALiBi, in the note below)
+  if (m.alibi) { // BLOOM, MPT: no position embedding at all (ALiBi, in the note below)
     flag(a, "--position-embedding-type", "none");
   } else if (!learnedPositions(m.arch)) { // rotary embeddings (Phi's on part of each head)
     flag(a, "--position-embedding-type", "rope");
@@ -143,10 +143,16 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
     a.megatronNotes.push_back("sliding_window " + num(m.slidingWindow) + ": Megatron-LM's --window-size " +
                               num(m.slidingWindow) + " 0 (each query sees the " + num(m.slidingWindow) +
                               " tokens before it and itself)");
-  if (m.alibi) // BLOOM: trained with Megatron-DeepSpeed, whose flag Megatron-LM dropped
+  if (m.alibi && m.embeddingNorm) // BLOOM: trained with Megatron-DeepSpeed, whose flag Megatron-LM dropped
     a.megatronNotes.push_back("ALiBi instead of position embeddings, and a LayerNorm on the embeddings (BLOOM's): no "
                               "Megatron-LM flag (Megatron-DeepSpeed's --position-embedding-type alibi and "
                               "--embed-layernorm)");
+  else if (m.alibi) // MPT
+    a.megatronNotes.push_back("ALiBi instead of position embeddings (MPT's): no Megatron-LM flag (Megatron-DeepSpeed's "
+                              "--position-embedding-type alibi)");
+  if (m.normAffine && !m.normBias) // MPT
+    a.megatronNotes.push_back("LayerNorms with a weight and no bias (MPT's): no Megatron-LM flag (its LayerNorm always "
+                              "has both)");
   if (m.arch == Arch::Phi)
     a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (x + attn(ln x) + mlp(ln x)): no "
                               "Megatron-LM flag; the LM head's bias: none either");

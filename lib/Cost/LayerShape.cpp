@@ -137,11 +137,11 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.sparseLayer = pc.layer - mlp + sparseMlp;
     pc.denseLayer = pc.layer - mlp + denseMlp;
     pc.finalNorm = double(m.finalNormTensors()) * H; // OLMo's has none
-  } else if (m.arch == Arch::Starcoder2 || groupedQkv(m.arch)) {
-    // The LayerNorms (Falcon's parallel_attn: one); q, k, v (GPT-NeoX's,
-    // Falcon's, BLOOM's and GPTBigCode's fused), o, the MLP's two matrices,
-    // their biases; BLOOM's LayerNorm on the embeddings, GPTBigCode's
-    // position table.
+  } else if (m.arch == Arch::Starcoder2 || groupedQkv(m.arch) || m.arch == Arch::Mpt) {
+    // The LayerNorms (Falcon's parallel_attn: one; MPT's without biases); q,
+    // k, v (GPT-NeoX's, Falcon's, BLOOM's, GPTBigCode's and MPT's fused), o,
+    // the MLP's two matrices, their biases; BLOOM's LayerNorm on the
+    // embeddings, GPTBigCode's position table.
     pc.layer = double(m.normTensors()) * H + H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
     if (m.qkvBias)
       pc.layer += double(s.q + 2 * s.kv);
@@ -149,7 +149,7 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
       pc.layer += H;
     if (m.mlpBias)
       pc.layer += double(s.inter) + H;
-    pc.finalNorm = 2 * H;
+    pc.finalNorm = double(m.finalNormTensors()) * H;
     if (m.embeddingNorm)
       pc.embeddingExtras = 2 * H;
     if (learnedPositions(m.arch)) // GPTBigCode's wpe
@@ -169,7 +169,7 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
   // projection, a dense MLP's (none where every layer has experts); a
   // mixture of experts' router, shared expert and stacked experts.
   const double attnWidth =
-      m.arch == Arch::GPT2 || groupedQkv(m.arch) ? double(s.q + 2 * s.kv) : double(s.q); // fused: GPT-2's 3q
+      gpt2Layer(m.arch) || groupedQkv(m.arch) ? double(s.q + 2 * s.kv) : double(s.q); // fused: GPT-2's 3q
   const double denseMlpWidth = m.moe && !mixedLayers(m) ? 0 : double(m.intermediate / tp);
   pc.largestTensor = H * std::max(attnWidth, denseMlpWidth);
   if (m.moe) {

@@ -162,6 +162,20 @@ public:
     return v.get<std::string>();
   }
 
+  /// A reader of the JSON object at `key` (MPT's attn_config), whose fields
+  /// are blamed in the same file; absent or null reads as {}. The object
+  /// must outlive the reader.
+  FieldReader object(const std::string &key) {
+    static const json kEmpty = json::object();
+    used.insert(key);
+    if (!has(key))
+      return FieldReader(kEmpty, text, path);
+    const json &v = obj.at(key);
+    if (!v.is_object())
+      fail(key, "must be a JSON object, got " + v.dump());
+    return FieldReader(v, text, path);
+  }
+
   /// Fields that do not change the training graph (metadata, dropout, ...).
   void ignore(std::initializer_list<const char *> keys) {
     for (const char *k : keys)
@@ -201,6 +215,7 @@ void parseGptNeoX(FieldReader &r, ModelConfig &c, const json &obj);
 void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj);
 void parseBloom(FieldReader &r, ModelConfig &c);
 void parseGptBigCode(FieldReader &r, ModelConfig &c);
+void parseMpt(FieldReader &r, ModelConfig &c);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
 } // namespace llcdist::config
 

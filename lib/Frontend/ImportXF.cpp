@@ -10,7 +10,10 @@
 // OlmoForCausalLM Llama's layer with LayerNorms that have no parameters;
 // GPTNeoXForCausalLM a GPT-style layer with q, k and v fused per head, partial
 // rotary embeddings, the exact GELU and a parallel residual, and
-// FalconForCausalLM one with q, k and v fused per kv head);
+// FalconForCausalLM one with q, k and v fused per kv head; BloomForCausalLM
+// GPT-NeoX's fused q, k and v with ALiBi; GPTBigCodeForCausalLM and
+// MptForCausalLM GPT-2's layer, MPT's with ALiBi, no biases and LayerNorms
+// of a weight alone);
 // parameter names and
 // layouts are theirs, so a safetensors checkpoint maps onto the graph without
 // conversion.
@@ -53,7 +56,7 @@ public:
     // One body per kind of layer: Qwen2-MoE's dense layers (decoder_sparse_step,
     // mlp_only_layers) call their own.
     func::FuncOp sparse, dense;
-    if (m.arch == Arch::GPT2 || m.arch == Arch::GptBigCode)
+    if (gpt2Layer(m.arch))
       dense = gpt2Block();
     else if (m.arch == Arch::Phi)
       dense = phiBlock();
@@ -120,8 +123,8 @@ private:
     return LinearOp::create(b, loc(name), t(dims), layout, x, wv, bv);
   }
 
-  /// LayerNorm `name` (parameters name.weight, name.bias; none for OLMo's
-  /// OlmoLayerNorm) of `x`.
+  /// LayerNorm `name` (parameters name.weight, name.bias; MPT's without the
+  /// bias, none for OLMo's OlmoLayerNorm) of `x`.
   Value layerNorm(const std::string &name, Value x) {
     if (!m.normAffine)
       return LayerNormOp::create(b, loc(name), x.getType(), /*stats=*/Type(), x, /*weight=*/Value(),
@@ -129,7 +132,7 @@ private:
           .getResult();
     // Separate statements: the parameters appear in a fixed order.
     Value w = param(name + ".weight", {m.hidden});
-    Value bias = param(name + ".bias", {m.hidden});
+    Value bias = m.normBias ? param(name + ".bias", {m.hidden}) : Value();
     return LayerNormOp::create(b, loc(name), x.getType(), /*stats=*/Type(), x,
                                w, bias, b.getF64FloatAttr(m.normEps))
         .getResult();
@@ -161,36 +164,38 @@ private:
     return fn.getArgument(0);
   }
 
-  /// GPT-2's layer (Conv1D layouts; c_attn [q | k | v]), and GPTBigCode's
+  /// GPT-2's layer (Conv1D layouts; c_attn [q | k | v]), GPTBigCode's
   /// (nn.Linear layouts; c_attn split in kv-head groups: every q head, the k
-  /// and the v head under multi_query, else each head's q, k and v).
+  /// and the v head under multi_query, else each head's q, k and v) and
+  /// MPT's (nn.Linear layouts, Wqkv [q | k | v], ALiBi, no biases).
   func::FuncOp gpt2Block() {
     func::FuncOp fn;
-    const bool bigcode = m.arch == Arch::GptBigCode;
-    Value x = beginLayer(fn, bigcode ? "gpt_bigcode_block" : "gpt2_block");
-    const std::string p = "transformer.h.{i}.";
-    int64_t H = m.hidden, I = m.intermediate, kv = m.kvHeads * m.headDim;
-    const WeightLayout layout = bigcode ? WeightLayout::OutIn : WeightLayout::InOut;
-    auto ln = [&](const std::string &n, Value v) {
-      return layerNorm(p + n, v);
+    const bool bigcode = m.arch == Arch::GptBigCode, mpt = m.arch == Arch::Mpt;
+    Value x = beginLayer(fn, bigcode ? "gpt_bigcode_block" : mpt ? "mpt_block" : "gpt2_block");
+    // Each family's names: the block, its norms, attention's and the MLP's.
+    struct Names {
+      const char *block, *ln1, *qkv, *proj, *ln2, *mlp, *fc, *fcProj;
     };
-    Value h = ln("ln_1", x);
-    Value qkv = linear(p + "attn.c_attn", h, H, H + 2 * kv, true, layout);
+    const Names n =
+        mpt ? Names{"transformer.blocks.{i}.", "norm_1", "Wqkv", "out_proj", "norm_2", "ffn", "up_proj", "down_proj"}
+            : Names{"transformer.h.{i}.", "ln_1", "c_attn", "c_proj", "ln_2", "mlp", "c_fc", "c_proj"};
+    const std::string p = n.block, attn = p + "attn.", mlp = p + n.mlp + ".";
+    int64_t H = m.hidden, I = m.intermediate, kv = m.kvHeads * m.headDim;
+    const WeightLayout layout = m.arch == Arch::GPT2 ? WeightLayout::InOut : WeightLayout::OutIn;
+    Value h = layerNorm(p + n.ln1, x);
+    Value qkv = linear(attn + n.qkv, h, H, H + 2 * kv, m.qkvBias, layout);
     IntegerAttr groups = bigcode ? b.getI64IntegerAttr(m.kvHeads) : IntegerAttr();
     auto split = SplitOp::create(b, bigcode ? loc(p + "attn", {"num_kv_heads"}) : loc(p + "attn"),
                                  TypeRange{act(H), act(kv), act(kv)}, qkv, groups);
-    Value a = AttentionOp::create(b, loc(p + "attn", {"num_heads", "num_kv_heads"}), act(H), /*lse=*/Type(),
-                                  split.getResult(0), split.getResult(1), split.getResult(2), m.heads, m.kvHeads,
-                                  m.headDim, /*window=*/IntegerAttr(), /*alibi_heads=*/IntegerAttr())
-                  .getResult();
-    Value o = linear(p + "attn.c_proj", a, H, H, true, layout);
+    Value a = attention(p, split.getResult(0), split.getResult(1), split.getResult(2), "attn");
+    Value o = linear(attn + n.proj, a, H, H, m.outputBias, layout);
     x = AddOp::create(b, loc(p + "attn"), x, o);
-    h = ln("ln_2", x);
-    Value f = linear(p + "mlp.c_fc", h, H, I, true, layout);
-    Value g = m.geluExact ? GeluErfOp::create(b, loc(p + "mlp"), f).getResult()
-                          : GeluTanhOp::create(b, loc(p + "mlp"), f).getResult();
-    Value d = linear(p + "mlp.c_proj", g, I, H, true, layout);
-    x = AddOp::create(b, loc(p + "mlp"), x, d);
+    h = layerNorm(p + n.ln2, x);
+    Value f = linear(mlp + n.fc, h, H, I, m.mlpBias, layout);
+    Value g = m.geluExact ? GeluErfOp::create(b, loc(p + n.mlp), f).getResult()
+                          : GeluTanhOp::create(b, loc(p + n.mlp), f).getResult();
+    Value d = linear(mlp + n.fcProj, g, I, H, m.mlpBias, layout);
+    x = AddOp::create(b, loc(p + n.mlp), x, d);
     func::ReturnOp::create(b, loc(p), x);
     return fn;
   }
@@ -473,10 +478,10 @@ private:
     int64_t H = m.hidden, V = m.vocab;
     bool gpt2 = learnedPositions(m.arch), neox = m.arch == Arch::GptNeoX; // GPT-2's names are GPTBigCode's
     bool falcon = m.arch == Arch::Falcon || m.arch == Arch::Bloom; // Falcon's names are BLOOM's
-    std::string embName = gpt2     ? "transformer.wte.weight"
-                          : neox   ? "gpt_neox.embed_in.weight"
-                          : falcon ? "transformer.word_embeddings.weight"
-                                   : "model.embed_tokens.weight";
+    std::string embName = gpt2Layer(m.arch) ? "transformer.wte.weight"
+                          : neox            ? "gpt_neox.embed_in.weight"
+                          : falcon          ? "transformer.word_embeddings.weight"
+                                            : "model.embed_tokens.weight";
     Value emb = param(embName, {V, H});
     // Gemma: the embeddings times sqrt(hidden_size).
     FloatAttr scale = m.scaleEmbeddings ? b.getF64FloatAttr(std::sqrt(double(H))) : FloatAttr();
@@ -499,7 +504,9 @@ private:
       x = call.getResult(0);
       stats.assign(call.getResults().begin() + 1, call.getResults().end());
     }
-    if (gpt2 || falcon)
+    if (m.arch == Arch::Mpt)
+      x = layerNorm("transformer.norm_f", x);
+    else if (gpt2 || falcon)
       x = layerNorm("transformer.ln_f", x);
     else if (m.arch == Arch::Phi)
       x = layerNorm("model.final_layernorm", x);

@@ -38,7 +38,8 @@ constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
                                 {Arch::GptNeoX, "gpt_neox", "GPTNeoXForCausalLM"},
                                 {Arch::Falcon, "falcon", "FalconForCausalLM"},
                                 {Arch::Bloom, "bloom", "BloomForCausalLM"},
-                                {Arch::GptBigCode, "gpt_bigcode", "GPTBigCodeForCausalLM"}};
+                                {Arch::GptBigCode, "gpt_bigcode", "GPTBigCodeForCausalLM"},
+                                {Arch::Mpt, "mpt", "MptForCausalLM"}};
 static_assert(std::size(kArchs) == size_t(kNumArchs), "one kArchs row per Arch, in its order");
 } // namespace
 
@@ -77,8 +78,9 @@ template <typename T> T layerCount(const ModelConfig &c, bool active, bool spars
   // and dense_4h_to_h with biases; attention biases when attention_bias;
   // Falcon: the same names, one LayerNorm under parallel_attn, biases when
   // bias; BLOOM: Falcon's names, sequential, every bias; GPTBigCode:
-  // GPT-2's layer with c_attn q + 2 kv wide, every bias).
-  if (c.arch == Arch::Starcoder2 || groupedQkv(c.arch))
+  // GPT-2's layer with c_attn q + 2 kv wide, every bias; MPT: Wqkv, no
+  // biases, LayerNorms of a weight alone).
+  if (c.arch == Arch::Starcoder2 || groupedQkv(c.arch) || c.arch == Arch::Mpt)
     return T(c.normTensors()) * H + H * q + 2 * H * kv + q * H + 2 * H * I + (c.qkvBias ? q + 2 * kv : 0) +
            (c.outputBias ? H : 0) + (c.mlpBias ? I + H : 0);
   T layer = T(c.normTensors()) * H + H * q + 2 * H * kv + q * H;
@@ -121,7 +123,7 @@ int64_t ModelConfig::layerTensors(bool sparse) const {
     return 14;
   if (arch == Arch::Starcoder2) // four norm tensors, six matrices, their biases
     return 10 + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 2 : 0);
-  if (groupedQkv(arch)) // the norms, four matrices (q, k, v fused), their biases
+  if (groupedQkv(arch) || arch == Arch::Mpt) // the norms, four matrices (q, k, v fused), their biases
     return normTensors() + 4 + (qkvBias ? 1 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 2 : 0);
   // The norms, q k v o, and the gated MLP's three matrices or the router,
   // three stacked expert weights and the shared expert with its gate.
@@ -130,17 +132,14 @@ int64_t ModelConfig::layerTensors(bool sparse) const {
 }
 
 int64_t ModelConfig::normTensors() const {
-  if (!normAffine)
-    return 0;
-  if (arch == Arch::Phi || (parallelResidual && !parallelNorms))
-    return 2;
-  return layerNorms(arch) ? 4 : 2;
+  const int64_t norms = arch == Arch::Phi || (parallelResidual && !parallelNorms) ? 1 : 2;
+  return norms * finalNormTensors();
 }
 
 int64_t ModelConfig::finalNormTensors() const {
   if (!normAffine)
     return 0;
-  return layerNorms(arch) ? 2 : 1;
+  return layerNorms(arch) && normBias ? 2 : 1;
 }
 
 using namespace llcdist::config;
@@ -150,6 +149,11 @@ const std::initializer_list<const char *> kMetadataFields = {
     "_name_or_path", "architectures", "model_type", "torch_dtype",
     "transformers_version", "use_cache", "bos_token_id", "eos_token_id",
     "pad_token_id", "initializer_range", "id2label", "label2id"};
+
+/// Class names of published configs that transformers builds as a family's
+/// own class: MosaicML's Hub configs name their remote code's MPTForCausalLM
+/// (with model_type "mpt", which transformers maps to MptForCausalLM).
+constexpr std::pair<const char *, Arch> kArchAliases[] = {{"MPTForCausalLM", Arch::Mpt}};
 
 Arch detectArch(FieldReader &r, const json &obj) {
   if (obj.contains("architectures")) {
@@ -163,6 +167,10 @@ Arch detectArch(FieldReader &r, const json &obj) {
           return k.arch;
       supported += std::string(supported.empty() ? "" : ", ") + k.hf;
     }
+    for (const auto &[alias, arch] : kArchAliases)
+      for (const json &name : a)
+        if (name == alias)
+          return arch;
     r.fail("architectures", "unsupported architecture " + a.dump() + "; supported: " + supported);
   }
   if (obj.contains("model_type")) {
@@ -235,6 +243,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseBloom(r, c);
     else if (c.arch == Arch::GptBigCode)
       parseGptBigCode(r, c);
+    else if (c.arch == Arch::Mpt)
+      parseMpt(r, c);
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));
@@ -247,21 +257,31 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     }
     // The fields later passes may blame (tp vs heads, pp vs layers, ...):
     // the importer gives the ops they shape a location at the field.
-    // GPT-2's names (GPTBigCode's too), and BLOOM's (n_head, n_layer: BloomConfig's own).
-    bool gpt2 = c.arch == Arch::GPT2 || c.arch == Arch::GptBigCode, bloom = c.arch == Arch::Bloom;
+    // GPT-2's names (GPTBigCode's too), BLOOM's (n_head, n_layer: BloomConfig's own) and MPT's.
+    bool gpt2 = c.arch == Arch::GPT2 || c.arch == Arch::GptBigCode, bloom = c.arch == Arch::Bloom,
+         mpt = c.arch == Arch::Mpt;
     const char *kvKey = c.arch == Arch::Falcon ? "num_kv_heads" : "num_key_value_heads";
     bool hasKv = !gpt2 && obj.contains(kvKey);
     bool bigcodeMq = c.arch == Arch::GptBigCode && obj.contains("multi_query");
     const std::pair<const char *, std::string> roles[] = {
-        {"num_heads", gpt2 || bloom ? "n_head" : "num_attention_heads"},
+        {"num_heads", mpt             ? "n_heads"
+                      : gpt2 || bloom ? "n_head"
+                                      : "num_attention_heads"},
         {"num_kv_heads", bigcodeMq       ? "multi_query" // GPTBigCode's one kv head
+                         : mpt           ? "n_heads"
                          : gpt2 || bloom ? "n_head"
                          : hasKv         ? kvKey
                                          : "num_attention_heads"},
-        {"num_layers", gpt2 || bloom ? "n_layer" : "num_hidden_layers"},
+        {"num_layers", mpt             ? "n_layers"
+                       : gpt2 || bloom ? "n_layer"
+                                       : "num_hidden_layers"},
         {"vocab_size", "vocab_size"},
-        {"max_positions", gpt2 ? "n_positions" : "max_position_embeddings"},
-        {"hidden_size", gpt2 ? "n_embd" : "hidden_size"},
+        {"max_positions", mpt    ? "max_seq_len"
+                          : gpt2 ? "n_positions"
+                                 : "max_position_embeddings"},
+        {"hidden_size", mpt    ? "d_model"
+                        : gpt2 ? "n_embd"
+                               : "hidden_size"},
         {"output_router_logits", "output_router_logits"}, // the MoE load-balancing loss
         {"clip_qkv", "clip_qkv"}};                        // OLMo's clamp of q, k and v
     for (const auto &[role, key] : roles) {

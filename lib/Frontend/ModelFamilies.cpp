@@ -2,7 +2,8 @@
 //
 // The fields of each transformers config class llc-dist builds (GPT2Config,
 // LlamaConfig and the Llama-shaped families', PhiConfig, StableLmConfig,
-// OlmoConfig, Starcoder2Config, GPTNeoXConfig, FalconConfig) into one ModelConfig. What llc-dist does not build is
+// OlmoConfig, Starcoder2Config, GPTNeoXConfig, FalconConfig, BloomConfig, GPTBigCodeConfig, MptConfig) into one
+// ModelConfig. What llc-dist does not build is
 // refused by name.
 //
 //===----------------------------------------------------------------------===//
@@ -11,11 +12,35 @@
 #include "llcdist/runtime/FloatAttrRules.h" // header-only: the runtime's rule for clamp's limit
 #include "llcdist/runtime/PlanSchema.h"     // header-only: the runtime's rule for rope_theta
 
+#include <cmath>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 using namespace llcdist;
 
 namespace llcdist::config {
+
+namespace {
+/// head_dim = hidden / heads (a family whose config has no head_dim field),
+/// which the heads must divide; the keys are the family's names of the two.
+void headDimOfHidden(FieldReader &r, ModelConfig &c, const char *headsKey = "num_attention_heads",
+                     const char *hiddenKey = "hidden_size") {
+  if (c.hidden % c.heads != 0)
+    r.fail(headsKey, std::string(headsKey) + "=" + std::to_string(c.heads) + " does not divide " + hiddenKey + "=" +
+                         std::to_string(c.hidden));
+  c.headDim = c.hidden / c.heads;
+}
+
+/// The config class's attribute_map (names transformers also takes) refused,
+/// naming the field to write instead.
+void refuseAliases(FieldReader &r, const char *cls,
+                   std::initializer_list<std::pair<const char *, const char *>> aliases) {
+  for (auto [alias, key] : aliases)
+    if (r.has(alias))
+      r.fail(alias, std::string("is ") + cls + "'s alias of " + key + "; write " + key);
+}
+} // namespace
 
 void parseGPT2(FieldReader &r, ModelConfig &c) {
   c.vocab = r.positiveInt("vocab_size");
@@ -24,9 +49,7 @@ void parseGPT2(FieldReader &r, ModelConfig &c) {
   c.layers = r.positiveInt("n_layer");
   c.heads = r.positiveInt("n_head");
   c.kvHeads = c.heads;
-  if (c.hidden % c.heads != 0)
-    r.fail("n_head", "n_head=" + std::to_string(c.heads) + " does not divide n_embd=" + std::to_string(c.hidden));
-  c.headDim = c.hidden / c.heads;
+  headDimOfHidden(r, c, "n_head", "n_embd");
   c.intermediate = r.positiveInt("n_inner", 4 * c.hidden);
   c.normEps = r.positiveFloat("layer_norm_epsilon", 1e-5);
   std::string act = r.string("activation_function", "gelu_new");
@@ -56,9 +79,7 @@ void parseGptBigCode(FieldReader &r, ModelConfig &c) {
   c.hidden = r.positiveInt("n_embd", 768);
   c.layers = r.positiveInt("n_layer", 12);
   c.heads = r.positiveInt("n_head", 12);
-  if (c.hidden % c.heads != 0)
-    r.fail("n_head", "n_head=" + std::to_string(c.heads) + " does not divide n_embd=" + std::to_string(c.hidden));
-  c.headDim = c.hidden / c.heads;
+  headDimOfHidden(r, c, "n_head", "n_embd");
   c.kvHeads = r.boolean("multi_query", true) ? 1 : c.heads;
   c.intermediate = r.positiveInt("n_inner", 4 * c.hidden);
   c.normEps = r.positiveFloat("layer_norm_epsilon", 1e-5);
@@ -295,15 +316,6 @@ void readPartialRotary(FieldReader &r, ModelConfig &c, const json &obj, double d
                     ") = " + std::to_string(c.rotaryDim) + " rotary dims per head; they must be even and at least 2");
 }
 
-/// head_dim = hidden_size / num_attention_heads (a family whose config has no
-/// head_dim field), which the heads must divide.
-void headDimOfHidden(FieldReader &r, ModelConfig &c) {
-  if (c.hidden % c.heads != 0)
-    r.fail("num_attention_heads", "num_attention_heads=" + std::to_string(c.heads) +
-                                      " does not divide hidden_size=" + std::to_string(c.hidden));
-  c.headDim = c.hidden / c.heads;
-}
-
 /// Rotary embeddings over whole heads rotate pairs of dims: head_dim even.
 void requireEvenHeadDim(FieldReader &r, const ModelConfig &c) {
   if (c.headDim % 2 != 0)
@@ -493,17 +505,12 @@ void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj) {
 void parseBloom(FieldReader &r, ModelConfig &c) {
   if (r.has("n_embed"))
     r.fail("n_embed", "is BloomConfig's old name of hidden_size; write hidden_size");
-  // BloomConfig's attribute_map: transformers also takes these names.
-  for (auto [alias, key] : {std::pair{"num_hidden_layers", "n_layer"}, {"num_attention_heads", "n_head"}})
-    if (r.has(alias))
-      r.fail(alias, std::string("is BloomConfig's alias of ") + key + "; write " + key);
+  refuseAliases(r, "BloomConfig", {{"num_hidden_layers", "n_layer"}, {"num_attention_heads", "n_head"}});
   c.vocab = r.positiveInt("vocab_size", 250880);
   c.hidden = r.positiveInt("hidden_size", 64);
   c.layers = r.positiveInt("n_layer", 2);
   c.heads = c.kvHeads = r.positiveInt("n_head", 8);
-  if (c.hidden % c.heads != 0)
-    r.fail("n_head", "n_head=" + std::to_string(c.heads) + " does not divide hidden_size=" + std::to_string(c.hidden));
-  c.headDim = c.hidden / c.heads;
+  headDimOfHidden(r, c, "n_head");
   c.intermediate = 4 * c.hidden; // BloomMLP's dense_h_to_4h
   // No learned positions, so no bound; BLOOM was trained on 2,048 tokens (the
   // default --seq-len is min(this, 1024)).
@@ -526,6 +533,78 @@ void parseBloom(FieldReader &r, ModelConfig &c) {
   // the MLP is always 4·hidden, offset_alibi).
   r.ignore({"hidden_dropout", "attention_dropout", "pretraining_tp", "attention_softmax_in_fp32", "bias_dropout_fusion",
             "masked_softmax_fusion", "offset_alibi", "skip_bias_add", "skip_bias_add_qkv", "n_inner", "unk_token_id"});
+}
+
+/// MPT's fields (transformers 4.40's MptConfig and its attn_config,
+/// MptAttentionConfig): GPT-2's sequential layer with nn.Linear layouts, one
+/// Wqkv GEMM [q | k | v] (multi-head), ALiBi in place of positions, LayerNorms
+/// of a weight alone (MptBlock sets their bias to None), the exact GELU on a
+/// 4·d_model MLP, no biases, the head tied. transformers' MptModel hard-codes
+/// several things its config names (ALiBi with alibi_bias_max 8, no biases,
+/// the 4·d_model MLP, no clamp of q, k and v, unscaled logits): any other
+/// value is refused by name, so a config trains as transformers runs it.
+void parseMpt(FieldReader &r, ModelConfig &c) {
+  refuseAliases(r, "MptConfig",
+                {{"hidden_size", "d_model"}, {"num_attention_heads", "n_heads"}, {"num_hidden_layers", "n_layers"}});
+  c.vocab = r.positiveInt("vocab_size", 50368);
+  c.hidden = r.positiveInt("d_model", 2048);
+  c.layers = r.positiveInt("n_layers", 24);
+  c.heads = c.kvHeads = r.positiveInt("n_heads", 16);
+  headDimOfHidden(r, c, "n_heads", "d_model");
+  if (r.positiveInt("expansion_ratio", 4) != 4)
+    r.fail("expansion_ratio", "transformers' MptMLP is 4·d_model wide whatever this says; only 4 is supported");
+  c.intermediate = 4 * c.hidden;
+  // ALiBi: no position table, so no bound but the default --seq-len
+  // (transformers builds the bias for max_seq_len positions).
+  c.maxPositions = r.positiveInt("max_seq_len", 2048);
+  c.normEps = r.positiveFloat("layer_norm_epsilon", 1e-5);
+  if (!r.boolean("no_bias", true))
+    r.fail("no_bias", "transformers' MptModel has no biases whatever this says; only true is supported");
+  const std::string norm = r.string("norm_type", "low_precision_layernorm");
+  if (norm != "low_precision_layernorm" && norm != "layernorm")
+    r.fail("norm_type", "unsupported norm_type '" + norm + "'; transformers' MptModel builds LayerNorms (" +
+                            "\"low_precision_layernorm\" or \"layernorm\")");
+  if (r.has("logit_scale"))
+    r.fail("logit_scale", "transformers' MptForCausalLM does not scale the logits; remove it (null)");
+  if (r.positiveFloat("embedding_fraction", 1.0) != 1.0)
+    r.fail("embedding_fraction", "the scaling of the embeddings' gradient is not implemented (transformers' MptModel "
+                                 "ignores it too); only 1.0 is supported");
+  FieldReader attn = r.object("attn_config");
+  const std::string type = attn.string("attn_type", "multihead_attention");
+  if (type != "multihead_attention")
+    attn.fail("attn_type", "transformers' MptAttention is multi-head whatever this says; only "
+                           "\"multihead_attention\" is supported");
+  if (!attn.boolean("alibi", true))
+    attn.fail("alibi", "transformers' MptModel always adds ALiBi (and has no position table); only true is supported");
+  if (attn.positiveFloat("alibi_bias_max", 8.0) != 8.0)
+    attn.fail("alibi_bias_max", "transformers builds MPT's ALiBi slopes with 8 whatever this says (BLOOM's slopes); "
+                                "only 8 is supported");
+  if (attn.has("softmax_scale")) {
+    const double scale = attn.positiveFloat("softmax_scale", std::nullopt);
+    const double want = 1.0 / std::sqrt(double(c.headDim));
+    if (std::abs(scale - want) > 1e-12 * want)
+      attn.fail("softmax_scale", "only 1/sqrt(head_dim) (null) is supported, got " + std::to_string(scale));
+  }
+  if (attn.has("clip_qkv"))
+    attn.fail("clip_qkv", "transformers' MptAttention does not clamp q, k and v; remove it (null)");
+  for (const char *off : {"qk_ln", "prefix_lm", "attn_uses_sequence_id"})
+    if (attn.boolean(off, false))
+      attn.fail(off, "is not implemented (nor read by transformers' MptModel); only false is supported");
+  // Dropout (llc-dist trains without it), the kernel choice, the optional
+  // fields checked above, which may be null, and the empty model_type
+  // transformers 4.40's save_pretrained writes into attn_config.
+  attn.ignore({"attn_pdrop", "attn_impl", "softmax_scale", "clip_qkv", "model_type"});
+  attn.rejectUnknown("MptForCausalLM's attn_config");
+  c.alibi = true;
+  c.geluExact = true; // MptMLP's nn.GELU(approximate="none")
+  c.qkvBias = c.outputBias = c.mlpBias = false;
+  c.normBias = false;
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
+  // Dropout; learned_pos_emb, which transformers' MptModel never reads (it
+  // has no position table); and the fields of MosaicML's published configs
+  // that only their own code reads (initialization, device, logging).
+  r.ignore({"resid_pdrop", "emb_pdrop", "learned_pos_emb", "init_device", "verbose", "init_config", "tokenizer_name",
+            "auto_map", "logit_scale"});
 }
 
 /// StarCoder2's fields (transformers 4.40's Starcoder2Config): Llama's

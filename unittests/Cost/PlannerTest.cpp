@@ -922,6 +922,19 @@ TEST(FrameworkConfig, Model) {
        {"--group-query-attention", "--num-query-groups 1", "--openai-gelu", "--max-position-embeddings 8192"})
     EXPECT_TRUE(hasFlag(a.megatron, f)) << f;
   EXPECT_FALSE(hasFlag(a.megatron, "--position-embedding-type rope"));
+  // MPT: ALiBi (a note naming Megatron-DeepSpeed's flag, no embedding LayerNorm), the exact GELU (no
+  // --openai-gelu), no biases, LayerNorms without a bias (a note).
+  ModelConfig mpt;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/mpt-7b.json", mpt));
+  m.w.model = mpt;
+  a = m.args();
+  for (const char *f : {"--position-embedding-type none", "--disable-bias-linear", "--num-attention-heads 32"})
+    EXPECT_TRUE(hasFlag(a.megatron, f)) << f;
+  for (const char *f : {"--openai-gelu", "--swiglu", "--untie-embeddings-and-output-weights"})
+    EXPECT_FALSE(hasFlag(a.megatron, f)) << f;
+  EXPECT_TRUE(hasNote(a.megatronNotes, "ALiBi instead of position embeddings (MPT's)"));
+  EXPECT_TRUE(hasNote(a.megatronNotes, "LayerNorms with a weight and no bias (MPT's)"));
+  EXPECT_FALSE(hasNote(a.megatronNotes, "--embed-layernorm"));
 }
 
 TEST(FrameworkConfig, EveryRowIsTested) {

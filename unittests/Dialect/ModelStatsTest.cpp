@@ -116,7 +116,10 @@ TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
                            "tiny-gpt-bigcode",
                            "../unittests/Integration/Inputs/tiny-gpt-bigcode-mha",
                            "starcoder-15.5b",
-                           "starcoderbase-1b"}) {
+                           "starcoderbase-1b",
+                           "tiny-mpt",
+                           "mpt-7b",
+                           "mpt-30b"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

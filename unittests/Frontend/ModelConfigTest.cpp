@@ -87,6 +87,11 @@ TEST(ModelConfig, PublishedParameterCounts) {
       // layer with one k and one v head (multi_query), learned positions.
       {"starcoder-15.5b", 15517456384},
       {"starcoderbase-1b", 1137207296},
+      // MPT (MPT-7B's 6,649,286,656 and MPT-30B's 29,957,200,896; transformers
+      // 4.40.2's MptForCausalLM counts the same): no biases, LayerNorms of a
+      // weight alone, no position table, tied.
+      {"mpt-7b", 6649286656},
+      {"mpt-30b", 29957200896},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -509,6 +514,68 @@ TEST(ModelConfig, GptBigCodeFields) {
   const std::optional<std::string> why = resolveTrainingShape(mha, 1, s);
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("--seq-len 33 exceeds the 32 learned positions"), std::string::npos) << *why;
+}
+
+// MPT: GPT-2's layer with MptConfig's names (d_model, n_heads, n_layers,
+// max_seq_len), ALiBi, LayerNorms of a weight alone, no biases; what
+// transformers' MptModel hard-codes is refused when a config says otherwise.
+TEST(ModelConfig, MptFields) {
+  ModelConfig c = load("mpt-7b");
+  EXPECT_EQ(c.arch, Arch::Mpt);
+  EXPECT_STREQ(hfArchitecture(c.arch), "MptForCausalLM");
+  EXPECT_EQ(c.heads, 32);
+  EXPECT_EQ(c.kvHeads, 32);
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_EQ(c.intermediate, 16384);
+  EXPECT_EQ(c.maxPositions, 2048);
+  EXPECT_TRUE(gpt2Layer(c.arch) && !learnedPositions(c.arch) && !groupedQkv(c.arch) && layerNorms(c.arch));
+  EXPECT_TRUE(c.alibi && c.geluExact && c.tieEmbeddings && c.normAffine);
+  EXPECT_FALSE(c.qkvBias || c.outputBias || c.mlpBias || c.normBias || c.embeddingNorm || c.lmHeadBias);
+  EXPECT_EQ(c.layerTensors(), 6); // norm_1, norm_2 (weights), Wqkv, out_proj, up_proj, down_proj
+  EXPECT_EQ(c.normTensors(), 2);
+  EXPECT_EQ(c.finalNormTensors(), 1);
+  EXPECT_EQ(c.fieldPos.at("num_heads").key, "n_heads");
+  EXPECT_EQ(c.fieldPos.at("num_layers").key, "n_layers");
+  EXPECT_EQ(c.fieldPos.at("hidden_size").key, "d_model");
+  const std::string head = R"({"architectures": ["MptForCausalLM"], "d_model": 64, "n_heads": 4,
+    "n_layers": 2, "vocab_size": 128, "max_seq_len": 32)";
+  ModelConfig plain, saved;
+  ASSERT_FALSE(parseModelConfig(head + "}", "plain.json", plain)); // MptConfig's defaults
+  EXPECT_EQ(plain.intermediate, 256);
+  EXPECT_EQ(plain.normEps, 1e-5);
+  // transformers 4.40's save_pretrained writes attn_config as {"model_type": ""}; nulls are defaults.
+  ASSERT_FALSE(parseModelConfig(head + R"(, "attn_config": {"model_type": "", "clip_qkv": null,
+    "softmax_scale": 0.25}, "logit_scale": null})",
+                                "saved.json", saved));
+  const std::pair<std::string, std::string> refused[] = {
+      {R"(, "hidden_size": 64})", "field 'hidden_size': is MptConfig's alias of d_model"},
+      {R"(, "expansion_ratio": 2})", "field 'expansion_ratio': transformers' MptMLP is 4·d_model wide"},
+      {R"(, "no_bias": false})", "field 'no_bias': transformers' MptModel has no biases"},
+      {R"(, "logit_scale": 0.5})", "field 'logit_scale': transformers' MptForCausalLM does not scale"},
+      {R"(, "embedding_fraction": 0.1})", "field 'embedding_fraction'"},
+      {R"(, "norm_type": "rmsnorm"})", "field 'norm_type': unsupported norm_type 'rmsnorm'"},
+      {R"(, "attn_config": {"alibi": false}})", "field 'alibi': transformers' MptModel always adds ALiBi"},
+      {R"(, "attn_config": {"alibi_bias_max": 16}})", "field 'alibi_bias_max'"},
+      {R"(, "attn_config": {"clip_qkv": 8}})", "field 'clip_qkv': transformers' MptAttention does not clamp"},
+      {R"(, "attn_config": {"qk_ln": true}})", "field 'qk_ln': is not implemented"},
+      {R"(, "attn_config": {"softmax_scale": 0.5}})", "field 'softmax_scale': only 1/sqrt(head_dim)"},
+      {R"(, "attn_config": {"attn_type": "multiquery_attention"}})", "field 'attn_type'"},
+      {R"(, "attn_config": {"rope": true}})", "unknown field for MptForCausalLM's attn_config"},
+      {R"(, "attn_config": 3})", "field 'attn_config': must be a JSON object"},
+      {R"(, "n_positions": 32})", "unknown field for MptForCausalLM"},
+  };
+  for (const auto &[extra, want] : refused)
+    EXPECT_NE(parseError(head + extra).find(want), std::string::npos) << extra << ": " << parseError(head + extra);
+  // MosaicML's Hub configs name their remote code's class (transformers builds MptForCausalLM).
+  ModelConfig hub;
+  std::string hubText = head + "}";
+  hubText.replace(hubText.find("MptForCausalLM"), 14, "MPTForCausalLM");
+  ASSERT_FALSE(parseModelConfig(hubText, "hub.json", hub));
+  EXPECT_EQ(hub.arch, Arch::Mpt);
+  // ALiBi has no position table: --seq-len is not bounded by max_seq_len.
+  TrainingShape s;
+  s.seqLen = 64;
+  EXPECT_FALSE(resolveTrainingShape(plain, 1, s));
 }
 
 TEST(ModelConfig, LlamaFields) {

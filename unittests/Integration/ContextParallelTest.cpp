@@ -265,6 +265,12 @@ TEST(ContextParallelRing, TinyBloomSGD) {
 TEST(ContextParallelRing, TinyGptBigCodeSGD) {
   golden("tiny-gpt-bigcode", "sgd", {CpCase::of(2).ring(), CpCase::of(4).ring(), CpCase::of(2)});
 }
+/// MPT's ALiBi and its LayerNorms of a weight alone on the ring's chunks, and
+/// under tp + SP (each rank's slice of the tokens sums its part of each
+/// LayerNorm weight's gradient).
+TEST(ContextParallelRing, TinyMptSGD) {
+  golden("tiny-mpt", "sgd", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel().ring()});
+}
 /// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
 /// it around.
 TEST(ContextParallelRing, TinyGemmaSGD) {

@@ -106,6 +106,12 @@ TEST(Parallel, TinyBloomAdamW) { golden("tiny-bloom", "adamw"); }
 TEST(Parallel, TinyGptBigCodeSGD) {
   golden(std::string(LLCDIST_SOURCE_DIR) + "/unittests/Integration/Inputs/tiny-gpt-bigcode-mha.json", "sgd");
 }
+// MPT: GPT-2's layer with nn.Linear layouts, Wqkv [q | k | v] in three
+// blocks per tp rank, ALiBi over 12 heads (each tp rank its own heads'
+// slopes), LayerNorms of a weight alone (their weight gradients summed over
+// the sequence-parallel slices), no biases, the exact GELU.
+TEST(Parallel, TinyMptSGD) { golden("tiny-mpt", "sgd"); }
+TEST(Parallel, TinyMptAdamW) { golden("tiny-mpt", "adamw"); }
 // The mixtures of experts: every token's experts whatever the rank holds its
 // tokens (dp: each rank routes its own, its group sizes its own; the expert
 // gradients reduced over dp), the experts whole on every tp rank (Qwen2-MoE's

@@ -4,8 +4,8 @@
 // GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
 // GemmaForCausalLM, PhiForCausalLM, MixtralForCausalLM,
 // Qwen2MoeForCausalLM, Starcoder2ForCausalLM, StableLmForCausalLM,
-// OlmoForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM, BloomForCausalLM
-// or GPTBigCodeForCausalLM into one
+// OlmoForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM, BloomForCausalLM,
+// GPTBigCodeForCausalLM or MptForCausalLM into one
 // flat description of a decoder-only transformer (Phi's parallel
 // attention/MLP block, StarCoder2's and StableLM's layers are their
 // architectures': ImportXF's phiBlock, starcoder2Block and stablelmBlock). Errors name the file, the line and
@@ -40,11 +40,12 @@ enum class Arch {
   GptNeoX,
   Falcon,
   Bloom,
-  GptBigCode
+  GptBigCode,
+  Mpt
 };
 /// How many families there are: a new one is appended to Arch (kArchs in
 /// ModelConfig.cpp is indexed by it; docs/adding-a-model.md).
-inline constexpr int kNumArchs = int(Arch::GptBigCode) + 1;
+inline constexpr int kNumArchs = int(Arch::Mpt) + 1;
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
@@ -54,12 +55,16 @@ const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" 
 /// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place,
 /// and so do StableLM (with LayerNorms and partial rotary embeddings) and
 /// OLMo (with LayerNorms that have no weight or bias).
-/// GPT-2, Phi, StarCoder2, GPT-NeoX, Falcon, BLOOM and GPTBigCode have
+/// GPT-2, Phi, StarCoder2, GPT-NeoX, Falcon, BLOOM, GPTBigCode and MPT have
 /// LayerNorms and a two-matrix MLP.
 inline bool llamaLayout(Arch a) {
   return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2 && a != Arch::GptNeoX && a != Arch::Falcon &&
-         a != Arch::Bloom && a != Arch::GptBigCode;
+         a != Arch::Bloom && a != Arch::GptBigCode && a != Arch::Mpt;
 }
+/// GPT-2's layer: one GEMM's q | k | v (GPTBigCode: in kv-head groups), the
+/// two-matrix MLP, sequential; GPTBigCode's and MPT's (Wqkv, no biases,
+/// ALiBi) with nn.Linear layouts and their own names.
+inline bool gpt2Layer(Arch a) { return a == Arch::GPT2 || a == Arch::GptBigCode || a == Arch::Mpt; }
 /// A learned position table (transformer.wpe) added to the embeddings: GPT-2
 /// and GPTBigCode (StarCoder, SantaCoder); --seq-len is bounded by it.
 inline bool learnedPositions(Arch a) { return a == Arch::GPT2 || a == Arch::GptBigCode; }
@@ -113,6 +118,8 @@ struct ModelConfig {
   /// The norms scale and shift by a learned weight and bias (RMSNorm: a
   /// weight); false: OLMo's OlmoLayerNorm, with neither.
   bool normAffine = true;
+  /// The LayerNorms (affine) have a bias; false: MPT's, a weight alone.
+  bool normBias = true;
   /// OLMo's clip_qkv c: the q, k and v projections' outputs clamped to
   /// [-c, c] before the rotary embeddings; 0: none.
   double clipQkv = 0;
@@ -145,8 +152,9 @@ struct ModelConfig {
   /// the exact one (erf), not the tanh approximation ("gelu_new") the other
   /// GPT-style MLPs use.
   bool geluExact = false;
-  /// BLOOM's ALiBi: no position embedding; each attention score gets a
-  /// head's slope times (key − query position) (xf.attention alibi_heads).
+  /// BLOOM's (and MPT's) ALiBi: no position embedding; each attention score
+  /// gets a head's slope times (key − query position) (xf.attention
+  /// alibi_heads).
   bool alibi = false;
   /// BLOOM's word_embeddings_layernorm: a LayerNorm (weight and bias) on
   /// the embeddings before the first layer.
@@ -191,10 +199,11 @@ struct ModelConfig {
   /// One layer's norm tensors, each of hidden_size elements: two RMSNorm
   /// weights (the Llama-shaped families), two LayerNorms' weights and biases
   /// (GPT-2, StarCoder2, StableLM), one LayerNorm's (Phi, StableLM under
-  /// use_parallel_residual, Falcon's parallel_attn), none (OLMo).
+  /// use_parallel_residual, Falcon's parallel_attn), two LayerNorms' weights
+  /// (MPT), none (OLMo).
   int64_t normTensors() const;
   /// The final norm's tensors, each of hidden_size elements: a LayerNorm's
-  /// weight and bias, an RMSNorm's weight, none (OLMo).
+  /// weight and bias, an RMSNorm's weight or MPT's LayerNorm's, none (OLMo).
   int64_t finalNormTensors() const;
 };
 

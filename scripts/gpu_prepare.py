@@ -85,6 +85,8 @@ GOLDEN = [
     # MPT's LayerNorms of gamma alone (layer_norm_fwd and its fused add without beta, the weight
     # gradient without dbeta) and ALiBi per tp rank, under sequence parallelism.
     ("mpt-dp2-tp2-sp", "tiny-mpt", "--mesh dp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
+    # GPT-J's rotate_every_two (rope_fwd / _bwd interleaved) on a partial rotary width, per tp rank's heads.
+    ("gpt-j-tp2", "tiny-gpt-j", "--mesh tp=2 --seq-len 64 --global-batch 4"),
     # Mixtures of experts (issue #34): routing, permutation, the grouped GEMMs and the weighted sum back
     # (Mixtral, top-2 renormalized), Qwen2-MoE's gated shared expert, with dp and tp.
     ("mixtral-1rank", "tiny-mixtral", "--seq-len 64 --global-batch 4"),

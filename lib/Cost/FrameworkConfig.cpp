@@ -103,6 +103,8 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
       percent << double(m.rotaryDim) / double(m.headDim);
       flag(a, "--rotary-percent", percent.str());
     }
+    if (m.ropeInterleaved) // GPT-J's rotate_every_two
+      flag(a, "--rotary-interleaved");
   }
   if (llamaLayout(m.arch)) {
     if (!layerNorms(m.arch)) // StableLM's LayerNorm is Megatron-LM's default
@@ -136,6 +138,9 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
     if (m.arch == Arch::GptNeoX && !m.outputBias) // attention_bias off, the MLP's biases on
       a.megatronNotes.push_back("no biases on query_key_value and dense (attention_bias false) but on the MLP: no "
                                 "Megatron-LM flag (--disable-bias-linear drops both)");
+    else if (!m.outputBias && m.mlpBias) // GPT-J
+      a.megatronNotes.push_back("no biases on q, k, v and out_proj but on the MLP (GPT-J's): no Megatron-LM flag "
+                                "(--disable-bias-linear drops both)");
     if (!m.outputBias && !m.mlpBias) // StarCoder2 without use_bias
       flag(a, "--disable-bias-linear");
   }
@@ -153,7 +158,7 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   if (m.normAffine && !m.normBias) // MPT
     a.megatronNotes.push_back("LayerNorms with a weight and no bias (MPT's): no Megatron-LM flag (its LayerNorm always "
                               "has both)");
-  if (m.arch == Arch::Phi)
+  if (phiLayer(m.arch))
     a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (x + attn(ln x) + mlp(ln x)): no "
                               "Megatron-LM flag; the LM head's bias: none either");
   if (m.parallelResidual && m.parallelNorms)

@@ -82,7 +82,7 @@ RecomputeSkip recomputeSkip(const Workload &w) {
     return {};
   if (w.model.moe) // (a mixed model's dense layers do skip their down projection: priced as sparse ones)
     return {false, false, true};
-  return {true, w.model.arch == Arch::Phi || w.model.parallelResidual, true};
+  return {true, phiLayer(w.model.arch) || w.model.parallelResidual, true};
 }
 
 LayerShape layerShape(const ModelConfig &m, int64_t tp) {
@@ -137,11 +137,12 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.sparseLayer = pc.layer - mlp + sparseMlp;
     pc.denseLayer = pc.layer - mlp + denseMlp;
     pc.finalNorm = double(m.finalNormTensors()) * H; // OLMo's has none
-  } else if (m.arch == Arch::Starcoder2 || groupedQkv(m.arch) || m.arch == Arch::Mpt) {
-    // The LayerNorms (Falcon's parallel_attn: one; MPT's without biases); q,
-    // k, v (GPT-NeoX's, Falcon's, BLOOM's, GPTBigCode's and MPT's fused), o,
-    // the MLP's two matrices, their biases; BLOOM's LayerNorm on the
-    // embeddings, GPTBigCode's position table.
+  } else {
+    // The GPT-style layers: the LayerNorms (Phi's, GPT-J's and Falcon's
+    // parallel_attn: one; MPT's without biases); q, k, v (GPT-2's, GPT-NeoX's,
+    // Falcon's, BLOOM's, GPTBigCode's and MPT's fused), o, the MLP's two
+    // matrices, their biases; BLOOM's LayerNorm on the embeddings, GPT-2's
+    // and GPTBigCode's position table.
     pc.layer = double(m.normTensors()) * H + H * double(s.q + 2 * s.kv) + double(s.q) * H + 2 * H * double(s.inter);
     if (m.qkvBias)
       pc.layer += double(s.q + 2 * s.kv);
@@ -152,18 +153,8 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.finalNorm = double(m.finalNormTensors()) * H;
     if (m.embeddingNorm)
       pc.embeddingExtras = 2 * H;
-    if (learnedPositions(m.arch)) // GPTBigCode's wpe
+    if (learnedPositions(m.arch)) // GPT-2's and GPTBigCode's wpe
       pc.embeddingExtras = double(m.maxPositions) * H;
-  } else if (m.arch == Arch::Phi) { // one LayerNorm; biases on q, k, v, dense, fc1, fc2
-    const double qkv = double(s.q + 2 * s.kv);
-    pc.layer =
-        2 * H + H * qkv + qkv + double(s.q) * H + H + H * double(s.inter) + double(s.inter) + double(s.inter) * H + H;
-    pc.finalNorm = 2 * H;
-  } else {
-    pc.layer = 4 * H + H * 3 * double(s.q) + 3 * double(s.q) + double(s.q) * H + H + H * double(s.inter) +
-               double(s.inter) + double(s.inter) * H + H;
-    pc.finalNorm = 2 * H;
-    pc.embeddingExtras = double(m.maxPositions) * H;
   }
   // The widest tensor of a layer: GPT-2's fused c_attn, the others' q
   // projection, a dense MLP's (none where every layer has experts); a

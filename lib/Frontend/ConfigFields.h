@@ -216,6 +216,7 @@ void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj);
 void parseBloom(FieldReader &r, ModelConfig &c);
 void parseGptBigCode(FieldReader &r, ModelConfig &c);
 void parseMpt(FieldReader &r, ModelConfig &c);
+void parseGptJ(FieldReader &r, ModelConfig &c);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
 } // namespace llcdist::config
 

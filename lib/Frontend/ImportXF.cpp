@@ -58,7 +58,7 @@ public:
     func::FuncOp sparse, dense;
     if (gpt2Layer(m.arch))
       dense = gpt2Block();
-    else if (m.arch == Arch::Phi)
+    else if (phiLayer(m.arch))
       dense = phiBlock();
     else if (m.arch == Arch::Starcoder2)
       dense = starcoder2Block();
@@ -214,7 +214,8 @@ private:
   Value rope(const std::string &p, Value v, const char *attn = "self_attn") {
     IntegerAttr rotary = m.rotaryDim && m.rotaryDim != m.headDim ? b.getI64IntegerAttr(m.rotaryDim) : IntegerAttr();
     return RopeOp::create(b, loc(p + attn + ".rotary_emb"), v.getType(), v, b.getI64IntegerAttr(m.headDim),
-                          b.getF64FloatAttr(m.ropeTheta), ropeScaling(), rotary)
+                          b.getF64FloatAttr(m.ropeTheta), ropeScaling(), rotary,
+                          m.ropeInterleaved ? b.getUnitAttr() : UnitAttr())
         .getResult();
   }
 
@@ -242,17 +243,19 @@ private:
 
   /// Layer prefix `p`'s q, k and v projections of `h` (with biases when
   /// `bias`), rotary embeddings on q and k, and causal attention:
-  /// [B, S, heads·head_dim], before the output projection.
-  Value selfAttention(const std::string &p, Value h, bool bias) {
+  /// [B, S, heads·head_dim], before the output projection; `attn`: the
+  /// attention module's name.
+  Value selfAttention(const std::string &p, Value h, bool bias, const char *attn = "self_attn") {
     int64_t H = m.hidden, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
     auto o = WeightLayout::OutIn;
+    const std::string a = p + attn + ".";
     // Separate statements: the ops appear in a fixed order.
-    Value qv = clipQkv(p + "self_attn.q_proj", linear(p + "self_attn.q_proj", h, H, q, bias, o));
-    Value kv_ = clipQkv(p + "self_attn.k_proj", linear(p + "self_attn.k_proj", h, H, kv, bias, o));
-    Value vv = clipQkv(p + "self_attn.v_proj", linear(p + "self_attn.v_proj", h, H, kv, bias, o));
-    Value qr = rope(p, qv);
-    Value kr = rope(p, kv_);
-    return attention(p, qr, kr, vv);
+    Value qv = clipQkv(a + "q_proj", linear(a + "q_proj", h, H, q, bias, o));
+    Value kv_ = clipQkv(a + "k_proj", linear(a + "k_proj", h, H, kv, bias, o));
+    Value vv = clipQkv(a + "v_proj", linear(a + "v_proj", h, H, kv, bias, o));
+    Value qr = rope(p, qv, attn);
+    Value kr = rope(p, kv_, attn);
+    return attention(p, qr, kr, vv, attn);
   }
 
   /// The gated MLP under `prefix` ("model.layers.{i}.mlp."): gate_proj,
@@ -340,19 +343,27 @@ private:
 
   /// PhiDecoderLayer: one LayerNorm feeding attention and the MLP side by
   /// side, (attn(ln x) + mlp(ln x)) + x in transformers' order; biases on
-  /// every projection.
+  /// every projection. GPTJBlock: the same with GPT-2's names, no biases on
+  /// q, k, v and out_proj, and rotate_every_two (ModelConfig::ropeInterleaved).
   func::FuncOp phiBlock() {
     func::FuncOp fn;
-    Value x = beginLayer(fn, "phi_decoder_layer");
-    const std::string p = "model.layers.{i}.";
+    const bool gptj = m.arch == Arch::GptJ;
+    Value x = beginLayer(fn, gptj ? "gptj_block" : "phi_decoder_layer");
+    struct Names {
+      const char *block, *ln, *attn, *proj, *fc, *fcProj;
+    };
+    const Names n =
+        gptj ? Names{"transformer.h.{i}.", "ln_1", "attn", "attn.out_proj", "mlp.fc_in", "mlp.fc_out"}
+             : Names{"model.layers.{i}.", "input_layernorm", "self_attn", "self_attn.dense", "mlp.fc1", "mlp.fc2"};
+    const std::string p = n.block;
     int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim;
     auto o = WeightLayout::OutIn;
-    Value h = layerNorm(p + "input_layernorm", x);
-    Value a = selfAttention(p, h, /*bias=*/true);
-    Value attnOut = linear(p + "self_attn.dense", a, q, H, true, o);
-    Value f = linear(p + "mlp.fc1", h, H, I, true, o);
+    Value h = layerNorm(p + n.ln, x);
+    Value a = selfAttention(p, h, m.qkvBias, n.attn);
+    Value attnOut = linear(p + n.proj, a, q, H, m.outputBias, o);
+    Value f = linear(p + n.fc, h, H, I, m.mlpBias, o);
     Value g = GeluTanhOp::create(b, loc(p + "mlp"), f);
-    Value mlpOut = linear(p + "mlp.fc2", g, I, H, true, o);
+    Value mlpOut = linear(p + n.fcProj, g, I, H, m.mlpBias, o);
     Value sum = AddOp::create(b, loc(p + "mlp"), attnOut, mlpOut);
     x = AddOp::create(b, loc(p), sum, x);
     func::ReturnOp::create(b, loc(p), x);
@@ -478,10 +489,11 @@ private:
     int64_t H = m.hidden, V = m.vocab;
     bool gpt2 = learnedPositions(m.arch), neox = m.arch == Arch::GptNeoX; // GPT-2's names are GPTBigCode's
     bool falcon = m.arch == Arch::Falcon || m.arch == Arch::Bloom; // Falcon's names are BLOOM's
-    std::string embName = gpt2Layer(m.arch) ? "transformer.wte.weight"
-                          : neox            ? "gpt_neox.embed_in.weight"
-                          : falcon          ? "transformer.word_embeddings.weight"
-                                            : "model.embed_tokens.weight";
+    const bool gptj = m.arch == Arch::GptJ;                        // GPT-2's names of the embedding and the final norm
+    std::string embName = gpt2Layer(m.arch) || gptj ? "transformer.wte.weight"
+                          : neox                    ? "gpt_neox.embed_in.weight"
+                          : falcon                  ? "transformer.word_embeddings.weight"
+                                                    : "model.embed_tokens.weight";
     Value emb = param(embName, {V, H});
     // Gemma: the embeddings times sqrt(hidden_size).
     FloatAttr scale = m.scaleEmbeddings ? b.getF64FloatAttr(std::sqrt(double(H))) : FloatAttr();
@@ -506,7 +518,7 @@ private:
     }
     if (m.arch == Arch::Mpt)
       x = layerNorm("transformer.norm_f", x);
-    else if (gpt2 || falcon)
+    else if (gpt2 || falcon || gptj)
       x = layerNorm("transformer.ln_f", x);
     else if (m.arch == Arch::Phi)
       x = layerNorm("model.final_layernorm", x);

@@ -39,7 +39,8 @@ constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
                                 {Arch::Falcon, "falcon", "FalconForCausalLM"},
                                 {Arch::Bloom, "bloom", "BloomForCausalLM"},
                                 {Arch::GptBigCode, "gpt_bigcode", "GPTBigCodeForCausalLM"},
-                                {Arch::Mpt, "mpt", "MptForCausalLM"}};
+                                {Arch::Mpt, "mpt", "MptForCausalLM"},
+                                {Arch::GptJ, "gptj", "GPTJForCausalLM"}};
 static_assert(std::size(kArchs) == size_t(kNumArchs), "one kArchs row per Arch, in its order");
 } // namespace
 
@@ -69,18 +70,13 @@ template <typename T> T mlpCount(const ModelConfig &c, T experts, bool sparse) {
 template <typename T> T layerCount(const ModelConfig &c, bool active, bool sparse) {
   T H = c.hidden, I = c.intermediate;
   T q = T(c.heads) * T(c.headDim), kv = T(c.kvHeads) * T(c.headDim);
-  if (c.arch == Arch::GPT2)
-    return 2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H);
-  if (c.arch == Arch::Phi) // one LayerNorm; q, k, v, dense, fc1, fc2, all with biases
-    return 2 * H + (H * q + q) + 2 * (H * kv + kv) + (q * H + H) + (H * I + I) + (I * H + H);
-  // Two LayerNorms; q, k, v, o, c_fc, c_proj, biases when use_bias (GPT-NeoX:
-  // q, k and v fused in query_key_value, o is dense, the MLP's dense_h_to_4h
-  // and dense_4h_to_h with biases; attention biases when attention_bias;
-  // Falcon: the same names, one LayerNorm under parallel_attn, biases when
-  // bias; BLOOM: Falcon's names, sequential, every bias; GPTBigCode:
-  // GPT-2's layer with c_attn q + 2 kv wide, every bias; MPT: Wqkv, no
-  // biases, LayerNorms of a weight alone).
-  if (c.arch == Arch::Starcoder2 || groupedQkv(c.arch) || c.arch == Arch::Mpt)
+  // The GPT-style layers: the LayerNorms (one for Phi's, GPT-J's and a
+  // parallel residual's; MPT's without biases); q, k, v (fused or not), o,
+  // the MLP's two matrices, and each family's biases (GPT-2, Phi, BLOOM,
+  // GPTBigCode: every one; StarCoder2: use_bias; GPT-NeoX: the MLP's, the
+  // attention's when attention_bias; Falcon: bias; MPT: none; GPT-J: the
+  // MLP's).
+  if (!llamaLayout(c.arch))
     return T(c.normTensors()) * H + H * q + 2 * H * kv + q * H + 2 * H * I + (c.qkvBias ? q + 2 * kv : 0) +
            (c.outputBias ? H : 0) + (c.mlpBias ? I + H : 0);
   T layer = T(c.normTensors()) * H + H * q + 2 * H * kv + q * H;
@@ -117,14 +113,10 @@ int64_t ModelConfig::numParameters() const { return parameterCount<int64_t>(*thi
 int64_t ModelConfig::activeParameters() const { return parameterCount<int64_t>(*this, /*active=*/true); }
 int64_t ModelConfig::layerParameters() const { return layerCount<int64_t>(*this, /*active=*/false, moe.has_value()); }
 int64_t ModelConfig::layerTensors(bool sparse) const {
-  if (arch == Arch::GPT2)
-    return 12;
-  if (arch == Arch::Phi)
-    return 14;
-  if (arch == Arch::Starcoder2) // four norm tensors, six matrices, their biases
-    return 10 + (qkvBias ? 3 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 2 : 0);
-  if (groupedQkv(arch) || arch == Arch::Mpt) // the norms, four matrices (q, k, v fused), their biases
-    return normTensors() + 4 + (qkvBias ? 1 : 0) + (outputBias ? 1 : 0) + (mlpBias ? 2 : 0);
+  if (!llamaLayout(arch)) { // the norms, q k v o (q|k|v fused: one), the MLP's two matrices, their biases
+    const bool fused = gpt2Layer(arch) || groupedQkv(arch);
+    return normTensors() + (fused ? 4 : 6) + (qkvBias ? (fused ? 1 : 3) : 0) + (outputBias ? 1 : 0) + (mlpBias ? 2 : 0);
+  }
   // The norms, q k v o, and the gated MLP's three matrices or the router,
   // three stacked expert weights and the shared expert with its gate.
   int64_t mlp = moe && sparse ? 4 + (moe->sharedIntermediate ? 4 : 0) : 3 + (mlpBias ? 3 : 0);
@@ -132,7 +124,7 @@ int64_t ModelConfig::layerTensors(bool sparse) const {
 }
 
 int64_t ModelConfig::normTensors() const {
-  const int64_t norms = arch == Arch::Phi || (parallelResidual && !parallelNorms) ? 1 : 2;
+  const int64_t norms = phiLayer(arch) || (parallelResidual && !parallelNorms) ? 1 : 2;
   return norms * finalNormTensors();
 }
 
@@ -245,6 +237,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseGptBigCode(r, c);
     else if (c.arch == Arch::Mpt)
       parseMpt(r, c);
+    else if (c.arch == Arch::GptJ)
+      parseGptJ(r, c);
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));
@@ -257,9 +251,9 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     }
     // The fields later passes may blame (tp vs heads, pp vs layers, ...):
     // the importer gives the ops they shape a location at the field.
-    // GPT-2's names (GPTBigCode's too), BLOOM's (n_head, n_layer: BloomConfig's own) and MPT's.
-    bool gpt2 = c.arch == Arch::GPT2 || c.arch == Arch::GptBigCode, bloom = c.arch == Arch::Bloom,
-         mpt = c.arch == Arch::Mpt;
+    // GPT-2's names (GPTBigCode's and GPT-J's too), BLOOM's (n_head, n_layer: BloomConfig's own) and MPT's.
+    bool gpt2 = c.arch == Arch::GPT2 || c.arch == Arch::GptBigCode || c.arch == Arch::GptJ,
+         bloom = c.arch == Arch::Bloom, mpt = c.arch == Arch::Mpt;
     const char *kvKey = c.arch == Arch::Falcon ? "num_kv_heads" : "num_key_value_heads";
     bool hasKv = !gpt2 && obj.contains(kvKey);
     bool bigcodeMq = c.arch == Arch::GptBigCode && obj.contains("multi_query");

@@ -607,6 +607,55 @@ void parseMpt(FieldReader &r, ModelConfig &c) {
             "auto_map", "logit_scale"});
 }
 
+/// GPT-J's fields (transformers 4.40's GPTJConfig): Phi's layer (attention
+/// and MLP side by side on one LayerNorm) with GPT-2's names, q, k, v and
+/// out_proj without biases, fc_in and fc_out with them, the tanh GELU, rotary
+/// embeddings on the first rotary_dim dims of each head in adjacent pairs
+/// (rotate_every_two, theta 10,000), an untied head with a bias.
+void parseGptJ(FieldReader &r, ModelConfig &c) {
+  refuseAliases(r, "GPTJConfig",
+                {{"hidden_size", "n_embd"},
+                 {"num_attention_heads", "n_head"},
+                 {"num_hidden_layers", "n_layer"},
+                 {"max_position_embeddings", "n_positions"}});
+  c.vocab = r.positiveInt("vocab_size", 50400);
+  c.maxPositions = r.positiveInt("n_positions", 2048);
+  c.hidden = r.positiveInt("n_embd", 4096);
+  c.layers = r.positiveInt("n_layer", 28);
+  c.heads = c.kvHeads = r.positiveInt("n_head", 16);
+  headDimOfHidden(r, c, "n_head", "n_embd");
+  c.intermediate = r.positiveInt("n_inner", 4 * c.hidden);
+  // transformers builds the sine table over n_embd when rotary_dim is null,
+  // which only broadcasts over one head: a rotary_dim is required.
+  c.rotaryDim = r.positiveInt("rotary_dim", 64);
+  if (c.rotaryDim % 2 != 0 || c.rotaryDim > c.headDim)
+    r.fail("rotary_dim",
+           "must be even and at most head_dim = " + std::to_string(c.headDim) + ", got " + std::to_string(c.rotaryDim));
+  if (c.rotaryDim == c.headDim)
+    c.rotaryDim = 0; // every dim rotates
+  c.ropeInterleaved = true;
+  c.normEps = r.positiveFloat("layer_norm_epsilon", 1e-5);
+  std::string act = r.string("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    r.fail("activation_function",
+           "unsupported activation '" + act + "'; llc-dist implements GPT-J's tanh GELU (\"gelu_new\")");
+  c.qkvBias = c.outputBias = false;
+  c.mlpBias = c.lmHeadBias = true;
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
+  // Fields of EleutherAI's published config that GPTJConfig 4.40 never
+  // reads: they hold only their one value (rotary embeddings, scaled scores).
+  if (!r.boolean("rotary", true))
+    r.fail("rotary", "transformers' GPTJAttention always applies rotary embeddings; only true is supported");
+  if (!r.boolean("scale_attn_weights", true))
+    r.fail("scale_attn_weights", "transformers' GPTJAttention always scales the scores by 1/sqrt(head_dim); only "
+                                 "true is supported");
+  // Dropout (llc-dist trains without it), and the rest of that config: the
+  // sequence-summary head, the tokenizer's class, a training switch.
+  r.ignore({"resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_activation", "summary_first_dropout",
+            "summary_proj_to_labels", "summary_type", "summary_use_proj", "task_specific_params",
+            "gradient_checkpointing", "tokenizer_class"});
+}
+
 /// StarCoder2's fields (transformers 4.40's Starcoder2Config): Llama's
 /// attention (GQA, rotary embeddings, Mistral's sliding window) in a GPT-style
 /// layer: LayerNorms with biases, c_fc -> tanh GELU -> c_proj, biases on

@@ -61,6 +61,54 @@ TEST(RopeTest, ForwardMatchesRotateHalfDefinition) {
   expectAllClose(y, ref, 1e-5, 1e-5, "rope");
 }
 
+// GPT-J's rotate_every_two (transformers' apply_rotary_pos_emb in modeling_gptj) on a partial rotary
+// width, in double: dims 2i and 2i + 1 of the first rd rotate by the angle of inv_freq[i] over rd
+// (x·cos + rotate_every_two(x)·sin, rotate_every_two(x)[2i] = -x[2i+1], [2i+1] = x[2i], the
+// angles repeat_interleave'd); the rest pass through. Its backward is the transpose (finite
+// differences), in place too.
+TEST(RopeTest, InterleavedMatchesRotateEveryTwoDefinition) {
+  constexpr int64_t rd = 4;
+  RopeConfig cfg;
+  const int64_t posBegin = 2;
+  auto table = makeRopeTable(cfg, rd, posBegin, S);
+  ASSERT_TRUE(table.isOk()) << table.status().message();
+  std::vector<float> x = randn(B * S * n * hd, 11), y(x.size());
+  ASSERT_TRUE(ropeForward(*table, x.data(), y.data(), B, S, n, hd, rd, /*interleaved=*/true).isOk());
+  const std::vector<double> inv = refInvFreq(cfg, rd);
+  std::vector<double> ref(x.size());
+  for (int64_t row = 0; row < B * S * n; ++row) {
+    const int64_t s = (row / n) % S;
+    const float* xv = x.data() + row * hd;
+    for (int64_t j = 0; j < hd; ++j) {
+      double v = xv[j];
+      if (j < rd) {
+        const double angle = double(posBegin + s) * inv[j / 2];
+        const double every2 = j % 2 == 0 ? -double(xv[j + 1]) : double(xv[j - 1]);
+        v = xv[j] * std::cos(angle) + every2 * std::sin(angle);
+      }
+      ref[row * hd + j] = v;
+    }
+  }
+  expectAllClose(y, ref, 1e-5, 1e-5, "interleaved rope");
+  // Not rotate_half: the comparison can fail.
+  std::vector<float> half(x.size());
+  ASSERT_TRUE(ropeForward(*table, x.data(), half.data(), B, S, n, hd, rd).isOk());
+  EXPECT_NE(half, y);
+  std::vector<float> dy = randn(x.size(), 12), dx(x.size());
+  ASSERT_TRUE(ropeBackward(*table, dy.data(), dx.data(), B, S, n, hd, rd, true).isOk());
+  checkGradient(
+      x, dx,
+      [&] {
+        std::vector<float> out(x.size());
+        EXPECT_TRUE(ropeForward(*table, x.data(), out.data(), B, S, n, hd, rd, true).isOk());
+        return dot(dy, out);
+      },
+      "dx");
+  std::vector<float> inplace = dy;
+  ASSERT_TRUE(ropeBackward(*table, inplace.data(), inplace.data(), B, S, n, hd, rd, true).isOk());
+  EXPECT_EQ(inplace, dx);
+}
+
 TEST(RopeTest, TableRowsDependOnlyOnAbsolutePosition) {
   RopeConfig cfg;
   auto whole = makeRopeTable(cfg, hd, 0, 10);

@@ -935,6 +935,17 @@ TEST(FrameworkConfig, Model) {
   EXPECT_TRUE(hasNote(a.megatronNotes, "ALiBi instead of position embeddings (MPT's)"));
   EXPECT_TRUE(hasNote(a.megatronNotes, "LayerNorms with a weight and no bias (MPT's)"));
   EXPECT_FALSE(hasNote(a.megatronNotes, "--embed-layernorm"));
+  // GPT-J: rotary embeddings on a quarter of each head, in adjacent pairs; the MLP's biases only; untied.
+  ModelConfig gptj;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/gpt-j-6b.json", gptj));
+  m.w.model = gptj;
+  a = m.args();
+  for (const char *f : {"--position-embedding-type rope", "--rotary-percent 0.25", "--rotary-interleaved",
+                        "--openai-gelu", "--untie-embeddings-and-output-weights"})
+    EXPECT_TRUE(hasFlag(a.megatron, f)) << f;
+  EXPECT_FALSE(hasFlag(a.megatron, "--disable-bias-linear"));
+  EXPECT_TRUE(hasNote(a.megatronNotes, "no biases on q, k, v and out_proj but on the MLP (GPT-J's)"));
+  EXPECT_TRUE(hasNote(a.megatronNotes, "the LM head's bias"));
 }
 
 TEST(FrameworkConfig, EveryRowIsTested) {

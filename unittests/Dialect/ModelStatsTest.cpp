@@ -119,7 +119,9 @@ TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
                            "starcoderbase-1b",
                            "tiny-mpt",
                            "mpt-7b",
-                           "mpt-30b"}) {
+                           "mpt-30b",
+                           "tiny-gpt-j",
+                           "gpt-j-6b"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

@@ -92,6 +92,9 @@ TEST(ModelConfig, PublishedParameterCounts) {
       // weight alone, no position table, tied.
       {"mpt-7b", 6649286656},
       {"mpt-30b", 29957200896},
+      // GPT-J-6B (transformers 4.40.2's GPTJForCausalLM holds 6,050,882,784):
+      // untied, the head's bias, one LayerNorm a layer, no attention biases.
+      {"gpt-j-6b", 6050882784},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -576,6 +579,45 @@ TEST(ModelConfig, MptFields) {
   TrainingShape s;
   s.seqLen = 64;
   EXPECT_FALSE(resolveTrainingShape(plain, 1, s));
+}
+
+// GPT-J: Phi's layer with GPT-2's names, rotate_every_two on rotary_dim of
+// each head, no attention biases, the head's bias; EleutherAI's published
+// config reads as is.
+TEST(ModelConfig, GptJFields) {
+  ModelConfig c = load("gpt-j-6b");
+  EXPECT_EQ(c.arch, Arch::GptJ);
+  EXPECT_STREQ(hfArchitecture(c.arch), "GPTJForCausalLM");
+  EXPECT_EQ(c.heads, 16);
+  EXPECT_EQ(c.headDim, 256);
+  EXPECT_EQ(c.rotaryDim, 64);
+  EXPECT_EQ(c.intermediate, 16384);
+  EXPECT_TRUE(phiLayer(c.arch) && !llamaLayout(c.arch) && layerNorms(c.arch) && !learnedPositions(c.arch));
+  EXPECT_TRUE(c.ropeInterleaved && c.mlpBias && c.lmHeadBias);
+  EXPECT_FALSE(c.qkvBias || c.outputBias || c.tieEmbeddings || c.parallelResidual);
+  EXPECT_EQ(c.layerTensors(), 10); // ln_1 (2), q k v out_proj, fc_in and fc_out with their biases
+  EXPECT_EQ(c.fieldPos.at("num_heads").key, "n_head");
+  const std::string head = R"({"architectures": ["GPTJForCausalLM"], "n_embd": 64, "n_head": 4,
+    "n_layer": 2, "vocab_size": 128, "n_positions": 32)";
+  ModelConfig full;
+  ASSERT_FALSE(parseModelConfig(head + R"(, "rotary_dim": 16})", "full.json", full));
+  EXPECT_EQ(full.rotaryDim, 0); // every dim of the head rotates
+  const std::pair<std::string, std::string> refused[] = {
+      {R"(, "hidden_size": 64})", "field 'hidden_size': is GPTJConfig's alias of n_embd"},
+      {R"(, "rotary_dim": 7})", "field 'rotary_dim': must be even and at most head_dim = 16"},
+      {R"(, "rotary_dim": 32})", "field 'rotary_dim': must be even and at most head_dim = 16"},
+      {R"(, "rotary": false})", "field 'rotary': transformers' GPTJAttention always applies"},
+      {R"(, "activation_function": "relu"})", "field 'activation_function': unsupported activation 'relu'"},
+      {R"(, "n_head": 5})", "field 'n_head': n_head=5 does not divide n_embd=64"},
+      {R"(, "rope_theta": 1000})", "unknown field for GPTJForCausalLM"},
+  };
+  for (const auto &[extra, want] : refused) {
+    // rotary_dim defaults to GPT-J-6B's 64, wider than these 16-dim heads.
+    std::string text = head + (extra.find("rotary_dim") == std::string::npos ? R"(, "rotary_dim": 8)" : "") + extra;
+    if (extra.find("n_head") != std::string::npos)
+      text = R"({"architectures": ["GPTJForCausalLM"], "n_embd": 64, "n_layer": 2, "vocab_size": 128)" + extra;
+    EXPECT_NE(parseError(text).find(want), std::string::npos) << extra << ": " << parseError(text);
+  }
 }
 
 TEST(ModelConfig, LlamaFields) {

@@ -271,6 +271,9 @@ TEST(ContextParallelRing, TinyGptBigCodeSGD) {
 TEST(ContextParallelRing, TinyMptSGD) {
   golden("tiny-mpt", "sgd", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel().ring()});
 }
+/// GPT-J's rotate_every_two at the global positions of cp's chunks (ring and
+/// all-to-all).
+TEST(ContextParallelRing, TinyGptJSGD) { golden("tiny-gpt-j", "sgd", {CpCase::of(2).ring(), CpCase::of(2)}); }
 /// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
 /// it around.
 TEST(ContextParallelRing, TinyGemmaSGD) {

@@ -166,3 +166,5 @@ TEST(GradCheck, TinyGptBigCodeEveryParameter) { checkGradients("tiny-gpt-bigcode
 // MPT: LayerNorms of a weight alone (dgamma, no dbeta), Wqkv's plain split,
 // ALiBi, the exact GELU, no biases.
 TEST(GradCheck, TinyMptEveryParameter) { checkGradients("tiny-mpt", 7); }
+// GPT-J: rotate_every_two's transpose in the backward, the head's bias.
+TEST(GradCheck, TinyGptJEveryParameter) { checkGradients("tiny-gpt-j", 8); }

@@ -112,6 +112,10 @@ TEST(Parallel, TinyGptBigCodeSGD) {
 // the sequence-parallel slices), no biases, the exact GELU.
 TEST(Parallel, TinyMptSGD) { golden("tiny-mpt", "sgd"); }
 TEST(Parallel, TinyMptAdamW) { golden("tiny-mpt", "adamw"); }
+// GPT-J: Phi's side-by-side layer with rotate_every_two on the first 8 dims
+// of each head (adjacent pairs), no attention biases, the head's bias split
+// with the vocabulary, untied.
+TEST(Parallel, TinyGptJSGD) { golden("tiny-gpt-j", "sgd"); }
 // The mixtures of experts: every token's experts whatever the rank holds its
 // tokens (dp: each rank routes its own, its group sizes its own; the expert
 // gradients reduced over dp), the experts whole on every tp rank (Qwen2-MoE's

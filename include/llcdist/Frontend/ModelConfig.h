@@ -5,7 +5,7 @@
 // GemmaForCausalLM, PhiForCausalLM, MixtralForCausalLM,
 // Qwen2MoeForCausalLM, Starcoder2ForCausalLM, StableLmForCausalLM,
 // OlmoForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM, BloomForCausalLM,
-// GPTBigCodeForCausalLM or MptForCausalLM into one
+// GPTBigCodeForCausalLM, MptForCausalLM or GPTJForCausalLM into one
 // flat description of a decoder-only transformer (Phi's parallel
 // attention/MLP block, StarCoder2's and StableLM's layers are their
 // architectures': ImportXF's phiBlock, starcoder2Block and stablelmBlock). Errors name the file, the line and
@@ -41,11 +41,12 @@ enum class Arch {
   Falcon,
   Bloom,
   GptBigCode,
-  Mpt
+  Mpt,
+  GptJ
 };
 /// How many families there are: a new one is appended to Arch (kArchs in
 /// ModelConfig.cpp is indexed by it; docs/adding-a-model.md).
-inline constexpr int kNumArchs = int(Arch::Mpt) + 1;
+inline constexpr int kNumArchs = int(Arch::GptJ) + 1;
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
@@ -55,16 +56,20 @@ const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" 
 /// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place,
 /// and so do StableLM (with LayerNorms and partial rotary embeddings) and
 /// OLMo (with LayerNorms that have no weight or bias).
-/// GPT-2, Phi, StarCoder2, GPT-NeoX, Falcon, BLOOM, GPTBigCode and MPT have
-/// LayerNorms and a two-matrix MLP.
+/// GPT-2, Phi, StarCoder2, GPT-NeoX, Falcon, BLOOM, GPTBigCode, MPT and GPT-J
+/// have LayerNorms and a two-matrix MLP.
 inline bool llamaLayout(Arch a) {
   return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2 && a != Arch::GptNeoX && a != Arch::Falcon &&
-         a != Arch::Bloom && a != Arch::GptBigCode && a != Arch::Mpt;
+         a != Arch::Bloom && a != Arch::GptBigCode && a != Arch::Mpt && a != Arch::GptJ;
 }
 /// GPT-2's layer: one GEMM's q | k | v (GPTBigCode: in kv-head groups), the
 /// two-matrix MLP, sequential; GPTBigCode's and MPT's (Wqkv, no biases,
 /// ALiBi) with nn.Linear layouts and their own names.
 inline bool gpt2Layer(Arch a) { return a == Arch::GPT2 || a == Arch::GptBigCode || a == Arch::Mpt; }
+/// One LayerNorm feeding attention and the MLP side by side, x + attn(ln x) +
+/// mlp(ln x): Phi's PhiDecoderLayer and GPT-J's GPTJBlock (ImportXF's
+/// phiBlock).
+inline bool phiLayer(Arch a) { return a == Arch::Phi || a == Arch::GptJ; }
 /// A learned position table (transformer.wpe) added to the embeddings: GPT-2
 /// and GPTBigCode (StarCoder, SantaCoder); --seq-len is bounded by it.
 inline bool learnedPositions(Arch a) { return a == Arch::GPT2 || a == Arch::GptBigCode; }
@@ -137,9 +142,13 @@ struct ModelConfig {
   int64_t slidingWindow = 0;
   bool mlpBias = true; ///< GPT-2: always; Llama: mlp_bias; StarCoder2: use_bias
   /// Phi's and StableLM's partial rotary: the first rotaryDim dims of each
-  /// head rotate (partial_rotary_factor · head_dim); 0: all of them.
+  /// head rotate (partial_rotary_factor · head_dim; GPT-J's rotary_dim); 0:
+  /// all of them.
   int64_t rotaryDim = 0;
-  bool lmHeadBias = false; ///< Phi: lm_head has a bias
+  /// GPT-J's rotate_every_two: the rotated pairs are adjacent dims (2j,
+  /// 2j + 1), not rotate_half's j and j + rotaryDim/2 (xf.rope interleaved).
+  bool ropeInterleaved = false;
+  bool lmHeadBias = false; ///< Phi, GPT-J: lm_head has a bias
   /// use_parallel_residual: attention and the MLP both read the layer's
   /// input, x + attn(ln x) + mlp(ln' x). StableLM's and Falcon's
   /// parallel_attn through one LayerNorm (ln' = ln, as Phi's block always

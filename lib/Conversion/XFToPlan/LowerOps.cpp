@@ -112,9 +112,12 @@ SmallVector<NamedAttribute> OpLowering::withRealVocab(std::optional<uint64_t> re
   return attrs;
 }
 
-SmallVector<NamedAttribute> OpLowering::ropeAttrs(Value x, int64_t hd, APFloat theta, DictionaryAttr scaling) {
+SmallVector<NamedAttribute> OpLowering::ropeAttrs(Value x, int64_t hd, APFloat theta, DictionaryAttr scaling,
+                                                  bool interleaved) {
   SmallVector<NamedAttribute> attrs{i64("B", dim(x, 0)), i64("S", dim(x, 1)), i64("n", lastDim(x) / hd), i64("hd", hd),
                                     f64("theta", theta.convertToDouble())};
+  if (interleaved) // GPT-J's adjacent pairs; absent: rotate_half (plans of other models unchanged)
+    attrs.push_back(flag("interleaved", true));
   if (scaling) {
     attrs.push_back(flag("llama3", true));
     for (StringRef key : {"factor", "low_freq_factor", "high_freq_factor"})

@@ -339,9 +339,10 @@ private:
   void ringShift(Buf x, Buf y, int64_t n, int64_t tag, mlir::StringRef payload, mlir::Location loc);
   llvm::SmallVector<mlir::NamedAttribute> ringBlockAttrs(mlir::Operation *attention, mlir::Value q, int64_t nh,
                                                          int64_t nkv, int64_t hd, int64_t step);
-  /// rope_fwd / rope_bwd attributes for x [B, S, n·hd].
+  /// rope_fwd / rope_bwd attributes for x [B, S, n·hd] (`interleaved`:
+  /// GPT-J's adjacent pairs).
   llvm::SmallVector<mlir::NamedAttribute> ropeAttrs(mlir::Value x, int64_t hd, llvm::APFloat theta,
-                                                    mlir::DictionaryAttr scaling);
+                                                    mlir::DictionaryAttr scaling, bool interleaved);
 
   // The builder's helpers, as the op cases spell them.
   plan::KernelOp kernel(mlir::StringRef name, mlir::ArrayRef<mlir::NamedAttribute> args,

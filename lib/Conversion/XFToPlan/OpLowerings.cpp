@@ -148,7 +148,8 @@ template <> LogicalResult OpLowering::lower<RopeOp>(Operation *op, Scope &s, Bac
   Buf y = def(s, r.getResult(), op);
   kernel("rope_fwd", {arg("x", use(s, r.getInput())), arg("y", y)},
          withShardAxis(op, withOptional("rotary_dim", r.getRotaryDim(),
-                                        ropeAttrs(r.getInput(), r.getHeadDim(), r.getTheta(), r.getScalingAttr()))),
+                                        ropeAttrs(r.getInput(), r.getHeadDim(), r.getTheta(), r.getScalingAttr(),
+                                                  r.getInterleaved()))),
          loc);
   return success();
 }
@@ -370,7 +371,8 @@ template <> LogicalResult OpLowering::lower<RopeGradOp>(Operation *op, Scope &s,
   Buf dx = def(s, r.getResult(), op);
   kernel("rope_bwd", {arg("dy", use(s, r.getDy())), arg("dx", dx)},
          withShardAxis(op, withOptional("rotary_dim", r.getRotaryDim(),
-                                        ropeAttrs(r.getDy(), r.getHeadDim(), r.getTheta(), r.getScalingAttr()))),
+                                        ropeAttrs(r.getDy(), r.getHeadDim(), r.getTheta(), r.getScalingAttr(),
+                                                  r.getInterleaved()))),
          loc);
   return success();
 }

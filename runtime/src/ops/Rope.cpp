@@ -4,7 +4,8 @@
 // table once per op, for the rows' positions: 0..S-1, or with attr shard_axis this rank's rows of a
 // sequence split over that axis (axisRowPositions: cp's mesh.cp_layout on cp). With attr rotary_dim
 // (Phi's partial rotary embedding) the table is built for rotary_dim (inv_freq over rotary_dim, llama3
-// scaling too) and the kernels rotate each head's first rotary_dim dims only.
+// scaling too) and the kernels rotate each head's first rotary_dim dims only; with attr interleaved
+// (GPT-J) they rotate adjacent pairs.
 #include "OpDefs.h"
 #include "llcdist/runtime/KernelChecks.h"
 
@@ -120,6 +121,7 @@ StatusOr<OpParams> bindRope(const BindContext& b) {
   p.n = op.intAttr("n");
   p.hd = op.intAttr("hd");
   p.rotaryDim = op.intAttr(std::string(schema::kRotaryDimAttr), p.hd);  // absent: every dim rotates
+  p.interleaved = op.boolAttr(std::string(schema::kInterleavedAttr));   // absent: rotate_half
   RopeConfig cfg;
   cfg.theta = float(op.floatAttr("theta"));
   cfg.llama3 = op.boolAttr("llama3");

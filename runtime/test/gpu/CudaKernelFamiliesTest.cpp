@@ -643,20 +643,18 @@ TEST(CudaRopeKernels, PartialRotaryDim) {
   struct Dims {
     int64_t hd, rd;
   };
-  for (Dims d : {Dims{10, 4}, Dims{10, 6}, Dims{8, 2}, Dims{80, 32}})  // Phi-2: hd 80, rotary_dim 32
-    for (const RopeConfig& cfg : {RopeConfig{}, llama3}) {
-      SCOPED_TRACE("hd " + std::to_string(d.hd) + ", rotary_dim " + std::to_string(d.rd) +
-                   (cfg.llama3 ? ", llama3" : ""));
-      const int64_t e = B * S * n * d.hd;
-      KernelCase(K::kRopeFwd, rope(B, S, n, d.hd, cfg, d.rd))
-          .f32("x", randomF32(e, 164))
-          .f32("y", randomF32(e, 165))
-          .expectMatch(kAtol, kRtol);
-      KernelCase(K::kRopeBwd, rope(B, S, n, d.hd, cfg, d.rd))
-          .f32("dy", randomF32(e, 166))
-          .f32("dx", randomF32(e, 167))
-          .expectMatch(kAtol, kRtol);
-    }
+  // Phi-2: hd 80, rotary_dim 32; GPT-J-6B: hd 256, rotary_dim 64 (interleaved: its rotate_every_two).
+  for (Dims d : {Dims{10, 4}, Dims{10, 6}, Dims{8, 2}, Dims{80, 32}, Dims{256, 64}})
+    for (const RopeConfig& cfg : {RopeConfig{}, llama3})
+      for (bool interleaved : {false, true}) {
+        SCOPED_TRACE("hd " + std::to_string(d.hd) + ", rotary_dim " + std::to_string(d.rd) +
+                     (cfg.llama3 ? ", llama3" : "") + (interleaved ? ", interleaved" : ""));
+        const int64_t e = B * S * n * d.hd;
+        RopeParams p = rope(B, S, n, d.hd, cfg, d.rd);
+        p.interleaved = interleaved;
+        KernelCase(K::kRopeFwd, p).f32("x", randomF32(e, 164)).f32("y", randomF32(e, 165)).expectMatch(kAtol, kRtol);
+        KernelCase(K::kRopeBwd, p).f32("dy", randomF32(e, 166)).f32("dx", randomF32(e, 167)).expectMatch(kAtol, kRtol);
+      }
 }
 
 TEST(CudaNormKernels, RmsNormWeightOffset) {

@@ -93,6 +93,9 @@ func.func private @family_attrs(%ids: tensor<2x8xi32>, %t: tensor<256x64xf32>, %
   %r = xf.rms_norm %e, %w {eps = 1.0e-6 : f64, weight_offset = 1.0 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
   // CHECK: xf.rope %{{.+}} {head_dim = 16 : i64, rotary_dim = 6 : i64, theta = 1.000000e+04 : f64}
   %q = xf.rope %r {head_dim = 16 : i64, theta = 10000.0 : f64, rotary_dim = 6 : i64} : tensor<2x8x64xf32>
+  // GPT-J's rotate_every_two.
+  // CHECK: xf.rope %{{.+}} {head_dim = 16 : i64, interleaved, rotary_dim = 4 : i64, theta = 1.000000e+04 : f64}
+  %qi = xf.rope %r {head_dim = 16 : i64, theta = 10000.0 : f64, rotary_dim = 4 : i64, interleaved} : tensor<2x8x64xf32>
   // CHECK: xf.swiglu %{{.+}}, %{{.+}} {activation = "gelu_tanh"} : tensor<2x8x64xf32>
   %g = xf.swiglu %q, %r {activation = "gelu_tanh"} : tensor<2x8x64xf32>
   return %g : tensor<2x8x64xf32>

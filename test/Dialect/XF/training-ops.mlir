@@ -31,6 +31,8 @@ func.func @grads(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x16xf32>, %w: tensor<8x16
   %d = xf.rms_norm_grad_weight %x, %x, %rs : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<8xf32>) -> tensor<16xf32>
   // CHECK: xf.rope_grad %{{.+}} {head_dim = 8 : i64, theta = 1.000000e+04 : f64}
   %r = xf.rope_grad %x {head_dim = 8 : i64, theta = 10000.0 : f64} : (tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+  // CHECK: xf.rope_grad %{{.+}} {head_dim = 8 : i64, interleaved, theta = 1.000000e+04 : f64}
+  %ri = xf.rope_grad %x {head_dim = 8 : i64, theta = 10000.0 : f64, interleaved} : (tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
   // CHECK: xf.attention_grad
   %q:3 = xf.attention_grad %x, %x, %dy, %dy, %x, %lse {num_heads = 2 : i64, num_kv_heads = 1 : i64, head_dim = 8 : i64} : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x16xf32>, tensor<2x2x4xf32>) -> (tensor<2x4x16xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
   // CHECK: xf.gelu_tanh_grad

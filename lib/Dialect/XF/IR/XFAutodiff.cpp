@@ -121,7 +121,7 @@ LogicalResult SplitOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef
 
 LogicalResult RopeOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   grads.addGrad(getInput(), RopeGradOp::create(b, getLoc(), getType(), dys[0], getHeadDimAttr(), getThetaAttr(),
-                                               getScalingAttr(), getRotaryDimAttr()));
+                                               getScalingAttr(), getRotaryDimAttr(), getInterleavedAttr()));
   return success();
 }
 

@@ -140,13 +140,14 @@ void rmsNormBackwardWeight(const float* dy, const float* x, const float* rstd, f
 // rotaryDim (Phi's partial rotary embedding, attr `rotary_dim`; 0 = hd): only each head's first
 // rotaryDim dims rotate, rotate_half within them (pairs i and i + rotaryDim/2), over a table built for
 // rotaryDim (table.headDim == rotaryDim); dims [rotaryDim, hd) are copied (y = x there). Even,
-// 2 <= rotaryDim <= hd (checkRotaryDim).
-Status ropeForward(const RopeTable& table, const float* x, float* y, int64_t B, int64_t S, int64_t n,
-                   int64_t hd, int64_t rotaryDim = 0);
+// 2 <= rotaryDim <= hd (checkRotaryDim). interleaved (GPT-J's rotate_every_two, attr `interleaved`):
+// the pairs are dims 2i and 2i + 1, rotated by the table's column i (the angle of inv_freq[i]).
+Status ropeForward(const RopeTable& table, const float* x, float* y, int64_t B, int64_t S, int64_t n, int64_t hd,
+                   int64_t rotaryDim = 0, bool interleaved = false);
 // dx = Rᵀ dy (the rotation by -angle); with rotaryDim < hd the pass-through dims' gradient is dy's.
 // dx may alias dy.
-Status ropeBackward(const RopeTable& table, const float* dy, float* dx, int64_t B, int64_t S, int64_t n,
-                    int64_t hd, int64_t rotaryDim = 0);
+Status ropeBackward(const RopeTable& table, const float* dy, float* dx, int64_t B, int64_t S, int64_t n, int64_t hd,
+                    int64_t rotaryDim = 0, bool interleaved = false);
 
 // The slope of head g (0-based) of n ALiBi heads, as transformers' build_alibi_tensor (BLOOM) defines
 // it: with p = the largest power of two <= n, heads g < p get 2^(−8(g+1)/p), the others

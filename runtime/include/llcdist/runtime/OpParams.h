@@ -128,6 +128,7 @@ struct RopeParams {
   int64_t B = 0, S = 0, n = 0, hd = 0;
   std::shared_ptr<const RopeTable> table;
   int64_t rotaryDim = 0;
+  bool interleaved = false;  // GPT-J's adjacent pairs (attr `interleaved`); false: rotate_half
 };
 // ALiBi's heads: an attention op's head h is head head0 + h of the `heads` whose slopes ALiBi defines
 // (Kernels.h: alibiSlope). heads 0: no ALiBi.

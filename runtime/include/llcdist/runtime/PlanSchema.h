@@ -128,6 +128,10 @@ inline constexpr std::string_view kHeadAxisAttr = "head_axis";
 // 1/theta^(2j/rotary_dim), j < rotary_dim/2 (the table built for rotary_dim); dims [rotary_dim, hd) pass
 // through unchanged. Even, 2 <= rotary_dim <= hd. Absent: rotary_dim = hd (every dim rotates).
 inline constexpr std::string_view kRotaryDimAttr = "rotary_dim";
+// The optional bool attr of rope_fwd / rope_bwd for GPT-J's rotary embedding (rotate_every_two): the
+// rotated pairs are adjacent dims (2j, 2j + 1), each by the angle of inv_freq[j], instead of rotate_half's
+// j and j + rotary_dim/2; the table is the same. Absent or false: rotate_half.
+inline constexpr std::string_view kInterleavedAttr = "interleaved";
 // The optional float attr of rms_norm_fwd / add_rms_norm_fwd / rms_norm_bwd_input / rms_norm_bwd for
 // Gemma's RMSNorm: y = x·rstd·(weight_offset + w), the offset added to the weight in fp32 (Gemma:
 // `output * (1.0 + self.weight.float())`); the input gradient uses (weight_offset + w), the weight
@@ -380,15 +384,21 @@ inline constexpr A kRopeFwdArgs[] = {{"x", One, F, R}, {"y", One, F, W, "x"}};
 inline constexpr A kRopeBwdArgs[] = {{"dy", One, F, R}, {"dx", One, F, W, "dy"}};
 // `shard_axis` (optional): the S rows are this rank's rows of a sequence split over that axis, at the
 // positions pos_embedding_fwd's shard_axis gives them (cp: manifest.mesh.cp_layout); absent: 0..S-1.
-// `rotary_dim` (optional, kRotaryDimAttr): Phi's partial rotary embedding; absent: hd.
-inline constexpr T kRopeAttrs[] = {{"B", Int},          {"S", Int},
-                                   {"n", Int},          {"hd", Int},
-                                   {"theta", Flt},      {"llama3", Bool, false},
-                                   {"factor", Flt, false}, {"low_freq_factor", Flt, false},
+// `rotary_dim` (optional, kRotaryDimAttr): Phi's partial rotary embedding; absent: hd. `interleaved`
+// (optional, kInterleavedAttr): GPT-J's adjacent pairs.
+inline constexpr T kRopeAttrs[] = {{"B", Int},
+                                   {"S", Int},
+                                   {"n", Int},
+                                   {"hd", Int},
+                                   {"theta", Flt},
+                                   {"llama3", Bool, false},
+                                   {"factor", Flt, false},
+                                   {"low_freq_factor", Flt, false},
                                    {"high_freq_factor", Flt, false},
                                    {"original_max_position_embeddings", Int, false},
                                    {"shard_axis", Str, false},
-                                   {"rotary_dim", Int, false}};
+                                   {"rotary_dim", Int, false},
+                                   {"interleaved", Bool, false}};
 // q, k, v, or `qkv`: the three packed in one [B,S,nh+2·nkv,hd] buffer, q's heads, then k's, then v's
 // (the QKV GEMM's output; llcdist-plan-packed-qkv). The backward writes dq, dk, dv, or `dqkv` packed
 // the same way. Exactly one form each (src/ops/Attention.cpp).

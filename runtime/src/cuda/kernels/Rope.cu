@@ -7,6 +7,7 @@
 // rotation is computed in f32 and rounded once. With a partial rotary width rd < hd (attr rotary_dim,
 // Phi) only each head's first rd dims rotate, over a table rd wide, and a thread per pass-through
 // element (b, s, head, rd <= d < hd) copies it (rounded once to y's dtype, as the CPU's staged path).
+// Interleaved (attr `interleaved`, GPT-J's rotate_every_two): pair j is dims (2j, 2j + 1), not (j, j + rd/2).
 #include "llcdist/runtime/KernelChecks.h"
 #include "cuda/CudaKernels.h"
 #include "cuda/kernels/FloatRef.cuh"
@@ -22,8 +23,9 @@ constexpr int kThreads = 256;
 // rd dims of each head of hd rotate (rd == hd: all), and the rest are copied. Work item j of a row:
 // j < rd/2 the pair (j, j + rd/2), else the pass-through dim rd + (j − rd/2).
 __global__ void rotateKernel(const float* cosT, const float* sinT, FloatRef x, FloatRef y, int64_t B, int64_t S,
-                             int64_t n, int64_t hd, int64_t rd, float sign) {
+                             int64_t n, int64_t hd, int64_t rd, float sign, bool interleaved) {
   const int64_t half = rd / 2;
+  const int64_t loStride = interleaved ? 2 : 1, hiOffset = interleaved ? 1 : half;
   const int64_t perRow = half + (hd - rd);
   const int64_t items = B * S * n * perRow;
   for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < items; j += int64_t(gridDim.x) * blockDim.x) {
@@ -37,12 +39,12 @@ __global__ void rotateKernel(const float* cosT, const float* sinT, FloatRef x, F
     const int64_t s = (row / n) % S;
     const float* c = cosT + s * rd;
     const float* sn = sinT + s * rd;
-    const float lo = x[off + i], hi = x[off + half + i];
-    y.set(off + i, lo * c[i] + (-hi) * (sign * sn[i]));
-    y.set(off + half + i, hi * c[half + i] + lo * (sign * sn[half + i]));
+    const int64_t l = off + loStride * i, h = l + hiOffset;
+    const float lo = x[l], hi = x[h];
+    y.set(l, lo * c[i] + (-hi) * (sign * sn[i]));
+    y.set(h, hi * c[half + i] + lo * (sign * sn[half + i]));
   }
 }
-
 
 using P = RopeParams;
 using Ctx = CudaKernelContext;
@@ -63,9 +65,9 @@ Status rope(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (!ctx.tables) return Status::internal(std::string(what) + " without device tables");
   LLCDIST_ASSIGN_OR_RETURN(const float* cosT, ctx.tables->upload(p.table->cos.data(), count, p.table));
   LLCDIST_ASSIGN_OR_RETURN(const float* sinT, ctx.tables->upload(p.table->sin.data(), count, p.table));
-  rotateKernel<<<gridFor(items, kThreads), kThreads, 0, ctx.stream>>>(
-      cosT, sinT, floatRef(c, fwd ? "x" : "dy"), floatRef(c, fwd ? "y" : "dx"), p.B, p.S, p.n, p.hd, rd,
-      fwd ? 1.0f : -1.0f);
+  rotateKernel<<<gridFor(items, kThreads), kThreads, 0, ctx.stream>>>(cosT, sinT, floatRef(c, fwd ? "x" : "dy"),
+                                                                      floatRef(c, fwd ? "y" : "dx"), p.B, p.S, p.n,
+                                                                      p.hd, rd, fwd ? 1.0f : -1.0f, p.interleaved);
   return LLCDIST_CUDA_LAUNCHED(what, ctx.rank);
 }
 

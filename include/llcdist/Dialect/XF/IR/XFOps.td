@@ -112,7 +112,9 @@ def XF_RopeOp : XF_Op<"rope", [Pure, DeclareOpInterfaceMethods<XF_Differentiable
     low_freq_factor, high_freq_factor, original_max_position_embeddings).
     The optional `rotary_dim` r (absent: head_dim; Phi's partial rotary)
     rotates only the first r dims of each head, with frequencies
-    `theta^(-2j/r)`; the others pass through.
+    `theta^(-2j/r)`; the others pass through. With `interleaved` (GPT-J's
+    `rotate_every_two`) the rotated pairs are adjacent dims (2j, 2j + 1)
+    instead of rotate_half's j and j + r/2.
 
     ```mlir
     %q2 = xf.rope %q {head_dim = 16 : i64, theta = 10000.0 : f64} : tensor<2x32x64xf32>
@@ -120,7 +122,8 @@ def XF_RopeOp : XF_Op<"rope", [Pure, DeclareOpInterfaceMethods<XF_Differentiable
   }];
   let arguments = (ins XF_FloatTensor:$input, I64Attr:$head_dim, F64Attr:$theta,
                        OptionalAttr<DictionaryAttr>:$scaling,
-                       OptionalAttr<I64Attr>:$rotary_dim);
+                       OptionalAttr<I64Attr>:$rotary_dim,
+                       UnitAttr:$interleaved);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
   let hasVerifier = 1;

@@ -115,7 +115,8 @@ def XF_RopeGradOp : XF_GradOp<"rope_grad", [AllTypesMatch<["dy", "result"]>]> {
   let description = [{ Same attributes as the forward xf.rope. }];
   let arguments = (ins XF_FloatTensor:$dy, I64Attr:$head_dim, F64Attr:$theta,
                        OptionalAttr<DictionaryAttr>:$scaling,
-                       OptionalAttr<I64Attr>:$rotary_dim);
+                       OptionalAttr<I64Attr>:$rotary_dim,
+                       UnitAttr:$interleaved);
   let results = (outs XF_FloatTensor:$result);
   let hasVerifier = 1;
 }

@@ -13,7 +13,8 @@
 // FalconForCausalLM one with q, k and v fused per kv head; BloomForCausalLM
 // GPT-NeoX's fused q, k and v with ALiBi; GPTBigCodeForCausalLM and
 // MptForCausalLM GPT-2's layer, MPT's with ALiBi, no biases and LayerNorms
-// of a weight alone);
+// of a weight alone; GPTJForCausalLM Phi's layer with GPT-2's names and
+// rotary embeddings in adjacent pairs);
 // parameter names and
 // layouts are theirs, so a safetensors checkpoint maps onto the graph without
 // conversion.

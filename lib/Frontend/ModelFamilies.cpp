@@ -2,9 +2,8 @@
 //
 // The fields of each transformers config class llc-dist builds (GPT2Config,
 // LlamaConfig and the Llama-shaped families', PhiConfig, StableLmConfig,
-// OlmoConfig, Starcoder2Config, GPTNeoXConfig, FalconConfig, BloomConfig, GPTBigCodeConfig, MptConfig) into one
-// ModelConfig. What llc-dist does not build is
-// refused by name.
+// OlmoConfig, Starcoder2Config, GPTNeoXConfig, FalconConfig, BloomConfig, GPTBigCodeConfig, MptConfig,
+// GPTJConfig) into one ModelConfig. What llc-dist does not build is refused by name.
 //
 //===----------------------------------------------------------------------===//
 #include "ConfigFields.h"

@@ -87,6 +87,9 @@ GOLDEN = [
     ("mpt-dp2-tp2-sp", "tiny-mpt", "--mesh dp=2,tp=2 --sequence-parallel --seq-len 64 --global-batch 4"),
     # GPT-J's rotate_every_two (rope_fwd / _bwd interleaved) on a partial rotary width, per tp rank's heads.
     ("gpt-j-tp2", "tiny-gpt-j", "--mesh tp=2 --seq-len 64 --global-batch 4"),
+    # OPT's ReLU (relu_fwd / _bwd) and its position table read from row 2 (the fused embedding's and
+    # pos_embedding_*'s offset), over dp and tp with sequence parallelism.
+    ("opt-dp2-tp2-sp", "tiny-opt", "--mesh dp=2,tp=2 --sequence-parallel --seq-len 32 --global-batch 4"),
     # Mixtures of experts (issue #34): routing, permutation, the grouped GEMMs and the weighted sum back
     # (Mixtral, top-2 renormalized), Qwen2-MoE's gated shared expert, with dp and tp.
     ("mixtral-1rank", "tiny-mixtral", "--seq-len 64 --global-batch 4"),

@@ -133,8 +133,11 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
     // GPT-2's, Phi's and StarCoder2's MLP: the tanh GELU (Megatron-LM's
     // default is the exact one, GPT-NeoX's); LayerNorm is its default
     // normalization.
-    if (!m.geluExact)
+    if (m.mlpActivation == MlpActivation::GeluTanh)
       flag(a, "--openai-gelu");
+    else if (m.mlpActivation == MlpActivation::Relu) // OPT
+      a.megatronNotes.push_back("ReLU in the MLP (OPT's): no Megatron-LM flag (Megatron-Core's activation_func in the "
+                                "model spec; --squared-relu is another function)");
     if (m.arch == Arch::GptNeoX && !m.outputBias) // attention_bias off, the MLP's biases on
       a.megatronNotes.push_back("no biases on query_key_value and dense (attention_bias false) but on the MLP: no "
                                 "Megatron-LM flag (--disable-bias-linear drops both)");

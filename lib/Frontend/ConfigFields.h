@@ -108,6 +108,7 @@ public:
                                                           {"n_embd", 1 << 18},
                                                           {"hidden_size", 1 << 18},
                                                           {"n_inner", 1 << 20},
+                                                          {"ffn_dim", 1 << 20},
                                                           {"intermediate_size", 1 << 20},
                                                           {"n_head", 1 << 14},
                                                           {"num_attention_heads", 1 << 14},
@@ -217,6 +218,7 @@ void parseBloom(FieldReader &r, ModelConfig &c);
 void parseGptBigCode(FieldReader &r, ModelConfig &c);
 void parseMpt(FieldReader &r, ModelConfig &c);
 void parseGptJ(FieldReader &r, ModelConfig &c);
+void parseOpt(FieldReader &r, ModelConfig &c);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
 } // namespace llcdist::config
 

@@ -14,7 +14,8 @@
 // GPT-NeoX's fused q, k and v with ALiBi; GPTBigCodeForCausalLM and
 // MptForCausalLM GPT-2's layer, MPT's with ALiBi, no biases and LayerNorms
 // of a weight alone; GPTJForCausalLM Phi's layer with GPT-2's names and
-// rotary embeddings in adjacent pairs);
+// rotary embeddings in adjacent pairs; OPTForCausalLM StarCoder2's layer with
+// learned positions from row 2 of their table and ReLU);
 // parameter names and
 // layouts are theirs, so a safetensors checkpoint maps onto the graph without
 // conversion.
@@ -61,8 +62,8 @@ public:
       dense = gpt2Block();
     else if (phiLayer(m.arch))
       dense = phiBlock();
-    else if (m.arch == Arch::Starcoder2)
-      dense = starcoder2Block();
+    else if (m.arch == Arch::Starcoder2 || m.arch == Arch::Opt)
+      dense = sequentialBlock();
     else if (m.arch == Arch::StableLm)
       dense = stablelmBlock();
     else if (groupedQkv(m.arch))
@@ -193,12 +194,25 @@ private:
     x = AddOp::create(b, loc(p + "attn"), x, o);
     h = layerNorm(p + n.ln2, x);
     Value f = linear(mlp + n.fc, h, H, I, m.mlpBias, layout);
-    Value g = m.geluExact ? GeluErfOp::create(b, loc(p + n.mlp), f).getResult()
-                          : GeluTanhOp::create(b, loc(p + n.mlp), f).getResult();
+    Value g = mlpActivation(p + n.mlp, f);
     Value d = linear(mlp + n.fcProj, g, I, H, m.mlpBias, layout);
     x = AddOp::create(b, loc(p + n.mlp), x, d);
     func::ReturnOp::create(b, loc(p), x);
     return fn;
+  }
+
+  /// The two-matrix MLP's activation of `f` (ModelConfig::mlpActivation),
+  /// located at `scope`.
+  Value mlpActivation(const std::string &scope, Value f) {
+    switch (m.mlpActivation) {
+    case MlpActivation::GeluErf:
+      return GeluErfOp::create(b, loc(scope), f).getResult();
+    case MlpActivation::Relu:
+      return ReluOp::create(b, loc(scope), f).getResult();
+    case MlpActivation::GeluTanh:
+      break;
+    }
+    return GeluTanhOp::create(b, loc(scope), f).getResult();
   }
 
   /// RMSNorm `name` (parameter name.weight) of `x`; Gemma's scales by
@@ -243,9 +257,9 @@ private:
   }
 
   /// Layer prefix `p`'s q, k and v projections of `h` (with biases when
-  /// `bias`), rotary embeddings on q and k, and causal attention:
-  /// [B, S, heads·head_dim], before the output projection; `attn`: the
-  /// attention module's name.
+  /// `bias`), rotary embeddings on q and k (none where the model has learned
+  /// positions: OPT), and causal attention: [B, S, heads·head_dim], before
+  /// the output projection; `attn`: the attention module's name.
   Value selfAttention(const std::string &p, Value h, bool bias, const char *attn = "self_attn") {
     int64_t H = m.hidden, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
     auto o = WeightLayout::OutIn;
@@ -254,6 +268,8 @@ private:
     Value qv = clipQkv(a + "q_proj", linear(a + "q_proj", h, H, q, bias, o));
     Value kv_ = clipQkv(a + "k_proj", linear(a + "k_proj", h, H, kv, bias, o));
     Value vv = clipQkv(a + "v_proj", linear(a + "v_proj", h, H, kv, bias, o));
+    if (learnedPositions(m.arch))
+      return attention(p, qv, kv_, vv, attn);
     Value qr = rope(p, qv, attn);
     Value kr = rope(p, kv_, attn);
     return attention(p, qr, kr, vv, attn);
@@ -363,7 +379,7 @@ private:
     Value a = selfAttention(p, h, m.qkvBias, n.attn);
     Value attnOut = linear(p + n.proj, a, q, H, m.outputBias, o);
     Value f = linear(p + n.fc, h, H, I, m.mlpBias, o);
-    Value g = GeluTanhOp::create(b, loc(p + "mlp"), f);
+    Value g = mlpActivation(p + "mlp", f);
     Value mlpOut = linear(p + n.fcProj, g, I, H, m.mlpBias, o);
     Value sum = AddOp::create(b, loc(p + "mlp"), attnOut, mlpOut);
     x = AddOp::create(b, loc(p), sum, x);
@@ -374,20 +390,34 @@ private:
   /// Starcoder2DecoderLayer: Llama's attention (GQA, rotary embeddings, the
   /// sliding window) between LayerNorms, and a GPT-style MLP (c_fc, the tanh
   /// GELU, c_proj); biases on every projection when use_bias.
-  func::FuncOp starcoder2Block() {
+  /// OPTDecoderLayer: the same with OPT's names, no rotary embeddings (the
+  /// positions are learned) and ReLU; biases everywhere.
+  func::FuncOp sequentialBlock() {
     func::FuncOp fn;
-    Value x = beginLayer(fn, "starcoder2_decoder_layer");
-    const std::string p = "model.layers.{i}.";
+    const bool opt = m.arch == Arch::Opt;
+    Value x = beginLayer(fn, opt ? "opt_decoder_layer" : "starcoder2_decoder_layer");
+    struct Names {
+      const char *block, *ln1, *proj, *ln2, *fc, *fcProj;
+    };
+    const Names n = opt ? Names{"model.decoder.layers.{i}.",
+                                "self_attn_layer_norm",
+                                "self_attn.out_proj",
+                                "final_layer_norm",
+                                "fc1",
+                                "fc2"}
+                        : Names{"model.layers.{i}.",        "input_layernorm", "self_attn.o_proj",
+                                "post_attention_layernorm", "mlp.c_fc",        "mlp.c_proj"};
+    const std::string p = n.block;
     int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim;
     auto o = WeightLayout::OutIn;
-    Value h = layerNorm(p + "input_layernorm", x);
+    Value h = layerNorm(p + n.ln1, x);
     Value a = selfAttention(p, h, m.qkvBias);
-    Value out = linear(p + "self_attn.o_proj", a, q, H, m.outputBias, o);
+    Value out = linear(p + n.proj, a, q, H, m.outputBias, o);
     x = AddOp::create(b, loc(p + "self_attn"), x, out);
-    h = layerNorm(p + "post_attention_layernorm", x);
-    Value f = linear(p + "mlp.c_fc", h, H, I, m.mlpBias, o);
-    Value g = GeluTanhOp::create(b, loc(p + "mlp"), f);
-    Value d = linear(p + "mlp.c_proj", g, I, H, m.mlpBias, o);
+    h = layerNorm(p + n.ln2, x);
+    Value f = linear(p + n.fc, h, H, I, m.mlpBias, o);
+    Value g = mlpActivation(p + "mlp", f);
+    Value d = linear(p + n.fcProj, g, I, H, m.mlpBias, o);
     x = AddOp::create(b, loc(p + "mlp"), x, d);
     func::ReturnOp::create(b, loc(p), x);
     return fn;
@@ -444,8 +474,7 @@ private:
     Value attnOut = linear(p + attn + ".dense", a, q, H, m.outputBias, o);
     auto mlp = [&](Value in) {
       Value f = linear(p + "mlp.dense_h_to_4h", in, H, I, m.mlpBias, o);
-      Value g = m.geluExact ? GeluErfOp::create(b, loc(p + "mlp"), f).getResult()
-                            : GeluTanhOp::create(b, loc(p + "mlp"), f).getResult();
+      Value g = mlpActivation(p + "mlp", f);
       return linear(p + "mlp.dense_4h_to_h", g, I, H, m.mlpBias, o);
     };
     if (m.parallelResidual) {
@@ -488,12 +517,14 @@ private:
     fn.setArgAttr(1, "xf.name", b.getStringAttr("labels"));
     b.setInsertionPointToStart(fn.addEntryBlock());
     int64_t H = m.hidden, V = m.vocab;
-    bool gpt2 = learnedPositions(m.arch), neox = m.arch == Arch::GptNeoX; // GPT-2's names are GPTBigCode's
+    const bool opt = m.arch == Arch::Opt;
+    bool gpt2 = learnedPositions(m.arch) && !opt, neox = m.arch == Arch::GptNeoX; // GPT-2's names are GPTBigCode's
     bool falcon = m.arch == Arch::Falcon || m.arch == Arch::Bloom; // Falcon's names are BLOOM's
     const bool gptj = m.arch == Arch::GptJ;                        // GPT-2's names of the embedding and the final norm
     std::string embName = gpt2Layer(m.arch) || gptj ? "transformer.wte.weight"
                           : neox                    ? "gpt_neox.embed_in.weight"
                           : falcon                  ? "transformer.word_embeddings.weight"
+                          : opt                     ? "model.decoder.embed_tokens.weight"
                                                     : "model.embed_tokens.weight";
     Value emb = param(embName, {V, H});
     // Gemma: the embeddings times sqrt(hidden_size).
@@ -501,10 +532,12 @@ private:
     Value x = EmbeddingOp::create(b, loc(embName, {"vocab_size"}), act(H), fn.getArgument(0), emb, scale);
     if (m.embeddingNorm) // BLOOM
       x = layerNorm("transformer.word_embeddings_layernorm", x);
-    if (gpt2)
-      x = AddPositionEmbeddingOp::create(
-          b, loc("transformer.wpe", {"max_positions"}), act(H), x,
-          param("transformer.wpe.weight", {m.maxPositions, H}));
+    if (learnedPositions(m.arch)) { // OPT's table: position p at row p + 2
+      const std::string wpe = opt ? "model.decoder.embed_positions" : "transformer.wpe";
+      IntegerAttr offset = m.positionOffset ? b.getI64IntegerAttr(m.positionOffset) : IntegerAttr();
+      x = AddPositionEmbeddingOp::create(b, loc(wpe, {"max_positions"}), act(H), x,
+                                         param(wpe + ".weight", {m.maxPositions + m.positionOffset, H}), offset);
+    }
     // The load-balancing statistics start at zero and pass through every
     // layer (with the activations, over pipeline stages too).
     SmallVector<Value> stats;
@@ -521,6 +554,8 @@ private:
       x = layerNorm("transformer.norm_f", x);
     else if (gpt2 || falcon || gptj)
       x = layerNorm("transformer.ln_f", x);
+    else if (opt)
+      x = layerNorm("model.decoder.final_layer_norm", x);
     else if (m.arch == Arch::Phi)
       x = layerNorm("model.final_layernorm", x);
     else if (neox)

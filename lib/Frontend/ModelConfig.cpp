@@ -40,7 +40,8 @@ constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
                                 {Arch::Bloom, "bloom", "BloomForCausalLM"},
                                 {Arch::GptBigCode, "gpt_bigcode", "GPTBigCodeForCausalLM"},
                                 {Arch::Mpt, "mpt", "MptForCausalLM"},
-                                {Arch::GptJ, "gptj", "GPTJForCausalLM"}};
+                                {Arch::GptJ, "gptj", "GPTJForCausalLM"},
+                                {Arch::Opt, "opt", "OPTForCausalLM"}};
 static_assert(std::size(kArchs) == size_t(kNumArchs), "one kArchs row per Arch, in its order");
 } // namespace
 
@@ -92,9 +93,8 @@ template <typename T> T parameterCount(const ModelConfig &c, bool active = false
   T H = c.hidden, V = c.vocab, L = c.layers;
   T n = V * H + (c.tieEmbeddings ? 0 : V * H);
   if (learnedPositions(c.arch))
-    n += T(c.maxPositions) * H + 2 * H; // wpe, ln_f
-  else
-    n += T(c.finalNormTensors()) * H; // model.norm (Phi: model.final_layernorm)
+    n += T(c.maxPositions + c.positionOffset) * H; // wpe (OPT's with its two unused rows)
+  n += T(c.finalNormTensors()) * H;                // ln_f, model.norm (Phi: model.final_layernorm)
   if (c.embeddingNorm)
     n += 2 * H; // BLOOM's word_embeddings_layernorm
   if (c.lmHeadBias)
@@ -239,6 +239,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseMpt(r, c);
     else if (c.arch == Arch::GptJ)
       parseGptJ(r, c);
+    else if (c.arch == Arch::Opt)
+      parseOpt(r, c);
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));
@@ -319,10 +321,15 @@ llcdist::resolveTrainingShape(const ModelConfig &m, int64_t dp,
     s.seqLen = std::min<int64_t>(m.maxPositions, 1024);
   if (s.seqLen < 1)
     return "--seq-len must be >= 1";
-  if (learnedPositions(m.arch) && s.seqLen > m.maxPositions)
+  if (learnedPositions(m.arch) && s.seqLen > m.maxPositions) {
+    auto key = m.fieldPos.find("max_positions");
     return m.where("max_positions") + "--seq-len " + std::to_string(s.seqLen) + " exceeds the " +
-           std::to_string(m.maxPositions) + " learned positions of " + m.name +
-           " (n_positions); use --seq-len <= " + std::to_string(m.maxPositions);
+           std::to_string(m.maxPositions) + " learned positions of " + m.name + " (" +
+           (key != m.fieldPos.end() ? key->second.key
+            : m.arch == Arch::Opt   ? "max_position_embeddings"
+                                    : "n_positions") +
+           "); use --seq-len <= " + std::to_string(m.maxPositions);
+  }
   if (s.microBatch < 1)
     return "--micro-batch must be >= 1";
   int64_t perStep = 0; // sequences per microbatch over dp

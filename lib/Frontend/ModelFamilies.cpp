@@ -3,7 +3,7 @@
 // The fields of each transformers config class llc-dist builds (GPT2Config,
 // LlamaConfig and the Llama-shaped families', PhiConfig, StableLmConfig,
 // OlmoConfig, Starcoder2Config, GPTNeoXConfig, FalconConfig, BloomConfig, GPTBigCodeConfig, MptConfig,
-// GPTJConfig) into one ModelConfig. What llc-dist does not build is refused by name.
+// GPTJConfig, OPTConfig) into one ModelConfig. What llc-dist does not build is refused by name.
 //
 //===----------------------------------------------------------------------===//
 #include "ConfigFields.h"
@@ -87,7 +87,7 @@ void parseGptBigCode(FieldReader &r, ModelConfig &c) {
     r.fail("activation_function", "unsupported activation '" + act +
                                       "'; llc-dist implements the tanh GELU (\"gelu_pytorch_tanh\", StarCoder's) and "
                                       "the exact one (\"gelu\")");
-  c.geluExact = act == "gelu";
+  c.mlpActivation = act == "gelu" ? MlpActivation::GeluErf : MlpActivation::GeluTanh;
   if (!r.boolean("scale_attn_weights", true))
     r.fail("scale_attn_weights", "only true (scores scaled by 1/sqrt(head_dim)) is supported");
   c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
@@ -434,7 +434,7 @@ void parseGptNeoX(FieldReader &r, ModelConfig &c, const json &obj) {
     r.fail("hidden_act", "unsupported activation '" + act +
                              "'; llc-dist implements the exact GELU (\"gelu\", Pythia's) and the tanh one "
                              "(\"gelu_new\", \"gelu_fast\": GPT-NeoX-20B's)");
-  c.geluExact = act == "gelu";
+  c.mlpActivation = act == "gelu" ? MlpActivation::GeluErf : MlpActivation::GeluTanh;
   c.parallelResidual = c.parallelNorms = r.boolean("use_parallel_residual", true);
   c.qkvBias = c.outputBias = r.boolean("attention_bias", true);
   c.mlpBias = true;
@@ -485,7 +485,7 @@ void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj) {
   std::string act = r.string("activation", "gelu");
   if (act != "gelu")
     r.fail("activation", "unsupported activation '" + act + "'; llc-dist implements Falcon's exact GELU (\"gelu\")");
-  c.geluExact = true;
+  c.mlpActivation = MlpActivation::GeluErf;
   c.parallelResidual = newArch || r.boolean("parallel_attn", true);
   c.parallelNorms = newArch;
   c.qkvBias = c.outputBias = c.mlpBias = r.boolean("bias", false);
@@ -523,7 +523,7 @@ void parseBloom(FieldReader &r, ModelConfig &c) {
     r.fail("slow_but_exact", "the pretraining_tp slicing of the output projections is not implemented (it only "
                              "reorders floating-point sums); set it to false");
   c.alibi = c.embeddingNorm = true;
-  c.geluExact = false; // bloom_gelu_forward: the tanh approximation
+  c.mlpActivation = MlpActivation::GeluTanh; // bloom_gelu_forward: the tanh approximation
   c.qkvBias = c.outputBias = c.mlpBias = true;
   c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
   // Dropout (llc-dist trains without it); pretraining_tp (read only with
@@ -595,7 +595,7 @@ void parseMpt(FieldReader &r, ModelConfig &c) {
   attn.ignore({"attn_pdrop", "attn_impl", "softmax_scale", "clip_qkv", "model_type"});
   attn.rejectUnknown("MptForCausalLM's attn_config");
   c.alibi = true;
-  c.geluExact = true; // MptMLP's nn.GELU(approximate="none")
+  c.mlpActivation = MlpActivation::GeluErf; // MptMLP's nn.GELU(approximate="none")
   c.qkvBias = c.outputBias = c.mlpBias = false;
   c.normBias = false;
   c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
@@ -653,6 +653,48 @@ void parseGptJ(FieldReader &r, ModelConfig &c) {
   r.ignore({"resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_activation", "summary_first_dropout",
             "summary_proj_to_labels", "summary_type", "summary_use_proj", "task_specific_params",
             "gradient_checkpointing", "tokenizer_class"});
+}
+
+/// OPT's fields (transformers 4.40's OPTConfig): StarCoder2's sequential
+/// layer with learned positions (OPTLearnedPositionalEmbedding: position p at
+/// row p + 2 of max_position_embeddings + 2 rows), LayerNorms before
+/// attention and the MLP, q, k, v and out_proj with biases, fc1 -> ReLU ->
+/// fc2 with biases, the final LayerNorm, the head tied. What only opt-350m
+/// has (the LayerNorms after the residual, embeddings of another width with
+/// project_in / project_out) is refused by name.
+void parseOpt(FieldReader &r, ModelConfig &c) {
+  c.vocab = r.positiveInt("vocab_size", 50272);
+  c.hidden = r.positiveInt("hidden_size", 768);
+  c.layers = r.positiveInt("num_hidden_layers", 12);
+  c.heads = c.kvHeads = r.positiveInt("num_attention_heads", 12);
+  headDimOfHidden(r, c);
+  c.intermediate = r.positiveInt("ffn_dim", 3072);
+  c.maxPositions = r.positiveInt("max_position_embeddings", 2048);
+  c.positionOffset = 2;
+  c.normEps = 1e-5; // nn.LayerNorm's default: OPTConfig has no epsilon
+  std::string act = r.string("activation_function", "relu");
+  if (act != "relu")
+    r.fail("activation_function", "unsupported activation '" + act + "'; llc-dist implements OPT's ReLU (\"relu\")");
+  c.mlpActivation = MlpActivation::Relu;
+  if (!r.boolean("do_layer_norm_before", true))
+    r.fail("do_layer_norm_before", "the LayerNorms after the residual adds (opt-350m's) are not supported; only true "
+                                   "(each LayerNorm before attention and the MLP) is");
+  if (r.boolean("_remove_final_layer_norm", false))
+    r.fail("_remove_final_layer_norm", "a model without the final LayerNorm is not supported; only false is");
+  if (r.has("word_embed_proj_dim") && r.positiveInt("word_embed_proj_dim") != c.hidden)
+    r.fail("word_embed_proj_dim", "embeddings of another width than hidden_size=" + std::to_string(c.hidden) +
+                                      " (project_in / project_out, opt-350m's) are not supported; write " +
+                                      std::to_string(c.hidden) + " or remove the field");
+  if (!r.boolean("enable_bias", true))
+    r.fail("enable_bias", "OPT without biases is not supported; only true is");
+  if (!r.boolean("layer_norm_elementwise_affine", true))
+    r.fail("layer_norm_elementwise_affine", "OPT's LayerNorms without weight and bias are not supported; only true is");
+  c.qkvBias = c.outputBias = c.mlpBias = true;
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
+  // Dropout and layer drop (llc-dist trains without them), the initializer's
+  // std, and metaseq's prefix token in the published configs.
+  r.ignore(
+      {"word_embed_proj_dim", "dropout", "attention_dropout", "activation_dropout", "layerdrop", "init_std", "prefix"});
 }
 
 /// StarCoder2's fields (transformers 4.40's Starcoder2Config): Llama's

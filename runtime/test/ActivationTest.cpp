@@ -75,6 +75,28 @@ TEST(ClampTest, ForwardClampsAndBackwardPassesTheUnclampedOnly) {
   EXPECT_EQ(dx[1], dy[1]);
 }
 
+// torch's relu and threshold_backward: 0 below zero (and its gradient 0 at zero itself), x and dy above.
+TEST(ReluTest, ForwardAndBackwardMatchTheDefinition) {
+  std::vector<float> x = randn(N, 13, 2.0f), y(N), dy = randn(N, 14), dx(N);
+  x[0] = 0.0f, x[1] = -0.0f, x[2] = 1e-30f, x[3] = -1e-30f;
+  reluForward(x.data(), y.data(), N);
+  int zeroed = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    zeroed += x[i] < 0.0f;
+    EXPECT_EQ(y[i], x[i] < 0.0f ? 0.0f : x[i]) << i;
+  }
+  EXPECT_GT(zeroed, N / 4);  // both sides are exercised
+  EXPECT_GT(N - zeroed, N / 4);
+  reluBackward(dy.data(), x.data(), dx.data(), N);
+  for (int64_t i = 0; i < N; ++i) EXPECT_EQ(dx[i], x[i] > 0.0f ? dy[i] : 0.0f) << i;
+  EXPECT_EQ(dx[0], 0.0f);  // x = 0: no gradient (torch)
+  EXPECT_EQ(dx[2], dy[2]);
+  EXPECT_EQ(dx[3], 0.0f);
+  const float nan = std::nanf("");
+  reluForward(&nan, y.data(), 1);
+  EXPECT_TRUE(std::isnan(y[0]));  // torch.relu(nan) is nan
+}
+
 TEST(SwigluTest, ForwardAndBackward) {
   std::vector<float> g = randn(N, 4, 2.0f), u = randn(N, 5), dy = randn(N, 6), y(N);
   swigluForward(g.data(), u.data(), y.data(), N);

@@ -9,6 +9,8 @@
 //    too.
 //  - swiglu_fwd / swiglu_bwd `act` "gelu_tanh" (Gemma's GeGLU).
 //  - layer_norm_fwd / add_layer_norm_fwd / layer_norm_bwd_input without gamma and beta (OLMo's LayerNorm).
+//  - pos_embedding_fwd / pos_embedding_bwd_weight `offset` (OPT's table: position p at row p + 2), also on
+//    the fused embedding_fwd / embedding_bwd_weight with wpe / dwpe and sequence-parallel.
 // Each against a reference written here in double from the formulas (nothing shared with the kernels),
 // forward and backward, the backward also against central differences of the forward; absent == the
 // explicit default, bit for bit, and == the kernel as it was before the attr (plans without it run the
@@ -929,6 +931,91 @@ TEST(GluActTest, BadValuesAreRefused) {
       loadPlan(onePlan("gelu_tanh_fwd", {{"x", "gate"}, {"y", "y"}}, {{"n", kGN}, {"act", "silu"}}, bufs).builder);
   ASSERT_FALSE(plan.isOk());
   EXPECT_NE(plan.status().message().find("unknown attribute"), std::string::npos) << plan.status().message();
+}
+
+// ---- pos_embedding: offset -----------------------------------------------------------------------------
+
+constexpr int64_t kPB = 2, kPS = 3, kPH = 4, kPP = 6;  // positions 0..2 from row 2 of a table of 6 (rows 5 unused)
+
+const json kPosFwdRoles = {{"x", "x"}, {"wpe", "wpe"}, {"y", "y"}};
+const json kPosBwdRoles = {{"dy", "dy"}, {"dwpe", "dwpe"}};
+json posAttrs(const json& extra, bool bwd) {
+  json a = {{"B", kPB}, {"S", kPS}, {"H", kPH}, {"P", kPP}};
+  if (bwd) a["accumulate"] = false;
+  return withAttrs(a, extra);
+}
+Buffers posBuffers(uint32_t seed) {
+  return {{"x", f32({kPB * kPS, kPH}, randn(kPB * kPS * kPH, seed))},
+          {"wpe", f32({kPP, kPH}, randn(kPP * kPH, seed + 1))},
+          {"y", f32({kPB * kPS, kPH}, std::vector<float>(size_t(kPB * kPS * kPH), 0.0f))},
+          {"dy", f32({kPB * kPS, kPH}, randn(kPB * kPS * kPH, seed + 2))},
+          {"dwpe", f32({kPP, kPH}, randn(kPP * kPH, seed + 3))}};
+}
+
+// y[b, s] = x[b, s] + wpe[s + offset]; dwpe[s + offset] = sum over b of dy[b, s], every other row 0.
+TEST(PositionOffsetTest, ForwardAndBackwardReadTheRowsFromTheOffset) {
+  const Buffers bufs = posBuffers(171);
+  for (int64_t offset : {0, 2, 3}) {
+    SCOPED_TRACE(offset);
+    const json attr = offset ? json{{"offset", offset}} : json::object();  // absent: 0
+    const auto fwd = runOnce("pos_embedding_fwd", kPosFwdRoles, posAttrs(attr, false), bufs);
+    const auto bwd = runOnce("pos_embedding_bwd_weight", kPosBwdRoles, posAttrs(attr, true), bufs);
+    std::vector<float> y(size_t(kPB * kPS * kPH)), dwpe(size_t(kPP * kPH), 0.0f);
+    for (int64_t b = 0; b < kPB; ++b)
+      for (int64_t s = 0; s < kPS; ++s)
+        for (int64_t h = 0; h < kPH; ++h) {
+          const size_t i = size_t((b * kPS + s) * kPH + h), w = size_t((s + offset) * kPH + h);
+          y[i] = bufs.at("x").f[i] + bufs.at("wpe").f[w];
+          dwpe[w] += bufs.at("dy").f[i];
+        }
+    EXPECT_EQ(fwd.at("y"), y);
+    EXPECT_EQ(bwd.at("dwpe"), dwpe);
+  }
+  // An offset changes the result (the test can fail).
+  const auto absent = runOnce("pos_embedding_fwd", kPosFwdRoles, posAttrs(json::object(), false), bufs);
+  EXPECT_NE(absent.at("y"), runOnce("pos_embedding_fwd", kPosFwdRoles, posAttrs({{"offset", 2}}, false), bufs).at("y"));
+}
+
+// The fused embedding (llcdist-plan-fuse-embedding) with the offset: the unfused pair's bits.
+TEST(PositionOffsetTest, FusedEmbeddingMatchesThePair) {
+  Buffers bufs = embBuffers(181);
+  const int64_t S = kEM, P = kEM + 2;
+  bufs["wpe"] = f32({P, kEH}, randn(P * kEH, 182));
+  bufs["dwpe"] = f32({P, kEH}, randn(P * kEH, 183));
+  json fwdRoles = kEmbFwdRoles, bwdRoles = kEmbBwdRoles;
+  fwdRoles["wpe"] = "wpe";
+  bwdRoles["dwpe"] = "dwpe";
+  const json fused = {{"S", S}, {"P", P}, {"offset", 2}};
+  const auto fwd = runOnce("embedding_fwd", fwdRoles, embAttrs(fused, false), bufs);
+  const auto bwd = runOnce("embedding_bwd_weight", bwdRoles, embAttrs(fused, true), bufs);
+  // The pair: the gather, then the positions from row 2 (B = 1 sequence of S = M rows).
+  Buffers pair = bufs;
+  pair["out"].f = runOnce("embedding_fwd", kEmbFwdRoles, embAttrs(json::object(), false), bufs).at("out");
+  const json posAttr = {{"B", 1}, {"S", S}, {"H", kEH}, {"P", P}, {"offset", 2}};
+  const auto pos = runOnce("pos_embedding_fwd", {{"x", "out"}, {"wpe", "wpe"}, {"y", "out"}}, posAttr, pair);
+  EXPECT_EQ(fwd.at("out"), pos.at("out"));
+  const auto dpos = runOnce("pos_embedding_bwd_weight", {{"dy", "dout"}, {"dwpe", "dwpe"}},
+                            withAttrs(posAttr, {{"accumulate", false}}), bufs);
+  EXPECT_EQ(bwd.at("dwpe"), dpos.at("dwpe"));
+  for (int64_t i = 0; i < 2 * kEH; ++i) EXPECT_EQ(bwd.at("dwpe")[size_t(i)], 0.0f) << i;  // rows 0 and 1: unused
+}
+
+TEST(PositionOffsetTest, BadValuesAreRefused) {
+  const Buffers bufs = posBuffers(191);
+  for (bool bwd : {false, true}) {
+    const char* op = bwd ? "pos_embedding_bwd_weight" : "pos_embedding_fwd";
+    const json& roles = bwd ? kPosBwdRoles : kPosFwdRoles;
+    // Absent is 0: a written offset is a positive integer.
+    expectRefused(op, roles, posAttrs({{"offset", -1}}, bwd), bufs, "offset", {"expected an integer >= 1, got -1"});
+    expectRefused(op, roles, posAttrs({{"offset", 0}}, bwd), bufs, "offset", {"expected an integer >= 1, got 0"});
+    // S = 3 positions from row 4 need rows 4..6 of a table of 6.
+    expectRefused(op, roles, posAttrs({{"offset", 4}}, bwd), bufs, "S", {"from row offset = 4", "P = 6"});
+    expectRefused(op, roles, posAttrs({{"offset", 1.5}}, bwd), bufs, "offset", {"integer"});
+  }
+  // On the token embedding only with the fused position embedding.
+  const Buffers emb = embBuffers(192);
+  expectRefused("embedding_fwd", kEmbFwdRoles, embAttrs({{"offset", 2}}, false), emb, "offset",
+                {"only allowed with wpe"});
 }
 
 }  // namespace

@@ -946,6 +946,15 @@ TEST(FrameworkConfig, Model) {
   EXPECT_FALSE(hasFlag(a.megatron, "--disable-bias-linear"));
   EXPECT_TRUE(hasNote(a.megatronNotes, "no biases on q, k, v and out_proj but on the MLP (GPT-J's)"));
   EXPECT_TRUE(hasNote(a.megatronNotes, "the LM head's bias"));
+  // OPT: learned positions (Megatron-LM's default), ReLU, biases, tied.
+  ModelConfig opt;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/opt-6.7b.json", opt));
+  m.w.model = opt;
+  a = m.args();
+  for (const char *f : {"--position-embedding-type", "--openai-gelu", "--untie-embeddings-and-output-weights",
+                        "--disable-bias-linear", "--swiglu"})
+    EXPECT_FALSE(hasFlag(a.megatron, f)) << f;
+  EXPECT_TRUE(hasNote(a.megatronNotes, "ReLU in the MLP (OPT's)"));
 }
 
 TEST(FrameworkConfig, EveryRowIsTested) {

@@ -121,7 +121,10 @@ TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
                            "mpt-7b",
                            "mpt-30b",
                            "tiny-gpt-j",
-                           "gpt-j-6b"}) {
+                           "gpt-j-6b",
+                           "tiny-opt",
+                           "opt-125m",
+                           "opt-66b"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

@@ -95,6 +95,14 @@ TEST(ModelConfig, PublishedParameterCounts) {
       // GPT-J-6B (transformers 4.40.2's GPTJForCausalLM holds 6,050,882,784):
       // untied, the head's bias, one LayerNorm a layer, no attention biases.
       {"gpt-j-6b", 6050882784},
+      // OPT (the paper's 125M to 175B: transformers 4.40.2's OPTForCausalLM
+      // holds 125,239,296 for opt-125m): biases everywhere, tied, the
+      // position table's max_position_embeddings + 2 rows.
+      {"opt-125m", 125239296},
+      {"opt-1.3b", 1315758080},
+      {"opt-6.7b", 6658473984},
+      {"opt-66b", 65719701504},
+      {"opt-175b", 174604468224},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -355,12 +363,12 @@ TEST(ModelConfig, GptNeoXFields) {
   EXPECT_EQ(c.rotaryDim, 64); // int(0.25 * 256)
   EXPECT_FALSE(llamaLayout(c.arch));
   EXPECT_TRUE(layerNorms(c.arch));
-  EXPECT_TRUE(c.geluExact && c.parallelResidual);
+  EXPECT_TRUE(c.mlpActivation == MlpActivation::GeluErf && c.parallelResidual);
   EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias && !c.tieEmbeddings);
   EXPECT_EQ(c.normTensors(), 4); // two LayerNorms, parallel or not
   EXPECT_EQ(c.layerTensors(), 12);
   ModelConfig neox20b = load("gpt-neox-20b");
-  EXPECT_FALSE(neox20b.geluExact);       // "gelu_fast": the tanh GELU
+  EXPECT_FALSE((neox20b.mlpActivation == MlpActivation::GeluErf)); // "gelu_fast": the tanh GELU
   EXPECT_TRUE(neox20b.parallelResidual); // GPTNeoXConfig's default
   const std::string head = R"({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 64, "intermediate_size": 256,
     "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128)";
@@ -401,7 +409,7 @@ TEST(ModelConfig, FalconFields) {
   EXPECT_EQ(c.kvHeads, 1); // multi_query
   EXPECT_EQ(c.intermediate, 4 * 4544);
   EXPECT_TRUE(groupedQkv(c.arch) && !llamaLayout(c.arch) && layerNorms(c.arch));
-  EXPECT_TRUE(c.geluExact && c.parallelResidual && !c.parallelNorms && c.tieEmbeddings);
+  EXPECT_TRUE(c.mlpActivation == MlpActivation::GeluErf && c.parallelResidual && !c.parallelNorms && c.tieEmbeddings);
   EXPECT_FALSE(c.qkvBias || c.outputBias || c.mlpBias);
   EXPECT_EQ(c.rotaryDim, 0);     // every dim of each head
   EXPECT_EQ(c.normTensors(), 2); // one LayerNorm under parallel_attn
@@ -450,7 +458,8 @@ TEST(ModelConfig, BloomFields) {
   EXPECT_EQ(c.intermediate, 4 * 14336);
   EXPECT_TRUE(groupedQkv(c.arch) && !llamaLayout(c.arch) && layerNorms(c.arch));
   EXPECT_TRUE(c.alibi && c.embeddingNorm && c.tieEmbeddings);
-  EXPECT_FALSE(c.geluExact || c.parallelResidual); // bloom_gelu is the tanh one; sequential
+  EXPECT_FALSE(c.mlpActivation == MlpActivation::GeluErf ||
+               c.parallelResidual); // bloom_gelu is the tanh one; sequential
   EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias);
   EXPECT_EQ(c.normTensors(), 4);
   EXPECT_EQ(c.layerTensors(), 12);
@@ -492,7 +501,7 @@ TEST(ModelConfig, GptBigCodeFields) {
   EXPECT_EQ(c.intermediate, 24576);
   EXPECT_EQ(c.maxPositions, 8192);
   EXPECT_TRUE(groupedQkv(c.arch) && learnedPositions(c.arch) && !llamaLayout(c.arch) && layerNorms(c.arch));
-  EXPECT_FALSE(c.geluExact || c.parallelResidual || c.alibi);
+  EXPECT_FALSE(c.mlpActivation == MlpActivation::GeluErf || c.parallelResidual || c.alibi);
   EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias && c.tieEmbeddings);
   EXPECT_EQ(c.layerTensors(), 12);
   EXPECT_EQ(c.fieldPos.at("num_kv_heads").key, "multi_query");
@@ -504,7 +513,7 @@ TEST(ModelConfig, GptBigCodeFields) {
   EXPECT_EQ(mha.kvHeads, 4);
   EXPECT_EQ(mha.intermediate, 256); // n_inner null: 4 * n_embd
   ASSERT_FALSE(parseModelConfig(head + R"(, "activation_function": "gelu"})", "exact.json", exact));
-  EXPECT_TRUE(exact.geluExact);
+  EXPECT_TRUE(exact.mlpActivation == MlpActivation::GeluErf);
   EXPECT_NE(parseError(head + R"(, "activation_function": "relu"})")
                 .find("field 'activation_function': unsupported activation 'relu'"),
             std::string::npos);
@@ -532,7 +541,7 @@ TEST(ModelConfig, MptFields) {
   EXPECT_EQ(c.intermediate, 16384);
   EXPECT_EQ(c.maxPositions, 2048);
   EXPECT_TRUE(gpt2Layer(c.arch) && !learnedPositions(c.arch) && !groupedQkv(c.arch) && layerNorms(c.arch));
-  EXPECT_TRUE(c.alibi && c.geluExact && c.tieEmbeddings && c.normAffine);
+  EXPECT_TRUE(c.alibi && c.mlpActivation == MlpActivation::GeluErf && c.tieEmbeddings && c.normAffine);
   EXPECT_FALSE(c.qkvBias || c.outputBias || c.mlpBias || c.normBias || c.embeddingNorm || c.lmHeadBias);
   EXPECT_EQ(c.layerTensors(), 6); // norm_1, norm_2 (weights), Wqkv, out_proj, up_proj, down_proj
   EXPECT_EQ(c.normTensors(), 2);
@@ -616,6 +625,61 @@ TEST(ModelConfig, GptJFields) {
     std::string text = head + (extra.find("rotary_dim") == std::string::npos ? R"(, "rotary_dim": 8)" : "") + extra;
     if (extra.find("n_head") != std::string::npos)
       text = R"({"architectures": ["GPTJForCausalLM"], "n_embd": 64, "n_layer": 2, "vocab_size": 128)" + extra;
+    EXPECT_NE(parseError(text).find(want), std::string::npos) << extra << ": " << parseError(text);
+  }
+}
+
+// OPT: StarCoder2's sequential layer with learned positions from row 2 of
+// their table, ReLU, biases everywhere, tied; what only opt-350m has (the
+// LayerNorms after the residual, project_in / project_out) is refused.
+TEST(ModelConfig, OptFields) {
+  ModelConfig c = load("opt-6.7b");
+  EXPECT_EQ(c.arch, Arch::Opt);
+  EXPECT_STREQ(hfArchitecture(c.arch), "OPTForCausalLM");
+  EXPECT_EQ(c.heads, 32);
+  EXPECT_EQ(c.kvHeads, 32);
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_EQ(c.intermediate, 16384);
+  EXPECT_EQ(c.maxPositions, 2048);
+  EXPECT_EQ(c.positionOffset, 2);
+  EXPECT_TRUE(c.mlpActivation == MlpActivation::Relu);
+  EXPECT_TRUE(learnedPositions(c.arch) && !llamaLayout(c.arch) && layerNorms(c.arch) && !phiLayer(c.arch) &&
+              !gpt2Layer(c.arch));
+  EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias && c.tieEmbeddings && c.normAffine && c.normBias);
+  EXPECT_FALSE(c.parallelResidual || c.lmHeadBias || c.alibi);
+  EXPECT_EQ(c.layerTensors(), 16); // two LayerNorms (4), q k v out_proj fc1 fc2 and their biases
+  EXPECT_EQ(c.fieldPos.at("max_positions").key, "max_position_embeddings");
+  // --seq-len is bounded by the positions (not the table's two extra rows).
+  TrainingShape s;
+  s.seqLen = 2049;
+  std::optional<std::string> err = resolveTrainingShape(c, 1, s);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("exceeds the 2048 learned positions of opt-6.7b (max_position_embeddings)"), std::string::npos)
+      << *err;
+  s.seqLen = 2048;
+  EXPECT_FALSE(resolveTrainingShape(c, 1, s));
+  const std::string head = R"({"architectures": ["OPTForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+    "num_hidden_layers": 2, "vocab_size": 128, "ffn_dim": 128, "max_position_embeddings": 32)";
+  ModelConfig small;
+  ASSERT_FALSE(parseModelConfig(head + R"(, "word_embed_proj_dim": 64, "prefix": "</s>"})", "small.json", small));
+  EXPECT_EQ(small.numParameters(),
+            128 * 64 + 34 * 64 + 2 * (4 * 64 + 4 * 64 * 64 + 4 * 64 + 2 * 64 * 128 + 128 + 64) + 2 * 64);
+  const std::pair<std::string, std::string> refused[] = {
+      {R"(, "do_layer_norm_before": false})", "field 'do_layer_norm_before': the LayerNorms after the residual adds"},
+      {R"(, "word_embed_proj_dim": 32})",
+       "field 'word_embed_proj_dim': embeddings of another width than hidden_size=64"},
+      {R"(, "_remove_final_layer_norm": true})", "field '_remove_final_layer_norm': a model without the final"},
+      {R"(, "activation_function": "gelu"})", "field 'activation_function': unsupported activation 'gelu'"},
+      {R"(, "enable_bias": false})", "field 'enable_bias': OPT without biases is not supported"},
+      {R"(, "layer_norm_elementwise_affine": false})", "field 'layer_norm_elementwise_affine'"},
+      {R"(, "word_embed_proj_dim": 0})", "field 'word_embed_proj_dim': must be a positive integer"},
+      {R"(, "num_attention_heads": 5})", "field 'num_attention_heads': num_attention_heads=5 does not divide"},
+      {R"(, "rope_theta": 1000})", "unknown field for OPTForCausalLM"},
+  };
+  for (const auto &[extra, want] : refused) {
+    std::string text = head + extra;
+    if (extra.find("num_attention_heads") != std::string::npos)
+      text = R"({"architectures": ["OPTForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2)" + extra;
     EXPECT_NE(parseError(text).find(want), std::string::npos) << extra << ": " << parseError(text);
   }
 }

@@ -274,6 +274,11 @@ TEST(ContextParallelRing, TinyMptSGD) {
 /// GPT-J's rotate_every_two at the global positions of cp's chunks (ring and
 /// all-to-all).
 TEST(ContextParallelRing, TinyGptJSGD) { golden("tiny-gpt-j", "sgd", {CpCase::of(2).ring(), CpCase::of(2)}); }
+/// OPT's learned positions from row 2 of their table at the global positions
+/// of cp's chunks (ring, and all-to-all with tp's sequence slices).
+TEST(ContextParallelRing, TinyOptSGD) {
+  golden("tiny-opt", "sgd", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
+}
 /// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
 /// it around.
 TEST(ContextParallelRing, TinyGemmaSGD) {

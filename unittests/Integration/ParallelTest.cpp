@@ -116,6 +116,11 @@ TEST(Parallel, TinyMptAdamW) { golden("tiny-mpt", "adamw"); }
 // of each head (adjacent pairs), no attention biases, the head's bias split
 // with the vocabulary, untied.
 TEST(Parallel, TinyGptJSGD) { golden("tiny-gpt-j", "sgd"); }
+// OPT: StarCoder2's sequential layer without rotary embeddings, ReLU, the
+// learned positions from row 2 of their table (split over tp's sequence
+// slices), tied.
+TEST(Parallel, TinyOptSGD) { golden("tiny-opt", "sgd"); }
+TEST(Parallel, TinyOptAdamW) { golden("tiny-opt", "adamw"); }
 // The mixtures of experts: every token's experts whatever the rank holds its
 // tokens (dp: each rank routes its own, its group sizes its own; the expert
 // gradients reduced over dp), the experts whole on every tp rank (Qwen2-MoE's

@@ -42,11 +42,12 @@ enum class Arch {
   Bloom,
   GptBigCode,
   Mpt,
-  GptJ
+  GptJ,
+  Opt
 };
 /// How many families there are: a new one is appended to Arch (kArchs in
 /// ModelConfig.cpp is indexed by it; docs/adding-a-model.md).
-inline constexpr int kNumArchs = int(Arch::GptJ) + 1;
+inline constexpr int kNumArchs = int(Arch::Opt) + 1;
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
@@ -56,11 +57,11 @@ const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" 
 /// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place,
 /// and so do StableLM (with LayerNorms and partial rotary embeddings) and
 /// OLMo (with LayerNorms that have no weight or bias).
-/// GPT-2, Phi, StarCoder2, GPT-NeoX, Falcon, BLOOM, GPTBigCode, MPT and GPT-J
-/// have LayerNorms and a two-matrix MLP.
+/// GPT-2, Phi, StarCoder2, GPT-NeoX, Falcon, BLOOM, GPTBigCode, MPT, GPT-J and
+/// OPT have LayerNorms and a two-matrix MLP.
 inline bool llamaLayout(Arch a) {
   return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2 && a != Arch::GptNeoX && a != Arch::Falcon &&
-         a != Arch::Bloom && a != Arch::GptBigCode && a != Arch::Mpt && a != Arch::GptJ;
+         a != Arch::Bloom && a != Arch::GptBigCode && a != Arch::Mpt && a != Arch::GptJ && a != Arch::Opt;
 }
 /// GPT-2's layer: one GEMM's q | k | v (GPTBigCode: in kv-head groups), the
 /// two-matrix MLP, sequential; GPTBigCode's and MPT's (Wqkv, no biases,
@@ -70,9 +71,11 @@ inline bool gpt2Layer(Arch a) { return a == Arch::GPT2 || a == Arch::GptBigCode 
 /// mlp(ln x): Phi's PhiDecoderLayer and GPT-J's GPTJBlock (ImportXF's
 /// phiBlock).
 inline bool phiLayer(Arch a) { return a == Arch::Phi || a == Arch::GptJ; }
-/// A learned position table (transformer.wpe) added to the embeddings: GPT-2
-/// and GPTBigCode (StarCoder, SantaCoder); --seq-len is bounded by it.
-inline bool learnedPositions(Arch a) { return a == Arch::GPT2 || a == Arch::GptBigCode; }
+/// A learned position table added to the embeddings instead of rotary
+/// embeddings: GPT-2 and GPTBigCode (StarCoder, SantaCoder; transformer.wpe)
+/// and OPT (model.decoder.embed_positions, from row
+/// ModelConfig::positionOffset); --seq-len is bounded by it.
+inline bool learnedPositions(Arch a) { return a == Arch::GPT2 || a == Arch::GptBigCode || a == Arch::Opt; }
 /// q, k and v come from one GEMM whose output holds, for each kv head, its
 /// query heads' q and its k and v side by side (GPT-NeoX: one query head per
 /// group; Falcon: num_heads / num_kv_heads, one group under multi_query;
@@ -84,6 +87,9 @@ inline bool groupedQkv(Arch a) {
 /// The norms are LayerNorms (the final one too), not RMSNorms: with a weight
 /// and a bias but OLMo's (ModelConfig::normAffine).
 inline bool layerNorms(Arch a) { return !llamaLayout(a) || a == Arch::StableLm || a == Arch::Olmo; }
+
+/// The activation of a two-matrix (GPT-style) MLP (ModelConfig::mlpActivation).
+enum class MlpActivation { GeluTanh, GeluErf, Relu };
 
 /// Hugging Face's `rope_scaling` with rope_type "llama3" (Llama 3.1+).
 struct RopeScaling {
@@ -157,10 +163,14 @@ struct ModelConfig {
   /// and ln_mlp).
   bool parallelResidual = false;
   bool parallelNorms = false;
-  /// GPT-NeoX's hidden_act "gelu" (Falcon's activation): the MLP's GELU is
-  /// the exact one (erf), not the tanh approximation ("gelu_new") the other
-  /// GPT-style MLPs use.
-  bool geluExact = false;
+  /// The two-matrix MLP's activation: the tanh GELU ("gelu_new": GPT-2, Phi,
+  /// StarCoder2, GPT-J), the exact one (GPT-NeoX's hidden_act "gelu",
+  /// Falcon's, MPT's) or ReLU (OPT's).
+  MlpActivation mlpActivation = MlpActivation::GeluTanh;
+  /// OPT's OPTLearnedPositionalEmbedding: position p is row p + 2 of a table
+  /// of maxPositions + 2 rows (xf.add_position_embedding's offset); 0: row p
+  /// of maxPositions.
+  int64_t positionOffset = 0;
   /// BLOOM's (and MPT's) ALiBi: no position embedding; each attention score
   /// gets a head's slope times (key − query position) (xf.attention
   /// alibi_heads).

@@ -75,8 +75,9 @@ LogicalResult OpLowering::lower<AddPositionEmbeddingOp>(Operation *op, Scope &s,
   auto e = cast<AddPositionEmbeddingOp>(op);
   Buf y = def(s, e.getResult(), op);
   kernel("pos_embedding_fwd", {arg("x", use(s, e.getInput())), arg("wpe", use(s, e.getTable())), arg("y", y)},
-         withShardAxis(op, {i64("B", dim(e.getInput(), 0)), i64("S", dim(e.getInput(), 1)),
-                            i64("H", dim(e.getInput(), 2)), i64("P", dim(e.getTable(), 0))}),
+         withShardAxis(op, withOptional("offset", e.getOffset(),
+                                        {i64("B", dim(e.getInput(), 0)), i64("S", dim(e.getInput(), 1)),
+                                         i64("H", dim(e.getInput(), 2)), i64("P", dim(e.getTable(), 0))})),
          loc);
   return success();
 }
@@ -194,6 +195,13 @@ template <> LogicalResult OpLowering::lower<ClampOp>(Operation *op, Scope &s, Ba
   return success();
 }
 
+template <> LogicalResult OpLowering::lower<ReluOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto r = cast<ReluOp>(op);
+  Buf y = def(s, r.getResult(), op);
+  kernel("relu_fwd", {arg("x", use(s, r.getInput())), arg("y", y)}, {i64("n", numel(r.getInput()))}, loc);
+  return success();
+}
+
 template <> LogicalResult OpLowering::lower<SwiGLUOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
   auto g = cast<SwiGLUOp>(op);
   Buf y = def(s, g.getResult(), op);
@@ -302,8 +310,10 @@ LogicalResult OpLowering::lower<AddPositionEmbeddingGradOp>(Operation *op, Scope
   auto g = cast<AddPositionEmbeddingGradOp>(op);
   auto [dt, acc] = gradTarget(s, g.getResult(), op);
   kernel("pos_embedding_bwd_weight", {arg("dy", use(s, g.getDy())), arg("dwpe", dt)},
-         withShardAxis(op, {i64("B", dim(g.getDy(), 0)), i64("S", dim(g.getDy(), 1)), i64("H", dim(g.getDy(), 2)),
-                            i64("P", dim(g.getResult(), 0)), flag("accumulate", acc)}),
+         withShardAxis(
+             op, withOptional("offset", g.getOffset(),
+                              {i64("B", dim(g.getDy(), 0)), i64("S", dim(g.getDy(), 1)), i64("H", dim(g.getDy(), 2)),
+                               i64("P", dim(g.getResult(), 0)), flag("accumulate", acc)})),
          loc);
   return success();
 }
@@ -415,6 +425,14 @@ template <> LogicalResult OpLowering::lower<ClampGradOp>(Operation *op, Scope &s
   Buf dx = def(s, c.getResult(), op);
   kernel("clamp_bwd", {arg("dy", use(s, c.getDy())), arg("x", use(s, c.getInput())), arg("dx", dx)},
          {i64("n", numel(c.getDy())), f64("limit", c.getLimit().convertToDouble())}, loc);
+  return success();
+}
+
+template <> LogicalResult OpLowering::lower<ReluGradOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto r = cast<ReluGradOp>(op);
+  Buf dx = def(s, r.getResult(), op);
+  kernel("relu_bwd", {arg("dy", use(s, r.getDy())), arg("x", use(s, r.getInput())), arg("dx", dx)},
+         {i64("n", numel(r.getDy()))}, loc);
   return success();
 }
 
@@ -592,12 +610,12 @@ template <> LogicalResult OpLowering::lower<AccumulateGradOp>(Operation *op, Sco
 void llcdist::xftoplan::registerPlanLoweringModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, xf::XFDialect *) {
     attachPlanLowering<ParamOp, LayerOp, EmbeddingOp, AddPositionEmbeddingOp, LayerNormOp, RMSNormOp, LinearOp, SplitOp,
-                       RopeOp, AttentionOp, GeluTanhOp, GeluErfOp, ClampOp, SwiGLUOp, AddOp, CrossEntropyOp,
+                       RopeOp, AttentionOp, GeluTanhOp, GeluErfOp, ClampOp, ReluOp, SwiGLUOp, AddOp, CrossEntropyOp,
                        CrossEntropyGradOp, LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
                        AddPositionEmbeddingGradOp, LayerNormGradInputOp, LayerNormGradParamsOp, RMSNormGradInputOp,
                        RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp, GeluErfGradOp, ClampGradOp,
-                       SwiGLUGradOp, ConcatOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, BiasAddOp,
-                       AccumulateGradOp, MoeDispatchOp, MoeCombineOp>(ctx);
+                       ReluGradOp, SwiGLUGradOp, ConcatOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp,
+                       BiasAddOp, AccumulateGradOp, MoeDispatchOp, MoeCombineOp>(ctx);
     attachMoePlanLowerings(ctx);
   });
 }

@@ -63,6 +63,14 @@ void clampBackward(const float* dy, const float* x, float* dx, int64_t n, float 
   for (int64_t i = 0; i < n; ++i) dx[i] = x[i] >= -limit && x[i] <= limit ? dy[i] : 0.0f;
 }
 
+void reluForward(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+}
+
+void reluBackward(const float* dy, const float* x, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
 void swigluForward(const float* gate, const float* up, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = silu(gate[i]) * up[i];
 }
@@ -144,6 +152,14 @@ void registerCpuElementwiseKernels(CpuKernelTable& t) {
   });
   addCpuKernel<P>(t, K::kClampBwd, [](const KernelCall& c, const P& p, const Ctx&) {
     clampBackward(c.F("dy"), c.F("x"), c.F("dx"), p.n, p.limit);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kReluFwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    reluForward(c.F("x"), c.F("y"), p.n);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kReluBwd, [](const KernelCall& c, const P& p, const Ctx&) {
+    reluBackward(c.F("dy"), c.F("x"), c.F("dx"), p.n);
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kSwigluFwd, [](const KernelCall& c, const P& p, const Ctx&) {

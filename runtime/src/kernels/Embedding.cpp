@@ -110,14 +110,14 @@ void registerCpuEmbeddingKernels(CpuKernelTable& t) {
     LLCDIST_RETURN_IF_ERROR(
         embeddingForward(c.I("ids"), c.F("table"), c.F("out"), p.M, p.V, p.H, p.vocabShard, float(p.scale)));
     if (!c.F("wpe")) return Status::ok();
-    return positionEmbeddingForward(c.F("out"), c.F("wpe"), c.F("out"), p.B, p.S, p.H, p.P, 0);
+    return positionEmbeddingForward(c.F("out"), c.F("wpe"), c.F("out"), p.B, p.S, p.H, p.P, p.posBegin);
   });
   addCpuKernel<P>(t, K::kEmbeddingBwdWeight,
                   [scaleWithPositions](const KernelCall& c, const P& p, const Ctx&) -> Status {
     if (c.F("dwpe") && p.scale != 1.0) return scaleWithPositions("embedding_bwd_weight");
     if (c.F("dwpe"))
       LLCDIST_RETURN_IF_ERROR(
-          positionEmbeddingBackwardWeight(c.F("dout"), c.F("dwpe"), p.B, p.S, p.H, p.P, p.accumulate, 0));
+          positionEmbeddingBackwardWeight(c.F("dout"), c.F("dwpe"), p.B, p.S, p.H, p.P, p.accumulate, p.posBegin));
     return embeddingBackward(c.I("ids"), c.F("dout"), c.F("dtable"), p.M, p.V, p.H, p.accumulate, p.vocabShard,
                              float(p.scale));
   });

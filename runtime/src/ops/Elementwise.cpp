@@ -1,7 +1,8 @@
 // Family "elementwise": ops over n elements in every role: gelu_tanh_fwd / gelu_tanh_bwd, gelu_erf_fwd /
-// gelu_erf_bwd, clamp_fwd / clamp_bwd, swiglu_fwd / swiglu_bwd, add, accumulate, copy, cast; and cast_multi, a cast of
-// each pair of a list. A new elementwise op registers here (docs/adding-an-op.md). swiglu_*'s optional `act` (the
-// gate's activation: "silu", the default, or "gelu_tanh", Gemma's GeGLU) binds as ElementwiseParams::act.
+// gelu_erf_bwd, clamp_fwd / clamp_bwd, relu_fwd / relu_bwd, swiglu_fwd / swiglu_bwd, add, accumulate, copy, cast; and
+// cast_multi, a cast of each pair of a list. A new elementwise op registers here (docs/adding-an-op.md). swiglu_*'s
+// optional `act` (the gate's activation: "silu", the default, or "gelu_tanh", Gemma's GeGLU) binds as
+// ElementwiseParams::act.
 #include "OpDefs.h"
 
 #include "llcdist/runtime/FloatAttrRules.h"
@@ -78,7 +79,7 @@ StatusOr<OpParams> bindCastMulti(const BindContext&) { return OpParams(Elementwi
 
 void registerElementwiseOps(OpDefTable& t) {
   for (K k : {K::kGeluTanhFwd, K::kGeluTanhBwd, K::kSwigluFwd, K::kSwigluBwd, K::kAdd, K::kAccumulate, K::kCopy,
-              K::kCast, K::kGeluErfFwd, K::kGeluErfBwd})
+              K::kCast, K::kGeluErfFwd, K::kGeluErfBwd, K::kReluFwd, K::kReluBwd})
     t.add(k, {"elementwise", checkElementwise, bindElementwise});
   t.add(K::kCastMulti, {"elementwise", checkCastMulti, bindCastMulti});
   for (K k : {K::kClampFwd, K::kClampBwd}) t.add(k, {"elementwise", checkClamp, bindClamp});

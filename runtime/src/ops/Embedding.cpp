@@ -1,7 +1,7 @@
 // Family "embedding": embedding_fwd / embedding_bwd_weight (token embedding, vocabulary-parallel with
 // attr `shard_axis`) and pos_embedding_fwd / pos_embedding_bwd_weight (GPT-2's learned positions,
-// sequence-parallel with attr `shard_axis`: one axis, or tp+cp). embedding_*'s optional `scale` (Gemma's multiplier of
-// the gathered rows, and of their gradient) binds as EmbeddingParams::scale.
+// sequence-parallel with attr `shard_axis`: one axis, or tp+cp; from row `offset` of the table, OPT's). embedding_*'s
+// optional `scale` (Gemma's multiplier of the gathered rows, and of their gradient) binds as EmbeddingParams::scale.
 #include "OpDefs.h"
 #include "llcdist/runtime/FloatAttrRules.h"
 
@@ -15,15 +15,20 @@ namespace {
 namespace sc = schema;
 using K = sc::OpKind;
 
-// S positions of a table of P: the position embeddings' rule, fused or not.
-Status positionsFit(const OpChecker& c, int64_t S, int64_t P) {
-  if (S > P)
-    return c.attrError("S", "S = " + std::to_string(S) + " exceeds the position table size P = " + std::to_string(P));
+// The attr `offset` (kPositionOffsetAttr; the parser took it as an integer >= 1); absent: 0.
+int64_t positionOffset(const OpChecker& c) { return c.op().intAttr(std::string(sc::kPositionOffsetAttr), 0); }
+
+// S positions from row `offset` of a table of P: the position embeddings' rule, fused or not.
+Status positionsFit(const OpChecker& c, int64_t S, int64_t P, int64_t offset) {
+  if (S > P || offset > P - S)
+    return c.attrError("S", "S = " + std::to_string(S) +
+                                (offset ? " from row offset = " + std::to_string(offset) : "") +
+                                " exceeds the position table size P = " + std::to_string(P));
   return Status::ok();
 }
 
-// The fused position embedding (roles wpe / dwpe): attrs S and P with it and only with it, M a multiple
-// of S, S <= P, no shard_axis, the table P×H.
+// The fused position embedding (roles wpe / dwpe): attrs S and P with it and only with it (offset
+// optional), M a multiple of S, S + offset <= P, no shard_axis, the table P×H.
 Status checkFusedPositions(const OpChecker& c, const char* role) {
   const Op& op = c.op();
   const bool has = op.arg(role) >= 0;
@@ -31,13 +36,16 @@ Status checkFusedPositions(const OpChecker& c, const char* role) {
     if (has && !op.attrs.count(a)) return c.attrError(a, std::string("required with ") + role);
     if (!has && op.attrs.count(a)) return c.attrError(a, std::string("only allowed with ") + role);
   }
+  if (!has && op.attrs.count(std::string(sc::kPositionOffsetAttr)))  // optional with it
+    return c.attrError(sc::kPositionOffsetAttr.data(), std::string("only allowed with ") + role);
   if (!has) return Status::ok();
   if (op.attrs.count(std::string(sc::kShardAxisAttr)))
     return c.argError(role, "a sharded embedding (shard_axis) cannot add the position embedding");
   const int64_t M = c.I("M"), S = c.I("S"), P = c.I("P");
   if (M % S != 0)
     return c.attrError("S", "M = " + std::to_string(M) + " is not a multiple of S = " + std::to_string(S));
-  LLCDIST_RETURN_IF_ERROR(positionsFit(c, S, P));
+  const int64_t offset = positionOffset(c);
+  LLCDIST_RETURN_IF_ERROR(positionsFit(c, S, P, offset));
   return c.count(role, OpChecker::prod({P, c.I("H")}), "P×H");
 }
 
@@ -86,6 +94,7 @@ StatusOr<OpParams> bindEmbedding(const BindContext& b) {
     p.S = b.op.intAttr("S");
     p.P = b.op.intAttr("P");
     p.B = p.M / p.S;
+    p.posBegin = b.op.intAttr(std::string(sc::kPositionOffsetAttr), 0);  // positions 0..S-1 from that row
   }
   if (b.op.attrs.count(std::string(sc::kShardAxisAttr))) {  // vocabulary-parallel: this rank's slice
     LLCDIST_ASSIGN_OR_RETURN(MeshAxis axis, b.axis(std::string(sc::kShardAxisAttr), "shard_axis"));
@@ -97,7 +106,8 @@ StatusOr<OpParams> bindEmbedding(const BindContext& b) {
 Status checkPosEmbedding(const OpChecker& c) {
   const Op& op = c.op();
   const int64_t B = c.I("B"), S = c.I("S"), H = c.I("H"), P = c.I("P");
-  LLCDIST_RETURN_IF_ERROR(positionsFit(c, S, P));
+  const int64_t offset = positionOffset(c);
+  LLCDIST_RETURN_IF_ERROR(positionsFit(c, S, P, offset));
   const std::string attr(sc::kShardAxisAttr);
   if (op.attrs.count(attr)) {
     // Sequence-parallel over one axis, or over tp inside each cp slice (tp+cp): the members' rows are
@@ -116,11 +126,12 @@ Status checkPosEmbedding(const OpChecker& c) {
     LLCDIST_RETURN_IF_ERROR(c.axisRows(axes->single() ? axis : "cp", OpChecker::prod({S, tp})));
     const int64_t n = mesh.axisSize(*axes);
     const int64_t needed = OpChecker::prod({S, n});
-    if (needed < 0 || needed > P)
+    if (needed < 0 || needed > P - offset)
       return c.attrError("S", "S = " + std::to_string(S) + " positions on each of the " + std::to_string(n) +
                                   " members of shard_axis \"" + axis +
                                   "\" need S·n = " + (needed < 0 ? std::string("(overflow)") : std::to_string(needed)) +
-                                  " positions, more than the position table size P = " + std::to_string(P));
+                                  " positions, more than the position table size P = " + std::to_string(P) +
+                                  (offset ? " from row offset = " + std::to_string(offset) : ""));
   }
   const bool fwd = op.kind == K::kPosEmbeddingFwd;
   LLCDIST_RETURN_IF_ERROR(c.count(fwd ? "x" : "dy", OpChecker::prod({B, S, H}), "B×S×H"));
@@ -141,6 +152,9 @@ StatusOr<OpParams> bindPosEmbedding(const BindContext& b) {
     p.posSplit = pos.split;
     p.posBegin2 = pos.second;
   }
+  const int64_t offset = b.op.intAttr(std::string(sc::kPositionOffsetAttr), 0);  // OPT's table: position p at row p + 2
+  p.posBegin += offset;
+  p.posBegin2 += offset;
   return OpParams(std::move(p));
 }
 

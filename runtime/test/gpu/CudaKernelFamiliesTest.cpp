@@ -176,6 +176,12 @@ TEST(CudaElementwiseKernels, Clamp) {
       .expectMatch(0, 0);
 }
 
+// OPT's ReLU (inputs on both sides of zero).
+TEST(CudaElementwiseKernels, Relu) {
+  LLCDIST_REQUIRE_GPU();
+  expectActivationMatches(K::kReluFwd, K::kReluBwd, 35);
+}
+
 TEST(CudaElementwiseKernels, GeluErf) {
   LLCDIST_REQUIRE_GPU();
   expectActivationMatches(K::kGeluErfFwd, K::kGeluErfBwd, 25);
@@ -413,25 +419,29 @@ TEST(CudaEmbeddingKernels, PositionWeightGradient) {
 TEST(CudaEmbeddingKernels, FusedPositions) {
   LLCDIST_REQUIRE_GPU();
   const int64_t B = 3, S = 5, H = 37, P = 9, V = 7, M = B * S;
-  EmbeddingParams p = embedding(M, V, H, false);
-  p.B = B;
-  p.S = S;
-  p.P = P;
-  KernelCase(K::kEmbeddingFwd, p)
-      .i32("ids", randomI32(M, 85, 0, int32_t(V - 1)))
-      .f32("table", randomF32(V * H, 86))
-      .f32("out", randomF32(M * H, 87))
-      .f32("wpe", randomF32(P * H, 88))
-      .expectMatch(0, 0);
-  for (bool accumulate : {false, true}) {
-    SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
-    p.accumulate = accumulate;
-    KernelCase(K::kEmbeddingBwdWeight, p)
-        .i32("ids", randomI32(M, 89, 0, int32_t(V - 1)))
-        .f32("dout", randomF32(M * H, 90))
-        .f32("dtable", randomF32(V * H, 91))
-        .f32("dwpe", randomF32(P * H, 92))
+  for (int64_t offset : {0, 2, 4}) {  // OPT's table: positions from row 2 (4 + 5 = P: its last rows)
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    EmbeddingParams p = embedding(M, V, H, false);
+    p.B = B;
+    p.S = S;
+    p.P = P;
+    p.posBegin = offset;
+    KernelCase(K::kEmbeddingFwd, p)
+        .i32("ids", randomI32(M, 85, 0, int32_t(V - 1)))
+        .f32("table", randomF32(V * H, 86))
+        .f32("out", randomF32(M * H, 87))
+        .f32("wpe", randomF32(P * H, 88))
         .expectMatch(0, 0);
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+      p.accumulate = accumulate;
+      KernelCase(K::kEmbeddingBwdWeight, p)
+          .i32("ids", randomI32(M, 89, 0, int32_t(V - 1)))
+          .f32("dout", randomF32(M * H, 90))
+          .f32("dtable", randomF32(V * H, 91))
+          .f32("dwpe", randomF32(P * H, 92))
+          .expectMatch(0, 0);
+    }
   }
 }
 

@@ -130,6 +130,30 @@ func.func @pos_too_long(%x: tensor<2x32x64xf32>, %t: tensor<16x64xf32>) {
 
 // -----
 
+func.func @pos_offset_too_far(%x: tensor<2x8x64xf32>, %t: tensor<16x64xf32>) {
+  // expected-error @+1 {{sequence length 8 exceeds the 7 learned positions after the offset}}
+  %e = xf.add_position_embedding %x, %t {offset = 9 : i64} : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @pos_offset_negative(%x: tensor<2x8x64xf32>, %t: tensor<16x64xf32>) {
+  // expected-error @+1 {{offset must be >= 1 (absent: 0), got 0}}
+  %e = xf.add_position_embedding %x, %t {offset = 0 : i64} : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @pos_grad_offset_too_far(%dy: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{expects dy [B, S, H] and a result [P, H] with P >= S + offset}}
+  %d = xf.add_position_embedding_grad %dy {offset = 9 : i64} : (tensor<2x8x64xf32>) -> tensor<16x64xf32>
+  return
+}
+
+// -----
+
 func.func @pos_result(%x: tensor<2x8x64xf32>, %t: tensor<16x64xf32>) {
   // expected-error @+1 {{result type must equal the input type 'tensor<2x8x64xf32>'}}
   %e = xf.add_position_embedding %x, %t : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x4x64xf32>

@@ -45,7 +45,9 @@ func.func private @block(%x: tensor<2x8x64xf32>) -> tensor<2x8x64xf32> attribute
   // CHECK: xf.gelu_erf %{{.+}} : tensor<2x8x64xf32>
   %ge0 = xf.gelu_erf %gl : tensor<2x8x64xf32>
   // CHECK: xf.clamp %{{.+}} {limit = 8.000000e+00 : f64} : tensor<2x8x64xf32>
-  %ge = xf.clamp %ge0 {limit = 8.0 : f64} : tensor<2x8x64xf32>
+  %ge1 = xf.clamp %ge0 {limit = 8.0 : f64} : tensor<2x8x64xf32>
+  // CHECK: xf.relu %{{.+}} : tensor<2x8x64xf32>
+  %ge = xf.relu %ge1 : tensor<2x8x64xf32>
   // CHECK: xf.swiglu %{{.+}}, %{{.+}} : tensor<2x8x64xf32>
   %sw = xf.swiglu %ge, %o : tensor<2x8x64xf32>
   // CHECK: xf.add %{{.+}}, %{{.+}} : tensor<2x8x64xf32>
@@ -62,7 +64,10 @@ func.func @forward(%ids: tensor<2x8xi32>, %targets: tensor<2x8xi32>) -> tensor<f
   // CHECK: xf.embedding %{{.+}}, %[[WTE]] : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xf32>
   %e = xf.embedding %ids, %wte : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xf32>
   // CHECK: xf.add_position_embedding %{{.+}}, %{{.+}} : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
-  %p = xf.add_position_embedding %e, %wpe : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
+  %p0 = xf.add_position_embedding %e, %wpe : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
+  // OPT's table: positions from row 2 (8 + 2 <= 16 rows).
+  // CHECK: xf.add_position_embedding %{{.+}}, %{{.+}} {offset = 2 : i64} : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
+  %p = xf.add_position_embedding %p0, %wpe {offset = 2 : i64} : (tensor<2x8x64xf32>, tensor<16x64xf32>) -> tensor<2x8x64xf32>
   // CHECK: %[[L0:.+]] = xf.layer @block[0] (%{{.+}}) : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>
   // CHECK: xf.layer @block[1] (%[[L0]])
   %l0 = xf.layer @block[0](%p) : (tensor<2x8x64xf32>) -> tensor<2x8x64xf32>

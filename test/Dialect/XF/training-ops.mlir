@@ -16,6 +16,8 @@ func.func @grads(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x16xf32>, %w: tensor<8x16
   %de = xf.embedding_grad %ids, %x : (tensor<2x4xi32>, tensor<2x4x16xf32>) -> tensor<32x16xf32>
   // CHECK: xf.add_position_embedding_grad %{{.+}} : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
   %dp = xf.add_position_embedding_grad %x : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+  // CHECK: xf.add_position_embedding_grad %{{.+}} {offset = 4 : i64} : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+  %dpo = xf.add_position_embedding_grad %x {offset = 4 : i64} : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
   // CHECK: xf.layer_norm_grad_input
   %a = xf.layer_norm_grad_input %x, %x, %g, %st : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<16xf32>, tensor<2x8xf32>) -> tensor<2x4x16xf32>
   // CHECK: xf.layer_norm_grad_input %{{.+}}, %{{.+}}, %{{.+}} : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x8xf32>) -> tensor<2x4x16xf32>
@@ -39,6 +41,8 @@ func.func @grads(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x16xf32>, %w: tensor<8x16
   %e = xf.gelu_tanh_grad %x, %x : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
   // CHECK: xf.gelu_erf_grad
   %ee = xf.gelu_erf_grad %x, %x : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+  // CHECK: xf.relu_grad
+  %rg = xf.relu_grad %x, %x : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
   // CHECK: xf.clamp_grad {{.+}} {limit = 5.000000e-01 : f64}
   %cg = xf.clamp_grad %x, %x {limit = 0.5 : f64} : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
   // CHECK: xf.swiglu_grad

@@ -54,11 +54,14 @@ bool sameRows(plan::KernelOp emb, plan::KernelOp pos) {
          intParamOf(emb, "M") == intParamOf(pos, "B") * intParamOf(pos, "S") && intParamOf(pos, "S") > 0;
 }
 
-/// `emb`'s params with the position embedding's S and P.
+/// `emb`'s params with the position embedding's S and P, and its offset
+/// (OPT's) where it has one.
 DictionaryAttr withPositions(OpBuilder &b, plan::KernelOp emb, plan::KernelOp pos) {
   SmallVector<NamedAttribute> params(emb.getParams().getValue());
   params.push_back(b.getNamedAttr("S", pos.getParams().get("S")));
   params.push_back(b.getNamedAttr("P", pos.getParams().get("P")));
+  if (Attribute offset = pos.getParams().get("offset"))
+    params.push_back(b.getNamedAttr("offset", offset));
   return b.getDictionaryAttr(params);
 }
 

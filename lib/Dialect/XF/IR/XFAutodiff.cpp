@@ -70,7 +70,8 @@ LogicalResult EmbeddingOp::buildBackward(OpBuilder &b, GradientSink &grads, Arra
 
 LogicalResult AddPositionEmbeddingOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   grads.addGrad(getInput(), dys[0]);
-  grads.addGrad(getTable(), AddPositionEmbeddingGradOp::create(b, getLoc(), getTable().getType(), dys[0]));
+  grads.addGrad(getTable(),
+                AddPositionEmbeddingGradOp::create(b, getLoc(), getTable().getType(), dys[0], getOffsetAttr()));
   return success();
 }
 
@@ -138,6 +139,11 @@ LogicalResult AttentionOp::buildBackward(OpBuilder &b, GradientSink &grads, Arra
 
 LogicalResult GeluTanhOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   grads.addGrad(getInput(), GeluTanhGradOp::create(b, getLoc(), getType(), dys[0], grads.fwd(getInput())));
+  return success();
+}
+
+LogicalResult ReluOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  grads.addGrad(getInput(), ReluGradOp::create(b, getLoc(), getType(), dys[0], grads.fwd(getInput())));
   return success();
 }
 

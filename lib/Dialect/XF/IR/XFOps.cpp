@@ -118,10 +118,12 @@ LogicalResult AddPositionEmbeddingOp::verify() {
   if (table.getRank() != 2 || table.getDimSize(1) != in.getDimSize(2))
     return emitOpError("table must be [positions, ")
            << in.getDimSize(2) << "], got " << table;
-  if (in.getDimSize(1) > table.getDimSize(0))
-    return emitOpError("sequence length ")
-           << in.getDimSize(1) << " exceeds the " << table.getDimSize(0)
-           << " learned positions";
+  const int64_t offset = int64_t(getOffset().value_or(0));
+  if (getOffset() && offset < 1) // the plan's rule: absent is 0
+    return emitOpError("offset must be >= 1 (absent: 0), got ") << offset;
+  if (in.getDimSize(1) > table.getDimSize(0) - offset)
+    return emitOpError("sequence length ") << in.getDimSize(1) << " exceeds the " << table.getDimSize(0) - offset
+                                           << " learned positions" << (offset ? " after the offset" : "");
   if (getResult().getType() != in)
     return emitOpError("result type must equal the input type ") << in;
   return sameElementType(*this, {getInput(), getTable()});

@@ -102,12 +102,12 @@ LogicalResult SwiGLUGradOp::verify() { return checkGatedActivation(*this, getAct
 
 LogicalResult AddPositionEmbeddingGradOp::verify() {
   auto dy = rt(getDy()), res = rt(getResult());
-  if (dy.getRank() != 3 || res.getRank() != 2 ||
-      res.getDimSize(1) != dy.getDimSize(2) ||
-      res.getDimSize(0) < dy.getDimSize(1))
-    return emitOpError("expects dy [B, S, H] and a result [P, H] with P >= S; "
-                       "got ")
-           << dy << " and " << res;
+  const int64_t offset = int64_t(getOffset().value_or(0));
+  if (getOffset() && offset < 1) // the plan's rule: absent is 0
+    return emitOpError("offset must be >= 1 (absent: 0), got ") << offset;
+  if (dy.getRank() != 3 || res.getRank() != 2 || res.getDimSize(1) != dy.getDimSize(2) ||
+      res.getDimSize(0) - offset < dy.getDimSize(1))
+    return emitOpError("expects dy [B, S, H] and a result [P, H] with P >= S + offset; got ") << dy << " and " << res;
   return sameElementType(*this, {getDy(), getResult()});
 }
 

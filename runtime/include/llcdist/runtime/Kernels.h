@@ -262,6 +262,10 @@ void geluErfBackward(const float* dy, const float* x, float* dx, int64_t n);
 // clamp to [-limit, limit] (OLMo's clip_qkv); dx = dy where -limit <= x <= limit, else 0 (torch's clamp).
 void clampForward(const float* x, float* y, int64_t n, float limit);
 void clampBackward(const float* dy, const float* x, float* dx, int64_t n, float limit);
+// ReLU (OPT's MLP): y = x where x is not below 0 (a NaN passes), else 0; dx = dy where x > 0, else 0
+// (torch's threshold_backward: 0 at x = 0).
+void reluForward(const float* x, float* y, int64_t n);
+void reluBackward(const float* dy, const float* x, float* dx, int64_t n);
 // SwiGLU: y = silu(gate) * up, silu(g) = g·sigmoid(g). dgate/dup may alias dy.
 void swigluForward(const float* gate, const float* up, float* y, int64_t n);
 void swigluBackward(const float* dy, const float* gate, const float* up, float* dgate, float* dup,

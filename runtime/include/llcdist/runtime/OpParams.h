@@ -101,7 +101,8 @@ struct EmbeddingParams {
   // Sequence-parallel position embedding (attr `shard_axis`): the global positions of this rank's S
   // rows, posBegin + s below posSplit and posBegin2 + (s − posSplit) from it (PositionRuns): c·S + s
   // with c its coordinate on the axis, or on cp the layout's (contextParallelPositions); 0..S-1
-  // without shard_axis.
+  // without shard_axis; each plus the attr `offset` (kPositionOffsetAttr), as the fused embedding_*'s
+  // posBegin (its positions are 0..S-1 plus that offset).
   int64_t posBegin = 0, posSplit = PositionRuns::kNoSplit, posBegin2 = 0;
   PositionRuns positions() const { return {posBegin, posSplit, posBegin2}; }
 };

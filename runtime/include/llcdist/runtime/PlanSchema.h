@@ -107,6 +107,11 @@ constexpr std::optional<CpLayout> parseCpLayout(std::string_view s) {
 // sequence-parallel (the op's S is then the local sequence length; the rank holds positions
 // [c·S, (c+1)·S), or on cp those of mesh.cp_layout).
 inline constexpr std::string_view kShardAxisAttr = "shard_axis";
+// The optional int attr (>= 1) of pos_embedding_fwd / pos_embedding_bwd_weight (and of embedding_fwd /
+// embedding_bwd_weight with wpe / dwpe): position p reads and writes row p + offset of the table (OPT's
+// OPTLearnedPositionalEmbedding: 2; rows [0, offset) unused, their gradient 0). The positions plus the
+// offset must fit in P. Absent: 0.
+inline constexpr std::string_view kPositionOffsetAttr = "offset";
 // The optional int attr of cross_entropy_fwd / cross_entropy_bwd under vocabulary padding (feature
 // "vocab_padding"): the real vocabulary; global logit columns at or above it are padding, outside the
 // softmax and with zero gradient.
@@ -225,6 +230,8 @@ constexpr std::optional<ElemType> parseElemType(std::string_view s) {
 // ---------------------------------------------------------------------------------------------------
 // Ops. Each op: {"op": name, "args": {role: id | [ids]}, "attrs": {...}, "loc": "..."}.
 // ---------------------------------------------------------------------------------------------------
+// One line per family of ops.
+// clang-format off
 enum class OpKind {
   kLoadMicrobatch, kFillZero,
   kEmbeddingFwd, kEmbeddingBwdWeight, kPosEmbeddingFwd, kPosEmbeddingBwdWeight,
@@ -250,8 +257,10 @@ enum class OpKind {
   kMoeRouterStats, kMoeRouterStatsBwd, kMoeAuxLoss, kMoeAuxLossBwd,
   kGeluErfFwd, kGeluErfBwd,
   kClampFwd, kClampBwd,
+  kReluFwd, kReluBwd,
   kWait,
 };
+// clang-format on
 inline constexpr size_t kNumOpKinds = size_t(OpKind::kWait) + 1;
 
 // one id; one id or absent; a non-empty [ids]; a non-empty [ids] or absent
@@ -323,22 +332,41 @@ inline constexpr A kFillZeroArgs[] = {{"x", List, Any, W}};
 inline constexpr A kEmbFwdArgs[] = {{"ids", One, I, R}, {"table", One, F, R}, {"out", One, F, W}, {"wpe", Opt, F, R}};
 // `shard_axis` (optional): vocabulary-parallel table; V is the local row count (see plan-format.md).
 // `scale` (optional, kEmbeddingScaleAttr): Gemma's embedding multiplier, never with wpe / dwpe.
-inline constexpr T kEmbFwdAttrs[] = {{"M", Int},        {"V", Int},        {"H", Int},
-                                     {"S", Int, false}, {"P", Int, false}, {"shard_axis", Str, false},
-                                     {"scale", Flt, false}};
+// `offset` (optional, with wpe / dwpe: kPositionOffsetAttr): position p's row of wpe is p + offset.
+inline constexpr T kEmbFwdAttrs[] = {{"M", Int},
+                                     {"V", Int},
+                                     {"H", Int},
+                                     {"S", Int, false},
+                                     {"P", Int, false},
+                                     {"shard_axis", Str, false},
+                                     {"scale", Flt, false},
+                                     {"offset", Int, false}};
 inline constexpr A kEmbBwdArgs[] = {{"ids", One, I, R}, {"dout", One, F, R}, {"dtable", One, F, RW},
                                     {"dwpe", Opt, F, RW}};
-inline constexpr T kEmbBwdAttrs[] = {{"M", Int},        {"V", Int},        {"H", Int},
-                                     {"accumulate", Bool}, {"S", Int, false}, {"P", Int, false},
-                                     {"shard_axis", Str, false}, {"scale", Flt, false}};
+inline constexpr T kEmbBwdAttrs[] = {{"M", Int},
+                                     {"V", Int},
+                                     {"H", Int},
+                                     {"accumulate", Bool},
+                                     {"S", Int, false},
+                                     {"P", Int, false},
+                                     {"shard_axis", Str, false},
+                                     {"scale", Flt, false},
+                                     {"offset", Int, false}};
 inline constexpr A kPosFwdArgs[] = {{"x", One, F, R}, {"wpe", One, F, R}, {"y", One, F, W, "x"}};
 // `shard_axis` (optional): sequence parallelism; S is the local sequence length and the rank holds
 // positions [c·S, (c+1)·S), c its coordinate on the axis, or on "cp" the positions of
-// manifest.mesh.cp_layout (see plan-format.md).
-inline constexpr T kPosFwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}, {"shard_axis", Str, false}};
+// manifest.mesh.cp_layout (see plan-format.md). `offset` (optional, kPositionOffsetAttr): the table row of
+// position 0.
+inline constexpr T kPosFwdAttrs[] = {
+    {"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}, {"shard_axis", Str, false}, {"offset", Int, false}};
 inline constexpr A kPosBwdArgs[] = {{"dy", One, F, R}, {"dwpe", One, F, RW}};
-inline constexpr T kPosBwdAttrs[] = {{"B", Int}, {"S", Int}, {"H", Int}, {"P", Int}, {"accumulate", Bool},
-                                     {"shard_axis", Str, false}};
+inline constexpr T kPosBwdAttrs[] = {{"B", Int},
+                                     {"S", Int},
+                                     {"H", Int},
+                                     {"P", Int},
+                                     {"accumulate", Bool},
+                                     {"shard_axis", Str, false},
+                                     {"offset", Int, false}};
 // LayerNorm's gamma and beta: both, gamma alone (no bias: torch's LayerNorm(bias=False), MPT's) or
 // neither (no affine transform: gamma 1, beta 0; OLMo's OlmoLayerNorm), in layer_norm_fwd,
 // add_layer_norm_fwd and (gamma) layer_norm_bwd_input; dbeta in the backwards with beta.
@@ -681,8 +709,7 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kEmbeddingFwd, "embedding_fwd", detail::kEmbFwdArgs, detail::kEmbFwdAttrs),
     detail::op(OpKind::kEmbeddingBwdWeight, "embedding_bwd_weight", detail::kEmbBwdArgs, detail::kEmbBwdAttrs),
     detail::op(OpKind::kPosEmbeddingFwd, "pos_embedding_fwd", detail::kPosFwdArgs, detail::kPosFwdAttrs),
-    detail::op(OpKind::kPosEmbeddingBwdWeight, "pos_embedding_bwd_weight", detail::kPosBwdArgs,
-               detail::kPosBwdAttrs),
+    detail::op(OpKind::kPosEmbeddingBwdWeight, "pos_embedding_bwd_weight", detail::kPosBwdArgs, detail::kPosBwdAttrs),
     detail::op(OpKind::kLayerNormFwd, "layer_norm_fwd", detail::kLnFwdArgs, detail::kNormFwdAttrs),
     detail::op(OpKind::kLayerNormBwdInput, "layer_norm_bwd_input", detail::kLnBwdInArgs, detail::kMHAttrs),
     detail::op(OpKind::kLayerNormBwdWeight, "layer_norm_bwd_weight", detail::kLnBwdWArgs, detail::kMHAccAttrs),
@@ -739,8 +766,7 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kMoeRouteBwd, "moe_route_bwd", detail::kMoeRouteBwdArgs, detail::kMoeRouteAttrs),
     detail::op(OpKind::kMoePermute, "moe_permute", detail::kMoePermuteArgs, detail::kMoePermuteAttrs),
     detail::op(OpKind::kMoeUnpermute, "moe_unpermute", detail::kMoeUnpermuteArgs, detail::kMoeUnpermuteAttrs),
-    detail::op(OpKind::kMoeUnpermuteBwd, "moe_unpermute_bwd", detail::kMoeUnpermuteBwdArgs,
-               detail::kMoeUnpermuteAttrs),
+    detail::op(OpKind::kMoeUnpermuteBwd, "moe_unpermute_bwd", detail::kMoeUnpermuteBwdArgs, detail::kMoeUnpermuteAttrs),
     detail::op(OpKind::kGroupedLinearFwd, "grouped_linear_fwd", detail::kGroupedFwdArgs, detail::kGroupedAttrs),
     detail::op(OpKind::kGroupedLinearBwdInput, "grouped_linear_bwd_input", detail::kGroupedBwdInArgs,
                detail::kGroupedAttrs),
@@ -760,6 +786,8 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kGeluErfBwd, "gelu_erf_bwd", detail::kGeluBwdArgs, detail::kNAttrs),
     detail::op(OpKind::kClampFwd, "clamp_fwd", detail::kGeluFwdArgs, detail::kClampAttrs),
     detail::op(OpKind::kClampBwd, "clamp_bwd", detail::kGeluBwdArgs, detail::kClampAttrs),
+    detail::op(OpKind::kReluFwd, "relu_fwd", detail::kGeluFwdArgs, detail::kNAttrs),
+    detail::op(OpKind::kReluBwd, "relu_bwd", detail::kGeluBwdArgs, detail::kNAttrs),
     // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
     OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},
 }};

@@ -150,6 +150,8 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kGeluErfBwd, {own({"dy", "x", "dx"})});
   set(K::kClampFwd, {own({"x", "y"})});
   set(K::kClampBwd, {own({"dy", "x", "dx"})});
+  set(K::kReluFwd, {own({"x", "y"})});
+  set(K::kReluBwd, {own({"dy", "x", "dx"})});
   set(K::kSwigluFwd, {own({"gate", "up", "y"})});
   set(K::kSwigluBwd, {own({"dy", "gate", "up", "dgate", "dup"})});
   set(K::kAdd, {own({"a", "b", "y"})});

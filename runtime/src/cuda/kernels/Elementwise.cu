@@ -80,6 +80,14 @@ struct ClampBwd {  // in: dy, x; torch's clamp passes dy where -limit <= x <= li
     out[0] = in[1] >= -limit && in[1] <= limit ? in[0] : 0.0f;
   }
 };
+struct ReluFwd {  // OPT's MLP: x below 0 gives 0 (a NaN passes, as on the CPU)
+  static constexpr int kIn = 1, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const { out[0] = in[0] < 0.0f ? 0.0f : in[0]; }
+};
+struct ReluBwd {  // in: dy, x; torch's threshold_backward: dy where x > 0
+  static constexpr int kIn = 2, kOut = 1;
+  __device__ void operator()(const float* in, float* out) const { out[0] = in[1] > 0.0f ? in[0] : 0.0f; }
+};
 struct SwigluFwd {  // in: gate, up
   static constexpr int kIn = 2, kOut = 1;
   __device__ void operator()(const float* in, float* out) const { out[0] = siluf(in[0]) * in[1]; }
@@ -309,6 +317,8 @@ void registerCudaElementwiseKernels(CudaKernelTable& t) {
   add(K::kGeluErfBwd, mapEntry<GeluErfBwd>(K::kGeluErfBwd, {"dy", "x"}, {"dx"}));
   add(K::kClampFwd, mapEntry<ClampFwd>(K::kClampFwd, {"x"}, {"y"}));
   add(K::kClampBwd, mapEntry<ClampBwd>(K::kClampBwd, {"dy", "x"}, {"dx"}));
+  add(K::kReluFwd, mapEntry<ReluFwd>(K::kReluFwd, {"x"}, {"y"}));
+  add(K::kReluBwd, mapEntry<ReluBwd>(K::kReluBwd, {"dy", "x"}, {"dx"}));
   add(K::kSwigluFwd, mapEntry<SwigluFwd>(K::kSwigluFwd, {"gate", "up"}, {"y"}));
   add(K::kSwigluBwd, mapEntry<SwigluBwd>(K::kSwigluBwd, {"dy", "gate", "up"}, {"dgate", "dup"}));
   add(K::kAdd, mapEntry<Add>(K::kAdd, {"a", "b"}, {"y"}));

@@ -35,10 +35,11 @@ constexpr int kColumnThreads = 256;  // threads of a block that adds one id's ro
 
 // out[m, h] = table[ids[m] - begin, h] for an id of this shard's rows [begin, begin + V), 0 for another
 // shard's id; an id outside [0, global) is an error (its row is written as zeros). With wpe (the fused
-// position embedding, S > 0, never sharded): + wpe[m % S, h], in f32 on the table's value, rounded once
+// position embedding, S > 0, never sharded): + wpe[offset + m % S, h], in f32 on the table's value, rounded once
 // (the unfused pair's bits: the gathered row is exact in out's dtype).
 __global__ void embeddingFwdKernel(const int32_t* ids, FloatRef table, FloatRef out, FloatRef wpe, int64_t M, int64_t V,
-                                   int64_t H, int64_t S, int64_t begin, int64_t global, int* deviceError, float scale) {
+                                   int64_t H, int64_t S, int64_t offset, int64_t begin, int64_t global,
+                                   int* deviceError, float scale) {
   LLCDIST_GRID_STRIDE(i, M * H) {
     const int64_t m = i / H, h = i - m * H;
     const int64_t id = ids[m];
@@ -50,7 +51,7 @@ __global__ void embeddingFwdKernel(const int32_t* ids, FloatRef table, FloatRef 
     const int64_t local = id - begin;
     float row = local >= 0 && local < V ? table[local * H + h] : 0.0f;  // another shard's row: this shard adds 0
     if (scale != 1.0f) row = __fmul_rn(row, scale);
-    out.set(i, wpe.p ? row + wpe[(m % S) * H + h] : row);
+    out.set(i, wpe.p ? row + wpe[(offset + m % S) * H + h] : row);
   }
 }
 
@@ -141,10 +142,10 @@ Status embeddingFwd(const KernelCall& c, const P& p, const Ctx& ctx) {
   if (n == 0) return Status::ok();
   const FloatRef wpe = floatRef(c, "wpe");
   LLCDIST_RETURN_IF_ERROR(checkScale("embedding_fwd", p, wpe.p != nullptr));
-  if (wpe.p) LLCDIST_RETURN_IF_ERROR(checkPositionRange(p.S, p.P, 0));
+  if (wpe.p) LLCDIST_RETURN_IF_ERROR(checkPositionRange(p.S, p.P, p.posBegin));
   embeddingFwdKernel<<<gridFor(n, kThreads), kThreads, 0, ctx.stream>>>(
-      c.I("ids"), floatRef(c, "table"), floatRef(c, "out"), wpe, p.M, p.V, p.H, p.S, p.vocabShard.index * p.V,
-      p.V * p.vocabShard.count, ctx.deviceError, float(p.scale));
+      c.I("ids"), floatRef(c, "table"), floatRef(c, "out"), wpe, p.M, p.V, p.H, p.S, p.posBegin,
+      p.vocabShard.index * p.V, p.V * p.vocabShard.count, ctx.deviceError, float(p.scale));
   return LLCDIST_CUDA_LAUNCHED("embedding_fwd", ctx.rank);
 }
 

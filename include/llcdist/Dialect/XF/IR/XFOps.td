@@ -93,10 +93,12 @@ def XF_EmbeddingOp : XF_Op<"embedding", [Pure, DeclareOpInterfaceMethods<XF_Diff
 def XF_AddPositionEmbeddingOp : XF_Op<"add_position_embedding", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>]> {
   let summary = "learned absolute position embedding (GPT-2)";
   let description = [{
-    `result[b, s, :] = input[b, s, :] + table[s, :]` for s < S; input
-    [B, S, H], table [P, H] with S <= P.
+    `result[b, s, :] = input[b, s, :] + table[s + offset, :]` for s < S;
+    input [B, S, H], table [P, H] with S + offset <= P. The optional
+    `offset` (>= 1; absent: 0) is OPT's: its table's rows 0 and 1 are never read
+    (OPTLearnedPositionalEmbedding's offset 2).
   }];
-  let arguments = (ins XF_FloatTensor:$input, XF_FloatTensor:$table);
+  let arguments = (ins XF_FloatTensor:$input, XF_FloatTensor:$table, OptionalAttr<I64Attr>:$offset);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$input `,` $table attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -273,6 +275,16 @@ def XF_ClampOp : XF_Op<"clamp", [Pure, DeclareOpInterfaceMethods<XF_Differentiab
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
   let hasVerifier = 1;
+}
+
+def XF_ReluOp : XF_Op<"relu", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType, Elementwise]> {
+  let summary = "ReLU (OPT's MLP)";
+  let description = [{
+    `max(x, 0)`, element-wise (a NaN passes, as torch.relu).
+  }];
+  let arguments = (ins XF_FloatTensor:$input);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
 def XF_SwiGLUOp : XF_Op<"swiglu", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType, Elementwise]> {

@@ -59,10 +59,11 @@ def XF_EmbeddingGradOp : XF_GradOp<"embedding_grad"> {
 def XF_AddPositionEmbeddingGradOp : XF_GradOp<"add_position_embedding_grad"> {
   let summary = "dTable of xf.add_position_embedding";
   let description = [{
-    `dy` [B, S, H]; result [P, H]: row s < S is the sum over b of dy[b, s],
-    rows S..P-1 are zero. (The input gradient is dy itself.)
+    `dy` [B, S, H]; result [P, H]: row s + offset (s < S) is the sum over b
+    of dy[b, s], the other rows are zero; `offset` as the forward's (absent:
+    0). (The input gradient is dy itself.)
   }];
-  let arguments = (ins XF_FloatTensor:$dy);
+  let arguments = (ins XF_FloatTensor:$dy, OptionalAttr<I64Attr>:$offset);
   let results = (outs XF_FloatTensor:$result);
   let hasVerifier = 1;
 }
@@ -150,6 +151,14 @@ def XF_GeluErfGradOp : XF_GradOp<"gelu_erf_grad",
     [AllTypesMatch<["dy", "input", "result"]>, Elementwise]> {
   let summary = "dX of xf.gelu_erf";
   let description = [{ `dy * (Phi(input) + input * phi(input))`, the normal CDF and density. }];
+  let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input);
+  let results = (outs XF_FloatTensor:$result);
+}
+
+def XF_ReluGradOp : XF_GradOp<"relu_grad",
+    [AllTypesMatch<["dy", "input", "result"]>, Elementwise]> {
+  let summary = "dX of xf.relu";
+  let description = [{ `dy` where `input > 0`, else 0 (torch's threshold_backward). }];
   let arguments = (ins XF_FloatTensor:$dy, XF_FloatTensor:$input);
   let results = (outs XF_FloatTensor:$result);
 }

@@ -90,6 +90,9 @@ GOLDEN = [
     # OPT's ReLU (relu_fwd / _bwd) and its position table read from row 2 (the fused embedding's and
     # pos_embedding_*'s offset), over dp and tp with sequence parallelism.
     ("opt-dp2-tp2-sp", "tiny-opt", "--mesh dp=2,tp=2 --sequence-parallel --seq-len 32 --global-batch 4"),
+    # Cohere's logit scale (scale, forward and backward), a LayerNorm of a weight alone feeding attention and
+    # the MLP side by side, rotary embeddings in adjacent pairs over whole heads, per tp rank.
+    ("cohere-tp2", "tiny-cohere", "--mesh tp=2 --seq-len 64 --global-batch 4"),
     # Mixtures of experts (issue #34): routing, permutation, the grouped GEMMs and the weighted sum back
     # (Mixtral, top-2 renormalized), Qwen2-MoE's gated shared expert, with dp and tp.
     ("mixtral-1rank", "tiny-mixtral", "--seq-len 64 --global-batch 4"),

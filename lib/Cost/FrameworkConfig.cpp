@@ -158,9 +158,14 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   else if (m.alibi) // MPT
     a.megatronNotes.push_back("ALiBi instead of position embeddings (MPT's): no Megatron-LM flag (Megatron-DeepSpeed's "
                               "--position-embedding-type alibi)");
-  if (m.normAffine && !m.normBias) // MPT
-    a.megatronNotes.push_back("LayerNorms with a weight and no bias (MPT's): no Megatron-LM flag (its LayerNorm always "
-                              "has both)");
+  if (m.normAffine && !m.normBias) // MPT, Cohere
+    a.megatronNotes.push_back("LayerNorms with a weight and no bias (MPT's, Cohere's): no Megatron-LM flag (its "
+                              "LayerNorm always has both)");
+  if (m.logitScale != 1) { // Cohere
+    std::ostringstream scale;
+    scale << m.logitScale;
+    a.megatronNotes.push_back("logits multiplied by logit_scale " + scale.str() + " (Cohere's): no Megatron-LM flag");
+  }
   if (phiLayer(m.arch))
     a.megatronNotes.push_back("attention and MLP in parallel on one LayerNorm (x + attn(ln x) + mlp(ln x)): no "
                               "Megatron-LM flag; the LM head's bias: none either");

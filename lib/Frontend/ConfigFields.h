@@ -219,6 +219,7 @@ void parseGptBigCode(FieldReader &r, ModelConfig &c);
 void parseMpt(FieldReader &r, ModelConfig &c);
 void parseGptJ(FieldReader &r, ModelConfig &c);
 void parseOpt(FieldReader &r, ModelConfig &c);
+void parseCohere(FieldReader &r, ModelConfig &c, const json &obj);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
 } // namespace llcdist::config
 

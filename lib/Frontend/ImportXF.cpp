@@ -15,7 +15,9 @@
 // MptForCausalLM GPT-2's layer, MPT's with ALiBi, no biases and LayerNorms
 // of a weight alone; GPTJForCausalLM Phi's layer with GPT-2's names and
 // rotary embeddings in adjacent pairs; OPTForCausalLM StarCoder2's layer with
-// learned positions from row 2 of their table and ReLU);
+// learned positions from row 2 of their table and ReLU; CohereForCausalLM
+// StableLM's parallel layer with rotary embeddings in adjacent pairs and
+// scaled logits);
 // parameter names and
 // layouts are theirs, so a safetensors checkpoint maps onto the graph without
 // conversion.
@@ -64,7 +66,7 @@ public:
       dense = phiBlock();
     else if (m.arch == Arch::Starcoder2 || m.arch == Arch::Opt)
       dense = sequentialBlock();
-    else if (m.arch == Arch::StableLm)
+    else if (m.arch == Arch::StableLm || m.arch == Arch::Cohere)
       dense = stablelmBlock();
     else if (groupedQkv(m.arch))
       dense = groupedQkvBlock();
@@ -426,15 +428,17 @@ private:
   /// StableLmDecoderLayer: Llama's layer with LayerNorms (partial rotary
   /// embeddings through rope()); with use_parallel_residual one LayerNorm
   /// feeds attention and the MLP, (x + attn(ln x)) + mlp(ln x) in
-  /// transformers' order.
+  /// transformers' order. CohereDecoderLayer: the parallel one, its
+  /// LayerNorm of a weight alone, its rotary embeddings in adjacent pairs,
+  /// o_proj's bias with q, k and v's (attention_bias).
   func::FuncOp stablelmBlock() {
     func::FuncOp fn;
-    Value x = beginLayer(fn, "stablelm_decoder_layer");
+    Value x = beginLayer(fn, m.arch == Arch::Cohere ? "cohere_decoder_layer" : "stablelm_decoder_layer");
     const std::string p = "model.layers.{i}.";
     int64_t H = m.hidden, q = m.heads * m.headDim;
     Value h = layerNorm(p + "input_layernorm", x);
     Value a = selfAttention(p, h, m.qkvBias);
-    Value out = linear(p + "self_attn.o_proj", a, q, H, /*bias=*/false, WeightLayout::OutIn);
+    Value out = linear(p + "self_attn.o_proj", a, q, H, m.outputBias, WeightLayout::OutIn);
     x = AddOp::create(b, loc(p + "self_attn"), x, out);
     if (!m.parallelResidual)
       h = layerNorm(p + "post_attention_layernorm", x);
@@ -564,6 +568,11 @@ private:
       x = layerNorm("model.norm", x);
     else
       x = rmsNorm("model.norm", x);
+    // Cohere's logit_scale, on the hidden state rather than the logits (H
+    // values a token, not V; the head stays one GEMM with the loss): the
+    // same logits, exactly where it is a power of two (Command-R's 1/16).
+    if (m.logitScale != 1)
+      x = ScaleOp::create(b, loc("lm_head", {"logit_scale"}), x, b.getF64FloatAttr(m.logitScale)).getResult();
     Value head = m.tieEmbeddings ? emb : param(neox ? "embed_out.weight" : "lm_head.weight", {V, H});
     Value headBias = m.lmHeadBias ? param("lm_head.bias", {V}) : Value();
     Value logits = LinearOp::create(b, loc("lm_head"), act(V), WeightLayout::OutIn, x, head, headBias);

@@ -41,7 +41,8 @@ constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
                                 {Arch::GptBigCode, "gpt_bigcode", "GPTBigCodeForCausalLM"},
                                 {Arch::Mpt, "mpt", "MptForCausalLM"},
                                 {Arch::GptJ, "gptj", "GPTJForCausalLM"},
-                                {Arch::Opt, "opt", "OPTForCausalLM"}};
+                                {Arch::Opt, "opt", "OPTForCausalLM"},
+                                {Arch::Cohere, "cohere", "CohereForCausalLM"}};
 static_assert(std::size(kArchs) == size_t(kNumArchs), "one kArchs row per Arch, in its order");
 } // namespace
 
@@ -241,6 +242,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseGptJ(r, c);
     else if (c.arch == Arch::Opt)
       parseOpt(r, c);
+    else if (c.arch == Arch::Cohere)
+      parseCohere(r, c, obj);
     else
       parseLlama(r, c, obj);
     r.rejectUnknown(hfArchitecture(c.arch));
@@ -279,6 +282,7 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
                         : gpt2 ? "n_embd"
                                : "hidden_size"},
         {"output_router_logits", "output_router_logits"}, // the MoE load-balancing loss
+        {"logit_scale", "logit_scale"},                   // Cohere's scaled logits
         {"clip_qkv", "clip_qkv"}};                        // OLMo's clamp of q, k and v
     for (const auto &[role, key] : roles) {
       size_t pos = keyOffset(text, key);

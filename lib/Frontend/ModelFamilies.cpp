@@ -3,7 +3,7 @@
 // The fields of each transformers config class llc-dist builds (GPT2Config,
 // LlamaConfig and the Llama-shaped families', PhiConfig, StableLmConfig,
 // OlmoConfig, Starcoder2Config, GPTNeoXConfig, FalconConfig, BloomConfig, GPTBigCodeConfig, MptConfig,
-// GPTJConfig, OPTConfig) into one ModelConfig. What llc-dist does not build is refused by name.
+// GPTJConfig, OPTConfig, CohereConfig) into one ModelConfig. What llc-dist does not build is refused by name.
 //
 //===----------------------------------------------------------------------===//
 #include "ConfigFields.h"
@@ -385,6 +385,35 @@ void parseStableLm(FieldReader &r, ModelConfig &c, const json &obj) {
   c.parallelResidual = r.boolean("use_parallel_residual", false);
   c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
   r.ignore({"hidden_dropout", "attention_dropout"});
+}
+
+/// Cohere's fields (transformers 4.40's CohereConfig; Command-R, Aya 23):
+/// StableLM's parallel layer, x + attn(ln x) + mlp(ln x) on one LayerNorm of
+/// a weight alone (CohereLayerNorm), rotary embeddings over whole heads in
+/// adjacent pairs (its rotate_half interleaves), GQA, SwiGLU, q, k, v and o
+/// biases when attention_bias, the head tied, the logits times logit_scale.
+/// use_qk_norm (Command R+'s per-head LayerNorms of q and k) is refused.
+void parseCohere(FieldReader &r, ModelConfig &c, const json &obj) {
+  readSizes(r, c, {256000, 8192, 22528, 40, 64, 0, 8192});
+  requireEvenHeadDim(r, c);
+  c.normEps = r.positiveFloat("layer_norm_eps", 1e-5);
+  c.normBias = false;
+  c.parallelResidual = true;
+  c.ropeInterleaved = true;
+  readRopeTheta(r, c, obj);
+  refuseRopeScaling(r, "Cohere (CohereConfig has no rope scaling)");
+  if (r.boolean("use_qk_norm", false))
+    r.fail("use_qk_norm", "per-head LayerNorms of q and k (Command R+'s) are not implemented; only false is supported");
+  std::string act = r.string("hidden_act", "silu");
+  if (act != "silu")
+    r.fail("hidden_act", "unsupported activation '" + act + "'; Cohere's MLP is SwiGLU (\"silu\")");
+  c.qkvBias = c.outputBias = r.boolean("attention_bias", false);
+  c.mlpBias = false;
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
+  c.logitScale = r.positiveFloat("logit_scale", 0.0625);
+  if (!llcdist::rt::schema::scaleFactorValid(c.logitScale))
+    r.fail("logit_scale", std::string(llcdist::rt::schema::kScaleFactorRule) + ", got " + obj.at("logit_scale").dump());
+  r.ignore({"attention_dropout"});
 }
 
 /// OLMo's fields (transformers 4.40's OlmoConfig): Llama's layer with

@@ -97,6 +97,17 @@ TEST(ReluTest, ForwardAndBackwardMatchTheDefinition) {
   EXPECT_TRUE(std::isnan(y[0]));  // torch.relu(nan) is nan
 }
 
+// y = x·factor, in place too; a power of two scales exactly (Cohere's 0.0625).
+TEST(ScaleTest, ForwardMultipliesEveryElement) {
+  std::vector<float> x = randn(N, 15, 3.0f), y(N);
+  scaleForward(x.data(), y.data(), N, 0.0625f);
+  for (int64_t i = 0; i < N; ++i) EXPECT_EQ(double(y[i]), double(x[i]) / 16.0) << i;
+  scaleForward(x.data(), y.data(), N, 0.8333333f);
+  for (int64_t i = 0; i < N; ++i) EXPECT_EQ(y[i], x[i] * 0.8333333f) << i;
+  scaleForward(y.data(), y.data(), N, -2.0f);
+  for (int64_t i = 0; i < N; ++i) EXPECT_EQ(y[i], x[i] * 0.8333333f * -2.0f) << i;
+}
+
 TEST(SwigluTest, ForwardAndBackward) {
   std::vector<float> g = randn(N, 4, 2.0f), u = randn(N, 5), dy = randn(N, 6), y(N);
   swigluForward(g.data(), u.data(), y.data(), N);

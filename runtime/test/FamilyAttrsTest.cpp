@@ -933,6 +933,21 @@ TEST(GluActTest, BadValuesAreRefused) {
   EXPECT_NE(plan.status().message().find("unknown attribute"), std::string::npos) << plan.status().message();
 }
 
+// ---- scale: factor ---------------------------------------------------------------------------------------
+
+TEST(ScaleFactorTest, BadValuesAreRefused) {
+  const Buffers bufs = {{"x", f32({kGN}, randn(kGN, 161))}, {"y", f32({kGN}, std::vector<float>(size_t(kGN), 0.0f))}};
+  const json roles = {{"x", "x"}, {"y", "y"}};
+  expectRefused("scale", roles, {{"n", kGN}, {"factor", 0.0}}, bufs, "factor",
+                {"must be a finite, non-zero fp32 number", "got 0"});
+  expectRefused("scale", roles, {{"n", kGN}, {"factor", 1e39}}, bufs, "factor", {"finite"});
+  expectRefused("scale", roles, {{"n", kGN}, {"factor", 1e-50}}, bufs, "factor", {"non-zero"});  // 0 as fp32
+  expectNoInfinity("scale", roles, {{"n", kGN}, {"factor", "@INF@"}}, bufs);
+  // ... while a valid one runs: y = x·factor.
+  const auto y = runOnce("scale", roles, {{"n", kGN}, {"factor", 0.0625}}, bufs).at("y");
+  for (int64_t i = 0; i < kGN; ++i) EXPECT_EQ(y[size_t(i)], bufs.at("x").f[size_t(i)] / 16.0f) << i;
+}
+
 // ---- pos_embedding: offset -----------------------------------------------------------------------------
 
 constexpr int64_t kPB = 2, kPS = 3, kPH = 4, kPP = 6;  // positions 0..2 from row 2 of a table of 6 (rows 5 unused)

@@ -933,7 +933,7 @@ TEST(FrameworkConfig, Model) {
   for (const char *f : {"--openai-gelu", "--swiglu", "--untie-embeddings-and-output-weights"})
     EXPECT_FALSE(hasFlag(a.megatron, f)) << f;
   EXPECT_TRUE(hasNote(a.megatronNotes, "ALiBi instead of position embeddings (MPT's)"));
-  EXPECT_TRUE(hasNote(a.megatronNotes, "LayerNorms with a weight and no bias (MPT's)"));
+  EXPECT_TRUE(hasNote(a.megatronNotes, "LayerNorms with a weight and no bias (MPT's, Cohere's)"));
   EXPECT_FALSE(hasNote(a.megatronNotes, "--embed-layernorm"));
   // GPT-J: rotary embeddings on a quarter of each head, in adjacent pairs; the MLP's biases only; untied.
   ModelConfig gptj;
@@ -955,6 +955,20 @@ TEST(FrameworkConfig, Model) {
                         "--disable-bias-linear", "--swiglu"})
     EXPECT_FALSE(hasFlag(a.megatron, f)) << f;
   EXPECT_TRUE(hasNote(a.megatronNotes, "ReLU in the MLP (OPT's)"));
+  // Cohere: rotary embeddings in adjacent pairs, SwiGLU, LayerNorm (Megatron-LM's default) of a weight alone,
+  // the parallel layer, scaled logits, tied.
+  ModelConfig cohere;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/c4ai-command-r-v01.json", cohere));
+  m.w.model = cohere;
+  a = m.args();
+  for (const char *f : {"--position-embedding-type rope", "--rotary-base 8e+06", "--rotary-interleaved", "--swiglu",
+                        "--disable-bias-linear"})
+    EXPECT_TRUE(hasFlag(a.megatron, f)) << f;
+  for (const char *f : {"--normalization", "--untie-embeddings-and-output-weights"})
+    EXPECT_FALSE(hasFlag(a.megatron, f)) << f;
+  EXPECT_TRUE(hasNote(a.megatronNotes, "logits multiplied by logit_scale 0.0625 (Cohere's)"));
+  EXPECT_TRUE(hasNote(a.megatronNotes, "LayerNorms with a weight and no bias (MPT's, Cohere's)"));
+  EXPECT_TRUE(hasNote(a.megatronNotes, "attention and MLP in parallel on one LayerNorm"));
 }
 
 TEST(FrameworkConfig, EveryRowIsTested) {

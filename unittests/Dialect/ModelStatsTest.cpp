@@ -124,7 +124,9 @@ TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
                            "gpt-j-6b",
                            "tiny-opt",
                            "opt-125m",
-                           "opt-66b"}) {
+                           "opt-66b",
+                           "tiny-cohere",
+                           "c4ai-command-r-v01"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

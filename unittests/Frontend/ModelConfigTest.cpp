@@ -103,6 +103,10 @@ TEST(ModelConfig, PublishedParameterCounts) {
       {"opt-6.7b", 6658473984},
       {"opt-66b", 65719701504},
       {"opt-175b", 174604468224},
+      // Cohere's Command-R (35B: transformers 4.40.2's CohereForCausalLM
+      // holds the same for tiny-cohere's shapes): one LayerNorm of a weight
+      // a layer, no biases, tied.
+      {"c4ai-command-r-v01", 34980831232},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -682,6 +686,47 @@ TEST(ModelConfig, OptFields) {
       text = R"({"architectures": ["OPTForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2)" + extra;
     EXPECT_NE(parseError(text).find(want), std::string::npos) << extra << ": " << parseError(text);
   }
+}
+
+// Cohere: StableLM's parallel layer with LayerNorms of a weight alone,
+// rotary embeddings in adjacent pairs over whole heads, scaled logits;
+// use_qk_norm (Command R+'s) is refused.
+TEST(ModelConfig, CohereFields) {
+  ModelConfig c = load("c4ai-command-r-v01");
+  EXPECT_EQ(c.arch, Arch::Cohere);
+  EXPECT_STREQ(hfArchitecture(c.arch), "CohereForCausalLM");
+  EXPECT_EQ(c.heads, 64);
+  EXPECT_EQ(c.kvHeads, 64);
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_EQ(c.intermediate, 22528);
+  EXPECT_DOUBLE_EQ(c.logitScale, 0.0625);
+  EXPECT_DOUBLE_EQ(c.ropeTheta, 8000000.0);
+  EXPECT_TRUE(llamaLayout(c.arch) && layerNorms(c.arch) && !learnedPositions(c.arch));
+  EXPECT_TRUE(c.parallelResidual && c.ropeInterleaved && c.tieEmbeddings && c.normAffine);
+  EXPECT_FALSE(c.normBias || c.parallelNorms || c.qkvBias || c.outputBias || c.mlpBias || c.lmHeadBias);
+  EXPECT_EQ(c.rotaryDim, 0);
+  EXPECT_EQ(c.layerTensors(), 8); // input_layernorm's weight, q k v o, gate up down
+  EXPECT_EQ(c.fieldPos.at("logit_scale").key, "logit_scale");
+  const std::string head = R"({"architectures": ["CohereForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 128, "intermediate_size": 96)";
+  ModelConfig plain;
+  ASSERT_FALSE(parseModelConfig(head + R"(, "attention_bias": true, "logit_scale": 0.5})", "plain.json", plain));
+  EXPECT_TRUE(plain.qkvBias && plain.outputBias);
+  EXPECT_DOUBLE_EQ(plain.logitScale, 0.5);
+  ModelConfig dflt;
+  ASSERT_FALSE(parseModelConfig(head + "}", "dflt.json", dflt));
+  EXPECT_DOUBLE_EQ(dflt.logitScale, 0.0625); // CohereConfig's default
+  const std::pair<std::string, std::string> refused[] = {
+      {R"(, "use_qk_norm": true})", "field 'use_qk_norm': per-head LayerNorms of q and k"},
+      {R"(, "logit_scale": 0})", "field 'logit_scale': must be a positive number"},
+      {R"(, "logit_scale": 1e39})", "field 'logit_scale': must be a finite, non-zero fp32 number"},
+      {R"(, "hidden_act": "gelu"})", "field 'hidden_act': unsupported activation 'gelu'"},
+      {R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})", "field 'rope_scaling'"},
+      {R"(, "head_dim": 16})", "field 'head_dim': is not a field of CohereForCausalLM's config"},
+      {R"(, "partial_rotary_factor": 0.5})", "unknown field for CohereForCausalLM"},
+  };
+  for (const auto &[extra, want] : refused)
+    EXPECT_NE(parseError(head + extra).find(want), std::string::npos) << extra << ": " << parseError(head + extra);
 }
 
 TEST(ModelConfig, LlamaFields) {

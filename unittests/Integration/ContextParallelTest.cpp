@@ -276,6 +276,9 @@ TEST(ContextParallelRing, TinyMptSGD) {
 TEST(ContextParallelRing, TinyGptJSGD) { golden("tiny-gpt-j", "sgd", {CpCase::of(2).ring(), CpCase::of(2)}); }
 /// OPT's learned positions from row 2 of their table at the global positions
 /// of cp's chunks (ring, and all-to-all with tp's sequence slices).
+/// Cohere's rotary embeddings in adjacent pairs at the global positions of
+/// cp's chunks, two kv heads (ring and all-to-all).
+TEST(ContextParallelRing, TinyCohereSGD) { golden("tiny-cohere", "sgd", {CpCase::of(2).ring(), CpCase::of(2)}); }
 TEST(ContextParallelRing, TinyOptSGD) {
   golden("tiny-opt", "sgd", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
 }

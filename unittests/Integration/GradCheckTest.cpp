@@ -168,6 +168,9 @@ TEST(GradCheck, TinyGptBigCodeEveryParameter) { checkGradients("tiny-gpt-bigcode
 TEST(GradCheck, TinyMptEveryParameter) { checkGradients("tiny-mpt", 7); }
 // GPT-J: rotate_every_two's transpose in the backward, the head's bias.
 TEST(GradCheck, TinyGptJEveryParameter) { checkGradients("tiny-gpt-j", 8); }
+// Cohere: the parallel layer on a LayerNorm of a weight alone, the logits'
+// scale in the backward (xf.scale is its own gradient).
+TEST(GradCheck, TinyCohereEveryParameter) { checkGradients("tiny-cohere", 10); }
 // (Not OPT: a step of 1e-2 moves some of ReLU's inputs across 0, where the
 // loss has a kink, and central differences are off by more than the
 // tolerance there (tried: at least 6 of ~100 elements). Its gradients are checked

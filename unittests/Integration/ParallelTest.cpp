@@ -121,6 +121,11 @@ TEST(Parallel, TinyGptJSGD) { golden("tiny-gpt-j", "sgd"); }
 // slices), tied.
 TEST(Parallel, TinyOptSGD) { golden("tiny-opt", "sgd"); }
 TEST(Parallel, TinyOptAdamW) { golden("tiny-opt", "adamw"); }
+// Cohere: StableLM's parallel layer on a LayerNorm of a weight alone, GQA
+// (2 kv heads, one per tp rank), rotary embeddings in adjacent pairs, the
+// logits' scale on each rank's sequence slice, tied.
+TEST(Parallel, TinyCohereSGD) { golden("tiny-cohere", "sgd"); }
+TEST(Parallel, TinyCohereAdamW) { golden("tiny-cohere", "adamw"); }
 // The mixtures of experts: every token's experts whatever the rank holds its
 // tokens (dp: each rank routes its own, its group sizes its own; the expert
 // gradients reduced over dp), the experts whole on every tp rank (Qwen2-MoE's

@@ -43,11 +43,12 @@ enum class Arch {
   GptBigCode,
   Mpt,
   GptJ,
-  Opt
+  Opt,
+  Cohere
 };
 /// How many families there are: a new one is appended to Arch (kArchs in
 /// ModelConfig.cpp is indexed by it; docs/adding-a-model.md).
-inline constexpr int kNumArchs = int(Arch::Opt) + 1;
+inline constexpr int kNumArchs = int(Arch::Cohere) + 1;
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
@@ -55,8 +56,10 @@ const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" 
 /// (with a sliding attention window) and Gemma (GeGLU, (1 + w) norms, scaled
 /// embeddings) share, and so do the mixtures of experts (Mixtral: Mistral's
 /// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place,
-/// and so do StableLM (with LayerNorms and partial rotary embeddings) and
-/// OLMo (with LayerNorms that have no weight or bias).
+/// and so do StableLM (with LayerNorms and partial rotary embeddings), OLMo
+/// (with LayerNorms that have no weight or bias) and Cohere (StableLM's
+/// parallel layer with LayerNorms of a weight alone, rotary embeddings in
+/// adjacent pairs and scaled logits).
 /// GPT-2, Phi, StarCoder2, GPT-NeoX, Falcon, BLOOM, GPTBigCode, MPT, GPT-J and
 /// OPT have LayerNorms and a two-matrix MLP.
 inline bool llamaLayout(Arch a) {
@@ -85,8 +88,11 @@ inline bool groupedQkv(Arch a) {
   return a == Arch::GptNeoX || a == Arch::Falcon || a == Arch::Bloom || a == Arch::GptBigCode;
 }
 /// The norms are LayerNorms (the final one too), not RMSNorms: with a weight
-/// and a bias but OLMo's (ModelConfig::normAffine).
-inline bool layerNorms(Arch a) { return !llamaLayout(a) || a == Arch::StableLm || a == Arch::Olmo; }
+/// and a bias but OLMo's (ModelConfig::normAffine) and MPT's and Cohere's
+/// (ModelConfig::normBias).
+inline bool layerNorms(Arch a) {
+  return !llamaLayout(a) || a == Arch::StableLm || a == Arch::Olmo || a == Arch::Cohere;
+}
 
 /// The activation of a two-matrix (GPT-style) MLP (ModelConfig::mlpActivation).
 enum class MlpActivation { GeluTanh, GeluErf, Relu };
@@ -155,6 +161,10 @@ struct ModelConfig {
   /// 2j + 1), not rotate_half's j and j + rotaryDim/2 (xf.rope interleaved).
   bool ropeInterleaved = false;
   bool lmHeadBias = false; ///< Phi, GPT-J: lm_head has a bias
+  /// Cohere's logit_scale: the logits times it (applied to the final norm's
+  /// output, before the head: the same logits, bit for bit where it is a
+  /// power of two); 1: none.
+  double logitScale = 1;
   /// use_parallel_residual: attention and the MLP both read the layer's
   /// input, x + attn(ln x) + mlp(ln' x). StableLM's and Falcon's
   /// parallel_attn through one LayerNorm (ln' = ln, as Phi's block always

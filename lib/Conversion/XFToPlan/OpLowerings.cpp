@@ -202,6 +202,14 @@ template <> LogicalResult OpLowering::lower<ReluOp>(Operation *op, Scope &s, Bac
   return success();
 }
 
+template <> LogicalResult OpLowering::lower<ScaleOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
+  auto c = cast<ScaleOp>(op);
+  Buf y = def(s, c.getResult(), op);
+  kernel("scale", {arg("x", use(s, c.getInput())), arg("y", y)},
+         {i64("n", numel(c.getInput())), f64("factor", c.getFactor().convertToDouble())}, loc);
+  return success();
+}
+
 template <> LogicalResult OpLowering::lower<SwiGLUOp>(Operation *op, Scope &s, BackwardPart, Location loc) {
   auto g = cast<SwiGLUOp>(op);
   Buf y = def(s, g.getResult(), op);
@@ -610,12 +618,12 @@ template <> LogicalResult OpLowering::lower<AccumulateGradOp>(Operation *op, Sco
 void llcdist::xftoplan::registerPlanLoweringModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, xf::XFDialect *) {
     attachPlanLowering<ParamOp, LayerOp, EmbeddingOp, AddPositionEmbeddingOp, LayerNormOp, RMSNormOp, LinearOp, SplitOp,
-                       RopeOp, AttentionOp, GeluTanhOp, GeluErfOp, ClampOp, ReluOp, SwiGLUOp, AddOp, CrossEntropyOp,
-                       CrossEntropyGradOp, LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp, EmbeddingGradOp,
-                       AddPositionEmbeddingGradOp, LayerNormGradInputOp, LayerNormGradParamsOp, RMSNormGradInputOp,
-                       RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp, GeluErfGradOp, ClampGradOp,
-                       ReluGradOp, SwiGLUGradOp, ConcatOp, AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp,
-                       BiasAddOp, AccumulateGradOp, MoeDispatchOp, MoeCombineOp>(ctx);
+                       RopeOp, AttentionOp, GeluTanhOp, GeluErfOp, ClampOp, ReluOp, ScaleOp, SwiGLUOp, AddOp,
+                       CrossEntropyOp, CrossEntropyGradOp, LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp,
+                       EmbeddingGradOp, AddPositionEmbeddingGradOp, LayerNormGradInputOp, LayerNormGradParamsOp,
+                       RMSNormGradInputOp, RMSNormGradWeightOp, RopeGradOp, AttentionGradOp, GeluTanhGradOp,
+                       GeluErfGradOp, ClampGradOp, ReluGradOp, SwiGLUGradOp, ConcatOp, AllReduceOp, AllGatherOp,
+                       ReduceScatterOp, AllToAllOp, BiasAddOp, AccumulateGradOp, MoeDispatchOp, MoeCombineOp>(ctx);
     attachMoePlanLowerings(ctx);
   });
 }

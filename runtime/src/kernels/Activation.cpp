@@ -71,6 +71,10 @@ void reluBackward(const float* dy, const float* x, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+void scaleForward(const float* x, float* y, int64_t n, float factor) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * factor;
+}
+
 void swigluForward(const float* gate, const float* up, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = silu(gate[i]) * up[i];
 }
@@ -160,6 +164,10 @@ void registerCpuElementwiseKernels(CpuKernelTable& t) {
   });
   addCpuKernel<P>(t, K::kReluBwd, [](const KernelCall& c, const P& p, const Ctx&) {
     reluBackward(c.F("dy"), c.F("x"), c.F("dx"), p.n);
+    return Status::ok();
+  });
+  addCpuKernel<P>(t, K::kScale, [](const KernelCall& c, const P& p, const Ctx&) {
+    scaleForward(c.F("x"), c.F("y"), p.n, p.factor);
     return Status::ok();
   });
   addCpuKernel<P>(t, K::kSwigluFwd, [](const KernelCall& c, const P& p, const Ctx&) {

@@ -1,7 +1,7 @@
 // Family "elementwise": ops over n elements in every role: gelu_tanh_fwd / gelu_tanh_bwd, gelu_erf_fwd /
-// gelu_erf_bwd, clamp_fwd / clamp_bwd, relu_fwd / relu_bwd, swiglu_fwd / swiglu_bwd, add, accumulate, copy, cast; and
-// cast_multi, a cast of each pair of a list. A new elementwise op registers here (docs/adding-an-op.md). swiglu_*'s
-// optional `act` (the gate's activation: "silu", the default, or "gelu_tanh", Gemma's GeGLU) binds as
+// gelu_erf_bwd, clamp_fwd / clamp_bwd, relu_fwd / relu_bwd, scale, swiglu_fwd / swiglu_bwd, add, accumulate, copy,
+// cast; and cast_multi, a cast of each pair of a list. A new elementwise op registers here (docs/adding-an-op.md).
+// swiglu_*'s optional `act` (the gate's activation: "silu", the default, or "gelu_tanh", Gemma's GeGLU) binds as
 // ElementwiseParams::act.
 #include "OpDefs.h"
 
@@ -59,6 +59,19 @@ StatusOr<OpParams> bindClamp(const BindContext& b) {
   return OpParams(p);
 }
 
+// scale: n elements in every role, a factor under FloatAttrRules.h's rule (the compiler's).
+Status checkScale(const OpChecker& c) {
+  const double factor = c.op().floatAttr("factor");
+  if (!sc::scaleFactorValid(factor))
+    return c.attrError("factor", std::string(sc::kScaleFactorRule) + ", got " + std::to_string(factor));
+  return c.everyRole(c.I("n"), "n");
+}
+StatusOr<OpParams> bindScale(const BindContext& b) {
+  ElementwiseParams p{b.op.intAttr("n")};
+  p.factor = float(b.op.floatAttr("factor"));
+  return OpParams(p);
+}
+
 // cast_multi: x and y list one buffer per tensor, y[k] of x[k]'s size.
 Status checkCastMulti(const OpChecker& c) {
   const std::vector<int64_t>& x = c.op().argList("x");
@@ -83,6 +96,7 @@ void registerElementwiseOps(OpDefTable& t) {
     t.add(k, {"elementwise", checkElementwise, bindElementwise});
   t.add(K::kCastMulti, {"elementwise", checkCastMulti, bindCastMulti});
   for (K k : {K::kClampFwd, K::kClampBwd}) t.add(k, {"elementwise", checkClamp, bindClamp});
+  t.add(K::kScale, {"elementwise", checkScale, bindScale});
 }
 
 }  // namespace llcdist::rt::ops

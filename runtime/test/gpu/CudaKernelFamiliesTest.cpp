@@ -182,6 +182,17 @@ TEST(CudaElementwiseKernels, Relu) {
   expectActivationMatches(K::kReluFwd, K::kReluBwd, 35);
 }
 
+// Cohere's logit_scale: the CPU's bits (one multiply), a factor that is not a power of two too.
+TEST(CudaElementwiseKernels, Scale) {
+  LLCDIST_REQUIRE_GPU();
+  const int64_t n = 1001;
+  for (float factor : {0.0625f, 0.8333333f}) {
+    ElementwiseParams p = elems(n);
+    p.factor = factor;
+    KernelCase(K::kScale, p).f32("x", randomF32(n, 40, -4, 4)).f32("y", randomF32(n, 41)).expectMatch(0, 0);
+  }
+}
+
 TEST(CudaElementwiseKernels, GeluErf) {
   LLCDIST_REQUIRE_GPU();
   expectActivationMatches(K::kGeluErfFwd, K::kGeluErfBwd, 25);

@@ -431,6 +431,22 @@ func.func @clamp_limit(%x: tensor<2x8xf32>) {
 
 // -----
 
+func.func @scale_zero(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{factor must be a finite, non-zero fp32 number, got 0.000000e+00}}
+  %y = xf.scale %x {factor = 0.0 : f64} : tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @scale_fp32(%x: tensor<2x8xf32>) {
+  // expected-error @+1 {{factor must be a finite, non-zero fp32 number, got 1.000000e+39}}
+  %y = xf.scale %x {factor = 1.0e39 : f64} : tensor<2x8xf32>
+  return
+}
+
+// -----
+
 func.func @clamp_negative(%x: tensor<2x8xf32>) {
   // expected-error @+1 {{limit must be a positive fp32 number (finite, non-zero), got -1.000000e+00}}
   %y = xf.clamp_grad %x, %x {limit = -1.0 : f64} : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>

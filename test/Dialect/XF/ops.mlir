@@ -48,8 +48,10 @@ func.func private @block(%x: tensor<2x8x64xf32>) -> tensor<2x8x64xf32> attribute
   %ge1 = xf.clamp %ge0 {limit = 8.0 : f64} : tensor<2x8x64xf32>
   // CHECK: xf.relu %{{.+}} : tensor<2x8x64xf32>
   %ge = xf.relu %ge1 : tensor<2x8x64xf32>
+  // CHECK: xf.scale %{{.+}} {factor = 6.250000e-02 : f64} : tensor<2x8x64xf32>
+  %sc = xf.scale %ge {factor = 0.0625 : f64} : tensor<2x8x64xf32>
   // CHECK: xf.swiglu %{{.+}}, %{{.+}} : tensor<2x8x64xf32>
-  %sw = xf.swiglu %ge, %o : tensor<2x8x64xf32>
+  %sw = xf.swiglu %sc, %o : tensor<2x8x64xf32>
   // CHECK: xf.add %{{.+}}, %{{.+}} : tensor<2x8x64xf32>
   %y = xf.add %x, %sw : tensor<2x8x64xf32>
   return %y : tensor<2x8x64xf32>

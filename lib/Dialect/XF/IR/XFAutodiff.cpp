@@ -147,6 +147,11 @@ LogicalResult ReluOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<
   return success();
 }
 
+LogicalResult ScaleOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
+  grads.addGrad(getInput(), ScaleOp::create(b, getLoc(), getType(), dys[0], getFactorAttr()));
+  return success();
+}
+
 LogicalResult GeluErfOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   grads.addGrad(getInput(), GeluErfGradOp::create(b, getLoc(), getType(), dys[0], grads.fwd(getInput())));
   return success();

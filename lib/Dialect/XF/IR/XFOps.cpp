@@ -87,8 +87,9 @@ LogicalResult llcdist::xf::detail::checkFloatAttr(Operation *op, FloatAttrRule r
     const char *attr;
   };
   const Rule r = rule == FloatAttrRule::EmbeddingScale ? Rule{sc::embeddingScaleValid, sc::kEmbeddingScaleRule, "scale"}
-                 : rule == FloatAttrRule::ClampLimit
-                     ? Rule{sc::clampLimitValid, sc::kClampLimitRule, "limit"}
+                 : rule == FloatAttrRule::ClampLimit   ? Rule{sc::clampLimitValid, sc::kClampLimitRule, "limit"}
+                 : rule == FloatAttrRule::ScaleFactor
+                     ? Rule{sc::scaleFactorValid, sc::kScaleFactorRule, "factor"}
                      : Rule{sc::weightOffsetValid, sc::kWeightOffsetRule, "weight_offset"};
   if (r.valid(d))
     return success();
@@ -96,6 +97,8 @@ LogicalResult llcdist::xf::detail::checkFloatAttr(Operation *op, FloatAttrRule r
 }
 
 LogicalResult ClampOp::verify() { return checkFloatAttr(*this, FloatAttrRule::ClampLimit, getLimit()); }
+
+LogicalResult ScaleOp::verify() { return checkFloatAttr(*this, FloatAttrRule::ScaleFactor, getFactor()); }
 
 LogicalResult EmbeddingOp::verify() {
   if (failed(checkFloatAttr(*this, FloatAttrRule::EmbeddingScale, getScale())))

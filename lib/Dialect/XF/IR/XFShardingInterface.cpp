@@ -712,15 +712,15 @@ template <typename... Ops> void attachNoTensor(MLIRContext *ctx) {
 
 void llcdist::xf::registerShardingInterfaceExternalModels(DialectRegistry &registry) {
   registry.addExtension(+[](MLIRContext *ctx, XFDialect *) {
-    attachStructured<ParamOp, AccumulateGradOp, AddOp, GeluTanhOp, GeluErfOp, ClampOp, ReluOp, SwiGLUOp, GeluTanhGradOp,
-                     GeluErfGradOp, ClampGradOp, ReluGradOp, SwiGLUGradOp, RopeOp, RopeGradOp, LayerNormOp, RMSNormOp,
-                     LayerNormGradInputOp, RMSNormGradInputOp, LayerNormGradParamsOp, RMSNormGradWeightOp, LinearOp,
-                     LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp, EmbeddingOp, EmbeddingGradOp,
-                     AddPositionEmbeddingOp, AddPositionEmbeddingGradOp, AttentionOp, AttentionGradOp, CrossEntropyOp,
-                     CrossEntropyGradOp, SplitOp, ConcatOp, MoeRouteOp, MoeRouteGradOp, MoePermuteOp, MoeUnpermuteOp,
-                     MoeUnpermuteGradOp, GroupedLinearOp, GroupedLinearGradInputOp, GroupedLinearGradWeightOp,
-                     SigmoidGateOp, SigmoidGateGradOp, MoeRouterStatsOp, MoeRouterStatsGradOp, MoeAuxLossOp,
-                     MoeAuxLossGradOp, ZerosOp>(ctx);
+    attachStructured<ParamOp, AccumulateGradOp, AddOp, GeluTanhOp, GeluErfOp, ClampOp, ReluOp, ScaleOp, SwiGLUOp,
+                     GeluTanhGradOp, GeluErfGradOp, ClampGradOp, ReluGradOp, SwiGLUGradOp, RopeOp, RopeGradOp,
+                     LayerNormOp, RMSNormOp, LayerNormGradInputOp, RMSNormGradInputOp, LayerNormGradParamsOp,
+                     RMSNormGradWeightOp, LinearOp, LinearGradInputOp, LinearGradWeightOp, LinearGradBiasOp,
+                     EmbeddingOp, EmbeddingGradOp, AddPositionEmbeddingOp, AddPositionEmbeddingGradOp, AttentionOp,
+                     AttentionGradOp, CrossEntropyOp, CrossEntropyGradOp, SplitOp, ConcatOp, MoeRouteOp, MoeRouteGradOp,
+                     MoePermuteOp, MoeUnpermuteOp, MoeUnpermuteGradOp, GroupedLinearOp, GroupedLinearGradInputOp,
+                     GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp, MoeRouterStatsOp,
+                     MoeRouterStatsGradOp, MoeAuxLossOp, MoeAuxLossGradOp, ZerosOp>(ctx);
     LayerOp::attachInterface<LayerModel>(*ctx);
     attachNoTensor<ClipGradNormOp, AdamWOp, SGDOp, AllReduceGradsOp, AllReduceLossOp>(ctx);
   });

@@ -54,9 +54,9 @@ LogicalResult checkRotaryDim(Operation *op, std::optional<uint64_t> rotaryDim, i
 /// xf.swiglu's and xf.swiglu_grad's optional activation: "silu" or "gelu_tanh".
 LogicalResult checkGatedActivation(Operation *op, std::optional<StringRef> activation);
 /// xf.rms_norm's weight_offset, xf.embedding's (and its gradient's) scale
-/// and xf.clamp's (and its gradient's) limit against the runtime's rules (rt::schema, FloatAttrRules.h): the
-/// kernels use them as fp32 numbers.
-enum class FloatAttrRule { WeightOffset, EmbeddingScale, ClampLimit };
+/// xf.clamp's (and its gradient's) limit and xf.scale's factor against the runtime's rules (rt::schema,
+/// FloatAttrRules.h): the kernels use them as fp32 numbers.
+enum class FloatAttrRule { WeightOffset, EmbeddingScale, ClampLimit, ScaleFactor };
 LogicalResult checkFloatAttr(Operation *op, FloatAttrRule rule, std::optional<APFloat> v);
 
 /// Rows of a [..., H] tensor: the product of its leading dimensions.

@@ -164,6 +164,16 @@ template <> LogicalResult TensorParallelPropagation::rule<AddOp>(Operation *op) 
   return success();
 }
 
+/// xf.scale (Cohere's logit scale) splits as its operand, which is never a
+/// partial sum here: in the backward the head's partial input gradient is
+/// reduced first, and under sequence parallelism reduce-scattered onto the
+/// sequence slice it runs on (the generic Elementwise rule would all-reduce it
+/// whole, and the final norm's gradient would then meet the sequence-split
+/// residual stream).
+template <> LogicalResult TensorParallelPropagation::rule<ScaleOp>(Operation *op) {
+  return same(op->getOperand(0), op->getResults());
+}
+
 template <> LogicalResult TensorParallelPropagation::rule<AttentionOp>(Operation *op) {
   auto at = cast<AttentionOp>(op);
   TP q = of(at.getQ());
@@ -461,6 +471,7 @@ namespace {
 /// The sequence-parallel region (TensorParallelOpInterface::runsOnSequenceSlice).
 template <typename OpTy> constexpr bool kRunsOnSequenceSlice = false;
 template <> constexpr bool kRunsOnSequenceSlice<AddOp> = true;
+template <> constexpr bool kRunsOnSequenceSlice<ScaleOp> = true;
 template <> constexpr bool kRunsOnSequenceSlice<LayerNormOp> = true;
 template <> constexpr bool kRunsOnSequenceSlice<RMSNormOp> = true;
 template <> constexpr bool kRunsOnSequenceSlice<LayerNormGradInputOp> = true;
@@ -516,7 +527,7 @@ void llcdist::xf::registerTensorParallelModels(DialectRegistry &registry) {
                          RMSNormOp, LayerNormGradInputOp, RMSNormGradInputOp, LayerNormGradParamsOp,
                          RMSNormGradWeightOp, LinearGradBiasOp, AddPositionEmbeddingOp, AddPositionEmbeddingGradOp,
                          EmbeddingOp, EmbeddingGradOp, CrossEntropyOp, CrossEntropyGradOp, LinearGradWeightOp,
-                         LinearGradInputOp, AccumulateGradOp>(ctx);
+                         LinearGradInputOp, AccumulateGradOp, ScaleOp>(ctx);
     attachReplicatedOnTp<MoeRouteOp, MoeRouteGradOp, MoeRouterStatsOp, MoeRouterStatsGradOp, MoePermuteOp,
                          MoeUnpermuteOp, MoeUnpermuteGradOp, GroupedLinearOp, GroupedLinearGradInputOp,
                          GroupedLinearGradWeightOp, SigmoidGateOp, SigmoidGateGradOp, MoeDispatchOp, MoeCombineOp>(ctx);

@@ -1,6 +1,6 @@
 // The rules for the float op attributes whose value the kernels use as an fp32 number (Gemma's
-// rms-norm `weight_offset` and embedding `scale`, clamp's `limit`, PlanSchema.h). One definition: the runtime checks
-// plans against it (src/ops/Norm.cpp, src/ops/Embedding.cpp) and the compiler checks xf.rms_norm and
+// rms-norm `weight_offset` and embedding `scale`, clamp's `limit`, scale's `factor`, PlanSchema.h). One definition: the
+// runtime checks plans against it (src/ops/Norm.cpp, src/ops/Embedding.cpp) and the compiler checks xf.rms_norm and
 // xf.embedding (lib/Dialect/XF/IR/XFOps.cpp), so a plan llc-dist writes is one the runtime loads.
 // Header-only and MLIR-free.
 #pragma once
@@ -26,6 +26,11 @@ inline constexpr std::string_view kEmbeddingScaleRule = "must be a finite, non-z
 constexpr bool clampLimitValid(double v) { return v > 0 && finiteAsF32(v) && nonZeroAsF32(v); }
 inline constexpr std::string_view kClampLimitRule = "must be a positive fp32 number (finite, non-zero)";
 
+// scale's factor (Cohere's logit_scale): finite and non-zero as fp32, as embedding's scale.
+constexpr bool scaleFactorValid(double v) { return finiteAsF32(v) && nonZeroAsF32(v); }
+inline constexpr std::string_view kScaleFactorRule = "must be a finite, non-zero fp32 number";
+
+static_assert(scaleFactorValid(0.0625) && scaleFactorValid(-2.0) && !scaleFactorValid(0.0) && !scaleFactorValid(1e39));
 static_assert(clampLimitValid(8.0) && !clampLimitValid(0.0) && !clampLimitValid(-1.0) && !clampLimitValid(1e39) &&
               !clampLimitValid(1e-50));
 static_assert(weightOffsetValid(1.0) && !weightOffsetValid(1e39) && !weightOffsetValid(-1e39));

@@ -266,6 +266,8 @@ void clampBackward(const float* dy, const float* x, float* dx, int64_t n, float 
 // (torch's threshold_backward: 0 at x = 0).
 void reluForward(const float* x, float* y, int64_t n);
 void reluBackward(const float* dy, const float* x, float* dx, int64_t n);
+// y = x·factor (Cohere's logit_scale; y may be x).
+void scaleForward(const float* x, float* y, int64_t n, float factor);
 // SwiGLU: y = silu(gate) * up, silu(g) = g·sigmoid(g). dgate/dup may alias dy.
 void swigluForward(const float* gate, const float* up, float* y, int64_t n);
 void swigluBackward(const float* dy, const float* gate, const float* up, float* dgate, float* dup,

@@ -86,7 +86,8 @@ enum class GluActivation { kSilu, kGeluTanh };
 struct ElementwiseParams {
   int64_t n = 0;
   GluActivation act = GluActivation::kSilu;
-  float limit = 0;  // clamp_*: the bound (> 0)
+  float limit = 0;   // clamp_*: the bound (> 0)
+  float factor = 1;  // scale: the multiplier (finite, non-zero)
 };
 // embedding_fwd / embedding_bwd_weight, pos_embedding_fwd / pos_embedding_bwd_weight (family "embedding").
 struct EmbeddingParams {

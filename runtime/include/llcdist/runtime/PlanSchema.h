@@ -258,6 +258,7 @@ enum class OpKind {
   kGeluErfFwd, kGeluErfBwd,
   kClampFwd, kClampBwd,
   kReluFwd, kReluBwd,
+  kScale,
   kWait,
 };
 // clang-format on
@@ -477,6 +478,9 @@ inline constexpr A kGeluBwdArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"dx",
 // clamp_fwd / clamp_bwd (OLMo's clip_qkv): y = min(max(x, -limit), limit); dx = dy where -limit <= x <= limit
 // (both ends in, as torch's clamp passes its gradient), else 0.
 inline constexpr T kClampAttrs[] = {{"n", Int}, {"limit", Flt}};
+// scale (Cohere's logit_scale; its own gradient): y = x·float(factor), factor finite and non-zero as fp32
+// (scaleFactorValid, FloatAttrRules.h; the compiler's xf.scale checks the same rule).
+inline constexpr T kScaleAttrs[] = {{"n", Int}, {"factor", Flt}};
 inline constexpr A kSwiFwdArgs[] = {{"gate", One, F, R}, {"up", One, F, R}, {"y", One, F, W, "gate|up"}};
 inline constexpr A kSwiBwdArgs[] = {{"dy", One, F, R}, {"gate", One, F, R}, {"up", One, F, R},
                                     {"dgate", One, F, W, "dy"}, {"dup", One, F, W, "dy"}};
@@ -788,6 +792,7 @@ inline constexpr std::array<OpSpec, kNumOpKinds> kOpSpecs = {{
     detail::op(OpKind::kClampBwd, "clamp_bwd", detail::kGeluBwdArgs, detail::kClampAttrs),
     detail::op(OpKind::kReluFwd, "relu_fwd", detail::kGeluFwdArgs, detail::kNAttrs),
     detail::op(OpKind::kReluBwd, "relu_bwd", detail::kGeluBwdArgs, detail::kNAttrs),
+    detail::op(OpKind::kScale, "scale", detail::kGeluFwdArgs, detail::kScaleAttrs),
     // wait (feature "async"): no roles, no attrs; its top-level "token" names the started op it waits for.
     OpSpec{OpKind::kWait, "wait", nullptr, 0, nullptr, 0},
 }};

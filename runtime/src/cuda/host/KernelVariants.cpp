@@ -152,6 +152,7 @@ std::array<std::vector<KernelVariantInfo>, sc::kNumOpKinds> build() {
   set(K::kClampBwd, {own({"dy", "x", "dx"})});
   set(K::kReluFwd, {own({"x", "y"})});
   set(K::kReluBwd, {own({"dy", "x", "dx"})});
+  set(K::kScale, {own({"x", "y"})});
   set(K::kSwigluFwd, {own({"gate", "up", "y"})});
   set(K::kSwigluBwd, {own({"dy", "gate", "up", "dgate", "dup"})});
   set(K::kAdd, {own({"a", "b", "y"})});

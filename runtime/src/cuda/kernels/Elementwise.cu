@@ -88,6 +88,12 @@ struct ReluBwd {  // in: dy, x; torch's threshold_backward: dy where x > 0
   static constexpr int kIn = 2, kOut = 1;
   __device__ void operator()(const float* in, float* out) const { out[0] = in[1] > 0.0f ? in[0] : 0.0f; }
 };
+struct Scale {  // Cohere's logit_scale: the factor is the call's (ElementwiseParams::factor)
+  static constexpr int kIn = 1, kOut = 1;
+  float factor;
+  static Scale of(const ElementwiseParams& p) { return {p.factor}; }
+  __device__ void operator()(const float* in, float* out) const { out[0] = in[0] * factor; }
+};
 struct SwigluFwd {  // in: gate, up
   static constexpr int kIn = 2, kOut = 1;
   __device__ void operator()(const float* in, float* out) const { out[0] = siluf(in[0]) * in[1]; }
@@ -319,6 +325,7 @@ void registerCudaElementwiseKernels(CudaKernelTable& t) {
   add(K::kClampBwd, mapEntry<ClampBwd>(K::kClampBwd, {"dy", "x"}, {"dx"}));
   add(K::kReluFwd, mapEntry<ReluFwd>(K::kReluFwd, {"x"}, {"y"}));
   add(K::kReluBwd, mapEntry<ReluBwd>(K::kReluBwd, {"dy", "x"}, {"dx"}));
+  add(K::kScale, mapEntry<Scale>(K::kScale, {"x"}, {"y"}));
   add(K::kSwigluFwd, mapEntry<SwigluFwd>(K::kSwigluFwd, {"gate", "up"}, {"y"}));
   add(K::kSwigluBwd, mapEntry<SwigluBwd>(K::kSwigluBwd, {"dy", "gate", "up"}, {"dgate", "dup"}));
   add(K::kAdd, mapEntry<Add>(K::kAdd, {"a", "b"}, {"y"}));

@@ -287,6 +287,18 @@ def XF_ReluOp : XF_Op<"relu", [Pure, DeclareOpInterfaceMethods<XF_Differentiable
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
+def XF_ScaleOp : XF_Op<"scale", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType, Elementwise]> {
+  let summary = "multiply by a constant (Cohere's logit_scale)";
+  let description = [{
+    `x * factor`, element-wise; `factor` finite and non-zero as fp32. Its
+    gradient is itself: `dx = dy * factor`.
+  }];
+  let arguments = (ins XF_FloatTensor:$input, F64Attr:$factor);
+  let results = (outs XF_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def XF_SwiGLUOp : XF_Op<"swiglu", [Pure, DeclareOpInterfaceMethods<XF_DifferentiableOpInterface>, SameOperandsAndResultType, Elementwise]> {
   let summary = "gated MLP activation: act(gate) * up (SwiGLU; GeGLU)";
   let description = [{

@@ -46,29 +46,27 @@ StatusOr<OpParams> bindElementwise(const BindContext& b) {
   return OpParams(p);
 }
 
-// clamp_fwd / clamp_bwd: n elements in every role, a limit under FloatAttrRules.h's rule (the compiler's).
-Status checkClamp(const OpChecker& c) {
-  const double limit = c.op().floatAttr("limit");
-  if (!sc::clampLimitValid(limit))
-    return c.attrError("limit", std::string(sc::kClampLimitRule) + ", got " + std::to_string(limit));
-  return c.everyRole(c.I("n"), "n");
-}
-StatusOr<OpParams> bindClamp(const BindContext& b) {
-  ElementwiseParams p{b.op.intAttr("n")};
-  p.limit = float(b.op.floatAttr("limit"));
-  return OpParams(p);
-}
+// The ops of one float attr the kernels use as fp32 (clamp_*'s limit, scale's factor): n elements in every
+// role, the attr under its FloatAttrRules.h rule (the compiler's), bound into its ElementwiseParams field.
+struct FloatAttr {
+  const char* name;
+  bool (*valid)(double);
+  std::string_view rule;
+  float ElementwiseParams::*field;
+};
+constexpr FloatAttr kClampLimit{"limit", sc::clampLimitValid, sc::kClampLimitRule, &ElementwiseParams::limit};
+constexpr FloatAttr kScaleFactor{"factor", sc::scaleFactorValid, sc::kScaleFactorRule, &ElementwiseParams::factor};
 
-// scale: n elements in every role, a factor under FloatAttrRules.h's rule (the compiler's).
-Status checkScale(const OpChecker& c) {
-  const double factor = c.op().floatAttr("factor");
-  if (!sc::scaleFactorValid(factor))
-    return c.attrError("factor", std::string(sc::kScaleFactorRule) + ", got " + std::to_string(factor));
+template <const FloatAttr& A>
+Status checkFloatAttr(const OpChecker& c) {
+  const double v = c.op().floatAttr(A.name);
+  if (!A.valid(v)) return c.attrError(A.name, std::string(A.rule) + ", got " + std::to_string(v));
   return c.everyRole(c.I("n"), "n");
 }
-StatusOr<OpParams> bindScale(const BindContext& b) {
+template <const FloatAttr& A>
+StatusOr<OpParams> bindFloatAttr(const BindContext& b) {
   ElementwiseParams p{b.op.intAttr("n")};
-  p.factor = float(b.op.floatAttr("factor"));
+  p.*A.field = float(b.op.floatAttr(A.name));
   return OpParams(p);
 }
 
@@ -95,8 +93,9 @@ void registerElementwiseOps(OpDefTable& t) {
               K::kCast, K::kGeluErfFwd, K::kGeluErfBwd, K::kReluFwd, K::kReluBwd})
     t.add(k, {"elementwise", checkElementwise, bindElementwise});
   t.add(K::kCastMulti, {"elementwise", checkCastMulti, bindCastMulti});
-  for (K k : {K::kClampFwd, K::kClampBwd}) t.add(k, {"elementwise", checkClamp, bindClamp});
-  t.add(K::kScale, {"elementwise", checkScale, bindScale});
+  for (K k : {K::kClampFwd, K::kClampBwd})
+    t.add(k, {"elementwise", checkFloatAttr<kClampLimit>, bindFloatAttr<kClampLimit>});
+  t.add(K::kScale, {"elementwise", checkFloatAttr<kScaleFactor>, bindFloatAttr<kScaleFactor>});
 }
 
 }  // namespace llcdist::rt::ops

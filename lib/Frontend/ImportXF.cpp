@@ -533,7 +533,9 @@ private:
     Value emb = param(embName, {V, H});
     // Gemma: the embeddings times sqrt(hidden_size).
     FloatAttr scale = m.scaleEmbeddings ? b.getF64FloatAttr(std::sqrt(double(H))) : FloatAttr();
-    Value x = EmbeddingOp::create(b, loc(embName, {"vocab_size"}), act(H), fn.getArgument(0), emb, scale);
+    // torch's nn.Embedding(padding_idx = pad_token_id): row p gets no gradient from the lookup.
+    IntegerAttr padding = m.paddingIdx >= 0 ? b.getI64IntegerAttr(m.paddingIdx) : IntegerAttr();
+    Value x = EmbeddingOp::create(b, loc(embName, {"vocab_size"}), act(H), fn.getArgument(0), emb, scale, padding);
     if (m.embeddingNorm) // BLOOM
       x = layerNorm("transformer.word_embeddings_layernorm", x);
     if (learnedPositions(m.arch)) { // OPT's table: position p at row p + 2

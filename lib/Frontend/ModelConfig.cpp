@@ -180,6 +180,29 @@ Arch detectArch(FieldReader &r, const json &obj) {
                               "[\"LlamaForCausalLM\"]) or 'model_type'"};
 }
 
+/// The token embedding's padding_idx (ModelConfig::paddingIdx) as
+/// transformers builds it: pad_token_id, or the config class's default when
+/// the field is absent (OPT's and OLMo's 1, Gemma's and Cohere's 0, the
+/// others' None); null is None. nn.Embedding takes -V <= p < V and counts a
+/// negative p from the end.
+int64_t paddingIdx(const json &obj, const FieldReader &r, const ModelConfig &c) {
+  if (!tokenEmbeddingPadding(c.arch))
+    return -1;
+  if (!obj.contains("pad_token_id"))
+    return c.arch == Arch::Opt || c.arch == Arch::Olmo ? 1 : c.arch == Arch::Gemma || c.arch == Arch::Cohere ? 0 : -1;
+  const json &v = obj.at("pad_token_id");
+  if (v.is_null())
+    return -1;
+  if (!v.is_number_integer())
+    r.fail("pad_token_id", "must be a token id (an integer) or null, got " + v.dump());
+  const int64_t p = v.get<int64_t>();
+  if (p < -c.vocab || p >= c.vocab)
+    r.fail("pad_token_id", "the token embedding's padding_idx " + v.dump() + " is outside the vocabulary [0, " +
+                               std::to_string(c.vocab) + ") (vocab_size); set it to a token id below " +
+                               std::to_string(c.vocab) + " or to null for no padding row");
+  return p < 0 ? c.vocab + p : p;
+}
+
 } // namespace
 
 std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
@@ -246,6 +269,7 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseCohere(r, c, obj);
     else
       parseLlama(r, c, obj);
+    c.paddingIdx = paddingIdx(obj, r, c);
     r.rejectUnknown(hfArchitecture(c.arch));
     if (double n = parameterCount<double>(c); n > kMaxParameters) {
       char count[32];

@@ -36,6 +36,33 @@ TEST(EmbeddingTest, BackwardScatterAddsRepeatedIds) {
   for (size_t i = 0; i < acc.size(); ++i) EXPECT_FLOAT_EQ(acc[i], 2 * dtable[i]);
 }
 
+// torch's nn.Embedding(padding_idx): the padding id's rows add nothing (its row of dtable keeps its value
+// under accumulate, 0 without), every other id scatter-adds as before; on a vocabulary shard the padding
+// id is global. The expected table is summed here row by row.
+TEST(EmbeddingTest, PaddingIdxGetsNoGradient) {
+  const int64_t H = 2;
+  const std::vector<int32_t> ids = {1, 4, 1, 5, 4, 0, 4};
+  const int64_t M = int64_t(ids.size());
+  const std::vector<float> dout = randn(M * H, 4);
+  for (const auto& [V, shard] : {std::pair<int64_t, VocabShard>{6, {}}, {3, VocabShard{1, 2}}}) {
+    const int64_t pad = 4, begin = shard.index * V;
+    const std::vector<float> base = randn(V * H, 5);
+    std::vector<float> want = base;
+    for (int64_t m = 0; m < M; ++m)
+      if (ids[m] != pad && ids[m] >= begin && ids[m] < begin + V)
+        for (int64_t h = 0; h < H; ++h) want[(ids[m] - begin) * H + h] += dout[m * H + h];
+    std::vector<float> got = base;
+    ASSERT_TRUE(embeddingBackward(ids.data(), dout.data(), got.data(), M, V, H, true, shard, 1.0f, pad).isOk());
+    EXPECT_EQ(got, want) << "V = " << V;
+    for (int64_t h = 0; h < H; ++h) EXPECT_EQ(got[(pad - begin) * H + h], base[(pad - begin) * H + h]);
+    ASSERT_TRUE(embeddingBackward(ids.data(), dout.data(), got.data(), M, V, H, false, shard, 1.0f, pad).isOk());
+    for (int64_t h = 0; h < H; ++h) EXPECT_EQ(got[(pad - begin) * H + h], 0.0f);
+    // The control: without padding_idx the row gets the three ids' rows.
+    ASSERT_TRUE(embeddingBackward(ids.data(), dout.data(), got.data(), M, V, H, false, shard).isOk());
+    EXPECT_NE(got[(pad - begin) * H], 0.0f);
+  }
+}
+
 TEST(EmbeddingTest, OutOfRangeIdIsAnError) {
   const int64_t V = 4, H = 2;
   std::vector<float> table(V * H), out(2 * H), dtable(V * H);

@@ -781,6 +781,43 @@ TEST(EmbeddingScaleTest, AbsentIsOneBitForBit) {
             absent.at("out"));
 }
 
+// ---- embedding: padding_idx ---------------------------------------------------------------------------
+
+// torch's nn.Embedding(padding_idx) through a plan: embedding_bwd_weight's attr binds as the kernel's
+// paddingIdx (the row of the repeated id keeps its value under accumulate), and the attr changes the
+// result (the test can fail).
+TEST(EmbeddingPaddingIdxTest, BindsAsTheKernelsPaddingIdx) {
+  const Buffers bufs = embBuffers(201);
+  const int32_t pad = bufs.at("ids").ids[4];  // a repeated id (embBuffers: ids[1] = ids[4])
+  for (bool accumulate : {false, true}) {
+    const json attrs = embAttrs({{"accumulate", accumulate}, {"padding_idx", pad}}, true);
+    const auto got = runOnce("embedding_bwd_weight", kEmbBwdRoles, attrs, bufs).at("dtable");
+    std::vector<float> want = bufs.at("dtable").f;
+    ASSERT_TRUE(embeddingBackward(bufs.at("ids").ids.data(), bufs.at("dout").f.data(), want.data(), kEM, kEV, kEH,
+                                  accumulate, {}, 1.0f, pad)
+                    .isOk());
+    EXPECT_EQ(got, want);
+    for (int64_t h = 0; h < kEH; ++h)
+      EXPECT_EQ(got[size_t(pad * kEH + h)], accumulate ? bufs.at("dtable").f[size_t(pad * kEH + h)] : 0.0f);
+    EXPECT_NE(
+        got,
+        runOnce("embedding_bwd_weight", kEmbBwdRoles, embAttrs({{"accumulate", accumulate}}, true), bufs).at("dtable"));
+  }
+}
+
+TEST(EmbeddingPaddingIdxTest, BadValuesAreRefused) {
+  const Buffers bufs = embBuffers(211);
+  expectRefused("embedding_bwd_weight", kEmbBwdRoles, embAttrs({{"padding_idx", kEV}}, true), bufs, "padding_idx",
+                {"padding_idx = 6 is outside the table's 6 rows"});
+  expectRefused("embedding_bwd_weight", kEmbBwdRoles, embAttrs({{"padding_idx", -1}}, true), bufs, "padding_idx",
+                {"expected an integer >= 0, got -1"});
+  expectRefused("embedding_bwd_weight", kEmbBwdRoles, embAttrs({{"padding_idx", 1.5}}, true), bufs, "padding_idx",
+                {"integer"});
+  // The lookup itself reads every row: the attr is the gradient's alone.
+  expectRefused("embedding_fwd", kEmbFwdRoles, embAttrs({{"padding_idx", 1}}, false), bufs, "padding_idx",
+                {"unknown attribute"});
+}
+
 TEST(EmbeddingScaleTest, BadValuesAreRefused) {
   Buffers bufs = embBuffers(101);
   for (bool bwd : {false, true}) {

@@ -410,8 +410,10 @@ def main():
 
     final = read_safetensors(args.final)
     ok = check_hf_layout(cfg, final, args.final) and ok
-    worst = max((P[n].detach() - final[n]).abs().max().item() for n in P)
-    print(f"final parameters: max |torch - llc-dist| = {worst:.3e} (atol {args.param_atol:g})")
+    diffs = {n: (P[n].detach() - final[n]).abs().max().item() for n in P}
+    worst_name = max(diffs, key=diffs.get)
+    worst = diffs[worst_name]
+    print(f"final parameters: max |torch - llc-dist| = {worst:.3e} in {worst_name} (atol {args.param_atol:g})")
     if worst > args.param_atol or set(final) != set(P):
         ok = False
     print("PARITY OK" if ok else "PARITY FAILED")

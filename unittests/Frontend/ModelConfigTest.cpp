@@ -729,6 +729,57 @@ TEST(ModelConfig, CohereFields) {
     EXPECT_NE(parseError(head + extra).find(want), std::string::npos) << extra << ": " << parseError(head + extra);
 }
 
+// The token embedding's padding_idx, as transformers builds it: pad_token_id,
+// or the config class's default where the field is absent; null is none;
+// families whose nn.Embedding takes no padding_idx ignore the field.
+TEST(ModelConfig, PaddingIdxFromPadTokenId) {
+  EXPECT_EQ(load("opt-125m").paddingIdx, 1);
+  EXPECT_EQ(load("gemma-2b").paddingIdx, 0);
+  EXPECT_EQ(load("olmo-7b").paddingIdx, 1);
+  EXPECT_EQ(load("c4ai-command-r-v01").paddingIdx, 0);
+  EXPECT_EQ(load("tiny-gemma").paddingIdx, -1); // "pad_token_id": null
+  EXPECT_EQ(load("llama3-8b").paddingIdx, -1);  // absent, LlamaConfig's default None
+  EXPECT_EQ(load("bloom-560m").paddingIdx, -1); // BLOOM's embedding has no padding_idx
+  const auto parse = [](const std::string &arch, const std::string &extra) {
+    ModelConfig c;
+    const std::string mlp = arch == "OPTForCausalLM" ? R"("ffn_dim": 128)" : R"("intermediate_size": 96)";
+    const std::string text = R"({"architectures": [")" + arch +
+                             R"("], "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "vocab_size": 128, "max_position_embeddings": 32, )" +
+                             mlp + extra + "}";
+    std::optional<ConfigError> err = parseModelConfig(text, "pad.json", c);
+    EXPECT_FALSE(err) << arch << extra << ": " << (err ? err->message : "");
+    return c.paddingIdx;
+  };
+  EXPECT_EQ(parse("OPTForCausalLM", ""), 1); // OPTConfig's default
+  EXPECT_EQ(parse("OPTForCausalLM", R"(, "pad_token_id": null)"), -1);
+  EXPECT_EQ(parse("GemmaForCausalLM", ""), 0);
+  EXPECT_EQ(parse("CohereForCausalLM", ""), 0);
+  EXPECT_EQ(parse("OlmoForCausalLM", ""), 1);
+  EXPECT_EQ(parse("LlamaForCausalLM", ""), -1);
+  EXPECT_EQ(parse("Qwen2ForCausalLM", R"(, "pad_token_id": 127)"), 127);
+  EXPECT_EQ(parse("LlamaForCausalLM", R"(, "pad_token_id": -1)"), 127); // nn.Embedding counts from the end
+  EXPECT_EQ(parse("LlamaForCausalLM", R"(, "pad_token_id": -128)"), 0);
+  const std::string head = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+    "num_hidden_layers": 2, "vocab_size": 128, "intermediate_size": 96)";
+  const std::pair<std::string, std::string> refused[] = {
+      {R"(, "pad_token_id": 128})",
+       "field 'pad_token_id': the token embedding's padding_idx 128 is outside the vocabulary [0, 128) "
+       "(vocab_size); set it to a token id below 128 or to null"},
+      {R"(, "pad_token_id": -129})", "padding_idx -129 is outside the vocabulary [0, 128)"},
+      {R"(, "pad_token_id": "<pad>"})", "field 'pad_token_id': must be a token id (an integer) or null"},
+      {R"(, "pad_token_id": 1.5})", "field 'pad_token_id': must be a token id (an integer) or null"},
+  };
+  for (const auto &[extra, want] : refused)
+    EXPECT_NE(parseError(head + extra).find(want), std::string::npos) << extra << ": " << parseError(head + extra);
+  // GPT-2's wte has no padding_idx: the field stays metadata, whatever it holds.
+  ModelConfig gpt2;
+  ASSERT_FALSE(parseModelConfig(R"({"architectures": ["GPT2LMHeadModel"], "n_embd": 64, "n_head": 4, "n_layer": 2,
+    "vocab_size": 128, "n_positions": 32, "pad_token_id": 500})",
+                                "gpt2.json", gpt2));
+  EXPECT_EQ(gpt2.paddingIdx, -1);
+}
+
 TEST(ModelConfig, LlamaFields) {
   ModelConfig c = load("llama3.1-405b");
   EXPECT_EQ(c.arch, Arch::Llama);

@@ -74,6 +74,14 @@ inline bool gpt2Layer(Arch a) { return a == Arch::GPT2 || a == Arch::GptBigCode 
 /// mlp(ln x): Phi's PhiDecoderLayer and GPT-J's GPTJBlock (ImportXF's
 /// phiBlock).
 inline bool phiLayer(Arch a) { return a == Arch::Phi || a == Arch::GptJ; }
+/// Whether transformers builds the family's token embedding with
+/// padding_idx = config.pad_token_id: Llama's layout (Gemma, the MoEs,
+/// StableLM, OLMo and Cohere too), Phi, StarCoder2 and OPT; not GPT-2,
+/// GPT-NeoX, Falcon, BLOOM, GPTBigCode, MPT or GPT-J.
+inline bool tokenEmbeddingPadding(Arch a) {
+  return a != Arch::GPT2 && a != Arch::GptNeoX && a != Arch::Falcon && a != Arch::Bloom && a != Arch::GptBigCode &&
+         a != Arch::Mpt && a != Arch::GptJ;
+}
 /// A learned position table added to the embeddings instead of rotary
 /// embeddings: GPT-2 and GPTBigCode (StarCoder, SantaCoder; transformer.wpe)
 /// and OPT (model.decoder.embed_positions, from row
@@ -181,6 +189,12 @@ struct ModelConfig {
   /// of maxPositions + 2 rows (xf.add_position_embedding's offset); 0: row p
   /// of maxPositions.
   int64_t positionOffset = 0;
+  /// torch's nn.Embedding(padding_idx) on the token embedding, from
+  /// pad_token_id (transformers' default: OPT's and OLMo's 1, Gemma's and
+  /// Cohere's 0, the others' none) in the families whose embedding takes it
+  /// (tokenEmbeddingPadding): row paddingIdx gets no gradient from the
+  /// lookup (xf.embedding's padding_idx); -1: none.
+  int64_t paddingIdx = -1;
   /// BLOOM's (and MPT's) ALiBi: no position embedding; each attention score
   /// gets a head's slope times (key − query position) (xf.attention
   /// alibi_heads).

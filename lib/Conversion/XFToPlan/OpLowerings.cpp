@@ -303,9 +303,10 @@ template <> LogicalResult OpLowering::lower<EmbeddingGradOp>(Operation *op, Scop
   auto g = cast<EmbeddingGradOp>(op);
   auto [dt, acc] = gradTarget(s, g.getResult(), op);
   kernel("embedding_bwd_weight", {arg("ids", use(s, g.getIds())), arg("dout", use(s, g.getDy())), arg("dtable", dt)},
-         withShardAxis(op, withOptional("scale", g.getScale(),
-                                        {i64("M", numel(g.getIds())), i64("V", dim(g.getResult(), 0)),
-                                         i64("H", dim(g.getResult(), 1)), flag("accumulate", acc)})),
+         withShardAxis(op, withOptional("padding_idx", g.getPaddingIdx(),
+                                        withOptional("scale", g.getScale(),
+                                                     {i64("M", numel(g.getIds())), i64("V", dim(g.getResult(), 0)),
+                                                      i64("H", dim(g.getResult(), 1)), flag("accumulate", acc)}))),
          loc);
   return success();
 }

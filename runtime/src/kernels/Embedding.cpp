@@ -46,13 +46,14 @@ Status embeddingForward(const int32_t* ids, const float* table, float* out, int6
 }
 
 Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V, int64_t H,
-                         bool accumulate, const VocabShard& shard, float scale) {
+                         bool accumulate, const VocabShard& shard, float scale, int64_t paddingIdx) {
   LLCDIST_RETURN_IF_ERROR(checkIds(ids, M, V, shard));
   if (!accumulate) std::fill_n(dtable, V * H, 0.0f);
   const int64_t begin = shard.index * V;
   for (int64_t m = 0; m < M; ++m) {  // fixed order m = 0..M-1: deterministic
     const int64_t local = int64_t(ids[m]) - begin;
     if (local < 0 || local >= V) continue;  // another shard's row
+    if (ids[m] == paddingIdx) continue;     // nn.Embedding(padding_idx): no gradient
     float* row = dtable + local * H;
     const float* d = dout + m * H;
     if (scale == 1.0f) {
@@ -119,7 +120,7 @@ void registerCpuEmbeddingKernels(CpuKernelTable& t) {
       LLCDIST_RETURN_IF_ERROR(
           positionEmbeddingBackwardWeight(c.F("dout"), c.F("dwpe"), p.B, p.S, p.H, p.P, p.accumulate, p.posBegin));
     return embeddingBackward(c.I("ids"), c.F("dout"), c.F("dtable"), p.M, p.V, p.H, p.accumulate, p.vocabShard,
-                             float(p.scale));
+                             float(p.scale), p.paddingIdx);
   });
   addCpuKernel<P>(t, K::kPosEmbeddingFwd, [](const KernelCall& c, const P& p, const Ctx&) {
     return positionEmbeddingForward(c.F("x"), c.F("wpe"), c.F("y"), p.B, p.S, p.H, p.P, p.positions());

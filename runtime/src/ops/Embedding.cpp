@@ -1,7 +1,8 @@
 // Family "embedding": embedding_fwd / embedding_bwd_weight (token embedding, vocabulary-parallel with
 // attr `shard_axis`) and pos_embedding_fwd / pos_embedding_bwd_weight (GPT-2's learned positions,
 // sequence-parallel with attr `shard_axis`: one axis, or tp+cp; from row `offset` of the table, OPT's). embedding_*'s
-// optional `scale` (Gemma's multiplier of the gathered rows, and of their gradient) binds as EmbeddingParams::scale.
+// optional `scale` (Gemma's multiplier of the gathered rows, and of their gradient) binds as EmbeddingParams::scale,
+// embedding_bwd_weight's optional `padding_idx` (nn.Embedding's: no gradient for that id) as ::paddingIdx.
 #include "OpDefs.h"
 #include "llcdist/runtime/FloatAttrRules.h"
 
@@ -69,10 +70,33 @@ Status checkEmbeddingScale(const OpChecker& c, const char* positionRole) {
   return Status::ok();
 }
 
+// embedding_bwd_weight's padding_idx (>= 0 as an index attr): a global id, below V × the shard_axis
+// size (the rows of the whole table).
+Status checkPaddingIdx(const OpChecker& c) {
+  const Op& op = c.op();
+  const std::string name(sc::kPaddingIdxAttr);
+  if (!op.attrs.count(name)) return Status::ok();
+  int64_t shards = 1;
+  if (op.attrs.count(std::string(sc::kShardAxisAttr))) {  // vocabulary-parallel: V rows on each member
+    MeshAxis axis{};
+    LLCDIST_RETURN_IF_ERROR(c.singleAxis(sc::kShardAxisAttr.data(), &axis));
+    shards = c.manifest().mesh().axisSize(axis);
+  }
+  const int64_t rows = OpChecker::prod({c.I("V"), shards}), p = op.intAttr(name);
+  if (rows >= 0 && p >= rows)
+    return c.attrError(
+        name.c_str(),
+        "padding_idx = " + std::to_string(p) + " is outside the table's " + std::to_string(rows) + " rows" +
+            (shards > 1 ? " (V = " + std::to_string(c.I("V")) + " on each of " + std::to_string(shards) + " shards)"
+                        : std::string()));
+  return Status::ok();
+}
+
 Status checkEmbedding(const OpChecker& c) {
   const int64_t M = c.I("M"), V = c.I("V"), H = c.I("H");
   const bool fwd = c.op().kind == K::kEmbeddingFwd;
   LLCDIST_RETURN_IF_ERROR(c.shardAxis());
+  LLCDIST_RETURN_IF_ERROR(checkPaddingIdx(c));
   LLCDIST_RETURN_IF_ERROR(checkFusedPositions(c, fwd ? "wpe" : "dwpe"));
   LLCDIST_RETURN_IF_ERROR(checkEmbeddingScale(c, fwd ? "wpe" : "dwpe"));
   LLCDIST_RETURN_IF_ERROR(c.count("ids", M, "M"));
@@ -90,6 +114,7 @@ StatusOr<OpParams> bindEmbedding(const BindContext& b) {
   p.H = b.op.intAttr("H");
   p.accumulate = b.op.boolAttr("accumulate");
   p.scale = b.op.floatAttr(std::string(sc::kEmbeddingScaleAttr), 1.0);  // absent: the rows as they are
+  p.paddingIdx = b.op.intAttr(std::string(sc::kPaddingIdxAttr), -1);    // absent: every id adds its row
   if (b.op.attrs.count("S")) {  // the fused position embedding: M = B·S rows
     p.S = b.op.intAttr("S");
     p.P = b.op.intAttr("P");

@@ -15,6 +15,7 @@
 #include "llcdist/runtime/Kernels.h"
 #include "llcdist/runtime/Plan.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -357,6 +358,40 @@ std::vector<Case> cases() {
        "adamw",
        2,
        1},
+      // torch's nn.Embedding(padding_idx): the ids equal to padding_idx (three of six here) add nothing, on
+      // one table and on rank 1 of a vocabulary split over tp = 2 (global rows [4, 8)).
+      {"embedding_bwd_weight",
+       {{"ids", {6}}, {"dout", {18}}, {"dtable", {24}}},
+       {{"M", 6}, {"V", 8}, {"H", 3}, {"accumulate", true}, {"padding_idx", 2}},
+       [](Host& h) {
+         ASSERT_TRUE(embeddingBackward(h.I("ids"), h.F("dout"), h.F("dtable"), 6, 8, 3, true, {}, 1.0f, 2).isOk());
+       },
+       8,
+       {},
+       "adamw",
+       1,
+       0,
+       {},
+       [](Host& h) {
+         const int32_t ids[] = {2, 5, 2, 0, 7, 2};
+         std::copy_n(ids, 6, h.I("ids"));
+       }},
+      {"embedding_bwd_weight",
+       {{"ids", {6}}, {"dout", {18}}, {"dtable", {12}}},
+       {{"M", 6}, {"V", 4}, {"H", 3}, {"accumulate", true}, {"shard_axis", "tp"}, {"padding_idx", 6}},
+       [](Host& h) {
+         ASSERT_TRUE(embeddingBackward(h.I("ids"), h.F("dout"), h.F("dtable"), 6, 4, 3, true, {1, 2}, 1.0f, 6).isOk());
+       },
+       8,
+       {},
+       "adamw",
+       2,
+       1,
+       {},
+       [](Host& h) {
+         const int32_t ids[] = {6, 1, 6, 4, 7, 6};
+         std::copy_n(ids, 6, h.I("ids"));
+       }},
       {"pos_embedding_fwd",
        {{"x", {24}}, {"wpe", {20}}, {"y", {24}}},
        {{"B", 2}, {"S", 3}, {"H", 4}, {"P", 5}},

@@ -234,6 +234,31 @@ func.func @embedding_grad_scale_inf(%ids: tensor<2x8xi32>, %d: tensor<2x8x64xf32
 
 // -----
 
+// torch's nn.Embedding(padding_idx): a row of the table.
+func.func @embedding_padding_idx_past_table(%ids: tensor<2x8xi32>, %t: tensor<256x64xf32>) {
+  // expected-error @+1 {{padding_idx 256 is outside the table's 256 rows}}
+  %e = xf.embedding %ids, %t {padding_idx = 256 : i64} : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_padding_idx_negative(%ids: tensor<2x8xi32>, %t: tensor<256x64xf32>) {
+  // expected-error @+1 {{attribute 'padding_idx' failed to satisfy constraint}}
+  %e = xf.embedding %ids, %t {padding_idx = -1 : i64} : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @embedding_grad_padding_idx_past_table(%ids: tensor<2x8xi32>, %d: tensor<2x8x64xf32>) {
+  // expected-error @+1 {{padding_idx 300 is outside the table's 256 rows}}
+  %e = xf.embedding_grad %ids, %d {padding_idx = 300 : i64} : (tensor<2x8xi32>, tensor<2x8x64xf32>) -> tensor<256x64xf32>
+  return
+}
+
+// -----
+
 // Finite as a double, not as the fp32 the kernels use: the runtime's rule (FloatAttrRules.h).
 func.func @rms_norm_weight_offset_fp32(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>) {
   // expected-error @+1 {{weight_offset must be a finite fp32 number, got 1.000000e+39}}

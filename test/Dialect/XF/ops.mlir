@@ -91,11 +91,13 @@ func.func @low_precision(%x: tensor<4x32xbf16>, %y: tensor<4x32xf16>) -> (tensor
 }
 
 // The families' optional attributes (Gemma: the embedding's scale, the
-// norm's weight offset, GeGLU; Phi: partial rotary).
+// norm's weight offset, GeGLU; Phi: partial rotary; OPT: the padding row).
 // CHECK-LABEL: func.func private @family_attrs
 func.func private @family_attrs(%ids: tensor<2x8xi32>, %t: tensor<256x64xf32>, %w: tensor<64xf32>) -> tensor<2x8x64xf32> {
   // CHECK: xf.embedding %{{.+}}, %{{.+}} {scale = 8.000000e+00 : f64}
   %e = xf.embedding %ids, %t {scale = 8.0 : f64} : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xf32>
+  // CHECK: xf.embedding %{{.+}}, %{{.+}} {padding_idx = 255 : i64}
+  %ep = xf.embedding %ids, %t {padding_idx = 255 : i64} : (tensor<2x8xi32>, tensor<256x64xf32>) -> tensor<2x8x64xf32>
   // CHECK: xf.rms_norm %{{.+}}, %{{.+}} {eps = 9.9999999999999995E-7 : f64, weight_offset = 1.000000e+00 : f64}
   %r = xf.rms_norm %e, %w {eps = 1.0e-6 : f64, weight_offset = 1.0 : f64} : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
   // CHECK: xf.rope %{{.+}} {head_dim = 16 : i64, rotary_dim = 6 : i64, theta = 1.000000e+04 : f64}

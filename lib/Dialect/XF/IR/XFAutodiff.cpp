@@ -64,7 +64,7 @@ Operation *AttentionOp::buildWithSavedStatistics(OpBuilder &b) {
 
 LogicalResult EmbeddingOp::buildBackward(OpBuilder &b, GradientSink &grads, ArrayRef<Value> dys) {
   grads.addGrad(getTable(), EmbeddingGradOp::create(b, getLoc(), getTable().getType(), grads.fwd(getIds()), dys[0],
-                                                    getScaleAttr()));
+                                                    getScaleAttr(), getPaddingIdxAttr()));
   return success();
 }
 

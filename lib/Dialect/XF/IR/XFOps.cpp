@@ -106,6 +106,8 @@ LogicalResult EmbeddingOp::verify() {
   auto ids = rt(getIds()), table = rt(getTable()), res = rt(getResult());
   if (table.getRank() != 2)
     return emitOpError("table must be [vocab, hidden], got ") << table;
+  if (failed(checkPaddingIdx(*this, getPaddingIdx(), table.getDimSize(0))))
+    return failure();
   SmallVector<int64_t> want(ids.getShape());
   want.push_back(table.getDimSize(1));
   if (res.getShape() != ArrayRef<int64_t>(want))

@@ -88,6 +88,8 @@ LogicalResult EmbeddingGradOp::verify() {
   if (res.getRank() != 2 || res.getDimSize(1) != dy.getShape().back())
     return emitOpError("result must be [vocab, ")
            << dy.getShape().back() << "], got " << res;
+  if (failed(checkPaddingIdx(*this, getPaddingIdx(), res.getDimSize(0))))
+    return failure();
   return sameElementType(*this, {getDy(), getResult()});
 }
 

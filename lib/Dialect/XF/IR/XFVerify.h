@@ -59,6 +59,16 @@ LogicalResult checkGatedActivation(Operation *op, std::optional<StringRef> activ
 enum class FloatAttrRule { WeightOffset, EmbeddingScale, ClampLimit, ScaleFactor };
 LogicalResult checkFloatAttr(Operation *op, FloatAttrRule rule, std::optional<APFloat> v);
 
+/// xf.embedding's and xf.embedding_grad's optional padding_idx (>= 0 by its
+/// type) below the table's `rows`; a vocabulary-parallel op's table (attr
+/// xf.vocab_parallel_axis) is its rank's slice, so only the whole table's
+/// bound, checked before the split, applies.
+inline LogicalResult checkPaddingIdx(Operation *op, std::optional<uint64_t> paddingIdx, int64_t rows) {
+  if (!paddingIdx || op->hasAttr("xf.vocab_parallel_axis") || int64_t(*paddingIdx) < rows)
+    return success();
+  return op->emitOpError("padding_idx ") << *paddingIdx << " is outside the table's " << rows << " rows";
+}
+
 /// Rows of a [..., H] tensor: the product of its leading dimensions.
 inline int64_t numRows(Value v) {
   auto t = rt(v);

@@ -71,8 +71,10 @@ Status embeddingForward(const int32_t* ids, const float* table, float* out, int6
 // whole table gradient is zeroed first (rows not referenced get 0). Vocabulary-parallel: only the ids
 // of this shard's range scatter (into their local rows); ids outside [0, V·count) are an error.
 // scale: each row adds scale·dout[m, :] (the f32 product, then the f32 sum); 1 adds dout itself.
-Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V,
-                         int64_t H, bool accumulate, const VocabShard& shard = {}, float scale = 1.0f);
+// paddingIdx (torch's nn.Embedding(padding_idx), attr `padding_idx`): a global id whose rows add nothing
+// (that row of dtable keeps its value, 0 without accumulate); -1: none.
+Status embeddingBackward(const int32_t* ids, const float* dout, float* dtable, int64_t M, int64_t V, int64_t H,
+                         bool accumulate, const VocabShard& shard = {}, float scale = 1.0f, int64_t paddingIdx = -1);
 
 // GPT-2 learned positions: y[B,S,H] = x[B,S,H] + wpe[pos.at(s),:] (wpe [P,H]). Row s of x/y is at
 // sequence position pos.at(s) (Positions.h): s unless sequence-parallel (then c·S + s, c the rank's

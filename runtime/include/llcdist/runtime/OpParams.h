@@ -99,6 +99,9 @@ struct EmbeddingParams {
   // embedding_*'s attr `scale` (Gemma's sqrt(hidden) multiplier, kEmbeddingScaleAttr): out =
   // table[id]·float(scale), dtable[id] += float(scale)·dout; 1 when absent (a plain gather / scatter-add).
   double scale = 1.0;
+  // embedding_bwd_weight's attr `padding_idx` (kPaddingIdxAttr): the global id whose rows dtable does
+  // not accumulate (torch's nn.Embedding(padding_idx)); -1 when absent.
+  int64_t paddingIdx = -1;
   // Sequence-parallel position embedding (attr `shard_axis`): the global positions of this rank's S
   // rows, posBegin + s below posSplit and posBegin2 + (s − posSplit) from it (PositionRuns): c·S + s
   // with c its coordinate on the axis, or on cp the layout's (contextParallelPositions); 0..S-1

@@ -148,6 +148,11 @@ inline constexpr std::string_view kWeightOffsetAttr = "weight_offset";
 // float(scale)·dout. The plan gives the multiplier as the model's dtype rounds it. Finite and non-zero
 // as an fp32 value (embeddingScaleValid, FloatAttrRules.h, also xf.embedding's rule); never with the fused position embedding (wpe / dwpe). Absent: 1.
 inline constexpr std::string_view kEmbeddingScaleAttr = "scale";
+// The optional index attr of embedding_bwd_weight for torch's nn.Embedding(padding_idx) (transformers'
+// pad_token_id): the ids equal to it add nothing, so that row of dtable gets no gradient from the lookup
+// (it keeps its value under accumulate, 0 otherwise). A global token id: below V × the shard_axis size
+// (V without it). Absent: every id adds its row.
+inline constexpr std::string_view kPaddingIdxAttr = "padding_idx";
 // The optional string attr of swiglu_fwd / swiglu_bwd: the gate's activation act in y = act(gate)·up.
 // "silu" (the default: SwiGLU, Llama) or "gelu_tanh" (GeGLU, Gemma: gelu_tanh_fwd's function, torch's
 // gelu(approximate="tanh")). Indexed by GluActivation (OpParams.h).
@@ -342,6 +347,7 @@ inline constexpr T kEmbFwdAttrs[] = {{"M", Int},
                                      {"shard_axis", Str, false},
                                      {"scale", Flt, false},
                                      {"offset", Int, false}};
+// `padding_idx` (optional, kPaddingIdxAttr): the global id whose rows add nothing to dtable.
 inline constexpr A kEmbBwdArgs[] = {{"ids", One, I, R}, {"dout", One, F, R}, {"dtable", One, F, RW},
                                     {"dwpe", Opt, F, RW}};
 inline constexpr T kEmbBwdAttrs[] = {{"M", Int},
@@ -352,7 +358,8 @@ inline constexpr T kEmbBwdAttrs[] = {{"M", Int},
                                      {"P", Int, false},
                                      {"shard_axis", Str, false},
                                      {"scale", Flt, false},
-                                     {"offset", Int, false}};
+                                     {"offset", Int, false},
+                                     {"padding_idx", Idx, false}};
 inline constexpr A kPosFwdArgs[] = {{"x", One, F, R}, {"wpe", One, F, R}, {"y", One, F, W, "x"}};
 // `shard_axis` (optional): sequence parallelism; S is the local sequence length and the rank holds
 // positions [c·S, (c+1)·S), c its coordinate on the axis, or on "cp" the positions of

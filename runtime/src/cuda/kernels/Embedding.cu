@@ -56,15 +56,15 @@ __global__ void embeddingFwdKernel(const int32_t* ids, FloatRef table, FloatRef 
 }
 
 // The sort's input: key m = this shard's local row of ids[m], or V (sorts last, skipped) for another
-// shard's id and for an invalid one (reported); value m = m.
+// shard's id, for padding_idx (no gradient) and for an invalid one (reported); value m = m.
 __global__ void embeddingKeysKernel(const int32_t* ids, uint32_t* keys, int32_t* rows, int64_t M, int64_t V,
-                                    int64_t begin, int64_t global, int* deviceError) {
+                                    int64_t begin, int64_t global, int64_t paddingIdx, int* deviceError) {
   LLCDIST_GRID_STRIDE(m, M) {
     const int64_t id = ids[m];
-    int64_t key = V;
+    int64_t key = V;  // V: no row of this shard (another shard's id, or padding_idx)
     if (id < 0 || id >= global) {
       if (deviceError) *deviceError = kDeviceIdOutOfRange;
-    } else if (id - begin >= 0 && id - begin < V) {
+    } else if (id != paddingIdx && id - begin >= 0 && id - begin < V) {
       key = id - begin;
     }
     keys[m] = uint32_t(key);
@@ -181,7 +181,8 @@ Status embeddingBwd(const KernelCall& c, const P& p, const Ctx& ctx) {
   int32_t* rows = reinterpret_cast<int32_t*>(base + 3 * arrayBytes);
   void* temp = base + 4 * arrayBytes;
   embeddingKeysKernel<<<gridFor(p.M, kThreads), kThreads, 0, ctx.stream>>>(
-      c.I("ids"), keysIn, rowsIn, p.M, p.V, p.vocabShard.index * p.V, p.V * p.vocabShard.count, ctx.deviceError);
+      c.I("ids"), keysIn, rowsIn, p.M, p.V, p.vocabShard.index * p.V, p.V * p.vocabShard.count, p.paddingIdx,
+      ctx.deviceError);
   LLCDIST_RETURN_IF_ERROR(LLCDIST_CUDA_LAUNCHED("embedding_bwd_weight (keys)", ctx.rank));
   LLCDIST_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp, tempBytes, keysIn, keys, rowsIn, rows, int(p.M), 0, endBit,
                                                    ctx.stream),

@@ -3,7 +3,9 @@
 // A one-layer model with a tied embedding: the layer body gets a backward
 // body fed with saved values, parameters' gradients are accumulated by name
 // (the tied table twice), dW comes before dX, and the loss gradient is
-// scaled by 1 / (tokens × microbatches) = 1 / (2·4·2).
+// scaled by 1 / (tokens × microbatches) = 1 / (2·4·2). The lookup's
+// padding_idx (torch's nn.Embedding) goes to its gradient alone: the tied
+// head's gradient has every row.
 
 // CHECK-LABEL: func.func private @block
 // CHECK-SAME: (%[[X:.+]]: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
@@ -34,7 +36,7 @@
 // CHECK: xf.accumulate_grad "wte", %[[DHEAD]]
 // CHECK: %[[DXL:.+]] = xf.linear_grad_input out_in %[[DL]]
 // CHECK: %[[DE:.+]] = xf.layer @block_bwd[0] (%[[DXL]], %[[L]]#1, %[[L]]#2)
-// CHECK: %[[DT:.+]] = xf.embedding_grad %{{.+}}, %[[DE]]
+// CHECK: %[[DT:.+]] = xf.embedding_grad %{{.+}}, %[[DE]] {padding_idx = 3 : i64}
 // CHECK: xf.accumulate_grad "wte", %[[DT]]
 // CHECK: return %[[LOSS]]
 module attributes {xf.model = {microbatches = 2 : i64}} {
@@ -47,7 +49,7 @@ module attributes {xf.model = {microbatches = 2 : i64}} {
   }
   func.func @forward(%ids: tensor<2x4xi32>, %t: tensor<2x4xi32>) -> tensor<f32> attributes {xf.entry} {
     %wte = xf.param "wte" : tensor<16x8xf32>
-    %e = xf.embedding %ids, %wte : (tensor<2x4xi32>, tensor<16x8xf32>) -> tensor<2x4x8xf32>
+    %e = xf.embedding %ids, %wte {padding_idx = 3 : i64} : (tensor<2x4xi32>, tensor<16x8xf32>) -> tensor<2x4x8xf32>
     %l = xf.layer @block[0](%e) : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
     %logits = xf.linear out_in %l, %wte : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
     %loss = xf.cross_entropy %logits, %t : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>

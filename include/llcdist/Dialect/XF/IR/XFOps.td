@@ -78,13 +78,18 @@ def XF_EmbeddingOp : XF_Op<"embedding", [Pure, DeclareOpInterfaceMethods<XF_Diff
   let description = [{
     `result[b, s, :] = table[ids[b, s], :] * scale`; ids [B, S], table
     [V, H], result [B, S, H]. The optional `scale` (absent: 1) is Gemma's
-    sqrt(hidden_size).
+    sqrt(hidden_size). The optional `padding_idx` p (0 <= p < V; absent:
+    none) is torch's `nn.Embedding(padding_idx=p)`: the lookup reads row p
+    as any other, but row p gets no gradient from it (xf.embedding_grad
+    skips the ids equal to p). Hugging Face's Llama-style models, OPT,
+    OLMo and Cohere build it from `pad_token_id`.
 
     ```mlir
     %x = xf.embedding %ids, %wte : (tensor<2x32xi32>, tensor<256x64xf32>) -> tensor<2x32x64xf32>
     ```
   }];
-  let arguments = (ins XF_IdTensor:$ids, XF_FloatTensor:$table, OptionalAttr<F64Attr>:$scale);
+  let arguments = (ins XF_IdTensor:$ids, XF_FloatTensor:$table, OptionalAttr<F64Attr>:$scale,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<0>]>>:$padding_idx);
   let results = (outs XF_FloatTensor:$result);
   let assemblyFormat = "$ids `,` $table attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

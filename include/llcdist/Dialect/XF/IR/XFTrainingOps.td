@@ -50,8 +50,13 @@ def XF_LinearGradBiasOp : XF_GradOp<"linear_grad_bias"> {
 
 def XF_EmbeddingGradOp : XF_GradOp<"embedding_grad"> {
   let summary = "dTable of xf.embedding: scatter-add of dy rows at ids";
-  let description = [{ `ids` [B, S], `dy` [B, S, H]; result [V, H]. }];
-  let arguments = (ins XF_IdTensor:$ids, XF_FloatTensor:$dy, OptionalAttr<F64Attr>:$scale);
+  let description = [{
+    `ids` [B, S], `dy` [B, S, H]; result [V, H]: row v is the sum of
+    `scale` · dy[b, s] over the (b, s) with ids[b, s] = v, except row
+    `padding_idx` (the forward's), which stays zero.
+  }];
+  let arguments = (ins XF_IdTensor:$ids, XF_FloatTensor:$dy, OptionalAttr<F64Attr>:$scale,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<0>]>>:$padding_idx);
   let results = (outs XF_FloatTensor:$result);
   let hasVerifier = 1;
 }

@@ -411,8 +411,8 @@ void parseCohere(FieldReader &r, ModelConfig &c, const json &obj) {
   c.mlpBias = false;
   c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
   c.logitScale = r.positiveFloat("logit_scale", 0.0625);
-  if (!llcdist::rt::schema::scaleFactorValid(c.logitScale))
-    r.fail("logit_scale", std::string(llcdist::rt::schema::kScaleFactorRule) + ", got " + obj.at("logit_scale").dump());
+  if (!llcdist::rt::schema::multiplierValid(c.logitScale))
+    r.fail("logit_scale", std::string(llcdist::rt::schema::kMultiplierRule) + ", got " + obj.at("logit_scale").dump());
   r.ignore({"attention_dropout"});
 }
 

@@ -206,10 +206,18 @@ Status parseParam(const Doc& doc, const json& p, const std::string& path, const 
   std::string kind;
   LLCDIST_RETURN_IF_ERROR(doc.string(init, ip, "kind", &kind));
   if (kind == "normal") {
-    LLCDIST_RETURN_IF_ERROR(doc.keys(init, ip, {"kind", "std"}));
+    LLCDIST_RETURN_IF_ERROR(doc.keys(init, ip, {"kind", "std"}, {"zero_row"}));
     out->init.kind = ParamInit::Kind::kNormal;
     LLCDIST_RETURN_IF_ERROR(doc.number(init, ip, "std", &out->init.std));
     if (out->init.std < 0) return doc.error(key(ip, "std"), "must be >= 0");
+    if (init.contains("zero_row")) {  // a real row of dimension 0 (the pad token's of an embedding)
+      LLCDIST_RETURN_IF_ERROR(doc.integer(init, ip, "zero_row", &out->init.zeroRow, 0));
+      const int64_t rows = out->fileShape.empty() ? 0 : out->fileShape[0];
+      if (out->init.zeroRow >= rows)
+        return doc.error(key(ip, "zero_row"), "row " + std::to_string(out->init.zeroRow) + " is outside the " +
+                                                  std::to_string(rows) + " rows of \"" + out->name + "\" (shape " +
+                                                  shapeString(out->fileShape) + ", dimension 0)");
+    }
   } else if (kind == "zeros" || kind == "ones") {
     LLCDIST_RETURN_IF_ERROR(doc.keys(init, ip, {"kind"}));
     out->init.kind = kind == "zeros" ? ParamInit::Kind::kZeros : ParamInit::Kind::kOnes;

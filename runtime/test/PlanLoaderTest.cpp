@@ -148,6 +148,22 @@ TEST_F(PlanLoaderTest, ManifestFieldErrors) {
   expectError([](auto& b) { b.manifest["grad_clip"] = -1; }, {"grad_clip", ">= 0"});
   expectError([](auto& b) { b.manifest["params"][0]["init"] = {{"kind", "xavier"}}; },
               {"params[0].init.kind", "unknown init kind"});
+  // init.zero_row (nn.Embedding(padding_idx)'s row): a row of dimension 0, of a normal init only.
+  expectError(
+      [](auto& b) {
+        b.manifest["params"][0]["init"] = {{"kind", "normal"}, {"std", 0.02}, {"zero_row", 1000}};
+      },
+      {"params[0].init.zero_row", "row 1000 is outside the", "rows of \"transformer.wte.weight\"", "dimension 0"});
+  expectError(
+      [](auto& b) {
+        b.manifest["params"][0]["init"] = {{"kind", "normal"}, {"std", 0.02}, {"zero_row", -1}};
+      },
+      {"params[0].init.zero_row"});
+  expectError(
+      [](auto& b) {
+        b.manifest["params"][0]["init"] = {{"kind", "zeros"}, {"zero_row", 1}};
+      },
+      {"params[0].init.zero_row"});
   expectError([](auto& b) { b.manifest["params"][1]["name"] = "transformer.wte.weight"; },
               {"params[1].name", "duplicate parameter"});
   expectError([](auto& b) { b.manifest["programs"][0]["ranks"] = json::array({1}); }, {"programs[0].ranks[0]"});

@@ -66,6 +66,10 @@ struct StepInfo {
   /// Parameters whose dimension 0 llcdist-pad-vocab padded past the real
   /// vocabulary (the manifest's `vocab_padded`).
   std::set<std::string> vocabPadded;
+  /// The tables looked up with a padding_idx (xf.embedding's: torch's
+  /// nn.Embedding(padding_idx)) and that row, which starts at zero (the
+  /// manifest's init.zero_row).
+  std::map<std::string, int64_t> paddingRows;
   /// Record where each scope begins to read each parameter
   /// (plan::kParamScopesAttr), for llcdist-plan-zero's ZeRO-3.
   bool recordParamScopes = false;

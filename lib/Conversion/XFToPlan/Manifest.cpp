@@ -31,8 +31,11 @@ DictionaryAttr initAttr(Builder &b, const StepInfo &step, const std::string &nam
   case InitSpec::Kind::Normal:
     break;
   }
-  return b.getDictionaryAttr({b.getNamedAttr("kind", b.getStringAttr("normal")),
-                              b.getNamedAttr("std", b.getF64FloatAttr(init.std))});
+  SmallVector<NamedAttribute> attrs{b.getNamedAttr("kind", b.getStringAttr("normal")),
+                                    b.getNamedAttr("std", b.getF64FloatAttr(init.std))};
+  if (auto row = step.paddingRows.find(name); row != step.paddingRows.end()) // nn.Embedding(padding_idx)
+    attrs.push_back(b.getNamedAttr("zero_row", b.getI64IntegerAttr(row->second)));
+  return b.getDictionaryAttr(attrs);
 }
 } // namespace
 

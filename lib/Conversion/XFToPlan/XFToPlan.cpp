@@ -41,6 +41,11 @@ FailureOr<StepInfo> xftoplan::analyzeStep(ModuleOp module, bool recordParamScope
     if (auto names = pad.getAs<ArrayAttr>("params"))
       for (Attribute n : names)
         step.vocabPadded.insert(cast<StringAttr>(n).str());
+  module.walk([&](xf::EmbeddingOp e) {
+    if (auto row = e.getPaddingIdx())
+      if (auto table = e.getTable().getDefiningOp<xf::ParamOp>())
+        step.paddingRows[table.getName().str()] = int64_t(*row);
+  });
   // The runtime stores f32 or bf16 (and computes in f32). bf16 values make
   // a mixed-precision plan: bf16 parameters (a working copy), gradients and
   // activations; f32 master weights, optimizer state and statistics.

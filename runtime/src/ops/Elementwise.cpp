@@ -55,7 +55,7 @@ struct FloatAttr {
   float ElementwiseParams::*field;
 };
 constexpr FloatAttr kClampLimit{"limit", sc::clampLimitValid, sc::kClampLimitRule, &ElementwiseParams::limit};
-constexpr FloatAttr kScaleFactor{"factor", sc::scaleFactorValid, sc::kScaleFactorRule, &ElementwiseParams::factor};
+constexpr FloatAttr kScaleFactor{"factor", sc::multiplierValid, sc::kMultiplierRule, &ElementwiseParams::factor};
 
 template <const FloatAttr& A>
 Status checkFloatAttr(const OpChecker& c) {

@@ -58,9 +58,9 @@ Status checkEmbeddingScale(const OpChecker& c, const char* positionRole) {
   if (!op.attrs.count(name)) return Status::ok();
   const double v = op.floatAttr(name);
   const std::string opName(sc::opName(op.kind));
-  if (!sc::embeddingScaleValid(v)) {
+  if (!sc::multiplierValid(v)) {
     std::ostringstream msg;
-    msg << opName << ": scale " << sc::kEmbeddingScaleRule << ", got " << v;
+    msg << opName << ": scale " << sc::kMultiplierRule << ", got " << v;
     return c.attrError(sc::kEmbeddingScaleAttr.data(), msg.str());
   }
   if (op.arg(positionRole) >= 0)

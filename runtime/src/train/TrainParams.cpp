@@ -221,11 +221,16 @@ Status initParams(const Manifest& manifest, Interpreter& interp, uint64_t seed, 
       case ParamInit::Kind::kNormal: {
         // Real elements by global index (so any padding initializes the same real rows); vocabulary
         // padding rows (global elements from fileNumel on) start at zero.
+        // init.zero_row (torch's nn.Embedding(padding_idx)): that row's global elements start at zero.
         const int64_t real = p.fileNumel();
+        const int64_t rowLen = p.shape.empty() || p.shape[0] == 0 ? 0 : p.numel() / p.shape[0];
+        const int64_t zeroBegin = p.init.zeroRow * rowLen, zeroEnd = p.init.zeroRow < 0 ? 0 : zeroBegin + rowLen;
         forEachHeld(p, holdingOf(manifest, p, interp.rank()), [&](int64_t l, int64_t g, int64_t count) {
           const int64_t n = std::clamp<int64_t>(real - g, 0, count);
           if (n > 0) initNormal(v.data() + l, seed, p.name, g, n, float(p.init.std));
           fillConstant(v.data() + l + n, count - n, 0.0f);
+          const int64_t lo = std::max(g, zeroBegin), hi = std::min(g + count, zeroEnd);
+          if (lo < hi) fillConstant(v.data() + l + (lo - g), hi - lo, 0.0f);
         });
         break;
       }

@@ -86,10 +86,10 @@ LogicalResult llcdist::xf::detail::checkFloatAttr(Operation *op, FloatAttrRule r
     std::string_view what;
     const char *attr;
   };
-  const Rule r = rule == FloatAttrRule::EmbeddingScale ? Rule{sc::embeddingScaleValid, sc::kEmbeddingScaleRule, "scale"}
+  const Rule r = rule == FloatAttrRule::EmbeddingScale ? Rule{sc::multiplierValid, sc::kMultiplierRule, "scale"}
                  : rule == FloatAttrRule::ClampLimit   ? Rule{sc::clampLimitValid, sc::kClampLimitRule, "limit"}
                  : rule == FloatAttrRule::ScaleFactor
-                     ? Rule{sc::scaleFactorValid, sc::kScaleFactorRule, "factor"}
+                     ? Rule{sc::multiplierValid, sc::kMultiplierRule, "factor"}
                      : Rule{sc::weightOffsetValid, sc::kWeightOffsetRule, "weight_offset"};
   if (r.valid(d))
     return success();

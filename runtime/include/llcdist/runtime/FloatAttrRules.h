@@ -18,23 +18,19 @@ constexpr bool nonZeroAsF32(double v) { return v > double(FLT_TRUE_MIN) / 2 || v
 // rms_norm's weight_offset: any value finite as fp32.
 constexpr bool weightOffsetValid(double v) { return finiteAsF32(v); }
 inline constexpr std::string_view kWeightOffsetRule = "must be a finite fp32 number";
-// embedding's scale: finite and non-zero as fp32.
-constexpr bool embeddingScaleValid(double v) { return finiteAsF32(v) && nonZeroAsF32(v); }
-inline constexpr std::string_view kEmbeddingScaleRule = "must be a finite, non-zero fp32 number";
+// A multiplier (embedding's scale, Gemma's; scale's factor, Cohere's logit_scale): finite and non-zero as
+// fp32.
+constexpr bool multiplierValid(double v) { return finiteAsF32(v) && nonZeroAsF32(v); }
+inline constexpr std::string_view kMultiplierRule = "must be a finite, non-zero fp32 number";
 
 // clamp's limit (OLMo's clip_qkv): positive, finite and non-zero as fp32.
 constexpr bool clampLimitValid(double v) { return v > 0 && finiteAsF32(v) && nonZeroAsF32(v); }
 inline constexpr std::string_view kClampLimitRule = "must be a positive fp32 number (finite, non-zero)";
 
-// scale's factor (Cohere's logit_scale): finite and non-zero as fp32, as embedding's scale.
-constexpr bool scaleFactorValid(double v) { return finiteAsF32(v) && nonZeroAsF32(v); }
-inline constexpr std::string_view kScaleFactorRule = "must be a finite, non-zero fp32 number";
-
-static_assert(scaleFactorValid(0.0625) && scaleFactorValid(-2.0) && !scaleFactorValid(0.0) && !scaleFactorValid(1e39));
+static_assert(multiplierValid(0.0625) && multiplierValid(-2.0) && !multiplierValid(0.0) && !multiplierValid(1e39));
 static_assert(clampLimitValid(8.0) && !clampLimitValid(0.0) && !clampLimitValid(-1.0) && !clampLimitValid(1e39) &&
               !clampLimitValid(1e-50));
 static_assert(weightOffsetValid(1.0) && !weightOffsetValid(1e39) && !weightOffsetValid(-1e39));
-static_assert(embeddingScaleValid(45.25) && !embeddingScaleValid(1e-50) && !embeddingScaleValid(0.0) &&
-              embeddingScaleValid(double(FLT_TRUE_MIN)));
+static_assert(multiplierValid(45.25) && !multiplierValid(1e-50) && multiplierValid(double(FLT_TRUE_MIN)));
 
 }  // namespace llcdist::rt::schema

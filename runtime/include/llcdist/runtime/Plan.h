@@ -38,6 +38,9 @@ struct ParamInit {
   enum class Kind { kNormal, kZeros, kOnes };
   Kind kind = Kind::kZeros;
   double std = 0.0;  // kNormal only
+  // kNormal: row zeroRow of dimension 0 (a real row) starts at zero instead, as torch's
+  // nn.Embedding(padding_idx) initializes its padding row; -1: none.
+  int64_t zeroRow = -1;
 };
 
 // params[].sharding: dimension `dim` of the Hugging Face tensor is viewed as `blocks` equal blocks,

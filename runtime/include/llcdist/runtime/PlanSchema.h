@@ -146,7 +146,8 @@ inline constexpr std::string_view kWeightOffsetAttr = "weight_offset";
 // The optional float attr of embedding_fwd / embedding_bwd_weight for Gemma's scaled embedding
 // (`normalizer = torch.tensor(hidden_size**0.5, dtype)`): out = table[id]·float(scale), dtable[id] +=
 // float(scale)·dout. The plan gives the multiplier as the model's dtype rounds it. Finite and non-zero
-// as an fp32 value (embeddingScaleValid, FloatAttrRules.h, also xf.embedding's rule); never with the fused position embedding (wpe / dwpe). Absent: 1.
+// as an fp32 value (multiplierValid, FloatAttrRules.h, also xf.embedding's rule); never with the fused position
+// embedding (wpe / dwpe). Absent: 1.
 inline constexpr std::string_view kEmbeddingScaleAttr = "scale";
 // The optional index attr of embedding_bwd_weight for torch's nn.Embedding(padding_idx) (transformers'
 // pad_token_id): the ids equal to it add nothing, so that row of dtable gets no gradient from the lookup
@@ -486,7 +487,7 @@ inline constexpr A kGeluBwdArgs[] = {{"dy", One, F, R}, {"x", One, F, R}, {"dx",
 // (both ends in, as torch's clamp passes its gradient), else 0.
 inline constexpr T kClampAttrs[] = {{"n", Int}, {"limit", Flt}};
 // scale (Cohere's logit_scale; its own gradient): y = x·float(factor), factor finite and non-zero as fp32
-// (scaleFactorValid, FloatAttrRules.h; the compiler's xf.scale checks the same rule).
+// (multiplierValid, FloatAttrRules.h; the compiler's xf.scale checks the same rule).
 inline constexpr T kScaleAttrs[] = {{"n", Int}, {"factor", Flt}};
 inline constexpr A kSwiFwdArgs[] = {{"gate", One, F, R}, {"up", One, F, R}, {"y", One, F, W, "gate|up"}};
 inline constexpr A kSwiBwdArgs[] = {{"dy", One, F, R}, {"gate", One, F, R}, {"up", One, F, R},

@@ -93,6 +93,9 @@ GOLDEN = [
     # Cohere's logit scale (scale, forward and backward), a LayerNorm of a weight alone feeding attention and
     # the MLP side by side, rotary embeddings in adjacent pairs over whole heads, per tp rank.
     ("cohere-tp2", "tiny-cohere", "--mesh tp=2 --seq-len 64 --global-batch 4"),
+    # GPT-Neo's local layers (attention's window: 4 keys of 64, cuDNN's sliding window or the own kernel)
+    # between global ones, and q scaled by sqrt(head_dim) before the attention, per tp rank.
+    ("gpt-neo-tp2", "tiny-gpt-neo", "--mesh tp=2 --seq-len 64 --global-batch 4"),
     # Mixtures of experts (issue #34): routing, permutation, the grouped GEMMs and the weighted sum back
     # (Mixtral, top-2 renormalized), Qwen2-MoE's gated shared expert, with dp and tp.
     ("mixtral-1rank", "tiny-mixtral", "--seq-len 64 --global-batch 4"),

@@ -146,11 +146,23 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
                                 "(--disable-bias-linear drops both)");
     if (!m.outputBias && !m.mlpBias) // StarCoder2 without use_bias
       flag(a, "--disable-bias-linear");
+    if (!m.qkvBias && m.outputBias && !groupedQkv(m.arch)) // GPT-Neo
+      a.megatronNotes.push_back("no biases on q, k and v but on out_proj and the MLP (GPT-Neo's): no Megatron-LM flag "
+                                "(--disable-bias-linear drops all of them)");
   }
   if (m.slidingWindow > 0 && m.slidingWindow + 1 < w.seqLen) // the band matters at this length
     a.megatronNotes.push_back("sliding_window " + num(m.slidingWindow) + ": Megatron-LM's --window-size " +
                               num(m.slidingWindow) + " 0 (each query sees the " + num(m.slidingWindow) +
                               " tokens before it and itself)");
+  if (!m.localLayers.empty() && m.localWindow < w.seqLen) // GPT-Neo
+    a.megatronNotes.push_back(
+        "local attention (each query sees the last " + num(m.localWindow) + " keys) in " +
+        num(int64_t(m.localLayers.size())) + " of " + num(m.layers) +
+        " layers (GPT-Neo's attention_types): Megatron-LM's --window-size " + num(m.localWindow - 1) +
+        " 0 in those layers; which layers keep full attention has no flag that matches GPT-Neo's pattern");
+  if (m.unscaledAttention) // GPT-Neo
+    a.megatronNotes.push_back("attention scores not divided by sqrt(head_dim) (GPT-Neo's): no Megatron-LM flag "
+                              "(Megatron-Core's softmax_scale in the model spec)");
   if (m.alibi && m.embeddingNorm) // BLOOM: trained with Megatron-DeepSpeed, whose flag Megatron-LM dropped
     a.megatronNotes.push_back("ALiBi instead of position embeddings, and a LayerNorm on the embeddings (BLOOM's): no "
                               "Megatron-LM flag (Megatron-DeepSpeed's --position-embedding-type alibi and "

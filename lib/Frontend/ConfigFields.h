@@ -105,6 +105,8 @@ public:
   static int64_t maxFor(const std::string &key) {
     static const std::map<std::string, int64_t> bounds = {{"n_layer", 1 << 16},
                                                           {"num_hidden_layers", 1 << 16},
+                                                          {"num_layers", 1 << 16},
+                                                          {"num_heads", 1 << 14},
                                                           {"n_embd", 1 << 18},
                                                           {"hidden_size", 1 << 18},
                                                           {"n_inner", 1 << 20},
@@ -205,7 +207,26 @@ private:
   std::set<std::string> used;
 };
 
-/// The families' readers (ModelFamilies.cpp): each fills `c` from the
+/// head_dim = hidden / heads (a family whose config has no head_dim field),
+/// which the heads must divide; the keys are the family's names of the two.
+inline void headDimOfHidden(FieldReader &r, ModelConfig &c, const char *headsKey = "num_attention_heads",
+                            const char *hiddenKey = "hidden_size") {
+  if (c.hidden % c.heads != 0)
+    r.fail(headsKey, std::string(headsKey) + "=" + std::to_string(c.heads) + " does not divide " + hiddenKey + "=" +
+                         std::to_string(c.hidden));
+  c.headDim = c.hidden / c.heads;
+}
+
+/// The config class's attribute_map (names transformers also takes) refused,
+/// naming the field to write instead.
+inline void refuseAliases(FieldReader &r, const char *cls,
+                          std::initializer_list<std::pair<const char *, const char *>> aliases) {
+  for (auto [alias, key] : aliases)
+    if (r.has(alias))
+      r.fail(alias, std::string("is ") + cls + "'s alias of " + key + "; write " + key);
+}
+
+/// The families' readers (ModelFamilies.cpp, GptFamilies.cpp): each fills `c` from the
 /// config's fields of its transformers class.
 void parseGPT2(FieldReader &r, ModelConfig &c);
 void parseLlama(FieldReader &r, ModelConfig &c, const json &obj);
@@ -221,6 +242,7 @@ void parseGptJ(FieldReader &r, ModelConfig &c);
 void parseOpt(FieldReader &r, ModelConfig &c);
 void parseCohere(FieldReader &r, ModelConfig &c, const json &obj);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
+void parseGptNeo(FieldReader &r, ModelConfig &c);
 } // namespace llcdist::config
 
 #endif // LLCDIST_LIB_FRONTEND_CONFIGFIELDS_H

@@ -58,9 +58,16 @@ public:
     (*module)->setAttr(kModelAttr, describe());
     b.setInsertionPointToEnd(module->getBody());
     // One body per kind of layer: Qwen2-MoE's dense layers (decoder_sparse_step,
-    // mlp_only_layers) call their own.
-    func::FuncOp sparse, dense;
-    if (gpt2Layer(m.arch))
+    // mlp_only_layers) call their own, and so do GPT-Neo's local ones.
+    func::FuncOp sparse, dense, local;
+    if (m.arch == Arch::GptNeo) {
+      if (int64_t(m.localLayers.size()) < m.layers)
+        dense = sequentialBlock();
+      if (!m.localLayers.empty()) {
+        b.setInsertionPointToEnd(module->getBody());
+        local = sequentialBlock(/*local=*/true);
+      }
+    } else if (gpt2Layer(m.arch))
       dense = gpt2Block();
     else if (phiLayer(m.arch))
       dense = phiBlock();
@@ -77,7 +84,7 @@ public:
     if (!dense && m.sparseLayers() < m.layers)
       dense = llamaBlock(/*sparse=*/false);
     b.setInsertionPointToEnd(module->getBody());
-    forward([&](int64_t i) { return m.sparseLayer(i) ? sparse : dense; });
+    forward([&](int64_t i) { return m.sparseLayer(i) ? sparse : m.localLayer(i) ? local : dense; });
     return module;
   }
 
@@ -240,9 +247,10 @@ private:
   Value attention(const std::string &p, Value q, Value k, Value v, const char *attn = "self_attn") {
     // Mistral's sliding window W: transformers 4.40 (and Mistral's reference
     // code) let query i see keys i-W..i, W + 1 of them: xf.attention's
-    // `window`. Where that covers the sequence it masks nothing (plain causal).
-    const int64_t keys = m.slidingWindow + 1;
-    IntegerAttr window = m.slidingWindow > 0 && keys < S ? b.getI64IntegerAttr(keys) : IntegerAttr();
+    // `window`; in GPT-Neo's local layers the last window_size keys. Where
+    // that covers the sequence it masks nothing (plain causal).
+    const int64_t keys = localKeys ? localKeys : m.slidingWindow > 0 ? m.slidingWindow + 1 : 0;
+    IntegerAttr window = keys > 0 && keys < S ? b.getI64IntegerAttr(keys) : IntegerAttr();
     // BLOOM's ALiBi: the slopes of the model's heads.
     IntegerAttr alibi = m.alibi ? b.getI64IntegerAttr(m.heads) : IntegerAttr();
     return AttentionOp::create(b, loc(p + attn, {"num_heads", "num_kv_heads"}), act(m.heads * m.headDim),
@@ -268,6 +276,8 @@ private:
     const std::string a = p + attn + ".";
     // Separate statements: the ops appear in a fixed order.
     Value qv = clipQkv(a + "q_proj", linear(a + "q_proj", h, H, q, bias, o));
+    if (m.unscaledAttention) // GPT-Neo's scores q·k: sqrt(head_dim) here, 1/sqrt(head_dim) in xf.attention
+      qv = ScaleOp::create(b, loc(p + attn), qv, b.getF64FloatAttr(std::sqrt(double(m.headDim)))).getResult();
     Value kv_ = clipQkv(a + "k_proj", linear(a + "k_proj", h, H, kv, bias, o));
     Value vv = clipQkv(a + "v_proj", linear(a + "v_proj", h, H, kv, bias, o));
     if (learnedPositions(m.arch))
@@ -393,27 +403,37 @@ private:
   /// sliding window) between LayerNorms, and a GPT-style MLP (c_fc, the tanh
   /// GELU, c_proj); biases on every projection when use_bias.
   /// OPTDecoderLayer: the same with OPT's names, no rotary embeddings (the
-  /// positions are learned) and ReLU; biases everywhere.
-  func::FuncOp sequentialBlock() {
+  /// positions are learned) and ReLU; biases everywhere. GPTNeoBlock: the
+  /// same with GPT-Neo's names, learned positions, q, k and v without biases,
+  /// unscaled scores, and with `local` its local attention (window_size).
+  func::FuncOp sequentialBlock(bool local = false) {
     func::FuncOp fn;
-    const bool opt = m.arch == Arch::Opt;
-    Value x = beginLayer(fn, opt ? "opt_decoder_layer" : "starcoder2_decoder_layer");
+    const bool opt = m.arch == Arch::Opt, neo = m.arch == Arch::GptNeo;
+    Value x = beginLayer(fn, opt   ? "opt_decoder_layer"
+                             : neo ? (local ? "gpt_neo_block_local" : "gpt_neo_block")
+                                   : "starcoder2_decoder_layer");
     struct Names {
-      const char *block, *ln1, *proj, *ln2, *fc, *fcProj;
+      const char *block, *ln1, *attn, *proj, *ln2, *fc, *fcProj;
     };
     const Names n = opt ? Names{"model.decoder.layers.{i}.",
                                 "self_attn_layer_norm",
+                                "self_attn",
                                 "self_attn.out_proj",
                                 "final_layer_norm",
                                 "fc1",
                                 "fc2"}
-                        : Names{"model.layers.{i}.",        "input_layernorm", "self_attn.o_proj",
+                    : neo
+                        ? Names{"transformer.h.{i}.", "ln_1",      "attn.attention", "attn.attention.out_proj", "ln_2",
+                                "mlp.c_fc",           "mlp.c_proj"}
+                        : Names{"model.layers.{i}.",        "input_layernorm", "self_attn", "self_attn.o_proj",
                                 "post_attention_layernorm", "mlp.c_fc",        "mlp.c_proj"};
     const std::string p = n.block;
     int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim;
     auto o = WeightLayout::OutIn;
     Value h = layerNorm(p + n.ln1, x);
-    Value a = selfAttention(p, h, m.qkvBias);
+    localKeys = local ? m.localWindow : 0; // GPT-Neo's local layers: the last window_size keys
+    Value a = selfAttention(p, h, m.qkvBias, n.attn);
+    localKeys = 0;
     Value out = linear(p + n.proj, a, q, H, m.outputBias, o);
     x = AddOp::create(b, loc(p + "self_attn"), x, out);
     h = layerNorm(p + n.ln2, x);
@@ -524,12 +544,13 @@ private:
     const bool opt = m.arch == Arch::Opt;
     bool gpt2 = learnedPositions(m.arch) && !opt, neox = m.arch == Arch::GptNeoX; // GPT-2's names are GPTBigCode's
     bool falcon = m.arch == Arch::Falcon || m.arch == Arch::Bloom; // Falcon's names are BLOOM's
-    const bool gptj = m.arch == Arch::GptJ;                        // GPT-2's names of the embedding and the final norm
-    std::string embName = gpt2Layer(m.arch) || gptj ? "transformer.wte.weight"
-                          : neox                    ? "gpt_neox.embed_in.weight"
-                          : falcon                  ? "transformer.word_embeddings.weight"
-                          : opt                     ? "model.decoder.embed_tokens.weight"
-                                                    : "model.embed_tokens.weight";
+    // GPT-2's names of the embedding and the final norm: GPT-J's and GPT-Neo's.
+    const bool gpt2Names = m.arch == Arch::GptJ || m.arch == Arch::GptNeo;
+    std::string embName = gpt2Layer(m.arch) || gpt2Names ? "transformer.wte.weight"
+                          : neox                         ? "gpt_neox.embed_in.weight"
+                          : falcon                       ? "transformer.word_embeddings.weight"
+                          : opt                          ? "model.decoder.embed_tokens.weight"
+                                                         : "model.embed_tokens.weight";
     Value emb = param(embName, {V, H});
     // Gemma: the embeddings times sqrt(hidden_size).
     FloatAttr scale = m.scaleEmbeddings ? b.getF64FloatAttr(std::sqrt(double(H))) : FloatAttr();
@@ -558,7 +579,7 @@ private:
     }
     if (m.arch == Arch::Mpt)
       x = layerNorm("transformer.norm_f", x);
-    else if (gpt2 || falcon || gptj)
+    else if (gpt2 || falcon || gpt2Names)
       x = layerNorm("transformer.ln_f", x);
     else if (opt)
       x = layerNorm("model.decoder.final_layer_norm", x);
@@ -624,6 +645,9 @@ private:
   int64_t dp;
   /// Inside a layer body with auxLoss(): the routers' statistics so far.
   SmallVector<Value, 2> routerStats;
+  /// Inside GPT-Neo's local layer body: the keys each query sees (window_size);
+  /// 0 elsewhere.
+  int64_t localKeys = 0;
 };
 } // namespace
 

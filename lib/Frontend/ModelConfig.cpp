@@ -42,7 +42,8 @@ constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
                                 {Arch::Mpt, "mpt", "MptForCausalLM"},
                                 {Arch::GptJ, "gptj", "GPTJForCausalLM"},
                                 {Arch::Opt, "opt", "OPTForCausalLM"},
-                                {Arch::Cohere, "cohere", "CohereForCausalLM"}};
+                                {Arch::Cohere, "cohere", "CohereForCausalLM"},
+                                {Arch::GptNeo, "gpt_neo", "GPTNeoForCausalLM"}};
 static_assert(std::size(kArchs) == size_t(kNumArchs), "one kArchs row per Arch, in its order");
 } // namespace
 
@@ -267,6 +268,8 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
       parseOpt(r, c);
     else if (c.arch == Arch::Cohere)
       parseCohere(r, c, obj);
+    else if (c.arch == Arch::GptNeo)
+      parseGptNeo(r, c);
     else
       parseLlama(r, c, obj);
     c.paddingIdx = paddingIdx(obj, r, c);
@@ -283,21 +286,23 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     // GPT-2's names (GPTBigCode's and GPT-J's too), BLOOM's (n_head, n_layer: BloomConfig's own) and MPT's.
     bool gpt2 = c.arch == Arch::GPT2 || c.arch == Arch::GptBigCode || c.arch == Arch::GptJ,
          bloom = c.arch == Arch::Bloom, mpt = c.arch == Arch::Mpt;
+    const char *headsKey = c.arch == Arch::GptNeo ? "num_heads" : "num_attention_heads"; // GPTNeoConfig's names
+    const char *layersKey = c.arch == Arch::GptNeo ? "num_layers" : "num_hidden_layers";
     const char *kvKey = c.arch == Arch::Falcon ? "num_kv_heads" : "num_key_value_heads";
     bool hasKv = !gpt2 && obj.contains(kvKey);
     bool bigcodeMq = c.arch == Arch::GptBigCode && obj.contains("multi_query");
     const std::pair<const char *, std::string> roles[] = {
         {"num_heads", mpt             ? "n_heads"
                       : gpt2 || bloom ? "n_head"
-                                      : "num_attention_heads"},
+                                      : headsKey},
         {"num_kv_heads", bigcodeMq       ? "multi_query" // GPTBigCode's one kv head
                          : mpt           ? "n_heads"
                          : gpt2 || bloom ? "n_head"
                          : hasKv         ? kvKey
-                                         : "num_attention_heads"},
+                                         : headsKey},
         {"num_layers", mpt             ? "n_layers"
                        : gpt2 || bloom ? "n_layer"
-                                       : "num_hidden_layers"},
+                                       : layersKey},
         {"vocab_size", "vocab_size"},
         {"max_positions", mpt    ? "max_seq_len"
                           : gpt2 ? "n_positions"
@@ -353,9 +358,9 @@ llcdist::resolveTrainingShape(const ModelConfig &m, int64_t dp,
     auto key = m.fieldPos.find("max_positions");
     return m.where("max_positions") + "--seq-len " + std::to_string(s.seqLen) + " exceeds the " +
            std::to_string(m.maxPositions) + " learned positions of " + m.name + " (" +
-           (key != m.fieldPos.end() ? key->second.key
-            : m.arch == Arch::Opt   ? "max_position_embeddings"
-                                    : "n_positions") +
+           (key != m.fieldPos.end()                         ? key->second.key
+            : m.arch == Arch::Opt || m.arch == Arch::GptNeo ? "max_position_embeddings"
+                                                            : "n_positions") +
            "); use --seq-len <= " + std::to_string(m.maxPositions);
   }
   if (s.microBatch < 1)

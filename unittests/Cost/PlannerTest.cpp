@@ -969,6 +969,19 @@ TEST(FrameworkConfig, Model) {
   EXPECT_TRUE(hasNote(a.megatronNotes, "logits multiplied by logit_scale 0.0625 (Cohere's)"));
   EXPECT_TRUE(hasNote(a.megatronNotes, "LayerNorms with a weight and no bias (MPT's, Cohere's)"));
   EXPECT_TRUE(hasNote(a.megatronNotes, "attention and MLP in parallel on one LayerNorm"));
+  // GPT-Neo: learned positions, the tanh GELU, no q, k, v biases, unscaled scores, local layers, tied.
+  ModelConfig neo;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/gpt-neo-1.3b.json", neo));
+  m.w.model = neo;
+  m.w.seqLen = 2048;
+  a = m.args();
+  EXPECT_TRUE(hasFlag(a.megatron, "--openai-gelu"));
+  for (const char *f : {"--position-embedding-type", "--untie-embeddings-and-output-weights", "--disable-bias-linear"})
+    EXPECT_FALSE(hasFlag(a.megatron, f)) << f;
+  EXPECT_TRUE(hasNote(a.megatronNotes, "no biases on q, k and v but on out_proj and the MLP (GPT-Neo's)"));
+  EXPECT_TRUE(hasNote(a.megatronNotes, "attention scores not divided by sqrt(head_dim) (GPT-Neo's)"));
+  EXPECT_TRUE(hasNote(a.megatronNotes, "local attention (each query sees the last 256 keys) in 12 of 24 layers"));
+  EXPECT_TRUE(hasNote(a.megatronNotes, "--window-size 255 0"));
 }
 
 TEST(FrameworkConfig, EveryRowIsTested) {

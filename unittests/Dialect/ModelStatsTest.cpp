@@ -126,7 +126,10 @@ TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
                            "opt-125m",
                            "opt-66b",
                            "tiny-cohere",
-                           "c4ai-command-r-v01"}) {
+                           "c4ai-command-r-v01",
+                           "tiny-gpt-neo",
+                           "gpt-neo-125m",
+                           "gpt-neo-2.7b"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

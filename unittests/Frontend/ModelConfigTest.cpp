@@ -107,6 +107,13 @@ TEST(ModelConfig, PublishedParameterCounts) {
       // holds the same for tiny-cohere's shapes): one LayerNorm of a weight
       // a layer, no biases, tied.
       {"c4ai-command-r-v01", 34980831232},
+      // GPT-Neo (EleutherAI's 125M, 1.3B and 2.7B; transformers 4.40.2's
+      // GPTNeoForCausalLM holds 125,198,592 for gpt-neo-125m): q, k, v
+      // without biases, out_proj and the MLP with them, learned positions,
+      // tied.
+      {"gpt-neo-125m", 125198592},
+      {"gpt-neo-1.3b", 1315575808},
+      {"gpt-neo-2.7b", 2651307520},
   };
   for (auto &[name, n] : published)
     EXPECT_EQ(load(name).numParameters(), n) << name;
@@ -727,6 +734,79 @@ TEST(ModelConfig, CohereFields) {
   };
   for (const auto &[extra, want] : refused)
     EXPECT_NE(parseError(head + extra).find(want), std::string::npos) << extra << ": " << parseError(head + extra);
+}
+
+// GPT-Neo: GPT-2's sequential layer with nn.Linear q, k, v (no biases),
+// unscaled scores, and global and local layers from attention_types (or
+// attention_layers where the file writes it, as transformers reads it).
+TEST(ModelConfig, GptNeoFields) {
+  ModelConfig c = load("gpt-neo-1.3b");
+  EXPECT_EQ(c.arch, Arch::GptNeo);
+  EXPECT_STREQ(hfArchitecture(c.arch), "GPTNeoForCausalLM");
+  EXPECT_STREQ(archName(c.arch), "gpt_neo");
+  EXPECT_EQ(c.heads, 16);
+  EXPECT_EQ(c.kvHeads, 16);
+  EXPECT_EQ(c.headDim, 128);
+  EXPECT_EQ(c.intermediate, 8192); // intermediate_size null: 4 · hidden_size
+  EXPECT_EQ(c.maxPositions, 2048);
+  EXPECT_EQ(c.localWindow, 256);
+  ASSERT_EQ(c.localLayers.size(), 12u);
+  EXPECT_EQ(c.localLayers.front(), 1);
+  EXPECT_EQ(c.localLayers.back(), 23);
+  EXPECT_TRUE(c.localLayer(3) && !c.localLayer(4));
+  EXPECT_TRUE(c.unscaledAttention && c.tieEmbeddings && c.outputBias && c.mlpBias);
+  EXPECT_FALSE(c.qkvBias || c.lmHeadBias || c.parallelResidual);
+  EXPECT_EQ(c.paddingIdx, -1); // GPTNeoModel's wte has no padding_idx
+  EXPECT_TRUE(learnedPositions(c.arch) && layerNorms(c.arch) && !llamaLayout(c.arch) && !gpt2Layer(c.arch));
+  EXPECT_TRUE(c.mlpActivation == MlpActivation::GeluTanh);
+  EXPECT_EQ(c.layerTensors(), 13); // ln_1, ln_2 (4), q k v out_proj c_fc c_proj, out_proj's and the MLP's biases
+  EXPECT_EQ(c.fieldPos.at("num_heads").key, "num_heads");
+  EXPECT_EQ(c.fieldPos.at("num_layers").key, "num_layers");
+  TrainingShape s;
+  s.seqLen = 2049;
+  std::optional<std::string> err = resolveTrainingShape(c, 1, s);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("exceeds the 2048 learned positions of gpt-neo-1.3b (max_position_embeddings)"),
+            std::string::npos)
+      << *err;
+  const std::string head = R"({"architectures": ["GPTNeoForCausalLM"], "hidden_size": 64, "num_heads": 4,
+    "num_layers": 3, "vocab_size": 128, "max_position_embeddings": 32)";
+  const auto parse = [](const std::string &text) {
+    ModelConfig m;
+    std::optional<ConfigError> e = parseModelConfig(text, "neo.json", m);
+    EXPECT_FALSE(e) << (e ? e->message : "");
+    return m;
+  };
+  ModelConfig types = parse(head + R"(, "attention_types": [[["local"], 1], [["global", "local"], 1]]})");
+  EXPECT_EQ(types.localLayers, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(types.intermediate, 256);
+  // attention_layers, where written, is what transformers' model reads.
+  ModelConfig layers = parse(head + R"(, "attention_types": [[["global"], 3]], "attention_layers": ["global",
+    "global", "local"], "window_size": 4})");
+  EXPECT_EQ(layers.localLayers, (std::vector<int64_t>{2}));
+  EXPECT_EQ(layers.localWindow, 4);
+  const std::pair<std::string, std::string> refused[] = {
+      {R"(})", "field 'attention_types': gives 24 layers, but num_layers = 3 (transformers requires one entry per "
+               "layer)"},
+      {R"(, "attention_types": [[["global", "sparse"], 1], [["global"], 1]]})",
+       "field 'attention_types': layer 1's attention kind is 'sparse'; GPTNeoAttention implements \"global\" and "
+       "\"local\""},
+      {R"(, "attention_types": [["global", 3]]})", "field 'attention_types': each entry must be [a list of"},
+      {R"(, "attention_types": "global"})", "field 'attention_types': must be an array"},
+      {R"(, "attention_types": [[["global"], 3]], "attention_layers": ["global"]})",
+       "field 'attention_layers': must be an array of num_layers = 3 attention kinds"},
+      {R"(, "attention_types": [[["global"], 3]], "window_size": 0})", "field 'window_size': must be a positive"},
+      {R"(, "attention_types": [[["global"], 3]], "activation_function": "relu"})",
+       "field 'activation_function': unsupported activation 'relu'"},
+      {R"(, "attention_types": [[["global"], 3]], "num_attention_heads": 4})", "field 'num_attention_heads'"},
+      {R"(, "attention_types": [[["global"], 3]], "rope_theta": 10000})", "unknown field for GPTNeoForCausalLM"},
+  };
+  for (const auto &[extra, want] : refused)
+    EXPECT_NE(parseError(head + extra).find(want), std::string::npos) << extra << ": " << parseError(head + extra);
+  // num_heads must divide hidden_size.
+  EXPECT_NE(parseError(R"({"architectures": ["GPTNeoForCausalLM"], "hidden_size": 64, "num_heads": 5})")
+                .find("field 'num_heads': num_heads=5 does not divide hidden_size=64"),
+            std::string::npos);
 }
 
 // The token embedding's padding_idx, as transformers builds it: pad_token_id,

@@ -274,13 +274,20 @@ TEST(ContextParallelRing, TinyMptSGD) {
 /// GPT-J's rotate_every_two at the global positions of cp's chunks (ring and
 /// all-to-all).
 TEST(ContextParallelRing, TinyGptJSGD) { golden("tiny-gpt-j", "sgd", {CpCase::of(2).ring(), CpCase::of(2)}); }
-/// OPT's learned positions from row 2 of their table at the global positions
-/// of cp's chunks (ring, and all-to-all with tp's sequence slices).
 /// Cohere's rotary embeddings in adjacent pairs at the global positions of
 /// cp's chunks, two kv heads (ring and all-to-all).
 TEST(ContextParallelRing, TinyCohereSGD) { golden("tiny-cohere", "sgd", {CpCase::of(2).ring(), CpCase::of(2)}); }
+/// OPT's learned positions from row 2 of their table at the global positions
+/// of cp's chunks (ring, and all-to-all with tp's sequence slices).
 TEST(ContextParallelRing, TinyOptSGD) {
   golden("tiny-opt", "sgd", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
+}
+/// GPT-Neo's local layers (the last 4 keys) and global ones alternating, at
+/// the global positions of cp's chunks: the window crosses the chunks' and
+/// the load-balanced layout's boundaries (ring, and all-to-all with tp's
+/// sequence slices).
+TEST(ContextParallelRing, TinyGptNeoSGD) {
+  golden("tiny-gpt-neo", "sgd", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
 }
 /// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
 /// it around.

@@ -121,6 +121,11 @@ TEST(Parallel, TinyGptJSGD) { golden("tiny-gpt-j", "sgd"); }
 // slices), tied.
 TEST(Parallel, TinyOptSGD) { golden("tiny-opt", "sgd"); }
 TEST(Parallel, TinyOptAdamW) { golden("tiny-opt", "adamw"); }
+// GPT-Neo: OPT's sequential layer with GPT-2's names and tanh GELU, no q, k, v
+// biases, unscaled scores (q times sqrt(head_dim) on each tp rank's heads),
+// global and local layers (two layer bodies, split over pipeline stages).
+TEST(Parallel, TinyGptNeoSGD) { golden("tiny-gpt-neo", "sgd"); }
+TEST(Parallel, TinyGptNeoAdamW) { golden("tiny-gpt-neo", "adamw"); }
 // Cohere: StableLM's parallel layer on a LayerNorm of a weight alone, GQA
 // (2 kv heads, one per tp rank), rotary embeddings in adjacent pairs, the
 // logits' scale on each rank's sequence slice, tied.

@@ -44,11 +44,12 @@ enum class Arch {
   Mpt,
   GptJ,
   Opt,
-  Cohere
+  Cohere,
+  GptNeo
 };
 /// How many families there are: a new one is appended to Arch (kArchs in
 /// ModelConfig.cpp is indexed by it; docs/adding-a-model.md).
-inline constexpr int kNumArchs = int(Arch::Cohere) + 1;
+inline constexpr int kNumArchs = int(Arch::GptNeo) + 1;
 const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
 const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
 /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
@@ -64,7 +65,8 @@ const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" 
 /// OPT have LayerNorms and a two-matrix MLP.
 inline bool llamaLayout(Arch a) {
   return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2 && a != Arch::GptNeoX && a != Arch::Falcon &&
-         a != Arch::Bloom && a != Arch::GptBigCode && a != Arch::Mpt && a != Arch::GptJ && a != Arch::Opt;
+         a != Arch::Bloom && a != Arch::GptBigCode && a != Arch::Mpt && a != Arch::GptJ && a != Arch::Opt &&
+         a != Arch::GptNeo;
 }
 /// GPT-2's layer: one GEMM's q | k | v (GPTBigCode: in kv-head groups), the
 /// two-matrix MLP, sequential; GPTBigCode's and MPT's (Wqkv, no biases,
@@ -77,16 +79,18 @@ inline bool phiLayer(Arch a) { return a == Arch::Phi || a == Arch::GptJ; }
 /// Whether transformers builds the family's token embedding with
 /// padding_idx = config.pad_token_id: Llama's layout (Gemma, the MoEs,
 /// StableLM, OLMo and Cohere too), Phi, StarCoder2 and OPT; not GPT-2,
-/// GPT-NeoX, Falcon, BLOOM, GPTBigCode, MPT or GPT-J.
+/// GPT-NeoX, Falcon, BLOOM, GPTBigCode, MPT, GPT-J or GPT-Neo.
 inline bool tokenEmbeddingPadding(Arch a) {
   return a != Arch::GPT2 && a != Arch::GptNeoX && a != Arch::Falcon && a != Arch::Bloom && a != Arch::GptBigCode &&
-         a != Arch::Mpt && a != Arch::GptJ;
+         a != Arch::Mpt && a != Arch::GptJ && a != Arch::GptNeo;
 }
 /// A learned position table added to the embeddings instead of rotary
-/// embeddings: GPT-2 and GPTBigCode (StarCoder, SantaCoder; transformer.wpe)
-/// and OPT (model.decoder.embed_positions, from row
+/// embeddings: GPT-2, GPTBigCode (StarCoder, SantaCoder) and GPT-Neo
+/// (transformer.wpe) and OPT (model.decoder.embed_positions, from row
 /// ModelConfig::positionOffset); --seq-len is bounded by it.
-inline bool learnedPositions(Arch a) { return a == Arch::GPT2 || a == Arch::GptBigCode || a == Arch::Opt; }
+inline bool learnedPositions(Arch a) {
+  return a == Arch::GPT2 || a == Arch::GptBigCode || a == Arch::Opt || a == Arch::GptNeo;
+}
 /// q, k and v come from one GEMM whose output holds, for each kv head, its
 /// query heads' q and its k and v side by side (GPT-NeoX: one query head per
 /// group; Falcon: num_heads / num_kv_heads, one group under multi_query;
@@ -185,6 +189,17 @@ struct ModelConfig {
   /// StarCoder2, GPT-J), the exact one (GPT-NeoX's hidden_act "gelu",
   /// Falcon's, MPT's) or ReLU (OPT's).
   MlpActivation mlpActivation = MlpActivation::GeluTanh;
+  /// GPT-Neo's local attention: in the layers of localLayers (ascending; the
+  /// "local" entries of attention_layers) query i sees keys i-W < j <= i, W =
+  /// localWindow (window_size: W keys, itself included; xf.attention's
+  /// window); the other layers attend globally.
+  int64_t localWindow = 0;
+  std::vector<int64_t> localLayers;
+  bool localLayer(int64_t layer) const { return std::binary_search(localLayers.begin(), localLayers.end(), layer); }
+  /// GPT-Neo's attention scores q·k are not divided by sqrt(head_dim): q is
+  /// multiplied by sqrt(head_dim) first (xf.scale), which xf.attention's
+  /// 1/sqrt(head_dim) undoes (exactly where head_dim is a power of 4).
+  bool unscaledAttention = false;
   /// OPT's OPTLearnedPositionalEmbedding: position p is row p + 2 of a table
   /// of maxPositions + 2 rows (xf.add_position_embedding's offset); 0: row p
   /// of maxPositions.

@@ -228,21 +228,21 @@ inline void refuseAliases(FieldReader &r, const char *cls,
 
 /// The families' readers (ModelFamilies.cpp, GptFamilies.cpp): each fills `c` from the
 /// config's fields of its transformers class.
-void parseGPT2(FieldReader &r, ModelConfig &c);
+void parseGPT2(FieldReader &r, ModelConfig &c, const json &);
 void parseLlama(FieldReader &r, ModelConfig &c, const json &obj);
 void parsePhi(FieldReader &r, ModelConfig &c, const json &obj);
 void parseStableLm(FieldReader &r, ModelConfig &c, const json &obj);
 void parseOlmo(FieldReader &r, ModelConfig &c, const json &obj);
 void parseGptNeoX(FieldReader &r, ModelConfig &c, const json &obj);
 void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj);
-void parseBloom(FieldReader &r, ModelConfig &c);
-void parseGptBigCode(FieldReader &r, ModelConfig &c);
-void parseMpt(FieldReader &r, ModelConfig &c);
-void parseGptJ(FieldReader &r, ModelConfig &c);
-void parseOpt(FieldReader &r, ModelConfig &c);
+void parseBloom(FieldReader &r, ModelConfig &c, const json &);
+void parseGptBigCode(FieldReader &r, ModelConfig &c, const json &);
+void parseMpt(FieldReader &r, ModelConfig &c, const json &);
+void parseGptJ(FieldReader &r, ModelConfig &c, const json &);
+void parseOpt(FieldReader &r, ModelConfig &c, const json &);
 void parseCohere(FieldReader &r, ModelConfig &c, const json &obj);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
-void parseGptNeo(FieldReader &r, ModelConfig &c);
+void parseGptNeo(FieldReader &r, ModelConfig &c, const json &);
 } // namespace llcdist::config
 
 #endif // LLCDIST_LIB_FRONTEND_CONFIGFIELDS_H

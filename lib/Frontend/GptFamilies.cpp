@@ -19,7 +19,7 @@ using namespace llcdist;
 
 namespace llcdist::config {
 
-void parseGPT2(FieldReader &r, ModelConfig &c) {
+void parseGPT2(FieldReader &r, ModelConfig &c, const json &) {
   c.vocab = r.positiveInt("vocab_size");
   c.maxPositions = r.positiveInt("n_positions");
   c.hidden = r.positiveInt("n_embd");
@@ -50,7 +50,7 @@ void parseGPT2(FieldReader &r, ModelConfig &c) {
 /// and c_attn holding every q head then one k and one v head under
 /// multi_query (the default), each head's q, k and v side by side otherwise;
 /// the activation by name (the tanh GELU by default, or the exact one).
-void parseGptBigCode(FieldReader &r, ModelConfig &c) {
+void parseGptBigCode(FieldReader &r, ModelConfig &c, const json &) {
   c.vocab = r.positiveInt("vocab_size", 50257);
   c.maxPositions = r.positiveInt("n_positions", 1024);
   c.hidden = r.positiveInt("n_embd", 768);
@@ -81,7 +81,7 @@ void parseGptBigCode(FieldReader &r, ModelConfig &c) {
 /// query_key_value GEMM holding each head's q, k and v side by side (as
 /// GPT-NeoX), LayerNorms with biases, a sequential residual, the tanh GELU
 /// (bloom_gelu) on a 4·hidden MLP, biases everywhere, the head tied.
-void parseBloom(FieldReader &r, ModelConfig &c) {
+void parseBloom(FieldReader &r, ModelConfig &c, const json &) {
   if (r.has("n_embed"))
     r.fail("n_embed", "is BloomConfig's old name of hidden_size; write hidden_size");
   refuseAliases(r, "BloomConfig", {{"num_hidden_layers", "n_layer"}, {"num_attention_heads", "n_head"}});
@@ -122,7 +122,7 @@ void parseBloom(FieldReader &r, ModelConfig &c) {
 /// several things its config names (ALiBi with alibi_bias_max 8, no biases,
 /// the 4·d_model MLP, no clamp of q, k and v, unscaled logits): any other
 /// value is refused by name, so a config trains as transformers runs it.
-void parseMpt(FieldReader &r, ModelConfig &c) {
+void parseMpt(FieldReader &r, ModelConfig &c, const json &) {
   refuseAliases(r, "MptConfig",
                 {{"hidden_size", "d_model"}, {"num_attention_heads", "n_heads"}, {"num_hidden_layers", "n_layers"}});
   c.vocab = r.positiveInt("vocab_size", 50368);
@@ -193,7 +193,7 @@ void parseMpt(FieldReader &r, ModelConfig &c) {
 /// fc2 with biases, the final LayerNorm, the head tied. What only opt-350m
 /// has (the LayerNorms after the residual, embeddings of another width with
 /// project_in / project_out) is refused by name.
-void parseOpt(FieldReader &r, ModelConfig &c) {
+void parseOpt(FieldReader &r, ModelConfig &c, const json &) {
   c.vocab = r.positiveInt("vocab_size", 50272);
   c.hidden = r.positiveInt("hidden_size", 768);
   c.layers = r.positiveInt("num_hidden_layers", 12);
@@ -236,7 +236,7 @@ void parseOpt(FieldReader &r, ModelConfig &c) {
 /// transformers takes attention_layers from the file where it is written
 /// (PretrainedConfig sets it after expanding attention_types), so llc-dist
 /// does too.
-void parseGptNeo(FieldReader &r, ModelConfig &c) {
+void parseGptNeo(FieldReader &r, ModelConfig &c, const json &) {
   refuseAliases(r, "GPTNeoConfig", {{"num_attention_heads", "num_heads"}, {"num_hidden_layers", "num_layers"}});
   c.vocab = r.positiveInt("vocab_size", 50257);
   c.maxPositions = r.positiveInt("max_position_embeddings", 2048);

@@ -243,12 +243,15 @@ private:
         .getResult();
   }
 
-  /// Causal attention of layer prefix `p` over q [B, S, nh·hd] and k, v.
-  Value attention(const std::string &p, Value q, Value k, Value v, const char *attn = "self_attn") {
+  /// Causal attention of layer prefix `p` over q [B, S, nh·hd] and k, v;
+  /// `localKeys` > 0: each query sees that many keys (GPT-Neo's local
+  /// layers: the last window_size), else the model's window.
+  Value attention(const std::string &p, Value q, Value k, Value v, const char *attn = "self_attn",
+                  int64_t localKeys = 0) {
     // Mistral's sliding window W: transformers 4.40 (and Mistral's reference
     // code) let query i see keys i-W..i, W + 1 of them: xf.attention's
-    // `window`; in GPT-Neo's local layers the last window_size keys. Where
-    // that covers the sequence it masks nothing (plain causal).
+    // `window`. Where the keys cover the sequence it masks nothing (plain
+    // causal).
     const int64_t keys = localKeys ? localKeys : m.slidingWindow > 0 ? m.slidingWindow + 1 : 0;
     IntegerAttr window = keys > 0 && keys < S ? b.getI64IntegerAttr(keys) : IntegerAttr();
     // BLOOM's ALiBi: the slopes of the model's heads.
@@ -269,8 +272,9 @@ private:
   /// Layer prefix `p`'s q, k and v projections of `h` (with biases when
   /// `bias`), rotary embeddings on q and k (none where the model has learned
   /// positions: OPT), and causal attention: [B, S, heads·head_dim], before
-  /// the output projection; `attn`: the attention module's name.
-  Value selfAttention(const std::string &p, Value h, bool bias, const char *attn = "self_attn") {
+  /// the output projection; `attn`: the attention module's name;
+  /// `localKeys`: attention()'s.
+  Value selfAttention(const std::string &p, Value h, bool bias, const char *attn = "self_attn", int64_t localKeys = 0) {
     int64_t H = m.hidden, q = m.heads * m.headDim, kv = m.kvHeads * m.headDim;
     auto o = WeightLayout::OutIn;
     const std::string a = p + attn + ".";
@@ -281,10 +285,10 @@ private:
     Value kv_ = clipQkv(a + "k_proj", linear(a + "k_proj", h, H, kv, bias, o));
     Value vv = clipQkv(a + "v_proj", linear(a + "v_proj", h, H, kv, bias, o));
     if (learnedPositions(m.arch))
-      return attention(p, qv, kv_, vv, attn);
+      return attention(p, qv, kv_, vv, attn, localKeys);
     Value qr = rope(p, qv, attn);
     Value kr = rope(p, kv_, attn);
-    return attention(p, qr, kr, vv, attn);
+    return attention(p, qr, kr, vv, attn, localKeys);
   }
 
   /// The gated MLP under `prefix` ("model.layers.{i}.mlp."): gate_proj,
@@ -431,9 +435,7 @@ private:
     int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim;
     auto o = WeightLayout::OutIn;
     Value h = layerNorm(p + n.ln1, x);
-    localKeys = local ? m.localWindow : 0; // GPT-Neo's local layers: the last window_size keys
-    Value a = selfAttention(p, h, m.qkvBias, n.attn);
-    localKeys = 0;
+    Value a = selfAttention(p, h, m.qkvBias, n.attn, local ? m.localWindow : 0); // GPT-Neo's local layers
     Value out = linear(p + n.proj, a, q, H, m.outputBias, o);
     x = AddOp::create(b, loc(p + "self_attn"), x, out);
     h = layerNorm(p + n.ln2, x);
@@ -645,9 +647,6 @@ private:
   int64_t dp;
   /// Inside a layer body with auxLoss(): the routers' statistics so far.
   SmallVector<Value, 2> routerStats;
-  /// Inside GPT-Neo's local layer body: the keys each query sees (window_size);
-  /// 0 elsewhere.
-  int64_t localKeys = 0;
 };
 } // namespace
 

@@ -19,38 +19,6 @@ using namespace llcdist;
 using json = nlohmann::json;
 
 namespace {
-/// Every family: Arch, its model_type and its transformers class.
-struct ArchNames {
-  Arch arch;
-  const char *name, *hf;
-};
-constexpr ArchNames kArchs[] = {{Arch::GPT2, "gpt2", "GPT2LMHeadModel"},
-                                {Arch::Llama, "llama", "LlamaForCausalLM"},
-                                {Arch::Qwen2, "qwen2", "Qwen2ForCausalLM"},
-                                {Arch::Mistral, "mistral", "MistralForCausalLM"},
-                                {Arch::Gemma, "gemma", "GemmaForCausalLM"},
-                                {Arch::Phi, "phi", "PhiForCausalLM"},
-                                {Arch::Mixtral, "mixtral", "MixtralForCausalLM"},
-                                {Arch::Qwen2Moe, "qwen2_moe", "Qwen2MoeForCausalLM"},
-                                {Arch::Starcoder2, "starcoder2", "Starcoder2ForCausalLM"},
-                                {Arch::StableLm, "stablelm", "StableLmForCausalLM"},
-                                {Arch::Olmo, "olmo", "OlmoForCausalLM"},
-                                {Arch::GptNeoX, "gpt_neox", "GPTNeoXForCausalLM"},
-                                {Arch::Falcon, "falcon", "FalconForCausalLM"},
-                                {Arch::Bloom, "bloom", "BloomForCausalLM"},
-                                {Arch::GptBigCode, "gpt_bigcode", "GPTBigCodeForCausalLM"},
-                                {Arch::Mpt, "mpt", "MptForCausalLM"},
-                                {Arch::GptJ, "gptj", "GPTJForCausalLM"},
-                                {Arch::Opt, "opt", "OPTForCausalLM"},
-                                {Arch::Cohere, "cohere", "CohereForCausalLM"},
-                                {Arch::GptNeo, "gpt_neo", "GPTNeoForCausalLM"}};
-static_assert(std::size(kArchs) == size_t(kNumArchs), "one kArchs row per Arch, in its order");
-} // namespace
-
-const char *llcdist::archName(Arch a) { return kArchs[int(a)].name; }
-const char *llcdist::hfArchitecture(Arch a) { return kArchs[int(a)].hf; }
-
-namespace {
 /// The architecture's parameter formula, in T: int64_t for numParameters(),
 /// double for the bound parseModelConfig checks first (no overflow there).
 /// One layer's MLP: the gated MLP, or the mixture of experts (the router,
@@ -149,17 +117,72 @@ const std::initializer_list<const char *> kMetadataFields = {
 /// (with model_type "mpt", which transformers maps to MptForCausalLM).
 constexpr std::pair<const char *, Arch> kArchAliases[] = {{"MPTForCausalLM", Arch::Mpt}};
 
+/// Where config.json keeps the fields the passes may blame (ModelConfig's
+/// fieldPos roles): the heads, the kv heads (the heads' key where the file
+/// has no kv key: GPTBigCode's is multi_query), the layers, the position
+/// table's size and the hidden size.
+struct ConfigKeys {
+  const char *heads, *kvHeads, *layers, *positions, *hidden;
+};
+constexpr ConfigKeys kHfKeys{"num_attention_heads", "num_key_value_heads", "num_hidden_layers",
+                             "max_position_embeddings", "hidden_size"};
+constexpr ConfigKeys kGpt2Keys{"n_head", nullptr, "n_layer", "n_positions", "n_embd"};
+constexpr ConfigKeys kFalconKeys{"num_attention_heads", "num_kv_heads", "num_hidden_layers", "max_position_embeddings",
+                                 "hidden_size"};
+
+/// How a family's config.json is read: its parser (ConfigFields.h), the
+/// token embedding's padding_idx where pad_token_id is absent (the config
+/// class's default; -1: None) and its keys.
+struct Reader {
+  Arch arch;
+  void (*parse)(FieldReader &, ModelConfig &, const json &);
+  int64_t padDefault;
+  ConfigKeys keys;
+};
+
+/// One row per Arch, in its order (kFamilies').
+constexpr Reader kReaders[] = {
+    {Arch::GPT2, parseGPT2, -1, kGpt2Keys},
+    {Arch::Llama, parseLlama, -1, kHfKeys},
+    {Arch::Qwen2, parseLlama, -1, kHfKeys},
+    {Arch::Mistral, parseLlama, -1, kHfKeys},
+    {Arch::Gemma, parseLlama, 0, kHfKeys},
+    {Arch::Phi, parsePhi, -1, kHfKeys},
+    {Arch::Mixtral, parseLlama, -1, kHfKeys},
+    {Arch::Qwen2Moe, parseLlama, -1, kHfKeys},
+    {Arch::Starcoder2, parseStarcoder2, -1, kHfKeys},
+    {Arch::StableLm, parseStableLm, -1, kHfKeys},
+    {Arch::Olmo, parseOlmo, 1, kHfKeys},
+    {Arch::GptNeoX, parseGptNeoX, -1, kHfKeys},
+    {Arch::Falcon, parseFalcon, -1, kFalconKeys},
+    {Arch::Bloom, parseBloom, -1, {"n_head", nullptr, "n_layer", "max_position_embeddings", "hidden_size"}},
+    {Arch::GptBigCode, parseGptBigCode, -1, {"n_head", "multi_query", "n_layer", "n_positions", "n_embd"}},
+    {Arch::Mpt, parseMpt, -1, {"n_heads", nullptr, "n_layers", "max_seq_len", "d_model"}},
+    {Arch::GptJ, parseGptJ, -1, kGpt2Keys},
+    {Arch::Opt, parseOpt, 1, kHfKeys},
+    {Arch::Cohere, parseCohere, 0, kHfKeys},
+    {Arch::GptNeo, parseGptNeo, -1, {"num_heads", nullptr, "num_layers", "max_position_embeddings", "hidden_size"}},
+};
+constexpr bool readersInArchOrder() {
+  for (int i = 0; i < kNumArchs; ++i)
+    if (int(kReaders[i].arch) != i)
+      return false;
+  return std::size(kReaders) == size_t(kNumArchs);
+}
+static_assert(readersInArchOrder(), "one kReaders row per Arch, in its order");
+const Reader &reader(Arch a) { return kReaders[int(a)]; }
+
 Arch detectArch(FieldReader &r, const json &obj) {
   if (obj.contains("architectures")) {
     const json &a = obj.at("architectures");
     if (!a.is_array() || a.empty())
       r.fail("architectures", "must be a non-empty array of class names");
     std::string supported;
-    for (const ArchNames &k : kArchs) {
+    for (const Family &k : kFamilies) {
       for (const json &name : a)
-        if (name == k.hf)
+        if (name == k.hfClass)
           return k.arch;
-      supported += std::string(supported.empty() ? "" : ", ") + k.hf;
+      supported += std::string(supported.empty() ? "" : ", ") + k.hfClass;
     }
     for (const auto &[alias, arch] : kArchAliases)
       for (const json &name : a)
@@ -170,10 +193,10 @@ Arch detectArch(FieldReader &r, const json &obj) {
   if (obj.contains("model_type")) {
     const json &t = obj.at("model_type");
     std::string supported;
-    for (const ArchNames &k : kArchs) {
-      if (t == k.name)
+    for (const Family &k : kFamilies) {
+      if (t == k.modelType)
         return k.arch;
-      supported += std::string(supported.empty() ? "" : ", ") + "\"" + k.name + "\"";
+      supported += std::string(supported.empty() ? "" : ", ") + "\"" + k.modelType + "\"";
     }
     r.fail("model_type", "unsupported model_type " + t.dump() + "; supported: " + supported);
   }
@@ -183,14 +206,13 @@ Arch detectArch(FieldReader &r, const json &obj) {
 
 /// The token embedding's padding_idx (ModelConfig::paddingIdx) as
 /// transformers builds it: pad_token_id, or the config class's default when
-/// the field is absent (OPT's and OLMo's 1, Gemma's and Cohere's 0, the
-/// others' None); null is None. nn.Embedding takes -V <= p < V and counts a
+/// the field is absent (Reader::padDefault); null is None. nn.Embedding takes -V <= p < V and counts a
 /// negative p from the end.
 int64_t paddingIdx(const json &obj, const FieldReader &r, const ModelConfig &c) {
   if (!tokenEmbeddingPadding(c.arch))
     return -1;
   if (!obj.contains("pad_token_id"))
-    return c.arch == Arch::Opt || c.arch == Arch::Olmo ? 1 : c.arch == Arch::Gemma || c.arch == Arch::Cohere ? 0 : -1;
+    return reader(c.arch).padDefault;
   const json &v = obj.at("pad_token_id");
   if (v.is_null())
     return -1;
@@ -242,36 +264,7 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     }
     c.arch = detectArch(r, obj);
     r.ignore(kMetadataFields);
-    if (c.arch == Arch::GPT2)
-      parseGPT2(r, c);
-    else if (c.arch == Arch::Phi)
-      parsePhi(r, c, obj);
-    else if (c.arch == Arch::Starcoder2)
-      parseStarcoder2(r, c, obj);
-    else if (c.arch == Arch::StableLm)
-      parseStableLm(r, c, obj);
-    else if (c.arch == Arch::Olmo)
-      parseOlmo(r, c, obj);
-    else if (c.arch == Arch::GptNeoX)
-      parseGptNeoX(r, c, obj);
-    else if (c.arch == Arch::Falcon)
-      parseFalcon(r, c, obj);
-    else if (c.arch == Arch::Bloom)
-      parseBloom(r, c);
-    else if (c.arch == Arch::GptBigCode)
-      parseGptBigCode(r, c);
-    else if (c.arch == Arch::Mpt)
-      parseMpt(r, c);
-    else if (c.arch == Arch::GptJ)
-      parseGptJ(r, c);
-    else if (c.arch == Arch::Opt)
-      parseOpt(r, c);
-    else if (c.arch == Arch::Cohere)
-      parseCohere(r, c, obj);
-    else if (c.arch == Arch::GptNeo)
-      parseGptNeo(r, c);
-    else
-      parseLlama(r, c, obj);
+    reader(c.arch).parse(r, c, obj);
     c.paddingIdx = paddingIdx(obj, r, c);
     r.rejectUnknown(hfArchitecture(c.arch));
     if (double n = parameterCount<double>(c); n > kMaxParameters) {
@@ -283,33 +276,14 @@ std::optional<ConfigError> llcdist::parseModelConfig(std::string_view text,
     }
     // The fields later passes may blame (tp vs heads, pp vs layers, ...):
     // the importer gives the ops they shape a location at the field.
-    // GPT-2's names (GPTBigCode's and GPT-J's too), BLOOM's (n_head, n_layer: BloomConfig's own) and MPT's.
-    bool gpt2 = c.arch == Arch::GPT2 || c.arch == Arch::GptBigCode || c.arch == Arch::GptJ,
-         bloom = c.arch == Arch::Bloom, mpt = c.arch == Arch::Mpt;
-    const char *headsKey = c.arch == Arch::GptNeo ? "num_heads" : "num_attention_heads"; // GPTNeoConfig's names
-    const char *layersKey = c.arch == Arch::GptNeo ? "num_layers" : "num_hidden_layers";
-    const char *kvKey = c.arch == Arch::Falcon ? "num_kv_heads" : "num_key_value_heads";
-    bool hasKv = !gpt2 && obj.contains(kvKey);
-    bool bigcodeMq = c.arch == Arch::GptBigCode && obj.contains("multi_query");
+    const ConfigKeys &keys = reader(c.arch).keys;
     const std::pair<const char *, std::string> roles[] = {
-        {"num_heads", mpt             ? "n_heads"
-                      : gpt2 || bloom ? "n_head"
-                                      : headsKey},
-        {"num_kv_heads", bigcodeMq       ? "multi_query" // GPTBigCode's one kv head
-                         : mpt           ? "n_heads"
-                         : gpt2 || bloom ? "n_head"
-                         : hasKv         ? kvKey
-                                         : headsKey},
-        {"num_layers", mpt             ? "n_layers"
-                       : gpt2 || bloom ? "n_layer"
-                                       : layersKey},
+        {"num_heads", keys.heads},
+        {"num_kv_heads", keys.kvHeads && obj.contains(keys.kvHeads) ? keys.kvHeads : keys.heads},
+        {"num_layers", keys.layers},
         {"vocab_size", "vocab_size"},
-        {"max_positions", mpt    ? "max_seq_len"
-                          : gpt2 ? "n_positions"
-                                 : "max_position_embeddings"},
-        {"hidden_size", mpt    ? "d_model"
-                        : gpt2 ? "n_embd"
-                               : "hidden_size"},
+        {"max_positions", keys.positions},
+        {"hidden_size", keys.hidden},
         {"output_router_logits", "output_router_logits"}, // the MoE load-balancing loss
         {"logit_scale", "logit_scale"},                   // Cohere's scaled logits
         {"clip_qkv", "clip_qkv"}};                        // OLMo's clamp of q, k and v
@@ -354,15 +328,10 @@ llcdist::resolveTrainingShape(const ModelConfig &m, int64_t dp,
     s.seqLen = std::min<int64_t>(m.maxPositions, 1024);
   if (s.seqLen < 1)
     return "--seq-len must be >= 1";
-  if (learnedPositions(m.arch) && s.seqLen > m.maxPositions) {
-    auto key = m.fieldPos.find("max_positions");
+  if (learnedPositions(m.arch) && s.seqLen > m.maxPositions)
     return m.where("max_positions") + "--seq-len " + std::to_string(s.seqLen) + " exceeds the " +
-           std::to_string(m.maxPositions) + " learned positions of " + m.name + " (" +
-           (key != m.fieldPos.end()                         ? key->second.key
-            : m.arch == Arch::Opt || m.arch == Arch::GptNeo ? "max_position_embeddings"
-                                                            : "n_positions") +
+           std::to_string(m.maxPositions) + " learned positions of " + m.name + " (" + reader(m.arch).keys.positions +
            "); use --seq-len <= " + std::to_string(m.maxPositions);
-  }
   if (s.microBatch < 1)
     return "--micro-batch must be >= 1";
   int64_t perStep = 0; // sequences per microbatch over dp

@@ -453,7 +453,7 @@ void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj) {
 /// out_proj without biases, fc_in and fc_out with them, the tanh GELU, rotary
 /// embeddings on the first rotary_dim dims of each head in adjacent pairs
 /// (rotate_every_two, theta 10,000), an untied head with a bias.
-void parseGptJ(FieldReader &r, ModelConfig &c) {
+void parseGptJ(FieldReader &r, ModelConfig &c, const json &) {
   refuseAliases(r, "GPTJConfig",
                 {{"hidden_size", "n_embd"},
                  {"num_attention_heads", "n_head"},

@@ -220,21 +220,32 @@ TEST(AddingAnOpDocTest, FamilyTableListsEveryOpUnderItsFamily) {
   }
 }
 
-// The fuzzers link the runtime's core from their own list (fuzz/CMakeLists.txt's runtime inputs): every
-// family's core file must be on it, or the fuzz build fails to link (a new family, as the page says).
+// The fuzzers link the runtime's loaders from runtime/Sources.cmake's list, which the core builds from
+// too: every family's core file must be on it (a new family, as the page says), and both builds must
+// take the list from there rather than keep their own.
 TEST(AddingAnOpDocTest, TheFuzzersLinkEveryFamilysCore) {
-  std::ifstream in(std::string(LLCDIST_SOURCE_DIR) + "/fuzz/CMakeLists.txt");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string cmake = ss.str();
-  ASSERT_FALSE(cmake.empty()) << "fuzz/CMakeLists.txt not found under " << LLCDIST_SOURCE_DIR;
+  auto read = [](const std::string& rel) {
+    std::ifstream in(std::string(LLCDIST_SOURCE_DIR) + "/" + rel);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const std::string list = read("runtime/Sources.cmake"), fuzz = read("fuzz/CMakeLists.txt"),
+                    core = read("runtime/CMakeLists.txt");
+  ASSERT_FALSE(list.empty()) << "runtime/Sources.cmake not found under " << LLCDIST_SOURCE_DIR;
+  ASSERT_FALSE(fuzz.empty()) << "fuzz/CMakeLists.txt not found under " << LLCDIST_SOURCE_DIR;
+  EXPECT_NE(fuzz.find("include(${LLCDIST_ROOT}/runtime/Sources.cmake)"), std::string::npos);
+  EXPECT_NE(fuzz.find("STATIC ${LLCDIST_RUNTIME_LOADER_SOURCES}"), std::string::npos)
+      << "fuzz/CMakeLists.txt's runtime inputs are not runtime/Sources.cmake's list";
+  EXPECT_NE(core.find("${LLCDIST_RUNTIME_LOADER_SOURCES}"), std::string::npos)
+      << "runtime/CMakeLists.txt's core does not build from runtime/Sources.cmake's list";
   size_t cores = 0;
   for (const auto& e : std::filesystem::directory_iterator(std::string(LLCDIST_SOURCE_DIR) + "/runtime/src/ops")) {
     const std::string name = e.path().filename().string();
     if (e.path().extension() != ".cpp") continue;
     ++cores;
-    EXPECT_NE(cmake.find("${RT}/ops/" + name), std::string::npos)
-        << "runtime/src/ops/" << name << " is not among fuzz/CMakeLists.txt's runtime inputs";
+    EXPECT_NE(list.find("${CMAKE_CURRENT_LIST_DIR}/src/ops/" + name), std::string::npos)
+        << "runtime/src/ops/" << name << " is not in runtime/Sources.cmake's LLCDIST_RUNTIME_LOADER_SOURCES";
   }
   EXPECT_GE(cores, 10u);
 }

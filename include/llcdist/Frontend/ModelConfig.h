@@ -1,15 +1,9 @@
 //===- ModelConfig.h - Hugging Face config.json front end ------*- C++ -*-===//
 //
-// MLIR-free: parses and validates a Hugging Face config.json of a
-// GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
-// GemmaForCausalLM, PhiForCausalLM, MixtralForCausalLM,
-// Qwen2MoeForCausalLM, Starcoder2ForCausalLM, StableLmForCausalLM,
-// OlmoForCausalLM, GPTNeoXForCausalLM, FalconForCausalLM, BloomForCausalLM,
-// GPTBigCodeForCausalLM, MptForCausalLM or GPTJForCausalLM into one
-// flat description of a decoder-only transformer (Phi's parallel
-// attention/MLP block, StarCoder2's and StableLM's layers are their
-// architectures': ImportXF's phiBlock, starcoder2Block and stablelmBlock). Errors name the file, the line and
-// column of the field, the field, and what to do.
+// MLIR-free: parses and validates a Hugging Face config.json of one of the
+// causal LM classes in kFamilies (GPT2LMHeadModel, LlamaForCausalLM, ...)
+// into one flat description of a decoder-only transformer. Errors name the
+// file, the line and column of the field, the field, and what to do.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LLCDIST_FRONTEND_MODELCONFIG_H
@@ -47,64 +41,106 @@ enum class Arch {
   Cohere,
   GptNeo
 };
-/// How many families there are: a new one is appended to Arch (kArchs in
-/// ModelConfig.cpp is indexed by it; docs/adding-a-model.md).
+/// How many families there are: a new one is appended to Arch and gets its
+/// row in kFamilies (and in ModelConfig.cpp's kReaders; docs/adding-a-model.md).
 inline constexpr int kNumArchs = int(Arch::GptNeo) + 1;
-const char *archName(Arch a);       ///< "gpt2" / "llama" / ... / "starcoder2" (the model_type)
-const char *hfArchitecture(Arch a); ///< "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
-/// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
-/// the model.layers.{i} names), which Qwen2 (with q, k, v biases), Mistral
-/// (with a sliding attention window) and Gemma (GeGLU, (1 + w) norms, scaled
-/// embeddings) share, and so do the mixtures of experts (Mixtral: Mistral's
-/// attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the MLP's place,
-/// and so do StableLM (with LayerNorms and partial rotary embeddings), OLMo
-/// (with LayerNorms that have no weight or bias) and Cohere (StableLM's
-/// parallel layer with LayerNorms of a weight alone, rotary embeddings in
-/// adjacent pairs and scaled logits).
-/// GPT-2, Phi, StarCoder2, GPT-NeoX, Falcon, BLOOM, GPTBigCode, MPT, GPT-J and
-/// OPT have LayerNorms and a two-matrix MLP.
-inline bool llamaLayout(Arch a) {
-  return a != Arch::GPT2 && a != Arch::Phi && a != Arch::Starcoder2 && a != Arch::GptNeoX && a != Arch::Falcon &&
-         a != Arch::Bloom && a != Arch::GptBigCode && a != Arch::Mpt && a != Arch::GptJ && a != Arch::Opt &&
-         a != Arch::GptNeo;
+
+/// What the passes ask of a family: the bits of a kFamilies row. Each family
+/// states in its row the ones it has, so a new family decides each of them
+/// where it is added rather than inheriting a default from a list elsewhere.
+enum ArchTrait : unsigned {
+  /// Llama's decoder layer (RMSNorm, RoPE, q/k/v/o projections, a gated MLP,
+  /// the model.layers.{i} names), which Qwen2 (with q, k, v biases), Mistral
+  /// (with a sliding attention window) and Gemma (GeGLU, (1 + w) norms,
+  /// scaled embeddings) share, and so do the mixtures of experts (Mixtral:
+  /// Mistral's attention; Qwen2-MoE: Qwen2's) with a sparse MoE block in the
+  /// MLP's place, and so do StableLM (with LayerNorms and partial rotary
+  /// embeddings), OLMo (with LayerNorms that have no weight or bias) and
+  /// Cohere (StableLM's parallel layer with LayerNorms of a weight alone,
+  /// rotary embeddings in adjacent pairs and scaled logits). The others have
+  /// LayerNorms and a two-matrix MLP.
+  kLlamaLayout = 1u << 0,
+  /// GPT-2's layer: one GEMM's q | k | v (GPTBigCode: in kv-head groups), the
+  /// two-matrix MLP, sequential; GPTBigCode's and MPT's (Wqkv, no biases,
+  /// ALiBi) with nn.Linear layouts and their own names.
+  kGpt2Layer = 1u << 1,
+  /// One LayerNorm feeding attention and the MLP side by side, x + attn(ln x)
+  /// + mlp(ln x): Phi's PhiDecoderLayer and GPT-J's GPTJBlock (ImportXF's
+  /// phiBlock).
+  kPhiLayer = 1u << 2,
+  /// transformers builds the token embedding with padding_idx =
+  /// config.pad_token_id (ModelConfig::paddingIdx); without it pad_token_id
+  /// is metadata.
+  kPaddingIdx = 1u << 3,
+  /// A learned position table added to the embeddings instead of rotary
+  /// embeddings (transformer.wpe; OPT's model.decoder.embed_positions from
+  /// row ModelConfig::positionOffset); --seq-len is bounded by it.
+  kLearnedPositions = 1u << 4,
+  /// q, k and v come from one GEMM whose output holds, for each kv head, its
+  /// query heads' q and its k and v side by side (GPT-NeoX: one query head
+  /// per group; Falcon: num_heads / num_kv_heads, one group under
+  /// multi_query; BLOOM: one query head per group, as GPT-NeoX; GPTBigCode:
+  /// one group of every q head, the k and the v head under multi_query, else
+  /// one per head).
+  kGroupedQkv = 1u << 5,
+  /// The norms are LayerNorms (the final one too), not RMSNorms: with a
+  /// weight and a bias but OLMo's (ModelConfig::normAffine) and MPT's and
+  /// Cohere's (ModelConfig::normBias).
+  kLayerNorms = 1u << 6,
+};
+
+/// A family: its model_type, its transformers class and its traits.
+struct Family {
+  Arch arch;
+  const char *modelType, *hfClass;
+  unsigned traits;
+};
+
+/// Every family, one row per Arch in its order.
+inline constexpr Family kFamilies[] = {
+    {Arch::GPT2, "gpt2", "GPT2LMHeadModel", kGpt2Layer | kLearnedPositions | kLayerNorms},
+    {Arch::Llama, "llama", "LlamaForCausalLM", kLlamaLayout | kPaddingIdx},
+    {Arch::Qwen2, "qwen2", "Qwen2ForCausalLM", kLlamaLayout | kPaddingIdx},
+    {Arch::Mistral, "mistral", "MistralForCausalLM", kLlamaLayout | kPaddingIdx},
+    {Arch::Gemma, "gemma", "GemmaForCausalLM", kLlamaLayout | kPaddingIdx},
+    {Arch::Phi, "phi", "PhiForCausalLM", kPhiLayer | kPaddingIdx | kLayerNorms},
+    {Arch::Mixtral, "mixtral", "MixtralForCausalLM", kLlamaLayout | kPaddingIdx},
+    {Arch::Qwen2Moe, "qwen2_moe", "Qwen2MoeForCausalLM", kLlamaLayout | kPaddingIdx},
+    {Arch::Starcoder2, "starcoder2", "Starcoder2ForCausalLM", kPaddingIdx | kLayerNorms},
+    {Arch::StableLm, "stablelm", "StableLmForCausalLM", kLlamaLayout | kPaddingIdx | kLayerNorms},
+    {Arch::Olmo, "olmo", "OlmoForCausalLM", kLlamaLayout | kPaddingIdx | kLayerNorms},
+    {Arch::GptNeoX, "gpt_neox", "GPTNeoXForCausalLM", kGroupedQkv | kLayerNorms},
+    {Arch::Falcon, "falcon", "FalconForCausalLM", kGroupedQkv | kLayerNorms},
+    {Arch::Bloom, "bloom", "BloomForCausalLM", kGroupedQkv | kLayerNorms},
+    {Arch::GptBigCode, "gpt_bigcode", "GPTBigCodeForCausalLM",
+     kGpt2Layer | kGroupedQkv | kLearnedPositions | kLayerNorms},
+    {Arch::Mpt, "mpt", "MptForCausalLM", kGpt2Layer | kLayerNorms},
+    {Arch::GptJ, "gptj", "GPTJForCausalLM", kPhiLayer | kLayerNorms},
+    {Arch::Opt, "opt", "OPTForCausalLM", kPaddingIdx | kLearnedPositions | kLayerNorms},
+    {Arch::Cohere, "cohere", "CohereForCausalLM", kLlamaLayout | kPaddingIdx | kLayerNorms},
+    {Arch::GptNeo, "gpt_neo", "GPTNeoForCausalLM", kLearnedPositions | kLayerNorms},
+};
+constexpr bool familiesInArchOrder() {
+  for (int i = 0; i < kNumArchs; ++i)
+    if (int(kFamilies[i].arch) != i)
+      return false;
+  return sizeof kFamilies / sizeof kFamilies[0] == size_t(kNumArchs);
 }
-/// GPT-2's layer: one GEMM's q | k | v (GPTBigCode: in kv-head groups), the
-/// two-matrix MLP, sequential; GPTBigCode's and MPT's (Wqkv, no biases,
-/// ALiBi) with nn.Linear layouts and their own names.
-inline bool gpt2Layer(Arch a) { return a == Arch::GPT2 || a == Arch::GptBigCode || a == Arch::Mpt; }
-/// One LayerNorm feeding attention and the MLP side by side, x + attn(ln x) +
-/// mlp(ln x): Phi's PhiDecoderLayer and GPT-J's GPTJBlock (ImportXF's
-/// phiBlock).
-inline bool phiLayer(Arch a) { return a == Arch::Phi || a == Arch::GptJ; }
-/// Whether transformers builds the family's token embedding with
-/// padding_idx = config.pad_token_id: Llama's layout (Gemma, the MoEs,
-/// StableLM, OLMo and Cohere too), Phi, StarCoder2 and OPT; not GPT-2,
-/// GPT-NeoX, Falcon, BLOOM, GPTBigCode, MPT, GPT-J or GPT-Neo.
-inline bool tokenEmbeddingPadding(Arch a) {
-  return a != Arch::GPT2 && a != Arch::GptNeoX && a != Arch::Falcon && a != Arch::Bloom && a != Arch::GptBigCode &&
-         a != Arch::Mpt && a != Arch::GptJ && a != Arch::GptNeo;
-}
-/// A learned position table added to the embeddings instead of rotary
-/// embeddings: GPT-2, GPTBigCode (StarCoder, SantaCoder) and GPT-Neo
-/// (transformer.wpe) and OPT (model.decoder.embed_positions, from row
-/// ModelConfig::positionOffset); --seq-len is bounded by it.
-inline bool learnedPositions(Arch a) {
-  return a == Arch::GPT2 || a == Arch::GptBigCode || a == Arch::Opt || a == Arch::GptNeo;
-}
-/// q, k and v come from one GEMM whose output holds, for each kv head, its
-/// query heads' q and its k and v side by side (GPT-NeoX: one query head per
-/// group; Falcon: num_heads / num_kv_heads, one group under multi_query;
-/// BLOOM: one query head per group, as GPT-NeoX; GPTBigCode: one group of
-/// every q head, the k and the v head under multi_query, else one per head).
-inline bool groupedQkv(Arch a) {
-  return a == Arch::GptNeoX || a == Arch::Falcon || a == Arch::Bloom || a == Arch::GptBigCode;
-}
-/// The norms are LayerNorms (the final one too), not RMSNorms: with a weight
-/// and a bias but OLMo's (ModelConfig::normAffine) and MPT's and Cohere's
-/// (ModelConfig::normBias).
-inline bool layerNorms(Arch a) {
-  return !llamaLayout(a) || a == Arch::StableLm || a == Arch::Olmo || a == Arch::Cohere;
-}
+static_assert(familiesInArchOrder(), "one kFamilies row per Arch, in its order");
+
+constexpr const Family &family(Arch a) { return kFamilies[int(a)]; }
+constexpr bool hasTrait(Arch a, ArchTrait t) { return (family(a).traits & t) != 0; }
+/// "gpt2" / "llama" / ... (the model_type)
+constexpr const char *archName(Arch a) { return family(a).modelType; }
+/// "GPT2LMHeadModel" / "LlamaForCausalLM" / ...
+constexpr const char *hfArchitecture(Arch a) { return family(a).hfClass; }
+constexpr bool llamaLayout(Arch a) { return hasTrait(a, kLlamaLayout); }
+constexpr bool gpt2Layer(Arch a) { return hasTrait(a, kGpt2Layer); }
+constexpr bool phiLayer(Arch a) { return hasTrait(a, kPhiLayer); }
+constexpr bool tokenEmbeddingPadding(Arch a) { return hasTrait(a, kPaddingIdx); }
+constexpr bool learnedPositions(Arch a) { return hasTrait(a, kLearnedPositions); }
+constexpr bool groupedQkv(Arch a) { return hasTrait(a, kGroupedQkv); }
+constexpr bool layerNorms(Arch a) { return hasTrait(a, kLayerNorms); }
 
 /// The activation of a two-matrix (GPT-style) MLP (ModelConfig::mlpActivation).
 enum class MlpActivation { GeluTanh, GeluErf, Relu };

@@ -96,6 +96,9 @@ GOLDEN = [
     # GPT-Neo's local layers (attention's window: 4 keys of 64, cuDNN's sliding window or the own kernel)
     # between global ones, and q scaled by sqrt(head_dim) before the attention, per tp rank.
     ("gpt-neo-tp2", "tiny-gpt-neo", "--mesh tp=2 --seq-len 64 --global-batch 4"),
+    # BioGPT's scaled token embedding (embedding_fwd / embedding_bwd_weight with scale, not fused with the
+    # positions) beside pos_embedding_fwd / _bwd_weight reading from row 2, and the erf GELU, per tp rank.
+    ("biogpt-tp2", "tiny-biogpt", "--mesh tp=2 --seq-len 64 --global-batch 4"),
     # Mixtures of experts (issue #34): routing, permutation, the grouped GEMMs and the weighted sum back
     # (Mixtral, top-2 renormalized), Qwen2-MoE's gated shared expert, with dp and tp.
     ("mixtral-1rank", "tiny-mixtral", "--seq-len 64 --global-batch 4"),

@@ -121,8 +121,6 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
     if (!m.normAffine) // OLMo
       a.megatronNotes.push_back("LayerNorms without weight or bias (OLMo's): no Megatron-LM flag (its LayerNorm "
                                 "always has both; a model spec with a non-parametric norm)");
-    if (m.scaleEmbeddings)
-      a.megatronNotes.push_back("embeddings multiplied by sqrt(hidden_size): no Megatron-LM flag (Gemma's model spec)");
     if (!m.outputBias && !m.mlpBias)
       flag(a, "--disable-bias-linear");
     if (m.qkvBias && !m.outputBias) // Qwen2: Megatron-LM's separate switch for q, k, v
@@ -150,6 +148,15 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
       a.megatronNotes.push_back("no biases on q, k and v but on out_proj and the MLP (GPT-Neo's): no Megatron-LM flag "
                                 "(--disable-bias-linear drops all of them)");
   }
+  if (m.scaleEmbeddings) // Gemma, BioGPT
+    a.megatronNotes.push_back("token embeddings multiplied by sqrt(hidden_size) (Gemma's, BioGPT's): no Megatron-LM "
+                              "flag (a model spec's embedding)");
+  if (m.positionOffset) // OPT, BioGPT
+    a.megatronNotes.push_back("position p read from row p + " + num(m.positionOffset) + " of a table of " +
+                              num(m.maxPositions + m.positionOffset) +
+                              " rows (OPT's and BioGPT's learned positions): Megatron-LM's table starts at row 0; "
+                              "convert by dropping the first " +
+                              num(m.positionOffset) + " rows");
   if (m.slidingWindow > 0 && m.slidingWindow + 1 < w.seqLen) // the band matters at this length
     a.megatronNotes.push_back("sliding_window " + num(m.slidingWindow) + ": Megatron-LM's --window-size " +
                               num(m.slidingWindow) + " 0 (each query sees the " + num(m.slidingWindow) +

@@ -153,8 +153,8 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
     pc.finalNorm = double(m.finalNormTensors()) * H;
     if (m.embeddingNorm)
       pc.embeddingExtras = 2 * H;
-    if (learnedPositions(m.arch)) // GPT-2's and GPTBigCode's wpe
-      pc.embeddingExtras = double(m.maxPositions) * H;
+    if (learnedPositions(m.arch)) // wpe (OPT's and BioGPT's with their two unused rows)
+      pc.embeddingExtras = double(m.maxPositions + m.positionOffset) * H;
   }
   // The widest tensor of a layer: GPT-2's fused c_attn, the others' q
   // projection, a dense MLP's (none where every layer has experts); a

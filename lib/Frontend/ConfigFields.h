@@ -243,6 +243,7 @@ void parseOpt(FieldReader &r, ModelConfig &c, const json &);
 void parseCohere(FieldReader &r, ModelConfig &c, const json &obj);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
 void parseGptNeo(FieldReader &r, ModelConfig &c, const json &);
+void parseBioGpt(FieldReader &r, ModelConfig &c, const json &);
 } // namespace llcdist::config
 
 #endif // LLCDIST_LIB_FRONTEND_CONFIGFIELDS_H

@@ -1,9 +1,9 @@
 //===- GptFamilies.cpp - the GPT-2-style families' config.json fields ------===//
 //
 // The fields of the transformers config classes whose models have no rotary
-// embeddings (GPT2Config, GPTBigCodeConfig, OPTConfig and GPTNeoConfig with
-// learned positions; BloomConfig and MptConfig with ALiBi) into one
-// ModelConfig; the other families are ModelFamilies.cpp's. What llc-dist does
+// embeddings (GPT2Config, GPTBigCodeConfig, OPTConfig, GPTNeoConfig and
+// BioGptConfig with learned positions; BloomConfig and MptConfig with ALiBi)
+// into one ModelConfig; the other families are ModelFamilies.cpp's. What llc-dist does
 // not build is refused by name.
 //
 //===----------------------------------------------------------------------===//
@@ -306,5 +306,37 @@ void parseGptNeo(FieldReader &r, ModelConfig &c, const json &) {
   r.ignore({"embed_dropout", "attention_dropout", "resid_dropout", "classifier_dropout", "summary_activation",
             "summary_first_dropout", "summary_proj_to_labels", "summary_type", "summary_use_proj",
             "gradient_checkpointing", "tokenizer_class"});
+}
+/// BioGPT's fields (transformers 4.40's BioGptConfig): OPT's sequential layer
+/// with BioGPT's names (biogpt.layers.{i}.self_attn_layer_norm, self_attn.
+/// {q,k,v,out}_proj, final_layer_norm, fc1, fc2), the erf GELU, biases on
+/// every projection, learned positions from row 2 of a table of
+/// max_position_embeddings + 2 rows (BioGptLearnedPositionalEmbedding's
+/// offset), the token embeddings times sqrt(hidden_size) where
+/// scale_embedding, the final LayerNorm (biogpt.layer_norm), the head
+/// (output_projection) tied. Every LayerNorm is nn.LayerNorm's default
+/// (eps 1e-5): BioGptModel does not read layer_norm_eps, so neither does
+/// llc-dist.
+void parseBioGpt(FieldReader &r, ModelConfig &c, const json &) {
+  c.vocab = r.positiveInt("vocab_size", 42384);
+  c.hidden = r.positiveInt("hidden_size", 1024);
+  c.layers = r.positiveInt("num_hidden_layers", 24);
+  c.heads = c.kvHeads = r.positiveInt("num_attention_heads", 16);
+  headDimOfHidden(r, c);
+  c.intermediate = r.positiveInt("intermediate_size", 4096);
+  c.maxPositions = r.positiveInt("max_position_embeddings", 1024);
+  c.positionOffset = 2;
+  c.normEps = 1e-5; // nn.LayerNorm's default (layer_norm_eps is not read)
+  std::string act = r.string("hidden_act", "gelu");
+  if (act != "gelu")
+    r.fail("hidden_act", "unsupported activation '" + act + "'; llc-dist implements BioGPT's erf GELU (\"gelu\")");
+  c.mlpActivation = MlpActivation::GeluErf;
+  c.scaleEmbeddings = r.boolean("scale_embedding", true);
+  c.qkvBias = c.outputBias = c.mlpBias = true;
+  c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
+  // Dropout and layer drop (llc-dist trains without them), and the epsilon
+  // BioGptModel never reads.
+  r.ignore(
+      {"hidden_dropout_prob", "attention_probs_dropout_prob", "activation_dropout", "layerdrop", "layer_norm_eps"});
 }
 } // namespace llcdist::config

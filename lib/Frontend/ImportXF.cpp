@@ -71,7 +71,7 @@ public:
       dense = gpt2Block();
     else if (phiLayer(m.arch))
       dense = phiBlock();
-    else if (m.arch == Arch::Starcoder2 || m.arch == Arch::Opt)
+    else if (m.arch == Arch::Starcoder2 || m.arch == Arch::Opt || m.arch == Arch::BioGpt)
       dense = sequentialBlock();
     else if (m.arch == Arch::StableLm || m.arch == Arch::Cohere)
       dense = stablelmBlock();
@@ -407,25 +407,27 @@ private:
   /// sliding window) between LayerNorms, and a GPT-style MLP (c_fc, the tanh
   /// GELU, c_proj); biases on every projection when use_bias.
   /// OPTDecoderLayer: the same with OPT's names, no rotary embeddings (the
-  /// positions are learned) and ReLU; biases everywhere. GPTNeoBlock: the
+  /// positions are learned) and ReLU; biases everywhere; BioGptDecoderLayer:
+  /// OPT's with BioGPT's prefix and the erf GELU. GPTNeoBlock: the
   /// same with GPT-Neo's names, learned positions, q, k and v without biases,
   /// unscaled scores, and with `local` its local attention (window_size).
   func::FuncOp sequentialBlock(bool local = false) {
     func::FuncOp fn;
-    const bool opt = m.arch == Arch::Opt, neo = m.arch == Arch::GptNeo;
+    const bool opt = m.arch == Arch::Opt, neo = m.arch == Arch::GptNeo, bio = m.arch == Arch::BioGpt;
     Value x = beginLayer(fn, opt   ? "opt_decoder_layer"
+                             : bio ? "biogpt_decoder_layer"
                              : neo ? (local ? "gpt_neo_block_local" : "gpt_neo_block")
                                    : "starcoder2_decoder_layer");
     struct Names {
       const char *block, *ln1, *attn, *proj, *ln2, *fc, *fcProj;
     };
-    const Names n = opt ? Names{"model.decoder.layers.{i}.",
-                                "self_attn_layer_norm",
-                                "self_attn",
-                                "self_attn.out_proj",
-                                "final_layer_norm",
-                                "fc1",
-                                "fc2"}
+    const Names n = opt || bio ? Names{bio ? "biogpt.layers.{i}." : "model.decoder.layers.{i}.",
+                                       "self_attn_layer_norm",
+                                       "self_attn",
+                                       "self_attn.out_proj",
+                                       "final_layer_norm",
+                                       "fc1",
+                                       "fc2"}
                     : neo
                         ? Names{"transformer.h.{i}.", "ln_1",      "attn.attention", "attn.attention.out_proj", "ln_2",
                                 "mlp.c_fc",           "mlp.c_proj"}
@@ -543,8 +545,8 @@ private:
     fn.setArgAttr(1, "xf.name", b.getStringAttr("labels"));
     b.setInsertionPointToStart(fn.addEntryBlock());
     int64_t H = m.hidden, V = m.vocab;
-    const bool opt = m.arch == Arch::Opt;
-    bool gpt2 = learnedPositions(m.arch) && !opt, neox = m.arch == Arch::GptNeoX; // GPT-2's names are GPTBigCode's
+    const bool opt = m.arch == Arch::Opt, bio = m.arch == Arch::BioGpt;
+    bool gpt2 = learnedPositions(m.arch) && !opt && !bio, neox = m.arch == Arch::GptNeoX; // GPTBigCode's too
     bool falcon = m.arch == Arch::Falcon || m.arch == Arch::Bloom; // Falcon's names are BLOOM's
     // GPT-2's names of the embedding and the final norm: GPT-J's and GPT-Neo's.
     const bool gpt2Names = m.arch == Arch::GptJ || m.arch == Arch::GptNeo;
@@ -552,17 +554,20 @@ private:
                           : neox                         ? "gpt_neox.embed_in.weight"
                           : falcon                       ? "transformer.word_embeddings.weight"
                           : opt                          ? "model.decoder.embed_tokens.weight"
+                          : bio                          ? "biogpt.embed_tokens.weight"
                                                          : "model.embed_tokens.weight";
     Value emb = param(embName, {V, H});
-    // Gemma: the embeddings times sqrt(hidden_size).
+    // Gemma and BioGPT: the token embeddings times sqrt(hidden_size).
     FloatAttr scale = m.scaleEmbeddings ? b.getF64FloatAttr(std::sqrt(double(H))) : FloatAttr();
     // torch's nn.Embedding(padding_idx = pad_token_id): row p gets no gradient from the lookup.
     IntegerAttr padding = m.paddingIdx >= 0 ? b.getI64IntegerAttr(m.paddingIdx) : IntegerAttr();
     Value x = EmbeddingOp::create(b, loc(embName, {"vocab_size"}), act(H), fn.getArgument(0), emb, scale, padding);
     if (m.embeddingNorm) // BLOOM
       x = layerNorm("transformer.word_embeddings_layernorm", x);
-    if (learnedPositions(m.arch)) { // OPT's table: position p at row p + 2
-      const std::string wpe = opt ? "model.decoder.embed_positions" : "transformer.wpe";
+    if (learnedPositions(m.arch)) { // OPT's and BioGPT's tables: position p at row p + 2
+      const std::string wpe = opt   ? "model.decoder.embed_positions"
+                              : bio ? "biogpt.embed_positions"
+                                    : "transformer.wpe";
       IntegerAttr offset = m.positionOffset ? b.getI64IntegerAttr(m.positionOffset) : IntegerAttr();
       x = AddPositionEmbeddingOp::create(b, loc(wpe, {"max_positions"}), act(H), x,
                                          param(wpe + ".weight", {m.maxPositions + m.positionOffset, H}), offset);
@@ -585,6 +590,8 @@ private:
       x = layerNorm("transformer.ln_f", x);
     else if (opt)
       x = layerNorm("model.decoder.final_layer_norm", x);
+    else if (bio)
+      x = layerNorm("biogpt.layer_norm", x);
     else if (m.arch == Arch::Phi)
       x = layerNorm("model.final_layernorm", x);
     else if (neox)
@@ -598,7 +605,8 @@ private:
     // same logits, exactly where it is a power of two (Command-R's 1/16).
     if (m.logitScale != 1)
       x = ScaleOp::create(b, loc("lm_head", {"logit_scale"}), x, b.getF64FloatAttr(m.logitScale)).getResult();
-    Value head = m.tieEmbeddings ? emb : param(neox ? "embed_out.weight" : "lm_head.weight", {V, H});
+    const char *headName = neox ? "embed_out.weight" : bio ? "output_projection.weight" : "lm_head.weight";
+    Value head = m.tieEmbeddings ? emb : param(headName, {V, H});
     Value headBias = m.lmHeadBias ? param("lm_head.bias", {V}) : Value();
     Value logits = LinearOp::create(b, loc("lm_head"), act(V), WeightLayout::OutIn, x, head, headBias);
     Value loss = CrossEntropyOp::create(b, loc("loss"), lossTy, logits,

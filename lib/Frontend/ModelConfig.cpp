@@ -162,6 +162,7 @@ constexpr Reader kReaders[] = {
     {Arch::Opt, parseOpt, 1, kHfKeys},
     {Arch::Cohere, parseCohere, 0, kHfKeys},
     {Arch::GptNeo, parseGptNeo, -1, {"num_heads", nullptr, "num_layers", "max_position_embeddings", "hidden_size"}},
+    {Arch::BioGpt, parseBioGpt, 1, kHfKeys},
 };
 constexpr bool readersInArchOrder() {
   for (int i = 0; i < kNumArchs; ++i)

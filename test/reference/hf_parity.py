@@ -163,7 +163,8 @@ def hf_shapes(cfg):
     if arch in ("GemmaForCausalLM", "PhiForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM",
                 "Starcoder2ForCausalLM", "StableLmForCausalLM", "OlmoForCausalLM", "GPTNeoXForCausalLM",
                 "FalconForCausalLM", "BloomForCausalLM", "GPTBigCodeForCausalLM", "MptForCausalLM",
-                "GPTJForCausalLM", "OPTForCausalLM", "CohereForCausalLM", "GPTNeoForCausalLM"):
+                "GPTJForCausalLM", "OPTForCausalLM", "CohereForCausalLM", "GPTNeoForCausalLM",
+                "BioGptForCausalLM"):
         return transformers_shapes(cfg)
     H, V, L, I = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
     nh = cfg["num_attention_heads"]

@@ -982,6 +982,18 @@ TEST(FrameworkConfig, Model) {
   EXPECT_TRUE(hasNote(a.megatronNotes, "attention scores not divided by sqrt(head_dim) (GPT-Neo's)"));
   EXPECT_TRUE(hasNote(a.megatronNotes, "local attention (each query sees the last 256 keys) in 12 of 24 layers"));
   EXPECT_TRUE(hasNote(a.megatronNotes, "--window-size 255 0"));
+  // BioGPT: learned positions from row 2, the erf GELU (Megatron-LM's default), scaled token embeddings, tied.
+  ModelConfig bio;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/biogpt.json", bio));
+  m.w.model = bio;
+  m.w.seqLen = 1024;
+  a = m.args();
+  EXPECT_TRUE(hasFlag(a.megatron, "--max-position-embeddings 1024"));
+  for (const char *f : {"--openai-gelu", "--position-embedding-type", "--untie-embeddings-and-output-weights",
+                        "--disable-bias-linear", "--swiglu"})
+    EXPECT_FALSE(hasFlag(a.megatron, f)) << f;
+  EXPECT_TRUE(hasNote(a.megatronNotes, "token embeddings multiplied by sqrt(hidden_size) (Gemma's, BioGPT's)"));
+  EXPECT_TRUE(hasNote(a.megatronNotes, "position p read from row p + 2 of a table of 1026 rows"));
 }
 
 TEST(FrameworkConfig, EveryRowIsTested) {

@@ -129,7 +129,9 @@ TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
                            "c4ai-command-r-v01",
                            "tiny-gpt-neo",
                            "gpt-neo-125m",
-                           "gpt-neo-2.7b"}) {
+                           "gpt-neo-2.7b",
+                           "tiny-biogpt",
+                           "biogpt"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

@@ -809,6 +809,53 @@ TEST(ModelConfig, GptNeoFields) {
             std::string::npos);
 }
 
+TEST(ModelConfig, BioGptFields) {
+  ModelConfig c = load("biogpt");
+  EXPECT_EQ(c.arch, Arch::BioGpt);
+  EXPECT_STREQ(hfArchitecture(c.arch), "BioGptForCausalLM");
+  EXPECT_STREQ(archName(c.arch), "biogpt");
+  EXPECT_EQ(c.numParameters(), 346763264); // microsoft/biogpt: "347M"
+  EXPECT_EQ(c.heads, 16);
+  EXPECT_EQ(c.kvHeads, 16);
+  EXPECT_EQ(c.headDim, 64);
+  EXPECT_EQ(c.intermediate, 4096);
+  EXPECT_EQ(c.maxPositions, 1024);
+  EXPECT_EQ(c.positionOffset, 2);
+  EXPECT_EQ(c.paddingIdx, 1);
+  EXPECT_EQ(c.normEps, 1e-5); // nn.LayerNorm's default: the file's layer_norm_eps 1e-12 is never read
+  EXPECT_TRUE(c.mlpActivation == MlpActivation::GeluErf);
+  EXPECT_TRUE(c.scaleEmbeddings);
+  EXPECT_TRUE(learnedPositions(c.arch) && tokenEmbeddingPadding(c.arch) && layerNorms(c.arch) && !llamaLayout(c.arch) &&
+              !phiLayer(c.arch) && !gpt2Layer(c.arch) && !groupedQkv(c.arch));
+  EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias && c.tieEmbeddings && c.normAffine && c.normBias);
+  EXPECT_FALSE(c.parallelResidual || c.lmHeadBias || c.alibi || c.unscaledAttention);
+  EXPECT_EQ(c.layerTensors(), 16); // two LayerNorms (4), q k v out_proj fc1 fc2 and their biases
+  EXPECT_EQ(c.fieldPos.at("max_positions").key, "max_position_embeddings");
+  const std::string head = R"({"architectures": ["BioGptForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+    "num_hidden_layers": 2, "vocab_size": 128, "intermediate_size": 128, "max_position_embeddings": 32)";
+  ModelConfig small;
+  ASSERT_FALSE(
+      parseModelConfig(head + R"(, "scale_embedding": false, "tie_word_embeddings": false})", "small.json", small));
+  EXPECT_FALSE(small.scaleEmbeddings);
+  EXPECT_EQ(small.paddingIdx, 1); // BioGptConfig's default pad_token_id
+  // The table and its head (output_projection), 34 positions, two layers, the final LayerNorm.
+  EXPECT_EQ(small.numParameters(),
+            2 * 128 * 64 + 34 * 64 + 2 * (4 * 64 + 4 * 64 * 64 + 4 * 64 + 2 * 64 * 128 + 128 + 64) + 2 * 64);
+  const std::pair<std::string, std::string> refused[] = {
+      {R"(, "hidden_act": "relu"})", "field 'hidden_act': unsupported activation 'relu'; llc-dist implements "
+                                     "BioGPT's erf GELU (\"gelu\")"},
+      {R"(, "scale_embedding": 1})", "field 'scale_embedding'"},
+      {R"(, "num_attention_heads": 5})", "field 'num_attention_heads': num_attention_heads=5 does not divide"},
+      {R"(, "rope_theta": 1000})", "unknown field for BioGptForCausalLM"},
+  };
+  for (const auto &[extra, want] : refused) {
+    std::string text = head + extra;
+    if (extra.find("num_attention_heads") != std::string::npos)
+      text = R"({"architectures": ["BioGptForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2)" + extra;
+    EXPECT_NE(parseError(text).find(want), std::string::npos) << extra << ": " << parseError(text);
+  }
+}
+
 // The token embedding's padding_idx, as transformers builds it: pad_token_id,
 // or the config class's default where the field is absent; null is none;
 // families whose nn.Embedding takes no padding_idx ignore the field.
@@ -836,6 +883,7 @@ TEST(ModelConfig, PaddingIdxFromPadTokenId) {
   EXPECT_EQ(parse("GemmaForCausalLM", ""), 0);
   EXPECT_EQ(parse("CohereForCausalLM", ""), 0);
   EXPECT_EQ(parse("OlmoForCausalLM", ""), 1);
+  EXPECT_EQ(parse("BioGptForCausalLM", ""), 1);
   EXPECT_EQ(parse("LlamaForCausalLM", ""), -1);
   EXPECT_EQ(parse("Qwen2ForCausalLM", R"(, "pad_token_id": 127)"), 127);
   EXPECT_EQ(parse("LlamaForCausalLM", R"(, "pad_token_id": -1)"), 127); // nn.Embedding counts from the end

@@ -289,6 +289,12 @@ TEST(ContextParallelRing, TinyOptSGD) {
 TEST(ContextParallelRing, TinyGptNeoSGD) {
   golden("tiny-gpt-neo", "sgd", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
 }
+/// BioGPT's scaled token embeddings and its positions from row 2 (not fused:
+/// the scale) at the global positions of cp's chunks (ring, and all-to-all
+/// with tp's sequence slices).
+TEST(ContextParallelRing, TinyBioGptSGD) {
+  golden("tiny-biogpt", "sgd", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
+}
 /// One kv head: all-to-all replicates it over cp (2 and 4 copies), ring passes
 /// it around.
 TEST(ContextParallelRing, TinyGemmaSGD) {

@@ -174,6 +174,9 @@ TEST(GradCheck, TinyCohereEveryParameter) { checkGradients("tiny-cohere", 10); }
 // GPT-Neo: q's scale by sqrt(head_dim) in the backward, the local layers'
 // window (4 keys of 8), two layer bodies.
 TEST(GradCheck, TinyGptNeoEveryParameter) { checkGradients("tiny-gpt-neo", 11); }
+// BioGPT: the token embeddings' scale (sqrt(64) = 8) in the backward beside
+// the positions' table read from row 2, the erf GELU.
+TEST(GradCheck, TinyBioGptEveryParameter) { checkGradients("tiny-biogpt", 12); }
 // (Not OPT: a step of 1e-2 moves some of ReLU's inputs across 0, where the
 // loss has a kink, and central differences are off by more than the
 // tolerance there (tried: at least 6 of ~100 elements). Its gradients are checked

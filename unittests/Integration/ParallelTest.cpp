@@ -126,6 +126,8 @@ TEST(Parallel, TinyOptAdamW) { golden("tiny-opt", "adamw"); }
 // global and local layers (two layer bodies, split over pipeline stages).
 TEST(Parallel, TinyGptNeoSGD) { golden("tiny-gpt-neo", "sgd"); }
 TEST(Parallel, TinyGptNeoAdamW) { golden("tiny-gpt-neo", "adamw"); }
+TEST(Parallel, TinyBioGptSGD) { golden("tiny-biogpt", "sgd"); }
+TEST(Parallel, TinyBioGptAdamW) { golden("tiny-biogpt", "adamw"); }
 // Cohere: StableLM's parallel layer on a LayerNorm of a weight alone, GQA
 // (2 kv heads, one per tp rank), rotary embeddings in adjacent pairs, the
 // logits' scale on each rank's sequence slice, tied.

@@ -39,11 +39,12 @@ enum class Arch {
   GptJ,
   Opt,
   Cohere,
-  GptNeo
+  GptNeo,
+  BioGpt
 };
 /// How many families there are: a new one is appended to Arch and gets its
 /// row in kFamilies (and in ModelConfig.cpp's kReaders; docs/adding-a-model.md).
-inline constexpr int kNumArchs = int(Arch::GptNeo) + 1;
+inline constexpr int kNumArchs = int(Arch::BioGpt) + 1;
 
 /// What the passes ask of a family: the bits of a kFamilies row. Each family
 /// states in its row the ones it has, so a new family decides each of them
@@ -119,6 +120,7 @@ inline constexpr Family kFamilies[] = {
     {Arch::Opt, "opt", "OPTForCausalLM", kPaddingIdx | kLearnedPositions | kLayerNorms},
     {Arch::Cohere, "cohere", "CohereForCausalLM", kLlamaLayout | kPaddingIdx | kLayerNorms},
     {Arch::GptNeo, "gpt_neo", "GPTNeoForCausalLM", kLearnedPositions | kLayerNorms},
+    {Arch::BioGpt, "biogpt", "BioGptForCausalLM", kPaddingIdx | kLearnedPositions | kLayerNorms},
 };
 constexpr bool familiesInArchOrder() {
   for (int i = 0; i < kNumArchs; ++i)

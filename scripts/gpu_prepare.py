@@ -99,6 +99,9 @@ GOLDEN = [
     # BioGPT's scaled token embedding (embedding_fwd / embedding_bwd_weight with scale, not fused with the
     # positions) beside pos_embedding_fwd / _bwd_weight reading from row 2, and the erf GELU, per tp rank.
     ("biogpt-tp2", "tiny-biogpt", "--mesh tp=2 --seq-len 64 --global-batch 4"),
+    # CodeGen's qkv_proj in 4 blocks of [q | v | k] (the packed-QKV attention cannot read it: split copies),
+    # rotate_every_two on part of each head, per tp rank.
+    ("codegen-tp2", "tiny-codegen", "--mesh tp=2 --seq-len 64 --global-batch 4"),
     # Mixtures of experts (issue #34): routing, permutation, the grouped GEMMs and the weighted sum back
     # (Mixtral, top-2 renormalized), Qwen2-MoE's gated shared expert, with dp and tp.
     ("mixtral-1rank", "tiny-mixtral", "--seq-len 64 --global-batch 4"),

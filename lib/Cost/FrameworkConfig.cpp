@@ -148,6 +148,10 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
       a.megatronNotes.push_back("no biases on q, k and v but on out_proj and the MLP (GPT-Neo's): no Megatron-LM flag "
                                 "(--disable-bias-linear drops all of them)");
   }
+  if (m.qkvBlocks) // CodeGen
+    a.megatronNotes.push_back("q, v and k from one GEMM in " + num(m.qkvBlocks) +
+                              " blocks of [q | v | k] (CodeGen's qkv_proj): Megatron-LM's fused QKV is grouped per "
+                              "head; convert by permuting the rows");
   if (m.scaleEmbeddings) // Gemma, BioGPT
     a.megatronNotes.push_back("token embeddings multiplied by sqrt(hidden_size) (Gemma's, BioGPT's): no Megatron-LM "
                               "flag (a model spec's embedding)");

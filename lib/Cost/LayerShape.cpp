@@ -160,7 +160,7 @@ ParamCounts paramCounts(const Workload &w, int64_t tp) {
   // projection, a dense MLP's (none where every layer has experts); a
   // mixture of experts' router, shared expert and stacked experts.
   const double attnWidth =
-      gpt2Layer(m.arch) || groupedQkv(m.arch) ? double(s.q + 2 * s.kv) : double(s.q); // fused: GPT-2's 3q
+      gpt2Layer(m.arch) || groupedQkv(m.arch) || m.qkvBlocks ? double(s.q + 2 * s.kv) : double(s.q); // fused: 3q
   const double denseMlpWidth = m.moe && !mixedLayers(m) ? 0 : double(m.intermediate / tp);
   pc.largestTensor = H * std::max(attnWidth, denseMlpWidth);
   if (m.moe) {

@@ -145,6 +145,9 @@ std::optional<std::string> cost::checkConfig(const Workload &w, const ParallelCo
   if (groupedQkv(m.arch) && m.kvHeads % c.tp) // TensorParallel.cpp's replicateKvHeads refuses it
     return why("tp=" + std::to_string(c.tp) + " does not divide num_kv_heads=" + std::to_string(m.kvHeads) +
                ": a fused q|k|v (query_key_value, GPTBigCode's c_attn) cannot replicate kv heads");
+  if (m.qkvBlocks && m.qkvBlocks % c.tp) // TensorParallel's grouped split: whole blocks per rank
+    return why("tp=" + std::to_string(c.tp) + " does not divide the " + std::to_string(m.qkvBlocks) +
+               " blocks of CodeGen's qkv_proj (each [q | v | k] of a quarter of the heads)");
   if (m.intermediate % c.tp)
     return why("tp does not divide the MLP's intermediate size");
   if (w.globalBatch % (c.microBatch * c.dp))

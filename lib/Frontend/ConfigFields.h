@@ -244,6 +244,7 @@ void parseCohere(FieldReader &r, ModelConfig &c, const json &obj);
 void parseStarcoder2(FieldReader &r, ModelConfig &c, const json &obj);
 void parseGptNeo(FieldReader &r, ModelConfig &c, const json &);
 void parseBioGpt(FieldReader &r, ModelConfig &c, const json &);
+void parseCodeGen(FieldReader &r, ModelConfig &c, const json &);
 } // namespace llcdist::config
 
 #endif // LLCDIST_LIB_FRONTEND_CONFIGFIELDS_H

@@ -291,6 +291,21 @@ private:
     return attention(p, qr, kr, vv, attn, localKeys);
   }
 
+  /// CodeGen's attention of layer prefix `p` on `h`: one GEMM (`attn`.qkv_proj,
+  /// no bias) whose output is m.qkvBlocks blocks, each [q | v | k] of
+  /// heads / qkvBlocks heads (a grouped xf.split: tp takes whole blocks),
+  /// rotary embeddings on q and k, causal attention.
+  Value blockedQkvAttention(const std::string &p, Value h, const char *attn) {
+    const int64_t H = m.hidden, q = m.heads * m.headDim;
+    Value qkv = linear(p + attn + ".qkv_proj", h, H, 3 * q, m.qkvBias, WeightLayout::OutIn);
+    auto split = SplitOp::create(b, loc(p + attn, {"num_heads"}), TypeRange{act(q), act(q), act(q)}, qkv,
+                                 b.getI64IntegerAttr(m.qkvBlocks));
+    // Separate statements: the ops appear in a fixed order (q's rotation, then k's).
+    Value qr = rope(p, split.getResult(0), attn);
+    Value kr = rope(p, split.getResult(2), attn); // each block is q | v | k
+    return attention(p, qr, kr, split.getResult(1), attn);
+  }
+
   /// The gated MLP under `prefix` ("model.layers.{i}.mlp."): gate_proj,
   /// up_proj, SwiGLU (Gemma: GeGLU), down_proj.
   Value gatedMlp(const std::string &prefix, Value h, int64_t I, bool bias) {
@@ -380,8 +395,8 @@ private:
   /// q, k, v and out_proj, and rotate_every_two (ModelConfig::ropeInterleaved).
   func::FuncOp phiBlock() {
     func::FuncOp fn;
-    const bool gptj = m.arch == Arch::GptJ;
-    Value x = beginLayer(fn, gptj ? "gptj_block" : "phi_decoder_layer");
+    const bool codegen = m.arch == Arch::CodeGen, gptj = m.arch == Arch::GptJ || codegen; // GPT-J's names
+    Value x = beginLayer(fn, codegen ? "codegen_block" : gptj ? "gptj_block" : "phi_decoder_layer");
     struct Names {
       const char *block, *ln, *attn, *proj, *fc, *fcProj;
     };
@@ -392,7 +407,7 @@ private:
     int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim;
     auto o = WeightLayout::OutIn;
     Value h = layerNorm(p + n.ln, x);
-    Value a = selfAttention(p, h, m.qkvBias, n.attn);
+    Value a = m.qkvBlocks ? blockedQkvAttention(p, h, n.attn) : selfAttention(p, h, m.qkvBias, n.attn);
     Value attnOut = linear(p + n.proj, a, q, H, m.outputBias, o);
     Value f = linear(p + n.fc, h, H, I, m.mlpBias, o);
     Value g = mlpActivation(p + "mlp", f);
@@ -548,8 +563,8 @@ private:
     const bool opt = m.arch == Arch::Opt, bio = m.arch == Arch::BioGpt;
     bool gpt2 = learnedPositions(m.arch) && !opt && !bio, neox = m.arch == Arch::GptNeoX; // GPTBigCode's too
     bool falcon = m.arch == Arch::Falcon || m.arch == Arch::Bloom; // Falcon's names are BLOOM's
-    // GPT-2's names of the embedding and the final norm: GPT-J's and GPT-Neo's.
-    const bool gpt2Names = m.arch == Arch::GptJ || m.arch == Arch::GptNeo;
+    // GPT-2's names of the embedding and the final norm: GPT-J's, CodeGen's and GPT-Neo's.
+    const bool gpt2Names = m.arch == Arch::GptJ || m.arch == Arch::CodeGen || m.arch == Arch::GptNeo;
     std::string embName = gpt2Layer(m.arch) || gpt2Names ? "transformer.wte.weight"
                           : neox                         ? "gpt_neox.embed_in.weight"
                           : falcon                       ? "transformer.word_embeddings.weight"

@@ -84,7 +84,7 @@ int64_t ModelConfig::activeParameters() const { return parameterCount<int64_t>(*
 int64_t ModelConfig::layerParameters() const { return layerCount<int64_t>(*this, /*active=*/false, moe.has_value()); }
 int64_t ModelConfig::layerTensors(bool sparse) const {
   if (!llamaLayout(arch)) { // the norms, q k v o (q|k|v fused: one), the MLP's two matrices, their biases
-    const bool fused = gpt2Layer(arch) || groupedQkv(arch);
+    const bool fused = gpt2Layer(arch) || groupedQkv(arch) || qkvBlocks > 0;
     return normTensors() + (fused ? 4 : 6) + (qkvBias ? (fused ? 1 : 3) : 0) + (outputBias ? 1 : 0) + (mlpBias ? 2 : 0);
   }
   // The norms, q k v o, and the gated MLP's three matrices or the router,
@@ -163,6 +163,7 @@ constexpr Reader kReaders[] = {
     {Arch::Cohere, parseCohere, 0, kHfKeys},
     {Arch::GptNeo, parseGptNeo, -1, {"num_heads", nullptr, "num_layers", "max_position_embeddings", "hidden_size"}},
     {Arch::BioGpt, parseBioGpt, 1, kHfKeys},
+    {Arch::CodeGen, parseCodeGen, -1, kGpt2Keys},
 };
 constexpr bool readersInArchOrder() {
   for (int i = 0; i < kNumArchs; ++i)

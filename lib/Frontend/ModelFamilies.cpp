@@ -448,13 +448,16 @@ void parseFalcon(FieldReader &r, ModelConfig &c, const json &obj) {
             "multi_query", "parallel_attn"});
 }
 
-/// GPT-J's fields (transformers 4.40's GPTJConfig): Phi's layer (attention
-/// and MLP side by side on one LayerNorm) with GPT-2's names, q, k, v and
-/// out_proj without biases, fc_in and fc_out with them, the tanh GELU, rotary
-/// embeddings on the first rotary_dim dims of each head in adjacent pairs
-/// (rotate_every_two, theta 10,000), an untied head with a bias.
-void parseGptJ(FieldReader &r, ModelConfig &c, const json &) {
-  refuseAliases(r, "GPTJConfig",
+namespace {
+/// The fields GPTJConfig and CodeGenConfig share (`cls`: the config class,
+/// `attn`: its attention module, `family`: its name in messages): Phi's layer (attention and MLP side by
+/// side on one LayerNorm) with GPT-2's names, out_proj without a bias, fc_in
+/// and fc_out with them, the tanh GELU, rotary embeddings on the first
+/// rotary_dim dims of each head in adjacent pairs (rotate_every_two, theta
+/// 10,000), an untied head with a bias.
+void readGptJFields(FieldReader &r, ModelConfig &c, const char *cls, const std::string &attn,
+                    const std::string &family) {
+  refuseAliases(r, cls,
                 {{"hidden_size", "n_embd"},
                  {"num_attention_heads", "n_head"},
                  {"num_hidden_layers", "n_layer"},
@@ -479,22 +482,42 @@ void parseGptJ(FieldReader &r, ModelConfig &c, const json &) {
   std::string act = r.string("activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
     r.fail("activation_function",
-           "unsupported activation '" + act + "'; llc-dist implements GPT-J's tanh GELU (\"gelu_new\")");
+           "unsupported activation '" + act + "'; llc-dist implements " + family + "'s tanh GELU (\"gelu_new\")");
   c.qkvBias = c.outputBias = false;
   c.mlpBias = c.lmHeadBias = true;
   c.tieEmbeddings = r.boolean("tie_word_embeddings", false);
-  // Fields of EleutherAI's published config that GPTJConfig 4.40 never
-  // reads: they hold only their one value (rotary embeddings, scaled scores).
+  // Fields of the published configs that the config class never reads:
+  // they hold only their one value (rotary embeddings, scaled scores).
   if (!r.boolean("rotary", true))
-    r.fail("rotary", "transformers' GPTJAttention always applies rotary embeddings; only true is supported");
+    r.fail("rotary", "transformers' " + attn + " always applies rotary embeddings; only true is supported");
   if (!r.boolean("scale_attn_weights", true))
-    r.fail("scale_attn_weights", "transformers' GPTJAttention always scales the scores by 1/sqrt(head_dim); only "
-                                 "true is supported");
-  // Dropout (llc-dist trains without it), and the rest of that config: the
-  // sequence-summary head, the tokenizer's class, a training switch.
+    r.fail("scale_attn_weights",
+           "transformers' " + attn + " always scales the scores by 1/sqrt(head_dim); only true is supported");
+  // Dropout (llc-dist trains without it), and the rest of those configs:
+  // the sequence-summary head, the tokenizer's class, a training switch.
   r.ignore({"resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_activation", "summary_first_dropout",
             "summary_proj_to_labels", "summary_type", "summary_use_proj", "task_specific_params",
             "gradient_checkpointing", "tokenizer_class"});
+}
+} // namespace
+
+/// GPT-J's fields (transformers 4.40's GPTJConfig): readGptJFields' layer,
+/// q, k and v from three GEMMs without biases.
+void parseGptJ(FieldReader &r, ModelConfig &c, const json &) {
+  readGptJFields(r, c, "GPTJConfig", "GPTJAttention", "GPT-J");
+}
+
+/// CodeGen's fields (transformers 4.40's CodeGenConfig): GPT-J's layer with
+/// q, v and k from one GEMM (qkv_proj, no bias) whose output is 4 blocks
+/// (CodeGenAttention's hard-coded mp_num), each [q | v | k] of a quarter of
+/// the heads: ModelConfig::qkvBlocks. n_ctx is never read.
+void parseCodeGen(FieldReader &r, ModelConfig &c, const json &) {
+  readGptJFields(r, c, "CodeGenConfig", "CodeGenAttention", "CodeGen");
+  c.qkvBlocks = 4;
+  if (c.heads % c.qkvBlocks != 0)
+    r.fail("n_head", "n_head=" + std::to_string(c.heads) +
+                         " is not a multiple of 4: CodeGen's qkv_proj holds 4 blocks (mp_num) of whole heads");
+  r.ignore({"n_ctx"});
 }
 
 /// StarCoder2's fields (transformers 4.40's Starcoder2Config): Llama's

@@ -38,8 +38,8 @@ for f in run.sh golden.json parity.json prepare.json bin/llcdist-run.xz bin/llcd
     info/gpt2.json params/parity-llama-bf16.safetensors ref/llama-dp2-tp2-pp2-sp-bf16.jsonl; do
   [ -s "$dir/$f" ] || fail "DIR/$f is missing"
 done
-[ "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["plans"]))' "$dir/golden.json")" = 76 ] ||
-  fail "golden.json does not list the 76 plans (36 configurations and 2 parity plans, f32 and bf16)"
+[ "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["plans"]))' "$dir/golden.json")" = 78 ] ||
+  fail "golden.json does not list the 78 plans (37 configurations and 2 parity plans, f32 and bf16)"
 
 # 2. no GPU: one line, non-zero. (A PATH without nvidia-smi: also where the CI machine has one.)
 nogpu=$tmp/nogpu-bin

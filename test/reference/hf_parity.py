@@ -164,7 +164,7 @@ def hf_shapes(cfg):
                 "Starcoder2ForCausalLM", "StableLmForCausalLM", "OlmoForCausalLM", "GPTNeoXForCausalLM",
                 "FalconForCausalLM", "BloomForCausalLM", "GPTBigCodeForCausalLM", "MptForCausalLM",
                 "GPTJForCausalLM", "OPTForCausalLM", "CohereForCausalLM", "GPTNeoForCausalLM",
-                "BioGptForCausalLM"):
+                "BioGptForCausalLM", "CodeGenForCausalLM"):
         return transformers_shapes(cfg)
     H, V, L, I = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"], cfg["intermediate_size"]
     nh = cfg["num_attention_heads"]

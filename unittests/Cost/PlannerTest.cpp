@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -266,6 +267,31 @@ TEST(Planner, FusedQkvNeedsTpDividingTheKvHeads) {
   ModelConfig llama = falcon; // the same sizes with separate k and v projections: replicated
   llama.arch = Arch::Llama;
   EXPECT_FALSE(checkConfig(workload(llama, 8, 32), c));
+}
+
+// CodeGen's qkv_proj splits over tp in whole blocks of [q | v | k] (4, its
+// mp_num): tp=8 divides 8 heads but not the blocks, and the planner refuses
+// it as the compiler does (hf-codegen.test).
+TEST(Planner, CodeGenQkvBlocksBoundTp) {
+  ModelConfig codegen;
+  ASSERT_FALSE(loadModelConfig(std::string(LLCDIST_SOURCE_DIR) + "/models/tiny-codegen.json", codegen));
+  codegen.heads = codegen.kvHeads = 8;
+  codegen.headDim = codegen.hidden / 8;
+  Workload w = workload(codegen, 8, 32);
+  ParallelConfig c;
+  for (int64_t tp : {1, 2, 4}) {
+    c.tp = tp;
+    EXPECT_FALSE(checkConfig(w, c)) << "tp=" << tp << ": whole blocks per rank";
+  }
+  c.tp = 8;
+  std::optional<std::string> why = checkConfig(w, c);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("tp=8 does not divide the 4 blocks of CodeGen's qkv_proj"), std::string::npos) << *why;
+  c.tp = 1;
+  FrameworkArgs a = frameworkArgs(w, c);
+  EXPECT_TRUE(std::any_of(a.megatronNotes.begin(), a.megatronNotes.end(), [](const std::string &n) {
+    return n.find("q, v and k from one GEMM in 4 blocks of [q | v | k] (CodeGen's qkv_proj)") != std::string::npos;
+  }));
 }
 
 // BLOOM's ALiBi: all-to-all context parallelism is refused as the compiler

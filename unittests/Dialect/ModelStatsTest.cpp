@@ -131,7 +131,9 @@ TEST(ModelStats, IRAgreesWithFormulaForEveryShippedModel) {
                            "gpt-neo-125m",
                            "gpt-neo-2.7b",
                            "tiny-biogpt",
-                           "biogpt"}) {
+                           "biogpt",
+                           "tiny-codegen",
+                           "codegen-350m-mono"}) {
     Imported r = importAndCount(name);
     EXPECT_EQ(r.stats.parameters, r.config.numParameters()) << name;
     EXPECT_EQ(r.stats.layers, r.config.layers) << name;

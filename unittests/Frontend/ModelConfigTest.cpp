@@ -640,6 +640,50 @@ TEST(ModelConfig, GptJFields) {
   }
 }
 
+// CodeGen: GPT-J's fields and layer, q, v and k from one GEMM in 4 blocks
+// (qkv_proj, mp_num); Salesforce's published config reads as is.
+TEST(ModelConfig, CodeGenFields) {
+  ModelConfig c = load("codegen-350m-mono");
+  EXPECT_EQ(c.arch, Arch::CodeGen);
+  EXPECT_STREQ(hfArchitecture(c.arch), "CodeGenForCausalLM");
+  EXPECT_STREQ(archName(c.arch), "codegen");
+  EXPECT_EQ(c.numParameters(), 356712448); // what transformers' CodeGenForCausalLM counts on this config
+  EXPECT_EQ(c.heads, 16);
+  EXPECT_EQ(c.headDim, 64);
+  EXPECT_EQ(c.rotaryDim, 32);
+  EXPECT_EQ(c.qkvBlocks, 4);
+  EXPECT_EQ(c.maxPositions, 2048);
+  EXPECT_TRUE(phiLayer(c.arch) && layerNorms(c.arch) && !llamaLayout(c.arch) && !learnedPositions(c.arch) &&
+              !groupedQkv(c.arch) && !tokenEmbeddingPadding(c.arch));
+  EXPECT_TRUE(c.ropeInterleaved && c.mlpBias && c.lmHeadBias);
+  EXPECT_FALSE(c.qkvBias || c.outputBias || c.tieEmbeddings || c.parallelResidual);
+  EXPECT_EQ(c.layerTensors(), 8); // ln_1 (2), qkv_proj, out_proj, fc_in and fc_out with their biases
+  EXPECT_EQ(c.fieldPos.at("num_heads").key, "n_head");
+  const std::string head = R"({"architectures": ["CodeGenForCausalLM"], "n_embd": 64, "n_head": 4,
+    "n_layer": 2, "vocab_size": 128, "n_positions": 32, "rotary_dim": 8)";
+  ModelConfig small;
+  ASSERT_FALSE(parseModelConfig(head + R"(, "n_ctx": 32})", "small.json", small));
+  // wte, the head and its bias, ln_f; per layer ln_1, qkv_proj, out_proj, fc_in and fc_out with biases.
+  EXPECT_EQ(small.numParameters(),
+            2 * 128 * 64 + 128 + 2 * 64 + 2 * (2 * 64 + 3 * 64 * 64 + 64 * 64 + 2 * 64 * 256 + 256 + 64));
+  const std::pair<std::string, std::string> refused[] = {
+      {R"(, "hidden_size": 64})", "field 'hidden_size': is CodeGenConfig's alias of n_embd"},
+      {R"(, "rotary": false})", "field 'rotary': transformers' CodeGenAttention always applies"},
+      {R"(, "activation_function": "relu"})",
+       "field 'activation_function': unsupported activation 'relu'; llc-dist implements CodeGen's tanh GELU"},
+      {R"(, "n_head": 2})", "field 'n_head': n_head=2 is not a multiple of 4: CodeGen's qkv_proj holds 4 blocks"},
+      {R"(, "rope_theta": 1000})", "unknown field for CodeGenForCausalLM"},
+  };
+  for (const auto &[extra, want] : refused) {
+    std::string text = head + extra;
+    if (extra.find("n_head") != std::string::npos)
+      text = R"({"architectures": ["CodeGenForCausalLM"], "n_embd": 64, "n_layer": 2, "vocab_size": 128,
+        "rotary_dim": 8)" +
+             extra;
+    EXPECT_NE(parseError(text).find(want), std::string::npos) << extra << ": " << parseError(text);
+  }
+}
+
 // OPT: StarCoder2's sequential layer with learned positions from row 2 of
 // their table, ReLU, biases everywhere, tied; what only opt-350m has (the
 // LayerNorms after the residual, project_in / project_out) is refused.

@@ -292,6 +292,12 @@ TEST(ContextParallelRing, TinyGptNeoSGD) {
 /// BioGPT's scaled token embeddings and its positions from row 2 (not fused:
 /// the scale) at the global positions of cp's chunks (ring, and all-to-all
 /// with tp's sequence slices).
+/// CodeGen's q | v | k blocks split over tp with rotate_every_two at the
+/// global positions of cp's chunks (ring, and all-to-all with tp's sequence
+/// slices).
+TEST(ContextParallelRing, TinyCodeGenSGD) {
+  golden("tiny-codegen", "sgd", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
+}
 TEST(ContextParallelRing, TinyBioGptSGD) {
   golden("tiny-biogpt", "sgd", {CpCase::of(2).ring(), CpCase::of(2).withTp(2).withSequenceParallel()});
 }

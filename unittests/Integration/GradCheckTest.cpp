@@ -177,6 +177,9 @@ TEST(GradCheck, TinyGptNeoEveryParameter) { checkGradients("tiny-gpt-neo", 11); 
 // BioGPT: the token embeddings' scale (sqrt(64) = 8) in the backward beside
 // the positions' table read from row 2, the erf GELU.
 TEST(GradCheck, TinyBioGptEveryParameter) { checkGradients("tiny-biogpt", 12); }
+// CodeGen: the grouped split of qkv_proj (pieces taken q, v, k) in the
+// backward, the side-by-side layer.
+TEST(GradCheck, TinyCodeGenEveryParameter) { checkGradients("tiny-codegen", 13); }
 // (Not OPT: a step of 1e-2 moves some of ReLU's inputs across 0, where the
 // loss has a kink, and central differences are off by more than the
 // tolerance there (tried: at least 6 of ~100 elements). Its gradients are checked

@@ -128,6 +128,8 @@ TEST(Parallel, TinyGptNeoSGD) { golden("tiny-gpt-neo", "sgd"); }
 TEST(Parallel, TinyGptNeoAdamW) { golden("tiny-gpt-neo", "adamw"); }
 TEST(Parallel, TinyBioGptSGD) { golden("tiny-biogpt", "sgd"); }
 TEST(Parallel, TinyBioGptAdamW) { golden("tiny-biogpt", "adamw"); }
+TEST(Parallel, TinyCodeGenSGD) { golden("tiny-codegen", "sgd"); }
+TEST(Parallel, TinyCodeGenAdamW) { golden("tiny-codegen", "adamw"); }
 // Cohere: StableLM's parallel layer on a LayerNorm of a weight alone, GQA
 // (2 kv heads, one per tp rank), rotary embeddings in adjacent pairs, the
 // logits' scale on each rank's sequence slice, tied.

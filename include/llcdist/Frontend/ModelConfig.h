@@ -40,11 +40,12 @@ enum class Arch {
   Opt,
   Cohere,
   GptNeo,
-  BioGpt
+  BioGpt,
+  CodeGen
 };
 /// How many families there are: a new one is appended to Arch and gets its
 /// row in kFamilies (and in ModelConfig.cpp's kReaders; docs/adding-a-model.md).
-inline constexpr int kNumArchs = int(Arch::BioGpt) + 1;
+inline constexpr int kNumArchs = int(Arch::CodeGen) + 1;
 
 /// What the passes ask of a family: the bits of a kFamilies row. Each family
 /// states in its row the ones it has, so a new family decides each of them
@@ -66,8 +67,8 @@ enum ArchTrait : unsigned {
   /// ALiBi) with nn.Linear layouts and their own names.
   kGpt2Layer = 1u << 1,
   /// One LayerNorm feeding attention and the MLP side by side, x + attn(ln x)
-  /// + mlp(ln x): Phi's PhiDecoderLayer and GPT-J's GPTJBlock (ImportXF's
-  /// phiBlock).
+  /// + mlp(ln x): Phi's PhiDecoderLayer, GPT-J's GPTJBlock and CodeGen's
+  /// CodeGenBlock (ImportXF's phiBlock).
   kPhiLayer = 1u << 2,
   /// transformers builds the token embedding with padding_idx =
   /// config.pad_token_id (ModelConfig::paddingIdx); without it pad_token_id
@@ -121,6 +122,7 @@ inline constexpr Family kFamilies[] = {
     {Arch::Cohere, "cohere", "CohereForCausalLM", kLlamaLayout | kPaddingIdx | kLayerNorms},
     {Arch::GptNeo, "gpt_neo", "GPTNeoForCausalLM", kLearnedPositions | kLayerNorms},
     {Arch::BioGpt, "biogpt", "BioGptForCausalLM", kPaddingIdx | kLearnedPositions | kLayerNorms},
+    {Arch::CodeGen, "codegen", "CodeGenForCausalLM", kPhiLayer | kLayerNorms},
 };
 constexpr bool familiesInArchOrder() {
   for (int i = 0; i < kNumArchs; ++i)
@@ -210,6 +212,10 @@ struct ModelConfig {
   /// GPT-J's rotate_every_two: the rotated pairs are adjacent dims (2j,
   /// 2j + 1), not rotate_half's j and j + rotaryDim/2 (xf.rope interleaved).
   bool ropeInterleaved = false;
+  /// CodeGen's qkv_proj: one GEMM whose output is this many blocks (its
+  /// mp_num, 4), each [q | v | k] of heads / qkvBlocks heads; 0: q, k and v
+  /// are laid out otherwise. tp must divide it (whole blocks per rank).
+  int64_t qkvBlocks = 0;
   bool lmHeadBias = false; ///< Phi, GPT-J: lm_head has a bias
   /// Cohere's logit_scale: the logits times it (applied to the final norm's
   /// output, before the head: the same logits, bit for bit where it is a

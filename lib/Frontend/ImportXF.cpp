@@ -31,6 +31,7 @@
 #include "mlir/IR/Builders.h"
 
 #include <cmath>
+#include <iterator>
 
 using namespace mlir;
 using namespace llcdist;
@@ -40,6 +41,50 @@ static_assert(kMaxModelMicrobatches == kMaxMicrobatches,
               "xf.model's microbatches bound is the frontend's (resolveTrainingShape)");
 
 namespace {
+/// Each family's names outside its layers, as its state_dict has them: the
+/// token embedding's module, the learned position table's (kLearnedPositions
+/// only), the final norm's (a LayerNorm where kLayerNorms, else an RMSNorm)
+/// and the head's (untied: its weight; with ModelConfig::lmHeadBias, its
+/// bias). One row per Arch, in its order.
+struct TopNames {
+  Arch arch;
+  const char *embed, *positions, *finalNorm, *head;
+};
+constexpr TopNames kTopNames[] = {
+    {Arch::GPT2, "transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"},
+    {Arch::Llama, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Qwen2, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Mistral, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Gemma, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Phi, "model.embed_tokens", nullptr, "model.final_layernorm", "lm_head"},
+    {Arch::Mixtral, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Qwen2Moe, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Starcoder2, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::StableLm, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Olmo, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::GptNeoX, "gpt_neox.embed_in", nullptr, "gpt_neox.final_layer_norm", "embed_out"},
+    {Arch::Falcon, "transformer.word_embeddings", nullptr, "transformer.ln_f", "lm_head"},
+    {Arch::Bloom, "transformer.word_embeddings", nullptr, "transformer.ln_f", "lm_head"},
+    {Arch::GptBigCode, "transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"},
+    {Arch::Mpt, "transformer.wte", nullptr, "transformer.norm_f", "lm_head"},
+    {Arch::GptJ, "transformer.wte", nullptr, "transformer.ln_f", "lm_head"},
+    {Arch::Opt, "model.decoder.embed_tokens", "model.decoder.embed_positions", "model.decoder.final_layer_norm",
+     "lm_head"},
+    {Arch::Cohere, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::GptNeo, "transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"},
+    {Arch::BioGpt, "biogpt.embed_tokens", "biogpt.embed_positions", "biogpt.layer_norm", "output_projection"},
+    {Arch::CodeGen, "transformer.wte", nullptr, "transformer.ln_f", "lm_head"},
+};
+constexpr bool topNamesInArchOrder() {
+  for (int i = 0; i < kNumArchs; ++i)
+    if (int(kTopNames[i].arch) != i || (kTopNames[i].positions != nullptr) != learnedPositions(Arch(i)))
+      return false;
+  return std::size(kTopNames) == size_t(kNumArchs);
+}
+static_assert(topNamesInArchOrder(), "one kTopNames row per Arch, in its order, with a position table where "
+                                     "the family has learned positions");
+const TopNames &topNames(Arch a) { return kTopNames[int(a)]; }
+
 class Importer {
 public:
   Importer(MLIRContext &ctx, const ModelConfig &m, const TrainingShape &s,
@@ -560,17 +605,8 @@ private:
     fn.setArgAttr(1, "xf.name", b.getStringAttr("labels"));
     b.setInsertionPointToStart(fn.addEntryBlock());
     int64_t H = m.hidden, V = m.vocab;
-    const bool opt = m.arch == Arch::Opt, bio = m.arch == Arch::BioGpt;
-    bool gpt2 = learnedPositions(m.arch) && !opt && !bio, neox = m.arch == Arch::GptNeoX; // GPTBigCode's too
-    bool falcon = m.arch == Arch::Falcon || m.arch == Arch::Bloom; // Falcon's names are BLOOM's
-    // GPT-2's names of the embedding and the final norm: GPT-J's, CodeGen's and GPT-Neo's.
-    const bool gpt2Names = m.arch == Arch::GptJ || m.arch == Arch::CodeGen || m.arch == Arch::GptNeo;
-    std::string embName = gpt2Layer(m.arch) || gpt2Names ? "transformer.wte.weight"
-                          : neox                         ? "gpt_neox.embed_in.weight"
-                          : falcon                       ? "transformer.word_embeddings.weight"
-                          : opt                          ? "model.decoder.embed_tokens.weight"
-                          : bio                          ? "biogpt.embed_tokens.weight"
-                                                         : "model.embed_tokens.weight";
+    const TopNames &n = topNames(m.arch);
+    const std::string embName = std::string(n.embed) + ".weight";
     Value emb = param(embName, {V, H});
     // Gemma and BioGPT: the token embeddings times sqrt(hidden_size).
     FloatAttr scale = m.scaleEmbeddings ? b.getF64FloatAttr(std::sqrt(double(H))) : FloatAttr();
@@ -580,9 +616,7 @@ private:
     if (m.embeddingNorm) // BLOOM
       x = layerNorm("transformer.word_embeddings_layernorm", x);
     if (learnedPositions(m.arch)) { // OPT's and BioGPT's tables: position p at row p + 2
-      const std::string wpe = opt   ? "model.decoder.embed_positions"
-                              : bio ? "biogpt.embed_positions"
-                                    : "transformer.wpe";
+      const std::string wpe = n.positions;
       IntegerAttr offset = m.positionOffset ? b.getI64IntegerAttr(m.positionOffset) : IntegerAttr();
       x = AddPositionEmbeddingOp::create(b, loc(wpe, {"max_positions"}), act(H), x,
                                          param(wpe + ".weight", {m.maxPositions + m.positionOffset, H}), offset);
@@ -599,30 +633,14 @@ private:
       x = call.getResult(0);
       stats.assign(call.getResults().begin() + 1, call.getResults().end());
     }
-    if (m.arch == Arch::Mpt)
-      x = layerNorm("transformer.norm_f", x);
-    else if (gpt2 || falcon || gpt2Names)
-      x = layerNorm("transformer.ln_f", x);
-    else if (opt)
-      x = layerNorm("model.decoder.final_layer_norm", x);
-    else if (bio)
-      x = layerNorm("biogpt.layer_norm", x);
-    else if (m.arch == Arch::Phi)
-      x = layerNorm("model.final_layernorm", x);
-    else if (neox)
-      x = layerNorm("gpt_neox.final_layer_norm", x);
-    else if (layerNorms(m.arch)) // StarCoder2, StableLM, OLMo
-      x = layerNorm("model.norm", x);
-    else
-      x = rmsNorm("model.norm", x);
+    x = layerNorms(m.arch) ? layerNorm(n.finalNorm, x) : rmsNorm(n.finalNorm, x);
     // Cohere's logit_scale, on the hidden state rather than the logits (H
     // values a token, not V; the head stays one GEMM with the loss): the
     // same logits, exactly where it is a power of two (Command-R's 1/16).
     if (m.logitScale != 1)
       x = ScaleOp::create(b, loc("lm_head", {"logit_scale"}), x, b.getF64FloatAttr(m.logitScale)).getResult();
-    const char *headName = neox ? "embed_out.weight" : bio ? "output_projection.weight" : "lm_head.weight";
-    Value head = m.tieEmbeddings ? emb : param(headName, {V, H});
-    Value headBias = m.lmHeadBias ? param("lm_head.bias", {V}) : Value();
+    Value head = m.tieEmbeddings ? emb : param(std::string(n.head) + ".weight", {V, H});
+    Value headBias = m.lmHeadBias ? param(std::string(n.head) + ".bias", {V}) : Value();
     Value logits = LinearOp::create(b, loc("lm_head"), act(V), WeightLayout::OutIn, x, head, headBias);
     Value loss = CrossEntropyOp::create(b, loc("loss"), lossTy, logits,
                                         fn.getArgument(1), /*real_vocab=*/nullptr);

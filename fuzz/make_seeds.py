@@ -157,7 +157,9 @@ def xf_seeds(llc_dist):
 ROOT = os.path.join(HERE, "..")
 # target -> (the sources whose literals it gets, whether its input is JSON)
 DICTS = {
-    "model_config": (["lib/Frontend/ModelConfig.cpp", "lib/Frontend/ModelFamilies.cpp", "lib/Frontend/ConfigFields.h"], True),
+    "model_config": (["include/llcdist/Frontend/ModelConfig.h", "lib/Frontend/ModelConfig.cpp",
+                      "lib/Frontend/ModelFamilies.cpp", "lib/Frontend/GptFamilies.cpp",
+                      "lib/Frontend/ConfigFields.h"], True),
     "device": (["lib/Support/Device.cpp"], True),
     "topology": (["lib/Support/Topology.cpp"], True),
     "plan": (["runtime/src/Plan.cpp", "runtime/src/PlanOps.cpp",

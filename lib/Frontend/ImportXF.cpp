@@ -438,6 +438,8 @@ private:
   /// side, (attn(ln x) + mlp(ln x)) + x in transformers' order; biases on
   /// every projection. GPTJBlock: the same with GPT-2's names, no biases on
   /// q, k, v and out_proj, and rotate_every_two (ModelConfig::ropeInterleaved).
+  /// CodeGenBlock: GPT-J's with q, v and k from qkv_proj's blocks
+  /// (blockedQkvAttention).
   func::FuncOp phiBlock() {
     func::FuncOp fn;
     const bool codegen = m.arch == Arch::CodeGen, gptj = m.arch == Arch::GptJ || codegen; // GPT-J's names

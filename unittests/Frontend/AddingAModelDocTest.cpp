@@ -2,8 +2,9 @@
 //
 // Every file docs/adding-a-model.md names exists, and every family the
 // frontend knows (Arch) has what the page says a family needs: a tiny config
-// in models/ that loads as that family, a test in test/reference/ naming its
-// transformers class, and a place in the README's list of classes.
+// in models/ that loads as that family (and is a seed of the config
+// fuzzer), a test in test/reference/ naming its transformers class, and a
+// place in the README's list of classes.
 //
 //===----------------------------------------------------------------------===//
 #include "llcdist/Frontend/ModelConfig.h"
@@ -55,15 +56,20 @@ TEST(AddingAModelDoc, EveryFamilyHasATinyModelAReferenceTestAndAReadmeLine) {
   for (int i = 0; i < kNumArchs; ++i) {
     const Arch arch = Arch(i);
     const std::string cls = hfArchitecture(arch);
-    bool tiny = false;
+    bool tiny = false, seed = false;
     for (const auto &e : fs::directory_iterator(kRoot / "models")) {
       const std::string name = e.path().filename().string();
       if (name.rfind("tiny-", 0) != 0)
         continue;
       ModelConfig c;
-      tiny |= !loadModelConfig(e.path().string(), c) && c.arch == arch;
+      if (!loadModelConfig(e.path().string(), c) && c.arch == arch) {
+        tiny = true;
+        seed |= fs::exists(kRoot / "fuzz/corpus/model_config" / name);
+      }
     }
     EXPECT_TRUE(tiny) << cls << " (" << archName(arch) << ") has no models/tiny-*.json: add one for its tests";
+    EXPECT_TRUE(seed) << cls
+                      << "'s tiny model is not a seed of the config fuzzer: copy it to fuzz/corpus/model_config/";
     EXPECT_TRUE(std::any_of(references.begin(), references.end(),
                             [&](const std::string &t) { return t.find(cls) != std::string::npos; }))
         << cls << " is named by no test/reference/*.test: check it against transformers' own class";

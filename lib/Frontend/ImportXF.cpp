@@ -41,49 +41,60 @@ static_assert(kMaxModelMicrobatches == kMaxMicrobatches,
               "xf.model's microbatches bound is the frontend's (resolveTrainingShape)");
 
 namespace {
-/// Each family's names outside its layers, as its state_dict has them: the
-/// token embedding's module, the learned position table's (kLearnedPositions
-/// only), the final norm's (a LayerNorm where kLayerNorms, else an RMSNorm)
-/// and the head's (untied: its weight; with ModelConfig::lmHeadBias, its
-/// bias). One row per Arch, in its order.
-struct TopNames {
+/// The body a family's layers are built by (the Importer's llamaBlock,
+/// gpt2Block, phiBlock, sequentialBlock, stablelmBlock, groupedQkvBlock).
+enum class Body { Llama, Gpt2, Phi, Sequential, StableLm, GroupedQkv };
+
+/// How the importer builds each family: its layer body, and its names
+/// outside its layers as its state_dict has them: the token embedding's
+/// module, the learned position table's (kLearnedPositions only), the final
+/// norm's (a LayerNorm where kLayerNorms, else an RMSNorm) and the head's
+/// (untied: its weight; with ModelConfig::lmHeadBias, its bias). One row per
+/// Arch, in its order.
+struct Layout {
   Arch arch;
+  Body body;
   const char *embed, *positions, *finalNorm, *head;
 };
-constexpr TopNames kTopNames[] = {
-    {Arch::GPT2, "transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"},
-    {Arch::Llama, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
-    {Arch::Qwen2, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
-    {Arch::Mistral, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
-    {Arch::Gemma, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
-    {Arch::Phi, "model.embed_tokens", nullptr, "model.final_layernorm", "lm_head"},
-    {Arch::Mixtral, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
-    {Arch::Qwen2Moe, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
-    {Arch::Starcoder2, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
-    {Arch::StableLm, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
-    {Arch::Olmo, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
-    {Arch::GptNeoX, "gpt_neox.embed_in", nullptr, "gpt_neox.final_layer_norm", "embed_out"},
-    {Arch::Falcon, "transformer.word_embeddings", nullptr, "transformer.ln_f", "lm_head"},
-    {Arch::Bloom, "transformer.word_embeddings", nullptr, "transformer.ln_f", "lm_head"},
-    {Arch::GptBigCode, "transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"},
-    {Arch::Mpt, "transformer.wte", nullptr, "transformer.norm_f", "lm_head"},
-    {Arch::GptJ, "transformer.wte", nullptr, "transformer.ln_f", "lm_head"},
-    {Arch::Opt, "model.decoder.embed_tokens", "model.decoder.embed_positions", "model.decoder.final_layer_norm",
-     "lm_head"},
-    {Arch::Cohere, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
-    {Arch::GptNeo, "transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"},
-    {Arch::BioGpt, "biogpt.embed_tokens", "biogpt.embed_positions", "biogpt.layer_norm", "output_projection"},
-    {Arch::CodeGen, "transformer.wte", nullptr, "transformer.ln_f", "lm_head"},
+constexpr Layout kLayouts[] = {
+    {Arch::GPT2, Body::Gpt2, "transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"},
+    {Arch::Llama, Body::Llama, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Qwen2, Body::Llama, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Mistral, Body::Llama, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Gemma, Body::Llama, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Phi, Body::Phi, "model.embed_tokens", nullptr, "model.final_layernorm", "lm_head"},
+    {Arch::Mixtral, Body::Llama, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Qwen2Moe, Body::Llama, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Starcoder2, Body::Sequential, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::StableLm, Body::StableLm, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::Olmo, Body::Llama, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::GptNeoX, Body::GroupedQkv, "gpt_neox.embed_in", nullptr, "gpt_neox.final_layer_norm", "embed_out"},
+    {Arch::Falcon, Body::GroupedQkv, "transformer.word_embeddings", nullptr, "transformer.ln_f", "lm_head"},
+    {Arch::Bloom, Body::GroupedQkv, "transformer.word_embeddings", nullptr, "transformer.ln_f", "lm_head"},
+    {Arch::GptBigCode, Body::Gpt2, "transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"},
+    {Arch::Mpt, Body::Gpt2, "transformer.wte", nullptr, "transformer.norm_f", "lm_head"},
+    {Arch::GptJ, Body::Phi, "transformer.wte", nullptr, "transformer.ln_f", "lm_head"},
+    {Arch::Opt, Body::Sequential, "model.decoder.embed_tokens", "model.decoder.embed_positions",
+     "model.decoder.final_layer_norm", "lm_head"},
+    {Arch::Cohere, Body::StableLm, "model.embed_tokens", nullptr, "model.norm", "lm_head"},
+    {Arch::GptNeo, Body::Sequential, "transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"},
+    {Arch::BioGpt, Body::Sequential, "biogpt.embed_tokens", "biogpt.embed_positions", "biogpt.layer_norm",
+     "output_projection"},
+    {Arch::CodeGen, Body::Phi, "transformer.wte", nullptr, "transformer.ln_f", "lm_head"},
 };
-constexpr bool topNamesInArchOrder() {
-  for (int i = 0; i < kNumArchs; ++i)
-    if (int(kTopNames[i].arch) != i || (kTopNames[i].positions != nullptr) != learnedPositions(Arch(i)))
+constexpr bool layoutsAgreeWithTheTraits() {
+  for (int i = 0; i < kNumArchs; ++i) {
+    const Layout &l = kLayouts[i];
+    const Arch a = Arch(i);
+    if (int(l.arch) != i || (l.positions != nullptr) != learnedPositions(a) || (l.body == Body::Gpt2) != gpt2Layer(a) ||
+        (l.body == Body::Phi) != phiLayer(a) || (l.body == Body::Llama && !llamaLayout(a)))
       return false;
-  return std::size(kTopNames) == size_t(kNumArchs);
+  }
+  return std::size(kLayouts) == size_t(kNumArchs);
 }
-static_assert(topNamesInArchOrder(), "one kTopNames row per Arch, in its order, with a position table where "
-                                     "the family has learned positions");
-const TopNames &topNames(Arch a) { return kTopNames[int(a)]; }
+static_assert(layoutsAgreeWithTheTraits(), "one kLayouts row per Arch, in its order, agreeing with kFamilies' "
+                                           "traits (learned positions, GPT-2's, Phi's and Llama's layers)");
+const Layout &layout(Arch a) { return kLayouts[int(a)]; }
 
 class Importer {
 public:
@@ -105,23 +116,30 @@ public:
     // One body per kind of layer: Qwen2-MoE's dense layers (decoder_sparse_step,
     // mlp_only_layers) call their own, and so do GPT-Neo's local ones.
     func::FuncOp sparse, dense, local;
-    if (m.arch == Arch::GptNeo) {
+    switch (layout(m.arch).body) {
+    case Body::Sequential:
       if (int64_t(m.localLayers.size()) < m.layers)
         dense = sequentialBlock();
       if (!m.localLayers.empty()) {
         b.setInsertionPointToEnd(module->getBody());
         local = sequentialBlock(/*local=*/true);
       }
-    } else if (gpt2Layer(m.arch))
+      break;
+    case Body::Gpt2:
       dense = gpt2Block();
-    else if (phiLayer(m.arch))
+      break;
+    case Body::Phi:
       dense = phiBlock();
-    else if (m.arch == Arch::Starcoder2 || m.arch == Arch::Opt || m.arch == Arch::BioGpt)
-      dense = sequentialBlock();
-    else if (m.arch == Arch::StableLm || m.arch == Arch::Cohere)
+      break;
+    case Body::StableLm:
       dense = stablelmBlock();
-    else if (groupedQkv(m.arch))
+      break;
+    case Body::GroupedQkv:
       dense = groupedQkvBlock();
+      break;
+    case Body::Llama: // below, with a mixture of experts' sparse body
+      break;
+    }
     if (m.sparseLayers() > 0) {
       sparse = llamaBlock(/*sparse=*/true);
       b.setInsertionPointToEnd(module->getBody());
@@ -607,7 +625,7 @@ private:
     fn.setArgAttr(1, "xf.name", b.getStringAttr("labels"));
     b.setInsertionPointToStart(fn.addEntryBlock());
     int64_t H = m.hidden, V = m.vocab;
-    const TopNames &n = topNames(m.arch);
+    const Layout &n = layout(m.arch);
     const std::string embName = std::string(n.embed) + ".weight";
     Value emb = param(embName, {V, H});
     // Gemma and BioGPT: the token embeddings times sqrt(hidden_size).

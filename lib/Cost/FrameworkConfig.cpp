@@ -118,7 +118,7 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
       a.megatronNotes.push_back("RMSNorm scaled by (1 + w): Megatron-LM's --apply-layernorm-1p (zero-centered gamma)");
     if (m.clipQkv > 0) // OLMo-7B-0424
       a.megatronNotes.push_back("q, k and v clamped to [-clip_qkv, clip_qkv] (OLMo's clip_qkv): no Megatron-LM flag");
-    if (!m.normAffine) // OLMo
+    if (m.normParams == NormParams::None) // OLMo
       a.megatronNotes.push_back("LayerNorms without weight or bias (OLMo's): no Megatron-LM flag (its LayerNorm "
                                 "always has both; a model spec with a non-parametric norm)");
     if (!m.outputBias && !m.mlpBias)
@@ -181,7 +181,7 @@ void renderModel(const Workload &w, const ParallelConfig &c, FrameworkArgs &a) {
   else if (m.alibi) // MPT
     a.megatronNotes.push_back("ALiBi instead of position embeddings (MPT's): no Megatron-LM flag (Megatron-DeepSpeed's "
                               "--position-embedding-type alibi)");
-  if (m.normAffine && !m.normBias) // MPT, Cohere
+  if (m.normParams == NormParams::WeightOnly) // MPT, Cohere
     a.megatronNotes.push_back("LayerNorms with a weight and no bias (MPT's, Cohere's): no Megatron-LM flag (its "
                               "LayerNorm always has both)");
   if (m.logitScale != 1) { // Cohere

@@ -177,7 +177,7 @@ void parseMpt(FieldReader &r, ModelConfig &c, const json &) {
   c.alibi = true;
   c.mlpActivation = MlpActivation::GeluErf; // MptMLP's nn.GELU(approximate="none")
   c.qkvBias = c.outputBias = c.mlpBias = false;
-  c.normBias = false;
+  c.normParams = NormParams::WeightOnly;
   c.tieEmbeddings = r.boolean("tie_word_embeddings", true);
   // Dropout; learned_pos_emb, which transformers' MptModel never reads (it
   // has no position table); and the fields of MosaicML's published configs

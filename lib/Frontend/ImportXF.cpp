@@ -200,13 +200,13 @@ private:
   /// LayerNorm `name` (parameters name.weight, name.bias; MPT's without the
   /// bias, none for OLMo's OlmoLayerNorm) of `x`.
   Value layerNorm(const std::string &name, Value x) {
-    if (!m.normAffine)
+    if (m.normParams == NormParams::None)
       return LayerNormOp::create(b, loc(name), x.getType(), /*stats=*/Type(), x, /*weight=*/Value(),
                                  /*bias=*/Value(), b.getF64FloatAttr(m.normEps))
           .getResult();
     // Separate statements: the parameters appear in a fixed order.
     Value w = param(name + ".weight", {m.hidden});
-    Value bias = m.normBias ? param(name + ".bias", {m.hidden}) : Value();
+    Value bias = m.normParams == NormParams::Full ? param(name + ".bias", {m.hidden}) : Value();
     return LayerNormOp::create(b, loc(name), x.getType(), /*stats=*/Type(), x,
                                w, bias, b.getF64FloatAttr(m.normEps))
         .getResult();

@@ -99,9 +99,9 @@ int64_t ModelConfig::normTensors() const {
 }
 
 int64_t ModelConfig::finalNormTensors() const {
-  if (!normAffine)
+  if (normParams == NormParams::None)
     return 0;
-  return layerNorms(arch) && normBias ? 2 : 1;
+  return layerNorms(arch) && normParams == NormParams::Full ? 2 : 1;
 }
 
 using namespace llcdist::config;

@@ -320,7 +320,7 @@ void parseCohere(FieldReader &r, ModelConfig &c, const json &obj) {
   readSizes(r, c, {256000, 8192, 22528, 40, 64, 0, 8192});
   requireEvenHeadDim(r, c);
   c.normEps = r.positiveFloat("layer_norm_eps", 1e-5);
-  c.normBias = false;
+  c.normParams = NormParams::WeightOnly;
   c.parallelResidual = true;
   c.ropeInterleaved = true;
   readRopeTheta(r, c, obj);
@@ -347,7 +347,7 @@ void parseOlmo(FieldReader &r, ModelConfig &c, const json &obj) {
   readSizes(r, c, {50304, 4096, 11008, 32, 32, 0, 2048});
   requireEvenHeadDim(r, c);
   c.normEps = 1e-5; // OlmoLayerNorm's, fixed
-  c.normAffine = false;
+  c.normParams = NormParams::None;
   readRopeTheta(r, c, obj);
   refuseRopeScaling(r, "OLMo (its linear and dynamic scalings are not implemented)");
   if (r.has("clip_qkv")) { // null: none (OLMo-1B's and OLMo-7B's); OLMo-7B-0424's is 8

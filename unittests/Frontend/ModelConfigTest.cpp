@@ -327,7 +327,7 @@ TEST(ModelConfig, OlmoFields) {
   EXPECT_EQ(c.headDim, 128);
   EXPECT_TRUE(llamaLayout(c.arch)); // q, k, v, o and a gated MLP
   EXPECT_TRUE(layerNorms(c.arch));  // LayerNorms ...
-  EXPECT_FALSE(c.normAffine);       // ... without parameters
+  EXPECT_EQ(c.normParams, NormParams::None); // ... without parameters
   EXPECT_EQ(c.normTensors(), 0);
   EXPECT_EQ(c.finalNormTensors(), 0);
   EXPECT_DOUBLE_EQ(c.normEps, 1e-5); // OlmoLayerNorm's, fixed
@@ -552,8 +552,9 @@ TEST(ModelConfig, MptFields) {
   EXPECT_EQ(c.intermediate, 16384);
   EXPECT_EQ(c.maxPositions, 2048);
   EXPECT_TRUE(gpt2Layer(c.arch) && !learnedPositions(c.arch) && !groupedQkv(c.arch) && layerNorms(c.arch));
-  EXPECT_TRUE(c.alibi && c.mlpActivation == MlpActivation::GeluErf && c.tieEmbeddings && c.normAffine);
-  EXPECT_FALSE(c.qkvBias || c.outputBias || c.mlpBias || c.normBias || c.embeddingNorm || c.lmHeadBias);
+  EXPECT_TRUE(c.alibi && c.mlpActivation == MlpActivation::GeluErf && c.tieEmbeddings);
+  EXPECT_EQ(c.normParams, NormParams::WeightOnly);
+  EXPECT_FALSE(c.qkvBias || c.outputBias || c.mlpBias || c.embeddingNorm || c.lmHeadBias);
   EXPECT_EQ(c.layerTensors(), 6); // norm_1, norm_2 (weights), Wqkv, out_proj, up_proj, down_proj
   EXPECT_EQ(c.normTensors(), 2);
   EXPECT_EQ(c.finalNormTensors(), 1);
@@ -700,7 +701,7 @@ TEST(ModelConfig, OptFields) {
   EXPECT_TRUE(c.mlpActivation == MlpActivation::Relu);
   EXPECT_TRUE(learnedPositions(c.arch) && !llamaLayout(c.arch) && layerNorms(c.arch) && !phiLayer(c.arch) &&
               !gpt2Layer(c.arch));
-  EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias && c.tieEmbeddings && c.normAffine && c.normBias);
+  EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias && c.tieEmbeddings && c.normParams == NormParams::Full);
   EXPECT_FALSE(c.parallelResidual || c.lmHeadBias || c.alibi);
   EXPECT_EQ(c.layerTensors(), 16); // two LayerNorms (4), q k v out_proj fc1 fc2 and their biases
   EXPECT_EQ(c.fieldPos.at("max_positions").key, "max_position_embeddings");
@@ -753,8 +754,9 @@ TEST(ModelConfig, CohereFields) {
   EXPECT_DOUBLE_EQ(c.logitScale, 0.0625);
   EXPECT_DOUBLE_EQ(c.ropeTheta, 8000000.0);
   EXPECT_TRUE(llamaLayout(c.arch) && layerNorms(c.arch) && !learnedPositions(c.arch));
-  EXPECT_TRUE(c.parallelResidual && c.ropeInterleaved && c.tieEmbeddings && c.normAffine);
-  EXPECT_FALSE(c.normBias || c.parallelNorms || c.qkvBias || c.outputBias || c.mlpBias || c.lmHeadBias);
+  EXPECT_TRUE(c.parallelResidual && c.ropeInterleaved && c.tieEmbeddings);
+  EXPECT_EQ(c.normParams, NormParams::WeightOnly);
+  EXPECT_FALSE(c.parallelNorms || c.qkvBias || c.outputBias || c.mlpBias || c.lmHeadBias);
   EXPECT_EQ(c.rotaryDim, 0);
   EXPECT_EQ(c.layerTensors(), 8); // input_layernorm's weight, q k v o, gate up down
   EXPECT_EQ(c.fieldPos.at("logit_scale").key, "logit_scale");
@@ -871,7 +873,7 @@ TEST(ModelConfig, BioGptFields) {
   EXPECT_TRUE(c.scaleEmbeddings);
   EXPECT_TRUE(learnedPositions(c.arch) && tokenEmbeddingPadding(c.arch) && layerNorms(c.arch) && !llamaLayout(c.arch) &&
               !phiLayer(c.arch) && !gpt2Layer(c.arch) && !groupedQkv(c.arch));
-  EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias && c.tieEmbeddings && c.normAffine && c.normBias);
+  EXPECT_TRUE(c.qkvBias && c.outputBias && c.mlpBias && c.tieEmbeddings && c.normParams == NormParams::Full);
   EXPECT_FALSE(c.parallelResidual || c.lmHeadBias || c.alibi || c.unscaledAttention);
   EXPECT_EQ(c.layerTensors(), 16); // two LayerNorms (4), q k v out_proj fc1 fc2 and their biases
   EXPECT_EQ(c.fieldPos.at("max_positions").key, "max_position_embeddings");

@@ -86,8 +86,8 @@ enum ArchTrait : unsigned {
   /// one per head).
   kGroupedQkv = 1u << 5,
   /// The norms are LayerNorms (the final one too), not RMSNorms: with a
-  /// weight and a bias but OLMo's (ModelConfig::normAffine) and MPT's and
-  /// Cohere's (ModelConfig::normBias).
+  /// weight and a bias but OLMo's (neither) and MPT's and Cohere's (a weight
+  /// alone): ModelConfig::normParams.
   kLayerNorms = 1u << 6,
 };
 
@@ -146,6 +146,11 @@ constexpr bool learnedPositions(Arch a) { return hasTrait(a, kLearnedPositions);
 constexpr bool groupedQkv(Arch a) { return hasTrait(a, kGroupedQkv); }
 constexpr bool layerNorms(Arch a) { return hasTrait(a, kLayerNorms); }
 
+/// What a norm learns (ModelConfig::normParams): Full, a weight and a bias
+/// (RMSNorm: its weight); WeightOnly, a LayerNorm's weight without a bias
+/// (MPT's, Cohere's); None, neither (OLMo's OlmoLayerNorm).
+enum class NormParams { Full, WeightOnly, None };
+
 /// The activation of a two-matrix (GPT-style) MLP (ModelConfig::mlpActivation).
 enum class MlpActivation { GeluTanh, GeluErf, Relu };
 
@@ -184,11 +189,8 @@ struct ModelConfig {
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kvHeads = 0,
           headDim = 0, intermediate = 0, maxPositions = 0;
   double normEps = 1e-5;
-  /// The norms scale and shift by a learned weight and bias (RMSNorm: a
-  /// weight); false: OLMo's OlmoLayerNorm, with neither.
-  bool normAffine = true;
-  /// The LayerNorms (affine) have a bias; false: MPT's, a weight alone.
-  bool normBias = true;
+  /// The learned parameters of every norm (NormParams).
+  NormParams normParams = NormParams::Full;
   /// OLMo's clip_qkv c: the q, k and v projections' outputs clamped to
   /// [-c, c] before the rotary embeddings; 0: none.
   double clipQkv = 0;

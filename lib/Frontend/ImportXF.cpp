@@ -493,26 +493,37 @@ private:
   /// unscaled scores, and with `local` its local attention (window_size).
   func::FuncOp sequentialBlock(bool local = false) {
     func::FuncOp fn;
-    const bool opt = m.arch == Arch::Opt, neo = m.arch == Arch::GptNeo, bio = m.arch == Arch::BioGpt;
-    Value x = beginLayer(fn, opt   ? "opt_decoder_layer"
-                             : bio ? "biogpt_decoder_layer"
-                             : neo ? (local ? "gpt_neo_block_local" : "gpt_neo_block")
-                                   : "starcoder2_decoder_layer");
     struct Names {
-      const char *block, *ln1, *attn, *proj, *ln2, *fc, *fcProj;
+      const char *body, *block, *ln1, *attn, *proj, *ln2, *fc, *fcProj;
     };
-    const Names n = opt || bio ? Names{bio ? "biogpt.layers.{i}." : "model.decoder.layers.{i}.",
-                                       "self_attn_layer_norm",
-                                       "self_attn",
-                                       "self_attn.out_proj",
-                                       "final_layer_norm",
-                                       "fc1",
-                                       "fc2"}
-                    : neo
-                        ? Names{"transformer.h.{i}.", "ln_1",      "attn.attention", "attn.attention.out_proj", "ln_2",
-                                "mlp.c_fc",           "mlp.c_proj"}
-                        : Names{"model.layers.{i}.",        "input_layernorm", "self_attn", "self_attn.o_proj",
-                                "post_attention_layernorm", "mlp.c_fc",        "mlp.c_proj"};
+    Names n;
+    switch (m.arch) {
+    case Arch::Opt:
+    case Arch::BioGpt: // OPT's names under BioGPT's prefix
+      n = {m.arch == Arch::Opt ? "opt_decoder_layer" : "biogpt_decoder_layer",
+           m.arch == Arch::Opt ? "model.decoder.layers.{i}." : "biogpt.layers.{i}.",
+           "self_attn_layer_norm",
+           "self_attn",
+           "self_attn.out_proj",
+           "final_layer_norm",
+           "fc1",
+           "fc2"};
+      break;
+    case Arch::GptNeo:
+      n = {local ? "gpt_neo_block_local" : "gpt_neo_block",
+           "transformer.h.{i}.",
+           "ln_1",
+           "attn.attention",
+           "attn.attention.out_proj",
+           "ln_2",
+           "mlp.c_fc",
+           "mlp.c_proj"};
+      break;
+    default: // StarCoder2
+      n = {"starcoder2_decoder_layer", "model.layers.{i}.",        "input_layernorm", "self_attn",
+           "self_attn.o_proj",         "post_attention_layernorm", "mlp.c_fc",        "mlp.c_proj"};
+    }
+    Value x = beginLayer(fn, n.body);
     const std::string p = n.block;
     int64_t H = m.hidden, I = m.intermediate, q = m.heads * m.headDim;
     auto o = WeightLayout::OutIn;

@@ -132,7 +132,8 @@ constexpr ConfigKeys kFalconKeys{"num_attention_heads", "num_kv_heads", "num_hid
 
 /// How a family's config.json is read: its parser (ConfigFields.h), the
 /// token embedding's padding_idx where pad_token_id is absent (the config
-/// class's default; -1: None) and its keys.
+/// class's default; -1: None, and always for a family without kPaddingIdx)
+/// and its keys.
 struct Reader {
   Arch arch;
   void (*parse)(FieldReader &, ModelConfig &, const json &);
@@ -167,11 +168,12 @@ constexpr Reader kReaders[] = {
 };
 constexpr bool readersInArchOrder() {
   for (int i = 0; i < kNumArchs; ++i)
-    if (int(kReaders[i].arch) != i)
+    if (int(kReaders[i].arch) != i || (kReaders[i].padDefault >= 0 && !tokenEmbeddingPadding(Arch(i))))
       return false;
   return std::size(kReaders) == size_t(kNumArchs);
 }
-static_assert(readersInArchOrder(), "one kReaders row per Arch, in its order");
+static_assert(readersInArchOrder(), "one kReaders row per Arch, in its order; a pad default only where the family's "
+                                    "embedding takes padding_idx (kPaddingIdx)");
 const Reader &reader(Arch a) { return kReaders[int(a)]; }
 
 Arch detectArch(FieldReader &r, const json &obj) {
@@ -208,8 +210,8 @@ Arch detectArch(FieldReader &r, const json &obj) {
 
 /// The token embedding's padding_idx (ModelConfig::paddingIdx) as
 /// transformers builds it: pad_token_id, or the config class's default when
-/// the field is absent (Reader::padDefault); null is None. nn.Embedding takes -V <= p < V and counts a
-/// negative p from the end.
+/// the field is absent (Reader::padDefault); null is None. nn.Embedding
+/// takes -V <= p < V and counts a negative p from the end.
 int64_t paddingIdx(const json &obj, const FieldReader &r, const ModelConfig &c) {
   if (!tokenEmbeddingPadding(c.arch))
     return -1;
